@@ -1,0 +1,51 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Everything they need is installed here.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+# nbdev 2's docs commands shell out to whatever `pip` comes first: keep the venv first on PATH.
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: install demo test sync-check readme-check nbtest pytest docs docs-check bench clean
+
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.installed: $(VENV)/bin/python setup.py settings.ini
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/timmdata demo
+
+# the library is generated from the notebooks: fail when nbdev_export or nbdev_clean would change a file
+sync-check: install
+	bash tools/check_sync.sh
+
+readme-check: install
+	$(PY) tools/make_readme.py --check
+
+nbtest: install
+	nbdev_test --n_workers 2 --timing
+
+pytest: install
+	$(PY) -m pytest -q tests
+
+docs-check: install
+	bash tools/build_docs.sh "$$(mktemp -d)/site"
+
+test: sync-check readme-check nbtest pytest docs-check
+
+readme: install
+	$(PY) tools/make_readme.py
+
+docs: install
+	bash tools/build_docs.sh docs
+
+bench: install
+	$(VENV)/bin/timmdata bench
+
+clean:
+	rm -rf _proc _docs .pytest_cache

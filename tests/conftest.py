@@ -1,0 +1,18 @@
+"""Shared pytest fixtures: small generated datasets (never downloaded), markers for slow and CUDA tests."""
+import pytest, torch
+from timmdata.sample_data import make_sample_dataset
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'cuda: needs a CUDA device (skipped without one)')
+    config.addinivalue_line('markers', 'slow: takes more than a few seconds')
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available(): return
+    skip = pytest.mark.skip(reason='no CUDA device on this machine')
+    for item in items:
+        if 'cuda' in item.keywords: item.add_marker(skip)
+
+@pytest.fixture(scope='session')
+def sample_root(tmp_path_factory):
+    "A small imagenette-like tree: train/ (6 per class) and val/ (3 per class), 10 classes."
+    return make_sample_dataset(tmp_path_factory.mktemp('sample'), n_train=6, n_val=3)
