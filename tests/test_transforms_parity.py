@@ -1,0 +1,155 @@
+"""Parity of timmdata's transforms with the installed timm: eval pixels, train crop boxes and flips, data config.
+
+PIL input must give timm's pixels exactly. uint8 tensor input goes through torchvision's antialiased uint8 resize
+instead of PIL's, which may differ by rounding: max abs diff <= 2 and mean abs diff <= 0.5 per pixel.
+"""
+import random
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision.transforms import functional as TF
+
+timm_data = pytest.importorskip('timm.data')
+from timm.data import create_transform as timm_create_transform, resolve_data_config as timm_resolve_data_config
+from timm.data import transforms as timm_tf
+
+from timmdata.sample_data import make_sample_image
+from timmdata.transforms import (resolve_data_config, RandomResizedCropAndInterpolation, ResizeKeepRatio, RandomCropOrPad,
+                                 MaybePILToTensor)
+from timmdata.transforms_factory import create_transform
+
+MAX_DIFF, MEAN_DIFF = 2, 0.5
+
+
+def _images():
+    "Landscape, portrait, square, smaller than the crop, 4000 px wide, grayscale and RGBA (converted to RGB as the dataset does)."
+    gray = make_sample_image(2, seed=3, size=(300, 400)).convert('L')
+    rgba = make_sample_image(4, seed=4, size=(350, 260)).convert('RGBA')
+    rgba.putalpha(128)
+    return {'landscape': make_sample_image(0, size=(426, 320)), 'portrait': make_sample_image(1, size=(320, 426)),
+            'square': make_sample_image(5, size=(300, 300)), 'small': make_sample_image(6, size=(150, 100)),
+            'wide4000': make_sample_image(7, size=(4000, 1000)), 'gray': gray.convert('RGB'), 'rgba': rgba.convert('RGB')}
+
+IMAGES = _images()
+to_tensor = MaybePILToTensor()  # CHW view over HWC memory: the layout decode_jpeg gives
+
+
+def _arr(x):
+    return (x if isinstance(x, torch.Tensor) else TF.pil_to_tensor(x)).numpy()
+
+
+def _check_close(a, b, what):
+    d = np.abs(_arr(a).astype(np.int32) - _arr(b).astype(np.int32))
+    assert d.max() <= MAX_DIFF and d.mean() <= MEAN_DIFF, f'{what}: max diff {d.max()}, mean diff {d.mean():.3f}'
+
+
+@pytest.mark.parametrize('input_size', [224, (3, 256, 192)])
+@pytest.mark.parametrize('interpolation', ['bilinear', 'bicubic'])
+@pytest.mark.parametrize('crop_pct', [0.875, 0.95, 1.0])
+@pytest.mark.parametrize('crop_mode', ['center', 'squash', 'border'])
+def test_eval_pipeline(crop_mode, crop_pct, interpolation, input_size):
+    kw = dict(input_size=input_size, crop_mode=crop_mode, crop_pct=crop_pct, interpolation=interpolation, use_prefetcher=True)
+    ours, theirs = create_transform(**kw), timm_create_transform(**kw)
+    assert ours.input_format == 'tensor'
+    for name, img in IMAGES.items():
+        ref = theirs(img)
+        np.testing.assert_array_equal(_arr(ours(img)), _arr(ref), err_msg=f'PIL path, {name}')
+        _check_close(ours(to_tensor(img)), ref, f'tensor path, {name}')
+
+
+@pytest.mark.parametrize('normalize', [True, False])
+def test_eval_normalized(normalize):
+    kw = dict(input_size=224, crop_pct=0.9, interpolation='bicubic', normalize=normalize)
+    img = IMAGES['landscape']
+    a, b = create_transform(**kw)(img), timm_create_transform(**kw)(img)
+    assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+def test_eval_crop_border_pixels():
+    kw = dict(input_size=224, crop_border_pixels=7, use_prefetcher=True)
+    for img in IMAGES.values():
+        assert torch.equal(create_transform(**kw)(img), timm_create_transform(**kw)(img))
+
+
+def test_noaug_train():
+    kw = dict(input_size=(3, 192, 224), is_training=True, no_aug=True, interpolation='bicubic', use_prefetcher=True)
+    for name, img in IMAGES.items():
+        ref = timm_create_transform(**kw)(img)
+        assert torch.equal(create_transform(**kw)(img), ref), name
+        _check_close(create_transform(**kw)(to_tensor(img)), ref, name)
+
+
+@pytest.mark.parametrize('scale,ratio', [((0.08, 1.0), (3 / 4, 4 / 3)), ((0.9, 1.0), (0.2, 0.3)), ((0.5, 1.0), (2.0, 5.0))])
+def test_rrc_boxes(scale, ratio):
+    "Same seed, same boxes (including the fallback), for every test image."
+    for img in IMAGES.values():
+        for seed in range(200):
+            random.seed(seed)
+            theirs = timm_tf.RandomResizedCropAndInterpolation.get_params(img, scale, ratio)
+            random.seed(seed)
+            assert RandomResizedCropAndInterpolation.get_params(img, scale, ratio) == theirs
+            random.seed(seed)
+            assert RandomResizedCropAndInterpolation.get_params(to_tensor(img), scale, ratio) == theirs
+
+
+def test_rkr_params():
+    for img in IMAGES.values():
+        for seed in range(100):
+            random.seed(seed)
+            a = timm_tf.ResizeKeepRatio.get_params(img, (224, 224), 0., 0.5, (0.8, 1.0), True, 0.5, (0.9, 1 / 0.9))
+            b = timm_tf.RandomCropOrPad.get_params(img, (224, 224))
+            random.seed(seed)
+            assert ResizeKeepRatio.get_params(img, (224, 224), 0., 0.5, (0.8, 1.0), True, 0.5, (0.9, 1 / 0.9)) == a
+            assert RandomCropOrPad.get_params(img, (224, 224)) == b
+
+
+@pytest.mark.parametrize('train_crop_mode', ['rrc', 'rkrc', 'rkrr'])
+@pytest.mark.parametrize('interpolation', ['random', 'bicubic'])
+def test_train_pipeline(train_crop_mode, interpolation):
+    "Same seeds -> same crops, interpolations, flips and jitter: PIL output identical, tensor output close."
+    kw = dict(input_size=224, is_training=True, train_crop_mode=train_crop_mode, interpolation=interpolation,
+              hflip=0.5, vflip=0.2, color_jitter=0.4, use_prefetcher=True)
+    ours, theirs = create_transform(**kw), timm_create_transform(**kw)
+    ours_nojit = create_transform(**{**kw, 'color_jitter': 0})
+    theirs_nojit = timm_create_transform(**{**kw, 'color_jitter': None})
+    assert ours.input_format == 'tensor'
+    for name, img in IMAGES.items():
+        if name == 'wide4000': continue  # the big one only in the eval tests, to keep this fast
+        for seed in range(6):
+            random.seed(seed); torch.manual_seed(seed)
+            ref = theirs(img)
+            random.seed(seed); torch.manual_seed(seed)
+            assert torch.equal(ours(img), ref), (name, seed)
+            random.seed(seed); torch.manual_seed(seed)
+            ref = theirs_nojit(img)
+            random.seed(seed); torch.manual_seed(seed)
+            _check_close(ours_nojit(to_tensor(img)), ref, f'{name} seed {seed}')
+
+
+def test_flip_decisions_over_a_stream():
+    "Without reseeding per image: the flips over a stream of images follow timm's (jitter on, as timm draws it)."
+    kw = dict(input_size=64, is_training=True, use_prefetcher=True)
+    ours, theirs = create_transform(**kw), timm_create_transform(**kw)
+    img = IMAGES['landscape']
+    random.seed(0); torch.manual_seed(0)
+    a = [ours(img) for _ in range(30)]
+    random.seed(0); torch.manual_seed(0)
+    b = [theirs(img) for _ in range(30)]
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+class _TinyModel:
+    pretrained_cfg = dict(input_size=(3, 256, 256), test_input_size=(3, 320, 320), interpolation='bilinear',
+                          mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), crop_pct=0.95, test_crop_pct=1.0, crop_mode='squash')
+
+
+@pytest.mark.parametrize('args,cfg,model,test_size', [
+    (None, None, _TinyModel(), False), (None, None, _TinyModel(), True), ({}, dict(input_size=(3, 160, 160)), _TinyModel(), False),
+    (dict(img_size=192, crop_pct=0.8), None, _TinyModel(), True), (dict(input_size=(1, 128, 96), mean=(0.3,), std=(0.2,)), None, None, False),
+    (dict(interpolation='bicubic', crop_mode='border', in_chans=3), dict(crop_pct=0.9), None, False),
+    (dict(mean=None, std=None, input_size=None, crop_pct=None), None, _TinyModel(), False)])
+def test_resolve_data_config(args, cfg, model, test_size):
+    ours = resolve_data_config(args, pretrained_cfg=cfg, model=model, use_test_size=test_size)
+    theirs = timm_resolve_data_config(args, pretrained_cfg=cfg, model=model, use_test_size=test_size)
+    assert ours == theirs
