@@ -1,0 +1,303 @@
+"""create_loader / PrefetchLoader: parity with timm, multi-worker coverage and seeding, consumer lifetime, CUDA."""
+import random
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from timmdata.dataset import ImageDataset
+from timmdata.loader import (MultiEpochsDataLoader, PrefetchLoader, _worker_init, create_loader, fast_collate)
+from timmdata.transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+MEAN = torch.tensor(IMAGENET_DEFAULT_MEAN).view(1, 3, 1, 1)
+STD = torch.tensor(IMAGENET_DEFAULT_STD).view(1, 3, 1, 1)
+LO, HI = -MEAN / STD, (1 - MEAN) / STD
+
+
+class IndexDataset(ImageDataset):
+    "The sample's index as its target, so a test can see which samples a loader returned."
+    def __getitem__(self, i):
+        img, _ = super().__getitem__(i)
+        return img, i
+
+
+class SeedDataset(torch.utils.data.Dataset):
+    "Each sample reports the first numpy, torch and `random` draws of the worker that made it."
+    transform = None
+    def __len__(self): return 4
+    def __getitem__(self, i):
+        return torch.zeros(3, 2, 2, dtype=torch.uint8), (int(np.random.randint(0, 2**31 - 1)),
+                                                         int(torch.randint(0, 2**31 - 1, ())), random.getrandbits(31))
+
+
+def _levels(a, b):
+    "abs difference of two normalised batches, in uint8 grey levels."
+    return ((a - b) * STD * 255).abs()
+
+
+def test_eval_parity_with_timm(sample_root):
+    from timm.data import create_loader as timm_create_loader, ImageDataset as TimmImageDataset
+    ours = create_loader(ImageDataset(str(sample_root / 'val')), (3, 224, 224), 8, num_workers=0, device='cpu')
+    theirs = timm_create_loader(TimmImageDataset(str(sample_root / 'val')), (3, 224, 224), 8, num_workers=0,
+                                use_prefetcher=True, device=torch.device('cpu'))
+    assert len(ours) == len(theirs) == 4
+    n = 0
+    for (x, y), (xt, yt) in zip(ours, theirs):
+        assert x.shape == xt.shape and x.dtype == xt.dtype == torch.float32
+        assert torch.equal(y, yt)
+        d = _levels(x, xt)
+        assert d.max() <= 2 + 1e-3, d.max()
+        assert d.mean() <= 0.5, d.mean()
+        n += len(y)
+    assert n == 30
+
+
+def test_train_parity_with_timm(sample_root):
+    from timm.data import create_loader as timm_create_loader, ImageDataset as TimmImageDataset
+    kw = dict(is_training=True, num_workers=0, re_prob=0.25, color_jitter=0.4)
+    ours = create_loader(ImageDataset(str(sample_root / 'train')), 160, 8, device='cpu', **kw)
+    theirs = timm_create_loader(TimmImageDataset(str(sample_root / 'train')), 160, 8, device=torch.device('cpu'), **kw)
+    assert len(ours) == len(theirs) == 7
+    a, b = list(ours), list(theirs)
+    assert len(a) == len(b)
+    for (x, y), (xt, yt) in zip(a, b):
+        assert x.shape == xt.shape == (8, 3, 160, 160) and x.dtype == xt.dtype
+        assert y.shape == yt.shape and y.dtype == yt.dtype == torch.int64
+        assert (x >= LO - 1e-5).all() and (x <= HI + 1e-5).all()
+    xs, xts = torch.cat([x for x, _ in a]), torch.cat([x for x, _ in b])
+    # same augmentation distribution: batch statistics close (loose: different random draws)
+    assert abs(xs.mean() - xts.mean()) < 0.25 and abs(xs.std() - xts.std()) < 0.2
+
+
+def test_seed_notebook_code(sample_root):
+    dataset = ImageDataset(str(sample_root))
+    img, target = dataset[0]
+    assert target == 0 and img.size == (426, 320)
+    train_loader = create_loader(dataset, (3, 224, 224), 4)
+    n = 0
+    for x, y in train_loader:
+        assert x.shape[1:] == (3, 224, 224) and x.dtype == torch.float32
+        n += len(y)
+    assert n == len(dataset)
+
+
+@pytest.mark.parametrize('multi_epochs', [False, True])
+def test_two_workers_every_sample_once_per_epoch(sample_root, multi_epochs):
+    ds = IndexDataset(str(sample_root / 'train'))
+    loader = create_loader(ds, 64, 6, is_training=True, num_workers=2, device='cpu',
+                           use_multi_epochs_loader=multi_epochs)
+    assert len(loader) == 10
+    orders = []
+    for epoch in range(3):
+        seen = torch.cat([y for _, y in loader]).tolist()
+        assert sorted(seen) == list(range(60)), (epoch, sorted(seen))
+        orders.append(seen)
+    assert orders[0] != orders[1]  # shuffled anew each epoch
+
+
+def test_eval_two_workers_in_order(sample_root):
+    ds = IndexDataset(str(sample_root / 'val'))
+    loader = create_loader(ds, 32, 7, num_workers=2, device='cpu')
+    assert torch.cat([y for _, y in loader]).tolist() == list(range(30))
+
+
+def _first_draws(loader):
+    draws = [tuple(int(t[0]) for t in y) for _, y in loader]
+    return draws[0], draws[1]  # batch 0 from worker 0, batch 1 from worker 1 (round robin)
+
+
+@pytest.mark.parametrize('seeding', ['all', 'part', 'callable'])
+def test_worker_seeds_differ_per_worker_and_rank(seeding):
+    def make(rank):
+        torch.manual_seed(0)  # every "rank" seeded alike, as a careless script would
+        ws = (lambda info: 1000 + info.id) if seeding == 'callable' else seeding
+        return DataLoader(SeedDataset(), batch_size=1, num_workers=2, collate_fn=fast_collate,
+                          worker_init_fn=partial(_worker_init, worker_seeding=ws, rank=rank))
+    r0, r1 = _first_draws(make(0)), _first_draws(make(1))
+    assert r0[0] != r0[1]  # workers differ (numpy, torch and random)
+    assert all(a != b for a, b in zip(*r0))
+    if seeding == 'all':
+        assert set(r0).isdisjoint(r1)  # ranks differ even though torch was seeded alike
+        assert r0 == _first_draws(make(0))  # and it is repeatable
+    if seeding == 'part':  # torch's own per-worker seeding only: the same for every rank seeded alike
+        assert r0 == r1
+    if seeding == 'callable':
+        rng = np.random.RandomState(1000)
+        assert r0[0][0] == rng.randint(0, 2**31 - 1)
+
+
+def test_consumer_keeping_every_batch_sees_correct_data(sample_root):
+    "A consumer that keeps all batches (and views of them) over two epochs finds them unchanged."
+    ds = ImageDataset(str(sample_root / 'val'))
+    loader = create_loader(ds, 48, 4, num_workers=2, device='cpu')
+    kept = [(x, x[1:3], y) for _ in range(2) for x, y in loader]
+    ref = create_loader(ImageDataset(str(sample_root / 'val')), 48, 4, num_workers=0, device='cpu')
+    expect = [x.clone() for _ in range(2) for x, _ in ref]
+    assert len(kept) == len(expect) == 16
+    ptrs = {x.data_ptr() for x, _, _ in kept}
+    assert len(ptrs) == 16  # every kept batch has its own memory
+    for (x, v, _), e in zip(kept, expect):
+        assert torch.equal(x, e) and torch.equal(v, e[1:3])
+
+
+def test_consumer_with_jitter_and_erasing_sees_correct_data():
+    g = torch.Generator().manual_seed(0)
+    raw = [(torch.randint(0, 256, (6, 3, 16, 16), dtype=torch.uint8, generator=g), torch.arange(6)) for _ in range(20)]
+    kept = [x for x, _ in PrefetchLoader(raw, device='cpu', color_jitter=0.4, seed=1)]
+    again = [x.clone() for x, _ in PrefetchLoader(raw, device='cpu', color_jitter=0.4, seed=1)]
+    for a, b in zip(kept, again): assert torch.equal(a, b)
+
+
+def test_pass_throughs():
+    class Sampler(list):
+        epoch = None
+        def set_epoch(self, e): self.epoch = e
+    class Mix:
+        mixup_enabled = True
+        def __call__(self, b): return fast_collate(b)
+    s = Sampler(range(4))
+    dl = DataLoader([(torch.zeros(3, 2, 2, dtype=torch.uint8), 0)] * 4, batch_size=2, sampler=s, collate_fn=Mix())
+    pl = PrefetchLoader(dl, device='cpu')
+    pl.set_epoch(7)
+    assert s.epoch == 7
+    assert pl.mixup_enabled
+    pl.mixup_enabled = False
+    assert dl.collate_fn.mixup_enabled is False
+    assert len(pl) == 2 and pl.sampler is s and pl.dataset is dl.dataset and pl.batch_sampler is dl.batch_sampler
+    assert not PrefetchLoader([], device='cpu').mixup_enabled
+
+
+def test_cuda_in_worker_is_a_clear_error(sample_root):
+    class ToMeta:  # stands in for a transform that moves to CUDA (no GPU needed to test the guard)
+        input_format = 'tensor'
+        def __call__(self, x): return torch.empty(3, 8, 8, dtype=torch.uint8, device='meta')
+    ds = ImageDataset(str(sample_root / 'val'))
+    loader = create_loader(ds, 8, 2, num_workers=1, persistent_workers=False, device='cpu')
+    ds.transform = ToMeta()
+    with pytest.raises(RuntimeError, match='move to the device in the loader, not in the Dataset'):
+        next(iter(loader))
+
+
+def test_cuda_init_error_from_worker_is_explained(sample_root):
+    class Fails:  # what a forked worker raises when a Dataset calls .cuda()
+        input_format = 'tensor'
+        def __call__(self, x): raise RuntimeError('CUDA error: initialization error')
+    ds = ImageDataset(str(sample_root / 'val'))
+    loader = create_loader(ds, 8, 2, num_workers=1, persistent_workers=False, device='cpu')
+    ds.transform = Fails()
+    with pytest.raises(RuntimeError, match='not in the Dataset'):
+        next(iter(loader))
+
+
+def test_bad_input(sample_root):
+    ds = ImageDataset(str(sample_root / 'val'))
+    for kw, msg in [(dict(batch_size=0), 'batch_size must be an int >= 1'),
+                    (dict(batch_size=2.5), 'batch_size must be an int >= 1'),
+                    (dict(input_size=(224, 'x')), 'input_size must be'),
+                    (dict(input_size=(3, 224, 224, 3)), 'input_size must be'),
+                    (dict(device='gpu:0'), 'device must be a torch.device'),
+                    (dict(worker_seeding='none'), "worker_seeding must be 'all', 'part' or a callable"),
+                    (dict(tf_preprocessing=True), 'not implemented')]:
+        args = dict(input_size=32, batch_size=2); args.update(kw)
+        with pytest.raises((ValueError, NotImplementedError), match=msg):
+            create_loader(ds, **args)
+    with pytest.raises(TypeError, match='has no `transform` attribute'):
+        create_loader(list(range(10)), 32, 2)
+
+
+def test_num_workers_zero_and_defaults(sample_root):
+    loader = create_loader(ImageDataset(str(sample_root / 'val')), 32, 10, num_workers=0)
+    assert sum(len(y) for _, y in loader) == 30
+    assert loader.device.type == ('cuda' if torch.cuda.is_available() else 'cpu')
+
+
+def test_channels_last_and_dtype(sample_root):
+    loader = create_loader(ImageDataset(str(sample_root / 'val')), 32, 10, num_workers=0, device='cpu',
+                           channels_last=True, img_dtype=torch.bfloat16)
+    x, _ = next(iter(loader))
+    assert x.dtype == torch.bfloat16 and x.shape == (10, 3, 32, 32)
+    loader = create_loader(ImageDataset(str(sample_root / 'train')), 32, 10, num_workers=0, device='cpu',
+                           channels_last=True, is_training=True)
+    x, _ = next(iter(loader))
+    assert x.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_use_prefetcher_false_is_a_plain_dataloader(sample_root):
+    loader = create_loader(ImageDataset(str(sample_root / 'val')), 32, 10, num_workers=0, use_prefetcher=False)
+    assert isinstance(loader, DataLoader)
+    x, y = next(iter(loader))
+    assert x.dtype == torch.float32 and x.shape == (10, 3, 32, 32)
+
+
+def test_multi_epochs_loader_keeps_its_workers():
+    dl = MultiEpochsDataLoader(list(range(10)), batch_size=4, num_workers=2)
+    assert [b.tolist() for b in dl] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    it = dl._iterator
+    assert [b.tolist() for b in dl][0] == [0, 1, 2, 3]
+    assert dl._iterator is it  # the same worker pool served both epochs
+
+
+# ---- CUDA (skipped without a GPU) ----
+
+def _host_batches(n=12, b=16, hw=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randint(0, 256, (b, 3, hw, hw), dtype=torch.uint8, generator=g).pin_memory(), torch.arange(b))
+            for _ in range(n)]
+
+
+@pytest.mark.cuda
+def test_cuda_device_and_dtype(sample_root):
+    loader = create_loader(ImageDataset(str(sample_root / 'train')), 64, 8, is_training=True, num_workers=2,
+                           img_dtype=torch.float16, channels_last=True, re_prob=0.5)
+    assert loader.device.type == 'cuda' and loader.loader.pin_memory
+    for x, y in loader:
+        assert x.device.type == 'cuda' and x.dtype == torch.float16 and y.device.type == 'cuda' and y.dtype == torch.int64
+        assert x.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.cuda
+def test_cuda_matches_cpu():
+    host = _host_batches(n=3)
+    for jit in (None, 0.4):
+        cpu = [x for x, _ in PrefetchLoader(host, device='cpu', color_jitter=jit, seed=5)]
+        gpu = [x.cpu() for x, _ in PrefetchLoader(host, device='cuda', color_jitter=jit, seed=5)]
+        for a, b in zip(cpu, gpu): torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.cuda
+def test_cuda_consumer_lifetime():
+    host = _host_batches()
+    expect = [((x.float() / 255 - MEAN) / STD) for x, _ in host]
+    # 1. a consumer keeping every batch
+    kept = [x for x, _ in PrefetchLoader(host, device='cuda')]
+    torch.cuda.synchronize()
+    for a, e in zip(kept, expect): torch.testing.assert_close(a.cpu(), e, atol=1e-5, rtol=0)
+    del kept
+    # 2. a consumer that queues slow GPU work reading the batch, then drops its reference at once: the memory
+    #    must not be rewritten by the next batch's copy before that work has run
+    for num_prefetch in (1, 2):
+        it, copies = iter(PrefetchLoader(host, device='cuda', num_prefetch=num_prefetch)), []
+        while True:
+            try: x, _ = next(it)
+            except StopIteration: break
+            torch.cuda._sleep(50_000_000)  # tens of ms of GPU time on the consumer stream before the read
+            copies.append(x.clone())
+            del x
+        torch.cuda.synchronize()
+        for a, e in zip(copies, expect): torch.testing.assert_close(a.cpu(), e, atol=1e-5, rtol=0)
+
+
+@pytest.mark.cuda
+def test_cuda_reserved_memory_flat_over_epochs():
+    host = _host_batches(n=10, b=64, hw=224)
+    loader = PrefetchLoader(host, device='cuda', color_jitter=0.4)
+    reserved = []
+    for epoch in range(5):
+        for x, y in loader: (x * 2).sum()
+        torch.cuda.synchronize()
+        reserved.append(torch.cuda.memory_reserved())
+    assert loader.stream is not None
+    # a new stream per epoch (timm issue 2781) would add ~100+ MiB every epoch here
+    assert max(reserved) - reserved[0] <= 64 * 2**20, [r / 2**20 for r in reserved]
