@@ -1,0 +1,309 @@
+"""The docs site, built from the notebooks and looked at in a real browser.
+
+Builds the site with tools/build_docs.sh into a temporary folder, serves it from 127.0.0.1 and opens the
+home page and every notebook page in headless Chromium (the Debian package), driven over the Chrome
+DevTools protocol. Per page: no console errors or uncaught exceptions, no request leaves 127.0.0.1,
+every <img> loaded, every navigation link answers 200, and a screenshot is saved
+(into $TIMMDATA_SCREENSHOTS if set, else a pytest temporary folder; the path is printed).
+
+Chromium missing: the test installs it with apt-get when running as root, else fails with the command."""
+import base64, functools, importlib.util, json, os, shutil, subprocess, sys, threading, time
+import urllib.error, urllib.request
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+INSTALL_CMD = 'apt-get update && apt-get install -y chromium'
+FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run',
+         '--disable-component-update', '--disable-sync', '--disable-quic', '--disable-dev-shm-usage',
+         '--hide-scrollbars', '--window-size=1280,900']
+
+
+def _load_builder():
+    spec = importlib.util.spec_from_file_location('timmdata_docs_build', ROOT / 'tools' / 'docs' / 'build.py')
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+builder = _load_builder()
+NBS = Path(os.environ.get('TIMMDATA_DOCS_NBS') or ROOT / 'nbs')  # another notebook folder, to try the test itself
+NOTEBOOKS = builder.discover(NBS) if (NBS / 'index.ipynb').exists() else []
+PAGES = [builder.page_name(nb) for nb in NOTEBOOKS]
+
+
+def _env():
+    "The venv that runs pytest first on PATH, as the Makefile does."
+    return {**os.environ, 'PATH': str(Path(sys.executable).parent) + os.pathsep + os.environ.get('PATH', '')}
+
+
+def build(outdir, *extra):
+    return subprocess.run(['bash', str(ROOT / 'tools' / 'build_docs.sh'), str(outdir), *extra], cwd=ROOT,
+                          env=_env(), capture_output=True, text=True, timeout=600)
+
+
+# ------------------------------------------------------------------ fixtures
+
+@pytest.fixture(scope='module')
+def chromium():
+    exe = shutil.which('chromium') or ('/usr/bin/chromium' if Path('/usr/bin/chromium').exists() else None)
+    if exe: return exe
+    if hasattr(os, 'geteuid') and os.geteuid() == 0:
+        r = subprocess.run(['bash', '-c', INSTALL_CMD], capture_output=True, text=True, timeout=1200)
+        exe = shutil.which('chromium') or '/usr/bin/chromium'
+        if r.returncode != 0 or not Path(exe).exists():
+            pytest.fail(f'installing Chromium failed (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}')
+        return exe
+    pytest.fail(f'Chromium (Debian package `chromium`) is missing; install it with:\n  sudo sh -c "{INSTALL_CMD}"')
+
+
+@pytest.fixture(scope='module')
+def site(tmp_path_factory):
+    if not NOTEBOOKS: pytest.fail(f'{NBS / "index.ipynb"} is missing: the docs site has no home page')
+    out = tmp_path_factory.mktemp('docs') / 'site'
+    t0 = time.time()
+    r = build(out, '--nbs', str(NBS))
+    assert r.returncode == 0, f'tools/build_docs.sh failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}'
+    print(f'\nsite built in {time.time() - t0:.1f}s: {out}')
+    return out
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args): pass
+
+
+@pytest.fixture(scope='module')
+def server(site):
+    httpd = ThreadingHTTPServer(('127.0.0.1', 0), functools.partial(_QuietHandler, directory=str(site)))
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    yield f'http://127.0.0.1:{httpd.server_address[1]}/'
+    httpd.shutdown(); httpd.server_close()
+
+
+class CDP:
+    "A minimal Chrome DevTools protocol client over one page target's websocket."
+    def __init__(self, ws_url):
+        import websocket  # websocket-client
+        self.ws = websocket.create_connection(ws_url, timeout=30, suppress_origin=True, enable_multithread=True)
+        self.next_id, self.events = 0, []
+
+    def send(self, method, timeout=30, **params):
+        self.next_id += 1
+        mid = self.next_id
+        self.ws.send(json.dumps({'id': mid, 'method': method, 'params': params}))
+        end = time.time() + timeout
+        while time.time() < end:
+            msg = json.loads(self.ws.recv())
+            if msg.get('id') == mid:
+                if 'error' in msg: raise RuntimeError(f'{method}: {msg["error"]}')
+                return msg.get('result', {})
+            if 'method' in msg: self.events.append(msg)
+        raise TimeoutError(method)
+
+    def pump(self, seconds):
+        "Collects events for `seconds`."
+        end = time.time() + seconds
+        self.ws.settimeout(0.1)
+        try:
+            while time.time() < end:
+                try: msg = json.loads(self.ws.recv())
+                except Exception as e:
+                    if type(e).__name__ == 'WebSocketTimeoutException': continue
+                    raise
+                if 'method' in msg: self.events.append(msg)
+        finally: self.ws.settimeout(30)
+
+    def wait_event(self, name, timeout=30):
+        end = time.time() + timeout
+        while time.time() < end:
+            if any(e['method'] == name for e in self.events): return
+            self.pump(0.1)
+        raise TimeoutError(f'no {name} within {timeout}s')
+
+    def js(self, expr):
+        r = self.send('Runtime.evaluate', expression=expr, returnByValue=True, awaitPromise=True)
+        if 'exceptionDetails' in r: raise RuntimeError(f'{expr}: {r["exceptionDetails"]}')
+        return r['result'].get('value')
+
+    def close(self): self.ws.close()
+
+
+@pytest.fixture(scope='module')
+def browser(chromium, tmp_path_factory):
+    profile = tmp_path_factory.mktemp('chromium-profile')
+    proc = subprocess.Popen([chromium, *FLAGS, f'--user-data-dir={profile}', '--remote-debugging-port=0', 'about:blank'],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        port_file, end = profile / 'DevToolsActivePort', time.time() + 60
+        while not port_file.exists() or not port_file.read_text().strip():
+            if proc.poll() is not None or time.time() > end:
+                err = proc.stderr.read().decode(errors='replace')[-3000:] if proc.poll() is not None else ''
+                pytest.fail(f'Chromium did not open its DevTools port (exit {proc.poll()}):\n{err}')
+            time.sleep(0.1)
+        port = int(port_file.read_text().split()[0])
+        targets = json.load(urllib.request.urlopen(f'http://127.0.0.1:{port}/json/list', timeout=10))
+        page = next(t for t in targets if t['type'] == 'page')
+        cdp = CDP(page['webSocketDebuggerUrl'])
+        for domain in ('Page', 'Runtime', 'Log', 'Network'): cdp.send(f'{domain}.enable')
+        yield cdp
+        cdp.close()
+    finally:
+        proc.terminate()
+        try: proc.wait(10)
+        except subprocess.TimeoutExpired: proc.kill(); proc.wait()
+
+
+@pytest.fixture(scope='module')
+def shots(tmp_path_factory):
+    d = Path(os.environ['TIMMDATA_SCREENSHOTS']) if os.environ.get('TIMMDATA_SCREENSHOTS') else tmp_path_factory.mktemp('screenshots')
+    d.mkdir(parents=True, exist_ok=True)
+    print(f'\nscreenshots: {d}')
+    return d
+
+
+# ------------------------------------------------------------------ helpers
+
+def problems(events):
+    "Console errors, uncaught exceptions and browser log errors among CDP events."
+    out = []
+    for e in events:
+        m, p = e['method'], e.get('params', {})
+        if m == 'Runtime.consoleAPICalled' and p.get('type') in ('error', 'assert'):
+            out.append('console.' + p['type'] + ': ' + ' '.join(str(a.get('value', a.get('description', ''))) for a in p.get('args', [])))
+        elif m == 'Runtime.exceptionThrown':
+            d = p.get('exceptionDetails', {})
+            out.append('exception: ' + str(d.get('exception', {}).get('description') or d.get('text')))
+        elif m == 'Log.entryAdded' and p.get('entry', {}).get('level') == 'error':
+            en = p['entry']
+            out.append(f"log {en.get('source')}: {en.get('text')} {en.get('url', '')}")
+    return out
+
+
+def status(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r: return r.status
+    except urllib.error.HTTPError as e: return e.code
+
+
+# ------------------------------------------------------------------ the tests
+
+def test_every_notebook_has_a_page(site):
+    for nb, page in zip(NOTEBOOKS, PAGES):
+        assert (site / f'{page}.html').is_file(), f'{nb.name} has no page {page}.html in the site'
+    assert (site / '.nojekyll').exists() and (site / 'search' / 'search_index.json').is_file()
+    assert builder.remote_assets(site) == []
+
+
+@pytest.mark.parametrize('page', PAGES)
+def test_page_in_browser(page, site, server, browser, shots):
+    url = server + f'{page}.html'
+    browser.events.clear()
+    browser.send('Page.navigate', url=url)
+    browser.wait_event('Page.loadEventFired')
+    # let late work finish (the search worker loads its index after the load event)
+    browser.js("new Promise(r => setTimeout(r, 300))")
+    browser.pump(0.5)
+    assert browser.js('location.href') == url
+
+    errs = problems(browser.events)
+    assert not errs, f'{url}: browser errors:\n' + '\n'.join(errs)
+
+    requested = {e['params']['request']['url'] for e in browser.events if e['method'] == 'Network.requestWillBeSent'}
+    offsite = sorted(u for u in requested if not u.startswith((server, 'data:', 'blob:', 'about:')))
+    assert not offsite, f'{url} fetched from outside the local server: {offsite}'
+
+    # every image loaded (wait for the late ones, up to 10 s)
+    imgs = browser.js("""new Promise(resolve => { const t0 = Date.now();
+        (function check() { const im = Array.from(document.images);
+          if (im.every(i => i.complete) || Date.now() - t0 > 10000)
+            resolve(im.map(i => [i.currentSrc || i.src, i.complete, i.naturalWidth]));
+          else setTimeout(check, 100); })(); })""")
+    broken = [src for src, complete, w in imgs if not (complete and w > 0)]
+    assert not broken, f'{url}: images that did not load: {broken}'
+
+    # every navigation link resolves: pages answer 200, in-page anchors exist
+    links = browser.js("Array.from(document.querySelectorAll('nav a[href]')).map(a => a.href)")
+    assert links, f'{url}: no navigation links found'
+    offsite = sorted({l for l in links if not l.startswith(server)})
+    assert not offsite, f'{url}: navigation links off the site: {offsite}'
+    for target in sorted({l.split('#')[0] for l in links}):
+        assert status(target) == 200, f'{url}: navigation link {target} answers {status(target)}'
+    frags = sorted({l.split('#', 1)[1] for l in links if '#' in l and l.split('#')[0] == url and l.split('#', 1)[1]})
+    missing = browser.js(f"{json.dumps(frags)}.filter(f => !document.getElementById(decodeURIComponent(f)))")
+    assert not missing, f'{url}: table-of-contents anchors with no target: {missing}'
+
+    # the page shows its notebook: a title, and nav entries for every page of the site
+    assert browser.js("document.querySelector('article h1') !== null"), f'{url}: no page title'
+    nav_pages = browser.js("Array.from(document.querySelectorAll('nav.md-nav--primary a[href]')).map(a => a.getAttribute('href'))")
+    for p in PAGES:
+        assert any(h.split('#')[0] in (f'{p}.html', f'./{p}.html', '.', './', '') or h.endswith(f'{p}.html') for h in nav_pages), \
+            f'{url}: the sidebar has no link to {p}.html ({nav_pages})'
+
+    # full-page screenshot (capped at 8000 px)
+    m = browser.send('Page.getLayoutMetrics')
+    size = m.get('cssContentSize') or m['contentSize']
+    h = min(int(size['height']), 8000)
+    shot = browser.send('Page.captureScreenshot', format='png', captureBeyondViewport=True,
+                        clip={'x': 0, 'y': 0, 'width': 1280, 'height': h, 'scale': 1})
+    png = base64.b64decode(shot['data'])
+    assert png[:8] == b'\x89PNG\r\n\x1a\n' and len(png) > 5000
+    (shots / f'{page}.png').write_bytes(png)
+
+
+def _notebook(cells):
+    return {'cells': cells, 'metadata': {'kernelspec': {'display_name': 'python3', 'language': 'python', 'name': 'python3'}},
+            'nbformat': 4, 'nbformat_minor': 5}
+
+def _md(src): return {'cell_type': 'markdown', 'metadata': {}, 'source': src}
+def _code(src, outputs=()):
+    return {'cell_type': 'code', 'metadata': {}, 'source': src, 'execution_count': None, 'outputs': list(outputs)}
+
+
+def test_build_fails_on_error_output(tmp_path):
+    "A notebook saved with an error output must fail the build, naming the notebook and the cell."
+    nbs = tmp_path / 'nbs'; nbs.mkdir()
+    (nbs / 'index.ipynb').write_text(json.dumps(_notebook([_md('# Home\n> home page'), _code('1+1')])))
+    err = {'output_type': 'error', 'ename': 'ZeroDivisionError', 'evalue': 'division by zero', 'traceback': []}
+    (nbs / '01_broken.ipynb').write_text(json.dumps(_notebook([_md('# Broken\n> fails'), _code('1/0', [err])])))
+    r = build(tmp_path / 'site', '--nbs', str(nbs))
+    assert r.returncode != 0
+    assert '01_broken.ipynb' in r.stderr and 'cell 1' in r.stderr and 'ZeroDivisionError' in r.stderr, r.stderr
+    assert not (tmp_path / 'site').exists()
+
+
+def test_build_fails_on_remote_asset(tmp_path):
+    "An output that loads a script from a CDN must fail the build (the site has to work offline)."
+    nbs = tmp_path / 'nbs'; nbs.mkdir()
+    html = {'output_type': 'display_data', 'metadata': {},
+            'data': {'text/html': '<script src="https://cdn.example.com/require.min.js"></script><b>hi</b>', 'text/plain': 'hi'}}
+    (nbs / 'index.ipynb').write_text(json.dumps(_notebook([_md('# Home\n> home page'), _code('show()', [html])])))
+    r = build(tmp_path / 'site', '--nbs', str(nbs))
+    assert r.returncode != 0 and 'cdn.example.com' in r.stderr, r.stderr
+
+
+def test_build_hides_what_nbdev_hides(tmp_path):
+    "`#| hide` cells vanish, `#| export` code gives way to its show_doc entry, saved figures become files."
+    nbs = tmp_path / 'nbs'; nbs.mkdir()
+    png = base64.b64encode(_tiny_png()).decode()
+    cells = [_md('# Home\n> home page'), _code('#| hide\nSECRET_HIDDEN = 1'),
+             _code('#| export\ndef twice(x:int, # a number\n         )->int:\n    "Doubles `x`."\n    return 2*x'),
+             _code('twice(2)', [{'output_type': 'execute_result', 'execution_count': 1, 'metadata': {}, 'data': {'text/plain': '4'}}]),
+             _code('plot()', [{'output_type': 'display_data', 'metadata': {}, 'data': {'image/png': png, 'text/plain': '<Figure>'}}])]
+    (nbs / 'index.ipynb').write_text(json.dumps(_notebook(cells)))
+    r = build(tmp_path / 'site', '--nbs', str(nbs), '--keep', str(tmp_path / 'work'))
+    assert r.returncode == 0, r.stdout + r.stderr
+    md = (tmp_path / 'work' / 'pages' / 'index.md').read_text()
+    assert 'SECRET_HIDDEN' not in md and 'return 2*x' not in md
+    assert '### twice' in md and 'Doubles' in md and 'twice(2)' in md
+    page = (tmp_path / 'site' / 'index.html').read_text()
+    assert 'SECRET_HIDDEN' not in page and 'index_files/' in page
+    assert any((tmp_path / 'site' / 'index_files').glob('*.png'))
+
+
+def _tiny_png():
+    import io
+    from PIL import Image
+    b = io.BytesIO(); Image.new('RGB', (4, 3), (200, 50, 0)).save(b, format='PNG')
+    return b.getvalue()

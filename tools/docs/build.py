@@ -1,0 +1,416 @@
+"""Builds the docs site from the notebooks, without Quarto.
+
+    python tools/docs/build.py OUTDIR [--jobs N] [--keep TMPDIR]
+
+1. Every `nbs/*.ipynb` (file-name order, `index.ipynb` first as the home page) goes through nbdev's own
+   docs processors (`nbdev.processors.FilterDefaults`, what `nbdev_docs` feeds Quarto): `#| hide` cells
+   vanish, `#| export` cells are replaced by their `show_doc` entries, `show_doc` cells are re-run so
+   the API entries match the code. Notebooks are processed in fresh worker processes, in parallel.
+2. Each processed notebook becomes one Markdown page (the Quarto cell options nbdev leaves behind,
+   `echo`, `output`, `include`, `code-fold`, are honoured here); figures saved in the notebook become
+   PNG/SVG files next to the page. Notebooks are NOT re-executed: the saved outputs are shown.
+3. MkDocs with the Material theme renders the pages in strict mode (any warning fails the build),
+   then the built HTML and CSS are checked for assets fetched from the network (scripts, styles,
+   fonts, images): there must be none, so the site works offline and from GitHub Pages as it is.
+
+Exits non-zero, naming the notebook and cell, when a notebook holds an error output, cannot be read
+or processed, when MkDocs warns, or when a remote asset is referenced."""
+from __future__ import annotations
+import argparse, base64, concurrent.futures as cf, html, json, multiprocessing as mp, os, re, shutil
+import subprocess, sys, tempfile, time
+from html.parser import HTMLParser
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+IMAGE_EXTS = {'.png', '.jpg', '.jpeg', '.gif', '.svg', '.webp'}
+SITE_MARKER = '.nojekyll'  # a folder holding this was written by us: safe to empty before a rebuild
+
+
+class BuildError(Exception): pass
+
+
+# ---------------------------------------------------------------- notebook -> markdown (in a worker)
+
+_DIRECTIVE = re.compile(r'^\s*#\s*\|\s*([\w-]+)\s*:?\s*(.*?)\s*$')
+_LIST_ITEM = re.compile(r'^(\s*)([-*+]|\d+[.)])\s+\S')
+_FENCE = re.compile(r'^\s*(```|~~~)')
+
+
+def split_directives(src: str):
+    "Quarto/nbdev `#| key: value` lines at the top of a cell -> (dict, code without them)."
+    lines, opts = src.splitlines(), {}
+    i = 0
+    while i < len(lines):
+        m = _DIRECTIVE.match(lines[i])
+        if not m: break
+        opts[m.group(1).lower()] = m.group(2).strip().strip('"\'')
+        i += 1
+    return opts, '\n'.join(lines[i:]).strip('\n')
+
+
+def fence(text: str, info: str = '') -> str:
+    "A fenced code block that survives backticks inside `text`."
+    runs = [len(r) for r in re.findall(r'`{3,}', text)]
+    tick = '`' * max(3, max(runs, default=0) + 1)
+    return f'{tick}{info}\n{text.rstrip()}\n{tick}'
+
+
+def fix_lists(md: str) -> str:
+    """Jupyter (CommonMark) starts a list right after a paragraph line; Python-Markdown needs a blank
+    line first. Insert one, outside code fences, so notebook lists render as lists."""
+    out, in_fence, prev = [], False, ''
+    for line in md.splitlines():
+        if _FENCE.match(line): in_fence = not in_fence
+        elif not in_fence and _LIST_ITEM.match(line) and prev.strip() and not _LIST_ITEM.match(prev) \
+                and not prev.startswith((' ', '\t', '|', '>')):
+            out.append('')
+        out.append(line)
+        prev = line
+    return '\n'.join(out)
+
+
+class Linker:
+    "Rewrites links to notebooks and to the nbdev doc host into links between the pages of this site."
+    def __init__(self, pages: dict, doc_prefixes: list):
+        self.pages = pages  # notebook file name (and nbdev html name) -> md file name
+        self.prefixes = [p for p in doc_prefixes if p]
+
+    def __call__(self, md: str) -> str:
+        def repl(m):
+            url = m.group(2)
+            for p in self.prefixes:
+                if url.startswith(p):
+                    url = url[len(p):].lstrip('/')
+                    break
+            path, sep, frag = url.partition('#')
+            if path in self.pages: url = self.pages[path] + sep + frag
+            return f'{m.group(1)}({url})'
+        return re.sub(r'(\])\(([^)\s]+)\)', repl, md)
+
+
+def _text(v) -> str: return ''.join(v) if isinstance(v, list) else str(v)
+
+
+def render_outputs(cell, opts, page_stem, files, cell_no) -> list:
+    parts = []
+    if opts.get('output') == 'false': return parts
+    asis = opts.get('output') == 'asis'
+    for j, out in enumerate(cell.get('outputs', [])):
+        kind = out.get('output_type')
+        if kind == 'stream':
+            txt = _text(out.get('text', ''))
+            if txt.strip():
+                cls = 'nb-stderr' if out.get('name') == 'stderr' else 'nb-output'
+                parts.append(fence(txt, f'{{ .text .{cls} }}'))
+            continue
+        if kind not in ('execute_result', 'display_data'): continue
+        data = out.get('data', {})
+        if 'image/png' in data or 'image/jpeg' in data or 'image/gif' in data:
+            mime = next(m for m in ('image/png', 'image/jpeg', 'image/gif') if m in data)
+            name = f'{page_stem}_files/cell{cell_no:03d}_out{j}.{mime.split("/")[1]}'
+            files[name] = base64.b64decode(_text(data[mime]))
+            parts.append(f'![output of cell {cell_no}]({name}){{ .nb-figure }}')
+        elif 'image/svg+xml' in data:
+            name = f'{page_stem}_files/cell{cell_no:03d}_out{j}.svg'
+            files[name] = _text(data['image/svg+xml']).encode()
+            parts.append(f'![output of cell {cell_no}]({name}){{ .nb-figure }}')
+        elif 'text/markdown' in data:
+            md = _text(data['text/markdown']).strip('\n')
+            parts.append(md if asis else f'<div class="nb-md-output" markdown="1">\n\n{md}\n\n</div>')
+        elif 'text/html' in data:
+            parts.append(f'<div class="nb-html-output">\n{_text(data["text/html"]).strip()}\n</div>')
+        elif 'text/plain' in data:
+            parts.append(fence(_text(data['text/plain']), '{ .text .nb-output }'))
+    return parts
+
+
+def nb_to_markdown(nb, page_stem: str, linker) -> tuple:
+    "A processed notebook -> (title, markdown text, {relative file name: bytes})."
+    fm, parts, files = {}, [], {}
+    for i, cell in enumerate(nb.cells):
+        src = cell.get('source') or ''
+        if cell.cell_type == 'raw':
+            s = src.strip()
+            if s.startswith('---'):
+                import yaml
+                fm.update(yaml.safe_load(s.strip('-').strip()) or {})
+            continue
+        if cell.cell_type == 'markdown':
+            if src.strip().startswith('<!-- WARNING: THIS FILE WAS AUTOGENERATED'): continue
+            for name, bundle in (cell.get('attachments') or {}).items():  # images pasted into a markdown cell
+                mime = next((m for m in bundle if m.startswith('image/')), None)
+                if not mime: continue
+                fn = f'{page_stem}_files/cell{i:03d}_{re.sub(r"[^A-Za-z0-9_.-]", "_", name)}'
+                files[fn] = base64.b64decode(_text(bundle[mime])) if mime != 'image/svg+xml' else _text(bundle[mime]).encode()
+                src = src.replace(f'attachment:{name}', fn)
+            parts.append(linker(fix_lists(src.strip('\n'))))
+            continue
+        if cell.cell_type != 'code': continue
+        opts, code = split_directives(src)
+        if opts.get('include') == 'false': continue
+        if code.strip() and opts.get('echo') != 'false':
+            block = fence(code, 'python')
+            if 'code-fold' in opts:
+                summary = opts.get('code-summary', 'Code')
+                block = f'??? nb-source "{summary}"\n\n' + '\n'.join('    ' + l if l else '' for l in block.splitlines())
+            parts.append(block)
+        parts.extend(render_outputs(cell, opts, page_stem, files, i))
+    title = str(fm.get('title') or page_stem.replace('_', ' ').capitalize())
+    head = ['---', 'title: ' + json.dumps(title)]
+    if fm.get('description'): head.append('description: ' + json.dumps(' '.join(str(fm['description']).split())))
+    head += ['---', '', f'# {title}', '']
+    if fm.get('description'):
+        head += [html.escape(' '.join(str(fm['description']).split()), quote=False), '{ .nb-lead }', '']
+    return title, '\n'.join(head) + '\n' + '\n\n'.join(p for p in parts if p.strip()) + '\n', files
+
+
+def error_outputs(nb_json: dict) -> list:
+    "Every saved error output of a notebook, as 'cell N: Ename: value' lines."
+    errs = []
+    for i, c in enumerate(nb_json.get('cells', [])):
+        for o in c.get('outputs', []) if c.get('cell_type') == 'code' else []:
+            if o.get('output_type') == 'error':
+                errs.append(f"cell {i}: {o.get('ename', '?')}: {str(o.get('evalue', ''))[:300]}")
+    return errs
+
+
+def process_notebook(path: str, page_stem: str, pages: dict, prefixes: list) -> dict:
+    "Runs in a fresh worker process: nbdev's docs processors, then markdown. Returns a picklable dict."
+    os.environ['IN_TEST'] = '1'  # as nbdev's own docs processing does: notebooks may skip work under it
+    os.environ.setdefault('MPLBACKEND', 'Agg')
+    path = Path(path)
+    if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))  # the library, as nbdev_test sees it
+    os.chdir(path.parent)  # notebooks run from nbs/ under nbdev_test: relative paths must agree
+    t0 = time.time()
+    try:
+        raw = json.loads(path.read_text(encoding='utf-8'))
+    except Exception as e:
+        return {'error': f'{path.name}: cannot read the notebook: {e}'}
+    errs = error_outputs(raw)
+    if errs:
+        return {'error': f'{path.name} holds error outputs (fix the notebook, re-run and save it):\n  ' + '\n  '.join(errs)}
+    try:
+        from execnb.nbio import read_nb
+        from nbdev.processors import FilterDefaults
+        nb = read_nb(path)
+        FilterDefaults()(nb)
+        title, md, files = nb_to_markdown(nb, page_stem, Linker(pages, prefixes))
+    except Exception as e:
+        import traceback
+        return {'error': f'{path.name}: nbdev docs processing failed: {e}\n{traceback.format_exc(limit=4)}'}
+    return {'title': title, 'md': md, 'files': files, 'secs': time.time() - t0}
+
+
+# ---------------------------------------------------------------- the site
+
+def discover(nbs: Path) -> list:
+    "index.ipynb first, then every other top-level notebook in file-name order (no _private or .hidden ones)."
+    found = sorted(p for p in nbs.glob('*.ipynb') if not p.name.startswith(('_', '.')))
+    index = nbs / 'index.ipynb'
+    if index not in found:
+        raise BuildError(f'{index} is missing: it is the home page of the site (and the source of README.md)')
+    return [index] + [p for p in found if p != index]
+
+
+def page_name(nb: Path) -> str:
+    "The page a notebook becomes, named as nbdev/Quarto names it (`07_loader.ipynb` -> `loader`)."
+    return re.sub(r'^\d+[a-zA-Z0-9]*_', '', nb.name.lower()).rsplit('.', 1)[0]
+
+
+def mkdocs_config(cfg, docs_dir: Path, site_dir: Path, nav: list) -> dict:
+    host = (cfg.get('doc_host') or '').rstrip('/')
+    base = (cfg.get('doc_baseurl') or '').strip('/')
+    c = {
+        'site_name': cfg.get('title') or cfg.get('lib_name'),
+        'site_description': cfg.get('description', ''),
+        'site_author': cfg.get('author', ''),
+        'copyright': 'Copyright ' + cfg.get('copyright', ''),
+        'docs_dir': str(docs_dir), 'site_dir': str(site_dir),
+        # page names as nbdev's: `loader.html`, so nbdev's doc links and this site agree
+        'use_directory_urls': False,
+        'strict': True,
+        'nav': nav,
+        'theme': {
+            'name': 'material',
+            'font': False,  # no Google fonts: nothing is fetched from the network to view a page
+            'features': ['navigation.top', 'navigation.footer', 'search.highlight', 'search.suggest',
+                         'toc.follow', 'content.code.copy'],
+            'palette': [
+                {'scheme': 'default', 'primary': 'deep orange', 'accent': 'orange',
+                 'toggle': {'icon': 'material/weather-night', 'name': 'Dark mode'}},
+                {'scheme': 'slate', 'primary': 'deep orange', 'accent': 'orange',
+                 'toggle': {'icon': 'material/weather-sunny', 'name': 'Light mode'}}],
+        },
+        'plugins': ['search'],
+        'extra_css': ['assets/timmdata.css'],
+        'markdown_extensions': [
+            'admonition', 'attr_list', 'md_in_html', 'tables', 'footnotes', 'def_list',
+            {'toc': {'permalink': True}},
+            'pymdownx.details',
+            {'pymdownx.highlight': {'use_pygments': True, 'anchor_linenums': False}},
+            'pymdownx.inlinehilite', 'pymdownx.superfences',
+        ],
+        'validation': {'nav': {'omitted_files': 'warn', 'not_found': 'warn'},
+                       'links': {'not_found': 'warn', 'unrecognized_links': 'info'}},
+    }
+    if host: c['site_url'] = f'{host}/{base}/' if base else f'{host}/'
+    if cfg.get('git_url'):  # a plain link in the footer; `repo_url` would make Material call the GitHub API
+        c['extra'] = {'social': [{'icon': 'fontawesome/brands/github', 'link': cfg['git_url'], 'name': 'Source'}],
+                      'generator': False}
+    return c
+
+
+class AssetScan(HTMLParser):
+    "Collects every URL a browser would fetch while showing the page (not plain links)."
+    FETCHED_REL = {'stylesheet', 'preload', 'modulepreload', 'prefetch', 'icon', 'shortcut', 'manifest',
+                   'apple-touch-icon', 'mask-icon', 'preconnect', 'dns-prefetch'}
+
+    def __init__(self):
+        super().__init__(); self.urls = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == 'link':
+            rel = set((a.get('rel') or '').lower().split())
+            if rel & self.FETCHED_REL and a.get('href'): self.urls.append(('link ' + ' '.join(sorted(rel)), a['href']))
+        for key in ('src', 'data-src', 'poster'):
+            if a.get(key) and tag in ('script', 'img', 'iframe', 'source', 'video', 'audio', 'embed', 'input', 'track'):
+                self.urls.append((f'{tag} {key}', a[key]))
+        if tag in ('img', 'source') and a.get('srcset'):
+            for part in a['srcset'].split(','):
+                if part.strip(): self.urls.append((f'{tag} srcset', part.split()[0]))
+        if tag == 'object' and a.get('data'): self.urls.append(('object data', a['data']))
+        if a.get('style'): self.urls += [('style url()', u) for u in _css_urls(a['style'])]
+
+    def handle_data(self, data):
+        if self.lasttag == 'style': self.urls += [('style url()', u) for u in _css_urls(data)]
+
+
+def _css_urls(css: str) -> list:
+    urls = re.findall(r'url\(\s*[\'"]?([^\'")]+)', css)
+    urls += re.findall(r'@import\s+[\'"]([^\'"]+)', css)
+    return urls
+
+
+def _remote(u: str) -> bool: return bool(re.match(r'^\s*(https?:)?//', u, re.I))
+
+
+def remote_assets(site: Path) -> list:
+    bad = []
+    for f in sorted(site.rglob('*.html')):
+        p = AssetScan(); p.feed(f.read_text(encoding='utf-8', errors='replace'))
+        bad += [f'{f.relative_to(site)}: <{k}> {u}' for k, u in p.urls if _remote(u)]
+    for f in sorted(site.rglob('*.css')):
+        bad += [f'{f.relative_to(site)}: url() {u}' for u in _css_urls(f.read_text(encoding='utf-8', errors='replace')) if _remote(u)]
+    return bad
+
+
+def safe_outdir(out: Path):
+    "Refuses to empty a folder that we did not build (a typo must not wipe the repository)."
+    out = out.resolve()
+    if out in (ROOT, ROOT.parent, Path('/'), Path.home()) or ROOT.is_relative_to(out):
+        raise BuildError(f'refusing to build the site into {out}: give a folder of its own, e.g. docs')
+    for keep in ('nbs', 'timmdata', 'tests', 'tools'):
+        if out == ROOT / keep or out.is_relative_to(ROOT / keep):
+            raise BuildError(f'refusing to build the site into {out}: it is inside {keep}/')
+    if out.exists() and any(out.iterdir()) and not (out / SITE_MARKER).exists():
+        raise BuildError(f'{out} is not empty and holds no {SITE_MARKER}, so it is not a site this script built; '
+                         'remove it or pick another folder')
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('outdir', help='folder to write the site into (docs for GitHub Pages)')
+    ap.add_argument('--jobs', type=int, default=max(1, min(4, os.cpu_count() or 1)), help='notebooks processed at once')
+    ap.add_argument('--nbs', default=None, help='notebook folder (default: nbs_path from settings.ini)')
+    ap.add_argument('--keep', default=None, help='write the intermediate markdown and mkdocs.yml here and keep them')
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    os.chdir(ROOT)
+    from nbdev.config import get_config
+    cfg = get_config()
+    nbs = Path(args.nbs).resolve() if args.nbs else Path(cfg.config_path) / cfg.get('nbs_path', 'nbs')
+    out = Path(args.outdir)
+    if not out.is_absolute(): out = ROOT / out
+    safe_outdir(out)
+    notebooks = discover(nbs)
+
+    stems = {}
+    for nb in notebooks:
+        stem = page_name(nb)
+        if stem in stems: raise BuildError(f'{nb.name} and {stems[stem].name} would both become the page {stem}.html')
+        stems[stem] = nb
+    pages = {}  # what a link may name -> the md page
+    for stem, nb in stems.items():
+        for k in (nb.name, stem + '.html', stem + '.md'): pages[k] = stem + '.md'
+    host = (cfg.get('doc_host') or '').rstrip('/')
+    base = (cfg.get('doc_baseurl') or '').strip('/')
+    prefixes = [f'{host}/{base}/' if base else f'{host}/', f'/{base}/' if base else '']
+
+    work = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix='timmdata-docs-'))
+    docs_dir, site_tmp = work / 'pages', work / 'site'
+    for d in (docs_dir, site_tmp):
+        if d.exists(): shutil.rmtree(d)
+    (docs_dir / 'assets').mkdir(parents=True)
+    shutil.copy(HERE / 'timmdata.css', docs_dir / 'assets' / 'timmdata.css')
+    for f in sorted(nbs.rglob('*')):  # pictures the notebooks' markdown links to by relative path
+        rel = f.relative_to(nbs)
+        if f.is_file() and f.suffix.lower() in IMAGE_EXTS and not any(s.startswith(('.', '_')) for s in rel.parts):
+            (docs_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, docs_dir / rel)
+
+    print(f'docs: processing {len(notebooks)} notebooks with nbdev ({args.jobs} at a time)', flush=True)
+    results, failures = {}, []
+    ctx = mp.get_context('spawn')  # a fresh interpreter per notebook: no state leaks between notebooks
+    with cf.ProcessPoolExecutor(max_workers=min(args.jobs, len(notebooks)), mp_context=ctx, max_tasks_per_child=1) as ex:
+        futs = {ex.submit(process_notebook, str(nb), stem, pages, prefixes): nb for stem, nb in stems.items()}
+        for fut in cf.as_completed(futs):
+            nb = futs[fut]
+            try: r = fut.result()
+            except Exception as e: r = {'error': f'{nb.name}: worker died: {e!r}'}
+            if 'error' in r: failures.append(r['error'])
+            else:
+                results[nb] = r
+                print(f'  {nb.name}: {r["secs"]:.1f}s', flush=True)
+    if failures:
+        raise BuildError('notebook problems:\n' + '\n'.join(failures))
+
+    nav = []
+    for stem, nb in stems.items():
+        r = results[nb]
+        (docs_dir / f'{stem}.md').write_text(r['md'], encoding='utf-8')
+        for name, data in r['files'].items():
+            (docs_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            (docs_dir / name).write_bytes(data)
+        nav.append({('Home' if nb.name == 'index.ipynb' else r['title']): f'{stem}.md'})
+
+    yml = work / 'mkdocs.yml'
+    yml.write_text(json.dumps(mkdocs_config(cfg, docs_dir, site_tmp, nav), indent=1), encoding='utf-8')  # JSON is YAML
+    print('docs: mkdocs build --strict', flush=True)
+    env = {**os.environ, 'NO_MKDOCS_2_WARNING': '1'}
+    p = subprocess.run([sys.executable, '-m', 'mkdocs', 'build', '--strict', '--clean', '-q', '-f', str(yml)],
+                       cwd=work, env=env, capture_output=True, text=True)
+    log = (p.stdout + p.stderr).strip()
+    if log: print(log)
+    if p.returncode != 0:
+        raise BuildError(f'mkdocs build failed (exit {p.returncode}): every warning is an error in strict mode')
+
+    bad = remote_assets(site_tmp)
+    if bad:
+        raise BuildError('the site would fetch assets from the network (it must work offline):\n  ' + '\n  '.join(bad[:30]))
+
+    (site_tmp / SITE_MARKER).touch()  # GitHub Pages: serve the folder as it is, no Jekyll
+    if out.exists(): shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(site_tmp, out)
+    if not args.keep: shutil.rmtree(work, ignore_errors=True)
+    n_html = len(list(out.rglob('*.html')))
+    print(f'docs: wrote {len(stems)} pages ({n_html} html files) to {out} in {time.time() - t0:.1f}s')
+
+
+if __name__ == '__main__':
+    try: main()
+    except BuildError as e:
+        print(f'docs build FAILED: {e}', file=sys.stderr)
+        sys.exit(1)
