@@ -504,6 +504,10 @@ def create_loader(
         raise ValueError(f"worker_seeding must be 'all', 'part' or a callable; got {worker_seeding!r}")
     device = _resolve_device(device)
     channels = input_size[0] if isinstance(input_size, (tuple, list)) and len(input_size) == 3 else len(mean)
+    if not use_prefetcher and hasattr(collate_fn, 'mixup_enabled'):
+        raise ValueError(f"collate_fn={type(collate_fn).__name__} mixes uint8 samples and needs use_prefetcher=True to turn the "
+                         f"batch into normalised floats (the prefetcher runs on the CPU too); without the prefetcher, "
+                         f"apply timmdata.mixup.Mixup to each float batch in the training loop instead")
     re_num_splits = (num_aug_splits or 2) if re_split else 0
     batch_jitter = _jitter_on_batch(is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, num_aug_splits,
                                     collate_fn, use_prefetcher)

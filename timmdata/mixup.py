@@ -208,7 +208,9 @@ class Mixup:
         self.mix_prob, self.switch_prob, self.label_smoothing = prob, switch_prob, label_smoothing
         self.num_classes, self.multi_label, self.mode, self.correct_lam = num_classes, multi_label, mode, correct_lam
         self.rng = np.random if rng is None else rng
-        self.mixup_enabled = True  # the training loop (or PrefetchLoader) switches mixing off, e.g. for the last epochs
+        # the training loop (or PrefetchLoader) switches mixing off, e.g. for the last epochs. The flag lives in shared
+        # memory: a FastCollateMixup runs inside persistent DataLoader workers, which hold their own copy of this object
+        self._enabled = torch.ones(1, dtype=torch.bool).share_memory_()
 
     def _draw_lam(self, n):
         "(lam, use_cutmix) for n elements, in timm's order of draws: switch, cutmix beta, mixup beta."
@@ -275,6 +277,11 @@ class Mixup:
             raise ValueError(f"Mixup expects a float batch; got dtype {x.dtype} (for uint8 samples use FastCollateMixup as the collate_fn)")
         if len(target) != len(x):
             raise ValueError(f"target has {len(target)} rows for a batch of {len(x)}")
+
+    @property
+    def mixup_enabled(self) -> bool: return bool(self._enabled[0])
+    @mixup_enabled.setter
+    def mixup_enabled(self, on: bool): self._enabled[0] = bool(on)
 
     def __call__(self, x: torch.Tensor, target: torch.Tensor):
         "Mix the float NCHW batch `x` in place; returns (x, soft targets (N, num_classes))."

@@ -1,0 +1,73 @@
+"""Issue 5 end to end: create_loader's random erasing, AugMix splits and a FastCollateMixup collate_fn,
+with and without the prefetcher (CPU)."""
+import pytest, torch
+from timmdata import ImageDataset, AugMixDataset, create_loader, FastCollateMixup, Mixup
+
+SIZE = (3, 64, 64)
+
+def erased_fraction(x):
+    "Per image, the fraction of pixels erased with the 'const' mode (zero in every channel of a normalised image)."
+    return (x == 0).all(1).float().mean((1, 2))
+
+@pytest.mark.parametrize('use_prefetcher', [True, False])
+def test_random_erasing_end_to_end(sample_root, use_prefetcher):
+    ds = ImageDataset(sample_root)
+    on = create_loader(ds, SIZE, 8, is_training=True, re_prob=1.0, re_mode='const', re_count=1, num_workers=0,
+                       use_prefetcher=use_prefetcher)
+    x, y = next(iter(on))
+    assert x.dtype == torch.float32 and x.shape == (8, *SIZE)
+    frac = erased_fraction(x)
+    # every image erased: at least timm's min_area (2%) of the pixels, at most max_area (1/3) plus rounding
+    assert (frac >= 0.015).all() and (frac <= 0.36).all(), frac
+    off = create_loader(ds, SIZE, 8, is_training=True, re_prob=0.0, num_workers=0, use_prefetcher=use_prefetcher)
+    assert erased_fraction(next(iter(off))[0]).max() < 0.01
+
+def test_random_erasing_modes_and_count_with_workers(sample_root):
+    ds = ImageDataset(sample_root)
+    for mode in ('rand', 'pixel'):
+        ld = create_loader(ds, SIZE, 8, is_training=True, re_prob=1.0, re_mode=mode, re_count=3, num_workers=2)
+        n = 0
+        for x, y in ld:
+            assert torch.isfinite(x).all() and x.shape[1:] == SIZE
+            n += len(x)
+        assert n == len(ds) // 8 * 8  # training drops the last partial batch, as timm
+
+@pytest.mark.parametrize('use_prefetcher', [True, False])
+def test_augmix_splits_end_to_end(sample_root, use_prefetcher):
+    ds = AugMixDataset(ImageDataset(sample_root), num_splits=2)
+    ld = create_loader(ds, SIZE, 8, is_training=True, num_aug_splits=2, auto_augment='augmix-m5-w4-d2',
+                       re_prob=1.0, re_split=True, num_workers=0, use_prefetcher=use_prefetcher)
+    x, y = next(iter(ld))
+    if use_prefetcher:  # fast_collate stacks the splits: split 0 is rows 0..7, split 1 rows 8..15
+        assert x.shape == (16, *SIZE) and y.shape == (16,)
+        assert torch.equal(y[:8], y[8:])
+        assert erased_fraction(x[:8]).max() < 0.01, 'the clean split must not be erased'
+        assert (erased_fraction(x[8:]) > 0.015).all(), 'the augmented split must be erased'
+    else:  # torch's default collate keeps the tuple of splits
+        assert isinstance(x, (list, tuple)) and len(x) == 2 and all(t.shape == (8, *SIZE) for t in x)
+
+def test_fast_collate_mixup_with_prefetcher(sample_root):
+    ds = ImageDataset(sample_root)
+    mix = FastCollateMixup(mixup_alpha=1.0, cutmix_alpha=1.0, label_smoothing=0.1, num_classes=10)
+    ld = create_loader(ds, SIZE, 8, is_training=True, collate_fn=mix, num_workers=2)
+    assert ld.mixup_enabled
+    batches = list(ld)
+    assert len(batches) == len(ds) // 8
+    for x, y in batches:
+        assert x.dtype == torch.float32 and x.shape == (8, *SIZE)
+        assert y.shape == (8, 10) and torch.allclose(y.sum(1), torch.ones(8), atol=1e-5)
+        assert y.min() >= 0.1 / 10 - 1e-6  # label smoothing: no class below smoothing / num_classes
+    ld.mixup_enabled = False
+    assert not mix.mixup_enabled
+    x, y = next(iter(ld))
+    assert torch.allclose(y.max(1).values, torch.full((8,), 1 - 0.1 + 0.1 / 10))  # unmixed: one-hot, smoothed
+
+def test_mixup_without_prefetcher(sample_root):
+    "Without the prefetcher a mixing collate_fn is refused with the fix; Mixup on the float batch works instead."
+    ds = ImageDataset(sample_root)
+    with pytest.raises(ValueError, match='needs use_prefetcher=True'):
+        create_loader(ds, SIZE, 8, is_training=True, collate_fn=FastCollateMixup(num_classes=10), use_prefetcher=False)
+    ld = create_loader(ds, SIZE, 8, is_training=True, num_workers=0, use_prefetcher=False)
+    x, y = next(iter(ld))
+    xm, ym = Mixup(mixup_alpha=1.0, num_classes=10)(x, y)
+    assert xm.shape == x.shape and ym.shape == (8, 10) and torch.allclose(ym.sum(1), torch.ones(8))
