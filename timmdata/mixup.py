@@ -283,17 +283,21 @@ class Mixup:
     @mixup_enabled.setter
     def mixup_enabled(self, on: bool): self._enabled[0] = bool(on)
 
+    def _mix_batch_(self, x: torch.Tensor) -> float:
+        "'batch' mode, in place: one lam and one cutmix box for the whole batch, each row mixed with its mirror row."
+        lam, cut = self._params_per_batch()
+        if lam != 1.:
+            if cut:
+                (yl, yh, xl, xh), lam = cutmix_bbox_and_lam(x.shape, lam, ratio_minmax=self.cutmix_minmax,
+                                                            correct_lam=self.correct_lam, rng=self.rng)
+                x[:, :, yl:yh, xl:xh] = x[:, :, yl:yh, xl:xh].flip(0)
+            else: _blend_batch_(x, lam)
+        return lam
+
     def __call__(self, x: torch.Tensor, target: torch.Tensor):
         "Mix the float NCHW batch `x` in place; returns (x, soft targets (N, num_classes))."
         self._check(x, target)
-        if self.mode == 'batch':
-            lam, cut = self._params_per_batch()
-            if lam != 1.:
-                if cut:
-                    (yl, yh, xl, xh), lam = cutmix_bbox_and_lam(x.shape, lam, ratio_minmax=self.cutmix_minmax,
-                                                                correct_lam=self.correct_lam, rng=self.rng)
-                    x[:, :, yl:yh, xl:xh] = x[:, :, yl:yh, xl:xh].flip(0)
-                else: _blend_batch_(x, lam)
+        if self.mode == 'batch': lam = self._mix_batch_(x)
         else:
             lam, cut, boxes = self._row_params(len(x), x.shape)
             _mix_rows_(x, None, lam, cut, boxes)
@@ -327,14 +331,7 @@ class FastCollateMixup(Mixup):
         x = self._stack(batch)
         target = default_collate([s[1] for s in batch])
         n = len(x)
-        if self.mode == 'batch':
-            lam, cut = self._params_per_batch()
-            if lam != 1.:
-                if cut:
-                    (yl, yh, xl, xh), lam = cutmix_bbox_and_lam(x.shape, lam, ratio_minmax=self.cutmix_minmax,
-                                                                correct_lam=self.correct_lam, rng=self.rng)
-                    x[:, :, yl:yh, xl:xh] = x[:, :, yl:yh, xl:xh].flip(0)
-                else: _blend_batch_(x, lam)
+        if self.mode == 'batch': lam = self._mix_batch_(x)
         elif self.mode == 'half':
             lam, cut, boxes = self._row_params(n, x.shape, half=True)
             k = n // 2
