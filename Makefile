@@ -5,13 +5,20 @@ PY := $(VENV)/bin/python
 # nbdev 2's docs commands shell out to whatever `pip` comes first: keep the venv first on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install demo test sync-check readme-check nbtest pytest docs docs-check bench clean
+.PHONY: jpeg-headers install demo test sync-check readme-check nbtest pytest docs docs-check bench clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-$(VENV)/.installed: $(VENV)/bin/python setup.py settings.ini
+# libjpeg-turbo's header for the crop-aware JPEG decoder (csrc/jpeg_crop.c); the build goes on without it
+jpeg-headers:
+	@if [ ! -f /usr/include/jpeglib.h ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libjpeg62-turbo-dev >/dev/null || \
+	  echo "could not install libjpeg62-turbo-dev: timmdata will decode whole JPEGs (slower)"; fi
+
+$(VENV)/.installed: $(VENV)/bin/python setup.py settings.ini csrc/jpeg_crop.c
+	$(MAKE) --no-print-directory jpeg-headers
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 

@@ -1,7 +1,7 @@
 """Packaging for timmdata: every setting comes from settings.ini, the one file nbdev also reads."""
 from configparser import ConfigParser
 import shlex
-from setuptools import setup, find_packages
+from setuptools import setup, find_packages, Extension
 
 cfg = ConfigParser(delimiters=['='])
 cfg.read('settings.ini', encoding='utf-8')
@@ -16,6 +16,10 @@ lic = licenses.get(cfg.get('license', 'apache2'))
 statuses = ['1 - Planning', '2 - Pre-Alpha', '3 - Alpha', '4 - Beta', '5 - Production/Stable', '6 - Mature', '7 - Inactive']
 py_versions = ['3.9', '3.10', '3.11', '3.12', '3.13']
 min_python = cfg['min_python']
+
+# Crop-aware JPEG decoding (csrc/jpeg_crop.c, explained in nbs/01_dataset.ipynb) against the system libjpeg-turbo.
+# Optional: without a compiler or jpeglib.h the build goes on and timmdata decodes whole images instead.
+jpeg_ext = Extension('timmdata._jpeg', ['csrc/jpeg_crop.c'], libraries=['jpeg'], extra_compile_args=['-O2'], optional=True)
 
 setup(
     name=cfg['lib_name'],
@@ -43,5 +47,6 @@ setup(
         'console_scripts': cfg.get('console_scripts', '').split(),
         'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"],
     },
+    ext_modules=[jpeg_ext],
     zip_safe=False,
 )

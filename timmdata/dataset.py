@@ -14,8 +14,8 @@ from PIL import Image
 
 # %% auto #0
 __all__ = ['IMG_EXTENSIONS', 'STORE_MARKER', 'natural_key', 'load_class_map', 'Reader', 'FolderReader', 'TarReader', 'CsvReader',
-           'find_split', 'create_reader', 'ImageDecodeError', 'convert_mode', 'decode_image', 'ImageDataset',
-           'AugMixDataset']
+           'find_split', 'create_reader', 'ImageDecodeError', 'convert_mode', 'decode_image', 'EncodedJpeg',
+           'encoded_jpeg', 'ImageDataset', 'AugMixDataset']
 
 # %% ../nbs/01_dataset.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -403,6 +403,49 @@ def decode_image(src, # path, bytes/memoryview, file-like object, or uint8 HWC n
         raise ImageDecodeError(f'{type(e).__name__}: {e}' + (f' (torchvision: {tv_err})' if tv_err else '')) from e
     return _pil_to_tensor(img) if to_tensor else img
 
+# %% ../nbs/01_dataset.ipynb #7a75ac10
+try: from timmdata import _jpeg  # the optional C extension (csrc/jpeg_crop.c)
+except ImportError: _jpeg = None
+
+_CROP_MARGIN = 8  # pixels decoded around a crop so that chroma upsampling sees the same neighbours as a full decode
+_JCS_YCBCR, _JCS_RGB = 3, 2  # libjpeg's J_COLOR_SPACE codes of 3-component JPEGs it converts to RGB itself
+
+class EncodedJpeg:
+    "A JPEG not decoded yet: its size from the header, pixels on demand, whole or only a crop box (uint8 CHW tensors)."
+    is_encoded = True
+    def __init__(self, data: bytes, # the JPEG file's bytes
+                 height: int, width: int, # from the header (see `encoded_jpeg`)
+                ):
+        self.data, self.height, self.width = data, height, width
+
+    def decode(self) -> torch.Tensor:
+        "The whole image as a uint8 CHW tensor, exactly as `decode_image(data, to_tensor=True)`."
+        return decode_image(self.data, 'RGB', to_tensor=True)
+
+    def decode_crop(self, top: int, left: int, height: int, width: int) -> torch.Tensor:
+        "Pixels of the box as a uint8 CHW tensor, equal to `decode()[:, top:top+height, left:left+width]`."
+        if not (0 <= top and 0 <= left and height > 0 and width > 0 and top + height <= self.height and left + width <= self.width):
+            raise ValueError(f'crop box (top={top}, left={left}, height={height}, width={width}) is not inside the '
+                             f'{self.width}x{self.height} image')
+        if _jpeg is None: return self.decode()[:, top:top + height, left:left + width]
+        t0, l0 = max(0, top - _CROP_MARGIN), max(0, left - _CROP_MARGIN)
+        b0, r0 = min(self.height, top + height + _CROP_MARGIN), min(self.width, left + width + _CROP_MARGIN)
+        try: buf, x0, y0, w, h = _jpeg.decode_crop(self.data, t0, l0, b0 - t0, r0 - l0)
+        except ValueError: return self.decode()[:, top:top + height, left:left + width]  # let the full decoders try (or raise)
+        box = torch.frombuffer(buf, dtype=torch.uint8).view(h, w, 3)[top - y0:top - y0 + height, left - x0:left - x0 + width]
+        return box.permute(2, 0, 1)  # CHW view of HWC memory: the layout torchvision's fast uint8 resize wants
+
+    @property
+    def shape(self) -> tuple: return (3, self.height, self.width)
+    def __repr__(self): return f'EncodedJpeg({len(self.data)} bytes, {self.width}x{self.height})'
+
+def encoded_jpeg(data: bytes) -> Optional[EncodedJpeg]:
+    "An `EncodedJpeg` for a colour JPEG whose crops the extension can decode; None for anything else (decode it whole)."
+    if _jpeg is None or data[:3] != _JPEG_SOI or _jpeg_truncated(data): return None
+    try: h, w, comps, space = _jpeg.header(data)
+    except ValueError: return None  # a broken header: the full decoders raise the clear error
+    return EncodedJpeg(data, h, w) if comps == 3 and space in (_JCS_YCBCR, _JCS_RGB) else None
+
 # %% ../nbs/01_dataset.ipynb #bf0aa1aa
 _BAD_POLICIES = ('raise', 'skip')
 
@@ -436,6 +479,8 @@ class ImageDataset(torch.utils.data.Dataset):
     def transform(self, t):
         self._transform = t
         self._to_tensor = getattr(t, 'input_format', 'pil') == 'tensor'  # decided once, not per sample
+        # a pipeline that starts with a crop can take a not-yet-decoded JPEG and decode only the crop box
+        self._encoded = self._to_tensor and getattr(t, 'accepts_encoded', False) and _jpeg is not None
 
     def __len__(self) -> int: return len(self.reader)
 
@@ -444,6 +489,11 @@ class ImageDataset(torch.utils.data.Dataset):
         if self.load_bytes:
             if isinstance(src, np.ndarray): raise _UsageError('load_bytes=True needs a reader of encoded files; this reader returns decoded pixels')
             return _read_src(src), target
+        if self._encoded and self.input_img_mode == 'RGB' and not isinstance(src, np.ndarray):
+            data = _read_src(src)
+            enc = encoded_jpeg(data)
+            if enc is not None: return enc, target
+            src = data  # not a colour JPEG: decode it whole, without reading the file again
         return decode_image(src, self.input_img_mode, self._to_tensor), target
 
     def __getitem__(self, index: int):
@@ -453,6 +503,9 @@ class ImageDataset(torch.utils.data.Dataset):
         except Exception as e: return self._on_bad(index, e)
         if self._transform is not None:
             try: img = self._transform(img)
+            except ImageDecodeError as e:
+                if isinstance(img, EncodedJpeg): return self._on_bad(index, e)  # decoded inside the transform
+                raise
             except Exception as e:
                 if hasattr(e, 'add_note'): e.add_note(f'timmdata: while transforming sample {index} ({self.filename(index)})')
                 raise

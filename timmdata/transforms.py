@@ -92,6 +92,7 @@ def image_hw(img) -> tuple:
     if isinstance(img, Image.Image): return img.height, img.width
     if isinstance(img, torch.Tensor): return tuple(img.shape[-2:])
     if isinstance(img, np.ndarray): return tuple(img.shape[:2])
+    if getattr(img, 'is_encoded', False): return img.height, img.width  # a JPEG not decoded yet (timmdata.dataset.EncodedJpeg)
     raise TypeError(f"expected a PIL image, a CHW tensor or an HWC ndarray; got {type(img).__name__}")
 
 def _resize(img, size, interp: InterpolationMode):
@@ -103,7 +104,8 @@ def _resize(img, size, interp: InterpolationMode):
     return F2.resize_image(img, [h, w], interpolation=interp, antialias=True)
 
 def _crop(img, top, left, height, width):
-    "Crop inside the image (tensor: a view)."
+    "Crop inside the image (tensor: a view; a not-yet-decoded JPEG: only the box is decoded)."
+    if getattr(img, 'is_encoded', False): return img.decode_crop(top, left, height, width)
     if not is_tensor_image(img): return img.crop((left, top, left + width, top + height))
     return img[..., top:top + height, left:left + width]
 
@@ -184,6 +186,7 @@ class Resize:
 class RandomResizedCropAndInterpolation:
     "Random area/aspect crop resized to `size`, with a fixed or 'random' interpolation; PIL images or uint8 tensors."
     supports_tensor = True
+    accepts_encoded = True  # crops first: can take a not-yet-decoded JPEG and decode just the box
     def __init__(self,
                  size, # output (h, w) or int
                  scale: tuple = (0.08, 1.0), # range of the crop's area, as a fraction of the image's
@@ -363,6 +366,14 @@ class Compose(tvt.Compose):
         return 'tensor'
     @property
     def supports_tensor(self) -> bool: return self.input_format == 'tensor'
+    @property
+    def accepts_encoded(self) -> bool:
+        "True when the first step takes a not-yet-decoded image (it crops first, so it decodes only what it keeps)."
+        return bool(self.transforms) and getattr(self.transforms[0], 'accepts_encoded', False)
+    def __call__(self, img):
+        if getattr(img, 'is_encoded', False) and not self.accepts_encoded: img = img.decode()
+        for t in self.transforms: img = t(img)
+        return img
 
 # %% ../nbs/02_transforms.ipynb #0f61926f
 def _jitter_range(v, name, center=1., bound=(0, float('inf')), clip_first=True):

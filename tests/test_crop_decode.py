@@ -1,0 +1,57 @@
+"""The crop-aware JPEG decode (timmdata._jpeg + EncodedJpeg): built, exact, and wired into the training pipeline."""
+import random, io, pytest, torch, numpy as np
+from PIL import Image
+from timmdata import ImageDataset, create_transform, create_loader
+from timmdata.dataset import EncodedJpeg, encoded_jpeg, decode_image, ImageDecodeError
+
+def test_extension_is_built():
+    "`make` installs libjpeg-turbo's header; without the extension the fast path is silently gone, so insist on it."
+    import timmdata._jpeg  # noqa: F401
+
+def test_training_pipeline_decodes_crops_and_matches_full_decode(sample_root):
+    t = create_transform(224, is_training=True, use_prefetcher=True, color_jitter=0)
+    assert t.accepts_encoded and t.input_format == 'tensor'
+    fast, full = ImageDataset(sample_root), ImageDataset(sample_root)
+    fast.transform = full.transform = t
+    full._encoded = False  # what the dataset did before: decode everything, then crop
+    assert fast._encoded
+    for i in range(len(fast)):
+        random.seed(i); torch.manual_seed(i); a, ya = fast[i]
+        random.seed(i); torch.manual_seed(i); b, yb = full[i]
+        assert torch.equal(a, b) and ya == yb
+
+def test_eval_pipeline_gets_decoded_images(sample_root):
+    t = create_transform(224, is_training=False, use_prefetcher=True)
+    assert not t.accepts_encoded
+    ds = ImageDataset(sample_root); ds.transform = t
+    assert not ds._encoded
+    data = open(ds.filename(0, absolute=True), 'rb').read()
+    assert torch.equal(t(encoded_jpeg(data)), t(decode_image(data, to_tensor=True)))  # Compose decodes first
+
+def _corrupt_scan(path):
+    "A JPEG whose structure is intact (header, end marker) but whose entropy-coded data is garbage."
+    data = bytearray(open(path, 'rb').read())
+    sos = data.index(b'\xff\xda')
+    rng = np.random.default_rng(0)
+    garbage = rng.integers(0, 255, len(data) - sos - 40, dtype=np.uint8).tobytes().replace(b'\xff', b'\x00')
+    data[sos + 20:len(data) - 20] = garbage
+    return bytes(data)
+
+def test_corrupt_scan_data_is_named_or_skipped(sample_root, tmp_path):
+    import shutil
+    root = tmp_path / 'ds'; shutil.copytree(sample_root / 'train', root)
+    victim = sorted(root.rglob('*.JPEG'))[3]
+    victim.write_bytes(_corrupt_scan(victim))
+    t = create_transform(64, is_training=True, use_prefetcher=True, color_jitter=0)
+    ds = ImageDataset(root, transform=t)
+    i = ds.filenames(absolute=True).index(str(victim))
+    try: out = ds[i]  # libjpeg-turbo may decode garbage scan data to (garbage) pixels with only a warning
+    except ImageDecodeError as e: assert str(victim) in str(e) and f'sample {i}' in str(e)
+    else: assert out[0].shape == (3, 64, 64)
+
+def test_loader_epoch_with_crop_decode(sample_root):
+    ds = ImageDataset(sample_root)
+    ld = create_loader(ds, (3, 96, 96), 8, is_training=True, num_workers=2, device='cpu')
+    assert ds._encoded
+    n = sum(len(x) for x, y in ld)
+    assert n == len(ds) // 8 * 8
