@@ -11,13 +11,13 @@ $(VENV)/bin/python:
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# libjpeg-turbo's header for the crop-aware JPEG decoder (csrc/jpeg_crop.c); the build goes on without it
+# libjpeg-turbo's header for the crop-aware JPEG decoder (csrc/native.c); the build goes on without it
 jpeg-headers:
 	@if [ ! -f /usr/include/jpeglib.h ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libjpeg62-turbo-dev >/dev/null || \
 	  echo "could not install libjpeg62-turbo-dev: timmdata will decode whole JPEGs (slower)"; fi
 
-$(VENV)/.installed: $(VENV)/bin/python setup.py settings.ini csrc/jpeg_crop.c
+$(VENV)/.installed: $(VENV)/bin/python setup.py settings.ini csrc/native.c
 	$(MAKE) --no-print-directory jpeg-headers
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@

@@ -17,9 +17,10 @@ statuses = ['1 - Planning', '2 - Pre-Alpha', '3 - Alpha', '4 - Beta', '5 - Produ
 py_versions = ['3.9', '3.10', '3.11', '3.12', '3.13']
 min_python = cfg['min_python']
 
-# Crop-aware JPEG decoding (csrc/jpeg_crop.c, explained in nbs/01_dataset.ipynb) against the system libjpeg-turbo.
-# Optional: without a compiler or jpeglib.h the build goes on and timmdata decodes whole images instead.
-jpeg_ext = Extension('timmdata._jpeg', ['csrc/jpeg_crop.c'], libraries=['jpeg'], extra_compile_args=['-O2'], optional=True)
+# csrc/native.c: crop-aware JPEG decoding against the system libjpeg-turbo (nbs/01_dataset.ipynb) and the fused
+# uint8-to-normalised-float batch step (nbs/07_loader.ipynb). Optional: without a compiler or jpeglib.h the build
+# goes on, and timmdata decodes whole images and normalises with torch ops instead (slower, same results).
+native_ext = Extension('timmdata._native', ['csrc/native.c'], libraries=['jpeg'], extra_compile_args=['-O3'], optional=True)
 
 setup(
     name=cfg['lib_name'],
@@ -47,6 +48,6 @@ setup(
         'console_scripts': cfg.get('console_scripts', '').split(),
         'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"],
     },
-    ext_modules=[jpeg_ext],
+    ext_modules=[native_ext],
     zip_safe=False,
 )

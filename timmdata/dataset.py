@@ -404,8 +404,8 @@ def decode_image(src, # path, bytes/memoryview, file-like object, or uint8 HWC n
     return _pil_to_tensor(img) if to_tensor else img
 
 # %% ../nbs/01_dataset.ipynb #7a75ac10
-try: from timmdata import _jpeg  # the optional C extension (csrc/jpeg_crop.c)
-except ImportError: _jpeg = None
+try: from timmdata import _native  # the optional C extension (csrc/native.c)
+except ImportError: _native = None
 
 _CROP_MARGIN = 8  # pixels decoded around a crop so that chroma upsampling sees the same neighbours as a full decode
 _JCS_YCBCR, _JCS_RGB = 3, 2  # libjpeg's J_COLOR_SPACE codes of 3-component JPEGs it converts to RGB itself
@@ -427,10 +427,10 @@ class EncodedJpeg:
         if not (0 <= top and 0 <= left and height > 0 and width > 0 and top + height <= self.height and left + width <= self.width):
             raise ValueError(f'crop box (top={top}, left={left}, height={height}, width={width}) is not inside the '
                              f'{self.width}x{self.height} image')
-        if _jpeg is None: return self.decode()[:, top:top + height, left:left + width]
+        if _native is None: return self.decode()[:, top:top + height, left:left + width]
         t0, l0 = max(0, top - _CROP_MARGIN), max(0, left - _CROP_MARGIN)
         b0, r0 = min(self.height, top + height + _CROP_MARGIN), min(self.width, left + width + _CROP_MARGIN)
-        try: buf, x0, y0, w, h = _jpeg.decode_crop(self.data, t0, l0, b0 - t0, r0 - l0)
+        try: buf, x0, y0, w, h = _native.decode_crop(self.data, t0, l0, b0 - t0, r0 - l0)
         except ValueError: return self.decode()[:, top:top + height, left:left + width]  # let the full decoders try (or raise)
         box = torch.frombuffer(buf, dtype=torch.uint8).view(h, w, 3)[top - y0:top - y0 + height, left - x0:left - x0 + width]
         return box.permute(2, 0, 1)  # CHW view of HWC memory: the layout torchvision's fast uint8 resize wants
@@ -441,8 +441,8 @@ class EncodedJpeg:
 
 def encoded_jpeg(data: bytes) -> Optional[EncodedJpeg]:
     "An `EncodedJpeg` for a colour JPEG whose crops the extension can decode; None for anything else (decode it whole)."
-    if _jpeg is None or data[:3] != _JPEG_SOI or _jpeg_truncated(data): return None
-    try: h, w, comps, space = _jpeg.header(data)
+    if _native is None or data[:3] != _JPEG_SOI or _jpeg_truncated(data): return None
+    try: h, w, comps, space = _native.header(data)
     except ValueError: return None  # a broken header: the full decoders raise the clear error
     return EncodedJpeg(data, h, w) if comps == 3 and space in (_JCS_YCBCR, _JCS_RGB) else None
 
@@ -480,7 +480,7 @@ class ImageDataset(torch.utils.data.Dataset):
         self._transform = t
         self._to_tensor = getattr(t, 'input_format', 'pil') == 'tensor'  # decided once, not per sample
         # a pipeline that starts with a crop can take a not-yet-decoded JPEG and decode only the crop box
-        self._encoded = self._to_tensor and getattr(t, 'accepts_encoded', False) and _jpeg is not None
+        self._encoded = self._to_tensor and getattr(t, 'accepts_encoded', False) and _native is not None
 
     def __len__(self) -> int: return len(self.reader)
 

@@ -1,4 +1,4 @@
-"""The crop-aware JPEG decode (timmdata._jpeg + EncodedJpeg): built, exact, and wired into the training pipeline."""
+"""timmdata._native (csrc/native.c): built, exact, and wired in: the crop-aware JPEG decode and the fused batch step."""
 import random, io, pytest, torch, numpy as np
 from PIL import Image
 from timmdata import ImageDataset, create_transform, create_loader
@@ -6,7 +6,7 @@ from timmdata.dataset import EncodedJpeg, encoded_jpeg, decode_image, ImageDecod
 
 def test_extension_is_built():
     "`make` installs libjpeg-turbo's header; without the extension the fast path is silently gone, so insist on it."
-    import timmdata._jpeg  # noqa: F401
+    import timmdata._native  # noqa: F401
 
 def test_training_pipeline_decodes_crops_and_matches_full_decode(sample_root):
     t = create_transform(224, is_training=True, use_prefetcher=True, color_jitter=0)
@@ -55,3 +55,16 @@ def test_loader_epoch_with_crop_decode(sample_root):
     assert ds._encoded
     n = sum(len(x) for x, y in ld)
     assert n == len(ds) // 8 * 8
+
+@pytest.mark.parametrize('jitter', [0.4, (0.2, 0.5, 0.3)])
+def test_fused_batch_step_matches_torch_ops(monkeypatch, jitter):
+    "The native jitter+normalise pass gives the torch-ops result (same generator draws), to float rounding."
+    import timmdata.loader as L
+    x = torch.randint(0, 256, (7, 3, 40, 56), dtype=torch.uint8)
+    x[0] = 255; x[1] = 0  # saturated images exercise the clamp
+    batches = [(x, torch.arange(7))]
+    fast = next(iter(L.PrefetchLoader(batches, device='cpu', color_jitter=jitter, seed=3)))[0]
+    monkeypatch.setattr(L, '_native', None)
+    slow = next(iter(L.PrefetchLoader(batches, device='cpu', color_jitter=jitter, seed=3)))[0]
+    assert fast.shape == slow.shape and fast.dtype == slow.dtype == torch.float32
+    assert torch.allclose(fast, slow, atol=1e-4), (fast - slow).abs().max()
