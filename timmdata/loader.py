@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_loader.ipynb #dfb218b2
 from __future__ import annotations
-import math, numbers, random
+import math, numbers, os, random
 from collections import deque
 from contextlib import contextmanager
 from functools import partial
@@ -53,6 +53,7 @@ def _new_uint8(shape: tuple) -> torch.Tensor:
 
 # %% ../nbs/07_loader.ipynb #d2bee9c6
 def fast_collate(batch: list, # samples `(image, target)`; image a uint8 CHW tensor/array or a tuple of them; `None` samples are dropped
+                 _alloc: Optional[Callable] = None, # internal: where the batch is written (default: new memory, shared in a worker)
                 ) -> tuple: # (uint8 NCHW images, targets: int64 for class indices, else stacked as given)
     "Collate uint8 images into one uint8 NCHW batch without converting to float."
     batch = [b for b in batch if b is not None]
@@ -76,9 +77,55 @@ def fast_collate(batch: list, # samples `(image, target)`; image a uint8 CHW ten
         if t.shape != shape:
             raise ValueError(f"fast_collate: image {i % n} has shape {tuple(t.shape)} but image 0 has {tuple(shape)}; all images "
                              f"in a batch must have one size (check the transform's crop/resize)")
-    out = _new_uint8((len(imgs), *shape))
+    out = (_alloc or _new_uint8)((len(imgs), *shape))
     torch.stack(imgs, out=out)
     return out, targets
+
+# %% ../nbs/07_loader.ipynb #dffc2686
+class _BatchRing:
+    "Per-worker slots of shared batch memory for `fast_collate`, reused once the `PrefetchLoader` releases them."
+    def __init__(self,
+                 batch_shape: tuple, # (N, C, H, W) of the largest batch (N counts augmentation splits)
+                 num_workers: int,
+                 slots_per_worker: int, # batches a worker can have in flight (queued, in transit, being processed)
+                ):
+        self.batch_shape, self.slots = tuple(batch_shape), slots_per_worker
+        self.slot_bytes = math.prod(batch_shape)
+        self.ring = torch.empty((num_workers * slots_per_worker, *batch_shape), dtype=torch.uint8).share_memory_()
+        self.busy = torch.zeros(num_workers * slots_per_worker, dtype=torch.int32).share_memory_()
+        self._mapped = None  # the main process's mapping of the ring, kept so every batch reuses it
+
+    @classmethod
+    def maybe(cls, batch_shape, num_workers: int, slots_per_worker: int) -> Optional['_BatchRing']:
+        "A ring, or None when there are no workers or it would take more than a quarter of the free shared memory."
+        if num_workers < 1: return None
+        need = num_workers * slots_per_worker * math.prod(batch_shape)
+        try: st = os.statvfs('/dev/shm'); free = st.f_bavail * st.f_frsize
+        except OSError: return None
+        return cls(batch_shape, num_workers, slots_per_worker) if need <= free // 4 else None
+
+    def alloc(self, shape: tuple) -> torch.Tensor:
+        "A free slot of this worker (marked busy) viewed as `shape`, or fresh memory when none fits or is free."
+        info = get_worker_info()
+        if info is not None and shape[0] <= self.batch_shape[0] and tuple(shape[1:]) == self.batch_shape[1:]:
+            for s in range(info.id * self.slots, (info.id + 1) * self.slots):
+                if self.busy[s] == 0:  # only this worker sets its slots busy; only the main process frees them
+                    self.busy[s] = 1
+                    return self.ring[s][:shape[0]]
+        return _new_uint8(shape)
+
+    def __call__(self, batch: list) -> tuple:
+        "`fast_collate` into a slot of the ring."
+        return fast_collate(batch, _alloc=self.alloc)
+
+    def release(self, x: torch.Tensor):
+        "Called by the PrefetchLoader when it has finished reading batch `x`: its slot may be written again."
+        st = x.untyped_storage()
+        if st.nbytes() != self.ring.untyped_storage().nbytes(): return  # fresh memory, not a slot
+        if self._mapped is None: self._mapped = st  # keep the mapping: torch reuses it for later batches of the ring
+        self.busy[(x.data_ptr() - st.data_ptr()) // self.slot_bytes] = 0
+
+    def __getstate__(self): return {**self.__dict__, '_mapped': None}
 
 # %% ../nbs/07_loader.ipynb #39720cff
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
@@ -239,6 +286,7 @@ class PrefetchLoader:
             self.random_erasing = RandomErasing(probability=re_prob, mode=re_mode, max_count=re_count,
                                                 num_splits=re_num_splits, device=self.device)
         self.stream = None  # created on first use, then kept: one side stream for the loader's life
+        self._release = getattr(getattr(loader, 'collate_fn', None), 'release', None)  # e.g. a _BatchRing's
         self._pool = None if self.is_cuda else _BufferPool(num_prefetch + 3)
         self._scratch = None
 
@@ -343,7 +391,9 @@ class PrefetchLoader:
                         ready = torch.cuda.Event()
                         ready.record(self.stream)
                 else:
-                    with _torch_threads(self.cpu_threads): x, ready = self._process(x.to(self.device)), None
+                    with _torch_threads(self.cpu_threads): xo, ready = self._process(x.to(self.device)), None
+                    if self._release is not None: self._release(x)  # done reading the uint8 batch: its memory may be reused
+                    x = xo
                     if isinstance(y, torch.Tensor): y = y.to(self.device)
                 pending.append((x, y, ready))
             if not pending: return
@@ -545,9 +595,15 @@ def create_loader(
     elif num_aug_repeats:
         raise ValueError(f"num_aug_repeats={num_aug_repeats} needs distributed=True and a map-style dataset "
                          f"(repeated augmentation deals the copies of a sample to different ranks)")
-    if collate_fn is None: collate_fn = fast_collate if use_prefetcher else default_collate
     if pin_memory is None: pin_memory = use_prefetcher and device.type == 'cuda'
     pin_memory = bool(pin_memory) and torch.cuda.is_available()
+    if collate_fn is None:
+        collate_fn = fast_collate if use_prefetcher else default_collate
+        if use_prefetcher and not pin_memory:  # reused shared batch memory (see _BatchRing); pinning copies anyway
+            size = _check_input_size(input_size)
+            shape = (batch_size * max(1, num_aug_splits), channels, *size[-2:])
+            ring = _BatchRing.maybe(shape, num_workers, (prefetch_factor or 2) + 3)
+            if ring is not None: collate_fn = ring
     loader_cls = MultiEpochsDataLoader if use_multi_epochs_loader else DataLoader
     loader = loader_cls(
         dataset, batch_size=batch_size, shuffle=(not iterable and sampler is None and is_training), sampler=sampler,

@@ -1,0 +1,60 @@
+"""The reused shared batch memory (_BatchRing) behind create_loader's default CPU path: never a wrong or stale batch."""
+import torch, pytest
+from timmdata.loader import create_loader, _BatchRing, PrefetchLoader
+
+class IndexImages(torch.utils.data.Dataset):
+    "Sample i is a 3x16x16 uint8 image whose pixels spell i (channel 0: i % 256, channel 1: i // 256), label i."
+    def __init__(self, n): self.n, self.transform = n, None
+    def __len__(self): return self.n
+    def __getitem__(self, i):
+        x = torch.empty(3, 16, 16, dtype=torch.uint8)
+        x[0], x[1], x[2] = i % 256, i // 256, 7
+        return x, i
+
+def decode_ids(x):
+    "Undo create_loader's normalisation (mean/std 0/1 below) and read each image's index back."
+    u = (x * 255).round().to(torch.int64)
+    assert (u[:, 2] == 7).all()
+    return (u[:, 0, 0, 0] + 256 * u[:, 1, 0, 0]).tolist()
+
+def loader(ds, **kw):
+    return create_loader(ds, (3, 16, 16), 8, mean=(0, 0, 0), std=(1, 1, 1), num_workers=2, device='cpu', **kw)
+
+def test_ring_is_used_and_every_epoch_is_right():
+    ds = IndexImages(203)
+    ld = loader(ds, is_training=False)
+    assert isinstance(ld.loader.collate_fn, _BatchRing)
+    for epoch in range(4):
+        ids, labels = [], []
+        for x, y in ld:
+            ids += decode_ids(x); labels += y.tolist()
+        assert ids == labels == list(range(203)), f'epoch {epoch}'  # eval: in order, last batch partial
+    assert int(ld.loader.collate_fn.busy.sum()) == 0  # every slot came back
+
+def test_training_epochs_with_kept_outputs_and_early_stops():
+    ds = IndexImages(160)
+    ld = loader(ds, is_training=True, hflip=0., color_jitter=None, scale=(1., 1.), ratio=(1., 1.))
+    kept = []
+    for epoch in range(5):
+        ids = []
+        for k, (x, y) in enumerate(ld):
+            assert decode_ids(x) == y.tolist()
+            ids += y.tolist(); kept.append((x, y))
+            if epoch == 2 and k == 3: break  # a loop that stops early leaves slots busy: later batches must still be right
+        if epoch != 2: assert sorted(ids) == list(range(160))
+    for x, y in kept: assert decode_ids(x) == y.tolist()  # outputs are the prefetcher's own memory, never a slot
+
+def test_plain_use_without_releases_falls_back_to_fresh_memory():
+    ring = _BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=2)
+    dl = torch.utils.data.DataLoader(IndexImages(80), batch_size=8, num_workers=2, collate_fn=ring)
+    held = [(x, y) for x, y in dl]  # nobody releases: after 2 batches per worker, fresh memory
+    for x, y in held:
+        assert (x[:, 0, 0, 0].long() + 256 * x[:, 1, 0, 0].long()).tolist() == y.tolist()
+    assert int(ring.busy.sum()) == 4
+
+def test_no_ring_without_workers_or_with_pinned_memory():
+    ld = loader(IndexImages(16), is_training=False)
+    assert isinstance(ld.loader.collate_fn, _BatchRing)
+    ld0 = create_loader(IndexImages(16), (3, 16, 16), 8, num_workers=0, device='cpu')
+    assert not isinstance(ld0.loader.collate_fn, _BatchRing)
+    assert _BatchRing.maybe((8, 3, 16, 16), 0, 3) is None
