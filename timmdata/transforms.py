@@ -368,34 +368,12 @@ class Compose(tvt.Compose):
     def supports_tensor(self) -> bool: return self.input_format == 'tensor'
     @property
     def accepts_encoded(self) -> bool:
-        "True when it can take a not-yet-decoded image: it starts with a crop, or a resize and a centre crop."
-        ts = self.transforms
-        return bool(ts) and (getattr(ts[0], 'accepts_encoded', False) or _resize_then_center_crop(ts))
+        "True when the first step takes a not-yet-decoded image (it crops first, so it decodes only what it keeps)."
+        return bool(self.transforms) and getattr(self.transforms[0], 'accepts_encoded', False)
     def __call__(self, img):
-        if getattr(img, 'is_encoded', False) and not getattr(self.transforms[0], 'accepts_encoded', False):
-            img = _decode_for_center_crop(img, self.transforms[0], self.transforms[1]) if _resize_then_center_crop(self.transforms) else img.decode()
+        if getattr(img, 'is_encoded', False) and not self.accepts_encoded: img = img.decode()
         for t in self.transforms: img = t(img)
         return img
-
-def _resize_then_center_crop(ts) -> bool:
-    return (len(ts) >= 2 and isinstance(ts[0], Resize) and isinstance(ts[1], CenterCropOrPad)
-            and ts[0].interpolation in _RANDOM_INTERPOLATION)  # bilinear, bicubic: the filters measured below
-
-def _decode_for_center_crop(img, resize: Resize, crop: CenterCropOrPad) -> torch.Tensor:
-    "Decode only the source pixels that a resize followed by a centre crop can see; the rest of the image is left unset."
-    h, w = img.height, img.width
-    oh, ow = _shorter_edge_size((h, w), int(resize.size)) if isinstance(resize.size, numbers.Number) else resize.size
-    ch, cw = crop.size
-    if ch > oh or cw > ow: return img.decode()  # the crop pads: keep it simple
-    top, left = int(round((oh - ch) / 2.0)), int(round((ow - cw) / 2.0))  # as center_crop_or_pad
-    sy, sx = h / oh, w / ow  # source pixels per output pixel
-    taps = 2 if resize.interpolation == InterpolationMode.BICUBIC else 1  # the filter's half-width, in output pixels
-    my, mx = math.ceil(taps * max(sy, 1.)) + 2, math.ceil(taps * max(sx, 1.)) + 2  # antialiased: widened by the scale
-    y0, y1 = max(0, math.floor(top * sy) - my), min(h, math.ceil((top + ch) * sy) + my)
-    x0, x1 = max(0, math.floor(left * sx) - mx), min(w, math.ceil((left + cw) * sx) + mx)
-    full = torch.empty((h, w, 3), dtype=torch.uint8).permute(2, 0, 1)  # decode_jpeg's layout; outside the box: never read
-    full[:, y0:y1, x0:x1] = img.decode_crop(y0, x0, y1 - y0, x1 - x0)
-    return full
 
 # %% ../nbs/02_transforms.ipynb #0f61926f
 def _jitter_range(v, name, center=1., bound=(0, float('inf')), clip_first=True):
