@@ -96,21 +96,67 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
     return Py_BuildValue("(Niiii)", out, (int)x0, top, (int)cw, height);
 }
 
+
+/* Hot loops, compiled for AVX2, SSE4.2 and plain x86-64 and picked at load time (GCC function multiversioning),
+ * so one build runs fast everywhere; elsewhere they are plain C that the compiler vectorises as it can. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define HOT __attribute__((target_clones("avx2", "sse4.2", "default")))
+#else
+#define HOT
+#endif
+
+static HOT void affine_img_planar3(const uint8_t *restrict x0, const uint8_t *restrict x1, const uint8_t *restrict x2,
+                                   const float *m, const float *b, const float *lo, const float *hi,
+                                   float *restrict o0, float *restrict o1, float *restrict o2, Py_ssize_t hw) {
+    const float m0 = m[0], m1 = m[1], m2 = m[2], m3 = m[3], m4 = m[4], m5 = m[5], m6 = m[6], m7 = m[7], m8 = m[8];
+    const float b0 = b[0], b1 = b[1], b2 = b[2], l0 = lo[0], l1 = lo[1], l2 = lo[2], h0 = hi[0], h1 = hi[1], h2 = hi[2];
+    for (Py_ssize_t p = 0; p < hw; p++) {
+        const float r = (float)x0[p], g = (float)x1[p], bl = (float)x2[p];
+        float v0 = m0 * r + m1 * g + m2 * bl + b0, v1 = m3 * r + m4 * g + m5 * bl + b1, v2 = m6 * r + m7 * g + m8 * bl + b2;
+        v0 = v0 < l0 ? l0 : v0; v1 = v1 < l1 ? l1 : v1; v2 = v2 < l2 ? l2 : v2;
+        o0[p] = v0 > h0 ? h0 : v0; o1[p] = v1 > h1 ? h1 : v1; o2[p] = v2 > h2 ? h2 : v2;
+    }
+}
+
+static HOT void affine_img_nhwc3(const uint8_t *restrict x, const float *m, const float *b, const float *lo, const float *hi,
+                                 float *restrict o0, float *restrict o1, float *restrict o2, Py_ssize_t hw) {
+    const float m0 = m[0], m1 = m[1], m2 = m[2], m3 = m[3], m4 = m[4], m5 = m[5], m6 = m[6], m7 = m[7], m8 = m[8];
+    const float b0 = b[0], b1 = b[1], b2 = b[2], l0 = lo[0], l1 = lo[1], l2 = lo[2], h0 = hi[0], h1 = hi[1], h2 = hi[2];
+    for (Py_ssize_t p = 0; p < hw; p++) {
+        const float r = (float)x[3 * p], g = (float)x[3 * p + 1], bl = (float)x[3 * p + 2];
+        float v0 = m0 * r + m1 * g + m2 * bl + b0, v1 = m3 * r + m4 * g + m5 * bl + b1, v2 = m6 * r + m7 * g + m8 * bl + b2;
+        v0 = v0 < l0 ? l0 : v0; v1 = v1 < l1 ? l1 : v1; v2 = v2 < l2 ? l2 : v2;
+        o0[p] = v0 > h0 ? h0 : v0; o1[p] = v1 > h1 ? h1 : v1; o2[p] = v2 > h2 ? h2 : v2;
+    }
+}
+
+static HOT void sum3_u8(const uint8_t *restrict p, Py_ssize_t npix, uint64_t *s) {
+    /* per-channel sums of interleaved RGB: 48 lanes (16 pixels) summed contiguously, lane j belongs to channel j % 3 */
+    uint32_t acc[48] = {0};
+    Py_ssize_t nb = npix * 3, k = 0;
+    for (; k + 48 <= nb; k += 48) for (int j = 0; j < 48; j++) acc[j] += p[k + j];  /* < 2^24 pixels: no overflow */
+    for (int j = 0; j < 48; j++) s[j % 3] += acc[j];
+    for (; k < nb; k++) s[k % 3] += p[k];
+}
+
+static HOT uint64_t sum_u8(const uint8_t *restrict p, Py_ssize_t len, Py_ssize_t stride) {
+    uint64_t s = 0;  /* uint32 partial sums cannot overflow in 2^16 bytes */
+    for (Py_ssize_t k0 = 0; k0 < len; k0 += 1 << 16) {
+        Py_ssize_t k1 = k0 + (1 << 16) < len ? k0 + (1 << 16) : len; uint32_t a = 0;
+        if (stride == 1) { for (Py_ssize_t k = k0; k < k1; k++) a += p[k]; }
+        else { for (Py_ssize_t k = k0; k < k1; k++) a += p[k * stride]; }
+        s += a;
+    }
+    return s;
+}
+
 /* channel_means(x uint8 (n, c, hw) buffer, out float32 (n, c) buffer, n, c, hw): per image and channel mean */
 static PyObject *channel_means(PyObject *self, PyObject *args) {
     Py_buffer x, out; Py_ssize_t n, c, hw;
     if (!PyArg_ParseTuple(args, "y*w*nnn", &x, &out, &n, &c, &hw)) return NULL;
     const uint8_t *px = (const uint8_t *)x.buf; float *po = (float *)out.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n * c; i++) {
-        const uint8_t *p = px + i * hw; uint64_t s = 0;
-        for (Py_ssize_t k0 = 0; k0 < hw; k0 += 1 << 16) {  /* uint32 partial sums cannot overflow in 2^16 bytes */
-            Py_ssize_t k1 = k0 + (1 << 16) < hw ? k0 + (1 << 16) : hw; uint32_t acc = 0;
-            for (Py_ssize_t k = k0; k < k1; k++) acc += p[k];
-            s += acc;
-        }
-        po[i] = (float)((double)s / (double)hw);
-    }
+    for (Py_ssize_t i = 0; i < n * c; i++) po[i] = (float)((double)sum_u8(px + i * hw, hw, 1) / (double)hw);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&x); PyBuffer_Release(&out); Py_RETURN_NONE;
 }
@@ -128,12 +174,7 @@ static PyObject *affine_u8(PyObject *self, PyObject *args) {
             float *o = po + (i * c + co) * hw; const float *mr = pm + (i * c + co) * c; const float bb = pb[i * c + co];
             const float l = plo[co], h = phi[co];
             if (c == 3) {
-                const float m0 = mr[0], m1 = mr[1], m2 = mr[2];
-                const uint8_t *x0 = xi, *x1 = xi + hw, *x2 = xi + 2 * hw;
-                for (Py_ssize_t p = 0; p < hw; p++) {
-                    float v = m0 * (float)x0[p] + m1 * (float)x1[p] + m2 * (float)x2[p] + bb;
-                    v = v < l ? l : v; o[p] = v > h ? h : v;
-                }
+                if (co == 0) affine_img_planar3(xi, xi + hw, xi + 2 * hw, mr, pb + i * c, plo, phi, o, o + hw, o + 2 * hw, hw);
             } else {
                 for (Py_ssize_t p = 0; p < hw; p++) {
                     float v = bb; for (Py_ssize_t k = 0; k < c; k++) v += mr[k] * (float)xi[k * hw + p];
@@ -146,10 +187,56 @@ static PyObject *affine_u8(PyObject *self, PyObject *args) {
     PyBuffer_Release(&x); PyBuffer_Release(&m); PyBuffer_Release(&b); PyBuffer_Release(&lo); PyBuffer_Release(&hi); PyBuffer_Release(&out);
     Py_RETURN_NONE;
 }
+
+/* The same two passes for a channels-last batch (n, hw, c) in memory (an NCHW tensor with channels_last strides):
+ * collating the crops that way is a plain copy, and this pass does the transposition to planar output for free. */
+static PyObject *channel_means_nhwc(PyObject *self, PyObject *args) {
+    Py_buffer x, out; Py_ssize_t n, c, hw;
+    if (!PyArg_ParseTuple(args, "y*w*nnn", &x, &out, &n, &c, &hw)) return NULL;
+    const uint8_t *px = (const uint8_t *)x.buf; float *po = (float *)out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *p = px + i * hw * c; uint64_t s[4] = {0, 0, 0, 0};
+        if (c == 3) sum3_u8(p, hw, s);
+        else for (Py_ssize_t ch = 0; ch < c && ch < 4; ch++) s[ch] = sum_u8(p + ch, hw, c);
+        for (Py_ssize_t ch = 0; ch < c; ch++) po[i * c + ch] = (float)((double)s[ch] / (double)hw);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&x); PyBuffer_Release(&out); Py_RETURN_NONE;
+}
+
+static PyObject *affine_u8_nhwc(PyObject *self, PyObject *args) {
+    Py_buffer x, m, b, lo, hi, out; Py_ssize_t n, c, hw;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*nnn", &x, &m, &b, &lo, &hi, &out, &n, &c, &hw)) return NULL;
+    const uint8_t *px = (const uint8_t *)x.buf; const float *pm = (const float *)m.buf, *pb = (const float *)b.buf;
+    const float *plo = (const float *)lo.buf, *phi = (const float *)hi.buf; float *po = (float *)out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *xi = px + i * hw * c; const float *mi = pm + i * c * c, *bi = pb + i * c;
+        if (c == 3) {
+            float *o0 = po + (i * 3) * hw, *o1 = o0 + hw, *o2 = o1 + hw;
+            affine_img_nhwc3(xi, mi, bi, plo, phi, o0, o1, o2, hw);
+        } else {
+            for (Py_ssize_t co = 0; co < c; co++) {
+                float *o = po + (i * c + co) * hw; const float l = plo[co], h = phi[co];
+                for (Py_ssize_t p = 0; p < hw; p++) {
+                    float v = bi[co]; for (Py_ssize_t k = 0; k < c; k++) v += mi[co * c + k] * (float)xi[p * c + k];
+                    v = v < l ? l : v; o[p] = v > h ? h : v;
+                }
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&x); PyBuffer_Release(&m); PyBuffer_Release(&b); PyBuffer_Release(&lo); PyBuffer_Release(&hi); PyBuffer_Release(&out);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"header", header, METH_VARARGS, "header(data) -> (height, width, components, jpeg colour space)"},
     {"decode_crop", decode_crop, METH_VARARGS, "decode_crop(data, top, left, height, width) -> (bytearray RGB, x0, y0, w, h)"},
     {"channel_means", channel_means, METH_VARARGS, "channel_means(x_u8, out_f32, n, c, hw): per image and channel means"},
+    {"channel_means_nhwc", channel_means_nhwc, METH_VARARGS, "channel_means for a channels-last (n, hw, c) batch"},
+    {"affine_u8_nhwc", affine_u8_nhwc, METH_VARARGS, "affine_u8 for a channels-last (n, hw, c) batch; planar (n, c, hw) output"},
     {"affine_u8", affine_u8, METH_VARARGS, "affine_u8(x_u8, m, b, lo, hi, out_f32, n, c, hw): out = clamp(m @ x + b, lo, hi)"},
     {NULL, NULL, 0, NULL}};
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_native", "Crop-aware JPEG decoding and the fused uint8 batch step", -1, methods};

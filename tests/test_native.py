@@ -68,3 +68,19 @@ def test_fused_batch_step_matches_torch_ops(monkeypatch, jitter):
     slow = next(iter(L.PrefetchLoader(batches, device='cpu', color_jitter=jitter, seed=3)))[0]
     assert fast.shape == slow.shape and fast.dtype == slow.dtype == torch.float32
     assert torch.allclose(fast, slow, atol=1e-4), (fast - slow).abs().max()
+
+@pytest.mark.parametrize('jitter', [None, 0.4])
+def test_fused_step_reads_channels_last_batches(monkeypatch, jitter):
+    "fast_collate gives channels-last batches for decode_jpeg-layout images; both layouts and the torch path agree."
+    import timmdata.loader as L
+    hwc = [torch.randint(0, 256, (20, 24, 3), dtype=torch.uint8) for _ in range(5)]
+    imgs = [t.permute(2, 0, 1) for t in hwc]  # CHW views of HWC memory, as decode_jpeg and the uint8 resize give
+    x, y = L.fast_collate([(im, i) for i, im in enumerate(imgs)])
+    assert x.shape == (5, 3, 20, 24) and x.is_contiguous(memory_format=torch.channels_last)
+    assert all(torch.equal(x[i], imgs[i]) for i in range(5))
+    planar = x.contiguous()
+    run = lambda b: next(iter(L.PrefetchLoader([(b, y)], device='cpu', color_jitter=jitter, seed=5)))[0]
+    a, p = run(x), run(planar)
+    monkeypatch.setattr(L, '_native', None)
+    t = run(x)
+    assert torch.allclose(a, p, atol=1e-5) and torch.allclose(a, t, atol=1e-4)

@@ -78,6 +78,12 @@ def fast_collate(batch: list, # samples `(image, target)`; image a uint8 CHW ten
             raise ValueError(f"fast_collate: image {i % n} has shape {tuple(t.shape)} but image 0 has {tuple(shape)}; all images "
                              f"in a batch must have one size (check the transform's crop/resize)")
     out = (_alloc or _new_uint8)((len(imgs), *shape))
+    if all(t.permute(1, 2, 0).is_contiguous() for t in imgs):
+        # CHW views of HWC memory (what decode_jpeg and the uint8 resize give): a plain copy into a channels-last
+        # batch, where a CHW batch would cost a slow strided copy per image; the prefetcher reads either layout
+        c, h, w = shape
+        torch.stack([t.permute(1, 2, 0) for t in imgs], out=out.view(len(imgs), h, w, c))
+        return out.view(len(imgs), h, w, c).permute(0, 3, 1, 2), targets
     torch.stack(imgs, out=out)
     return out, targets
 
@@ -307,6 +313,8 @@ class PrefetchLoader:
         "uint8 NCHW on the device -> float NCHW, jittered, normalised and clamped to the valid range."
         n, c, h, w = x.shape
         cl = self.channels_last
+        if not self.is_cuda and self._native_layout(x): return self._native_pass(x)
+        if self.is_cuda and not x.is_contiguous(): x = x.contiguous()  # a channels-last uint8 batch: cheap on the GPU
         if self.jitter is None:  # conversion pass + one in-place scale-and-shift pass
             out = self._empty(x.shape, cl).copy_(x)
             if cl: return out.mul_(self._scale).add_(self._bias)
@@ -330,18 +338,34 @@ class PrefetchLoader:
         for ch in range(c): out[:, ch].clamp_(self._lo[ch], self._hi[ch])  # one clamp at the end (see above)
         return out
 
-    def _jitter_cpu(self, x: torch.Tensor) -> torch.Tensor:
-        "The jitter path on the CPU: one native pass when timmdata._native is built, else torch ops image by image."
+    def _native_layout(self, x: torch.Tensor) -> Optional[str]:
+        "'planar' or 'nhwc' when timmdata._native can do the whole CPU step for this batch, else None."
+        if _native is None or self._calc_dtype != torch.float32 or self.channels_last: return None
+        if x.is_contiguous(): return 'planar'
+        if x.is_contiguous(memory_format=torch.channels_last): return 'nhwc'
+        return None
+
+    def _native_pass(self, x: torch.Tensor) -> torch.Tensor:
+        "The CPU step in one native pass: (jitter and) normalisation as a 3x3 matrix and bias per image, then the clamp."
         n, c, h, w = x.shape
-        if _native is not None and self._calc_dtype == torch.float32 and not self.channels_last and x.is_contiguous():
+        nhwc = self._native_layout(x) == 'nhwc'
+        xn = (x.permute(0, 2, 3, 1) if nhwc else x).numpy()  # the batch's memory as it lies
+        if self.jitter is None: A, t = torch.eye(c).expand(n, c, c), torch.zeros(n, c)
+        else:
             mu = torch.empty(n, c)
-            _native.channel_means(x.numpy(), mu.numpy(), n, c, h * w)
+            (_native.channel_means_nhwc if nhwc else _native.channel_means)(xn, mu.numpy(), n, c, h * w)
             A, t = jitter_affine(mu, *sample_jitter(n, self.jitter, self.generator), self._gray)
-            M = (A * self._scale.view(1, c, 1)).float().contiguous()  # fold normalisation into the matrix: diag(scale) A
-            b = (t * self._scale.view(1, c) + self._bias.view(1, c)).float().contiguous()
-            out = self._empty((n, c, h, w))
-            _native.affine_u8(x.numpy(), M.numpy(), b.numpy(), self._lo_hi[0].numpy(), self._lo_hi[1].numpy(), out.numpy(), n, c, h * w)
-            return out
+        M = (A * self._scale.view(1, c, 1)).float().contiguous()  # fold normalisation into the matrix: diag(scale) A
+        b = (t * self._scale.view(1, c) + self._bias.view(1, c)).float().contiguous()
+        out = self._empty((n, c, h, w))
+        (_native.affine_u8_nhwc if nhwc else _native.affine_u8)(
+            xn, M.numpy(), b.numpy(), self._lo_hi[0].numpy(), self._lo_hi[1].numpy(), out.numpy(), n, c, h * w)
+        return out
+
+    def _jitter_cpu(self, x: torch.Tensor) -> torch.Tensor:
+        "The jitter path on the CPU without the native pass: torch ops."
+        n, c, h, w = x.shape
+        x = x.contiguous()  # a channels-last batch from fast_collate: planar for the per-channel views below
         # torch ops, image by image so each image's float copy stays in cache (~25% faster than batched)
         xv, s = x.view(n, c, h * w), self._scratch_for(x[:1]).view(c, h * w)  # s: one image's float scratch
         mu = torch.empty(n, c, dtype=s.dtype)
