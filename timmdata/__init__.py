@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/index.ipynb #08fa931d
+# %% ../nbs/index.ipynb #a84d28a2
 from .dataset import ImageDataset, AugMixDataset, create_reader
 from .transforms import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN,
                                  IMAGENET_INCEPTION_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, DEFAULT_CROP_PCT,
