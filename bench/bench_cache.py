@@ -31,18 +31,13 @@ def _du(path: Path) -> int:
 
 
 def _timmdata_loader(root, batch_size, workers):
-    from timmdata.dataset import ImageDataset
-    from timmdata.loader import create_loader
-    ds = ImageDataset(str(root))
-    return create_loader(ds, (3, 224, 224), batch_size, is_training=True, color_jitter=0.4, num_workers=workers,
-                         device=torch.device('cpu'))
+    from timmdata.bench import LOADERS  # the same training loaders as `timmdata bench`
+    return LOADERS['timmdata'](root, True, batch_size, workers)
 
 
 def _timm_loader(root, batch_size, workers):
-    import timm.data
-    ds = timm.data.ImageDataset(str(root))
-    return timm.data.create_loader(ds, (3, 224, 224), batch_size, is_training=True, color_jitter=0.4,
-                                   num_workers=workers, use_prefetcher=True, device=torch.device('cpu'))
+    from timmdata.bench import LOADERS
+    return LOADERS['timm'](root, True, batch_size, workers)
 
 
 def _children() -> list[int]:
