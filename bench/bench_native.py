@@ -1,0 +1,38 @@
+"""The CPU batch step with and without timmdata._native: main-process CPU time per image and images/s, in one run.
+
+    python bench/bench_native.py [--root data/sample/train] [--epochs 4]
+
+Two create_loader training loaders (RandomResizedCrop 224, flip, jitter 0.4, batch 64, 2 workers, CPU output) on
+the same folder, alternating epoch by epoch; one runs the PrefetchLoader's batch step through the native pass,
+the other through the torch ops it replaces (everything else identical). Prints medians over the epochs after
+a warm-up."""
+import argparse, os, statistics, time
+from pathlib import Path
+import timmdata.loader as L
+from timmdata import ImageDataset, create_loader
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--root', help='image folder with class subfolders (default: the sample dataset, made when missing)')
+    p.add_argument('--epochs', type=int, default=4)
+    a = p.parse_args(argv)
+    if a.root is None:
+        from timmdata.sample_data import make_sample_dataset, default_sample_root
+        root = make_sample_dataset(default_sample_root()) / 'train'
+    else: root = Path(a.root)
+    native = L._native
+    if native is None: raise SystemExit('timmdata._native is not built: nothing to compare (install libjpeg-turbo headers, reinstall)')
+    loaders = {k: create_loader(ImageDataset(str(root)), (3, 224, 224), 64, is_training=True, color_jitter=0.4,
+                                num_workers=2, device='cpu') for k in ('native', 'torch ops')}
+    res = {k: [] for k in loaders}
+    for ep in range(a.epochs + 1):
+        for k, ld in loaders.items():
+            L._native = native if k == 'native' else None  # read by PrefetchLoader at each batch
+            c0, t0, n = time.process_time(), time.perf_counter(), 0
+            for x, y in ld: n += len(x)
+            if ep: res[k].append((n / (time.perf_counter() - t0), (time.process_time() - c0) / n * 1e3))
+    L._native = native
+    for k, v in res.items():
+        print(f'{k:10s} {statistics.median(r[0] for r in v):6.0f} img/s   main process {statistics.median(r[1] for r in v):.3f} ms CPU per image')
+
+if __name__ == '__main__': main()
