@@ -15,13 +15,14 @@ cores. It is one process-wide setting, so timm's and timmdata's loaders get the 
 Writes bench_cache.json and bench_cache.png under --out and prints a table.
 """
 from __future__ import annotations
-import argparse, json, os, shutil, statistics, sys, time
+import argparse, json, os, statistics, sys, time
 from pathlib import Path
 import numpy as np
 import torch
 
 # run as `python bench/bench_cache.py` from a checkout: the repository's timmdata, installed or not
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from timmdata.bench import LOADERS, _epoch as bench_epoch, _worker_pids
 
 TARGET = 8.0  # issue 7: the store must feed training at least 8x faster than timm on the JPEG folder
 
@@ -30,23 +31,8 @@ def _du(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob('*') if p.is_file())
 
 
-def _timmdata_loader(root, batch_size, workers):
-    from timmdata.bench import LOADERS  # the same training loaders as `timmdata bench`
-    return LOADERS['timmdata'](root, True, batch_size, workers)
-
-
-def _timm_loader(root, batch_size, workers):
-    from timmdata.bench import LOADERS
-    return LOADERS['timm'](root, True, batch_size, workers)
-
-
-def _children() -> list[int]:
-    "This process's children (the loaders' worker processes), from /proc."
-    kids = []
-    for t in Path(f'/proc/{os.getpid()}/task').glob('*'):
-        try: kids += [int(p) for p in (t / 'children').read_text().split()]
-        except OSError: pass
-    return kids
+def _timmdata_loader(root, batch_size, workers): return LOADERS['timmdata'](root, True, batch_size, workers)
+def _timm_loader(root, batch_size, workers): return LOADERS['timm'](root, True, batch_size, workers)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -57,21 +43,12 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _epoch(loader) -> tuple[int, float, float, float]:
-    "One pass: (images, wall seconds, CPU seconds of this process, CPU seconds of the worker processes)."
-    me = os.getpid()
-    before = {p: _cpu_seconds(p) for p in _children() + [me]}
-    n, t = 0, time.perf_counter()
-    for x, y in loader:
-        if n == 0 and (x.dtype != torch.float32 or x.device.type != 'cpu' or tuple(x.shape[1:]) != (3, 224, 224)):
-            raise RuntimeError(f'expected float32 CPU batches of 3x224x224, got {x.dtype} {x.device} {tuple(x.shape)}')
-        n += x.shape[0]
-    dt = time.perf_counter() - t
-    # only workers alive before and after count: every loader keeps persistent workers, so after the warm-up
-    # epoch these are exactly this loader's workers plus the other loaders' idle ones (which add ~0)
-    after = {p: _cpu_seconds(p) for p in _children() + [me]}
-    main = after[me] - before[me]
-    workers = sum(after[p] - before[p] for p in after if p != me and p in before)
-    return n, dt, main, workers
+    "One pass (timmdata.bench's): (images, wall seconds, CPU seconds of this process, CPU seconds of its workers)."
+    me, workers = os.getpid(), _worker_pids(loader)  # persistent workers: the same processes before and after
+    before = {p: _cpu_seconds(p) for p in workers + [me]}
+    n, dt = bench_epoch(loader)
+    after = {p: _cpu_seconds(p) for p in before}
+    return n, dt, after[me] - before[me], sum(after[p] - before[p] for p in workers)
 
 
 def _per_image_costs(loader, n: int = 512) -> dict:

@@ -6,20 +6,17 @@ Two create_loader training loaders (RandomResizedCrop 224, flip, jitter 0.4, bat
 the same folder, alternating epoch by epoch; one runs the PrefetchLoader's batch step through the native pass,
 the other through the torch ops it replaces (everything else identical). Prints medians over the epochs after
 a warm-up."""
-import argparse, os, statistics, time
-from pathlib import Path
+import argparse, statistics, time
 import timmdata.loader as L
 from timmdata import ImageDataset, create_loader
+from timmdata.bench import bench_root
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--root', help='image folder with class subfolders (default: the sample dataset, made when missing)')
     p.add_argument('--epochs', type=int, default=4)
     a = p.parse_args(argv)
-    if a.root is None:
-        from timmdata.sample_data import make_sample_dataset, default_sample_root
-        root = make_sample_dataset(default_sample_root()) / 'train'
-    else: root = Path(a.root)
+    root = bench_root(a.root)
     native = L._native
     if native is None: raise SystemExit('timmdata._native is not built: nothing to compare (install libjpeg-turbo headers, reinstall)')
     loaders = {k: create_loader(ImageDataset(str(root)), (3, 224, 224), 64, is_training=True, color_jitter=0.4,

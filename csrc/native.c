@@ -170,16 +170,13 @@ static PyObject *affine_u8(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         const uint8_t *xi = px + i * c * hw;
+        float *oi = po + i * c * hw;
+        if (c == 3) { affine_img_planar3(xi, xi + hw, xi + 2 * hw, pm + i * 9, pb + i * 3, plo, phi, oi, oi + hw, oi + 2 * hw, hw); continue; }
         for (Py_ssize_t co = 0; co < c; co++) {
-            float *o = po + (i * c + co) * hw; const float *mr = pm + (i * c + co) * c; const float bb = pb[i * c + co];
-            const float l = plo[co], h = phi[co];
-            if (c == 3) {
-                if (co == 0) affine_img_planar3(xi, xi + hw, xi + 2 * hw, mr, pb + i * c, plo, phi, o, o + hw, o + 2 * hw, hw);
-            } else {
-                for (Py_ssize_t p = 0; p < hw; p++) {
-                    float v = bb; for (Py_ssize_t k = 0; k < c; k++) v += mr[k] * (float)xi[k * hw + p];
-                    v = v < l ? l : v; o[p] = v > h ? h : v;
-                }
+            float *o = oi + co * hw; const float *mr = pm + (i * c + co) * c; const float l = plo[co], h = phi[co];
+            for (Py_ssize_t p = 0; p < hw; p++) {
+                float v = pb[i * c + co]; for (Py_ssize_t k = 0; k < c; k++) v += mr[k] * (float)xi[k * hw + p];
+                v = v < l ? l : v; o[p] = v > h ? h : v;
             }
         }
     }

@@ -1,6 +1,6 @@
 """The reused shared batch memory (_BatchRing) behind create_loader's default CPU path: never a wrong or stale batch."""
-import torch, pytest
-from timmdata.loader import create_loader, _BatchRing, PrefetchLoader
+import torch
+from timmdata.loader import create_loader, _BatchRing
 
 class IndexImages(torch.utils.data.Dataset):
     "Sample i is a 3x16x16 uint8 image whose pixels spell i (channel 0: i % 256, channel 1: i // 256), label i."
@@ -52,9 +52,7 @@ def test_plain_use_without_releases_falls_back_to_fresh_memory():
         assert (x[:, 0, 0, 0].long() + 256 * x[:, 1, 0, 0].long()).tolist() == y.tolist()
     assert int(ring.busy.sum()) == 4
 
-def test_no_ring_without_workers_or_with_pinned_memory():
-    ld = loader(IndexImages(16), is_training=False)
-    assert isinstance(ld.loader.collate_fn, _BatchRing)
+def test_no_ring_without_workers():
     ld0 = create_loader(IndexImages(16), (3, 16, 16), 8, num_workers=0, device='cpu')
     assert not isinstance(ld0.loader.collate_fn, _BatchRing)
     assert _BatchRing.maybe((8, 3, 16, 16), 0, 3) is None

@@ -6,6 +6,8 @@ import pytest, torch
 from PIL import Image
 from timmdata.cache import build_cache, cache_main, ReaderStore, StaleStoreError, STORE_MANIFEST
 import timmdata.cache as cache
+from timmdata.dataset import ImageDataset
+from timmdata.loader import create_loader
 
 
 @pytest.fixture
@@ -166,7 +168,7 @@ def test_changed_source_detected(src, tmp_path):
 
 
 def test_store_inside_source_is_not_part_of_it(src):
-    dst = src / '.cache'  # inside the source: its files must not make the store stale or become samples
+    dst = src / 'store'  # inside the source, not hidden (hidden names are skipped anyway): its files must not make the store stale or become samples
     build_cache(src, dst, num_workers=0, progress=False)
     assert len(ReaderStore(dst)) == 60
 
@@ -216,15 +218,13 @@ def test_multiworker_loading(src, tmp_path):
 
 def test_image_dataset_and_loader(src, tmp_path):
     "ImageDataset(DST) finds the store; create_loader batches it with workers, every sample once per epoch."
-    dataset = pytest.importorskip('timmdata.dataset')
     dst = tmp_path / 'store'
     build_cache(src, dst, num_workers=0, progress=False)
-    ds = dataset.ImageDataset(str(dst))
+    ds = ImageDataset(str(dst))
     assert len(ds) == 60 and type(ds.reader).__name__ == 'ReaderStore'
     img, target = ds[0]
     assert img.size == (341, 256) and target == 0
-    loader_mod = pytest.importorskip('timmdata.loader')
-    dl = loader_mod.create_loader(ds, (3, 64, 64), 8, is_training=False, num_workers=2, device=torch.device('cpu'),
+    dl = create_loader(ds, (3, 64, 64), 8, is_training=False, num_workers=2, device=torch.device('cpu'),
                                   crop_pct=1.0)
     labels = []
     for x, y in dl:

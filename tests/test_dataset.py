@@ -10,7 +10,7 @@ import torch
 from PIL import Image, ImageFile
 from torch.utils.data import DataLoader
 
-from timmdata.dataset import (ImageDataset, AugMixDataset, ImageDecodeError, FolderReader, TarReader, CsvReader,
+from timmdata.dataset import (ImageDataset, AugMixDataset, ImageDecodeError, TarReader, CsvReader,
                               create_reader, decode_image)
 from timmdata.sample_data import make_sample_image
 
@@ -150,7 +150,6 @@ def test_corrupt_files_raise(bad_root, bad_tar, source, tensor, load_truncated, 
             ds[i]
         msg = str(e.value)
         assert f'sample {i} ' in msg and ds.filename(i, basename=True) in msg, msg
-        assert isinstance(e.value, OSError)
     assert ds[0][1] == 0 and ds[4][1] == 0
 
 

@@ -1,7 +1,6 @@
 """Distributed loading for real: two processes, torch.distributed with gloo on the CPU."""
 import json, os, socket
 import numpy as np
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp

@@ -236,10 +236,12 @@ def test_page_in_browser(page, site, server, browser, shots):
 
     # the page shows its notebook: a title, and nav entries for every page of the site
     assert browser.js("document.querySelector('article h1') !== null"), f'{url}: no page title'
-    nav_pages = browser.js("Array.from(document.querySelectorAll('nav.md-nav--primary a[href]')).map(a => a.getAttribute('href'))")
+    # resolved URLs (a.href), without fragments: an in-page anchor resolves to this page, not to every page
+    nav_pages = {h.split('#')[0] for h in browser.js("Array.from(document.querySelectorAll('nav.md-nav--primary a[href]')).map(a => a.href)")}
     for p in PAGES:
-        assert any(h.split('#')[0] in (f'{p}.html', f'./{p}.html', '.', './', '') or h.endswith(f'{p}.html') for h in nav_pages), \
-            f'{url}: the sidebar has no link to {p}.html ({nav_pages})'
+        want = server if p == 'index' else server + f'{p}.html'
+        assert want in nav_pages or (p == 'index' and server + 'index.html' in nav_pages), \
+            f'{url}: the sidebar has no link to {want} ({sorted(nav_pages)})'
 
     # full-page screenshot (capped at 8000 px)
     m = browser.send('Page.getLayoutMetrics')

@@ -145,9 +145,14 @@ def test_consumer_keeping_every_batch_sees_correct_data(sample_root):
 def test_consumer_with_jitter_and_erasing_sees_correct_data():
     g = torch.Generator().manual_seed(0)
     raw = [(torch.randint(0, 256, (6, 3, 16, 16), dtype=torch.uint8, generator=g), torch.arange(6)) for _ in range(20)]
-    kept = [x for x, _ in PrefetchLoader(raw, device='cpu', color_jitter=0.4, seed=1)]
-    again = [x.clone() for x, _ in PrefetchLoader(raw, device='cpu', color_jitter=0.4, seed=1)]
+    torch.manual_seed(3)  # random erasing draws from torch's generator
+    kept = [x for x, _ in PrefetchLoader(raw, device='cpu', color_jitter=0.4, re_prob=0.5, seed=1)]
+    torch.manual_seed(3)
+    again = [x.clone() for x, _ in PrefetchLoader(raw, device='cpu', color_jitter=0.4, re_prob=0.5, seed=1)]
+    assert len(kept) == 20
     for a, b in zip(kept, again): assert torch.equal(a, b)
+    plain = [x for x, _ in PrefetchLoader(raw, device='cpu', color_jitter=0.4, seed=1)]
+    assert any(not torch.equal(a, b) for a, b in zip(kept, plain))  # erasing really ran
 
 
 def test_pass_throughs():

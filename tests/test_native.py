@@ -1,6 +1,5 @@
 """timmdata._native (csrc/native.c): built, exact, and wired in: the crop-aware JPEG decode and the fused batch step."""
-import random, io, pytest, torch, numpy as np
-from PIL import Image
+import random, pytest, torch
 from timmdata import ImageDataset, create_transform, create_loader
 from timmdata.dataset import EncodedJpeg, encoded_jpeg, decode_image, ImageDecodeError
 
@@ -28,26 +27,35 @@ def test_eval_pipeline_gets_decoded_images(sample_root):
     data = open(ds.filename(0, absolute=True), 'rb').read()
     assert torch.equal(t(encoded_jpeg(data)), t(decode_image(data, to_tensor=True)))  # Compose decodes first
 
-def _corrupt_scan(path):
-    "A JPEG whose structure is intact (header, end marker) but whose entropy-coded data is garbage."
+def _bad_header(path):
+    "A JPEG whose frame header (SOF0) says the image is 0 pixels high: structure intact, undecodable."
     data = bytearray(open(path, 'rb').read())
-    sos = data.index(b'\xff\xda')
-    rng = np.random.default_rng(0)
-    garbage = rng.integers(0, 255, len(data) - sos - 40, dtype=np.uint8).tobytes().replace(b'\xff', b'\x00')
-    data[sos + 20:len(data) - 20] = garbage
+    sof = data.index(b'\xff\xc0')
+    data[sof + 5:sof + 7] = b'\x00\x00'
     return bytes(data)
 
-def test_corrupt_scan_data_is_named_or_skipped(sample_root, tmp_path):
+@pytest.mark.parametrize('policy', ['raise', 'skip'])
+def test_bad_jpeg_in_the_crop_decoding_pipeline_is_named_or_skipped(sample_root, tmp_path, policy):
     import shutil
     root = tmp_path / 'ds'; shutil.copytree(sample_root / 'train', root)
     victim = sorted(root.rglob('*.JPEG'))[3]
-    victim.write_bytes(_corrupt_scan(victim))
+    victim.write_bytes(_bad_header(victim))
     t = create_transform(64, is_training=True, use_prefetcher=True, color_jitter=0)
-    ds = ImageDataset(root, transform=t)
+    ds = ImageDataset(root, transform=t, bad_sample=policy)
+    assert ds._encoded
     i = ds.filenames(absolute=True).index(str(victim))
-    try: out = ds[i]  # libjpeg-turbo may decode garbage scan data to (garbage) pixels with only a warning
-    except ImageDecodeError as e: assert str(victim) in str(e) and f'sample {i}' in str(e)
-    else: assert out[0].shape == (3, 64, 64)
+    if policy == 'raise':
+        with pytest.raises(ImageDecodeError, match=f'sample {i} ') as e: ds[i]
+        assert str(victim) in str(e.value)
+    else:
+        with pytest.warns(UserWarning, match=f'sample {i} '): assert ds[i] is None
+        assert ds.bad_samples == [i]
+    assert ds[i + 1][0].shape == (3, 64, 64)  # its neighbours are unaffected
+
+def test_decode_crop_of_undecodable_data_raises():
+    "The native decoder's failure falls back to the full decoders, whose failure is the dataset's clear error."
+    bad = EncodedJpeg(b'\xff\xd8' + bytes(200) + b'\xff\xd9', 20, 30)
+    with pytest.raises(ImageDecodeError): bad.decode_crop(0, 0, 10, 10)
 
 def test_loader_epoch_with_crop_decode(sample_root):
     ds = ImageDataset(sample_root)

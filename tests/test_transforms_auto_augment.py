@@ -108,12 +108,15 @@ def test_create_transform_with_auto_augment(auto_augment, interpolation):
     assert ours.input_format == 'pil'
     assert [type(t).__name__ for t in ours.transforms] == [type(t).__name__ for t in theirs.transforms]
     img = make_sample_image(1, seed=2, size=(300, 220))
+    compared = 0
     for seed in range(5):
         _seed(seed)
         try: ref = theirs(img)
-        except ValueError: continue
+        except ValueError: continue  # timm's op fails under Pillow 13 at some magnitudes (see the notebook)
         _seed(seed)
         assert torch.equal(ours(img), ref), seed
+        compared += 1
+    assert compared >= 3, f'only {compared} of 5 seeds could be compared with timm'
 
 
 def test_tensor_input_falls_back_to_pil():

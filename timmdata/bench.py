@@ -12,7 +12,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 # %% auto #0
-__all__ = ['LOADERS', 'decode_limit', 'bench_loaders', 'format_table', 'plot_results', 'bench_main']
+__all__ = ['LOADERS', 'decode_limit', 'bench_loaders', 'format_table', 'plot_results', 'bench_root', 'bench_main']
 
 # %% ../nbs/10_bench.ipynb #f972c332
 def _worker_pids(loader) -> list[int]:
@@ -153,6 +153,12 @@ def plot_results(res: dict, path=None):
     return fig
 
 # %% ../nbs/10_bench.ipynb #0ebc417c
+def bench_root(root=None) -> Path:
+    "`root`, or the generated sample dataset's train/ folder (made when missing): what the benchmarks read by default."
+    if root is not None: return Path(root)
+    from timmdata.sample_data import make_sample_dataset, default_sample_root
+    return make_sample_dataset(default_sample_root()) / 'train'
+
 def bench_main(argv=None):
     "`timmdata bench`: run the benchmark, print the table, write JSON and a PNG chart."
     p = argparse.ArgumentParser(prog='timmdata bench', description=bench_main.__doc__)
@@ -164,11 +170,7 @@ def bench_main(argv=None):
     p.add_argument('--contenders', default='timmdata,timm,torchvision')
     p.add_argument('--out', default='out/bench', help='folder for bench.json and bench.png')
     a = p.parse_args(argv)
-    if a.root is None:
-        from timmdata.sample_data import make_sample_dataset, default_sample_root
-        root = make_sample_dataset(default_sample_root()) / 'train'
-    else: root = Path(a.root)
-    res = bench_loaders(root, a.pipelines.split(','), a.contenders.split(','), a.epochs, a.batch_size, a.workers)
+    res = bench_loaders(bench_root(a.root), a.pipelines.split(','), a.contenders.split(','), a.epochs, a.batch_size, a.workers)
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     (out / 'bench.json').write_text(json.dumps(res, indent=1))
     plot_results(res, out / 'bench.png')

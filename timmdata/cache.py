@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
-from .dataset import convert_mode
+from .dataset import STORE_MARKER, Reader, convert_mode, create_reader, load_class_map
 
 # %% auto #0
 __all__ = ['STORE_MANIFEST', 'STORE_VERSION', 'store_size', 'load_resized', 'rebuild_command', 'build_cache', 'StaleStoreError',
            'check_store_source', 'ReaderStore', 'cache_main']
 
 # %% ../nbs/09_cache.ipynb #d70a0a24
-STORE_MANIFEST = 'timmdata_store.json'  # the file whose presence makes a folder a store (written last)
+STORE_MANIFEST = STORE_MARKER  # the file whose presence makes a folder a store (written last)
 STORE_VERSION = 1  # bumped whenever the layout changes; readers refuse other versions
 _BUILD_STATE = '_build.json'  # present while a build is unfinished: what is being built, for resuming
 _STORE_FILES = (STORE_MANIFEST, 'index.npz', 'filenames.json', 'source_files.json.gz', 'bad_images.txt', _BUILD_STATE)
@@ -105,15 +105,12 @@ def _read_json(path: Path):
     except (OSError, ValueError): return None
 
 def _open_source(src, reader_kwargs: dict):
-    "The source's reader, from timmdata.dataset (imported here: dataset imports this module lazily too)."
-    from timmdata.dataset import create_reader
+    "The source's reader (folder, tar, CSV), as `ImageDataset` would open it."
     return create_reader(str(src), **reader_kwargs)
 
 def _class_names(reader) -> list[str]:
     "Class names in label order."
-    c2i = getattr(reader, 'class_to_idx', None)
-    if c2i: return [str(c) for c, _ in sorted(c2i.items(), key=lambda kv: kv[1])]
-    return [str(c) for c in getattr(reader, 'classes', None) or []]
+    return [str(c) for c in reader.classes]
 
 # %% ../nbs/09_cache.ipynb #58995cbd
 _WORKER = {}  # the build worker's state: the source reader, opened once per process
@@ -140,7 +137,6 @@ def _build_chunk(job: tuple) -> dict:
             try:
                 src, target = reader[i]
                 arr = load_resized(src, p['max_size'], p['side'], p['interpolation'], p['draft'])
-                if hasattr(src, 'close'): src.close()
                 blob = _encode(arr, p['format'], p['quality'])
             except Exception as e:  # a bad image is reported and left out; it must not stop the build
                 try: name = reader.filename(i)
@@ -320,7 +316,7 @@ def check_store_source(root, # the store's folder
                           f'or open it with check_source=False to use the store as it is.')
 
 # %% ../nbs/09_cache.ipynb #ecaea508
-class ReaderStore:
+class ReaderStore(Reader):
     "Reads a store made by `build_cache`: `reader[i] -> (pixels, label)`, pixels a uint8 HxWx3 memory-mapped view (raw) or JPEG bytes."
     def __init__(self,
                  root, # the store's folder (holding timmdata_store.json)
@@ -344,9 +340,8 @@ class ReaderStore:
         self._height, self._width, label = ix['height'], ix['width'], ix['label']
         self._rows = np.arange(len(label))  # store rows in reader order (a class_map may drop some)
         classes = list(m['classes'])
-        if class_map:
-            if isinstance(class_map, (str, Path)):
-                with open(class_map) as f: class_map = {l.strip(): i for i, l in enumerate(f) if l.strip()}
+        if class_map is not None:
+            class_map = load_class_map(class_map, self.root)
             missing = sorted(set(class_map) - set(classes))
             if missing: raise ValueError(f'class_map names classes not in the store {str(self.root)!r}: {missing[:5]}; '
                                          f'the store has {classes[:5]}...')
@@ -356,12 +351,9 @@ class ReaderStore:
             self.class_to_idx = dict(class_map)
         else:
             self.class_to_idx = {c: i for i, c in enumerate(classes)}
-        self._label = label
-        self.classes = [c for c, _ in sorted(self.class_to_idx.items(), key=lambda kv: kv[1])]
+        self._label, self._targets = label, label[self._rows]
         self._files = [c['file'] for c in m['chunks']]
         self._names, self._maps, self._pid = None, {}, os.getpid()
-
-    def __len__(self): return len(self._rows)
 
     def _buf(self, c: int) -> np.ndarray:
         "Chunk `c`'s bytes, mapped on first use in this process."
@@ -386,9 +378,6 @@ class ReaderStore:
         if self._names is None: self._names = _read_json(self.root / 'filenames.json')
         name = self._names['absolute' if absolute else 'relative'][self._rows[index]]
         return os.path.basename(name) if basename else name
-
-    def filenames(self, basename: bool = False, absolute: bool = False) -> list[str]:
-        return [self.filename(i, basename, absolute) for i in range(len(self))]
 
     def __getstate__(self):
         d = self.__dict__.copy(); d['_maps'] = {}; return d  # mappings are never pickled: each process maps its own

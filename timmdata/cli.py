@@ -8,6 +8,7 @@ import argparse, sys, time
 from pathlib import Path
 import torch
 from tqdm.auto import tqdm
+from .transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 # %% auto #0
 __all__ = ['save_batch_grid', 'demo_main', 'main']
@@ -17,7 +18,7 @@ def save_batch_grid(x: torch.Tensor, # a normalised float batch (N, 3, H, W)
                     y: torch.Tensor, # integer labels
                     classes: list, # class names by label
                     path, # PNG to write
-                    mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
+                    mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, # the normalisation to undo
                     names: dict | None = None, # optional folder name -> readable name
                     n: int = 16, # images shown
                    ):

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import csv, io, os, re, tarfile, warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Callable, Iterable, Optional
 import numpy as np
 import torch
 import torch.utils.data
@@ -268,10 +268,7 @@ def find_split(root, # dataset root
     return root
 
 def _store_reader(root, class_map, **kwargs):
-    try: from timmdata.cache import ReaderStore
-    except ImportError as e:
-        raise ImportError(f'{root!r} holds {STORE_MARKER}, a timmdata cache store, but timmdata.cache.ReaderStore '
-                          f'could not be imported ({e}); install a timmdata version with the cache module') from e
+    from timmdata.cache import ReaderStore  # here: timmdata.cache imports this module
     return ReaderStore(root, class_map=class_map, **kwargs)
 
 def create_reader(root, # dataset root: a folder, a .tar, a folder of .tars, a .csv, or a cache store folder

@@ -237,6 +237,8 @@ def _torch_threads(n: Optional[int]):
     try: yield
     finally: torch.set_num_threads(old)
 
+_SEED_MIX = 0x9E3779B97F4A7C15  # an odd 64-bit constant: rank r's seeds land far from rank 0's
+
 def _default_rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
@@ -278,13 +280,14 @@ class PrefetchLoader:
         opts = dict(device=self.device, dtype=self._calc_dtype)
         self._scale = (1 / (255 * s)).to(**opts).view(1, channels, 1, 1)  # x/255 - mean)/std = x*scale + bias
         self._bias = (-m / s).to(**opts).view(1, channels, 1, 1)
-        self._lo, self._hi = (-m / s).tolist(), ((1 - m) / s).tolist()  # a [0,1] image's range after normalising
-        self._lo_hi = (-m / s).float(), ((1 - m) / s).float()  # the same, as tensors for the native pass
+        lo, hi = (-m / s).float(), ((1 - m) / s).float()  # a [0,1] image's range after normalising
+        self._lo_hi = lo.numpy(), hi.numpy()  # for the native pass
+        self._lo, self._hi = lo.tolist(), hi.tolist()  # for per-channel clamps: scalar bounds are the fast kernel on the CPU
         self.jitter = jitter_ranges(color_jitter)
         if self.jitter is not None and channels not in (1, 3):
             raise ValueError(f"color_jitter needs 1 or 3 channels; got channels={channels}")
         self._gray = GRAY_WEIGHTS if channels == 3 else (1.,)
-        if seed is None: seed = (int(torch.randint(2**62, ())) + _default_rank() * 0x9E3779B97F4A7C15) % 2**63
+        if seed is None: seed = (int(torch.randint(2**62, ())) + _default_rank() * _SEED_MIX) % 2**63
         self.generator = torch.Generator().manual_seed(seed)
         self.random_erasing = None
         if re_prob > 0.:
@@ -302,8 +305,7 @@ class PrefetchLoader:
         return torch.empty(shape, dtype=self._calc_dtype, device=self.device, memory_format=mf)
 
     def _scratch_for(self, x: torch.Tensor) -> torch.Tensor:
-        "x as float in a private buffer (never handed out, so always safe to reuse on the CPU)."
-        if self.is_cuda: return x.to(self._calc_dtype)
+        "x as float in a private CPU buffer (never handed out, so always safe to reuse)."
         s = self._scratch
         if s is None or s.shape[1:] != x.shape[1:] or s.shape[0] < x.shape[0]:
             s = self._scratch = torch.empty(x.shape, dtype=self._calc_dtype)
@@ -313,7 +315,8 @@ class PrefetchLoader:
         "uint8 NCHW on the device -> float NCHW, jittered, normalised and clamped to the valid range."
         n, c, h, w = x.shape
         cl = self.channels_last
-        if not self.is_cuda and self._native_layout(x): return self._native_pass(x)
+        layout = None if self.is_cuda else self._native_layout(x)
+        if layout: return self._native_pass(x, layout)
         if self.is_cuda and not x.is_contiguous(): x = x.contiguous()  # a channels-last uint8 batch: cheap on the GPU
         if self.jitter is None:  # conversion pass + one in-place scale-and-shift pass
             out = self._empty(x.shape, cl).copy_(x)
@@ -321,13 +324,11 @@ class PrefetchLoader:
             out.view(n, c, -1).mul_(self._scale.view(1, c, 1)).add_(self._bias.view(1, c, 1))  # 3-d views: faster kernels
             return out
         if not self.is_cuda: return self._jitter_cpu(x)
-        xf = self._scratch_for(x).view(n, c, h * w)
+        xf = x.to(self._calc_dtype).view(n, c, h * w)
         mu = xf.mean(-1)
         factors, order = sample_jitter(n, self.jitter, self.generator)
-        if self.is_cuda: factors, order = factors.to(self.device, non_blocking=True), order.to(self.device, non_blocking=True)
-        A, t = jitter_affine(mu, factors, order, self._gray)
-        M = A * self._scale.view(1, c, 1)  # fold normalisation into the matrix: diag(scale) A
-        b = t * self._scale.view(1, c) + self._bias.view(1, c)
+        factors, order = factors.to(self.device, non_blocking=True), order.to(self.device, non_blocking=True)
+        M, b = self._fold(*jitter_affine(mu, factors, order, self._gray))
         if cl:  # NHWC memory: compute (x^T M^T) so the result lands channels-last without a transpose pass
             out = self._empty((n, h, w, c))
             torch.baddbmm(b.view(n, 1, c), xf.transpose(1, 2), M.transpose(1, 2), out=out.view(n, h * w, c))
@@ -345,21 +346,25 @@ class PrefetchLoader:
         if x.is_contiguous(memory_format=torch.channels_last): return 'nhwc'
         return None
 
-    def _native_pass(self, x: torch.Tensor) -> torch.Tensor:
+    def _fold(self, A: torch.Tensor, t: torch.Tensor) -> tuple:
+        "Fold normalisation into the per-image affine map x -> A x + t: (diag(scale) A, scale t + bias)."
+        c = A.shape[-1]
+        return A * self._scale.view(1, c, 1), t * self._scale.view(1, c) + self._bias.view(1, c)
+
+    def _native_pass(self, x: torch.Tensor, layout: str) -> torch.Tensor:
         "The CPU step in one native pass: (jitter and) normalisation as a 3x3 matrix and bias per image, then the clamp."
         n, c, h, w = x.shape
-        nhwc = self._native_layout(x) == 'nhwc'
+        nhwc = layout == 'nhwc'
         xn = (x.permute(0, 2, 3, 1) if nhwc else x).numpy()  # the batch's memory as it lies
         if self.jitter is None: A, t = torch.eye(c).expand(n, c, c), torch.zeros(n, c)
         else:
             mu = torch.empty(n, c)
             (_native.channel_means_nhwc if nhwc else _native.channel_means)(xn, mu.numpy(), n, c, h * w)
             A, t = jitter_affine(mu, *sample_jitter(n, self.jitter, self.generator), self._gray)
-        M = (A * self._scale.view(1, c, 1)).float().contiguous()  # fold normalisation into the matrix: diag(scale) A
-        b = (t * self._scale.view(1, c) + self._bias.view(1, c)).float().contiguous()
+        M, b = (v.contiguous() for v in self._fold(A, t))
         out = self._empty((n, c, h, w))
         (_native.affine_u8_nhwc if nhwc else _native.affine_u8)(
-            xn, M.numpy(), b.numpy(), self._lo_hi[0].numpy(), self._lo_hi[1].numpy(), out.numpy(), n, c, h * w)
+            xn, M.numpy(), b.numpy(), *self._lo_hi, out.numpy(), n, c, h * w)
         return out
 
     def _jitter_cpu(self, x: torch.Tensor) -> torch.Tensor:
@@ -370,9 +375,7 @@ class PrefetchLoader:
         xv, s = x.view(n, c, h * w), self._scratch_for(x[:1]).view(c, h * w)  # s: one image's float scratch
         mu = torch.empty(n, c, dtype=s.dtype)
         for i in range(n): torch.mean(s.copy_(xv[i]), 1, out=mu[i])
-        A, t = jitter_affine(mu, *sample_jitter(n, self.jitter, self.generator), self._gray)
-        M = A * self._scale.view(1, c, 1)  # fold normalisation into the matrix: diag(scale) A
-        b = t * self._scale.view(1, c) + self._bias.view(1, c)
+        M, b = self._fold(*jitter_affine(mu, *sample_jitter(n, self.jitter, self.generator), self._gray))
         cl = self.channels_last
         out = self._empty((n, h, w, c) if cl else (n, c, h, w))
         ov = out.view(n, h * w, c) if cl else out.view(n, c, h * w)
@@ -415,7 +418,7 @@ class PrefetchLoader:
                         ready = torch.cuda.Event()
                         ready.record(self.stream)
                 else:
-                    with _torch_threads(self.cpu_threads): xo, ready = self._process(x.to(self.device)), None
+                    with _torch_threads(self.cpu_threads): xo, ready = self._process(x), None
                     if self._release is not None: self._release(x)  # done reading the uint8 batch: its memory may be reused
                     x = xo
                     if isinstance(y, torch.Tensor): y = y.to(self.device)
@@ -455,8 +458,6 @@ class PrefetchLoader:
                 seen.add(id(obj)); obj.set_epoch(epoch)
 
 # %% ../nbs/07_loader.ipynb #d99dce85
-_SEED_MIX = 0x9E3779B97F4A7C15  # an odd 64-bit constant: rank r's seeds land far from rank 0's
-
 def _worker_init(worker_id: int, # set by the DataLoader
                  worker_seeding: Union[str, Callable] = 'all', # 'all', 'part' or f(worker_info) -> seed
                  rank: int = 0, # distributed rank of the process that made the loader

@@ -245,7 +245,6 @@ class Mixup:
         mid = n // 2
         if self.mode == 'pair' and not half:
             lam_h, cut_h = self._params_per_elem(mid)
-            lam_h, cut_h = lam_h.copy(), cut_h.copy()
             lam_h, boxes_h = self._boxes(lam_h, cut_h, shape)
             one = np.ones(n - 2 * mid, np.float32)
             lam = np.concatenate([lam_h, one, lam_h[::-1]])
@@ -254,7 +253,6 @@ class Mixup:
             return lam, cut, boxes
         n_draw = mid if half else n
         lam, cut = self._params_per_elem(n_draw)
-        lam, cut = lam.copy(), cut.copy()
         if n % 2 and not half: lam[mid], cut[mid] = 1., False  # mixed with itself: nothing to do
         lam, boxes = self._boxes(lam, cut, shape)
         return lam, cut, boxes

@@ -52,7 +52,6 @@ class RandomErasing:
         self.probability, self.min_area, self.max_area = probability, min_area, max_area
         self.log_aspect_ratio = (math.log(min_aspect), math.log(max_aspect))
         self.min_count, self.max_count, self.num_splits, self.mode = min_count, max_count, num_splits, mode
-        self.rand_color, self.per_pixel = mode == 'rand', mode == 'pixel'
         self.device, self.generator = device, generator
 
     def get_params(self,

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_sample_data.ipynb #9d26dc20
 from __future__ import annotations
-import io, os, json, math
+import os, json, math
 from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter

@@ -4,8 +4,8 @@
 
 # %% ../nbs/02_transforms.ipynb #83b58af3
 from __future__ import annotations
-import math, numbers, random, warnings
-from typing import Optional, Sequence, Union
+import math, numbers, random
+from typing import Optional
 import numpy as np
 import torch
 from PIL import Image
@@ -193,7 +193,7 @@ class RandomResizedCropAndInterpolation:
                  ratio: tuple = (3. / 4., 4. / 3.), # range of the crop's aspect ratio w/h (drawn log-uniformly)
                  interpolation: str = 'bilinear', # a name from `INTERPOLATIONS`, 'random' = bilinear or bicubic per image
                 ):
-        self.size = tuple(size) if isinstance(size, (list, tuple)) else (size, size)
+        self.size = _setup_size(size)
         _check_range(scale, 'scale'); _check_range(ratio, 'ratio')
         self.interpolation = _interp_or_choices(interpolation)
         self.scale, self.ratio = scale, ratio
@@ -246,7 +246,7 @@ class ResizeKeepRatio:
                  random_aspect_prob: float = 0., # probability of a random aspect change
                  random_aspect_range: tuple = (0.9, 1.11), # its range (drawn log-uniformly)
                 ):
-        self.size = tuple(size) if isinstance(size, (list, tuple)) else (size, size)
+        self.size = _setup_size(size)
         self.interpolation = _interp_or_choices(interpolation)
         self.longest = float(longest)
         self.random_scale_prob, self.random_scale_range, self.random_scale_area = random_scale_prob, random_scale_range, random_scale_area

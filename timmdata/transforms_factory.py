@@ -8,9 +8,9 @@ import math, numbers
 from typing import Optional, Union
 import torch
 from torchvision import transforms as tvt
-from .transforms import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, DEFAULT_CROP_PCT, CROP_MODES, INTERPOLATIONS,
+from .transforms import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, DEFAULT_CROP_PCT, CROP_MODES,
     Compose, Resize, RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad, RandomCropOrPad, TrimBorder,
-    MaybeToTensor, MaybePILToTensor, color_jitter_factors, _check_interp, _check_range)
+    MaybeToTensor, MaybePILToTensor, color_jitter_factors, _check_interp, _check_range, _setup_size)
 
 # %% auto #0
 __all__ = ['TRAIN_CROP_MODES', 'transforms_noaug_train', 'transforms_imagenet_train', 'transforms_imagenet_eval',
@@ -84,9 +84,9 @@ def transforms_imagenet_train(img_size: Union[int, tuple] = 224, # output size: 
         # auto-augment replaces colour jitter unless forced, or for '3a' (DeiT III's recipe keeps both)
         jitter_off = not (force_color_jitter or '3a' in auto_augment)
         secondary.append(create_auto_augment(auto_augment, img_size=img_size, mean=mean, interpolation=interpolation))
-    if not jitter_off and any(f is not None for f in color_jitter_factors(color_jitter)):
-        cj = tuple(color_jitter) if isinstance(color_jitter, (tuple, list)) else (float(color_jitter),) * 3
-        jitter = tvt.ColorJitter(*cj)
+    factors = color_jitter_factors(color_jitter)
+    if not jitter_off and any(f is not None for f in factors):
+        jitter = tvt.ColorJitter(*(f or 0 for f in factors))  # the parsed (min, max) ranges: the same draws as timm's
         secondary.append(jitter if color_jitter_prob is None else tvt.RandomApply([jitter], p=color_jitter_prob))
     if grayscale_prob: secondary.append(tvt.RandomGrayscale(p=grayscale_prob))
     if gaussian_blur_prob: secondary.append(tvt.RandomApply([tvt.GaussianBlur(kernel_size=23)], p=gaussian_blur_prob))
@@ -112,7 +112,7 @@ def transforms_imagenet_eval(img_size: Union[int, tuple] = 224, # output size: i
     "timm's eval pipeline: resize to `img_size / crop_pct` (per crop mode), crop to `img_size`, to tensor."
     crop_pct = crop_pct or DEFAULT_CROP_PCT
     if interpolation == 'random': interpolation = 'bilinear'
-    hw = tuple(img_size) if isinstance(img_size, (tuple, list)) else (img_size, img_size)
+    hw = _setup_size(img_size, 'img_size')
     scale_size = tuple(math.floor(x / crop_pct) for x in hw)
     tfl = [TrimBorder(crop_border_pixels)] if crop_border_pixels else []
     if crop_mode == 'squash':  # each edge to 1/crop_pct of the target: aspect not kept, nothing lost at crop_pct 1
