@@ -56,3 +56,44 @@ def test_no_ring_without_workers():
     ld0 = create_loader(IndexImages(16), (3, 16, 16), 8, num_workers=0, device='cpu')
     assert not isinstance(ld0.loader.collate_fn, _BatchRing)
     assert _BatchRing.maybe((8, 3, 16, 16), 0, 3) is None
+
+def test_batches_arrive_as_views_of_the_main_processs_ring_and_targets_as_copies():
+    "A worker sends a slot's place in the ring, not a file descriptor: the main process reads its own mapping."
+    # slots for the prefetch_factor (2) batches a worker has queued, the one it writes and the one being read
+    ring = _BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4)
+    dl = torch.utils.data.DataLoader(IndexImages(120), batch_size=8, num_workers=2, collate_fn=ring, persistent_workers=True)
+    base, tbase = ring.ring.untyped_storage().data_ptr(), ring.targets.untyped_storage().data_ptr()
+    for epoch in range(2):
+        ys = []
+        for x, y in dl:
+            assert x.untyped_storage().data_ptr() == base  # a view of the ring this process made
+            assert y.untyped_storage().data_ptr() != tbase  # targets are copied out: the slot is rewritten later
+            assert (x[:, 0, 0, 0].long() + 256 * x[:, 1, 0, 0].long()).tolist() == y.tolist()
+            ys.append(y)
+            ring.release(x)
+        assert torch.cat(ys).tolist() == list(range(120)), f'epoch {epoch}'  # targets kept across slot reuse stay right
+    assert int(ring.busy.sum()) == 0
+
+class SoftTargets(IndexImages):
+    def __getitem__(self, i):
+        x, _ = super().__getitem__(i)
+        return x, torch.tensor([i / 2, 1.0])  # not class indices: sent the usual way
+
+def test_non_index_targets_are_sent_as_they_are():
+    ring = _BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=2)
+    dl = torch.utils.data.DataLoader(SoftTargets(32), batch_size=8, num_workers=2, collate_fn=ring)
+    for x, y in dl:
+        assert y.dtype == torch.float32 and y.shape == (8, 2)
+        assert (y[:, 0] * 2).long().tolist() == (x[:, 0, 0, 0].long() + 256 * x[:, 1, 0, 0].long()).tolist()
+        ring.release(x)
+
+def test_a_ring_batch_unpickled_elsewhere_is_an_error_not_garbage():
+    import pickle
+    from timmdata.loader import _InRing
+    ring = _BatchRing((2, 3, 4, 4), num_workers=1, slots_per_worker=1)
+    ref = _InRing(ring.key, 0, ring.ring[0])
+    assert pickle.loads(pickle.dumps(ref)).data_ptr() == ring.ring.data_ptr()  # the owner gets its own view back
+    stranger = _InRing('another-process-ring', 0, ring.ring[0])
+    try: pickle.loads(pickle.dumps(stranger))
+    except RuntimeError as e: assert 'does not own' in str(e) and 'create_loader' in str(e)
+    else: raise AssertionError('a batch of a ring this process does not own was accepted')

@@ -262,3 +262,48 @@ def test_tar_source(src, tmp_path):
         assert r.classes[r[i][1]] == Path(r.filename(i)).parent.name
     with open(tar, 'ab') as f: f.write(b'\0' * 512)
     with pytest.raises(StaleStoreError, match='train.tar'): ReaderStore(dst)
+
+
+_FAULTS_SCRIPT = textwrap.dedent("""
+    import sys, torch
+    from pathlib import Path
+    import timmdata.loader as L
+    from timmdata.bench import _worker_pids
+    from timmdata import ImageDataset, create_loader
+    store, patched = sys.argv[1], sys.argv[2] == 'plain'
+    if patched: L._steady_heap = lambda: False  # forked workers inherit the patched module
+    torch.set_num_threads(1)  # as the benchmarks run the main process (cores - workers)
+    minflt = lambda pid: int(Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[7])
+    ld = create_loader(ImageDataset(store), (3, 224, 224), 64, is_training=True, num_workers=2, device='cpu')
+    for _ in range(3):  # workers start and map the store's pages (first touches fault too)
+        for x, y in ld: pass
+    pids = _worker_pids(ld)
+    before, n = sum(minflt(p) for p in pids), 0
+    for _ in range(3):
+        for x, y in ld: n += len(x)
+    print((sum(minflt(p) for p in pids) - before) / n)
+""")
+
+
+def _worker_faults_per_image(store, mode):
+    "Page faults per image in the workers of a training loader on `store`, in a fresh process (malloc's state is inherited)."
+    out = subprocess.run([sys.executable, '-c', _FAULTS_SCRIPT, str(store), mode], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='page-fault counts from /proc')
+def test_workers_keep_their_heap(tmp_path):
+    """Training from a store: without _steady_heap, glibc often gives every image's buffers fresh pages (whether it
+    does in a given run depends on the malloc state the workers inherit and on timing); with it, workers reuse their heap."""
+    from timmdata.sample_data import make_sample_dataset
+    src = make_sample_dataset(tmp_path / 'src', n_train=60, n_val=0) / 'train'  # 600 images: 9 batches of 64
+    dst = tmp_path / 'store'
+    build_cache(src, dst, num_workers=0, progress=False)
+    steady = [_worker_faults_per_image(dst, 'steady') for _ in range(2)]
+    plain = []
+    for _ in range(4):  # the churn shows in most runs, not all: look for it a few times
+        plain.append(_worker_faults_per_image(dst, 'plain'))
+        if plain[-1] >= 3: break
+    if max(plain) < 3: pytest.skip(f"this machine's malloc did not churn pages in {len(plain)} runs without the setting ({plain})")
+    assert max(steady) < max(plain) / 3, (steady, plain)

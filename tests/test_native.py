@@ -64,11 +64,13 @@ def test_loader_epoch_with_crop_decode(sample_root):
     n = sum(len(x) for x, y in ld)
     assert n == len(ds) // 8 * 8
 
+# (40, 56) and (224, 224): planes a multiple of 32 bytes, written with streaming stores on AVX2; (7, 9): the plain loop
+@pytest.mark.parametrize('hw', [(40, 56), (7, 9), (224, 224)])
 @pytest.mark.parametrize('jitter', [0.4, (0.2, 0.5, 0.3)])
-def test_fused_batch_step_matches_torch_ops(monkeypatch, jitter):
+def test_fused_batch_step_matches_torch_ops(monkeypatch, jitter, hw):
     "The native jitter+normalise pass gives the torch-ops result (same generator draws), to float rounding."
     import timmdata.loader as L
-    x = torch.randint(0, 256, (7, 3, 40, 56), dtype=torch.uint8)
+    x = torch.randint(0, 256, (7, 3, *hw), dtype=torch.uint8)
     x[0] = 255; x[1] = 0  # saturated images exercise the clamp
     batches = [(x, torch.arange(7))]
     fast = next(iter(L.PrefetchLoader(batches, device='cpu', color_jitter=jitter, seed=3)))[0]
@@ -77,14 +79,15 @@ def test_fused_batch_step_matches_torch_ops(monkeypatch, jitter):
     assert fast.shape == slow.shape and fast.dtype == slow.dtype == torch.float32
     assert torch.allclose(fast, slow, atol=1e-4), (fast - slow).abs().max()
 
+@pytest.mark.parametrize('hw', [(20, 24), (7, 9), (224, 224)])
 @pytest.mark.parametrize('jitter', [None, 0.4])
-def test_fused_step_reads_channels_last_batches(monkeypatch, jitter):
+def test_fused_step_reads_channels_last_batches(monkeypatch, jitter, hw):
     "fast_collate gives channels-last batches for decode_jpeg-layout images; both layouts and the torch path agree."
     import timmdata.loader as L
-    hwc = [torch.randint(0, 256, (20, 24, 3), dtype=torch.uint8) for _ in range(5)]
+    hwc = [torch.randint(0, 256, (*hw, 3), dtype=torch.uint8) for _ in range(5)]
     imgs = [t.permute(2, 0, 1) for t in hwc]  # CHW views of HWC memory, as decode_jpeg and the uint8 resize give
     x, y = L.fast_collate([(im, i) for i, im in enumerate(imgs)])
-    assert x.shape == (5, 3, 20, 24) and x.is_contiguous(memory_format=torch.channels_last)
+    assert x.shape == (5, 3, *hw) and x.is_contiguous(memory_format=torch.channels_last)
     assert all(torch.equal(x[i], imgs[i]) for i in range(5))
     planar = x.contiguous()
     run = lambda b: next(iter(L.PrefetchLoader([(b, y)], device='cpu', color_jitter=jitter, seed=5)))[0]

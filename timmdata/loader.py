@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_loader.ipynb #dfb218b2
 from __future__ import annotations
-import math, numbers, os, random
+import ctypes, math, numbers, os, random, sys, weakref
 from collections import deque
 from contextlib import contextmanager
 from functools import partial
@@ -88,6 +88,25 @@ def fast_collate(batch: list, # samples `(image, target)`; image a uint8 CHW ten
     return out, targets
 
 # %% ../nbs/07_loader.ipynb #dffc2686
+_RINGS = weakref.WeakValueDictionary()  # ring key -> _BatchRing, in the process that made the ring (the main process)
+
+def _from_ring(key: str, which: int, size: tuple, stride: tuple, offset: int) -> torch.Tensor:
+    "Unpickles a batch a worker sent by reference: a view of this process's own mapping of the ring (targets: a copy)."
+    ring = _RINGS.get(key)
+    if ring is None:
+        raise RuntimeError(f'a batch written into a timmdata batch ring reached process {os.getpid()}, which does not own '
+                           f'that ring. The ring belongs to the process that called create_loader; iterate the loader there')
+    base = ring.ring if which == 0 else ring.targets
+    v = base.as_strided(size, stride, offset)
+    return v if which == 0 else v.clone()  # the slot's targets are overwritten when it is reused: hand out a copy
+
+class _InRing:
+    "A tensor in a slot of a ring, sent as its place in the ring: the main process has the ring mapped already."
+    __slots__ = ('args',)
+    def __init__(self, key: str, which: int, t: torch.Tensor):
+        self.args = (key, which, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    def __reduce__(self): return _from_ring, self.args
+
 class _BatchRing:
     "Per-worker slots of shared batch memory for `fast_collate`, reused once the `PrefetchLoader` releases them."
     def __init__(self,
@@ -97,9 +116,12 @@ class _BatchRing:
                 ):
         self.batch_shape, self.slots = tuple(batch_shape), slots_per_worker
         self.slot_bytes = math.prod(batch_shape)
-        self.ring = torch.empty((num_workers * slots_per_worker, *batch_shape), dtype=torch.uint8).share_memory_()
-        self.busy = torch.zeros(num_workers * slots_per_worker, dtype=torch.int32).share_memory_()
-        self._mapped = None  # the main process's mapping of the ring, kept so every batch reuses it
+        n = num_workers * slots_per_worker
+        self.ring = torch.empty((n, *batch_shape), dtype=torch.uint8).share_memory_()
+        self.targets = torch.zeros((n, batch_shape[0]), dtype=torch.int64).share_memory_()  # class-index targets per slot
+        self.busy = torch.zeros(n, dtype=torch.int32).share_memory_()
+        self.key = f'{os.getpid()}-{id(self)}-{os.urandom(4).hex()}'
+        _RINGS[self.key] = self
 
     @classmethod
     def maybe(cls, batch_shape, num_workers: int, slots_per_worker: int) -> Optional['_BatchRing']:
@@ -120,18 +142,25 @@ class _BatchRing:
                     return self.ring[s][:shape[0]]
         return _new_uint8(shape)
 
+    def _slot(self, x: torch.Tensor) -> Optional[int]:
+        "The slot `x` lies in, or None when it is not in the ring."
+        st = x.untyped_storage()
+        if st.data_ptr() != self.ring.untyped_storage().data_ptr(): return None
+        return (x.data_ptr() - st.data_ptr()) // self.slot_bytes
+
     def __call__(self, batch: list) -> tuple:
-        "`fast_collate` into a slot of the ring."
-        return fast_collate(batch, _alloc=self.alloc)
+        "`fast_collate` into a slot of the ring; a batch in a slot leaves the worker as its place in the ring."
+        x, y = fast_collate(batch, _alloc=self.alloc)
+        s = self._slot(x)
+        if s is None: return x, y  # fresh memory (no free slot, or not in a worker): sent the usual way
+        if isinstance(y, torch.Tensor) and y.dtype == torch.int64 and y.ndim == 1 and len(y) <= self.targets.shape[1]:
+            t = self.targets[s][:len(y)]; t.copy_(y); y = _InRing(self.key, 1, t)
+        return _InRing(self.key, 0, x), y
 
     def release(self, x: torch.Tensor):
         "Called by the PrefetchLoader when it has finished reading batch `x`: its slot may be written again."
-        st = x.untyped_storage()
-        if st.nbytes() != self.ring.untyped_storage().nbytes(): return  # fresh memory, not a slot
-        if self._mapped is None: self._mapped = st  # keep the mapping: torch reuses it for later batches of the ring
-        self.busy[(x.data_ptr() - st.data_ptr()) // self.slot_bytes] = 0
-
-    def __getstate__(self): return {**self.__dict__, '_mapped': None}
+        s = self._slot(x)
+        if s is not None: self.busy[s] = 0
 
 # %% ../nbs/07_loader.ipynb #39720cff
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
@@ -259,16 +288,19 @@ class PrefetchLoader:
                  re_num_splits: int = 0, # leave the first split of the batch un-erased (augmentation splits)
                  channels_last: bool = False, # hand out channels-last (NHWC-strided) batches
                  color_jitter=None, # brightness/contrast/saturation strength: a float, a 3-tuple, or ranges; None: off
-                 num_prefetch: int = 1, # batches prepared ahead of the one the consumer holds
+                 num_prefetch: Optional[int] = None, # batches prepared ahead of the one the consumer holds; None: 1 on a GPU, 0 on the CPU
                  seed: Optional[int] = None, # seed of this loader's generator (jitter); None: drawn from torch's RNG and the rank
                  cpu_threads: Optional[int] = 1, # torch threads for the maths on a CPU device (the workers need the cores); None: torch's setting
                 ):
-        if not isinstance(num_prefetch, int) or num_prefetch < 0:
-            raise ValueError(f"num_prefetch must be an int >= 0; got {num_prefetch!r}")
-        self.loader, self.channels, self.num_prefetch, self.channels_last = loader, channels, num_prefetch, channels_last
-        self.cpu_threads = cpu_threads
+        if num_prefetch is not None and (not isinstance(num_prefetch, int) or num_prefetch < 0):
+            raise ValueError(f"num_prefetch must be None or an int >= 0; got {num_prefetch!r}")
         self.device = _resolve_device(device)
         self.is_cuda = self.device.type == 'cuda'
+        # on a GPU the copy and the maths of the next batch overlap the consumer's step; on the CPU they run in the
+        # consumer's thread either way, so working ahead would only delay each epoch's first batch and hold one more
+        if num_prefetch is None: num_prefetch = 1 if self.is_cuda else 0
+        self.loader, self.channels, self.num_prefetch, self.channels_last = loader, channels, num_prefetch, channels_last
+        self.cpu_threads = cpu_threads
         self.img_dtype = torch.float16 if fp16 else (img_dtype or torch.float32)
         if not self.img_dtype.is_floating_point: raise ValueError(f"img_dtype must be a floating dtype; got {self.img_dtype}")
         # the maths runs in img_dtype on a GPU; on the CPU half types are slow, so float32 then one cast
@@ -457,12 +489,27 @@ class PrefetchLoader:
             if obj is not None and id(obj) not in seen and callable(getattr(obj, 'set_epoch', None)):
                 seen.add(id(obj)); obj.set_epoch(epoch)
 
+# %% ../nbs/07_loader.ipynb #050e97fe
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
+
+def _steady_heap(trim: int = 128 << 20, # free memory the heap may keep at its top (bytes)
+                 mmap_min: int = 16 << 20, # blocks at least this big get their own mapping (bytes)
+                ) -> bool:
+    "Keep freed image buffers in the heap (glibc's malloc) so later ones need no new pages; True if it was set."
+    if not sys.platform.startswith('linux'): return False
+    try:
+        libc = ctypes.CDLL(None)
+        if not hasattr(libc, 'gnu_get_libc_version'): return False  # musl and others: leave their malloc alone
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, mmap_min)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, trim))
+    except (OSError, AttributeError): return False
+
 # %% ../nbs/07_loader.ipynb #d99dce85
 def _worker_init(worker_id: int, # set by the DataLoader
                  worker_seeding: Union[str, Callable] = 'all', # 'all', 'part' or f(worker_info) -> seed
                  rank: int = 0, # distributed rank of the process that made the loader
                 ):
-    "DataLoader `worker_init_fn`: seeds `random`, `torch` and numpy per worker (and per rank) as chosen."
+    "DataLoader `worker_init_fn`: seeds `random`, `torch` and numpy per worker (and per rank) as chosen; keeps the heap."
+    _steady_heap()
     info = get_worker_info()
     if callable(worker_seeding): seed = int(worker_seeding(info))
     elif worker_seeding == 'all': seed = (info.seed + rank * _SEED_MIX) % 2**64
