@@ -111,8 +111,8 @@ def _resize(img, size, interp: InterpolationMode):
     if (_U8_RESIZE_CL and interp in (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC) and _is_hwc_view(img)
             and tuple(img.shape[-2:]) != (h, w)):
         # torchvision's resize_image would call the same kernel with the same arguments, but its reshape to a 1xCxHxW
-        # batch hides the channels-last layout of a crop window; the kernel then repacks to planar and takes 1.7x as
-        # long. Shown as a 4-D channels-last view, it reads and writes interleaved pixels: the same values (tested below)
+        # batch hides the channels-last layout of a crop window; the kernel then repacks to planar and takes about
+        # twice as long. Shown as a 4-D channels-last view, it reads and writes interleaved pixels: the same values (tested below)
         x = img.permute(1, 2, 0).unsqueeze(0).permute(0, 3, 1, 2)
         return torch.nn.functional.interpolate(x, size=[h, w], mode=interp.value, align_corners=False, antialias=True)[0]
     return F2.resize_image(img, [h, w], interpolation=interp, antialias=True)
