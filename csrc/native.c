@@ -137,45 +137,44 @@ static HOT void affine_img_nhwc3(const uint8_t *restrict x, const float *m, cons
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 #define HAVE_STREAM 1
-__attribute__((target("avx2")))
-static void affine_img_planar3_stream(const uint8_t *restrict x0, const uint8_t *restrict x1, const uint8_t *restrict x2,
-                                      const float *m, const float *b, const float *lo, const float *hi,
-                                      float *restrict o0, float *restrict o1, float *restrict o2, Py_ssize_t hw) {
-    const __m256 m0 = _mm256_set1_ps(m[0]), m1 = _mm256_set1_ps(m[1]), m2 = _mm256_set1_ps(m[2]), m3 = _mm256_set1_ps(m[3]),
-                 m4 = _mm256_set1_ps(m[4]), m5 = _mm256_set1_ps(m[5]), m6 = _mm256_set1_ps(m[6]), m7 = _mm256_set1_ps(m[7]),
-                 m8 = _mm256_set1_ps(m[8]), b0 = _mm256_set1_ps(b[0]), b1 = _mm256_set1_ps(b[1]), b2 = _mm256_set1_ps(b[2]),
-                 l0 = _mm256_set1_ps(lo[0]), l1 = _mm256_set1_ps(lo[1]), l2 = _mm256_set1_ps(lo[2]),
-                 h0 = _mm256_set1_ps(hi[0]), h1 = _mm256_set1_ps(hi[1]), h2 = _mm256_set1_ps(hi[2]);
-    Py_ssize_t p = 0;
-    for (; p + 8 <= hw; p += 8) {
-        const __m256 r = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x0 + p))));
-        const __m256 g = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x1 + p))));
-        const __m256 bl = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x2 + p))));
-        __m256 v0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(m0, r), _mm256_mul_ps(m1, g)), _mm256_mul_ps(m2, bl)), b0);
-        __m256 v1 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(m3, r), _mm256_mul_ps(m4, g)), _mm256_mul_ps(m5, bl)), b1);
-        __m256 v2 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(m6, r), _mm256_mul_ps(m7, g)), _mm256_mul_ps(m8, bl)), b2);
-        /* clamp as the C code does: below lo -> lo, then above hi -> hi (max/min with the bound as the second operand) */
-        v0 = _mm256_min_ps(_mm256_max_ps(v0, l0), h0); v1 = _mm256_min_ps(_mm256_max_ps(v1, l1), h1); v2 = _mm256_min_ps(_mm256_max_ps(v2, l2), h2);
-        _mm256_stream_ps(o0 + p, v0); _mm256_stream_ps(o1 + p, v1); _mm256_stream_ps(o2 + p, v2);
+#define AVX2 __attribute__((target("avx2")))
+typedef struct { __m256 m[9], b[3], lo[3], hi[3]; } affine8;  /* one image's matrix, bias and bounds, broadcast */
+
+static AVX2 void affine8_init(affine8 *a, const float *m, const float *b, const float *lo, const float *hi) {
+    for (int k = 0; k < 9; k++) a->m[k] = _mm256_set1_ps(m[k]);
+    for (int k = 0; k < 3; k++) { a->b[k] = _mm256_set1_ps(b[k]); a->lo[k] = _mm256_set1_ps(lo[k]); a->hi[k] = _mm256_set1_ps(hi[k]); }
+}
+
+/* 8 pixels given as float R, G, B vectors -> the three output planes at o + p, written around the cache */
+static inline AVX2 void affine8_stream(const affine8 *a, __m256 r, __m256 g, __m256 bl, float *o0, float *o1, float *o2, Py_ssize_t p) {
+    float *o[3] = {o0, o1, o2};
+    for (int k = 0; k < 3; k++) {
+        __m256 v = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(a->m[3 * k], r), _mm256_mul_ps(a->m[3 * k + 1], g)),
+                                               _mm256_mul_ps(a->m[3 * k + 2], bl)), a->b[k]);
+        /* clamp as the C code does: below lo -> lo, then above hi -> hi */
+        _mm256_stream_ps(o[k] + p, _mm256_min_ps(_mm256_max_ps(v, a->lo[k]), a->hi[k]));
     }
+}
+
+static inline AVX2 __m256 u8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+
+static AVX2 void affine_img_planar3_stream(const uint8_t *restrict x0, const uint8_t *restrict x1, const uint8_t *restrict x2,
+                                           const float *m, const float *b, const float *lo, const float *hi,
+                                           float *restrict o0, float *restrict o1, float *restrict o2, Py_ssize_t hw) {
+    affine8 a; affine8_init(&a, m, b, lo, hi);
+    Py_ssize_t p = 0;
+    for (; p + 8 <= hw; p += 8)
+        affine8_stream(&a, u8x8_to_ps(_mm_loadl_epi64((const __m128i *)(x0 + p))), u8x8_to_ps(_mm_loadl_epi64((const __m128i *)(x1 + p))),
+                       u8x8_to_ps(_mm_loadl_epi64((const __m128i *)(x2 + p))), o0, o1, o2, p);
     _mm_sfence();
     if (p < hw) affine_img_planar3(x0 + p, x1 + p, x2 + p, m, b, lo, hi, o0 + p, o1 + p, o2 + p, hw - p);
 }
-static int can_stream(const float *o0, const float *o1, const float *o2) {
-    static int avx2 = -1;
-    if (avx2 < 0) { __builtin_cpu_init(); avx2 = __builtin_cpu_supports("avx2") ? 1 : 0; }
-    return avx2 && ((((uintptr_t)o0) | ((uintptr_t)o1) | ((uintptr_t)o2)) & 31) == 0;
-}
+
 /* Channels-last input: 8 pixels (24 bytes) are split into their R, G and B bytes with byte shuffles. */
-__attribute__((target("avx2")))
-static void affine_img_nhwc3_stream(const uint8_t *restrict x, const float *m, const float *b, const float *lo, const float *hi,
-                                    float *restrict o0, float *restrict o1, float *restrict o2, Py_ssize_t hw) {
-    const __m256 m0 = _mm256_set1_ps(m[0]), m1 = _mm256_set1_ps(m[1]), m2 = _mm256_set1_ps(m[2]), m3 = _mm256_set1_ps(m[3]),
-                 m4 = _mm256_set1_ps(m[4]), m5 = _mm256_set1_ps(m[5]), m6 = _mm256_set1_ps(m[6]), m7 = _mm256_set1_ps(m[7]),
-                 m8 = _mm256_set1_ps(m[8]), b0 = _mm256_set1_ps(b[0]), b1 = _mm256_set1_ps(b[1]), b2 = _mm256_set1_ps(b[2]),
-                 l0 = _mm256_set1_ps(lo[0]), l1 = _mm256_set1_ps(lo[1]), l2 = _mm256_set1_ps(lo[2]),
-                 h0 = _mm256_set1_ps(hi[0]), h1 = _mm256_set1_ps(hi[1]), h2 = _mm256_set1_ps(hi[2]);
-    /* bytes 0-15 in a, 16-23 in the low half of c; -1 lanes give 0 */
+static AVX2 void affine_img_nhwc3_stream(const uint8_t *restrict x, const float *m, const float *b, const float *lo, const float *hi,
+                                         float *restrict o0, float *restrict o1, float *restrict o2, Py_ssize_t hw) {
+    affine8 a; affine8_init(&a, m, b, lo, hi);
+    /* bytes 0-15 in lo16, 16-23 in the low half of hi8; -1 lanes give 0 */
     const __m128i ra = _mm_setr_epi8(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
     const __m128i rc = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, 2, 5, -1, -1, -1, -1, -1, -1, -1, -1);
     const __m128i ga = _mm_setr_epi8(1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
@@ -184,18 +183,19 @@ static void affine_img_nhwc3_stream(const uint8_t *restrict x, const float *m, c
     const __m128i bc = _mm_setr_epi8(-1, -1, -1, -1, -1, 1, 4, 7, -1, -1, -1, -1, -1, -1, -1, -1);
     Py_ssize_t p = 0;
     for (; p + 8 <= hw; p += 8) {
-        const __m128i a = _mm_loadu_si128((const __m128i *)(x + 3 * p)), c = _mm_loadl_epi64((const __m128i *)(x + 3 * p + 16));
-        const __m256 r = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, ra), _mm_shuffle_epi8(c, rc))));
-        const __m256 g = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, ga), _mm_shuffle_epi8(c, gc))));
-        const __m256 bl = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, ba), _mm_shuffle_epi8(c, bc))));
-        __m256 v0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(m0, r), _mm256_mul_ps(m1, g)), _mm256_mul_ps(m2, bl)), b0);
-        __m256 v1 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(m3, r), _mm256_mul_ps(m4, g)), _mm256_mul_ps(m5, bl)), b1);
-        __m256 v2 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(m6, r), _mm256_mul_ps(m7, g)), _mm256_mul_ps(m8, bl)), b2);
-        v0 = _mm256_min_ps(_mm256_max_ps(v0, l0), h0); v1 = _mm256_min_ps(_mm256_max_ps(v1, l1), h1); v2 = _mm256_min_ps(_mm256_max_ps(v2, l2), h2);
-        _mm256_stream_ps(o0 + p, v0); _mm256_stream_ps(o1 + p, v1); _mm256_stream_ps(o2 + p, v2);
+        const __m128i lo16 = _mm_loadu_si128((const __m128i *)(x + 3 * p)), hi8 = _mm_loadl_epi64((const __m128i *)(x + 3 * p + 16));
+        affine8_stream(&a, u8x8_to_ps(_mm_or_si128(_mm_shuffle_epi8(lo16, ra), _mm_shuffle_epi8(hi8, rc))),
+                       u8x8_to_ps(_mm_or_si128(_mm_shuffle_epi8(lo16, ga), _mm_shuffle_epi8(hi8, gc))),
+                       u8x8_to_ps(_mm_or_si128(_mm_shuffle_epi8(lo16, ba), _mm_shuffle_epi8(hi8, bc))), o0, o1, o2, p);
     }
     _mm_sfence();
     if (p < hw) affine_img_nhwc3(x + 3 * p, m, b, lo, hi, o0 + p, o1 + p, o2 + p, hw - p);
+}
+
+static int can_stream(const float *o0, const float *o1, const float *o2) {
+    static int avx2 = -1;
+    if (avx2 < 0) { __builtin_cpu_init(); avx2 = __builtin_cpu_supports("avx2") ? 1 : 0; }
+    return avx2 && ((((uintptr_t)o0) | ((uintptr_t)o1) | ((uintptr_t)o2)) & 31) == 0;
 }
 #else
 #define HAVE_STREAM 0

@@ -97,3 +97,15 @@ def test_a_ring_batch_unpickled_elsewhere_is_an_error_not_garbage():
     try: pickle.loads(pickle.dumps(stranger))
     except RuntimeError as e: assert 'does not own' in str(e) and 'create_loader' in str(e)
     else: raise AssertionError('a batch of a ring this process does not own was accepted')
+
+def test_ring_with_spawned_workers():
+    "Spawned workers receive the ring by pickling (its memory by file descriptor, once); batches still come back as views."
+    ring = _BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4)
+    dl = torch.utils.data.DataLoader(IndexImages(64), batch_size=8, num_workers=2, collate_fn=ring,
+                                     multiprocessing_context='spawn')
+    base, ys = ring.ring.untyped_storage().data_ptr(), []
+    for x, y in dl:
+        assert x.untyped_storage().data_ptr() == base
+        assert (x[:, 0, 0, 0].long() + 256 * x[:, 1, 0, 0].long()).tolist() == y.tolist()
+        ys += y.tolist(); ring.release(x)
+    assert ys == list(range(64))

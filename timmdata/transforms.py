@@ -99,8 +99,9 @@ def image_hw(img) -> tuple:
 _U8_RESIZE_CL = torch.backends.cpu.get_cpu_capability() in ('AVX2', 'AVX512')
 
 def _is_hwc_view(img) -> bool:
-    "A uint8 CPU CHW tensor whose channels are interleaved in memory (a view of HWC pixels, or a crop of one)."
-    return img.ndim == 3 and img.shape[0] > 1 and img.stride(0) == 1 and img.dtype == torch.uint8 and img.device.type == 'cpu'
+    "A uint8 CPU 3xHxW tensor laid out as HWC pixels in memory: a decoded image, or a crop window of one."
+    return (img.ndim == 3 and img.shape[0] == 3 and img.stride(0) == 1 and img.stride(2) == 3 and img.stride(1) >= 3 * img.shape[2]
+            and img.dtype == torch.uint8 and img.device.type == 'cpu')
 
 def _resize(img, size, interp: InterpolationMode):
     "Resize to exactly `size` = (h, w)."
