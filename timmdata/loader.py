@@ -633,7 +633,7 @@ def create_loader(
                                   "use timm.data.create_loader for TF model ports, or tf_preprocessing=False")
     if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1; got {batch_size!r}")
-    _check_input_size(input_size)
+    size = _check_input_size(input_size)  # (H, W)
     if not isinstance(num_workers, int) or num_workers < 0: raise ValueError(f"num_workers must be an int >= 0; got {num_workers!r}")
     if not (callable(worker_seeding) or worker_seeding in ('all', 'part')):
         raise ValueError(f"worker_seeding must be 'all', 'part' or a callable; got {worker_seeding!r}")
@@ -671,9 +671,9 @@ def create_loader(
     pin_memory = bool(pin_memory) and torch.cuda.is_available()
     if collate_fn is None:
         collate_fn = fast_collate if use_prefetcher else default_collate
-        if use_prefetcher and not pin_memory:  # reused shared batch memory (see _BatchRing); pinning copies anyway
-            size = _check_input_size(input_size)
-            shape = (batch_size * max(1, num_aug_splits), channels, *size[-2:])
+        # reused shared batch memory (see _BatchRing) for the CPU prefetcher, which hands slots back; pinning copies anyway
+        if use_prefetcher and not pin_memory and device.type == 'cpu':
+            shape = (batch_size * max(1, num_aug_splits), channels, *size)
             ring = _BatchRing.maybe(shape, num_workers, (prefetch_factor or 2) + 3)
             if ring is not None: collate_fn = ring
     loader_cls = MultiEpochsDataLoader if use_multi_epochs_loader else DataLoader
