@@ -5,17 +5,27 @@ PY := $(VENV)/bin/python
 # nbdev 2's docs commands shell out to whatever `pip` comes first: keep the venv first on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: jpeg-headers install demo test sync-check readme-check nbtest pytest docs docs-check bench clean
+.PHONY: jpeg-headers browser install demo test sync-check readme-check nbtest pytest docs docs-check bench clean
 
+# stock Debian/Ubuntu Pythons need python3-venv for `-m venv` (ensurepip)
 $(VENV)/bin/python:
+	@if ! python3 -c 'import ensurepip' 2>/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; fi
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# libjpeg-turbo's header for the crop-aware JPEG decoder (csrc/native.c); the build goes on without it
+# libjpeg-turbo's header for the crop-aware JPEG decoder (csrc/native.c); the build goes on without it.
+# libjpeg-dev is libjpeg-turbo's development package on both Debian and Ubuntu.
 jpeg-headers:
 	@if [ ! -f /usr/include/jpeglib.h ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libjpeg62-turbo-dev >/dev/null || \
-	  echo "could not install libjpeg62-turbo-dev: timmdata will decode whole JPEGs (slower)"; fi
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libjpeg-dev >/dev/null || \
+	  echo "could not install libjpeg-dev: timmdata will decode whole JPEGs (slower)"; fi
+
+# headless Chromium for the docs browser test (tests/test_docs_browser.py)
+browser:
+	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || \
+	  echo "could not install chromium: the browser test will say how"; fi
 
 $(VENV)/.installed: $(VENV)/bin/python setup.py settings.ini csrc/native.c
 	$(MAKE) --no-print-directory jpeg-headers
@@ -37,7 +47,7 @@ readme-check: install
 nbtest: install
 	nbdev_test --n_workers 2 --timing
 
-pytest: install
+pytest: install browser
 	$(PY) -m pytest -q tests
 
 docs-check: install

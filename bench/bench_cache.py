@@ -1,6 +1,6 @@
 """Benchmark for issue 7: training epochs from a timmdata image store against timm's create_loader on the JPEG folder.
 
-    python bench/bench_cache.py [--root data/sample] [--store data/sample_store] [--epochs 5] [--out out/bench_cache]
+    python bench/bench_cache.py [--root data/sample/train] [--store data/sample_store] [--epochs 5] [--out out/bench_cache]
 
 Steps: (1) make the sample dataset when missing (1500 train JPEGs, 426x320, q90); (2) build the store from its
 train/ folder from scratch, timed (seconds per 1000 images, bytes on disk); (3) time training epochs
@@ -22,7 +22,7 @@ import torch
 
 # run as `python bench/bench_cache.py` from a checkout: the repository's timmdata, installed or not
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from timmdata.bench import LOADERS, _epoch as bench_epoch, _worker_pids
+from timmdata.bench import LOADERS, _epoch as bench_epoch, _worker_pids, bench_root
 
 TARGET = 8.0  # issue 7: the store must feed training at least 8x faster than timm on the JPEG folder
 
@@ -110,19 +110,18 @@ def _plot(res: dict, path: Path):
 
 def run(root=None, store=None, epochs: int = 5, batch_size: int = 64, workers: int = 2, max_size: int = 256,
         fmt: str = 'raw', out='out/bench_cache', folder_timmdata: bool = True, main_threads: int | None = None) -> dict:
-    from timmdata.sample_data import make_sample_dataset
     from timmdata.cache import build_cache
     if main_threads: torch.set_num_threads(main_threads)  # the main process only: workers run one thread each anyway
-    root = Path(root) if root else make_sample_dataset(Path('data/sample')) / 'train'
+    root = bench_root(root)  # default: the generated sample dataset's train/ folder, made when missing
     store = Path(store) if store else root.parent.parent / f'{root.parent.name}_store'
-    n_src = sum(1 for p in root.rglob('*') if p.is_file())
-    print(f'source {root}: {n_src} files, {_du(root) / 2**20:.1f} MB')
+    n_src, src_mb = sum(1 for p in root.rglob('*') if p.is_file()), _du(root) / 2**20
+    print(f'source {root}: {n_src} files, {src_mb:.1f} MB')
     # (2) build from scratch
     t = time.perf_counter()
     m = build_cache(root, store, max_size=max_size, format=fmt, num_workers=workers, overwrite=True)
     build_s = time.perf_counter() - t
     res = {'source': str(root), 'store': str(store), 'format': fmt, 'max_size': max_size, 'images': m['num_samples'],
-           'source_mb': _du(root) / 2**20, 'store_mb': _du(store) / 2**20, 'build_seconds': build_s,
+           'source_mb': src_mb, 'store_mb': _du(store) / 2**20, 'build_seconds': build_s,
            'build_seconds_per_1000': build_s / m['num_samples'] * 1000, 'build_workers': workers,
            'batch_size': batch_size, 'workers': workers, 'epochs': epochs, 'cpu_count': os.cpu_count(),
            'torch': torch.__version__, 'main_threads': torch.get_num_threads(),
@@ -176,14 +175,13 @@ def table(res: dict) -> str:
         lines.append(f"| {k} | {res['median_epoch_seconds'][k]:.3f} | {v:.0f} | {v / timm:.2f} | {c['main']:.3f} | {c['workers']:.3f} |")
     ok = res['ratio_store_vs_timm'] >= TARGET
     lines += ['', f"store vs timm: {res['ratio_store_vs_timm']:.2f}x (target >= {TARGET:.0f}x: {'met' if ok else 'MISSED'})",
-              'per image, one thread: ' + ', '.join(f'{k} {v:.3f} ms' if isinstance(v, float) else f'{k} {v}'
-                                                    for k, v in res['per_image_ms'].items())]
+              'per image, one thread: ' + ', '.join(f'{k} {v:.3f} ms' for k, v in res['per_image_ms'].items())]
     return '\n'.join(lines)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--root', help='image folder with class subfolders (default: data/sample/train, made when missing)')
+    p.add_argument('--root', help='image folder with class subfolders (default: the sample dataset\'s train/ folder, made when missing)')
     p.add_argument('--store', help='where to build the store (default: next to the dataset, <name>_store)')
     p.add_argument('--epochs', type=int, default=5, help='measured epochs per loader, after one warm-up epoch')
     p.add_argument('--batch-size', type=int, default=64)

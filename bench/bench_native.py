@@ -8,8 +8,7 @@ the other through the torch ops it replaces (everything else identical). Prints 
 a warm-up."""
 import argparse, statistics, time
 import timmdata.loader as L
-from timmdata import ImageDataset, create_loader
-from timmdata.bench import bench_root
+from timmdata.bench import LOADERS, _epoch, bench_root
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -19,15 +18,14 @@ def main(argv=None):
     root = bench_root(a.root)
     native = L._native
     if native is None: raise SystemExit('timmdata._native is not built: nothing to compare (install libjpeg-turbo headers, reinstall)')
-    loaders = {k: create_loader(ImageDataset(str(root)), (3, 224, 224), 64, is_training=True, color_jitter=0.4,
-                                num_workers=2, device='cpu') for k in ('native', 'torch ops')}
+    loaders = {k: LOADERS['timmdata'](root, True, 64, 2) for k in ('native', 'torch ops')}  # the benchmark's training loader
     res = {k: [] for k in loaders}
     for ep in range(a.epochs + 1):
         for k, ld in loaders.items():
             L._native = native if k == 'native' else None  # read by PrefetchLoader at each batch
-            c0, t0, n = time.process_time(), time.perf_counter(), 0
-            for x, y in ld: n += len(x)
-            if ep: res[k].append((n / (time.perf_counter() - t0), (time.process_time() - c0) / n * 1e3))
+            c0 = time.process_time()
+            n, dt = _epoch(ld)
+            if ep: res[k].append((n / dt, (time.process_time() - c0) / n * 1e3))
     L._native = native
     for k, v in res.items():
         print(f'{k:10s} {statistics.median(r[0] for r in v):6.0f} img/s   main process {statistics.median(r[1] for r in v):.3f} ms CPU per image')

@@ -192,14 +192,23 @@ static AVX2 void affine_img_nhwc3_stream(const uint8_t *restrict x, const float 
     if (p < hw) affine_img_nhwc3(x + 3 * p, m, b, lo, hi, o0 + p, o1 + p, o2 + p, hw - p);
 }
 
+static int stream_on = 1;  /* set_streaming(False) turns the streaming passes off: tests and measurements compare both */
 static int can_stream(const float *o0, const float *o1, const float *o2) {
     static int avx2 = -1;
     if (avx2 < 0) { __builtin_cpu_init(); avx2 = __builtin_cpu_supports("avx2") ? 1 : 0; }
-    return avx2 && ((((uintptr_t)o0) | ((uintptr_t)o1) | ((uintptr_t)o2)) & 31) == 0;
+    return stream_on && avx2 && ((((uintptr_t)o0) | ((uintptr_t)o1) | ((uintptr_t)o2)) & 31) == 0;
 }
 #else
 #define HAVE_STREAM 0
+static int stream_on = 0;
 #endif
+
+/* set_streaming(on) -> whether streaming stores were on before; never on where this build has none */
+static PyObject *set_streaming(PyObject *self, PyObject *args) {
+    int on; if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+    int old = stream_on; stream_on = HAVE_STREAM && on;
+    return PyBool_FromLong(old);
+}
 
 static HOT void sum3_u8(const uint8_t *restrict p, Py_ssize_t npix, uint64_t *s) {
     /* per-channel sums of interleaved RGB: 48 lanes (16 pixels) summed contiguously, lane j belongs to channel j % 3 */
@@ -311,6 +320,7 @@ static PyObject *affine_u8_nhwc(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+    {"set_streaming", set_streaming, METH_VARARGS, "set_streaming(on) -> previous setting: streaming stores in the affine passes (AVX2 builds)"},
     {"header", header, METH_VARARGS, "header(data) -> (height, width, components, jpeg colour space)"},
     {"decode_crop", decode_crop, METH_VARARGS, "decode_crop(data, top, left, height, width) -> (bytearray RGB, x0, y0, w, h)"},
     {"channel_means", channel_means, METH_VARARGS, "channel_means(x_u8, out_f32, n, c, hw): per image and channel means"},

@@ -45,8 +45,12 @@ def test_parity_with_timm(batch, mode, cfg):
         np.random.seed(seed); ours = FastCollateMixup(**kw)([(a.clone(), l) for a, l in u])
         np.random.seed(seed); theirs = tm.FastCollateMixup(**kw)([(a.clone(), l) for a, l in u])
         np.random.seed(seed); ours_np = FastCollateMixup(**kw)([(a.numpy().copy(), l) for a, l in u])
-        assert torch.equal(ours[0], theirs[0]) and torch.equal(ours_np[0], theirs[0])
+        # decoded images are CHW views of HWC memory: stacked channels-last (as fast_collate does), same pixels
+        np.random.seed(seed); ours_cl = FastCollateMixup(**kw)([(a.permute(1, 2, 0).contiguous().permute(2, 0, 1), l) for a, l in u])
+        assert torch.equal(ours[0], theirs[0]) and torch.equal(ours_np[0], theirs[0]) and torch.equal(ours_cl[0], theirs[0])
+        assert ours_cl[0].is_contiguous(memory_format=torch.channels_last)
         assert torch.allclose(ours[1], theirs[1], atol=1e-6) and torch.allclose(ours_np[1], theirs[1], atol=1e-6)
+        assert torch.allclose(ours_cl[1], theirs[1], atol=1e-6)
         if mode == 'half': continue
         np.random.seed(seed); ours = Mixup(**kw)(x.clone(), y)
         np.random.seed(seed); theirs = tm.Mixup(**kw)(x.clone(), y)

@@ -64,6 +64,9 @@ def test_fast_collate_mixup_with_prefetcher(sample_root):
         assert x.dtype == torch.float32 and x.shape == (8, *SIZE)
         assert y.shape == (8, 10) and torch.allclose(y.sum(1), torch.ones(8), atol=1e-5)
         assert y.min() >= 0.1 / 10 - 1e-6  # label smoothing: no class below smoothing / num_classes
+    # mixed: unmixed rows peak at 1 - 0.1 + 0.1 / 10 = 0.91; a mixed row of two labels peaks at 0.01 + 0.9 * max(lam, 1 - lam).
+    # Each batch draws one lam (mode 'batch'), so all 7 batches staying above 0.86 (lam > 0.94) is a ~1e-9 chance
+    assert min(y.max(1).values.min().item() for _, y in batches) < 0.91 - 0.05, 'no batch was mixed'
     ld.mixup_enabled = False
     assert not mix.mixup_enabled
     x, y = next(iter(ld))

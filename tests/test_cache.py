@@ -68,7 +68,8 @@ def test_round_trip_jpeg_and_longer_side(src, tmp_path):
         ref = cache.load_resized(r.filename(i, absolute=True), 160, 'longer')
         assert px.shape == ref.shape and np.abs(px.astype(int) - ref).mean() < 5  # q95 4:2:0 on a noisy 160px image
         raw_bytes += px.nbytes
-    assert m['build']['pixel_bytes'] < 60 / 9 * raw_bytes  # re-encoded JPEG is several times smaller than raw
+    # re-encoded JPEG is several times smaller than raw: 6.4x on these noisy sample photos at q95, so 3x has room
+    assert m['build']['pixel_bytes'] * 3 < 60 / 9 * raw_bytes, (m['build']['pixel_bytes'], 60 / 9 * raw_bytes)
 
 
 def test_up_to_date_and_cli(src, tmp_path, capsys):
@@ -264,34 +265,35 @@ def test_tar_source(src, tmp_path):
     with pytest.raises(StaleStoreError, match='train.tar'): ReaderStore(dst)
 
 
-_FAULTS_SCRIPT = textwrap.dedent("""
-    import sys, torch
-    from pathlib import Path
-    import timmdata.loader as L
-    from timmdata.bench import _worker_pids
-    from timmdata import ImageDataset, create_loader
-    store, patched = sys.argv[1], sys.argv[2] == 'plain'
-    if patched: L._steady_heap = lambda: False  # forked workers inherit the patched module
-    torch.set_num_threads(1)  # as the benchmarks run the main process (cores - workers)
-    minflt = lambda pid: int(Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[7])
-    ld = create_loader(ImageDataset(store), (3, 224, 224), 64, is_training=True, num_workers=2, device='cpu')
-    for _ in range(3):  # workers start and map the store's pages (first touches fault too)
-        for x, y in ld: pass
-    pids = _worker_pids(ld)
-    before, n = sum(minflt(p) for p in pids), 0
-    for _ in range(3):
-        for x, y in ld: n += len(x)
-    print((sum(minflt(p) for p in pids) - before) / n)
-""")
+def test_csv_source_and_its_outside_images(src, tmp_path, monkeypatch):
+    "A CSV source: its images outside the CSV's folder are part of the fingerprint; the build scans the CSV once."
+    lst = tmp_path / 'lists'; lst.mkdir()
+    files = _files(src)
+    (lst / 'train.csv').write_text('path,label\n' + ''.join(f'{f},{f.parent.name}\n' for f in files))
+    calls, real = tmp_path / 'calls', cache.create_reader
+    def counted(*a, **k):  # appends to a file: scans in forked pool workers count too
+        with open(calls, 'a') as f: f.write('x')
+        return real(*a, **k)
+    monkeypatch.setattr(cache, 'create_reader', counted)
+    build_cache(lst / 'train.csv', tmp_path / 'store', num_workers=2, chunk_size=8, progress=False)
+    assert calls.read_text() == 'x'  # workers got the parent's reader, not a scan of their own
+    m = json.loads((tmp_path / 'store' / STORE_MANIFEST).read_text())
+    assert m['num_samples'] == 60 and m['source']['extra'] == 60 and m['source']['num_files'] == 61  # the CSV + its images
+    r = ReaderStore(tmp_path / 'store')
+    assert [r.filename(i, absolute=True) for i in range(60)] == [str(f) for f in files]  # CSV order kept
+    np.testing.assert_array_equal(r[7][0], _reference(files[7]))
+    with open(files[7], 'ab') as f: f.write(b'\0' * 10)  # an image outside the CSV's folder changes: stale
+    with pytest.raises(StaleStoreError, match='1 changed'): ReaderStore(tmp_path / 'store')
 
 
 def _worker_faults_per_image(store, mode):
-    "Page faults per image in the workers of a training loader on `store`, in a fresh process (malloc's state is inherited)."
-    out = subprocess.run([sys.executable, '-c', _FAULTS_SCRIPT, str(store), mode], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return float(out.stdout.strip().splitlines()[-1])
+    "Page faults per image in the workers of a training loader on `store`, in a fresh process (bench/bench_heap.py)."
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / 'bench'))
+    from bench_heap import measure_fresh
+    return measure_fresh(store, steady=mode == 'steady')['faults_per_image']
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith('linux'), reason='page-fault counts from /proc')
 def test_workers_keep_their_heap(tmp_path):
     """Training from a store: without _steady_heap, glibc often gives every image's buffers fresh pages (whether it

@@ -78,6 +78,7 @@ def test_split_folders(sample_root):
 
 
 def test_seed_snippet(sample_root):
+    "`ImageDataset(root)[0]` with nothing else given is a (PIL RGB image, int target) pair, as in timm."
     img, target = ImageDataset(sample_root)[0]
     assert isinstance(img, Image.Image) and img.mode == 'RGB' and target == 0
 

@@ -1,28 +1,15 @@
 """Distributed loading for real: two processes, torch.distributed with gloo on the CPU."""
 import json, os, socket
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from timmdata.dataset import ImageDataset
 from timmdata.distributed_sampler import OrderedDistributedSampler
 from timmdata.loader import create_loader
 from timmdata.sample_data import make_sample_dataset
+from _datasets import IndexDataset, SeedDataset
 
 WORLD = 2
-
-
-class IndexDataset(ImageDataset):
-    def __getitem__(self, i):
-        img, _ = super().__getitem__(i)
-        return img, i
-
-
-class SeedDataset(torch.utils.data.Dataset):
-    transform = None
-    def __len__(self): return 4
-    def __getitem__(self, i): return torch.zeros(3, 2, 2, dtype=torch.uint8), int(np.random.randint(0, 2**31 - 1))
 
 
 def _free_port() -> int:
@@ -48,7 +35,7 @@ def _run(rank, port, root, out_dir):
         res['val'] = torch.cat([y for _, y in val]).tolist()
         res['val_valid'] = val.sampler.num_valid_samples
         seeds = create_loader(SeedDataset(), 8, 1, num_workers=2, device='cpu')
-        res['seeds'] = [int(y[0]) for _, y in seeds][:2]  # first draw of worker 0 and worker 1
+        res['seeds'] = [int(y[0]) for _, y in seeds][:2]  # first numpy draw of worker 0 and worker 1
         with open(os.path.join(out_dir, f'rank{rank}.json'), 'w') as f: json.dump(res, f)
     finally:
         dist.destroy_process_group()

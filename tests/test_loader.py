@@ -1,5 +1,4 @@
 """create_loader / PrefetchLoader: parity with timm, multi-worker coverage and seeding, consumer lifetime, CUDA."""
-import random
 from functools import partial
 
 import numpy as np
@@ -10,26 +9,11 @@ from torch.utils.data import DataLoader
 from timmdata.dataset import ImageDataset
 from timmdata.loader import (MultiEpochsDataLoader, PrefetchLoader, _worker_init, create_loader, fast_collate)
 from timmdata.transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from _datasets import IndexDataset, SeedDataset
 
 MEAN = torch.tensor(IMAGENET_DEFAULT_MEAN).view(1, 3, 1, 1)
 STD = torch.tensor(IMAGENET_DEFAULT_STD).view(1, 3, 1, 1)
 LO, HI = -MEAN / STD, (1 - MEAN) / STD
-
-
-class IndexDataset(ImageDataset):
-    "The sample's index as its target, so a test can see which samples a loader returned."
-    def __getitem__(self, i):
-        img, _ = super().__getitem__(i)
-        return img, i
-
-
-class SeedDataset(torch.utils.data.Dataset):
-    "Each sample reports the first numpy, torch and `random` draws of the worker that made it."
-    transform = None
-    def __len__(self): return 4
-    def __getitem__(self, i):
-        return torch.zeros(3, 2, 2, dtype=torch.uint8), (int(np.random.randint(0, 2**31 - 1)),
-                                                         int(torch.randint(0, 2**31 - 1, ())), random.getrandbits(31))
 
 
 def _levels(a, b):
@@ -174,25 +158,20 @@ def test_pass_throughs():
     assert not PrefetchLoader([], device='cpu').mixup_enabled
 
 
-def test_cuda_in_worker_is_a_clear_error(sample_root):
-    class ToMeta:  # stands in for a transform that moves to CUDA (no GPU needed to test the guard)
-        input_format = 'tensor'
-        def __call__(self, x): return torch.empty(3, 8, 8, dtype=torch.uint8, device='meta')
+class _ToMeta:  # stands in for a transform that moves to CUDA (no GPU needed to test the guard)
+    input_format = 'tensor'
+    def __call__(self, x): return torch.empty(3, 8, 8, dtype=torch.uint8, device='meta')
+
+class _CudaInitFails:  # what a forked worker raises when a Dataset calls .cuda()
+    input_format = 'tensor'
+    def __call__(self, x): raise RuntimeError('CUDA error: initialization error')
+
+@pytest.mark.parametrize('transform', [_ToMeta(), _CudaInitFails()])
+def test_cuda_in_worker_is_a_clear_error(sample_root, transform):
     ds = ImageDataset(str(sample_root / 'val'))
     loader = create_loader(ds, 8, 2, num_workers=1, persistent_workers=False, device='cpu')
-    ds.transform = ToMeta()
+    ds.transform = transform
     with pytest.raises(RuntimeError, match='move to the device in the loader, not in the Dataset'):
-        next(iter(loader))
-
-
-def test_cuda_init_error_from_worker_is_explained(sample_root):
-    class Fails:  # what a forked worker raises when a Dataset calls .cuda()
-        input_format = 'tensor'
-        def __call__(self, x): raise RuntimeError('CUDA error: initialization error')
-    ds = ImageDataset(str(sample_root / 'val'))
-    loader = create_loader(ds, 8, 2, num_workers=1, persistent_workers=False, device='cpu')
-    ds.transform = Fails()
-    with pytest.raises(RuntimeError, match='not in the Dataset'):
         next(iter(loader))
 
 

@@ -95,3 +95,20 @@ def test_fused_step_reads_channels_last_batches(monkeypatch, jitter, hw):
     monkeypatch.setattr(L, '_native', None)
     t = run(x)
     assert torch.allclose(a, p, atol=1e-5) and torch.allclose(a, t, atol=1e-4)
+
+@pytest.mark.parametrize('layout', ['planar', 'nhwc'])
+def test_streaming_and_plain_passes_give_the_same_floats(layout):
+    "The AVX2 streaming-store passes do the plain loops' operations in the same order: bit-identical output."
+    import timmdata.loader as L
+    x = torch.randint(0, 256, (6, 3, 224, 224), dtype=torch.uint8)  # 224x224 planes: 32-byte aligned, streamed on AVX2
+    x[0] = 255; x[1] = 0
+    if layout == 'nhwc': x = x.contiguous(memory_format=torch.channels_last)
+    run = lambda: next(iter(L.PrefetchLoader([(x, torch.arange(6))], device='cpu', color_jitter=0.4, seed=7)))[0].clone()
+    from timmdata import _native
+    old = _native.set_streaming(True)
+    try:
+        streamed = run()
+        _native.set_streaming(False)
+        plain = run()
+    finally: _native.set_streaming(old)
+    assert torch.equal(streamed, plain)

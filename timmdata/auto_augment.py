@@ -4,12 +4,13 @@
 
 # %% ../nbs/03_auto_augment.ipynb #146b8bfd
 from __future__ import annotations
-import math, random, re
+import random, re
 from typing import Optional, Union
 import numpy as np
 import torch
 from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 from torchvision.transforms import functional as TF
+from .transforms import str_to_pil_interp
 
 # %% auto #0
 __all__ = ['OP_NAMES', 'AA_POLICIES', 'RAND_TRANSFORM_SETS', 'shear_x', 'shear_y', 'translate_x_abs', 'translate_y_abs',
@@ -108,10 +109,8 @@ OP_NAMES = tuple(_OPS)
 
 # %% ../nbs/03_auto_augment.ipynb #c850b843
 def _pil_interp(v):
-    if isinstance(v, str):
-        from timmdata.transforms import str_to_pil_interp
-        return str_to_pil_interp(v)
-    return v
+    "A PIL filter for a timm interpolation name; filters pass through."
+    return str_to_pil_interp(v) if isinstance(v, str) else v
 
 def _on_pil(fn, img):
     "Apply a PIL-only `fn`; a tensor is converted to PIL and back (the slow path, for completeness)."
@@ -264,8 +263,8 @@ _RAND_WEIGHTED_0 = dict(Rotate=3, ShearX=2, ShearY=2, TranslateXRel=1, Translate
                         SharpnessIncreasing=0.25, AutoContrast=0.25, SolarizeIncreasing=.05, SolarizeAdd=.05,
                         ContrastIncreasing=.05, BrightnessIncreasing=.05, Equalize=.05, PosterizeIncreasing=0.05, Invert=0.05)
 
-def rand_augment_choices(name: str, increasing: bool = True):
-    "The op set called `name` ('weights', '3aw': dicts of weights; '3a': list), else the (increasing) default list."
+def rand_augment_choices(name: Optional[str], increasing: bool = True):
+    "The op set called `name` ('weights', '3aw': dicts of weights; '3a': list), else (None too) the (increasing) default list."
     return {'weights': _RAND_WEIGHTED_0, '3aw': _RAND_WEIGHTED_3A, '3a': _RAND_3A}.get(
         name, _RAND_INCREASING_TRANSFORMS if increasing else _RAND_TRANSFORMS)
 
@@ -296,8 +295,7 @@ def rand_augment_transform(config_str: str, # 'rand' plus sections, e.g. 'rand-m
     if 'mmax' in cfg: hparams.setdefault('magnitude_max', cfg['mmax'])
     increasing = bool(cfg.get('inc', 0))
     transforms = transforms if transforms is not None else cfg.get('t')
-    if isinstance(transforms, str): transforms = rand_augment_choices(transforms, increasing=increasing)
-    elif transforms is None: transforms = _RAND_INCREASING_TRANSFORMS if increasing else _RAND_TRANSFORMS
+    if transforms is None or isinstance(transforms, str): transforms = rand_augment_choices(transforms, increasing=increasing)
     weights = None
     if isinstance(transforms, dict):
         transforms, w = list(transforms), np.array(list(transforms.values()))

@@ -56,7 +56,8 @@ def _timm_loader(root, train, batch_size, num_workers):
 
 def _torchvision_loader(root, train, batch_size, num_workers):
     from torchvision import datasets, transforms as T
-    norm = [T.ToTensor(), T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]
+    from timmdata.transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+    norm = [T.ToTensor(), T.Normalize(IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)]
     tf = (T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4)] + norm) if train
           else T.Compose([T.Resize(256), T.CenterCrop(224)] + norm))
     ds = datasets.ImageFolder(str(root), transform=tf)
@@ -105,8 +106,7 @@ def bench_loaders(root, # image folder (class subfolders)
                 mem[c].append({'main_mb': _rss_mb(os.getpid()), 'main_peak_mb': _rss_mb(os.getpid(), 'VmHWM'),
                                'workers_mb': [_rss_mb(p) for p in workers]})
                 bar.update()
-            r = decode_limit(files, num_workers)
-            if ep: rates['decode_limit'].append(r)
+            if ep: rates['decode_limit'].append(decode_limit(files, num_workers))  # the warm-up epoch's would be thrown away
             bar.update()
         del loaders
         med = {k: statistics.median(v) for k, v in rates.items()}

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
-from .dataset import STORE_MARKER, Reader, convert_mode, create_reader, load_class_map
+from .dataset import STORE_MARKER, CsvReader, Reader, convert_mode, create_reader, load_class_map
 
 # %% auto #0
 __all__ = ['STORE_MANIFEST', 'STORE_VERSION', 'store_size', 'load_resized', 'rebuild_command', 'build_cache', 'StaleStoreError',
@@ -113,10 +113,10 @@ def _class_names(reader) -> list[str]:
     return [str(c) for c in reader.classes]
 
 # %% ../nbs/09_cache.ipynb #58995cbd
-_WORKER = {}  # the build worker's state: the source reader, opened once per process
+_WORKER = {}  # the build worker's state: the source reader, set once per process
 
-def _init_builder(src: str, reader_kwargs: dict):
-    _WORKER['reader'] = _open_source(src, reader_kwargs)
+def _init_builder(reader: Reader):
+    _WORKER['reader'] = reader  # the parent's reader (inherited on fork, pickled on spawn): the source is scanned once
 
 def _encode(arr: np.ndarray, fmt: str, quality: int) -> bytes:
     if fmt == 'raw': return arr.tobytes()
@@ -143,7 +143,7 @@ def _build_chunk(job: tuple) -> dict:
                 except Exception: name = f'#{i}'
                 bad.append([i, str(name), f'{type(e).__name__}: {e}']); continue
             f.write(blob)
-            entries.append([i, off, len(blob), arr.shape[0], arr.shape[1], -1 if target is None else int(target)])
+            entries.append([i, off, len(blob), arr.shape[0], arr.shape[1], target])
             off += len(blob)
         f.flush(); os.fsync(f.fileno())
     os.replace(tmp, data_path)
@@ -205,14 +205,14 @@ def build_cache(src, # an image source ImageDataset reads: a class folder, a .ta
     if n == 0: raise ValueError(f'the source {str(src)!r} holds no images')
     params = {'max_size': max_size or 0, 'side': side, 'format': format, 'quality': quality if format == 'jpeg' else None,
               'interpolation': interpolation, 'draft': draft}
-    # files the source is made of: the walk of a folder (or the file) plus sample files outside it (a CSV's images)
-    base = src if src.is_dir() else src.parent
-    extra = []
-    for i in range(n):
-        try: fn = Path(reader.filename(i, absolute=True))
-        except Exception: continue
-        if (fn.is_absolute() and not (src.is_dir() and src in fn.parents)) and fn.is_file(): extra.append(_file_key(fn, base))
-    extra = sorted(set(extra) - {_file_key(src, base)})
+    # files the source is made of: the walk of a folder (or the file itself), plus the images a CSV lists outside that
+    # walk; folder and tar samples always lie inside it, so only a CSV's names are looked at
+    base, names = (src if src.is_dir() else src.parent), None
+    if isinstance(reader, CsvReader):
+        names = reader.filenames(absolute=True)  # computed once: the store's filenames.json reuses them
+        extra = {_file_key(Path(f), base) for f in names if not (src.is_dir() and src in Path(f).parents) and os.path.isfile(f)}
+        extra = sorted(extra - {_file_key(src, base)})  # a CSV that lists itself is already the source's file
+    else: extra = []
     rows = _source_rows(src, extra, exclude=dst)
     source = {'root': str(src), 'num_files': len(rows), 'digest': _digest(rows), 'extra': len(extra),
               'reader_kwargs': {k: v for k, v in reader_kwargs.items() if isinstance(v, (str, int, float, bool, type(None)))}}
@@ -231,16 +231,16 @@ def build_cache(src, # an image source ImageDataset reads: a class folder, a .ta
     jobs = [(cid, s, min(s + chunk_size, n), str(dst), params) for cid, s in enumerate(range(0, n, chunk_size))]
     pending = [j for j in jobs if not _chunk_committed(dst, j[0], format)]
     resumed = len(jobs) - len(pending)
-    bar = tqdm(total=n, initial=sum(j[2] - j[1] for j in jobs) - sum(j[2] - j[1] for j in pending), unit='img',
+    bar = tqdm(total=n, initial=n - sum(j[2] - j[1] for j in pending), unit='img',
                desc=f'cache {src.name}', disable=not progress, dynamic_ncols=True)
     try:
         if num_workers == 0 or len(pending) <= 1:
             _WORKER['reader'] = reader
             for j in pending: bar.update(_build_chunk(j)['done'])
         else:
-            # fork shares the parent's imports; each worker opens its own reader (file handles are per process)
+            # fork shares the parent's imports and reader; readers open their file handles per process (tar: on first read)
             ctx = mp.get_context('fork' if 'fork' in mp.get_all_start_methods() else 'spawn')
-            with ctx.Pool(min(num_workers, len(pending)), initializer=_init_builder, initargs=(str(src), reader_kwargs)) as pool:
+            with ctx.Pool(min(num_workers, len(pending)), initializer=_init_builder, initargs=(reader,)) as pool:
                 for r in pool.imap_unordered(_build_chunk, pending): bar.update(r['done'])
     except KeyboardInterrupt:
         bar.close()
@@ -250,10 +250,10 @@ def build_cache(src, # an image source ImageDataset reads: a class folder, a .ta
         raise
     finally:
         _WORKER.pop('reader', None); bar.close()
-    return _finalize(dst, reader, jobs, state, rows, extra, resumed, time.perf_counter() - t0, progress)
+    return _finalize(dst, reader, names, jobs, state, rows, extra, resumed, time.perf_counter() - t0, progress)
 
 # %% ../nbs/09_cache.ipynb #7266d81b
-def _finalize(dst: Path, reader, jobs, state, rows, extra, resumed, seconds, progress) -> dict:
+def _finalize(dst: Path, reader, names, jobs, state, rows, extra, resumed, seconds, progress) -> dict:
     "Gathers the chunk records into one index, writes names and reports, and commits the manifest last."
     fmt = state['params']['format']
     ents, bad, chunks = [], [], []
@@ -267,7 +267,8 @@ def _finalize(dst: Path, reader, jobs, state, rows, extra, resumed, seconds, pro
              height=e[:, 4].astype(np.int32), width=e[:, 5].astype(np.int32), label=e[:, 6])
     os.replace(tmp, dst / 'index.npz')
     rel = [str(reader.filename(int(i))) for i in e[:, 1]]
-    ab = [str(reader.filename(int(i), absolute=True)) for i in e[:, 1]]
+    if names is None: names = reader.filenames(absolute=True)  # absolute names of all samples, if not made already
+    ab = [str(names[i]) for i in e[:, 1]]
     _json_atomic(dst / 'filenames.json', {'relative': rel, 'absolute': ab})
     with open(dst / 'bad_images.txt', 'w') as f:
         f.write(f'# {len(bad)} source images could not be decoded and are not in this store: index<TAB>file<TAB>error\n')
@@ -351,7 +352,7 @@ class ReaderStore(Reader):
             self.class_to_idx = dict(class_map)
         else:
             self.class_to_idx = {c: i for i, c in enumerate(classes)}
-        self._label, self._targets = label, label[self._rows]
+        self._targets = label[self._rows]
         self._files = [c['file'] for c in m['chunks']]
         self._names, self._maps, self._pid = None, {}, os.getpid()
 
@@ -371,7 +372,7 @@ class ReaderStore(Reader):
         off, nb = int(self._offset[r]), int(self._nbytes[r])
         b = self._buf(int(self._chunk[r]))[off:off + nb]
         src = b.reshape(int(self._height[r]), int(self._width[r]), 3) if self.format == 'raw' else b.tobytes()
-        return src, int(self._label[r])
+        return src, int(self._targets[i])
 
     def filename(self, index: int, basename: bool = False, absolute: bool = False) -> str:
         "The original file name of sample `index` in the source (relative to it, or absolute)."

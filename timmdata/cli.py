@@ -8,6 +8,11 @@ import argparse, sys, time
 from pathlib import Path
 import torch
 from tqdm.auto import tqdm
+from .bench import bench_main
+from .cache import cache_main
+from .dataset import ImageDataset
+from .loader import create_loader
+from .sample_data import make_sample_dataset, default_sample_root, IMAGENETTE_CLASSES
 from .transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 # %% auto #0
@@ -40,9 +45,6 @@ def save_batch_grid(x: torch.Tensor, # a normalised float batch (N, 3, H, W)
 # %% ../nbs/11_cli.ipynb #f19a7b99
 def demo_main(argv=None):
     "`timmdata demo`: one training epoch through `create_loader`, images/s, and a PNG of one batch."
-    from timmdata.sample_data import make_sample_dataset, default_sample_root, IMAGENETTE_CLASSES
-    from timmdata.dataset import ImageDataset
-    from timmdata.loader import create_loader
     p = argparse.ArgumentParser(prog='timmdata demo', description=demo_main.__doc__)
     p.add_argument('--root', help='image folder with class subfolders, or with train/ and val/ (default: the generated sample dataset)')
     p.add_argument('--batch-size', type=int, default=64)
@@ -62,9 +64,9 @@ def demo_main(argv=None):
         if first is None: first = (x, y)
         n += len(x)
     dt = time.perf_counter() - t
-    print(f'{n} images in {dt:.2f} s: {n / dt:.0f} images/s ({len(ds.classes)} classes, batch {a.batch_size}, '
-          f'{a.workers} workers, device {first[0].device if first else "-"})')
     if first is None: raise SystemExit(f'no batch came out of {root}: is the folder empty?')
+    print(f'{n} images in {dt:.2f} s: {n / dt:.0f} images/s ({len(ds.classes)} classes, batch {a.batch_size}, '
+          f'{a.workers} workers, device {first[0].device})')
     path = save_batch_grid(*first, ds.classes, a.out, names=IMAGENETTE_CLASSES)
     print(f'saved one batch to {path}')
     return {'images': n, 'seconds': dt, 'png': str(path)}
@@ -73,7 +75,7 @@ def demo_main(argv=None):
 def main(argv=None):
     "The `timmdata` console script: dispatches to a job's `*_main(argv)`; returns the exit status."
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {'demo': demo_main, 'bench': 'timmdata.bench:bench_main', 'cache': 'timmdata.cache:cache_main'}
+    commands = {'demo': demo_main, 'bench': bench_main, 'cache': cache_main}
     if not argv or argv[0] in ('-h', '--help') or argv[0] not in commands:
         print('usage: timmdata {demo,bench,cache} [options]\n'
               '  demo   load one epoch of a folder (default: generated sample data), print images/s, save a batch picture\n'
@@ -82,10 +84,5 @@ def main(argv=None):
               'run `timmdata COMMAND --help` for its options')
         if argv and argv[0] not in ('-h', '--help'): raise SystemExit(f"unknown command {argv[0]!r}; expected one of {sorted(commands)}")
         return
-    fn = commands[argv[0]]
-    if isinstance(fn, str):
-        import importlib
-        mod, name = fn.split(':')
-        fn = getattr(importlib.import_module(mod), name)
-    res = fn(argv[1:])
+    res = commands[argv[0]](argv[1:])
     return res if isinstance(res, int) else 0  # the console script exits with this: 0 unless a job says otherwise

@@ -31,8 +31,9 @@ class _Strings:
     def __init__(self, items: Iterable[str]):
         enc = [s.encode('utf-8', 'surrogateescape') for s in items]
         self._blob = b''.join(enc)
-        self._ends = np.cumsum([len(e) for e in enc], dtype=np.int64)
-        self._starts = self._ends - np.array([len(e) for e in enc], dtype=np.int64)
+        lens = np.array([len(e) for e in enc], dtype=np.int64)
+        self._ends = np.cumsum(lens)
+        self._starts = self._ends - lens
     def __len__(self): return len(self._ends)
     def __getitem__(self, i: int) -> str:
         return self._blob[self._starts[i]:self._ends[i]].decode('utf-8', 'surrogateescape')
@@ -229,11 +230,11 @@ class CsvReader(Reader):
         if not os.path.exists(os.path.join(self.root, files[0])):
             raise FileNotFoundError(f'{path!r}: first image {files[0]!r} not found at {os.path.join(self.root, files[0])!r}; paths are relative to the CSV\'s folder')
         ints = all(re.fullmatch(r'[+-]?\d+', l) for l in labels)
+        keys = [str(int(l)) for l in labels] if ints else labels  # integer labels are named canonically: '+07' is class '7'
         if class_map is not None: self.class_to_idx = load_class_map(class_map, self.root)
-        elif ints: self.class_to_idx = {str(v): v for v in sorted({int(l) for l in labels})}
+        elif ints: self.class_to_idx = {k: int(k) for k in sorted(set(keys), key=int)}  # used as they are
         else: self.class_to_idx = _index_classes(labels, None, self.root)
-        if ints and class_map is None: keep = [(f, int(l)) for f, l in zip(files, labels)]
-        else: keep = [(f, self.class_to_idx[str(int(l)) if ints else l]) for f, l in zip(files, labels) if (str(int(l)) if ints else l) in self.class_to_idx]
+        keep = [(f, self.class_to_idx[k]) for f, k in zip(files, keys) if k in self.class_to_idx]
         if not keep: raise _no_images(path, exts, class_map, set(labels))
         self._rel = _Strings(k[0] for k in keep)
         self._targets = np.array([k[1] for k in keep], dtype=np.int64)
@@ -372,11 +373,12 @@ def _array_to(a: np.ndarray, mode, to_tensor: bool):
     return _pil_to_tensor(img) if to_tensor else img
 
 def _pil_to_tensor(img: Image.Image) -> torch.Tensor:
-    a = np.array(img)  # a writable copy
+    a = np.array(img)  # a writable copy, the only one made
     if a.dtype == bool: a = a.astype(np.uint8) * 255
     if a.ndim == 2: a = a[:, :, None]
     if a.dtype != np.uint8: raise ValueError(f'cannot make a uint8 tensor from a PIL image of mode {img.mode!r}; pass mode="RGB" or "L"')
-    return torch.from_numpy(a).permute(2, 0, 1).contiguous()
+    # a CHW view of HWC memory, like the other decode paths: the uint8 resize and fast_collate's channels-last path want it
+    return torch.from_numpy(a).permute(2, 0, 1)
 
 def decode_image(src, # path, bytes/memoryview, file-like object, or uint8 HWC numpy array of decoded pixels
                  mode: Optional[str] = 'RGB', # PIL mode of the result ('RGB', 'L', 'RGBA', ...); None keeps the file's mode
@@ -409,6 +411,7 @@ _JCS_YCBCR, _JCS_RGB = 3, 2  # libjpeg's J_COLOR_SPACE codes of 3-component JPEG
 
 class EncodedJpeg:
     "A JPEG not decoded yet: its size from the header, pixels on demand, whole or only a crop box (uint8 CHW tensors)."
+    # made by `encoded_jpeg`, which returns one only when the extension is built: no fallback for its absence here
     is_encoded = True
     def __init__(self, data: bytes, # the JPEG file's bytes
                  height: int, width: int, # from the header (see `encoded_jpeg`)
@@ -424,7 +427,6 @@ class EncodedJpeg:
         if not (0 <= top and 0 <= left and height > 0 and width > 0 and top + height <= self.height and left + width <= self.width):
             raise ValueError(f'crop box (top={top}, left={left}, height={height}, width={width}) is not inside the '
                              f'{self.width}x{self.height} image')
-        if _native is None: return self.decode()[:, top:top + height, left:left + width]
         t0, l0 = max(0, top - _CROP_MARGIN), max(0, left - _CROP_MARGIN)
         b0, r0 = min(self.height, top + height + _CROP_MARGIN), min(self.width, left + width + _CROP_MARGIN)
         try: buf, x0, y0, w, h = _native.decode_crop(self.data, t0, l0, b0 - t0, r0 - l0)

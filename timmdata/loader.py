@@ -77,15 +77,19 @@ def fast_collate(batch: list, # samples `(image, target)`; image a uint8 CHW ten
         if t.shape != shape:
             raise ValueError(f"fast_collate: image {i % n} has shape {tuple(t.shape)} but image 0 has {tuple(shape)}; all images "
                              f"in a batch must have one size (check the transform's crop/resize)")
-    out = (_alloc or _new_uint8)((len(imgs), *shape))
+    return _stack_uint8(imgs, (_alloc or _new_uint8)((len(imgs), *shape))), targets
+
+def _stack_uint8(imgs: list, # uint8 CHW tensors of one shape (the caller checks)
+                 out: torch.Tensor, # uint8 memory for the batch, (N, C, H, W) contiguous, e.g. from `_new_uint8`
+                ) -> torch.Tensor: # the NCHW batch in `out`'s memory: channels-last when every image is a view of HWC memory
+    "Stack images into `out` with the cheap copy for their layout (`fast_collate`'s and `FastCollateMixup`'s stacking)."
     if all(t.permute(1, 2, 0).is_contiguous() for t in imgs):
         # CHW views of HWC memory (what decode_jpeg and the uint8 resize give): a plain copy into a channels-last
         # batch, where a CHW batch would cost a slow strided copy per image; the prefetcher reads either layout
-        c, h, w = shape
-        torch.stack([t.permute(1, 2, 0) for t in imgs], out=out.view(len(imgs), h, w, c))
-        return out.view(len(imgs), h, w, c).permute(0, 3, 1, 2), targets
-    torch.stack(imgs, out=out)
-    return out, targets
+        n, (c, h, w) = len(imgs), imgs[0].shape
+        torch.stack([t.permute(1, 2, 0) for t in imgs], out=out.view(n, h, w, c))
+        return out.view(n, h, w, c).permute(0, 3, 1, 2)
+    return torch.stack(imgs, out=out)
 
 # %% ../nbs/07_loader.ipynb #dffc2686
 _RINGS = weakref.WeakValueDictionary()  # ring key -> _BatchRing, in the process that made the ring (the main process)

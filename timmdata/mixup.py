@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch.utils.data import default_collate
+from .loader import _as_chw, _new_uint8, _stack_uint8
 
 # %% auto #0
 __all__ = ['one_hot', 'mixup_target', 'rand_bbox', 'rand_bbox_minmax', 'cutmix_bbox_and_lam', 'Mixup', 'FastCollateMixup']
@@ -308,21 +309,27 @@ class FastCollateMixup(Mixup):
     _modes = ('batch', 'pair', 'elem', 'half')
 
     def _stack(self, batch) -> torch.Tensor:
+        "fast_collate's checks and stacking (channels-last for HWC-memory samples), with FastCollateMixup's messages."
         if not len(batch): raise ValueError("FastCollateMixup got an empty batch")
         imgs = []
         for i, s in enumerate(batch):
             img = s[0]
             if isinstance(img, (tuple, list)):
                 raise ValueError(f"FastCollateMixup does not take AugMix split samples (sample {i} is a {type(img).__name__}); use fast_collate")
-            if isinstance(img, np.ndarray): img = torch.from_numpy(np.ascontiguousarray(img))
-            if not isinstance(img, torch.Tensor) or img.dtype != torch.uint8 or img.ndim != 3:
+            if isinstance(img, np.ndarray) and min(img.strides, default=0) < 0: img = img.copy()  # torch cannot view negative strides
+            try: img = _as_chw(img, i)
+            except (TypeError, ValueError) as e:
                 raise ValueError(f"FastCollateMixup expects uint8 CHW images; sample {i} is "
                                  f"{type(s[0]).__name__} dtype={getattr(s[0], 'dtype', None)} shape={tuple(getattr(s[0], 'shape', ()))} "
-                                 f"(keep samples uint8: no ToTensor/Normalize in the per-sample transform)")
+                                 f"(keep samples uint8: no ToTensor/Normalize in the per-sample transform)") from e
             if imgs and img.shape != imgs[0].shape:
                 raise ValueError(f"FastCollateMixup needs images of one shape; sample {i} is {tuple(img.shape)}, sample 0 is {tuple(imgs[0].shape)}")
             imgs.append(img)
-        return torch.stack(imgs)
+        # the other modes mix in place and hand this batch over, so in a worker it goes straight to shared memory;
+        # 'half' returns a mixed copy of half of it, and device samples (main process only) stay on their device
+        shape, dev = (len(imgs), *imgs[0].shape), imgs[0].device
+        out = _new_uint8(shape) if self.mode != 'half' and dev.type == 'cpu' else torch.empty(shape, dtype=torch.uint8, device=dev)
+        return _stack_uint8(imgs, out)
 
     def __call__(self, batch, _=None):
         "Collate a list of (uint8 CHW image, label) into (uint8 NCHW batch, soft targets); 'half' returns N // 2 rows."

@@ -52,7 +52,7 @@ class RandomErasing:
         self.probability, self.min_area, self.max_area = probability, min_area, max_area
         self.log_aspect_ratio = (math.log(min_aspect), math.log(max_aspect))
         self.min_count, self.max_count, self.num_splits, self.mode = min_count, max_count, num_splits, mode
-        self.device, self.generator = device, generator
+        self.generator = generator  # `device` is not stored: the input's device decides
 
     def get_params(self,
                    batch_size: int, # number of images

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_sample_data.ipynb #9d26dc20
 from __future__ import annotations
-import os, json, math
+import os, json, math, shutil
 from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
@@ -87,6 +87,13 @@ def _write_images(jobs):
         make_sample_image(ci, seed, size).save(path, 'JPEG', quality=quality)
 
 # %% ../nbs/00_sample_data.ipynb #0bfab2bd
+def _remove_sample_tree(root: Path, spec: dict):
+    "Deletes what an earlier call wrote (the class folders named in its marker), and split folders left empty."
+    for split in ('train', 'val'):
+        for c in spec.get('classes', []): shutil.rmtree(root / split / c, ignore_errors=True)
+        try: (root / split).rmdir()
+        except OSError: pass  # missing, or holds files that are not ours: kept
+
 def make_sample_dataset(root, # folder to write into (made if missing)
                         n_train: int = 150, # images per class in train/
                         n_val: int = 50, # images per class in val/
@@ -103,7 +110,10 @@ def make_sample_dataset(root, # folder to write into (made if missing)
     classes = list(classes or IMAGENETTE_CLASSES)
     spec = dict(n_train=n_train, n_val=n_val, classes=classes, size=list(size), quality=quality, seed=seed, ext=ext, portrait_every=portrait_every)
     marker = root / '.timmdata_sample.json'
-    if marker.exists() and json.loads(marker.read_text()) == spec: return root
+    old = json.loads(marker.read_text()) if marker.exists() else None
+    if old == spec: return root
+    if old:  # another spec's tree: its images (other counts, classes or extension) would stay and be read with ours
+        marker.unlink(); _remove_sample_tree(root, old)
     jobs = []
     for split, n, off in (('train', n_train, 0), ('val', n_val, 1_000_000)):
         for ci, c in enumerate(classes):

@@ -49,10 +49,10 @@ INTERPOLATIONS = tuple(_INTERP) + ('random',)
 _MODE_TO_PIL = {m: p for m, p in _INTERP.values()}
 _MODE_TO_STR = {m: n for n, (m, p) in _INTERP.items()}
 
-def _check_interp(name, param='interpolation', allow_random=False):
+def _check_interp(name, allow_random=False):
     ok = INTERPOLATIONS if allow_random else tuple(_INTERP)
     if name not in ok:
-        raise ValueError(f"{param} must be one of {', '.join(repr(o) for o in ok)}; got {name!r}")
+        raise ValueError(f"interpolation must be one of {', '.join(repr(o) for o in ok)}; got {name!r}")
     return name
 
 def str_to_interp_mode(mode_str: str) -> InterpolationMode:
@@ -104,13 +104,13 @@ def _is_hwc_view(img) -> bool:
             and img.dtype == torch.uint8 and img.device.type == 'cpu')
 
 def _resize(img, size, interp: InterpolationMode):
-    "Resize to exactly `size` = (h, w)."
+    "Resize to exactly `size` = (h, w); an image of that size already is returned as it is (no copy)."
     h, w = int(size[0]), int(size[1])
+    if image_hw(img) == (h, w): return img  # PIL and torchvision would copy or repack the pixels for nothing
     if not is_tensor_image(img): return img.resize((w, h), _MODE_TO_PIL[interp])
     if interp in (InterpolationMode.BOX, InterpolationMode.HAMMING):  # no torch kernel: a rare, slow PIL detour
         return TF.pil_to_tensor(TF.to_pil_image(img).resize((w, h), _MODE_TO_PIL[interp]))
-    if (_U8_RESIZE_CL and interp in (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC) and _is_hwc_view(img)
-            and tuple(img.shape[-2:]) != (h, w)):
+    if _U8_RESIZE_CL and interp in (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC) and _is_hwc_view(img):
         # torchvision's resize_image would call the same kernel with the same arguments, but its reshape to a 1xCxHxW
         # batch hides the channels-last layout of a crop window; the kernel then repacks to planar and takes about
         # twice as long. Shown as a 4-D channels-last view, it reads and writes interleaved pixels: the same values (tested below)
@@ -194,7 +194,7 @@ class Resize:
     def __call__(self, img):
         hw = image_hw(img)
         out = _shorter_edge_size(hw, int(self.size)) if isinstance(self.size, numbers.Number) else self.size
-        return img if tuple(out) == tuple(hw) else _resize(img, out, self.interpolation)
+        return _resize(img, out, self.interpolation)
     def __repr__(self): return f"{type(self).__name__}(size={self.size}, interpolation={_interp_repr(self.interpolation)})"
 
 # %% ../nbs/02_transforms.ipynb #6497cc3b
@@ -287,8 +287,7 @@ class ResizeKeepRatio:
     def __call__(self, img):
         size = self.get_params(img, self.size, self.longest, self.random_scale_prob, self.random_scale_range,
                                self.random_scale_area, self.random_aspect_prob, self.random_aspect_range)
-        interp = _pick_interp(self.interpolation)
-        return img if tuple(size) == image_hw(img) else _resize(img, size, interp)
+        return _resize(img, size, _pick_interp(self.interpolation))
 
     def __repr__(self):
         return (f"{type(self).__name__}(size={self.size}, interpolation={_interp_repr(self.interpolation)}, "
@@ -297,8 +296,12 @@ class ResizeKeepRatio:
 
 # %% ../nbs/02_transforms.ipynb #bdbd760c
 def center_crop_or_pad(img, output_size, fill=0, padding_mode: str = 'constant'):
-    "Centre crop to `output_size`, padding first where the image is smaller."
-    ch, cw = _setup_size(output_size, 'output_size')
+    "Centre crop to `output_size` (int or (h, w)), padding first where the image is smaller."
+    return _center_crop_or_pad(img, _setup_size(output_size, 'output_size'), fill, padding_mode)
+
+def _center_crop_or_pad(img, size: tuple, fill, padding_mode: str):
+    "`center_crop_or_pad` for an (h, w) of ints (`CenterCropOrPad` normalises its size once, not per image)."
+    ch, cw = size
     ih, iw = image_hw(img)
     if cw > iw or ch > ih:
         pad = [(cw - iw) // 2 if cw > iw else 0, (ch - ih) // 2 if ch > ih else 0,
@@ -327,7 +330,7 @@ class CenterCropOrPad:
                  padding_mode: str = 'constant', # 'constant', 'edge', 'reflect' or 'symmetric'
                 ):
         self.size, self.fill, self.padding_mode = _setup_size(size), fill, padding_mode
-    def __call__(self, img): return center_crop_or_pad(img, self.size, fill=self.fill, padding_mode=self.padding_mode)
+    def __call__(self, img): return _center_crop_or_pad(img, self.size, self.fill, self.padding_mode)
     def __repr__(self): return f"{type(self).__name__}(size={self.size})"
 
 class RandomCropOrPad:
@@ -379,8 +382,6 @@ class Compose(tvt.Compose):
             if isinstance(t, _TO_TENSOR): break  # later steps see tensors whatever came in
             if not supports_tensor(t): return 'pil'
         return 'tensor'
-    @property
-    def supports_tensor(self) -> bool: return self.input_format == 'tensor'
     @property
     def accepts_encoded(self) -> bool:
         "True when the first step takes a not-yet-decoded image (it crops first, so it decodes only what it keeps)."

@@ -1,0 +1,21 @@
+"""Test datasets used by several test files (in a module of their own, so spawned processes can import them)."""
+import random
+import numpy as np
+import torch
+from timmdata.dataset import ImageDataset
+
+
+class IndexDataset(ImageDataset):
+    "The sample's index as its target, so a test can see which samples a loader returned."
+    def __getitem__(self, i):
+        img, _ = super().__getitem__(i)
+        return img, i
+
+
+class SeedDataset(torch.utils.data.Dataset):
+    "Each sample reports the first numpy, torch and `random` draws of the worker that made it."
+    transform = None
+    def __len__(self): return 4
+    def __getitem__(self, i):
+        return torch.zeros(3, 2, 2, dtype=torch.uint8), (int(np.random.randint(0, 2**31 - 1)),
+                                                         int(torch.randint(0, 2**31 - 1, ())), random.getrandbits(31))
