@@ -22,7 +22,7 @@ import torch
 
 # run as `python bench/bench_cache.py` from a checkout: the repository's timmdata, installed or not
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from timmdata.bench import LOADERS, _epoch as bench_epoch, _worker_pids, bench_root
+from timmdata.bench import LOADERS, time_epoch as bench_epoch, worker_pids, bench_root
 
 TARGET = 8.0  # issue 7: the store must feed training at least 8x faster than timm on the JPEG folder
 
@@ -44,7 +44,7 @@ def _cpu_seconds(pid: int) -> float:
 
 def _epoch(loader) -> tuple[int, float, float, float]:
     "One pass (timmdata.bench's): (images, wall seconds, CPU seconds of this process, CPU seconds of its workers)."
-    me, workers = os.getpid(), _worker_pids(loader)  # persistent workers: the same processes before and after
+    me, workers = os.getpid(), worker_pids(loader)  # persistent workers: the same processes before and after
     before = {p: _cpu_seconds(p) for p in workers + [me]}
     n, dt = bench_epoch(loader)
     after = {p: _cpu_seconds(p) for p in before}
@@ -59,7 +59,7 @@ def _per_image_costs(loader, n: int = 512, reps: int = 3) -> dict:
     ds, reader = loader.dataset, loader.dataset.reader
     idx = np.random.default_rng(0).permutation(len(reader))[:n].tolist()
     threads = torch.get_num_threads(); torch.set_num_threads(1)
-    from timmdata.loader import fast_collate
+    from timmdata.collate import fast_collate
     out = {}
     def timed(name, fn, count):
         best = float('inf')
@@ -74,10 +74,10 @@ def _per_image_costs(loader, n: int = 512, reps: int = 3) -> dict:
         timed('dataset[i] (+ crop, resize, flip)', samples, n)
         batch = [ds[i] for i in idx[:64]]
         buf = torch.empty((64, 3, 224, 224), dtype=torch.uint8)
-        timed('fast_collate (into a reused buffer)', lambda: [fast_collate(batch, _alloc=lambda shape: buf[:shape[0]]) for _ in range(8)], 8 * 64)
+        timed('fast_collate (into a reused buffer)', lambda: [fast_collate(batch, alloc=lambda shape: buf[:shape[0]]) for _ in range(8)], 8 * 64)
         process = getattr(loader, '_process', None)  # PrefetchLoader's batch step: float, jitter, normalise
         if process is not None:
-            x, _ = fast_collate(batch, _alloc=lambda shape: buf[:shape[0]])
+            x, _ = fast_collate(batch, alloc=lambda shape: buf[:shape[0]])
             def steps():
                 for _ in range(8): process(x)
             timed('prefetcher batch step (1 thread)', steps, 8 * 64)

@@ -7,8 +7,9 @@ the same folder, alternating epoch by epoch; one runs the PrefetchLoader's batch
 the other through the torch ops it replaces (everything else identical). Prints medians over the epochs after
 a warm-up."""
 import argparse, statistics, time
-import timmdata.loader as L
-from timmdata.bench import LOADERS, _epoch, bench_root
+from timmdata import decode
+from timmdata.bench import LOADERS, time_epoch, bench_root
+from timmdata.prefetch import PrefetchLoader
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -16,17 +17,21 @@ def main(argv=None):
     p.add_argument('--epochs', type=int, default=4)
     a = p.parse_args(argv)
     root = bench_root(a.root)
-    native = L._native
-    if native is None: raise SystemExit('timmdata._native is not built: nothing to compare (install libjpeg-turbo headers, reinstall)')
+    native = decode.native
+    if native is None: raise SystemExit(f'the native pass is not active ({decode.NATIVE_STATUS}): nothing to compare')
+    def torch_ops(ld):
+        "The same loader, its PrefetchLoader made while decode.native is None: its back end runs the step as torch ops."
+        decode.native = None
+        try: return PrefetchLoader(ld.loader, mean=ld.mean, std=ld.std, channels=ld.channels, device=ld.device, color_jitter=ld.jitter)
+        finally: decode.native = native  # the workers still decode with it, as in the native loader
     loaders = {k: LOADERS['timmdata'](root, True, 64, 2) for k in ('native', 'torch ops')}  # the benchmark's training loader
+    loaders['torch ops'] = torch_ops(loaders['torch ops'])
     res = {k: [] for k in loaders}
     for ep in range(a.epochs + 1):
         for k, ld in loaders.items():
-            L._native = native if k == 'native' else None  # read by PrefetchLoader at each batch
             c0 = time.process_time()
-            n, dt = _epoch(ld)
+            n, dt = time_epoch(ld)
             if ep: res[k].append((n / dt, (time.process_time() - c0) / n * 1e3))
-    L._native = native
     for k, v in res.items():
         print(f'{k:10s} {statistics.median(r[0] for r in v):6.0f} img/s   main process {statistics.median(r[1] for r in v):.3f} ms CPU per image')
 

@@ -7,12 +7,12 @@
  * outside it (jpeg_crop_scanline), and stop reading once past the crop's last row. The pixels inside the
  * decoded box are those of a full decode, provided the box has a few pixels of margin around the crop (the
  * chroma upsampling looks at neighbouring samples); the Python side adds that margin.
- * Explained, measured and tested in nbs/01_dataset.ipynb.
+ * Explained, measured and tested in nbs/02_decode.ipynb.
  *
  * 2. Turn a uint8 NCHW batch into the normalised, colour-jittered float batch in one pass (channel_means,
  * affine_u8): colour jitter and normalisation together are one 3x3 matrix and bias per image, and the torch ops
  * that express it (a float copy, a K=3 matrix product, clamps) take three times as long on the CPU.
- * Explained, measured and tested in nbs/07_loader.ipynb. */
+ * Explained, measured and tested in nbs/12_prefetch.ipynb. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdio.h>

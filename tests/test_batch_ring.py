@@ -1,6 +1,7 @@
-"""The reused shared batch memory (_BatchRing) behind create_loader's default CPU path: never a wrong or stale batch."""
+"""The reused shared batch memory (BatchRing) behind create_loader's default CPU path: never a wrong or stale batch."""
 import torch
-from timmdata.loader import create_loader, _BatchRing
+from timmdata.collate import BatchRing
+from timmdata.loader import create_loader
 
 class IndexImages(torch.utils.data.Dataset):
     "Sample i is a 3x16x16 uint8 image whose pixels spell i (channel 0: i % 256, channel 1: i // 256), label i."
@@ -23,7 +24,7 @@ def loader(ds, **kw):
 def test_ring_is_used_and_every_epoch_is_right():
     ds = IndexImages(203)
     ld = loader(ds, is_training=False)
-    assert isinstance(ld.loader.collate_fn, _BatchRing)
+    assert isinstance(ld.loader.collate_fn, BatchRing)
     for epoch in range(4):
         ids, labels = [], []
         for x, y in ld:
@@ -45,7 +46,7 @@ def test_training_epochs_with_kept_outputs_and_early_stops():
     for x, y in kept: assert decode_ids(x) == y.tolist()  # outputs are the prefetcher's own memory, never a slot
 
 def test_plain_use_without_releases_falls_back_to_fresh_memory():
-    ring = _BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=2)
+    ring = BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=2)
     dl = torch.utils.data.DataLoader(IndexImages(80), batch_size=8, num_workers=2, collate_fn=ring)
     held = [(x, y) for x, y in dl]  # nobody releases: after 2 batches per worker, fresh memory
     for x, y in held:
@@ -54,13 +55,13 @@ def test_plain_use_without_releases_falls_back_to_fresh_memory():
 
 def test_no_ring_without_workers():
     ld0 = create_loader(IndexImages(16), (3, 16, 16), 8, num_workers=0, device='cpu')
-    assert not isinstance(ld0.loader.collate_fn, _BatchRing)
-    assert _BatchRing.maybe((8, 3, 16, 16), 0, 3) is None
+    assert not isinstance(ld0.loader.collate_fn, BatchRing)
+    assert BatchRing.maybe((8, 3, 16, 16), 0, 3) is None
 
 def test_batches_arrive_as_views_of_the_main_processs_ring_and_targets_as_copies():
     "A worker sends a slot's place in the ring, not a file descriptor: the main process reads its own mapping."
     # slots for the prefetch_factor (2) batches a worker has queued, the one it writes and the one being read
-    ring = _BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4)
+    ring = BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4)
     dl = torch.utils.data.DataLoader(IndexImages(120), batch_size=8, num_workers=2, collate_fn=ring, persistent_workers=True)
     base, tbase = ring.ring.untyped_storage().data_ptr(), ring.targets.untyped_storage().data_ptr()
     for epoch in range(2):
@@ -80,7 +81,7 @@ class SoftTargets(IndexImages):
         return x, torch.tensor([i / 2, 1.0])  # not class indices: sent the usual way
 
 def test_non_index_targets_are_sent_as_they_are():
-    ring = _BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=2)
+    ring = BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=2)
     dl = torch.utils.data.DataLoader(SoftTargets(32), batch_size=8, num_workers=2, collate_fn=ring)
     for x, y in dl:
         assert y.dtype == torch.float32 and y.shape == (8, 2)
@@ -89,8 +90,8 @@ def test_non_index_targets_are_sent_as_they_are():
 
 def test_a_ring_batch_unpickled_elsewhere_is_an_error_not_garbage():
     import pickle
-    from timmdata.loader import _InRing
-    ring = _BatchRing((2, 3, 4, 4), num_workers=1, slots_per_worker=1)
+    from timmdata.collate import _InRing  # the pickling of a slot: private to collate, tested here
+    ring = BatchRing((2, 3, 4, 4), num_workers=1, slots_per_worker=1)
     ref = _InRing(ring.key, 0, ring.ring[0])
     assert pickle.loads(pickle.dumps(ref)).data_ptr() == ring.ring.data_ptr()  # the owner gets its own view back
     stranger = _InRing('another-process-ring', 0, ring.ring[0])
@@ -100,7 +101,7 @@ def test_a_ring_batch_unpickled_elsewhere_is_an_error_not_garbage():
 
 def test_ring_with_spawned_workers():
     "Spawned workers receive the ring by pickling (its memory by file descriptor, once); batches still come back as views."
-    ring = _BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4)
+    ring = BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4)
     dl = torch.utils.data.DataLoader(IndexImages(64), batch_size=8, num_workers=2, collate_fn=ring,
                                      multiprocessing_context='spawn')
     base, ys = ring.ring.untyped_storage().data_ptr(), []

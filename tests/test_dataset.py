@@ -10,8 +10,10 @@ import torch
 from PIL import Image, ImageFile
 from torch.utils.data import DataLoader
 
-from timmdata.dataset import (ImageDataset, AugMixDataset, ImageDecodeError, TarReader, CsvReader,
-                              create_reader, decode_image)
+from timmdata.dataset import ImageDataset, AugMixDataset
+from timmdata.decode import ImageDecodeError, decode_image
+from timmdata.readers import TarReader, CsvReader, create_reader
+from timmdata.transforms import SampleTransform
 from timmdata.sample_data import make_sample_image
 
 timm_data = pytest.importorskip('timm.data')
@@ -21,7 +23,7 @@ timm_data = pytest.importorskip('timm.data')
 
 def digest(b: bytes) -> str: return hashlib.md5(b).hexdigest()
 
-class TensorIn:
+class TensorIn(SampleTransform):
     "A stand-in transform that takes uint8 CHW tensors."
     input_format = 'tensor'
     def __call__(self, x): return x

@@ -285,6 +285,57 @@ def test_build_fails_on_remote_asset(tmp_path):
     assert r.returncode != 0 and 'cdn.example.com' in r.stderr, r.stderr
 
 
+def _stream(text, name='stdout'): return {'output_type': 'stream', 'name': name, 'text': text}
+
+
+def test_build_fails_on_stderr_output(tmp_path):
+    "A warning (any stderr stream) saved in a shown cell fails the build, naming the notebook and the cell."
+    nbs = tmp_path / 'nbs'; nbs.mkdir()
+    (nbs / 'index.ipynb').write_text(json.dumps(_notebook([_md('# Home\n> home page'), _code('1+1')])))
+    warn = _stream('<ipython-input-3>:1: UserWarning: the given NumPy array is not writable\n  warn(msg)\n', 'stderr')
+    (nbs / '01_warns.ipynb').write_text(json.dumps(_notebook([_md('# Warns\n> a warning'), _code('x = 1'),
+                                                              _code('f(x)', [_stream('fine\n'), warn])])))
+    r = build(tmp_path / 'site', '--nbs', str(nbs))
+    assert r.returncode != 0
+    assert '01_warns.ipynb' in r.stderr and 'cell 2' in r.stderr and 'stderr' in r.stderr and 'UserWarning' in r.stderr, r.stderr
+    assert not (tmp_path / 'site').exists()
+
+
+def test_build_fails_on_machine_path(tmp_path):
+    "An absolute path of the build machine in a shown output (stdout, a result, markdown) fails the build."
+    for i, out in enumerate([_stream(f'saved to {tmp_path}/batch.png\n'),
+                             {'output_type': 'execute_result', 'execution_count': 1, 'metadata': {},
+                              'data': {'text/plain': f"PosixPath('{ROOT}/nbs/x.png')"}},
+                             {'output_type': 'display_data', 'metadata': {},
+                              'data': {'text/markdown': 'read from `/root/.cache/timmdata/sample`', 'text/plain': 'md'}}]):
+        nbs = tmp_path / f'nbs{i}'; nbs.mkdir()
+        (nbs / 'index.ipynb').write_text(json.dumps(_notebook([_md('# Home\n> home page'), _code('save()', [out])])))
+        r = build(tmp_path / f'site{i}', '--nbs', str(nbs))
+        assert r.returncode != 0, f'output {i} passed: {out}'
+        assert 'index.ipynb' in r.stderr and 'cell 1' in r.stderr and 'absolute path' in r.stderr, r.stderr
+
+
+def test_build_allows_hidden_stderr_and_relative_paths(tmp_path):
+    "stderr of a cell hidden from the page is fine; so are relative paths and URLs that contain /home/ or /tmp/."
+    nbs = tmp_path / 'nbs'; nbs.mkdir()
+    warn = _stream('UserWarning: hidden\n', 'stderr')
+    cells = [_md('# Home\n> home page'), _code('#| hide\nimport warnings', [warn]), _code('#| output: false\nf()', [warn]),
+             _code('#| include: false\ng()', [warn]),
+             _code('h()', [_stream('saved to out/demo_batch.png; see https://example.org/home/tmp/ and ~/tmp/x\n')])]
+    (nbs / 'index.ipynb').write_text(json.dumps(_notebook(cells)))
+    r = build(tmp_path / 'site', '--nbs', str(nbs))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_machine_path_pattern():
+    "What counts as a path of the build machine, without building a site."
+    hit = lambda t: bool(builder.MACHINE_PATH.search(t))
+    for t in ['/tmp/tmpab12/x.png', "root '/work' ", 'File "/home/me/x.py"', '(/root/.cache)', str(ROOT / 'nbs')]:
+        assert hit(t), t
+    for t in ['out/bench/bench.png', 'https://example.org/home/x', 'a/tmp/b', '~/tmp', '/homework', 'docs/tmp/']:
+        assert not hit(t), t
+
+
 def test_build_hides_what_nbdev_hides(tmp_path):
     "`#| hide` cells vanish, `#| export` code gives way to its show_doc entry, saved figures become files."
     nbs = tmp_path / 'nbs'; nbs.mkdir()

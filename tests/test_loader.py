@@ -7,7 +7,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from timmdata.dataset import ImageDataset
-from timmdata.loader import (MultiEpochsDataLoader, PrefetchLoader, _worker_init, create_loader, fast_collate)
+from timmdata.collate import BatchCollate
+from timmdata.loader import (MultiEpochsDataLoader, PrefetchLoader, worker_init, create_loader, fast_collate)
 from timmdata.transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from _datasets import IndexDataset, SeedDataset
 
@@ -98,7 +99,7 @@ def test_worker_seeds_differ_per_worker_and_rank(seeding):
         torch.manual_seed(0)  # every "rank" seeded alike, as a careless script would
         ws = (lambda info: 1000 + info.id) if seeding == 'callable' else seeding
         return DataLoader(SeedDataset(), batch_size=1, num_workers=2, collate_fn=fast_collate,
-                          worker_init_fn=partial(_worker_init, worker_seeding=ws, rank=rank))
+                          worker_init_fn=partial(worker_init, worker_seeding=ws, rank=rank))
     r0, r1 = _first_draws(make(0)), _first_draws(make(1))
     assert r0[0] != r0[1]  # workers differ (numpy, torch and random)
     assert all(a != b for a, b in zip(*r0))
@@ -143,8 +144,8 @@ def test_pass_throughs():
     class Sampler(list):
         epoch = None
         def set_epoch(self, e): self.epoch = e
-    class Mix:
-        mixup_enabled = True
+    class Mix(BatchCollate):  # a mixing collate, declared as such
+        mixes, mixup_enabled = True, True
         def __call__(self, b): return fast_collate(b)
     s = Sampler(range(4))
     dl = DataLoader([(torch.zeros(3, 2, 2, dtype=torch.uint8), 0)] * 4, batch_size=2, sampler=s, collate_fn=Mix())

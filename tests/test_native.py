@@ -1,7 +1,10 @@
 """timmdata._native (csrc/native.c): built, exact, and wired in: the crop-aware JPEG decode and the fused batch step."""
 import random, pytest, torch
 from timmdata import ImageDataset, create_transform, create_loader
-from timmdata.dataset import EncodedJpeg, encoded_jpeg, decode_image, ImageDecodeError
+from timmdata import decode
+from timmdata.collate import fast_collate
+from timmdata.decode import EncodedJpeg, encoded_jpeg, decode_image, ImageDecodeError
+from timmdata.prefetch import PrefetchLoader
 
 def test_extension_is_built():
     "`make` installs libjpeg-turbo's header; without the extension the fast path is silently gone, so insist on it."
@@ -9,7 +12,7 @@ def test_extension_is_built():
 
 def test_training_pipeline_decodes_crops_and_matches_full_decode(sample_root):
     t = create_transform(224, is_training=True, use_prefetcher=True, color_jitter=0)
-    assert t.accepts_encoded and t.input_format == 'tensor'
+    assert t.input_format == 'encoded'
     fast, full = ImageDataset(sample_root), ImageDataset(sample_root)
     fast.transform = full.transform = t
     full._encoded = False  # what the dataset did before: decode everything, then crop
@@ -21,7 +24,7 @@ def test_training_pipeline_decodes_crops_and_matches_full_decode(sample_root):
 
 def test_eval_pipeline_gets_decoded_images(sample_root):
     t = create_transform(224, is_training=False, use_prefetcher=True)
-    assert not t.accepts_encoded
+    assert t.input_format == 'tensor'
     ds = ImageDataset(sample_root); ds.transform = t
     assert not ds._encoded
     data = open(ds.filename(0, absolute=True), 'rb').read()
@@ -69,13 +72,14 @@ def test_loader_epoch_with_crop_decode(sample_root):
 @pytest.mark.parametrize('jitter', [0.4, (0.2, 0.5, 0.3)])
 def test_fused_batch_step_matches_torch_ops(monkeypatch, jitter, hw):
     "The native jitter+normalise pass gives the torch-ops result (same generator draws), to float rounding."
-    import timmdata.loader as L
     x = torch.randint(0, 256, (7, 3, *hw), dtype=torch.uint8)
     x[0] = 255; x[1] = 0  # saturated images exercise the clamp
     batches = [(x, torch.arange(7))]
-    fast = next(iter(L.PrefetchLoader(batches, device='cpu', color_jitter=jitter, seed=3)))[0]
-    monkeypatch.setattr(L, '_native', None)
-    slow = next(iter(L.PrefetchLoader(batches, device='cpu', color_jitter=jitter, seed=3)))[0]
+    native_pl = PrefetchLoader(batches, device='cpu', color_jitter=jitter, seed=3)
+    monkeypatch.setattr(decode, 'native', None)  # before the loader is made: it picks its back end then
+    torch_pl = PrefetchLoader(batches, device='cpu', color_jitter=jitter, seed=3)
+    assert type(native_pl.backend).__name__ == '_NativeCpuBackend' and type(torch_pl.backend).__name__ == '_CpuBackend'
+    fast, slow = next(iter(native_pl))[0], next(iter(torch_pl))[0]
     assert fast.shape == slow.shape and fast.dtype == slow.dtype == torch.float32
     assert torch.allclose(fast, slow, atol=1e-4), (fast - slow).abs().max()
 
@@ -83,32 +87,30 @@ def test_fused_batch_step_matches_torch_ops(monkeypatch, jitter, hw):
 @pytest.mark.parametrize('jitter', [None, 0.4])
 def test_fused_step_reads_channels_last_batches(monkeypatch, jitter, hw):
     "fast_collate gives channels-last batches for decode_jpeg-layout images; both layouts and the torch path agree."
-    import timmdata.loader as L
     hwc = [torch.randint(0, 256, (*hw, 3), dtype=torch.uint8) for _ in range(5)]
     imgs = [t.permute(2, 0, 1) for t in hwc]  # CHW views of HWC memory, as decode_jpeg and the uint8 resize give
-    x, y = L.fast_collate([(im, i) for i, im in enumerate(imgs)])
+    x, y = fast_collate([(im, i) for i, im in enumerate(imgs)])
     assert x.shape == (5, 3, *hw) and x.is_contiguous(memory_format=torch.channels_last)
     assert all(torch.equal(x[i], imgs[i]) for i in range(5))
     planar = x.contiguous()
-    run = lambda b: next(iter(L.PrefetchLoader([(b, y)], device='cpu', color_jitter=jitter, seed=5)))[0]
+    run = lambda b: next(iter(PrefetchLoader([(b, y)], device='cpu', color_jitter=jitter, seed=5)))[0]
     a, p = run(x), run(planar)
-    monkeypatch.setattr(L, '_native', None)
+    monkeypatch.setattr(decode, 'native', None)  # before the loader is made: it picks its back end then
     t = run(x)
     assert torch.allclose(a, p, atol=1e-5) and torch.allclose(a, t, atol=1e-4)
 
 @pytest.mark.parametrize('layout', ['planar', 'nhwc'])
 def test_streaming_and_plain_passes_give_the_same_floats(layout):
     "The AVX2 streaming-store passes do the plain loops' operations in the same order: bit-identical output."
-    import timmdata.loader as L
     x = torch.randint(0, 256, (6, 3, 224, 224), dtype=torch.uint8)  # 224x224 planes: 32-byte aligned, streamed on AVX2
     x[0] = 255; x[1] = 0
     if layout == 'nhwc': x = x.contiguous(memory_format=torch.channels_last)
-    run = lambda: next(iter(L.PrefetchLoader([(x, torch.arange(6))], device='cpu', color_jitter=0.4, seed=7)))[0].clone()
-    from timmdata import _native
-    old = _native.set_streaming(True)
+    run = lambda: next(iter(PrefetchLoader([(x, torch.arange(6))], device='cpu', color_jitter=0.4, seed=7)))[0].clone()
+    native = decode.native
+    old = native.set_streaming(True)
     try:
         streamed = run()
-        _native.set_streaming(False)
+        native.set_streaming(False)
         plain = run()
-    finally: _native.set_streaming(old)
+    finally: native.set_streaming(old)
     assert torch.equal(streamed, plain)

@@ -7,13 +7,19 @@ __version__ = "0.1.0"
 __all__ = []
 
 # %% ../nbs/index.ipynb #a84d28a2
-from .dataset import ImageDataset, AugMixDataset, create_reader
-from .transforms import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN,
-                                 IMAGENET_INCEPTION_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, DEFAULT_CROP_PCT,
-                                 resolve_data_config)
+from .readers import create_reader, register_reader
+from .decode import ImageDecodeError, decode_image
+from .dataset import ImageDataset, AugMixDataset
+from .config import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN,
+                             IMAGENET_INCEPTION_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, DEFAULT_CROP_PCT,
+                             resolve_data_config, resolve_model_data_config)
 from .transforms_factory import create_transform
 from .random_erasing import RandomErasing
 from .mixup import Mixup, FastCollateMixup
-from .loader import create_loader, fast_collate, PrefetchLoader, MultiEpochsDataLoader
+from .collate import fast_collate
+from .prefetch import PrefetchLoader
+from .loader import create_loader, MultiEpochsDataLoader
 from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
+from .store import ReaderStore  # importing the store registers its reader kind with create_reader
+from .cache import build_cache
 from .sample_data import make_sample_dataset

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the docs site from nbs/*.ipynb into OUTDIR (default: docs/): nbdev's docs processing, then
 # MkDocs Material in strict mode, then a check that no page fetches anything from the network.
+# Fails, naming the notebook and cell, when a page would show a saved error, any stderr output (warnings,
+# progress bars) or an absolute path of the build machine (/tmp/..., /work/..., /home/...): see build.py.
 # Quarto (and so nbdev_docs) is not available here; see tools/docs/build.py for the details.
 #   bash tools/build_docs.sh docs            # the committed site, served by GitHub Pages from /docs
 #   bash tools/build_docs.sh /tmp/site       # a throwaway build (what `make test` does)

@@ -34,6 +34,7 @@ def render(nb):
             parts.append(f'```python\n{code}\n```')
         if 'hide_output' in d or 'output' in d: continue
         for out in cell.get('outputs', []):
+            if any(k.startswith('image/') for k in out.get('data', {})): continue  # pictures are on the docs site
             md = out.get('data', {}).get('text/markdown')
             if md: parts.append(''.join(md).strip('\n')); continue
             txt = output_text(out)

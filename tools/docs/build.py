@@ -13,8 +13,18 @@
    then the built HTML and CSS are checked for assets fetched from the network (scripts, styles,
    fonts, images): there must be none, so the site works offline and from GitHub Pages as it is.
 
-Exits non-zero, naming the notebook and cell, when a notebook holds an error output, cannot be read
-or processed, when MkDocs warns, or when a remote asset is referenced."""
+Output hygiene: a page shows only what a reader should see. The build fails, naming the notebook and
+the cell, when a saved output that would appear on a page (that is, after nbdev's processing, of a cell
+not hidden by `#| hide`, `#| include: false` or `#| output: false`)
+- is a stream named `stderr`, whatever it says. Warnings, tracebacks and text progress bars all go there
+  and none belongs in the docs: silence the warning (or fix its cause), or hide the cell's output.
+  One rule with no list of "harmless" messages to keep up to date;
+- or holds an absolute path of the build machine (`/tmp/...`, `/work/...`, `/root/...`, `/home/...`,
+  the repository's own path, the home and temporary folders): print paths relative to a folder the
+  reader knows (`path.relative_to(root)`, a file name) instead. Pictures are not searched.
+
+Exits non-zero, naming the notebook and cell, when a notebook holds an error output or breaks a hygiene
+rule, cannot be read or processed, when MkDocs warns, or when a remote asset is referenced."""
 from __future__ import annotations
 import argparse, base64, concurrent.futures as cf, html, json, multiprocessing as mp, os, re, shutil
 import subprocess, sys, tempfile, time
@@ -175,6 +185,63 @@ def error_outputs(nb_json: dict) -> list:
     return errs
 
 
+# Folders of a build machine: a path under one of these in a page's output tells the reader nothing but
+# where the notebook last ran. Only a path that starts there counts: `https://x.org/home/`, `a/tmp/b` do not.
+MACHINE_DIRS = ('/tmp', '/var/tmp', '/var/folders', '/private/var', '/work', '/root', '/home', '/Users', '/mnt')
+
+
+def machine_path_re(extra=()) -> re.Pattern:
+    "A pattern for absolute paths of this machine: `MACHINE_DIRS`, the repository, home and temp folders."
+    dirs = {d.rstrip('/') for d in (*MACHINE_DIRS, *extra) if d and d.rstrip('/')}
+    alts = '|'.join(re.escape(d) for d in sorted(dirs, key=len, reverse=True))
+    return re.compile(rf'(?<![\w.~-])(?:{alts})(?![\w.-])(?:/[^\s\'"`)\]<>,;]*)?')
+
+MACHINE_PATH = machine_path_re((str(ROOT), str(Path.home()), tempfile.gettempdir()))
+
+
+def shown_text(out) -> str:
+    "The text of an output that `render_outputs` would put on the page ('' for pictures)."
+    kind = out.get('output_type')
+    if kind == 'stream': return _text(out.get('text', ''))
+    if kind not in ('execute_result', 'display_data'): return ''
+    data = out.get('data', {})
+    if any(m in data for m in ('image/png', 'image/jpeg', 'image/gif', 'image/svg+xml')): return ''
+    for m in ('text/markdown', 'text/html', 'text/plain'):
+        if m in data: return _text(data[m])
+    return ''
+
+
+def _snippet(text: str, at: int = 0, width: int = 100) -> str:
+    s = ' '.join(text[max(0, at - 20):at + width].split())
+    return repr(s if len(s) <= width else s[:width] + '...')
+
+
+def hygiene_problems(cells, pattern=MACHINE_PATH) -> list:
+    """Outputs of processed notebook `cells` that a page would show but must not: stderr streams and
+    absolute paths of this machine, as 'cell N: ...' lines (N: the cell's index in the saved notebook)."""
+    probs = []
+    for c in cells:
+        if c.get('cell_type') != 'code': continue
+        opts, _ = split_directives(c.get('source') or '')
+        if opts.get('include') == 'false' or opts.get('output') == 'false': continue
+        meta = c.get('metadata') or {}
+        first = (c.get('source') or '').strip().splitlines()[-1:] or ['']
+        where = (f"cell {meta['raw_idx_']}" + (f" (id {c['id']})" if c.get('id') else '') if 'raw_idx_' in meta
+                 else f'the generated cell {first[0][:60]!r}')  # a show_doc entry nbdev added
+        stderr, paths = [], {}  # one line per cell for stderr (tqdm writes dozens), one per distinct path
+        for o in c.get('outputs', []):
+            txt = shown_text(o)
+            if o.get('output_type') == 'stream' and o.get('name') == 'stderr':
+                if txt.strip(): stderr.append(txt)
+                continue
+            for m in pattern.finditer(txt): paths.setdefault(m.group(0), _snippet(txt, m.start()))
+        if stderr:
+            more = f' ({len(stderr)} stderr outputs)' if len(stderr) > 1 else ''
+            probs.append(f'{where}: stderr output on the page{more} (silence it or hide the output): {_snippet(stderr[0])}')
+        probs += [f'{where}: absolute path of the build machine {p!r} in {snip}' for p, snip in paths.items()]
+    return probs
+
+
 def process_notebook(path: str, page_stem: str, pages: dict, prefixes: list) -> dict:
     "Runs in a fresh worker process: nbdev's docs processors, then markdown. Returns a picklable dict."
     os.environ['IN_TEST'] = '1'  # as nbdev's own docs processing does: notebooks may skip work under it
@@ -194,7 +261,11 @@ def process_notebook(path: str, page_stem: str, pages: dict, prefixes: list) -> 
         from execnb.nbio import read_nb
         from nbdev.processors import FilterDefaults
         nb = read_nb(path)
+        for c in nb.cells: c.metadata['raw_idx_'] = c.idx_  # processing renumbers cells: keep the saved index
         FilterDefaults()(nb)
+        bad = hygiene_problems(nb.cells)
+        if bad: return {'error': f'{path.name} shows output that does not belong on a page (fix the notebook, '
+                                 're-run and save it):\n  ' + '\n  '.join(bad)}
         title, md, files = nb_to_markdown(nb, page_stem, Linker(pages, prefixes))
     except Exception as e:
         import traceback
@@ -214,7 +285,7 @@ def discover(nbs: Path) -> list:
 
 
 def page_name(nb: Path) -> str:
-    "The page a notebook becomes, named as nbdev/Quarto names it (`07_loader.ipynb` -> `loader`)."
+    "The page a notebook becomes, named as nbdev/Quarto names it (`14_loader.ipynb` -> `loader`)."
     return re.sub(r'^\d+[a-zA-Z0-9]*_', '', nb.name.lower()).rsplit('.', 1)[0]
 
 
