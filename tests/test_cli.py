@@ -1,7 +1,9 @@
 """The `timmdata` console script as a shell runs it: in a subprocess, exit status and stderr.
 
 Uses the installed console script next to the running Python (`.venv/bin/timmdata`), else
-`python -m timmdata.cli`. User mistakes must give one line on stderr and exit status 2, never a traceback."""
+`python -m timmdata.cli`. User mistakes must give one line on stderr and exit status 2, never a traceback.
+Every command starts a Python that imports torch (seconds), so they are started together, once per module;
+the finer cases (each bad option, each error) are tested in-process in nbs/18_cli.ipynb."""
 import os, subprocess, sys
 from pathlib import Path
 
@@ -12,13 +14,28 @@ SCRIPT = Path(sys.executable).parent / 'timmdata'
 CMD = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, '-m', 'timmdata.cli']
 
 
-def timmdata(*args, **env):
-    return subprocess.run([*CMD, *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **env})
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory):
+    "name -> CompletedProcess-like (returncode, stdout, stderr), all commands run at the same time."
+    empty = tmp_path_factory.mktemp('no_images')
+    (empty / 'a').mkdir(); (empty / 'a' / 'notes.txt').write_text('not an image')
+    cmds = {'info': (CMD + ['info'], {}),
+            'info_off': (CMD + ['info'], {'TIMMDATA_NATIVE': '0'}),
+            'python_m': ([sys.executable, '-m', 'timmdata.cli', 'train'], {}),  # `python -m` works, and an unknown command
+            'missing_root': (CMD + ['demo', '--root', '/nonexistent'], {}),
+            'no_images': (CMD + ['demo', '--root', str(empty)], {}),
+            'bad_option': (CMD + ['demo', '--batch-size', '0'], {})}
+    procs = {k: subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env={**os.environ, **env}) for k, (c, env) in cmds.items()}
+    out = {}
+    for k, p in procs.items():
+        so, se = p.communicate(timeout=300)
+        out[k] = subprocess.CompletedProcess(cmds[k][0], p.returncode, so, se)
+    return out
 
 
-def test_info():
-    r = timmdata('info')
+def test_info(runs):
+    r = runs['info']
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     for key in ('timmdata:', 'python:', 'torch:', 'torchvision:', 'C extension:', 'JPEG decoder:', 'device:', 'CPUs:'):
@@ -26,16 +43,11 @@ def test_info():
     assert f'CPUs:          {os.cpu_count()} ' in r.stdout, r.stdout
 
 
-def test_info_says_why_the_extension_is_off():
-    r = timmdata('info', TIMMDATA_NATIVE='0')
+def test_info_says_why_the_extension_is_off(runs):
+    r = runs['info_off']
     assert r.returncode == 0, r.stderr
     line = next(l for l in r.stdout.splitlines() if l.startswith('C extension:'))
     assert 'TIMMDATA_NATIVE=0' in line, line
-
-
-def test_python_m_runs_the_cli():
-    r = subprocess.run([sys.executable, '-m', 'timmdata.cli', '--version'], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and r.stdout.startswith('timmdata '), (r.stdout, r.stderr)
 
 
 def one_line_error(r, says):
@@ -45,21 +57,12 @@ def one_line_error(r, says):
     assert r.stderr.startswith('timmdata') and says in r.stderr, r.stderr
 
 
-def test_missing_root():
-    one_line_error(timmdata('demo', '--root', '/nonexistent'), "timmdata demo: dataset root '/nonexistent' does not exist")
+def test_python_m_and_unknown_command(runs): one_line_error(runs['python_m'], "unknown command 'train'")
+def test_missing_root(runs): one_line_error(runs['missing_root'], "timmdata demo: dataset root '/nonexistent' does not exist")
+def test_root_without_images(runs): one_line_error(runs['no_images'], 'holds no images')
 
 
-def test_root_without_images(tmp_path):
-    (tmp_path / 'a').mkdir(); (tmp_path / 'a' / 'notes.txt').write_text('not an image')
-    one_line_error(timmdata('demo', '--root', str(tmp_path)), 'holds no images')
-
-
-def test_unknown_command():
-    one_line_error(timmdata('train'), "unknown command 'train'")
-
-
-@pytest.mark.parametrize('args', [('demo', '--batch-size', '0'), ('bench', '--workers', '-1'), ('info', '--nope')])
-def test_bad_option_is_a_usage_error(args):
-    r = timmdata(*args)
+def test_bad_option_is_a_usage_error(runs):
+    r = runs['bad_option']
     assert r.returncode == 2 and 'Traceback' not in r.stderr, r.stderr
     assert 'error: ' in r.stderr.splitlines()[-1], r.stderr

@@ -288,31 +288,28 @@ def test_build_fails_on_remote_asset(tmp_path):
 def _stream(text, name='stdout'): return {'output_type': 'stream', 'name': name, 'text': text}
 
 
-def test_build_fails_on_stderr_output(tmp_path):
-    "A warning (any stderr stream) saved in a shown cell fails the build, naming the notebook and the cell."
+def test_build_fails_on_stderr_output_and_machine_paths(tmp_path):
+    """A warning (any stderr stream) or an absolute path of the build machine (in stdout, a result or markdown) saved in
+    a shown cell fails the build, naming each notebook and cell (one build for all of them: each build takes seconds)."""
     nbs = tmp_path / 'nbs'; nbs.mkdir()
     (nbs / 'index.ipynb').write_text(json.dumps(_notebook([_md('# Home\n> home page'), _code('1+1')])))
     warn = _stream('<ipython-input-3>:1: UserWarning: the given NumPy array is not writable\n  warn(msg)\n', 'stderr')
     (nbs / '01_warns.ipynb').write_text(json.dumps(_notebook([_md('# Warns\n> a warning'), _code('x = 1'),
                                                               _code('f(x)', [_stream('fine\n'), warn])])))
+    paths = [_stream(f'saved to {tmp_path}/batch.png\n'),
+             {'output_type': 'execute_result', 'execution_count': 1, 'metadata': {},
+              'data': {'text/plain': f"PosixPath('{ROOT}/nbs/x.png')"}},
+             {'output_type': 'display_data', 'metadata': {},
+              'data': {'text/markdown': 'read from `/root/.cache/timmdata/sample`', 'text/plain': 'md'}}]
+    for i, out in enumerate(paths):
+        (nbs / f'0{i + 2}_path{i}.ipynb').write_text(json.dumps(_notebook([_md(f'# Path {i}\n> a path'), _code('save()', [out])])))
     r = build(tmp_path / 'site', '--nbs', str(nbs))
     assert r.returncode != 0
     assert '01_warns.ipynb' in r.stderr and 'cell 2' in r.stderr and 'stderr' in r.stderr and 'UserWarning' in r.stderr, r.stderr
+    for i, out in enumerate(paths):
+        block = r.stderr.split(f'0{i + 2}_path{i}.ipynb', 1)
+        assert len(block) == 2 and 'cell 1' in block[1] and 'absolute path' in block[1], f'output {i} passed: {out}\n{r.stderr}'
     assert not (tmp_path / 'site').exists()
-
-
-def test_build_fails_on_machine_path(tmp_path):
-    "An absolute path of the build machine in a shown output (stdout, a result, markdown) fails the build."
-    for i, out in enumerate([_stream(f'saved to {tmp_path}/batch.png\n'),
-                             {'output_type': 'execute_result', 'execution_count': 1, 'metadata': {},
-                              'data': {'text/plain': f"PosixPath('{ROOT}/nbs/x.png')"}},
-                             {'output_type': 'display_data', 'metadata': {},
-                              'data': {'text/markdown': 'read from `/root/.cache/timmdata/sample`', 'text/plain': 'md'}}]):
-        nbs = tmp_path / f'nbs{i}'; nbs.mkdir()
-        (nbs / 'index.ipynb').write_text(json.dumps(_notebook([_md('# Home\n> home page'), _code('save()', [out])])))
-        r = build(tmp_path / f'site{i}', '--nbs', str(nbs))
-        assert r.returncode != 0, f'output {i} passed: {out}'
-        assert 'index.ipynb' in r.stderr and 'cell 1' in r.stderr and 'absolute path' in r.stderr, r.stderr
 
 
 def test_build_allows_hidden_stderr_and_relative_paths(tmp_path):

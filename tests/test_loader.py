@@ -286,3 +286,17 @@ def test_cuda_reserved_memory_flat_over_epochs():
     assert loader.stream is not None
     # a new stream per epoch (timm issue 2781) would add ~100+ MiB every epoch here
     assert max(reserved) - reserved[0] <= 64 * 2**20, [r / 2**20 for r in reserved]
+
+
+def test_dropped_loader_is_freed_by_reference_count(sample_root):
+    "No reference cycle: dropping the loader frees its DataLoader (and stops its workers) at once, not at a later GC."
+    import gc, weakref
+    ds = ImageDataset(str(sample_root / 'train'))
+    loader = create_loader(ds, 64, 8, is_training=True, num_workers=2, device='cpu')
+    next(iter(loader))
+    dl = weakref.ref(loader.loader)
+    gc.disable()
+    try:
+        del loader
+        assert dl() is None, 'the DataLoader outlived its PrefetchLoader: a reference cycle keeps it (and its workers) alive'
+    finally: gc.enable()

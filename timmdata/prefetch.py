@@ -4,6 +4,7 @@
 
 # %% ../nbs/12_prefetch.ipynb #b3ae2fcf
 from __future__ import annotations
+import weakref
 from collections import deque
 from contextlib import contextmanager
 from typing import Optional, Sequence, Union
@@ -87,7 +88,9 @@ def default_rank() -> int:
 class _Backend:
     "The device half of a `PrefetchLoader`: output memory, the batch maths, the hand-over."
     stream = None  # the side CUDA stream, where there is one
-    def __init__(self, pl: PrefetchLoader): self.pl = pl
+    # a weak reference: a cycle loader <-> back end would leave the DataLoader (and its worker processes) to the
+    # garbage collector, whose late shutdown of the workers waits seconds on each; by reference count they stop at once
+    def __init__(self, pl: PrefetchLoader): self.pl = weakref.proxy(pl)
 
     def empty(self, shape: tuple, channels_last: bool = False) -> torch.Tensor:
         "Memory for an output batch, in the maths' dtype, on the device."
