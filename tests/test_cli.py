@@ -59,7 +59,7 @@ def one_line_error(r, says):
 
 def test_python_m_and_unknown_command(runs): one_line_error(runs['python_m'], "unknown command 'train'")
 def test_missing_root(runs): one_line_error(runs['missing_root'], "timmdata demo: dataset root '/nonexistent' does not exist")
-def test_root_without_images(runs): one_line_error(runs['no_images'], 'holds no images')
+def test_root_without_images(runs): one_line_error(runs['no_images'], 'found no images')
 
 
 def test_bad_option_is_a_usage_error(runs):

@@ -13,16 +13,13 @@ from .bench import bench_main, int_at_least
 from .cache import cache_main
 from .dataset import ImageDataset
 from .loader import create_loader
-from .readers import NoImagesError
 from .prefetch import resolve_device
-from .readers import IMG_EXTENSIONS
+from .readers import NoImagesError
 from .sample_data import make_sample_dataset, default_sample_root, IMAGENETTE_CLASSES
-from .store import is_store
-from .transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 # %% auto #0
-__all__ = ['USER_ERRORS', 'COMMANDS', 'CliError', 'fail', 'check_root', 'save_batch_grid', 'demo_main', 'info', 'info_main',
-           'usage', 'main']
+__all__ = ['USER_ERRORS', 'COMMANDS', 'CliError', 'fail', 'save_batch_grid', 'demo_main', 'info', 'info_main', 'usage', 'main']
 
 # %% ../nbs/18_cli.ipynb #293d9d4e
 class CliError(Exception):
@@ -37,24 +34,6 @@ def fail(prog: str, # who speaks: 'timmdata demo'
     "Print `prog: message` as one line on stderr and exit with `status`."
     print(f"{prog}: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
     raise SystemExit(status)
-
-# %% ../nbs/18_cli.ipynb #277bd8df
-_DATA_EXTS = frozenset(IMG_EXTENSIONS) | {'.tar', '.csv'}
-
-def check_root(root, # a dataset root as the user gave it
-              ) -> Path:
-    "`root` as a `Path` when it can hold a dataset, else a `CliError` saying what is wrong with it."
-    path = Path(root)
-    if not path.exists(): raise CliError(f'dataset root {str(root)!r} does not exist')
-    if path.is_file():
-        if path.suffix.lower() in ('.tar', '.csv'): return path
-        raise CliError(f'dataset root {str(root)!r} is a file: give a folder with one subfolder of images per class, '
-                       'a .tar or a .csv')
-    if is_store(path): return path
-    for _, _, files in os.walk(path, followlinks=True):
-        if any(os.path.splitext(f)[1].lower() in _DATA_EXTS for f in files): return path
-    raise CliError(f"dataset root {str(root)!r} holds no images ({', '.join(IMG_EXTENSIONS)}), .tar or .csv files: "
-                   'give a folder with one subfolder of images per class')
 
 # %% ../nbs/18_cli.ipynb #cde1e2f8
 def save_batch_grid(x: torch.Tensor, # a normalised float batch (N, 3, H, W)
@@ -94,7 +73,7 @@ def demo_main(argv=None):
         root = default_sample_root()
         print(f'sample dataset: {root} (made when missing)')
         make_sample_dataset(root)
-    else: root = check_root(a.root)
+    else: root = a.root  # the reader says what is wrong with it, if anything
     ds = ImageDataset(str(root), split='train')
     loader = create_loader(ds, (3, 224, 224), a.batch_size, is_training=True, color_jitter=0.4, num_workers=a.workers)
     n, first = 0, None

@@ -8,7 +8,7 @@ __all__ = ['GRAY_WEIGHTS', 'jitter_ranges', 'sample_jitter', 'jitter_affine']
 # %% ../nbs/11_jitter.ipynb #dbfea2f2
 from typing import Optional, Sequence
 import torch
-from .transforms import color_jitter_factors
+from .config import color_jitter_factors
 
 # %% ../nbs/11_jitter.ipynb #39720cff
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights

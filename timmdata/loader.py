@@ -13,7 +13,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 from .collate import BatchCollate, BatchRing, fast_collate
 from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
 from .prefetch import SEED_MIX, PrefetchLoader, default_rank, resolve_device
-from .transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
+from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 
 # %% auto #0
 __all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'create_loader', 'fast_collate', 'PrefetchLoader']

@@ -15,7 +15,7 @@ from . import decode
 from .collate import CUDA_IN_WORKER, BatchCollate
 from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .random_erasing import RandomErasing
-from .transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats
+from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats
 
 # %% auto #0
 __all__ = ['SEED_MIX', 'resolve_device', 'default_rank', 'PrefetchLoader']

@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_readers.ipynb #a1a09809
 from __future__ import annotations
-import csv, io, os, re, tarfile, warnings
+import csv, os, re, tarfile, warnings
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 import numpy as np
@@ -314,5 +314,5 @@ def create_reader(root, # dataset root: a folder, a .tar, a folder of .tars, a .
     root = find_split(root, split)
     if kind is None:
         kind = next((k for k, (_, detect) in reversed(_READERS.items()) if detect is not None and detect(root)), None)
-        if kind is None: raise ValueError(f'dataset root {root!r} is a file: expected a folder, a .tar or a .csv')
+        if kind is None: raise NoImagesError(f'dataset root {root!r} is a file: expected a folder, a .tar or a .csv')
     return _READERS[kind][0](root, class_map=class_map, **kwargs)

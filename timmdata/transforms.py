@@ -5,7 +5,6 @@
 # %% ../nbs/04_transforms.ipynb #83b58af3
 from __future__ import annotations
 import math, numbers, random
-from typing import Optional, Protocol, runtime_checkable
 import numpy as np
 import torch
 from PIL import Image
@@ -14,10 +13,10 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 from torchvision.transforms.v2 import functional as F2
 from .decode import EncodedJpeg
-from .config import color_jitter_factors, expand_channel_stats, parse_input_size  # also importable from here
+from .config import parse_input_size
 from .config import (CROP_MODES, DEFAULT_CROP_MODE, DEFAULT_CROP_PCT, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD,
                                 IMAGENET_DPN_MEAN, IMAGENET_DPN_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD,
-                                OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)  # also importable from here, as in timm
+                                OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)  # timm's names, also importable from here
 
 # %% auto #0
 __all__ = ['INTERPOLATIONS', 'INPUT_FORMATS', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
@@ -76,11 +75,11 @@ def _interp_repr(interp):
 # %% ../nbs/04_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
 
-@runtime_checkable
-class SampleTransform(Protocol):
+class SampleTransform:
     "A per-sample transform that declares its input: `input_format` is 'pil', 'tensor' or 'encoded' (see `INPUT_FORMATS`)."
     input_format: str = 'pil'
-    def __call__(self, img): ...
+    def __call__(self, img):
+        raise NotImplementedError(f'{type(self).__name__} must define __call__(img) -> the transformed image')
 
 _TV_TENSOR_OK = (tvt.RandomHorizontalFlip, tvt.RandomVerticalFlip, tvt.ColorJitter, tvt.RandomGrayscale, tvt.Grayscale,
                  tvt.GaussianBlur, tvt.CenterCrop, tvt.Normalize, tvt.Resize, tvt.ConvertImageDtype)
@@ -88,11 +87,11 @@ _TV_CONTAINERS = (tvt.Compose, tvt.RandomApply, tvt.RandomChoice, tvt.RandomOrde
 
 def transform_input(t) -> str:
     "What to hand transform `t`: 'encoded', 'tensor' or 'pil' (its declared `input_format`; torchvision's known ones; else 'pil')."
-    if isinstance(t, _TV_CONTAINERS) and not isinstance(t, SampleTransform):
-        return 'tensor' if all(transform_input(s) != 'pil' for s in t.transforms) else 'pil'
-    if isinstance(t, _TV_TENSOR_OK): return 'tensor'
-    if not isinstance(t, SampleTransform): return 'pil'
-    f = t.input_format
+    # the declaration is read here, and only here: subclassing SampleTransform or setting the attribute both declare it
+    f = getattr(t, 'input_format', None)
+    if f is None:
+        if isinstance(t, _TV_CONTAINERS): return 'tensor' if all(transform_input(s) != 'pil' for s in t.transforms) else 'pil'
+        return 'tensor' if isinstance(t, _TV_TENSOR_OK) else 'pil'
     if f not in INPUT_FORMATS:
         raise ValueError(f"{type(t).__name__}.input_format must be one of {', '.join(map(repr, INPUT_FORMATS))}; got {f!r}")
     return f
@@ -392,6 +391,8 @@ class Compose(tvt.Compose, SampleTransform):
             if f == 'encoded' and i > 0: return 'tensor'  # only a first step sees the undecoded JPEG
         return 'encoded' if self.transforms and transform_input(self.transforms[0]) == 'encoded' else 'tensor'
     def __call__(self, img):
-        if isinstance(img, EncodedJpeg) and self.input_format != 'encoded': img = img.decode()
+        # per sample, so only the first step is asked: it is the one that meets the undecoded JPEG
+        if isinstance(img, EncodedJpeg) and (not self.transforms or transform_input(self.transforms[0]) != 'encoded'):
+            img = img.decode()
         for t in self.transforms: img = t(img)
         return img

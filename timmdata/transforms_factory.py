@@ -8,9 +8,10 @@ import math, numbers
 from typing import Optional, Union
 import torch
 from torchvision import transforms as tvt
-from .transforms import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, DEFAULT_CROP_PCT, CROP_MODES,
-    Compose, Resize, RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad, RandomCropOrPad, TrimBorder,
-    MaybeToTensor, MaybePILToTensor, color_jitter_factors, check_interpolation, check_range, parse_input_size, expand_channel_stats)
+from .config import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, DEFAULT_CROP_PCT, CROP_MODES, color_jitter_factors,
+                             parse_input_size, expand_channel_stats)
+from .transforms import (Compose, Resize, RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad,
+    RandomCropOrPad, TrimBorder, MaybeToTensor, MaybePILToTensor, check_interpolation, check_range)
 
 # %% auto #0
 __all__ = ['TRAIN_CROP_MODES', 'transforms_noaug_train', 'transforms_imagenet_train', 'transforms_imagenet_eval',
