@@ -20,6 +20,13 @@ from .collate import fast_collate
 from .prefetch import PrefetchLoader
 from .loader import create_loader, MultiEpochsDataLoader
 from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
+from .scheduled_sampler import ScheduledBatchSampler, ScheduledTransformDataset
+from .naflex_transforms import (get_image_size_for_seq, ResizeToSequence, ResizeKeepRatioToSequence, CenterCropToSequence,
+                                        RandomCropToSequence, RandomResizedCropToSequence, patchify_image, Patchify)
+from .naflex_random_erasing import PatchRandomErasing
+from .naflex_mixup import NaFlexMixup, pairwise_mixup_target, mix_batch_variable_size
+from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, calculate_naflex_batch_size
+from .naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
 from .store import ReaderStore  # importing the store registers its reader kind with create_reader
 from .cache import build_cache
 from .sample_data import make_sample_dataset

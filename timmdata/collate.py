@@ -100,6 +100,13 @@ def fast_collate(batch: list, # samples `(image, target)`; image a uint8 CHW ten
 # %% ../nbs/08_collate.ipynb #dffc2686
 _RINGS = weakref.WeakValueDictionary()  # ring key -> BatchRing, in the process that made the ring (the main process)
 
+def _ring_shapes(batch_shape) -> list:
+    "One (N, C, H, W) shape, or several (one per scheduled size), as a list of int tuples."
+    shapes = [batch_shape] if batch_shape and isinstance(batch_shape[0], (int, np.integer)) else list(batch_shape)
+    if not shapes or any(len(s) != 4 for s in shapes):
+        raise ValueError(f'BatchRing needs an (N, C, H, W) batch shape or a list of them; got {batch_shape!r}')
+    return [tuple(int(d) for d in s) for s in shapes]
+
 def _from_ring(key: str, which: int, size: tuple, stride: tuple, offset: int) -> torch.Tensor:
     "Unpickles a batch a worker sent by reference: a view of this process's own mapping of the ring (targets: a copy)."
     ring = _RINGS.get(key)
@@ -121,15 +128,16 @@ class _InRing:
 class BatchRing(BatchCollate):
     "`fast_collate` into per-worker slots of shared batch memory, reused once the `PrefetchLoader` releases them."
     def __init__(self,
-                 batch_shape: tuple, # (N, C, H, W) of the largest batch (N counts augmentation splits)
+                 batch_shape, # (N, C, H, W) of the largest batch (N counts augmentation splits), or a list of them (scheduled sizes)
                  num_workers: int,
                  slots_per_worker: int, # batches a worker can have in flight (queued, in transit, being processed)
                 ):
-        self.batch_shape, self.slots = tuple(batch_shape), slots_per_worker
-        self.slot_bytes = math.prod(batch_shape)
+        shapes = _ring_shapes(batch_shape)
+        self.batch_shapes, self.slots = shapes, slots_per_worker
+        self.slot_bytes = max(math.prod(s) for s in shapes)  # a slot holds the biggest batch; any smaller one fits in it
         n = num_workers * slots_per_worker
-        self.ring = torch.empty((n, *batch_shape), dtype=torch.uint8).share_memory_()
-        self.targets = torch.zeros((n, batch_shape[0]), dtype=torch.int64).share_memory_()  # class-index targets per slot
+        self.ring = torch.empty((n, self.slot_bytes), dtype=torch.uint8).share_memory_()
+        self.targets = torch.zeros((n, max(s[0] for s in shapes)), dtype=torch.int64).share_memory_()  # class-index targets per slot
         self.busy = torch.zeros(n, dtype=torch.int32).share_memory_()
         self.key = f'{os.getpid()}-{id(self)}-{os.urandom(4).hex()}'
         _RINGS[self.key] = self
@@ -138,19 +146,19 @@ class BatchRing(BatchCollate):
     def maybe(cls, batch_shape, num_workers: int, slots_per_worker: int) -> Optional['BatchRing']:
         "A ring, or None: no workers, no way to see the free shared memory (e.g. Windows), or it would take over a quarter of it."
         if num_workers < 1 or not hasattr(os, 'statvfs'): return None
-        need = num_workers * slots_per_worker * math.prod(batch_shape)
+        need = num_workers * slots_per_worker * max(math.prod(s) for s in _ring_shapes(batch_shape))
         try: st = os.statvfs('/dev/shm'); free = st.f_bavail * st.f_frsize
         except OSError: return None
         return cls(batch_shape, num_workers, slots_per_worker) if need <= free // 4 else None
 
     def alloc(self, shape: tuple) -> torch.Tensor:
         "A free slot of this worker (marked busy) viewed as `shape`, or fresh memory when none fits or is free."
-        info = get_worker_info()
-        if info is not None and shape[0] <= self.batch_shape[0] and tuple(shape[1:]) == self.batch_shape[1:]:
+        info, size = get_worker_info(), math.prod(shape)
+        if info is not None and shape[0] <= self.targets.shape[1] and size <= self.slot_bytes:
             for s in range(info.id * self.slots, (info.id + 1) * self.slots):
                 if self.busy[s] == 0:  # only this worker sets its slots busy; only the main process frees them
                     self.busy[s] = 1
-                    return self.ring[s][:shape[0]]
+                    return self.ring[s][:size].view(shape)
         return new_uint8(shape)
 
     def _slot(self, x: torch.Tensor) -> Optional[int]:

@@ -12,11 +12,11 @@ import torch.utils.data
 from . import decode
 from .decode import EncodedJpeg, ImageDecodeError, decode_image, encoded_jpeg, read_source
 from .readers import create_reader
-from .transforms import transform_input
+from .transforms import INPUT_FORMATS, SampleTransform, transform_input
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['ImageDataset', 'AugMixDataset']
+__all__ = ['ImageDataset', 'ChoiceTransform', 'AugMixDataset']
 
 # %% ../nbs/07_dataset.ipynb #bf0aa1aa
 _BAD_POLICIES = ('raise', 'skip')
@@ -119,6 +119,16 @@ def filename(self:ImageDataset, index: int, basename: bool = False, absolute: bo
 def filenames(self:ImageDataset, basename: bool = False, absolute: bool = False) -> list:
     "Names of all samples' files, in sample order."
     return self.reader.filenames(basename=basename, absolute=absolute)
+
+# %% ../nbs/07_dataset.ipynb #5066882f
+class ChoiceTransform(SampleTransform):
+    "A transform that applies `transforms[choice]`; the loader sets `choice` before each sample. Takes what every choice takes."
+    def __init__(self, transforms): # a dict or sequence of transforms (callables)
+        self.transforms, self.choice = transforms, next(iter(transforms.keys() if isinstance(transforms, dict) else range(len(transforms))))
+        fs = [transform_input(t) for t in (transforms.values() if isinstance(transforms, dict) else transforms)]
+        self.input_format = min(fs, key=INPUT_FORMATS.index)  # each format accepts the ones before it
+    def __call__(self, img): return self.transforms[self.choice](img)
+    def __repr__(self): return f'{type(self).__name__}({len(self.transforms)} choices)'
 
 # %% ../nbs/07_dataset.ipynb #72e5ec42
 class AugMixDataset(torch.utils.data.Dataset):

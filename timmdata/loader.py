@@ -6,13 +6,14 @@
 from __future__ import annotations
 import ctypes, random, sys
 from functools import partial
-from typing import Callable, Optional, Tuple, Union
+from typing import Callable, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, default_collate, get_worker_info
 from .collate import BatchCollate, BatchRing, fast_collate
 from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
 from .prefetch import SEED_MIX, PrefetchLoader, default_rank, resolve_device
+from .scheduled_sampler import ScheduledBatchSampler, ScheduledTransformDataset
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 
 # %% auto #0
@@ -55,7 +56,8 @@ class _RepeatSampler:
     def __init__(self, batch_sampler): self.batch_sampler = batch_sampler
     def __len__(self) -> int: return len(self.batch_sampler)
     def __iter__(self):
-        sampler = getattr(self.batch_sampler, 'sampler', self.batch_sampler)
+        b = self.batch_sampler  # a batch sampler with its own epoch (a scheduled one) moves itself and its sampler
+        sampler = b if callable(getattr(b, 'set_epoch', None)) else getattr(b, 'sampler', b)
         epoch = getattr(sampler, 'epoch', None) if callable(getattr(sampler, 'set_epoch', None)) else None
         while True:
             if epoch is not None: sampler.set_epoch(epoch); epoch += 1
@@ -140,6 +142,31 @@ def _default_collate_fn(use_prefetcher: bool, pin_memory: bool, device: torch.de
         if ring is not None: return ring
     return fast_collate
 
+# %% ../nbs/14_loader.ipynb #cf13d6d3
+def _scheduled_choices(dataset, input_size_choices, batch_size_choices, batch_choice_weights, batch_size, channels,
+                       is_training, num_aug_splits) -> tuple:
+    "Scheduled batching's checks: ((C, H, W) per choice, batch size per choice), errors naming the argument."
+    if not is_training:
+        raise ValueError('input_size_choices (scheduled batching) is for training loaders: pass is_training=True, or drop '
+                         'input_size_choices for evaluation (one input_size)')
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        raise TypeError(f'input_size_choices (scheduled batching) needs a map-style dataset; {type(dataset).__name__} is iterable')
+    if num_aug_splits > 0:
+        raise ValueError('input_size_choices (scheduled batching) cannot be combined with num_aug_splits (AugMix splits)')
+    if isinstance(input_size_choices, (str, bytes)) or not isinstance(input_size_choices, Sequence) or not input_size_choices:
+        raise ValueError(f'input_size_choices must be a non-empty list of sizes (int, (H, W) or (C, H, W)); got {input_size_choices!r}')
+    sizes = []
+    for i, c in enumerate(input_size_choices):
+        if isinstance(c, (tuple, list)) and len(c) == 3 and c[0] != channels:
+            raise ValueError(f'input_size_choices[{i}] = {tuple(c)} has {c[0]} channels; every choice needs {channels} (as input_size)')
+        sizes.append((channels, *parse_input_size(c, f'input_size_choices[{i}]')))
+    if batch_size_choices is None: batch_size_choices = [batch_size] * len(sizes)
+    elif len(batch_size_choices) != len(sizes):
+        raise ValueError(f'batch_size_choices has {len(batch_size_choices)} values for {len(sizes)} input_size_choices: give one per size')
+    if batch_choice_weights is not None and len(batch_choice_weights) != len(sizes):
+        raise ValueError(f'batch_choice_weights has {len(batch_choice_weights)} values for {len(sizes)} input_size_choices: give one per size')
+    return sizes, list(batch_size_choices)
+
 # %% ../nbs/14_loader.ipynb #5179544a
 def create_loader(
         dataset, # the dataset; its `.transform` is set here
@@ -181,6 +208,15 @@ def create_loader(
         persistent_workers: bool = True, # keep workers between epochs
         worker_seeding: Union[str, Callable] = 'all', # 'all', 'part' or f(worker_info) -> seed
         tf_preprocessing: bool = False, # TF-style preprocessing: not implemented
+        input_size_choices: Optional[Sequence] = None, # scheduled batching: the image sizes (int, (H, W) or (C, H, W)) a batch may take
+        batch_size_choices: Optional[Sequence[int]] = None, # scheduled: batch size of each size choice (None: `batch_size` for all)
+        batch_choice_weights: Optional[Sequence[float]] = None, # scheduled: base weight of each choice (None: uniform)
+        batch_choice_seed: int = 0, # scheduled: seed of the schedule (the same on every rank)
+        batch_choice_schedule: str = 'constant', # scheduled: 'constant' or 'progressive' (small to large over the epochs)
+        batch_schedule_epochs: Optional[int] = None, # progressive: epochs to move from the first choice to the last
+        batch_schedule_spread: float = 0.65, # progressive: width of the choice window, in choices
+        batch_schedule_random_mix: float = 0.1, # progressive: share of uniform exploration
+        num_batches: Optional[int] = None, # scheduled: batches per epoch (None: a sample budget, or inferred when progressive)
         prefetch_factor: Optional[int] = None, # batches queued per worker (None: torch's default, 2)
         channels_last: bool = False, # channels-last batches (prefetcher only)
        ):
@@ -197,25 +233,40 @@ def create_loader(
     batch_jitter = _jitter_on_batch(is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, num_aug_splits,
                                     collate_fn, use_prefetcher)
     from timmdata.transforms_factory import create_transform  # here: transforms_factory is heavier than this module
-    transform = create_transform(
-        input_size, is_training=is_training, no_aug=no_aug, train_crop_mode=train_crop_mode, scale=scale, ratio=ratio,
+    tf_kw = dict(
+        is_training=is_training, no_aug=no_aug, train_crop_mode=train_crop_mode, scale=scale, ratio=ratio,
         hflip=hflip, vflip=vflip, color_jitter=None if batch_jitter else color_jitter, color_jitter_prob=color_jitter_prob,
         grayscale_prob=grayscale_prob, gaussian_blur_prob=gaussian_blur_prob, auto_augment=auto_augment,
         interpolation=interpolation, mean=mean, std=std, re_prob=re_prob, re_mode=re_mode, re_count=re_count,
         re_num_splits=re_num_splits, crop_pct=crop_pct, crop_mode=crop_mode, crop_border_pixels=crop_border_pixels,
         use_prefetcher=use_prefetcher, separate=num_aug_splits > 0)
-    _set_transform(dataset, transform)
+    if input_size_choices is None:
+        if batch_size_choices is not None:
+            raise ValueError('batch_size_choices needs input_size_choices (one batch size per scheduled input size)')
+        _set_transform(dataset, create_transform(input_size, **tf_kw))
+        shapes = [(batch_size * max(1, num_aug_splits), channels, *size)]
+    else:
+        sizes, batch_size_choices = _scheduled_choices(dataset, input_size_choices, batch_size_choices, batch_choice_weights,
+                                                       batch_size, channels, is_training, num_aug_splits)
+        _set_transform(dataset, None)
+        dataset = ScheduledTransformDataset(dataset, [create_transform(s, **tf_kw) for s in sizes])
+        shapes = [(b, *s) for b, s in zip(batch_size_choices, sizes)]
     if hasattr(dataset, 'set_loader_cfg'): dataset.set_loader_cfg(num_workers=num_workers)
     sampler = _sampler(dataset, distributed, is_training, num_aug_repeats)
     if pin_memory is None: pin_memory = use_prefetcher and device.type == 'cuda'
     pin_memory = bool(pin_memory) and torch.cuda.is_available()
-    if collate_fn is None:
-        collate_fn = _default_collate_fn(use_prefetcher, pin_memory, device, (batch_size * max(1, num_aug_splits), channels, *size),
-                                         num_workers, prefetch_factor)
+    if collate_fn is None: collate_fn = _default_collate_fn(use_prefetcher, pin_memory, device, shapes, num_workers, prefetch_factor)
     iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+    if input_size_choices is None:
+        batching = dict(batch_size=batch_size, shuffle=(not iterable and sampler is None and is_training), sampler=sampler,
+                        drop_last=is_training)
+    else:
+        batching = dict(batch_sampler=ScheduledBatchSampler(
+            sampler if sampler is not None else RandomSampler(dataset), batch_size_choices, choice_weights=batch_choice_weights,
+            seed=batch_choice_seed, drop_last=is_training, num_batches=num_batches, choice_schedule=batch_choice_schedule,
+            schedule_epochs=batch_schedule_epochs, schedule_spread=batch_schedule_spread, schedule_random_mix=batch_schedule_random_mix))
     loader = (MultiEpochsDataLoader if use_multi_epochs_loader else DataLoader)(
-        dataset, batch_size=batch_size, shuffle=(not iterable and sampler is None and is_training), sampler=sampler,
-        drop_last=is_training, num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
+        dataset, **batching, num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
         worker_init_fn=partial(worker_init, worker_seeding=worker_seeding, rank=default_rank()),
         persistent_workers=persistent_workers and num_workers > 0 and not use_multi_epochs_loader,
         prefetch_factor=prefetch_factor if num_workers > 0 else None)

@@ -18,7 +18,7 @@ from .random_erasing import RandomErasing
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats
 
 # %% auto #0
-__all__ = ['SEED_MIX', 'resolve_device', 'default_rank', 'PrefetchLoader']
+__all__ = ['SEED_MIX', 'resolve_device', 'torch_threads', 'default_rank', 'PrefetchLoader']
 
 # %% ../nbs/12_prefetch.ipynb #cc278d7d
 def _storage_refs(t: torch.Tensor) -> Optional[int]:
@@ -70,7 +70,7 @@ def _is_cuda_init_error(e: BaseException) -> bool:
     return 'CUDA' in s and ('initialization error' in s or 'forked subprocess' in s or 'inside a DataLoader worker' in s)
 
 @contextmanager
-def _torch_threads(n: Optional[int]):
+def torch_threads(n: Optional[int]):
     "Run torch CPU ops on `n` threads for a moment (None: leave torch's setting)."
     old = torch.get_num_threads()
     if n is None or n == old: yield; return
@@ -126,7 +126,7 @@ class _CpuBackend(_Backend):
     def prepare(self, x: torch.Tensor, y) -> tuple:
         "(output, targets, None): the step now; then the uint8 batch's memory goes back to its collate."
         pl = self.pl
-        with _torch_threads(pl.cpu_threads): out = pl._process(x)
+        with torch_threads(pl.cpu_threads): out = pl._process(x)
         if pl.collate is not None: pl.collate.release(x)  # done reading the uint8 batch: its memory may be reused
         return out, (y.to(pl.device) if isinstance(y, torch.Tensor) else y), None
 

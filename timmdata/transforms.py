@@ -20,7 +20,8 @@ from .config import (CROP_MODES, DEFAULT_CROP_MODE, DEFAULT_CROP_PCT, IMAGENET_D
 
 # %% auto #0
 __all__ = ['INTERPOLATIONS', 'INPUT_FORMATS', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
-           'interp_mode_to_str', 'SampleTransform', 'transform_input', 'is_tensor_image', 'image_hw',
+           'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'SampleTransform',
+           'transform_input', 'is_tensor_image', 'image_hw', 'resize_exact', 'crop_box', 'setup_size',
            'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'Resize', 'RandomResizedCropAndInterpolation',
            'check_range', 'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad',
            'TrimBorder', 'Compose']
@@ -60,16 +61,16 @@ def interp_mode_to_str(mode: InterpolationMode) -> str:
 
 _RANDOM_INTERPOLATION = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)
 
-def _interp_or_choices(name):
+def interp_or_choices(name):
     "A mode, or the (bilinear, bicubic) pair that 'random' draws from."
     if isinstance(name, (tuple, list)): return tuple(str_to_interp_mode(n) for n in name)
     return _RANDOM_INTERPOLATION if name == 'random' else str_to_interp_mode(name)
 
-def _pick_interp(interp):
+def pick_interp(interp):
     "Draws the interpolation for this image after the crop parameters, in the order timm draws them."
     return random.choice(interp) if isinstance(interp, tuple) else interp
 
-def _interp_repr(interp):
+def interp_repr(interp):
     return ' '.join(interp_mode_to_str(m) for m in interp) if isinstance(interp, tuple) else interp_mode_to_str(interp)
 
 # %% ../nbs/04_transforms.ipynb #dfcee1a0
@@ -117,7 +118,7 @@ def _is_hwc_view(img) -> bool:
     return (img.ndim == 3 and img.shape[0] == 3 and img.stride(0) == 1 and img.stride(2) == 3 and img.stride(1) >= 3 * img.shape[2]
             and img.dtype == torch.uint8 and img.device.type == 'cpu')
 
-def _resize(img, size, interp: InterpolationMode):
+def resize_exact(img, size, interp: InterpolationMode):
     "Resize to exactly `size` = (h, w); an image of that size already is returned as it is (no copy)."
     h, w = int(size[0]), int(size[1])
     if image_hw(img) == (h, w): return img  # PIL and torchvision would copy or repack the pixels for nothing
@@ -132,7 +133,7 @@ def _resize(img, size, interp: InterpolationMode):
         return torch.nn.functional.interpolate(x, size=[h, w], mode=interp.value, align_corners=False, antialias=True)[0]
     return F2.resize_image(img, [h, w], interpolation=interp, antialias=True)
 
-def _crop(img, top, left, height, width):
+def crop_box(img, top, left, height, width):
     "Crop inside the image (tensor: a view; a not-yet-decoded JPEG: only the box is decoded)."
     if isinstance(img, EncodedJpeg): return img.decode_crop(top, left, height, width)
     if not is_tensor_image(img): return img.crop((left, top, left + width, top + height))
@@ -143,7 +144,7 @@ def _pad(img, ltrb, fill=0, padding_mode='constant'):
     if isinstance(fill, (list, tuple)) and padding_mode == 'constant': fill = [float(f) for f in fill]
     return F2.pad_image(img, list(ltrb), fill=fill if padding_mode == 'constant' else None, padding_mode=padding_mode)
 
-def _setup_size(size, param='size') -> tuple:
+def setup_size(size, param='size') -> tuple:
     "(h, w) from an int or an (h, w) pair (a 1-sequence repeats): the size argument of the transforms below."
     if isinstance(size, (list, tuple)) and len(size) == 1: size = size[0]
     return parse_input_size(size, param, channels=False)
@@ -203,13 +204,13 @@ class Resize(SampleTransform):
                  size, # int (shorter edge) or (h, w)
                  interpolation: str = 'bilinear', # a name from `INTERPOLATIONS` (not 'random')
                 ):
-        self.size = size if isinstance(size, numbers.Number) else _setup_size(size)
+        self.size = size if isinstance(size, numbers.Number) else setup_size(size)
         self.interpolation = str_to_interp_mode(interpolation)
     def __call__(self, img):
         hw = image_hw(img)
         out = _shorter_edge_size(hw, int(self.size)) if isinstance(self.size, numbers.Number) else self.size
-        return _resize(img, out, self.interpolation)
-    def __repr__(self): return f"{type(self).__name__}(size={self.size}, interpolation={_interp_repr(self.interpolation)})"
+        return resize_exact(img, out, self.interpolation)
+    def __repr__(self): return f"{type(self).__name__}(size={self.size}, interpolation={interp_repr(self.interpolation)})"
 
 # %% ../nbs/04_transforms.ipynb #6497cc3b
 class RandomResizedCropAndInterpolation(SampleTransform):
@@ -221,9 +222,9 @@ class RandomResizedCropAndInterpolation(SampleTransform):
                  ratio: tuple = (3. / 4., 4. / 3.), # range of the crop's aspect ratio w/h (drawn log-uniformly)
                  interpolation: str = 'bilinear', # a name from `INTERPOLATIONS`, 'random' = bilinear or bicubic per image
                 ):
-        self.size = _setup_size(size)
+        self.size = setup_size(size)
         check_range(scale, 'scale'); check_range(ratio, 'ratio')
-        self.interpolation = _interp_or_choices(interpolation)
+        self.interpolation = interp_or_choices(interpolation)
         self.scale, self.ratio = scale, ratio
 
     @staticmethod
@@ -248,11 +249,11 @@ class RandomResizedCropAndInterpolation(SampleTransform):
 
     def __call__(self, img):
         i, j, h, w = self.get_params(img, self.scale, self.ratio)
-        return _resize(_crop(img, i, j, h, w), self.size, _pick_interp(self.interpolation))
+        return resize_exact(crop_box(img, i, j, h, w), self.size, pick_interp(self.interpolation))
 
     def __repr__(self):
         return (f"{type(self).__name__}(size={self.size}, scale={tuple(round(s, 4) for s in self.scale)}, "
-                f"ratio={tuple(round(r, 4) for r in self.ratio)}, interpolation={_interp_repr(self.interpolation)})")
+                f"ratio={tuple(round(r, 4) for r in self.ratio)}, interpolation={interp_repr(self.interpolation)})")
 
 def check_range(rng, param):
     "A ValueError naming `param` unless `rng` is a (min, max) pair with min <= max."
@@ -275,8 +276,8 @@ class ResizeKeepRatio(SampleTransform):
                  random_aspect_prob: float = 0., # probability of a random aspect change
                  random_aspect_range: tuple = (0.9, 1.11), # its range (drawn log-uniformly)
                 ):
-        self.size = _setup_size(size)
-        self.interpolation = _interp_or_choices(interpolation)
+        self.size = setup_size(size)
+        self.interpolation = interp_or_choices(interpolation)
         self.longest = float(longest)
         self.random_scale_prob, self.random_scale_range, self.random_scale_area = random_scale_prob, random_scale_range, random_scale_area
         self.random_aspect_prob, self.random_aspect_range = random_aspect_prob, random_aspect_range
@@ -301,17 +302,17 @@ class ResizeKeepRatio(SampleTransform):
     def __call__(self, img):
         size = self.get_params(img, self.size, self.longest, self.random_scale_prob, self.random_scale_range,
                                self.random_scale_area, self.random_aspect_prob, self.random_aspect_range)
-        return _resize(img, size, _pick_interp(self.interpolation))
+        return resize_exact(img, size, pick_interp(self.interpolation))
 
     def __repr__(self):
-        return (f"{type(self).__name__}(size={self.size}, interpolation={_interp_repr(self.interpolation)}, "
+        return (f"{type(self).__name__}(size={self.size}, interpolation={interp_repr(self.interpolation)}, "
                 f"longest={self.longest:.3f}, random_scale_prob={self.random_scale_prob:.3f}, "
                 f"random_aspect_prob={self.random_aspect_prob:.3f})")
 
 # %% ../nbs/04_transforms.ipynb #bdbd760c
 def center_crop_or_pad(img, output_size, fill=0, padding_mode: str = 'constant'):
     "Centre crop to `output_size` (int or (h, w)), padding first where the image is smaller."
-    return _center_crop_or_pad(img, _setup_size(output_size, 'output_size'), fill, padding_mode)
+    return _center_crop_or_pad(img, setup_size(output_size, 'output_size'), fill, padding_mode)
 
 def _center_crop_or_pad(img, size: tuple, fill, padding_mode: str):
     "`center_crop_or_pad` for an (h, w) of ints (`CenterCropOrPad` normalises its size once, not per image)."
@@ -323,7 +324,7 @@ def _center_crop_or_pad(img, size: tuple, fill, padding_mode: str):
         img = _pad(img, pad, fill=fill, padding_mode=padding_mode)
         ih, iw = image_hw(img)
         if (ch, cw) == (ih, iw): return img
-    return _crop(img, int(round((ih - ch) / 2.0)), int(round((iw - cw) / 2.0)), ch, cw)
+    return crop_box(img, int(round((ih - ch) / 2.0)), int(round((iw - cw) / 2.0)), ch, cw)
 
 def crop_or_pad(img, top: int, left: int, height: int, width: int, fill=0, padding_mode: str = 'constant'):
     "Crop the box (top, left, height, width), padding where it lies outside the image."
@@ -333,7 +334,7 @@ def crop_or_pad(img, top: int, left: int, height: int, width: int, fill=0, paddi
         pad = [max(-left + min(0, right), 0), max(-top + min(0, bottom), 0),
                max(right - max(iw, left), 0), max(bottom - max(ih, top), 0)]
         img = _pad(img, pad, fill=fill, padding_mode=padding_mode)
-    return _crop(img, max(top, 0), max(left, 0), height, width)
+    return crop_box(img, max(top, 0), max(left, 0), height, width)
 
 # %% ../nbs/04_transforms.ipynb #64d842f7
 class CenterCropOrPad(SampleTransform):
@@ -344,7 +345,7 @@ class CenterCropOrPad(SampleTransform):
                  fill=0, # pad value: int or per-channel tuple (0-255)
                  padding_mode: str = 'constant', # 'constant', 'edge', 'reflect' or 'symmetric'
                 ):
-        self.size, self.fill, self.padding_mode = _setup_size(size), fill, padding_mode
+        self.size, self.fill, self.padding_mode = setup_size(size), fill, padding_mode
     def __call__(self, img): return _center_crop_or_pad(img, self.size, self.fill, self.padding_mode)
     def __repr__(self): return f"{type(self).__name__}(size={self.size})"
 
@@ -356,7 +357,7 @@ class RandomCropOrPad(SampleTransform):
                  fill=0, # pad value
                  padding_mode: str = 'constant', # as `CenterCropOrPad`
                 ):
-        self.size, self.fill, self.padding_mode = _setup_size(size), fill, padding_mode
+        self.size, self.fill, self.padding_mode = setup_size(size), fill, padding_mode
     @staticmethod
     def get_params(img, size) -> tuple:
         ih, iw = image_hw(img)
@@ -374,7 +375,7 @@ class TrimBorder(SampleTransform):
     def __call__(self, img):
         h, w = image_hw(img)
         b = self.border_size
-        return _crop(img, min(b, h), min(b, w), max(0, h - 2 * b), max(0, w - 2 * b))
+        return crop_box(img, min(b, h), min(b, w), max(0, h - 2 * b), max(0, w - 2 * b))
     def __repr__(self): return f"{type(self).__name__}(border_size={self.border_size})"
 
 # %% ../nbs/04_transforms.ipynb #ce7bd336

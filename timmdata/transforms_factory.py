@@ -12,6 +12,7 @@ from .config import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, DEFAULT_CROP_P
                              parse_input_size, expand_channel_stats)
 from .transforms import (Compose, Resize, RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad,
     RandomCropOrPad, TrimBorder, MaybeToTensor, MaybePILToTensor, check_interpolation, check_range)
+from .naflex_transforms import RandomResizedCropToSequence, ResizeToSequence, Patchify, parse_patch_size, check_seq_len
 
 # %% auto #0
 __all__ = ['TRAIN_CROP_MODES', 'transforms_noaug_train', 'transforms_imagenet_train', 'transforms_imagenet_eval',
@@ -60,12 +61,21 @@ def transforms_imagenet_train(img_size: Union[int, tuple] = 224, # output size: 
                               use_prefetcher: bool = False, # stop at a uint8 CHW tensor
                               normalize: bool = True, # normalise here (when not using the prefetcher)
                               separate: bool = False, # return (primary, secondary, final) pipelines, for AugMix splits
+                              naflex: bool = False, # NaFlex: crop resized to fit `max_seq_len` patches (not to `img_size`)
+                              patch_size: Union[int, tuple] = 16, # NaFlex patch size: int or (h, w)
+                              max_seq_len: int = 576, # NaFlex: the most patches per image (576 = 24x24 of 16x16)
+                              patchify: bool = False, # end with `Patchify`: a dict of flattened patches, coords, valid mask
+                              patchify_channels_last: bool = True, # per-patch order ph, pw, C (else C, ph, pw)
                              ):
     "timm's ImageNet training pipeline: random crop, flips, colour / auto augmentation, to tensor."
     train_crop_mode = train_crop_mode or 'rrc'
     if train_crop_mode not in TRAIN_CROP_MODES:
         raise ValueError(f"train_crop_mode must be one of {', '.join(map(repr, TRAIN_CROP_MODES))}; got {train_crop_mode!r}")
-    if train_crop_mode == 'rrc':
+    if naflex:  # timm's NaFlex crop replaces the crop mode: box area / aspect (relative to the image's) as for 'rrc'
+        scale, ratio = tuple(scale or (0.08, 1.0)), tuple(ratio or (3. / 4., 4. / 3.))
+        primary = [RandomResizedCropToSequence(patch_size=patch_size, max_seq_len=max_seq_len, scale=scale, ratio=ratio,
+                                               interpolation=interpolation)]
+    elif train_crop_mode == 'rrc':
         scale, ratio = tuple(scale or (0.08, 1.0)), tuple(ratio or (3. / 4., 4. / 3.))
         primary = [RandomResizedCropAndInterpolation(img_size, scale=scale, ratio=ratio, interpolation=interpolation)]
     else:
@@ -96,6 +106,7 @@ def transforms_imagenet_train(img_size: Union[int, tuple] = 224, # output size: 
     if re_prob > 0. and not use_prefetcher and normalize:
         from timmdata.random_erasing import RandomErasing  # its own module; only needed here
         final.append(RandomErasing(re_prob, mode=re_mode, max_count=re_count, num_splits=re_num_splits, device='cpu'))
+    if patchify: final.append(Patchify(patch_size, channels_last=patchify_channels_last))  # flattened, as timm's train
     if separate: return Compose(primary), Compose(secondary), Compose(final)
     return Compose(primary + secondary + final)
 
@@ -109,14 +120,22 @@ def transforms_imagenet_eval(img_size: Union[int, tuple] = 224, # output size: i
                              std: tuple = IMAGENET_DEFAULT_STD, # normalisation std
                              use_prefetcher: bool = False, # stop at a uint8 CHW tensor
                              normalize: bool = True, # normalise here (when not using the prefetcher)
+                             naflex: bool = False, # NaFlex: resize keeping the aspect to fit `max_seq_len` patches, no crop
+                             patch_size: Union[int, tuple] = 16, # NaFlex patch size: int or (h, w)
+                             max_seq_len: int = 576, # NaFlex: the most patches per image
+                             patchify: bool = False, # end with `Patchify`
+                             patchify_channels_last: bool = True, # per-patch order ph, pw, C (else C, ph, pw)
+                             patchify_flatten: bool = True, # one vector per patch (False: keep [ph, pw] for patch-size resampling)
                             ) -> Compose:
-    "timm's eval pipeline: resize to `img_size / crop_pct` (per crop mode), crop to `img_size`, to tensor."
+    "timm's eval pipeline: resize to `img_size / crop_pct` (per crop mode), crop to `img_size`, to tensor (NaFlex: to the budget)."
     crop_pct = crop_pct or DEFAULT_CROP_PCT
     if interpolation == 'random': interpolation = 'bilinear'
     hw = parse_input_size(img_size, 'img_size', channels=False)
     scale_size = tuple(math.floor(x / crop_pct) for x in hw)
     tfl = [TrimBorder(crop_border_pixels)] if crop_border_pixels else []
-    if crop_mode == 'squash':  # each edge to 1/crop_pct of the target: aspect not kept, nothing lost at crop_pct 1
+    if naflex:
+        tfl += [ResizeToSequence(patch_size=patch_size, max_seq_len=max_seq_len, interpolation=interpolation)]
+    elif crop_mode == 'squash':  # each edge to 1/crop_pct of the target: aspect not kept, nothing lost at crop_pct 1
         tfl += [Resize(scale_size, interpolation=interpolation), CenterCropOrPad(img_size)]
     elif crop_mode == 'border':  # longer edge to 1/crop_pct of the target, pad with the mean colour: nothing lost at 1
         tfl += [ResizeKeepRatio(scale_size, interpolation=interpolation, longest=1.0),
@@ -124,11 +143,16 @@ def transforms_imagenet_eval(img_size: Union[int, tuple] = 224, # output size: i
     else:  # 'center': shorter edge to 1/crop_pct of the target, aspect kept, the sides cut off
         tfl += [Resize(scale_size[0], interpolation=interpolation) if scale_size[0] == scale_size[1]
                 else ResizeKeepRatio(scale_size, interpolation=interpolation), CenterCropOrPad(img_size)]
-    return Compose(tfl + _final_tfl(use_prefetcher, normalize, mean, std))
+    tfl += _final_tfl(use_prefetcher, normalize, mean, std)
+    if patchify: tfl.append(Patchify(patch_size, flatten_patches=patchify_flatten, channels_last=patchify_channels_last))
+    return Compose(tfl)
 
 # %% ../nbs/06_transforms_factory.ipynb #e61c4ecd
-def _check_args(input_size, interpolation, crop_mode, train_crop_mode, crop_pct, scale, ratio, mean, std, auto_augment, color_jitter):
+def _check_args(input_size, interpolation, crop_mode, train_crop_mode, crop_pct, scale, ratio, mean, std, auto_augment,
+                color_jitter, naflex=False, patchify=False, patch_size=16, max_seq_len=576):
     parse_input_size(input_size)
+    if naflex or patchify: parse_patch_size(patch_size)
+    if naflex: check_seq_len(max_seq_len)
     check_interpolation(interpolation, allow_random=True)
     if crop_mode is not None and crop_mode not in CROP_MODES:
         raise ValueError(f"crop_mode must be one of {', '.join(map(repr, CROP_MODES))} (or None for 'center'); got {crop_mode!r}")
@@ -172,23 +196,32 @@ def create_transform(input_size: Union[int, tuple] = 224, # int, (H, W) or (C, H
                      use_prefetcher: bool = False, # stop at a uint8 CHW tensor (the prefetcher does float + normalise)
                      normalize: bool = True, # normalise here (when not using the prefetcher)
                      separate: bool = False, # train: (primary, secondary, final) pipelines
+                     naflex: bool = False, # NaFlex: sizes from a patch budget (train: crop to it; eval / no-aug: resize to it)
+                     patch_size: Union[int, tuple] = 16, # NaFlex / patchify patch size: int or (h, w)
+                     max_seq_len: int = 576, # NaFlex: the most patches per image (576 = 24x24 of 16x16)
+                     patchify: bool = False, # end with `Patchify` (dict of patches, coords, valid) instead of an image
+                     patchify_channels_last: bool = True, # per-patch order ph, pw, C (else C, ph, pw)
+                     patchify_flatten: bool = True, # eval: one vector per patch (False keeps [ph, pw]); train always flattens
                     ):
     "timm's `create_transform`: a `Compose` (or, with `separate`, three) for training, no-aug training or eval."
-    _check_args(input_size, interpolation, crop_mode, train_crop_mode, crop_pct, scale, ratio, mean, std, auto_augment, color_jitter)
+    _check_args(input_size, interpolation, crop_mode, train_crop_mode, crop_pct, scale, ratio, mean, std, auto_augment,
+                color_jitter, naflex, patchify, patch_size, max_seq_len)
     img_size = tuple(input_size[-2:]) if isinstance(input_size, (tuple, list)) else input_size
+    nf = dict(naflex=naflex, patch_size=patch_size, max_seq_len=max_seq_len, patchify=patchify,
+              patchify_channels_last=patchify_channels_last)
     if separate and not (is_training and not no_aug):
         raise ValueError("separate=True needs is_training=True and no_aug=False (only the train pipeline splits); "
                          f"got is_training={is_training}, no_aug={no_aug}")
-    if is_training and no_aug:
+    if is_training and no_aug and not naflex:  # NaFlex without augmentation uses the eval resize (no crop)
         return transforms_noaug_train(img_size, interpolation=interpolation, mean=mean, std=std,
                                       use_prefetcher=use_prefetcher, normalize=normalize)
-    if is_training:
+    if is_training and not no_aug:
         return transforms_imagenet_train(
             img_size, train_crop_mode=train_crop_mode, scale=scale, ratio=ratio, hflip=hflip, vflip=vflip,
             color_jitter=color_jitter, color_jitter_prob=color_jitter_prob, grayscale_prob=grayscale_prob,
             gaussian_blur_prob=gaussian_blur_prob, auto_augment=auto_augment, interpolation=interpolation, mean=mean,
             std=std, re_prob=re_prob, re_mode=re_mode, re_count=re_count, re_num_splits=re_num_splits,
-            use_prefetcher=use_prefetcher, normalize=normalize, separate=separate)
+            use_prefetcher=use_prefetcher, normalize=normalize, separate=separate, **nf)
     return transforms_imagenet_eval(img_size, interpolation=interpolation, mean=mean, std=std, crop_pct=crop_pct,
                                     crop_mode=crop_mode, crop_border_pixels=crop_border_pixels,
-                                    use_prefetcher=use_prefetcher, normalize=normalize)
+                                    use_prefetcher=use_prefetcher, normalize=normalize, patchify_flatten=patchify_flatten, **nf)
