@@ -15,7 +15,7 @@ import torch
 from timmdata.bench import bench_root
 from timmdata.dataset import ImageDataset
 from timmdata.loader import create_loader
-from timmdata.naflex_loader import create_naflex_loader
+from timmdata.naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
 import timm.data
 from timm.data.naflex_loader import create_naflex_loader as timm_naflex
 
@@ -41,11 +41,21 @@ def images(batch) -> int:
     return (x['patches'] if isinstance(x, dict) else x).shape[0]
 
 def run(loader, epoch: int) -> tuple:
+    "(images, seconds, seconds inside timmdata's NaFlex prefetcher step (its float/jitter/normalise maths), or None)."
     if callable(getattr(loader, 'set_epoch', None)): loader.set_epoch(epoch)
     elif callable(getattr(loader.dataset, 'set_epoch', None)): loader.dataset.set_epoch(epoch)  # timm's NaFlex prefetcher
+    step = None
+    if isinstance(loader, NaFlexPrefetchLoader):  # time the main-process maths, to see whether it or the workers set the pace
+        step, prepare = [0.0], loader._prepare
+        def timed(d, y):
+            t0 = time.perf_counter(); r = prepare(d, y); step[0] += time.perf_counter() - t0; return r
+        loader._prepare = timed
     n, t = 0, time.perf_counter()
-    for b in loader: n += images(b)
-    return n, time.perf_counter() - t
+    try:
+        for b in loader: n += images(b)
+    finally:
+        if step is not None: del loader._prepare
+    return n, time.perf_counter() - t, None if step is None else step[0]
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -59,14 +69,17 @@ def main(argv=None):
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():  # timm's NaFlex wrapper prints its schedule
             warnings.simplefilter('ignore')
             loaders = {lib: PIPELINES[name](lib, root, a.batch_size, a.workers) for lib in ('timmdata', 'timm')}
-            rates = {lib: [] for lib in loaders}
+            rates, share = {lib: [] for lib in loaders}, []
             for ep in range(a.epochs + 1):  # epoch 0 warms up (workers start, caches fill)
                 for lib, ld in loaders.items():
-                    n, s = run(ld, ep)
+                    n, s, step = run(ld, ep)
                     if ep: rates[lib].append(n / s)
+                    if ep and step is not None: share.append(step / s)
         med = {lib: statistics.median(r) for lib, r in rates.items()}
-        res['pipelines'][name] = {'images_per_s': rates, 'median': med, 'ratio': med['timmdata'] / med['timm']}
-        print(f"{name:10s} timmdata {med['timmdata']:7.0f} img/s   timm {med['timm']:7.0f} img/s   ratio {med['timmdata'] / med['timm']:.2f}x")
+        res['pipelines'][name] = {'images_per_s': rates, 'median': med, 'ratio': med['timmdata'] / med['timm'],
+                                  'prefetcher_share': statistics.median(share) if share else None}
+        extra = f"   (timmdata's prefetcher step: {statistics.median(share):.0%} of the epoch)" if share else ''
+        print(f"{name:10s} timmdata {med['timmdata']:7.0f} img/s   timm {med['timm']:7.0f} img/s   ratio {med['timmdata'] / med['timm']:.2f}x{extra}")
     out = Path(a.out); out.parent.mkdir(parents=True, exist_ok=True); out.write_text(json.dumps(res, indent=1))
     print(f'wrote {out}')
 

@@ -17,7 +17,8 @@ from .scheduled_sampler import ScheduledBatchSampler, ScheduledTransformDataset
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 
 # %% auto #0
-__all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'create_loader', 'fast_collate', 'PrefetchLoader']
+__all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'jitter_on_batch', 'create_loader', 'fast_collate',
+           'PrefetchLoader']
 
 # %% ../nbs/14_loader.ipynb #df52b17c
 _all_ = ['fast_collate', 'PrefetchLoader']  # defined in timmdata.collate and timmdata.prefetch; found here as in timm
@@ -111,7 +112,7 @@ def _set_transform(dataset, transform):
         raise TypeError(f"create_loader could not set {type(dataset).__name__}.transform (read-only): give the dataset a "
                         f"settable .transform, or build a DataLoader yourself and wrap it in PrefetchLoader") from e
 
-def _jitter_on_batch(is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, num_aug_splits, collate_fn,
+def jitter_on_batch(is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, num_aug_splits, collate_fn,
                      use_prefetcher) -> bool:
     "Would timm jitter per sample here, and may the prefetcher do it on the batch instead with the same result?"
     if not (use_prefetcher and is_training and not no_aug) or color_jitter is None or color_jitter_prob is not None: return False
@@ -230,7 +231,7 @@ def create_loader(
                          f"batch into normalised floats (the prefetcher runs on the CPU too); without the prefetcher, "
                          f"apply timmdata.mixup.Mixup to each float batch in the training loop instead")
     re_num_splits = (num_aug_splits or 2) if re_split else 0
-    batch_jitter = _jitter_on_batch(is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, num_aug_splits,
+    batch_jitter = jitter_on_batch(is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, num_aug_splits,
                                     collate_fn, use_prefetcher)
     from timmdata.transforms_factory import create_transform  # here: transforms_factory is heavier than this module
     tf_kw = dict(

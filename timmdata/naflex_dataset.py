@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from fastcore.basics import patch
 from .dataset import ChoiceTransform, ImageDataset
+from .naflex_transforms import parse_patch_size
 
 # %% auto #0
 __all__ = ['calculate_naflex_batch_size', 'NaFlexCollator', 'NaFlexMapDatasetWrapper']
@@ -43,9 +44,7 @@ class NaFlexCollator:
                  flatten: bool = True, # images: [L, P*P*C] patches; False: [L, Ph, Pw, C] (variable patch sizes)
                 ):
         self.max_seq_len = max_seq_len or 576
-        ps = 16 if patch_size is None else patch_size
-        self.patch_size = (ps, ps) if isinstance(ps, int) else tuple(ps)
-        if len(self.patch_size) != 2 or min(self.patch_size) < 1: raise ValueError(f'patch_size must be an int or (h, w) > 0; got {patch_size!r}')
+        self.patch_size = parse_patch_size(16 if patch_size is None else patch_size)
         self.channels_last, self.flatten = channels_last, flatten
     def __repr__(self): return f'{type(self).__name__}(max_seq_len={self.max_seq_len}, patch_size={self.patch_size})'
 
@@ -104,12 +103,11 @@ def _from_dicts(self:NaFlexCollator, ds: list) -> dict:
 # %% ../nbs/24_naflex_dataset.ipynb #76b83889
 def _patch_cfg(patch_size, patch_size_choices, patch_size_choice_probs) -> tuple:
     "([(ph, pw), ...], probabilities, variable?) from the wrapper's patch arguments (default: one 16x16 size)."
-    two = lambda p: (p, p) if isinstance(p, int) else tuple(p)
     if patch_size is None and patch_size_choices is None: patch_size = 16
     if (patch_size is None) == (patch_size_choices is None):
         raise ValueError('give patch_size or patch_size_choices, not both')
-    if patch_size is not None: return [two(patch_size)], [1.0], False
-    sizes = [two(p) for p in patch_size_choices]
+    if patch_size is not None: return [parse_patch_size(patch_size)], [1.0], False
+    sizes = [parse_patch_size(p, 'patch_size_choices') for p in patch_size_choices]
     if not sizes: raise ValueError('patch_size_choices must not be empty')
     if patch_size_choice_probs is None: return sizes, [1.0 / len(sizes)] * len(sizes), True
     if len(patch_size_choice_probs) != len(sizes):
@@ -200,8 +198,8 @@ def _batches(self:NaFlexMapDatasetWrapper):
     if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)): self.mixup_fn.set_epoch(epoch)
     for s, k, idx in self._epoch_batches(epoch)[wid::nw]:
         imgs, ys = [], []
+        if self._inner is not None: self._inner.choice = (s, k)  # this batch's transform, inside the dataset
         for i in idx:
-            if self._inner is not None: self._inner.choice = (s, k)
             sample = self.base_dataset[i]
             if sample is None: continue  # the dataset's bad_sample='skip' policy: counted and warned there
             img, y = sample

@@ -10,10 +10,10 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 from fastcore.basics import patch
-from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, expand_channel_stats
+from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats
 from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .distributed_sampler import OrderedDistributedSampler
-from .loader import worker_init
+from .loader import jitter_on_batch, worker_init
 from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper
 from .naflex_random_erasing import PatchRandomErasing
 from .prefetch import SEED_MIX, default_rank, resolve_device, torch_threads
@@ -134,14 +134,6 @@ def _check_naflex_args(dataset, is_training, num_aug_repeats, num_aug_splits, tr
     if not hasattr(dataset, 'transform'):
         raise TypeError(f'create_naflex_loader sets dataset.transform; {type(dataset).__name__} has no `transform` attribute: use timmdata.ImageDataset')
 
-def _jitter_on_device(use_prefetcher, is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, mixup_fn, channels, channels_last) -> bool:
-    "Would timm jitter each sample here, and can the prefetcher do it on the device with the same distribution?"
-    if not (use_prefetcher and is_training and not no_aug) or color_jitter is None or color_jitter_prob is not None: return False
-    if auto_augment and '3a' not in auto_augment: return False  # timm turns jitter off under auto-augment
-    if mixup_fn is not None or channels != 3 or not channels_last: return False  # jitter comes before mixing: keep it in the workers
-    b, c, s, h = color_jitter_factors(color_jitter)
-    return h is None and (b, c, s) != (None, None, None)
-
 # %% ../nbs/25_naflex_loader.ipynb #40128abe
 def create_naflex_loader(
         dataset, # a map-style dataset with a settable `transform` (e.g. ImageDataset)
@@ -176,8 +168,9 @@ def create_naflex_loader(
     if pin_memory is None: pin_memory = use_prefetcher and device.type == 'cuda'
     pin_memory = bool(pin_memory) and torch.cuda.is_available()
     from timmdata.transforms_factory import create_transform  # here: transforms_factory is heavier than this module
-    batch_jitter = _jitter_on_device(use_prefetcher, is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, mixup_fn,
-                                    channels, patchify_channels_last)
+    # create_loader's rule (no splits here, no mixing collate), and: mixing in the workers comes after jitter; 3 channels, P-P-C layout
+    batch_jitter = (jitter_on_batch(is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, 0, None, use_prefetcher)
+                    and mixup_fn is None and channels == 3 and patchify_channels_last)
     common = dict(interpolation=interpolation, mean=mean, std=std, use_prefetcher=use_prefetcher, naflex=True,
                   patchify_channels_last=patchify_channels_last)
     dl_kw = dict(num_workers=num_workers, pin_memory=pin_memory, persistent_workers=persistent_workers and num_workers > 0,
