@@ -1,7 +1,9 @@
 """Packaging for timmdata: every setting comes from settings.ini, the one file nbdev also reads."""
 from configparser import ConfigParser
 import shlex
+import os, re, sys, tempfile
 from setuptools import setup, find_packages, Extension
+from setuptools.command.build_ext import build_ext
 
 cfg = ConfigParser(delimiters=['='])
 cfg.read('settings.ini', encoding='utf-8')
@@ -20,7 +22,50 @@ min_python = cfg['min_python']
 # csrc/native.c: crop-aware JPEG decoding against the system libjpeg-turbo (nbs/02_decode.ipynb) and the fused
 # uint8-to-normalised-float batch step (nbs/12_prefetch.ipynb). Optional: without a compiler or jpeglib.h the build
 # goes on, and timmdata decodes whole images and normalises with torch ops instead (slower, same results).
-native_ext = Extension('timmdata._native', ['csrc/native.c'], libraries=['jpeg'], extra_compile_args=['-O3'], optional=True)
+native_ext = Extension('timmdata._native', ['csrc/native.c'], libraries=['jpeg'],
+                       extra_compile_args=['/O2'] if sys.platform == 'win32' else ['-O3'], optional=True)
+BUILD_NOTE = '_native_build.txt'  # beside the extension, only when its build failed: timmdata.decode.NATIVE_STATUS reads it
+
+def _why(log: str, err: Exception) -> str:
+    "One line saying why the compiler failed: a missing header named as such, else the compiler's first error."
+    if re.search(r'jpeglib\.h', log) and re.search(r'No such file|not found|cannot open', log, re.I):
+        return 'missing jpeglib.h (install the libjpeg-turbo headers: Debian/Ubuntu libjpeg-dev, Fedora libjpeg-turbo-devel, macOS brew install jpeg-turbo)'
+    lines = [l.strip() for l in log.splitlines() if re.search(r'\berror\b', l, re.I)]
+    return 'compiler failed: ' + (lines[0] if lines else f'{type(err).__name__}: {err}')[:300]
+
+class BuildExtNoted(build_ext):
+    "build_ext that writes why the optional extension did not build into the package (the build itself goes on)."
+    def run(self):
+        self.note_inplace = self.inplace  # setuptools builds in build/ and copies in place afterwards: note both places
+        super().run()
+
+    def notes(self, ext) -> list:
+        pkg = ext.name.rsplit('.', 1)[0]
+        dirs = {os.path.dirname(self.get_ext_fullpath(ext.name))}
+        if getattr(self, 'note_inplace', False): dirs.add(self.get_finalized_command('build_py').get_package_dir(pkg))
+        return [os.path.join(d, BUILD_NOTE) for d in dirs]
+
+    def build_extension(self, ext):
+        # the compiler's messages go to fds 1 and 2: capture them (and show them afterwards) to name the cause
+        with tempfile.TemporaryFile() as log:
+            sys.stdout.flush(); sys.stderr.flush()
+            saved = os.dup(1), os.dup(2)
+            os.dup2(log.fileno(), 1); os.dup2(log.fileno(), 2)
+            try: super().build_extension(ext); err = None
+            except Exception as e: err = e
+            finally:
+                sys.stdout.flush(); sys.stderr.flush()
+                os.dup2(saved[0], 1); os.dup2(saved[1], 2); os.close(saved[0]); os.close(saved[1])
+            log.seek(0); text = log.read().decode(errors='replace')
+        sys.stderr.write(text)
+        for note in self.notes(ext):
+            if err is None:
+                if os.path.exists(note): os.remove(note)
+                continue
+            os.makedirs(os.path.dirname(note), exist_ok=True)
+            with open(note, 'w', encoding='utf-8') as f: f.write(_why(text, err) + '\n')
+        if err is None: return
+        raise err  # setuptools reports it and goes on without the optional extension
 
 setup(
     name=cfg['lib_name'],
@@ -49,5 +94,6 @@ setup(
         'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"],
     },
     ext_modules=[native_ext],
+    cmdclass={'build_ext': BuildExtNoted},
     zip_safe=False,
 )

@@ -18,7 +18,34 @@
 #include <stdio.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <string.h>
 #include <jpeglib.h>
+
+/* Portability: MSVC spells C99's `restrict` as `__restrict`. (The GCC-only attributes below are guarded where used.) */
+#if defined(_MSC_VER) && !defined(restrict)
+#define restrict __restrict
+#endif
+
+/* 1 when a buffer holds at least `need` elements of `item` bytes (overflow-safe), else 0 with ValueError set */
+static int fits(const Py_buffer *v, Py_ssize_t need, Py_ssize_t item, const char *name) {
+    if (need < 0 || (item && need > PY_SSIZE_T_MAX / item) || v->len < need * item) {
+        PyErr_Format(PyExc_ValueError, "%s: buffer of %zd bytes, needs %zd elements of %zd bytes", name, v->len, need, item);
+        return 0;
+    }
+    return 1;
+}
+
+/* 1 when (n, c, hw) are the sizes of a batch whose element counts n*c*hw and n*c*c fit a Py_ssize_t, else 0 with
+ * ValueError set; hw must be at least `min_hw` (1 for a mean: no mean over no pixels) */
+static int sizes_ok(const char *name, Py_ssize_t n, Py_ssize_t c, Py_ssize_t hw, Py_ssize_t min_hw) {
+    const Py_ssize_t nc = (n > 0 && c > 0 && c <= PY_SSIZE_T_MAX / n) ? n * c : 0;  /* 0: n == 0 or n * c overflows */
+    if (n < 0 || c < 1 || hw < min_hw || (n > 0 && nc == 0) || (nc > 0 && (hw > PY_SSIZE_T_MAX / nc || c > PY_SSIZE_T_MAX / nc))) {
+        PyErr_Format(PyExc_ValueError, "%s: bad sizes n=%zd c=%zd hw=%zd (need n >= 0, c >= 1, hw >= %zd and products that fit)",
+                     name, n, c, hw, min_hw);
+        return 0;
+    }
+    return 1;
+}
 
 struct err_mgr { struct jpeg_error_mgr pub; jmp_buf jb; char msg[JMSG_LENGTH_MAX]; };
 
@@ -27,7 +54,24 @@ static void on_error(j_common_ptr c) {
     (*c->err->format_message)(c, e->msg);
     longjmp(e->jb, 1);
 }
-static void on_message(j_common_ptr c, int level) { (void)c; (void)level; } /* warnings: the Python side checks structure */
+static void on_quiet(j_common_ptr c, int level) { (void)c; (void)level; } /* header(): the decode that follows reports */
+
+/* libjpeg's warnings (level -1: "Corrupt JPEG data: ...", "Premature end of JPEG file"): damaged data that libjpeg
+ * decodes anyway. Its default handler prints the first of each image to stderr; here they are counted instead (one per
+ * image that warned, with the first message of the latest such image), and the Python side turns the count into one
+ * Python warning (jpeg_warnings()). Every caller holds the GIL, so the plain counter is safe. */
+static unsigned long long n_warned = 0;
+static char last_warning[JMSG_LENGTH_MAX] = "";
+static void on_warning(j_common_ptr c, int level) {
+    if (level >= 0) return;  /* trace messages */
+    if (c->err->num_warnings++ == 0) { n_warned++; (*c->err->format_message)(c, last_warning); }
+}
+
+/* jpeg_warnings() -> (images that warned so far in this process, the latest first warning) */
+static PyObject *jpeg_warnings(PyObject *self, PyObject *args) {
+    (void)self; (void)args;
+    return Py_BuildValue("(Ks)", n_warned, last_warning);
+}
 
 /* header(data) -> (height, width, components, colour space code of libjpeg's J_COLOR_SPACE) */
 static PyObject *header(PyObject *self, PyObject *args) {
@@ -35,71 +79,87 @@ static PyObject *header(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
     struct jpeg_decompress_struct cinfo;
     struct err_mgr jerr;
+    memset(&cinfo, 0, sizeof cinfo);  /* cinfo.mem == NULL: jpeg_destroy_decompress is safe whatever happened */
+    PyObject *volatile r = NULL;
     cinfo.err = jpeg_std_error(&jerr.pub);
-    jerr.pub.error_exit = on_error; jerr.pub.emit_message = on_message;
-    if (setjmp(jerr.jb)) {
-        jpeg_destroy_decompress(&cinfo); PyBuffer_Release(&buf);
-        PyErr_Format(PyExc_ValueError, "JPEG header: %s", jerr.msg);
-        return NULL;
-    }
+    jerr.pub.error_exit = on_error; jerr.pub.emit_message = on_quiet;
+    if (setjmp(jerr.jb)) { PyErr_Format(PyExc_ValueError, "JPEG header: %s", jerr.msg); goto done; }
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, (const unsigned char *)buf.buf, (unsigned long)buf.len);
     jpeg_read_header(&cinfo, TRUE);
-    PyObject *r = Py_BuildValue("(iiii)", (int)cinfo.image_height, (int)cinfo.image_width,
-                                (int)cinfo.num_components, (int)cinfo.jpeg_color_space);
+    r = Py_BuildValue("(iiii)", (int)cinfo.image_height, (int)cinfo.image_width, (int)cinfo.num_components, (int)cinfo.jpeg_color_space);
+done:
     jpeg_destroy_decompress(&cinfo); PyBuffer_Release(&buf);
     return r;
 }
 
-/* decode_crop(data, top, left, height, width) -> (bytearray of RGB rows, x0, y0, w, h)
+/* decode_crop(data, top, left, height, width, max_pixels=0, gray=False) -> (bytearray of rows, x0, y0, w, h)
  * Decodes rows [top, top+height) and the column range libjpeg-turbo can give that covers [left, left+width)
- * (widened to iMCU boundaries); the result is the w x h x 3 box starting at column x0, row y0. */
+ * (widened to iMCU boundaries); the result is the w x h x C box starting at column x0, row y0, C = 3 (RGB) or 1 (gray:
+ * the luma channel). An image whose header claims more than max_pixels pixels (> 0) is refused before anything is
+ * allocated. Every exit, error or not, goes through `done`: libjpeg's memory, the input buffer and the output are
+ * released exactly once (the output survives only inside the returned tuple). */
 static PyObject *decode_crop(PyObject *self, PyObject *args) {
     Py_buffer buf;
-    int top, left, height, width;
-    if (!PyArg_ParseTuple(args, "y*iiii", &buf, &top, &left, &height, &width)) return NULL;
+    int top, left, height, width, gray = 0;
+    Py_ssize_t max_pixels = 0;
+    if (!PyArg_ParseTuple(args, "y*iiii|np", &buf, &top, &left, &height, &width, &max_pixels, &gray)) return NULL;
     struct jpeg_decompress_struct cinfo;
     struct err_mgr jerr;
-    PyObject *volatile out = NULL;
+    memset(&cinfo, 0, sizeof cinfo);
+    PyObject *volatile out = NULL, *volatile ret = NULL;  /* volatile: read after a longjmp */
     cinfo.err = jpeg_std_error(&jerr.pub);
-    jerr.pub.error_exit = on_error; jerr.pub.emit_message = on_message;
-    if (setjmp(jerr.jb)) {
-        jpeg_destroy_decompress(&cinfo); PyBuffer_Release(&buf); Py_XDECREF(out);
-        PyErr_Format(PyExc_ValueError, "JPEG decode: %s", jerr.msg);
-        return NULL;
-    }
+    jerr.pub.error_exit = on_error; jerr.pub.emit_message = on_warning;
+    if (setjmp(jerr.jb)) { PyErr_Format(PyExc_ValueError, "JPEG decode: %s", jerr.msg); goto done; }
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, (const unsigned char *)buf.buf, (unsigned long)buf.len);
     jpeg_read_header(&cinfo, TRUE);
-    cinfo.out_color_space = JCS_RGB;
-    jpeg_start_decompress(&cinfo);
-    int W = (int)cinfo.output_width, H = (int)cinfo.output_height;
-    if (top < 0 || left < 0 || height < 1 || width < 1 || top + height > H || left + width > W) {
-        jpeg_destroy_decompress(&cinfo); PyBuffer_Release(&buf);
-        PyErr_Format(PyExc_ValueError, "crop box (top=%d, left=%d, height=%d, width=%d) is not inside the %dx%d image",
-                     top, left, height, width, W, H);
-        return NULL;
+    const long long W = (long long)cinfo.image_width, H = (long long)cinfo.image_height;  /* output size at scale 1 */
+    if (max_pixels > 0 && W * H > (long long)max_pixels) {
+        PyErr_Format(PyExc_ValueError, "JPEG header claims %lldx%lld = %lld pixels, over the limit of %zd pixels",
+                     W, H, W * H, max_pixels);
+        goto done;
     }
+    /* in 64 bits and without sums that can wrap: any int arguments are checked correctly */
+    if (top < 0 || left < 0 || height < 1 || width < 1 || (long long)top + height > H || (long long)left + width > W) {
+        PyErr_Format(PyExc_ValueError, "crop box (top=%d, left=%d, height=%d, width=%d) is not inside the %lldx%lld image",
+                     top, left, height, width, W, H);
+        goto done;
+    }
+    cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_start_decompress(&cinfo);
     JDIMENSION x0 = (JDIMENSION)left, cw = (JDIMENSION)width;
     jpeg_crop_scanline(&cinfo, &x0, &cw);
     const int C = cinfo.output_components;
-    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)height * cw * C);
-    if (!out) { jpeg_destroy_decompress(&cinfo); PyBuffer_Release(&buf); return NULL; }
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)height * (Py_ssize_t)cw * C);
+    if (!out) goto done;
     unsigned char *dst = (unsigned char *)PyByteArray_AS_STRING(out);
-    if (top > 0) jpeg_skip_scanlines(&cinfo, (JDIMENSION)top);
-    while ((int)cinfo.output_scanline < top + height) {
-        JSAMPROW row = dst + (size_t)(cinfo.output_scanline - top) * cw * C;
-        jpeg_read_scanlines(&cinfo, &row, 1);
+    if (top > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)top) != (JDIMENSION)top) {
+        PyErr_Format(PyExc_ValueError, "JPEG decode: could not skip to row %d", top); goto done;
     }
-    jpeg_abort_decompress(&cinfo); /* the rows below the crop are never decoded */
-    jpeg_destroy_decompress(&cinfo); PyBuffer_Release(&buf);
-    return Py_BuildValue("(Niiii)", out, (int)x0, top, (int)cw, height);
+    while ((long long)cinfo.output_scanline < (long long)top + height) {
+        JSAMPROW row = dst + (size_t)(cinfo.output_scanline - (JDIMENSION)top) * cw * C;
+        if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {  /* no progress: an error, never a spin */
+            PyErr_Format(PyExc_ValueError, "JPEG decode: libjpeg made no progress at row %u", (unsigned)cinfo.output_scanline);
+            goto done;
+        }
+    }
+    /* A box that reaches the last row reads the rest of the file too, as a whole decode by PIL or torchvision does: a
+     * damaged marker after the image data is an error then. A box above it never reads the rows below: damage there
+     * is not seen (nbs/07_dataset.ipynb states the rule; `timmdata check` decodes every file whole). */
+    if ((long long)top + height == H) jpeg_finish_decompress(&cinfo);
+    ret = Py_BuildValue("(Oiiii)", out, (int)x0, top, (int)cw, height);
+done:
+    jpeg_destroy_decompress(&cinfo);  /* also aborts a decompression in progress */
+    PyBuffer_Release(&buf); Py_XDECREF(out);
+    return ret;
 }
 
 
 /* Hot loops, compiled for AVX2, SSE4.2 and plain x86-64 and picked at load time (GCC function multiversioning),
  * so one build runs fast everywhere; elsewhere they are plain C that the compiler vectorises as it can. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+/* target_clones needs GCC (clang's differs), an x86-64 target and glibc's ifunc loader (musl has none; macOS uses clang). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
 #define HOT __attribute__((target_clones("avx2", "sse4.2", "default")))
 #else
 #define HOT
@@ -127,6 +187,21 @@ static HOT void affine_img_nhwc3(const uint8_t *restrict x, const float *m, cons
         float v0 = m0 * r + m1 * g + m2 * bl + b0, v1 = m3 * r + m4 * g + m5 * bl + b1, v2 = m6 * r + m7 * g + m8 * bl + b2;
         v0 = v0 < l0 ? l0 : v0; v1 = v1 < l1 ? l1 : v1; v2 = v2 < l2 ? l2 : v2;
         o0[p] = v0 > h0 ? h0 : v0; o1[p] = v1 > h1 ? h1 : v1; o2[p] = v2 > h2 ? h2 : v2;
+    }
+}
+
+/* The same map for channels-last (interleaved) output, with padding: NaFlex patch batches [B, L, P*P*C] are pixels
+ * times channels already, so input and output are both (n, hw, c); pixels at or past valid[i] (an image's padded
+ * tail of patches) get `fill`, the normalised zero. */
+static HOT void affine_img_cl3(const uint8_t *restrict x, const float *m, const float *b, const float *lo, const float *hi,
+                               float *restrict o, Py_ssize_t hw) {
+    const float m0 = m[0], m1 = m[1], m2 = m[2], m3 = m[3], m4 = m[4], m5 = m[5], m6 = m[6], m7 = m[7], m8 = m[8];
+    const float b0 = b[0], b1 = b[1], b2 = b[2], l0 = lo[0], l1 = lo[1], l2 = lo[2], h0 = hi[0], h1 = hi[1], h2 = hi[2];
+    for (Py_ssize_t p = 0; p < hw; p++) {
+        const float r = (float)x[3 * p], g = (float)x[3 * p + 1], bl = (float)x[3 * p + 2];
+        float v0 = m0 * r + m1 * g + m2 * bl + b0, v1 = m3 * r + m4 * g + m5 * bl + b1, v2 = m6 * r + m7 * g + m8 * bl + b2;
+        v0 = v0 < l0 ? l0 : v0; v1 = v1 < l1 ? l1 : v1; v2 = v2 < l2 ? l2 : v2;
+        o[3 * p] = v0 > h0 ? h0 : v0; o[3 * p + 1] = v1 > h1 ? h1 : v1; o[3 * p + 2] = v2 > h2 ? h2 : v2;
     }
 }
 
@@ -234,17 +309,38 @@ static HOT uint64_t sum_u8(const uint8_t *restrict p, Py_ssize_t len, Py_ssize_t
 static PyObject *channel_means(PyObject *self, PyObject *args) {
     Py_buffer x, out; Py_ssize_t n, c, hw;
     if (!PyArg_ParseTuple(args, "y*w*nnn", &x, &out, &n, &c, &hw)) return NULL;
+    PyObject *ret = NULL;
+    if (!sizes_ok("channel_means", n, c, hw, 1) || !fits(&x, n * c * hw, 1, "channel_means x") || !fits(&out, n * c, 4, "channel_means out")) goto done;
     const uint8_t *px = (const uint8_t *)x.buf; float *po = (float *)out.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n * c; i++) po[i] = (float)((double)sum_u8(px + i * hw, hw, 1) / (double)hw);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&x); PyBuffer_Release(&out); Py_RETURN_NONE;
+    ret = Py_None; Py_INCREF(ret);
+done:
+    PyBuffer_Release(&x); PyBuffer_Release(&out);
+    return ret;
 }
+/* the buffers of affine_u8 / affine_u8_nhwc hold what (n, c, hw) say they do, else 0 with ValueError set */
+static int affine_args_ok(const char *name, const Py_buffer *x, const Py_buffer *m, const Py_buffer *b, const Py_buffer *lo,
+                          const Py_buffer *hi, const Py_buffer *out, Py_ssize_t n, Py_ssize_t c, Py_ssize_t hw) {
+    if (!sizes_ok(name, n, c, hw, 0)) return 0;
+    const Py_buffer *bufs[6] = {x, out, m, b, lo, hi};
+    const char *names[6] = {"x", "out", "m", "b", "lo", "hi"};
+    const Py_ssize_t need[6] = {n * c * hw, n * c * hw, n * c * c, n * c, c, c}, item[6] = {1, 4, 4, 4, 4, 4};
+    char label[64];
+    for (int k = 0; k < 6; k++) {
+        snprintf(label, sizeof label, "%s %s", name, names[k]);
+        if (!fits(bufs[k], need[k], item[k], label)) return 0;
+    }
+    return 1;
+}
+
 /* affine_u8(x uint8 (n, c, hw), m float32 (n, c, c), b float32 (n, c), lo float32 (c), hi float32 (c), out float32 (n, c, hw), n, c, hw):
  * out[i, o, p] = clamp(sum_k m[i, o, k] * x[i, k, p] + b[i, o], lo[o], hi[o]) */
 static PyObject *affine_u8(PyObject *self, PyObject *args) {
-    Py_buffer x, m, b, lo, hi, out; Py_ssize_t n, c, hw;
+    Py_buffer x, m, b, lo, hi, out; Py_ssize_t n, c, hw; PyObject *ret = NULL;
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*nnn", &x, &m, &b, &lo, &hi, &out, &n, &c, &hw)) return NULL;
+    if (!affine_args_ok("affine_u8", &x, &m, &b, &lo, &hi, &out, n, c, hw)) goto done;
     const uint8_t *px = (const uint8_t *)x.buf; const float *pm = (const float *)m.buf, *pb = (const float *)b.buf;
     const float *plo = (const float *)lo.buf, *phi = (const float *)hi.buf; float *po = (float *)out.buf;
     Py_BEGIN_ALLOW_THREADS
@@ -269,8 +365,10 @@ static PyObject *affine_u8(PyObject *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
+    ret = Py_None; Py_INCREF(ret);
+done:
     PyBuffer_Release(&x); PyBuffer_Release(&m); PyBuffer_Release(&b); PyBuffer_Release(&lo); PyBuffer_Release(&hi); PyBuffer_Release(&out);
-    Py_RETURN_NONE;
+    return ret;
 }
 
 /* The same two passes for a channels-last batch (n, hw, c) in memory (an NCHW tensor with channels_last strides):
@@ -278,21 +376,29 @@ static PyObject *affine_u8(PyObject *self, PyObject *args) {
 static PyObject *channel_means_nhwc(PyObject *self, PyObject *args) {
     Py_buffer x, out; Py_ssize_t n, c, hw;
     if (!PyArg_ParseTuple(args, "y*w*nnn", &x, &out, &n, &c, &hw)) return NULL;
+    PyObject *ret = NULL;
+    if (!sizes_ok("channel_means_nhwc", n, c, hw, 1) || !fits(&x, n * c * hw, 1, "channel_means_nhwc x") ||
+        !fits(&out, n * c, 4, "channel_means_nhwc out")) goto done;
     const uint8_t *px = (const uint8_t *)x.buf; float *po = (float *)out.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        const uint8_t *p = px + i * hw * c; uint64_t s[4] = {0, 0, 0, 0};
-        if (c == 3) sum3_u8(p, hw, s);
-        else for (Py_ssize_t ch = 0; ch < c && ch < 4; ch++) s[ch] = sum_u8(p + ch, hw, c);
-        for (Py_ssize_t ch = 0; ch < c; ch++) po[i * c + ch] = (float)((double)s[ch] / (double)hw);
+        const uint8_t *p = px + i * hw * c;
+        if (c == 3) {
+            uint64_t s[3] = {0, 0, 0}; sum3_u8(p, hw, s);
+            for (int ch = 0; ch < 3; ch++) po[i * 3 + ch] = (float)((double)s[ch] / (double)hw);
+        } else for (Py_ssize_t ch = 0; ch < c; ch++) po[i * c + ch] = (float)((double)sum_u8(p + ch, hw, c) / (double)hw);
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&x); PyBuffer_Release(&out); Py_RETURN_NONE;
+    ret = Py_None; Py_INCREF(ret);
+done:
+    PyBuffer_Release(&x); PyBuffer_Release(&out);
+    return ret;
 }
 
 static PyObject *affine_u8_nhwc(PyObject *self, PyObject *args) {
-    Py_buffer x, m, b, lo, hi, out; Py_ssize_t n, c, hw;
+    Py_buffer x, m, b, lo, hi, out; Py_ssize_t n, c, hw; PyObject *ret = NULL;
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*nnn", &x, &m, &b, &lo, &hi, &out, &n, &c, &hw)) return NULL;
+    if (!affine_args_ok("affine_u8_nhwc", &x, &m, &b, &lo, &hi, &out, n, c, hw)) goto done;
     const uint8_t *px = (const uint8_t *)x.buf; const float *pm = (const float *)m.buf, *pb = (const float *)b.buf;
     const float *plo = (const float *)lo.buf, *phi = (const float *)hi.buf; float *po = (float *)out.buf;
     Py_BEGIN_ALLOW_THREADS
@@ -315,17 +421,85 @@ static PyObject *affine_u8_nhwc(PyObject *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
+    ret = Py_None; Py_INCREF(ret);
+done:
     PyBuffer_Release(&x); PyBuffer_Release(&m); PyBuffer_Release(&b); PyBuffer_Release(&lo); PyBuffer_Release(&hi); PyBuffer_Release(&out);
+    return ret;
+}
+
+/* affine_u8_cl(x uint8 (n, hw, c), m float32 (n, c, c), b float32 (n, c), lo, hi, fill float32 (c), valid int64 (n),
+ * out float32 (n, hw, c), n, c, hw): out[i, p] = clamp(m[i] @ x[i, p] + b[i], lo, hi) for p < valid[i], else fill */
+static PyObject *affine_u8_cl(PyObject *self, PyObject *args) {
+    Py_buffer x, m, b, lo, hi, fill, valid, out; Py_ssize_t n, c, hw;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*nnn", &x, &m, &b, &lo, &hi, &fill, &valid, &out, &n, &c, &hw)) return NULL;
+    PyObject *ret = NULL;
+    if (n < 0 || c < 1 || hw < 0 || (hw && n > PY_SSIZE_T_MAX / hw) || (n * hw != 0 && c > PY_SSIZE_T_MAX / (n * hw))) {
+        PyErr_Format(PyExc_ValueError, "affine_u8_cl: bad sizes n=%zd c=%zd hw=%zd", n, c, hw); goto done;
+    }
+    if (!fits(&x, n * hw * c, 1, "affine_u8_cl x") || !fits(&out, n * hw * c, 4, "affine_u8_cl out") ||
+        !fits(&m, n * c * c, 4, "affine_u8_cl m") || !fits(&b, n * c, 4, "affine_u8_cl b") || !fits(&lo, c, 4, "affine_u8_cl lo") ||
+        !fits(&hi, c, 4, "affine_u8_cl hi") || !fits(&fill, c, 4, "affine_u8_cl fill") || !fits(&valid, n, 8, "affine_u8_cl valid")) goto done;
+    const uint8_t *px = (const uint8_t *)x.buf; const float *pm = (const float *)m.buf, *pb = (const float *)b.buf;
+    const float *plo = (const float *)lo.buf, *phi = (const float *)hi.buf, *pf = (const float *)fill.buf;
+    const int64_t *pv = (const int64_t *)valid.buf; float *po = (float *)out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *xi = px + i * hw * c; const float *mi = pm + i * c * c, *bi = pb + i * c; float *oi = po + i * hw * c;
+        Py_ssize_t v = pv[i] < 0 ? 0 : (pv[i] > hw ? hw : (Py_ssize_t)pv[i]);
+        if (c == 3) affine_img_cl3(xi, mi, bi, plo, phi, oi, v);
+        else for (Py_ssize_t p = 0; p < v; p++)
+            for (Py_ssize_t co = 0; co < c; co++) {
+                float u = bi[co]; for (Py_ssize_t k = 0; k < c; k++) u += mi[co * c + k] * (float)xi[p * c + k];
+                u = u < plo[co] ? plo[co] : u; oi[p * c + co] = u > phi[co] ? phi[co] : u;
+            }
+        for (Py_ssize_t p = v; p < hw; p++) for (Py_ssize_t co = 0; co < c; co++) oi[p * c + co] = pf[co];
+    }
+    Py_END_ALLOW_THREADS
+    ret = Py_None; Py_INCREF(ret);
+done:
+    PyBuffer_Release(&x); PyBuffer_Release(&m); PyBuffer_Release(&b); PyBuffer_Release(&lo); PyBuffer_Release(&hi);
+    PyBuffer_Release(&fill); PyBuffer_Release(&valid); PyBuffer_Release(&out);
+    return ret;
+}
+
+/* Busy flags of the shared batch ring (int32 in shared memory): taking a slot is an atomic compare-and-swap 0 -> 1 with
+ * acquire ordering (the worker's writes into the slot come after it), freeing it a release store of 0 (the main
+ * process's reads of the slot are done before a worker can see it free), on every CPU, weakly ordered ones included. */
+static int32_t *flag_at(Py_buffer *v, Py_ssize_t i) {
+    if (i < 0 || i >= v->len / 4) { PyErr_Format(PyExc_IndexError, "ring flag %zd out of range (%zd flags)", i, v->len / 4); return NULL; }
+    if (((uintptr_t)v->buf) & 3) { PyErr_SetString(PyExc_ValueError, "ring flags must be 4-byte aligned"); return NULL; }
+    return (int32_t *)v->buf + i;
+}
+static PyObject *flag_acquire(PyObject *self, PyObject *args) {
+    Py_buffer v; Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "w*n", &v, &i)) return NULL;
+    int32_t *f = flag_at(&v, i), expected = 0; int ok = 0;
+    if (f) ok = __atomic_compare_exchange_n(f, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    PyBuffer_Release(&v);
+    if (!f) return NULL;
+    return PyBool_FromLong(ok);
+}
+static PyObject *flag_release(PyObject *self, PyObject *args) {
+    Py_buffer v; Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "w*n", &v, &i)) return NULL;
+    int32_t *f = flag_at(&v, i);
+    if (f) __atomic_store_n(f, 0, __ATOMIC_RELEASE);
+    PyBuffer_Release(&v);
+    if (!f) return NULL;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"set_streaming", set_streaming, METH_VARARGS, "set_streaming(on) -> previous setting: streaming stores in the affine passes (AVX2 builds)"},
     {"header", header, METH_VARARGS, "header(data) -> (height, width, components, jpeg colour space)"},
-    {"decode_crop", decode_crop, METH_VARARGS, "decode_crop(data, top, left, height, width) -> (bytearray RGB, x0, y0, w, h)"},
+    {"decode_crop", decode_crop, METH_VARARGS, "decode_crop(data, top, left, height, width, max_pixels=0, gray=False) -> (bytearray RGB or gray, x0, y0, w, h)"},
+    {"jpeg_warnings", jpeg_warnings, METH_NOARGS, "jpeg_warnings() -> (images libjpeg warned about so far in this process, latest message)"},
     {"channel_means", channel_means, METH_VARARGS, "channel_means(x_u8, out_f32, n, c, hw): per image and channel means"},
     {"channel_means_nhwc", channel_means_nhwc, METH_VARARGS, "channel_means for a channels-last (n, hw, c) batch"},
     {"affine_u8_nhwc", affine_u8_nhwc, METH_VARARGS, "affine_u8 for a channels-last (n, hw, c) batch; planar (n, c, hw) output"},
+    {"affine_u8_cl", affine_u8_cl, METH_VARARGS, "affine_u8_cl(x_u8, m, b, lo, hi, fill, valid_i64, out_f32, n, c, hw): channels-last in and out, fill past valid[i]"},
+    {"flag_acquire", flag_acquire, METH_VARARGS, "flag_acquire(int32 flags, i) -> True when flag i went 0 -> 1 (atomic, acquire)"},
+    {"flag_release", flag_release, METH_VARARGS, "flag_release(int32 flags, i): flag i = 0 (atomic, release)"},
     {"affine_u8", affine_u8, METH_VARARGS, "affine_u8(x_u8, m, b, lo, hi, out_f32, n, c, hw): out = clamp(m @ x + b, lo, hi)"},
     {NULL, NULL, 0, NULL}};
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_native", "Crop-aware JPEG decoding and the fused uint8 batch step", -1, methods};

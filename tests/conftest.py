@@ -1,4 +1,6 @@
-"""Shared pytest fixtures: small generated datasets (never downloaded), markers for slow and CUDA tests."""
+"""Shared pytest fixtures: small generated datasets (never downloaded), markers for slow and CUDA tests.
+Slow tests (stress, fuzzing) run only with TIMMDATA_SLOW=1: `TIMMDATA_SLOW=1 .venv/bin/python -m pytest -m slow tests`."""
+import os
 import pytest, torch
 from timmdata.sample_data import make_sample_dataset
 
@@ -7,10 +9,11 @@ def pytest_configure(config):
     config.addinivalue_line('markers', 'slow: takes more than a few seconds')
 
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available(): return
-    skip = pytest.mark.skip(reason='no CUDA device on this machine')
+    slow = None if os.environ.get('TIMMDATA_SLOW') == '1' else pytest.mark.skip(reason='slow: run with TIMMDATA_SLOW=1')
+    cuda = None if torch.cuda.is_available() else pytest.mark.skip(reason='no CUDA device on this machine')
     for item in items:
-        if 'cuda' in item.keywords: item.add_marker(skip)
+        if slow is not None and 'slow' in item.keywords: item.add_marker(slow)
+        if cuda is not None and 'cuda' in item.keywords: item.add_marker(cuda)
 
 @pytest.fixture(scope='session')
 def sample_root(tmp_path_factory):

@@ -18,6 +18,11 @@ def decode_ids(x):
     assert (u[:, 2] == 7).all()
     return (u[:, 0, 0, 0] + 256 * u[:, 1, 0, 0]).tolist()
 
+def in_ring(ring, x):
+    "Is batch `x` memory of this process's own mapping of the ring (a slot), not a fresh segment?"
+    base = ring.ring.data_ptr()
+    return base <= x.data_ptr() < base + ring.ring.numel()
+
 def loader(ds, **kw):
     return create_loader(ds, (3, 16, 16), 8, mean=(0, 0, 0), std=(1, 1, 1), num_workers=2, device='cpu', **kw)
 
@@ -41,7 +46,7 @@ def test_training_epochs_with_kept_outputs_and_early_stops():
         for k, (x, y) in enumerate(ld):
             assert decode_ids(x) == y.tolist()
             ids += y.tolist(); kept.append((x, y))
-            if epoch == 2 and k == 3: break  # a loop that stops early leaves slots busy: later batches must still be right
+            if epoch == 2 and k == 3: break  # a loop that stops early: later batches must still be right
         if epoch != 2: assert sorted(ids) == list(range(160))
     for x, y in kept: assert decode_ids(x) == y.tolist()  # outputs are the prefetcher's own memory, never a slot
 
@@ -63,11 +68,11 @@ def test_batches_arrive_as_views_of_the_main_processs_ring_and_targets_as_copies
     # slots for the prefetch_factor (2) batches a worker has queued, the one it writes and the one being read
     ring = BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4)
     dl = torch.utils.data.DataLoader(IndexImages(120), batch_size=8, num_workers=2, collate_fn=ring, persistent_workers=True)
-    base, tbase = ring.ring.untyped_storage().data_ptr(), ring.targets.untyped_storage().data_ptr()
+    tbase = ring.targets.untyped_storage().data_ptr()
     for epoch in range(2):
         ys = []
         for x, y in dl:
-            assert x.untyped_storage().data_ptr() == base  # a view of the ring this process made
+            assert in_ring(ring, x)  # memory of the ring this process made
             assert y.untyped_storage().data_ptr() != tbase  # targets are copied out: the slot is rewritten later
             assert (x[:, 0, 0, 0].long() + 256 * x[:, 1, 0, 0].long()).tolist() == y.tolist()
             ys.append(y)
@@ -104,9 +109,9 @@ def test_ring_with_spawned_workers():
     ring = BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4)
     dl = torch.utils.data.DataLoader(IndexImages(64), batch_size=8, num_workers=2, collate_fn=ring,
                                      multiprocessing_context='spawn')
-    base, ys = ring.ring.untyped_storage().data_ptr(), []
+    ys = []
     for x, y in dl:
-        assert x.untyped_storage().data_ptr() == base
+        assert in_ring(ring, x)
         assert (x[:, 0, 0, 0].long() + 256 * x[:, 1, 0, 0].long()).tolist() == y.tolist()
         ys += y.tolist(); ring.release(x)
     assert ys == list(range(64))

@@ -4,10 +4,11 @@ Uses the installed console script next to the running Python (`.venv/bin/timmdat
 `python -m timmdata.cli`. User mistakes must give one line on stderr and exit status 2, never a traceback.
 Every command starts a Python that imports torch (seconds), so they are started together, once per module;
 the finer cases (each bad option, each error) are tested in-process in nbs/18_cli.ipynb."""
-import os, subprocess, sys
+import os, shutil, subprocess, sys
 from pathlib import Path
 
 import pytest
+from timmdata.sample_data import make_sample_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(sys.executable).parent / 'timmdata'
@@ -19,12 +20,21 @@ def runs(tmp_path_factory):
     "name -> CompletedProcess-like (returncode, stdout, stderr), all commands run at the same time."
     empty = tmp_path_factory.mktemp('no_images')
     (empty / 'a').mkdir(); (empty / 'a' / 'notes.txt').write_text('not an image')
+    clean = make_sample_dataset(tmp_path_factory.mktemp('clean'), n_train=2, n_val=1, classes=['a', 'b'], size=(96, 64))
+    damaged = tmp_path_factory.mktemp('damaged')
+    shutil.copytree(clean, damaged, dirs_exist_ok=True)
+    jpg = damaged / 'train' / 'b' / sorted(os.listdir(damaged / 'train' / 'b'))[0]
+    jpg.write_bytes(jpg.read_bytes()[:600])  # cut short
+    (damaged / 'val' / 'a' / 'zero.jpg').write_bytes(b'')
     cmds = {'info': (CMD + ['info'], {}),
             'info_off': (CMD + ['info'], {'TIMMDATA_NATIVE': '0'}),
             'python_m': ([sys.executable, '-m', 'timmdata.cli', 'train'], {}),  # `python -m` works, and an unknown command
             'missing_root': (CMD + ['demo', '--root', '/nonexistent'], {}),
             'no_images': (CMD + ['demo', '--root', str(empty)], {}),
-            'bad_option': (CMD + ['demo', '--batch-size', '0'], {})}
+            'bad_option': (CMD + ['demo', '--batch-size', '0'], {}),
+            'check_damaged': (CMD + ['check', str(damaged), '--workers', '2'], {}),
+            'check_clean': (CMD + ['check', str(clean), '--no-progress'], {}),
+            'check_missing': (CMD + ['check', '/nonexistent'], {})}
     procs = {k: subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  env={**os.environ, **env}) for k, (c, env) in cmds.items()}
     out = {}
@@ -66,3 +76,24 @@ def test_bad_option_is_a_usage_error(runs):
     r = runs['bad_option']
     assert r.returncode == 2 and 'Traceback' not in r.stderr, r.stderr
     assert 'error: ' in r.stderr.splitlines()[-1], r.stderr
+
+
+def test_check_lists_damaged_images_and_exits_1(runs):
+    r = runs['check_damaged']
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3, r.stdout  # one line per bad image, then the summary
+    assert lines[0].startswith('train/b/') and 'ImageDecodeError: truncated JPEG (600 bytes)' in lines[0], lines
+    assert lines[1].startswith('val/a/zero.jpg: ImageDecodeError: empty file'), lines
+    assert lines[2].startswith('checked 7 images') and '2 bad' in lines[2], lines
+    assert 'Traceback' not in r.stderr and 'timmdata check' in r.stderr, r.stderr  # the progress bar
+
+
+def test_check_clean_dataset_exits_0(runs):
+    r = runs['check_clean']
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert r.stdout.splitlines() == [r.stdout.splitlines()[-1]] and 'checked 6 images' in r.stdout and 'all decode' in r.stdout, r.stdout
+    assert r.stderr == '', r.stderr  # --no-progress: nothing on stderr
+
+
+def test_check_missing_root(runs): one_line_error(runs['check_missing'], "timmdata check: dataset root '/nonexistent' does not exist")

@@ -1,6 +1,6 @@
 """ImageDataset and readers: parity with the installed timm, tar reading in worker processes, corrupt files,
 the skip policy across workers, image-mode conversion, CSV readers and class maps."""
-import hashlib, io, os, shutil, tarfile, warnings
+import errno, hashlib, io, os, shutil, tarfile, warnings
 from collections import Counter
 from pathlib import Path
 
@@ -176,6 +176,68 @@ def test_skip_policy_counts_across_workers(bad_root, context):
     with pytest.warns(UserWarning, match='skipped sample 2 .*empty'):
         assert ds[2] is None
     assert ds[0] is not None and ds[0][1] == 0  # never a neighbour in place of a bad sample
+
+
+# ---------- transient OS errors are not bad images ----------
+
+class FlakyReader:
+    "Wraps a reader; its first `fails` reads (per process) raise `exc`, e.g. too many open files. Module level: picklable."
+    def __init__(self, reader, fails, exc): self.reader, self.fails, self.exc, self.calls = reader, fails, exc, 0
+    def __len__(self): return len(self.reader)
+    def __getitem__(self, i):
+        self.calls += 1
+        if self.calls <= self.fails: raise self.exc
+        return self.reader[i]
+    def filename(self, *a, **k): return self.reader.filename(*a, **k)
+
+def flaky_dataset(root, fails, exc, policy):
+    ds = ImageDataset(root, bad_sample=policy)
+    ds.reader, ds.io_backoff = FlakyReader(ds.reader, fails, exc), 0
+    return ds
+
+EMFILE = OSError(errno.EMFILE, 'Too many open files')
+
+@pytest.mark.parametrize('policy', ['raise', 'skip'])
+@pytest.mark.parametrize('exc', [EMFILE, OSError(errno.ENFILE, 'Too many open files in system'), InterruptedError(errno.EINTR, 'Interrupted'),
+                                 BlockingIOError(errno.EAGAIN, 'try again'), TimeoutError(errno.ETIMEDOUT, 'timed out'),
+                                 ConnectionResetError('connection reset by peer')])
+def test_transient_error_once_is_retried(sample_root, exc, policy):
+    ds = flaky_dataset(sample_root, 1, exc, policy)
+    img, y = ds[2]
+    assert y == 0 and img.size == (426, 320) and ds.reader.calls == 2 and ds.bad_samples == []
+
+@pytest.mark.parametrize('policy', ['raise', 'skip'])
+def test_transient_error_always_is_raised_as_itself_never_counted(sample_root, policy):
+    ds = flaky_dataset(sample_root, 10**9, EMFILE, policy)
+    with pytest.raises(OSError) as e:
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')  # and no 'skipped sample' warning either
+            ds[5]
+    assert type(e.value) is OSError and e.value.errno == errno.EMFILE  # not an ImageDecodeError
+    said = str(e.value) + ' '.join(getattr(e.value, '__notes__', []))
+    assert ds.filename(5, basename=True) in said and 'not counted as bad' in said and 'fix or remove' not in said, said
+    assert ds.reader.calls == 1 + ds.io_retries and ds.bad_samples == []
+
+def test_transient_error_in_workers_is_raised_not_counted(sample_root):
+    ds = flaky_dataset(sample_root, 10**9, EMFILE, 'skip')
+    loader = DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context='fork', collate_fn=list)
+    with pytest.raises(OSError, match='Too many open files') as e: next(iter(loader))
+    assert not isinstance(e.value, ImageDecodeError) and ds.bad_samples == []
+
+@pytest.mark.parametrize('policy', ['raise', 'skip'])
+def test_store_damaged_error_propagates_untouched(sample_root, policy):
+    from timmdata.store import StoreDamagedError
+    err = StoreDamagedError('chunk 00007 of the store is damaged: rebuild it')
+    ds = flaky_dataset(sample_root, 1, err, policy)
+    with pytest.raises(StoreDamagedError) as e: ds[0]
+    assert e.value is err and ds.bad_samples == [] and ds.reader.calls == 1  # not retried, not counted, not wrapped
+
+def test_a_missing_file_is_still_a_bad_sample(sample_root, tmp_path):
+    r = shutil.copytree(sample_root / 'val', tmp_path / 'val')
+    ds = ImageDataset(r, bad_sample='skip')
+    os.remove(ds.filename(4, absolute=True))
+    with pytest.warns(UserWarning, match='sample 4 .*No such file'): assert ds[4] is None
+    assert ds.bad_samples == [4]
 
 
 # ---------- image modes ----------

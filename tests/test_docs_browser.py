@@ -181,6 +181,7 @@ def problems(events):
     return out
 
 
+@functools.lru_cache(maxsize=None)  # a page's sidebar links every page: ask the server about each page once
 def status(url):
     try:
         with urllib.request.urlopen(url, timeout=10) as r: return r.status

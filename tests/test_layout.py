@@ -20,7 +20,7 @@ FLOORS = {
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
     'jitter': 6, 'prefetch': 6,                   # the batch on the device and its batch ops
     'distributed_sampler': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7,        # wiring
-    'cache': 8, 'bench': 8, 'cli': 8,             # tools on top
+    'cache': 8, 'bench': 8, 'cli': 8, 'check': 8, # tools on top
 }
 MAX_LINES = 400
 

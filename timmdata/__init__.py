@@ -8,7 +8,7 @@ __all__ = []
 
 # %% ../nbs/index.ipynb #a84d28a2
 from .readers import create_reader, register_reader
-from .decode import ImageDecodeError, decode_image
+from .decode import ImageDecodeError, decode_image, set_max_image_pixels
 from .dataset import ImageDataset, AugMixDataset
 from .config import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN,
                              IMAGENET_INCEPTION_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, DEFAULT_CROP_PCT,
@@ -27,6 +27,7 @@ from .naflex_random_erasing import PatchRandomErasing
 from .naflex_mixup import NaFlexMixup, pairwise_mixup_target, mix_batch_variable_size
 from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, calculate_naflex_batch_size
 from .naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
-from .store import ReaderStore  # importing the store registers its reader kind with create_reader
+from .store import ReaderStore, StoreDamagedError  # importing the store registers its reader kind with create_reader
 from .cache import build_cache
+from .check import check_images, check_image, CheckResult, BadImage
 from .sample_data import make_sample_dataset

@@ -4,7 +4,8 @@
 
 # %% ../nbs/15_cache.ipynb #a4fdfc9c
 from __future__ import annotations
-import argparse, gzip, io, json, multiprocessing as mp, os, shutil, sys, time
+import argparse, gzip, io, json, multiprocessing as mp, os, platform, secrets, shutil, sys, time
+from contextlib import contextmanager
 from pathlib import Path
 import numpy as np
 from PIL import Image
@@ -12,11 +13,15 @@ from tqdm.auto import tqdm
 from .readers import CsvReader, Reader, create_reader
 from .decode import convert_mode
 from .transforms import str_to_pil_interp
-from .store import (BUILD_STATE, STORE_FILES, STORE_FORMATS, STORE_MANIFEST, STORE_VERSION, is_store, read_json,
-                            source_digest, source_file_key, source_rows, write_json_atomic)
+from .store import (BUILD_STATE, STORE_FILES, STORE_FORMATS, STORE_MANIFEST, STORE_VERSION, atomic_file, fsync_dir,
+                            is_store, read_json, source_digest, source_file_key, source_rows, write_json_atomic)
+try: import fcntl  # the builders' lock: flock on Unix,
+except ImportError: fcntl = None
+try: import msvcrt  # msvcrt.locking on Windows
+except ImportError: msvcrt = None
 
 # %% auto #0
-__all__ = ['SIDES', 'store_size', 'load_resized', 'build_cache', 'cache_main']
+__all__ = ['SIDES', 'BUILD_LOCK', 'store_size', 'load_resized', 'build_lock', 'build_cache', 'cache_main']
 
 # %% ../nbs/15_cache.ipynb #20575c17
 SIDES = ('shorter', 'longer')  # which side of an image `max_size` caps
@@ -69,17 +74,18 @@ def _encode(arr: np.ndarray, fmt: str, quality: int) -> bytes:
     if fmt == 'raw': return arr.tobytes()
     out = io.BytesIO(); Image.fromarray(arr).save(out, 'JPEG', quality=quality); return out.getvalue()
 
-def _chunk_paths(dst: Path, cid: int, fmt: str) -> tuple[Path, Path]:
-    return dst / 'chunks' / f'{cid:05d}.{STORE_FORMATS[fmt]}', dst / 'chunks' / f'{cid:05d}.json'
+def _chunk_paths(dst: Path, bid: str, cid: int, fmt: str) -> tuple[Path, Path]:
+    "(data file, commit record) of chunk `cid` of build `bid`."
+    stem = dst / 'chunks' / f'{bid}-{cid:05d}'
+    return stem.with_name(f'{stem.name}.{STORE_FORMATS[fmt]}'), stem.with_name(f'{stem.name}.json')
 
 def _build_chunk(job: tuple) -> dict:
-    "Decodes, resizes and writes the images `start:stop` of the source as chunk `cid`, then commits it."
-    cid, start, stop, dst, p = job
+    "Decodes, resizes and writes the images `start:stop` of the source as chunk `cid` of build `bid`, then commits it."
+    cid, start, stop, dst, p, bid = job
     reader, dst = _WORKER['reader'], Path(dst)
-    data_path, rec_path = _chunk_paths(dst, cid, p['format'])
-    tmp = data_path.with_name(f'.{data_path.name}.tmp{os.getpid()}')
+    data_path, rec_path = _chunk_paths(dst, bid, cid, p['format'])
     entries, bad, off = [], [], 0
-    with open(tmp, 'wb') as f:
+    with atomic_file(data_path) as f:  # temporary file, fsync, rename
         for i in range(start, stop):
             try:
                 src, target = reader[i]
@@ -92,14 +98,12 @@ def _build_chunk(job: tuple) -> dict:
             f.write(blob)
             entries.append([i, off, len(blob), arr.shape[0], arr.shape[1], target])
             off += len(blob)
-        f.flush(); os.fsync(f.fileno())
-    os.replace(tmp, data_path)
     write_json_atomic(rec_path, {'chunk': cid, 'start': start, 'stop': stop, 'nbytes': off, 'entries': entries, 'bad': bad})
     return {'chunk': cid, 'done': stop - start, 'bad': len(bad)}
 
 # %% ../nbs/15_cache.ipynb #4e7d1c05
-def _chunk_committed(dst: Path, cid: int, fmt: str) -> bool:
-    data_path, rec_path = _chunk_paths(dst, cid, fmt)
+def _chunk_committed(dst: Path, bid: str, cid: int, fmt: str) -> bool:
+    data_path, rec_path = _chunk_paths(dst, bid, cid, fmt)
     rec = read_json(rec_path)
     return rec is not None and data_path.exists() and data_path.stat().st_size == rec['nbytes']
 
@@ -133,24 +137,37 @@ def _fingerprint(src: Path, dst: Path, reader: Reader, reader_kwargs: dict) -> t
               'reader_kwargs': {k: v for k, v in reader_kwargs.items() if isinstance(v, (str, int, float, bool, type(None)))}}
     return source, rows, extra, names
 
-def _is_up_to_date(old: dict | None, state: dict) -> bool:
-    "Whether the manifest `old` describes a store of this version built from the same source with the same parameters."
-    return bool(old) and old.get('format_version') == STORE_VERSION and old['build']['params'] == state['params'] \
-        and old['source']['digest'] == state['source']['digest'] and old['source']['root'] == state['source']['root']
+def _store_intact(dst: Path, m: dict) -> bool:
+    "Whether the files of the store `m` at `dst` are there, its chunks of the lengths it records (a stat each, no read)."
+    try: return all(os.stat(dst / n).st_size > 0 for n in ('index.npz', 'filenames.json')) and \
+        all(os.stat(dst / 'chunks' / c['file']).st_size == c['nbytes'] for c in m['chunks'])
+    except OSError: return False
 
-def _prepare_dst(dst: Path, state: dict, start_over: bool):
-    "Makes `dst` ready for the build `state`: a different or finished build is cleared, the same unfinished one kept."
+def _is_up_to_date(old: dict | None, state: dict, dst: Path) -> bool:
+    "Whether `old`, the manifest at `dst`, is of an intact store of this version built from the same source with the same parameters."
+    return bool(old) and old.get('format_version') == STORE_VERSION and old['build']['params'] == state['params'] \
+        and old['source']['digest'] == state['source']['digest'] and old['source']['root'] == state['source']['root'] \
+        and _store_intact(dst, old)
+
+def _prepare_dst(dst: Path, state: dict, start_over: bool) -> str:
+    "Makes `dst` ready for the build `state`; returns its build id: the same unfinished build's (resumed), else a new one."
     dst.mkdir(parents=True, exist_ok=True)
-    if start_over or read_json(dst / BUILD_STATE) != state: _clear_store(dst)  # the manifest goes first
+    prev = read_json(dst / BUILD_STATE) or {}
+    bid = prev.pop('build_id', None)
+    if start_over or bid is None or prev != state:
+        _clear_store(dst); bid = secrets.token_hex(4)  # the manifest goes first; new chunk names for the new build
     (dst / 'chunks').mkdir(exist_ok=True)
-    for t in (dst / 'chunks').glob('.*.tmp*'): t.unlink()  # half-written chunks of a killed build
-    write_json_atomic(dst / BUILD_STATE, state)
+    for t in (dst / 'chunks').glob('.*.tmp*'): t.unlink()  # half-written files of a killed build (only this
+    for n in STORE_FILES:                                  # builder holds the lock: nobody else is writing them)
+        for t in dst.glob(f'.{n}.tmp*'): t.unlink()
+    write_json_atomic(dst / BUILD_STATE, {**state, 'build_id': bid}); fsync_dir(dst)
+    return bid
 
 # %% ../nbs/15_cache.ipynb #2c7b5e43
 def _run_chunks(reader: Reader, dst: Path, jobs: list, fmt: str, num_workers: int, desc: str, progress: bool) -> int:
     "Builds the chunks of `jobs` that are not committed yet, in `num_workers` processes; returns how many were."
     n = jobs[-1][2]
-    pending = [j for j in jobs if not _chunk_committed(dst, j[0], fmt)]
+    pending = [j for j in jobs if not _chunk_committed(dst, j[5], j[0], fmt)]
     bar = tqdm(total=n, initial=n - sum(j[2] - j[1] for j in pending), unit='img', desc=desc,
                disable=not progress, dynamic_ncols=True)
     try:
@@ -164,7 +181,7 @@ def _run_chunks(reader: Reader, dst: Path, jobs: list, fmt: str, num_workers: in
                 for r in pool.imap_unordered(_build_chunk, pending): bar.update(r['done'])
     except KeyboardInterrupt:
         bar.close()
-        done = sum(_chunk_committed(dst, j[0], fmt) for j in jobs)
+        done = sum(_chunk_committed(dst, j[5], j[0], fmt) for j in jobs)
         print(f'\ninterrupted: {done} of {len(jobs)} chunks are committed in {dst}; run the same command again to resume',
               file=sys.stderr)
         raise
@@ -173,39 +190,81 @@ def _run_chunks(reader: Reader, dst: Path, jobs: list, fmt: str, num_workers: in
     return len(jobs) - len(pending)
 
 # %% ../nbs/15_cache.ipynb #7266d81b
-def _finalize(dst: Path, reader: Reader, names, jobs, state, rows, extra, resumed, seconds, progress) -> dict:
-    "Gathers the chunk records into one index, writes names and reports, and commits the manifest last."
+def _finalize(dst: Path, reader: Reader, names, jobs, state, bid, rows, extra, resumed, seconds, progress) -> dict:
+    "Gathers the chunk records into one index, writes names and reports, and commits the manifest last (each file atomically)."
     fmt = state['params']['format']
     ents, bad, chunks = [], [], []
     for cid, *_ in jobs:
-        rec = read_json(_chunk_paths(dst, cid, fmt)[1])
+        data_path, rec_path = _chunk_paths(dst, bid, cid, fmt)
+        rec = read_json(rec_path)
         ents += [[cid] + e for e in rec['entries']]; bad += rec['bad']
-        chunks.append({'file': _chunk_paths(dst, cid, fmt)[0].name, 'count': len(rec['entries']), 'nbytes': rec['nbytes']})
+        chunks.append({'file': data_path.name, 'count': len(rec['entries']), 'nbytes': rec['nbytes']})
     e = np.array(ents, np.int64).reshape(-1, 7)
-    tmp = dst / f'.index.tmp{os.getpid()}.npz'
-    np.savez(tmp, chunk=e[:, 0].astype(np.int32), source_index=e[:, 1], offset=e[:, 2], nbytes=e[:, 3],
-             height=e[:, 4].astype(np.int32), width=e[:, 5].astype(np.int32), label=e[:, 6])
-    os.replace(tmp, dst / 'index.npz')
+    with atomic_file(dst / 'index.npz') as f:
+        np.savez(f, chunk=e[:, 0].astype(np.int32), source_index=e[:, 1], offset=e[:, 2], nbytes=e[:, 3],
+                 height=e[:, 4].astype(np.int32), width=e[:, 5].astype(np.int32), label=e[:, 6], build_id=np.array(bid))
     rel = [str(reader.filename(int(i))) for i in e[:, 1]]
     if names is None: names = reader.filenames(absolute=True)  # absolute names of all samples, if not made already
     ab = [str(names[i]) for i in e[:, 1]]
-    write_json_atomic(dst / 'filenames.json', {'relative': rel, 'absolute': ab})
-    with open(dst / 'bad_images.txt', 'w') as f:
+    write_json_atomic(dst / 'filenames.json', {'build_id': bid, 'relative': rel, 'absolute': ab})
+    with atomic_file(dst / 'bad_images.txt', 'w') as f:
         f.write(f'# {len(bad)} source images could not be decoded and are not in this store: index<TAB>file<TAB>error\n')
         for i, name, err in bad: f.write(f'{i}\t{name}\t{err}\n')
-    with gzip.open(dst / 'source_files.json.gz', 'wt') as f: json.dump({'files': rows, 'extra': extra}, f)
-    manifest = {'format_version': STORE_VERSION, 'kind': 'timmdata image store', 'num_samples': len(e),
+    with atomic_file(dst / 'source_files.json.gz') as f, gzip.open(f, 'wt') as g: json.dump({'files': rows, 'extra': extra}, g)
+    fsync_dir(dst / 'chunks'); fsync_dir(dst)  # every file the manifest names is on disk before the manifest
+    manifest = {'format_version': STORE_VERSION, 'kind': 'timmdata image store', 'build_id': bid, 'num_samples': len(e),
                 'num_bad': len(bad), 'classes': [str(c) for c in reader.classes], 'chunks': chunks, 'source': state['source'],
                 'build': {'params': state['params'], 'chunk_size': state['chunk_size'], 'seconds': round(seconds, 3),
                           'resumed_chunks': resumed, 'created': time.strftime('%Y-%m-%dT%H:%M:%S%z'),
                           'pixel_bytes': int(sum(c['nbytes'] for c in chunks))}}
-    write_json_atomic(dst / STORE_MANIFEST, manifest, indent=1)
+    write_json_atomic(dst / STORE_MANIFEST, manifest, indent=1); fsync_dir(dst)
     (dst / BUILD_STATE).unlink(missing_ok=True)
     if progress:
         mb = manifest['build']['pixel_bytes'] / 2**20
         print(f'cached {len(e)} images in {dst} ({fmt}, {mb:.1f} MB, {seconds:.1f} s)' +
               (f'; {len(bad)} bad source images left out, listed in {dst / "bad_images.txt"}' if bad else '; no bad images'))
     return manifest
+
+# %% ../nbs/15_cache.ipynb #248aea8d
+BUILD_LOCK = '.timmdata_build.lock'  # in the store's folder: held by the one process building there
+
+def _try_lock(fd: int) -> bool:
+    "Takes the lock on open file `fd` if it is free; False when another process holds it."
+    try:
+        if fcntl is not None: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else: os.lseek(fd, 0, os.SEEK_SET); msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        return True
+    except OSError: return False
+
+def _lock_holder(path: Path) -> str:
+    try: return path.read_text().strip() or 'another process'
+    except OSError: return 'another process'
+
+@contextmanager
+def build_lock(dst: Path, # the store's folder (created)
+               timeout: float | None = None, # seconds to wait for another builder; None: as long as it builds
+               progress: bool = True, # say once that this process waits, and for whom
+              ):
+    "Holds `dst`'s build lock for a `with` block, waiting while another process builds there; yields whether it waited."
+    if fcntl is None and msvcrt is None: raise OSError('this platform offers no file lock (fcntl or msvcrt) to guard a store build')
+    dst.mkdir(parents=True, exist_ok=True)
+    path = dst / BUILD_LOCK
+    fd, t0, waited = os.open(path, os.O_RDWR | os.O_CREAT, 0o644), time.monotonic(), False
+    try:
+        while not _try_lock(fd):
+            if timeout is not None and time.monotonic() - t0 >= timeout:
+                raise TimeoutError(f'{_lock_holder(path)} is building the image store {str(dst)!r}; waited {timeout:g} s for it. '
+                                   f'Run this again once it is done, or pass a longer lock_timeout (None: wait while it builds)')
+            if progress and not waited: print(f'waiting for {_lock_holder(path)}, which is building {dst}', file=sys.stderr)
+            waited = True; time.sleep(0.1)
+        try: os.ftruncate(fd, 0); os.lseek(fd, 0, os.SEEK_SET); os.write(fd, f'pid {os.getpid()} on {platform.node()}'.encode())
+        except OSError: pass  # who holds the lock is only for messages
+        yield waited
+    finally:
+        if fcntl is None:
+            try: os.lseek(fd, 0, os.SEEK_SET); msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+            except OSError: pass
+        os.close(fd)  # flock: released with the last descriptor (the build's pool processes have ended by now)
 
 # %% ../nbs/15_cache.ipynb #17dba1a6
 def build_cache(src, # an image source ImageDataset reads: a class folder, a .tar or folder of .tars, a .csv
@@ -220,6 +279,7 @@ def build_cache(src, # an image source ImageDataset reads: a class folder, a .ta
                 chunk_size: int = 256, # images per chunk: the unit of parallel work and of resuming
                 overwrite: bool = False, # rebuild even when an up-to-date store is already at `dst`
                 progress: bool = True, # show a progress bar and print a summary
+                lock_timeout: float | None = None, # seconds to wait while another process builds into `dst`; None: no limit
                 **reader_kwargs, # passed on to `timmdata.readers.create_reader` (e.g. class_map, split)
                ) -> dict:
     "Decodes and resizes every image of `src` once, in parallel, into a memory-mappable store at `dst`; returns its manifest."
@@ -240,13 +300,18 @@ def build_cache(src, # an image source ImageDataset reads: a class folder, a .ta
     source, rows, extra, names = _fingerprint(src, dst, reader, reader_kwargs)
     state = {'format_version': STORE_VERSION, 'params': params, 'source': source, 'num_samples': n, 'chunk_size': chunk_size}
     old = read_json(dst / STORE_MANIFEST)
-    if not overwrite and _is_up_to_date(old, state):
+    if not overwrite and _is_up_to_date(old, state, dst):
         if progress: print(f'{dst} is up to date ({old["num_samples"]} images); nothing to do')
         return old
-    _prepare_dst(dst, state, start_over=bool(old) or overwrite)  # a stale or different store: start over
-    jobs = [(cid, s, min(s + chunk_size, n), str(dst), params) for cid, s in enumerate(range(0, n, chunk_size))]
-    resumed = _run_chunks(reader, dst, jobs, format, num_workers, f'cache {src.name}', progress)
-    return _finalize(dst, reader, names, jobs, state, rows, extra, resumed, time.perf_counter() - t0, progress)
+    with build_lock(dst, lock_timeout, progress) as waited:
+        old = read_json(dst / STORE_MANIFEST)  # another builder may have finished it while this one waited
+        if (waited or not overwrite) and _is_up_to_date(old, state, dst):
+            if progress: print(f'{dst} is up to date ({old["num_samples"]} images, built by another process); nothing to do')
+            return old
+        bid = _prepare_dst(dst, state, start_over=bool(old) or overwrite)  # a stale, damaged or different store: start over
+        jobs = [(cid, s, min(s + chunk_size, n), str(dst), params, bid) for cid, s in enumerate(range(0, n, chunk_size))]
+        resumed = _run_chunks(reader, dst, jobs, format, num_workers, f'cache {src.name}', progress)
+        return _finalize(dst, reader, names, jobs, state, bid, rows, extra, resumed, time.perf_counter() - t0, progress)
 
 # %% ../nbs/15_cache.ipynb #37b297c6
 def cache_main(argv: list[str] | None = None) -> int:
@@ -262,11 +327,13 @@ def cache_main(argv: list[str] | None = None) -> int:
     ap.add_argument('--workers', type=int, default=None, help='build processes (default: every core)')
     ap.add_argument('--chunk-size', type=int, default=256, help='images per chunk, the unit of resuming (default 256)')
     ap.add_argument('--overwrite', action='store_true', help='rebuild even when the store is up to date')
+    ap.add_argument('--lock-timeout', type=float, default=None,
+                    help='seconds to wait while another process builds into DST (default: as long as it builds)')
     a = ap.parse_args(argv)
     try: _check_build_args(a.format, a.side, 'bicubic', a.max_size, a.quality, a.chunk_size)
     except ValueError as e: ap.error(str(e))  # a bad option value: argparse's one-line error, exit 2
     try:
         build_cache(a.src, a.dst, max_size=a.max_size, format=a.format, quality=a.quality, num_workers=a.workers,
-                    side=a.side, chunk_size=a.chunk_size, overwrite=a.overwrite)
+                    side=a.side, chunk_size=a.chunk_size, overwrite=a.overwrite, lock_timeout=a.lock_timeout)
     except KeyboardInterrupt: return 130
     return 0

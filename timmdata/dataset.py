@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_dataset.ipynb #4c6e183b
 from __future__ import annotations
-import warnings
+import errno, time, warnings
 from typing import Callable, Optional
 import numpy as np
 import torch
@@ -16,15 +16,28 @@ from .transforms import INPUT_FORMATS, SampleTransform, transform_input
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['ImageDataset', 'ChoiceTransform', 'AugMixDataset']
+__all__ = ['is_transient', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
 
 # %% ../nbs/07_dataset.ipynb #bf0aa1aa
 _BAD_POLICIES = ('raise', 'skip')
 
 class _UsageError(ValueError): "A wrong combination of options: raised as is, never counted as a bad sample."
 
+# OS errors that say nothing about the file: too many open files, an interrupted or would-block read, a timeout, a
+# network hiccup, memory. Retried, then raised as themselves; never counted as a bad image.
+_TRANSIENT_ERRNOS = frozenset(getattr(errno, n) for n in ('EMFILE', 'ENFILE', 'EINTR', 'EAGAIN', 'EWOULDBLOCK', 'ETIMEDOUT',
+                                                          'ENOMEM', 'ENOBUFS', 'ESTALE', 'ECONNRESET', 'ECONNABORTED',
+                                                          'ECONNREFUSED', 'ENETDOWN', 'ENETUNREACH', 'EHOSTUNREACH')
+                              if hasattr(errno, n))
+
+def is_transient(e: BaseException) -> bool:
+    "True for an OS error that says nothing about the file (retry it), False for a bad file or anything else."
+    if isinstance(e, ImageDecodeError) or not isinstance(e, OSError): return False
+    return isinstance(e, (ConnectionError, TimeoutError, InterruptedError, BlockingIOError)) or e.errno in _TRANSIENT_ERRNOS
+
 class ImageDataset(torch.utils.data.Dataset):
     "timm-compatible map-style image dataset: `ds[i] -> (image, target)`, read by a reader, decoded by `decode_image`."
+    io_retries, io_backoff = 3, 0.05  # a transient OS error: retried this often, after 0.05, 0.2, 0.8 s, then raised
     def __init__(self, root, # dataset root (folder, .tar, folder of .tars, .csv, cache store), see `create_reader`
                  reader=None, # a `Reader`, or a reader kind ('folder', 'tar', 'csv', 'store'), or None to guess
                  split: str = 'train', # split folder to look for under root (timm's synonyms too); root itself if absent
@@ -84,11 +97,26 @@ def _load(self:ImageDataset, index: int):
     return decode_image(src, self.input_img_mode, self._to_tensor), target
 
 @patch
+def _load_retrying(self:ImageDataset, index: int):
+    "`_load`, with transient OS errors retried; a bad file's error is raised for `_on_bad`, anything else as it is."
+    for attempt in range(self.io_retries + 1):
+        try: return self._load(index)
+        except OSError as e:
+            if not is_transient(e): raise
+            if attempt == self.io_retries:
+                note = (f'timmdata: reading sample {index} ({self.filename(index, absolute=True)}) failed {attempt + 1} times '
+                        f'with this transient error; the file is not counted as bad (too many open files: raise `ulimit -n`)')
+                if hasattr(e, 'add_note'): e.add_note(note); raise
+                raise type(e)(*e.args, note) from e  # Python < 3.11: the note in the message
+            time.sleep(self.io_backoff * 4 ** attempt)
+
+@patch
 def __getitem__(self:ImageDataset, index: int):
     if not -len(self) <= index < len(self): raise IndexError(f'index {index} out of range for a dataset of {len(self)} samples')
-    try: img, target = self._load(index)
-    except _UsageError: raise
-    except Exception as e: return self._on_bad(index, e)
+    try: img, target = self._load_retrying(index)
+    except OSError as e:  # ImageDecodeError, or a file that is missing or unreadable for good (never a transient error)
+        if is_transient(e): raise
+        return self._on_bad(index, e)
     if self._transform is not None:
         try: img = self._transform(img)
         except ImageDecodeError as e:

@@ -4,32 +4,70 @@
 
 # %% ../nbs/02_decode.ipynb #3d05cde2
 from __future__ import annotations
-import io, os, warnings
+import importlib.util, io, os, warnings
 from typing import Optional
 import numpy as np
 import torch
 from PIL import Image
 
 # %% auto #0
-__all__ = ['native', 'NATIVE_STATUS', 'ImageDecodeError', 'convert_mode', 'read_source', 'decode_image', 'EncodedJpeg',
+__all__ = ['native', 'NATIVE_STATUS', 'MAX_IMAGE_PIXELS', 'ImageDecodeError', 'CorruptJpegWarning', 'set_max_image_pixels',
+           'check_pixels', 'convert_mode', 'read_source', 'jpeg_warnings', 'decode_image', 'EncodedJpeg',
            'encoded_jpeg']
 
 # %% ../nbs/02_decode.ipynb #2395e4c6
-def _load_native() -> tuple:
+# written by setup.py beside the extension when its build failed (the package's folder, found without importing it)
+_BUILD_NOTE = os.path.join(importlib.util.find_spec('timmdata').submodule_search_locations[0], '_native_build.txt')
+
+def _load_native(note: str = _BUILD_NOTE) -> tuple:
     "(the extension module or None, a sentence saying which and why)."
     if os.environ.get('TIMMDATA_NATIVE', '1').strip().lower() in ('0', 'false', 'no', 'off'):
         return None, 'off: turned off by the environment variable TIMMDATA_NATIVE=0'
     try: from timmdata import _native
     except ImportError as e:
-        return None, (f'not built ({e}): timmdata decodes whole JPEGs and normalises with torch ops (slower, same results); '
-                      f'install a C compiler and the libjpeg-turbo headers (Debian: libjpeg-dev), then reinstall timmdata')
+        try:
+            with open(note, encoding='utf-8') as f: why = f.read().strip()
+        except OSError: why = ''
+        return None, (f'not built ({why or e}): timmdata decodes whole JPEGs and normalises with torch ops instead '
+                      f'(slower: no crop-aware decoding, no fused batch step; same results); install a C compiler and the '
+                      f'libjpeg-turbo headers (Debian: libjpeg-dev), then reinstall timmdata')
     return _native, f'active ({os.path.basename(_native.__file__)})'
 
 native, NATIVE_STATUS = _load_native()
 
 # %% ../nbs/02_decode.ipynb #00c3b623
 class ImageDecodeError(OSError):
-    "An image could not be read or decoded (missing, corrupt, truncated, unsupported)."
+    "An image could not be read or decoded (missing, corrupt, truncated, unsupported, over the pixel limit)."
+
+class CorruptJpegWarning(UserWarning):
+    "libjpeg decoded a JPEG with damaged data anyway (shown once per process; `jpeg_warnings()` counts them)."
+
+def _env_limit() -> Optional[int]:
+    v = os.environ.get('TIMMDATA_MAX_IMAGE_PIXELS', '').strip().lower()
+    if not v: return Image.MAX_IMAGE_PIXELS
+    n = None if v in ('none', '0', 'off') else int(v)
+    Image.MAX_IMAGE_PIXELS = n  # set by set_max_image_pixels in a parent process: PIL follows it here too
+    return n
+
+MAX_IMAGE_PIXELS = _env_limit()  # the pixel limit of every decode path; None: none
+
+def set_max_image_pixels(n: Optional[int]) -> Optional[int]:
+    "Set the pixel limit of every decode path (and PIL's), for this process and DataLoader workers; None: no limit. Returns the old one."
+    global MAX_IMAGE_PIXELS
+    if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1):
+        raise ValueError(f'set_max_image_pixels takes a pixel count >= 1 or None (no limit); got {n!r}')
+    old, MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS, None if n is None else int(n)
+    Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
+    os.environ['TIMMDATA_MAX_IMAGE_PIXELS'] = 'none' if n is None else str(int(n))  # inherited by worker processes
+    return old
+
+def check_pixels(height: int, width: int):
+    "Raise `ImageDecodeError` when an image of this claimed size is over `MAX_IMAGE_PIXELS`."
+    lim = MAX_IMAGE_PIXELS
+    if lim is not None and height * width > lim:
+        raise ImageDecodeError(f'image claims {width}x{height} = {width * height:,} pixels, over the limit of {lim:,} '
+                               f'(a decompression bomb, or a huge image: timmdata.decode.set_max_image_pixels(n or None) '
+                               f'raises the limit)')
 
 _JPEG_SOI, _PNG_SIG = b'\xff\xd8\xff', b'\x89PNG\r\n\x1a\n'
 
@@ -46,6 +84,21 @@ def _jpeg_truncated(d: bytes) -> bool:
         if m == 0xDA: return d.rfind(b'\xff\xd9', seg) < 0  # entropy data only holds FF00 / RSTn, so FFD9 is EOI
         i = seg
     return True
+
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers: they carry the size
+
+def _jpeg_size(d: bytes) -> Optional[tuple]:
+    "(height, width) from a JPEG's frame header, None when there is none before the scan."
+    i, n = 2, len(d)
+    while i + 9 <= n:
+        if d[i] != 0xFF: return None
+        m = d[i + 1]
+        if m == 0xFF: i += 1; continue
+        if m == 0x01 or 0xD0 <= m <= 0xD8: i += 2; continue
+        if m in _SOF: return int.from_bytes(d[i + 5:i + 7], 'big'), int.from_bytes(d[i + 7:i + 9], 'big')
+        if m in (0xDA, 0xD9): return None
+        i += 2 + int.from_bytes(d[i + 2:i + 4], 'big')
+    return None
 
 def _png_truncated(d: bytes) -> bool:
     "True when a PNG's chunk chain ends before the IEND chunk."
@@ -112,6 +165,46 @@ def _pil_to_tensor(img: Image.Image) -> torch.Tensor:
     return torch.from_numpy(a).permute(2, 0, 1)
 
 # %% ../nbs/02_decode.ipynb #96127057
+_JCS_GRAY, _JCS_RGB, _JCS_YCBCR = 1, 2, 3  # libjpeg's J_COLOR_SPACE codes of the JPEGs it converts to RGB and L itself
+_warned = False
+
+def jpeg_warnings() -> tuple:
+    "(JPEGs the extension's decoder found damaged but decoded anyway in this process, the latest libjpeg message)."
+    return native.jpeg_warnings() if native is not None else (0, '')
+
+def _note_jpeg_warnings(before: int):
+    "One `CorruptJpegWarning` per process, the first time libjpeg warns (instead of a line on stderr per file)."
+    global _warned
+    n, msg = native.jpeg_warnings()
+    if n > before and not _warned:
+        _warned = True
+        warnings.warn(f'libjpeg: {msg}: a JPEG with damaged data was decoded anyway (damaged blocks look grey or smeared); '
+                      f'shown once per process, timmdata.decode.jpeg_warnings() counts them, `timmdata check ROOT` lists '
+                      f'the files', CorruptJpegWarning, stacklevel=3)
+
+def _native_decode(data: bytes, gray: bool):
+    "A whole colour or grayscale JPEG by the extension (warnings counted): a tensor, libjpeg's error, or None (not for it)."
+    try: h, w, comps, space = native.header(data)
+    except ValueError as e: return f'libjpeg: {e}'
+    if not ((comps == 3 and space in (_JCS_YCBCR, _JCS_RGB)) or (comps == 1 and space == _JCS_GRAY)): return None
+    check_pixels(h, w)
+    before = native.jpeg_warnings()[0]
+    try: buf, x0, y0, cw, ch = native.decode_crop(data, 0, 0, h, w, MAX_IMAGE_PIXELS or 0, gray)
+    except ValueError as e: return f'libjpeg: {e}'
+    _note_jpeg_warnings(before)
+    return torch.frombuffer(buf, dtype=torch.uint8).view(ch, cw, 1 if gray else 3)[:, :w].permute(2, 0, 1)
+
+def _pil_decode(data: bytes, mode, why: Optional[str] = None) -> Image.Image:
+    def fail(e): return ImageDecodeError(f'{type(e).__name__}: {e}' + (f' ({why})' if why else ''))
+    try:
+        with warnings.catch_warnings():  # PIL's bomb warning: the pixel limit below decides
+            warnings.simplefilter('ignore', Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+    except Exception as e: raise fail(e) from e
+    check_pixels(img.height, img.width)  # before any pixel is decoded
+    try: return convert_mode(img, mode)
+    except Exception as e: raise fail(e) from e
+
 def decode_image(src, # path, bytes/memoryview, file-like object, or uint8 HWC numpy array of decoded pixels
                  mode: Optional[str] = 'RGB', # PIL mode of the result ('RGB', 'L', 'RGBA', ...); None keeps the file's mode
                  to_tensor: bool = False, # return a uint8 CHW torch tensor instead of a PIL image
@@ -123,23 +216,25 @@ def decode_image(src, # path, bytes/memoryview, file-like object, or uint8 HWC n
     is_jpeg = data[:3] == _JPEG_SOI
     if (is_jpeg and _jpeg_truncated(data)) or (data[:8] == _PNG_SIG and _png_truncated(data)):
         raise ImageDecodeError(f'truncated {"JPEG" if is_jpeg else "PNG"} ({len(data)} bytes): the data ends before the image does')
-    tv_err = None
+    if is_jpeg and (size := _jpeg_size(data)): check_pixels(*size)  # the claimed size, before any decoder allocates
+    why = None  # why the tensor decoders failed, if they did: PIL has the last word
     if to_tensor and is_jpeg and mode in ('RGB', 'L'):
+        if native is not None:
+            t = _native_decode(data, mode == 'L')
+            if isinstance(t, torch.Tensor): return t
+            why = t  # libjpeg's error (PIL tries, torchvision would fail the same way), or None: not a JPEG for it
         dec, rgb, gray = _TV or _torchvision_jpeg()
-        if dec is not None:
+        if why is None and dec is not None:
             try:
                 with warnings.catch_warnings():
                     warnings.filterwarnings('ignore', message=_TV_DEPRECATION, category=DeprecationWarning)
                     return dec(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=rgb if mode == 'RGB' else gray)
-            except RuntimeError as e: tv_err = e  # e.g. an exotic JPEG variant: PIL may still read it
-    try: img = convert_mode(Image.open(io.BytesIO(data)), mode)
-    except Exception as e:
-        raise ImageDecodeError(f'{type(e).__name__}: {e}' + (f' (torchvision: {tv_err})' if tv_err else '')) from e
+            except RuntimeError as e: why = f'torchvision: {e}'  # e.g. an exotic JPEG variant: PIL may still read it
+    img = _pil_decode(data, mode, why)
     return _pil_to_tensor(img) if to_tensor else img
 
 # %% ../nbs/02_decode.ipynb #7a75ac10
 _CROP_MARGIN = 8  # pixels decoded around a crop so that chroma upsampling sees the same neighbours as a full decode
-_JCS_YCBCR, _JCS_RGB = 3, 2  # libjpeg's J_COLOR_SPACE codes of 3-component JPEGs it converts to RGB itself
 
 class EncodedJpeg:
     "A JPEG not decoded yet: its size from the header, pixels on demand, whole or only a crop box (uint8 CHW tensors)."
@@ -158,10 +253,13 @@ class EncodedJpeg:
         if not (0 <= top and 0 <= left and height > 0 and width > 0 and top + height <= self.height and left + width <= self.width):
             raise ValueError(f'crop box (top={top}, left={left}, height={height}, width={width}) is not inside the '
                              f'{self.width}x{self.height} image')
+        check_pixels(self.height, self.width)  # and the extension checks the header's own claim again
         t0, l0 = max(0, top - _CROP_MARGIN), max(0, left - _CROP_MARGIN)
         b0, r0 = min(self.height, top + height + _CROP_MARGIN), min(self.width, left + width + _CROP_MARGIN)
-        try: buf, x0, y0, w, h = native.decode_crop(self.data, t0, l0, b0 - t0, r0 - l0)
+        before = native.jpeg_warnings()[0]
+        try: buf, x0, y0, w, h = native.decode_crop(self.data, t0, l0, b0 - t0, r0 - l0, MAX_IMAGE_PIXELS or 0)
         except ValueError: return self.decode()[:, top:top + height, left:left + width]  # let the full decoders try (or raise)
+        _note_jpeg_warnings(before)
         box = torch.frombuffer(buf, dtype=torch.uint8).view(h, w, 3)[top - y0:top - y0 + height, left - x0:left - x0 + width]
         return box.permute(2, 0, 1)  # CHW view of HWC memory: the layout torchvision's fast uint8 resize wants
 
@@ -174,4 +272,5 @@ def encoded_jpeg(data: bytes) -> Optional[EncodedJpeg]:
     if native is None or data[:3] != _JPEG_SOI or _jpeg_truncated(data): return None
     try: h, w, comps, space = native.header(data)
     except ValueError: return None  # a broken header: the full decoders raise the clear error
+    check_pixels(h, w)  # a decompression bomb is refused here, before a crop of it is drawn and decoded
     return EncodedJpeg(data, h, w) if comps == 3 and space in (_JCS_YCBCR, _JCS_RGB) else None

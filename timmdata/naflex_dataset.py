@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from fastcore.basics import patch
 from .dataset import ChoiceTransform, ImageDataset
+from .collate import new_uint8
 from .naflex_transforms import parse_patch_size
 
 # %% auto #0
@@ -78,13 +79,15 @@ def __call__(self:NaFlexCollator, batch: list) -> tuple:
     c, dt = xs[0].shape[0], xs[0].dtype
     ph, pw = self.patch_size
     dims = ((ph * pw * c,) if self.flatten else ((ph, pw, c) if self.channels_last else (c, ph, pw)))
-    patches = torch.zeros((B, L, *dims), dtype=dt if dt == torch.uint8 else torch.float32)
+    if dt == torch.uint8: patches = new_uint8((B, L, *dims))  # in a worker: shared memory, sent without a copy; padding zeroed below
+    else: patches = torch.zeros((B, L, *dims), dtype=torch.float32)
     coord, valid = torch.zeros((B, L, 2), dtype=torch.int64), torch.zeros((B, L), dtype=torch.bool)
     for i, x in enumerate(xs):
         if not (isinstance(x, torch.Tensor) and x.ndim == 3 and x.shape[0] == c):
             raise TypeError(f'NaFlexCollator: sample {i} must be a {c}-channel CHW tensor like sample 0; got '
                             f'{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}')
         n, nh, nw = self._image_patches(x, patches[i].view(L, -1))
+        if dt == torch.uint8: patches[i, n:] = 0
         coord[i, :n] = _patch_grid(nh, nw); valid[i, :n] = True
     return dict(patches=patches, patch_coord=coord, patch_valid=valid, seq_len=L), targets
 

@@ -4,6 +4,7 @@
 
 # %% ../nbs/25_naflex_loader.ipynb #9e5d1ace
 from __future__ import annotations
+import math
 from contextlib import nullcontext
 from functools import partial
 from typing import Callable, Optional, Sequence, Tuple, Union
@@ -16,7 +17,8 @@ from .distributed_sampler import OrderedDistributedSampler
 from .loader import jitter_on_batch, worker_init
 from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper
 from .naflex_random_erasing import PatchRandomErasing
-from .prefetch import SEED_MIX, default_rank, resolve_device, torch_threads
+from .decode import native
+from .prefetch import SEED_MIX, BufferPool, default_rank, resolve_device, torch_threads
 
 # %% auto #0
 __all__ = ['NaFlexPrefetchLoader', 'create_naflex_loader']
@@ -54,7 +56,7 @@ class NaFlexPrefetchLoader:
         self._bias = (-m / s).view(shape).to(self.device)
         self.random_erasing = (PatchRandomErasing(erase_prob=re_prob, mode=re_mode, max_count=re_count, num_splits=re_num_splits,
                                                   device=self.device) if re_prob > 0 else None)
-        self._stream = None
+        self._stream, self._pool = None, BufferPool(6)  # CPU output buffers, reused once nobody holds them (no page faults)
 
     def __len__(self) -> int: return len(self.loader)
     @property
@@ -76,10 +78,12 @@ def _prepare(self:NaFlexPrefetchLoader, d: dict, y: torch.Tensor) -> tuple:
     p = out['patches']
     if p.ndim not in (3, 5): raise ValueError(f"NaFlexPrefetchLoader expects patches [B, N, D] or [B, N, Ph, Pw, C]; got shape {tuple(p.shape)}")
     b, n = p.shape[:2]
-    x = p.to(torch.float32, copy=p is d['patches'])  # our own float copy: the normalisation below works in place
-    v = x.view(b, n, -1, self.channels) if self.patchify_channels_last else x.view(b, n, self.channels, -1)
-    if self.jitter is not None: v = self._jitter_normalize(v, out['patch_valid'])
-    else: v.mul_(self._scale).add_(self._bias)
+    v = self._native_cpu(p, out['patch_valid'])  # the CPU fast path: one native pass into a reused buffer
+    if v is None:
+        x = p.to(torch.float32, copy=p is d['patches'])  # our own float copy: the normalisation below works in place
+        v = x.view(b, n, -1, self.channels) if self.patchify_channels_last else x.view(b, n, self.channels, -1)
+        if self.jitter is not None: v = self._jitter_normalize(v, out['patch_valid'])
+        else: v.mul_(self._scale).add_(self._bias)
     if self.random_erasing is not None:
         pv = v if self.patchify_channels_last else v.transpose(-2, -1).contiguous()
         pv = self.random_erasing(pv, patch_coord=out['patch_coord'], patch_valid=out.get('patch_valid'))
@@ -98,6 +102,29 @@ def _jitter_normalize(self:NaFlexPrefetchLoader, x: torch.Tensor, valid: torch.T
     y = torch.baddbmm(t[:, None, :], x.reshape(b, n * pp, c), A.transpose(1, 2)).view(b, n, pp, c)
     y.clamp_(min=bias, max=255 * sc + bias)  # = clamping the jittered pixels to [0, 255] before normalising
     y[~valid] = bias  # padding: normalised zeros, as without jitter
+    return y
+
+@patch
+def _native_cpu(self:NaFlexPrefetchLoader, p: torch.Tensor, valid: torch.Tensor) -> Optional[torch.Tensor]:
+    "uint8 channels-last patches on the CPU -> [B, N, pixels, C] normalised (jittered) floats in one native pass; None: not this case."
+    if (native is None or self.device.type != 'cpu' or p.dtype != torch.uint8 or not self.patchify_channels_last
+            or not p.is_contiguous() or valid.dtype != torch.bool or valid.shape != p.shape[:2]): return None
+    b, n, c = p.shape[0], p.shape[1], self.channels
+    pp = p[0, 0].numel() // c if b and n else 0
+    cnt = valid.sum(1)  # real patches per image: the collator puts them first, the padding after
+    if not torch.equal(valid, torch.arange(n) < cnt[:, None]): return None  # another layout: torch ops
+    x, sc, bias = p.numpy(), self._scale.view(c), self._bias.view(c)
+    if self.jitter is None: A, t = torch.diag(sc).expand(b, c, c), bias.expand(b, c)
+    else:
+        mu = torch.empty(b, c)
+        native.channel_means_nhwc(x, mu.numpy(), b, c, n * pp)  # means over the whole row, padding zeros included
+        mu *= (n / cnt.clamp_min(1)).to(mu.dtype)[:, None]  # -> means over the real patches
+        A, t = jitter_affine(mu, *sample_jitter(b, self.jitter, self.generator), GRAY_WEIGHTS)
+        A, t = A * sc.view(1, c, 1), t * sc + bias  # normalisation folded in, as in `_jitter_normalize`
+    lo, hi = (bias, 255 * sc + bias) if self.jitter is not None else (torch.full((c,), -math.inf), torch.full((c,), math.inf))
+    y = self._pool.get((b, n, pp, c), torch.float32)
+    native.affine_u8_cl(x, A.contiguous().numpy(), t.contiguous().numpy(), lo.contiguous().numpy(), hi.contiguous().numpy(),
+                        bias.contiguous().numpy(), (cnt * pp).numpy(), y.numpy(), b, c, n * pp)
     return y
 
 @patch

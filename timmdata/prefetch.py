@@ -4,10 +4,11 @@
 
 # %% ../nbs/12_prefetch.ipynb #b3ae2fcf
 from __future__ import annotations
-import weakref
+import math, sys, weakref
 from collections import deque
 from contextlib import contextmanager
 from typing import Optional, Sequence, Union
+import numpy as np
 import torch
 import torch.distributed as dist
 from fastcore.basics import patch
@@ -18,31 +19,34 @@ from .random_erasing import RandomErasing
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats
 
 # %% auto #0
-__all__ = ['SEED_MIX', 'resolve_device', 'torch_threads', 'default_rank', 'PrefetchLoader']
+__all__ = ['SEED_MIX', 'WORKER_DIED', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'PrefetchLoader']
 
 # %% ../nbs/12_prefetch.ipynb #cc278d7d
-def _storage_refs(t: torch.Tensor) -> Optional[int]:
-    "References to `t`'s storage (tensors, views, storage objects); None if this torch cannot tell."
-    try: return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
-    except Exception: return None
+def _refs(bufs: list, i: int) -> int: return sys.getrefcount(bufs[i])  # one way of counting, for the base and every check
 
-class _BufferPool:
-    "A few reusable CPU output buffers, each handed out only while nobody else can still see its memory."
-    def __init__(self, size: int): self.size, self.bufs, self.base = size, [], None
+class BufferPool:
+    "A few reusable CPU output buffers (numpy memory under `torch.from_numpy`), each reused only once nothing else holds it."
+    def __init__(self, size: int):
+        self.size, self.bufs = size, []
+        self.base = _refs([np.empty(0)], 0)  # an array only the list holds
+
     def get(self, shape: tuple, dtype: torch.dtype, channels_last: bool = False) -> torch.Tensor:
-        mf = torch.channels_last if channels_last and len(shape) == 4 else torch.contiguous_format
-        for b in self.bufs:
-            if (b.dtype == dtype and b.shape[1:] == shape[1:] and b.shape[0] >= shape[0]
-                    and b.is_contiguous(memory_format=mf) and self.base is not None and _storage_refs(b) == self.base):
-                return b[:shape[0]].detach()  # a new tensor object: everything the consumer does with it holds the storage
-        b = torch.empty(shape, dtype=dtype).contiguous(memory_format=mf)
-        if self.base is None: self.base = _storage_refs(b)  # only the pool's own tensor (+ the probe itself)
-        if self.base is not None:
-            self.bufs.append(b)
+        "A `shape` tensor of `dtype` (channels-last strides if asked) over the smallest free buffer that fits, else a new one."
+        nbytes = math.prod(shape) * dtype.itemsize
+        free = [i for i in range(len(self.bufs)) if self.bufs[i].nbytes >= nbytes and _refs(self.bufs, i) == self.base]
+        if free: a = self.bufs[min(free, key=lambda i: self.bufs[i].nbytes)]  # the smallest free one that fits
+        else:
+            raw = np.empty(nbytes + 64, dtype=np.uint8)
+            a = raw[-raw.ctypes.data % 64:][:nbytes]  # 64-byte aligned, like torch's own allocations
+            self.bufs.append(a)
             if len(self.bufs) > self.size:  # forget a buffer the consumer still holds (it keeps it alive), else the oldest
-                busy = [i for i, o in enumerate(self.bufs[:-1]) if _storage_refs(o) != self.base]
+                busy = [i for i in range(len(self.bufs) - 1) if _refs(self.bufs, i) != self.base]
                 self.bufs.pop(busy[0] if busy else 0)
-        return b.detach()
+        t = torch.from_numpy(a)[:nbytes].view(dtype)  # its storage holds `a` until every tensor, view and storage object is gone
+        if channels_last and len(shape) == 4:
+            n, c, h, w = shape
+            return t.view(n, h, w, c).permute(0, 3, 1, 2)
+        return t.view(shape)
 
 # %% ../nbs/12_prefetch.ipynb #2def4381
 def resolve_device(device, # None (CUDA when available, else the CPU), a torch.device, or a string such as 'cpu' or 'cuda:1'
@@ -118,7 +122,7 @@ class _CpuBackend(_Backend):
     "CPU, torch ops: the step in the consumer's thread on `cpu_threads` threads, into pooled output buffers."
     def __init__(self, pl: PrefetchLoader):
         super().__init__(pl)
-        self.pool, self.scratch = _BufferPool(pl.num_prefetch + 3), None
+        self.pool, self.scratch = BufferPool(pl.num_prefetch + 3), None
 
     def empty(self, shape: tuple, channels_last: bool = False) -> torch.Tensor:
         return self.pool.get(shape, self.pl._calc_dtype, channels_last)
@@ -126,8 +130,10 @@ class _CpuBackend(_Backend):
     def prepare(self, x: torch.Tensor, y) -> tuple:
         "(output, targets, None): the step now; then the uint8 batch's memory goes back to its collate."
         pl = self.pl
-        with torch_threads(pl.cpu_threads): out = pl._process(x)
-        if pl.collate is not None: pl.collate.release(x)  # done reading the uint8 batch: its memory may be reused
+        try:
+            with torch_threads(pl.cpu_threads): out = pl._process(x)
+        finally:  # done reading the uint8 batch (or failed to): its memory may be reused
+            if pl.collate is not None: pl.collate.release(x)
         return out, (y.to(pl.device) if isinstance(y, torch.Tensor) else y), None
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
@@ -228,6 +234,7 @@ def _backend_for(pl: PrefetchLoader) -> _Backend:
 class PrefetchLoader:
     "Wraps a uint8 batch loader: moves each batch to `device` ahead of use, converts, jitters, normalises and erases there."
     devices = ('cpu', 'cuda')  # the device types with a back end
+    _running = 0  # iterations of this loader under way
     def __init__(self,
                  loader, # yields (uint8 NCHW images, targets), e.g. a DataLoader with `fast_collate`
                  mean: Sequence[float] = IMAGENET_DEFAULT_MEAN, # normalisation mean, in [0, 1] units
@@ -297,21 +304,31 @@ def _process(self: PrefetchLoader, x: torch.Tensor) -> torch.Tensor:
 
 @patch
 def __iter__(self: PrefetchLoader):
-    it, pending, done = iter(self.loader), deque(), False
-    while True:
-        while not done and len(pending) <= self.num_prefetch:
-            try: x, y = next(it)
-            except StopIteration: done = True; break
-            except Exception as e:
-                if _is_cuda_init_error(e): raise RuntimeError(CUDA_IN_WORKER.format(dev='cuda')) from e
-                raise
-            if x.numel() == 0: continue  # every sample of the batch was skipped
-            pending.append(self.backend.prepare(x, y))
-        if not pending: return
-        x, y, ready = pending.popleft()
-        self.backend.hand_over(x, y, ready)
-        yield x, y
-        del x, y  # hold no reference to the handed-over batch while making the next ones
+    it, pending, done = None, deque(), False
+    self._running += 1
+    try:
+        it = iter(self.loader)  # persistent workers: torch drains the batches a stopped epoch left queued here
+        while True:
+            while not done and len(pending) <= self.num_prefetch:
+                try: x, y = next(it)
+                except StopIteration: done = True; break
+                if x.numel() == 0: continue  # every sample of the batch was skipped
+                pending.append(self.backend.prepare(x, y))
+            if not pending: return
+            x, y, ready = pending.popleft()
+            self.backend.hand_over(x, y, ready)
+            yield x, y
+            del x, y  # hold no reference to the handed-over batch while making the next ones
+    except GeneratorExit: raise  # the consumer stopped (a break, or an exception in its loop): see `finally`
+    except BaseException as e:
+        if _is_cuda_init_error(e): raise RuntimeError(CUDA_IN_WORKER.format(dev='cuda')) from e
+        died = _worker_died(e)
+        if died or not isinstance(e, Exception): self._stop_workers(it, force=True)  # a dead worker, Ctrl-C: start afresh
+        if died: raise RuntimeError(WORKER_DIED.format(err=e)) from e
+        raise
+    finally:
+        try: self._stop_workers(it, force=False)
+        finally: self._running -= 1
 
 @patch
 def __len__(self: PrefetchLoader) -> int: return len(self.loader)
@@ -320,6 +337,30 @@ def __len__(self: PrefetchLoader) -> int: return len(self.loader)
 def stream(self: PrefetchLoader):
     "The side CUDA stream (made at the first batch, then kept for the loader's life); None on the CPU."
     return self.backend.stream
+
+# %% ../nbs/12_prefetch.ipynb #d2041e9d
+WORKER_DIED = ("{err}\ntimmdata: a DataLoader worker process died (SIGKILL is most often the out-of-memory killer: see `dmesg`; "
+               "SIGSEGV or SIGBUS a crash, or /dev/shm full). The loader's other workers were stopped and the shared batch memory "
+               "they held was handed back: iterate the loader again to start new workers; if it recurs, lower num_workers, "
+               "batch_size or prefetch_factor, or give the job more memory (for /dev/shm: docker run --shm-size)")
+
+def _worker_died(e: BaseException) -> bool:
+    "Is `e` torch's error for a DataLoader worker that died (killed by a signal, or exited unexpectedly)?"
+    s = str(e)
+    return isinstance(e, RuntimeError) and 'DataLoader worker' in s and ('killed by signal' in s or 'exited unexpectedly' in s)
+
+@patch
+def _stop_workers(self: PrefetchLoader, it, force: bool):
+    "End of an iteration: stop the DataLoader's workers unless they are persistent, all alive and not `force`d; then the collate may reuse what they held."
+    kept = getattr(self.loader, '_iterator', None)  # a persistent iterator (a DataLoader's, or MultiEpochsDataLoader's)
+    dl_it = kept if kept is not None and (kept is it or not hasattr(it, '_shutdown_workers')) else it
+    workers = getattr(dl_it, '_workers', None)  # torch's worker processes, by worker id
+    if workers is None or not hasattr(dl_it, '_shutdown_workers'): return  # no worker processes (a list, num_workers=0)
+    if dl_it is kept and not force and all(w.is_alive() for w in workers): return  # they go on into the next epoch
+    if dl_it is kept: self.loader._iterator = None  # the next epoch makes a new iterator, with new workers
+    dl_it._shutdown_workers()  # joins them (torch terminates any that hang)
+    gone = [i for i, w in enumerate(workers) if not w.is_alive()]
+    if self.collate is not None and gone and self._running == 1: self.collate.reclaim(gone)  # not while another iteration runs
 
 # %% ../nbs/12_prefetch.ipynb #c182435f
 @patch(as_prop=True)

@@ -4,7 +4,8 @@
 
 # %% ../nbs/01_readers.ipynb #a1a09809
 from __future__ import annotations
-import csv, os, re, tarfile, warnings
+import csv, os, re, tarfile, threading, warnings
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 import numpy as np
@@ -151,9 +152,13 @@ class TarReader(Reader):
     def __init__(self, root, # a .tar file, or a folder holding .tar files
                  class_map=None, # dict or .txt: keep only these classes, with these indices
                  extensions=None, # accepted member extensions (default `IMG_EXTENSIONS`)
+                 max_open_files: int = 16, # tars held open at once per process (least recently read closed first)
                 ):
         self.root = _check_root(root)
         exts = _ext_set(extensions)
+        if not (isinstance(max_open_files, int) and max_open_files >= 1):
+            raise ValueError(f'max_open_files must be an int >= 1; got {max_open_files!r}')
+        self.max_open_files = max_open_files
         if os.path.isfile(self.root): tars, self._single = [self.root], True
         else:
             tars, self._single = sorted((os.path.join(self.root, f) for f in os.listdir(self.root) if f.lower().endswith('.tar')), key=natural_key), False
@@ -174,29 +179,54 @@ class TarReader(Reader):
         self._offsets = np.array([k[1][2] for k in keep], dtype=np.int64)
         self._sizes = np.array([k[1][3] for k in keep], dtype=np.int64)
         self._targets = np.array([k[2] for k in keep], dtype=np.int64)
-        self._pid, self._files = None, {}
+        self._pid, self._files, self._lock = None, OrderedDict(), None
 
 # %% ../nbs/01_readers.ipynb #597f7081
+class _Fd:
+    "A read-only file descriptor that closes itself when its last reference goes (a read in flight keeps it open)."
+    __slots__ = ('fd',)
+    def __init__(self, path: str): self.fd = os.open(path, os.O_RDONLY | getattr(os, 'O_BINARY', 0))
+    def __del__(self):
+        try: os.close(self.fd)
+        except OSError: pass
+
+def _read_at(f: _Fd, size: int, offset: int, lock) -> bytes:
+    "`size` bytes at `offset` (fewer at the end of the file): `os.pread`, or seek + read under `lock` where it is missing."
+    pread = getattr(os, 'pread', None)
+    if pread is not None: return pread(f.fd, size, offset)
+    parts, left = [], size
+    with lock:  # the file position is shared: one seek-and-read at a time
+        os.lseek(f.fd, offset, os.SEEK_SET)
+        while left:
+            b = os.read(f.fd, left)
+            if not b: break
+            parts.append(b); left -= len(b)
+    return b''.join(parts)
+
 @patch
-def _fd(self:TarReader, ti: int) -> int:
-    if self._pid != os.getpid():  # forked (or new): never use the parent's handles
-        self.close(); self._pid = os.getpid()  # closing our inherited copies leaves the parent's open
-    f = self._files.get(ti)
-    if f is None: f = self._files[ti] = open(self._tars[ti], 'rb', buffering=0)
-    return f.fileno()
+def _fd(self:TarReader, ti: int) -> _Fd:
+    "Tar `ti`'s handle in this process, opened on first use; the least recently read beyond `max_open_files` is dropped."
+    if self._pid != os.getpid():  # forked (or new): never use the parent's handles (dropping our copies closes only them)
+        self._files, self._lock, self._pid = OrderedDict(), threading.Lock(), os.getpid()
+    with self._lock:
+        f = self._files.get(ti)
+        if f is not None: self._files.move_to_end(ti); return f
+        f = self._files[ti] = _Fd(self._tars[ti])
+        while len(self._files) > self.max_open_files: self._files.popitem(last=False)
+    return f
 
 @patch
 def __getitem__(self:TarReader, i: int):
     ti, off, size = int(self._tar_idx[i]), int(self._offsets[i]), int(self._sizes[i])
-    data = os.pread(self._fd(ti), size, off)
+    data = _read_at(self._fd(ti), size, off, self._lock)
     if len(data) != size: raise OSError(f'tar {self._tars[ti]!r} ended early: member {self._names[i]!r} has {len(data)} of {size} bytes')
     return data, int(self._targets[i])
 
 @patch
 def close(self:TarReader):
-    "Close this process's open tar files (they reopen on the next read)."
-    files, self._files = self._files, {}
-    for f in files.values(): f.close()
+    "Close this process's open tar files (they reopen on the next read; one being read closes when its read ends)."
+    files, self._files = self._files, OrderedDict()
+    files.clear()
 
 @patch
 def __del__(self:TarReader):
@@ -205,7 +235,7 @@ def __del__(self:TarReader):
 
 @patch
 def __getstate__(self:TarReader):
-    d = self.__dict__.copy(); d['_pid'], d['_files'] = None, {}  # handles are per process
+    d = self.__dict__.copy(); d['_pid'], d['_files'], d['_lock'] = None, OrderedDict(), None  # handles are per process
     return d
 
 @patch

@@ -4,16 +4,21 @@
 
 # %% ../nbs/16_store.ipynb #c8e4713b
 from __future__ import annotations
-import gzip, hashlib, json, mmap, os, shlex
+import ctypes, gzip, hashlib, json, mmap, os, shlex, threading
+from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional, Union
 import numpy as np
+from fastcore.basics import patch
 from .readers import Reader, load_class_map, register_reader
+try: import resource  # Unix: the open-file limit sizes a reader's cache of mapped chunks
+except ImportError: resource = None
 
 # %% auto #0
 __all__ = ['STORE_MANIFEST', 'STORE_VERSION', 'BUILD_STATE', 'STORE_FILES', 'STORE_FORMATS', 'source_file_key', 'source_digest',
-           'source_rows', 'is_store', 'write_json_atomic', 'read_json', 'rebuild_command', 'StaleStoreError',
-           'check_store_source', 'ReaderStore']
+           'source_rows', 'is_store', 'fsync_dir', 'atomic_file', 'write_json_atomic', 'read_json', 'rebuild_command',
+           'StaleStoreError', 'check_store_source', 'StoreDamagedError', 'store_damaged', 'map_file', 'ReaderStore']
 
 # %% ../nbs/16_store.ipynb #a760b07f
 def _scan_rows(d: str, prefix: str, exclude: Optional[str], rows: list):
@@ -55,7 +60,7 @@ def source_rows(root: Path, # the source: a folder, or a .tar / .csv file
 
 # %% ../nbs/16_store.ipynb #d70a0a24
 STORE_MANIFEST = 'timmdata_store.json'  # the file whose presence makes a folder a store (written last)
-STORE_VERSION = 1  # bumped whenever the layout changes; readers refuse other versions
+STORE_VERSION = 2  # bumped whenever the layout changes; readers refuse other versions (2: build ids, chunk lengths)
 BUILD_STATE = '_build.json'  # present while a build is unfinished: what is being built, for resuming
 STORE_FILES = (STORE_MANIFEST, 'index.npz', 'filenames.json', 'source_files.json.gz', 'bad_images.txt', BUILD_STATE)
 STORE_FORMATS = {'raw': 'u8', 'jpeg': 'jpgs'}  # format -> file suffix of a chunk's data
@@ -65,15 +70,34 @@ def is_store(root) -> bool:
     return os.path.isdir(root) and os.path.exists(os.path.join(root, STORE_MANIFEST))
 
 # %% ../nbs/16_store.ipynb #13ba7a90
+def fsync_dir(path):
+    "Flushes folder `path`'s entries (new names, renames) to disk; a no-op where a folder cannot be opened (Windows)."
+    if os.name == 'nt': return
+    fd = os.open(path, os.O_RDONLY)
+    try: os.fsync(fd)
+    finally: os.close(fd)
+
+@contextmanager
+def atomic_file(path, # the file to (re)write
+                mode: str = 'wb', # 'wb' or 'w'
+               ):
+    "Yields a temporary file beside `path`; on success flushes it to disk and renames it over `path` (readers see the old file or the new one, never half of one); on error removes it."
+    path = Path(path)
+    tmp = path.with_name(f'.{path.name}.tmp{os.getpid()}')
+    try:
+        with open(tmp, mode) as f:
+            yield f
+            f.flush(); os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True); raise
+
 def write_json_atomic(path: Path, # the JSON file to write
                       obj, # what to write
                       **kw, # passed to `json.dump` (e.g. indent)
                      ):
-    "Writes JSON to a temporary file, flushes it to disk, then renames it over `path`: readers see old or new, never half."
-    tmp = path.with_name(f'.{path.name}.tmp{os.getpid()}')
-    with open(tmp, 'w') as f:
-        json.dump(obj, f, **kw); f.flush(); os.fsync(f.fileno())
-    os.replace(tmp, path)
+    "Writes JSON through `atomic_file`: readers see the old file or the new one, never half of one."
+    with atomic_file(path, 'w') as f: json.dump(obj, f, **kw)
 
 def read_json(path: Path):
     "The JSON in `path`, or None when it is missing or unreadable (a half-written file never is: see `write_json_atomic`)."
@@ -121,6 +145,18 @@ def check_store_source(root, # the store's folder
                           f'built ({what}). Rebuild it with:\n    {rebuild_command(m, root)}\n'
                           f'or open it with check_source=False to use the store as it is.')
 
+# %% ../nbs/16_store.ipynb #fff74d57
+class StoreDamagedError(RuntimeError):
+    "A store's own file is missing, truncated or of another build: the store must be rebuilt (never a bad source image)."
+
+def store_damaged(root, # the store's folder
+                  manifest: dict, # its manifest
+                  what: str, # which file is wrong and how
+                 ) -> StoreDamagedError:
+    "The `StoreDamagedError` for the store at `root`: what is wrong, and the command that rebuilds it."
+    return StoreDamagedError(f'the image store {str(root)!r} is damaged: {what}. Rebuild it with:\n'
+                             f'    {rebuild_command(manifest, root)}')
+
 # %% ../nbs/16_store.ipynb #9c2d4a70
 def _open_manifest(root: Path) -> dict:
     "The manifest of the store at `root`, which must be complete and of this `STORE_VERSION`."
@@ -134,6 +170,24 @@ def _open_manifest(root: Path) -> dict:
                          f"{STORE_VERSION}. Rebuild it with:\n    {rebuild_command(m, root)}")
     return m
 
+def _open_store(root: Path) -> tuple:
+    "(manifest, index arrays) of the store at `root`, of one build: read again once when a rebuild replaced one between the reads."
+    for attempt in (0, 1):
+        m = _open_manifest(root)
+        try:
+            with np.load(root / 'index.npz') as z: ix = {k: z[k] for k in z.files}
+        except (OSError, ValueError) as e: ix, why = None, f'its index.npz cannot be read ({type(e).__name__}: {e})'
+        else: why = f"its index.npz is of build {str(ix.get('build_id', '?'))!r}, its manifest of build {m.get('build_id')!r}"
+        if ix is not None and str(ix.get('build_id', '')) == m.get('build_id'): break
+    else: raise store_damaged(root, m, why)
+    sizes = np.array([c['nbytes'] for c in m['chunks']] + [0], np.int64)
+    ch = ix['chunk'].astype(np.int64)
+    bad = (ch < 0) | (ch >= len(m['chunks']))
+    bad |= ix['offset'] + ix['nbytes'] > sizes[np.where(bad, -1, ch)]
+    if bad.any():
+        raise store_damaged(root, m, f'its index.npz points past the end of its chunks (row {int(np.argmax(bad))})')
+    return m, ix
+
 def _relabel(classes: list, label: np.ndarray, class_map, root: Path) -> tuple:
     "(store rows in reader order, their labels, class_to_idx): the store's labels, or `class_map`'s relabelled subset."
     if class_map is None: return np.arange(len(label)), label, {c: i for i, c in enumerate(classes)}
@@ -146,36 +200,66 @@ def _relabel(classes: list, label: np.ndarray, class_map, root: Path) -> tuple:
     rows = np.flatnonzero(label >= 0)
     return rows, label[rows], dict(class_map)
 
+# %% ../nbs/16_store.ipynb #60e03f41
+def _libc():
+    "libc's mmap and munmap through ctypes (Unix), or None."
+    if os.name == 'nt': return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                                  ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        libc.munmap.restype, libc.munmap.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]
+        return libc
+    except (OSError, AttributeError, TypeError): return None
+_LIBC = _libc()
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+def map_file(fd: int, # an open file, read access (it may be closed at once after the call)
+             length: int, # bytes to map from the start (> 0, at most the file's length)
+            ) -> np.ndarray:
+    "The first `length` bytes of file `fd` mapped copy-on-write as a writable uint8 array that keeps no descriptor; unmapped when the last array viewing it goes."
+    if _LIBC is None: return np.frombuffer(mmap.mmap(fd, length, access=mmap.ACCESS_COPY), np.uint8)
+    addr = _LIBC.mmap(None, length, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE, fd, 0)
+    if addr is None or addr == _MAP_FAILED:
+        err = ctypes.get_errno(); raise OSError(err, f'mmap of {length} bytes failed: {os.strerror(err)}')
+    return np.asarray(_Mapping(addr, length))  # the array's base: unmapped when the last view of it goes
+
+class _Mapping:
+    "A libc mapping seen by numpy through the array interface; unmaps itself when no array refers to it any more."
+    __slots__ = ('addr', 'length', '__array_interface__')
+    def __init__(self, addr: int, length: int):
+        self.addr, self.length = addr, length
+        self.__array_interface__ = {'data': (addr, False), 'shape': (length,), 'typestr': '|u1', 'version': 3}
+    def __del__(self): _LIBC.munmap(self.addr, self.length)
+
 # %% ../nbs/16_store.ipynb #ecaea508
+def _default_max_open() -> int:
+    "Chunks a process keeps mapped by default: 8,192 (mappings keep no descriptor); with Python's mmap 64, at most a quarter of the open-file limit."
+    if _LIBC is not None: return 8192
+    if resource is None: return 64
+    return max(4, min(64, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4))
+
 class ReaderStore(Reader):
     "Reads a store made by `build_cache`: `reader[i] -> (pixels, label)`, pixels a uint8 HxWx3 memory-mapped view (raw) or JPEG bytes."
     def __init__(self,
                  root, # the store's folder (holding timmdata_store.json)
                  class_map: Union[dict, str, None] = None, # class name -> label, or a .txt of class names one per line: relabel/subset
                  check_source: bool = True, # compare the source's file sizes and times with the manifest (stat only)
+                 max_open_chunks: Optional[int] = None, # chunks kept mapped per process; None: 8192 (64 where mappings hold descriptors)
                  **kwargs, # other reader arguments (e.g. split) have no meaning for a store and are ignored
                 ):
-        self.root = Path(root)
-        m = self.manifest = _open_manifest(self.root)
-        self.format = m['build']['params']['format']
+        if max_open_chunks is not None and not (isinstance(max_open_chunks, int) and max_open_chunks >= 1):
+            raise ValueError(f'max_open_chunks must be None or an int >= 1; got {max_open_chunks!r}')
+        self.root, self.max_open_chunks = Path(root), max_open_chunks
+        m, ix = _open_store(self.root)
+        self.manifest, self.format = m, m['build']['params']['format']
         if check_source: check_store_source(self.root, m)
-        with np.load(self.root / 'index.npz') as z: ix = {k: z[k] for k in z.files}
         self._chunk, self._offset, self._nbytes = ix['chunk'], ix['offset'], ix['nbytes']
         self._height, self._width = ix['height'], ix['width']
         # store rows in reader order (a class_map may drop some), their labels, and the classes
         self._rows, self._targets, self.class_to_idx = _relabel(list(m['classes']), ix['label'], class_map, self.root)
-        self._files = [c['file'] for c in m['chunks']]
-        self._names, self._maps, self._pid = None, {}, os.getpid()
-
-    def _buf(self, c: int) -> np.ndarray:
-        "Chunk `c`'s bytes, mapped on first use in this process."
-        if self._pid != os.getpid(): self._maps, self._pid = {}, os.getpid()  # a forked worker maps its own
-        b = self._maps.get(c)
-        if b is None:
-            with open(self.root / 'chunks' / self._files[c], 'rb') as f:
-                b = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY), np.uint8)
-            self._maps[c] = b
-        return b
+        self._files, self._sizes = [c['file'] for c in m['chunks']], [int(c['nbytes']) for c in m['chunks']]
+        self._names, self._maps, self._pid, self._lock, self._cap = None, OrderedDict(), None, None, 0
 
     def __getitem__(self, i: int):
         if not -len(self) <= i < len(self): raise IndexError(f'index {i} out of range for a store of {len(self)} images')
@@ -185,17 +269,62 @@ class ReaderStore(Reader):
         src = b.reshape(int(self._height[r]), int(self._width[r]), 3) if self.format == 'raw' else b.tobytes()
         return src, int(self._targets[i])
 
-    def filename(self, index: int, basename: bool = False, absolute: bool = False) -> str:
-        "The original file name of sample `index` in the source (relative to it, or absolute)."
-        if self._names is None: self._names = read_json(self.root / 'filenames.json')
-        name = self._names['absolute' if absolute else 'relative'][self._rows[index]]
-        return os.path.basename(name) if basename else name
-
-    def __getstate__(self):
-        d = self.__dict__.copy(); d['_maps'] = {}; return d  # mappings are never pickled: each process maps its own
-
     def __repr__(self):
         return f'ReaderStore({str(self.root)!r}, {len(self)} images, {len(self.classes)} classes, {self.format})'
+
+# %% ../nbs/16_store.ipynb #19556e34
+@patch
+def _buf(self:ReaderStore, c: int) -> np.ndarray:
+    "Chunk `c`'s bytes, mapped on first use in this process; beyond `max_open_chunks` the least recently read is dropped."
+    if self._pid != os.getpid():  # new, or a forked worker: it maps its own
+        self._maps, self._lock, self._pid = OrderedDict(), threading.Lock(), os.getpid()
+        self._cap = self.max_open_chunks or _default_max_open()
+    with self._lock:
+        b = self._maps.get(c)
+        if b is not None: self._maps.move_to_end(c); return b
+    b = self._map(c)  # outside the lock: another thread may map the same chunk meanwhile (harmless)
+    with self._lock:
+        self._maps[c] = b
+        while len(self._maps) > self._cap: self._maps.popitem(last=False)  # unmapped once no sample views it
+    return b
+
+@patch
+def _map(self:ReaderStore, c: int) -> np.ndarray:
+    "Maps chunk `c` copy-on-write, after checking that its file has the length its manifest records."
+    name, want = self._files[c], self._sizes[c]
+    if want == 0: return np.empty(0, np.uint8)  # every image of the chunk was bad: nothing to map (and no sample reads it)
+    try: f = open(self.root / 'chunks' / name, 'rb')
+    except FileNotFoundError:
+        raise store_damaged(self.root, self.manifest, f'its chunk file chunks/{name} is missing (if the store was rebuilt '
+                            f'since this reader opened it, open it again)') from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size != want:
+            raise store_damaged(self.root, self.manifest, f'its chunk file chunks/{name} has {size} bytes where its manifest '
+                                f'records {want} (truncated, or replaced by another file)')
+        return map_file(f.fileno(), want)  # keeps no descriptor: the file closes here
+
+@patch
+def close(self:ReaderStore):
+    "Drops this process's mapped chunks (each is unmapped once no sample still views it; they map again on the next read)."
+    self._maps = OrderedDict()
+
+@patch
+def filename(self:ReaderStore, index: int, basename: bool = False, absolute: bool = False) -> str:
+    "The original file name of sample `index` in the source (relative to it, or absolute)."
+    if self._names is None:
+        names = read_json(self.root / 'filenames.json')
+        if names is None or names.get('build_id') != self.manifest['build_id']:
+            raise store_damaged(self.root, self.manifest, 'its filenames.json is missing or of another build (if the store '
+                                'was rebuilt since this reader opened it, open it again)')
+        self._names = names
+    name = self._names['absolute' if absolute else 'relative'][self._rows[index]]
+    return os.path.basename(name) if basename else name
+
+@patch
+def __getstate__(self:ReaderStore):
+    d = self.__dict__.copy(); d['_maps'], d['_pid'], d['_lock'] = OrderedDict(), None, None  # each process maps its own
+    return d
 
 # %% ../nbs/16_store.ipynb #7f5a3c88
 register_reader('store', ReaderStore, detect=is_store)
