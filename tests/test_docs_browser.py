@@ -3,7 +3,7 @@
 Builds the site with tools/build_docs.sh into a temporary folder, serves it from 127.0.0.1 and opens the
 home page and every notebook page in headless Chromium (the Debian package), driven over the Chrome
 DevTools protocol. Per page: no console errors or uncaught exceptions, no request leaves 127.0.0.1,
-every <img> loaded, every navigation link answers 200, and a screenshot is saved
+every <img> loaded, every navigation link answers 200, and a screenshot (the top 3000 px) is saved
 (into $TIMMDATA_SCREENSHOTS if set, else a pytest temporary folder; the path is printed).
 
 Chromium missing: the test installs it with apt-get when running as root, else fails with the command."""
@@ -204,8 +204,8 @@ def test_page_in_browser(page, site, server, browser, shots):
     browser.send('Page.navigate', url=url)
     browser.wait_event('Page.loadEventFired')
     # let late work finish (the search worker loads its index after the load event)
-    browser.js("new Promise(r => setTimeout(r, 300))")
-    browser.pump(0.5)
+    browser.js("new Promise(r => setTimeout(r, 150))")
+    browser.pump(0.2)
     assert browser.js('location.href') == url
 
     errs = problems(browser.events)
@@ -244,10 +244,10 @@ def test_page_in_browser(page, site, server, browser, shots):
         assert want in nav_pages or (p == 'index' and server + 'index.html' in nav_pages), \
             f'{url}: the sidebar has no link to {want} ({sorted(nav_pages)})'
 
-    # full-page screenshot (capped at 8000 px)
+    # screenshot of the page (its top 3000 px: enough to see it rendered; longer ones cost seconds per page)
     m = browser.send('Page.getLayoutMetrics')
     size = m.get('cssContentSize') or m['contentSize']
-    h = min(int(size['height']), 8000)
+    h = min(int(size["height"]), 3000)
     shot = browser.send('Page.captureScreenshot', format='png', captureBeyondViewport=True,
                         clip={'x': 0, 'y': 0, 'width': 1280, 'height': h, 'scale': 1})
     png = base64.b64decode(shot['data'])
