@@ -212,6 +212,7 @@ def _libc():
         return libc
     except (OSError, AttributeError, TypeError): return None
 _LIBC = _libc()
+_MUNMAP = _LIBC.munmap if _LIBC is not None else None  # what a mapping unmaps itself with (even if _LIBC is switched off later)
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 def map_file(fd: int, # an open file, read access (it may be closed at once after the call)
@@ -230,7 +231,7 @@ class _Mapping:
     def __init__(self, addr: int, length: int):
         self.addr, self.length = addr, length
         self.__array_interface__ = {'data': (addr, False), 'shape': (length,), 'typestr': '|u1', 'version': 3}
-    def __del__(self): _LIBC.munmap(self.addr, self.length)
+    def __del__(self): _MUNMAP(self.addr, self.length)
 
 # %% ../nbs/16_store.ipynb #ecaea508
 def _default_max_open() -> int:
