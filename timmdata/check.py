@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional
 import torch
 from tqdm import tqdm
-from . import decode, store
+from . import decode
 from .bench import int_at_least
 from .decode import decode_image
 from .readers import Reader, create_reader
+from .store import StoreDamagedError
 
 # %% auto #0
 __all__ = ['check_image', 'BadImage', 'CheckResult', 'usable_cpus', 'check_images', 'check_main']
@@ -32,11 +33,6 @@ class _Fd2Trap:
         os.dup2(self.saved, 2); os.close(self.saved)
         self.f.seek(0); self.text = self.f.read().decode('utf-8', 'replace').strip()
 
-def _store_damaged() -> tuple:
-    "The store's own error for a damaged store (not an image's fault): raised, never listed as a bad image."
-    e = getattr(store, 'StoreDamagedError', None)
-    return (e,) if e is not None else ()
-
 def _one_line(e: Exception) -> str:
     "`Type: message` on one line, PIL's `<_io.BytesIO object at 0x...>` (a different address each run) said as '<bytes>'."
     return f'{type(e).__name__}: ' + re.sub(r'<_io\.BytesIO object at 0x[0-9a-f]+>', '<bytes>', ' '.join(str(e).split()))
@@ -48,16 +44,15 @@ def check_image(src, # a path, bytes, a file-like object, or decoded uint8 HWC p
                ) -> Optional[tuple]:
     "None when `src` decodes whole and cleanly; else `(kind, reason)`, kind 'error' or 'warning'."
     trap = trap or _Fd2Trap()  # trapped in any case: the report says it, the terminal need not
-    counted = getattr(decode, 'jpeg_warnings', None)  # the extension's count of JPEGs libjpeg warned about
-    before = counted()[0] if counted else 0
+    before = decode.jpeg_warnings()[0]  # the extension's count of JPEGs libjpeg warned about
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         try:
             with trap: decode_image(src, mode, to_tensor=True)
-        except _store_damaged(): raise
+        except StoreDamagedError: raise
         except Exception as e: return 'error', _one_line(e)
     if not strict: return None
-    n, last = counted() if counted else (0, '')
+    n, last = decode.jpeg_warnings()
     said = [f'libjpeg: {last}'] if n > before else []  # (its once-per-process Python warning is left out: said here)
     said += [f'{type(w.message).__name__}: {w.message}' for w in caught if not (said and type(w.message).__name__ == 'CorruptJpegWarning')]
     said += [l for l in trap.text.splitlines() if l.strip()]
@@ -102,7 +97,7 @@ def _check_chunk(indices) -> tuple:
     w, bad = _WORKER, []
     for i in indices:
         try: src = w['reader'][i][0]
-        except _store_damaged(): raise
+        except StoreDamagedError: raise
         except Exception as e: bad.append((i, 'error', _one_line(e))); continue
         r = check_image(src, w['mode'], w['strict'], w['trap'])
         if r is not None: bad.append((i, *r))
@@ -159,10 +154,9 @@ def check_main(argv: list[str] | None = None) -> int:
     ap.add_argument('--absolute', action='store_true', help='print absolute file names')
     ap.add_argument('--no-progress', action='store_true', help='no progress bar')
     a = ap.parse_args(argv)
-    r = check_images(a.root, a.workers, not a.no_progress, split=a.split, strict=not a.errors_only)
-    if a.absolute and r.bad:
-        rd = create_reader(a.root, split=a.split)
-        r.bad = [b._replace(filename=rd.filename(b.index, absolute=True)) for b in r.bad]
+    rd = create_reader(a.root, split=a.split)
+    r = check_images(a.root, a.workers, not a.no_progress, reader=rd, strict=not a.errors_only)
+    if a.absolute: r.bad = [b._replace(filename=rd.filename(b.index, absolute=True)) for b in r.bad]
     for b in r.bad: print(b)
     print(r.summary(), flush=True)
     return 1 if r.bad else 0

@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 from . import __version__, decode
 from .bench import bench_main, int_at_least
 from .cache import cache_main
-from .check import check_main
+from .check import check_main, usable_cpus
 from .collate import shm_report
 from .dataset import ImageDataset
 from .loader import create_loader
@@ -107,7 +107,7 @@ def info() -> dict:
             'other_formats': f'PIL {PIL.__version__}', 'device': str(dev),
             'device_name': torch.cuda.get_device_name(dev) if dev.type == 'cuda' else platform.processor() or platform.machine(),
             'cpu_count': os.cpu_count(),
-            'cpus_usable': len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count(),
+            'cpus_usable': usable_cpus(),
             'max_image_pixels': decode.MAX_IMAGE_PIXELS, 'shared_memory': shm_report()}
 
 def info_main(argv=None):

@@ -71,34 +71,23 @@ def check_pixels(height: int, width: int):
 
 _JPEG_SOI, _PNG_SIG = b'\xff\xd8\xff', b'\x89PNG\r\n\x1a\n'
 
-def _jpeg_truncated(d: bytes) -> bool:
-    "True when a JPEG's marker segments run out before the first scan, or no EOI marker follows it."
-    i, n = 2, len(d)
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers: they carry the size
+
+def _jpeg_header(d: bytes) -> tuple:
+    """(truncated, (height, width) or None), from one walk over a JPEG's marker segments: truncated when they run out
+    before the first scan or no EOI marker follows it; the size from the frame header, when one comes before the scan."""
+    i, n, size = 2, len(d), None
     while i + 4 <= n:
-        if d[i] != 0xFF: return False  # malformed header: the decoder will say what is wrong
+        if d[i] != 0xFF: return False, size  # malformed header: the decoder will say what is wrong
         m = d[i + 1]
         if m == 0xFF: i += 1; continue  # fill byte
         if m == 0x01 or 0xD0 <= m <= 0xD8: i += 2; continue  # markers without a length
-        if m == 0xD9: return False
+        if m == 0xD9: return False, size
+        if m in _SOF and size is None and i + 9 <= n: size = int.from_bytes(d[i + 5:i + 7], 'big'), int.from_bytes(d[i + 7:i + 9], 'big')
         seg = i + 2 + int.from_bytes(d[i + 2:i + 4], 'big')
-        if m == 0xDA: return d.rfind(b'\xff\xd9', seg) < 0  # entropy data only holds FF00 / RSTn, so FFD9 is EOI
+        if m == 0xDA: return d.rfind(b'\xff\xd9', seg) < 0, size  # entropy data only holds FF00 / RSTn, so FFD9 is EOI
         i = seg
-    return True
-
-_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers: they carry the size
-
-def _jpeg_size(d: bytes) -> Optional[tuple]:
-    "(height, width) from a JPEG's frame header, None when there is none before the scan."
-    i, n = 2, len(d)
-    while i + 9 <= n:
-        if d[i] != 0xFF: return None
-        m = d[i + 1]
-        if m == 0xFF: i += 1; continue
-        if m == 0x01 or 0xD0 <= m <= 0xD8: i += 2; continue
-        if m in _SOF: return int.from_bytes(d[i + 5:i + 7], 'big'), int.from_bytes(d[i + 7:i + 9], 'big')
-        if m in (0xDA, 0xD9): return None
-        i += 2 + int.from_bytes(d[i + 2:i + 4], 'big')
-    return None
+    return True, size
 
 def _png_truncated(d: bytes) -> bool:
     "True when a PNG's chunk chain ends before the IEND chunk."
@@ -187,7 +176,6 @@ def _native_decode(data: bytes, gray: bool):
     try: h, w, comps, space = native.header(data)
     except ValueError as e: return f'libjpeg: {e}'
     if not ((comps == 3 and space in (_JCS_YCBCR, _JCS_RGB)) or (comps == 1 and space == _JCS_GRAY)): return None
-    check_pixels(h, w)
     before = native.jpeg_warnings()[0]
     try: buf, x0, y0, cw, ch = native.decode_crop(data, 0, 0, h, w, MAX_IMAGE_PIXELS or 0, gray)
     except ValueError as e: return f'libjpeg: {e}'
@@ -214,9 +202,10 @@ def decode_image(src, # path, bytes/memoryview, file-like object, or uint8 HWC n
     data = read_source(src)
     if not data: raise ImageDecodeError('empty file (0 bytes)')
     is_jpeg = data[:3] == _JPEG_SOI
-    if (is_jpeg and _jpeg_truncated(data)) or (data[:8] == _PNG_SIG and _png_truncated(data)):
+    truncated, size = _jpeg_header(data) if is_jpeg else (data[:8] == _PNG_SIG and _png_truncated(data), None)
+    if truncated:
         raise ImageDecodeError(f'truncated {"JPEG" if is_jpeg else "PNG"} ({len(data)} bytes): the data ends before the image does')
-    if is_jpeg and (size := _jpeg_size(data)): check_pixels(*size)  # the claimed size, before any decoder allocates
+    if size: check_pixels(*size)  # the claimed size, before any decoder allocates (the extension checks its own reading too)
     why = None  # why the tensor decoders failed, if they did: PIL has the last word
     if to_tensor and is_jpeg and mode in ('RGB', 'L'):
         if native is not None:
@@ -269,7 +258,7 @@ class EncodedJpeg:
 
 def encoded_jpeg(data: bytes) -> Optional[EncodedJpeg]:
     "An `EncodedJpeg` for a colour JPEG whose crops the extension can decode; None for anything else (decode it whole)."
-    if native is None or data[:3] != _JPEG_SOI or _jpeg_truncated(data): return None
+    if native is None or data[:3] != _JPEG_SOI or _jpeg_header(data)[0]: return None
     try: h, w, comps, space = native.header(data)
     except ValueError: return None  # a broken header: the full decoders raise the clear error
     check_pixels(h, w)  # a decompression bomb is refused here, before a crop of it is drawn and decoded
