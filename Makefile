@@ -48,7 +48,7 @@ nbtest: install
 	nbdev_test --n_workers 2 --timing
 
 pytest: install browser
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 docs-check: install
 	bash tools/build_docs.sh "$$(mktemp -d)/site"

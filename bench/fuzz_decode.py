@@ -10,13 +10,13 @@ mutations (bit flips, truncation with or without an end marker, header byte edit
 the PNG IHDR (60000x60000 and others, CRC fixed), zeroed ranges, garbage after a JPEG marker, zero-length data, random
 bytes, inserted marker segments, broken segment lengths and SOF fields, PNG chunks with fixed CRCs, spliced ranges).
 Every case goes through every path (see PATHS): timmdata's decode_image (tensor and PIL), the EncodedJpeg crop path
-(`crop_box` on `encoded_jpeg`) and its whole decode, the extension's `header` and `decode_crop` directly, torchvision's
+(`crop_box` on `encoded_jpeg`) and its whole decode, the extension's `header` and `decode_crop` directly, TorchCodec's
 decoder, PIL, and `create_transform`'s train and eval pipelines on an `ImageDataset` (prefetcher on and off; one with
 bad_sample='skip').
 
 Outcomes per path: ok; `named` (an ImageDecodeError; from the dataset it must name the sample and the file);
 `counted` (bad_sample='skip': None returned and the index in `bad_samples`); `raised:<Type>` on the raw third-party
-or native paths when the type is one they document (PIL: OSError, SyntaxError, ValueError, EOFError; torchvision:
+or native paths when the type is one they document (PIL: OSError, SyntaxError, ValueError, EOFError; TorchCodec:
 RuntimeError; the extension: ValueError); `FINDING:<Type>` for anything else (another exception type, a wrong output
 shape, an ImageDecodeError that names nothing), printed with the case to reproduce it.
 
@@ -194,19 +194,18 @@ def _box(r, h: int, w: int) -> tuple:
     bh, bw = int(r.integers(1, h + 1)), int(r.integers(1, w + 1))
     return int(r.integers(0, h - bh + 1)), int(r.integers(0, w - bw + 1)), bh, bw
 
-def _tv_jpeg(d, r, i, env):
-    "torchvision's decode_jpeg, the decoder timmdata's decode_image uses for whole JPEGs."
-    from torchvision.io import decode_jpeg, ImageReadMode
-    with warnings.catch_warnings():
-        warnings.filterwarnings('ignore', message=decode._TV_DEPRECATION)
-        t = decode_jpeg(torch.frombuffer(bytearray(d), dtype=torch.uint8) if d else torch.empty(0, dtype=torch.uint8), mode=ImageReadMode.RGB)
+def _tc_jpeg(d, r, i, env):
+    "TorchCodec's decode_jpeg, the decoder timmdata's decode_image uses for JPEGs the extension does not take (CMYK)."
+    tc = decode.torchcodec_jpeg()
+    if tc is None: return True  # TorchCodec not installed (or not loading): nothing to fuzz here
+    t = tc(torch.frombuffer(bytearray(d), dtype=torch.uint8) if d else torch.empty(0, dtype=torch.uint8), mode='RGB')
     return t.ndim == 3 and t.shape[0] == 3 or f'FINDING:shape {tuple(t.shape)}'
 
 def _tv_decode(d, r, i, env):
     "torchvision's decode_image (PNG too): not used by timmdata; only with --paths (it crashes on some PNGs, see the report)."
     from torchvision.io import decode_image as tvd, ImageReadMode
     with warnings.catch_warnings():
-        warnings.filterwarnings('ignore', message=decode._TV_DEPRECATION)
+        warnings.simplefilter('ignore', UserWarning)  # torchvision's deprecation of its decoders (in TorchCodec's favour)
         t = tvd(torch.frombuffer(bytearray(d), dtype=torch.uint8) if d else torch.empty(0, dtype=torch.uint8), mode=ImageReadMode.RGB)
     return t.ndim == 3 and t.shape[0] == 3 or f'FINDING:shape {tuple(t.shape)}'
 
@@ -263,10 +262,10 @@ DATASETS = {'dataset.train': (True, False, False), 'dataset.train.prefetcher': (
             'dataset.eval': (False, False, False), 'dataset.eval.prefetcher.skip': (False, True, True)}
 PATHS = {'decode_image.tensor': _decode_tensor, 'decode_image.pil': _decode_pil, 'encoded.crop_box': _encoded_crop,
          'encoded.decode': _encoded_decode, 'native.header': _native_header, 'native.decode_crop': _native_crop,
-         'torchvision.decode_jpeg': _tv_jpeg, 'pil': _pil, **{k: _dataset(k) for k in DATASETS}}
+         'torchcodec.decode_jpeg': _tc_jpeg, 'pil': _pil, **{k: _dataset(k) for k in DATASETS}}
 EXTRA_PATHS = {'torchvision.decode_image': _tv_decode}  # run only when named in --paths / paths=
 RAW = {'pil': (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError),
-       'torchvision.decode_jpeg': (RuntimeError,), 'torchvision.decode_image': (RuntimeError,),
+       'torchcodec.decode_jpeg': (RuntimeError,), 'torchvision.decode_image': (RuntimeError,),
        'native.header': (ValueError,), 'native.decode_crop': (ValueError,)}  # documented error types of the raw paths
 
 def make_env(n: int) -> dict:

@@ -4,10 +4,11 @@ Uses the installed console script next to the running Python (`.venv/bin/timmdat
 `python -m timmdata.cli`. User mistakes must give one line on stderr and exit status 2, never a traceback.
 Every command starts a Python that imports torch (seconds), so they are started together, once per module;
 the finer cases (each bad option, each error) are tested in-process in nbs/18_cli.ipynb."""
-import os, shutil, subprocess, sys
+import json, os, shutil, subprocess, sys, tarfile
 from pathlib import Path
 
 import pytest
+from PIL import Image
 from timmdata.sample_data import make_sample_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +35,9 @@ def runs(tmp_path_factory):
             'bad_option': (CMD + ['demo', '--batch-size', '0'], {}),
             'check_damaged': (CMD + ['check', str(damaged), '--workers', '2'], {}),
             'check_clean': (CMD + ['check', str(clean), '--no-progress'], {}),
-            'check_missing': (CMD + ['check', '/nonexistent'], {})}
+            'check_missing': (CMD + ['check', '/nonexistent'], {}),
+            'shards': (CMD + ['shards', str(clean), str(tmp_path_factory.mktemp('shards') / 'sh'), '--shard-size', '3', '--resize', '48',
+                              '--workers', '2', '--no-progress'], {})}
     procs = {k: subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  env={**os.environ, **env}) for k, (c, env) in cmds.items()}
     out = {}
@@ -48,7 +51,7 @@ def test_info(runs):
     r = runs['info']
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    for key in ('timmdata:', 'python:', 'torch:', 'torchvision:', 'C extension:', 'JPEG decoder:', 'device:', 'CPUs:'):
+    for key in ('timmdata:', 'python:', 'torch:', 'torchvision:', 'C extension:', 'JPEG decoder:', 'TorchCodec:', 'device:', 'CPUs:'):
         assert any(l.startswith(key) for l in lines), f'no {key!r} line in:\n{r.stdout}'
     assert f'CPUs:          {os.cpu_count()} ' in r.stdout, r.stdout
 
@@ -97,3 +100,18 @@ def test_check_clean_dataset_exits_0(runs):
 
 
 def test_check_missing_root(runs): one_line_error(runs['check_missing'], "timmdata check: dataset root '/nonexistent' does not exist")
+
+
+def test_shards_writes_resized_shards_timm_reads(runs):
+    r = runs['shards']
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert r.stderr == '', r.stderr  # --no-progress
+    dst = Path(r.args[3])
+    info = json.loads((dst / '_info.json').read_text())
+    assert {s: v['shard_lengths'] for s, v in info['splits'].items()} == {'train': [3, 1], 'val': [2]}
+    assert sorted(p.name for p in dst.glob('*.tar')) == ['train-000000.tar', 'train-000001.tar', 'val-000000.tar']
+    with tarfile.open(dst / 'train-000000.tar') as tf:
+        assert {min(Image.open(tf.extractfile(m)).size) for m in tf if m.name.endswith('.jpg')} == {48}
+    timm_data = pytest.importorskip('timm.data')
+    assert len(list(timm_data.create_dataset('wds/x', root=str(dst), split='train'))) == 4
+

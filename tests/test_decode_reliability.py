@@ -61,12 +61,20 @@ def test_bomb_is_small_and_claims_60000_squared():
     assert len(BOMB) < 1000 and decode._jpeg_header(BOMB)[1] == (60000, 60000)
     assert decode.MAX_IMAGE_PIXELS == Image.MAX_IMAGE_PIXELS  # the default is PIL's
 
-@pytest.mark.parametrize('path', ['pil', 'tensor', 'torchvision', 'encoded_jpeg', 'lying EncodedJpeg', 'native'])
+@pytest.mark.parametrize('path', ['pil', 'tensor', 'torchcodec', 'encoded_jpeg', 'lying EncodedJpeg', 'native'])
 def test_bomb_refused_on_every_decode_path(path, monkeypatch):
     if path in ('encoded_jpeg', 'lying EncodedJpeg', 'native') and native is None: pytest.skip('needs the extension')
-    if path == 'torchvision': monkeypatch.setattr(decode, 'native', None)
+    if path == 'torchcodec':
+        if decode.torchcodec_jpeg() is None: pytest.skip('torchcodec is not installed')
+        monkeypatch.setattr(decode, 'native', None)
+        calls = []
+        tc = decode.torchcodec_jpeg()
+        monkeypatch.setattr(decode, '_TC', (lambda *a, **k: calls.append(a) or tc(*a, **k), 'torchcodec (counted)'))
+        with pytest.raises(ImageDecodeError, match='claims 60000x60000'): decode_image(BOMB, to_tensor=True)
+        assert calls == []  # refused before TorchCodec (which allocates the claimed size at once) was called
+        assert decode_image(small_jpeg(), to_tensor=True).shape == (3, 16, 16) and len(calls) == 1  # and it is the path
     run = {'pil': lambda: decode_image(BOMB), 'tensor': lambda: decode_image(BOMB, to_tensor=True),
-           'torchvision': lambda: decode_image(BOMB, to_tensor=True), 'encoded_jpeg': lambda: encoded_jpeg(BOMB),
+           'torchcodec': lambda: decode_image(BOMB, to_tensor=True), 'encoded_jpeg': lambda: encoded_jpeg(BOMB),
            'lying EncodedJpeg': lambda: EncodedJpeg(BOMB, 16, 16).decode_crop(0, 0, 8, 8)}
     with data_limit():
         if path == 'native':
@@ -251,3 +259,61 @@ def test_setup_records_why_the_build_fell_back(tmp_path, breakage, why):
     assert note.read_text().startswith(why), note.read_text()
     (tmp_path / 'csrc' / 'native.c').write_text(src)
     assert build().returncode == 0 and not note.exists() and list((tmp_path / 'timmdata').glob('_native*'))
+
+
+# ---------- TorchCodec instead of torchvision.io (issue 17) ----------
+
+def _cmyk_jpeg() -> bytes:
+    b = io.BytesIO(); make_sample_image(3, 0, (40, 30)).convert('CMYK').save(b, 'JPEG', quality=90); return b.getvalue()
+
+def test_no_torchvision_io_decoding_and_no_warnings_filter():
+    src = (REPO / 'timmdata' / 'decode.py').read_text()
+    assert 'torchvision.io' not in src and 'catch_warnings():\n                    warnings.filterwarnings' not in src
+    assert 'deprecated' not in src.lower()
+
+@pytest.mark.parametrize('native_on', [True, False])
+def test_torchcodec_decodes_what_the_extension_does_not_without_warnings(monkeypatch, native_on):
+    tc = decode.torchcodec_jpeg()
+    if tc is None: pytest.skip('torchcodec is not installed')
+    if not native_on: monkeypatch.setattr(decode, 'native', None)
+    calls = []
+    monkeypatch.setattr(decode, '_TC', (lambda *a, **k: calls.append(a) or tc(*a, **k), 'torchcodec (counted)'))
+    rgb, cmyk = small_jpeg((40, 30), 90), _cmyk_jpeg()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # no DeprecationWarning (torchvision 0.29), nothing else either
+        for data in (rgb, cmyk):
+            t = decode_image(data, to_tensor=True)
+            assert torch.equal(t.permute(1, 2, 0), torch.from_numpy(np.array(decode_image(data))))  # PIL's pixels
+    assert len(calls) == (1 if native_on else 2)  # CMYK always; RGB only without the extension
+
+def test_without_torchcodec_pil_decodes_the_same_pixels(monkeypatch):
+    tc = decode.torchcodec_jpeg()
+    monkeypatch.setattr(decode, 'native', None)
+    monkeypatch.setattr(decode, '_TC', (None, "torchcodec not installed; pip install 'timmdata[codec]'"))
+    assert decode.decoder_name() == 'PIL' and "timmdata[codec]" in decode.torchcodec_status()
+    for data in (small_jpeg((40, 30), 90), _cmyk_jpeg()):
+        t = decode_image(data, to_tensor=True)
+        if tc is not None: assert torch.equal(t, tc(data))
+
+def test_torchcodec_that_fails_to_load_is_said_not_raised(monkeypatch):
+    import builtins
+    real = builtins.__import__
+    def broken(name, *a, **k):
+        if name.startswith('torchcodec'): raise OSError('libcudart.so.13: cannot open shared object file')
+        return real(name, *a, **k)
+    monkeypatch.setattr(decode, '_TC', None)
+    monkeypatch.delenv('TIMMDATA_TORCHCODEC', raising=False)
+    monkeypatch.setitem(sys.modules, 'torchcodec', None)  # not cached: the import statement runs
+    monkeypatch.setattr(builtins, '__import__', broken)
+    assert decode.torchcodec_jpeg() is None
+    st = decode.torchcodec_status()
+    assert 'does not load here: OSError: libcudart.so.13' in st and "timmdata[codec]" in st, st
+    monkeypatch.setattr(decode, '_TC', None)  # the next test loads it afresh
+
+def test_torchcodec_error_is_a_named_decode_error_without_build_paths(monkeypatch):
+    if decode.torchcodec_jpeg() is None: pytest.skip('torchcodec is not installed')
+    monkeypatch.setattr(decode, 'native', None)
+    bad = small_jpeg((40, 30), 90)
+    bad = bad[:20] + b'\xff\xc0\x00\x02' + bad[20:]  # a malformed marker segment before the frame: libjpeg refuses it
+    with pytest.raises(ImageDecodeError) as e: decode_image(bad, to_tensor=True)
+    assert '.cpp:' not in str(e.value), str(e.value)

@@ -24,8 +24,11 @@ def _run(rank, port, root, out_dir):
     try:
         torch.manual_seed(0)  # both ranks seeded alike: worker seeds must still differ
         res = {}
+        torch.manual_seed(10 + rank)  # ranks seeded apart (timm seeds seed + rank): the loader's seed is still rank 0's
         train = create_loader(IndexDataset(os.path.join(root, 'train')), 32, 5, is_training=True, distributed=True,
                               num_workers=0, device='cpu')
+        res['train_seed'] = train.state_dict()['seed']
+        torch.manual_seed(0)
         res['train_sampler'] = type(train.sampler).__name__
         res['train'] = []
         for epoch in range(2):
@@ -49,6 +52,7 @@ def test_distributed_two_ranks(tmp_path):
     mp.spawn(_run, args=(_free_port(), str(root), str(tmp_path)), nprocs=WORLD, join=True)
     res = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in range(WORLD)]
     assert all(r['train_sampler'] == 'DistributedSampler' for r in res)
+    assert res[0]['train_seed'] == res[1]['train_seed']  # one plan for all ranks (broadcast from rank 0)
     for epoch in range(2):
         per_rank = [sum(r['train'][epoch], []) for r in res]
         assert all(len(b) == 5 for r in res for b in r['train'][epoch])

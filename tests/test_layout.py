@@ -12,15 +12,15 @@ LIB, NBS = ROOT / 'timmdata', ROOT / 'nbs'
 # The floors of the data's way: a module may import modules of its own floor or lower ones, never higher.
 FLOORS = {
     'sample_data': 0, 'config': 0,
-    'readers': 1, 'store': 1,                     # where samples are (files, tars, CSVs, a decode-once store)
+    'readers': 1, 'store': 1, 'shard_io': 1, 'hf_readers': 1,                     # where samples are (files, tars, CSVs, a decode-once store)
     'decode': 2,                                  # bytes to pixels
     'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3,  # per-sample uint8 ops
-    'dataset': 4,                                 # reader + decoder + transform
+    'dataset': 4, 'streaming': 4, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
     'collate': 5, 'mixup': 5, 'naflex_dataset': 5, 'naflex_mixup': 5,                     # samples to a uint8 batch (mixing collate too)
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
-    'jitter': 6, 'prefetch': 6,                   # the batch on the device and its batch ops
-    'distributed_sampler': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7,        # wiring
-    'cache': 8, 'bench': 8, 'cli': 8, 'check': 8, # tools on top
+    'jitter': 6, 'prefetch': 6, 'gpu_decode': 6,                   # the batch on the device and its batch ops
+    'distributed_sampler': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'resume': 7,        # wiring
+    'cache': 8, 'bench': 8, 'cli': 8, 'check': 8, 'shards': 8, # tools on top
 }
 MAX_LINES = 400
 

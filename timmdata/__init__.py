@@ -10,6 +10,8 @@ __all__ = []
 from .readers import create_reader, register_reader
 from .decode import ImageDecodeError, decode_image, set_max_image_pixels
 from .dataset import ImageDataset, AugMixDataset
+from .streaming import IterableImageDataset
+from .dataset_factory import create_dataset
 from .config import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN,
                              IMAGENET_INCEPTION_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, DEFAULT_CROP_PCT,
                              resolve_data_config, resolve_model_data_config)
@@ -19,15 +21,18 @@ from .mixup import Mixup, FastCollateMixup
 from .collate import fast_collate
 from .prefetch import PrefetchLoader
 from .loader import create_loader, MultiEpochsDataLoader
+from .resume import ResumeStateError
 from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
 from .scheduled_sampler import ScheduledBatchSampler, ScheduledTransformDataset
 from .naflex_transforms import (get_image_size_for_seq, ResizeToSequence, ResizeKeepRatioToSequence, CenterCropToSequence,
                                         RandomCropToSequence, RandomResizedCropToSequence, patchify_image, Patchify)
 from .naflex_random_erasing import PatchRandomErasing
 from .naflex_mixup import NaFlexMixup, pairwise_mixup_target, mix_batch_variable_size
-from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, calculate_naflex_batch_size
+from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper, calculate_naflex_batch_size
 from .naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
 from .store import ReaderStore, StoreDamagedError  # importing the store registers its reader kind with create_reader
 from .cache import build_cache
+from .shards import write_shards
+from .gpu_decode import create_device_decode_loader
 from .check import check_images, check_image, CheckResult, BadImage
 from .sample_data import make_sample_dataset

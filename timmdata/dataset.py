@@ -10,13 +10,14 @@ import numpy as np
 import torch
 import torch.utils.data
 from . import decode
-from .decode import EncodedJpeg, ImageDecodeError, decode_image, encoded_jpeg, read_source
+from .decode import EncodedJpeg, ImageDecodeError, convert_mode, decode_image, encoded_jpeg, read_source
+from PIL import Image
 from .readers import create_reader
 from .transforms import INPUT_FORMATS, SampleTransform, transform_input
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['is_transient', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
+__all__ = ['is_transient', 'DecodeTransform', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
 
 # %% ../nbs/07_dataset.ipynb #bf0aa1aa
 _BAD_POLICIES = ('raise', 'skip')
@@ -35,7 +36,43 @@ def is_transient(e: BaseException) -> bool:
     if isinstance(e, ImageDecodeError) or not isinstance(e, OSError): return False
     return isinstance(e, (ConnectionError, TimeoutError, InterruptedError, BlockingIOError)) or e.errno in _TRANSIENT_ERRNOS
 
-class ImageDataset(torch.utils.data.Dataset):
+# %% ../nbs/07_dataset.ipynb #7a370351
+class DecodeTransform:
+    "What `ImageDataset` and the streaming `IterableImageDataset` share: the `transform` slot, the decode it asks for, and its application."
+    input_img_mode, _transform, _to_tensor, _encoded = 'RGB', None, False, False
+    @property
+    def transform(self): return self._transform
+    @transform.setter
+    def transform(self, t):
+        self._transform = t
+        kind = 'pil' if t is None else transform_input(t)  # what it takes, declared (`SampleTransform`): decided once
+        self._to_tensor = kind != 'pil'
+        # a pipeline that starts with a crop can take a not-yet-decoded JPEG and decode only the crop box
+        self._encoded = kind == 'encoded' and decode.native is not None
+
+    def decode_sample(self, src):
+        "`src` (path, bytes, uint8 HWC array or PIL image) as the transform takes it: `EncodedJpeg`, uint8 CHW tensor or PIL image."
+        if isinstance(src, Image.Image):
+            img = convert_mode(src, self.input_img_mode)
+            return decode_image(np.asarray(img), None, True) if self._to_tensor else img
+        if self._encoded and self.input_img_mode == 'RGB' and not isinstance(src, np.ndarray):
+            data = read_source(src)
+            enc = encoded_jpeg(data)
+            if enc is not None: return enc
+            src = data  # not a colour JPEG: decode it whole, without reading the file again
+        return decode_image(src, self.input_img_mode, self._to_tensor)
+
+    def transform_sample(self, img, where: Callable[[], str]):
+        "The transform applied to `img`; `ImageDecodeError` passes (bad data when `img` is an `EncodedJpeg`), others get a note naming `where()`."
+        if self._transform is None: return img
+        try: return self._transform(img)
+        except ImageDecodeError: raise
+        except Exception as e:
+            if hasattr(e, 'add_note'): e.add_note(f'timmdata: while transforming {where()}')  # named only on failure: not per sample
+            raise
+
+# %% ../nbs/07_dataset.ipynb #3be1b7ef
+class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
     "timm-compatible map-style image dataset: `ds[i] -> (image, target)`, read by a reader, decoded by `decode_image`."
     io_retries, io_backoff = 3, 0.05  # a transient OS error: retried this often, after 0.05, 0.2, 0.8 s, then raised
     def __init__(self, root, # dataset root (folder, .tar, folder of .tars, .csv, cache store), see `create_reader`
@@ -58,16 +95,6 @@ class ImageDataset(torch.utils.data.Dataset):
         # one flag per sample in shared memory: DataLoader workers (forked or spawned) mark skips the parent can read
         self._bad = torch.zeros(len(reader), dtype=torch.uint8).share_memory_() if bad_sample == 'skip' else None
 
-    @property
-    def transform(self): return self._transform
-    @transform.setter
-    def transform(self, t):
-        self._transform = t
-        kind = 'pil' if t is None else transform_input(t)  # what it takes, declared (`SampleTransform`): decided once
-        self._to_tensor = kind != 'pil'
-        # a pipeline that starts with a crop can take a not-yet-decoded JPEG and decode only the crop box
-        self._encoded = kind == 'encoded' and decode.native is not None
-
     def __len__(self) -> int: return len(self.reader)
 
     @property
@@ -89,12 +116,7 @@ def _load(self:ImageDataset, index: int):
     if self.load_bytes:
         if isinstance(src, np.ndarray): raise _UsageError('load_bytes=True needs a reader of encoded files; this reader returns decoded pixels')
         return read_source(src), target
-    if self._encoded and self.input_img_mode == 'RGB' and not isinstance(src, np.ndarray):
-        data = read_source(src)
-        enc = encoded_jpeg(data)
-        if enc is not None: return enc, target
-        src = data  # not a colour JPEG: decode it whole, without reading the file again
-    return decode_image(src, self.input_img_mode, self._to_tensor), target
+    return self.decode_sample(src), target
 
 @patch
 def _load_retrying(self:ImageDataset, index: int):
@@ -117,14 +139,10 @@ def __getitem__(self:ImageDataset, index: int):
     except OSError as e:  # ImageDecodeError, or a file that is missing or unreadable for good (never a transient error)
         if is_transient(e): raise
         return self._on_bad(index, e)
-    if self._transform is not None:
-        try: img = self._transform(img)
-        except ImageDecodeError as e:
-            if isinstance(img, EncodedJpeg): return self._on_bad(index, e)  # decoded inside the transform
-            raise
-        except Exception as e:
-            if hasattr(e, 'add_note'): e.add_note(f'timmdata: while transforming sample {index} ({self.filename(index)})')
-            raise
+    try: img = self.transform_sample(img, lambda: f'sample {index} ({self.filename(index)})')
+    except ImageDecodeError as e:
+        if isinstance(img, EncodedJpeg): return self._on_bad(index, e)  # decoded inside the transform
+        raise
     if target is None: target = -1
     elif self.target_transform is not None: target = self.target_transform(target)
     return img, target

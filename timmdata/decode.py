@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_decode.ipynb #3d05cde2
 from __future__ import annotations
-import importlib.util, io, os, warnings
+import importlib.util, io, os, re, warnings
 from typing import Optional
 import numpy as np
 import torch
@@ -12,8 +12,8 @@ from PIL import Image
 
 # %% auto #0
 __all__ = ['native', 'NATIVE_STATUS', 'MAX_IMAGE_PIXELS', 'ImageDecodeError', 'CorruptJpegWarning', 'set_max_image_pixels',
-           'check_pixels', 'convert_mode', 'read_source', 'jpeg_warnings', 'decode_image', 'EncodedJpeg',
-           'encoded_jpeg']
+           'check_pixels', 'convert_mode', 'torchcodec_jpeg', 'torchcodec_status', 'torchcodec_error', 'read_source',
+           'jpeg_warnings', 'decode_image', 'decoder_name', 'EncodedJpeg', 'encoded_jpeg']
 
 # %% ../nbs/02_decode.ipynb #2395e4c6
 # written by setup.py beside the extension when its build failed (the package's folder, found without importing it)
@@ -113,19 +113,34 @@ def convert_mode(img: Image.Image, # a PIL image (loaded or not)
     return img if img.mode == mode else img.convert(mode)
 
 # %% ../nbs/02_decode.ipynb #194b821b
-# torchvision 0.29 deprecates its decoders in favour of TorchCodec and warns on every call; the warning is about
-# the future, not about this call, so it is silenced around the call only (the process's filters stay as they are)
-_TV_DEPRECATION = 'The image decoding and encoding capabilities of TorchVision are deprecated'
-_TV = None  # (decode_jpeg, RGB mode, GRAY mode), imported on first use: torchvision.io imports all of torchvision (seconds)
+_TC = None  # (TorchCodec's decode_jpeg or None, a sentence saying which and why), loaded on first use
+_TC_LOC = re.compile(r'^\w+, \S+\.cpp:\d+, ')  # "decode_rows, /build/path/DecodeJpeg.cpp:287, ": where, not what
 
-def _torchvision_jpeg():
-    global _TV
-    if _TV is None:
-        try:
-            from torchvision.io import decode_jpeg, ImageReadMode
-            _TV = (decode_jpeg, ImageReadMode.RGB, ImageReadMode.GRAY)
-        except ImportError: _TV = (None, None, None)
-    return _TV
+def _load_torchcodec() -> tuple:
+    global _TC
+    if os.environ.get('TIMMDATA_TORCHCODEC', '1').strip().lower() in ('0', 'false', 'no', 'off'):
+        _TC = None, 'off: turned off by the environment variable TIMMDATA_TORCHCODEC=0'
+        return _TC
+    try:
+        import torchcodec
+        from torchcodec.decoders import decode_jpeg
+        _TC = decode_jpeg, f'torchcodec {torchcodec.__version__.split("+")[0]}'
+    except Exception as e:  # not installed (ImportError), or its libraries do not load with this torch / CUDA (OSError, RuntimeError)
+        why = 'not installed' if isinstance(e, ImportError) else f'does not load here: {type(e).__name__}: {str(e).splitlines()[0][:200]}'
+        _TC = None, f"torchcodec {why}; pip install 'timmdata[codec]' (torchcodec >= 0.16, torch >= 2.11) for its JPEG decoders"
+    return _TC
+
+def torchcodec_jpeg():
+    "TorchCodec's `decode_jpeg` (CPU and CUDA, batched on CUDA), or None where TorchCodec is not installed or does not load."
+    return (_TC or _load_torchcodec())[0]
+
+def torchcodec_status() -> str:
+    "Which TorchCodec decodes JPEGs here, or why none does (for `timmdata info`)."
+    return (_TC or _load_torchcodec())[1]
+
+def torchcodec_error(e: Exception) -> str:
+    "TorchCodec's error message without the C++ source location it starts with."
+    return _TC_LOC.sub('', str(e))
 
 def read_source(src) -> bytes:
     "The bytes of an encoded image given as a path, bytes or a file-like object."
@@ -211,16 +226,20 @@ def decode_image(src, # path, bytes/memoryview, file-like object, or uint8 HWC n
         if native is not None:
             t = _native_decode(data, mode == 'L')
             if isinstance(t, torch.Tensor): return t
-            why = t  # libjpeg's error (PIL tries, torchvision would fail the same way), or None: not a JPEG for it
-        dec, rgb, gray = _TV or _torchvision_jpeg()
-        if why is None and dec is not None:
-            try:
-                with warnings.catch_warnings():
-                    warnings.filterwarnings('ignore', message=_TV_DEPRECATION, category=DeprecationWarning)
-                    return dec(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=rgb if mode == 'RGB' else gray)
-            except RuntimeError as e: why = f'torchvision: {e}'  # e.g. an exotic JPEG variant: PIL may still read it
+            why = t  # libjpeg's error (PIL tries, TorchCodec would fail the same way), or None: not a JPEG for it
+        dec = torchcodec_jpeg()
+        if why is None and dec is not None and size:  # only with the claimed size checked above: it allocates at once
+            try: return dec(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode='RGB' if mode == 'RGB' else 'GRAY')
+            except RuntimeError as e: why = f'torchcodec: {torchcodec_error(e)}'  # e.g. an exotic JPEG variant: PIL may still read it
     img = _pil_decode(data, mode, why)
     return _pil_to_tensor(img) if to_tensor else img
+
+# %% ../nbs/02_decode.ipynb #acfc97e7
+def decoder_name() -> str:
+    "The JPEG decoders active in this process, in the order tried, e.g. 'native libjpeg-turbo (crop-aware) + torchcodec 0.17.0 + PIL'."
+    tc = torchcodec_jpeg() is not None
+    parts = (['native libjpeg-turbo (crop-aware)'] if native is not None else []) + ([torchcodec_status()] if tc else []) + ['PIL']
+    return ' + '.join(parts)
 
 # %% ../nbs/02_decode.ipynb #7a75ac10
 _CROP_MARGIN = 8  # pixels decoded around a crop so that chroma upsampling sees the same neighbours as a full decode

@@ -8,10 +8,12 @@ import math
 from typing import Iterator, Optional
 import torch
 import torch.distributed as dist
-from torch.utils.data import Sampler
+from torch.utils.data import Sampler, SequentialSampler
+from torch.utils.data.distributed import DistributedSampler
+from .config import mix_seed
 
 # %% auto #0
-__all__ = ['OrderedDistributedSampler', 'RepeatAugSampler']
+__all__ = ['OrderedDistributedSampler', 'RepeatAugSampler', 'SeededRandomSampler', 'epoch_order', 'sampler_kind', 'world_of']
 
 # %% ../nbs/13_distributed_sampler.ipynb #f881993f
 def _world(num_replicas: Optional[int], rank: Optional[int], who: str) -> tuple:
@@ -77,7 +79,8 @@ class RepeatAugSampler(Sampler):
         else: sel = math.ceil(n / ratio)
         self.num_selected_samples = min(sel, self.num_samples)
 
-    def __iter__(self) -> Iterator[int]:
+    def epoch_order(self) -> list:
+        "The epoch's one global order of (repeated) sample indices; rank r reads positions r, r+W, ... of it."
         n = len(self.dataset)
         g = torch.Generator().manual_seed(self.epoch)  # every rank draws the same permutation
         order = torch.randperm(n, generator=g) if self.shuffle else torch.arange(n)
@@ -85,7 +88,10 @@ class RepeatAugSampler(Sampler):
             k = math.ceil(self.num_repeats * n)
             order = order[torch.tensor([int(i // self.num_repeats) for i in range(k)], dtype=torch.long)]
         else: order = order.repeat_interleave(int(self.num_repeats))
-        order = order.tolist()  # plain ints: a tensor here would be copied into every worker
+        return order.tolist()  # plain ints: a tensor here would be copied into every worker
+
+    def __iter__(self) -> Iterator[int]:
+        order = self.epoch_order()
         m = len(order)
         if m == 0: return iter([])
         picks = range(self.rank, self.total_size, self.num_replicas)[:self.num_selected_samples]
@@ -96,3 +102,52 @@ class RepeatAugSampler(Sampler):
     def set_epoch(self, epoch: int):
         "Reshuffles for `epoch`; call it at the start of every epoch, on every rank."
         self.epoch = epoch
+
+# %% ../nbs/13_distributed_sampler.ipynb #56fc711a
+_ORDER = 0x0DE5  # mix_seed tag of the random order
+
+class SeededRandomSampler(Sampler):
+    "Shuffles like torch's `RandomSampler`, its order a function of (seed, epoch, pass): repeatable and resumable."
+    def __init__(self, dataset, # a sized dataset (only `len()` is used)
+                 seed: int = 0, # the loader's seed
+                ):
+        self.dataset, self.seed, self.epoch = dataset, seed, 0
+    def __len__(self) -> int: return len(self.dataset)
+    def set_epoch(self, epoch: int): self.epoch = epoch
+    def order(self, rep: int = 0) -> list:
+        "The permutation of epoch `self.epoch`, pass `rep` (passes repeat an epoch when `set_epoch` is not called)."
+        g = torch.Generator().manual_seed(mix_seed(self.seed, self.epoch, rep, _ORDER))
+        return torch.randperm(len(self.dataset), generator=g).tolist()
+    def __iter__(self): return iter(self.order())
+
+def epoch_order(sampler, rep: int = 0) -> tuple:
+    "(order, total, W, rank): `sampler`'s epoch as one global order; rank r of W reads positions r, r+W, ... < total."
+    if isinstance(sampler, SeededRandomSampler): return sampler.order(rep), len(sampler), 1, 0
+    if isinstance(sampler, SequentialSampler): n = len(sampler.data_source); return list(range(n)), n, 1, 0
+    if isinstance(sampler, DistributedSampler):  # torch's permutation and padding, exactly (see the test below)
+        n = len(sampler.dataset)
+        if not sampler.shuffle: order = list(range(n))
+        else: order = torch.randperm(n, generator=torch.Generator().manual_seed(sampler.seed + sampler.epoch)).tolist()
+        return order, sampler.total_size, sampler.num_replicas, sampler.rank
+    if isinstance(sampler, RepeatAugSampler):
+        return sampler.epoch_order(), sampler.num_selected_samples * sampler.num_replicas, sampler.num_replicas, sampler.rank
+    if isinstance(sampler, OrderedDistributedSampler):
+        return list(range(len(sampler.dataset))), sampler.total_size, sampler.num_replicas, sampler.rank
+    raise TypeError(f"{type(sampler).__name__} has no resumable epoch plan: use SeededRandomSampler, SequentialSampler, "
+                    f"DistributedSampler, RepeatAugSampler or OrderedDistributedSampler")
+
+def sampler_kind(sampler) -> dict:
+    "What fixes a sampler's order, apart from the world size (compared when a state is loaded)."
+    d = dict(kind=type(sampler).__name__)
+    for k in ('shuffle', 'drop_last', 'num_repeats', 'selected_round', 'selected_ratio'):
+        if hasattr(sampler, k): d[k] = getattr(sampler, k)
+    if isinstance(sampler, DistributedSampler): d['sampler_seed'] = sampler.seed
+    return d
+
+def world_of(sampler) -> tuple:
+    "(W, rank, total) of `sampler` without drawing its order."
+    if isinstance(sampler, (SeededRandomSampler, SequentialSampler)): return 1, 0, len(sampler)
+    if isinstance(sampler, RepeatAugSampler):
+        return sampler.num_replicas, sampler.rank, sampler.num_selected_samples * sampler.num_replicas
+    if isinstance(sampler, (DistributedSampler, OrderedDistributedSampler)): return sampler.num_replicas, sampler.rank, sampler.total_size
+    return epoch_order(sampler)[2:] + (None,)  # raises the error naming the sampler

@@ -11,14 +11,17 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, default_collate, get_worker_info
 from .collate import BatchCollate, BatchRing, fast_collate
-from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
+from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler, SeededRandomSampler
+from .gpu_decode import create_device_decode_loader
 from .prefetch import SEED_MIX, PrefetchLoader, default_rank, resolve_device
 from .scheduled_sampler import ScheduledBatchSampler, ScheduledTransformDataset
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
+from .resume import (ResumableBatchSampler, ResumableDataLoader, ResumablePrefetchLoader, SeededDataset,
+                             StatefulLoader, loader_seed)
 
 # %% auto #0
-__all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'jitter_on_batch', 'create_loader', 'fast_collate',
-           'PrefetchLoader']
+__all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'ResumableMultiEpochsDataLoader', 'jitter_on_batch',
+           'create_loader', 'fast_collate', 'PrefetchLoader']
 
 # %% ../nbs/14_loader.ipynb #df52b17c
 _all_ = ['fast_collate', 'PrefetchLoader']  # defined in timmdata.collate and timmdata.prefetch; found here as in timm
@@ -88,6 +91,20 @@ class MultiEpochsDataLoader(DataLoader):
     def __iter__(self):
         if self._iterator is None: self._iterator = super().__iter__()
         for _ in range(len(self)): yield next(self._iterator)
+
+class ResumableMultiEpochsDataLoader(StatefulLoader, MultiEpochsDataLoader):
+    "`MultiEpochsDataLoader` with `state_dict()` / `load_state_dict()` (`timmdata.resume`): each pass ends where its epoch ends."
+    _until_end = True
+    def _fresh(self) -> bool: return self._iterator is None
+    def _batches(self):
+        if self.plan is None: return MultiEpochsDataLoader.__iter__(self)
+        if self._iterator is None: self._iterator = DataLoader.__iter__(self)
+        return self._iterator
+    def load_state_dict(self, state_dict: dict):
+        "Continue from `state_dict`; workers already running ahead (planned from the old position) are stopped."
+        if self._iterator is not None and hasattr(self._iterator, '_shutdown_workers'): self._iterator._shutdown_workers()
+        self._iterator = None
+        super().load_state_dict(state_dict)
 
 # %% ../nbs/14_loader.ipynb #7d8934fa
 def _check_args(batch_size, num_workers, worker_seeding, tf_preprocessing):
@@ -220,8 +237,13 @@ def create_loader(
         num_batches: Optional[int] = None, # scheduled: batches per epoch (None: a sample budget, or inferred when progressive)
         prefetch_factor: Optional[int] = None, # batches queued per worker (None: torch's default, 2)
         channels_last: bool = False, # channels-last batches (prefetcher only)
+        seed: Optional[int] = None, # seed of the order and of every random draw (per sample, mixing, batch ops); None: drawn from torch's RNG (rank 0's when distributed)
+        decode_device: Optional[str] = None, # 'cuda': workers only read JPEG bytes and draw crops; decode, crop and resize batched on the GPU (`gpu_decode`); 'cpu' runs that path on the CPU
        ):
     "timm's `create_loader`: a loader of normalised batches on `device`, fast by default, CPU or CUDA."
+    if decode_device is not None:  # the arguments go on as they are; the device path refuses those it cannot honour, by name
+        args = {k: v for k, v in locals().items() if k not in ('dataset', 'input_size', 'batch_size')}
+        return create_device_decode_loader(dataset, input_size, batch_size, **args)
     _check_args(batch_size, num_workers, worker_seeding, tf_preprocessing)
     size = parse_input_size(input_size)  # (H, W)
     device = resolve_device(device, PrefetchLoader.devices if use_prefetcher else None)
@@ -257,22 +279,25 @@ def create_loader(
     if pin_memory is None: pin_memory = use_prefetcher and device.type == 'cuda'
     pin_memory = bool(pin_memory) and torch.cuda.is_available()
     if collate_fn is None: collate_fn = _default_collate_fn(use_prefetcher, pin_memory, device, shapes, num_workers, prefetch_factor)
-    iterable = isinstance(dataset, torch.utils.data.IterableDataset)
-    if input_size_choices is None:
-        batching = dict(batch_size=batch_size, shuffle=(not iterable and sampler is None and is_training), sampler=sampler,
-                        drop_last=is_training)
+    if isinstance(dataset, torch.utils.data.IterableDataset): batching = dict(batch_size=batch_size, drop_last=is_training)
+    elif input_size_choices is None:  # one global order per epoch, a seed per sample: resumable (timmdata.resume)
+        run_seed = loader_seed(seed, distributed)
+        if sampler is None: sampler = SeededRandomSampler(dataset, run_seed) if is_training else SequentialSampler(dataset)
+        batching = dict(batch_sampler=ResumableBatchSampler(sampler, batch_size, drop_last=is_training, seed=run_seed,
+                                                            seed_explicit=seed is not None))
+        dataset = SeededDataset(dataset)
     else:
         batching = dict(batch_sampler=ScheduledBatchSampler(
             sampler if sampler is not None else RandomSampler(dataset), batch_size_choices, choice_weights=batch_choice_weights,
             seed=batch_choice_seed, drop_last=is_training, num_batches=num_batches, choice_schedule=batch_choice_schedule,
             schedule_epochs=batch_schedule_epochs, schedule_spread=batch_schedule_spread, schedule_random_mix=batch_schedule_random_mix))
-    loader = (MultiEpochsDataLoader if use_multi_epochs_loader else DataLoader)(
+    loader = (ResumableMultiEpochsDataLoader if use_multi_epochs_loader else ResumableDataLoader)(
         dataset, **batching, num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
         worker_init_fn=partial(worker_init, worker_seeding=worker_seeding, rank=default_rank()),
         persistent_workers=persistent_workers and num_workers > 0 and not use_multi_epochs_loader,
         prefetch_factor=prefetch_factor if num_workers > 0 else None)
     if not use_prefetcher: return loader
-    return PrefetchLoader(
+    return ResumablePrefetchLoader(
         loader, mean=mean, std=std, channels=channels, device=device, fp16=fp16, img_dtype=img_dtype,
         re_prob=re_prob if is_training and not no_aug else 0., re_mode=re_mode, re_count=re_count,
         re_num_splits=re_num_splits, channels_last=channels_last,

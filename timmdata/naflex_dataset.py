@@ -4,7 +4,7 @@
 
 # %% ../nbs/24_naflex_dataset.ipynb #73824725
 from __future__ import annotations
-import math
+import itertools, math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
@@ -12,9 +12,10 @@ from fastcore.basics import patch
 from .dataset import ChoiceTransform, ImageDataset
 from .collate import new_uint8
 from .naflex_transforms import parse_patch_size
+from .config import mix_seed
 
 # %% auto #0
-__all__ = ['calculate_naflex_batch_size', 'NaFlexCollator', 'NaFlexMapDatasetWrapper']
+__all__ = ['calculate_naflex_batch_size', 'NaFlexCollator', 'NaFlexMapDatasetWrapper', 'NaFlexStreamWrapper']
 
 # %% ../nbs/24_naflex_dataset.ipynb #65076d70
 def calculate_naflex_batch_size(tokens_per_batch: int, # the token budget of a batch
@@ -138,8 +139,7 @@ class NaFlexMapDatasetWrapper(IterableDataset):
                  batch_divisor: int = 8, # batch sizes are multiples of this
                  patchify_channels_last: bool = True, # flat patch layout: channel last (timm's default)
                 ):
-        if isinstance(base_dataset, IterableDataset) or not (hasattr(base_dataset, '__len__') and hasattr(base_dataset, '__getitem__')):
-            raise TypeError(f'NaFlexMapDatasetWrapper needs a map-style dataset (__len__ and __getitem__); got {type(base_dataset).__name__}')
+        self._check_base(base_dataset)
         if not seq_lens or min(seq_lens) < 1: raise ValueError(f'seq_lens must be positive sequence lengths; got {seq_lens!r}')
         self.base_dataset, self.seq_lens = base_dataset, sorted(set(int(s) for s in seq_lens))
         self.max_tokens_per_batch, self.seed, self.shuffle, self.batch_divisor = max_tokens_per_batch, seed, shuffle, batch_divisor
@@ -153,10 +153,14 @@ class NaFlexMapDatasetWrapper(IterableDataset):
                             for k, p in enumerate(self.patch_sizes) for s in self.seq_lens}
         self.mixup_fn = mixup_fn
         self._inner = None  # for a timmdata ImageDataset: the transforms run inside it (a crop decodes only its box)
-        if transform_factory and isinstance(base_dataset, ImageDataset) and base_dataset.transform is None:
+        if transform_factory and isinstance(base_dataset, (ImageDataset, IterableDataset)) and getattr(base_dataset, 'transform', 0) is None:
             self._inner = ChoiceTransform(self.transforms); base_dataset.transform = self._inner
         self._make_schedule()
 
+    def _check_base(self, ds):
+        if isinstance(ds, IterableDataset) or not (hasattr(ds, '__len__') and hasattr(ds, '__getitem__')):
+            raise TypeError(f'{type(self).__name__} needs a map-style dataset (__len__ and __getitem__); got {type(ds).__name__} '
+                            f'(for a stream, e.g. an IterableImageDataset, use NaFlexStreamWrapper)')
     def __len__(self) -> int: return len(self._schedule)
     def __iter__(self): return self._batches()  # defined below (an IterableDataset needs __iter__ in its class body)
     @property
@@ -205,6 +209,73 @@ def _batches(self:NaFlexMapDatasetWrapper):
         for i in idx:
             sample = self.base_dataset[i]
             if sample is None: continue  # the dataset's bad_sample='skip' policy: counted and warned there
+            img, y = sample
+            if self._inner is None and self.transforms[(s, k)] is not None: img = self.transforms[(s, k)](img)
+            imgs.append(img); ys.append(y)
+        if not imgs: continue
+        if self.mixup_fn is not None: imgs, ys = self.mixup_fn(imgs, ys)
+        yield self.collate_fns[(s, k)](list(zip(imgs, ys)))
+
+# %% ../nbs/24_naflex_dataset.ipynb #e06e596a
+class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
+    "NaFlex token-budget batches over a stream: each worker's samples in batches of one sequence length, the same count on every rank."
+    def __init__(self, base_dataset, # an iterable dataset of (image, target) with a settable `transform` and `set_epoch` (IterableImageDataset)
+                 num_workers: int = 0, # the DataLoader's workers (the schedule is per worker)
+                 **kwargs): # NaFlexMapDatasetWrapper's arguments (distributed/rank/world_size are the stream's business)
+        self.num_workers = num_workers
+        if callable(getattr(base_dataset, 'set_loader_cfg', None)): base_dataset.set_loader_cfg(num_workers=num_workers)
+        super().__init__(base_dataset, **kwargs)
+
+    def _check_base(self, ds):
+        if not isinstance(ds, IterableDataset) or not hasattr(ds, '__len__'):
+            raise TypeError(f'NaFlexStreamWrapper needs an iterable dataset with a length (samples per rank per epoch), '
+                            f'e.g. IterableImageDataset; got {type(ds).__name__} (for a map-style dataset use NaFlexMapDatasetWrapper)')
+
+    def set_epoch(self, epoch: int):
+        "The epoch of the next pass, for the wrapper and the stream; running (persistent) workers see both."
+        super().set_epoch(epoch)
+        if callable(getattr(self.base_dataset, 'set_epoch', None)): self.base_dataset.set_epoch(epoch)
+
+    def worker_samples(self, wid: int) -> int:
+        "Samples worker `wid` of each rank reads per epoch: the stream's own count (IterableImageDataset), else its length dealt evenly."
+        f = getattr(self.base_dataset, 'samples_per_worker', None)  # training streams: the same for every worker of every rank
+        if callable(f): return int(f())
+        n, nw = len(self.base_dataset), max(1, self.num_workers)
+        return n // nw + (wid < n % nw)
+
+# %% ../nbs/24_naflex_dataset.ipynb #fb8bdd8e
+@patch
+def _make_schedule(self:NaFlexStreamWrapper):
+    "Each worker's canonical (seq_len, batch size) list, drawn from (seed, worker), covering that worker's samples."
+    self._schedules = []
+    for wid in range(max(1, self.num_workers)):
+        g, left, sched = torch.Generator().manual_seed(mix_seed(self.seed, wid)), self.worker_samples(wid), []
+        while left > 0:
+            s = self.seq_lens[int(torch.randint(0, len(self.seq_lens), (1,), generator=g))]
+            bs = min(calculate_naflex_batch_size(self.max_tokens_per_batch, s, max_size=left, divisor=self.batch_divisor), left)
+            sched.append((s, bs)); left -= bs
+        self._schedules.append(sched)
+    self._schedule = [b for s in self._schedules for b in s]  # all workers' batches: len() is this rank's batch count
+
+@patch
+def _batches(self:NaFlexStreamWrapper):
+    "This worker's batches of the epoch: the schedule in this epoch's order, each filled from the stream as it comes."
+    info = get_worker_info()
+    wid = info.id if info is not None else 0
+    if info is not None and info.num_workers != max(1, self.num_workers):
+        raise RuntimeError(f'NaFlexStreamWrapper was made for num_workers={self.num_workers} but runs in {info.num_workers} workers: '
+                           f'pass the DataLoader\'s num_workers to the wrapper')
+    epoch, sched = self.epoch, self._schedules[wid]
+    if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)): self.mixup_fn.set_epoch(epoch)
+    g = torch.Generator().manual_seed(mix_seed(self.seed, epoch, wid))
+    if self.shuffle: sched = [sched[i] for i in torch.randperm(len(sched), generator=g).tolist()]
+    probs, stream = torch.tensor(self.patch_size_probs), iter(self.base_dataset)
+    for s, bs in sched:
+        k = int(torch.multinomial(probs, 1, generator=g)) if self.variable_patch_size else 0
+        if self._inner is not None: self._inner.choice = (s, k)  # the stream transforms each sample as it is pulled
+        imgs, ys = [], []
+        for sample in itertools.islice(stream, bs):
+            if sample is None: continue  # the stream's bad_sample='skip' policy: counted and warned there
             img, y = sample
             if self._inner is None and self.transforms[(s, k)] is not None: img = self.transforms[(s, k)](img)
             imgs.append(img); ys.append(y)

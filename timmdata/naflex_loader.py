@@ -15,7 +15,7 @@ from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_
 from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .distributed_sampler import OrderedDistributedSampler
 from .loader import jitter_on_batch, worker_init
-from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper
+from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper
 from .naflex_random_erasing import PatchRandomErasing
 from .decode import native
 from .prefetch import SEED_MIX, BufferPool, default_rank, resolve_device, torch_threads
@@ -154,16 +154,13 @@ def _check_naflex_args(dataset, is_training, num_aug_repeats, num_aug_splits, tr
     if not isinstance(batch_size, int) or batch_size < 1: raise ValueError(f'batch_size must be an int >= 1; got {batch_size!r}')
     if is_training:
         if not train_seq_lens or min(train_seq_lens) < 1: raise ValueError(f'train_seq_lens must be positive sequence lengths; got {train_seq_lens!r}')
-        if isinstance(dataset, IterableDataset):
-            raise TypeError(f'create_naflex_loader(is_training=True) needs a map-style dataset; {type(dataset).__name__} is iterable '
-                            f'(NaFlex batching over streaming datasets is not built yet)')
     elif not isinstance(max_seq_len, int) or max_seq_len < 1: raise ValueError(f'max_seq_len must be an int >= 1; got {max_seq_len!r}')
     if not hasattr(dataset, 'transform'):
         raise TypeError(f'create_naflex_loader sets dataset.transform; {type(dataset).__name__} has no `transform` attribute: use timmdata.ImageDataset')
 
 # %% ../nbs/25_naflex_loader.ipynb #40128abe
 def create_naflex_loader(
-        dataset, # a map-style dataset with a settable `transform` (e.g. ImageDataset)
+        dataset, # a dataset with a settable `transform`: map-style (ImageDataset) or a stream (IterableImageDataset)
         patch_size: Union[int, Tuple[int, int], None] = None, # patch size (None: 16)
         patch_size_choices: Optional[Sequence[int]] = None, # several patch sizes, one drawn per training batch
         patch_size_choice_probs: Optional[Sequence[float]] = None, # their probabilities
@@ -202,6 +199,7 @@ def create_naflex_loader(
                   patchify_channels_last=patchify_channels_last)
     dl_kw = dict(num_workers=num_workers, pin_memory=pin_memory, persistent_workers=persistent_workers and num_workers > 0,
                  worker_init_fn=partial(worker_init, worker_seeding=worker_seeding, rank=rank if distributed else default_rank()))
+    if hasattr(dataset, 'set_loader_cfg'): dataset.set_loader_cfg(num_workers=num_workers)  # a stream: its split over workers
     if is_training:
         factory = partial(create_transform, is_training=True, no_aug=no_aug, train_crop_mode=train_crop_mode, scale=scale,
                           ratio=ratio, hflip=hflip, vflip=vflip, color_jitter=None if batch_jitter else color_jitter, color_jitter_prob=color_jitter_prob,
@@ -209,11 +207,13 @@ def create_naflex_loader(
                           crop_pct=crop_pct, crop_mode=crop_mode, crop_border_pixels=crop_border_pixels,
                           re_prob=re_prob, re_mode=re_mode, re_count=re_count, **common)
         dataset.transform = None  # the wrapper installs the transform of each (sequence length, patch size)
-        wrapped = NaFlexMapDatasetWrapper(
+        # a stream (IterableImageDataset) splits itself over ranks and workers: token-budget batches per worker
+        if isinstance(dataset, IterableDataset): wrapper, share = NaFlexStreamWrapper, dict(num_workers=num_workers)
+        else: wrapper, share = NaFlexMapDatasetWrapper, dict(distributed=distributed, rank=rank, world_size=world_size)
+        wrapped = wrapper(
             dataset, transform_factory=factory, patch_size=patch_size, patch_size_choices=patch_size_choices,
             patch_size_choice_probs=patch_size_choice_probs, seq_lens=train_seq_lens,
-            max_tokens_per_batch=batch_size * max(train_seq_lens), mixup_fn=mixup_fn, seed=seed, distributed=distributed,
-            rank=rank, world_size=world_size, shuffle=True, epoch=epoch, patchify_channels_last=patchify_channels_last)
+            max_tokens_per_batch=batch_size * max(train_seq_lens), mixup_fn=mixup_fn, seed=seed, **share, shuffle=True, epoch=epoch, patchify_channels_last=patchify_channels_last)
         loader = DataLoader(wrapped, batch_size=None, shuffle=False, **dl_kw)  # the wrapper makes whole batches
     else:
         ps = 16 if patch_size is None else patch_size

@@ -352,6 +352,7 @@ def _worker_died(e: BaseException) -> bool:
 @patch
 def _stop_workers(self: PrefetchLoader, it, force: bool):
     "End of an iteration: stop the DataLoader's workers unless they are persistent, all alive and not `force`d; then the collate may reuse what they held."
+    it = getattr(it, 'iterator', it)  # under timmdata.resume's DeliveredIterator: torch's iterator
     kept = getattr(self.loader, '_iterator', None)  # a persistent iterator (a DataLoader's, or MultiEpochsDataLoader's)
     dl_it = kept if kept is not None and (kept is it or not hasattr(it, '_shutdown_workers')) else it
     workers = getattr(dl_it, '_workers', None)  # torch's worker processes, by worker id

@@ -1,0 +1,163 @@
+"""Issue 17's benchmark: the device-decode path against timm's loader, torchvision's, timmdata's CPU path and the
+decode limit of the device's JPEG decoder (TorchCodec: nvJPEG on CUDA, libjpeg-turbo on the CPU), in one run, on
+about 10,000 JPEGs of 500x375 made with `timmdata.make_sample_dataset`, batch 256, train and eval pipelines.
+
+Every loader yields normalised float batches of 3x224x224 on the device; epochs alternate between loaders (one
+warm-up epoch each, then `--epochs` measured), and the table prints medians: images/s, CPU seconds per image (the
+main process and all its worker processes, user + system), and ratios to timm's loader.
+
+On the H100 machine:   python bench/bench_gpu.py --device cuda --workers 16 --out out/bench_gpu_h100.json
+On a CPU (proof it runs; CPU figures only):   python bench/bench_gpu.py --device cpu --n 500 --batch-size 64 --workers 2
+"""
+import argparse, json, os, platform, resource, statistics, sys, time
+from pathlib import Path
+
+import torch
+
+import timmdata
+from timmdata import decode
+from timmdata.config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timmdata.gpu_decode import create_device_decode_loader
+from timmdata.sample_data import make_sample_dataset
+
+SIZE = 224
+CLK = os.sysconf('SC_CLK_TCK')
+
+
+def cpu_seconds() -> float:
+    "CPU seconds (user + system) of this process, its live children (DataLoader workers) and its reaped children."
+    def proc(pid):
+        try: f = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+        except OSError: return 0.
+        return (int(f[11]) + int(f[12])) / CLK
+    kids = []
+    for task in Path('/proc/self/task').iterdir():
+        try: kids += [int(p) for p in (task / 'children').read_text().split()]
+        except OSError: pass
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return proc(os.getpid()) + sum(proc(k) for k in set(kids)) + ru.ru_utime + ru.ru_stime
+
+
+# ---------- the contenders: each returns an iterable of (float batch on `device`, targets) ----------
+
+def timm_loader(root, train, bs, nw, device):
+    import timm.data
+    ds = timm.data.ImageDataset(str(root))
+    return timm.data.create_loader(ds, (3, SIZE, SIZE), bs, is_training=train, color_jitter=0.4 if train else None,
+                                   num_workers=nw, use_prefetcher=True, device=device, persistent_workers=True)
+
+def torchvision_loader(root, train, bs, nw, device):
+    from torchvision import datasets, transforms as T
+    norm = [T.ToTensor(), T.Normalize(IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)]
+    tf = (T.Compose([T.RandomResizedCrop(SIZE), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4)] + norm) if train
+          else T.Compose([T.Resize(256), T.CenterCrop(SIZE)] + norm))
+    dl = torch.utils.data.DataLoader(datasets.ImageFolder(str(root), transform=tf), batch_size=bs, shuffle=train,
+                                     drop_last=train, num_workers=nw, persistent_workers=nw > 0,
+                                     pin_memory=device.type == 'cuda')
+    class ToDevice:  # the copy to the device belongs to the loader's cost
+        loader = dl
+        def __len__(self): return len(dl)
+        def __iter__(self):
+            for x, y in dl: yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    return ToDevice()
+
+def timmdata_cpu_loader(root, train, bs, nw, device):
+    return timmdata.create_loader(timmdata.ImageDataset(str(root)), (3, SIZE, SIZE), bs, is_training=train,
+                                  color_jitter=0.4 if train else None, num_workers=nw, device=device)
+
+def timmdata_device_loader(root, train, bs, nw, device):
+    return create_device_decode_loader(timmdata.ImageDataset(str(root)), (3, SIZE, SIZE), bs, is_training=train,
+                                       color_jitter=0.4 if train else None, num_workers=nw, decode_device=device)
+
+LOADERS = {'timm': timm_loader, 'torchvision': torchvision_loader, 'timmdata_cpu': timmdata_cpu_loader,
+           'timmdata_device': timmdata_device_loader}
+
+
+def sync(device):
+    if device.type == 'cuda': torch.cuda.synchronize(device)
+
+def time_epoch(loader, device) -> tuple:
+    "(images, seconds, CPU seconds) of one pass; checks every loader gives the same kind of batch."
+    n, c0, t0 = 0, cpu_seconds(), time.perf_counter()
+    for x, y in loader:
+        if n == 0 and (x.dtype != torch.float32 or x.device.type != device.type or tuple(x.shape[1:]) != (3, SIZE, SIZE)):
+            raise RuntimeError(f'expected float32 {device.type} batches of 3x{SIZE}x{SIZE}, got {x.dtype} {x.device} {tuple(x.shape)}')
+        n += x.shape[0]
+    sync(device)
+    return n, time.perf_counter() - t0, cpu_seconds() - c0
+
+def decode_limit(files, bs, device, rounds=2) -> tuple:
+    "(images/s, CPU s per image) of TorchCodec's decode_jpeg over the files in batches of `bs` on `device`, bytes in memory, one thread."
+    dec = decode.torchcodec_jpeg()
+    srcs = [torch.frombuffer(bytearray(Path(f).read_bytes()), dtype=torch.uint8) for f in files]
+    dec(srcs[:bs], device=device); sync(device)  # warm-up (nvJPEG's handles, the CUDA context)
+    best = None
+    for _ in range(rounds):
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        for i in range(0, len(srcs), bs): dec(srcs[i:i + bs], device=device)
+        sync(device)
+        dt, dc = time.perf_counter() - t0, cpu_seconds() - c0
+        if best is None or dt < best[0]: best = dt, dc
+    return len(srcs) / best[0], best[1] / len(srcs)
+
+
+def run(a) -> dict:
+    device = torch.device(a.device)
+    if device.type == 'cuda' and not torch.cuda.is_available(): sys.exit('bench_gpu: --device cuda but CUDA is not available here')
+    root = Path(a.root or Path('out') / f'bench_gpu_data_{a.n}')
+    per_class = max(1, a.n // 10)
+    make_sample_dataset(root, n_train=per_class, n_val=1, size=(500, 375), quality=90)
+    data = root / 'train'
+    files = sorted(data.rglob('*.JPEG'))
+    torch.set_num_threads(max(1, min(4, os.cpu_count() // 4)))
+    res = {'device': str(device), 'device_name': torch.cuda.get_device_name(device) if device.type == 'cuda' else platform.processor() or platform.machine(),
+           'images': len(files), 'image_size': '500x375', 'batch_size': a.batch_size, 'workers': a.workers, 'epochs': a.epochs,
+           'cpu_count': os.cpu_count(), 'torch': torch.__version__, 'decoder': decode.decoder_name(), 'pipelines': {}}
+    print(f"{len(files)} JPEGs 500x375, batch {a.batch_size}, {a.workers} workers, device {res['device_name']} ({device}); "
+          f"{res['cpu_count']} CPUs; decoders: {res['decoder']}", flush=True)
+    for pipe in a.pipelines.split(','):
+        train = pipe == 'train'
+        loaders = {c: LOADERS[c](data, train, a.batch_size, a.workers, device) for c in a.contenders.split(',')}
+        rates = {c: [] for c in loaders}; cpu = {c: [] for c in loaders}
+        for ep in range(a.epochs + 1):
+            for c, ld in loaders.items():
+                n, dt, dc = time_epoch(ld, device)
+                if ep: rates[c].append(n / dt); cpu[c].append(dc / n)
+                print(f'  {pipe} {c} epoch {ep}{" (warm-up)" if not ep else ""}: {n / dt:,.0f} img/s, {dc / n * 1e3:.2f} CPU ms/img', flush=True)
+        del loaders
+        lim, lim_cpu = decode_limit(files, a.batch_size, device)
+        med = {c: statistics.median(v) for c, v in rates.items()}
+        out = {'img_per_s': {**med, 'decode_limit': lim}, 'cpu_s_per_img': {**{c: statistics.median(v) for c, v in cpu.items()}, 'decode_limit': lim_cpu},
+               'runs': rates}
+        if 'timm' in med: out['ratio_to_timm'] = {c: med[c] / med['timm'] for c in med}
+        res['pipelines'][pipe] = out
+    return res
+
+def table(res: dict) -> str:
+    rows = [f"{'pipeline':<8} {'loader':<16} {'img/s':>10} {'CPU ms/img':>11} {'x timm':>8}"]
+    for pipe, out in res['pipelines'].items():
+        for c, r in out['img_per_s'].items():
+            ratio = out.get('ratio_to_timm', {}).get(c)
+            rows.append(f"{pipe:<8} {c:<16} {r:>10,.0f} {out['cpu_s_per_img'][c] * 1e3:>11.2f} {'' if ratio is None else f'{ratio:.2f}':>8}")
+    return '\n'.join(rows)
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--device', default='cuda', help="'cuda' (the benchmark) or 'cpu' (to check that it runs)")
+    p.add_argument('--n', type=int, default=10000, help='JPEGs in the dataset (made once, kept under --root)')
+    p.add_argument('--batch-size', type=int, default=256)
+    p.add_argument('--workers', type=int, default=os.cpu_count())
+    p.add_argument('--epochs', type=int, default=3, help='measured epochs per loader, after one warm-up epoch')
+    p.add_argument('--pipelines', default='train,eval')
+    p.add_argument('--contenders', default=','.join(LOADERS))
+    p.add_argument('--root', help='where the generated dataset lives (default out/bench_gpu_data_N)')
+    p.add_argument('--out', help='write the results here as JSON')
+    a = p.parse_args(argv)
+    res = run(a)
+    print(table(res))
+    if res['device'] == 'cpu': print('(CPU run: these are CPU figures only, not GPU ones)')
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True); Path(a.out).write_text(json.dumps(res, indent=1))
+    return res
+
+if __name__ == '__main__': main()

@@ -1,0 +1,107 @@
+"""Issue 15's streaming benchmark: one training epoch of the same images with the same train transform through
+create_loader, read (1) from the image folder (ImageDataset), (2) from local WebDataset shards, (3) from the same shards
+served by a local HTTP server (`python -m http.server`, started here), and (4) from shards stored pre-resized, when
+timmdata.shards.write_shards is there. Medians over `--epochs` epochs (after one warm-up epoch each), alternating the
+sources epoch by epoch; prints samples/s and the ratios to the folder (goals: local >= 0.9x, HTTP >= 0.8x,
+pre-resized > 1x), and the shard-writing speed.
+
+    python bench/bench_streaming.py --n 2000 --epochs 3 --workers 2
+"""
+import argparse, json, os, socket, statistics, subprocess, sys, tempfile, time, warnings
+from pathlib import Path
+import torch
+from timmdata import ImageDataset, create_loader, make_sample_dataset
+from timmdata.streaming import IterableImageDataset
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+
+def _write_shards(folder, dst, shard_size, resize=None):
+    "Shards in timm's layout: timmdata.shards.write_shards when it is there, else webdataset.ShardWriter. Returns seconds."
+    t0 = time.perf_counter()
+    try: from timmdata.shards import write_shards
+    except ImportError: write_shards = None
+    if write_shards is not None:
+        write_shards(folder, dst, shard_size=shard_size, resize=resize, split='train', progress=False)
+        return time.perf_counter() - t0
+    if resize is not None: return None
+    import webdataset as wds
+    ds = ImageDataset(folder, load_bytes=True)
+    dst.mkdir(parents=True, exist_ok=True)
+    with wds.ShardWriter(str(dst / 'train-%06d.tar'), maxcount=shard_size, verbose=0) as w:
+        for i in torch.randperm(len(ds), generator=torch.Generator().manual_seed(0)).tolist():
+            data, y = ds[i]; w.write({'__key__': f's{i:07d}', 'jpg': data, 'cls': y})
+    names = sorted(p.name for p in dst.glob('train-*.tar'))
+    lengths = [min(shard_size, len(ds) - k * shard_size) for k in range(len(names))]
+    (dst / '_info.json').write_text(json.dumps({'name': 'bench', 'splits': {'train': {
+        'name': 'train', 'num_samples': len(ds), 'filenames': names, 'shard_lengths': lengths}}}))
+    return time.perf_counter() - t0
+
+
+def _epoch(loader) -> tuple:
+    t0, n = time.perf_counter(), 0
+    for x, y in loader: n += len(y)
+    return n, time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('--n', type=int, default=2000, help='training images (about 500x375 JPEGs)')
+    ap.add_argument('--epochs', type=int, default=3, help='timed epochs per source (after one warm-up epoch)')
+    ap.add_argument('--workers', type=int, default=min(8, os.cpu_count() or 1), help='loader workers')
+    ap.add_argument('--batch-size', type=int, default=64)
+    ap.add_argument('--input-size', type=int, default=224)
+    ap.add_argument('--resize', type=int, default=256, help='shorter side of the pre-resized shards')
+    ap.add_argument('--root', default=None, help='work folder (default: a temporary one)')
+    a = ap.parse_args()
+    tmp = Path(a.root or tempfile.mkdtemp(prefix='bench_streaming_'))
+    data = make_sample_dataset(tmp / 'images', n_train=max(1, a.n // 10), n_val=1, size=(500, 375))
+    folder = data / 'train'
+    n = len(ImageDataset(folder))
+    shard_size = max(1, n // (4 * max(1, a.workers)))  # 4 shards per worker: every worker busy, a shard order to shuffle
+    secs = _write_shards(folder, tmp / 'shards', shard_size)
+    mb = sum(p.stat().st_size for p in (tmp / 'shards').glob('*.tar')) / 2**20
+    print(f'{n} images, {a.workers} workers, batch {a.batch_size}, input {a.input_size}, shards of {shard_size}: '
+          f'wrote {mb:.0f} MB of shards in {secs:.1f} s ({n / secs:.0f} images/s)')
+    rs = _write_shards(folder, tmp / 'shards_small', shard_size, resize=a.resize)
+    if rs is not None:
+        mbs = sum(p.stat().st_size for p in (tmp / 'shards_small').glob('*.tar')) / 2**20
+        print(f'pre-resized (shorter side {a.resize}): {mbs:.0f} MB in {rs:.1f} s ({n / rs:.0f} images/s)')
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, '-m', 'http.server', str(port), '--bind', '127.0.0.1', '--directory',
+                               str(tmp / 'shards')], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    kw = dict(is_training=True, batch_size=a.batch_size)
+    sources = {'folder': lambda: ImageDataset(folder),
+               'local shards': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', **kw),
+               'http shards': lambda: IterableImageDataset(f'http://127.0.0.1:{port}', reader='wds/bench', **kw)}
+    if rs is not None: sources['pre-resized shards'] = lambda: IterableImageDataset(tmp / 'shards_small', reader='wds/bench', **kw)
+    loaders = {}
+    try:
+        for name, make in sources.items():
+            ds = make()
+            loaders[name] = (ds, create_loader(ds, a.input_size, a.batch_size, is_training=True, num_workers=a.workers,
+                                               persistent_workers=True, device='cpu'))
+        rates = {k: [] for k in loaders}
+        for e in range(a.epochs + 1):  # epoch 0 warms up (workers, page cache); sources alternate within each epoch
+            for name, (ds, loader) in loaders.items():
+                if hasattr(ds, 'set_epoch'): ds.set_epoch(e)
+                got, t = _epoch(loader)
+                if e: rates[name].append(got / t)
+        base = statistics.median(rates['folder'])
+        print(f'{"source":<20}{"images/s (median)":>20}{"x folder":>10}   epochs (images/s)')
+        for name, r in rates.items():
+            m = statistics.median(r)
+            print(f'{name:<20}{m:>20.0f}{m / base:>10.2f}   ' + ' '.join(f'{x:.0f}' for x in r))
+    finally:
+        server.terminate(); server.wait()
+        loaders.clear()
+
+
+if __name__ == '__main__':
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', UserWarning)
+        main()

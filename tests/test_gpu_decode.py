@@ -1,0 +1,235 @@
+"""The device-decode path (issue 17), through its CPU run (`decode_device='cpu'`: TorchCodec's CPU decoder, the same
+batched code): eval batches against create_loader's CPU path within a stated bound, the train plans' random draws
+against timm's, the CPU fallback for PNG / CMYK / grayscale JPEGs counted, shapes, dtypes and layouts, the errors;
+and `cuda`-marked tests of the real GPU path (skipped without a GPU)."""
+import inspect, io, math, random
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from timmdata import decode
+from timmdata.dataset import ImageDataset
+from timmdata.decode import ImageDecodeError, encoded_jpeg
+from timmdata.loader import create_loader
+from timmdata.mixup import FastCollateMixup
+from timmdata.sample_data import make_sample_image
+from timmdata.config import IMAGENET_DEFAULT_STD
+
+gd = pytest.importorskip('timmdata.gpu_decode')
+if decode.torchcodec_jpeg() is None: pytest.skip('torchcodec is not installed', allow_module_level=True)
+from timmdata.gpu_decode import (DeviceDecodeTransform, create_device_decode_loader, decode_jpegs, device_decode_collate,
+                                 _OTHER, _PASSED)
+
+LEVEL = 1 / (255 * min(IMAGENET_DEFAULT_STD))  # one uint8 level, normalised
+MAX_DIFF, MEAN_DIFF = LEVEL + 1e-4, 0.25 * LEVEL  # the bound: at most one level, a quarter of one on average
+needs_native = pytest.mark.skipif(decode.native is None, reason='the extension reads the JPEG headers in the workers')
+
+
+def _enc(img, fmt, **kw):
+    b = io.BytesIO(); img.save(b, fmt, **kw); return b.getvalue()
+
+@pytest.fixture(scope='module')
+def mixed_root(tmp_path_factory):
+    "Two classes: colour JPEGs (500x375 and 375x500), a PNG, a CMYK JPEG and a grayscale JPEG."
+    root = tmp_path_factory.mktemp('mixed')
+    for c in ('a', 'b'): (root / c).mkdir()
+    for k in range(5):
+        img = make_sample_image(k, k, (500, 375) if k % 2 else (375, 500))
+        (root / 'ab'[k % 2] / f'{k}.jpg').write_bytes(_enc(img, 'JPEG', quality=90))
+    img = make_sample_image(7, 1, (480, 360))
+    (root / 'a' / 'p.png').write_bytes(_enc(img, 'PNG'))
+    (root / 'b' / 'cmyk.jpg').write_bytes(_enc(img.convert('CMYK'), 'JPEG', quality=90))
+    (root / 'b' / 'gray.jpg').write_bytes(_enc(img.convert('L'), 'JPEG', quality=90))
+    return root
+
+
+def _compare_eval(root, device, **kw):
+    dl = create_device_decode_loader(ImageDataset(root, split='validation'), 160, 8, decode_device=device, num_workers=0, **kw)
+    cl = create_loader(ImageDataset(root, split='validation'), 160, 8, device=device, num_workers=0,
+                       **{k: v for k, v in kw.items() if k in ('crop_pct', 'interpolation', 'channels_last', 'img_dtype')})
+    n, worst, total = 0, 0., 0.
+    for (x, y), (xr, yr) in zip(dl, cl):
+        assert x.shape == xr.shape and x.dtype == xr.dtype and x.device == xr.device and torch.equal(y.cpu(), yr.cpu())
+        d = (x.float() - xr.float()).abs()
+        worst, total, n = max(worst, d.max().item()), total + d.sum().item(), n + d.numel()
+    return dl, worst, total / n
+
+
+@needs_native
+@pytest.mark.parametrize('kw', [{}, dict(crop_pct=1.0, interpolation='bicubic')])
+def test_eval_batches_match_the_cpu_path_within_the_bound(sample_root, kw):
+    dl, worst, mean = _compare_eval(sample_root, 'cpu', **kw)
+    print(f'eval {kw}: max abs diff {worst:.4f}, mean {mean:.6f} (one uint8 level = {LEVEL:.4f})')
+    assert worst <= MAX_DIFF and mean <= MEAN_DIFF, (worst, mean)
+    assert dl.cpu_fallbacks == 0 and dl.samples == 30
+
+
+def test_create_loader_decode_device_is_the_device_path(sample_root):
+    "create_loader(..., decode_device=...) hands every argument to create_device_decode_loader: the same batches."
+    mk = lambda f: f(ImageDataset(sample_root, split='validation'), 96, 8, num_workers=0, crop_pct=1.0, decode_device='cpu')
+    for (x, y), (xr, yr) in zip(mk(create_loader), mk(create_device_decode_loader)):
+        assert torch.equal(x, xr) and torch.equal(y, yr)
+    with pytest.raises(ValueError, match='auto_augment'):
+        create_loader(ImageDataset(sample_root), 96, 8, is_training=True, auto_augment='rand-m9', decode_device='cpu')
+
+
+def test_cpu_fallback_for_png_cmyk_gray_is_counted_and_faithful(mixed_root):
+    dl, worst, mean = _compare_eval(mixed_root, 'cpu')
+    assert worst <= MAX_DIFF and mean <= MEAN_DIFF, (worst, mean)
+    n_fallback = 3 if decode.native is not None else 8  # without the extension every sample is decoded in the worker
+    assert (dl.cpu_fallbacks, dl.samples) == (n_fallback, 8)
+
+
+def _timm_draws(img, n, interpolation, hflip, vflip, seed):
+    "timm's train transform's random draws, in its order: RRC box, interpolation, horizontal flip, vertical flip."
+    timm_tf = pytest.importorskip('timm.data.transforms')
+    rrc = timm_tf.RandomResizedCropAndInterpolation(160, interpolation=interpolation)
+    random.seed(seed); torch.manual_seed(seed)
+    out = []
+    for _ in range(n):
+        box = rrc.get_params(img, rrc.scale, rrc.ratio)
+        interp = random.choice(rrc.interpolation) if isinstance(rrc.interpolation, (tuple, list)) else rrc.interpolation
+        fh = bool(torch.rand(1) < hflip) if hflip > 0 else False
+        fv = bool(torch.rand(1) < vflip) if vflip > 0 else False
+        out.append((*box, int(fh), int(fv), ['bilinear', 'bicubic'].index(timm_tf.interp_mode_to_str(interp))))
+    return out
+
+@pytest.mark.parametrize('interpolation,hflip,vflip', [('random', 0.5, 0.2), ('bilinear', 0.5, 0.), ('bicubic', 0., 0.)])
+def test_train_plans_are_timms_draws(interpolation, hflip, vflip):
+    "Over a stream of 2000 samples seeded once: the boxes, interpolations and flips are those of timm's train transform."
+    img = Image.new('RGB', (500, 375))
+    ref = _timm_draws(img, 2000, interpolation, hflip, vflip, seed=3)
+    t = DeviceDecodeTransform(160, is_training=True, interpolation=interpolation, hflip=hflip, vflip=vflip)
+    random.seed(3); torch.manual_seed(3)
+    ours = [t.plan(torch.empty(0, 375, 500)) for _ in range(2000)]
+    assert [p[:4] + p[8:] for p in ours] == ref
+    assert all(p[4:8] == (160, 160, 0, 0) for p in ours)
+    # and the statistics they make (what a training run sees), against timm's on an independent stream (another seed)
+    other = _timm_draws(img, 2000, interpolation, hflip, vflip, seed=11)
+    def stats(plans):
+        a = np.array([p[2] * p[3] / (375 * 500) for p in plans]); r = np.log([p[3] / p[2] for p in plans])
+        q = np.linspace(0.1, 0.9, 9)
+        return np.quantile(a, q), np.quantile(r, q), np.mean([p[-3] for p in plans]), np.mean([p[-2] for p in plans])
+    (qa, qr, fh, fv), (qa2, qr2, fh2, fv2) = stats(ours), stats(other)
+    print(f'area quantiles ours {np.round(qa, 3)} timm {np.round(qa2, 3)}; flip rate {fh:.3f} vs {fh2:.3f}')
+    assert np.abs(qa - qa2).max() < 0.04 and np.abs(qr - qr2).max() < 0.05, (qa, qa2, qr, qr2)
+    assert abs(fh - hflip) < 0.04 and abs(fv - vflip) < 0.04 and abs(fh2 - hflip) < 0.04
+    assert min(p[2] * p[3] for p in ours) >= 0.079 * 375 * 500 and all(p[2] <= 375 and p[3] <= 500 for p in ours)
+
+@needs_native
+def test_train_batches_pixels_follow_their_plans(sample_root):
+    "A train batch through the device step equals the CPU transform applied with the same plans (within the bound)."
+    ds = ImageDataset(sample_root, split='train', transform=DeviceDecodeTransform(128, is_training=True, interpolation='random'))
+    random.seed(0); torch.manual_seed(0)
+    samples = [ds[i] for i in range(0, 60, 4)]
+    packed, _ = device_decode_collate(samples)
+    x, slow = gd.decode_batch(packed, (128, 128), torch.device('cpu'))
+    from timmdata.transforms import crop_box, resize_exact
+    for k, ((_, p), _) in enumerate(samples):
+        img = decode.decode_image(ds.reader[k * 4][0], to_tensor=True)
+        ref = resize_exact(crop_box(img, *p[:4]), (128, 128), gd._INTERPS[p[10]])
+        if p[8]: ref = ref.flip(-1)
+        d = (x[k].int() - ref.int()).abs()
+        assert d.max() <= 1 and d.float().mean() < 0.25, (k, d.max(), d.float().mean())
+    assert slow == []
+
+def test_train_loader_shapes_dtypes_layout_and_batch_ops(sample_root):
+    ds = ImageDataset(sample_root, split='train')
+    mix = FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=10, label_smoothing=0.1)
+    dl = create_device_decode_loader(ds, (3, 96, 112), 16, is_training=True, decode_device='cpu', num_workers=1,
+                                     re_prob=0.5, color_jitter=0.4, channels_last=True, img_dtype=torch.float16,
+                                     collate_fn=mix, seed=0)
+    batches = list(dl)
+    assert len(batches) == len(dl) == 60 // 16
+    for x, y in batches:
+        assert x.shape == (16, 3, 96, 112) and x.dtype == torch.float16 and x.device.type == 'cpu'
+        assert x.is_contiguous(memory_format=torch.channels_last)
+        assert y.shape == (16, 10) and torch.allclose(y.float().sum(1), torch.ones(16))  # mixed soft targets
+        assert torch.isfinite(x.float()).all()
+    dl.set_epoch(1)
+    assert dl.mixup_enabled; dl.mixup_enabled = False; assert not mix.mixup_enabled
+
+def test_skipped_bad_samples_are_dropped_not_decoded(tmp_path):
+    root = tmp_path / 'ds' / 'c'; root.mkdir(parents=True)
+    good = _enc(make_sample_image(0, 0, (200, 150)), 'JPEG', quality=90)
+    for k in range(3): (root / f'{k}.jpg').write_bytes(good)
+    (root / 'cut.jpg').write_bytes(good[:len(good) // 2])
+    ds = ImageDataset(tmp_path / 'ds', bad_sample='skip')
+    dl = create_device_decode_loader(ds, 64, 8, decode_device='cpu', num_workers=0)
+    with pytest.warns(UserWarning, match='cut.jpg'):
+        (x, y), = list(dl)
+    assert len(x) == 3 and ds.bad_samples == [ds.filenames(basename=True).index('cut.jpg')]
+
+def test_device_decoder_failure_falls_back_per_image_or_names_the_row(monkeypatch):
+    good = _enc(make_sample_image(0, 0, (64, 48)), 'JPEG', quality=90)
+    real = decode.torchcodec_jpeg()
+    def picky(srcs, **kw):  # a stand-in for nvJPEG refusing the progressive JPEG (and so the whole batch)
+        if any(bytes(s[:3].numpy()) == b'\xff\xd8\xff' and b'\xff\xc2' in bytes(s.numpy()) for s in srcs): raise RuntimeError('x.cpp:1, unsupported')
+        return real(srcs, **kw)
+    monkeypatch.setattr(gd, 'torchcodec_jpeg', lambda: picky)
+    prog = _enc(make_sample_image(0, 0, (64, 48)), 'JPEG', quality=90, progressive=True)
+    srcs = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in (good, prog, good)]
+    imgs, slow = decode_jpegs(srcs, torch.device('cpu'))
+    assert slow == [1] and all(torch.equal(i, real(d)) for i, d in zip(imgs, (good, prog, good)))
+    junk = torch.frombuffer(bytearray(b'\xff\xd8\xff\xc2' + b'\x00' * 50), dtype=torch.uint8)
+    with pytest.raises(ImageDecodeError, match='batch row 1: no decoder reads this JPEG'):
+        decode_jpegs([srcs[0], junk], torch.device('cpu'))
+
+def test_unsupported_arguments_are_named(sample_root):
+    ds = ImageDataset(sample_root, split='validation')
+    mk = lambda **kw: create_device_decode_loader(ds, 64, 4, decode_device='cpu', num_workers=0, **kw)
+    for kw, msg in [(dict(auto_augment='rand-m9-mstd0.5'), 'auto_augment='), (dict(crop_mode='border'), "crop_mode='border'"),
+                    (dict(train_crop_mode='rkrc', is_training=True), "train_crop_mode='rkrc'"), (dict(num_aug_splits=2), 'num_aug_splits='),
+                    (dict(interpolation='lanczos'), "'lanczos'"), (dict(num_workerz=1), "'num_workerz'"),
+                    (dict(device='cuda:0' if torch.cuda.is_available() else 'meta'), 'device'),
+                    (dict(collate_fn=lambda b: b), 'collate_fn must be None or a Mixup'),
+                    (dict(collate_fn=FastCollateMixup(mode='half', num_classes=10)), "mode='half'"),
+                    ]:
+        with pytest.raises((ValueError, TypeError), match=msg): mk(**kw)
+    with pytest.raises(ValueError, match="'auto' is not offered"): create_device_decode_loader(ds, 64, 4, decode_device='auto')
+
+def test_every_create_loader_argument_is_handled_or_refused():
+    "So create_loader(..., decode_device=...) can pass its arguments on: each is a parameter here, passed on, or refused with its default."
+    ours = set(inspect.signature(create_device_decode_loader).parameters)
+    for name, p in inspect.signature(create_loader).parameters.items():
+        if name in ours or name in _PASSED: continue
+        assert name in _OTHER, f'create_loader argument {name!r} is unknown to the device decode path'
+        assert _OTHER[name][0] == p.default, (name, _OTHER[name][0], p.default)
+
+def test_missing_torchcodec_is_an_install_hint(sample_root, monkeypatch):
+    monkeypatch.setattr(gd, 'torchcodec_jpeg', lambda: None)
+    with pytest.raises(ImportError, match=r"timmdata\[codec\]"):
+        create_device_decode_loader(ImageDataset(sample_root, split='validation'), 64, 4, decode_device='cpu')
+
+
+# ---------- on a GPU (skipped without one) ----------
+
+@pytest.mark.cuda
+@needs_native
+def test_cuda_eval_batches_match_the_cpu_path(sample_root):
+    dl, worst, mean = _compare_eval(sample_root, 'cuda')
+    print(f'nvJPEG eval: max abs diff {worst:.4f}, mean {mean:.6f}')
+    # nvJPEG's IDCT and chroma upsampling are not libjpeg-turbo's: a few levels, not one (the bound to confirm on a GPU)
+    assert worst <= 8 * LEVEL and mean <= 1.0 * LEVEL, (worst, mean)
+    assert dl.cpu_fallbacks == 0 and dl.stream is not None  # the side stream was used
+
+@pytest.mark.cuda
+def test_cuda_fallback_counted_and_batches_on_the_device(mixed_root):
+    dl = create_device_decode_loader(ImageDataset(mixed_root), 128, 4, decode_device='cuda', num_workers=0, channels_last=True)
+    out = list(dl)
+    assert all(x.device.type == 'cuda' and x.is_contiguous(memory_format=torch.channels_last) for x, _ in out)
+    assert all(y.device.type == 'cuda' for _, y in out)
+    assert dl.cpu_fallbacks >= 1 and dl.samples == 8  # CMYK at least: nvJPEG does not take it; PNG always
+
+@pytest.mark.cuda
+@needs_native
+def test_cuda_train_epochs_keep_memory_flat(sample_root):
+    dl = create_device_decode_loader(ImageDataset(sample_root, split='train'), 128, 16, is_training=True,
+                                     decode_device='cuda', num_workers=2, re_prob=0.25)
+    peaks = []
+    for epoch in range(5):
+        dl.set_epoch(epoch)
+        for x, y in dl: (x.float().mean() + y.float().sum()).item()
+        torch.cuda.synchronize(); peaks.append(torch.cuda.memory_reserved())
+    assert peaks[-1] <= peaks[1], peaks  # after the first epoch's warm-up, nothing grows

@@ -1,0 +1,311 @@
+"""Exact mid-epoch resume (issue 16): state_dict() / load_state_dict() on what create_loader returns."""
+import hashlib, os, pickle, random, signal, subprocess, sys, textwrap, time
+import numpy as np
+import pytest
+import torch
+from torch.utils.data.distributed import DistributedSampler
+
+import timmdata.loader as tl
+from timmdata.distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
+from timmdata.loader import create_loader
+from timmdata.mixup import FastCollateMixup
+from timmdata.resume import ResumablePrefetchLoader, ResumeStateError
+from timmdata.sample_data import make_sample_dataset
+from _datasets import IndexDataset
+
+B = 4
+
+
+@pytest.fixture(scope='module')
+def root(tmp_path_factory):
+    # 4 classes x 6 = 24 train images, small and varied: random crops, flips and erasing show in the pixels
+    return make_sample_dataset(tmp_path_factory.mktemp('resume') / 'data', n_train=6, n_val=2,
+                               classes=['a', 'b', 'c', 'd'], size=(40, 32))
+
+
+def _loader(root, sampler=None, monkeypatch=None, mix=True, bs=B, **kw):
+    "A training loader with every random step on: crop/flip, batch colour jitter, random erasing, mixup."
+    if sampler is not None: monkeypatch.setattr(tl, '_sampler', lambda ds, *a: sampler(ds))
+    args = dict(is_training=True, num_workers=0, device='cpu', re_prob=0.5, re_mode='pixel', re_count=2,
+                collate_fn=FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=24) if mix else None)
+    args.update(kw)
+    return create_loader(IndexDataset(str(root / 'train')), 24, bs, **args)
+
+
+def _run(loader, epochs, start=0, stop=None, sd=None):
+    "Batches of `epochs` (set_epoch each), optionally loading `sd` first / stopping after `stop` batches (then the state)."
+    if sd is not None: loader.load_state_dict(pickle.loads(pickle.dumps(sd)))
+    out = []
+    for e in range(start, start + epochs):
+        loader.set_epoch(e)
+        for x, y in loader:
+            out.append((x.clone(), y.clone()))
+            if stop is not None and len(out) == stop: return out, loader.state_dict()
+    return out, loader.state_dict()
+
+
+def _same(a, b):
+    assert len(a) == len(b), (len(a), len(b))
+    for i, ((xa, ya), (xb, yb)) in enumerate(zip(a, b)):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb), f'batch {i} differs'
+
+
+@pytest.mark.parametrize('kw', [
+    dict(),  # prefetcher, main process
+    dict(num_workers=2),  # workers prefetch batches: the ones in flight are neither lost nor repeated
+    dict(num_workers=2, use_multi_epochs_loader=True),
+    dict(use_prefetcher=False, mix=False),
+], ids=['prefetch', 'workers', 'multi_epochs', 'no_prefetcher'])
+def test_resume_random_bit_identical(root, kw):
+    torch.manual_seed(1)
+    ref, _ = _run(_loader(root, **kw), 2)
+    assert len(ref) == 12
+    for stop in (2, 6):  # mid-epoch, and exactly at the epoch's end
+        torch.manual_seed(1)
+        head, sd = _run(_loader(root, **kw), 2, stop=stop)
+        assert sd['batches_delivered'] == (stop - 1) % 6 + 1 and sd['epoch'] == 0 and sd['offset'] == stop * B
+        torch.manual_seed(99)  # another seed drawn by the fresh loader: the saved one wins
+        done = stop // 6  # a finished epoch: the trainer goes on with the next one
+        tail, _ = _run(_loader(root, **kw), 2 - done, start=done, sd=sd)
+        _same(head + tail, ref)
+
+
+def test_resume_no_set_epoch_and_persistent_workers(root):
+    "Without set_epoch every pass reshuffles; persistent workers; the state after a finished pass starts the next."
+    torch.manual_seed(2)
+    dl = _loader(root, num_workers=2, persistent_workers=True)
+    ref = [[(x.clone(), y.clone()) for x, y in dl] for _ in range(3)]
+    assert not torch.equal(ref[0][0][1], ref[1][0][1])
+    dl = _loader(root, num_workers=2, persistent_workers=True, seed=dl.loader.plan.seed)
+    got = [(x.clone(), y.clone()) for x, y in dl]
+    it = iter(dl); got += [next(it) for _ in range(3)]
+    sd = dl.state_dict(); del it
+    dl2 = _loader(root, num_workers=2, persistent_workers=True)
+    dl2.load_state_dict(sd)
+    got += [(x.clone(), y.clone()) for x, y in dl2] + [(x.clone(), y.clone()) for x, y in dl2]
+    _same(got, ref[0] + ref[1] + ref[2])
+
+
+def test_prefetcher_in_flight(root):
+    "A prefetcher working 3 batches ahead: the state counts what it handed out."
+    torch.manual_seed(3)
+    mk = lambda: ResumablePrefetchLoader(_loader(root, num_workers=2, seed=3).loader, device='cpu', re_prob=0.5, re_mode='pixel',
+                                         re_count=2, num_prefetch=3, color_jitter=0.4)
+    ref, _ = _run(mk(), 1)
+    head, sd = _run(mk(), 1, stop=2)
+    tail, _ = _run(mk(), 1, sd=sd)
+    _same(head + tail, ref)
+
+
+def _sim(root, monkeypatch, make, W, epochs, start=0, sd=None, stop=None, **kw):
+    "W simulated ranks stepping in lockstep: per rank its batches; each loader's state after `stop` batches."
+    loaders = [_loader(root, lambda ds, r=r: make(ds, W, r), monkeypatch, distributed=False, seed=5, **kw) for r in range(W)]
+    outs = [_run(l, epochs, start, stop, sd) for l in loaders]
+    return [o[0] for o in outs], [o[1] for o in outs]
+
+
+SAMPLERS = {
+    'distributed': lambda ds, W, r: DistributedSampler(ds, num_replicas=W, rank=r, seed=4),
+    'repeat_aug': lambda ds, W, r: RepeatAugSampler(ds, num_replicas=W, rank=r, num_repeats=3, selected_round=0),
+}
+
+
+@pytest.mark.parametrize('kind', list(SAMPLERS))
+def test_resume_distributed_same_world(root, monkeypatch, kind):
+    ref, _ = _sim(root, monkeypatch, SAMPLERS[kind], 2, 2)
+    head, sds = _sim(root, monkeypatch, SAMPLERS[kind], 2, 2, stop=1)
+    assert all(sd == sds[0] for sd in sds)  # ranks in lockstep: any rank's state is the state
+    tail, _ = _sim(root, monkeypatch, SAMPLERS[kind], 2, 2, sd=sds[0])
+    for r in range(2): _same(head[r] + tail[r], ref[r])
+
+
+def test_resume_ordered_eval(root, monkeypatch):
+    make = lambda ds, W, r: OrderedDistributedSampler(ds, num_replicas=W, rank=r)
+    kw = dict(is_training=False, mix=False, re_prob=0.)
+    ref, _ = _sim(root, monkeypatch, make, 3, 1, **kw)
+    head, sds = _sim(root, monkeypatch, make, 3, 1, stop=1, **kw)
+    tail, _ = _sim(root, monkeypatch, make, 3, 1, sd=sds[0], **kw)
+    for r in range(3): _same(head[r] + tail[r], ref[r])
+
+
+@pytest.mark.parametrize('W2', [2, 1])
+def test_world_size_change(root, monkeypatch, W2):
+    "Saved on 4 ranks after one step, resumed on 2 or 1: the rest of the epoch, each sample once, same pixels; then epoch 1."
+    make, kw = SAMPLERS['distributed'], dict(mix=False, re_prob=0., color_jitter=None, bs=2)  # per-sample randomness only
+    ref, _ = _sim(root, monkeypatch, make, 4, 1, **kw)  # 24 samples: 6 per rank, 3 batches of 2
+    head, sds = _sim(root, monkeypatch, make, 4, 1, stop=1, **kw)
+    assert sds[0]['offset'] == 4 * 2 and sds[0]['end'] == 24
+    tail, sds2 = _sim(root, monkeypatch, make, W2, 1, sd=sds[0], **kw)
+    rest = lambda runs: sorted((int(y), hashlib.sha1(x.numpy().tobytes()).hexdigest())
+                               for run in runs for xb, yb in run for x, y in zip(xb, yb))
+    assert rest([r[1:] for r in ref]) == rest(tail)  # the same samples, each once, with the same random crops
+    assert len(rest(tail)) == 16 and all(len(t) == 16 // W2 // 2 for t in tail)
+    assert sds2[0]['done'] and sds2[0]['world_size'] == W2
+    nxt, _ = _sim(root, monkeypatch, make, W2, 1, start=1, **kw)
+    again, _ = _sim(root, monkeypatch, make, W2, 1, start=1, sd=sds2[0], **kw)
+    for r in range(W2): _same(again[r], nxt[r])
+
+
+def test_mismatch_errors(root, monkeypatch):
+    torch.manual_seed(0)
+    _, sd = _run(_loader(root, seed=7), 1, stop=1)
+    with pytest.raises(ResumeStateError, match='batch_size: saved 4'):
+        create_loader(IndexDataset(str(root / 'train')), 24, 3, is_training=True, num_workers=0, device='cpu').load_state_dict(sd)
+    with pytest.raises(ResumeStateError, match='dataset_len: saved 24'):
+        create_loader(IndexDataset(str(root / 'val')), 24, 4, is_training=True, num_workers=0, device='cpu').load_state_dict(sd)
+    with pytest.raises(ResumeStateError, match='seed: saved 7, this loader 8'):
+        _loader(root, seed=8).load_state_dict(sd)
+    with pytest.raises(ResumeStateError, match="kind.*DistributedSampler"):
+        _loader(root, lambda ds: DistributedSampler(ds, 2, 0), monkeypatch).load_state_dict(sd)
+    monkeypatch.undo()
+    with pytest.raises(ResumeStateError, match='state version 0'):
+        _loader(root).load_state_dict({**sd, 'version': 0})
+    _loader(root).load_state_dict(sd)  # a drawn seed gives way
+    with pytest.raises(NotImplementedError, match='input_size_choices'):
+        create_loader(IndexDataset(str(root / 'train')), 24, 4, is_training=True, num_workers=0, device='cpu',
+                      input_size_choices=[24, 32]).state_dict()
+
+
+_REPRO = textwrap.dedent('''
+    import hashlib, sys, torch
+    sys.path.insert(0, {tests!r})
+    from _datasets import IndexDataset
+    from timmdata.loader import create_loader
+    from timmdata.mixup import FastCollateMixup
+    torch.manual_seed(int(sys.argv[1]))
+    dl = create_loader(IndexDataset({train!r}), 24, 4, is_training=True, num_workers=0, device='cpu', re_prob=0.5,
+                       collate_fn=FastCollateMixup(mixup_alpha=0.8, num_classes=24))
+    h = hashlib.sha1()
+    for x, y in dl: h.update(x.numpy().tobytes()); h.update(y.numpy().tobytes())
+    print(h.hexdigest())
+''')
+
+
+def test_two_fresh_processes_reproducible(root, tmp_path):
+    script = tmp_path / 'repro.py'
+    script.write_text(_REPRO.format(tests=os.path.dirname(__file__), train=str(root / 'train')))
+    procs = [subprocess.Popen([sys.executable, str(script), s], stdout=subprocess.PIPE, text=True) for s in ('0', '0', '1')]
+    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert outs[0] == outs[1] and outs[0] != outs[2]
+
+
+_TRAIN = textwrap.dedent('''
+    import hashlib, os, pickle, sys, time, torch
+    sys.path.insert(0, {tests!r})
+    from _datasets import IndexDataset
+    from timmdata.loader import create_loader
+    from timmdata.mixup import FastCollateMixup
+    out, every, epochs = sys.argv[1], int(sys.argv[2]), 2
+    torch.manual_seed(0)
+    dl = create_loader(IndexDataset({train!r}), 24, 2, is_training=True, num_workers=2, device='cpu', re_prob=0.5,
+                       re_mode='pixel', collate_fn=FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=24))
+    hashes, state = os.path.join(out, 'hashes.txt'), os.path.join(out, 'state.pkl')
+    start, step = 0, 0
+    if os.path.exists(state):
+        with open(state, 'rb') as f: ck = pickle.load(f)
+        dl.load_state_dict(ck['loader']); start, step = ck['epoch'], ck['steps']
+        with open(hashes) as f: kept = f.readlines()[:step]  # batches after the last save are done again
+        with open(hashes, 'w') as f: f.writelines(kept)
+    with open(hashes, 'a') as f:
+        for epoch in range(start, epochs):
+            dl.set_epoch(epoch)
+            for x, y in dl:
+                f.write(hashlib.sha1(x.numpy().tobytes() + y.numpy().tobytes()).hexdigest() + chr(10)); f.flush()
+                step += 1
+                if step % every == 0:
+                    sd = dl.state_dict()
+                    with open(state + '.tmp', 'wb') as g: pickle.dump(dict(loader=sd, epoch=epoch + sd['done'], steps=step), g)
+                    os.replace(state + '.tmp', state)
+                time.sleep(0.05)
+''')
+
+
+def test_sigkill_resume(root, tmp_path):  # in `make test`: the issue's definition of done (about 14 s)
+    "A training process (2 workers) saves its loader state every 3 steps, is SIGKILLed at a random step, and resumes."
+    script = tmp_path / 'train.py'
+    script.write_text(_TRAIN.format(tests=os.path.dirname(__file__), train=str(root / 'train')))
+    ref, run = tmp_path / 'ref', tmp_path / 'run'
+    ref.mkdir(); run.mkdir()
+    subprocess.run([sys.executable, str(script), str(ref), '3'], check=True, timeout=300)
+    want = (ref / 'hashes.txt').read_text().splitlines()
+    assert len(want) == 24
+    kill_at = random.Random().randint(4, 20)
+    p = subprocess.Popen([sys.executable, str(script), str(run), '3'], start_new_session=True)
+    t0 = time.time()
+    while not (run / 'hashes.txt').exists() or len((run / 'hashes.txt').read_text().splitlines()) < kill_at:
+        assert p.poll() is None and time.time() - t0 < 300, 'the training process ended before it was killed'
+        time.sleep(0.01)
+    os.killpg(p.pid, signal.SIGKILL); p.wait()
+    subprocess.run([sys.executable, str(script), str(run), '3'], check=True, timeout=300)
+    assert (run / 'hashes.txt').read_text().splitlines() == want, f'killed at step {kill_at}'
+
+
+def _gloo_rank(rank, world, port, train, out, stop):
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=world)
+    try:
+        torch.manual_seed(rank)  # ranks seeded differently (as timm does): the loader seed is rank 0's
+        dl = create_loader(IndexDataset(train), 24, 2, is_training=True, distributed=True, num_workers=1, device='cpu',
+                           color_jitter=None)
+        res = dict(samples=[], state=None)
+        sd_path = os.path.join(out, 'state.pkl')
+        if stop is None and os.path.exists(sd_path):
+            with open(sd_path, 'rb') as f: dl.load_state_dict(pickle.load(f))
+        dl.set_epoch(0)
+        for i, (x, y) in enumerate(dl):
+            res['samples'] += [(int(t), hashlib.sha1(im.numpy().tobytes()).hexdigest()) for im, t in zip(x, y)]
+            if stop is not None and i + 1 == stop: res['state'] = dl.state_dict(); break
+        with open(os.path.join(out, f'{world}-{rank}-{stop}.pkl'), 'wb') as f: pickle.dump(res, f)
+        if stop is not None and rank == 0:
+            with open(sd_path, 'wb') as f: pickle.dump(res['state'], f)
+    finally: dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_gloo_two_ranks_resume_on_one(root, tmp_path):
+    "2 gloo ranks save after 2 steps; one process (a gloo world of 1) reads the rest: each remaining sample once, same pixels."
+    import socket
+    import torch.multiprocessing as mp
+    def port():
+        with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+    train = str(root / 'train')
+    for world, stop in ((2, None), (2, 2), (1, None)):
+        if world == 2 and stop is None: os.makedirs(tmp_path / 'ref')
+        out = str(tmp_path / 'ref') if stop is None and world == 2 else str(tmp_path)
+        mp.spawn(_gloo_rank, args=(world, port(), train, out, stop), nprocs=world, join=True)
+    load = lambda p: pickle.loads((tmp_path / p).read_bytes())
+    ref = [load(f'ref/2-{r}-None.pkl')['samples'] for r in range(2)]
+    cut = [load(f'2-{r}-2.pkl') for r in range(2)]
+    assert cut[0]['state'] == cut[1]['state'] and cut[0]['state']['offset'] == 2 * 2 * 2
+    for r in range(2): assert cut[r]['samples'] == ref[r][:4]
+    rest = load('1-0-None.pkl')['samples']
+    assert sorted(rest) == sorted(ref[0][4:] + ref[1][4:]) and len(rest) == 16
+
+
+def test_stream_resume(root, tmp_path):
+    "A stream (wds shards, 2 workers, batch jitter and erasing) cut after 3 batches and again 4 batches later gives the uninterrupted run's batches."
+    pytest.importorskip('webdataset')
+    from timmdata.shards import write_shards
+    from timmdata.streaming import IterableImageDataset
+    write_shards(root, tmp_path / 's', shard_size=6, progress=False)
+    def mk():
+        ds = IterableImageDataset(str(tmp_path / 's'), reader='wds/s', split='train', is_training=True, batch_size=B,
+                                  shuffle_size=8, shuffle_initial=2)
+        return create_loader(ds, 24, B, is_training=True, num_workers=2, device='cpu', re_prob=0.5)  # batch jitter and erasing
+    def run(dl, stop=None, sd=None):
+        if sd is not None: dl.load_state_dict(sd)
+        out = []
+        for e in range(sd['epoch'] if sd else 0, 2):
+            dl.set_epoch(e)
+            for x, y in dl:
+                out.append((x.clone(), y.clone()))
+                if len(out) == stop: return out, dl.state_dict()
+        return out, None
+    torch.manual_seed(0); ref, _ = run(mk())
+    torch.manual_seed(0); head, sd = run(mk(), stop=3)
+    torch.manual_seed(0); mid, sd2 = run(mk(), stop=4, sd=sd)  # a resumed run cut again: its state counts from the epoch's start
+    assert sd2['batches_delivered'] != 4 or sd2['epoch'] != sd['epoch']
+    torch.manual_seed(1); tail, _ = run(mk(), sd=sd2)
+    _same(head + mid + tail, ref)
