@@ -204,17 +204,22 @@ def _batches(self:NaFlexMapDatasetWrapper):
     epoch = self.epoch
     if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)): self.mixup_fn.set_epoch(epoch)
     for s, k, idx in self._epoch_batches(epoch)[wid::nw]:
-        imgs, ys = [], []
-        if self._inner is not None: self._inner.choice = (s, k)  # this batch's transform, inside the dataset
-        for i in idx:
-            sample = self.base_dataset[i]
-            if sample is None: continue  # the dataset's bad_sample='skip' policy: counted and warned there
-            img, y = sample
-            if self._inner is None and self.transforms[(s, k)] is not None: img = self.transforms[(s, k)](img)
-            imgs.append(img); ys.append(y)
-        if not imgs: continue
-        if self.mixup_fn is not None: imgs, ys = self.mixup_fn(imgs, ys)
-        yield self.collate_fns[(s, k)](list(zip(imgs, ys)))
+        b = self._batch(s, k, (self.base_dataset[i] for i in idx))
+        if b is not None: yield b
+
+@patch
+def _batch(self:NaFlexMapDatasetWrapper, s: int, k: int, samples) -> Optional[tuple]:
+    "One batch at sequence length `s` and patch size `k` from `samples` (read lazily, after its transform is chosen), mixed and collated."
+    if self._inner is not None: self._inner.choice = (s, k)  # this batch's transform, inside the dataset
+    imgs, ys = [], []
+    for sample in samples:
+        if sample is None: continue  # the dataset's bad_sample='skip' policy: counted and warned there
+        img, y = sample
+        if self._inner is None and self.transforms[(s, k)] is not None: img = self.transforms[(s, k)](img)
+        imgs.append(img); ys.append(y)
+    if not imgs: return None
+    if self.mixup_fn is not None: imgs, ys = self.mixup_fn(imgs, ys)
+    return self.collate_fns[(s, k)](list(zip(imgs, ys)))
 
 # %% ../nbs/24_naflex_dataset.ipynb #e06e596a
 class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
@@ -272,13 +277,5 @@ def _batches(self:NaFlexStreamWrapper):
     probs, stream = torch.tensor(self.patch_size_probs), iter(self.base_dataset)
     for s, bs in sched:
         k = int(torch.multinomial(probs, 1, generator=g)) if self.variable_patch_size else 0
-        if self._inner is not None: self._inner.choice = (s, k)  # the stream transforms each sample as it is pulled
-        imgs, ys = [], []
-        for sample in itertools.islice(stream, bs):
-            if sample is None: continue  # the stream's bad_sample='skip' policy: counted and warned there
-            img, y = sample
-            if self._inner is None and self.transforms[(s, k)] is not None: img = self.transforms[(s, k)](img)
-            imgs.append(img); ys.append(y)
-        if not imgs: continue
-        if self.mixup_fn is not None: imgs, ys = self.mixup_fn(imgs, ys)
-        yield self.collate_fns[(s, k)](list(zip(imgs, ys)))
+        b = self._batch(s, k, itertools.islice(stream, bs))  # the stream transforms each sample as it is pulled
+        if b is not None: yield b
