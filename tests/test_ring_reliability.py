@@ -266,3 +266,17 @@ def test_pool_after_share_memory_hands_out_private_memory():
         seen.append(x.data_ptr())
     assert torch.equal(torch.empty(0).set_(peer, 0, ref.shape), ref)  # what the other process reads is still the batch
     assert len(set(seen[1:])) <= 2  # the pool still reuses its own (private) buffers
+
+
+def test_ring_finaliser_inside_a_ledger_block_does_not_deadlock(tmp_path):
+    "The gc may free an old ring (its finaliser unlists it) while this thread holds the ledger, e.g. while BatchRing.maybe allocates."
+    import subprocess, sys
+    code = (f"import os; from timmdata import collate; collate.SHM_DIR = {str(tmp_path)!r}\n"
+            "with collate._ledger() as rings:\n"
+            "    rings['old'] = (os.getpid(), 1)\n"
+            "    collate._unlist('old', os.getpid())  # what the finaliser does: it must not wait for the lock this thread holds\n"
+            "    assert 'old' not in rings\n"
+            "with collate._ledger() as rings: assert rings == {}\n"
+            "print('ok')")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)  # the old code hung here
+    assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stderr[-2000:]

@@ -276,9 +276,13 @@ def _alive(pid: int) -> bool:
     except OSError: pass  # e.g. another user's process: alive
     return True
 
+_ledger_held = threading.local()  # .rings: the ledger this thread holds locked, if any
+
 @contextmanager
 def _ledger():
     "The machine's ring ledger {ring key: (pid, bytes)} (dead processes dropped), locked; saved as the block leaves it. None: no ledger here."
+    if getattr(_ledger_held, "rings", None) is not None:  # re-entered by a ring's finaliser (the gc ran inside a ledger block):
+        yield _ledger_held.rings; return                   # the lock is this thread's already; a second flock would wait for ever
     path = os.path.join(SHM_DIR, f"timmdata-rings-{getattr(os, 'getuid', lambda: 0)()}")
     fd = None
     while fcntl is not None:
@@ -298,7 +302,9 @@ def _ledger():
             for line in f.read().splitlines():
                 pid, key, n = (line.split() + ['', '', ''])[:3]
                 if pid.isdigit() and n.isdigit() and _alive(int(pid)): rings[key] = (int(pid), int(n))
-            yield rings
+            _ledger_held.rings = rings
+            try: yield rings
+            finally: _ledger_held.rings = None
             if rings: f.seek(0); f.truncate(); f.write(''.join(f'{p} {k} {n}\n' for k, (p, n) in rings.items()))
             else: os.unlink(path)
     finally: os.close(fd)
