@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from torchvision.transforms import InterpolationMode
 from .decode import EncodedJpeg, ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
 from .transforms import (SampleTransform, RandomResizedCropAndInterpolation, ResizeKeepRatio, check_range, crop_box,
-                         image_hw, interp_or_choices, pick_interp, resize_exact, setup_size, str_to_interp_mode)
+                         image_hw, interp_or_choices, pick_interp, resize_exact, setup_size, shorter_edge_size, str_to_interp_mode)
 from .mixup import Mixup
 from .prefetch import SEED_MIX, PrefetchLoader, default_rank, resolve_device
 from .config import DEFAULT_CROP_PCT, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
@@ -25,10 +25,6 @@ __all__ = ['DeviceDecodeTransform', 'device_decode_collate', 'decode_jpegs', 'cr
 
 # %% ../nbs/33_gpu_decode.ipynb #a22d4db9
 _INTERPS = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)  # the device resize: torch's antialiased kernels
-
-def _shorter_edge(h: int, w: int, size: int) -> tuple:
-    "torchvision's Resize(int) rule, as `transforms.Resize`: the shorter edge becomes `size`, the longer one is truncated."
-    return (int(size * h / w), size) if w <= h else (size, int(size * w / h))
 
 class DeviceDecodeTransform(SampleTransform):
     "Per sample in a worker: the crop/resize plan and flips, drawn as the CPU transform draws them; JPEGs stay undecoded."
@@ -63,7 +59,7 @@ class DeviceDecodeTransform(SampleTransform):
             b = self.border
             t, l, h, w = min(b, ih), min(b, iw), max(0, ih - 2 * b), max(0, iw - 2 * b)
             ss = tuple(math.floor(x / self.crop_pct) for x in self.size)
-            rh, rw = (_shorter_edge(h, w, ss[0]) if ss[0] == ss[1] else
+            rh, rw = (shorter_edge_size((h, w), ss[0]) if ss[0] == ss[1] else
                       ResizeKeepRatio.get_params(torch.empty(0, h, w), ss, 0.))
             if rh < oh or rw < ow:
                 raise ValueError(f'a {iw}x{ih} image resizes to {rw}x{rh}, smaller than the {ow}x{oh} crop: the device path '

@@ -8,6 +8,7 @@ import http.client, json, os, re, socket, subprocess, tempfile, time, urllib.err
 from pathlib import Path
 from typing import Iterator, Optional
 from fastcore.basics import patch
+from .readers import natural_key
 
 # %% auto #0
 __all__ = ['IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError', 'ShardTruncatedError', 'TransientShardError',
@@ -77,8 +78,6 @@ def join_url(root, name: str) -> str:
     return root.rstrip('/') + '/' + name if url_scheme(root) not in ('file', 'pipe') else os.path.join(root, name)
 
 # %% ../nbs/27_shard_io.ipynb #3554bf3e
-def _natural(s: str) -> list: return [int(t) if t.isdigit() else t for t in re.split(r'(\d+)', s.lower())]
-
 def shard_list(spec, # brace pattern(s) joined by '::', a folder of .tar files, one shard, or a list of these
                root=None, # folder or URL prefix that relative names are joined to
               ) -> list:
@@ -92,7 +91,7 @@ def shard_list(spec, # brace pattern(s) joined by '::', a folder of .tar files, 
                 s = join_url(root, s)
                 if url_scheme(s) == 'file' and os.path.isdir(s[7:] if s.startswith('file://') else s):
                     d = s[7:] if s.startswith('file://') else s
-                    tars = sorted((f for f in os.listdir(d) if f.endswith('.tar')), key=_natural)
+                    tars = sorted((f for f in os.listdir(d) if f.endswith('.tar')), key=natural_key)
                     if not tars: raise FileNotFoundError(f'no .tar shards in folder {d!r}: give a folder of WebDataset .tar files or a pattern')
                     out += [os.path.join(d, f) for f in tars]
                 else: out.append(s)
@@ -321,9 +320,10 @@ class WdsSource:
         return f'{type(self).__name__}({len(self.shards)} shards, num_samples={self.num_samples}, split={self.split!r})'
 
     def _samples(self, f, shard: str):
+        name = self.name_of(shard)  # once per shard, not per sample
         for key, s in group_samples(iter_tar(f, shard), shard):
             img = next((s[k] for k in self.image_keys if k in s), None)
-            where = f'sample {key!r} of shard {self.name_of(shard)}'
+            where = f'sample {key!r} of shard {name}'
             if img is None:
                 raise ValueError(f'{where} has no image {"/".join(self.image_keys)} (it has {", ".join(sorted(s))}): pass input_key')
             yield key, img, sample_target(s, self.target_keys, where, self.target_required)

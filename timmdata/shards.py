@@ -15,14 +15,15 @@ from .readers import create_reader, natural_key
 from .store import atomic_file, fsync_dir, is_store, read_json, write_json_atomic
 
 # %% auto #0
-__all__ = ['SHARD_INFO', 'SHARD_STATE', 'shard_name', 'find_splits', 'image_ext', 'sample_bytes', 'write_shards', 'shards_main']
+__all__ = ['SHARD_INFO', 'SHARD_STATE', 'shard_filename', 'find_splits', 'image_ext', 'sample_bytes', 'write_shards',
+           'shards_main']
 
 # %% ../nbs/31_shards.ipynb #8b74f4fc
 SHARD_INFO = '_info.json'  # what timm's wds reader reads: written last, so its presence means a complete set
 SHARD_STATE = '_timmdata_shards.json'  # the build record: parameters, source fingerprint, finished shards (for resuming)
 _SPLIT_NAMES = frozenset(('train', 'training', 'val', 'valid', 'validation', 'eval', 'evaluation', 'test', 'testing'))
 
-def shard_name(split: str, # split name
+def shard_filename(split: str, # split name
                k: int, # shard number in the split
               ) -> str:
     "File name of shard `k` of `split`: `train-000007.tar` (timm's wds layout)."
@@ -225,7 +226,7 @@ def write_shards(src, # image source: a class folder, a folder of split folders,
     jobs = []
     for s, r in readers.items():
         order = _order(len(r), s, shuffle, seed)
-        jobs += [(shard_name(s, k), s, order[a:a + shard_size], str(dst), params) for k, a in enumerate(range(0, len(r), shard_size))]
+        jobs += [(shard_filename(s, k), s, order[a:a + shard_size], str(dst), params) for k, a in enumerate(range(0, len(r), shard_size))]
     plan = [[j[0], j[1], len(j[2])] for j in jobs]  # lists: compared with the JSON record
     state = {'version': 1, 'params': params, 'fingerprint': _fingerprint(readers), 'plan': plan}
     dst.mkdir(parents=True, exist_ok=True)

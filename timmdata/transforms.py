@@ -22,9 +22,9 @@ from .config import (CROP_MODES, DEFAULT_CROP_MODE, DEFAULT_CROP_PCT, IMAGENET_D
 __all__ = ['INTERPOLATIONS', 'INPUT_FORMATS', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
            'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'SampleTransform',
            'transform_input', 'is_tensor_image', 'image_hw', 'resize_exact', 'crop_box', 'setup_size',
-           'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'Resize', 'RandomResizedCropAndInterpolation',
-           'check_range', 'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad',
-           'TrimBorder', 'Compose']
+           'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'shorter_edge_size', 'Resize',
+           'RandomResizedCropAndInterpolation', 'check_range', 'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad',
+           'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder', 'Compose']
 
 # %% ../nbs/04_transforms.ipynb #d1faf2a6
 _INTERP = {  # name -> (torchvision mode, PIL filter)
@@ -190,7 +190,7 @@ class ToNumpy(SampleTransform):
     def __repr__(self): return f"{type(self).__name__}()"
 
 # %% ../nbs/04_transforms.ipynb #4c03fcba
-def _shorter_edge_size(hw, size: int) -> tuple:
+def shorter_edge_size(hw, size: int) -> tuple:
     "Output (h, w) when the shorter edge becomes `size` (torchvision's rule: the longer edge is truncated)."
     h, w = hw
     short, long = (w, h) if w <= h else (h, w)
@@ -208,7 +208,7 @@ class Resize(SampleTransform):
         self.interpolation = str_to_interp_mode(interpolation)
     def __call__(self, img):
         hw = image_hw(img)
-        out = _shorter_edge_size(hw, int(self.size)) if isinstance(self.size, numbers.Number) else self.size
+        out = shorter_edge_size(hw, int(self.size)) if isinstance(self.size, numbers.Number) else self.size
         return resize_exact(img, out, self.interpolation)
     def __repr__(self): return f"{type(self).__name__}(size={self.size}, interpolation={interp_repr(self.interpolation)})"
 
