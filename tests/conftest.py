@@ -1,6 +1,9 @@
 """Shared pytest fixtures: small generated datasets (never downloaded), markers for slow and CUDA tests.
-Slow tests (stress, fuzzing) run only with TIMMDATA_SLOW=1: `TIMMDATA_SLOW=1 .venv/bin/python -m pytest -m slow tests`."""
-import os
+Slow tests (stress, fuzzing) run only with TIMMDATA_SLOW=1: `TIMMDATA_SLOW=1 .venv/bin/python -m pytest -m slow tests`.
+Every test starts from global RNG states drawn from its own name, so a run here and a run in CI draw the same numbers;
+`TIMMDATA_TEST_SEED=N` draws others (to hunt for tests that pass only by luck)."""
+import os, random, zlib
+import numpy as np
 import pytest, torch
 from timmdata.sample_data import make_sample_dataset
 
@@ -14,6 +17,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if slow is not None and 'slow' in item.keywords: item.add_marker(slow)
         if cuda is not None and 'cuda' in item.keywords: item.add_marker(cuda)
+
+@pytest.fixture(autouse=True)
+def seeded_globals(request):
+    "Seed random, numpy and torch from the test's id (and TIMMDATA_TEST_SEED): loaders built with seed=None draw from them."
+    seed = zlib.crc32(f"{request.node.nodeid}:{os.environ.get('TIMMDATA_TEST_SEED', '0')}".encode())
+    random.seed(seed); np.random.seed(seed); torch.manual_seed(seed)
 
 @pytest.fixture(scope='session')
 def sample_root(tmp_path_factory):

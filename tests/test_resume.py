@@ -25,7 +25,7 @@ def root(tmp_path_factory):
 
 def _loader(root, sampler=None, monkeypatch=None, mix=True, bs=B, **kw):
     "A training loader with every random step on: crop/flip, batch colour jitter, random erasing, mixup."
-    if sampler is not None: monkeypatch.setattr(tl, '_sampler', lambda ds, *a: sampler(ds))
+    if sampler is not None: monkeypatch.setattr(tl, 'timm_sampler', lambda ds, *a: sampler(ds))
     args = dict(is_training=True, num_workers=0, device='cpu', re_prob=0.5, re_mode='pixel', re_count=2,
                 collate_fn=FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=24) if mix else None)
     args.update(kw)
@@ -161,9 +161,45 @@ def test_mismatch_errors(root, monkeypatch):
     with pytest.raises(ResumeStateError, match='state version 0'):
         _loader(root).load_state_dict({**sd, 'version': 0})
     _loader(root).load_state_dict(sd)  # a drawn seed gives way
-    with pytest.raises(NotImplementedError, match='input_size_choices'):
-        create_loader(IndexDataset(str(root / 'train')), 24, 4, is_training=True, num_workers=0, device='cpu',
-                      input_size_choices=[24, 32]).state_dict()
+    with pytest.raises(ResumeStateError, match='the state is from a map loader; this one uses scheduled batching'):
+        _loader(root, input_size_choices=[24, 32]).load_state_dict(sd)
+
+
+_SCHED = dict(input_size_choices=[16, 24, 32], batch_size_choices=[6, 4, 2], batch_choice_weights=[1, 1, 2])
+
+
+@pytest.mark.parametrize('kw', [
+    dict(num_batches=7),  # a fixed number of batches: the order wraps within the epoch
+    dict(num_workers=2, num_batches=7, batch_choice_schedule='progressive', batch_schedule_epochs=2),
+    dict(num_workers=2, use_multi_epochs_loader=True),  # the sample-budget schedule
+], ids=['main', 'workers_progressive', 'multi_epochs_budget'])
+def test_resume_scheduled_batching(root, kw):
+    "input_size_choices: batches of several sizes, cut anywhere, resumed bit for bit (shapes too)."
+    torch.manual_seed(3)
+    ref, _ = _run(_loader(root, **_SCHED, **kw), 2)
+    n = len(ref) // 2
+    assert len({x.shape for x, _ in ref}) > 1
+    for stop in (1, n - 1, n, n + 2):
+        torch.manual_seed(3)
+        head, sd = _run(_loader(root, **_SCHED, **kw), 2, stop=stop)
+        assert sd['kind'] == 'scheduled' and sd['batches_delivered'] == (stop - 1) % n + 1
+        torch.manual_seed(50)
+        done = stop // n
+        tail, _ = _run(_loader(root, **_SCHED, **kw), 2 - done, start=done, sd=sd)
+        _same(head + tail, ref)
+
+
+def test_resume_scheduled_two_ranks(root, monkeypatch):
+    "Scheduled batching over DistributedSampler ranks: each rank resumes its own batches; another world size is refused."
+    for rank in (0, 1):
+        mk = lambda: _loader(root, lambda ds: DistributedSampler(ds, 2, rank), monkeypatch, **_SCHED, num_batches=4, seed=5)
+        ref, _ = _run(mk(), 2)
+        head, sd = _run(mk(), 2, stop=3)
+        tail, _ = _run(mk(), 2, sd=sd)
+        _same(head + tail, ref)
+    monkeypatch.undo()
+    with pytest.raises(ResumeStateError, match='world_size: saved 2, this loader 1'):
+        _loader(root, **_SCHED, num_batches=4, seed=5).load_state_dict(sd)
 
 
 _REPRO = textwrap.dedent('''

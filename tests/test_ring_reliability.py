@@ -93,7 +93,14 @@ def test_full_epoch_on_the_ring_after_five_early_breaks(persistent):
             if k == 2: break
     full_epoch_on_ring(ld)
 
-def test_slots_come_back_after_interrupts_in_the_consumer_and_in_the_loader():
+@pytest.fixture
+def ctrl_c():
+    "Python's Ctrl-C handler for the test, even where pytest was started with SIGINT ignored (a shell's background job)."
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+def test_slots_come_back_after_interrupts_in_the_consumer_and_in_the_loader(ctrl_c):
     ds = Trap(at=100, act=interrupt_main, armed=False)
     ld = loader(ds)
     for _ in range(5):  # Ctrl-C in the consumer's own code

@@ -1,6 +1,6 @@
 """Streaming shards (issue 15, read side): WebDataset shards in timm's layout, epochs over workers and ranks through
 create_loader, persistent workers and set_epoch, bad samples, missing/truncated shards, shards over HTTP with retries."""
-import functools, http.server, io, json, socket, subprocess, sys, threading, time, warnings
+import functools, http.server, io, json, socket, subprocess, sys, tarfile, threading, time, warnings
 from pathlib import Path
 import pytest, torch
 from PIL import Image
@@ -135,6 +135,19 @@ def test_missing_and_truncated_shards_named(tmp_path):
     (root / 'toy-train-000001.tar').unlink()
     with pytest.raises(ShardNotFoundError, match='toy-train-000001.tar does not exist'):
         list(ds)
+
+
+
+def test_shard_cut_between_members_is_an_error_not_a_short_shard(tmp_path):
+    "Why the tar reader is ours: webdataset's (tarfile in stream mode) reads a shard cut between two samples as a shorter shard."
+    root = write_timm_shards(tmp_path, n_shards=1, per_shard=6)
+    path = root / 'toy-train-000000.tar'
+    with tarfile.open(path) as tf: starts = [m.offset for m in tf.getmembers()]
+    data = path.read_bytes()
+    path.write_bytes(data[:starts[6]])  # members are (cls, jpg) pairs: the cut falls right after the third sample
+    assert len(list(wds.WebDataset(str(path), shardshuffle=False))) == 3  # silently 3 of 6 samples
+    with pytest.raises(ShardTruncatedError, match='toy-train-000000.tar is truncated'):
+        list(IterableImageDataset(root, reader='wds/toy'))
 
 
 def _free_port():

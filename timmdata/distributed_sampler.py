@@ -13,7 +13,8 @@ from torch.utils.data.distributed import DistributedSampler
 from .config import mix_seed
 
 # %% auto #0
-__all__ = ['OrderedDistributedSampler', 'RepeatAugSampler', 'SeededRandomSampler', 'epoch_order', 'sampler_kind', 'world_of']
+__all__ = ['OrderedDistributedSampler', 'RepeatAugSampler', 'timm_sampler', 'SeededRandomSampler', 'epoch_order', 'sampler_kind',
+           'world_of']
 
 # %% ../nbs/13_distributed_sampler.ipynb #f881993f
 def _world(num_replicas: Optional[int], rank: Optional[int], who: str) -> tuple:
@@ -102,6 +103,22 @@ class RepeatAugSampler(Sampler):
     def set_epoch(self, epoch: int):
         "Reshuffles for `epoch`; call it at the start of every epoch, on every rank."
         self.epoch = epoch
+
+# %% ../nbs/13_distributed_sampler.ipynb #3cd58f47
+def timm_sampler(dataset, # the dataset (only its length is used, when map-style)
+                 distributed: bool = False, # one share per rank (torch.distributed must be initialised)
+                 is_training: bool = False, # shuffled (training) or ordered (evaluation)
+                 num_aug_repeats: int = 0, # repeated augmentation: copies of each sample, dealt to different ranks
+                ) -> Optional[Sampler]:
+    "timm's sampler: a distributed one (repeated augmentation when asked), or None for the loader's own order."
+    if distributed and not isinstance(dataset, torch.utils.data.IterableDataset):
+        if not is_training: return OrderedDistributedSampler(dataset)  # pads with a few repeats: equal batches on every rank
+        if num_aug_repeats: return RepeatAugSampler(dataset, num_repeats=num_aug_repeats)
+        return DistributedSampler(dataset)
+    if num_aug_repeats:
+        raise ValueError(f"num_aug_repeats={num_aug_repeats} needs distributed=True and a map-style dataset "
+                         f"(repeated augmentation deals the copies of a sample to different ranks)")
+    return None
 
 # %% ../nbs/13_distributed_sampler.ipynb #56fc711a
 _ORDER = 0x0DE5  # mix_seed tag of the random order

@@ -11,13 +11,13 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, default_collate, get_worker_info
 from .collate import BatchCollate, BatchRing, fast_collate
-from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler, SeededRandomSampler
+from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler, SeededRandomSampler, timm_sampler
 from .gpu_decode import create_device_decode_loader
 from .prefetch import SEED_MIX, PrefetchLoader, default_rank, resolve_device
-from .scheduled_sampler import ScheduledBatchSampler, ScheduledTransformDataset
+from .scheduled_sampler import ResumableScheduledSampler, ScheduledBatchSampler, ScheduledTransformDataset
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
-from .resume import (ResumableBatchSampler, ResumableDataLoader, ResumablePrefetchLoader, SeededDataset,
-                             StatefulLoader, loader_seed)
+from .resume import (ResumableDataLoader, ResumablePrefetchLoader, SeededDataset,
+                             StatefulLoader, loader_seed, resumable_batching)
 
 # %% auto #0
 __all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'ResumableMultiEpochsDataLoader', 'jitter_on_batch',
@@ -140,17 +140,6 @@ def jitter_on_batch(is_training, no_aug, color_jitter, color_jitter_prob, auto_a
     return h is None and (b, c, s) != (None, None, None)
 
 # %% ../nbs/14_loader.ipynb #4e6b15bf
-def _sampler(dataset, distributed: bool, is_training: bool, num_aug_repeats: int):
-    "timm's sampler: a distributed one (repeated augmentation when asked), or None for the DataLoader's own."
-    if distributed and not isinstance(dataset, torch.utils.data.IterableDataset):
-        if not is_training: return OrderedDistributedSampler(dataset)  # pads with a few repeats: equal batches on every rank
-        if num_aug_repeats: return RepeatAugSampler(dataset, num_repeats=num_aug_repeats)
-        return torch.utils.data.distributed.DistributedSampler(dataset)
-    if num_aug_repeats:
-        raise ValueError(f"num_aug_repeats={num_aug_repeats} needs distributed=True and a map-style dataset "
-                         f"(repeated augmentation deals the copies of a sample to different ranks)")
-    return None
-
 def _default_collate_fn(use_prefetcher: bool, pin_memory: bool, device: torch.device, batch_shape: tuple,
                         num_workers: int, prefetch_factor: Optional[int]) -> Callable:
     "fast_collate with the prefetcher (into a `BatchRing` for the CPU one, which hands slots back), else torch's."
@@ -275,22 +264,22 @@ def create_loader(
         dataset = ScheduledTransformDataset(dataset, [create_transform(s, **tf_kw) for s in sizes])
         shapes = [(b, *s) for b, s in zip(batch_size_choices, sizes)]
     if hasattr(dataset, 'set_loader_cfg'): dataset.set_loader_cfg(num_workers=num_workers)
-    sampler = _sampler(dataset, distributed, is_training, num_aug_repeats)
+    sampler = timm_sampler(dataset, distributed, is_training, num_aug_repeats)
     if pin_memory is None: pin_memory = use_prefetcher and device.type == 'cuda'
     pin_memory = bool(pin_memory) and torch.cuda.is_available()
     if collate_fn is None: collate_fn = _default_collate_fn(use_prefetcher, pin_memory, device, shapes, num_workers, prefetch_factor)
     if isinstance(dataset, torch.utils.data.IterableDataset): batching = dict(batch_size=batch_size, drop_last=is_training)
     elif input_size_choices is None:  # one global order per epoch, a seed per sample: resumable (timmdata.resume)
+        dataset, plan = resumable_batching(dataset, sampler, batch_size, is_training, seed, distributed)
+        batching = dict(batch_sampler=plan)
+    else:  # the schedule of batch sizes and choices, over a seeded order: resumable too
         run_seed = loader_seed(seed, distributed)
-        if sampler is None: sampler = SeededRandomSampler(dataset, run_seed) if is_training else SequentialSampler(dataset)
-        batching = dict(batch_sampler=ResumableBatchSampler(sampler, batch_size, drop_last=is_training, seed=run_seed,
-                                                            seed_explicit=seed is not None))
+        batching = dict(batch_sampler=ResumableScheduledSampler(ScheduledBatchSampler(
+            sampler if sampler is not None else SeededRandomSampler(dataset, run_seed), batch_size_choices,
+            choice_weights=batch_choice_weights, seed=batch_choice_seed, drop_last=is_training, num_batches=num_batches,
+            choice_schedule=batch_choice_schedule, schedule_epochs=batch_schedule_epochs, schedule_spread=batch_schedule_spread,
+            schedule_random_mix=batch_schedule_random_mix), run_seed, seed_explicit=seed is not None))
         dataset = SeededDataset(dataset)
-    else:
-        batching = dict(batch_sampler=ScheduledBatchSampler(
-            sampler if sampler is not None else RandomSampler(dataset), batch_size_choices, choice_weights=batch_choice_weights,
-            seed=batch_choice_seed, drop_last=is_training, num_batches=num_batches, choice_schedule=batch_choice_schedule,
-            schedule_epochs=batch_schedule_epochs, schedule_spread=batch_schedule_spread, schedule_random_mix=batch_schedule_random_mix))
     loader = (ResumableMultiEpochsDataLoader if use_multi_epochs_loader else ResumableDataLoader)(
         dataset, **batching, num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
         worker_init_fn=partial(worker_init, worker_seeding=worker_seeding, rank=default_rank()),

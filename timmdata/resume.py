@@ -18,9 +18,10 @@ from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler, Se
 from .prefetch import SEED_MIX, PrefetchLoader, default_rank
 
 # %% auto #0
-__all__ = ['STATE_VERSION', 'ResumeStateError', 'loader_seed', 'sample_key', 'ResumableBatchSampler', 'check_state',
-           'SeededDataset', 'DeliveredIterator', 'StatefulLoader', 'ResumableDataLoader', 'stream_state',
-           'stream_batch_key', 'load_stream_state', 'ResumablePrefetchLoader']
+__all__ = ['STATE_VERSION', 'ResumeStateError', 'loader_seed', 'PassSegment', 'BatchMark', 'sample_key', 'ResumableBatchSampler',
+           'dataset_len', 'check_state', 'SeededDataset', 'DeliveredIterator', 'StatefulLoader', 'ResumableDataLoader',
+           'stream_state', 'stream_batch_key', 'load_stream_state', 'batch_key', 'ResumablePrefetchLoader',
+           'resumable_batching']
 
 # %% ../nbs/32_resume.ipynb #986f6803
 STATE_VERSION = 1  # bumped when the meaning of a state's fields changes
@@ -45,13 +46,13 @@ def loader_seed(seed: Optional[int] = None, # an explicit seed (kept as it is), 
     return (s + default_rank() * SEED_MIX) % 2**63  # independent loaders on several ranks: different draws
 
 # %% ../nbs/32_resume.ipynb #0cdf578a
-class _Segment:
+class PassSegment:
     "One pass of a batch sampler: positions [start, end) of (epoch, rep) dealt over `world` ranks; `count` per rank."
     def __init__(self, epoch, rep, start, end, world, rank, count, nbatches, order):
         self.epoch, self.rep, self.start, self.end, self.world, self.rank = epoch, rep, start, end, world, rank
         self.count, self.nbatches, self.order = count, nbatches, order
 
-class _Batch:
+class BatchMark:
     "What the consumer got: batch `k` of segment `seg`; `key` is its first sample's seed."
     __slots__ = ('seg', 'k', 'key')
     def __init__(self, seg, k, key): self.seg, self.k, self.key = seg, k, key
@@ -90,7 +91,7 @@ class ResumableBatchSampler(Sampler):
         if r is not None and r['epoch'] == e: return e, r['rep'], r['offset'], r['end']
         return e, (self._prev[1] + 1 if self._prev is not None and self._prev[0] == e else 0), 0, None
 
-    def _segment(self, with_order: bool = True) -> _Segment:
+    def _segment(self, with_order: bool = True) -> PassSegment:
         e, rep, start, end = self._next()
         if with_order: order, total, W, rank = epoch_order(self.sampler, rep)
         else: order, W, rank, total = None, *world_of(self.sampler)
@@ -104,7 +105,7 @@ class ResumableBatchSampler(Sampler):
             count = math.ceil((end - start) / W)
             if self.drop_last: count = math.ceil(count / B) * B
             nb = math.ceil(count / B)
-        return _Segment(e, rep, start, end, W, rank, count, nb, order)
+        return PassSegment(e, rep, start, end, W, rank, count, nb, order)
 
     def __len__(self) -> int: return self._segment(with_order=False).nbatches
 
@@ -120,7 +121,7 @@ def __iter__(self: ResumableBatchSampler):
     for k in range(seg.nbatches):
         pos = range(seg.start + seg.rank + k * B * W, seg.start + seg.rank + min((k + 1) * B, seg.count) * W, W)
         batch = [(seg.order[p % L], sample_key(s, seg.epoch, seg.rep, p)) for p in pos]
-        self._flight.append(_Batch(seg, k, batch[0][1]))
+        self._flight.append(BatchMark(seg, k, batch[0][1]))
         yield batch
 
 @patch
@@ -129,16 +130,18 @@ def new_flight(self: ResumableBatchSampler):
     self._flight.clear(); self._begin = None
 
 @patch
-def delivered(self: ResumableBatchSampler) -> _Batch:
+def delivered(self: ResumableBatchSampler) -> BatchMark:
     "The consumer got the oldest batch in flight: which one it was."
     if not self._flight: raise RuntimeError('timmdata: a batch was delivered that the ResumableBatchSampler did not plan')
     return self._flight.popleft()
 
 # %% ../nbs/32_resume.ipynb #3fc21144
-def _dataset_len(sampler) -> int: return len(getattr(sampler, 'dataset', getattr(sampler, 'data_source', ())))
+def dataset_len(sampler) -> int:
+    "The length of the dataset a sampler reads (0 when it does not say)."
+    return len(getattr(sampler, 'dataset', getattr(sampler, 'data_source', ())))
 
 @patch
-def state(self: ResumableBatchSampler, last: Optional[_Batch] = None) -> dict:
+def state(self: ResumableBatchSampler, last: Optional[BatchMark] = None) -> dict:
     "The state after delivering `last` (None: at the start of the pass in flight, or of the next pass)."
     if last is not None:
         seg = last.seg
@@ -147,7 +150,7 @@ def state(self: ResumableBatchSampler, last: Optional[_Batch] = None) -> dict:
     else: seg = self._begin if self._begin is not None else self._segment(with_order=False); offset, k = seg.start, 0
     return dict(version=STATE_VERSION, kind='map', epoch=seg.epoch, rep=seg.rep, offset=offset, end=seg.end,
                 done=offset >= seg.end, batches_delivered=k, world_size=seg.world, batch_size=self.batch_size,
-                drop_last=self.drop_last, dataset_len=_dataset_len(self.sampler), seed=self.seed,
+                drop_last=self.drop_last, dataset_len=dataset_len(self.sampler), seed=self.seed,
                 sampler=sampler_kind(self.sampler))
 
 def check_state(sd, what: str = 'load_state_dict') -> dict:
@@ -243,6 +246,10 @@ class StatefulLoader:
         bs = getattr(self, '_user_batch_sampler', None) or getattr(self, 'batch_sampler', None)
         return bs if isinstance(bs, ResumableBatchSampler) else None
 
+    @property
+    def last_mark(self):
+        "What identifies the batch handed out last (pass it to `state_at` or `batch_key`); None before the first of a pass."
+        return self._last
     def _fresh(self) -> bool: return True  # does the next pass make a new DataLoader iterator?
     def _batches(self): return super().__iter__()
 
@@ -254,13 +261,14 @@ class StatefulLoader:
         if plan is not None and len(plan) == 0: return iter(())
         return DeliveredIterator(self, self._batches(), self._until_end)
 
-    def _state_at(self, mark) -> dict:
+    def state_at(self, mark) -> dict:
+        "The state after the batch `mark` (a `last_mark`; None: at the start of the pass in flight, or of the next)."
         plan = self.plan
         if plan is not None: return plan.state(mark)
         if isinstance(self.dataset, IterableDataset): return stream_state(self.dataset, mark or 0, self.batch_size)
         raise NotImplementedError(f"state_dict: this loader's batches come from {type(self.batch_sampler).__name__}, which has "
-                                  f"no resumable plan (scheduled batching, input_size_choices, resumes only at epoch "
-                                  f"boundaries for now); create_loader without input_size_choices resumes mid-epoch")
+                                  f"no resumable plan: give the DataLoader a ResumableBatchSampler (or ResumableScheduledSampler) "
+                                  f"and a SeededDataset, as create_loader does")
 
     def set_epoch(self, epoch: int):
         "Passes the epoch to the batch plan (and its sampler) and to the dataset, where they take one."
@@ -269,14 +277,14 @@ class StatefulLoader:
 
     def state_dict(self) -> dict:
         "The loader's position after the batches delivered so far: a small picklable dict for `load_state_dict`."
-        return self._state_at(self._last)
+        return self.state_at(self._last)
 
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict` at the next pass (call before iterating; `set_epoch` of the saved epoch keeps it)."
         sd, plan = check_state(state_dict), self.plan
         if plan is not None: plan.load_state(sd, advance_done=self._until_end)
         elif isinstance(self.dataset, IterableDataset): load_stream_state(self.dataset, sd, self.batch_size)
-        else: self._state_at(None)  # raises the error saying why not
+        else: self.state_at(None)  # raises the error saying why not
         self._last = None
 
 class ResumableDataLoader(StatefulLoader, DataLoader):
@@ -317,6 +325,13 @@ def load_stream_state(dataset, sd: dict, batch_size: int):
     dataset.set_epoch(sd['epoch']); dataset.set_start(sd['batches_delivered'], batch_size)
 
 # %% ../nbs/32_resume.ipynb #730bc5e8
+def batch_key(loader, # a StatefulLoader
+              mark, # its `last_mark` after a batch
+             ) -> Optional[int]:
+    "The seed of a delivered batch's batch-level draws: a function of (seed, epoch, pass, position); None if not resumable."
+    if isinstance(mark, BatchMark): return mark.key
+    return stream_batch_key(loader.dataset, mark)
+
 class ResumablePrefetchLoader(PrefetchLoader):
     "A `PrefetchLoader` over a `StatefulLoader`: `state_dict()` counts delivered batches; batch ops seeded per batch."
     def __init__(self, loader, **kwargs):
@@ -326,9 +341,9 @@ class ResumablePrefetchLoader(PrefetchLoader):
         self._marks, self._last = deque(), None
 
     def _process(self, x: torch.Tensor) -> torch.Tensor:
-        m = self.loader._last  # the batch the inner loader just handed over
+        m = self.loader.last_mark  # the batch the inner loader just handed over
         self._marks.append(m)
-        key = m.key if isinstance(m, _Batch) else stream_batch_key(self.loader.dataset, m)
+        key = batch_key(self.loader, m)
         if key is None: return super()._process(x)
         seed = mix_seed(key, _PREFETCH)
         self.generator.manual_seed(seed)
@@ -351,7 +366,21 @@ class ResumablePrefetchLoader(PrefetchLoader):
 
     def state_dict(self) -> dict:
         "The position after the batches this loader handed out (not those prepared ahead)."
-        return self.loader._state_at(self._last)
+        return self.loader.state_at(self._last)
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments)."
         self.loader.load_state_dict(state_dict); self._last = None
+
+# %% ../nbs/32_resume.ipynb #5a8ed82d
+def resumable_batching(dataset, # a map-style dataset
+                       sampler: Optional[Sampler], # timm's sampler (`timm_sampler`), or None: a seeded random order (training) or sequential
+                       batch_size: int, # samples per batch, per rank
+                       is_training: bool = False, # shuffle (when no sampler is given) and drop the short last batch
+                       seed: Optional[int] = None, # the loader's seed (None: drawn, see `loader_seed`)
+                       distributed: bool = False, # share the drawn seed over the ranks
+                      ) -> tuple:
+    "`(SeededDataset(dataset), ResumableBatchSampler)`: the `dataset` and `batch_sampler` of a resumable DataLoader."
+    run_seed = loader_seed(seed, distributed)
+    if sampler is None: sampler = SeededRandomSampler(dataset, run_seed) if is_training else SequentialSampler(dataset)
+    return SeededDataset(dataset), ResumableBatchSampler(sampler, batch_size, drop_last=is_training, seed=run_seed,
+                                                         seed_explicit=seed is not None)

@@ -9,11 +9,15 @@ from itertools import islice
 from typing import Callable, Optional, Sequence
 import torch
 from torch.utils.data import Dataset, Sampler
+from collections import deque
 from fastcore.basics import patch
 from .dataset import ChoiceTransform, ImageDataset
+from .distributed_sampler import SeededRandomSampler, sampler_kind, world_of
+from .resume import (STATE_VERSION, BatchMark, PassSegment, ResumableBatchSampler, ResumeStateError, check_state,
+                             dataset_len, sample_key)
 
 # %% auto #0
-__all__ = ['ScheduledBatchSampler', 'ScheduledTransformDataset']
+__all__ = ['ScheduledBatchSampler', 'ScheduledTransformDataset', 'ResumableScheduledSampler']
 
 # %% ../nbs/20_scheduled_sampler.ipynb #a2eafc2a
 _SCHEDULES = ('constant', 'progressive')
@@ -219,3 +223,87 @@ class ScheduledTransformDataset(Dataset):
         return self.dataset.filename(index, basename=basename, absolute=absolute)
     def filenames(self, basename: bool = False, absolute: bool = False):
         return self.dataset.filenames(basename=basename, absolute=absolute)
+
+# %% ../nbs/20_scheduled_sampler.ipynb #b97ecef9
+class ResumableScheduledSampler(ResumableBatchSampler):
+    "A `ScheduledBatchSampler`'s batches as `((index, choice), key)` pairs, saved and restored at any batch."
+    def __init__(self, scheduled, # a `ScheduledBatchSampler` (its sampler must be one `epoch_order` knows)
+                 seed: int = 0, # the loader's seed: every per-sample key derives from it
+                 seed_explicit: bool = True, # the user chose the seed (a state with another one is an error)
+                ):
+        world_of(scheduled.sampler)  # an error naming the sampler when it has no repeatable order
+        self.scheduled, self.seed, self.seed_explicit = scheduled, seed, seed_explicit
+        self.batch_size, self.drop_last = None, scheduled.drop_last
+        self._prev, self._restore, self._flight, self._begin = None, None, deque(), None
+
+    @property
+    def sampler(self): return self.scheduled.sampler
+    @property
+    def epoch(self) -> int: return self.scheduled.epoch
+    def set_epoch(self, epoch: int):
+        "Select the epoch of the next pass (the schedule's and its sampler's); a restored position of that epoch is kept."
+        self.scheduled.set_epoch(epoch)
+
+    def _next(self) -> tuple:
+        "(epoch, rep, batches to pass over) of the next pass."
+        e, r = self.epoch, self._restore
+        if r is not None and r['epoch'] == e: return e, r['rep'], r['skip']
+        return e, (self._prev[1] + 1 if self._prev is not None and self._prev[0] == e else 0), 0
+
+    def _segment(self, with_order: bool = False) -> PassSegment:
+        e, rep, skip = self._next()
+        W, rank, _ = world_of(self.sampler)
+        n = len(self.scheduled)
+        return PassSegment(e, rep, skip, n, W, rank, None, max(n - skip, 0), None)
+
+    def __iter__(self):
+        seg = self._segment()
+        if self._restore is not None and self._restore['epoch'] == seg.epoch: self._restore = None  # used once
+        self._prev = (seg.epoch, seg.rep)
+        if self._begin is None: self._begin = seg
+        p = 0  # samples of this rank's pass before the batch; global position p * W + rank
+        for k, batch in enumerate(self.scheduled):
+            first, p = p, p + len(batch)
+            if k < seg.start: continue  # delivered before the cut: only the schedule and the order are replayed
+            keyed = [(ic, sample_key(self.seed, seg.epoch, seg.rep, q * seg.world + seg.rank))
+                     for q, ic in enumerate(batch, first)]
+            self._flight.append(BatchMark(seg, k - seg.start, keyed[0][1]))
+            yield keyed
+
+# %% ../nbs/20_scheduled_sampler.ipynb #596a9e0a
+def _schedule_kind(scheduled) -> dict:
+    "What fixes a schedule (compared when a state is loaded)."
+    keys = ('batch_sizes', 'seed', 'num_batches', 'drop_last', 'shuffle_schedule', 'choice_schedule', 'schedule_epochs',
+            'schedule_spread', 'schedule_random_mix')
+    return {**{k: getattr(scheduled, k) for k in keys}, 'choice_weights': [float(w) for w in scheduled.choice_weights]}
+
+@patch
+def state(self: ResumableScheduledSampler, last: Optional[BatchMark] = None) -> dict:
+    "The state after delivering `last` (None: at the start of the pass in flight, or of the next pass)."
+    if last is not None: seg = last.seg; done = seg.start + last.k + 1
+    else: seg = self._begin if self._begin is not None else self._segment(); done = seg.start
+    return dict(version=STATE_VERSION, kind='scheduled', epoch=seg.epoch, rep=seg.rep, batches_delivered=done,
+                num_batches=seg.end, done=done >= seg.end, world_size=seg.world, dataset_len=dataset_len(self.sampler),
+                seed=self.seed, sampler=sampler_kind(self.sampler), schedule=_schedule_kind(self.scheduled))
+
+@patch
+def load_state(self: ResumableScheduledSampler, sd: dict, advance_done: bool = False):
+    "Continue from `sd` (from `state`): its next pass is the restored one; errors name what differs."
+    check_state(sd)
+    if sd['kind'] != 'scheduled':
+        raise ResumeStateError(f"load_state_dict: the state is from a {sd['kind']} loader; this one uses scheduled batching "
+                               f"(input_size_choices): build the loader as the saved one was")
+    mine = self.state()
+    diff = [f"{k}: saved {sd[k]!r}, this loader {mine[k]!r}" for k in ('dataset_len', 'world_size', 'sampler', 'schedule')
+            if sd[k] != mine[k]]
+    if self.seed_explicit and sd['seed'] != self.seed: diff.append(f"seed: saved {sd['seed']!r}, this loader {self.seed!r}")
+    if diff: raise ResumeStateError("load_state_dict: the state comes from a loader built with other arguments ("
+                                    + '; '.join(diff) + "); build the loader as the saved one was (scheduled batching "
+                                    "resumes on the world size it was saved on)")
+    self.seed = sd['seed']
+    if isinstance(self.sampler, SeededRandomSampler): self.sampler.seed = sd['seed']
+    self.new_flight()
+    e = sd['epoch']
+    if sd['done'] and advance_done: self.set_epoch(e + 1); self._prev, self._restore = None, None
+    elif sd['done']: self.set_epoch(e); self._prev, self._restore = (e, sd['rep']), None
+    else: self.set_epoch(e); self._prev, self._restore = None, dict(epoch=e, rep=sd['rep'], skip=sd['batches_delivered'])
