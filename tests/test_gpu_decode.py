@@ -2,7 +2,7 @@
 batched code): eval batches against create_loader's CPU path within a stated bound, the train plans' random draws
 against timm's, the CPU fallback for PNG / CMYK / grayscale JPEGs counted, shapes, dtypes and layouts, the errors;
 and `cuda`-marked tests of the real GPU path (skipped without a GPU)."""
-import inspect, io, math, random
+import inspect, io, math, pickle, random
 import numpy as np
 import pytest
 import torch
@@ -233,3 +233,126 @@ def test_cuda_train_epochs_keep_memory_flat(sample_root):
         for x, y in dl: (x.float().mean() + y.float().sum()).item()
         torch.cuda.synchronize(); peaks.append(torch.cuda.memory_reserved())
     assert peaks[-1] <= peaks[1], peaks  # after the first epoch's warm-up, nothing grows
+
+
+# ---------- resumable and distributed (timmdata.resume), on the CPU path ----------
+
+from torch.utils.data.distributed import DistributedSampler
+from timmdata.distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
+from timmdata.resume import ResumeStateError
+from timmdata.sample_data import make_sample_dataset
+from _datasets import IndexDataset
+
+RB = 4  # batch size of the resume tests
+
+@pytest.fixture(scope='module')
+def small_root(tmp_path_factory):
+    "3 classes: 18 small train JPEGs (random crops, flips and erasing show in the pixels), 9 val ones (an odd count)."
+    return make_sample_dataset(tmp_path_factory.mktemp('gd_resume') / 'data', n_train=6, n_val=3, classes=['a', 'b', 'c'],
+                               size=(40, 32), num_workers=0)
+
+def _dd(root, split='train', sampler=None, monkeypatch=None, bs=RB, **kw):
+    "A device-decode (CPU) train loader with every random step on: crops/flips, batch jitter, erasing ('pixel'), mixup."
+    if sampler is not None: monkeypatch.setattr(gd, 'timm_sampler', lambda ds, *a: sampler(ds))
+    args = dict(is_training=True, num_workers=0, decode_device='cpu', re_prob=0.5, re_mode='pixel', re_count=2,
+                color_jitter=0.4, interpolation='random', vflip=0.3,
+                collate_fn=FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=18, label_smoothing=0.1))
+    args.update(kw)
+    return create_device_decode_loader(IndexDataset(str(root / split)), 24, bs, **args)
+
+def _run(loader, epochs, start=0, stop=None, sd=None):
+    "Batches of `epochs` (set_epoch each), optionally loading `sd` first / stopping after `stop` batches; and the state."
+    if sd is not None: loader.load_state_dict(pickle.loads(pickle.dumps(sd)))
+    out = []
+    for e in range(start, start + epochs):
+        loader.set_epoch(e)
+        for x, y in loader:
+            out.append((x.clone(), y.clone()))
+            if stop is not None and len(out) == stop: return out, loader.state_dict()
+    return out, loader.state_dict()
+
+def _same(a, b):
+    assert len(a) == len(b), (len(a), len(b))
+    for i, ((xa, ya), (xb, yb)) in enumerate(zip(a, b)):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb), f'batch {i} differs'
+
+@pytest.mark.parametrize('nw', [0, 2])
+def test_device_decode_resume_bit_identical(small_root, nw):
+    "Cut at a mid-epoch batch and at the epoch's end, resumed in a fresh loader after another torch seed: the same batches."
+    kw = dict(num_workers=nw, persistent_workers=True)
+    torch.manual_seed(1)
+    ref, _ = _run(_dd(small_root, **kw), 2)
+    assert len(ref) == 2 * (18 // RB) and not torch.equal(ref[0][0], ref[4][0])
+    assert all(y.shape == (RB, 18) and not torch.equal(y, y.round()) for _, y in ref)  # mixed, smoothed targets
+    for stop in (1, 4):  # mid-epoch; the epoch's last batch (4 of 18 // 4)
+        torch.manual_seed(1)
+        head, sd = _run(_dd(small_root, **kw), 2, stop=stop)
+        assert sd['epoch'] == 0 and sd['batches_delivered'] == stop and sd['done'] == (stop == 4)
+        torch.manual_seed(99); np.random.seed(99); random.seed(99)  # a fresh process: other global states; the saved seed wins
+        done = stop // 4
+        tail, _ = _run(_dd(small_root, **kw), 2 - done, start=done, sd=sd)
+        _same(head + tail, ref)
+
+def test_device_decode_resume_errors_and_seed(small_root):
+    "An explicit seed makes runs repeatable; a state from another seed or batch size is refused, by field."
+    a, _ = _run(_dd(small_root, seed=7), 1)
+    b, sd = _run(_dd(small_root, seed=7), 1, stop=2)
+    _same(a[:2], b)
+    with pytest.raises(ResumeStateError, match='seed: saved 7'): _dd(small_root, seed=8).load_state_dict(sd)
+    with pytest.raises(ResumeStateError, match='batch_size: saved 4'): _dd(small_root, bs=3).load_state_dict(sd)
+
+def _ranks(root, monkeypatch, make, split='train', W=2, **kw):
+    "One loader per simulated rank (a sampler built for that rank)."
+    out = []
+    for r in range(W):
+        out.append(_dd(root, split, lambda ds, r=r: make(ds, W, r), monkeypatch, seed=5, **kw))
+        monkeypatch.undo()
+    return out
+
+def test_device_decode_two_ranks_read_every_sample_once(small_root, monkeypatch):
+    mk = lambda ds, W, r: DistributedSampler(ds, num_replicas=W, rank=r, seed=4)
+    for epoch in (0, 1):
+        ys = []
+        for dl in _ranks(small_root, monkeypatch, mk, bs=3, collate_fn=None):
+            dl.set_epoch(epoch)
+            ys.append([int(t) for _, y in dl for t in y])
+        assert len(ys[0]) == len(ys[1]) == 9 and sorted(ys[0] + ys[1]) == list(range(18)), ys
+    # eval: ordered, padded to equal shares (9 samples on 2 ranks: one repeat)
+    mk = lambda ds, W, r: OrderedDistributedSampler(ds, num_replicas=W, rank=r)
+    ev = [[int(t) for _, y in dl for t in y] for dl in _ranks(small_root, monkeypatch, mk, 'val', bs=2, is_training=False, collate_fn=None)]
+    assert ev == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 0]], ev  # timm's deal: rank r takes every W-th of the padded order
+
+@pytest.mark.parametrize('kind', ['distributed', 'repeat_aug'])
+def test_device_decode_rank_resumes_exactly(small_root, monkeypatch, kind):
+    mk = {'distributed': lambda ds, W, r: DistributedSampler(ds, num_replicas=W, rank=r, seed=4),
+          'repeat_aug': lambda ds, W, r: RepeatAugSampler(ds, num_replicas=W, rank=r, num_repeats=3, selected_round=0)}[kind]
+    sampler = lambda ds: mk(ds, 2, 1)  # rank 1 of 2
+    ref, _ = _run(_dd(small_root, 'train', sampler, monkeypatch, bs=3, seed=5), 2)
+    assert len(ref) == 6
+    head, sd = _run(_dd(small_root, 'train', sampler, monkeypatch, bs=3, seed=5), 2, stop=2)
+    assert sd['world_size'] == 2 and sd['sampler'] != 'sequential'
+    tail, _ = _run(_dd(small_root, 'train', sampler, monkeypatch, bs=3, seed=5), 2, sd=sd)
+    _same(head + tail, ref)
+
+def test_device_decode_refusals_of_the_resumable_path(small_root):
+    with pytest.raises(ValueError, match='num_aug_repeats=3 needs distributed=True'):
+        _dd(small_root, num_aug_repeats=3)
+    with pytest.raises(ValueError, match='use_multi_epochs_loader=True'): _dd(small_root, use_multi_epochs_loader=True)
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self): return iter(())
+    with pytest.raises(ValueError, match='Stream is a stream'):
+        create_device_decode_loader(Stream(), 24, 4, decode_device='cpu')
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('re_mode', ['pixel', 'const'])
+def test_cuda_device_decode_resume_one_batch_ahead(small_root, re_mode):
+    "On CUDA the loader prepares a batch ahead: the state counts what it handed out; 'pixel' noise from a seeded CUDA generator."
+    kw = dict(decode_device='cuda', num_workers=2, re_mode=re_mode)
+    torch.manual_seed(1)
+    ref, _ = _run(_dd(small_root, **kw), 2)
+    torch.manual_seed(1)
+    head, sd = _run(_dd(small_root, **kw), 2, stop=3)
+    assert sd['batches_delivered'] == 3
+    torch.manual_seed(99); torch.cuda.manual_seed(99); np.random.seed(99); random.seed(99)
+    tail, _ = _run(_dd(small_root, **kw), 2, sd=sd)
+    _same(head + tail, ref)

@@ -5,23 +5,26 @@
 # %% ../nbs/33_gpu_decode.ipynb #404c2057
 from __future__ import annotations
 import math, random
-from functools import partial
+from collections import deque
 from typing import Callable, Optional, Union
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, get_worker_info
+from torch.utils.data import IterableDataset
 from torchvision.transforms import InterpolationMode
 from .decode import EncodedJpeg, ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
 from .transforms import (SampleTransform, RandomResizedCropAndInterpolation, ResizeKeepRatio, check_range, crop_box,
                          image_hw, interp_or_choices, pick_interp, resize_exact, setup_size, shorter_edge_size, str_to_interp_mode)
 from .mixup import Mixup
-from .prefetch import SEED_MIX, PrefetchLoader, default_rank, resolve_device
-from .config import DEFAULT_CROP_PCT, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
+from .prefetch import PrefetchLoader, resolve_device
+from .config import (DEFAULT_CROP_PCT, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, mix_seed,
+                             parse_input_size, seed_all)
+from .distributed_sampler import timm_sampler
+from .resume import ResumableDataLoader, batch_key, resumable_batching
 
 # %% auto #0
 __all__ = ['DeviceDecodeTransform', 'device_decode_collate', 'decode_jpegs', 'crop_resize_batch', 'flip_batch_', 'decode_batch',
-           'DeviceDecodeLoader', 'seed_worker', 'create_device_decode_loader']
+           'DeviceDecodeLoader', 'create_device_decode_loader']
 
 # %% ../nbs/33_gpu_decode.ipynb #a22d4db9
 _INTERPS = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)  # the device resize: torch's antialiased kernels
@@ -163,31 +166,46 @@ def decode_batch(packed: dict, # a `device_decode_collate` batch
     return flip_batch_(out, plans), pix_rows + [jpeg_rows[i] for i in slow]
 
 # %% ../nbs/33_gpu_decode.ipynb #733a29a0
+_STEP, _MIX = 0xDEC0, 0xDEC1  # tags of a batch's seeds: the batch step's generator (jitter, erasing), the mixer's draws
+
 class DeviceDecodeLoader:
-    "Batches of JPEG bytes -> normalised float batches on `device`: decoded, cropped, resized and augmented there."
-    def __init__(self, loader: DataLoader, # yields `device_decode_collate` batches
+    "Batches of JPEG bytes -> normalised float batches on `device`: decoded, cropped, resized and augmented there; resumable."
+    def __init__(self, loader: ResumableDataLoader, # yields `device_decode_collate` batches (a ResumableBatchSampler's)
                  size: tuple, # output (h, w)
                  pl: PrefetchLoader, # its back end, jitter, erasing and output settings are used (over the same `loader`)
                  mixer: Optional[Mixup] = None, # mixing of the float batch (a FastCollateMixup or Mixup), or None
                 ):
+        if not isinstance(loader, ResumableDataLoader):
+            raise TypeError(f'DeviceDecodeLoader needs a ResumableDataLoader (see create_device_decode_loader); got {type(loader).__name__}')
         self.loader, self.size, self.pl, self.mixer = loader, tuple(size), pl, mixer
         self.device, self.stream = pl.device, None
+        if pl.random_erasing is not None: pl.random_erasing.generator = pl.generator  # seeded per batch, not torch's global one
         self.cpu_fallbacks = 0  # samples decoded on the CPU (in a worker, or here after the device decoder failed)
         self.samples = 0
+        self._marks, self._last = deque(), None  # marks of the batches prepared ahead; of the last one handed out
 
-    def _step(self, packed: dict, y: torch.Tensor) -> tuple:
-        "One batch's device work: (float batch, targets)."
+    def _step(self, packed: dict, y: torch.Tensor, key: Optional[int] = None) -> tuple:
+        "One batch's device work: (float batch, targets); its random draws seeded from the batch's `key`."
         pl = self.pl
         x, slow = decode_batch(packed, self.size, self.device, pl.channels)
         self.cpu_fallbacks += len(slow); self.samples += len(x)
         y = y.to(self.device, non_blocking=True)
+        if key is not None: pl.generator.manual_seed(mix_seed(key, _STEP))
         out = pl.backend.normalize(x)
-        if self.mixer is not None: out, y = Mixup.__call__(self.mixer, out, y)
-        if pl.random_erasing is not None: out = pl.random_erasing(out)
+        if self.mixer is not None: out, y = _seeded_mix(self.mixer, out, y, key)
+        if pl.random_erasing is not None: out = _seeded_erase(pl, out, key)
         return (out if out.dtype == pl.img_dtype else out.to(pl.img_dtype)), y
 
     def __len__(self) -> int: return len(self.loader)
-    def set_epoch(self, epoch: int): self.pl.set_epoch(epoch)
+    def set_epoch(self, epoch: int):
+        "Passes the epoch to the batch plan, its sampler and the dataset."
+        self.loader.set_epoch(epoch)
+    def state_dict(self) -> dict:
+        "The position after the batches handed out (not the one prepared ahead): a small picklable dict."
+        return self.loader.state_at(self._last)
+    def load_state_dict(self, state_dict: dict):
+        "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments) at the next pass."
+        self.loader.load_state_dict(state_dict); self._last = None
     @property
     def dataset(self): return self.loader.dataset
     @property
@@ -199,24 +217,47 @@ class DeviceDecodeLoader:
         if self.mixer is not None: self.mixer.mixup_enabled = on
 
 # %% ../nbs/33_gpu_decode.ipynb #745c245d
-def _prepare(self: DeviceDecodeLoader, packed: dict, y) -> tuple:
-    if self.device.type != 'cuda': return (*self._step(packed, y), None)
+def _seeded_mix(mixer: Mixup, x, y, key: Optional[int]) -> tuple:
+    "The mixer's draws (numpy's, `random`'s, torch's globals) seeded from the batch's key; the global states kept."
+    if key is None: return Mixup.__call__(mixer, x, y)
+    keep = random.getstate(), torch.get_rng_state(), np.random.get_state()
+    seed_all(mix_seed(key, _MIX))
+    try: return Mixup.__call__(mixer, x, y)
+    finally: random.setstate(keep[0]); torch.set_rng_state(keep[1]); np.random.set_state(keep[2])
+
+def _seeded_erase(pl: PrefetchLoader, x: torch.Tensor, key: Optional[int]) -> torch.Tensor:
+    "Erasing draws from `pl.generator`; on CUDA its 'rand'/'pixel' noise from the device's generator: seeded too, in a fork."
+    re = pl.random_erasing
+    if key is None or x.device.type != 'cuda' or re.mode == 'const': return re(x)
+    idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    with torch.random.fork_rng(devices=[idx], device_type='cuda'):
+        torch.cuda.default_generators[idx].manual_seed(mix_seed(key, _STEP))
+        return re(x)
+
+def _prepare(self: DeviceDecodeLoader, packed: dict, y, key) -> tuple:
     if self.stream is None: self.stream = torch.cuda.Stream(device=self.device)
     self.stream.wait_stream(torch.cuda.current_stream(self.device))  # never write memory the consumer's queued work reads
     with torch.cuda.stream(self.stream):
-        x, y = self._step(packed, y)
+        x, y = self._step(packed, y, key)
         ready = torch.cuda.Event(); ready.record(self.stream)
     return x, y, ready
 
 def _iter(self: DeviceDecodeLoader):
-    pending = None
+    pending, seen, cuda = None, None, self.device.type == 'cuda'
+    self._last = None; self._marks.clear()
     for packed, y in self.loader:
+        seen = mark = self.loader.last_mark
         if not len(packed['plans']): continue  # every sample of the batch was skipped
-        if self.device.type != 'cuda': yield self._step(packed, y); continue  # nothing to overlap with on the CPU
-        nxt = _prepare(self, packed, y)  # queued (CUDA) before the previous batch is handed over: one batch ahead
-        if pending is not None: yield _hand_over(self, *pending)
+        key = batch_key(self.loader, mark)
+        if not cuda:  # nothing to overlap with on the CPU
+            out = self._step(packed, y, key); self._last = mark
+            yield out; continue
+        nxt = _prepare(self, packed, y, key)  # queued (CUDA) before the previous batch is handed over: one batch ahead
+        self._marks.append(mark)
+        if pending is not None: self._last = self._marks.popleft(); yield _hand_over(self, *pending)
         pending = nxt
-    if pending is not None: yield _hand_over(self, *pending)
+    if pending is not None: self._last = self._marks.popleft(); yield _hand_over(self, *pending)
+    if seen is not None: self._last = seen  # the pass is over (a trailing batch may have been skipped whole)
 
 def _hand_over(self: DeviceDecodeLoader, x, y, ready) -> tuple:
     if ready is not None:
@@ -236,22 +277,15 @@ _OTHER = {  # create_loader's other arguments: (its default, why another value i
     'gaussian_blur_prob': (0., 'random blur is per-sample in the workers'),
     'color_jitter_prob': (None, 'jitter with a probability is per-sample in the workers'),
     'num_aug_splits': (0, 'AugMix splits need per-sample pipelines'),
-    'num_aug_repeats': (0, 'repeated augmentation is not wired to this path yet'),
-    'distributed': (False, 'distributed sampling is not wired to this path yet'),
     'tf_preprocessing': (False, 'TF preprocessing is not implemented'),
     'use_prefetcher': (True, 'the device path is a prefetching loader'),
-    'use_multi_epochs_loader': (False, 'not wired to this path yet'),
-    'worker_seeding': ('all', "only 'all' (each worker seeded from torch's seed and the rank)"),
+    'use_multi_epochs_loader': (False, 'MultiEpochsDataLoader lives in timmdata.loader, which builds on this module'),
+    'worker_seeding': ('all', "every sample is seeded from the loader's seed (timmdata.resume), not from its worker"),
     'input_size_choices': (None, _SCHED), 'batch_size_choices': (None, _SCHED), 'batch_choice_weights': (None, _SCHED),
     'batch_choice_seed': (0, _SCHED), 'batch_choice_schedule': ('constant', _SCHED), 'batch_schedule_epochs': (None, _SCHED),
     'batch_schedule_spread': (0.65, _SCHED), 'batch_schedule_random_mix': (0.1, _SCHED), 'num_batches': (None, _SCHED),
 }
 _PASSED = ('num_workers', 'pin_memory', 'persistent_workers', 'prefetch_factor', 'device')
-
-def seed_worker(worker_id: int, rank: int = 0):
-    "DataLoader `worker_init_fn`: seeds `random`, torch and numpy per worker and rank (create_loader's worker_seeding='all')."
-    seed = (get_worker_info().seed + rank * SEED_MIX) % 2**64
-    random.seed(seed); torch.manual_seed(seed); np.random.seed(seed % (2**32 - 1))
 
 def _check_kwargs(kw: dict, is_training: bool, train_crop_mode, crop_mode, color_jitter):
     for k, v in kw.items():
@@ -286,7 +320,9 @@ def create_device_decode_loader(
         fp16: bool = False, img_dtype: torch.dtype = torch.float32, # output dtype
         channels_last: bool = False, # channels-last output batches
         decode_device: Union[str, torch.device] = 'cuda', # where to decode: 'cuda', 'cuda:N' or 'cpu' (TorchCodec's CPU decoder)
-        seed: Optional[int] = None, # seed of the batch step's generator (jitter)
+        seed: Optional[int] = None, # the loader's seed: order, per-sample crops/flips, jitter, mixing, erasing (None: drawn, see `loader_seed`)
+        distributed: bool = False, # one share of the data per rank (torch.distributed must be initialised)
+        num_aug_repeats: int = 0, # repeated augmentation (distributed only): copies per sample, dealt to different ranks
         **kwargs, # create_loader's other arguments: num_workers, pin_memory, persistent_workers, prefetch_factor, device; the rest at their defaults
        ) -> DeviceDecodeLoader:
     "`create_loader` with the decode, crop and resize moved to `decode_device` (see above for what it takes)."
@@ -310,20 +346,23 @@ def create_device_decode_loader(
                          f'device); got {type(collate_fn).__name__}: the batch is packed JPEG bytes until the device')
     if mixer is not None and mixer.mode == 'half':
         raise ValueError("create_device_decode_loader: FastCollateMixup(mode='half') is not supported here; use 'batch', 'pair' or 'elem'")
+    if isinstance(dataset, IterableDataset):
+        raise ValueError(f'create_device_decode_loader: {type(dataset).__name__} is a stream; the device decode path reads '
+                         f'map-style datasets (e.g. ImageDataset): use create_loader without decode_device for streams')
     size = parse_input_size(input_size)
     dataset.transform = DeviceDecodeTransform(size, is_training=is_training, scale=scale, ratio=ratio, hflip=hflip,
                                               vflip=vflip, interpolation=interpolation, crop_pct=crop_pct,
                                               crop_border_pixels=crop_border_pixels)
     nw = kwargs.get('num_workers', 1)
     pin = kwargs.get('pin_memory', None)
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=is_training, drop_last=is_training, num_workers=nw,
-                        collate_fn=device_decode_collate,
-                        pin_memory=bool(device.type == 'cuda' if pin is None else pin) and torch.cuda.is_available(),
-                        worker_init_fn=partial(seed_worker, rank=default_rank()),
-                        persistent_workers=kwargs.get('persistent_workers', True) and nw > 0,
-                        prefetch_factor=kwargs.get('prefetch_factor', None) if nw > 0 else None)
+    sampler = timm_sampler(dataset, distributed, is_training, num_aug_repeats)
+    dataset, plan = resumable_batching(dataset, sampler, batch_size, is_training, seed, distributed)
+    loader = ResumableDataLoader(dataset, batch_sampler=plan, num_workers=nw, collate_fn=device_decode_collate,
+                                 pin_memory=bool(device.type == 'cuda' if pin is None else pin) and torch.cuda.is_available(),
+                                 persistent_workers=kwargs.get('persistent_workers', True) and nw > 0,
+                                 prefetch_factor=kwargs.get('prefetch_factor', None) if nw > 0 else None)
     pl = PrefetchLoader(loader, mean=mean, std=std, channels=3, device=device, fp16=fp16, img_dtype=img_dtype,
                         re_prob=re_prob if is_training else 0., re_mode=re_mode, re_count=re_count,
                         re_num_splits=2 if re_split else 0, channels_last=channels_last,
-                        color_jitter=color_jitter if is_training else None, seed=seed)
+                        color_jitter=color_jitter if is_training else None, seed=plan.seed)
     return DeviceDecodeLoader(loader, size, pl, mixer)

@@ -12,7 +12,8 @@ from fastcore.basics import patch
 from .dataset import ChoiceTransform, ImageDataset
 from .collate import new_uint8
 from .naflex_transforms import parse_patch_size
-from .config import mix_seed
+from .transforms import SampleTransform
+from .config import mix_seed, seed_all
 
 # %% auto #0
 __all__ = ['calculate_naflex_batch_size', 'NaFlexCollator', 'NaFlexMapDatasetWrapper', 'NaFlexStreamWrapper']
@@ -105,6 +106,8 @@ def _from_dicts(self:NaFlexCollator, ds: list) -> dict:
     return dict(patches=patches, patch_coord=coord, patch_valid=valid, seq_len=L)
 
 # %% ../nbs/24_naflex_dataset.ipynb #76b83889
+_MIX_TAG = 0x313C  # tag of a batch's mixing draws (vs its samples' draws)
+
 def _patch_cfg(patch_size, patch_size_choices, patch_size_choice_probs) -> tuple:
     "([(ph, pw), ...], probabilities, variable?) from the wrapper's patch arguments (default: one 16x16 size)."
     if patch_size is None and patch_size_choices is None: patch_size = 16
@@ -146,6 +149,7 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         self.distributed = distributed and world_size > 1
         self.rank, self.world_size = (rank, world_size) if self.distributed else (0, 1)
         self._epoch = torch.tensor([epoch], dtype=torch.int64).share_memory_()  # seen by running (persistent) workers
+        self._start = torch.zeros(3, dtype=torch.int64).share_memory_()  # resume point: [set?, its epoch, batches delivered]
         self.patch_sizes, self.patch_size_probs, self.variable_patch_size = _patch_cfg(patch_size, patch_size_choices, patch_size_choice_probs)
         self.transforms = {(s, k): (transform_factory(max_seq_len=s, patch_size=p) if transform_factory else None)
                            for k, p in enumerate(self.patch_sizes) for s in self.seq_lens}
@@ -166,7 +170,8 @@ class NaFlexMapDatasetWrapper(IterableDataset):
     @property
     def epoch(self) -> int: return int(self._epoch[0])
     def set_epoch(self, epoch: int):
-        "The epoch of the next pass; running (persistent) DataLoader workers see it too."
+        "The epoch of the next pass; running (persistent) DataLoader workers see it too. A resume point of another epoch is dropped."
+        if int(self._start[1]) != epoch: self._start[0] = 0
         self._epoch[0] = epoch
 
 # %% ../nbs/24_naflex_dataset.ipynb #5c5e8b56
@@ -198,17 +203,26 @@ def _epoch_batches(self:NaFlexMapDatasetWrapper, epoch: int) -> list:
 
 @patch
 def _batches(self:NaFlexMapDatasetWrapper):
-    "This worker's share of the epoch's batches, collated."
+    "This worker's share of the epoch's batches from the resume point (batch j goes to worker j % workers), collated."
     info = get_worker_info()
     wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
-    epoch = self.epoch
+    epoch, start = self.epoch, self.start_batches()
     if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)): self.mixup_fn.set_epoch(epoch)
-    for s, k, idx in self._epoch_batches(epoch)[wid::nw]:
-        b = self._batch(s, k, (self.base_dataset[i] for i in idx))
+    batches = self._epoch_batches(epoch)
+    for j in range(start + wid, len(batches), nw):  # torch asks worker 0 first: it makes the first batch not yet delivered
+        s, k, idx = batches[j]
+        key = mix_seed(self.seed, epoch, self.rank, j)  # batch j's draws: the same whichever worker makes it, resumed or not
+        b = self._batch(s, k, (self._read(mix_seed(key, m), i) for m, i in enumerate(idx)), key)
         if b is not None: yield b
 
 @patch
-def _batch(self:NaFlexMapDatasetWrapper, s: int, k: int, samples) -> Optional[tuple]:
+def _read(self:NaFlexMapDatasetWrapper, key: int, i: int):
+    "Sample `i`, its random draws seeded from `key`."
+    seed_all(key)
+    return self.base_dataset[i]
+
+@patch
+def _batch(self:NaFlexMapDatasetWrapper, s: int, k: int, samples, key: Optional[int] = None) -> Optional[tuple]:
     "One batch at sequence length `s` and patch size `k` from `samples` (read lazily, after its transform is chosen), mixed and collated."
     if self._inner is not None: self._inner.choice = (s, k)  # this batch's transform, inside the dataset
     imgs, ys = [], []
@@ -218,8 +232,31 @@ def _batch(self:NaFlexMapDatasetWrapper, s: int, k: int, samples) -> Optional[tu
         if self._inner is None and self.transforms[(s, k)] is not None: img = self.transforms[(s, k)](img)
         imgs.append(img); ys.append(y)
     if not imgs: return None
+    if key is not None: seed_all(mix_seed(key, _MIX_TAG))  # the mixing's draws (else: as the last sample's seed left them)
     if self.mixup_fn is not None: imgs, ys = self.mixup_fn(imgs, ys)
     return self.collate_fns[(s, k)](list(zip(imgs, ys)))
+
+# %% ../nbs/24_naflex_dataset.ipynb #a9512c14
+@patch
+def start_batches(self:NaFlexMapDatasetWrapper) -> int:
+    "Batches of the current epoch delivered before the resume point (`set_start`); 0 when the epoch starts afresh."
+    flag, epoch, n = self._start.tolist()
+    return n if flag and epoch == self.epoch else 0
+
+@patch
+def set_start(self:NaFlexMapDatasetWrapper, batches_done: int, batch_size=None):
+    "Resume the current epoch after its first `batches_done` batches (`batch_size`: not used, the schedule sets the sizes)."
+    if isinstance(batches_done, bool) or not isinstance(batches_done, int) or not 0 <= batches_done <= len(self):
+        raise ValueError(f'set_start: batches_done must be an int in [0, {len(self)}] (the batches of an epoch); got {batches_done!r}')
+    self._start[:] = torch.tensor([1, self.epoch, batches_done])
+
+@patch
+def fingerprint(self:NaFlexMapDatasetWrapper) -> dict:
+    "What must match for a saved position to resume exactly: the arguments that make the schedule and the draws."
+    return dict(wrapper=type(self).__name__, dataset_len=len(self.base_dataset), world_size=self.world_size, seed=self.seed,
+                shuffle=self.shuffle, seq_lens=list(self.seq_lens), max_tokens_per_batch=self.max_tokens_per_batch,
+                batch_divisor=self.batch_divisor, patch_sizes=[list(p) for p in self.patch_sizes],
+                patch_size_probs=list(self.patch_size_probs), batches=len(self))
 
 # %% ../nbs/24_naflex_dataset.ipynb #e06e596a
 class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
@@ -263,19 +300,84 @@ def _make_schedule(self:NaFlexStreamWrapper):
     self._schedule = [b for s in self._schedules for b in s]  # all workers' batches: len() is this rank's batch count
 
 @patch
+def _epoch_schedule(self:NaFlexStreamWrapper, epoch: int, role: int) -> list:
+    "Worker `role`'s batches of `epoch`: (seq_len, batch size, patch size index), in this epoch's order, from (seed, epoch, role)."
+    g, sched = torch.Generator().manual_seed(mix_seed(self.seed, epoch, role)), self._schedules[role]
+    if self.shuffle: sched = [sched[i] for i in torch.randperm(len(sched), generator=g).tolist()]
+    probs = torch.tensor(self.patch_size_probs)
+    return [(s, bs, int(torch.multinomial(probs, 1, generator=g)) if self.variable_patch_size else 0) for s, bs in sched]
+
+@patch
 def _batches(self:NaFlexStreamWrapper):
-    "This worker's batches of the epoch: the schedule in this epoch's order, each filled from the stream as it comes."
+    "This worker's batches of the epoch from the resume point: the schedule in this epoch's order, each filled from the stream as it comes."
     info = get_worker_info()
     wid = info.id if info is not None else 0
     if info is not None and info.num_workers != max(1, self.num_workers):
         raise RuntimeError(f'NaFlexStreamWrapper was made for num_workers={self.num_workers} but runs in {info.num_workers} workers: '
                            f'pass the DataLoader\'s num_workers to the wrapper')
-    epoch, sched = self.epoch, self._schedules[wid]
+    epoch, n = self.epoch, self.start_batches()
     if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)): self.mixup_fn.set_epoch(epoch)
-    g = torch.Generator().manual_seed(mix_seed(self.seed, epoch, wid))
-    if self.shuffle: sched = [sched[i] for i in torch.randperm(len(sched), generator=g).tolist()]
-    probs, stream = torch.tensor(self.patch_size_probs), iter(self.base_dataset)
-    for s, bs in sched:
-        k = int(torch.multinomial(probs, 1, generator=g)) if self.variable_patch_size else 0
-        b = self._batch(s, k, itertools.islice(stream, bs))  # the stream transforms each sample as it is pulled
+    if n == 0: role, sched, drop = wid, self._epoch_schedule(epoch, wid), 0
+    else:  # resumed: this worker plays the role whose batch comes next in torch's round-robin, from its first batch not delivered
+        orders, done, r, q = self._resume_plan(epoch, n)
+        role = (wid + r) % len(orders)
+        sched = orders[role][done[role]:]
+        drop = sum(bs for _, bs, _ in orders[role][:done[role]]) - q - (role < r)  # the stream skipped q (+1) itself
+    if not sched: return
+    stream = iter(self.base_dataset)
+    if drop > 0: self._drop(stream, drop)
+    for s, bs, k in sched:
+        b = self._batch(s, k, itertools.islice(stream, bs))  # the stream transforms (and seeds) each sample as it is pulled
         if b is not None: yield b
+
+# %% ../nbs/24_naflex_dataset.ipynb #9064b2b9
+@patch
+def _resume_plan(self:NaFlexStreamWrapper, epoch: int, n: int) -> tuple:
+    "(each role's batches, batches each delivered, role of the next batch, samples every stream worker skips) after `n` batches."
+    orders = [self._epoch_schedule(epoch, w) for w in range(len(self._schedules))]
+    done, left, r = [0] * len(orders), n, 0
+    for t in range(max(map(len, orders))):  # torch's order: round-robin over the workers, each dropping out when done
+        for w, o in enumerate(orders):
+            if t >= len(o): continue
+            if left == 0: r = w; break
+            done[w] += 1; left -= 1
+        else: continue
+        break
+    needs = [sum(bs for _, bs, _ in o[:d]) - (w < r) for w, (o, d) in enumerate(zip(orders, done)) if d < len(o)]
+    return orders, done, r, min(needs, default=0)
+
+class _Skip(SampleTransform):
+    "Installed in the stream while a resumed worker drops samples it already delivered: no crop, no decode of a JPEG."
+    input_format = 'encoded'
+    def __call__(self, img): return img
+
+@patch
+def _drop(self:NaFlexStreamWrapper, stream, count: int):
+    "Pull `count` samples off `stream` and drop them (their images not decoded where the stream can avoid it)."
+    keep = self.base_dataset.transform
+    self.base_dataset.transform = _Skip()
+    try:
+        for _ in itertools.islice(stream, count): pass
+    finally: self.base_dataset.transform = keep
+
+@patch
+def set_start(self:NaFlexStreamWrapper, batches_done: int, batch_size=None):
+    "Resume the current epoch after `batches_done` batches: the stream skips what every worker read, each worker drops the rest."
+    self._check_resumable('set_start')
+    NaFlexMapDatasetWrapper.set_start(self, batches_done)
+    _, _, r, q = self._resume_plan(self.epoch, batches_done) if batches_done else (0, 0, 0, 0)
+    self.base_dataset.set_epoch(self.epoch)
+    self.base_dataset.set_start(q * max(1, self.num_workers) + r, 1)  # stream worker w skips q + (w < r) samples, roles rotated by r
+
+@patch
+def fingerprint(self:NaFlexStreamWrapper) -> dict:
+    "The wrapper's arguments, its workers, and the stream's own fingerprint (as `stream_*`)."
+    self._check_resumable('state_dict')
+    return {**NaFlexMapDatasetWrapper.fingerprint(self), 'num_workers': max(1, self.num_workers),
+            **{f'stream_{k}': v for k, v in self.base_dataset.fingerprint().items()}}
+
+@patch
+def _check_resumable(self:NaFlexStreamWrapper, what: str):
+    if not all(callable(getattr(self.base_dataset, a, None)) for a in ('set_epoch', 'set_start', 'fingerprint')):
+        raise NotImplementedError(f'{what}: NaFlexStreamWrapper resumes mid-epoch only over a stream with set_epoch, set_start and '
+                                  f'fingerprint (timmdata.IterableImageDataset); {type(self.base_dataset).__name__} has not: resume at epoch boundaries')

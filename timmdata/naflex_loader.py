@@ -5,13 +5,14 @@
 # %% ../nbs/25_naflex_loader.ipynb #9e5d1ace
 from __future__ import annotations
 import math
+from collections import deque
 from contextlib import nullcontext
 from functools import partial
 from typing import Callable, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 from fastcore.basics import patch
-from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats
+from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats, mix_seed
 from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .distributed_sampler import OrderedDistributedSampler
 from .loader import jitter_on_batch, worker_init
@@ -19,11 +20,14 @@ from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStrea
 from .naflex_random_erasing import PatchRandomErasing
 from .decode import native
 from .prefetch import SEED_MIX, BufferPool, default_rank, resolve_device, torch_threads
+from .resume import ResumableDataLoader, ResumeStateError, StatefulLoader, batch_key, check_state
 
 # %% auto #0
-__all__ = ['NaFlexPrefetchLoader', 'create_naflex_loader']
+__all__ = ['NaFlexPrefetchLoader', 'NaFlexDataLoader', 'create_naflex_loader']
 
 # %% ../nbs/25_naflex_loader.ipynb #82b5ad66
+_NAFLEX_OPS = 0x9AF1  # tag of a batch's jitter and erasing draws
+
 class NaFlexPrefetchLoader:
     "Wraps a NaFlex DataLoader: patches to `device` (CPU or CUDA), uint8 -> float, normalised, optionally patch-erased."
     devices = ('cpu', 'cuda')
@@ -56,6 +60,11 @@ class NaFlexPrefetchLoader:
         self._bias = (-m / s).view(shape).to(self.device)
         self.random_erasing = (PatchRandomErasing(erase_prob=re_prob, mode=re_mode, max_count=re_count, num_splits=re_num_splits,
                                                   device=self.device) if re_prob > 0 else None)
+        self._re_gen = None  # the erasing's generator (on the device), seeded with the jitter's per batch
+        if self.random_erasing is not None:
+            self._re_gen = self.generator if self.device.type == 'cpu' else torch.Generator(device=self.device).manual_seed(seed)
+            self.random_erasing.generator = self._re_gen
+        self.rank, self._marks, self._last = default_rank(), deque(), None  # marks: batches taken from the loader, not yet handed out
         self._stream, self._pool = None, BufferPool(6)  # CPU output buffers, reused once nobody holds them (no page faults)
 
     def __len__(self) -> int: return len(self.loader)
@@ -129,23 +138,66 @@ def _native_cpu(self:NaFlexPrefetchLoader, p: torch.Tensor, valid: torch.Tensor)
 
 @patch
 def __iter__(self:NaFlexPrefetchLoader):
+    if getattr(self.loader, '_fresh', lambda: True)(): self._last = None
+    self._marks.clear()
     if self.device.type != 'cuda':  # nothing to overlap on the CPU: each batch as it comes, on one thread (workers need the cores)
         for d, y in self.loader:
+            self._seed_batch()
             with torch_threads(self.cpu_threads): out = self._prepare(d, y)
+            self._last = self._marks.popleft()
             yield out
         return
     if self._stream is None: self._stream = torch.cuda.Stream(device=self.device)  # one for the loader's life (allocator pools per stream)
     prev = None
     for d, y in self.loader:
+        self._seed_batch()
         consumer = torch.cuda.current_stream(self.device)
         self._stream.wait_stream(consumer)  # memory the consumer freed may be reused here only after its work is done
         with torch.cuda.stream(self._stream): nxt = self._prepare(d, y)
-        if prev is not None: yield prev
+        if prev is not None: self._last = self._marks.popleft(); yield prev
         torch.cuda.current_stream(self.device).wait_stream(self._stream)
         for t in [*nxt[0].values(), nxt[1]]:
             if isinstance(t, torch.Tensor) and t.is_cuda: t.record_stream(torch.cuda.current_stream(self.device))
         prev = nxt
-    if prev is not None: yield prev
+    if prev is not None: self._last = self._marks.popleft(); yield prev
+
+@patch
+def _seed_batch(self:NaFlexPrefetchLoader):
+    "Note the batch the inner loader just handed over; over a resumable loader, seed the jitter and erasing from its key."
+    m = getattr(self.loader, 'last_mark', None)
+    self._marks.append(m)
+    key = batch_key(self.loader, m) if isinstance(self.loader, StatefulLoader) else None
+    if key is None: return
+    seed = mix_seed(key, _NAFLEX_OPS, self.rank)  # a function of (seed, epoch, batch position, rank): the same after a resume
+    self.generator.manual_seed(seed)
+    if self._re_gen is not None and self._re_gen is not self.generator: self._re_gen.manual_seed(seed)
+
+@patch
+def state_dict(self:NaFlexPrefetchLoader) -> dict:
+    "The position after the batches handed out (not those prepared ahead): see `NaFlexDataLoader`."
+    if not isinstance(self.loader, StatefulLoader):
+        raise NotImplementedError(f'state_dict: NaFlexPrefetchLoader over a {type(self.loader).__name__} cannot resume; '
+                                  f'create_naflex_loader(is_training=True) makes a resumable one')
+    return self.loader.state_at(self._last)
+
+@patch
+def load_state_dict(self:NaFlexPrefetchLoader, state_dict: dict):
+    "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments) at the next pass."
+    if not isinstance(self.loader, StatefulLoader): self.state_dict()  # raises the error saying why not
+    self.loader.load_state_dict(state_dict); self._last = None
+
+# %% ../nbs/25_naflex_loader.ipynb #007d5ab0
+class NaFlexDataLoader(ResumableDataLoader):
+    "The DataLoader of a NaFlex training loader: a `ResumableDataLoader` whose `load_state_dict` names each field of the wrapper that differs."
+    def load_state_dict(self, state_dict: dict):
+        "Continue from `state_dict` at the next pass; a state from another schedule (world size, workers over a stream...) is refused."
+        sd, fp = check_state(state_dict), getattr(self.dataset, 'fingerprint', None)
+        if sd['kind'] == 'stream' and isinstance(sd.get('fingerprint'), dict) and callable(fp):
+            saved, mine = sd['fingerprint'], fp()
+            diff = [f'{k}: saved {saved.get(k)!r}, this loader {mine.get(k)!r}' for k in {**saved, **mine} if saved.get(k) != mine.get(k)]
+            if diff: raise ResumeStateError('load_state_dict: this NaFlex loader cannot continue the saved one exactly (' + '; '.join(diff)
+                                            + '); build it with the saved arguments, world size (and workers, over a stream)')
+        super().load_state_dict(sd)
 
 # %% ../nbs/25_naflex_loader.ipynb #15b7c434
 def _check_naflex_args(dataset, is_training, num_aug_repeats, num_aug_splits, train_seq_lens, max_seq_len, batch_size):
@@ -214,7 +266,7 @@ def create_naflex_loader(
             dataset, transform_factory=factory, patch_size=patch_size, patch_size_choices=patch_size_choices,
             patch_size_choice_probs=patch_size_choice_probs, seq_lens=train_seq_lens,
             max_tokens_per_batch=batch_size * max(train_seq_lens), mixup_fn=mixup_fn, seed=seed, **share, shuffle=True, epoch=epoch, patchify_channels_last=patchify_channels_last)
-        loader = DataLoader(wrapped, batch_size=None, shuffle=False, **dl_kw)  # the wrapper makes whole batches
+        loader = NaFlexDataLoader(wrapped, batch_size=None, shuffle=False, **dl_kw)  # the wrapper makes whole batches; resumable
     else:
         ps = 16 if patch_size is None else patch_size
         dataset.transform = create_transform(is_training=False, patch_size=ps, max_seq_len=max_seq_len, **common)
