@@ -20,7 +20,7 @@ from .prefetch import PrefetchLoader, resolve_device
 from .config import (DEFAULT_CROP_PCT, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, mix_seed,
                              parse_input_size, seed_all)
 from .distributed_sampler import timm_sampler
-from .resume import ResumableDataLoader, batch_key, resumable_batching
+from .resume import ResumableDataLoader, batch_key, global_rng_state, resumable_batching, set_global_rng_state
 
 # %% auto #0
 __all__ = ['DeviceDecodeTransform', 'device_decode_collate', 'decode_jpegs', 'crop_resize_batch', 'flip_batch_', 'decode_batch',
@@ -220,10 +220,10 @@ class DeviceDecodeLoader:
 def _seeded_mix(mixer: Mixup, x, y, key: Optional[int]) -> tuple:
     "The mixer's draws (numpy's, `random`'s, torch's globals) seeded from the batch's key; the global states kept."
     if key is None: return Mixup.__call__(mixer, x, y)
-    keep = random.getstate(), torch.get_rng_state(), np.random.get_state()
+    keep = global_rng_state()
     seed_all(mix_seed(key, _MIX))
     try: return Mixup.__call__(mixer, x, y)
-    finally: random.setstate(keep[0]); torch.set_rng_state(keep[1]); np.random.set_state(keep[2])
+    finally: set_global_rng_state(keep)
 
 def _seeded_erase(pl: PrefetchLoader, x: torch.Tensor, key: Optional[int]) -> torch.Tensor:
     "Erasing draws from `pl.generator`; on CUDA its 'rand'/'pixel' noise from the device's generator: seeded too, in a fork."

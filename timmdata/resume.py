@@ -19,9 +19,9 @@ from .prefetch import SEED_MIX, PrefetchLoader, default_rank
 
 # %% auto #0
 __all__ = ['STATE_VERSION', 'ResumeStateError', 'loader_seed', 'PassSegment', 'BatchMark', 'sample_key', 'ResumableBatchSampler',
-           'dataset_len', 'check_state', 'SeededDataset', 'DeliveredIterator', 'StatefulLoader', 'ResumableDataLoader',
-           'stream_state', 'stream_batch_key', 'load_stream_state', 'batch_key', 'ResumablePrefetchLoader',
-           'resumable_batching']
+           'dataset_len', 'check_state', 'SeededDataset', 'global_rng_state', 'set_global_rng_state',
+           'DeliveredIterator', 'StatefulLoader', 'ResumableDataLoader', 'stream_state', 'stream_batch_key',
+           'load_stream_state', 'batch_key', 'ResumablePrefetchLoader', 'resumable_batching']
 
 # %% ../nbs/32_resume.ipynb #986f6803
 STATE_VERSION = 1  # bumped when the meaning of a state's fields changes
@@ -209,8 +209,12 @@ class SeededDataset(Dataset):
     def __repr__(self): return f'SeededDataset({self.dataset!r})'
 
 # %% ../nbs/32_resume.ipynb #f09e75f0
-def _rng_state() -> tuple: return random.getstate(), torch.get_rng_state(), np.random.get_state()
-def _set_rng_state(s: tuple): random.setstate(s[0]); torch.set_rng_state(s[1]); np.random.set_state(s[2])
+def global_rng_state() -> tuple:
+    "The states of `random`, torch's CPU generator and numpy's global generator (for `set_global_rng_state`)."
+    return random.getstate(), torch.get_rng_state(), np.random.get_state()
+def set_global_rng_state(s: tuple):
+    "Put back the generators' states from `global_rng_state`."
+    random.setstate(s[0]); torch.set_rng_state(s[1]); np.random.set_state(s[2])
 
 class DeliveredIterator:
     "A DataLoader's iterator that notes each batch it hands out (what `state_dict` counts); `.iterator` is torch's."
@@ -221,10 +225,10 @@ class DeliveredIterator:
     def __next__(self):
         if self.stop: raise StopIteration
         ld = self.loader
-        keep = _rng_state() if ld.num_workers == 0 else None
+        keep = global_rng_state() if ld.num_workers == 0 else None
         try: b = next(self.iterator)
         finally:
-            if keep is not None: _set_rng_state(keep)
+            if keep is not None: set_global_rng_state(keep)
         plan = ld.plan
         if plan is None: ld._last = (ld._last or 0) + 1  # a stream: batches delivered this pass
         else:
