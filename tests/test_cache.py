@@ -213,7 +213,7 @@ def test_multiworker_loading(src, tmp_path):
     dl = torch.utils.data.DataLoader(_Pixels(r), batch_size=7, shuffle=True, num_workers=2)
     seen, pids = {}, set()
     for idx, label, s, pid in dl:
-        for i, l, v in zip(idx.tolist(), label.tolist(), s.tolist()):
+        for i, l, v in zip(idx.tolist(), label.tolist(), s.tolist(), strict=True):
             assert i not in seen, f'sample {i} delivered twice'
             seen[i] = (l, v)
         pids |= set(pid.tolist())

@@ -191,7 +191,7 @@ def status(url):
 # ------------------------------------------------------------------ the tests
 
 def test_every_notebook_has_a_page(site):
-    for nb, page in zip(NOTEBOOKS, PAGES):
+    for nb, page in zip(NOTEBOOKS, PAGES, strict=True):
         assert (site / f'{page}.html').is_file(), f'{nb.name} has no page {page}.html in the site'
     assert (site / '.nojekyll').exists() and (site / 'search' / 'search_index.json').is_file()
     assert builder.remote_assets(site) == []

@@ -49,7 +49,7 @@ def _compare_eval(root, device, **kw):
     cl = create_loader(ImageDataset(root, split='validation'), 160, 8, device=device, num_workers=0,
                        **{k: v for k, v in kw.items() if k in ('crop_pct', 'interpolation', 'channels_last', 'img_dtype')})
     n, worst, total = 0, 0., 0.
-    for (x, y), (xr, yr) in zip(dl, cl):
+    for (x, y), (xr, yr) in zip(dl, cl, strict=True):
         assert x.shape == xr.shape and x.dtype == xr.dtype and x.device == xr.device and torch.equal(y.cpu(), yr.cpu())
         d = (x.float() - xr.float()).abs()
         worst, total, n = max(worst, d.max().item()), total + d.sum().item(), n + d.numel()
@@ -68,7 +68,7 @@ def test_eval_batches_match_the_cpu_path_within_the_bound(sample_root, kw):
 def test_create_loader_decode_device_is_the_device_path(sample_root):
     "create_loader(..., decode_device=...) hands every argument to create_device_decode_loader: the same batches."
     mk = lambda f: f(ImageDataset(sample_root, split='validation'), 96, 8, num_workers=0, crop_pct=1.0, decode_device='cpu')
-    for (x, y), (xr, yr) in zip(mk(create_loader), mk(create_device_decode_loader)):
+    for (x, y), (xr, yr) in zip(mk(create_loader), mk(create_device_decode_loader), strict=True):
         assert torch.equal(x, xr) and torch.equal(y, yr)
     with pytest.raises(ValueError, match='auto_augment'):
         create_loader(ImageDataset(sample_root), 96, 8, is_training=True, auto_augment='rand-m9', decode_device='cpu')
@@ -171,7 +171,7 @@ def test_device_decoder_failure_falls_back_per_image_or_names_the_row(monkeypatc
     prog = _enc(make_sample_image(0, 0, (64, 48)), 'JPEG', quality=90, progressive=True)
     srcs = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in (good, prog, good)]
     imgs, slow = decode_jpegs(srcs, torch.device('cpu'))
-    assert slow == [1] and all(torch.equal(i, real(d)) for i, d in zip(imgs, (good, prog, good)))
+    assert slow == [1] and all(torch.equal(i, real(d)) for i, d in zip(imgs, (good, prog, good), strict=True))
     junk = torch.frombuffer(bytearray(b'\xff\xd8\xff\xc2' + b'\x00' * 50), dtype=torch.uint8)
     with pytest.raises(ImageDecodeError, match='batch row 1: no decoder reads this JPEG'):
         decode_jpegs([srcs[0], junk], torch.device('cpu'))
@@ -273,7 +273,7 @@ def _run(loader, epochs, start=0, stop=None, sd=None):
 
 def _same(a, b):
     assert len(a) == len(b), (len(a), len(b))
-    for i, ((xa, ya), (xb, yb)) in enumerate(zip(a, b)):
+    for i, ((xa, ya), (xb, yb)) in enumerate(zip(a, b, strict=True)):
         assert torch.equal(xa, xb) and torch.equal(ya, yb), f'batch {i} differs'
 
 @pytest.mark.parametrize('nw', [0, 2])

@@ -29,7 +29,7 @@ def test_eval_parity_with_timm(sample_root):
                                 use_prefetcher=True, device=torch.device('cpu'))
     assert len(ours) == len(theirs) == 4
     n = 0
-    for (x, y), (xt, yt) in zip(ours, theirs):
+    for (x, y), (xt, yt) in zip(ours, theirs, strict=True):
         assert x.shape == xt.shape and x.dtype == xt.dtype == torch.float32
         assert torch.equal(y, yt)
         d = _levels(x, xt)
@@ -47,7 +47,7 @@ def test_train_parity_with_timm(sample_root):
     assert len(ours) == len(theirs) == 7
     a, b = list(ours), list(theirs)
     assert len(a) == len(b)
-    for (x, y), (xt, yt) in zip(a, b):
+    for (x, y), (xt, yt) in zip(a, b, strict=True):
         assert x.shape == xt.shape == (8, 3, 160, 160) and x.dtype == xt.dtype
         assert y.shape == yt.shape and y.dtype == yt.dtype == torch.int64
         assert (x >= LO - 1e-5).all() and (x <= HI + 1e-5).all()
@@ -102,7 +102,7 @@ def test_worker_seeds_differ_per_worker_and_rank(seeding):
                           worker_init_fn=partial(worker_init, worker_seeding=ws, rank=rank))
     r0, r1 = _first_draws(make(0)), _first_draws(make(1))
     assert r0[0] != r0[1]  # workers differ (numpy, torch and random)
-    assert all(a != b for a, b in zip(*r0))
+    assert all(a != b for a, b in zip(*r0, strict=True))
     if seeding == 'all':
         assert set(r0).isdisjoint(r1)  # ranks differ even though torch was seeded alike
         assert r0 == _first_draws(make(0))  # and it is repeatable
@@ -123,7 +123,7 @@ def test_consumer_keeping_every_batch_sees_correct_data(sample_root):
     assert len(kept) == len(expect) == 16
     ptrs = {x.data_ptr() for x, _, _ in kept}
     assert len(ptrs) == 16  # every kept batch has its own memory
-    for (x, v, _), e in zip(kept, expect):
+    for (x, v, _), e in zip(kept, expect, strict=True):
         assert torch.equal(x, e) and torch.equal(v, e[1:3])
 
 
@@ -135,9 +135,9 @@ def test_consumer_with_jitter_and_erasing_sees_correct_data():
     torch.manual_seed(3)
     again = [x.clone() for x, _ in PrefetchLoader(raw, device='cpu', color_jitter=0.4, re_prob=0.5, seed=1)]
     assert len(kept) == 20
-    for a, b in zip(kept, again): assert torch.equal(a, b)
+    for a, b in zip(kept, again, strict=True): assert torch.equal(a, b)
     plain = [x for x, _ in PrefetchLoader(raw, device='cpu', color_jitter=0.4, seed=1)]
-    assert any(not torch.equal(a, b) for a, b in zip(kept, plain))  # erasing really ran
+    assert any(not torch.equal(a, b) for a, b in zip(kept, plain, strict=True))  # erasing really ran
 
 
 def test_pass_throughs():
@@ -248,7 +248,7 @@ def test_cuda_matches_cpu():
     for jit in (None, 0.4):
         cpu = [x for x, _ in PrefetchLoader(host, device='cpu', color_jitter=jit, seed=5)]
         gpu = [x.cpu() for x, _ in PrefetchLoader(host, device='cuda', color_jitter=jit, seed=5)]
-        for a, b in zip(cpu, gpu): torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+        for a, b in zip(cpu, gpu, strict=True): torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.cuda
@@ -258,7 +258,7 @@ def test_cuda_consumer_lifetime():
     # 1. a consumer keeping every batch
     kept = [x for x, _ in PrefetchLoader(host, device='cuda')]
     torch.cuda.synchronize()
-    for a, e in zip(kept, expect): torch.testing.assert_close(a.cpu(), e, atol=1e-5, rtol=0)
+    for a, e in zip(kept, expect, strict=True): torch.testing.assert_close(a.cpu(), e, atol=1e-5, rtol=0)
     del kept
     # 2. a consumer that queues slow GPU work reading the batch, then drops its reference at once: the memory
     #    must not be rewritten by the next batch's copy before that work has run
@@ -271,7 +271,7 @@ def test_cuda_consumer_lifetime():
             copies.append(x.clone())
             del x
         torch.cuda.synchronize()
-        for a, e in zip(copies, expect): torch.testing.assert_close(a.cpu(), e, atol=1e-5, rtol=0)
+        for a, e in zip(copies, expect, strict=True): torch.testing.assert_close(a.cpu(), e, atol=1e-5, rtol=0)
 
 
 @pytest.mark.cuda

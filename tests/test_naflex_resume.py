@@ -40,7 +40,7 @@ def _run(loader, epochs, start=0, stop=None, sd=None):
 def _same(a, b):
     assert len(a) == len(b), (len(a), len(b))
     for i, ((xa, ya), (xb, yb)) in enumerate(zip(a, b)):
-        for k, u, v in zip(KEYS, xa, xb):
+        for k, u, v in zip(KEYS, xa, xb, strict=True):
             assert (torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v), f'batch {i}: {k} differs'
         assert torch.equal(ya, yb), f'batch {i}: targets differ'
 

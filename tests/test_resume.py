@@ -137,7 +137,7 @@ def test_world_size_change(root, monkeypatch, W2):
     assert sds[0]['offset'] == 4 * 2 and sds[0]['end'] == 24
     tail, sds2 = _sim(root, monkeypatch, make, W2, 1, sd=sds[0], **kw)
     rest = lambda runs: sorted((int(y), hashlib.sha1(x.numpy().tobytes()).hexdigest())
-                               for run in runs for xb, yb in run for x, y in zip(xb, yb))
+                               for run in runs for xb, yb in run for x, y in zip(xb, yb, strict=True))
     assert rest([r[1:] for r in ref]) == rest(tail)  # the same samples, each once, with the same random crops
     assert len(rest(tail)) == 16 and all(len(t) == 16 // W2 // 2 for t in tail)
     assert sds2[0]['done'] and sds2[0]['world_size'] == W2
@@ -291,7 +291,7 @@ def _gloo_rank(rank, world, port, train, out, stop):
             with open(sd_path, 'rb') as f: dl.load_state_dict(pickle.load(f))
         dl.set_epoch(0)
         for i, (x, y) in enumerate(dl):
-            res['samples'] += [(int(t), hashlib.sha1(im.numpy().tobytes()).hexdigest()) for im, t in zip(x, y)]
+            res['samples'] += [(int(t), hashlib.sha1(im.numpy().tobytes()).hexdigest()) for im, t in zip(x, y, strict=True)]
             if stop is not None and i + 1 == stop: res['state'] = dl.state_dict(); break
         with open(os.path.join(out, f'{world}-{rank}-{stop}.pkl'), 'wb') as f: pickle.dump(res, f)
         if stop is not None and rank == 0:

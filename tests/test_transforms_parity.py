@@ -137,7 +137,7 @@ def test_flip_decisions_over_a_stream():
     a = [ours(img) for _ in range(30)]
     random.seed(0); torch.manual_seed(0)
     b = [theirs(img) for _ in range(30)]
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 class _TinyModel:
