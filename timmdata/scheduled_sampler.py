@@ -255,6 +255,7 @@ class ResumableScheduledSampler(ResumableBatchSampler):
         W, rank, _ = world_of(self.sampler)
         n = len(self.scheduled)
         return PassSegment(e, rep, skip, n, W, rank, None, max(n - skip, 0), None)
+    def _before(self, seg) -> int: return min(seg.start, seg.end)  # batches of the epoch before `seg`
 
     def __iter__(self):
         seg = self._segment()
