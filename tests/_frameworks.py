@@ -50,12 +50,48 @@ def tiny_root(path):
     return make_sample_dataset(path, n_train=10, n_val=1, classes=['a', 'b', 'c', 'd'], size=(40, 32)) / 'train'
 
 
-def make_loader(root, device='cpu', distributed=False, **kw):
-    "The loader every framework test trains on: random crops, flips, colour jitter, random erasing; seed fixed."
+def make_loader(root, device='cpu', distributed=False, index=False, **kw):
+    "The loader every framework test trains on: random crops, flips, colour jitter, random erasing; seed fixed (index: targets are sample indices)."
     from timmdata.dataset import ImageDataset
     from timmdata.loader import create_loader
-    return create_loader(ImageDataset(str(root)), 24, 4, is_training=True, re_prob=0.5, num_workers=0, seed=0,
-                         device=device, distributed=distributed, **kw)
+    from _datasets import IndexDataset
+    return create_loader((IndexDataset if index else ImageDataset)(str(root)), 24, 4, is_training=True, re_prob=0.5,
+                         num_workers=0, seed=0, device=device, distributed=distributed, **kw)
+
+
+class Progress:
+    "Where a training loop is (epoch, batch of the epoch, step): registered for checkpointing beside the loader."
+    def __init__(self): self.epoch, self.batch, self.step = 0, 0, 0
+    def state_dict(self): return dict(epoch=self.epoch, batch=self.batch, step=self.step)
+    def load_state_dict(self, sd): self.epoch, self.batch, self.step = sd['epoch'], sd['batch'], sd['step']
+
+
+def accelerate_run(root, out, epochs=2, save_at=None, stop_at=None, resume=False, **acc_kw):
+    "A plain Accelerate loop: prepare() keeps timmdata's loader; save_state/load_state carry its state. Returns (epoch, digest, indices)."
+    from accelerate import Accelerator
+    acc = Accelerator(cpu=True, **acc_kw)
+    model, loader = torch.nn.Linear(3, 40), make_loader(root, device=acc.device, distributed=acc.num_processes > 1, index=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt, prepared = acc.prepare(model, opt, loader)
+    assert prepared is loader, type(prepared)  # not a torch DataLoader: Accelerate hands it back as it is
+    progress = Progress()
+    acc.register_for_checkpointing(loader, progress)
+    ckpt = os.path.join(str(out), 'ckpt')
+    if resume: acc.load_state(ckpt)
+    seen = []
+    for epoch in range(progress.epoch, epochs):
+        loader.set_epoch(epoch)
+        for x, y in loader:
+            assert x.device == acc.device and x.dtype == torch.float32  # the prefetcher's normalised batch on the device
+            seen.append((epoch, batch_digest(x, y), y.tolist()))
+            loss = torch.nn.functional.cross_entropy(model(x.mean((2, 3))), y)
+            acc.backward(loss); opt.step(); opt.zero_grad()
+            progress.step += 1; progress.batch += 1
+            if progress.batch == len(loader): progress.epoch, progress.batch = epoch + 1, 0  # the epoch is over
+            if progress.step == save_at: acc.save_state(ckpt)
+            if progress.step == stop_at: _dump(seen, out, acc.process_index); return seen
+    _dump(seen, out, acc.process_index)
+    return seen
 
 
 def lightning_run(root, out, epochs=2, ckpt_every=None, kill_at=None, ckpt_path=None, **trainer_kw):
@@ -82,14 +118,17 @@ def lightning_run(root, out, epochs=2, ckpt_every=None, kill_at=None, ckpt_path=
 
 
 def _dump(seen, out, rank):
+    os.makedirs(str(out), exist_ok=True)
     with open(os.path.join(out, f'seen{rank}.json'), 'w') as f: json.dump(seen, f)
 
 
 def load_seen(out, rank=0) -> list:
-    with open(os.path.join(str(out), f'seen{rank}.json')) as f: return [tuple(s) for s in json.load(f)]
+    with open(os.path.join(str(out), f'seen{rank}.json')) as f: return [tuple(s[:2]) for s in json.load(f)]
 
 
 if __name__ == '__main__':  # python tests/_frameworks.py lightning ROOT OUT '{"kill_at": 5, ...}' (Lightning's ddp re-runs this)
     import torch.distributed  # noqa: F401
     if sys.argv[1] == 'lightning':
         lightning_run(sys.argv[2], sys.argv[3], **json.loads(sys.argv[4]))
+    elif sys.argv[1] == 'accelerate':
+        accelerate_run(sys.argv[2], sys.argv[3], **json.loads(sys.argv[4]))

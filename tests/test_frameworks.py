@@ -65,3 +65,56 @@ def test_lightning_ddp_two_processes_kill_and_resume(root, tmp_path):
     _lightning(root, tmp_path, ckpt_every=2, kill_at=4, **kw)
     _lightning(root, tmp_path, ckpt_path=str(tmp_path / 'ckpt' / 'step=2.ckpt'), **kw)
     for r in (0, 1): assert load_seen(tmp_path, r) == want[r][2:], r
+
+
+# ---------------------------------------------------------------- Hugging Face Accelerate
+def test_accelerate_prepare_and_save_state_resume(root, tmp_path):
+    "prepare() hands timmdata's loader back as it is; save_state at step 7, stop at 9, load_state: steps 8..20 exact."
+    pytest.importorskip('accelerate')
+    from _frameworks import accelerate_run
+    want = accelerate_run(root, tmp_path / 'ref')
+    assert len(want) == 20 and all(sorted(sum((y for e, _, y in want if e == ep), [])) == list(range(40)) for ep in (0, 1))
+    head = accelerate_run(root, tmp_path, save_at=7, stop_at=9)
+    assert head == want[:9]
+    tail = accelerate_run(root, tmp_path, resume=True)
+    assert tail == want[7:]
+    head = accelerate_run(root, tmp_path / 'edge', save_at=10, stop_at=10)  # saved after an epoch's last batch
+    assert accelerate_run(root, tmp_path / 'edge', resume=True) == want[10:]
+
+
+def test_accelerate_prepare_keeps_bare_dataloader(root):
+    "use_prefetcher=False gives a torch DataLoader: Accelerate would re-create it (sampler, shard) but hands timmdata's back."
+    pytest.importorskip('accelerate')
+    from accelerate import Accelerator
+    acc = Accelerator(cpu=True)
+    ld = make_loader(root, use_prefetcher=False)
+    assert acc.prepare(ld) is ld
+    want = _digests(make_loader(root, use_prefetcher=False), epochs=(0,))
+    ld.set_epoch(0)
+    it = iter(ld); got = [batch_digest(*next(it)) for _ in range(3)]
+    acc.register_for_checkpointing(ld)
+    sd = ld.state_dict()
+    ld2 = acc.prepare(make_loader(root, use_prefetcher=False)); ld2.load_state_dict(sd); ld2.set_epoch(0)
+    got += [batch_digest(x, y) for x, y in ld2]
+    assert got == [d for _, d in want]
+
+
+def _accelerate2(root, out, **kw):
+    "An Accelerate run over 2 CPU processes (torchrun, gloo)."
+    subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', str(_free_port()),
+                    os.path.join(HERE, '_frameworks.py'), 'accelerate', str(root), str(out), json.dumps(kw)],
+                   check=True, env=_env(), cwd=str(out), timeout=300, capture_output=True)
+
+
+@pytest.mark.slow
+def test_accelerate_two_processes_shard_and_resume(root, tmp_path):
+    "2 processes: every sample once per epoch over the ranks; save_state at step 3 of 5, stop at 4, load_state: exact."
+    pytest.importorskip('accelerate')
+    ref = tmp_path / 'ref'; ref.mkdir()
+    _accelerate2(root, ref)
+    want = [json.load(open(ref / f'seen{r}.json')) for r in (0, 1)]
+    assert all(len(w) == 10 for w in want)
+    for ep in (0, 1): assert sorted(i for w in want for e, _, y in w if e == ep for i in y) == list(range(40))
+    _accelerate2(root, tmp_path, save_at=3, stop_at=4)
+    _accelerate2(root, tmp_path, resume=True)
+    for r in (0, 1): assert json.load(open(tmp_path / f'seen{r}.json')) == want[r][3:], r

@@ -251,6 +251,9 @@ class StatefulLoader:
     "Mixin for a DataLoader: `state_dict()` / `load_state_dict()` over a `ResumableBatchSampler`, or a resumable stream."
     _last = None  # map-style: the last batch delivered (None: none this pass); a stream: batches delivered this pass
     _until_end = False  # stop each pass at the end of the plan's pass (an endless iterator under it)
+    # Hugging Face Accelerate's prepare() re-creates a torch DataLoader (a new sampler or shard, a new iterator: the plan and
+    # its state lost, batches sharded twice over a DistributedSampler) unless it carries this mark: it hands ours back as it is
+    _is_accelerate_prepared = True
 
     @property
     def plan(self) -> Optional[ResumableBatchSampler]:
