@@ -276,7 +276,8 @@ def _schedule_kind(scheduled) -> dict:
     "What fixes a schedule (compared when a state is loaded)."
     keys = ('batch_sizes', 'seed', 'num_batches', 'drop_last', 'shuffle_schedule', 'choice_schedule', 'schedule_epochs',
             'schedule_spread', 'schedule_random_mix')
-    return {**{k: getattr(scheduled, k) for k in keys}, 'choice_weights': [float(w) for w in scheduled.choice_weights]}
+    plain = lambda v: list(v) if isinstance(v, tuple) else v  # JSON has no tuples: a state must still match after json
+    return {**{k: plain(getattr(scheduled, k)) for k in keys}, 'choice_weights': [float(w) for w in scheduled.choice_weights]}
 
 @patch
 def state(self: ResumableScheduledSampler, last: Optional[BatchMark] = None) -> dict:
