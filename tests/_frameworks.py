@@ -82,7 +82,7 @@ def accelerate_run(root, out, epochs=2, save_at=None, stop_at=None, resume=False
     for epoch in range(progress.epoch, epochs):
         loader.set_epoch(epoch)
         for x, y in loader:
-            assert x.device == acc.device and x.dtype == torch.float32  # the prefetcher's normalised batch on the device
+            assert x.device.type == acc.device.type and x.dtype == torch.float32, (x.device, acc.device, x.dtype)  # the prefetcher's normalised batch on the device
             seen.append((epoch, batch_digest(x, y), y.tolist()))
             loss = torch.nn.functional.cross_entropy(model(x.mean((2, 3))), y)
             acc.backward(loss); opt.step(); opt.zero_grad()
