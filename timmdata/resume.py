@@ -112,9 +112,7 @@ class ResumableBatchSampler(Sampler):
         seg = self._segment(with_order=False)
         return self._before(seg) + seg.nbatches
     def _before(self, seg) -> int: return -(-seg.start // (self.batch_size * seg.world))  # batches of the epoch before `seg`, per rank
-    def remaining(self) -> int:
-        "Batches the next pass yields: after `load_state`, what is left of the saved epoch."
-        return self._segment(with_order=False).nbatches
+    def remaining(self) -> int: return self._segment(with_order=False).nbatches  # batches the next pass yields
 
 # %% ../nbs/32_resume.ipynb #c2899640
 @patch
@@ -251,9 +249,7 @@ class StatefulLoader:
     "Mixin for a DataLoader: `state_dict()` / `load_state_dict()` over a `ResumableBatchSampler`, or a resumable stream."
     _last = None  # map-style: the last batch delivered (None: none this pass); a stream: batches delivered this pass
     _until_end = False  # stop each pass at the end of the plan's pass (an endless iterator under it)
-    # Hugging Face Accelerate's prepare() re-creates a torch DataLoader (a new sampler or shard, a new iterator: the plan and
-    # its state lost, batches sharded twice over a DistributedSampler) unless it carries this mark: it hands ours back as it is
-    _is_accelerate_prepared = True
+    _is_accelerate_prepared = True  # Accelerate's prepare() hands it back as it is (re-created: plan lost, sharded twice)
 
     @property
     def plan(self) -> Optional[ResumableBatchSampler]:
