@@ -65,6 +65,8 @@ class BuildExtNoted(build_ext):
             os.makedirs(os.path.dirname(note), exist_ok=True)
             with open(note, 'w', encoding='utf-8') as f: f.write(_why(text, err) + '\n')
         if err is None: return
+        sys.stderr.write(f'timmdata: the C extension was not built: {_why(text, err)}; timmdata works without it, more slowly '
+                         f'(`timmdata info` says how to get the fast path)\n')
         raise err  # setuptools reports it and goes on without the optional extension
 
 setup(
