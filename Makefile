@@ -65,5 +65,18 @@ docs: install
 bench: install
 	$(VENV)/bin/timmdata bench
 
+# a binary wheel that brings the fast path: the C extension and the libjpeg-turbo it was built against, copied into the
+# wheel by auditwheel (timmdata.libs/, renamed so no other libjpeg can stand in); tagged manylinux for this machine's
+# glibc symbols (build inside a manylinux image, e.g. with cibuildwheel, for the oldest glibc). `pip install wheelhouse/*.whl`
+.PHONY: wheel wheel-check
+wheel: install
+	rm -rf build dist wheelhouse
+	$(PY) -m build --wheel --outdir dist .
+	$(PY) -m auditwheel repair dist/timmdata-*.whl -w wheelhouse
+
+# the wheel's extension loads only its own libjpeg (system one hidden where root can), and `timmdata info` says active
+wheel-check: wheel
+	PY=$(PY) bash tools/wheel_check.sh
+
 clean:
 	rm -rf _proc _docs .pytest_cache

@@ -65,6 +65,8 @@ class BuildExtNoted(build_ext):
             os.makedirs(os.path.dirname(note), exist_ok=True)
             with open(note, 'w', encoding='utf-8') as f: f.write(_why(text, err) + '\n')
         if err is None: return
+        sys.stderr.write(f'timmdata: the C extension was not built: {_why(text, err)}; timmdata works without it, more slowly '
+                         f'(`timmdata info` says how to get the fast path)\n')
         raise err  # setuptools reports it and goes on without the optional extension
 
 setup(
@@ -90,7 +92,8 @@ setup(
     install_requires=split_reqs('requirements'),
     # optional: WebDataset shards, Hugging Face datasets, remote storage through fsspec (s3://, gs://...), TorchCodec decoding
     extras_require={'dev': split_reqs('dev_requirements'), 'wds': ['webdataset>=1.0'], 'hf': ['datasets>=3'], 'codec': ['torchcodec>=0.16'],
-                    'remote': ['fsspec'], 'all': ['webdataset>=1.0', 'datasets>=3', 'fsspec']},
+                    'remote': ['fsspec'], 'all': ['webdataset>=1.0', 'datasets>=3', 'fsspec'],
+                    'lightning': split_reqs('lightning_requirements'), 'accelerate': split_reqs('accelerate_requirements')},
     entry_points={
         'console_scripts': cfg.get('console_scripts', '').split(),
         'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"],

@@ -257,6 +257,8 @@ def test_setup_records_why_the_build_fell_back(tmp_path, breakage, why):
     assert r.returncode == 0, r.stderr[-2000:]  # optional: the build goes on
     note = tmp_path / 'timmdata' / '_native_build.txt'
     assert note.read_text().startswith(why), note.read_text()
+    line = [l for l in r.stderr.splitlines() if l.startswith('timmdata: the C extension was not built: ')]  # not silent
+    assert len(line) == 1 and why in line[0] and 'timmdata info' in line[0], r.stderr[-2000:]
     (tmp_path / 'csrc' / 'native.c').write_text(src)
     assert build().returncode == 0 and not note.exists() and list((tmp_path / 'timmdata').glob('_native*'))
 

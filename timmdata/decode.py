@@ -29,11 +29,14 @@ def _load_native(note: str = _BUILD_NOTE) -> tuple:
             with open(note, encoding='utf-8') as f: why = f.read().strip()
         except OSError: why = ''
         return None, (f'not built ({why or e}): timmdata decodes whole JPEGs and normalises with torch ops instead '
-                      f'(slower: no crop-aware decoding, no fused batch step; same results); install a C compiler and the '
-                      f'libjpeg-turbo headers (Debian: libjpeg-dev), then reinstall timmdata')
+                      f'(slower: no crop-aware decoding, no fused batch step; same results). For the fast path install '
+                      f"timmdata's binary wheel (libjpeg-turbo inside: `make wheel`, then pip install wheelhouse/timmdata-*.whl), "
+                      f'or a C compiler and the libjpeg-turbo headers (Debian: libjpeg-dev), then reinstall timmdata')
     return _native, f'active ({os.path.basename(_native.__file__)})'
 
 native, NATIVE_STATUS = _load_native()
+if native is None and os.path.exists(_BUILD_NOTE):  # the build at install time failed, and pip shows a build's output only with -v
+    warnings.warn(f'timmdata: the C extension is {NATIVE_STATUS} (TIMMDATA_NATIVE=0 silences this)', stacklevel=2)
 
 # %% ../nbs/02_decode.ipynb #00c3b623
 class ImageDecodeError(OSError):

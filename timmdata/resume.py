@@ -107,7 +107,12 @@ class ResumableBatchSampler(Sampler):
             nb = math.ceil(count / B)
         return PassSegment(e, rep, start, end, W, rank, count, nb, order)
 
-    def __len__(self) -> int: return self._segment(with_order=False).nbatches
+    def __len__(self) -> int:
+        "Batches in the epoch of the next pass, counted whole (as torch's `BatchSampler`, torchdata and Lightning count): a resumed pass's batches before its resume point included."
+        seg = self._segment(with_order=False)
+        return self._before(seg) + seg.nbatches
+    def _before(self, seg) -> int: return -(-seg.start // (self.batch_size * seg.world))  # batches of the epoch before `seg`, per rank
+    def remaining(self) -> int: return self._segment(with_order=False).nbatches  # batches the next pass yields
 
 # %% ../nbs/32_resume.ipynb #c2899640
 @patch
@@ -244,6 +249,7 @@ class StatefulLoader:
     "Mixin for a DataLoader: `state_dict()` / `load_state_dict()` over a `ResumableBatchSampler`, or a resumable stream."
     _last = None  # map-style: the last batch delivered (None: none this pass); a stream: batches delivered this pass
     _until_end = False  # stop each pass at the end of the plan's pass (an endless iterator under it)
+    _is_accelerate_prepared = True  # Accelerate's prepare() hands it back as it is (re-created: plan lost, sharded twice)
 
     @property
     def plan(self) -> Optional[ResumableBatchSampler]:
@@ -262,7 +268,7 @@ class StatefulLoader:
         if self._fresh():
             if plan is not None: plan.new_flight()
             self._last = None
-        if plan is not None and len(plan) == 0: return iter(())
+        if plan is not None and plan.remaining() == 0: return iter(())
         return DeliveredIterator(self, self._batches(), self._until_end)
 
     def state_at(self, mark) -> dict:

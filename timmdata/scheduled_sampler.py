@@ -255,6 +255,7 @@ class ResumableScheduledSampler(ResumableBatchSampler):
         W, rank, _ = world_of(self.sampler)
         n = len(self.scheduled)
         return PassSegment(e, rep, skip, n, W, rank, None, max(n - skip, 0), None)
+    def _before(self, seg) -> int: return min(seg.start, seg.end)  # batches of the epoch before `seg`
 
     def __iter__(self):
         seg = self._segment()
@@ -275,7 +276,8 @@ def _schedule_kind(scheduled) -> dict:
     "What fixes a schedule (compared when a state is loaded)."
     keys = ('batch_sizes', 'seed', 'num_batches', 'drop_last', 'shuffle_schedule', 'choice_schedule', 'schedule_epochs',
             'schedule_spread', 'schedule_random_mix')
-    return {**{k: getattr(scheduled, k) for k in keys}, 'choice_weights': [float(w) for w in scheduled.choice_weights]}
+    plain = lambda v: list(v) if isinstance(v, tuple) else v  # JSON has no tuples: a state must still match after json
+    return {**{k: plain(getattr(scheduled, k)) for k in keys}, 'choice_weights': [float(w) for w in scheduled.choice_weights]}
 
 @patch
 def state(self: ResumableScheduledSampler, last: Optional[BatchMark] = None) -> dict:
