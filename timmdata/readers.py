@@ -12,8 +12,8 @@ import numpy as np
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['IMG_EXTENSIONS', 'natural_key', 'load_class_map', 'Reader', 'NoImagesError', 'FolderReader', 'TarReader', 'CsvReader',
-           'find_split', 'register_reader', 'reader_kinds', 'create_reader']
+__all__ = ['IMG_EXTENSIONS', 'natural_key', 'load_class_map', 'Reader', 'UnsafeNameError', 'relative_name', 'NoImagesError',
+           'FolderReader', 'TarReader', 'CsvReader', 'find_split', 'register_reader', 'reader_kinds', 'create_reader']
 
 # %% ../nbs/01_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -93,6 +93,59 @@ class Reader:
         return [self.filename(i, basename, absolute) for i in range(len(self))]
     def __repr__(self): return f'{type(self).__name__}(root={self.root!r}, samples={len(self)}, classes={len(self.class_to_idx)})'
 
+# %% ../nbs/01_readers.ipynb #a99cc840
+class UnsafeNameError(ValueError):
+    "A name read from a dataset's own file that is not a plain relative name under the dataset (a URL, `pipe:`, an absolute path, `..`)."
+
+_SCHEME_LIKE = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]*:')  # 'pipe:', 'http:', 's3:', a drive letter 'C:'
+
+def relative_name(name, # a name read from a dataset's own file
+                  where: str, # the file (and entry) it came from, for the error
+                 ) -> str:
+    "`name` if it is a relative name that stays under the dataset's root: no scheme, no absolute path, no '..'; else `UnsafeNameError`."
+    if not isinstance(name, str) or not name: why = 'not a non-empty string'
+    elif '\0' in name: why = 'it holds a NUL character'
+    elif _SCHEME_LIKE.match(name): why = 'it has a scheme: a URL or a pipe: command'
+    elif name.startswith(('/', '\\')) or os.path.isabs(name): why = 'it is an absolute path'
+    elif '..' in re.split(r'[/\\]', name): why = "it climbs out of the dataset with '..'"
+    else: return name
+    raise UnsafeNameError(f'{where}: entry {name!r} is not a relative name under the dataset ({why}); a dataset may only '
+                          f'name files inside itself: fix or remove the entry')
+
+# %% ../nbs/01_readers.ipynb #a76faa1c
+def _walk(root: str, follow_links: bool = False) -> tuple:
+    "([(folder relative to root, [file names])], [(link, target)] skipped): every real folder under `root` once; links out of `root` skipped unless `follow_links`."
+    real_root = os.path.realpath(root)
+    inside = lambda p: p == real_root or p.startswith(os.path.join(real_root, ''))
+    seen, out, skipped, links = set(), [], [], []
+    def walk(top: str, rtop: str):
+        stack = [(top, rtop)]
+        while stack:
+            d, rd = stack.pop()
+            try: st = os.stat(d)
+            except OSError: continue
+            if (st.st_dev, st.st_ino) in seen: continue  # walked already: a loop, or a second link to it
+            seen.add((st.st_dev, st.st_ino))
+            try:
+                with os.scandir(d) as it: entries = list(it)
+            except OSError: continue  # unreadable: skipped, as os.walk does
+            files = []
+            for e in entries:
+                rel = os.path.join(rd, e.name)
+                if e.is_symlink():
+                    real = os.path.realpath(e.path)
+                    if not (follow_links or inside(real)): skipped.append((rel, real)); continue
+                    if os.path.isdir(real): links.append((rel, e.path))
+                    elif os.path.isfile(real): files.append(e.name)
+                elif e.is_dir(follow_symlinks=False): stack.append((e.path, rel))
+                else: files.append(e.name)
+            out.append((rd, files))
+    walk(root, '')
+    while links:  # folders reached only through links, after every real one
+        pending, links[:] = sorted(links), []
+        for rel, path in pending: walk(path, rel)
+    return out, skipped
+
 # %% ../nbs/01_readers.ipynb #6a181615
 def _check_root(root) -> str:
     root = os.fspath(root)
@@ -118,13 +171,16 @@ class FolderReader(Reader):
     def __init__(self, root, # the folder to scan (recursively)
                  class_map=None, # dict or .txt: keep only these classes, with these indices
                  extensions=None, # accepted file extensions (default `IMG_EXTENSIONS`), matched ignoring case
+                 follow_links: bool = False, # also follow symbolic links that lead out of `root` (a tree you made)
                 ):
         self.root = _check_root(root)
         exts = _ext_set(extensions)
         rels, labels = [], []
-        for d, _, files in os.walk(self.root, followlinks=True):
-            rd = os.path.relpath(d, self.root)
-            rd = '' if rd == '.' else rd
+        folders, skipped = _walk(self.root, follow_links)
+        if skipped:
+            warnings.warn(f'{self.root!r}: skipped {len(skipped)} symbolic link(s) that lead out of the dataset root (e.g. '
+                          f'{skipped[0][0]!r} -> {skipped[0][1]!r}); pass follow_links=True to read them', stacklevel=2)
+        for rd, files in folders:
             for f in files:
                 if os.path.splitext(f)[1].lower() in exts:
                     rels.append(os.path.join(rd, f)); labels.append(os.path.basename(rd))
@@ -144,8 +200,11 @@ def _scan_tar(path: str, exts) -> list:
     except tarfile.ReadError as e:
         raise ValueError(f'{path!r} is not an uncompressed tar ({e}); compressed tars cannot be read by offset, '
                          f'unpack them or re-create with `tar cf`') from e
-    with tf: return [(m.name, m.offset_data, m.size) for m in tf
-                     if m.isreg() and not m.issparse() and os.path.splitext(m.name)[1].lower() in exts]
+    try:
+        with tf: return [(m.name, m.offset_data, m.size) for m in tf
+                         if m.isreg() and not m.issparse() and os.path.splitext(m.name)[1].lower() in exts]
+    except tarfile.TarError as e:  # a damaged or cut header after the first: the bare error names no file
+        raise ValueError(f'{path!r} is damaged or truncated ({type(e).__name__}: {e}): copy or write the tar again') from e
 
 class TarReader(Reader):
     "Images inside one uncompressed .tar of class folders, or a folder of per-class .tar files."
@@ -255,6 +314,7 @@ class CsvReader(Reader):
     def __init__(self, root, # the .csv file
                  class_map=None, # dict or .txt: keep only these classes (names; integer labels as strings)
                  extensions=None, # accepted extensions, used only to recognise a header row
+                 allow_outside: bool = False, # accept absolute and '..' paths (a CSV you wrote); else only names under its folder
                 ):
         path = _check_root(root)
         exts = _ext_set(extensions)
@@ -266,6 +326,8 @@ class CsvReader(Reader):
             if len(r) < 2 or not r[1].strip(): raise ValueError(f'{path!r}: row {n + 1} {r!r} has no label; rows must be path,label')
         files, labels = [r[0].strip() for r in rows], [r[1].strip() for r in rows]
         if not files: raise NoImagesError(f'{path!r} lists no images; expected rows of path,label')
+        if not allow_outside:
+            for n, f in enumerate(files): relative_name(f, f'{path!r} row {n + 1} (pass allow_outside=True for a CSV you wrote)')
         if not os.path.exists(os.path.join(self.root, files[0])):
             raise FileNotFoundError(f'{path!r}: first image {files[0]!r} not found at {os.path.join(self.root, files[0])!r}; paths are relative to the CSV\'s folder')
         ints = all(re.fullmatch(r'[+-]?\d+', l) for l in labels)
