@@ -12,8 +12,9 @@ import numpy as np
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['IMG_EXTENSIONS', 'natural_key', 'load_class_map', 'Reader', 'UnsafeNameError', 'relative_name', 'NoImagesError',
-           'FolderReader', 'TarReader', 'CsvReader', 'find_split', 'register_reader', 'reader_kinds', 'create_reader']
+__all__ = ['IMG_EXTENSIONS', 'MAX_JSON_BYTES', 'natural_key', 'load_class_map', 'Reader', 'UnsafeNameError', 'relative_name',
+           'NoImagesError', 'FolderReader', 'TarReader', 'CsvReader', 'find_split', 'register_reader', 'reader_kinds',
+           'create_reader']
 
 # %% ../nbs/01_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -94,6 +95,8 @@ class Reader:
     def __repr__(self): return f'{type(self).__name__}(root={self.root!r}, samples={len(self)}, classes={len(self.class_to_idx)})'
 
 # %% ../nbs/01_readers.ipynb #a99cc840
+MAX_JSON_BYTES = 64 << 20  # the largest JSON side file of a dataset read whole (`_info.json`, a store's manifest): 64 MiB
+
 class UnsafeNameError(ValueError):
     "A name read from a dataset's own file that is not a plain relative name under the dataset (a URL, `pipe:`, an absolute path, `..`)."
 

@@ -8,13 +8,13 @@ import http.client, json, os, re, socket, subprocess, tempfile, time, urllib.err
 from pathlib import Path
 from typing import Iterator, Optional
 from fastcore.basics import patch
-from .readers import natural_key, relative_name
+from .readers import MAX_JSON_BYTES, natural_key, relative_name
 
 # %% auto #0
-__all__ = ['MAX_MEMBER_BYTES', 'IMAGE_KEYS', 'TARGET_KEYS', 'MAX_JSON_BYTES', 'ShardError', 'ShardNotFoundError',
-           'ShardTruncatedError', 'TransientShardError', 'url_scheme', 'shard_name', 'is_transient_error',
-           'expand_braces', 'join_url', 'shard_list', 'open_shard', 'iter_tar', 'split_key', 'group_samples',
-           'parse_keys', 'sample_target', 'load_info', 'WdsSource']
+__all__ = ['MAX_MEMBER_BYTES', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError', 'ShardTruncatedError',
+           'TransientShardError', 'url_scheme', 'shard_name', 'is_transient_error', 'expand_braces', 'join_url',
+           'shard_list', 'open_shard', 'iter_tar', 'split_key', 'group_samples', 'parse_keys', 'sample_target',
+           'load_info', 'WdsSource']
 
 # %% ../nbs/27_shard_io.ipynb #2eb1e367
 class ShardError(OSError):
@@ -262,8 +262,6 @@ def sample_target(sample: dict, keys: tuple, where: str, required: bool):
     return None
 
 # %% ../nbs/27_shard_io.ipynb #5430721e
-MAX_JSON_BYTES = 64 << 20  # the largest JSON side file (`_info.json`) read: a bigger one is a named error, not all of memory
-
 def load_info(root, retries: int = 3, backoff: float = 0.25, timeout: float = 60.) -> Optional[dict]:
     "The `_info.json` (or `info.json`) of the dataset at `root` (folder or URL prefix), or None if it has none."
     for n in ('_info.json', 'info.json'):
@@ -278,7 +276,7 @@ def load_info(root, retries: int = 3, backoff: float = 0.25, timeout: float = 60
                 time.sleep(backoff * 4 ** attempt)
         if data is None: continue
         if len(data) > MAX_JSON_BYTES:
-            raise ValueError(f'{shard_name(url)} is over {MAX_JSON_BYTES >> 20} MiB (timmdata.shard_io.MAX_JSON_BYTES): '
+            raise ValueError(f'{shard_name(url)} is over {MAX_JSON_BYTES >> 20} MiB (timmdata.readers.MAX_JSON_BYTES): '
                              f'not an info file of a dataset; fix or remove it')
         try: info = json.loads(data)
         except ValueError as e: raise ValueError(f'{shard_name(url)} is not valid JSON ({e}): fix or remove it') from None
