@@ -96,57 +96,43 @@ class Reader:
 
 # %% ../nbs/01_readers.ipynb #a99cc840
 MAX_JSON_BYTES = 64 << 20  # the largest JSON side file of a dataset read whole (`_info.json`, a store's manifest): 64 MiB
+_SCHEME_LIKE = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]*:')  # 'pipe:', 'http:', 's3:', a drive letter 'C:'
 
 class UnsafeNameError(ValueError):
     "A name read from a dataset's own file that is not a plain relative name under the dataset (a URL, `pipe:`, an absolute path, `..`)."
 
-_SCHEME_LIKE = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]*:')  # 'pipe:', 'http:', 's3:', a drive letter 'C:'
-
-def relative_name(name, # a name read from a dataset's own file
-                  where: str, # the file (and entry) it came from, for the error
-                 ) -> str:
-    "`name` if it is a relative name that stays under the dataset's root: no scheme, no absolute path, no '..'; else `UnsafeNameError`."
-    if not isinstance(name, str) or not name: why = 'not a non-empty string'
-    elif '\0' in name: why = 'it holds a NUL character'
-    elif _SCHEME_LIKE.match(name): why = 'it has a scheme: a URL or a pipe: command'
-    elif name.startswith(('/', '\\')) or os.path.isabs(name): why = 'it is an absolute path'
-    elif '..' in re.split(r'[/\\]', name): why = "it climbs out of the dataset with '..'"
-    else: return name
+def relative_name(name, where: str) -> str:
+    "`name`, read from the dataset file `where`, if it is relative and stays under the dataset (no scheme, absolute path or '..'); else `UnsafeNameError`."
+    why = ('not a non-empty string' if not isinstance(name, str) or not name else 'it holds a NUL character' if '\0' in name else
+           'it has a scheme: a URL or a pipe: command' if _SCHEME_LIKE.match(name) else
+           'it is an absolute path' if name.startswith(('/', '\\')) or os.path.isabs(name) else
+           "it climbs out of the dataset with '..'" if '..' in re.split(r'[/\\]', name) else None)
+    if why is None: return name
     raise UnsafeNameError(f'{where}: entry {name!r} is not a relative name under the dataset ({why}); a dataset may only '
                           f'name files inside itself: fix or remove the entry')
 
 # %% ../nbs/01_readers.ipynb #a76faa1c
 def _walk(root: str, follow_links: bool = False) -> tuple:
-    "([(folder relative to root, [file names])], [(link, target)] skipped): every real folder under `root` once; links out of `root` skipped unless `follow_links`."
-    real_root = os.path.realpath(root)
-    inside = lambda p: p == real_root or p.startswith(os.path.join(real_root, ''))
-    seen, out, skipped, links = set(), [], [], []
-    def walk(top: str, rtop: str):
-        stack = [(top, rtop)]
-        while stack:
-            d, rd = stack.pop()
-            try: st = os.stat(d)
-            except OSError: continue
-            if (st.st_dev, st.st_ino) in seen: continue  # walked already: a loop, or a second link to it
+    "([(folder relative to root, [file names])], [(link, target)] skipped): each real folder once, links out of `root` skipped unless `follow_links`, folders reached only through links last."
+    real_root, seen, out, skipped, links, stack = os.path.realpath(root), set(), [], [], [], [(root, '')]
+    while stack or links:
+        if not stack: stack, links = sorted(links, reverse=True), []  # then the folders links lead to, in name order
+        d, rd = stack.pop()
+        try:
+            st = os.stat(d)
+            if (st.st_dev, st.st_ino) in seen: continue  # walked already: a loop, or a second name for a folder
             seen.add((st.st_dev, st.st_ino))
-            try:
-                with os.scandir(d) as it: entries = list(it)
-            except OSError: continue  # unreadable: skipped, as os.walk does
-            files = []
-            for e in entries:
-                rel = os.path.join(rd, e.name)
-                if e.is_symlink():
-                    real = os.path.realpath(e.path)
-                    if not (follow_links or inside(real)): skipped.append((rel, real)); continue
-                    if os.path.isdir(real): links.append((rel, e.path))
-                    elif os.path.isfile(real): files.append(e.name)
-                elif e.is_dir(follow_symlinks=False): stack.append((e.path, rel))
-                else: files.append(e.name)
-            out.append((rd, files))
-    walk(root, '')
-    while links:  # folders reached only through links, after every real one
-        pending, links[:] = sorted(links), []
-        for rel, path in pending: walk(path, rel)
+            with os.scandir(d) as it: entries = list(it)
+        except OSError: continue  # unreadable: skipped, as os.walk does
+        files = []
+        for e in entries:
+            rel = os.path.join(rd, e.name)
+            if not e.is_symlink(): stack.append((e.path, rel)) if e.is_dir() else files.append(e.name); continue
+            real = os.path.realpath(e.path)
+            if not (follow_links or real == real_root or real.startswith(os.path.join(real_root, ''))): skipped.append((rel, real))
+            elif os.path.isdir(real): links.append((e.path, rel))
+            elif os.path.isfile(real): files.append(e.name)
+        out.append((rd, files))
     return out, skipped
 
 # %% ../nbs/01_readers.ipynb #6a181615
@@ -180,9 +166,8 @@ class FolderReader(Reader):
         exts = _ext_set(extensions)
         rels, labels = [], []
         folders, skipped = _walk(self.root, follow_links)
-        if skipped:
-            warnings.warn(f'{self.root!r}: skipped {len(skipped)} symbolic link(s) that lead out of the dataset root (e.g. '
-                          f'{skipped[0][0]!r} -> {skipped[0][1]!r}); pass follow_links=True to read them', stacklevel=2)
+        if skipped: warnings.warn(f'{self.root!r}: skipped {len(skipped)} symbolic link(s) that lead out of the dataset root (e.g. '
+                                  f'{skipped[0][0]!r} -> {skipped[0][1]!r}); pass follow_links=True to read them', stacklevel=2)
         for rd, files in folders:
             for f in files:
                 if os.path.splitext(f)[1].lower() in exts:
@@ -199,15 +184,12 @@ class FolderReader(Reader):
 # %% ../nbs/01_readers.ipynb #2afd0887
 def _scan_tar(path: str, exts) -> list:
     "(member name, data offset, size) of every accepted regular file in an uncompressed tar."
-    try: tf = tarfile.open(path, mode='r:')
-    except tarfile.ReadError as e:
-        raise ValueError(f'{path!r} is not an uncompressed tar ({e}); compressed tars cannot be read by offset, '
-                         f'unpack them or re-create with `tar cf`') from e
-    try:
-        with tf: return [(m.name, m.offset_data, m.size) for m in tf
-                         if m.isreg() and not m.issparse() and os.path.splitext(m.name)[1].lower() in exts]
-    except tarfile.TarError as e:  # a damaged or cut header after the first: the bare error names no file
-        raise ValueError(f'{path!r} is damaged or truncated ({type(e).__name__}: {e}): copy or write the tar again') from e
+    try:  # opening, and reading every header (a cut or damaged one raises there, naming no file)
+        with tarfile.open(path, mode='r:') as tf: return [(m.name, m.offset_data, m.size) for m in tf
+                                                          if m.isreg() and not m.issparse() and os.path.splitext(m.name)[1].lower() in exts]
+    except tarfile.TarError as e:
+        raise ValueError(f'{path!r} is not an uncompressed tar, or is damaged or truncated ({e}): compressed tars cannot be read '
+                         f'by offset (unpack them or re-create with `tar cf`); copy or write a damaged one again') from e
 
 class TarReader(Reader):
     "Images inside one uncompressed .tar of class folders, or a folder of per-class .tar files."

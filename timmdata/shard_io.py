@@ -276,7 +276,7 @@ def load_info(root, retries: int = 3, backoff: float = 0.25, timeout: float = 60
                 time.sleep(backoff * 4 ** attempt)
         if data is None: continue
         if len(data) > MAX_JSON_BYTES:
-            raise ValueError(f'{shard_name(url)} is over {MAX_JSON_BYTES >> 20} MiB (timmdata.readers.MAX_JSON_BYTES): '
+            raise ValueError(f'{shard_name(url)} is over {MAX_JSON_BYTES:,} bytes (timmdata.readers.MAX_JSON_BYTES): '
                              f'not an info file of a dataset; fix or remove it')
         try: info = json.loads(data)
         except ValueError as e: raise ValueError(f'{shard_name(url)} is not valid JSON ({e}): fix or remove it') from None
