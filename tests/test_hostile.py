@@ -207,7 +207,7 @@ def test_shm_ledger_of_another_owner_is_not_used(tmp_path, monkeypatch):
     monkeypatch.setattr(collate, '_foreign_warned', set(), raising=False)
     path = tmp_path / f'timmdata-rings-{os.getuid()}'
     path.write_text(f'{os.getpid()} planted {2**40}\n'); path.chmod(0o666)  # writable by anyone: not a private ledger
-    with pytest.warns(UserWarning, match='is not a private file of this user'):
+    with pytest.warns(UserWarning, match='is not a file of this user that only this user can write'):
         with collate._ledger() as rings: pass
     assert rings is None and path.read_text() == f'{os.getpid()} planted {2**40}\n'
 

@@ -298,8 +298,8 @@ def _ledger():
             if os.path.islink(path): _foreign_ledger(path, 'is a symbolic link'); break
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, 'O_NOFOLLOW', 0), 0o600)  # a planted link: an error, not followed
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-                _foreign_ledger(path, 'is not a private file of this user (another user may have made it)')
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:  # writable by others: theirs to fill
+                _foreign_ledger(path, 'is not a file of this user that only this user can write (another user may have made it)')
                 os.close(fd); fd = None; break
             fcntl.flock(fd, fcntl.LOCK_EX)
             if os.fstat(fd).st_ino == os.stat(path).st_ino: break
