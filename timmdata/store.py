@@ -139,7 +139,8 @@ class StaleStoreError(RuntimeError):
 
 def _source_files(root: Path, m: dict) -> dict:
     "The store's `source_files.json.gz`, decompressed up to a limit set by the files its manifest counts (a gzip bomb is an error)."
-    limit = 1024 * (int(m['source'].get('num_files') or 0) + 1) + (1 << 20)  # a row: a name, a size, a time (far below 1 KiB)
+    n = m['source'].get('num_files')  # a row: a name, a size, a time (far below 1 KiB)
+    limit = 1024 * (n + 1) + (1 << 20) if isinstance(n, int) and not isinstance(n, bool) else 1 << 30
     with gzip.open(root / 'source_files.json.gz', 'rb') as f: data = f.read(limit + 1)
     if len(data) > limit:
         raise StoreDamagedError(f"the image store {str(root)!r} is damaged: its source_files.json.gz decompresses to over "
@@ -154,7 +155,8 @@ def check_store_source(root, # the store's folder
     m = manifest or read_json(root / STORE_MANIFEST)
     src = Path(m['source']['root'])
     if not src.exists(): return False
-    n = int(m['source'].get('num_files') or 0)  # the manifest's claims bound the walk and the file list read
+    n = m['source'].get('num_files')  # the manifest's count bounds the walk (a manifest naming / as its source)
+    n = n if isinstance(n, int) and not isinstance(n, bool) else None
     detail = None
     if m['source'].get('extra'): detail = _source_files(root, m)
     rows = source_rows(src, detail['extra'] if detail else (), exclude=root.absolute(), limit=n)
