@@ -283,7 +283,7 @@ def test_csv_source_and_its_outside_images(src, tmp_path, monkeypatch):
         with open(calls, 'a') as f: f.write('x')
         return real(*a, **k)
     monkeypatch.setattr(cache, 'create_reader', counted)
-    build_cache(lst / 'train.csv', tmp_path / 'store', num_workers=2, chunk_size=8, progress=False)
+    build_cache(lst / 'train.csv', tmp_path / 'store', num_workers=2, chunk_size=8, progress=False, allow_outside=True)
     assert calls.read_text() == 'x'  # workers got the parent's reader, not a scan of their own
     m = json.loads((tmp_path / 'store' / STORE_MANIFEST).read_text())
     assert m['num_samples'] == 60 and m['source']['extra'] == 60 and m['source']['num_files'] == 61  # the CSV + its images

@@ -305,17 +305,17 @@ def test_csv_names_and_ints(sample_root, tmp_path):
     folder = ImageDataset(sample_root / 'val')
     rows = [(os.path.relpath(folder.filename(i, absolute=True), tmp_path), folder.classes[t]) for i, t in enumerate(folder.reader.targets)]
     (tmp_path / 'names.csv').write_text('path,label\n' + ''.join(f'{p},{c}\n' for p, c in rows[::-1]))
-    ds = ImageDataset(tmp_path / 'names.csv')
+    ds = ImageDataset(tmp_path / 'names.csv', allow_outside=True)  # a CSV we wrote, naming images outside its folder
     assert isinstance(ds.reader, CsvReader) and len(ds) == len(folder)
     assert ds.class_to_idx == folder.class_to_idx  # names numbered in natural order
     assert ds.filenames(absolute=True) == folder.filenames(absolute=True)[::-1]  # CSV order kept
     img, t = ds[0]
     assert t == folder[len(folder) - 1][1] and np.array_equal(np.asarray(img), np.asarray(folder[len(folder) - 1][0]))
     (tmp_path / 'ints.csv').write_text(''.join(f'{p},{10 + folder.class_to_idx[c]}\n' for p, c in rows))
-    di = ImageDataset(tmp_path / 'ints.csv')
+    di = ImageDataset(tmp_path / 'ints.csv', allow_outside=True)
     assert di.reader.targets == [10 + t for t in folder.reader.targets]  # integer labels used as they are
     (tmp_path / 'train.csv').write_text((tmp_path / 'names.csv').read_text())
-    assert isinstance(create_reader(tmp_path, split='train'), CsvReader)  # root/<split>.csv is found too
+    assert isinstance(create_reader(tmp_path, split='train', allow_outside=True), CsvReader)  # root/<split>.csv is found too
 
 
 @pytest.mark.parametrize('as_file', [False, True])

@@ -4,14 +4,14 @@
 
 # %% ../nbs/15_cache.ipynb #a4fdfc9c
 from __future__ import annotations
-import argparse, gzip, io, json, multiprocessing as mp, os, platform, secrets, shutil, sys, time
+import argparse, gzip, io, json, multiprocessing as mp, os, platform, re, secrets, shutil, stat, sys, time, warnings
 from contextlib import contextmanager
 from pathlib import Path
 import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 from .readers import CsvReader, Reader, create_reader
-from .decode import convert_mode
+from .decode import check_pixels, convert_mode
 from .transforms import str_to_pil_interp
 from .store import (BUILD_STATE, STORE_FILES, STORE_FORMATS, STORE_MANIFEST, STORE_VERSION, atomic_file, fsync_dir,
                             is_store, read_json, source_digest, source_file_key, source_rows, write_json_atomic)
@@ -54,10 +54,14 @@ def load_resized(src, # a path, an open binary file or the bytes of an encoded i
                  interpolation: str = 'bicubic', # downscale filter, a timm name (antialiased PIL filter)
                  draft: bool = True, # let libjpeg decode at 1/2, 1/4 or 1/8 scale when the target is that small
                 ) -> np.ndarray:
-    "Decodes an image once and returns it as RGB uint8 HxWx3, scaled down to `store_size`."
+    "Decodes an image once and returns it as RGB uint8 HxWx3, scaled down to `store_size`; over the pixel limit, `ImageDecodeError`."
     resample = _check_sizing(side, interpolation)
     f = io.BytesIO(src) if isinstance(src, (bytes, bytearray, memoryview)) else src
-    with Image.open(f) as im:
+    with warnings.catch_warnings():  # PIL's bomb warning: the pixel limit of every decode path decides, as in decode_image
+        warnings.simplefilter('ignore', Image.DecompressionBombWarning)
+        im = Image.open(f)
+    with im:
+        check_pixels(im.height, im.width)  # before any pixel is decoded
         tw, th = store_size(im.size, max_size, side)
         if draft and im.format == 'JPEG' and (tw, th) != im.size: im.draft('RGB', (tw, th))
         im = convert_mode(im, 'RGB')
@@ -152,10 +156,16 @@ def _is_up_to_date(old: dict | None, state: dict, dst: Path) -> bool:
 def _prepare_dst(dst: Path, state: dict, start_over: bool) -> str:
     "Makes `dst` ready for the build `state`; returns its build id: the same unfinished build's (resumed), else a new one."
     dst.mkdir(parents=True, exist_ok=True)
-    prev = read_json(dst / BUILD_STATE) or {}
+    prev = read_json(dst / BUILD_STATE)
+    prev = prev if isinstance(prev, dict) else {}
     bid = prev.pop('build_id', None)
+    if bid is not None and not (isinstance(bid, str) and re.fullmatch(r'[0-9a-f]{8}', bid)):
+        warnings.warn(f'{dst / BUILD_STATE}: build id {bid!r} is not one timmdata makes (8 hex digits); '
+                      f'starting the build over', stacklevel=3)
+        bid = None  # chunk file names are made from it: a crafted one would write outside chunks/
     if start_over or bid is None or prev != state:
         _clear_store(dst); bid = secrets.token_hex(4)  # the manifest goes first; new chunk names for the new build
+    if (dst / 'chunks').is_symlink(): (dst / 'chunks').unlink()  # chunks are written only into a folder of the store's own
     (dst / 'chunks').mkdir(exist_ok=True)
     for t in (dst / 'chunks').glob('.*.tmp*'): t.unlink()  # half-written files of a killed build (only this
     for n in STORE_FILES:                                  # builder holds the lock: nobody else is writing them)
@@ -236,6 +246,10 @@ def _try_lock(fd: int) -> bool:
         return True
     except OSError: return False
 
+def _planted_lock(path: Path) -> OSError:
+    return OSError(f'{str(path)!r} is a symbolic or hard link (or not a file): the build lock is never opened through a link, '
+                   f'which could truncate a file elsewhere; remove it (it is not one timmdata made) and run again')
+
 def _lock_holder(path: Path) -> str:
     try: return path.read_text().strip() or 'another process'
     except OSError: return 'another process'
@@ -249,7 +263,15 @@ def build_lock(dst: Path, # the store's folder (created)
     if fcntl is None and msvcrt is None: raise OSError('this platform offers no file lock (fcntl or msvcrt) to guard a store build')
     dst.mkdir(parents=True, exist_ok=True)
     path = dst / BUILD_LOCK
-    fd, t0, waited = os.open(path, os.O_RDWR | os.O_CREAT, 0o644), time.monotonic(), False
+    if path.is_symlink(): raise _planted_lock(path)  # O_NOFOLLOW below is the check that cannot race; this one names it where it is missing
+    try: fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, 'O_NOFOLLOW', 0), 0o644)
+    except OSError as e:
+        if path.is_symlink(): raise _planted_lock(path) from e
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a hard link: another name of a file elsewhere, never truncated
+        os.close(fd); raise _planted_lock(path)
+    t0, waited = time.monotonic(), False
     try:
         while not _try_lock(fd):
             if timeout is not None and time.monotonic() - t0 >= timeout:

@@ -18,7 +18,7 @@ from .readers import Reader, create_reader
 from .store import StoreDamagedError
 
 # %% auto #0
-__all__ = ['check_image', 'BadImage', 'CheckResult', 'usable_cpus', 'check_images', 'check_main']
+__all__ = ['check_image', 'printable', 'BadImage', 'CheckResult', 'usable_cpus', 'check_images', 'check_main']
 
 # %% ../nbs/26_check.ipynb #80c4c161
 class _Fd2Trap:
@@ -59,13 +59,18 @@ def check_image(src, # a path, bytes, a file-like object, or decoded uint8 HWC p
     return ('warning', 'decodes with warnings: ' + '; '.join(dict.fromkeys(said))) if said else None
 
 # %% ../nbs/26_check.ipynb #52531560
+def printable(s) -> str:
+    "`s` with every character a terminal would act on (ESC of an escape sequence, other control characters, line breaks) written as a Python escape: a file name from a dataset is safe to print."
+    s = str(s)
+    return s if s.isprintable() else ''.join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+
 class BadImage(NamedTuple):
     "An image that failed the check."
     index: int # sample index in the reader
     filename: str # file name relative to the dataset root (a tar's member name)
     kind: str # 'error': cannot be read or decoded; 'warning': decodes, but the decoder reported damaged data
     reason: str # the exception or the warnings, one line
-    def __str__(self): return f'{self.filename}: {self.reason}'
+    def __str__(self): return f'{printable(self.filename)}: {printable(self.reason)}'  # names come from the dataset: escaped
 
 @dataclass
 class CheckResult:

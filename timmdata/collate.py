@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_collate.ipynb #70b44eec
 from __future__ import annotations
-import math, os, threading, weakref
+import math, os, stat, threading, warnings, weakref
 from contextlib import contextmanager
 from functools import partial
 from typing import Callable, Optional
@@ -277,6 +277,14 @@ def _alive(pid: int) -> bool:
     return True
 
 _ledger_held = threading.local()  # .rings: the ledger this thread holds locked, if any
+_foreign_warned = set()
+
+def _foreign_ledger(path: str, why: str):
+    "Say once per process that the ledger at `path` is not used, and why (rings are then made as where there is no ledger)."
+    if path in _foreign_warned: return
+    _foreign_warned.add(path)
+    warnings.warn(f'the batch-ring ledger {path} {why}: it is neither read nor written (rings made here are not counted in it); '
+                  f'remove it if it is yours', stacklevel=4)
 
 @contextmanager
 def _ledger():
@@ -287,7 +295,12 @@ def _ledger():
     fd = None
     while fcntl is not None:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            if os.path.islink(path): _foreign_ledger(path, 'is a symbolic link'); break
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, 'O_NOFOLLOW', 0), 0o600)  # a planted link: an error, not followed
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:  # writable by others: theirs to fill
+                _foreign_ledger(path, 'is not a file of this user that only this user can write (another user may have made it)')
+                os.close(fd); fd = None; break
             fcntl.flock(fd, fcntl.LOCK_EX)
             if os.fstat(fd).st_ino == os.stat(path).st_ino: break
         except FileNotFoundError: pass  # emptied and removed while we waited for the lock: lock the file now at `path`

@@ -39,11 +39,15 @@ def hf_class_to_idx(features, # a `datasets.Features`
 
 def image_bytes(value, # an undecoded `datasets.Image` value: {'bytes': ..., 'path': ...}
                 where: str = '', # what to name in an error
+                allow_paths: bool = False, # read a value that has only a path (a dataset of your own files); else an error
                ) -> bytes:
-    "The encoded bytes of an image value: its bytes, else the file at its path."
+    "The encoded bytes of an image value: its bytes, else (with `allow_paths`) the file at its path."
     if isinstance(value, dict):
         if value.get('bytes'): return value['bytes']
         if value.get('path'):
+            if not allow_paths:  # a path in a downloaded dataset could name any file on this machine
+                raise ValueError(f"{where}: the image value has no bytes, only the path {value['path']!r}; a dataset's paths are "
+                                 f"not read unless you pass allow_paths=True (for a dataset made from your own files)")
             with open(value['path'], 'rb') as f: return f.read()
     raise ValueError(f'{where}: the image value has neither bytes nor a path ({type(value).__name__})')
 
@@ -69,10 +73,12 @@ class HfdsReader(Reader):
                  target_key: str = 'label', # the label column
                  download: bool = False, # accepted for timm's signature (load_dataset downloads what it needs)
                  trust_remote_code: bool = False, # allow a dataset's loading script (datasets < 4 only)
+                 allow_paths: bool = False, # read image values that hold only a file path (a dataset of your own files)
                  **load_kwargs, # passed to `datasets.load_dataset` (e.g. data_files)
                 ):
         datasets = import_datasets()
         input_key, target_key = input_key or 'image', target_key or 'label'
+        self.allow_paths = allow_paths
         ds = name if isinstance(name, datasets.Dataset) else _load_map(name, root, split, trust_remote_code, load_kwargs)
         where = f'Hugging Face dataset {getattr(ds.info, "dataset_name", None) or name!r} split {split!r}'
         _image_column(ds.features, input_key, where)
@@ -96,7 +102,7 @@ class HfdsReader(Reader):
     def __getitem__(self, i: int):
         if not -len(self) <= i < len(self): raise IndexError(f'index {i} out of range for {self._where} ({len(self)} samples)')
         v = self.dataset[int(self._rows[i])][self.input_key]
-        return image_bytes(v, f'{self._where} row {int(self._rows[i])}'), int(self._targets[i])
+        return image_bytes(v, f'{self._where} row {int(self._rows[i])}', self.allow_paths), int(self._targets[i])
 
     def _filename(self, i: int) -> str:
         v = self.dataset[int(self._rows[i])][self.input_key]
@@ -119,9 +125,11 @@ class HfidsSource:
                  num_samples: int | None = None, # samples in the split, when the dataset's info does not say
                  download: bool = False, # accepted for timm's signature
                  trust_remote_code: bool = False, # allow a loading script (datasets < 4 only)
+                 allow_paths: bool = False, # read image values that hold only a file path (a dataset of your own files)
                  **load_kwargs, # passed to `datasets.load_dataset` (e.g. data_files)
                 ):
         datasets = import_datasets()
+        self.allow_paths = allow_paths
         input_key, target_key = input_key or 'image', target_key or 'label'  # None: the defaults (as a stream dataset passes them)
         ds = datasets.load_dataset(name, split=split, streaming=True, cache_dir=root,
                                    **_remote_code(trust_remote_code, datasets.load_dataset), **load_kwargs)
@@ -158,7 +166,7 @@ def _iter_shard(self, shard):
             if y is not None and self._remap is not None:
                 y = self._remap.get(int(y))
                 if y is None: continue
-            yield f'{shard}/{j}', image_bytes(ex[self.input_key], f'{self.name_of(shard)} sample {j}'), None if y is None else int(y)
+            yield f'{shard}/{j}', image_bytes(ex[self.input_key], f'{self.name_of(shard)} sample {j}', self.allow_paths), None if y is None else int(y)
     except (OSError, ValueError) as e:
         raise type(e)(f'{self.name_of(shard)}: {e}') from e
 HfidsSource.iter_shard = _iter_shard

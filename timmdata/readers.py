@@ -12,8 +12,9 @@ import numpy as np
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['IMG_EXTENSIONS', 'natural_key', 'load_class_map', 'Reader', 'NoImagesError', 'FolderReader', 'TarReader', 'CsvReader',
-           'find_split', 'register_reader', 'reader_kinds', 'create_reader']
+__all__ = ['IMG_EXTENSIONS', 'MAX_JSON_BYTES', 'natural_key', 'load_class_map', 'Reader', 'UnsafeNameError', 'relative_name',
+           'NoImagesError', 'FolderReader', 'TarReader', 'CsvReader', 'find_split', 'register_reader', 'reader_kinds',
+           'create_reader']
 
 # %% ../nbs/01_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -93,6 +94,47 @@ class Reader:
         return [self.filename(i, basename, absolute) for i in range(len(self))]
     def __repr__(self): return f'{type(self).__name__}(root={self.root!r}, samples={len(self)}, classes={len(self.class_to_idx)})'
 
+# %% ../nbs/01_readers.ipynb #a99cc840
+MAX_JSON_BYTES = 64 << 20  # the largest JSON side file of a dataset read whole (`_info.json`, a store's manifest): 64 MiB
+_SCHEME_LIKE = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]*:')  # 'pipe:', 'http:', 's3:', a drive letter 'C:'
+
+class UnsafeNameError(ValueError):
+    "A name read from a dataset's own file that is not a plain relative name under the dataset (a URL, `pipe:`, an absolute path, `..`)."
+
+def relative_name(name, where: str) -> str:
+    "`name`, read from the dataset file `where`, if it is relative and stays under the dataset (no scheme, absolute path or '..'); else `UnsafeNameError`."
+    why = ('not a non-empty string' if not isinstance(name, str) or not name else 'it holds a NUL character' if '\0' in name else
+           'it has a scheme: a URL or a pipe: command' if _SCHEME_LIKE.match(name) else
+           'it is an absolute path' if name.startswith(('/', '\\')) or os.path.isabs(name) else
+           "it climbs out of the dataset with '..'" if '..' in re.split(r'[/\\]', name) else None)
+    if why is None: return name
+    raise UnsafeNameError(f'{where}: entry {name!r} is not a relative name under the dataset ({why}); a dataset may only '
+                          f'name files inside itself: fix or remove the entry')
+
+# %% ../nbs/01_readers.ipynb #a76faa1c
+def _walk(root: str, follow_links: bool = False) -> tuple:
+    "([(folder relative to root, [file names])], [(link, target)] skipped): each real folder once, links out of `root` skipped unless `follow_links`, folders reached only through links last."
+    real_root, seen, out, skipped, links, stack = os.path.realpath(root), set(), [], [], [], [(root, '')]
+    while stack or links:
+        if not stack: stack, links = sorted(links, reverse=True), []  # then the folders links lead to, in name order
+        d, rd = stack.pop()
+        try:
+            st = os.stat(d)
+            if (st.st_dev, st.st_ino) in seen: continue  # walked already: a loop, or a second name for a folder
+            seen.add((st.st_dev, st.st_ino))
+            with os.scandir(d) as it: entries = list(it)
+        except OSError: continue  # unreadable: skipped, as os.walk does
+        files = []
+        for e in entries:
+            rel = os.path.join(rd, e.name)
+            if not e.is_symlink(): stack.append((e.path, rel)) if e.is_dir() else files.append(e.name); continue
+            real = os.path.realpath(e.path)
+            if not (follow_links or real == real_root or real.startswith(os.path.join(real_root, ''))): skipped.append((rel, real))
+            elif os.path.isdir(real): links.append((e.path, rel))
+            elif os.path.isfile(real): files.append(e.name)
+        out.append((rd, files))
+    return out, skipped
+
 # %% ../nbs/01_readers.ipynb #6a181615
 def _check_root(root) -> str:
     root = os.fspath(root)
@@ -118,13 +160,15 @@ class FolderReader(Reader):
     def __init__(self, root, # the folder to scan (recursively)
                  class_map=None, # dict or .txt: keep only these classes, with these indices
                  extensions=None, # accepted file extensions (default `IMG_EXTENSIONS`), matched ignoring case
+                 follow_links: bool = False, # also follow symbolic links that lead out of `root` (a tree you made)
                 ):
         self.root = _check_root(root)
         exts = _ext_set(extensions)
         rels, labels = [], []
-        for d, _, files in os.walk(self.root, followlinks=True):
-            rd = os.path.relpath(d, self.root)
-            rd = '' if rd == '.' else rd
+        folders, skipped = _walk(self.root, follow_links)
+        if skipped: warnings.warn(f'{self.root!r}: skipped {len(skipped)} symbolic link(s) that lead out of the dataset root (e.g. '
+                                  f'{skipped[0][0]!r} -> {skipped[0][1]!r}); pass follow_links=True to read them', stacklevel=2)
+        for rd, files in folders:
             for f in files:
                 if os.path.splitext(f)[1].lower() in exts:
                     rels.append(os.path.join(rd, f)); labels.append(os.path.basename(rd))
@@ -140,12 +184,12 @@ class FolderReader(Reader):
 # %% ../nbs/01_readers.ipynb #2afd0887
 def _scan_tar(path: str, exts) -> list:
     "(member name, data offset, size) of every accepted regular file in an uncompressed tar."
-    try: tf = tarfile.open(path, mode='r:')
-    except tarfile.ReadError as e:
-        raise ValueError(f'{path!r} is not an uncompressed tar ({e}); compressed tars cannot be read by offset, '
-                         f'unpack them or re-create with `tar cf`') from e
-    with tf: return [(m.name, m.offset_data, m.size) for m in tf
-                     if m.isreg() and not m.issparse() and os.path.splitext(m.name)[1].lower() in exts]
+    try:  # opening, and reading every header (a cut or damaged one raises there, naming no file)
+        with tarfile.open(path, mode='r:') as tf: return [(m.name, m.offset_data, m.size) for m in tf
+                                                          if m.isreg() and not m.issparse() and os.path.splitext(m.name)[1].lower() in exts]
+    except tarfile.TarError as e:
+        raise ValueError(f'{path!r} is not an uncompressed tar, or is damaged or truncated ({e}): compressed tars cannot be read '
+                         f'by offset (unpack them or re-create with `tar cf`); copy or write a damaged one again') from e
 
 class TarReader(Reader):
     "Images inside one uncompressed .tar of class folders, or a folder of per-class .tar files."
@@ -255,6 +299,7 @@ class CsvReader(Reader):
     def __init__(self, root, # the .csv file
                  class_map=None, # dict or .txt: keep only these classes (names; integer labels as strings)
                  extensions=None, # accepted extensions, used only to recognise a header row
+                 allow_outside: bool = False, # accept absolute and '..' paths (a CSV you wrote); else only names under its folder
                 ):
         path = _check_root(root)
         exts = _ext_set(extensions)
@@ -266,6 +311,8 @@ class CsvReader(Reader):
             if len(r) < 2 or not r[1].strip(): raise ValueError(f'{path!r}: row {n + 1} {r!r} has no label; rows must be path,label')
         files, labels = [r[0].strip() for r in rows], [r[1].strip() for r in rows]
         if not files: raise NoImagesError(f'{path!r} lists no images; expected rows of path,label')
+        if not allow_outside:
+            for n, f in enumerate(files): relative_name(f, f'{path!r} row {n + 1} (pass allow_outside=True for a CSV you wrote)')
         if not os.path.exists(os.path.join(self.root, files[0])):
             raise FileNotFoundError(f'{path!r}: first image {files[0]!r} not found at {os.path.join(self.root, files[0])!r}; paths are relative to the CSV\'s folder')
         ints = all(re.fullmatch(r'[+-]?\d+', l) for l in labels)

@@ -87,10 +87,21 @@ def _write_images(jobs):
         make_sample_image(ci, seed, size).save(path, 'JPEG', quality=quality)
 
 # %% ../nbs/00_sample_data.ipynb #0bfab2bd
+def _marker_classes(marker: Path, spec) -> list:
+    "The class folder names a marker lists, each checked to be one plain folder name (never a path elsewhere)."
+    classes = spec.get('classes', []) if isinstance(spec, dict) else None
+    if not isinstance(classes, list): raise ValueError(f'{marker}: not a sample-data marker (no class list): remove it, or write into another folder')
+    for c in classes:
+        if not isinstance(c, str) or c in ('', '.', '..') or '/' in c or '\\' in c or '\0' in c or os.path.isabs(c):
+            raise ValueError(f'{marker}: class {c!r} is not a plain folder name, so nothing is deleted; the marker was not '
+                             f'written by make_sample_dataset: remove it, or write into another folder')
+    return classes
+
 def _remove_sample_tree(root: Path, spec: dict):
-    "Deletes what an earlier call wrote (the class folders named in its marker), and split folders left empty."
+    "Deletes what an earlier call wrote (the class folders named in its marker, checked first), and split folders left empty."
+    classes = _marker_classes(root / '.timmdata_sample.json', spec)
     for split in ('train', 'val'):
-        for c in spec.get('classes', []): shutil.rmtree(root / split / c, ignore_errors=True)
+        for c in classes: shutil.rmtree(root / split / c, ignore_errors=True)  # a link is not followed: rmtree refuses it
         try: (root / split).rmdir()
         except OSError: pass  # missing, or holds files that are not ours: kept
 
@@ -113,6 +124,7 @@ def make_sample_dataset(root, # folder to write into (made if missing)
     old = json.loads(marker.read_text()) if marker.exists() else None
     if old == spec: return root
     if old:  # another spec's tree: its images (other counts, classes or extension) would stay and be read with ours
+        _marker_classes(marker, old)  # checked before anything is deleted
         marker.unlink(); _remove_sample_tree(root, old)
     jobs = []
     for split, n, off in (('train', n_train, 0), ('val', n_val, 1_000_000)):

@@ -8,12 +8,13 @@ import http.client, json, os, re, socket, subprocess, tempfile, time, urllib.err
 from pathlib import Path
 from typing import Iterator, Optional
 from fastcore.basics import patch
-from .readers import natural_key
+from .readers import MAX_JSON_BYTES, natural_key, relative_name
 
 # %% auto #0
-__all__ = ['IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError', 'ShardTruncatedError', 'TransientShardError',
-           'url_scheme', 'shard_name', 'is_transient_error', 'expand_braces', 'join_url', 'shard_list', 'open_shard',
-           'iter_tar', 'split_key', 'group_samples', 'parse_keys', 'sample_target', 'load_info', 'WdsSource']
+__all__ = ['MAX_MEMBER_BYTES', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError', 'ShardTruncatedError',
+           'TransientShardError', 'url_scheme', 'shard_name', 'is_transient_error', 'expand_braces', 'join_url',
+           'shard_list', 'open_shard', 'iter_tar', 'split_key', 'group_samples', 'parse_keys', 'sample_target',
+           'load_info', 'WdsSource']
 
 # %% ../nbs/27_shard_io.ipynb #2eb1e367
 class ShardError(OSError):
@@ -156,6 +157,20 @@ def _read_exact(f, n: int, url: str, what: str) -> bytes:
     if got < n: raise ShardTruncatedError(f'shard {shard_name(url)} is truncated: it ends inside {what} ({got} of {n} bytes)')
     return b''.join(parts)
 
+MAX_MEMBER_BYTES = 1 << 30  # the largest tar member read into memory (1 GiB): a bigger (or negative) size is a named error
+
+def _size(field: bytes, url: str, offset: int, limit: int) -> int:
+    "A tar header's size field, strictly: octal digits (or GNU base-256, positive), at most `limit`; else `ShardError`."
+    if field[:1] and field[0] & 0x80:  # GNU base-256; 0xff marks a negative number
+        n = int.from_bytes(field[1:], 'big') if field[0] == 0x80 else -1
+    else:
+        s = field.rstrip(b'\0 ').lstrip(b' ')
+        n = int(s, 8) if re.fullmatch(rb'[0-7]*', s) else -1  # int(s, 8) alone takes '-1', '+7', '1_0'
+    if 0 <= n <= limit: return n
+    raise ShardError(f'shard {shard_name(url)}: the member at byte {offset} has size field {field.rstrip(bytes(1))!r} '
+                     f'({"not a size" if n < 0 else f"{n:,} bytes, over the limit of {limit:,}"}): a damaged or hostile '
+                     f'shard; write it again (the limit is timmdata.shard_io.MAX_MEMBER_BYTES)')
+
 def _octal(field: bytes) -> int:
     if field[:1] and field[0] & 0x80: return int.from_bytes(field[1:], 'big')  # GNU base-256 for big sizes
     s = field.rstrip(b'\0 ').lstrip(b' ')
@@ -171,9 +186,10 @@ def _pax_path(data: bytes) -> Optional[str]:
 # %% ../nbs/27_shard_io.ipynb #704a8db5
 def iter_tar(f, # a binary stream positioned at the start of a tar archive
              url: str = '<stream>', # the shard's name, for errors
+             max_member: Optional[int] = None, # the largest member read, in bytes; None: `MAX_MEMBER_BYTES`
             ) -> Iterator[tuple]:
     "`(member name, bytes)` of each regular file in the tar stream `f`, read front to back; a truncated archive raises."
-    long_name, offset = None, 0
+    long_name, offset, limit = None, 0, MAX_MEMBER_BYTES if max_member is None else max_member
     while True:
         hdr = f.read(512)
         if len(hdr) < 512:
@@ -184,7 +200,7 @@ def iter_tar(f, # a binary stream positioned at the start of a tar archive
         chk = _octal(hdr[148:156])
         if chk != sum(hdr) - sum(hdr[148:156]) + 8 * 32:
             raise ShardError(f'shard {shard_name(url)}: bad tar header at byte {offset} (not a tar file, or damaged): write it again')
-        size, kind = _octal(hdr[124:136]), hdr[156:157]
+        size, kind = _size(hdr[124:136], url, offset, limit), hdr[156:157]
         name = hdr[:100].split(b'\0', 1)[0]
         if hdr[257:262] == b'ustar' and hdr[345]: name = hdr[345:500].split(b'\0', 1)[0] + b'/' + name
         data = _read_exact(f, size, url, f'member {name.decode("utf-8", "replace")!r}') if size else b''
@@ -252,13 +268,16 @@ def load_info(root, retries: int = 3, backoff: float = 0.25, timeout: float = 60
         url = join_url(root, n)
         for attempt in range(retries + 1):
             try:
-                with open_shard(url, timeout) as f: data = f.read()
+                with open_shard(url, timeout) as f: data = f.read(MAX_JSON_BYTES + 1)
                 break
             except ShardNotFoundError: data = None; break
             except Exception as e:
                 if attempt == retries or not is_transient_error(e, url): raise ShardError(f'could not read {shard_name(url)}: {e}') from e
                 time.sleep(backoff * 4 ** attempt)
         if data is None: continue
+        if len(data) > MAX_JSON_BYTES:
+            raise ValueError(f'{shard_name(url)} is over {MAX_JSON_BYTES:,} bytes (timmdata.readers.MAX_JSON_BYTES): '
+                             f'not an info file of a dataset; fix or remove it')
         try: info = json.loads(data)
         except ValueError as e: raise ValueError(f'{shard_name(url)} is not valid JSON ({e}): fix or remove it') from None
         if not isinstance(info, dict) or not isinstance(info.get('splits'), dict):
@@ -282,8 +301,8 @@ def _split_shards(root, split: str, info: Optional[dict]) -> tuple:
     if info is not None:
         if spec not in info['splits']:
             raise ValueError(f"split {spec!r} is not in {join_url(root, '_info.json')}; it has {', '.join(map(repr, info['splits']))}")
-        s = info['splits'][spec]
-        shards = [join_url(root, f) for f in s['filenames']]
+        s, where = info['splits'][spec], f"{shard_name(join_url(root, '_info.json'))} split {spec!r}"
+        shards = [join_url(root, relative_name(f, where)) for f in s['filenames']]  # names, never URLs or commands
         lengths = list(s['shard_lengths']) if s.get('shard_lengths') else None
         return shards, lengths, n if n is not None else s.get('num_samples', sum(lengths) if lengths else None)
     shards = [s for s in shard_list(root) if spec in re.split(r'[-_.]', s.rsplit('/', 1)[-1])]
@@ -303,8 +322,11 @@ class WdsSource:
                  retries: int = 3, # transient failures retried per shard
                  backoff: float = 0.25, # first wait before a retry, in seconds (then 4x, 16x)
                  timeout: float = 60., # seconds a connection may stall
+                 allow_pipe: Optional[bool] = None, # run `pipe:` shards; None: only when `root` or `split` you pass names them
                 ):
         self.root, self.split, self.retries, self.backoff, self.timeout = root, split, retries, backoff, timeout
+        given = ' '.join(map(str, root)) if isinstance(root, (list, tuple)) else str(root)
+        self.allow_pipe = ('pipe:' in given or 'pipe:' in split) if allow_pipe is None else bool(allow_pipe)
         self.image_keys, self.target_keys = parse_keys(input_key, IMAGE_KEYS), parse_keys(target_key, TARGET_KEYS)
         self.target_required = target_key is not None
         probe = isinstance(root, (str, os.PathLike)) and '{' not in str(root) and not str(root).endswith('.tar') and url_scheme(str(root)) != 'pipe'
@@ -314,6 +336,8 @@ class WdsSource:
         if self.shard_lengths is not None and len(self.shard_lengths) != len(self.shards):
             raise ValueError(f'_info.json of {root!r}: split {split!r} lists {len(self.shards)} shards but {len(self.shard_lengths)} shard_lengths')
         self._lengths = dict(zip(self.shards, self.shard_lengths or ()))
+        nc = (self.info or {}).get('num_classes')
+        self.num_classes = nc if isinstance(nc, int) and not isinstance(nc, bool) and nc > 0 else None
 
     def name_of(self, shard) -> str: return shard_name(str(shard))
     def __repr__(self):
@@ -326,12 +350,20 @@ class WdsSource:
             where = f'sample {key!r} of shard {name}'
             if img is None:
                 raise ValueError(f'{where} has no image {"/".join(self.image_keys)} (it has {", ".join(sorted(s))}): pass input_key')
-            yield key, img, sample_target(s, self.target_keys, where, self.target_required)
+            t = sample_target(s, self.target_keys, where, self.target_required)
+            if t is not None and not 0 <= t < (self.num_classes or 1 << 63):
+                raise ValueError(f'{where}: target {t} is out of range (' + (f'0..{self.num_classes - 1}: _info.json states '
+                                 f'num_classes {self.num_classes}' if self.num_classes else 'a class index is >= 0') +
+                                 '): fix the label or the shard')
+            yield key, img, t
 
 # %% ../nbs/27_shard_io.ipynb #be7938a4
 @patch
 def iter_shard(self: WdsSource, shard: str) -> Iterator[tuple]:
     "`(key, image bytes, target)` of each sample of `shard`, transient failures retried without repeating samples."
+    if url_scheme(shard) == 'pipe' and not self.allow_pipe:
+        raise ShardError(f'shard {self.name_of(shard)!r} is a pipe: command, which runs only when you pass it yourself '
+                         f'(as root or split) or pass allow_pipe=True')
     done, attempt = 0, 0
     while True:
         try:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/31_shards.ipynb #ed877fac
 from __future__ import annotations
-import argparse, hashlib, io, json, multiprocessing as mp, os, sys, tarfile, time, warnings, zlib
+import argparse, hashlib, io, json, multiprocessing as mp, os, re, sys, tarfile, time, warnings, zlib
 from pathlib import Path
 import numpy as np
 from PIL import Image
@@ -143,15 +143,26 @@ def _check_args(shard_size, resize, quality, workers, bad_sample):
     if workers is not None and not (isinstance(workers, int) and workers >= 0): raise ValueError(f'workers must be None or an int >= 0; got {workers!r}')
     if bad_sample not in ('raise', 'skip'): raise ValueError(f"bad_sample must be one of 'raise', 'skip'; got {bad_sample!r}")
 
+def _is_shard_file(f) -> bool:
+    "Whether `f`, read from a state file, is a name `shard_filename` makes: one file in the folder, never a path elsewhere."
+    return isinstance(f, str) and not f.startswith('.') and re.fullmatch(r'[^/\\\0]+-\d{6}\.tar', f) is not None
+
 def _start(dst: Path, old: dict | None, plan: list, state: dict) -> dict:
     "Finished shards of the same build, kept; anything of another build (and every half-written file) removed."
     for t in dst.glob('.*.tar.tmp*'): t.unlink()
     same = old is not None and {k: old.get(k) for k in ('params', 'fingerprint', 'plan')} == {k: state[k] for k in ('params', 'fingerprint', 'plan')}
-    done = {f: r for f, r in (old or {}).get('shards', {}).items()
-            if same and (dst / f).is_file() and (dst / f).stat().st_size == r['nbytes']}
+    listed = (old or {}).get('shards', {}) if isinstance(old, dict) else {}
+    listed = listed if isinstance(listed, dict) else {}
+    foreign = [f for f in listed if not _is_shard_file(f)]  # the state file is read from the folder: trusted only as names
+    if foreign:
+        warnings.warn(f'{dst / SHARD_STATE}: ignored {len(foreign)} entries that are not shard file names (e.g. {foreign[0]!r}); '
+                      f'nothing they name is deleted or kept', stacklevel=3)
+    listed = {f: r for f, r in listed.items() if _is_shard_file(f)}
+    done = {f: r for f, r in listed.items()
+            if same and (dst / f).is_file() and not (dst / f).is_symlink() and (dst / f).stat().st_size == r['nbytes']}
     if not same:
         (dst / SHARD_INFO).unlink(missing_ok=True)
-        for f in (old or {}).get('shards', {}):
+        for f in listed:
             if f not in done: (dst / f).unlink(missing_ok=True)
     return done
 

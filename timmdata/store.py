@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional, Union
 import numpy as np
 from fastcore.basics import patch
-from .readers import Reader, load_class_map, register_reader
+from .readers import MAX_JSON_BYTES, Reader, UnsafeNameError, load_class_map, register_reader
 try: import resource  # Unix: the open-file limit sizes a reader's cache of mapped chunks
 except ImportError: resource = None
 
@@ -21,13 +21,20 @@ __all__ = ['STORE_MANIFEST', 'STORE_VERSION', 'BUILD_STATE', 'STORE_FILES', 'STO
            'StaleStoreError', 'check_store_source', 'StoreDamagedError', 'store_damaged', 'map_file', 'ReaderStore']
 
 # %% ../nbs/16_store.ipynb #a760b07f
-def _scan_rows(d: str, prefix: str, exclude: Optional[str], rows: list):
-    "Appends [relative path, size, mtime_ns] of every regular, non-hidden file under folder `d` (one stat per file)."
+class _TooMany(Exception): "More files than the walk's limit."
+
+def _scan_rows(d: str, prefix: str, exclude: Optional[str], rows: list, seen: Optional[set] = None, limit: Optional[int] = None):
+    "Appends [relative path, size, mtime_ns] of every regular, non-hidden file under folder `d` (one stat per file); each real folder once (links to one already seen, loops included, add nothing); `_TooMany` past `limit` rows."
+    seen = set() if seen is None else seen
+    st = os.stat(d)
+    if (st.st_dev, st.st_ino) in seen: return
+    seen.add((st.st_dev, st.st_ino))
     with os.scandir(d) as it:
         entries = sorted(it, key=lambda e: e.name)
     for e in entries:
         if e.name.startswith('.') or e.path == exclude: continue
-        if e.is_dir(): _scan_rows(e.path, prefix + e.name + '/', exclude, rows)
+        if limit is not None and len(rows) > limit: raise _TooMany
+        if e.is_dir(): _scan_rows(e.path, prefix + e.name + '/', exclude, rows, seen, limit)
         elif e.is_file():
             st = e.stat()
             rows.append([prefix + e.name, st.st_size, st.st_mtime_ns])
@@ -48,10 +55,13 @@ def source_digest(rows) -> str:
 def source_rows(root: Path, # the source: a folder, or a .tar / .csv file
                 extra=(), # more files, as `source_file_key`s (a CSV's images outside its folder)
                 exclude: Optional[Path] = None, # a folder under `root` to skip (a store built inside its source)
+                limit: Optional[int] = None, # stop walking past this many files (the rows so far, and one more, are returned)
                ) -> list[list]:
     "[key, size, mtime_ns] of every file of a source: a folder's files (walked) or the file itself, plus `extra` files."
     rows, base = [], root if root.is_dir() else root.parent
-    if root.is_dir(): _scan_rows(str(root), '', str(exclude) if exclude else None, rows)
+    if root.is_dir():
+        try: _scan_rows(str(root), '', str(exclude) if exclude else None, rows, limit=limit)
+        except _TooMany: pass  # more files than the manifest records: the digest differs, the store is stale
     else: extra = [root.name, *extra]
     for k in extra:  # a missing file gets size -1
         try: st = os.stat(base / k); rows.append([k, st.st_size, st.st_mtime_ns])
@@ -99,11 +109,17 @@ def write_json_atomic(path: Path, # the JSON file to write
     "Writes JSON through `atomic_file`: readers see the old file or the new one, never half of one."
     with atomic_file(path, 'w') as f: json.dump(obj, f, **kw)
 
-def read_json(path: Path):
+def read_json(path: Path, # a JSON file of timmdata's (a manifest, a build record)
+              max_bytes: Optional[int] = MAX_JSON_BYTES, # a bigger file is a ValueError (not a file timmdata wrote)
+             ):
     "The JSON in `path`, or None when it is missing or unreadable (a half-written file never is: see `write_json_atomic`)."
     try:
-        with open(path) as f: return json.load(f)
-    except (OSError, ValueError): return None
+        with open(path, 'rb') as f: data = f.read(-1 if max_bytes is None else max_bytes + 1)
+    except OSError: return None
+    if max_bytes is not None and len(data) > max_bytes:
+        raise ValueError(f'{str(path)!r} is over {max_bytes:,} bytes: not a file timmdata wrote (remove it)')
+    try: return json.loads(data)
+    except ValueError: return None
 
 # %% ../nbs/16_store.ipynb #2745f1c9
 def rebuild_command(manifest: dict, # a store's manifest
@@ -121,6 +137,16 @@ def rebuild_command(manifest: dict, # a store's manifest
 class StaleStoreError(RuntimeError):
     "The store's source has changed since the store was built."
 
+def _source_files(root: Path, m: dict) -> dict:
+    "The store's `source_files.json.gz`, decompressed up to a limit set by the files its manifest counts (a gzip bomb is an error)."
+    n = m['source'].get('num_files')  # a row: a name, a size, a time (far below 1 KiB)
+    limit = 1024 * (n + 1) + (1 << 20) if isinstance(n, int) and not isinstance(n, bool) else 1 << 30
+    with gzip.open(root / 'source_files.json.gz', 'rb') as f: data = f.read(limit + 1)
+    if len(data) > limit:
+        raise StoreDamagedError(f"the image store {str(root)!r} is damaged: its source_files.json.gz decompresses to over "
+                                f"{limit:,} bytes for {m['source'].get('num_files')} files. Rebuild it with:\n    {rebuild_command(m, root)}")
+    return json.loads(data)
+
 def check_store_source(root, # the store's folder
                        manifest: Optional[dict] = None, # its manifest (read from `root` when None)
                       ) -> bool:
@@ -129,13 +155,13 @@ def check_store_source(root, # the store's folder
     m = manifest or read_json(root / STORE_MANIFEST)
     src = Path(m['source']['root'])
     if not src.exists(): return False
+    n = m['source'].get('num_files')  # the manifest's count bounds the walk (a manifest naming / as its source)
+    n = n if isinstance(n, int) and not isinstance(n, bool) else None
     detail = None
-    if m['source'].get('extra'):
-        with gzip.open(root / 'source_files.json.gz', 'rt') as f: detail = json.load(f)
-    rows = source_rows(src, detail['extra'] if detail else (), exclude=root.absolute())
+    if m['source'].get('extra'): detail = _source_files(root, m)
+    rows = source_rows(src, detail['extra'] if detail else (), exclude=root.absolute(), limit=n)
     if source_digest(rows) == m['source']['digest']: return True
-    if detail is None:
-        with gzip.open(root / 'source_files.json.gz', 'rt') as f: detail = json.load(f)
+    if detail is None: detail = _source_files(root, m)
     old, new = {k: (s, t) for k, s, t in detail['files']}, {k: (s, t) for k, s, t in rows if s >= 0}
     changed = [k for k in old if k in new and old[k] != new[k]]
     added, removed = [k for k in new if k not in old], [k for k in old if k not in new]
@@ -260,6 +286,10 @@ class ReaderStore(Reader):
         # store rows in reader order (a class_map may drop some), their labels, and the classes
         self._rows, self._targets, self.class_to_idx = _relabel(list(m['classes']), ix['label'], class_map, self.root)
         self._files, self._sizes = [c['file'] for c in m['chunks']], [int(c['nbytes']) for c in m['chunks']]
+        bad = next((f for f in self._files if not isinstance(f, str) or f in ('', '.', '..') or any(c in f for c in '/\\\0')), None)
+        if bad is not None:  # the manifest is the store's own file: its chunk names are names in chunks/, never paths
+            raise UnsafeNameError(f'{str(self.root / STORE_MANIFEST)!r}: chunk {bad!r} is not a file name in the store\'s chunks/ '
+                                  f'folder; this is not a store timmdata wrote: rebuild it from its source')
         self._names, self._maps, self._pid, self._lock, self._cap = None, OrderedDict(), None, None, 0
 
     def __getitem__(self, i: int):
@@ -314,7 +344,7 @@ def close(self:ReaderStore):
 def filename(self:ReaderStore, index: int, basename: bool = False, absolute: bool = False) -> str:
     "The original file name of sample `index` in the source (relative to it, or absolute)."
     if self._names is None:
-        names = read_json(self.root / 'filenames.json')
+        names = read_json(self.root / 'filenames.json', max_bytes=8192 * (int(self.manifest.get('num_samples') or 0) + 1) + (1 << 20))
         if names is None or names.get('build_id') != self.manifest['build_id']:
             raise store_damaged(self.root, self.manifest, 'its filenames.json is missing or of another build (if the store '
                                 'was rebuilt since this reader opened it, open it again)')
