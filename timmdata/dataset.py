@@ -83,8 +83,8 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
                  input_img_mode: str = 'RGB', # PIL mode images are converted to
                  transform: Optional[Callable] = None, # applied to the image; what it takes (PIL, tensor, encoded JPEG) from its `input_format`
                  target_transform: Optional[Callable] = None, # applied to the integer target
-                 bad_sample: str = 'raise', # unreadable or corrupt image: 'raise' an error naming file and index, or 'skip' (None + warning, counted)
                  additional_features=None, # timm's extra Hugging Face columns per sample: refused (see below); None accepted
+                 bad_sample: str = 'raise', # unreadable or corrupt image: 'raise' an error naming file and index, or 'skip' (None + warning, counted)
                  **kwargs, # passed to the reader (e.g. `extensions`)
                 ):
         if additional_features is not None:  # timm reads them only through its hfds/ reader, as (img, target, *features)
