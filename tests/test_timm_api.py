@@ -218,6 +218,13 @@ def test_dataset_info_parity():
     assert tuple(mo.coverage(3)) == tuple(mt.coverage(3))
 
 
+def test_adapt_to_chs_parity():
+    from timm.data.loader import adapt_to_chs as theirs
+    from timmdata.loader import adapt_to_chs as ours
+    for x, n in ((0.5, 3), ((0.2, 0.4, 0.6), 3), ([0.1, 0.3], 1), ((0.2, 0.4, 0.6), 1)):
+        assert ours(x, n) == theirs(x, n), (x, n)
+
+
 def test_multilabel_target_parity():
     for dense, t in ((False, [0, 3, 3]), (False, []), (True, [0., 0.5, 1., 0.])):
         _same(timmdata.MultiLabelTarget(4, dense)(t), td.MultiLabelTarget(4, dense)(t))
