@@ -157,6 +157,13 @@ def test_empty_class_map_and_split_on_every_reader(sample_root, tmp_path, empty)
     assert len(timmdata.create_dataset('', root=str(tmp_path / 'cache'), split=empty, class_map=empty)) == 30
 
 
+def test_empty_crop_modes_are_defaults():
+    for kw in (dict(is_training=True, train_crop_mode=''), dict(crop_mode='')):
+        ours, theirs = timmdata.create_transform(32, **kw), td.create_transform(32, **kw)
+        want = timmdata.create_transform(32, **{k: None if k.endswith('crop_mode') else v for k, v in kw.items()})
+        assert repr(ours) == repr(want) and len(ours.transforms) == len(theirs.transforms)
+
+
 # ---------------------------------------------------------------- parity where it is data processing
 
 def _img(seed=0, size=(37, 29)):

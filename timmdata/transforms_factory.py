@@ -227,6 +227,7 @@ def create_transform(input_size: Union[int, tuple] = 224, # int, (H, W) or (C, H
                      patchify_flatten: bool = True, # eval: one vector per patch (False keeps [ph, pw]); train always flattens
                     ):
     "timm's `create_transform`: a `Compose` (or, with `separate`, three) for training, no-aug training or eval."
+    crop_mode, train_crop_mode = crop_mode or None, train_crop_mode or None  # '' is timm's "not given" too
     _check_args(input_size, interpolation, crop_mode, train_crop_mode, crop_pct, scale, ratio, mean, std, auto_augment,
                 color_jitter, naflex, patchify, patch_size, max_seq_len)
     img_size = tuple(input_size[-2:]) if isinstance(input_size, (tuple, list)) else input_size
