@@ -465,3 +465,27 @@ def test_mode_validate_py_filenames_and_loader(sample_root):
     ours, theirs = _validate_py_dataset(sample_root, split='val'), timm_data.create_dataset('', root=str(sample_root), split='val', class_map='')
     assert ours.filenames(basename=True) == theirs.filenames(basename=True)
     assert sum(len(y) for _, y in _eval_loader(ours)) == 30
+
+
+def _torchrun_rank(rank, world, root, port, out):
+    import os
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.distributed.init_process_group('gloo', rank=rank, world_size=world)
+    try:
+        val = _train_py_dataset(root, 'validation', False)
+        loader = create_loader(val, input_size=(3, 32, 32), batch_size=4, is_training=False, interpolation='bicubic',
+                               num_workers=0, crop_pct=0.875, **_common(distributed=True))
+        n = sum(len(y) for _, y in loader)
+        torch.save(dict(indices=list(loader.sampler), n=n), os.path.join(out, f'{rank}.pt'))
+    finally: torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_mode_torchrun_two_ranks(sample_root, tmp_path):
+    "--nproc_per_node 2 (gloo, CPU): train.py's eval loader with distributed=True; the ranks' samples are the whole split."
+    import socket
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
+    torch.multiprocessing.spawn(_torchrun_rank, args=(2, str(sample_root), port, str(tmp_path)), nprocs=2)
+    r = [torch.load(tmp_path / f'{i}.pt') for i in range(2)]
+    assert r[0]['n'] == len(r[0]['indices']) and r[1]['n'] == len(r[1]['indices'])
+    assert sorted(r[0]['indices'] + r[1]['indices']) == list(range(30))  # OrderedDistributedSampler: no padding, no overlap
