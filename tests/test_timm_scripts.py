@@ -328,3 +328,164 @@ def test_validate_data_config_and_loader_match_timm(sample_root, over):
         assert d.max() <= 2 + 1e-3 and d.mean() <= 0.5, (d.max(), d.mean())
         n += len(y)
     assert n == 30
+
+
+# ---------------------------------------------------------------- (f) issue 25: every train.py / validate.py mode through
+# timmdata's create_dataset with the scripts' argparse defaults (class_map='', repeats=0., ...), one case per mode
+
+import timmdata
+from timmdata import create_dataset, write_shards
+
+
+def _train_py_dataset(root, split, is_training, name='', class_map='', **over):
+    "train.py's create_dataset call (train: seed and repeats too), at its argparse defaults."
+    kw = dict(root=str(root), split=split, is_training=is_training, class_map=class_map, download=False, batch_size=8,
+              input_img_mode='RGB', input_key=None, target_key=None, num_samples=None, trust_remote_code=False)
+    if is_training: kw.update(seed=42, repeats=0.)
+    kw.update(over)
+    return create_dataset(name, **kw)
+
+
+def _validate_py_dataset(root, name='', split='validation', class_map=''):
+    "validate.py's create_dataset call at its argparse defaults."
+    return create_dataset(root=str(root), name=name, split=split, download=False, load_bytes=False, class_map=class_map,
+                          num_samples=None, input_key=None, input_img_mode='RGB', target_key=None,
+                          trust_remote_code=False, seed=42)
+
+
+def _set_loader_epoch(loader, epoch):
+    "What train.py does before each epoch (its _set_loader_epoch)."
+    if hasattr(loader.dataset, 'set_epoch'): loader.dataset.set_epoch(epoch)
+    if hasattr(loader.batch_sampler, 'set_epoch'): loader.batch_sampler.set_epoch(epoch)
+    elif hasattr(loader.sampler, 'set_epoch'): loader.sampler.set_epoch(epoch)
+
+
+def _train_loader(ds, collate_fn=None, use_multi_epochs_loader=False, use_prefetcher=True, scheduled=None, **over):
+    return create_loader(ds, input_size=(3, 32, 32), collate_fn=collate_fn, use_multi_epochs_loader=use_multi_epochs_loader,
+                         **_common(use_prefetcher=use_prefetcher), **_train(**over), **_scheduled(**(scheduled or {})))
+
+
+def _eval_loader(ds, **over):
+    kw = dict(input_size=(3, 32, 32), batch_size=8, is_training=False, interpolation='bicubic', num_workers=0, crop_pct=0.875)
+    kw.update(over)
+    return create_loader(ds, **_common(), **kw)
+
+
+def test_mode_defaults_with_argparse_empty_strings(sample_root):
+    "train.py's defaults: class_map='' is 'no class map'; the eval split 'validation' finds val/."
+    train, val = _train_py_dataset(sample_root, 'train', True), _train_py_dataset(sample_root, 'validation', False)
+    ttrain = timm_data.create_dataset('', root=str(sample_root), split='train', is_training=True, class_map='')
+    assert len(train) == len(ttrain) == 60 and len(val) == 30 and train.class_to_idx == ttrain.reader.class_to_idx
+    loader = _train_loader(train)
+    _set_loader_epoch(loader, 0)
+    assert sum(len(y) for _, y in loader) == 56  # drop_last
+    assert sum(len(y) for _, y in _eval_loader(val)) == 30
+
+
+def test_mode_mixup_cutmix_randaugment_erasing(sample_root):
+    loader = _train_loader(_train_py_dataset(sample_root, 'train', True), collate_fn=FastCollateMixup(**_mixup_args()),
+                           auto_augment='rand-m9-mstd0.5-inc1', re_prob=0.25, re_mode='pixel')
+    assert loader.mixup_enabled
+    for x, y in loader:
+        assert x.shape == (8, 3, 32, 32) and y.shape == (8, NUM_CLASSES)
+        torch.testing.assert_close(y.sum(1), torch.ones(8))
+    loader.mixup_enabled = False  # train.py's --mixup-off-epoch
+    assert not loader.mixup_enabled
+
+
+def test_mode_aug_splits_jsd(sample_root):
+    ds = AugMixDataset(_train_py_dataset(sample_root, 'train', True), num_splits=3)
+    loader = _train_loader(ds, num_aug_splits=3, auto_augment='augmix-m3-w1', re_prob=0.25, re_split=True)
+    x, y = next(iter(loader))
+    assert x.shape == (24, 3, 32, 32) and y.shape == (24,) and torch.equal(y[:8], y[8:16]) and torch.equal(y[:8], y[16:])
+
+
+def test_mode_no_prefetcher(sample_root):
+    mix = Mixup(**_mixup_args())
+    loader = _train_loader(_train_py_dataset(sample_root, 'train', True), use_prefetcher=False, re_prob=0.25)
+    x, y = next(iter(loader))
+    assert x.dtype == torch.float32 and y.dtype == torch.int64 and x.shape == (8, 3, 32, 32)
+    xm, ym = mix(x, y)
+    assert ym.shape == (8, NUM_CLASSES)
+
+
+def test_mode_multi_epochs_loader(sample_root):
+    loader = _train_loader(_train_py_dataset(sample_root, 'train', True), use_multi_epochs_loader=True, num_workers=1)
+    for epoch in range(2):
+        _set_loader_epoch(loader, epoch)
+        assert sum(1 for _ in loader) == len(loader) == 7
+
+
+def test_mode_scheduled_batching_attributes(sample_root):
+    "What train.py reads of loader_train.batch_sampler: average_batch_size, batch_sizes, len."
+    sizes, bss = (24, 32), (12, 8)
+    loader = _train_loader(_train_py_dataset(sample_root, 'train', True),
+                           scheduled=dict(input_size_choices=sizes, batch_size_choices=bss, batch_choice_seed=0,
+                                          batch_choice_schedule='progressive', batch_schedule_epochs=1))
+    s = loader.batch_sampler
+    ref = TimmScheduledBatchSampler(torch.utils.data.SequentialSampler(range(60)), batch_sizes=bss, seed=0, drop_last=True,
+                                    choice_schedule='progressive', schedule_epochs=1, schedule_spread=0.65, schedule_random_mix=0.1)
+    assert s.average_batch_size == pytest.approx(ref.average_batch_size) and s.batch_sizes == ref.batch_sizes
+    assert len(s) == len(ref) == len(loader)
+    _set_loader_epoch(loader, 0)
+    assert sum(1 for _ in loader) == len(loader)
+
+
+def test_mode_wds_shards_with_empty_class_map(sample_root, tmp_path):
+    "--dataset wds/... on shards written by `timmdata shards`, with train.py's class_map=''."
+    write_shards(str(sample_root), str(tmp_path), shard_size=16)
+    train = _train_py_dataset(tmp_path, 'train', True, name='wds/sample')
+    val = _train_py_dataset(tmp_path, 'val', False, name='wds/sample')
+    loader = _train_loader(train)
+    _set_loader_epoch(loader, 0)
+    assert sum(len(y) for _, y in loader) == 64  # a training stream is whole batches, wrapping round (timm's ReaderWds too)
+    ys = torch.cat([y for _, y in _eval_loader(val)])
+    assert len(ys) == 30 and sorted(ys.tolist()) == sorted(t for _, t in _validate_py_dataset(sample_root, split='val').reader)
+
+
+def test_mode_resume_start_epoch(sample_root):
+    "--resume: the loader is rebuilt and train.py sets the resumed epoch before iterating."
+    loader = _train_loader(_train_py_dataset(sample_root, 'train', True))
+    _set_loader_epoch(loader, 3)
+    assert sum(len(y) for _, y in loader) == 56
+
+
+def test_mode_class_map_file(sample_root, tmp_path):
+    cm = tmp_path / 'classes.txt'
+    names = sorted(p.name for p in (sample_root / 'train').iterdir())[:5][::-1]
+    cm.write_text('\n'.join(names) + '\n')
+    ours = _train_py_dataset(sample_root, 'train', True, class_map=str(cm))
+    theirs = timm_data.create_dataset('', root=str(sample_root), split='train', is_training=True, class_map=str(cm))
+    assert len(ours) == len(theirs) == 30 and ours.class_to_idx == theirs.reader.class_to_idx
+    assert [t for _, t in ours.reader] == [t for _, t in theirs.reader.samples]
+
+
+def test_mode_validate_py_filenames_and_loader(sample_root):
+    "validate.py: its create_dataset call, the eval loader, and dataset.filenames(basename=True) (for --real-labels)."
+    ours, theirs = _validate_py_dataset(sample_root, split='val'), timm_data.create_dataset('', root=str(sample_root), split='val', class_map='')
+    assert ours.filenames(basename=True) == theirs.filenames(basename=True)
+    assert sum(len(y) for _, y in _eval_loader(ours)) == 30
+
+
+def _torchrun_rank(rank, world, root, port, out):
+    import os
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.distributed.init_process_group('gloo', rank=rank, world_size=world)
+    try:
+        val = _train_py_dataset(root, 'validation', False)
+        loader = create_loader(val, input_size=(3, 32, 32), batch_size=4, is_training=False, interpolation='bicubic',
+                               num_workers=0, crop_pct=0.875, **_common(distributed=True))
+        n = sum(len(y) for _, y in loader)
+        torch.save(dict(indices=list(loader.sampler), n=n), os.path.join(out, f'{rank}.pt'))
+    finally: torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_mode_torchrun_two_ranks(sample_root, tmp_path):
+    "--nproc_per_node 2 (gloo, CPU): train.py's eval loader with distributed=True; the ranks' samples are the whole split."
+    import socket
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
+    torch.multiprocessing.spawn(_torchrun_rank, args=(2, str(sample_root), port, str(tmp_path)), nprocs=2)
+    r = [torch.load(tmp_path / f'{i}.pt') for i in range(2)]
+    assert r[0]['n'] == len(r[0]['indices']) and r[1]['n'] == len(r[1]['indices'])
+    assert sorted(r[0]['indices'] + r[1]['indices']) == list(range(30))  # OrderedDistributedSampler: no padding, no overlap

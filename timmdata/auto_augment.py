@@ -16,9 +16,11 @@ from .transforms import str_to_pil_interp
 __all__ = ['OP_NAMES', 'AA_POLICIES', 'RAND_TRANSFORM_SETS', 'shear_x', 'shear_y', 'translate_x_abs', 'translate_y_abs',
            'translate_x_rel', 'translate_y_rel', 'rotate', 'auto_contrast', 'equalize', 'invert', 'solarize',
            'posterize', 'contrast', 'color', 'brightness', 'sharpness', 'solarize_add', 'gaussian_blur',
-           'gaussian_blur_rand', 'desaturate', 'AugmentOp', 'auto_augment_policy', 'AutoAugment', 'parse_auto_augment',
-           'auto_augment_transform', 'rand_augment_choices', 'rand_augment_ops', 'RandAugment',
-           'rand_augment_transform', 'augmix_ops', 'AugMixAugment', 'augment_and_mix_transform', 'create_auto_augment']
+           'gaussian_blur_rand', 'desaturate', 'AugmentOp', 'auto_augment_policy', 'AutoAugment',
+           'auto_augment_policy_v0', 'auto_augment_policy_v0r', 'auto_augment_policy_original',
+           'auto_augment_policy_originalr', 'auto_augment_policy_3a', 'parse_auto_augment', 'auto_augment_transform',
+           'rand_augment_choices', 'rand_augment_ops', 'RandAugment', 'rand_augment_transform', 'augmix_ops',
+           'AugMixAugment', 'augment_and_mix_transform', 'create_auto_augment']
 
 # %% ../nbs/05_auto_augment.ipynb #48d16283
 _LEVEL_DENOM = 10.  # magnitude m is the fraction m / 10 of each op's range
@@ -203,6 +205,13 @@ class AutoAugment:
     def __repr__(self):
         subs = ''.join('\n\t[' + ', '.join(map(str, sub)) + ']' for sub in self.policy)
         return f"{type(self).__name__}(policy={subs})"
+
+# %% ../nbs/05_auto_augment.ipynb #ef487564
+def auto_augment_policy_v0(hparams: Optional[dict] = None) -> list: return auto_augment_policy('v0', hparams)
+def auto_augment_policy_v0r(hparams: Optional[dict] = None) -> list: return auto_augment_policy('v0r', hparams)
+def auto_augment_policy_original(hparams: Optional[dict] = None) -> list: return auto_augment_policy('original', hparams)
+def auto_augment_policy_originalr(hparams: Optional[dict] = None) -> list: return auto_augment_policy('originalr', hparams)
+def auto_augment_policy_3a(hparams: Optional[dict] = None) -> list: return auto_augment_policy('3a', hparams)
 
 # %% ../nbs/05_auto_augment.ipynb #b97a4979
 _RAND_KEYS = {'m': int, 'n': int, 'p': float, 'mstd': float, 'mmax': int, 'inc': int}

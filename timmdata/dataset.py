@@ -83,9 +83,14 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
                  input_img_mode: str = 'RGB', # PIL mode images are converted to
                  transform: Optional[Callable] = None, # applied to the image; what it takes (PIL, tensor, encoded JPEG) from its `input_format`
                  target_transform: Optional[Callable] = None, # applied to the integer target
+                 additional_features=None, # timm's extra Hugging Face columns per sample: refused (see below); None accepted
                  bad_sample: str = 'raise', # unreadable or corrupt image: 'raise' an error naming file and index, or 'skip' (None + warning, counted)
                  **kwargs, # passed to the reader (e.g. `extensions`)
                 ):
+        if additional_features is not None:  # timm reads them only through its hfds/ reader, as (img, target, *features)
+            raise NotImplementedError(f'ImageDataset(additional_features={additional_features!r}): extra per-sample columns are read by '
+                                      f"timm's hfds/ reader only, and timmdata's HfdsReader returns (image, target); read the extra "
+                                      f'columns from the Hugging Face dataset by index, or use timm for this dataset')
         if bad_sample not in _BAD_POLICIES: raise ValueError(f"bad_sample must be one of 'raise', 'skip'; got {bad_sample!r}")
         if reader is None or isinstance(reader, str):
             reader = create_reader(root, split=split, class_map=class_map, kind=reader or None, **kwargs)

@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 from .dataset import ImageDataset
 from .hf_readers import HfdsReader
-from .readers import Reader, find_split, reader_kinds
+from .readers import Reader, find_split, reader_kinds, unset, register_scheme
 
 # %% auto #0
 __all__ = ['TorchvisionReader', 'create_dataset']
@@ -112,7 +112,7 @@ def create_dataset(name: str, # '' (folder, tar, csv or store under root), or 't
     prefix, sep, rest = name.partition('/')
     prefix = prefix.lower() if sep else ''
     if prefix == 'torch':
-        if class_map is not None: raise ValueError(f'class_map is not supported for torchvision datasets ({name!r})')
+        if not unset(class_map): raise ValueError(f'class_map is not supported for torchvision datasets ({name!r})')
         ours = {k: kwargs.pop(k) for k in _OURS if k in kwargs}
         tv = _torchvision_dataset(rest.lower(), root, split, search_split, download, kwargs)
         return ImageDataset(root, reader=TorchvisionReader(tv), load_bytes=load_bytes, input_img_mode=input_img_mode, **ours)
@@ -136,3 +136,22 @@ def create_dataset(name: str, # '' (folder, tar, csv or store under root), or 't
     else: with_split = root
     return ImageDataset(with_split, reader=kind, split=None, class_map=class_map, load_bytes=load_bytes,
                         input_img_mode=input_img_mode, **kwargs)
+
+# %% ../nbs/30_dataset_factory.ipynb #1b121434
+def _hfds_reader(name, root=None, split='train', class_map=None, **kwargs):
+    return HfdsReader(name, root=root, split=split, class_map=class_map, **kwargs)
+
+def _wds_source(name, root=None, split='train', class_map=None, download=False, **kwargs):
+    from timmdata.shard_io import WdsSource
+    if class_map is not None:
+        raise ValueError(f"class_map is not supported for wds/ shards ({name!r}; targets are the shards' integer labels): "
+                         "remap them with target_transform")
+    return WdsSource(root, split, **kwargs)
+
+def _hfids_source(name, root=None, split='train', class_map=None, **kwargs):
+    from timmdata.hf_readers import HfidsSource  # Hugging Face `datasets` is needed only when streaming from it
+    return HfidsSource(name, root=root, split=split, class_map=class_map, **kwargs)
+
+def _tfds_reader(name, **kwargs): raise _tfds_error('tfds/' + name)
+
+for _s, _make in (('hfds', _hfds_reader), ('wds', _wds_source), ('hfids', _hfids_source), ('tfds', _tfds_reader)): register_scheme(_s, _make)

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import inspect, io, os
 import numpy as np
-from .readers import Reader, load_class_map
+from .readers import Reader, load_class_map, unset
 
 # %% auto #0
 __all__ = ['import_datasets', 'hf_class_to_idx', 'image_bytes', 'HfdsReader', 'HfidsSource']
@@ -88,7 +88,7 @@ class HfdsReader(Reader):
         labels = np.asarray(ds.select_columns([target_key]).with_format('numpy')[target_key]).astype(np.int64)
         source = hf_class_to_idx(ds.features, target_key) or {str(i): int(i) for i in sorted(set(labels.tolist()))}
         rows = np.arange(len(ds))
-        if class_map is not None:
+        if not unset(class_map):  # timm's "not given": None or ''
             self.class_to_idx = load_class_map(class_map)
             names = {i: n for n, i in source.items()}
             remap = np.array([self.class_to_idx.get(names.get(i), -1) for i in range(max(source.values()) + 1)], np.int64)
@@ -143,7 +143,7 @@ class HfidsSource:
         known = info[split].num_examples if split in info and info[split].num_examples else None
         self.num_samples = num_samples if num_samples is not None else known
         source = (hf_class_to_idx(feats, target_key) if feats is not None else None)
-        if class_map is not None:
+        if not unset(class_map):  # timm's "not given": None or ''
             self.class_to_idx = load_class_map(class_map)
             if source is None: raise ValueError(f'{self._where}: class_map needs class names, but the label column {target_key!r} has no ClassLabel names')
             self._remap = {i: self.class_to_idx.get(n) for n, i in source.items()}

@@ -21,7 +21,7 @@ from .resume import (ResumableDataLoader, ResumablePrefetchLoader, SeededDataset
 
 # %% auto #0
 __all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'ResumableMultiEpochsDataLoader', 'jitter_on_batch',
-           'create_loader', 'fast_collate', 'PrefetchLoader']
+           'adapt_to_chs', 'create_loader', 'fast_collate', 'PrefetchLoader']
 
 # %% ../nbs/14_loader.ipynb #df52b17c
 _all_ = ['fast_collate', 'PrefetchLoader']  # defined in timmdata.collate and timmdata.prefetch; found here as in timm
@@ -173,6 +173,18 @@ def _scheduled_choices(dataset, input_size_choices, batch_size_choices, batch_ch
     if batch_choice_weights is not None and len(batch_choice_weights) != len(sizes):
         raise ValueError(f'batch_choice_weights has {len(batch_choice_weights)} values for {len(sizes)} input_size_choices: give one per size')
     return sizes, list(batch_size_choices)
+
+# %% ../nbs/14_loader.ipynb #ffc6f35c
+def adapt_to_chs(x, # a scalar, or per-channel values
+                 n: int, # the model's channels
+                ) -> tuple:
+    "`x` with one value per channel: repeated if scalar, averaged (with a warning) if its length is not `n` (timm's)."
+    if not isinstance(x, (tuple, list)): return (x,) * n
+    if len(x) != n:
+        import warnings
+        x = (float(np.mean(x)),) * n
+        warnings.warn(f'Pretrained mean/std different shape than model, using avg value {x}.', stacklevel=2)
+    return x
 
 # %% ../nbs/14_loader.ipynb #5179544a
 def create_loader(

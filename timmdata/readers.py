@@ -12,9 +12,10 @@ import numpy as np
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['IMG_EXTENSIONS', 'MAX_JSON_BYTES', 'natural_key', 'load_class_map', 'Reader', 'UnsafeNameError', 'relative_name',
-           'NoImagesError', 'FolderReader', 'TarReader', 'CsvReader', 'find_split', 'register_reader', 'reader_kinds',
-           'create_reader']
+__all__ = ['IMG_EXTENSIONS', 'MAX_JSON_BYTES', 'natural_key', 'unset', 'get_img_extensions', 'is_img_extension',
+           'add_img_extensions', 'del_img_extensions', 'set_img_extensions', 'load_class_map', 'Reader',
+           'UnsafeNameError', 'relative_name', 'NoImagesError', 'FolderReader', 'TarReader', 'CsvReader', 'find_split',
+           'register_reader', 'reader_kinds', 'create_reader', 'register_scheme']
 
 # %% ../nbs/01_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -46,6 +47,21 @@ def _ext_set(extensions) -> frozenset:
     bad = [e for e in exts if not (isinstance(e, str) and e.startswith('.') and len(e) > 1)]
     if bad or not exts: raise ValueError(f"extensions must be a non-empty list of strings like '.jpg'; got {extensions!r}")
     return frozenset(e.lower() for e in exts)
+
+# %% ../nbs/01_readers.ipynb #d6a6c69c
+def unset(value) -> bool:
+    "True for timm's \"not given\": None or an empty string (train.py passes `class_map=''`, `split=''`)."
+    return value is None or (isinstance(value, str) and not value)
+
+def get_img_extensions(as_set: bool = False): return set(IMG_EXTENSIONS) if as_set else tuple(IMG_EXTENSIONS)
+def is_img_extension(ext: str) -> bool: return ext in IMG_EXTENSIONS
+def add_img_extensions(ext): set_img_extensions(IMG_EXTENSIONS + ((ext,) if isinstance(ext, str) else tuple(ext)))
+def del_img_extensions(ext): set_img_extensions(tuple(e for e in IMG_EXTENSIONS if e not in ({ext} if isinstance(ext, str) else set(ext))))
+def set_img_extensions(extensions): # extensions like '.jpg', in order; duplicates are dropped
+    "Replace the image extensions readers accept (timm's function; `get_`, `is_`, `add_`, `del_img_extensions` too)."
+    global IMG_EXTENSIONS
+    _ext_set(extensions)  # the check
+    IMG_EXTENSIONS = tuple(dict.fromkeys(extensions))
 
 # %% ../nbs/01_readers.ipynb #99c7b71a
 def load_class_map(class_map, # dict {class name: index}, or a .txt file (one class per line; relative to `root` if not found as given)
@@ -143,7 +159,7 @@ def _check_root(root) -> str:
 
 def _index_classes(labels: list, class_map, root) -> dict:
     "class_to_idx from the class map, or natural order of the labels found."
-    if class_map is not None: return load_class_map(class_map, root)
+    if not unset(class_map): return load_class_map(class_map, root)
     return {c: i for i, c in enumerate(sorted(set(labels), key=natural_key))}
 
 class NoImagesError(RuntimeError):
@@ -377,19 +393,33 @@ register_reader('folder', FolderReader, os.path.isdir)
 register_reader('tar', TarReader, _is_tar_root)
 register_reader('csv', CsvReader, lambda root: os.path.isfile(root) and root.lower().endswith('.csv'))
 
-def create_reader(root, # dataset root: a folder, a .tar, a folder of .tars, a .csv, or another registered kind (a store)
-                  split: str = 'train', # split to look for under root (see `find_split`); ignored for file roots
-                  class_map=None, # dict or .txt: keep only these classes, with these indices
+def create_reader(name='', # timm's form: '' (or a kind: 'folder', 'tar', 'csv', 'store'), or 'hfds/...', 'wds/...', 'hfids/...'; our form: the root
+                  root=None, # dataset root: a folder, a .tar, a folder of .tars, a .csv, or another registered kind (a store)
+                  split: str = 'train', # split to look for under root (see `find_split`); ignored for file roots; '' or None: root itself
+                  class_map=None, # dict or .txt: keep only these classes, with these indices ('' or None: all)
                   kind: str = None, # force a registered kind ('folder', 'tar', 'csv', 'store', ...) instead of guessing
-                  **kwargs, # passed to the reader (e.g. `extensions`)
+                  **kwargs, # passed to the reader (e.g. `extensions`); None values are dropped, as timm does
                  ) -> Reader:
     "The reader for `root` after finding the split: the last-registered kind whose `detect` accepts it, or `kind`."
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    scheme, sep, rest = name.partition('/') if isinstance(name, str) else ('', '', '')
+    if sep and scheme.lower() in _SCHEMES: return _SCHEMES[scheme.lower()](rest, root=root, split=split, class_map=None if unset(class_map) else class_map, **kwargs)
+    if root is None: name, root = '', name  # our form, create_reader(root, ...)
+    if unset(kind) and isinstance(name, str) and name in _READERS: kind = name  # timm ignores other plain names ('imagenet')
+    if unset(kind): kind = None
     if kind is not None and kind not in _READERS:
         raise ValueError(f"reader kind must be one of {', '.join(map(repr, _READERS))} or None; got {kind!r}")
-    if isinstance(root, str) and '/' in root and root.split('/')[0].lower() in ('hfds', 'hfids', 'tfds', 'wds'):
-        raise NotImplementedError(f"timm's {root.split('/')[0]!r} readers are not part of timmdata; use timm for {root!r}")
     root = find_split(root, split)
     if kind is None:
         kind = next((k for k, (_, detect) in reversed(_READERS.items()) if detect is not None and detect(root)), None)
         if kind is None: raise NoImagesError(f'dataset root {root!r} is a file: expected a folder, a .tar or a .csv')
-    return _READERS[kind][0](root, class_map=class_map, **kwargs)
+    return _READERS[kind][0](root, class_map=None if unset(class_map) else class_map, **kwargs)
+
+_SCHEMES = {}  # 'hfds' -> make(name, root=, split=, class_map=, **kwargs): the readers behind timm's scheme names
+
+def register_scheme(scheme: str, # a dataset name's prefix ('hfds' for 'hfds/<name>')
+                    make: Callable): # make(name, root=None, split='train', class_map=None, **kwargs) -> a reader or stream source
+    "Make `create_reader('<scheme>/<name>', root, split)` known (`timmdata.dataset_factory` registers timm's schemes)."
+    if not isinstance(scheme, str) or not scheme or '/' in scheme: raise ValueError(f"scheme must be a name like 'hfds'; got {scheme!r}")
+    _SCHEMES[scheme.lower()] = make
+

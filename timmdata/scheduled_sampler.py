@@ -240,6 +240,10 @@ class ResumableScheduledSampler(ResumableBatchSampler):
     def sampler(self): return self.scheduled.sampler
     @property
     def epoch(self) -> int: return self.scheduled.epoch
+    def __getattr__(self, name: str):
+        "The schedule's public attributes, as on timm's sampler (train.py reads `average_batch_size`, `batch_sizes`, `len`)."
+        if name.startswith('_') or name == 'scheduled': raise AttributeError(name)  # also while unpickling in a worker
+        return getattr(self.scheduled, name)
     def set_epoch(self, epoch: int):
         "Select the epoch of the next pass (the schedule's and its sampler's); a restored position of that epoch is kept."
         self.scheduled.set_epoch(epoch)

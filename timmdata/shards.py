@@ -11,7 +11,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 from .cache import build_lock, load_resized
 from .decode import read_source
-from .readers import create_reader, natural_key
+from .readers import create_reader, natural_key, unset
 from .store import atomic_file, fsync_dir, is_store, read_json, write_json_atomic
 
 # %% auto #0
@@ -53,7 +53,7 @@ def find_splits(src, # a folder, a .tar, a .csv or a store
 def _open_splits(roots: dict, class_map, reader_kwargs: dict) -> dict:
     "Split -> reader, with one class index for all splits (the union of their classes, unless a class_map is given)."
     readers = {s: create_reader(r, split=None, class_map=class_map, **reader_kwargs) for s, r in roots.items()}
-    if class_map is not None or len(readers) == 1: return readers
+    if not unset(class_map) or len(readers) == 1: return readers
     merged = {}
     for r in readers.values(): merged.update(r.class_to_idx)
     agree = all(merged[c] == i for r in readers.values() for c, i in r.class_to_idx.items())

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional, Union
 import numpy as np
 from fastcore.basics import patch
-from .readers import MAX_JSON_BYTES, Reader, UnsafeNameError, load_class_map, register_reader
+from .readers import MAX_JSON_BYTES, Reader, UnsafeNameError, load_class_map, register_reader, unset
 try: import resource  # Unix: the open-file limit sizes a reader's cache of mapped chunks
 except ImportError: resource = None
 
@@ -216,7 +216,7 @@ def _open_store(root: Path) -> tuple:
 
 def _relabel(classes: list, label: np.ndarray, class_map, root: Path) -> tuple:
     "(store rows in reader order, their labels, class_to_idx): the store's labels, or `class_map`'s relabelled subset."
-    if class_map is None: return np.arange(len(label)), label, {c: i for i, c in enumerate(classes)}
+    if unset(class_map): return np.arange(len(label)), label, {c: i for i, c in enumerate(classes)}
     class_map = load_class_map(class_map, root)
     missing = sorted(set(class_map) - set(classes))
     if missing: raise ValueError(f'class_map names classes not in the store {str(root)!r}: {missing[:5]}; '

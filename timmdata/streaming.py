@@ -15,6 +15,7 @@ from .config import mix_seed, seed_all
 from .decode import EncodedJpeg, ImageDecodeError
 from .dataset import DecodeTransform
 from .shard_io import WdsSource
+from .readers import unset
 
 # %% auto #0
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'IterableImageDataset']
@@ -60,7 +61,7 @@ def _stream_source(root, reader, split, class_map, num_samples, download, input_
     if reader is not None and not isinstance(reader, str): return reader
     kind, _, name = (reader or 'wds').partition('/')
     if kind == 'wds':
-        if class_map is not None:
+        if not unset(class_map):
             raise ValueError("class_map is not supported for wds/ shards (targets are the shards' integer labels): remap them with target_transform")
         return WdsSource(root, split, input_key=input_key, target_key=target_key, num_samples=num_samples, **kwargs)
     if kind == 'hfids':

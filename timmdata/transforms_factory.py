@@ -15,7 +15,7 @@ from .transforms import (Compose, Resize, RandomResizedCropAndInterpolation, Res
 from .naflex_transforms import RandomResizedCropToSequence, ResizeToSequence, Patchify, parse_patch_size, check_seq_len
 
 # %% auto #0
-__all__ = ['TRAIN_CROP_MODES', 'transforms_noaug_train', 'transforms_imagenet_train', 'transforms_imagenet_eval',
+__all__ = ['TRAIN_CROP_MODES', 'transforms_noaug_train', 'transforms_imagenet_train', 'transforms_imagenet_eval', 'RandomPad',
            'create_transform']
 
 # %% ../nbs/06_transforms_factory.ipynb #0095e777
@@ -169,6 +169,28 @@ def _check_args(input_size, interpolation, crop_mode, train_crop_mode, crop_pct,
         parse_auto_augment(auto_augment)  # raises a ValueError naming the bad part
     color_jitter_factors(color_jitter)
 
+# %% ../nbs/06_transforms_factory.ipynb #8121f8d9
+import random
+from torchvision.transforms import functional as TF
+from .transforms import SampleTransform
+
+# %% ../nbs/06_transforms_factory.ipynb #b55dab58
+class RandomPad(SampleTransform):
+    "Pad to at least `input_size` (h, w) with `fill`, the image at a random offset (timm's; PIL image or tensor)."
+    input_format = 'tensor'
+    def __init__(self, input_size, # (h, w) to reach
+                 fill=0): # padding value
+        self.input_size, self.fill = input_size, fill
+    @staticmethod
+    def get_params(img, input_size) -> tuple:
+        "(left, top, right, bottom) padding: the missing width and height split at random."
+        w, h = TF.get_image_size(img)
+        dw, dh = max(input_size[1] - w, 0), max(input_size[0] - h, 0)
+        left, top = random.randint(0, dw), random.randint(0, dh)
+        return left, top, dw - left, dh - top
+    def __call__(self, img): return TF.pad(img, list(self.get_params(img, self.input_size)), self.fill)
+    def __repr__(self): return f"{type(self).__name__}(input_size={self.input_size}, fill={self.fill})"
+
 # %% ../nbs/06_transforms_factory.ipynb #cd54fe37
 def create_transform(input_size: Union[int, tuple] = 224, # int, (H, W) or (C, H, W)
                      is_training: bool = False, # train (random) pipeline, else eval
@@ -193,6 +215,7 @@ def create_transform(input_size: Union[int, tuple] = 224, # int, (H, W) or (C, H
                      crop_pct: Optional[float] = None, # eval: output size / resize size, in (0, 1]
                      crop_mode: Optional[str] = None, # eval: 'center', 'squash' or 'border'
                      crop_border_pixels: Optional[int] = None, # eval: trim this many pixels off every side first
+                     tf_preprocessing: bool = False, # with use_prefetcher: TF 1.0 inference preprocessing (needs TensorFlow, as timm's)
                      use_prefetcher: bool = False, # stop at a uint8 CHW tensor (the prefetcher does float + normalise)
                      normalize: bool = True, # normalise here (when not using the prefetcher)
                      separate: bool = False, # train: (primary, secondary, final) pipelines
@@ -204,9 +227,14 @@ def create_transform(input_size: Union[int, tuple] = 224, # int, (H, W) or (C, H
                      patchify_flatten: bool = True, # eval: one vector per patch (False keeps [ph, pw]); train always flattens
                     ):
     "timm's `create_transform`: a `Compose` (or, with `separate`, three) for training, no-aug training or eval."
+    crop_mode, train_crop_mode = crop_mode or None, train_crop_mode or None  # '' is timm's "not given" too
     _check_args(input_size, interpolation, crop_mode, train_crop_mode, crop_pct, scale, ratio, mean, std, auto_augment,
                 color_jitter, naflex, patchify, patch_size, max_seq_len)
     img_size = tuple(input_size[-2:]) if isinstance(input_size, (tuple, list)) else input_size
+    if tf_preprocessing and use_prefetcher:  # timm's switch for checking TF model ports; without the prefetcher timm ignores it
+        if separate: raise ValueError('separate=True is not supported with tf_preprocessing=True (as in timm)')
+        from timmdata.tf_preprocessing import TfPreprocessTransform  # fails without TensorFlow, as timm's does
+        return TfPreprocessTransform(is_training=is_training, size=img_size, interpolation=interpolation)
     nf = dict(naflex=naflex, patch_size=patch_size, max_seq_len=max_seq_len, patchify=patchify,
               patchify_channels_last=patchify_channels_last)
     if separate and not (is_training and not no_aug):
