@@ -21,6 +21,7 @@ FLOORS = {
     'jitter': 6, 'prefetch': 6, 'gpu_decode': 7,                   # the batch on the device and its batch ops
     'distributed_sampler': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'resume': 7,        # wiring
     'cache': 8, 'bench': 8, 'cli': 8, 'check': 8, 'shards': 8, # tools on top
+    'untrusted': 0,  # the checks every reader of an untrusted dataset shares
     'constants': 0, 'dataset_info': 0, 'imagenet_info': 0, 'real_labels': 0, 'model_config': 0,  # timm.data's paths: metadata
     'target_transforms': 3, 'tf_preprocessing': 3,  # timm.data's paths: per-sample ops
 }

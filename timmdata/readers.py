@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 import numpy as np
 from fastcore.basics import patch
+from .untrusted import MAX_JSON_BYTES, UnsafeNameError, relative_name, walk_tree
 
 # %% auto #0
-__all__ = ['IMG_EXTENSIONS', 'MAX_JSON_BYTES', 'natural_key', 'unset', 'get_img_extensions', 'is_img_extension',
-           'add_img_extensions', 'del_img_extensions', 'set_img_extensions', 'load_class_map', 'Reader',
-           'UnsafeNameError', 'relative_name', 'NoImagesError', 'FolderReader', 'TarReader', 'CsvReader', 'find_split',
-           'register_reader', 'reader_kinds', 'create_reader', 'register_scheme']
+__all__ = ['IMG_EXTENSIONS', 'natural_key', 'unset', 'get_img_extensions', 'is_img_extension', 'add_img_extensions',
+           'del_img_extensions', 'set_img_extensions', 'load_class_map', 'Reader', 'NoImagesError', 'FolderReader',
+           'TarReader', 'CsvReader', 'find_split', 'register_reader', 'reader_kinds', 'create_reader',
+           'register_scheme']
 
 # %% ../nbs/01_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -110,47 +111,6 @@ class Reader:
         return [self.filename(i, basename, absolute) for i in range(len(self))]
     def __repr__(self): return f'{type(self).__name__}(root={self.root!r}, samples={len(self)}, classes={len(self.class_to_idx)})'
 
-# %% ../nbs/01_readers.ipynb #a99cc840
-MAX_JSON_BYTES = 64 << 20  # the largest JSON side file of a dataset read whole (`_info.json`, a store's manifest): 64 MiB
-_SCHEME_LIKE = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]*:')  # 'pipe:', 'http:', 's3:', a drive letter 'C:'
-
-class UnsafeNameError(ValueError):
-    "A name read from a dataset's own file that is not a plain relative name under the dataset (a URL, `pipe:`, an absolute path, `..`)."
-
-def relative_name(name, where: str) -> str:
-    "`name`, read from the dataset file `where`, if it is relative and stays under the dataset (no scheme, absolute path or '..'); else `UnsafeNameError`."
-    why = ('not a non-empty string' if not isinstance(name, str) or not name else 'it holds a NUL character' if '\0' in name else
-           'it has a scheme: a URL or a pipe: command' if _SCHEME_LIKE.match(name) else
-           'it is an absolute path' if name.startswith(('/', '\\')) or os.path.isabs(name) else
-           "it climbs out of the dataset with '..'" if '..' in re.split(r'[/\\]', name) else None)
-    if why is None: return name
-    raise UnsafeNameError(f'{where}: entry {name!r} is not a relative name under the dataset ({why}); a dataset may only '
-                          f'name files inside itself: fix or remove the entry')
-
-# %% ../nbs/01_readers.ipynb #a76faa1c
-def _walk(root: str, follow_links: bool = False) -> tuple:
-    "([(folder relative to root, [file names])], [(link, target)] skipped): each real folder once, links out of `root` skipped unless `follow_links`, folders reached only through links last."
-    real_root, seen, out, skipped, links, stack = os.path.realpath(root), set(), [], [], [], [(root, '')]
-    while stack or links:
-        if not stack: stack, links = sorted(links, reverse=True), []  # then the folders links lead to, in name order
-        d, rd = stack.pop()
-        try:
-            st = os.stat(d)
-            if (st.st_dev, st.st_ino) in seen: continue  # walked already: a loop, or a second name for a folder
-            seen.add((st.st_dev, st.st_ino))
-            with os.scandir(d) as it: entries = list(it)
-        except OSError: continue  # unreadable: skipped, as os.walk does
-        files = []
-        for e in entries:
-            rel = os.path.join(rd, e.name)
-            if not e.is_symlink(): stack.append((e.path, rel)) if e.is_dir() else files.append(e.name); continue
-            real = os.path.realpath(e.path)
-            if not (follow_links or real == real_root or real.startswith(os.path.join(real_root, ''))): skipped.append((rel, real))
-            elif os.path.isdir(real): links.append((e.path, rel))
-            elif os.path.isfile(real): files.append(e.name)
-        out.append((rd, files))
-    return out, skipped
-
 # %% ../nbs/01_readers.ipynb #6a181615
 def _check_root(root) -> str:
     root = os.fspath(root)
@@ -181,7 +141,7 @@ class FolderReader(Reader):
         self.root = _check_root(root)
         exts = _ext_set(extensions)
         rels, labels = [], []
-        folders, skipped = _walk(self.root, follow_links)
+        folders, skipped = walk_tree(self.root, follow_links)
         if skipped: warnings.warn(f'{self.root!r}: skipped {len(skipped)} symbolic link(s) that lead out of the dataset root (e.g. '
                                   f'{skipped[0][0]!r} -> {skipped[0][1]!r}); pass follow_links=True to read them', stacklevel=2)
         for rd, files in folders:
