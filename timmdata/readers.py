@@ -161,11 +161,17 @@ class FolderReader(Reader):
 def _scan_tar(path: str, exts) -> list:
     "(member name, data offset, size) of every accepted regular file in an uncompressed tar."
     try:  # opening, and reading every header (a cut or damaged one raises there, naming no file)
-        with tarfile.open(path, mode='r:') as tf: return [(m.name, m.offset_data, m.size) for m in tf
-                                                          if m.isreg() and not m.issparse() and os.path.splitext(m.name)[1].lower() in exts]
+        with tarfile.open(path, mode='r:') as tf:
+            rows = [(m.name, m.offset_data, m.size) for m in tf if m.isreg() and not m.issparse() and os.path.splitext(m.name)[1].lower() in exts]
+            end = tf.offset  # where tarfile stopped: it ends quietly at a header cut short, or a damaged one, after the first
     except tarfile.TarError as e:
         raise ValueError(f'{path!r} is not an uncompressed tar, or is damaged or truncated ({e}): compressed tars cannot be read '
                          f'by offset (unpack them or re-create with `tar cf`); copy or write a damaged one again') from e
+    with open(path, 'rb') as f: f.seek(end); marker = f.read(512)
+    if len(marker) < 512 or marker.count(0) != 512:  # a whole tar ends in zero blocks: anything else would drop samples silently
+        raise ValueError(f'{path!r} is truncated or damaged at byte {end:,} (after {len(rows)} images): no end-of-archive '
+                         f'marker there; copy or write the tar again (`timmdata check` lists damaged files)')
+    return rows
 
 class TarReader(Reader):
     "Images inside one uncompressed .tar of class folders, or a folder of per-class .tar files."
