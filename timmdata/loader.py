@@ -285,6 +285,7 @@ def create_loader(
             schedule_random_mix=batch_schedule_random_mix), run_seed, seed_explicit=seed is not None))
         dataset = SeededDataset(dataset)
     loader_cls, prefetch_cls = loader_classes(worker_mode)  # both count where the time goes: stats()
+    if worker_mode == 'thread': steady_heap()  # as worker_init does in a worker: freed image buffers keep their pages
     loader = (ResumableMultiEpochsDataLoader if use_multi_epochs_loader else loader_cls)(
         dataset, **batching, num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
         worker_init_fn=partial(worker_init, worker_seeding=worker_seeding, rank=default_rank()),
