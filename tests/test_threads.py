@@ -61,3 +61,29 @@ def test_bad_sample_raise_names_file(root, tmp_path):
     f.write_bytes(f.read_bytes()[:200])
     with pytest.raises(OSError, match=f.name):
         batches(bad, 'thread', 2)
+
+
+def test_native_decode_in_threads_same_results_and_warning_count(root):
+    "The GIL-free decoder from 4 threads: the same pixels and errors as one thread, and every libjpeg warning counted."
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+    from timmdata import decode
+    if decode.native is None: pytest.skip(decode.NATIVE_STATUS)
+    nat, rng = decode.native, random.Random(0)
+    cases = []
+    for f in sorted(root.rglob('*.JPEG'))[:30]:
+        d = bytearray(f.read_bytes())
+        for _ in range(3):  # damage the entropy-coded data: libjpeg warns, or fails, or decodes grey blocks
+            i = rng.randrange(len(d) // 2, len(d) - 2); d[i] = rng.randrange(256)
+        h, w = nat.header(bytes(d))[:2]
+        cases.append((bytes(d), h, w))
+    def one(c):
+        try: return bytes(nat.decode_crop(c[0], 0, 0, c[1], c[2])[0])
+        except ValueError as e: return str(e)
+    n0 = nat.jpeg_warnings()[0]
+    seq = [one(c) for c in cases]
+    n1 = nat.jpeg_warnings()[0]
+    with ThreadPoolExecutor(4) as ex: par = list(ex.map(one, cases * 4))
+    n2 = nat.jpeg_warnings()[0]
+    assert len(par) == 4 * len(seq) and par == seq * 4
+    assert n1 > n0 and n2 - n1 == 4 * (n1 - n0)
