@@ -47,7 +47,7 @@ static int sizes_ok(const char *name, Py_ssize_t n, Py_ssize_t c, Py_ssize_t hw,
     return 1;
 }
 
-struct err_mgr { struct jpeg_error_mgr pub; jmp_buf jb; char msg[JMSG_LENGTH_MAX]; };
+struct err_mgr { struct jpeg_error_mgr pub; jmp_buf jb; char msg[JMSG_LENGTH_MAX]; char warning[JMSG_LENGTH_MAX]; };
 
 static void on_error(j_common_ptr c) {
     struct err_mgr *e = (struct err_mgr *)c->err;
@@ -59,12 +59,19 @@ static void on_quiet(j_common_ptr c, int level) { (void)c; (void)level; } /* hea
 /* libjpeg's warnings (level -1: "Corrupt JPEG data: ...", "Premature end of JPEG file"): damaged data that libjpeg
  * decodes anyway. Its default handler prints the first of each image to stderr; here they are counted instead (one per
  * image that warned, with the first message of the latest such image), and the Python side turns the count into one
- * Python warning (jpeg_warnings()). Every caller holds the GIL, so the plain counter is safe. */
+ * Python warning (jpeg_warnings()). The decode runs without the GIL, so a warning is kept in the call's own error
+ * manager, and the process-wide counter and message are updated from it once the call holds the GIL again
+ * (note_warning): two threads decoding at once never write the same memory. */
 static unsigned long long n_warned = 0;
 static char last_warning[JMSG_LENGTH_MAX] = "";
 static void on_warning(j_common_ptr c, int level) {
     if (level >= 0) return;  /* trace messages */
-    if (c->err->num_warnings++ == 0) { n_warned++; (*c->err->format_message)(c, last_warning); }
+    if (c->err->num_warnings++ == 0) (*c->err->format_message)(c, ((struct err_mgr *)c->err)->warning);
+}
+/* with the GIL held: count the call's warning, if it had one */
+static void note_warning(const struct err_mgr *e) {
+    if (e->pub.num_warnings == 0) return;
+    n_warned++; memcpy(last_warning, e->warning, sizeof last_warning);
 }
 
 /* jpeg_warnings() -> (images that warned so far in this process, the latest first warning) */
@@ -98,7 +105,17 @@ done:
  * (widened to iMCU boundaries); the result is the w x h x C box starting at column x0, row y0, C = 3 (RGB) or 1 (gray:
  * the luma channel). An image whose header claims more than max_pixels pixels (> 0) is refused before anything is
  * allocated. Every exit, error or not, goes through `done`: libjpeg's memory, the input buffer and the output are
- * released exactly once (the output survives only inside the returned tuple). */
+ * released exactly once (the output survives only inside the returned tuple).
+ *
+ * The GIL is released for libjpeg's work (header, set-up, every decoded row), so threads decode in parallel. That is
+ * safe because: the input stays alive and unmoved for the whole call (the Py_buffer `buf` holds the exporter, and
+ * "y*" takes only read-only buffers: bytes, or a read-only view); the output bytearray is new and nobody else holds
+ * it until the call returns, so its memory does not move while rows are written into it (it is made while the GIL
+ * is held, between the two released stretches); no Python object is touched and no Python error is set while the
+ * GIL is released (errors are kept in `code` / libjpeg's message and raised after PyEval_RestoreThread); a libjpeg
+ * error longjmps back with the GIL possibly released, and `ts` (volatile: read after the longjmp) says whether to
+ * take it back first; warnings go to the call's own error manager (see note_warning). */
+enum { DC_OK, DC_PIXELS, DC_BOX, DC_SKIP, DC_STALL };
 static PyObject *decode_crop(PyObject *self, PyObject *args) {
     Py_buffer buf;
     int top, left, height, width, gray = 0;
@@ -107,49 +124,65 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
     struct jpeg_decompress_struct cinfo;
     struct err_mgr jerr;
     memset(&cinfo, 0, sizeof cinfo);
+    memset(&jerr, 0, sizeof jerr);
     PyObject *volatile out = NULL, *volatile ret = NULL;  /* volatile: read after a longjmp */
+    PyThreadState *volatile ts = NULL;  /* the released thread state while the GIL is released, else NULL */
     cinfo.err = jpeg_std_error(&jerr.pub);
     jerr.pub.error_exit = on_error; jerr.pub.emit_message = on_warning;
-    if (setjmp(jerr.jb)) { PyErr_Format(PyExc_ValueError, "JPEG decode: %s", jerr.msg); goto done; }
+    if (setjmp(jerr.jb)) {
+        if (ts) { PyEval_RestoreThread(ts); ts = NULL; }
+        PyErr_Format(PyExc_ValueError, "JPEG decode: %s", jerr.msg); goto done;
+    }
+    int code = DC_OK;
+    long long W = 0, H = 0;
+    JDIMENSION x0 = (JDIMENSION)left, cw = (JDIMENSION)width;
+    ts = PyEval_SaveThread();  /* first stretch without the GIL: header and decoder set-up */
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, (const unsigned char *)buf.buf, (unsigned long)buf.len);
     jpeg_read_header(&cinfo, TRUE);
-    const long long W = (long long)cinfo.image_width, H = (long long)cinfo.image_height;  /* output size at scale 1 */
-    if (max_pixels > 0 && W * H > (long long)max_pixels) {
+    W = (long long)cinfo.image_width; H = (long long)cinfo.image_height;  /* output size at scale 1 */
+    if (max_pixels > 0 && W * H > (long long)max_pixels) code = DC_PIXELS;
+    /* in 64 bits and without sums that can wrap: any int arguments are checked correctly */
+    else if (top < 0 || left < 0 || height < 1 || width < 1 || (long long)top + height > H || (long long)left + width > W) code = DC_BOX;
+    else {
+        cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+        jpeg_start_decompress(&cinfo);
+        jpeg_crop_scanline(&cinfo, &x0, &cw);
+    }
+    PyEval_RestoreThread(ts); ts = NULL;
+    if (code == DC_PIXELS) {
         PyErr_Format(PyExc_ValueError, "JPEG header claims %lldx%lld = %lld pixels, over the limit of %zd pixels",
                      W, H, W * H, max_pixels);
         goto done;
     }
-    /* in 64 bits and without sums that can wrap: any int arguments are checked correctly */
-    if (top < 0 || left < 0 || height < 1 || width < 1 || (long long)top + height > H || (long long)left + width > W) {
+    if (code == DC_BOX) {
         PyErr_Format(PyExc_ValueError, "crop box (top=%d, left=%d, height=%d, width=%d) is not inside the %lldx%lld image",
                      top, left, height, width, W, H);
         goto done;
     }
-    cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
-    jpeg_start_decompress(&cinfo);
-    JDIMENSION x0 = (JDIMENSION)left, cw = (JDIMENSION)width;
-    jpeg_crop_scanline(&cinfo, &x0, &cw);
     const int C = cinfo.output_components;
     out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)height * (Py_ssize_t)cw * C);
     if (!out) goto done;
     unsigned char *dst = (unsigned char *)PyByteArray_AS_STRING(out);
-    if (top > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)top) != (JDIMENSION)top) {
-        PyErr_Format(PyExc_ValueError, "JPEG decode: could not skip to row %d", top); goto done;
-    }
-    while ((long long)cinfo.output_scanline < (long long)top + height) {
+    unsigned stalled_at = 0;
+    ts = PyEval_SaveThread();  /* second stretch without the GIL: the rows */
+    if (top > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)top) != (JDIMENSION)top) code = DC_SKIP;
+    while (code == DC_OK && (long long)cinfo.output_scanline < (long long)top + height) {
         JSAMPROW row = dst + (size_t)(cinfo.output_scanline - (JDIMENSION)top) * cw * C;
-        if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {  /* no progress: an error, never a spin */
-            PyErr_Format(PyExc_ValueError, "JPEG decode: libjpeg made no progress at row %u", (unsigned)cinfo.output_scanline);
-            goto done;
-        }
+        if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) { code = DC_STALL; stalled_at = cinfo.output_scanline; }  /* no progress: an error, never a spin */
     }
     /* A box that reaches the last row reads the rest of the file too, as a whole decode by PIL or torchvision does: a
      * damaged marker after the image data is an error then. A box above it never reads the rows below: damage there
      * is not seen (nbs/07_dataset.ipynb states the rule; `timmdata check` decodes every file whole). */
-    if ((long long)top + height == H) jpeg_finish_decompress(&cinfo);
+    if (code == DC_OK && (long long)top + height == H) jpeg_finish_decompress(&cinfo);
+    PyEval_RestoreThread(ts); ts = NULL;
+    if (code == DC_SKIP) { PyErr_Format(PyExc_ValueError, "JPEG decode: could not skip to row %d", top); goto done; }
+    if (code == DC_STALL) {
+        PyErr_Format(PyExc_ValueError, "JPEG decode: libjpeg made no progress at row %u", stalled_at); goto done;
+    }
     ret = Py_BuildValue("(Oiiii)", out, (int)x0, top, (int)cw, height);
 done:
+    note_warning(&jerr);
     jpeg_destroy_decompress(&cinfo);  /* also aborts a decompression in progress */
     PyBuffer_Release(&buf); Py_XDECREF(out);
     return ret;
@@ -267,21 +300,25 @@ static AVX2 void affine_img_nhwc3_stream(const uint8_t *restrict x, const float 
     if (p < hw) affine_img_nhwc3(x + 3 * p, m, b, lo, hi, o0 + p, o1 + p, o2 + p, hw - p);
 }
 
-static int stream_on = 1;  /* set_streaming(False) turns the streaming passes off: tests and measurements compare both */
+/* set_streaming(False) turns the streaming passes off: tests and measurements compare both. Read by the passes without
+ * the GIL while another thread may set it: atomic loads and stores (relaxed: a pass sees the old or the new setting,
+ * and either gives the same floats). cpu_avx2 is set once when the module is imported. */
+static int stream_on = 1;
+static int cpu_avx2 = 0;
+static void detect_cpu(void) { __builtin_cpu_init(); cpu_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0; }
 static int can_stream(const float *o0, const float *o1, const float *o2) {
-    static int avx2 = -1;
-    if (avx2 < 0) { __builtin_cpu_init(); avx2 = __builtin_cpu_supports("avx2") ? 1 : 0; }
-    return stream_on && avx2 && ((((uintptr_t)o0) | ((uintptr_t)o1) | ((uintptr_t)o2)) & 31) == 0;
+    return __atomic_load_n(&stream_on, __ATOMIC_RELAXED) && cpu_avx2 && ((((uintptr_t)o0) | ((uintptr_t)o1) | ((uintptr_t)o2)) & 31) == 0;
 }
 #else
 #define HAVE_STREAM 0
 static int stream_on = 0;
+static void detect_cpu(void) {}
 #endif
 
 /* set_streaming(on) -> whether streaming stores were on before; never on where this build has none */
 static PyObject *set_streaming(PyObject *self, PyObject *args) {
     int on; if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
-    int old = stream_on; stream_on = HAVE_STREAM && on;
+    int old = __atomic_exchange_n(&stream_on, HAVE_STREAM && on, __ATOMIC_RELAXED);
     return PyBool_FromLong(old);
 }
 
@@ -503,4 +540,4 @@ static PyMethodDef methods[] = {
     {"affine_u8", affine_u8, METH_VARARGS, "affine_u8(x_u8, m, b, lo, hi, out_f32, n, c, hw): out = clamp(m @ x + b, lo, hi)"},
     {NULL, NULL, 0, NULL}};
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_native", "Crop-aware JPEG decoding and the fused uint8 batch step", -1, methods};
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&moddef); }
+PyMODINIT_FUNC PyInit__native(void) { detect_cpu(); return PyModule_Create(&moddef); }

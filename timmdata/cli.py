@@ -22,7 +22,8 @@ from .sample_data import make_sample_dataset, default_sample_root, IMAGENETTE_CL
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 # %% auto #0
-__all__ = ['USER_ERRORS', 'COMMANDS', 'CliError', 'fail', 'save_batch_grid', 'demo_main', 'info', 'info_main', 'usage', 'main']
+__all__ = ['USER_ERRORS', 'COMMANDS', 'CliError', 'fail', 'save_batch_grid', 'demo_main', 'info', 'info_main', 'usage',
+           'profile_main', 'main']
 
 # %% ../nbs/18_cli.ipynb #293d9d4e
 class CliError(Exception):
@@ -142,6 +143,30 @@ def usage() -> str:
     return ('usage: timmdata {' + ','.join(COMMANDS) + '} [options]\n'
             + ''.join(f'  {k:<6} {h}\n' for k, (_, h) in COMMANDS.items())
             + 'run `timmdata COMMAND --help` for its options; `timmdata --version` for the version')
+
+# %% ../nbs/18_cli.ipynb #5087cfe2
+from .threads import profile_loader
+
+# %% ../nbs/18_cli.ipynb #298660ae
+def profile_main(argv=None):
+    "`timmdata profile ROOT`: a short training epoch, where its time goes, and whether loading keeps up with a model step."
+    p = argparse.ArgumentParser(prog='timmdata profile', description=profile_main.__doc__)
+    p.add_argument('root', help='image folder with class subfolders')
+    p.add_argument('--model-step-ms', type=float, default=None, help="the model's step per batch, simulated by a sleep (default: none)")
+    p.add_argument('--batches', type=int_at_least(1), default=20, help='batches to measure (after one warm-up batch)')
+    p.add_argument('--batch-size', type=int_at_least(1), default=64)
+    p.add_argument('--workers', type=int_at_least(0), default=usable_cpus(), help='num_workers (default: the usable CPUs)')
+    p.add_argument('--worker-mode', choices=('process', 'thread'), default='process')
+    p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
+    a = p.parse_args(argv)
+    if a.model_step_ms is not None and a.model_step_ms < 0: raise CliError(f'--model-step-ms must be >= 0; got {a.model_step_ms:g}')
+    ld = create_loader(ImageDataset(a.root), 224, a.batch_size, is_training=not a.eval, num_workers=a.workers,
+                       worker_mode=a.worker_mode, device=resolve_device(None))
+    st, why = profile_loader(ld, a.model_step_ms, a.batches)
+    print(st.table()); print(why)
+    return 0
+
+COMMANDS['profile'] = (profile_main, 'a short epoch: where the loading time goes, and whether it keeps up with a model step')
 
 # %% ../nbs/18_cli.ipynb #65c088d7
 def main(argv=None) -> int:

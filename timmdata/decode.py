@@ -11,9 +11,10 @@ import torch
 from PIL import Image
 
 # %% auto #0
-__all__ = ['native', 'NATIVE_STATUS', 'MAX_IMAGE_PIXELS', 'ImageDecodeError', 'CorruptJpegWarning', 'set_max_image_pixels',
-           'check_pixels', 'convert_mode', 'torchcodec_jpeg', 'torchcodec_status', 'torchcodec_error', 'read_source',
-           'jpeg_warnings', 'decode_image', 'decoder_name', 'EncodedJpeg', 'encoded_jpeg']
+__all__ = ['native', 'NATIVE_STATUS', 'gil_free', 'MAX_IMAGE_PIXELS', 'GilFree', 'ImageDecodeError', 'CorruptJpegWarning',
+           'set_max_image_pixels', 'check_pixels', 'convert_mode', 'torchcodec_jpeg', 'torchcodec_status',
+           'torchcodec_error', 'read_source', 'jpeg_warnings', 'decode_image', 'decoder_name', 'EncodedJpeg',
+           'encoded_jpeg']
 
 # %% ../nbs/02_decode.ipynb #2395e4c6
 # written by setup.py beside the extension when its build failed (the package's folder, found without importing it)
@@ -37,6 +38,20 @@ def _load_native(note: str = _BUILD_NOTE) -> tuple:
 native, NATIVE_STATUS = _load_native()
 if native is None and os.path.exists(_BUILD_NOTE):  # the build at install time failed, and pip shows a build's output only with -v
     warnings.warn(f'timmdata: the C extension is {NATIVE_STATUS} (TIMMDATA_NATIVE=0 silences this)', stacklevel=2)
+
+class GilFree:
+    """Around the library's native pixel work that runs without the GIL (JPEG decode, uint8 resize): a no-op, unless a
+    thread loader (`timmdata.threads`) set `handoff` (an object with `give()` and `take()`), which lets its other threads
+    run their Python meanwhile."""
+    handoff = None
+    def __enter__(self):
+        h = self.handoff
+        if h is not None: h.give()
+    def __exit__(self, *exc):
+        h = self.handoff
+        if h is not None: h.take()
+
+gil_free = GilFree()  # the one instance every native call site uses
 
 # %% ../nbs/02_decode.ipynb #00c3b623
 class ImageDecodeError(OSError):
@@ -195,7 +210,8 @@ def _native_decode(data: bytes, gray: bool):
     except ValueError as e: return f'libjpeg: {e}'
     if not ((comps == 3 and space in (_JCS_YCBCR, _JCS_RGB)) or (comps == 1 and space == _JCS_GRAY)): return None
     before = native.jpeg_warnings()[0]
-    try: buf, x0, y0, cw, ch = native.decode_crop(data, 0, 0, h, w, MAX_IMAGE_PIXELS or 0, gray)
+    try:
+        with gil_free: buf, x0, y0, cw, ch = native.decode_crop(data, 0, 0, h, w, MAX_IMAGE_PIXELS or 0, gray)
     except ValueError as e: return f'libjpeg: {e}'
     _note_jpeg_warnings(before)
     return torch.frombuffer(buf, dtype=torch.uint8).view(ch, cw, 1 if gray else 3)[:, :w].permute(2, 0, 1)
@@ -268,7 +284,8 @@ class EncodedJpeg:
         t0, l0 = max(0, top - _CROP_MARGIN), max(0, left - _CROP_MARGIN)
         b0, r0 = min(self.height, top + height + _CROP_MARGIN), min(self.width, left + width + _CROP_MARGIN)
         before = native.jpeg_warnings()[0]
-        try: buf, x0, y0, w, h = native.decode_crop(self.data, t0, l0, b0 - t0, r0 - l0, MAX_IMAGE_PIXELS or 0)
+        try:
+            with gil_free: buf, x0, y0, w, h = native.decode_crop(self.data, t0, l0, b0 - t0, r0 - l0, MAX_IMAGE_PIXELS or 0)
         except ValueError: return self.decode()[:, top:top + height, left:left + width]  # let the full decoders try (or raise)
         _note_jpeg_warnings(before)
         box = torch.frombuffer(buf, dtype=torch.uint8).view(h, w, 3)[top - y0:top - y0 + height, left - x0:left - x0 + width]

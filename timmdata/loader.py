@@ -240,10 +240,13 @@ def create_loader(
         channels_last: bool = False, # channels-last batches (prefetcher only)
         seed: Optional[int] = None, # seed of the order and of every random draw (per sample, mixing, batch ops); None: drawn from torch's RNG (rank 0's when distributed)
         decode_device: Optional[str] = None, # 'cuda': workers only read JPEG bytes and draw crops; decode, crop and resize batched on the GPU (`gpu_decode`); 'cpu' runs that path on the CPU
+        worker_mode: str = 'process', # 'process': `num_workers` worker processes; 'thread': `num_workers` threads of this process, same batches (`timmdata.threads`)
        ):
     "timm's `create_loader`: a loader of normalised batches on `device`, fast by default, CPU or CUDA."
+    from timmdata.threads import check_worker_mode, loader_classes  # here: timmdata.threads comes after this notebook
+    check_worker_mode(worker_mode, dataset, input_size_choices, decode_device, num_workers, use_multi_epochs_loader)
     if decode_device is not None:  # the arguments go on as they are; the device path refuses those it cannot honour, by name
-        args = {k: v for k, v in locals().items() if k not in ('dataset', 'input_size', 'batch_size')}
+        args = {k: v for k, v in locals().items() if k not in ('dataset', 'input_size', 'batch_size', 'worker_mode')}
         return create_device_decode_loader(dataset, input_size, batch_size, **args)
     _check_args(batch_size, num_workers, worker_seeding, tf_preprocessing)
     size = parse_input_size(input_size)  # (H, W)
@@ -279,7 +282,8 @@ def create_loader(
     sampler = timm_sampler(dataset, distributed, is_training, num_aug_repeats)
     if pin_memory is None: pin_memory = use_prefetcher and device.type == 'cuda'
     pin_memory = bool(pin_memory) and torch.cuda.is_available()
-    if collate_fn is None: collate_fn = _default_collate_fn(use_prefetcher, pin_memory, device, shapes, num_workers, prefetch_factor)
+    if collate_fn is None:  # threads collate in this process: no ring of shared memory
+        collate_fn = _default_collate_fn(use_prefetcher, pin_memory, device, shapes, num_workers if worker_mode == 'process' else 0, prefetch_factor)
     if isinstance(dataset, torch.utils.data.IterableDataset): batching = dict(batch_size=batch_size, drop_last=is_training)
     elif input_size_choices is None:  # one global order per epoch, a seed per sample: resumable (timmdata.resume)
         dataset, plan = resumable_batching(dataset, sampler, batch_size, is_training, seed, distributed)
@@ -292,13 +296,15 @@ def create_loader(
             choice_schedule=batch_choice_schedule, schedule_epochs=batch_schedule_epochs, schedule_spread=batch_schedule_spread,
             schedule_random_mix=batch_schedule_random_mix), run_seed, seed_explicit=seed is not None))
         dataset = SeededDataset(dataset)
-    loader = (ResumableMultiEpochsDataLoader if use_multi_epochs_loader else ResumableDataLoader)(
+    loader_cls, prefetch_cls = loader_classes(worker_mode)  # both count where the time goes: stats()
+    if worker_mode == 'thread': steady_heap()  # as worker_init does in a worker: freed image buffers keep their pages
+    loader = (ResumableMultiEpochsDataLoader if use_multi_epochs_loader else loader_cls)(
         dataset, **batching, num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
         worker_init_fn=partial(worker_init, worker_seeding=worker_seeding, rank=default_rank()),
         persistent_workers=persistent_workers and num_workers > 0 and not use_multi_epochs_loader,
         prefetch_factor=prefetch_factor if num_workers > 0 else None)
     if not use_prefetcher: return loader
-    return ResumablePrefetchLoader(
+    return prefetch_cls(
         loader, mean=mean, std=std, channels=channels, device=device, fp16=fp16, img_dtype=img_dtype,
         re_prob=re_prob if is_training and not no_aug else 0., re_mode=re_mode, re_count=re_count,
         re_num_splits=re_num_splits, channels_last=channels_last,

@@ -12,7 +12,7 @@ from torchvision import transforms as tvt
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 from torchvision.transforms.v2 import functional as F2
-from .decode import EncodedJpeg
+from .decode import EncodedJpeg, gil_free
 from .config import parse_input_size
 from .config import (CROP_MODES, DEFAULT_CROP_MODE, DEFAULT_CROP_PCT, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD,
                                 IMAGENET_DPN_MEAN, IMAGENET_DPN_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD,
@@ -130,8 +130,8 @@ def resize_exact(img, size, interp: InterpolationMode):
         # batch hides the channels-last layout of a crop window; the kernel then repacks to planar and takes about
         # twice as long. Shown as a 4-D channels-last view, it reads and writes interleaved pixels: the same values (tested below)
         x = img.permute(1, 2, 0).unsqueeze(0).permute(0, 3, 1, 2)
-        return torch.nn.functional.interpolate(x, size=[h, w], mode=interp.value, align_corners=False, antialias=True)[0]
-    return F2.resize_image(img, [h, w], interpolation=interp, antialias=True)
+        with gil_free: return torch.nn.functional.interpolate(x, size=[h, w], mode=interp.value, align_corners=False, antialias=True)[0]
+    with gil_free: return F2.resize_image(img, [h, w], interpolation=interp, antialias=True)  # torch's kernels run without the GIL
 
 def crop_box(img, top, left, height, width):
     "Crop inside the image (tensor: a view; a not-yet-decoded JPEG: only the box is decoded)."

@@ -1,0 +1,89 @@
+"""Thread mode (`create_loader(..., worker_mode='thread')`, timmdata.threads) against worker processes: the same batches
+bit for bit, states that resume across the modes, the same skips, and `stats()` counting every image and batch."""
+import shutil, warnings
+import pytest, torch
+from timmdata import ImageDataset, create_loader
+
+KW = dict(input_size=96, batch_size=8, is_training=True, device='cpu', seed=7, re_prob=0.25)
+
+def batches(root, mode, workers, stop=None, state=None, **kw):
+    "(batches as (x, y) copies, state after the last one, the loader)."
+    ld = create_loader(ImageDataset(str(root), **kw), **KW, num_workers=workers, worker_mode=mode)
+    if state is not None: ld.load_state_dict(state)
+    out = []
+    for x, y in ld:
+        out.append((x.clone(), y.clone()))
+        if stop is not None and len(out) == stop: break
+    return out, ld.state_dict(), ld
+
+def same(a, b):
+    assert len(a) == len(b)
+    for (x1, y1), (x2, y2) in zip(a, b, strict=True):
+        assert torch.equal(x1, x2) and torch.equal(y1, y2)
+
+@pytest.fixture(scope='module')
+def root(sample_root): return sample_root / 'train'
+
+def test_thread_equals_process(root):
+    thr, _, _ = batches(root, 'thread', 2)
+    proc, _, _ = batches(root, 'process', 2)
+    assert len(thr) == 60 // 8
+    same(thr, proc)
+
+@pytest.mark.parametrize('first,then', [('thread', 'process'), ('process', 'thread')])
+def test_resume_across_modes(root, first, then):
+    full, _, _ = batches(root, then, 2)
+    head, sd, _ = batches(root, first, 2, stop=3)
+    rest, _, _ = batches(root, then, 2, state=sd)
+    same(head + rest, full)
+
+def test_skips_and_stats(root, tmp_path):
+    bad = tmp_path / 'train'
+    shutil.copytree(root, bad)
+    victims = sorted(bad.rglob('*.JPEG'))[::13]
+    for f in victims: f.write_bytes(f.read_bytes()[:200])  # truncated: undecodable
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        thr, _, tl = batches(bad, 'thread', 2, bad_sample='skip')
+        proc, _, pl = batches(bad, 'process', 2, bad_sample='skip')
+    same(thr, proc)
+    skipped = [ld.loader.dataset.dataset.bad_samples for ld in (tl, pl)]
+    assert skipped[0] == skipped[1] and len(skipped[0]) == len(victims)
+    for ld, got in ((tl, thr), (pl, proc)):
+        st = ld.stats()
+        assert (st.images, st.batches) == (sum(len(y) for _, y in got), len(got))
+        assert st.images == 7 * 8 - len(victims)
+
+def test_bad_sample_raise_names_file(root, tmp_path):
+    bad = tmp_path / 'train'
+    shutil.copytree(root, bad)
+    f = sorted(bad.rglob('*.JPEG'))[5]
+    f.write_bytes(f.read_bytes()[:200])
+    with pytest.raises(OSError, match=f.name):
+        batches(bad, 'thread', 2)
+
+
+def test_native_decode_in_threads_same_results_and_warning_count(root):
+    "The GIL-free decoder from 4 threads: the same pixels and errors as one thread, and every libjpeg warning counted."
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+    from timmdata import decode
+    if decode.native is None: pytest.skip(decode.NATIVE_STATUS)
+    nat, rng = decode.native, random.Random(0)
+    cases = []
+    for f in sorted(root.rglob('*.JPEG'))[:30]:
+        d = bytearray(f.read_bytes())
+        for _ in range(3):  # damage the entropy-coded data: libjpeg warns, or fails, or decodes grey blocks
+            i = rng.randrange(len(d) // 2, len(d) - 2); d[i] = rng.randrange(256)
+        h, w = nat.header(bytes(d))[:2]
+        cases.append((bytes(d), h, w))
+    def one(c):
+        try: return bytes(nat.decode_crop(c[0], 0, 0, c[1], c[2])[0])
+        except ValueError as e: return str(e)
+    n0 = nat.jpeg_warnings()[0]
+    seq = [one(c) for c in cases]
+    n1 = nat.jpeg_warnings()[0]
+    with ThreadPoolExecutor(4) as ex: par = list(ex.map(one, cases * 4))
+    n2 = nat.jpeg_warnings()[0]
+    assert len(par) == 4 * len(seq) and par == seq * 4
+    assert n1 > n0 and n2 - n1 == 4 * (n1 - n0)
