@@ -7,32 +7,56 @@ __version__ = "0.1.0"
 __all__ = []
 
 # %% ../nbs/index.ipynb #a84d28a2
-from .readers import create_reader, register_reader
-from .decode import ImageDecodeError, decode_image, set_max_image_pixels
-from .dataset import ImageDataset, AugMixDataset
-from .streaming import IterableImageDataset
-from .dataset_factory import create_dataset
-from .config import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN,
+# `import timmdata` imports no torch: the names below are imported when one is first used, all of them together as
+# an eager import did (importing the store registers its reader kind), so `timmdata --version` answers at once
+_EXPORTS = """
+from timmdata.readers import create_reader, register_reader
+from timmdata.decode import ImageDecodeError, decode_image, set_max_image_pixels
+from timmdata.dataset import ImageDataset, AugMixDataset
+from timmdata.streaming import IterableImageDataset
+from timmdata.dataset_factory import create_dataset
+from timmdata.config import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN,
                              IMAGENET_INCEPTION_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, DEFAULT_CROP_PCT,
                              resolve_data_config, resolve_model_data_config)
-from .transforms_factory import create_transform
-from .random_erasing import RandomErasing
-from .mixup import Mixup, FastCollateMixup
-from .collate import fast_collate
-from .prefetch import PrefetchLoader
-from .loader import create_loader, MultiEpochsDataLoader
-from .resume import ResumeStateError
-from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
-from .scheduled_sampler import ScheduledBatchSampler, ScheduledTransformDataset
-from .naflex_transforms import (get_image_size_for_seq, ResizeToSequence, ResizeKeepRatioToSequence, CenterCropToSequence,
+from timmdata.transforms_factory import create_transform
+from timmdata.random_erasing import RandomErasing
+from timmdata.mixup import Mixup, FastCollateMixup
+from timmdata.collate import fast_collate
+from timmdata.prefetch import PrefetchLoader
+from timmdata.loader import create_loader, MultiEpochsDataLoader
+from timmdata.resume import ResumeStateError
+from timmdata.distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
+from timmdata.scheduled_sampler import ScheduledBatchSampler, ScheduledTransformDataset
+from timmdata.naflex_transforms import (get_image_size_for_seq, ResizeToSequence, ResizeKeepRatioToSequence, CenterCropToSequence,
                                         RandomCropToSequence, RandomResizedCropToSequence, patchify_image, Patchify)
-from .naflex_random_erasing import PatchRandomErasing
-from .naflex_mixup import NaFlexMixup, pairwise_mixup_target, mix_batch_variable_size
-from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper, calculate_naflex_batch_size
-from .naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
-from .store import ReaderStore, StoreDamagedError  # importing the store registers its reader kind with create_reader
-from .cache import build_cache
-from .shards import write_shards
-from .gpu_decode import create_device_decode_loader
-from .check import check_images, check_image, CheckResult, BadImage
-from .sample_data import make_sample_dataset
+from timmdata.naflex_random_erasing import PatchRandomErasing
+from timmdata.naflex_mixup import NaFlexMixup, pairwise_mixup_target, mix_batch_variable_size
+from timmdata.naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper, calculate_naflex_batch_size
+from timmdata.naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
+from timmdata.store import ReaderStore, StoreDamagedError  # importing the store registers its reader kind with create_reader
+from timmdata.cache import build_cache
+from timmdata.shards import write_shards
+from timmdata.gpu_decode import create_device_decode_loader
+from timmdata.check import check_images, check_image, CheckResult, BadImage
+from timmdata.sample_data import make_sample_dataset
+"""
+
+# %% ../nbs/index.ipynb #3c5e0f1a
+import sys as _sys
+from . import store as _store  # registers the 'store' reader kind with create_reader at once (no torch: ~0.1 s)
+
+def _exports() -> dict:
+    "Public name -> the module it comes from, read from the import lines above."
+    import ast
+    return {a.asname or a.name: n.module for n in ast.parse(_EXPORTS).body for a in n.names}
+
+def __getattr__(name: str):
+    "The first public name used imports every module listed above (PEP 562), as `import timmdata` once did."
+    where = _exports()
+    if name not in where: raise AttributeError(f"module 'timmdata' has no attribute {name!r}")
+    import importlib
+    for m in dict.fromkeys(where.values()): importlib.import_module(m)
+    globals().update({n: getattr(_sys.modules[m], n) for n, m in where.items()})
+    return globals()[name]
+
+def __dir__() -> list: return sorted(set(globals()) | set(_exports()))
