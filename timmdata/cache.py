@@ -236,6 +236,12 @@ def _try_lock(fd: int) -> bool:
         return True
     except OSError: return False
 
+def _lock_moved(fd: int, path: Path) -> bool:
+    "Whether `path` is no longer the file `fd` has open: its holder removed it when done (`build_lock(remove=True)`)."
+    try: a, b = os.stat(path), os.fstat(fd)
+    except FileNotFoundError: return True
+    return (a.st_ino, a.st_dev) != (b.st_ino, b.st_dev)
+
 def _lock_holder(path: Path) -> str:
     try: return path.read_text().strip() or 'another process'
     except OSError: return 'another process'
@@ -244,6 +250,7 @@ def _lock_holder(path: Path) -> str:
 def build_lock(dst: Path, # the store's folder (created)
                timeout: float | None = None, # seconds to wait for another builder; None: as long as it builds
                progress: bool = True, # say once that this process waits, and for whom
+               remove: bool = False, # delete the lock file when done (a folder of results with nothing else in it)
               ):
     "Holds `dst`'s build lock for a `with` block, waiting while another process builds there; yields whether it waited."
     if fcntl is None and msvcrt is None: raise OSError('this platform offers no file lock (fcntl or msvcrt) to guard a store build')
@@ -251,7 +258,9 @@ def build_lock(dst: Path, # the store's folder (created)
     path = dst / BUILD_LOCK
     fd, t0, waited = os.open(path, os.O_RDWR | os.O_CREAT, 0o644), time.monotonic(), False
     try:
-        while not _try_lock(fd):
+        while not _try_lock(fd) or _lock_moved(fd, path):
+            if fcntl is not None and _lock_moved(fd, path):  # ours now, but its holder removed the file: lock the new one
+                os.close(fd); fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644); continue
             if timeout is not None and time.monotonic() - t0 >= timeout:
                 raise TimeoutError(f'{_lock_holder(path)} is building the image store {str(dst)!r}; waited {timeout:g} s for it. '
                                    f'Run this again once it is done, or pass a longer lock_timeout (None: wait while it builds)')
@@ -261,6 +270,9 @@ def build_lock(dst: Path, # the store's folder (created)
         except OSError: pass  # who holds the lock is only for messages
         yield waited
     finally:
+        if remove:  # still held: a waiter that opened this file sees it moved and locks a new one
+            try: os.unlink(path)
+            except OSError: pass
         if fcntl is None:
             try: os.lseek(fd, 0, os.SEEK_SET); msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
             except OSError: pass

@@ -13,7 +13,7 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['IMG_EXTENSIONS', 'natural_key', 'load_class_map', 'Reader', 'NoImagesError', 'FolderReader', 'TarReader', 'CsvReader',
-           'find_split', 'register_reader', 'reader_kinds', 'create_reader']
+           'find_split', 'split_names', 'timm_split_name', 'register_reader', 'reader_kinds', 'create_reader']
 
 # %% ../nbs/01_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -304,6 +304,18 @@ def find_split(root, # dataset root
         warnings.warn(f'no {split!r} split under {root!r} (it has {others}); reading all of {root!r}. '
                       f'Pass one of those splits, or split=None to read the whole root on purpose', stacklevel=3)
     return root
+
+# %% ../nbs/01_readers.ipynb #e5b2c7a2
+def split_names(split: str, # a split name; a 'train[:50%]'-style suffix is dropped
+               ) -> list:
+    "`split` and then its synonyms as timm accepts them: 'val' -> ['val', 'valid', 'validation', 'eval', 'evaluation']."
+    name = split.split('[')[0]
+    return [name] + [s for g in _SPLIT_SYNONYMS if name.lower() in g for s in g if s != name]
+
+def timm_split_name(split: str) -> str:
+    "timm's own name for a split: 'train', 'validation' or 'test' for any of their synonyms; another name as it is."
+    g = next((g for g in _SPLIT_SYNONYMS if split.lower() in g), None)
+    return split if g is None else 'validation' if 'validation' in g else g[0]
 
 # %% ../nbs/01_readers.ipynb #3dc62929
 _READERS = {}  # kind -> (make, detect), in registration order
