@@ -169,7 +169,7 @@ def test_bad_images_named_or_listed(src, tmp_path):
     bad = tmp_path / 'bad'
     make_sample_dataset(bad, n_train=2, n_val=0, classes=['a'], size=(32, 32), num_workers=0)
     (bad / 'train' / 'a' / 'broken.jpg').write_bytes(b'\xff\xd8\xffnot really')
-    with pytest.raises(ValueError, match='broken.jpg'):
+    with pytest.raises(OSError, match='broken.jpg'):  # ImageDecodeError: damaged data, not a wrong argument
         write_shards(bad / 'train', tmp_path / 'b1', resize=16, progress=False)
     info = write_shards(bad / 'train', tmp_path / 'b2', resize=16, bad_sample='skip', progress=False)
     assert info['splits']['train']['num_samples'] == 2 and 'broken.jpg' in info['splits']['train']['bad'][0][1]

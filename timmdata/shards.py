@@ -10,7 +10,7 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 from .cache import build_lock, load_resized
-from .decode import read_source
+from .decode import ImageDecodeError, read_source
 from .readers import create_reader, natural_key, timm_split_name
 from .store import atomic_file, fsync_dir, is_store, read_json, write_json_atomic
 
@@ -128,7 +128,7 @@ def _write_shard(job: tuple) -> dict:
                     try: name = reader.filename(i, absolute=True)
                     except Exception: name = f'#{i}'
                     if p['bad_sample'] == 'raise':
-                        raise ValueError(f'sample {i} of split {split!r} ({name}) could not be read or encoded: {type(e).__name__}: {e}; '
+                        raise ImageDecodeError(f'sample {i} of split {split!r} ({name}) could not be read or encoded: {type(e).__name__}: {e}; '
                                          f"fix or remove the file, or pass bad_sample='skip' to leave such samples out") from e
                     bad.append([i, str(name), f'{type(e).__name__}: {e}']); continue
                 key = f'{i:08d}'
