@@ -13,7 +13,7 @@ def split_reqs(key):
     # shlex keeps quoted requirements with spaces together; plain ones are space-separated
     return shlex.split(cfg.get(key, ''))
 
-licenses = {'apache2': ('Apache Software License 2.0', 'OSI Approved :: Apache Software License')}
+licenses = {'apache2': 'Apache-2.0'}  # SPDX expressions (setuptools >= 77; the License classifiers are deprecated)
 lic = licenses.get(cfg.get('license', 'apache2'))
 statuses = ['1 - Planning', '2 - Pre-Alpha', '3 - Alpha', '4 - Beta', '5 - Production/Stable', '6 - Mature', '7 - Inactive']
 py_versions = ['3.9', '3.10', '3.11', '3.12', '3.13']
@@ -76,11 +76,10 @@ setup(
     author=cfg['author'],
     author_email=cfg['author_email'],
     url=cfg['git_url'],
-    license=lic[0],
+    license_expression=lic,
     classifiers=[
         'Development Status :: ' + statuses[int(cfg['status'])],
         'Intended Audience :: ' + cfg['audience'].title(),
-        'License :: ' + lic[1],
         'Natural Language :: ' + cfg['language'].title(),
     ] + ['Programming Language :: Python :: ' + v for v in py_versions[py_versions.index(min_python):]],
     keywords=cfg['keywords'],
