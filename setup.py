@@ -71,7 +71,9 @@ setup(
     name=cfg['lib_name'],
     version=cfg['version'],
     description=cfg['description'],
-    long_description=open('README.md', encoding='utf-8').read(),
+    # README.md links its pictures by relative path (nbs/images/...); PyPI shows only absolute ones
+    long_description=re.sub(r'(!\[[^\]]*\]\()nbs/', r'\g<1>' + cfg['git_url'].replace('github.com', 'raw.githubusercontent.com')
+                            + '/' + cfg.get('branch', 'main') + '/nbs/', open('README.md', encoding='utf-8').read()),
     long_description_content_type='text/markdown',
     author=cfg['author'],
     author_email=cfg['author_email'],

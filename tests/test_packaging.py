@@ -25,3 +25,12 @@ def test_wheel_builds_without_warnings(tmp_path):
     with zipfile.ZipFile(wheels[0]) as z:
         meta = z.read(next(n for n in z.namelist() if n.endswith('.dist-info/METADATA'))).decode()
     assert 'License-Expression: Apache-2.0' in meta and 'Classifier: License ::' not in meta, meta[:1500]
+
+
+def test_readme_pictures_are_committed_files():
+    "The README shows its pictures on a code host: each links a file in the repository (made by a notebook cell)."
+    readme = (ROOT / 'README.md').read_text(encoding='utf-8')
+    links = re.findall(r'!\[[^\]]*\]\(([^)\s]+)\)', readme)
+    assert 'nbs/images/data_way.png' in links, links
+    for link in links:
+        assert not re.match(r'[a-z][a-z0-9+.-]*:', link) and (ROOT / link).stat().st_size > 10_000, link
