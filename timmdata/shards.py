@@ -202,7 +202,7 @@ def write_shards(src, # image source: a class folder, a folder of split folders,
                  dst, # folder for the shards and `_info.json` (created)
                  shard_size: int = 1000, # samples per shard (the last shard of a split holds the rest)
                  resize: int | None = None, # store images pre-resized: shorter side this many pixels (never upscaled), JPEG at `quality`
-                 split: str | None = None, # write only this split (its folder under src, or src itself, named so); None: every split found
+                 split: str | None = None, # write only this split (its folder under src, or src itself), under timm's name ('val' -> 'validation'); None: every split
                  quality: int = 90, # JPEG quality of re-encoded images (with `resize`, or from a raw store)
                  interpolation: str = 'bicubic', # downscale filter for `resize`
                  shuffle: bool = True, # shuffle samples once across the split's shards (seeded); False: source order
