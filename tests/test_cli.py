@@ -55,6 +55,7 @@ def runs(tmp_path_factory):
                   'missing': ['bench', '--root', '/nonexistent'], 'empty': ['bench', '--root', str(empty_dir)],
                   'bad_option': ['bench', '--pipelines', 'test']},
         'cache': {'damaged': ['cache', str(damaged / 'train'), str(out / 'store'), '--workers', '0'],
+                  'damaged_raise': ['cache', str(damaged / 'train'), str(out / 'store'), '--workers', '0', '--bad-sample', 'raise'],
                   'missing': ['cache', '/nonexistent', str(out / 's1')], 'empty': ['cache', str(empty_dir), str(out / 's2')],
                   'bad_option': ['cache', str(damaged), str(out / 's3'), '--format', 'png']},
         'check': {'damaged': ['check', str(damaged), '--workers', '0', '--no-progress'], 'missing': ['check', '/nonexistent'],
@@ -79,7 +80,7 @@ def runs(tmp_path_factory):
                               '--workers', '2', '--no-progress'], {})}
     procs = {k: subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  env={**os.environ, **env}) for k, (c, env) in cmds.items()}
-    out = {}
+    out = {'damaged_name': jpg.name}
     for k, p in procs.items():
         so, se = p.communicate(timeout=300)
         out[k] = subprocess.CompletedProcess(cmds[k][0], p.returncode, so, se)
@@ -195,10 +196,14 @@ def test_damaged_image_through_dataloader_workers(runs):
 
 def test_damaged_images_listed_by_check_and_left_out_by_cache(runs):
     res = per_command(runs)
+    jpg_name = runs['damaged_name']
     status, out, err = res['check/damaged']
     assert status == 1 and 'truncated JPEG' in out and 'empty file' in out, (status, out, err)
     status, out, err = res['cache/damaged']
     assert status == 0 and '1 bad source images left out, listed in' in out, (status, out, err)
+    status, out, err = res['cache/damaged_raise']  # the same store, up to date: only the verdict differs
+    assert status == 2 and err.splitlines()[-1].startswith('timmdata cache: 1 source image(s) could not be decoded, the first '), err
+    assert f"the first b/{jpg_name} in " in err and '--bad-sample skip' in err and '`timmdata check ' in err, err
 
 
 def test_debug_shows_the_traceback(runs):

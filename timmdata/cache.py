@@ -11,7 +11,7 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 from .readers import CsvReader, Reader, create_reader
-from .decode import convert_mode
+from .decode import ImageDecodeError, convert_mode
 from .transforms import str_to_pil_interp
 from .store import (BUILD_STATE, STORE_FILES, STORE_FORMATS, STORE_MANIFEST, STORE_VERSION, atomic_file, fsync_dir,
                             is_store, read_json, source_digest, source_file_key, source_rows, write_json_atomic)
@@ -341,11 +341,18 @@ def cache_main(argv: list[str] | None = None) -> int:
     ap.add_argument('--overwrite', action='store_true', help='rebuild even when the store is up to date')
     ap.add_argument('--lock-timeout', type=float, default=None,
                     help='seconds to wait while another process builds into DST (default: as long as it builds)')
+    ap.add_argument('--bad-sample', choices=('skip', 'raise'), default='skip',
+                    help='an image that cannot be decoded: left out and listed in DST/bad_images.txt (default skip); '
+                         'raise: the same, then exit status 2 naming the first')
     a = ap.parse_args(argv)
     try: _check_build_args(a.format, a.side, 'bicubic', a.max_size, a.quality, a.chunk_size)
     except ValueError as e: ap.error(str(e))  # a bad option value: argparse's one-line error, exit 2
     try:
-        build_cache(a.src, a.dst, max_size=a.max_size, format=a.format, quality=a.quality, num_workers=a.workers,
-                    side=a.side, chunk_size=a.chunk_size, overwrite=a.overwrite, lock_timeout=a.lock_timeout)
+        m = build_cache(a.src, a.dst, max_size=a.max_size, format=a.format, quality=a.quality, num_workers=a.workers,
+                        side=a.side, chunk_size=a.chunk_size, overwrite=a.overwrite, lock_timeout=a.lock_timeout)
     except KeyboardInterrupt: return 130
+    if a.bad_sample == 'raise' and m.get('num_bad'):
+        _, name, why = (Path(a.dst) / 'bad_images.txt').read_text(encoding='utf-8').splitlines()[1].split('\t', 2)
+        raise ImageDecodeError(f"{m['num_bad']} source image(s) could not be decoded, the first {name} in {a.src} ({why}); the store "
+                               f'{a.dst} leaves them out (listed in its bad_images.txt): fix them, or pass --bad-sample skip')
     return 0
