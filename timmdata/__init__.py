@@ -52,9 +52,12 @@ def _exports() -> dict:
 
 def __getattr__(name: str):
     "The first public name used imports every module listed above (PEP 562), as `import timmdata` once did."
+    import importlib, importlib.util
     where = _exports()
-    if name not in where: raise AttributeError(f"module 'timmdata' has no attribute {name!r}")
-    import importlib
+    if name not in where:  # a submodule used as an attribute after `import timmdata` (`timmdata.decode.native`)
+        if name.startswith('__') or importlib.util.find_spec(f'{__name__}.{name}') is None:
+            raise AttributeError(f"module 'timmdata' has no attribute {name!r}")
+        return importlib.import_module(f'{__name__}.{name}')
     for m in dict.fromkeys(where.values()): importlib.import_module(m)
     globals().update({n: getattr(_sys.modules[m], n) for n, m in where.items()})
     return globals()[name]
