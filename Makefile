@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # nbdev 2's docs commands shell out to whatever `pip` comes first: keep the venv first on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: jpeg-headers browser install demo test sync-check readme-check nbtest pytest docs docs-check bench clean
+.PHONY: jpeg-headers browser install demo test test-start sync-check readme-check nbtest pytest docs docs-check bench clean
 
 # stock Debian/Ubuntu Pythons need python3-venv for `-m venv` (ensurepip)
 $(VENV)/bin/python:
@@ -39,22 +39,31 @@ demo: install
 
 # the library is generated from the notebooks: fail when nbdev_export or nbdev_clean would change a file
 sync-check: install
+	@echo "== sync-check: do the notebooks and timmdata/ agree? (seconds)"
 	bash tools/check_sync.sh
 
 readme-check: install
+	@echo "== readme-check: is README.md made from nbs/index.ipynb? (seconds)"
 	$(PY) tools/make_readme.py --check
 
+# nbdev_test's run with a line per notebook as it finishes (nbdev_test itself prints nothing until the end)
 nbtest: install
-	nbdev_test --n_workers 2 --timing
+	@echo "== nbtest: every notebook's tests, 2 at a time (the longest step)"
+	$(PY) tools/nbtest.py --n_workers 2
 
 pytest: install browser
+	@echo "== pytest: tests/ (multi-process, parity with timm, browser, stress): a dot per test"
 	$(PY) -m pytest -q --durations=15 tests
 
 docs-check: install
 	bash tools/build_docs.sh "$$(mktemp -d)/site"
 
 # the browser test in tests/ builds the docs site from scratch into a temporary folder and checks it
-test: sync-check readme-check nbtest pytest
+test: test-start sync-check readme-check nbtest pytest
+	@echo "make test: all passed"
+
+test-start:
+	@echo "make test: sync-check, readme-check, nbtest, pytest; 8-14 minutes on a 2-core machine (README: Two commands)"
 
 readme: install
 	$(PY) tools/make_readme.py

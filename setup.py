@@ -13,7 +13,7 @@ def split_reqs(key):
     # shlex keeps quoted requirements with spaces together; plain ones are space-separated
     return shlex.split(cfg.get(key, ''))
 
-licenses = {'apache2': ('Apache Software License 2.0', 'OSI Approved :: Apache Software License')}
+licenses = {'apache2': 'Apache-2.0'}  # SPDX expressions (setuptools >= 77; the License classifiers are deprecated)
 lic = licenses.get(cfg.get('license', 'apache2'))
 statuses = ['1 - Planning', '2 - Pre-Alpha', '3 - Alpha', '4 - Beta', '5 - Production/Stable', '6 - Mature', '7 - Inactive']
 py_versions = ['3.9', '3.10', '3.11', '3.12', '3.13']
@@ -73,16 +73,17 @@ setup(
     name=cfg['lib_name'],
     version=cfg['version'],
     description=cfg['description'],
-    long_description=open('README.md', encoding='utf-8').read(),
+    # README.md links its pictures by relative path (nbs/images/...); PyPI shows only absolute ones
+    long_description=re.sub(r'(!\[[^\]]*\]\()nbs/', r'\g<1>' + cfg['git_url'].replace('github.com', 'raw.githubusercontent.com')
+                            + '/' + cfg.get('branch', 'main') + '/nbs/', open('README.md', encoding='utf-8').read()),
     long_description_content_type='text/markdown',
     author=cfg['author'],
     author_email=cfg['author_email'],
     url=cfg['git_url'],
-    license=lic[0],
+    license_expression=lic,
     classifiers=[
         'Development Status :: ' + statuses[int(cfg['status'])],
         'Intended Audience :: ' + cfg['audience'].title(),
-        'License :: ' + lic[1],
         'Natural Language :: ' + cfg['language'].title(),
     ] + ['Programming Language :: Python :: ' + v for v in py_versions[py_versions.index(min_python):]],
     keywords=cfg['keywords'],

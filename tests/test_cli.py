@@ -2,8 +2,9 @@
 
 Uses the installed console script next to the running Python (`.venv/bin/timmdata`), else
 `python -m timmdata.cli`. User mistakes must give one line on stderr and exit status 2, never a traceback.
-Every command starts a Python that imports torch (seconds), so they are started together, once per module;
-the finer cases (each bad option, each error) are tested in-process in nbs/18_cli.ipynb."""
+Every command starts a Python that imports torch (seconds), so they are started together, once per module, and the
+cases per command (a damaged file, a missing root, an empty folder, a bad option, --debug) run in ONE Python (DRIVER)
+calling `main` as the console script does; the finer cases are tested in-process in nbs/18_cli.ipynb."""
 import json, os, shutil, subprocess, sys, tarfile
 from pathlib import Path
 
@@ -14,6 +15,24 @@ from timmdata.sample_data import make_sample_dataset
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(sys.executable).parent / 'timmdata'
 CMD = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, '-m', 'timmdata.cli']
+
+
+DRIVER = '''
+import contextlib, io, json, os, sys, traceback
+from timmdata.cli import main
+res = {}
+for cmd, kinds in json.loads(sys.argv[1]).items():
+    for kind, argv in kinds.items():
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            if kind == 'env': os.environ['TIMMDATA_DEBUG'] = '1'
+            try: status = main(argv)
+            except SystemExit as e: status = e.code
+            except BaseException: status, _ = 'raised', err.write(traceback.format_exc())
+            finally: os.environ.pop('TIMMDATA_DEBUG', None)
+        res[f'{cmd}/{kind}'] = [status, out.getvalue(), err.getvalue()]
+print(json.dumps(res))
+'''
 
 
 @pytest.fixture(scope='module')
@@ -27,7 +46,29 @@ def runs(tmp_path_factory):
     jpg = damaged / 'train' / 'b' / sorted(os.listdir(damaged / 'train' / 'b'))[0]
     jpg.write_bytes(jpg.read_bytes()[:600])  # cut short
     (damaged / 'val' / 'a' / 'zero.jpg').write_bytes(b'')
-    cmds = {'info': (CMD + ['info'], {}),
+    empty_dir = tmp_path_factory.mktemp('empty')
+    out = tmp_path_factory.mktemp('out')
+    cases = {  # command -> kind of mistake -> argv: run in one Python (one torch import), see DRIVER
+        'demo': {'damaged': ['demo', '--root', str(damaged), '--batch-size', '2', '--no-progress', '--out', str(out / 'd.png')],
+                 'missing': ['demo', '--root', '/nonexistent'], 'empty': ['demo', '--root', str(empty_dir)],
+                 'bad_option': ['demo', '--workers', 'two']},
+        'bench': {'damaged': ['bench', '--root', str(damaged / 'train'), '--no-progress', '--out', str(out / 'b')],
+                  'missing': ['bench', '--root', '/nonexistent'], 'empty': ['bench', '--root', str(empty_dir)],
+                  'bad_option': ['bench', '--pipelines', 'test']},
+        'cache': {'damaged': ['cache', str(damaged / 'train'), str(out / 'store'), '--workers', '0'],
+                  'damaged_raise': ['cache', str(damaged / 'train'), str(out / 'store'), '--workers', '0', '--bad-sample', 'raise'],
+                  'missing': ['cache', '/nonexistent', str(out / 's1')], 'empty': ['cache', str(empty_dir), str(out / 's2')],
+                  'bad_option': ['cache', str(damaged), str(out / 's3'), '--format', 'png']},
+        'check': {'damaged': ['check', str(damaged), '--workers', '0', '--no-progress'], 'missing': ['check', '/nonexistent'],
+                  'empty': ['check', str(empty_dir)], 'bad_option': ['check', str(damaged), '--workers', '-1']},
+        'shards': {'damaged': ['shards', str(damaged), str(out / 'sh'), '--resize', '32', '--no-progress'],
+                   'missing': ['shards', '/nonexistent', str(out / 'sh1')], 'empty': ['shards', str(empty_dir), str(out / 'sh2')],
+                   'bad_option': ['shards', str(damaged), str(out / 'sh3'), '--shard-size', '0']},
+        'info': {'bad_option': ['info', '--colour']},
+        'debug': {'flag': ['check', '/nonexistent', '--debug'], 'env': ['demo', '--root', '/nonexistent']},
+    }
+    cmds = {'cases': ([sys.executable, '-c', DRIVER, json.dumps(cases)], {}),
+            'info': (CMD + ['info'], {}),
             'info_off': (CMD + ['info'], {'TIMMDATA_NATIVE': '0'}),
             'python_m': ([sys.executable, '-m', 'timmdata.cli', 'train'], {}),  # `python -m` works, and an unknown command
             'missing_root': (CMD + ['demo', '--root', '/nonexistent'], {}),
@@ -40,7 +81,7 @@ def runs(tmp_path_factory):
                               '--workers', '2', '--no-progress'], {})}
     procs = {k: subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  env={**os.environ, **env}) for k, (c, env) in cmds.items()}
-    out = {}
+    out = {'damaged_name': jpg.name}
     for k, p in procs.items():
         so, se = p.communicate(timeout=300)
         out[k] = subprocess.CompletedProcess(cmds[k][0], p.returncode, so, se)
@@ -108,10 +149,66 @@ def test_shards_writes_resized_shards_timm_reads(runs):
     assert r.stderr == '', r.stderr  # --no-progress
     dst = Path(r.args[3])
     info = json.loads((dst / '_info.json').read_text())
-    assert {s: v['shard_lengths'] for s, v in info['splits'].items()} == {'train': [3, 1], 'val': [2]}
-    assert sorted(p.name for p in dst.glob('*.tar')) == ['train-000000.tar', 'train-000001.tar', 'val-000000.tar']
+    assert {s: v['shard_lengths'] for s, v in info['splits'].items()} == {'train': [3, 1], 'validation': [2]}  # timm's names
+    assert sorted(p.name for p in dst.iterdir()) == ['_info.json', '_timmdata_shards.json', 'train-000000.tar',
+                                                    'train-000001.tar', 'validation-000000.tar']  # no build lock left
+    from timmdata.dataset_factory import create_dataset
+    assert len(create_dataset('wds/x', root=str(dst))) == 2  # the default split, 'validation'
     with tarfile.open(dst / 'train-000000.tar') as tf:
         assert {min(Image.open(tf.extractfile(m)).size) for m in tf if m.name.endswith('.jpg')} == {48}
     timm_data = pytest.importorskip('timm.data')
     assert len(list(timm_data.create_dataset('wds/x', root=str(dst), split='train'))) == 4
 
+
+
+def per_command(runs):
+    "command/kind -> (status, stdout, stderr) from the one Python that ran them all."
+    r = runs['cases']
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize('cmd', ['demo', 'bench', 'cache', 'check', 'shards'])
+def test_each_command_missing_root_and_empty_folder_one_line(runs, cmd):
+    res = per_command(runs)
+    for kind, says in (('missing', "'/nonexistent'"), ('empty', 'no')):
+        status, _, err = res[f'{cmd}/{kind}']
+        assert status == 2 and len(err.splitlines()) == 1 and 'Traceback' not in err, (cmd, kind, status, err)
+        assert err.startswith(f'timmdata {cmd}: ') and says in err, (cmd, kind, err)
+
+
+@pytest.mark.parametrize('cmd', ['demo', 'bench', 'cache', 'check', 'shards', 'info'])
+def test_each_command_bad_option_is_a_usage_error(runs, cmd):
+    status, _, err = per_command(runs)[f'{cmd}/bad_option']
+    assert status == 2 and 'Traceback' not in err and err.splitlines()[-1].startswith(f'timmdata {cmd}: error: '), (cmd, err)
+
+
+@pytest.mark.parametrize('cmd', ['demo', 'bench', 'shards'])
+def test_damaged_image_is_one_line_naming_file_and_remedies(runs, cmd):
+    status, _, err = per_command(runs)[f'{cmd}/damaged']
+    assert status == 2 and len(err.splitlines()) == 1 and 'Traceback' not in err, (cmd, status, err)
+    assert 'train/b/' in err and '--bad-sample skip' in err and '`timmdata check ' in err and "bad_sample='skip'" not in err, err
+
+
+def test_damaged_image_through_dataloader_workers(runs):
+    status, _, err = per_command(runs)['demo/damaged']  # 2 workers: torch re-raises the worker's error, its traceback inside
+    assert status == 2 and 'could not be read or decoded: truncated JPEG (600 bytes)' in err and 'Original Traceback' not in err, err
+
+
+def test_damaged_images_listed_by_check_and_left_out_by_cache(runs):
+    res = per_command(runs)
+    jpg_name = runs['damaged_name']
+    status, out, err = res['check/damaged']
+    assert status == 1 and 'truncated JPEG' in out and 'empty file' in out, (status, out, err)
+    status, out, err = res['cache/damaged']
+    assert status == 0 and '1 bad source images left out, listed in' in out, (status, out, err)
+    status, out, err = res['cache/damaged_raise']  # the same store, up to date: only the verdict differs
+    assert status == 2 and err.splitlines()[-1].startswith('timmdata cache: 1 source image(s) could not be decoded, the first '), err
+    assert f"the first b/{jpg_name} in " in err and '--bad-sample skip' in err and '`timmdata check ' in err, err
+
+
+def test_debug_shows_the_traceback(runs):
+    status, _, err = per_command(runs)['debug/flag']
+    assert status == 'raised' and 'Traceback' in err and 'FileNotFoundError' in err, err
+    status, _, err = per_command(runs)['debug/env']  # TIMMDATA_DEBUG=1
+    assert status == 'raised' and 'Traceback' in err and "'/nonexistent' does not exist" in err, err

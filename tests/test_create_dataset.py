@@ -1,6 +1,6 @@
 """`timmdata.dataset_factory.create_dataset`: every name scheme (no prefix, torch/, hfds/, hfids/, wds/, tfds/ and
 unknown ones), parity with `timm.data.create_dataset` where both run, torchvision sets through create_loader."""
-import io, os, pickle, struct, sys
+import io, os, pickle, struct, sys, tarfile
 from pathlib import Path
 
 import numpy as np
@@ -160,3 +160,17 @@ def test_plain_names_like_timm(root):
     assert len(create_dataset('imagenet', root=str(root), split='train')) == 16
     with pytest.raises(Exception, match='tar'):
         create_dataset('tar', root=str(root), split='train')
+
+
+def test_split_synonyms_in_tar_and_store_roots(tmp_path):
+    "timm's split names find a split stored under a synonym: val.tar and a store in val/ answer split='validation'."
+    from timmdata.cache import build_cache
+    from timmdata.readers import create_reader
+    src = make_sample_dataset(tmp_path / 'src', n_train=1, n_val=2, classes=['a', 'b'], size=(32, 32), num_workers=0)
+    tars = tmp_path / 'tars'; tars.mkdir()
+    with tarfile.open(tars / 'val.tar', 'w') as tf: tf.add(src / 'val', arcname='.')
+    build_cache(src / 'val', tmp_path / 'stores' / 'val', max_size=16, num_workers=0, progress=False)
+    for root, kind in ((src, 'FolderReader'), (tars, 'TarReader'), (tmp_path / 'stores', 'ReaderStore')):
+        for split in ('validation', 'eval', 'val'):
+            r = create_reader(str(root), split=split)
+            assert (type(r).__name__, len(r)) == (kind, 4), (root, split, r)

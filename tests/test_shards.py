@@ -38,22 +38,22 @@ def shard_files(d):
     return {f: (Path(d) / f).read_bytes() for f in sorted(os.listdir(d)) if f.endswith('.tar')}
 
 
-@pytest.mark.parametrize('split', ['train', 'val'])
+@pytest.mark.parametrize('split', ['train', 'validation'])  # val/ is written as timm's 'validation'
 def test_timm_reads_our_shards(src, tmp_path, split):
     timm_data = pytest.importorskip('timm.data')
     info = write_shards(src, tmp_path / 'sh', shard_size=4, progress=False)
-    n = {'train': 15, 'val': 6}[split]
+    n = {'train': 15, 'validation': 6}[split]
     assert info['splits'][split]['num_samples'] == n
     ds = timm_data.create_dataset('wds/ours', root=str(tmp_path / 'sh'), split=split, is_training=False)
     got = sorted((pixels(img), t) for img, t in ds)
     assert len(got) == n
-    assert got == source_samples(src / split)  # every image, byte-identical pixels, with its label, once
+    assert got == source_samples(src / {'train': 'train', 'validation': 'val'}[split])  # every image, byte-identical pixels, with its label, once
 
 
 def test_info_json_layout(src, tmp_path):
     write_shards(src, tmp_path, shard_size=4, progress=False)
     info = json.loads((tmp_path / SHARD_INFO).read_text())
-    assert list(info['splits']) == ['train', 'val']
+    assert list(info['splits']) == ['train', 'validation']
     tr = info['splits']['train']
     assert tr['name'] == 'train' and tr['num_samples'] == 15 and tr['shard_lengths'] == [4, 4, 4, 3]
     assert tr['filenames'] == [f'train-{k:06d}.tar' for k in range(4)]
@@ -100,11 +100,11 @@ def test_damaged_shard_redone_and_other_build_starts_over(src, tmp_path):
     write_shards(src, tmp_path, shard_size=4, progress=False)
     good = shard_files(tmp_path)
     with open(tmp_path / 'train-000001.tar', 'r+b') as f: f.truncate(700)
-    keep = (tmp_path / 'val-000000.tar').stat().st_mtime_ns
+    keep = (tmp_path / 'validation-000000.tar').stat().st_mtime_ns
     write_shards(src, tmp_path, shard_size=4, progress=False)
-    assert shard_files(tmp_path) == good and (tmp_path / 'val-000000.tar').stat().st_mtime_ns == keep
+    assert shard_files(tmp_path) == good and (tmp_path / 'validation-000000.tar').stat().st_mtime_ns == keep
     info = write_shards(src, tmp_path, shard_size=8, progress=False)  # other parameters: a new build, old shards gone
-    assert sorted(shard_files(tmp_path)) == ['train-000000.tar', 'train-000001.tar', 'val-000000.tar']
+    assert sorted(shard_files(tmp_path)) == ['train-000000.tar', 'train-000001.tar', 'validation-000000.tar']
     assert info['splits']['train']['shard_lengths'] == [8, 7]
 
 
@@ -152,12 +152,12 @@ def test_splits_and_sources(src, tmp_path):
     (both / 'val' / 'a').rmdir()
     info = write_shards(both, tmp_path / 'both_sh', shuffle=False, progress=False)
     assert info['classes'] == ['a', 'b', 'c']
-    with tarfile.open(tmp_path / 'both_sh' / 'val-000000.tar') as tf:
+    with tarfile.open(tmp_path / 'both_sh' / 'validation-000000.tar') as tf:
         assert sorted(int(tf.extractfile(m).read()) for m in tf if m.name.endswith('.cls')) == [1, 2]
     # a tar of class folders, and a CSV
     with tarfile.open(tmp_path / 'val.tar', 'w') as tf: tf.add(src / 'val', arcname='.')
     info = write_shards(tmp_path / 'val.tar', tmp_path / 'tar_sh', split='val', progress=False)
-    assert info['splits']['val']['num_samples'] == 6 and list(info['splits']) == ['val']
+    assert info['splits']['validation']['num_samples'] == 6 and list(info['splits']) == ['validation']
     csv = tmp_path / 'list.csv'
     r = create_reader(src / 'val', split=None)
     csv.write_text(''.join(f'{r.filename(i, absolute=True)},{t}\n' for i, t in enumerate(r.targets)))
@@ -169,7 +169,7 @@ def test_bad_images_named_or_listed(src, tmp_path):
     bad = tmp_path / 'bad'
     make_sample_dataset(bad, n_train=2, n_val=0, classes=['a'], size=(32, 32), num_workers=0)
     (bad / 'train' / 'a' / 'broken.jpg').write_bytes(b'\xff\xd8\xffnot really')
-    with pytest.raises(ValueError, match='broken.jpg'):
+    with pytest.raises(OSError, match='broken.jpg'):  # ImageDecodeError: damaged data, not a wrong argument
         write_shards(bad / 'train', tmp_path / 'b1', resize=16, progress=False)
     info = write_shards(bad / 'train', tmp_path / 'b2', resize=16, bad_sample='skip', progress=False)
     assert info['splits']['train']['num_samples'] == 2 and 'broken.jpg' in info['splits']['train']['bad'][0][1]

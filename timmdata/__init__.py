@@ -27,47 +27,51 @@ __all__ = ['create_reader', 'register_reader', 'get_img_extensions', 'is_img_ext
            'MultiLabelTarget']
 
 # %% ../nbs/index.ipynb #a84d28a2
-from .readers import (create_reader, register_reader, get_img_extensions, is_img_extension, set_img_extensions,
+# `import timmdata` imports no torch: the names below are imported when one is first used, all of them together as
+# an eager import did (importing the store registers its reader kind), so `timmdata --version` answers at once
+_EXPORTS = """
+from timmdata.readers import (create_reader, register_reader, get_img_extensions, is_img_extension, set_img_extensions,
                               add_img_extensions, del_img_extensions)
-from .decode import ImageDecodeError, decode_image, set_max_image_pixels
-from .dataset import ImageDataset, AugMixDataset
-from .streaming import IterableImageDataset
-from .dataset_factory import create_dataset
-from .config import resolve_data_config, resolve_model_data_config
-from .constants import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD,
+from timmdata.decode import ImageDecodeError, decode_image, set_max_image_pixels
+from timmdata.dataset import ImageDataset, AugMixDataset
+from timmdata.streaming import IterableImageDataset
+from timmdata.dataset_factory import create_dataset
+from timmdata.config import resolve_data_config, resolve_model_data_config
+from timmdata.constants import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD,
                                 IMAGENET_DPN_MEAN, IMAGENET_DPN_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, DEFAULT_CROP_PCT,
                                 DEFAULT_CROP_MODE)
-from .transforms import (RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad, RandomCropOrPad,
+from timmdata.transforms import (RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad, RandomCropOrPad,
                                  TrimBorder, MaybeToTensor, MaybePILToTensor, ToTensor, ToNumpy, center_crop_or_pad, crop_or_pad,
                                  str_to_interp_mode, str_to_pil_interp, interp_mode_to_str)
-from .auto_augment import (RandAugment, AutoAugment, rand_augment_ops, rand_augment_transform, auto_augment_policy,
+from timmdata.auto_augment import (RandAugment, AutoAugment, rand_augment_ops, rand_augment_transform, auto_augment_policy,
                                    auto_augment_transform)
-from .transforms_factory import create_transform, RandomPad
-from .random_erasing import RandomErasing
-from .mixup import Mixup, FastCollateMixup
-from .collate import fast_collate
-from .prefetch import PrefetchLoader
-from .loader import create_loader, MultiEpochsDataLoader
-from .resume import ResumeStateError
-from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
-from .scheduled_sampler import ScheduledBatchSampler, ScheduledTransformDataset
-from .naflex_transforms import (get_image_size_for_seq, ResizeToSequence, ResizeKeepRatioToSequence, CenterCropToSequence,
+from timmdata.transforms_factory import create_transform, RandomPad
+from timmdata.random_erasing import RandomErasing
+from timmdata.mixup import Mixup, FastCollateMixup
+from timmdata.collate import fast_collate
+from timmdata.prefetch import PrefetchLoader
+from timmdata.loader import create_loader, MultiEpochsDataLoader
+from timmdata.resume import ResumeStateError
+from timmdata.distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
+from timmdata.scheduled_sampler import ScheduledBatchSampler, ScheduledTransformDataset
+from timmdata.naflex_transforms import (get_image_size_for_seq, ResizeToSequence, ResizeKeepRatioToSequence, CenterCropToSequence,
                                         RandomCropToSequence, RandomResizedCropToSequence, patchify_image, Patchify)
-from .naflex_random_erasing import PatchRandomErasing
-from .naflex_mixup import NaFlexMixup, pairwise_mixup_target, mix_batch_variable_size
-from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper, calculate_naflex_batch_size
-from .naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
-from .store import ReaderStore, StoreDamagedError  # importing the store registers its reader kind with create_reader
-from .cache import build_cache
-from .shards import write_shards
-from .gpu_decode import create_device_decode_loader
-from .check import check_images, check_image, CheckResult, BadImage
-from .sample_data import make_sample_dataset
-from .dataset_info import DatasetInfo, CustomDatasetInfo, DatasetInfoLabelMapper, LabelMappingCoverage
-from .imagenet_info import ImageNetInfo, infer_imagenet_subset
-from .model_config import resolve_input_data_config
-from .real_labels import RealLabelsImagenet
-from .target_transforms import MultiLabelTarget
+from timmdata.naflex_random_erasing import PatchRandomErasing
+from timmdata.naflex_mixup import NaFlexMixup, pairwise_mixup_target, mix_batch_variable_size
+from timmdata.naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper, calculate_naflex_batch_size
+from timmdata.naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
+from timmdata.store import ReaderStore, StoreDamagedError  # importing the store registers its reader kind with create_reader
+from timmdata.cache import build_cache
+from timmdata.shards import write_shards
+from timmdata.gpu_decode import create_device_decode_loader
+from timmdata.check import check_images, check_image, CheckResult, BadImage
+from timmdata.sample_data import make_sample_dataset
+from timmdata.dataset_info import DatasetInfo, CustomDatasetInfo, DatasetInfoLabelMapper, LabelMappingCoverage
+from timmdata.imagenet_info import ImageNetInfo, infer_imagenet_subset
+from timmdata.model_config import resolve_input_data_config
+from timmdata.real_labels import RealLabelsImagenet
+from timmdata.target_transforms import MultiLabelTarget
+"""
 # every name of timm.data (1.0.31) and timmdata's own: `from timmdata import *` works as `from timm.data import *`
 _all_ = ['create_reader', 'register_reader', 'get_img_extensions', 'is_img_extension', 'set_img_extensions',
          'add_img_extensions', 'del_img_extensions', 'ImageDecodeError', 'decode_image', 'set_max_image_pixels',
@@ -89,3 +93,31 @@ _all_ = ['create_reader', 'register_reader', 'get_img_extensions', 'is_img_exten
          'check_images', 'check_image', 'CheckResult', 'BadImage', 'make_sample_dataset', 'DatasetInfo',
          'CustomDatasetInfo', 'DatasetInfoLabelMapper', 'LabelMappingCoverage', 'ImageNetInfo', 'infer_imagenet_subset',
          'resolve_input_data_config', 'RealLabelsImagenet', 'MultiLabelTarget']
+
+
+# %% ../nbs/index.ipynb #3c5e0f1a
+import sys as _sys
+from . import store as _store  # registers the 'store' reader kind with create_reader at once (no torch: ~0.1 s)
+from .readers import register_scheme as _register_scheme
+# timm's dataset schemes, known to `create_reader` at once; their module (and torch) is imported on first use
+for _s, _f in (('hfds', '_hfds_reader'), ('wds', '_wds_source'), ('hfids', '_hfids_source'), ('tfds', '_tfds_reader')):
+    _register_scheme(_s, f'timmdata.dataset_factory:{_f}')
+
+def _exports() -> dict:
+    "Public name -> the module it comes from, read from the import lines above."
+    import ast
+    return {a.asname or a.name: n.module for n in ast.parse(_EXPORTS).body for a in n.names}
+
+def __getattr__(name: str):
+    "The first public name used imports every module listed above (PEP 562), as `import timmdata` once did."
+    import importlib, importlib.util
+    where = _exports()
+    if name not in where:  # a submodule used as an attribute after `import timmdata` (`timmdata.decode.native`)
+        if name.startswith('__') or importlib.util.find_spec(f'{__name__}.{name}') is None:
+            raise AttributeError(f"module 'timmdata' has no attribute {name!r}")
+        return importlib.import_module(f'{__name__}.{name}')
+    for m in dict.fromkeys(where.values()): importlib.import_module(m)
+    globals().update({n: getattr(_sys.modules[m], n) for n, m in where.items()})
+    return globals()[name]
+
+def __dir__() -> list: return sorted(set(globals()) | set(_exports()))

@@ -4,7 +4,7 @@
 
 # %% ../nbs/17_bench.ipynb #f322dc04
 from __future__ import annotations
-import json, os, time, statistics, argparse
+import json, os, shutil, tempfile, time, statistics, argparse
 from pathlib import Path
 import numpy as np
 import torch
@@ -12,8 +12,8 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 # %% auto #0
-__all__ = ['LOADERS', 'plot_data_way', 'worker_pids', 'decode_limit', 'time_epoch', 'bench_loaders', 'format_table',
-           'plot_results', 'bench_root', 'int_at_least', 'comma_list', 'bench_main']
+__all__ = ['LOADERS', 'QUICK', 'plot_data_way', 'worker_pids', 'decode_limit', 'time_epoch', 'usable_images', 'bench_loaders',
+           'format_table', 'plot_results', 'bench_root', 'int_at_least', 'comma_list', 'bench_main']
 
 # %% ../nbs/17_bench.ipynb #49de0ce6
 def plot_data_way(ax=None, # matplotlib axes to draw on (default: a new 10 x 3.5 inch figure)
@@ -129,48 +129,96 @@ def time_epoch(loader) -> tuple[int, float]:
     return n, time.perf_counter() - t
 
 # %% ../nbs/17_bench.ipynb #202a757b
+def usable_images(files, # image files
+                  bad_sample: str = 'raise', # a file PIL cannot decode: 'raise' naming it, or 'skip' (left out)
+                 ) -> tuple[list, list]:
+    "(files that decode, [(file, reason)] of those that do not): every contender must read the same images."
+    from timmdata.decode import ImageDecodeError
+    good, bad = [], []
+    for f in files:
+        try:
+            with Image.open(f) as im: im.convert('RGB')
+            good.append(f)
+        except Exception as e:
+            why = ' '.join(str(e).split()) or type(e).__name__
+            if bad_sample == 'raise':
+                raise ImageDecodeError(f'{str(f)!r} cannot be decoded ({type(e).__name__}: {why}); the benchmark needs every '
+                                       f"image to decode: fix or remove it, or pass bad_sample='skip' to leave such images out") from e
+            bad.append((str(f), why))
+    return good, bad
+
+def _linked_subset(root: Path, files: list) -> Path:
+    "A temporary folder with `files` linked under their paths relative to `root` (class folders kept)."
+    tmp = Path(tempfile.mkdtemp(prefix='timmdata_bench_'))
+    for f in files:
+        d = tmp / f.relative_to(root); d.parent.mkdir(parents=True, exist_ok=True)
+        try: os.symlink(f.absolute(), d)
+        except OSError: shutil.copy2(f, d)  # no symbolic links here (Windows without the privilege)
+    return tmp
+
+def _pipeline_result(rates: dict, mem: dict) -> dict | None:
+    "Medians (of the epochs measured so far) and timmdata's ratios; None when nothing was measured."
+    med = {k: statistics.median(v) for k, v in rates.items() if v}
+    if not med: return None
+    out = {'img_per_s': med, 'runs': {k: v for k, v in rates.items() if v}, 'memory': mem}
+    if 'timmdata' in med:
+        out['ratios'] = {f'timmdata/{k}': med['timmdata'] / med[k] for k in med if k != 'timmdata'}
+    return out
+
 def bench_loaders(root, # image folder (class subfolders)
                   pipelines=('train', 'eval'), # timm's train and/or eval pipeline
                   contenders=('timmdata', 'timm', 'torchvision'), # loaders to compare
                   epochs: int = 5, # measured epochs per loader (after one warm-up epoch)
                   batch_size: int = 64,
                   num_workers: int = 2,
-                  progress: bool = True, # show a progress bar
+                  progress: bool = True, # show a progress bar (with each contender's last img/s)
+                  max_images: int | None = None, # time on this many images, spread over the classes (None: all)
+                  bad_sample: str = 'raise', # an image PIL cannot decode: 'raise' naming it, or 'skip' (left out for all)
                  ) -> dict:
-    "Time each loader's epochs, alternating loaders every epoch; returns a dict of results."
+    "Time each loader's epochs, alternating loaders every epoch; returns a dict of results (partial when interrupted)."
     root = Path(root)
     if not root.is_dir(): raise FileNotFoundError(f'benchmark root {str(root)!r} is not a folder (or does not exist)')
     files = sorted(p for p in root.rglob('*') if p.suffix.lower() in ('.jpg', '.jpeg', '.png'))
     if not files:
         raise FileNotFoundError(f'benchmark root {str(root)!r} holds no .jpg, .jpeg or .png images; give a folder with one '
                                 'subfolder of images per class')
-    res = {'root': str(root), 'images': len(files), 'batch_size': batch_size, 'num_workers': num_workers,
-           'epochs': epochs, 'torch': torch.__version__, 'cpu_count': os.cpu_count(), 'pipelines': {}}
+    if max_images is not None and max_images < len(files):
+        files = [files[i * len(files) // max_images] for i in range(max_images)]  # every k-th: each class keeps its share
+    files, bad = usable_images(files, bad_sample)
+    if not files: raise FileNotFoundError(f'none of the images under {str(root)!r} can be decoded; `timmdata check` lists why')
+    data = _linked_subset(root, files) if bad or max_images is not None else root
+    res = {'root': str(root), 'images': len(files), 'left_out': [f for f, _ in bad], 'batch_size': batch_size,
+           'num_workers': num_workers, 'epochs': epochs, 'torch': torch.__version__, 'cpu_count': os.cpu_count(),
+           'pipelines': {}}
     steps = len(pipelines) * (epochs + 1) * (len(contenders) + 1)
     bar = tqdm(total=steps, disable=not progress, desc='bench')
-    for pipe in pipelines:
-        train = pipe == 'train'
-        loaders = {c: LOADERS[c](root, train, batch_size, num_workers) for c in contenders}
-        rates = {c: [] for c in contenders}; rates['decode_limit'] = []
-        mem = {c: [] for c in contenders}
-        for ep in range(epochs + 1):
-            for c, ld in loaders.items():
-                bar.set_postfix_str(f'{pipe} {c} epoch {ep}')
-                n, dt = time_epoch(ld)
-                workers = worker_pids(ld)
-                if ep: rates[c].append(n / dt)
-                mem[c].append({'main_mb': _rss_mb(os.getpid()), 'main_peak_mb': _rss_mb(os.getpid(), 'VmHWM'),
-                               'workers_mb': [_rss_mb(p) for p in workers]})
-                bar.update()
-            if ep: rates['decode_limit'].append(decode_limit(files, num_workers))  # the warm-up epoch's would be thrown away
-            bar.update()
-        del loaders
-        med = {k: statistics.median(v) for k, v in rates.items()}
-        out = {'img_per_s': med, 'runs': rates, 'memory': mem}
-        if 'timmdata' in med:
-            out['ratios'] = {f'timmdata/{k}': med['timmdata'] / med[k] for k in med if k != 'timmdata'}
-        res['pipelines'][pipe] = out
-    bar.close()
+    try:
+        for pipe in pipelines:
+            train, loaders = pipe == 'train', {}
+            rates = {c: [] for c in contenders}; rates['decode_limit'] = []
+            mem = {c: [] for c in contenders}
+            try:
+                loaders = {c: LOADERS[c](data, train, batch_size, num_workers) for c in contenders}
+                for ep in range(epochs + 1):
+                    for c, ld in loaders.items():
+                        bar.set_description(f'bench {pipe} {c} epoch {ep}' + (' (warm-up)' if ep == 0 else ''))
+                        n, dt = time_epoch(ld)
+                        workers = worker_pids(ld)
+                        if ep: rates[c].append(n / dt)
+                        mem[c].append({'main_mb': _rss_mb(os.getpid()), 'main_peak_mb': _rss_mb(os.getpid(), 'VmHWM'),
+                                       'workers_mb': [_rss_mb(p) for p in workers]})
+                        bar.set_postfix_str(', '.join(f'{k} {v[-1]:.0f}' for k, v in rates.items() if v) + ' img/s' if ep else '')
+                        bar.update()
+                    if ep: rates['decode_limit'].append(decode_limit(files, num_workers))  # the warm-up epoch's would be thrown away
+                    bar.update()
+            finally:
+                del loaders  # their workers end here, also when interrupted
+                out = _pipeline_result(rates, mem)
+                if out is not None: res['pipelines'][pipe] = out
+    except KeyboardInterrupt: res['interrupted'] = True  # what was measured so far is the result
+    finally:
+        bar.close()
+        if data != root: shutil.rmtree(data, ignore_errors=True)
     return res
 
 # %% ../nbs/17_bench.ipynb #d13e60f6
@@ -238,21 +286,38 @@ def comma_list(choices):
     return parse
 
 # %% ../nbs/17_bench.ipynb #8240db64
+QUICK = {'epochs': 1, 'max_images': 400}  # --quick: one measured epoch on 400 images (under a minute on 2 cores)
+
 def bench_main(argv=None):
     "`timmdata bench`: run the benchmark, print the table, write JSON and a PNG chart."
-    p = argparse.ArgumentParser(prog='timmdata bench', description=bench_main.__doc__)
-    p.add_argument('--root', help='image folder with class subfolders (default: the generated sample dataset, train split)')
+    p = argparse.ArgumentParser(prog='timmdata bench', formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                description=bench_main.__doc__ + f" Contenders: {', '.join(LOADERS)}, and the decode limit "
+                                '(PIL decoding alone, one core times the workers). Ctrl-C prints and saves what was measured so far.')
+    p.add_argument('--root', help='image folder with class subfolders (default %(default)s: the generated sample dataset, train split)')
+    p.add_argument('--quick', action='store_true', help=f"a short run: {QUICK['epochs']} measured epoch on {QUICK['max_images']} "
+                   'images (overrides --epochs and --max-images)')
     p.add_argument('--epochs', type=int_at_least(1), default=5, help='measured epochs per loader, after one warm-up epoch')
-    p.add_argument('--batch-size', type=int_at_least(1), default=64)
-    p.add_argument('--workers', type=int_at_least(0), default=2)
+    p.add_argument('--max-images', type=int_at_least(1), default=None, help='time on this many images (default %(default)s: all)')
+    p.add_argument('--batch-size', type=int_at_least(1), default=64, help='images per batch')
+    p.add_argument('--workers', type=int_at_least(0), default=2, help='DataLoader worker processes')
     p.add_argument('--pipelines', type=comma_list(('train', 'eval')), default='train,eval', help="comma-separated: 'train', 'eval'")
-    p.add_argument('--contenders', type=comma_list(tuple(LOADERS)), default='timmdata,timm,torchvision')
+    p.add_argument('--contenders', type=comma_list(tuple(LOADERS)), default=','.join(LOADERS),
+                   help=f"comma-separated, of: {', '.join(LOADERS)}")
+    p.add_argument('--bad-sample', choices=('raise', 'skip'), default='raise',
+                   help='an image that cannot be decoded: stop and name it, or leave it out for every contender')
     p.add_argument('--out', default='out/bench', help='folder for bench.json and bench.png')
+    p.add_argument('--no-progress', action='store_true', help='no progress bar')
     a = p.parse_args(argv)
-    res = bench_loaders(bench_root(a.root), a.pipelines, a.contenders, a.epochs, a.batch_size, a.workers)
+    epochs, max_images = (QUICK['epochs'], QUICK['max_images']) if a.quick else (a.epochs, a.max_images)
+    res = bench_loaders(bench_root(a.root), a.pipelines, a.contenders, epochs, a.batch_size, a.workers,
+                        progress=not a.no_progress, max_images=max_images, bad_sample=a.bad_sample)
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     (out / 'bench.json').write_text(json.dumps(res, indent=1))
+    if res['left_out']: print(f"left out {len(res['left_out'])} image(s) that cannot be decoded, e.g. {res['left_out'][0]}")
+    if res.get('interrupted'): print('interrupted: the table holds the epochs measured so far')
+    if not res['pipelines']:
+        print(f'no epoch was measured; wrote {out / "bench.json"}'); return 130 if res.get('interrupted') else 0
     plot_results(res, out / 'bench.png')
     print(format_table(res))
     print(f'wrote {out / "bench.json"} and {out / "bench.png"}')
-    return res
+    return 130 if res.get('interrupted') else res

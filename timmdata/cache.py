@@ -11,7 +11,7 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 from .readers import CsvReader, Reader, create_reader
-from .decode import check_pixels, convert_mode
+from .decode import ImageDecodeError, check_pixels, convert_mode
 from .transforms import str_to_pil_interp
 from .store import (BUILD_STATE, STORE_FILES, STORE_FORMATS, STORE_MANIFEST, STORE_VERSION, atomic_file, fsync_dir,
                             is_store, read_json, source_digest, source_file_key, source_rows, write_json_atomic)
@@ -250,19 +250,14 @@ def _planted_lock(path: Path) -> OSError:
     return OSError(f'{str(path)!r} is a symbolic or hard link (or not a file): the build lock is never opened through a link, '
                    f'which could truncate a file elsewhere; remove it (it is not one timmdata made) and run again')
 
-def _lock_holder(path: Path) -> str:
-    try: return path.read_text().strip() or 'another process'
-    except OSError: return 'another process'
+def _lock_moved(fd: int, path: Path) -> bool:
+    "Whether `path` is no longer the file `fd` has open: its holder removed it when done (`build_lock(remove=True)`)."
+    try: a, b = os.stat(path), os.fstat(fd)
+    except FileNotFoundError: return True
+    return (a.st_ino, a.st_dev) != (b.st_ino, b.st_dev)
 
-@contextmanager
-def build_lock(dst: Path, # the store's folder (created)
-               timeout: float | None = None, # seconds to wait for another builder; None: as long as it builds
-               progress: bool = True, # say once that this process waits, and for whom
-              ):
-    "Holds `dst`'s build lock for a `with` block, waiting while another process builds there; yields whether it waited."
-    if fcntl is None and msvcrt is None: raise OSError('this platform offers no file lock (fcntl or msvcrt) to guard a store build')
-    dst.mkdir(parents=True, exist_ok=True)
-    path = dst / BUILD_LOCK
+def _open_lock(path: Path) -> int:
+    "The lock file opened for writing, never through a link (symbolic or hard) or onto anything but a regular file."
     if path.is_symlink(): raise _planted_lock(path)  # O_NOFOLLOW below is the check that cannot race; this one names it where it is missing
     try: fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, 'O_NOFOLLOW', 0), 0o644)
     except OSError as e:
@@ -271,9 +266,28 @@ def build_lock(dst: Path, # the store's folder (created)
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a hard link: another name of a file elsewhere, never truncated
         os.close(fd); raise _planted_lock(path)
+    return fd
+
+def _lock_holder(path: Path) -> str:
+    try: return path.read_text().strip() or 'another process'
+    except OSError: return 'another process'
+
+@contextmanager
+def build_lock(dst: Path, # the store's folder (created)
+               timeout: float | None = None, # seconds to wait for another builder; None: as long as it builds
+               progress: bool = True, # say once that this process waits, and for whom
+               remove: bool = False, # delete the lock file when done (a folder of results with nothing else in it)
+              ):
+    "Holds `dst`'s build lock for a `with` block, waiting while another process builds there; yields whether it waited."
+    if fcntl is None and msvcrt is None: raise OSError('this platform offers no file lock (fcntl or msvcrt) to guard a store build')
+    dst.mkdir(parents=True, exist_ok=True)
+    path = dst / BUILD_LOCK
+    fd = _open_lock(path)
     t0, waited = time.monotonic(), False
     try:
-        while not _try_lock(fd):
+        while not _try_lock(fd) or _lock_moved(fd, path):
+            if fcntl is not None and _lock_moved(fd, path):  # ours now, but its holder removed the file: lock the new one
+                os.close(fd); fd = _open_lock(path); continue
             if timeout is not None and time.monotonic() - t0 >= timeout:
                 raise TimeoutError(f'{_lock_holder(path)} is building the image store {str(dst)!r}; waited {timeout:g} s for it. '
                                    f'Run this again once it is done, or pass a longer lock_timeout (None: wait while it builds)')
@@ -283,6 +297,9 @@ def build_lock(dst: Path, # the store's folder (created)
         except OSError: pass  # who holds the lock is only for messages
         yield waited
     finally:
+        if remove:  # still held: a waiter that opened this file sees it moved and locks a new one
+            try: os.unlink(path)
+            except OSError: pass
         if fcntl is None:
             try: os.lseek(fd, 0, os.SEEK_SET); msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
             except OSError: pass
@@ -351,11 +368,18 @@ def cache_main(argv: list[str] | None = None) -> int:
     ap.add_argument('--overwrite', action='store_true', help='rebuild even when the store is up to date')
     ap.add_argument('--lock-timeout', type=float, default=None,
                     help='seconds to wait while another process builds into DST (default: as long as it builds)')
+    ap.add_argument('--bad-sample', choices=('skip', 'raise'), default='skip',
+                    help='an image that cannot be decoded: left out and listed in DST/bad_images.txt (default skip); '
+                         'raise: the same, then exit status 2 naming the first')
     a = ap.parse_args(argv)
     try: _check_build_args(a.format, a.side, 'bicubic', a.max_size, a.quality, a.chunk_size)
     except ValueError as e: ap.error(str(e))  # a bad option value: argparse's one-line error, exit 2
     try:
-        build_cache(a.src, a.dst, max_size=a.max_size, format=a.format, quality=a.quality, num_workers=a.workers,
-                    side=a.side, chunk_size=a.chunk_size, overwrite=a.overwrite, lock_timeout=a.lock_timeout)
+        m = build_cache(a.src, a.dst, max_size=a.max_size, format=a.format, quality=a.quality, num_workers=a.workers,
+                        side=a.side, chunk_size=a.chunk_size, overwrite=a.overwrite, lock_timeout=a.lock_timeout)
     except KeyboardInterrupt: return 130
+    if a.bad_sample == 'raise' and m.get('num_bad'):
+        _, name, why = (Path(a.dst) / 'bad_images.txt').read_text(encoding='utf-8').splitlines()[1].split('\t', 2)
+        raise ImageDecodeError(f"{m['num_bad']} source image(s) could not be decoded, the first {name} in {a.src} ({why}); the store "
+                               f'{a.dst} leaves them out (listed in its bad_images.txt): fix them, or pass --bad-sample skip')
     return 0

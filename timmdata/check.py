@@ -7,18 +7,18 @@ from __future__ import annotations
 import argparse, multiprocessing as mp, os, re, sys, tempfile, time, warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 import torch
 from tqdm import tqdm
 from . import decode
 from .bench import int_at_least
 from .decode import decode_image
-from .readers import Reader, create_reader
+from .readers import FolderReader, Reader, create_reader, natural_key
 from .store import StoreDamagedError
 
 # %% auto #0
-__all__ = ['check_image', 'printable', 'BadImage', 'CheckResult', 'usable_cpus', 'check_images', 'check_main']
+__all__ = ['check_image', 'printable', 'BadImage', 'CheckResult', 'usable_cpus', 'check_images', 'not_images', 'check_main']
 
 # %% ../nbs/26_check.ipynb #80c4c161
 class _Fd2Trap:
@@ -33,9 +33,16 @@ class _Fd2Trap:
         os.dup2(self.saved, 2); os.close(self.saved)
         self.f.seek(0); self.text = self.f.read().decode('utf-8', 'replace').strip()
 
+_IN_WORDS = [  # PIL's messages that name an in-memory file by its repr (a different address each run), said in words
+    (re.compile(r'cannot identify image file <_io\.BytesIO object at 0x[0-9a-f]+>'),
+     'not an image Pillow can read: an unknown format, or not an image at all'),
+    (re.compile(r'\s*<_io\.BytesIO object at 0x[0-9a-f]+>'), '')]
+
 def _one_line(e: Exception) -> str:
-    "`Type: message` on one line, PIL's `<_io.BytesIO object at 0x...>` (a different address each run) said as '<bytes>'."
-    return f'{type(e).__name__}: ' + re.sub(r'<_io\.BytesIO object at 0x[0-9a-f]+>', '<bytes>', ' '.join(str(e).split()))
+    "`Type: message` on one line, in words: no placeholder such as PIL's `<_io.BytesIO object at 0x...>`."
+    msg = ' '.join(str(e).split())
+    for pat, words in _IN_WORDS: msg = pat.sub(words, msg)
+    return f'{type(e).__name__}: {msg}'
 
 def check_image(src, # a path, bytes, a file-like object, or decoded uint8 HWC pixels (what a reader returns)
                 mode: str = 'RGB', # the PIL mode to decode to, as `ImageDataset(input_img_mode=...)`
@@ -79,15 +86,19 @@ class CheckResult:
     checked: int
     bad: list
     seconds: float
+    left_out: list = field(default_factory=list) # files under a folder root that are not images by their extension, not checked
     @property
     def ok(self) -> bool: return not self.bad
     @property
     def errors(self) -> list: return [b for b in self.bad if b.kind == 'error']
     def summary(self) -> str:
-        "One line: how many images, how many bad (undecodable / damaged), how long."
+        "One line: how many images, how many bad (undecodable / damaged), how long, how many other files left out."
         n = len(self.bad)
         what = 'all decode' if not n else f'{n} bad ({len(self.errors)} undecodable, {n - len(self.errors)} decode with warnings)'
-        return f'checked {self.checked} images under {self.root!r} in {self.seconds:.1f} s: {what}'
+        k = len(self.left_out)
+        other = ('' if not k else '; 1 other file left out (not an image, by its extension)' if k == 1 else
+                 f'; {k} other files left out (not images, by their extension)')
+        return f'checked {self.checked} images under {self.root!r} in {self.seconds:.1f} s: {what}{other}'
     def __repr__(self): return f'CheckResult({self.summary()})'
 
 # %% ../nbs/26_check.ipynb #8049490b
@@ -145,11 +156,20 @@ def check_images(root, # dataset root: a folder, a .tar or folder of tars, a .cs
                                        f'one of {len(left)} images, the first {rd.filename(left[0])!r}; check them with '
                                        f'check_image one by one, in a separate process') from e
     bad = [BadImage(i, rd.filename(i), kind, reason) for i, kind, reason in sorted(found)]
-    return CheckResult(str(root), n, bad, time.perf_counter() - t0)
+    return CheckResult(str(root), n, bad, time.perf_counter() - t0, not_images(rd))
+
+def not_images(reader: Reader) -> list:
+    "Files under a folder reader's root it leaves out (not images by their extension; hidden ones aside), sorted; [] for other readers."
+    if not isinstance(reader, FolderReader): return []
+    read, out = {reader.filename(i) for i in range(len(reader))}, []
+    for d, _, files in os.walk(reader.root, followlinks=True):  # as the reader walks
+        rel = os.path.relpath(d, reader.root)
+        out += [p for p in (os.path.normpath(os.path.join(rel, f)) for f in files if not f.startswith('.')) if p not in read]
+    return sorted(out, key=natural_key)
 
 # %% ../nbs/26_check.ipynb #5f55cb9a
 def check_main(argv: list[str] | None = None) -> int:
-    "`timmdata check ROOT [--split S] [--workers N] [--errors-only] [--no-progress]`: exit status 1 when an image is bad."
+    "`timmdata check ROOT [--split S] [--workers N] [--errors-only] [--verbose] [--no-progress]`: exit status 1 when an image is bad."
     ap = argparse.ArgumentParser(prog='timmdata check', description='Decode every image of a dataset whole, in parallel, '
                                  'and list the ones that cannot be decoded (or decode with warnings), with the reason.')
     ap.add_argument('root', help='dataset root: a folder, a .tar or folder of .tars, a .csv, or a store')
@@ -157,11 +177,14 @@ def check_main(argv: list[str] | None = None) -> int:
     ap.add_argument('--workers', type=int_at_least(0), default=None, help='decoding processes (default: one per CPU; 0: none)')
     ap.add_argument('--errors-only', action='store_true', help='leave out images that decode but whose decoder warns')
     ap.add_argument('--absolute', action='store_true', help='print absolute file names')
+    ap.add_argument('--verbose', action='store_true', help='also list the files left out as not images')
     ap.add_argument('--no-progress', action='store_true', help='no progress bar')
     a = ap.parse_args(argv)
     rd = create_reader(a.root, split=a.split)
     r = check_images(a.root, a.workers, not a.no_progress, reader=rd, strict=not a.errors_only)
     if a.absolute: r.bad = [b._replace(filename=rd.filename(b.index, absolute=True)) for b in r.bad]
     for b in r.bad: print(b)
-    print(r.summary(), flush=True)
+    if a.verbose:
+        for f in r.left_out: print(f'{f}: left out, not an image (its extension is not an image extension)')
+    print(r.summary() + (' (--verbose lists them)' if r.left_out and not a.verbose else ''), flush=True)
     return 1 if r.bad else 0

@@ -4,32 +4,46 @@
 
 # %% ../nbs/18_cli.ipynb #0575100d
 from __future__ import annotations
-import argparse, json, os, platform, sys, time
+import argparse, contextlib, importlib, json, os, platform, re, sys, time, warnings
 from pathlib import Path
-import torch
-from tqdm.auto import tqdm
-from . import __version__, decode
-from .bench import bench_main, int_at_least
-from .cache import cache_main
-from .check import check_main, usable_cpus
-from .collate import shm_report
-from .dataset import ImageDataset
-from .loader import create_loader
-from .prefetch import resolve_device
-from .readers import NoImagesError
-from .shards import shards_main
-from .sample_data import make_sample_dataset, default_sample_root, IMAGENETTE_CLASSES
-from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from . import __version__
 
 # %% auto #0
-__all__ = ['USER_ERRORS', 'COMMANDS', 'CliError', 'fail', 'save_batch_grid', 'demo_main', 'info', 'info_main', 'usage',
-           'profile_main', 'main']
+__all__ = ['USER_ERRORS', 'LIBRARY_ERRORS', 'BAD_DATA', 'COMMANDS', 'ROOT_ARG', 'CliError', 'is_user_error', 'user_message',
+           'fail', 'warnings_counted', 'save_batch_grid', 'demo_main', 'info', 'info_main', 'usage', 'job',
+           'dataset_root', 'profile_main', 'main']
 
 # %% ../nbs/18_cli.ipynb #293d9d4e
 class CliError(Exception):
     "A mistake in what the user asked for: `main` prints it as one line on stderr and exits with status 2."
 
-USER_ERRORS = (CliError, NoImagesError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+USER_ERRORS = (CliError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+# the library's errors for a user's mistake or damaged data, by module: looked up only in modules already imported
+# (a module never imported raised nothing), so that the command line starts without importing torch
+LIBRARY_ERRORS = {'timmdata.readers': ('NoImagesError',), 'timmdata.decode': ('ImageDecodeError',),
+                  'timmdata.shard_io': ('ShardError',), 'timmdata.store': ('StoreDamagedError', 'StaleStoreError')}
+BAD_DATA = ('ImageDecodeError', 'ShardError')  # damaged images: the line says how to skip them and how to list them
+
+def _library_error(e: BaseException, names=None) -> bool:
+    return any(isinstance(e, getattr(sys.modules[m], n)) for m, ns in LIBRARY_ERRORS.items() if m in sys.modules
+               for n in ns if names is None or n in names)
+
+def is_user_error(e: BaseException) -> bool:
+    "Whether `e` is a user's mistake or damaged data (one line, status 2), rather than a bug (a traceback)."
+    return isinstance(e, USER_ERRORS) or _library_error(e)
+
+def user_message(e: BaseException, # the error
+                 root=None, # the dataset the command read, for the `timmdata check` hint
+                ) -> str:
+    "`e` as one line for a shell user: a DataLoader worker's traceback cut away, the library's Python hints said as flags."
+    s = str(e)
+    if 'Original Traceback' in s:  # torch re-raises a worker's error with the worker's traceback in the message
+        last = [l for l in s.splitlines() if l.strip()][-1]
+        s = re.sub(r'^[\w.]*(Error|Exception|Warning): ', '', last.strip())
+    s = ' '.join(s.split()).replace("bad_sample='skip'", '--bad-sample skip')
+    if _library_error(e, BAD_DATA) and 'timmdata check' not in s:
+        s += f"; `timmdata check {root or 'ROOT'}` lists every damaged file"
+    return s
 
 def fail(prog: str, # who speaks: 'timmdata demo'
          message, # what is wrong (a string or an exception)
@@ -39,12 +53,24 @@ def fail(prog: str, # who speaks: 'timmdata demo'
     print(f"{prog}: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
     raise SystemExit(status)
 
+# %% ../nbs/18_cli.ipynb #b1d6a0c2
+@contextlib.contextmanager
+def warnings_counted():
+    "Inside `with`: the skipped-sample warnings are counted (a list of them) instead of printed, one a sample."
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        seen = []
+        yield seen
+    seen += [w for w in caught if str(w.message).startswith('skipped ')]
+    for w in caught:
+        if not str(w.message).startswith('skipped '): warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
 # %% ../nbs/18_cli.ipynb #cde1e2f8
-def save_batch_grid(x: torch.Tensor, # a normalised float batch (N, 3, H, W)
-                    y: torch.Tensor, # integer labels
+def save_batch_grid(x, # a normalised float batch (N, 3, H, W), a torch.Tensor
+                    y, # integer labels, a torch.Tensor
                     classes: list, # class names by label
                     path, # PNG to write
-                    mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, # the normalisation to undo
+                    mean=None, std=None, # the normalisation to undo (None: ImageNet's)
                     names: dict | None = None, # optional folder name -> readable name
                     n: int = 16, # images shown
                    ):
@@ -52,6 +78,9 @@ def save_batch_grid(x: torch.Tensor, # a normalised float batch (N, 3, H, W)
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    import torch
+    from timmdata.config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+    mean, std = mean or IMAGENET_DEFAULT_MEAN, std or IMAGENET_DEFAULT_STD
     x = x[:n].detach().float().cpu()
     x = (x * torch.tensor(std).view(1, -1, 1, 1) + torch.tensor(mean).view(1, -1, 1, 1)).clamp(0, 1)
     cols = min(8, len(x)); rows = (len(x) + cols - 1) // cols
@@ -66,39 +95,58 @@ def save_batch_grid(x: torch.Tensor, # a normalised float batch (N, 3, H, W)
 # %% ../nbs/18_cli.ipynb #f19a7b99
 def demo_main(argv=None):
     "`timmdata demo`: one training epoch through `create_loader`, images/s, and a PNG of one batch."
-    p = argparse.ArgumentParser(prog='timmdata demo', description=demo_main.__doc__)
+    from timmdata.bench import int_at_least
+    p = argparse.ArgumentParser(prog='timmdata demo', description=demo_main.__doc__,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument('--root', help='image folder with class subfolders, or with train/ and val/ (default: the generated sample dataset)')
     p.add_argument('--batch-size', type=int_at_least(1), default=64)
     p.add_argument('--workers', type=int_at_least(0), default=2)
+    p.add_argument('--bad-sample', choices=('raise', 'skip'), default='raise',
+                   help='an image that cannot be decoded: stop and name it, or skip it (counted)')
     p.add_argument('--out', default='out/demo_batch.png', help='where to save the picture of one batch')
     p.add_argument('--no-progress', action='store_true', help='no progress bar (for logs and notebooks)')
     a = p.parse_args(argv)
+    from tqdm.auto import tqdm
+    from timmdata.dataset import ImageDataset
+    from timmdata.loader import create_loader
+    from timmdata.sample_data import make_sample_dataset, default_sample_root, IMAGENETTE_CLASSES
     if a.root is None:
         root = default_sample_root()
         print(f'sample dataset: {root} (made when missing)')
         make_sample_dataset(root)
     else: root = a.root  # the reader says what is wrong with it, if anything
-    ds = ImageDataset(str(root), split='train')
+    ds = ImageDataset(str(root), split='train', bad_sample=a.bad_sample)
     loader = create_loader(ds, (3, 224, 224), a.batch_size, is_training=True, color_jitter=0.4, num_workers=a.workers)
     n, first = 0, None
     t = time.perf_counter()
-    for x, y in tqdm(loader, desc='one training epoch', unit='batch', disable=a.no_progress):
-        if first is None: first = (x, y)
-        n += len(x)
+    with warnings_counted() as skipped:  # --bad-sample skip: one line at the end instead of a warning per image
+        for x, y in tqdm(loader, desc='one training epoch', unit='batch', disable=a.no_progress):
+            if first is None: first = (x, y)
+            n += len(x)
     dt = time.perf_counter() - t
     if first is None:  # training drops the last incomplete batch
         raise CliError(f'no batch came out of {str(root)!r}: it holds {len(ds)} training images, fewer than one batch '
                        f'({a.batch_size}); pass a smaller --batch-size')
     print(f'{n} images in {dt:.2f} s: {n / dt:.0f} images/s ({len(ds.classes)} classes, batch {a.batch_size}, '
           f'{a.workers} workers, device {first[0].device})')
+    print('  one epoch, including the workers\' start-up; `timmdata bench` measures the steady state (warm workers, '
+          'median of several epochs) against timm and torchvision')
+    bad = ds.bad_samples
+    if bad or skipped:
+        print(f'skipped {len(bad)} damaged image(s), e.g. {ds.filename(bad[0]) if bad else "?"}; '
+              f'`timmdata check {root}` lists them all')
     path = save_batch_grid(*first, ds.classes, a.out, names=IMAGENETTE_CLASSES)
     print(f'saved one batch to {path}')
-    return {'images': n, 'seconds': dt, 'png': str(path)}
+    return {'images': n, 'seconds': dt, 'png': str(path), 'skipped': len(bad)}
 
 # %% ../nbs/18_cli.ipynb #c6d0b724
 def info() -> dict:
     "What this installation runs with: versions, the C extension, the JPEG decoder, the loader's device, the CPUs."
-    import PIL, torchvision
+    import PIL, torch, torchvision
+    from timmdata import decode
+    from timmdata.check import usable_cpus
+    from timmdata.collate import shm_report
+    from timmdata.prefetch import resolve_device
     native = decode.native is not None
     jpeg = decode.decoder_name()  # the decoders in the order tried, e.g. native (crop box only) + TorchCodec + PIL
     dev = resolve_device(None)
@@ -130,27 +178,52 @@ def info_main(argv=None):
     return d
 
 # %% ../nbs/18_cli.ipynb #51e0348d
-COMMANDS = {  # name: (job taking argv, one line for the help)
+COMMANDS = {  # name: (the job taking argv, or 'module:function' imported when the command runs; one line for the help)
     'demo': (demo_main, 'load one epoch of a folder (default: generated sample data), print images/s, save a batch picture'),
-    'bench': (bench_main, 'compare timmdata with timm, torchvision and the JPEG decode limit'),
-    'cache': (cache_main, 'decode a dataset once into a memory-mapped store for fast many-epoch training'),
-    'check': (check_main, 'decode every image of a dataset whole, in parallel, and list the damaged ones (exit status 1 if any)'),
+    'bench': ('timmdata.bench:bench_main', 'compare timmdata with timm, torchvision and the JPEG decode limit (--quick: under a minute)'),
+    'cache': ('timmdata.cache:cache_main', 'decode a dataset once into a memory-mapped store for fast many-epoch training'),
+    'check': ('timmdata.check:check_main', 'decode every image of a dataset whole, in parallel, and list the damaged ones (exit status 1 if any)'),
     'info': (info_main, 'versions, the C extension, the JPEG decoder, the device and the CPUs (for bug reports)'),
-    'shards': (shards_main, 'write WebDataset tar shards (timm\'s wds layout and _info.json) for streaming; a rerun resumes'),
+    'shards': ('timmdata.shards:shards_main', 'write WebDataset tar shards (timm\'s wds layout and _info.json) for streaming; a rerun resumes'),
 }
+ROOT_ARG = {'demo': '--root', 'bench': '--root', 'cache': 0, 'check': 0, 'shards': 0}  # where a command's dataset is named
 
 def usage() -> str:
-    return ('usage: timmdata {' + ','.join(COMMANDS) + '} [options]\n'
+    return ('usage: timmdata {' + ','.join(COMMANDS) + '} [options] [--debug]\n'
             + ''.join(f'  {k:<6} {h}\n' for k, (_, h) in COMMANDS.items())
-            + 'run `timmdata COMMAND --help` for its options; `timmdata --version` for the version')
+            + 'run `timmdata COMMAND --help` for its options; `timmdata --version` for the version;\n'
+            + '--debug (or TIMMDATA_DEBUG=1) shows the traceback of an error that is otherwise one line')
 
-# %% ../nbs/18_cli.ipynb #5087cfe2
-from .threads import profile_loader
+def job(cmd: str):
+    "The function that runs command `cmd`, its module imported now."
+    j = COMMANDS[cmd][0]
+    if isinstance(j, str):
+        mod, fn = j.split(':')
+        j = getattr(importlib.import_module(mod), fn)
+    return j
+
+def dataset_root(cmd: str, argv: list):
+    "The dataset a command line names (for the `timmdata check` hint), or None."
+    where = ROOT_ARG.get(cmd)
+    if isinstance(where, str):
+        for i, a in enumerate(argv):
+            if a == where and i + 1 < len(argv): return argv[i + 1]
+            if a.startswith(where + '='): return a.split('=', 1)[1]
+        return None
+    pos = [a for a in argv if not a.startswith('-')]
+    return pos[where] if where is not None and len(pos) > where else None
 
 # %% ../nbs/18_cli.ipynb #298660ae
 def profile_main(argv=None):
     "`timmdata profile ROOT`: a short training epoch, where its time goes, and whether loading keeps up with a model step."
-    p = argparse.ArgumentParser(prog='timmdata profile', description=profile_main.__doc__)
+    from timmdata.bench import int_at_least  # imported when the command runs: `timmdata --help` stays fast
+    from timmdata.check import usable_cpus
+    from timmdata.dataset import ImageDataset
+    from timmdata.loader import create_loader
+    from timmdata.prefetch import resolve_device
+    from timmdata.threads import profile_loader
+    p = argparse.ArgumentParser(prog='timmdata profile', description=profile_main.__doc__,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument('root', help='image folder with class subfolders')
     p.add_argument('--model-step-ms', type=float, default=None, help="the model's step per batch, simulated by a sleep (default: none)")
     p.add_argument('--batches', type=int_at_least(1), default=20, help='batches to measure (after one warm-up batch)')
@@ -158,29 +231,38 @@ def profile_main(argv=None):
     p.add_argument('--workers', type=int_at_least(0), default=usable_cpus(), help='num_workers (default: the usable CPUs)')
     p.add_argument('--worker-mode', choices=('process', 'thread'), default='process')
     p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
+    p.add_argument('--bad-sample', choices=('raise', 'skip'), default='raise',
+                   help='an image that cannot be decoded: stop and name it, or skip it (counted)')
     a = p.parse_args(argv)
     if a.model_step_ms is not None and a.model_step_ms < 0: raise CliError(f'--model-step-ms must be >= 0; got {a.model_step_ms:g}')
-    ld = create_loader(ImageDataset(a.root), 224, a.batch_size, is_training=not a.eval, num_workers=a.workers,
+    ld = create_loader(ImageDataset(a.root, bad_sample=a.bad_sample), 224, a.batch_size, is_training=not a.eval, num_workers=a.workers,
                        worker_mode=a.worker_mode, device=resolve_device(None))
     st, why = profile_loader(ld, a.model_step_ms, a.batches)
     print(st.table()); print(why)
     return 0
 
 COMMANDS['profile'] = (profile_main, 'a short epoch: where the loading time goes, and whether it keeps up with a model step')
+ROOT_ARG['profile'] = 0
 
 # %% ../nbs/18_cli.ipynb #65c088d7
 def main(argv=None) -> int:
     "The `timmdata` console script: runs a job's `*_main(argv)`; returns the exit status, exits 2 on a user's mistake."
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = '--debug' in argv or os.environ.get('TIMMDATA_DEBUG', '').strip() not in ('', '0')
+    argv = [a for a in argv if a != '--debug']
     if argv[:1] in (['-h'], ['--help']): print(usage()); return 0
     if argv[:1] == ['--version']: print(f'timmdata {__version__}'); return 0
     if not argv: print(usage(), file=sys.stderr); raise SystemExit(2)
     cmd = argv[0]
     if cmd not in COMMANDS:
         fail('timmdata', f"unknown command {cmd!r}; expected one of {', '.join(COMMANDS)} (see timmdata --help)")
-    try: res = COMMANDS[cmd][0](argv[1:])
-    except USER_ERRORS as e: fail(f'timmdata {cmd}', e)
-    except KeyboardInterrupt: fail(f'timmdata {cmd}', 'interrupted', status=130)
+    try: res = job(cmd)(argv[1:])
+    except KeyboardInterrupt:
+        if debug: raise
+        fail(f'timmdata {cmd}', 'interrupted', status=130)
+    except Exception as e:
+        if debug or not is_user_error(e): raise  # a bug: its traceback
+        fail(f'timmdata {cmd}', user_message(e, dataset_root(cmd, argv[1:])))
     return res if isinstance(res, int) else 0  # the console script exits with this: 0 unless a job says otherwise
 
 # %% ../nbs/18_cli.ipynb #4ba0f6a3

@@ -6,10 +6,11 @@
 from __future__ import annotations
 import inspect, io, os
 import numpy as np
-from .readers import Reader, load_class_map, unset
+from .readers import Reader, load_class_map, split_names, unset
+
 
 # %% auto #0
-__all__ = ['import_datasets', 'hf_class_to_idx', 'image_bytes', 'HfdsReader', 'HfidsSource']
+__all__ = ['import_datasets', 'hf_class_to_idx', 'image_bytes', 'load_split', 'HfdsReader', 'HfidsSource']
 
 # %% ../nbs/29_hf_readers.ipynb #a0bce122
 def import_datasets():
@@ -58,10 +59,27 @@ def _load_map(name: str, root, split: str, trust_remote_code: bool, load_kwargs:
     if os.path.isdir(name) and (os.path.exists(os.path.join(name, 'state.json')) or os.path.exists(os.path.join(name, 'dataset_dict.json'))):
         ds = datasets.load_from_disk(name)
         if isinstance(ds, datasets.DatasetDict):
-            if split not in ds: raise KeyError(f'{name!r} has no split {split!r}; it has {list(ds)}')
-            ds = ds[split]
+            found = next((s for s in split_names(split) if s in ds), None)  # timm's synonyms: 'validation' finds 'val'
+            if found is None: raise KeyError(f'{name!r} has no split {split!r}; it has {list(ds)}')
+            ds = ds[found]
         return ds
-    return datasets.load_dataset(name, split=split, cache_dir=root, **_remote_code(trust_remote_code, datasets.load_dataset), **load_kwargs)
+    return load_split(lambda s: datasets.load_dataset(name, split=s, cache_dir=root, **_remote_code(trust_remote_code, datasets.load_dataset),
+                                                      **load_kwargs), split)[0]
+
+_NO_SPLIT = ('Unknown split', 'Bad split')  # datasets' ValueError for a split it lacks (map-style, streaming)
+
+def load_split(load, # load(split) -> a dataset; raises ValueError('Unknown split ...') for a split it does not have
+               split: str, # the split asked for
+              ) -> tuple:
+    "(dataset, the split name that loaded): `split`, else the first of timm's synonyms the dataset has."
+    try: return load(split), split
+    except ValueError as e:
+        if not any(m in str(e) for m in _NO_SPLIT): raise
+        for s in split_names(split)[1:]:
+            try: return load(s), s
+            except ValueError as e2:
+                if not any(m in str(e2) for m in _NO_SPLIT): raise
+        raise
 
 class HfdsReader(Reader):
     "A map-style Hugging Face dataset as a reader: `reader[i] -> (encoded image bytes, label)`."
@@ -131,8 +149,8 @@ class HfidsSource:
         datasets = import_datasets()
         self.allow_paths = allow_paths
         input_key, target_key = input_key or 'image', target_key or 'label'  # None: the defaults (as a stream dataset passes them)
-        ds = datasets.load_dataset(name, split=split, streaming=True, cache_dir=root,
-                                   **_remote_code(trust_remote_code, datasets.load_dataset), **load_kwargs)
+        ds, split = load_split(lambda s: datasets.load_dataset(name, split=s, streaming=True, cache_dir=root,
+                               **_remote_code(trust_remote_code, datasets.load_dataset), **load_kwargs), split)
         self.name, self.split, self.input_key, self.target_key = name, split, input_key, target_key
         self._where = f'Hugging Face stream {name!r} split {split!r}'
         feats = ds.features

@@ -4,19 +4,18 @@
 
 # %% ../nbs/01_readers.ipynb #a1a09809
 from __future__ import annotations
-import csv, os, re, tarfile, threading, warnings
+import csv, importlib, os, re, tarfile, threading, warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 import numpy as np
-from fastcore.basics import patch
 from .untrusted import MAX_JSON_BYTES, UnsafeNameError, relative_name, walk_tree
 
 # %% auto #0
 __all__ = ['IMG_EXTENSIONS', 'natural_key', 'unset', 'get_img_extensions', 'is_img_extension', 'add_img_extensions',
            'del_img_extensions', 'set_img_extensions', 'load_class_map', 'Reader', 'NoImagesError', 'FolderReader',
-           'TarReader', 'CsvReader', 'find_split', 'register_reader', 'reader_kinds', 'create_reader',
-           'register_scheme']
+           'TarReader', 'CsvReader', 'find_split', 'split_names', 'timm_split_name', 'register_reader', 'reader_kinds',
+           'create_reader', 'register_scheme']
 
 # %% ../nbs/01_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -173,6 +172,27 @@ def _scan_tar(path: str, exts) -> list:
                          f'marker there; copy or write the tar again (`timmdata check` lists damaged files)')
     return rows
 
+class _Fd:
+    "A read-only file descriptor that closes itself when its last reference goes (a read in flight keeps it open)."
+    __slots__ = ('fd',)
+    def __init__(self, path: str): self.fd = os.open(path, os.O_RDONLY | getattr(os, 'O_BINARY', 0))
+    def __del__(self):
+        try: os.close(self.fd)
+        except OSError: pass
+
+def _read_at(f: _Fd, size: int, offset: int, lock) -> bytes:
+    "`size` bytes at `offset` (fewer at the end of the file): `os.pread`, or seek + read under `lock` where it is missing."
+    pread = getattr(os, 'pread', None)
+    if pread is not None: return pread(f.fd, size, offset)
+    parts, left = [], size
+    with lock:  # the file position is shared: one seek-and-read at a time
+        os.lseek(f.fd, offset, os.SEEK_SET)
+        while left:
+            b = os.read(f.fd, left)
+            if not b: break
+            parts.append(b); left -= len(b)
+    return b''.join(parts)
+
 class TarReader(Reader):
     "Images inside one uncompressed .tar of class folders, or a folder of per-class .tar files."
     def __init__(self, root, # a .tar file, or a folder holding .tar files
@@ -207,73 +227,44 @@ class TarReader(Reader):
         self._targets = np.array([k[2] for k in keep], dtype=np.int64)
         self._pid, self._files, self._lock = None, OrderedDict(), None
 
-# %% ../nbs/01_readers.ipynb #597f7081
-class _Fd:
-    "A read-only file descriptor that closes itself when its last reference goes (a read in flight keeps it open)."
-    __slots__ = ('fd',)
-    def __init__(self, path: str): self.fd = os.open(path, os.O_RDONLY | getattr(os, 'O_BINARY', 0))
+    def _fd(self, ti: int) -> _Fd:
+        "Tar `ti`'s handle in this process, opened on first use; the least recently read beyond `max_open_files` is dropped."
+        if self._pid != os.getpid():  # forked (or new): never use the parent's handles (dropping our copies closes only them)
+            self._files, self._lock, self._pid = OrderedDict(), threading.Lock(), os.getpid()
+        with self._lock:
+            f = self._files.get(ti)
+            if f is not None: self._files.move_to_end(ti); return f
+            f = self._files[ti] = _Fd(self._tars[ti])
+            while len(self._files) > self.max_open_files: self._files.popitem(last=False)
+        return f
+
+    def __getitem__(self, i: int):
+        ti, off, size = int(self._tar_idx[i]), int(self._offsets[i]), int(self._sizes[i])
+        data = _read_at(self._fd(ti), size, off, self._lock)
+        if len(data) != size: raise OSError(f'tar {self._tars[ti]!r} ended early: member {self._names[i]!r} has {len(data)} of {size} bytes')
+        return data, int(self._targets[i])
+
+    def close(self):
+        "Close this process's open tar files (they reopen on the next read; one being read closes when its read ends)."
+        files, self._files = self._files, OrderedDict()
+        files.clear()
+
     def __del__(self):
-        try: os.close(self.fd)
-        except OSError: pass
+        try: self.close()
+        except Exception: pass
 
-def _read_at(f: _Fd, size: int, offset: int, lock) -> bytes:
-    "`size` bytes at `offset` (fewer at the end of the file): `os.pread`, or seek + read under `lock` where it is missing."
-    pread = getattr(os, 'pread', None)
-    if pread is not None: return pread(f.fd, size, offset)
-    parts, left = [], size
-    with lock:  # the file position is shared: one seek-and-read at a time
-        os.lseek(f.fd, offset, os.SEEK_SET)
-        while left:
-            b = os.read(f.fd, left)
-            if not b: break
-            parts.append(b); left -= len(b)
-    return b''.join(parts)
+    def __getstate__(self):
+        d = self.__dict__.copy(); d['_pid'], d['_files'], d['_lock'] = None, OrderedDict(), None  # handles are per process
+        return d
 
-@patch
-def _fd(self:TarReader, ti: int) -> _Fd:
-    "Tar `ti`'s handle in this process, opened on first use; the least recently read beyond `max_open_files` is dropped."
-    if self._pid != os.getpid():  # forked (or new): never use the parent's handles (dropping our copies closes only them)
-        self._files, self._lock, self._pid = OrderedDict(), threading.Lock(), os.getpid()
-    with self._lock:
-        f = self._files.get(ti)
-        if f is not None: self._files.move_to_end(ti); return f
-        f = self._files[ti] = _Fd(self._tars[ti])
-        while len(self._files) > self.max_open_files: self._files.popitem(last=False)
-    return f
+    def _filename(self, i): return self._names[i]
 
-@patch
-def __getitem__(self:TarReader, i: int):
-    ti, off, size = int(self._tar_idx[i]), int(self._offsets[i]), int(self._sizes[i])
-    data = _read_at(self._fd(ti), size, off, self._lock)
-    if len(data) != size: raise OSError(f'tar {self._tars[ti]!r} ended early: member {self._names[i]!r} has {len(data)} of {size} bytes')
-    return data, int(self._targets[i])
-
-@patch
-def close(self:TarReader):
-    "Close this process's open tar files (they reopen on the next read; one being read closes when its read ends)."
-    files, self._files = self._files, OrderedDict()
-    files.clear()
-
-@patch
-def __del__(self:TarReader):
-    try: self.close()
-    except Exception: pass
-
-@patch
-def __getstate__(self:TarReader):
-    d = self.__dict__.copy(); d['_pid'], d['_files'], d['_lock'] = None, OrderedDict(), None  # handles are per process
-    return d
-
-@patch
-def _filename(self:TarReader, i): return self._names[i]
-
-@patch
-def filename(self:TarReader, i: int, basename: bool = False, absolute: bool = False) -> str:
-    "Member name (per-class tars: `<tar file>/<member>`); absolute: the tar's absolute path joined with it."
-    rel = self._names[i]
-    if basename: return os.path.basename(rel)
-    if not absolute: return rel
-    return os.path.join(os.path.abspath(self.root), rel)
+    def filename(self, i: int, basename: bool = False, absolute: bool = False) -> str:
+        "Member name (per-class tars: `<tar file>/<member>`); absolute: the tar's absolute path joined with it."
+        rel = self._names[i]
+        if basename: return os.path.basename(rel)
+        if not absolute: return rel
+        return os.path.join(os.path.abspath(self.root), rel)
 
 # %% ../nbs/01_readers.ipynb #cccab7ac
 class CsvReader(Reader):
@@ -334,6 +325,18 @@ def find_split(root, # dataset root
                       f'Pass one of those splits, or split=None to read the whole root on purpose', stacklevel=3)
     return root
 
+# %% ../nbs/01_readers.ipynb #e5b2c7a2
+def split_names(split: str, # a split name; a 'train[:50%]'-style suffix is dropped
+               ) -> list:
+    "`split` and then its synonyms as timm accepts them: 'val' -> ['val', 'valid', 'validation', 'eval', 'evaluation']."
+    name = split.split('[')[0]
+    return [name] + [s for g in _SPLIT_SYNONYMS if name.lower() in g for s in g if s != name]
+
+def timm_split_name(split: str) -> str:
+    "timm's own name for a split: 'train', 'validation' or 'test' for any of their synonyms; another name as it is."
+    g = next((g for g in _SPLIT_SYNONYMS if split.lower() in g), None)
+    return split if g is None else 'validation' if 'validation' in g else g[0]
+
 # %% ../nbs/01_readers.ipynb #3dc62929
 _READERS = {}  # kind -> (make, detect), in registration order
 
@@ -369,7 +372,10 @@ def create_reader(name='', # timm's form: '' (or a kind: 'folder', 'tar', 'csv',
     "The reader for `root` after finding the split: the last-registered kind whose `detect` accepts it, or `kind`."
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     scheme, sep, rest = name.partition('/') if isinstance(name, str) else ('', '', '')
-    if sep and scheme.lower() in _SCHEMES: return _SCHEMES[scheme.lower()](rest, root=root, split=split, class_map=None if unset(class_map) else class_map, **kwargs)
+    if sep and scheme.lower() in _SCHEMES:
+        make = _SCHEMES[scheme.lower()]
+        if isinstance(make, str): make = _SCHEMES[scheme.lower()] = getattr(importlib.import_module(make.split(':')[0]), make.split(':')[1])
+        return make(rest, root=root, split=split, class_map=None if unset(class_map) else class_map, **kwargs)
     if root is None: name, root = '', name  # our form, create_reader(root, ...)
     if unset(kind) and isinstance(name, str) and name in _READERS: kind = name  # timm ignores other plain names ('imagenet')
     if unset(kind): kind = None
@@ -384,7 +390,7 @@ def create_reader(name='', # timm's form: '' (or a kind: 'folder', 'tar', 'csv',
 _SCHEMES = {}  # 'hfds' -> make(name, root=, split=, class_map=, **kwargs): the readers behind timm's scheme names
 
 def register_scheme(scheme: str, # a dataset name's prefix ('hfds' for 'hfds/<name>')
-                    make: Callable): # make(name, root=None, split='train', class_map=None, **kwargs) -> a reader or stream source
+                    make): # make(name, root=None, split='train', class_map=None, **kwargs) -> a reader or stream source; or 'module:function', imported on first use
     "Make `create_reader('<scheme>/<name>', root, split)` known (`timmdata.dataset_factory` registers timm's schemes)."
     if not isinstance(scheme, str) or not scheme or '/' in scheme: raise ValueError(f"scheme must be a name like 'hfds'; got {scheme!r}")
     _SCHEMES[scheme.lower()] = make

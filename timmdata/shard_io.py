@@ -8,7 +8,8 @@ import http.client, json, os, re, socket, subprocess, tempfile, time, urllib.err
 from pathlib import Path
 from typing import Iterator, Optional
 from fastcore.basics import patch
-from .readers import MAX_JSON_BYTES, natural_key, relative_name
+from .readers import MAX_JSON_BYTES, natural_key, relative_name, split_names
+
 
 # %% auto #0
 __all__ = ['MAX_MEMBER_BYTES', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError', 'ShardTruncatedError',
@@ -299,13 +300,15 @@ def _split_shards(root, split: str, info: Optional[dict]) -> tuple:
             if all(b in known for b in names): lengths = [known[b] for b in names]
         return shards, lengths, n if n is not None else (sum(lengths) if lengths else None)
     if info is not None:
-        if spec not in info['splits']:
+        name = next((s for s in split_names(spec) if s in info['splits']), None)  # timm's synonyms: 'validation' finds 'val'
+        if name is None:
             raise ValueError(f"split {spec!r} is not in {join_url(root, '_info.json')}; it has {', '.join(map(repr, info['splits']))}")
-        s, where = info['splits'][spec], f"{shard_name(join_url(root, '_info.json'))} split {spec!r}"
+        s, where = info['splits'][name], f"{shard_name(join_url(root, '_info.json'))} split {name!r}"
         shards = [join_url(root, relative_name(f, where)) for f in s['filenames']]  # names, never URLs or commands
         lengths = list(s['shard_lengths']) if s.get('shard_lengths') else None
         return shards, lengths, n if n is not None else s.get('num_samples', sum(lengths) if lengths else None)
-    shards = [s for s in shard_list(root) if spec in re.split(r'[-_.]', s.rsplit('/', 1)[-1])]
+    listed = shard_list(root)
+    shards = next((sh for n in split_names(spec) if (sh := [s for s in listed if n in re.split(r'[-_.]', s.rsplit('/', 1)[-1])])), [])
     if not shards:
         raise FileNotFoundError(f"no shards of split {spec!r} in {root!r} (no _info.json, and no .tar named like '*{spec}-000000.tar'): "
                                 f"pass split as a pattern like '{spec}-{{000000..000009}}.tar', or write _info.json (timmdata shards)")

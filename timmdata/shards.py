@@ -10,8 +10,8 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 from .cache import build_lock, load_resized
-from .decode import read_source
-from .readers import create_reader, natural_key, unset
+from .decode import ImageDecodeError, read_source
+from .readers import create_reader, natural_key, timm_split_name, unset
 from .store import atomic_file, fsync_dir, is_store, read_json, write_json_atomic
 
 # %% auto #0
@@ -32,21 +32,22 @@ def shard_filename(split: str, # split name
 def find_splits(src, # a folder, a .tar, a .csv or a store
                 split: str | None = None, # one split name: read `src` (or its split folder of that name) as that split
                ) -> dict:
-    "Split name -> the root to read it from: split folders (or `train.tar`, `val.csv`) by their names, else `{'train': src}`."
+    "timm's split name -> the root to read it from: split folders (or `train.tar`, `val.csv`), else `{'train': src}`."
     src = os.fspath(src)
     if not os.path.exists(src): raise FileNotFoundError(f'shard source {src!r} does not exist')
     if split is not None:
         if not split or '/' in split or split.startswith('.'): raise ValueError(f"split must be a plain name like 'train'; got {split!r}")
         p = os.path.join(src, split)
-        return {split: p if os.path.isdir(src) and not is_store(src) and os.path.exists(p) else src}
+        return {timm_split_name(split): p if os.path.isdir(src) and not is_store(src) and os.path.exists(p) else src}
     if os.path.isfile(src) or is_store(src): return {'train': src}
     out = {}
     for e in sorted(os.listdir(src), key=natural_key):
         stem, ext = os.path.splitext(e)
         p = os.path.join(src, e)
         if (os.path.isdir(p) and e.lower() in _SPLIT_NAMES) or (ext.lower() in ('.tar', '.csv') and stem.lower() in _SPLIT_NAMES):
-            if stem in out: raise ValueError(f'{src!r} holds two sources for split {stem!r}: {os.path.basename(out[stem])!r} and {e!r}; pass split=')
-            out[stem] = p
+            name = timm_split_name(stem)  # written under timm's name: val/ becomes 'validation', as create_dataset expects
+            if name in out: raise ValueError(f'{src!r} holds two sources for split {name!r}: {os.path.basename(out[name])!r} and {e!r}; pass split=')
+            out[name] = p
     return out or {'train': src}
 
 # %% ../nbs/31_shards.ipynb #51a164f7
@@ -127,7 +128,7 @@ def _write_shard(job: tuple) -> dict:
                     try: name = reader.filename(i, absolute=True)
                     except Exception: name = f'#{i}'
                     if p['bad_sample'] == 'raise':
-                        raise ValueError(f'sample {i} of split {split!r} ({name}) could not be read or encoded: {type(e).__name__}: {e}; '
+                        raise ImageDecodeError(f'sample {i} of split {split!r} ({name}) could not be read or encoded: {type(e).__name__}: {e}; '
                                          f"fix or remove the file, or pass bad_sample='skip' to leave such samples out") from e
                     bad.append([i, str(name), f'{type(e).__name__}: {e}']); continue
                 key = f'{i:08d}'
@@ -212,7 +213,7 @@ def write_shards(src, # image source: a class folder, a folder of split folders,
                  dst, # folder for the shards and `_info.json` (created)
                  shard_size: int = 1000, # samples per shard (the last shard of a split holds the rest)
                  resize: int | None = None, # store images pre-resized: shorter side this many pixels (never upscaled), JPEG at `quality`
-                 split: str | None = None, # write only this split (its folder under src, or src itself, named so); None: every split found
+                 split: str | None = None, # write only this split (its folder under src, or src itself), under timm's name ('val' -> 'validation'); None: every split
                  quality: int = 90, # JPEG quality of re-encoded images (with `resize`, or from a raw store)
                  interpolation: str = 'bicubic', # downscale filter for `resize`
                  shuffle: bool = True, # shuffle samples once across the split's shards (seeded); False: source order
@@ -241,7 +242,7 @@ def write_shards(src, # image source: a class folder, a folder of split folders,
     plan = [[j[0], j[1], len(j[2])] for j in jobs]  # lists: compared with the JSON record
     state = {'version': 1, 'params': params, 'fingerprint': _fingerprint(readers), 'plan': plan}
     dst.mkdir(parents=True, exist_ok=True)
-    with build_lock(dst, None, progress):
+    with build_lock(dst, None, progress, remove=True):  # the output holds shards and their records only
         done = _start(dst, read_json(dst / SHARD_STATE), plan, state)
         kept = len(done)
         write_json_atomic(dst / SHARD_STATE, {**state, 'shards': done})
@@ -264,15 +265,17 @@ def shards_main(argv: list[str] | None = None) -> dict:
     ap.add_argument('--shard-size', type=int, default=1000, help='samples per shard (default 1000)')
     ap.add_argument('--resize', type=int, default=None, help='store images pre-resized: shorter side N pixels, JPEG')
     ap.add_argument('--quality', type=int, default=90, help='JPEG quality of re-encoded images (default 90)')
-    ap.add_argument('--split', default=None, help='write only this split (default: every split found)')
+    ap.add_argument('--split', default=None, help="write only this split, under timm's name for it (default: every split found)")
     ap.add_argument('--no-shuffle', action='store_true', help='keep the source order (default: shuffled once, seeded)')
     ap.add_argument('--seed', type=int, default=0, help='seed of the shuffle (default 0)')
     ap.add_argument('--workers', type=int, default=0, help='processes writing shards (default 0: this process)')
-    ap.add_argument('--skip-bad', action='store_true', help='leave unreadable images out (listed in _info.json) instead of stopping')
+    ap.add_argument('--bad-sample', choices=('raise', 'skip'), default='raise',
+                    help='an unreadable image: stop and name it (default), or leave it out (listed in _info.json)')
+    ap.add_argument('--skip-bad', action='store_true', help='the same as --bad-sample skip')
     ap.add_argument('--no-progress', action='store_true', help='no progress bar')
     a = ap.parse_args(argv)
     try:
         return write_shards(a.src, a.dst, shard_size=a.shard_size, resize=a.resize, split=a.split, quality=a.quality,
                             shuffle=not a.no_shuffle, seed=a.seed, workers=a.workers,
-                            bad_sample='skip' if a.skip_bad else 'raise', progress=not a.no_progress)
+                            bad_sample='skip' if a.skip_bad else a.bad_sample, progress=not a.no_progress)
     except ValueError as e: ap.error(str(e))

@@ -10,6 +10,9 @@ DIRECTIVE = re.compile(r'^\s*#\s*\|\s*(\w[\w-]*)(.*)$')
 def directives(src):
     return {m.group(1): m.group(2).strip() for m in map(DIRECTIVE.match, src.splitlines()) if m}
 
+# a picture the notebook links to by a path relative to nbs/ (the docs copy nbs/images/): README.md is at the root
+RELATIVE_IMAGE = re.compile(r'(!\[[^\]]*\]\()(?![a-z][a-z0-9+.-]*:|/|#)([^)\s]+)')
+
 def strip_directives(src):
     return '\n'.join(l for l in src.splitlines() if not DIRECTIVE.match(l)).strip('\n')
 
@@ -24,7 +27,7 @@ def render(nb):
     for cell in nb['cells']:
         src = ''.join(cell['source'])
         if cell['cell_type'] == 'markdown':
-            parts.append(src.strip('\n'))
+            parts.append(RELATIVE_IMAGE.sub(r'\1nbs/\2', src.strip('\n')))
             continue
         if cell['cell_type'] != 'code': continue
         d = directives(src)

@@ -1,0 +1,36 @@
+"""The package builds quietly: no setuptools deprecation warning (an SPDX license expression, no License classifier).
+
+Builds a wheel of this checkout with the installed setuptools (offline: no build isolation, no dependencies) into a
+temporary folder; nothing is installed. `pip install -e` prints one more note that no setuptools editable mode
+avoids ("Editable installation..." / "Editable install will be performed using .pth file"), so the install itself is
+not what is scanned."""
+import re, subprocess, sys, zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_builds_without_warnings(tmp_path):
+    setuptools = pytest.importorskip('setuptools')
+    if int(setuptools.__version__.split('.')[0]) < 77: pytest.skip('SPDX license expressions need setuptools >= 77')
+    r = subprocess.run([sys.executable, '-m', 'pip', 'wheel', str(ROOT), '--no-deps', '--no-build-isolation', '--no-index',
+                        '-w', str(tmp_path)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert not re.search(r'warning', out, re.I), out
+    wheels = list(tmp_path.glob('timmdata-*.whl'))
+    assert len(wheels) == 1, out
+    with zipfile.ZipFile(wheels[0]) as z:
+        meta = z.read(next(n for n in z.namelist() if n.endswith('.dist-info/METADATA'))).decode()
+    assert 'License-Expression: Apache-2.0' in meta and 'Classifier: License ::' not in meta, meta[:1500]
+
+
+def test_readme_pictures_are_committed_files():
+    "The README shows its pictures on a code host: each links a file in the repository (made by a notebook cell)."
+    readme = (ROOT / 'README.md').read_text(encoding='utf-8')
+    links = re.findall(r'!\[[^\]]*\]\(([^)\s]+)\)', readme)
+    assert 'nbs/images/data_way.png' in links, links
+    for link in links:
+        assert not re.match(r'[a-z][a-z0-9+.-]*:', link) and (ROOT / link).stat().st_size > 10_000, link

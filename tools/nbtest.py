@@ -1,0 +1,51 @@
+"""`make nbtest`: run every notebook's tests as `nbdev_test` does, with a line per notebook as it finishes.
+
+nbdev_test prints nothing until the last notebook is done (minutes on a small machine); this runs nbdev's own
+`test_nb` on each notebook (the same cells skipped: settings.ini's `tst_flags`), N at a time, and prints a start
+line, then `[k/n] ok|FAIL name (seconds)` as each finishes, then the slowest. Exit status 1 if any failed.
+
+    python tools/nbtest.py                 # every notebook, 2 at a time
+    python tools/nbtest.py --n_workers 4 --flags slow
+    python tools/nbtest.py --path nbs/18_cli.ipynb
+"""
+import argparse, os, sys, time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from nbdev.config import get_config
+from nbdev.doclinks import nbglob
+from nbdev.test import _keep_file, test_nb
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument('--path', default=None, help='a notebook or glob (default: every notebook)')
+    ap.add_argument('--n_workers', type=int, default=2, help='notebooks run at the same time')
+    ap.add_argument('--flags', default='', help='space-separated test flags to run that are normally skipped (slow cuda)')
+    a = ap.parse_args(argv)
+    cfg = get_config()
+    skip, force = cfg.tst_flags.split(), a.flags.split()
+    files = [f.absolute() for f in sorted(nbglob(a.path, as_path=True)) if _keep_file(f, '.notest')]
+    if not files: print('nbtest: no notebooks to test'); return 0
+    print(f'nbtest: {len(files)} notebooks, {a.n_workers} at a time; cells flagged '
+          f"{', '.join(sorted(set(skip) - set(force))) or 'nothing'} skipped; a line as each finishes", flush=True)
+    t0, times, failed = time.time(), {}, []
+    os.chdir(cfg.nbs_path if cfg.nbs_path.exists() else os.getcwd())
+    with ProcessPoolExecutor(max(1, a.n_workers)) as ex:
+        futs = {}
+        for f in files:
+            futs[ex.submit(test_nb, f, skip, force, False, True, cfg.config_path)] = f
+            time.sleep(0.01)  # as nbdev_test: a pause between starts
+        for k, fut in enumerate(as_completed(futs), 1):
+            f = futs[fut]
+            try: ok, dt = fut.result()
+            except Exception as e: ok, dt = False, 0.; print(f'{f.name}: {type(e).__name__}: {e}', file=sys.stderr)
+            times[f.name] = dt
+            if not ok: failed.append(f.name)
+            print(f"[{k:{len(str(len(files)))}d}/{len(files)}] {'ok  ' if ok else 'FAIL'} {f.name} ({dt:.0f} s; "
+                  f'{time.time() - t0:.0f} s so far)', flush=True)
+    slow = ', '.join(f'{n} {t:.0f} s' for n, t in sorted(times.items(), key=lambda o: -o[1])[:5])
+    print(f'nbtest: {len(files) - len(failed)} of {len(files)} notebooks passed in {time.time() - t0:.0f} s; slowest: {slow}')
+    if failed: print('nbtest: failed: ' + ', '.join(failed), file=sys.stderr); return 1
+    return 0
+
+
+if __name__ == '__main__': sys.exit(main())
