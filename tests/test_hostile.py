@@ -319,6 +319,26 @@ def test_folder_symlink_out_of_root_is_skipped_and_counted(tmp_path):
     assert r.filenames() == ['a/x.jpg']
 
 
+
+def test_tar_links_out_of_the_folder_are_not_read(tmp_path):
+    "A per-class tar or a shard in a dataset's folder that is a link to a tar elsewhere is skipped, never opened."
+    from timmdata.readers import TarReader
+    out = tmp_path / 'outside'; out.mkdir()
+    _good_shard(out / 'secret-000000.tar', labels=(0, 1))
+    root = tmp_path / 'ds'; root.mkdir()
+    _good_shard(root / 'train-000000.tar', labels=(0, 1, 2, 3))
+    os.symlink(out / 'secret-000000.tar', root / 'train-000001.tar')
+    assert shard_io.shard_list(str(root)) == [str(root / 'train-000000.tar')]
+    pc = tmp_path / 'per_class'; (pc / 'cat').mkdir(parents=True)
+    (pc / 'cat' / 'x.jpg').write_bytes(_jpeg(0))
+    with tarfile.open(pc / 'cat.tar', 'w') as tf: tf.add(pc / 'cat' / 'x.jpg', arcname='x.jpg')
+    with tarfile.open(out / 'dog.tar', 'w') as tf: tf.add(pc / 'cat' / 'x.jpg', arcname='y.jpg')
+    os.symlink(out / 'dog.tar', pc / 'dog.tar')
+    with pytest.warns(UserWarning, match=r"skipped 1 \.tar files of .* that are links out of it"):
+        r = TarReader(pc)
+    assert r.filenames() == ['cat.tar/x.jpg'] and r.classes == ['cat']
+
+
 # ---------- the rest ----------
 
 def test_cls_labels_are_range_checked(tmp_path):

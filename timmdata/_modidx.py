@@ -1349,5 +1349,6 @@ d = { 'settings': { 'branch': 'main',
                                              'timmdata.transforms_factory.transforms_noaug_train': ( 'transforms_factory.html#transforms_noaug_train',
                                                                                                      'timmdata/transforms_factory.py')},
             'timmdata.untrusted': { 'timmdata.untrusted.UnsafeNameError': ('untrusted.html#unsafenameerror', 'timmdata/untrusted.py'),
+                                    'timmdata.untrusted.inside': ('untrusted.html#inside', 'timmdata/untrusted.py'),
                                     'timmdata.untrusted.relative_name': ('untrusted.html#relative_name', 'timmdata/untrusted.py'),
                                     'timmdata.untrusted.walk_tree': ('untrusted.html#walk_tree', 'timmdata/untrusted.py')}}}

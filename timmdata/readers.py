@@ -9,7 +9,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 import numpy as np
-from .untrusted import MAX_JSON_BYTES, UnsafeNameError, relative_name, walk_tree
+from .untrusted import MAX_JSON_BYTES, UnsafeNameError, inside, relative_name, walk_tree
 
 # %% auto #0
 __all__ = ['IMG_EXTENSIONS', 'natural_key', 'unset', 'get_img_extensions', 'is_img_extension', 'add_img_extensions',
@@ -176,8 +176,8 @@ class _Fd:
     "A read-only file descriptor that closes itself when its last reference goes (a read in flight keeps it open)."
     __slots__ = ('fd',)
     def __init__(self, path: str): self.fd = os.open(path, os.O_RDONLY | getattr(os, 'O_BINARY', 0))
-    def __del__(self):
-        try: os.close(self.fd)
+    def __del__(self, _close=os.close):  # bound now: at interpreter exit the module's `os` may be gone already
+        try: _close(self.fd)
         except OSError: pass
 
 def _read_at(f: _Fd, size: int, offset: int, lock) -> bytes:
@@ -207,7 +207,9 @@ class TarReader(Reader):
         self.max_open_files = max_open_files
         if os.path.isfile(self.root): tars, self._single = [self.root], True
         else:
-            tars, self._single = sorted((os.path.join(self.root, f) for f in os.listdir(self.root) if f.lower().endswith('.tar')), key=natural_key), False
+            tars, self._single = [os.path.join(self.root, f) for f in os.listdir(self.root) if f.lower().endswith('.tar')], False
+            if out := [t for t in tars if not inside(t, self.root)]: warnings.warn(f'skipped {len(out)} .tar files of {self.root!r} that are links out of it: {out[:3]}')
+            tars = sorted((t for t in tars if t not in out), key=natural_key)
             if not tars: raise NoImagesError(f'found no .tar files in {self.root!r}')
         self._tars = tars
         rows, labels = [], []

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 from fastcore.basics import patch
 from .readers import MAX_JSON_BYTES, natural_key, relative_name, split_names
+from .untrusted import inside
 
 
 # %% auto #0
@@ -93,7 +94,7 @@ def shard_list(spec, # brace pattern(s) joined by '::', a folder of .tar files, 
                 s = join_url(root, s)
                 if url_scheme(s) == 'file' and os.path.isdir(s[7:] if s.startswith('file://') else s):
                     d = s[7:] if s.startswith('file://') else s
-                    tars = sorted((f for f in os.listdir(d) if f.endswith('.tar')), key=natural_key)
+                    tars = sorted((f for f in os.listdir(d) if f.endswith('.tar') and inside(os.path.join(d, f), d)), key=natural_key)  # not links out
                     if not tars: raise FileNotFoundError(f'no .tar shards in folder {d!r}: give a folder of WebDataset .tar files or a pattern')
                     out += [os.path.join(d, f) for f in tars]
                 else: out.append(s)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os, re
 
 # %% auto #0
-__all__ = ['MAX_JSON_BYTES', 'UnsafeNameError', 'relative_name', 'walk_tree']
+__all__ = ['MAX_JSON_BYTES', 'UnsafeNameError', 'relative_name', 'inside', 'walk_tree']
 
 # %% ../nbs/00a_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = 64 << 20  # the largest JSON side file of a dataset read whole (`_info.json`, a store's manifest): 64 MiB
@@ -27,6 +27,11 @@ def relative_name(name, where: str) -> str:
                           f'name files inside itself: fix or remove the entry')
 
 # %% ../nbs/00a_untrusted.ipynb #a76faa1c
+def inside(path, root) -> bool:
+    "Whether `path`, every symbolic link resolved, is `root` or under it (resolved too): where a dataset's own files may be."
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    return real == base or real.startswith(os.path.join(base, ''))
+
 def walk_tree(root: str, follow_links: bool = False) -> tuple:
     "([(folder relative to root, [file names])], [(link, target)] skipped): each real folder once, links out of `root` skipped unless `follow_links`, folders reached only through links last."
     real_root, seen, out, skipped, links, stack = os.path.realpath(root), set(), [], [], [], [(root, '')]
@@ -44,7 +49,7 @@ def walk_tree(root: str, follow_links: bool = False) -> tuple:
             rel = os.path.join(rd, e.name)
             if not e.is_symlink(): stack.append((e.path, rel)) if e.is_dir() else files.append(e.name); continue
             real = os.path.realpath(e.path)
-            if not (follow_links or real == real_root or real.startswith(os.path.join(real_root, ''))): skipped.append((rel, real))
+            if not (follow_links or inside(real, real_root)): skipped.append((rel, real))
             elif os.path.isdir(real): links.append((e.path, rel))
             elif os.path.isfile(real): files.append(e.name)
         out.append((rd, files))
