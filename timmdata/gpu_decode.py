@@ -278,6 +278,7 @@ _OTHER = {  # create_loader's other arguments: (its default, why another value i
     'color_jitter_prob': (None, 'jitter with a probability is per-sample in the workers'),
     'num_aug_splits': (0, 'AugMix splits need per-sample pipelines'),
     'tf_preprocessing': (False, 'TF preprocessing is not implemented'),
+    'worker_mode': ('process', 'thread mode is the CPU path: the device path decodes on the device'),
     'use_prefetcher': (True, 'the device path is a prefetching loader'),
     'use_multi_epochs_loader': (False, 'MultiEpochsDataLoader lives in timmdata.loader, which builds on this module'),
     'worker_seeding': ('all', "every sample is seeded from the loader's seed (timmdata.resume), not from its worker"),

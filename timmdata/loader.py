@@ -243,10 +243,11 @@ def create_loader(
         worker_mode: str = 'process', # 'process': `num_workers` worker processes; 'thread': `num_workers` threads of this process, same batches (`timmdata.threads`)
        ):
     "timm's `create_loader`: a loader of normalised batches on `device`, fast by default, CPU or CUDA."
+    given = dict(locals())  # the arguments as passed, before this function makes any name of its own
     from timmdata.threads import check_worker_mode, loader_classes  # here: timmdata.threads comes after this notebook
     check_worker_mode(worker_mode, dataset, input_size_choices, decode_device, num_workers, use_multi_epochs_loader)
     if decode_device is not None:  # the arguments go on as they are; the device path refuses those it cannot honour, by name
-        args = {k: v for k, v in locals().items() if k not in ('dataset', 'input_size', 'batch_size', 'worker_mode')}
+        args = {k: v for k, v in given.items() if k not in ('dataset', 'input_size', 'batch_size')}
         return create_device_decode_loader(dataset, input_size, batch_size, **args)
     _check_args(batch_size, num_workers, worker_seeding, tf_preprocessing)
     size = parse_input_size(input_size)  # (H, W)
