@@ -6,6 +6,7 @@
 # Usage: bash tools/wheel_check.sh [WHEEL] (default: the newest wheelhouse/timmdata-*manylinux*.whl); PY=python to choose.
 set -euo pipefail
 PY=${PY:-python}
+case "$PY" in */*) PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")";; esac  # absolute: later steps run elsewhere
 whl=${1:-$(ls -t wheelhouse/timmdata-*manylinux*.whl 2>/dev/null | head -1)}
 [ -n "$whl" ] && [ -f "$whl" ] || { echo "wheel-check: no wheel given and none in wheelhouse/: run make wheel first"; exit 1; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
