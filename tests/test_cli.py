@@ -64,6 +64,9 @@ def runs(tmp_path_factory):
         'shards': {'damaged': ['shards', str(damaged), str(out / 'sh'), '--resize', '32', '--no-progress'],
                    'missing': ['shards', '/nonexistent', str(out / 'sh1')], 'empty': ['shards', str(empty_dir), str(out / 'sh2')],
                    'bad_option': ['shards', str(damaged), str(out / 'sh3'), '--shard-size', '0']},
+        'profile': {'damaged': ['profile', str(damaged / 'train'), '--batches', '2', '--batch-size', '2', '--workers', '0'],
+                    'missing': ['profile', '/nonexistent'], 'empty': ['profile', str(empty_dir)],
+                    'bad_option': ['profile', str(damaged), '--worker-mode', 'fiber']},
         'info': {'bad_option': ['info', '--colour']},
         'debug': {'flag': ['check', '/nonexistent', '--debug'], 'env': ['demo', '--root', '/nonexistent']},
     }
@@ -168,7 +171,7 @@ def per_command(runs):
     return json.loads(r.stdout.splitlines()[-1])
 
 
-@pytest.mark.parametrize('cmd', ['demo', 'bench', 'cache', 'check', 'shards'])
+@pytest.mark.parametrize('cmd', ['demo', 'bench', 'cache', 'check', 'shards', 'profile'])
 def test_each_command_missing_root_and_empty_folder_one_line(runs, cmd):
     res = per_command(runs)
     for kind, says in (('missing', "'/nonexistent'"), ('empty', 'no')):
@@ -177,13 +180,13 @@ def test_each_command_missing_root_and_empty_folder_one_line(runs, cmd):
         assert err.startswith(f'timmdata {cmd}: ') and says in err, (cmd, kind, err)
 
 
-@pytest.mark.parametrize('cmd', ['demo', 'bench', 'cache', 'check', 'shards', 'info'])
+@pytest.mark.parametrize('cmd', ['demo', 'bench', 'cache', 'check', 'shards', 'profile', 'info'])
 def test_each_command_bad_option_is_a_usage_error(runs, cmd):
     status, _, err = per_command(runs)[f'{cmd}/bad_option']
     assert status == 2 and 'Traceback' not in err and err.splitlines()[-1].startswith(f'timmdata {cmd}: error: '), (cmd, err)
 
 
-@pytest.mark.parametrize('cmd', ['demo', 'bench', 'shards'])
+@pytest.mark.parametrize('cmd', ['demo', 'bench', 'shards', 'profile'])
 def test_damaged_image_is_one_line_naming_file_and_remedies(runs, cmd):
     status, _, err = per_command(runs)[f'{cmd}/damaged']
     assert status == 2 and len(err.splitlines()) == 1 and 'Traceback' not in err, (cmd, status, err)
