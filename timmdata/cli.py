@@ -120,9 +120,12 @@ def demo_main(argv=None):
     n, first = 0, None
     t = time.perf_counter()
     with warnings_counted() as skipped:  # --bad-sample skip: one line at the end instead of a warning per image
-        for x, y in tqdm(loader, desc='one training epoch', unit='batch', disable=a.no_progress):
+        bar = tqdm(loader, desc='one training epoch', unit='batch', disable=a.no_progress)
+        for x, y in bar:
             if first is None: first = (x, y)
             n += len(x)
+            st = loader.stats()  # where the time goes, counted as the loader runs (timmdata profile: the whole table)
+            if st.wall: bar.set_postfix_str(f'{n / (time.perf_counter() - t):.0f} img/s, waited {st.t["consumer_wait"] / st.wall:.0%}', refresh=False)
     dt = time.perf_counter() - t
     if first is None:  # training drops the last incomplete batch
         raise CliError(f'no batch came out of {str(root)!r}: it holds {len(ds)} training images, fewer than one batch '
@@ -131,13 +134,16 @@ def demo_main(argv=None):
           f'{a.workers} workers, device {first[0].device})')
     print('  one epoch, including the workers\' start-up; `timmdata bench` measures the steady state (warm workers, '
           'median of several epochs) against timm and torchvision')
+    st = loader.stats()
+    if st.wall: print(f'  this loop waited for data {st.t["consumer_wait"] / st.wall:.0%} of the time (a training step would hide '
+                      f'some of it); `timmdata profile {root}` shows where the loading time goes')
     bad = ds.bad_samples
     if bad or skipped:
         print(f'skipped {len(bad)} damaged image(s), e.g. {ds.filename(bad[0]) if bad else "?"}; '
               f'`timmdata check {root}` lists them all')
     path = save_batch_grid(*first, ds.classes, a.out, names=IMAGENETTE_CLASSES)
     print(f'saved one batch to {path}')
-    return {'images': n, 'seconds': dt, 'png': str(path), 'skipped': len(bad)}
+    return {'images': n, 'seconds': dt, 'png': str(path), 'skipped': len(bad), 'waited': st.t['consumer_wait'] / st.wall if st.wall else None}
 
 # %% ../nbs/18_cli.ipynb #c6d0b724
 def info() -> dict:
