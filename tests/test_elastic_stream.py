@@ -92,3 +92,46 @@ def test_shards_order_still_refuses_another_layout(shards):
     dl = mk(0, 2); it = iter(dl); next(it); sd = dl.state_dict(); del it
     assert 'samples_delivered' not in sd
     with pytest.raises(ResumeStateError, match='stream'): mk(0, 3).load_state_dict(sd)
+
+
+ELASTIC_SCRIPT = '''
+import json, os, sys
+import torch.distributed as dist
+from timmdata.loader import create_loader
+from timmdata.streaming import IterableImageDataset
+root, out, bs, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+dist.init_process_group('gloo')
+rank = dist.get_rank()
+ds = IterableImageDataset(root, reader='wds/el', split='train', is_training=True, batch_size=bs, order='global', block_shards=3)
+loader = create_loader(ds, (3, 16, 16), bs, is_training=True, num_workers=2, distributed=True, device='cpu')
+sd_path = os.path.join(out, 'state.json')
+if os.path.exists(sd_path):
+    with open(sd_path) as f: loader.load_state_dict(json.load(f))
+ys = []
+for _, y in loader:
+    ys.append(y.tolist())
+    if len(ys) == stop: break
+if rank == 0 and stop:
+    with open(sd_path, 'w') as f: json.dump(loader.state_dict(), f)
+with open(os.path.join(out, f'run{dist.get_world_size()}-rank{rank}.json'), 'w') as f: json.dump(ys, f)
+dist.barrier(); dist.destroy_process_group()
+'''
+
+
+@pytest.mark.slow
+def test_torchrun_2x2_resumes_as_1x2(shards, tmp_path):
+    "torchrun: 2 ranks x 2 workers (batch 6) stopped after 2 batches, resumed by 1 rank x 2 workers (batch 12): the uninterrupted global batches."
+    import os, subprocess, sys
+    script = tmp_path / 'elastic.py'; script.write_text(ELASTIC_SCRIPT)
+    env = dict(os.environ, GLOO_SOCKET_IFNAME='lo', OMP_NUM_THREADS='1',
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get('PYTHONPATH', '')]))
+    for nproc, bs, stop in ((2, 6, 2), (1, 12, 0)):
+        p = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc-per-node', str(nproc),
+                            str(script), str(shards), str(tmp_path), str(bs), str(stop)],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+        assert p.returncode == 0, p.stdout[-3000:]
+    head = [json.loads((tmp_path / f'run2-rank{r}.json').read_text()) for r in range(2)]
+    tail = json.loads((tmp_path / 'run1-rank0.json').read_text())
+    assert [len(h) for h in head] == [2, 2]
+    ref, _ = _run(shards, 1, 12, 0)
+    assert [h0 + h1 for h0, h1 in zip(*head, strict=True)] + tail == ref
