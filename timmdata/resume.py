@@ -316,10 +316,9 @@ def _check_stream(dataset, what: str):
 def stream_state(dataset, batches: int, batch_size: int) -> dict:
     "The state of a loader over a stream that delivered `batches` batches of this pass (after its resume point, if any)."
     _check_stream(dataset, 'state_dict')
-    sd = dict(version=STATE_VERSION, kind='stream', epoch=int(dataset.epoch), batches_delivered=dataset.start_batches() + batches,
-              batch_size=batch_size, fingerprint=dataset.fingerprint())
-    if getattr(dataset, 'elastic', False): sd['samples_delivered'] = dataset.samples_delivered(batches)  # order='global': any ranks, workers
-    return sd
+    extra = dict(samples_delivered=dataset.samples_delivered(batches)) if getattr(dataset, 'elastic', False) else {}  # order='global'
+    return dict(version=STATE_VERSION, kind='stream', epoch=int(dataset.epoch), batches_delivered=dataset.start_batches() + batches,
+                batch_size=batch_size, fingerprint=dataset.fingerprint(), **extra)
 
 def stream_batch_key(dataset, batches) -> Optional[int]:
     "A stream's batch number `batches` of this pass as a key (seed, epoch, batch of the epoch); None for other datasets."
