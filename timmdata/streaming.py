@@ -290,19 +290,19 @@ def _global_stream(self: IterableImageDataset, wid: int, W: int):
     end = epoch_length(self.num_samples, self.batch_size * world, start)
     pos = worker_positions(start, end, self.batch_size, rank, world, wid, W)
     for p, shard, key, img, target in read_in_order(self.source, pos, self.seed, epoch, self.block_shards):
-        yield self._sample(epoch, 0, p, shard, key, img, target)
+        yield self._sample(epoch, 0, p, shard, key, img, target, slot=rank * W + wid)  # seeds from the position; bad samples counted per worker
 
 # %% ../nbs/28_streaming.ipynb #c631297f
 @patch
-def _sample(self: IterableImageDataset, epoch: int, g: int, k: int, shard, key: str, img, target):
+def _sample(self: IterableImageDataset, epoch: int, g: int, k: int, shard, key: str, img, target, slot: Optional[int] = None):
     "Sample k of global worker g's epoch: decoded, transformed (its random draws seeded from (seed, epoch, g, k)), target set."
     where = lambda: f'sample {key!r} of shard {self.source.name_of(shard)}'  # made only when something fails
     seed_all(mix_seed(self.seed, epoch, g, k))  # the same draws for this sample whether the epoch ran through or resumed
     try: x = self.decode_sample(img)
-    except ImageDecodeError as e: return self._on_bad(where, e, g)
+    except ImageDecodeError as e: return self._on_bad(where, e, g if slot is None else slot)
     try: x = self.transform_sample(x, where)
     except ImageDecodeError as e:
-        if isinstance(x, EncodedJpeg): return self._on_bad(where, e, g)  # decoded inside the transform (a crop)
+        if isinstance(x, EncodedJpeg): return self._on_bad(where, e, g if slot is None else slot)  # decoded inside the transform (a crop)
         raise
     if target is None: target = -1
     elif self.target_transform is not None: target = self.target_transform(target)
