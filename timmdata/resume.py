@@ -316,8 +316,9 @@ def _check_stream(dataset, what: str):
 def stream_state(dataset, batches: int, batch_size: int) -> dict:
     "The state of a loader over a stream that delivered `batches` batches of this pass (after its resume point, if any)."
     _check_stream(dataset, 'state_dict')
+    extra = dict(samples_delivered=dataset.samples_delivered(batches)) if getattr(dataset, 'elastic', False) else {}  # order='global'
     return dict(version=STATE_VERSION, kind='stream', epoch=int(dataset.epoch), batches_delivered=dataset.start_batches() + batches,
-                batch_size=batch_size, fingerprint=dataset.fingerprint())
+                batch_size=batch_size, fingerprint=dataset.fingerprint(), **extra)
 
 def stream_batch_key(dataset, batches) -> Optional[int]:
     "A stream's batch number `batches` of this pass as a key (seed, epoch, batch of the epoch); None for other datasets."
@@ -328,11 +329,13 @@ def load_stream_state(dataset, sd: dict, batch_size: int):
     "Make `dataset` (a stream) start its next pass after the `sd['batches_delivered']` batches already delivered."
     if sd['kind'] != 'stream': raise ResumeStateError(f"load_state_dict: the state is from a {sd['kind']} loader; this one reads a stream ({type(dataset).__name__})")
     _check_stream(dataset, 'load_state_dict')
-    diff = [] if sd['batch_size'] == batch_size else [f"batch_size: saved {sd['batch_size']}, this loader {batch_size}"]
+    elastic = getattr(dataset, 'elastic', False) and 'samples_delivered' in sd  # resumes on any ranks, workers and batch size
+    diff = [] if elastic or sd['batch_size'] == batch_size else [f"batch_size: saved {sd['batch_size']}, this loader {batch_size}"]
     if sd['fingerprint'] != dataset.fingerprint(): diff.append(f"stream: saved {sd['fingerprint']!r}, this one {dataset.fingerprint()!r}")
     if diff: raise ResumeStateError("load_state_dict: the state comes from a loader over another stream or batching ("
                                     + '; '.join(diff) + "); build the dataset and loader as the saved ones were")
-    dataset.set_epoch(sd['epoch']); dataset.set_start(sd['batches_delivered'], batch_size)
+    dataset.set_epoch(sd['epoch'])
+    dataset.set_start_samples(sd['samples_delivered']) if elastic else dataset.set_start(sd['batches_delivered'], batch_size)
 
 # %% ../nbs/32_resume.ipynb #730bc5e8
 def batch_key(loader, # a StatefulLoader

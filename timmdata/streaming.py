@@ -15,6 +15,7 @@ from .config import mix_seed, seed_all
 from .decode import EncodedJpeg, ImageDecodeError
 from .dataset import DecodeTransform
 from .shard_io import WdsSource
+from .global_order import BLOCK_SHARDS, epoch_length, read_in_order, worker_positions
 from .readers import unset
 
 # %% auto #0
@@ -102,6 +103,8 @@ class IterableImageDataset(DecodeTransform, torch.utils.data.IterableDataset):
                  shuffle_initial: int = SHUFFLE_INITIAL, # samples buffered before the first is given
                  rank: Optional[int] = None, # this process's rank (default: torch.distributed's, else 0)
                  world_size: Optional[int] = None, # number of ranks (default: torch.distributed's, else 1)
+                 order: str = 'shards', # training order: 'shards' (shards dealt to workers, buffer shuffle) or 'global' (elastic: see timmdata.global_order)
+                 block_shards: int = BLOCK_SHARDS, # order='global': shards whose samples are interleaved in one block
                  **kwargs, # passed to the source (e.g. WdsSource's retries, backoff, timeout)
                 ):
         if bad_sample not in _BAD: raise ValueError(f"bad_sample must be one of 'raise', 'skip'; got {bad_sample!r}")
@@ -109,6 +112,7 @@ class IterableImageDataset(DecodeTransform, torch.utils.data.IterableDataset):
             raise ValueError('repeats and max_steps are not used by shard streams: set num_samples to change the epoch length')
         if (rank is None) != (world_size is None) or (world_size is not None and not 0 <= rank < world_size):
             raise ValueError(f'give rank and world_size together, with 0 <= rank < world_size; got rank={rank}, world_size={world_size}')
+        if order not in ('shards', 'global'): raise ValueError(f"order must be one of 'shards', 'global'; got {order!r}")
         if not isinstance(batch_size, int) or batch_size < 1: raise ValueError(f'batch_size must be an int >= 1; got {batch_size!r}')
         self.source = _stream_source(root, reader, split, class_map, num_samples, download, input_key, target_key, kwargs)
         _check_source(self.source)
@@ -118,6 +122,9 @@ class IterableImageDataset(DecodeTransform, torch.utils.data.IterableDataset):
             raise ValueError(f'training on {self.source!r} needs the epoch length: pass num_samples=, give the split an _info.json '
                              f"(timmdata shards writes one), or a pattern with a count ('train-{{000000..000009}}.tar|10000')")
         self.input_img_mode, self.bad_sample = input_img_mode, bad_sample
+        self.order, self.block_shards, self.elastic = order, block_shards, order == 'global' and is_training
+        if self.elastic and not getattr(self.source, 'shard_lengths', None):
+            raise ValueError(f"order='global' needs each shard's length: give {self.source!r} an _info.json with shard_lengths (timmdata shards writes one)")
         self.transform, self.target_transform = transform, target_transform
         self.shuffle_size, self.shuffle_initial = max(1, shuffle_size), shuffle_initial
         self._rank, self._world, self._num_workers = rank, world_size, None
@@ -144,7 +151,8 @@ def epoch(self: IterableImageDataset) -> int:
 def start_batches(self: IterableImageDataset) -> int:
     "Batches of the current epoch delivered before the resume point (`set_start`), 0 when the epoch starts afresh."
     flag, start_epoch, done = self._state[1:4].tolist()
-    return done if flag and start_epoch == self.epoch else 0
+    done = done if flag and start_epoch == self.epoch else 0
+    return done // (self.batch_size * self._dist()[1]) if self.elastic else done  # elastic: the state holds global samples
 
 @patch
 def set_loader_cfg(self: IterableImageDataset, num_workers: Optional[int] = None):
@@ -155,7 +163,20 @@ def set_loader_cfg(self: IterableImageDataset, num_workers: Optional[int] = None
 def set_start(self: IterableImageDataset, batches_done: int, batch_size: int):
     "Resume this epoch after `batches_done` batches: worker w skips its share of them (DataLoader deals batches round-robin)."
     if batches_done < 0 or batch_size < 1: raise ValueError(f'set_start needs batches_done >= 0 and batch_size >= 1; got {batches_done}, {batch_size}')
-    self._state[1:] = torch.tensor([1, int(self._state[0]), batches_done, batch_size])
+    self._state[1:] = torch.tensor([1, int(self._state[0]), batches_done * (batch_size * self._dist()[1] if self.elastic else 1), batch_size])
+
+@patch
+def set_start_samples(self: IterableImageDataset, samples_done: int):
+    "order='global': resume this epoch after `samples_done` samples of the global order, on any ranks and workers."
+    if not self.elastic: raise ValueError("set_start_samples needs order='global' and is_training=True")
+    if samples_done < 0: raise ValueError(f'samples_done must be >= 0; got {samples_done}')
+    self._state[1:] = torch.tensor([1, int(self._state[0]), int(samples_done), self.batch_size])
+
+@patch
+def samples_delivered(self: IterableImageDataset, batches: int) -> int:
+    "order='global': global samples delivered after `batches` more batches of every rank (from the resume point)."
+    flag, start_epoch, done = self._state[1:4].tolist()
+    return (done if flag and start_epoch == self.epoch else 0) + batches * self.batch_size * self._dist()[1]
 
 @patch
 def _dist(self: IterableImageDataset) -> tuple:
@@ -179,6 +200,7 @@ def __len__(self: IterableImageDataset) -> int:
     "Samples this rank yields per epoch (validation: exact when `_info.json` gives shard lengths, else an estimate)."
     rank, world = self._dist()
     W = self._num_workers or 1
+    if self.elastic: return epoch_length(self.num_samples, self.batch_size * world) // world
     if self.is_training: return self.samples_per_worker() * W
     lengths = getattr(self.source, 'shard_lengths', None)
     if lengths:
@@ -190,6 +212,8 @@ def __len__(self: IterableImageDataset) -> int:
 @patch
 def fingerprint(self: IterableImageDataset) -> dict:
     "What must match for a saved position to resume this stream."
+    if self.elastic: return dict(order='global', shards=len(self.source.shards), num_samples=self.num_samples, seed=self.seed,
+                                 block_shards=self.block_shards, is_training=True)  # no world size, workers or batch size: elastic
     return dict(shards=len(self.source.shards), num_samples=self.num_samples, seed=self.seed, shuffle_size=self.shuffle_size,
                 global_workers=self.global_workers(), batch_size=self.batch_size, is_training=self.is_training)
 
@@ -244,6 +268,7 @@ def _samples(self: IterableImageDataset, epoch: int, g: int, G: int) -> Iterator
 def _epoch_stream(self: IterableImageDataset):
     "This worker's samples of the current epoch, from its resume point."
     g, G, wid, W = self._worker()
+    if self.elastic: yield from self._global_stream(wid, W); return
     epoch, done = self.epoch, self.start_batches()
     bs = int(self._state[4])
     # resumed: torch's DataLoader asks worker 0 for the next batch, which was worker (done % W)'s turn; so DataLoader worker
@@ -257,17 +282,27 @@ def _epoch_stream(self: IterableImageDataset):
             if k >= skip: yield self._sample(epoch, g, k, shard, key, img, target)
     finally: stream.close()  # closes the open shard now, not when the generator is collected
 
+@patch
+def _global_stream(self: IterableImageDataset, wid: int, W: int):
+    "order='global': this worker's pieces of the epoch's global order, from the resume point (per-sample seeds from the position)."
+    rank, world = self._dist()
+    epoch, start = self.epoch, self.samples_delivered(0)
+    end = epoch_length(self.num_samples, self.batch_size * world, start)
+    pos = worker_positions(start, end, self.batch_size, rank, world, wid, W)
+    for p, shard, key, img, target in read_in_order(self.source, pos, self.seed, epoch, self.block_shards):
+        yield self._sample(epoch, 0, p, shard, key, img, target, slot=rank * W + wid)  # seeds from the position; bad samples counted per worker
+
 # %% ../nbs/28_streaming.ipynb #c631297f
 @patch
-def _sample(self: IterableImageDataset, epoch: int, g: int, k: int, shard, key: str, img, target):
+def _sample(self: IterableImageDataset, epoch: int, g: int, k: int, shard, key: str, img, target, slot: Optional[int] = None):
     "Sample k of global worker g's epoch: decoded, transformed (its random draws seeded from (seed, epoch, g, k)), target set."
     where = lambda: f'sample {key!r} of shard {self.source.name_of(shard)}'  # made only when something fails
     seed_all(mix_seed(self.seed, epoch, g, k))  # the same draws for this sample whether the epoch ran through or resumed
     try: x = self.decode_sample(img)
-    except ImageDecodeError as e: return self._on_bad(where, e, g)
+    except ImageDecodeError as e: return self._on_bad(where, e, g if slot is None else slot)
     try: x = self.transform_sample(x, where)
     except ImageDecodeError as e:
-        if isinstance(x, EncodedJpeg): return self._on_bad(where, e, g)  # decoded inside the transform (a crop)
+        if isinstance(x, EncodedJpeg): return self._on_bad(where, e, g if slot is None else slot)  # decoded inside the transform (a crop)
         raise
     if target is None: target = -1
     elif self.target_transform is not None: target = self.target_transform(target)

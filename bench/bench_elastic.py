@@ -1,0 +1,53 @@
+"""Issue 30's elastic-order benchmark: one training epoch of local WebDataset shards through create_loader with the default
+order (`order='shards'`: shards dealt to workers, buffer shuffle) and the elastic one (`order='global'`), alternating epoch by
+epoch; medians after a warm-up epoch, and the ratio (goal: global >= 0.97x shards).
+
+    python bench/bench_elastic.py --n 2000 --epochs 3 --workers 2
+"""
+import argparse, os, statistics, sys, tempfile, warnings
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_streaming import _epoch, _write_shards
+from timmdata import ImageDataset, create_loader, make_sample_dataset
+from timmdata.streaming import IterableImageDataset
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('--n', type=int, default=2000, help='training images (about 500x375 JPEGs)')
+    ap.add_argument('--epochs', type=int, default=3, help='timed epochs per order (after one warm-up epoch)')
+    ap.add_argument('--workers', type=int, default=min(8, os.cpu_count() or 1), help='loader workers')
+    ap.add_argument('--batch-size', type=int, default=64)
+    ap.add_argument('--input-size', type=int, default=224)
+    ap.add_argument('--block-shards', type=int, default=8)
+    ap.add_argument('--root', default=None, help='work folder (default: a temporary one)')
+    a = ap.parse_args()
+    tmp = Path(a.root or tempfile.mkdtemp(prefix='bench_elastic_'))
+    folder = make_sample_dataset(tmp / 'images', n_train=max(1, a.n // 10), n_val=1, size=(500, 375)) / 'train'
+    n = len(ImageDataset(folder))
+    shard_size = max(1, n // (4 * max(1, a.workers)))
+    _write_shards(folder, tmp / 'shards', shard_size)
+    print(f'{n} images, {a.workers} workers, batch {a.batch_size}, input {a.input_size}, shards of {shard_size}, blocks of {a.block_shards} shards')
+    loaders = {}
+    for order in ('shards', 'global'):
+        ds = IterableImageDataset(tmp / 'shards', reader='wds/bench', is_training=True, batch_size=a.batch_size, order=order,
+                                  block_shards=a.block_shards)
+        loaders[order] = (ds, create_loader(ds, a.input_size, a.batch_size, is_training=True, num_workers=a.workers,
+                                            persistent_workers=True, device='cpu'))
+    rates = {k: [] for k in loaders}
+    for e in range(a.epochs + 1):  # epoch 0 warms up; the orders alternate within each epoch
+        for order, (ds, loader) in loaders.items():
+            ds.set_epoch(e)
+            got, t = _epoch(loader)
+            if e: rates[order].append(got / t)
+    base = statistics.median(rates['shards'])
+    print(f'{"order":<10}{"images/s (median)":>20}{"x shards":>10}   epochs (images/s)')
+    for order, r in rates.items():
+        m = statistics.median(r)
+        print(f'{order:<10}{m:>20.0f}{m / base:>10.2f}   ' + ' '.join(f'{x:.0f}' for x in r))
+
+
+if __name__ == '__main__':
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', UserWarning)
+        main()

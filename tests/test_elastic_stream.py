@@ -1,0 +1,137 @@
+"""Elastic streams (issue 30): IterableImageDataset(order='global') gives one global order per epoch whatever the ranks and
+workers, and a state_dict() saved on one layout resumes on another. Ranks are simulated with the dataset's rank/world_size."""
+import io, json, tarfile
+from pathlib import Path
+import pytest, torch
+from PIL import Image
+from timmdata.loader import create_loader
+from timmdata.streaming import IterableImageDataset
+
+N_SHARDS, PER_SHARD, N = 10, 5, 50  # 50 samples; global batch 12: 5 global batches, the last wrapping 10 into the next pass
+
+
+@pytest.fixture(scope='module')
+def shards(tmp_path_factory):
+    root = tmp_path_factory.mktemp('elastic')
+    b = io.BytesIO(); Image.new('RGB', (20, 16), (90, 30, 60)).save(b, 'JPEG'); jpg = b.getvalue()
+    names = []
+    for s in range(N_SHARDS):
+        names.append(f'el-train-{s:06d}.tar')
+        with tarfile.open(root / names[-1], 'w') as tf:
+            for m in range(PER_SHARD):
+                i = s * PER_SHARD + m
+                for ext, data in (('jpg', jpg), ('cls', str(i).encode())):
+                    ti = tarfile.TarInfo(f'k{i:05d}.{ext}'); ti.size = len(data); tf.addfile(ti, io.BytesIO(data))
+    info = {'name': 'el', 'splits': {'train': {'name': 'train', 'num_samples': N, 'filenames': names, 'shard_lengths': [PER_SHARD] * N_SHARDS}}}
+    (root / '_info.json').write_text(json.dumps(info))
+    return root
+
+
+def _loader(root, rank, world, batch_size, workers):
+    ds = IterableImageDataset(str(root), reader='wds/el', split='train', is_training=True, batch_size=batch_size, order='global',
+                              block_shards=3, rank=rank, world_size=world)
+    return create_loader(ds, (3, 16, 16), batch_size, is_training=True, num_workers=workers, device='cpu')
+
+
+def _run(root, world, batch_size, workers, stop=None, sd=None, epoch=0):
+    "Global batches (targets of every rank's t-th batch, rank after rank) and rank 0's state after `stop` batches."
+    per_rank, states = [], []
+    for r in range(world):
+        dl = _loader(root, r, world, batch_size, workers)
+        if sd is not None: dl.load_state_dict(json.loads(json.dumps(sd)))
+        dl.set_epoch(epoch)
+        out = []
+        for _, y in dl:
+            out.append(y.tolist())
+            if len(out) == stop: break
+        states.append(dl.state_dict()); per_rank.append(out)
+    assert all(len(o) == len(per_rank[0]) for o in per_rank)  # ranks in lockstep
+    assert all(json.dumps(s) == json.dumps(states[0]) for s in states)  # any rank's state will do
+    return [sum((o[t] for o in per_rank), []) for t in range(len(per_rank[0]))], states[0]
+
+
+def test_same_global_order_for_any_ranks_and_workers(shards):
+    "Global batch 12 on 1x1, 2x2 (batch 6), 3x1 and 1x3 (batch 12 / 4): the same global batches; the epoch holds every sample."
+    ref, _ = _run(shards, 1, 12, 0)
+    assert len(ref) == 5 and all(len(b) == 12 for b in ref)
+    flat = sum(ref, [])
+    assert sorted(flat[:N]) == list(range(N))  # the first pass: every sample once; the last 10 wrap into the next pass
+    for world, bs, workers in [(2, 6, 2), (3, 4, 1), (1, 12, 3)]:
+        got, _ = _run(shards, world, bs, workers)
+        assert got == ref, (world, bs, workers)
+    other, _ = _run(shards, 1, 12, 0, epoch=1)
+    assert len(other) == 5 and other != ref  # a new epoch, a new order
+
+
+@pytest.mark.parametrize('world,bs,workers', [(1, 12, 3), (3, 4, 1)])
+def test_cut_on_2x2_resumes_elsewhere(shards, world, bs, workers):
+    "Cut after 2 global batches on 2 ranks x 2 workers; resumed on another layout with the global batch (12) kept: the same batches."
+    ref, _ = _run(shards, 2, 6, 2)
+    head, sd = _run(shards, 2, 6, 2, stop=2)
+    assert sd['samples_delivered'] == 24 and json.loads(json.dumps(sd)) == sd
+    tail, _ = _run(shards, world, bs, workers, sd=sd)
+    assert len(head) == 2 and len(tail) == 3 and head + tail == ref
+
+
+def test_resume_with_another_global_batch(shards):
+    "Resumed with global batch 8 instead of 12: every remaining sample of the epoch's order once, in the order (the rule)."
+    ref, _ = _run(shards, 1, 12, 0)
+    head, sd = _run(shards, 2, 6, 2, stop=2)
+    tail, _ = _run(shards, 2, 4, 1, sd=sd)
+    rest = sum(tail, [])
+    assert sum(head, []) == sum(ref[:2], [])
+    assert len(rest) == 32 and rest[:26] == sum(ref, [])[24:N]  # the 26 samples left of the pass, then the next pass's start
+
+
+def test_shards_order_still_refuses_another_layout(shards):
+    "order='shards' (the default) keeps its rule: a state from 2 ranks does not load on 3."
+    from timmdata.resume import ResumeStateError
+    def mk(r, world):
+        ds = IterableImageDataset(str(shards), reader='wds/el', split='train', is_training=True, batch_size=4, rank=r, world_size=world)
+        return create_loader(ds, (3, 16, 16), 4, is_training=True, num_workers=0, device='cpu')
+    dl = mk(0, 2); it = iter(dl); next(it); sd = dl.state_dict(); del it
+    assert 'samples_delivered' not in sd
+    with pytest.raises(ResumeStateError, match='stream'): mk(0, 3).load_state_dict(sd)
+
+
+ELASTIC_SCRIPT = '''
+import json, os, sys
+import torch.distributed as dist
+from timmdata.loader import create_loader
+from timmdata.streaming import IterableImageDataset
+root, out, bs, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+dist.init_process_group('gloo')
+rank = dist.get_rank()
+ds = IterableImageDataset(root, reader='wds/el', split='train', is_training=True, batch_size=bs, order='global', block_shards=3)
+loader = create_loader(ds, (3, 16, 16), bs, is_training=True, num_workers=2, distributed=True, device='cpu')
+sd_path = os.path.join(out, 'state.json')
+if os.path.exists(sd_path):
+    with open(sd_path) as f: loader.load_state_dict(json.load(f))
+ys = []
+for _, y in loader:
+    ys.append(y.tolist())
+    if len(ys) == stop: break
+if rank == 0 and stop:
+    with open(sd_path, 'w') as f: json.dump(loader.state_dict(), f)
+with open(os.path.join(out, f'run{dist.get_world_size()}-rank{rank}.json'), 'w') as f: json.dump(ys, f)
+dist.barrier(); dist.destroy_process_group()
+'''
+
+
+@pytest.mark.slow
+def test_torchrun_2x2_resumes_as_1x2(shards, tmp_path):
+    "torchrun: 2 ranks x 2 workers (batch 6) stopped after 2 batches, resumed by 1 rank x 2 workers (batch 12): the uninterrupted global batches."
+    import os, subprocess, sys
+    script = tmp_path / 'elastic.py'; script.write_text(ELASTIC_SCRIPT)
+    env = dict(os.environ, GLOO_SOCKET_IFNAME='lo', OMP_NUM_THREADS='1',
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get('PYTHONPATH', '')]))
+    for nproc, bs, stop in ((2, 6, 2), (1, 12, 0)):
+        p = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc-per-node', str(nproc),
+                            str(script), str(shards), str(tmp_path), str(bs), str(stop)],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+        assert p.returncode == 0, p.stdout[-3000:]
+    head = [json.loads((tmp_path / f'run2-rank{r}.json').read_text()) for r in range(2)]
+    tail = json.loads((tmp_path / 'run1-rank0.json').read_text())
+    assert [len(h) for h in head] == [2, 2]
+    ref, _ = _run(shards, 1, 12, 0)
+    assert [h0 + h1 for h0, h1 in zip(*head, strict=True)] + tail == ref
