@@ -41,6 +41,7 @@ from timmdata.naflex_mixup import NaFlexMixup, pairwise_mixup_target, mix_batch_
 from timmdata.naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper, calculate_naflex_batch_size
 from timmdata.naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
 from timmdata.store import ReaderStore, StoreDamagedError  # importing the store registers its reader kind with create_reader
+from timmdata.shard_index import ShardReader  # importing it registers the 'shards' reader kind
 from timmdata.cache import build_cache
 from timmdata.shards import write_shards
 from timmdata.gpu_decode import create_device_decode_loader
