@@ -57,6 +57,7 @@ from timmdata.target_transforms import MultiLabelTarget
 # %% ../nbs/index.ipynb #3c5e0f1a
 import sys as _sys
 from . import store as _store  # registers the 'store' reader kind with create_reader at once (no torch: ~0.1 s)
+from . import shard_index as _shard_index  # registers the 'shards' reader kind (map-style WebDataset shards; no torch)
 from .readers import register_scheme as _register_scheme
 # timm's dataset schemes, known to `create_reader` at once; their module (and torch) is imported on first use
 for _s, _f in (('hfds', '_hfds_reader'), ('wds', '_wds_source'), ('hfids', '_hfids_source'), ('tfds', '_tfds_reader')):
