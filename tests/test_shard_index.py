@@ -83,3 +83,38 @@ def test_cut_shard_named(data, tmp_path):
     p.write_bytes(p.read_bytes()[:2500])
     with pytest.raises(OSError, match='validation-000002.tar is truncated'):
         ImageDataset(str(cut), reader='shards', split='validation')
+
+
+def _gloo_rank(rank, port, shards, out):
+    import json, os
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=2)
+    try:
+        ds = ImageDataset(shards, reader='shards', split='validation')
+        loader = create_loader(ds, 32, 4, is_training=False, distributed=True, num_workers=0, device='cpu')
+        keys = [_key(ds, j) for j in loader.sampler] if loader.sampler is not None else None
+        x, y = _batches(loader)
+        torch.save({'x': x, 'y': y, 'keys': keys, 'sampler': type(loader.sampler).__name__}, os.path.join(out, f'rank{rank}.pt'))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow  # two spawned processes importing torch: ~14 s on 2 cores; the simulated ranks above are the fast check
+def test_shards_two_ranks_gloo(data, tmp_path):
+    "Two real ranks (torch.distributed, gloo): create_loader(distributed=True) picks the ordered sampler over the shards."
+    import socket
+    import torch.multiprocessing as mp
+    src, shards = data
+    fx, fy = _folder(src)
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
+    mp.spawn(_gloo_rank, args=(port, str(shards), str(tmp_path)), nprocs=2, join=True)
+    res = [torch.load(tmp_path / f'rank{r}.pt') for r in range(2)]
+    seen = []
+    for r in res:
+        assert r['sampler'] == 'OrderedDistributedSampler' and len(r['keys']) == len(r['y']) == 8
+        for n, k in enumerate(r['keys']):
+            assert torch.equal(r['x'][n], fx[k]) and int(r['y'][n]) == int(fy[k])
+        seen += r['keys']
+    assert sorted(set(seen)) == list(range(N_VAL)) and len(seen) == N_VAL + 1
