@@ -41,6 +41,7 @@ from timmdata.naflex_mixup import NaFlexMixup, pairwise_mixup_target, mix_batch_
 from timmdata.naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper, calculate_naflex_batch_size
 from timmdata.naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
 from timmdata.store import ReaderStore, StoreDamagedError  # importing the store registers its reader kind with create_reader
+from timmdata.shard_index import ShardReader  # importing it registers the 'shards' reader kind
 from timmdata.cache import build_cache
 from timmdata.shards import write_shards
 from timmdata.gpu_decode import create_device_decode_loader
@@ -56,6 +57,7 @@ from timmdata.target_transforms import MultiLabelTarget
 # %% ../nbs/index.ipynb #3c5e0f1a
 import sys as _sys
 from . import store as _store  # registers the 'store' reader kind with create_reader at once (no torch: ~0.1 s)
+from . import shard_index as _shard_index  # registers the 'shards' reader kind (map-style WebDataset shards; no torch)
 from .readers import register_scheme as _register_scheme
 # timm's dataset schemes, known to `create_reader` at once; their module (and torch) is imported on first use
 for _s, _f in (('hfds', '_hfds_reader'), ('wds', '_wds_source'), ('hfids', '_hfids_source'), ('tfds', '_tfds_reader')):

@@ -340,21 +340,21 @@ def timm_split_name(split: str) -> str:
     return split if g is None else 'validation' if 'validation' in g else g[0]
 
 # %% ../nbs/01_readers.ipynb #3dc62929
-_READERS = {}  # kind -> (make, detect), in registration order
+_READERS, _TAKES_SPLIT = {}, {}  # kind -> (make, detect), in registration order; kind -> whether make takes `split=` itself
 
 def register_reader(kind: str, # the name `create_reader(kind=...)` and `ImageDataset(reader=...)` accept
                     make: Callable, # make(root, class_map=None, **kwargs) -> a `Reader`
                     detect: Optional[Callable] = None, # detect(root) -> True when a root is of this kind; None: only by name
+                    takes_split: bool = False, # make(root, split=..., ...) finds the split itself (else `find_split` picks a sub-folder)
                    ):
     "Make a reader kind known to `create_reader`: the one seam through which a new source plugs in."
     if not isinstance(kind, str) or not kind: raise ValueError(f'reader kind must be a non-empty string; got {kind!r}')
     _READERS.pop(kind, None)  # re-registering moves the kind to the end: tried first
-    _READERS[kind] = (make, detect)
+    _READERS[kind], _TAKES_SPLIT[kind] = (make, detect), bool(takes_split)
 
 def reader_kinds() -> tuple:
     "The registered reader kinds."
     return tuple(_READERS)
-
 def _is_tar_root(root) -> bool:
     if os.path.isfile(root): return root.lower().endswith('.tar')
     entries = list(os.scandir(root))
@@ -387,7 +387,7 @@ def create_reader(name='', # timm's form: '' (or a kind: 'folder', 'tar', 'csv',
     if kind is None:
         kind = next((k for k, (_, detect) in reversed(_READERS.items()) if detect is not None and detect(root)), None)
         if kind is None: raise NoImagesError(f'dataset root {root!r} is a file: expected a folder, a .tar or a .csv')
-    return _READERS[kind][0](root, class_map=None if unset(class_map) else class_map, **kwargs)
+    return _READERS[kind][0](root, class_map=None if unset(class_map) else class_map, **({'split': split} if _TAKES_SPLIT[kind] else {}), **kwargs)
 
 _SCHEMES = {}  # 'hfds' -> make(name, root=, split=, class_map=, **kwargs): the readers behind timm's scheme names
 
