@@ -119,8 +119,13 @@ class ShardCache:
         self.dir, self.limit = os.path.abspath(os.fspath(cache_dir)), None if limit is None else parse_size(limit)
         os.makedirs(self.dir, exist_ok=True)
         self.opener, self.order, self.prefetch = opener, list(order), prefetch
-        self._next = {u: self.order[i + 1:i + 1 + prefetch] for i, u in enumerate(self.order)}
         self._q = self._thread = self._pid = None
+        self.plan(self.order)
+
+    def plan(self, order):
+        "The shards this process will read, in order (a worker's share of an epoch): each one opened prefetches the next."
+        order = list(order)
+        self._next = {u: order[i + 1:i + 1 + self.prefetch] for i, u in enumerate(order)}
 
     def __getstate__(self): return {**self.__dict__, '_q': None, '_thread': None}  # a DataLoader worker starts its own thread
 
