@@ -2,13 +2,15 @@
 shards, (2) over HTTP from a local server (`python -m http.server`, started here) with the cache on (`cache_dir`,
 a limit that holds the dataset), and (3) over HTTP without the cache. Epoch 1 is the warm-up (it fills the cache);
 the timed epochs (2, 3, ...) alternate the sources epoch by epoch. Prints samples/s, the ratio of HTTP-with-cache to
-local shards (goal >= 0.95x) and the shard bytes in the cache folder.
+local shards (goal >= 0.95x) and the shard bytes in the cache folder. Then the same sources read raw (WdsSource,
+no decode, one process), which shows the I/O alone where the loader's decode hides it.
 
     python bench/bench_shard_cache.py --n 1000 --epochs 3 --workers 2
 """
 import argparse, os, socket, statistics, subprocess, sys, tempfile, time, warnings
 from pathlib import Path
 from timmdata import ImageDataset, create_loader, make_sample_dataset
+from timmdata.shard_io import WdsSource
 from timmdata.shards import write_shards
 from timmdata.streaming import IterableImageDataset
 
@@ -67,6 +69,18 @@ def main():
             print(f'{name:<20}{m:>20.0f}{m / base:>10.2f}   ' + ' '.join(f'{x:.0f}' for x in r))
         cached = sum(p.stat().st_size for p in (tmp / 'cache').glob('*.shard'))
         print(f'cache folder: {cached / 2**20:.1f} MB of shards ({cached / size:.2f}x the dataset)')
+        raw = {'local shards': WdsSource(tmp / 'shards', 'train'),
+               'http + cache': WdsSource(url, 'train', cache_dir=tmp / 'cache_raw', cache_limit=2 * size),
+               'http, no cache': WdsSource(url, 'train')}
+        secs = {k: [] for k in raw}
+        for e in range(a.epochs + 1):  # epoch 0 fills the cache
+            for name, src in raw.items():
+                t0 = time.perf_counter()
+                got = sum(1 for sh in src.shards for _ in src.iter_shard(sh))
+                if e: secs[name].append(got / (time.perf_counter() - t0))
+            raw['http + cache'].cache.wait()
+        base = statistics.median(secs['local shards'])
+        print(f'raw read (no decode): ' + ', '.join(f'{k} {statistics.median(v):.0f}/s ({statistics.median(v) / base:.2f}x local)' for k, v in secs.items()))
     finally:
         server.terminate(); server.wait()
         loaders.clear()
