@@ -169,3 +169,23 @@ def test_local_shards_are_not_copied(shards, tmp_path):
 def test_bad_cache_limit_is_named(tmp_path):
     with pytest.raises(ValueError, match="cache_limit must be a number of bytes or a string like '50GB'"):
         ShardCache(tmp_path, '50 gigs', open_shard)
+
+
+def test_a_forked_child_does_not_hold_the_download_lock(server, tmp_path):
+    "A DataLoader worker forked while a shard downloads must not keep its lock: after the parent's download, it is free."
+    import fcntl
+    from timmdata.shard_cache import cache_name
+    url, hits, _ = server
+    cache = ShardCache(tmp_path / 'cache', '1GB', open_shard, prefetch=0)
+    shard = f'{url}/toy-train-000001.tar'
+    f = cache(shard)
+    f.read(1000)
+    pid = os.fork()
+    if pid == 0: time.sleep(3); os._exit(0)  # a worker that lives on
+    try:
+        f.read(); f.close()
+        fd = os.open(tmp_path / 'cache' / (cache_name(shard) + '.lock'), os.O_RDWR)
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError while the child holds it
+        finally: os.close(fd)
+        assert cache.path(shard) is not None and _shard_hits(hits) == {'/toy-train-000001.tar': 1}
+    finally: os.kill(pid, 9); os.waitpid(pid, 0)

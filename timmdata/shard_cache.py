@@ -52,12 +52,24 @@ def _drop_orphans(folder: str):
                 except FileNotFoundError: pass
             except (ValueError, PermissionError): pass
 
+_HELD = set()  # lock fds of the shards this process is writing
+
+def _after_fork():
+    "A forked child (a DataLoader worker) shares its parent's open locks: it closes its copies, or they would outlive the download."
+    for fd in _HELD:
+        try: os.close(fd)
+        except OSError: pass
+    _HELD.clear()
+
+os.register_at_fork(after_in_child=_after_fork)
+
 class _Tee:
     "A shard's stream that writes what is read into a reserved temp file; at its end the file is checked and renamed in."
     def __init__(self, cache, src, url: str, size: Optional[int], lock_fd: int):
         self.cache, self.src, self.url, self.size, self.lock_fd = cache, src, url, size, lock_fd
         self.tmp = os.path.join(cache.dir, f'{cache_name(url)}.{os.getpid()}.{threading.get_ident()}.part')
-        self.out, self.written, self.reserved = open(self.tmp, 'wb'), 0, 0
+        self.out, self.written, self.reserved = open(self.tmp, 'wb', buffering=0), 0, 0  # unbuffered: a forked child has nothing to flush
+        _HELD.add(lock_fd)
         if size is not None and not self._reserve(size): self._drop()
 
     def _reserve(self, n: int) -> bool:
@@ -97,7 +109,8 @@ class _Tee:
                     os.replace(self.tmp, os.path.join(self.cache.dir, f'{cache_name(self.url)}.{self.written}.shard'))
                 else: os.remove(self.tmp)
         finally:
-            self.src.close(); os.close(self.lock_fd)  # closing the lock file releases the shard's lock
+            self.src.close()
+            if self.lock_fd in _HELD: _HELD.discard(self.lock_fd); os.close(self.lock_fd)  # releases the shard's lock
 
     def _ends_archive(self) -> bool:
         "Without an announced size, a copy is kept only when it ends like a whole tar (two zero blocks): not a cut stream."
@@ -191,7 +204,7 @@ class ShardCache:
                     cl = getattr(src, 'headers', None) and src.headers.get('Content-Length')
                     size = int(cl) if cl and cl.isdigit() else getattr(src, 'size', None)
                 return _Tee(self, src, url, size, fd)
-            except BaseException: os.close(fd); raise
+            except BaseException: _HELD.discard(fd); os.close(fd); raise
 
     def _prefetch(self, urls, timeout: float):
         "Fetch `urls` into the cache in a background thread (errors there are left to the reader that opens them later)."
