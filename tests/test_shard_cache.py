@@ -155,7 +155,7 @@ def test_two_processes_download_one_shard_once(server, shards, tmp_path):
     assert [p.returncode for p in ps] == [0, 0]
     import hashlib
     want = hashlib.sha1((shards / 'toy-train-000005.tar').read_bytes()).hexdigest()
-    assert sorted(outs) == ['BufferedReader ' + want, '_Tee ' + want]  # one read through to the server, one read the copy
+    assert sorted(outs) == ['_Hit ' + want, '_Tee ' + want]  # one read through to the server, one read the copy
     assert _shard_hits(hits) == {'/toy-train-000005.tar': 1}
 
 

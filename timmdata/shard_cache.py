@@ -4,7 +4,7 @@
 
 # %% ../nbs/27a_shard_cache.ipynb #99f872d9
 from __future__ import annotations
-import fcntl, hashlib, os, queue, re, threading, time
+import fcntl, hashlib, os, queue, re, sys, threading, time
 from typing import Callable, Optional
 
 # %% auto #0
@@ -121,6 +121,19 @@ class _Tee:
     def __exit__(self, *a): self.close()
 
 
+class _Hit:
+    "A cached copy being read; closed while a read error propagates (a damaged tar), the copy is deleted: fetched again next time."
+    def __init__(self, f, path: str): self.f, self.path = f, path
+    def read(self, n: int = -1) -> bytes: return self.f.read(n)
+    def close(self):
+        self.f.close()
+        if isinstance(sys.exc_info()[1], OSError):  # ShardError from the tar reader, or an I/O error of the copy
+            try: os.remove(self.path)
+            except FileNotFoundError: pass
+    def __enter__(self): return self
+    def __exit__(self, *a): self.close()
+
+
 class ShardCache:
     "A folder of remote shards shared by the processes of one machine: filled as shards stream, LRU-evicted under `limit`."
     def __init__(self, cache_dir, # the folder (made if missing); processes that share it share the shards
@@ -190,7 +203,7 @@ class ShardCache:
                     except FileNotFoundError: continue  # evicted meanwhile
                     try: os.utime(p)  # touched: recently used
                     except FileNotFoundError: pass
-                    return f
+                    return _Hit(f, p)
                 try: os.remove(p)  # damaged (truncated, or not the announced size): fetched again, never served
                 except FileNotFoundError: pass
             fd = os.open(os.path.join(self.dir, cache_name(url) + '.lock'), os.O_CREAT | os.O_RDWR, 0o644)
