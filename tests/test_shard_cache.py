@@ -180,9 +180,11 @@ def test_a_forked_child_does_not_hold_the_download_lock(server, tmp_path):
     shard = f'{url}/toy-train-000001.tar'
     f = cache(shard)
     f.read(1000)
+    r, w = os.pipe()
     pid = os.fork()
-    if pid == 0: time.sleep(3); os._exit(0)  # a worker that lives on
+    if pid == 0: os.write(w, b'up'); time.sleep(3); os._exit(0)  # a worker that lives on (the fork hooks ran before 'up')
     try:
+        os.close(w); assert os.read(r, 2) == b'up'; os.close(r)
         f.read(); f.close()
         fd = os.open(tmp_path / 'cache' / (cache_name(shard) + '.lock'), os.O_RDWR)
         try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError while the child holds it

@@ -46,11 +46,14 @@ def _drop_orphans(folder: str):
     "Remove the temp files of processes that died while writing (their reservations would hold space forever)."
     for f in os.listdir(folder):
         if f.endswith('.part'):
-            try: os.kill(int(f.rsplit('.', 3)[-3]), 0)
+            p = os.path.join(folder, f)
+            try:
+                if time.time() - os.path.getmtime(p) < 120: continue  # written lately: alive (perhaps in another container)
+                os.kill(int(f.rsplit('.', 3)[-3]), 0)
             except ProcessLookupError:
-                try: os.remove(os.path.join(folder, f))
+                try: os.remove(p)
                 except FileNotFoundError: pass
-            except (ValueError, PermissionError): pass
+            except (ValueError, OSError): pass
 
 _HELD = set()  # lock fds of the shards this process is writing
 
@@ -90,24 +93,29 @@ class _Tee:
         try: b = self.src.read(n)
         except BaseException: self._drop(); raise
         if self.out is not None and b:
-            if self.size is not None and self.written + len(b) > self.size: self._drop()  # longer than announced
-            elif self.size is not None or self._reserve(self.written + len(b) + (8 << 20)) or self._reserve(self.written + len(b)):
-                self.out.write(b); self.written += len(b)
-            else: self._drop()
+            try:
+                if self.size is not None and self.written + len(b) > self.size: self._drop()  # longer than announced
+                elif self.size is not None or self._reserve(self.written + len(b) + (8 << 20)) or self._reserve(self.written + len(b)):
+                    self.out.write(b); self.written += len(b)
+                else: self._drop()
+            except OSError: self._drop()  # a full disk, a removed temp file: the reader goes on, uncached
         return b
 
     def close(self):
         try:
+            if isinstance(sys.exc_info()[1], OSError): self._drop()  # the reader found the stream damaged: not kept
             if self.out is not None:
                 try:
                     while self.read(1 << 20): pass  # tar padding after the end-of-archive blocks: the copy is the whole shard
                 except Exception: pass  # _drop ran
             if self.out is not None:
                 self.out.close(); self.out = None
-                if self.written == self.size or (self.size is None and self._ends_archive()):
-                    os.truncate(self.tmp, self.written)
-                    os.replace(self.tmp, os.path.join(self.cache.dir, f'{cache_name(self.url)}.{self.written}.shard'))
-                else: os.remove(self.tmp)
+                try:
+                    if self.written == self.size or (self.size is None and self._ends_archive()):
+                        os.truncate(self.tmp, self.written)
+                        os.replace(self.tmp, os.path.join(self.cache.dir, f'{cache_name(self.url)}.{self.written}.shard'))
+                    else: os.remove(self.tmp)
+                except FileNotFoundError: pass  # removed by someone else: not cached, nothing to clean
         finally:
             self.src.close()
             if self.lock_fd in _HELD: _HELD.discard(self.lock_fd); os.close(self.lock_fd)  # releases the shard's lock
