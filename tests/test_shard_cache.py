@@ -42,11 +42,12 @@ def shards(tmp_path_factory):
 
 class _Counting(http.server.SimpleHTTPRequestHandler):
     "Serves a folder and counts GETs per path; `delay` slows the body (so that two readers overlap)."
-    hits, delay = None, 0.0
+    hits, delay, gate = None, 0.0, None
     def do_GET(self):
         self.hits[self.path] = self.hits.get(self.path, 0) + 1
         super().do_GET()
     def copyfile(self, src, dst):
+        if self.gate is not None: self.gate.wait(60)  # the body waits until the test opens the gate
         while b := src.read(8192):
             dst.write(b)
             if self.delay: time.sleep(self.delay)
@@ -56,7 +57,7 @@ class _Counting(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture
 def server(shards):
     "(base URL, {path: GETs}, handler class) of a server on 127.0.0.1 for the shard folder."
-    handler = type('H', (_Counting,), {'hits': {}, 'delay': 0.0})
+    handler = type('H', (_Counting,), {'hits': {}, 'delay': 0.0, 'gate': None})
     srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), functools.partial(handler, directory=str(shards)))
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f'http://127.0.0.1:{srv.server_port}', handler.hits, handler
@@ -139,24 +140,33 @@ _READER = textwrap.dedent('''
     import hashlib, sys
     from timmdata.shard_cache import ShardCache
     from timmdata.shard_io import open_shard
+    print('ready', flush=True)
     with ShardCache(sys.argv[1], '1GB', open_shard)(sys.argv[2]) as f: print(type(f).__name__, hashlib.sha1(f.read()).hexdigest())
 ''')
 
 
 def test_two_processes_download_one_shard_once(server, shards, tmp_path):
-    "Two processes open one slow shard at once: one downloads, the other waits on the lock and reads the copy."
+    "Two processes open one shard at once: one downloads, the other waits on the lock and reads the copy."
     url, hits, handler = server
-    handler.delay = 0.2  # 2 s for the shard's ten 8 kB pieces: the second process starts long before the first is done
+    handler.gate = threading.Event()  # the first download's body is held until the second process is about to open
     env = {**os.environ, 'PYTHONPATH': str(Path(__file__).resolve().parent.parent)}
-    shard = f'{url}/toy-train-000005.tar'
-    ps = [subprocess.Popen([sys.executable, '-c', _READER, str(tmp_path / 'cache'), shard], stdout=subprocess.PIPE, env=env, text=True)
-          for _ in range(2)]
-    outs = [p.communicate(timeout=60)[0].strip() for p in ps]
+    shard, path = f'{url}/toy-train-000005.tar', '/toy-train-000005.tar'
+    run = lambda: subprocess.Popen([sys.executable, '-c', _READER, str(tmp_path / 'cache'), shard], stdout=subprocess.PIPE, env=env, text=True)
+    ps = [run()]
+    try:
+        for _ in range(600):  # the first process's request reached the server
+            if hits.get(path): break
+            time.sleep(0.05)
+        ps.append(run())
+        assert ps[1].stdout.readline().strip() == 'ready'
+        time.sleep(1.0)  # the second process is opening: it finds the lock held
+    finally: handler.gate.set()
+    outs = [p.communicate(timeout=60)[0].strip().splitlines()[-1] for p in ps]
     assert [p.returncode for p in ps] == [0, 0]
     import hashlib
     want = hashlib.sha1((shards / 'toy-train-000005.tar').read_bytes()).hexdigest()
-    assert sorted(outs) == ['_Hit ' + want, '_Tee ' + want]  # one read through to the server, one read the copy
-    assert _shard_hits(hits) == {'/toy-train-000005.tar': 1}
+    assert outs == ['_Tee ' + want, '_Hit ' + want]  # the first read through to the server, the second read the copy
+    assert _shard_hits(hits) == {path: 1}
 
 
 def test_local_shards_are_not_copied(shards, tmp_path):
