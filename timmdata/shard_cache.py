@@ -68,8 +68,9 @@ os.register_at_fork(after_in_child=_after_fork)
 
 class _Tee:
     "A shard's stream that writes what is read into a reserved temp file; at its end the file is checked and renamed in."
-    def __init__(self, cache, src, url: str, size: Optional[int], lock_fd: int):
+    def __init__(self, cache, src, url: str, size: Optional[int], lock_fd: int, sha256: Optional[str] = None):
         self.cache, self.src, self.url, self.size, self.lock_fd = cache, src, url, size, lock_fd
+        self.sha256, self.h = sha256, hashlib.sha256() if sha256 else None
         self.tmp = os.path.join(cache.dir, f'{cache_name(url)}.{os.getpid()}.{threading.get_ident()}.part')
         self.out, self.written, self.reserved = open(self.tmp, 'wb', buffering=0), 0, 0  # unbuffered: a forked child has nothing to flush
         _HELD.add(lock_fd)
@@ -97,6 +98,7 @@ class _Tee:
                 if self.size is not None and self.written + len(b) > self.size: self._drop()  # longer than announced
                 elif self.size is not None or self._reserve(self.written + len(b) + (8 << 20)) or self._reserve(self.written + len(b)):
                     self.out.write(b); self.written += len(b)
+                    if self.h is not None: self.h.update(b)
                 else: self._drop()
             except OSError: self._drop()  # a full disk, a removed temp file: the reader goes on, uncached
         return b
@@ -111,7 +113,8 @@ class _Tee:
             if self.out is not None:
                 self.out.close(); self.out = None
                 try:
-                    if self.written == self.size or (self.size is None and self._ends_archive()):
+                    if (self.written == self.size or (self.size is None and self._ends_archive())) and \
+                       (self.h is None or self.h.hexdigest() == self.sha256.lower()):  # the listing's checksum, when it has one
                         os.truncate(self.tmp, self.written)
                         os.replace(self.tmp, os.path.join(self.cache.dir, f'{cache_name(self.url)}.{self.written}.shard'))
                     else: os.remove(self.tmp)
@@ -149,12 +152,24 @@ class ShardCache:
                  opener: Optional[Callable] = None, # `opener(url, timeout)`: a stream of the remote shard (default: `open_shard`)
                  order=(), # the shards in the order they are usually read: the next one(s) are prefetched
                  prefetch: int = 1, # shards fetched ahead in a background thread while one is read
+                 info: Optional[dict] = None, # `_info.json`: its splits' optional `shard_bytes`, `shard_sha256` (parallel to `filenames`) are checked
                 ):
         self.dir, self.limit = os.path.abspath(os.fspath(cache_dir)), None if limit is None else parse_size(limit)
         os.makedirs(self.dir, exist_ok=True)
         self.opener, self.order, self.prefetch = opener, list(order), prefetch
         self._q = self._thread = self._pid = None
         self.plan(self.order)
+        self._known = {}  # base name -> (bytes, sha256) from the info file
+        for sp in ((info or {}).get('splits') or {}).values():
+            names = sp.get('filenames') or ()
+            for k, f in enumerate(names):
+                b, h = (sp.get(key) or [None] * len(names) for key in ('shard_bytes', 'shard_sha256'))
+                n, d = b[k] if k < len(b) else None, h[k] if k < len(h) else None
+                if not (n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= 0)) or \
+                   not (d is None or (isinstance(d, str) and re.fullmatch(r'[0-9a-fA-F]{64}', d))):
+                    raise ValueError(f'_info.json: shard {f!r} has shard_bytes {n!r} and shard_sha256 {d!r}: give a byte '
+                                     f'count and a 64-digit hex SHA-256 (or leave them out); fix the info file')
+                self._known[str(f).rsplit('/', 1)[-1]] = (n, d)
 
     def plan(self, order):
         "The shards this process will read, in order (a worker's share of an epoch): each one opened prefetches the next."
@@ -203,6 +218,8 @@ class ShardCache:
         return self._open(url, timeout, size)
 
     def _open(self, url: str, timeout: float, size: Optional[int]):
+        known, sha = self._known.get(url.split('?', 1)[0].rsplit('/', 1)[-1], (None, None))
+        size = known if size is None else size
         while True:
             p = self.path(url)
             if p is not None:
@@ -224,7 +241,7 @@ class ShardCache:
                 if size is None:
                     cl = getattr(src, 'headers', None) and src.headers.get('Content-Length')
                     size = int(cl) if cl and cl.isdigit() else getattr(src, 'size', None)
-                return _Tee(self, src, url, size, fd)
+                return _Tee(self, src, url, size, fd, sha)
             except BaseException: _HELD.discard(fd); os.close(fd); raise
 
     def _prefetch(self, urls, timeout: float):

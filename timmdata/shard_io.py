@@ -341,7 +341,7 @@ class WdsSource:
         self.num_samples = num_samples if num_samples is not None else n
         if self.shard_lengths is not None and len(self.shard_lengths) != len(self.shards):
             raise ValueError(f'_info.json of {root!r}: split {split!r} lists {len(self.shards)} shards but {len(self.shard_lengths)} shard_lengths')
-        self._lengths, self.cache = dict(zip(self.shards, self.shard_lengths or ())), None if cache_dir is None else ShardCache(cache_dir, cache_limit, open_shard, self.shards)
+        self._lengths, self.cache = dict(zip(self.shards, self.shard_lengths or ())), None if cache_dir is None else ShardCache(cache_dir, cache_limit, open_shard, self.shards, info=self.info)
         nc = (self.info or {}).get('num_classes')
         self.num_classes = nc if isinstance(nc, int) and not isinstance(nc, bool) and nc > 0 else None
 
