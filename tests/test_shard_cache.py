@@ -201,3 +201,12 @@ def test_a_forked_child_does_not_hold_the_download_lock(server, tmp_path):
         finally: os.close(fd)
         assert cache.path(shard) is not None and _shard_hits(hits) == {'/toy-train-000001.tar': 1}
     finally: os.kill(pid, 9); os.waitpid(pid, 0)
+
+
+def test_workers_prefetch_their_own_next_shard(server, tmp_path):
+    "2 loader workers, each planning its own share (streaming's _raw) and prefetching in a thread: every shard downloaded once."
+    url, hits, _ = server
+    ds = create_dataset('wds/toy', root=url, split='train', is_training=False, batch_size=4, cache_dir=str(tmp_path / 'cache'))
+    loader = create_loader(ds, (3, 16, 16), 4, is_training=False, num_workers=2, device='cpu')
+    assert _epoch(loader) == list(range(N_SHARDS * PER_SHARD))
+    assert set(_shard_hits(hits).values()) == {1} and len(_shard_hits(hits)) == N_SHARDS
