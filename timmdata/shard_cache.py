@@ -187,7 +187,17 @@ class ShardCache:
 
     def usage(self) -> int:
         "Bytes in the cache folder: complete shards and the reservations of those being written."
-        return sum(e.stat().st_size for e in os.scandir(self.dir) if e.name.endswith(('.shard', '.part')))
+        return sum(size for _, size, _ in self._files())
+
+    def _files(self) -> list:
+        "(mtime, size, path) of the complete shards and the reservations in the cache folder, read once each."
+        out = []
+        for e in os.scandir(self.dir):
+            if not e.name.endswith(('.shard', '.part')): continue
+            try: st = e.stat()
+            except FileNotFoundError: continue  # renamed in or evicted by another worker between the listing and the stat
+            out.append((st.st_mtime, st.st_size, e.path))
+        return out
 
     def make_room(self, n: int, exclude: str = '') -> bool:
         "Evict least-recently-used shards until `n` more bytes fit under the limit; False when they cannot."
@@ -196,7 +206,7 @@ class ShardCache:
         with open(os.path.join(self.dir, '.cache.lock'), 'a') as lk:
             fcntl.flock(lk, fcntl.LOCK_EX)  # one process at a time decides what to evict and reserves
             _drop_orphans(self.dir)
-            files = [(e.stat().st_mtime, e.stat().st_size, e.path) for e in os.scandir(self.dir) if e.name.endswith(('.shard', '.part'))]
+            files = self._files()
             used = sum(s for _, s, _ in files)
             for _, s, p in sorted(f for f in files if f[2].endswith('.shard')):
                 if used + n <= self.limit: break
@@ -223,7 +233,9 @@ class ShardCache:
         while True:
             p = self.path(url)
             if p is not None:
-                if self._valid(p, size):
+                try: ok = self._valid(p, size)
+                except FileNotFoundError: continue  # evicted meanwhile (by another reader's room-making, or the prefetcher)
+                if ok:
                     try: f = open(p, 'rb')
                     except FileNotFoundError: continue  # evicted meanwhile
                     try: os.utime(p)  # touched: recently used
