@@ -14,8 +14,8 @@ from .untrusted import MAX_JSON_BYTES, UnsafeNameError, inside, relative_name, w
 # %% auto #0
 __all__ = ['IMG_EXTENSIONS', 'natural_key', 'unset', 'get_img_extensions', 'is_img_extension', 'add_img_extensions',
            'del_img_extensions', 'set_img_extensions', 'load_class_map', 'Reader', 'NoImagesError', 'FolderReader',
-           'TarReader', 'CsvReader', 'find_split', 'split_names', 'timm_split_name', 'register_reader', 'reader_kinds',
-           'create_reader', 'register_scheme']
+           'FileHandle', 'TarReader', 'CsvReader', 'find_split', 'split_names', 'timm_split_name', 'register_reader',
+           'reader_kinds', 'create_reader', 'register_scheme']
 
 # %% ../nbs/01_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -172,7 +172,7 @@ def _scan_tar(path: str, exts) -> list:
                          f'marker there; copy or write the tar again (`timmdata check` lists damaged files)')
     return rows
 
-class _Fd:
+class FileHandle:
     "A read-only file descriptor that closes itself when its last reference goes (a read in flight keeps it open)."
     __slots__ = ('fd',)
     def __init__(self, path: str): self.fd = os.open(path, os.O_RDONLY | getattr(os, 'O_BINARY', 0))
@@ -180,7 +180,7 @@ class _Fd:
         try: _close(self.fd)
         except OSError: pass
 
-def _read_at(f: _Fd, size: int, offset: int, lock) -> bytes:
+def _read_at(f: FileHandle, size: int, offset: int, lock) -> bytes:
     "`size` bytes at `offset` (fewer at the end of the file): `os.pread`, or seek + read under `lock` where it is missing."
     pread = getattr(os, 'pread', None)
     if pread is not None: return pread(f.fd, size, offset)
@@ -229,14 +229,14 @@ class TarReader(Reader):
         self._targets = np.array([k[2] for k in keep], dtype=np.int64)
         self._pid, self._files, self._lock = None, OrderedDict(), None
 
-    def _fd(self, ti: int) -> _Fd:
+    def _fd(self, ti: int) -> FileHandle:
         "Tar `ti`'s handle in this process, opened on first use; the least recently read beyond `max_open_files` is dropped."
         if self._pid != os.getpid():  # forked (or new): never use the parent's handles (dropping our copies closes only them)
             self._files, self._lock, self._pid = OrderedDict(), threading.Lock(), os.getpid()
         with self._lock:
             f = self._files.get(ti)
             if f is not None: self._files.move_to_end(ti); return f
-            f = self._files[ti] = _Fd(self._tars[ti])
+            f = self._files[ti] = FileHandle(self._tars[ti])
             while len(self._files) > self.max_open_files: self._files.popitem(last=False)
         return f
 

@@ -8,7 +8,7 @@ import hashlib, http.client, os, tarfile, threading, time, urllib.error, urllib.
 from collections import OrderedDict
 from typing import Optional
 import numpy as np
-from .readers import Reader, register_reader, unset
+from .readers import FileHandle, Reader, register_reader, unset
 from .shard_io import (MAX_MEMBER_BYTES, ShardError, ShardNotFoundError, ShardTruncatedError, WdsSource, group_samples,
     is_transient_error, load_info, sample_target, shard_name, split_key, url_scheme)
 from .store import read_json, write_json_atomic
@@ -211,7 +211,7 @@ class ShardReader(Reader):
         with self._lock:
             f = self._files.get(ti)
             if f is None:
-                f = self._files[ti] = _Handle(self._shards[ti])
+                f = self._files[ti] = FileHandle(self._shards[ti])
                 while len(self._files) > self.max_open_files: self._files.popitem(last=False)
             else: self._files.move_to_end(ti)
         if hasattr(os, 'pread'): data = os.pread(f.fd, n, off)
@@ -255,14 +255,6 @@ def _checked(buf: bytes, n: int, member: str, shard: str) -> bytes:
         raise ShardError(f'the shard index does not match shard {shard_name(shard)} at member {member!r} (a stale index, or one '
                          f'that came with the dataset): delete {INDEX_FILE} beside the shards (or in index_dir) and open the reader again')
     return buf[512:]
-
-class _Handle:
-    "A read-only descriptor closed when its last reference goes: a shard dropped from the open set mid-read stays open for that read."
-    __slots__ = ('fd',)
-    def __init__(self, path: str): self.fd = os.open(path, os.O_RDONLY | getattr(os, 'O_BINARY', 0))
-    def __del__(self, _close=os.close):  # bound now: at interpreter exit the module's `os` may be gone already
-        try: _close(self.fd)
-        except OSError: pass
 
 def _only_split(root) -> str:
     "The one split of `root`'s `_info.json`; else an error listing them."
