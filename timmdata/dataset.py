@@ -14,7 +14,6 @@ from .decode import EncodedJpeg, ImageDecodeError, convert_mode, decode_image, e
 from PIL import Image
 from .readers import create_reader
 from .transforms import INPUT_FORMATS, SampleTransform, transform_input
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['is_transient', 'DecodeTransform', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
@@ -114,62 +113,55 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
     def __repr__(self):
         return f'{type(self).__name__}({len(self)} samples, {len(self.classes)} classes, reader={self.reader!r}, transform={self._transform!r})'
 
-# %% ../nbs/07_dataset.ipynb #c42ed107
-@patch
-def _load(self:ImageDataset, index: int):
-    src, target = self.reader[index]
-    if self.load_bytes:
-        if isinstance(src, np.ndarray): raise _UsageError('load_bytes=True needs a reader of encoded files; this reader returns decoded pixels')
-        return read_source(src), target
-    return self.decode_sample(src), target
+    def _load(self, index: int):
+        src, target = self.reader[index]
+        if self.load_bytes:
+            if isinstance(src, np.ndarray): raise _UsageError('load_bytes=True needs a reader of encoded files; this reader returns decoded pixels')
+            return read_source(src), target
+        return self.decode_sample(src), target
 
-@patch
-def _load_retrying(self:ImageDataset, index: int):
-    "`_load`, with transient OS errors retried; a bad file's error is raised for `_on_bad`, anything else as it is."
-    for attempt in range(self.io_retries + 1):
-        try: return self._load(index)
-        except OSError as e:
-            if not is_transient(e): raise
-            if attempt == self.io_retries:
-                note = (f'timmdata: reading sample {index} ({self.filename(index, absolute=True)}) failed {attempt + 1} times '
-                        f'with this transient error; the file is not counted as bad (too many open files: raise `ulimit -n`)')
-                if hasattr(e, 'add_note'): e.add_note(note); raise
-                raise type(e)(*e.args, note) from e  # Python < 3.11: the note in the message
-            time.sleep(self.io_backoff * 4 ** attempt)
+    def _load_retrying(self, index: int):
+        "`_load`, with transient OS errors retried; a bad file's error is raised for `_on_bad`, anything else as it is."
+        for attempt in range(self.io_retries + 1):
+            try: return self._load(index)
+            except OSError as e:
+                if not is_transient(e): raise
+                if attempt == self.io_retries:
+                    note = (f'timmdata: reading sample {index} ({self.filename(index, absolute=True)}) failed {attempt + 1} times '
+                            f'with this transient error; the file is not counted as bad (too many open files: raise `ulimit -n`)')
+                    if hasattr(e, 'add_note'): e.add_note(note); raise
+                    raise type(e)(*e.args, note) from e  # Python < 3.11: the note in the message
+                time.sleep(self.io_backoff * 4 ** attempt)
 
-@patch
-def __getitem__(self:ImageDataset, index: int):
-    if not -len(self) <= index < len(self): raise IndexError(f'index {index} out of range for a dataset of {len(self)} samples')
-    try: img, target = self._load_retrying(index)
-    except OSError as e:  # ImageDecodeError, or a file that is missing or unreadable for good (never a transient error)
-        if is_transient(e): raise
-        return self._on_bad(index, e)
-    try: img = self.transform_sample(img, lambda: f'sample {index} ({self.filename(index)})')
-    except ImageDecodeError as e:
-        if isinstance(img, EncodedJpeg): return self._on_bad(index, e)  # decoded inside the transform
-        raise
-    if target is None: target = -1
-    elif self.target_transform is not None: target = self.target_transform(target)
-    return img, target
+    def __getitem__(self, index: int):
+        if not -len(self) <= index < len(self): raise IndexError(f'index {index} out of range for a dataset of {len(self)} samples')
+        try: img, target = self._load_retrying(index)
+        except OSError as e:  # ImageDecodeError, or a file that is missing or unreadable for good (never a transient error)
+            if is_transient(e): raise
+            return self._on_bad(index, e)
+        try: img = self.transform_sample(img, lambda: f'sample {index} ({self.filename(index)})')
+        except ImageDecodeError as e:
+            if isinstance(img, EncodedJpeg): return self._on_bad(index, e)  # decoded inside the transform
+            raise
+        if target is None: target = -1
+        elif self.target_transform is not None: target = self.target_transform(target)
+        return img, target
 
-@patch
-def _on_bad(self:ImageDataset, index: int, e: Exception):
-    msg = f'sample {index} ({self.filename(index, absolute=True)}) could not be read or decoded: {e}'
-    if self._bad is None:
-        raise ImageDecodeError(msg + "; fix or remove the file, or pass bad_sample='skip' to skip such samples") from e
-    self._bad[index] = 1
-    warnings.warn(f'skipped {msg}', stacklevel=3)
-    return None
+    def _on_bad(self, index: int, e: Exception):
+        msg = f'sample {index} ({self.filename(index, absolute=True)}) could not be read or decoded: {e}'
+        if self._bad is None:
+            raise ImageDecodeError(msg + "; fix or remove the file, or pass bad_sample='skip' to skip such samples") from e
+        self._bad[index] = 1
+        warnings.warn(f'skipped {msg}', stacklevel=3)
+        return None
 
-@patch
-def filename(self:ImageDataset, index: int, basename: bool = False, absolute: bool = False) -> str:
-    "Name of sample `index`'s file, relative to the reader's root unless `absolute`."
-    return self.reader.filename(index, basename=basename, absolute=absolute)
+    def filename(self, index: int, basename: bool = False, absolute: bool = False) -> str:
+        "Name of sample `index`'s file, relative to the reader's root unless `absolute`."
+        return self.reader.filename(index, basename=basename, absolute=absolute)
 
-@patch
-def filenames(self:ImageDataset, basename: bool = False, absolute: bool = False) -> list:
-    "Names of all samples' files, in sample order."
-    return self.reader.filenames(basename=basename, absolute=absolute)
+    def filenames(self, basename: bool = False, absolute: bool = False) -> list:
+        "Names of all samples' files, in sample order."
+        return self.reader.filenames(basename=basename, absolute=absolute)
 
 # %% ../nbs/07_dataset.ipynb #5066882f
 class ChoiceTransform(SampleTransform):

@@ -6,7 +6,6 @@
 from __future__ import annotations
 import numpy as np
 import torch
-from fastcore.basics import patch
 from .collate import BatchCollate, fast_collate, new_uint8
 
 # %% auto #0
@@ -219,97 +218,87 @@ class Mixup:
     @mixup_enabled.setter
     def mixup_enabled(self, on: bool): self._enabled[0] = bool(on)
 
-# %% ../nbs/10_mixup.ipynb #f937b151
-@patch
-def _draw_lam(self: Mixup, n: int | None = None):
-    "(lam, use_cutmix): one draw for the batch (n None) or n draws, in timm's order: switch, cutmix beta, mixup beta."
-    r, ma, ca = self.rng, self.mixup_alpha, self.cutmix_alpha
-    if ma > 0 and ca > 0:
-        cut = (r.rand() if n is None else r.rand(n)) < self.switch_prob
-        if n is None: return float(r.beta(ca, ca) if cut else r.beta(ma, ma)), bool(cut)  # timm draws only the one used
-        lam_c, lam_m = r.beta(ca, ca, size=n), r.beta(ma, ma, size=n)
-        return np.where(cut, lam_c, lam_m), cut
-    cut = not (ma > 0)  # only one of the two is on: cutmix when mixup is off
-    lam = r.beta(ca, ca, size=n) if cut else r.beta(ma, ma, size=n)
-    return (float(lam), cut) if n is None else (lam, np.full(n, cut))
+    def _draw_lam(self, n: int | None = None):
+        "(lam, use_cutmix): one draw for the batch (n None) or n draws, in timm's order: switch, cutmix beta, mixup beta."
+        r, ma, ca = self.rng, self.mixup_alpha, self.cutmix_alpha
+        if ma > 0 and ca > 0:
+            cut = (r.rand() if n is None else r.rand(n)) < self.switch_prob
+            if n is None: return float(r.beta(ca, ca) if cut else r.beta(ma, ma)), bool(cut)  # timm draws only the one used
+            lam_c, lam_m = r.beta(ca, ca, size=n), r.beta(ma, ma, size=n)
+            return np.where(cut, lam_c, lam_m), cut
+        cut = not (ma > 0)  # only one of the two is on: cutmix when mixup is off
+        lam = r.beta(ca, ca, size=n) if cut else r.beta(ma, ma, size=n)
+        return (float(lam), cut) if n is None else (lam, np.full(n, cut))
 
-@patch
-def _params_per_elem(self: Mixup, n: int):
-    "Lambdas (float32) and cutmix flags for n elements (or pairs)."
-    lam, cut = np.ones(n, dtype=np.float32), np.zeros(n, dtype=bool)
-    if self.mixup_enabled and n:
-        lam_mix, cut = self._draw_lam(n)
-        lam = np.where(self.rng.rand(n) < self.mix_prob, lam_mix.astype(np.float32), lam)
-    return lam, cut
+    def _params_per_elem(self, n: int):
+        "Lambdas (float32) and cutmix flags for n elements (or pairs)."
+        lam, cut = np.ones(n, dtype=np.float32), np.zeros(n, dtype=bool)
+        if self.mixup_enabled and n:
+            lam_mix, cut = self._draw_lam(n)
+            lam = np.where(self.rng.rand(n) < self.mix_prob, lam_mix.astype(np.float32), lam)
+        return lam, cut
 
-@patch
-def _params_per_batch(self: Mixup):
-    "One (lam, use_cutmix) for the batch."
-    if not (self.mixup_enabled and self.rng.rand() < self.mix_prob): return 1., False
-    return self._draw_lam()
+    def _params_per_batch(self):
+        "One (lam, use_cutmix) for the batch."
+        if not (self.mixup_enabled and self.rng.rand() < self.mix_prob): return 1., False
+        return self._draw_lam()
 
-@patch
-def _row_params(self: Mixup, n: int, shape, half: bool = False):
-    "Per-row (lam, cut, boxes) for n rows paired as (i, n-1-i); the middle row of an odd n keeps lam 1."
-    mid = n // 2
-    if self.mode == 'pair' and not half:
-        lam_h, cut_h = self._params_per_elem(mid)
-        lam_h, boxes_h = self._boxes(lam_h, cut_h, shape)
-        one = np.ones(n - 2 * mid, np.float32)
-        lam = np.concatenate([lam_h, one, lam_h[::-1]])
-        cut = np.concatenate([cut_h, np.zeros(n - 2 * mid, bool), cut_h[::-1]])
-        boxes = np.concatenate([boxes_h, np.zeros((n - 2 * mid, 4), np.int64), boxes_h[::-1]])
+    def _row_params(self, n: int, shape, half: bool = False):
+        "Per-row (lam, cut, boxes) for n rows paired as (i, n-1-i); the middle row of an odd n keeps lam 1."
+        mid = n // 2
+        if self.mode == 'pair' and not half:
+            lam_h, cut_h = self._params_per_elem(mid)
+            lam_h, boxes_h = self._boxes(lam_h, cut_h, shape)
+            one = np.ones(n - 2 * mid, np.float32)
+            lam = np.concatenate([lam_h, one, lam_h[::-1]])
+            cut = np.concatenate([cut_h, np.zeros(n - 2 * mid, bool), cut_h[::-1]])
+            boxes = np.concatenate([boxes_h, np.zeros((n - 2 * mid, 4), np.int64), boxes_h[::-1]])
+            return lam, cut, boxes
+        n_draw = mid if half else n
+        lam, cut = self._params_per_elem(n_draw)
+        if n % 2 and not half: lam[mid], cut[mid] = 1., False  # mixed with itself: nothing to do
+        lam, boxes = self._boxes(lam, cut, shape)
         return lam, cut, boxes
-    n_draw = mid if half else n
-    lam, cut = self._params_per_elem(n_draw)
-    if n % 2 and not half: lam[mid], cut[mid] = 1., False  # mixed with itself: nothing to do
-    lam, boxes = self._boxes(lam, cut, shape)
-    return lam, cut, boxes
 
-@patch
-def _boxes(self: Mixup, lam, cut, shape):
-    "Boxes for the cutmix rows with lam != 1 (in row order, as timm draws them); lam corrected where asked."
-    boxes = np.zeros((len(lam), 4), np.int64)
-    rows = np.flatnonzero(cut & (lam != 1.))
-    if len(rows):
-        (yl, yh, xl, xh), lam_c = cutmix_bbox_and_lam(shape, lam[rows], ratio_minmax=self.cutmix_minmax,
-                                                      correct_lam=self.correct_lam, rng=self.rng)
-        boxes[rows] = np.stack([yl, yh, xl, xh], -1)
-        lam[rows] = lam_c
-    return lam, boxes
+    def _boxes(self, lam, cut, shape):
+        "Boxes for the cutmix rows with lam != 1 (in row order, as timm draws them); lam corrected where asked."
+        boxes = np.zeros((len(lam), 4), np.int64)
+        rows = np.flatnonzero(cut & (lam != 1.))
+        if len(rows):
+            (yl, yh, xl, xh), lam_c = cutmix_bbox_and_lam(shape, lam[rows], ratio_minmax=self.cutmix_minmax,
+                                                          correct_lam=self.correct_lam, rng=self.rng)
+            boxes[rows] = np.stack([yl, yh, xl, xh], -1)
+            lam[rows] = lam_c
+        return lam, boxes
 
-# %% ../nbs/10_mixup.ipynb #b4782cc8
-@patch
-def _check(self: Mixup, x, target):
-    if not isinstance(x, torch.Tensor) or x.ndim != 4:
-        raise ValueError(f"Mixup expects an NCHW batch tensor; got {type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}")
-    if not x.is_floating_point():
-        raise ValueError(f"Mixup expects a float batch; got dtype {x.dtype} (for uint8 samples use FastCollateMixup as the collate_fn)")
-    if len(target) != len(x):
-        raise ValueError(f"target has {len(target)} rows for a batch of {len(x)}")
+    def _check(self, x, target):
+        if not isinstance(x, torch.Tensor) or x.ndim != 4:
+            raise ValueError(f"Mixup expects an NCHW batch tensor; got {type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}")
+        if not x.is_floating_point():
+            raise ValueError(f"Mixup expects a float batch; got dtype {x.dtype} (for uint8 samples use FastCollateMixup as the collate_fn)")
+        if len(target) != len(x):
+            raise ValueError(f"target has {len(target)} rows for a batch of {len(x)}")
 
-@patch
-def _mix_batch_(self: Mixup, x: torch.Tensor) -> float:
-    "'batch' mode, in place: one lam and one cutmix box for the whole batch, each row mixed with its mirror row."
-    lam, cut = self._params_per_batch()
-    if lam != 1.:
-        if cut:
-            (yl, yh, xl, xh), lam = cutmix_bbox_and_lam(x.shape, lam, ratio_minmax=self.cutmix_minmax,
-                                                        correct_lam=self.correct_lam, rng=self.rng)
-            x[:, :, yl:yh, xl:xh] = x[:, :, yl:yh, xl:xh].flip(0)
-        else: _blend_batch_(x, lam)
-    return lam
+    def _mix_batch_(self, x: torch.Tensor) -> float:
+        "'batch' mode, in place: one lam and one cutmix box for the whole batch, each row mixed with its mirror row."
+        lam, cut = self._params_per_batch()
+        if lam != 1.:
+            if cut:
+                (yl, yh, xl, xh), lam = cutmix_bbox_and_lam(x.shape, lam, ratio_minmax=self.cutmix_minmax,
+                                                            correct_lam=self.correct_lam, rng=self.rng)
+                x[:, :, yl:yh, xl:xh] = x[:, :, yl:yh, xl:xh].flip(0)
+            else: _blend_batch_(x, lam)
+        return lam
 
-@patch
-def __call__(self: Mixup, x: torch.Tensor, target: torch.Tensor):
-    "Mix the float NCHW batch `x` in place; returns (x, soft targets (N, num_classes))."
-    self._check(x, target)
-    if self.mode == 'batch': lam = self._mix_batch_(x)
-    else:
-        lam, cut, boxes = self._row_params(len(x), x.shape)
-        _mix_rows_(x, None, lam, cut, boxes)
-        lam = torch.tensor(lam, device=x.device, dtype=x.dtype).unsqueeze(1)
-    return x, mixup_target(target, self.num_classes, lam, self.label_smoothing, self.multi_label)
+    def __call__(self, x: torch.Tensor, target: torch.Tensor):
+        "Mix the float NCHW batch `x` in place; returns (x, soft targets (N, num_classes))."
+        self._check(x, target)
+        if self.mode == 'batch': lam = self._mix_batch_(x)
+        else:
+            lam, cut, boxes = self._row_params(len(x), x.shape)
+            _mix_rows_(x, None, lam, cut, boxes)
+            lam = torch.tensor(lam, device=x.device, dtype=x.dtype).unsqueeze(1)
+        return x, mixup_target(target, self.num_classes, lam, self.label_smoothing, self.multi_label)
 
 # %% ../nbs/10_mixup.ipynb #6db9606b
 class FastCollateMixup(Mixup, BatchCollate):

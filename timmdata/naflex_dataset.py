@@ -8,7 +8,6 @@ import itertools, math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
-from fastcore.basics import patch
 from .dataset import ChoiceTransform, ImageDataset
 from .collate import new_uint8
 from .naflex_transforms import parse_patch_size
@@ -51,59 +50,55 @@ class NaFlexCollator:
         self.channels_last, self.flatten = channels_last, flatten
     def __repr__(self): return f'{type(self).__name__}(max_seq_len={self.max_seq_len}, patch_size={self.patch_size})'
 
-# %% ../nbs/24_naflex_dataset.ipynb #22a042ed
-@patch
-def _image_patches(self:NaFlexCollator, img: torch.Tensor, out: torch.Tensor) -> tuple:
-    "Writes `img`'s patches into `out` (its row of the batch); returns (patches written, grid height, grid width)."
-    (ph, pw), (c, h, w) = self.patch_size, img.shape
-    if h % ph or w % pw:  # pad bottom/right to whole patches, as patchify does
-        img = torch.nn.functional.pad(img, (0, -w % pw, 0, -h % ph))
-        h, w = img.shape[-2:]
-    nh, nw = h // ph, w // pw
-    n = nh * nw
-    if n > self.max_seq_len: raise ValueError(f'an image of {h}x{w} has {n} patches of {ph}x{pw}, more than max_seq_len={self.max_seq_len}')
-    src = img.view(c, nh, ph, nw, pw)
-    if self.channels_last: out[:n].view(nh, nw, ph, pw, c).copy_(src.permute(1, 3, 2, 4, 0))
-    else: out[:n].view(nh, nw, c, ph, pw).copy_(src.permute(1, 3, 0, 2, 4))
-    return n, nh, nw
+    def _image_patches(self, img: torch.Tensor, out: torch.Tensor) -> tuple:
+        "Writes `img`'s patches into `out` (its row of the batch); returns (patches written, grid height, grid width)."
+        (ph, pw), (c, h, w) = self.patch_size, img.shape
+        if h % ph or w % pw:  # pad bottom/right to whole patches, as patchify does
+            img = torch.nn.functional.pad(img, (0, -w % pw, 0, -h % ph))
+            h, w = img.shape[-2:]
+        nh, nw = h // ph, w // pw
+        n = nh * nw
+        if n > self.max_seq_len: raise ValueError(f'an image of {h}x{w} has {n} patches of {ph}x{pw}, more than max_seq_len={self.max_seq_len}')
+        src = img.view(c, nh, ph, nw, pw)
+        if self.channels_last: out[:n].view(nh, nw, ph, pw, c).copy_(src.permute(1, 3, 2, 4, 0))
+        else: out[:n].view(nh, nw, c, ph, pw).copy_(src.permute(1, 3, 0, 2, 4))
+        return n, nh, nw
 
-@patch
-def __call__(self:NaFlexCollator, batch: list) -> tuple:
-    "`[(patch dict or CHW image, target), ...]` -> (dict(patches, patch_coord, patch_valid, seq_len), targets)."
-    batch = [b for b in batch if b is not None]  # skipped samples (bad_sample='skip' counts and warns)
-    if not batch: raise ValueError('NaFlexCollator got an empty batch (every sample was skipped)')
-    if not all(isinstance(b, (tuple, list)) and len(b) == 2 for b in batch):
-        raise TypeError('NaFlexCollator takes (sample, target) pairs, the sample a patch dict or a CHW image tensor')
-    ys = [b[1] for b in batch]
-    targets = torch.stack(ys) if isinstance(ys[0], torch.Tensor) else torch.tensor(ys, dtype=torch.int64)
-    xs, L, B = [b[0] for b in batch], self.max_seq_len, len(batch)
-    if isinstance(xs[0], dict): return self._from_dicts(xs), targets
-    c, dt = xs[0].shape[0], xs[0].dtype
-    ph, pw = self.patch_size
-    dims = ((ph * pw * c,) if self.flatten else ((ph, pw, c) if self.channels_last else (c, ph, pw)))
-    if dt == torch.uint8: patches = new_uint8((B, L, *dims))  # in a worker: shared memory, sent without a copy; padding zeroed below
-    else: patches = torch.zeros((B, L, *dims), dtype=torch.float32)
-    coord, valid = torch.zeros((B, L, 2), dtype=torch.int64), torch.zeros((B, L), dtype=torch.bool)
-    for i, x in enumerate(xs):
-        if not (isinstance(x, torch.Tensor) and x.ndim == 3 and x.shape[0] == c):
-            raise TypeError(f'NaFlexCollator: sample {i} must be a {c}-channel CHW tensor like sample 0; got '
-                            f'{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}')
-        n, nh, nw = self._image_patches(x, patches[i].view(L, -1))
-        if dt == torch.uint8: patches[i, n:] = 0
-        coord[i, :n] = _patch_grid(nh, nw); valid[i, :n] = True
-    return dict(patches=patches, patch_coord=coord, patch_valid=valid, seq_len=L), targets
+    def __call__(self, batch: list) -> tuple:
+        "`[(patch dict or CHW image, target), ...]` -> (dict(patches, patch_coord, patch_valid, seq_len), targets)."
+        batch = [b for b in batch if b is not None]  # skipped samples (bad_sample='skip' counts and warns)
+        if not batch: raise ValueError('NaFlexCollator got an empty batch (every sample was skipped)')
+        if not all(isinstance(b, (tuple, list)) and len(b) == 2 for b in batch):
+            raise TypeError('NaFlexCollator takes (sample, target) pairs, the sample a patch dict or a CHW image tensor')
+        ys = [b[1] for b in batch]
+        targets = torch.stack(ys) if isinstance(ys[0], torch.Tensor) else torch.tensor(ys, dtype=torch.int64)
+        xs, L, B = [b[0] for b in batch], self.max_seq_len, len(batch)
+        if isinstance(xs[0], dict): return self._from_dicts(xs), targets
+        c, dt = xs[0].shape[0], xs[0].dtype
+        ph, pw = self.patch_size
+        dims = ((ph * pw * c,) if self.flatten else ((ph, pw, c) if self.channels_last else (c, ph, pw)))
+        if dt == torch.uint8: patches = new_uint8((B, L, *dims))  # in a worker: shared memory, sent without a copy; padding zeroed below
+        else: patches = torch.zeros((B, L, *dims), dtype=torch.float32)
+        coord, valid = torch.zeros((B, L, 2), dtype=torch.int64), torch.zeros((B, L), dtype=torch.bool)
+        for i, x in enumerate(xs):
+            if not (isinstance(x, torch.Tensor) and x.ndim == 3 and x.shape[0] == c):
+                raise TypeError(f'NaFlexCollator: sample {i} must be a {c}-channel CHW tensor like sample 0; got '
+                                f'{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}')
+            n, nh, nw = self._image_patches(x, patches[i].view(L, -1))
+            if dt == torch.uint8: patches[i, n:] = 0
+            coord[i, :n] = _patch_grid(nh, nw); valid[i, :n] = True
+        return dict(patches=patches, patch_coord=coord, patch_valid=valid, seq_len=L), targets
 
-@patch
-def _from_dicts(self:NaFlexCollator, ds: list) -> dict:
-    "timm's input: per-sample patch dicts from `Patchify`, padded to max_seq_len."
-    L, p0 = self.max_seq_len, ds[0]['patches']
-    patches = torch.zeros((len(ds), L, *p0.shape[1:]), dtype=p0.dtype if p0.dtype == torch.uint8 else torch.float32)
-    coord, valid = torch.zeros((len(ds), L, 2), dtype=torch.int64), torch.zeros((len(ds), L), dtype=torch.bool)
-    for i, d in enumerate(ds):
-        n = d['patches'].shape[0]
-        if n > L: raise ValueError(f'sample {i} has {n} patches, more than max_seq_len={L}: resize it to the sequence first (ResizeToSequence)')
-        patches[i, :n], coord[i, :n], valid[i, :n] = d['patches'], d['patch_coord'], d['patch_valid']
-    return dict(patches=patches, patch_coord=coord, patch_valid=valid, seq_len=L)
+    def _from_dicts(self, ds: list) -> dict:
+        "timm's input: per-sample patch dicts from `Patchify`, padded to max_seq_len."
+        L, p0 = self.max_seq_len, ds[0]['patches']
+        patches = torch.zeros((len(ds), L, *p0.shape[1:]), dtype=p0.dtype if p0.dtype == torch.uint8 else torch.float32)
+        coord, valid = torch.zeros((len(ds), L, 2), dtype=torch.int64), torch.zeros((len(ds), L), dtype=torch.bool)
+        for i, d in enumerate(ds):
+            n = d['patches'].shape[0]
+            if n > L: raise ValueError(f'sample {i} has {n} patches, more than max_seq_len={L}: resize it to the sequence first (ResizeToSequence)')
+            patches[i, :n], coord[i, :n], valid[i, :n] = d['patches'], d['patch_coord'], d['patch_valid']
+        return dict(patches=patches, patch_coord=coord, patch_valid=valid, seq_len=L)
 
 # %% ../nbs/24_naflex_dataset.ipynb #76b83889
 _MIX_TAG = 0x313C  # tag of a batch's mixing draws (vs its samples' draws)
@@ -174,89 +169,79 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         if int(self._start[1]) != epoch: self._start[0] = 0
         self._epoch[0] = epoch
 
-# %% ../nbs/24_naflex_dataset.ipynb #5c5e8b56
-@patch
-def _make_schedule(self:NaFlexMapDatasetWrapper):
-    "The canonical (seq_len, batch size) list, drawn once from `seed`, covering this rank's share of the samples."
-    n = len(self.base_dataset)
-    if n == 0: raise ValueError('NaFlexMapDatasetWrapper: the dataset is empty')
-    self._per_rank = math.ceil(n / self.world_size)  # the last ranks repeat a few samples so that all have as many
-    g, left, sched = torch.Generator().manual_seed(self.seed), self._per_rank, []
-    while left > 0:
-        s = self.seq_lens[int(torch.randint(0, len(self.seq_lens), (1,), generator=g))]
-        bs = min(calculate_naflex_batch_size(self.max_tokens_per_batch, s, max_size=left, divisor=self.batch_divisor), left)
-        sched.append((s, bs)); left -= bs
-    self._schedule = sched
+    def _make_schedule(self):
+        "The canonical (seq_len, batch size) list, drawn once from `seed`, covering this rank's share of the samples."
+        n = len(self.base_dataset)
+        if n == 0: raise ValueError('NaFlexMapDatasetWrapper: the dataset is empty')
+        self._per_rank = math.ceil(n / self.world_size)  # the last ranks repeat a few samples so that all have as many
+        g, left, sched = torch.Generator().manual_seed(self.seed), self._per_rank, []
+        while left > 0:
+            s = self.seq_lens[int(torch.randint(0, len(self.seq_lens), (1,), generator=g))]
+            bs = min(calculate_naflex_batch_size(self.max_tokens_per_batch, s, max_size=left, divisor=self.batch_divisor), left)
+            sched.append((s, bs)); left -= bs
+        self._schedule = sched
 
-@patch
-def _epoch_batches(self:NaFlexMapDatasetWrapper, epoch: int) -> list:
-    "This rank's batches of `epoch`: (seq_len, patch size index, sample indices)."
-    g, n = torch.Generator().manual_seed(self.seed + epoch), len(self.base_dataset)
-    order = torch.randperm(n, generator=g).tolist() if self.shuffle else list(range(n))
-    if self.world_size > 1: order = [order[i % n] for i in range(self.rank, self._per_rank * self.world_size, self.world_size)]
-    sched = [self._schedule[i] for i in torch.randperm(len(self._schedule), generator=g).tolist()] if self.shuffle else self._schedule
-    probs, pos, out = torch.tensor(self.patch_size_probs), 0, []
-    for s, bs in sched:
-        k = int(torch.multinomial(probs, 1, generator=g)) if self.variable_patch_size else 0
-        out.append((s, k, order[pos:pos + bs])); pos += bs
-    return out
+    def _epoch_batches(self, epoch: int) -> list:
+        "This rank's batches of `epoch`: (seq_len, patch size index, sample indices)."
+        g, n = torch.Generator().manual_seed(self.seed + epoch), len(self.base_dataset)
+        order = torch.randperm(n, generator=g).tolist() if self.shuffle else list(range(n))
+        if self.world_size > 1: order = [order[i % n] for i in range(self.rank, self._per_rank * self.world_size, self.world_size)]
+        sched = [self._schedule[i] for i in torch.randperm(len(self._schedule), generator=g).tolist()] if self.shuffle else self._schedule
+        probs, pos, out = torch.tensor(self.patch_size_probs), 0, []
+        for s, bs in sched:
+            k = int(torch.multinomial(probs, 1, generator=g)) if self.variable_patch_size else 0
+            out.append((s, k, order[pos:pos + bs])); pos += bs
+        return out
 
-@patch
-def _batches(self:NaFlexMapDatasetWrapper):
-    "This worker's share of the epoch's batches from the resume point (batch j goes to worker j % workers), collated."
-    info = get_worker_info()
-    wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
-    epoch, start = self.epoch, self.start_batches()
-    if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)): self.mixup_fn.set_epoch(epoch)
-    batches = self._epoch_batches(epoch)
-    for j in range(start + wid, len(batches), nw):  # torch asks worker 0 first: it makes the first batch not yet delivered
-        s, k, idx = batches[j]
-        key = mix_seed(self.seed, epoch, self.rank, j)  # batch j's draws: the same whichever worker makes it, resumed or not
-        b = self._batch(s, k, (self._read(mix_seed(key, m), i) for m, i in enumerate(idx)), key)
-        if b is not None: yield b
+    def _batches(self):
+        "This worker's share of the epoch's batches from the resume point (batch j goes to worker j % workers), collated."
+        info = get_worker_info()
+        wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
+        epoch, start = self.epoch, self.start_batches()
+        if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)): self.mixup_fn.set_epoch(epoch)
+        batches = self._epoch_batches(epoch)
+        for j in range(start + wid, len(batches), nw):  # torch asks worker 0 first: it makes the first batch not yet delivered
+            s, k, idx = batches[j]
+            key = mix_seed(self.seed, epoch, self.rank, j)  # batch j's draws: the same whichever worker makes it, resumed or not
+            b = self._batch(s, k, (self._read(mix_seed(key, m), i) for m, i in enumerate(idx)), key)
+            if b is not None: yield b
 
-@patch
-def _read(self:NaFlexMapDatasetWrapper, key: int, i: int):
-    "Sample `i`, its random draws seeded from `key`."
-    seed_all(key)
-    return self.base_dataset[i]
+    def _read(self, key: int, i: int):
+        "Sample `i`, its random draws seeded from `key`."
+        seed_all(key)
+        return self.base_dataset[i]
 
-@patch
-def _batch(self:NaFlexMapDatasetWrapper, s: int, k: int, samples, key: Optional[int] = None) -> Optional[tuple]:
-    "One batch at sequence length `s` and patch size `k` from `samples` (read lazily, after its transform is chosen), mixed and collated."
-    if self._inner is not None: self._inner.choice = (s, k)  # this batch's transform, inside the dataset
-    imgs, ys = [], []
-    for sample in samples:
-        if sample is None: continue  # the dataset's bad_sample='skip' policy: counted and warned there
-        img, y = sample
-        if self._inner is None and self.transforms[(s, k)] is not None: img = self.transforms[(s, k)](img)
-        imgs.append(img); ys.append(y)
-    if not imgs: return None
-    if key is not None: seed_all(mix_seed(key, _MIX_TAG))  # the mixing's draws (else: as the last sample's seed left them)
-    if self.mixup_fn is not None: imgs, ys = self.mixup_fn(imgs, ys)
-    return self.collate_fns[(s, k)](list(zip(imgs, ys)))
+    def _batch(self, s: int, k: int, samples, key: Optional[int] = None) -> Optional[tuple]:
+        "One batch at sequence length `s` and patch size `k` from `samples` (read lazily, after its transform is chosen), mixed and collated."
+        if self._inner is not None: self._inner.choice = (s, k)  # this batch's transform, inside the dataset
+        imgs, ys = [], []
+        for sample in samples:
+            if sample is None: continue  # the dataset's bad_sample='skip' policy: counted and warned there
+            img, y = sample
+            if self._inner is None and self.transforms[(s, k)] is not None: img = self.transforms[(s, k)](img)
+            imgs.append(img); ys.append(y)
+        if not imgs: return None
+        if key is not None: seed_all(mix_seed(key, _MIX_TAG))  # the mixing's draws (else: as the last sample's seed left them)
+        if self.mixup_fn is not None: imgs, ys = self.mixup_fn(imgs, ys)
+        return self.collate_fns[(s, k)](list(zip(imgs, ys)))
 
-# %% ../nbs/24_naflex_dataset.ipynb #a9512c14
-@patch
-def start_batches(self:NaFlexMapDatasetWrapper) -> int:
-    "Batches of the current epoch delivered before the resume point (`set_start`); 0 when the epoch starts afresh."
-    flag, epoch, n = self._start.tolist()
-    return n if flag and epoch == self.epoch else 0
+    def start_batches(self) -> int:
+        "Batches of the current epoch delivered before the resume point (`set_start`); 0 when the epoch starts afresh."
+        flag, epoch, n = self._start.tolist()
+        return n if flag and epoch == self.epoch else 0
 
-@patch
-def set_start(self:NaFlexMapDatasetWrapper, batches_done: int, batch_size=None):
-    "Resume the current epoch after its first `batches_done` batches (`batch_size`: not used, the schedule sets the sizes)."
-    if isinstance(batches_done, bool) or not isinstance(batches_done, int) or not 0 <= batches_done <= len(self):
-        raise ValueError(f'set_start: batches_done must be an int in [0, {len(self)}] (the batches of an epoch); got {batches_done!r}')
-    self._start[:] = torch.tensor([1, self.epoch, batches_done])
+    def set_start(self, batches_done: int, batch_size=None):
+        "Resume the current epoch after its first `batches_done` batches (`batch_size`: not used, the schedule sets the sizes)."
+        if isinstance(batches_done, bool) or not isinstance(batches_done, int) or not 0 <= batches_done <= len(self):
+            raise ValueError(f'set_start: batches_done must be an int in [0, {len(self)}] (the batches of an epoch); got {batches_done!r}')
+        self._start[:] = torch.tensor([1, self.epoch, batches_done])
 
-@patch
-def fingerprint(self:NaFlexMapDatasetWrapper) -> dict:
-    "What must match for a saved position to resume exactly: the arguments that make the schedule and the draws."
-    return dict(wrapper=type(self).__name__, dataset_len=len(self.base_dataset), world_size=self.world_size, seed=self.seed,
-                shuffle=self.shuffle, seq_lens=list(self.seq_lens), max_tokens_per_batch=self.max_tokens_per_batch,
-                batch_divisor=self.batch_divisor, patch_sizes=[list(p) for p in self.patch_sizes],
-                patch_size_probs=list(self.patch_size_probs), batches=len(self))
+    def fingerprint(self) -> dict:
+        "What must match for a saved position to resume exactly: the arguments that make the schedule and the draws."
+        return dict(wrapper=type(self).__name__, dataset_len=len(self.base_dataset), world_size=self.world_size, seed=self.seed,
+                    shuffle=self.shuffle, seq_lens=list(self.seq_lens), max_tokens_per_batch=self.max_tokens_per_batch,
+                    batch_divisor=self.batch_divisor, patch_sizes=[list(p) for p in self.patch_sizes],
+                    patch_size_probs=list(self.patch_size_probs), batches=len(self))
 
 # %% ../nbs/24_naflex_dataset.ipynb #e06e596a
 class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
@@ -285,99 +270,90 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
         n, nw = len(self.base_dataset), max(1, self.num_workers)
         return n // nw + (wid < n % nw)
 
-# %% ../nbs/24_naflex_dataset.ipynb #fb8bdd8e
-@patch
-def _make_schedule(self:NaFlexStreamWrapper):
-    "Each worker's canonical (seq_len, batch size) list, drawn from (seed, worker), covering that worker's samples."
-    self._schedules = []
-    for wid in range(max(1, self.num_workers)):
-        g, left, sched = torch.Generator().manual_seed(mix_seed(self.seed, wid)), self.worker_samples(wid), []
-        while left > 0:
-            s = self.seq_lens[int(torch.randint(0, len(self.seq_lens), (1,), generator=g))]
-            bs = min(calculate_naflex_batch_size(self.max_tokens_per_batch, s, max_size=left, divisor=self.batch_divisor), left)
-            sched.append((s, bs)); left -= bs
-        self._schedules.append(sched)
-    self._schedule = [b for s in self._schedules for b in s]  # all workers' batches: len() is this rank's batch count
+    def _make_schedule(self):
+        "Each worker's canonical (seq_len, batch size) list, drawn from (seed, worker), covering that worker's samples."
+        self._schedules = []
+        for wid in range(max(1, self.num_workers)):
+            g, left, sched = torch.Generator().manual_seed(mix_seed(self.seed, wid)), self.worker_samples(wid), []
+            while left > 0:
+                s = self.seq_lens[int(torch.randint(0, len(self.seq_lens), (1,), generator=g))]
+                bs = min(calculate_naflex_batch_size(self.max_tokens_per_batch, s, max_size=left, divisor=self.batch_divisor), left)
+                sched.append((s, bs)); left -= bs
+            self._schedules.append(sched)
+        self._schedule = [b for s in self._schedules for b in s]  # all workers' batches: len() is this rank's batch count
 
-@patch
-def _epoch_schedule(self:NaFlexStreamWrapper, epoch: int, role: int) -> list:
-    "Worker `role`'s batches of `epoch`: (seq_len, batch size, patch size index), in this epoch's order, from (seed, epoch, role)."
-    g, sched = torch.Generator().manual_seed(mix_seed(self.seed, epoch, role)), self._schedules[role]
-    if self.shuffle: sched = [sched[i] for i in torch.randperm(len(sched), generator=g).tolist()]
-    probs = torch.tensor(self.patch_size_probs)
-    return [(s, bs, int(torch.multinomial(probs, 1, generator=g)) if self.variable_patch_size else 0) for s, bs in sched]
+    def _epoch_schedule(self, epoch: int, role: int) -> list:
+        "Worker `role`'s batches of `epoch`: (seq_len, batch size, patch size index), in this epoch's order, from (seed, epoch, role)."
+        g, sched = torch.Generator().manual_seed(mix_seed(self.seed, epoch, role)), self._schedules[role]
+        if self.shuffle: sched = [sched[i] for i in torch.randperm(len(sched), generator=g).tolist()]
+        probs = torch.tensor(self.patch_size_probs)
+        return [(s, bs, int(torch.multinomial(probs, 1, generator=g)) if self.variable_patch_size else 0) for s, bs in sched]
 
-@patch
-def _batches(self:NaFlexStreamWrapper):
-    "This worker's batches of the epoch from the resume point: the schedule in this epoch's order, each filled from the stream as it comes."
-    info = get_worker_info()
-    wid = info.id if info is not None else 0
-    if info is not None and info.num_workers != max(1, self.num_workers):
-        raise RuntimeError(f'NaFlexStreamWrapper was made for num_workers={self.num_workers} but runs in {info.num_workers} workers: '
-                           f'pass the DataLoader\'s num_workers to the wrapper')
-    epoch, n = self.epoch, self.start_batches()
-    if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)): self.mixup_fn.set_epoch(epoch)
-    if n == 0: role, sched, drop = wid, self._epoch_schedule(epoch, wid), 0
-    else:  # resumed: this worker plays the role whose batch comes next in torch's round-robin, from its first batch not delivered
-        orders, done, r, q = self._resume_plan(epoch, n)
-        role = (wid + r) % len(orders)
-        sched = orders[role][done[role]:]
-        drop = sum(bs for _, bs, _ in orders[role][:done[role]]) - q - (role < r)  # the stream skipped q (+1) itself
-    if not sched: return
-    stream = iter(self.base_dataset)
-    if drop > 0: self._drop(stream, drop)
-    for s, bs, k in sched:
-        b = self._batch(s, k, itertools.islice(stream, bs))  # the stream transforms (and seeds) each sample as it is pulled
-        if b is not None: yield b
+    def _batches(self):
+        "This worker's batches of the epoch from the resume point: the schedule in this epoch's order, each filled from the stream as it comes."
+        info = get_worker_info()
+        wid = info.id if info is not None else 0
+        if info is not None and info.num_workers != max(1, self.num_workers):
+            raise RuntimeError(f'NaFlexStreamWrapper was made for num_workers={self.num_workers} but runs in {info.num_workers} workers: '
+                               f'pass the DataLoader\'s num_workers to the wrapper')
+        epoch, n = self.epoch, self.start_batches()
+        if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)): self.mixup_fn.set_epoch(epoch)
+        if n == 0: role, sched, drop = wid, self._epoch_schedule(epoch, wid), 0
+        else:  # resumed: this worker plays the role whose batch comes next in torch's round-robin, from its first batch not delivered
+            orders, done, r, q = self._resume_plan(epoch, n)
+            role = (wid + r) % len(orders)
+            sched = orders[role][done[role]:]
+            drop = sum(bs for _, bs, _ in orders[role][:done[role]]) - q - (role < r)  # the stream skipped q (+1) itself
+        if not sched: return
+        stream = iter(self.base_dataset)
+        if drop > 0: self._drop(stream, drop)
+        for s, bs, k in sched:
+            b = self._batch(s, k, itertools.islice(stream, bs))  # the stream transforms (and seeds) each sample as it is pulled
+            if b is not None: yield b
+
+    def _resume_plan(self, epoch: int, n: int) -> tuple:
+        "(each role's batches, batches each delivered, role of the next batch, samples every stream worker skips) after `n` batches."
+        orders = [self._epoch_schedule(epoch, w) for w in range(len(self._schedules))]
+        done, left, r = [0] * len(orders), n, 0
+        for t in range(max(map(len, orders))):  # torch's order: round-robin over the workers, each dropping out when done
+            for w, o in enumerate(orders):
+                if t >= len(o): continue
+                if left == 0: r = w; break
+                done[w] += 1; left -= 1
+            else: continue
+            break
+        needs = [sum(bs for _, bs, _ in o[:d]) - (w < r) for w, (o, d) in enumerate(zip(orders, done)) if d < len(o)]
+        return orders, done, r, min(needs, default=0)
+
+    def _drop(self, stream, count: int):
+        "Pull `count` samples off `stream` and drop them (their images not decoded where the stream can avoid it)."
+        keep = self.base_dataset.transform
+        self.base_dataset.transform = _Skip()
+        try:
+            for _ in itertools.islice(stream, count): pass
+        finally: self.base_dataset.transform = keep
+
+    def set_start(self, batches_done: int, batch_size=None):
+        "Resume the current epoch after `batches_done` batches: the stream skips what every worker read, each worker drops the rest."
+        self._check_resumable('set_start')
+        NaFlexMapDatasetWrapper.set_start(self, batches_done)
+        _, _, r, q = self._resume_plan(self.epoch, batches_done) if batches_done else (0, 0, 0, 0)
+        self.base_dataset.set_epoch(self.epoch)
+        self.base_dataset.set_start(q * max(1, self.num_workers) + r, 1)  # stream worker w skips q + (w < r) samples, roles rotated by r
+
+    def fingerprint(self) -> dict:
+        "The wrapper's arguments, its workers, and the stream's own fingerprint (as `stream_*`)."
+        self._check_resumable('state_dict')
+        return {**NaFlexMapDatasetWrapper.fingerprint(self), 'num_workers': max(1, self.num_workers),
+                **{f'stream_{k}': v for k, v in self.base_dataset.fingerprint().items()}}
+
+    def _check_resumable(self, what: str):
+        if not all(callable(getattr(self.base_dataset, a, None)) for a in ('set_epoch', 'set_start', 'fingerprint')):
+            raise NotImplementedError(f'{what}: NaFlexStreamWrapper resumes mid-epoch only over a stream with set_epoch, set_start and '
+                                      f'fingerprint (timmdata.IterableImageDataset); {type(self.base_dataset).__name__} has not: resume at epoch boundaries')
 
 # %% ../nbs/24_naflex_dataset.ipynb #9064b2b9
-@patch
-def _resume_plan(self:NaFlexStreamWrapper, epoch: int, n: int) -> tuple:
-    "(each role's batches, batches each delivered, role of the next batch, samples every stream worker skips) after `n` batches."
-    orders = [self._epoch_schedule(epoch, w) for w in range(len(self._schedules))]
-    done, left, r = [0] * len(orders), n, 0
-    for t in range(max(map(len, orders))):  # torch's order: round-robin over the workers, each dropping out when done
-        for w, o in enumerate(orders):
-            if t >= len(o): continue
-            if left == 0: r = w; break
-            done[w] += 1; left -= 1
-        else: continue
-        break
-    needs = [sum(bs for _, bs, _ in o[:d]) - (w < r) for w, (o, d) in enumerate(zip(orders, done)) if d < len(o)]
-    return orders, done, r, min(needs, default=0)
-
 class _Skip(SampleTransform):
     "Installed in the stream while a resumed worker drops samples it already delivered: no crop, no decode of a JPEG."
     input_format = 'encoded'
     def __call__(self, img): return img
-
-@patch
-def _drop(self:NaFlexStreamWrapper, stream, count: int):
-    "Pull `count` samples off `stream` and drop them (their images not decoded where the stream can avoid it)."
-    keep = self.base_dataset.transform
-    self.base_dataset.transform = _Skip()
-    try:
-        for _ in itertools.islice(stream, count): pass
-    finally: self.base_dataset.transform = keep
-
-@patch
-def set_start(self:NaFlexStreamWrapper, batches_done: int, batch_size=None):
-    "Resume the current epoch after `batches_done` batches: the stream skips what every worker read, each worker drops the rest."
-    self._check_resumable('set_start')
-    NaFlexMapDatasetWrapper.set_start(self, batches_done)
-    _, _, r, q = self._resume_plan(self.epoch, batches_done) if batches_done else (0, 0, 0, 0)
-    self.base_dataset.set_epoch(self.epoch)
-    self.base_dataset.set_start(q * max(1, self.num_workers) + r, 1)  # stream worker w skips q + (w < r) samples, roles rotated by r
-
-@patch
-def fingerprint(self:NaFlexStreamWrapper) -> dict:
-    "The wrapper's arguments, its workers, and the stream's own fingerprint (as `stream_*`)."
-    self._check_resumable('state_dict')
-    return {**NaFlexMapDatasetWrapper.fingerprint(self), 'num_workers': max(1, self.num_workers),
-            **{f'stream_{k}': v for k, v in self.base_dataset.fingerprint().items()}}
-
-@patch
-def _check_resumable(self:NaFlexStreamWrapper, what: str):
-    if not all(callable(getattr(self.base_dataset, a, None)) for a in ('set_epoch', 'set_start', 'fingerprint')):
-        raise NotImplementedError(f'{what}: NaFlexStreamWrapper resumes mid-epoch only over a stream with set_epoch, set_start and '
-                                  f'fingerprint (timmdata.IterableImageDataset); {type(self.base_dataset).__name__} has not: resume at epoch boundaries')

@@ -6,7 +6,6 @@
 from __future__ import annotations
 import math
 import torch
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['PatchRandomErasing']
@@ -20,8 +19,56 @@ def _check_number(name, v, lo=None, hi=None):
         rng = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
         raise ValueError(f"{name} must be a number {rng}; got {v!r}")
 
+# %% ../nbs/22_naflex_random_erasing.ipynb #826bc699
+class _PatchEraseDraws:
+    "The draws behind `PatchRandomErasing.get_masks` (its base), from the settings its `__init__` stores."
+    def _rand(self, *shape, device, dtype=torch.float32):
+        return torch.rand(shape, device=device, dtype=dtype, generator=self.generator)
+
+    def _count(self, b, device):
+        "A count uniform over [min_count, max_count] for each of b images."
+        return self.min_count + (self._rand(b, device=device, dtype=torch.float64) * (self.max_count - self.min_count + 1)).long()
+
+    def _patch_masks(self, valid):
+        "'patch' mode: [B, 1, N] masks of scattered valid patches."
+        B, N = valid.shape
+        dev, f64 = valid.device, torch.float64
+        erase = self._rand(B, device=dev, dtype=f64) < self.erase_prob
+        nv = valid.sum(1)
+        work = nv.to(f64) * self._count(B, dev)  # valid patches times the count, as timm scales both area bounds
+        hi = torch.minimum(nv, (work * self.max_area).long().clamp(min=1))
+        lo = torch.minimum((work * self.min_area).long().clamp(min=1), hi)
+        num = lo + (self._rand(B, device=dev, dtype=f64) * (hi - lo + 1)).long()
+        score = self._rand(B, N, device=dev).masked_fill_(~valid, 2.)  # a random order of the valid patches
+        kth = score.sort(1).values.gather(1, (num - 1).clamp(min=0)[:, None])
+        return ((score <= kth) & valid & (erase & (num > 0))[:, None])[:, None]
+
+    def _region_masks(self, coord, valid, attempts: int = 10):
+        "'region' mode: [B, max_count, N] masks, one box of patches (or none) per operation."
+        B, N = valid.shape
+        K, A, dev, f64 = max(self.max_count, 1), attempts, valid.device, torch.float64
+        erase = self._rand(B, device=dev, dtype=f64) < self.erase_prob
+        count = self._count(B, dev)
+        ys, xs = coord[..., 0], coord[..., 1]
+        gh = torch.where(valid, ys, -1).amax(1)[:, None, None] + 1  # the grid of each image's valid patches
+        gw = torch.where(valid, xs, -1).amax(1)[:, None, None] + 1
+        area = (self._rand(B, K, A, device=dev, dtype=f64) * (self.max_area - self.min_area) + self.min_area) * (gh * gw)
+        lo, hi = self.log_aspect_ratio
+        aspect = torch.exp(self._rand(B, K, A, device=dev, dtype=f64) * (hi - lo) + lo)
+        h, w = (area * aspect).sqrt().round().long(), (area / aspect).sqrt().round().long()
+        fits = (h <= gh) & (w <= gw)
+        top = (self._rand(B, K, A, device=dev, dtype=f64) * (gh - h + 1).clamp(min=1)).long()
+        left = (self._rand(B, K, A, device=dev, dtype=f64) * (gw - w + 1).clamp(min=1)).long()
+        y, x = ys[:, None, None], xs[:, None, None]
+        inside = ((y >= top[..., None]) & (y < (top + h)[..., None]) & (x >= left[..., None]) & (x < (left + w)[..., None])
+                  & valid[:, None, None] & fits[..., None])  # [B, K, A, N]
+        hit = inside.any(-1)
+        first = hit.to(torch.uint8).argmax(-1)  # the first try that erases something, as timm's `break`
+        used = hit.any(-1) & (torch.arange(K, device=dev) < count[:, None]) & erase[:, None]
+        return inside.gather(2, first[..., None, None].expand(B, K, 1, N))[:, :, 0] & used[..., None]
+
 # %% ../nbs/22_naflex_random_erasing.ipynb #b0d68a7e
-class PatchRandomErasing:
+class PatchRandomErasing(_PatchEraseDraws):
     "Random erasing of patchified NaFlex batches: boxes of patches ('region') or single patches ('patch'), valid patches only."
     def __init__(self,
                  erase_prob: float = 0.5, # chance that an image is erased at all
@@ -73,131 +120,74 @@ class PatchRandomErasing:
         return (f"{type(self).__name__}(p={self.erase_prob}, mode={self.erase_mode}, spatial={self.spatial_mode}, "
                 f"area=({self.min_area}, {self.max_area}), count=({self.min_count}, {self.max_count}))")
 
-# %% ../nbs/22_naflex_random_erasing.ipynb #e1826db1
-@patch
-def _rand(self: PatchRandomErasing, *shape, device, dtype=torch.float32):
-    return torch.rand(shape, device=device, dtype=dtype, generator=self.generator)
+    def get_masks(self,
+                  patch_coord: torch.Tensor, # [B, N, 2] integer (row, column) of each patch in its image's grid
+                  patch_valid: torch.Tensor, # [B, N] bool, False for padding
+                 ) -> torch.Tensor:
+        "Which patches each erasing operation of each image covers: bool [B, K, N] (K = max_count for 'region', 1 for 'patch')."
+        if self.spatial_mode == 'patch': return self._patch_masks(patch_valid)
+        return self._region_masks(patch_coord, patch_valid)
 
-@patch
-def _count(self: PatchRandomErasing, b, device):
-    "A count uniform over [min_count, max_count] for each of b images."
-    return self.min_count + (self._rand(b, device=device, dtype=torch.float64) * (self.max_count - self.min_count + 1)).long()
+    def _fill_values(self, patches, masks):
+        "What an erased patch gets, broadcastable to [B, N, *pixel, C]: a number, a channel vector, or per-patch colours."
+        B, N, C, dev = patches.shape[0], patches.shape[1], patches.shape[-1], patches.device
+        if self.erase_mode == 'rand':
+            K = masks.shape[1]
+            colour = torch.randn(B, K, C, device=dev, dtype=patches.dtype, generator=self.generator)
+            last = (masks * torch.arange(1, K + 1, device=dev)[:, None]).amax(1).sub_(1).clamp_(min=0)  # [B, N] last box over a patch
+            return colour.gather(1, last[..., None].expand(B, N, C)).view(B, N, *(1,) * (patches.ndim - 3), C)
+        v = self.const_value
+        if self.erase_mode == 'const' and not isinstance(v, (int, float)) and len(v) != C:
+            raise ValueError(f"value has {len(v)} entries but the patches have {C} channels; give one number or one per channel")
+        return v  # 'pixel': noise is drawn by the fill
 
-@patch
-def _patch_masks(self: PatchRandomErasing, valid):
-    "'patch' mode: [B, 1, N] masks of scattered valid patches."
-    B, N = valid.shape
-    dev, f64 = valid.device, torch.float64
-    erase = self._rand(B, device=dev, dtype=f64) < self.erase_prob
-    nv = valid.sum(1)
-    work = nv.to(f64) * self._count(B, dev)  # valid patches times the count, as timm scales both area bounds
-    hi = torch.minimum(nv, (work * self.max_area).long().clamp(min=1))
-    lo = torch.minimum((work * self.min_area).long().clamp(min=1), hi)
-    num = lo + (self._rand(B, device=dev, dtype=f64) * (hi - lo + 1)).long()
-    score = self._rand(B, N, device=dev).masked_fill_(~valid, 2.)  # a random order of the valid patches
-    kth = score.sort(1).values.gather(1, (num - 1).clamp(min=0)[:, None])
-    return ((score <= kth) & valid & (erase & (num > 0))[:, None])[:, None]
-
-# %% ../nbs/22_naflex_random_erasing.ipynb #fbab9cac
-@patch
-def _region_masks(self: PatchRandomErasing, coord, valid, attempts: int = 10):
-    "'region' mode: [B, max_count, N] masks, one box of patches (or none) per operation."
-    B, N = valid.shape
-    K, A, dev, f64 = max(self.max_count, 1), attempts, valid.device, torch.float64
-    erase = self._rand(B, device=dev, dtype=f64) < self.erase_prob
-    count = self._count(B, dev)
-    ys, xs = coord[..., 0], coord[..., 1]
-    gh = torch.where(valid, ys, -1).amax(1)[:, None, None] + 1  # the grid of each image's valid patches
-    gw = torch.where(valid, xs, -1).amax(1)[:, None, None] + 1
-    area = (self._rand(B, K, A, device=dev, dtype=f64) * (self.max_area - self.min_area) + self.min_area) * (gh * gw)
-    lo, hi = self.log_aspect_ratio
-    aspect = torch.exp(self._rand(B, K, A, device=dev, dtype=f64) * (hi - lo) + lo)
-    h, w = (area * aspect).sqrt().round().long(), (area / aspect).sqrt().round().long()
-    fits = (h <= gh) & (w <= gw)
-    top = (self._rand(B, K, A, device=dev, dtype=f64) * (gh - h + 1).clamp(min=1)).long()
-    left = (self._rand(B, K, A, device=dev, dtype=f64) * (gw - w + 1).clamp(min=1)).long()
-    y, x = ys[:, None, None], xs[:, None, None]
-    inside = ((y >= top[..., None]) & (y < (top + h)[..., None]) & (x >= left[..., None]) & (x < (left + w)[..., None])
-              & valid[:, None, None] & fits[..., None])  # [B, K, A, N]
-    hit = inside.any(-1)
-    first = hit.to(torch.uint8).argmax(-1)  # the first try that erases something, as timm's `break`
-    used = hit.any(-1) & (torch.arange(K, device=dev) < count[:, None]) & erase[:, None]
-    return inside.gather(2, first[..., None, None].expand(B, K, 1, N))[:, :, 0] & used[..., None]
-
-@patch
-def get_masks(self: PatchRandomErasing,
-              patch_coord: torch.Tensor, # [B, N, 2] integer (row, column) of each patch in its image's grid
-              patch_valid: torch.Tensor, # [B, N] bool, False for padding
+    def fill_(self,
+              patches: torch.Tensor, # [B, N, P*P, C] or [B, N, Ph, Pw, C] float, changed in place
+              masks: torch.Tensor, # [B, K, N] bool, from `get_masks`
+              how: str | None = None, # 'mask' (one pass, no sync), 'index' (erased patches only); None: 'index' on CPU, else 'mask'
              ) -> torch.Tensor:
-    "Which patches each erasing operation of each image covers: bool [B, K, N] (K = max_count for 'region', 1 for 'patch')."
-    if self.spatial_mode == 'patch': return self._patch_masks(patch_valid)
-    return self._region_masks(patch_coord, patch_valid)
+        "Fill the patches `masks` select, in this eraser's mode; returns `patches`."
+        B, N, dev, dt, g = patches.shape[0], patches.shape[1], patches.device, patches.dtype, self.generator
+        how = how or ('index' if dev.type == 'cpu' else 'mask')
+        if how not in ('mask', 'index'): raise ValueError(f"how must be 'mask', 'index' or None; got {how!r}")
+        v, m = self._fill_values(patches, masks), masks.any(1)
+        if how == 'index' and (B == 1 or N == 1 or patches.stride(0) == N * patches.stride(1)):
+            flat, idx = patches.flatten(0, 1), m.flatten().nonzero().squeeze(1)  # flat is a view: writes reach `patches`
+            if isinstance(v, (int, float)) and self.erase_mode == 'const': flat.index_fill_(0, idx, v)
+            elif self.erase_mode == 'const': flat[idx] = torch.tensor(v, dtype=dt, device=dev)
+            elif self.erase_mode == 'rand': flat[idx] = v.flatten(0, 1)[idx]
+            else: flat[idx] = torch.randn((len(idx),) + flat.shape[1:], dtype=dt, device=dev, generator=g)
+            return patches
+        m = m.view(B, N, *(1,) * (patches.ndim - 2))
+        if isinstance(v, (int, float)) and self.erase_mode == 'const': return patches.masked_fill_(m, v)
+        if self.erase_mode == 'const':  # one fill per channel: no host-to-device copy (a sync)
+            for c, vc in enumerate(v): patches[..., c].masked_fill_(m[..., 0], float(vc))
+            return patches
+        if self.erase_mode == 'pixel': v = torch.randn(patches.shape, device=dev, dtype=dt, generator=g)
+        return torch.where(m, v, patches, out=patches)
 
-# %% ../nbs/22_naflex_random_erasing.ipynb #45bacbbe
-@patch
-def _fill_values(self: PatchRandomErasing, patches, masks):
-    "What an erased patch gets, broadcastable to [B, N, *pixel, C]: a number, a channel vector, or per-patch colours."
-    B, N, C, dev = patches.shape[0], patches.shape[1], patches.shape[-1], patches.device
-    if self.erase_mode == 'rand':
-        K = masks.shape[1]
-        colour = torch.randn(B, K, C, device=dev, dtype=patches.dtype, generator=self.generator)
-        last = (masks * torch.arange(1, K + 1, device=dev)[:, None]).amax(1).sub_(1).clamp_(min=0)  # [B, N] last box over a patch
-        return colour.gather(1, last[..., None].expand(B, N, C)).view(B, N, *(1,) * (patches.ndim - 3), C)
-    v = self.const_value
-    if self.erase_mode == 'const' and not isinstance(v, (int, float)) and len(v) != C:
-        raise ValueError(f"value has {len(v)} entries but the patches have {C} channels; give one number or one per channel")
-    return v  # 'pixel': noise is drawn by the fill
-
-@patch
-def fill_(self: PatchRandomErasing,
-          patches: torch.Tensor, # [B, N, P*P, C] or [B, N, Ph, Pw, C] float, changed in place
-          masks: torch.Tensor, # [B, K, N] bool, from `get_masks`
-          how: str | None = None, # 'mask' (one pass, no sync), 'index' (erased patches only); None: 'index' on CPU, else 'mask'
-         ) -> torch.Tensor:
-    "Fill the patches `masks` select, in this eraser's mode; returns `patches`."
-    B, N, dev, dt, g = patches.shape[0], patches.shape[1], patches.device, patches.dtype, self.generator
-    how = how or ('index' if dev.type == 'cpu' else 'mask')
-    if how not in ('mask', 'index'): raise ValueError(f"how must be 'mask', 'index' or None; got {how!r}")
-    v, m = self._fill_values(patches, masks), masks.any(1)
-    if how == 'index' and (B == 1 or N == 1 or patches.stride(0) == N * patches.stride(1)):
-        flat, idx = patches.flatten(0, 1), m.flatten().nonzero().squeeze(1)  # flat is a view: writes reach `patches`
-        if isinstance(v, (int, float)) and self.erase_mode == 'const': flat.index_fill_(0, idx, v)
-        elif self.erase_mode == 'const': flat[idx] = torch.tensor(v, dtype=dt, device=dev)
-        elif self.erase_mode == 'rand': flat[idx] = v.flatten(0, 1)[idx]
-        else: flat[idx] = torch.randn((len(idx),) + flat.shape[1:], dtype=dt, device=dev, generator=g)
+    def __call__(self,
+                 patches: torch.Tensor, # [B, N, P*P, C] or [B, N, Ph, Pw, C] normalised float patches, erased in place
+                 patch_coord: torch.Tensor, # [B, N, 2] integer (row, column) of each patch in its image's patch grid
+                 patch_valid: torch.Tensor | None = None, # [B, N] bool, False for padding; None: all valid
+                ) -> torch.Tensor:
+        "Erase `patches` in place (valid patches only) and return them."
+        if not isinstance(patches, torch.Tensor) or patches.ndim not in (4, 5):
+            raise ValueError(f"patches must be a [B, N, P*P, C] or [B, N, Ph, Pw, C] tensor; got {type(patches).__name__} of shape "
+                             f"{tuple(getattr(patches, 'shape', ()))} (view flat [B, N, P*P*C] patches as [B, N, P*P, C])")
+        if not patches.is_floating_point():
+            raise ValueError(f"patches must be normalised float patches; got dtype {patches.dtype} (normalise first)")
+        B, N, dev = patches.shape[0], patches.shape[1], patches.device
+        if not isinstance(patch_coord, torch.Tensor) or tuple(patch_coord.shape) != (B, N, 2) or patch_coord.is_floating_point():
+            raise ValueError(f"patch_coord must be an integer [B, N, 2] = {[B, N, 2]} tensor; got {getattr(patch_coord, 'dtype', type(patch_coord).__name__)} "
+                             f"of shape {tuple(getattr(patch_coord, 'shape', ()))}")
+        if patch_valid is None: patch_valid = torch.ones(B, N, dtype=torch.bool, device=dev)
+        elif not isinstance(patch_valid, torch.Tensor) or tuple(patch_valid.shape) != (B, N):
+            raise ValueError(f"patch_valid must be a bool [B, N] = {[B, N]} tensor or None; got shape {tuple(getattr(patch_valid, 'shape', ()))}")
+        if self.generator is not None and self.generator.device.type != dev.type:
+            raise ValueError(f"generator is on {self.generator.device} but the patches are on {dev}; give a generator of the patches' device")
+        start = B // self.num_splits if self.num_splits > 1 else 0
+        if B - start <= 0 or N == 0: return patches
+        coord, valid = patch_coord[start:].to(dev, non_blocking=True), patch_valid[start:].to(dev, torch.bool, non_blocking=True)
+        self.fill_(patches[start:], self.get_masks(coord, valid))
         return patches
-    m = m.view(B, N, *(1,) * (patches.ndim - 2))
-    if isinstance(v, (int, float)) and self.erase_mode == 'const': return patches.masked_fill_(m, v)
-    if self.erase_mode == 'const':  # one fill per channel: no host-to-device copy (a sync)
-        for c, vc in enumerate(v): patches[..., c].masked_fill_(m[..., 0], float(vc))
-        return patches
-    if self.erase_mode == 'pixel': v = torch.randn(patches.shape, device=dev, dtype=dt, generator=g)
-    return torch.where(m, v, patches, out=patches)
-
-# %% ../nbs/22_naflex_random_erasing.ipynb #7b01def3
-@patch
-def __call__(self: PatchRandomErasing,
-             patches: torch.Tensor, # [B, N, P*P, C] or [B, N, Ph, Pw, C] normalised float patches, erased in place
-             patch_coord: torch.Tensor, # [B, N, 2] integer (row, column) of each patch in its image's patch grid
-             patch_valid: torch.Tensor | None = None, # [B, N] bool, False for padding; None: all valid
-            ) -> torch.Tensor:
-    "Erase `patches` in place (valid patches only) and return them."
-    if not isinstance(patches, torch.Tensor) or patches.ndim not in (4, 5):
-        raise ValueError(f"patches must be a [B, N, P*P, C] or [B, N, Ph, Pw, C] tensor; got {type(patches).__name__} of shape "
-                         f"{tuple(getattr(patches, 'shape', ()))} (view flat [B, N, P*P*C] patches as [B, N, P*P, C])")
-    if not patches.is_floating_point():
-        raise ValueError(f"patches must be normalised float patches; got dtype {patches.dtype} (normalise first)")
-    B, N, dev = patches.shape[0], patches.shape[1], patches.device
-    if not isinstance(patch_coord, torch.Tensor) or tuple(patch_coord.shape) != (B, N, 2) or patch_coord.is_floating_point():
-        raise ValueError(f"patch_coord must be an integer [B, N, 2] = {[B, N, 2]} tensor; got {getattr(patch_coord, 'dtype', type(patch_coord).__name__)} "
-                         f"of shape {tuple(getattr(patch_coord, 'shape', ()))}")
-    if patch_valid is None: patch_valid = torch.ones(B, N, dtype=torch.bool, device=dev)
-    elif not isinstance(patch_valid, torch.Tensor) or tuple(patch_valid.shape) != (B, N):
-        raise ValueError(f"patch_valid must be a bool [B, N] = {[B, N]} tensor or None; got shape {tuple(getattr(patch_valid, 'shape', ()))}")
-    if self.generator is not None and self.generator.device.type != dev.type:
-        raise ValueError(f"generator is on {self.generator.device} but the patches are on {dev}; give a generator of the patches' device")
-    start = B // self.num_splits if self.num_splits > 1 else 0
-    if B - start <= 0 or N == 0: return patches
-    coord, valid = patch_coord[start:].to(dev, non_blocking=True), patch_valid[start:].to(dev, torch.bool, non_blocking=True)
-    self.fill_(patches[start:], self.get_masks(coord, valid))
-    return patches

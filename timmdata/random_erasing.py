@@ -6,7 +6,6 @@
 from __future__ import annotations
 import math
 import torch
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['RandomErasing']
@@ -70,68 +69,64 @@ class RandomErasing:
     def __repr__(self):
         return f"{type(self).__name__}(p={self.probability}, mode={self.mode}, count=({self.min_count}, {self.max_count}))"
 
-# %% ../nbs/09_random_erasing.ipynb #5b7694c7
-@patch
-def get_params(self:RandomErasing,
-               batch_size: int, # number of images
-               img_h: int, # image height
-               img_w: int, # image width
-               attempts: int = 10, # tries per box before it is given up, as timm
-              ) -> torch.Tensor:
-    "All boxes of a batch at once: int64 (batch_size, max_count, 4) of (top, left, height, width); unused slots are 0x0."
-    g, B, K = self.generator, batch_size, max(self.max_count, 1)
-    dt = torch.float64  # Python floats, as in timm's per-box arithmetic
-    erase = torch.rand(B, generator=g, dtype=dt) <= self.probability
-    count = torch.randint(self.min_count, self.max_count + 1, (B,), generator=g)
-    frac = torch.rand(B, K, attempts, generator=g, dtype=dt) * (self.max_area - self.min_area) + self.min_area
-    area = frac * (img_h * img_w) / count.clamp(min=1)[:, None, None]
-    lo, hi = self.log_aspect_ratio
-    aspect = torch.exp(torch.rand(B, K, attempts, generator=g, dtype=dt) * (hi - lo) + lo)
-    h = torch.sqrt(area * aspect).round().long()
-    w = torch.sqrt(area / aspect).round().long()
-    fits = (h < img_h) & (w < img_w)
-    first = fits.byte().argmax(-1, keepdim=True)  # first attempt that fits, as timm's `break`
-    h, w = h.gather(-1, first)[..., 0], w.gather(-1, first)[..., 0]
-    used = erase[:, None] & (torch.arange(K)[None] < count[:, None]) & fits.any(-1)
-    h, w = h * used, w * used
-    top = (torch.rand(B, K, generator=g, dtype=dt) * (img_h - h + 1)).floor().long()
-    left = (torch.rand(B, K, generator=g, dtype=dt) * (img_w - w + 1)).floor().long()
-    return torch.stack([top, left, h, w], -1)
+    def get_params(self,
+                   batch_size: int, # number of images
+                   img_h: int, # image height
+                   img_w: int, # image width
+                   attempts: int = 10, # tries per box before it is given up, as timm
+                  ) -> torch.Tensor:
+        "All boxes of a batch at once: int64 (batch_size, max_count, 4) of (top, left, height, width); unused slots are 0x0."
+        g, B, K = self.generator, batch_size, max(self.max_count, 1)
+        dt = torch.float64  # Python floats, as in timm's per-box arithmetic
+        erase = torch.rand(B, generator=g, dtype=dt) <= self.probability
+        count = torch.randint(self.min_count, self.max_count + 1, (B,), generator=g)
+        frac = torch.rand(B, K, attempts, generator=g, dtype=dt) * (self.max_area - self.min_area) + self.min_area
+        area = frac * (img_h * img_w) / count.clamp(min=1)[:, None, None]
+        lo, hi = self.log_aspect_ratio
+        aspect = torch.exp(torch.rand(B, K, attempts, generator=g, dtype=dt) * (hi - lo) + lo)
+        h = torch.sqrt(area * aspect).round().long()
+        w = torch.sqrt(area / aspect).round().long()
+        fits = (h < img_h) & (w < img_w)
+        first = fits.byte().argmax(-1, keepdim=True)  # first attempt that fits, as timm's `break`
+        h, w = h.gather(-1, first)[..., 0], w.gather(-1, first)[..., 0]
+        used = erase[:, None] & (torch.arange(K)[None] < count[:, None]) & fits.any(-1)
+        h, w = h * used, w * used
+        top = (torch.rand(B, K, generator=g, dtype=dt) * (img_h - h + 1)).floor().long()
+        left = (torch.rand(B, K, generator=g, dtype=dt) * (img_w - w + 1)).floor().long()
+        return torch.stack([top, left, h, w], -1)
 
-# %% ../nbs/09_random_erasing.ipynb #b1e45104
-@patch
-def erase(self:RandomErasing,
-          x: torch.Tensor, # NCHW float batch, changed in place
-          boxes: torch.Tensor, # (N, K, 4) boxes from `get_params`
-          how: str | None = None, # 'mask' (one broadcast pass), 'slice' (one copy per box), None: 'slice' on CPU, else 'mask'
-         ) -> torch.Tensor:
-    "Fill `boxes` of the batch `x` in place, in this eraser's mode."
-    how = how or ('slice' if x.device.type == 'cpu' else 'mask')
-    if how not in ('mask', 'slice'): raise ValueError(f"how must be 'mask', 'slice' or None; got {how!r}")
-    B, C, H, W = x.shape
-    g = self.generator if x.device.type == 'cpu' else None
-    colour = None
-    if self.mode == 'rand':
-        colour = torch.randn(B, boxes.shape[1], C, generator=g, device=x.device).to(x.dtype)
-    if how == 'slice':  # CPU: touch only the erased pixels, one slice per box
-        for b, k, (t, l, h, w) in ((b, k, bx) for b, row in enumerate(boxes.tolist()) for k, bx in enumerate(row)):
-            if h == 0: continue
-            patch = x[b, :, t:t + h, l:l + w]
-            if self.mode == 'const': patch.zero_()
-            elif self.mode == 'rand': patch.copy_(colour[b, k, :, None, None])
-            else: patch.copy_(torch.randn(C, h, w, generator=g))
-        return x
-    boxes = boxes.to(x.device, non_blocking=True)
-    top, left, h, w = boxes.unbind(-1)
-    rows, cols = torch.arange(H, device=x.device), torch.arange(W, device=x.device)
-    in_r = (rows >= top[..., None]) & (rows < (top + h)[..., None])  # (B, K, H)
-    in_c = (cols >= left[..., None]) & (cols < (left + w)[..., None])  # (B, K, W)
-    masks = in_r[..., :, None] & in_c[..., None, :]  # (B, K, H, W)
-    if self.mode == 'rand':
-        for k in range(masks.shape[1]):  # later boxes paint over earlier ones, as in timm
-            torch.where(masks[:, k, None], colour[:, k, :, None, None], x, out=x)
-        return x
-    mask = masks.any(1)[:, None]  # (B, 1, H, W)
-    if self.mode == 'const': return x.masked_fill_(mask, 0)
-    noise = torch.randn(int(mask.sum()) * C, generator=g, device=x.device).to(x.dtype)
-    return x.masked_scatter_(mask.expand_as(x), noise)
+    def erase(self,
+              x: torch.Tensor, # NCHW float batch, changed in place
+              boxes: torch.Tensor, # (N, K, 4) boxes from `get_params`
+              how: str | None = None, # 'mask' (one broadcast pass), 'slice' (one copy per box), None: 'slice' on CPU, else 'mask'
+             ) -> torch.Tensor:
+        "Fill `boxes` of the batch `x` in place, in this eraser's mode."
+        how = how or ('slice' if x.device.type == 'cpu' else 'mask')
+        if how not in ('mask', 'slice'): raise ValueError(f"how must be 'mask', 'slice' or None; got {how!r}")
+        B, C, H, W = x.shape
+        g = self.generator if x.device.type == 'cpu' else None
+        colour = None
+        if self.mode == 'rand':
+            colour = torch.randn(B, boxes.shape[1], C, generator=g, device=x.device).to(x.dtype)
+        if how == 'slice':  # CPU: touch only the erased pixels, one slice per box
+            for b, k, (t, l, h, w) in ((b, k, bx) for b, row in enumerate(boxes.tolist()) for k, bx in enumerate(row)):
+                if h == 0: continue
+                patch = x[b, :, t:t + h, l:l + w]
+                if self.mode == 'const': patch.zero_()
+                elif self.mode == 'rand': patch.copy_(colour[b, k, :, None, None])
+                else: patch.copy_(torch.randn(C, h, w, generator=g))
+            return x
+        boxes = boxes.to(x.device, non_blocking=True)
+        top, left, h, w = boxes.unbind(-1)
+        rows, cols = torch.arange(H, device=x.device), torch.arange(W, device=x.device)
+        in_r = (rows >= top[..., None]) & (rows < (top + h)[..., None])  # (B, K, H)
+        in_c = (cols >= left[..., None]) & (cols < (left + w)[..., None])  # (B, K, W)
+        masks = in_r[..., :, None] & in_c[..., None, :]  # (B, K, H, W)
+        if self.mode == 'rand':
+            for k in range(masks.shape[1]):  # later boxes paint over earlier ones, as in timm
+                torch.where(masks[:, k, None], colour[:, k, :, None, None], x, out=x)
+            return x
+        mask = masks.any(1)[:, None]  # (B, 1, H, W)
+        if self.mode == 'const': return x.masked_fill_(mask, 0)
+        noise = torch.randn(int(mask.sum()) * C, generator=g, device=x.device).to(x.dtype)
+        return x.masked_scatter_(mask.expand_as(x), noise)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import http.client, json, os, re, socket, subprocess, tempfile, time, urllib.error, urllib.request
 from pathlib import Path
 from typing import Iterator, Optional
-from fastcore.basics import patch
 from .readers import MAX_JSON_BYTES, natural_key, relative_name, split_names
 from .untrusted import inside
 
@@ -361,37 +360,34 @@ class WdsSource:
                                  '): fix the label or the shard')
             yield key, img, t
 
-# %% ../nbs/27_shard_io.ipynb #be7938a4
-@patch
-def iter_shard(self: WdsSource, shard: str) -> Iterator[tuple]:
-    "`(key, image bytes, target)` of each sample of `shard`, transient failures retried without repeating samples."
-    if url_scheme(shard) == 'pipe' and not self.allow_pipe:
-        raise ShardError(f'shard {self.name_of(shard)!r} is a pipe: command, which runs only when you pass it yourself '
-                         f'(as root or split) or pass allow_pipe=True')
-    done, attempt = 0, 0
-    while True:
-        try:
-            f = open_shard(shard, self.timeout)
+    def iter_shard(self, shard: str) -> Iterator[tuple]:
+        "`(key, image bytes, target)` of each sample of `shard`, transient failures retried without repeating samples."
+        if url_scheme(shard) == 'pipe' and not self.allow_pipe:
+            raise ShardError(f'shard {self.name_of(shard)!r} is a pipe: command, which runs only when you pass it yourself '
+                             f'(as root or split) or pass allow_pipe=True')
+        done, attempt = 0, 0
+        while True:
             try:
-                for i, sample in enumerate(self._samples(f, shard)):
-                    if i >= done: done += 1; yield sample
-            finally: f.close()
-            want = self._lengths.get(shard)
-            if want is not None and done != want:
-                raise ShardError(f'shard {self.name_of(shard)} holds {done} samples; _info.json says {want}: write the shard or the info file again')
-            return
-        except (OSError, http.client.HTTPException) as e:
-            if not is_transient_error(e, shard) or attempt >= self.retries: raise self._named(e, shard, attempt)
-        time.sleep(self.backoff * 4 ** attempt); attempt += 1
+                f = open_shard(shard, self.timeout)
+                try:
+                    for i, sample in enumerate(self._samples(f, shard)):
+                        if i >= done: done += 1; yield sample
+                finally: f.close()
+                want = self._lengths.get(shard)
+                if want is not None and done != want:
+                    raise ShardError(f'shard {self.name_of(shard)} holds {done} samples; _info.json says {want}: write the shard or the info file again')
+                return
+            except (OSError, http.client.HTTPException) as e:
+                if not is_transient_error(e, shard) or attempt >= self.retries: raise self._named(e, shard, attempt)
+            time.sleep(self.backoff * 4 ** attempt); attempt += 1
 
-@patch
-def _named(self: WdsSource, e: Exception, shard: str, attempt: int) -> Exception:
-    "The error to raise for `e`: a `ShardError` naming the shard, with the tries made and what to do."
-    if not is_transient_error(e, shard):
-        if isinstance(e, ShardError): return e
-        return ShardError(f'shard {self.name_of(shard)} could not be read: {e}')
-    kind = ShardTruncatedError if isinstance(e, ShardTruncatedError) else TransientShardError
-    err = kind(f'shard {self.name_of(shard)} failed {attempt + 1} times (last: {e}); check the network, the server '
-               f'or the storage, then restart: the epoch can resume with set_start')
-    err.__cause__ = e
-    return err
+    def _named(self, e: Exception, shard: str, attempt: int) -> Exception:
+        "The error to raise for `e`: a `ShardError` naming the shard, with the tries made and what to do."
+        if not is_transient_error(e, shard):
+            if isinstance(e, ShardError): return e
+            return ShardError(f'shard {self.name_of(shard)} could not be read: {e}')
+        kind = ShardTruncatedError if isinstance(e, ShardTruncatedError) else TransientShardError
+        err = kind(f'shard {self.name_of(shard)} failed {attempt + 1} times (last: {e}); check the network, the server '
+                   f'or the storage, then restart: the epoch can resume with set_start')
+        err.__cause__ = e
+        return err

@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional, Union
 import numpy as np
-from fastcore.basics import patch
 from .readers import MAX_JSON_BYTES, Reader, UnsafeNameError, load_class_map, register_reader, unset
 try: import resource  # Unix: the open-file limit sizes a reader's cache of mapped chunks
 except ImportError: resource = None
@@ -303,59 +302,53 @@ class ReaderStore(Reader):
     def __repr__(self):
         return f'ReaderStore({str(self.root)!r}, {len(self)} images, {len(self.classes)} classes, {self.format})'
 
-# %% ../nbs/16_store.ipynb #19556e34
-@patch
-def _buf(self:ReaderStore, c: int) -> np.ndarray:
-    "Chunk `c`'s bytes, mapped on first use in this process; beyond `max_open_chunks` the least recently read is dropped."
-    if self._pid != os.getpid():  # new, or a forked worker: it maps its own
-        self._maps, self._lock, self._pid = OrderedDict(), threading.Lock(), os.getpid()
-        self._cap = self.max_open_chunks or _default_max_open()
-    with self._lock:
-        b = self._maps.get(c)
-        if b is not None: self._maps.move_to_end(c); return b
-    b = self._map(c)  # outside the lock: another thread may map the same chunk meanwhile (harmless)
-    with self._lock:
-        self._maps[c] = b
-        while len(self._maps) > self._cap: self._maps.popitem(last=False)  # unmapped once no sample views it
-    return b
+    def _buf(self, c: int) -> np.ndarray:
+        "Chunk `c`'s bytes, mapped on first use in this process; beyond `max_open_chunks` the least recently read is dropped."
+        if self._pid != os.getpid():  # new, or a forked worker: it maps its own
+            self._maps, self._lock, self._pid = OrderedDict(), threading.Lock(), os.getpid()
+            self._cap = self.max_open_chunks or _default_max_open()
+        with self._lock:
+            b = self._maps.get(c)
+            if b is not None: self._maps.move_to_end(c); return b
+        b = self._map(c)  # outside the lock: another thread may map the same chunk meanwhile (harmless)
+        with self._lock:
+            self._maps[c] = b
+            while len(self._maps) > self._cap: self._maps.popitem(last=False)  # unmapped once no sample views it
+        return b
 
-@patch
-def _map(self:ReaderStore, c: int) -> np.ndarray:
-    "Maps chunk `c` copy-on-write, after checking that its file has the length its manifest records."
-    name, want = self._files[c], self._sizes[c]
-    if want == 0: return np.empty(0, np.uint8)  # every image of the chunk was bad: nothing to map (and no sample reads it)
-    try: f = open(self.root / 'chunks' / name, 'rb')
-    except FileNotFoundError:
-        raise store_damaged(self.root, self.manifest, f'its chunk file chunks/{name} is missing (if the store was rebuilt '
-                            f'since this reader opened it, open it again)') from None
-    with f:
-        size = os.fstat(f.fileno()).st_size
-        if size != want:
-            raise store_damaged(self.root, self.manifest, f'its chunk file chunks/{name} has {size} bytes where its manifest '
-                                f'records {want} (truncated, or replaced by another file)')
-        return map_file(f.fileno(), want)  # keeps no descriptor: the file closes here
+    def _map(self, c: int) -> np.ndarray:
+        "Maps chunk `c` copy-on-write, after checking that its file has the length its manifest records."
+        name, want = self._files[c], self._sizes[c]
+        if want == 0: return np.empty(0, np.uint8)  # every image of the chunk was bad: nothing to map (and no sample reads it)
+        try: f = open(self.root / 'chunks' / name, 'rb')
+        except FileNotFoundError:
+            raise store_damaged(self.root, self.manifest, f'its chunk file chunks/{name} is missing (if the store was rebuilt '
+                                f'since this reader opened it, open it again)') from None
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            if size != want:
+                raise store_damaged(self.root, self.manifest, f'its chunk file chunks/{name} has {size} bytes where its manifest '
+                                    f'records {want} (truncated, or replaced by another file)')
+            return map_file(f.fileno(), want)  # keeps no descriptor: the file closes here
 
-@patch
-def close(self:ReaderStore):
-    "Drops this process's mapped chunks (each is unmapped once no sample still views it; they map again on the next read)."
-    self._maps = OrderedDict()
+    def close(self):
+        "Drops this process's mapped chunks (each is unmapped once no sample still views it; they map again on the next read)."
+        self._maps = OrderedDict()
 
-@patch
-def filename(self:ReaderStore, index: int, basename: bool = False, absolute: bool = False) -> str:
-    "The original file name of sample `index` in the source (relative to it, or absolute)."
-    if self._names is None:
-        names = read_json(self.root / 'filenames.json', max_bytes=8192 * (int(self.manifest.get('num_samples') or 0) + 1) + (1 << 20))
-        if names is None or names.get('build_id') != self.manifest['build_id']:
-            raise store_damaged(self.root, self.manifest, 'its filenames.json is missing or of another build (if the store '
-                                'was rebuilt since this reader opened it, open it again)')
-        self._names = names
-    name = self._names['absolute' if absolute else 'relative'][self._rows[index]]
-    return os.path.basename(name) if basename else name
+    def filename(self, index: int, basename: bool = False, absolute: bool = False) -> str:
+        "The original file name of sample `index` in the source (relative to it, or absolute)."
+        if self._names is None:
+            names = read_json(self.root / 'filenames.json', max_bytes=8192 * (int(self.manifest.get('num_samples') or 0) + 1) + (1 << 20))
+            if names is None or names.get('build_id') != self.manifest['build_id']:
+                raise store_damaged(self.root, self.manifest, 'its filenames.json is missing or of another build (if the store '
+                                    'was rebuilt since this reader opened it, open it again)')
+            self._names = names
+        name = self._names['absolute' if absolute else 'relative'][self._rows[index]]
+        return os.path.basename(name) if basename else name
 
-@patch
-def __getstate__(self:ReaderStore):
-    d = self.__dict__.copy(); d['_maps'], d['_pid'], d['_lock'] = OrderedDict(), None, None  # each process maps its own
-    return d
+    def __getstate__(self):
+        d = self.__dict__.copy(); d['_maps'], d['_pid'], d['_lock'] = OrderedDict(), None, None  # each process maps its own
+        return d
 
 # %% ../nbs/16_store.ipynb #7f5a3c88
 register_reader('store', ReaderStore, detect=is_store)
