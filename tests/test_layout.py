@@ -22,6 +22,8 @@ FLOORS = {
     'distributed_sampler': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'resume': 7, 'threads': 7,        # wiring
     'cache': 8, 'bench': 8, 'cli': 8, 'check': 8, 'shards': 8, # tools on top
     'untrusted': 0,  # the checks every reader of an untrusted dataset shares
+    'torch_compat': 0, 'runtime': 0,  # torch's private API in one place; the helpers every device loop shares
+    'feeder': 6,  # the one device loop (stream, look-ahead, hand-over, marks, workers) under every prefetching loader
     'constants': 0, 'dataset_info': 0, 'imagenet_info': 0, 'real_labels': 0, 'model_config': 0,  # timm.data's paths: metadata
     'target_transforms': 3, 'tf_preprocessing': 3,  # timm.data's paths: per-sample ops
 }

@@ -72,8 +72,9 @@ def worker_pids(loader) -> list[int]:
     seen = 0
     while not isinstance(loader, torch.utils.data.DataLoader) and hasattr(loader, 'loader') and seen < 5:
         loader, seen = loader.loader, seen + 1
-    it = getattr(loader, '_iterator', None) or getattr(loader, 'iterator', None)
-    return [w.pid for w in getattr(it, '_workers', []) if w.is_alive()]
+    from timmdata.torch_compat import kept_iterator, worker_processes  # torch's private API, in one module
+    it = kept_iterator(loader) or getattr(loader, 'iterator', None)
+    return [w.pid for w in (worker_processes(it) or []) if w.is_alive()]
 
 def _rss_mb(pid: int, field: str = 'VmRSS') -> float:
     "Resident memory (`VmRSS`) or its peak (`VmHWM`) of a process in MB; 0 when it is gone."

@@ -152,7 +152,7 @@ def info() -> dict:
     from timmdata import decode
     from timmdata.check import usable_cpus
     from timmdata.collate import shm_report
-    from timmdata.prefetch import resolve_device
+    from timmdata.runtime import resolve_device
     native = decode.native is not None
     jpeg = decode.decoder_name()  # the decoders in the order tried, e.g. native (crop box only) + TorchCodec + PIL
     dev = resolve_device(None)
@@ -226,7 +226,7 @@ def profile_main(argv=None):
     from timmdata.check import usable_cpus
     from timmdata.dataset import ImageDataset
     from timmdata.loader import create_loader
-    from timmdata.prefetch import resolve_device
+    from timmdata.runtime import resolve_device
     from timmdata.threads import profile_loader
     p = argparse.ArgumentParser(prog='timmdata profile', description=profile_main.__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)

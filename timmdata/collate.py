@@ -15,6 +15,7 @@ import torch
 from fastcore.basics import patch
 from torch.utils.data import default_collate, get_worker_info
 from . import decode
+from .torch_compat import new_shared_storage
 
 # %% auto #0
 __all__ = ['CUDA_IN_WORKER', 'SHM_DIR', 'BatchCollate', 'as_chw', 'new_uint8', 'stack_uint8', 'fast_collate', 'BatchRing',
@@ -64,7 +65,7 @@ def as_chw(img, # a uint8 CHW tensor, or a CHW or HWC numpy array
 def new_uint8(shape: tuple) -> torch.Tensor:
     "An uninitialised uint8 tensor; in a worker, allocated in shared memory so sending it costs no copy."
     if get_worker_info() is None: return torch.empty(shape, dtype=torch.uint8)
-    storage = torch.UntypedStorage._new_shared(math.prod(shape))
+    storage = new_shared_storage(math.prod(shape))
     return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
 
 def stack_uint8(imgs: list, # uint8 CHW tensors of one shape (the caller checks)

@@ -4,8 +4,7 @@
 
 # %% ../nbs/33_gpu_decode.ipynb #404c2057
 from __future__ import annotations
-import math, random
-from collections import deque
+import inspect, math, random
 from typing import Callable, Optional, Union
 import numpy as np
 import torch
@@ -16,15 +15,18 @@ from .decode import EncodedJpeg, ImageDecodeError, decode_image, torchcodec_erro
 from .transforms import (SampleTransform, RandomResizedCropAndInterpolation, ResizeKeepRatio, check_range, crop_box,
                          image_hw, interp_or_choices, pick_interp, resize_exact, setup_size, shorter_edge_size, str_to_interp_mode)
 from .mixup import Mixup
-from .prefetch import PrefetchLoader, resolve_device
+from .feeder import DeviceFeeder, cuda_rng_seeded, weak_method
+from .prefetch import BatchOps
+from .runtime import resolve_device
 from .config import (DEFAULT_CROP_PCT, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, mix_seed,
                              parse_input_size, seed_all)
 from .distributed_sampler import timm_sampler
-from .resume import ResumableDataLoader, batch_key, global_rng_state, resumable_batching, set_global_rng_state
+from .resume import (ResumableDataLoader, batch_key, global_rng_state, loader_marks, resumable_batching,
+                             set_global_rng_state)
 
 # %% auto #0
 __all__ = ['DeviceDecodeTransform', 'device_decode_collate', 'decode_jpegs', 'crop_resize_batch', 'flip_batch_', 'decode_batch',
-           'DeviceDecodeLoader', 'create_device_decode_loader']
+           'DeviceDecodeLoader', 'refuse_off_default', 'create_device_decode_loader']
 
 # %% ../nbs/33_gpu_decode.ipynb #a22d4db9
 _INTERPS = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)  # the device resize: torch's antialiased kernels
@@ -168,48 +170,63 @@ def decode_batch(packed: dict, # a `device_decode_collate` batch
 # %% ../nbs/33_gpu_decode.ipynb #733a29a0
 _STEP, _MIX = 0xDEC0, 0xDEC1  # tags of a batch's seeds: the batch step's generator (jitter, erasing), the mixer's draws
 
+def _no_plans(batch) -> bool: return not len(batch[0]['plans'])  # every sample of the batch was skipped
+
 class DeviceDecodeLoader:
     "Batches of JPEG bytes -> normalised float batches on `device`: decoded, cropped, resized and augmented there; resumable."
     def __init__(self, loader: ResumableDataLoader, # yields `device_decode_collate` batches (a ResumableBatchSampler's)
                  size: tuple, # output (h, w)
-                 pl: PrefetchLoader, # its back end, jitter, erasing and output settings are used (over the same `loader`)
+                 pl: BatchOps, # the batch step after decoding (normalisation, jitter, erasing, output dtype, device); a PrefetchLoader is one
                  mixer: Optional[Mixup] = None, # mixing of the float batch (a FastCollateMixup or Mixup), or None
                 ):
         if not isinstance(loader, ResumableDataLoader):
             raise TypeError(f'DeviceDecodeLoader needs a ResumableDataLoader (see create_device_decode_loader); got {type(loader).__name__}')
-        self.loader, self.size, self.pl, self.mixer = loader, tuple(size), pl, mixer
-        self.device, self.stream = pl.device, None
-        if pl.random_erasing is not None: pl.random_erasing.generator = pl.generator  # seeded per batch, not torch's global one
+        if not isinstance(pl, BatchOps): raise TypeError(f'DeviceDecodeLoader needs a BatchOps for its batch step; got {type(pl).__name__}')
+        self.loader, self.size, self.ops, self.mixer, self.device = loader, tuple(size), pl, mixer, pl.device
+        pl.erasing_from_generator()  # seeded per batch, not torch's global one
         self.cpu_fallbacks = 0  # samples decoded on the CPU (in a worker, or here after the device decoder failed)
         self.samples = 0
-        self._marks, self._last = deque(), None  # marks of the batches prepared ahead; of the last one handed out
+        # the device loop (side stream and one batch ahead on a GPU, event hand-over, marks, workers) is the feeder's
+        self.feeder = DeviceFeeder(loader, weak_method(self._feed), self.device, skip=_no_plans, marks=loader_marks(loader))
+
+    def _feed(self, batch, mark) -> tuple:
+        "The per-batch step the feeder runs: `_step` with the batch's key."
+        packed, y = batch
+        return self._step(packed, y, batch_key(self.loader, mark))
 
     def _step(self, packed: dict, y: torch.Tensor, key: Optional[int] = None) -> tuple:
         "One batch's device work: (float batch, targets); its random draws seeded from the batch's `key`."
-        pl = self.pl
-        x, slow = decode_batch(packed, self.size, self.device, pl.channels)
+        ops = self.ops
+        x, slow = decode_batch(packed, self.size, self.device, ops.channels)
         self.cpu_fallbacks += len(slow); self.samples += len(x)
         y = y.to(self.device, non_blocking=True)
-        if key is not None: pl.generator.manual_seed(mix_seed(key, _STEP))
-        out = pl.backend.normalize(x)
+        if key is not None: ops.seed(mix_seed(key, _STEP))
+        out = ops.normalize(x)
         if self.mixer is not None: out, y = _seeded_mix(self.mixer, out, y, key)
-        if pl.random_erasing is not None: out = _seeded_erase(pl, out, key)
-        return (out if out.dtype == pl.img_dtype else out.to(pl.img_dtype)), y
+        if ops.random_erasing is not None: out = _seeded_erase(ops, out, key)
+        return ops.cast(out), y
 
+    def __iter__(self): yield from self.feeder  # the generator holds this loader while it runs
     def __len__(self) -> int: return len(self.loader)
+    @property
+    def stream(self):
+        "The side CUDA stream (made at the first batch, then kept for the loader's life); None on the CPU."
+        return self.feeder.lane.stream
     def set_epoch(self, epoch: int):
         "Passes the epoch to the batch plan, its sampler and the dataset."
         self.loader.set_epoch(epoch)
     def state_dict(self) -> dict:
         "The position after the batches handed out (not the one prepared ahead): a small picklable dict."
-        return self.loader.state_at(self._last)
+        return self.loader.state_at(self.feeder.last)
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments) at the next pass."
-        self.loader.load_state_dict(state_dict); self._last = None
+        self.loader.load_state_dict(state_dict); self.feeder.last = None
     @property
     def dataset(self): return self.loader.dataset
     @property
     def sampler(self): return self.loader.sampler
+    @property
+    def batch_sampler(self): return self.loader.batch_sampler
     @property
     def mixup_enabled(self) -> bool: return self.mixer is not None and self.mixer.mixup_enabled
     @mixup_enabled.setter
@@ -225,78 +242,41 @@ def _seeded_mix(mixer: Mixup, x, y, key: Optional[int]) -> tuple:
     try: return Mixup.__call__(mixer, x, y)
     finally: set_global_rng_state(keep)
 
-def _seeded_erase(pl: PrefetchLoader, x: torch.Tensor, key: Optional[int]) -> torch.Tensor:
-    "Erasing draws from `pl.generator`; on CUDA its 'rand'/'pixel' noise from the device's generator: seeded too, in a fork."
-    re = pl.random_erasing
-    if key is None or x.device.type != 'cuda' or re.mode == 'const': return re(x)
-    idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    with torch.random.fork_rng(devices=[idx], device_type='cuda'):
-        torch.cuda.default_generators[idx].manual_seed(mix_seed(key, _STEP))
-        return re(x)
-
-def _prepare(self: DeviceDecodeLoader, packed: dict, y, key) -> tuple:
-    if self.stream is None: self.stream = torch.cuda.Stream(device=self.device)
-    self.stream.wait_stream(torch.cuda.current_stream(self.device))  # never write memory the consumer's queued work reads
-    with torch.cuda.stream(self.stream):
-        x, y = self._step(packed, y, key)
-        ready = torch.cuda.Event(); ready.record(self.stream)
-    return x, y, ready
-
-def _iter(self: DeviceDecodeLoader):
-    pending, seen, cuda = None, None, self.device.type == 'cuda'
-    self._last = None; self._marks.clear()
-    for packed, y in self.loader:
-        seen = mark = self.loader.last_mark
-        if not len(packed['plans']): continue  # every sample of the batch was skipped
-        key = batch_key(self.loader, mark)
-        if not cuda:  # nothing to overlap with on the CPU
-            out = self._step(packed, y, key); self._last = mark
-            yield out; continue
-        nxt = _prepare(self, packed, y, key)  # queued (CUDA) before the previous batch is handed over: one batch ahead
-        self._marks.append(mark)
-        if pending is not None: self._last = self._marks.popleft(); yield _hand_over(self, *pending)
-        pending = nxt
-    if pending is not None: self._last = self._marks.popleft(); yield _hand_over(self, *pending)
-    if seen is not None: self._last = seen  # the pass is over (a trailing batch may have been skipped whole)
-
-def _hand_over(self: DeviceDecodeLoader, x, y, ready) -> tuple:
-    if ready is not None:
-        consumer = torch.cuda.current_stream(self.device)
-        consumer.wait_event(ready)
-        x.record_stream(consumer); y.record_stream(consumer)
-    return x, y
-
-DeviceDecodeLoader.__iter__ = _iter
+def _seeded_erase(ops: BatchOps, x: torch.Tensor, key: Optional[int]) -> torch.Tensor:
+    "Erasing draws from the step's generator; on CUDA its 'rand'/'pixel' noise from the device's generator: seeded too, in a fork."
+    if key is None or x.device.type != 'cuda' or ops.random_erasing.mode == 'const': return ops.erase(x)
+    with cuda_rng_seeded(x.device, mix_seed(key, _STEP)): return ops.erase(x)
 
 # %% ../nbs/33_gpu_decode.ipynb #2413aeef
 _SCHED = 'scheduled batching is not wired to this path yet'
-_OTHER = {  # create_loader's other arguments: (its default, why another value is refused here)
-    'no_aug': (False, 'train without augmentation: use the CPU path'),
-    'auto_augment': (None, 'auto-augment works on decoded images in the workers'),
-    'grayscale_prob': (0., 'random grayscale is per-sample in the workers'),
-    'gaussian_blur_prob': (0., 'random blur is per-sample in the workers'),
-    'color_jitter_prob': (None, 'jitter with a probability is per-sample in the workers'),
-    'num_aug_splits': (0, 'AugMix splits need per-sample pipelines'),
-    'tf_preprocessing': (False, 'TF preprocessing is not implemented'),
-    'worker_mode': ('process', 'thread mode is the CPU path: the device path decodes on the device'),
-    'use_prefetcher': (True, 'the device path is a prefetching loader'),
-    'use_multi_epochs_loader': (False, 'MultiEpochsDataLoader lives in timmdata.loader, which builds on this module'),
-    'worker_seeding': ('all', "every sample is seeded from the loader's seed (timmdata.resume), not from its worker"),
-    'input_size_choices': (None, _SCHED), 'batch_size_choices': (None, _SCHED), 'batch_choice_weights': (None, _SCHED),
-    'batch_choice_seed': (0, _SCHED), 'batch_choice_schedule': ('constant', _SCHED), 'batch_schedule_epochs': (None, _SCHED),
-    'batch_schedule_spread': (0.65, _SCHED), 'batch_schedule_random_mix': (0.1, _SCHED), 'num_batches': (None, _SCHED),
+_WHY = {  # why an argument of create_loader the device path does not take is refused off its default
+    'no_aug': 'train without augmentation: use the CPU path',
+    'auto_augment': 'auto-augment works on decoded images in the workers',
+    'grayscale_prob': 'random grayscale is per-sample in the workers',
+    'gaussian_blur_prob': 'random blur is per-sample in the workers',
+    'color_jitter_prob': 'jitter with a probability is per-sample in the workers',
+    'num_aug_splits': 'AugMix splits need per-sample pipelines',
+    'tf_preprocessing': 'TF preprocessing is not implemented',
+    'worker_mode': 'thread mode is the CPU path: the device path decodes on the device',
+    'use_prefetcher': 'the device path is a prefetching loader',
+    'use_multi_epochs_loader': 'MultiEpochsDataLoader lives in timmdata.loader, which builds on this module',
+    'worker_seeding': "every sample is seeded from the loader's seed (timmdata.resume), not from its worker",
+    **dict.fromkeys(('input_size_choices', 'batch_size_choices', 'batch_choice_weights', 'batch_choice_seed', 'batch_choice_schedule',
+                     'batch_schedule_epochs', 'batch_schedule_spread', 'batch_schedule_random_mix', 'num_batches'), _SCHED),
 }
-_PASSED = ('num_workers', 'pin_memory', 'persistent_workers', 'prefetch_factor', 'device')
 
-def _check_kwargs(kw: dict, is_training: bool, train_crop_mode, crop_mode, color_jitter):
-    for k, v in kw.items():
-        if k in _OTHER:
-            ok, why = _OTHER[k]
-            if v != ok:
-                raise ValueError(f"create_device_decode_loader: {k}={v!r} is not supported on the device decode path ({why}); "
-                                 f"use create_loader's CPU path (decode_device=None) for it")
-        elif k not in _PASSED:
-            raise TypeError(f"create_device_decode_loader got an unexpected keyword argument {k!r}")
+def refuse_off_default(fn: Callable, # the function whose signature holds the defaults (create_loader)
+                       given: dict, # its arguments the device path does not take: {name: value as passed}
+                      ):
+    "Refuse, by name, an argument of `given` that differs from its default in `fn`'s signature: the one source of the defaults."
+    params = inspect.signature(fn).parameters
+    for k, v in given.items():
+        if k not in params: raise TypeError(f'refuse_off_default: {fn.__name__} has no argument {k!r}')
+        if v is not params[k].default and v != params[k].default:
+            raise ValueError(f"{fn.__name__}: {k}={v!r} is not supported on the device decode path ({_WHY.get(k, 'not wired to it')}); "
+                             f"use {fn.__name__}'s CPU path (decode_device=None) for it")
+
+def _check_modes(is_training: bool, train_crop_mode, crop_mode, color_jitter):
     if train_crop_mode not in (None, 'rrc'):
         raise ValueError(f"create_device_decode_loader: train_crop_mode={train_crop_mode!r} is not supported (only 'rrc'); use the CPU path")
     if crop_mode not in (None, 'center'):
@@ -324,18 +304,21 @@ def create_device_decode_loader(
         seed: Optional[int] = None, # the loader's seed: order, per-sample crops/flips, jitter, mixing, erasing (None: drawn, see `loader_seed`)
         distributed: bool = False, # one share of the data per rank (torch.distributed must be initialised)
         num_aug_repeats: int = 0, # repeated augmentation (distributed only): copies per sample, dealt to different ranks
-        **kwargs, # create_loader's other arguments: num_workers, pin_memory, persistent_workers, prefetch_factor, device; the rest at their defaults
+        num_workers: int = 1, # worker processes (0: load in the main process)
+        pin_memory: Optional[bool] = None, # None: pin when decoding on CUDA
+        persistent_workers: bool = True, # keep workers between epochs
+        prefetch_factor: Optional[int] = None, # batches queued per worker (None: torch's default, 2)
+        device: Union[str, torch.device, None] = None, # where the batches go: must be `decode_device` (None: it)
        ) -> DeviceDecodeLoader:
     "`create_loader` with the decode, crop and resize moved to `decode_device` (see above for what it takes)."
-    _check_kwargs(kwargs, is_training, train_crop_mode, crop_mode, color_jitter)
+    _check_modes(is_training, train_crop_mode, crop_mode, color_jitter)
     if str(decode_device) == 'auto':
         raise ValueError("decode_device='auto' is not offered until bench/bench_gpu.py has been run on a GPU; "
                          "pass 'cuda' or 'cpu' (the rule 'auto' will follow is in nbs/33_gpu_decode.ipynb)")
-    device = resolve_device(decode_device, ('cpu', 'cuda'))
-    out_dev = kwargs.get('device')
-    od = None if out_dev is None else resolve_device(out_dev)
-    if od is not None and (od.type != device.type or None not in (od.index, device.index) and od.index != device.index):
-        raise ValueError(f'create_device_decode_loader: device={str(out_dev)!r} differs from decode_device={str(decode_device)!r}: '
+    dd = resolve_device(decode_device, ('cpu', 'cuda'))
+    od = None if device is None else resolve_device(device)
+    if od is not None and (od.type != dd.type or None not in (od.index, dd.index) and od.index != dd.index):
+        raise ValueError(f'create_device_decode_loader: device={str(device)!r} differs from decode_device={str(decode_device)!r}: '
                          f'the batches are made where they are decoded; pass the same device (or device=None)')
     if torchcodec_jpeg() is None:
         raise ImportError("the device decode path needs TorchCodec's decode_jpeg: pip install 'timmdata[codec]'")
@@ -354,16 +337,15 @@ def create_device_decode_loader(
     dataset.transform = DeviceDecodeTransform(size, is_training=is_training, scale=scale, ratio=ratio, hflip=hflip,
                                               vflip=vflip, interpolation=interpolation, crop_pct=crop_pct,
                                               crop_border_pixels=crop_border_pixels)
-    nw = kwargs.get('num_workers', 1)
-    pin = kwargs.get('pin_memory', None)
+    nw = num_workers
     sampler = timm_sampler(dataset, distributed, is_training, num_aug_repeats)
     dataset, plan = resumable_batching(dataset, sampler, batch_size, is_training, seed, distributed)
     loader = ResumableDataLoader(dataset, batch_sampler=plan, num_workers=nw, collate_fn=device_decode_collate,
-                                 pin_memory=bool(device.type == 'cuda' if pin is None else pin) and torch.cuda.is_available(),
-                                 persistent_workers=kwargs.get('persistent_workers', True) and nw > 0,
-                                 prefetch_factor=kwargs.get('prefetch_factor', None) if nw > 0 else None)
-    pl = PrefetchLoader(loader, mean=mean, std=std, channels=3, device=device, fp16=fp16, img_dtype=img_dtype,
-                        re_prob=re_prob if is_training else 0., re_mode=re_mode, re_count=re_count,
-                        re_num_splits=2 if re_split else 0, channels_last=channels_last,
-                        color_jitter=color_jitter if is_training else None, seed=plan.seed)
-    return DeviceDecodeLoader(loader, size, pl, mixer)
+                                 pin_memory=bool(dd.type == 'cuda' if pin_memory is None else pin_memory) and torch.cuda.is_available(),
+                                 persistent_workers=persistent_workers and nw > 0,
+                                 prefetch_factor=prefetch_factor if nw > 0 else None)
+    ops = BatchOps(mean=mean, std=std, channels=3, device=dd, fp16=fp16, img_dtype=img_dtype,
+                   re_prob=re_prob if is_training else 0., re_mode=re_mode, re_count=re_count,
+                   re_num_splits=2 if re_split else 0, channels_last=channels_last,
+                   color_jitter=color_jitter if is_training else None, seed=plan.seed)
+    return DeviceDecodeLoader(loader, size, ops, mixer)

@@ -12,8 +12,10 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, default_collate, get_worker_info
 from .collate import BatchCollate, BatchRing, fast_collate
 from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler, SeededRandomSampler, timm_sampler
-from .gpu_decode import create_device_decode_loader
-from .prefetch import SEED_MIX, PrefetchLoader, default_rank, resolve_device
+from .gpu_decode import create_device_decode_loader, refuse_off_default
+from .prefetch import PrefetchLoader
+from .runtime import SEED_MIX, default_rank, resolve_device
+from .torch_compat import shutdown_workers
 from .scheduled_sampler import ResumableScheduledSampler, ScheduledBatchSampler, ScheduledTransformDataset
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 from .resume import (ResumableDataLoader, ResumablePrefetchLoader, SeededDataset,
@@ -102,7 +104,7 @@ class ResumableMultiEpochsDataLoader(StatefulLoader, MultiEpochsDataLoader):
         return self._iterator
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict`; workers already running ahead (planned from the old position) are stopped."
-        if self._iterator is not None and hasattr(self._iterator, '_shutdown_workers'): self._iterator._shutdown_workers()
+        shutdown_workers(self._iterator)  # timmdata.torch_compat: joins its workers (nothing to do without any)
         self._iterator = None
         super().load_state_dict(state_dict)
 
@@ -243,12 +245,27 @@ def create_loader(
         worker_mode: str = 'process', # 'process': `num_workers` worker processes; 'thread': `num_workers` threads of this process, same batches (`timmdata.threads`)
        ):
     "timm's `create_loader`: a loader of normalised batches on `device`, fast by default, CPU or CUDA."
-    given = dict(locals())  # the arguments as passed, before this function makes any name of its own
     from timmdata.threads import check_worker_mode, loader_classes  # here: timmdata.threads comes after this notebook
     check_worker_mode(worker_mode, dataset, input_size_choices, decode_device, num_workers, use_multi_epochs_loader)
-    if decode_device is not None:  # the arguments go on as they are; the device path refuses those it cannot honour, by name
-        args = {k: v for k, v in given.items() if k not in ('dataset', 'input_size', 'batch_size')}
-        return create_device_decode_loader(dataset, input_size, batch_size, **args)
+    if decode_device is not None:  # the device path takes what it honours, by name; the rest must be at create_loader's defaults
+        refuse_off_default(create_loader, dict(
+            no_aug=no_aug, color_jitter_prob=color_jitter_prob, grayscale_prob=grayscale_prob,
+            gaussian_blur_prob=gaussian_blur_prob, auto_augment=auto_augment, num_aug_splits=num_aug_splits,
+            use_prefetcher=use_prefetcher, use_multi_epochs_loader=use_multi_epochs_loader,
+            worker_seeding=worker_seeding, tf_preprocessing=tf_preprocessing, input_size_choices=input_size_choices,
+            batch_size_choices=batch_size_choices, batch_choice_weights=batch_choice_weights,
+            batch_choice_seed=batch_choice_seed, batch_choice_schedule=batch_choice_schedule,
+            batch_schedule_epochs=batch_schedule_epochs, batch_schedule_spread=batch_schedule_spread,
+            batch_schedule_random_mix=batch_schedule_random_mix, num_batches=num_batches, worker_mode=worker_mode))
+        return create_device_decode_loader(
+            dataset, input_size, batch_size,
+            is_training=is_training, re_prob=re_prob, re_mode=re_mode, re_count=re_count, re_split=re_split,
+            train_crop_mode=train_crop_mode, scale=scale, ratio=ratio, hflip=hflip, vflip=vflip,
+            color_jitter=color_jitter, num_aug_repeats=num_aug_repeats, interpolation=interpolation, mean=mean,
+            std=std, num_workers=num_workers, distributed=distributed, crop_pct=crop_pct, crop_mode=crop_mode,
+            crop_border_pixels=crop_border_pixels, collate_fn=collate_fn, pin_memory=pin_memory, fp16=fp16,
+            img_dtype=img_dtype, device=device, persistent_workers=persistent_workers,
+            prefetch_factor=prefetch_factor, channels_last=channels_last, seed=seed, decode_device=decode_device)
     _check_args(batch_size, num_workers, worker_seeding, tf_preprocessing)
     size = parse_input_size(input_size)  # (H, W)
     device = resolve_device(device, PrefetchLoader.devices if use_prefetcher else None)

@@ -5,22 +5,21 @@
 # %% ../nbs/25_naflex_loader.ipynb #9e5d1ace
 from __future__ import annotations
 import math
-from collections import deque
 from contextlib import nullcontext
 from functools import partial
 from typing import Callable, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.data import DataLoader, IterableDataset
-from fastcore.basics import patch
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats, mix_seed
 from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .distributed_sampler import OrderedDistributedSampler
 from .loader import jitter_on_batch, worker_init
 from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper
 from .naflex_random_erasing import PatchRandomErasing
-from .decode import native
-from .prefetch import SEED_MIX, BufferPool, default_rank, resolve_device, torch_threads
-from .resume import ResumableDataLoader, ResumeStateError, StatefulLoader, batch_key, check_state
+from . import decode
+from .feeder import DeviceFeeder, weak_method
+from .runtime import BufferPool, default_rank, rank_seed, resolve_device
+from .resume import ResumableDataLoader, ResumeStateError, StatefulLoader, batch_key, check_state, loader_marks
 
 # %% auto #0
 __all__ = ['NaFlexPrefetchLoader', 'NaFlexDataLoader', 'create_naflex_loader']
@@ -49,7 +48,7 @@ class NaFlexPrefetchLoader:
         if self.jitter is not None and (channels != 3 or not patchify_channels_last):
             raise ValueError(f'color_jitter on the device needs 3 channels and patchify_channels_last=True; got channels={channels}, '
                              f'patchify_channels_last={patchify_channels_last}: leave color_jitter to the sample transform')
-        if seed is None: seed = (int(torch.randint(2**62, ())) + default_rank() * SEED_MIX) % 2**63
+        seed = rank_seed(seed)
         self.generator = torch.Generator().manual_seed(seed)
         self.device = resolve_device(device, self.devices)
         self.img_dtype = img_dtype or torch.float32
@@ -64,10 +63,16 @@ class NaFlexPrefetchLoader:
         if self.random_erasing is not None:
             self._re_gen = self.generator if self.device.type == 'cpu' else torch.Generator(device=self.device).manual_seed(seed)
             self.random_erasing.generator = self._re_gen
-        self.rank, self._marks, self._last = default_rank(), deque(), None  # marks: batches taken from the loader, not yet handed out
-        self._stream, self._pool = None, BufferPool(6)  # CPU output buffers, reused once nobody holds them (no page faults)
+        self.rank, self._pool = default_rank(), BufferPool(6)  # CPU output buffers, reused once nobody holds them (no page faults)
+        # the device loop (side stream, one batch ahead on a GPU, event hand-over, marks, workers) is the feeder's
+        self.feeder = DeviceFeeder(loader, weak_method(self._step), self.device, marks=loader_marks(loader), cpu_threads=cpu_threads)
 
+    def __iter__(self): yield from self.feeder  # the generator holds this loader while it runs
     def __len__(self) -> int: return len(self.loader)
+    @property
+    def stream(self):
+        "The side CUDA stream (made at the first batch, then kept for the loader's life); None on the CPU."
+        return self.feeder.lane.stream
     @property
     def sampler(self): return self.loader.sampler
     @property
@@ -79,112 +84,82 @@ class NaFlexPrefetchLoader:
         for obj in {id(o): o for o in (self.loader.dataset, getattr(self.loader, 'sampler', None)) if o is not None}.values():
             if callable(getattr(obj, 'set_epoch', None)): obj.set_epoch(epoch)
 
-# %% ../nbs/25_naflex_loader.ipynb #86b19e5e
-@patch
-def _prepare(self:NaFlexPrefetchLoader, d: dict, y: torch.Tensor) -> tuple:
-    "One batch on the device: patches as normalised (and erased) floats, the rest moved."
-    out = {k: (v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in d.items()}
-    p = out['patches']
-    if p.ndim not in (3, 5): raise ValueError(f"NaFlexPrefetchLoader expects patches [B, N, D] or [B, N, Ph, Pw, C]; got shape {tuple(p.shape)}")
-    b, n = p.shape[:2]
-    v = self._native_cpu(p, out['patch_valid'])  # the CPU fast path: one native pass into a reused buffer
-    if v is None:
-        x = p.to(torch.float32, copy=p is d['patches'])  # our own float copy: the normalisation below works in place
-        v = x.view(b, n, -1, self.channels) if self.patchify_channels_last else x.view(b, n, self.channels, -1)
-        if self.jitter is not None: v = self._jitter_normalize(v, out['patch_valid'])
-        else: v.mul_(self._scale).add_(self._bias)
-    if self.random_erasing is not None:
-        pv = v if self.patchify_channels_last else v.transpose(-2, -1).contiguous()
-        pv = self.random_erasing(pv, patch_coord=out['patch_coord'], patch_valid=out.get('patch_valid'))
-        v = pv if self.patchify_channels_last else pv.transpose(-2, -1).contiguous()
-    out['patches'] = v.reshape(p.shape).to(self.img_dtype)
-    return out, y.to(self.device, non_blocking=True)
+    def _step(self, batch, mark) -> tuple:
+        "The per-batch step the feeder runs: seed the batch's draws from its mark (over a resumable loader), then `_prepare`."
+        if mark is not None:  # a resumable loader's batch: its draws are a function of (seed, epoch, batch position, rank)
+            key = batch_key(self.loader, mark)
+            if key is not None:
+                seed = mix_seed(key, _NAFLEX_OPS, self.rank)  # the same after a resume
+                self.generator.manual_seed(seed)
+                if self._re_gen is not None and self._re_gen is not self.generator: self._re_gen.manual_seed(seed)
+        d, y = batch
+        return self._prepare(d, y)
 
-@patch
-def _jitter_normalize(self:NaFlexPrefetchLoader, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    "[B, N, pixels, C] 0-255 floats (padding 0) -> jittered and normalised, in a new tensor: one batched affine map, one clamp."
-    b, n, pp, c = x.shape
-    mu = x.sum((1, 2)) / (valid.sum(1, keepdim=True) * pp).clamp_min(1).to(x.dtype)  # mean colour (padding adds 0)
-    A, t = jitter_affine(mu, *sample_jitter(b, self.jitter, self.generator), GRAY_WEIGHTS)
-    sc, bias = self._scale.view(c), self._bias.view(c)
-    A, t = A * sc.view(1, c, 1), t * sc + bias  # normalisation folded in: y = s (A x + t) + bias
-    y = torch.baddbmm(t[:, None, :], x.reshape(b, n * pp, c), A.transpose(1, 2)).view(b, n, pp, c)
-    y.clamp_(min=bias, max=255 * sc + bias)  # = clamping the jittered pixels to [0, 255] before normalising
-    y[~valid] = bias  # padding: normalised zeros, as without jitter
-    return y
+    def _prepare(self, d: dict, y: torch.Tensor) -> tuple:
+        "One batch on the device: patches as normalised (and erased) floats, the rest moved."
+        out = {k: (v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in d.items()}
+        p = out['patches']
+        if p.ndim not in (3, 5): raise ValueError(f"NaFlexPrefetchLoader expects patches [B, N, D] or [B, N, Ph, Pw, C]; got shape {tuple(p.shape)}")
+        b, n = p.shape[:2]
+        v = self._native_cpu(p, out['patch_valid'])  # the CPU fast path: one native pass into a reused buffer
+        if v is None:
+            x = p.to(torch.float32, copy=p is d['patches'])  # our own float copy: the normalisation below works in place
+            v = x.view(b, n, -1, self.channels) if self.patchify_channels_last else x.view(b, n, self.channels, -1)
+            if self.jitter is not None: v = self._jitter_normalize(v, out['patch_valid'])
+            else: v.mul_(self._scale).add_(self._bias)
+        if self.random_erasing is not None:
+            pv = v if self.patchify_channels_last else v.transpose(-2, -1).contiguous()
+            pv = self.random_erasing(pv, patch_coord=out['patch_coord'], patch_valid=out.get('patch_valid'))
+            v = pv if self.patchify_channels_last else pv.transpose(-2, -1).contiguous()
+        out['patches'] = v.reshape(p.shape).to(self.img_dtype)
+        return out, y.to(self.device, non_blocking=True)
 
-@patch
-def _native_cpu(self:NaFlexPrefetchLoader, p: torch.Tensor, valid: torch.Tensor) -> Optional[torch.Tensor]:
-    "uint8 channels-last patches on the CPU -> [B, N, pixels, C] normalised (jittered) floats in one native pass; None: not this case."
-    if (native is None or self.device.type != 'cpu' or p.dtype != torch.uint8 or not self.patchify_channels_last
-            or not p.is_contiguous() or valid.dtype != torch.bool or valid.shape != p.shape[:2]): return None
-    b, n, c = p.shape[0], p.shape[1], self.channels
-    pp = p[0, 0].numel() // c if b and n else 0
-    cnt = valid.sum(1)  # real patches per image: the collator puts them first, the padding after
-    if not torch.equal(valid, torch.arange(n) < cnt[:, None]): return None  # another layout: torch ops
-    x, sc, bias = p.numpy(), self._scale.view(c), self._bias.view(c)
-    if self.jitter is None: A, t = torch.diag(sc).expand(b, c, c), bias.expand(b, c)
-    else:
-        mu = torch.empty(b, c)
-        native.channel_means_nhwc(x, mu.numpy(), b, c, n * pp)  # means over the whole row, padding zeros included
-        mu *= (n / cnt.clamp_min(1)).to(mu.dtype)[:, None]  # -> means over the real patches
+    def _jitter_normalize(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        "[B, N, pixels, C] 0-255 floats (padding 0) -> jittered and normalised, in a new tensor: one batched affine map, one clamp."
+        b, n, pp, c = x.shape
+        mu = x.sum((1, 2)) / (valid.sum(1, keepdim=True) * pp).clamp_min(1).to(x.dtype)  # mean colour (padding adds 0)
         A, t = jitter_affine(mu, *sample_jitter(b, self.jitter, self.generator), GRAY_WEIGHTS)
-        A, t = A * sc.view(1, c, 1), t * sc + bias  # normalisation folded in, as in `_jitter_normalize`
-    lo, hi = (bias, 255 * sc + bias) if self.jitter is not None else (torch.full((c,), -math.inf), torch.full((c,), math.inf))
-    y = self._pool.get((b, n, pp, c), torch.float32)
-    native.affine_u8_cl(x, A.contiguous().numpy(), t.contiguous().numpy(), lo.contiguous().numpy(), hi.contiguous().numpy(),
-                        bias.contiguous().numpy(), (cnt * pp).numpy(), y.numpy(), b, c, n * pp)
-    return y
+        sc, bias = self._scale.view(c), self._bias.view(c)
+        A, t = A * sc.view(1, c, 1), t * sc + bias  # normalisation folded in: y = s (A x + t) + bias
+        y = torch.baddbmm(t[:, None, :], x.reshape(b, n * pp, c), A.transpose(1, 2)).view(b, n, pp, c)
+        y.clamp_(min=bias, max=255 * sc + bias)  # = clamping the jittered pixels to [0, 255] before normalising
+        y[~valid] = bias  # padding: normalised zeros, as without jitter
+        return y
 
-@patch
-def __iter__(self:NaFlexPrefetchLoader):
-    if getattr(self.loader, '_fresh', lambda: True)(): self._last = None
-    self._marks.clear()
-    if self.device.type != 'cuda':  # nothing to overlap on the CPU: each batch as it comes, on one thread (workers need the cores)
-        for d, y in self.loader:
-            self._seed_batch()
-            with torch_threads(self.cpu_threads): out = self._prepare(d, y)
-            self._last = self._marks.popleft()
-            yield out
-        return
-    if self._stream is None: self._stream = torch.cuda.Stream(device=self.device)  # one for the loader's life (allocator pools per stream)
-    prev = None
-    for d, y in self.loader:
-        self._seed_batch()
-        consumer = torch.cuda.current_stream(self.device)
-        self._stream.wait_stream(consumer)  # memory the consumer freed may be reused here only after its work is done
-        with torch.cuda.stream(self._stream): nxt = self._prepare(d, y)
-        if prev is not None: self._last = self._marks.popleft(); yield prev
-        torch.cuda.current_stream(self.device).wait_stream(self._stream)
-        for t in [*nxt[0].values(), nxt[1]]:
-            if isinstance(t, torch.Tensor) and t.is_cuda: t.record_stream(torch.cuda.current_stream(self.device))
-        prev = nxt
-    if prev is not None: self._last = self._marks.popleft(); yield prev
+    def _native_cpu(self, p: torch.Tensor, valid: torch.Tensor) -> Optional[torch.Tensor]:
+        "uint8 channels-last patches on the CPU -> [B, N, pixels, C] normalised (jittered) floats in one native pass; None: not this case."
+        native = decode.native  # read now: TIMMDATA_NATIVE=0 or a test's patch of decode.native is followed
+        if (native is None or self.device.type != 'cpu' or p.dtype != torch.uint8 or not self.patchify_channels_last
+                or not p.is_contiguous() or valid.dtype != torch.bool or valid.shape != p.shape[:2]): return None
+        b, n, c = p.shape[0], p.shape[1], self.channels
+        pp = p[0, 0].numel() // c if b and n else 0
+        cnt = valid.sum(1)  # real patches per image: the collator puts them first, the padding after
+        if not torch.equal(valid, torch.arange(n) < cnt[:, None]): return None  # another layout: torch ops
+        x, sc, bias = p.numpy(), self._scale.view(c), self._bias.view(c)
+        if self.jitter is None: A, t = torch.diag(sc).expand(b, c, c), bias.expand(b, c)
+        else:
+            mu = torch.empty(b, c)
+            native.channel_means_nhwc(x, mu.numpy(), b, c, n * pp)  # means over the whole row, padding zeros included
+            mu *= (n / cnt.clamp_min(1)).to(mu.dtype)[:, None]  # -> means over the real patches
+            A, t = jitter_affine(mu, *sample_jitter(b, self.jitter, self.generator), GRAY_WEIGHTS)
+            A, t = A * sc.view(1, c, 1), t * sc + bias  # normalisation folded in, as in `_jitter_normalize`
+        lo, hi = (bias, 255 * sc + bias) if self.jitter is not None else (torch.full((c,), -math.inf), torch.full((c,), math.inf))
+        y = self._pool.get((b, n, pp, c), torch.float32)
+        native.affine_u8_cl(x, A.contiguous().numpy(), t.contiguous().numpy(), lo.contiguous().numpy(), hi.contiguous().numpy(),
+                            bias.contiguous().numpy(), (cnt * pp).numpy(), y.numpy(), b, c, n * pp)
+        return y
 
-@patch
-def _seed_batch(self:NaFlexPrefetchLoader):
-    "Note the batch the inner loader just handed over; over a resumable loader, seed the jitter and erasing from its key."
-    m = getattr(self.loader, 'last_mark', None)
-    self._marks.append(m)
-    key = batch_key(self.loader, m) if isinstance(self.loader, StatefulLoader) else None
-    if key is None: return
-    seed = mix_seed(key, _NAFLEX_OPS, self.rank)  # a function of (seed, epoch, batch position, rank): the same after a resume
-    self.generator.manual_seed(seed)
-    if self._re_gen is not None and self._re_gen is not self.generator: self._re_gen.manual_seed(seed)
+    def state_dict(self) -> dict:
+        "The position after the batches handed out (not those prepared ahead): see `NaFlexDataLoader`."
+        if not isinstance(self.loader, StatefulLoader):
+            raise NotImplementedError(f'state_dict: NaFlexPrefetchLoader over a {type(self.loader).__name__} cannot resume; '
+                                      f'create_naflex_loader(is_training=True) makes a resumable one')
+        return self.loader.state_at(self.feeder.last)
 
-@patch
-def state_dict(self:NaFlexPrefetchLoader) -> dict:
-    "The position after the batches handed out (not those prepared ahead): see `NaFlexDataLoader`."
-    if not isinstance(self.loader, StatefulLoader):
-        raise NotImplementedError(f'state_dict: NaFlexPrefetchLoader over a {type(self.loader).__name__} cannot resume; '
-                                  f'create_naflex_loader(is_training=True) makes a resumable one')
-    return self.loader.state_at(self._last)
-
-@patch
-def load_state_dict(self:NaFlexPrefetchLoader, state_dict: dict):
-    "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments) at the next pass."
-    if not isinstance(self.loader, StatefulLoader): self.state_dict()  # raises the error saying why not
-    self.loader.load_state_dict(state_dict); self._last = None
+    def load_state_dict(self, state_dict: dict):
+        "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments) at the next pass."
+        if not isinstance(self.loader, StatefulLoader): self.state_dict()  # raises the error saying why not
+        self.loader.load_state_dict(state_dict); self.feeder.last = None
 
 # %% ../nbs/25_naflex_loader.ipynb #007d5ab0
 class NaFlexDataLoader(ResumableDataLoader):

@@ -4,97 +4,26 @@
 
 # %% ../nbs/12_prefetch.ipynb #b3ae2fcf
 from __future__ import annotations
-import math, sys, weakref
-from collections import deque
-from contextlib import contextmanager
+import weakref
 from typing import Optional, Sequence, Union
-import numpy as np
 import torch
-import torch.distributed as dist
-from fastcore.basics import patch
 from . import decode
-from .collate import CUDA_IN_WORKER, BatchCollate
+from .collate import BatchCollate
+from .feeder import DeviceFeeder, weak_method
 from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .random_erasing import RandomErasing
+from .runtime import BufferPool, rank_seed, resolve_device
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats
 
 # %% auto #0
-__all__ = ['SEED_MIX', 'WORKER_DIED', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'PrefetchLoader']
-
-# %% ../nbs/12_prefetch.ipynb #cc278d7d
-def _refs(bufs: list, i: int) -> int: return sys.getrefcount(bufs[i])  # one way of counting, for the base and every check
-
-class BufferPool:
-    "A few reusable CPU output buffers (numpy memory under `torch.from_numpy`), each reused only once nothing else holds it."
-    def __init__(self, size: int):
-        self.size, self.bufs = size, []
-        self.base = _refs([np.empty(0)], 0)  # an array only the list holds
-
-    def get(self, shape: tuple, dtype: torch.dtype, channels_last: bool = False) -> torch.Tensor:
-        "A `shape` tensor of `dtype` (channels-last strides if asked) over the smallest free buffer that fits, else a new one."
-        nbytes = math.prod(shape) * dtype.itemsize
-        free = [i for i in range(len(self.bufs)) if self.bufs[i].nbytes >= nbytes and _refs(self.bufs, i) == self.base]
-        if free: a = self.bufs[min(free, key=lambda i: self.bufs[i].nbytes)]  # the smallest free one that fits
-        else:
-            raw = np.empty(nbytes + 64, dtype=np.uint8)
-            a = raw[-raw.ctypes.data % 64:][:nbytes]  # 64-byte aligned, like torch's own allocations
-            self.bufs.append(a)
-            if len(self.bufs) > self.size:  # forget a buffer the consumer still holds (it keeps it alive), else the oldest
-                busy = [i for i in range(len(self.bufs) - 1) if _refs(self.bufs, i) != self.base]
-                self.bufs.pop(busy[0] if busy else 0)
-        t = torch.from_numpy(a)[:nbytes].view(dtype)  # its storage holds `a` until every tensor, view and storage object is gone
-        if channels_last and len(shape) == 4:
-            n, c, h, w = shape
-            return t.view(n, h, w, c).permute(0, 3, 1, 2)
-        return t.view(shape)
-
-# %% ../nbs/12_prefetch.ipynb #2def4381
-def resolve_device(device, # None (CUDA when available, else the CPU), a torch.device, or a string such as 'cpu' or 'cuda:1'
-                   supported: Optional[Sequence[str]] = None, # device types the caller has a back end for; None: any this machine has
-                  ) -> torch.device:
-    "The device to load to, with a clear error for an unknown, unsupported or absent one."
-    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    try: device = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device must be a torch.device or a string such as 'cpu', 'cuda' or 'cuda:1'; got {device!r}") from e
-    if supported is not None and device.type not in supported:
-        raise ValueError(f"device {str(device)!r} is not supported by timmdata's PrefetchLoader, which runs the batch step "
-                         f"on {' or '.join(map(repr, supported))} only: use device='cpu' or device='cuda' (None: CUDA when "
-                         f"available, else the CPU), or use_prefetcher=False and move the batches yourself")
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError(f"device={str(device)!r} but CUDA is not available on this machine; use device='cpu' or leave device=None")
-    if device.type not in ('cpu', 'cuda'):
-        mod = getattr(torch, device.type, None)
-        if mod is None or not getattr(mod, 'is_available', lambda: False)():
-            raise ValueError(f"device {str(device)!r} is not available here; use 'cpu', 'cuda' or None (auto)")
-    return device
-
-def _is_cuda_init_error(e: BaseException) -> bool:
-    s = str(e)
-    return 'CUDA' in s and ('initialization error' in s or 'forked subprocess' in s or 'inside a DataLoader worker' in s)
-
-@contextmanager
-def torch_threads(n: Optional[int]):
-    "Run torch CPU ops on `n` threads for a moment (None: leave torch's setting)."
-    old = torch.get_num_threads()
-    if n is None or n == old: yield; return
-    torch.set_num_threads(n)
-    try: yield
-    finally: torch.set_num_threads(old)
-
-SEED_MIX = 0x9E3779B97F4A7C15  # an odd 64-bit constant: rank r's seeds land far from rank 0's
-
-def default_rank() -> int:
-    "This process's distributed rank (0 when torch.distributed is not initialised)."
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+__all__ = ['BatchOps', 'PrefetchLoader']
 
 # %% ../nbs/12_prefetch.ipynb #7e4a9da8
 class _Backend:
-    "The device half of a `PrefetchLoader`: output memory, the batch maths, the hand-over."
-    stream = None  # the side CUDA stream, where there is one
+    "The device half of a `BatchOps`: output memory and the batch maths."
     # a weak reference: a cycle loader <-> back end would leave the DataLoader (and its worker processes) to the
     # garbage collector, whose late shutdown of the workers waits seconds on each; by reference count they stop at once
-    def __init__(self, pl: PrefetchLoader): self.pl = weakref.proxy(pl)
+    def __init__(self, pl: BatchOps): self.pl = weakref.proxy(pl)
 
     def empty(self, shape: tuple, channels_last: bool = False) -> torch.Tensor:
         "Memory for an output batch, in the maths' dtype, on the device."
@@ -114,13 +43,10 @@ class _Backend:
         c, s, b = A.shape[-1], self.pl._scale.to(A.device), self.pl._bias.to(A.device)
         return A * s.view(1, c, 1), t * s.view(1, c) + b.view(1, c)
 
-    def hand_over(self, x: torch.Tensor, y, ready):
-        "Make the prepared batch safe for the consumer to use (nothing to do on the CPU)."
-
 # %% ../nbs/12_prefetch.ipynb #37bab3d9
 class _CpuBackend(_Backend):
-    "CPU, torch ops: the step in the consumer's thread on `cpu_threads` threads, into pooled output buffers."
-    def __init__(self, pl: PrefetchLoader):
+    "CPU, torch ops: the step in the consumer's thread, into pooled output buffers."
+    def __init__(self, pl: BatchOps):
         super().__init__(pl)
         self.pool, self.scratch = BufferPool(pl.num_prefetch + 3), None
 
@@ -128,13 +54,12 @@ class _CpuBackend(_Backend):
         return self.pool.get(shape, self.pl._calc_dtype, channels_last)
 
     def prepare(self, x: torch.Tensor, y) -> tuple:
-        "(output, targets, None): the step now; then the uint8 batch's memory goes back to its collate."
+        "(output, targets): the step now (the feeder's CPU lane sets the threads); then the uint8 batch's memory goes back to its collate."
         pl = self.pl
-        try:
-            with torch_threads(pl.cpu_threads): out = pl._process(x)
+        try: out = pl._process(x)
         finally:  # done reading the uint8 batch (or failed to): its memory may be reused
             if pl.collate is not None: pl.collate.release(x)
-        return out, (y.to(pl.device) if isinstance(y, torch.Tensor) else y), None
+        return out, (y.to(pl.device) if isinstance(y, torch.Tensor) else y)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         "uint8 NCHW -> float NCHW, jittered, normalised, clamped; jitter image by image so each float copy stays in cache."
@@ -160,7 +85,7 @@ class _CpuBackend(_Backend):
 # %% ../nbs/12_prefetch.ipynb #2f740f91
 class _NativeCpuBackend(_CpuBackend):
     "CPU with the C extension: (jitter and) normalisation as a 3x3 matrix and bias per image, and the clamp, in one pass."
-    def __init__(self, pl: PrefetchLoader, native):
+    def __init__(self, pl: BatchOps, native):
         super().__init__(pl)
         self.native = native  # decode.native when the loader was made
 
@@ -182,26 +107,12 @@ class _NativeCpuBackend(_CpuBackend):
 
 # %% ../nbs/12_prefetch.ipynb #3ea43719
 class _CudaBackend(_Backend):
-    "CUDA: the copy and the step of the next batches on one side stream, kept for the loader's life, while the model runs."
+    "CUDA: the copy and the step of a batch, with the jitter as one batched matrix product."
     def prepare(self, x: torch.Tensor, y) -> tuple:
-        "(output, targets, ready event): copy and step queued on the side stream."
+        "(output, targets): the copy from (pinned) host memory and the step, queued where the feeder runs them (its side stream)."
         pl, dev = self.pl, self.pl.device
-        if self.stream is None: self.stream = torch.cuda.Stream(device=dev)  # one stream: timm issue 2781
-        # the side stream must not write into memory the consumer's queued work may still read
-        self.stream.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(self.stream):
-            x = pl._process(x.to(dev, non_blocking=True))
-            if isinstance(y, torch.Tensor): y = y.to(dev, non_blocking=True)
-            ready = torch.cuda.Event()
-            ready.record(self.stream)
-        return x, y, ready
-
-    def hand_over(self, x: torch.Tensor, y, ready):
-        "The consumer's stream waits for the batch; its memory is not recycled until the consumer's work on it is done."
-        consumer = torch.cuda.current_stream(self.pl.device)
-        consumer.wait_event(ready)
-        x.record_stream(consumer)
-        if isinstance(y, torch.Tensor): y.record_stream(consumer)
+        x = pl._process(x.to(dev, non_blocking=True))
+        return x, (y.to(dev, non_blocking=True) if isinstance(y, torch.Tensor) else y)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         "uint8 NCHW -> float NCHW, jittered (one batched matrix product), normalised, clamped."
@@ -223,7 +134,7 @@ class _CudaBackend(_Backend):
         for ch in range(c): out[:, ch].clamp_(pl._lo[ch], pl._hi[ch])  # one clamp at the end (see above)
         return out
 
-def _backend_for(pl: PrefetchLoader) -> _Backend:
+def _backend_for(pl: BatchOps) -> _Backend:
     "The loader's back end, chosen once: CUDA; CPU with the native pass (built, float32 maths, planar output); CPU torch ops."
     if pl.device.type == 'cuda': return _CudaBackend(pl)
     native = decode.native  # read now, so TIMMDATA_NATIVE=0 or a test's patch of decode.native is followed
@@ -231,10 +142,88 @@ def _backend_for(pl: PrefetchLoader) -> _Backend:
     return _CpuBackend(pl)
 
 # %% ../nbs/12_prefetch.ipynb #a6288269
-class PrefetchLoader:
-    "Wraps a uint8 batch loader: moves each batch to `device` ahead of use, converts, jitters, normalises and erases there."
+class BatchOps:
+    "The batch step on one device: uint8 NCHW -> float, (jittered,) normalised, erased, cast; its settings and generator."
     devices = ('cpu', 'cuda')  # the device types with a back end
-    _running = 0  # iterations of this loader under way
+    def __init__(self,
+                 mean: Sequence[float] = IMAGENET_DEFAULT_MEAN, # normalisation mean, in [0, 1] units
+                 std: Sequence[float] = IMAGENET_DEFAULT_STD, # normalisation std, in [0, 1] units
+                 channels: int = 3, # image channels
+                 device: Union[str, torch.device, None] = None, # 'cpu' or 'cuda'; None: CUDA when available, else CPU
+                 img_dtype: Optional[torch.dtype] = None, # output dtype (default float32)
+                 fp16: bool = False, # deprecated (timm): same as img_dtype=torch.float16
+                 re_prob: float = 0., # random erasing probability per image (0: off)
+                 re_mode: str = 'const', # random erasing fill: 'const', 'rand' or 'pixel'
+                 re_count: int = 1, # max erased regions per image
+                 re_num_splits: int = 0, # leave the first split of the batch un-erased (augmentation splits)
+                 channels_last: bool = False, # hand out channels-last (NHWC-strided) batches
+                 color_jitter=None, # brightness/contrast/saturation strength: a float, a 3-tuple, or ranges; None: off
+                 num_prefetch: Optional[int] = None, # batches prepared ahead of the one the consumer holds; None: 1 on a GPU, 0 on the CPU
+                 seed: Optional[int] = None, # seed of this loader's generator (jitter); None: drawn from torch's RNG and the rank
+                 cpu_threads: Optional[int] = 1, # torch threads for the maths on a CPU device (the workers need the cores); None: torch's setting
+                 collate: Optional[BatchCollate] = None, # takes each uint8 batch's memory back once read (CPU), e.g. a BatchRing
+                ):
+        if num_prefetch is not None and (not isinstance(num_prefetch, int) or num_prefetch < 0):
+            raise ValueError(f"num_prefetch must be None or an int >= 0; got {num_prefetch!r}")
+        self.device = resolve_device(device, self.devices)
+        self.is_cuda = self.device.type == 'cuda'
+        # on a GPU the copy and the maths of the next batch overlap the consumer's step; on the CPU they run in the
+        # consumer's thread either way, so working ahead would only delay each epoch's first batch and hold one more
+        self.num_prefetch = (1 if self.is_cuda else 0) if num_prefetch is None else num_prefetch
+        self.channels, self.channels_last, self.cpu_threads, self.collate = channels, channels_last, cpu_threads, collate
+        self.img_dtype = torch.float16 if fp16 else (img_dtype or torch.float32)
+        if not self.img_dtype.is_floating_point: raise ValueError(f"img_dtype must be a floating dtype; got {self.img_dtype}")
+        # the maths runs in img_dtype on a GPU; on the CPU half types are slow, so float32 then one cast
+        self._calc_dtype = self.img_dtype if (self.is_cuda or self.img_dtype == torch.float64) else torch.float32
+        self._set_stats(expand_channel_stats(mean, channels, 'mean'), expand_channel_stats(std, channels, 'std'))
+        self.jitter = jitter_ranges(color_jitter)
+        if self.jitter is not None and channels not in (1, 3):
+            raise ValueError(f"color_jitter needs 1 or 3 channels; got channels={channels}")
+        self._gray = GRAY_WEIGHTS if channels == 3 else (1.,)
+        self.generator = torch.Generator().manual_seed(rank_seed(seed))
+        self.random_erasing = RandomErasing(probability=re_prob, mode=re_mode, max_count=re_count, num_splits=re_num_splits,
+                                            device=self.device) if re_prob > 0. else None
+        self.backend = _backend_for(self)
+
+    def _set_stats(self, mean: tuple, std: tuple):
+        "(x/255 - mean)/std = x*scale + bias, and the range a [0, 1] image has after it (for the clamps)."
+        if min(std) <= 0: raise ValueError(f"std must be > 0; got {std}")
+        self.mean, self.std, c = mean, std, len(mean)
+        m, s = torch.tensor(mean, dtype=torch.float64), torch.tensor(std, dtype=torch.float64)
+        self._scale = (1 / (255 * s)).to(device=self.device, dtype=self._calc_dtype).view(1, c, 1, 1)
+        self._bias = (-m / s).to(device=self.device, dtype=self._calc_dtype).view(1, c, 1, 1)
+        lo, hi = (-m / s).float(), ((1 - m) / s).float()
+        self._lo_hi = lo.numpy(), hi.numpy()  # for the native pass
+        self._lo, self._hi = lo.tolist(), hi.tolist()  # per-channel scalar bounds: the fast clamp kernel on the CPU
+
+    def _process(self, x: torch.Tensor) -> torch.Tensor:
+        "The batch step on a uint8 NCHW batch on the device: float, (jitter,) normalise, clamp, erase, cast."
+        if x.dtype != torch.uint8:
+            raise TypeError(f"PrefetchLoader expects uint8 image batches (use fast_collate); got {x.dtype}")
+        if x.ndim != 4 or x.shape[1] != self.channels:
+            raise ValueError(f"PrefetchLoader expects (N, {self.channels}, H, W) batches; got shape {tuple(x.shape)}")
+        return self.cast(self.erase(self.normalize(x)))
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        "A uint8 NCHW batch on the device -> floats in the maths' dtype, (jittered,) normalised, clamped."
+        return self.backend.normalize(x)
+    def erase(self, x: torch.Tensor) -> torch.Tensor:
+        "Random erasing of the float batch (unchanged when `re_prob` is 0)."
+        return x if self.random_erasing is None else self.random_erasing(x)
+    def cast(self, x: torch.Tensor) -> torch.Tensor:
+        "The batch in the output dtype."
+        return x if x.dtype == self.img_dtype else x.to(self.img_dtype)
+    def seed(self, seed: int):
+        "Seed the generator of the batch's draws (jitter; erasing too after `erasing_from_generator`)."
+        self.generator.manual_seed(seed)
+    def erasing_from_generator(self):
+        "Let the erasing draw from this step's generator, not torch's global one (so a seeded batch is repeatable)."
+        if self.random_erasing is not None: self.random_erasing.generator = self.generator
+
+def _empty(batch) -> bool: return batch[0].numel() == 0  # every sample of the batch was skipped
+
+class PrefetchLoader(BatchOps):
+    "Wraps a uint8 batch loader: moves each batch to `device` ahead of use, converts, jitters, normalises and erases there."
     def __init__(self,
                  loader, # yields (uint8 NCHW images, targets), e.g. a DataLoader with `fast_collate`
                  mean: Sequence[float] = IMAGENET_DEFAULT_MEAN, # normalisation mean, in [0, 1] units
@@ -253,144 +242,44 @@ class PrefetchLoader:
                  seed: Optional[int] = None, # seed of this loader's generator (jitter); None: drawn from torch's RNG and the rank
                  cpu_threads: Optional[int] = 1, # torch threads for the maths on a CPU device (the workers need the cores); None: torch's setting
                 ):
-        if num_prefetch is not None and (not isinstance(num_prefetch, int) or num_prefetch < 0):
-            raise ValueError(f"num_prefetch must be None or an int >= 0; got {num_prefetch!r}")
-        self.device = resolve_device(device, self.devices)
-        self.is_cuda = self.device.type == 'cuda'
-        # on a GPU the copy and the maths of the next batch overlap the consumer's step; on the CPU they run in the
-        # consumer's thread either way, so working ahead would only delay each epoch's first batch and hold one more
-        self.num_prefetch = (1 if self.is_cuda else 0) if num_prefetch is None else num_prefetch
-        self.loader, self.channels, self.channels_last, self.cpu_threads = loader, channels, channels_last, cpu_threads
-        self.img_dtype = torch.float16 if fp16 else (img_dtype or torch.float32)
-        if not self.img_dtype.is_floating_point: raise ValueError(f"img_dtype must be a floating dtype; got {self.img_dtype}")
-        # the maths runs in img_dtype on a GPU; on the CPU half types are slow, so float32 then one cast
-        self._calc_dtype = self.img_dtype if (self.is_cuda or self.img_dtype == torch.float64) else torch.float32
-        self._set_stats(expand_channel_stats(mean, channels, 'mean'), expand_channel_stats(std, channels, 'std'))
-        self.jitter = jitter_ranges(color_jitter)
-        if self.jitter is not None and channels not in (1, 3):
-            raise ValueError(f"color_jitter needs 1 or 3 channels; got channels={channels}")
-        self._gray = GRAY_WEIGHTS if channels == 3 else (1.,)
-        if seed is None: seed = (int(torch.randint(2**62, ())) + default_rank() * SEED_MIX) % 2**63
-        self.generator = torch.Generator().manual_seed(seed)
-        self.random_erasing = RandomErasing(probability=re_prob, mode=re_mode, max_count=re_count, num_splits=re_num_splits,
-                                            device=self.device) if re_prob > 0. else None
         fn = getattr(loader, 'collate_fn', None)  # any iterable of batches will do: only a DataLoader has a collate_fn
-        self.collate = fn if isinstance(fn, BatchCollate) else None  # released batches go back to it (e.g. a BatchRing)
-        self.backend = _backend_for(self)
+        super().__init__(mean=mean, std=std, channels=channels, device=device, img_dtype=img_dtype, fp16=fp16, re_prob=re_prob,
+                         re_mode=re_mode, re_count=re_count, re_num_splits=re_num_splits, channels_last=channels_last,
+                         color_jitter=color_jitter, num_prefetch=num_prefetch, seed=seed, cpu_threads=cpu_threads,
+                         collate=fn if isinstance(fn, BatchCollate) else None)  # released batches go back to it (e.g. a BatchRing)
+        self.loader = loader
+        self.feeder = DeviceFeeder(loader, weak_method(self._step), self.device, self.num_prefetch, skip=_empty,
+                                   collate=self.collate, cpu_threads=self.cpu_threads)
 
-    def _set_stats(self, mean: tuple, std: tuple):
-        "(x/255 - mean)/std = x*scale + bias, and the range a [0, 1] image has after it (for the clamps)."
-        if min(std) <= 0: raise ValueError(f"std must be > 0; got {std}")
-        self.mean, self.std, c = mean, std, len(mean)
-        m, s = torch.tensor(mean, dtype=torch.float64), torch.tensor(std, dtype=torch.float64)
-        self._scale = (1 / (255 * s)).to(device=self.device, dtype=self._calc_dtype).view(1, c, 1, 1)
-        self._bias = (-m / s).to(device=self.device, dtype=self._calc_dtype).view(1, c, 1, 1)
-        lo, hi = (-m / s).float(), ((1 - m) / s).float()
-        self._lo_hi = lo.numpy(), hi.numpy()  # for the native pass
-        self._lo, self._hi = lo.tolist(), hi.tolist()  # per-channel scalar bounds: the fast clamp kernel on the CPU
+    def _step(self, batch, mark) -> tuple:
+        "The per-batch step the feeder runs: (the batch's float images on the device, its targets there)."
+        x, y = batch
+        return self.backend.prepare(x, y)
 
-# %% ../nbs/12_prefetch.ipynb #a0d48953
-@patch
-def _process(self: PrefetchLoader, x: torch.Tensor) -> torch.Tensor:
-    "The batch step on a uint8 NCHW batch on the device: float, (jitter,) normalise, clamp, erase, cast."
-    if x.dtype != torch.uint8:
-        raise TypeError(f"PrefetchLoader expects uint8 image batches (use fast_collate); got {x.dtype}")
-    if x.ndim != 4 or x.shape[1] != self.channels:
-        raise ValueError(f"PrefetchLoader expects (N, {self.channels}, H, W) batches; got shape {tuple(x.shape)}")
-    out = self.backend.normalize(x)
-    if self.random_erasing is not None: out = self.random_erasing(out)
-    if out.dtype != self.img_dtype: out = out.to(self.img_dtype)
-    return out
+    def __iter__(self): yield from self.feeder  # the generator holds this loader while it runs
+    def __len__(self) -> int: return len(self.loader)
+    @property
+    def stream(self):
+        "The side CUDA stream (made at the first batch, then kept for the loader's life); None on the CPU."
+        return self.feeder.lane.stream
+    @property
+    def sampler(self): return self.loader.sampler
+    @property
+    def batch_sampler(self): return self.loader.batch_sampler
+    @property
+    def dataset(self): return self.loader.dataset
 
-@patch
-def __iter__(self: PrefetchLoader):
-    it, pending, done = None, deque(), False
-    self._running += 1
-    try:
-        it = iter(self.loader)  # persistent workers: torch drains the batches a stopped epoch left queued here
-        while True:
-            while not done and len(pending) <= self.num_prefetch:
-                try: x, y = next(it)
-                except StopIteration: done = True; break
-                if x.numel() == 0: continue  # every sample of the batch was skipped
-                pending.append(self.backend.prepare(x, y))
-            if not pending: return
-            x, y, ready = pending.popleft()
-            self.backend.hand_over(x, y, ready)
-            yield x, y
-            del x, y  # hold no reference to the handed-over batch while making the next ones
-    except GeneratorExit: raise  # the consumer stopped (a break, or an exception in its loop): see `finally`
-    except BaseException as e:
-        if _is_cuda_init_error(e): raise RuntimeError(CUDA_IN_WORKER.format(dev='cuda')) from e
-        died = _worker_died(e)
-        if died or not isinstance(e, Exception): self._stop_workers(it, force=True)  # a dead worker, Ctrl-C: start afresh
-        if died: raise RuntimeError(WORKER_DIED.format(err=e)) from e
-        raise
-    finally:
-        try: self._stop_workers(it, force=False)
-        finally: self._running -= 1
+    @property
+    def mixup_enabled(self) -> bool:
+        "Pass-through to a mixing collate (e.g. FastCollateMixup); False without one."
+        return bool(self.collate.mixup_enabled) if self.collate is not None and self.collate.mixes else False
+    @mixup_enabled.setter
+    def mixup_enabled(self, on: bool):
+        if self.collate is not None and self.collate.mixes: self.collate.mixup_enabled = on
 
-@patch
-def __len__(self: PrefetchLoader) -> int: return len(self.loader)
-
-@patch(as_prop=True)
-def stream(self: PrefetchLoader):
-    "The side CUDA stream (made at the first batch, then kept for the loader's life); None on the CPU."
-    return self.backend.stream
-
-# %% ../nbs/12_prefetch.ipynb #d2041e9d
-WORKER_DIED = ("{err}\ntimmdata: a DataLoader worker process died (SIGKILL is most often the out-of-memory killer: see `dmesg`; "
-               "SIGSEGV or SIGBUS a crash, or /dev/shm full). The loader's other workers were stopped and the shared batch memory "
-               "they held was handed back: iterate the loader again to start new workers; if it recurs, lower num_workers, "
-               "batch_size or prefetch_factor, or give the job more memory (for /dev/shm: docker run --shm-size)")
-
-def _worker_died(e: BaseException) -> bool:
-    "Is `e` torch's error for a DataLoader worker that died (killed by a signal, or exited unexpectedly)?"
-    s = str(e)
-    return isinstance(e, RuntimeError) and 'DataLoader worker' in s and ('killed by signal' in s or 'exited unexpectedly' in s)
-
-@patch
-def _stop_workers(self: PrefetchLoader, it, force: bool):
-    "End of an iteration: stop the DataLoader's workers unless they are persistent, all alive and not `force`d; then the collate may reuse what they held."
-    it = getattr(it, 'iterator', it)  # under timmdata.resume's DeliveredIterator: torch's iterator
-    kept = getattr(self.loader, '_iterator', None)  # a persistent iterator (a DataLoader's, or MultiEpochsDataLoader's)
-    dl_it = kept if kept is not None and (kept is it or not hasattr(it, '_shutdown_workers')) else it
-    workers = getattr(dl_it, '_workers', None)  # torch's worker processes, by worker id
-    if workers is None or not hasattr(dl_it, '_shutdown_workers'): return  # no worker processes (a list, num_workers=0)
-    if dl_it is kept and not force and all(w.is_alive() for w in workers): return  # they go on into the next epoch
-    if dl_it is kept: self.loader._iterator = None  # the next epoch makes a new iterator, with new workers
-    dl_it._shutdown_workers()  # joins them (torch terminates any that hang)
-    gone = [i for i, w in enumerate(workers) if not w.is_alive()]
-    if self.collate is not None and gone and self._running == 1: self.collate.reclaim(gone)  # not while another iteration runs
-
-# %% ../nbs/12_prefetch.ipynb #c182435f
-@patch(as_prop=True)
-def sampler(self: PrefetchLoader): return self.loader.sampler
-@patch(as_prop=True)
-def batch_sampler(self: PrefetchLoader): return self.loader.batch_sampler
-@patch(as_prop=True)
-def dataset(self: PrefetchLoader): return self.loader.dataset
-
-def _mixing(pl: PrefetchLoader) -> Optional[BatchCollate]:
-    "The loader's collate when it mixes samples (e.g. FastCollateMixup), else None."
-    fn = pl.collate
-    return fn if isinstance(fn, BatchCollate) and fn.mixes else None
-
-def _get_mixup_enabled(self) -> bool:
-    "Pass-through to a mixing collate (e.g. FastCollateMixup); False without one."
-    fn = _mixing(self)
-    return bool(fn.mixup_enabled) if fn is not None else False
-
-def _set_mixup_enabled(self, on: bool):
-    fn = _mixing(self)
-    if fn is not None: fn.mixup_enabled = on
-
-PrefetchLoader.mixup_enabled = property(_get_mixup_enabled, _set_mixup_enabled, doc=_get_mixup_enabled.__doc__)
-
-@patch
-def set_epoch(self: PrefetchLoader, epoch: int):
-    "Passes the epoch to the sampler (distributed shuffling) and the dataset, where they take one."
-    seen = set()
-    for obj in (getattr(self.loader, 'sampler', None), getattr(self.loader, 'batch_sampler', None), getattr(self.loader, 'dataset', None)):
-        if obj is not None and id(obj) not in seen and callable(getattr(obj, 'set_epoch', None)):
-            seen.add(id(obj)); obj.set_epoch(epoch)
+    def set_epoch(self, epoch: int):
+        "Passes the epoch to the sampler (distributed shuffling) and the dataset, where they take one."
+        seen = set()
+        for obj in (getattr(self.loader, 'sampler', None), getattr(self.loader, 'batch_sampler', None), getattr(self.loader, 'dataset', None)):
+            if obj is not None and id(obj) not in seen and callable(getattr(obj, 'set_epoch', None)):
+                seen.add(id(obj)); obj.set_epoch(epoch)

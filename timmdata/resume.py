@@ -15,13 +15,16 @@ from torch.utils.data.distributed import DistributedSampler
 from fastcore.basics import patch
 from .config import mix_seed, seed_all
 from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler, SeededRandomSampler, epoch_order, sampler_kind, world_of
-from .prefetch import SEED_MIX, PrefetchLoader, default_rank
+from .feeder import Marks, cuda_rng_seeded
+from .prefetch import PrefetchLoader
+from .runtime import SEED_MIX, default_rank
 
 # %% auto #0
 __all__ = ['STATE_VERSION', 'ResumeStateError', 'loader_seed', 'PassSegment', 'BatchMark', 'sample_key', 'ResumableBatchSampler',
            'dataset_len', 'check_state', 'SeededDataset', 'global_rng_state', 'set_global_rng_state',
            'DeliveredIterator', 'StatefulLoader', 'ResumableDataLoader', 'stream_state', 'stream_batch_key',
-           'load_stream_state', 'batch_key', 'ResumablePrefetchLoader', 'resumable_batching']
+           'load_stream_state', 'batch_key', 'LoaderMarks', 'loader_marks', 'ResumablePrefetchLoader',
+           'resumable_batching']
 
 # %% ../nbs/32_resume.ipynb #986f6803
 STATE_VERSION = 1  # bumped when the meaning of a state's fields changes
@@ -345,44 +348,40 @@ def batch_key(loader, # a StatefulLoader
     if isinstance(mark, BatchMark): return mark.key
     return stream_batch_key(loader.dataset, mark)
 
+class LoaderMarks(Marks):
+    "A `StatefulLoader`'s marks, for a `DeviceFeeder`: its `last_mark` after each batch, and whether a pass starts afresh."
+    def __init__(self, loader: StatefulLoader): self.loader = loader
+    def fresh(self) -> bool: return self.loader._fresh()
+    def mark(self): return self.loader.last_mark
+
+def loader_marks(loader) -> Marks:
+    "The marks a feeder reads from `loader`: a `StatefulLoader`'s; none (`Marks()`) for another loader."
+    return LoaderMarks(loader) if isinstance(loader, StatefulLoader) else Marks()
+
 class ResumablePrefetchLoader(PrefetchLoader):
     "A `PrefetchLoader` over a `StatefulLoader`: `state_dict()` counts delivered batches; batch ops seeded per batch."
     def __init__(self, loader, **kwargs):
         super().__init__(loader, **kwargs)
         if not isinstance(loader, StatefulLoader): raise TypeError(f"ResumablePrefetchLoader needs a StatefulLoader (e.g. ResumableDataLoader); got {type(loader).__name__}")
-        if self.random_erasing is not None: self.random_erasing.generator = self.generator  # not torch's global one
-        self._marks, self._last = deque(), None
+        self.erasing_from_generator()  # not torch's global one
+        self.feeder.marks = LoaderMarks(loader)  # the feeder notes the batch each output came from
 
-    def _process(self, x: torch.Tensor) -> torch.Tensor:
-        m = self.loader.last_mark  # the batch the inner loader just handed over
-        self._marks.append(m)
-        key = batch_key(self.loader, m)
-        if key is None: return super()._process(x)
+    def _step(self, batch, mark) -> tuple:
+        "`PrefetchLoader`'s step, its draws seeded from the batch's key (on a GPU the erasing noise too, from the device's generator)."
+        key = batch_key(self.loader, mark)
+        if key is None: return super()._step(batch, mark)
         seed = mix_seed(key, _PREFETCH)
-        self.generator.manual_seed(seed)
+        self.seed(seed)
         if not (self.is_cuda and self.random_erasing is not None and self.random_erasing.mode != 'const'):
-            return super()._process(x)
-        idx = self.device.index if self.device.index is not None else torch.cuda.current_device()
-        with torch.random.fork_rng(devices=[idx], device_type='cuda'):
-            torch.cuda.default_generators[idx].manual_seed(seed)
-            return super()._process(x)
-
-    def __iter__(self):
-        if self.loader._fresh(): self._last = None
-        self._marks.clear()
-        gen = PrefetchLoader.__iter__(self)
-        try:
-            for b in gen:
-                self._last = self._marks.popleft()
-                yield b
-        finally: gen.close()
+            return super()._step(batch, mark)
+        with cuda_rng_seeded(self.device, seed): return super()._step(batch, mark)
 
     def state_dict(self) -> dict:
         "The position after the batches this loader handed out (not those prepared ahead)."
-        return self.loader.state_at(self._last)
+        return self.loader.state_at(self.feeder.last)
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments)."
-        self.loader.load_state_dict(state_dict); self._last = None
+        self.loader.load_state_dict(state_dict); self.feeder.last = None
 
 # %% ../nbs/32_resume.ipynb #5a8ed82d
 def resumable_batching(dataset, # a map-style dataset
