@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
-import timmdata.loader as tl
+import timmdata.scheduled_sampler as tss  # where create_loader's batch plan takes timm's sampler
 from timmdata.distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
 from timmdata.loader import create_loader
 from timmdata.mixup import FastCollateMixup
@@ -25,7 +25,7 @@ def root(tmp_path_factory):
 
 def _loader(root, sampler=None, monkeypatch=None, mix=True, bs=B, **kw):
     "A training loader with every random step on: crop/flip, batch colour jitter, random erasing, mixup."
-    if sampler is not None: monkeypatch.setattr(tl, 'timm_sampler', lambda ds, *a: sampler(ds))
+    if sampler is not None: monkeypatch.setattr(tss, 'timm_sampler', lambda ds, *a: sampler(ds))
     args = dict(is_training=True, num_workers=0, device='cpu', re_prob=0.5, re_mode='pixel', re_count=2,
                 collate_fn=FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=24) if mix else None)
     args.update(kw)

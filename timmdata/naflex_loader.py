@@ -138,7 +138,7 @@ def _native_cpu(self:NaFlexPrefetchLoader, p: torch.Tensor, valid: torch.Tensor)
 
 @patch
 def __iter__(self:NaFlexPrefetchLoader):
-    if getattr(self.loader, '_fresh', lambda: True)(): self._last = None
+    if not isinstance(self.loader, StatefulLoader) or self.loader.fresh_pass(): self._last = None
     self._marks.clear()
     if self.device.type != 'cuda':  # nothing to overlap on the CPU: each batch as it comes, on one thread (workers need the cores)
         for d, y in self.loader:
