@@ -373,6 +373,10 @@ def kinds(root, tmp_path_factory):
                                                num_workers=0, device='cpu', seed=3, re_prob=0.5),
     }
     try:
+        import torchcodec  # noqa: F401  the device-decode path's decoder (its CPU run here)
+        kinds['device_decode'] = lambda: cl(IndexDataset(train), is_training=True, re_prob=0.5, decode_device='cpu')
+    except ImportError: pass
+    try:
         import webdataset  # noqa: F401
         from timmdata.shards import write_shards
         from timmdata.streaming import IterableImageDataset
@@ -388,13 +392,13 @@ def kinds(root, tmp_path_factory):
 
 
 KINDS = ['map_train', 'map_eval', 'distributed', 'repeat_aug', 'scheduled', 'multi_epochs', 'thread', 'naflex', 'stream',
-         'naflex_stream']
+         'naflex_stream', 'device_decode']
 
 
 @pytest.mark.parametrize('kind', KINDS)
 def test_state_is_json_for_every_loader_kind(kinds, monkeypatch, kind):
     "json.dumps(state_dict()) works for every kind of loader, and the state read back from JSON resumes bit for bit."
-    if kind not in kinds: pytest.skip('webdataset is not installed')
+    if kind not in kinds: pytest.skip('webdataset (streams) or torchcodec (device decode) is not installed')
     make = kinds[kind]
     if isinstance(make, tuple):  # rank 0 of 2
         which, make = make
