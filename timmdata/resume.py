@@ -6,7 +6,7 @@
 from __future__ import annotations
 import inspect, random
 from collections import deque
-from typing import Optional
+from typing import Optional, Protocol, runtime_checkable
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -18,10 +18,10 @@ from .batch_plan import (BATCH_TAG, STATE_VERSION, BatchMark, BatchPlan, PassSeg
 
 # %% auto #0
 __all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'StatefulLoader', 'ResumableDataLoader',
-           'stream_state', 'stream_batch_key', 'load_stream_state', 'batch_key', 'ResumablePrefetchLoader',
-           'STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state', 'loader_seed', 'PlanPass', 'PassSegment',
-           'BatchMark', 'sample_key', 'BatchPlan', 'ResumableBatchSampler', 'dataset_len', 'SeededDataset',
-           'plain_state', 'resumable_batching']
+           'ResumableStream', 'stream_state', 'stream_batch_key', 'load_stream_state', 'batch_key',
+           'ResumablePrefetchLoader', 'STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state', 'loader_seed',
+           'PlanPass', 'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan', 'ResumableBatchSampler', 'dataset_len',
+           'SeededDataset', 'plain_state', 'resumable_batching']
 
 # %% ../nbs/32_resume.ipynb #986f6803
 _all_ = ['STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state', 'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark',
@@ -153,12 +153,21 @@ class ResumableDataLoader(StatefulLoader, DataLoader):
     def sampler(self, value): self._dl_sampler = value
 
 # %% ../nbs/32_resume.ipynb #87b37869
-_STREAM_API = ('set_epoch', 'set_start', 'start_batches', 'fingerprint')
+@runtime_checkable
+class ResumableStream(Protocol):
+    "What a stream offers to resume mid-epoch (`IterableImageDataset` and the NaFlex wrappers do); `elastic` ones add `samples_delivered`, `set_start_samples`."
+    epoch: int # the epoch of the next pass
+    seed: int # the stream's seed: a batch's key derives from it
+    def set_epoch(self, epoch: int): ...
+    def set_start(self, batches_done: int, batch_size: int): ... # skip the epoch's first batches (each worker its share)
+    def start_batches(self) -> int: ... # the epoch's batches before this pass
+    def fingerprint(self) -> dict: ... # what must match for a saved position to resume
 
 def _check_stream(dataset, what: str):
-    if not all(callable(getattr(dataset, a, None)) for a in _STREAM_API):
-        raise NotImplementedError(f"{what}: {type(dataset).__name__} cannot resume mid-epoch (it needs {', '.join(_STREAM_API)}, "
-                                  f"as timmdata.IterableImageDataset has); resume it at epoch boundaries")
+    if not isinstance(dataset, ResumableStream):
+        raise NotImplementedError(f"{what}: {type(dataset).__name__} cannot resume mid-epoch (it needs epoch, seed, set_epoch, "
+                                  f"set_start, start_batches and fingerprint: timmdata.resume.ResumableStream, as "
+                                  f"timmdata.IterableImageDataset has); resume it at epoch boundaries")
 
 def stream_state(dataset, batches: int, batch_size: int) -> dict:
     "The state of a loader over a stream that delivered `batches` batches of this pass (after its resume point, if any)."
@@ -169,7 +178,7 @@ def stream_state(dataset, batches: int, batch_size: int) -> dict:
 
 def stream_batch_key(dataset, batches) -> Optional[int]:
     "A stream's batch number `batches` of this pass as a key (seed, epoch, batch of the epoch); None for other datasets."
-    if not (isinstance(dataset, IterableDataset) and isinstance(batches, int) and callable(getattr(dataset, 'start_batches', None))): return None
+    if not (isinstance(dataset, IterableDataset) and isinstance(batches, int) and isinstance(dataset, ResumableStream)): return None
     return mix_seed(dataset.seed, dataset.epoch, dataset.start_batches() + batches)
 
 def load_stream_state(dataset, sd: dict, batch_size: int):
