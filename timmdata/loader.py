@@ -13,7 +13,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 from .collate import BatchCollate, BatchRing, fast_collate
 from .gpu_decode import create_device_decode_loader
 from .prefetch import SEED_MIX, PrefetchLoader, default_rank, resolve_device
-from .scheduled_sampler import Sampling, ScheduledTransformDataset, batch_plan
+from .scheduled_sampler import Sampling, ScheduledTransformDataset, make_batch_plan
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 from .resume import BatchPlan, ResumableDataLoader, ResumablePrefetchLoader, StatefulLoader
 
@@ -282,7 +282,7 @@ def create_loader(
         dataset = ScheduledTransformDataset(dataset, [create_transform(s, **tf_kw) for s in sizes])
         shapes = [(b, *s) for b, s in zip(batch_size_choices, sizes)]
     if hasattr(dataset, 'set_loader_cfg'): dataset.set_loader_cfg(num_workers=num_workers)
-    dataset, batching = batch_plan(dataset, Sampling(  # the batch plan, made here only (timmdata.scheduled_sampler)
+    dataset, batching = make_batch_plan(dataset, Sampling(  # the batch plan, made here only (timmdata.scheduled_sampler)
         batch_size, is_training=is_training, distributed=distributed, num_aug_repeats=num_aug_repeats, seed=seed,
         batch_size_choices=batch_size_choices, choice_weights=batch_choice_weights, choice_seed=batch_choice_seed,
         choice_schedule=batch_choice_schedule, schedule_epochs=batch_schedule_epochs, schedule_spread=batch_schedule_spread,

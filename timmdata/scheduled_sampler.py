@@ -17,7 +17,7 @@ from .batch_plan import (STATE_VERSION, BatchMark, BatchPlan, PlanPass, ResumeSt
 
 # %% auto #0
 __all__ = ['ScheduledBatchSampler', 'ScheduledTransformDataset', 'SchedulePass', 'ResumableScheduledSampler', 'Sampling',
-           'batch_plan']
+           'make_batch_plan']
 
 # %% ../nbs/20_scheduled_sampler.ipynb #a2eafc2a
 _SCHEDULES = ('constant', 'progressive')
@@ -286,7 +286,7 @@ class ResumableScheduledSampler(BatchPlan):
 # %% ../nbs/20_scheduled_sampler.ipynb #596a9e0a
 @dataclass
 class Sampling:
-    "How a loader samples and batches: the arguments of `create_loader` that `batch_plan` reads."
+    "How a loader samples and batches: the arguments of `create_loader` that `make_batch_plan` reads."
     batch_size: int # samples per batch, per rank
     is_training: bool = False # shuffle (when no distributed sampler) and drop the short last batch
     distributed: bool = False # one share per rank (torch.distributed initialised)
@@ -301,7 +301,7 @@ class Sampling:
     schedule_random_mix: float = 0.1 # progressive: share of uniform exploration
     num_batches: Optional[int] = None # scheduled: batches per epoch (None: a sample budget, or inferred)
 
-def batch_plan(dataset, # the dataset (a `ScheduledTransformDataset` for scheduled batching)
+def make_batch_plan(dataset, # the dataset (a `ScheduledTransformDataset` for scheduled batching)
                s: Sampling, # how to sample and batch
               ) -> tuple:
     "`(dataset, DataLoader batching keywords)`: timm's sampler under a resumable batch plan (`batch_sampler`), or a stream's batch size."
