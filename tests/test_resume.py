@@ -422,3 +422,19 @@ def test_state_is_json_for_every_loader_kind(kinds, monkeypatch, kind):
     for i, (a, b) in enumerate(zip(got, ref, strict=True)):
         assert len(a) == len(b) and all(torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v
                                         for u, v in zip(a, b, strict=True)), f'batch {i} differs'
+
+
+def test_checks_with_workers():
+    "With worker processes: a plan that drops a batch is named at the end of the pass; in_order=False is refused."
+    from torch.utils.data import SequentialSampler
+    from timmdata.resume import ResumableBatchSampler, ResumableDataLoader, SeededDataset
+    class Drops(ResumableBatchSampler):
+        def __iter__(self): yield from (b for k, b in enumerate(super().__iter__()) if k != 1)
+    def dl(cls, **kw):
+        return ResumableDataLoader(SeededDataset(list(range(6))), batch_sampler=cls(SequentialSampler(range(6)), 2, seed=1),
+                                   num_workers=1, **kw)
+    assert [b.tolist() for b in dl(ResumableBatchSampler)] == [[0, 1], [2, 3], [4, 5]]
+    with pytest.raises(RuntimeError, match=r'ended its pass with 1 batch\(es\) of its plan \(Drops\) not delivered'):
+        list(dl(Drops))
+    with pytest.raises(ValueError, match='in_order=True'):
+        iter(dl(ResumableBatchSampler, in_order=False))
