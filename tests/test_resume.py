@@ -1,11 +1,11 @@
 """Exact mid-epoch resume (issue 16): state_dict() / load_state_dict() on what create_loader returns."""
-import hashlib, os, pickle, random, signal, subprocess, sys, textwrap, time
+import hashlib, json, os, pickle, random, signal, subprocess, sys, textwrap, time
 import numpy as np
 import pytest
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
-import timmdata.loader as tl
+import timmdata.scheduled_sampler as tss  # where create_loader's batch plan takes timm's sampler
 from timmdata.distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
 from timmdata.loader import create_loader
 from timmdata.mixup import FastCollateMixup
@@ -25,7 +25,7 @@ def root(tmp_path_factory):
 
 def _loader(root, sampler=None, monkeypatch=None, mix=True, bs=B, **kw):
     "A training loader with every random step on: crop/flip, batch colour jitter, random erasing, mixup."
-    if sampler is not None: monkeypatch.setattr(tl, 'timm_sampler', lambda ds, *a: sampler(ds))
+    if sampler is not None: monkeypatch.setattr(tss, 'timm_sampler', lambda ds, *a: sampler(ds))
     args = dict(is_training=True, num_workers=0, device='cpu', re_prob=0.5, re_mode='pixel', re_count=2,
                 collate_fn=FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=24) if mix else None)
     args.update(kw)
@@ -34,7 +34,7 @@ def _loader(root, sampler=None, monkeypatch=None, mix=True, bs=B, **kw):
 
 def _run(loader, epochs, start=0, stop=None, sd=None):
     "Batches of `epochs` (set_epoch each), optionally loading `sd` first / stopping after `stop` batches (then the state)."
-    if sd is not None: loader.load_state_dict(pickle.loads(pickle.dumps(sd)))
+    if sd is not None: loader.load_state_dict(json.loads(json.dumps(sd)))  # a state is plain JSON data
     out = []
     for e in range(start, start + epochs):
         loader.set_epoch(e)
@@ -331,7 +331,7 @@ def test_stream_resume(root, tmp_path):
                                   shuffle_size=8, shuffle_initial=2)
         return create_loader(ds, 24, B, is_training=True, num_workers=2, device='cpu', re_prob=0.5)  # batch jitter and erasing
     def run(dl, stop=None, sd=None):
-        if sd is not None: dl.load_state_dict(sd)
+        if sd is not None: dl.load_state_dict(json.loads(json.dumps(sd)))
         out = []
         for e in range(sd['epoch'] if sd else 0, 2):
             dl.set_epoch(e)
@@ -345,3 +345,96 @@ def test_stream_resume(root, tmp_path):
     assert sd2['batches_delivered'] != 4 or sd2['epoch'] != sd['epoch']
     torch.manual_seed(1); tail, _ = run(mk(), sd=sd2)
     _same(head + mid + tail, ref)
+
+
+def _flat(b) -> list:
+    "A batch's tensors and values in a fixed order (NaFlex batches are (dict, targets))."
+    if isinstance(b, dict): return [v for k in sorted(b) for v in _flat(b[k])]
+    if isinstance(b, (tuple, list)): return [v for x in b for v in _flat(x)]
+    return [b.clone() if isinstance(b, torch.Tensor) else b]
+
+
+@pytest.fixture(scope='module')
+def kinds(root, tmp_path_factory):
+    "One maker per kind of loader create_loader / create_naflex_loader returns (main process unless the kind needs more)."
+    from timmdata.dataset import ImageDataset
+    from timmdata.naflex_loader import create_naflex_loader
+    train = str(root / 'train')
+    cl = lambda ds, **kw: create_loader(ds, 24, B, **{**dict(num_workers=0, device='cpu', seed=5), **kw})
+    kinds = {
+        'map_train': lambda: _loader(root, seed=5),
+        'map_eval': lambda: cl(IndexDataset(train)),
+        'distributed': ('distributed', lambda: cl(IndexDataset(train), is_training=True)),
+        'repeat_aug': ('repeat_aug', lambda: cl(IndexDataset(train), is_training=True)),
+        'scheduled': lambda: _loader(root, **_SCHED, num_batches=5, seed=5),
+        'multi_epochs': lambda: cl(IndexDataset(train), is_training=True, num_workers=1, use_multi_epochs_loader=True),
+        'thread': lambda: cl(IndexDataset(train), is_training=True, num_workers=2, worker_mode='thread'),
+        'naflex': lambda: create_naflex_loader(ImageDataset(train), train_seq_lens=(4, 8), batch_size=4, is_training=True,
+                                               num_workers=0, device='cpu', seed=3, re_prob=0.5),
+    }
+    try:
+        import torchcodec  # noqa: F401  the device-decode path's decoder (its CPU run here)
+        kinds['device_decode'] = lambda: cl(IndexDataset(train), is_training=True, re_prob=0.5, decode_device='cpu')
+    except ImportError: pass
+    try:
+        import webdataset  # noqa: F401
+        from timmdata.shards import write_shards
+        from timmdata.streaming import IterableImageDataset
+        out = tmp_path_factory.mktemp('json_stream')
+        write_shards(root, out / 's', shard_size=6, progress=False)
+        stream = lambda: IterableImageDataset(str(out / 's'), reader='wds/s', split='train', is_training=True, batch_size=B,
+                                              shuffle_size=8, shuffle_initial=2)
+        kinds['stream'] = lambda: cl(stream(), is_training=True)
+        kinds['naflex_stream'] = lambda: create_naflex_loader(stream(), train_seq_lens=(4, 8), batch_size=4, is_training=True,
+                                                              num_workers=0, device='cpu', seed=3)
+    except ImportError: pass
+    return kinds
+
+
+KINDS = ['map_train', 'map_eval', 'distributed', 'repeat_aug', 'scheduled', 'multi_epochs', 'thread', 'naflex', 'stream',
+         'naflex_stream', 'device_decode']
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_state_is_json_for_every_loader_kind(kinds, monkeypatch, kind):
+    "json.dumps(state_dict()) works for every kind of loader, and the state read back from JSON resumes bit for bit."
+    if kind not in kinds: pytest.skip('webdataset (streams) or torchcodec (device decode) is not installed')
+    make = kinds[kind]
+    if isinstance(make, tuple):  # rank 0 of 2
+        which, make = make
+        monkeypatch.setattr(tss, 'timm_sampler', lambda ds, *a: SAMPLERS[which](ds, 2, 0))
+    def run(dl, stop=None, sd=None):
+        if sd is not None: dl.load_state_dict(sd)
+        out = []
+        for b in dl:
+            out.append(_flat(b))
+            if len(out) == stop: break
+        return out, dl.state_dict()
+    torch.manual_seed(0); ref, end = run(make())
+    assert len(ref) >= 3
+    json.dumps(end)  # after a whole epoch too
+    torch.manual_seed(0); head, sd = run(make(), stop=2)
+    text = json.dumps(sd)
+    assert json.loads(text) == sd
+    torch.manual_seed(1); tail, _ = run(make(), sd=json.loads(text))
+    got = head + tail
+    assert len(got) == len(ref), (len(got), len(ref))
+    for i, (a, b) in enumerate(zip(got, ref, strict=True)):
+        assert len(a) == len(b) and all(torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v
+                                        for u, v in zip(a, b, strict=True)), f'batch {i} differs'
+
+
+def test_checks_with_workers():
+    "With worker processes: a plan that drops a batch is named at the end of the pass; in_order=False is refused."
+    from torch.utils.data import SequentialSampler
+    from timmdata.resume import ResumableBatchSampler, ResumableDataLoader, SeededDataset
+    class Drops(ResumableBatchSampler):
+        def __iter__(self): yield from (b for k, b in enumerate(super().__iter__()) if k != 1)
+    def dl(cls, **kw):
+        return ResumableDataLoader(SeededDataset(list(range(6))), batch_sampler=cls(SequentialSampler(range(6)), 2, seed=1),
+                                   num_workers=1, **kw)
+    assert [b.tolist() for b in dl(ResumableBatchSampler)] == [[0, 1], [2, 3], [4, 5]]
+    with pytest.raises(RuntimeError, match=r'ended its pass with 1 batch\(es\) of its plan \(Drops\) not delivered'):
+        list(dl(Drops))
+    with pytest.raises(ValueError, match='in_order=True'):
+        iter(dl(ResumableBatchSampler, in_order=False))

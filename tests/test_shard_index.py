@@ -3,7 +3,7 @@ exactly the samples of the folder they were written from, alone and over 2 ranks
 import pytest
 import torch
 
-import timmdata.loader as tl
+import timmdata.scheduled_sampler as tss  # where create_loader's batch plan takes timm's sampler
 from timmdata.dataset import ImageDataset
 from timmdata.distributed_sampler import OrderedDistributedSampler
 from timmdata.loader import create_loader
@@ -63,7 +63,7 @@ def test_shards_two_ranks_ordered_sampler(data, monkeypatch):
         def sampler(dataset, distributed, is_training, num_aug_repeats, r=r):
             assert distributed and not is_training
             return OrderedDistributedSampler(dataset, num_replicas=2, rank=r)
-        monkeypatch.setattr(tl, 'timm_sampler', sampler)
+        monkeypatch.setattr(tss, 'timm_sampler', sampler)
         loader = create_loader(ds, 32, 4, is_training=False, distributed=True, num_workers=0, device='cpu', seed=0)
         x, y = _batches(loader)
         order = list(OrderedDistributedSampler(range(N_VAL), 2, r))

@@ -11,15 +11,13 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, default_collate, get_worker_info
 from .collate import BatchCollate, BatchRing, fast_collate
-from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler, SeededRandomSampler, timm_sampler
 from .gpu_decode import create_device_decode_loader, refuse_off_default
 from .prefetch import PrefetchLoader
 from .runtime import SEED_MIX, default_rank, resolve_device
 from .torch_compat import shutdown_workers
-from .scheduled_sampler import ResumableScheduledSampler, ScheduledBatchSampler, ScheduledTransformDataset
+from .scheduled_sampler import Sampling, ScheduledTransformDataset, make_batch_plan
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
-from .resume import (ResumableDataLoader, ResumablePrefetchLoader, SeededDataset,
-                             StatefulLoader, loader_seed, resumable_batching)
+from .resume import BatchPlan, ResumableDataLoader, ResumablePrefetchLoader, StatefulLoader
 
 # %% auto #0
 __all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'ResumableMultiEpochsDataLoader', 'jitter_on_batch',
@@ -78,17 +76,17 @@ class MultiEpochsDataLoader(DataLoader):
             if sampler is None: sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
             elif shuffle: raise ValueError("MultiEpochsDataLoader: sampler and shuffle=True are mutually exclusive")
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
-        self._user_batch_sampler = batch_sampler
+        self.epoch_batch_sampler = batch_sampler  # one epoch's batches (the DataLoader's own batch sampler repeats it)
         self._iterator = None  # made on the first epoch, so a set_epoch() before it is honoured
         super().__init__(dataset, batch_sampler=_RepeatSampler(batch_sampler), **kwargs)
 
     # DataLoader sets .sampler to a default one (the batch sampler owns ours): expose the real one
     @property
-    def sampler(self): return getattr(self._user_batch_sampler, 'sampler', self._dl_sampler)
+    def sampler(self): return getattr(self.epoch_batch_sampler, 'sampler', self._dl_sampler)
     @sampler.setter
     def sampler(self, value): self._dl_sampler = value
 
-    def __len__(self) -> int: return len(self._user_batch_sampler)
+    def __len__(self) -> int: return len(self.epoch_batch_sampler)
 
     def __iter__(self):
         if self._iterator is None: self._iterator = super().__iter__()
@@ -96,9 +94,13 @@ class MultiEpochsDataLoader(DataLoader):
 
 class ResumableMultiEpochsDataLoader(StatefulLoader, MultiEpochsDataLoader):
     "`MultiEpochsDataLoader` with `state_dict()` / `load_state_dict()` (`timmdata.resume`): each pass ends where its epoch ends."
-    _until_end = True
-    def _fresh(self) -> bool: return self._iterator is None
-    def _batches(self):
+    runs_across_epochs = True
+    @property
+    def plan(self) -> Optional[BatchPlan]:
+        "The batch plan of one epoch (under the sampler that repeats it); None over a stream."
+        return self.epoch_batch_sampler if isinstance(self.epoch_batch_sampler, BatchPlan) else None
+    def fresh_pass(self) -> bool: return self._iterator is None
+    def batch_iterator(self):
         if self.plan is None: return MultiEpochsDataLoader.__iter__(self)
         if self._iterator is None: self._iterator = DataLoader.__iter__(self)
         return self._iterator
@@ -297,23 +299,15 @@ def create_loader(
         dataset = ScheduledTransformDataset(dataset, [create_transform(s, **tf_kw) for s in sizes])
         shapes = [(b, *s) for b, s in zip(batch_size_choices, sizes)]
     if hasattr(dataset, 'set_loader_cfg'): dataset.set_loader_cfg(num_workers=num_workers)
-    sampler = timm_sampler(dataset, distributed, is_training, num_aug_repeats)
+    dataset, batching = make_batch_plan(dataset, Sampling(  # the batch plan, made here only (timmdata.scheduled_sampler)
+        batch_size, is_training=is_training, distributed=distributed, num_aug_repeats=num_aug_repeats, seed=seed,
+        batch_size_choices=batch_size_choices, choice_weights=batch_choice_weights, choice_seed=batch_choice_seed,
+        choice_schedule=batch_choice_schedule, schedule_epochs=batch_schedule_epochs, schedule_spread=batch_schedule_spread,
+        schedule_random_mix=batch_schedule_random_mix, num_batches=num_batches))
     if pin_memory is None: pin_memory = use_prefetcher and device.type == 'cuda'
     pin_memory = bool(pin_memory) and torch.cuda.is_available()
     if collate_fn is None:  # threads collate in this process: no ring of shared memory
         collate_fn = _default_collate_fn(use_prefetcher, pin_memory, device, shapes, num_workers if worker_mode == 'process' else 0, prefetch_factor)
-    if isinstance(dataset, torch.utils.data.IterableDataset): batching = dict(batch_size=batch_size, drop_last=is_training)
-    elif input_size_choices is None:  # one global order per epoch, a seed per sample: resumable (timmdata.resume)
-        dataset, plan = resumable_batching(dataset, sampler, batch_size, is_training, seed, distributed)
-        batching = dict(batch_sampler=plan)
-    else:  # the schedule of batch sizes and choices, over a seeded order: resumable too
-        run_seed = loader_seed(seed, distributed)
-        batching = dict(batch_sampler=ResumableScheduledSampler(ScheduledBatchSampler(
-            sampler if sampler is not None else SeededRandomSampler(dataset, run_seed), batch_size_choices,
-            choice_weights=batch_choice_weights, seed=batch_choice_seed, drop_last=is_training, num_batches=num_batches,
-            choice_schedule=batch_choice_schedule, schedule_epochs=batch_schedule_epochs, schedule_spread=batch_schedule_spread,
-            schedule_random_mix=batch_schedule_random_mix), run_seed, seed_explicit=seed is not None))
-        dataset = SeededDataset(dataset)
     loader_cls, prefetch_cls = loader_classes(worker_mode)  # both count where the time goes: stats()
     if worker_mode == 'thread': steady_heap()  # as worker_init does in a worker: freed image buffers keep their pages
     loader = (ResumableMultiEpochsDataLoader if use_multi_epochs_loader else loader_cls)(

@@ -4,217 +4,32 @@
 
 # %% ../nbs/32_resume.ipynb #e5873019
 from __future__ import annotations
-import inspect, math, random
+import inspect, random
 from collections import deque
-from typing import Optional
+from typing import Optional, Protocol, runtime_checkable
 import numpy as np
 import torch
-import torch.distributed as dist
-from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, SequentialSampler
-from torch.utils.data.distributed import DistributedSampler
-from fastcore.basics import patch
-from .config import mix_seed, seed_all
-from .distributed_sampler import OrderedDistributedSampler, RepeatAugSampler, SeededRandomSampler, epoch_order, sampler_kind, world_of
+from torch.utils.data import DataLoader, IterableDataset
+from .config import mix_seed
 from .feeder import Marks, cuda_rng_seeded
 from .prefetch import PrefetchLoader
 from .runtime import SEED_MIX, default_rank
+from .batch_plan import (BATCH_TAG, STATE_VERSION, BatchMark, BatchPlan, PassSegment, PlanPass, ResumableBatchSampler,
+                                 ResumeStateError, SeededDataset, check_state, dataset_len, loader_seed, plain_state,
+                                 resumable_batching, sample_key)
+
 
 # %% auto #0
-__all__ = ['STATE_VERSION', 'ResumeStateError', 'loader_seed', 'PassSegment', 'BatchMark', 'sample_key', 'ResumableBatchSampler',
-           'dataset_len', 'check_state', 'SeededDataset', 'global_rng_state', 'set_global_rng_state',
-           'DeliveredIterator', 'StatefulLoader', 'ResumableDataLoader', 'stream_state', 'stream_batch_key',
-           'load_stream_state', 'batch_key', 'LoaderMarks', 'loader_marks', 'ResumablePrefetchLoader',
-           'resumable_batching']
+__all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'StatefulLoader', 'ResumableDataLoader',
+           'ResumableStream', 'stream_state', 'stream_batch_key', 'load_stream_state', 'batch_key', 'LoaderMarks',
+           'loader_marks', 'ResumablePrefetchLoader', 'STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state',
+           'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan', 'ResumableBatchSampler',
+           'dataset_len', 'SeededDataset', 'plain_state', 'resumable_batching']
 
 # %% ../nbs/32_resume.ipynb #986f6803
-STATE_VERSION = 1  # bumped when the meaning of a state's fields changes
-_BATCH, _PREFETCH = 0xBA7C, 0xBEEF  # tags: the collate's draws, the batch ops
-
-class ResumeStateError(ValueError):
-    "A loader state that this loader cannot continue (another dataset, batch size, seed, sampler or version)."
-
-def loader_seed(seed: Optional[int] = None, # an explicit seed (kept as it is), or None to draw one
-                distributed: bool = False, # one loader per rank of a process group: every rank takes rank 0's draw
-               ) -> int:
-    "The loader's seed: `seed`, or drawn from torch's global RNG (so `torch.manual_seed` keeps runs repeatable)."
-    if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seed must be None or an int >= 0; got {seed!r}")
-        return int(seed) % 2**63
-    s = int(torch.randint(2**62, ()))
-    if distributed and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        box = [s]  # ranks are often seeded differently (timm seeds seed + rank): they must share one plan
-        dist.broadcast_object_list(box, src=0)
-        return int(box[0])
-    return (s + default_rank() * SEED_MIX) % 2**63  # independent loaders on several ranks: different draws
-
-# %% ../nbs/32_resume.ipynb #0cdf578a
-class PassSegment:
-    "One pass of a batch sampler: positions [start, end) of (epoch, rep) dealt over `world` ranks; `count` per rank."
-    def __init__(self, epoch, rep, start, end, world, rank, count, nbatches, order):
-        self.epoch, self.rep, self.start, self.end, self.world, self.rank = epoch, rep, start, end, world, rank
-        self.count, self.nbatches, self.order = count, nbatches, order
-
-class BatchMark:
-    "What the consumer got: batch `k` of segment `seg`; `key` is its first sample's seed."
-    __slots__ = ('seg', 'k', 'key')
-    def __init__(self, seg, k, key): self.seg, self.k, self.key = seg, k, key
-    @property
-    def last(self) -> bool: return self.k == self.seg.nbatches - 1
-
-def sample_key(seed: int, epoch: int, rep: int, position: int) -> int:
-    "The seed of the sample at `position` of epoch `epoch` (pass `rep`, 0 unless an epoch is read twice)."
-    return mix_seed(seed, epoch, position) if rep == 0 else mix_seed(seed, epoch, position, rep)
-
-# %% ../nbs/32_resume.ipynb #debd54b0
-class ResumableBatchSampler(Sampler):
-    "Batches of `(index, seed)` pairs from one global order per epoch; knows which batch is which, to save and restore."
-    def __init__(self, sampler, # a sampler `epoch_order` knows (its epoch, world size and rank are read from it)
-                 batch_size: int, # samples per batch, per rank
-                 drop_last: bool = False, # drop the short last batch (training)
-                 seed: int = 0, # the loader's seed: every per-sample key derives from it
-                 seed_explicit: bool = True, # the user chose the seed (a state with another one is an error)
-                ):
-        if not isinstance(batch_size, int) or batch_size < 1: raise ValueError(f"batch_size must be an int >= 1; got {batch_size!r}")
-        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
-        self.seed, self.seed_explicit = seed, seed_explicit
-        self._epoch, self._prev, self._restore = 0, None, None  # _prev: (epoch, rep) of the last pass started
-        self._flight, self._begin = deque(), None  # batches yielded and not yet delivered; the pass in flight's start
-
-    @property
-    def epoch(self) -> int: return getattr(self.sampler, 'epoch', self._epoch)
-    def set_epoch(self, epoch: int):
-        "Select the epoch of the next pass (and the sampler's); a restored position of that epoch is kept."
-        self._epoch = epoch
-        if callable(getattr(self.sampler, 'set_epoch', None)): self.sampler.set_epoch(epoch)
-
-    def _next(self) -> tuple:
-        "(epoch, rep, start, end or None) of the next pass."
-        e, r = self.epoch, self._restore
-        if r is not None and r['epoch'] == e: return e, r['rep'], r['offset'], r['end']
-        return e, (self._prev[1] + 1 if self._prev is not None and self._prev[0] == e else 0), 0, None
-
-    def _segment(self, with_order: bool = True) -> PassSegment:
-        e, rep, start, end = self._next()
-        if with_order: order, total, W, rank = epoch_order(self.sampler, rep)
-        else: order, W, rank, total = None, *world_of(self.sampler)
-        B = self.batch_size
-        if end is None:  # a fresh epoch: exactly the sampler's share per rank, in batches
-            count = len(range(rank, total, W))
-            nb = count // B if self.drop_last else math.ceil(count / B)
-            end = nb * B * W if self.drop_last else total
-            count = nb * B if self.drop_last else count
-        else:  # resumed: the rest, padded by wrap so every rank reads the same count (and whole batches with drop_last)
-            count = math.ceil((end - start) / W)
-            if self.drop_last: count = math.ceil(count / B) * B
-            nb = math.ceil(count / B)
-        return PassSegment(e, rep, start, end, W, rank, count, nb, order)
-
-    def __len__(self) -> int:
-        "Batches in the epoch of the next pass, counted whole (as torch's `BatchSampler`, torchdata and Lightning count): a resumed pass's batches before its resume point included."
-        seg = self._segment(with_order=False)
-        return self._before(seg) + seg.nbatches
-    def _before(self, seg) -> int: return -(-seg.start // (self.batch_size * seg.world))  # batches of the epoch before `seg`, per rank
-    def remaining(self) -> int: return self._segment(with_order=False).nbatches  # batches the next pass yields
-
-# %% ../nbs/32_resume.ipynb #c2899640
-@patch
-def __iter__(self: ResumableBatchSampler):
-    seg = self._segment()
-    if self._restore is not None and self._restore['epoch'] == seg.epoch: self._restore = None  # used once
-    self._prev = (seg.epoch, seg.rep)
-    if self._begin is None: self._begin = seg
-    B, W, L, s = self.batch_size, seg.world, len(seg.order), self.seed
-    if L == 0: return
-    for k in range(seg.nbatches):
-        pos = range(seg.start + seg.rank + k * B * W, seg.start + seg.rank + min((k + 1) * B, seg.count) * W, W)
-        batch = [(seg.order[p % L], sample_key(s, seg.epoch, seg.rep, p)) for p in pos]
-        self._flight.append(BatchMark(seg, k, batch[0][1]))
-        yield batch
-
-@patch
-def new_flight(self: ResumableBatchSampler):
-    "A new DataLoader iterator: batches yielded to an earlier one will never be delivered."
-    self._flight.clear(); self._begin = None
-
-@patch
-def delivered(self: ResumableBatchSampler) -> BatchMark:
-    "The consumer got the oldest batch in flight: which one it was."
-    if not self._flight: raise RuntimeError('timmdata: a batch was delivered that the ResumableBatchSampler did not plan')
-    return self._flight.popleft()
-
-# %% ../nbs/32_resume.ipynb #3fc21144
-def dataset_len(sampler) -> int:
-    "The length of the dataset a sampler reads (0 when it does not say)."
-    return len(getattr(sampler, 'dataset', getattr(sampler, 'data_source', ())))
-
-@patch
-def state(self: ResumableBatchSampler, last: Optional[BatchMark] = None) -> dict:
-    "The state after delivering `last` (None: at the start of the pass in flight, or of the next pass)."
-    if last is not None:
-        seg = last.seg
-        offset = seg.end if last.last else seg.start + (last.k + 1) * self.batch_size * seg.world
-        k = last.k + 1
-    else: seg = self._begin if self._begin is not None else self._segment(with_order=False); offset, k = seg.start, 0
-    return dict(version=STATE_VERSION, kind='map', epoch=seg.epoch, rep=seg.rep, offset=offset, end=seg.end,
-                done=offset >= seg.end, batches_delivered=k, world_size=seg.world, batch_size=self.batch_size,
-                drop_last=self.drop_last, dataset_len=dataset_len(self.sampler), seed=self.seed,
-                sampler=sampler_kind(self.sampler))
-
-def check_state(sd, what: str = 'load_state_dict') -> dict:
-    "A state dict's version and kind, with an error that says what was given."
-    if not isinstance(sd, dict) or 'version' not in sd or 'kind' not in sd:
-        raise ResumeStateError(f"{what}: expected a dict from a timmdata loader's state_dict(); got {type(sd).__name__}")
-    if sd['version'] != STATE_VERSION:
-        raise ResumeStateError(f"{what}: state version {sd['version']} is not this timmdata's ({STATE_VERSION}); "
-                               f"resume with the timmdata version that saved it")
-    return sd
-
-@patch
-def load_state(self: ResumableBatchSampler, sd: dict, advance_done: bool = False):
-    "Continue from `sd` (from `state`): its next pass is the restored one; errors name what differs."
-    check_state(sd)
-    if sd['kind'] != 'map': raise ResumeStateError(f"load_state_dict: the state is from a {sd['kind']} loader; this one reads a map-style dataset")
-    mine = self.state()
-    diff = [f"{k}: saved {sd[k]!r}, this loader {mine[k]!r}" for k in ('dataset_len', 'batch_size', 'drop_last', 'sampler')
-            if sd[k] != mine[k]]
-    if self.seed_explicit and sd['seed'] != self.seed: diff.append(f"seed: saved {sd['seed']!r}, this loader {self.seed!r}")
-    if diff: raise ResumeStateError("load_state_dict: the state comes from a loader built with other arguments ("
-                                    + '; '.join(diff) + "); build the loader as the saved one was (or pass seed=None)")
-    self.seed = sd['seed']
-    if isinstance(self.sampler, SeededRandomSampler): self.sampler.seed = sd['seed']
-    self.new_flight()
-    if sd['done'] and advance_done: self.set_epoch(sd['epoch'] + 1); self._prev, self._restore = None, None
-    elif sd['done']: self.set_epoch(sd['epoch']); self._prev, self._restore = (sd['epoch'], sd['rep']), None
-    else:
-        self.set_epoch(sd['epoch']); self._prev = None
-        self._restore = {k: sd[k] for k in ('epoch', 'rep', 'offset', 'end')}
-
-# %% ../nbs/32_resume.ipynb #20bfbea6
-class SeededDataset(Dataset):
-    "Takes `(index, key)` pairs: seeds `random`, torch and numpy from `key`, then reads `dataset[index]`."
-    def __init__(self, dataset): self.dataset = dataset  # a map-style dataset
-    def __len__(self) -> int: return len(self.dataset)
-    def __getitem__(self, item):
-        try: index, key = item
-        except (TypeError, ValueError):
-            raise TypeError(f"SeededDataset takes (index, key) pairs from a ResumableBatchSampler; got {item!r}. "
-                            f"Read the wrapped dataset (.dataset) by index") from None
-        seed_all(key)
-        return self.dataset[index]
-    def __getitems__(self, items: list) -> list:
-        "One batch (the DataLoader's fetcher calls this); leaves the generators seeded for the collate's draws."
-        out = [self[i] for i in items]
-        if items: seed_all(mix_seed(items[0][1], _BATCH))
-        return out
-    @property
-    def transform(self): return self.dataset.transform
-    @transform.setter
-    def transform(self, t): self.dataset.transform = t
-    def __getattr__(self, name):  # the wrapped dataset's attributes (classes, filenames, set_epoch...)
-        if name.startswith('__') or name == 'dataset': raise AttributeError(name)
-        return getattr(self.dataset, name)
-    def __repr__(self): return f'SeededDataset({self.dataset!r})'
+_all_ = ['STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state', 'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark',
+         'sample_key', 'BatchPlan', 'ResumableBatchSampler', 'dataset_len', 'SeededDataset', 'plain_state', 'resumable_batching']
+_PREFETCH = 0xBEEF  # tag of the prefetcher's batch ops
 
 # %% ../nbs/32_resume.ipynb #f09e75f0
 def global_rng_state() -> tuple:
@@ -225,7 +40,7 @@ def set_global_rng_state(s: tuple):
     random.setstate(s[0]); torch.set_rng_state(s[1]); np.random.set_state(s[2])
 
 class DeliveredIterator:
-    "A DataLoader's iterator that notes each batch it hands out (what `state_dict` counts); `.iterator` is torch's."
+    "A DataLoader's iterator that reports each batch it hands out to its loader (`StatefulLoader.note_delivered`); `.iterator` is torch's."
     def __init__(self, loader, iterator, until_end: bool = False): # until_end: stop after the last batch of a pass
         self.loader, self.iterator, self.until_end, self.stop = loader, iterator, until_end, False
     def __iter__(self): return self
@@ -233,51 +48,83 @@ class DeliveredIterator:
     def __next__(self):
         if self.stop: raise StopIteration
         ld = self.loader
-        keep = global_rng_state() if ld.num_workers == 0 else None
+        keep = global_rng_state() if ld.main_thread_samples else None
         try: b = next(self.iterator)
+        except StopIteration: ld.check_pass_end(); raise
         finally:
             if keep is not None: set_global_rng_state(keep)
-        plan = ld.plan
-        if plan is None: ld._last = (ld._last or 0) + 1  # a stream: batches delivered this pass
-        else:
-            ld._last = plan.delivered()
-            if self.until_end and ld._last.last: self.stop = True
+        if ld.note_delivered() and self.until_end: self.stop = True
         return b
     def __getattr__(self, name):  # torch's iterator's workers etc. (the prefetcher stops them)
         if name.startswith('__') or name == 'iterator': raise AttributeError(name)
         return getattr(self.iterator, name)
 
 # %% ../nbs/32_resume.ipynb #2f8c9f74
+_HOW = ("resume counts on one loader batch per batch of its plan, delivered in the plan's order: use the plan as the "
+        "DataLoader's batch_sampler as it is, and a DataLoader (or subclass) that neither adds, drops nor reorders batches")
+
 class StatefulLoader:
-    "Mixin for a DataLoader: `state_dict()` / `load_state_dict()` over a `ResumableBatchSampler`, or a resumable stream."
+    "Mixin for a DataLoader: `state_dict()` / `load_state_dict()` over a `BatchPlan`, or a resumable stream."
     _last = None  # map-style: the last batch delivered (None: none this pass); a stream: batches delivered this pass
-    _until_end = False  # stop each pass at the end of the plan's pass (an endless iterator under it)
+    runs_across_epochs = False  # one iterator runs on across epochs (MultiEpochsDataLoader): each pass stops at its epoch's end
     _is_accelerate_prepared = True  # Accelerate's prepare() hands it back as it is (re-created: plan lost, sharded twice)
 
     @property
-    def plan(self) -> Optional[ResumableBatchSampler]:
-        bs = getattr(self, '_user_batch_sampler', None) or getattr(self, 'batch_sampler', None)
-        return bs if isinstance(bs, ResumableBatchSampler) else None
-
+    def plan(self) -> Optional[BatchPlan]:
+        "The batch plan the batches come from (the `batch_sampler`, when it is a `BatchPlan`); None over a stream."
+        return self.batch_sampler if isinstance(self.batch_sampler, BatchPlan) else None
+    @property
+    def main_thread_samples(self) -> bool:
+        "Are the samples made in the consumer's thread (`num_workers=0`)? Then their seeding of the global generators is undone."
+        return self.num_workers == 0
     @property
     def last_mark(self):
         "What identifies the batch handed out last (pass it to `state_at` or `batch_key`); None before the first of a pass."
         return self._last
-    def _fresh(self) -> bool: return True  # does the next pass make a new DataLoader iterator?
-    def _batches(self): return super().__iter__()
+    def fresh_pass(self) -> bool:
+        "Does the next pass start a new DataLoader iterator (batches an earlier one prepared ahead are dropped)?"
+        return True
+    def batch_iterator(self):
+        "This pass's batches, before they are counted (torch's iterator; a subclass may give its own)."
+        return super().__iter__()
 
     def __iter__(self):
+        if self.num_workers > 0 and getattr(self, 'in_order', True) is False:  # torch >= 2.6's DataLoader(in_order=...)
+            raise ValueError(f"{type(self).__name__}: in_order=False hands batches out as workers finish them, but resume counts "
+                             f"on torch's order (and, over a stream, its round-robin dealing to workers): use in_order=True")
         plan = self.plan
-        if self._fresh():
+        if self.fresh_pass():
             if plan is not None: plan.new_flight()
             self._last = None
         if plan is not None and plan.remaining() == 0: return iter(())
-        return DeliveredIterator(self, self._batches(), self._until_end)
+        return DeliveredIterator(self, self.batch_iterator(), self.runs_across_epochs)
+
+    def note_delivered(self) -> bool:
+        "Count the batch just handed out (`DeliveredIterator` calls it); True when it ends its pass. Errors name what broke."
+        plan = self.plan
+        if plan is None: self._last = (self._last or 0) + 1; return False  # a stream: batches delivered this pass
+        if not plan.in_flight:
+            raise RuntimeError(f"{type(self).__name__} delivered a batch that its batch plan ({type(plan).__name__}) did not "
+                               f"yield (an extra batch); {_HOW}")
+        m = plan.delivered()
+        got = self.dataset.fetched_key if self.main_thread_samples and isinstance(self.dataset, SeededDataset) else None
+        if got is not None and got != m.key:
+            raise RuntimeError(f"{type(self).__name__} delivered batch {m.k} of the pass out of order: its first key is "
+                               f"{got}, the plan's is {m.key} (a batch sampler or loader that reorders or drops batches); {_HOW}")
+        self._last = m
+        return m.last
+
+    def check_pass_end(self):
+        "The pass ended: every batch its plan yielded was delivered (none dropped)."
+        plan = self.plan
+        if plan is not None and plan.in_flight and not self.runs_across_epochs:
+            raise RuntimeError(f"{type(self).__name__} ended its pass with {plan.in_flight} batch(es) of its plan "
+                               f"({type(plan).__name__}) not delivered (dropped); {_HOW}")
 
     def state_at(self, mark) -> dict:
-        "The state after the batch `mark` (a `last_mark`; None: at the start of the pass in flight, or of the next)."
+        "The state after the batch `mark` (a `last_mark`; None: at the start of the pass in flight, or of the next): plain JSON data."
         plan = self.plan
-        if plan is not None: return plan.state(mark)
+        if plan is not None: return plain_state(plan.state(mark))
         if isinstance(self.dataset, IterableDataset): return stream_state(self.dataset, mark or 0, self.batch_size)
         raise NotImplementedError(f"state_dict: this loader's batches come from {type(self.batch_sampler).__name__}, which has "
                                   f"no resumable plan: give the DataLoader a ResumableBatchSampler (or ResumableScheduledSampler) "
@@ -289,19 +136,19 @@ class StatefulLoader:
             if callable(getattr(obj, 'set_epoch', None)): obj.set_epoch(epoch)
 
     def state_dict(self) -> dict:
-        "The loader's position after the batches delivered so far: a small picklable dict for `load_state_dict`."
+        "The loader's position after the batches delivered so far: a small dict of plain JSON data for `load_state_dict`."
         return self.state_at(self._last)
 
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict` at the next pass (call before iterating; `set_epoch` of the saved epoch keeps it)."
         sd, plan = check_state(state_dict), self.plan
-        if plan is not None: plan.load_state(sd, advance_done=self._until_end)
+        if plan is not None: plan.load_state(sd, advance_done=self.runs_across_epochs)
         elif isinstance(self.dataset, IterableDataset): load_stream_state(self.dataset, sd, self.batch_size)
         else: self.state_at(None)  # raises the error saying why not
         self._last = None
 
 class ResumableDataLoader(StatefulLoader, DataLoader):
-    "A torch DataLoader with `state_dict()` / `load_state_dict()` (give it a `ResumableBatchSampler` and a `SeededDataset`)."
+    "A torch DataLoader with `state_dict()` / `load_state_dict()` (give it a `BatchPlan` as batch sampler and a `SeededDataset`)."
     __signature__ = inspect.signature(DataLoader)  # torch's own (its annotations do not evaluate outside torch: for the docs)
     @property  # DataLoader sets .sampler to a default one when given a batch sampler: expose the plan's
     def sampler(self): return self.plan.sampler if self.plan is not None else self._dl_sampler
@@ -309,23 +156,32 @@ class ResumableDataLoader(StatefulLoader, DataLoader):
     def sampler(self, value): self._dl_sampler = value
 
 # %% ../nbs/32_resume.ipynb #87b37869
-_STREAM_API = ('set_epoch', 'set_start', 'start_batches', 'fingerprint')
+@runtime_checkable
+class ResumableStream(Protocol):
+    "What a stream offers to resume mid-epoch (`IterableImageDataset` and the NaFlex wrappers do); `elastic` ones add `samples_delivered`, `set_start_samples`."
+    epoch: int # the epoch of the next pass
+    seed: int # the stream's seed: a batch's key derives from it
+    def set_epoch(self, epoch: int): ...
+    def set_start(self, batches_done: int, batch_size: int): ... # skip the epoch's first batches (each worker its share)
+    def start_batches(self) -> int: ... # the epoch's batches before this pass
+    def fingerprint(self) -> dict: ... # what must match for a saved position to resume
 
 def _check_stream(dataset, what: str):
-    if not all(callable(getattr(dataset, a, None)) for a in _STREAM_API):
-        raise NotImplementedError(f"{what}: {type(dataset).__name__} cannot resume mid-epoch (it needs {', '.join(_STREAM_API)}, "
-                                  f"as timmdata.IterableImageDataset has); resume it at epoch boundaries")
+    if not isinstance(dataset, ResumableStream):
+        raise NotImplementedError(f"{what}: {type(dataset).__name__} cannot resume mid-epoch (it needs epoch, seed, set_epoch, "
+                                  f"set_start, start_batches and fingerprint: timmdata.resume.ResumableStream, as "
+                                  f"timmdata.IterableImageDataset has); resume it at epoch boundaries")
 
 def stream_state(dataset, batches: int, batch_size: int) -> dict:
     "The state of a loader over a stream that delivered `batches` batches of this pass (after its resume point, if any)."
     _check_stream(dataset, 'state_dict')
     extra = dict(samples_delivered=dataset.samples_delivered(batches)) if getattr(dataset, 'elastic', False) else {}  # order='global'
-    return dict(version=STATE_VERSION, kind='stream', epoch=int(dataset.epoch), batches_delivered=dataset.start_batches() + batches,
-                batch_size=batch_size, fingerprint=dataset.fingerprint(), **extra)
+    return plain_state(dict(version=STATE_VERSION, kind='stream', epoch=int(dataset.epoch), batches_delivered=dataset.start_batches() + batches,
+                            batch_size=batch_size, fingerprint=dataset.fingerprint(), **extra))
 
 def stream_batch_key(dataset, batches) -> Optional[int]:
     "A stream's batch number `batches` of this pass as a key (seed, epoch, batch of the epoch); None for other datasets."
-    if not (isinstance(dataset, IterableDataset) and isinstance(batches, int) and callable(getattr(dataset, 'start_batches', None))): return None
+    if not (isinstance(dataset, IterableDataset) and isinstance(batches, int) and isinstance(dataset, ResumableStream)): return None
     return mix_seed(dataset.seed, dataset.epoch, dataset.start_batches() + batches)
 
 def load_stream_state(dataset, sd: dict, batch_size: int):
@@ -334,7 +190,8 @@ def load_stream_state(dataset, sd: dict, batch_size: int):
     _check_stream(dataset, 'load_state_dict')
     elastic = getattr(dataset, 'elastic', False) and 'samples_delivered' in sd  # resumes on any ranks, workers and batch size
     diff = [] if elastic or sd['batch_size'] == batch_size else [f"batch_size: saved {sd['batch_size']}, this loader {batch_size}"]
-    if sd['fingerprint'] != dataset.fingerprint(): diff.append(f"stream: saved {sd['fingerprint']!r}, this one {dataset.fingerprint()!r}")
+    fp = plain_state(dataset.fingerprint())  # as the state holds it (after json too)
+    if plain_state(sd['fingerprint']) != fp: diff.append(f"stream: saved {sd['fingerprint']!r}, this one {fp!r}")
     if diff: raise ResumeStateError("load_state_dict: the state comes from a loader over another stream or batching ("
                                     + '; '.join(diff) + "); build the dataset and loader as the saved ones were")
     dataset.set_epoch(sd['epoch'])
@@ -351,7 +208,7 @@ def batch_key(loader, # a StatefulLoader
 class LoaderMarks(Marks):
     "A `StatefulLoader`'s marks, for a `DeviceFeeder`: its `last_mark` after each batch, and whether a pass starts afresh."
     def __init__(self, loader: StatefulLoader): self.loader = loader
-    def fresh(self) -> bool: return self.loader._fresh()
+    def fresh(self) -> bool: return self.loader.fresh_pass()
     def mark(self): return self.loader.last_mark
 
 def loader_marks(loader) -> Marks:
@@ -382,17 +239,3 @@ class ResumablePrefetchLoader(PrefetchLoader):
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments)."
         self.loader.load_state_dict(state_dict); self.feeder.last = None
-
-# %% ../nbs/32_resume.ipynb #5a8ed82d
-def resumable_batching(dataset, # a map-style dataset
-                       sampler: Optional[Sampler], # timm's sampler (`timm_sampler`), or None: a seeded random order (training) or sequential
-                       batch_size: int, # samples per batch, per rank
-                       is_training: bool = False, # shuffle (when no sampler is given) and drop the short last batch
-                       seed: Optional[int] = None, # the loader's seed (None: drawn, see `loader_seed`)
-                       distributed: bool = False, # share the drawn seed over the ranks
-                      ) -> tuple:
-    "`(SeededDataset(dataset), ResumableBatchSampler)`: the `dataset` and `batch_sampler` of a resumable DataLoader."
-    run_seed = loader_seed(seed, distributed)
-    if sampler is None: sampler = SeededRandomSampler(dataset, run_seed) if is_training else SequentialSampler(dataset)
-    return SeededDataset(dataset), ResumableBatchSampler(sampler, batch_size, drop_last=is_training, seed=run_seed,
-                                                         seed_explicit=seed is not None)

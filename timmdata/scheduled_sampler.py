@@ -5,19 +5,19 @@
 # %% ../nbs/20_scheduled_sampler.ipynb #2480a8ef
 from __future__ import annotations
 import math, numbers
+from dataclasses import dataclass
 from itertools import islice
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 import torch
-from torch.utils.data import Dataset, Sampler
-from collections import deque
-from fastcore.basics import patch
+from torch.utils.data import Dataset, IterableDataset, Sampler
 from .dataset import ChoiceTransform, ImageDataset
-from .distributed_sampler import SeededRandomSampler, sampler_kind, world_of
-from .resume import (STATE_VERSION, BatchMark, PassSegment, ResumableBatchSampler, ResumeStateError, check_state,
-                             dataset_len, sample_key)
+from .distributed_sampler import SeededRandomSampler, sampler_kind, timm_sampler, world_of
+from .batch_plan import (STATE_VERSION, BatchMark, BatchPlan, PlanPass, ResumeStateError, SeededDataset, check_state,
+                                 dataset_len, loader_seed, plain_state, resumable_batching, sample_key)
 
 # %% auto #0
-__all__ = ['ScheduledBatchSampler', 'ScheduledTransformDataset', 'ResumableScheduledSampler']
+__all__ = ['ScheduledBatchSampler', 'ScheduledTransformDataset', 'SchedulePass', 'ResumableScheduledSampler', 'Sampling',
+           'make_batch_plan']
 
 # %% ../nbs/20_scheduled_sampler.ipynb #a2eafc2a
 _SCHEDULES = ('constant', 'progressive')
@@ -98,92 +98,82 @@ class ScheduledBatchSampler(Sampler):
         "The current epoch's `(choice, batch size)` pairs, before the per-epoch shuffle of their order."
         return self._schedule(self.epoch)
 
-# %% ../nbs/20_scheduled_sampler.ipynb #ea69d55f
-@patch
-def choice_weights_for_epoch(self:ScheduledBatchSampler, epoch: int) -> torch.Tensor:
-    "The probabilities of the choices at `epoch` (float64, summing to 1)."
-    w0, k = self.choice_weights, len(self.batch_sizes)
-    if self.choice_schedule == 'constant' or k == 1: return w0
-    progress = 1.0 if self.schedule_epochs == 1 else min(max(epoch / (self.schedule_epochs - 1), 0.0), 1.0)
-    pos, centre = torch.arange(k, dtype=torch.float64), progress * (k - 1)
-    if self.schedule_spread == 0:
-        d = (pos - centre).abs()
-        w = (d == d.min()).to(torch.float64)
-    else: w = torch.exp(-0.5 * ((pos - centre) / self.schedule_spread) ** 2)
-    w *= w0
-    if w.sum() <= 0:  # the window sits on choices weighted 0: take the nearest allowed one
-        w = torch.zeros_like(w0); w[min(self._active_choices, key=lambda i: abs(i - centre))] = 1.0
-    else: w /= w.sum()
-    if self.schedule_random_mix:
-        u = (w0 > 0).to(w.dtype); u /= u.sum()
-        w = (1.0 - self.schedule_random_mix) * w + self.schedule_random_mix * u
-    return w / w.sum()
+    def choice_weights_for_epoch(self, epoch: int) -> torch.Tensor:
+        "The probabilities of the choices at `epoch` (float64, summing to 1)."
+        w0, k = self.choice_weights, len(self.batch_sizes)
+        if self.choice_schedule == 'constant' or k == 1: return w0
+        progress = 1.0 if self.schedule_epochs == 1 else min(max(epoch / (self.schedule_epochs - 1), 0.0), 1.0)
+        pos, centre = torch.arange(k, dtype=torch.float64), progress * (k - 1)
+        if self.schedule_spread == 0:
+            d = (pos - centre).abs()
+            w = (d == d.min()).to(torch.float64)
+        else: w = torch.exp(-0.5 * ((pos - centre) / self.schedule_spread) ** 2)
+        w *= w0
+        if w.sum() <= 0:  # the window sits on choices weighted 0: take the nearest allowed one
+            w = torch.zeros_like(w0); w[min(self._active_choices, key=lambda i: abs(i - centre))] = 1.0
+        else: w /= w.sum()
+        if self.schedule_random_mix:
+            u = (w0 > 0).to(w.dtype); u /= u.sum()
+            w = (1.0 - self.schedule_random_mix) * w + self.schedule_random_mix * u
+        return w / w.sum()
 
-@patch
-def _average_batch_size(self:ScheduledBatchSampler) -> float:
-    bs = torch.tensor(self.batch_sizes, dtype=torch.float64)
-    if self.choice_schedule == 'progressive':
-        return float(torch.stack([self.choice_weights_for_epoch(e) @ bs for e in range(self.schedule_epochs)]).mean())
-    return float(self.choice_weights @ bs)
+    def _average_batch_size(self) -> float:
+        bs = torch.tensor(self.batch_sizes, dtype=torch.float64)
+        if self.choice_schedule == 'progressive':
+            return float(torch.stack([self.choice_weights_for_epoch(e) @ bs for e in range(self.schedule_epochs)]).mean())
+        return float(self.choice_weights @ bs)
 
-@patch
-def _infer_num_batches(self:ScheduledBatchSampler) -> int:
-    "Batches per epoch that use about one pass of the sampler at the average batch size."
-    n = len(self.sampler)
-    per = self.batch_sizes[0] if len(set(self.batch_sizes)) == 1 else self.average_batch_size
-    nb = (n // per if isinstance(per, int) else int(n / per)) if self.drop_last else math.ceil(n / per)
-    if nb < 1: raise ValueError(f'no scheduled batch fits in {n} samples (average batch size {per:.1f}): use smaller batch sizes, or num_batches')
-    return nb
+    def _infer_num_batches(self) -> int:
+        "Batches per epoch that use about one pass of the sampler at the average batch size."
+        n = len(self.sampler)
+        per = self.batch_sizes[0] if len(set(self.batch_sizes)) == 1 else self.average_batch_size
+        nb = (n // per if isinstance(per, int) else int(n / per)) if self.drop_last else math.ceil(n / per)
+        if nb < 1: raise ValueError(f'no scheduled batch fits in {n} samples (average batch size {per:.1f}): use smaller batch sizes, or num_batches')
+        return nb
 
-# %% ../nbs/20_scheduled_sampler.ipynb #0c495d36
-@patch
-def _draw(self:ScheduledBatchSampler, g: torch.Generator, weights: Optional[torch.Tensor] = None, allowed=None) -> int:
-    "One choice drawn with `weights` (default: the base weights), among `allowed` choices when given."
-    weights = self.choice_weights if weights is None else weights
-    if allowed is None: return int(torch.multinomial(weights, 1, generator=g))
-    allowed = tuple(allowed)
-    w = weights[list(allowed)]
-    if w.sum() <= 0: raise RuntimeError('no allowed scheduled choice has a positive weight for this batch')
-    return allowed[int(torch.multinomial(w, 1, generator=g))]
+    def _draw(self, g: torch.Generator, weights: Optional[torch.Tensor] = None, allowed=None) -> int:
+        "One choice drawn with `weights` (default: the base weights), among `allowed` choices when given."
+        weights = self.choice_weights if weights is None else weights
+        if allowed is None: return int(torch.multinomial(weights, 1, generator=g))
+        allowed = tuple(allowed)
+        w = weights[list(allowed)]
+        if w.sum() <= 0: raise RuntimeError('no allowed scheduled choice has a positive weight for this batch')
+        return allowed[int(torch.multinomial(w, 1, generator=g))]
 
-@patch
-def _budget_schedule(self:ScheduledBatchSampler) -> tuple:
-    "Sample-budget mode: choices drawn (once) until the sampler's samples are used up."
-    g, left, out = torch.Generator().manual_seed(self.seed), len(self.sampler), []
-    smallest = min(self.batch_sizes[i] for i in self._active_choices)
-    while left >= smallest:
-        c = self._draw(g, allowed=[i for i in self._active_choices if self.batch_sizes[i] <= left])
-        out.append((c, self.batch_sizes[c])); left -= self.batch_sizes[c]
-    if left and not self.drop_last: out.append((self._draw(g), left))  # the rest, in one short batch
-    return tuple(out)
+    def _budget_schedule(self) -> tuple:
+        "Sample-budget mode: choices drawn (once) until the sampler's samples are used up."
+        g, left, out = torch.Generator().manual_seed(self.seed), len(self.sampler), []
+        smallest = min(self.batch_sizes[i] for i in self._active_choices)
+        while left >= smallest:
+            c = self._draw(g, allowed=[i for i in self._active_choices if self.batch_sizes[i] <= left])
+            out.append((c, self.batch_sizes[c])); left -= self.batch_sizes[c]
+        if left and not self.drop_last: out.append((self._draw(g), left))  # the rest, in one short batch
+        return tuple(out)
 
-@patch
-def _schedule(self:ScheduledBatchSampler, epoch: int) -> tuple:
-    if self.num_batches is None: return self._sample_budget_schedule
-    g, w = torch.Generator().manual_seed(self.seed + 2 * epoch), self.choice_weights_for_epoch(epoch)
-    return tuple((c, self.batch_sizes[c]) for c in (self._draw(g, w) for _ in range(self.num_batches)))
+    def _schedule(self, epoch: int) -> tuple:
+        if self.num_batches is None: return self._sample_budget_schedule
+        g, w = torch.Generator().manual_seed(self.seed + 2 * epoch), self.choice_weights_for_epoch(epoch)
+        return tuple((c, self.batch_sizes[c]) for c in (self._draw(g, w) for _ in range(self.num_batches)))
 
-@patch
-def _indices(self:ScheduledBatchSampler):
-    "The sampler's indices; with a fixed number of batches, passes over it again as often as needed."
-    if self.num_batches is None: yield from self.sampler; return
-    while True:
-        any_ = False
-        for i in self.sampler: any_ = True; yield i
-        if not any_: return
+    def _indices(self):
+        "The sampler's indices; with a fixed number of batches, passes over it again as often as needed."
+        if self.num_batches is None: yield from self.sampler; return
+        while True:
+            any_ = False
+            for i in self.sampler: any_ = True; yield i
+            if not any_: return
 
-@patch
-def __iter__(self:ScheduledBatchSampler):
-    epoch = self.epoch
-    sched = self._schedule(epoch)
-    if self.shuffle_schedule and len(sched) > 1:
-        order = torch.randperm(len(sched), generator=torch.Generator().manual_seed(self.seed + 2 * epoch + 1)).tolist()
-        sched = tuple(sched[i] for i in order)
-    idx = self._indices()
-    for c, bs in sched:
-        batch = list(islice(idx, bs))
-        if len(batch) < bs and (self.drop_last or not batch): return
-        yield [(i, c) for i in batch]
+    def __iter__(self):
+        epoch = self.epoch
+        sched = self._schedule(epoch)
+        if self.shuffle_schedule and len(sched) > 1:
+            order = torch.randperm(len(sched), generator=torch.Generator().manual_seed(self.seed + 2 * epoch + 1)).tolist()
+            sched = tuple(sched[i] for i in order)
+        idx = self._indices()
+        for c, bs in sched:
+            batch = list(islice(idx, bs))
+            if len(batch) < bs and (self.drop_last or not batch): return
+            yield [(i, c) for i in batch]
 
 # %% ../nbs/20_scheduled_sampler.ipynb #b1dffaff
 class ScheduledTransformDataset(Dataset):
@@ -225,16 +215,28 @@ class ScheduledTransformDataset(Dataset):
         return self.dataset.filenames(basename=basename, absolute=absolute)
 
 # %% ../nbs/20_scheduled_sampler.ipynb #b97ecef9
-class ResumableScheduledSampler(ResumableBatchSampler):
+class SchedulePass(PlanPass):
+    "A pass of `ResumableScheduledSampler`: the epoch's schedule of `num_batches` batches, the first `skip` of them delivered before a resume."
+    def __init__(self, epoch: int, rep: int, world: int, rank: int, skip: int, num_batches: int):
+        super().__init__(epoch, rep, world, rank, max(num_batches - skip, 0))
+        self.skip, self.num_batches = skip, num_batches
+
+def _schedule_kind(scheduled) -> dict:
+    "What fixes a schedule (compared when a state is loaded)."
+    keys = ('batch_sizes', 'seed', 'num_batches', 'drop_last', 'shuffle_schedule', 'choice_schedule', 'schedule_epochs',
+            'schedule_spread', 'schedule_random_mix')
+    return plain_state({**{k: getattr(scheduled, k) for k in keys}, 'choice_weights': [float(w) for w in scheduled.choice_weights]})
+
+class ResumableScheduledSampler(BatchPlan):
     "A `ScheduledBatchSampler`'s batches as `((index, choice), key)` pairs, saved and restored at any batch."
     def __init__(self, scheduled, # a `ScheduledBatchSampler` (its sampler must be one `epoch_order` knows)
                  seed: int = 0, # the loader's seed: every per-sample key derives from it
                  seed_explicit: bool = True, # the user chose the seed (a state with another one is an error)
                 ):
         world_of(scheduled.sampler)  # an error naming the sampler when it has no repeatable order
-        self.scheduled, self.seed, self.seed_explicit = scheduled, seed, seed_explicit
-        self.batch_size, self.drop_last = None, scheduled.drop_last
-        self._prev, self._restore, self._flight, self._begin = None, None, deque(), None
+        super().__init__(seed, seed_explicit)
+        self.scheduled, self.drop_last = scheduled, scheduled.drop_last
+        self.batch_size = None  # no one batch size (timm's loader reads it): see `batch_sizes`
 
     @property
     def sampler(self): return self.scheduled.sampler
@@ -248,68 +250,70 @@ class ResumableScheduledSampler(ResumableBatchSampler):
         "Select the epoch of the next pass (the schedule's and its sampler's); a restored position of that epoch is kept."
         self.scheduled.set_epoch(epoch)
 
-    def _next(self) -> tuple:
-        "(epoch, rep, batches to pass over) of the next pass."
-        e, r = self.epoch, self._restore
-        if r is not None and r['epoch'] == e: return e, r['rep'], r['skip']
-        return e, (self._prev[1] + 1 if self._prev is not None and self._prev[0] == e else 0), 0
-
-    def _segment(self, with_order: bool = False) -> PassSegment:
-        e, rep, skip = self._next()
+    def plan_pass(self, with_order: bool = True) -> SchedulePass:
+        "The next pass: the epoch's schedule, from its first batch or the restored one."
+        e, rep, r = self.next_start()
         W, rank, _ = world_of(self.sampler)
-        n = len(self.scheduled)
-        return PassSegment(e, rep, skip, n, W, rank, None, max(n - skip, 0), None)
-    def _before(self, seg) -> int: return min(seg.start, seg.end)  # batches of the epoch before `seg`
+        return SchedulePass(e, rep, W, rank, r['skip'] if r is not None else 0, len(self.scheduled))
+    def batches_before(self, p: SchedulePass) -> int: return min(p.skip, p.num_batches)
 
-    def __iter__(self):
-        seg = self._segment()
-        if self._restore is not None and self._restore['epoch'] == seg.epoch: self._restore = None  # used once
-        self._prev = (seg.epoch, seg.rep)
-        if self._begin is None: self._begin = seg
-        p = 0  # samples of this rank's pass before the batch; global position p * W + rank
+    def pass_batches(self, p: SchedulePass) -> Iterator[list]:
+        q0 = 0  # samples of this rank's pass before the batch; global position q * W + rank
         for k, batch in enumerate(self.scheduled):
-            first, p = p, p + len(batch)
-            if k < seg.start: continue  # delivered before the cut: only the schedule and the order are replayed
-            keyed = [(ic, sample_key(self.seed, seg.epoch, seg.rep, q * seg.world + seg.rank))
-                     for q, ic in enumerate(batch, first)]
-            self._flight.append(BatchMark(seg, k - seg.start, keyed[0][1]))
-            yield keyed
+            first, q0 = q0, q0 + len(batch)
+            if k < p.skip: continue  # delivered before the cut: only the schedule and the order are replayed
+            yield [(ic, sample_key(self.seed, p.epoch, p.rep, q * p.world + p.rank)) for q, ic in enumerate(batch, first)]
+
+    def state(self, last: Optional[BatchMark] = None) -> dict:
+        "The state after delivering `last` (None: at the start of the pass in flight, or of the next pass): plain JSON data."
+        if last is not None: p = last.seg; done = p.skip + last.k + 1
+        else: p = self._begin if self._begin is not None else self.plan_pass(); done = p.skip
+        return plain_state(dict(version=STATE_VERSION, kind='scheduled', epoch=p.epoch, rep=p.rep, batches_delivered=done,
+                                num_batches=p.num_batches, done=done >= p.num_batches, world_size=p.world,
+                                dataset_len=dataset_len(self.sampler), seed=self.seed, sampler=sampler_kind(self.sampler),
+                                schedule=_schedule_kind(self.scheduled)))
+
+    def load_state(self, sd: dict, advance_done: bool = False):
+        "Continue from `sd` (from `state`): its next pass is the restored one; errors name what differs."
+        check_state(sd)
+        if sd['kind'] != 'scheduled':
+            raise ResumeStateError(f"load_state_dict: the state is from a {sd['kind']} loader; this one uses scheduled batching "
+                                   f"(input_size_choices): build the loader as the saved one was")
+        self.check_same(sd, ('dataset_len', 'world_size', 'sampler', 'schedule'),
+                        ' (scheduled batching resumes on the world size it was saved on)')
+        self.restore(sd, advance_done, skip=sd['batches_delivered'])
 
 # %% ../nbs/20_scheduled_sampler.ipynb #596a9e0a
-def _schedule_kind(scheduled) -> dict:
-    "What fixes a schedule (compared when a state is loaded)."
-    keys = ('batch_sizes', 'seed', 'num_batches', 'drop_last', 'shuffle_schedule', 'choice_schedule', 'schedule_epochs',
-            'schedule_spread', 'schedule_random_mix')
-    plain = lambda v: list(v) if isinstance(v, tuple) else v  # JSON has no tuples: a state must still match after json
-    return {**{k: plain(getattr(scheduled, k)) for k in keys}, 'choice_weights': [float(w) for w in scheduled.choice_weights]}
+@dataclass
+class Sampling:
+    "How a loader samples and batches: the arguments of `create_loader` that `make_batch_plan` reads."
+    batch_size: int # samples per batch, per rank
+    is_training: bool = False # shuffle (when no distributed sampler) and drop the short last batch
+    distributed: bool = False # one share per rank (torch.distributed initialised)
+    num_aug_repeats: int = 0 # repeated augmentation: copies of each sample, dealt to different ranks
+    seed: Optional[int] = None # the loader's seed (None: drawn, see `loader_seed`)
+    batch_size_choices: Optional[Sequence[int]] = None # scheduled batching: batch size per choice (None: not scheduled)
+    choice_weights: Optional[Sequence[float]] = None # scheduled: base weight of each choice
+    choice_seed: int = 0 # scheduled: seed of the schedule (the same on every rank)
+    choice_schedule: str = 'constant' # scheduled: 'constant' or 'progressive'
+    schedule_epochs: Optional[int] = None # progressive: epochs from the first choice to the last
+    schedule_spread: float = 0.65 # progressive: width of the choice window, in choices
+    schedule_random_mix: float = 0.1 # progressive: share of uniform exploration
+    num_batches: Optional[int] = None # scheduled: batches per epoch (None: a sample budget, or inferred)
 
-@patch
-def state(self: ResumableScheduledSampler, last: Optional[BatchMark] = None) -> dict:
-    "The state after delivering `last` (None: at the start of the pass in flight, or of the next pass)."
-    if last is not None: seg = last.seg; done = seg.start + last.k + 1
-    else: seg = self._begin if self._begin is not None else self._segment(); done = seg.start
-    return dict(version=STATE_VERSION, kind='scheduled', epoch=seg.epoch, rep=seg.rep, batches_delivered=done,
-                num_batches=seg.end, done=done >= seg.end, world_size=seg.world, dataset_len=dataset_len(self.sampler),
-                seed=self.seed, sampler=sampler_kind(self.sampler), schedule=_schedule_kind(self.scheduled))
-
-@patch
-def load_state(self: ResumableScheduledSampler, sd: dict, advance_done: bool = False):
-    "Continue from `sd` (from `state`): its next pass is the restored one; errors name what differs."
-    check_state(sd)
-    if sd['kind'] != 'scheduled':
-        raise ResumeStateError(f"load_state_dict: the state is from a {sd['kind']} loader; this one uses scheduled batching "
-                               f"(input_size_choices): build the loader as the saved one was")
-    mine = self.state()
-    diff = [f"{k}: saved {sd[k]!r}, this loader {mine[k]!r}" for k in ('dataset_len', 'world_size', 'sampler', 'schedule')
-            if sd[k] != mine[k]]
-    if self.seed_explicit and sd['seed'] != self.seed: diff.append(f"seed: saved {sd['seed']!r}, this loader {self.seed!r}")
-    if diff: raise ResumeStateError("load_state_dict: the state comes from a loader built with other arguments ("
-                                    + '; '.join(diff) + "); build the loader as the saved one was (scheduled batching "
-                                    "resumes on the world size it was saved on)")
-    self.seed = sd['seed']
-    if isinstance(self.sampler, SeededRandomSampler): self.sampler.seed = sd['seed']
-    self.new_flight()
-    e = sd['epoch']
-    if sd['done'] and advance_done: self.set_epoch(e + 1); self._prev, self._restore = None, None
-    elif sd['done']: self.set_epoch(e); self._prev, self._restore = (e, sd['rep']), None
-    else: self.set_epoch(e); self._prev, self._restore = None, dict(epoch=e, rep=sd['rep'], skip=sd['batches_delivered'])
+def make_batch_plan(dataset, # the dataset (a `ScheduledTransformDataset` for scheduled batching)
+               s: Sampling, # how to sample and batch
+              ) -> tuple:
+    "`(dataset, DataLoader batching keywords)`: timm's sampler under a resumable batch plan (`batch_sampler`), or a stream's batch size."
+    sampler = timm_sampler(dataset, s.distributed, s.is_training, s.num_aug_repeats)
+    if isinstance(dataset, IterableDataset): return dataset, dict(batch_size=s.batch_size, drop_last=s.is_training)
+    if s.batch_size_choices is None:  # one global order per epoch, a seed per sample (timmdata.batch_plan)
+        dataset, plan = resumable_batching(dataset, sampler, s.batch_size, s.is_training, s.seed, s.distributed)
+        return dataset, dict(batch_sampler=plan)
+    run_seed = loader_seed(s.seed, s.distributed)  # the schedule of batch sizes and choices, over a seeded order
+    scheduled = ScheduledBatchSampler(
+        sampler if sampler is not None else SeededRandomSampler(dataset, run_seed), s.batch_size_choices,
+        choice_weights=s.choice_weights, seed=s.choice_seed, drop_last=s.is_training, num_batches=s.num_batches,
+        choice_schedule=s.choice_schedule, schedule_epochs=s.schedule_epochs, schedule_spread=s.schedule_spread,
+        schedule_random_mix=s.schedule_random_mix)
+    return SeededDataset(dataset), dict(batch_sampler=ResumableScheduledSampler(scheduled, run_seed, seed_explicit=s.seed is not None))

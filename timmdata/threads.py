@@ -186,7 +186,7 @@ class ThreadDataLoader(ResumableDataLoader):
         if not isinstance(num_workers, int) or num_workers < 1: raise ValueError(f"num_workers (threads) must be an int >= 1; got {num_workers!r}")
         for k in ('worker_init_fn', 'persistent_workers', 'multiprocessing_context'): kwargs.pop(k, None)
         super().__init__(dataset, batch_sampler=batch_sampler, num_workers=0, collate_fn=collate_fn, **kwargs)
-        self.num_workers = num_workers  # read by DeliveredIterator: > 0, so it leaves the global generators to the threads
+        self.num_workers = num_workers  # threads (the DataLoader itself runs none)
         self.ahead = (prefetch_factor or 2) * num_workers
         self._pool, self._stats = None, LoaderStats()
         few_arenas()  # before the threads start: they share the main arena's freed buffers instead of holding their own
@@ -204,7 +204,10 @@ class ThreadDataLoader(ResumableDataLoader):
         self._stats.add_sample(time.perf_counter() - t0, BATON.native_time())
         return s
 
-    def _batches(self):
+    main_thread_samples = False  # the threads seed per sample (RngBaton): the iterator leaves the global generators alone
+
+    def batch_iterator(self):
+        "This pass's batches, made by the threads (`StatefulLoader` counts them)."
         pool, plan, pending, st = self._threads(), iter(self.batch_sampler), deque(), self._stats
         mark = time.perf_counter()
         def submit() -> bool:
