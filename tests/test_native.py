@@ -76,7 +76,7 @@ def test_fused_batch_step_matches_torch_ops(monkeypatch, jitter, hw):
     x[0] = 255; x[1] = 0  # saturated images exercise the clamp
     batches = [(x, torch.arange(7))]
     native_pl = PrefetchLoader(batches, device='cpu', color_jitter=jitter, seed=3)
-    monkeypatch.setattr(decode, 'native', None)  # before the loader is made: it picks its back end then
+    monkeypatch.setattr(decode.NATIVE, 'enabled', False)  # before the loader is made: it picks its back end then
     torch_pl = PrefetchLoader(batches, device='cpu', color_jitter=jitter, seed=3)
     assert type(native_pl.backend).__name__ == '_NativeCpuBackend' and type(torch_pl.backend).__name__ == '_CpuBackend'
     fast, slow = next(iter(native_pl))[0], next(iter(torch_pl))[0]
@@ -95,7 +95,7 @@ def test_fused_step_reads_channels_last_batches(monkeypatch, jitter, hw):
     planar = x.contiguous()
     run = lambda b: next(iter(PrefetchLoader([(b, y)], device='cpu', color_jitter=jitter, seed=5)))[0]
     a, p = run(x), run(planar)
-    monkeypatch.setattr(decode, 'native', None)  # before the loader is made: it picks its back end then
+    monkeypatch.setattr(decode.NATIVE, 'enabled', False)  # before the loader is made: it picks its back end then
     t = run(x)
     assert torch.allclose(a, p, atol=1e-5) and torch.allclose(a, t, atol=1e-4)
 

@@ -180,7 +180,7 @@ def ring_epochs(ring, epochs=2):
 @pytest.mark.skipif(getattr(decode.native, 'flag_acquire', None) is None, reason='the C extension is not built')
 def test_busy_flags_use_the_native_atomics(monkeypatch):
     spy = Spy(decode.native)
-    monkeypatch.setattr(decode, 'native', spy)
+    monkeypatch.setattr(decode.NATIVE, 'loaded', spy)
     ring = BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4)
     ring_epochs(ring)
     assert int(spy.calls[1:].sum()) >= 16 and int(spy.calls[0]) == 16  # workers took slots by CAS; each release a release store
@@ -189,7 +189,7 @@ def test_busy_flags_use_the_native_atomics(monkeypatch):
     spy.nat.flag_release(f, 1); assert f.tolist() == [0, 0, 0]
 
 def test_busy_flags_without_the_extension(monkeypatch):
-    monkeypatch.setattr(decode, 'native', None)  # as with TIMMDATA_NATIVE=0, or no compiler
+    monkeypatch.setattr(decode.NATIVE, 'enabled', False)  # as with TIMMDATA_NATIVE=0, or no compiler
     ring_epochs(BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4))
 
 # ---- 3. one shared-memory budget per machine

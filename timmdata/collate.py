@@ -15,6 +15,7 @@ import torch
 from fastcore.basics import patch
 from torch.utils.data import default_collate, get_worker_info
 from . import decode
+from .settings import setting
 
 # %% auto #0
 __all__ = ['CUDA_IN_WORKER', 'SHM_DIR', 'BatchCollate', 'as_chw', 'new_uint8', 'stack_uint8', 'fast_collate', 'BatchRing',
@@ -198,7 +199,7 @@ class BatchRing(BatchCollate):
 # %% ../nbs/08_collate.ipynb #e7da19fe
 def _atomics():
     "The C extension when it has the atomic flag operations, else None (plain loads and stores)."
-    nat = decode.native  # read at each use: TIMMDATA_NATIVE=0 or a test's patch of decode.native is followed
+    nat = decode.NATIVE.module  # read at each use: TIMMDATA_NATIVE=0 or `decode.use_native(False)` is followed
     return nat if nat is not None and hasattr(nat, 'flag_acquire') else None
 
 @patch
@@ -332,8 +333,7 @@ def _unlist(key: str, pid: int):
 def _mb(n: int) -> str: return f'{n / 2**20:.1f} MB'
 
 def _local_world_size() -> int:
-    try: return max(1, int(os.environ.get('LOCAL_WORLD_SIZE', '1')))
-    except ValueError: return 1
+    return setting('LOCAL_WORLD_SIZE')
 
 @patch(cls_method=True)
 def maybe(cls: BatchRing, batch_shape, num_workers: int, slots_per_worker: int) -> Optional[BatchRing]:

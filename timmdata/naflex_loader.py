@@ -18,7 +18,7 @@ from .distributed_sampler import OrderedDistributedSampler
 from .loader import jitter_on_batch, worker_init
 from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper
 from .naflex_random_erasing import PatchRandomErasing
-from .decode import native
+from .decode import NATIVE
 from .prefetch import SEED_MIX, BufferPool, default_rank, resolve_device, torch_threads
 from .resume import ResumableDataLoader, ResumeStateError, StatefulLoader, batch_key, check_state
 
@@ -116,6 +116,7 @@ def _jitter_normalize(self:NaFlexPrefetchLoader, x: torch.Tensor, valid: torch.T
 @patch
 def _native_cpu(self:NaFlexPrefetchLoader, p: torch.Tensor, valid: torch.Tensor) -> Optional[torch.Tensor]:
     "uint8 channels-last patches on the CPU -> [B, N, pixels, C] normalised (jittered) floats in one native pass; None: not this case."
+    native = NATIVE.module  # read at each use: `decode.use_native(False)` reaches this path too
     if (native is None or self.device.type != 'cpu' or p.dtype != torch.uint8 or not self.patchify_channels_last
             or not p.is_contiguous() or valid.dtype != torch.bool or valid.shape != p.shape[:2]): return None
     b, n, c = p.shape[0], p.shape[1], self.channels
