@@ -16,7 +16,7 @@ FLOORS = {
     'decode': 2,                                  # bytes to pixels
     'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3,  # per-sample uint8 ops
     'dataset': 4, 'streaming': 4, 'global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
-    'collate': 5, 'mixup': 5, 'naflex_dataset': 5, 'naflex_mixup': 5,                     # samples to a uint8 batch (mixing collate too)
+    'collate': 5, 'batch_ring': 5, 'mixup': 5, 'naflex_dataset': 5, 'naflex_mixup': 5,                     # samples to a uint8 batch (mixing collate too)
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
     'jitter': 6, 'prefetch': 6, 'gpu_decode': 7,                   # the batch on the device and its batch ops
     'distributed_sampler': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'resume': 7, 'threads': 7,        # wiring

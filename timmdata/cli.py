@@ -152,7 +152,7 @@ def info() -> dict:
     import PIL, torch, torchvision
     from timmdata import decode
     from timmdata.check import usable_cpus
-    from timmdata.collate import shm_report
+    from timmdata.batch_ring import shm_report
     from timmdata.prefetch import resolve_device
     native = decode.NATIVE.module is not None
     jpeg = decode.decoder_name()  # the decoders in the order tried, e.g. native (crop box only) + TorchCodec + PIL
