@@ -5,6 +5,7 @@
 # %% ../nbs/04_transforms.ipynb #83b58af3
 from __future__ import annotations
 import math, numbers, random
+from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 from PIL import Image
@@ -20,7 +21,7 @@ from .config import (CROP_MODES, DEFAULT_CROP_MODE, DEFAULT_CROP_PCT, IMAGENET_D
 
 # %% auto #0
 __all__ = ['INTERPOLATIONS', 'INPUT_FORMATS', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
-           'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'SampleTransform',
+           'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'TakesInput', 'SampleTransform',
            'transform_input', 'is_tensor_image', 'image_hw', 'resize_exact', 'crop_box', 'setup_size',
            'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'shorter_edge_size', 'Resize',
            'RandomResizedCropAndInterpolation', 'check_range', 'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad',
@@ -76,6 +77,14 @@ def interp_repr(interp):
 # %% ../nbs/04_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
 
+@runtime_checkable
+class TakesInput(Protocol):
+    """The seam between a dataset and its per-sample transform, written down once: `input_format`, the richest image the
+    transform takes (one of `INPUT_FORMATS`). `SampleTransform` implements it; an object of any class declares it by
+    having the attribute. A transform without it takes PIL images (torchvision's known tensor transforms aside)."""
+    input_format: str
+    def __call__(self, img): ...
+
 class SampleTransform:
     "A per-sample transform that declares its input: `input_format` is 'pil', 'tensor' or 'encoded' (see `INPUT_FORMATS`)."
     input_format: str = 'pil'
@@ -89,10 +98,10 @@ _TV_CONTAINERS = (tvt.Compose, tvt.RandomApply, tvt.RandomChoice, tvt.RandomOrde
 def transform_input(t) -> str:
     "What to hand transform `t`: 'encoded', 'tensor' or 'pil' (its declared `input_format`; torchvision's known ones; else 'pil')."
     # the declaration is read here, and only here: subclassing SampleTransform or setting the attribute both declare it
-    f = getattr(t, 'input_format', None)
-    if f is None:
+    if not isinstance(t, TakesInput):  # not declared: torchvision's transforms we know, else PIL (always correct)
         if isinstance(t, _TV_CONTAINERS): return 'tensor' if all(transform_input(s) != 'pil' for s in t.transforms) else 'pil'
         return 'tensor' if isinstance(t, _TV_TENSOR_OK) else 'pil'
+    f = t.input_format
     if f not in INPUT_FORMATS:
         raise ValueError(f"{type(t).__name__}.input_format must be one of {', '.join(map(repr, INPUT_FORMATS))}; got {f!r}")
     return f
