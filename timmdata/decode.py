@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_decode.ipynb #3d05cde2
 from __future__ import annotations
-import importlib.util, io, os, re, warnings
+import importlib.util, io, os, re, sys, types, warnings
 from contextlib import contextmanager
 from typing import Optional
 import numpy as np
@@ -66,6 +66,14 @@ def __getattr__(name: str):
     "`timmdata.decode.native`, the name before `NATIVE`: `NATIVE.module`, read at each use."
     if name == 'native': return NATIVE.module
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+class _DecodeModule(types.ModuleType):
+    def __setattr__(self, name, value):  # assigning the old name once switched the extension: now it would silently not
+        if name == 'native': raise AttributeError('timmdata.decode.native is read-only: switch the C extension with '
+                                                  '`with timmdata.decode.use_native(False):` (or decode.NATIVE.enabled)')
+        super().__setattr__(name, value)
+
+if __name__ == 'timmdata.decode': sys.modules[__name__].__class__ = _DecodeModule
 
 if NATIVE.loaded is None and os.path.exists(_BUILD_NOTE):  # the build at install time failed, and pip shows a build's output only with -v
     warnings.warn(f'timmdata: the C extension is {NATIVE_STATUS} (TIMMDATA_NATIVE=0 silences this)', stacklevel=2)
