@@ -20,10 +20,9 @@ def main(argv=None):
     native = decode.native
     if native is None: raise SystemExit(f'the native pass is not active ({decode.NATIVE_STATUS}): nothing to compare')
     def torch_ops(ld):
-        "The same loader, its PrefetchLoader made while decode.native is None: its back end runs the step as torch ops."
-        decode.native = None
-        try: return PrefetchLoader(ld.loader, mean=ld.mean, std=ld.std, channels=ld.channels, device=ld.device, color_jitter=ld.jitter)
-        finally: decode.native = native  # the workers still decode with it, as in the native loader
+        "The same loader, its PrefetchLoader made with the extension switched off: its back end runs the step as torch ops."
+        with decode.use_native(False):  # only while the back end is chosen: the workers still decode with it, as in the native loader
+            return PrefetchLoader(ld.loader, mean=ld.mean, std=ld.std, channels=ld.channels, device=ld.device, color_jitter=ld.jitter)
     loaders = {k: LOADERS['timmdata'](root, True, 64, 2) for k in ('native', 'torch ops')}  # the benchmark's training loader
     loaders['torch ops'] = torch_ops(loaders['torch ops'])
     res = {k: [] for k in loaders}

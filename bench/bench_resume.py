@@ -18,7 +18,8 @@ import torch
 def _loaders(root, batch_size, workers):
     from torch.utils.data import DataLoader
     import timmdata
-    from timmdata.collate import BatchRing, fast_collate
+    from timmdata.batch_ring import BatchRing
+    from timmdata.collate import fast_collate
     from timmdata.loader import worker_init
     from timmdata.prefetch import PrefetchLoader
     ds = timmdata.ImageDataset(str(root))

@@ -66,7 +66,7 @@ def test_bomb_refused_on_every_decode_path(path, monkeypatch):
     if path in ('encoded_jpeg', 'lying EncodedJpeg', 'native') and native is None: pytest.skip('needs the extension')
     if path == 'torchcodec':
         if decode.torchcodec_jpeg() is None: pytest.skip('torchcodec is not installed')
-        monkeypatch.setattr(decode, 'native', None)
+        monkeypatch.setattr(decode.NATIVE, 'enabled', False)
         calls = []
         tc = decode.torchcodec_jpeg()
         monkeypatch.setattr(decode, '_TC', (lambda *a, **k: calls.append(a) or tc(*a, **k), 'torchcodec (counted)'))
@@ -277,7 +277,7 @@ def test_no_torchvision_io_decoding_and_no_warnings_filter():
 def test_torchcodec_decodes_what_the_extension_does_not_without_warnings(monkeypatch, native_on):
     tc = decode.torchcodec_jpeg()
     if tc is None: pytest.skip('torchcodec is not installed')
-    if not native_on: monkeypatch.setattr(decode, 'native', None)
+    if not native_on: monkeypatch.setattr(decode.NATIVE, 'enabled', False)
     calls = []
     monkeypatch.setattr(decode, '_TC', (lambda *a, **k: calls.append(a) or tc(*a, **k), 'torchcodec (counted)'))
     rgb, cmyk = small_jpeg((40, 30), 90), _cmyk_jpeg()
@@ -290,7 +290,7 @@ def test_torchcodec_decodes_what_the_extension_does_not_without_warnings(monkeyp
 
 def test_without_torchcodec_pil_decodes_the_same_pixels(monkeypatch):
     tc = decode.torchcodec_jpeg()
-    monkeypatch.setattr(decode, 'native', None)
+    monkeypatch.setattr(decode.NATIVE, 'enabled', False)
     monkeypatch.setattr(decode, '_TC', (None, "torchcodec not installed; pip install 'timmdata[codec]'"))
     assert decode.decoder_name() == 'PIL' and "timmdata[codec]" in decode.torchcodec_status()
     for data in (small_jpeg((40, 30), 90), _cmyk_jpeg()):
@@ -314,7 +314,7 @@ def test_torchcodec_that_fails_to_load_is_said_not_raised(monkeypatch):
 
 def test_torchcodec_error_is_a_named_decode_error_without_build_paths(monkeypatch):
     if decode.torchcodec_jpeg() is None: pytest.skip('torchcodec is not installed')
-    monkeypatch.setattr(decode, 'native', None)
+    monkeypatch.setattr(decode.NATIVE, 'enabled', False)
     bad = small_jpeg((40, 30), 90)
     bad = bad[:20] + b'\xff\xc0\x00\x02' + bad[20:]  # a malformed marker segment before the frame: libjpeg refuses it
     with pytest.raises(ImageDecodeError) as e: decode_image(bad, to_tensor=True)

@@ -188,27 +188,27 @@ def test_build_id_from_an_interrupted_build_cannot_write_outside(tmp_path, monke
 
 
 def test_shm_ledger_never_opened_through_a_planted_link(tmp_path, monkeypatch):
-    from timmdata import collate
-    monkeypatch.setattr(collate, 'SHM_DIR', str(tmp_path))
-    monkeypatch.setattr(collate, '_foreign_warned', set(), raising=False)
+    from timmdata import batch_ring
+    monkeypatch.setattr(batch_ring, 'SHM_DIR', str(tmp_path))
+    monkeypatch.setattr(batch_ring, '_foreign_warned', set())
     victim = tmp_path / 'victim.txt'; victim.write_text('keep me\n')
     os.symlink(victim, tmp_path / f'timmdata-rings-{os.getuid()}')
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter('always')
-        with collate._ledger() as rings:
+        with batch_ring._ledger() as rings:
             if rings is not None: rings['ring'] = (os.getpid(), 1)
     assert victim.read_text() == 'keep me\n'
     assert rings is None and any('is a symbolic link' in str(x.message) for x in w)
 
 
 def test_shm_ledger_of_another_owner_is_not_used(tmp_path, monkeypatch):
-    from timmdata import collate
-    monkeypatch.setattr(collate, 'SHM_DIR', str(tmp_path))
-    monkeypatch.setattr(collate, '_foreign_warned', set(), raising=False)
+    from timmdata import batch_ring
+    monkeypatch.setattr(batch_ring, 'SHM_DIR', str(tmp_path))
+    monkeypatch.setattr(batch_ring, '_foreign_warned', set())
     path = tmp_path / f'timmdata-rings-{os.getuid()}'
     path.write_text(f'{os.getpid()} planted {2**40}\n'); path.chmod(0o666)  # writable by anyone: not a private ledger
     with pytest.warns(UserWarning, match='is not a file of this user that only this user can write'):
-        with collate._ledger() as rings: pass
+        with batch_ring._ledger() as rings: pass
     assert rings is None and path.read_text() == f'{os.getpid()} planted {2**40}\n'
 
 

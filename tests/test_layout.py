@@ -11,12 +11,12 @@ LIB, NBS = ROOT / 'timmdata', ROOT / 'nbs'
 
 # The floors of the data's way: a module may import modules of its own floor or lower ones, never higher.
 FLOORS = {
-    'sample_data': 0, 'config': 0,
+    'sample_data': 0, 'config': 0, 'settings': 0,  # settings: every environment variable, read in one place
     'readers': 1, 'store': 1, 'shard_io': 1, 'shard_index': 1, 'hf_readers': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
     'decode': 2,                                  # bytes to pixels
     'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3,  # per-sample uint8 ops
     'dataset': 4, 'streaming': 4, 'global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
-    'collate': 5, 'mixup': 5, 'naflex_dataset': 5, 'naflex_mixup': 5,                     # samples to a uint8 batch (mixing collate too)
+    'collate': 5, 'batch_ring': 5, 'mixup': 5, 'naflex_dataset': 5, 'naflex_mixup': 5,                     # samples to a uint8 batch (mixing collate too)
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
     'jitter': 6, 'prefetch': 6, 'gpu_decode': 7,                   # the batch on the device and its batch ops
     'distributed_sampler': 7, 'batch_plan': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'resume': 7, 'threads': 7,        # wiring
@@ -34,10 +34,10 @@ def modules() -> dict:
     return {p.stem: p for p in sorted(LIB.glob('*.py')) if not p.stem.startswith('_')}
 
 
-def timmdata_imports(path: Path) -> list:
-    "(module imported, names imported) for every import of a timmdata module in `path`."
+def timmdata_imports(path: Path, text: str = None) -> list:
+    "(module imported, names imported) for every import of a timmdata module in `path` (or in `text`)."
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
+    for node in ast.walk(ast.parse(path.read_text(encoding='utf-8') if text is None else text)):
         if isinstance(node, ast.ImportFrom):
             mod = node.module or ''
             if node.level == 1 and mod: out.append((mod.split('.')[0], [a.name for a in node.names]))
@@ -89,6 +89,54 @@ def test_no_import_circle():
         state[n] = 'done'
     for n in graph:
         if n not in state: visit(n, [])
+
+
+def uses_the_package(path: Path, text: str = None) -> bool:
+    "Whether a module imports the package's own namespace (`import timmdata`, `from timmdata import ImageDataset`), which loads its exports."
+    mods = set(modules()) | {'_native'}
+    for node in ast.walk(ast.parse(path.read_text(encoding='utf-8') if text is None else text)):
+        if isinstance(node, ast.Import) and any(a.name == 'timmdata' for a in node.names): return True
+        if isinstance(node, ast.ImportFrom) and ((node.level == 0 and node.module == 'timmdata') or (node.level == 1 and not node.module)):
+            if any(a.name not in mods and not a.name.startswith('__') for a in node.names): return True
+    return False
+
+
+def package_graph() -> dict:
+    "The import graph of timmdata's modules and of the package itself ('timmdata': its own imports and the modules its exports load)."
+    graph = {name: {d for d, _ in timmdata_imports(path)} | ({'timmdata'} if uses_the_package(path) else set())
+             for name, path in modules().items()}
+    init = (LIB / '__init__.py').read_text(encoding='utf-8')
+    exports = [n.value.value for n in ast.parse(init).body if isinstance(n, ast.Assign)
+               and any(getattr(t, 'id', '') == '_EXPORTS' for t in n.targets) and isinstance(n.value, ast.Constant)]
+    graph['timmdata'] = {d for d, _ in timmdata_imports(LIB / '__init__.py', init + '\n' + '\n'.join(exports))}
+    return graph
+
+
+def find_circle(graph: dict):
+    "One import circle as a list of names (first = last), or None."
+    state = {}
+    def visit(n, stack):
+        state[n] = 'open'
+        for d in sorted(graph.get(n, ())):
+            if state.get(d) == 'open': return stack + [n, d]
+            if d not in state:
+                c = visit(d, stack + [n])
+                if c: return c
+        state[n] = 'done'
+    for n in sorted(graph):
+        if n not in state:
+            c = visit(n, [])
+            if c: return c[c.index(c[-1]):]
+    return None
+
+
+def test_no_import_circle_through_the_package():
+    "The package's exports count as imports: `timmdata -> check -> bench -> timmdata` (bench using `import timmdata`) is a circle."
+    graph = package_graph()
+    assert 'check' in graph['timmdata'] and 'store' in graph['timmdata']  # the exports and the eager imports are seen
+    c = find_circle(graph)
+    assert c is None, f'import circle: {" -> ".join(c)}; import the modules you need (from timmdata.loader import ...), not the package'
+    assert find_circle({**graph, 'bench': graph['bench'] | {'timmdata'}}) == ['bench', 'timmdata', 'check', 'bench']  # the check can fail
 
 
 def test_the_check_can_fail(tmp_path):

@@ -76,7 +76,7 @@ def test_fused_batch_step_matches_torch_ops(monkeypatch, jitter, hw):
     x[0] = 255; x[1] = 0  # saturated images exercise the clamp
     batches = [(x, torch.arange(7))]
     native_pl = PrefetchLoader(batches, device='cpu', color_jitter=jitter, seed=3)
-    monkeypatch.setattr(decode, 'native', None)  # before the loader is made: it picks its back end then
+    monkeypatch.setattr(decode.NATIVE, 'enabled', False)  # before the loader is made: it picks its back end then
     torch_pl = PrefetchLoader(batches, device='cpu', color_jitter=jitter, seed=3)
     assert type(native_pl.backend).__name__ == '_NativeCpuBackend' and type(torch_pl.backend).__name__ == '_CpuBackend'
     fast, slow = next(iter(native_pl))[0], next(iter(torch_pl))[0]
@@ -95,7 +95,7 @@ def test_fused_step_reads_channels_last_batches(monkeypatch, jitter, hw):
     planar = x.contiguous()
     run = lambda b: next(iter(PrefetchLoader([(b, y)], device='cpu', color_jitter=jitter, seed=5)))[0]
     a, p = run(x), run(planar)
-    monkeypatch.setattr(decode, 'native', None)  # before the loader is made: it picks its back end then
+    monkeypatch.setattr(decode.NATIVE, 'enabled', False)  # before the loader is made: it picks its back end then
     t = run(x)
     assert torch.allclose(a, p, atol=1e-5) and torch.allclose(a, t, atol=1e-4)
 
@@ -114,3 +114,27 @@ def test_streaming_and_plain_passes_give_the_same_floats(layout):
         plain = run()
     finally: native.set_streaming(old)
     assert torch.equal(streamed, plain)
+
+
+def test_one_switch_turns_the_extension_off_on_every_path(monkeypatch):
+    "`decode.use_native(False)` reaches decoding, the prefetcher's back end and the NaFlex loader's native pass (once bound at import)."
+    import io
+    from types import SimpleNamespace
+    from PIL import Image
+    from timmdata.naflex_loader import NaFlexPrefetchLoader
+    calls = []
+    class Spy:  # the extension, with every function it hands out counted
+        def __init__(self, nat): self.nat = nat
+        def __getattr__(self, name):
+            f = getattr(self.nat, name)
+            return (lambda *a, **k: calls.append(name) or f(*a, **k)) if callable(f) else f
+    monkeypatch.setattr(decode.NATIVE, 'loaded', Spy(decode.NATIVE.loaded))
+    buf = io.BytesIO(); Image.new('RGB', (32, 24), (200, 30, 90)).save(buf, 'JPEG'); jpg = buf.getvalue()
+    x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+    p, valid = torch.zeros(2, 4, 16, 3, dtype=torch.uint8), torch.ones(2, 4, dtype=torch.bool)
+    with decode.use_native(False):
+        assert decode_image(jpg, to_tensor=True).shape == (3, 24, 32) and encoded_jpeg(jpg) is None
+        assert type(PrefetchLoader([(x, torch.arange(2))], device='cpu').backend).__name__ == '_CpuBackend'
+        assert NaFlexPrefetchLoader._native_cpu(SimpleNamespace(device=torch.device('cpu')), p, valid) is None
+    assert calls == []  # nothing reached the extension
+    assert decode_image(jpg, to_tensor=True).shape == (3, 24, 32) and 'decode_crop' in calls  # and switched on again, it is used

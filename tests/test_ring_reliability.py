@@ -5,8 +5,9 @@ import gc, os, signal, time
 from contextlib import contextmanager
 from types import SimpleNamespace
 import pytest, torch
-from timmdata import collate, decode
-from timmdata.collate import BatchRing, fast_collate, shm_report
+from timmdata import batch_ring, decode
+from timmdata.batch_ring import BatchRing, shm_report
+from timmdata.collate import fast_collate
 from timmdata.loader import create_loader
 from timmdata.prefetch import PrefetchLoader
 
@@ -180,7 +181,7 @@ def ring_epochs(ring, epochs=2):
 @pytest.mark.skipif(getattr(decode.native, 'flag_acquire', None) is None, reason='the C extension is not built')
 def test_busy_flags_use_the_native_atomics(monkeypatch):
     spy = Spy(decode.native)
-    monkeypatch.setattr(decode, 'native', spy)
+    monkeypatch.setattr(decode.NATIVE, 'loaded', spy)
     ring = BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4)
     ring_epochs(ring)
     assert int(spy.calls[1:].sum()) >= 16 and int(spy.calls[0]) == 16  # workers took slots by CAS; each release a release store
@@ -189,7 +190,7 @@ def test_busy_flags_use_the_native_atomics(monkeypatch):
     spy.nat.flag_release(f, 1); assert f.tolist() == [0, 0, 0]
 
 def test_busy_flags_without_the_extension(monkeypatch):
-    monkeypatch.setattr(decode, 'native', None)  # as with TIMMDATA_NATIVE=0, or no compiler
+    monkeypatch.setattr(decode.NATIVE, 'enabled', False)  # as with TIMMDATA_NATIVE=0, or no compiler
     ring_epochs(BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4))
 
 # ---- 3. one shared-memory budget per machine
@@ -198,7 +199,7 @@ def fake_shm(monkeypatch, tmp_path, free, taken):
     "/dev/shm reporting `free` bytes free less what the rings made here took; the ledger in tmp_path."
     def statvfs(path): return SimpleNamespace(f_bavail=(free - taken[0]) // 4096, f_frsize=4096, f_blocks=2**18)
     monkeypatch.setattr(os, 'statvfs', statvfs)
-    monkeypatch.setattr(collate, 'SHM_DIR', str(tmp_path), raising=False)
+    monkeypatch.setattr(batch_ring, 'SHM_DIR', str(tmp_path))
 
 def test_eight_ranks_share_one_budget(monkeypatch, tmp_path):
     "Eight processes of one machine making their rings at once: together at most a quarter of /dev/shm."
@@ -209,9 +210,11 @@ def test_eight_ranks_share_one_budget(monkeypatch, tmp_path):
         r = BatchRing.maybe((32, 3, 64, 64), 2, 5)  # 3.75 MB each
         if r is not None: rings.append(r); taken[0] += r.nbytes
     assert 0 < taken[0] <= 64 * 2**20 // 4, taken[0] / 2**20
-    assert 'fresh shared memory' in BatchRing.note and '--shm-size' in BatchRing.note
+    note = BatchRing.choose((32, 3, 64, 64), 2, 5).note
+    assert 'fresh shared memory' in note and '--shm-size' in note
     monkeypatch.setenv('LOCAL_WORLD_SIZE', '8')  # torchrun sets it: each process takes at most its eighth
-    assert BatchRing.maybe((32, 3, 64, 64), 2, 5) is None and 'LOCAL_WORLD_SIZE=8' in BatchRing.note
+    c = BatchRing.choose((32, 3, 64, 64), 2, 5)
+    assert c.ring is None and 'LOCAL_WORLD_SIZE=8' in c.note
     assert 'batch ring(s) on this machine' in shm_report()
 
 def test_small_shm_falls_back_to_fresh_memory_quietly(monkeypatch, tmp_path, recwarn):
@@ -219,14 +222,16 @@ def test_small_shm_falls_back_to_fresh_memory_quietly(monkeypatch, tmp_path, rec
     ld = create_loader(IndexImages(), (3, 16, 16), 8, mean=(0, 0, 0), std=(1, 1, 1), num_workers=2, device='cpu')
     assert ld.loader.collate_fn is fast_collate
     assert sum(len(y) for _, y in ld) == N
-    assert 'no batch ring' in BatchRing.note and 'needs' in BatchRing.note
+    note = BatchRing.choose((8, 3, 16, 16), 2, 5).note  # what the loader was told
+    assert 'no batch ring' in note and 'needs' in note
     assert not recwarn.list
 
 def test_a_ring_that_cannot_be_made_is_fresh_memory(monkeypatch, tmp_path):
     fake_shm(monkeypatch, tmp_path, 64 * 2**20, [0])
     def full(self): raise RuntimeError('unable to write to file </torch_1_2_3>: No space left on device (28)')
     monkeypatch.setattr(torch.Tensor, 'share_memory_', full)  # /dev/shm filled up by something else meanwhile
-    assert BatchRing.maybe((8, 3, 16, 16), 2, 5) is None and 'No space left' in BatchRing.note
+    c = BatchRing.choose((8, 3, 16, 16), 2, 5)
+    assert c.ring is None and 'No space left' in c.note
     assert not (tmp_path / f'timmdata-rings-{os.getuid()}').exists()  # nothing listed
 
 def test_dead_processes_leave_the_ledger(monkeypatch, tmp_path):
@@ -242,7 +247,7 @@ def test_dead_processes_leave_the_ledger(monkeypatch, tmp_path):
 def test_create_loader_without_statvfs(monkeypatch):
     monkeypatch.delattr(os, 'statvfs')  # Windows
     ld = create_loader(IndexImages(), (3, 16, 16), 8, mean=(0, 0, 0), std=(1, 1, 1), num_workers=2, device='cpu')
-    assert ld.loader.collate_fn is fast_collate and 'cannot be read' in BatchRing.note
+    assert ld.loader.collate_fn is fast_collate and 'cannot be read' in BatchRing.choose((8, 3, 16, 16), 2, 5).note
     ids = [i for x, _ in ld for i in ids_of(x)]
     assert ids == list(range(N))
 
@@ -278,12 +283,12 @@ def test_pool_after_share_memory_hands_out_private_memory():
 def test_ring_finaliser_inside_a_ledger_block_does_not_deadlock(tmp_path):
     "The gc may free an old ring (its finaliser unlists it) while this thread holds the ledger, e.g. while BatchRing.maybe allocates."
     import subprocess, sys
-    code = (f"import os; from timmdata import collate; collate.SHM_DIR = {str(tmp_path)!r}\n"
-            "with collate._ledger() as rings:\n"
+    code = (f"import os; from timmdata import batch_ring; batch_ring.SHM_DIR = {str(tmp_path)!r}\n"
+            "with batch_ring._ledger() as rings:\n"
             "    rings['old'] = (os.getpid(), 1)\n"
-            "    collate._unlist('old', os.getpid())  # what the finaliser does: it must not wait for the lock this thread holds\n"
+            "    batch_ring._unlist('old', os.getpid())  # what the finaliser does: it must not wait for the lock this thread holds\n"
             "    assert 'old' not in rings\n"
-            "with collate._ledger() as rings: assert rings == {}\n"
+            "with batch_ring._ledger() as rings: assert rings == {}\n"
             "print('ok')")
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)  # the old code hung here
     assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stderr[-2000:]

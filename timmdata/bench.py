@@ -96,10 +96,10 @@ def decode_limit(files, # image files to decode
 
 # %% ../nbs/17_bench.ipynb #8d8ee355
 def _timmdata_loader(root, train, batch_size, num_workers):
-    import timmdata
-    ds = timmdata.ImageDataset(str(root))
-    return timmdata.create_loader(ds, (3, 224, 224), batch_size, is_training=train, color_jitter=0.4 if train else None,
-                                  num_workers=num_workers, device='cpu')
+    from timmdata.dataset import ImageDataset  # the modules, not the package: the package's exports import check, which imports bench
+    from timmdata.loader import create_loader
+    return create_loader(ImageDataset(str(root)), (3, 224, 224), batch_size, is_training=train, color_jitter=0.4 if train else None,
+                         num_workers=num_workers, device='cpu')
 
 def _timm_loader(root, train, batch_size, num_workers):
     import timm.data

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse, contextlib, importlib, json, os, platform, re, sys, time, warnings
 from pathlib import Path
 from . import __version__
+from .settings import setting
 
 # %% auto #0
 __all__ = ['USER_ERRORS', 'LIBRARY_ERRORS', 'BAD_DATA', 'COMMANDS', 'ROOT_ARG', 'CliError', 'is_user_error', 'user_message',
@@ -151,9 +152,9 @@ def info() -> dict:
     import PIL, torch, torchvision
     from timmdata import decode
     from timmdata.check import usable_cpus
-    from timmdata.collate import shm_report
+    from timmdata.batch_ring import shm_report
     from timmdata.runtime import resolve_device
-    native = decode.native is not None
+    native = decode.NATIVE.module is not None
     jpeg = decode.decoder_name()  # the decoders in the order tried, e.g. native (crop box only) + TorchCodec + PIL
     dev = resolve_device(None)
     return {'timmdata': __version__, 'python': platform.python_version(), 'torch': torch.__version__,
@@ -254,7 +255,7 @@ ROOT_ARG['profile'] = 0
 def main(argv=None) -> int:
     "The `timmdata` console script: runs a job's `*_main(argv)`; returns the exit status, exits 2 on a user's mistake."
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = '--debug' in argv or os.environ.get('TIMMDATA_DEBUG', '').strip() not in ('', '0')
+    debug = '--debug' in argv or setting('TIMMDATA_DEBUG')
     argv = [a for a in argv if a != '--debug']
     if argv[:1] in (['-h'], ['--help']): print(usage()); return 0
     if argv[:1] == ['--version']: print(f'timmdata {__version__}'); return 0

@@ -12,8 +12,8 @@ import torch
 # %% auto #0
 __all__ = ['DEFAULT_CROP_PCT', 'DEFAULT_CROP_MODE', 'IMAGENET_DEFAULT_MEAN', 'IMAGENET_DEFAULT_STD', 'IMAGENET_INCEPTION_MEAN',
            'IMAGENET_INCEPTION_STD', 'IMAGENET_DPN_MEAN', 'IMAGENET_DPN_STD', 'OPENAI_CLIP_MEAN', 'OPENAI_CLIP_STD',
-           'CROP_MODES', 'parse_input_size', 'expand_channel_stats', 'color_jitter_factors', 'resolve_data_config',
-           'resolve_model_data_config', 'mix_seed', 'seed_all']
+           'CROP_MODES', 'parse_input_size', 'expand_channel_stats', 'color_jitter_factors', 'jitter_ranges',
+           'resolve_data_config', 'resolve_model_data_config', 'mix_seed', 'seed_all']
 
 # %% ../nbs/03_config.ipynb #097763e4
 DEFAULT_CROP_PCT = 0.875
@@ -75,6 +75,16 @@ def color_jitter_factors(color_jitter) -> tuple:
                            f"or 4-tuple (+ hue); got {color_jitter!r}")
     names = ('brightness', 'contrast', 'saturation')
     return tuple(_jitter_range(v, n) for v, n in zip(cj[:3], names)) + (_jitter_range(cj[3], 'hue', 0., (-0.5, 0.5), False),)
+
+def jitter_ranges(color_jitter) -> Optional[tuple]:
+    "((lo, hi) brightness, contrast, saturation ranges), None where off; None when all off. Hue must be 0."
+    if color_jitter is None: return None
+    b, c, s, h = color_jitter_factors(color_jitter)
+    if h is not None:
+        raise ValueError(f"color_jitter hue must be 0 for the batched (prefetcher) jitter; got {color_jitter!r}. "
+                         f"Hue jitter is not affine: use the per-sample ColorJitter transform (create_loader does this for you)")
+    if b is None and c is None and s is None: return None
+    return tuple(r if r is not None else (1., 1.) for r in (b, c, s))
 
 # %% ../nbs/03_config.ipynb #3da3daf9
 def resolve_data_config(args: Optional[dict] = None, # explicit settings (e.g. vars(parsed args)): input_size, img_size, in_chans, interpolation, mean, std, crop_pct, crop_mode

@@ -47,7 +47,7 @@ class DecodeTransform:
         kind = 'pil' if t is None else transform_input(t)  # what it takes, declared (`SampleTransform`): decided once
         self._to_tensor = kind != 'pil'
         # a pipeline that starts with a crop can take a not-yet-decoded JPEG and decode only the crop box
-        self._encoded = kind == 'encoded' and decode.native is not None
+        self._encoded = kind == 'encoded' and decode.NATIVE.module is not None
 
     def decode_sample(self, src):
         "`src` (path, bytes, uint8 HWC array or PIL image) as the transform takes it: `EncodedJpeg`, uint8 CHW tensor or PIL image."

@@ -4,17 +4,19 @@
 
 # %% ../nbs/02_decode.ipynb #3d05cde2
 from __future__ import annotations
-import importlib.util, io, os, re, warnings
+import importlib.util, io, os, re, sys, types, warnings
+from contextlib import contextmanager
 from typing import Optional
 import numpy as np
 import torch
 from PIL import Image
+from .settings import export_setting, setting
 
 # %% auto #0
-__all__ = ['native', 'NATIVE_STATUS', 'gil_free', 'MAX_IMAGE_PIXELS', 'GilFree', 'ImageDecodeError', 'CorruptJpegWarning',
-           'set_max_image_pixels', 'check_pixels', 'convert_mode', 'torchcodec_jpeg', 'torchcodec_status',
-           'torchcodec_error', 'read_source', 'jpeg_warnings', 'decode_image', 'decoder_name', 'EncodedJpeg',
-           'encoded_jpeg']
+__all__ = ['NATIVE', 'NATIVE_STATUS', 'gil_free', 'MAX_IMAGE_PIXELS', 'Native', 'use_native', 'GilFree', 'ImageDecodeError',
+           'CorruptJpegWarning', 'set_max_image_pixels', 'check_pixels', 'convert_mode', 'torchcodec_jpeg',
+           'torchcodec_status', 'torchcodec_error', 'read_source', 'jpeg_warnings', 'decode_image', 'decoder_name',
+           'EncodedJpeg', 'encoded_jpeg']
 
 # %% ../nbs/02_decode.ipynb #2395e4c6
 # written by setup.py beside the extension when its build failed (the package's folder, found without importing it)
@@ -22,8 +24,7 @@ _BUILD_NOTE = os.path.join(importlib.util.find_spec('timmdata').submodule_search
 
 def _load_native(note: str = _BUILD_NOTE) -> tuple:
     "(the extension module or None, a sentence saying which and why)."
-    if os.environ.get('TIMMDATA_NATIVE', '1').strip().lower() in ('0', 'false', 'no', 'off'):
-        return None, 'off: turned off by the environment variable TIMMDATA_NATIVE=0'
+    if not setting('TIMMDATA_NATIVE'): return None, 'off: turned off by the environment variable TIMMDATA_NATIVE=0'
     try: from timmdata import _native
     except ImportError as e:
         try:
@@ -35,8 +36,46 @@ def _load_native(note: str = _BUILD_NOTE) -> tuple:
                       f'or a C compiler and the libjpeg-turbo headers (Debian: libjpeg-dev), then reinstall timmdata')
     return _native, f'active ({os.path.basename(_native.__file__)})'
 
-native, NATIVE_STATUS = _load_native()
-if native is None and os.path.exists(_BUILD_NOTE):  # the build at install time failed, and pip shows a build's output only with -v
+class Native:
+    """The C extension behind one switch. `module`: the extension, or None when it is not built, turned off by
+    `TIMMDATA_NATIVE=0`, or switched off (`enabled = False`, or `use_native(False)`). Read it at each use."""
+    def __init__(self, loaded, # the extension module, or None (from `_load_native`)
+                 status: str, # which and why, in words
+                ):
+        self.loaded, self.status, self.enabled = loaded, status, True
+
+    @property
+    def module(self):
+        "The extension when built and switched on, else None: what every caller tests and calls."
+        return self.loaded if self.enabled else None
+
+    def __repr__(self): return f'Native({self.status}{"" if self.enabled else "; switched off"})'
+
+NATIVE = Native(*_load_native())  # the one instance
+NATIVE_STATUS = NATIVE.status
+
+@contextmanager
+def use_native(on: bool = True, # False: every path takes its fallback (torch ops, TorchCodec, PIL) inside the block
+              ):
+    "Switch the C extension on or off for every path at once inside a `with` block (a test of the fallbacks); yields `NATIVE.module`."
+    old, NATIVE.enabled = NATIVE.enabled, bool(on)
+    try: yield NATIVE.module
+    finally: NATIVE.enabled = old
+
+def __getattr__(name: str):
+    "`timmdata.decode.native`, the name before `NATIVE`: `NATIVE.module`, read at each use."
+    if name == 'native': return NATIVE.module
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+class _DecodeModule(types.ModuleType):
+    def __setattr__(self, name, value):  # assigning the old name once switched the extension: now it would silently not
+        if name == 'native': raise AttributeError('timmdata.decode.native is read-only: switch the C extension with '
+                                                  '`with timmdata.decode.use_native(False):` (or decode.NATIVE.enabled)')
+        super().__setattr__(name, value)
+
+if __name__ == 'timmdata.decode': sys.modules[__name__].__class__ = _DecodeModule
+
+if NATIVE.loaded is None and os.path.exists(_BUILD_NOTE):  # the build at install time failed, and pip shows a build's output only with -v
     warnings.warn(f'timmdata: the C extension is {NATIVE_STATUS} (TIMMDATA_NATIVE=0 silences this)', stacklevel=2)
 
 class GilFree:
@@ -60,23 +99,28 @@ class ImageDecodeError(OSError):
 class CorruptJpegWarning(UserWarning):
     "libjpeg decoded a JPEG with damaged data anyway (shown once per process; `jpeg_warnings()` counts them)."
 
-def _env_limit() -> Optional[int]:
-    v = os.environ.get('TIMMDATA_MAX_IMAGE_PIXELS', '').strip().lower()
-    if not v: return Image.MAX_IMAGE_PIXELS
-    n = None if v in ('none', '0', 'off') else int(v)
-    Image.MAX_IMAGE_PIXELS = n  # set by set_max_image_pixels in a parent process: PIL follows it here too
+def _initial_limit() -> Optional[int]:
+    n = setting('TIMMDATA_MAX_IMAGE_PIXELS')
+    if n == 'pil': return Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = n  # set by set_max_image_pixels in the process that started this one: PIL follows it here too
     return n
 
-MAX_IMAGE_PIXELS = _env_limit()  # the pixel limit of every decode path; None: none
+MAX_IMAGE_PIXELS = _initial_limit()  # the pixel limit of every decode path; None: none
 
-def set_max_image_pixels(n: Optional[int]) -> Optional[int]:
-    "Set the pixel limit of every decode path (and PIL's), for this process and DataLoader workers; None: no limit. Returns the old one."
+def set_max_image_pixels(n: Optional[int], # the most pixels (height x width) an image may claim; None: no limit
+                        ) -> Optional[int]: # the old limit
+    """Set the pixel limit of every decode path and PIL's (`PIL.Image.MAX_IMAGE_PIXELS`), in this process and in the
+    DataLoader workers started after the call. Forked workers inherit this process's memory; spawned ones start a
+    fresh interpreter that inherits only the environment, whoever builds the DataLoader. So this function also
+    **writes the environment variable** `TIMMDATA_MAX_IMAGE_PIXELS` (through `timmdata.settings.export_setting`):
+    every process started later from this one gets the same limit, and a raised or lowered limit never silently
+    differs between the main process and its workers."""
     global MAX_IMAGE_PIXELS
     if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1):
         raise ValueError(f'set_max_image_pixels takes a pixel count >= 1 or None (no limit); got {n!r}')
     old, MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS, None if n is None else int(n)
     Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
-    os.environ['TIMMDATA_MAX_IMAGE_PIXELS'] = 'none' if n is None else str(int(n))  # inherited by worker processes
+    export_setting('TIMMDATA_MAX_IMAGE_PIXELS', 'none' if n is None else str(int(n)))  # the channel to spawned workers
     return old
 
 def check_pixels(height: int, width: int):
@@ -136,7 +180,7 @@ _TC_LOC = re.compile(r'^\w+, \S+\.cpp:\d+, ')  # "decode_rows, /build/path/Decod
 
 def _load_torchcodec() -> tuple:
     global _TC
-    if os.environ.get('TIMMDATA_TORCHCODEC', '1').strip().lower() in ('0', 'false', 'no', 'off'):
+    if not setting('TIMMDATA_TORCHCODEC'):
         _TC = None, 'off: turned off by the environment variable TIMMDATA_TORCHCODEC=0'
         return _TC
     try:
@@ -192,12 +236,12 @@ _warned = False
 
 def jpeg_warnings() -> tuple:
     "(JPEGs the extension's decoder found damaged but decoded anyway in this process, the latest libjpeg message)."
-    return native.jpeg_warnings() if native is not None else (0, '')
+    return NATIVE.loaded.jpeg_warnings() if NATIVE.loaded is not None else (0, '')
 
 def _note_jpeg_warnings(before: int):
     "One `CorruptJpegWarning` per process, the first time libjpeg warns (instead of a line on stderr per file)."
     global _warned
-    n, msg = native.jpeg_warnings()
+    n, msg = NATIVE.loaded.jpeg_warnings()
     if n > before and not _warned:
         _warned = True
         warnings.warn(f'libjpeg: {msg}: a JPEG with damaged data was decoded anyway (damaged blocks look grey or smeared); '
@@ -206,12 +250,12 @@ def _note_jpeg_warnings(before: int):
 
 def _native_decode(data: bytes, gray: bool):
     "A whole colour or grayscale JPEG by the extension (warnings counted): a tensor, libjpeg's error, or None (not for it)."
-    try: h, w, comps, space = native.header(data)
+    try: h, w, comps, space = NATIVE.loaded.header(data)
     except ValueError as e: return f'libjpeg: {e}'
     if not ((comps == 3 and space in (_JCS_YCBCR, _JCS_RGB)) or (comps == 1 and space == _JCS_GRAY)): return None
-    before = native.jpeg_warnings()[0]
+    before = NATIVE.loaded.jpeg_warnings()[0]
     try:
-        with gil_free: buf, x0, y0, cw, ch = native.decode_crop(data, 0, 0, h, w, MAX_IMAGE_PIXELS or 0, gray)
+        with gil_free: buf, x0, y0, cw, ch = NATIVE.loaded.decode_crop(data, 0, 0, h, w, MAX_IMAGE_PIXELS or 0, gray)
     except ValueError as e: return f'libjpeg: {e}'
     _note_jpeg_warnings(before)
     return torch.frombuffer(buf, dtype=torch.uint8).view(ch, cw, 1 if gray else 3)[:, :w].permute(2, 0, 1)
@@ -242,7 +286,7 @@ def decode_image(src, # path, bytes/memoryview, file-like object, or uint8 HWC n
     if size: check_pixels(*size)  # the claimed size, before any decoder allocates (the extension checks its own reading too)
     why = None  # why the tensor decoders failed, if they did: PIL has the last word
     if to_tensor and is_jpeg and mode in ('RGB', 'L'):
-        if native is not None:
+        if NATIVE.module is not None:
             t = _native_decode(data, mode == 'L')
             if isinstance(t, torch.Tensor): return t
             why = t  # libjpeg's error (PIL tries, TorchCodec would fail the same way), or None: not a JPEG for it
@@ -257,7 +301,7 @@ def decode_image(src, # path, bytes/memoryview, file-like object, or uint8 HWC n
 def decoder_name() -> str:
     "The JPEG decoders active in this process, in the order tried, e.g. 'native libjpeg-turbo (crop-aware) + torchcodec 0.17.0 + PIL'."
     tc = torchcodec_jpeg() is not None
-    parts = (['native libjpeg-turbo (crop-aware)'] if native is not None else []) + ([torchcodec_status()] if tc else []) + ['PIL']
+    parts = (['native libjpeg-turbo (crop-aware)'] if NATIVE.module is not None else []) + ([torchcodec_status()] if tc else []) + ['PIL']
     return ' + '.join(parts)
 
 # %% ../nbs/02_decode.ipynb #7a75ac10
@@ -283,9 +327,9 @@ class EncodedJpeg:
         check_pixels(self.height, self.width)  # and the extension checks the header's own claim again
         t0, l0 = max(0, top - _CROP_MARGIN), max(0, left - _CROP_MARGIN)
         b0, r0 = min(self.height, top + height + _CROP_MARGIN), min(self.width, left + width + _CROP_MARGIN)
-        before = native.jpeg_warnings()[0]
+        before = NATIVE.loaded.jpeg_warnings()[0]
         try:
-            with gil_free: buf, x0, y0, w, h = native.decode_crop(self.data, t0, l0, b0 - t0, r0 - l0, MAX_IMAGE_PIXELS or 0)
+            with gil_free: buf, x0, y0, w, h = NATIVE.loaded.decode_crop(self.data, t0, l0, b0 - t0, r0 - l0, MAX_IMAGE_PIXELS or 0)
         except ValueError: return self.decode()[:, top:top + height, left:left + width]  # let the full decoders try (or raise)
         _note_jpeg_warnings(before)
         box = torch.frombuffer(buf, dtype=torch.uint8).view(h, w, 3)[top - y0:top - y0 + height, left - x0:left - x0 + width]
@@ -297,8 +341,8 @@ class EncodedJpeg:
 
 def encoded_jpeg(data: bytes) -> Optional[EncodedJpeg]:
     "An `EncodedJpeg` for a colour JPEG whose crops the extension can decode; None for anything else (decode it whole)."
-    if native is None or data[:3] != _JPEG_SOI or _jpeg_header(data)[0]: return None
-    try: h, w, comps, space = native.header(data)
+    if NATIVE.module is None or data[:3] != _JPEG_SOI or _jpeg_header(data)[0]: return None
+    try: h, w, comps, space = NATIVE.loaded.header(data)
     except ValueError: return None  # a broken header: the full decoders raise the clear error
     check_pixels(h, w)  # a decompression bomb is refused here, before a crop of it is drawn and decoded
     return EncodedJpeg(data, h, w) if comps == 3 and space in (_JCS_YCBCR, _JCS_RGB) else None

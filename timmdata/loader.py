@@ -10,7 +10,8 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, default_collate, get_worker_info
-from .collate import BatchCollate, BatchRing, fast_collate
+from .collate import BatchCollate, fast_collate
+from .batch_ring import BatchRing
 from .gpu_decode import create_device_decode_loader, refuse_off_default
 from .prefetch import PrefetchLoader
 from .runtime import SEED_MIX, default_rank, resolve_device

@@ -16,10 +16,11 @@ from .distributed_sampler import OrderedDistributedSampler
 from .loader import jitter_on_batch, worker_init
 from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper
 from .naflex_random_erasing import PatchRandomErasing
-from . import decode
+from .decode import NATIVE
 from .feeder import DeviceFeeder, weak_method
 from .runtime import BufferPool, default_rank, rank_seed, resolve_device
 from .resume import ResumableDataLoader, ResumeStateError, StatefulLoader, batch_key, check_state, loader_marks
+
 
 # %% auto #0
 __all__ = ['NaFlexPrefetchLoader', 'NaFlexDataLoader', 'create_naflex_loader']
@@ -128,7 +129,7 @@ class NaFlexPrefetchLoader:
 
     def _native_cpu(self, p: torch.Tensor, valid: torch.Tensor) -> Optional[torch.Tensor]:
         "uint8 channels-last patches on the CPU -> [B, N, pixels, C] normalised (jittered) floats in one native pass; None: not this case."
-        native = decode.native  # read now: TIMMDATA_NATIVE=0 or a test's patch of decode.native is followed
+        native = NATIVE.module  # read now: TIMMDATA_NATIVE=0 or `decode.use_native(False)` is followed
         if (native is None or self.device.type != 'cpu' or p.dtype != torch.uint8 or not self.patchify_channels_last
                 or not p.is_contiguous() or valid.dtype != torch.bool or valid.shape != p.shape[:2]): return None
         b, n, c = p.shape[0], p.shape[1], self.channels

@@ -137,7 +137,7 @@ class _CudaBackend(_Backend):
 def _backend_for(pl: BatchOps) -> _Backend:
     "The loader's back end, chosen once: CUDA; CPU with the native pass (built, float32 maths, planar output); CPU torch ops."
     if pl.device.type == 'cuda': return _CudaBackend(pl)
-    native = decode.native  # read now, so TIMMDATA_NATIVE=0 or a test's patch of decode.native is followed
+    native = decode.NATIVE.module  # read now, so TIMMDATA_NATIVE=0 or `decode.use_native(False)` is followed
     if native is not None and pl._calc_dtype == torch.float32 and not pl.channels_last: return _NativeCpuBackend(pl, native)
     return _CpuBackend(pl)
 

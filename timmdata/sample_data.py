@@ -8,6 +8,7 @@ import os, json, math, shutil
 from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
+from .settings import setting
 
 # %% auto #0
 __all__ = ['IMAGENETTE_CLASSES', 'make_sample_image', 'make_sample_dataset', 'default_sample_root']
@@ -147,4 +148,4 @@ def make_sample_dataset(root, # folder to write into (made if missing)
 # %% ../nbs/00_sample_data.ipynb #6b6b4ade
 def default_sample_root() -> Path:
     "Where the demo and the benchmark keep their sample dataset: `$TIMMDATA_SAMPLE`, else `~/.cache/timmdata/sample`."
-    return Path(os.environ.get('TIMMDATA_SAMPLE', '~/.cache/timmdata/sample')).expanduser()
+    return Path(setting('TIMMDATA_SAMPLE'))

@@ -12,6 +12,7 @@ from .readers import FileHandle, Reader, register_reader, unset
 from .shard_io import (MAX_MEMBER_BYTES, ShardError, ShardNotFoundError, ShardTruncatedError, WdsSource, group_samples,
     is_transient_error, load_info, sample_target, shard_name, split_key, url_scheme)
 from .store import read_json, write_json_atomic
+from .settings import setting
 
 # %% auto #0
 __all__ = ['INDEX_FILE', 'INDEX_VERSION', 'stat_shard', 'scan_shard', 'index_path', 'load_index', 'ShardReader',
@@ -102,7 +103,7 @@ def index_path(folder: str, # the folder holding the shards
               ) -> str:
     "The index file for the shards in `folder` (a local folder, or a URL prefix: indexed in the cache folder)."
     if index_dir is None and not _remote(folder) and os.access(folder, os.W_OK): return os.path.join(folder, INDEX_FILE)
-    d = index_dir or os.path.join(os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache'), 'timmdata', 'shard_index')
+    d = index_dir or os.path.join(setting('XDG_CACHE_HOME'), 'timmdata', 'shard_index')
     return os.path.join(d, hashlib.sha1((folder if _remote(folder) else os.path.abspath(folder)).encode('utf-8', 'surrogateescape')).hexdigest()[:20] + '.json')
 
 def _fresh(entry, size: int, stamp) -> bool:

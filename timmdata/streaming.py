@@ -17,13 +17,14 @@ from .dataset import DecodeTransform
 from .shard_io import WdsSource
 from .global_order import BLOCK_SHARDS, epoch_length, read_in_order, worker_positions
 from .readers import unset
+from .settings import setting
 
 # %% auto #0
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'IterableImageDataset']
 
 # %% ../nbs/28_streaming.ipynb #6439fc52
-SHUFFLE_SIZE = int(os.environ.get('WDS_SHUFFLE_SIZE', 8192))  # samples in a worker's shuffle buffer (timm's default and env var)
-SHUFFLE_INITIAL = int(os.environ.get('WDS_INITIAL_SIZE', 2048))  # samples read before the first one is given
+SHUFFLE_SIZE = setting('WDS_SHUFFLE_SIZE')  # samples in a worker's shuffle buffer (timm's default and env var)
+SHUFFLE_INITIAL = setting('WDS_INITIAL_SIZE')  # samples read before the first one is given
 
 def assign_shards(num_shards: int, # shards in the split
                   global_workers: int, # world_size * num_workers

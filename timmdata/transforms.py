@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_transforms.ipynb #83b58af3
 from __future__ import annotations
-import math, numbers, random
+import math, numbers, random, typing
 import numpy as np
 import torch
 from PIL import Image
@@ -20,7 +20,7 @@ from .config import (CROP_MODES, DEFAULT_CROP_MODE, DEFAULT_CROP_PCT, IMAGENET_D
 
 # %% auto #0
 __all__ = ['INTERPOLATIONS', 'INPUT_FORMATS', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
-           'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'SampleTransform',
+           'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'TakesInput', 'SampleTransform',
            'transform_input', 'is_tensor_image', 'image_hw', 'resize_exact', 'crop_box', 'setup_size',
            'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'shorter_edge_size', 'Resize',
            'RandomResizedCropAndInterpolation', 'check_range', 'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad',
@@ -75,12 +75,14 @@ def interp_repr(interp):
 
 # %% ../nbs/04_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
+@typing.runtime_checkable
+class TakesInput(typing.Protocol):  # the dataset/transform seam, declared once: the richest image a transform takes
+    input_format: str  # one of INPUT_FORMATS; SampleTransform has it; any object declares it by having the attribute
 
 class SampleTransform:
     "A per-sample transform that declares its input: `input_format` is 'pil', 'tensor' or 'encoded' (see `INPUT_FORMATS`)."
     input_format: str = 'pil'
-    def __call__(self, img):
-        raise NotImplementedError(f'{type(self).__name__} must define __call__(img) -> the transformed image')
+    def __call__(self, img): raise NotImplementedError(f'{type(self).__name__} must define __call__(img) -> the transformed image')
 
 _TV_TENSOR_OK = (tvt.RandomHorizontalFlip, tvt.RandomVerticalFlip, tvt.ColorJitter, tvt.RandomGrayscale, tvt.Grayscale,
                  tvt.GaussianBlur, tvt.CenterCrop, tvt.Normalize, tvt.Resize, tvt.ConvertImageDtype)
@@ -88,11 +90,9 @@ _TV_CONTAINERS = (tvt.Compose, tvt.RandomApply, tvt.RandomChoice, tvt.RandomOrde
 
 def transform_input(t) -> str:
     "What to hand transform `t`: 'encoded', 'tensor' or 'pil' (its declared `input_format`; torchvision's known ones; else 'pil')."
-    # the declaration is read here, and only here: subclassing SampleTransform or setting the attribute both declare it
-    f = getattr(t, 'input_format', None)
-    if f is None:
-        if isinstance(t, _TV_CONTAINERS): return 'tensor' if all(transform_input(s) != 'pil' for s in t.transforms) else 'pil'
-        return 'tensor' if isinstance(t, _TV_TENSOR_OK) else 'pil'
+    if isinstance(t, TakesInput): f = t.input_format  # declared: by subclassing SampleTransform or by the attribute
+    elif isinstance(t, _TV_CONTAINERS): return 'tensor' if all(transform_input(s) != 'pil' for s in t.transforms) else 'pil'
+    else: return 'tensor' if isinstance(t, _TV_TENSOR_OK) else 'pil'  # not declared: PIL, which is always correct
     if f not in INPUT_FORMATS:
         raise ValueError(f"{type(t).__name__}.input_format must be one of {', '.join(map(repr, INPUT_FORMATS))}; got {f!r}")
     return f
