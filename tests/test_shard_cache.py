@@ -59,7 +59,7 @@ def server(shards):
     "(base URL, {path: GETs}, handler class) of a server on 127.0.0.1 for the shard folder."
     handler = type('H', (_Counting,), {'hits': {}, 'delay': 0.0, 'gate': None})
     srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), functools.partial(handler, directory=str(shards)))
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, kwargs={'poll_interval': 0.05}, daemon=True).start()
     yield f'http://127.0.0.1:{srv.server_port}', handler.hits, handler
     srv.shutdown(); srv.server_close()
 
@@ -92,31 +92,71 @@ def test_second_epoch_downloads_nothing(server, tmp_path):
     assert not list((tmp_path / 'cache').glob('*.part'))
 
 
-def test_never_over_a_limit_smaller_than_the_dataset(server, shards, tmp_path):
-    "Limit: 3 of 6 shards. A thread watches the folder on disk during two epochs of 2 workers: never over the limit."
+_WATCH = textwrap.dedent('''
+    import fcntl, os, sys, time
+    cache, stop = sys.argv[1], sys.argv[2]
+    peak = n = 0
+    fd = os.open(os.path.join(cache, '.cache.lock'), os.O_CREAT | os.O_RDWR, 0o644)
+    while not os.path.exists(stop):
+        fcntl.flock(fd, fcntl.LOCK_SH)  # a consistent snapshot: no reservation, eviction or rename half done
+        used = sum(e.stat().st_size for e in os.scandir(cache) if e.name.endswith(('.shard', '.part')))
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        peak, n = max(peak, used), n + 1
+        time.sleep(0.0005)
+    print(peak, n)
+''')
+
+
+class _CheckedOs:
+    """`os` as shard_cache sees it, each change to the size of a file in the cache folder checked right after it is made
+    (in every process: DataLoader workers fork with it): made while the folder lock is held, and the folder's files
+    within the limit. Violations are appended to a log file (the cache's own threads swallow exceptions)."""
+    def __init__(self, cache, limit, log): self.cache, self.limit, self.log = str(cache), limit, str(log)
+    def __getattr__(self, k): return getattr(os, k)
+    def _check(self, what, path=None):
+        if path is not None and not str(path).startswith(self.cache): return
+        import fcntl
+        fd = os.open(os.path.join(self.cache, '.cache.lock'), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            try: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB); fcntl.flock(fd, fcntl.LOCK_UN); unlocked = True
+            except BlockingIOError: unlocked = False  # someone holds it exclusively: under the lock, we are that one
+        finally: os.close(fd)
+        used = sum(e.stat().st_size for e in os.scandir(self.cache) if e.name.endswith(('.shard', '.part')))
+        if unlocked or used > self.limit:
+            with open(self.log, 'a') as f: f.write(f'{what} in {os.getpid()}: {"outside the lock, " if unlocked else ""}{used} bytes\n')
+    def posix_fallocate(self, fd, *a): os.posix_fallocate(fd, *a); self._check('fallocate')
+    def ftruncate(self, fd, n): os.ftruncate(fd, n); self._check('ftruncate')
+    def truncate(self, p, n): os.truncate(p, n); self._check('truncate', p)
+    def replace(self, a, b): os.replace(a, b); self._check('rename', b)
+    def remove(self, p): os.remove(p); self._check('remove', p)
+    def open(self, p, flags, *a):
+        fd = os.open(p, flags, *a)
+        if flags & os.O_CREAT and str(p).endswith('.part'): self._check('create', p)
+        return fd
+
+
+def test_never_over_a_limit_smaller_than_the_dataset(server, shards, tmp_path, monkeypatch):
+    """Limit: 3 of 6 shards, two epochs of 2 workers, each prefetching in a thread. Every change to the folder's size, in
+    every process, is checked as it is made (under the lock, within the limit); another process watches the folder on disk
+    through the epochs, reading consistent snapshots under the folder lock."""
+    import timmdata.shard_cache as sc
     url, hits, _ = server
     sizes = sorted(p.stat().st_size for p in shards.glob('*.tar'))
     limit = sizes[-1] + sizes[-2] + sizes[-3]
-    cache = tmp_path / 'cache'
+    cache, log, stop = tmp_path / 'cache', tmp_path / 'violations.txt', tmp_path / 'stop'
     ds = create_dataset('wds/toy', root=url, split='train', is_training=True, batch_size=4, cache_dir=str(cache), cache_limit=limit)
+    monkeypatch.setattr(sc, 'os', _CheckedOs(cache, limit, log))
     loader = create_loader(ds, (3, 16, 16), 4, is_training=True, num_workers=2, device='cpu')
-    peak, stop = [0, 0], threading.Event()
-    def watch():
-        while not stop.is_set():
-            used = 0
-            for e in os.scandir(cache):
-                try: used += e.stat().st_size if not e.name.endswith('.lock') else 0
-                except FileNotFoundError: pass  # evicted or renamed between the listing and the stat
-            peak[0], peak[1] = max(peak[0], used), peak[1] + 1
-            time.sleep(0.001)
-    t = threading.Thread(target=watch, daemon=True); t.start()
+    watcher = subprocess.Popen([sys.executable, '-c', _WATCH, str(cache), str(stop)], stdout=subprocess.PIPE, text=True)
     try:
         for e in range(2):
             ds.set_epoch(e)
             assert _epoch(loader) == list(range(N_SHARDS * PER_SHARD))
-    finally: stop.set(); t.join()
-    assert peak[1] > 10, 'the watcher did not run'
-    assert 0 < peak[0] <= limit, (peak, limit)
+    finally:
+        stop.touch(); peak, n = map(int, watcher.communicate(timeout=30)[0].split())
+    assert not log.exists(), log.read_text()
+    assert n > 10, 'the watcher did not run'
+    assert 0 < peak <= limit, (peak, limit)
     assert sum(p.stat().st_size for p in cache.glob('*.shard')) <= limit
     assert sum(_shard_hits(hits).values()) > N_SHARDS  # evictions: some shards fetched again in epoch 2
 

@@ -4,7 +4,8 @@
 
 # %% ../nbs/27a_shard_cache.ipynb #99f872d9
 from __future__ import annotations
-import fcntl, hashlib, os, queue, re, sys, threading, time
+import errno, fcntl, hashlib, os, queue, re, sys, threading, warnings
+from contextlib import contextmanager
 from typing import Callable, Optional
 
 # %% auto #0
@@ -42,29 +43,38 @@ def cache_name(url: str) -> str:
     return hashlib.sha1(clean.encode('utf-8', 'surrogateescape')).hexdigest()[:16] + '-' + base
 
 # %% ../nbs/27a_shard_cache.ipynb #a6d2c5bd
-def _drop_orphans(folder: str):
-    "Remove the temp files of processes that died while writing (their reservations would hold space forever)."
-    for f in os.listdir(folder):
-        if f.endswith('.part'):
-            p = os.path.join(folder, f)
-            try:
-                if time.time() - os.path.getmtime(p) < 120: continue  # written lately: alive (perhaps in another container)
-                os.kill(int(f.rsplit('.', 3)[-3]), 0)
-            except ProcessLookupError:
-                try: os.remove(p)
-                except FileNotFoundError: pass
-            except (ValueError, OSError): pass
+_MUTEX = threading.Lock()  # held through every critical section of a cache folder's lock in this process: a fork waits for it
+_HELD = set()  # the shard-lock fds of this process's downloads
+_STEP = 8 << 20  # a shard of unknown size reserves this much more at a time (less when the limit is near)
 
-_HELD = set()  # lock fds of the shards this process is writing
-
-def _after_fork():
+def _after_fork_child():
     "A forked child (a DataLoader worker) shares its parent's open locks: it closes its copies, or they would outlive the download."
     for fd in _HELD:
         try: os.close(fd)
         except OSError: pass
     _HELD.clear()
+    _MUTEX.release()
 
-os.register_at_fork(after_in_child=_after_fork)
+# No fork while a thread holds the folder lock: the child would inherit the lock's file description and hold it forever.
+os.register_at_fork(before=_MUTEX.acquire, after_in_parent=_MUTEX.release, after_in_child=_after_fork_child)
+
+def _open_held(path: str) -> int:
+    "A lock file's fd, noted so that a forked child closes its copy."
+    with _MUTEX:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        _HELD.add(fd); return fd
+
+def _close_held(fd: int):
+    with _MUTEX:
+        if fd in _HELD: _HELD.discard(fd); os.close(fd)
+
+def _allocate(fd: int, start: int, n: int):
+    "Extend the file to `start + n` bytes with its blocks allocated (a full disk fails here, not halfway through a write)."
+    try: os.posix_fallocate(fd, start, n)
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS): raise
+        os.ftruncate(fd, start + n)  # a file system without fallocate: a sparse extension, counted all the same
+
 
 class _Tee:
     "A shard's stream that writes what is read into a reserved temp file; at its end the file is checked and renamed in."
@@ -72,34 +82,45 @@ class _Tee:
         self.cache, self.src, self.url, self.size, self.lock_fd = cache, src, url, size, lock_fd
         self.sha256, self.h = sha256, hashlib.sha256() if sha256 else None
         self.tmp = os.path.join(cache.dir, f'{cache_name(url)}.{os.getpid()}.{threading.get_ident()}.part')
-        self.out, self.written, self.reserved = open(self.tmp, 'wb', buffering=0), 0, 0  # unbuffered: a forked child has nothing to flush
-        _HELD.add(lock_fd)
-        if size is not None and not self._reserve(size): self._drop()
+        self.out, self.written, self.reserved = None, 0, 0
+        first = size or 0  # unknown size: reserved in steps as it streams
+        with cache._locked():
+            for f in os.listdir(cache.dir):  # temp files of this shard by writers that died: we hold its lock, they are stale
+                if f.startswith(cache_name(url) + '.') and f.endswith('.part'): cache._remove(os.path.join(cache.dir, f))
+            if cache._room(first):
+                fd = os.open(self.tmp, os.O_CREAT | os.O_RDWR | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+                self.out = open(fd, 'r+b', buffering=0)  # unbuffered: a forked child has nothing to flush
+                try: _allocate(fd, 0, first); self.reserved = first
+                except OSError: self._drop(locked=True)  # a full disk: read on, uncached
+        if self.out is None and size is not None: cache._uncached(url, size)
 
-    def _reserve(self, n: int) -> bool:
-        "Grow the temp file's reservation to `n` bytes, evicting old shards; False when it cannot fit under the limit."
-        if n <= self.reserved: return True
-        if not self.cache.make_room(n - self.reserved, exclude=self.tmp): return False
-        os.truncate(self.tmp, n); self.reserved = n  # the reservation is on disk: other processes count it
-        return True
+    def _grow(self, n: int) -> bool:
+        "Reserve `n` bytes in all (a shard of unknown size, in steps): eviction and growth in one critical section."
+        with self.cache._locked():
+            if self.out is None or not self.cache._room(n - self.reserved): return False
+            _allocate(self.out.fileno(), self.reserved, n - self.reserved); self.reserved = n
+            return True
 
-    def _drop(self):
+    def _drop(self, locked: bool = False):
         "Stop caching (the shard does not fit, or the stream failed): the reader goes on reading the source."
-        if self.out is not None:
-            self.out.close(); self.out = None
-            try: os.remove(self.tmp)
-            except FileNotFoundError: pass
+        if self.out is None: return
+        if not locked:
+            with self.cache._locked(): return self._drop(locked=True)
+        self.out.close(); self.out = None
+        self.cache._remove(self.tmp)
 
     def read(self, n: int = -1) -> bytes:
         try: b = self.src.read(n)
         except BaseException: self._drop(); raise
         if self.out is not None and b:
+            end = self.written + len(b)
             try:
-                if self.size is not None and self.written + len(b) > self.size: self._drop()  # longer than announced
-                elif self.size is not None or self._reserve(self.written + len(b) + (8 << 20)) or self._reserve(self.written + len(b)):
-                    self.out.write(b); self.written += len(b)
+                if self.size is not None and end > self.size: self._drop()  # longer than announced
+                elif end > self.reserved and not (self._grow(end + _STEP) or self._grow(end)):
+                    self._drop(); self.cache._uncached(self.url, None)
+                else:
+                    self.out.write(b); self.written = end  # inside the reservation: the file does not grow
                     if self.h is not None: self.h.update(b)
-                else: self._drop()
             except OSError: self._drop()  # a full disk, a removed temp file: the reader goes on, uncached
         return b
 
@@ -111,36 +132,41 @@ class _Tee:
                     while self.read(1 << 20): pass  # tar padding after the end-of-archive blocks: the copy is the whole shard
                 except Exception: pass  # _drop ran
             if self.out is not None:
-                self.out.close(); self.out = None
-                try:
-                    if (self.written == self.size or (self.size is None and self._ends_archive())) and \
-                       (self.h is None or self.h.hexdigest() == self.sha256.lower()):  # the listing's checksum, when it has one
-                        os.truncate(self.tmp, self.written)
-                        os.replace(self.tmp, os.path.join(self.cache.dir, f'{cache_name(self.url)}.{self.written}.shard'))
-                    else: os.remove(self.tmp)
-                except FileNotFoundError: pass  # removed by someone else: not cached, nothing to clean
+                keep = (self.written == self.size or (self.size is None and self._ends_archive())) and \
+                       (self.h is None or self.h.hexdigest() == self.sha256.lower())  # the listing's checksum, when it has one
+                with self.cache._locked():
+                    try:
+                        if keep:
+                            os.ftruncate(self.out.fileno(), self.written)  # the unused reservation given back
+                            self.out.close(); self.out = None
+                            os.replace(self.tmp, os.path.join(self.cache.dir, f'{cache_name(self.url)}.{self.written}.shard'))
+                        else: self._drop(locked=True)
+                    except FileNotFoundError: pass  # removed by someone else: not cached, nothing to clean
+                    finally:
+                        if self.out is not None: self.out.close(); self.out = None
         finally:
             self.src.close()
-            if self.lock_fd in _HELD: _HELD.discard(self.lock_fd); os.close(self.lock_fd)  # releases the shard's lock
+            _close_held(self.lock_fd)  # releases the shard's lock
 
     def _ends_archive(self) -> bool:
         "Without an announced size, a copy is kept only when it ends like a whole tar (two zero blocks): not a cut stream."
         if self.written < 1024: return False
-        with open(self.tmp, 'rb') as f: f.seek(self.written - 1024); return f.read(1024).count(0) == 1024
+        return os.pread(self.out.fileno(), 1024, self.written - 1024).count(0) == 1024
 
     def __enter__(self): return self
     def __exit__(self, *a): self.close()
 
 
 class _Hit:
-    "A cached copy being read; closed while a read error propagates (a damaged tar), the copy is deleted: fetched again next time."
-    def __init__(self, f, path: str): self.f, self.path = f, path
-    def read(self, n: int = -1) -> bytes: return self.f.read(n)
+    "A cached copy being read, under a shared lock (never evicted while read); closed while a read error propagates (a damaged tar), the copy is deleted: fetched again next time."
+    def __init__(self, f, path: str, cache):
+        self.f, self.path, self.cache = f, path, cache
+        self.read = f.read  # the file's own read: no Python frame per call
     def close(self):
-        self.f.close()
-        if isinstance(sys.exc_info()[1], OSError):  # ShardError from the tar reader, or an I/O error of the copy
-            try: os.remove(self.path)
-            except FileNotFoundError: pass
+        damaged = isinstance(sys.exc_info()[1], OSError)  # ShardError from the tar reader, or an I/O error of the copy
+        if damaged:
+            with self.cache._locked(): self.cache._remove(self.path, os.fstat(self.f.fileno()).st_ino)
+        self.f.close()  # releases the shared lock
     def __enter__(self): return self
     def __exit__(self, *a): self.close()
 
@@ -158,6 +184,7 @@ class ShardCache:
         os.makedirs(self.dir, exist_ok=True)
         self.opener, self.order, self.prefetch = opener, list(order), prefetch
         self._q = self._thread = self._pid = None
+        self._warned = set()
         self.plan(self.order)
         self._known = {}  # base name -> (bytes, sha256) from the info file
         for sp in ((info or {}).get('splits') or {}).values():
@@ -178,6 +205,16 @@ class ShardCache:
 
     def __getstate__(self): return {**self.__dict__, '_q': None, '_thread': None}  # a DataLoader worker starts its own thread
 
+    @contextmanager
+    def _locked(self, shared: bool = False):
+        "The folder lock: every change to the size of the folder's files (reserve, evict, rename in, delete) happens under it."
+        with _MUTEX:  # the threads of this process, and no fork meanwhile
+            fd = os.open(os.path.join(self.dir, '.cache.lock'), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+                yield
+            finally: os.close(fd)
+
     def path(self, url: str) -> Optional[str]:
         "The complete cached copy of `url`, or None."
         stem = cache_name(url) + '.'
@@ -186,40 +223,72 @@ class ShardCache:
         return None
 
     def usage(self) -> int:
-        "Bytes in the cache folder: complete shards and the reservations of those being written."
-        return sum(size for _, size, _ in self._files())
+        "Bytes on disk in the cache folder: complete shards and the reservations of those being written (a consistent snapshot)."
+        with self._locked(shared=True): return sum(size for _, size, _ in self._files())
 
     def _files(self) -> list:
-        "(mtime, size, path) of the complete shards and the reservations in the cache folder, read once each."
+        "(mtime, size, path) of the complete shards and the reservations in the cache folder (under the lock: nothing moves)."
         out = []
         for e in os.scandir(self.dir):
             if not e.name.endswith(('.shard', '.part')): continue
             try: st = e.stat()
-            except FileNotFoundError: continue  # renamed in or evicted by another worker between the listing and the stat
+            except FileNotFoundError: continue  # a damaged copy removed by its reader
             out.append((st.st_mtime, st.st_size, e.path))
         return out
 
-    def make_room(self, n: int, exclude: str = '') -> bool:
-        "Evict least-recently-used shards until `n` more bytes fit under the limit; False when they cannot."
-        if self.limit is None: return True
-        if n > self.limit: return False
-        with open(os.path.join(self.dir, '.cache.lock'), 'a') as lk:
-            fcntl.flock(lk, fcntl.LOCK_EX)  # one process at a time decides what to evict and reserves
-            _drop_orphans(self.dir)
-            files = self._files()
-            used = sum(s for _, s, _ in files)
-            for _, s, p in sorted(f for f in files if f[2].endswith('.shard')):
-                if used + n <= self.limit: break
-                try: os.remove(p); used -= s
-                except FileNotFoundError: used -= s
-            if used + n > self.limit: return False
-            if exclude: os.truncate(exclude, os.path.getsize(exclude) + n)  # reserved while the lock is held
-            return True
+    def _remove(self, path: str, ino: Optional[int] = None):
+        "Delete `path` (only if it is still the file `ino`); under the lock."
+        try:
+            if ino is None or os.stat(path).st_ino == ino: os.remove(path)
+        except FileNotFoundError: pass
 
-    def _valid(self, p: str, size: Optional[int]) -> bool:
+    def _room(self, n: int) -> bool:
+        "Under the lock: evict least-recently-used shards that nobody reads until `n` more bytes fit; False (and nothing evicted) when they cannot."
+        if self.limit is None: return True
+        files, used, evictable = self._files(), 0, []
+        for t, s, p in files:
+            if p.endswith('.part') and self._orphan(p): self._remove(p)
+            else:
+                used += s
+                if p.endswith('.shard'): evictable.append((t, s, p))
+        if used + n <= self.limit: return True
+        held, free = [], used
+        for t, s, p in sorted(evictable):  # least recently used first
+            if free + n <= self.limit: break
+            try: fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError: free -= s; continue
+            try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError: os.close(fd); continue  # being read: its bytes stay on disk, so it stays
+            held.append((fd, p)); free -= s
+        try:
+            if free + n > self.limit: return False  # it cannot fit: evict nothing
+            for fd, p in held: self._remove(p)
+            return True
+        finally:
+            for fd, _ in held: os.close(fd)
+
+    def _orphan(self, part: str) -> bool:
+        "A temp file whose writer is gone: nobody holds its shard's lock (a writer holds it until its file is renamed or removed)."
+        stem = os.path.basename(part).rsplit('.', 3)[0]
+        try: fd = os.open(os.path.join(self.dir, stem + '.lock'), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        except OSError: return False
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); return True
+        except BlockingIOError: return False
+        finally: os.close(fd)
+
+    def _uncached(self, url: str, size: Optional[int]):
+        "Say once per shard and process that it is read from its source without a copy."
+        if url in self._warned or threading.current_thread() is self._thread: return  # the prefetcher leaves it to the reader
+        self._warned.add(url)
+        why = 'the disk is full' if self.limit is None else \
+              f'it does not fit in cache_limit={self.limit:,} bytes beside the shards being read or written'
+        warnings.warn(f'shard cache: {url.split("?", 1)[0]} ({"unknown size" if size is None else f"{size:,} bytes"}): {why}; '
+                      f'read from the source without caching (raise cache_limit, or free the disk, to cache it)', stacklevel=3)
+
+    def _valid(self, p: str, size: Optional[int], st) -> bool:
         "A cached file is served only when its length is the one recorded in its name (and the known size)."
         want = int(p.rsplit('.', 2)[-2])
-        return os.path.getsize(p) == want and (size is None or want == size)
+        return st.st_size == want and (size is None or want == size)
 
     def __call__(self, url: str, timeout: float = 60., size: Optional[int] = None):
         "A stream of shard `url`: the cached copy, else the source read through into the cache (local shards: the source)."
@@ -227,34 +296,50 @@ class ShardCache:
         self._prefetch(self._next.get(url, ()), timeout)
         return self._open(url, timeout, size)
 
+    def _hit(self, p: str, size: Optional[int]):
+        "The copy at `p` opened under a shared lock (so not evicted while read); None when it went meanwhile; removed if damaged."
+        try: fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError: return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            st = os.fstat(fd)
+            if os.stat(p).st_ino != st.st_ino: raise FileNotFoundError(p)  # evicted before our lock: another file now
+            if not self._valid(p, size, st):  # damaged (truncated, or not the announced size): fetched again, never served
+                with self._locked(): self._remove(p, st.st_ino)
+                raise FileNotFoundError(p)
+        except BaseException as e:
+            os.close(fd)
+            if isinstance(e, FileNotFoundError): return None
+            raise
+        try: os.utime(p)  # touched: recently used
+        except FileNotFoundError: pass
+        return _Hit(open(fd, 'rb'), p, self)
+
     def _open(self, url: str, timeout: float, size: Optional[int]):
         known, sha = self._known.get(url.split('?', 1)[0].rsplit('/', 1)[-1], (None, None))
         size = known if size is None else size
         while True:
             p = self.path(url)
             if p is not None:
-                try: ok = self._valid(p, size)
-                except FileNotFoundError: continue  # evicted meanwhile (by another reader's room-making, or the prefetcher)
-                if ok:
-                    try: f = open(p, 'rb')
-                    except FileNotFoundError: continue  # evicted meanwhile
-                    try: os.utime(p)  # touched: recently used
-                    except FileNotFoundError: pass
-                    return _Hit(f, p)
-                try: os.remove(p)  # damaged (truncated, or not the announced size): fetched again, never served
-                except FileNotFoundError: pass
-            fd = os.open(os.path.join(self.dir, cache_name(url) + '.lock'), os.O_CREAT | os.O_RDWR, 0o644)
+                h = self._hit(p, size)
+                if h is not None: return h
+                continue
+            fd = _open_held(os.path.join(self.dir, cache_name(url) + '.lock'))
             try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:  # another process or thread downloads it: wait, then read its copy
-                fcntl.flock(fd, fcntl.LOCK_EX); os.close(fd); continue
-            if self.path(url) is not None: os.close(fd); continue  # finished just before we locked
+                try: fcntl.flock(fd, fcntl.LOCK_EX)
+                finally: _close_held(fd)
+                continue
+            if self.path(url) is not None: _close_held(fd); continue  # finished just before we locked
             try:
                 src = self.opener(url, timeout)
                 if size is None:
                     cl = getattr(src, 'headers', None) and src.headers.get('Content-Length')
                     size = int(cl) if cl and cl.isdigit() else getattr(src, 'size', None)
+                if self.limit is not None and size is not None and size > self.limit:
+                    self._uncached(url, size); _close_held(fd); return src  # bigger than the whole cache
                 return _Tee(self, src, url, size, fd, sha)
-            except BaseException: _HELD.discard(fd); os.close(fd); raise
+            except BaseException: _close_held(fd); raise
 
     def _prefetch(self, urls, timeout: float):
         "Fetch `urls` into the cache in a background thread (errors there are left to the reader that opens them later)."
