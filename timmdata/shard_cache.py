@@ -280,7 +280,8 @@ class ShardCache:
         "Say once per shard and process that it is read from its source without a copy."
         if url in self._warned or threading.current_thread() is self._thread: return  # the prefetcher leaves it to the reader
         self._warned.add(url)
-        why = 'the disk is full' if self.limit is None else \
+        why = 'the disk is full' if self.limit is None else f'it is bigger than cache_limit={self.limit:,} bytes' \
+              if size is not None and size > self.limit else \
               f'it does not fit in cache_limit={self.limit:,} bytes beside the shards being read or written'
         warnings.warn(f'shard cache: {url.split("?", 1)[0]} ({"unknown size" if size is None else f"{size:,} bytes"}): {why}; '
                       f'read from the source without caching (raise cache_limit, or free the disk, to cache it)', stacklevel=3)
