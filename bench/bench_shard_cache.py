@@ -42,6 +42,7 @@ def main():
     write_shards(folder, tmp / 'shards', shard_size=shard_size, split='train', progress=False)
     size = sum(p.stat().st_size for p in (tmp / 'shards').glob('*.tar'))
     print(f'{n} images, {a.workers} workers, batch {a.batch_size}, input {a.input_size}, shards of {shard_size}: {size / 2**20:.0f} MB')
+    print('load average (1, 5, 15 min) at the start: ' + ' '.join(f'{x:.2f}' for x in os.getloadavg()))
     port = _free_port()
     server = subprocess.Popen([sys.executable, '-m', 'http.server', str(port), '--bind', '127.0.0.1', '--directory',
                                str(tmp / 'shards')], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -81,6 +82,7 @@ def main():
             raw['http + cache'].cache.wait()
         base = statistics.median(secs['local shards'])
         print(f'raw read (no decode): ' + ', '.join(f'{k} {statistics.median(v):.0f}/s ({statistics.median(v) / base:.2f}x local)' for k, v in secs.items()))
+        print('load average (1, 5, 15 min) at the end: ' + ' '.join(f'{x:.2f}' for x in os.getloadavg()))
     finally:
         server.terminate(); server.wait()
         loaders.clear()
