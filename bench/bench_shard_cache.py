@@ -7,7 +7,7 @@ no decode, one process), which shows the I/O alone where the loader's decode hid
 
     python bench/bench_shard_cache.py --n 1000 --epochs 3 --workers 2
 """
-import argparse, os, socket, statistics, subprocess, sys, tempfile, time, warnings
+import argparse, os, shutil, socket, statistics, subprocess, sys, tempfile, time, warnings
 from pathlib import Path
 from timmdata import ImageDataset, create_loader, make_sample_dataset
 from timmdata.shard_io import WdsSource
@@ -43,6 +43,7 @@ def main():
     size = sum(p.stat().st_size for p in (tmp / 'shards').glob('*.tar'))
     print(f'{n} images, {a.workers} workers, batch {a.batch_size}, input {a.input_size}, shards of {shard_size}: {size / 2**20:.0f} MB')
     print('load average (1, 5, 15 min) at the start: ' + ' '.join(f'{x:.2f}' for x in os.getloadavg()))
+    for d in ('cache', 'cache_raw'): shutil.rmtree(tmp / d, ignore_errors=True)  # a reused --root: copies of another port's URLs
     port = _free_port()
     server = subprocess.Popen([sys.executable, '-m', 'http.server', str(port), '--bind', '127.0.0.1', '--directory',
                                str(tmp / 'shards')], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -76,6 +76,77 @@ def _allocate(fd: int, start: int, n: int):
         os.ftruncate(fd, start + n)  # a file system without fallocate: a sparse extension, counted all the same
 
 
+class _Folder:
+    "The bytes in a cache folder, kept under a limit by every process and thread that shares it: the lock, the count, eviction."
+    def __init__(self, cache_dir, limit=None):
+        self.dir, self.limit = os.path.abspath(os.fspath(cache_dir)), None if limit is None else parse_size(limit)
+        os.makedirs(self.dir, exist_ok=True)
+
+    @contextmanager
+    def _locked(self, shared: bool = False):
+        "The folder lock: every change to the size of the folder's files (reserve, evict, rename in, delete) happens under it."
+        with _MUTEX:  # the threads of this process, and no fork meanwhile
+            fd = os.open(os.path.join(self.dir, '.cache.lock'), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+                yield
+            finally: os.close(fd)
+
+    def usage(self) -> int:
+        "Bytes on disk in the cache folder: complete shards and the reservations of those being written (a consistent snapshot)."
+        with self._locked(shared=True): return sum(size for _, size, _ in self._files())
+
+    def _files(self) -> list:
+        "(mtime, size, path) of the complete shards and the reservations in the cache folder (under the lock: nothing moves)."
+        out = []
+        for e in os.scandir(self.dir):
+            if not e.name.endswith(('.shard', '.part')): continue
+            try: st = e.stat()
+            except FileNotFoundError: continue  # removed by hand
+            out.append((st.st_mtime, st.st_size, e.path))
+        return out
+
+    def _remove(self, path: str, ino: Optional[int] = None):
+        "Delete `path` (only if it is still the file `ino`); under the lock."
+        try:
+            if ino is None or os.stat(path).st_ino == ino: os.remove(path)
+        except FileNotFoundError: pass
+
+    def _room(self, n: int) -> bool:
+        "Under the lock: evict least-recently-used shards that nobody reads until `n` more bytes fit; False (and nothing evicted) when they cannot."
+        if self.limit is None: return True
+        files, used, evictable = self._files(), 0, []
+        for t, s, p in files:
+            if p.endswith('.part') and self._orphan(p): self._remove(p)
+            else:
+                used += s
+                if p.endswith('.shard'): evictable.append((t, s, p))
+        if used + n <= self.limit: return True
+        held, free = [], used
+        for t, s, p in sorted(evictable):  # least recently used first
+            if free + n <= self.limit: break
+            try: fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError: free -= s; continue
+            try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError: os.close(fd); continue  # being read: its bytes stay on disk, so it stays
+            held.append((fd, p)); free -= s
+        try:
+            if free + n > self.limit: return False  # it cannot fit: evict nothing
+            for fd, p in held: self._remove(p)
+            return True
+        finally:
+            for fd, _ in held: os.close(fd)
+
+    def _orphan(self, part: str) -> bool:
+        "A temp file whose writer is gone: nobody holds its shard's lock (a writer holds it until its file is renamed or removed)."
+        stem = os.path.basename(part).rsplit('.', 3)[0]
+        try: fd = os.open(os.path.join(self.dir, stem + '.lock'), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        except OSError: return False
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); return True
+        except BlockingIOError: return False
+        finally: os.close(fd)
+
+
 class _Tee:
     "A shard's stream that writes what is read into a reserved temp file; at its end the file is checked and renamed in."
     def __init__(self, cache, src, url: str, size: Optional[int], lock_fd: int, sha256: Optional[str] = None):
@@ -171,7 +242,7 @@ class _Hit:
     def __exit__(self, *a): self.close()
 
 
-class ShardCache:
+class ShardCache(_Folder):
     "A folder of remote shards shared by the processes of one machine: filled as shards stream, LRU-evicted under `limit`."
     def __init__(self, cache_dir, # the folder (made if missing); processes that share it share the shards
                  limit=None, # the most bytes kept on disk (an int or '50GB'); None: no limit
@@ -180,8 +251,7 @@ class ShardCache:
                  prefetch: int = 1, # shards fetched ahead in a background thread while one is read
                  info: Optional[dict] = None, # `_info.json`: its splits' optional `shard_bytes`, `shard_sha256` (parallel to `filenames`) are checked
                 ):
-        self.dir, self.limit = os.path.abspath(os.fspath(cache_dir)), None if limit is None else parse_size(limit)
-        os.makedirs(self.dir, exist_ok=True)
+        super().__init__(cache_dir, limit)
         self.opener, self.order, self.prefetch = opener, list(order), prefetch
         self._q = self._thread = self._pid = None
         self._warned = set()
@@ -205,76 +275,12 @@ class ShardCache:
 
     def __getstate__(self): return {**self.__dict__, '_q': None, '_thread': None}  # a DataLoader worker starts its own thread
 
-    @contextmanager
-    def _locked(self, shared: bool = False):
-        "The folder lock: every change to the size of the folder's files (reserve, evict, rename in, delete) happens under it."
-        with _MUTEX:  # the threads of this process, and no fork meanwhile
-            fd = os.open(os.path.join(self.dir, '.cache.lock'), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-                yield
-            finally: os.close(fd)
-
     def path(self, url: str) -> Optional[str]:
         "The complete cached copy of `url`, or None."
         stem = cache_name(url) + '.'
         for f in os.listdir(self.dir):
             if f.startswith(stem) and f.endswith('.shard') and f[len(stem):-6].isdigit(): return os.path.join(self.dir, f)
         return None
-
-    def usage(self) -> int:
-        "Bytes on disk in the cache folder: complete shards and the reservations of those being written (a consistent snapshot)."
-        with self._locked(shared=True): return sum(size for _, size, _ in self._files())
-
-    def _files(self) -> list:
-        "(mtime, size, path) of the complete shards and the reservations in the cache folder (under the lock: nothing moves)."
-        out = []
-        for e in os.scandir(self.dir):
-            if not e.name.endswith(('.shard', '.part')): continue
-            try: st = e.stat()
-            except FileNotFoundError: continue  # a damaged copy removed by its reader
-            out.append((st.st_mtime, st.st_size, e.path))
-        return out
-
-    def _remove(self, path: str, ino: Optional[int] = None):
-        "Delete `path` (only if it is still the file `ino`); under the lock."
-        try:
-            if ino is None or os.stat(path).st_ino == ino: os.remove(path)
-        except FileNotFoundError: pass
-
-    def _room(self, n: int) -> bool:
-        "Under the lock: evict least-recently-used shards that nobody reads until `n` more bytes fit; False (and nothing evicted) when they cannot."
-        if self.limit is None: return True
-        files, used, evictable = self._files(), 0, []
-        for t, s, p in files:
-            if p.endswith('.part') and self._orphan(p): self._remove(p)
-            else:
-                used += s
-                if p.endswith('.shard'): evictable.append((t, s, p))
-        if used + n <= self.limit: return True
-        held, free = [], used
-        for t, s, p in sorted(evictable):  # least recently used first
-            if free + n <= self.limit: break
-            try: fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError: free -= s; continue
-            try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError: os.close(fd); continue  # being read: its bytes stay on disk, so it stays
-            held.append((fd, p)); free -= s
-        try:
-            if free + n > self.limit: return False  # it cannot fit: evict nothing
-            for fd, p in held: self._remove(p)
-            return True
-        finally:
-            for fd, _ in held: os.close(fd)
-
-    def _orphan(self, part: str) -> bool:
-        "A temp file whose writer is gone: nobody holds its shard's lock (a writer holds it until its file is renamed or removed)."
-        stem = os.path.basename(part).rsplit('.', 3)[0]
-        try: fd = os.open(os.path.join(self.dir, stem + '.lock'), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
-        except OSError: return False
-        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); return True
-        except BlockingIOError: return False
-        finally: os.close(fd)
 
     def _uncached(self, url: str, size: Optional[int]):
         "Say once per shard and process that it is read from its source without a copy."
