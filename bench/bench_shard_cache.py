@@ -34,6 +34,7 @@ def main():
     ap.add_argument('--batch-size', type=int, default=64)
     ap.add_argument('--input-size', type=int, default=224)
     ap.add_argument('--root', default=None, help='work folder (default: a temporary one)')
+    ap.add_argument('--raw-passes', type=int, default=10, help='passes over the shards per timed raw read')
     a = ap.parse_args()
     tmp = Path(a.root or tempfile.mkdtemp(prefix='bench_shard_cache_'))
     folder = make_sample_dataset(tmp / 'images', n_train=max(1, a.n // 10), n_val=1, size=(500, 375)) / 'train'
@@ -78,11 +79,14 @@ def main():
         for e in range(a.epochs + 1):  # epoch 0 fills the cache
             for name, src in raw.items():
                 t0 = time.perf_counter()
-                got = sum(1 for sh in src.shards for _ in src.iter_shard(sh))
+                got = sum(1 for _p in range(a.raw_passes) for sh in src.shards for _ in src.iter_shard(sh))  # long enough to time
                 if e: secs[name].append(got / (time.perf_counter() - t0))
             raw['http + cache'].cache.wait()
         base = statistics.median(secs['local shards'])
         print(f'raw read (no decode): ' + ', '.join(f'{k} {statistics.median(v):.0f}/s ({statistics.median(v) / base:.2f}x local)' for k, v in secs.items()))
+        ratios = [c / l for l, c in zip(secs['local shards'], secs['http + cache'], strict=True)]
+        print('raw read, http + cache / local shards, epoch by epoch: ' + ' '.join(f'{r:.2f}' for r in ratios) +
+              f' (median {statistics.median(ratios):.2f})')
         print('load average (1, 5, 15 min) at the end: ' + ' '.join(f'{x:.2f}' for x in os.getloadavg()))
     finally:
         server.terminate(); server.wait()
