@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 from .readers import MAX_JSON_BYTES, natural_key, relative_name, split_names
 from .untrusted import inside
+from .shard_cache import ShardCache
 
 
 # %% auto #0
@@ -326,6 +327,7 @@ class WdsSource:
                  backoff: float = 0.25, # first wait before a retry, in seconds (then 4x, 16x)
                  timeout: float = 60., # seconds a connection may stall
                  allow_pipe: Optional[bool] = None, # run `pipe:` shards; None: only when `root` or `split` you pass names them
+                 cache_dir=None, cache_limit=None, # keep remote shards in this folder, at most this many bytes (int or '50GB'): see shard_cache
                 ):
         self.root, self.split, self.retries, self.backoff, self.timeout = root, split, retries, backoff, timeout
         given = ' '.join(map(str, root)) if isinstance(root, (list, tuple)) else str(root)
@@ -338,7 +340,7 @@ class WdsSource:
         self.num_samples = num_samples if num_samples is not None else n
         if self.shard_lengths is not None and len(self.shard_lengths) != len(self.shards):
             raise ValueError(f'_info.json of {root!r}: split {split!r} lists {len(self.shards)} shards but {len(self.shard_lengths)} shard_lengths')
-        self._lengths = dict(zip(self.shards, self.shard_lengths or ()))
+        self._lengths, self.cache = dict(zip(self.shards, self.shard_lengths or ())), None if cache_dir is None else ShardCache(cache_dir, cache_limit, open_shard, self.shards, info=self.info)
         nc = (self.info or {}).get('num_classes')
         self.num_classes = nc if isinstance(nc, int) and not isinstance(nc, bool) and nc > 0 else None
 
@@ -368,7 +370,7 @@ class WdsSource:
         done, attempt = 0, 0
         while True:
             try:
-                f = open_shard(shard, self.timeout)
+                f = (self.cache or open_shard)(shard, self.timeout)  # a cache reads local shards at their source
                 try:
                     for i, sample in enumerate(self._samples(f, shard)):
                         if i >= done: done += 1; yield sample

@@ -242,6 +242,7 @@ def _worker(self: IterableImageDataset) -> tuple:
 @patch
 def _raw(self: IterableImageDataset, shards: list) -> Iterator[tuple]:
     "(shard, key, image, target) of `shards`, in order."
+    if isinstance(self.source, WdsSource) and self.source.cache is not None: self.source.cache.plan(shards)  # prefetch this worker's next shard
     for s in shards:
         for key, img, target in self.source.iter_shard(s): yield s, key, img, target
 
