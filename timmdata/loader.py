@@ -15,7 +15,7 @@ from .batch_ring import BatchRing
 from .gpu_decode import create_device_decode_loader, refuse_off_default
 from .prefetch import PrefetchLoader
 from .runtime import SEED_MIX, default_rank, resolve_device
-from .torch_compat import shutdown_workers
+from .torch_compat import keep_iterator, kept_iterator, shutdown_workers
 from .scheduled_sampler import Sampling, ScheduledTransformDataset, make_batch_plan
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 from .resume import BatchPlan, ResumableDataLoader, ResumablePrefetchLoader, StatefulLoader
@@ -78,7 +78,7 @@ class MultiEpochsDataLoader(DataLoader):
             elif shuffle: raise ValueError("MultiEpochsDataLoader: sampler and shuffle=True are mutually exclusive")
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
         self.epoch_batch_sampler = batch_sampler  # one epoch's batches (the DataLoader's own batch sampler repeats it)
-        self._iterator = None  # made on the first epoch, so a set_epoch() before it is honoured
+        keep_iterator(self, None)  # made on the first epoch, so a set_epoch() before it is honoured
         super().__init__(dataset, batch_sampler=_RepeatSampler(batch_sampler), **kwargs)
 
     # DataLoader sets .sampler to a default one (the batch sampler owns ours): expose the real one
@@ -90,8 +90,9 @@ class MultiEpochsDataLoader(DataLoader):
     def __len__(self) -> int: return len(self.epoch_batch_sampler)
 
     def __iter__(self):
-        if self._iterator is None: self._iterator = super().__iter__()
-        for _ in range(len(self)): yield next(self._iterator)
+        if kept_iterator(self) is None: keep_iterator(self, super().__iter__())
+        it = kept_iterator(self)
+        for _ in range(len(self)): yield next(it)
 
 class ResumableMultiEpochsDataLoader(StatefulLoader, MultiEpochsDataLoader):
     "`MultiEpochsDataLoader` with `state_dict()` / `load_state_dict()` (`timmdata.resume`): each pass ends where its epoch ends."
@@ -100,15 +101,15 @@ class ResumableMultiEpochsDataLoader(StatefulLoader, MultiEpochsDataLoader):
     def plan(self) -> Optional[BatchPlan]:
         "The batch plan of one epoch (under the sampler that repeats it); None over a stream."
         return self.epoch_batch_sampler if isinstance(self.epoch_batch_sampler, BatchPlan) else None
-    def fresh_pass(self) -> bool: return self._iterator is None
+    def fresh_pass(self) -> bool: return kept_iterator(self) is None
     def batch_iterator(self):
         if self.plan is None: return MultiEpochsDataLoader.__iter__(self)
-        if self._iterator is None: self._iterator = DataLoader.__iter__(self)
-        return self._iterator
+        if kept_iterator(self) is None: keep_iterator(self, DataLoader.__iter__(self))
+        return kept_iterator(self)
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict`; workers already running ahead (planned from the old position) are stopped."
-        shutdown_workers(self._iterator)  # timmdata.torch_compat: joins its workers (nothing to do without any)
-        self._iterator = None
+        shutdown_workers(kept_iterator(self))  # joins its workers (nothing to do without any)
+        keep_iterator(self, None)
         super().load_state_dict(state_dict)
 
 # %% ../nbs/14_loader.ipynb #7d8934fa

@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 
 # %% auto #0
-__all__ = ['kept_iterator', 'forget_iterator', 'worker_processes', 'shutdown_workers', 'new_shared_storage',
+__all__ = ['kept_iterator', 'forget_iterator', 'keep_iterator', 'worker_processes', 'shutdown_workers', 'new_shared_storage',
            'cuda_default_generator']
 
 # %% ../nbs/00b_torch_compat.ipynb #de6d51b1
@@ -21,6 +21,12 @@ def kept_iterator(loader) -> Optional[object]:
 def forget_iterator(loader):
     "Make the next epoch of `loader` start a new iterator (and new worker processes)."
     loader._iterator = None
+
+# checked: torch 2.0 to 2.14 (the slot `kept_iterator` reads; a loader that keeps its own iterator across epochs,
+# like `MultiEpochsDataLoader`, keeps it there, so worker shutdown finds it as it finds a persistent one)
+def keep_iterator(loader, it):
+    "Keep `it` as the iterator `loader` runs on across epochs (what `kept_iterator` returns); None forgets it."
+    loader._iterator = it
 
 # checked: torch 2.0 to 2.14 (`_MultiProcessingDataLoaderIter._workers`: the processes, by worker id)
 def worker_processes(it) -> Optional[list]:
