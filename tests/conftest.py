@@ -7,6 +7,11 @@ import numpy as np
 import pytest, torch
 from timmdata.sample_data import make_sample_dataset
 
+# One intra-op thread per test process (TIMMDATA_TEST_THREADS=N for others): `make test` runs two pytest processes
+# on two cores (xdist), and a loader resizing in the main process (num_workers=0) with two threads on busy cores spent
+# ~20x longer per resize (thread hand-offs), which is most of the in-process tests' time. Workers use one thread anyway.
+torch.set_num_threads(int(os.environ.get('TIMMDATA_TEST_THREADS', '1')))
+
 def pytest_configure(config):
     config.addinivalue_line('markers', 'cuda: needs a CUDA device (skipped without one)')
     config.addinivalue_line('markers', 'slow: takes more than a few seconds')
