@@ -483,8 +483,8 @@ def _torchrun_rank(rank, world, root, port, out):
 @pytest.mark.slow
 def test_mode_torchrun_two_ranks(sample_root, tmp_path):
     "--nproc_per_node 2 (gloo, CPU): train.py's eval loader with distributed=True; the ranks' samples are the whole split."
-    import socket
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
+    from _helpers import free_port
+    port = free_port()
     torch.multiprocessing.spawn(_torchrun_rank, args=(2, str(sample_root), port, str(tmp_path)), nprocs=2)
     r = [torch.load(tmp_path / f'{i}.pt') for i in range(2)]
     assert r[0]['n'] == len(r[0]['indices']) and r[1]['n'] == len(r[1]['indices'])
