@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # nbdev 2's docs commands shell out to whatever `pip` comes first: keep the venv first on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: jpeg-headers browser install demo test test-start sync-check readme-check nbtest pytest docs docs-check bench clean
+.PHONY: jpeg-headers browser install demo test test-start sync-check readme-check nbtest pytest docs docs-check bench clean format renumber-plan
 
 # stock Debian/Ubuntu Pythons need python3-venv for `-m venv` (ensurepip)
 $(VENV)/bin/python:
@@ -41,6 +41,14 @@ demo: install
 sync-check: install
 	@echo "== sync-check: do the notebooks and timmdata/ agree? (seconds)"
 	bash tools/check_sync.sh
+
+# the notebooks' code cells as ruff format writes them (ruff.toml), then nbdev_clean && nbdev_export
+format: install
+	bash tools/format_nbs.sh
+
+# how tools/renumber_nbs.py would renumber the notebooks in the data's way (drop --dry-run to apply)
+renumber-plan: install
+	$(PY) tools/renumber_nbs.py --dry-run
 
 readme-check: install
 	@echo "== readme-check: is README.md made from nbs/index.ipynb? (seconds)"

@@ -2,10 +2,15 @@
 Slow tests (stress, fuzzing) run only with TIMMDATA_SLOW=1: `TIMMDATA_SLOW=1 .venv/bin/python -m pytest -m slow tests`.
 Every test starts from global RNG states drawn from its own name, so a run here and a run in CI draw the same numbers;
 `TIMMDATA_TEST_SEED=N` draws others (to hunt for tests that pass only by luck)."""
-import os, random, zlib
+import fcntl, os, random, shutil, zlib
 import numpy as np
 import pytest, torch
 from timmdata.sample_data import make_sample_dataset
+
+# One intra-op thread per test process (TIMMDATA_TEST_THREADS=N for others): `make test` runs two pytest processes
+# on two cores (xdist), and a loader resizing in the main process (num_workers=0) with two threads on busy cores spent
+# ~20x longer per resize (thread hand-offs), which is most of the in-process tests' time. Workers use one thread anyway.
+torch.set_num_threads(int(os.environ.get('TIMMDATA_TEST_THREADS', '1')))
 
 def pytest_configure(config):
     config.addinivalue_line('markers', 'cuda: needs a CUDA device (skipped without one)')
@@ -26,5 +31,16 @@ def seeded_globals(request):
 
 @pytest.fixture(scope='session')
 def sample_root(tmp_path_factory):
-    "A small imagenette-like tree: train/ (6 per class) and val/ (3 per class), 10 classes."
-    return make_sample_dataset(tmp_path_factory.mktemp('sample'), n_train=6, n_val=3)
+    """A small imagenette-like tree: train/ (6 per class) and val/ (3 per class), 10 classes. Built once per run and
+    shared by pytest-xdist's worker processes (under a lock; the build is deterministic, ~7 s): tests copy it before
+    changing anything in it."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get('PYTEST_XDIST_WORKER') else base  # the run's folder, above each worker's own
+    root, done = shared / 'sample_shared', shared / 'sample_shared.done'
+    with open(shared / 'sample_shared.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            make_sample_dataset(root, n_train=6, n_val=3)
+            done.touch()
+    return root

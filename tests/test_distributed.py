@@ -1,5 +1,5 @@
 """Distributed loading for real: two processes, torch.distributed with gloo on the CPU."""
-import json, os, socket
+import json, os
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -8,14 +8,9 @@ from timmdata.distributed_sampler import OrderedDistributedSampler
 from timmdata.loader import create_loader
 from timmdata.sample_data import make_sample_dataset
 from _datasets import IndexDataset, SeedDataset
+from _helpers import free_port
 
 WORLD = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def _run(rank, port, root, out_dir):
@@ -49,7 +44,7 @@ def test_distributed_two_ranks(tmp_path):
     root = make_sample_dataset(tmp_path / 'data', n_train=5, n_val=3, classes=['a', 'b', 'c', 'd'], size=(64, 48))
     import shutil
     shutil.rmtree(root / 'val' / 'd')  # 9 val images
-    mp.spawn(_run, args=(_free_port(), str(root), str(tmp_path)), nprocs=WORLD, join=True)
+    mp.spawn(_run, args=(free_port(), str(root), str(tmp_path)), nprocs=WORLD, join=True)
     res = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in range(WORLD)]
     assert all(r['train_sampler'] == 'DistributedSampler' for r in res)
     assert res[0]['train_seed'] == res[1]['train_seed']  # one plan for all ranks (broadcast from rank 0)

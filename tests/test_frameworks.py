@@ -2,22 +2,19 @@
 torch.distributed.checkpoint (DCP) and torchdata's StatefulDataLoader protocol. Each test stops a run mid-epoch and
 resumes it through the framework's own checkpoint; the resumed batches must be the uninterrupted run's, bit for bit.
 The two-process Lightning and Accelerate runs are slow (`TIMMDATA_SLOW=1 python -m pytest -m slow tests/test_frameworks.py`)."""
-import json, os, pickle, socket, subprocess, sys
+import json, os, pickle, subprocess, sys
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from _frameworks import batch_digest, load_seen, make_loader, tiny_root
+from _helpers import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture(scope='module')
 def root(tmp_path_factory): return tiny_root(tmp_path_factory.mktemp('frameworks'))
-
-
-def _free_port():
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
 
 
 def _digests(loader, epochs=(0, 1)):
@@ -101,7 +98,7 @@ def test_accelerate_prepare_keeps_bare_dataloader(root):
 
 def _accelerate2(root, out, **kw):
     "An Accelerate run over 2 CPU processes (torchrun, gloo)."
-    subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', str(_free_port()),
+    subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', str(free_port()),
                     os.path.join(HERE, '_frameworks.py'), 'accelerate', str(root), str(out), json.dumps(kw)],
                    check=True, env=_env(), cwd=str(out), timeout=300, capture_output=True)
 
@@ -178,7 +175,7 @@ def _dcp_rank(rank, port, root, ckpt, out):
 
 def test_dcp_save_load_two_processes(root, tmp_path):
     "dcp.save / dcp.load of {'loader': loader} on 2 gloo ranks, mid-epoch: each rank goes on with its own batches."
-    mp.start_processes(_dcp_rank, args=(_free_port(), str(root), str(tmp_path / 'ckpt'), str(tmp_path)), nprocs=2, join=True,
+    mp.start_processes(_dcp_rank, args=(free_port(), str(root), str(tmp_path / 'ckpt'), str(tmp_path)), nprocs=2, join=True,
                        start_method='fork')  # no re-import in the ranks: a few seconds less
     res = [json.load(open(tmp_path / f'dcp{r}.json')) for r in (0, 1)]
     for got, want, _ in res: assert len(want) == 10 and got == want

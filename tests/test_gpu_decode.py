@@ -2,7 +2,7 @@
 batched code): eval batches against create_loader's CPU path within a stated bound, the train plans' random draws
 against timm's, the CPU fallback for PNG / CMYK / grayscale JPEGs counted, shapes, dtypes and layouts, the errors;
 and `cuda`-marked tests of the real GPU path (skipped without a GPU)."""
-import inspect, io, math, pickle, random
+import inspect, io, math, random
 import numpy as np
 import pytest
 import torch
@@ -15,6 +15,7 @@ from timmdata.loader import create_loader
 from timmdata.mixup import FastCollateMixup
 from timmdata.sample_data import make_sample_image
 from timmdata.config import IMAGENET_DEFAULT_STD
+from _helpers import run_epochs as _run, same_batches as _same
 
 gd = pytest.importorskip('timmdata.gpu_decode')
 if decode.torchcodec_jpeg() is None: pytest.skip('torchcodec is not installed', allow_module_level=True)
@@ -259,22 +260,6 @@ def _dd(root, split='train', sampler=None, monkeypatch=None, bs=RB, **kw):
                 collate_fn=FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=18, label_smoothing=0.1))
     args.update(kw)
     return create_device_decode_loader(IndexDataset(str(root / split)), 24, bs, **args)
-
-def _run(loader, epochs, start=0, stop=None, sd=None):
-    "Batches of `epochs` (set_epoch each), optionally loading `sd` first / stopping after `stop` batches; and the state."
-    if sd is not None: loader.load_state_dict(pickle.loads(pickle.dumps(sd)))
-    out = []
-    for e in range(start, start + epochs):
-        loader.set_epoch(e)
-        for x, y in loader:
-            out.append((x.clone(), y.clone()))
-            if stop is not None and len(out) == stop: return out, loader.state_dict()
-    return out, loader.state_dict()
-
-def _same(a, b):
-    assert len(a) == len(b), (len(a), len(b))
-    for i, ((xa, ya), (xb, yb)) in enumerate(zip(a, b, strict=True)):
-        assert torch.equal(xa, xb) and torch.equal(ya, yb), f'batch {i} differs'
 
 @pytest.mark.parametrize('nw', [0, 2])
 def test_device_decode_resume_bit_identical(small_root, nw):

@@ -1,14 +1,17 @@
 """create_loader / PrefetchLoader: parity with timm, multi-worker coverage and seeding, consumer lifetime, CUDA."""
+import os
 from functools import partial
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from torch.utils.data import DataLoader
 
 from timmdata.dataset import ImageDataset
 from timmdata.collate import BatchCollate
 from timmdata.loader import (MultiEpochsDataLoader, PrefetchLoader, worker_init, create_loader, fast_collate)
+from timmdata.sample_data import make_sample_image
 from timmdata.transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from _datasets import IndexDataset, SeedDataset
 
@@ -39,21 +42,111 @@ def test_eval_parity_with_timm(sample_root):
     assert n == 30
 
 
-def test_train_parity_with_timm(sample_root):
+def _linked_folder(root, img, n=256):
+    "One image saved once and hard-linked `n` times into one class folder: every sample differs only by its augmentation."
+    (root / 'a').mkdir(parents=True)
+    img.save(root / 'a' / 'i0.jpg', quality=100)
+    for i in range(1, n): os.link(root / 'a' / 'i0.jpg', root / 'a' / f'i{i}.jpg')
+    return root
+
+
+GW, GH, GS = 128, 96, 24  # the coordinate image's size, the output size
+
+
+@pytest.fixture(scope='module')
+def stat_roots(tmp_path_factory):
+    "A coordinate image (red = x, green = y: a crop's box and flip can be read off the output) and a photo."
+    x, y = np.meshgrid(np.arange(GW) * 255 / (GW - 1), np.arange(GH) * 255 / (GH - 1))
+    grad = Image.fromarray(np.stack([x, y, np.full_like(x, 128)], -1).round().astype(np.uint8))
+    tmp = tmp_path_factory.mktemp('parity_stats')
+    return _linked_folder(tmp / 'grad', grad), _linked_folder(tmp / 'photo', make_sample_image(3).resize((96, 72)))
+
+
+@pytest.fixture
+def one_thread():
+    "One intra-op thread while both loaders run in this process (two threads on two shared cores cost 20x in resizes)."
+    n = torch.get_num_threads(); torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _geometry(loader, epochs):
+    "Per sample: crop area / image area, log(crop width / height), flipped; read off the coordinate image's output."
+    out = []
+    for _ in range(epochs):
+        for x, _ in loader:
+            assert x.shape[1:] == (3, GS, GS) and x.dtype == torch.float32
+            v = (x * STD + MEAN) * 255
+            r, g = v[:, 0].mean(1), v[:, 1].mean(2)  # red along a row, green down a column
+            w = (r[:, -1] - r[:, 0]) * GS / (GS - 1) * (GW - 1) / 255  # first and last pixel centres: (GS - 1) / GS of the crop
+            h = (g[:, -1] - g[:, 0]) * GS / (GS - 1) * (GH - 1) / 255
+            out.append(torch.stack([w.abs() * h.abs() / (GW * GH), (w.abs() / h.abs()).log(), (w < 0).double()], 1))
+    return torch.cat(out).double().numpy()
+
+
+def _photometric(loader, epochs):
+    "Per sample: each channel's mean and standard deviation, and whether a region was erased (pixels exactly 0 in all channels)."
+    out = []
+    for _ in range(epochs):
+        for x, _ in loader:
+            assert (x >= LO - 1e-5).all() and (x <= HI + 1e-5).all()
+            erased = (x == 0).all(1).flatten(1).any(1)  # 0 is no pixel value normalised: only the erasing's constant fill
+            out.append(torch.cat([x.mean((2, 3)), x.std((2, 3)), erased[:, None].float()], 1))
+    return torch.cat(out).double().numpy()
+
+
+Z, KS_C = 4.5, 2.5  # a two-sided false alarm of 7e-6 per comparison (~1e-4 over the 30 below) for any seed: Z standard
+# errors of a normal; for the KS distance c = sqrt(-log(7e-6 / 2) / 2) = 2.5 (Smirnov's asymptotic tail 2 exp(-2 c^2))
+
+
+def _ks(a, b):
+    "The two-sample Kolmogorov-Smirnov statistic: the largest gap between the two empirical distribution functions."
+    z = np.sort(np.concatenate([a, b]))
+    return np.abs(np.searchsorted(np.sort(a), z, 'right') / len(a) - np.searchsorted(np.sort(b), z, 'right') / len(b)).max()
+
+
+def _same_distribution(a, b, name):
+    """`a` (ours) and `b` (timm's) are draws of one distribution: means within Z standard errors of their difference
+    (sqrt(var_a/n + var_b/n), from the data), spreads within Z standard errors of log(sd) (delta method: sqrt(kurtosis - 1) / (2 sqrt(n))),
+    and the KS distance below its critical value at the same false-alarm rate, KS_C * sqrt(2 / n) (0.11 at n = 1024)."""
+    n = len(a); assert n == len(b) and n >= 500
+    se = np.sqrt(a.var() / n + b.var() / n)
+    assert abs(a.mean() - b.mean()) <= Z * se, f'{name}: means {a.mean():.4f} vs timm {b.mean():.4f} (bound {Z * se:.4f})'
+    if a.std() > 0 and b.std() > 0:
+        kurt = lambda v: ((v - v.mean()) ** 4).mean() / v.var() ** 2
+        se_log = np.sqrt((kurt(a) - 1) / (4 * n) + (kurt(b) - 1) / (4 * n))
+        assert abs(np.log(a.std() / b.std())) <= Z * se_log, f'{name}: sd {a.std():.4f} vs timm {b.std():.4f} (bound {Z * se_log:.3f} in log)'
+    d, crit = _ks(a, b), KS_C * np.sqrt(2 / n)
+    assert d <= crit, f'{name}: KS distance {d:.3f} > {crit:.3f}'
+
+
+def test_train_parity_with_timm(stat_roots, one_thread):
+    """create_loader's training augmentation draws from timm's distributions: crop area and aspect, flip rate, colour
+    jitter's effect on each channel's mean and spread, the erasing rate; 1024 samples a side, one image each, so only
+    the augmentation varies. Each bound is the sampling error at that count (`_same_distribution`); a real difference
+    fails (each tried on our side): scale=(0.2, 1) moves the mean crop area 0.44 -> 0.48 (bound 0.04), ratio=(0.7, 1.4)
+    widens the log-aspect spread by 20% (bound 10%), hflip=0.35 the flip rate 0.49 -> 0.35 (bound 0.10), color_jitter=0.3
+    narrows the spread of channel means by 25% (bound 11%), re_prob=0.4 the erased rate 0.25 -> 0.40 (bound 0.09).
+    Not caught at this count: flip rates within ~0.1 of each other (hflip=0.42 passes)."""
     from timm.data import create_loader as timm_create_loader, ImageDataset as TimmImageDataset
+    grad, photo = (str(r) for r in stat_roots)
+    kw = dict(is_training=True, num_workers=0, color_jitter=0.)
+    ours = _geometry(create_loader(ImageDataset(grad), GS, 64, device='cpu', **kw), 4)
+    theirs = _geometry(timm_create_loader(TimmImageDataset(grad), GS, 64, device=torch.device('cpu'), **kw), 4)
+    assert len(ours) == len(theirs) == 1024
+    for k, name in enumerate(['crop area', 'log aspect', 'hflip']): _same_distribution(ours[:, k], theirs[:, k], name)
+    # the supports: scale (0.08, 1), ratio (3/4, 4/3), as read through a 24-pixel output (a smallest crop is ~30 x 25
+    # source pixels: up to a pixel of reading error a side, 0.01 in area, 0.05 in log aspect)
+    assert 0.07 <= ours[:, 0].min() and ours[:, 0].max() <= 1.01 and np.abs(ours[:, 1]).max() <= np.log(4 / 3) + 0.05
+    assert abs(ours[:, 2].mean() - 0.5) <= Z * np.sqrt(0.25 / 1024)  # flips: binomial(1024, 0.5) about timm's default
+
     kw = dict(is_training=True, num_workers=0, re_prob=0.25, color_jitter=0.4)
-    ours = create_loader(ImageDataset(str(sample_root / 'train')), 160, 8, device='cpu', **kw)
-    theirs = timm_create_loader(TimmImageDataset(str(sample_root / 'train')), 160, 8, device=torch.device('cpu'), **kw)
-    assert len(ours) == len(theirs) == 7
-    a, b = list(ours), list(theirs)
-    assert len(a) == len(b)
-    for (x, y), (xt, yt) in zip(a, b, strict=True):
-        assert x.shape == xt.shape == (8, 3, 160, 160) and x.dtype == xt.dtype
-        assert y.shape == yt.shape and y.dtype == yt.dtype == torch.int64
-        assert (x >= LO - 1e-5).all() and (x <= HI + 1e-5).all()
-    xs, xts = torch.cat([x for x, _ in a]), torch.cat([x for x, _ in b])
-    # same augmentation distribution: batch statistics close (loose: different random draws)
-    assert abs(xs.mean() - xts.mean()) < 0.25 and abs(xs.std() - xts.std()) < 0.2
+    ours = _photometric(create_loader(ImageDataset(photo), GS, 64, device='cpu', **kw), 4)
+    theirs = _photometric(timm_create_loader(TimmImageDataset(photo), GS, 64, device=torch.device('cpu'), **kw), 4)
+    assert len(ours) == len(theirs) == 1024
+    for k, name in enumerate(['mean R', 'mean G', 'mean B', 'sd R', 'sd G', 'sd B', 'erased']):
+        _same_distribution(ours[:, k], theirs[:, k], name)
+    assert abs(ours[:, 6].mean() - 0.25) <= Z * np.sqrt(0.25 * 0.75 / 1024)  # erased: binomial(1024, re_prob)
 
 
 def test_seed_notebook_code(sample_root):

@@ -1,13 +1,13 @@
 """NaFlex loaders resume mid-epoch bit for bit: state_dict() after any batch, load_state_dict() into a freshly built
 loader (another torch seed), and the following batches equal an uninterrupted run's, over map-style datasets and
 streams, in the main process and in workers; states that cannot resume exactly are refused, naming the field."""
-import pickle
 import pytest, torch
 from timmdata.dataset import ImageDataset
 from timmdata.naflex_loader import create_naflex_loader
 from timmdata.naflex_mixup import NaFlexMixup
 from timmdata.resume import ResumeStateError
 from timmdata.sample_data import make_sample_dataset
+from _helpers import clone, run_epochs, same_batches
 
 KEYS = ('patches', 'patch_coord', 'patch_valid', 'seq_len')
 
@@ -25,24 +25,12 @@ def _map(root, num_workers=0, mix=True, **kw):
         num_workers=num_workers, device='cpu', seed=3, **kw)
 
 
-def _run(loader, epochs, start=0, stop=None, sd=None):
-    "Batches of epochs start.. (set_epoch each), loading `sd` first / stopping after `stop` batches (then the state)."
-    if sd is not None: loader.load_state_dict(pickle.loads(pickle.dumps(sd)))
-    out = []
-    for e in range(start, start + epochs):
-        loader.set_epoch(e)
-        for d, y in loader:
-            out.append(([d[k].clone() if isinstance(d[k], torch.Tensor) else d[k] for k in KEYS], y.clone()))
-            if stop is not None and len(out) == stop: return out, loader.state_dict()
-    return out, loader.state_dict()
+def _run(loader, epochs, **kw):
+    "run_epochs keeping each batch's KEYS (a tensor or a list of sizes) and targets."
+    return run_epochs(loader, epochs, take=lambda b: ([clone(b[0][k]) for k in KEYS], b[1].clone()), **kw)
 
 
-def _same(a, b):
-    assert len(a) == len(b), (len(a), len(b))
-    for i, ((xa, ya), (xb, yb)) in enumerate(zip(a, b)):
-        for k, u, v in zip(KEYS, xa, xb, strict=True):
-            assert (torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v), f'batch {i}: {k} differs'
-        assert torch.equal(ya, yb), f'batch {i}: targets differ'
+def _same(a, b): same_batches(a, b, names=('patch data', 'targets'))
 
 
 def _cut_and_resume(make, make_resumed=None, epochs=2, cuts=(1, 3)):

@@ -12,6 +12,7 @@ from timmdata.mixup import FastCollateMixup
 from timmdata.resume import ResumablePrefetchLoader, ResumeStateError
 from timmdata.sample_data import make_sample_dataset
 from _datasets import IndexDataset
+from _helpers import run_epochs as _run, same_batches as _same
 
 B = 4
 
@@ -30,24 +31,6 @@ def _loader(root, sampler=None, monkeypatch=None, mix=True, bs=B, **kw):
                 collate_fn=FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=24) if mix else None)
     args.update(kw)
     return create_loader(IndexDataset(str(root / 'train')), 24, bs, **args)
-
-
-def _run(loader, epochs, start=0, stop=None, sd=None):
-    "Batches of `epochs` (set_epoch each), optionally loading `sd` first / stopping after `stop` batches (then the state)."
-    if sd is not None: loader.load_state_dict(json.loads(json.dumps(sd)))  # a state is plain JSON data
-    out = []
-    for e in range(start, start + epochs):
-        loader.set_epoch(e)
-        for x, y in loader:
-            out.append((x.clone(), y.clone()))
-            if stop is not None and len(out) == stop: return out, loader.state_dict()
-    return out, loader.state_dict()
-
-
-def _same(a, b):
-    assert len(a) == len(b), (len(a), len(b))
-    for i, ((xa, ya), (xb, yb)) in enumerate(zip(a, b)):
-        assert torch.equal(xa, xb) and torch.equal(ya, yb), f'batch {i} differs'
 
 
 @pytest.mark.parametrize('kw', [

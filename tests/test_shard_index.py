@@ -103,12 +103,11 @@ def _gloo_rank(rank, port, shards, out):
 @pytest.mark.slow  # two spawned processes importing torch: ~14 s on 2 cores; the simulated ranks above are the fast check
 def test_shards_two_ranks_gloo(data, tmp_path):
     "Two real ranks (torch.distributed, gloo): create_loader(distributed=True) picks the ordered sampler over the shards."
-    import socket
     import torch.multiprocessing as mp
+    from _helpers import free_port
     src, shards = data
     fx, fy = _folder(src)
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
+    port = free_port()
     mp.spawn(_gloo_rank, args=(port, str(shards), str(tmp_path)), nprocs=2, join=True)
     res = [torch.load(tmp_path / f'rank{r}.pt') for r in range(2)]
     seen = []

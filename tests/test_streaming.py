@@ -9,6 +9,7 @@ wds = pytest.importorskip('webdataset')
 from timmdata.loader import create_loader
 from timmdata.shard_io import ShardNotFoundError, ShardTruncatedError, TransientShardError, WdsSource
 from timmdata.streaming import IterableImageDataset
+from _helpers import free_port
 
 N_SHARDS, PER_SHARD = 8, 4  # 32 samples; 2 workers x batches of 4: 16 per worker, every sample once per epoch
 
@@ -153,15 +154,10 @@ def test_shard_cut_between_members_is_an_error_not_a_short_shard(tmp_path):
         list(IterableImageDataset(root, reader='wds/toy'))
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
-
-
 @pytest.fixture(scope='module')
 def http_root(shards):
     "`python -m http.server` in a subprocess serving the shard folder."
-    port = _free_port()
+    port = free_port()
     p = subprocess.Popen([sys.executable, '-m', 'http.server', str(port), '--bind', '127.0.0.1', '--directory', str(shards)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f'http://127.0.0.1:{port}'

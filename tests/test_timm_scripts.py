@@ -124,7 +124,7 @@ def test_scheduled_train_loader_matches_timm_schedule(sample_root, schedule, num
         for x, y in loader:
             assert x.dtype == torch.float32 and x.device.type == 'cpu'
             assert x.shape[1] == 3 and x.shape[2] == x.shape[3] and y.shape == (x.shape[0],)
-            assert (x.shape[0], x.shape[-1]) in set(zip(batch_sizes, sizes))
+            assert (x.shape[0], x.shape[-1]) in set(zip(batch_sizes, sizes, strict=True))
             assert y.min() >= 0 and y.max() < NUM_CLASSES
             got.append((x.shape[0], x.shape[-1]))
         assert got == want, f'epoch {epoch}: timmdata {got} vs timm {want}'
@@ -281,7 +281,7 @@ def test_naflex_eval_loader_matches_timm(sample_root, use_prefetcher):
     ours = create_naflex_loader(dataset=_dataset(sample_root, 'val', False), patchify_channels_last=True, **kw)
     theirs = timm_data.create_naflex_loader(dataset=_dataset(sample_root, 'val', False), **kw)
     n = 0
-    for (inp, y), (tinp, ty) in zip(ours, theirs):
+    for (inp, y), (tinp, ty) in zip(ours, theirs, strict=True):
         B, L = _check_naflex_batch(inp, (32,))
         assert torch.equal(y, ty) and y.dtype == torch.int64
         assert torch.equal(inp['patch_valid'], tinp['patch_valid'])
@@ -321,7 +321,7 @@ def test_validate_data_config_and_loader_match_timm(sample_root, over):
     theirs = timm_data.create_loader(_dataset(sample_root, 'val', False), **kw)
     assert len(ours) == len(theirs) == 4
     n = 0
-    for (x, y), (tx, ty) in zip(ours, theirs):
+    for (x, y), (tx, ty) in zip(ours, theirs, strict=True):
         assert x.shape == tx.shape == (len(y), *cfg['input_size']) and x.dtype == tx.dtype
         assert torch.equal(y, ty)
         d = ((x - tx) * STD * 255).abs()
@@ -483,8 +483,8 @@ def _torchrun_rank(rank, world, root, port, out):
 @pytest.mark.slow
 def test_mode_torchrun_two_ranks(sample_root, tmp_path):
     "--nproc_per_node 2 (gloo, CPU): train.py's eval loader with distributed=True; the ranks' samples are the whole split."
-    import socket
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
+    from _helpers import free_port
+    port = free_port()
     torch.multiprocessing.spawn(_torchrun_rank, args=(2, str(sample_root), port, str(tmp_path)), nprocs=2)
     r = [torch.load(tmp_path / f'{i}.pt') for i in range(2)]
     assert r[0]['n'] == len(r[0]['indices']) and r[1]['n'] == len(r[1]['indices'])

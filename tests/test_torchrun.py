@@ -1,11 +1,12 @@
 """Multi-node streaming on a real engine: `torchrun --nnodes 2 --nproc-per-node 2` launched as two "node" processes on
 localhost (c10d rendezvous, gloo), 2 loader workers per rank, one shard set, 2 epochs through create_loader."""
-import json, os, socket, subprocess, sys, textwrap
+import json, os, subprocess, sys, textwrap
 from pathlib import Path
 import pytest
 
 pytest.importorskip('webdataset')
 from test_streaming import write_timm_shards
+from _helpers import free_port
 
 # 4 ranks x 2 workers = 8 global workers; 16 shards of 12 = 192 samples: 2 shards, 24 samples = 6 batches of 4 per worker
 N_SHARDS, PER_SHARD, BATCH = 16, 12, 4
@@ -31,16 +32,11 @@ RANK_SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
-
-
 def test_torchrun_two_nodes(tmp_path):
     root = write_timm_shards(tmp_path / 'shards', n_shards=N_SHARDS, per_shard=PER_SHARD)
     script = tmp_path / 'rank.py'; script.write_text(RANK_SCRIPT)
     out = tmp_path / 'out'; out.mkdir()
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, GLOO_SOCKET_IFNAME='lo', OMP_NUM_THREADS='1',
                PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get('PYTHONPATH', '')]))
     nodes = [subprocess.Popen([sys.executable, '-m', 'torch.distributed.run', '--nnodes', '2', '--nproc-per-node', '2',

@@ -12,3 +12,14 @@ if [ "$before" != "$after" ]; then
   exit 1
 fi
 echo "notebooks and library in sync"
+
+# The house style is the formatter's (ruff.toml): the notebooks' code cells as `ruff format` writes them (apply with
+# tools/format_nbs.sh). TIMMDATA_FORMAT_CHECK=0 skips this part (e.g. on a branch made before the formatting was applied).
+if [ "${TIMMDATA_FORMAT_CHECK:-1}" != 0 ]; then
+  if ! command -v ruff >/dev/null; then echo "ruff not found: pip install -e '.[dev]' (settings.ini dev_requirements)" >&2; exit 1; fi
+  if ! ruff format --check --output-format concise nbs/; then
+    echo "code cells above are not as ruff format writes them: run bash tools/format_nbs.sh and commit" >&2
+    exit 1
+  fi
+  echo "notebooks formatted (ruff format)"
+fi

@@ -15,6 +15,17 @@ from nbdev.doclinks import nbglob
 from nbdev.test import _keep_file, test_nb
 
 
+def _threads():
+    """Each notebook process starts with one intra-op torch thread (TIMMDATA_NB_THREADS=N for N, 0 for torch's default):
+    N notebooks run at once on a small machine, and a main-process resize with two threads on busy cores takes many
+    times longer; a notebook that measures threads sets its own. Also makes runs repeatable: a notebook that set one
+    thread used to leave it set for whichever notebook ran next in the same process."""
+    n = int(os.environ.get('TIMMDATA_NB_THREADS', '1'))
+    if n > 0:
+        import torch
+        torch.set_num_threads(n)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument('--path', default=None, help='a notebook or glob (default: every notebook)')
@@ -29,7 +40,7 @@ def main(argv=None) -> int:
           f"{', '.join(sorted(set(skip) - set(force))) or 'nothing'} skipped; a line as each finishes", flush=True)
     t0, times, failed = time.time(), {}, []
     os.chdir(cfg.nbs_path if cfg.nbs_path.exists() else os.getcwd())
-    with ProcessPoolExecutor(max(1, a.n_workers)) as ex:
+    with ProcessPoolExecutor(max(1, a.n_workers), initializer=_threads) as ex:
         futs = {}
         for f in files:
             futs[ex.submit(test_nb, f, skip, force, False, True, cfg.config_path)] = f

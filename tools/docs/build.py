@@ -289,6 +289,23 @@ def page_name(nb: Path) -> str:
     return re.sub(r'^\d+[a-zA-Z0-9]*_', '', nb.name.lower()).rsplit('.', 1)[0]
 
 
+SECTIONS_FILE = 'sections.json'  # written by tools/renumber_nbs.py: [{"title": ..., "notebooks": [file names]}]
+
+
+def grouped_nav(nav: list, stems: dict, sections_file: Path) -> list:
+    """The navigation grouped into the docs sections of `sections_file` when there is one (Home first, then each section
+    with its pages in file order); a notebook no section names goes under 'More' at the end, so no page is lost."""
+    if not sections_file.exists(): return nav
+    page = {nb.name: entry for entry, nb in zip(nav, stems.values(), strict=True)}
+    out, seen = [page.pop('index.ipynb')] if 'index.ipynb' in page else [], set()
+    for sec in json.loads(sections_file.read_text(encoding='utf-8')):
+        entries = [page[n] for n in sec['notebooks'] if n in page]
+        seen |= set(sec['notebooks'])
+        if entries: out.append({sec['title']: entries})
+    rest = [e for n, e in page.items() if n not in seen]
+    return out + ([{'More': rest}] if rest else [])
+
+
 def mkdocs_config(cfg, docs_dir: Path, site_dir: Path, nav: list) -> dict:
     host = (cfg.get('doc_host') or '').rstrip('/')
     base = (cfg.get('doc_baseurl') or '').strip('/')
@@ -471,6 +488,7 @@ def main(argv=None):
             (docs_dir / name).parent.mkdir(parents=True, exist_ok=True)
             (docs_dir / name).write_bytes(data)
         nav.append({('Home' if nb.name == 'index.ipynb' else r['title']): f'{stem}.md'})
+    nav = grouped_nav(nav, stems, nbs / SECTIONS_FILE)
 
     yml = work / 'mkdocs.yml'
     yml.write_text(json.dumps(mkdocs_config(cfg, docs_dir, site_tmp, nav), indent=1), encoding='utf-8')  # JSON is YAML

@@ -1,0 +1,56 @@
+"""Helpers shared by several test files (a module of their own beside `_datasets.py`, so spawned processes and every
+test file import one copy): run a loader over epochs with a cut and a resume, compare two runs' batches exactly, a
+free TCP port for a process group."""
+import json, socket
+import torch
+
+
+def clone(batch):
+    "A deep copy of a batch's tensors (tuples, lists and dicts walked), so a reused pinned buffer cannot change it later."
+    if isinstance(batch, torch.Tensor): return batch.clone()
+    if isinstance(batch, (list, tuple)): return type(batch)(clone(b) for b in batch)
+    if isinstance(batch, dict): return {k: clone(v) for k, v in batch.items()}
+    return batch
+
+
+def run_epochs(loader, epochs, start=0, stop=None, sd=None, take=clone):
+    """Batches of epochs `start`.. (`set_epoch` each, `take(batch)` kept), loading the state `sd` first (through a
+    JSON round trip, as any checkpoint format would: a state is plain JSON data) and stopping after `stop` batches;
+    returns (batches, the loader's state)."""
+    if sd is not None: loader.load_state_dict(json.loads(json.dumps(sd)))
+    out = []
+    for e in range(start, start + epochs):
+        loader.set_epoch(e)
+        for b in loader:
+            out.append(take(b))
+            if stop is not None and len(out) == stop: return out, loader.state_dict()
+    return out, loader.state_dict()
+
+
+def _equal(u, v, where):
+    if isinstance(u, torch.Tensor):
+        assert isinstance(v, torch.Tensor) and u.shape == v.shape and u.dtype == v.dtype and torch.equal(u, v), f'{where} differs'
+    elif isinstance(u, (list, tuple)):
+        assert isinstance(v, (list, tuple)) and len(u) == len(v), f'{where}: lengths {len(u)} and {len(v)}'
+        for i, (a, b) in enumerate(zip(u, v, strict=True)): _equal(a, b, f'{where}[{i}]')
+    elif isinstance(u, dict):
+        assert isinstance(v, dict) and u.keys() == v.keys(), f'{where}: keys {sorted(u)} and {sorted(v)}'
+        for k in u: _equal(u[k], v[k], f'{where}[{k!r}]')
+    else: assert u == v, f'{where} differs: {u!r} and {v!r}'
+
+
+def same_batches(a, b, names=None):
+    """Two runs delivered the same batches, bit for bit, in the same order and as many (tensors, lists, dicts walked).
+    A difference names the batch and the place in it (`names`: labels for the first level of each batch)."""
+    assert len(a) == len(b), f'{len(a)} batches and {len(b)}'
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        if names is None: _equal(x, y, f'batch {i}')
+        else:
+            assert len(x) == len(y) == len(names), (len(x), len(y), names)
+            for k, u, v in zip(names, x, y, strict=True): _equal(u, v, f'batch {i}: {k}')
+
+
+def free_port() -> int:
+    "A TCP port free on this machine now (for a process group's rendezvous)."
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
