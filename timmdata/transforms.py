@@ -4,7 +4,8 @@
 
 # %% ../nbs/04_transforms.ipynb #83b58af3
 from __future__ import annotations
-import math, numbers, random
+import math, numbers, random, threading
+from time import perf_counter
 import numpy as np
 import torch
 from PIL import Image
@@ -19,12 +20,12 @@ from .config import (CROP_MODES, DEFAULT_CROP_MODE, DEFAULT_CROP_PCT, IMAGENET_D
                                 OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)  # timm's names, also importable from here
 
 # %% auto #0
-__all__ = ['INTERPOLATIONS', 'INPUT_FORMATS', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
-           'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'SampleTransform',
-           'transform_input', 'is_tensor_image', 'image_hw', 'resize_exact', 'crop_box', 'setup_size',
-           'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'shorter_edge_size', 'Resize',
-           'RandomResizedCropAndInterpolation', 'check_range', 'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad',
-           'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder', 'Compose']
+__all__ = ['INTERPOLATIONS', 'INPUT_FORMATS', 'READ', 'DECODE', 'OPS', 'stage_clock', 'check_interpolation', 'str_to_interp_mode',
+           'str_to_pil_interp', 'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr',
+           'SampleTransform', 'transform_input', 'StageClock', 'is_tensor_image', 'image_hw', 'resize_exact',
+           'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'shorter_edge_size',
+           'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'ResizeKeepRatio', 'center_crop_or_pad',
+           'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder', 'Compose']
 
 # %% ../nbs/04_transforms.ipynb #d1faf2a6
 _INTERP = {  # name -> (torchvision mode, PIL filter)
@@ -97,6 +98,36 @@ def transform_input(t) -> str:
         raise ValueError(f"{type(t).__name__}.input_format must be one of {', '.join(map(repr, INPUT_FORMATS))}; got {f!r}")
     return f
 
+# %% ../nbs/04_transforms.ipynb #c5bf9e88
+READ, DECODE, OPS = 0, 1, 2  # the per-sample stages `StageClock` tells apart: OPS is everything not marked
+
+class StageClock(threading.local):
+    "Seconds this thread spends reading, decoding and in the other per-sample work while a sample is timed."
+    on = False
+    def start(self):
+        "A sample begins: its time goes to OPS until a stage says otherwise."
+        self.acc, self.stack, self.on, self.last = [0., 0., 0.], [OPS], True, perf_counter()
+
+    def stop(self) -> list:
+        "The sample ends: [read, decode, ops] seconds."
+        if not self.on: return [0., 0., 0.]
+        self.acc[self.stack[-1]] += perf_counter() - self.last
+        self.on = False
+        return self.acc
+
+    def __call__(self, stage: int):
+        "`with stage_clock(stage):` the block's time goes to `stage`."
+        if self.on:
+            now = perf_counter(); self.acc[self.stack[-1]] += now - self.last; self.last = now
+            self.stack.append(stage)
+        return self
+    def __enter__(self): return self
+    def __exit__(self, *exc):
+        if self.on and len(self.stack) > 1:
+            now = perf_counter(); self.acc[self.stack.pop()] += now - self.last; self.last = now
+
+stage_clock = StageClock()  # one per thread (a threading.local): the loader threads time their samples side by side
+
 # %% ../nbs/04_transforms.ipynb #1fb55175
 def is_tensor_image(img) -> bool:
     "True for a torch tensor image (CHW), False for PIL."
@@ -135,7 +166,8 @@ def resize_exact(img, size, interp: InterpolationMode):
 
 def crop_box(img, top, left, height, width):
     "Crop inside the image (tensor: a view; a not-yet-decoded JPEG: only the box is decoded)."
-    if isinstance(img, EncodedJpeg): return img.decode_crop(top, left, height, width)
+    if isinstance(img, EncodedJpeg):
+        with stage_clock(DECODE): return img.decode_crop(top, left, height, width)
     if not is_tensor_image(img): return img.crop((left, top, left + width, top + height))
     return img[..., top:top + height, left:left + width]
 
@@ -394,6 +426,6 @@ class Compose(tvt.Compose, SampleTransform):
     def __call__(self, img):
         # per sample, so only the first step is asked: it is the one that meets the undecoded JPEG
         if isinstance(img, EncodedJpeg) and (not self.transforms or transform_input(self.transforms[0]) != 'encoded'):
-            img = img.decode()
+            with stage_clock(DECODE): img = img.decode()
         for t in self.transforms: img = t(img)
         return img
