@@ -13,6 +13,7 @@ from torchvision import transforms as tvt
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 from torchvision.transforms.v2 import functional as F2
+from . import decode as _decode
 from .decode import EncodedJpeg, gil_free
 from .config import parse_input_size
 from .config import (CROP_MODES, DEFAULT_CROP_MODE, DEFAULT_CROP_PCT, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD,
@@ -25,7 +26,7 @@ __all__ = ['INTERPOLATIONS', 'INPUT_FORMATS', 'READ', 'DECODE', 'OPS', 'stage_cl
            'SampleTransform', 'transform_input', 'StageClock', 'is_tensor_image', 'image_hw', 'resize_exact',
            'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'shorter_edge_size',
            'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'ResizeKeepRatio', 'center_crop_or_pad',
-           'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder', 'Compose']
+           'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder', 'resize_crop_window', 'Compose']
 
 # %% ../nbs/04_transforms.ipynb #d1faf2a6
 _INTERP = {  # name -> (torchvision mode, PIL filter)
@@ -410,11 +411,56 @@ class TrimBorder(SampleTransform):
         return crop_box(img, min(b, h), min(b, w), max(0, h - 2 * b), max(0, w - 2 * b))
     def __repr__(self): return f"{type(self).__name__}(border_size={self.border_size})"
 
+# %% ../nbs/04_transforms.ipynb #98f5e4b3
+_RESAMPLE_KIND = {InterpolationMode.BILINEAR: 0, InterpolationMode.BICUBIC: 1}  # the native resampler's filters
+_SUPPORT = (1.0, 2.0)  # their support, in source pixels at scale 1
+
+def _source_span(in_size: int, out_size: int, first: int, n: int, support: float) -> tuple:
+    "Source pixels [lo, hi) Pillow's resize from `in_size` to `out_size` reads for output pixels first..first+n-1."
+    scale = in_size / out_size
+    sup = support * max(scale, 1.0)
+    return (max(int((first + 0.5) * scale - sup + 0.5), 0), min(int((first + n - 1 + 0.5) * scale + sup + 0.5), in_size))
+
+def resize_crop_window(img, # a not-yet-decoded JPEG, or a uint8 3xHxW tensor laid out as HWC pixels
+                       out_hw: tuple, # the size of the whole resize (h, w)
+                       box: tuple, # (top, left, height, width) of the window in the resized image
+                       interp: InterpolationMode): # bilinear or bicubic
+    "The window `box` of `img` resized to `out_hw`, computing only its pixels (PIL's); None where not covered."
+    kind, nat = _RESAMPLE_KIND.get(interp), _decode.native
+    if kind is None or nat is None: return None
+    (H, W), (oh, ow), (top, left, h, w) = image_hw(img), out_hw, box
+    y0, y1 = _source_span(H, oh, top, h, _SUPPORT[kind])
+    x0, x1 = _source_span(W, ow, left, w, _SUPPORT[kind])
+    if isinstance(img, EncodedJpeg):
+        with stage_clock(DECODE): src = img.decode_crop(y0, x0, y1 - y0, x1 - x0)
+        if not _is_hwc_view(src): src = src.permute(1, 2, 0).contiguous().permute(2, 0, 1)
+    elif isinstance(img, torch.Tensor) and _is_hwc_view(img): src = img[:, y0:y1, x0:x1]
+    else: return None
+    a = src.permute(1, 2, 0).numpy()
+    with gil_free: buf = nat.resample_window(a, y0, x0, H, W, oh, ow, top, left, h, w, kind)
+    return torch.frombuffer(buf, dtype=torch.uint8).view(h, w, 3).permute(2, 0, 1)
+
+def _resize_center_crop(img, resize: Resize, crop: CenterCropOrPad):
+    "`crop(resize(img))` in one step (`resize_crop_window`), or None where the crop needs padding or the case is not covered."
+    rh, rw = shorter_edge_size(image_hw(img), int(resize.size))
+    ch, cw = crop.size
+    if ch > rh or cw > rw: return None
+    return resize_crop_window(img, (rh, rw), (int(round((rh - ch) / 2.0)), int(round((rw - cw) / 2.0)), ch, cw), resize.interpolation)
+
 # %% ../nbs/04_transforms.ipynb #ce7bd336
 _TO_TENSOR = (MaybePILToTensor, MaybeToTensor, ToTensor, ToNumpy, tvt.PILToTensor, tvt.ToTensor)
 
 class Compose(tvt.Compose, SampleTransform):
-    "torchvision's `Compose`, declaring its `input_format` (a `SampleTransform`) from its steps'."
+    """torchvision's `Compose`, declaring its `input_format` (a `SampleTransform`) from its steps'. A shorter-edge `Resize`
+    followed by a `CenterCropOrPad` (timm's eval pipeline) runs as one step on a tensor or an undecoded JPEG:
+    `resize_crop_window`, the same pixels as PIL's resize then crop."""
+    def _resize_crop(self) -> tuple | None:
+        "(Resize, CenterCropOrPad) when the steps start with a shorter-edge resize and a centre crop that run fused."
+        ts = self.transforms
+        if (len(ts) >= 2 and type(ts[0]) is Resize and isinstance(ts[0].size, numbers.Number) and type(ts[1]) is CenterCropOrPad
+                and ts[0].interpolation in _RESAMPLE_KIND): return ts[0], ts[1]
+        return None
+
     @property
     def input_format(self) -> str:
         for i, t in enumerate(self.transforms):
@@ -422,10 +468,16 @@ class Compose(tvt.Compose, SampleTransform):
             f = transform_input(t)
             if f == 'pil': return 'pil'
             if f == 'encoded' and i > 0: return 'tensor'  # only a first step sees the undecoded JPEG
-        return 'encoded' if self.transforms and transform_input(self.transforms[0]) == 'encoded' else 'tensor'
+        first = self.transforms and transform_input(self.transforms[0]) == 'encoded'
+        return 'encoded' if first or self._resize_crop() is not None else 'tensor'
+
     def __call__(self, img):
+        ts = self.transforms
+        if isinstance(img, (EncodedJpeg, torch.Tensor)) and (rc := self._resize_crop()) is not None:
+            out = _resize_center_crop(img, *rc)
+            if out is not None: img, ts = out, ts[2:]
         # per sample, so only the first step is asked: it is the one that meets the undecoded JPEG
-        if isinstance(img, EncodedJpeg) and (not self.transforms or transform_input(self.transforms[0]) != 'encoded'):
+        if isinstance(img, EncodedJpeg) and (not ts or transform_input(ts[0]) != 'encoded'):
             with stage_clock(DECODE): img = img.decode()
-        for t in self.transforms: img = t(img)
+        for t in ts: img = t(img)
         return img
