@@ -11,12 +11,13 @@ at most 1%). A loop measures the cost on an idle core far more precisely than tw
 counters could on a shared machine."""
 import argparse, resource, time
 import torch
-from timmdata.threads import LoaderStats, WorkerRows, _COLS
-from timmdata.transforms import DECODE, READ, stage_clock
+from timmdata.threads import LoaderStats
+from timmdata.stages import COLUMNS, WorkerRows
+from timmdata.stages import DECODE, READ, stage_clock
 
 def per_image_cost(batch_size=64, n=20000, process=False) -> float:
     "Seconds of stats bookkeeping per image (`process`: as a worker process does it, else as a loader thread)."
-    rows = torch.zeros(1, len(_COLS), dtype=torch.float64); wr = WorkerRows(rows)
+    rows = torch.zeros(1, len(COLUMNS), dtype=torch.float64); wr = WorkerRows(rows)
     st, pc, c = LoaderStats(rows if process else None), time.perf_counter, stage_clock
     t0 = time.process_time()  # CPU time: the machine's load does not count
     for _ in range(n):  # per sample

@@ -13,7 +13,8 @@ from . import decode
 from .decode import EncodedJpeg, ImageDecodeError, convert_mode, decode_image, encoded_jpeg, read_source
 from PIL import Image
 from .readers import create_reader
-from .transforms import DECODE, INPUT_FORMATS, READ, SampleTransform, stage_clock, transform_input
+from .stages import DECODE, READ, stage_clock
+from .transforms import INPUT_FORMATS, SampleTransform, transform_input
 from fastcore.basics import patch
 
 # %% auto #0

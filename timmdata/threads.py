@@ -4,21 +4,21 @@
 
 # %% ../nbs/42_threads.ipynb #34e5e864
 from __future__ import annotations
-import ctypes, os, random, threading, time, weakref
+import ctypes, random, threading, time, weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 from . import decode
 from .config import mix_seed, seed_all
-from .transforms import stage_clock
+from .stages import COLUMNS, WorkerRows, stage_clock
 from .resume import (DeliveredIterator, ResumableBatchSampler, ResumableDataLoader, ResumablePrefetchLoader,
                              SeededDataset, global_rng_state, set_global_rng_state)
 
 # %% auto #0
-__all__ = ['BATON', 'BATCH_TAG', 'RngBaton', 'WorkerRows', 'LoaderStats', 'check_worker_mode', 'few_arenas', 'ThreadDataLoader',
+__all__ = ['BATON', 'BATCH_TAG', 'RngBaton', 'LoaderStats', 'check_worker_mode', 'few_arenas', 'ThreadDataLoader',
            'ProcessDataLoader', 'TimedPrefetchLoader', 'loader_classes', 'verdict', 'profile_loader']
 
 # %% ../nbs/42_threads.ipynb #96670f20
@@ -87,19 +87,6 @@ BATON = RngBaton()  # one per process: the global generators are one per process
 decode.gil_free.handoff = BATON  # native decode and resize hand the generators on while they run without the GIL
 
 # %% ../nbs/42_threads.ipynb #d09e9d4d
-_COLS = ('read', 'decode', 'ops', 'collate', 'samples', 'collated')  # a worker process's row in `LoaderStats.rows`
-
-class WorkerRows:
-    "`LoaderStats.rows` as the workers write it: `row()` is this process's row (row 0 in the main process), found once per process."
-    def __init__(self, rows: torch.Tensor): self.rows, self._pid, self._row = rows, None, None
-    def row(self) -> memoryview:
-        if self._pid != os.getpid():  # a worker (forked or spawned) finds its own: a memoryview, the cheapest float adds
-            info = get_worker_info()
-            self._row = memoryview(self.rows.numpy()[info.id if info is not None else 0]).cast('B').cast('d')
-            self._pid = os.getpid()
-        return self._row
-    def __getstate__(self): return {'rows': self.rows, '_pid': None, '_row': None}  # to a spawned worker: the array only
-
 class LoaderStats:
     """Where a loader's time goes, counted as it runs (always on: a few clock reads per sample and per batch). Stage
     times are seconds summed over the threads and worker processes that spent them (workers add theirs to `rows`, a
@@ -113,7 +100,7 @@ class LoaderStats:
               ('consumer_wait', "consumer's wait for data (inside next())"),
               ('consumer', "consumer's own time between batches (the model step)"))
     WORKER_STAGES = ('read', 'decode', 'ops', 'collate')  # spent by the workers, side by side
-    def __init__(self, rows: Optional[torch.Tensor] = None): # float64 (workers, len(_COLS)) in shared memory, or None (threads)
+    def __init__(self, rows: Optional[torch.Tensor] = None): # float64 (workers, len(COLUMNS)) in shared memory, or None (threads)
         self._lock, self.rows = threading.Lock(), rows
         self.outer = False  # a prefetching loader counts the delivered batches (set by it); else the DataLoader does
         self.reset()
@@ -127,7 +114,7 @@ class LoaderStats:
         self.wall, self._t0 = 0., None
 
     def _workers(self) -> list:
-        return [0.] * len(_COLS) if self.rows is None else (self.rows.sum(0) - self._base).tolist()
+        return [0.] * len(COLUMNS) if self.rows is None else (self.rows.sum(0) - self._base).tolist()
     @property
     def t(self) -> dict:
         "Seconds per stage so far, the worker processes' included."
@@ -307,7 +294,7 @@ class ProcessDataLoader(ResumableDataLoader):
     """`ResumableDataLoader` (worker processes) that counts where the time goes: `stats()`. The workers time read, decode,
     per-sample ops and collate and add the sums to their row of a small shared array, read here."""
     def __init__(self, dataset, *args, num_workers: int = 0, **kwargs):
-        rows = torch.zeros(max(num_workers, 1), len(_COLS), dtype=torch.float64).share_memory_()
+        rows = torch.zeros(max(num_workers, 1), len(COLUMNS), dtype=torch.float64).share_memory_()
         if isinstance(dataset, SeededDataset) and not isinstance(dataset, _TimedSeeded): dataset = _TimedSeeded(dataset.dataset, rows)
         super().__init__(dataset, *args, num_workers=num_workers, **kwargs)
         self._stats = LoaderStats(rows)

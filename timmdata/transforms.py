@@ -4,8 +4,7 @@
 
 # %% ../nbs/04_transforms.ipynb #83b58af3
 from __future__ import annotations
-import math, numbers, random, threading
-from time import perf_counter
+import math, numbers, random
 import numpy as np
 import torch
 from PIL import Image
@@ -13,67 +12,21 @@ from torchvision import transforms as tvt
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 from torchvision.transforms.v2 import functional as F2
-from . import decode as _decode
 from .decode import EncodedJpeg, gil_free
+from .resample import (INTERPOLATIONS, MODE_TO_PIL, RESAMPLE_KIND, check_interpolation, interp_mode_to_str,  # timm's
+                               interp_or_choices, interp_repr, pick_interp, resize_center_crop, str_to_interp_mode,  # names,
+                               str_to_pil_interp)  # also importable from here
+from .stages import DECODE, stage_clock
 from .config import parse_input_size
 from .config import (CROP_MODES, DEFAULT_CROP_MODE, DEFAULT_CROP_PCT, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD,
                                 IMAGENET_DPN_MEAN, IMAGENET_DPN_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD,
                                 OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)  # timm's names, also importable from here
 
 # %% auto #0
-__all__ = ['INTERPOLATIONS', 'INPUT_FORMATS', 'READ', 'DECODE', 'OPS', 'stage_clock', 'check_interpolation', 'str_to_interp_mode',
-           'str_to_pil_interp', 'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr',
-           'SampleTransform', 'transform_input', 'StageClock', 'is_tensor_image', 'image_hw', 'resize_exact',
-           'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'shorter_edge_size',
-           'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'ResizeKeepRatio', 'center_crop_or_pad',
-           'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder', 'resize_crop_window', 'Compose']
-
-# %% ../nbs/04_transforms.ipynb #d1faf2a6
-_INTERP = {  # name -> (torchvision mode, PIL filter)
-    'nearest': (InterpolationMode.NEAREST, Image.Resampling.NEAREST),
-    'bilinear': (InterpolationMode.BILINEAR, Image.Resampling.BILINEAR),
-    'bicubic': (InterpolationMode.BICUBIC, Image.Resampling.BICUBIC),
-    'box': (InterpolationMode.BOX, Image.Resampling.BOX),
-    'hamming': (InterpolationMode.HAMMING, Image.Resampling.HAMMING),
-    'lanczos': (InterpolationMode.LANCZOS, Image.Resampling.LANCZOS),
-}
-INTERPOLATIONS = tuple(_INTERP) + ('random',)
-_MODE_TO_PIL = {m: p for m, p in _INTERP.values()}
-_MODE_TO_STR = {m: n for n, (m, p) in _INTERP.items()}
-
-def check_interpolation(name, allow_random=False):
-    "`name` if it is a known interpolation ('random' too with `allow_random`), else a ValueError listing them."
-    ok = INTERPOLATIONS if allow_random else tuple(_INTERP)
-    if name not in ok:
-        raise ValueError(f"interpolation must be one of {', '.join(repr(o) for o in ok)}; got {name!r}")
-    return name
-
-def str_to_interp_mode(mode_str: str) -> InterpolationMode:
-    "torchvision `InterpolationMode` for a timm interpolation name."
-    if isinstance(mode_str, InterpolationMode): return mode_str
-    return _INTERP[check_interpolation(mode_str)][0]
-
-def str_to_pil_interp(mode_str: str) -> Image.Resampling:
-    "PIL resampling filter for a timm interpolation name."
-    return _INTERP[check_interpolation(mode_str)][1]
-
-def interp_mode_to_str(mode: InterpolationMode) -> str:
-    "timm name of a torchvision `InterpolationMode`."
-    return _MODE_TO_STR[mode]
-
-_RANDOM_INTERPOLATION = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)
-
-def interp_or_choices(name):
-    "A mode, or the (bilinear, bicubic) pair that 'random' draws from."
-    if isinstance(name, (tuple, list)): return tuple(str_to_interp_mode(n) for n in name)
-    return _RANDOM_INTERPOLATION if name == 'random' else str_to_interp_mode(name)
-
-def pick_interp(interp):
-    "Draws the interpolation for this image after the crop parameters, in the order timm draws them."
-    return random.choice(interp) if isinstance(interp, tuple) else interp
-
-def interp_repr(interp):
-    return ' '.join(interp_mode_to_str(m) for m in interp) if isinstance(interp, tuple) else interp_mode_to_str(interp)
+__all__ = ['INPUT_FORMATS', 'SampleTransform', 'transform_input', 'is_tensor_image', 'image_hw', 'resize_exact', 'crop_box',
+           'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'shorter_edge_size', 'Resize',
+           'RandomResizedCropAndInterpolation', 'check_range', 'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad',
+           'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder', 'Compose']
 
 # %% ../nbs/04_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
@@ -98,36 +51,6 @@ def transform_input(t) -> str:
     if f not in INPUT_FORMATS:
         raise ValueError(f"{type(t).__name__}.input_format must be one of {', '.join(map(repr, INPUT_FORMATS))}; got {f!r}")
     return f
-
-# %% ../nbs/04_transforms.ipynb #c5bf9e88
-READ, DECODE, OPS = 0, 1, 2  # the per-sample stages `StageClock` tells apart: OPS is everything not marked
-
-class StageClock(threading.local):
-    "Seconds this thread spends reading, decoding and in the other per-sample work while a sample is timed."
-    on = False
-    def start(self):
-        "A sample begins: its time goes to OPS until a stage says otherwise."
-        self.acc, self.stack, self.on, self.last = [0., 0., 0.], [OPS], True, perf_counter()
-
-    def stop(self) -> list:
-        "The sample ends: [read, decode, ops] seconds."
-        if not self.on: return [0., 0., 0.]
-        self.acc[self.stack[-1]] += perf_counter() - self.last
-        self.on = False
-        return self.acc
-
-    def __call__(self, stage: int):
-        "`with stage_clock(stage):` the block's time goes to `stage`."
-        if self.on:
-            now = perf_counter(); self.acc[self.stack[-1]] += now - self.last; self.last = now
-            self.stack.append(stage)
-        return self
-    def __enter__(self): return self
-    def __exit__(self, *exc):
-        if self.on and len(self.stack) > 1:
-            now = perf_counter(); self.acc[self.stack.pop()] += now - self.last; self.last = now
-
-stage_clock = StageClock()  # one per thread (a threading.local): the loader threads time their samples side by side
 
 # %% ../nbs/04_transforms.ipynb #1fb55175
 def is_tensor_image(img) -> bool:
@@ -154,9 +77,9 @@ def resize_exact(img, size, interp: InterpolationMode):
     "Resize to exactly `size` = (h, w); an image of that size already is returned as it is (no copy)."
     h, w = int(size[0]), int(size[1])
     if image_hw(img) == (h, w): return img  # PIL and torchvision would copy or repack the pixels for nothing
-    if not is_tensor_image(img): return img.resize((w, h), _MODE_TO_PIL[interp])
+    if not is_tensor_image(img): return img.resize((w, h), MODE_TO_PIL[interp])
     if interp in (InterpolationMode.BOX, InterpolationMode.HAMMING):  # no torch kernel: a rare, slow PIL detour
-        return TF.pil_to_tensor(TF.to_pil_image(img).resize((w, h), _MODE_TO_PIL[interp]))
+        return TF.pil_to_tensor(TF.to_pil_image(img).resize((w, h), MODE_TO_PIL[interp]))
     if _U8_RESIZE_CL and interp in (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC) and _is_hwc_view(img):
         # torchvision's resize_image would call the same kernel with the same arguments, but its reshape to a 1xCxHxW
         # batch hides the channels-last layout of a crop window; the kernel then repacks to planar and takes about
@@ -411,54 +334,15 @@ class TrimBorder(SampleTransform):
         return crop_box(img, min(b, h), min(b, w), max(0, h - 2 * b), max(0, w - 2 * b))
     def __repr__(self): return f"{type(self).__name__}(border_size={self.border_size})"
 
-# %% ../nbs/04_transforms.ipynb #98f5e4b3
-_RESAMPLE_KIND = {InterpolationMode.BILINEAR: 0, InterpolationMode.BICUBIC: 1}  # the native resampler's filters
-_SUPPORT = (1.0, 2.0)  # their support, in source pixels at scale 1
-
-def _source_span(in_size: int, out_size: int, first: int, n: int, support: float) -> tuple:
-    "Source pixels [lo, hi) Pillow's resize from `in_size` to `out_size` reads for output pixels first..first+n-1."
-    scale = in_size / out_size
-    sup = support * max(scale, 1.0)
-    return (max(int((first + 0.5) * scale - sup + 0.5), 0), min(int((first + n - 1 + 0.5) * scale + sup + 0.5), in_size))
-
-def resize_crop_window(img, # a not-yet-decoded JPEG, or a uint8 3xHxW tensor laid out as HWC pixels
-                       out_hw: tuple, # the size of the whole resize (h, w)
-                       box: tuple, # (top, left, height, width) of the window in the resized image
-                       interp: InterpolationMode): # bilinear or bicubic
-    "The window `box` of `img` resized to `out_hw`, computing only its pixels (PIL's); None where not covered."
-    kind, nat = _RESAMPLE_KIND.get(interp), _decode.native
-    if kind is None or nat is None: return None
-    (H, W), (oh, ow), (top, left, h, w) = image_hw(img), out_hw, box
-    y0, y1 = _source_span(H, oh, top, h, _SUPPORT[kind])
-    x0, x1 = _source_span(W, ow, left, w, _SUPPORT[kind])
-    if isinstance(img, EncodedJpeg):
-        with stage_clock(DECODE): src = img.decode_crop(y0, x0, y1 - y0, x1 - x0)
-        if not _is_hwc_view(src): src = src.permute(1, 2, 0).contiguous().permute(2, 0, 1)
-    elif isinstance(img, torch.Tensor) and _is_hwc_view(img): src = img[:, y0:y1, x0:x1]
-    else: return None
-    a = src.permute(1, 2, 0).numpy()
-    with gil_free: buf = nat.resample_window(a, y0, x0, H, W, oh, ow, top, left, h, w, kind)
-    return torch.frombuffer(buf, dtype=torch.uint8).view(h, w, 3).permute(2, 0, 1)
-
-def _resize_center_crop(img, resize: Resize, crop: CenterCropOrPad):
-    "`crop(resize(img))` in one step (`resize_crop_window`), or None where the crop needs padding or the case is not covered."
-    rh, rw = shorter_edge_size(image_hw(img), int(resize.size))
-    ch, cw = crop.size
-    if ch > rh or cw > rw: return None
-    return resize_crop_window(img, (rh, rw), (int(round((rh - ch) / 2.0)), int(round((rw - cw) / 2.0)), ch, cw), resize.interpolation)
-
 # %% ../nbs/04_transforms.ipynb #ce7bd336
 _TO_TENSOR = (MaybePILToTensor, MaybeToTensor, ToTensor, ToNumpy, tvt.PILToTensor, tvt.ToTensor)
 
 class Compose(tvt.Compose, SampleTransform):
-    """torchvision's `Compose`, declaring its `input_format` (a `SampleTransform`) from its steps'. A shorter-edge `Resize`
-    followed by a `CenterCropOrPad` (timm's eval pipeline) runs as one step on a tensor or an undecoded JPEG:
-    `resize_crop_window`, the same pixels as PIL's resize then crop."""
-    def _resize_crop(self) -> tuple | None:
-        "(Resize, CenterCropOrPad) when the steps start with a shorter-edge resize and a centre crop that run fused."
+    "torchvision's `Compose`, declaring its `input_format` from its steps'; Resize(int) + CenterCropOrPad run as one step."
+    def _resize_crop(self) -> tuple | None:  # the eval pipeline's steps, fused: timmdata.resample.resize_center_crop
         ts = self.transforms
         if (len(ts) >= 2 and type(ts[0]) is Resize and isinstance(ts[0].size, numbers.Number) and type(ts[1]) is CenterCropOrPad
-                and ts[0].interpolation in _RESAMPLE_KIND): return ts[0], ts[1]
+                and ts[0].interpolation in RESAMPLE_KIND): return ts[0], ts[1]
         return None
 
     @property
@@ -474,7 +358,7 @@ class Compose(tvt.Compose, SampleTransform):
     def __call__(self, img):
         ts = self.transforms
         if isinstance(img, (EncodedJpeg, torch.Tensor)) and (rc := self._resize_crop()) is not None:
-            out = _resize_center_crop(img, *rc)
+            out = resize_center_crop(img, int(rc[0].size), rc[1].size, rc[0].interpolation)
             if out is not None: img, ts = out, ts[2:]
         # per sample, so only the first step is asked: it is the one that meets the undecoded JPEG
         if isinstance(img, EncodedJpeg) and (not ts or transform_input(ts[0]) != 'encoded'):
