@@ -1,6 +1,6 @@
 """Eval at the decode limit (issue 29): timmdata's eval loader (resize the shorter side, centre crop) with the fused
-resize-and-crop step (`transforms.resize_crop_window`: only the crop's window decoded and resized) and without it (the
-steps one by one), against timm's eval loader and against `timmdata bench`'s decode limit (PIL decoding alone, one
+resize-and-crop step (`resample.resize_crop_window`, `Compose.fuse_resize_crop = True`: only the crop's window resized)
+and without it (the steps one by one, the default), against timm's eval loader and against `timmdata bench`'s decode limit (PIL decoding alone, one
 core times the workers), in one run, epochs alternating; prints medians and ratios.
 
     python bench/bench_eval.py [--root FOLDER] [--max-images 400] [--epochs 3] [--workers 2]
@@ -9,7 +9,6 @@ import argparse, os, statistics
 from pathlib import Path
 from PIL import Image
 from timmdata.bench import LOADERS, bench_root, decode_limit, time_epoch
-from timmdata import transforms
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -27,12 +26,12 @@ def main(argv=None):
     tmp = Path(tempfile.mkdtemp(prefix='bench_eval_'))
     for f in files:
         d = tmp / f.relative_to(root); d.parent.mkdir(parents=True, exist_ok=True); os.link(f, d)
-    fused = transforms.Compose._resize_crop
-    def steps(train, bs, nw):  # the same loader, the fusion off (as before this change)
-        transforms.Compose._resize_crop = lambda self: None
-        try: return LOADERS['timmdata'](tmp, train, bs, nw)
-        finally: transforms.Compose._resize_crop = fused
-    loaders = {'fused': LOADERS['timmdata'](tmp, False, a.batch_size, a.workers), 'steps': steps(False, a.batch_size, a.workers),
+    def fused(train, bs, nw):  # the same loader, the fused resize + crop on (Compose.fuse_resize_crop, off by default)
+        ld = LOADERS['timmdata'](tmp, train, bs, nw)
+        ld.loader.dataset.dataset.transform.fuse_resize_crop = True
+        ld.loader.dataset.dataset.transform = ld.loader.dataset.dataset.transform  # the dataset re-reads its input format
+        return ld
+    loaders = {'fused': fused(False, a.batch_size, a.workers), 'steps': LOADERS['timmdata'](tmp, False, a.batch_size, a.workers),
                'timm': LOADERS['timm'](tmp, False, a.batch_size, a.workers)}
     rates = {k: [] for k in (*loaders, 'decode_limit')}
     try:

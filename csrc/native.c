@@ -255,7 +255,17 @@ static RS_HOT void rs_horizontal(const uint8_t *base, Py_ssize_t rs, int y0, int
                 const int n = bh[2 * i + 1];
                 const int32_t *k = kh + (size_t)i * ksh;
                 int32_t a0 = 1 << (RS_BITS - 1), a1 = a0, a2 = a0;
-                for (int x = 0; x < n; x++) { a0 += p[3 * x] * k[x]; a1 += p[3 * x + 1] * k[x]; a2 += p[3 * x + 2] * k[x]; }
+                if (n == 4) {  /* the usual count at eval scales (1.2-2x): unrolled */
+                    a0 += p[0] * k[0] + p[3] * k[1] + p[6] * k[2] + p[9] * k[3];
+                    a1 += p[1] * k[0] + p[4] * k[1] + p[7] * k[2] + p[10] * k[3];
+                    a2 += p[2] * k[0] + p[5] * k[1] + p[8] * k[2] + p[11] * k[3];
+                } else if (n == 3) {
+                    a0 += p[0] * k[0] + p[3] * k[1] + p[6] * k[2];
+                    a1 += p[1] * k[0] + p[4] * k[1] + p[7] * k[2];
+                    a2 += p[2] * k[0] + p[5] * k[1] + p[8] * k[2];
+                } else {
+                    for (int x = 0; x < n; x++) { a0 += p[3 * x] * k[x]; a1 += p[3 * x + 1] * k[x]; a2 += p[3 * x + 2] * k[x]; }
+                }
                 t[3 * i] = rs_clip8(a0); t[3 * i + 1] = rs_clip8(a1); t[3 * i + 2] = rs_clip8(a2);
             }
         } else {
