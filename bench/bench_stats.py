@@ -2,28 +2,42 @@
 
     python bench/bench_stats.py [--root data/sample/train] [--batches 10]
 
-Times, in a loop, exactly the calls the loaders add per sample (two clock reads, `LoaderStats.add_sample`, the baton's
-native-time read) and per batch (the clock reads and adds of the thread loader, the prefetcher and the consumer's side,
-spread over the batch's images), then runs a thread-mode training loader for a few batches and reads its CPU seconds
-per image. Prints both and the share (the issue's bound: at most 1%). A loop measures the cost on an idle core far more
-precisely than two epochs with and without the counters could on a shared machine."""
+Times, in a loop, exactly the calls the loaders add per sample (the stage clock's start and stop, the three stage marks
+a crop-aware sample passes: read, decode in `decode_sample`, decode in the crop; then the thread loader's
+`LoaderStats.add_sample`, or a worker process's additions to its row of the shared array) and per batch (the clock
+reads and adds of the collate, the prefetcher and the consumer's side, spread over the batch's images), then runs a
+training loader for a few batches and reads its CPU seconds per image. Prints both and the share (the issue's bound:
+at most 1%). A loop measures the cost on an idle core far more precisely than two epochs with and without the
+counters could on a shared machine."""
 import argparse, resource, time
-from timmdata.threads import BATON, LoaderStats
+import torch
+from timmdata.threads import LoaderStats
+from timmdata.stages import COLUMNS, WorkerRows
+from timmdata.stages import DECODE, READ, stage_clock
 
-def per_image_cost(batch_size=64, n=20000) -> float:
-    "Seconds of stats bookkeeping per image."
-    st, pc = LoaderStats(), time.perf_counter
-    t0 = time.perf_counter()
+def per_image_cost(batch_size=64, n=20000, process=False) -> float:
+    "Seconds of stats bookkeeping per image (`process`: as a worker process does it, else as a loader thread)."
+    rows = torch.zeros(1, len(COLUMNS), dtype=torch.float64); wr = WorkerRows(rows)
+    st, pc, c = LoaderStats(rows if process else None), time.perf_counter, stage_clock
+    t0 = time.process_time()  # CPU time: the machine's load does not count
     for _ in range(n):  # per sample
-        a = pc(); st.add_sample(pc() - a, BATON.native_time())
-    per_sample = (time.perf_counter() - t0) / n
-    t0 = time.perf_counter()
-    for _ in range(n // 10):  # per batch: thread loader, prefetcher's device step, consumer side
-        a = pc(); b = pc(); st.add_batch(wait=b - a, collate=pc() - b)
-        c = pc(); st.add('device', pc() - c)
+        c.start()
+        with c(READ): pass
+        with c(DECODE): pass
+        with c(DECODE): pass
+        r = c.stop()
+        if process: row = wr.row(); row[0] += r[0]; row[1] += r[1]; row[2] += r[2]; row[4] += 1
+        else: st.add_sample(r)
+    per_sample = (time.process_time() - t0) / n
+    t0 = time.process_time()
+    for _ in range(n // 10):  # per batch: collate, prefetcher's device step, consumer side
+        a = pc(); b = pc()
+        if process: row = wr.row(); row[3] += pc() - b; row[5] += 1; st.add('wait_workers', b - a)
+        else: st.add_batch(wait=b - a, collate=pc() - b)
+        c0 = pc(); st.add('device', pc() - c0)
         d = pc(); e = pc(); st.add('consumer_wait', e - d); st.delivered(batch_size); st.wall += e - d
         st.add('consumer', pc() - e)
-    per_batch = (time.perf_counter() - t0) / (n // 10)
+    per_batch = (time.process_time() - t0) / (n // 10)
     return per_sample + per_batch / batch_size
 
 def main(argv=None):
@@ -32,7 +46,6 @@ def main(argv=None):
     a = p.parse_args(argv)
     import timmdata
     from timmdata.bench import bench_root
-    cost = min(per_image_cost() for _ in range(3))
     ld = timmdata.create_loader(timmdata.ImageDataset(str(bench_root(a.root))), 224, 64, is_training=True, num_workers=2,
                                 device='cpu', worker_mode='thread')
     it = iter(ld); next(it)
@@ -40,7 +53,9 @@ def main(argv=None):
     for _, (x, _) in zip(range(a.batches), it): n += len(x)
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) / n
-    print(f'stats bookkeeping {cost * 1e6:.2f} us per image; a thread-mode training image costs {cpu * 1e3:.2f} ms of CPU: '
-          f'{cost / cpu:.3%} of it')
+    for mode in ('thread', 'process'):
+        cost = min(per_image_cost(process=mode == 'process') for _ in range(3))
+        print(f'{mode} mode: stats bookkeeping {cost * 1e6:.2f} us per image; a training image costs {cpu * 1e3:.2f} ms of '
+              f'CPU: {cost / cpu:.3%} of it')
 
 if __name__ == '__main__': main()

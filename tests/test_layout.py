@@ -14,7 +14,7 @@ FLOORS = {
     'sample_data': 0, 'config': 0, 'settings': 0,  # settings: every environment variable, read in one place
     'readers': 1, 'store': 1, 'shard_io': 1, 'shard_index': 1, 'shard_cache': 1, 'hf_readers': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
     'decode': 2,                                  # bytes to pixels
-    'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3,  # per-sample uint8 ops
+    'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'resample': 3,  # per-sample uint8 ops
     'dataset': 4, 'streaming': 4, 'global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
     'collate': 5, 'batch_ring': 5, 'mixup': 5, 'naflex_dataset': 5, 'naflex_mixup': 5,                     # samples to a uint8 batch (mixing collate too)
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
@@ -24,6 +24,7 @@ FLOORS = {
     'untrusted': 0,  # the checks every reader of an untrusted dataset shares
     'torch_compat': 0, 'runtime': 0,  # torch's private API in one place; the helpers every device loop shares
     'feeder': 6,  # the one device loop (stream, look-ahead, hand-over, marks, workers) under every prefetching loader
+    'stages': 0,  # the per-sample stage clock (read, decode, ops) that stats() sums
     'constants': 0, 'dataset_info': 0, 'imagenet_info': 0, 'real_labels': 0, 'model_config': 0,  # timm.data's paths: metadata
     'target_transforms': 3, 'tf_preprocessing': 3,  # timm.data's paths: per-sample ops
 }

@@ -53,6 +53,10 @@ def test_skips_and_stats(root, tmp_path):
         st = ld.stats()
         assert (st.images, st.batches) == (sum(len(y) for _, y in got), len(got))
         assert st.images == 7 * 8 - len(victims)
+        # every sample of the plan made (the skipped ones too) and every batch collated, in the workers of either mode
+        assert (st.samples, st.collated) == (7 * 8, len(got))
+        assert set(st.t) == {k for k, _ in st.STAGES} and all(v >= 0 for v in st.t.values())
+        assert all(st.t[k] > 0 for k in st.WORKER_STAGES), st.t
 
 def test_bad_sample_raise_names_file(root, tmp_path):
     bad = tmp_path / 'train'

@@ -120,14 +120,25 @@ def _torchvision_loader(root, train, batch_size, num_workers):
 LOADERS = {'timmdata': _timmdata_loader, 'timm': _timm_loader, 'torchvision': _torchvision_loader}
 
 # %% ../nbs/17_bench.ipynb #af9bcd18
-def time_epoch(loader) -> tuple[int, float]:
+def time_epoch(loader, # any loader of (x, y) batches
+               on_batch=None, # called after each batch as on_batch(images, seconds, seconds waited), for a progress bar
+               waited: list | None = None, # if a list: the seconds spent waiting for batches (inside next()) are appended
+              ) -> tuple[int, float]:
     "One pass: (images seen, seconds). Checks that every loader gives the same kind of batch."
-    n, t = 0, time.perf_counter()
-    for x, y in loader:
+    n, pc = 0, time.perf_counter
+    it, wait, t = iter(loader), 0., pc()
+    while True:
+        t0 = pc()
+        try: x, y = next(it)
+        except StopIteration: break
+        wait += pc() - t0  # the consumer's wait for data, measured the same way for every contender
         if n == 0 and (x.dtype != torch.float32 or x.device.type != 'cpu' or tuple(x.shape[1:]) != (3, 224, 224)):
             raise RuntimeError(f'expected float32 CPU batches of 3x224x224, got {x.dtype} {x.device} {tuple(x.shape)}')
         n += x.shape[0]
-    return n, time.perf_counter() - t
+        if on_batch is not None: on_batch(n, pc() - t, wait)
+    dt = pc() - t
+    if waited is not None: waited.append(wait)
+    return n, dt
 
 # %% ../nbs/17_bench.ipynb #202a757b
 def usable_images(files, # image files
@@ -198,24 +209,31 @@ def bench_loaders(root, # image folder (class subfolders)
             train, loaders = pipe == 'train', {}
             rates = {c: [] for c in contenders}; rates['decode_limit'] = []
             mem = {c: [] for c in contenders}
+            waits, waited = {c: [] for c in contenders}, {c: [] for c in contenders}  # seconds per epoch; shares of measured epochs
             try:
                 loaders = {c: LOADERS[c](data, train, batch_size, num_workers) for c in contenders}
                 for ep in range(epochs + 1):
                     for c, ld in loaders.items():
                         bar.set_description(f'bench {pipe} {c} epoch {ep}' + (' (warm-up)' if ep == 0 else ''))
-                        n, dt = time_epoch(ld)
+                        def live(n, dt, wait, c=c, shown=[0.]):  # this epoch so far: images/s, share of time the consumer waited
+                            if dt - shown[0] >= 0.5 or dt < shown[0]:  # twice a second at most
+                                shown[0] = dt; bar.set_postfix_str(f'{c} {n / dt:.0f} img/s, waited {wait / dt:.0%}')
+                        n, dt = time_epoch(ld, live if progress else None, waits[c])
+                        if ep: rates[c].append(n / dt); waited[c].append(waits[c][-1] / dt)
                         workers = worker_pids(ld)
-                        if ep: rates[c].append(n / dt)
                         mem[c].append({'main_mb': _rss_mb(os.getpid()), 'main_peak_mb': _rss_mb(os.getpid(), 'VmHWM'),
                                        'workers_mb': [_rss_mb(p) for p in workers]})
-                        bar.set_postfix_str(', '.join(f'{k} {v[-1]:.0f}' for k, v in rates.items() if v) + ' img/s' if ep else '')
+                        bar.set_postfix_str(', '.join(f'{k} {v[-1]:.0f} img/s (waited {waited[k][-1]:.0%})' for k, v in rates.items()
+                                                      if v and k in waited) if ep else '')
                         bar.update()
                     if ep: rates['decode_limit'].append(decode_limit(files, num_workers))  # the warm-up epoch's would be thrown away
                     bar.update()
             finally:
                 del loaders  # their workers end here, also when interrupted
                 out = _pipeline_result(rates, mem)
-                if out is not None: res['pipelines'][pipe] = out
+                if out is not None:
+                    out['waited'] = {k: statistics.median(v) for k, v in waited.items() if v}  # share of each epoch spent in next()
+                    res['pipelines'][pipe] = out
     except KeyboardInterrupt: res['interrupted'] = True  # what was measured so far is the result
     finally:
         bar.close()

@@ -13,7 +13,9 @@ from . import decode
 from .decode import EncodedJpeg, ImageDecodeError, convert_mode, decode_image, encoded_jpeg, read_source
 from PIL import Image
 from .readers import create_reader
+from .stages import DECODE, READ, stage_clock
 from .transforms import INPUT_FORMATS, SampleTransform, transform_input
+
 
 # %% auto #0
 __all__ = ['is_transient', 'DecodeTransform', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
@@ -54,12 +56,12 @@ class DecodeTransform:
         if isinstance(src, Image.Image):
             img = convert_mode(src, self.input_img_mode)
             return decode_image(np.asarray(img), None, True) if self._to_tensor else img
-        if self._encoded and self.input_img_mode == 'RGB' and not isinstance(src, np.ndarray):
-            data = read_source(src)
-            enc = encoded_jpeg(data)
-            if enc is not None: return enc
-            src = data  # not a colour JPEG: decode it whole, without reading the file again
-        return decode_image(src, self.input_img_mode, self._to_tensor)
+        if not isinstance(src, np.ndarray):
+            with stage_clock(READ): src = read_source(src)  # the file's bytes, timed apart from the decode (`stats()`)
+            if self._encoded and self.input_img_mode == 'RGB':
+                enc = encoded_jpeg(src)
+                if enc is not None: return enc  # decoded by the transform's crop; else it is decoded whole below
+        with stage_clock(DECODE): return decode_image(src, self.input_img_mode, self._to_tensor)
 
     def transform_sample(self, img, where: Callable[[], str]):
         "The transform applied to `img`; `ImageDecodeError` passes (bad data when `img` is an `EncodedJpeg`), others get a note naming `where()`."

@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import IterableDataset
 from . import decode
 from .config import mix_seed, seed_all
+from .stages import COLUMNS, WorkerRows, stage_clock
 from .resume import (DeliveredIterator, ResumableBatchSampler, ResumableDataLoader, ResumablePrefetchLoader,
                              SeededDataset, global_rng_state, set_global_rng_state)
 
@@ -41,7 +42,7 @@ class RngBaton:
         t = self.tls
         with self.lock:
             seed_all(key)
-            t.held, t.key, t.np0, t.native = True, key, self._np_bytes(), 0.
+            t.held, t.key, t.np0 = True, key, self._np_bytes()
             try: return fn(*args)
             finally: t.held = False
 
@@ -60,21 +61,13 @@ class RngBaton:
         npst = None if (t.np0 is not None and self._np_bytes() == t.np0) else np.random.get_state()
         t.saved.append((random.getstate(), torch.get_rng_state(), npst)); t.held = False
         self.handoffs += 1
-        t.t0 = time.perf_counter()
         self.lock.release()
-
-    def native_time(self) -> float:
-        "Seconds this thread spent in native work since the last call (0 outside loader threads)."
-        t = self.tls
-        s, t.native = getattr(t, 'native', 0.), 0.
-        return s
 
     def take(self):
         "After native work: wait for the generators and put this thread's states back."
         t = self.tls
         s = t.saved.pop()
         if s is None: return
-        t.native = getattr(t, 'native', 0.) + time.perf_counter() - t.t0
         self.lock.acquire()
         t.held = True
         random.setstate(s[0]); torch.set_rng_state(s[1])
@@ -95,46 +88,70 @@ decode.gil_free.handoff = BATON  # native decode and resize hand the generators 
 
 # %% ../nbs/42_threads.ipynb #d09e9d4d
 class LoaderStats:
-    """Where a loader's time goes, counted as it runs (always on: a few clock reads per batch and per sample). Stage
-    times are seconds summed over the threads that spent them; `table()` gives them per image, per batch and as a
-    share of the epoch's wall time."""
-    STAGES = (('sample', 'read + decode + per-sample ops (loader threads)'),
-              ('native', '  of which native pixel work without the GIL (decode, resize)'),
+    """Where a loader's time goes, counted as it runs (always on: a few clock reads per sample and per batch). Stage
+    times are seconds summed over the threads and worker processes that spent them (workers add theirs to `rows`, a
+    shared array with a row per worker); `table()` gives them per image, per batch and as a share of the epoch's wall time."""
+    STAGES = (('read', "read (the file's bytes)"),
+              ('decode', 'decode (JPEG to pixels; a crop-aware decode inside the crop too)'),
+              ('ops', 'per-sample ops (crop, resize, flip, Python around them)'),
               ('collate', 'collate (samples into the uint8 batch)'),
-              ('wait_workers', 'waiting for workers (the prefetcher waited for a batch)'),
+              ('wait_workers', 'waiting for workers (a batch was not ready)'),
               ('device', 'device step (float, normalise, jitter, erase)'),
               ('consumer_wait', "consumer's wait for data (inside next())"),
               ('consumer', "consumer's own time between batches (the model step)"))
-    def __init__(self):
-        self._lock = threading.Lock(); self.reset()
+    WORKER_STAGES = ('read', 'decode', 'ops', 'collate')  # spent by the workers, side by side
+    def __init__(self, rows: Optional[torch.Tensor] = None): # float64 (workers, len(COLUMNS)) in shared memory, or None (threads)
+        self._lock, self.rows = threading.Lock(), rows
         self.outer = False  # a prefetching loader counts the delivered batches (set by it); else the DataLoader does
+        self.reset()
 
     def reset(self):
         "Zero every count (a new epoch of `profile` calls this)."
         self.images = self.batches = 0
-        self.t = dict.fromkeys((k for k, _ in self.STAGES), 0.)
+        self._t = dict.fromkeys((k for k, _ in self.STAGES), 0.)
+        self._n = [0, 0]  # samples made, batches collated (here: the thread loader; workers count in `rows`)
+        self._base = None if self.rows is None else self.rows.sum(0)
         self.wall, self._t0 = 0., None
 
+    def _workers(self) -> list:
+        return [0.] * len(COLUMNS) if self.rows is None else (self.rows.sum(0) - self._base).tolist()
+    @property
+    def t(self) -> dict:
+        "Seconds per stage so far, the worker processes' included."
+        t, w = dict(self._t), self._workers()
+        for i, k in enumerate(self.WORKER_STAGES): t[k] += w[i]
+        return t
+    @property
+    def samples(self) -> int:
+        "Samples the workers (threads or processes) made so far: skipped ones too, and ones read ahead of the consumer."
+        return self._n[0] + round(self._workers()[4])
+    @property
+    def collated(self) -> int:
+        "Batches the workers collated so far (read-ahead ones included)."
+        return self._n[1] + round(self._workers()[5])
+
     def add(self, stage: str, seconds: float):
-        with self._lock: self.t[stage] += seconds
-    def add_sample(self, seconds: float, native: float = 0.):
-        with self._lock: self.t['sample'] += seconds; self.t['native'] += native
+        with self._lock: self._t[stage] += seconds
+    def add_sample(self, stages: list):
+        "A sample made in a loader thread: [read, decode, ops] seconds (`StageClock.stop`)."
+        with self._lock:
+            t = self._t; t['read'] += stages[0]; t['decode'] += stages[1]; t['ops'] += stages[2]; self._n[0] += 1
     def add_batch(self, wait: float, collate: float):
-        with self._lock: self.t['wait_workers'] += wait; self.t['collate'] += collate
+        with self._lock: self._t['wait_workers'] += wait; self._t['collate'] += collate; self._n[1] += 1
     def delivered(self, images: int, wall: float = 0.):
         "The consumer got a batch of `images` images, `wall` seconds after the previous one."
         with self._lock: self.images += images; self.batches += 1; self.wall += wall
 
     def table(self) -> str:
         "The stages as text: time per image, per batch, share of the epoch's wall time."
-        n, b, wall = max(self.images, 1), max(self.batches, 1), self.wall or float('nan')
-        rows = [f'{"stage":62s} {"ms/image":>9s} {"ms/batch":>9s} {"of epoch":>9s}']
+        n, b, wall, t = max(self.images, 1), max(self.batches, 1), self.wall or float('nan'), self.t
+        rows = [f'{"stage":66s} {"ms/image":>9s} {"ms/batch":>9s} {"of epoch":>9s}']
         for k, name in self.STAGES:
-            s = self.t[k]
-            if s == 0 and k in ('sample', 'native', 'collate'): continue  # done in worker processes: not seen here
-            rows.append(f'{name:62s} {s / n * 1e3:9.3f} {s / b * 1e3:9.2f} {s / wall:9.1%}')
+            s = t[k]
+            if s == 0 and k in self.WORKER_STAGES: continue  # not measured here (a stream's samples: its own workers)
+            rows.append(f'{name:66s} {s / n * 1e3:9.3f} {s / b * 1e3:9.2f} {s / wall:9.1%}')
         rows.append(f'{self.images} images in {self.batches} batches, {wall:.2f} s: {self.images / wall:.0f} images/s; the consumer '
-                    f'waited {self.t["consumer_wait"] / wall:.0%} of the time')
+                    f'waited {t["consumer_wait"] / wall:.0%} of the time')
         return '\n'.join(rows)
     def __repr__(self): return self.table()
 
@@ -197,12 +214,14 @@ class ThreadDataLoader(ResumableDataLoader):
             weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
         return self._pool
 
+    def _timed(self, index: int):
+        stage_clock.start()
+        try: return self.dataset.dataset[index]
+        finally: self._stats.add_sample(stage_clock.stop())
+
     def _sample(self, item):
         index, key = item
-        t0 = time.perf_counter()
-        s = BATON.run(key, self.dataset.dataset.__getitem__, index)
-        self._stats.add_sample(time.perf_counter() - t0, BATON.native_time())
-        return s
+        return BATON.run(key, self._timed, index)
 
     main_thread_samples = False  # the threads seed per sample (RngBaton): the iterator leaves the global generators alone
 
@@ -255,15 +274,45 @@ class _TimedDelivered(DeliveredIterator):
             now = time.perf_counter(); st.delivered(_images(b), now - getattr(self, '_mark', t0)); self._mark = now
         return b
 
+class _TimedSeeded(SeededDataset):
+    "`SeededDataset` that times each sample's stages (`stage_clock`) and adds them to its worker's row of `rows`."
+    def __init__(self, dataset, rows: torch.Tensor): super().__init__(dataset); self.rows = WorkerRows(rows)
+    def __getitem__(self, item):
+        stage_clock.start()
+        try: return super().__getitem__(item)
+        finally:
+            r, row = stage_clock.stop(), self.rows.row()
+            row[0] += r[0]; row[1] += r[1]; row[2] += r[2]; row[4] += 1
+
+class _TimedCollate:
+    "A collate that adds its time and its batch to its worker's row of `rows`."
+    def __init__(self, fn: Callable, rows: torch.Tensor): self.fn, self.rows = fn, WorkerRows(rows)
+    def __call__(self, samples):
+        t0 = time.perf_counter()
+        try: return self.fn(samples)
+        finally:
+            row = self.rows.row(); row[3] += time.perf_counter() - t0; row[5] += 1
+
 class ProcessDataLoader(ResumableDataLoader):
-    "`ResumableDataLoader` (worker processes) that counts where the time goes: `stats()`."
-    def __init__(self, *args, **kwargs): super().__init__(*args, **kwargs); self._stats = LoaderStats()
+    """`ResumableDataLoader` (worker processes) that counts where the time goes: `stats()`. The workers time read, decode,
+    per-sample ops and collate and add the sums to their row of a small shared array, read here."""
+    def __init__(self, dataset, *args, num_workers: int = 0, **kwargs):
+        rows = torch.zeros(max(num_workers, 1), len(COLUMNS), dtype=torch.float64).share_memory_()
+        if isinstance(dataset, SeededDataset) and not isinstance(dataset, _TimedSeeded): dataset = _TimedSeeded(dataset.dataset, rows)
+        super().__init__(dataset, *args, num_workers=num_workers, **kwargs)
+        self._stats = LoaderStats(rows)
+
     def __iter__(self):
-        it = super().__iter__()
+        # the workers get a timed collate; `collate_fn` stays the caller's (the prefetcher gives batches back to it)
+        fn = self.collate_fn
+        self.collate_fn = _TimedCollate(fn, self._stats.rows)
+        try: it = super().__iter__()
+        finally: self.collate_fn = fn
         if type(it) is DeliveredIterator: it.__class__ = _TimedDelivered  # the same iterator, timed
         return it
+
     def stats(self) -> LoaderStats:
-        "Where the time went so far (`LoaderStats`): the per-sample stages run in the worker processes and are not seen here."
+        "Where the time went so far (`LoaderStats`), the worker processes' stages included."
         return self._stats
 
 class TimedPrefetchLoader(ResumablePrefetchLoader):
@@ -315,15 +364,19 @@ def verdict(st: LoaderStats, # the stats of a profiled run
     step = f'a {model_step_ms:g} ms model step' if model_step_ms else 'the consumer (no model step)'
     if waited < 0.05:
         return f'Loading keeps up with {step}: {rate:.0f} images/s, the consumer waited {waited:.0%} of the time.'
-    per = {k: st.t[k] / n for k in ('sample', 'collate', 'device')}
-    if worker_mode == 'thread': per['sample'] /= num_workers  # threads work side by side
-    if per['device'] > max(per['sample'], per['collate']) and worker_mode == 'thread' or (worker_mode == 'process' and st.t['device'] > st.t['wait_workers']):
+    t = st.t
+    per = {k: t[k] / n for k in ('read', 'decode', 'ops', 'collate', 'device')}
+    work = (per['read'] + per['decode'] + per['ops'] + per['collate']) / max(num_workers, 1)  # workers work side by side
+    if per['device'] > work and worker_mode == 'thread' or (worker_mode == 'process' and t['device'] > t['wait_workers']):
         fix = ("the device step (float, normalise, jitter) is the slowest stage: run it on a GPU (device='cuda'), "
                "or lower the batch work (color_jitter=None, re_prob=0)")
     else:
-        fix = (f"the per-sample work in the workers (read, decode, crop, resize) is the slowest stage: raise num_workers "
-               f"(now {num_workers}, up to the free cores), or decode once into a store (`timmdata cache`), write pre-resized "
-               f"shards (`timmdata shards`), or decode on the GPU (decode_device='cuda')")
+        top = max(('read', 'decode', 'ops'), key=per.get)
+        most = {'read': 'reading the files (put the data on a faster disk, or in shards: `timmdata shards`)',
+                'decode': 'decoding (decode once into a store: `timmdata cache`, or on the GPU: decode_device=\'cuda\')',
+                'ops': 'the per-sample ops (crop, resize: pre-resized shards, `timmdata shards`, or a store at the input size)'}[top]
+        fix = (f"the per-sample work in the workers is the slowest stage, most of it {most}; or raise num_workers "
+               f"(now {num_workers}, up to the free cores)")
     return (f'Loading does not keep up with {step}: {rate:.0f} images/s, the consumer waited {waited:.0%} of the time; '
             f'{fix}.')
 

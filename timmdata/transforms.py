@@ -13,65 +13,20 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 from torchvision.transforms.v2 import functional as F2
 from .decode import EncodedJpeg, gil_free
+from .resample import (INTERPOLATIONS, MODE_TO_PIL, RESAMPLE_KIND, check_interpolation, interp_mode_to_str,  # timm's
+                               interp_or_choices, interp_repr, pick_interp, resize_center_crop, str_to_interp_mode,  # names,
+                               str_to_pil_interp)  # also importable from here
+from .stages import DECODE, stage_clock
 from .config import parse_input_size
 from .config import (CROP_MODES, DEFAULT_CROP_MODE, DEFAULT_CROP_PCT, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD,
                                 IMAGENET_DPN_MEAN, IMAGENET_DPN_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD,
                                 OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)  # timm's names, also importable from here
 
 # %% auto #0
-__all__ = ['INTERPOLATIONS', 'INPUT_FORMATS', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
-           'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'TakesInput', 'SampleTransform',
-           'transform_input', 'is_tensor_image', 'image_hw', 'resize_exact', 'crop_box', 'setup_size',
-           'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'shorter_edge_size', 'Resize',
-           'RandomResizedCropAndInterpolation', 'check_range', 'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad',
-           'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder', 'Compose']
-
-# %% ../nbs/04_transforms.ipynb #d1faf2a6
-_INTERP = {  # name -> (torchvision mode, PIL filter)
-    'nearest': (InterpolationMode.NEAREST, Image.Resampling.NEAREST),
-    'bilinear': (InterpolationMode.BILINEAR, Image.Resampling.BILINEAR),
-    'bicubic': (InterpolationMode.BICUBIC, Image.Resampling.BICUBIC),
-    'box': (InterpolationMode.BOX, Image.Resampling.BOX),
-    'hamming': (InterpolationMode.HAMMING, Image.Resampling.HAMMING),
-    'lanczos': (InterpolationMode.LANCZOS, Image.Resampling.LANCZOS),
-}
-INTERPOLATIONS = tuple(_INTERP) + ('random',)
-_MODE_TO_PIL = {m: p for m, p in _INTERP.values()}
-_MODE_TO_STR = {m: n for n, (m, p) in _INTERP.items()}
-
-def check_interpolation(name, allow_random=False):
-    "`name` if it is a known interpolation ('random' too with `allow_random`), else a ValueError listing them."
-    ok = INTERPOLATIONS if allow_random else tuple(_INTERP)
-    if name not in ok:
-        raise ValueError(f"interpolation must be one of {', '.join(repr(o) for o in ok)}; got {name!r}")
-    return name
-
-def str_to_interp_mode(mode_str: str) -> InterpolationMode:
-    "torchvision `InterpolationMode` for a timm interpolation name."
-    if isinstance(mode_str, InterpolationMode): return mode_str
-    return _INTERP[check_interpolation(mode_str)][0]
-
-def str_to_pil_interp(mode_str: str) -> Image.Resampling:
-    "PIL resampling filter for a timm interpolation name."
-    return _INTERP[check_interpolation(mode_str)][1]
-
-def interp_mode_to_str(mode: InterpolationMode) -> str:
-    "timm name of a torchvision `InterpolationMode`."
-    return _MODE_TO_STR[mode]
-
-_RANDOM_INTERPOLATION = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)
-
-def interp_or_choices(name):
-    "A mode, or the (bilinear, bicubic) pair that 'random' draws from."
-    if isinstance(name, (tuple, list)): return tuple(str_to_interp_mode(n) for n in name)
-    return _RANDOM_INTERPOLATION if name == 'random' else str_to_interp_mode(name)
-
-def pick_interp(interp):
-    "Draws the interpolation for this image after the crop parameters, in the order timm draws them."
-    return random.choice(interp) if isinstance(interp, tuple) else interp
-
-def interp_repr(interp):
-    return ' '.join(interp_mode_to_str(m) for m in interp) if isinstance(interp, tuple) else interp_mode_to_str(interp)
+__all__ = ['INPUT_FORMATS', 'TakesInput', 'SampleTransform', 'transform_input', 'is_tensor_image', 'image_hw', 'resize_exact',
+           'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'shorter_edge_size',
+           'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'ResizeKeepRatio', 'center_crop_or_pad',
+           'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder', 'Compose']
 
 # %% ../nbs/04_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
@@ -122,9 +77,9 @@ def resize_exact(img, size, interp: InterpolationMode):
     "Resize to exactly `size` = (h, w); an image of that size already is returned as it is (no copy)."
     h, w = int(size[0]), int(size[1])
     if image_hw(img) == (h, w): return img  # PIL and torchvision would copy or repack the pixels for nothing
-    if not is_tensor_image(img): return img.resize((w, h), _MODE_TO_PIL[interp])
+    if not is_tensor_image(img): return img.resize((w, h), MODE_TO_PIL[interp])
     if interp in (InterpolationMode.BOX, InterpolationMode.HAMMING):  # no torch kernel: a rare, slow PIL detour
-        return TF.pil_to_tensor(TF.to_pil_image(img).resize((w, h), _MODE_TO_PIL[interp]))
+        return TF.pil_to_tensor(TF.to_pil_image(img).resize((w, h), MODE_TO_PIL[interp]))
     if _U8_RESIZE_CL and interp in (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC) and _is_hwc_view(img):
         # torchvision's resize_image would call the same kernel with the same arguments, but its reshape to a 1xCxHxW
         # batch hides the channels-last layout of a crop window; the kernel then repacks to planar and takes about
@@ -135,7 +90,8 @@ def resize_exact(img, size, interp: InterpolationMode):
 
 def crop_box(img, top, left, height, width):
     "Crop inside the image (tensor: a view; a not-yet-decoded JPEG: only the box is decoded)."
-    if isinstance(img, EncodedJpeg): return img.decode_crop(top, left, height, width)
+    if isinstance(img, EncodedJpeg):
+        with stage_clock(DECODE): return img.decode_crop(top, left, height, width)
     if not is_tensor_image(img): return img.crop((left, top, left + width, top + height))
     return img[..., top:top + height, left:left + width]
 
@@ -382,7 +338,14 @@ class TrimBorder(SampleTransform):
 _TO_TENSOR = (MaybePILToTensor, MaybeToTensor, ToTensor, ToNumpy, tvt.PILToTensor, tvt.ToTensor)
 
 class Compose(tvt.Compose, SampleTransform):
-    "torchvision's `Compose`, declaring its `input_format` (a `SampleTransform`) from its steps'."
+    "torchvision's `Compose`, declaring its `input_format` from its steps'; `fuse_resize_crop`: see timmdata.resample."
+    fuse_resize_crop = False  # PIL-exact, but ~10% more CPU than the steps today (scalar horizontal pass): off by default
+    def _resize_crop(self) -> tuple | None:  # the eval pipeline's steps, fused: timmdata.resample.resize_center_crop
+        ts = self.transforms
+        if (self.fuse_resize_crop and len(ts) >= 2 and type(ts[0]) is Resize and isinstance(ts[0].size, numbers.Number) and type(ts[1]) is CenterCropOrPad
+                and ts[0].interpolation in RESAMPLE_KIND): return ts[0], ts[1]
+        return None
+
     @property
     def input_format(self) -> str:
         for i, t in enumerate(self.transforms):
@@ -390,10 +353,16 @@ class Compose(tvt.Compose, SampleTransform):
             f = transform_input(t)
             if f == 'pil': return 'pil'
             if f == 'encoded' and i > 0: return 'tensor'  # only a first step sees the undecoded JPEG
-        return 'encoded' if self.transforms and transform_input(self.transforms[0]) == 'encoded' else 'tensor'
+        first = self.transforms and transform_input(self.transforms[0]) == 'encoded'
+        return 'encoded' if first or self._resize_crop() is not None else 'tensor'
+
     def __call__(self, img):
+        ts = self.transforms
+        if isinstance(img, (EncodedJpeg, torch.Tensor)) and (rc := self._resize_crop()) is not None:
+            out = resize_center_crop(img, int(rc[0].size), rc[1].size, rc[0].interpolation)
+            if out is not None: img, ts = out, ts[2:]
         # per sample, so only the first step is asked: it is the one that meets the undecoded JPEG
-        if isinstance(img, EncodedJpeg) and (not self.transforms or transform_input(self.transforms[0]) != 'encoded'):
-            img = img.decode()
-        for t in self.transforms: img = t(img)
+        if isinstance(img, EncodedJpeg) and (not ts or transform_input(ts[0]) != 'encoded'):
+            with stage_clock(DECODE): img = img.decode()
+        for t in ts: img = t(img)
         return img
