@@ -279,7 +279,7 @@ def create_loader(
         _set_transform(dataset, None)
         dataset = ScheduledTransformDataset(dataset, [create_transform(s, **tf_kw) for s in sizes])
         shapes = [(b, *s) for b, s in zip(batch_size_choices, sizes)]
-    if hasattr(dataset, 'set_loader_cfg'): dataset.set_loader_cfg(num_workers=num_workers)
+    if hasattr(dataset, 'set_loader_cfg'): dataset.set_loader_cfg(num_workers=num_workers, batch_size=batch_size)  # a stream: its split and batches
     sampler = timm_sampler(dataset, distributed, is_training, num_aug_repeats)
     if pin_memory is None: pin_memory = use_prefetcher and device.type == 'cuda'
     pin_memory = bool(pin_memory) and torch.cuda.is_available()
