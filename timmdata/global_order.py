@@ -11,7 +11,7 @@ import numpy as np
 from .config import mix_seed
 from .readers import FileHandle
 from .shard_io import ShardError, ShardNotFoundError, ShardTruncatedError, WdsSource, shard_name, url_scheme
-from .shard_index import INDEX_FILE, load_index
+from .shard_index import INDEX_FILE, http_range, load_index
 
 # %% auto #0
 __all__ = ['BLOCK_SHARDS', 'GlobalOrder', 'epoch_length', 'worker_positions', 'read_in_order', 'sample_spans', 'SpanReader']
@@ -138,9 +138,7 @@ class SpanReader:
 
     def _bytes(self, s: int, start: int, n: int) -> bytes:
         url = self.source.shards[s]
-        if url_scheme(url) != 'file':
-            from timmdata.shard_index import _http  # the index's ranged GET (retries, named errors)
-            return _http(url, (start, n), timeout=self.source.timeout, retries=self.source.retries, backoff=self.source.backoff)[1]
+        if url_scheme(url) != 'file': return http_range(url, (start, n), timeout=self.source.timeout, retries=self.source.retries, backoff=self.source.backoff)[1]
         if self._pid != os.getpid(): self._files, self._lock, self._pid = OrderedDict(), threading.Lock(), os.getpid()  # never a parent's handles
         f = self._files.pop(s, None) or FileHandle(url[7:] if url.startswith('file://') else url)
         self._files[s] = f
