@@ -134,13 +134,14 @@ class SpanReader:
     def __init__(self, source: WdsSource, spans: list, max_open_files: int = 16):
         self.source, self.spans, self.max_open_files = source, spans, max_open_files
         self.lengths = [len(a) for a in spans]
+        self._paths = [(s[7:] if s.startswith('file://') else s) if url_scheme(s) == 'file' else None for s in source.shards]  # None: http(s)
         self._pid, self._files, self._lock = None, OrderedDict(), None
 
     def _bytes(self, s: int, start: int, n: int) -> bytes:
-        url = self.source.shards[s]
-        if url_scheme(url) != 'file': return http_range(url, (start, n), timeout=self.source.timeout, retries=self.source.retries, backoff=self.source.backoff)[1]
+        if self._paths[s] is None:
+            return http_range(self.source.shards[s], (start, n), timeout=self.source.timeout, retries=self.source.retries, backoff=self.source.backoff)[1]
         if self._pid != os.getpid(): self._files, self._lock, self._pid = OrderedDict(), threading.Lock(), os.getpid()  # never a parent's handles
-        f = self._files.pop(s, None) or FileHandle(url[7:] if url.startswith('file://') else url)
+        f = self._files.pop(s, None) or FileHandle(self._paths[s])
         self._files[s] = f
         while len(self._files) > self.max_open_files: self._files.popitem(last=False)
         if hasattr(os, 'pread'): return os.pread(f.fd, n, start)
