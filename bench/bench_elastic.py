@@ -1,6 +1,7 @@
-"""Issue 30's elastic-order benchmark: one training epoch of local WebDataset shards through create_loader with the default
-order (`order='shards'`: shards dealt to workers, buffer shuffle) and the elastic one (`order='global'`), alternating epoch by
-epoch; medians after a warm-up epoch, and the ratio (goal: global >= 0.97x shards).
+"""Issue 30's elastic-order benchmark: one training epoch of local WebDataset shards through create_loader in the stream order
+of before (`order='shards'`: shards dealt to workers, buffer shuffle) and in the global order, the training default (`order=
+'global'`: each sample read by position through the member-offset index), alternating epoch by epoch; medians after a warm-up
+epoch, the ratio (goal: global >= 0.97x shards), and the bytes each order reads per epoch (goal: about one pass).
 
     python bench/bench_elastic.py --n 2000 --epochs 3 --workers 2
 """
@@ -10,6 +11,20 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_streaming import _epoch, _write_shards
 from timmdata import ImageDataset, create_loader, make_sample_dataset
 from timmdata.streaming import IterableImageDataset
+
+
+def _children_stats() -> tuple:
+    "(bytes read through read/pread calls, CPU seconds) of the loader workers (this process's children) so far; Linux /proc, else zeros."
+    rchar, cpu, me, tick = 0, 0.0, str(os.getpid()), os.sysconf('SC_CLK_TCK') if hasattr(os, 'sysconf') else 100
+    for pid in (os.listdir('/proc') if os.path.isdir('/proc') else []):
+        try:
+            if not pid.isdigit(): continue
+            f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()
+            if f[1] != me: continue
+            cpu += (int(f[11]) + int(f[12])) / tick  # utime + stime
+            rchar += int(next(l for l in open(f'/proc/{pid}/io') if l.startswith('rchar:')).split()[1])
+        except (OSError, StopIteration, IndexError, ValueError): pass
+    return rchar, cpu
 
 
 def main():
@@ -34,17 +49,22 @@ def main():
                                   block_shards=a.block_shards)
         loaders[order] = (ds, create_loader(ds, a.input_size, a.batch_size, is_training=True, num_workers=a.workers,
                                             persistent_workers=True, device='cpu'))
-    rates = {k: [] for k in loaders}
+    rates, reads, cpus = {k: [] for k in loaders}, {k: [] for k in loaders}, {k: [] for k in loaders}
+    data_mb = sum(p.stat().st_size for p in (tmp / 'shards').glob('*.tar')) / 2**20
     for e in range(a.epochs + 1):  # epoch 0 warms up; the orders alternate within each epoch
         for order, (ds, loader) in loaders.items():
             ds.set_epoch(e)
+            r0, c0 = _children_stats()
             got, t = _epoch(loader)
-            if e: rates[order].append(got / t)
+            r1, c1 = _children_stats()
+            if e: rates[order].append(got / t); reads[order].append((r1 - r0) / 2**20); cpus[order].append((c1 - c0) / got * 1e3)
     base = statistics.median(rates['shards'])
-    print(f'{"order":<10}{"images/s (median)":>20}{"x shards":>10}   epochs (images/s)')
+    cbase = statistics.median(cpus['shards'])
+    print(f'{"order":<10}{"images/s (median)":>20}{"x shards":>10}{"worker CPU ms/image":>21}{"x shards":>10}{"MB read/epoch":>15}{"x data":>8}   epochs (images/s)')
     for order, r in rates.items():
-        m = statistics.median(r)
-        print(f'{order:<10}{m:>20.0f}{m / base:>10.2f}   ' + ' '.join(f'{x:.0f}' for x in r))
+        m, mb, c = statistics.median(r), statistics.median(reads[order]), statistics.median(cpus[order])
+        print(f'{order:<10}{m:>20.0f}{m / base:>10.2f}{c:>21.2f}{c / cbase:>10.2f}{mb:>15.1f}{mb / data_mb:>8.2f}   ' + ' '.join(f'{x:.0f}' for x in r))
+    print(f'shards: {data_mb:.1f} MB')
 
 
 if __name__ == '__main__':

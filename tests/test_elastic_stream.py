@@ -1,6 +1,7 @@
-"""Elastic streams (issue 30): IterableImageDataset(order='global') gives one global order per epoch whatever the ranks and
-workers, and a state_dict() saved on one layout resumes on another. Ranks are simulated with the dataset's rank/world_size."""
-import io, json, tarfile
+"""Elastic streams (issue 30): IterableImageDataset's global order (the training default where shards can be read by position;
+order='global') gives one global order per epoch whatever the ranks and workers, and a state_dict() saved on one layout resumes
+on another. Ranks are simulated with the dataset's rank/world_size."""
+import functools, http.server, io, json, os, tarfile, threading
 from pathlib import Path
 import pytest, torch
 from PIL import Image
@@ -84,14 +85,68 @@ def test_resume_with_another_global_batch(shards):
 
 
 def test_shards_order_still_refuses_another_layout(shards):
-    "order='shards' (the default) keeps its rule: a state from 2 ranks does not load on 3."
+    "order='shards' keeps its rule: a state from 2 ranks does not load on 3."
     from timmdata.resume import ResumeStateError
     def mk(r, world):
-        ds = IterableImageDataset(str(shards), reader='wds/el', split='train', is_training=True, batch_size=4, rank=r, world_size=world)
+        ds = IterableImageDataset(str(shards), reader='wds/el', split='train', is_training=True, batch_size=4, rank=r, world_size=world,
+                                  order='shards')
         return create_loader(ds, (3, 16, 16), 4, is_training=True, num_workers=0, device='cpu')
     dl = mk(0, 2); it = iter(dl); next(it); sd = dl.state_dict(); del it
     assert 'samples_delivered' not in sd
     with pytest.raises(ResumeStateError, match='stream'): mk(0, 3).load_state_dict(sd)
+
+
+def test_default_is_global_and_its_fallback(shards):
+    "The training default reads local shards in the global order; a pipe: stream falls back to order='shards', warned once, and refuses an elastic state."
+    import warnings
+    from timmdata.resume import ResumeStateError
+    mk = lambda root, **kw: IterableImageDataset(root, reader='wds/el', is_training=True, batch_size=6, rank=0, world_size=2, **kw)
+    ds = mk(str(shards), split='train')
+    assert ds.order == 'global' and ds.elastic and ds._spans is not None  # read by position: the member-offset index
+    dl = create_loader(ds, (3, 16, 16), 6, is_training=True, num_workers=0, device='cpu')
+    it = iter(dl); next(it); sd = dl.state_dict(); del it
+    assert sd['samples_delivered'] == 12
+    pipe = 'pipe:cat ' + str(shards) + '/el-train-{000000..000009}.tar'
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        fb = [mk(pipe, split='', num_samples=50) for _ in range(2)]
+    assert [x.order for x in fb] == ['shards', 'shards'] and len([x for x in w if 'order=' in str(x.message)]) == 1  # warned once
+    assert 'pipe: stream' in str(w[0].message)
+    with pytest.raises(ResumeStateError, match="order': 'global'"):
+        create_loader(fb[0], (3, 16, 16), 6, is_training=True, num_workers=0, device='cpu').load_state_dict(sd)
+
+
+class _Ranged(http.server.SimpleHTTPRequestHandler):
+    "Answers ranged GETs (206), as object stores and most web servers do (Python's own http.server does not)."
+    def log_message(self, *a): pass
+    def do_GET(self):
+        rng, path = self.headers.get('Range'), self.translate_path(self.path)
+        if not rng or not os.path.isfile(path): return super().do_GET()
+        a, b = map(int, rng.split('=', 1)[1].split('-'))
+        with open(path, 'rb') as f: f.seek(a); data = f.read(b + 1 - a)
+        self.send_response(206); self.send_header('Content-Length', str(len(data)))
+        self.send_header('Content-Range', f'bytes {a}-{a + len(data) - 1}/{os.path.getsize(path)}'); self.end_headers(); self.wfile.write(data)
+
+
+def test_global_order_over_http(shards, tmp_path):
+    "Shards over HTTP: with ranged reads, the default global order gives the local run's batches; without them, order='shards' (warned)."
+    import warnings
+    servers = [http.server.ThreadingHTTPServer(('127.0.0.1', 0), functools.partial(h, directory=str(shards)))
+               for h in (_Ranged, http.server.SimpleHTTPRequestHandler)]
+    for s in servers: threading.Thread(target=s.serve_forever, daemon=True).start()
+    try:
+        mk = lambda root, i: IterableImageDataset(root, reader='wds/el', split='train', is_training=True, batch_size=12, block_shards=3,
+                                                  index_dir=str(tmp_path / i))
+        ds = mk(f'http://127.0.0.1:{servers[0].server_port}', 'a')
+        assert ds.order == 'global'
+        got = [y.tolist() for _, y in create_loader(ds, (3, 16, 16), 12, is_training=True, num_workers=0, device='cpu')]
+        assert got == _run(shards, 1, 12, 0)[0]
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter('always')
+            assert mk(f'http://127.0.0.1:{servers[1].server_port}', 'b').order == 'shards'
+        assert any('ignores ranged reads' in str(x.message) and "order='shards'" in str(x.message) for x in w)
+    finally:
+        for s in servers: s.shutdown(); s.server_close()
 
 
 ELASTIC_SCRIPT = '''

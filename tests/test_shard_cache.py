@@ -79,6 +79,7 @@ def test_second_epoch_downloads_nothing(server, tmp_path):
     ds = create_dataset('wds/toy', root=url, split='train', is_training=True, batch_size=4,
                         cache_dir=str(tmp_path / 'cache'), cache_limit='10MB')
     assert ds.source.cache is not None and ds.source.cache.limit == 10 ** 7
+    assert ds.order == 'global'  # remote shards with a cache and shard lengths: the elastic order, repeats read from the cache
     loader = create_loader(ds, (3, 16, 16), 4, is_training=True, num_workers=2, persistent_workers=True, device='cpu')
     ds.set_epoch(0)
     assert _epoch(loader) == list(range(N_SHARDS * PER_SHARD))

@@ -85,11 +85,11 @@ def test_main_process_loader_and_uint8_fast_path(shards):
 
 
 def test_equal_counts_per_rank_uneven_shards(shards):
-    "8 shards over 3 ranks x 1 worker: each rank yields ceil(32/3)=11 -> 12 (whole batches of 4); a short one wraps round."
+    "order='shards': 8 shards over 3 ranks x 1 worker: each rank yields ceil(32/3)=11 -> 12 (whole batches of 4); a short one wraps round."
     counts, seen = [], []
     for r in range(3):
         d = IterableImageDataset(shards, reader='wds/toy', is_training=True, batch_size=4, rank=r, world_size=3,
-                                 shuffle_size=16, shuffle_initial=4)
+                                 shuffle_size=16, shuffle_initial=4, order='shards')
         ys = [y for _, y in d]
         counts.append(len(ys)); seen.append(ys)
         assert len(ys) == len(d) == 12
@@ -98,7 +98,7 @@ def test_equal_counts_per_rank_uneven_shards(shards):
     assert sorted(len(set(s)) for s in seen) == [8, 12, 12]
     assert len(set(sum(seen, []))) == 32
     with pytest.raises(RuntimeError, match='8 shards cannot feed 9 global workers'):
-        list(IterableImageDataset(shards, reader='wds/toy', is_training=True, rank=0, world_size=9))
+        list(IterableImageDataset(shards, reader='wds/toy', is_training=True, rank=0, world_size=9, order='shards'))
 
 
 def test_validation_exactly_once_over_ranks_and_workers(shards):
@@ -170,12 +170,12 @@ def http_root(shards):
 
 
 def test_http_shards(http_root, shards):
-    ds = IterableImageDataset(http_root, reader='wds/toy', is_training=True, batch_size=4, shuffle_size=16, shuffle_initial=4)
+    ds = IterableImageDataset(http_root, reader='wds/toy', is_training=True, batch_size=4, shuffle_size=16, shuffle_initial=4, order='shards')
     assert ds.source.shards[0] == http_root + '/toy-train-000000.tar' and ds.num_samples == 32
     loader = create_loader(ds, (3, 16, 16), 4, is_training=True, num_workers=2, device='cpu')
     ys, n = _epoch(loader)
     assert n == 8 and sorted(ys) == list(range(32))
-    local = IterableImageDataset(shards, reader='wds/toy', is_training=True, batch_size=4, shuffle_size=16, shuffle_initial=4)
+    local = IterableImageDataset(shards, reader='wds/toy', is_training=True, batch_size=4, shuffle_size=16, shuffle_initial=4, order='shards')
     ys_local, _ = _epoch(create_loader(local, (3, 16, 16), 4, is_training=True, num_workers=2, device='cpu'))
     assert ys == ys_local  # the same stream whether read from disk or over HTTP
     with pytest.raises(ShardNotFoundError, match=r'toy-train-000099.tar not found \(HTTP 404\)'):

@@ -4,13 +4,17 @@
 
 # %% ../nbs/27c_global_order.ipynb #397a3dd3
 from __future__ import annotations
-import bisect, math
-from typing import Iterator, Sequence
+import bisect, io, math, os, threading
+from collections import OrderedDict
+from typing import Iterator, Optional, Sequence
 import numpy as np
 from .config import mix_seed
+from .readers import FileHandle
+from .shard_io import ShardError, ShardNotFoundError, ShardTruncatedError, WdsSource, shard_name, url_scheme
+from .shard_index import INDEX_FILE, http_range, load_index
 
 # %% auto #0
-__all__ = ['BLOCK_SHARDS', 'GlobalOrder', 'epoch_length', 'worker_positions', 'read_in_order']
+__all__ = ['BLOCK_SHARDS', 'GlobalOrder', 'epoch_length', 'worker_positions', 'read_in_order', 'sample_spans', 'SpanReader']
 
 # %% ../nbs/27c_global_order.ipynb #dcb0def0
 BLOCK_SHARDS = 8  # shards whose samples are interleaved in one block of the global order
@@ -101,3 +105,73 @@ def read_in_order(source, # a stream source (`timmdata.shard_io`): `shards`, `sh
             s, m = members[p - lo]
             yield (p, source.shards[s]) + got.pop((s, m))
         i = j
+
+# %% ../nbs/27c_global_order.ipynb #b2c3d4e5
+_END = bytes(1024)  # a tar's end-of-archive blocks: a sample's span read alone parses as a whole tar
+
+def sample_spans(source, # a stream source; random access needs `timmdata.shard_io.WdsSource` over local files or http(s) URLs
+                 index_dir: Optional[str] = None, # where the member-offset index is kept (see `timmdata.shard_index.index_path`)
+                ):
+    "Each shard's samples as byte spans `[start, end)` of their tar records (an (n, 2) array per shard), from the member-offset index; or, a str, why there are none."
+    if not isinstance(source, WdsSource): return f'{type(source).__name__} is not a source of WebDataset tar shards'
+    if other := [s for s in source.shards if url_scheme(s) not in ('file', 'http', 'https')]:
+        return f'shard {shard_name(other[0])} is a {url_scheme(other[0])}: stream, read front to back only'
+    try: per_shard, _ = load_index([s[7:] if s.startswith('file://') else s for s in source.shards], index_dir)
+    except (ShardNotFoundError, ShardTruncatedError): raise  # a missing or cut shard fails any order: say so now
+    except ShardError as e: return str(e)  # e.g. compressed, or a server that ignores ranged reads
+    spans = []
+    for i, samples in enumerate(per_shard):
+        want = source.shard_lengths[i] if source.shard_lengths else None
+        if want is not None and len(samples) != want:
+            raise ShardError(f'shard {shard_name(source.shards[i])} holds {len(samples)} samples; _info.json says {want}: write the shard or the info file again')
+        ends = np.array([max(o + n for o, n in m.values()) for _, m in samples], dtype=np.int64).reshape(-1)
+        ends += -ends % 512  # a record ends with its padding
+        spans.append(np.stack([np.concatenate([np.zeros(1, np.int64), ends[:-1]]), ends], 1) if len(ends) else np.zeros((0, 2), np.int64))
+    return spans
+
+class SpanReader:
+    "A `WdsSource`'s samples by position: a sample's span (`sample_spans`) read with one `pread` (a few handles kept per process) or one ranged GET."
+    def __init__(self, source: WdsSource, spans: list, max_open_files: int = 16):
+        self.source, self.spans, self.max_open_files = source, spans, max_open_files
+        self.lengths = [len(a) for a in spans]
+        self._paths = [(s[7:] if s.startswith('file://') else s) if url_scheme(s) == 'file' else None for s in source.shards]  # None: http(s)
+        self._pid, self._files, self._lock = None, OrderedDict(), None
+
+    def _bytes(self, s: int, start: int, n: int) -> bytes:
+        if self._paths[s] is None:
+            return http_range(self.source.shards[s], (start, n), timeout=self.source.timeout, retries=self.source.retries, backoff=self.source.backoff)[1]
+        if self._pid != os.getpid(): self._files, self._lock, self._pid = OrderedDict(), threading.Lock(), os.getpid()  # never a parent's handles
+        f = self._files.pop(s, None) or FileHandle(self._paths[s])
+        self._files[s] = f
+        while len(self._files) > self.max_open_files: self._files.popitem(last=False)
+        if hasattr(os, 'pread'): return os.pread(f.fd, n, start)
+        with self._lock: os.lseek(f.fd, start, os.SEEK_SET); return os.read(f.fd, n)
+
+    def read(self, s: int, m: int) -> tuple:
+        "(key, image bytes, target) of sample `m` of shard `s`, parsed and checked as the stream parses its shard."
+        start, end = (int(x) for x in self.spans[s][m])
+        url, data = self.source.shards[s], self._bytes(s, start, end - start)
+        if len(data) != end - start:
+            raise ShardTruncatedError(f'shard {shard_name(url)} was cut or changed after it was indexed: sample {m} needs bytes '
+                                      f'{start:,} to {end:,}; create the dataset again (a changed shard is indexed again)')
+        got = list(self.source._samples(io.BytesIO(data + _END), url))
+        if len(got) != 1:
+            raise ShardError(f'the shard index does not match shard {shard_name(url)} at sample {m} ({len(got)} samples in its span): '
+                             f'delete {INDEX_FILE} beside the shards (or in index_dir) and create the dataset again')
+        return got[0]
+
+    def read_in_order(self, positions: Sequence[int], # increasing global positions of the epoch (`worker_positions`)
+                      seed: int, epoch: int, # the run's seed and the epoch
+                      block_shards: int = BLOCK_SHARDS, # shards per block of the order
+                     ) -> Iterator[tuple]:
+        "(position, shard, key, image, target) for each position: each sample read alone, in the order's sequence."
+        total, order = sum(self.lengths), None
+        for p in positions:
+            pass_, q = divmod(p, total)
+            if order is None or order.pass_ != pass_: order = GlobalOrder(self.lengths, seed, epoch, pass_, block_shards)
+            s, m = order[q]
+            yield (p, self.source.shards[s]) + self.read(s, m)
+
+    def __getstate__(self):
+        d = self.__dict__.copy(); d['_pid'], d['_files'], d['_lock'] = None, OrderedDict(), None  # handles are per process
+        return d

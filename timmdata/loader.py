@@ -17,6 +17,7 @@ from .prefetch import PrefetchLoader
 from .runtime import SEED_MIX, default_rank, resolve_device
 from .torch_compat import keep_iterator, kept_iterator, shutdown_workers
 from .scheduled_sampler import Sampling, ScheduledTransformDataset, make_batch_plan
+from .streaming import StreamPlan
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 from .resume import BatchPlan, ResumableDataLoader, ResumablePrefetchLoader, StatefulLoader
 
@@ -300,7 +301,8 @@ def create_loader(
         _set_transform(dataset, None)
         dataset = ScheduledTransformDataset(dataset, [create_transform(s, **tf_kw) for s in sizes])
         shapes = [(b, *s) for b, s in zip(batch_size_choices, sizes)]
-    if hasattr(dataset, 'set_loader_cfg'): dataset.set_loader_cfg(num_workers=num_workers)
+    if isinstance(dataset, StreamPlan): dataset.set_loader_cfg(num_workers=num_workers, batch_size=batch_size)  # its split and batches
+    elif hasattr(dataset, 'set_loader_cfg'): dataset.set_loader_cfg(num_workers=num_workers)  # e.g. timm's own stream
     dataset, batching = make_batch_plan(dataset, Sampling(  # the batch plan, made here only (timmdata.scheduled_sampler)
         batch_size, is_training=is_training, distributed=distributed, num_aug_repeats=num_aug_repeats, seed=seed,
         batch_size_choices=batch_size_choices, choice_weights=batch_choice_weights, choice_seed=batch_choice_seed,

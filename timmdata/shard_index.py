@@ -15,7 +15,7 @@ from .store import read_json, write_json_atomic
 from .settings import setting
 
 # %% auto #0
-__all__ = ['INDEX_FILE', 'INDEX_VERSION', 'stat_shard', 'scan_shard', 'index_path', 'load_index', 'ShardReader',
+__all__ = ['INDEX_FILE', 'INDEX_VERSION', 'http_range', 'stat_shard', 'scan_shard', 'index_path', 'load_index', 'ShardReader',
            'is_shard_folder']
 
 # %% ../nbs/27b_shard_index.ipynb #303255e8
@@ -25,7 +25,7 @@ INDEX_VERSION = 1
 def _local(url: str) -> str: return url[7:] if url.startswith('file://') else url
 def _remote(url: str) -> bool: return url_scheme(url) in ('http', 'https')
 
-def _http(url: str, rng: Optional[tuple] = None, head: bool = False, timeout: float = 60., retries: int = 3, backoff: float = 0.25) -> tuple:
+def http_range(url: str, rng: Optional[tuple] = None, head: bool = False, timeout: float = 60., retries: int = 3, backoff: float = 0.25) -> tuple:
     "(headers, body) of a GET of bytes `rng` = (offset, size) of `url` (or a HEAD); transient failures retried, others named."
     if rng is not None and rng[1] == 0: return {}, b''
     hdr = {'User-Agent': 'timmdata', **({'Range': f'bytes={rng[0]}-{rng[0] + rng[1] - 1}'} if rng else {})}
@@ -51,7 +51,7 @@ def stat_shard(url: str) -> tuple:
         try: st = os.stat(_local(url))
         except FileNotFoundError: raise ShardNotFoundError(f'shard {_local(url)} does not exist: check the path and the split') from None
         return st.st_size, st.st_mtime_ns
-    h = _http(url, head=True)[0]
+    h = http_range(url, head=True)[0]
     try: return int(h['Content-Length']), h.get('ETag') or h.get('Last-Modified') or ''
     except (TypeError, ValueError): raise ShardError(f'shard {shard_name(url)}: the server sends no Content-Length; random access needs one') from None
 
@@ -65,7 +65,7 @@ class _RangedFile:
     def read(self, n: int = -1) -> bytes:
         n = max(0, min(self.size - self.pos if n is None or n < 0 else n, self.size - self.pos))
         if not self._at <= self.pos <= self.pos + n <= self._at + len(self._buf):
-            self._at, self._buf = self.pos, _http(self.url, (self.pos, max(n, min(self.block, self.size - self.pos))))[1]
+            self._at, self._buf = self.pos, http_range(self.url, (self.pos, max(n, min(self.block, self.size - self.pos))))[1]
         out = self._buf[self.pos - self._at:self.pos - self._at + n]
         self.pos += len(out)
         return out
@@ -194,7 +194,7 @@ class ShardReader(Reader):
 
     def _read(self, ti: int, off: int, n: int, member: str) -> bytes:
         "Member `member` (`n` bytes at `off`) of shard `ti`, with its header checked: a ranged GET, or a `pread` of this process's handle."
-        if _remote(self._shards[ti]): data = _http(self._shards[ti], (off - 512, n + 512))[1]
+        if _remote(self._shards[ti]): data = http_range(self._shards[ti], (off - 512, n + 512))[1]
         else: data = self._pread(ti, off - 512, n + 512)
         return _checked(data, n, member, self._shards[ti])
 

@@ -344,6 +344,11 @@ class WdsSource:
         nc = (self.info or {}).get('num_classes')
         self.num_classes = nc if isinstance(nc, int) and not isinstance(nc, bool) and nc > 0 else None
 
+    @property
+    def remote(self) -> bool:
+        "Are any of the shards read over a network (http(s), an object store), not from a local file or a pipe: command?"
+        return any(url_scheme(s) not in ('file', 'pipe') for s in self.shards)
+
     def name_of(self, shard) -> str: return shard_name(str(shard))
     def __repr__(self):
         return f'{type(self).__name__}({len(self.shards)} shards, num_samples={self.num_samples}, split={self.split!r})'
