@@ -113,22 +113,22 @@ class LoaderStats:
         self._base = None if self.rows is None else self.rows.sum(0)
         self.wall, self._t0 = 0., None
 
-    def _workers(self) -> list:
+    def _worker_sums(self) -> list:
         return [0.] * len(COLUMNS) if self.rows is None else (self.rows.sum(0) - self._base).tolist()
     @property
     def t(self) -> dict:
         "Seconds per stage so far, the worker processes' included."
-        t, w = dict(self._t), self._workers()
+        t, w = dict(self._t), self._worker_sums()
         for i, k in enumerate(self.WORKER_STAGES): t[k] += w[i]
         return t
     @property
     def samples(self) -> int:
         "Samples the workers (threads or processes) made so far: skipped ones too, and ones read ahead of the consumer."
-        return self._n[0] + round(self._workers()[4])
+        return self._n[0] + round(self._worker_sums()[4])
     @property
     def collated(self) -> int:
         "Batches the workers collated so far (read-ahead ones included)."
-        return self._n[1] + round(self._workers()[5])
+        return self._n[1] + round(self._worker_sums()[5])
 
     def add(self, stage: str, seconds: float):
         with self._lock: self._t[stage] += seconds
