@@ -33,21 +33,19 @@ SECTIONS_FILE = 'sections.json'
 
 # docs section: the modules (or tutorial names) that belong to it, in the order a reader meets them
 SECTIONS = [
-    ('Start here', ['sample_data']),
-    ('Samples: read, decode, transform', ['settings', 'runtime', 'torch_compat', 'untrusted', 'config', 'constants',
-                                          'readers', 'decode', 'transforms']),
+    ('Start here', ['sample_data', 'settings', 'untrusted', 'torch_compat', 'runtime']),
+    ('Samples: read, decode, transform', ['config', 'constants', 'readers', 'decode', 'stages', 'resample', 'transforms']),
     ('Augmentation', ['auto_augment', 'random_erasing', 'jitter', 'target_transforms', 'tf_preprocessing',
-                      'transforms_factory']),
-    ('Batches: dataset, collate, device, loader', ['dataset', 'collate', 'mixup', 'feeder', 'prefetch', 'distributed_sampler',
-                                                    'loader', 'threads']),
-    ('Scaling out: streams, shards, distributed, resume', ['shard_io', 'shard_index', 'shard_cache', 'global_order',
-                                                           'streaming', 'hf_readers', 'dataset_factory', 'resume',
-                                                           'gpu_decode']),
-    ('NaFlex and scheduled batching', ['scheduled_sampler', 'naflex_transforms', 'naflex_random_erasing', 'naflex_mixup',
-                                       'naflex_dataset', 'naflex_loader']),
-    ('The store and tools', ['store', 'cache', 'shards', 'bench', 'check', 'cli']),
-    ('Tutorials and timm compatibility', ['data_loading_from_first_principles', 'training_frameworks', 'dataset_info', 'imagenet_info', 'model_config',
-                                          'real_labels']),
+                      'naflex_transforms', 'transforms_factory']),
+    ('Datasets, shards and streams', ['store', 'dataset', 'shard_cache', 'shard_io', 'shard_index', 'global_order',
+                                      'streaming', 'hf_readers']),
+    ('Batches and the device', ['collate', 'mixup', 'batch_ring', 'feeder', 'prefetch']),
+    ('Sampling, resume and the loader', ['distributed_sampler', 'batch_plan', 'resume', 'gpu_decode', 'threads',
+                                         'scheduled_sampler', 'loader', 'dataset_factory']),
+    ('NaFlex', ['naflex_random_erasing', 'naflex_mixup', 'naflex_dataset', 'naflex_loader']),
+    ('The store and tools', ['cache', 'shards', 'bench', 'check', 'cli']),
+    ('Tutorials and timm compatibility', ['data_loading_from_first_principles', 'training_frameworks', 'dataset_info',
+                                          'imagenet_info', 'model_config', 'real_labels']),
 ]
 IMPORT_RE = re.compile(r'^\s*(?:from\s+(?:timmdata\.|\.)(\w+)\s+import|import\s+timmdata\.(\w+))', re.M)
 NUMBERED_RE = re.compile(r'^(\d+)([a-z]?)_(.+)\.ipynb$')
