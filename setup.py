@@ -19,8 +19,8 @@ statuses = ['1 - Planning', '2 - Pre-Alpha', '3 - Alpha', '4 - Beta', '5 - Produ
 py_versions = ['3.9', '3.10', '3.11', '3.12', '3.13']
 min_python = cfg['min_python']
 
-# csrc/native.c: crop-aware JPEG decoding against the system libjpeg-turbo (nbs/02_decode.ipynb) and the fused
-# uint8-to-normalised-float batch step (nbs/12_prefetch.ipynb). Optional: without a compiler or jpeglib.h the build
+# csrc/native.c: crop-aware JPEG decoding against the system libjpeg-turbo (nbs/06_decode.ipynb) and the fused
+# uint8-to-normalised-float batch step (nbs/31_prefetch.ipynb). Optional: without a compiler or jpeglib.h the build
 # goes on, and timmdata decodes whole images and normalises with torch ops instead (slower, same results).
 native_ext = Extension('timmdata._native', ['csrc/native.c'], libraries=['jpeg'],
                        extra_compile_args=['/O2'] if sys.platform == 'win32' else ['-O3'], optional=True)

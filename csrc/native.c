@@ -7,12 +7,12 @@
  * outside it (jpeg_crop_scanline), and stop reading once past the crop's last row. The pixels inside the
  * decoded box are those of a full decode, provided the box has a few pixels of margin around the crop (the
  * chroma upsampling looks at neighbouring samples); the Python side adds that margin.
- * Explained, measured and tested in nbs/02_decode.ipynb.
+ * Explained, measured and tested in nbs/06_decode.ipynb.
  *
  * 2. Turn a uint8 NCHW batch into the normalised, colour-jittered float batch in one pass (channel_means,
  * affine_u8): colour jitter and normalisation together are one 3x3 matrix and bias per image, and the torch ops
  * that express it (a float copy, a K=3 matrix product, clamps) take three times as long on the CPU.
- * Explained, measured and tested in nbs/12_prefetch.ipynb. */
+ * Explained, measured and tested in nbs/31_prefetch.ipynb. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdio.h>
@@ -173,7 +173,7 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
     }
     /* A box that reaches the last row reads the rest of the file too, as a whole decode by PIL or torchvision does: a
      * damaged marker after the image data is an error then. A box above it never reads the rows below: damage there
-     * is not seen (nbs/07_dataset.ipynb states the rule; `timmdata check` decodes every file whole). */
+     * is not seen (nbs/20_dataset.ipynb states the rule; `timmdata check` decodes every file whole). */
     if (code == DC_OK && (long long)top + height == H) jpeg_finish_decompress(&cinfo);
     PyEval_RestoreThread(ts); ts = NULL;
     if (code == DC_SKIP) { PyErr_Format(PyExc_ValueError, "JPEG decode: could not skip to row %d", top); goto done; }
@@ -194,7 +194,7 @@ done:
  * out_h x out_w, from the source rows and columns that window needs. Each output pixel depends only on its own
  * weights and on the intermediate values in its column, so the window equals that window of a whole resize bit for
  * bit: the eval pipeline (resize the shorter side, centre crop) decodes and resizes only what its crop keeps.
- * Tested against PIL in nbs/04_transforms.ipynb. */
+ * Tested against PIL in nbs/10_transforms.ipynb. */
 #include <math.h>
 #include <stdlib.h>
 #define RS_BITS 22  /* Pillow's PRECISION_BITS: 32 - 8 - 2 */

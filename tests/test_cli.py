@@ -4,7 +4,7 @@ Uses the installed console script next to the running Python (`.venv/bin/timmdat
 `python -m timmdata.cli`. User mistakes must give one line on stderr and exit status 2, never a traceback.
 Every command starts a Python that imports torch (seconds), so they are started together, once per module, and the
 cases per command (a damaged file, a missing root, an empty folder, a bad option, --debug) run in ONE Python (DRIVER)
-calling `main` as the console script does; the finer cases are tested in-process in nbs/18_cli.ipynb."""
+calling `main` as the console script does; the finer cases are tested in-process in nbs/47_cli.ipynb."""
 import json, os, shutil, subprocess, sys, tarfile
 from pathlib import Path
 

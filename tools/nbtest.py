@@ -6,7 +6,7 @@ line, then `[k/n] ok|FAIL name (seconds)` as each finishes, then the slowest. Ex
 
     python tools/nbtest.py                 # every notebook, 2 at a time
     python tools/nbtest.py --n_workers 4 --flags slow
-    python tools/nbtest.py --path nbs/18_cli.ipynb
+    python tools/nbtest.py --path nbs/47_cli.ipynb
 """
 import argparse, os, sys, time
 from concurrent.futures import ProcessPoolExecutor, as_completed

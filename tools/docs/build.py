@@ -285,7 +285,7 @@ def discover(nbs: Path) -> list:
 
 
 def page_name(nb: Path) -> str:
-    "The page a notebook becomes, named as nbdev/Quarto names it (`14_loader.ipynb` -> `loader`)."
+    "The page a notebook becomes, named as nbdev/Quarto names it (`38_loader.ipynb` -> `loader`)."
     return re.sub(r'^\d+[a-zA-Z0-9]*_', '', nb.name.lower()).rsplit('.', 1)[0]
 
 
