@@ -57,30 +57,41 @@ from timmdata.target_transforms import MultiLabelTarget
 # %% ../nbs/index.ipynb #3c5e0f1a
 import sys as _sys
 from . import store as _store  # registers the 'store' reader kind with create_reader at once (no torch: ~0.1 s)
-from . import shard_index as _shard_index  # registers the 'shards' reader kind (map-style WebDataset shards; no torch)
+from timmdata import (
+    shard_index as _shard_index,
+)  # registers the 'shards' reader kind (map-style WebDataset shards; no torch)
 from .readers import register_scheme as _register_scheme
+
 # timm's dataset schemes, known to `create_reader` at once; their module (and torch) is imported on first use
 for _s, _f in (('hfds', '_hfds_reader'), ('wds', '_wds_source'), ('hfids', '_hfids_source'), ('tfds', '_tfds_reader')):
     _register_scheme(_s, f'timmdata.dataset_factory:{_f}')
 
+
 def _exports() -> dict:
     "Public name -> the module it comes from, read from the import lines above."
     import ast
+
     return {a.asname or a.name: n.module for n in ast.parse(_EXPORTS).body for a in n.names}
+
 
 # every name of timm.data (1.0.31) and timmdata's own, listed once (above): `from timmdata import *` works as `from timm.data import *`
 __all__ = list(_exports())
 
+
 def __getattr__(name: str):
     "The first public name used imports every module listed above (PEP 562), as `import timmdata` once did."
     import importlib, importlib.util
+
     where = _exports()
     if name not in where:  # a submodule used as an attribute after `import timmdata` (`timmdata.decode.native`)
         if name.startswith('__') or importlib.util.find_spec(f'{__name__}.{name}') is None:
             raise AttributeError(f"module 'timmdata' has no attribute {name!r}")
         return importlib.import_module(f'{__name__}.{name}')
-    for m in dict.fromkeys(where.values()): importlib.import_module(m)
+    for m in dict.fromkeys(where.values()):
+        importlib.import_module(m)
     globals().update({n: getattr(_sys.modules[m], n) for n, m in where.items()})
     return globals()[name]
 
-def __dir__() -> list: return sorted(set(globals()) | set(_exports()))
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_exports()))

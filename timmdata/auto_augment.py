@@ -23,89 +23,206 @@ __all__ = ['OP_NAMES', 'AA_POLICIES', 'RAND_TRANSFORM_SETS', 'shear_x', 'shear_y
            'AugMixAugment', 'augment_and_mix_transform', 'create_auto_augment']
 
 # %% ../nbs/12_auto_augment.ipynb #48d16283
-_LEVEL_DENOM = 10.  # magnitude m is the fraction m / 10 of each op's range
+_LEVEL_DENOM = 10.0  # magnitude m is the fraction m / 10 of each op's range
 _FILL = (128, 128, 128)
 _HPARAMS_DEFAULT = dict(translate_const=250, img_mean=_FILL)
 _RANDOM_INTERPOLATION = (Image.Resampling.BILINEAR, Image.Resampling.BICUBIC)
 _DEFAULT_INTERPOLATION = Image.Resampling.BICUBIC
+
 
 def _resample(kw):
     "The resampling filter for a geometric op: fixed, or drawn (bilinear/bicubic) after the op's arguments."
     r = kw.get('resample', _DEFAULT_INTERPOLATION)
     return random.choice(r) if isinstance(r, (tuple, list)) else r
 
+
 def _affine(img, matrix, kw):
-    return img.transform(img.size, Image.Transform.AFFINE, matrix, resample=_resample(kw), fillcolor=kw.get('fillcolor'))
+    return img.transform(
+        img.size, Image.Transform.AFFINE, matrix, resample=_resample(kw), fillcolor=kw.get('fillcolor')
+    )
 
-def shear_x(img, factor, **kw): return _affine(img, (1, factor, 0, 0, 1, 0), kw)
-def shear_y(img, factor, **kw): return _affine(img, (1, 0, 0, factor, 1, 0), kw)
-def translate_x_abs(img, pixels, **kw): return _affine(img, (1, 0, pixels, 0, 1, 0), kw)
-def translate_y_abs(img, pixels, **kw): return _affine(img, (1, 0, 0, 0, 1, pixels), kw)
-def translate_x_rel(img, pct, **kw): return translate_x_abs(img, pct * img.size[0], **kw)
-def translate_y_rel(img, pct, **kw): return translate_y_abs(img, pct * img.size[1], **kw)
-def rotate(img, degrees, **kw): return img.rotate(degrees, resample=_resample(kw), fillcolor=kw.get('fillcolor'))
 
-def auto_contrast(img, **_): return TF.autocontrast(img)
-def equalize(img, **_): return TF.equalize(img)
-def invert(img, **_): return TF.invert(img)
-def solarize(img, thresh, **_): return ImageOps.solarize(img, thresh)  # thresh may be 256 (no-op), beyond torchvision's range check
+def shear_x(img, factor, **kw):
+    return _affine(img, (1, factor, 0, 0, 1, 0), kw)
+
+
+def shear_y(img, factor, **kw):
+    return _affine(img, (1, 0, 0, factor, 1, 0), kw)
+
+
+def translate_x_abs(img, pixels, **kw):
+    return _affine(img, (1, 0, pixels, 0, 1, 0), kw)
+
+
+def translate_y_abs(img, pixels, **kw):
+    return _affine(img, (1, 0, 0, 0, 1, pixels), kw)
+
+
+def translate_x_rel(img, pct, **kw):
+    return translate_x_abs(img, pct * img.size[0], **kw)
+
+
+def translate_y_rel(img, pct, **kw):
+    return translate_y_abs(img, pct * img.size[1], **kw)
+
+
+def rotate(img, degrees, **kw):
+    return img.rotate(degrees, resample=_resample(kw), fillcolor=kw.get('fillcolor'))
+
+
+def auto_contrast(img, **_):
+    return TF.autocontrast(img)
+
+
+def equalize(img, **_):
+    return TF.equalize(img)
+
+
+def invert(img, **_):
+    return TF.invert(img)
+
+
+def solarize(img, thresh, **_):
+    return ImageOps.solarize(img, thresh)  # thresh may be 256 (no-op), beyond torchvision's range check
+
+
 def posterize(img, bits_to_keep, **_):
     "Keep the `bits_to_keep` most significant bits; 0 bits gives black (Pillow >= 13 refuses 0, older Pillow gave black)."
-    if bits_to_keep >= 8: return img
-    if bits_to_keep <= 0: return img.point([0] * 256 * len(img.getbands()))
+    if bits_to_keep >= 8:
+        return img
+    if bits_to_keep <= 0:
+        return img.point([0] * 256 * len(img.getbands()))
     return TF.posterize(img, bits_to_keep)
-def contrast(img, factor, **_): return TF.adjust_contrast(img, factor)
-def color(img, factor, **_): return TF.adjust_saturation(img, factor)
-def brightness(img, factor, **_): return TF.adjust_brightness(img, factor)
-def sharpness(img, factor, **_): return TF.adjust_sharpness(img, factor)
+
+
+def contrast(img, factor, **_):
+    return TF.adjust_contrast(img, factor)
+
+
+def color(img, factor, **_):
+    return TF.adjust_saturation(img, factor)
+
+
+def brightness(img, factor, **_):
+    return TF.adjust_brightness(img, factor)
+
+
+def sharpness(img, factor, **_):
+    return TF.adjust_sharpness(img, factor)
+
 
 def solarize_add(img, add, thresh=128, **_):
     "Add `add` to pixel values below `thresh` (saturating at 255)."
-    if img.mode not in ('L', 'RGB'): return img
+    if img.mode not in ('L', 'RGB'):
+        return img
     lut = [min(255, i + add) if i < thresh else i for i in range(256)]
     return img.point(lut * (3 if img.mode == 'RGB' else 1))
 
-def gaussian_blur(img, factor, **_): return img.filter(ImageFilter.GaussianBlur(radius=factor))
-def gaussian_blur_rand(img, factor, **_): return img.filter(ImageFilter.GaussianBlur(radius=random.uniform(0.1, 2.0 * factor)))
-def desaturate(img, factor, **_): return ImageEnhance.Color(img).enhance(min(1., max(0., 1. - factor)))  # 0: grey
+
+def gaussian_blur(img, factor, **_):
+    return img.filter(ImageFilter.GaussianBlur(radius=factor))
+
+
+def gaussian_blur_rand(img, factor, **_):
+    return img.filter(ImageFilter.GaussianBlur(radius=random.uniform(0.1, 2.0 * factor)))
+
+
+def desaturate(img, factor, **_):
+    return ImageEnhance.Color(img).enhance(min(1.0, max(0.0, 1.0 - factor)))  # 0: grey
 
 # %% ../nbs/12_auto_augment.ipynb #85f3aaa5
-def _maybe_negate(v): return -v if random.random() > 0.5 else v
-def _frac(level): return level / _LEVEL_DENOM
+def _maybe_negate(v):
+    return -v if random.random() > 0.5 else v
 
-def _rotate_arg(level, _hp): return (_maybe_negate(_frac(level) * 30.),)
-def _shear_arg(level, _hp): return (_maybe_negate(_frac(level) * 0.3),)
-def _translate_abs_arg(level, hp): return (_maybe_negate(_frac(level) * float(hp['translate_const'])),)
-def _translate_rel_arg(level, hp): return (_maybe_negate(_frac(level) * hp.get('translate_pct', 0.45)),)
-def _enhance_arg(level, _hp): return (_frac(level) * 1.8 + 0.1,)  # 0.1 .. 1.9, 1 = unchanged at m=5
-def _enhance_increasing_arg(level, _hp): return (max(0.1, 1.0 + _maybe_negate(_frac(level) * .9)),)  # away from 1 as m grows
-def _posterize_arg(level, _hp): return (int(_frac(level) * 4),)  # bits kept 0..4: weaker with m
-def _posterize_increasing_arg(level, hp): return (4 - _posterize_arg(level, hp)[0],)  # bits kept 4..0: stronger with m
-def _posterize_original_arg(level, _hp): return (int(_frac(level) * 4) + 4,)  # bits kept 4..8 (the paper's)
-def _solarize_arg(level, _hp): return (min(256, int(_frac(level) * 256)),)  # threshold 0..256: weaker with m
-def _solarize_increasing_arg(level, hp): return (256 - _solarize_arg(level, hp)[0],)
-def _solarize_add_arg(level, _hp): return (min(128, int(_frac(level) * 110)),)
+
+def _frac(level):
+    return level / _LEVEL_DENOM
+
+
+def _rotate_arg(level, _hp):
+    return (_maybe_negate(_frac(level) * 30.0),)
+
+
+def _shear_arg(level, _hp):
+    return (_maybe_negate(_frac(level) * 0.3),)
+
+
+def _translate_abs_arg(level, hp):
+    return (_maybe_negate(_frac(level) * float(hp['translate_const'])),)
+
+
+def _translate_rel_arg(level, hp):
+    return (_maybe_negate(_frac(level) * hp.get('translate_pct', 0.45)),)
+
+
+def _enhance_arg(level, _hp):
+    return (_frac(level) * 1.8 + 0.1,)  # 0.1 .. 1.9, 1 = unchanged at m=5
+
+
+def _enhance_increasing_arg(level, _hp):
+    return (max(0.1, 1.0 + _maybe_negate(_frac(level) * 0.9)),)  # away from 1 as m grows
+
+
+def _posterize_arg(level, _hp):
+    return (int(_frac(level) * 4),)  # bits kept 0..4: weaker with m
+
+
+def _posterize_increasing_arg(level, hp):
+    return (4 - _posterize_arg(level, hp)[0],)  # bits kept 4..0: stronger with m
+
+
+def _posterize_original_arg(level, _hp):
+    return (int(_frac(level) * 4) + 4,)  # bits kept 4..8 (the paper's)
+
+
+def _solarize_arg(level, _hp):
+    return (min(256, int(_frac(level) * 256)),)  # threshold 0..256: weaker with m
+
+
+def _solarize_increasing_arg(level, hp):
+    return (256 - _solarize_arg(level, hp)[0],)
+
+
+def _solarize_add_arg(level, _hp):
+    return (min(128, int(_frac(level) * 110)),)
+
+
 def _minmax_arg(lo, hi):
-    def f(level, _hp): return (max(lo, min(hi, lo + (hi - lo) * _frac(level))),)
+    def f(level, _hp):
+        return (max(lo, min(hi, lo + (hi - lo) * _frac(level))),)
+
     return f
+
 
 # name -> (op, magnitude-to-arguments or None)
 _OPS = {
-    'AutoContrast': (auto_contrast, None), 'Equalize': (equalize, None), 'Invert': (invert, None),
+    'AutoContrast': (auto_contrast, None),
+    'Equalize': (equalize, None),
+    'Invert': (invert, None),
     'Rotate': (rotate, _rotate_arg),
-    'Posterize': (posterize, _posterize_arg), 'PosterizeIncreasing': (posterize, _posterize_increasing_arg),
+    'Posterize': (posterize, _posterize_arg),
+    'PosterizeIncreasing': (posterize, _posterize_increasing_arg),
     'PosterizeOriginal': (posterize, _posterize_original_arg),
-    'Solarize': (solarize, _solarize_arg), 'SolarizeIncreasing': (solarize, _solarize_increasing_arg),
+    'Solarize': (solarize, _solarize_arg),
+    'SolarizeIncreasing': (solarize, _solarize_increasing_arg),
     'SolarizeAdd': (solarize_add, _solarize_add_arg),
-    'Color': (color, _enhance_arg), 'ColorIncreasing': (color, _enhance_increasing_arg),
-    'Contrast': (contrast, _enhance_arg), 'ContrastIncreasing': (contrast, _enhance_increasing_arg),
-    'Brightness': (brightness, _enhance_arg), 'BrightnessIncreasing': (brightness, _enhance_increasing_arg),
-    'Sharpness': (sharpness, _enhance_arg), 'SharpnessIncreasing': (sharpness, _enhance_increasing_arg),
-    'ShearX': (shear_x, _shear_arg), 'ShearY': (shear_y, _shear_arg),
-    'TranslateX': (translate_x_abs, _translate_abs_arg), 'TranslateY': (translate_y_abs, _translate_abs_arg),
-    'TranslateXRel': (translate_x_rel, _translate_rel_arg), 'TranslateYRel': (translate_y_rel, _translate_rel_arg),
-    'Desaturate': (desaturate, _minmax_arg(0.5, 1.0)), 'GaussianBlur': (gaussian_blur, _minmax_arg(0.1, 2.0)),
-    'GaussianBlurRand': (gaussian_blur_rand, _minmax_arg(0., 1.0)),
+    'Color': (color, _enhance_arg),
+    'ColorIncreasing': (color, _enhance_increasing_arg),
+    'Contrast': (contrast, _enhance_arg),
+    'ContrastIncreasing': (contrast, _enhance_increasing_arg),
+    'Brightness': (brightness, _enhance_arg),
+    'BrightnessIncreasing': (brightness, _enhance_increasing_arg),
+    'Sharpness': (sharpness, _enhance_arg),
+    'SharpnessIncreasing': (sharpness, _enhance_increasing_arg),
+    'ShearX': (shear_x, _shear_arg),
+    'ShearY': (shear_y, _shear_arg),
+    'TranslateX': (translate_x_abs, _translate_abs_arg),
+    'TranslateY': (translate_y_abs, _translate_abs_arg),
+    'TranslateXRel': (translate_x_rel, _translate_rel_arg),
+    'TranslateYRel': (translate_y_rel, _translate_rel_arg),
+    'Desaturate': (desaturate, _minmax_arg(0.5, 1.0)),
+    'GaussianBlur': (gaussian_blur, _minmax_arg(0.1, 2.0)),
+    'GaussianBlurRand': (gaussian_blur_rand, _minmax_arg(0.0, 1.0)),
 }
 OP_NAMES = tuple(_OPS)
 
@@ -114,41 +231,53 @@ def _pil_interp(v):
     "A PIL filter for a timm interpolation name; filters pass through."
     return str_to_pil_interp(v) if isinstance(v, str) else v
 
+
 def _on_pil(fn, img):
     "Apply a PIL-only `fn`; a tensor is converted to PIL and back (the slow path, for completeness)."
-    if isinstance(img, torch.Tensor): return TF.pil_to_tensor(fn(TF.to_pil_image(img)))
+    if isinstance(img, torch.Tensor):
+        return TF.pil_to_tensor(fn(TF.to_pil_image(img)))
     return fn(img)
+
 
 class AugmentOp:
     "One auto-augment op: applied with probability `prob`, at `magnitude` (0-10, optionally noisy)."
-    def __init__(self,
-                 name: str, # one of `OP_NAMES`
-                 prob: float = 0.5, # probability of applying the op
-                 magnitude: float = 10, # 0-10 (up to `magnitude_max`)
-                 hparams: Optional[dict] = None, # shared settings (see above)
-                ):
-        if name not in _OPS: raise ValueError(f"auto-augment op must be one of {', '.join(OP_NAMES)}; got {name!r}")
+
+    def __init__(
+        self,
+        name: str,  # one of `OP_NAMES`
+        prob: float = 0.5,  # probability of applying the op
+        magnitude: float = 10,  # 0-10 (up to `magnitude_max`)
+        hparams: Optional[dict] = None,  # shared settings (see above)
+    ):
+        if name not in _OPS:
+            raise ValueError(f"auto-augment op must be one of {', '.join(OP_NAMES)}; got {name!r}")
         hparams = hparams or _HPARAMS_DEFAULT
         self.name, self.prob, self.magnitude, self.hparams = name, prob, magnitude, dict(hparams)
         self.aug_fn, self.level_fn = _OPS[name]
-        self.kwargs = dict(fillcolor=tuple(hparams.get('img_mean', _FILL)),
-                           resample=_pil_interp(hparams['interpolation']) if 'interpolation' in hparams else _RANDOM_INTERPOLATION)
+        self.kwargs = dict(
+            fillcolor=tuple(hparams.get('img_mean', _FILL)),
+            resample=_pil_interp(hparams['interpolation']) if 'interpolation' in hparams else _RANDOM_INTERPOLATION,
+        )
         self.magnitude_std = self.hparams.get('magnitude_std', 0)
         self.magnitude_max = self.hparams.get('magnitude_max', None)
 
     def _magnitude(self) -> float:
         m = self.magnitude
-        if self.magnitude_std == float('inf'): m = random.uniform(0, m)
-        elif self.magnitude_std > 0: m = random.gauss(m, self.magnitude_std)
-        return max(0., min(m, self.magnitude_max or _LEVEL_DENOM))
+        if self.magnitude_std == float('inf'):
+            m = random.uniform(0, m)
+        elif self.magnitude_std > 0:
+            m = random.gauss(m, self.magnitude_std)
+        return max(0.0, min(m, self.magnitude_max or _LEVEL_DENOM))
 
     def _apply(self, img):
-        if self.prob < 1.0 and random.random() > self.prob: return img
+        if self.prob < 1.0 and random.random() > self.prob:
+            return img
         m = self._magnitude()
         args = self.level_fn(m, self.hparams) if self.level_fn is not None else ()
         return self.aug_fn(img, *args, **self.kwargs)
 
-    def __call__(self, img): return _on_pil(self._apply, img)
+    def __call__(self, img):
+        return _on_pil(self._apply, img)
 
     def __repr__(self):
         mmax = f', mmax={self.magnitude_max}' if self.magnitude_max is not None else ''
@@ -156,62 +285,131 @@ class AugmentOp:
 
 # %% ../nbs/12_auto_augment.ipynb #af4c7a78
 _POLICY_ORIGINAL = [  # ImageNet policy of the AutoAugment paper (Cubuk et al. 2018)
-    'PosterizeOriginal .4 8, Rotate .6 9', 'Solarize .6 5, AutoContrast .6 5', 'Equalize .8 8, Equalize .6 3',
-    'PosterizeOriginal .6 7, PosterizeOriginal .6 6', 'Equalize .4 7, Solarize .2 4', 'Equalize .4 4, Rotate .8 8',
-    'Solarize .6 3, Equalize .6 7', 'PosterizeOriginal .8 5, Equalize 1 2', 'Rotate .2 3, Solarize .6 8',
-    'Equalize .6 8, PosterizeOriginal .4 6', 'Rotate .8 8, Color .4 0', 'Rotate .4 9, Equalize .6 2',
-    'Equalize 0 7, Equalize .8 8', 'Invert .6 4, Equalize 1 8', 'Color .6 4, Contrast 1 8', 'Rotate .8 8, Color 1 2',
-    'Color .8 8, Solarize .8 7', 'Sharpness .4 7, Invert .6 8', 'ShearX .6 5, Equalize 1 9', 'Color .4 0, Equalize .6 3',
-    'Equalize .4 7, Solarize .2 4', 'Solarize .6 5, AutoContrast .6 5', 'Invert .6 4, Equalize 1 8',
-    'Color .6 4, Contrast 1 8', 'Equalize .8 8, Equalize .6 3']
+    'PosterizeOriginal .4 8, Rotate .6 9',
+    'Solarize .6 5, AutoContrast .6 5',
+    'Equalize .8 8, Equalize .6 3',
+    'PosterizeOriginal .6 7, PosterizeOriginal .6 6',
+    'Equalize .4 7, Solarize .2 4',
+    'Equalize .4 4, Rotate .8 8',
+    'Solarize .6 3, Equalize .6 7',
+    'PosterizeOriginal .8 5, Equalize 1 2',
+    'Rotate .2 3, Solarize .6 8',
+    'Equalize .6 8, PosterizeOriginal .4 6',
+    'Rotate .8 8, Color .4 0',
+    'Rotate .4 9, Equalize .6 2',
+    'Equalize 0 7, Equalize .8 8',
+    'Invert .6 4, Equalize 1 8',
+    'Color .6 4, Contrast 1 8',
+    'Rotate .8 8, Color 1 2',
+    'Color .8 8, Solarize .8 7',
+    'Sharpness .4 7, Invert .6 8',
+    'ShearX .6 5, Equalize 1 9',
+    'Color .4 0, Equalize .6 3',
+    'Equalize .4 7, Solarize .2 4',
+    'Solarize .6 5, AutoContrast .6 5',
+    'Invert .6 4, Equalize 1 8',
+    'Color .6 4, Contrast 1 8',
+    'Equalize .8 8, Equalize .6 3',
+]
 _POLICY_V0 = [  # ImageNet policy of the TPU EfficientNet reference code
-    'Equalize .8 1, ShearY .8 4', 'Color .4 9, Equalize .6 3', 'Color .4 1, Rotate .6 8', 'Solarize .8 3, Equalize .4 7',
-    'Solarize .4 2, Solarize .6 2', 'Color .2 0, Equalize .8 8', 'Equalize .4 8, SolarizeAdd .8 3', 'ShearX .2 9, Rotate .6 8',
-    'Color .6 1, Equalize 1 2', 'Invert .4 9, Rotate .6 0', 'Equalize 1 9, ShearY .6 3', 'Color .4 7, Equalize .6 0',
-    'Posterize .4 6, AutoContrast .4 7', 'Solarize .6 8, Color .6 9', 'Solarize .2 4, Rotate .8 9',
-    'Rotate 1 7, TranslateYRel .8 9', 'ShearX 0 0, Solarize .8 4', 'ShearY .8 0, Color .6 4', 'Color 1 0, Rotate .6 2',
-    'Equalize .8 4, Equalize 0 8', 'Equalize 1 4, AutoContrast .6 2', 'ShearY .4 7, SolarizeAdd .6 7',
-    'Posterize .8 2, Solarize .6 10', 'Solarize .6 8, Equalize .6 1', 'Color .8 6, Rotate .4 5']
+    'Equalize .8 1, ShearY .8 4',
+    'Color .4 9, Equalize .6 3',
+    'Color .4 1, Rotate .6 8',
+    'Solarize .8 3, Equalize .4 7',
+    'Solarize .4 2, Solarize .6 2',
+    'Color .2 0, Equalize .8 8',
+    'Equalize .4 8, SolarizeAdd .8 3',
+    'ShearX .2 9, Rotate .6 8',
+    'Color .6 1, Equalize 1 2',
+    'Invert .4 9, Rotate .6 0',
+    'Equalize 1 9, ShearY .6 3',
+    'Color .4 7, Equalize .6 0',
+    'Posterize .4 6, AutoContrast .4 7',
+    'Solarize .6 8, Color .6 9',
+    'Solarize .2 4, Rotate .8 9',
+    'Rotate 1 7, TranslateYRel .8 9',
+    'ShearX 0 0, Solarize .8 4',
+    'ShearY .8 0, Color .6 4',
+    'Color 1 0, Rotate .6 2',
+    'Equalize .8 4, Equalize 0 8',
+    'Equalize 1 4, AutoContrast .6 2',
+    'ShearY .4 7, SolarizeAdd .6 7',
+    'Posterize .8 2, Solarize .6 10',
+    'Solarize .6 8, Equalize .6 1',
+    'Color .8 6, Rotate .4 5',
+]
 _POLICY_3A = ['Solarize 1 5', 'Desaturate 1 10', 'GaussianBlurRand 1 10']  # threshold 128; grey; blur radius 0.1-2
 AA_POLICIES = ('original', 'originalr', 'v0', 'v0r', '3a')
 
+
 def _policy_table(name):
-    table = {'original': _POLICY_ORIGINAL, 'originalr': _POLICY_ORIGINAL, 'v0': _POLICY_V0, 'v0r': _POLICY_V0, '3a': _POLICY_3A}[name]
+    table = {
+        'original': _POLICY_ORIGINAL,
+        'originalr': _POLICY_ORIGINAL,
+        'v0': _POLICY_V0,
+        'v0r': _POLICY_V0,
+        '3a': _POLICY_3A,
+    }[name]
     out = []
     for sub in table:
         steps = []
         for step in sub.split(', '):
             op, p, m = step.split()
-            if name.endswith('r'): op = re.sub(r'^Posterize(Original)?$', 'PosterizeIncreasing', op)
+            if name.endswith('r'):
+                op = re.sub(r'^Posterize(Original)?$', 'PosterizeIncreasing', op)
             steps.append((op, float(p), int(m)))
         out.append(steps)
     return out
 
-def auto_augment_policy(name: str = 'v0', # one of `AA_POLICIES`
-                        hparams: Optional[dict] = None) -> list:
+
+def auto_augment_policy(
+    name: str = 'v0',  # one of `AA_POLICIES`
+    hparams: Optional[dict] = None,
+) -> list:
     "The named policy as a list of sub-policies (lists of `AugmentOp`)."
     if name not in AA_POLICIES:
         raise ValueError(f"auto_augment policy must be one of {', '.join(map(repr, AA_POLICIES))}; got {name!r}")
     hparams = hparams or _HPARAMS_DEFAULT
     return [[AugmentOp(op, p, m, hparams=hparams) for op, p, m in sub] for sub in _policy_table(name)]
 
+
 class AutoAugment:
     "Applies one randomly chosen sub-policy per image."
-    def __init__(self, policy: list): self.policy = policy
+
+    def __init__(self, policy: list):
+        self.policy = policy
+
     def _apply(self, img):
-        for op in random.choice(self.policy): img = op(img)
+        for op in random.choice(self.policy):
+            img = op(img)
         return img
-    def __call__(self, img): return _on_pil(self._apply, img)
+
+    def __call__(self, img):
+        return _on_pil(self._apply, img)
+
     def __repr__(self):
         subs = ''.join('\n\t[' + ', '.join(map(str, sub)) + ']' for sub in self.policy)
         return f"{type(self).__name__}(policy={subs})"
 
 # %% ../nbs/12_auto_augment.ipynb #ef487564
-def auto_augment_policy_v0(hparams: Optional[dict] = None) -> list: return auto_augment_policy('v0', hparams)
-def auto_augment_policy_v0r(hparams: Optional[dict] = None) -> list: return auto_augment_policy('v0r', hparams)
-def auto_augment_policy_original(hparams: Optional[dict] = None) -> list: return auto_augment_policy('original', hparams)
-def auto_augment_policy_originalr(hparams: Optional[dict] = None) -> list: return auto_augment_policy('originalr', hparams)
-def auto_augment_policy_3a(hparams: Optional[dict] = None) -> list: return auto_augment_policy('3a', hparams)
+def auto_augment_policy_v0(hparams: Optional[dict] = None) -> list:
+    return auto_augment_policy('v0', hparams)
+
+
+def auto_augment_policy_v0r(hparams: Optional[dict] = None) -> list:
+    return auto_augment_policy('v0r', hparams)
+
+
+def auto_augment_policy_original(hparams: Optional[dict] = None) -> list:
+    return auto_augment_policy('original', hparams)
+
+
+def auto_augment_policy_originalr(hparams: Optional[dict] = None) -> list:
+    return auto_augment_policy('originalr', hparams)
+
+
+def auto_augment_policy_3a(hparams: Optional[dict] = None) -> list:
+    return auto_augment_policy('3a', hparams)
 
 # %% ../nbs/12_auto_augment.ipynb #b97a4979
 _RAND_KEYS = {'m': int, 'n': int, 'p': float, 'mstd': float, 'mmax': int, 'inc': int}
@@ -219,125 +417,237 @@ _AUGMIX_KEYS = {'m': int, 'w': int, 'd': int, 'a': float, 'b': int, 'mstd': floa
 _AA_KEYS = {'mstd': float}
 RAND_TRANSFORM_SETS = ('weights', '3aw', '3a')
 
+
 def _parse_sections(config_str, sections, keys, family):
     out = {}
     for c in sections:
         if family == 'rand' and c.startswith('t'):
             if c[1:] not in RAND_TRANSFORM_SETS:
-                raise ValueError(f"auto_augment {config_str!r}: transform set {c!r} must be one of "
-                                 f"{', '.join('t' + s for s in RAND_TRANSFORM_SETS)}")
-            out['t'] = c[1:]; continue
+                raise ValueError(
+                    f"auto_augment {config_str!r}: transform set {c!r} must be one of "
+                    f"{', '.join('t' + s for s in RAND_TRANSFORM_SETS)}"
+                )
+            out['t'] = c[1:]
+            continue
         m = re.fullmatch(r'([a-z]+)(\d.*)', c)
         if not m or m.group(1) not in keys:
-            raise ValueError(f"auto_augment {config_str!r}: unknown section {c!r} for {family}; "
-                             f"expected a key followed by a number, keys: {', '.join(keys)}")
-        try: out[m.group(1)] = keys[m.group(1)](m.group(2))
-        except ValueError: raise ValueError(f"auto_augment {config_str!r}: bad value in section {c!r}") from None
+            raise ValueError(
+                f"auto_augment {config_str!r}: unknown section {c!r} for {family}; "
+                f"expected a key followed by a number, keys: {', '.join(keys)}"
+            )
+        try:
+            out[m.group(1)] = keys[m.group(1)](m.group(2))
+        except ValueError:
+            raise ValueError(f"auto_augment {config_str!r}: bad value in section {c!r}") from None
     return out
+
 
 def parse_auto_augment(config_str: str) -> dict:
     "Split a timm auto-augment string into its family ('rand', 'augmix' or 'aa' + policy) and settings."
     if not isinstance(config_str, str) or not config_str:
-        raise ValueError(f"auto_augment must be a non-empty string like 'rand-m9-mstd0.5-inc1', 'augmix-m5-w4-d2' or "
-                         f"one of {', '.join(map(repr, AA_POLICIES))}; got {config_str!r}")
+        raise ValueError(
+            f"auto_augment must be a non-empty string like 'rand-m9-mstd0.5-inc1', 'augmix-m5-w4-d2' or "
+            f"one of {', '.join(map(repr, AA_POLICIES))}; got {config_str!r}"
+        )
     head, *rest = config_str.split('-')
-    if head == 'rand': return dict(family='rand', **_parse_sections(config_str, rest, _RAND_KEYS, 'rand'))
-    if head == 'augmix': return dict(family='augmix', **_parse_sections(config_str, rest, _AUGMIX_KEYS, 'augmix'))
-    if head in AA_POLICIES: return dict(family='aa', policy=head, **_parse_sections(config_str, rest, _AA_KEYS, 'aa'))
-    raise ValueError(f"auto_augment must start with 'rand', 'augmix' or a policy name "
-                     f"({', '.join(map(repr, AA_POLICIES))}); got {config_str!r}")
+    if head == 'rand':
+        return dict(family='rand', **_parse_sections(config_str, rest, _RAND_KEYS, 'rand'))
+    if head == 'augmix':
+        return dict(family='augmix', **_parse_sections(config_str, rest, _AUGMIX_KEYS, 'augmix'))
+    if head in AA_POLICIES:
+        return dict(family='aa', policy=head, **_parse_sections(config_str, rest, _AA_KEYS, 'aa'))
+    raise ValueError(
+        f"auto_augment must start with 'rand', 'augmix' or a policy name "
+        f"({', '.join(map(repr, AA_POLICIES))}); got {config_str!r}"
+    )
 
 # %% ../nbs/12_auto_augment.ipynb #2ccc04f0
-def auto_augment_transform(config_str: str, # policy name plus optional 'mstd<float>', e.g. 'original-mstd0.5'
-                           hparams: Optional[dict] = None, # shared op settings
-                          ) -> AutoAugment:
+def auto_augment_transform(
+    config_str: str,  # policy name plus optional 'mstd<float>', e.g. 'original-mstd0.5'
+    hparams: Optional[dict] = None,  # shared op settings
+) -> AutoAugment:
     "AutoAugment from a config string."
     cfg = parse_auto_augment(config_str)
-    if cfg['family'] != 'aa': raise ValueError(f"auto_augment_transform needs a policy name first ({', '.join(AA_POLICIES)}); got {config_str!r}")
+    if cfg['family'] != 'aa':
+        raise ValueError(
+            f"auto_augment_transform needs a policy name first ({', '.join(AA_POLICIES)}); got {config_str!r}"
+        )
     hparams = dict(hparams or _HPARAMS_DEFAULT)
-    if 'mstd' in cfg: hparams.setdefault('magnitude_std', cfg['mstd'])
+    if 'mstd' in cfg:
+        hparams.setdefault('magnitude_std', cfg['mstd'])
     return AutoAugment(auto_augment_policy(cfg['policy'], hparams=hparams))
 
 # %% ../nbs/12_auto_augment.ipynb #4c8add72
-_RAND_TRANSFORMS = ['AutoContrast', 'Equalize', 'Invert', 'Rotate', 'Posterize', 'Solarize', 'SolarizeAdd', 'Color',
-                    'Contrast', 'Brightness', 'Sharpness', 'ShearX', 'ShearY', 'TranslateXRel', 'TranslateYRel']
-_INCREASING = {'Posterize': 'PosterizeIncreasing', 'Solarize': 'SolarizeIncreasing', 'Color': 'ColorIncreasing',
-               'Contrast': 'ContrastIncreasing', 'Brightness': 'BrightnessIncreasing', 'Sharpness': 'SharpnessIncreasing'}
+_RAND_TRANSFORMS = [
+    'AutoContrast',
+    'Equalize',
+    'Invert',
+    'Rotate',
+    'Posterize',
+    'Solarize',
+    'SolarizeAdd',
+    'Color',
+    'Contrast',
+    'Brightness',
+    'Sharpness',
+    'ShearX',
+    'ShearY',
+    'TranslateXRel',
+    'TranslateYRel',
+]
+_INCREASING = {
+    'Posterize': 'PosterizeIncreasing',
+    'Solarize': 'SolarizeIncreasing',
+    'Color': 'ColorIncreasing',
+    'Contrast': 'ContrastIncreasing',
+    'Brightness': 'BrightnessIncreasing',
+    'Sharpness': 'SharpnessIncreasing',
+}
 _RAND_INCREASING_TRANSFORMS = [_INCREASING.get(n, n) for n in _RAND_TRANSFORMS]
 _RAND_3A = ['SolarizeIncreasing', 'Desaturate', 'GaussianBlur']
-_RAND_WEIGHTED_3A = dict(SolarizeIncreasing=6, Desaturate=6, GaussianBlur=6, Rotate=3, ShearX=2, ShearY=2,
-                         PosterizeIncreasing=1, AutoContrast=1, ColorIncreasing=1, SharpnessIncreasing=1,
-                         ContrastIncreasing=1, BrightnessIncreasing=1, Equalize=1, Invert=1)
-_RAND_WEIGHTED_0 = dict(Rotate=3, ShearX=2, ShearY=2, TranslateXRel=1, TranslateYRel=1, ColorIncreasing=.25,
-                        SharpnessIncreasing=0.25, AutoContrast=0.25, SolarizeIncreasing=.05, SolarizeAdd=.05,
-                        ContrastIncreasing=.05, BrightnessIncreasing=.05, Equalize=.05, PosterizeIncreasing=0.05, Invert=0.05)
+_RAND_WEIGHTED_3A = dict(
+    SolarizeIncreasing=6,
+    Desaturate=6,
+    GaussianBlur=6,
+    Rotate=3,
+    ShearX=2,
+    ShearY=2,
+    PosterizeIncreasing=1,
+    AutoContrast=1,
+    ColorIncreasing=1,
+    SharpnessIncreasing=1,
+    ContrastIncreasing=1,
+    BrightnessIncreasing=1,
+    Equalize=1,
+    Invert=1,
+)
+_RAND_WEIGHTED_0 = dict(
+    Rotate=3,
+    ShearX=2,
+    ShearY=2,
+    TranslateXRel=1,
+    TranslateYRel=1,
+    ColorIncreasing=0.25,
+    SharpnessIncreasing=0.25,
+    AutoContrast=0.25,
+    SolarizeIncreasing=0.05,
+    SolarizeAdd=0.05,
+    ContrastIncreasing=0.05,
+    BrightnessIncreasing=0.05,
+    Equalize=0.05,
+    PosterizeIncreasing=0.05,
+    Invert=0.05,
+)
+
 
 def rand_augment_choices(name: Optional[str], increasing: bool = True):
     "The op set called `name` ('weights', '3aw': dicts of weights; '3a': list), else (None too) the (increasing) default list."
     return {'weights': _RAND_WEIGHTED_0, '3aw': _RAND_WEIGHTED_3A, '3a': _RAND_3A}.get(
-        name, _RAND_INCREASING_TRANSFORMS if increasing else _RAND_TRANSFORMS)
+        name, _RAND_INCREASING_TRANSFORMS if increasing else _RAND_TRANSFORMS
+    )
+
 
 def rand_augment_ops(magnitude: float = 10, prob: float = 0.5, hparams: Optional[dict] = None, transforms=None) -> list:
     "One `AugmentOp` per name."
-    return [AugmentOp(n, prob=prob, magnitude=magnitude, hparams=hparams or _HPARAMS_DEFAULT) for n in (transforms or _RAND_TRANSFORMS)]
+    return [
+        AugmentOp(n, prob=prob, magnitude=magnitude, hparams=hparams or _HPARAMS_DEFAULT)
+        for n in (transforms or _RAND_TRANSFORMS)
+    ]
+
 
 class RandAugment:
     "Applies `num_layers` ops drawn from `ops` (with replacement, or by `choice_weights` without) per image."
+
     def __init__(self, ops: list, num_layers: int = 2, choice_weights=None):
         self.ops, self.num_layers, self.choice_weights = ops, num_layers, choice_weights
-    def _apply(self, img):
-        idx = np.random.choice(len(self.ops), self.num_layers, replace=self.choice_weights is None, p=self.choice_weights)
-        for i in idx: img = self.ops[i](img)
-        return img
-    def __call__(self, img): return _on_pil(self._apply, img)
-    def __repr__(self): return f"{type(self).__name__}(n={self.num_layers}, ops=" + ''.join(f'\n\t{o}' for o in self.ops) + ')'
 
-def rand_augment_transform(config_str: str, # 'rand' plus sections, e.g. 'rand-m9-mstd0.5-inc1'
-                           hparams: Optional[dict] = None, # shared op settings
-                           transforms=None, # op names (list), weights (dict) or a set name; overrides 't<set>'
-                          ) -> RandAugment:
+    def _apply(self, img):
+        idx = np.random.choice(
+            len(self.ops), self.num_layers, replace=self.choice_weights is None, p=self.choice_weights
+        )
+        for i in idx:
+            img = self.ops[i](img)
+        return img
+
+    def __call__(self, img):
+        return _on_pil(self._apply, img)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(n={self.num_layers}, ops=" + ''.join(f'\n\t{o}' for o in self.ops) + ')'
+
+
+def rand_augment_transform(
+    config_str: str,  # 'rand' plus sections, e.g. 'rand-m9-mstd0.5-inc1'
+    hparams: Optional[dict] = None,  # shared op settings
+    transforms=None,  # op names (list), weights (dict) or a set name; overrides 't<set>'
+) -> RandAugment:
     "RandAugment from a config string."
     cfg = parse_auto_augment(config_str)
-    if cfg['family'] != 'rand': raise ValueError(f"rand_augment_transform needs a string starting with 'rand'; got {config_str!r}")
+    if cfg['family'] != 'rand':
+        raise ValueError(f"rand_augment_transform needs a string starting with 'rand'; got {config_str!r}")
     hparams = dict(hparams or _HPARAMS_DEFAULT)
-    if 'mstd' in cfg: hparams.setdefault('magnitude_std', float('inf') if cfg['mstd'] > 100 else cfg['mstd'])
-    if 'mmax' in cfg: hparams.setdefault('magnitude_max', cfg['mmax'])
+    if 'mstd' in cfg:
+        hparams.setdefault('magnitude_std', float('inf') if cfg['mstd'] > 100 else cfg['mstd'])
+    if 'mmax' in cfg:
+        hparams.setdefault('magnitude_max', cfg['mmax'])
     increasing = bool(cfg.get('inc', 0))
     transforms = transforms if transforms is not None else cfg.get('t')
-    if transforms is None or isinstance(transforms, str): transforms = rand_augment_choices(transforms, increasing=increasing)
+    if transforms is None or isinstance(transforms, str):
+        transforms = rand_augment_choices(transforms, increasing=increasing)
     weights = None
     if isinstance(transforms, dict):
         transforms, w = list(transforms), np.array(list(transforms.values()))
         weights = w / np.sum(w)
-    ops = rand_augment_ops(magnitude=cfg.get('m', _LEVEL_DENOM), prob=cfg.get('p', 0.5), hparams=hparams, transforms=transforms)
+    ops = rand_augment_ops(
+        magnitude=cfg.get('m', _LEVEL_DENOM), prob=cfg.get('p', 0.5), hparams=hparams, transforms=transforms
+    )
     return RandAugment(ops, cfg.get('n', 2), choice_weights=weights)
 
 # %% ../nbs/12_auto_augment.ipynb #dfa1652e
-_AUGMIX_TRANSFORMS = ['AutoContrast', 'ColorIncreasing', 'ContrastIncreasing', 'BrightnessIncreasing',
-                      'SharpnessIncreasing', 'Equalize', 'Rotate', 'PosterizeIncreasing', 'SolarizeIncreasing',
-                      'ShearX', 'ShearY', 'TranslateXRel', 'TranslateYRel']
+_AUGMIX_TRANSFORMS = [
+    'AutoContrast',
+    'ColorIncreasing',
+    'ContrastIncreasing',
+    'BrightnessIncreasing',
+    'SharpnessIncreasing',
+    'Equalize',
+    'Rotate',
+    'PosterizeIncreasing',
+    'SolarizeIncreasing',
+    'ShearX',
+    'ShearY',
+    'TranslateXRel',
+    'TranslateYRel',
+]
+
 
 def augmix_ops(magnitude: float = 10, hparams: Optional[dict] = None, transforms=None) -> list:
     "AugMix's ops, always applied (prob 1)."
-    return [AugmentOp(n, prob=1.0, magnitude=magnitude, hparams=hparams or _HPARAMS_DEFAULT) for n in (transforms or _AUGMIX_TRANSFORMS)]
+    return [
+        AugmentOp(n, prob=1.0, magnitude=magnitude, hparams=hparams or _HPARAMS_DEFAULT)
+        for n in (transforms or _AUGMIX_TRANSFORMS)
+    ]
+
 
 class AugMixAugment:
     "AugMix: a Dirichlet-weighted mix of `width` random op chains, blended with the original by a Beta factor."
-    def __init__(self, ops: list, alpha: float = 1., width: int = 3, depth: int = -1, blended: bool = False):
+
+    def __init__(self, ops: list, alpha: float = 1.0, width: int = 3, depth: int = -1, blended: bool = False):
         self.ops, self.alpha, self.width, self.depth, self.blended = ops, alpha, width, depth, blended
 
     def _chain(self, img):
         depth = self.depth if self.depth > 0 else np.random.randint(1, 4)
-        for i in np.random.choice(len(self.ops), depth, replace=True): img = self.ops[i](img)
+        for i in np.random.choice(len(self.ops), depth, replace=True):
+            img = self.ops[i](img)
         return img
 
     @staticmethod
     def _blend_weights(ws, m):
         "Per-chain blend factors such that blending chains in turn weights chain k by about m * ws[k]."
-        out, left = [], 1.
+        out, left = [], 1.0
         for w in (ws * m)[::-1]:
             a = w / left
-            left *= (1 - a)
+            left *= 1 - a
             out.append(a)
         return np.array(out[::-1], dtype=np.float32)
 
@@ -346,42 +656,58 @@ class AugMixAugment:
         m = np.float32(np.random.beta(self.alpha, self.alpha))
         if self.blended:
             orig = img
-            for w in self._blend_weights(ws, m): img = Image.blend(img, self._chain(orig), w)
+            for w in self._blend_weights(ws, m):
+                img = Image.blend(img, self._chain(orig), w)
             return img
         mix = np.zeros(np.asarray(img).shape, dtype=np.float32)
-        for w in ws: mix += w * np.asarray(self._chain(img), dtype=np.float32)
-        np.clip(mix, 0, 255., out=mix)
+        for w in ws:
+            mix += w * np.asarray(self._chain(img), dtype=np.float32)
+        np.clip(mix, 0, 255.0, out=mix)
         return Image.blend(img, Image.fromarray(mix.astype(np.uint8)), m)
 
-    def __call__(self, img): return _on_pil(self._apply, img)
-    def __repr__(self):
-        return (f"{type(self).__name__}(alpha={self.alpha}, width={self.width}, depth={self.depth}, ops="
-                + ''.join(f'\n\t{o}' for o in self.ops) + ')')
+    def __call__(self, img):
+        return _on_pil(self._apply, img)
 
-def augment_and_mix_transform(config_str: str, # 'augmix' plus sections, e.g. 'augmix-m5-w4-d2'
-                              hparams: Optional[dict] = None, # shared op settings
-                             ) -> AugMixAugment:
+    def __repr__(self):
+        return (
+            f"{type(self).__name__}(alpha={self.alpha}, width={self.width}, depth={self.depth}, ops="
+            + ''.join(f'\n\t{o}' for o in self.ops)
+            + ')'
+        )
+
+
+def augment_and_mix_transform(
+    config_str: str,  # 'augmix' plus sections, e.g. 'augmix-m5-w4-d2'
+    hparams: Optional[dict] = None,  # shared op settings
+) -> AugMixAugment:
     "AugMix from a config string."
     cfg = parse_auto_augment(config_str)
-    if cfg['family'] != 'augmix': raise ValueError(f"augment_and_mix_transform needs a string starting with 'augmix'; got {config_str!r}")
+    if cfg['family'] != 'augmix':
+        raise ValueError(f"augment_and_mix_transform needs a string starting with 'augmix'; got {config_str!r}")
     hparams = dict(hparams or _HPARAMS_DEFAULT)
-    if 'mstd' in cfg: hparams.setdefault('magnitude_std', cfg['mstd'])
+    if 'mstd' in cfg:
+        hparams.setdefault('magnitude_std', cfg['mstd'])
     hparams.setdefault('magnitude_std', float('inf'))  # default: uniform magnitudes in [0, m]
     ops = augmix_ops(magnitude=cfg.get('m', 3), hparams=hparams)
-    return AugMixAugment(ops, alpha=cfg.get('a', 1.), width=cfg.get('w', 3), depth=cfg.get('d', -1), blended=bool(cfg.get('b', 0)))
+    return AugMixAugment(
+        ops, alpha=cfg.get('a', 1.0), width=cfg.get('w', 3), depth=cfg.get('d', -1), blended=bool(cfg.get('b', 0))
+    )
 
 # %% ../nbs/12_auto_augment.ipynb #e118c5d8
-def create_auto_augment(auto_augment: str, # timm config string
-                        img_size: Union[int, tuple] = 224, # pipeline output size
-                        mean: tuple = (0.485, 0.456, 0.406), # normalisation mean: the fill colour of geometric ops
-                        interpolation: str = 'random', # pipeline interpolation ('random': bilinear or bicubic per op)
-                       ):
+def create_auto_augment(
+    auto_augment: str,  # timm config string
+    img_size: Union[int, tuple] = 224,  # pipeline output size
+    mean: tuple = (0.485, 0.456, 0.406),  # normalisation mean: the fill colour of geometric ops
+    interpolation: str = 'random',  # pipeline interpolation ('random': bilinear or bicubic per op)
+):
     "The RandAugment, AugMix or AutoAugment transform for `auto_augment`, with timm's hparams."
     cfg = parse_auto_augment(auto_augment)
     size_min = min(img_size) if isinstance(img_size, (tuple, list)) else img_size
     hp = dict(translate_const=int(size_min * 0.45), img_mean=tuple(min(255, round(255 * x)) for x in mean))
-    if interpolation and interpolation != 'random': hp['interpolation'] = _pil_interp(interpolation)
-    if cfg['family'] == 'rand': return rand_augment_transform(auto_augment, hp)
+    if interpolation and interpolation != 'random':
+        hp['interpolation'] = _pil_interp(interpolation)
+    if cfg['family'] == 'rand':
+        return rand_augment_transform(auto_augment, hp)
     if cfg['family'] == 'augmix':
         hp['translate_pct'] = 0.3
         return augment_and_mix_transform(auto_augment, hp)

@@ -24,43 +24,60 @@ __all__ = ['STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state', 'pla
 STATE_VERSION = 1  # bumped when the meaning of a state's fields changes
 BATCH_TAG = 0xBA7C  # mix_seed tag of a batch's collate draws (`SeededDataset`)
 
+
 class ResumeStateError(ValueError):
     "A loader state that this loader cannot continue (another dataset, batch size, seed, sampler or version)."
+
 
 def check_state(sd, what: str = 'load_state_dict') -> dict:
     "A state dict's version and kind, with an error that says what was given."
     if not isinstance(sd, dict) or 'version' not in sd or 'kind' not in sd:
-        raise ResumeStateError(f"{what}: expected a dict from a timmdata loader's state_dict(); got {type(sd).__name__}")
+        raise ResumeStateError(
+            f"{what}: expected a dict from a timmdata loader's state_dict(); got {type(sd).__name__}"
+        )
     if sd['version'] != STATE_VERSION:
-        raise ResumeStateError(f"{what}: state version {sd['version']} is not this timmdata's ({STATE_VERSION}); "
-                               f"resume with the timmdata version that saved it")
+        raise ResumeStateError(
+            f"{what}: state version {sd['version']} is not this timmdata's ({STATE_VERSION}); "
+            f"resume with the timmdata version that saved it"
+        )
     return sd
+
 
 def plain_state(x, where: str = 'state'):
     "`x` as plain JSON data (tuples as lists, numpy and tensor values as numbers or lists); an error names what has no such form."
-    if x is None or isinstance(x, (bool, int, float, str)): return x
-    if isinstance(x, np.generic): return x.item()
-    if isinstance(x, (torch.Tensor, np.ndarray)): return x.tolist()
-    if isinstance(x, (list, tuple)): return [plain_state(v, f'{where}[{i}]') for i, v in enumerate(x)]
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, (torch.Tensor, np.ndarray)):
+        return x.tolist()
+    if isinstance(x, (list, tuple)):
+        return [plain_state(v, f'{where}[{i}]') for i, v in enumerate(x)]
     if isinstance(x, dict):
         bad = [k for k in x if not isinstance(k, str)]
-        if bad: raise TypeError(f"{where}: a state's keys must be strings (JSON's); got {bad[0]!r}")
+        if bad:
+            raise TypeError(f"{where}: a state's keys must be strings (JSON's); got {bad[0]!r}")
         return {k: plain_state(v, f'{where}[{k!r}]') for k, v in x.items()}
-    raise TypeError(f"{where}: {type(x).__name__} {x!r} has no plain JSON form; a state holds numbers, strings, lists and "
-                    f"dicts (write a generator's state with rng_to_text)")
+    raise TypeError(
+        f"{where}: {type(x).__name__} {x!r} has no plain JSON form; a state holds numbers, strings, lists and "
+        f"dicts (write a generator's state with rng_to_text)"
+    )
+
 
 def rng_to_text(state: torch.Tensor) -> str:
     "A generator's state (`torch.Generator.get_state()`, a uint8 tensor) as base64 text, for a JSON state."
     return base64.b64encode(state.contiguous().numpy().tobytes()).decode('ascii')
+
 
 def rng_from_text(text: str) -> torch.Tensor:
     "The generator state `rng_to_text` wrote (for `torch.Generator.set_state`)."
     return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)
 
 # %% ../nbs/33_batch_plan.ipynb #d90deb75
-def loader_seed(seed: Optional[int] = None, # an explicit seed (kept as it is), or None to draw one
-                distributed: bool = False, # one loader per rank of a process group: every rank takes rank 0's draw
-               ) -> int:
+def loader_seed(
+    seed: Optional[int] = None,  # an explicit seed (kept as it is), or None to draw one
+    distributed: bool = False,  # one loader per rank of a process group: every rank takes rank 0's draw
+) -> int:
     "The loader's seed: `seed`, or drawn from torch's global RNG (so `torch.manual_seed` keeps runs repeatable)."
     if seed is not None:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -76,52 +93,83 @@ def loader_seed(seed: Optional[int] = None, # an explicit seed (kept as it is), 
 # %% ../nbs/33_batch_plan.ipynb #e7665c58
 class PlanPass:
     "One pass of a batch plan: epoch `epoch`, its pass `rep` (0 unless the epoch is read again), rank `rank` of `world`, `nbatches` batches."
+
     def __init__(self, epoch: int, rep: int, world: int, rank: int, nbatches: int):
         self.epoch, self.rep, self.world, self.rank, self.nbatches = epoch, rep, world, rank, nbatches
 
+
 class PassSegment(PlanPass):
     "A pass of `ResumableBatchSampler`: positions [start, end) of (epoch, rep) dealt over `world` ranks; `count` per rank."
+
     def __init__(self, epoch, rep, start, end, world, rank, count, nbatches, order):
         super().__init__(epoch, rep, world, rank, nbatches)
-        self.start, self.end, self.count, self.order = start, end, count, order  # order: the epoch's global order (None: not drawn)
+        self.start, self.end, self.count, self.order = (
+            start,
+            end,
+            count,
+            order,
+        )  # order: the epoch's global order (None: not drawn)
+
 
 class BatchMark:
     "What the consumer got: batch `k` of pass `seg` (a `PlanPass`); `key` is its first sample's seed."
+
     __slots__ = ('seg', 'k', 'key')
-    def __init__(self, seg, k, key): self.seg, self.k, self.key = seg, k, key
+
+    def __init__(self, seg, k, key):
+        self.seg, self.k, self.key = seg, k, key
+
     @property
-    def last(self) -> bool: return self.k == self.seg.nbatches - 1
+    def last(self) -> bool:
+        return self.k == self.seg.nbatches - 1
+
 
 def sample_key(seed: int, epoch: int, rep: int, position: int) -> int:
     "The seed of the sample at `position` of epoch `epoch` (pass `rep`, 0 unless an epoch is read twice)."
     return mix_seed(seed, epoch, position) if rep == 0 else mix_seed(seed, epoch, position, rep)
 
+
 class BatchPlan(Sampler):
     "A resumable batch sampler: batches of `(item, key)` pairs, each noted in flight until the loader reports it `delivered`."
-    def __init__(self, seed: int = 0, # the loader's seed: every per-sample key derives from it
-                 seed_explicit: bool = True, # the user chose the seed (a state with another one is an error)
-                ):
+
+    def __init__(
+        self,
+        seed: int = 0,  # the loader's seed: every per-sample key derives from it
+        seed_explicit: bool = True,  # the user chose the seed (a state with another one is an error)
+    ):
         self.seed, self.seed_explicit = seed, seed_explicit
         self._prev, self._restore = None, None  # (epoch, rep) of the last pass started; a restored position (used once)
         self._flight, self._begin = deque(), None  # marks yielded and not yet delivered; the pass in flight
 
-    def plan_pass(self, with_order: bool = True) -> PlanPass: raise NotImplementedError  # the next pass (with_order: draw its order)
-    def pass_batches(self, p: PlanPass) -> Iterator[list]: raise NotImplementedError  # pass `p`'s batches
-    def batches_before(self, p: PlanPass) -> int: raise NotImplementedError  # the epoch's batches before pass `p`
-    def state(self, last: Optional[BatchMark] = None) -> dict: raise NotImplementedError
-    def load_state(self, sd: dict, advance_done: bool = False): raise NotImplementedError
+    def plan_pass(self, with_order: bool = True) -> PlanPass:
+        raise NotImplementedError  # the next pass (with_order: draw its order)
+
+    def pass_batches(self, p: PlanPass) -> Iterator[list]:
+        raise NotImplementedError  # pass `p`'s batches
+
+    def batches_before(self, p: PlanPass) -> int:
+        raise NotImplementedError  # the epoch's batches before pass `p`
+
+    def state(self, last: Optional[BatchMark] = None) -> dict:
+        raise NotImplementedError
+
+    def load_state(self, sd: dict, advance_done: bool = False):
+        raise NotImplementedError
 
     def next_start(self) -> tuple:
         "(epoch, rep, restored position or None) of the next pass."
         e, r = self.epoch, self._restore
-        if r is not None and r['epoch'] == e: return e, r['rep'], r
+        if r is not None and r['epoch'] == e:
+            return e, r['rep'], r
         return e, (self._prev[1] + 1 if self._prev is not None and self._prev[0] == e else 0), None
 
     def __iter__(self):
         p = self.plan_pass()
-        if self._restore is not None and self._restore['epoch'] == p.epoch: self._restore = None  # used once
+        if self._restore is not None and self._restore['epoch'] == p.epoch:
+            self._restore = None  # used once
         self._prev = (p.epoch, p.rep)
-        if self._begin is None: self._begin = p
+        if self._begin is None:
+            self._begin = p
         for k, batch in enumerate(self.pass_batches(p)):
             self._flight.append(BatchMark(p, k, batch[0][1]))
             yield batch
@@ -130,65 +178,95 @@ class BatchPlan(Sampler):
         "Batches in the epoch of the next pass, counted whole (as torch's `BatchSampler`, torchdata and Lightning count): a resumed pass's batches before its resume point included."
         p = self.plan_pass(with_order=False)
         return self.batches_before(p) + p.nbatches
-    def remaining(self) -> int: return self.plan_pass(with_order=False).nbatches  # batches the next pass yields
+
+    def remaining(self) -> int:
+        return self.plan_pass(with_order=False).nbatches  # batches the next pass yields
+
     @property
-    def in_flight(self) -> int: return len(self._flight)  # batches yielded, not yet delivered
+    def in_flight(self) -> int:
+        return len(self._flight)  # batches yielded, not yet delivered
+
     def new_flight(self):
         "A new DataLoader iterator: batches yielded to an earlier one will never be delivered."
-        self._flight.clear(); self._begin = None
+        self._flight.clear()
+        self._begin = None
+
     def delivered(self) -> BatchMark:
         "The consumer got the oldest batch in flight: which one it was."
-        if not self._flight: raise RuntimeError(f'timmdata: a batch was delivered that the {type(self).__name__} did not yield')
+        if not self._flight:
+            raise RuntimeError(f'timmdata: a batch was delivered that the {type(self).__name__} did not yield')
         return self._flight.popleft()
 
     def check_same(self, sd: dict, keys: tuple, hint: str = ''):
         "Refuse a state `sd` whose `keys` (and seed, when this plan's was given) differ from this plan's, naming each."
         mine = self.state()
         diff = [f"{k}: saved {sd[k]!r}, this loader {mine[k]!r}" for k in keys if sd[k] != mine[k]]
-        if self.seed_explicit and sd['seed'] != self.seed: diff.append(f"seed: saved {sd['seed']!r}, this loader {self.seed!r}")
-        if diff: raise ResumeStateError("load_state_dict: the state comes from a loader built with other arguments ("
-                                        + '; '.join(diff) + f"); build the loader as the saved one was{hint}")
+        if self.seed_explicit and sd['seed'] != self.seed:
+            diff.append(f"seed: saved {sd['seed']!r}, this loader {self.seed!r}")
+        if diff:
+            raise ResumeStateError(
+                "load_state_dict: the state comes from a loader built with other arguments ("
+                + '; '.join(diff)
+                + f"); build the loader as the saved one was{hint}"
+            )
 
     def restore(self, sd: dict, advance_done: bool, **position):
         "Take `sd`'s seed and epoch; its next pass continues at `position` (a finished pass: the next one starts afresh)."
         self.seed = sd['seed']
-        if isinstance(self.sampler, SeededRandomSampler): self.sampler.seed = sd['seed']
+        if isinstance(self.sampler, SeededRandomSampler):
+            self.sampler.seed = sd['seed']
         self.new_flight()
         e = sd['epoch']
-        if sd['done'] and advance_done: self.set_epoch(e + 1); self._prev, self._restore = None, None
-        elif sd['done']: self.set_epoch(e); self._prev, self._restore = (e, sd['rep']), None
-        else: self.set_epoch(e); self._prev, self._restore = None, dict(epoch=e, rep=sd['rep'], **position)
+        if sd['done'] and advance_done:
+            self.set_epoch(e + 1)
+            self._prev, self._restore = None, None
+        elif sd['done']:
+            self.set_epoch(e)
+            self._prev, self._restore = (e, sd['rep']), None
+        else:
+            self.set_epoch(e)
+            self._prev, self._restore = None, dict(epoch=e, rep=sd['rep'], **position)
 
 # %% ../nbs/33_batch_plan.ipynb #574c9b43
 def dataset_len(sampler) -> int:
     "The length of the dataset a sampler reads (0 when it does not say)."
     return len(getattr(sampler, 'dataset', getattr(sampler, 'data_source', ())))
 
+
 class ResumableBatchSampler(BatchPlan):
     "Batches of `(index, seed)` pairs from one global order per epoch; knows which batch is which, to save and restore."
-    def __init__(self, sampler, # a sampler `epoch_order` knows (its epoch, world size and rank are read from it)
-                 batch_size: int, # samples per batch, per rank
-                 drop_last: bool = False, # drop the short last batch (training)
-                 seed: int = 0, # the loader's seed: every per-sample key derives from it
-                 seed_explicit: bool = True, # the user chose the seed (a state with another one is an error)
-                ):
-        if not isinstance(batch_size, int) or batch_size < 1: raise ValueError(f"batch_size must be an int >= 1; got {batch_size!r}")
+
+    def __init__(
+        self,
+        sampler,  # a sampler `epoch_order` knows (its epoch, world size and rank are read from it)
+        batch_size: int,  # samples per batch, per rank
+        drop_last: bool = False,  # drop the short last batch (training)
+        seed: int = 0,  # the loader's seed: every per-sample key derives from it
+        seed_explicit: bool = True,  # the user chose the seed (a state with another one is an error)
+    ):
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1; got {batch_size!r}")
         super().__init__(seed, seed_explicit)
         self.sampler, self.batch_size, self.drop_last, self._epoch = sampler, batch_size, drop_last, 0
 
     @property
-    def epoch(self) -> int: return getattr(self.sampler, 'epoch', self._epoch)
+    def epoch(self) -> int:
+        return getattr(self.sampler, 'epoch', self._epoch)
+
     def set_epoch(self, epoch: int):
         "Select the epoch of the next pass (and the sampler's); a restored position of that epoch is kept."
         self._epoch = epoch
-        if callable(getattr(self.sampler, 'set_epoch', None)): self.sampler.set_epoch(epoch)
+        if callable(getattr(self.sampler, 'set_epoch', None)):
+            self.sampler.set_epoch(epoch)
 
     def plan_pass(self, with_order: bool = True) -> PassSegment:
         "The next pass: a fresh epoch's share, or the rest of a restored one."
         e, rep, r = self.next_start()
         start, end = (r['offset'], r['end']) if r is not None else (0, None)
-        if with_order: order, total, W, rank = epoch_order(self.sampler, rep)
-        else: order, W, rank, total = None, *world_of(self.sampler)
+        if with_order:
+            order, total, W, rank = epoch_order(self.sampler, rep)
+        else:
+            order, W, rank, total = None, *world_of(self.sampler)
         B = self.batch_size
         if end is None:  # a fresh epoch: exactly the sampler's share per rank, in batches
             count = len(range(rank, total, W))
@@ -197,14 +275,18 @@ class ResumableBatchSampler(BatchPlan):
             count = nb * B if self.drop_last else count
         else:  # resumed: the rest, padded by wrap so every rank reads the same count (and whole batches with drop_last)
             count = math.ceil((end - start) / W)
-            if self.drop_last: count = math.ceil(count / B) * B
+            if self.drop_last:
+                count = math.ceil(count / B) * B
             nb = math.ceil(count / B)
         return PassSegment(e, rep, start, end, W, rank, count, nb, order)
-    def batches_before(self, seg) -> int: return -(-seg.start // (self.batch_size * seg.world))  # per rank
+
+    def batches_before(self, seg) -> int:
+        return -(-seg.start // (self.batch_size * seg.world))  # per rank
 
     def pass_batches(self, seg: PassSegment) -> Iterator[list]:
         B, W, L, s = self.batch_size, seg.world, len(seg.order), self.seed
-        if L == 0: return
+        if L == 0:
+            return
         for k in range(seg.nbatches):
             pos = range(seg.start + seg.rank + k * B * W, seg.start + seg.rank + min((k + 1) * B, seg.count) * W, W)
             yield [(seg.order[p % L], sample_key(s, seg.epoch, seg.rep, p)) for p in pos]
@@ -215,56 +297,101 @@ class ResumableBatchSampler(BatchPlan):
             seg = last.seg
             offset = seg.end if last.last else seg.start + (last.k + 1) * self.batch_size * seg.world
             k = last.k + 1
-        else: seg = self._begin if self._begin is not None else self.plan_pass(with_order=False); offset, k = seg.start, 0
-        return plain_state(dict(version=STATE_VERSION, kind='map', epoch=seg.epoch, rep=seg.rep, offset=offset, end=seg.end,
-                                done=offset >= seg.end, batches_delivered=k, world_size=seg.world, batch_size=self.batch_size,
-                                drop_last=self.drop_last, dataset_len=dataset_len(self.sampler), seed=self.seed,
-                                sampler=sampler_kind(self.sampler)))
+        else:
+            seg = self._begin if self._begin is not None else self.plan_pass(with_order=False)
+            offset, k = seg.start, 0
+        return plain_state(
+            dict(
+                version=STATE_VERSION,
+                kind='map',
+                epoch=seg.epoch,
+                rep=seg.rep,
+                offset=offset,
+                end=seg.end,
+                done=offset >= seg.end,
+                batches_delivered=k,
+                world_size=seg.world,
+                batch_size=self.batch_size,
+                drop_last=self.drop_last,
+                dataset_len=dataset_len(self.sampler),
+                seed=self.seed,
+                sampler=sampler_kind(self.sampler),
+            )
+        )
 
     def load_state(self, sd: dict, advance_done: bool = False):
         "Continue from `sd` (from `state`): its next pass is the restored one; errors name what differs."
         check_state(sd)
-        if sd['kind'] != 'map': raise ResumeStateError(f"load_state_dict: the state is from a {sd['kind']} loader; this one reads a map-style dataset")
+        if sd['kind'] != 'map':
+            raise ResumeStateError(
+                f"load_state_dict: the state is from a {sd['kind']} loader; this one reads a map-style dataset"
+            )
         self.check_same(sd, ('dataset_len', 'batch_size', 'drop_last', 'sampler'), ' (or pass seed=None)')
         self.restore(sd, advance_done, offset=sd['offset'], end=sd['end'])
 
 # %% ../nbs/33_batch_plan.ipynb #6ac61033
 class SeededDataset(Dataset):
     "Takes `(index, key)` pairs: seeds `random`, torch and numpy from `key`, then reads `dataset[index]`."
-    def __init__(self, dataset): # a map-style dataset
-        self.dataset, self.fetched_key = dataset, None  # fetched_key: the first key of the batch fetched last, in this process
-    def __len__(self) -> int: return len(self.dataset)
+
+    def __init__(self, dataset):  # a map-style dataset
+        self.dataset, self.fetched_key = (
+            dataset,
+            None,
+        )  # fetched_key: the first key of the batch fetched last, in this process
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
     def __getitem__(self, item):
-        try: index, key = item
+        try:
+            index, key = item
         except (TypeError, ValueError):
-            raise TypeError(f"SeededDataset takes (index, key) pairs from a ResumableBatchSampler; got {item!r}. "
-                            f"Read the wrapped dataset (.dataset) by index") from None
+            raise TypeError(
+                f"SeededDataset takes (index, key) pairs from a ResumableBatchSampler; got {item!r}. "
+                f"Read the wrapped dataset (.dataset) by index"
+            ) from None
         seed_all(key)
         return self.dataset[index]
+
     def __getitems__(self, items: list) -> list:
         "One batch (the DataLoader's fetcher calls this); leaves the generators seeded for the collate's draws."
         out = [self[i] for i in items]
-        if items: self.fetched_key = items[0][1]; seed_all(mix_seed(items[0][1], BATCH_TAG))
+        if items:
+            self.fetched_key = items[0][1]
+            seed_all(mix_seed(items[0][1], BATCH_TAG))
         return out
+
     @property
-    def transform(self): return self.dataset.transform
+    def transform(self):
+        return self.dataset.transform
+
     @transform.setter
-    def transform(self, t): self.dataset.transform = t
+    def transform(self, t):
+        self.dataset.transform = t
+
     def __getattr__(self, name):  # the wrapped dataset's attributes (classes, filenames, set_epoch...)
-        if name.startswith('__') or name == 'dataset': raise AttributeError(name)
+        if name.startswith('__') or name == 'dataset':
+            raise AttributeError(name)
         return getattr(self.dataset, name)
-    def __repr__(self): return f'SeededDataset({self.dataset!r})'
+
+    def __repr__(self):
+        return f'SeededDataset({self.dataset!r})'
 
 # %% ../nbs/33_batch_plan.ipynb #5a8ed82d
-def resumable_batching(dataset, # a map-style dataset
-                       sampler: Optional[Sampler], # timm's sampler (`timm_sampler`), or None: a seeded random order (training) or sequential
-                       batch_size: int, # samples per batch, per rank
-                       is_training: bool = False, # shuffle (when no sampler is given) and drop the short last batch
-                       seed: Optional[int] = None, # the loader's seed (None: drawn, see `loader_seed`)
-                       distributed: bool = False, # share the drawn seed over the ranks
-                      ) -> tuple:
+def resumable_batching(
+    dataset,  # a map-style dataset
+    sampler: Optional[
+        Sampler
+    ],  # timm's sampler (`timm_sampler`), or None: a seeded random order (training) or sequential
+    batch_size: int,  # samples per batch, per rank
+    is_training: bool = False,  # shuffle (when no sampler is given) and drop the short last batch
+    seed: Optional[int] = None,  # the loader's seed (None: drawn, see `loader_seed`)
+    distributed: bool = False,  # share the drawn seed over the ranks
+) -> tuple:
     "`(SeededDataset(dataset), ResumableBatchSampler)`: the `dataset` and `batch_sampler` of a resumable DataLoader."
     run_seed = loader_seed(seed, distributed)
-    if sampler is None: sampler = SeededRandomSampler(dataset, run_seed) if is_training else SequentialSampler(dataset)
-    return SeededDataset(dataset), ResumableBatchSampler(sampler, batch_size, drop_last=is_training, seed=run_seed,
-                                                         seed_explicit=seed is not None)
+    if sampler is None:
+        sampler = SeededRandomSampler(dataset, run_seed) if is_training else SequentialSampler(dataset)
+    return SeededDataset(dataset), ResumableBatchSampler(
+        sampler, batch_size, drop_last=is_training, seed=run_seed, seed_explicit=seed is not None
+    )

@@ -8,8 +8,11 @@ import math, os, stat, threading, warnings, weakref
 from contextlib import contextmanager
 from functools import partial
 from typing import NamedTuple, Optional
-try: import fcntl  # file locks for the node's ring ledger (Unix; elsewhere there is no ring)
-except ImportError: fcntl = None
+
+try:
+    import fcntl  # file locks for the node's ring ledger (Unix; elsewhere there is no ring)
+except ImportError:
+    fcntl = None
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
@@ -23,6 +26,7 @@ __all__ = ['SHM_DIR', 'RingChoice', 'BatchRing', 'shm_space', 'shm_report']
 # %% ../nbs/28_batch_ring.ipynb #660575e7
 _RINGS = weakref.WeakValueDictionary()  # ring key -> BatchRing, in the process that made the ring (the main process)
 
+
 def _ring_shapes(batch_shape) -> list:
     "One (N, C, H, W) shape, or several (one per scheduled size), as a list of int tuples."
     shapes = [batch_shape] if batch_shape and isinstance(batch_shape[0], (int, np.integer)) else list(batch_shape)
@@ -30,69 +34,100 @@ def _ring_shapes(batch_shape) -> list:
         raise ValueError(f'BatchRing needs an (N, C, H, W) batch shape or a list of them; got {batch_shape!r}')
     return [tuple(int(d) for d in s) for s in shapes]
 
+
 def _ring_nbytes(shapes: list, slots: int) -> int:
     "Shared memory of a ring of `slots` slots for these batch shapes: images, class-index targets, busy flags."
     return slots * (max(math.prod(s) for s in shapes) + 8 * max(s[0] for s in shapes) + 4)
+
 
 def _from_ring(key: str, which: int, size: tuple, stride: tuple, offset: int) -> torch.Tensor:
     "Unpickles a batch a worker sent by reference: a view of this process's own mapping of the ring (targets: a copy)."
     ring = _RINGS.get(key)
     if ring is None:
-        raise RuntimeError(f'a batch written into a timmdata batch ring reached process {os.getpid()}, which does not own '
-                           f'that ring. The ring belongs to the process that called create_loader; iterate the loader there')
-    if which == 1: return ring.targets.as_strided(size, stride, offset).clone()  # the slot's targets are rewritten later
+        raise RuntimeError(
+            f'a batch written into a timmdata batch ring reached process {os.getpid()}, which does not own '
+            f'that ring. The ring belongs to the process that called create_loader; iterate the loader there'
+        )
+    if which == 1:
+        return ring.targets.as_strided(size, stride, offset).clone()  # the slot's targets are rewritten later
     return ring._deliver(size, stride, offset)
+
 
 class _InRing:
     "A tensor in a slot of a ring, sent as its place in the ring: the main process has the ring mapped already."
+
     __slots__ = ('args',)
+
     def __init__(self, key: str, which: int, t: torch.Tensor):
         self.args = (key, which, tuple(t.shape), tuple(t.stride()), t.storage_offset())
-    def __reduce__(self): return _from_ring, self.args
+
+    def __reduce__(self):
+        return _from_ring, self.args
+
 
 def _atomics():
     "The C extension when it has the atomic flag operations, else None (plain loads and stores)."
     nat = decode.NATIVE.module  # read at each use: TIMMDATA_NATIVE=0 or `decode.use_native(False)` is followed
     return nat if nat is not None and hasattr(nat, 'flag_acquire') else None
 
+
 def _dropped(ring_ref, s: int, ref):
     "Weak-reference callback: the last reference to the memory of the batch from slot `s` is gone."
     ring = ring_ref()
-    if ring is not None: ring._let_go(s, ref)
+    if ring is not None:
+        ring._let_go(s, ref)
 
 # %% ../nbs/28_batch_ring.ipynb #368f5dc5
 class RingChoice(NamedTuple):
     "What `BatchRing.choose` decided: the ring (None: batches go to fresh shared memory) and why, in words."
+
     ring: Optional['BatchRing']
     note: str
 
+
 class BatchRing(BatchCollate):
     "`fast_collate` into per-worker slots of shared batch memory; a slot is written again once its batch is released or dropped."
-    def __init__(self,
-                 batch_shape, # (N, C, H, W) of the largest batch (N counts augmentation splits), or a list of them (scheduled sizes)
-                 num_workers: int,
-                 slots_per_worker: int, # batches a worker can have in flight (queued, in transit, being processed)
-                ):
+
+    def __init__(
+        self,
+        batch_shape,  # (N, C, H, W) of the largest batch (N counts augmentation splits), or a list of them (scheduled sizes)
+        num_workers: int,
+        slots_per_worker: int,  # batches a worker can have in flight (queued, in transit, being processed)
+    ):
         shapes = _ring_shapes(batch_shape)
         self.batch_shapes, self.slots = shapes, slots_per_worker
-        self.slot_bytes = max(math.prod(s) for s in shapes)  # a slot holds the biggest batch; any smaller one fits in it
+        self.slot_bytes = max(
+            math.prod(s) for s in shapes
+        )  # a slot holds the biggest batch; any smaller one fits in it
         n = num_workers * slots_per_worker
         self.nbytes = _ring_nbytes(shapes, n)
         self.ring = torch.empty((n, self.slot_bytes), dtype=torch.uint8).share_memory_()
-        self.targets = torch.zeros((n, max(s[0] for s in shapes)), dtype=torch.int64).share_memory_()  # class-index targets per slot
-        self.busy = torch.zeros(n, dtype=torch.int32).share_memory_()  # 1 from a worker's acquire to the main process's free
+        self.targets = torch.zeros(
+            (n, max(s[0] for s in shapes)), dtype=torch.int64
+        ).share_memory_()  # class-index targets per slot
+        self.busy = torch.zeros(
+            n, dtype=torch.int32
+        ).share_memory_()  # 1 from a worker's acquire to the main process's free
         self.key = f'{os.getpid()}-{id(self)}-{os.urandom(4).hex()}'
         self._main_state()
         _RINGS[self.key] = self
 
     def _main_state(self):
         "What only the process that made the ring keeps: the slots whose batch it holds, counts, its ledger entry."
-        self.counts = {'ring': 0, 'fresh': 0}  # batches the consumer released that it read from a slot / from fresh memory
+        self.counts = {
+            'ring': 0,
+            'fresh': 0,
+        }  # batches the consumer released that it read from a slot / from fresh memory
         self._held, self._lock, self._taken, self._listed = {}, threading.Lock(), None, None
 
-    def __getstate__(self):  # a spawned worker gets the shared memory and the layout, not the main process's bookkeeping
+    def __getstate__(
+        self,
+    ):  # a spawned worker gets the shared memory and the layout, not the main process's bookkeeping
         return {k: v for k, v in self.__dict__.items() if k not in ('counts', '_held', '_lock', '_taken', '_listed')}
-    def __setstate__(self, state): self.__dict__.update(state); self._main_state()
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._main_state()
 
     def alloc(self, shape: tuple) -> torch.Tensor:
         "A free slot of this worker (taken atomically) viewed as `shape`, or fresh memory when none fits or is free."
@@ -112,43 +147,54 @@ class BatchRing(BatchCollate):
     def __call__(self, batch: list) -> tuple:
         "`fast_collate` into a slot of the ring; a batch in a slot leaves the worker as its place in the ring."
         self._taken = None
-        try: x, y = fast_collate(batch, alloc=self.alloc)
+        try:
+            x, y = fast_collate(batch, alloc=self.alloc)
         except BaseException:
-            if self._taken is not None: self._free(self._taken)  # the batch failed after taking a slot: give it back
+            if self._taken is not None:
+                self._free(self._taken)  # the batch failed after taking a slot: give it back
             raise
         s = self._slot(x)
-        if s is None: return x, y  # fresh memory (no free slot, or not in a worker): sent the usual way
+        if s is None:
+            return x, y  # fresh memory (no free slot, or not in a worker): sent the usual way
         if isinstance(y, torch.Tensor) and y.dtype == torch.int64 and y.ndim == 1 and len(y) <= self.targets.shape[1]:
-            t = self.targets[s][:len(y)]; t.copy_(y); y = _InRing(self.key, 1, t)
+            t = self.targets[s][: len(y)]
+            t.copy_(y)
+            y = _InRing(self.key, 1, t)
         return _InRing(self.key, 0, x), y
 
     def _acquire(self, s: int) -> bool:
         "Take slot `s` if it is free (0 -> 1): atomic compare-and-swap with the extension, else a plain check and store."
         nat, flags = _atomics(), self.busy.numpy()
-        if nat is not None: return nat.flag_acquire(flags, s)
-        if flags[s] != 0: return False
+        if nat is not None:
+            return nat.flag_acquire(flags, s)
+        if flags[s] != 0:
+            return False
         flags[s] = 1  # only this worker takes slots of its own id, so nobody else can set it between the check and here
         return True
 
     def _free(self, s: int):
         "Slot `s` may be written again (a release store with the extension)."
         nat = _atomics()
-        if nat is not None: nat.flag_release(self.busy.numpy(), s)
-        else: self.busy.numpy()[s] = 0
+        if nat is not None:
+            nat.flag_release(self.busy.numpy(), s)
+        else:
+            self.busy.numpy()[s] = 0
 
     def _deliver(self, size: tuple, stride: tuple, offset: int) -> torch.Tensor:
         "The batch in a slot, received in the main process: a tensor over a numpy view of the slot, watched by a weak reference."
         s = offset // self.slot_bytes
         mem = self.ring.numpy()[s]  # a new array object: the one handle every tensor made from this batch holds
         ref = weakref.ref(mem, partial(_dropped, weakref.ref(self), s))  # weak to the ring too: no cycle keeps it alive
-        with self._lock: self._held[s] = ref
+        with self._lock:
+            self._held[s] = ref
         return torch.from_numpy(mem).as_strided(size, stride, offset - s * self.slot_bytes)
 
     def _let_go(self, s: int, ref=None) -> bool:
         "Free slot `s` if this process holds its batch (as delivery `ref`, when given); True if it did."
         with self._lock:
             held = self._held.get(s)
-            if held is None or (ref is not None and held is not ref): return False
+            if held is None or (ref is not None and held is not ref):
+                return False
             del self._held[s]
             self._free(s)
             return True
@@ -157,43 +203,60 @@ class BatchRing(BatchCollate):
         "Called by the PrefetchLoader when it has finished reading batch `images`: its slot may be written again."
         s = self._slot(images)
         self.counts['fresh' if s is None else 'ring'] += 1
-        if s is not None: self._let_go(s)
+        if s is not None:
+            self._let_go(s)
 
     def reclaim(self, workers=None) -> int:
         "Free the slots of worker ids `workers` (None: all) whose batch this process does not hold; call it only once those workers' processes are gone."
         n, flags = 0, self.busy.numpy()
         with self._lock:
-            for w in (range(len(flags) // self.slots) if workers is None else workers):
+            for w in range(len(flags) // self.slots) if workers is None else workers:
                 for s in range(w * self.slots, (w + 1) * self.slots):
-                    if flags[s] != 0 and s not in self._held: self._free(s); n += 1
+                    if flags[s] != 0 and s not in self._held:
+                        self._free(s)
+                        n += 1
         return n
 
     @classmethod
-    def choose(cls, batch_shape, # as for `BatchRing`
-               num_workers: int, slots_per_worker: int,
-              ) -> RingChoice:
+    def choose(
+        cls,
+        batch_shape,  # as for `BatchRing`
+        num_workers: int,
+        slots_per_worker: int,
+    ) -> RingChoice:
         "A ring sized against this machine's shared-memory budget, or none (then batches use fresh shared memory), and why in words."
-        if num_workers < 1: return RingChoice(None, 'no batch ring: num_workers=0 (batches are made in this process)')
+        if num_workers < 1:
+            return RingChoice(None, 'no batch ring: num_workers=0 (batches are made in this process)')
         need = _ring_nbytes(_ring_shapes(batch_shape), num_workers * slots_per_worker)
         with _ledger() as rings:
             space = shm_space()  # read under the lock: rings made meanwhile by other processes are in it
             if space is None:
-                return RingChoice(None, f'no batch ring: the free space of {SHM_DIR} cannot be read here (no os.statvfs, or no {SHM_DIR}); batches use fresh shared memory')
+                return RingChoice(
+                    None,
+                    f'no batch ring: the free space of {SHM_DIR} cannot be read here (no os.statvfs, or no {SHM_DIR}); batches use fresh shared memory',
+                )
             others = sum(n for _, n in (rings or {}).values())
             budget, lws = (space[0] + others) // 4, setting('LOCAL_WORLD_SIZE')
             share = min(budget // lws, budget - others)
             if need > share:
-                return RingChoice(None, f'no batch ring: it needs {_mb(need)} of shared memory, over this process\'s share ({_mb(max(share, 0))}: a quarter '
-                                        f'of {SHM_DIR}\'s {_mb(space[0])} free plus the {_mb(others)} held by {len(rings or {})} ring(s) on this machine, '
-                                        f'split over LOCAL_WORLD_SIZE={lws}); batches use fresh shared memory (slower). Enlarge {SHM_DIR} (docker '
-                                        f'run --shm-size=...) or lower batch_size, num_workers or prefetch_factor')
-            try: ring = cls(batch_shape, num_workers, slots_per_worker)
+                return RingChoice(
+                    None,
+                    f'no batch ring: it needs {_mb(need)} of shared memory, over this process\'s share ({_mb(max(share, 0))}: a quarter '
+                    f'of {SHM_DIR}\'s {_mb(space[0])} free plus the {_mb(others)} held by {len(rings or {})} ring(s) on this machine, '
+                    f'split over LOCAL_WORLD_SIZE={lws}); batches use fresh shared memory (slower). Enlarge {SHM_DIR} (docker '
+                    f'run --shm-size=...) or lower batch_size, num_workers or prefetch_factor',
+                )
+            try:
+                ring = cls(batch_shape, num_workers, slots_per_worker)
             except (RuntimeError, OSError) as e:  # e.g. /dev/shm filled up by something else meanwhile
                 return RingChoice(None, f'no batch ring: making it failed ({e}); batches use fresh shared memory')
             if rings is not None:
                 rings[ring.key] = (os.getpid(), ring.nbytes)
                 ring._listed = weakref.finalize(ring, _unlist, ring.key, os.getpid())
-        return RingChoice(ring, f'batch ring: {_mb(need)} of shared memory ({num_workers} workers x {slots_per_worker} slots); this process\'s share {_mb(share)}')
+        return RingChoice(
+            ring,
+            f'batch ring: {_mb(need)} of shared memory ({num_workers} workers x {slots_per_worker} slots); this process\'s share {_mb(share)}',
+        )
 
     @classmethod
     def maybe(cls, batch_shape, num_workers: int, slots_per_worker: int) -> Optional[BatchRing]:
@@ -203,79 +266,133 @@ class BatchRing(BatchCollate):
 # %% ../nbs/28_batch_ring.ipynb #4586c61e
 SHM_DIR = '/dev/shm'  # the shared-memory file system the rings count against (Linux)
 
+
 def shm_space(path: Optional[str] = None) -> Optional[tuple]:
     "(free, total) bytes of the shared-memory file system; None where it cannot be read (no `os.statvfs` or no `/dev/shm`)."
     statvfs = getattr(os, 'statvfs', None)  # Windows has none
-    if statvfs is None: return None
-    try: st = statvfs(path or SHM_DIR)
-    except OSError: return None
+    if statvfs is None:
+        return None
+    try:
+        st = statvfs(path or SHM_DIR)
+    except OSError:
+        return None
     return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
 
+
 def _alive(pid: int) -> bool:
-    try: os.kill(pid, 0)
-    except ProcessLookupError: return False
-    except OSError: pass  # e.g. another user's process: alive
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # e.g. another user's process: alive
     return True
+
 
 _ledger_held = threading.local()  # .rings: the ledger this thread holds locked, if any
 _foreign_warned = set()
 
+
 def _foreign_ledger(path: str, why: str):
     "Say once per process that the ledger at `path` is not used, and why (rings are then made as where there is no ledger)."
-    if path in _foreign_warned: return
+    if path in _foreign_warned:
+        return
     _foreign_warned.add(path)
-    warnings.warn(f'the batch-ring ledger {path} {why}: it is neither read nor written (rings made here are not counted in it); '
-                  f'remove it if it is yours', stacklevel=4)
+    warnings.warn(
+        f'the batch-ring ledger {path} {why}: it is neither read nor written (rings made here are not counted in it); '
+        f'remove it if it is yours',
+        stacklevel=4,
+    )
+
 
 @contextmanager
 def _ledger():
     "The machine's ring ledger {ring key: (pid, bytes)} (dead processes dropped), locked; saved as the block leaves it. None: no ledger here."
-    if getattr(_ledger_held, "rings", None) is not None:  # re-entered by a ring's finaliser (the gc ran inside a ledger block):
-        yield _ledger_held.rings; return                   # the lock is this thread's already; a second flock would wait for ever
+    if (
+        getattr(_ledger_held, "rings", None) is not None
+    ):  # re-entered by a ring's finaliser (the gc ran inside a ledger block):
+        yield _ledger_held.rings
+        return  # the lock is this thread's already; a second flock would wait for ever
     path = os.path.join(SHM_DIR, f"timmdata-rings-{getattr(os, 'getuid', lambda: 0)()}")
     fd = None
     while fcntl is not None:
         try:
-            if os.path.islink(path): _foreign_ledger(path, 'is a symbolic link'); break
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, 'O_NOFOLLOW', 0), 0o600)  # a planted link: an error, not followed
+            if os.path.islink(path):
+                _foreign_ledger(path, 'is a symbolic link')
+                break
+            fd = os.open(
+                path, os.O_RDWR | os.O_CREAT | getattr(os, 'O_NOFOLLOW', 0), 0o600
+            )  # a planted link: an error, not followed
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:  # writable by others: theirs to fill
-                _foreign_ledger(path, 'is not a file of this user that only this user can write (another user may have made it)')
-                os.close(fd); fd = None; break
+            if (
+                not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022
+            ):  # writable by others: theirs to fill
+                _foreign_ledger(
+                    path, 'is not a file of this user that only this user can write (another user may have made it)'
+                )
+                os.close(fd)
+                fd = None
+                break
             fcntl.flock(fd, fcntl.LOCK_EX)
-            if os.fstat(fd).st_ino == os.stat(path).st_ino: break
-        except FileNotFoundError: pass  # emptied and removed while we waited for the lock: lock the file now at `path`
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass  # emptied and removed while we waited for the lock: lock the file now at `path`
         except OSError:  # no /dev/shm, not writable, ...: no ledger
-            if fd is not None: os.close(fd)
-            fd = None; break
-        os.close(fd); fd = None
-    if fd is None: yield None; return
+            if fd is not None:
+                os.close(fd)
+            fd = None
+            break
+        os.close(fd)
+        fd = None
+    if fd is None:
+        yield None
+        return
     try:
         with open(fd, 'r+', closefd=False) as f:
             rings = {}
             for line in f.read().splitlines():
                 pid, key, n = (line.split() + ['', '', ''])[:3]
-                if pid.isdigit() and n.isdigit() and _alive(int(pid)): rings[key] = (int(pid), int(n))
+                if pid.isdigit() and n.isdigit() and _alive(int(pid)):
+                    rings[key] = (int(pid), int(n))
             _ledger_held.rings = rings
-            try: yield rings
-            finally: _ledger_held.rings = None
-            if rings: f.seek(0); f.truncate(); f.write(''.join(f'{p} {k} {n}\n' for k, (p, n) in rings.items()))
-            else: os.unlink(path)
-    finally: os.close(fd)
+            try:
+                yield rings
+            finally:
+                _ledger_held.rings = None
+            if rings:
+                f.seek(0)
+                f.truncate()
+                f.write(''.join(f'{p} {k} {n}\n' for k, (p, n) in rings.items()))
+            else:
+                os.unlink(path)
+    finally:
+        os.close(fd)
+
 
 def _unlist(key: str, pid: int):
     "Remove ring `key` from the ledger (when the ring is freed, in the process that made it)."
-    if os.getpid() != pid: return  # a forked worker's copy of the ring is not the ring
+    if os.getpid() != pid:
+        return  # a forked worker's copy of the ring is not the ring
     with _ledger() as rings:
-        if rings is not None: rings.pop(key, None)
+        if rings is not None:
+            rings.pop(key, None)
 
-def _mb(n: int) -> str: return f'{n / 2**20:.1f} MB'
 
-def shm_report(note: str = '', # a `RingChoice.note` to add (what a loader decided)
-              ) -> str:
+def _mb(n: int) -> str:
+    return f'{n / 2**20:.1f} MB'
+
+
+def shm_report(
+    note: str = '',  # a `RingChoice.note` to add (what a loader decided)
+) -> str:
     "One line on shared memory for the batch ring: `/dev/shm` free, the rings on this machine (and `note`)."
     space, tail = shm_space(), f'; {note}' if note else ''
-    if space is None: return f'{SHM_DIR}: cannot be read here (no batch ring){tail}'
-    with _ledger() as rings: held = sorted((rings or {}).values())
-    return (f'{SHM_DIR}: {_mb(space[0])} free of {_mb(space[1])}; {len(held)} batch ring(s) on this machine hold '
-            f'{_mb(sum(n for _, n in held))}{tail}')
+    if space is None:
+        return f'{SHM_DIR}: cannot be read here (no batch ring){tail}'
+    with _ledger() as rings:
+        held = sorted((rings or {}).values())
+    return (
+        f'{SHM_DIR}: {_mb(space[0])} free of {_mb(space[1])}; {len(held)} batch ring(s) on this machine hold '
+        f'{_mb(sum(n for _, n in held))}{tail}'
+    )

@@ -16,54 +16,126 @@ __all__ = ['LOADERS', 'QUICK', 'plot_data_way', 'worker_pids', 'decode_limit', '
            'format_table', 'plot_results', 'bench_root', 'int_at_least', 'comma_list', 'bench_main']
 
 # %% ../nbs/45_bench.ipynb #49de0ce6
-def plot_data_way(ax=None, # matplotlib axes to draw on (default: a new 10 x 3.5 inch figure)
-                 ):
+def plot_data_way(
+    ax=None,  # matplotlib axes to draw on (default: a new 10 x 3.5 inch figure)
+):
     "Draws the data's way through timmdata: stages, the module doing each, the data between them, who runs them."
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch
-    if ax is None: fig, ax = plt.subplots(figsize=(10, 3.5))
-    else: fig = ax.figure
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 3.5))
+    else:
+        fig = ax.figure
     # (stage, module, what it does); data between consecutive stages; all in axes units (x: 0..100, y: 0..35)
-    stages = [('files', None, 'on disk: folder,\ntar, csv, store'),
-              ('reader', 'readers', 'finds samples\nand labels'),
-              ('decode', 'decode', 'JPEG to pixels,\ncrop box only'),
-              ('sample ops', 'transforms', 'uint8: crop,\nresize, flip'),
-              ('collate', 'collate', 'stack into a\nshared batch'),
-              ('pinned copy', 'loader', 'page-locked,\nCUDA only'),
-              ('batch ops', 'prefetch', 'float, jitter,\nnormalise,\nerase, mix'),
-              ('model', None, 'your training\nstep')]
-    between = ['', 'path or bytes,\nlabel', 'uint8 HWC', 'uint8 CHW\n224x224', 'uint8 NCHW\nshared memory',
-               'uint8 NCHW\non device', 'float NCHW\non device']
+    stages = [
+        ('files', None, 'on disk: folder,\ntar, csv, store'),
+        ('reader', 'readers', 'finds samples\nand labels'),
+        ('decode', 'decode', 'JPEG to pixels,\ncrop box only'),
+        ('sample ops', 'transforms', 'uint8: crop,\nresize, flip'),
+        ('collate', 'collate', 'stack into a\nshared batch'),
+        ('pinned copy', 'loader', 'page-locked,\nCUDA only'),
+        ('batch ops', 'prefetch', 'float, jitter,\nnormalise,\nerase, mix'),
+        ('model', None, 'your training\nstep'),
+    ]
+    between = [
+        '',
+        'path or bytes,\nlabel',
+        'uint8 HWC',
+        'uint8 CHW\n224x224',
+        'uint8 NCHW\nshared memory',
+        'uint8 NCHW\non device',
+        'float NCHW\non device',
+    ]
     n, w, gap, x0 = len(stages), 11.0, 1.8, 1.0
     xs = [x0 + i * (w + gap) for i in range(n)]
     yb, hb = 10.0, 14.0  # box bottom and height
-    groups = [(1, 4, 'worker processes: one sample at a time, uint8', '#e3eefa', '#4a7fb5'),
-              (5, 7, 'main process and device: whole batches', '#fbeadb', '#c0702a')]
+    groups = [
+        (1, 4, 'worker processes: one sample at a time, uint8', '#e3eefa', '#4a7fb5'),
+        (5, 7, 'main process and device: whole batches', '#fbeadb', '#c0702a'),
+    ]
     for a, b, title, face, edge in groups:
         l, r = xs[a] - 0.9, xs[b] + w + 0.9
-        ax.add_patch(FancyBboxPatch((l, 3.4), r - l, 26.1, boxstyle='round,pad=0,rounding_size=1.2',
-                                    fc=face, ec=edge, lw=1.0, zorder=0))
+        ax.add_patch(
+            FancyBboxPatch(
+                (l, 3.4), r - l, 26.1, boxstyle='round,pad=0,rounding_size=1.2', fc=face, ec=edge, lw=1.0, zorder=0
+            )
+        )
         ax.text((l + r) / 2, 27.6, title, ha='center', va='center', fontsize=8.5, color=edge, weight='bold')
     for i, ((name, mod, what), x) in enumerate(zip(stages, xs)):
         ends = mod is None
-        ax.add_patch(FancyBboxPatch((x, yb), w, hb, boxstyle='round,pad=0,rounding_size=0.8',
-                                    fc='#f2f2f2' if ends else 'white', ec='#555555', lw=1.0, zorder=2))
+        ax.add_patch(
+            FancyBboxPatch(
+                (x, yb),
+                w,
+                hb,
+                boxstyle='round,pad=0,rounding_size=0.8',
+                fc='#f2f2f2' if ends else 'white',
+                ec='#555555',
+                lw=1.0,
+                zorder=2,
+            )
+        )
         ax.text(x + w / 2, yb + hb - 2.0, name, ha='center', va='center', fontsize=7.6, weight='bold', zorder=3)
-        if mod: ax.text(x + w / 2, yb + hb - 4.6, mod, ha='center', va='center', fontsize=7.5, family='monospace',
-                        color='#b03a2e', zorder=3)
-        ax.text(x + w / 2, yb + (hb - 5.8) / 2, what, ha='center', va='center', fontsize=6.8, color='#333333',
-                linespacing=1.15, zorder=3)
+        if mod:
+            ax.text(
+                x + w / 2,
+                yb + hb - 4.6,
+                mod,
+                ha='center',
+                va='center',
+                fontsize=7.5,
+                family='monospace',
+                color='#b03a2e',
+                zorder=3,
+            )
+        ax.text(
+            x + w / 2,
+            yb + (hb - 5.8) / 2,
+            what,
+            ha='center',
+            va='center',
+            fontsize=6.8,
+            color='#333333',
+            linespacing=1.15,
+            zorder=3,
+        )
     for i, txt in enumerate(between):
         xa, xb = xs[i] + w, xs[i + 1]
-        ax.annotate('', (xb, yb + hb / 2), (xa, yb + hb / 2), zorder=4,
-                    arrowprops=dict(arrowstyle='-|>', color='#333333', lw=1.1, shrinkA=0, shrinkB=0))
-        if txt: ax.text((xa + xb) / 2, yb - 1.6, txt, ha='center', va='top', fontsize=6.5, color='#1f4e79', style='italic',
-                linespacing=1.1, zorder=3,
-                bbox=dict(boxstyle='round,pad=0.15', fc='white', ec='none', alpha=0.75))
-    ax.text(xs[0], 0.8, 'red: the timmdata module that does the step;   blue: the data between steps',
-            ha='left', va='bottom', fontsize=6.5, color='#666666')
-    ax.set_xlim(0, xs[-1] + w + 1.0); ax.set_ylim(0, 30.5)
-    ax.set_aspect('auto'); ax.axis('off')
+        ax.annotate(
+            '',
+            (xb, yb + hb / 2),
+            (xa, yb + hb / 2),
+            zorder=4,
+            arrowprops=dict(arrowstyle='-|>', color='#333333', lw=1.1, shrinkA=0, shrinkB=0),
+        )
+        if txt:
+            ax.text(
+                (xa + xb) / 2,
+                yb - 1.6,
+                txt,
+                ha='center',
+                va='top',
+                fontsize=6.5,
+                color='#1f4e79',
+                style='italic',
+                linespacing=1.1,
+                zorder=3,
+                bbox=dict(boxstyle='round,pad=0.15', fc='white', ec='none', alpha=0.75),
+            )
+    ax.text(
+        xs[0],
+        0.8,
+        'red: the timmdata module that does the step;   blue: the data between steps',
+        ha='left',
+        va='bottom',
+        fontsize=6.5,
+        color='#666666',
+    )
+    ax.set_xlim(0, xs[-1] + w + 1.0)
+    ax.set_ylim(0, 30.5)
+    ax.set_aspect('auto')
+    ax.axis('off')
     return fig
 
 # %% ../nbs/45_bench.ipynb #f972c332
@@ -73,178 +145,280 @@ def worker_pids(loader) -> list[int]:
     while not isinstance(loader, torch.utils.data.DataLoader) and hasattr(loader, 'loader') and seen < 5:
         loader, seen = loader.loader, seen + 1
     from timmdata.torch_compat import kept_iterator, worker_processes  # torch's private API, in one module
+
     it = kept_iterator(loader) or getattr(loader, 'iterator', None)
     return [w.pid for w in (worker_processes(it) or []) if w.is_alive()]
+
 
 def _rss_mb(pid: int, field: str = 'VmRSS') -> float:
     "Resident memory (`VmRSS`) or its peak (`VmHWM`) of a process in MB; 0 when it is gone."
     try:
         for line in Path(f'/proc/{pid}/status').read_text().splitlines():
-            if line.startswith(field + ':'): return int(line.split()[1]) / 1024
-    except OSError: pass
+            if line.startswith(field + ':'):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return 0.0
 
 # %% ../nbs/45_bench.ipynb #b3ea6c75
-def decode_limit(files, # image files to decode
-                 num_workers: int = 2, # the rate of one core is multiplied by this (at least 1)
-                ) -> float:
+def decode_limit(
+    files,  # image files to decode
+    num_workers: int = 2,  # the rate of one core is multiplied by this (at least 1)
+) -> float:
     "Images/s of plain PIL decoding (`open` + `convert('RGB')`) on one core, times `num_workers`."
     t = time.perf_counter()
     for f in files:
-        with Image.open(f) as im: im.convert('RGB')
+        with Image.open(f) as im:
+            im.convert('RGB')
     return len(files) / (time.perf_counter() - t) * max(1, num_workers)  # 0 workers: the main process decodes
 
 # %% ../nbs/45_bench.ipynb #8d8ee355
 def _timmdata_loader(root, train, batch_size, num_workers):
-    from timmdata.dataset import ImageDataset  # the modules, not the package: the package's exports import check, which imports bench
+    from timmdata.dataset import (
+        ImageDataset,
+    )  # the modules, not the package: the package's exports import check, which imports bench
     from timmdata.loader import create_loader
-    return create_loader(ImageDataset(str(root)), (3, 224, 224), batch_size, is_training=train, color_jitter=0.4 if train else None,
-                         num_workers=num_workers, device='cpu')
+
+    return create_loader(
+        ImageDataset(str(root)),
+        (3, 224, 224),
+        batch_size,
+        is_training=train,
+        color_jitter=0.4 if train else None,
+        num_workers=num_workers,
+        device='cpu',
+    )
+
 
 def _timm_loader(root, train, batch_size, num_workers):
     import timm.data
+
     ds = timm.data.ImageDataset(str(root))
-    return timm.data.create_loader(ds, (3, 224, 224), batch_size, is_training=train, color_jitter=0.4 if train else None,
-                                   num_workers=num_workers, use_prefetcher=True, device=torch.device('cpu'))
+    return timm.data.create_loader(
+        ds,
+        (3, 224, 224),
+        batch_size,
+        is_training=train,
+        color_jitter=0.4 if train else None,
+        num_workers=num_workers,
+        use_prefetcher=True,
+        device=torch.device('cpu'),
+    )
+
 
 def _torchvision_loader(root, train, batch_size, num_workers):
     from torchvision import datasets, transforms as T
     from timmdata.transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
     norm = [T.ToTensor(), T.Normalize(IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)]
-    tf = (T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4)] + norm) if train
-          else T.Compose([T.Resize(256), T.CenterCrop(224)] + norm))
+    tf = (
+        T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4)] + norm)
+        if train
+        else T.Compose([T.Resize(256), T.CenterCrop(224)] + norm)
+    )
     ds = datasets.ImageFolder(str(root), transform=tf)
-    return torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=train, drop_last=train, num_workers=num_workers,
-                                       persistent_workers=num_workers > 0)
+    return torch.utils.data.DataLoader(
+        ds,
+        batch_size=batch_size,
+        shuffle=train,
+        drop_last=train,
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+    )
+
 
 LOADERS = {'timmdata': _timmdata_loader, 'timm': _timm_loader, 'torchvision': _torchvision_loader}
 
 # %% ../nbs/45_bench.ipynb #af9bcd18
-def time_epoch(loader, # any loader of (x, y) batches
-               on_batch=None, # called after each batch as on_batch(images, seconds, seconds waited), for a progress bar
-               waited: list | None = None, # if a list: the seconds spent waiting for batches (inside next()) are appended
-              ) -> tuple[int, float]:
+def time_epoch(
+    loader,  # any loader of (x, y) batches
+    on_batch=None,  # called after each batch as on_batch(images, seconds, seconds waited), for a progress bar
+    waited: list | None = None,  # if a list: the seconds spent waiting for batches (inside next()) are appended
+) -> tuple[int, float]:
     "One pass: (images seen, seconds). Checks that every loader gives the same kind of batch."
     n, pc = 0, time.perf_counter
-    it, wait, t = iter(loader), 0., pc()
+    it, wait, t = iter(loader), 0.0, pc()
     while True:
         t0 = pc()
-        try: x, y = next(it)
-        except StopIteration: break
+        try:
+            x, y = next(it)
+        except StopIteration:
+            break
         wait += pc() - t0  # the consumer's wait for data, measured the same way for every contender
         if n == 0 and (x.dtype != torch.float32 or x.device.type != 'cpu' or tuple(x.shape[1:]) != (3, 224, 224)):
             raise RuntimeError(f'expected float32 CPU batches of 3x224x224, got {x.dtype} {x.device} {tuple(x.shape)}')
         n += x.shape[0]
-        if on_batch is not None: on_batch(n, pc() - t, wait)
+        if on_batch is not None:
+            on_batch(n, pc() - t, wait)
     dt = pc() - t
-    if waited is not None: waited.append(wait)
+    if waited is not None:
+        waited.append(wait)
     return n, dt
 
 # %% ../nbs/45_bench.ipynb #202a757b
-def usable_images(files, # image files
-                  bad_sample: str = 'raise', # a file PIL cannot decode: 'raise' naming it, or 'skip' (left out)
-                 ) -> tuple[list, list]:
+def usable_images(
+    files,  # image files
+    bad_sample: str = 'raise',  # a file PIL cannot decode: 'raise' naming it, or 'skip' (left out)
+) -> tuple[list, list]:
     "(files that decode, [(file, reason)] of those that do not): every contender must read the same images."
     from timmdata.decode import ImageDecodeError
+
     good, bad = [], []
     for f in files:
         try:
-            with Image.open(f) as im: im.convert('RGB')
+            with Image.open(f) as im:
+                im.convert('RGB')
             good.append(f)
         except Exception as e:
             why = ' '.join(str(e).split()) or type(e).__name__
             if bad_sample == 'raise':
-                raise ImageDecodeError(f'{str(f)!r} cannot be decoded ({type(e).__name__}: {why}); the benchmark needs every '
-                                       f"image to decode: fix or remove it, or pass bad_sample='skip' to leave such images out") from e
+                raise ImageDecodeError(
+                    f'{str(f)!r} cannot be decoded ({type(e).__name__}: {why}); the benchmark needs every '
+                    f"image to decode: fix or remove it, or pass bad_sample='skip' to leave such images out"
+                ) from e
             bad.append((str(f), why))
     return good, bad
+
 
 def _linked_subset(root: Path, files: list) -> Path:
     "A temporary folder with `files` hard-linked (or copied) under their paths relative to `root` (class folders kept)."
     tmp = Path(tempfile.mkdtemp(prefix='timmdata_bench_'))
     for f in files:  # not symbolic links: the readers skip links that lead out of a dataset's folder
-        d = tmp / f.relative_to(root); d.parent.mkdir(parents=True, exist_ok=True)
-        try: os.link(f, d)
-        except OSError: shutil.copy2(f, d)  # another file system, or no hard links there
+        d = tmp / f.relative_to(root)
+        d.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(f, d)
+        except OSError:
+            shutil.copy2(f, d)  # another file system, or no hard links there
     return tmp
+
 
 def _pipeline_result(rates: dict, mem: dict) -> dict | None:
     "Medians (of the epochs measured so far) and timmdata's ratios; None when nothing was measured."
     med = {k: statistics.median(v) for k, v in rates.items() if v}
-    if not med: return None
+    if not med:
+        return None
     out = {'img_per_s': med, 'runs': {k: v for k, v in rates.items() if v}, 'memory': mem}
     if 'timmdata' in med:
         out['ratios'] = {f'timmdata/{k}': med['timmdata'] / med[k] for k in med if k != 'timmdata'}
     return out
 
-def bench_loaders(root, # image folder (class subfolders)
-                  pipelines=('train', 'eval'), # timm's train and/or eval pipeline
-                  contenders=('timmdata', 'timm', 'torchvision'), # loaders to compare
-                  epochs: int = 5, # measured epochs per loader (after one warm-up epoch)
-                  batch_size: int = 64,
-                  num_workers: int = 2,
-                  progress: bool = True, # show a progress bar (with each contender's last img/s)
-                  max_images: int | None = None, # time on this many images, spread over the classes (None: all)
-                  bad_sample: str = 'raise', # an image PIL cannot decode: 'raise' naming it, or 'skip' (left out for all)
-                 ) -> dict:
+
+def bench_loaders(
+    root,  # image folder (class subfolders)
+    pipelines=('train', 'eval'),  # timm's train and/or eval pipeline
+    contenders=('timmdata', 'timm', 'torchvision'),  # loaders to compare
+    epochs: int = 5,  # measured epochs per loader (after one warm-up epoch)
+    batch_size: int = 64,
+    num_workers: int = 2,
+    progress: bool = True,  # show a progress bar (with each contender's last img/s)
+    max_images: int | None = None,  # time on this many images, spread over the classes (None: all)
+    bad_sample: str = 'raise',  # an image PIL cannot decode: 'raise' naming it, or 'skip' (left out for all)
+) -> dict:
     "Time each loader's epochs, alternating loaders every epoch; returns a dict of results (partial when interrupted)."
     root = Path(root)
-    if not root.is_dir(): raise FileNotFoundError(f'benchmark root {str(root)!r} is not a folder (or does not exist)')
+    if not root.is_dir():
+        raise FileNotFoundError(f'benchmark root {str(root)!r} is not a folder (or does not exist)')
     files = sorted(p for p in root.rglob('*') if p.suffix.lower() in ('.jpg', '.jpeg', '.png'))
     if not files:
-        raise FileNotFoundError(f'benchmark root {str(root)!r} holds no .jpg, .jpeg or .png images; give a folder with one '
-                                'subfolder of images per class')
+        raise FileNotFoundError(
+            f'benchmark root {str(root)!r} holds no .jpg, .jpeg or .png images; give a folder with one '
+            'subfolder of images per class'
+        )
     if max_images is not None and max_images < len(files):
-        files = [files[i * len(files) // max_images] for i in range(max_images)]  # every k-th: each class keeps its share
+        files = [
+            files[i * len(files) // max_images] for i in range(max_images)
+        ]  # every k-th: each class keeps its share
     files, bad = usable_images(files, bad_sample)
-    if not files: raise FileNotFoundError(f'none of the images under {str(root)!r} can be decoded; `timmdata check` lists why')
+    if not files:
+        raise FileNotFoundError(f'none of the images under {str(root)!r} can be decoded; `timmdata check` lists why')
     data = _linked_subset(root, files) if bad or max_images is not None else root
-    res = {'root': str(root), 'images': len(files), 'left_out': [f for f, _ in bad], 'batch_size': batch_size,
-           'num_workers': num_workers, 'epochs': epochs, 'torch': torch.__version__, 'cpu_count': os.cpu_count(),
-           'pipelines': {}}
+    res = {
+        'root': str(root),
+        'images': len(files),
+        'left_out': [f for f, _ in bad],
+        'batch_size': batch_size,
+        'num_workers': num_workers,
+        'epochs': epochs,
+        'torch': torch.__version__,
+        'cpu_count': os.cpu_count(),
+        'pipelines': {},
+    }
     steps = len(pipelines) * (epochs + 1) * (len(contenders) + 1)
     bar = tqdm(total=steps, disable=not progress, desc='bench')
     try:
         for pipe in pipelines:
             train, loaders = pipe == 'train', {}
-            rates = {c: [] for c in contenders}; rates['decode_limit'] = []
+            rates = {c: [] for c in contenders}
+            rates['decode_limit'] = []
             mem = {c: [] for c in contenders}
-            waits, waited = {c: [] for c in contenders}, {c: [] for c in contenders}  # seconds per epoch; shares of measured epochs
+            waits, waited = (
+                {c: [] for c in contenders},
+                {c: [] for c in contenders},
+            )  # seconds per epoch; shares of measured epochs
             try:
                 loaders = {c: LOADERS[c](data, train, batch_size, num_workers) for c in contenders}
                 for ep in range(epochs + 1):
                     for c, ld in loaders.items():
                         bar.set_description(f'bench {pipe} {c} epoch {ep}' + (' (warm-up)' if ep == 0 else ''))
-                        def live(n, dt, wait, c=c, shown=[0.]):  # this epoch so far: images/s, share of time the consumer waited
+
+                        def live(
+                            n, dt, wait, c=c, shown=[0.0]
+                        ):  # this epoch so far: images/s, share of time the consumer waited
                             if dt - shown[0] >= 0.5 or dt < shown[0]:  # twice a second at most
-                                shown[0] = dt; bar.set_postfix_str(f'{c} {n / dt:.0f} img/s, waited {wait / dt:.0%}')
+                                shown[0] = dt
+                                bar.set_postfix_str(f'{c} {n / dt:.0f} img/s, waited {wait / dt:.0%}')
+
                         n, dt = time_epoch(ld, live if progress else None, waits[c])
-                        if ep: rates[c].append(n / dt); waited[c].append(waits[c][-1] / dt)
+                        if ep:
+                            rates[c].append(n / dt)
+                            waited[c].append(waits[c][-1] / dt)
                         workers = worker_pids(ld)
-                        mem[c].append({'main_mb': _rss_mb(os.getpid()), 'main_peak_mb': _rss_mb(os.getpid(), 'VmHWM'),
-                                       'workers_mb': [_rss_mb(p) for p in workers]})
-                        bar.set_postfix_str(', '.join(f'{k} {v[-1]:.0f} img/s (waited {waited[k][-1]:.0%})' for k, v in rates.items()
-                                                      if v and k in waited) if ep else '')
+                        mem[c].append(
+                            {
+                                'main_mb': _rss_mb(os.getpid()),
+                                'main_peak_mb': _rss_mb(os.getpid(), 'VmHWM'),
+                                'workers_mb': [_rss_mb(p) for p in workers],
+                            }
+                        )
+                        bar.set_postfix_str(
+                            ', '.join(
+                                f'{k} {v[-1]:.0f} img/s (waited {waited[k][-1]:.0%})'
+                                for k, v in rates.items()
+                                if v and k in waited
+                            )
+                            if ep
+                            else ''
+                        )
                         bar.update()
-                    if ep: rates['decode_limit'].append(decode_limit(files, num_workers))  # the warm-up epoch's would be thrown away
+                    if ep:
+                        rates['decode_limit'].append(
+                            decode_limit(files, num_workers)
+                        )  # the warm-up epoch's would be thrown away
                     bar.update()
             finally:
                 del loaders  # their workers end here, also when interrupted
                 out = _pipeline_result(rates, mem)
                 if out is not None:
-                    out['waited'] = {k: statistics.median(v) for k, v in waited.items() if v}  # share of each epoch spent in next()
+                    out['waited'] = {
+                        k: statistics.median(v) for k, v in waited.items() if v
+                    }  # share of each epoch spent in next()
                     res['pipelines'][pipe] = out
-    except KeyboardInterrupt: res['interrupted'] = True  # what was measured so far is the result
+    except KeyboardInterrupt:
+        res['interrupted'] = True  # what was measured so far is the result
     finally:
         bar.close()
-        if data != root: shutil.rmtree(data, ignore_errors=True)
+        if data != root:
+            shutil.rmtree(data, ignore_errors=True)
     return res
 
 # %% ../nbs/45_bench.ipynb #d13e60f6
 def format_table(res: dict) -> str:
     "A markdown table of a `bench_loaders` result."
-    rows = ['| pipeline | contender | images/s (median) | timmdata is x faster | worker RSS MB (first -> last epoch) |',
-            '|---|---|---|---|---|']
+    rows = [
+        '| pipeline | contender | images/s (median) | timmdata is x faster | worker RSS MB (first -> last epoch) |',
+        '|---|---|---|---|---|',
+    ]
     for pipe, r in res['pipelines'].items():
         for c, v in r['img_per_s'].items():
             ratio = '' if c == 'timmdata' else f"{r.get('ratios', {}).get(f'timmdata/{c}', float('nan')):.2f}"
@@ -257,8 +431,11 @@ def format_table(res: dict) -> str:
 def plot_results(res: dict, path=None):
     "Bar chart of images/s per pipeline and contender; saved to `path` when given."
     import matplotlib
-    if path: matplotlib.use('Agg')
+
+    if path:
+        matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+
     pipes = list(res['pipelines'])
     names = list(next(iter(res['pipelines'].values()))['img_per_s'])
     fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -269,73 +446,125 @@ def plot_results(res: dict, path=None):
         bars = ax.bar(np.arange(len(pipes)) + i * w, vals, w, label=n, color=colours.get(n))
         ax.bar_label(bars, fmt='%.0f', fontsize=7)
     ax.set_xticks(np.arange(len(pipes)) + w * (len(names) - 1) / 2, pipes)
-    ax.set_ylabel('images / s'); ax.legend(fontsize=8)
-    ax.set_title(f"{res['images']} JPEGs, batch {res['batch_size']}, {res['num_workers']} workers, {res['cpu_count']} cores")
+    ax.set_ylabel('images / s')
+    ax.legend(fontsize=8)
+    ax.set_title(
+        f"{res['images']} JPEGs, batch {res['batch_size']}, {res['num_workers']} workers, {res['cpu_count']} cores"
+    )
     fig.tight_layout()
-    if path: fig.savefig(path, dpi=110)
+    if path:
+        fig.savefig(path, dpi=110)
     return fig
 
 # %% ../nbs/45_bench.ipynb #0ebc417c
 def bench_root(root=None) -> Path:
     "`root`, or the generated sample dataset's train/ folder (made when missing): what the benchmarks read by default."
-    if root is not None: return Path(root)
+    if root is not None:
+        return Path(root)
     from timmdata.sample_data import make_sample_dataset, default_sample_root
+
     return make_sample_dataset(default_sample_root()) / 'train'
 
 # %% ../nbs/45_bench.ipynb #5ebe648e
 def int_at_least(lo: int):
     "An argparse `type` for an integer option that must be >= `lo`: a wrong value is a usage error (exit status 2)."
+
     def parse(s: str) -> int:
-        try: v = int(s)
-        except ValueError: v = None
-        if v is None or v < lo: raise argparse.ArgumentTypeError(f'must be an integer >= {lo}; got {s!r}')
+        try:
+            v = int(s)
+        except ValueError:
+            v = None
+        if v is None or v < lo:
+            raise argparse.ArgumentTypeError(f'must be an integer >= {lo}; got {s!r}')
         return v
+
     parse.__name__ = f'integer >= {lo}'
     return parse
 
+
 def comma_list(choices):
     "An argparse `type` for a comma-separated subset of `choices` ('a,b'), checked name by name."
+
     def parse(s: str) -> list:
         names = [n.strip() for n in s.split(',') if n.strip()]
         bad = [n for n in names if n not in choices]
         if bad or not names:
             raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(choices)}; got {s!r}")
         return names
+
     parse.__name__ = 'list'
     return parse
 
 # %% ../nbs/45_bench.ipynb #8240db64
 QUICK = {'epochs': 1, 'max_images': 400}  # --quick: one measured epoch on 400 images (under a minute on 2 cores)
 
+
 def bench_main(argv=None):
     "`timmdata bench`: run the benchmark, print the table, write JSON and a PNG chart."
-    p = argparse.ArgumentParser(prog='timmdata bench', formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                description=bench_main.__doc__ + f" Contenders: {', '.join(LOADERS)}, and the decode limit "
-                                '(PIL decoding alone, one core times the workers). Ctrl-C prints and saves what was measured so far.')
-    p.add_argument('--root', help='image folder with class subfolders (default %(default)s: the generated sample dataset, train split)')
-    p.add_argument('--quick', action='store_true', help=f"a short run: {QUICK['epochs']} measured epoch on {QUICK['max_images']} "
-                   'images (overrides --epochs and --max-images)')
-    p.add_argument('--epochs', type=int_at_least(1), default=5, help='measured epochs per loader, after one warm-up epoch')
-    p.add_argument('--max-images', type=int_at_least(1), default=None, help='time on this many images (default %(default)s: all)')
+    p = argparse.ArgumentParser(
+        prog='timmdata bench',
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=bench_main.__doc__ + f" Contenders: {', '.join(LOADERS)}, and the decode limit "
+        '(PIL decoding alone, one core times the workers). Ctrl-C prints and saves what was measured so far.',
+    )
+    p.add_argument(
+        '--root',
+        help='image folder with class subfolders (default %(default)s: the generated sample dataset, train split)',
+    )
+    p.add_argument(
+        '--quick',
+        action='store_true',
+        help=f"a short run: {QUICK['epochs']} measured epoch on {QUICK['max_images']} "
+        'images (overrides --epochs and --max-images)',
+    )
+    p.add_argument(
+        '--epochs', type=int_at_least(1), default=5, help='measured epochs per loader, after one warm-up epoch'
+    )
+    p.add_argument(
+        '--max-images', type=int_at_least(1), default=None, help='time on this many images (default %(default)s: all)'
+    )
     p.add_argument('--batch-size', type=int_at_least(1), default=64, help='images per batch')
     p.add_argument('--workers', type=int_at_least(0), default=2, help='DataLoader worker processes')
-    p.add_argument('--pipelines', type=comma_list(('train', 'eval')), default='train,eval', help="comma-separated: 'train', 'eval'")
-    p.add_argument('--contenders', type=comma_list(tuple(LOADERS)), default=','.join(LOADERS),
-                   help=f"comma-separated, of: {', '.join(LOADERS)}")
-    p.add_argument('--bad-sample', choices=('raise', 'skip'), default='raise',
-                   help='an image that cannot be decoded: stop and name it, or leave it out for every contender')
+    p.add_argument(
+        '--pipelines', type=comma_list(('train', 'eval')), default='train,eval', help="comma-separated: 'train', 'eval'"
+    )
+    p.add_argument(
+        '--contenders',
+        type=comma_list(tuple(LOADERS)),
+        default=','.join(LOADERS),
+        help=f"comma-separated, of: {', '.join(LOADERS)}",
+    )
+    p.add_argument(
+        '--bad-sample',
+        choices=('raise', 'skip'),
+        default='raise',
+        help='an image that cannot be decoded: stop and name it, or leave it out for every contender',
+    )
     p.add_argument('--out', default='out/bench', help='folder for bench.json and bench.png')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
     a = p.parse_args(argv)
     epochs, max_images = (QUICK['epochs'], QUICK['max_images']) if a.quick else (a.epochs, a.max_images)
-    res = bench_loaders(bench_root(a.root), a.pipelines, a.contenders, epochs, a.batch_size, a.workers,
-                        progress=not a.no_progress, max_images=max_images, bad_sample=a.bad_sample)
-    out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
+    res = bench_loaders(
+        bench_root(a.root),
+        a.pipelines,
+        a.contenders,
+        epochs,
+        a.batch_size,
+        a.workers,
+        progress=not a.no_progress,
+        max_images=max_images,
+        bad_sample=a.bad_sample,
+    )
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
     (out / 'bench.json').write_text(json.dumps(res, indent=1))
-    if res['left_out']: print(f"left out {len(res['left_out'])} image(s) that cannot be decoded, e.g. {res['left_out'][0]}")
-    if res.get('interrupted'): print('interrupted: the table holds the epochs measured so far')
+    if res['left_out']:
+        print(f"left out {len(res['left_out'])} image(s) that cannot be decoded, e.g. {res['left_out'][0]}")
+    if res.get('interrupted'):
+        print('interrupted: the table holds the epochs measured so far')
     if not res['pipelines']:
-        print(f'no epoch was measured; wrote {out / "bench.json"}'); return 130 if res.get('interrupted') else 0
+        print(f'no epoch was measured; wrote {out / "bench.json"}')
+        return 130 if res.get('interrupted') else 0
     plot_results(res, out / 'bench.png')
     print(format_table(res))
     print(f'wrote {out / "bench.json"} and {out / "bench.png"}')

@@ -13,12 +13,30 @@ from tqdm.auto import tqdm
 from .readers import CsvReader, Reader, create_reader
 from .decode import ImageDecodeError, check_pixels, convert_mode
 from .transforms import str_to_pil_interp
-from .store import (BUILD_STATE, STORE_FILES, STORE_FORMATS, STORE_MANIFEST, STORE_VERSION, atomic_file, fsync_dir,
-                            is_store, read_json, source_digest, source_file_key, source_rows, write_json_atomic)
-try: import fcntl  # the builders' lock: flock on Unix,
-except ImportError: fcntl = None
-try: import msvcrt  # msvcrt.locking on Windows
-except ImportError: msvcrt = None
+from timmdata.store import (
+    BUILD_STATE,
+    STORE_FILES,
+    STORE_FORMATS,
+    STORE_MANIFEST,
+    STORE_VERSION,
+    atomic_file,
+    fsync_dir,
+    is_store,
+    read_json,
+    source_digest,
+    source_file_key,
+    source_rows,
+    write_json_atomic,
+)
+
+try:
+    import fcntl  # the builders' lock: flock on Unix,
+except ImportError:
+    fcntl = None
+try:
+    import msvcrt  # msvcrt.locking on Windows
+except ImportError:
+    msvcrt = None
 
 # %% auto #0
 __all__ = ['SIDES', 'BUILD_LOCK', 'store_size', 'load_resized', 'build_lock', 'build_cache', 'cache_main']
@@ -26,62 +44,81 @@ __all__ = ['SIDES', 'BUILD_LOCK', 'store_size', 'load_resized', 'build_lock', 'b
 # %% ../nbs/44_cache.ipynb #20575c17
 SIDES = ('shorter', 'longer')  # which side of an image `max_size` caps
 
+
 def _check_sizing(side: str, interpolation: str | None = None):
     "Checks `side` (and `interpolation` when given); returns the PIL filter for `interpolation`, or None."
-    if side not in SIDES: raise ValueError(f"side must be one of 'shorter', 'longer'; got {side!r}")
+    if side not in SIDES:
+        raise ValueError(f"side must be one of 'shorter', 'longer'; got {side!r}")
     return None if interpolation is None else str_to_pil_interp(interpolation)
 
-def store_size(size: tuple[int, int], # (width, height) of the source image
-               max_size: int | None = 256, # cap for the chosen side; None or 0 keeps every image as it is
-               side: str = 'shorter', # 'shorter' or 'longer': which side is capped at `max_size`
-              ) -> tuple[int, int]:
+
+def store_size(
+    size: tuple[int, int],  # (width, height) of the source image
+    max_size: int | None = 256,  # cap for the chosen side; None or 0 keeps every image as it is
+    side: str = 'shorter',  # 'shorter' or 'longer': which side is capped at `max_size`
+) -> tuple[int, int]:
     "(width, height) an image of `size` is stored at: scaled down, aspect kept, so that `side` is at most `max_size`."
     _check_sizing(side)
     w, h = size
     s = min(w, h) if side == 'shorter' else max(w, h)
-    if not max_size or s <= max_size: return w, h  # never upscale: it would only add bytes
+    if not max_size or s <= max_size:
+        return w, h  # never upscale: it would only add bytes
     scale = max_size / s
     tw, th = max(1, round(w * scale)), max(1, round(h * scale))
     # the capped side is exactly max_size, whatever the rounding of the other side
-    if (w <= h) == (side == 'shorter'): tw = max_size
-    else: th = max_size
+    if (w <= h) == (side == 'shorter'):
+        tw = max_size
+    else:
+        th = max_size
     return tw, th
 
 # %% ../nbs/44_cache.ipynb #970617cd
-def load_resized(src, # a path, an open binary file or the bytes of an encoded image
-                 max_size: int | None = 256, # cap for `side`; None or 0: no resize
-                 side: str = 'shorter', # 'shorter' or 'longer'
-                 interpolation: str = 'bicubic', # downscale filter, a timm name (antialiased PIL filter)
-                 draft: bool = True, # let libjpeg decode at 1/2, 1/4 or 1/8 scale when the target is that small
-                ) -> np.ndarray:
+def load_resized(
+    src,  # a path, an open binary file or the bytes of an encoded image
+    max_size: int | None = 256,  # cap for `side`; None or 0: no resize
+    side: str = 'shorter',  # 'shorter' or 'longer'
+    interpolation: str = 'bicubic',  # downscale filter, a timm name (antialiased PIL filter)
+    draft: bool = True,  # let libjpeg decode at 1/2, 1/4 or 1/8 scale when the target is that small
+) -> np.ndarray:
     "Decodes an image once and returns it as RGB uint8 HxWx3, scaled down to `store_size`; over the pixel limit, `ImageDecodeError`."
     resample = _check_sizing(side, interpolation)
     f = io.BytesIO(src) if isinstance(src, (bytes, bytearray, memoryview)) else src
-    with warnings.catch_warnings():  # PIL's bomb warning: the pixel limit of every decode path decides, as in decode_image
+    with (
+        warnings.catch_warnings()
+    ):  # PIL's bomb warning: the pixel limit of every decode path decides, as in decode_image
         warnings.simplefilter('ignore', Image.DecompressionBombWarning)
         im = Image.open(f)
     with im:
         check_pixels(im.height, im.width)  # before any pixel is decoded
         tw, th = store_size(im.size, max_size, side)
-        if draft and im.format == 'JPEG' and (tw, th) != im.size: im.draft('RGB', (tw, th))
+        if draft and im.format == 'JPEG' and (tw, th) != im.size:
+            im.draft('RGB', (tw, th))
         im = convert_mode(im, 'RGB')
-        if im.size != (tw, th): im = im.resize((tw, th), resample)
+        if im.size != (tw, th):
+            im = im.resize((tw, th), resample)
         return np.asarray(im)
 
 # %% ../nbs/44_cache.ipynb #58995cbd
 _WORKER = {}  # the build worker's state: the source reader, set once per process
 
+
 def _init_builder(reader: Reader):
     _WORKER['reader'] = reader  # the parent's reader (inherited on fork, pickled on spawn): the source is scanned once
 
+
 def _encode(arr: np.ndarray, fmt: str, quality: int) -> bytes:
-    if fmt == 'raw': return arr.tobytes()
-    out = io.BytesIO(); Image.fromarray(arr).save(out, 'JPEG', quality=quality); return out.getvalue()
+    if fmt == 'raw':
+        return arr.tobytes()
+    out = io.BytesIO()
+    Image.fromarray(arr).save(out, 'JPEG', quality=quality)
+    return out.getvalue()
+
 
 def _chunk_paths(dst: Path, bid: str, cid: int, fmt: str) -> tuple[Path, Path]:
     "(data file, commit record) of chunk `cid` of build `bid`."
     stem = dst / 'chunks' / f'{bid}-{cid:05d}'
     return stem.with_name(f'{stem.name}.{STORE_FORMATS[fmt]}'), stem.with_name(f'{stem.name}.json')
+
 
 def _build_chunk(job: tuple) -> dict:
     "Decodes, resizes and writes the images `start:stop` of the source as chunk `cid` of build `bid`, then commits it."
@@ -96,13 +133,18 @@ def _build_chunk(job: tuple) -> dict:
                 arr = load_resized(src, p['max_size'], p['side'], p['interpolation'], p['draft'])
                 blob = _encode(arr, p['format'], p['quality'])
             except Exception as e:  # a bad image is reported and left out; it must not stop the build
-                try: name = reader.filename(i)
-                except Exception: name = f'#{i}'
-                bad.append([i, str(name), f'{type(e).__name__}: {e}']); continue
+                try:
+                    name = reader.filename(i)
+                except Exception:
+                    name = f'#{i}'
+                bad.append([i, str(name), f'{type(e).__name__}: {e}'])
+                continue
             f.write(blob)
             entries.append([i, off, len(blob), arr.shape[0], arr.shape[1], target])
             off += len(blob)
-    write_json_atomic(rec_path, {'chunk': cid, 'start': start, 'stop': stop, 'nbytes': off, 'entries': entries, 'bad': bad})
+    write_json_atomic(
+        rec_path, {'chunk': cid, 'start': start, 'stop': stop, 'nbytes': off, 'entries': entries, 'bad': bad}
+    )
     return {'chunk': cid, 'done': stop - start, 'bad': len(bad)}
 
 # %% ../nbs/44_cache.ipynb #4e7d1c05
@@ -111,19 +153,26 @@ def _chunk_committed(dst: Path, bid: str, cid: int, fmt: str) -> bool:
     rec = read_json(rec_path)
     return rec is not None and data_path.exists() and data_path.stat().st_size == rec['nbytes']
 
+
 def _clear_store(dst: Path):
     "Removes a store's own files (and nothing else that may live in the folder)."
-    for n in STORE_FILES: (dst / n).unlink(missing_ok=True)
+    for n in STORE_FILES:
+        (dst / n).unlink(missing_ok=True)
     shutil.rmtree(dst / 'chunks', ignore_errors=True)
 
 # %% ../nbs/44_cache.ipynb #3e6f1a27
 def _check_build_args(format: str, side: str, interpolation: str, max_size, quality: int, chunk_size: int):
     "Checks `build_cache`'s arguments before any work is done."
-    if format not in STORE_FORMATS: raise ValueError(f"format must be one of 'raw', 'jpeg'; got {format!r}")
+    if format not in STORE_FORMATS:
+        raise ValueError(f"format must be one of 'raw', 'jpeg'; got {format!r}")
     _check_sizing(side, interpolation)
-    if max_size is not None and max_size < 0: raise ValueError(f'max_size must be >= 0 (0 or None: no resize); got {max_size}')
-    if not 1 <= quality <= 100: raise ValueError(f'quality must be in 1..100; got {quality}')
-    if chunk_size < 1: raise ValueError(f'chunk_size must be >= 1; got {chunk_size}')
+    if max_size is not None and max_size < 0:
+        raise ValueError(f'max_size must be >= 0 (0 or None: no resize); got {max_size}')
+    if not 1 <= quality <= 100:
+        raise ValueError(f'quality must be in 1..100; got {quality}')
+    if chunk_size < 1:
+        raise ValueError(f'chunk_size must be >= 1; got {chunk_size}')
+
 
 def _fingerprint(src: Path, dst: Path, reader: Reader, reader_kwargs: dict) -> tuple:
     "(the manifest's source record, the source's rows, a CSV's extra files, the samples' absolute names or None)."
@@ -132,26 +181,46 @@ def _fingerprint(src: Path, dst: Path, reader: Reader, reader_kwargs: dict) -> t
     base, names = (src if src.is_dir() else src.parent), None
     if isinstance(reader, CsvReader):
         names = reader.filenames(absolute=True)  # computed once: the store's filenames.json reuses them
-        extra = {source_file_key(Path(f), base) for f in names
-                 if not (src.is_dir() and src in Path(f).parents) and os.path.isfile(f)}
+        extra = {
+            source_file_key(Path(f), base)
+            for f in names
+            if not (src.is_dir() and src in Path(f).parents) and os.path.isfile(f)
+        }
         extra = sorted(extra - {source_file_key(src, base)})  # a CSV that lists itself is already the source's file
-    else: extra = []
+    else:
+        extra = []
     rows = source_rows(src, extra, exclude=dst)
-    source = {'root': str(src), 'num_files': len(rows), 'digest': source_digest(rows), 'extra': len(extra),
-              'reader_kwargs': {k: v for k, v in reader_kwargs.items() if isinstance(v, (str, int, float, bool, type(None)))}}
+    source = {
+        'root': str(src),
+        'num_files': len(rows),
+        'digest': source_digest(rows),
+        'extra': len(extra),
+        'reader_kwargs': {k: v for k, v in reader_kwargs.items() if isinstance(v, (str, int, float, bool, type(None)))},
+    }
     return source, rows, extra, names
+
 
 def _store_intact(dst: Path, m: dict) -> bool:
     "Whether the files of the store `m` at `dst` are there, its chunks of the lengths it records (a stat each, no read)."
-    try: return all(os.stat(dst / n).st_size > 0 for n in ('index.npz', 'filenames.json')) and \
-        all(os.stat(dst / 'chunks' / c['file']).st_size == c['nbytes'] for c in m['chunks'])
-    except OSError: return False
+    try:
+        return all(os.stat(dst / n).st_size > 0 for n in ('index.npz', 'filenames.json')) and all(
+            os.stat(dst / 'chunks' / c['file']).st_size == c['nbytes'] for c in m['chunks']
+        )
+    except OSError:
+        return False
+
 
 def _is_up_to_date(old: dict | None, state: dict, dst: Path) -> bool:
     "Whether `old`, the manifest at `dst`, is of an intact store of this version built from the same source with the same parameters."
-    return bool(old) and old.get('format_version') == STORE_VERSION and old['build']['params'] == state['params'] \
-        and old['source']['digest'] == state['source']['digest'] and old['source']['root'] == state['source']['root'] \
+    return (
+        bool(old)
+        and old.get('format_version') == STORE_VERSION
+        and old['build']['params'] == state['params']
+        and old['source']['digest'] == state['source']['digest']
+        and old['source']['root'] == state['source']['root']
         and _store_intact(dst, old)
+    )
+
 
 def _prepare_dst(dst: Path, state: dict, start_over: bool) -> str:
     "Makes `dst` ready for the build `state`; returns its build id: the same unfinished build's (resumed), else a new one."
@@ -160,17 +229,24 @@ def _prepare_dst(dst: Path, state: dict, start_over: bool) -> str:
     prev = prev if isinstance(prev, dict) else {}
     bid = prev.pop('build_id', None)
     if bid is not None and not (isinstance(bid, str) and re.fullmatch(r'[0-9a-f]{8}', bid)):
-        warnings.warn(f'{dst / BUILD_STATE}: build id {bid!r} is not one timmdata makes (8 hex digits); '
-                      f'starting the build over', stacklevel=3)
+        warnings.warn(
+            f'{dst / BUILD_STATE}: build id {bid!r} is not one timmdata makes (8 hex digits); starting the build over',
+            stacklevel=3,
+        )
         bid = None  # chunk file names are made from it: a crafted one would write outside chunks/
     if start_over or bid is None or prev != state:
-        _clear_store(dst); bid = secrets.token_hex(4)  # the manifest goes first; new chunk names for the new build
-    if (dst / 'chunks').is_symlink(): (dst / 'chunks').unlink()  # chunks are written only into a folder of the store's own
+        _clear_store(dst)
+        bid = secrets.token_hex(4)  # the manifest goes first; new chunk names for the new build
+    if (dst / 'chunks').is_symlink():
+        (dst / 'chunks').unlink()  # chunks are written only into a folder of the store's own
     (dst / 'chunks').mkdir(exist_ok=True)
-    for t in (dst / 'chunks').glob('.*.tmp*'): t.unlink()  # half-written files of a killed build (only this
-    for n in STORE_FILES:                                  # builder holds the lock: nobody else is writing them)
-        for t in dst.glob(f'.{n}.tmp*'): t.unlink()
-    write_json_atomic(dst / BUILD_STATE, {**state, 'build_id': bid}); fsync_dir(dst)
+    for t in (dst / 'chunks').glob('.*.tmp*'):
+        t.unlink()  # half-written files of a killed build (only this
+    for n in STORE_FILES:  # builder holds the lock: nobody else is writing them)
+        for t in dst.glob(f'.{n}.tmp*'):
+            t.unlink()
+    write_json_atomic(dst / BUILD_STATE, {**state, 'build_id': bid})
+    fsync_dir(dst)
     return bid
 
 # %% ../nbs/44_cache.ipynb #2c7b5e43
@@ -178,25 +254,36 @@ def _run_chunks(reader: Reader, dst: Path, jobs: list, fmt: str, num_workers: in
     "Builds the chunks of `jobs` that are not committed yet, in `num_workers` processes; returns how many were."
     n = jobs[-1][2]
     pending = [j for j in jobs if not _chunk_committed(dst, j[5], j[0], fmt)]
-    bar = tqdm(total=n, initial=n - sum(j[2] - j[1] for j in pending), unit='img', desc=desc,
-               disable=not progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=n,
+        initial=n - sum(j[2] - j[1] for j in pending),
+        unit='img',
+        desc=desc,
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     try:
         if num_workers == 0 or len(pending) <= 1:
             _WORKER['reader'] = reader
-            for j in pending: bar.update(_build_chunk(j)['done'])
+            for j in pending:
+                bar.update(_build_chunk(j)['done'])
         else:
             # fork shares the parent's imports and reader; readers open their file handles per process (tar: on first read)
             ctx = mp.get_context('fork' if 'fork' in mp.get_all_start_methods() else 'spawn')
             with ctx.Pool(min(num_workers, len(pending)), initializer=_init_builder, initargs=(reader,)) as pool:
-                for r in pool.imap_unordered(_build_chunk, pending): bar.update(r['done'])
+                for r in pool.imap_unordered(_build_chunk, pending):
+                    bar.update(r['done'])
     except KeyboardInterrupt:
         bar.close()
         done = sum(_chunk_committed(dst, j[5], j[0], fmt) for j in jobs)
-        print(f'\ninterrupted: {done} of {len(jobs)} chunks are committed in {dst}; run the same command again to resume',
-              file=sys.stderr)
+        print(
+            f'\ninterrupted: {done} of {len(jobs)} chunks are committed in {dst}; run the same command again to resume',
+            file=sys.stderr,
+        )
         raise
     finally:
-        _WORKER.pop('reader', None); bar.close()
+        _WORKER.pop('reader', None)
+        bar.close()
     return len(jobs) - len(pending)
 
 # %% ../nbs/44_cache.ipynb #7266d81b
@@ -207,179 +294,312 @@ def _finalize(dst: Path, reader: Reader, names, jobs, state, bid, rows, extra, r
     for cid, *_ in jobs:
         data_path, rec_path = _chunk_paths(dst, bid, cid, fmt)
         rec = read_json(rec_path)
-        ents += [[cid] + e for e in rec['entries']]; bad += rec['bad']
+        ents += [[cid] + e for e in rec['entries']]
+        bad += rec['bad']
         chunks.append({'file': data_path.name, 'count': len(rec['entries']), 'nbytes': rec['nbytes']})
     e = np.array(ents, np.int64).reshape(-1, 7)
     with atomic_file(dst / 'index.npz') as f:
-        np.savez(f, chunk=e[:, 0].astype(np.int32), source_index=e[:, 1], offset=e[:, 2], nbytes=e[:, 3],
-                 height=e[:, 4].astype(np.int32), width=e[:, 5].astype(np.int32), label=e[:, 6], build_id=np.array(bid))
+        np.savez(
+            f,
+            chunk=e[:, 0].astype(np.int32),
+            source_index=e[:, 1],
+            offset=e[:, 2],
+            nbytes=e[:, 3],
+            height=e[:, 4].astype(np.int32),
+            width=e[:, 5].astype(np.int32),
+            label=e[:, 6],
+            build_id=np.array(bid),
+        )
     rel = [str(reader.filename(int(i))) for i in e[:, 1]]
-    if names is None: names = reader.filenames(absolute=True)  # absolute names of all samples, if not made already
+    if names is None:
+        names = reader.filenames(absolute=True)  # absolute names of all samples, if not made already
     ab = [str(names[i]) for i in e[:, 1]]
     write_json_atomic(dst / 'filenames.json', {'build_id': bid, 'relative': rel, 'absolute': ab})
     with atomic_file(dst / 'bad_images.txt', 'w') as f:
-        f.write(f'# {len(bad)} source images could not be decoded and are not in this store: index<TAB>file<TAB>error\n')
-        for i, name, err in bad: f.write(f'{i}\t{name}\t{err}\n')
-    with atomic_file(dst / 'source_files.json.gz') as f, gzip.open(f, 'wt') as g: json.dump({'files': rows, 'extra': extra}, g)
-    fsync_dir(dst / 'chunks'); fsync_dir(dst)  # every file the manifest names is on disk before the manifest
-    manifest = {'format_version': STORE_VERSION, 'kind': 'timmdata image store', 'build_id': bid, 'num_samples': len(e),
-                'num_bad': len(bad), 'classes': [str(c) for c in reader.classes], 'chunks': chunks, 'source': state['source'],
-                'build': {'params': state['params'], 'chunk_size': state['chunk_size'], 'seconds': round(seconds, 3),
-                          'resumed_chunks': resumed, 'created': time.strftime('%Y-%m-%dT%H:%M:%S%z'),
-                          'pixel_bytes': int(sum(c['nbytes'] for c in chunks))}}
-    write_json_atomic(dst / STORE_MANIFEST, manifest, indent=1); fsync_dir(dst)
+        f.write(
+            f'# {len(bad)} source images could not be decoded and are not in this store: index<TAB>file<TAB>error\n'
+        )
+        for i, name, err in bad:
+            f.write(f'{i}\t{name}\t{err}\n')
+    with atomic_file(dst / 'source_files.json.gz') as f, gzip.open(f, 'wt') as g:
+        json.dump({'files': rows, 'extra': extra}, g)
+    fsync_dir(dst / 'chunks')
+    fsync_dir(dst)  # every file the manifest names is on disk before the manifest
+    manifest = {
+        'format_version': STORE_VERSION,
+        'kind': 'timmdata image store',
+        'build_id': bid,
+        'num_samples': len(e),
+        'num_bad': len(bad),
+        'classes': [str(c) for c in reader.classes],
+        'chunks': chunks,
+        'source': state['source'],
+        'build': {
+            'params': state['params'],
+            'chunk_size': state['chunk_size'],
+            'seconds': round(seconds, 3),
+            'resumed_chunks': resumed,
+            'created': time.strftime('%Y-%m-%dT%H:%M:%S%z'),
+            'pixel_bytes': int(sum(c['nbytes'] for c in chunks)),
+        },
+    }
+    write_json_atomic(dst / STORE_MANIFEST, manifest, indent=1)
+    fsync_dir(dst)
     (dst / BUILD_STATE).unlink(missing_ok=True)
     if progress:
         mb = manifest['build']['pixel_bytes'] / 2**20
-        print(f'cached {len(e)} images in {dst} ({fmt}, {mb:.1f} MB, {seconds:.1f} s)' +
-              (f'; {len(bad)} bad source images left out, listed in {dst / "bad_images.txt"}' if bad else '; no bad images'))
+        print(
+            f'cached {len(e)} images in {dst} ({fmt}, {mb:.1f} MB, {seconds:.1f} s)'
+            + (
+                f'; {len(bad)} bad source images left out, listed in {dst / "bad_images.txt"}'
+                if bad
+                else '; no bad images'
+            )
+        )
     return manifest
 
 # %% ../nbs/44_cache.ipynb #248aea8d
 BUILD_LOCK = '.timmdata_build.lock'  # in the store's folder: held by the one process building there
 
+
 def _try_lock(fd: int) -> bool:
     "Takes the lock on open file `fd` if it is free; False when another process holds it."
     try:
-        if fcntl is not None: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        else: os.lseek(fd, 0, os.SEEK_SET); msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else:
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
         return True
-    except OSError: return False
+    except OSError:
+        return False
+
 
 def _planted_lock(path: Path) -> OSError:
-    return OSError(f'{str(path)!r} is a symbolic or hard link (or not a file): the build lock is never opened through a link, '
-                   f'which could truncate a file elsewhere; remove it (it is not one timmdata made) and run again')
+    return OSError(
+        f'{str(path)!r} is a symbolic or hard link (or not a file): the build lock is never opened through a link, '
+        f'which could truncate a file elsewhere; remove it (it is not one timmdata made) and run again'
+    )
+
 
 def _lock_moved(fd: int, path: Path) -> bool:
     "Whether `path` is no longer the file `fd` has open: its holder removed it when done (`build_lock(remove=True)`)."
-    try: a, b = os.stat(path), os.fstat(fd)
-    except FileNotFoundError: return True
+    try:
+        a, b = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return True
     return (a.st_ino, a.st_dev) != (b.st_ino, b.st_dev)
+
 
 def _open_lock(path: Path) -> int:
     "The lock file opened for writing, never through a link (symbolic or hard) or onto anything but a regular file."
-    if path.is_symlink(): raise _planted_lock(path)  # O_NOFOLLOW below is the check that cannot race; this one names it where it is missing
-    try: fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, 'O_NOFOLLOW', 0), 0o644)
+    if path.is_symlink():
+        raise _planted_lock(
+            path
+        )  # O_NOFOLLOW below is the check that cannot race; this one names it where it is missing
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, 'O_NOFOLLOW', 0), 0o644)
     except OSError as e:
-        if path.is_symlink(): raise _planted_lock(path) from e
+        if path.is_symlink():
+            raise _planted_lock(path) from e
         raise
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a hard link: another name of a file elsewhere, never truncated
-        os.close(fd); raise _planted_lock(path)
+    if (
+        not stat.S_ISREG(st.st_mode) or st.st_nlink != 1
+    ):  # a hard link: another name of a file elsewhere, never truncated
+        os.close(fd)
+        raise _planted_lock(path)
     return fd
 
+
 def _lock_holder(path: Path) -> str:
-    try: return path.read_text().strip() or 'another process'
-    except OSError: return 'another process'
+    try:
+        return path.read_text().strip() or 'another process'
+    except OSError:
+        return 'another process'
+
 
 @contextmanager
-def build_lock(dst: Path, # the store's folder (created)
-               timeout: float | None = None, # seconds to wait for another builder; None: as long as it builds
-               progress: bool = True, # say once that this process waits, and for whom
-               remove: bool = False, # delete the lock file when done (a folder of results with nothing else in it)
-              ):
+def build_lock(
+    dst: Path,  # the store's folder (created)
+    timeout: float | None = None,  # seconds to wait for another builder; None: as long as it builds
+    progress: bool = True,  # say once that this process waits, and for whom
+    remove: bool = False,  # delete the lock file when done (a folder of results with nothing else in it)
+):
     "Holds `dst`'s build lock for a `with` block, waiting while another process builds there; yields whether it waited."
-    if fcntl is None and msvcrt is None: raise OSError('this platform offers no file lock (fcntl or msvcrt) to guard a store build')
+    if fcntl is None and msvcrt is None:
+        raise OSError('this platform offers no file lock (fcntl or msvcrt) to guard a store build')
     dst.mkdir(parents=True, exist_ok=True)
     path = dst / BUILD_LOCK
     fd = _open_lock(path)
     t0, waited = time.monotonic(), False
     try:
         while not _try_lock(fd) or _lock_moved(fd, path):
-            if fcntl is not None and _lock_moved(fd, path):  # ours now, but its holder removed the file: lock the new one
-                os.close(fd); fd = _open_lock(path); continue
+            if fcntl is not None and _lock_moved(
+                fd, path
+            ):  # ours now, but its holder removed the file: lock the new one
+                os.close(fd)
+                fd = _open_lock(path)
+                continue
             if timeout is not None and time.monotonic() - t0 >= timeout:
-                raise TimeoutError(f'{_lock_holder(path)} is building the image store {str(dst)!r}; waited {timeout:g} s for it. '
-                                   f'Run this again once it is done, or pass a longer lock_timeout (None: wait while it builds)')
-            if progress and not waited: print(f'waiting for {_lock_holder(path)}, which is building {dst}', file=sys.stderr)
-            waited = True; time.sleep(0.1)
-        try: os.ftruncate(fd, 0); os.lseek(fd, 0, os.SEEK_SET); os.write(fd, f'pid {os.getpid()} on {platform.node()}'.encode())
-        except OSError: pass  # who holds the lock is only for messages
+                raise TimeoutError(
+                    f'{_lock_holder(path)} is building the image store {str(dst)!r}; waited {timeout:g} s for it. '
+                    f'Run this again once it is done, or pass a longer lock_timeout (None: wait while it builds)'
+                )
+            if progress and not waited:
+                print(f'waiting for {_lock_holder(path)}, which is building {dst}', file=sys.stderr)
+            waited = True
+            time.sleep(0.1)
+        try:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, f'pid {os.getpid()} on {platform.node()}'.encode())
+        except OSError:
+            pass  # who holds the lock is only for messages
         yield waited
     finally:
         if remove:  # still held: a waiter that opened this file sees it moved and locks a new one
-            try: os.unlink(path)
-            except OSError: pass
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         if fcntl is None:
-            try: os.lseek(fd, 0, os.SEEK_SET); msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-            except OSError: pass
+            try:
+                os.lseek(fd, 0, os.SEEK_SET)
+                msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+            except OSError:
+                pass
         os.close(fd)  # flock: released with the last descriptor (the build's pool processes have ended by now)
 
 # %% ../nbs/44_cache.ipynb #17dba1a6
-def build_cache(src, # an image source ImageDataset reads: a class folder, a .tar or folder of .tars, a .csv
-                dst, # the store's folder (created; a store inside the source folder is fine)
-                max_size: int | None = 256, # cap in pixels for `side` (shorter side 256: timm's eval resize for 224)
-                format: str = 'raw', # 'raw': uint8 pixels, no decode when reading; 'jpeg': re-encoded, ~10x smaller
-                quality: int = 90, # JPEG quality for format='jpeg'
-                num_workers: int | None = None, # build processes; None: every core; 0: in this process
-                side: str = 'shorter', # 'shorter' or 'longer': which side `max_size` caps
-                interpolation: str = 'bicubic', # downscale filter, a timm name (antialiased PIL filter)
-                draft: bool = True, # let libjpeg decode big JPEGs at a reduced scale first (faster, near identical)
-                chunk_size: int = 256, # images per chunk: the unit of parallel work and of resuming
-                overwrite: bool = False, # rebuild even when an up-to-date store is already at `dst`
-                progress: bool = True, # show a progress bar and print a summary
-                lock_timeout: float | None = None, # seconds to wait while another process builds into `dst`; None: no limit
-                **reader_kwargs, # passed on to `timmdata.readers.create_reader` (e.g. class_map, split)
-               ) -> dict:
+def build_cache(
+    src,  # an image source ImageDataset reads: a class folder, a .tar or folder of .tars, a .csv
+    dst,  # the store's folder (created; a store inside the source folder is fine)
+    max_size: int | None = 256,  # cap in pixels for `side` (shorter side 256: timm's eval resize for 224)
+    format: str = 'raw',  # 'raw': uint8 pixels, no decode when reading; 'jpeg': re-encoded, ~10x smaller
+    quality: int = 90,  # JPEG quality for format='jpeg'
+    num_workers: int | None = None,  # build processes; None: every core; 0: in this process
+    side: str = 'shorter',  # 'shorter' or 'longer': which side `max_size` caps
+    interpolation: str = 'bicubic',  # downscale filter, a timm name (antialiased PIL filter)
+    draft: bool = True,  # let libjpeg decode big JPEGs at a reduced scale first (faster, near identical)
+    chunk_size: int = 256,  # images per chunk: the unit of parallel work and of resuming
+    overwrite: bool = False,  # rebuild even when an up-to-date store is already at `dst`
+    progress: bool = True,  # show a progress bar and print a summary
+    lock_timeout: float | None = None,  # seconds to wait while another process builds into `dst`; None: no limit
+    **reader_kwargs,  # passed on to `timmdata.readers.create_reader` (e.g. class_map, split)
+) -> dict:
     "Decodes and resizes every image of `src` once, in parallel, into a memory-mappable store at `dst`; returns its manifest."
     _check_build_args(format, side, interpolation, max_size, quality, chunk_size)
     src, dst = Path(src).expanduser().absolute(), Path(dst).expanduser().absolute()
-    if not src.exists(): raise FileNotFoundError(f'cache source {str(src)!r} does not exist')
-    if dst == src or dst in src.parents: raise ValueError(f'the store {str(dst)!r} must not be the source {str(src)!r} or contain it')
-    if is_store(src): raise ValueError(f'{str(src)!r} is a store already; cache its source instead')
-    if num_workers is None: num_workers = os.cpu_count() or 1
+    if not src.exists():
+        raise FileNotFoundError(f'cache source {str(src)!r} does not exist')
+    if dst == src or dst in src.parents:
+        raise ValueError(f'the store {str(dst)!r} must not be the source {str(src)!r} or contain it')
+    if is_store(src):
+        raise ValueError(f'{str(src)!r} is a store already; cache its source instead')
+    if num_workers is None:
+        num_workers = os.cpu_count() or 1
     t0 = time.perf_counter()
     reader = create_reader(str(src), **reader_kwargs)  # the source's reader, as ImageDataset would open it
     if os.path.isdir(reader.root) and src.is_dir():
         src = Path(reader.root).absolute()  # the split folder the reader found (SRC/train for SRC), not all of SRC
     n = len(reader)
-    if n == 0: raise ValueError(f'the source {str(src)!r} holds no images')
-    params = {'max_size': max_size or 0, 'side': side, 'format': format, 'quality': quality if format == 'jpeg' else None,
-              'interpolation': interpolation, 'draft': draft}
+    if n == 0:
+        raise ValueError(f'the source {str(src)!r} holds no images')
+    params = {
+        'max_size': max_size or 0,
+        'side': side,
+        'format': format,
+        'quality': quality if format == 'jpeg' else None,
+        'interpolation': interpolation,
+        'draft': draft,
+    }
     source, rows, extra, names = _fingerprint(src, dst, reader, reader_kwargs)
-    state = {'format_version': STORE_VERSION, 'params': params, 'source': source, 'num_samples': n, 'chunk_size': chunk_size}
+    state = {
+        'format_version': STORE_VERSION,
+        'params': params,
+        'source': source,
+        'num_samples': n,
+        'chunk_size': chunk_size,
+    }
     old = read_json(dst / STORE_MANIFEST)
     if not overwrite and _is_up_to_date(old, state, dst):
-        if progress: print(f'{dst} is up to date ({old["num_samples"]} images); nothing to do')
+        if progress:
+            print(f'{dst} is up to date ({old["num_samples"]} images); nothing to do')
         return old
     with build_lock(dst, lock_timeout, progress) as waited:
         old = read_json(dst / STORE_MANIFEST)  # another builder may have finished it while this one waited
         if (waited or not overwrite) and _is_up_to_date(old, state, dst):
-            if progress: print(f'{dst} is up to date ({old["num_samples"]} images, built by another process); nothing to do')
+            if progress:
+                print(f'{dst} is up to date ({old["num_samples"]} images, built by another process); nothing to do')
             return old
-        bid = _prepare_dst(dst, state, start_over=bool(old) or overwrite)  # a stale, damaged or different store: start over
-        jobs = [(cid, s, min(s + chunk_size, n), str(dst), params, bid) for cid, s in enumerate(range(0, n, chunk_size))]
+        bid = _prepare_dst(
+            dst, state, start_over=bool(old) or overwrite
+        )  # a stale, damaged or different store: start over
+        jobs = [
+            (cid, s, min(s + chunk_size, n), str(dst), params, bid) for cid, s in enumerate(range(0, n, chunk_size))
+        ]
         resumed = _run_chunks(reader, dst, jobs, format, num_workers, f'cache {src.name}', progress)
         return _finalize(dst, reader, names, jobs, state, bid, rows, extra, resumed, time.perf_counter() - t0, progress)
 
 # %% ../nbs/44_cache.ipynb #37b297c6
 def cache_main(argv: list[str] | None = None) -> int:
     "`timmdata cache SRC DST [--max-size N] [--format raw|jpeg] [--quality Q] [--workers N]`: build or finish a store."
-    ap = argparse.ArgumentParser(prog='timmdata cache', description='Decode and resize an image dataset once into a '
-                                 'memory-mapped store that ImageDataset and create_loader read like a folder.')
+    ap = argparse.ArgumentParser(
+        prog='timmdata cache',
+        description='Decode and resize an image dataset once into a '
+        'memory-mapped store that ImageDataset and create_loader read like a folder.',
+    )
     ap.add_argument('src', help='image source: a class folder, a .tar or folder of .tars, or a .csv')
     ap.add_argument('dst', help="the store's folder (created)")
-    ap.add_argument('--max-size', type=int, default=256, help='cap in pixels for the capped side, 0: no resize (default 256)')
+    ap.add_argument(
+        '--max-size', type=int, default=256, help='cap in pixels for the capped side, 0: no resize (default 256)'
+    )
     ap.add_argument('--side', choices=SIDES, default='shorter', help='which side --max-size caps (default shorter)')
-    ap.add_argument('--format', choices=tuple(STORE_FORMATS), default='raw', help='raw uint8 pixels (fastest) or jpeg (smaller)')
+    ap.add_argument(
+        '--format', choices=tuple(STORE_FORMATS), default='raw', help='raw uint8 pixels (fastest) or jpeg (smaller)'
+    )
     ap.add_argument('--quality', type=int, default=90, help='JPEG quality for --format jpeg (default 90)')
     ap.add_argument('--workers', type=int, default=None, help='build processes (default: every core)')
     ap.add_argument('--chunk-size', type=int, default=256, help='images per chunk, the unit of resuming (default 256)')
     ap.add_argument('--overwrite', action='store_true', help='rebuild even when the store is up to date')
-    ap.add_argument('--lock-timeout', type=float, default=None,
-                    help='seconds to wait while another process builds into DST (default: as long as it builds)')
-    ap.add_argument('--bad-sample', choices=('skip', 'raise'), default='skip',
-                    help='an image that cannot be decoded: left out and listed in DST/bad_images.txt (default skip); '
-                         'raise: the same, then exit status 2 naming the first')
+    ap.add_argument(
+        '--lock-timeout',
+        type=float,
+        default=None,
+        help='seconds to wait while another process builds into DST (default: as long as it builds)',
+    )
+    ap.add_argument(
+        '--bad-sample',
+        choices=('skip', 'raise'),
+        default='skip',
+        help='an image that cannot be decoded: left out and listed in DST/bad_images.txt (default skip); '
+        'raise: the same, then exit status 2 naming the first',
+    )
     a = ap.parse_args(argv)
-    try: _check_build_args(a.format, a.side, 'bicubic', a.max_size, a.quality, a.chunk_size)
-    except ValueError as e: ap.error(str(e))  # a bad option value: argparse's one-line error, exit 2
     try:
-        m = build_cache(a.src, a.dst, max_size=a.max_size, format=a.format, quality=a.quality, num_workers=a.workers,
-                        side=a.side, chunk_size=a.chunk_size, overwrite=a.overwrite, lock_timeout=a.lock_timeout)
-    except KeyboardInterrupt: return 130
+        _check_build_args(a.format, a.side, 'bicubic', a.max_size, a.quality, a.chunk_size)
+    except ValueError as e:
+        ap.error(str(e))  # a bad option value: argparse's one-line error, exit 2
+    try:
+        m = build_cache(
+            a.src,
+            a.dst,
+            max_size=a.max_size,
+            format=a.format,
+            quality=a.quality,
+            num_workers=a.workers,
+            side=a.side,
+            chunk_size=a.chunk_size,
+            overwrite=a.overwrite,
+            lock_timeout=a.lock_timeout,
+        )
+    except KeyboardInterrupt:
+        return 130
     if a.bad_sample == 'raise' and m.get('num_bad'):
         _, name, why = (Path(a.dst) / 'bad_images.txt').read_text(encoding='utf-8').splitlines()[1].split('\t', 2)
-        raise ImageDecodeError(f"{m['num_bad']} source image(s) could not be decoded, the first {name} in {a.src} ({why}); the store "
-                               f'{a.dst} leaves them out (listed in its bad_images.txt): fix them, or pass --bad-sample skip')
+        raise ImageDecodeError(
+            f"{m['num_bad']} source image(s) could not be decoded, the first {name} in {a.src} ({why}); the store "
+            f'{a.dst} leaves them out (listed in its bad_images.txt): fix them, or pass --bad-sample skip'
+        )
     return 0

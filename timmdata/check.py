@@ -23,45 +23,69 @@ __all__ = ['check_image', 'printable', 'BadImage', 'CheckResult', 'usable_cpus',
 # %% ../nbs/46_check.ipynb #80c4c161
 class _Fd2Trap:
     "Catches what C code prints on file descriptor 2 (libjpeg's warnings) inside `with`; the text is in `.text`."
-    def __init__(self): self.f, self.text = tempfile.TemporaryFile(), ''
+
+    def __init__(self):
+        self.f, self.text = tempfile.TemporaryFile(), ''
+
     def __enter__(self):
         sys.stderr.flush()
-        self.f.seek(0); self.f.truncate()
-        self.saved = os.dup(2); os.dup2(self.f.fileno(), 2)
+        self.f.seek(0)
+        self.f.truncate()
+        self.saved = os.dup(2)
+        os.dup2(self.f.fileno(), 2)
         return self
+
     def __exit__(self, *exc):
-        os.dup2(self.saved, 2); os.close(self.saved)
-        self.f.seek(0); self.text = self.f.read().decode('utf-8', 'replace').strip()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.f.seek(0)
+        self.text = self.f.read().decode('utf-8', 'replace').strip()
+
 
 _IN_WORDS = [  # PIL's messages that name an in-memory file by its repr (a different address each run), said in words
-    (re.compile(r'cannot identify image file <_io\.BytesIO object at 0x[0-9a-f]+>'),
-     'not an image Pillow can read: an unknown format, or not an image at all'),
-    (re.compile(r'\s*<_io\.BytesIO object at 0x[0-9a-f]+>'), '')]
+    (
+        re.compile(r'cannot identify image file <_io\.BytesIO object at 0x[0-9a-f]+>'),
+        'not an image Pillow can read: an unknown format, or not an image at all',
+    ),
+    (re.compile(r'\s*<_io\.BytesIO object at 0x[0-9a-f]+>'), ''),
+]
+
 
 def _one_line(e: Exception) -> str:
     "`Type: message` on one line, in words: no placeholder such as PIL's `<_io.BytesIO object at 0x...>`."
     msg = ' '.join(str(e).split())
-    for pat, words in _IN_WORDS: msg = pat.sub(words, msg)
+    for pat, words in _IN_WORDS:
+        msg = pat.sub(words, msg)
     return f'{type(e).__name__}: {msg}'
 
-def check_image(src, # a path, bytes, a file-like object, or decoded uint8 HWC pixels (what a reader returns)
-                mode: str = 'RGB', # the PIL mode to decode to, as `ImageDataset(input_img_mode=...)`
-                strict: bool = True, # also report an image that decodes but whose decoder warns (damaged data)
-                trap: Optional[_Fd2Trap] = None, # a reusable fd-2 trap (made here when None)
-               ) -> Optional[tuple]:
+
+def check_image(
+    src,  # a path, bytes, a file-like object, or decoded uint8 HWC pixels (what a reader returns)
+    mode: str = 'RGB',  # the PIL mode to decode to, as `ImageDataset(input_img_mode=...)`
+    strict: bool = True,  # also report an image that decodes but whose decoder warns (damaged data)
+    trap: Optional[_Fd2Trap] = None,  # a reusable fd-2 trap (made here when None)
+) -> Optional[tuple]:
     "None when `src` decodes whole and cleanly; else `(kind, reason)`, kind 'error' or 'warning'."
     trap = trap or _Fd2Trap()  # trapped in any case: the report says it, the terminal need not
     before = decode.jpeg_warnings()[0]  # the extension's count of JPEGs libjpeg warned about
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         try:
-            with trap: decode_image(src, mode, to_tensor=True)
-        except StoreDamagedError: raise
-        except Exception as e: return 'error', _one_line(e)
-    if not strict: return None
+            with trap:
+                decode_image(src, mode, to_tensor=True)
+        except StoreDamagedError:
+            raise
+        except Exception as e:
+            return 'error', _one_line(e)
+    if not strict:
+        return None
     n, last = decode.jpeg_warnings()
     said = [f'libjpeg: {last}'] if n > before else []  # (its once-per-process Python warning is left out: said here)
-    said += [f'{type(w.message).__name__}: {w.message}' for w in caught if not (said and type(w.message).__name__ == 'CorruptJpegWarning')]
+    said += [
+        f'{type(w.message).__name__}: {w.message}'
+        for w in caught
+        if not (said and type(w.message).__name__ == 'CorruptJpegWarning')
+    ]
     said += [l for l in trap.text.splitlines() if l.strip()]
     return ('warning', 'decodes with warnings: ' + '; '.join(dict.fromkeys(said))) if said else None
 
@@ -71,110 +95,164 @@ def printable(s) -> str:
     s = str(s)
     return s if s.isprintable() else ''.join(c if c.isprintable() else repr(c)[1:-1] for c in s)
 
+
 class BadImage(NamedTuple):
     "An image that failed the check."
-    index: int # sample index in the reader
-    filename: str # file name relative to the dataset root (a tar's member name)
-    kind: str # 'error': cannot be read or decoded; 'warning': decodes, but the decoder reported damaged data
-    reason: str # the exception or the warnings, one line
-    def __str__(self): return f'{printable(self.filename)}: {printable(self.reason)}'  # names come from the dataset: escaped
+
+    index: int  # sample index in the reader
+    filename: str  # file name relative to the dataset root (a tar's member name)
+    kind: str  # 'error': cannot be read or decoded; 'warning': decodes, but the decoder reported damaged data
+    reason: str  # the exception or the warnings, one line
+
+    def __str__(self):
+        return f'{printable(self.filename)}: {printable(self.reason)}'  # names come from the dataset: escaped
+
 
 @dataclass
 class CheckResult:
     "What `check_images` found: `bad` (a list of `BadImage`, in sample order) among `checked` images."
+
     root: str
     checked: int
     bad: list
     seconds: float
-    left_out: list = field(default_factory=list) # files under a folder root that are not images by their extension, not checked
+    left_out: list = field(
+        default_factory=list
+    )  # files under a folder root that are not images by their extension, not checked
+
     @property
-    def ok(self) -> bool: return not self.bad
+    def ok(self) -> bool:
+        return not self.bad
+
     @property
-    def errors(self) -> list: return [b for b in self.bad if b.kind == 'error']
+    def errors(self) -> list:
+        return [b for b in self.bad if b.kind == 'error']
+
     def summary(self) -> str:
         "One line: how many images, how many bad (undecodable / damaged), how long, how many other files left out."
         n = len(self.bad)
-        what = 'all decode' if not n else f'{n} bad ({len(self.errors)} undecodable, {n - len(self.errors)} decode with warnings)'
+        what = (
+            'all decode'
+            if not n
+            else f'{n} bad ({len(self.errors)} undecodable, {n - len(self.errors)} decode with warnings)'
+        )
         k = len(self.left_out)
-        other = ('' if not k else '; 1 other file left out (not an image, by its extension)' if k == 1 else
-                 f'; {k} other files left out (not images, by their extension)')
+        other = (
+            ''
+            if not k
+            else '; 1 other file left out (not an image, by its extension)'
+            if k == 1
+            else f'; {k} other files left out (not images, by their extension)'
+        )
         return f'checked {self.checked} images under {self.root!r} in {self.seconds:.1f} s: {what}{other}'
-    def __repr__(self): return f'CheckResult({self.summary()})'
+
+    def __repr__(self):
+        return f'CheckResult({self.summary()})'
 
 # %% ../nbs/46_check.ipynb #8049490b
 _WORKER = {}  # the reader and the options, in each pool process
+
 
 def _init_worker(reader, mode, strict):
     torch.set_num_threads(1)  # a process per core already
     _WORKER.update(reader=reader, mode=mode, strict=strict, trap=_Fd2Trap())
 
+
 def _check_chunk(indices) -> tuple:
     "(how many checked, [(index, kind, reason)] of the bad ones) for the samples `indices`."
     w, bad = _WORKER, []
     for i in indices:
-        try: src = w['reader'][i][0]
-        except StoreDamagedError: raise
-        except Exception as e: bad.append((i, 'error', _one_line(e))); continue
+        try:
+            src = w['reader'][i][0]
+        except StoreDamagedError:
+            raise
+        except Exception as e:
+            bad.append((i, 'error', _one_line(e)))
+            continue
         r = check_image(src, w['mode'], w['strict'], w['trap'])
-        if r is not None: bad.append((i, *r))
+        if r is not None:
+            bad.append((i, *r))
     return len(indices), bad
+
 
 def usable_cpus() -> int:
     "CPUs this process may run on (its affinity), else the CPU count."
     return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
 
 # %% ../nbs/46_check.ipynb #22daa402
-def check_images(root, # dataset root: a folder, a .tar or folder of tars, a .csv, a store (anything `create_reader` reads)
-                 num_workers: Optional[int] = None, # processes decoding; None: one per usable CPU; 0: in this process
-                 progress: bool = True, # a progress bar on stderr
-                 split: Optional[str] = None, # check only this split (see `find_split`); None: every image under root
-                 reader=None, # a `Reader` to check instead, or a reader kind ('folder', 'tar', 'csv', 'store')
-                 mode: str = 'RGB', # decode to this PIL mode, as the dataset will
-                 strict: bool = True, # also report images whose decoder warns (damaged data, made-up pixels)
-                 chunk_size: int = 64, # samples per task handed to a process
-                 **kwargs, # passed to the reader (e.g. `extensions`)
-                ) -> CheckResult:
+def check_images(
+    root,  # dataset root: a folder, a .tar or folder of tars, a .csv, a store (anything `create_reader` reads)
+    num_workers: Optional[int] = None,  # processes decoding; None: one per usable CPU; 0: in this process
+    progress: bool = True,  # a progress bar on stderr
+    split: Optional[str] = None,  # check only this split (see `find_split`); None: every image under root
+    reader=None,  # a `Reader` to check instead, or a reader kind ('folder', 'tar', 'csv', 'store')
+    mode: str = 'RGB',  # decode to this PIL mode, as the dataset will
+    strict: bool = True,  # also report images whose decoder warns (damaged data, made-up pixels)
+    chunk_size: int = 64,  # samples per task handed to a process
+    **kwargs,  # passed to the reader (e.g. `extensions`)
+) -> CheckResult:
     "Decode every image of a dataset whole, in parallel; list the ones that fail (or warn) with the reason."
     rd = reader if isinstance(reader, Reader) else create_reader(root, split=split, kind=reader, **kwargs)
     nw = usable_cpus() if num_workers is None else int(num_workers)
-    if nw < 0 or chunk_size < 1: raise ValueError(f'check_images needs num_workers >= 0 and chunk_size >= 1; got {num_workers}, {chunk_size}')
+    if nw < 0 or chunk_size < 1:
+        raise ValueError(f'check_images needs num_workers >= 0 and chunk_size >= 1; got {num_workers}, {chunk_size}')
     n, t0, found = len(rd), time.perf_counter(), []
     chunks = [range(s, min(n, s + chunk_size)) for s in range(0, n, chunk_size)]
     with tqdm(total=n, desc='timmdata check', unit='img', disable=not progress, file=sys.stderr) as bar:
         if nw == 0 or len(chunks) == 1:
             _init_worker(rd, mode, strict)
-            for c in chunks: k, b = _check_chunk(c); bar.update(k); found += b
+            for c in chunks:
+                k, b = _check_chunk(c)
+                bar.update(k)
+                found += b
         else:
             ctx = mp.get_context('fork' if 'fork' in mp.get_all_start_methods() else 'spawn')
-            with ProcessPoolExecutor(min(nw, len(chunks)), ctx, initializer=_init_worker, initargs=(rd, mode, strict)) as ex:
+            with ProcessPoolExecutor(
+                min(nw, len(chunks)), ctx, initializer=_init_worker, initargs=(rd, mode, strict)
+            ) as ex:
                 futs, done = {ex.submit(_check_chunk, c): c for c in chunks}, set()
                 try:
-                    for f in as_completed(futs): k, b = f.result(); bar.update(k); found += b; done.add(f)
+                    for f in as_completed(futs):
+                        k, b = f.result()
+                        bar.update(k)
+                        found += b
+                        done.add(f)
                 except BrokenProcessPool as e:
                     left = sorted(i for f, c in futs.items() if f not in done for i in c)
-                    raise RuntimeError(f'a check process died (a crash in a decoder, or killed for memory) while decoding '
-                                       f'one of {len(left)} images, the first {rd.filename(left[0])!r}; check them with '
-                                       f'check_image one by one, in a separate process') from e
+                    raise RuntimeError(
+                        f'a check process died (a crash in a decoder, or killed for memory) while decoding '
+                        f'one of {len(left)} images, the first {rd.filename(left[0])!r}; check them with '
+                        f'check_image one by one, in a separate process'
+                    ) from e
     bad = [BadImage(i, rd.filename(i), kind, reason) for i, kind, reason in sorted(found)]
     return CheckResult(str(root), n, bad, time.perf_counter() - t0, not_images(rd))
 
+
 def not_images(reader: Reader) -> list:
     "Files under a folder reader's root it leaves out (not images by their extension; hidden ones aside), sorted; [] for other readers."
-    if not isinstance(reader, FolderReader): return []
+    if not isinstance(reader, FolderReader):
+        return []
     read, out = {reader.filename(i) for i in range(len(reader))}, []
     for d, _, files in os.walk(reader.root, followlinks=True):  # as the reader walks
         rel = os.path.relpath(d, reader.root)
-        out += [p for p in (os.path.normpath(os.path.join(rel, f)) for f in files if not f.startswith('.')) if p not in read]
+        out += [
+            p for p in (os.path.normpath(os.path.join(rel, f)) for f in files if not f.startswith('.')) if p not in read
+        ]
     return sorted(out, key=natural_key)
 
 # %% ../nbs/46_check.ipynb #5f55cb9a
 def check_main(argv: list[str] | None = None) -> int:
     "`timmdata check ROOT [--split S] [--workers N] [--errors-only] [--verbose] [--no-progress]`: exit status 1 when an image is bad."
-    ap = argparse.ArgumentParser(prog='timmdata check', description='Decode every image of a dataset whole, in parallel, '
-                                 'and list the ones that cannot be decoded (or decode with warnings), with the reason.')
+    ap = argparse.ArgumentParser(
+        prog='timmdata check',
+        description='Decode every image of a dataset whole, in parallel, '
+        'and list the ones that cannot be decoded (or decode with warnings), with the reason.',
+    )
     ap.add_argument('root', help='dataset root: a folder, a .tar or folder of .tars, a .csv, or a store')
     ap.add_argument('--split', default=None, help='check only this split (default: every image under ROOT)')
-    ap.add_argument('--workers', type=int_at_least(0), default=None, help='decoding processes (default: one per CPU; 0: none)')
+    ap.add_argument(
+        '--workers', type=int_at_least(0), default=None, help='decoding processes (default: one per CPU; 0: none)'
+    )
     ap.add_argument('--errors-only', action='store_true', help='leave out images that decode but whose decoder warns')
     ap.add_argument('--absolute', action='store_true', help='print absolute file names')
     ap.add_argument('--verbose', action='store_true', help='also list the files left out as not images')
@@ -182,9 +260,12 @@ def check_main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     rd = create_reader(a.root, split=a.split)
     r = check_images(a.root, a.workers, not a.no_progress, reader=rd, strict=not a.errors_only)
-    if a.absolute: r.bad = [b._replace(filename=rd.filename(b.index, absolute=True)) for b in r.bad]
-    for b in r.bad: print(b)
+    if a.absolute:
+        r.bad = [b._replace(filename=rd.filename(b.index, absolute=True)) for b in r.bad]
+    for b in r.bad:
+        print(b)
     if a.verbose:
-        for f in r.left_out: print(f'{f}: left out, not an image (its extension is not an image extension)')
+        for f in r.left_out:
+            print(f'{f}: left out, not an image (its extension is not an image extension)')
     print(r.summary() + (' (--verbose lists them)' if r.left_out and not a.verbose else ''), flush=True)
     return 1 if r.bad else 0

@@ -18,24 +18,38 @@ __all__ = ['USER_ERRORS', 'LIBRARY_ERRORS', 'BAD_DATA', 'COMMANDS', 'ROOT_ARG', 
 class CliError(Exception):
     "A mistake in what the user asked for: `main` prints it as one line on stderr and exits with status 2."
 
+
 USER_ERRORS = (CliError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 # the library's errors for a user's mistake or damaged data, by module: looked up only in modules already imported
 # (a module never imported raised nothing), so that the command line starts without importing torch
-LIBRARY_ERRORS = {'timmdata.readers': ('NoImagesError',), 'timmdata.decode': ('ImageDecodeError',),
-                  'timmdata.shard_io': ('ShardError',), 'timmdata.store': ('StoreDamagedError', 'StaleStoreError')}
+LIBRARY_ERRORS = {
+    'timmdata.readers': ('NoImagesError',),
+    'timmdata.decode': ('ImageDecodeError',),
+    'timmdata.shard_io': ('ShardError',),
+    'timmdata.store': ('StoreDamagedError', 'StaleStoreError'),
+}
 BAD_DATA = ('ImageDecodeError', 'ShardError')  # damaged images: the line says how to skip them and how to list them
 
+
 def _library_error(e: BaseException, names=None) -> bool:
-    return any(isinstance(e, getattr(sys.modules[m], n)) for m, ns in LIBRARY_ERRORS.items() if m in sys.modules
-               for n in ns if names is None or n in names)
+    return any(
+        isinstance(e, getattr(sys.modules[m], n))
+        for m, ns in LIBRARY_ERRORS.items()
+        if m in sys.modules
+        for n in ns
+        if names is None or n in names
+    )
+
 
 def is_user_error(e: BaseException) -> bool:
     "Whether `e` is a user's mistake or damaged data (one line, status 2), rather than a bug (a traceback)."
     return isinstance(e, USER_ERRORS) or _library_error(e)
 
-def user_message(e: BaseException, # the error
-                 root=None, # the dataset the command read, for the `timmdata check` hint
-                ) -> str:
+
+def user_message(
+    e: BaseException,  # the error
+    root=None,  # the dataset the command read, for the `timmdata check` hint
+) -> str:
     "`e` as one line for a shell user: a DataLoader worker's traceback cut away, the library's Python hints said as flags."
     s = str(e)
     if 'Original Traceback' in s:  # torch re-raises a worker's error with the worker's traceback in the message
@@ -46,10 +60,12 @@ def user_message(e: BaseException, # the error
         s += f"; `timmdata check {root or 'ROOT'}` lists every damaged file"
     return s
 
-def fail(prog: str, # who speaks: 'timmdata demo'
-         message, # what is wrong (a string or an exception)
-         status: int = 2, # the exit status
-        ):
+
+def fail(
+    prog: str,  # who speaks: 'timmdata demo'
+    message,  # what is wrong (a string or an exception)
+    status: int = 2,  # the exit status
+):
     "Print `prog: message` as one line on stderr and exit with `status`."
     print(f"{prog}: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
     raise SystemExit(status)
@@ -64,46 +80,66 @@ def warnings_counted():
         yield seen
     seen += [w for w in caught if str(w.message).startswith('skipped ')]
     for w in caught:
-        if not str(w.message).startswith('skipped '): warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        if not str(w.message).startswith('skipped '):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 # %% ../nbs/47_cli.ipynb #cde1e2f8
-def save_batch_grid(x, # a normalised float batch (N, 3, H, W), a torch.Tensor
-                    y, # integer labels, a torch.Tensor
-                    classes: list, # class names by label
-                    path, # PNG to write
-                    mean=None, std=None, # the normalisation to undo (None: ImageNet's)
-                    names: dict | None = None, # optional folder name -> readable name
-                    n: int = 16, # images shown
-                   ):
+def save_batch_grid(
+    x,  # a normalised float batch (N, 3, H, W), a torch.Tensor
+    y,  # integer labels, a torch.Tensor
+    classes: list,  # class names by label
+    path,  # PNG to write
+    mean=None,
+    std=None,  # the normalisation to undo (None: ImageNet's)
+    names: dict | None = None,  # optional folder name -> readable name
+    n: int = 16,  # images shown
+):
     "Undo the normalisation and save a grid of `n` images titled with their class names."
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     import torch
     from timmdata.config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
     mean, std = mean or IMAGENET_DEFAULT_MEAN, std or IMAGENET_DEFAULT_STD
     x = x[:n].detach().float().cpu()
     x = (x * torch.tensor(std).view(1, -1, 1, 1) + torch.tensor(mean).view(1, -1, 1, 1)).clamp(0, 1)
-    cols = min(8, len(x)); rows = (len(x) + cols - 1) // cols
+    cols = min(8, len(x))
+    rows = (len(x) + cols - 1) // cols
     fig, axs = plt.subplots(rows, cols, figsize=(1.8 * cols, 2.0 * rows), squeeze=False)
-    for ax in axs.flat: ax.axis('off')
+    for ax in axs.flat:
+        ax.axis('off')
     for ax, img, lab in zip(axs.flat, x, y[:n].tolist()):
         name = classes[lab]
-        ax.imshow(img.permute(1, 2, 0).numpy()); ax.set_title((names or {}).get(name, name), fontsize=8)
-    fig.tight_layout(); Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=90); plt.close(fig)
+        ax.imshow(img.permute(1, 2, 0).numpy())
+        ax.set_title((names or {}).get(name, name), fontsize=8)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
     return Path(path)
 
 # %% ../nbs/47_cli.ipynb #f19a7b99
 def demo_main(argv=None):
     "`timmdata demo`: one training epoch through `create_loader`, images/s, and a PNG of one batch."
     from timmdata.bench import int_at_least
-    p = argparse.ArgumentParser(prog='timmdata demo', description=demo_main.__doc__,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument('--root', help='image folder with class subfolders, or with train/ and val/ (default: the generated sample dataset)')
+
+    p = argparse.ArgumentParser(
+        prog='timmdata demo', description=demo_main.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument(
+        '--root',
+        help='image folder with class subfolders, or with train/ and val/ (default: the generated sample dataset)',
+    )
     p.add_argument('--batch-size', type=int_at_least(1), default=64)
     p.add_argument('--workers', type=int_at_least(0), default=2)
-    p.add_argument('--bad-sample', choices=('raise', 'skip'), default='raise',
-                   help='an image that cannot be decoded: stop and name it, or skip it (counted)')
+    p.add_argument(
+        '--bad-sample',
+        choices=('raise', 'skip'),
+        default='raise',
+        help='an image that cannot be decoded: stop and name it, or skip it (counted)',
+    )
     p.add_argument('--out', default='out/demo_batch.png', help='where to save the picture of one batch')
     p.add_argument('--no-progress', action='store_true', help='no progress bar (for logs and notebooks)')
     a = p.parse_args(argv)
@@ -111,11 +147,13 @@ def demo_main(argv=None):
     from timmdata.dataset import ImageDataset
     from timmdata.loader import create_loader
     from timmdata.sample_data import make_sample_dataset, default_sample_root, IMAGENETTE_CLASSES
+
     if a.root is None:
         root = default_sample_root()
         print(f'sample dataset: {root} (made when missing)')
         make_sample_dataset(root)
-    else: root = a.root  # the reader says what is wrong with it, if anything
+    else:
+        root = a.root  # the reader says what is wrong with it, if anything
     ds = ImageDataset(str(root), split='train', bad_sample=a.bad_sample)
     loader = create_loader(ds, (3, 224, 224), a.batch_size, is_training=True, color_jitter=0.4, num_workers=a.workers)
     n, first = 0, None
@@ -123,28 +161,50 @@ def demo_main(argv=None):
     with warnings_counted() as skipped:  # --bad-sample skip: one line at the end instead of a warning per image
         bar = tqdm(loader, desc='one training epoch', unit='batch', disable=a.no_progress)
         for x, y in bar:
-            if first is None: first = (x, y)
+            if first is None:
+                first = (x, y)
             n += len(x)
             st = loader.stats()  # where the time goes, counted as the loader runs (timmdata profile: the whole table)
-            if st.wall: bar.set_postfix_str(f'{n / (time.perf_counter() - t):.0f} img/s, waited {st.t["consumer_wait"] / st.wall:.0%}', refresh=False)
+            if st.wall:
+                bar.set_postfix_str(
+                    f'{n / (time.perf_counter() - t):.0f} img/s, waited {st.t["consumer_wait"] / st.wall:.0%}',
+                    refresh=False,
+                )
     dt = time.perf_counter() - t
     if first is None:  # training drops the last incomplete batch
-        raise CliError(f'no batch came out of {str(root)!r}: it holds {len(ds)} training images, fewer than one batch '
-                       f'({a.batch_size}); pass a smaller --batch-size')
-    print(f'{n} images in {dt:.2f} s: {n / dt:.0f} images/s ({len(ds.classes)} classes, batch {a.batch_size}, '
-          f'{a.workers} workers, device {first[0].device})')
-    print('  one epoch, including the workers\' start-up; `timmdata bench` measures the steady state (warm workers, '
-          'median of several epochs) against timm and torchvision')
+        raise CliError(
+            f'no batch came out of {str(root)!r}: it holds {len(ds)} training images, fewer than one batch '
+            f'({a.batch_size}); pass a smaller --batch-size'
+        )
+    print(
+        f'{n} images in {dt:.2f} s: {n / dt:.0f} images/s ({len(ds.classes)} classes, batch {a.batch_size}, '
+        f'{a.workers} workers, device {first[0].device})'
+    )
+    print(
+        '  one epoch, including the workers\' start-up; `timmdata bench` measures the steady state (warm workers, '
+        'median of several epochs) against timm and torchvision'
+    )
     st = loader.stats()
-    if st.wall: print(f'  this loop waited for data {st.t["consumer_wait"] / st.wall:.0%} of the time (a training step would hide '
-                      f'some of it); `timmdata profile {root}` shows where the loading time goes')
+    if st.wall:
+        print(
+            f'  this loop waited for data {st.t["consumer_wait"] / st.wall:.0%} of the time (a training step would hide '
+            f'some of it); `timmdata profile {root}` shows where the loading time goes'
+        )
     bad = ds.bad_samples
     if bad or skipped:
-        print(f'skipped {len(bad)} damaged image(s), e.g. {ds.filename(bad[0]) if bad else "?"}; '
-              f'`timmdata check {root}` lists them all')
+        print(
+            f'skipped {len(bad)} damaged image(s), e.g. {ds.filename(bad[0]) if bad else "?"}; '
+            f'`timmdata check {root}` lists them all'
+        )
     path = save_batch_grid(*first, ds.classes, a.out, names=IMAGENETTE_CLASSES)
     print(f'saved one batch to {path}')
-    return {'images': n, 'seconds': dt, 'png': str(path), 'skipped': len(bad), 'waited': st.t['consumer_wait'] / st.wall if st.wall else None}
+    return {
+        'images': n,
+        'seconds': dt,
+        'png': str(path),
+        'skipped': len(bad),
+        'waited': st.t['consumer_wait'] / st.wall if st.wall else None,
+    }
 
 # %% ../nbs/47_cli.ipynb #c6d0b724
 def info() -> dict:
@@ -154,18 +214,31 @@ def info() -> dict:
     from timmdata.check import usable_cpus
     from timmdata.batch_ring import shm_report
     from timmdata.runtime import resolve_device
+
     native = decode.NATIVE.module is not None
     jpeg = decode.decoder_name()  # the decoders in the order tried, e.g. native (crop box only) + TorchCodec + PIL
     dev = resolve_device(None)
-    return {'timmdata': __version__, 'python': platform.python_version(), 'torch': torch.__version__,
-            'torchvision': torchvision.__version__, 'pillow': PIL.__version__,
-            'native': native, 'native_status': decode.NATIVE_STATUS, 'jpeg_decoder': jpeg,
-            'torchcodec': decode.torchcodec_status(),
-            'other_formats': f'PIL {PIL.__version__}', 'device': str(dev),
-            'device_name': torch.cuda.get_device_name(dev) if dev.type == 'cuda' else platform.processor() or platform.machine(),
-            'cpu_count': os.cpu_count(),
-            'cpus_usable': usable_cpus(),
-            'max_image_pixels': decode.MAX_IMAGE_PIXELS, 'shared_memory': shm_report()}
+    return {
+        'timmdata': __version__,
+        'python': platform.python_version(),
+        'torch': torch.__version__,
+        'torchvision': torchvision.__version__,
+        'pillow': PIL.__version__,
+        'native': native,
+        'native_status': decode.NATIVE_STATUS,
+        'jpeg_decoder': jpeg,
+        'torchcodec': decode.torchcodec_status(),
+        'other_formats': f'PIL {PIL.__version__}',
+        'device': str(dev),
+        'device_name': torch.cuda.get_device_name(dev)
+        if dev.type == 'cuda'
+        else platform.processor() or platform.machine(),
+        'cpu_count': os.cpu_count(),
+        'cpus_usable': usable_cpus(),
+        'max_image_pixels': decode.MAX_IMAGE_PIXELS,
+        'shared_memory': shm_report(),
+    }
+
 
 def info_main(argv=None):
     "`timmdata info`: versions, the C extension, the JPEG decoder, the device and the CPUs, one per line."
@@ -173,33 +246,75 @@ def info_main(argv=None):
     p.add_argument('--json', action='store_true', help='print the same as one JSON object')
     a = p.parse_args(argv)
     d = info()
-    if a.json: print(json.dumps(d, indent=1)); return d
-    rows = [('timmdata', d['timmdata']), ('python', d['python']), ('torch', d['torch']),
-            ('torchvision', d['torchvision']), ('C extension', d['native_status']), ('JPEG decoder', d['jpeg_decoder']),
-            ('TorchCodec', d['torchcodec']),
-            ('other formats', d['other_formats']), ('device', f"{d['device']} ({d['device_name']})"),
-            ('CPUs', f"{d['cpu_count']} ({d['cpus_usable']} usable by this process)"),
-            ('pixel limit', 'none' if d['max_image_pixels'] is None else f"{d['max_image_pixels']:,} pixels an image (set_max_image_pixels)"),
-            ('shared memory', d['shared_memory'])]
-    for k, v in rows: print(f'{k + ":":<15}{v}')
+    if a.json:
+        print(json.dumps(d, indent=1))
+        return d
+    rows = [
+        ('timmdata', d['timmdata']),
+        ('python', d['python']),
+        ('torch', d['torch']),
+        ('torchvision', d['torchvision']),
+        ('C extension', d['native_status']),
+        ('JPEG decoder', d['jpeg_decoder']),
+        ('TorchCodec', d['torchcodec']),
+        ('other formats', d['other_formats']),
+        ('device', f"{d['device']} ({d['device_name']})"),
+        ('CPUs', f"{d['cpu_count']} ({d['cpus_usable']} usable by this process)"),
+        (
+            'pixel limit',
+            'none'
+            if d['max_image_pixels'] is None
+            else f"{d['max_image_pixels']:,} pixels an image (set_max_image_pixels)",
+        ),
+        ('shared memory', d['shared_memory']),
+    ]
+    for k, v in rows:
+        print(f'{k + ":":<15}{v}')
     return d
 
 # %% ../nbs/47_cli.ipynb #51e0348d
 COMMANDS = {  # name: (the job taking argv, or 'module:function' imported when the command runs; one line for the help)
-    'demo': (demo_main, 'load one epoch of a folder (default: generated sample data), print images/s, save a batch picture'),
-    'bench': ('timmdata.bench:bench_main', 'compare timmdata with timm, torchvision and the JPEG decode limit (--quick: under a minute)'),
-    'cache': ('timmdata.cache:cache_main', 'decode a dataset once into a memory-mapped store for fast many-epoch training'),
-    'check': ('timmdata.check:check_main', 'decode every image of a dataset whole, in parallel, and list the damaged ones (exit status 1 if any)'),
+    'demo': (
+        demo_main,
+        'load one epoch of a folder (default: generated sample data), print images/s, save a batch picture',
+    ),
+    'bench': (
+        'timmdata.bench:bench_main',
+        'compare timmdata with timm, torchvision and the JPEG decode limit (--quick: under a minute)',
+    ),
+    'cache': (
+        'timmdata.cache:cache_main',
+        'decode a dataset once into a memory-mapped store for fast many-epoch training',
+    ),
+    'check': (
+        'timmdata.check:check_main',
+        'decode every image of a dataset whole, in parallel, and list the damaged ones (exit status 1 if any)',
+    ),
     'info': (info_main, 'versions, the C extension, the JPEG decoder, the device and the CPUs (for bug reports)'),
-    'shards': ('timmdata.shards:shards_main', 'write WebDataset tar shards (timm\'s wds layout and _info.json) for streaming; a rerun resumes'),
+    'shards': (
+        'timmdata.shards:shards_main',
+        'write WebDataset tar shards (timm\'s wds layout and _info.json) for streaming; a rerun resumes',
+    ),
 }
-ROOT_ARG = {'demo': '--root', 'bench': '--root', 'cache': 0, 'check': 0, 'shards': 0}  # where a command's dataset is named
+ROOT_ARG = {
+    'demo': '--root',
+    'bench': '--root',
+    'cache': 0,
+    'check': 0,
+    'shards': 0,
+}  # where a command's dataset is named
+
 
 def usage() -> str:
-    return ('usage: timmdata {' + ','.join(COMMANDS) + '} [options] [--debug]\n'
-            + ''.join(f'  {k:<6} {h}\n' for k, (_, h) in COMMANDS.items())
-            + 'run `timmdata COMMAND --help` for its options; `timmdata --version` for the version;\n'
-            + '--debug (or TIMMDATA_DEBUG=1) shows the traceback of an error that is otherwise one line')
+    return (
+        'usage: timmdata {'
+        + ','.join(COMMANDS)
+        + '} [options] [--debug]\n'
+        + ''.join(f'  {k:<6} {h}\n' for k, (_, h) in COMMANDS.items())
+        + 'run `timmdata COMMAND --help` for its options; `timmdata --version` for the version;\n'
+        + '--debug (or TIMMDATA_DEBUG=1) shows the traceback of an error that is otherwise one line'
+    )
+
 
 def job(cmd: str):
     "The function that runs command `cmd`, its module imported now."
@@ -209,13 +324,16 @@ def job(cmd: str):
         j = getattr(importlib.import_module(mod), fn)
     return j
 
+
 def dataset_root(cmd: str, argv: list):
     "The dataset a command line names (for the `timmdata check` hint), or None."
     where = ROOT_ARG.get(cmd)
     if isinstance(where, str):
         for i, a in enumerate(argv):
-            if a == where and i + 1 < len(argv): return argv[i + 1]
-            if a.startswith(where + '='): return a.split('=', 1)[1]
+            if a == where and i + 1 < len(argv):
+                return argv[i + 1]
+            if a.startswith(where + '='):
+                return a.split('=', 1)[1]
         return None
     pos = [a for a in argv if not a.startswith('-')]
     return pos[where] if where is not None and len(pos) > where else None
@@ -229,26 +347,54 @@ def profile_main(argv=None):
     from timmdata.loader import create_loader
     from timmdata.runtime import resolve_device
     from timmdata.threads import profile_loader
-    p = argparse.ArgumentParser(prog='timmdata profile', description=profile_main.__doc__,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+    p = argparse.ArgumentParser(
+        prog='timmdata profile',
+        description=profile_main.__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument('root', help='image folder with class subfolders')
-    p.add_argument('--model-step-ms', type=float, default=None, help="the model's step per batch, simulated by a sleep (default: none)")
+    p.add_argument(
+        '--model-step-ms',
+        type=float,
+        default=None,
+        help="the model's step per batch, simulated by a sleep (default: none)",
+    )
     p.add_argument('--batches', type=int_at_least(1), default=20, help='batches to measure (after one warm-up batch)')
     p.add_argument('--batch-size', type=int_at_least(1), default=64)
-    p.add_argument('--workers', type=int_at_least(0), default=usable_cpus(), help='num_workers (default: the usable CPUs)')
+    p.add_argument(
+        '--workers', type=int_at_least(0), default=usable_cpus(), help='num_workers (default: the usable CPUs)'
+    )
     p.add_argument('--worker-mode', choices=('process', 'thread'), default='process')
     p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
-    p.add_argument('--bad-sample', choices=('raise', 'skip'), default='raise',
-                   help='an image that cannot be decoded: stop and name it, or skip it (counted)')
+    p.add_argument(
+        '--bad-sample',
+        choices=('raise', 'skip'),
+        default='raise',
+        help='an image that cannot be decoded: stop and name it, or skip it (counted)',
+    )
     a = p.parse_args(argv)
-    if a.model_step_ms is not None and a.model_step_ms < 0: raise CliError(f'--model-step-ms must be >= 0; got {a.model_step_ms:g}')
-    ld = create_loader(ImageDataset(a.root, bad_sample=a.bad_sample), 224, a.batch_size, is_training=not a.eval, num_workers=a.workers,
-                       worker_mode=a.worker_mode, device=resolve_device(None))
+    if a.model_step_ms is not None and a.model_step_ms < 0:
+        raise CliError(f'--model-step-ms must be >= 0; got {a.model_step_ms:g}')
+    ld = create_loader(
+        ImageDataset(a.root, bad_sample=a.bad_sample),
+        224,
+        a.batch_size,
+        is_training=not a.eval,
+        num_workers=a.workers,
+        worker_mode=a.worker_mode,
+        device=resolve_device(None),
+    )
     st, why = profile_loader(ld, a.model_step_ms, a.batches)
-    print(st.table()); print(why)
+    print(st.table())
+    print(why)
     return 0
 
-COMMANDS['profile'] = (profile_main, 'a short epoch: where the loading time goes, and whether it keeps up with a model step')
+
+COMMANDS['profile'] = (
+    profile_main,
+    'a short epoch: where the loading time goes, and whether it keeps up with a model step',
+)
 ROOT_ARG['profile'] = 0
 
 # %% ../nbs/47_cli.ipynb #65c088d7
@@ -257,20 +403,30 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = '--debug' in argv or setting('TIMMDATA_DEBUG')
     argv = [a for a in argv if a != '--debug']
-    if argv[:1] in (['-h'], ['--help']): print(usage()); return 0
-    if argv[:1] == ['--version']: print(f'timmdata {__version__}'); return 0
-    if not argv: print(usage(), file=sys.stderr); raise SystemExit(2)
+    if argv[:1] in (['-h'], ['--help']):
+        print(usage())
+        return 0
+    if argv[:1] == ['--version']:
+        print(f'timmdata {__version__}')
+        return 0
+    if not argv:
+        print(usage(), file=sys.stderr)
+        raise SystemExit(2)
     cmd = argv[0]
     if cmd not in COMMANDS:
         fail('timmdata', f"unknown command {cmd!r}; expected one of {', '.join(COMMANDS)} (see timmdata --help)")
-    try: res = job(cmd)(argv[1:])
+    try:
+        res = job(cmd)(argv[1:])
     except KeyboardInterrupt:
-        if debug: raise
+        if debug:
+            raise
         fail(f'timmdata {cmd}', 'interrupted', status=130)
     except Exception as e:
-        if debug or not is_user_error(e): raise  # a bug: its traceback
+        if debug or not is_user_error(e):
+            raise  # a bug: its traceback
         fail(f'timmdata {cmd}', user_message(e, dataset_root(cmd, argv[1:])))
     return res if isinstance(res, int) else 0  # the console script exits with this: 0 unless a job says otherwise
 
 # %% ../nbs/47_cli.ipynb #4ba0f6a3
-if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())  # `python -m timmdata.cli`, not a notebook
+if __name__ == '__main__' and '__file__' in globals():
+    sys.exit(main())  # `python -m timmdata.cli`, not a notebook

@@ -11,13 +11,13 @@ import torch
 from torch.utils.data import default_collate, get_worker_info
 from .torch_compat import new_shared_storage
 
-
 # %% auto #0
 __all__ = ['CUDA_IN_WORKER', 'BatchCollate', 'as_chw', 'new_uint8', 'stack_uint8', 'fast_collate']
 
 # %% ../nbs/27_collate.ipynb #e806d2de
 class BatchCollate:
     "The declared collate protocol: `__call__(samples) -> (uint8 NCHW images, targets)`, `release(images)`, `mixes`."
+
     mixes: bool = False  # True for a collate that mixes samples (it then has a settable `mixup_enabled`)
 
     def __call__(self, batch: list) -> tuple:
@@ -31,40 +31,58 @@ class BatchCollate:
         "Called by the PrefetchLoader once the DataLoader worker processes `workers` (ids; None: all) are gone (default: nothing to do)."
 
 # %% ../nbs/27_collate.ipynb #d06ff459
-CUDA_IN_WORKER = ("a transform returned a tensor on {dev} inside a DataLoader worker. Workers must return CPU "
-                  "(uint8) tensors: move to the device in the loader, not in the Dataset (create_loader(device=...) "
-                  "or PrefetchLoader do it in the main process)")  # the error's text, with `dev` to fill in
+CUDA_IN_WORKER = (
+    "a transform returned a tensor on {dev} inside a DataLoader worker. Workers must return CPU "
+    "(uint8) tensors: move to the device in the loader, not in the Dataset (create_loader(device=...) "
+    "or PrefetchLoader do it in the main process)"
+)  # the error's text, with `dev` to fill in
 
-def as_chw(img, # a uint8 CHW tensor, or a CHW or HWC numpy array
-           i: int, # the sample's index in the batch, for the error
-          ) -> torch.Tensor:
+
+def as_chw(
+    img,  # a uint8 CHW tensor, or a CHW or HWC numpy array
+    i: int,  # the sample's index in the batch, for the error
+) -> torch.Tensor:
     "One sample's image as a uint8 CHW CPU-or-device tensor, with an error naming the sample when it is not."
-    if isinstance(img, torch.Tensor): t = img
+    if isinstance(img, torch.Tensor):
+        t = img
     elif isinstance(img, np.ndarray):
-        if min(img.strides, default=0) < 0: img = img.copy()  # e.g. a flipped array: torch cannot view negative strides
+        if min(img.strides, default=0) < 0:
+            img = img.copy()  # e.g. a flipped array: torch cannot view negative strides
         t = torch.from_numpy(img)
-        if t.ndim == 3 and t.shape[-1] in (1, 3) and t.shape[0] not in (1, 3): t = t.permute(2, 0, 1)  # HWC
+        if t.ndim == 3 and t.shape[-1] in (1, 3) and t.shape[0] not in (1, 3):
+            t = t.permute(2, 0, 1)  # HWC
     else:
-        raise TypeError(f"fast_collate: sample {i} is a {type(img).__name__}; expected a uint8 CHW tensor or numpy array. "
-                        f"With use_prefetcher=True the transform must end at a uint8 tensor (normalisation happens in "
-                        f"the PrefetchLoader); with a PIL/float pipeline use use_prefetcher=False")
-    if t.ndim == 2: t = t.unsqueeze(0)
-    if t.ndim != 3: raise ValueError(f"fast_collate: sample {i} has shape {tuple(t.shape)}; expected CHW (3 dims)")
+        raise TypeError(
+            f"fast_collate: sample {i} is a {type(img).__name__}; expected a uint8 CHW tensor or numpy array. "
+            f"With use_prefetcher=True the transform must end at a uint8 tensor (normalisation happens in "
+            f"the PrefetchLoader); with a PIL/float pipeline use use_prefetcher=False"
+        )
+    if t.ndim == 2:
+        t = t.unsqueeze(0)
+    if t.ndim != 3:
+        raise ValueError(f"fast_collate: sample {i} has shape {tuple(t.shape)}; expected CHW (3 dims)")
     if t.dtype != torch.uint8:
-        raise TypeError(f"fast_collate: sample {i} has dtype {t.dtype}; expected torch.uint8. With use_prefetcher=True "
-                        f"the transform must not convert to float or normalise (the PrefetchLoader does that)")
-    if t.device.type != 'cpu' and get_worker_info() is not None: raise RuntimeError(CUDA_IN_WORKER.format(dev=t.device))
+        raise TypeError(
+            f"fast_collate: sample {i} has dtype {t.dtype}; expected torch.uint8. With use_prefetcher=True "
+            f"the transform must not convert to float or normalise (the PrefetchLoader does that)"
+        )
+    if t.device.type != 'cpu' and get_worker_info() is not None:
+        raise RuntimeError(CUDA_IN_WORKER.format(dev=t.device))
     return t
+
 
 def new_uint8(shape: tuple) -> torch.Tensor:
     "An uninitialised uint8 tensor; in a worker, allocated in shared memory so sending it costs no copy."
-    if get_worker_info() is None: return torch.empty(shape, dtype=torch.uint8)
+    if get_worker_info() is None:
+        return torch.empty(shape, dtype=torch.uint8)
     storage = new_shared_storage(math.prod(shape))
     return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
 
-def stack_uint8(imgs: list, # uint8 CHW tensors of one shape (the caller checks)
-                out: torch.Tensor, # uint8 memory for the batch, (N, C, H, W) contiguous, e.g. from `new_uint8`
-               ) -> torch.Tensor: # the NCHW batch in `out`'s memory: channels-last when every image is a view of HWC memory
+
+def stack_uint8(
+    imgs: list,  # uint8 CHW tensors of one shape (the caller checks)
+    out: torch.Tensor,  # uint8 memory for the batch, (N, C, H, W) contiguous, e.g. from `new_uint8`
+) -> torch.Tensor:  # the NCHW batch in `out`'s memory: channels-last when every image is a view of HWC memory
     "Stack images into `out` with the cheap copy for their layout (`fast_collate`'s and `FastCollateMixup`'s stacking)."
     if all(t.permute(1, 2, 0).is_contiguous() for t in imgs):
         # CHW views of HWC memory (what decode_jpeg and the uint8 resize give): a plain copy into a channels-last
@@ -75,29 +93,37 @@ def stack_uint8(imgs: list, # uint8 CHW tensors of one shape (the caller checks)
     return torch.stack(imgs, out=out)
 
 # %% ../nbs/27_collate.ipynb #d2bee9c6
-def fast_collate(batch: list, # samples `(image, target)`; image a uint8 CHW tensor/array or a tuple of them; `None` samples are dropped
-                 alloc: Optional[Callable] = None, # shape -> uint8 memory the batch is written to (default `new_uint8`)
-                ) -> tuple: # (uint8 NCHW images, targets: int64 for class indices, else stacked as given)
+def fast_collate(
+    batch: list,  # samples `(image, target)`; image a uint8 CHW tensor/array or a tuple of them; `None` samples are dropped
+    alloc: Optional[Callable] = None,  # shape -> uint8 memory the batch is written to (default `new_uint8`)
+) -> tuple:  # (uint8 NCHW images, targets: int64 for class indices, else stacked as given)
     "Collate uint8 images into one uint8 NCHW batch without converting to float."
     batch = [b for b in batch if b is not None]
-    if not batch: return torch.empty((0,), dtype=torch.uint8), torch.empty((0,), dtype=torch.int64)
+    if not batch:
+        return torch.empty((0,), dtype=torch.uint8), torch.empty((0,), dtype=torch.int64)
     for i, b in enumerate(batch):
         if not isinstance(b, (tuple, list)) or len(b) != 2:
             raise TypeError(f"fast_collate: sample {i} must be an (image, target) pair; got {type(b).__name__}")
     n = len(batch)
     targets = default_collate([b[1] for b in batch])
-    if isinstance(targets, torch.Tensor) and targets.ndim == 1: targets = targets.long()
+    if isinstance(targets, torch.Tensor) and targets.ndim == 1:
+        targets = targets.long()
     if isinstance(batch[0][0], (tuple, list)):  # augmentation splits: split j of every sample, then split j+1, ...
         k = len(batch[0][0])
         for i, b in enumerate(batch):
             if not isinstance(b[0], (tuple, list)) or len(b[0]) != k:
-                raise ValueError(f"fast_collate: sample {i} has a different number of augmentation splits than sample 0 ({k})")
+                raise ValueError(
+                    f"fast_collate: sample {i} has a different number of augmentation splits than sample 0 ({k})"
+                )
         imgs = [as_chw(batch[i][0][j], i) for j in range(k) for i in range(n)]
         targets = targets.repeat((k,) + (1,) * (targets.ndim - 1))
-    else: imgs = [as_chw(b[0], i) for i, b in enumerate(batch)]
+    else:
+        imgs = [as_chw(b[0], i) for i, b in enumerate(batch)]
     shape = imgs[0].shape
     for i, t in enumerate(imgs):
         if t.shape != shape:
-            raise ValueError(f"fast_collate: image {i % n} has shape {tuple(t.shape)} but image 0 has {tuple(shape)}; all images "
-                             f"in a batch must have one size (check the transform's crop/resize)")
+            raise ValueError(
+                f"fast_collate: image {i % n} has shape {tuple(t.shape)} but image 0 has {tuple(shape)}; all images "
+                f"in a batch must have one size (check the transform's crop/resize)"
+            )
     return stack_uint8(imgs, (alloc or new_uint8)((len(imgs), *shape))), targets

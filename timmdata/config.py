@@ -23,111 +23,164 @@ IMAGENET_DEFAULT_STD = (0.229, 0.224, 0.225)
 IMAGENET_INCEPTION_MEAN = (0.5, 0.5, 0.5)
 IMAGENET_INCEPTION_STD = (0.5, 0.5, 0.5)
 IMAGENET_DPN_MEAN = (124 / 255, 117 / 255, 104 / 255)
-IMAGENET_DPN_STD = tuple([1 / (.0167 * 255)] * 3)
+IMAGENET_DPN_STD = tuple([1 / (0.0167 * 255)] * 3)
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 CROP_MODES = ('center', 'squash', 'border')
 
 # %% ../nbs/07_config.ipynb #b73fd6f3
-def parse_input_size(size, # an int, (H, W), or with `channels` also (C, H, W)
-                     name: str = 'input_size', # the parameter's name, for the error
-                     channels: bool = True, # accept a leading channel count
-                    ) -> tuple: # (H, W)
+def parse_input_size(
+    size,  # an int, (H, W), or with `channels` also (C, H, W)
+    name: str = 'input_size',  # the parameter's name, for the error
+    channels: bool = True,  # accept a leading channel count
+) -> tuple:  # (H, W)
     "(H, W) of a size argument, or a ValueError naming the parameter: the one size check of the library."
     ok = lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
-    if ok(size): return int(size), int(size)
+    if ok(size):
+        return int(size), int(size)
     if isinstance(size, (tuple, list)) and len(size) in ((2, 3) if channels else (2,)) and all(ok(v) for v in size):
         return tuple(int(v) for v in size[-2:])
-    what = 'an int > 0, (H, W) or (C, H, W) of positive ints' if channels else 'an int > 0 or an (h, w) pair of positive ints'
+    what = (
+        'an int > 0, (H, W) or (C, H, W) of positive ints'
+        if channels
+        else 'an int > 0 or an (h, w) pair of positive ints'
+    )
     raise ValueError(f"{name} must be {what}; got {size!r}")
 
 # %% ../nbs/07_config.ipynb #8d03a1d7
-def expand_channel_stats(values, # a number, or a sequence of 1 or `channels` numbers
-                         channels: int, # image channels
-                         name: str = 'mean', # the parameter's name, for the error
-                        ) -> tuple: # `channels` floats
+def expand_channel_stats(
+    values,  # a number, or a sequence of 1 or `channels` numbers
+    channels: int,  # image channels
+    name: str = 'mean',  # the parameter's name, for the error
+) -> tuple:  # `channels` floats
     "Per-channel statistics (mean, std): a scalar or a single value is repeated; another length is a ValueError."
-    if isinstance(values, numbers.Number): return (float(values),) * channels
+    if isinstance(values, numbers.Number):
+        return (float(values),) * channels
     v = tuple(float(x) for x in values)
-    if len(v) == 1: return v * channels
-    if len(v) != channels: raise ValueError(f"{name} must have 1 or channels={channels} values; got {v!r}")
+    if len(v) == 1:
+        return v * channels
+    if len(v) != channels:
+        raise ValueError(f"{name} must have 1 or channels={channels} values; got {v!r}")
     return v
 
 # %% ../nbs/07_config.ipynb #0f61926f
-def _jitter_range(v, name, center=1., bound=(0, float('inf')), clip_first=True):
-    if v is None: return None
+def _jitter_range(v, name, center=1.0, bound=(0, float('inf')), clip_first=True):
+    if v is None:
+        return None
     if isinstance(v, numbers.Number):
-        if v < 0: raise ValueError(f"color_jitter {name} must be non-negative; got {v}")
+        if v < 0:
+            raise ValueError(f"color_jitter {name} must be non-negative; got {v}")
         lo, hi = center - float(v), center + float(v)
-        if clip_first: lo = max(lo, 0.)
-    elif isinstance(v, (tuple, list)) and len(v) == 2: lo, hi = float(v[0]), float(v[1])
-    else: raise ValueError(f"color_jitter {name} must be a number or a (min, max) pair; got {v!r}")
+        if clip_first:
+            lo = max(lo, 0.0)
+    elif isinstance(v, (tuple, list)) and len(v) == 2:
+        lo, hi = float(v[0]), float(v[1])
+    else:
+        raise ValueError(f"color_jitter {name} must be a number or a (min, max) pair; got {v!r}")
     if not (bound[0] <= lo <= hi <= bound[1]):
         raise ValueError(f"color_jitter {name} range must lie in {list(bound)} with min <= max; got ({lo}, {hi})")
     return None if lo == hi == center else (lo, hi)
 
+
 def color_jitter_factors(color_jitter) -> tuple:
     "(brightness, contrast, saturation, hue) factor ranges for timm's `color_jitter`, each (min, max) or None (off)."
-    if color_jitter is None: return (None,) * 4
-    if isinstance(color_jitter, numbers.Number): cj = (float(color_jitter),) * 3 + (0.,)
-    elif isinstance(color_jitter, (tuple, list)) and len(color_jitter) in (3, 4): cj = tuple(color_jitter) + (0.,) * (4 - len(color_jitter))
-    else: raise ValueError(f"color_jitter must be None, a number, or a 3-tuple (brightness, contrast, saturation) "
-                           f"or 4-tuple (+ hue); got {color_jitter!r}")
+    if color_jitter is None:
+        return (None,) * 4
+    if isinstance(color_jitter, numbers.Number):
+        cj = (float(color_jitter),) * 3 + (0.0,)
+    elif isinstance(color_jitter, (tuple, list)) and len(color_jitter) in (3, 4):
+        cj = tuple(color_jitter) + (0.0,) * (4 - len(color_jitter))
+    else:
+        raise ValueError(
+            f"color_jitter must be None, a number, or a 3-tuple (brightness, contrast, saturation) "
+            f"or 4-tuple (+ hue); got {color_jitter!r}"
+        )
     names = ('brightness', 'contrast', 'saturation')
-    return tuple(_jitter_range(v, n) for v, n in zip(cj[:3], names)) + (_jitter_range(cj[3], 'hue', 0., (-0.5, 0.5), False),)
+    return tuple(_jitter_range(v, n) for v, n in zip(cj[:3], names)) + (
+        _jitter_range(cj[3], 'hue', 0.0, (-0.5, 0.5), False),
+    )
+
 
 def jitter_ranges(color_jitter) -> Optional[tuple]:
     "((lo, hi) brightness, contrast, saturation ranges), None where off; None when all off. Hue must be 0."
-    if color_jitter is None: return None
+    if color_jitter is None:
+        return None
     b, c, s, h = color_jitter_factors(color_jitter)
     if h is not None:
-        raise ValueError(f"color_jitter hue must be 0 for the batched (prefetcher) jitter; got {color_jitter!r}. "
-                         f"Hue jitter is not affine: use the per-sample ColorJitter transform (create_loader does this for you)")
-    if b is None and c is None and s is None: return None
-    return tuple(r if r is not None else (1., 1.) for r in (b, c, s))
+        raise ValueError(
+            f"color_jitter hue must be 0 for the batched (prefetcher) jitter; got {color_jitter!r}. "
+            f"Hue jitter is not affine: use the per-sample ColorJitter transform (create_loader does this for you)"
+        )
+    if b is None and c is None and s is None:
+        return None
+    return tuple(r if r is not None else (1.0, 1.0) for r in (b, c, s))
 
 # %% ../nbs/07_config.ipynb #3da3daf9
-def resolve_data_config(args: Optional[dict] = None, # explicit settings (e.g. vars(parsed args)): input_size, img_size, in_chans, interpolation, mean, std, crop_pct, crop_mode
-                        pretrained_cfg: Optional[dict] = None, # a timm pretrained config (default: `model.pretrained_cfg`)
-                        model=None, # a model with a `pretrained_cfg` attribute
-                        use_test_size: bool = False, # prefer the config's `test_input_size` / `test_crop_pct`
-                        verbose: bool = False, # print the result
-                       ) -> dict:
+def resolve_data_config(
+    args: Optional[
+        dict
+    ] = None,  # explicit settings (e.g. vars(parsed args)): input_size, img_size, in_chans, interpolation, mean, std, crop_pct, crop_mode
+    pretrained_cfg: Optional[dict] = None,  # a timm pretrained config (default: `model.pretrained_cfg`)
+    model=None,  # a model with a `pretrained_cfg` attribute
+    use_test_size: bool = False,  # prefer the config's `test_input_size` / `test_crop_pct`
+    verbose: bool = False,  # print the result
+) -> dict:
     "Data config (input_size, interpolation, mean, std, crop_pct, crop_mode) with timm's precedence."
     if not (model is not None or args or pretrained_cfg):
         raise ValueError("resolve_data_config needs at least one of args, pretrained_cfg or model; got none")
     args, cfg = dict(args or {}), dict(pretrained_cfg or {})
-    if not cfg and model is not None: cfg = dict(getattr(model, 'pretrained_cfg', None) or {})
-    in_chans = args.get('in_chans') if args.get('in_chans') is not None else args.get('chans') if args.get('chans') is not None else 3
+    if not cfg and model is not None:
+        cfg = dict(getattr(model, 'pretrained_cfg', None) or {})
+    in_chans = (
+        args.get('in_chans')
+        if args.get('in_chans') is not None
+        else args.get('chans')
+        if args.get('chans') is not None
+        else 3
+    )
     input_size = (in_chans, 224, 224)
     if args.get('input_size') is not None:
         if not (isinstance(args['input_size'], (tuple, list)) and len(args['input_size']) == 3):
             raise ValueError(f"args['input_size'] must be a (C, H, W) tuple; got {args['input_size']!r}")
-        input_size = tuple(args['input_size']); in_chans = input_size[0]
+        input_size = tuple(args['input_size'])
+        in_chans = input_size[0]
     elif args.get('img_size') is not None:
-        if not isinstance(args['img_size'], int): raise ValueError(f"args['img_size'] must be an int; got {args['img_size']!r}")
+        if not isinstance(args['img_size'], int):
+            raise ValueError(f"args['img_size'] must be an int; got {args['img_size']!r}")
         input_size = (in_chans, args['img_size'], args['img_size'])
-    elif use_test_size and cfg.get('test_input_size') is not None: input_size = cfg['test_input_size']
-    elif cfg.get('input_size') is not None: input_size = cfg['input_size']
+    elif use_test_size and cfg.get('test_input_size') is not None:
+        input_size = cfg['test_input_size']
+    elif cfg.get('input_size') is not None:
+        input_size = cfg['input_size']
     out = dict(input_size=input_size)
     out['interpolation'] = args.get('interpolation') or cfg.get('interpolation') or 'bicubic'
     for k, default in (('mean', IMAGENET_DEFAULT_MEAN), ('std', IMAGENET_DEFAULT_STD)):
-        if args.get(k) is not None: out[k] = expand_channel_stats(args[k], in_chans, k)
-        else: out[k] = cfg.get(k) or default
-    if args.get('crop_pct'): crop_pct = args['crop_pct']
-    elif use_test_size and cfg.get('test_crop_pct'): crop_pct = cfg['test_crop_pct']
-    else: crop_pct = cfg.get('crop_pct') or DEFAULT_CROP_PCT
+        if args.get(k) is not None:
+            out[k] = expand_channel_stats(args[k], in_chans, k)
+        else:
+            out[k] = cfg.get(k) or default
+    if args.get('crop_pct'):
+        crop_pct = args['crop_pct']
+    elif use_test_size and cfg.get('test_crop_pct'):
+        crop_pct = cfg['test_crop_pct']
+    else:
+        crop_pct = cfg.get('crop_pct') or DEFAULT_CROP_PCT
     out['crop_pct'] = crop_pct
     out['crop_mode'] = args.get('crop_mode') or cfg.get('crop_mode') or DEFAULT_CROP_MODE
-    if verbose: print('data config:', out)
+    if verbose:
+        print('data config:', out)
     return out
+
 
 def resolve_model_data_config(model, args=None, pretrained_cfg=None, use_test_size=False, verbose=False) -> dict:
     "`resolve_data_config` with the model first."
-    return resolve_data_config(args=args, pretrained_cfg=pretrained_cfg, model=model, use_test_size=use_test_size, verbose=verbose)
+    return resolve_data_config(
+        args=args, pretrained_cfg=pretrained_cfg, model=model, use_test_size=use_test_size, verbose=verbose
+    )
 
 # %% ../nbs/07_config.ipynb #03508f99
 _M64 = (1 << 64) - 1
+
 
 def mix_seed(*parts: int) -> int:
     "One 63-bit seed from a few integers (a run's seed, an epoch, a position...): equal parts, equal seed; any change, an unrelated one."
@@ -138,6 +191,9 @@ def mix_seed(*parts: int) -> int:
         h ^= h >> 29
     return h >> 1
 
+
 def seed_all(seed: int):
     "Seeds Python's `random`, torch's CPU generator and numpy's global generator from one integer."
-    random.seed(seed); torch.default_generator.manual_seed(seed); np.random.seed(seed & 0xFFFFFFFF)
+    random.seed(seed)
+    torch.default_generator.manual_seed(seed)
+    np.random.seed(seed & 0xFFFFFFFF)

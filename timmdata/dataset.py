@@ -16,33 +16,61 @@ from .readers import create_reader
 from .stages import DECODE, READ, stage_clock
 from .transforms import INPUT_FORMATS, SampleTransform, transform_input
 
-
 # %% auto #0
 __all__ = ['is_transient', 'DecodeTransform', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
 
 # %% ../nbs/20_dataset.ipynb #bf0aa1aa
 _BAD_POLICIES = ('raise', 'skip')
 
-class _UsageError(ValueError): "A wrong combination of options: raised as is, never counted as a bad sample."
+
+class _UsageError(ValueError):
+    "A wrong combination of options: raised as is, never counted as a bad sample."
+
 
 # OS errors that say nothing about the file: too many open files, an interrupted or would-block read, a timeout, a
 # network hiccup, memory. Retried, then raised as themselves; never counted as a bad image.
-_TRANSIENT_ERRNOS = frozenset(getattr(errno, n) for n in ('EMFILE', 'ENFILE', 'EINTR', 'EAGAIN', 'EWOULDBLOCK', 'ETIMEDOUT',
-                                                          'ENOMEM', 'ENOBUFS', 'ESTALE', 'ECONNRESET', 'ECONNABORTED',
-                                                          'ECONNREFUSED', 'ENETDOWN', 'ENETUNREACH', 'EHOSTUNREACH')
-                              if hasattr(errno, n))
+_TRANSIENT_ERRNOS = frozenset(
+    getattr(errno, n)
+    for n in (
+        'EMFILE',
+        'ENFILE',
+        'EINTR',
+        'EAGAIN',
+        'EWOULDBLOCK',
+        'ETIMEDOUT',
+        'ENOMEM',
+        'ENOBUFS',
+        'ESTALE',
+        'ECONNRESET',
+        'ECONNABORTED',
+        'ECONNREFUSED',
+        'ENETDOWN',
+        'ENETUNREACH',
+        'EHOSTUNREACH',
+    )
+    if hasattr(errno, n)
+)
+
 
 def is_transient(e: BaseException) -> bool:
     "True for an OS error that says nothing about the file (retry it), False for a bad file or anything else."
-    if isinstance(e, ImageDecodeError) or not isinstance(e, OSError): return False
-    return isinstance(e, (ConnectionError, TimeoutError, InterruptedError, BlockingIOError)) or e.errno in _TRANSIENT_ERRNOS
+    if isinstance(e, ImageDecodeError) or not isinstance(e, OSError):
+        return False
+    return (
+        isinstance(e, (ConnectionError, TimeoutError, InterruptedError, BlockingIOError))
+        or e.errno in _TRANSIENT_ERRNOS
+    )
 
 # %% ../nbs/20_dataset.ipynb #7a370351
 class DecodeTransform:
     "What `ImageDataset` and the streaming `IterableImageDataset` share: the `transform` slot, the decode it asks for, and its application."
+
     input_img_mode, _transform, _to_tensor, _encoded = 'RGB', None, False, False
+
     @property
-    def transform(self): return self._transform
+    def transform(self):
+        return self._transform
+
     @transform.setter
     def transform(self, t):
         self._transform = t
@@ -57,42 +85,60 @@ class DecodeTransform:
             img = convert_mode(src, self.input_img_mode)
             return decode_image(np.asarray(img), None, True) if self._to_tensor else img
         if not isinstance(src, np.ndarray):
-            with stage_clock(READ): src = read_source(src)  # the file's bytes, timed apart from the decode (`stats()`)
+            with stage_clock(READ):
+                src = read_source(src)  # the file's bytes, timed apart from the decode (`stats()`)
             if self._encoded and self.input_img_mode == 'RGB':
                 enc = encoded_jpeg(src)
-                if enc is not None: return enc  # decoded by the transform's crop; else it is decoded whole below
-        with stage_clock(DECODE): return decode_image(src, self.input_img_mode, self._to_tensor)
+                if enc is not None:
+                    return enc  # decoded by the transform's crop; else it is decoded whole below
+        with stage_clock(DECODE):
+            return decode_image(src, self.input_img_mode, self._to_tensor)
 
     def transform_sample(self, img, where: Callable[[], str]):
         "The transform applied to `img`; `ImageDecodeError` passes (bad data when `img` is an `EncodedJpeg`), others get a note naming `where()`."
-        if self._transform is None: return img
-        try: return self._transform(img)
-        except ImageDecodeError: raise
+        if self._transform is None:
+            return img
+        try:
+            return self._transform(img)
+        except ImageDecodeError:
+            raise
         except Exception as e:
-            if hasattr(e, 'add_note'): e.add_note(f'timmdata: while transforming {where()}')  # named only on failure: not per sample
+            if hasattr(e, 'add_note'):
+                e.add_note(f'timmdata: while transforming {where()}')  # named only on failure: not per sample
             raise
 
 # %% ../nbs/20_dataset.ipynb #3be1b7ef
 class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
     "timm-compatible map-style image dataset: `ds[i] -> (image, target)`, read by a reader, decoded by `decode_image`."
+
     io_retries, io_backoff = 3, 0.05  # a transient OS error: retried this often, after 0.05, 0.2, 0.8 s, then raised
-    def __init__(self, root, # dataset root (folder, .tar, folder of .tars, .csv, cache store), see `create_reader`
-                 reader=None, # a `Reader`, or a reader kind ('folder', 'tar', 'csv', 'store'), or None to guess
-                 split: str = 'train', # split folder to look for under root (timm's synonyms too); root itself if absent
-                 class_map=None, # dict or .txt: keep only these classes, with these indices
-                 load_bytes: bool = False, # return the file's raw bytes instead of decoding
-                 input_img_mode: str = 'RGB', # PIL mode images are converted to
-                 transform: Optional[Callable] = None, # applied to the image; what it takes (PIL, tensor, encoded JPEG) from its `input_format`
-                 target_transform: Optional[Callable] = None, # applied to the integer target
-                 additional_features=None, # timm's extra Hugging Face columns per sample: refused (see below); None accepted
-                 bad_sample: str = 'raise', # unreadable or corrupt image: 'raise' an error naming file and index, or 'skip' (None + warning, counted)
-                 **kwargs, # passed to the reader (e.g. `extensions`)
-                ):
-        if additional_features is not None:  # timm reads them only through its hfds/ reader, as (img, target, *features)
-            raise NotImplementedError(f'ImageDataset(additional_features={additional_features!r}): extra per-sample columns are read by '
-                                      f"timm's hfds/ reader only, and timmdata's HfdsReader returns (image, target); read the extra "
-                                      f'columns from the Hugging Face dataset by index, or use timm for this dataset')
-        if bad_sample not in _BAD_POLICIES: raise ValueError(f"bad_sample must be one of 'raise', 'skip'; got {bad_sample!r}")
+
+    def __init__(
+        self,
+        root,  # dataset root (folder, .tar, folder of .tars, .csv, cache store), see `create_reader`
+        reader=None,  # a `Reader`, or a reader kind ('folder', 'tar', 'csv', 'store'), or None to guess
+        split: str = 'train',  # split folder to look for under root (timm's synonyms too); root itself if absent
+        class_map=None,  # dict or .txt: keep only these classes, with these indices
+        load_bytes: bool = False,  # return the file's raw bytes instead of decoding
+        input_img_mode: str = 'RGB',  # PIL mode images are converted to
+        transform: Optional[
+            Callable
+        ] = None,  # applied to the image; what it takes (PIL, tensor, encoded JPEG) from its `input_format`
+        target_transform: Optional[Callable] = None,  # applied to the integer target
+        additional_features=None,  # timm's extra Hugging Face columns per sample: refused (see below); None accepted
+        bad_sample: str = 'raise',  # unreadable or corrupt image: 'raise' an error naming file and index, or 'skip' (None + warning, counted)
+        **kwargs,  # passed to the reader (e.g. `extensions`)
+    ):
+        if (
+            additional_features is not None
+        ):  # timm reads them only through its hfds/ reader, as (img, target, *features)
+            raise NotImplementedError(
+                f'ImageDataset(additional_features={additional_features!r}): extra per-sample columns are read by '
+                f"timm's hfds/ reader only, and timmdata's HfdsReader returns (image, target); read the extra "
+                f'columns from the Hugging Face dataset by index, or use timm for this dataset'
+            )
+        if bad_sample not in _BAD_POLICIES:
+            raise ValueError(f"bad_sample must be one of 'raise', 'skip'; got {bad_sample!r}")
         if reader is None or isinstance(reader, str):
             reader = create_reader(root, split=split, class_map=class_map, kind=reader or None, **kwargs)
         self.reader, self.root = reader, root
@@ -101,7 +147,8 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
         # one flag per sample in shared memory: DataLoader workers (forked or spawned) mark skips the parent can read
         self._bad = torch.zeros(len(reader), dtype=torch.uint8).share_memory_() if bad_sample == 'skip' else None
 
-    def __len__(self) -> int: return len(self.reader)
+    def __len__(self) -> int:
+        return len(self.reader)
 
     @property
     def bad_samples(self) -> list:
@@ -109,50 +156,72 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
         return [] if self._bad is None else torch.nonzero(self._bad).flatten().tolist()
 
     @property
-    def classes(self) -> list: return self.reader.classes
+    def classes(self) -> list:
+        return self.reader.classes
+
     @property
-    def class_to_idx(self) -> dict: return self.reader.class_to_idx
+    def class_to_idx(self) -> dict:
+        return self.reader.class_to_idx
+
     def __repr__(self):
         return f'{type(self).__name__}({len(self)} samples, {len(self.classes)} classes, reader={self.reader!r}, transform={self._transform!r})'
 
     def _load(self, index: int):
         src, target = self.reader[index]
         if self.load_bytes:
-            if isinstance(src, np.ndarray): raise _UsageError('load_bytes=True needs a reader of encoded files; this reader returns decoded pixels')
+            if isinstance(src, np.ndarray):
+                raise _UsageError('load_bytes=True needs a reader of encoded files; this reader returns decoded pixels')
             return read_source(src), target
         return self.decode_sample(src), target
 
     def _load_retrying(self, index: int):
         "`_load`, with transient OS errors retried; a bad file's error is raised for `_on_bad`, anything else as it is."
         for attempt in range(self.io_retries + 1):
-            try: return self._load(index)
+            try:
+                return self._load(index)
             except OSError as e:
-                if not is_transient(e): raise
+                if not is_transient(e):
+                    raise
                 if attempt == self.io_retries:
-                    note = (f'timmdata: reading sample {index} ({self.filename(index, absolute=True)}) failed {attempt + 1} times '
-                            f'with this transient error; the file is not counted as bad (too many open files: raise `ulimit -n`)')
-                    if hasattr(e, 'add_note'): e.add_note(note); raise
+                    note = (
+                        f'timmdata: reading sample {index} ({self.filename(index, absolute=True)}) failed {attempt + 1} times '
+                        f'with this transient error; the file is not counted as bad (too many open files: raise `ulimit -n`)'
+                    )
+                    if hasattr(e, 'add_note'):
+                        e.add_note(note)
+                        raise
                     raise type(e)(*e.args, note) from e  # Python < 3.11: the note in the message
-                time.sleep(self.io_backoff * 4 ** attempt)
+                time.sleep(self.io_backoff * 4**attempt)
 
     def __getitem__(self, index: int):
-        if not -len(self) <= index < len(self): raise IndexError(f'index {index} out of range for a dataset of {len(self)} samples')
-        try: img, target = self._load_retrying(index)
-        except OSError as e:  # ImageDecodeError, or a file that is missing or unreadable for good (never a transient error)
-            if is_transient(e): raise
+        if not -len(self) <= index < len(self):
+            raise IndexError(f'index {index} out of range for a dataset of {len(self)} samples')
+        try:
+            img, target = self._load_retrying(index)
+        except (
+            OSError
+        ) as e:  # ImageDecodeError, or a file that is missing or unreadable for good (never a transient error)
+            if is_transient(e):
+                raise
             return self._on_bad(index, e)
-        try: img = self.transform_sample(img, lambda: f'sample {index} ({self.filename(index)})')
+        try:
+            img = self.transform_sample(img, lambda: f'sample {index} ({self.filename(index)})')
         except ImageDecodeError as e:
-            if isinstance(img, EncodedJpeg): return self._on_bad(index, e)  # decoded inside the transform
+            if isinstance(img, EncodedJpeg):
+                return self._on_bad(index, e)  # decoded inside the transform
             raise
-        if target is None: target = -1
-        elif self.target_transform is not None: target = self.target_transform(target)
+        if target is None:
+            target = -1
+        elif self.target_transform is not None:
+            target = self.target_transform(target)
         return img, target
 
     def _on_bad(self, index: int, e: Exception):
         msg = f'sample {index} ({self.filename(index, absolute=True)}) could not be read or decoded: {e}'
         if self._bad is None:
-            raise ImageDecodeError(msg + "; fix or remove the file, or pass bad_sample='skip' to skip such samples") from e
+            raise ImageDecodeError(
+                msg + "; fix or remove the file, or pass bad_sample='skip' to skip such samples"
+            ) from e
         self._bad[index] = 1
         warnings.warn(f'skipped {msg}', stacklevel=3)
         return None
@@ -168,42 +237,63 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
 # %% ../nbs/20_dataset.ipynb #5066882f
 class ChoiceTransform(SampleTransform):
     "A transform that applies `transforms[choice]`; the loader sets `choice` before each sample. Takes what every choice takes."
-    def __init__(self, transforms): # a dict or sequence of transforms (callables)
-        self.transforms, self.choice = transforms, next(iter(transforms.keys() if isinstance(transforms, dict) else range(len(transforms))))
+
+    def __init__(self, transforms):  # a dict or sequence of transforms (callables)
+        self.transforms, self.choice = (
+            transforms,
+            next(iter(transforms.keys() if isinstance(transforms, dict) else range(len(transforms)))),
+        )
         fs = [transform_input(t) for t in (transforms.values() if isinstance(transforms, dict) else transforms)]
         self.input_format = min(fs, key=INPUT_FORMATS.index)  # each format accepts the ones before it
-    def __call__(self, img): return self.transforms[self.choice](img)
-    def __repr__(self): return f'{type(self).__name__}({len(self.transforms)} choices)'
+
+    def __call__(self, img):
+        return self.transforms[self.choice](img)
+
+    def __repr__(self):
+        return f'{type(self).__name__}({len(self.transforms)} choices)'
 
 # %% ../nbs/20_dataset.ipynb #72e5ec42
 class AugMixDataset(torch.utils.data.Dataset):
     "Wraps a dataset to return `num_splits` views per sample: one clean, the rest augmented (timm's AugMix split)."
-    def __init__(self, dataset, # dataset whose `transform` is a (primary, secondary, final) tuple, or None
-                 num_splits: int = 2, # views per sample, the first one clean
-                ):
-        if num_splits < 1: raise ValueError(f'num_splits must be >= 1; got {num_splits}')
+
+    def __init__(
+        self,
+        dataset,  # dataset whose `transform` is a (primary, secondary, final) tuple, or None
+        num_splits: int = 2,  # views per sample, the first one clean
+    ):
+        if num_splits < 1:
+            raise ValueError(f'num_splits must be >= 1; got {num_splits}')
         self.dataset, self.num_splits = dataset, num_splits
         self.augmentation = self.normalize = None
-        if dataset.transform is not None: self._set_transforms(dataset.transform)
+        if dataset.transform is not None:
+            self._set_transforms(dataset.transform)
 
     def _set_transforms(self, x):
         if not (isinstance(x, (list, tuple)) and len(x) == 3):
-            raise ValueError(f'AugMixDataset needs the transform as a (primary, secondary, final) tuple, as from '
-                             f'create_transform(..., separate=True); got {type(x).__name__}')
+            raise ValueError(
+                f'AugMixDataset needs the transform as a (primary, secondary, final) tuple, as from '
+                f'create_transform(..., separate=True); got {type(x).__name__}'
+            )
         self.dataset.transform, self.augmentation, self.normalize = x
 
     @property
-    def transform(self): return self.dataset.transform
-    @transform.setter
-    def transform(self, x): self._set_transforms(x)
+    def transform(self):
+        return self.dataset.transform
 
-    def _normalize(self, x): return x if self.normalize is None else self.normalize(x)
+    @transform.setter
+    def transform(self, x):
+        self._set_transforms(x)
+
+    def _normalize(self, x):
+        return x if self.normalize is None else self.normalize(x)
 
     def __getitem__(self, i: int):
         s = self.dataset[i]
-        if s is None: return None
+        if s is None:
+            return None
         x, y = s
         views = [self._normalize(x)] + [self._normalize(self.augmentation(x)) for _ in range(self.num_splits - 1)]
         return tuple(views), y
 
-    def __len__(self) -> int: return len(self.dataset)
+    def __len__(self) -> int:
+        return len(self.dataset)

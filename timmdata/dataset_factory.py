@@ -17,7 +17,8 @@ __all__ = ['TorchvisionReader', 'create_dataset']
 # %% ../nbs/39_dataset_factory.ipynb #f2193c40
 class TorchvisionReader(Reader):
     "A torchvision dataset as a reader: its file paths (folder-style sets) or its uint8 pixel arrays (CIFAR, MNIST, ...)."
-    def __init__(self, dataset): # a torchvision dataset (made with transform=None)
+
+    def __init__(self, dataset):  # a torchvision dataset (made with transform=None)
         self.dataset, self.root = dataset, str(getattr(dataset, 'root', '') or '')
         samples = getattr(dataset, 'samples', None) or getattr(dataset, 'imgs', None)
         if isinstance(samples, list) and samples and isinstance(samples[0][0], (str, os.PathLike)):
@@ -30,11 +31,13 @@ class TorchvisionReader(Reader):
         self._targets = np.asarray(targets, dtype=np.int64).reshape(-1)
         c2i = getattr(dataset, 'class_to_idx', None)
         classes = getattr(dataset, 'classes', None)
-        if not c2i and classes: c2i = {c if isinstance(c, str) else str(c): i for i, c in enumerate(classes)}
+        if not c2i and classes:
+            c2i = {c if isinstance(c, str) else str(c): i for i, c in enumerate(classes)}
         self.class_to_idx = dict(c2i) if c2i else {str(t): int(t) for t in sorted(set(self._targets.tolist()))}
 
     def __getitem__(self, i: int):
-        if self._kind == 'path': return self._paths[i], int(self._targets[i])
+        if self._kind == 'path':
+            return self._paths[i], int(self._targets[i])
         if self._kind == 'array':
             a = self.dataset.data[i]
             return np.ascontiguousarray(a.numpy() if hasattr(a, 'numpy') else np.asarray(a)), int(self._targets[i])
@@ -42,26 +45,51 @@ class TorchvisionReader(Reader):
         return np.asarray(img.convert('RGB') if img.mode not in ('L', 'RGB', 'RGBA') else img), int(self._targets[i])
 
     def _filename(self, i: int) -> str:
-        if self._kind == 'path': return os.path.relpath(self._paths[i], self.root) if self.root else self._paths[i]
+        if self._kind == 'path':
+            return os.path.relpath(self._paths[i], self.root) if self.root else self._paths[i]
         return f'{type(self.dataset).__name__}[{i}]'
 
 # %% ../nbs/39_dataset_factory.ipynb #079ff07f
 _TRAIN = ('train', 'training')
 _EVAL = ('val', 'valid', 'validation', 'eval', 'evaluation')
-_TORCH_NAMES = ('cifar10', 'cifar100', 'mnist', 'kmnist', 'fashion_mnist', 'qmnist', 'imagenet', 'image_folder', 'folder',
-                'places365', 'inaturalist', 'inat')
+_TORCH_NAMES = (
+    'cifar10',
+    'cifar100',
+    'mnist',
+    'kmnist',
+    'fashion_mnist',
+    'qmnist',
+    'imagenet',
+    'image_folder',
+    'folder',
+    'places365',
+    'inaturalist',
+    'inat',
+)
+
 
 def _torchvision_dataset(name: str, root, split: str, search_split: bool, download: bool, kwargs: dict):
     "torchvision's dataset for `torch/<name>`, with timm's split names."
     import torchvision.datasets as tvd
-    if root is None: raise ValueError(f"create_dataset('torch/{name}') needs root= (the folder torchvision reads or downloads into)")
+
+    if root is None:
+        raise ValueError(f"create_dataset('torch/{name}') needs root= (the folder torchvision reads or downloads into)")
     kw = dict(root=root, download=download, **kwargs)
-    basic = {'cifar10': 'CIFAR10', 'cifar100': 'CIFAR100', 'mnist': 'MNIST', 'kmnist': 'KMNIST', 'fashion_mnist': 'FashionMNIST', 'qmnist': 'QMNIST'}
-    if name in basic: return getattr(tvd, basic[name])(train=split in _TRAIN, **kw)
+    basic = {
+        'cifar10': 'CIFAR10',
+        'cifar100': 'CIFAR100',
+        'mnist': 'MNIST',
+        'kmnist': 'KMNIST',
+        'fashion_mnist': 'FashionMNIST',
+        'qmnist': 'QMNIST',
+    }
+    if name in basic:
+        return getattr(tvd, basic[name])(train=split in _TRAIN, **kw)
     if name in ('inaturalist', 'inat'):
         target_type, parts = 'full', split.split('/')
         if len(parts) > 1:
-            target_type = parts[0].split('_'); target_type = target_type[0] if len(target_type) == 1 else target_type
+            target_type = parts[0].split('_')
+            target_type = target_type[0] if len(target_type) == 1 else target_type
             split = parts[-1]
         split = '2021_train' if split in _TRAIN else '2021_valid' if split in _EVAL else split
         return tvd.INaturalist(version=split, target_type=target_type, **kw)
@@ -71,87 +99,153 @@ def _torchvision_dataset(name: str, root, split: str, search_split: bool, downlo
         kw.pop('download')  # torchvision's ImageNet cannot download
         return tvd.ImageNet(split='val' if split in _EVAL else split, **kw)
     if name in ('image_folder', 'folder'):
-        if search_split and os.path.isdir(root): root = find_split(root, split)
+        if search_split and os.path.isdir(root):
+            root = find_split(root, split)
         return tvd.ImageFolder(root, **kwargs)
-    raise ValueError(f"unknown torchvision dataset 'torch/{name}'; timmdata knows torch/{', torch/'.join(_TORCH_NAMES)}")
+    raise ValueError(
+        f"unknown torchvision dataset 'torch/{name}'; timmdata knows torch/{', torch/'.join(_TORCH_NAMES)}"
+    )
 
 # %% ../nbs/39_dataset_factory.ipynb #5ce43ac2
 _OURS = ('transform', 'target_transform', 'bad_sample')  # ImageDataset's own arguments: never passed to torchvision
 
-def _iterable(name, root, split, class_map, is_training, download, batch_size, num_samples, seed, repeats, input_img_mode, kwargs):
+
+def _iterable(
+    name, root, split, class_map, is_training, download, batch_size, num_samples, seed, repeats, input_img_mode, kwargs
+):
     from timmdata.streaming import IterableImageDataset  # here: streaming is optional (webdataset, datasets)
-    return IterableImageDataset(root, reader=name, split=split, class_map=class_map, is_training=is_training,
-                                download=download, batch_size=batch_size, num_samples=num_samples, seed=seed,
-                                repeats=repeats, input_img_mode=input_img_mode, **kwargs)
+
+    return IterableImageDataset(
+        root,
+        reader=name,
+        split=split,
+        class_map=class_map,
+        is_training=is_training,
+        download=download,
+        batch_size=batch_size,
+        num_samples=num_samples,
+        seed=seed,
+        repeats=repeats,
+        input_img_mode=input_img_mode,
+        **kwargs,
+    )
+
 
 def _tfds_error(name: str):
     return NotImplementedError(
         f"{name!r}: TensorFlow datasets (tfds/) are not supported by timmdata. Export the data once (e.g. as an image "
         f"folder with tfds.as_numpy) and either write WebDataset shards with `timmdata shards SRC DST --shard-size 1000` "
-        f"and read them as create_dataset('wds/<name>', root=DST), or use a Hugging Face copy of it with 'hfds/<name>'")
+        f"and read them as create_dataset('wds/<name>', root=DST), or use a Hugging Face copy of it with 'hfds/<name>'"
+    )
 
 # %% ../nbs/39_dataset_factory.ipynb #a333ef31
-def create_dataset(name: str, # '' (folder, tar, csv or store under root), or 'torch/...', 'wds/...', 'hfds/...', 'hfids/...'
-                   root: Optional[str] = None, # dataset root (folder, shards folder, cache_dir)
-                   split: str = 'validation', # split (timm's synonyms: train/training, val/valid/validation/eval/evaluation)
-                   search_split: bool = True, # look for the split's folder under root (folder and torch/image_folder)
-                   class_map=None, # dict or .txt: keep only these classes, with these indices
-                   load_bytes: bool = False, # return the encoded bytes instead of decoding (folder)
-                   is_training: bool = False, # training stream: shuffled, equal batches per rank (wds, hfids)
-                   download: bool = False, # download if missing and supported (torch, hfids)
-                   batch_size: int = 1, # batch size hint for streams (wds, hfids)
-                   num_samples: Optional[int] = None, # samples per epoch of a stream (else from _info.json / dataset info)
-                   seed: int = 42, # stream shuffle seed (wds, hfids)
-                   repeats: int = 0, # stream repeats per epoch (wds, hfids)
-                   input_img_mode: str = 'RGB', # PIL mode images are converted to
-                   trust_remote_code: bool = False, # allow a Hugging Face loading script (hfds, hfids; datasets < 4)
-                   **kwargs, # passed on to the dataset / reader (e.g. transform, bad_sample, input_key, target_key)
-                  ):
+def create_dataset(
+    name: str,  # '' (folder, tar, csv or store under root), or 'torch/...', 'wds/...', 'hfds/...', 'hfids/...'
+    root: Optional[str] = None,  # dataset root (folder, shards folder, cache_dir)
+    split: str = 'validation',  # split (timm's synonyms: train/training, val/valid/validation/eval/evaluation)
+    search_split: bool = True,  # look for the split's folder under root (folder and torch/image_folder)
+    class_map=None,  # dict or .txt: keep only these classes, with these indices
+    load_bytes: bool = False,  # return the encoded bytes instead of decoding (folder)
+    is_training: bool = False,  # training stream: shuffled, equal batches per rank (wds, hfids)
+    download: bool = False,  # download if missing and supported (torch, hfids)
+    batch_size: int = 1,  # batch size hint for streams (wds, hfids)
+    num_samples: Optional[int] = None,  # samples per epoch of a stream (else from _info.json / dataset info)
+    seed: int = 42,  # stream shuffle seed (wds, hfids)
+    repeats: int = 0,  # stream repeats per epoch (wds, hfids)
+    input_img_mode: str = 'RGB',  # PIL mode images are converted to
+    trust_remote_code: bool = False,  # allow a Hugging Face loading script (hfds, hfids; datasets < 4)
+    **kwargs,  # passed on to the dataset / reader (e.g. transform, bad_sample, input_key, target_key)
+):
     "timm's dataset factory: the dataset named by `name`'s scheme, read by timmdata."
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     prefix, sep, rest = name.partition('/')
     prefix = prefix.lower() if sep else ''
     if prefix == 'torch':
-        if not unset(class_map): raise ValueError(f'class_map is not supported for torchvision datasets ({name!r})')
+        if not unset(class_map):
+            raise ValueError(f'class_map is not supported for torchvision datasets ({name!r})')
         ours = {k: kwargs.pop(k) for k in _OURS if k in kwargs}
         tv = _torchvision_dataset(rest.lower(), root, split, search_split, download, kwargs)
-        return ImageDataset(root, reader=TorchvisionReader(tv), load_bytes=load_bytes, input_img_mode=input_img_mode, **ours)
+        return ImageDataset(
+            root, reader=TorchvisionReader(tv), load_bytes=load_bytes, input_img_mode=input_img_mode, **ours
+        )
     if prefix == 'hfds':
         ours = {k: kwargs.pop(k) for k in _OURS if k in kwargs}
-        reader = HfdsReader(rest, root=root, split=split, class_map=class_map, download=download,
-                            trust_remote_code=trust_remote_code, **kwargs)
+        reader = HfdsReader(
+            rest,
+            root=root,
+            split=split,
+            class_map=class_map,
+            download=download,
+            trust_remote_code=trust_remote_code,
+            **kwargs,
+        )
         return ImageDataset(root, reader=reader, load_bytes=load_bytes, input_img_mode=input_img_mode, **ours)
     if prefix in ('wds', 'hfids'):
-        if prefix == 'hfids': kwargs['trust_remote_code'] = trust_remote_code
-        return _iterable(name, root, split, class_map, is_training, download, batch_size, num_samples, seed, repeats,
-                         input_img_mode, kwargs)
-    if prefix == 'tfds': raise _tfds_error(name)
+        if prefix == 'hfids':
+            kwargs['trust_remote_code'] = trust_remote_code
+        return _iterable(
+            name,
+            root,
+            split,
+            class_map,
+            is_training,
+            download,
+            batch_size,
+            num_samples,
+            seed,
+            repeats,
+            input_img_mode,
+            kwargs,
+        )
+    if prefix == 'tfds':
+        raise _tfds_error(name)
     if prefix:
-        raise ValueError(f"unknown dataset scheme {prefix + '/'!r} in {name!r}; expected torch/, wds/, hfds/, hfids/, or no "
-                         f"prefix for a folder, tar, csv or store at root")
-    if root is None: raise ValueError(f'create_dataset({name!r}) needs root= (a folder, .tar, .csv or store)')
+        raise ValueError(
+            f"unknown dataset scheme {prefix + '/'!r} in {name!r}; expected torch/, wds/, hfds/, hfids/, or no "
+            f"prefix for a folder, tar, csv or store at root"
+        )
+    if root is None:
+        raise ValueError(f'create_dataset({name!r}) needs root= (a folder, .tar, .csv or store)')
     kind = name if name in reader_kinds() else None  # timm ignores any other plain name (e.g. 'imagenet')
     if search_split and split and os.path.isdir(root):
         with_split = find_split(root, split)
-    else: with_split = root
-    return ImageDataset(with_split, reader=kind, split=None, class_map=class_map, load_bytes=load_bytes,
-                        input_img_mode=input_img_mode, **kwargs)
+    else:
+        with_split = root
+    return ImageDataset(
+        with_split,
+        reader=kind,
+        split=None,
+        class_map=class_map,
+        load_bytes=load_bytes,
+        input_img_mode=input_img_mode,
+        **kwargs,
+    )
 
 # %% ../nbs/39_dataset_factory.ipynb #1b121434
 def _hfds_reader(name, root=None, split='train', class_map=None, **kwargs):
     return HfdsReader(name, root=root, split=split, class_map=class_map, **kwargs)
 
+
 def _wds_source(name, root=None, split='train', class_map=None, download=False, **kwargs):
     from timmdata.shard_io import WdsSource
+
     if class_map is not None:
-        raise ValueError(f"class_map is not supported for wds/ shards ({name!r}; targets are the shards' integer labels): "
-                         "remap them with target_transform")
+        raise ValueError(
+            f"class_map is not supported for wds/ shards ({name!r}; targets are the shards' integer labels): "
+            "remap them with target_transform"
+        )
     return WdsSource(root, split, **kwargs)
+
 
 def _hfids_source(name, root=None, split='train', class_map=None, **kwargs):
     from timmdata.hf_readers import HfidsSource  # Hugging Face `datasets` is needed only when streaming from it
+
     return HfidsSource(name, root=root, split=split, class_map=class_map, **kwargs)
 
-def _tfds_reader(name, **kwargs): raise _tfds_error('tfds/' + name)
 
-for _s, _make in (('hfds', _hfds_reader), ('wds', _wds_source), ('hfids', _hfids_source), ('tfds', _tfds_reader)): register_scheme(_s, _make)
+def _tfds_reader(name, **kwargs):
+    raise _tfds_error('tfds/' + name)
+
+
+for _s, _make in (('hfds', _hfds_reader), ('wds', _wds_source), ('hfids', _hfids_source), ('tfds', _tfds_reader)):
+    register_scheme(_s, _make)

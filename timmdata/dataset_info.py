@@ -14,9 +14,13 @@ __all__ = ['LabelNames', 'DatasetInfo', 'CustomDatasetInfo', 'LabelMappingCovera
 # %% ../nbs/50_dataset_info.ipynb #97c8acdb
 LabelNames = Union[List[str], Tuple[str, ...], Dict[Union[int, str], str]]
 
+
 class DatasetInfo(ABC):
     "What a classifier's indices mean: the interface `ImageNetInfo` and `CustomDatasetInfo` implement (timm's)."
-    def __init__(self): pass
+
+    def __init__(self):
+        pass
+
     @abstractmethod
     def num_classes(self) -> int: ...
     @abstractmethod
@@ -32,23 +36,32 @@ class DatasetInfo(ABC):
     def label_indices(self) -> Tuple[int, ...]:
         "The classifier indices that have a name (all of them, unless a subclass maps only some)."
         return tuple(range(self.num_classes()))
+
     def has_label(self, index) -> bool:
         "Whether classifier index `index` has a name."
         return 0 <= int(index) < self.num_classes()
 
 # %% ../nbs/50_dataset_info.ipynb #6c6cba11
 def _index_of(key) -> int:
-    if not isinstance(key, (Integral, str)): raise TypeError(f'Label index must be an int or string, got {type(key).__name__}.')
-    try: i = int(key)
-    except ValueError as e: raise ValueError(f'Label index must be integer-like, got {key!r}.') from e
-    if i < 0: raise ValueError(f'Label index must be non-negative, got {i}.')
+    if not isinstance(key, (Integral, str)):
+        raise TypeError(f'Label index must be an int or string, got {type(key).__name__}.')
+    try:
+        i = int(key)
+    except ValueError as e:
+        raise ValueError(f'Label index must be integer-like, got {key!r}.') from e
+    if i < 0:
+        raise ValueError(f'Label index must be non-negative, got {i}.')
     return i
+
 
 class CustomDatasetInfo(DatasetInfo):
     "A `DatasetInfo` over names (and optional descriptions) given by the user."
-    def __init__(self, label_names: LabelNames, # names by index: a list/tuple, or an {index: name} dict (may be sparse)
-                 label_descriptions: Optional[Dict[str, str]] = None, # name -> description, for every name
-                ):
+
+    def __init__(
+        self,
+        label_names: LabelNames,  # names by index: a list/tuple, or an {index: name} dict (may be sparse)
+        label_descriptions: Optional[Dict[str, str]] = None,  # name -> description, for every name
+    ):
         super().__init__()
         if not isinstance(label_names, (list, tuple, dict)) or not label_names:
             raise ValueError('label_names must be a non-empty list, tuple, or index-to-name dictionary.')
@@ -57,60 +70,83 @@ class CustomDatasetInfo(DatasetInfo):
             self._by_index = {}
             for key, name in label_names.items():
                 i = _index_of(key)
-                if i in self._by_index: raise ValueError(f'Duplicate label index after normalization: {i}.')
+                if i in self._by_index:
+                    raise ValueError(f'Duplicate label index after normalization: {i}.')
                 self._by_index[i] = name
         names = list(self._by_index.values()) if self._by_index is not None else list(label_names)
-        if not all(isinstance(n, str) for n in names): raise TypeError('All label names must be strings.')
+        if not all(isinstance(n, str) for n in names):
+            raise TypeError('All label names must be strings.')
         if label_descriptions is not None:
             if not isinstance(label_descriptions, dict):
                 raise TypeError('label_descriptions must be a label-name-to-description dictionary.')
             missing = [n for n in names if n not in label_descriptions]
-            if missing: raise ValueError(f'Missing descriptions for label names: {missing}.')
+            if missing:
+                raise ValueError(f'Missing descriptions for label names: {missing}.')
         self._label_descriptions = label_descriptions
 
-    def num_classes(self) -> int: return len(self._label_names)
-    def label_names(self): return self._label_names
+    def num_classes(self) -> int:
+        return len(self._label_names)
+
+    def label_names(self):
+        return self._label_names
+
     def label_indices(self) -> Tuple[int, ...]:
         return tuple(self._by_index) if self._by_index is not None else tuple(range(len(self._label_names)))
+
     def has_label(self, index) -> bool:
         i = int(index)
         return i in self._by_index if self._by_index is not None else 0 <= i < len(self._label_names)
-    def label_descriptions(self, detailed: bool = False, as_dict: bool = False): return self._label_descriptions
+
+    def label_descriptions(self, detailed: bool = False, as_dict: bool = False):
+        return self._label_descriptions
+
     def label_name_to_description(self, label: str, detailed: bool = False) -> str:
         return self._label_descriptions[label] if self._label_descriptions else label  # no descriptions: the name
+
     def index_to_label_name(self, index) -> str:
-        if self._by_index is not None: return self._by_index[int(index)]
+        if self._by_index is not None:
+            return self._by_index[int(index)]
         if not 0 <= index < len(self._label_names):
             raise IndexError(f'index {index} is out of range for {len(self._label_names)} label names')
         return self._label_names[index]
+
     def index_to_description(self, index: int, detailed: bool = False) -> str:
         return self.label_name_to_description(self.index_to_label_name(index), detailed=detailed)
 
 # %% ../nbs/50_dataset_info.ipynb #4a6e9a53
 class LabelMappingCoverage(NamedTuple):
     "How many of a classifier's indices are named (`mapped`), unnamed (`missing`), and named but beyond it (`extra`)."
+
     mapped: int
     missing: int
     extra: int
 
+
 class DatasetInfoLabelMapper:
     "Classifier index -> text to show, with a placeholder for indices the `DatasetInfo` does not name."
-    def __init__(self, dataset_info: DatasetInfo, # the names
-                 label_type: str = 'description', # 'name', 'description', or 'detail'/'detailed'
-                 fallback_format: Optional[str] = '<unmapped:{index}>', # text for an unnamed index; None: the info raises
-                ):
-        if label_type not in ('name', 'description', 'detail', 'detailed'): raise ValueError(f'Invalid label type: {label_type}.')
+
+    def __init__(
+        self,
+        dataset_info: DatasetInfo,  # the names
+        label_type: str = 'description',  # 'name', 'description', or 'detail'/'detailed'
+        fallback_format: Optional[str] = '<unmapped:{index}>',  # text for an unnamed index; None: the info raises
+    ):
+        if label_type not in ('name', 'description', 'detail', 'detailed'):
+            raise ValueError(f'Invalid label type: {label_type}.')
         self.dataset_info, self.label_type, self.fallback_format = dataset_info, label_type, fallback_format
 
     def __call__(self, index) -> str:
         index = int(index)
-        if self.fallback_format is not None and not self.dataset_info.has_label(index): return self.fallback_format.format(index=index)
-        if self.label_type == 'name': return self.dataset_info.index_to_label_name(index)
+        if self.fallback_format is not None and not self.dataset_info.has_label(index):
+            return self.fallback_format.format(index=index)
+        if self.label_type == 'name':
+            return self.dataset_info.index_to_label_name(index)
         return self.dataset_info.index_to_description(index, detailed=self.label_type in ('detail', 'detailed'))
 
     def coverage(self, num_classes: int) -> LabelMappingCoverage:
         "Named, unnamed and out-of-range counts for a classifier of `num_classes` outputs."
-        if num_classes < 0: raise ValueError(f'num_classes must be non-negative, got {num_classes}.')
+        if num_classes < 0:
+            raise ValueError(f'num_classes must be non-negative, got {num_classes}.')
         named = self.dataset_info.label_indices()
         mapped = sum(0 <= i < num_classes for i in named)
         return LabelMappingCoverage(mapped=mapped, missing=num_classes - mapped, extra=len(named) - mapped)

@@ -22,26 +22,37 @@ __all__ = ['NATIVE', 'NATIVE_STATUS', 'gil_free', 'MAX_IMAGE_PIXELS', 'Native', 
 # written by setup.py beside the extension when its build failed (the package's folder, found without importing it)
 _BUILD_NOTE = os.path.join(importlib.util.find_spec('timmdata').submodule_search_locations[0], '_native_build.txt')
 
+
 def _load_native(note: str = _BUILD_NOTE) -> tuple:
     "(the extension module or None, a sentence saying which and why)."
-    if not setting('TIMMDATA_NATIVE'): return None, 'off: turned off by the environment variable TIMMDATA_NATIVE=0'
-    try: from timmdata import _native
+    if not setting('TIMMDATA_NATIVE'):
+        return None, 'off: turned off by the environment variable TIMMDATA_NATIVE=0'
+    try:
+        from timmdata import _native
     except ImportError as e:
         try:
-            with open(note, encoding='utf-8') as f: why = f.read().strip()
-        except OSError: why = ''
-        return None, (f'not built ({why or e}): timmdata decodes whole JPEGs and normalises with torch ops instead '
-                      f'(slower: no crop-aware decoding, no fused batch step; same results). For the fast path install '
-                      f"timmdata's binary wheel (libjpeg-turbo inside: `make wheel`, then pip install wheelhouse/timmdata-*.whl), "
-                      f'or a C compiler and the libjpeg-turbo headers (Debian: libjpeg-dev), then reinstall timmdata')
+            with open(note, encoding='utf-8') as f:
+                why = f.read().strip()
+        except OSError:
+            why = ''
+        return None, (
+            f'not built ({why or e}): timmdata decodes whole JPEGs and normalises with torch ops instead '
+            f'(slower: no crop-aware decoding, no fused batch step; same results). For the fast path install '
+            f"timmdata's binary wheel (libjpeg-turbo inside: `make wheel`, then pip install wheelhouse/timmdata-*.whl), "
+            f'or a C compiler and the libjpeg-turbo headers (Debian: libjpeg-dev), then reinstall timmdata'
+        )
     return _native, f'active ({os.path.basename(_native.__file__)})'
+
 
 class Native:
     """The C extension behind one switch. `module`: the extension, or None when it is not built, turned off by
     `TIMMDATA_NATIVE=0`, or switched off (`enabled = False`, or `use_native(False)`). Read it at each use."""
-    def __init__(self, loaded, # the extension module, or None (from `_load_native`)
-                 status: str, # which and why, in words
-                ):
+
+    def __init__(
+        self,
+        loaded,  # the extension module, or None (from `_load_native`)
+        status: str,  # which and why, in words
+    ):
         self.loaded, self.status, self.enabled = loaded, status, True
 
     @property
@@ -49,46 +60,69 @@ class Native:
         "The extension when built and switched on, else None: what every caller tests and calls."
         return self.loaded if self.enabled else None
 
-    def __repr__(self): return f'Native({self.status}{"" if self.enabled else "; switched off"})'
+    def __repr__(self):
+        return f'Native({self.status}{"" if self.enabled else "; switched off"})'
+
 
 NATIVE = Native(*_load_native())  # the one instance
 NATIVE_STATUS = NATIVE.status
 
+
 @contextmanager
-def use_native(on: bool = True, # False: every path takes its fallback (torch ops, TorchCodec, PIL) inside the block
-              ):
+def use_native(
+    on: bool = True,  # False: every path takes its fallback (torch ops, TorchCodec, PIL) inside the block
+):
     "Switch the C extension on or off for every path at once inside a `with` block (a test of the fallbacks); yields `NATIVE.module`."
     old, NATIVE.enabled = NATIVE.enabled, bool(on)
-    try: yield NATIVE.module
-    finally: NATIVE.enabled = old
+    try:
+        yield NATIVE.module
+    finally:
+        NATIVE.enabled = old
+
 
 def __getattr__(name: str):
     "`timmdata.decode.native`, the name before `NATIVE`: `NATIVE.module`, read at each use."
-    if name == 'native': return NATIVE.module
+    if name == 'native':
+        return NATIVE.module
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
 
 class _DecodeModule(types.ModuleType):
     def __setattr__(self, name, value):  # assigning the old name once switched the extension: now it would silently not
-        if name == 'native': raise AttributeError('timmdata.decode.native is read-only: switch the C extension with '
-                                                  '`with timmdata.decode.use_native(False):` (or decode.NATIVE.enabled)')
+        if name == 'native':
+            raise AttributeError(
+                'timmdata.decode.native is read-only: switch the C extension with '
+                '`with timmdata.decode.use_native(False):` (or decode.NATIVE.enabled)'
+            )
         super().__setattr__(name, value)
 
-if __name__ == 'timmdata.decode': sys.modules[__name__].__class__ = _DecodeModule
 
-if NATIVE.loaded is None and os.path.exists(_BUILD_NOTE):  # the build at install time failed, and pip shows a build's output only with -v
+if __name__ == 'timmdata.decode':
+    sys.modules[__name__].__class__ = _DecodeModule
+
+if NATIVE.loaded is None and os.path.exists(
+    _BUILD_NOTE
+):  # the build at install time failed, and pip shows a build's output only with -v
     warnings.warn(f'timmdata: the C extension is {NATIVE_STATUS} (TIMMDATA_NATIVE=0 silences this)', stacklevel=2)
+
 
 class GilFree:
     """Around the library's native pixel work that runs without the GIL (JPEG decode, uint8 resize): a no-op, unless a
     thread loader (`timmdata.threads`) set `handoff` (an object with `give()` and `take()`), which lets its other threads
     run their Python meanwhile."""
+
     handoff = None
+
     def __enter__(self):
         h = self.handoff
-        if h is not None: h.give()
+        if h is not None:
+            h.give()
+
     def __exit__(self, *exc):
         h = self.handoff
-        if h is not None: h.take()
+        if h is not None:
+            h.take()
+
 
 gil_free = GilFree()  # the one instance every native call site uses
 
@@ -96,19 +130,27 @@ gil_free = GilFree()  # the one instance every native call site uses
 class ImageDecodeError(OSError):
     "An image could not be read or decoded (missing, corrupt, truncated, unsupported, over the pixel limit)."
 
+
 class CorruptJpegWarning(UserWarning):
     "libjpeg decoded a JPEG with damaged data anyway (shown once per process; `jpeg_warnings()` counts them)."
 
+
 def _initial_limit() -> Optional[int]:
     n = setting('TIMMDATA_MAX_IMAGE_PIXELS')
-    if n == 'pil': return Image.MAX_IMAGE_PIXELS
-    Image.MAX_IMAGE_PIXELS = n  # set by set_max_image_pixels in the process that started this one: PIL follows it here too
+    if n == 'pil':
+        return Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = (
+        n  # set by set_max_image_pixels in the process that started this one: PIL follows it here too
+    )
     return n
+
 
 MAX_IMAGE_PIXELS = _initial_limit()  # the pixel limit of every decode path; None: none
 
-def set_max_image_pixels(n: Optional[int], # the most pixels (height x width) an image may claim; None: no limit
-                        ) -> Optional[int]: # the old limit
+
+def set_max_image_pixels(
+    n: Optional[int],  # the most pixels (height x width) an image may claim; None: no limit
+) -> Optional[int]:  # the old limit
     """Set the pixel limit of every decode path and PIL's (`PIL.Image.MAX_IMAGE_PIXELS`), in this process and in the
     DataLoader workers started after the call. Forked workers inherit this process's memory; spawned ones start a
     fresh interpreter that inherits only the environment, whoever builds the DataLoader. So this function also
@@ -123,60 +165,80 @@ def set_max_image_pixels(n: Optional[int], # the most pixels (height x width) an
     export_setting('TIMMDATA_MAX_IMAGE_PIXELS', 'none' if n is None else str(int(n)))  # the channel to spawned workers
     return old
 
+
 def check_pixels(height: int, width: int):
     "Raise `ImageDecodeError` when an image of this claimed size is over `MAX_IMAGE_PIXELS`."
     lim = MAX_IMAGE_PIXELS
     if lim is not None and height * width > lim:
-        raise ImageDecodeError(f'image claims {width}x{height} = {width * height:,} pixels, over the limit of {lim:,} '
-                               f'(a decompression bomb, or a huge image: timmdata.decode.set_max_image_pixels(n or None) '
-                               f'raises the limit)')
+        raise ImageDecodeError(
+            f'image claims {width}x{height} = {width * height:,} pixels, over the limit of {lim:,} '
+            f'(a decompression bomb, or a huge image: timmdata.decode.set_max_image_pixels(n or None) '
+            f'raises the limit)'
+        )
+
 
 _JPEG_SOI, _PNG_SIG = b'\xff\xd8\xff', b'\x89PNG\r\n\x1a\n'
 
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers: they carry the size
+
 
 def _jpeg_header(d: bytes) -> tuple:
     """(truncated, (height, width) or None), from one walk over a JPEG's marker segments: truncated when they run out
     before the first scan or no EOI marker follows it; the size from the frame header, when one comes before the scan."""
     i, n, size = 2, len(d), None
     while i + 4 <= n:
-        if d[i] != 0xFF: return False, size  # malformed header: the decoder will say what is wrong
+        if d[i] != 0xFF:
+            return False, size  # malformed header: the decoder will say what is wrong
         m = d[i + 1]
-        if m == 0xFF: i += 1; continue  # fill byte
-        if m == 0x01 or 0xD0 <= m <= 0xD8: i += 2; continue  # markers without a length
-        if m == 0xD9: return False, size
-        if m in _SOF and size is None and i + 9 <= n: size = int.from_bytes(d[i + 5:i + 7], 'big'), int.from_bytes(d[i + 7:i + 9], 'big')
-        seg = i + 2 + int.from_bytes(d[i + 2:i + 4], 'big')
-        if m == 0xDA: return d.rfind(b'\xff\xd9', seg) < 0, size  # entropy data only holds FF00 / RSTn, so FFD9 is EOI
+        if m == 0xFF:
+            i += 1
+            continue  # fill byte
+        if m == 0x01 or 0xD0 <= m <= 0xD8:
+            i += 2
+            continue  # markers without a length
+        if m == 0xD9:
+            return False, size
+        if m in _SOF and size is None and i + 9 <= n:
+            size = int.from_bytes(d[i + 5 : i + 7], 'big'), int.from_bytes(d[i + 7 : i + 9], 'big')
+        seg = i + 2 + int.from_bytes(d[i + 2 : i + 4], 'big')
+        if m == 0xDA:
+            return d.rfind(b'\xff\xd9', seg) < 0, size  # entropy data only holds FF00 / RSTn, so FFD9 is EOI
         i = seg
     return True, size
+
 
 def _png_truncated(d: bytes) -> bool:
     "True when a PNG's chunk chain ends before the IEND chunk."
     i, n = 8, len(d)
     while i + 8 <= n:
-        if d[i + 4:i + 8] == b'IEND': return False
-        i += 12 + int.from_bytes(d[i:i + 4], 'big')
+        if d[i + 4 : i + 8] == b'IEND':
+            return False
+        i += 12 + int.from_bytes(d[i : i + 4], 'big')
     return True
 
 # %% ../nbs/06_decode.ipynb #5b4c21d9
 _16BIT = ('I;16', 'I;16L', 'I;16B', 'I;16N', 'I')
 
-def convert_mode(img: Image.Image, # a PIL image (loaded or not)
-                 mode: Optional[str] = 'RGB', # target PIL mode; None or '' keeps the image's own mode
-                ) -> Image.Image:
+
+def convert_mode(
+    img: Image.Image,  # a PIL image (loaded or not)
+    mode: Optional[str] = 'RGB',  # target PIL mode; None or '' keeps the image's own mode
+) -> Image.Image:
     "PIL `convert` with correct 16-bit scaling and quiet palette transparency."
     if not mode or img.mode == mode:
-        img.load(); return img
+        img.load()
+        return img
     if img.mode in _16BIT:
         a = np.asarray(img)
         img = Image.fromarray((np.clip(a, 0, 65535).astype(np.uint32) >> 8).astype(np.uint8), 'L')
-    elif img.mode == 'P' and 'transparency' in img.info: img = img.convert('RGBA')
+    elif img.mode == 'P' and 'transparency' in img.info:
+        img = img.convert('RGBA')
     return img if img.mode == mode else img.convert(mode)
 
 # %% ../nbs/06_decode.ipynb #194b821b
 _TC = None  # (TorchCodec's decode_jpeg or None, a sentence saying which and why), loaded on first use
 _TC_LOC = re.compile(r'^\w+, \S+\.cpp:\d+, ')  # "decode_rows, /build/path/DecodeJpeg.cpp:287, ": where, not what
+
 
 def _load_torchcodec() -> tuple:
     global _TC
@@ -186,47 +248,74 @@ def _load_torchcodec() -> tuple:
     try:
         import torchcodec
         from torchcodec.decoders import decode_jpeg
+
         _TC = decode_jpeg, f'torchcodec {torchcodec.__version__.split("+")[0]}'
-    except Exception as e:  # not installed (ImportError), or its libraries do not load with this torch / CUDA (OSError, RuntimeError)
-        why = 'not installed' if isinstance(e, ImportError) else f'does not load here: {type(e).__name__}: {str(e).splitlines()[0][:200]}'
-        _TC = None, f"torchcodec {why}; pip install 'timmdata[codec]' (torchcodec >= 0.16, torch >= 2.11) for its JPEG decoders"
+    except (
+        Exception
+    ) as e:  # not installed (ImportError), or its libraries do not load with this torch / CUDA (OSError, RuntimeError)
+        why = (
+            'not installed'
+            if isinstance(e, ImportError)
+            else f'does not load here: {type(e).__name__}: {str(e).splitlines()[0][:200]}'
+        )
+        _TC = (
+            None,
+            f"torchcodec {why}; pip install 'timmdata[codec]' (torchcodec >= 0.16, torch >= 2.11) for its JPEG decoders",
+        )
     return _TC
+
 
 def torchcodec_jpeg():
     "TorchCodec's `decode_jpeg` (CPU and CUDA, batched on CUDA), or None where TorchCodec is not installed or does not load."
     return (_TC or _load_torchcodec())[0]
 
+
 def torchcodec_status() -> str:
     "Which TorchCodec decodes JPEGs here, or why none does (for `timmdata info`)."
     return (_TC or _load_torchcodec())[1]
+
 
 def torchcodec_error(e: Exception) -> str:
     "TorchCodec's error message without the C++ source location it starts with."
     return _TC_LOC.sub('', str(e))
 
+
 def read_source(src) -> bytes:
     "The bytes of an encoded image given as a path, bytes or a file-like object."
     if isinstance(src, (str, os.PathLike)):
-        with open(src, 'rb') as f: return f.read()
-    if isinstance(src, (bytes, bytearray, memoryview)): return bytes(src)
-    if hasattr(src, 'read'): return src.read()
-    raise TypeError(f'decode_image src must be a path, bytes, a file-like object or a uint8 numpy array; got {type(src).__name__}')
+        with open(src, 'rb') as f:
+            return f.read()
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return bytes(src)
+    if hasattr(src, 'read'):
+        return src.read()
+    raise TypeError(
+        f'decode_image src must be a path, bytes, a file-like object or a uint8 numpy array; got {type(src).__name__}'
+    )
+
 
 def _array_to(a: np.ndarray, mode, to_tensor: bool):
     if a.dtype != np.uint8 or a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] not in (1, 3, 4)):
-        raise ValueError(f'decode_image array src must be uint8 HxW or HxWxC with C in 1, 3, 4; got {a.dtype} {a.shape}')
-    if a.ndim == 2: a = a[:, :, None]
+        raise ValueError(
+            f'decode_image array src must be uint8 HxW or HxWxC with C in 1, 3, 4; got {a.dtype} {a.shape}'
+        )
+    if a.ndim == 2:
+        a = a[:, :, None]
     own = {1: 'L', 3: 'RGB', 4: 'RGBA'}[a.shape[2]]
     if to_tensor and (not mode or mode == own):
         return torch.from_numpy(a if a.flags.writeable else a.copy()).permute(2, 0, 1)  # CHW view of HWC memory
     img = convert_mode(Image.fromarray(a[:, :, 0] if own == 'L' else a, own), mode)
     return _pil_to_tensor(img) if to_tensor else img
 
+
 def _pil_to_tensor(img: Image.Image) -> torch.Tensor:
     a = np.array(img)  # a writable copy, the only one made
-    if a.dtype == bool: a = a.astype(np.uint8) * 255
-    if a.ndim == 2: a = a[:, :, None]
-    if a.dtype != np.uint8: raise ValueError(f'cannot make a uint8 tensor from a PIL image of mode {img.mode!r}; pass mode="RGB" or "L"')
+    if a.dtype == bool:
+        a = a.astype(np.uint8) * 255
+    if a.ndim == 2:
+        a = a[:, :, None]
+    if a.dtype != np.uint8:
+        raise ValueError(f'cannot make a uint8 tensor from a PIL image of mode {img.mode!r}; pass mode="RGB" or "L"')
     # a CHW view of HWC memory, like the other decode paths: the uint8 resize and fast_collate's channels-last path want it
     return torch.from_numpy(a).permute(2, 0, 1)
 
@@ -234,9 +323,11 @@ def _pil_to_tensor(img: Image.Image) -> torch.Tensor:
 _JCS_GRAY, _JCS_RGB, _JCS_YCBCR = 1, 2, 3  # libjpeg's J_COLOR_SPACE codes of the JPEGs it converts to RGB and L itself
 _warned = False
 
+
 def jpeg_warnings() -> tuple:
     "(JPEGs the extension's decoder found damaged but decoded anyway in this process, the latest libjpeg message)."
     return NATIVE.loaded.jpeg_warnings() if NATIVE.loaded is not None else (0, '')
+
 
 def _note_jpeg_warnings(before: int):
     "One `CorruptJpegWarning` per process, the first time libjpeg warns (instead of a line on stderr per file)."
@@ -244,56 +335,84 @@ def _note_jpeg_warnings(before: int):
     n, msg = NATIVE.loaded.jpeg_warnings()
     if n > before and not _warned:
         _warned = True
-        warnings.warn(f'libjpeg: {msg}: a JPEG with damaged data was decoded anyway (damaged blocks look grey or smeared); '
-                      f'shown once per process, timmdata.decode.jpeg_warnings() counts them, `timmdata check ROOT` lists '
-                      f'the files', CorruptJpegWarning, stacklevel=3)
+        warnings.warn(
+            f'libjpeg: {msg}: a JPEG with damaged data was decoded anyway (damaged blocks look grey or smeared); '
+            f'shown once per process, timmdata.decode.jpeg_warnings() counts them, `timmdata check ROOT` lists '
+            f'the files',
+            CorruptJpegWarning,
+            stacklevel=3,
+        )
+
 
 def _native_decode(data: bytes, gray: bool):
     "A whole colour or grayscale JPEG by the extension (warnings counted): a tensor, libjpeg's error, or None (not for it)."
-    try: h, w, comps, space = NATIVE.loaded.header(data)
-    except ValueError as e: return f'libjpeg: {e}'
-    if not ((comps == 3 and space in (_JCS_YCBCR, _JCS_RGB)) or (comps == 1 and space == _JCS_GRAY)): return None
+    try:
+        h, w, comps, space = NATIVE.loaded.header(data)
+    except ValueError as e:
+        return f'libjpeg: {e}'
+    if not ((comps == 3 and space in (_JCS_YCBCR, _JCS_RGB)) or (comps == 1 and space == _JCS_GRAY)):
+        return None
     before = NATIVE.loaded.jpeg_warnings()[0]
     try:
-        with gil_free: buf, x0, y0, cw, ch = NATIVE.loaded.decode_crop(data, 0, 0, h, w, MAX_IMAGE_PIXELS or 0, gray)
-    except ValueError as e: return f'libjpeg: {e}'
+        with gil_free:
+            buf, x0, y0, cw, ch = NATIVE.loaded.decode_crop(data, 0, 0, h, w, MAX_IMAGE_PIXELS or 0, gray)
+    except ValueError as e:
+        return f'libjpeg: {e}'
     _note_jpeg_warnings(before)
     return torch.frombuffer(buf, dtype=torch.uint8).view(ch, cw, 1 if gray else 3)[:, :w].permute(2, 0, 1)
 
+
 def _pil_decode(data: bytes, mode, why: Optional[str] = None) -> Image.Image:
-    def fail(e): return ImageDecodeError(f'{type(e).__name__}: {e}' + (f' ({why})' if why else ''))
+    def fail(e):
+        return ImageDecodeError(f'{type(e).__name__}: {e}' + (f' ({why})' if why else ''))
+
     try:
         with warnings.catch_warnings():  # PIL's bomb warning: the pixel limit below decides
             warnings.simplefilter('ignore', Image.DecompressionBombWarning)
             img = Image.open(io.BytesIO(data))
-    except Exception as e: raise fail(e) from e
+    except Exception as e:
+        raise fail(e) from e
     check_pixels(img.height, img.width)  # before any pixel is decoded
-    try: return convert_mode(img, mode)
-    except Exception as e: raise fail(e) from e
+    try:
+        return convert_mode(img, mode)
+    except Exception as e:
+        raise fail(e) from e
 
-def decode_image(src, # path, bytes/memoryview, file-like object, or uint8 HWC numpy array of decoded pixels
-                 mode: Optional[str] = 'RGB', # PIL mode of the result ('RGB', 'L', 'RGBA', ...); None keeps the file's mode
-                 to_tensor: bool = False, # return a uint8 CHW torch tensor instead of a PIL image
-                ):
+
+def decode_image(
+    src,  # path, bytes/memoryview, file-like object, or uint8 HWC numpy array of decoded pixels
+    mode: Optional[str] = 'RGB',  # PIL mode of the result ('RGB', 'L', 'RGBA', ...); None keeps the file's mode
+    to_tensor: bool = False,  # return a uint8 CHW torch tensor instead of a PIL image
+):
     "Decode `src` to a PIL image in `mode` or a uint8 CHW tensor; raises `ImageDecodeError` on bad data."
-    if isinstance(src, np.ndarray): return _array_to(src, mode, to_tensor)
+    if isinstance(src, np.ndarray):
+        return _array_to(src, mode, to_tensor)
     data = read_source(src)
-    if not data: raise ImageDecodeError('empty file (0 bytes)')
+    if not data:
+        raise ImageDecodeError('empty file (0 bytes)')
     is_jpeg = data[:3] == _JPEG_SOI
     truncated, size = _jpeg_header(data) if is_jpeg else (data[:8] == _PNG_SIG and _png_truncated(data), None)
     if truncated:
-        raise ImageDecodeError(f'truncated {"JPEG" if is_jpeg else "PNG"} ({len(data)} bytes): the data ends before the image does')
-    if size: check_pixels(*size)  # the claimed size, before any decoder allocates (the extension checks its own reading too)
+        raise ImageDecodeError(
+            f'truncated {"JPEG" if is_jpeg else "PNG"} ({len(data)} bytes): the data ends before the image does'
+        )
+    if size:
+        check_pixels(*size)  # the claimed size, before any decoder allocates (the extension checks its own reading too)
     why = None  # why the tensor decoders failed, if they did: PIL has the last word
     if to_tensor and is_jpeg and mode in ('RGB', 'L'):
         if NATIVE.module is not None:
             t = _native_decode(data, mode == 'L')
-            if isinstance(t, torch.Tensor): return t
+            if isinstance(t, torch.Tensor):
+                return t
             why = t  # libjpeg's error (PIL tries, TorchCodec would fail the same way), or None: not a JPEG for it
         dec = torchcodec_jpeg()
         if why is None and dec is not None and size:  # only with the claimed size checked above: it allocates at once
-            try: return dec(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode='RGB' if mode == 'RGB' else 'GRAY')
-            except RuntimeError as e: why = f'torchcodec: {torchcodec_error(e)}'  # e.g. an exotic JPEG variant: PIL may still read it
+            try:
+                return dec(
+                    torch.frombuffer(bytearray(data), dtype=torch.uint8), mode='RGB' if mode == 'RGB' else 'GRAY'
+                )
+            except RuntimeError as e:
+                why = f'torchcodec: {torchcodec_error(e)}'  # e.g. an exotic JPEG variant: PIL may still read it
     img = _pil_decode(data, mode, why)
     return _pil_to_tensor(img) if to_tensor else img
 
@@ -301,18 +420,27 @@ def decode_image(src, # path, bytes/memoryview, file-like object, or uint8 HWC n
 def decoder_name() -> str:
     "The JPEG decoders active in this process, in the order tried, e.g. 'native libjpeg-turbo (crop-aware) + torchcodec 0.17.0 + PIL'."
     tc = torchcodec_jpeg() is not None
-    parts = (['native libjpeg-turbo (crop-aware)'] if NATIVE.module is not None else []) + ([torchcodec_status()] if tc else []) + ['PIL']
+    parts = (
+        (['native libjpeg-turbo (crop-aware)'] if NATIVE.module is not None else [])
+        + ([torchcodec_status()] if tc else [])
+        + ['PIL']
+    )
     return ' + '.join(parts)
 
 # %% ../nbs/06_decode.ipynb #7a75ac10
 _CROP_MARGIN = 8  # pixels decoded around a crop so that chroma upsampling sees the same neighbours as a full decode
 
+
 class EncodedJpeg:
     "A JPEG not decoded yet: its size from the header, pixels on demand, whole or only a crop box (uint8 CHW tensors)."
+
     # made by `encoded_jpeg`, which returns one only when the extension is built: no fallback for its absence here
-    def __init__(self, data: bytes, # the JPEG file's bytes
-                 height: int, width: int, # from the header (see `encoded_jpeg`)
-                ):
+    def __init__(
+        self,
+        data: bytes,  # the JPEG file's bytes
+        height: int,
+        width: int,  # from the header (see `encoded_jpeg`)
+    ):
         self.data, self.height, self.width = data, height, width
 
     def decode(self) -> torch.Tensor:
@@ -321,28 +449,50 @@ class EncodedJpeg:
 
     def decode_crop(self, top: int, left: int, height: int, width: int) -> torch.Tensor:
         "Pixels of the box as a uint8 CHW tensor, equal to `decode()[:, top:top+height, left:left+width]`."
-        if not (0 <= top and 0 <= left and height > 0 and width > 0 and top + height <= self.height and left + width <= self.width):
-            raise ValueError(f'crop box (top={top}, left={left}, height={height}, width={width}) is not inside the '
-                             f'{self.width}x{self.height} image')
+        if not (
+            0 <= top
+            and 0 <= left
+            and height > 0
+            and width > 0
+            and top + height <= self.height
+            and left + width <= self.width
+        ):
+            raise ValueError(
+                f'crop box (top={top}, left={left}, height={height}, width={width}) is not inside the '
+                f'{self.width}x{self.height} image'
+            )
         check_pixels(self.height, self.width)  # and the extension checks the header's own claim again
         t0, l0 = max(0, top - _CROP_MARGIN), max(0, left - _CROP_MARGIN)
         b0, r0 = min(self.height, top + height + _CROP_MARGIN), min(self.width, left + width + _CROP_MARGIN)
         before = NATIVE.loaded.jpeg_warnings()[0]
         try:
-            with gil_free: buf, x0, y0, w, h = NATIVE.loaded.decode_crop(self.data, t0, l0, b0 - t0, r0 - l0, MAX_IMAGE_PIXELS or 0)
-        except ValueError: return self.decode()[:, top:top + height, left:left + width]  # let the full decoders try (or raise)
+            with gil_free:
+                buf, x0, y0, w, h = NATIVE.loaded.decode_crop(
+                    self.data, t0, l0, b0 - t0, r0 - l0, MAX_IMAGE_PIXELS or 0
+                )
+        except ValueError:
+            return self.decode()[:, top : top + height, left : left + width]  # let the full decoders try (or raise)
         _note_jpeg_warnings(before)
-        box = torch.frombuffer(buf, dtype=torch.uint8).view(h, w, 3)[top - y0:top - y0 + height, left - x0:left - x0 + width]
+        box = torch.frombuffer(buf, dtype=torch.uint8).view(h, w, 3)[
+            top - y0 : top - y0 + height, left - x0 : left - x0 + width
+        ]
         return box.permute(2, 0, 1)  # CHW view of HWC memory: the layout torchvision's fast uint8 resize wants
 
     @property
-    def shape(self) -> tuple: return (3, self.height, self.width)
-    def __repr__(self): return f'EncodedJpeg({len(self.data)} bytes, {self.width}x{self.height})'
+    def shape(self) -> tuple:
+        return (3, self.height, self.width)
+
+    def __repr__(self):
+        return f'EncodedJpeg({len(self.data)} bytes, {self.width}x{self.height})'
+
 
 def encoded_jpeg(data: bytes) -> Optional[EncodedJpeg]:
     "An `EncodedJpeg` for a colour JPEG whose crops the extension can decode; None for anything else (decode it whole)."
-    if NATIVE.module is None or data[:3] != _JPEG_SOI or _jpeg_header(data)[0]: return None
-    try: h, w, comps, space = NATIVE.loaded.header(data)
-    except ValueError: return None  # a broken header: the full decoders raise the clear error
+    if NATIVE.module is None or data[:3] != _JPEG_SOI or _jpeg_header(data)[0]:
+        return None
+    try:
+        h, w, comps, space = NATIVE.loaded.header(data)
+    except ValueError:
+        return None  # a broken header: the full decoders raise the clear error
     check_pixels(h, w)  # a decompression bomb is refused here, before a crop of it is drawn and decoded
     return EncodedJpeg(data, h, w) if comps == 3 and space in (_JCS_YCBCR, _JCS_RGB) else None

@@ -21,10 +21,14 @@ def _world(num_replicas: Optional[int], rank: Optional[int], who: str) -> tuple:
     "Fills in the world size and rank from torch.distributed, with an error that says what to do."
     if num_replicas is None or rank is None:
         if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError(f"{who}: pass num_replicas and rank, or call torch.distributed.init_process_group() "
-                               f"first (the default process group is not initialised)")
-        if num_replicas is None: num_replicas = dist.get_world_size()
-        if rank is None: rank = dist.get_rank()
+            raise RuntimeError(
+                f"{who}: pass num_replicas and rank, or call torch.distributed.init_process_group() "
+                f"first (the default process group is not initialised)"
+            )
+        if num_replicas is None:
+            num_replicas = dist.get_world_size()
+        if rank is None:
+            rank = dist.get_rank()
     if not isinstance(num_replicas, int) or num_replicas < 1:
         raise ValueError(f"{who}: num_replicas must be an int >= 1; got {num_replicas!r}")
     if not isinstance(rank, int) or not 0 <= rank < num_replicas:
@@ -34,11 +38,13 @@ def _world(num_replicas: Optional[int], rank: Optional[int], who: str) -> tuple:
 # %% ../nbs/32_distributed_sampler.ipynb #f3d29d40
 class OrderedDistributedSampler(Sampler):
     "Evaluation sampler: rank `r` reads `r, r+W, r+2W, ...` in order, wrapping round so all ranks read the same count."
-    def __init__(self,
-                 dataset, # a sized dataset (only `len()` is used)
-                 num_replicas: Optional[int] = None, # world size W (default: from torch.distributed)
-                 rank: Optional[int] = None, # this process's rank (default: from torch.distributed)
-                ):
+
+    def __init__(
+        self,
+        dataset,  # a sized dataset (only `len()` is used)
+        num_replicas: Optional[int] = None,  # world size W (default: from torch.distributed)
+        rank: Optional[int] = None,  # this process's rank (default: from torch.distributed)
+    ):
         self.num_replicas, self.rank = _world(num_replicas, rank, 'OrderedDistributedSampler')
         self.dataset = dataset
         self.num_samples = math.ceil(len(dataset) / self.num_replicas)
@@ -46,10 +52,12 @@ class OrderedDistributedSampler(Sampler):
 
     def __iter__(self) -> Iterator[int]:
         n = len(self.dataset)
-        if n == 0: return iter([])
+        if n == 0:
+            return iter([])
         return iter([i % n for i in range(self.rank, self.total_size, self.num_replicas)])
 
-    def __len__(self) -> int: return self.num_samples
+    def __len__(self) -> int:
+        return self.num_samples
 
     @property
     def num_valid_samples(self) -> int:
@@ -60,24 +68,29 @@ class OrderedDistributedSampler(Sampler):
 # %% ../nbs/32_distributed_sampler.ipynb #9e861e05
 class RepeatAugSampler(Sampler):
     "Training sampler for repeated augmentation: each sample `num_repeats` times, the copies dealt to different ranks."
-    def __init__(self,
-                 dataset, # a sized dataset (only `len()` is used)
-                 num_replicas: Optional[int] = None, # world size W (default: from torch.distributed)
-                 rank: Optional[int] = None, # this process's rank (default: from torch.distributed)
-                 shuffle: bool = True, # shuffle (seeded by the epoch) before repeating
-                 num_repeats: float = 3, # copies of each sample; a non-integer ratio resamples
-                 selected_round: int = 256, # round the per-epoch count down to a multiple of this (0: off)
-                 selected_ratio: float = 0, # read len(dataset)/selected_ratio samples per rank per epoch (0: W)
-                ):
+
+    def __init__(
+        self,
+        dataset,  # a sized dataset (only `len()` is used)
+        num_replicas: Optional[int] = None,  # world size W (default: from torch.distributed)
+        rank: Optional[int] = None,  # this process's rank (default: from torch.distributed)
+        shuffle: bool = True,  # shuffle (seeded by the epoch) before repeating
+        num_repeats: float = 3,  # copies of each sample; a non-integer ratio resamples
+        selected_round: int = 256,  # round the per-epoch count down to a multiple of this (0: off)
+        selected_ratio: float = 0,  # read len(dataset)/selected_ratio samples per rank per epoch (0: W)
+    ):
         self.num_replicas, self.rank = _world(num_replicas, rank, 'RepeatAugSampler')
-        if num_repeats <= 0: raise ValueError(f"RepeatAugSampler: num_repeats must be > 0; got {num_repeats!r}")
+        if num_repeats <= 0:
+            raise ValueError(f"RepeatAugSampler: num_repeats must be > 0; got {num_repeats!r}")
         self.dataset, self.shuffle, self.num_repeats, self.epoch = dataset, shuffle, num_repeats, 0
         n = len(dataset)
         self.num_samples = math.ceil(n * num_repeats / self.num_replicas)
         self.total_size = self.num_samples * self.num_replicas
         ratio = selected_ratio or self.num_replicas
-        if selected_round and n >= selected_round: sel = int(n // selected_round * selected_round / ratio)
-        else: sel = math.ceil(n / ratio)
+        if selected_round and n >= selected_round:
+            sel = int(n // selected_round * selected_round / ratio)
+        else:
+            sel = math.ceil(n / ratio)
         self.num_selected_samples = min(sel, self.num_samples)
 
     def epoch_order(self) -> list:
@@ -88,83 +101,121 @@ class RepeatAugSampler(Sampler):
         if isinstance(self.num_repeats, float) and not self.num_repeats.is_integer():
             k = math.ceil(self.num_repeats * n)
             order = order[torch.tensor([int(i // self.num_repeats) for i in range(k)], dtype=torch.long)]
-        else: order = order.repeat_interleave(int(self.num_repeats))
+        else:
+            order = order.repeat_interleave(int(self.num_repeats))
         return order.tolist()  # plain ints: a tensor here would be copied into every worker
 
     def __iter__(self) -> Iterator[int]:
         order = self.epoch_order()
         m = len(order)
-        if m == 0: return iter([])
-        picks = range(self.rank, self.total_size, self.num_replicas)[:self.num_selected_samples]
+        if m == 0:
+            return iter([])
+        picks = range(self.rank, self.total_size, self.num_replicas)[: self.num_selected_samples]
         return iter([order[i % m] for i in picks])
 
-    def __len__(self) -> int: return self.num_selected_samples
+    def __len__(self) -> int:
+        return self.num_selected_samples
 
     def set_epoch(self, epoch: int):
         "Reshuffles for `epoch`; call it at the start of every epoch, on every rank."
         self.epoch = epoch
 
 # %% ../nbs/32_distributed_sampler.ipynb #3cd58f47
-def timm_sampler(dataset, # the dataset (only its length is used, when map-style)
-                 distributed: bool = False, # one share per rank (torch.distributed must be initialised)
-                 is_training: bool = False, # shuffled (training) or ordered (evaluation)
-                 num_aug_repeats: int = 0, # repeated augmentation: copies of each sample, dealt to different ranks
-                ) -> Optional[Sampler]:
+def timm_sampler(
+    dataset,  # the dataset (only its length is used, when map-style)
+    distributed: bool = False,  # one share per rank (torch.distributed must be initialised)
+    is_training: bool = False,  # shuffled (training) or ordered (evaluation)
+    num_aug_repeats: int = 0,  # repeated augmentation: copies of each sample, dealt to different ranks
+) -> Optional[Sampler]:
     "timm's sampler: a distributed one (repeated augmentation when asked), or None for the loader's own order."
     if distributed and not isinstance(dataset, torch.utils.data.IterableDataset):
-        if not is_training: return OrderedDistributedSampler(dataset)  # pads with a few repeats: equal batches on every rank
-        if num_aug_repeats: return RepeatAugSampler(dataset, num_repeats=num_aug_repeats)
+        if not is_training:
+            return OrderedDistributedSampler(dataset)  # pads with a few repeats: equal batches on every rank
+        if num_aug_repeats:
+            return RepeatAugSampler(dataset, num_repeats=num_aug_repeats)
         return DistributedSampler(dataset)
     if num_aug_repeats:
-        raise ValueError(f"num_aug_repeats={num_aug_repeats} needs distributed=True and a map-style dataset "
-                         f"(repeated augmentation deals the copies of a sample to different ranks)")
+        raise ValueError(
+            f"num_aug_repeats={num_aug_repeats} needs distributed=True and a map-style dataset "
+            f"(repeated augmentation deals the copies of a sample to different ranks)"
+        )
     return None
 
 # %% ../nbs/32_distributed_sampler.ipynb #56fc711a
 _ORDER = 0x0DE5  # mix_seed tag of the random order
 
+
 class SeededRandomSampler(Sampler):
     "Shuffles like torch's `RandomSampler`, its order a function of (seed, epoch, pass): repeatable and resumable."
-    def __init__(self, dataset, # a sized dataset (only `len()` is used)
-                 seed: int = 0, # the loader's seed
-                ):
+
+    def __init__(
+        self,
+        dataset,  # a sized dataset (only `len()` is used)
+        seed: int = 0,  # the loader's seed
+    ):
         self.dataset, self.seed, self.epoch = dataset, seed, 0
-    def __len__(self) -> int: return len(self.dataset)
-    def set_epoch(self, epoch: int): self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def set_epoch(self, epoch: int):
+        self.epoch = epoch
+
     def order(self, rep: int = 0) -> list:
         "The permutation of epoch `self.epoch`, pass `rep` (passes repeat an epoch when `set_epoch` is not called)."
         g = torch.Generator().manual_seed(mix_seed(self.seed, self.epoch, rep, _ORDER))
         return torch.randperm(len(self.dataset), generator=g).tolist()
-    def __iter__(self): return iter(self.order())
+
+    def __iter__(self):
+        return iter(self.order())
+
 
 def epoch_order(sampler, rep: int = 0) -> tuple:
     "(order, total, W, rank): `sampler`'s epoch as one global order; rank r of W reads positions r, r+W, ... < total."
-    if isinstance(sampler, SeededRandomSampler): return sampler.order(rep), len(sampler), 1, 0
-    if isinstance(sampler, SequentialSampler): n = len(sampler.data_source); return list(range(n)), n, 1, 0
+    if isinstance(sampler, SeededRandomSampler):
+        return sampler.order(rep), len(sampler), 1, 0
+    if isinstance(sampler, SequentialSampler):
+        n = len(sampler.data_source)
+        return list(range(n)), n, 1, 0
     if isinstance(sampler, DistributedSampler):  # torch's permutation and padding, exactly (see the test below)
         n = len(sampler.dataset)
-        if not sampler.shuffle: order = list(range(n))
-        else: order = torch.randperm(n, generator=torch.Generator().manual_seed(sampler.seed + sampler.epoch)).tolist()
+        if not sampler.shuffle:
+            order = list(range(n))
+        else:
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(sampler.seed + sampler.epoch)).tolist()
         return order, sampler.total_size, sampler.num_replicas, sampler.rank
     if isinstance(sampler, RepeatAugSampler):
-        return sampler.epoch_order(), sampler.num_selected_samples * sampler.num_replicas, sampler.num_replicas, sampler.rank
+        return (
+            sampler.epoch_order(),
+            sampler.num_selected_samples * sampler.num_replicas,
+            sampler.num_replicas,
+            sampler.rank,
+        )
     if isinstance(sampler, OrderedDistributedSampler):
         return list(range(len(sampler.dataset))), sampler.total_size, sampler.num_replicas, sampler.rank
-    raise TypeError(f"{type(sampler).__name__} has no resumable epoch plan: use SeededRandomSampler, SequentialSampler, "
-                    f"DistributedSampler, RepeatAugSampler or OrderedDistributedSampler")
+    raise TypeError(
+        f"{type(sampler).__name__} has no resumable epoch plan: use SeededRandomSampler, SequentialSampler, "
+        f"DistributedSampler, RepeatAugSampler or OrderedDistributedSampler"
+    )
+
 
 def sampler_kind(sampler) -> dict:
     "What fixes a sampler's order, apart from the world size (compared when a state is loaded)."
     d = dict(kind=type(sampler).__name__)
     for k in ('shuffle', 'drop_last', 'num_repeats', 'selected_round', 'selected_ratio'):
-        if hasattr(sampler, k): d[k] = getattr(sampler, k)
-    if isinstance(sampler, DistributedSampler): d['sampler_seed'] = sampler.seed
+        if hasattr(sampler, k):
+            d[k] = getattr(sampler, k)
+    if isinstance(sampler, DistributedSampler):
+        d['sampler_seed'] = sampler.seed
     return d
+
 
 def world_of(sampler) -> tuple:
     "(W, rank, total) of `sampler` without drawing its order."
-    if isinstance(sampler, (SeededRandomSampler, SequentialSampler)): return 1, 0, len(sampler)
+    if isinstance(sampler, (SeededRandomSampler, SequentialSampler)):
+        return 1, 0, len(sampler)
     if isinstance(sampler, RepeatAugSampler):
         return sampler.num_replicas, sampler.rank, sampler.num_selected_samples * sampler.num_replicas
-    if isinstance(sampler, (DistributedSampler, OrderedDistributedSampler)): return sampler.num_replicas, sampler.rank, sampler.total_size
+    if isinstance(sampler, (DistributedSampler, OrderedDistributedSampler)):
+        return sampler.num_replicas, sampler.rank, sampler.total_size
     return epoch_order(sampler)[2:] + (None,)  # raises the error naming the sampler

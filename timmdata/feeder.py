@@ -11,7 +11,13 @@ from typing import Callable, Optional, Protocol
 import torch
 from .collate import CUDA_IN_WORKER, BatchCollate
 from .runtime import torch_threads
-from .torch_compat import cuda_default_generator, forget_iterator, kept_iterator, shutdown_workers, worker_processes
+from timmdata.torch_compat import (
+    cuda_default_generator,
+    forget_iterator,
+    kept_iterator,
+    shutdown_workers,
+    worker_processes,
+)
 
 # %% auto #0
 __all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'cuda_rng_seeded', 'Marks', 'BatchStep', 'worker_died',
@@ -20,43 +26,62 @@ __all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'cuda_rng_
 # %% ../nbs/30_feeder.ipynb #953faaab
 def tensors(out) -> list:
     "Every tensor in a batch: a tensor, or tuples, lists and dicts of them (anything else is left out)."
-    if isinstance(out, torch.Tensor): return [out]
-    if isinstance(out, dict): out = list(out.values())
-    if isinstance(out, (tuple, list)): return [t for o in out for t in tensors(o)]
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in tensors(o)]
     return []
+
 
 class HostLane:
     "The CPU: a batch's step runs when the batch is taken, in the consumer's thread, on `cpu_threads` torch threads."
+
     stream = None  # no side stream
+
     def __init__(self, device: torch.device, cpu_threads: Optional[int] = None):
         self.device, self.cpu_threads = device, cpu_threads
+
     def prepare(self, step: Callable, batch, mark) -> tuple:
         "(the step's output, None): nothing to wait for."
-        with torch_threads(self.cpu_threads): return step(batch, mark), None
+        with torch_threads(self.cpu_threads):
+            return step(batch, mark), None
+
     def hand_over(self, out, ready):
         "Nothing to do on the CPU: the output is ready."
 
+
 class CudaLane:
     "CUDA: a batch's copy and step queued on one side stream (kept for the lane's life), an event recorded after them."
+
     def __init__(self, device: torch.device, cpu_threads: Optional[int] = None):
         self.device, self.stream = device, None
+
     def prepare(self, step: Callable, batch, mark) -> tuple:
         "(the step's output, its ready event): queued on the side stream, after the consumer's work queued so far."
-        if self.stream is None: self.stream = torch.cuda.Stream(device=self.device)  # one stream: timm issue 2781
-        self.stream.wait_stream(torch.cuda.current_stream(self.device))  # never write memory the consumer's queued work reads
+        if self.stream is None:
+            self.stream = torch.cuda.Stream(device=self.device)  # one stream: timm issue 2781
+        self.stream.wait_stream(
+            torch.cuda.current_stream(self.device)
+        )  # never write memory the consumer's queued work reads
         with torch.cuda.stream(self.stream):
             out = step(batch, mark)
             ready = torch.cuda.Event()
             ready.record(self.stream)
         return out, ready
+
     def hand_over(self, out, ready):
         "The consumer's stream waits for this batch's event; the batch's memory is kept until the consumer's work on it is done."
         consumer = torch.cuda.current_stream(self.device)
         consumer.wait_event(ready)
         for t in tensors(out):
-            if t.is_cuda: t.record_stream(consumer)
+            if t.is_cuda:
+                t.record_stream(consumer)
+
 
 LANES = {'cpu': HostLane, 'cuda': CudaLane}  # a new device type: a lane with `prepare` and `hand_over`, added here
+
 
 @contextmanager
 def cuda_rng_seeded(device: torch.device, seed: int):
@@ -69,28 +94,45 @@ def cuda_rng_seeded(device: torch.device, seed: int):
 # %% ../nbs/30_feeder.ipynb #7fa26fa3
 class Marks:
     "Where a feeder learns which batch its loader just handed over; this base: a loader without marks."
-    def fresh(self) -> bool: return True  # does the next iteration start a new pass (so `last` is forgotten)?
-    def mark(self): return None  # what identifies the batch the loader just handed over
+
+    def fresh(self) -> bool:
+        return True  # does the next iteration start a new pass (so `last` is forgotten)?
+
+    def mark(self):
+        return None  # what identifies the batch the loader just handed over
+
 
 class BatchStep(Protocol):
     "The per-batch work a loader variant hands to `DeviceFeeder`: the batch (as its loader yields it) on the device."
+
     def __call__(self, batch, mark): ...  # -> tensors, or tuples / dicts of them; on CUDA it runs on the side stream
 
 # %% ../nbs/30_feeder.ipynb #2aa2edab
-WORKER_DIED = ("{err}\ntimmdata: a DataLoader worker process died (SIGKILL is most often the out-of-memory killer: see `dmesg`; "
-               "SIGSEGV or SIGBUS a crash, or /dev/shm full). The loader's other workers were stopped and the shared batch memory "
-               "they held was handed back: iterate the loader again to start new workers; if it recurs, lower num_workers, "
-               "batch_size or prefetch_factor, or give the job more memory (for /dev/shm: docker run --shm-size)")
+WORKER_DIED = (
+    "{err}\ntimmdata: a DataLoader worker process died (SIGKILL is most often the out-of-memory killer: see `dmesg`; "
+    "SIGSEGV or SIGBUS a crash, or /dev/shm full). The loader's other workers were stopped and the shared batch memory "
+    "they held was handed back: iterate the loader again to start new workers; if it recurs, lower num_workers, "
+    "batch_size or prefetch_factor, or give the job more memory (for /dev/shm: docker run --shm-size)"
+)
+
 
 def worker_died(e: BaseException) -> bool:
     "Is `e` torch's error for a DataLoader worker that died (killed by a signal, or exited unexpectedly)?"
     s = str(e)
-    return isinstance(e, RuntimeError) and 'DataLoader worker' in s and ('killed by signal' in s or 'exited unexpectedly' in s)
+    return (
+        isinstance(e, RuntimeError)
+        and 'DataLoader worker' in s
+        and ('killed by signal' in s or 'exited unexpectedly' in s)
+    )
+
 
 def is_cuda_init_error(e: BaseException) -> bool:
     "Is `e` the error of CUDA touched in a forked DataLoader worker?"
     s = str(e)
-    return 'CUDA' in s and ('initialization error' in s or 'forked subprocess' in s or 'inside a DataLoader worker' in s)
+    return 'CUDA' in s and (
+        'initialization error' in s or 'forked subprocess' in s or 'inside a DataLoader worker' in s
+    )
+
 
 def weak_method(meth: Callable) -> Callable:
     "A function that calls the bound method `meth` without holding its object: no cycle loader <-> feeder."
@@ -99,18 +141,23 @@ def weak_method(meth: Callable) -> Callable:
     ref = weakref.WeakMethod(meth)
     return lambda *args: ref()(*args)
 
+
 class DeviceFeeder:
     "The one device loop: each batch of `loader` through `step` on the device, `ahead` batches ahead of the consumer, handed over safely."
-    def __init__(self, loader, # an iterable of host batches (a DataLoader, or any iterable)
-                 step: BatchStep, # the per-batch work: `step(batch, mark)` -> the batch on the device
-                 device: torch.device, # where the step runs: its type picks the lane (`LANES`)
-                 ahead: Optional[int] = None, # batches prepared ahead of the one handed out; None: 1 on a GPU, 0 on the CPU
-                 skip: Optional[Callable] = None, # `skip(batch)` -> True for a batch to drop (every sample was skipped)
-                 marks: Optional[Marks] = None, # the loader's marks, for an exact `state_dict` (None: none)
-                 collate: Optional[BatchCollate] = None, # takes back the batch memory of stopped workers (e.g. a BatchRing)
-                 cpu_threads: Optional[int] = None, # torch threads for the step on the CPU (None: torch's setting)
-                ):
-        if device.type not in LANES: raise ValueError(f"device type {device.type!r} has no lane; one of {', '.join(map(repr, LANES))}")
+
+    def __init__(
+        self,
+        loader,  # an iterable of host batches (a DataLoader, or any iterable)
+        step: BatchStep,  # the per-batch work: `step(batch, mark)` -> the batch on the device
+        device: torch.device,  # where the step runs: its type picks the lane (`LANES`)
+        ahead: Optional[int] = None,  # batches prepared ahead of the one handed out; None: 1 on a GPU, 0 on the CPU
+        skip: Optional[Callable] = None,  # `skip(batch)` -> True for a batch to drop (every sample was skipped)
+        marks: Optional[Marks] = None,  # the loader's marks, for an exact `state_dict` (None: none)
+        collate: Optional[BatchCollate] = None,  # takes back the batch memory of stopped workers (e.g. a BatchRing)
+        cpu_threads: Optional[int] = None,  # torch threads for the step on the CPU (None: torch's setting)
+    ):
+        if device.type not in LANES:
+            raise ValueError(f"device type {device.type!r} has no lane; one of {', '.join(map(repr, LANES))}")
         self.loader, self.step, self.device, self.collate = loader, step, device, collate
         self.ahead = (1 if device.type == 'cuda' else 0) if ahead is None else ahead
         self.skip, self.marks = skip or (lambda b: False), marks or Marks()
@@ -120,45 +167,65 @@ class DeviceFeeder:
 
     def __iter__(self):
         it, pending, done, seen = None, deque(), False, None
-        if self.marks.fresh(): self.last = None
+        if self.marks.fresh():
+            self.last = None
         self.running += 1
         try:
             it = iter(self.loader)  # persistent workers: torch drains the batches a stopped epoch left queued here
             while True:
                 while not done and len(pending) <= self.ahead:
-                    try: b = next(it)
-                    except StopIteration: done = True; break
+                    try:
+                        b = next(it)
+                    except StopIteration:
+                        done = True
+                        break
                     seen = m = self.marks.mark()  # the batch the loader just handed over
-                    if not self.skip(b): pending.append((*self.lane.prepare(self.step, b, m), m))
+                    if not self.skip(b):
+                        pending.append((*self.lane.prepare(self.step, b, m), m))
                     b = None  # hold no host batch (e.g. a ring slot) while the consumer works
-                if not pending: break
+                if not pending:
+                    break
                 out, ready, m = pending.popleft()
                 self.lane.hand_over(out, ready)
                 self.last = m
                 yield out
                 del out  # hold no reference to the handed-over batch while making the next ones
-            if seen is not None: self.last = seen  # the pass is over (a trailing batch may have been skipped whole)
-        except GeneratorExit: raise  # the consumer stopped (a break, or an exception in its loop): see `finally`
+            if seen is not None:
+                self.last = seen  # the pass is over (a trailing batch may have been skipped whole)
+        except GeneratorExit:
+            raise  # the consumer stopped (a break, or an exception in its loop): see `finally`
         except BaseException as e:
-            if is_cuda_init_error(e): raise RuntimeError(CUDA_IN_WORKER.format(dev='cuda')) from e
+            if is_cuda_init_error(e):
+                raise RuntimeError(CUDA_IN_WORKER.format(dev='cuda')) from e
             died = worker_died(e)
-            if died or not isinstance(e, Exception): self.stop_workers(it, force=True)  # a dead worker, Ctrl-C: start afresh
-            if died: raise RuntimeError(WORKER_DIED.format(err=e)) from e
+            if died or not isinstance(e, Exception):
+                self.stop_workers(it, force=True)  # a dead worker, Ctrl-C: start afresh
+            if died:
+                raise RuntimeError(WORKER_DIED.format(err=e)) from e
             raise
         finally:
-            try: self.stop_workers(it, force=False)
-            finally: self.running -= 1
+            try:
+                self.stop_workers(it, force=False)
+            finally:
+                self.running -= 1
 
     def stop_workers(self, it, force: bool):
         "End of an iteration: stop the DataLoader's workers unless they are persistent, all alive and not `force`d; then the collate may reuse what they held."
-        kept = kept_iterator(self.loader)  # a persistent iterator (a DataLoader's, or MultiEpochsDataLoader's): this pass's
+        kept = kept_iterator(
+            self.loader
+        )  # a persistent iterator (a DataLoader's, or MultiEpochsDataLoader's): this pass's
         dl_it = kept if kept is not None else it
         workers = worker_processes(dl_it)  # torch's worker processes, by worker id
-        if workers is None: return  # no worker processes (a list, num_workers=0, threads)
-        if dl_it is kept and not force and all(w.is_alive() for w in workers): return  # they go on into the next epoch
-        if dl_it is kept: forget_iterator(self.loader)  # the next epoch makes a new iterator, with new workers
+        if workers is None:
+            return  # no worker processes (a list, num_workers=0, threads)
+        if dl_it is kept and not force and all(w.is_alive() for w in workers):
+            return  # they go on into the next epoch
+        if dl_it is kept:
+            forget_iterator(self.loader)  # the next epoch makes a new iterator, with new workers
         shutdown_workers(dl_it)  # joins them (torch terminates any that hang)
         gone = [i for i, w in enumerate(workers) if not w.is_alive()]
-        if self.collate is not None and gone and self.running == 1: self.collate.reclaim(gone)  # not while another iteration runs
+        if self.collate is not None and gone and self.running == 1:
+            self.collate.reclaim(gone)  # not while another iteration runs
 
-    def __len__(self) -> int: return len(self.loader)
+    def __len__(self) -> int:
+        return len(self.loader)

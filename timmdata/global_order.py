@@ -19,25 +19,32 @@ __all__ = ['BLOCK_SHARDS', 'GlobalOrder', 'epoch_length', 'worker_positions', 'r
 # %% ../nbs/24_global_order.ipynb #dcb0def0
 BLOCK_SHARDS = 8  # shards whose samples are interleaved in one block of the global order
 
+
 class GlobalOrder:
     "Pass `pass_` of epoch `epoch` over shards of `lengths`: the shards shuffled, cut into blocks of `block_shards`, each block's samples permuted."
-    def __init__(self, lengths: Sequence[int], # samples in each shard, in the listed order
-                 seed: int = 42, # the run's seed
-                 epoch: int = 0, # the epoch
-                 pass_: int = 0, # the pass over the shards within the epoch (an epoch longer than the shards wraps round)
-                 block_shards: int = BLOCK_SHARDS, # shards per block
-                ):
-        if block_shards < 1: raise ValueError(f'block_shards must be >= 1; got {block_shards!r}')
-        if not lengths or min(lengths) < 0 or sum(lengths) == 0: raise ValueError(f'the global order needs shard lengths with samples; got {list(lengths)[:8]!r}')
+
+    def __init__(
+        self,
+        lengths: Sequence[int],  # samples in each shard, in the listed order
+        seed: int = 42,  # the run's seed
+        epoch: int = 0,  # the epoch
+        pass_: int = 0,  # the pass over the shards within the epoch (an epoch longer than the shards wraps round)
+        block_shards: int = BLOCK_SHARDS,  # shards per block
+    ):
+        if block_shards < 1:
+            raise ValueError(f'block_shards must be >= 1; got {block_shards!r}')
+        if not lengths or min(lengths) < 0 or sum(lengths) == 0:
+            raise ValueError(f'the global order needs shard lengths with samples; got {list(lengths)[:8]!r}')
         self.lengths, self.seed, self.epoch, self.pass_ = [int(n) for n in lengths], seed, epoch, pass_
         shards = np.random.default_rng(mix_seed(seed, epoch, pass_, 0)).permutation(len(lengths)).tolist()
-        self.blocks = [shards[i:i + block_shards] for i in range(0, len(shards), block_shards)]
+        self.blocks = [shards[i : i + block_shards] for i in range(0, len(shards), block_shards)]
         sizes = [sum(self.lengths[s] for s in b) for b in self.blocks]
         self.starts = np.cumsum([0] + sizes).tolist()  # the position of each block's first sample
         self.total = self.starts[-1]
         self._perm = {}
 
-    def block_of(self, q: int) -> int: return bisect.bisect_right(self.starts, q) - 1
+    def block_of(self, q: int) -> int:
+        return bisect.bisect_right(self.starts, q) - 1
 
     def members(self, b: int) -> list:
         "Block b's samples as (shard, member) in the order: all the block's members, permuted with the block's seed."
@@ -47,22 +54,29 @@ class GlobalOrder:
             self._perm = {b: [pairs[i] for i in perm]}  # one block at a time: a worker walks the blocks in order
         return self._perm[b]
 
-    def __len__(self) -> int: return self.total
+    def __len__(self) -> int:
+        return self.total
+
     def __getitem__(self, q: int) -> tuple:
         "(shard, member) at position q of the pass."
         b = self.block_of(q)
         return self.members(b)[q - self.starts[b]]
 
+
 def epoch_length(num_samples: int, global_batch: int, start: int = 0) -> int:
     "Where the epoch ends in the global order: after `start`, whole global batches covering the epoch's `num_samples`."
     return start + max(0, math.ceil((num_samples - start) / global_batch)) * global_batch
 
-def worker_positions(start: int, # global samples delivered before this pass (the resume point)
-                     end: int, # the epoch's end (`epoch_length`)
-                     batch_size: int, # per-rank batch size
-                     rank: int, world_size: int, # this rank, of how many
-                     worker: int, num_workers: int, # this DataLoader worker, of how many per rank
-                    ) -> Iterator[int]:
+
+def worker_positions(
+    start: int,  # global samples delivered before this pass (the resume point)
+    end: int,  # the epoch's end (`epoch_length`)
+    batch_size: int,  # per-rank batch size
+    rank: int,
+    world_size: int,  # this rank, of how many
+    worker: int,
+    num_workers: int,  # this DataLoader worker, of how many per rank
+) -> Iterator[int]:
     "The global positions one worker yields: its rank's slice of every global batch whose turn is this worker's (round-robin)."
     gb = batch_size * world_size
     for t in range(worker, (end - start) // gb, num_workers):
@@ -70,37 +84,51 @@ def worker_positions(start: int, # global samples delivered before this pass (th
         yield from range(p, p + batch_size)
 
 # %% ../nbs/24_global_order.ipynb #1e53df10
-def read_in_order(source, # a stream source (`timmdata.shard_io`): `shards`, `shard_lengths`, `iter_shard`, `name_of`
-                  positions: Sequence[int], # increasing global positions of the epoch (`worker_positions`)
-                  seed: int, epoch: int, # the run's seed and the epoch
-                  block_shards: int = BLOCK_SHARDS, # shards per block of the order
-                 ) -> Iterator[tuple]:
+def read_in_order(
+    source,  # a stream source (`timmdata.shard_io`): `shards`, `shard_lengths`, `iter_shard`, `name_of`
+    positions: Sequence[int],  # increasing global positions of the epoch (`worker_positions`)
+    seed: int,
+    epoch: int,  # the run's seed and the epoch
+    block_shards: int = BLOCK_SHARDS,  # shards per block of the order
+) -> Iterator[tuple]:
     "(position, shard, key, image, target) for each position, in order: each block read once, its shards in turn, keeping only these positions' samples."
     lengths, pos, order = source.shard_lengths, list(positions), None
     total, i = sum(lengths), 0
     while i < len(pos):
         pass_, q = divmod(pos[i], total)
-        if order is None or order.pass_ != pass_: order = GlobalOrder(lengths, seed, epoch, pass_, block_shards)
+        if order is None or order.pass_ != pass_:
+            order = GlobalOrder(lengths, seed, epoch, pass_, block_shards)
         b = order.block_of(q)
         j, lo, hi = i, pass_ * total + order.starts[b], pass_ * total + order.starts[b + 1]
-        while j < len(pos) and pos[j] < hi: j += 1  # this worker's positions in block b
+        while j < len(pos) and pos[j] < hi:
+            j += 1  # this worker's positions in block b
         members = order.members(b)
         want = {}
-        for p in pos[i:j]: s, m = members[p - lo]; want.setdefault(s, set()).add(m)
+        for p in pos[i:j]:
+            s, m = members[p - lo]
+            want.setdefault(s, set()).add(m)
         got = {}
-        for s in order.blocks[b]:  # the block's shards in the order's sequence, each read from its start, only as far as needed
-            if s not in want: continue
+        for s in order.blocks[
+            b
+        ]:  # the block's shards in the order's sequence, each read from its start, only as far as needed
+            if s not in want:
+                continue
             need, last, n = want[s], max(want[s]), 0
             it = source.iter_shard(source.shards[s])
             try:
                 for m, (key, img, target) in enumerate(it):
                     n = m + 1
-                    if m in need: got[s, m] = (key, img, target)
-                    if m == last: break
-            finally: it.close()
+                    if m in need:
+                        got[s, m] = (key, img, target)
+                    if m == last:
+                        break
+            finally:
+                it.close()
             if n <= last:
-                raise RuntimeError(f'shard {source.name_of(source.shards[s])} holds {n} samples but its listing says {lengths[s]}: '
-                                   f'the global order needs exact shard_lengths (write _info.json again with timmdata shards)')
+                raise RuntimeError(
+                    f'shard {source.name_of(source.shards[s])} holds {n} samples but its listing says {lengths[s]}: '
+                    f'the global order needs exact shard_lengths (write _info.json again with timmdata shards)'
+                )
         for p in pos[i:j]:
             s, m = members[p - lo]
             yield (p, source.shards[s]) + got.pop((s, m))
@@ -109,69 +137,109 @@ def read_in_order(source, # a stream source (`timmdata.shard_io`): `shards`, `sh
 # %% ../nbs/24_global_order.ipynb #b2c3d4e5
 _END = bytes(1024)  # a tar's end-of-archive blocks: a sample's span read alone parses as a whole tar
 
-def sample_spans(source, # a stream source; random access needs `timmdata.shard_io.WdsSource` over local files or http(s) URLs
-                 index_dir: Optional[str] = None, # where the member-offset index is kept (see `timmdata.shard_index.index_path`)
-                ):
+
+def sample_spans(
+    source,  # a stream source; random access needs `timmdata.shard_io.WdsSource` over local files or http(s) URLs
+    index_dir: Optional[str] = None,  # where the member-offset index is kept (see `timmdata.shard_index.index_path`)
+):
     "Each shard's samples as byte spans `[start, end)` of their tar records (an (n, 2) array per shard), from the member-offset index; or, a str, why there are none."
-    if not isinstance(source, WdsSource): return f'{type(source).__name__} is not a source of WebDataset tar shards'
+    if not isinstance(source, WdsSource):
+        return f'{type(source).__name__} is not a source of WebDataset tar shards'
     if other := [s for s in source.shards if url_scheme(s) not in ('file', 'http', 'https')]:
         return f'shard {shard_name(other[0])} is a {url_scheme(other[0])}: stream, read front to back only'
-    try: per_shard, _ = load_index([s[7:] if s.startswith('file://') else s for s in source.shards], index_dir)
-    except (ShardNotFoundError, ShardTruncatedError): raise  # a missing or cut shard fails any order: say so now
-    except ShardError as e: return str(e)  # e.g. compressed, or a server that ignores ranged reads
+    try:
+        per_shard, _ = load_index([s[7:] if s.startswith('file://') else s for s in source.shards], index_dir)
+    except (ShardNotFoundError, ShardTruncatedError):
+        raise  # a missing or cut shard fails any order: say so now
+    except ShardError as e:
+        return str(e)  # e.g. compressed, or a server that ignores ranged reads
     spans = []
     for i, samples in enumerate(per_shard):
         want = source.shard_lengths[i] if source.shard_lengths else None
         if want is not None and len(samples) != want:
-            raise ShardError(f'shard {shard_name(source.shards[i])} holds {len(samples)} samples; _info.json says {want}: write the shard or the info file again')
+            raise ShardError(
+                f'shard {shard_name(source.shards[i])} holds {len(samples)} samples; _info.json says {want}: write the shard or the info file again'
+            )
         ends = np.array([max(o + n for o, n in m.values()) for _, m in samples], dtype=np.int64).reshape(-1)
         ends += -ends % 512  # a record ends with its padding
-        spans.append(np.stack([np.concatenate([np.zeros(1, np.int64), ends[:-1]]), ends], 1) if len(ends) else np.zeros((0, 2), np.int64))
+        spans.append(
+            np.stack([np.concatenate([np.zeros(1, np.int64), ends[:-1]]), ends], 1)
+            if len(ends)
+            else np.zeros((0, 2), np.int64)
+        )
     return spans
+
 
 class SpanReader:
     "A `WdsSource`'s samples by position: a sample's span (`sample_spans`) read with one `pread` (a few handles kept per process) or one ranged GET."
+
     def __init__(self, source: WdsSource, spans: list, max_open_files: int = 16):
         self.source, self.spans, self.max_open_files = source, spans, max_open_files
         self.lengths = [len(a) for a in spans]
-        self._paths = [(s[7:] if s.startswith('file://') else s) if url_scheme(s) == 'file' else None for s in source.shards]  # None: http(s)
+        self._paths = [
+            (s[7:] if s.startswith('file://') else s) if url_scheme(s) == 'file' else None for s in source.shards
+        ]  # None: http(s)
         self._pid, self._files, self._lock = None, OrderedDict(), None
 
     def _bytes(self, s: int, start: int, n: int) -> bytes:
         if self._paths[s] is None:
-            return http_range(self.source.shards[s], (start, n), timeout=self.source.timeout, retries=self.source.retries, backoff=self.source.backoff)[1]
-        if self._pid != os.getpid(): self._files, self._lock, self._pid = OrderedDict(), threading.Lock(), os.getpid()  # never a parent's handles
+            return http_range(
+                self.source.shards[s],
+                (start, n),
+                timeout=self.source.timeout,
+                retries=self.source.retries,
+                backoff=self.source.backoff,
+            )[1]
+        if self._pid != os.getpid():
+            self._files, self._lock, self._pid = (
+                OrderedDict(),
+                threading.Lock(),
+                os.getpid(),
+            )  # never a parent's handles
         f = self._files.pop(s, None) or FileHandle(self._paths[s])
         self._files[s] = f
-        while len(self._files) > self.max_open_files: self._files.popitem(last=False)
-        if hasattr(os, 'pread'): return os.pread(f.fd, n, start)
-        with self._lock: os.lseek(f.fd, start, os.SEEK_SET); return os.read(f.fd, n)
+        while len(self._files) > self.max_open_files:
+            self._files.popitem(last=False)
+        if hasattr(os, 'pread'):
+            return os.pread(f.fd, n, start)
+        with self._lock:
+            os.lseek(f.fd, start, os.SEEK_SET)
+            return os.read(f.fd, n)
 
     def read(self, s: int, m: int) -> tuple:
         "(key, image bytes, target) of sample `m` of shard `s`, parsed and checked as the stream parses its shard."
         start, end = (int(x) for x in self.spans[s][m])
         url, data = self.source.shards[s], self._bytes(s, start, end - start)
         if len(data) != end - start:
-            raise ShardTruncatedError(f'shard {shard_name(url)} was cut or changed after it was indexed: sample {m} needs bytes '
-                                      f'{start:,} to {end:,}; create the dataset again (a changed shard is indexed again)')
+            raise ShardTruncatedError(
+                f'shard {shard_name(url)} was cut or changed after it was indexed: sample {m} needs bytes '
+                f'{start:,} to {end:,}; create the dataset again (a changed shard is indexed again)'
+            )
         got = list(self.source._samples(io.BytesIO(data + _END), url))
         if len(got) != 1:
-            raise ShardError(f'the shard index does not match shard {shard_name(url)} at sample {m} ({len(got)} samples in its span): '
-                             f'delete {INDEX_FILE} beside the shards (or in index_dir) and create the dataset again')
+            raise ShardError(
+                f'the shard index does not match shard {shard_name(url)} at sample {m} ({len(got)} samples in its span): '
+                f'delete {INDEX_FILE} beside the shards (or in index_dir) and create the dataset again'
+            )
         return got[0]
 
-    def read_in_order(self, positions: Sequence[int], # increasing global positions of the epoch (`worker_positions`)
-                      seed: int, epoch: int, # the run's seed and the epoch
-                      block_shards: int = BLOCK_SHARDS, # shards per block of the order
-                     ) -> Iterator[tuple]:
+    def read_in_order(
+        self,
+        positions: Sequence[int],  # increasing global positions of the epoch (`worker_positions`)
+        seed: int,
+        epoch: int,  # the run's seed and the epoch
+        block_shards: int = BLOCK_SHARDS,  # shards per block of the order
+    ) -> Iterator[tuple]:
         "(position, shard, key, image, target) for each position: each sample read alone, in the order's sequence."
         total, order = sum(self.lengths), None
         for p in positions:
             pass_, q = divmod(p, total)
-            if order is None or order.pass_ != pass_: order = GlobalOrder(self.lengths, seed, epoch, pass_, block_shards)
+            if order is None or order.pass_ != pass_:
+                order = GlobalOrder(self.lengths, seed, epoch, pass_, block_shards)
             s, m = order[q]
             yield (p, self.source.shards[s]) + self.read(s, m)
 
     def __getstate__(self):
-        d = self.__dict__.copy(); d['_pid'], d['_files'], d['_lock'] = None, OrderedDict(), None  # handles are per process
+        d = self.__dict__.copy()
+        d['_pid'], d['_files'], d['_lock'] = None, OrderedDict(), None  # handles are per process
         return d

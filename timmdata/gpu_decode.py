@@ -12,17 +12,42 @@ import torch.nn.functional as F
 from torch.utils.data import IterableDataset
 from torchvision.transforms import InterpolationMode
 from .decode import EncodedJpeg, ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
-from .transforms import (SampleTransform, RandomResizedCropAndInterpolation, ResizeKeepRatio, check_range, crop_box,
-                         image_hw, interp_or_choices, pick_interp, resize_exact, setup_size, shorter_edge_size, str_to_interp_mode)
+from timmdata.transforms import (
+    SampleTransform,
+    RandomResizedCropAndInterpolation,
+    ResizeKeepRatio,
+    check_range,
+    crop_box,
+    image_hw,
+    interp_or_choices,
+    pick_interp,
+    resize_exact,
+    setup_size,
+    shorter_edge_size,
+    str_to_interp_mode,
+)
 from .mixup import Mixup
 from .feeder import DeviceFeeder, cuda_rng_seeded, weak_method
 from .prefetch import BatchOps
 from .runtime import resolve_device
-from .config import (DEFAULT_CROP_PCT, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, mix_seed,
-                             parse_input_size, seed_all)
+from timmdata.config import (
+    DEFAULT_CROP_PCT,
+    IMAGENET_DEFAULT_MEAN,
+    IMAGENET_DEFAULT_STD,
+    color_jitter_factors,
+    mix_seed,
+    parse_input_size,
+    seed_all,
+)
 from .distributed_sampler import timm_sampler
-from .resume import (ResumableDataLoader, batch_key, global_rng_state, loader_marks, resumable_batching,
-                             set_global_rng_state)
+from timmdata.resume import (
+    ResumableDataLoader,
+    batch_key,
+    global_rng_state,
+    loader_marks,
+    resumable_batching,
+    set_global_rng_state,
+)
 
 # %% auto #0
 __all__ = ['DeviceDecodeTransform', 'device_decode_collate', 'decode_jpegs', 'crop_resize_batch', 'flip_batch_', 'decode_batch',
@@ -31,26 +56,39 @@ __all__ = ['DeviceDecodeTransform', 'device_decode_collate', 'decode_jpegs', 'cr
 # %% ../nbs/36_gpu_decode.ipynb #a22d4db9
 _INTERPS = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)  # the device resize: torch's antialiased kernels
 
+
 class DeviceDecodeTransform(SampleTransform):
     "Per sample in a worker: the crop/resize plan and flips, drawn as the CPU transform draws them; JPEGs stay undecoded."
+
     input_format = 'encoded'  # the dataset hands over an `EncodedJpeg` (bytes + header size) for colour JPEGs
-    def __init__(self, size, # output (h, w) or int
-                 is_training: bool = False, # random-resized crop and flips, else the eval resize + centre crop
-                 scale: Optional[tuple] = None, ratio: Optional[tuple] = None, # train crop area / aspect ranges (timm's defaults)
-                 hflip: float = 0.5, vflip: float = 0., # train flip probabilities
-                 interpolation: str = 'bilinear', # 'bilinear', 'bicubic' or 'random' (train: one of them per image)
-                 crop_pct: Optional[float] = None, # eval: output size / resize size (None: 0.875)
-                 crop_border_pixels: Optional[int] = None, # eval: trim this many pixels off every side first
-                ):
+
+    def __init__(
+        self,
+        size,  # output (h, w) or int
+        is_training: bool = False,  # random-resized crop and flips, else the eval resize + centre crop
+        scale: Optional[tuple] = None,
+        ratio: Optional[tuple] = None,  # train crop area / aspect ranges (timm's defaults)
+        hflip: float = 0.5,
+        vflip: float = 0.0,  # train flip probabilities
+        interpolation: str = 'bilinear',  # 'bilinear', 'bicubic' or 'random' (train: one of them per image)
+        crop_pct: Optional[float] = None,  # eval: output size / resize size (None: 0.875)
+        crop_border_pixels: Optional[int] = None,  # eval: trim this many pixels off every side first
+    ):
         self.size, self.is_training = setup_size(size), is_training
-        self.scale, self.ratio = tuple(scale or (0.08, 1.0)), tuple(ratio or (3. / 4., 4. / 3.))
-        check_range(self.scale, 'scale'); check_range(self.ratio, 'ratio')
+        self.scale, self.ratio = tuple(scale or (0.08, 1.0)), tuple(ratio or (3.0 / 4.0, 4.0 / 3.0))
+        check_range(self.scale, 'scale')
+        check_range(self.ratio, 'ratio')
         if interpolation not in ('bilinear', 'bicubic', 'random'):
-            raise ValueError(f"the device decode path resizes with interpolation 'bilinear', 'bicubic' or 'random' (train); "
-                             f"got {interpolation!r}: use create_loader's CPU path for it")
-        self.interp = interp_or_choices(interpolation) if is_training else str_to_interp_mode(
-            'bilinear' if interpolation == 'random' else interpolation)
-        self.hflip, self.vflip = (hflip, vflip) if is_training else (0., 0.)
+            raise ValueError(
+                f"the device decode path resizes with interpolation 'bilinear', 'bicubic' or 'random' (train); "
+                f"got {interpolation!r}: use create_loader's CPU path for it"
+            )
+        self.interp = (
+            interp_or_choices(interpolation)
+            if is_training
+            else str_to_interp_mode('bilinear' if interpolation == 'random' else interpolation)
+        )
+        self.hflip, self.vflip = (hflip, vflip) if is_training else (0.0, 0.0)
         self.crop_pct, self.border = crop_pct or DEFAULT_CROP_PCT, crop_border_pixels or 0
 
     def plan(self, img) -> tuple:
@@ -64,11 +102,16 @@ class DeviceDecodeTransform(SampleTransform):
             b = self.border
             t, l, h, w = min(b, ih), min(b, iw), max(0, ih - 2 * b), max(0, iw - 2 * b)
             ss = tuple(math.floor(x / self.crop_pct) for x in self.size)
-            rh, rw = (shorter_edge_size((h, w), ss[0]) if ss[0] == ss[1] else
-                      ResizeKeepRatio.get_params(torch.empty(0, h, w), ss, 0.))
+            rh, rw = (
+                shorter_edge_size((h, w), ss[0])
+                if ss[0] == ss[1]
+                else ResizeKeepRatio.get_params(torch.empty(0, h, w), ss, 0.0)
+            )
             if rh < oh or rw < ow:
-                raise ValueError(f'a {iw}x{ih} image resizes to {rw}x{rh}, smaller than the {ow}x{oh} crop: the device path '
-                                 f'does not pad; use crop_pct <= 1 with a plain centre crop, or the CPU path')
+                raise ValueError(
+                    f'a {iw}x{ih} image resizes to {rw}x{rh}, smaller than the {ow}x{oh} crop: the device path '
+                    f'does not pad; use crop_pct <= 1 with a plain centre crop, or the CPU path'
+                )
             interp, t2, l2 = self.interp, int(round((rh - oh) / 2.0)), int(round((rw - ow) / 2.0))
         fh = bool(self.hflip > 0 and torch.rand(1) < self.hflip)  # the draws of torchvision's RandomHorizontalFlip
         fv = bool(self.vflip > 0 and torch.rand(1) < self.vflip)
@@ -77,10 +120,11 @@ class DeviceDecodeTransform(SampleTransform):
     def __call__(self, img) -> tuple:
         "(JPEG bytes, plan) for an undecoded colour JPEG; else (the CPU-decoded image cropped and resized, plan)."
         p = self.plan(img)
-        if isinstance(img, EncodedJpeg): return img.data, p
+        if isinstance(img, EncodedJpeg):
+            return img.data, p
         t, l, h, w, rh, rw, t2, l2 = p[:8]
         x = resize_exact(crop_box(img, t, l, h, w), (rh, rw), _INTERPS[p[10]])
-        return x[:, t2:t2 + self.size[0], l2:l2 + self.size[1]], p  # flips on the device, for every sample alike
+        return x[:, t2 : t2 + self.size[0], l2 : l2 + self.size[1]], p  # flips on the device, for every sample alike
 
     def __repr__(self):
         return f"{type(self).__name__}(size={self.size}, is_training={self.is_training})"
@@ -91,43 +135,68 @@ def device_decode_collate(batch: list) -> tuple:
     batch = [s for s in batch if s is not None]
     chunks, offsets, pix, pix_rows = [], [0], [], []
     for i, ((payload, _), _) in enumerate(batch):
-        if isinstance(payload, (bytes, bytearray)): chunks.append(payload); offsets.append(offsets[-1] + len(payload))
-        elif isinstance(payload, torch.Tensor): pix.append(payload); pix_rows.append(i)
-        else: raise TypeError(f'device_decode_collate: sample {i} is a {type(payload).__name__}; expected the output '
-                              f'of DeviceDecodeTransform (set it as the dataset transform)')
-    data = torch.frombuffer(bytearray(b''.join(chunks)), dtype=torch.uint8) if chunks else torch.empty(0, dtype=torch.uint8)
+        if isinstance(payload, (bytes, bytearray)):
+            chunks.append(payload)
+            offsets.append(offsets[-1] + len(payload))
+        elif isinstance(payload, torch.Tensor):
+            pix.append(payload)
+            pix_rows.append(i)
+        else:
+            raise TypeError(
+                f'device_decode_collate: sample {i} is a {type(payload).__name__}; expected the output '
+                f'of DeviceDecodeTransform (set it as the dataset transform)'
+            )
+    data = (
+        torch.frombuffer(bytearray(b''.join(chunks)), dtype=torch.uint8)
+        if chunks
+        else torch.empty(0, dtype=torch.uint8)
+    )
     plans = torch.tensor([p for (_, p), _ in batch], dtype=torch.int32).view(-1, 11)
     pixels = torch.stack(pix) if pix else torch.empty(0, dtype=torch.uint8)
     targets = torch.tensor([t for _, t in batch], dtype=torch.int64)
-    return dict(data=data, offsets=torch.tensor(offsets, dtype=torch.int64), plans=plans, pixels=pixels,
-                pixel_rows=torch.tensor(pix_rows, dtype=torch.int64)), targets
+    return dict(
+        data=data,
+        offsets=torch.tensor(offsets, dtype=torch.int64),
+        plans=plans,
+        pixels=pixels,
+        pixel_rows=torch.tensor(pix_rows, dtype=torch.int64),
+    ), targets
 
 # %% ../nbs/36_gpu_decode.ipynb #0383dead
-def decode_jpegs(srcs: list, # 1-D uint8 CPU tensors of JPEG bytes
-                 device: torch.device, # where the pixels go: 'cpu' or a CUDA device
-                ) -> tuple:
+def decode_jpegs(
+    srcs: list,  # 1-D uint8 CPU tensors of JPEG bytes
+    device: torch.device,  # where the pixels go: 'cpu' or a CUDA device
+) -> tuple:
     "([uint8 CHW RGB tensor on `device`] per source, rows decoded on the CPU instead)."
     dec = torchcodec_jpeg()
     if dec is not None and srcs:
-        try: return list(dec(srcs, mode='RGB', device=device)), []
-        except RuntimeError: pass  # one image spoilt the batch: find it below
+        try:
+            return list(dec(srcs, mode='RGB', device=device)), []
+        except RuntimeError:
+            pass  # one image spoilt the batch: find it below
     out, slow = [], []
     for i, s in enumerate(srcs):
         try:
-            if dec is None: raise RuntimeError('torchcodec is not installed')
-            out.append(dec([s], mode='RGB', device=device)[0]); continue
-        except RuntimeError as e: why = torchcodec_error(e)
-        try: out.append(decode_image(s.numpy().tobytes(), 'RGB', to_tensor=True).to(device)); slow.append(i)
+            if dec is None:
+                raise RuntimeError('torchcodec is not installed')
+            out.append(dec([s], mode='RGB', device=device)[0])
+            continue
+        except RuntimeError as e:
+            why = torchcodec_error(e)
+        try:
+            out.append(decode_image(s.numpy().tobytes(), 'RGB', to_tensor=True).to(device))
+            slow.append(i)
         except ImageDecodeError as e:
             raise ImageDecodeError(f'batch row {i}: no decoder reads this JPEG ({e}; torchcodec: {why})') from e
     return out, slow
 
 # %% ../nbs/36_gpu_decode.ipynb #67b18d30
-def crop_resize_batch(imgs: list, # uint8 CHW tensors on one device (decoded images), one per plan row
-                      plans: torch.Tensor, # (N, 11) int32 plans (CPU)
-                      out: torch.Tensor, # (M, C, oh, ow) uint8 output batch on the device
-                      rows: list, # the row of `out` each image goes to
-                     ) -> torch.Tensor:
+def crop_resize_batch(
+    imgs: list,  # uint8 CHW tensors on one device (decoded images), one per plan row
+    plans: torch.Tensor,  # (N, 11) int32 plans (CPU)
+    out: torch.Tensor,  # (M, C, oh, ow) uint8 output batch on the device
+    rows: list,  # the row of `out` each image goes to
+) -> torch.Tensor:
     "Crop each image to its plan's box, resize it (antialiased, grouped by equal sizes), cut its output window, into `out`."
     oh, ow = out.shape[-2:]
     groups = {}
@@ -135,59 +204,75 @@ def crop_resize_batch(imgs: list, # uint8 CHW tensors on one device (decoded ima
         t, l, h, w, rh, rw, t2, l2, _, _, ii = p
         groups.setdefault((h, w, rh, rw, t2, l2, ii), []).append((k, t, l))
     for (h, w, rh, rw, t2, l2, ii), members in groups.items():
-        x = torch.stack([imgs[k][:, t:t + h, l:l + w] for k, t, l in members]).float()
+        x = torch.stack([imgs[k][:, t : t + h, l : l + w] for k, t, l in members]).float()
         if (rh, rw) != (h, w):
             x = F.interpolate(x, size=(rh, rw), mode=_INTERPS[ii].value, align_corners=False, antialias=True)
-        x = x[:, :, t2:t2 + oh, l2:l2 + ow].round_().clamp_(0, 255)
+        x = x[:, :, t2 : t2 + oh, l2 : l2 + ow].round_().clamp_(0, 255)
         idx = torch.tensor([rows[k] for k, _, _ in members], device=out.device)
         out.index_copy_(0, idx, x.to(torch.uint8))
     return out
+
 
 def flip_batch_(x: torch.Tensor, plans: torch.Tensor) -> torch.Tensor:
     "Flip the rows of the uint8 batch `x` whose plans say so (horizontal, then vertical), in place."
     for col, dim in ((8, -1), (9, -2)):
         idx = torch.nonzero(plans[:, col]).flatten().to(x.device)
-        if len(idx): x.index_copy_(0, idx, x.index_select(0, idx).flip(dim))
+        if len(idx):
+            x.index_copy_(0, idx, x.index_select(0, idx).flip(dim))
     return x
 
 # %% ../nbs/36_gpu_decode.ipynb #417a7a22
-def decode_batch(packed: dict, # a `device_decode_collate` batch
-                 size: tuple, # output (h, w)
-                 device: torch.device, # where to decode and resize
-                 channels: int = 3, # output channels (3: RGB)
-                ) -> tuple:
+def decode_batch(
+    packed: dict,  # a `device_decode_collate` batch
+    size: tuple,  # output (h, w)
+    device: torch.device,  # where to decode and resize
+    channels: int = 3,  # output channels (3: RGB)
+) -> tuple:
     "(uint8 (N, C, h, w) batch on `device`, decoded, cropped, resized and flipped; rows the CPU decoded)."
     plans, off, pix_rows = packed['plans'], packed['offsets'].tolist(), packed['pixel_rows'].tolist()
     n = len(plans)
     out = torch.empty((n, channels, *size), dtype=torch.uint8, device=device)
     jpeg_rows = sorted(set(range(n)) - set(pix_rows))
-    srcs = [packed['data'][off[i]:off[i + 1]] for i in range(len(off) - 1)]
+    srcs = [packed['data'][off[i] : off[i + 1]] for i in range(len(off) - 1)]
     imgs, slow = decode_jpegs(srcs, device)
-    if jpeg_rows: crop_resize_batch(imgs, plans[jpeg_rows], out, jpeg_rows)
-    if pix_rows: out[torch.tensor(pix_rows, device=device)] = packed['pixels'].to(device, non_blocking=True)
+    if jpeg_rows:
+        crop_resize_batch(imgs, plans[jpeg_rows], out, jpeg_rows)
+    if pix_rows:
+        out[torch.tensor(pix_rows, device=device)] = packed['pixels'].to(device, non_blocking=True)
     return flip_batch_(out, plans), pix_rows + [jpeg_rows[i] for i in slow]
 
 # %% ../nbs/36_gpu_decode.ipynb #733a29a0
 _STEP, _MIX = 0xDEC0, 0xDEC1  # tags of a batch's seeds: the batch step's generator (jitter, erasing), the mixer's draws
 
-def _no_plans(batch) -> bool: return not len(batch[0]['plans'])  # every sample of the batch was skipped
+
+def _no_plans(batch) -> bool:
+    return not len(batch[0]['plans'])  # every sample of the batch was skipped
+
 
 class DeviceDecodeLoader:
     "Batches of JPEG bytes -> normalised float batches on `device`: decoded, cropped, resized and augmented there; resumable."
-    def __init__(self, loader: ResumableDataLoader, # yields `device_decode_collate` batches (a ResumableBatchSampler's)
-                 size: tuple, # output (h, w)
-                 pl: BatchOps, # the batch step after decoding (normalisation, jitter, erasing, output dtype, device); a PrefetchLoader is one
-                 mixer: Optional[Mixup] = None, # mixing of the float batch (a FastCollateMixup or Mixup), or None
-                ):
+
+    def __init__(
+        self,
+        loader: ResumableDataLoader,  # yields `device_decode_collate` batches (a ResumableBatchSampler's)
+        size: tuple,  # output (h, w)
+        pl: BatchOps,  # the batch step after decoding (normalisation, jitter, erasing, output dtype, device); a PrefetchLoader is one
+        mixer: Optional[Mixup] = None,  # mixing of the float batch (a FastCollateMixup or Mixup), or None
+    ):
         if not isinstance(loader, ResumableDataLoader):
-            raise TypeError(f'DeviceDecodeLoader needs a ResumableDataLoader (see create_device_decode_loader); got {type(loader).__name__}')
-        if not isinstance(pl, BatchOps): raise TypeError(f'DeviceDecodeLoader needs a BatchOps for its batch step; got {type(pl).__name__}')
+            raise TypeError(
+                f'DeviceDecodeLoader needs a ResumableDataLoader (see create_device_decode_loader); got {type(loader).__name__}'
+            )
+        if not isinstance(pl, BatchOps):
+            raise TypeError(f'DeviceDecodeLoader needs a BatchOps for its batch step; got {type(pl).__name__}')
         self.loader, self.size, self.ops, self.mixer, self.device = loader, tuple(size), pl, mixer, pl.device
         pl.erasing_from_generator()  # seeded per batch, not torch's global one
         self.cpu_fallbacks = 0  # samples decoded on the CPU (in a worker, or here after the device decoder failed)
         self.samples = 0
         # the device loop (side stream and one batch ahead on a GPU, event hand-over, marks, workers) is the feeder's
-        self.feeder = DeviceFeeder(loader, weak_method(self._feed), self.device, skip=_no_plans, marks=loader_marks(loader))
+        self.feeder = DeviceFeeder(
+            loader, weak_method(self._feed), self.device, skip=_no_plans, marks=loader_marks(loader)
+        )
 
     def _feed(self, batch, mark) -> tuple:
         "The per-batch step the feeder runs: `_step` with the batch's key."
@@ -198,54 +283,82 @@ class DeviceDecodeLoader:
         "One batch's device work: (float batch, targets); its random draws seeded from the batch's `key`."
         ops = self.ops
         x, slow = decode_batch(packed, self.size, self.device, ops.channels)
-        self.cpu_fallbacks += len(slow); self.samples += len(x)
+        self.cpu_fallbacks += len(slow)
+        self.samples += len(x)
         y = y.to(self.device, non_blocking=True)
-        if key is not None: ops.seed(mix_seed(key, _STEP))
+        if key is not None:
+            ops.seed(mix_seed(key, _STEP))
         out = ops.normalize(x)
-        if self.mixer is not None: out, y = _seeded_mix(self.mixer, out, y, key)
-        if ops.random_erasing is not None: out = _seeded_erase(ops, out, key)
+        if self.mixer is not None:
+            out, y = _seeded_mix(self.mixer, out, y, key)
+        if ops.random_erasing is not None:
+            out = _seeded_erase(ops, out, key)
         return ops.cast(out), y
 
-    def __iter__(self): yield from self.feeder  # the generator holds this loader while it runs
-    def __len__(self) -> int: return len(self.loader)
+    def __iter__(self):
+        yield from self.feeder  # the generator holds this loader while it runs
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
     @property
     def stream(self):
         "The side CUDA stream (made at the first batch, then kept for the loader's life); None on the CPU."
         return self.feeder.lane.stream
+
     def set_epoch(self, epoch: int):
         "Passes the epoch to the batch plan, its sampler and the dataset."
         self.loader.set_epoch(epoch)
+
     def state_dict(self) -> dict:
         "The position after the batches handed out (not the one prepared ahead): a small picklable dict."
         return self.loader.state_at(self.feeder.last)
+
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments) at the next pass."
-        self.loader.load_state_dict(state_dict); self.feeder.last = None
+        self.loader.load_state_dict(state_dict)
+        self.feeder.last = None
+
     @property
-    def dataset(self): return self.loader.dataset
+    def dataset(self):
+        return self.loader.dataset
+
     @property
-    def sampler(self): return self.loader.sampler
+    def sampler(self):
+        return self.loader.sampler
+
     @property
-    def batch_sampler(self): return self.loader.batch_sampler
+    def batch_sampler(self):
+        return self.loader.batch_sampler
+
     @property
-    def mixup_enabled(self) -> bool: return self.mixer is not None and self.mixer.mixup_enabled
+    def mixup_enabled(self) -> bool:
+        return self.mixer is not None and self.mixer.mixup_enabled
+
     @mixup_enabled.setter
     def mixup_enabled(self, on: bool):
-        if self.mixer is not None: self.mixer.mixup_enabled = on
+        if self.mixer is not None:
+            self.mixer.mixup_enabled = on
 
 # %% ../nbs/36_gpu_decode.ipynb #745c245d
 def _seeded_mix(mixer: Mixup, x, y, key: Optional[int]) -> tuple:
     "The mixer's draws (numpy's, `random`'s, torch's globals) seeded from the batch's key; the global states kept."
-    if key is None: return Mixup.__call__(mixer, x, y)
+    if key is None:
+        return Mixup.__call__(mixer, x, y)
     keep = global_rng_state()
     seed_all(mix_seed(key, _MIX))
-    try: return Mixup.__call__(mixer, x, y)
-    finally: set_global_rng_state(keep)
+    try:
+        return Mixup.__call__(mixer, x, y)
+    finally:
+        set_global_rng_state(keep)
+
 
 def _seeded_erase(ops: BatchOps, x: torch.Tensor, key: Optional[int]) -> torch.Tensor:
     "Erasing draws from the step's generator; on CUDA its 'rand'/'pixel' noise from the device's generator: seeded too, in a fork."
-    if key is None or x.device.type != 'cuda' or ops.random_erasing.mode == 'const': return ops.erase(x)
-    with cuda_rng_seeded(x.device, mix_seed(key, _STEP)): return ops.erase(x)
+    if key is None or x.device.type != 'cuda' or ops.random_erasing.mode == 'const':
+        return ops.erase(x)
+    with cuda_rng_seeded(x.device, mix_seed(key, _STEP)):
+        return ops.erase(x)
 
 # %% ../nbs/36_gpu_decode.ipynb #2413aeef
 _SCHED = 'scheduled batching is not wired to this path yet'
@@ -261,91 +374,164 @@ _WHY = {  # why an argument of create_loader the device path does not take is re
     'use_prefetcher': 'the device path is a prefetching loader',
     'use_multi_epochs_loader': 'MultiEpochsDataLoader lives in timmdata.loader, which builds on this module',
     'worker_seeding': "every sample is seeded from the loader's seed (timmdata.resume), not from its worker",
-    **dict.fromkeys(('input_size_choices', 'batch_size_choices', 'batch_choice_weights', 'batch_choice_seed', 'batch_choice_schedule',
-                     'batch_schedule_epochs', 'batch_schedule_spread', 'batch_schedule_random_mix', 'num_batches'), _SCHED),
+    **dict.fromkeys(
+        (
+            'input_size_choices',
+            'batch_size_choices',
+            'batch_choice_weights',
+            'batch_choice_seed',
+            'batch_choice_schedule',
+            'batch_schedule_epochs',
+            'batch_schedule_spread',
+            'batch_schedule_random_mix',
+            'num_batches',
+        ),
+        _SCHED,
+    ),
 }
 
-def refuse_off_default(fn: Callable, # the function whose signature holds the defaults (create_loader)
-                       given: dict, # its arguments the device path does not take: {name: value as passed}
-                      ):
+
+def refuse_off_default(
+    fn: Callable,  # the function whose signature holds the defaults (create_loader)
+    given: dict,  # its arguments the device path does not take: {name: value as passed}
+):
     "Refuse, by name, an argument of `given` that differs from its default in `fn`'s signature: the one source of the defaults."
     params = inspect.signature(fn).parameters
     for k, v in given.items():
-        if k not in params: raise TypeError(f'refuse_off_default: {fn.__name__} has no argument {k!r}')
+        if k not in params:
+            raise TypeError(f'refuse_off_default: {fn.__name__} has no argument {k!r}')
         if v is not params[k].default and v != params[k].default:
-            raise ValueError(f"{fn.__name__}: {k}={v!r} is not supported on the device decode path ({_WHY.get(k, 'not wired to it')}); "
-                             f"use {fn.__name__}'s CPU path (decode_device=None) for it")
+            raise ValueError(
+                f"{fn.__name__}: {k}={v!r} is not supported on the device decode path ({_WHY.get(k, 'not wired to it')}); "
+                f"use {fn.__name__}'s CPU path (decode_device=None) for it"
+            )
+
 
 def _check_modes(is_training: bool, train_crop_mode, crop_mode, color_jitter):
     if train_crop_mode not in (None, 'rrc'):
-        raise ValueError(f"create_device_decode_loader: train_crop_mode={train_crop_mode!r} is not supported (only 'rrc'); use the CPU path")
+        raise ValueError(
+            f"create_device_decode_loader: train_crop_mode={train_crop_mode!r} is not supported (only 'rrc'); use the CPU path"
+        )
     if crop_mode not in (None, 'center'):
-        raise ValueError(f"create_device_decode_loader: crop_mode={crop_mode!r} is not supported (only 'center'); use the CPU path")
+        raise ValueError(
+            f"create_device_decode_loader: crop_mode={crop_mode!r} is not supported (only 'center'); use the CPU path"
+        )
     if is_training and color_jitter_factors(color_jitter)[3] is not None:
-        raise ValueError('create_device_decode_loader: hue jitter is per-sample in the workers; use color_jitter with 3 values or the CPU path')
+        raise ValueError(
+            'create_device_decode_loader: hue jitter is per-sample in the workers; use color_jitter with 3 values or the CPU path'
+        )
 
 # %% ../nbs/36_gpu_decode.ipynb #9af14cc9
 def create_device_decode_loader(
-        dataset, # the dataset (an ImageDataset); its `.transform` is set here
-        input_size, # int, (H, W) or (C, H, W)
-        batch_size: int, # samples per batch
-        is_training: bool = False, # random-resized crops and flips, shuffling, drop_last
-        re_prob: float = 0., re_mode: str = 'const', re_count: int = 1, re_split: bool = False, # random erasing, on the device
-        train_crop_mode: Optional[str] = None, scale: Optional[tuple] = None, ratio: Optional[tuple] = None, # 'rrc' only
-        hflip: float = 0.5, vflip: float = 0., # train flip probabilities
-        color_jitter=0.4, # brightness/contrast/saturation strength, on the device batch (train only)
-        interpolation: str = 'bilinear', # 'bilinear', 'bicubic' or 'random' (train)
-        mean: tuple = IMAGENET_DEFAULT_MEAN, std: tuple = IMAGENET_DEFAULT_STD, # normalisation
-        crop_pct: Optional[float] = None, crop_mode: Optional[str] = None, crop_border_pixels: Optional[int] = None, # eval
-        collate_fn: Optional[Callable] = None, # None, or a mixing FastCollateMixup / Mixup (applied on the device)
-        fp16: bool = False, img_dtype: torch.dtype = torch.float32, # output dtype
-        channels_last: bool = False, # channels-last output batches
-        decode_device: Union[str, torch.device] = 'cuda', # where to decode: 'cuda', 'cuda:N' or 'cpu' (TorchCodec's CPU decoder)
-        seed: Optional[int] = None, # the loader's seed: order, per-sample crops/flips, jitter, mixing, erasing (None: drawn, see `loader_seed`)
-        distributed: bool = False, # one share of the data per rank (torch.distributed must be initialised)
-        num_aug_repeats: int = 0, # repeated augmentation (distributed only): copies per sample, dealt to different ranks
-        num_workers: int = 1, # worker processes (0: load in the main process)
-        pin_memory: Optional[bool] = None, # None: pin when decoding on CUDA
-        persistent_workers: bool = True, # keep workers between epochs
-        prefetch_factor: Optional[int] = None, # batches queued per worker (None: torch's default, 2)
-        device: Union[str, torch.device, None] = None, # where the batches go: must be `decode_device` (None: it)
-       ) -> DeviceDecodeLoader:
+    dataset,  # the dataset (an ImageDataset); its `.transform` is set here
+    input_size,  # int, (H, W) or (C, H, W)
+    batch_size: int,  # samples per batch
+    is_training: bool = False,  # random-resized crops and flips, shuffling, drop_last
+    re_prob: float = 0.0,
+    re_mode: str = 'const',
+    re_count: int = 1,
+    re_split: bool = False,  # random erasing, on the device
+    train_crop_mode: Optional[str] = None,
+    scale: Optional[tuple] = None,
+    ratio: Optional[tuple] = None,  # 'rrc' only
+    hflip: float = 0.5,
+    vflip: float = 0.0,  # train flip probabilities
+    color_jitter=0.4,  # brightness/contrast/saturation strength, on the device batch (train only)
+    interpolation: str = 'bilinear',  # 'bilinear', 'bicubic' or 'random' (train)
+    mean: tuple = IMAGENET_DEFAULT_MEAN,
+    std: tuple = IMAGENET_DEFAULT_STD,  # normalisation
+    crop_pct: Optional[float] = None,
+    crop_mode: Optional[str] = None,
+    crop_border_pixels: Optional[int] = None,  # eval
+    collate_fn: Optional[Callable] = None,  # None, or a mixing FastCollateMixup / Mixup (applied on the device)
+    fp16: bool = False,
+    img_dtype: torch.dtype = torch.float32,  # output dtype
+    channels_last: bool = False,  # channels-last output batches
+    decode_device: Union[
+        str, torch.device
+    ] = 'cuda',  # where to decode: 'cuda', 'cuda:N' or 'cpu' (TorchCodec's CPU decoder)
+    seed: Optional[
+        int
+    ] = None,  # the loader's seed: order, per-sample crops/flips, jitter, mixing, erasing (None: drawn, see `loader_seed`)
+    distributed: bool = False,  # one share of the data per rank (torch.distributed must be initialised)
+    num_aug_repeats: int = 0,  # repeated augmentation (distributed only): copies per sample, dealt to different ranks
+    num_workers: int = 1,  # worker processes (0: load in the main process)
+    pin_memory: Optional[bool] = None,  # None: pin when decoding on CUDA
+    persistent_workers: bool = True,  # keep workers between epochs
+    prefetch_factor: Optional[int] = None,  # batches queued per worker (None: torch's default, 2)
+    device: Union[str, torch.device, None] = None,  # where the batches go: must be `decode_device` (None: it)
+) -> DeviceDecodeLoader:
     "`create_loader` with the decode, crop and resize moved to `decode_device` (see above for what it takes)."
     _check_modes(is_training, train_crop_mode, crop_mode, color_jitter)
     if str(decode_device) == 'auto':
-        raise ValueError("decode_device='auto' is not offered until bench/bench_gpu.py has been run on a GPU; "
-                         "pass 'cuda' or 'cpu' (the rule 'auto' will follow is in nbs/36_gpu_decode.ipynb)")
+        raise ValueError(
+            "decode_device='auto' is not offered until bench/bench_gpu.py has been run on a GPU; "
+            "pass 'cuda' or 'cpu' (the rule 'auto' will follow is in nbs/36_gpu_decode.ipynb)"
+        )
     dd = resolve_device(decode_device, ('cpu', 'cuda'))
     od = None if device is None else resolve_device(device)
     if od is not None and (od.type != dd.type or None not in (od.index, dd.index) and od.index != dd.index):
-        raise ValueError(f'create_device_decode_loader: device={str(device)!r} differs from decode_device={str(decode_device)!r}: '
-                         f'the batches are made where they are decoded; pass the same device (or device=None)')
+        raise ValueError(
+            f'create_device_decode_loader: device={str(device)!r} differs from decode_device={str(decode_device)!r}: '
+            f'the batches are made where they are decoded; pass the same device (or device=None)'
+        )
     if torchcodec_jpeg() is None:
         raise ImportError("the device decode path needs TorchCodec's decode_jpeg: pip install 'timmdata[codec]'")
     channels = input_size[0] if isinstance(input_size, (tuple, list)) and len(input_size) == 3 else 3
-    if channels != 3: raise ValueError(f'the device decode path makes RGB batches; got input_size with {channels} channels')
+    if channels != 3:
+        raise ValueError(f'the device decode path makes RGB batches; got input_size with {channels} channels')
     mixer = collate_fn if isinstance(collate_fn, Mixup) else None
     if collate_fn is not None and mixer is None:
-        raise ValueError('create_device_decode_loader: collate_fn must be None or a Mixup / FastCollateMixup (mixed on the '
-                         f'device); got {type(collate_fn).__name__}: the batch is packed JPEG bytes until the device')
+        raise ValueError(
+            'create_device_decode_loader: collate_fn must be None or a Mixup / FastCollateMixup (mixed on the '
+            f'device); got {type(collate_fn).__name__}: the batch is packed JPEG bytes until the device'
+        )
     if mixer is not None and mixer.mode == 'half':
-        raise ValueError("create_device_decode_loader: FastCollateMixup(mode='half') is not supported here; use 'batch', 'pair' or 'elem'")
+        raise ValueError(
+            "create_device_decode_loader: FastCollateMixup(mode='half') is not supported here; use 'batch', 'pair' or 'elem'"
+        )
     if isinstance(dataset, IterableDataset):
-        raise ValueError(f'create_device_decode_loader: {type(dataset).__name__} is a stream; the device decode path reads '
-                         f'map-style datasets (e.g. ImageDataset): use create_loader without decode_device for streams')
+        raise ValueError(
+            f'create_device_decode_loader: {type(dataset).__name__} is a stream; the device decode path reads '
+            f'map-style datasets (e.g. ImageDataset): use create_loader without decode_device for streams'
+        )
     size = parse_input_size(input_size)
-    dataset.transform = DeviceDecodeTransform(size, is_training=is_training, scale=scale, ratio=ratio, hflip=hflip,
-                                              vflip=vflip, interpolation=interpolation, crop_pct=crop_pct,
-                                              crop_border_pixels=crop_border_pixels)
+    dataset.transform = DeviceDecodeTransform(
+        size,
+        is_training=is_training,
+        scale=scale,
+        ratio=ratio,
+        hflip=hflip,
+        vflip=vflip,
+        interpolation=interpolation,
+        crop_pct=crop_pct,
+        crop_border_pixels=crop_border_pixels,
+    )
     nw = num_workers
     sampler = timm_sampler(dataset, distributed, is_training, num_aug_repeats)
     dataset, plan = resumable_batching(dataset, sampler, batch_size, is_training, seed, distributed)
-    loader = ResumableDataLoader(dataset, batch_sampler=plan, num_workers=nw, collate_fn=device_decode_collate,
-                                 pin_memory=bool(dd.type == 'cuda' if pin_memory is None else pin_memory) and torch.cuda.is_available(),
-                                 persistent_workers=persistent_workers and nw > 0,
-                                 prefetch_factor=prefetch_factor if nw > 0 else None)
-    ops = BatchOps(mean=mean, std=std, channels=3, device=dd, fp16=fp16, img_dtype=img_dtype,
-                   re_prob=re_prob if is_training else 0., re_mode=re_mode, re_count=re_count,
-                   re_num_splits=2 if re_split else 0, channels_last=channels_last,
-                   color_jitter=color_jitter if is_training else None, seed=plan.seed)
+    loader = ResumableDataLoader(
+        dataset,
+        batch_sampler=plan,
+        num_workers=nw,
+        collate_fn=device_decode_collate,
+        pin_memory=bool(dd.type == 'cuda' if pin_memory is None else pin_memory) and torch.cuda.is_available(),
+        persistent_workers=persistent_workers and nw > 0,
+        prefetch_factor=prefetch_factor if nw > 0 else None,
+    )
+    ops = BatchOps(
+        mean=mean,
+        std=std,
+        channels=3,
+        device=dd,
+        fp16=fp16,
+        img_dtype=img_dtype,
+        re_prob=re_prob if is_training else 0.0,
+        re_mode=re_mode,
+        re_count=re_count,
+        re_num_splits=2 if re_split else 0,
+        channels_last=channels_last,
+        color_jitter=color_jitter if is_training else None,
+        seed=plan.seed,
+    )
     return DeviceDecodeLoader(loader, size, ops, mixer)

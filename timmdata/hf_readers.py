@@ -8,117 +8,168 @@ import inspect, io, os
 import numpy as np
 from .readers import Reader, load_class_map, split_names, unset
 
-
 # %% auto #0
 __all__ = ['import_datasets', 'hf_class_to_idx', 'image_bytes', 'load_split', 'HfdsReader', 'HfidsSource']
 
 # %% ../nbs/26_hf_readers.ipynb #a0bce122
 def import_datasets():
     "The `datasets` module, or an ImportError that says how to install it."
-    try: import datasets
+    try:
+        import datasets
     except ImportError as e:
-        raise ImportError("Hugging Face datasets (hfds/, hfids/) need the `datasets` package: pip install 'timmdata[hf]'") from e
+        raise ImportError(
+            "Hugging Face datasets (hfds/, hfids/) need the `datasets` package: pip install 'timmdata[hf]'"
+        ) from e
     return datasets
 
+
 def _remote_code(trust_remote_code: bool, fn) -> dict:
-    if not trust_remote_code: return {}
+    if not trust_remote_code:
+        return {}
     if 'trust_remote_code' not in inspect.signature(fn).parameters:
-        raise ValueError('trust_remote_code=True is not supported by the installed datasets version (loading scripts '
-                         'were removed in datasets 4.0); use a dataset of data files (parquet, images) instead')
+        raise ValueError(
+            'trust_remote_code=True is not supported by the installed datasets version (loading scripts '
+            'were removed in datasets 4.0); use a dataset of data files (parquet, images) instead'
+        )
     return {'trust_remote_code': True}
+
 
 def _image_column(features, input_key: str, where: str):
     if input_key not in features:
         raise KeyError(f'{where} has no image column {input_key!r}; its columns are {list(features)}: pass input_key=')
 
-def hf_class_to_idx(features, # a `datasets.Features`
-                    target_key: str, # the label column
-                   ) -> dict | None:
+
+def hf_class_to_idx(
+    features,  # a `datasets.Features`
+    target_key: str,  # the label column
+) -> dict | None:
     "Class name -> index from the label column's `ClassLabel` feature; None when it has no names."
     names = getattr(features.get(target_key), 'names', None)
     return {n: i for i, n in enumerate(names)} if names else None
 
-def image_bytes(value, # an undecoded `datasets.Image` value: {'bytes': ..., 'path': ...}
-                where: str = '', # what to name in an error
-                allow_paths: bool = False, # read a value that has only a path (a dataset of your own files); else an error
-               ) -> bytes:
+
+def image_bytes(
+    value,  # an undecoded `datasets.Image` value: {'bytes': ..., 'path': ...}
+    where: str = '',  # what to name in an error
+    allow_paths: bool = False,  # read a value that has only a path (a dataset of your own files); else an error
+) -> bytes:
     "The encoded bytes of an image value: its bytes, else (with `allow_paths`) the file at its path."
     if isinstance(value, dict):
-        if value.get('bytes'): return value['bytes']
+        if value.get('bytes'):
+            return value['bytes']
         if value.get('path'):
             if not allow_paths:  # a path in a downloaded dataset could name any file on this machine
-                raise ValueError(f"{where}: the image value has no bytes, only the path {value['path']!r}; a dataset's paths are "
-                                 f"not read unless you pass allow_paths=True (for a dataset made from your own files)")
-            with open(value['path'], 'rb') as f: return f.read()
+                raise ValueError(
+                    f"{where}: the image value has no bytes, only the path {value['path']!r}; a dataset's paths are "
+                    f"not read unless you pass allow_paths=True (for a dataset made from your own files)"
+                )
+            with open(value['path'], 'rb') as f:
+                return f.read()
     raise ValueError(f'{where}: the image value has neither bytes nor a path ({type(value).__name__})')
 
 # %% ../nbs/26_hf_readers.ipynb #4be259b9
 def _load_map(name: str, root, split: str, trust_remote_code: bool, load_kwargs: dict):
     "A map-style dataset: `load_from_disk` for a folder `save_to_disk` wrote, else `load_dataset(name, split=...)`."
     datasets = import_datasets()
-    if os.path.isdir(name) and (os.path.exists(os.path.join(name, 'state.json')) or os.path.exists(os.path.join(name, 'dataset_dict.json'))):
+    if os.path.isdir(name) and (
+        os.path.exists(os.path.join(name, 'state.json')) or os.path.exists(os.path.join(name, 'dataset_dict.json'))
+    ):
         ds = datasets.load_from_disk(name)
         if isinstance(ds, datasets.DatasetDict):
             found = next((s for s in split_names(split) if s in ds), None)  # timm's synonyms: 'validation' finds 'val'
-            if found is None: raise KeyError(f'{name!r} has no split {split!r}; it has {list(ds)}')
+            if found is None:
+                raise KeyError(f'{name!r} has no split {split!r}; it has {list(ds)}')
             ds = ds[found]
         return ds
-    return load_split(lambda s: datasets.load_dataset(name, split=s, cache_dir=root, **_remote_code(trust_remote_code, datasets.load_dataset),
-                                                      **load_kwargs), split)[0]
+    return load_split(
+        lambda s: datasets.load_dataset(
+            name, split=s, cache_dir=root, **_remote_code(trust_remote_code, datasets.load_dataset), **load_kwargs
+        ),
+        split,
+    )[0]
+
 
 _NO_SPLIT = ('Unknown split', 'Bad split')  # datasets' ValueError for a split it lacks (map-style, streaming)
 
-def load_split(load, # load(split) -> a dataset; raises ValueError('Unknown split ...') for a split it does not have
-               split: str, # the split asked for
-              ) -> tuple:
+
+def load_split(
+    load,  # load(split) -> a dataset; raises ValueError('Unknown split ...') for a split it does not have
+    split: str,  # the split asked for
+) -> tuple:
     "(dataset, the split name that loaded): `split`, else the first of timm's synonyms the dataset has."
-    try: return load(split), split
+    try:
+        return load(split), split
     except ValueError as e:
-        if not any(m in str(e) for m in _NO_SPLIT): raise
+        if not any(m in str(e) for m in _NO_SPLIT):
+            raise
         for s in split_names(split)[1:]:
-            try: return load(s), s
+            try:
+                return load(s), s
             except ValueError as e2:
-                if not any(m in str(e2) for m in _NO_SPLIT): raise
+                if not any(m in str(e2) for m in _NO_SPLIT):
+                    raise
         raise
+
 
 class HfdsReader(Reader):
     "A map-style Hugging Face dataset as a reader: `reader[i] -> (encoded image bytes, label)`."
-    def __init__(self, name, # a Hub name or local data (load_dataset), a folder `save_to_disk` wrote, or a `datasets.Dataset`
-                 root=None, # cache_dir for `load_dataset`
-                 split: str = 'train', # split to load
-                 class_map=None, # dict or .txt: keep only these classes, with these indices
-                 input_key: str = 'image', # the image column
-                 target_key: str = 'label', # the label column
-                 download: bool = False, # accepted for timm's signature (load_dataset downloads what it needs)
-                 trust_remote_code: bool = False, # allow a dataset's loading script (datasets < 4 only)
-                 allow_paths: bool = False, # read image values that hold only a file path (a dataset of your own files)
-                 **load_kwargs, # passed to `datasets.load_dataset` (e.g. data_files)
-                ):
+
+    def __init__(
+        self,
+        name,  # a Hub name or local data (load_dataset), a folder `save_to_disk` wrote, or a `datasets.Dataset`
+        root=None,  # cache_dir for `load_dataset`
+        split: str = 'train',  # split to load
+        class_map=None,  # dict or .txt: keep only these classes, with these indices
+        input_key: str = 'image',  # the image column
+        target_key: str = 'label',  # the label column
+        download: bool = False,  # accepted for timm's signature (load_dataset downloads what it needs)
+        trust_remote_code: bool = False,  # allow a dataset's loading script (datasets < 4 only)
+        allow_paths: bool = False,  # read image values that hold only a file path (a dataset of your own files)
+        **load_kwargs,  # passed to `datasets.load_dataset` (e.g. data_files)
+    ):
         datasets = import_datasets()
         input_key, target_key = input_key or 'image', target_key or 'label'
         self.allow_paths = allow_paths
-        ds = name if isinstance(name, datasets.Dataset) else _load_map(name, root, split, trust_remote_code, load_kwargs)
+        ds = (
+            name if isinstance(name, datasets.Dataset) else _load_map(name, root, split, trust_remote_code, load_kwargs)
+        )
         where = f'Hugging Face dataset {getattr(ds.info, "dataset_name", None) or name!r} split {split!r}'
         _image_column(ds.features, input_key, where)
         if target_key not in ds.features:
-            raise KeyError(f'{where} has no label column {target_key!r}; its columns are {list(ds.features)}: pass target_key=')
-        self.root, self.split, self.input_key, self.target_key, self._where = str(root or name), split, input_key, target_key, where
+            raise KeyError(
+                f'{where} has no label column {target_key!r}; its columns are {list(ds.features)}: pass target_key='
+            )
+        self.root, self.split, self.input_key, self.target_key, self._where = (
+            str(root or name),
+            split,
+            input_key,
+            target_key,
+            where,
+        )
         labels = np.asarray(ds.select_columns([target_key]).with_format('numpy')[target_key]).astype(np.int64)
         source = hf_class_to_idx(ds.features, target_key) or {str(i): int(i) for i in sorted(set(labels.tolist()))}
         rows = np.arange(len(ds))
         if not unset(class_map):  # timm's "not given": None or ''
             self.class_to_idx = load_class_map(class_map)
             names = {i: n for n, i in source.items()}
-            remap = np.array([self.class_to_idx.get(names.get(i), -1) for i in range(max(source.values()) + 1)], np.int64)
+            remap = np.array(
+                [self.class_to_idx.get(names.get(i), -1) for i in range(max(source.values()) + 1)], np.int64
+            )
             labels = np.where(labels >= 0, remap[np.clip(labels, 0, None)], -1)
-            rows = np.flatnonzero(labels >= 0); labels = labels[rows]
-            if not len(rows): raise ValueError(f'{where}: no sample belongs to a class in class_map; its classes are {list(source)[:10]}')
-        else: self.class_to_idx = source
+            rows = np.flatnonzero(labels >= 0)
+            labels = labels[rows]
+            if not len(rows):
+                raise ValueError(
+                    f'{where}: no sample belongs to a class in class_map; its classes are {list(source)[:10]}'
+                )
+        else:
+            self.class_to_idx = source
         self._rows, self._targets = rows, labels
         self.dataset = ds.select_columns([input_key]).cast_column(input_key, datasets.Image(decode=False))
 
     def __getitem__(self, i: int):
-        if not -len(self) <= i < len(self): raise IndexError(f'index {i} out of range for {self._where} ({len(self)} samples)')
+        if not -len(self) <= i < len(self):
+            raise IndexError(f'index {i} out of range for {self._where} ({len(self)} samples)')
         v = self.dataset[int(self._rows[i])][self.input_key]
         return image_bytes(v, f'{self._where} row {int(self._rows[i])}', self.allow_paths), int(self._targets[i])
 
@@ -134,57 +185,89 @@ class HfdsReader(Reader):
 # %% ../nbs/26_hf_readers.ipynb #6cb9bf74
 class HfidsSource:
     "A streaming Hugging Face dataset as a stream source: shards = its data files, `iter_shard(k)` -> (key, bytes, label)."
-    def __init__(self, name, # a Hub name or local files for `load_dataset` ('parquet' with data_files=...)
-                 root=None, # cache_dir
-                 split: str = 'train', # split to stream
-                 class_map=None, # dict or .txt: keep only these classes, with these indices
-                 input_key: str | None = 'image', # the image column (None: 'image')
-                 target_key: str | None = 'label', # the label column (None: 'label')
-                 num_samples: int | None = None, # samples in the split, when the dataset's info does not say
-                 download: bool = False, # accepted for timm's signature
-                 trust_remote_code: bool = False, # allow a loading script (datasets < 4 only)
-                 allow_paths: bool = False, # read image values that hold only a file path (a dataset of your own files)
-                 **load_kwargs, # passed to `datasets.load_dataset` (e.g. data_files)
-                ):
+
+    def __init__(
+        self,
+        name,  # a Hub name or local files for `load_dataset` ('parquet' with data_files=...)
+        root=None,  # cache_dir
+        split: str = 'train',  # split to stream
+        class_map=None,  # dict or .txt: keep only these classes, with these indices
+        input_key: str | None = 'image',  # the image column (None: 'image')
+        target_key: str | None = 'label',  # the label column (None: 'label')
+        num_samples: int | None = None,  # samples in the split, when the dataset's info does not say
+        download: bool = False,  # accepted for timm's signature
+        trust_remote_code: bool = False,  # allow a loading script (datasets < 4 only)
+        allow_paths: bool = False,  # read image values that hold only a file path (a dataset of your own files)
+        **load_kwargs,  # passed to `datasets.load_dataset` (e.g. data_files)
+    ):
         datasets = import_datasets()
         self.allow_paths = allow_paths
-        input_key, target_key = input_key or 'image', target_key or 'label'  # None: the defaults (as a stream dataset passes them)
-        ds, split = load_split(lambda s: datasets.load_dataset(name, split=s, streaming=True, cache_dir=root,
-                               **_remote_code(trust_remote_code, datasets.load_dataset), **load_kwargs), split)
+        input_key, target_key = (
+            input_key or 'image',
+            target_key or 'label',
+        )  # None: the defaults (as a stream dataset passes them)
+        ds, split = load_split(
+            lambda s: datasets.load_dataset(
+                name,
+                split=s,
+                streaming=True,
+                cache_dir=root,
+                **_remote_code(trust_remote_code, datasets.load_dataset),
+                **load_kwargs,
+            ),
+            split,
+        )
         self.name, self.split, self.input_key, self.target_key = name, split, input_key, target_key
         self._where = f'Hugging Face stream {name!r} split {split!r}'
         feats = ds.features
-        if feats is not None: _image_column(feats, input_key, self._where)
+        if feats is not None:
+            _image_column(feats, input_key, self._where)
         self.dataset = ds.cast_column(input_key, datasets.Image(decode=False))
         self.shards = list(range(ds.n_shards))
         info = getattr(ds.info, 'splits', None) or {}
         known = info[split].num_examples if split in info and info[split].num_examples else None
         self.num_samples = num_samples if num_samples is not None else known
-        source = (hf_class_to_idx(feats, target_key) if feats is not None else None)
+        source = hf_class_to_idx(feats, target_key) if feats is not None else None
         if not unset(class_map):  # timm's "not given": None or ''
             self.class_to_idx = load_class_map(class_map)
-            if source is None: raise ValueError(f'{self._where}: class_map needs class names, but the label column {target_key!r} has no ClassLabel names')
+            if source is None:
+                raise ValueError(
+                    f'{self._where}: class_map needs class names, but the label column {target_key!r} has no ClassLabel names'
+                )
             self._remap = {i: self.class_to_idx.get(n) for n, i in source.items()}
-        else: self.class_to_idx, self._remap = source or {}, None
+        else:
+            self.class_to_idx, self._remap = source or {}, None
 
     @property
-    def classes(self) -> list: return sorted(self.class_to_idx, key=self.class_to_idx.__getitem__)
+    def classes(self) -> list:
+        return sorted(self.class_to_idx, key=self.class_to_idx.__getitem__)
 
-    def name_of(self, shard) -> str: return f'{self._where} shard {shard} of {len(self.shards)}'
-    def __repr__(self): return f'HfidsSource({self.name!r}, split={self.split!r}, shards={len(self.shards)}, num_samples={self.num_samples})'
+    def name_of(self, shard) -> str:
+        return f'{self._where} shard {shard} of {len(self.shards)}'
+
+    def __repr__(self):
+        return f'HfidsSource({self.name!r}, split={self.split!r}, shards={len(self.shards)}, num_samples={self.num_samples})'
 
 # %% ../nbs/26_hf_readers.ipynb #782d683f
 def _iter_shard(self, shard):
     "(key, encoded image bytes, label) of every sample of `shard`, in order (samples outside a class_map are left out)."
-    if shard not in range(len(self.shards)): raise IndexError(f'{self._where} has shards 0..{len(self.shards) - 1}; got {shard!r}')
+    if shard not in range(len(self.shards)):
+        raise IndexError(f'{self._where} has shards 0..{len(self.shards) - 1}; got {shard!r}')
     part = self.dataset.shard(num_shards=len(self.shards), index=shard, contiguous=True)
     try:
         for j, ex in enumerate(part):
             y = ex.get(self.target_key)
             if y is not None and self._remap is not None:
                 y = self._remap.get(int(y))
-                if y is None: continue
-            yield f'{shard}/{j}', image_bytes(ex[self.input_key], f'{self.name_of(shard)} sample {j}', self.allow_paths), None if y is None else int(y)
+                if y is None:
+                    continue
+            yield (
+                f'{shard}/{j}',
+                image_bytes(ex[self.input_key], f'{self.name_of(shard)} sample {j}', self.allow_paths),
+                None if y is None else int(y),
+            )
     except (OSError, ValueError) as e:
         raise type(e)(f'{self.name_of(shard)}: {e}') from e
+
+
 HfidsSource.iter_shard = _iter_shard

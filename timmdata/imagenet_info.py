@@ -12,55 +12,95 @@ from .dataset_info import DatasetInfo
 __all__ = ['timm_info_file', 'infer_imagenet_subset', 'ImageNetInfo']
 
 # %% ../nbs/51_imagenet_info.ipynb #2176cfdf
-_NUM_CLASSES_TO_SUBSET = {1000: 'imagenet-1k', 11221: 'imagenet-21k-miil', 11821: 'imagenet-12k', 21841: 'imagenet-22k',
-                          21842: 'imagenet-22k-ms', 21843: 'imagenet-21k-goog'}  # a classifier's width -> its ImageNet subset
-_SYNSET_FILES = {'imagenet1k': 'imagenet_synsets.txt', 'imagenet12k': 'imagenet12k_synsets.txt', 'imagenet22k': 'imagenet22k_synsets.txt',
-                 'imagenet21k': 'imagenet21k_goog_synsets.txt', 'imagenet21kgoog': 'imagenet21k_goog_synsets.txt',
-                 'imagenet21kmiil': 'imagenet21k_miil_synsets.txt', 'imagenet22kms': 'imagenet22k_ms_synsets.txt'}
+_NUM_CLASSES_TO_SUBSET = {
+    1000: 'imagenet-1k',
+    11221: 'imagenet-21k-miil',
+    11821: 'imagenet-12k',
+    21841: 'imagenet-22k',
+    21842: 'imagenet-22k-ms',
+    21843: 'imagenet-21k-goog',
+}  # a classifier's width -> its ImageNet subset
+_SYNSET_FILES = {
+    'imagenet1k': 'imagenet_synsets.txt',
+    'imagenet12k': 'imagenet12k_synsets.txt',
+    'imagenet22k': 'imagenet22k_synsets.txt',
+    'imagenet21k': 'imagenet21k_goog_synsets.txt',
+    'imagenet21kgoog': 'imagenet21k_goog_synsets.txt',
+    'imagenet21kmiil': 'imagenet21k_miil_synsets.txt',
+    'imagenet22kms': 'imagenet22k_ms_synsets.txt',
+}
 
-def timm_info_file(name: str # a file of timm's `timm/data/_info` (e.g. 'imagenet_synsets.txt')
-                  ) -> str:
+
+def timm_info_file(
+    name: str,  # a file of timm's `timm/data/_info` (e.g. 'imagenet_synsets.txt')
+) -> str:
     "The path of one of timm's ImageNet metadata files; an ImportError saying what to install when timm is missing."
     spec = importlib.util.find_spec('timm')
     if spec is None or not spec.origin:
-        raise ImportError(f"ImageNet class metadata ({name}) is read from timm's package data, and timm is not installed: pip install timm")
+        raise ImportError(
+            f"ImageNet class metadata ({name}) is read from timm's package data, and timm is not installed: pip install timm"
+        )
     path = os.path.join(os.path.dirname(spec.origin), 'data', '_info', name)
-    if not os.path.isfile(path): raise FileNotFoundError(f"timm's package data has no {name} ({path}): upgrade timm (pip install -U timm)")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"timm's package data has no {name} ({path}): upgrade timm (pip install -U timm)")
     return path
 
-def _tsv(name: str) -> dict:
-    with open(timm_info_file(name), encoding='utf-8', newline='') as f: return dict(csv.reader(f, delimiter='\t'))
 
-def infer_imagenet_subset(model_or_cfg # a model (its `num_classes` or `pretrained_cfg`) or a config dict
-                         ) -> Optional[str]:
+def _tsv(name: str) -> dict:
+    with open(timm_info_file(name), encoding='utf-8', newline='') as f:
+        return dict(csv.reader(f, delimiter='\t'))
+
+
+def infer_imagenet_subset(
+    model_or_cfg,  # a model (its `num_classes` or `pretrained_cfg`) or a config dict
+) -> Optional[str]:
     "The ImageNet subset ('imagenet-1k', 'imagenet-22k', ...) a classifier's width implies, or None."
-    if isinstance(model_or_cfg, dict): n = model_or_cfg.get('num_classes')
-    else: n = getattr(model_or_cfg, 'num_classes', None) or getattr(model_or_cfg, 'pretrained_cfg', {}).get('num_classes')
+    if isinstance(model_or_cfg, dict):
+        n = model_or_cfg.get('num_classes')
+    else:
+        n = getattr(model_or_cfg, 'num_classes', None) or getattr(model_or_cfg, 'pretrained_cfg', {}).get('num_classes')
     return _NUM_CLASSES_TO_SUBSET.get(n) if n else None
 
 # %% ../nbs/51_imagenet_info.ipynb #f3fa2f22
 class ImageNetInfo(DatasetInfo):
     "`DatasetInfo` of an ImageNet subset: synsets as label names, lemmas (and definitions) as descriptions."
-    def __init__(self, subset: str = 'imagenet-1k', # 'imagenet-1k', 'imagenet-12k', 'imagenet-22k', 'imagenet-21k-goog', ...
-                ):
+
+    def __init__(
+        self,
+        subset: str = 'imagenet-1k',  # 'imagenet-1k', 'imagenet-12k', 'imagenet-22k', 'imagenet-21k-goog', ...
+    ):
         super().__init__()
         key = re.sub(r'[-_\s]', '', subset.lower())
         if key not in _SYNSET_FILES:
-            raise ValueError(f"Unknown imagenet subset {subset!r}; expected one of 'imagenet-1k', 'imagenet-12k', 'imagenet-22k', "
-                             f"'imagenet-22k-ms', 'imagenet-21k-goog', 'imagenet-21k-miil'")
-        with open(timm_info_file(_SYNSET_FILES[key]), encoding='utf-8') as f: self._synsets = f.read().splitlines()
-        self._lemmas, self._definitions = _tsv('imagenet_synset_to_lemma.txt'), _tsv('imagenet_synset_to_definition.txt')
+            raise ValueError(
+                f"Unknown imagenet subset {subset!r}; expected one of 'imagenet-1k', 'imagenet-12k', 'imagenet-22k', "
+                f"'imagenet-22k-ms', 'imagenet-21k-goog', 'imagenet-21k-miil'"
+            )
+        with open(timm_info_file(_SYNSET_FILES[key]), encoding='utf-8') as f:
+            self._synsets = f.read().splitlines()
+        self._lemmas, self._definitions = (
+            _tsv('imagenet_synset_to_lemma.txt'),
+            _tsv('imagenet_synset_to_definition.txt'),
+        )
 
-    def num_classes(self) -> int: return len(self._synsets)
-    def label_names(self) -> list: return self._synsets
+    def num_classes(self) -> int:
+        return len(self._synsets)
+
+    def label_names(self) -> list:
+        return self._synsets
+
     def label_descriptions(self, detailed: bool = False, as_dict: bool = False):
-        if as_dict: return {s: self.label_name_to_description(s, detailed) for s in self._synsets}
+        if as_dict:
+            return {s: self.label_name_to_description(s, detailed) for s in self._synsets}
         return [self.label_name_to_description(s, detailed) for s in self._synsets]
+
     def index_to_label_name(self, index) -> str:
         if not 0 <= index < len(self._synsets):
             raise IndexError(f'Index ({index}) out of range for dataset with {len(self._synsets)} classes.')
         return self._synsets[index]
+
     def index_to_description(self, index: int, detailed: bool = False) -> str:
         return self.label_name_to_description(self.index_to_label_name(index), detailed)
+
     def label_name_to_description(self, label: str, detailed: bool = False) -> str:
         return f'{self._lemmas[label]}: {self._definitions[label]}' if detailed else self._lemmas[label]

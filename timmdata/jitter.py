@@ -13,21 +13,26 @@ from .config import jitter_ranges  # parsed in config with the other jitter argu
 # %% ../nbs/14_jitter.ipynb #39720cff
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
 
-def sample_jitter(n: int, # images in the batch
-                  ranges: tuple, # from `jitter_ranges`
-                  generator: Optional[torch.Generator] = None, # the loader's generator: repeatable runs
-                 ) -> tuple: # (factors (n, 3) brightness/contrast/saturation, order (n, 3) a permutation of 0,1,2 per image)
+
+def sample_jitter(
+    n: int,  # images in the batch
+    ranges: tuple,  # from `jitter_ranges`
+    generator: Optional[torch.Generator] = None,  # the loader's generator: repeatable runs
+) -> tuple:  # (factors (n, 3) brightness/contrast/saturation, order (n, 3) a permutation of 0,1,2 per image)
     "Per-image jitter factors, uniform in their ranges as torchvision's, and a random op order per image."
-    lo = torch.tensor([r[0] for r in ranges]); hi = torch.tensor([r[1] for r in ranges])
+    lo = torch.tensor([r[0] for r in ranges])
+    hi = torch.tensor([r[1] for r in ranges])
     factors = lo + (hi - lo) * torch.rand(n, 3, generator=generator)
     order = torch.rand(n, 3, generator=generator).argsort(dim=1)
     return factors, order
 
-def jitter_affine(mu: torch.Tensor, # (n, C) per-image channel means of the input
-                  factors: torch.Tensor, # (n, 3) brightness, contrast, saturation factors
-                  order: torch.Tensor, # (n, 3) op order per image: 0 brightness, 1 contrast, 2 saturation
-                  gray_weights: Sequence[float] = GRAY_WEIGHTS, # weights of gray(x) (C of them)
-                 ) -> tuple: # (A (n, C, C), t (n, C)): the jittered image is A x + t
+
+def jitter_affine(
+    mu: torch.Tensor,  # (n, C) per-image channel means of the input
+    factors: torch.Tensor,  # (n, 3) brightness, contrast, saturation factors
+    order: torch.Tensor,  # (n, 3) op order per image: 0 brightness, 1 contrast, 2 saturation
+    gray_weights: Sequence[float] = GRAY_WEIGHTS,  # weights of gray(x) (C of them)
+) -> tuple:  # (A (n, C, C), t (n, C)): the jittered image is A x + t
     "Composes per-image brightness/contrast/saturation in the given order into one affine colour map."
     n, c = mu.shape
     dt, dev = mu.dtype, mu.device

@@ -9,7 +9,14 @@ from functools import partial
 from typing import Callable, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, default_collate, get_worker_info
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    RandomSampler,
+    SequentialSampler,
+    default_collate,
+    get_worker_info,
+)
 from .collate import BatchCollate, fast_collate
 from .batch_ring import BatchRing
 from .gpu_decode import create_device_decode_loader, refuse_off_default
@@ -31,52 +38,84 @@ _all_ = ['fast_collate', 'PrefetchLoader']  # defined in timmdata.collate and ti
 # %% ../nbs/38_loader.ipynb #050e97fe
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
 
-def steady_heap(trim: int = 128 << 20, # free memory the heap may keep at its top (bytes)
-                 mmap_min: int = 16 << 20, # blocks at least this big get their own mapping (bytes)
-                ) -> bool:
+
+def steady_heap(
+    trim: int = 128 << 20,  # free memory the heap may keep at its top (bytes)
+    mmap_min: int = 16 << 20,  # blocks at least this big get their own mapping (bytes)
+) -> bool:
     "Keep freed image buffers in the heap (glibc's malloc) so later ones need no new pages; True if it was set."
-    if not sys.platform.startswith('linux'): return False
+    if not sys.platform.startswith('linux'):
+        return False
     try:
         libc = ctypes.CDLL(None)
-        if not hasattr(libc, 'gnu_get_libc_version'): return False  # musl and others: leave their malloc alone
+        if not hasattr(libc, 'gnu_get_libc_version'):
+            return False  # musl and others: leave their malloc alone
         return bool(libc.mallopt(_M_MMAP_THRESHOLD, mmap_min)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, trim))
-    except (OSError, AttributeError): return False
+    except (OSError, AttributeError):
+        return False
 
 # %% ../nbs/38_loader.ipynb #d99dce85
-def worker_init(worker_id: int, # set by the DataLoader
-                 worker_seeding: Union[str, Callable] = 'all', # 'all', 'part' or f(worker_info) -> seed
-                 rank: int = 0, # distributed rank of the process that made the loader
-                ):
+def worker_init(
+    worker_id: int,  # set by the DataLoader
+    worker_seeding: Union[str, Callable] = 'all',  # 'all', 'part' or f(worker_info) -> seed
+    rank: int = 0,  # distributed rank of the process that made the loader
+):
     "DataLoader `worker_init_fn`: seeds `random`, `torch` and numpy per worker (and per rank) as chosen; keeps the heap."
     steady_heap()  # looked up here at each call: bench/bench_heap.py patches it to compare
     info = get_worker_info()
-    if callable(worker_seeding): seed = int(worker_seeding(info))
-    elif worker_seeding == 'all': seed = (info.seed + rank * SEED_MIX) % 2**64
-    elif worker_seeding == 'part': return
-    else: raise ValueError(f"worker_seeding must be 'all', 'part' or a callable; got {worker_seeding!r}")
-    random.seed(seed); torch.manual_seed(seed); np.random.seed(seed % (2**32 - 1))
+    if callable(worker_seeding):
+        seed = int(worker_seeding(info))
+    elif worker_seeding == 'all':
+        seed = (info.seed + rank * SEED_MIX) % 2**64
+    elif worker_seeding == 'part':
+        return
+    else:
+        raise ValueError(f"worker_seeding must be 'all', 'part' or a callable; got {worker_seeding!r}")
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np.random.seed(seed % (2**32 - 1))
 
 # %% ../nbs/38_loader.ipynb #bea8efd9
 class _RepeatSampler:
     "Yields the batches of `batch_sampler` forever, moving its sampler to the next epoch on each pass."
-    def __init__(self, batch_sampler): self.batch_sampler = batch_sampler
-    def __len__(self) -> int: return len(self.batch_sampler)
+
+    def __init__(self, batch_sampler):
+        self.batch_sampler = batch_sampler
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
     def __iter__(self):
         b = self.batch_sampler  # a batch sampler with its own epoch (a scheduled one) moves itself and its sampler
         sampler = b if callable(getattr(b, 'set_epoch', None)) else getattr(b, 'sampler', b)
         epoch = getattr(sampler, 'epoch', None) if callable(getattr(sampler, 'set_epoch', None)) else None
         while True:
-            if epoch is not None: sampler.set_epoch(epoch); epoch += 1
+            if epoch is not None:
+                sampler.set_epoch(epoch)
+                epoch += 1
             yield from self.batch_sampler
+
 
 class MultiEpochsDataLoader(DataLoader):
     "A DataLoader whose workers and queues run on across epochs (timm's `MultiEpochsDataLoader`)."
-    def __init__(self, dataset, batch_size: Optional[int] = 1, shuffle: Optional[bool] = None, sampler=None,
-                 batch_sampler=None, drop_last: bool = False, **kwargs):
+
+    def __init__(
+        self,
+        dataset,
+        batch_size: Optional[int] = 1,
+        shuffle: Optional[bool] = None,
+        sampler=None,
+        batch_sampler=None,
+        drop_last: bool = False,
+        **kwargs,
+    ):
         if batch_sampler is None:
-            if batch_size is None: raise ValueError("MultiEpochsDataLoader needs batches: batch_size must be an int >= 1")
-            if sampler is None: sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
-            elif shuffle: raise ValueError("MultiEpochsDataLoader: sampler and shuffle=True are mutually exclusive")
+            if batch_size is None:
+                raise ValueError("MultiEpochsDataLoader needs batches: batch_size must be an int >= 1")
+            if sampler is None:
+                sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
+            elif shuffle:
+                raise ValueError("MultiEpochsDataLoader: sampler and shuffle=True are mutually exclusive")
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
         self.epoch_batch_sampler = batch_sampler  # one epoch's batches (the DataLoader's own batch sampler repeats it)
         keep_iterator(self, None)  # made on the first epoch, so a set_epoch() before it is honoured
@@ -84,29 +123,44 @@ class MultiEpochsDataLoader(DataLoader):
 
     # DataLoader sets .sampler to a default one (the batch sampler owns ours): expose the real one
     @property
-    def sampler(self): return getattr(self.epoch_batch_sampler, 'sampler', self._dl_sampler)
-    @sampler.setter
-    def sampler(self, value): self._dl_sampler = value
+    def sampler(self):
+        return getattr(self.epoch_batch_sampler, 'sampler', self._dl_sampler)
 
-    def __len__(self) -> int: return len(self.epoch_batch_sampler)
+    @sampler.setter
+    def sampler(self, value):
+        self._dl_sampler = value
+
+    def __len__(self) -> int:
+        return len(self.epoch_batch_sampler)
 
     def __iter__(self):
-        if kept_iterator(self) is None: keep_iterator(self, super().__iter__())
+        if kept_iterator(self) is None:
+            keep_iterator(self, super().__iter__())
         it = kept_iterator(self)
-        for _ in range(len(self)): yield next(it)
+        for _ in range(len(self)):
+            yield next(it)
+
 
 class ResumableMultiEpochsDataLoader(StatefulLoader, MultiEpochsDataLoader):
     "`MultiEpochsDataLoader` with `state_dict()` / `load_state_dict()` (`timmdata.resume`): each pass ends where its epoch ends."
+
     runs_across_epochs = True
+
     @property
     def plan(self) -> Optional[BatchPlan]:
         "The batch plan of one epoch (under the sampler that repeats it); None over a stream."
         return self.epoch_batch_sampler if isinstance(self.epoch_batch_sampler, BatchPlan) else None
-    def fresh_pass(self) -> bool: return kept_iterator(self) is None
+
+    def fresh_pass(self) -> bool:
+        return kept_iterator(self) is None
+
     def batch_iterator(self):
-        if self.plan is None: return MultiEpochsDataLoader.__iter__(self)
-        if kept_iterator(self) is None: keep_iterator(self, DataLoader.__iter__(self))
+        if self.plan is None:
+            return MultiEpochsDataLoader.__iter__(self)
+        if kept_iterator(self) is None:
+            keep_iterator(self, DataLoader.__iter__(self))
         return kept_iterator(self)
+
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict`; workers already running ahead (planned from the old position) are stopped."
         shutdown_workers(kept_iterator(self))  # joins its workers (nothing to do without any)
@@ -117,211 +171,387 @@ class ResumableMultiEpochsDataLoader(StatefulLoader, MultiEpochsDataLoader):
 def _check_args(batch_size, num_workers, worker_seeding, tf_preprocessing):
     "create_loader's checks of its plain arguments, with errors that say what to pass."
     if tf_preprocessing:
-        raise NotImplementedError("tf_preprocessing=True (TF-style inference preprocessing) is not implemented in timmdata; "
-                                  "use timm.data.create_loader for TF model ports, or tf_preprocessing=False")
+        raise NotImplementedError(
+            "tf_preprocessing=True (TF-style inference preprocessing) is not implemented in timmdata; "
+            "use timm.data.create_loader for TF model ports, or tf_preprocessing=False"
+        )
     if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1; got {batch_size!r}")
-    if not isinstance(num_workers, int) or num_workers < 0: raise ValueError(f"num_workers must be an int >= 0; got {num_workers!r}")
+    if not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"num_workers must be an int >= 0; got {num_workers!r}")
     if not (callable(worker_seeding) or worker_seeding in ('all', 'part')):
         raise ValueError(f"worker_seeding must be 'all', 'part' or a callable; got {worker_seeding!r}")
+
 
 def _set_transform(dataset, transform):
     "dataset.transform = transform, with an error that says what to do when the dataset has no such slot."
     if not hasattr(dataset, 'transform'):
-        raise TypeError(f"create_loader sets dataset.transform, but {type(dataset).__name__} has no `transform` attribute. "
-                        f"Use timmdata.ImageDataset (or give your Dataset a settable .transform applied in __getitem__), "
-                        f"or build a torch DataLoader yourself and wrap it in PrefetchLoader")
-    try: dataset.transform = transform
+        raise TypeError(
+            f"create_loader sets dataset.transform, but {type(dataset).__name__} has no `transform` attribute. "
+            f"Use timmdata.ImageDataset (or give your Dataset a settable .transform applied in __getitem__), "
+            f"or build a torch DataLoader yourself and wrap it in PrefetchLoader"
+        )
+    try:
+        dataset.transform = transform
     except AttributeError as e:
-        raise TypeError(f"create_loader could not set {type(dataset).__name__}.transform (read-only): give the dataset a "
-                        f"settable .transform, or build a DataLoader yourself and wrap it in PrefetchLoader") from e
+        raise TypeError(
+            f"create_loader could not set {type(dataset).__name__}.transform (read-only): give the dataset a "
+            f"settable .transform, or build a DataLoader yourself and wrap it in PrefetchLoader"
+        ) from e
 
-def jitter_on_batch(is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, num_aug_splits, collate_fn,
-                     use_prefetcher) -> bool:
+
+def jitter_on_batch(
+    is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, num_aug_splits, collate_fn, use_prefetcher
+) -> bool:
     "Would timm jitter per sample here, and may the prefetcher do it on the batch instead with the same result?"
-    if not (use_prefetcher and is_training and not no_aug) or color_jitter is None or color_jitter_prob is not None: return False
-    if auto_augment and '3a' not in auto_augment: return False  # timm turns jitter off under auto-augment
-    if num_aug_splits > 0: return False  # the clean split must stay un-jittered
-    if collate_fn is not None and collate_fn is not fast_collate: return False  # e.g. a mixing one: jitter comes before mixing
+    if not (use_prefetcher and is_training and not no_aug) or color_jitter is None or color_jitter_prob is not None:
+        return False
+    if auto_augment and '3a' not in auto_augment:
+        return False  # timm turns jitter off under auto-augment
+    if num_aug_splits > 0:
+        return False  # the clean split must stay un-jittered
+    if collate_fn is not None and collate_fn is not fast_collate:
+        return False  # e.g. a mixing one: jitter comes before mixing
     b, c, s, h = color_jitter_factors(color_jitter)
     return h is None and (b, c, s) != (None, None, None)
 
 # %% ../nbs/38_loader.ipynb #4e6b15bf
-def _default_collate_fn(use_prefetcher: bool, pin_memory: bool, device: torch.device, batch_shape: tuple,
-                        num_workers: int, prefetch_factor: Optional[int]) -> Callable:
+def _default_collate_fn(
+    use_prefetcher: bool,
+    pin_memory: bool,
+    device: torch.device,
+    batch_shape: tuple,
+    num_workers: int,
+    prefetch_factor: Optional[int],
+) -> Callable:
     "fast_collate with the prefetcher (into a `BatchRing` for the CPU one, which hands slots back), else torch's."
-    if not use_prefetcher: return default_collate
+    if not use_prefetcher:
+        return default_collate
     if not pin_memory and device.type == 'cpu':  # with pinned memory the pin thread copies every batch anyway
         ring = BatchRing.maybe(batch_shape, num_workers, (prefetch_factor or 2) + 3)
-        if ring is not None: return ring
+        if ring is not None:
+            return ring
     return fast_collate
 
 # %% ../nbs/38_loader.ipynb #cf13d6d3
-def _scheduled_choices(dataset, input_size_choices, batch_size_choices, batch_choice_weights, batch_size, channels,
-                       is_training, num_aug_splits) -> tuple:
+def _scheduled_choices(
+    dataset,
+    input_size_choices,
+    batch_size_choices,
+    batch_choice_weights,
+    batch_size,
+    channels,
+    is_training,
+    num_aug_splits,
+) -> tuple:
     "Scheduled batching's checks: ((C, H, W) per choice, batch size per choice), errors naming the argument."
     if not is_training:
-        raise ValueError('input_size_choices (scheduled batching) is for training loaders: pass is_training=True, or drop '
-                         'input_size_choices for evaluation (one input_size)')
+        raise ValueError(
+            'input_size_choices (scheduled batching) is for training loaders: pass is_training=True, or drop '
+            'input_size_choices for evaluation (one input_size)'
+        )
     if isinstance(dataset, torch.utils.data.IterableDataset):
-        raise TypeError(f'input_size_choices (scheduled batching) needs a map-style dataset; {type(dataset).__name__} is iterable')
+        raise TypeError(
+            f'input_size_choices (scheduled batching) needs a map-style dataset; {type(dataset).__name__} is iterable'
+        )
     if num_aug_splits > 0:
-        raise ValueError('input_size_choices (scheduled batching) cannot be combined with num_aug_splits (AugMix splits)')
-    if isinstance(input_size_choices, (str, bytes)) or not isinstance(input_size_choices, Sequence) or not input_size_choices:
-        raise ValueError(f'input_size_choices must be a non-empty list of sizes (int, (H, W) or (C, H, W)); got {input_size_choices!r}')
+        raise ValueError(
+            'input_size_choices (scheduled batching) cannot be combined with num_aug_splits (AugMix splits)'
+        )
+    if (
+        isinstance(input_size_choices, (str, bytes))
+        or not isinstance(input_size_choices, Sequence)
+        or not input_size_choices
+    ):
+        raise ValueError(
+            f'input_size_choices must be a non-empty list of sizes (int, (H, W) or (C, H, W)); got {input_size_choices!r}'
+        )
     sizes = []
     for i, c in enumerate(input_size_choices):
         if isinstance(c, (tuple, list)) and len(c) == 3 and c[0] != channels:
-            raise ValueError(f'input_size_choices[{i}] = {tuple(c)} has {c[0]} channels; every choice needs {channels} (as input_size)')
+            raise ValueError(
+                f'input_size_choices[{i}] = {tuple(c)} has {c[0]} channels; every choice needs {channels} (as input_size)'
+            )
         sizes.append((channels, *parse_input_size(c, f'input_size_choices[{i}]')))
-    if batch_size_choices is None: batch_size_choices = [batch_size] * len(sizes)
+    if batch_size_choices is None:
+        batch_size_choices = [batch_size] * len(sizes)
     elif len(batch_size_choices) != len(sizes):
-        raise ValueError(f'batch_size_choices has {len(batch_size_choices)} values for {len(sizes)} input_size_choices: give one per size')
+        raise ValueError(
+            f'batch_size_choices has {len(batch_size_choices)} values for {len(sizes)} input_size_choices: give one per size'
+        )
     if batch_choice_weights is not None and len(batch_choice_weights) != len(sizes):
-        raise ValueError(f'batch_choice_weights has {len(batch_choice_weights)} values for {len(sizes)} input_size_choices: give one per size')
+        raise ValueError(
+            f'batch_choice_weights has {len(batch_choice_weights)} values for {len(sizes)} input_size_choices: give one per size'
+        )
     return sizes, list(batch_size_choices)
 
 # %% ../nbs/38_loader.ipynb #ffc6f35c
-def adapt_to_chs(x, # a scalar, or per-channel values
-                 n: int, # the model's channels
-                ) -> tuple:
+def adapt_to_chs(
+    x,  # a scalar, or per-channel values
+    n: int,  # the model's channels
+) -> tuple:
     "`x` with one value per channel: repeated if scalar, averaged (with a warning) if its length is not `n` (timm's)."
-    if not isinstance(x, (tuple, list)): return (x,) * n
+    if not isinstance(x, (tuple, list)):
+        return (x,) * n
     if len(x) != n:
         import warnings
+
         x = (float(np.mean(x)),) * n
         warnings.warn(f'Pretrained mean/std different shape than model, using avg value {x}.', stacklevel=2)
     return x
 
 # %% ../nbs/38_loader.ipynb #5179544a
 def create_loader(
-        dataset, # the dataset; its `.transform` is set here
-        input_size: Union[int, Tuple[int, int], Tuple[int, int, int]], # int, (H, W) or (C, H, W)
-        batch_size: int, # samples per batch (per process when distributed)
-        is_training: bool = False, # training: random augmentation, shuffling, drop_last
-        no_aug: bool = False, # training without augmentation
-        re_prob: float = 0., # random erasing probability (on the batch, training only)
-        re_mode: str = 'const', # random erasing fill mode
-        re_count: int = 1, # random erasing max regions per image
-        re_split: bool = False, # leave the first split of each batch un-erased
-        train_crop_mode: Optional[str] = None, # 'rrc' (default), 'rkrc' or 'rkrr'
-        scale: Optional[Tuple[float, float]] = None, # train crop area range
-        ratio: Optional[Tuple[float, float]] = None, # train crop aspect range
-        hflip: float = 0.5, # horizontal flip probability
-        vflip: float = 0., # vertical flip probability
-        color_jitter: Union[float, Tuple[float, ...], None] = 0.4, # brightness/contrast/saturation(/hue) strength
-        color_jitter_prob: Optional[float] = None, # apply jitter with this probability (None: always)
-        grayscale_prob: float = 0., # random grayscale probability
-        gaussian_blur_prob: float = 0., # random Gaussian blur probability
-        auto_augment: Optional[str] = None, # auto-augment config string
-        num_aug_repeats: int = 0, # repeated augmentation (distributed only): copies per sample
-        num_aug_splits: int = 0, # augmentation splits (AugMix)
-        interpolation: str = 'bilinear', # resize interpolation
-        mean: Tuple[float, ...] = IMAGENET_DEFAULT_MEAN, # normalisation mean
-        std: Tuple[float, ...] = IMAGENET_DEFAULT_STD, # normalisation std
-        num_workers: int = 1, # worker processes (0: load in the main process)
-        distributed: bool = False, # one share of the data per rank (torch.distributed must be initialised)
-        crop_pct: Optional[float] = None, # eval crop fraction
-        crop_mode: Optional[str] = None, # eval crop mode: 'center', 'squash' or 'border'
-        crop_border_pixels: Optional[int] = None, # eval: trim this many pixels first
-        collate_fn: Optional[Callable] = None, # default: fast_collate with the prefetcher, else torch's default_collate
-        pin_memory: Optional[bool] = None, # None: pin when the device is CUDA
-        fp16: bool = False, # deprecated: img_dtype=torch.float16
-        img_dtype: torch.dtype = torch.float32, # output dtype
-        device: Union[str, torch.device, None] = None, # 'cpu' or 'cuda' (any with use_prefetcher=False); None: CUDA when available, else CPU
-        use_prefetcher: bool = True, # uint8 in the workers, float/normalise/augment on the device (PrefetchLoader)
-        use_multi_epochs_loader: bool = False, # one endless worker pass cut into epochs (MultiEpochsDataLoader)
-        persistent_workers: bool = True, # keep workers between epochs
-        worker_seeding: Union[str, Callable] = 'all', # 'all', 'part' or f(worker_info) -> seed
-        tf_preprocessing: bool = False, # TF-style preprocessing: not implemented
-        input_size_choices: Optional[Sequence] = None, # scheduled batching: the image sizes (int, (H, W) or (C, H, W)) a batch may take
-        batch_size_choices: Optional[Sequence[int]] = None, # scheduled: batch size of each size choice (None: `batch_size` for all)
-        batch_choice_weights: Optional[Sequence[float]] = None, # scheduled: base weight of each choice (None: uniform)
-        batch_choice_seed: int = 0, # scheduled: seed of the schedule (the same on every rank)
-        batch_choice_schedule: str = 'constant', # scheduled: 'constant' or 'progressive' (small to large over the epochs)
-        batch_schedule_epochs: Optional[int] = None, # progressive: epochs to move from the first choice to the last
-        batch_schedule_spread: float = 0.65, # progressive: width of the choice window, in choices
-        batch_schedule_random_mix: float = 0.1, # progressive: share of uniform exploration
-        num_batches: Optional[int] = None, # scheduled: batches per epoch (None: a sample budget, or inferred when progressive)
-        prefetch_factor: Optional[int] = None, # batches queued per worker (None: torch's default, 2)
-        channels_last: bool = False, # channels-last batches (prefetcher only)
-        seed: Optional[int] = None, # seed of the order and of every random draw (per sample, mixing, batch ops); None: drawn from torch's RNG (rank 0's when distributed)
-        decode_device: Optional[str] = None, # 'cuda': workers only read JPEG bytes and draw crops; decode, crop and resize batched on the GPU (`gpu_decode`); 'cpu' runs that path on the CPU
-        worker_mode: str = 'process', # 'process': `num_workers` worker processes; 'thread': `num_workers` threads of this process, same batches (`timmdata.threads`)
-       ):
+    dataset,  # the dataset; its `.transform` is set here
+    input_size: Union[int, Tuple[int, int], Tuple[int, int, int]],  # int, (H, W) or (C, H, W)
+    batch_size: int,  # samples per batch (per process when distributed)
+    is_training: bool = False,  # training: random augmentation, shuffling, drop_last
+    no_aug: bool = False,  # training without augmentation
+    re_prob: float = 0.0,  # random erasing probability (on the batch, training only)
+    re_mode: str = 'const',  # random erasing fill mode
+    re_count: int = 1,  # random erasing max regions per image
+    re_split: bool = False,  # leave the first split of each batch un-erased
+    train_crop_mode: Optional[str] = None,  # 'rrc' (default), 'rkrc' or 'rkrr'
+    scale: Optional[Tuple[float, float]] = None,  # train crop area range
+    ratio: Optional[Tuple[float, float]] = None,  # train crop aspect range
+    hflip: float = 0.5,  # horizontal flip probability
+    vflip: float = 0.0,  # vertical flip probability
+    color_jitter: Union[float, Tuple[float, ...], None] = 0.4,  # brightness/contrast/saturation(/hue) strength
+    color_jitter_prob: Optional[float] = None,  # apply jitter with this probability (None: always)
+    grayscale_prob: float = 0.0,  # random grayscale probability
+    gaussian_blur_prob: float = 0.0,  # random Gaussian blur probability
+    auto_augment: Optional[str] = None,  # auto-augment config string
+    num_aug_repeats: int = 0,  # repeated augmentation (distributed only): copies per sample
+    num_aug_splits: int = 0,  # augmentation splits (AugMix)
+    interpolation: str = 'bilinear',  # resize interpolation
+    mean: Tuple[float, ...] = IMAGENET_DEFAULT_MEAN,  # normalisation mean
+    std: Tuple[float, ...] = IMAGENET_DEFAULT_STD,  # normalisation std
+    num_workers: int = 1,  # worker processes (0: load in the main process)
+    distributed: bool = False,  # one share of the data per rank (torch.distributed must be initialised)
+    crop_pct: Optional[float] = None,  # eval crop fraction
+    crop_mode: Optional[str] = None,  # eval crop mode: 'center', 'squash' or 'border'
+    crop_border_pixels: Optional[int] = None,  # eval: trim this many pixels first
+    collate_fn: Optional[Callable] = None,  # default: fast_collate with the prefetcher, else torch's default_collate
+    pin_memory: Optional[bool] = None,  # None: pin when the device is CUDA
+    fp16: bool = False,  # deprecated: img_dtype=torch.float16
+    img_dtype: torch.dtype = torch.float32,  # output dtype
+    device: Union[
+        str, torch.device, None
+    ] = None,  # 'cpu' or 'cuda' (any with use_prefetcher=False); None: CUDA when available, else CPU
+    use_prefetcher: bool = True,  # uint8 in the workers, float/normalise/augment on the device (PrefetchLoader)
+    use_multi_epochs_loader: bool = False,  # one endless worker pass cut into epochs (MultiEpochsDataLoader)
+    persistent_workers: bool = True,  # keep workers between epochs
+    worker_seeding: Union[str, Callable] = 'all',  # 'all', 'part' or f(worker_info) -> seed
+    tf_preprocessing: bool = False,  # TF-style preprocessing: not implemented
+    input_size_choices: Optional[
+        Sequence
+    ] = None,  # scheduled batching: the image sizes (int, (H, W) or (C, H, W)) a batch may take
+    batch_size_choices: Optional[
+        Sequence[int]
+    ] = None,  # scheduled: batch size of each size choice (None: `batch_size` for all)
+    batch_choice_weights: Optional[Sequence[float]] = None,  # scheduled: base weight of each choice (None: uniform)
+    batch_choice_seed: int = 0,  # scheduled: seed of the schedule (the same on every rank)
+    batch_choice_schedule: str = 'constant',  # scheduled: 'constant' or 'progressive' (small to large over the epochs)
+    batch_schedule_epochs: Optional[int] = None,  # progressive: epochs to move from the first choice to the last
+    batch_schedule_spread: float = 0.65,  # progressive: width of the choice window, in choices
+    batch_schedule_random_mix: float = 0.1,  # progressive: share of uniform exploration
+    num_batches: Optional[
+        int
+    ] = None,  # scheduled: batches per epoch (None: a sample budget, or inferred when progressive)
+    prefetch_factor: Optional[int] = None,  # batches queued per worker (None: torch's default, 2)
+    channels_last: bool = False,  # channels-last batches (prefetcher only)
+    seed: Optional[
+        int
+    ] = None,  # seed of the order and of every random draw (per sample, mixing, batch ops); None: drawn from torch's RNG (rank 0's when distributed)
+    decode_device: Optional[
+        str
+    ] = None,  # 'cuda': workers only read JPEG bytes and draw crops; decode, crop and resize batched on the GPU (`gpu_decode`); 'cpu' runs that path on the CPU
+    worker_mode: str = 'process',  # 'process': `num_workers` worker processes; 'thread': `num_workers` threads of this process, same batches (`timmdata.threads`)
+):
     "timm's `create_loader`: a loader of normalised batches on `device`, fast by default, CPU or CUDA."
     from timmdata.threads import check_worker_mode, loader_classes  # here: timmdata.threads comes after this notebook
+
     check_worker_mode(worker_mode, dataset, input_size_choices, decode_device, num_workers, use_multi_epochs_loader)
-    if decode_device is not None:  # the device path takes what it honours, by name; the rest must be at create_loader's defaults
-        refuse_off_default(create_loader, dict(
-            no_aug=no_aug, color_jitter_prob=color_jitter_prob, grayscale_prob=grayscale_prob,
-            gaussian_blur_prob=gaussian_blur_prob, auto_augment=auto_augment, num_aug_splits=num_aug_splits,
-            use_prefetcher=use_prefetcher, use_multi_epochs_loader=use_multi_epochs_loader,
-            worker_seeding=worker_seeding, tf_preprocessing=tf_preprocessing, input_size_choices=input_size_choices,
-            batch_size_choices=batch_size_choices, batch_choice_weights=batch_choice_weights,
-            batch_choice_seed=batch_choice_seed, batch_choice_schedule=batch_choice_schedule,
-            batch_schedule_epochs=batch_schedule_epochs, batch_schedule_spread=batch_schedule_spread,
-            batch_schedule_random_mix=batch_schedule_random_mix, num_batches=num_batches, worker_mode=worker_mode))
+    if (
+        decode_device is not None
+    ):  # the device path takes what it honours, by name; the rest must be at create_loader's defaults
+        refuse_off_default(
+            create_loader,
+            dict(
+                no_aug=no_aug,
+                color_jitter_prob=color_jitter_prob,
+                grayscale_prob=grayscale_prob,
+                gaussian_blur_prob=gaussian_blur_prob,
+                auto_augment=auto_augment,
+                num_aug_splits=num_aug_splits,
+                use_prefetcher=use_prefetcher,
+                use_multi_epochs_loader=use_multi_epochs_loader,
+                worker_seeding=worker_seeding,
+                tf_preprocessing=tf_preprocessing,
+                input_size_choices=input_size_choices,
+                batch_size_choices=batch_size_choices,
+                batch_choice_weights=batch_choice_weights,
+                batch_choice_seed=batch_choice_seed,
+                batch_choice_schedule=batch_choice_schedule,
+                batch_schedule_epochs=batch_schedule_epochs,
+                batch_schedule_spread=batch_schedule_spread,
+                batch_schedule_random_mix=batch_schedule_random_mix,
+                num_batches=num_batches,
+                worker_mode=worker_mode,
+            ),
+        )
         return create_device_decode_loader(
-            dataset, input_size, batch_size,
-            is_training=is_training, re_prob=re_prob, re_mode=re_mode, re_count=re_count, re_split=re_split,
-            train_crop_mode=train_crop_mode, scale=scale, ratio=ratio, hflip=hflip, vflip=vflip,
-            color_jitter=color_jitter, num_aug_repeats=num_aug_repeats, interpolation=interpolation, mean=mean,
-            std=std, num_workers=num_workers, distributed=distributed, crop_pct=crop_pct, crop_mode=crop_mode,
-            crop_border_pixels=crop_border_pixels, collate_fn=collate_fn, pin_memory=pin_memory, fp16=fp16,
-            img_dtype=img_dtype, device=device, persistent_workers=persistent_workers,
-            prefetch_factor=prefetch_factor, channels_last=channels_last, seed=seed, decode_device=decode_device)
+            dataset,
+            input_size,
+            batch_size,
+            is_training=is_training,
+            re_prob=re_prob,
+            re_mode=re_mode,
+            re_count=re_count,
+            re_split=re_split,
+            train_crop_mode=train_crop_mode,
+            scale=scale,
+            ratio=ratio,
+            hflip=hflip,
+            vflip=vflip,
+            color_jitter=color_jitter,
+            num_aug_repeats=num_aug_repeats,
+            interpolation=interpolation,
+            mean=mean,
+            std=std,
+            num_workers=num_workers,
+            distributed=distributed,
+            crop_pct=crop_pct,
+            crop_mode=crop_mode,
+            crop_border_pixels=crop_border_pixels,
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            fp16=fp16,
+            img_dtype=img_dtype,
+            device=device,
+            persistent_workers=persistent_workers,
+            prefetch_factor=prefetch_factor,
+            channels_last=channels_last,
+            seed=seed,
+            decode_device=decode_device,
+        )
     _check_args(batch_size, num_workers, worker_seeding, tf_preprocessing)
     size = parse_input_size(input_size)  # (H, W)
     device = resolve_device(device, PrefetchLoader.devices if use_prefetcher else None)
     channels = input_size[0] if isinstance(input_size, (tuple, list)) and len(input_size) == 3 else len(mean)
     if not use_prefetcher and isinstance(collate_fn, BatchCollate) and collate_fn.mixes:
-        raise ValueError(f"collate_fn={type(collate_fn).__name__} mixes uint8 samples and needs use_prefetcher=True to turn the "
-                         f"batch into normalised floats (the prefetcher runs on the CPU too); without the prefetcher, "
-                         f"apply timmdata.mixup.Mixup to each float batch in the training loop instead")
+        raise ValueError(
+            f"collate_fn={type(collate_fn).__name__} mixes uint8 samples and needs use_prefetcher=True to turn the "
+            f"batch into normalised floats (the prefetcher runs on the CPU too); without the prefetcher, "
+            f"apply timmdata.mixup.Mixup to each float batch in the training loop instead"
+        )
     re_num_splits = (num_aug_splits or 2) if re_split else 0
-    batch_jitter = jitter_on_batch(is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, num_aug_splits,
-                                    collate_fn, use_prefetcher)
+    batch_jitter = jitter_on_batch(
+        is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, num_aug_splits, collate_fn, use_prefetcher
+    )
     from timmdata.transforms_factory import create_transform  # here: transforms_factory is heavier than this module
+
     tf_kw = dict(
-        is_training=is_training, no_aug=no_aug, train_crop_mode=train_crop_mode, scale=scale, ratio=ratio,
-        hflip=hflip, vflip=vflip, color_jitter=None if batch_jitter else color_jitter, color_jitter_prob=color_jitter_prob,
-        grayscale_prob=grayscale_prob, gaussian_blur_prob=gaussian_blur_prob, auto_augment=auto_augment,
-        interpolation=interpolation, mean=mean, std=std, re_prob=re_prob, re_mode=re_mode, re_count=re_count,
-        re_num_splits=re_num_splits, crop_pct=crop_pct, crop_mode=crop_mode, crop_border_pixels=crop_border_pixels,
-        use_prefetcher=use_prefetcher, separate=num_aug_splits > 0)
+        is_training=is_training,
+        no_aug=no_aug,
+        train_crop_mode=train_crop_mode,
+        scale=scale,
+        ratio=ratio,
+        hflip=hflip,
+        vflip=vflip,
+        color_jitter=None if batch_jitter else color_jitter,
+        color_jitter_prob=color_jitter_prob,
+        grayscale_prob=grayscale_prob,
+        gaussian_blur_prob=gaussian_blur_prob,
+        auto_augment=auto_augment,
+        interpolation=interpolation,
+        mean=mean,
+        std=std,
+        re_prob=re_prob,
+        re_mode=re_mode,
+        re_count=re_count,
+        re_num_splits=re_num_splits,
+        crop_pct=crop_pct,
+        crop_mode=crop_mode,
+        crop_border_pixels=crop_border_pixels,
+        use_prefetcher=use_prefetcher,
+        separate=num_aug_splits > 0,
+    )
     if input_size_choices is None:
         if batch_size_choices is not None:
             raise ValueError('batch_size_choices needs input_size_choices (one batch size per scheduled input size)')
         _set_transform(dataset, create_transform(input_size, **tf_kw))
         shapes = [(batch_size * max(1, num_aug_splits), channels, *size)]
     else:
-        sizes, batch_size_choices = _scheduled_choices(dataset, input_size_choices, batch_size_choices, batch_choice_weights,
-                                                       batch_size, channels, is_training, num_aug_splits)
+        sizes, batch_size_choices = _scheduled_choices(
+            dataset,
+            input_size_choices,
+            batch_size_choices,
+            batch_choice_weights,
+            batch_size,
+            channels,
+            is_training,
+            num_aug_splits,
+        )
         _set_transform(dataset, None)
         dataset = ScheduledTransformDataset(dataset, [create_transform(s, **tf_kw) for s in sizes])
         shapes = [(b, *s) for b, s in zip(batch_size_choices, sizes)]
-    if isinstance(dataset, StreamPlan): dataset.set_loader_cfg(num_workers=num_workers, batch_size=batch_size)  # its split and batches
-    elif hasattr(dataset, 'set_loader_cfg'): dataset.set_loader_cfg(num_workers=num_workers)  # e.g. timm's own stream
-    dataset, batching = make_batch_plan(dataset, Sampling(  # the batch plan, made here only (timmdata.scheduled_sampler)
-        batch_size, is_training=is_training, distributed=distributed, num_aug_repeats=num_aug_repeats, seed=seed,
-        batch_size_choices=batch_size_choices, choice_weights=batch_choice_weights, choice_seed=batch_choice_seed,
-        choice_schedule=batch_choice_schedule, schedule_epochs=batch_schedule_epochs, schedule_spread=batch_schedule_spread,
-        schedule_random_mix=batch_schedule_random_mix, num_batches=num_batches))
-    if pin_memory is None: pin_memory = use_prefetcher and device.type == 'cuda'
+    if isinstance(dataset, StreamPlan):
+        dataset.set_loader_cfg(num_workers=num_workers, batch_size=batch_size)  # its split and batches
+    elif hasattr(dataset, 'set_loader_cfg'):
+        dataset.set_loader_cfg(num_workers=num_workers)  # e.g. timm's own stream
+    dataset, batching = make_batch_plan(
+        dataset,
+        Sampling(  # the batch plan, made here only (timmdata.scheduled_sampler)
+            batch_size,
+            is_training=is_training,
+            distributed=distributed,
+            num_aug_repeats=num_aug_repeats,
+            seed=seed,
+            batch_size_choices=batch_size_choices,
+            choice_weights=batch_choice_weights,
+            choice_seed=batch_choice_seed,
+            choice_schedule=batch_choice_schedule,
+            schedule_epochs=batch_schedule_epochs,
+            schedule_spread=batch_schedule_spread,
+            schedule_random_mix=batch_schedule_random_mix,
+            num_batches=num_batches,
+        ),
+    )
+    if pin_memory is None:
+        pin_memory = use_prefetcher and device.type == 'cuda'
     pin_memory = bool(pin_memory) and torch.cuda.is_available()
     if collate_fn is None:  # threads collate in this process: no ring of shared memory
-        collate_fn = _default_collate_fn(use_prefetcher, pin_memory, device, shapes, num_workers if worker_mode == 'process' else 0, prefetch_factor)
+        collate_fn = _default_collate_fn(
+            use_prefetcher, pin_memory, device, shapes, num_workers if worker_mode == 'process' else 0, prefetch_factor
+        )
     loader_cls, prefetch_cls = loader_classes(worker_mode)  # both count where the time goes: stats()
-    if worker_mode == 'thread': steady_heap()  # as worker_init does in a worker: freed image buffers keep their pages
+    if worker_mode == 'thread':
+        steady_heap()  # as worker_init does in a worker: freed image buffers keep their pages
     loader = (ResumableMultiEpochsDataLoader if use_multi_epochs_loader else loader_cls)(
-        dataset, **batching, num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
+        dataset,
+        **batching,
+        num_workers=num_workers,
+        collate_fn=collate_fn,
+        pin_memory=pin_memory,
         worker_init_fn=partial(worker_init, worker_seeding=worker_seeding, rank=default_rank()),
         persistent_workers=persistent_workers and num_workers > 0 and not use_multi_epochs_loader,
-        prefetch_factor=prefetch_factor if num_workers > 0 else None)
-    if not use_prefetcher: return loader
+        prefetch_factor=prefetch_factor if num_workers > 0 else None,
+    )
+    if not use_prefetcher:
+        return loader
     return prefetch_cls(
-        loader, mean=mean, std=std, channels=channels, device=device, fp16=fp16, img_dtype=img_dtype,
-        re_prob=re_prob if is_training and not no_aug else 0., re_mode=re_mode, re_count=re_count,
-        re_num_splits=re_num_splits, channels_last=channels_last,
-        color_jitter=color_jitter if batch_jitter else None)
+        loader,
+        mean=mean,
+        std=std,
+        channels=channels,
+        device=device,
+        fp16=fp16,
+        img_dtype=img_dtype,
+        re_prob=re_prob if is_training and not no_aug else 0.0,
+        re_mode=re_mode,
+        re_count=re_count,
+        re_num_splits=re_num_splits,
+        channels_last=channels_last,
+        color_jitter=color_jitter if batch_jitter else None,
+    )

@@ -12,47 +12,55 @@ from .collate import BatchCollate, fast_collate, new_uint8
 __all__ = ['one_hot', 'mixup_target', 'rand_bbox', 'rand_bbox_minmax', 'cutmix_bbox_and_lam', 'Mixup', 'FastCollateMixup']
 
 # %% ../nbs/29_mixup.ipynb #3cd5db51
-def one_hot(x: torch.Tensor, # integer class labels, any shape (flattened)
-            num_classes: int, # width of the one-hot rows
-            on_value: float = 1., # value at the label's column
-            off_value: float = 0., # value everywhere else
-           ) -> torch.Tensor:
+def one_hot(
+    x: torch.Tensor,  # integer class labels, any shape (flattened)
+    num_classes: int,  # width of the one-hot rows
+    on_value: float = 1.0,  # value at the label's column
+    off_value: float = 0.0,  # value everywhere else
+) -> torch.Tensor:
     "Rows of `off_value` with `on_value` at each label; labels are range-checked on CPU (a GPU check would cost a sync)."
     x = x.long().view(-1, 1)
     if x.device.type == 'cpu' and x.numel():
         lo, hi = int(x.min()), int(x.max())
         if lo < 0 or hi >= num_classes:
             bad = hi if hi >= num_classes else lo
-            raise ValueError(f"label {bad} is out of range for num_classes={num_classes}; labels must be in [0, {num_classes - 1}]")
+            raise ValueError(
+                f"label {bad} is out of range for num_classes={num_classes}; labels must be in [0, {num_classes - 1}]"
+            )
     return torch.full((x.shape[0], num_classes), off_value, device=x.device).scatter_(1, x, on_value)
 
-def mixup_target(target: torch.Tensor, # labels (N,) or, with multi_label, dense (N, num_classes) targets
-                 num_classes: int, # number of classes
-                 lam=1., # weight of each row's own label: a float or an (N, 1) tensor
-                 smoothing: float = 0.0, # label smoothing: off = smoothing/num_classes, on = 1 - smoothing + off
-                 multi_label: bool = False, # dense multi-label targets, smoothed towards 0.5
-                ) -> torch.Tensor:
+
+def mixup_target(
+    target: torch.Tensor,  # labels (N,) or, with multi_label, dense (N, num_classes) targets
+    num_classes: int,  # number of classes
+    lam=1.0,  # weight of each row's own label: a float or an (N, 1) tensor
+    smoothing: float = 0.0,  # label smoothing: off = smoothing/num_classes, on = 1 - smoothing + off
+    multi_label: bool = False,  # dense multi-label targets, smoothed towards 0.5
+) -> torch.Tensor:
     "Soft targets: each row's smoothed label times `lam` plus its partner's (row N-1-i) times 1 - `lam`."
     if multi_label:
         if target.ndim != 2 or target.shape[1] != num_classes:
-            raise ValueError(f"multi_label targets must be dense (batch, num_classes={num_classes}); got shape {tuple(target.shape)}")
-        y = target.float() * (1. - smoothing) + 0.5 * smoothing
+            raise ValueError(
+                f"multi_label targets must be dense (batch, num_classes={num_classes}); got shape {tuple(target.shape)}"
+            )
+        y = target.float() * (1.0 - smoothing) + 0.5 * smoothing
     else:
         off = smoothing / num_classes
-        y = one_hot(target, num_classes, on_value=1. - smoothing + off, off_value=off)
-    return y * lam + y.flip(0) * (1. - lam)
+        y = one_hot(target, num_classes, on_value=1.0 - smoothing + off, off_value=off)
+    return y * lam + y.flip(0) * (1.0 - lam)
 
 # %% ../nbs/29_mixup.ipynb #6427a610
-def rand_bbox(img_shape: tuple, # image or batch shape; the last two entries are (H, W)
-              lam, # kept fraction of the image: a float, or an array giving one box per entry
-              margin: float = 0., # fraction of the box size its centre keeps away from the border
-              count: int | None = None, # with a float `lam`: how many boxes (None: one, as scalars)
-              rng=None, # numpy RandomState-like stream; None: numpy's global one (as timm)
-             ):
+def rand_bbox(
+    img_shape: tuple,  # image or batch shape; the last two entries are (H, W)
+    lam,  # kept fraction of the image: a float, or an array giving one box per entry
+    margin: float = 0.0,  # fraction of the box size its centre keeps away from the border
+    count: int | None = None,  # with a float `lam`: how many boxes (None: one, as scalars)
+    rng=None,  # numpy RandomState-like stream; None: numpy's global one (as timm)
+):
     "CutMix box covering about 1 - `lam` of the image, centred anywhere, clipped to the image: (yl, yh, xl, xh)."
     rng = np.random if rng is None else rng
     img_h, img_w = img_shape[-2:]
-    ratio = np.sqrt(1. - np.asarray(lam, dtype=np.float64))
+    ratio = np.sqrt(1.0 - np.asarray(lam, dtype=np.float64))
     cut_h, cut_w = (img_h * ratio).astype(np.int64), (img_w * ratio).astype(np.int64)
     my, mx = (margin * cut_h).astype(np.int64), (margin * cut_w).astype(np.int64)
     if ratio.ndim == 0:
@@ -66,41 +74,51 @@ def rand_bbox(img_shape: tuple, # image or batch shape; the last two entries are
     xl, xh = np.clip(cx - cut_w // 2, 0, img_w), np.clip(cx + (cut_w + 1) // 2, 0, img_w)
     return yl, yh, xl, xh
 
-def rand_bbox_minmax(img_shape: tuple, # image or batch shape; the last two entries are (H, W)
-                     minmax, # (min, max) box side as a fraction of the image side
-                     count: int | None = None, # how many boxes (None: one, as scalars)
-                     rng=None, # numpy RandomState-like stream; None: numpy's global one
-                    ):
+
+def rand_bbox_minmax(
+    img_shape: tuple,  # image or batch shape; the last two entries are (H, W)
+    minmax,  # (min, max) box side as a fraction of the image side
+    count: int | None = None,  # how many boxes (None: one, as scalars)
+    rng=None,  # numpy RandomState-like stream; None: numpy's global one
+):
     "Box whose height and width are uniform fractions in [min, max) of the image's, placed fully inside: (yl, yh, xl, xh)."
-    if len(minmax) != 2: raise ValueError(f"minmax must be (min, max); got {minmax!r}")
+    if len(minmax) != 2:
+        raise ValueError(f"minmax must be (min, max); got {minmax!r}")
     rng = np.random if rng is None else rng
     img_h, img_w = img_shape[-2:]
+
     def side(n):  # an empty range (tiny images) gives the lower bound rather than an error
         lo, hi = int(n * minmax[0]), int(n * minmax[1])
         return rng.randint(lo, max(hi, lo + 1), size=count)
+
     cut_h, cut_w = side(img_h), side(img_w)
     yl = rng.randint(0, img_h - cut_h + 1, size=count)
     xl = rng.randint(0, img_w - cut_w + 1, size=count)
     return yl, yl + cut_h, xl, xl + cut_w
 
 # %% ../nbs/29_mixup.ipynb #d9746e3d
-def cutmix_bbox_and_lam(img_shape: tuple, # image or batch shape; the last two entries are (H, W)
-                        lam, # drawn lambda (float or array)
-                        ratio_minmax=None, # (min, max): use `rand_bbox_minmax` instead of `rand_bbox`
-                        correct_lam: bool = True, # recompute lam from the clipped box area
-                        count: int | None = None, # how many boxes for a float `lam`
-                        rng=None, # numpy RandomState-like stream; None: numpy's global one
-                       ):
+def cutmix_bbox_and_lam(
+    img_shape: tuple,  # image or batch shape; the last two entries are (H, W)
+    lam,  # drawn lambda (float or array)
+    ratio_minmax=None,  # (min, max): use `rand_bbox_minmax` instead of `rand_bbox`
+    correct_lam: bool = True,  # recompute lam from the clipped box area
+    count: int | None = None,  # how many boxes for a float `lam`
+    rng=None,  # numpy RandomState-like stream; None: numpy's global one
+):
     "A CutMix box and the lambda that matches the pixels it leaves: ((yl, yh, xl, xh), lam)."
     if ratio_minmax is not None:
-        if np.ndim(lam) == 0: yl, yh, xl, xh = rand_bbox_minmax(img_shape, ratio_minmax, count=count, rng=rng)
+        if np.ndim(lam) == 0:
+            yl, yh, xl, xh = rand_bbox_minmax(img_shape, ratio_minmax, count=count, rng=rng)
         else:  # a box's place depends on its size: drawn box by box (4 scalars each) to keep timm's stream
-            yl, yh, xl, xh = np.array([rand_bbox_minmax(img_shape, ratio_minmax, rng=rng) for _ in range(len(lam))],
-                                      dtype=np.int64).reshape(-1, 4).T
+            yl, yh, xl, xh = (
+                np.array([rand_bbox_minmax(img_shape, ratio_minmax, rng=rng) for _ in range(len(lam))], dtype=np.int64)
+                .reshape(-1, 4)
+                .T
+            )
     else:
         yl, yh, xl, xh = rand_bbox(img_shape, lam, count=count, rng=rng)
     if correct_lam or ratio_minmax is not None:
-        lam = 1. - (yh - yl) * (xh - xl) / float(img_shape[-2] * img_shape[-1])
+        lam = 1.0 - (yh - yl) * (xh - xl) / float(img_shape[-2] * img_shape[-1])
     return (yl, yh, xl, xh), lam
 
 # %% ../nbs/29_mixup.ipynb #5c4bdd9e
@@ -112,35 +130,58 @@ def _box_masks(boxes: np.ndarray, H: int, W: int, device) -> torch.Tensor:
     in_c = (c >= b[:, 2, None]) & (c < b[:, 3, None])
     return (in_r[:, :, None] & in_c[:, None, :])[:, None]
 
-def _mix_rows_(x: torch.Tensor, # (N, C, H, W) batch, changed in place
-               src: torch.Tensor | None, # (N, C, H, W) partners (row i of `x` mixes with row i of `src`); None: `x` reversed, as it was
-               lam: np.ndarray, # (N,) float32 weight of `x`'s own pixels; rows with lam 1 are left alone
-               cut: np.ndarray, # (N,) bool: paste the partner inside boxes[i] instead of blending
-               boxes: np.ndarray, # (N, 4) int boxes (yl, yh, xl, xh), used where cut
-               rest: np.ndarray | None = None, # (N,) float32 partner weight; default 1 - lam in float32
-               chunk: int | None = None, # rows per step; default 4 on CPU (keeps float temporaries in cache), all on GPU
-               masks: bool | None = None, # paste through broadcast box masks (GPU) or box by box (CPU); None: by device
-              ) -> torch.Tensor:
+
+def _mix_rows_(
+    x: torch.Tensor,  # (N, C, H, W) batch, changed in place
+    src: torch.Tensor
+    | None,  # (N, C, H, W) partners (row i of `x` mixes with row i of `src`); None: `x` reversed, as it was
+    lam: np.ndarray,  # (N,) float32 weight of `x`'s own pixels; rows with lam 1 are left alone
+    cut: np.ndarray,  # (N,) bool: paste the partner inside boxes[i] instead of blending
+    boxes: np.ndarray,  # (N, 4) int boxes (yl, yh, xl, xh), used where cut
+    rest: np.ndarray | None = None,  # (N,) float32 partner weight; default 1 - lam in float32
+    chunk: int | None = None,  # rows per step; default 4 on CPU (keeps float temporaries in cache), all on GPU
+    masks: bool | None = None,  # paste through broadcast box masks (GPU) or box by box (CPU); None: by device
+) -> torch.Tensor:
     "Mixup (blend) and CutMix (paste) of whole row groups at once; uint8 rows are blended in float32 and rounded."
     rest = (1 - lam).astype(np.float32) if rest is None else rest
     chunk = chunk or (4 if x.device.type == 'cpu' else len(x))
     masks = x.device.type != 'cpu' if masks is None else masks
     n, (H, W) = len(x), x.shape[-2:]
     blend, paste = np.flatnonzero(~cut & (lam != 1)), np.flatnonzero(cut & (lam != 1))
-    def rows(r): return slice(int(r[0]), int(r[-1]) + 1) if r[-1] - r[0] + 1 == len(r) else torch.as_tensor(r, device=x.device)
+
+    def rows(r):
+        return slice(int(r[0]), int(r[-1]) + 1) if r[-1] - r[0] + 1 == len(r) else torch.as_tensor(r, device=x.device)
+
     if src is None:  # partners come from `x` itself: copy what is read before anything is written, and no more
-        patches = [x[n - 1 - i, :, yl:yh, xl:xh].clone() for i, (yl, yh, xl, xh) in zip(paste.tolist(), boxes[paste].tolist())] if not masks else None
+        patches = (
+            [
+                x[n - 1 - i, :, yl:yh, xl:xh].clone()
+                for i, (yl, yh, xl, xh) in zip(paste.tolist(), boxes[paste].tolist())
+            ]
+            if not masks
+            else None
+        )
         need = np.concatenate([blend, paste if masks else blend[:0]])
-        if len(need) == n: src_rows, pos = x.flip(0), {i: i for i in range(n)}  # flip: cheaper than a gather
+        if len(need) == n:
+            src_rows, pos = x.flip(0), {i: i for i in range(n)}  # flip: cheaper than a gather
         else:
             src_rows = x.index_select(0, torch.as_tensor(n - 1 - need, device=x.device)) if len(need) else None
             pos = {int(r): k for k, r in enumerate(need)}
-        def partner(r): return src_rows[rows(np.array([pos[int(i)] for i in r]))]
+
+        def partner(r):
+            return src_rows[rows(np.array([pos[int(i)] for i in r]))]
     else:
-        patches = None if masks else [src[i, :, yl:yh, xl:xh] for i, (yl, yh, xl, xh) in zip(paste.tolist(), boxes[paste].tolist())]
-        def partner(r): return src[rows(r)]
+        patches = (
+            None
+            if masks
+            else [src[i, :, yl:yh, xl:xh] for i, (yl, yh, xl, xh) in zip(paste.tolist(), boxes[paste].tolist())]
+        )
+
+        def partner(r):
+            return src[rows(r)]
+
     for s in range(0, len(blend), chunk):
-        r = blend[s:s + chunk]
+        r = blend[s : s + chunk]
         idx = rows(r)
         l = torch.as_tensor(lam[r]).to(x.device).view(-1, 1, 1, 1)
         l2 = torch.as_tensor(rest[r]).to(x.device).view(-1, 1, 1, 1)
@@ -150,15 +191,18 @@ def _mix_rows_(x: torch.Tensor, # (N, C, H, W) batch, changed in place
             x[idx].mul_(l).add_(b)  # a view: in place, no copy
         else:
             a = x[idx].float().mul_(l).add_(b)
-            if x.dtype == torch.uint8: a.round_()
-            if isinstance(idx, slice): x[idx].copy_(a)  # copy_ casts back to x's dtype
-            else: x.index_copy_(0, idx, a.to(x.dtype))
+            if x.dtype == torch.uint8:
+                a.round_()
+            if isinstance(idx, slice):
+                x[idx].copy_(a)  # copy_ casts back to x's dtype
+            else:
+                x.index_copy_(0, idx, a.to(x.dtype))
     if not masks:  # CPU: copying just the boxes beats a masked pass over whole rows
         for i, (yl, yh, xl, xh), p in zip(paste.tolist(), boxes[paste].tolist(), patches):
             x[i, :, yl:yh, xl:xh] = p
         return x
     for s in range(0, len(paste), chunk):
-        r = paste[s:s + chunk]
+        r = paste[s : s + chunk]
         idx = rows(r)
         x[idx] = torch.where(_box_masks(boxes[r], H, W, x.device), partner(r), x[idx])
     return x
@@ -168,39 +212,45 @@ def _blend_batch_(x: torch.Tensor, lam: float) -> torch.Tensor:
     "Batch-mode mixup in place: row i with row N-1-i by one `lam`; the middle row of an odd batch is its own partner."
     n = len(x)
     lams = np.full(n, lam, np.float32)
-    if n % 2: lams[n // 2] = 1.
-    rest = np.full(n, 1. - lam, np.float32)  # 1 - lam in float64 first, as a Python scalar would be
+    if n % 2:
+        lams[n // 2] = 1.0
+    rest = np.full(n, 1.0 - lam, np.float32)  # 1 - lam in float64 first, as a Python scalar would be
     return _mix_rows_(x, None, lams, np.zeros(n, bool), np.zeros((n, 4), np.int64), rest=rest)
 
 # %% ../nbs/29_mixup.ipynb #b5b37db4
 class Mixup:
     "Mixup / CutMix of a float batch and its labels, per batch, per pair or per element; returns (batch, soft targets)."
+
     _modes = ('batch', 'pair', 'elem')
-    def __init__(self,
-                 mixup_alpha: float = 1., # Beta(alpha, alpha) for mixup's lambda; mixup is on when > 0
-                 cutmix_alpha: float = 0., # Beta(alpha, alpha) for cutmix's lambda; cutmix is on when > 0
-                 cutmix_minmax=None, # (min, max) box side fractions: cutmix with min-max boxes (forces cutmix_alpha=1)
-                 prob: float = 1.0, # chance of mixing a batch / pair / element
-                 switch_prob: float = 0.5, # chance of cutmix rather than mixup when both are on
-                 mode: str = 'batch', # 'batch': one lambda for all; 'pair': one per pair (i, N-1-i); 'elem': one per element
-                 correct_lam: bool = True, # set cutmix's lambda to the area the clipped box really leaves
-                 label_smoothing: float = 0.1, # label smoothing of the soft targets
-                 num_classes: int = 1000, # number of classes
-                 multi_label: bool = False, # targets are dense (N, num_classes) multi-label rows
-                 rng=None, # numpy RandomState-like stream; None: numpy's global stream (as timm)
-                ):
+
+    def __init__(
+        self,
+        mixup_alpha: float = 1.0,  # Beta(alpha, alpha) for mixup's lambda; mixup is on when > 0
+        cutmix_alpha: float = 0.0,  # Beta(alpha, alpha) for cutmix's lambda; cutmix is on when > 0
+        cutmix_minmax=None,  # (min, max) box side fractions: cutmix with min-max boxes (forces cutmix_alpha=1)
+        prob: float = 1.0,  # chance of mixing a batch / pair / element
+        switch_prob: float = 0.5,  # chance of cutmix rather than mixup when both are on
+        mode: str = 'batch',  # 'batch': one lambda for all; 'pair': one per pair (i, N-1-i); 'elem': one per element
+        correct_lam: bool = True,  # set cutmix's lambda to the area the clipped box really leaves
+        label_smoothing: float = 0.1,  # label smoothing of the soft targets
+        num_classes: int = 1000,  # number of classes
+        multi_label: bool = False,  # targets are dense (N, num_classes) multi-label rows
+        rng=None,  # numpy RandomState-like stream; None: numpy's global stream (as timm)
+    ):
         for name, v in (('mixup_alpha', mixup_alpha), ('cutmix_alpha', cutmix_alpha)):
             if not (isinstance(v, (int, float)) and v >= 0):
                 raise ValueError(f"{name} must be a number >= 0; got {v!r}")
         for name, v in (('prob', prob), ('switch_prob', switch_prob), ('label_smoothing', label_smoothing)):
-            if not (isinstance(v, (int, float)) and 0. <= v <= 1.):
+            if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
                 raise ValueError(f"{name} must be in [0, 1]; got {v!r}")
         if cutmix_minmax is not None:
-            if len(cutmix_minmax) != 2 or not 0. <= cutmix_minmax[0] < cutmix_minmax[1] <= 1.:
+            if len(cutmix_minmax) != 2 or not 0.0 <= cutmix_minmax[0] < cutmix_minmax[1] <= 1.0:
                 raise ValueError(f"cutmix_minmax must be (min, max) with 0 <= min < max <= 1; got {cutmix_minmax!r}")
             cutmix_alpha = 1.0  # as timm: minmax boxes draw lambda only to decide the box, so any alpha > 0 will do
         if not (mixup_alpha > 0 or cutmix_alpha > 0):
-            raise ValueError(f"Mixup needs mixup_alpha > 0, cutmix_alpha > 0 or cutmix_minmax; got mixup_alpha={mixup_alpha!r}, cutmix_alpha={cutmix_alpha!r}")
+            raise ValueError(
+                f"Mixup needs mixup_alpha > 0, cutmix_alpha > 0 or cutmix_minmax; got mixup_alpha={mixup_alpha!r}, cutmix_alpha={cutmix_alpha!r}"
+            )
         if mode not in self._modes:
             raise ValueError(f"mode must be one of {', '.join(map(repr, self._modes))}; got {mode!r}")
         if not (isinstance(num_classes, int) and num_classes >= 1):
@@ -214,16 +264,20 @@ class Mixup:
         self._enabled = torch.ones(1, dtype=torch.bool).share_memory_()
 
     @property
-    def mixup_enabled(self) -> bool: return bool(self._enabled[0])
+    def mixup_enabled(self) -> bool:
+        return bool(self._enabled[0])
+
     @mixup_enabled.setter
-    def mixup_enabled(self, on: bool): self._enabled[0] = bool(on)
+    def mixup_enabled(self, on: bool):
+        self._enabled[0] = bool(on)
 
     def _draw_lam(self, n: int | None = None):
         "(lam, use_cutmix): one draw for the batch (n None) or n draws, in timm's order: switch, cutmix beta, mixup beta."
         r, ma, ca = self.rng, self.mixup_alpha, self.cutmix_alpha
         if ma > 0 and ca > 0:
             cut = (r.rand() if n is None else r.rand(n)) < self.switch_prob
-            if n is None: return float(r.beta(ca, ca) if cut else r.beta(ma, ma)), bool(cut)  # timm draws only the one used
+            if n is None:
+                return float(r.beta(ca, ca) if cut else r.beta(ma, ma)), bool(cut)  # timm draws only the one used
             lam_c, lam_m = r.beta(ca, ca, size=n), r.beta(ma, ma, size=n)
             return np.where(cut, lam_c, lam_m), cut
         cut = not (ma > 0)  # only one of the two is on: cutmix when mixup is off
@@ -240,7 +294,8 @@ class Mixup:
 
     def _params_per_batch(self):
         "One (lam, use_cutmix) for the batch."
-        if not (self.mixup_enabled and self.rng.rand() < self.mix_prob): return 1., False
+        if not (self.mixup_enabled and self.rng.rand() < self.mix_prob):
+            return 1.0, False
         return self._draw_lam()
 
     def _row_params(self, n: int, shape, half: bool = False):
@@ -256,44 +311,53 @@ class Mixup:
             return lam, cut, boxes
         n_draw = mid if half else n
         lam, cut = self._params_per_elem(n_draw)
-        if n % 2 and not half: lam[mid], cut[mid] = 1., False  # mixed with itself: nothing to do
+        if n % 2 and not half:
+            lam[mid], cut[mid] = 1.0, False  # mixed with itself: nothing to do
         lam, boxes = self._boxes(lam, cut, shape)
         return lam, cut, boxes
 
     def _boxes(self, lam, cut, shape):
         "Boxes for the cutmix rows with lam != 1 (in row order, as timm draws them); lam corrected where asked."
         boxes = np.zeros((len(lam), 4), np.int64)
-        rows = np.flatnonzero(cut & (lam != 1.))
+        rows = np.flatnonzero(cut & (lam != 1.0))
         if len(rows):
-            (yl, yh, xl, xh), lam_c = cutmix_bbox_and_lam(shape, lam[rows], ratio_minmax=self.cutmix_minmax,
-                                                          correct_lam=self.correct_lam, rng=self.rng)
+            (yl, yh, xl, xh), lam_c = cutmix_bbox_and_lam(
+                shape, lam[rows], ratio_minmax=self.cutmix_minmax, correct_lam=self.correct_lam, rng=self.rng
+            )
             boxes[rows] = np.stack([yl, yh, xl, xh], -1)
             lam[rows] = lam_c
         return lam, boxes
 
     def _check(self, x, target):
         if not isinstance(x, torch.Tensor) or x.ndim != 4:
-            raise ValueError(f"Mixup expects an NCHW batch tensor; got {type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}")
+            raise ValueError(
+                f"Mixup expects an NCHW batch tensor; got {type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}"
+            )
         if not x.is_floating_point():
-            raise ValueError(f"Mixup expects a float batch; got dtype {x.dtype} (for uint8 samples use FastCollateMixup as the collate_fn)")
+            raise ValueError(
+                f"Mixup expects a float batch; got dtype {x.dtype} (for uint8 samples use FastCollateMixup as the collate_fn)"
+            )
         if len(target) != len(x):
             raise ValueError(f"target has {len(target)} rows for a batch of {len(x)}")
 
     def _mix_batch_(self, x: torch.Tensor) -> float:
         "'batch' mode, in place: one lam and one cutmix box for the whole batch, each row mixed with its mirror row."
         lam, cut = self._params_per_batch()
-        if lam != 1.:
+        if lam != 1.0:
             if cut:
-                (yl, yh, xl, xh), lam = cutmix_bbox_and_lam(x.shape, lam, ratio_minmax=self.cutmix_minmax,
-                                                            correct_lam=self.correct_lam, rng=self.rng)
+                (yl, yh, xl, xh), lam = cutmix_bbox_and_lam(
+                    x.shape, lam, ratio_minmax=self.cutmix_minmax, correct_lam=self.correct_lam, rng=self.rng
+                )
                 x[:, :, yl:yh, xl:xh] = x[:, :, yl:yh, xl:xh].flip(0)
-            else: _blend_batch_(x, lam)
+            else:
+                _blend_batch_(x, lam)
         return lam
 
     def __call__(self, x: torch.Tensor, target: torch.Tensor):
         "Mix the float NCHW batch `x` in place; returns (x, soft targets (N, num_classes))."
         self._check(x, target)
-        if self.mode == 'batch': lam = self._mix_batch_(x)
+        if self.mode == 'batch':
+            lam = self._mix_batch_(x)
         else:
             lam, cut, boxes = self._row_params(len(x), x.shape)
             _mix_rows_(x, None, lam, cut, boxes)
@@ -303,6 +367,7 @@ class Mixup:
 # %% ../nbs/29_mixup.ipynb #6db9606b
 class FastCollateMixup(Mixup, BatchCollate):
     "A collate (`BatchCollate`) that stacks uint8 samples as `fast_collate` does and mixes them: (uint8 NCHW batch, soft targets)."
+
     _modes = ('batch', 'pair', 'elem', 'half')
     mixes = True  # the collate protocol: create_loader keeps colour jitter per sample, the prefetcher passes `mixup_enabled` on
 
@@ -310,28 +375,39 @@ class FastCollateMixup(Mixup, BatchCollate):
         "`fast_collate`'s checks and stacking (channels-last for HWC-memory samples): (uint8 NCHW batch, targets)."
         for i, s in enumerate(batch):
             if isinstance(s, (tuple, list)) and s and isinstance(s[0], (tuple, list)):
-                raise ValueError(f"FastCollateMixup does not take AugMix split samples (sample {i} is a {type(s[0]).__name__}); use fast_collate")
+                raise ValueError(
+                    f"FastCollateMixup does not take AugMix split samples (sample {i} is a {type(s[0]).__name__}); use fast_collate"
+                )
         first = batch[0][0] if len(batch) and isinstance(batch[0], (tuple, list)) and batch[0] else None
         dev = first.device if isinstance(first, torch.Tensor) else torch.device('cpu')
         # the other modes mix in place and hand this batch over, so in a worker it goes straight to shared memory;
         # 'half' returns a mixed copy of half of it, and device samples (main process only) stay on their device
-        alloc = new_uint8 if self.mode != 'half' and dev.type == 'cpu' else lambda shape: torch.empty(shape, dtype=torch.uint8, device=dev)
-        try: x, target = fast_collate(batch, alloc=alloc)
+        alloc = (
+            new_uint8
+            if self.mode != 'half' and dev.type == 'cpu'
+            else lambda shape: torch.empty(shape, dtype=torch.uint8, device=dev)
+        )
+        try:
+            x, target = fast_collate(batch, alloc=alloc)
         except (TypeError, ValueError) as e:
-            raise type(e)(f"FastCollateMixup: {e} (keep samples uint8: no ToTensor/Normalize in the per-sample transform)") from e
-        if not len(x): raise ValueError("FastCollateMixup got an empty batch (no samples, or only None ones)")
+            raise type(e)(
+                f"FastCollateMixup: {e} (keep samples uint8: no ToTensor/Normalize in the per-sample transform)"
+            ) from e
+        if not len(x):
+            raise ValueError("FastCollateMixup got an empty batch (no samples, or only None ones)")
         return x, target
 
     def __call__(self, batch, _=None):
         "Collate a list of (uint8 CHW image, label) into (uint8 NCHW batch, soft targets); 'half' returns N // 2 rows."
         x, target = self._stack(batch)
         n = len(x)
-        if self.mode == 'batch': lam = self._mix_batch_(x)
+        if self.mode == 'batch':
+            lam = self._mix_batch_(x)
         elif self.mode == 'half':
             lam, cut, boxes = self._row_params(n, x.shape, half=True)
             k = n // 2
             out = x[:k].clone()
-            _mix_rows_(out, x[n - k:].flip(0), lam, cut, boxes)
+            _mix_rows_(out, x[n - k :].flip(0), lam, cut, boxes)
             x = out
             lam = torch.tensor(np.concatenate([lam, np.ones(n - k, np.float32)])).unsqueeze(1)
         else:
@@ -339,4 +415,4 @@ class FastCollateMixup(Mixup, BatchCollate):
             _mix_rows_(x, None, lam, cut, boxes)
             lam = torch.tensor(lam).unsqueeze(1)
         target = mixup_target(target, self.num_classes, lam, self.label_smoothing, self.multi_label)
-        return x, target[:len(x)]
+        return x, target[: len(x)]

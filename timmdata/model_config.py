@@ -14,53 +14,72 @@ __all__ = ['resolve_input_data_config']
 # %% ../nbs/52_model_config.ipynb #f8772796
 _logger = logging.getLogger(__name__)
 
+
 def _hw(size) -> tuple:
     size = (size, size) if isinstance(size, int) else tuple(size)
-    if len(size) != 2 or any(s <= 0 for s in size): raise ValueError(f'Expected a positive image size (H, W), got {size}.')
+    if len(size) != 2 or any(s <= 0 for s in size):
+        raise ValueError(f'Expected a positive image size (H, W), got {size}.')
     return size
+
 
 def _requested(args: dict, model_kwargs: dict) -> tuple:
     "(channels, (H, W)) the user asked for, each None when not asked; conflicting requests are an error."
     chans, sizes = {}, {}
     if args.get('input_size') is not None:
         s = tuple(args['input_size'])
-        if len(s) != 3: raise ValueError('input_size must contain (C, H, W).')
+        if len(s) != 3:
+            raise ValueError('input_size must contain (C, H, W).')
         chans['input_size'], sizes['input_size'] = s[0], _hw(s[1:])
     for k in ('in_chans', 'chans'):
-        if args.get(k) is not None: chans[k] = args[k]
-    if args.get('img_size') is not None: sizes['img_size'] = _hw(args['img_size'])
-    if model_kwargs.get('in_chans') is not None: chans['model_kwargs.in_chans'] = model_kwargs['in_chans']
-    if model_kwargs.get('img_size') is not None: sizes['model_kwargs.img_size'] = _hw(model_kwargs['img_size'])
-    if len(set(chans.values())) > 1: raise ValueError(f'Conflicting input channel counts: {chans}.')
-    if len(set(sizes.values())) > 1: raise ValueError(f'Conflicting input image sizes: {sizes}.')
+        if args.get(k) is not None:
+            chans[k] = args[k]
+    if args.get('img_size') is not None:
+        sizes['img_size'] = _hw(args['img_size'])
+    if model_kwargs.get('in_chans') is not None:
+        chans['model_kwargs.in_chans'] = model_kwargs['in_chans']
+    if model_kwargs.get('img_size') is not None:
+        sizes['model_kwargs.img_size'] = _hw(model_kwargs['img_size'])
+    if len(set(chans.values())) > 1:
+        raise ValueError(f'Conflicting input channel counts: {chans}.')
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f'Conflicting input image sizes: {sizes}.')
     c = next(iter(chans.values()), None)
-    if c is not None and c < 1: raise ValueError('Input channel count must be positive.')
+    if c is not None and c < 1:
+        raise ValueError('Input channel count must be positive.')
     return c, next(iter(sizes.values()), None)
+
 
 def _norm(args: dict, cfg: dict, key: str, default: tuple, chans: int) -> tuple:
     "mean or std: the user's (one value or one per channel), else the pretrained one (averaged if its channels differ)."
     value = args.get(key)
     if value is None:
         value = cfg.get(key)
-        if value is None: value = default
+        if value is None:
+            value = default
         value = (value,) if isinstance(value, (int, float)) else tuple(value)
         if len(value) not in (1, chans):
             _logger.warning('Pretrained %s does not match %s channels; using its mean value.', key, chans)
             value = (sum(value) / len(value),)
     value = (value,) if isinstance(value, (int, float)) else tuple(value)
-    if len(value) not in (1, chans): raise ValueError(f'{key} must have one value or {chans} values, got {len(value)}.')
+    if len(value) not in (1, chans):
+        raise ValueError(f'{key} must have one value or {chans} values, got {len(value)}.')
     return value
 
-def resolve_input_data_config(model, # a timm model
-                              args: Optional[Dict[str, Any]] = None, # the script's args as a dict (input_size, img_size, in_chans, mean, ...)
-                              pretrained_cfg: Optional[Dict[str, Any]] = None, # default: the model's `pretrained_cfg`
-                              use_test_size: bool = False, # a flexible model: prefer its recommended test size
-                              verbose: bool = False, # log the resolved config
-                             ) -> Dict[str, Any]:
+
+def resolve_input_data_config(
+    model,  # a timm model
+    args: Optional[Dict[str, Any]] = None,  # the script's args as a dict (input_size, img_size, in_chans, mean, ...)
+    pretrained_cfg: Optional[Dict[str, Any]] = None,  # default: the model's `pretrained_cfg`
+    use_test_size: bool = False,  # a flexible model: prefer its recommended test size
+    verbose: bool = False,  # log the resolved config
+) -> Dict[str, Any]:
     "The data config for `model` as it is now: requests checked against its fixed size and channels (timm's)."
-    try: from timm.models import get_model_input_config
+    try:
+        from timm.models import get_model_input_config
     except ImportError as e:
-        raise ImportError(f"resolve_input_data_config asks the model for its input constraints through timm.models: pip install 'timm>=1.0.31' ({e})") from e
+        raise ImportError(
+            f"resolve_input_data_config asks the model for its input constraints through timm.models: pip install 'timm>=1.0.31' ({e})"
+        ) from e
     args = args or {}
     cfg = pretrained_cfg if pretrained_cfg is not None else getattr(model, 'pretrained_cfg', {})
     now = get_model_input_config(model)
@@ -69,12 +88,21 @@ def resolve_input_data_config(model, # a timm model
         model_kwargs.pop('img_size', None)  # a flexible model: the data request wins over the construction size
     chans, size = _requested(args, model_kwargs)
     model_chans, model_size = now['input_size'][0], tuple(now['input_size'][1:])
-    if chans is not None and chans != model_chans: raise ValueError(f'Requested {chans} input channels, but the model accepts {model_chans}.')
+    if chans is not None and chans != model_chans:
+        raise ValueError(f'Requested {chans} input channels, but the model accepts {model_chans}.')
     if now['fixed_input_size']:
-        if size is not None and size != model_size: raise ValueError(f'Requested image size {size}, but the model requires {model_size}.')
+        if size is not None and size != model_size:
+            raise ValueError(f'Requested image size {size}, but the model requires {model_size}.')
         size = model_size
     elif size is None:
-        size = tuple(((cfg.get('test_input_size') if use_test_size else None) or cfg.get('input_size', now['input_size']))[-2:])
-    resolved = dict(args, input_size=(model_chans, *size), in_chans=model_chans,
-                    mean=_norm(args, cfg, 'mean', IMAGENET_DEFAULT_MEAN, model_chans), std=_norm(args, cfg, 'std', IMAGENET_DEFAULT_STD, model_chans))
+        size = tuple(
+            ((cfg.get('test_input_size') if use_test_size else None) or cfg.get('input_size', now['input_size']))[-2:]
+        )
+    resolved = dict(
+        args,
+        input_size=(model_chans, *size),
+        in_chans=model_chans,
+        mean=_norm(args, cfg, 'mean', IMAGENET_DEFAULT_MEAN, model_chans),
+        std=_norm(args, cfg, 'std', IMAGENET_DEFAULT_STD, model_chans),
+    )
     return resolve_data_config(resolved, pretrained_cfg=cfg, model=model, use_test_size=use_test_size, verbose=verbose)

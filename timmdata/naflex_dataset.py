@@ -18,18 +18,23 @@ from .config import mix_seed, seed_all
 __all__ = ['calculate_naflex_batch_size', 'NaFlexCollator', 'NaFlexMapDatasetWrapper', 'NaFlexStreamWrapper']
 
 # %% ../nbs/42_naflex_dataset.ipynb #65076d70
-def calculate_naflex_batch_size(tokens_per_batch: int, # the token budget of a batch
-                                seq_len: int, # tokens per sample at this sequence length
-                                max_size: Optional[int] = None, # cap on the batch size
-                                divisor: int = 1, # round the batch size to a multiple of this
-                                rounding: str = 'floor', # 'floor', 'ceil' or 'round' (to the divisor)
-                               ) -> int:
+def calculate_naflex_batch_size(
+    tokens_per_batch: int,  # the token budget of a batch
+    seq_len: int,  # tokens per sample at this sequence length
+    max_size: Optional[int] = None,  # cap on the batch size
+    divisor: int = 1,  # round the batch size to a multiple of this
+    rounding: str = 'floor',  # 'floor', 'ceil' or 'round' (to the divisor)
+) -> int:
     "Batch size for `seq_len` that fits `tokens_per_batch`: at least 1, a multiple of `divisor` when it is > 1, at most `max_size`."
-    if seq_len <= 0: raise ValueError(f'seq_len must be > 0; got {seq_len}')
-    if rounding not in ('floor', 'ceil', 'round'): raise ValueError(f"rounding must be 'floor', 'ceil' or 'round'; got {rounding!r}")
+    if seq_len <= 0:
+        raise ValueError(f'seq_len must be > 0; got {seq_len}')
+    if rounding not in ('floor', 'ceil', 'round'):
+        raise ValueError(f"rounding must be 'floor', 'ceil' or 'round'; got {rounding!r}")
     raw = tokens_per_batch / seq_len
-    if divisor > 1: bs = divisor * {'floor': math.floor, 'ceil': math.ceil, 'round': round}[rounding](raw / divisor)
-    else: bs = int(raw)
+    if divisor > 1:
+        bs = divisor * {'floor': math.floor, 'ceil': math.ceil, 'round': round}[rounding](raw / divisor)
+    else:
+        bs = int(raw)
     bs = max(1, bs)
     return bs if max_size is None else min(bs, max_size)
 
@@ -38,17 +43,23 @@ def _patch_grid(nh: int, nw: int) -> torch.Tensor:
     "(row, column) of each patch of an nh x nw grid, row by row: [nh * nw, 2] int64."
     return torch.stack(torch.meshgrid(torch.arange(nh), torch.arange(nw), indexing='ij'), -1).reshape(-1, 2)
 
+
 class NaFlexCollator:
     "Pads NaFlex samples (patch dicts or CHW images) into `patches`, `patch_coord`, `patch_valid` of length `max_seq_len`."
-    def __init__(self, max_seq_len: Optional[int] = None, # padded sequence length (None: 576, timm's default)
-                 patch_size: Union[int, Tuple[int, int], None] = None, # patch (h, w) for samples that are images (default 16)
-                 channels_last: bool = True, # flat patch layout for images: pixel-major, channel last (timm's default)
-                 flatten: bool = True, # images: [L, P*P*C] patches; False: [L, Ph, Pw, C] (variable patch sizes)
-                ):
+
+    def __init__(
+        self,
+        max_seq_len: Optional[int] = None,  # padded sequence length (None: 576, timm's default)
+        patch_size: Union[int, Tuple[int, int], None] = None,  # patch (h, w) for samples that are images (default 16)
+        channels_last: bool = True,  # flat patch layout for images: pixel-major, channel last (timm's default)
+        flatten: bool = True,  # images: [L, P*P*C] patches; False: [L, Ph, Pw, C] (variable patch sizes)
+    ):
         self.max_seq_len = max_seq_len or 576
         self.patch_size = parse_patch_size(16 if patch_size is None else patch_size)
         self.channels_last, self.flatten = channels_last, flatten
-    def __repr__(self): return f'{type(self).__name__}(max_seq_len={self.max_seq_len}, patch_size={self.patch_size})'
+
+    def __repr__(self):
+        return f'{type(self).__name__}(max_seq_len={self.max_seq_len}, patch_size={self.patch_size})'
 
     def _image_patches(self, img: torch.Tensor, out: torch.Tensor) -> tuple:
         "Writes `img`'s patches into `out` (its row of the batch); returns (patches written, grid height, grid width)."
@@ -58,35 +69,50 @@ class NaFlexCollator:
             h, w = img.shape[-2:]
         nh, nw = h // ph, w // pw
         n = nh * nw
-        if n > self.max_seq_len: raise ValueError(f'an image of {h}x{w} has {n} patches of {ph}x{pw}, more than max_seq_len={self.max_seq_len}')
+        if n > self.max_seq_len:
+            raise ValueError(
+                f'an image of {h}x{w} has {n} patches of {ph}x{pw}, more than max_seq_len={self.max_seq_len}'
+            )
         src = img.view(c, nh, ph, nw, pw)
-        if self.channels_last: out[:n].view(nh, nw, ph, pw, c).copy_(src.permute(1, 3, 2, 4, 0))
-        else: out[:n].view(nh, nw, c, ph, pw).copy_(src.permute(1, 3, 0, 2, 4))
+        if self.channels_last:
+            out[:n].view(nh, nw, ph, pw, c).copy_(src.permute(1, 3, 2, 4, 0))
+        else:
+            out[:n].view(nh, nw, c, ph, pw).copy_(src.permute(1, 3, 0, 2, 4))
         return n, nh, nw
 
     def __call__(self, batch: list) -> tuple:
         "`[(patch dict or CHW image, target), ...]` -> (dict(patches, patch_coord, patch_valid, seq_len), targets)."
         batch = [b for b in batch if b is not None]  # skipped samples (bad_sample='skip' counts and warns)
-        if not batch: raise ValueError('NaFlexCollator got an empty batch (every sample was skipped)')
+        if not batch:
+            raise ValueError('NaFlexCollator got an empty batch (every sample was skipped)')
         if not all(isinstance(b, (tuple, list)) and len(b) == 2 for b in batch):
-            raise TypeError('NaFlexCollator takes (sample, target) pairs, the sample a patch dict or a CHW image tensor')
+            raise TypeError(
+                'NaFlexCollator takes (sample, target) pairs, the sample a patch dict or a CHW image tensor'
+            )
         ys = [b[1] for b in batch]
         targets = torch.stack(ys) if isinstance(ys[0], torch.Tensor) else torch.tensor(ys, dtype=torch.int64)
         xs, L, B = [b[0] for b in batch], self.max_seq_len, len(batch)
-        if isinstance(xs[0], dict): return self._from_dicts(xs), targets
+        if isinstance(xs[0], dict):
+            return self._from_dicts(xs), targets
         c, dt = xs[0].shape[0], xs[0].dtype
         ph, pw = self.patch_size
-        dims = ((ph * pw * c,) if self.flatten else ((ph, pw, c) if self.channels_last else (c, ph, pw)))
-        if dt == torch.uint8: patches = new_uint8((B, L, *dims))  # in a worker: shared memory, sent without a copy; padding zeroed below
-        else: patches = torch.zeros((B, L, *dims), dtype=torch.float32)
+        dims = (ph * pw * c,) if self.flatten else ((ph, pw, c) if self.channels_last else (c, ph, pw))
+        if dt == torch.uint8:
+            patches = new_uint8((B, L, *dims))  # in a worker: shared memory, sent without a copy; padding zeroed below
+        else:
+            patches = torch.zeros((B, L, *dims), dtype=torch.float32)
         coord, valid = torch.zeros((B, L, 2), dtype=torch.int64), torch.zeros((B, L), dtype=torch.bool)
         for i, x in enumerate(xs):
             if not (isinstance(x, torch.Tensor) and x.ndim == 3 and x.shape[0] == c):
-                raise TypeError(f'NaFlexCollator: sample {i} must be a {c}-channel CHW tensor like sample 0; got '
-                                f'{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}')
+                raise TypeError(
+                    f'NaFlexCollator: sample {i} must be a {c}-channel CHW tensor like sample 0; got '
+                    f'{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}'
+                )
             n, nh, nw = self._image_patches(x, patches[i].view(L, -1))
-            if dt == torch.uint8: patches[i, n:] = 0
-            coord[i, :n] = _patch_grid(nh, nw); valid[i, :n] = True
+            if dt == torch.uint8:
+                patches[i, n:] = 0
+            coord[i, :n] = _patch_grid(nh, nw)
+            valid[i, :n] = True
         return dict(patches=patches, patch_coord=coord, patch_valid=valid, seq_len=L), targets
 
     def _from_dicts(self, ds: list) -> dict:
@@ -96,101 +122,160 @@ class NaFlexCollator:
         coord, valid = torch.zeros((len(ds), L, 2), dtype=torch.int64), torch.zeros((len(ds), L), dtype=torch.bool)
         for i, d in enumerate(ds):
             n = d['patches'].shape[0]
-            if n > L: raise ValueError(f'sample {i} has {n} patches, more than max_seq_len={L}: resize it to the sequence first (ResizeToSequence)')
+            if n > L:
+                raise ValueError(
+                    f'sample {i} has {n} patches, more than max_seq_len={L}: resize it to the sequence first (ResizeToSequence)'
+                )
             patches[i, :n], coord[i, :n], valid[i, :n] = d['patches'], d['patch_coord'], d['patch_valid']
         return dict(patches=patches, patch_coord=coord, patch_valid=valid, seq_len=L)
 
 # %% ../nbs/42_naflex_dataset.ipynb #76b83889
 _MIX_TAG = 0x313C  # tag of a batch's mixing draws (vs its samples' draws)
 
+
 def _patch_cfg(patch_size, patch_size_choices, patch_size_choice_probs) -> tuple:
     "([(ph, pw), ...], probabilities, variable?) from the wrapper's patch arguments (default: one 16x16 size)."
-    if patch_size is None and patch_size_choices is None: patch_size = 16
+    if patch_size is None and patch_size_choices is None:
+        patch_size = 16
     if (patch_size is None) == (patch_size_choices is None):
         raise ValueError('give patch_size or patch_size_choices, not both')
-    if patch_size is not None: return [parse_patch_size(patch_size)], [1.0], False
+    if patch_size is not None:
+        return [parse_patch_size(patch_size)], [1.0], False
     sizes = [parse_patch_size(p, 'patch_size_choices') for p in patch_size_choices]
-    if not sizes: raise ValueError('patch_size_choices must not be empty')
-    if patch_size_choice_probs is None: return sizes, [1.0 / len(sizes)] * len(sizes), True
+    if not sizes:
+        raise ValueError('patch_size_choices must not be empty')
+    if patch_size_choice_probs is None:
+        return sizes, [1.0 / len(sizes)] * len(sizes), True
     if len(patch_size_choice_probs) != len(sizes):
-        raise ValueError(f'patch_size_choice_probs has {len(patch_size_choice_probs)} values for {len(sizes)} patch_size_choices')
+        raise ValueError(
+            f'patch_size_choice_probs has {len(patch_size_choice_probs)} values for {len(sizes)} patch_size_choices'
+        )
     total = float(sum(patch_size_choice_probs))
-    if total <= 0 or min(patch_size_choice_probs) < 0: raise ValueError(f'patch_size_choice_probs must be >= 0 with a positive sum; got {patch_size_choice_probs!r}')
+    if total <= 0 or min(patch_size_choice_probs) < 0:
+        raise ValueError(f'patch_size_choice_probs must be >= 0 with a positive sum; got {patch_size_choice_probs!r}')
     return sizes, [p / total for p in patch_size_choice_probs], True
 
 # %% ../nbs/42_naflex_dataset.ipynb #b73e7efd
 class NaFlexMapDatasetWrapper(IterableDataset):
     "Batches of one sequence length each, batch size from a token budget, the same schedule on every rank (timm's)."
-    def __init__(self, base_dataset, # map-style dataset of (image, target); its own transform should be None
-                 patch_size: Union[int, Tuple[int, int], None] = None, # one patch size (default 16)
-                 patch_size_choices: Optional[Sequence[int]] = None, # or several, one drawn per batch
-                 patch_size_choice_probs: Optional[Sequence[float]] = None, # their probabilities (default uniform)
-                 seq_lens: Sequence[int] = (128, 256, 576, 784, 1024), # sequence lengths to draw from
-                 max_tokens_per_batch: int = 4096 * 4, # the token budget of a batch
-                 transform_factory: Optional[Callable] = None, # f(max_seq_len=, patch_size=) -> the sample transform
-                 mixup_fn: Optional[Callable] = None, # f(list of images, targets) -> (images, soft targets), e.g. NaFlexMixup
-                 seed: int = 42, # seeds the schedule and the shuffling (the same on every rank)
-                 shuffle: bool = True, # shuffle samples and batch order each epoch
-                 distributed: bool = False, # deal the samples to `world_size` ranks
-                 rank: int = 0, world_size: int = 1,
-                 epoch: int = 0, # the first epoch (set_epoch changes it, also in running workers)
-                 batch_divisor: int = 8, # batch sizes are multiples of this
-                 patchify_channels_last: bool = True, # flat patch layout: channel last (timm's default)
-                ):
+
+    def __init__(
+        self,
+        base_dataset,  # map-style dataset of (image, target); its own transform should be None
+        patch_size: Union[int, Tuple[int, int], None] = None,  # one patch size (default 16)
+        patch_size_choices: Optional[Sequence[int]] = None,  # or several, one drawn per batch
+        patch_size_choice_probs: Optional[Sequence[float]] = None,  # their probabilities (default uniform)
+        seq_lens: Sequence[int] = (128, 256, 576, 784, 1024),  # sequence lengths to draw from
+        max_tokens_per_batch: int = 4096 * 4,  # the token budget of a batch
+        transform_factory: Optional[Callable] = None,  # f(max_seq_len=, patch_size=) -> the sample transform
+        mixup_fn: Optional[Callable] = None,  # f(list of images, targets) -> (images, soft targets), e.g. NaFlexMixup
+        seed: int = 42,  # seeds the schedule and the shuffling (the same on every rank)
+        shuffle: bool = True,  # shuffle samples and batch order each epoch
+        distributed: bool = False,  # deal the samples to `world_size` ranks
+        rank: int = 0,
+        world_size: int = 1,
+        epoch: int = 0,  # the first epoch (set_epoch changes it, also in running workers)
+        batch_divisor: int = 8,  # batch sizes are multiples of this
+        patchify_channels_last: bool = True,  # flat patch layout: channel last (timm's default)
+    ):
         self._check_base(base_dataset)
-        if not seq_lens or min(seq_lens) < 1: raise ValueError(f'seq_lens must be positive sequence lengths; got {seq_lens!r}')
+        if not seq_lens or min(seq_lens) < 1:
+            raise ValueError(f'seq_lens must be positive sequence lengths; got {seq_lens!r}')
         self.base_dataset, self.seq_lens = base_dataset, sorted(set(int(s) for s in seq_lens))
-        self.max_tokens_per_batch, self.seed, self.shuffle, self.batch_divisor = max_tokens_per_batch, seed, shuffle, batch_divisor
+        self.max_tokens_per_batch, self.seed, self.shuffle, self.batch_divisor = (
+            max_tokens_per_batch,
+            seed,
+            shuffle,
+            batch_divisor,
+        )
         self.distributed = distributed and world_size > 1
         self.rank, self.world_size = (rank, world_size) if self.distributed else (0, 1)
         self._epoch = torch.tensor([epoch], dtype=torch.int64).share_memory_()  # seen by running (persistent) workers
-        self._start = torch.zeros(3, dtype=torch.int64).share_memory_()  # resume point: [set?, its epoch, batches delivered]
-        self.patch_sizes, self.patch_size_probs, self.variable_patch_size = _patch_cfg(patch_size, patch_size_choices, patch_size_choice_probs)
-        self.transforms = {(s, k): (transform_factory(max_seq_len=s, patch_size=p) if transform_factory else None)
-                           for k, p in enumerate(self.patch_sizes) for s in self.seq_lens}
-        self.collate_fns = {(s, k): NaFlexCollator(s, patch_size=p, channels_last=patchify_channels_last, flatten=not self.variable_patch_size)
-                            for k, p in enumerate(self.patch_sizes) for s in self.seq_lens}
+        self._start = torch.zeros(
+            3, dtype=torch.int64
+        ).share_memory_()  # resume point: [set?, its epoch, batches delivered]
+        self.patch_sizes, self.patch_size_probs, self.variable_patch_size = _patch_cfg(
+            patch_size, patch_size_choices, patch_size_choice_probs
+        )
+        self.transforms = {
+            (s, k): (transform_factory(max_seq_len=s, patch_size=p) if transform_factory else None)
+            for k, p in enumerate(self.patch_sizes)
+            for s in self.seq_lens
+        }
+        self.collate_fns = {
+            (s, k): NaFlexCollator(
+                s, patch_size=p, channels_last=patchify_channels_last, flatten=not self.variable_patch_size
+            )
+            for k, p in enumerate(self.patch_sizes)
+            for s in self.seq_lens
+        }
         self.mixup_fn = mixup_fn
         self._inner = None  # for a timmdata ImageDataset: the transforms run inside it (a crop decodes only its box)
-        if transform_factory and isinstance(base_dataset, (ImageDataset, IterableDataset)) and getattr(base_dataset, 'transform', 0) is None:
-            self._inner = ChoiceTransform(self.transforms); base_dataset.transform = self._inner
+        if (
+            transform_factory
+            and isinstance(base_dataset, (ImageDataset, IterableDataset))
+            and getattr(base_dataset, 'transform', 0) is None
+        ):
+            self._inner = ChoiceTransform(self.transforms)
+            base_dataset.transform = self._inner
         self._make_schedule()
 
     def _check_base(self, ds):
         if isinstance(ds, IterableDataset) or not (hasattr(ds, '__len__') and hasattr(ds, '__getitem__')):
-            raise TypeError(f'{type(self).__name__} needs a map-style dataset (__len__ and __getitem__); got {type(ds).__name__} '
-                            f'(for a stream, e.g. an IterableImageDataset, use NaFlexStreamWrapper)')
-    def __len__(self) -> int: return len(self._schedule)
-    def __iter__(self): return self._batches()  # defined below (an IterableDataset needs __iter__ in its class body)
+            raise TypeError(
+                f'{type(self).__name__} needs a map-style dataset (__len__ and __getitem__); got {type(ds).__name__} '
+                f'(for a stream, e.g. an IterableImageDataset, use NaFlexStreamWrapper)'
+            )
+
+    def __len__(self) -> int:
+        return len(self._schedule)
+
+    def __iter__(self):
+        return self._batches()  # defined below (an IterableDataset needs __iter__ in its class body)
+
     @property
-    def epoch(self) -> int: return int(self._epoch[0])
+    def epoch(self) -> int:
+        return int(self._epoch[0])
+
     def set_epoch(self, epoch: int):
         "The epoch of the next pass; running (persistent) DataLoader workers see it too. A resume point of another epoch is dropped."
-        if int(self._start[1]) != epoch: self._start[0] = 0
+        if int(self._start[1]) != epoch:
+            self._start[0] = 0
         self._epoch[0] = epoch
 
     def _make_schedule(self):
         "The canonical (seq_len, batch size) list, drawn once from `seed`, covering this rank's share of the samples."
         n = len(self.base_dataset)
-        if n == 0: raise ValueError('NaFlexMapDatasetWrapper: the dataset is empty')
+        if n == 0:
+            raise ValueError('NaFlexMapDatasetWrapper: the dataset is empty')
         self._per_rank = math.ceil(n / self.world_size)  # the last ranks repeat a few samples so that all have as many
         g, left, sched = torch.Generator().manual_seed(self.seed), self._per_rank, []
         while left > 0:
             s = self.seq_lens[int(torch.randint(0, len(self.seq_lens), (1,), generator=g))]
-            bs = min(calculate_naflex_batch_size(self.max_tokens_per_batch, s, max_size=left, divisor=self.batch_divisor), left)
-            sched.append((s, bs)); left -= bs
+            bs = min(
+                calculate_naflex_batch_size(self.max_tokens_per_batch, s, max_size=left, divisor=self.batch_divisor),
+                left,
+            )
+            sched.append((s, bs))
+            left -= bs
         self._schedule = sched
 
     def _epoch_batches(self, epoch: int) -> list:
         "This rank's batches of `epoch`: (seq_len, patch size index, sample indices)."
         g, n = torch.Generator().manual_seed(self.seed + epoch), len(self.base_dataset)
         order = torch.randperm(n, generator=g).tolist() if self.shuffle else list(range(n))
-        if self.world_size > 1: order = [order[i % n] for i in range(self.rank, self._per_rank * self.world_size, self.world_size)]
-        sched = [self._schedule[i] for i in torch.randperm(len(self._schedule), generator=g).tolist()] if self.shuffle else self._schedule
+        if self.world_size > 1:
+            order = [order[i % n] for i in range(self.rank, self._per_rank * self.world_size, self.world_size)]
+        sched = (
+            [self._schedule[i] for i in torch.randperm(len(self._schedule), generator=g).tolist()]
+            if self.shuffle
+            else self._schedule
+        )
         probs, pos, out = torch.tensor(self.patch_size_probs), 0, []
         for s, bs in sched:
             k = int(torch.multinomial(probs, 1, generator=g)) if self.variable_patch_size else 0
-            out.append((s, k, order[pos:pos + bs])); pos += bs
+            out.append((s, k, order[pos : pos + bs]))
+            pos += bs
         return out
 
     def _batches(self):
@@ -198,13 +283,19 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         info = get_worker_info()
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
         epoch, start = self.epoch, self.start_batches()
-        if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)): self.mixup_fn.set_epoch(epoch)
+        if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)):
+            self.mixup_fn.set_epoch(epoch)
         batches = self._epoch_batches(epoch)
-        for j in range(start + wid, len(batches), nw):  # torch asks worker 0 first: it makes the first batch not yet delivered
+        for j in range(
+            start + wid, len(batches), nw
+        ):  # torch asks worker 0 first: it makes the first batch not yet delivered
             s, k, idx = batches[j]
-            key = mix_seed(self.seed, epoch, self.rank, j)  # batch j's draws: the same whichever worker makes it, resumed or not
+            key = mix_seed(
+                self.seed, epoch, self.rank, j
+            )  # batch j's draws: the same whichever worker makes it, resumed or not
             b = self._batch(s, k, (self._read(mix_seed(key, m), i) for m, i in enumerate(idx)), key)
-            if b is not None: yield b
+            if b is not None:
+                yield b
 
     def _read(self, key: int, i: int):
         "Sample `i`, its random draws seeded from `key`."
@@ -213,16 +304,23 @@ class NaFlexMapDatasetWrapper(IterableDataset):
 
     def _batch(self, s: int, k: int, samples, key: Optional[int] = None) -> Optional[tuple]:
         "One batch at sequence length `s` and patch size `k` from `samples` (read lazily, after its transform is chosen), mixed and collated."
-        if self._inner is not None: self._inner.choice = (s, k)  # this batch's transform, inside the dataset
+        if self._inner is not None:
+            self._inner.choice = (s, k)  # this batch's transform, inside the dataset
         imgs, ys = [], []
         for sample in samples:
-            if sample is None: continue  # the dataset's bad_sample='skip' policy: counted and warned there
+            if sample is None:
+                continue  # the dataset's bad_sample='skip' policy: counted and warned there
             img, y = sample
-            if self._inner is None and self.transforms[(s, k)] is not None: img = self.transforms[(s, k)](img)
-            imgs.append(img); ys.append(y)
-        if not imgs: return None
-        if key is not None: seed_all(mix_seed(key, _MIX_TAG))  # the mixing's draws (else: as the last sample's seed left them)
-        if self.mixup_fn is not None: imgs, ys = self.mixup_fn(imgs, ys)
+            if self._inner is None and self.transforms[(s, k)] is not None:
+                img = self.transforms[(s, k)](img)
+            imgs.append(img)
+            ys.append(y)
+        if not imgs:
+            return None
+        if key is not None:
+            seed_all(mix_seed(key, _MIX_TAG))  # the mixing's draws (else: as the last sample's seed left them)
+        if self.mixup_fn is not None:
+            imgs, ys = self.mixup_fn(imgs, ys)
         return self.collate_fns[(s, k)](list(zip(imgs, ys)))
 
     def start_batches(self) -> int:
@@ -233,40 +331,62 @@ class NaFlexMapDatasetWrapper(IterableDataset):
     def set_start(self, batches_done: int, batch_size=None):
         "Resume the current epoch after its first `batches_done` batches (`batch_size`: not used, the schedule sets the sizes)."
         if isinstance(batches_done, bool) or not isinstance(batches_done, int) or not 0 <= batches_done <= len(self):
-            raise ValueError(f'set_start: batches_done must be an int in [0, {len(self)}] (the batches of an epoch); got {batches_done!r}')
+            raise ValueError(
+                f'set_start: batches_done must be an int in [0, {len(self)}] (the batches of an epoch); got {batches_done!r}'
+            )
         self._start[:] = torch.tensor([1, self.epoch, batches_done])
 
     def fingerprint(self) -> dict:
         "What must match for a saved position to resume exactly: the arguments that make the schedule and the draws."
-        return dict(wrapper=type(self).__name__, dataset_len=len(self.base_dataset), world_size=self.world_size, seed=self.seed,
-                    shuffle=self.shuffle, seq_lens=list(self.seq_lens), max_tokens_per_batch=self.max_tokens_per_batch,
-                    batch_divisor=self.batch_divisor, patch_sizes=[list(p) for p in self.patch_sizes],
-                    patch_size_probs=list(self.patch_size_probs), batches=len(self))
+        return dict(
+            wrapper=type(self).__name__,
+            dataset_len=len(self.base_dataset),
+            world_size=self.world_size,
+            seed=self.seed,
+            shuffle=self.shuffle,
+            seq_lens=list(self.seq_lens),
+            max_tokens_per_batch=self.max_tokens_per_batch,
+            batch_divisor=self.batch_divisor,
+            patch_sizes=[list(p) for p in self.patch_sizes],
+            patch_size_probs=list(self.patch_size_probs),
+            batches=len(self),
+        )
 
 # %% ../nbs/42_naflex_dataset.ipynb #e06e596a
 class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
     "NaFlex token-budget batches over a stream: each worker's samples in batches of one sequence length, the same count on every rank."
-    def __init__(self, base_dataset, # an iterable dataset of (image, target) with a settable `transform` and `set_epoch` (IterableImageDataset)
-                 num_workers: int = 0, # the DataLoader's workers (the schedule is per worker)
-                 **kwargs): # NaFlexMapDatasetWrapper's arguments (distributed/rank/world_size are the stream's business)
+
+    def __init__(
+        self,
+        base_dataset,  # an iterable dataset of (image, target) with a settable `transform` and `set_epoch` (IterableImageDataset)
+        num_workers: int = 0,  # the DataLoader's workers (the schedule is per worker)
+        **kwargs,
+    ):  # NaFlexMapDatasetWrapper's arguments (distributed/rank/world_size are the stream's business)
         self.num_workers = num_workers
-        if callable(getattr(base_dataset, 'set_loader_cfg', None)): base_dataset.set_loader_cfg(num_workers=num_workers)
+        if callable(getattr(base_dataset, 'set_loader_cfg', None)):
+            base_dataset.set_loader_cfg(num_workers=num_workers)
         super().__init__(base_dataset, **kwargs)
 
     def _check_base(self, ds):
         if not isinstance(ds, IterableDataset) or not hasattr(ds, '__len__'):
-            raise TypeError(f'NaFlexStreamWrapper needs an iterable dataset with a length (samples per rank per epoch), '
-                            f'e.g. IterableImageDataset; got {type(ds).__name__} (for a map-style dataset use NaFlexMapDatasetWrapper)')
+            raise TypeError(
+                f'NaFlexStreamWrapper needs an iterable dataset with a length (samples per rank per epoch), '
+                f'e.g. IterableImageDataset; got {type(ds).__name__} (for a map-style dataset use NaFlexMapDatasetWrapper)'
+            )
 
     def set_epoch(self, epoch: int):
         "The epoch of the next pass, for the wrapper and the stream; running (persistent) workers see both."
         super().set_epoch(epoch)
-        if callable(getattr(self.base_dataset, 'set_epoch', None)): self.base_dataset.set_epoch(epoch)
+        if callable(getattr(self.base_dataset, 'set_epoch', None)):
+            self.base_dataset.set_epoch(epoch)
 
     def worker_samples(self, wid: int) -> int:
         "Samples worker `wid` of each rank reads per epoch: the stream's own count (IterableImageDataset), else its length dealt evenly."
-        f = getattr(self.base_dataset, 'samples_per_worker', None)  # training streams: the same for every worker of every rank
-        if callable(f): return int(f())
+        f = getattr(
+            self.base_dataset, 'samples_per_worker', None
+        )  # training streams: the same for every worker of every rank
+        if callable(f):
+            return int(f())
         n, nw = len(self.base_dataset), max(1, self.num_workers)
         return n // nw + (wid < n % nw)
 
@@ -277,50 +397,79 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
             g, left, sched = torch.Generator().manual_seed(mix_seed(self.seed, wid)), self.worker_samples(wid), []
             while left > 0:
                 s = self.seq_lens[int(torch.randint(0, len(self.seq_lens), (1,), generator=g))]
-                bs = min(calculate_naflex_batch_size(self.max_tokens_per_batch, s, max_size=left, divisor=self.batch_divisor), left)
-                sched.append((s, bs)); left -= bs
+                bs = min(
+                    calculate_naflex_batch_size(
+                        self.max_tokens_per_batch, s, max_size=left, divisor=self.batch_divisor
+                    ),
+                    left,
+                )
+                sched.append((s, bs))
+                left -= bs
             self._schedules.append(sched)
-        self._schedule = [b for s in self._schedules for b in s]  # all workers' batches: len() is this rank's batch count
+        self._schedule = [
+            b for s in self._schedules for b in s
+        ]  # all workers' batches: len() is this rank's batch count
 
     def _epoch_schedule(self, epoch: int, role: int) -> list:
         "Worker `role`'s batches of `epoch`: (seq_len, batch size, patch size index), in this epoch's order, from (seed, epoch, role)."
         g, sched = torch.Generator().manual_seed(mix_seed(self.seed, epoch, role)), self._schedules[role]
-        if self.shuffle: sched = [sched[i] for i in torch.randperm(len(sched), generator=g).tolist()]
+        if self.shuffle:
+            sched = [sched[i] for i in torch.randperm(len(sched), generator=g).tolist()]
         probs = torch.tensor(self.patch_size_probs)
-        return [(s, bs, int(torch.multinomial(probs, 1, generator=g)) if self.variable_patch_size else 0) for s, bs in sched]
+        return [
+            (s, bs, int(torch.multinomial(probs, 1, generator=g)) if self.variable_patch_size else 0) for s, bs in sched
+        ]
 
     def _batches(self):
         "This worker's batches of the epoch from the resume point: the schedule in this epoch's order, each filled from the stream as it comes."
         info = get_worker_info()
         wid = info.id if info is not None else 0
         if info is not None and info.num_workers != max(1, self.num_workers):
-            raise RuntimeError(f'NaFlexStreamWrapper was made for num_workers={self.num_workers} but runs in {info.num_workers} workers: '
-                               f'pass the DataLoader\'s num_workers to the wrapper')
+            raise RuntimeError(
+                f'NaFlexStreamWrapper was made for num_workers={self.num_workers} but runs in {info.num_workers} workers: '
+                f'pass the DataLoader\'s num_workers to the wrapper'
+            )
         epoch, n = self.epoch, self.start_batches()
-        if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)): self.mixup_fn.set_epoch(epoch)
-        if n == 0: role, sched, drop = wid, self._epoch_schedule(epoch, wid), 0
+        if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)):
+            self.mixup_fn.set_epoch(epoch)
+        if n == 0:
+            role, sched, drop = wid, self._epoch_schedule(epoch, wid), 0
         else:  # resumed: this worker plays the role whose batch comes next in torch's round-robin, from its first batch not delivered
             orders, done, r, q = self._resume_plan(epoch, n)
             role = (wid + r) % len(orders)
-            sched = orders[role][done[role]:]
-            drop = sum(bs for _, bs, _ in orders[role][:done[role]]) - q - (role < r)  # the stream skipped q (+1) itself
-        if not sched: return
+            sched = orders[role][done[role] :]
+            drop = (
+                sum(bs for _, bs, _ in orders[role][: done[role]]) - q - (role < r)
+            )  # the stream skipped q (+1) itself
+        if not sched:
+            return
         stream = iter(self.base_dataset)
-        if drop > 0: self._drop(stream, drop)
+        if drop > 0:
+            self._drop(stream, drop)
         for s, bs, k in sched:
-            b = self._batch(s, k, itertools.islice(stream, bs))  # the stream transforms (and seeds) each sample as it is pulled
-            if b is not None: yield b
+            b = self._batch(
+                s, k, itertools.islice(stream, bs)
+            )  # the stream transforms (and seeds) each sample as it is pulled
+            if b is not None:
+                yield b
 
     def _resume_plan(self, epoch: int, n: int) -> tuple:
         "(each role's batches, batches each delivered, role of the next batch, samples every stream worker skips) after `n` batches."
         orders = [self._epoch_schedule(epoch, w) for w in range(len(self._schedules))]
         done, left, r = [0] * len(orders), n, 0
-        for t in range(max(map(len, orders))):  # torch's order: round-robin over the workers, each dropping out when done
+        for t in range(
+            max(map(len, orders))
+        ):  # torch's order: round-robin over the workers, each dropping out when done
             for w, o in enumerate(orders):
-                if t >= len(o): continue
-                if left == 0: r = w; break
-                done[w] += 1; left -= 1
-            else: continue
+                if t >= len(o):
+                    continue
+                if left == 0:
+                    r = w
+                    break
+                done[w] += 1
+                left -= 1
+            else:
+                continue
             break
         needs = [sum(bs for _, bs, _ in o[:d]) - (w < r) for w, (o, d) in enumerate(zip(orders, done)) if d < len(o)]
         return orders, done, r, min(needs, default=0)
@@ -330,8 +479,10 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
         keep = self.base_dataset.transform
         self.base_dataset.transform = _Skip()
         try:
-            for _ in itertools.islice(stream, count): pass
-        finally: self.base_dataset.transform = keep
+            for _ in itertools.islice(stream, count):
+                pass
+        finally:
+            self.base_dataset.transform = keep
 
     def set_start(self, batches_done: int, batch_size=None):
         "Resume the current epoch after `batches_done` batches: the stream skips what every worker read, each worker drops the rest."
@@ -339,21 +490,31 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
         NaFlexMapDatasetWrapper.set_start(self, batches_done)
         _, _, r, q = self._resume_plan(self.epoch, batches_done) if batches_done else (0, 0, 0, 0)
         self.base_dataset.set_epoch(self.epoch)
-        self.base_dataset.set_start(q * max(1, self.num_workers) + r, 1)  # stream worker w skips q + (w < r) samples, roles rotated by r
+        self.base_dataset.set_start(
+            q * max(1, self.num_workers) + r, 1
+        )  # stream worker w skips q + (w < r) samples, roles rotated by r
 
     def fingerprint(self) -> dict:
         "The wrapper's arguments, its workers, and the stream's own fingerprint (as `stream_*`)."
         self._check_resumable('state_dict')
-        return {**NaFlexMapDatasetWrapper.fingerprint(self), 'num_workers': max(1, self.num_workers),
-                **{f'stream_{k}': v for k, v in self.base_dataset.fingerprint().items()}}
+        return {
+            **NaFlexMapDatasetWrapper.fingerprint(self),
+            'num_workers': max(1, self.num_workers),
+            **{f'stream_{k}': v for k, v in self.base_dataset.fingerprint().items()},
+        }
 
     def _check_resumable(self, what: str):
         if not all(callable(getattr(self.base_dataset, a, None)) for a in ('set_epoch', 'set_start', 'fingerprint')):
-            raise NotImplementedError(f'{what}: NaFlexStreamWrapper resumes mid-epoch only over a stream with set_epoch, set_start and '
-                                      f'fingerprint (timmdata.IterableImageDataset); {type(self.base_dataset).__name__} has not: resume at epoch boundaries')
+            raise NotImplementedError(
+                f'{what}: NaFlexStreamWrapper resumes mid-epoch only over a stream with set_epoch, set_start and '
+                f'fingerprint (timmdata.IterableImageDataset); {type(self.base_dataset).__name__} has not: resume at epoch boundaries'
+            )
 
 # %% ../nbs/42_naflex_dataset.ipynb #9064b2b9
 class _Skip(SampleTransform):
     "Installed in the stream while a resumed worker drops samples it already delivered: no crop, no decode of a JPEG."
+
     input_format = 'encoded'
-    def __call__(self, img): return img
+
+    def __call__(self, img):
+        return img

@@ -21,34 +21,43 @@ from .feeder import DeviceFeeder, weak_method
 from .runtime import BufferPool, default_rank, rank_seed, resolve_device
 from .resume import ResumableDataLoader, ResumeStateError, StatefulLoader, batch_key, check_state, loader_marks
 
-
 # %% auto #0
 __all__ = ['NaFlexPrefetchLoader', 'NaFlexDataLoader', 'create_naflex_loader']
 
 # %% ../nbs/43_naflex_loader.ipynb #82b5ad66
 _NAFLEX_OPS = 0x9AF1  # tag of a batch's jitter and erasing draws
 
+
 class NaFlexPrefetchLoader:
     "Wraps a NaFlex DataLoader: patches to `device` (CPU or CUDA), uint8 -> float, normalised, optionally patch-erased."
+
     devices = ('cpu', 'cuda')
-    def __init__(self, loader, # yields (dict(patches, patch_coord, patch_valid, ...), targets)
-                 mean: Sequence[float] = IMAGENET_DEFAULT_MEAN, std: Sequence[float] = IMAGENET_DEFAULT_STD,
-                 channels: int = 3,
-                 device: Union[str, torch.device, None] = None, # 'cpu' or 'cuda'; None: CUDA when available, else the CPU
-                 img_dtype: Optional[torch.dtype] = None, # patches' dtype (default float32)
-                 re_prob: float = 0., # PatchRandomErasing probability per image (0: off)
-                 re_mode: str = 'const', re_count: int = 1, re_num_splits: int = 0,
-                 patchify_channels_last: bool = True, # the patches' flat layout: channel last (P-P-C) or first (C-P-P)
-                 color_jitter=None, # brightness/contrast/saturation jitter of each image, on the device (None: off)
-                 seed: Optional[int] = None, # seed of the jitter's generator; None: drawn from torch's RNG and the rank
-                 cpu_threads: Optional[int] = 1, # torch threads for the maths on a CPU device; None: torch's setting
-                ):
+
+    def __init__(
+        self,
+        loader,  # yields (dict(patches, patch_coord, patch_valid, ...), targets)
+        mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,
+        std: Sequence[float] = IMAGENET_DEFAULT_STD,
+        channels: int = 3,
+        device: Union[str, torch.device, None] = None,  # 'cpu' or 'cuda'; None: CUDA when available, else the CPU
+        img_dtype: Optional[torch.dtype] = None,  # patches' dtype (default float32)
+        re_prob: float = 0.0,  # PatchRandomErasing probability per image (0: off)
+        re_mode: str = 'const',
+        re_count: int = 1,
+        re_num_splits: int = 0,
+        patchify_channels_last: bool = True,  # the patches' flat layout: channel last (P-P-C) or first (C-P-P)
+        color_jitter=None,  # brightness/contrast/saturation jitter of each image, on the device (None: off)
+        seed: Optional[int] = None,  # seed of the jitter's generator; None: drawn from torch's RNG and the rank
+        cpu_threads: Optional[int] = 1,  # torch threads for the maths on a CPU device; None: torch's setting
+    ):
         self.cpu_threads = cpu_threads
         self.loader, self.channels, self.patchify_channels_last = loader, channels, patchify_channels_last
         self.jitter = jitter_ranges(color_jitter)
         if self.jitter is not None and (channels != 3 or not patchify_channels_last):
-            raise ValueError(f'color_jitter on the device needs 3 channels and patchify_channels_last=True; got channels={channels}, '
-                             f'patchify_channels_last={patchify_channels_last}: leave color_jitter to the sample transform')
+            raise ValueError(
+                f'color_jitter on the device needs 3 channels and patchify_channels_last=True; got channels={channels}, '
+                f'patchify_channels_last={patchify_channels_last}: leave color_jitter to the sample transform'
+            )
         seed = rank_seed(seed)
         self.generator = torch.Generator().manual_seed(seed)
         self.device = resolve_device(device, self.devices)
@@ -58,41 +67,70 @@ class NaFlexPrefetchLoader:
         shape = (1, 1, 1, channels) if patchify_channels_last else (1, 1, channels, 1)
         self._scale = (1 / (255 * s)).view(shape).to(self.device)  # (x - 255 m) / (255 s) = x * scale + bias
         self._bias = (-m / s).view(shape).to(self.device)
-        self.random_erasing = (PatchRandomErasing(erase_prob=re_prob, mode=re_mode, max_count=re_count, num_splits=re_num_splits,
-                                                  device=self.device) if re_prob > 0 else None)
+        self.random_erasing = (
+            PatchRandomErasing(
+                erase_prob=re_prob, mode=re_mode, max_count=re_count, num_splits=re_num_splits, device=self.device
+            )
+            if re_prob > 0
+            else None
+        )
         self._re_gen = None  # the erasing's generator (on the device), seeded with the jitter's per batch
         if self.random_erasing is not None:
-            self._re_gen = self.generator if self.device.type == 'cpu' else torch.Generator(device=self.device).manual_seed(seed)
+            self._re_gen = (
+                self.generator if self.device.type == 'cpu' else torch.Generator(device=self.device).manual_seed(seed)
+            )
             self.random_erasing.generator = self._re_gen
-        self.rank, self._pool = default_rank(), BufferPool(6)  # CPU output buffers, reused once nobody holds them (no page faults)
+        self.rank, self._pool = (
+            default_rank(),
+            BufferPool(6),
+        )  # CPU output buffers, reused once nobody holds them (no page faults)
         # the device loop (side stream, one batch ahead on a GPU, event hand-over, marks, workers) is the feeder's
-        self.feeder = DeviceFeeder(loader, weak_method(self._step), self.device, marks=loader_marks(loader), cpu_threads=cpu_threads)
+        self.feeder = DeviceFeeder(
+            loader, weak_method(self._step), self.device, marks=loader_marks(loader), cpu_threads=cpu_threads
+        )
 
-    def __iter__(self): yield from self.feeder  # the generator holds this loader while it runs
-    def __len__(self) -> int: return len(self.loader)
+    def __iter__(self):
+        yield from self.feeder  # the generator holds this loader while it runs
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
     @property
     def stream(self):
         "The side CUDA stream (made at the first batch, then kept for the loader's life); None on the CPU."
         return self.feeder.lane.stream
+
     @property
-    def sampler(self): return self.loader.sampler
+    def sampler(self):
+        return self.loader.sampler
+
     @property
-    def batch_sampler(self): return self.loader.batch_sampler
+    def batch_sampler(self):
+        return self.loader.batch_sampler
+
     @property
-    def dataset(self): return self.loader.dataset
+    def dataset(self):
+        return self.loader.dataset
+
     def set_epoch(self, epoch: int):
         "Passes the epoch to the dataset (the NaFlex batch schedule's shuffling) and the sampler, where they take one."
-        for obj in {id(o): o for o in (self.loader.dataset, getattr(self.loader, 'sampler', None)) if o is not None}.values():
-            if callable(getattr(obj, 'set_epoch', None)): obj.set_epoch(epoch)
+        for obj in {
+            id(o): o for o in (self.loader.dataset, getattr(self.loader, 'sampler', None)) if o is not None
+        }.values():
+            if callable(getattr(obj, 'set_epoch', None)):
+                obj.set_epoch(epoch)
 
     def _step(self, batch, mark) -> tuple:
         "The per-batch step the feeder runs: seed the batch's draws from its mark (over a resumable loader), then `_prepare`."
-        if mark is not None:  # a resumable loader's batch: its draws are a function of (seed, epoch, batch position, rank)
+        if (
+            mark is not None
+        ):  # a resumable loader's batch: its draws are a function of (seed, epoch, batch position, rank)
             key = batch_key(self.loader, mark)
             if key is not None:
                 seed = mix_seed(key, _NAFLEX_OPS, self.rank)  # the same after a resume
                 self.generator.manual_seed(seed)
-                if self._re_gen is not None and self._re_gen is not self.generator: self._re_gen.manual_seed(seed)
+                if self._re_gen is not None and self._re_gen is not self.generator:
+                    self._re_gen.manual_seed(seed)
         d, y = batch
         return self._prepare(d, y)
 
@@ -100,14 +138,21 @@ class NaFlexPrefetchLoader:
         "One batch on the device: patches as normalised (and erased) floats, the rest moved."
         out = {k: (v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in d.items()}
         p = out['patches']
-        if p.ndim not in (3, 5): raise ValueError(f"NaFlexPrefetchLoader expects patches [B, N, D] or [B, N, Ph, Pw, C]; got shape {tuple(p.shape)}")
+        if p.ndim not in (3, 5):
+            raise ValueError(
+                f"NaFlexPrefetchLoader expects patches [B, N, D] or [B, N, Ph, Pw, C]; got shape {tuple(p.shape)}"
+            )
         b, n = p.shape[:2]
         v = self._native_cpu(p, out['patch_valid'])  # the CPU fast path: one native pass into a reused buffer
         if v is None:
-            x = p.to(torch.float32, copy=p is d['patches'])  # our own float copy: the normalisation below works in place
+            x = p.to(
+                torch.float32, copy=p is d['patches']
+            )  # our own float copy: the normalisation below works in place
             v = x.view(b, n, -1, self.channels) if self.patchify_channels_last else x.view(b, n, self.channels, -1)
-            if self.jitter is not None: v = self._jitter_normalize(v, out['patch_valid'])
-            else: v.mul_(self._scale).add_(self._bias)
+            if self.jitter is not None:
+                v = self._jitter_normalize(v, out['patch_valid'])
+            else:
+                v.mul_(self._scale).add_(self._bias)
         if self.random_erasing is not None:
             pv = v if self.patchify_channels_last else v.transpose(-2, -1).contiguous()
             pv = self.random_erasing(pv, patch_coord=out['patch_coord'], patch_valid=out.get('patch_valid'))
@@ -130,126 +175,267 @@ class NaFlexPrefetchLoader:
     def _native_cpu(self, p: torch.Tensor, valid: torch.Tensor) -> Optional[torch.Tensor]:
         "uint8 channels-last patches on the CPU -> [B, N, pixels, C] normalised (jittered) floats in one native pass; None: not this case."
         native = NATIVE.module  # read now: TIMMDATA_NATIVE=0 or `decode.use_native(False)` is followed
-        if (native is None or self.device.type != 'cpu' or p.dtype != torch.uint8 or not self.patchify_channels_last
-                or not p.is_contiguous() or valid.dtype != torch.bool or valid.shape != p.shape[:2]): return None
+        if (
+            native is None
+            or self.device.type != 'cpu'
+            or p.dtype != torch.uint8
+            or not self.patchify_channels_last
+            or not p.is_contiguous()
+            or valid.dtype != torch.bool
+            or valid.shape != p.shape[:2]
+        ):
+            return None
         b, n, c = p.shape[0], p.shape[1], self.channels
         pp = p[0, 0].numel() // c if b and n else 0
         cnt = valid.sum(1)  # real patches per image: the collator puts them first, the padding after
-        if not torch.equal(valid, torch.arange(n) < cnt[:, None]): return None  # another layout: torch ops
+        if not torch.equal(valid, torch.arange(n) < cnt[:, None]):
+            return None  # another layout: torch ops
         x, sc, bias = p.numpy(), self._scale.view(c), self._bias.view(c)
-        if self.jitter is None: A, t = torch.diag(sc).expand(b, c, c), bias.expand(b, c)
+        if self.jitter is None:
+            A, t = torch.diag(sc).expand(b, c, c), bias.expand(b, c)
         else:
             mu = torch.empty(b, c)
             native.channel_means_nhwc(x, mu.numpy(), b, c, n * pp)  # means over the whole row, padding zeros included
             mu *= (n / cnt.clamp_min(1)).to(mu.dtype)[:, None]  # -> means over the real patches
             A, t = jitter_affine(mu, *sample_jitter(b, self.jitter, self.generator), GRAY_WEIGHTS)
             A, t = A * sc.view(1, c, 1), t * sc + bias  # normalisation folded in, as in `_jitter_normalize`
-        lo, hi = (bias, 255 * sc + bias) if self.jitter is not None else (torch.full((c,), -math.inf), torch.full((c,), math.inf))
+        lo, hi = (
+            (bias, 255 * sc + bias)
+            if self.jitter is not None
+            else (torch.full((c,), -math.inf), torch.full((c,), math.inf))
+        )
         y = self._pool.get((b, n, pp, c), torch.float32)
-        native.affine_u8_cl(x, A.contiguous().numpy(), t.contiguous().numpy(), lo.contiguous().numpy(), hi.contiguous().numpy(),
-                            bias.contiguous().numpy(), (cnt * pp).numpy(), y.numpy(), b, c, n * pp)
+        native.affine_u8_cl(
+            x,
+            A.contiguous().numpy(),
+            t.contiguous().numpy(),
+            lo.contiguous().numpy(),
+            hi.contiguous().numpy(),
+            bias.contiguous().numpy(),
+            (cnt * pp).numpy(),
+            y.numpy(),
+            b,
+            c,
+            n * pp,
+        )
         return y
 
     def state_dict(self) -> dict:
         "The position after the batches handed out (not those prepared ahead): see `NaFlexDataLoader`."
         if not isinstance(self.loader, StatefulLoader):
-            raise NotImplementedError(f'state_dict: NaFlexPrefetchLoader over a {type(self.loader).__name__} cannot resume; '
-                                      f'create_naflex_loader(is_training=True) makes a resumable one')
+            raise NotImplementedError(
+                f'state_dict: NaFlexPrefetchLoader over a {type(self.loader).__name__} cannot resume; '
+                f'create_naflex_loader(is_training=True) makes a resumable one'
+            )
         return self.loader.state_at(self.feeder.last)
 
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments) at the next pass."
-        if not isinstance(self.loader, StatefulLoader): self.state_dict()  # raises the error saying why not
-        self.loader.load_state_dict(state_dict); self.feeder.last = None
+        if not isinstance(self.loader, StatefulLoader):
+            self.state_dict()  # raises the error saying why not
+        self.loader.load_state_dict(state_dict)
+        self.feeder.last = None
 
 # %% ../nbs/43_naflex_loader.ipynb #007d5ab0
 class NaFlexDataLoader(ResumableDataLoader):
     "The DataLoader of a NaFlex training loader: a `ResumableDataLoader` whose `load_state_dict` names each field of the wrapper that differs."
+
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict` at the next pass; a state from another schedule (world size, workers over a stream...) is refused."
         sd, fp = check_state(state_dict), getattr(self.dataset, 'fingerprint', None)
         if sd['kind'] == 'stream' and isinstance(sd.get('fingerprint'), dict) and callable(fp):
             saved, mine = sd['fingerprint'], fp()
-            diff = [f'{k}: saved {saved.get(k)!r}, this loader {mine.get(k)!r}' for k in {**saved, **mine} if saved.get(k) != mine.get(k)]
-            if diff: raise ResumeStateError('load_state_dict: this NaFlex loader cannot continue the saved one exactly (' + '; '.join(diff)
-                                            + '); build it with the saved arguments, world size (and workers, over a stream)')
+            diff = [
+                f'{k}: saved {saved.get(k)!r}, this loader {mine.get(k)!r}'
+                for k in {**saved, **mine}
+                if saved.get(k) != mine.get(k)
+            ]
+            if diff:
+                raise ResumeStateError(
+                    'load_state_dict: this NaFlex loader cannot continue the saved one exactly ('
+                    + '; '.join(diff)
+                    + '); build it with the saved arguments, world size (and workers, over a stream)'
+                )
         super().load_state_dict(sd)
 
 # %% ../nbs/43_naflex_loader.ipynb #15b7c434
 def _check_naflex_args(dataset, is_training, num_aug_repeats, num_aug_splits, train_seq_lens, max_seq_len, batch_size):
-    if num_aug_repeats: raise ValueError(f'num_aug_repeats={num_aug_repeats}: repeated augmentation is not supported by the NaFlex loader (nor by timm\'s)')
-    if num_aug_splits: raise ValueError(f'num_aug_splits={num_aug_splits}: augmentation splits (AugMix) are not supported by the NaFlex loader')
-    if not isinstance(batch_size, int) or batch_size < 1: raise ValueError(f'batch_size must be an int >= 1; got {batch_size!r}')
+    if num_aug_repeats:
+        raise ValueError(
+            f'num_aug_repeats={num_aug_repeats}: repeated augmentation is not supported by the NaFlex loader (nor by timm\'s)'
+        )
+    if num_aug_splits:
+        raise ValueError(
+            f'num_aug_splits={num_aug_splits}: augmentation splits (AugMix) are not supported by the NaFlex loader'
+        )
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f'batch_size must be an int >= 1; got {batch_size!r}')
     if is_training:
-        if not train_seq_lens or min(train_seq_lens) < 1: raise ValueError(f'train_seq_lens must be positive sequence lengths; got {train_seq_lens!r}')
-    elif not isinstance(max_seq_len, int) or max_seq_len < 1: raise ValueError(f'max_seq_len must be an int >= 1; got {max_seq_len!r}')
+        if not train_seq_lens or min(train_seq_lens) < 1:
+            raise ValueError(f'train_seq_lens must be positive sequence lengths; got {train_seq_lens!r}')
+    elif not isinstance(max_seq_len, int) or max_seq_len < 1:
+        raise ValueError(f'max_seq_len must be an int >= 1; got {max_seq_len!r}')
     if not hasattr(dataset, 'transform'):
-        raise TypeError(f'create_naflex_loader sets dataset.transform; {type(dataset).__name__} has no `transform` attribute: use timmdata.ImageDataset')
+        raise TypeError(
+            f'create_naflex_loader sets dataset.transform; {type(dataset).__name__} has no `transform` attribute: use timmdata.ImageDataset'
+        )
 
 # %% ../nbs/43_naflex_loader.ipynb #40128abe
 def create_naflex_loader(
-        dataset, # a dataset with a settable `transform`: map-style (ImageDataset) or a stream (IterableImageDataset)
-        patch_size: Union[int, Tuple[int, int], None] = None, # patch size (None: 16)
-        patch_size_choices: Optional[Sequence[int]] = None, # several patch sizes, one drawn per training batch
-        patch_size_choice_probs: Optional[Sequence[float]] = None, # their probabilities
-        train_seq_lens: Sequence[int] = (128, 256, 576, 784, 1024), # training: sequence lengths, one per batch
-        max_seq_len: int = 576, # evaluation: the sequence length
-        batch_size: int = 32, # evaluation batch size; training: the batch size at the longest sequence (the token budget)
-        is_training: bool = False,
-        mixup_fn: Optional[Callable] = None, # e.g. NaFlexMixup: mixes each batch's images in the workers
-        no_aug: bool = False, re_prob: float = 0., re_mode: str = 'const', re_count: int = 1, re_split: bool = False,
-        train_crop_mode: Optional[str] = None, scale: Optional[Tuple[float, float]] = None, ratio: Optional[Tuple[float, float]] = None,
-        hflip: float = 0.5, vflip: float = 0., color_jitter: float = 0.4, color_jitter_prob: Optional[float] = None,
-        grayscale_prob: float = 0., gaussian_blur_prob: float = 0., auto_augment: Optional[str] = None,
-        num_aug_repeats: int = 0, num_aug_splits: int = 0, interpolation: str = 'bilinear',
-        mean: Tuple[float, ...] = IMAGENET_DEFAULT_MEAN, std: Tuple[float, ...] = IMAGENET_DEFAULT_STD, channels: int = 3,
-        crop_pct: Optional[float] = None, crop_mode: Optional[str] = None, crop_border_pixels: Optional[int] = None,
-        num_workers: int = 4, distributed: bool = False, rank: int = 0, world_size: int = 1,
-        seed: int = 42, # seeds the training batch schedule (the same on every rank)
-        epoch: int = 0, # the first epoch
-        use_prefetcher: bool = True, # uint8 patches, normalised (and erased) on the device by NaFlexPrefetchLoader
-        pin_memory: Optional[bool] = None, # None: pin when the device is CUDA
-        img_dtype: torch.dtype = torch.float32,
-        device: Union[str, torch.device, None] = None, # 'cpu' or 'cuda'; None: CUDA when available, else the CPU
-        persistent_workers: bool = True, worker_seeding: str = 'all',
-        patchify_channels_last: bool = True, # flat patch layout: channel last (P-P-C, timm's NaFlex) or first (C-P-P)
-       ):
+    dataset,  # a dataset with a settable `transform`: map-style (ImageDataset) or a stream (IterableImageDataset)
+    patch_size: Union[int, Tuple[int, int], None] = None,  # patch size (None: 16)
+    patch_size_choices: Optional[Sequence[int]] = None,  # several patch sizes, one drawn per training batch
+    patch_size_choice_probs: Optional[Sequence[float]] = None,  # their probabilities
+    train_seq_lens: Sequence[int] = (128, 256, 576, 784, 1024),  # training: sequence lengths, one per batch
+    max_seq_len: int = 576,  # evaluation: the sequence length
+    batch_size: int = 32,  # evaluation batch size; training: the batch size at the longest sequence (the token budget)
+    is_training: bool = False,
+    mixup_fn: Optional[Callable] = None,  # e.g. NaFlexMixup: mixes each batch's images in the workers
+    no_aug: bool = False,
+    re_prob: float = 0.0,
+    re_mode: str = 'const',
+    re_count: int = 1,
+    re_split: bool = False,
+    train_crop_mode: Optional[str] = None,
+    scale: Optional[Tuple[float, float]] = None,
+    ratio: Optional[Tuple[float, float]] = None,
+    hflip: float = 0.5,
+    vflip: float = 0.0,
+    color_jitter: float = 0.4,
+    color_jitter_prob: Optional[float] = None,
+    grayscale_prob: float = 0.0,
+    gaussian_blur_prob: float = 0.0,
+    auto_augment: Optional[str] = None,
+    num_aug_repeats: int = 0,
+    num_aug_splits: int = 0,
+    interpolation: str = 'bilinear',
+    mean: Tuple[float, ...] = IMAGENET_DEFAULT_MEAN,
+    std: Tuple[float, ...] = IMAGENET_DEFAULT_STD,
+    channels: int = 3,
+    crop_pct: Optional[float] = None,
+    crop_mode: Optional[str] = None,
+    crop_border_pixels: Optional[int] = None,
+    num_workers: int = 4,
+    distributed: bool = False,
+    rank: int = 0,
+    world_size: int = 1,
+    seed: int = 42,  # seeds the training batch schedule (the same on every rank)
+    epoch: int = 0,  # the first epoch
+    use_prefetcher: bool = True,  # uint8 patches, normalised (and erased) on the device by NaFlexPrefetchLoader
+    pin_memory: Optional[bool] = None,  # None: pin when the device is CUDA
+    img_dtype: torch.dtype = torch.float32,
+    device: Union[str, torch.device, None] = None,  # 'cpu' or 'cuda'; None: CUDA when available, else the CPU
+    persistent_workers: bool = True,
+    worker_seeding: str = 'all',
+    patchify_channels_last: bool = True,  # flat patch layout: channel last (P-P-C, timm's NaFlex) or first (C-P-P)
+):
     "timm's `create_naflex_loader`: training batches of several sequence lengths (token-budget batch sizes), or evaluation at `max_seq_len`."
     _check_naflex_args(dataset, is_training, num_aug_repeats, num_aug_splits, train_seq_lens, max_seq_len, batch_size)
     device = resolve_device(device, NaFlexPrefetchLoader.devices if use_prefetcher else None)
-    if pin_memory is None: pin_memory = use_prefetcher and device.type == 'cuda'
+    if pin_memory is None:
+        pin_memory = use_prefetcher and device.type == 'cuda'
     pin_memory = bool(pin_memory) and torch.cuda.is_available()
     from timmdata.transforms_factory import create_transform  # here: transforms_factory is heavier than this module
+
     # create_loader's rule (no splits here, no mixing collate), and: mixing in the workers comes after jitter; 3 channels, P-P-C layout
-    batch_jitter = (jitter_on_batch(is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, 0, None, use_prefetcher)
-                    and mixup_fn is None and channels == 3 and patchify_channels_last)
-    common = dict(interpolation=interpolation, mean=mean, std=std, use_prefetcher=use_prefetcher, naflex=True,
-                  patchify_channels_last=patchify_channels_last)
-    dl_kw = dict(num_workers=num_workers, pin_memory=pin_memory, persistent_workers=persistent_workers and num_workers > 0,
-                 worker_init_fn=partial(worker_init, worker_seeding=worker_seeding, rank=rank if distributed else default_rank()))
-    if hasattr(dataset, 'set_loader_cfg'): dataset.set_loader_cfg(num_workers=num_workers)  # a stream: its split over workers
+    batch_jitter = (
+        jitter_on_batch(is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, 0, None, use_prefetcher)
+        and mixup_fn is None
+        and channels == 3
+        and patchify_channels_last
+    )
+    common = dict(
+        interpolation=interpolation,
+        mean=mean,
+        std=std,
+        use_prefetcher=use_prefetcher,
+        naflex=True,
+        patchify_channels_last=patchify_channels_last,
+    )
+    dl_kw = dict(
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        persistent_workers=persistent_workers and num_workers > 0,
+        worker_init_fn=partial(
+            worker_init, worker_seeding=worker_seeding, rank=rank if distributed else default_rank()
+        ),
+    )
+    if hasattr(dataset, 'set_loader_cfg'):
+        dataset.set_loader_cfg(num_workers=num_workers)  # a stream: its split over workers
     if is_training:
-        factory = partial(create_transform, is_training=True, no_aug=no_aug, train_crop_mode=train_crop_mode, scale=scale,
-                          ratio=ratio, hflip=hflip, vflip=vflip, color_jitter=None if batch_jitter else color_jitter, color_jitter_prob=color_jitter_prob,
-                          grayscale_prob=grayscale_prob, gaussian_blur_prob=gaussian_blur_prob, auto_augment=auto_augment,
-                          crop_pct=crop_pct, crop_mode=crop_mode, crop_border_pixels=crop_border_pixels,
-                          re_prob=re_prob, re_mode=re_mode, re_count=re_count, **common)
+        factory = partial(
+            create_transform,
+            is_training=True,
+            no_aug=no_aug,
+            train_crop_mode=train_crop_mode,
+            scale=scale,
+            ratio=ratio,
+            hflip=hflip,
+            vflip=vflip,
+            color_jitter=None if batch_jitter else color_jitter,
+            color_jitter_prob=color_jitter_prob,
+            grayscale_prob=grayscale_prob,
+            gaussian_blur_prob=gaussian_blur_prob,
+            auto_augment=auto_augment,
+            crop_pct=crop_pct,
+            crop_mode=crop_mode,
+            crop_border_pixels=crop_border_pixels,
+            re_prob=re_prob,
+            re_mode=re_mode,
+            re_count=re_count,
+            **common,
+        )
         dataset.transform = None  # the wrapper installs the transform of each (sequence length, patch size)
         # a stream (IterableImageDataset) splits itself over ranks and workers: token-budget batches per worker
-        if isinstance(dataset, IterableDataset): wrapper, share = NaFlexStreamWrapper, dict(num_workers=num_workers)
-        else: wrapper, share = NaFlexMapDatasetWrapper, dict(distributed=distributed, rank=rank, world_size=world_size)
+        if isinstance(dataset, IterableDataset):
+            wrapper, share = NaFlexStreamWrapper, dict(num_workers=num_workers)
+        else:
+            wrapper, share = NaFlexMapDatasetWrapper, dict(distributed=distributed, rank=rank, world_size=world_size)
         wrapped = wrapper(
-            dataset, transform_factory=factory, patch_size=patch_size, patch_size_choices=patch_size_choices,
-            patch_size_choice_probs=patch_size_choice_probs, seq_lens=train_seq_lens,
-            max_tokens_per_batch=batch_size * max(train_seq_lens), mixup_fn=mixup_fn, seed=seed, **share, shuffle=True, epoch=epoch, patchify_channels_last=patchify_channels_last)
-        loader = NaFlexDataLoader(wrapped, batch_size=None, shuffle=False, **dl_kw)  # the wrapper makes whole batches; resumable
+            dataset,
+            transform_factory=factory,
+            patch_size=patch_size,
+            patch_size_choices=patch_size_choices,
+            patch_size_choice_probs=patch_size_choice_probs,
+            seq_lens=train_seq_lens,
+            max_tokens_per_batch=batch_size * max(train_seq_lens),
+            mixup_fn=mixup_fn,
+            seed=seed,
+            **share,
+            shuffle=True,
+            epoch=epoch,
+            patchify_channels_last=patchify_channels_last,
+        )
+        loader = NaFlexDataLoader(
+            wrapped, batch_size=None, shuffle=False, **dl_kw
+        )  # the wrapper makes whole batches; resumable
     else:
         ps = 16 if patch_size is None else patch_size
         dataset.transform = create_transform(is_training=False, patch_size=ps, max_seq_len=max_seq_len, **common)
-        sampler = OrderedDistributedSampler(dataset) if distributed and not isinstance(dataset, IterableDataset) else None
-        loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, sampler=sampler, drop_last=False,
-                            collate_fn=NaFlexCollator(max_seq_len, patch_size=ps, channels_last=patchify_channels_last), **dl_kw)
-    if not use_prefetcher: return loader
-    return NaFlexPrefetchLoader(loader, mean=mean, std=std, channels=channels, device=device, img_dtype=img_dtype,
-                                re_prob=re_prob if is_training and not no_aug else 0., re_mode=re_mode, re_count=re_count,
-                                patchify_channels_last=patchify_channels_last, color_jitter=color_jitter if batch_jitter else None)
+        sampler = (
+            OrderedDistributedSampler(dataset) if distributed and not isinstance(dataset, IterableDataset) else None
+        )
+        loader = DataLoader(
+            dataset,
+            batch_size=batch_size,
+            shuffle=False,
+            sampler=sampler,
+            drop_last=False,
+            collate_fn=NaFlexCollator(max_seq_len, patch_size=ps, channels_last=patchify_channels_last),
+            **dl_kw,
+        )
+    if not use_prefetcher:
+        return loader
+    return NaFlexPrefetchLoader(
+        loader,
+        mean=mean,
+        std=std,
+        channels=channels,
+        device=device,
+        img_dtype=img_dtype,
+        re_prob=re_prob if is_training and not no_aug else 0.0,
+        re_mode=re_mode,
+        re_count=re_count,
+        patchify_channels_last=patchify_channels_last,
+        color_jitter=color_jitter if batch_jitter else None,
+    )

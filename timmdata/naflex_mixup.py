@@ -19,10 +19,15 @@ def _check_imgs(imgs, where: str):
         raise ValueError(f"{where}: imgs must be a list of CHW tensors; got {type(imgs).__name__}")
     for i, x in enumerate(imgs):
         if not isinstance(x, torch.Tensor) or x.ndim != 3 or 0 in x.shape:
-            raise ValueError(f"{where}: imgs[{i}] must be a non-empty CHW tensor; got {type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}")
+            raise ValueError(
+                f"{where}: imgs[{i}] must be a non-empty CHW tensor; got {type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}"
+            )
         if (x.shape[0], x.dtype) != (imgs[0].shape[0], imgs[0].dtype):
-            raise ValueError(f"{where}: imgs[{i}] has {x.shape[0]} channels of {x.dtype} but imgs[0] has {imgs[0].shape[0]} of "
-                             f"{imgs[0].dtype}; all images of a batch need the same channels and dtype")
+            raise ValueError(
+                f"{where}: imgs[{i}] has {x.shape[0]} channels of {x.dtype} but imgs[0] has {imgs[0].shape[0]} of "
+                f"{imgs[0].dtype}; all images of a batch need the same channels and dtype"
+            )
+
 
 def _check_alphas(mixup_alpha, cutmix_alpha, switch_prob):
     for name, v in (('mixup_alpha', mixup_alpha), ('cutmix_alpha', cutmix_alpha)):
@@ -36,45 +41,52 @@ def _check_alphas(mixup_alpha, cutmix_alpha, switch_prob):
 # %% ../nbs/41_naflex_mixup.ipynb #1fd17f46
 def _draw_mode(mixup_alpha: float, cutmix_alpha: float, switch_prob: float):
     "(use_cutmix, lam) for a batch, from torch's global stream in timm's order: the switch (only when both are on), then Beta."
-    if mixup_alpha > 0 and cutmix_alpha > 0: use_cutmix = torch.rand(()).item() < switch_prob
-    else: use_cutmix = not mixup_alpha > 0
+    if mixup_alpha > 0 and cutmix_alpha > 0:
+        use_cutmix = torch.rand(()).item() < switch_prob
+    else:
+        use_cutmix = not mixup_alpha > 0
     alpha = float(cutmix_alpha if use_cutmix else mixup_alpha)
     lam = torch.distributions.Beta(alpha, alpha).sample().item()
-    return use_cutmix, min(max(lam, 0.), 1.)
+    return use_cutmix, min(max(lam, 0.0), 1.0)
+
 
 def _pair_by_aspect(imgs, local_shuffle: int) -> dict:
     "Pair images of similar aspect ratio: sort by width/height, shuffle within windows, pair neighbours."
     order = sorted(range(len(imgs)), key=lambda i: imgs[i].shape[2] / imgs[i].shape[1])
     if local_shuffle > 1:
         for s in range(0, len(order), local_shuffle):
-            window = order[s:s + local_shuffle]
+            window = order[s : s + local_shuffle]
             random.shuffle(window)
-            order[s:s + local_shuffle] = window
+            order[s : s + local_shuffle] = window
     pair_to = {}
-    for a, b in zip(order[0::2], order[1::2]): pair_to[a], pair_to[b] = b, a
+    for a, b in zip(order[0::2], order[1::2]):
+        pair_to[a], pair_to[b] = b, a
     return pair_to
+
 
 def _blend(a: torch.Tensor, b: torch.Tensor, lam: float) -> torch.Tensor:
     "lam * a + (1 - lam) * b; integer images are blended in float32 and rounded to the nearest value."
-    if a.is_floating_point(): return a.mul(lam).add_(b, alpha=1. - lam)
-    return a.float().mul_(lam).add_(b.float(), alpha=1. - lam).round_()
+    if a.is_floating_point():
+        return a.mul(lam).add_(b, alpha=1.0 - lam)
+    return a.float().mul_(lam).add_(b.float(), alpha=1.0 - lam).round_()
 
 # %% ../nbs/41_naflex_mixup.ipynb #d04b829e
 def mix_batch_variable_size(
-        imgs: list, # CHW tensors of different sizes (uint8 or float, one dtype)
-        *,
-        mixup_alpha: float = 0.8, # Beta(alpha, alpha) for mixup's lambda; 0 turns mixup off
-        cutmix_alpha: float = 1.0, # Beta(alpha, alpha) for CutMix's lambda; 0 turns CutMix off
-        switch_prob: float = 0.5, # chance of CutMix rather than mixup when both are on
-        local_shuffle: int = 4, # window of neighbours (in aspect order) shuffled before pairing; <= 1: no shuffle
-       ) -> tuple:
+    imgs: list,  # CHW tensors of different sizes (uint8 or float, one dtype)
+    *,
+    mixup_alpha: float = 0.8,  # Beta(alpha, alpha) for mixup's lambda; 0 turns mixup off
+    cutmix_alpha: float = 1.0,  # Beta(alpha, alpha) for CutMix's lambda; 0 turns CutMix off
+    switch_prob: float = 0.5,  # chance of CutMix rather than mixup when both are on
+    local_shuffle: int = 4,  # window of neighbours (in aspect order) shuffled before pairing; <= 1: no shuffle
+) -> tuple:
     "Mixup or CutMix of each image with its partner on their central overlap: (mixed images, per-image lambdas, pair_to)."
     _check_imgs(imgs, 'mix_batch_variable_size')
-    if len(imgs) < 2: raise ValueError(f"mix_batch_variable_size needs at least two images to mix; got {len(imgs)}")
+    if len(imgs) < 2:
+        raise ValueError(f"mix_batch_variable_size needs at least two images to mix; got {len(imgs)}")
     _check_alphas(mixup_alpha, cutmix_alpha, switch_prob)
     use_cutmix, lam = _draw_mode(mixup_alpha, cutmix_alpha, switch_prob)
     pair_to = _pair_by_aspect(imgs, local_shuffle)
-    out, lams = list(imgs), [1.] * len(imgs)  # an image without a partner is passed on as it is
+    out, lams = list(imgs), [1.0] * len(imgs)  # an image without a partner is passed on as it is
     for i, j in sorted(pair_to.items()):
         xi, xj = imgs[i], imgs[j]
         (hi, wi), (hj, wj) = xi.shape[1:], xj.shape[1:]
@@ -82,67 +94,82 @@ def mix_batch_variable_size(
         ti, li, tj, lj = (hi - oh) // 2, (wi - ow) // 2, (hj - oh) // 2, (wj - ow) // 2  # the overlap's corner in each
         y = xi.clone()
         if use_cutmix:
-            side = math.sqrt(1. - lam)
+            side = math.sqrt(1.0 - lam)
             ch, cw = int(oh * side), int(ow * side)
             dy, dx = random.randint(0, oh - ch), random.randint(0, ow - cw)
-            y[:, ti + dy:ti + dy + ch, li + dx:li + dx + cw] = xj[:, tj + dy:tj + dy + ch, lj + dx:lj + dx + cw]
-            lams[i] = 1. - ch * cw / float(hi * wi)
+            y[:, ti + dy : ti + dy + ch, li + dx : li + dx + cw] = xj[:, tj + dy : tj + dy + ch, lj + dx : lj + dx + cw]
+            lams[i] = 1.0 - ch * cw / float(hi * wi)
         else:
-            y[:, ti:ti + oh, li:li + ow] = _blend(xi[:, ti:ti + oh, li:li + ow], xj[:, tj:tj + oh, lj:lj + ow], lam)
+            y[:, ti : ti + oh, li : li + ow] = _blend(
+                xi[:, ti : ti + oh, li : li + ow], xj[:, tj : tj + oh, lj : lj + ow], lam
+            )
             lams[i] = (hi * wi - oh * ow) / (hi * wi) + lam * oh * ow / (hi * wi)
         out[i] = y
     return out, lams, pair_to
 
 # %% ../nbs/41_naflex_mixup.ipynb #252b5be1
 def pairwise_mixup_target(
-        targets: torch.Tensor, # (B,) class indices, or (B, num_classes) dense multi-label targets
-        pair_to: dict, # i -> partner of i, from `mix_batch_variable_size` (images not in it are unmixed)
-        lam_list: list, # per-image share of its own pixels, from `mix_batch_variable_size`
-        *,
-        num_classes: int, # number of classes
-        smoothing: float = 0.0, # label smoothing in [0, 1)
-        multi_label: bool = False, # targets are dense multi-label rows (mixed without one-hot encoding)
-       ) -> torch.Tensor:
+    targets: torch.Tensor,  # (B,) class indices, or (B, num_classes) dense multi-label targets
+    pair_to: dict,  # i -> partner of i, from `mix_batch_variable_size` (images not in it are unmixed)
+    lam_list: list,  # per-image share of its own pixels, from `mix_batch_variable_size`
+    *,
+    num_classes: int,  # number of classes
+    smoothing: float = 0.0,  # label smoothing in [0, 1)
+    multi_label: bool = False,  # targets are dense multi-label rows (mixed without one-hot encoding)
+) -> torch.Tensor:
     "Soft targets (B, num_classes) matching the mixing: each row's own label weighted by its lambda, its partner's by the rest."
     if not (isinstance(num_classes, int) and num_classes >= 1):
         raise ValueError(f"num_classes must be an int >= 1; got {num_classes!r}")
     if not (isinstance(smoothing, (int, float)) and 0 <= smoothing < 1):
         raise ValueError(f"smoothing must be in [0, 1); got {smoothing!r}")
-    own = mixup_target(targets, num_classes, smoothing=smoothing, multi_label=multi_label)  # lam 1: each row its own label
+    own = mixup_target(
+        targets, num_classes, smoothing=smoothing, multi_label=multi_label
+    )  # lam 1: each row its own label
     B = len(own)
-    if len(lam_list) != B: raise ValueError(f"lam_list has {len(lam_list)} entries for {B} targets")
-    partner, lam = list(range(B)), [1.] * B
+    if len(lam_list) != B:
+        raise ValueError(f"lam_list has {len(lam_list)} entries for {B} targets")
+    partner, lam = list(range(B)), [1.0] * B
     for i, j in pair_to.items():
-        if not (0 <= i < B and 0 <= j < B): raise ValueError(f"pair_to maps {i} -> {j}, outside the {B} targets")
+        if not (0 <= i < B and 0 <= j < B):
+            raise ValueError(f"pair_to maps {i} -> {j}, outside the {B} targets")
         partner[i], lam[i] = j, lam_list[i]
     lam = torch.tensor(lam, dtype=torch.float64)
-    w_own, w_other = lam.to(own)[:, None], (1. - lam).to(own)[:, None]
+    w_own, w_other = lam.to(own)[:, None], (1.0 - lam).to(own)[:, None]
     return own * w_own + own[torch.tensor(partner, device=own.device)] * w_other
 
 # %% ../nbs/41_naflex_mixup.ipynb #51f10f39
 class NaFlexMixup:
     "Mixup / CutMix of a list of variable-size images and their labels: (mixed images, per-image soft targets)."
-    def __init__(self,
-                 *,
-                 num_classes: int, # number of classes (required)
-                 mixup_alpha: float = 0.8, # Beta(alpha, alpha) for mixup; 0 turns mixup off
-                 cutmix_alpha: float = 1.0, # Beta(alpha, alpha) for CutMix; 0 turns CutMix off
-                 switch_prob: float = 0.5, # chance of CutMix rather than mixup when both are on
-                 prob: float = 1.0, # chance that a batch is mixed at all
-                 local_shuffle: int = 4, # window of aspect-sorted neighbours shuffled before pairing
-                 label_smoothing: float = 0.0, # label smoothing of the soft targets
-                 mixup_off_epoch: int = 0, # stop mixing from this epoch on (`set_epoch`); 0: never stop
-                 multi_label: bool = False, # targets are dense (B, num_classes) multi-label rows
-                ):
+
+    def __init__(
+        self,
+        *,
+        num_classes: int,  # number of classes (required)
+        mixup_alpha: float = 0.8,  # Beta(alpha, alpha) for mixup; 0 turns mixup off
+        cutmix_alpha: float = 1.0,  # Beta(alpha, alpha) for CutMix; 0 turns CutMix off
+        switch_prob: float = 0.5,  # chance of CutMix rather than mixup when both are on
+        prob: float = 1.0,  # chance that a batch is mixed at all
+        local_shuffle: int = 4,  # window of aspect-sorted neighbours shuffled before pairing
+        label_smoothing: float = 0.0,  # label smoothing of the soft targets
+        mixup_off_epoch: int = 0,  # stop mixing from this epoch on (`set_epoch`); 0: never stop
+        multi_label: bool = False,  # targets are dense (B, num_classes) multi-label rows
+    ):
         if not (isinstance(num_classes, int) and not isinstance(num_classes, bool) and num_classes >= 1):
             raise ValueError(f"num_classes must be an int >= 1; got {num_classes!r}")
         _check_alphas(mixup_alpha, cutmix_alpha, switch_prob)
-        if not (isinstance(prob, (int, float)) and 0 <= prob <= 1): raise ValueError(f"prob must be in [0, 1]; got {prob!r}")
+        if not (isinstance(prob, (int, float)) and 0 <= prob <= 1):
+            raise ValueError(f"prob must be in [0, 1]; got {prob!r}")
         if not (isinstance(label_smoothing, (int, float)) and 0 <= label_smoothing < 1):
             raise ValueError(f"label_smoothing must be in [0, 1); got {label_smoothing!r}")
         for name, v in (('local_shuffle', local_shuffle), ('mixup_off_epoch', mixup_off_epoch)):
-            if not (isinstance(v, int) and v >= 0): raise ValueError(f"{name} must be an int >= 0; got {v!r}")
-        self.num_classes, self.mixup_alpha, self.cutmix_alpha, self.switch_prob = num_classes, mixup_alpha, cutmix_alpha, switch_prob
+            if not (isinstance(v, int) and v >= 0):
+                raise ValueError(f"{name} must be an int >= 0; got {v!r}")
+        self.num_classes, self.mixup_alpha, self.cutmix_alpha, self.switch_prob = (
+            num_classes,
+            mixup_alpha,
+            cutmix_alpha,
+            switch_prob,
+        )
         self.prob, self.local_shuffle, self.smoothing = prob, local_shuffle, label_smoothing
         self.mixup_off_epoch, self.multi_label = mixup_off_epoch, multi_label
         self.mixup_enabled = True
@@ -152,22 +179,33 @@ class NaFlexMixup:
         "Turn mixing off from `mixup_off_epoch` on (the NaFlex dataset calls this in every worker at each epoch)."
         self.mixup_enabled = not self.mixup_off_epoch or epoch < self.mixup_off_epoch
 
-    def __call__(self,
-                 imgs: list, # CHW tensors of different sizes (uint8 or float)
-                 targets, # (B,) class indices (tensor or list), or (B, num_classes) dense multi-label targets
-                ) -> tuple:
+    def __call__(
+        self,
+        imgs: list,  # CHW tensors of different sizes (uint8 or float)
+        targets,  # (B,) class indices (tensor or list), or (B, num_classes) dense multi-label targets
+    ) -> tuple:
         "Mix `imgs` (new tensors, same sizes and dtype) and return them with their soft targets, one (num_classes,) row per image."
         _check_imgs(imgs, 'NaFlexMixup')
-        if not len(imgs): raise ValueError("NaFlexMixup got an empty batch (no images)")
-        if not isinstance(targets, torch.Tensor): targets = default_collate(list(targets))
-        if len(targets) != len(imgs): raise ValueError(f"NaFlexMixup got {len(targets)} targets for {len(imgs)} images")
+        if not len(imgs):
+            raise ValueError("NaFlexMixup got an empty batch (no images)")
+        if not isinstance(targets, torch.Tensor):
+            targets = default_collate(list(targets))
+        if len(targets) != len(imgs):
+            raise ValueError(f"NaFlexMixup got {len(targets)} targets for {len(imgs)} images")
         kw = dict(num_classes=self.num_classes, smoothing=self.smoothing, multi_label=self.multi_label)
         if len(imgs) < 2 or not self.mixup_enabled or random.random() > self.prob:
-            return imgs, pairwise_mixup_target(targets, {}, [1.] * len(imgs), **kw).unbind(0)
-        mixed, lams, pair_to = mix_batch_variable_size(imgs, mixup_alpha=self.mixup_alpha, cutmix_alpha=self.cutmix_alpha,
-                                                       switch_prob=self.switch_prob, local_shuffle=self.local_shuffle)
+            return imgs, pairwise_mixup_target(targets, {}, [1.0] * len(imgs), **kw).unbind(0)
+        mixed, lams, pair_to = mix_batch_variable_size(
+            imgs,
+            mixup_alpha=self.mixup_alpha,
+            cutmix_alpha=self.cutmix_alpha,
+            switch_prob=self.switch_prob,
+            local_shuffle=self.local_shuffle,
+        )
         return mixed, pairwise_mixup_target(targets, pair_to, lams, **kw).unbind(0)
 
     def __repr__(self):
-        return (f"{type(self).__name__}(num_classes={self.num_classes}, mixup_alpha={self.mixup_alpha}, cutmix_alpha={self.cutmix_alpha}, "
-                f"switch_prob={self.switch_prob}, prob={self.prob}, label_smoothing={self.smoothing})")
+        return (
+            f"{type(self).__name__}(num_classes={self.num_classes}, mixup_alpha={self.mixup_alpha}, cutmix_alpha={self.cutmix_alpha}, "
+            f"switch_prob={self.switch_prob}, prob={self.prob}, label_smoothing={self.smoothing})"
+        )

@@ -13,6 +13,7 @@ __all__ = ['PatchRandomErasing']
 # %% ../nbs/40_naflex_random_erasing.ipynb #c4d456ac
 _MODES, _SPATIAL = ('const', 'rand', 'pixel'), ('patch', 'region')
 
+
 def _check_number(name, v, lo=None, hi=None):
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (lo is None or v >= lo) and (hi is None or v <= hi)
     if not ok:
@@ -22,12 +23,16 @@ def _check_number(name, v, lo=None, hi=None):
 # %% ../nbs/40_naflex_random_erasing.ipynb #826bc699
 class _PatchEraseDraws:
     "The draws behind `PatchRandomErasing.get_masks` (its base), from the settings its `__init__` stores."
+
     def _rand(self, *shape, device, dtype=torch.float32):
         return torch.rand(shape, device=device, dtype=dtype, generator=self.generator)
 
     def _count(self, b, device):
         "A count uniform over [min_count, max_count] for each of b images."
-        return self.min_count + (self._rand(b, device=device, dtype=torch.float64) * (self.max_count - self.min_count + 1)).long()
+        return (
+            self.min_count
+            + (self._rand(b, device=device, dtype=torch.float64) * (self.max_count - self.min_count + 1)).long()
+        )
 
     def _patch_masks(self, valid):
         "'patch' mode: [B, 1, N] masks of scattered valid patches."
@@ -39,7 +44,7 @@ class _PatchEraseDraws:
         hi = torch.minimum(nv, (work * self.max_area).long().clamp(min=1))
         lo = torch.minimum((work * self.min_area).long().clamp(min=1), hi)
         num = lo + (self._rand(B, device=dev, dtype=f64) * (hi - lo + 1)).long()
-        score = self._rand(B, N, device=dev).masked_fill_(~valid, 2.)  # a random order of the valid patches
+        score = self._rand(B, N, device=dev).masked_fill_(~valid, 2.0)  # a random order of the valid patches
         kth = score.sort(1).values.gather(1, (num - 1).clamp(min=0)[:, None])
         return ((score <= kth) & valid & (erase & (num > 0))[:, None])[:, None]
 
@@ -52,7 +57,9 @@ class _PatchEraseDraws:
         ys, xs = coord[..., 0], coord[..., 1]
         gh = torch.where(valid, ys, -1).amax(1)[:, None, None] + 1  # the grid of each image's valid patches
         gw = torch.where(valid, xs, -1).amax(1)[:, None, None] + 1
-        area = (self._rand(B, K, A, device=dev, dtype=f64) * (self.max_area - self.min_area) + self.min_area) * (gh * gw)
+        area = (self._rand(B, K, A, device=dev, dtype=f64) * (self.max_area - self.min_area) + self.min_area) * (
+            gh * gw
+        )
         lo, hi = self.log_aspect_ratio
         aspect = torch.exp(self._rand(B, K, A, device=dev, dtype=f64) * (hi - lo) + lo)
         h, w = (area * aspect).sqrt().round().long(), (area / aspect).sqrt().round().long()
@@ -60,8 +67,14 @@ class _PatchEraseDraws:
         top = (self._rand(B, K, A, device=dev, dtype=f64) * (gh - h + 1).clamp(min=1)).long()
         left = (self._rand(B, K, A, device=dev, dtype=f64) * (gw - w + 1).clamp(min=1)).long()
         y, x = ys[:, None, None], xs[:, None, None]
-        inside = ((y >= top[..., None]) & (y < (top + h)[..., None]) & (x >= left[..., None]) & (x < (left + w)[..., None])
-                  & valid[:, None, None] & fits[..., None])  # [B, K, A, N]
+        inside = (
+            (y >= top[..., None])
+            & (y < (top + h)[..., None])
+            & (x >= left[..., None])
+            & (x < (left + w)[..., None])
+            & valid[:, None, None]
+            & fits[..., None]
+        )  # [B, K, A, N]
         hit = inside.any(-1)
         first = hit.to(torch.uint8).argmax(-1)  # the first try that erases something, as timm's `break`
         used = hit.any(-1) & (torch.arange(K, device=dev) < count[:, None]) & erase[:, None]
@@ -70,37 +83,48 @@ class _PatchEraseDraws:
 # %% ../nbs/40_naflex_random_erasing.ipynb #b0d68a7e
 class PatchRandomErasing(_PatchEraseDraws):
     "Random erasing of patchified NaFlex batches: boxes of patches ('region') or single patches ('patch'), valid patches only."
-    def __init__(self,
-                 erase_prob: float = 0.5, # chance that an image is erased at all
-                 patch_drop_prob: float = 0.0, # patch dropout (unfinished in timm too): only 0 is supported
-                 min_count: int = 1, # fewest erasing operations (boxes) per erased image
-                 max_count: int | None = None, # most operations per image; default min_count
-                 min_area: float = 0.02, # smallest erased fraction of the patch grid (of the valid patches in 'patch' mode)
-                 max_area: float = 1 / 3, # largest erased fraction
-                 min_aspect: float = 0.3, # smallest box height/width ratio ('region' mode)
-                 max_aspect: float | None = None, # largest ratio; default 1/min_aspect
-                 mode: str = 'const', # fill: 'const' (`value`), 'rand' (one normal colour per box), 'pixel' (normal noise)
-                 value: float = 0., # fill of 'const' mode: a number, or a sequence of one value per channel
-                 spatial_mode: str = 'region', # 'region': boxes of patches; 'patch': scattered single patches
-                 num_splits: int = 0, # with > 1, the first batch_size // num_splits images stay clean (AugMix)
-                 device: str | torch.device = 'cuda', # kept for timm's signature; erasing happens on the input's device
-                 generator: torch.Generator | None = None, # a generator on the input's device; None: torch's default one
-                ):
+
+    def __init__(
+        self,
+        erase_prob: float = 0.5,  # chance that an image is erased at all
+        patch_drop_prob: float = 0.0,  # patch dropout (unfinished in timm too): only 0 is supported
+        min_count: int = 1,  # fewest erasing operations (boxes) per erased image
+        max_count: int | None = None,  # most operations per image; default min_count
+        min_area: float = 0.02,  # smallest erased fraction of the patch grid (of the valid patches in 'patch' mode)
+        max_area: float = 1 / 3,  # largest erased fraction
+        min_aspect: float = 0.3,  # smallest box height/width ratio ('region' mode)
+        max_aspect: float | None = None,  # largest ratio; default 1/min_aspect
+        mode: str = 'const',  # fill: 'const' (`value`), 'rand' (one normal colour per box), 'pixel' (normal noise)
+        value: float = 0.0,  # fill of 'const' mode: a number, or a sequence of one value per channel
+        spatial_mode: str = 'region',  # 'region': boxes of patches; 'patch': scattered single patches
+        num_splits: int = 0,  # with > 1, the first batch_size // num_splits images stay clean (AugMix)
+        device: str | torch.device = 'cuda',  # kept for timm's signature; erasing happens on the input's device
+        generator: torch.Generator | None = None,  # a generator on the input's device; None: torch's default one
+    ):
         _check_number('erase_prob', erase_prob, 0, 1)
         if patch_drop_prob:
-            raise ValueError(f"patch_drop_prob={patch_drop_prob!r}: patch dropout is not supported (timm leaves it unfinished "
-                             "too); use spatial_mode='patch' to erase single patches instead")
+            raise ValueError(
+                f"patch_drop_prob={patch_drop_prob!r}: patch dropout is not supported (timm leaves it unfinished "
+                "too); use spatial_mode='patch' to erase single patches instead"
+            )
         max_count = max_count or min_count
         if not (isinstance(min_count, int) and isinstance(max_count, int) and 0 <= min_count <= max_count):
-            raise ValueError(f"PatchRandomErasing needs integers 0 <= min_count <= max_count; got min_count={min_count!r}, max_count={max_count!r}")
-        _check_number('min_area', min_area, 0, 1); _check_number('max_area', max_area, 0, 1)
+            raise ValueError(
+                f"PatchRandomErasing needs integers 0 <= min_count <= max_count; got min_count={min_count!r}, max_count={max_count!r}"
+            )
+        _check_number('min_area', min_area, 0, 1)
+        _check_number('max_area', max_area, 0, 1)
         if min_area > max_area:
-            raise ValueError(f"PatchRandomErasing needs min_area <= max_area; got min_area={min_area!r}, max_area={max_area!r}")
+            raise ValueError(
+                f"PatchRandomErasing needs min_area <= max_area; got min_area={min_area!r}, max_area={max_area!r}"
+            )
         if not (isinstance(min_aspect, (int, float)) and min_aspect > 0):
             raise ValueError(f"min_aspect must be a number > 0; got {min_aspect!r}")
         max_aspect = max_aspect or 1 / min_aspect
         if not (isinstance(max_aspect, (int, float)) and min_aspect <= max_aspect):
-            raise ValueError(f"PatchRandomErasing needs 0 < min_aspect <= max_aspect; got min_aspect={min_aspect!r}, max_aspect={max_aspect!r}")
+            raise ValueError(
+                f"PatchRandomErasing needs 0 < min_aspect <= max_aspect; got min_aspect={min_aspect!r}, max_aspect={max_aspect!r}"
+            )
         if not isinstance(mode, str) or mode.lower() not in _MODES:
             raise ValueError(f"mode must be one of 'const', 'rand', 'pixel'; got {mode!r}")
         if spatial_mode not in _SPATIAL:
@@ -109,7 +133,12 @@ class PatchRandomErasing(_PatchEraseDraws):
             raise ValueError(f"num_splits must be an int >= 0; got {num_splits!r}")
         if not (isinstance(value, (int, float)) or (hasattr(value, '__len__') and len(value))):
             raise ValueError(f"value must be a number or a sequence of one number per channel; got {value!r}")
-        self.erase_prob, self.patch_drop_prob, self.min_count, self.max_count = erase_prob, patch_drop_prob, min_count, max_count
+        self.erase_prob, self.patch_drop_prob, self.min_count, self.max_count = (
+            erase_prob,
+            patch_drop_prob,
+            min_count,
+            max_count,
+        )
         self.min_area, self.max_area = min_area, max_area
         self.log_aspect_ratio = (math.log(min_aspect), math.log(max_aspect))
         self.num_splits, self.device, self.generator = num_splits, device, generator
@@ -117,15 +146,19 @@ class PatchRandomErasing(_PatchEraseDraws):
         self.unique_noise_per_patch = True  # timm's flag: 'pixel' noise differs patch by patch (always so here)
 
     def __repr__(self):
-        return (f"{type(self).__name__}(p={self.erase_prob}, mode={self.erase_mode}, spatial={self.spatial_mode}, "
-                f"area=({self.min_area}, {self.max_area}), count=({self.min_count}, {self.max_count}))")
+        return (
+            f"{type(self).__name__}(p={self.erase_prob}, mode={self.erase_mode}, spatial={self.spatial_mode}, "
+            f"area=({self.min_area}, {self.max_area}), count=({self.min_count}, {self.max_count}))"
+        )
 
-    def get_masks(self,
-                  patch_coord: torch.Tensor, # [B, N, 2] integer (row, column) of each patch in its image's grid
-                  patch_valid: torch.Tensor, # [B, N] bool, False for padding
-                 ) -> torch.Tensor:
+    def get_masks(
+        self,
+        patch_coord: torch.Tensor,  # [B, N, 2] integer (row, column) of each patch in its image's grid
+        patch_valid: torch.Tensor,  # [B, N] bool, False for padding
+    ) -> torch.Tensor:
         "Which patches each erasing operation of each image covers: bool [B, K, N] (K = max_count for 'region', 1 for 'patch')."
-        if self.spatial_mode == 'patch': return self._patch_masks(patch_valid)
+        if self.spatial_mode == 'patch':
+            return self._patch_masks(patch_valid)
         return self._region_masks(patch_coord, patch_valid)
 
     def _fill_values(self, patches, masks):
@@ -134,60 +167,95 @@ class PatchRandomErasing(_PatchEraseDraws):
         if self.erase_mode == 'rand':
             K = masks.shape[1]
             colour = torch.randn(B, K, C, device=dev, dtype=patches.dtype, generator=self.generator)
-            last = (masks * torch.arange(1, K + 1, device=dev)[:, None]).amax(1).sub_(1).clamp_(min=0)  # [B, N] last box over a patch
+            last = (
+                (masks * torch.arange(1, K + 1, device=dev)[:, None]).amax(1).sub_(1).clamp_(min=0)
+            )  # [B, N] last box over a patch
             return colour.gather(1, last[..., None].expand(B, N, C)).view(B, N, *(1,) * (patches.ndim - 3), C)
         v = self.const_value
         if self.erase_mode == 'const' and not isinstance(v, (int, float)) and len(v) != C:
-            raise ValueError(f"value has {len(v)} entries but the patches have {C} channels; give one number or one per channel")
+            raise ValueError(
+                f"value has {len(v)} entries but the patches have {C} channels; give one number or one per channel"
+            )
         return v  # 'pixel': noise is drawn by the fill
 
-    def fill_(self,
-              patches: torch.Tensor, # [B, N, P*P, C] or [B, N, Ph, Pw, C] float, changed in place
-              masks: torch.Tensor, # [B, K, N] bool, from `get_masks`
-              how: str | None = None, # 'mask' (one pass, no sync), 'index' (erased patches only); None: 'index' on CPU, else 'mask'
-             ) -> torch.Tensor:
+    def fill_(
+        self,
+        patches: torch.Tensor,  # [B, N, P*P, C] or [B, N, Ph, Pw, C] float, changed in place
+        masks: torch.Tensor,  # [B, K, N] bool, from `get_masks`
+        how: str
+        | None = None,  # 'mask' (one pass, no sync), 'index' (erased patches only); None: 'index' on CPU, else 'mask'
+    ) -> torch.Tensor:
         "Fill the patches `masks` select, in this eraser's mode; returns `patches`."
         B, N, dev, dt, g = patches.shape[0], patches.shape[1], patches.device, patches.dtype, self.generator
         how = how or ('index' if dev.type == 'cpu' else 'mask')
-        if how not in ('mask', 'index'): raise ValueError(f"how must be 'mask', 'index' or None; got {how!r}")
+        if how not in ('mask', 'index'):
+            raise ValueError(f"how must be 'mask', 'index' or None; got {how!r}")
         v, m = self._fill_values(patches, masks), masks.any(1)
         if how == 'index' and (B == 1 or N == 1 or patches.stride(0) == N * patches.stride(1)):
-            flat, idx = patches.flatten(0, 1), m.flatten().nonzero().squeeze(1)  # flat is a view: writes reach `patches`
-            if isinstance(v, (int, float)) and self.erase_mode == 'const': flat.index_fill_(0, idx, v)
-            elif self.erase_mode == 'const': flat[idx] = torch.tensor(v, dtype=dt, device=dev)
-            elif self.erase_mode == 'rand': flat[idx] = v.flatten(0, 1)[idx]
-            else: flat[idx] = torch.randn((len(idx),) + flat.shape[1:], dtype=dt, device=dev, generator=g)
+            flat, idx = (
+                patches.flatten(0, 1),
+                m.flatten().nonzero().squeeze(1),
+            )  # flat is a view: writes reach `patches`
+            if isinstance(v, (int, float)) and self.erase_mode == 'const':
+                flat.index_fill_(0, idx, v)
+            elif self.erase_mode == 'const':
+                flat[idx] = torch.tensor(v, dtype=dt, device=dev)
+            elif self.erase_mode == 'rand':
+                flat[idx] = v.flatten(0, 1)[idx]
+            else:
+                flat[idx] = torch.randn((len(idx),) + flat.shape[1:], dtype=dt, device=dev, generator=g)
             return patches
         m = m.view(B, N, *(1,) * (patches.ndim - 2))
-        if isinstance(v, (int, float)) and self.erase_mode == 'const': return patches.masked_fill_(m, v)
+        if isinstance(v, (int, float)) and self.erase_mode == 'const':
+            return patches.masked_fill_(m, v)
         if self.erase_mode == 'const':  # one fill per channel: no host-to-device copy (a sync)
-            for c, vc in enumerate(v): patches[..., c].masked_fill_(m[..., 0], float(vc))
+            for c, vc in enumerate(v):
+                patches[..., c].masked_fill_(m[..., 0], float(vc))
             return patches
-        if self.erase_mode == 'pixel': v = torch.randn(patches.shape, device=dev, dtype=dt, generator=g)
+        if self.erase_mode == 'pixel':
+            v = torch.randn(patches.shape, device=dev, dtype=dt, generator=g)
         return torch.where(m, v, patches, out=patches)
 
-    def __call__(self,
-                 patches: torch.Tensor, # [B, N, P*P, C] or [B, N, Ph, Pw, C] normalised float patches, erased in place
-                 patch_coord: torch.Tensor, # [B, N, 2] integer (row, column) of each patch in its image's patch grid
-                 patch_valid: torch.Tensor | None = None, # [B, N] bool, False for padding; None: all valid
-                ) -> torch.Tensor:
+    def __call__(
+        self,
+        patches: torch.Tensor,  # [B, N, P*P, C] or [B, N, Ph, Pw, C] normalised float patches, erased in place
+        patch_coord: torch.Tensor,  # [B, N, 2] integer (row, column) of each patch in its image's patch grid
+        patch_valid: torch.Tensor | None = None,  # [B, N] bool, False for padding; None: all valid
+    ) -> torch.Tensor:
         "Erase `patches` in place (valid patches only) and return them."
         if not isinstance(patches, torch.Tensor) or patches.ndim not in (4, 5):
-            raise ValueError(f"patches must be a [B, N, P*P, C] or [B, N, Ph, Pw, C] tensor; got {type(patches).__name__} of shape "
-                             f"{tuple(getattr(patches, 'shape', ()))} (view flat [B, N, P*P*C] patches as [B, N, P*P, C])")
+            raise ValueError(
+                f"patches must be a [B, N, P*P, C] or [B, N, Ph, Pw, C] tensor; got {type(patches).__name__} of shape "
+                f"{tuple(getattr(patches, 'shape', ()))} (view flat [B, N, P*P*C] patches as [B, N, P*P, C])"
+            )
         if not patches.is_floating_point():
             raise ValueError(f"patches must be normalised float patches; got dtype {patches.dtype} (normalise first)")
         B, N, dev = patches.shape[0], patches.shape[1], patches.device
-        if not isinstance(patch_coord, torch.Tensor) or tuple(patch_coord.shape) != (B, N, 2) or patch_coord.is_floating_point():
-            raise ValueError(f"patch_coord must be an integer [B, N, 2] = {[B, N, 2]} tensor; got {getattr(patch_coord, 'dtype', type(patch_coord).__name__)} "
-                             f"of shape {tuple(getattr(patch_coord, 'shape', ()))}")
-        if patch_valid is None: patch_valid = torch.ones(B, N, dtype=torch.bool, device=dev)
+        if (
+            not isinstance(patch_coord, torch.Tensor)
+            or tuple(patch_coord.shape) != (B, N, 2)
+            or patch_coord.is_floating_point()
+        ):
+            raise ValueError(
+                f"patch_coord must be an integer [B, N, 2] = {[B, N, 2]} tensor; got {getattr(patch_coord, 'dtype', type(patch_coord).__name__)} "
+                f"of shape {tuple(getattr(patch_coord, 'shape', ()))}"
+            )
+        if patch_valid is None:
+            patch_valid = torch.ones(B, N, dtype=torch.bool, device=dev)
         elif not isinstance(patch_valid, torch.Tensor) or tuple(patch_valid.shape) != (B, N):
-            raise ValueError(f"patch_valid must be a bool [B, N] = {[B, N]} tensor or None; got shape {tuple(getattr(patch_valid, 'shape', ()))}")
+            raise ValueError(
+                f"patch_valid must be a bool [B, N] = {[B, N]} tensor or None; got shape {tuple(getattr(patch_valid, 'shape', ()))}"
+            )
         if self.generator is not None and self.generator.device.type != dev.type:
-            raise ValueError(f"generator is on {self.generator.device} but the patches are on {dev}; give a generator of the patches' device")
+            raise ValueError(
+                f"generator is on {self.generator.device} but the patches are on {dev}; give a generator of the patches' device"
+            )
         start = B // self.num_splits if self.num_splits > 1 else 0
-        if B - start <= 0 or N == 0: return patches
-        coord, valid = patch_coord[start:].to(dev, non_blocking=True), patch_valid[start:].to(dev, torch.bool, non_blocking=True)
+        if B - start <= 0 or N == 0:
+            return patches
+        coord, valid = (
+            patch_coord[start:].to(dev, non_blocking=True),
+            patch_valid[start:].to(dev, torch.bool, non_blocking=True),
+        )
         self.fill_(patches[start:], self.get_masks(coord, valid))
         return patches

@@ -9,8 +9,18 @@ from typing import Optional, Union
 import torch
 from torchvision.transforms import functional as TF
 from .decode import EncodedJpeg
-from .transforms import (SampleTransform, image_hw, resize_exact, crop_box, interp_or_choices, pick_interp,
-                                 interp_repr, check_range, center_crop_or_pad, crop_or_pad)
+from timmdata.transforms import (
+    SampleTransform,
+    image_hw,
+    resize_exact,
+    crop_box,
+    interp_or_choices,
+    pick_interp,
+    interp_repr,
+    check_range,
+    center_crop_or_pad,
+    crop_or_pad,
+)
 
 # %% auto #0
 __all__ = ['parse_patch_size', 'check_seq_len', 'get_image_size_for_seq', 'ResizeToSequence', 'RandomResizedCropToSequence',
@@ -20,10 +30,16 @@ __all__ = ['parse_patch_size', 'check_seq_len', 'get_image_size_for_seq', 'Resiz
 def parse_patch_size(patch_size, param: str = 'patch_size') -> tuple:
     "(patch_h, patch_w) from an int or an (h, w) pair of positive ints; a ValueError naming `param` otherwise."
     ps = (patch_size, patch_size) if isinstance(patch_size, numbers.Integral) else patch_size
-    if not (isinstance(ps, (tuple, list)) and len(ps) == 2
-            and all(isinstance(p, numbers.Integral) and not isinstance(p, bool) and p > 0 for p in ps)):
-        raise ValueError(f"{param} must be a positive int or a (patch_h, patch_w) pair of positive ints; got {patch_size!r}")
+    if not (
+        isinstance(ps, (tuple, list))
+        and len(ps) == 2
+        and all(isinstance(p, numbers.Integral) and not isinstance(p, bool) and p > 0 for p in ps)
+    ):
+        raise ValueError(
+            f"{param} must be a positive int or a (patch_h, patch_w) pair of positive ints; got {patch_size!r}"
+        )
     return int(ps[0]), int(ps[1])
+
 
 def check_seq_len(n, param: str = 'max_seq_len') -> int:
     "`n` if it is an int >= 1 (a number of patches), else a ValueError naming `param`."
@@ -31,11 +47,14 @@ def check_seq_len(n, param: str = 'max_seq_len') -> int:
         raise ValueError(f"{param} must be an int >= 1 (the most patches per image); got {n!r}")
     return int(n)
 
+
 def _fit_hw(h, w, ph, pw, r, div):
     "Output (h, w) at scale `r`: with `div` rounded up to whole patches; never under one patch a side."
     sh, sw = h * r, w * r
-    if div: sh, sw = ph * math.ceil(sh / ph), pw * math.ceil(sw / pw)
+    if div:
+        sh, sw = ph * math.ceil(sh / ph), pw * math.ceil(sw / pw)
     return int(max(sh, ph)), int(max(sw, pw))
+
 
 @functools.lru_cache(maxsize=16384)
 def _seq_ratio(h, w, ph, pw, max_seq_len, div, eps) -> float:
@@ -44,32 +63,43 @@ def _seq_ratio(h, w, ph, pw, max_seq_len, div, eps) -> float:
     while hi - lo >= eps:
         mid = (lo + hi) / 2.0
         sh, sw = h * mid, w * mid
-        if div: sh, sw = ph * math.ceil(sh / ph), pw * math.ceil(sw / pw)
-        if (int(max(sh, ph)) // ph) * (int(max(sw, pw)) // pw) <= max_seq_len: lo = mid
-        else: hi = mid
+        if div:
+            sh, sw = ph * math.ceil(sh / ph), pw * math.ceil(sw / pw)
+        if (int(max(sh, ph)) // ph) * (int(max(sw, pw)) // pw) <= max_seq_len:
+            lo = mid
+        else:
+            hi = mid
     return lo
 
-def get_image_size_for_seq(image_hw, # (height, width) of the image
-                           patch_size: Union[int, tuple] = 16, # int or (patch_h, patch_w)
-                           max_seq_len: int = 1024, # the most patches the result may have
-                           divisible_by_patch: bool = True, # round the sides up to whole patches
-                           max_ratio: Optional[float] = None, # cap on the scale (1.0: never upsample)
-                           eps: float = 1e-5, # the search stops when the scale is known to within this
-                          ) -> tuple:
+
+def get_image_size_for_seq(
+    image_hw,  # (height, width) of the image
+    patch_size: Union[int, tuple] = 16,  # int or (patch_h, patch_w)
+    max_seq_len: int = 1024,  # the most patches the result may have
+    divisible_by_patch: bool = True,  # round the sides up to whole patches
+    max_ratio: Optional[float] = None,  # cap on the scale (1.0: never upsample)
+    eps: float = 1e-5,  # the search stops when the scale is known to within this
+) -> tuple:
     "(ratio, (h, w)): the largest scale of `image_hw` whose patch grid fits `max_seq_len`, and the size it gives."
     ph, pw = parse_patch_size(patch_size)
     check_seq_len(max_seq_len)
-    if not (isinstance(image_hw, (tuple, list, torch.Size)) and len(image_hw) == 2 and all(
-            isinstance(s, numbers.Real) and s > 0 for s in image_hw)):
+    if not (
+        isinstance(image_hw, (tuple, list, torch.Size))
+        and len(image_hw) == 2
+        and all(isinstance(s, numbers.Real) and s > 0 for s in image_hw)
+    ):
         raise ValueError(f"image_hw must be a (height, width) pair of positive numbers; got {image_hw!r}")
     if max_ratio is not None and not max_ratio > eps:
         raise ValueError(f"max_ratio must be > eps={eps} (or None for no cap); got {max_ratio!r}")
     h, w = image_hw
     ratio = _seq_ratio(h, w, ph, pw, max_seq_len, bool(divisible_by_patch), eps)
-    if max_ratio is not None: ratio = min(ratio, max_ratio)
+    if max_ratio is not None:
+        ratio = min(ratio, max_ratio)
     if ratio <= eps:
-        raise ValueError(f"an image of {h}x{w} cannot be scaled into max_seq_len={max_seq_len} patches of "
-                         f"{ph}x{pw} (it would need a scale below eps={eps}); crop it first or raise max_seq_len")
+        raise ValueError(
+            f"an image of {h}x{w} cannot be scaled into max_seq_len={max_seq_len} patches of "
+            f"{ph}x{pw} (it would need a scale below eps={eps}); crop it first or raise max_seq_len"
+        )
     return ratio, _fit_hw(h, w, ph, pw, ratio, divisible_by_patch)
 
 # %% ../nbs/15_naflex_transforms.ipynb #62912097
@@ -77,28 +107,37 @@ def _whole(img):
     "Pixels of `img`: a not-yet-decoded JPEG is decoded (as one full box: the layout the fast resize wants)."
     return crop_box(img, 0, 0, img.height, img.width) if isinstance(img, EncodedJpeg) else img
 
+
 class ResizeToSequence(SampleTransform):
     "Resize keeping the aspect ratio to the largest size whose patch grid fits `max_seq_len` (timm's)."
+
     input_format = 'encoded'  # the size comes from the JPEG header; then the image is decoded once and resized
-    def __init__(self,
-                 patch_size: Union[int, tuple], # int or (patch_h, patch_w)
-                 max_seq_len: int = 1024, # the most patches per image
-                 divisible_by_patch: bool = True, # sides a multiple of the patch size
-                 max_ratio: Optional[float] = None, # cap on the scale (1.0: never upsample)
-                 interpolation: Union[str, tuple] = 'bicubic', # a name, 'random' (bilinear or bicubic per image), or modes
-                ):
-        parse_patch_size(patch_size); check_seq_len(max_seq_len)
+
+    def __init__(
+        self,
+        patch_size: Union[int, tuple],  # int or (patch_h, patch_w)
+        max_seq_len: int = 1024,  # the most patches per image
+        divisible_by_patch: bool = True,  # sides a multiple of the patch size
+        max_ratio: Optional[float] = None,  # cap on the scale (1.0: never upsample)
+        interpolation: Union[str, tuple] = 'bicubic',  # a name, 'random' (bilinear or bicubic per image), or modes
+    ):
+        parse_patch_size(patch_size)
+        check_seq_len(max_seq_len)
         self.patch_size, self.max_seq_len, self.divisible_by_patch = patch_size, max_seq_len, divisible_by_patch
         self.max_ratio, self.interpolation = max_ratio, interp_or_choices(interpolation)
 
     def __call__(self, img):
-        _, hw = get_image_size_for_seq(image_hw(img), self.patch_size, self.max_seq_len, self.divisible_by_patch, self.max_ratio)
+        _, hw = get_image_size_for_seq(
+            image_hw(img), self.patch_size, self.max_seq_len, self.divisible_by_patch, self.max_ratio
+        )
         return resize_exact(_whole(img), hw, pick_interp(self.interpolation))
 
     def __repr__(self):
-        return (f"{type(self).__name__}(patch_size={self.patch_size}, max_seq_len={self.max_seq_len}, "
-                f"divisible_by_patch={self.divisible_by_patch}, max_ratio={self.max_ratio}, "
-                f"interpolation={interp_repr(self.interpolation)})")
+        return (
+            f"{type(self).__name__}(patch_size={self.patch_size}, max_seq_len={self.max_seq_len}, "
+            f"divisible_by_patch={self.divisible_by_patch}, max_ratio={self.max_ratio}, "
+            f"interpolation={interp_repr(self.interpolation)})"
+        )
 
 # %% ../nbs/15_naflex_transforms.ipynb #295c276c
 def _crop_box_params(height, width, scale, ratio, attempts) -> tuple:
@@ -114,15 +153,19 @@ def _crop_box_params(height, width, scale, ratio, attempts) -> tuple:
     # no box in `attempts` tries: the whole image, narrowed to the nearest allowed aspect
     lo, hi = aspect * ratio[0], aspect * ratio[1]
     ch, cw = height, width
-    if aspect < lo: ch = min(int(round(width / lo)), height)
-    elif aspect > hi: cw = min(int(round(height * hi)), width)
+    if aspect < lo:
+        ch = min(int(round(width / lo)), height)
+    elif aspect > hi:
+        cw = min(int(round(height * hi)), width)
     ch, cw = max(1, ch), max(1, cw)
     return (height - ch) // 2, (width - cw) // 2, ch, cw
+
 
 def _final_size(ch, cw, ph, pw, max_seq_len, div, max_ratio, final_scale_range) -> tuple:
     "Size for a ch x cw box: the budget's largest, times a random factor from `final_scale_range` if given."
     r, size = get_image_size_for_seq((ch, cw), (ph, pw), max_seq_len, div, max_ratio)
-    if final_scale_range is None: return size
+    if final_scale_range is None:
+        return size
     f = min(max(random.uniform(final_scale_range[0], final_scale_range[1]), 0.0), 1.0)
     rh, rw = ch * r * f, cw * r * f
     th, tw = (ph * math.ceil(rh / ph), pw * math.ceil(rw / pw)) if div else (int(round(rh)), int(round(rw)))
@@ -132,72 +175,117 @@ def _final_size(ch, cw, ph, pw, max_seq_len, div, max_ratio, final_scale_range) 
 # %% ../nbs/15_naflex_transforms.ipynb #8f295573
 class RandomResizedCropToSequence(SampleTransform):
     "Random crop (area and aspect relative to the image), resized to the largest size that fits `max_seq_len` (timm's)."
+
     input_format = 'encoded'  # crops first: given a not-yet-decoded JPEG, only the box is decoded
-    def __init__(self,
-                 patch_size: Union[int, tuple] = 16, # int or (patch_h, patch_w)
-                 max_seq_len: int = 1024, # the most patches per image
-                 scale: tuple = (0.08, 1.0), # range of the box's area, as a fraction of the image's
-                 ratio: tuple = (.8, 1.25), # range of the box's aspect as a factor on the image's (log-uniform)
-                 interpolation: Union[str, tuple] = 'bicubic', # a name, 'random' (bilinear or bicubic), or modes
-                 divisible_by_patch: bool = True, # sides a multiple of the patch size
-                 max_ratio: Optional[float] = None, # cap on the resize scale (1.0: never upsample the box)
-                 final_scale_range: Optional[tuple] = None, # (min, max) in [0, 1]: shrink the size by a random factor
-                 attempts: int = 10, # tries for a box before the centred fallback
-                ):
+
+    def __init__(
+        self,
+        patch_size: Union[int, tuple] = 16,  # int or (patch_h, patch_w)
+        max_seq_len: int = 1024,  # the most patches per image
+        scale: tuple = (0.08, 1.0),  # range of the box's area, as a fraction of the image's
+        ratio: tuple = (0.8, 1.25),  # range of the box's aspect as a factor on the image's (log-uniform)
+        interpolation: Union[str, tuple] = 'bicubic',  # a name, 'random' (bilinear or bicubic), or modes
+        divisible_by_patch: bool = True,  # sides a multiple of the patch size
+        max_ratio: Optional[float] = None,  # cap on the resize scale (1.0: never upsample the box)
+        final_scale_range: Optional[tuple] = None,  # (min, max) in [0, 1]: shrink the size by a random factor
+        attempts: int = 10,  # tries for a box before the centred fallback
+    ):
         self.patch_h, self.patch_w = parse_patch_size(patch_size)
         self.max_seq_len = check_seq_len(max_seq_len)
-        check_range(scale, 'scale'); check_range(ratio, 'ratio')
-        if not 0 < ratio[0]: raise ValueError(f"ratio must be (min, max) with 0 < min <= max; got {tuple(ratio)!r}")
+        check_range(scale, 'scale')
+        check_range(ratio, 'ratio')
+        if not 0 < ratio[0]:
+            raise ValueError(f"ratio must be (min, max) with 0 < min <= max; got {tuple(ratio)!r}")
         if final_scale_range is not None:
             check_range(final_scale_range, 'final_scale_range')
             if not 0 <= final_scale_range[0] <= final_scale_range[1] <= 1:
-                raise ValueError(f"final_scale_range must lie in [0, 1] (a factor on the largest size); got {tuple(final_scale_range)!r}")
+                raise ValueError(
+                    f"final_scale_range must lie in [0, 1] (a factor on the largest size); got {tuple(final_scale_range)!r}"
+                )
         self.scale, self.ratio, self.final_scale_range = tuple(scale), tuple(ratio), final_scale_range
         self.divisible_by_patch, self.max_ratio, self.attempts = divisible_by_patch, max_ratio, attempts
         self.interpolation = interp_or_choices(interpolation)
 
     @staticmethod
-    def get_params(img, scale, ratio, crop_attempts=10, patch_h=16, patch_w=16, max_seq_len=1024, divisible_by_patch=True,
-                   max_ratio=None, final_scale_range=None, interpolation=interp_or_choices('random')) -> tuple:
+    def get_params(
+        img,
+        scale,
+        ratio,
+        crop_attempts=10,
+        patch_h=16,
+        patch_w=16,
+        max_seq_len=1024,
+        divisible_by_patch=True,
+        max_ratio=None,
+        final_scale_range=None,
+        interpolation=interp_or_choices('random'),
+    ) -> tuple:
         "((top, left, h, w), (out_h, out_w), interpolation), drawn in timm's order."
         height, width = image_hw(img)
         box = _crop_box_params(height, width, scale, ratio, crop_attempts)
-        size = _final_size(box[2], box[3], patch_h, patch_w, max_seq_len, divisible_by_patch, max_ratio, final_scale_range)
+        size = _final_size(
+            box[2], box[3], patch_h, patch_w, max_seq_len, divisible_by_patch, max_ratio, final_scale_range
+        )
         return box, size, pick_interp(interp_or_choices(interpolation))
 
     def __call__(self, img):
         (top, left, h, w), size, interp = self.get_params(
-            img, self.scale, self.ratio, self.attempts, self.patch_h, self.patch_w, self.max_seq_len,
-            self.divisible_by_patch, self.max_ratio, self.final_scale_range, self.interpolation)
+            img,
+            self.scale,
+            self.ratio,
+            self.attempts,
+            self.patch_h,
+            self.patch_w,
+            self.max_seq_len,
+            self.divisible_by_patch,
+            self.max_ratio,
+            self.final_scale_range,
+            self.interpolation,
+        )
         return resize_exact(crop_box(img, top, left, h, w), size, interp)
 
     def __repr__(self):
-        return (f"{type(self).__name__}(patch_size=({self.patch_h}, {self.patch_w}), max_seq_len={self.max_seq_len}, "
-                f"scale={self.scale}, ratio={self.ratio}, interpolation={interp_repr(self.interpolation)}, "
-                f"divisible_by_patch={self.divisible_by_patch}, max_ratio={self.max_ratio}, "
-                f"final_scale_range={self.final_scale_range}, attempts={self.attempts})")
+        return (
+            f"{type(self).__name__}(patch_size=({self.patch_h}, {self.patch_w}), max_seq_len={self.max_seq_len}, "
+            f"scale={self.scale}, ratio={self.ratio}, interpolation={interp_repr(self.interpolation)}, "
+            f"divisible_by_patch={self.divisible_by_patch}, max_ratio={self.max_ratio}, "
+            f"final_scale_range={self.final_scale_range}, attempts={self.attempts})"
+        )
 
 # %% ../nbs/15_naflex_transforms.ipynb #793a2cd8
 def _shrink_to_fit(size, ph, pw, max_seq_len):
     "Take one patch at a time off the side with more patches until the grid fits the budget."
     while (size[0] // ph) * (size[1] // pw) > max_seq_len:
-        if size[0] // ph >= size[1] // pw and size[0] > ph: size[0] -= ph
-        else: size[1] -= pw
+        if size[0] // ph >= size[1] // pw and size[0] > ph:
+            size[0] -= ph
+        else:
+            size[1] -= pw
     return size
 
-def _keep_ratio_seq_size(img, patch_size, max_sequence_len, divisible_by_patch, longest, random_scale_prob=0.,
-                    random_scale_range=(1.0, 1.33), random_scale_area=False, random_aspect_prob=0.,
-                    random_aspect_range=(0.9, 1.11), max_ratio=None) -> list:
+
+def _keep_ratio_seq_size(
+    img,
+    patch_size,
+    max_sequence_len,
+    divisible_by_patch,
+    longest,
+    random_scale_prob=0.0,
+    random_scale_range=(1.0, 1.33),
+    random_scale_area=False,
+    random_aspect_prob=0.0,
+    random_aspect_range=(0.9, 1.11),
+    max_ratio=None,
+) -> list:
     "Output [h, w]: the budget's size blended by `longest`, jittered, on whole patches, within the budget."
     ih, iw = image_hw(img)
     ph, pw = parse_patch_size(patch_size)
     _, (th, tw) = get_image_size_for_seq((ih, iw), patch_size, max_sequence_len, divisible_by_patch, max_ratio)
     rh, rw = th / ih, tw / iw
-    r = max(rh, rw) * longest + min(rh, rw) * (1. - longest)
-    fh = fw = 1.
+    r = max(rh, rw) * longest + min(rh, rw) * (1.0 - longest)
+    fh = fw = 1.0
     if random_scale_prob > 0 and random.random() < random_scale_prob:
         f = random.uniform(random_scale_range[0], random_scale_range[1])
-        fh = fw = 1. / math.sqrt(f) if random_scale_area else f
+        fh = fw = 1.0 / math.sqrt(f) if random_scale_area else f
     if random_aspect_prob > 0 and random.random() < random_aspect_prob:
         lo, hi = math.log(random_aspect_range[0]), math.log(random_aspect_range[1])
         a = math.sqrt(math.exp(random.uniform(lo, hi)))
@@ -213,76 +301,115 @@ def _keep_ratio_seq_size(img, patch_size, max_sequence_len, divisible_by_patch, 
 # %% ../nbs/15_naflex_transforms.ipynb #79ee576d
 class ResizeKeepRatioToSequence(SampleTransform):
     "Resize keeping the aspect ratio to fit `max_sequence_len`, with timm's optional random scale and aspect jitter."
+
     input_format = 'encoded'  # the size comes from the JPEG header; then the image is decoded once and resized
-    def __init__(self,
-                 patch_size: Union[int, tuple] = 16, # int or (patch_h, patch_w)
-                 max_sequence_len: int = 1024, # the most patches per image
-                 divisible_by_patch: bool = True, # sides a multiple of the patch size
-                 longest: float = 0., # blend of the two sides' scales: 0 the smaller, 1 the larger
-                 interpolation: str = 'bilinear', # a name from `INTERPOLATIONS`, or 'random'
-                 random_scale_prob: float = 0., # probability of a random scale factor
-                 random_scale_range: tuple = (0.85, 1.05), # its range
-                 random_scale_area: bool = False, # treat the factor as an area fraction (1/sqrt)
-                 random_aspect_prob: float = 0., # probability of a random aspect change
-                 random_aspect_range: tuple = (0.9, 1.11), # its range (log-uniform)
-                 max_ratio: Optional[float] = None, # cap on the scale (1.0: never upsample)
-                ):
-        parse_patch_size(patch_size); check_seq_len(max_sequence_len, 'max_sequence_len')
-        check_range(random_scale_range, 'random_scale_range'); check_range(random_aspect_range, 'random_aspect_range')
-        self.patch_size, self.max_sequence_len, self.divisible_by_patch = patch_size, max_sequence_len, divisible_by_patch
+
+    def __init__(
+        self,
+        patch_size: Union[int, tuple] = 16,  # int or (patch_h, patch_w)
+        max_sequence_len: int = 1024,  # the most patches per image
+        divisible_by_patch: bool = True,  # sides a multiple of the patch size
+        longest: float = 0.0,  # blend of the two sides' scales: 0 the smaller, 1 the larger
+        interpolation: str = 'bilinear',  # a name from `INTERPOLATIONS`, or 'random'
+        random_scale_prob: float = 0.0,  # probability of a random scale factor
+        random_scale_range: tuple = (0.85, 1.05),  # its range
+        random_scale_area: bool = False,  # treat the factor as an area fraction (1/sqrt)
+        random_aspect_prob: float = 0.0,  # probability of a random aspect change
+        random_aspect_range: tuple = (0.9, 1.11),  # its range (log-uniform)
+        max_ratio: Optional[float] = None,  # cap on the scale (1.0: never upsample)
+    ):
+        parse_patch_size(patch_size)
+        check_seq_len(max_sequence_len, 'max_sequence_len')
+        check_range(random_scale_range, 'random_scale_range')
+        check_range(random_aspect_range, 'random_aspect_range')
+        self.patch_size, self.max_sequence_len, self.divisible_by_patch = (
+            patch_size,
+            max_sequence_len,
+            divisible_by_patch,
+        )
         self.longest, self.interpolation, self.max_ratio = float(longest), interp_or_choices(interpolation), max_ratio
-        self.random_scale_prob, self.random_scale_range, self.random_scale_area = random_scale_prob, random_scale_range, random_scale_area
+        self.random_scale_prob, self.random_scale_range, self.random_scale_area = (
+            random_scale_prob,
+            random_scale_range,
+            random_scale_area,
+        )
         self.random_aspect_prob, self.random_aspect_range = random_aspect_prob, random_aspect_range
 
     get_params = staticmethod(_keep_ratio_seq_size)  # output [h, w] for an image, drawing the jitter
 
     def __call__(self, img):
-        size = self.get_params(img, self.patch_size, self.max_sequence_len, self.divisible_by_patch, self.longest,
-                               self.random_scale_prob, self.random_scale_range, self.random_scale_area,
-                               self.random_aspect_prob, self.random_aspect_range, self.max_ratio)
+        size = self.get_params(
+            img,
+            self.patch_size,
+            self.max_sequence_len,
+            self.divisible_by_patch,
+            self.longest,
+            self.random_scale_prob,
+            self.random_scale_range,
+            self.random_scale_area,
+            self.random_aspect_prob,
+            self.random_aspect_range,
+            self.max_ratio,
+        )
         return resize_exact(_whole(img), size, pick_interp(self.interpolation))
 
     def __repr__(self):
-        return (f"{type(self).__name__}(patch_size={self.patch_size}, max_sequence_len={self.max_sequence_len}, "
-                f"longest={self.longest:.3f}, random_scale_prob={self.random_scale_prob:.3f}, "
-                f"random_aspect_prob={self.random_aspect_prob:.3f})")
+        return (
+            f"{type(self).__name__}(patch_size={self.patch_size}, max_sequence_len={self.max_sequence_len}, "
+            f"longest={self.longest:.3f}, random_scale_prob={self.random_scale_prob:.3f}, "
+            f"random_aspect_prob={self.random_aspect_prob:.3f})"
+        )
 
 # %% ../nbs/15_naflex_transforms.ipynb #062f0a53
 class CenterCropToSequence(SampleTransform):
     "Centre crop (or pad) to the size of the image scaled into `max_seq_len` patches (timm's)."
+
     input_format = 'encoded'  # a crop inside a JPEG decodes just the box
-    def __init__(self,
-                 patch_size: Union[int, tuple], # int or (patch_h, patch_w)
-                 max_seq_len: int, # the most patches per image
-                 divisible_by_patch: bool = True, # sides a multiple of the patch size
-                 fill=0, # pad value: int or per-channel tuple
-                 padding_mode: str = 'constant', # 'constant', 'edge', 'reflect' or 'symmetric'
-                ):
-        parse_patch_size(patch_size); check_seq_len(max_seq_len)
+
+    def __init__(
+        self,
+        patch_size: Union[int, tuple],  # int or (patch_h, patch_w)
+        max_seq_len: int,  # the most patches per image
+        divisible_by_patch: bool = True,  # sides a multiple of the patch size
+        fill=0,  # pad value: int or per-channel tuple
+        padding_mode: str = 'constant',  # 'constant', 'edge', 'reflect' or 'symmetric'
+    ):
+        parse_patch_size(patch_size)
+        check_seq_len(max_seq_len)
         self.patch_size, self.max_seq_len, self.divisible_by_patch = patch_size, max_seq_len, divisible_by_patch
         self.fill, self.padding_mode = fill, padding_mode
 
     def __call__(self, img):
         hw = image_hw(img)
         _, (th, tw) = get_image_size_for_seq(hw, self.patch_size, self.max_seq_len, self.divisible_by_patch)
-        if th > hw[0] or tw > hw[1]: img = _whole(img)  # padding needs pixels
+        if th > hw[0] or tw > hw[1]:
+            img = _whole(img)  # padding needs pixels
         return center_crop_or_pad(img, (th, tw), fill=self.fill, padding_mode=self.padding_mode)
 
     def __repr__(self):
         return f"{type(self).__name__}(patch_size={self.patch_size}, max_seq_len={self.max_seq_len})"
 
+
 class RandomCropToSequence(SampleTransform):
     "Crop (or pad) at a random place to the budget's size at scale <= 1 (timm's)."
+
     input_format = 'encoded'  # a crop inside a JPEG decodes just the box
-    def __init__(self,
-                 patch_size: Union[int, tuple], # int or (patch_h, patch_w)
-                 max_sequence_len: int, # the most patches per image
-                 divisible_by_patch: bool = True, # sides a multiple of the patch size
-                 fill=0, # pad value
-                 padding_mode: str = 'constant', # as `CenterCropToSequence`
-                ):
-        parse_patch_size(patch_size); check_seq_len(max_sequence_len, 'max_sequence_len')
-        self.patch_size, self.max_sequence_len, self.divisible_by_patch = patch_size, max_sequence_len, divisible_by_patch
+
+    def __init__(
+        self,
+        patch_size: Union[int, tuple],  # int or (patch_h, patch_w)
+        max_sequence_len: int,  # the most patches per image
+        divisible_by_patch: bool = True,  # sides a multiple of the patch size
+        fill=0,  # pad value
+        padding_mode: str = 'constant',  # as `CenterCropToSequence`
+    ):
+        parse_patch_size(patch_size)
+        check_seq_len(max_sequence_len, 'max_sequence_len')
+        self.patch_size, self.max_sequence_len, self.divisible_by_patch = (
+            patch_size,
+            max_sequence_len,
+            divisible_by_patch,
+        )
         self.fill, self.padding_mode = fill, padding_mode
 
     @staticmethod
@@ -294,31 +421,41 @@ class RandomCropToSequence(SampleTransform):
 
     def __call__(self, img):
         hw = image_hw(img)
-        _, (th, tw) = get_image_size_for_seq(hw, self.patch_size, self.max_sequence_len, self.divisible_by_patch, max_ratio=1.0)
+        _, (th, tw) = get_image_size_for_seq(
+            hw, self.patch_size, self.max_sequence_len, self.divisible_by_patch, max_ratio=1.0
+        )
         top, left = self.get_params(img, (th, tw))
-        if top < 0 or left < 0 or top + th > hw[0] or left + tw > hw[1]: img = _whole(img)  # padding needs pixels
+        if top < 0 or left < 0 or top + th > hw[0] or left + tw > hw[1]:
+            img = _whole(img)  # padding needs pixels
         return crop_or_pad(img, top, left, th, tw, fill=self.fill, padding_mode=self.padding_mode)
 
     def __repr__(self):
-        return (f"{type(self).__name__}(patch_size={self.patch_size}, max_sequence_len={self.max_sequence_len}, "
-                f"divisible_by_patch={self.divisible_by_patch})")
+        return (
+            f"{type(self).__name__}(patch_size={self.patch_size}, max_sequence_len={self.max_sequence_len}, "
+            f"divisible_by_patch={self.divisible_by_patch})"
+        )
 
 # %% ../nbs/15_naflex_transforms.ipynb #76baa50a
-def patchify_image(img: torch.Tensor, # a [C, H, W] image (any dtype)
-                   patch_size: Union[int, tuple], # int or (patch_h, patch_w)
-                   pad: bool = True, # zero-pad bottom/right to whole patches (else sides must be multiples)
-                   include_info: bool = True, # also return (patch_coord, patch_valid)
-                   flatten_patches: bool = True, # [N, ph*pw*C] (or [N, C*ph*pw]); else [N, ph, pw, C] (or [N, C, ph, pw])
-                   channels_last: bool = True, # per-patch order ph, pw, C; else C, ph, pw
-                  ):
+def patchify_image(
+    img: torch.Tensor,  # a [C, H, W] image (any dtype)
+    patch_size: Union[int, tuple],  # int or (patch_h, patch_w)
+    pad: bool = True,  # zero-pad bottom/right to whole patches (else sides must be multiples)
+    include_info: bool = True,  # also return (patch_coord, patch_valid)
+    flatten_patches: bool = True,  # [N, ph*pw*C] (or [N, C*ph*pw]); else [N, ph, pw, C] (or [N, C, ph, pw])
+    channels_last: bool = True,  # per-patch order ph, pw, C; else C, ph, pw
+):
     "Patches of a CHW image in row-major grid order; with `include_info`, (patches, coord [N, 2] (y, x), valid [N])."
     ph, pw = parse_patch_size(patch_size)
     if not (isinstance(img, torch.Tensor) and img.ndim == 3):
-        raise ValueError(f"img must be a [C, H, W] tensor; got {type(img).__name__} of shape {tuple(getattr(img, 'shape', ()))}")
+        raise ValueError(
+            f"img must be a [C, H, W] tensor; got {type(img).__name__} of shape {tuple(getattr(img, 'shape', ()))}"
+        )
     c, h, w = img.shape
     if h % ph or w % pw:
         if not pad:
-            raise ValueError(f"a {h}x{w} image is not a whole number of {ph}x{pw} patches; pass pad=True to zero-pad it")
+            raise ValueError(
+                f"a {h}x{w} image is not a whole number of {ph}x{pw} patches; pass pad=True to zero-pad it"
+            )
         img = torch.nn.functional.pad(img, (0, -w % pw, 0, -h % ph))
         h, w = img.shape[1:]
     nh, nw = h // ph, w // pw
@@ -328,27 +465,36 @@ def patchify_image(img: torch.Tensor, # a [C, H, W] image (any dtype)
     else:
         x = img.reshape(c, nh, ph, nw, pw).permute(1, 3, 0, 2, 4)
         patches = x.reshape(nh * nw, c * ph * pw) if flatten_patches else x.reshape(nh * nw, c, ph, pw)
-    if not include_info: return patches
+    if not include_info:
+        return patches
     ys, xs = torch.meshgrid(torch.arange(nh), torch.arange(nw), indexing='ij')
     return patches, torch.stack([ys.reshape(-1), xs.reshape(-1)], 1), torch.ones(nh * nw, dtype=torch.bool)
 
+
 class Patchify(SampleTransform):
     "Image -> dict(patches, patch_coord, patch_valid) (see `patchify_image`); PIL images become float [0, 1] first, as timm's."
+
     input_format = 'tensor'
-    def __init__(self,
-                 patch_size: Union[int, tuple], # int or (patch_h, patch_w)
-                 flatten_patches: bool = True, # one vector per patch, else its spatial dims kept
-                 channels_last: bool = True, # per-patch order ph, pw, C; else C, ph, pw
-                ):
+
+    def __init__(
+        self,
+        patch_size: Union[int, tuple],  # int or (patch_h, patch_w)
+        flatten_patches: bool = True,  # one vector per patch, else its spatial dims kept
+        channels_last: bool = True,  # per-patch order ph, pw, C; else C, ph, pw
+    ):
         self.patch_size = parse_patch_size(patch_size)
         self.flatten_patches, self.channels_last = flatten_patches, channels_last
 
     def __call__(self, img) -> dict:
-        if not isinstance(img, torch.Tensor): img = TF.to_tensor(img)
-        patches, coord, valid = patchify_image(img, self.patch_size, flatten_patches=self.flatten_patches,
-                                               channels_last=self.channels_last)
+        if not isinstance(img, torch.Tensor):
+            img = TF.to_tensor(img)
+        patches, coord, valid = patchify_image(
+            img, self.patch_size, flatten_patches=self.flatten_patches, channels_last=self.channels_last
+        )
         return dict(patches=patches, patch_coord=coord, patch_valid=valid)
 
     def __repr__(self):
-        return (f"{type(self).__name__}(patch_size={self.patch_size}, flatten_patches={self.flatten_patches}, "
-                f"channels_last={self.channels_last})")
+        return (
+            f"{type(self).__name__}(patch_size={self.patch_size}, flatten_patches={self.flatten_patches}, "
+            f"channels_last={self.channels_last})"
+        )

@@ -21,9 +21,11 @@ __all__ = ['BatchOps', 'PrefetchLoader']
 # %% ../nbs/31_prefetch.ipynb #7e4a9da8
 class _Backend:
     "The device half of a `BatchOps`: output memory and the batch maths."
+
     # a weak reference: a cycle loader <-> back end would leave the DataLoader (and its worker processes) to the
     # garbage collector, whose late shutdown of the workers waits seconds on each; by reference count they stop at once
-    def __init__(self, pl: BatchOps): self.pl = weakref.proxy(pl)
+    def __init__(self, pl: BatchOps):
+        self.pl = weakref.proxy(pl)
 
     def empty(self, shape: tuple, channels_last: bool = False) -> torch.Tensor:
         "Memory for an output batch, in the maths' dtype, on the device."
@@ -34,7 +36,8 @@ class _Backend:
         "No jitter: a conversion pass into the output, then one in-place scale-and-shift pass."
         pl, (n, c) = self.pl, x.shape[:2]
         out = self.empty(x.shape, pl.channels_last).copy_(x)
-        if pl.channels_last: return out.mul_(pl._scale).add_(pl._bias)
+        if pl.channels_last:
+            return out.mul_(pl._scale).add_(pl._bias)
         out.view(n, c, -1).mul_(pl._scale.view(1, c, 1)).add_(pl._bias.view(1, c, 1))  # 3-d views: faster kernels
         return out
 
@@ -46,6 +49,7 @@ class _Backend:
 # %% ../nbs/31_prefetch.ipynb #37bab3d9
 class _CpuBackend(_Backend):
     "CPU, torch ops: the step in the consumer's thread, into pooled output buffers."
+
     def __init__(self, pl: BatchOps):
         super().__init__(pl)
         self.pool, self.scratch = BufferPool(pl.num_prefetch + 3), None
@@ -56,28 +60,37 @@ class _CpuBackend(_Backend):
     def prepare(self, x: torch.Tensor, y) -> tuple:
         "(output, targets): the step now (the feeder's CPU lane sets the threads); then the uint8 batch's memory goes back to its collate."
         pl = self.pl
-        try: out = pl._process(x)
+        try:
+            out = pl._process(x)
         finally:  # done reading the uint8 batch (or failed to): its memory may be reused
-            if pl.collate is not None: pl.collate.release(x)
+            if pl.collate is not None:
+                pl.collate.release(x)
         return out, (y.to(pl.device) if isinstance(y, torch.Tensor) else y)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         "uint8 NCHW -> float NCHW, jittered, normalised, clamped; jitter image by image so each float copy stays in cache."
         pl = self.pl
-        if pl.jitter is None: return self.normalize_plain(x)
+        if pl.jitter is None:
+            return self.normalize_plain(x)
         n, c, h, w = x.shape
-        xv = x.contiguous().view(n, c, h * w)  # a channels-last batch from fast_collate: planar for the per-channel views
-        if self.scratch is None or self.scratch.shape != (c, h * w): self.scratch = torch.empty(c, h * w, dtype=pl._calc_dtype)
+        xv = x.contiguous().view(
+            n, c, h * w
+        )  # a channels-last batch from fast_collate: planar for the per-channel views
+        if self.scratch is None or self.scratch.shape != (c, h * w):
+            self.scratch = torch.empty(c, h * w, dtype=pl._calc_dtype)
         s, mu = self.scratch, torch.empty(n, c, dtype=pl._calc_dtype)  # s: one image's float copy, never handed out
-        for i in range(n): torch.mean(s.copy_(xv[i]), 1, out=mu[i])
+        for i in range(n):
+            torch.mean(s.copy_(xv[i]), 1, out=mu[i])
         M, b = self.fold(*jitter_affine(mu, *sample_jitter(n, pl.jitter, pl.generator), pl._gray))
         cl = pl.channels_last
         out = self.empty((n, h, w, c) if cl else (n, c, h, w))
         ov = out.view(n, h * w, c) if cl else out.view(n, c, h * w)
         for i in range(n):
             s.copy_(xv[i])
-            if cl: torch.addmm(b[i].view(1, c), s.t(), M[i].t(), out=ov[i])
-            else: torch.addmm(b[i].view(c, 1), M[i], s, out=ov[i])
+            if cl:
+                torch.addmm(b[i].view(1, c), s.t(), M[i].t(), out=ov[i])
+            else:
+                torch.addmm(b[i].view(c, 1), M[i], s, out=ov[i])
             for ch in range(c):
                 (ov[i, :, ch] if cl else ov[i, ch]).clamp_(pl._lo[ch], pl._hi[ch])  # one clamp at the end (see above)
         return out.permute(0, 3, 1, 2) if cl else out
@@ -85,17 +98,22 @@ class _CpuBackend(_Backend):
 # %% ../nbs/31_prefetch.ipynb #2f740f91
 class _NativeCpuBackend(_CpuBackend):
     "CPU with the C extension: (jitter and) normalisation as a 3x3 matrix and bias per image, and the clamp, in one pass."
+
     def __init__(self, pl: BatchOps, native):
         super().__init__(pl)
         self.native = native  # decode.native when the loader was made
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        if x.is_contiguous(): nhwc = False
-        elif x.is_contiguous(memory_format=torch.channels_last): nhwc = True  # fast_collate's batch of decoded images
-        else: return super().normalize(x)  # another layout: torch ops
+        if x.is_contiguous():
+            nhwc = False
+        elif x.is_contiguous(memory_format=torch.channels_last):
+            nhwc = True  # fast_collate's batch of decoded images
+        else:
+            return super().normalize(x)  # another layout: torch ops
         pl, nat, (n, c, h, w) = self.pl, self.native, x.shape
         xn = (x.permute(0, 2, 3, 1) if nhwc else x).numpy()  # the batch's memory as it lies
-        if pl.jitter is None: A, t = torch.eye(c).expand(n, c, c), torch.zeros(n, c)
+        if pl.jitter is None:
+            A, t = torch.eye(c).expand(n, c, c), torch.zeros(n, c)
         else:
             mu = torch.empty(n, c)
             (nat.channel_means_nhwc if nhwc else nat.channel_means)(xn, mu.numpy(), n, c, h * w)
@@ -108,6 +126,7 @@ class _NativeCpuBackend(_CpuBackend):
 # %% ../nbs/31_prefetch.ipynb #3ea43719
 class _CudaBackend(_Backend):
     "CUDA: the copy and the step of a batch, with the jitter as one batched matrix product."
+
     def prepare(self, x: torch.Tensor, y) -> tuple:
         "(output, targets): the copy from (pinned) host memory and the step, queued where the feeder runs them (its side stream)."
         pl, dev = self.pl, self.pl.device
@@ -117,52 +136,74 @@ class _CudaBackend(_Backend):
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         "uint8 NCHW -> float NCHW, jittered (one batched matrix product), normalised, clamped."
         pl = self.pl
-        if not x.is_contiguous(): x = x.contiguous()  # a channels-last uint8 batch: cheap on the GPU
-        if pl.jitter is None: return self.normalize_plain(x)
+        if not x.is_contiguous():
+            x = x.contiguous()  # a channels-last uint8 batch: cheap on the GPU
+        if pl.jitter is None:
+            return self.normalize_plain(x)
         n, c, h, w = x.shape
         xf = x.to(pl._calc_dtype).view(n, c, h * w)
         factors, order = sample_jitter(n, pl.jitter, pl.generator)
-        M, b = self.fold(*jitter_affine(xf.mean(-1), factors.to(pl.device, non_blocking=True),
-                                        order.to(pl.device, non_blocking=True), pl._gray))
-        if pl.channels_last:  # NHWC memory: compute (x^T M^T) so the result lands channels-last without a transpose pass
+        M, b = self.fold(
+            *jitter_affine(
+                xf.mean(-1), factors.to(pl.device, non_blocking=True), order.to(pl.device, non_blocking=True), pl._gray
+            )
+        )
+        if (
+            pl.channels_last
+        ):  # NHWC memory: compute (x^T M^T) so the result lands channels-last without a transpose pass
             out = self.empty((n, h, w, c))
             torch.baddbmm(b.view(n, 1, c), xf.transpose(1, 2), M.transpose(1, 2), out=out.view(n, h * w, c))
             out = out.permute(0, 3, 1, 2)
         else:
             out = self.empty(x.shape)
             torch.baddbmm(b.view(n, c, 1), M, xf, out=out.view(n, c, h * w))
-        for ch in range(c): out[:, ch].clamp_(pl._lo[ch], pl._hi[ch])  # one clamp at the end (see above)
+        for ch in range(c):
+            out[:, ch].clamp_(pl._lo[ch], pl._hi[ch])  # one clamp at the end (see above)
         return out
+
 
 def _backend_for(pl: BatchOps) -> _Backend:
     "The loader's back end, chosen once: CUDA; CPU with the native pass (built, float32 maths, planar output); CPU torch ops."
-    if pl.device.type == 'cuda': return _CudaBackend(pl)
+    if pl.device.type == 'cuda':
+        return _CudaBackend(pl)
     native = decode.NATIVE.module  # read now, so TIMMDATA_NATIVE=0 or `decode.use_native(False)` is followed
-    if native is not None and pl._calc_dtype == torch.float32 and not pl.channels_last: return _NativeCpuBackend(pl, native)
+    if native is not None and pl._calc_dtype == torch.float32 and not pl.channels_last:
+        return _NativeCpuBackend(pl, native)
     return _CpuBackend(pl)
 
 # %% ../nbs/31_prefetch.ipynb #a6288269
 class BatchOps:
     "The batch step on one device: uint8 NCHW -> float, (jittered,) normalised, erased, cast; its settings and generator."
+
     devices = ('cpu', 'cuda')  # the device types with a back end
-    def __init__(self,
-                 mean: Sequence[float] = IMAGENET_DEFAULT_MEAN, # normalisation mean, in [0, 1] units
-                 std: Sequence[float] = IMAGENET_DEFAULT_STD, # normalisation std, in [0, 1] units
-                 channels: int = 3, # image channels
-                 device: Union[str, torch.device, None] = None, # 'cpu' or 'cuda'; None: CUDA when available, else CPU
-                 img_dtype: Optional[torch.dtype] = None, # output dtype (default float32)
-                 fp16: bool = False, # deprecated (timm): same as img_dtype=torch.float16
-                 re_prob: float = 0., # random erasing probability per image (0: off)
-                 re_mode: str = 'const', # random erasing fill: 'const', 'rand' or 'pixel'
-                 re_count: int = 1, # max erased regions per image
-                 re_num_splits: int = 0, # leave the first split of the batch un-erased (augmentation splits)
-                 channels_last: bool = False, # hand out channels-last (NHWC-strided) batches
-                 color_jitter=None, # brightness/contrast/saturation strength: a float, a 3-tuple, or ranges; None: off
-                 num_prefetch: Optional[int] = None, # batches prepared ahead of the one the consumer holds; None: 1 on a GPU, 0 on the CPU
-                 seed: Optional[int] = None, # seed of this loader's generator (jitter); None: drawn from torch's RNG and the rank
-                 cpu_threads: Optional[int] = 1, # torch threads for the maths on a CPU device (the workers need the cores); None: torch's setting
-                 collate: Optional[BatchCollate] = None, # takes each uint8 batch's memory back once read (CPU), e.g. a BatchRing
-                ):
+
+    def __init__(
+        self,
+        mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,  # normalisation mean, in [0, 1] units
+        std: Sequence[float] = IMAGENET_DEFAULT_STD,  # normalisation std, in [0, 1] units
+        channels: int = 3,  # image channels
+        device: Union[str, torch.device, None] = None,  # 'cpu' or 'cuda'; None: CUDA when available, else CPU
+        img_dtype: Optional[torch.dtype] = None,  # output dtype (default float32)
+        fp16: bool = False,  # deprecated (timm): same as img_dtype=torch.float16
+        re_prob: float = 0.0,  # random erasing probability per image (0: off)
+        re_mode: str = 'const',  # random erasing fill: 'const', 'rand' or 'pixel'
+        re_count: int = 1,  # max erased regions per image
+        re_num_splits: int = 0,  # leave the first split of the batch un-erased (augmentation splits)
+        channels_last: bool = False,  # hand out channels-last (NHWC-strided) batches
+        color_jitter=None,  # brightness/contrast/saturation strength: a float, a 3-tuple, or ranges; None: off
+        num_prefetch: Optional[
+            int
+        ] = None,  # batches prepared ahead of the one the consumer holds; None: 1 on a GPU, 0 on the CPU
+        seed: Optional[
+            int
+        ] = None,  # seed of this loader's generator (jitter); None: drawn from torch's RNG and the rank
+        cpu_threads: Optional[
+            int
+        ] = 1,  # torch threads for the maths on a CPU device (the workers need the cores); None: torch's setting
+        collate: Optional[
+            BatchCollate
+        ] = None,  # takes each uint8 batch's memory back once read (CPU), e.g. a BatchRing
+    ):
         if num_prefetch is not None and (not isinstance(num_prefetch, int) or num_prefetch < 0):
             raise ValueError(f"num_prefetch must be None or an int >= 0; got {num_prefetch!r}")
         self.device = resolve_device(device, self.devices)
@@ -170,24 +211,36 @@ class BatchOps:
         # on a GPU the copy and the maths of the next batch overlap the consumer's step; on the CPU they run in the
         # consumer's thread either way, so working ahead would only delay each epoch's first batch and hold one more
         self.num_prefetch = (1 if self.is_cuda else 0) if num_prefetch is None else num_prefetch
-        self.channels, self.channels_last, self.cpu_threads, self.collate = channels, channels_last, cpu_threads, collate
+        self.channels, self.channels_last, self.cpu_threads, self.collate = (
+            channels,
+            channels_last,
+            cpu_threads,
+            collate,
+        )
         self.img_dtype = torch.float16 if fp16 else (img_dtype or torch.float32)
-        if not self.img_dtype.is_floating_point: raise ValueError(f"img_dtype must be a floating dtype; got {self.img_dtype}")
+        if not self.img_dtype.is_floating_point:
+            raise ValueError(f"img_dtype must be a floating dtype; got {self.img_dtype}")
         # the maths runs in img_dtype on a GPU; on the CPU half types are slow, so float32 then one cast
         self._calc_dtype = self.img_dtype if (self.is_cuda or self.img_dtype == torch.float64) else torch.float32
         self._set_stats(expand_channel_stats(mean, channels, 'mean'), expand_channel_stats(std, channels, 'std'))
         self.jitter = jitter_ranges(color_jitter)
         if self.jitter is not None and channels not in (1, 3):
             raise ValueError(f"color_jitter needs 1 or 3 channels; got channels={channels}")
-        self._gray = GRAY_WEIGHTS if channels == 3 else (1.,)
+        self._gray = GRAY_WEIGHTS if channels == 3 else (1.0,)
         self.generator = torch.Generator().manual_seed(rank_seed(seed))
-        self.random_erasing = RandomErasing(probability=re_prob, mode=re_mode, max_count=re_count, num_splits=re_num_splits,
-                                            device=self.device) if re_prob > 0. else None
+        self.random_erasing = (
+            RandomErasing(
+                probability=re_prob, mode=re_mode, max_count=re_count, num_splits=re_num_splits, device=self.device
+            )
+            if re_prob > 0.0
+            else None
+        )
         self.backend = _backend_for(self)
 
     def _set_stats(self, mean: tuple, std: tuple):
         "(x/255 - mean)/std = x*scale + bias, and the range a [0, 1] image has after it (for the clamps)."
-        if min(std) <= 0: raise ValueError(f"std must be > 0; got {std}")
+        if min(std) <= 0:
+            raise ValueError(f"std must be > 0; got {std}")
         self.mean, self.std, c = mean, std, len(mean)
         m, s = torch.tensor(mean, dtype=torch.float64), torch.tensor(std, dtype=torch.float64)
         self._scale = (1 / (255 * s)).to(device=self.device, dtype=self._calc_dtype).view(1, c, 1, 1)
@@ -207,79 +260,133 @@ class BatchOps:
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         "A uint8 NCHW batch on the device -> floats in the maths' dtype, (jittered,) normalised, clamped."
         return self.backend.normalize(x)
+
     def erase(self, x: torch.Tensor) -> torch.Tensor:
         "Random erasing of the float batch (unchanged when `re_prob` is 0)."
         return x if self.random_erasing is None else self.random_erasing(x)
+
     def cast(self, x: torch.Tensor) -> torch.Tensor:
         "The batch in the output dtype."
         return x if x.dtype == self.img_dtype else x.to(self.img_dtype)
+
     def seed(self, seed: int):
         "Seed the generator of the batch's draws (jitter; erasing too after `erasing_from_generator`)."
         self.generator.manual_seed(seed)
+
     def erasing_from_generator(self):
         "Let the erasing draw from this step's generator, not torch's global one (so a seeded batch is repeatable)."
-        if self.random_erasing is not None: self.random_erasing.generator = self.generator
+        if self.random_erasing is not None:
+            self.random_erasing.generator = self.generator
 
-def _empty(batch) -> bool: return batch[0].numel() == 0  # every sample of the batch was skipped
+
+def _empty(batch) -> bool:
+    return batch[0].numel() == 0  # every sample of the batch was skipped
+
 
 class PrefetchLoader(BatchOps):
     "Wraps a uint8 batch loader: moves each batch to `device` ahead of use, converts, jitters, normalises and erases there."
-    def __init__(self,
-                 loader, # yields (uint8 NCHW images, targets), e.g. a DataLoader with `fast_collate`
-                 mean: Sequence[float] = IMAGENET_DEFAULT_MEAN, # normalisation mean, in [0, 1] units
-                 std: Sequence[float] = IMAGENET_DEFAULT_STD, # normalisation std, in [0, 1] units
-                 channels: int = 3, # image channels
-                 device: Union[str, torch.device, None] = None, # 'cpu' or 'cuda'; None: CUDA when available, else CPU
-                 img_dtype: Optional[torch.dtype] = None, # output dtype (default float32)
-                 fp16: bool = False, # deprecated (timm): same as img_dtype=torch.float16
-                 re_prob: float = 0., # random erasing probability per image (0: off)
-                 re_mode: str = 'const', # random erasing fill: 'const', 'rand' or 'pixel'
-                 re_count: int = 1, # max erased regions per image
-                 re_num_splits: int = 0, # leave the first split of the batch un-erased (augmentation splits)
-                 channels_last: bool = False, # hand out channels-last (NHWC-strided) batches
-                 color_jitter=None, # brightness/contrast/saturation strength: a float, a 3-tuple, or ranges; None: off
-                 num_prefetch: Optional[int] = None, # batches prepared ahead of the one the consumer holds; None: 1 on a GPU, 0 on the CPU
-                 seed: Optional[int] = None, # seed of this loader's generator (jitter); None: drawn from torch's RNG and the rank
-                 cpu_threads: Optional[int] = 1, # torch threads for the maths on a CPU device (the workers need the cores); None: torch's setting
-                ):
+
+    def __init__(
+        self,
+        loader,  # yields (uint8 NCHW images, targets), e.g. a DataLoader with `fast_collate`
+        mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,  # normalisation mean, in [0, 1] units
+        std: Sequence[float] = IMAGENET_DEFAULT_STD,  # normalisation std, in [0, 1] units
+        channels: int = 3,  # image channels
+        device: Union[str, torch.device, None] = None,  # 'cpu' or 'cuda'; None: CUDA when available, else CPU
+        img_dtype: Optional[torch.dtype] = None,  # output dtype (default float32)
+        fp16: bool = False,  # deprecated (timm): same as img_dtype=torch.float16
+        re_prob: float = 0.0,  # random erasing probability per image (0: off)
+        re_mode: str = 'const',  # random erasing fill: 'const', 'rand' or 'pixel'
+        re_count: int = 1,  # max erased regions per image
+        re_num_splits: int = 0,  # leave the first split of the batch un-erased (augmentation splits)
+        channels_last: bool = False,  # hand out channels-last (NHWC-strided) batches
+        color_jitter=None,  # brightness/contrast/saturation strength: a float, a 3-tuple, or ranges; None: off
+        num_prefetch: Optional[
+            int
+        ] = None,  # batches prepared ahead of the one the consumer holds; None: 1 on a GPU, 0 on the CPU
+        seed: Optional[
+            int
+        ] = None,  # seed of this loader's generator (jitter); None: drawn from torch's RNG and the rank
+        cpu_threads: Optional[
+            int
+        ] = 1,  # torch threads for the maths on a CPU device (the workers need the cores); None: torch's setting
+    ):
         fn = getattr(loader, 'collate_fn', None)  # any iterable of batches will do: only a DataLoader has a collate_fn
-        super().__init__(mean=mean, std=std, channels=channels, device=device, img_dtype=img_dtype, fp16=fp16, re_prob=re_prob,
-                         re_mode=re_mode, re_count=re_count, re_num_splits=re_num_splits, channels_last=channels_last,
-                         color_jitter=color_jitter, num_prefetch=num_prefetch, seed=seed, cpu_threads=cpu_threads,
-                         collate=fn if isinstance(fn, BatchCollate) else None)  # released batches go back to it (e.g. a BatchRing)
+        super().__init__(
+            mean=mean,
+            std=std,
+            channels=channels,
+            device=device,
+            img_dtype=img_dtype,
+            fp16=fp16,
+            re_prob=re_prob,
+            re_mode=re_mode,
+            re_count=re_count,
+            re_num_splits=re_num_splits,
+            channels_last=channels_last,
+            color_jitter=color_jitter,
+            num_prefetch=num_prefetch,
+            seed=seed,
+            cpu_threads=cpu_threads,
+            collate=fn if isinstance(fn, BatchCollate) else None,
+        )  # released batches go back to it (e.g. a BatchRing)
         self.loader = loader
-        self.feeder = DeviceFeeder(loader, weak_method(self._step), self.device, self.num_prefetch, skip=_empty,
-                                   collate=self.collate, cpu_threads=self.cpu_threads)
+        self.feeder = DeviceFeeder(
+            loader,
+            weak_method(self._step),
+            self.device,
+            self.num_prefetch,
+            skip=_empty,
+            collate=self.collate,
+            cpu_threads=self.cpu_threads,
+        )
 
     def _step(self, batch, mark) -> tuple:
         "The per-batch step the feeder runs: (the batch's float images on the device, its targets there)."
         x, y = batch
         return self.backend.prepare(x, y)
 
-    def __iter__(self): yield from self.feeder  # the generator holds this loader while it runs
-    def __len__(self) -> int: return len(self.loader)
+    def __iter__(self):
+        yield from self.feeder  # the generator holds this loader while it runs
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
     @property
     def stream(self):
         "The side CUDA stream (made at the first batch, then kept for the loader's life); None on the CPU."
         return self.feeder.lane.stream
+
     @property
-    def sampler(self): return self.loader.sampler
+    def sampler(self):
+        return self.loader.sampler
+
     @property
-    def batch_sampler(self): return self.loader.batch_sampler
+    def batch_sampler(self):
+        return self.loader.batch_sampler
+
     @property
-    def dataset(self): return self.loader.dataset
+    def dataset(self):
+        return self.loader.dataset
 
     @property
     def mixup_enabled(self) -> bool:
         "Pass-through to a mixing collate (e.g. FastCollateMixup); False without one."
         return bool(self.collate.mixup_enabled) if self.collate is not None and self.collate.mixes else False
+
     @mixup_enabled.setter
     def mixup_enabled(self, on: bool):
-        if self.collate is not None and self.collate.mixes: self.collate.mixup_enabled = on
+        if self.collate is not None and self.collate.mixes:
+            self.collate.mixup_enabled = on
 
     def set_epoch(self, epoch: int):
         "Passes the epoch to the sampler (distributed shuffling) and the dataset, where they take one."
         seen = set()
-        for obj in (getattr(self.loader, 'sampler', None), getattr(self.loader, 'batch_sampler', None), getattr(self.loader, 'dataset', None)):
+        for obj in (
+            getattr(self.loader, 'sampler', None),
+            getattr(self.loader, 'batch_sampler', None),
+            getattr(self.loader, 'dataset', None),
+        ):
             if obj is not None and id(obj) not in seen and callable(getattr(obj, 'set_epoch', None)):
-                seen.add(id(obj)); obj.set_epoch(epoch)
+                seen.add(id(obj))
+                obj.set_epoch(epoch)

@@ -13,37 +13,47 @@ __all__ = ['RandomErasing']
 # %% ../nbs/13_random_erasing.ipynb #aca8e449
 _RE_MODES = ('const', 'rand', 'pixel')
 
+
 def _check_prob(name, v):
-    if not (isinstance(v, (int, float)) and 0. <= v <= 1.):
+    if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
         raise ValueError(f"{name} must be a probability in [0, 1]; got {v!r}")
 
 # %% ../nbs/13_random_erasing.ipynb #8d12401a
 class RandomErasing:
     "Erase random boxes of normalised float images (CHW) or batches (NCHW), all boxes of a batch drawn at once."
-    def __init__(self,
-                 probability: float = 0.5, # chance that an image gets erased at all
-                 min_area: float = 0.02, # smallest erased fraction of the image area (per image, split over its boxes)
-                 max_area: float = 1/3, # largest erased fraction of the image area
-                 min_aspect: float = 0.3, # smallest box height/width ratio
-                 max_aspect: float | None = None, # largest ratio; default 1/min_aspect
-                 mode: str = 'const', # fill: 'const' (zeros), 'rand' (one normal colour per box), 'pixel' (normal noise)
-                 min_count: int = 1, # fewest boxes per erased image
-                 max_count: int | None = None, # most boxes per erased image; default min_count
-                 num_splits: int = 0, # with > 1, the first batch_size // num_splits images stay clean (AugMix)
-                 device: str = 'cuda', # kept for timm's signature; erasing always happens on the input's device
-                 generator: torch.Generator | None = None, # CPU generator for the boxes (and CPU noise); None: torch's global one
-                ):
+
+    def __init__(
+        self,
+        probability: float = 0.5,  # chance that an image gets erased at all
+        min_area: float = 0.02,  # smallest erased fraction of the image area (per image, split over its boxes)
+        max_area: float = 1 / 3,  # largest erased fraction of the image area
+        min_aspect: float = 0.3,  # smallest box height/width ratio
+        max_aspect: float | None = None,  # largest ratio; default 1/min_aspect
+        mode: str = 'const',  # fill: 'const' (zeros), 'rand' (one normal colour per box), 'pixel' (normal noise)
+        min_count: int = 1,  # fewest boxes per erased image
+        max_count: int | None = None,  # most boxes per erased image; default min_count
+        num_splits: int = 0,  # with > 1, the first batch_size // num_splits images stay clean (AugMix)
+        device: str = 'cuda',  # kept for timm's signature; erasing always happens on the input's device
+        generator: torch.Generator
+        | None = None,  # CPU generator for the boxes (and CPU noise); None: torch's global one
+    ):
         _check_prob('probability', probability)
-        if not 0. <= min_area <= max_area <= 1.:
-            raise ValueError(f"RandomErasing needs 0 <= min_area <= max_area <= 1; got min_area={min_area!r}, max_area={max_area!r}")
+        if not 0.0 <= min_area <= max_area <= 1.0:
+            raise ValueError(
+                f"RandomErasing needs 0 <= min_area <= max_area <= 1; got min_area={min_area!r}, max_area={max_area!r}"
+            )
         if not (isinstance(min_aspect, (int, float)) and min_aspect > 0):
             raise ValueError(f"min_aspect must be > 0; got {min_aspect!r}")
         max_aspect = max_aspect or 1 / min_aspect
         if not min_aspect <= max_aspect:
-            raise ValueError(f"RandomErasing needs 0 < min_aspect <= max_aspect; got min_aspect={min_aspect!r}, max_aspect={max_aspect!r}")
+            raise ValueError(
+                f"RandomErasing needs 0 < min_aspect <= max_aspect; got min_aspect={min_aspect!r}, max_aspect={max_aspect!r}"
+            )
         max_count = max_count or min_count
         if not (isinstance(min_count, int) and isinstance(max_count, int) and 0 <= min_count <= max_count):
-            raise ValueError(f"RandomErasing needs integers 0 <= min_count <= max_count; got min_count={min_count!r}, max_count={max_count!r}")
+            raise ValueError(
+                f"RandomErasing needs integers 0 <= min_count <= max_count; got min_count={min_count!r}, max_count={max_count!r}"
+            )
         mode = (mode or 'const').lower()
         if mode not in _RE_MODES:
             raise ValueError(f"mode must be one of 'const', 'rand', 'pixel'; got {mode!r}")
@@ -57,24 +67,32 @@ class RandomErasing:
     def __call__(self, input: torch.Tensor) -> torch.Tensor:
         "Erase `input` (CHW or NCHW float) in place and return it."
         if not isinstance(input, torch.Tensor) or input.ndim not in (3, 4):
-            raise ValueError(f"RandomErasing expects a CHW or NCHW tensor; got {type(input).__name__} of shape {tuple(getattr(input, 'shape', ()))}")
+            raise ValueError(
+                f"RandomErasing expects a CHW or NCHW tensor; got {type(input).__name__} of shape {tuple(getattr(input, 'shape', ()))}"
+            )
         if not input.is_floating_point():
-            raise ValueError(f"RandomErasing expects a normalised float tensor; got dtype {input.dtype} (normalise first)")
+            raise ValueError(
+                f"RandomErasing expects a normalised float tensor; got dtype {input.dtype} (normalise first)"
+            )
         x = input if input.ndim == 4 else input[None]
         start = x.shape[0] // self.num_splits if self.num_splits > 1 else 0
         x = x[start:]
-        if x.shape[0]: self.erase(x, self.get_params(x.shape[0], x.shape[-2], x.shape[-1]))
+        if x.shape[0]:
+            self.erase(x, self.get_params(x.shape[0], x.shape[-2], x.shape[-1]))
         return input
 
     def __repr__(self):
-        return f"{type(self).__name__}(p={self.probability}, mode={self.mode}, count=({self.min_count}, {self.max_count}))"
+        return (
+            f"{type(self).__name__}(p={self.probability}, mode={self.mode}, count=({self.min_count}, {self.max_count}))"
+        )
 
-    def get_params(self,
-                   batch_size: int, # number of images
-                   img_h: int, # image height
-                   img_w: int, # image width
-                   attempts: int = 10, # tries per box before it is given up, as timm
-                  ) -> torch.Tensor:
+    def get_params(
+        self,
+        batch_size: int,  # number of images
+        img_h: int,  # image height
+        img_w: int,  # image width
+        attempts: int = 10,  # tries per box before it is given up, as timm
+    ) -> torch.Tensor:
         "All boxes of a batch at once: int64 (batch_size, max_count, 4) of (top, left, height, width); unused slots are 0x0."
         g, B, K = self.generator, batch_size, max(self.max_count, 1)
         dt = torch.float64  # Python floats, as in timm's per-box arithmetic
@@ -95,14 +113,17 @@ class RandomErasing:
         left = (torch.rand(B, K, generator=g, dtype=dt) * (img_w - w + 1)).floor().long()
         return torch.stack([top, left, h, w], -1)
 
-    def erase(self,
-              x: torch.Tensor, # NCHW float batch, changed in place
-              boxes: torch.Tensor, # (N, K, 4) boxes from `get_params`
-              how: str | None = None, # 'mask' (one broadcast pass), 'slice' (one copy per box), None: 'slice' on CPU, else 'mask'
-             ) -> torch.Tensor:
+    def erase(
+        self,
+        x: torch.Tensor,  # NCHW float batch, changed in place
+        boxes: torch.Tensor,  # (N, K, 4) boxes from `get_params`
+        how: str
+        | None = None,  # 'mask' (one broadcast pass), 'slice' (one copy per box), None: 'slice' on CPU, else 'mask'
+    ) -> torch.Tensor:
         "Fill `boxes` of the batch `x` in place, in this eraser's mode."
         how = how or ('slice' if x.device.type == 'cpu' else 'mask')
-        if how not in ('mask', 'slice'): raise ValueError(f"how must be 'mask', 'slice' or None; got {how!r}")
+        if how not in ('mask', 'slice'):
+            raise ValueError(f"how must be 'mask', 'slice' or None; got {how!r}")
         B, C, H, W = x.shape
         g = self.generator if x.device.type == 'cpu' else None
         colour = None
@@ -110,11 +131,15 @@ class RandomErasing:
             colour = torch.randn(B, boxes.shape[1], C, generator=g, device=x.device).to(x.dtype)
         if how == 'slice':  # CPU: touch only the erased pixels, one slice per box
             for b, k, (t, l, h, w) in ((b, k, bx) for b, row in enumerate(boxes.tolist()) for k, bx in enumerate(row)):
-                if h == 0: continue
-                patch = x[b, :, t:t + h, l:l + w]
-                if self.mode == 'const': patch.zero_()
-                elif self.mode == 'rand': patch.copy_(colour[b, k, :, None, None])
-                else: patch.copy_(torch.randn(C, h, w, generator=g))
+                if h == 0:
+                    continue
+                patch = x[b, :, t : t + h, l : l + w]
+                if self.mode == 'const':
+                    patch.zero_()
+                elif self.mode == 'rand':
+                    patch.copy_(colour[b, k, :, None, None])
+                else:
+                    patch.copy_(torch.randn(C, h, w, generator=g))
             return x
         boxes = boxes.to(x.device, non_blocking=True)
         top, left, h, w = boxes.unbind(-1)
@@ -127,6 +152,7 @@ class RandomErasing:
                 torch.where(masks[:, k, None], colour[:, k, :, None, None], x, out=x)
             return x
         mask = masks.any(1)[:, None]  # (B, 1, H, W)
-        if self.mode == 'const': return x.masked_fill_(mask, 0)
+        if self.mode == 'const':
+            return x.masked_fill_(mask, 0)
         noise = torch.randn(int(mask.sum()) * C, generator=g, device=x.device).to(x.dtype)
         return x.masked_scatter_(mask.expand_as(x), noise)

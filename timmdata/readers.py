@@ -20,6 +20,7 @@ __all__ = ['IMG_EXTENSIONS', 'natural_key', 'unset', 'get_img_extensions', 'is_i
 # %% ../nbs/05_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
 
+
 def natural_key(s: str) -> list:
     "Sort key that orders digit runs by value and ignores case: 'img2' < 'img10', as timm sorts."
     # split with a capture group alternates text, digits, text, ...: odd positions are the digit runs
@@ -28,24 +29,34 @@ def natural_key(s: str) -> list:
 # %% ../nbs/05_readers.ipynb #979d9248
 class _Strings:
     "A read-only list of strings stored as one UTF-8 blob plus offsets (no per-item Python objects to fork)."
+
     def __init__(self, items: Iterable[str]):
         enc = [s.encode('utf-8', 'surrogateescape') for s in items]
         self._blob = b''.join(enc)
         lens = np.array([len(e) for e in enc], dtype=np.int64)
         self._ends = np.cumsum(lens)
         self._starts = self._ends - lens
-    def __len__(self): return len(self._ends)
+
+    def __len__(self):
+        return len(self._ends)
+
     def __getitem__(self, i: int) -> str:
-        return self._blob[self._starts[i]:self._ends[i]].decode('utf-8', 'surrogateescape')
-    def __iter__(self): return (self[i] for i in range(len(self)))
+        return self._blob[self._starts[i] : self._ends[i]].decode('utf-8', 'surrogateescape')
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
 
 # %% ../nbs/05_readers.ipynb #c050bf0b
 IMG_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif', '.tiff', '.webp')
 
+
 def _ext_set(extensions) -> frozenset:
-    exts = IMG_EXTENSIONS if extensions is None else ((extensions,) if isinstance(extensions, str) else tuple(extensions))
+    exts = (
+        IMG_EXTENSIONS if extensions is None else ((extensions,) if isinstance(extensions, str) else tuple(extensions))
+    )
     bad = [e for e in exts if not (isinstance(e, str) and e.startswith('.') and len(e) > 1)]
-    if bad or not exts: raise ValueError(f"extensions must be a non-empty list of strings like '.jpg'; got {extensions!r}")
+    if bad or not exts:
+        raise ValueError(f"extensions must be a non-empty list of strings like '.jpg'; got {extensions!r}")
     return frozenset(e.lower() for e in exts)
 
 # %% ../nbs/05_readers.ipynb #d6a6c69c
@@ -53,164 +64,257 @@ def unset(value) -> bool:
     "True for timm's \"not given\": None or an empty string (train.py passes `class_map=''`, `split=''`)."
     return value is None or (isinstance(value, str) and not value)
 
-def get_img_extensions(as_set: bool = False): return set(IMG_EXTENSIONS) if as_set else tuple(IMG_EXTENSIONS)
-def is_img_extension(ext: str) -> bool: return ext in IMG_EXTENSIONS
-def add_img_extensions(ext): set_img_extensions(IMG_EXTENSIONS + ((ext,) if isinstance(ext, str) else tuple(ext)))
-def del_img_extensions(ext): set_img_extensions(tuple(e for e in IMG_EXTENSIONS if e not in ({ext} if isinstance(ext, str) else set(ext))))
-def set_img_extensions(extensions): # extensions like '.jpg', in order; duplicates are dropped
+
+def get_img_extensions(as_set: bool = False):
+    return set(IMG_EXTENSIONS) if as_set else tuple(IMG_EXTENSIONS)
+
+
+def is_img_extension(ext: str) -> bool:
+    return ext in IMG_EXTENSIONS
+
+
+def add_img_extensions(ext):
+    set_img_extensions(IMG_EXTENSIONS + ((ext,) if isinstance(ext, str) else tuple(ext)))
+
+
+def del_img_extensions(ext):
+    set_img_extensions(tuple(e for e in IMG_EXTENSIONS if e not in ({ext} if isinstance(ext, str) else set(ext))))
+
+
+def set_img_extensions(extensions):  # extensions like '.jpg', in order; duplicates are dropped
     "Replace the image extensions readers accept (timm's function; `get_`, `is_`, `add_`, `del_img_extensions` too)."
     global IMG_EXTENSIONS
     _ext_set(extensions)  # the check
     IMG_EXTENSIONS = tuple(dict.fromkeys(extensions))
 
 # %% ../nbs/05_readers.ipynb #99c7b71a
-def load_class_map(class_map, # dict {class name: index}, or a .txt file (one class per line; relative to `root` if not found as given)
-                   root=None, # folder to resolve a relative .txt path against
-                  ) -> dict:
+def load_class_map(
+    class_map,  # dict {class name: index}, or a .txt file (one class per line; relative to `root` if not found as given)
+    root=None,  # folder to resolve a relative .txt path against
+) -> dict:
     "Class-name-to-index dict from a dict or a one-class-per-line .txt file."
     if isinstance(class_map, dict):
-        if not class_map: raise ValueError('class_map is an empty dict; give at least one class')
+        if not class_map:
+            raise ValueError('class_map is an empty dict; give at least one class')
         return dict(class_map)
     path = Path(class_map)
-    if not path.exists() and root is not None and (Path(root) / path).exists(): path = Path(root) / path
-    if not path.exists(): raise FileNotFoundError(f'class_map file {str(class_map)!r} does not exist (also looked in root {str(root)!r})')
-    if path.suffix.lower() != '.txt': raise ValueError(f'class_map must be a dict or a .txt file with one class per line; got {str(class_map)!r}')
+    if not path.exists() and root is not None and (Path(root) / path).exists():
+        path = Path(root) / path
+    if not path.exists():
+        raise FileNotFoundError(f'class_map file {str(class_map)!r} does not exist (also looked in root {str(root)!r})')
+    if path.suffix.lower() != '.txt':
+        raise ValueError(f'class_map must be a dict or a .txt file with one class per line; got {str(class_map)!r}')
     lines = path.read_text(encoding='utf-8').splitlines()
     out = {l.strip(): i for i, l in enumerate(lines) if l.strip()}
-    if not out: raise ValueError(f'class_map file {str(path)!r} names no classes')
+    if not out:
+        raise ValueError(f'class_map file {str(path)!r} names no classes')
     return out
 
 # %% ../nbs/05_readers.ipynb #c6dd4055
 class Reader:
     "Base class: a list of `(src, target)` samples, where src is a path, bytes, or a decoded uint8 HWC array."
+
     root: str
     class_to_idx: dict
     _targets: np.ndarray
-    def __len__(self) -> int: return len(self._targets)
-    def __getitem__(self, i: int): raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self._targets)
+
+    def __getitem__(self, i: int):
+        raise NotImplementedError
+
     @property
     def classes(self) -> list:
         "Class names in index order."
         return sorted(self.class_to_idx, key=self.class_to_idx.__getitem__)
+
     @property
     def targets(self) -> list:
         "The integer label of every sample."
         return self._targets.tolist()
-    def _filename(self, i: int) -> str: raise NotImplementedError
-    def filename(self, i: int, # sample index
-                 basename: bool = False, # only the file's name
-                 absolute: bool = False, # the absolute path (else relative to the reader's root)
-                ) -> str:
+
+    def _filename(self, i: int) -> str:
+        raise NotImplementedError
+
+    def filename(
+        self,
+        i: int,  # sample index
+        basename: bool = False,  # only the file's name
+        absolute: bool = False,  # the absolute path (else relative to the reader's root)
+    ) -> str:
         "Name of sample `i`'s file."
         rel = self._filename(i)
-        if basename: return os.path.basename(rel)
+        if basename:
+            return os.path.basename(rel)
         return os.path.abspath(os.path.join(self.root, rel)) if absolute else rel
+
     def filenames(self, basename: bool = False, absolute: bool = False) -> list:
         "Names of all samples' files, in sample order."
         return [self.filename(i, basename, absolute) for i in range(len(self))]
-    def __repr__(self): return f'{type(self).__name__}(root={self.root!r}, samples={len(self)}, classes={len(self.class_to_idx)})'
+
+    def __repr__(self):
+        return f'{type(self).__name__}(root={self.root!r}, samples={len(self)}, classes={len(self.class_to_idx)})'
 
 # %% ../nbs/05_readers.ipynb #6a181615
 def _check_root(root) -> str:
     root = os.fspath(root)
-    if not os.path.exists(root): raise FileNotFoundError(f'dataset root {root!r} does not exist')
+    if not os.path.exists(root):
+        raise FileNotFoundError(f'dataset root {root!r} does not exist')
     return root
+
 
 def _index_classes(labels: list, class_map, root) -> dict:
     "class_to_idx from the class map, or natural order of the labels found."
-    if not unset(class_map): return load_class_map(class_map, root)
+    if not unset(class_map):
+        return load_class_map(class_map, root)
     return {c: i for i, c in enumerate(sorted(set(labels), key=natural_key))}
+
 
 class NoImagesError(RuntimeError):
     "A dataset root holds no images that a reader accepts (or none of the classes asked for)."
 
+
 def _no_images(root, exts, class_map=None, found=()) -> NoImagesError:
     if class_map is not None and found:
-        return NoImagesError(f'none of the images under {root!r} belong to a class in class_map; classes found: {sorted(found)[:10]}')
-    return NoImagesError(f'found no images under {root!r}; accepted extensions are {", ".join(sorted(exts))} '
-                        f'(pass extensions=... to accept others)')
+        return NoImagesError(
+            f'none of the images under {root!r} belong to a class in class_map; classes found: {sorted(found)[:10]}'
+        )
+    return NoImagesError(
+        f'found no images under {root!r}; accepted extensions are {", ".join(sorted(exts))} '
+        f'(pass extensions=... to accept others)'
+    )
+
 
 class FolderReader(Reader):
     "Images in a folder tree, one class per leaf folder, in timm's natural sort order."
-    def __init__(self, root, # the folder to scan (recursively)
-                 class_map=None, # dict or .txt: keep only these classes, with these indices
-                 extensions=None, # accepted file extensions (default `IMG_EXTENSIONS`), matched ignoring case
-                 follow_links: bool = False, # also follow symbolic links that lead out of `root` (a tree you made)
-                ):
+
+    def __init__(
+        self,
+        root,  # the folder to scan (recursively)
+        class_map=None,  # dict or .txt: keep only these classes, with these indices
+        extensions=None,  # accepted file extensions (default `IMG_EXTENSIONS`), matched ignoring case
+        follow_links: bool = False,  # also follow symbolic links that lead out of `root` (a tree you made)
+    ):
         self.root = _check_root(root)
         exts = _ext_set(extensions)
         rels, labels = [], []
         folders, skipped = walk_tree(self.root, follow_links)
-        if skipped: warnings.warn(f'{self.root!r}: skipped {len(skipped)} symbolic link(s) that lead out of the dataset root (e.g. '
-                                  f'{skipped[0][0]!r} -> {skipped[0][1]!r}); pass follow_links=True to read them', stacklevel=2)
+        if skipped:
+            warnings.warn(
+                f'{self.root!r}: skipped {len(skipped)} symbolic link(s) that lead out of the dataset root (e.g. '
+                f'{skipped[0][0]!r} -> {skipped[0][1]!r}); pass follow_links=True to read them',
+                stacklevel=2,
+            )
         for rd, files in folders:
             for f in files:
                 if os.path.splitext(f)[1].lower() in exts:
-                    rels.append(os.path.join(rd, f)); labels.append(os.path.basename(rd))
+                    rels.append(os.path.join(rd, f))
+                    labels.append(os.path.basename(rd))
         self.class_to_idx = _index_classes(labels, class_map, self.root)
         keep = sorted((natural_key(r), r, self.class_to_idx[l]) for r, l in zip(rels, labels) if l in self.class_to_idx)
-        if not keep: raise _no_images(self.root, exts, class_map, set(labels))
+        if not keep:
+            raise _no_images(self.root, exts, class_map, set(labels))
         self._rel = _Strings(k[1] for k in keep)
         self._targets = np.array([k[2] for k in keep], dtype=np.int64)
         self._prefix = os.path.join(self.root, '')  # paths are built by concatenation: no os.path call per sample
-    def __getitem__(self, i: int): return self._prefix + self._rel[i], int(self._targets[i])
-    def _filename(self, i): return self._rel[i]
+
+    def __getitem__(self, i: int):
+        return self._prefix + self._rel[i], int(self._targets[i])
+
+    def _filename(self, i):
+        return self._rel[i]
 
 # %% ../nbs/05_readers.ipynb #2afd0887
 def _scan_tar(path: str, exts) -> list:
     "(member name, data offset, size) of every accepted regular file in an uncompressed tar."
     try:  # opening, and reading every header (a cut or damaged one raises there, naming no file)
         with tarfile.open(path, mode='r:') as tf:
-            rows = [(m.name, m.offset_data, m.size) for m in tf if m.isreg() and not m.issparse() and os.path.splitext(m.name)[1].lower() in exts]
-            end = tf.offset  # where tarfile stopped: it ends quietly at a header cut short, or a damaged one, after the first
+            rows = [
+                (m.name, m.offset_data, m.size)
+                for m in tf
+                if m.isreg() and not m.issparse() and os.path.splitext(m.name)[1].lower() in exts
+            ]
+            end = (
+                tf.offset
+            )  # where tarfile stopped: it ends quietly at a header cut short, or a damaged one, after the first
     except tarfile.TarError as e:
-        raise ValueError(f'{path!r} is not an uncompressed tar, or is damaged or truncated ({e}): compressed tars cannot be read '
-                         f'by offset (unpack them or re-create with `tar cf`); copy or write a damaged one again') from e
-    with open(path, 'rb') as f: f.seek(end); marker = f.read(512)
-    if len(marker) < 512 or marker.count(0) != 512:  # a whole tar ends in zero blocks: anything else would drop samples silently
-        raise ValueError(f'{path!r} is truncated or damaged at byte {end:,} (after {len(rows)} images): no end-of-archive '
-                         f'marker there; copy or write the tar again (`timmdata check` lists damaged files)')
+        raise ValueError(
+            f'{path!r} is not an uncompressed tar, or is damaged or truncated ({e}): compressed tars cannot be read '
+            f'by offset (unpack them or re-create with `tar cf`); copy or write a damaged one again'
+        ) from e
+    with open(path, 'rb') as f:
+        f.seek(end)
+        marker = f.read(512)
+    if (
+        len(marker) < 512 or marker.count(0) != 512
+    ):  # a whole tar ends in zero blocks: anything else would drop samples silently
+        raise ValueError(
+            f'{path!r} is truncated or damaged at byte {end:,} (after {len(rows)} images): no end-of-archive '
+            f'marker there; copy or write the tar again (`timmdata check` lists damaged files)'
+        )
     return rows
+
 
 class FileHandle:
     "A read-only file descriptor that closes itself when its last reference goes (a read in flight keeps it open)."
+
     __slots__ = ('fd',)
-    def __init__(self, path: str): self.fd = os.open(path, os.O_RDONLY | getattr(os, 'O_BINARY', 0))
+
+    def __init__(self, path: str):
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, 'O_BINARY', 0))
+
     def __del__(self, _close=os.close):  # bound now: at interpreter exit the module's `os` may be gone already
-        try: _close(self.fd)
-        except OSError: pass
+        try:
+            _close(self.fd)
+        except OSError:
+            pass
+
 
 def _read_at(f: FileHandle, size: int, offset: int, lock) -> bytes:
     "`size` bytes at `offset` (fewer at the end of the file): `os.pread`, or seek + read under `lock` where it is missing."
     pread = getattr(os, 'pread', None)
-    if pread is not None: return pread(f.fd, size, offset)
+    if pread is not None:
+        return pread(f.fd, size, offset)
     parts, left = [], size
     with lock:  # the file position is shared: one seek-and-read at a time
         os.lseek(f.fd, offset, os.SEEK_SET)
         while left:
             b = os.read(f.fd, left)
-            if not b: break
-            parts.append(b); left -= len(b)
+            if not b:
+                break
+            parts.append(b)
+            left -= len(b)
     return b''.join(parts)
+
 
 class TarReader(Reader):
     "Images inside one uncompressed .tar of class folders, or a folder of per-class .tar files."
-    def __init__(self, root, # a .tar file, or a folder holding .tar files
-                 class_map=None, # dict or .txt: keep only these classes, with these indices
-                 extensions=None, # accepted member extensions (default `IMG_EXTENSIONS`)
-                 max_open_files: int = 16, # tars held open at once per process (least recently read closed first)
-                ):
+
+    def __init__(
+        self,
+        root,  # a .tar file, or a folder holding .tar files
+        class_map=None,  # dict or .txt: keep only these classes, with these indices
+        extensions=None,  # accepted member extensions (default `IMG_EXTENSIONS`)
+        max_open_files: int = 16,  # tars held open at once per process (least recently read closed first)
+    ):
         self.root = _check_root(root)
         exts = _ext_set(extensions)
         if not (isinstance(max_open_files, int) and max_open_files >= 1):
             raise ValueError(f'max_open_files must be an int >= 1; got {max_open_files!r}')
         self.max_open_files = max_open_files
-        if os.path.isfile(self.root): tars, self._single = [self.root], True
+        if os.path.isfile(self.root):
+            tars, self._single = [self.root], True
         else:
-            tars, self._single = [os.path.join(self.root, f) for f in os.listdir(self.root) if f.lower().endswith('.tar')], False
-            if out := [t for t in tars if not inside(t, self.root)]: warnings.warn(f'skipped {len(out)} .tar files of {self.root!r} that are links out of it: {out[:3]}')
+            tars, self._single = (
+                [os.path.join(self.root, f) for f in os.listdir(self.root) if f.lower().endswith('.tar')],
+                False,
+            )
+            if out := [t for t in tars if not inside(t, self.root)]:
+                warnings.warn(f'skipped {len(out)} .tar files of {self.root!r} that are links out of it: {out[:3]}')
             tars = sorted((t for t in tars if t not in out), key=natural_key)
-            if not tars: raise NoImagesError(f'found no .tar files in {self.root!r}')
+            if not tars:
+                raise NoImagesError(f'found no .tar files in {self.root!r}')
         self._tars = tars
         rows, labels = [], []
         for ti, t in enumerate(tars):
@@ -219,9 +323,14 @@ class TarReader(Reader):
                 d = os.path.dirname(name)
                 labels.append(os.path.basename(d) if d or self._single else stem)
                 rows.append((name if self._single else f'{os.path.basename(t)}/{name}', ti, off, size))
-        self.class_to_idx = _index_classes(labels, class_map, self.root if not self._single else os.path.dirname(self.root))
-        keep = sorted((natural_key(r[0]), r, self.class_to_idx[l]) for r, l in zip(rows, labels) if l in self.class_to_idx)
-        if not keep: raise _no_images(self.root, exts, class_map, set(labels))
+        self.class_to_idx = _index_classes(
+            labels, class_map, self.root if not self._single else os.path.dirname(self.root)
+        )
+        keep = sorted(
+            (natural_key(r[0]), r, self.class_to_idx[l]) for r, l in zip(rows, labels) if l in self.class_to_idx
+        )
+        if not keep:
+            raise _no_images(self.root, exts, class_map, set(labels))
         self._names = _Strings(k[1][0] for k in keep)
         self._tar_idx = np.array([k[1][1] for k in keep], dtype=np.int32)
         self._offsets = np.array([k[1][2] for k in keep], dtype=np.int64)
@@ -231,19 +340,27 @@ class TarReader(Reader):
 
     def _fd(self, ti: int) -> FileHandle:
         "Tar `ti`'s handle in this process, opened on first use; the least recently read beyond `max_open_files` is dropped."
-        if self._pid != os.getpid():  # forked (or new): never use the parent's handles (dropping our copies closes only them)
+        if (
+            self._pid != os.getpid()
+        ):  # forked (or new): never use the parent's handles (dropping our copies closes only them)
             self._files, self._lock, self._pid = OrderedDict(), threading.Lock(), os.getpid()
         with self._lock:
             f = self._files.get(ti)
-            if f is not None: self._files.move_to_end(ti); return f
+            if f is not None:
+                self._files.move_to_end(ti)
+                return f
             f = self._files[ti] = FileHandle(self._tars[ti])
-            while len(self._files) > self.max_open_files: self._files.popitem(last=False)
+            while len(self._files) > self.max_open_files:
+                self._files.popitem(last=False)
         return f
 
     def __getitem__(self, i: int):
         ti, off, size = int(self._tar_idx[i]), int(self._offsets[i]), int(self._sizes[i])
         data = _read_at(self._fd(ti), size, off, self._lock)
-        if len(data) != size: raise OSError(f'tar {self._tars[ti]!r} ended early: member {self._names[i]!r} has {len(data)} of {size} bytes')
+        if len(data) != size:
+            raise OSError(
+                f'tar {self._tars[ti]!r} ended early: member {self._names[i]!r} has {len(data)} of {size} bytes'
+            )
         return data, int(self._targets[i])
 
     def close(self):
@@ -252,87 +369,124 @@ class TarReader(Reader):
         files.clear()
 
     def __del__(self):
-        try: self.close()
-        except Exception: pass
+        try:
+            self.close()
+        except Exception:
+            pass
 
     def __getstate__(self):
-        d = self.__dict__.copy(); d['_pid'], d['_files'], d['_lock'] = None, OrderedDict(), None  # handles are per process
+        d = self.__dict__.copy()
+        d['_pid'], d['_files'], d['_lock'] = None, OrderedDict(), None  # handles are per process
         return d
 
-    def _filename(self, i): return self._names[i]
+    def _filename(self, i):
+        return self._names[i]
 
     def filename(self, i: int, basename: bool = False, absolute: bool = False) -> str:
         "Member name (per-class tars: `<tar file>/<member>`); absolute: the tar's absolute path joined with it."
         rel = self._names[i]
-        if basename: return os.path.basename(rel)
-        if not absolute: return rel
+        if basename:
+            return os.path.basename(rel)
+        if not absolute:
+            return rel
         return os.path.join(os.path.abspath(self.root), rel)
 
 # %% ../nbs/05_readers.ipynb #cccab7ac
 class CsvReader(Reader):
     "Samples listed in a CSV of `path,label` rows (header optional); paths relative to the CSV's folder."
-    def __init__(self, root, # the .csv file
-                 class_map=None, # dict or .txt: keep only these classes (names; integer labels as strings)
-                 extensions=None, # accepted extensions, used only to recognise a header row
-                 allow_outside: bool = False, # accept absolute and '..' paths (a CSV you wrote); else only names under its folder
-                ):
+
+    def __init__(
+        self,
+        root,  # the .csv file
+        class_map=None,  # dict or .txt: keep only these classes (names; integer labels as strings)
+        extensions=None,  # accepted extensions, used only to recognise a header row
+        allow_outside: bool = False,  # accept absolute and '..' paths (a CSV you wrote); else only names under its folder
+    ):
         path = _check_root(root)
         exts = _ext_set(extensions)
         self.csv_path, self.root = path, os.path.dirname(os.path.abspath(path))
-        with open(path, newline='', encoding='utf-8') as f: rows = [r for r in csv.reader(f) if r and any(x.strip() for x in r)]
-        if rows and os.path.splitext(rows[0][0])[1].lower() not in exts and not os.path.isfile(os.path.join(self.root, rows[0][0])):
+        with open(path, newline='', encoding='utf-8') as f:
+            rows = [r for r in csv.reader(f) if r and any(x.strip() for x in r)]
+        if (
+            rows
+            and os.path.splitext(rows[0][0])[1].lower() not in exts
+            and not os.path.isfile(os.path.join(self.root, rows[0][0]))
+        ):
             rows = rows[1:]  # header
         for n, r in enumerate(rows):
-            if len(r) < 2 or not r[1].strip(): raise ValueError(f'{path!r}: row {n + 1} {r!r} has no label; rows must be path,label')
+            if len(r) < 2 or not r[1].strip():
+                raise ValueError(f'{path!r}: row {n + 1} {r!r} has no label; rows must be path,label')
         files, labels = [r[0].strip() for r in rows], [r[1].strip() for r in rows]
-        if not files: raise NoImagesError(f'{path!r} lists no images; expected rows of path,label')
+        if not files:
+            raise NoImagesError(f'{path!r} lists no images; expected rows of path,label')
         if not allow_outside:
-            for n, f in enumerate(files): relative_name(f, f'{path!r} row {n + 1} (pass allow_outside=True for a CSV you wrote)')
+            for n, f in enumerate(files):
+                relative_name(f, f'{path!r} row {n + 1} (pass allow_outside=True for a CSV you wrote)')
         if not os.path.exists(os.path.join(self.root, files[0])):
-            raise FileNotFoundError(f'{path!r}: first image {files[0]!r} not found at {os.path.join(self.root, files[0])!r}; paths are relative to the CSV\'s folder')
+            raise FileNotFoundError(
+                f'{path!r}: first image {files[0]!r} not found at {os.path.join(self.root, files[0])!r}; paths are relative to the CSV\'s folder'
+            )
         ints = all(re.fullmatch(r'[+-]?\d+', l) for l in labels)
-        keys = [str(int(l)) for l in labels] if ints else labels  # integer labels are named canonically: '+07' is class '7'
-        if class_map is not None: self.class_to_idx = load_class_map(class_map, self.root)
-        elif ints: self.class_to_idx = {k: int(k) for k in sorted(set(keys), key=int)}  # used as they are
-        else: self.class_to_idx = _index_classes(labels, None, self.root)
+        keys = (
+            [str(int(l)) for l in labels] if ints else labels
+        )  # integer labels are named canonically: '+07' is class '7'
+        if class_map is not None:
+            self.class_to_idx = load_class_map(class_map, self.root)
+        elif ints:
+            self.class_to_idx = {k: int(k) for k in sorted(set(keys), key=int)}  # used as they are
+        else:
+            self.class_to_idx = _index_classes(labels, None, self.root)
         keep = [(f, self.class_to_idx[k]) for f, k in zip(files, keys) if k in self.class_to_idx]
-        if not keep: raise _no_images(path, exts, class_map, set(labels))
+        if not keep:
+            raise _no_images(path, exts, class_map, set(labels))
         self._rel = _Strings(k[0] for k in keep)
         self._targets = np.array([k[1] for k in keep], dtype=np.int64)
         self._prefix = os.path.join(self.root, '')
+
     def __getitem__(self, i: int):
         rel = self._rel[i]
         return (rel if os.path.isabs(rel) else self._prefix + rel), int(self._targets[i])
-    def _filename(self, i): return self._rel[i]
+
+    def _filename(self, i):
+        return self._rel[i]
 
 # %% ../nbs/05_readers.ipynb #abf9eac1
 _SPLIT_SYNONYMS = (('train', 'training'), ('val', 'valid', 'validation', 'eval', 'evaluation'), ('test', 'testing'))
 
-def find_split(root, # dataset root
-               split: str = 'train', # split name; 'train[:50%]'-style suffixes are ignored
-              ) -> str:
+
+def find_split(
+    root,  # dataset root
+    split: str = 'train',  # split name; 'train[:50%]'-style suffixes are ignored
+) -> str:
     "The folder (or .tar / .csv) for `split` under `root`, trying timm's synonyms; `root` itself when none exists."
     root = _check_root(root)
-    if not split or not os.path.isdir(root): return root
+    if not split or not os.path.isdir(root):
+        return root
     name = split.split('[')[0]
     names = [name] + [s for g in _SPLIT_SYNONYMS if name in g for s in g if s != name]
     for n in names:
         for cand in (n, n + '.tar', n + '.csv'):
             p = os.path.join(root, cand)
-            if os.path.exists(p): return p
+            if os.path.exists(p):
+                return p
     known = {s for g in _SPLIT_SYNONYMS for s in g}
     others = sorted(e for e in os.listdir(root) if os.path.splitext(e)[0].lower() in known)
     if others:  # reading every split as one would silently mix, e.g., train and val
-        warnings.warn(f'no {split!r} split under {root!r} (it has {others}); reading all of {root!r}. '
-                      f'Pass one of those splits, or split=None to read the whole root on purpose', stacklevel=3)
+        warnings.warn(
+            f'no {split!r} split under {root!r} (it has {others}); reading all of {root!r}. '
+            f'Pass one of those splits, or split=None to read the whole root on purpose',
+            stacklevel=3,
+        )
     return root
 
 # %% ../nbs/05_readers.ipynb #e5b2c7a2
-def split_names(split: str, # a split name; a 'train[:50%]'-style suffix is dropped
-               ) -> list:
+def split_names(
+    split: str,  # a split name; a 'train[:50%]'-style suffix is dropped
+) -> list:
     "`split` and then its synonyms as timm accepts them: 'val' -> ['val', 'valid', 'validation', 'eval', 'evaluation']."
     name = split.split('[')[0]
     return [name] + [s for g in _SPLIT_SYNONYMS if name.lower() in g for s in g if s != name]
+
 
 def timm_split_name(split: str) -> str:
     "timm's own name for a split: 'train', 'validation' or 'test' for any of their synonyms; another name as it is."
@@ -340,60 +494,89 @@ def timm_split_name(split: str) -> str:
     return split if g is None else 'validation' if 'validation' in g else g[0]
 
 # %% ../nbs/05_readers.ipynb #3dc62929
-_READERS, _TAKES_SPLIT = {}, {}  # kind -> (make, detect), in registration order; kind -> whether make takes `split=` itself
+_READERS, _TAKES_SPLIT = (
+    {},
+    {},
+)  # kind -> (make, detect), in registration order; kind -> whether make takes `split=` itself
 
-def register_reader(kind: str, # the name `create_reader(kind=...)` and `ImageDataset(reader=...)` accept
-                    make: Callable, # make(root, class_map=None, **kwargs) -> a `Reader`
-                    detect: Optional[Callable] = None, # detect(root) -> True when a root is of this kind; None: only by name
-                    takes_split: bool = False, # make(root, split=..., ...) finds the split itself (else `find_split` picks a sub-folder)
-                   ):
+
+def register_reader(
+    kind: str,  # the name `create_reader(kind=...)` and `ImageDataset(reader=...)` accept
+    make: Callable,  # make(root, class_map=None, **kwargs) -> a `Reader`
+    detect: Optional[Callable] = None,  # detect(root) -> True when a root is of this kind; None: only by name
+    takes_split: bool = False,  # make(root, split=..., ...) finds the split itself (else `find_split` picks a sub-folder)
+):
     "Make a reader kind known to `create_reader`: the one seam through which a new source plugs in."
-    if not isinstance(kind, str) or not kind: raise ValueError(f'reader kind must be a non-empty string; got {kind!r}')
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f'reader kind must be a non-empty string; got {kind!r}')
     _READERS.pop(kind, None)  # re-registering moves the kind to the end: tried first
     _READERS[kind], _TAKES_SPLIT[kind] = (make, detect), bool(takes_split)
+
 
 def reader_kinds() -> tuple:
     "The registered reader kinds."
     return tuple(_READERS)
+
+
 def _is_tar_root(root) -> bool:
-    if os.path.isfile(root): return root.lower().endswith('.tar')
+    if os.path.isfile(root):
+        return root.lower().endswith('.tar')
     entries = list(os.scandir(root))
-    return any(e.name.lower().endswith('.tar') and e.is_file() for e in entries) and not any(e.is_dir() for e in entries)
+    return any(e.name.lower().endswith('.tar') and e.is_file() for e in entries) and not any(
+        e.is_dir() for e in entries
+    )
+
 
 register_reader('folder', FolderReader, os.path.isdir)
 register_reader('tar', TarReader, _is_tar_root)
 register_reader('csv', CsvReader, lambda root: os.path.isfile(root) and root.lower().endswith('.csv'))
 
-def create_reader(name='', # timm's form: '' (or a kind: 'folder', 'tar', 'csv', 'store'), or 'hfds/...', 'wds/...', 'hfids/...'; our form: the root
-                  root=None, # dataset root: a folder, a .tar, a folder of .tars, a .csv, or another registered kind (a store)
-                  split: str = 'train', # split to look for under root (see `find_split`); ignored for file roots; '' or None: root itself
-                  class_map=None, # dict or .txt: keep only these classes, with these indices ('' or None: all)
-                  kind: str = None, # force a registered kind ('folder', 'tar', 'csv', 'store', ...) instead of guessing
-                  **kwargs, # passed to the reader (e.g. `extensions`); None values are dropped, as timm does
-                 ) -> Reader:
+
+def create_reader(
+    name='',  # timm's form: '' (or a kind: 'folder', 'tar', 'csv', 'store'), or 'hfds/...', 'wds/...', 'hfids/...'; our form: the root
+    root=None,  # dataset root: a folder, a .tar, a folder of .tars, a .csv, or another registered kind (a store)
+    split: str = 'train',  # split to look for under root (see `find_split`); ignored for file roots; '' or None: root itself
+    class_map=None,  # dict or .txt: keep only these classes, with these indices ('' or None: all)
+    kind: str = None,  # force a registered kind ('folder', 'tar', 'csv', 'store', ...) instead of guessing
+    **kwargs,  # passed to the reader (e.g. `extensions`); None values are dropped, as timm does
+) -> Reader:
     "The reader for `root` after finding the split: the last-registered kind whose `detect` accepts it, or `kind`."
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     scheme, sep, rest = name.partition('/') if isinstance(name, str) else ('', '', '')
     if sep and scheme.lower() in _SCHEMES:
         make = _SCHEMES[scheme.lower()]
-        if isinstance(make, str): make = _SCHEMES[scheme.lower()] = getattr(importlib.import_module(make.split(':')[0]), make.split(':')[1])
+        if isinstance(make, str):
+            make = _SCHEMES[scheme.lower()] = getattr(importlib.import_module(make.split(':')[0]), make.split(':')[1])
         return make(rest, root=root, split=split, class_map=None if unset(class_map) else class_map, **kwargs)
-    if root is None: name, root = '', name  # our form, create_reader(root, ...)
-    if unset(kind) and isinstance(name, str) and name in _READERS: kind = name  # timm ignores other plain names ('imagenet')
-    if unset(kind): kind = None
+    if root is None:
+        name, root = '', name  # our form, create_reader(root, ...)
+    if unset(kind) and isinstance(name, str) and name in _READERS:
+        kind = name  # timm ignores other plain names ('imagenet')
+    if unset(kind):
+        kind = None
     if kind is not None and kind not in _READERS:
         raise ValueError(f"reader kind must be one of {', '.join(map(repr, _READERS))} or None; got {kind!r}")
     root = find_split(root, split)
     if kind is None:
         kind = next((k for k, (_, detect) in reversed(_READERS.items()) if detect is not None and detect(root)), None)
-        if kind is None: raise NoImagesError(f'dataset root {root!r} is a file: expected a folder, a .tar or a .csv')
-    return _READERS[kind][0](root, class_map=None if unset(class_map) else class_map, **({'split': split} if _TAKES_SPLIT[kind] else {}), **kwargs)
+        if kind is None:
+            raise NoImagesError(f'dataset root {root!r} is a file: expected a folder, a .tar or a .csv')
+    return _READERS[kind][0](
+        root,
+        class_map=None if unset(class_map) else class_map,
+        **({'split': split} if _TAKES_SPLIT[kind] else {}),
+        **kwargs,
+    )
+
 
 _SCHEMES = {}  # 'hfds' -> make(name, root=, split=, class_map=, **kwargs): the readers behind timm's scheme names
 
-def register_scheme(scheme: str, # a dataset name's prefix ('hfds' for 'hfds/<name>')
-                    make): # make(name, root=None, split='train', class_map=None, **kwargs) -> a reader or stream source; or 'module:function', imported on first use
-    "Make `create_reader('<scheme>/<name>', root, split)` known (`timmdata.dataset_factory` registers timm's schemes)."
-    if not isinstance(scheme, str) or not scheme or '/' in scheme: raise ValueError(f"scheme must be a name like 'hfds'; got {scheme!r}")
-    _SCHEMES[scheme.lower()] = make
 
+def register_scheme(
+    scheme: str,  # a dataset name's prefix ('hfds' for 'hfds/<name>')
+    make,
+):  # make(name, root=None, split='train', class_map=None, **kwargs) -> a reader or stream source; or 'module:function', imported on first use
+    "Make `create_reader('<scheme>/<name>', root, split)` known (`timmdata.dataset_factory` registers timm's schemes)."
+    if not isinstance(scheme, str) or not scheme or '/' in scheme:
+        raise ValueError(f"scheme must be a name like 'hfds'; got {scheme!r}")
+    _SCHEMES[scheme.lower()] = make

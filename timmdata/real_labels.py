@@ -14,14 +14,20 @@ __all__ = ['RealLabelsImagenet']
 # %% ../nbs/53_real_labels.ipynb #0ae2794f
 class RealLabelsImagenet:
     "Accumulates top-k hits of predictions against the ReaL labels, in the order of `filenames`."
-    def __init__(self, filenames, # the validation files in the loader's order (their base names are looked up)
-                 real_json=None, # path of the labels JSON; None: timm's copy
-                 topk=(1, 5), # the k's to score
-                ):
-        with open(real_json if real_json is not None else timm_info_file('imagenet_real_labels.json')) as f: labels = json.load(f)
+
+    def __init__(
+        self,
+        filenames,  # the validation files in the loader's order (their base names are looked up)
+        real_json=None,  # path of the labels JSON; None: timm's copy
+        topk=(1, 5),  # the k's to score
+    ):
+        with open(real_json if real_json is not None else timm_info_file('imagenet_real_labels.json')) as f:
+            labels = json.load(f)
         self.real_labels = {f'ILSVRC2012_val_{i + 1:08d}.JPEG': v for i, v in enumerate(labels)}
         if len(filenames) != len(self.real_labels):
-            raise ValueError(f'RealLabelsImagenet needs the whole validation set: {len(filenames)} filenames for {len(self.real_labels)} labelled images')
+            raise ValueError(
+                f'RealLabelsImagenet needs the whole validation set: {len(filenames)} filenames for {len(self.real_labels)} labelled images'
+            )
         self.filenames, self.topk = filenames, topk
         self.is_correct = {k: [] for k in topk}
         self.sample_idx = 0
@@ -32,10 +38,12 @@ class RealLabelsImagenet:
         for p in pred:
             real = self.real_labels[os.path.basename(self.filenames[self.sample_idx])]
             if real:  # images with no valid label are left out
-                for k in self.topk: self.is_correct[k].append(any(c in real for c in p[:k]))
+                for k in self.topk:
+                    self.is_correct[k].append(any(c in real for c in p[:k]))
             self.sample_idx += 1
 
     def get_accuracy(self, k=None):
         "Top-k accuracy in percent (a dict over `topk` when k is None)."
-        if k is None: return {k: float(np.mean(self.is_correct[k])) * 100 for k in self.topk}
+        if k is None:
+            return {k: float(np.mean(self.is_correct[k])) * 100 for k in self.topk}
         return float(np.mean(self.is_correct[k])) * 100

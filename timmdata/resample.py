@@ -30,6 +30,7 @@ INTERPOLATIONS = tuple(_INTERP) + ('random',)
 MODE_TO_PIL = {m: p for m, p in _INTERP.values()}
 _MODE_TO_STR = {m: n for n, (m, p) in _INTERP.items()}
 
+
 def check_interpolation(name, allow_random=False):
     "`name` if it is a known interpolation ('random' too with `allow_random`), else a ValueError listing them."
     ok = INTERPOLATIONS if allow_random else tuple(_INTERP)
@@ -37,29 +38,38 @@ def check_interpolation(name, allow_random=False):
         raise ValueError(f"interpolation must be one of {', '.join(repr(o) for o in ok)}; got {name!r}")
     return name
 
+
 def str_to_interp_mode(mode_str: str) -> InterpolationMode:
     "torchvision `InterpolationMode` for a timm interpolation name."
-    if isinstance(mode_str, InterpolationMode): return mode_str
+    if isinstance(mode_str, InterpolationMode):
+        return mode_str
     return _INTERP[check_interpolation(mode_str)][0]
+
 
 def str_to_pil_interp(mode_str: str) -> Image.Resampling:
     "PIL resampling filter for a timm interpolation name."
     return _INTERP[check_interpolation(mode_str)][1]
 
+
 def interp_mode_to_str(mode: InterpolationMode) -> str:
     "timm name of a torchvision `InterpolationMode`."
     return _MODE_TO_STR[mode]
 
+
 _RANDOM_INTERPOLATION = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)
+
 
 def interp_or_choices(name):
     "A mode, or the (bilinear, bicubic) pair that 'random' draws from."
-    if isinstance(name, (tuple, list)): return tuple(str_to_interp_mode(n) for n in name)
+    if isinstance(name, (tuple, list)):
+        return tuple(str_to_interp_mode(n) for n in name)
     return _RANDOM_INTERPOLATION if name == 'random' else str_to_interp_mode(name)
+
 
 def pick_interp(interp):
     "Draws the interpolation for this image after the crop parameters, in the order timm draws them."
     return random.choice(interp) if isinstance(interp, tuple) else interp
+
 
 def interp_repr(interp):
     return ' '.join(interp_mode_to_str(m) for m in interp) if isinstance(interp, tuple) else interp_mode_to_str(interp)
@@ -67,49 +77,77 @@ def interp_repr(interp):
 # %% ../nbs/09_resample.ipynb #acfce91b
 def _hwc3(img) -> bool:
     "A uint8 CPU 3xHxW tensor laid out as HWC pixels in memory (what the decoders give), as the native resampler reads it."
-    return (img.ndim == 3 and img.shape[0] == 3 and img.stride(0) == 1 and img.stride(2) == 3 and img.stride(1) >= 3 * img.shape[2]
-            and img.dtype == torch.uint8 and img.device.type == 'cpu')
+    return (
+        img.ndim == 3
+        and img.shape[0] == 3
+        and img.stride(0) == 1
+        and img.stride(2) == 3
+        and img.stride(1) >= 3 * img.shape[2]
+        and img.dtype == torch.uint8
+        and img.device.type == 'cpu'
+    )
+
 
 RESAMPLE_KIND = {InterpolationMode.BILINEAR: 0, InterpolationMode.BICUBIC: 1}  # the native resampler's filters
 _SUPPORT = (1.0, 2.0)  # their support, in source pixels at scale 1
+
 
 def _source_span(in_size: int, out_size: int, first: int, n: int, support: float) -> tuple:
     "Source pixels [lo, hi) Pillow's resize from `in_size` to `out_size` reads for output pixels first..first+n-1."
     scale = in_size / out_size
     sup = support * max(scale, 1.0)
-    return (max(int((first + 0.5) * scale - sup + 0.5), 0), min(int((first + n - 1 + 0.5) * scale + sup + 0.5), in_size))
+    return (
+        max(int((first + 0.5) * scale - sup + 0.5), 0),
+        min(int((first + n - 1 + 0.5) * scale + sup + 0.5), in_size),
+    )
 
-def resize_crop_window(img, # a not-yet-decoded JPEG, or a uint8 3xHxW tensor laid out as HWC pixels
-                       out_hw: tuple, # the size of the whole resize (h, w)
-                       box: tuple, # (top, left, height, width) of the window in the resized image
-                       interp: InterpolationMode): # bilinear or bicubic
+
+def resize_crop_window(
+    img,  # a not-yet-decoded JPEG, or a uint8 3xHxW tensor laid out as HWC pixels
+    out_hw: tuple,  # the size of the whole resize (h, w)
+    box: tuple,  # (top, left, height, width) of the window in the resized image
+    interp: InterpolationMode,
+):  # bilinear or bicubic
     "The window `box` of `img` resized to `out_hw`, computing only its pixels (PIL's); None where not covered."
     kind, nat = RESAMPLE_KIND.get(interp), decode.native
-    if kind is None or nat is None: return None
-    (H, W), (oh, ow), (top, left, h, w) = (img.height, img.width) if isinstance(img, EncodedJpeg) else tuple(img.shape[-2:]), out_hw, box
+    if kind is None or nat is None:
+        return None
+    (H, W), (oh, ow), (top, left, h, w) = (
+        (img.height, img.width) if isinstance(img, EncodedJpeg) else tuple(img.shape[-2:]),
+        out_hw,
+        box,
+    )
     y0, y1 = _source_span(H, oh, top, h, _SUPPORT[kind])
     x0, x1 = _source_span(W, ow, left, w, _SUPPORT[kind])
     if isinstance(img, EncodedJpeg):
         # down to the last row, as a whole decode: the file is read to its end, so damage anywhere in it is an error
         # (eval finds damaged files; training's crops may not: nbs/20_dataset.ipynb), for a few rows more
-        with stage_clock(DECODE): src = img.decode_crop(y0, x0, H - y0, x1 - x0)
-        if not _hwc3(src): src = src.permute(1, 2, 0).contiguous().permute(2, 0, 1)
-    elif isinstance(img, torch.Tensor) and _hwc3(img): src = img[:, y0:y1, x0:x1]
-    else: return None
+        with stage_clock(DECODE):
+            src = img.decode_crop(y0, x0, H - y0, x1 - x0)
+        if not _hwc3(src):
+            src = src.permute(1, 2, 0).contiguous().permute(2, 0, 1)
+    elif isinstance(img, torch.Tensor) and _hwc3(img):
+        src = img[:, y0:y1, x0:x1]
+    else:
+        return None
     a = src.permute(1, 2, 0).numpy()
-    with gil_free: buf = nat.resample_window(a, y0, x0, H, W, oh, ow, top, left, h, w, kind)
+    with gil_free:
+        buf = nat.resample_window(a, y0, x0, H, W, oh, ow, top, left, h, w, kind)
     return torch.frombuffer(buf, dtype=torch.uint8).view(h, w, 3).permute(2, 0, 1)
 
-def resize_center_crop(img, # a not-yet-decoded JPEG, or a uint8 3xHxW tensor laid out as HWC pixels
-                       size: int, # the shorter edge after the resize (torchvision's rule for the longer one)
-                       crop_hw: tuple, # the centre crop's (h, w)
-                       interp: InterpolationMode): # bilinear or bicubic
+
+def resize_center_crop(
+    img,  # a not-yet-decoded JPEG, or a uint8 3xHxW tensor laid out as HWC pixels
+    size: int,  # the shorter edge after the resize (torchvision's rule for the longer one)
+    crop_hw: tuple,  # the centre crop's (h, w)
+    interp: InterpolationMode,
+):  # bilinear or bicubic
     "The centre crop of `img` resized (`resize_crop_window`); None where the crop needs padding or the case is not covered."
     H, W = (img.height, img.width) if isinstance(img, EncodedJpeg) else tuple(img.shape[-2:])
     short, long = (W, H) if W <= H else (H, W)
     rs, rl = size, int(size * long / short)
     rh, rw = (rl, rs) if W <= H else (rs, rl)
     ch, cw = crop_hw
-    if ch > rh or cw > rw: return None
+    if ch > rh or cw > rw:
+        return None
     return resize_crop_window(img, (rh, rw), (int(round((rh - ch) / 2.0)), int(round((rw - cw) / 2.0)), ch, cw), interp)
-

@@ -14,10 +14,23 @@ from .config import mix_seed
 from .feeder import Marks, cuda_rng_seeded
 from .prefetch import PrefetchLoader
 from .runtime import SEED_MIX, default_rank
-from .batch_plan import (BATCH_TAG, STATE_VERSION, BatchMark, BatchPlan, PassSegment, PlanPass, ResumableBatchSampler,
-                                 ResumeStateError, SeededDataset, check_state, dataset_len, loader_seed, plain_state,
-                                 resumable_batching, sample_key)
-
+from timmdata.batch_plan import (
+    BATCH_TAG,
+    STATE_VERSION,
+    BatchMark,
+    BatchPlan,
+    PassSegment,
+    PlanPass,
+    ResumableBatchSampler,
+    ResumeStateError,
+    SeededDataset,
+    check_state,
+    dataset_len,
+    loader_seed,
+    plain_state,
+    resumable_batching,
+    sample_key,
+)
 
 # %% auto #0
 __all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'StatefulLoader', 'ResumableDataLoader',
@@ -27,90 +40,146 @@ __all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'Sta
            'dataset_len', 'SeededDataset', 'plain_state', 'resumable_batching']
 
 # %% ../nbs/35_resume.ipynb #986f6803
-_all_ = ['STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state', 'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark',
-         'sample_key', 'BatchPlan', 'ResumableBatchSampler', 'dataset_len', 'SeededDataset', 'plain_state', 'resumable_batching']
+_all_ = [
+    'STATE_VERSION',
+    'BATCH_TAG',
+    'ResumeStateError',
+    'check_state',
+    'loader_seed',
+    'PlanPass',
+    'PassSegment',
+    'BatchMark',
+    'sample_key',
+    'BatchPlan',
+    'ResumableBatchSampler',
+    'dataset_len',
+    'SeededDataset',
+    'plain_state',
+    'resumable_batching',
+]
 _PREFETCH = 0xBEEF  # tag of the prefetcher's batch ops
 
 # %% ../nbs/35_resume.ipynb #f09e75f0
 def global_rng_state() -> tuple:
     "The states of `random`, torch's CPU generator and numpy's global generator (for `set_global_rng_state`)."
     return random.getstate(), torch.get_rng_state(), np.random.get_state()
+
+
 def set_global_rng_state(s: tuple):
     "Put back the generators' states from `global_rng_state`."
-    random.setstate(s[0]); torch.set_rng_state(s[1]); np.random.set_state(s[2])
+    random.setstate(s[0])
+    torch.set_rng_state(s[1])
+    np.random.set_state(s[2])
+
 
 class DeliveredIterator:
     "A DataLoader's iterator that reports each batch it hands out to its loader (`StatefulLoader.note_delivered`); `.iterator` is torch's."
-    def __init__(self, loader, iterator, until_end: bool = False): # until_end: stop after the last batch of a pass
+
+    def __init__(self, loader, iterator, until_end: bool = False):  # until_end: stop after the last batch of a pass
         self.loader, self.iterator, self.until_end, self.stop = loader, iterator, until_end, False
-    def __iter__(self): return self
-    def __len__(self) -> int: return len(self.loader)
+
+    def __iter__(self):
+        return self
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
     def __next__(self):
-        if self.stop: raise StopIteration
+        if self.stop:
+            raise StopIteration
         ld = self.loader
         keep = global_rng_state() if ld.main_thread_samples else None
-        try: b = next(self.iterator)
-        except StopIteration: ld.check_pass_end(); raise
+        try:
+            b = next(self.iterator)
+        except StopIteration:
+            ld.check_pass_end()
+            raise
         finally:
-            if keep is not None: set_global_rng_state(keep)
-        if ld.note_delivered() and self.until_end: self.stop = True
+            if keep is not None:
+                set_global_rng_state(keep)
+        if ld.note_delivered() and self.until_end:
+            self.stop = True
         return b
+
     def __getattr__(self, name):  # torch's iterator's workers etc. (the prefetcher stops them)
-        if name.startswith('__') or name == 'iterator': raise AttributeError(name)
+        if name.startswith('__') or name == 'iterator':
+            raise AttributeError(name)
         return getattr(self.iterator, name)
 
 # %% ../nbs/35_resume.ipynb #2f8c9f74
-_HOW = ("resume counts on one loader batch per batch of its plan, delivered in the plan's order: use the plan as the "
-        "DataLoader's batch_sampler as it is, and a DataLoader (or subclass) that neither adds, drops nor reorders batches")
+_HOW = (
+    "resume counts on one loader batch per batch of its plan, delivered in the plan's order: use the plan as the "
+    "DataLoader's batch_sampler as it is, and a DataLoader (or subclass) that neither adds, drops nor reorders batches"
+)
+
 
 class StatefulLoader:
     "Mixin for a DataLoader: `state_dict()` / `load_state_dict()` over a `BatchPlan`, or a resumable stream."
+
     _last = None  # map-style: the last batch delivered (None: none this pass); a stream: batches delivered this pass
-    runs_across_epochs = False  # one iterator runs on across epochs (MultiEpochsDataLoader): each pass stops at its epoch's end
-    _is_accelerate_prepared = True  # Accelerate's prepare() hands it back as it is (re-created: plan lost, sharded twice)
+    runs_across_epochs = (
+        False  # one iterator runs on across epochs (MultiEpochsDataLoader): each pass stops at its epoch's end
+    )
+    _is_accelerate_prepared = (
+        True  # Accelerate's prepare() hands it back as it is (re-created: plan lost, sharded twice)
+    )
 
     @property
     def plan(self) -> Optional[BatchPlan]:
         "The batch plan the batches come from (the `batch_sampler`, when it is a `BatchPlan`); None over a stream."
         return self.batch_sampler if isinstance(self.batch_sampler, BatchPlan) else None
+
     @property
     def main_thread_samples(self) -> bool:
         "Are the samples made in the consumer's thread (`num_workers=0`)? Then their seeding of the global generators is undone."
         return self.num_workers == 0
+
     @property
     def last_mark(self):
         "What identifies the batch handed out last (pass it to `state_at` or `batch_key`); None before the first of a pass."
         return self._last
+
     def fresh_pass(self) -> bool:
         "Does the next pass start a new DataLoader iterator (batches an earlier one prepared ahead are dropped)?"
         return True
+
     def batch_iterator(self):
         "This pass's batches, before they are counted (torch's iterator; a subclass may give its own)."
         return super().__iter__()
 
     def __iter__(self):
         if self.num_workers > 0 and getattr(self, 'in_order', True) is False:  # torch >= 2.6's DataLoader(in_order=...)
-            raise ValueError(f"{type(self).__name__}: in_order=False hands batches out as workers finish them, but resume counts "
-                             f"on torch's order (and, over a stream, its round-robin dealing to workers): use in_order=True")
+            raise ValueError(
+                f"{type(self).__name__}: in_order=False hands batches out as workers finish them, but resume counts "
+                f"on torch's order (and, over a stream, its round-robin dealing to workers): use in_order=True"
+            )
         plan = self.plan
         if self.fresh_pass():
-            if plan is not None: plan.new_flight()
+            if plan is not None:
+                plan.new_flight()
             self._last = None
-        if plan is not None and plan.remaining() == 0: return iter(())
+        if plan is not None and plan.remaining() == 0:
+            return iter(())
         return DeliveredIterator(self, self.batch_iterator(), self.runs_across_epochs)
 
     def note_delivered(self) -> bool:
         "Count the batch just handed out (`DeliveredIterator` calls it); True when it ends its pass. Errors name what broke."
         plan = self.plan
-        if plan is None: self._last = (self._last or 0) + 1; return False  # a stream: batches delivered this pass
+        if plan is None:
+            self._last = (self._last or 0) + 1
+            return False  # a stream: batches delivered this pass
         if not plan.in_flight:
-            raise RuntimeError(f"{type(self).__name__} delivered a batch that its batch plan ({type(plan).__name__}) did not "
-                               f"yield (an extra batch); {_HOW}")
+            raise RuntimeError(
+                f"{type(self).__name__} delivered a batch that its batch plan ({type(plan).__name__}) did not "
+                f"yield (an extra batch); {_HOW}"
+            )
         m = plan.delivered()
         got = self.dataset.fetched_key if self.main_thread_samples and isinstance(self.dataset, SeededDataset) else None
         if got is not None and got != m.key:
-            raise RuntimeError(f"{type(self).__name__} delivered batch {m.k} of the pass out of order: its first key is "
-                               f"{got}, the plan's is {m.key} (a batch sampler or loader that reorders or drops batches); {_HOW}")
+            raise RuntimeError(
+                f"{type(self).__name__} delivered batch {m.k} of the pass out of order: its first key is "
+                f"{got}, the plan's is {m.key} (a batch sampler or loader that reorders or drops batches); {_HOW}"
+            )
         self._last = m
         return m.last
 
@@ -118,22 +187,29 @@ class StatefulLoader:
         "The pass ended: every batch its plan yielded was delivered (none dropped)."
         plan = self.plan
         if plan is not None and plan.in_flight and not self.runs_across_epochs:
-            raise RuntimeError(f"{type(self).__name__} ended its pass with {plan.in_flight} batch(es) of its plan "
-                               f"({type(plan).__name__}) not delivered (dropped); {_HOW}")
+            raise RuntimeError(
+                f"{type(self).__name__} ended its pass with {plan.in_flight} batch(es) of its plan "
+                f"({type(plan).__name__}) not delivered (dropped); {_HOW}"
+            )
 
     def state_at(self, mark) -> dict:
         "The state after the batch `mark` (a `last_mark`; None: at the start of the pass in flight, or of the next): plain JSON data."
         plan = self.plan
-        if plan is not None: return plain_state(plan.state(mark))
-        if isinstance(self.dataset, IterableDataset): return stream_state(self.dataset, mark or 0, self.batch_size)
-        raise NotImplementedError(f"state_dict: this loader's batches come from {type(self.batch_sampler).__name__}, which has "
-                                  f"no resumable plan: give the DataLoader a ResumableBatchSampler (or ResumableScheduledSampler) "
-                                  f"and a SeededDataset, as create_loader does")
+        if plan is not None:
+            return plain_state(plan.state(mark))
+        if isinstance(self.dataset, IterableDataset):
+            return stream_state(self.dataset, mark or 0, self.batch_size)
+        raise NotImplementedError(
+            f"state_dict: this loader's batches come from {type(self.batch_sampler).__name__}, which has "
+            f"no resumable plan: give the DataLoader a ResumableBatchSampler (or ResumableScheduledSampler) "
+            f"and a SeededDataset, as create_loader does"
+        )
 
     def set_epoch(self, epoch: int):
         "Passes the epoch to the batch plan (and its sampler) and to the dataset, where they take one."
         for obj in {id(o): o for o in (self.plan or self.batch_sampler, self.sampler, self.dataset)}.values():
-            if callable(getattr(obj, 'set_epoch', None)): obj.set_epoch(epoch)
+            if callable(getattr(obj, 'set_epoch', None)):
+                obj.set_epoch(epoch)
 
     def state_dict(self) -> dict:
         "The loader's position after the batches delivered so far: a small dict of plain JSON data for `load_state_dict`."
@@ -142,100 +218,168 @@ class StatefulLoader:
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict` at the next pass (call before iterating; `set_epoch` of the saved epoch keeps it)."
         sd, plan = check_state(state_dict), self.plan
-        if plan is not None: plan.load_state(sd, advance_done=self.runs_across_epochs)
-        elif isinstance(self.dataset, IterableDataset): load_stream_state(self.dataset, sd, self.batch_size)
-        else: self.state_at(None)  # raises the error saying why not
+        if plan is not None:
+            plan.load_state(sd, advance_done=self.runs_across_epochs)
+        elif isinstance(self.dataset, IterableDataset):
+            load_stream_state(self.dataset, sd, self.batch_size)
+        else:
+            self.state_at(None)  # raises the error saying why not
         self._last = None
+
 
 class ResumableDataLoader(StatefulLoader, DataLoader):
     "A torch DataLoader with `state_dict()` / `load_state_dict()` (give it a `BatchPlan` as batch sampler and a `SeededDataset`)."
-    __signature__ = inspect.signature(DataLoader)  # torch's own (its annotations do not evaluate outside torch: for the docs)
+
+    __signature__ = inspect.signature(
+        DataLoader
+    )  # torch's own (its annotations do not evaluate outside torch: for the docs)
+
     @property  # DataLoader sets .sampler to a default one when given a batch sampler: expose the plan's
-    def sampler(self): return self.plan.sampler if self.plan is not None else self._dl_sampler
+    def sampler(self):
+        return self.plan.sampler if self.plan is not None else self._dl_sampler
+
     @sampler.setter
-    def sampler(self, value): self._dl_sampler = value
+    def sampler(self, value):
+        self._dl_sampler = value
 
 # %% ../nbs/35_resume.ipynb #87b37869
 @runtime_checkable
 class ResumableStream(Protocol):
     "What a stream offers to resume mid-epoch (`IterableImageDataset` and the NaFlex wrappers do); `elastic` ones add `samples_delivered`, `set_start_samples`."
-    epoch: int # the epoch of the next pass
-    seed: int # the stream's seed: a batch's key derives from it
+
+    epoch: int  # the epoch of the next pass
+    seed: int  # the stream's seed: a batch's key derives from it
+
     def set_epoch(self, epoch: int): ...
-    def set_start(self, batches_done: int, batch_size: int): ... # skip the epoch's first batches (each worker its share)
-    def start_batches(self) -> int: ... # the epoch's batches before this pass
-    def fingerprint(self) -> dict: ... # what must match for a saved position to resume
+    def set_start(
+        self, batches_done: int, batch_size: int
+    ): ...  # skip the epoch's first batches (each worker its share)
+    def start_batches(self) -> int: ...  # the epoch's batches before this pass
+    def fingerprint(self) -> dict: ...  # what must match for a saved position to resume
+
 
 def _check_stream(dataset, what: str):
     if not isinstance(dataset, ResumableStream):
-        raise NotImplementedError(f"{what}: {type(dataset).__name__} cannot resume mid-epoch (it needs epoch, seed, set_epoch, "
-                                  f"set_start, start_batches and fingerprint: timmdata.resume.ResumableStream, as "
-                                  f"timmdata.IterableImageDataset has); resume it at epoch boundaries")
+        raise NotImplementedError(
+            f"{what}: {type(dataset).__name__} cannot resume mid-epoch (it needs epoch, seed, set_epoch, "
+            f"set_start, start_batches and fingerprint: timmdata.resume.ResumableStream, as "
+            f"timmdata.IterableImageDataset has); resume it at epoch boundaries"
+        )
+
 
 def stream_state(dataset, batches: int, batch_size: int) -> dict:
     "The state of a loader over a stream that delivered `batches` batches of this pass (after its resume point, if any)."
     _check_stream(dataset, 'state_dict')
-    extra = dict(samples_delivered=dataset.samples_delivered(batches)) if getattr(dataset, 'elastic', False) else {}  # order='global'
-    return plain_state(dict(version=STATE_VERSION, kind='stream', epoch=int(dataset.epoch), batches_delivered=dataset.start_batches() + batches,
-                            batch_size=batch_size, fingerprint=dataset.fingerprint(), **extra))
+    extra = (
+        dict(samples_delivered=dataset.samples_delivered(batches)) if getattr(dataset, 'elastic', False) else {}
+    )  # order='global'
+    return plain_state(
+        dict(
+            version=STATE_VERSION,
+            kind='stream',
+            epoch=int(dataset.epoch),
+            batches_delivered=dataset.start_batches() + batches,
+            batch_size=batch_size,
+            fingerprint=dataset.fingerprint(),
+            **extra,
+        )
+    )
+
 
 def stream_batch_key(dataset, batches) -> Optional[int]:
     "A stream's batch number `batches` of this pass as a key (seed, epoch, batch of the epoch); None for other datasets."
-    if not (isinstance(dataset, IterableDataset) and isinstance(batches, int) and isinstance(dataset, ResumableStream)): return None
+    if not (isinstance(dataset, IterableDataset) and isinstance(batches, int) and isinstance(dataset, ResumableStream)):
+        return None
     return mix_seed(dataset.seed, dataset.epoch, dataset.start_batches() + batches)
+
 
 def load_stream_state(dataset, sd: dict, batch_size: int):
     "Make `dataset` (a stream) start its next pass after the `sd['batches_delivered']` batches already delivered."
-    if sd['kind'] != 'stream': raise ResumeStateError(f"load_state_dict: the state is from a {sd['kind']} loader; this one reads a stream ({type(dataset).__name__})")
+    if sd['kind'] != 'stream':
+        raise ResumeStateError(
+            f"load_state_dict: the state is from a {sd['kind']} loader; this one reads a stream ({type(dataset).__name__})"
+        )
     _check_stream(dataset, 'load_state_dict')
-    elastic = getattr(dataset, 'elastic', False) and 'samples_delivered' in sd  # resumes on any ranks, workers and batch size
-    diff = [] if elastic or sd['batch_size'] == batch_size else [f"batch_size: saved {sd['batch_size']}, this loader {batch_size}"]
+    elastic = (
+        getattr(dataset, 'elastic', False) and 'samples_delivered' in sd
+    )  # resumes on any ranks, workers and batch size
+    diff = (
+        []
+        if elastic or sd['batch_size'] == batch_size
+        else [f"batch_size: saved {sd['batch_size']}, this loader {batch_size}"]
+    )
     fp = plain_state(dataset.fingerprint())  # as the state holds it (after json too)
-    if plain_state(sd['fingerprint']) != fp: diff.append(f"stream: saved {sd['fingerprint']!r}, this one {fp!r}")
-    if diff: raise ResumeStateError("load_state_dict: the state comes from a loader over another stream or batching ("
-                                    + '; '.join(diff) + "); build the dataset and loader as the saved ones were")
+    if plain_state(sd['fingerprint']) != fp:
+        diff.append(f"stream: saved {sd['fingerprint']!r}, this one {fp!r}")
+    if diff:
+        raise ResumeStateError(
+            "load_state_dict: the state comes from a loader over another stream or batching ("
+            + '; '.join(diff)
+            + "); build the dataset and loader as the saved ones were"
+        )
     dataset.set_epoch(sd['epoch'])
-    dataset.set_start_samples(sd['samples_delivered']) if elastic else dataset.set_start(sd['batches_delivered'], batch_size)
+    dataset.set_start_samples(sd['samples_delivered']) if elastic else dataset.set_start(
+        sd['batches_delivered'], batch_size
+    )
 
 # %% ../nbs/35_resume.ipynb #730bc5e8
-def batch_key(loader, # a StatefulLoader
-              mark, # its `last_mark` after a batch
-             ) -> Optional[int]:
+def batch_key(
+    loader,  # a StatefulLoader
+    mark,  # its `last_mark` after a batch
+) -> Optional[int]:
     "The seed of a delivered batch's batch-level draws: a function of (seed, epoch, pass, position); None if not resumable."
-    if isinstance(mark, BatchMark): return mark.key
+    if isinstance(mark, BatchMark):
+        return mark.key
     return stream_batch_key(loader.dataset, mark)
+
 
 class LoaderMarks(Marks):
     "A `StatefulLoader`'s marks, for a `DeviceFeeder`: its `last_mark` after each batch, and whether a pass starts afresh."
-    def __init__(self, loader: StatefulLoader): self.loader = loader
-    def fresh(self) -> bool: return self.loader.fresh_pass()
-    def mark(self): return self.loader.last_mark
+
+    def __init__(self, loader: StatefulLoader):
+        self.loader = loader
+
+    def fresh(self) -> bool:
+        return self.loader.fresh_pass()
+
+    def mark(self):
+        return self.loader.last_mark
+
 
 def loader_marks(loader) -> Marks:
     "The marks a feeder reads from `loader`: a `StatefulLoader`'s; none (`Marks()`) for another loader."
     return LoaderMarks(loader) if isinstance(loader, StatefulLoader) else Marks()
 
+
 class ResumablePrefetchLoader(PrefetchLoader):
     "A `PrefetchLoader` over a `StatefulLoader`: `state_dict()` counts delivered batches; batch ops seeded per batch."
+
     def __init__(self, loader, **kwargs):
         super().__init__(loader, **kwargs)
-        if not isinstance(loader, StatefulLoader): raise TypeError(f"ResumablePrefetchLoader needs a StatefulLoader (e.g. ResumableDataLoader); got {type(loader).__name__}")
+        if not isinstance(loader, StatefulLoader):
+            raise TypeError(
+                f"ResumablePrefetchLoader needs a StatefulLoader (e.g. ResumableDataLoader); got {type(loader).__name__}"
+            )
         self.erasing_from_generator()  # not torch's global one
         self.feeder.marks = LoaderMarks(loader)  # the feeder notes the batch each output came from
 
     def _step(self, batch, mark) -> tuple:
         "`PrefetchLoader`'s step, its draws seeded from the batch's key (on a GPU the erasing noise too, from the device's generator)."
         key = batch_key(self.loader, mark)
-        if key is None: return super()._step(batch, mark)
+        if key is None:
+            return super()._step(batch, mark)
         seed = mix_seed(key, _PREFETCH)
         self.seed(seed)
         if not (self.is_cuda and self.random_erasing is not None and self.random_erasing.mode != 'const'):
             return super()._step(batch, mark)
-        with cuda_rng_seeded(self.device, seed): return super()._step(batch, mark)
+        with cuda_rng_seeded(self.device, seed):
+            return super()._step(batch, mark)
 
     def state_dict(self) -> dict:
         "The position after the batches this loader handed out (not those prepared ahead)."
         return self.loader.state_at(self.feeder.last)
+
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments)."
-        self.loader.load_state_dict(state_dict); self.feeder.last = None
+        self.loader.load_state_dict(state_dict)
+        self.feeder.last = None

@@ -15,10 +15,13 @@ import torch.distributed as dist
 __all__ = ['SEED_MIX', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'rank_seed']
 
 # %% ../nbs/02_runtime.ipynb #cc278d7d
-def _refs(bufs: list, i: int) -> int: return sys.getrefcount(bufs[i])  # one way of counting, for the base and every check
+def _refs(bufs: list, i: int) -> int:
+    return sys.getrefcount(bufs[i])  # one way of counting, for the base and every check
+
 
 class BufferPool:
     "A few reusable CPU output buffers (numpy memory under `torch.from_numpy`), each reused only once nothing else holds it."
+
     def __init__(self, size: int):
         self.size, self.bufs = size, []
         self.base = _refs([np.empty(0)], 0)  # an array only the list holds
@@ -27,51 +30,72 @@ class BufferPool:
         "A `shape` tensor of `dtype` (channels-last strides if asked) over the smallest free buffer that fits, else a new one."
         nbytes = math.prod(shape) * dtype.itemsize
         free = [i for i in range(len(self.bufs)) if self.bufs[i].nbytes >= nbytes and _refs(self.bufs, i) == self.base]
-        if free: a = self.bufs[min(free, key=lambda i: self.bufs[i].nbytes)]  # the smallest free one that fits
+        if free:
+            a = self.bufs[min(free, key=lambda i: self.bufs[i].nbytes)]  # the smallest free one that fits
         else:
             raw = np.empty(nbytes + 64, dtype=np.uint8)
-            a = raw[-raw.ctypes.data % 64:][:nbytes]  # 64-byte aligned, like torch's own allocations
+            a = raw[-raw.ctypes.data % 64 :][:nbytes]  # 64-byte aligned, like torch's own allocations
             self.bufs.append(a)
-            if len(self.bufs) > self.size:  # forget a buffer the consumer still holds (it keeps it alive), else the oldest
+            if (
+                len(self.bufs) > self.size
+            ):  # forget a buffer the consumer still holds (it keeps it alive), else the oldest
                 busy = [i for i in range(len(self.bufs) - 1) if _refs(self.bufs, i) != self.base]
                 self.bufs.pop(busy[0] if busy else 0)
-        t = torch.from_numpy(a)[:nbytes].view(dtype)  # its storage holds `a` until every tensor, view and storage object is gone
+        t = torch.from_numpy(a)[:nbytes].view(
+            dtype
+        )  # its storage holds `a` until every tensor, view and storage object is gone
         if channels_last and len(shape) == 4:
             n, c, h, w = shape
             return t.view(n, h, w, c).permute(0, 3, 1, 2)
         return t.view(shape)
 
 # %% ../nbs/02_runtime.ipynb #2def4381
-def resolve_device(device, # None (CUDA when available, else the CPU), a torch.device, or a string such as 'cpu' or 'cuda:1'
-                   supported: Optional[Sequence[str]] = None, # device types the caller has a back end for; None: any this machine has
-                  ) -> torch.device:
+def resolve_device(
+    device,  # None (CUDA when available, else the CPU), a torch.device, or a string such as 'cpu' or 'cuda:1'
+    supported: Optional[Sequence[str]] = None,  # device types the caller has a back end for; None: any this machine has
+) -> torch.device:
     "The device to load to, with a clear error for an unknown, unsupported or absent one."
-    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    try: device = torch.device(device)
+    if device is None:
+        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    try:
+        device = torch.device(device)
     except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device must be a torch.device or a string such as 'cpu', 'cuda' or 'cuda:1'; got {device!r}") from e
+        raise ValueError(
+            f"device must be a torch.device or a string such as 'cpu', 'cuda' or 'cuda:1'; got {device!r}"
+        ) from e
     if supported is not None and device.type not in supported:
-        raise ValueError(f"device {str(device)!r} is not supported by timmdata's PrefetchLoader, which runs the batch step "
-                         f"on {' or '.join(map(repr, supported))} only: use device='cpu' or device='cuda' (None: CUDA when "
-                         f"available, else the CPU), or use_prefetcher=False and move the batches yourself")
+        raise ValueError(
+            f"device {str(device)!r} is not supported by timmdata's PrefetchLoader, which runs the batch step "
+            f"on {' or '.join(map(repr, supported))} only: use device='cpu' or device='cuda' (None: CUDA when "
+            f"available, else the CPU), or use_prefetcher=False and move the batches yourself"
+        )
     if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError(f"device={str(device)!r} but CUDA is not available on this machine; use device='cpu' or leave device=None")
+        raise ValueError(
+            f"device={str(device)!r} but CUDA is not available on this machine; use device='cpu' or leave device=None"
+        )
     if device.type not in ('cpu', 'cuda'):
         mod = getattr(torch, device.type, None)
         if mod is None or not getattr(mod, 'is_available', lambda: False)():
             raise ValueError(f"device {str(device)!r} is not available here; use 'cpu', 'cuda' or None (auto)")
     return device
 
+
 @contextmanager
 def torch_threads(n: Optional[int]):
     "Run torch CPU ops on `n` threads for a moment (None: leave torch's setting)."
     old = torch.get_num_threads()
-    if n is None or n == old: yield; return
+    if n is None or n == old:
+        yield
+        return
     torch.set_num_threads(n)
-    try: yield
-    finally: torch.set_num_threads(old)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
 
 SEED_MIX = 0x9E3779B97F4A7C15  # an odd 64-bit constant: rank r's seeds land far from rank 0's
+
 
 def default_rank() -> int:
     "This process's distributed rank (0 when torch.distributed is not initialised)."
@@ -80,5 +104,6 @@ def default_rank() -> int:
 # %% ../nbs/02_runtime.ipynb #aef444ad
 def rank_seed(seed: Optional[int] = None) -> int:
     "`seed` as given; None: a seed drawn from torch's global generator, moved by `SEED_MIX` times this process's rank."
-    if seed is not None: return seed
+    if seed is not None:
+        return seed
     return (int(torch.randint(2**62, ())) + default_rank() * SEED_MIX) % 2**63

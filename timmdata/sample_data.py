@@ -15,10 +15,17 @@ __all__ = ['IMAGENETTE_CLASSES', 'make_sample_image', 'make_sample_dataset', 'de
 
 # %% ../nbs/04_sample_data.ipynb #6c84fa30
 IMAGENETTE_CLASSES = {  # wnid -> readable name, imagenette's ten classes
-    'n01440764': 'tench', 'n02102040': 'English springer', 'n02979186': 'cassette player',
-    'n03000684': 'chain saw', 'n03028079': 'church', 'n03394916': 'French horn',
-    'n03417042': 'garbage truck', 'n03425413': 'gas pump', 'n03445777': 'golf ball',
-    'n03888257': 'parachute'}
+    'n01440764': 'tench',
+    'n02102040': 'English springer',
+    'n02979186': 'cassette player',
+    'n03000684': 'chain saw',
+    'n03028079': 'church',
+    'n03394916': 'French horn',
+    'n03417042': 'garbage truck',
+    'n03425413': 'gas pump',
+    'n03445777': 'golf ball',
+    'n03888257': 'parachute',
+}
 
 # %% ../nbs/04_sample_data.ipynb #cbc2499f
 def _fractal_noise(rng: np.random.Generator, h: int, w: int, octaves: int = 6, persistence: float = 0.6) -> np.ndarray:
@@ -30,7 +37,8 @@ def _fractal_noise(rng: np.random.Generator, h: int, w: int, octaves: int = 6, p
         # PIL's bicubic resize of an 8-bit grid is the cheapest smooth upsampler at hand
         small = Image.fromarray((grid * 32 + 128).clip(0, 255).astype(np.uint8))
         out += amp * (np.asarray(small.resize((w, h), Image.BICUBIC), np.float32) - 128) / 32
-        total += amp; amp *= persistence
+        total += amp
+        amp *= persistence
     return out / total
 
 # %% ../nbs/04_sample_data.ipynb #d10037d5
@@ -40,31 +48,60 @@ def _draw_object(draw: ImageDraw.ImageDraw, kind: int, w: int, h: int, rng: np.r
     cx, cy = rng.uniform(s * 0.6, w - s * 0.6), rng.uniform(s * 0.6, h - s * 0.6)
     box = [cx - s / 2, cy - s / 3, cx + s / 2, cy + s / 3]
     k = kind % 10
-    if k == 0: draw.ellipse(box, fill=colour)
-    elif k == 1: draw.rectangle([cx - s / 2, cy - s / 8, cx + s / 2, cy + s / 8], fill=colour)
-    elif k == 2: draw.polygon([(cx, cy - s / 2), (cx - s / 2, cy + s / 2), (cx + s / 2, cy + s / 2)], fill=colour)
+    if k == 0:
+        draw.ellipse(box, fill=colour)
+    elif k == 1:
+        draw.rectangle([cx - s / 2, cy - s / 8, cx + s / 2, cy + s / 8], fill=colour)
+    elif k == 2:
+        draw.polygon([(cx, cy - s / 2), (cx - s / 2, cy + s / 2), (cx + s / 2, cy + s / 2)], fill=colour)
     elif k == 3:
-        for i in range(5): draw.rectangle([cx - s / 2 + i * s / 5, cy - s / 2, cx - s / 2 + i * s / 5 + s / 10, cy + s / 2], fill=colour)
-    elif k == 4: draw.ellipse([cx - s / 2, cy - s / 2, cx + s / 2, cy + s / 2], outline=colour, width=max(2, int(s / 8)))
+        for i in range(5):
+            draw.rectangle(
+                [cx - s / 2 + i * s / 5, cy - s / 2, cx - s / 2 + i * s / 5 + s / 10, cy + s / 2], fill=colour
+            )
+    elif k == 4:
+        draw.ellipse([cx - s / 2, cy - s / 2, cx + s / 2, cy + s / 2], outline=colour, width=max(2, int(s / 8)))
     elif k == 5:
-        pts = [(cx + (s / 2 if i % 2 == 0 else s / 5) * math.cos(i * math.pi / 5), cy + (s / 2 if i % 2 == 0 else s / 5) * math.sin(i * math.pi / 5)) for i in range(10)]
+        pts = [
+            (
+                cx + (s / 2 if i % 2 == 0 else s / 5) * math.cos(i * math.pi / 5),
+                cy + (s / 2 if i % 2 == 0 else s / 5) * math.sin(i * math.pi / 5),
+            )
+            for i in range(10)
+        ]
         draw.polygon(pts, fill=colour)
     elif k == 6:
         for i in range(4):
             for j in range(4):
-                if (i + j) % 2 == 0: draw.rectangle([cx - s / 2 + i * s / 4, cy - s / 2 + j * s / 4, cx - s / 2 + (i + 1) * s / 4, cy - s / 2 + (j + 1) * s / 4], fill=colour)
+                if (i + j) % 2 == 0:
+                    draw.rectangle(
+                        [
+                            cx - s / 2 + i * s / 4,
+                            cy - s / 2 + j * s / 4,
+                            cx - s / 2 + (i + 1) * s / 4,
+                            cy - s / 2 + (j + 1) * s / 4,
+                        ],
+                        fill=colour,
+                    )
     elif k == 7:
-        for i in range(4): draw.line([(cx - s / 2 + i * s / 4, cy - s / 2), (cx + i * s / 4, cy + s / 2)], fill=colour, width=max(2, int(s / 12)))
-    elif k == 8: draw.ellipse([cx - s / 4, cy - s / 4, cx + s / 4, cy + s / 4], fill=colour)
+        for i in range(4):
+            draw.line(
+                [(cx - s / 2 + i * s / 4, cy - s / 2), (cx + i * s / 4, cy + s / 2)],
+                fill=colour,
+                width=max(2, int(s / 12)),
+            )
+    elif k == 8:
+        draw.ellipse([cx - s / 4, cy - s / 4, cx + s / 4, cy + s / 4], fill=colour)
     else:
         draw.rectangle([cx - s / 2, cy - s / 12, cx + s / 2, cy + s / 12], fill=colour)
         draw.rectangle([cx - s / 12, cy - s / 2, cx + s / 12, cy + s / 2], fill=colour)
 
 # %% ../nbs/04_sample_data.ipynb #a817a70d
-def make_sample_image(cls_idx: int, # class index: picks the object and colours
-                      seed: int = 0, # image seed: the same (cls_idx, seed, size) gives the same pixels
-                      size: tuple = (426, 320), # (width, height)
-                     ) -> Image.Image:
+def make_sample_image(
+    cls_idx: int,  # class index: picks the object and colours
+    seed: int = 0,  # image seed: the same (cls_idx, seed, size) gives the same pixels
+    size: tuple = (426, 320),  # (width, height)
+) -> Image.Image:
     "One photo-like RGB image of class `cls_idx`."
     w, h = size
     rng = np.random.default_rng([cls_idx, seed, w, h])
@@ -78,7 +115,8 @@ def make_sample_image(cls_idx: int, # class index: picks the object and colours
     draw = ImageDraw.Draw(img)
     colour = tuple(int(v) for v in (255 - base * rng.uniform(0.6, 1.0)).clip(0, 255))
     _draw_object(draw, cls_idx, w, h, rng, colour)
-    if rng.uniform() < 0.3: img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 0.6)))  # some soft, some sharp
+    if rng.uniform() < 0.3:
+        img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 0.6)))  # some soft, some sharp
     return img
 
 # %% ../nbs/04_sample_data.ipynb #264e3101
@@ -91,42 +129,62 @@ def _write_images(jobs):
 def _marker_classes(marker: Path, spec) -> list:
     "The class folder names a marker lists, each checked to be one plain folder name (never a path elsewhere)."
     classes = spec.get('classes', []) if isinstance(spec, dict) else None
-    if not isinstance(classes, list): raise ValueError(f'{marker}: not a sample-data marker (no class list): remove it, or write into another folder')
+    if not isinstance(classes, list):
+        raise ValueError(f'{marker}: not a sample-data marker (no class list): remove it, or write into another folder')
     for c in classes:
         if not isinstance(c, str) or c in ('', '.', '..') or '/' in c or '\\' in c or '\0' in c or os.path.isabs(c):
-            raise ValueError(f'{marker}: class {c!r} is not a plain folder name, so nothing is deleted; the marker was not '
-                             f'written by make_sample_dataset: remove it, or write into another folder')
+            raise ValueError(
+                f'{marker}: class {c!r} is not a plain folder name, so nothing is deleted; the marker was not '
+                f'written by make_sample_dataset: remove it, or write into another folder'
+            )
     return classes
+
 
 def _remove_sample_tree(root: Path, spec: dict):
     "Deletes what an earlier call wrote (the class folders named in its marker, checked first), and split folders left empty."
     classes = _marker_classes(root / '.timmdata_sample.json', spec)
     for split in ('train', 'val'):
-        for c in classes: shutil.rmtree(root / split / c, ignore_errors=True)  # a link is not followed: rmtree refuses it
-        try: (root / split).rmdir()
-        except OSError: pass  # missing, or holds files that are not ours: kept
+        for c in classes:
+            shutil.rmtree(root / split / c, ignore_errors=True)  # a link is not followed: rmtree refuses it
+        try:
+            (root / split).rmdir()
+        except OSError:
+            pass  # missing, or holds files that are not ours: kept
 
-def make_sample_dataset(root, # folder to write into (made if missing)
-                        n_train: int = 150, # images per class in train/
-                        n_val: int = 50, # images per class in val/
-                        classes=None, # class folder names (default: imagenette's ten wnids)
-                        size: tuple = (426, 320), # (width, height) of every image
-                        quality: int = 90, # JPEG quality
-                        seed: int = 0, # changes every picture
-                        ext: str = '.JPEG', # file extension, as in imagenette
-                        portrait_every: int = 0, # if > 0, every n-th image is portrait (height and width swapped)
-                        num_workers: int | None = None, # processes drawing images (default: all cores; 0 = this process)
-                       ) -> Path:
+
+def make_sample_dataset(
+    root,  # folder to write into (made if missing)
+    n_train: int = 150,  # images per class in train/
+    n_val: int = 50,  # images per class in val/
+    classes=None,  # class folder names (default: imagenette's ten wnids)
+    size: tuple = (426, 320),  # (width, height) of every image
+    quality: int = 90,  # JPEG quality
+    seed: int = 0,  # changes every picture
+    ext: str = '.JPEG',  # file extension, as in imagenette
+    portrait_every: int = 0,  # if > 0, every n-th image is portrait (height and width swapped)
+    num_workers: int | None = None,  # processes drawing images (default: all cores; 0 = this process)
+) -> Path:
     "Write an imagenette-like tree `root/{train,val}/<class>/*.JPEG`; returns at once when it is already complete."
     root = Path(root)
     classes = list(classes or IMAGENETTE_CLASSES)
-    spec = dict(n_train=n_train, n_val=n_val, classes=classes, size=list(size), quality=quality, seed=seed, ext=ext, portrait_every=portrait_every)
+    spec = dict(
+        n_train=n_train,
+        n_val=n_val,
+        classes=classes,
+        size=list(size),
+        quality=quality,
+        seed=seed,
+        ext=ext,
+        portrait_every=portrait_every,
+    )
     marker = root / '.timmdata_sample.json'
     old = json.loads(marker.read_text()) if marker.exists() else None
-    if old == spec: return root
+    if old == spec:
+        return root
     if old:  # another spec's tree: its images (other counts, classes or extension) would stay and be read with ours
         _marker_classes(marker, old)  # checked before anything is deleted
-        marker.unlink(); _remove_sample_tree(root, old)
+        marker.unlink()
+        _remove_sample_tree(root, old)
     jobs = []
     for split, n, off in (('train', n_train, 0), ('val', n_val, 1_000_000)):
         for ci, c in enumerate(classes):
@@ -134,14 +192,18 @@ def make_sample_dataset(root, # folder to write into (made if missing)
             d.mkdir(parents=True, exist_ok=True)
             for i in range(n):
                 sz = tuple(size)
-                if portrait_every and i % portrait_every == portrait_every - 1: sz = sz[::-1]
+                if portrait_every and i % portrait_every == portrait_every - 1:
+                    sz = sz[::-1]
                 jobs.append((ci, seed * 10_000_019 + off + i, sz, d / f'{c}_{i:05d}{ext}', quality))
     nw = os.cpu_count() if num_workers is None else num_workers
     if nw and len(jobs) > 50:
         from concurrent.futures import ProcessPoolExecutor
-        chunks = [jobs[i::nw * 4] for i in range(nw * 4)]
-        with ProcessPoolExecutor(nw) as ex: list(ex.map(_write_images, chunks))
-    else: _write_images(jobs)
+
+        chunks = [jobs[i :: nw * 4] for i in range(nw * 4)]
+        with ProcessPoolExecutor(nw) as ex:
+            list(ex.map(_write_images, chunks))
+    else:
+        _write_images(jobs)
     marker.write_text(json.dumps(spec))  # written last: a half-made tree is remade, not trusted
     return root
 

@@ -12,8 +12,20 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, Sampler
 from .dataset import ChoiceTransform, ImageDataset
 from .distributed_sampler import SeededRandomSampler, sampler_kind, timm_sampler, world_of
-from .batch_plan import (STATE_VERSION, BatchMark, BatchPlan, PlanPass, ResumeStateError, SeededDataset, check_state,
-                                 dataset_len, loader_seed, plain_state, resumable_batching, sample_key)
+from timmdata.batch_plan import (
+    STATE_VERSION,
+    BatchMark,
+    BatchPlan,
+    PlanPass,
+    ResumeStateError,
+    SeededDataset,
+    check_state,
+    dataset_len,
+    loader_seed,
+    plain_state,
+    resumable_batching,
+    sample_key,
+)
 
 # %% auto #0
 __all__ = ['ScheduledBatchSampler', 'ScheduledTransformDataset', 'SchedulePass', 'ResumableScheduledSampler', 'Sampling',
@@ -22,76 +34,119 @@ __all__ = ['ScheduledBatchSampler', 'ScheduledTransformDataset', 'SchedulePass',
 # %% ../nbs/34_scheduled_sampler.ipynb #a2eafc2a
 _SCHEDULES = ('constant', 'progressive')
 
-def _positive_int(x) -> bool: return isinstance(x, numbers.Real) and not isinstance(x, bool) and x > 0 and int(x) == x
 
-def _check_schedule_args(sampler, batch_sizes, num_batches, choice_schedule, schedule_epochs, schedule_spread, schedule_random_mix):
+def _positive_int(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and x > 0 and int(x) == x
+
+
+def _check_schedule_args(
+    sampler, batch_sizes, num_batches, choice_schedule, schedule_epochs, schedule_spread, schedule_random_mix
+):
     "The scheduled sampler's argument checks, each error naming the argument and what it should be."
     if not callable(getattr(sampler, '__len__', None)):
-        raise TypeError(f'ScheduledBatchSampler needs a sampler with a length (a map-style sampler); got {type(sampler).__name__}')
-    if len(sampler) <= 0: raise ValueError('ScheduledBatchSampler needs a non-empty sampler: the dataset (or this rank\'s share) has no samples')
-    if not batch_sizes: raise ValueError('batch_sizes (batch_size_choices) must hold at least one batch size')
+        raise TypeError(
+            f'ScheduledBatchSampler needs a sampler with a length (a map-style sampler); got {type(sampler).__name__}'
+        )
+    if len(sampler) <= 0:
+        raise ValueError(
+            'ScheduledBatchSampler needs a non-empty sampler: the dataset (or this rank\'s share) has no samples'
+        )
+    if not batch_sizes:
+        raise ValueError('batch_sizes (batch_size_choices) must hold at least one batch size')
     bad = [b for b in batch_sizes if not _positive_int(b)]
-    if bad: raise ValueError(f'batch sizes must be positive integers; got {list(batch_sizes)!r}')
+    if bad:
+        raise ValueError(f'batch sizes must be positive integers; got {list(batch_sizes)!r}')
     if num_batches is not None and not _positive_int(num_batches):
         raise ValueError(f'num_batches must be a positive integer or None; got {num_batches!r}')
     if choice_schedule not in _SCHEDULES:
-        raise ValueError(f"choice_schedule (batch_choice_schedule) must be 'constant' or 'progressive'; got {choice_schedule!r}")
+        raise ValueError(
+            f"choice_schedule (batch_choice_schedule) must be 'constant' or 'progressive'; got {choice_schedule!r}"
+        )
     if choice_schedule == 'progressive':
-        if len(batch_sizes) < 2: raise ValueError('a progressive schedule needs at least two choices (input sizes) to move through')
+        if len(batch_sizes) < 2:
+            raise ValueError('a progressive schedule needs at least two choices (input sizes) to move through')
         if schedule_epochs is None or not _positive_int(schedule_epochs):
-            raise ValueError(f'a progressive schedule needs schedule_epochs (batch_schedule_epochs), a positive integer; got {schedule_epochs!r}')
-        if not schedule_spread >= 0: raise ValueError(f'schedule_spread (batch_schedule_spread) must be >= 0; got {schedule_spread!r}')
+            raise ValueError(
+                f'a progressive schedule needs schedule_epochs (batch_schedule_epochs), a positive integer; got {schedule_epochs!r}'
+            )
+        if not schedule_spread >= 0:
+            raise ValueError(f'schedule_spread (batch_schedule_spread) must be >= 0; got {schedule_spread!r}')
         if not 0 <= schedule_random_mix <= 1:
-            raise ValueError(f'schedule_random_mix (batch_schedule_random_mix) must be in [0, 1]; got {schedule_random_mix!r}')
+            raise ValueError(
+                f'schedule_random_mix (batch_schedule_random_mix) must be in [0, 1]; got {schedule_random_mix!r}'
+            )
+
 
 def _normalized_weights(choice_weights, n: int) -> torch.Tensor:
     "Choice weights as float64 probabilities (uniform when None), with an error naming what is wrong."
-    if choice_weights is None: return torch.full((n,), 1.0 / n, dtype=torch.float64)
+    if choice_weights is None:
+        return torch.full((n,), 1.0 / n, dtype=torch.float64)
     if len(choice_weights) != n:
-        raise ValueError(f'choice_weights (batch_choice_weights) has {len(choice_weights)} values for {n} choices: give one weight per choice')
+        raise ValueError(
+            f'choice_weights (batch_choice_weights) has {len(choice_weights)} values for {n} choices: give one weight per choice'
+        )
     w = torch.tensor([float(x) for x in choice_weights], dtype=torch.float64)
     if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
         raise ValueError(f'choice_weights (batch_choice_weights) must be finite and >= 0; got {list(choice_weights)!r}')
-    if w.sum() <= 0: raise ValueError(f'choice_weights (batch_choice_weights) must not all be 0; got {list(choice_weights)!r}')
+    if w.sum() <= 0:
+        raise ValueError(f'choice_weights (batch_choice_weights) must not all be 0; got {list(choice_weights)!r}')
     return w / w.sum()
 
 # %% ../nbs/34_scheduled_sampler.ipynb #886a3a00
 class ScheduledBatchSampler(Sampler):
     "Batches of `(sample index, choice)` pairs: each batch's size and transform choice from a seeded per-epoch schedule, the same on every rank."
-    def __init__(self, sampler, # sample indices (e.g. a RandomSampler, or a DistributedSampler per rank); needs a length
-                 batch_sizes: Sequence[int], # batch size of each choice
-                 choice_weights: Optional[Sequence[float]] = None, # base weight of each choice (None: uniform; 0 excludes it)
-                 seed: int = 0, # seeds every draw of the schedule (the same on every rank)
-                 drop_last: bool = True, # drop a short last batch (sample-budget mode)
-                 shuffle_schedule: bool = True, # shuffle the order of the epoch's batches
-                 num_batches: Optional[int] = None, # batches per epoch; None: a sample budget (constant) or inferred (progressive)
-                 choice_schedule: str = 'constant', # 'constant' or 'progressive'
-                 schedule_epochs: Optional[int] = None, # progressive: epochs over which the window moves from the first choice to the last
-                 schedule_spread: float = 0.65, # progressive: standard deviation of the window, in choices (0: only the nearest)
-                 schedule_random_mix: float = 0.1, # progressive: share of uniform exploration over the allowed choices
-                ):
-        _check_schedule_args(sampler, batch_sizes, num_batches, choice_schedule, schedule_epochs, schedule_spread, schedule_random_mix)
+
+    def __init__(
+        self,
+        sampler,  # sample indices (e.g. a RandomSampler, or a DistributedSampler per rank); needs a length
+        batch_sizes: Sequence[int],  # batch size of each choice
+        choice_weights: Optional[Sequence[float]] = None,  # base weight of each choice (None: uniform; 0 excludes it)
+        seed: int = 0,  # seeds every draw of the schedule (the same on every rank)
+        drop_last: bool = True,  # drop a short last batch (sample-budget mode)
+        shuffle_schedule: bool = True,  # shuffle the order of the epoch's batches
+        num_batches: Optional[
+            int
+        ] = None,  # batches per epoch; None: a sample budget (constant) or inferred (progressive)
+        choice_schedule: str = 'constant',  # 'constant' or 'progressive'
+        schedule_epochs: Optional[
+            int
+        ] = None,  # progressive: epochs over which the window moves from the first choice to the last
+        schedule_spread: float = 0.65,  # progressive: standard deviation of the window, in choices (0: only the nearest)
+        schedule_random_mix: float = 0.1,  # progressive: share of uniform exploration over the allowed choices
+    ):
+        _check_schedule_args(
+            sampler, batch_sizes, num_batches, choice_schedule, schedule_epochs, schedule_spread, schedule_random_mix
+        )
         self.sampler, self.batch_sizes = sampler, tuple(int(b) for b in batch_sizes)
         self.choice_weights = _normalized_weights(choice_weights, len(self.batch_sizes))
         self._active_choices = tuple(i for i, w in enumerate(self.choice_weights.tolist()) if w > 0)
         self.seed, self.drop_last, self.shuffle_schedule = seed, drop_last, shuffle_schedule
-        self.choice_schedule, self.schedule_spread, self.schedule_random_mix = choice_schedule, schedule_spread, schedule_random_mix
+        self.choice_schedule, self.schedule_spread, self.schedule_random_mix = (
+            choice_schedule,
+            schedule_spread,
+            schedule_random_mix,
+        )
         self.schedule_epochs = None if schedule_epochs is None else int(schedule_epochs)
         self.epoch = 0
         self.average_batch_size = self._average_batch_size()
-        if choice_schedule == 'progressive' and num_batches is None: num_batches = self._infer_num_batches()
+        if choice_schedule == 'progressive' and num_batches is None:
+            num_batches = self._infer_num_batches()
         self.num_batches = None if num_batches is None else int(num_batches)
         self._sample_budget_schedule = () if self.num_batches is not None else self._budget_schedule()
         if self.num_batches is None and not self._sample_budget_schedule:
-            raise ValueError(f'no scheduled batch fits in {len(sampler)} samples (smallest batch size '
-                             f'{min(self.batch_sizes[i] for i in self._active_choices)}): use smaller batch sizes, or num_batches')
+            raise ValueError(
+                f'no scheduled batch fits in {len(sampler)} samples (smallest batch size '
+                f'{min(self.batch_sizes[i] for i in self._active_choices)}): use smaller batch sizes, or num_batches'
+            )
 
-    def __len__(self) -> int: return self.num_batches if self.num_batches is not None else len(self._sample_budget_schedule)
+    def __len__(self) -> int:
+        return self.num_batches if self.num_batches is not None else len(self._sample_budget_schedule)
 
     def set_epoch(self, epoch: int):
         "Select the epoch of the next pass (its schedule, and the wrapped sampler's shuffling)."
         self.epoch = epoch
-        if callable(getattr(self.sampler, 'set_epoch', None)): self.sampler.set_epoch(epoch)
+        if callable(getattr(self.sampler, 'set_epoch', None)):
+            self.sampler.set_epoch(epoch)
 
     @property
     def schedule(self) -> tuple:
@@ -101,26 +156,33 @@ class ScheduledBatchSampler(Sampler):
     def choice_weights_for_epoch(self, epoch: int) -> torch.Tensor:
         "The probabilities of the choices at `epoch` (float64, summing to 1)."
         w0, k = self.choice_weights, len(self.batch_sizes)
-        if self.choice_schedule == 'constant' or k == 1: return w0
+        if self.choice_schedule == 'constant' or k == 1:
+            return w0
         progress = 1.0 if self.schedule_epochs == 1 else min(max(epoch / (self.schedule_epochs - 1), 0.0), 1.0)
         pos, centre = torch.arange(k, dtype=torch.float64), progress * (k - 1)
         if self.schedule_spread == 0:
             d = (pos - centre).abs()
             w = (d == d.min()).to(torch.float64)
-        else: w = torch.exp(-0.5 * ((pos - centre) / self.schedule_spread) ** 2)
+        else:
+            w = torch.exp(-0.5 * ((pos - centre) / self.schedule_spread) ** 2)
         w *= w0
         if w.sum() <= 0:  # the window sits on choices weighted 0: take the nearest allowed one
-            w = torch.zeros_like(w0); w[min(self._active_choices, key=lambda i: abs(i - centre))] = 1.0
-        else: w /= w.sum()
+            w = torch.zeros_like(w0)
+            w[min(self._active_choices, key=lambda i: abs(i - centre))] = 1.0
+        else:
+            w /= w.sum()
         if self.schedule_random_mix:
-            u = (w0 > 0).to(w.dtype); u /= u.sum()
+            u = (w0 > 0).to(w.dtype)
+            u /= u.sum()
             w = (1.0 - self.schedule_random_mix) * w + self.schedule_random_mix * u
         return w / w.sum()
 
     def _average_batch_size(self) -> float:
         bs = torch.tensor(self.batch_sizes, dtype=torch.float64)
         if self.choice_schedule == 'progressive':
-            return float(torch.stack([self.choice_weights_for_epoch(e) @ bs for e in range(self.schedule_epochs)]).mean())
+            return float(
+                torch.stack([self.choice_weights_for_epoch(e) @ bs for e in range(self.schedule_epochs)]).mean()
+            )
         return float(self.choice_weights @ bs)
 
     def _infer_num_batches(self) -> int:
@@ -128,16 +190,21 @@ class ScheduledBatchSampler(Sampler):
         n = len(self.sampler)
         per = self.batch_sizes[0] if len(set(self.batch_sizes)) == 1 else self.average_batch_size
         nb = (n // per if isinstance(per, int) else int(n / per)) if self.drop_last else math.ceil(n / per)
-        if nb < 1: raise ValueError(f'no scheduled batch fits in {n} samples (average batch size {per:.1f}): use smaller batch sizes, or num_batches')
+        if nb < 1:
+            raise ValueError(
+                f'no scheduled batch fits in {n} samples (average batch size {per:.1f}): use smaller batch sizes, or num_batches'
+            )
         return nb
 
     def _draw(self, g: torch.Generator, weights: Optional[torch.Tensor] = None, allowed=None) -> int:
         "One choice drawn with `weights` (default: the base weights), among `allowed` choices when given."
         weights = self.choice_weights if weights is None else weights
-        if allowed is None: return int(torch.multinomial(weights, 1, generator=g))
+        if allowed is None:
+            return int(torch.multinomial(weights, 1, generator=g))
         allowed = tuple(allowed)
         w = weights[list(allowed)]
-        if w.sum() <= 0: raise RuntimeError('no allowed scheduled choice has a positive weight for this batch')
+        if w.sum() <= 0:
+            raise RuntimeError('no allowed scheduled choice has a positive weight for this batch')
         return allowed[int(torch.multinomial(w, 1, generator=g))]
 
     def _budget_schedule(self) -> tuple:
@@ -146,54 +213,74 @@ class ScheduledBatchSampler(Sampler):
         smallest = min(self.batch_sizes[i] for i in self._active_choices)
         while left >= smallest:
             c = self._draw(g, allowed=[i for i in self._active_choices if self.batch_sizes[i] <= left])
-            out.append((c, self.batch_sizes[c])); left -= self.batch_sizes[c]
-        if left and not self.drop_last: out.append((self._draw(g), left))  # the rest, in one short batch
+            out.append((c, self.batch_sizes[c]))
+            left -= self.batch_sizes[c]
+        if left and not self.drop_last:
+            out.append((self._draw(g), left))  # the rest, in one short batch
         return tuple(out)
 
     def _schedule(self, epoch: int) -> tuple:
-        if self.num_batches is None: return self._sample_budget_schedule
+        if self.num_batches is None:
+            return self._sample_budget_schedule
         g, w = torch.Generator().manual_seed(self.seed + 2 * epoch), self.choice_weights_for_epoch(epoch)
         return tuple((c, self.batch_sizes[c]) for c in (self._draw(g, w) for _ in range(self.num_batches)))
 
     def _indices(self):
         "The sampler's indices; with a fixed number of batches, passes over it again as often as needed."
-        if self.num_batches is None: yield from self.sampler; return
+        if self.num_batches is None:
+            yield from self.sampler
+            return
         while True:
             any_ = False
-            for i in self.sampler: any_ = True; yield i
-            if not any_: return
+            for i in self.sampler:
+                any_ = True
+                yield i
+            if not any_:
+                return
 
     def __iter__(self):
         epoch = self.epoch
         sched = self._schedule(epoch)
         if self.shuffle_schedule and len(sched) > 1:
-            order = torch.randperm(len(sched), generator=torch.Generator().manual_seed(self.seed + 2 * epoch + 1)).tolist()
+            order = torch.randperm(
+                len(sched), generator=torch.Generator().manual_seed(self.seed + 2 * epoch + 1)
+            ).tolist()
             sched = tuple(sched[i] for i in order)
         idx = self._indices()
         for c, bs in sched:
             batch = list(islice(idx, bs))
-            if len(batch) < bs and (self.drop_last or not batch): return
+            if len(batch) < bs and (self.drop_last or not batch):
+                return
             yield [(i, c) for i in batch]
 
 # %% ../nbs/34_scheduled_sampler.ipynb #b1dffaff
 class ScheduledTransformDataset(Dataset):
     "Takes `(index, choice)` from `ScheduledBatchSampler` and applies `transforms[choice]` to the sample's image."
-    def __init__(self, dataset, # a map-style dataset of (image, target, ...) samples
-                 transforms: Sequence[Callable], # one transform per choice
-                ):
-        if not transforms: raise ValueError('ScheduledTransformDataset needs at least one transform (one per scheduled choice)')
+
+    def __init__(
+        self,
+        dataset,  # a map-style dataset of (image, target, ...) samples
+        transforms: Sequence[Callable],  # one transform per choice
+    ):
+        if not transforms:
+            raise ValueError('ScheduledTransformDataset needs at least one transform (one per scheduled choice)')
         self.dataset, self.transforms = dataset, tuple(transforms)
         self._inner = None  # the transform slot of a timmdata ImageDataset, when the choice can run inside it
         if isinstance(dataset, ImageDataset) and dataset.transform is None:
-            self._inner = ChoiceTransform(self.transforms); dataset.transform = self._inner
+            self._inner = ChoiceTransform(self.transforms)
+            dataset.transform = self._inner
 
-    def __len__(self) -> int: return len(self.dataset)
+    def __len__(self) -> int:
+        return len(self.dataset)
 
     def __getitem__(self, scheduled_index):
-        try: index, choice = scheduled_index
+        try:
+            index, choice = scheduled_index
         except (TypeError, ValueError):
-            raise TypeError(f'ScheduledTransformDataset takes (sample index, choice) pairs from a ScheduledBatchSampler; got '
-                            f'{scheduled_index!r}. Load it with batch_sampler=ScheduledBatchSampler(...)') from None
+            raise TypeError(
+                f'ScheduledTransformDataset takes (sample index, choice) pairs from a ScheduledBatchSampler; got '
+                f'{scheduled_index!r}. Load it with batch_sampler=ScheduledBatchSampler(...)'
+            ) from None
         if not 0 <= choice < len(self.transforms):
             raise IndexError(f'choice {choice} is out of range for {len(self.transforms)} scheduled transforms')
         if self._inner is not None:
@@ -201,51 +288,79 @@ class ScheduledTransformDataset(Dataset):
             return self.dataset[index]
         sample = self.dataset[index]
         if not isinstance(sample, (tuple, list)) or not sample:
-            raise TypeError(f'ScheduledTransformDataset: sample {index} is a {type(sample).__name__}; the dataset must return '
-                            f'(image, target, ...) tuples or lists')
+            raise TypeError(
+                f'ScheduledTransformDataset: sample {index} is a {type(sample).__name__}; the dataset must return '
+                f'(image, target, ...) tuples or lists'
+            )
         img = self.transforms[choice](sample[0])
         return (img, *sample[1:]) if isinstance(sample, tuple) else [img, *sample[1:]]
 
     def set_epoch(self, epoch: int):
         "Passes the epoch on to the wrapped dataset, when it takes one."
-        if callable(getattr(self.dataset, 'set_epoch', None)): self.dataset.set_epoch(epoch)
+        if callable(getattr(self.dataset, 'set_epoch', None)):
+            self.dataset.set_epoch(epoch)
+
     def filename(self, index: int, basename: bool = False, absolute: bool = False):
         return self.dataset.filename(index, basename=basename, absolute=absolute)
+
     def filenames(self, basename: bool = False, absolute: bool = False):
         return self.dataset.filenames(basename=basename, absolute=absolute)
 
 # %% ../nbs/34_scheduled_sampler.ipynb #b97ecef9
 class SchedulePass(PlanPass):
     "A pass of `ResumableScheduledSampler`: the epoch's schedule of `num_batches` batches, the first `skip` of them delivered before a resume."
+
     def __init__(self, epoch: int, rep: int, world: int, rank: int, skip: int, num_batches: int):
         super().__init__(epoch, rep, world, rank, max(num_batches - skip, 0))
         self.skip, self.num_batches = skip, num_batches
 
+
 def _schedule_kind(scheduled) -> dict:
     "What fixes a schedule (compared when a state is loaded)."
-    keys = ('batch_sizes', 'seed', 'num_batches', 'drop_last', 'shuffle_schedule', 'choice_schedule', 'schedule_epochs',
-            'schedule_spread', 'schedule_random_mix')
-    return plain_state({**{k: getattr(scheduled, k) for k in keys}, 'choice_weights': [float(w) for w in scheduled.choice_weights]})
+    keys = (
+        'batch_sizes',
+        'seed',
+        'num_batches',
+        'drop_last',
+        'shuffle_schedule',
+        'choice_schedule',
+        'schedule_epochs',
+        'schedule_spread',
+        'schedule_random_mix',
+    )
+    return plain_state(
+        {**{k: getattr(scheduled, k) for k in keys}, 'choice_weights': [float(w) for w in scheduled.choice_weights]}
+    )
+
 
 class ResumableScheduledSampler(BatchPlan):
     "A `ScheduledBatchSampler`'s batches as `((index, choice), key)` pairs, saved and restored at any batch."
-    def __init__(self, scheduled, # a `ScheduledBatchSampler` (its sampler must be one `epoch_order` knows)
-                 seed: int = 0, # the loader's seed: every per-sample key derives from it
-                 seed_explicit: bool = True, # the user chose the seed (a state with another one is an error)
-                ):
+
+    def __init__(
+        self,
+        scheduled,  # a `ScheduledBatchSampler` (its sampler must be one `epoch_order` knows)
+        seed: int = 0,  # the loader's seed: every per-sample key derives from it
+        seed_explicit: bool = True,  # the user chose the seed (a state with another one is an error)
+    ):
         world_of(scheduled.sampler)  # an error naming the sampler when it has no repeatable order
         super().__init__(seed, seed_explicit)
         self.scheduled, self.drop_last = scheduled, scheduled.drop_last
         self.batch_size = None  # no one batch size (timm's loader reads it): see `batch_sizes`
 
     @property
-    def sampler(self): return self.scheduled.sampler
+    def sampler(self):
+        return self.scheduled.sampler
+
     @property
-    def epoch(self) -> int: return self.scheduled.epoch
+    def epoch(self) -> int:
+        return self.scheduled.epoch
+
     def __getattr__(self, name: str):
         "The schedule's public attributes, as on timm's sampler (train.py reads `average_batch_size`, `batch_sizes`, `len`)."
-        if name.startswith('_') or name == 'scheduled': raise AttributeError(name)  # also while unpickling in a worker
+        if name.startswith('_') or name == 'scheduled':
+            raise AttributeError(name)  # also while unpickling in a worker
         return getattr(self.scheduled, name)
+
     def set_epoch(self, epoch: int):
         "Select the epoch of the next pass (the schedule's and its sampler's); a restored position of that epoch is kept."
         self.scheduled.set_epoch(epoch)
@@ -255,65 +370,106 @@ class ResumableScheduledSampler(BatchPlan):
         e, rep, r = self.next_start()
         W, rank, _ = world_of(self.sampler)
         return SchedulePass(e, rep, W, rank, r['skip'] if r is not None else 0, len(self.scheduled))
-    def batches_before(self, p: SchedulePass) -> int: return min(p.skip, p.num_batches)
+
+    def batches_before(self, p: SchedulePass) -> int:
+        return min(p.skip, p.num_batches)
 
     def pass_batches(self, p: SchedulePass) -> Iterator[list]:
         q0 = 0  # samples of this rank's pass before the batch; global position q * W + rank
         for k, batch in enumerate(self.scheduled):
             first, q0 = q0, q0 + len(batch)
-            if k < p.skip: continue  # delivered before the cut: only the schedule and the order are replayed
-            yield [(ic, sample_key(self.seed, p.epoch, p.rep, q * p.world + p.rank)) for q, ic in enumerate(batch, first)]
+            if k < p.skip:
+                continue  # delivered before the cut: only the schedule and the order are replayed
+            yield [
+                (ic, sample_key(self.seed, p.epoch, p.rep, q * p.world + p.rank)) for q, ic in enumerate(batch, first)
+            ]
 
     def state(self, last: Optional[BatchMark] = None) -> dict:
         "The state after delivering `last` (None: at the start of the pass in flight, or of the next pass): plain JSON data."
-        if last is not None: p = last.seg; done = p.skip + last.k + 1
-        else: p = self._begin if self._begin is not None else self.plan_pass(); done = p.skip
-        return plain_state(dict(version=STATE_VERSION, kind='scheduled', epoch=p.epoch, rep=p.rep, batches_delivered=done,
-                                num_batches=p.num_batches, done=done >= p.num_batches, world_size=p.world,
-                                dataset_len=dataset_len(self.sampler), seed=self.seed, sampler=sampler_kind(self.sampler),
-                                schedule=_schedule_kind(self.scheduled)))
+        if last is not None:
+            p = last.seg
+            done = p.skip + last.k + 1
+        else:
+            p = self._begin if self._begin is not None else self.plan_pass()
+            done = p.skip
+        return plain_state(
+            dict(
+                version=STATE_VERSION,
+                kind='scheduled',
+                epoch=p.epoch,
+                rep=p.rep,
+                batches_delivered=done,
+                num_batches=p.num_batches,
+                done=done >= p.num_batches,
+                world_size=p.world,
+                dataset_len=dataset_len(self.sampler),
+                seed=self.seed,
+                sampler=sampler_kind(self.sampler),
+                schedule=_schedule_kind(self.scheduled),
+            )
+        )
 
     def load_state(self, sd: dict, advance_done: bool = False):
         "Continue from `sd` (from `state`): its next pass is the restored one; errors name what differs."
         check_state(sd)
         if sd['kind'] != 'scheduled':
-            raise ResumeStateError(f"load_state_dict: the state is from a {sd['kind']} loader; this one uses scheduled batching "
-                                   f"(input_size_choices): build the loader as the saved one was")
-        self.check_same(sd, ('dataset_len', 'world_size', 'sampler', 'schedule'),
-                        ' (scheduled batching resumes on the world size it was saved on)')
+            raise ResumeStateError(
+                f"load_state_dict: the state is from a {sd['kind']} loader; this one uses scheduled batching "
+                f"(input_size_choices): build the loader as the saved one was"
+            )
+        self.check_same(
+            sd,
+            ('dataset_len', 'world_size', 'sampler', 'schedule'),
+            ' (scheduled batching resumes on the world size it was saved on)',
+        )
         self.restore(sd, advance_done, skip=sd['batches_delivered'])
 
 # %% ../nbs/34_scheduled_sampler.ipynb #596a9e0a
 @dataclass
 class Sampling:
     "How a loader samples and batches: the arguments of `create_loader` that `make_batch_plan` reads."
-    batch_size: int # samples per batch, per rank
-    is_training: bool = False # shuffle (when no distributed sampler) and drop the short last batch
-    distributed: bool = False # one share per rank (torch.distributed initialised)
-    num_aug_repeats: int = 0 # repeated augmentation: copies of each sample, dealt to different ranks
-    seed: Optional[int] = None # the loader's seed (None: drawn, see `loader_seed`)
-    batch_size_choices: Optional[Sequence[int]] = None # scheduled batching: batch size per choice (None: not scheduled)
-    choice_weights: Optional[Sequence[float]] = None # scheduled: base weight of each choice
-    choice_seed: int = 0 # scheduled: seed of the schedule (the same on every rank)
-    choice_schedule: str = 'constant' # scheduled: 'constant' or 'progressive'
-    schedule_epochs: Optional[int] = None # progressive: epochs from the first choice to the last
-    schedule_spread: float = 0.65 # progressive: width of the choice window, in choices
-    schedule_random_mix: float = 0.1 # progressive: share of uniform exploration
-    num_batches: Optional[int] = None # scheduled: batches per epoch (None: a sample budget, or inferred)
 
-def make_batch_plan(dataset, # the dataset (a `ScheduledTransformDataset` for scheduled batching)
-               s: Sampling, # how to sample and batch
-              ) -> tuple:
+    batch_size: int  # samples per batch, per rank
+    is_training: bool = False  # shuffle (when no distributed sampler) and drop the short last batch
+    distributed: bool = False  # one share per rank (torch.distributed initialised)
+    num_aug_repeats: int = 0  # repeated augmentation: copies of each sample, dealt to different ranks
+    seed: Optional[int] = None  # the loader's seed (None: drawn, see `loader_seed`)
+    batch_size_choices: Optional[Sequence[int]] = (
+        None  # scheduled batching: batch size per choice (None: not scheduled)
+    )
+    choice_weights: Optional[Sequence[float]] = None  # scheduled: base weight of each choice
+    choice_seed: int = 0  # scheduled: seed of the schedule (the same on every rank)
+    choice_schedule: str = 'constant'  # scheduled: 'constant' or 'progressive'
+    schedule_epochs: Optional[int] = None  # progressive: epochs from the first choice to the last
+    schedule_spread: float = 0.65  # progressive: width of the choice window, in choices
+    schedule_random_mix: float = 0.1  # progressive: share of uniform exploration
+    num_batches: Optional[int] = None  # scheduled: batches per epoch (None: a sample budget, or inferred)
+
+
+def make_batch_plan(
+    dataset,  # the dataset (a `ScheduledTransformDataset` for scheduled batching)
+    s: Sampling,  # how to sample and batch
+) -> tuple:
     "`(dataset, DataLoader batching keywords)`: timm's sampler under a resumable batch plan (`batch_sampler`), or a stream's batch size."
     sampler = timm_sampler(dataset, s.distributed, s.is_training, s.num_aug_repeats)
-    if isinstance(dataset, IterableDataset): return dataset, dict(batch_size=s.batch_size, drop_last=s.is_training)
+    if isinstance(dataset, IterableDataset):
+        return dataset, dict(batch_size=s.batch_size, drop_last=s.is_training)
     if s.batch_size_choices is None:  # one global order per epoch, a seed per sample (timmdata.batch_plan)
         dataset, plan = resumable_batching(dataset, sampler, s.batch_size, s.is_training, s.seed, s.distributed)
         return dataset, dict(batch_sampler=plan)
     run_seed = loader_seed(s.seed, s.distributed)  # the schedule of batch sizes and choices, over a seeded order
     scheduled = ScheduledBatchSampler(
-        sampler if sampler is not None else SeededRandomSampler(dataset, run_seed), s.batch_size_choices,
-        choice_weights=s.choice_weights, seed=s.choice_seed, drop_last=s.is_training, num_batches=s.num_batches,
-        choice_schedule=s.choice_schedule, schedule_epochs=s.schedule_epochs, schedule_spread=s.schedule_spread,
-        schedule_random_mix=s.schedule_random_mix)
-    return SeededDataset(dataset), dict(batch_sampler=ResumableScheduledSampler(scheduled, run_seed, seed_explicit=s.seed is not None))
+        sampler if sampler is not None else SeededRandomSampler(dataset, run_seed),
+        s.batch_size_choices,
+        choice_weights=s.choice_weights,
+        seed=s.choice_seed,
+        drop_last=s.is_training,
+        num_batches=s.num_batches,
+        choice_schedule=s.choice_schedule,
+        schedule_epochs=s.schedule_epochs,
+        schedule_spread=s.schedule_spread,
+        schedule_random_mix=s.schedule_random_mix,
+    )
+    return SeededDataset(dataset), dict(
+        batch_sampler=ResumableScheduledSampler(scheduled, run_seed, seed_explicit=s.seed is not None)
+    )

@@ -14,65 +14,125 @@ __all__ = ['VARIABLES', 'Variable', 'setting', 'export_setting']
 # %% ../nbs/03_settings.ipynb #5b3b5c2f
 _OFF = ('0', 'false', 'no', 'off')
 
-def _flag(v: str) -> bool: return v.strip().lower() not in _OFF
+
+def _flag(v: str) -> bool:
+    return v.strip().lower() not in _OFF
+
 
 def _pixels(v: str):
     v = v.strip().lower()
-    if v in ('none', '0', 'off'): return None
+    if v in ('none', '0', 'off'):
+        return None
     n = int(v)
-    if n < 1: raise ValueError
+    if n < 1:
+        raise ValueError
     return n
+
 
 def _positive(v: str) -> int:
     n = int(v)
-    if n < 1: raise ValueError
+    if n < 1:
+        raise ValueError
     return n
 
-def _at_least_one(v: str) -> int:
-    try: return max(1, int(v))
-    except ValueError: return 1  # a launcher's odd value: one process on this machine, as if unset
 
-def _folder(v: str) -> str: return os.path.expanduser(v.strip())
+def _at_least_one(v: str) -> int:
+    try:
+        return max(1, int(v))
+    except ValueError:
+        return 1  # a launcher's odd value: one process on this machine, as if unset
+
+
+def _folder(v: str) -> str:
+    return os.path.expanduser(v.strip())
+
 
 @dataclass(frozen=True)
 class Variable:
     "One environment variable timmdata reads: its name, default, parser, what values it takes, and what it means."
+
     name: str
-    default: object # the value when the variable is unset or empty
-    parse: Callable # str -> value; raises ValueError on a value it does not take
-    takes: str # the values it takes, for the error message
+    default: object  # the value when the variable is unset or empty
+    parse: Callable  # str -> value; raises ValueError on a value it does not take
+    takes: str  # the values it takes, for the error message
     meaning: str
 
-VARIABLES = {v.name: v for v in (
-    Variable('TIMMDATA_NATIVE', True, _flag, "'0' (off) or '1' (on)", "timmdata's C extension on (default) or off"),
-    Variable('TIMMDATA_TORCHCODEC', True, _flag, "'0' (off) or '1' (on)", "TorchCodec's JPEG decoders on (default) or off"),
-    Variable('TIMMDATA_MAX_IMAGE_PIXELS', 'pil', _pixels, "a pixel count >= 1, or 'none' (no limit)",
-             "the pixel limit of every decode path and of PIL; default ('pil'): PIL's own"),
-    Variable('TIMMDATA_SAMPLE', _folder('~/.cache/timmdata/sample'), _folder, 'a folder', 'where the sample dataset is kept'),
-    Variable('TIMMDATA_DEBUG', False, _flag, "'1' (on) or '0' (off)", 'the CLI prints whole tracebacks'),
-    Variable('XDG_CACHE_HOME', _folder('~/.cache'), _folder, 'a folder', "the user's cache folder (shard indexes)"),
-    Variable('WDS_SHUFFLE_SIZE', 8192, _positive, 'a sample count >= 1', "samples in a stream worker's shuffle buffer"),
-    Variable('WDS_INITIAL_SIZE', 2048, _positive, 'a sample count >= 1', 'samples a stream worker reads before the first one'),
-    Variable('LOCAL_WORLD_SIZE', 1, _at_least_one, 'a process count >= 1', "processes on this machine: batch rings split the shared memory over them"),
-)}
 
-def setting(name: str, # one of `VARIABLES`
-           ):
+VARIABLES = {
+    v.name: v
+    for v in (
+        Variable('TIMMDATA_NATIVE', True, _flag, "'0' (off) or '1' (on)", "timmdata's C extension on (default) or off"),
+        Variable(
+            'TIMMDATA_TORCHCODEC',
+            True,
+            _flag,
+            "'0' (off) or '1' (on)",
+            "TorchCodec's JPEG decoders on (default) or off",
+        ),
+        Variable(
+            'TIMMDATA_MAX_IMAGE_PIXELS',
+            'pil',
+            _pixels,
+            "a pixel count >= 1, or 'none' (no limit)",
+            "the pixel limit of every decode path and of PIL; default ('pil'): PIL's own",
+        ),
+        Variable(
+            'TIMMDATA_SAMPLE',
+            _folder('~/.cache/timmdata/sample'),
+            _folder,
+            'a folder',
+            'where the sample dataset is kept',
+        ),
+        Variable('TIMMDATA_DEBUG', False, _flag, "'1' (on) or '0' (off)", 'the CLI prints whole tracebacks'),
+        Variable('XDG_CACHE_HOME', _folder('~/.cache'), _folder, 'a folder', "the user's cache folder (shard indexes)"),
+        Variable(
+            'WDS_SHUFFLE_SIZE', 8192, _positive, 'a sample count >= 1', "samples in a stream worker's shuffle buffer"
+        ),
+        Variable(
+            'WDS_INITIAL_SIZE',
+            2048,
+            _positive,
+            'a sample count >= 1',
+            'samples a stream worker reads before the first one',
+        ),
+        Variable(
+            'LOCAL_WORLD_SIZE',
+            1,
+            _at_least_one,
+            'a process count >= 1',
+            "processes on this machine: batch rings split the shared memory over them",
+        ),
+    )
+}
+
+
+def setting(
+    name: str,  # one of `VARIABLES`
+):
     "The value of environment variable `name`, parsed; its default when unset or empty. The one place timmdata reads the environment."
     if name not in VARIABLES:
-        raise KeyError(f"{name!r} is not a timmdata setting; declare it in timmdata.settings.VARIABLES (one of {', '.join(VARIABLES)})")
+        raise KeyError(
+            f"{name!r} is not a timmdata setting; declare it in timmdata.settings.VARIABLES (one of {', '.join(VARIABLES)})"
+        )
     var, raw = VARIABLES[name], os.environ.get(name, '')
-    if not raw.strip(): return var.default
-    try: return var.parse(raw)
-    except ValueError: raise ValueError(f'environment variable {name} must be {var.takes}; got {raw!r}') from None
+    if not raw.strip():
+        return var.default
+    try:
+        return var.parse(raw)
+    except ValueError:
+        raise ValueError(f'environment variable {name} must be {var.takes}; got {raw!r}') from None
 
-def export_setting(name: str, # one of `VARIABLES`
-                   value: str, # its text, as `setting` parses it
-                  ):
+
+def export_setting(
+    name: str,  # one of `VARIABLES`
+    value: str,  # its text, as `setting` parses it
+):
     """Write a setting into this process's environment, so that processes started from now on (spawned DataLoader
     workers, subprocesses) read the same value. Used only where the user asked for a setting that must reach them
     (`decode.set_max_image_pixels`), and said so in that function's docstring."""
     var = VARIABLES[name]
-    try: var.parse(str(value))
-    except ValueError: raise ValueError(f'{name} must be {var.takes}; got {value!r}') from None
+    try:
+        var.parse(str(value))
+    except ValueError:
+        raise ValueError(f'{name} must be {var.takes}; got {value!r}') from None
     os.environ[name] = str(value)

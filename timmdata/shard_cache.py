@@ -12,29 +12,49 @@ from typing import Callable, Optional
 __all__ = ['parse_size', 'is_remote', 'cache_name', 'ShardCache']
 
 # %% ../nbs/21_shard_cache.ipynb #512ddfc9
-_UNITS = {'': 1, 'b': 1, 'kb': 10**3, 'mb': 10**6, 'gb': 10**9, 'tb': 10**12,
-          'kib': 2**10, 'mib': 2**20, 'gib': 2**30, 'tib': 2**40}
+_UNITS = {
+    '': 1,
+    'b': 1,
+    'kb': 10**3,
+    'mb': 10**6,
+    'gb': 10**9,
+    'tb': 10**12,
+    'kib': 2**10,
+    'mib': 2**20,
+    'gib': 2**30,
+    'tib': 2**40,
+}
 
-def parse_size(size, # bytes (an int), or a string with a unit: '50GB', '500MB', '1.5GiB', '4096'
-               name: str = 'cache_limit', # the parameter, for errors
-              ) -> int:
+
+def parse_size(
+    size,  # bytes (an int), or a string with a unit: '50GB', '500MB', '1.5GiB', '4096'
+    name: str = 'cache_limit',  # the parameter, for errors
+) -> int:
     "`size` in bytes: decimal units (kB, MB, GB, TB: powers of 1000) and binary ones (KiB, MiB, GiB, TiB: powers of 1024)."
-    if isinstance(size, bool): raise ValueError(f'{name} must be a number of bytes or a string like "50GB"; got {size!r}')
-    if isinstance(size, (int, float)): n = size
+    if isinstance(size, bool):
+        raise ValueError(f'{name} must be a number of bytes or a string like "50GB"; got {size!r}')
+    if isinstance(size, (int, float)):
+        n = size
     else:
         m = re.fullmatch(r'\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*', str(size))
         if m is None or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"{name} must be a number of bytes or a string like '50GB', '500MB', '1.5GiB'; got {size!r}")
+            raise ValueError(
+                f"{name} must be a number of bytes or a string like '50GB', '500MB', '1.5GiB'; got {size!r}"
+            )
         n = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if n < 0: raise ValueError(f'{name} must be >= 0 bytes; got {size!r}')
+    if n < 0:
+        raise ValueError(f'{name} must be >= 0 bytes; got {size!r}')
     return int(n)
 
+
 _SCHEME = re.compile(r'^([a-zA-Z][a-zA-Z0-9+.-]+)://')
+
 
 def is_remote(url: str) -> bool:
     "A shard read over a URL (http(s)://, s3://, any fsspec URL): not a local path, `file://` or `pipe:` command."
     m = _SCHEME.match(str(url))
     return m is not None and m.group(1).lower() != 'file'
+
 
 def cache_name(url: str) -> str:
     "The cache's file name stem for `url`: a hash of the URL (without its query string or user:password) and its base name."
@@ -43,41 +63,56 @@ def cache_name(url: str) -> str:
     return hashlib.sha1(clean.encode('utf-8', 'surrogateescape')).hexdigest()[:16] + '-' + base
 
 # %% ../nbs/21_shard_cache.ipynb #a6d2c5bd
-_MUTEX = threading.Lock()  # held through every critical section of a cache folder's lock in this process: a fork waits for it
+_MUTEX = (
+    threading.Lock()
+)  # held through every critical section of a cache folder's lock in this process: a fork waits for it
 _HELD = set()  # the shard-lock fds of this process's downloads
 _STEP = 8 << 20  # a shard of unknown size reserves this much more at a time (less when the limit is near)
+
 
 def _after_fork_child():
     "A forked child (a DataLoader worker) shares its parent's open locks: it closes its copies, or they would outlive the download."
     for fd in _HELD:
-        try: os.close(fd)
-        except OSError: pass
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     _HELD.clear()
     _MUTEX.release()
 
+
 # No fork while a thread holds the folder lock: the child would inherit the lock's file description and hold it forever.
 os.register_at_fork(before=_MUTEX.acquire, after_in_parent=_MUTEX.release, after_in_child=_after_fork_child)
+
 
 def _open_held(path: str) -> int:
     "A lock file's fd, noted so that a forked child closes its copy."
     with _MUTEX:
         fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
-        _HELD.add(fd); return fd
+        _HELD.add(fd)
+        return fd
+
 
 def _close_held(fd: int):
     with _MUTEX:
-        if fd in _HELD: _HELD.discard(fd); os.close(fd)
+        if fd in _HELD:
+            _HELD.discard(fd)
+            os.close(fd)
+
 
 def _allocate(fd: int, start: int, n: int):
     "Extend the file to `start + n` bytes with its blocks allocated (a full disk fails here, not halfway through a write)."
-    try: os.posix_fallocate(fd, start, n)
+    try:
+        os.posix_fallocate(fd, start, n)
     except OSError as e:
-        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS): raise
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
         os.ftruncate(fd, start + n)  # a file system without fallocate: a sparse extension, counted all the same
 
 
 class _Folder:
     "The bytes in a cache folder, kept under a limit by every process and thread that shares it: the lock, the count, eviction."
+
     def __init__(self, cache_dir, limit=None):
         self.dir, self.limit = os.path.abspath(os.fspath(cache_dir)), None if limit is None else parse_size(limit)
         os.makedirs(self.dir, exist_ok=True)
@@ -90,65 +125,94 @@ class _Folder:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
                 yield
-            finally: os.close(fd)
+            finally:
+                os.close(fd)
 
     def usage(self) -> int:
         "Bytes on disk in the cache folder: complete shards and the reservations of those being written (a consistent snapshot)."
-        with self._locked(shared=True): return sum(size for _, size, _ in self._files())
+        with self._locked(shared=True):
+            return sum(size for _, size, _ in self._files())
 
     def _files(self) -> list:
         "(mtime, size, path) of the complete shards and the reservations in the cache folder (under the lock: nothing moves)."
         out = []
         for e in os.scandir(self.dir):
-            if not e.name.endswith(('.shard', '.part')): continue
-            try: st = e.stat()
-            except FileNotFoundError: continue  # removed by hand
+            if not e.name.endswith(('.shard', '.part')):
+                continue
+            try:
+                st = e.stat()
+            except FileNotFoundError:
+                continue  # removed by hand
             out.append((st.st_mtime, st.st_size, e.path))
         return out
 
     def _remove(self, path: str, ino: Optional[int] = None):
         "Delete `path` (only if it is still the file `ino`); under the lock."
         try:
-            if ino is None or os.stat(path).st_ino == ino: os.remove(path)
-        except FileNotFoundError: pass
+            if ino is None or os.stat(path).st_ino == ino:
+                os.remove(path)
+        except FileNotFoundError:
+            pass
 
     def _room(self, n: int) -> bool:
         "Under the lock: evict least-recently-used shards that nobody reads until `n` more bytes fit; False (and nothing evicted) when they cannot."
-        if self.limit is None: return True
+        if self.limit is None:
+            return True
         files, used, evictable = self._files(), 0, []
         for t, s, p in files:
-            if p.endswith('.part') and self._orphan(p): self._remove(p)
+            if p.endswith('.part') and self._orphan(p):
+                self._remove(p)
             else:
                 used += s
-                if p.endswith('.shard'): evictable.append((t, s, p))
-        if used + n <= self.limit: return True
+                if p.endswith('.shard'):
+                    evictable.append((t, s, p))
+        if used + n <= self.limit:
+            return True
         held, free = [], used
         for t, s, p in sorted(evictable):  # least recently used first
-            if free + n <= self.limit: break
-            try: fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError: free -= s; continue
-            try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError: os.close(fd); continue  # being read: its bytes stay on disk, so it stays
-            held.append((fd, p)); free -= s
+            if free + n <= self.limit:
+                break
+            try:
+                fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                free -= s
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue  # being read: its bytes stay on disk, so it stays
+            held.append((fd, p))
+            free -= s
         try:
-            if free + n > self.limit: return False  # it cannot fit: evict nothing
-            for fd, p in held: self._remove(p)
+            if free + n > self.limit:
+                return False  # it cannot fit: evict nothing
+            for fd, p in held:
+                self._remove(p)
             return True
         finally:
-            for fd, _ in held: os.close(fd)
+            for fd, _ in held:
+                os.close(fd)
 
     def _orphan(self, part: str) -> bool:
         "A temp file whose writer is gone: nobody holds its shard's lock (a writer holds it until its file is renamed or removed)."
         stem = os.path.basename(part).rsplit('.', 3)[0]
-        try: fd = os.open(os.path.join(self.dir, stem + '.lock'), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
-        except OSError: return False
-        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); return True
-        except BlockingIOError: return False
-        finally: os.close(fd)
+        try:
+            fd = os.open(os.path.join(self.dir, stem + '.lock'), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
 
 
 class _Tee:
     "A shard's stream that writes what is read into a reserved temp file; at its end the file is checked and renamed in."
+
     def __init__(self, cache, src, url: str, size: Optional[int], lock_fd: int, sha256: Optional[str] = None):
         self.cache, self.src, self.url, self.size, self.lock_fd = cache, src, url, size, lock_fd
         self.sha256, self.h = sha256, hashlib.sha256() if sha256 else None
@@ -156,101 +220,150 @@ class _Tee:
         self.out, self.written, self.reserved = None, 0, 0
         first = size or 0  # unknown size: reserved in steps as it streams
         with cache._locked():
-            for f in os.listdir(cache.dir):  # temp files of this shard by writers that died: we hold its lock, they are stale
-                if f.startswith(cache_name(url) + '.') and f.endswith('.part'): cache._remove(os.path.join(cache.dir, f))
+            for f in os.listdir(
+                cache.dir
+            ):  # temp files of this shard by writers that died: we hold its lock, they are stale
+                if f.startswith(cache_name(url) + '.') and f.endswith('.part'):
+                    cache._remove(os.path.join(cache.dir, f))
             if cache._room(first):
                 fd = os.open(self.tmp, os.O_CREAT | os.O_RDWR | os.O_TRUNC | os.O_CLOEXEC, 0o644)
                 self.out = open(fd, 'r+b', buffering=0)  # unbuffered: a forked child has nothing to flush
-                try: _allocate(fd, 0, first); self.reserved = first
-                except OSError: self._drop(locked=True)  # a full disk: read on, uncached
-        if self.out is None and size is not None: cache._uncached(url, size)
+                try:
+                    _allocate(fd, 0, first)
+                    self.reserved = first
+                except OSError:
+                    self._drop(locked=True)  # a full disk: read on, uncached
+        if self.out is None and size is not None:
+            cache._uncached(url, size)
 
     def _grow(self, n: int) -> bool:
         "Reserve `n` bytes in all (a shard of unknown size, in steps): eviction and growth in one critical section."
         with self.cache._locked():
-            if self.out is None or not self.cache._room(n - self.reserved): return False
-            _allocate(self.out.fileno(), self.reserved, n - self.reserved); self.reserved = n
+            if self.out is None or not self.cache._room(n - self.reserved):
+                return False
+            _allocate(self.out.fileno(), self.reserved, n - self.reserved)
+            self.reserved = n
             return True
 
     def _drop(self, locked: bool = False):
         "Stop caching (the shard does not fit, or the stream failed): the reader goes on reading the source."
-        if self.out is None: return
+        if self.out is None:
+            return
         if not locked:
-            with self.cache._locked(): return self._drop(locked=True)
-        self.out.close(); self.out = None
+            with self.cache._locked():
+                return self._drop(locked=True)
+        self.out.close()
+        self.out = None
         self.cache._remove(self.tmp)
 
     def read(self, n: int = -1) -> bytes:
-        try: b = self.src.read(n)
-        except BaseException: self._drop(); raise
+        try:
+            b = self.src.read(n)
+        except BaseException:
+            self._drop()
+            raise
         if self.out is not None and b:
             end = self.written + len(b)
             try:
-                if self.size is not None and end > self.size: self._drop()  # longer than announced
+                if self.size is not None and end > self.size:
+                    self._drop()  # longer than announced
                 elif end > self.reserved and not (self._grow(end + _STEP) or self._grow(end)):
-                    self._drop(); self.cache._uncached(self.url, None)
+                    self._drop()
+                    self.cache._uncached(self.url, None)
                 else:
-                    self.out.write(b); self.written = end  # inside the reservation: the file does not grow
-                    if self.h is not None: self.h.update(b)
-            except OSError: self._drop()  # a full disk, a removed temp file: the reader goes on, uncached
+                    self.out.write(b)
+                    self.written = end  # inside the reservation: the file does not grow
+                    if self.h is not None:
+                        self.h.update(b)
+            except OSError:
+                self._drop()  # a full disk, a removed temp file: the reader goes on, uncached
         return b
 
     def close(self):
         try:
-            if isinstance(sys.exc_info()[1], OSError): self._drop()  # the reader found the stream damaged: not kept
+            if isinstance(sys.exc_info()[1], OSError):
+                self._drop()  # the reader found the stream damaged: not kept
             if self.out is not None:
                 try:
-                    while self.read(1 << 20): pass  # tar padding after the end-of-archive blocks: the copy is the whole shard
-                except Exception: pass  # _drop ran
+                    while self.read(1 << 20):
+                        pass  # tar padding after the end-of-archive blocks: the copy is the whole shard
+                except Exception:
+                    pass  # _drop ran
             if self.out is not None:
-                keep = (self.written == self.size or (self.size is None and self._ends_archive())) and \
-                       (self.h is None or self.h.hexdigest() == self.sha256.lower())  # the listing's checksum, when it has one
+                keep = (self.written == self.size or (self.size is None and self._ends_archive())) and (
+                    self.h is None or self.h.hexdigest() == self.sha256.lower()
+                )  # the listing's checksum, when it has one
                 with self.cache._locked():
                     try:
                         if keep:
                             os.ftruncate(self.out.fileno(), self.written)  # the unused reservation given back
-                            self.out.close(); self.out = None
-                            os.replace(self.tmp, os.path.join(self.cache.dir, f'{cache_name(self.url)}.{self.written}.shard'))
-                        else: self._drop(locked=True)
-                    except FileNotFoundError: pass  # removed by someone else: not cached, nothing to clean
+                            self.out.close()
+                            self.out = None
+                            os.replace(
+                                self.tmp, os.path.join(self.cache.dir, f'{cache_name(self.url)}.{self.written}.shard')
+                            )
+                        else:
+                            self._drop(locked=True)
+                    except FileNotFoundError:
+                        pass  # removed by someone else: not cached, nothing to clean
                     finally:
-                        if self.out is not None: self.out.close(); self.out = None
+                        if self.out is not None:
+                            self.out.close()
+                            self.out = None
         finally:
             self.src.close()
             _close_held(self.lock_fd)  # releases the shard's lock
 
     def _ends_archive(self) -> bool:
         "Without an announced size, a copy is kept only when it ends like a whole tar (two zero blocks): not a cut stream."
-        if self.written < 1024: return False
+        if self.written < 1024:
+            return False
         return os.pread(self.out.fileno(), 1024, self.written - 1024).count(0) == 1024
 
-    def __enter__(self): return self
-    def __exit__(self, *a): self.close()
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
 
 
 class _Hit:
     "A cached copy being read, under a shared lock (never evicted while read); closed while a read error propagates (a damaged tar), the copy is deleted: fetched again next time."
+
     def __init__(self, f, path: str, cache):
         self.f, self.path, self.cache = f, path, cache
         self.read = f.read  # the file's own read: no Python frame per call
+
     def close(self):
         damaged = isinstance(sys.exc_info()[1], OSError)  # ShardError from the tar reader, or an I/O error of the copy
         if damaged:
-            with self.cache._locked(): self.cache._remove(self.path, os.fstat(self.f.fileno()).st_ino)
+            with self.cache._locked():
+                self.cache._remove(self.path, os.fstat(self.f.fileno()).st_ino)
         self.f.close()  # releases the shared lock
-    def __enter__(self): return self
-    def __exit__(self, *a): self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
 
 
 class ShardCache(_Folder):
     "A folder of remote shards shared by the processes of one machine: filled as shards stream, LRU-evicted under `limit`."
-    def __init__(self, cache_dir, # the folder (made if missing); processes that share it share the shards
-                 limit=None, # the most bytes kept on disk (an int or '50GB'); None: no limit
-                 opener: Optional[Callable] = None, # `opener(url, timeout)`: a stream of the remote shard (default: `open_shard`)
-                 order=(), # the shards in the order they are usually read: the next one(s) are prefetched
-                 prefetch: int = 1, # shards fetched ahead in a background thread while one is read
-                 info: Optional[dict] = None, # `_info.json`: its splits' optional `shard_bytes`, `shard_sha256` (parallel to `filenames`) are checked
-                ):
+
+    def __init__(
+        self,
+        cache_dir,  # the folder (made if missing); processes that share it share the shards
+        limit=None,  # the most bytes kept on disk (an int or '50GB'); None: no limit
+        opener: Optional[
+            Callable
+        ] = None,  # `opener(url, timeout)`: a stream of the remote shard (default: `open_shard`)
+        order=(),  # the shards in the order they are usually read: the next one(s) are prefetched
+        prefetch: int = 1,  # shards fetched ahead in a background thread while one is read
+        info: Optional[
+            dict
+        ] = None,  # `_info.json`: its splits' optional `shard_bytes`, `shard_sha256` (parallel to `filenames`) are checked
+    ):
         super().__init__(cache_dir, limit)
         self.opener, self.order, self.prefetch = opener, list(order), prefetch
         self._q = self._thread = self._pid = None
@@ -262,64 +375,87 @@ class ShardCache(_Folder):
             for k, f in enumerate(names):
                 b, h = (sp.get(key) or [None] * len(names) for key in ('shard_bytes', 'shard_sha256'))
                 n, d = b[k] if k < len(b) else None, h[k] if k < len(h) else None
-                if not (n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= 0)) or \
-                   not (d is None or (isinstance(d, str) and re.fullmatch(r'[0-9a-fA-F]{64}', d))):
-                    raise ValueError(f'_info.json: shard {f!r} has shard_bytes {n!r} and shard_sha256 {d!r}: give a byte '
-                                     f'count and a 64-digit hex SHA-256 (or leave them out); fix the info file')
+                if not (n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= 0)) or not (
+                    d is None or (isinstance(d, str) and re.fullmatch(r'[0-9a-fA-F]{64}', d))
+                ):
+                    raise ValueError(
+                        f'_info.json: shard {f!r} has shard_bytes {n!r} and shard_sha256 {d!r}: give a byte '
+                        f'count and a 64-digit hex SHA-256 (or leave them out); fix the info file'
+                    )
                 self._known[str(f).rsplit('/', 1)[-1]] = (n, d)
 
     def plan(self, order):
         "The shards this process will read, in order (a worker's share of an epoch): each one opened prefetches the next."
         order = list(order)
-        self._next = {u: order[i + 1:i + 1 + self.prefetch] for i, u in enumerate(order)}
+        self._next = {u: order[i + 1 : i + 1 + self.prefetch] for i, u in enumerate(order)}
 
-    def __getstate__(self): return {**self.__dict__, '_q': None, '_thread': None}  # a DataLoader worker starts its own thread
+    def __getstate__(self):
+        return {**self.__dict__, '_q': None, '_thread': None}  # a DataLoader worker starts its own thread
 
     def path(self, url: str) -> Optional[str]:
         "The complete cached copy of `url`, or None."
         stem = cache_name(url) + '.'
         for f in os.listdir(self.dir):
-            if f.startswith(stem) and f.endswith('.shard') and f[len(stem):-6].isdigit(): return os.path.join(self.dir, f)
+            if f.startswith(stem) and f.endswith('.shard') and f[len(stem) : -6].isdigit():
+                return os.path.join(self.dir, f)
         return None
 
     def _uncached(self, url: str, size: Optional[int]):
         "Say once per shard and process that it is read from its source without a copy."
-        if url in self._warned or threading.current_thread() is self._thread: return  # the prefetcher leaves it to the reader
+        if url in self._warned or threading.current_thread() is self._thread:
+            return  # the prefetcher leaves it to the reader
         self._warned.add(url)
-        why = 'the disk is full' if self.limit is None else f'it is bigger than cache_limit={self.limit:,} bytes' \
-              if size is not None and size > self.limit else \
-              f'it does not fit in cache_limit={self.limit:,} bytes beside the shards being read or written'
-        warnings.warn(f'shard cache: {url.split("?", 1)[0]} ({"unknown size" if size is None else f"{size:,} bytes"}): {why}; '
-                      f'read from the source without caching (raise cache_limit, or free the disk, to cache it)', stacklevel=3)
+        why = (
+            'the disk is full'
+            if self.limit is None
+            else f'it is bigger than cache_limit={self.limit:,} bytes'
+            if size is not None and size > self.limit
+            else f'it does not fit in cache_limit={self.limit:,} bytes beside the shards being read or written'
+        )
+        warnings.warn(
+            f'shard cache: {url.split("?", 1)[0]} ({"unknown size" if size is None else f"{size:,} bytes"}): {why}; '
+            f'read from the source without caching (raise cache_limit, or free the disk, to cache it)',
+            stacklevel=3,
+        )
 
     def _valid(self, p: str, size: Optional[int], st) -> bool:
         "A cached file is served only when its length is the one recorded in its name (and the known size)."
         want = int(p.rsplit('.', 2)[-2])
         return st.st_size == want and (size is None or want == size)
 
-    def __call__(self, url: str, timeout: float = 60., size: Optional[int] = None):
+    def __call__(self, url: str, timeout: float = 60.0, size: Optional[int] = None):
         "A stream of shard `url`: the cached copy, else the source read through into the cache (local shards: the source)."
-        if not is_remote(url): return self.opener(url, timeout)
+        if not is_remote(url):
+            return self.opener(url, timeout)
         self._prefetch(self._next.get(url, ()), timeout)
         return self._open(url, timeout, size)
 
     def _hit(self, p: str, size: Optional[int]):
         "The copy at `p` opened under a shared lock (so not evicted while read); None when it went meanwhile; removed if damaged."
-        try: fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError: return None
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             st = os.fstat(fd)
-            if os.stat(p).st_ino != st.st_ino: raise FileNotFoundError(p)  # evicted before our lock: another file now
-            if not self._valid(p, size, st):  # damaged (truncated, or not the announced size): fetched again, never served
-                with self._locked(): self._remove(p, st.st_ino)
+            if os.stat(p).st_ino != st.st_ino:
+                raise FileNotFoundError(p)  # evicted before our lock: another file now
+            if not self._valid(
+                p, size, st
+            ):  # damaged (truncated, or not the announced size): fetched again, never served
+                with self._locked():
+                    self._remove(p, st.st_ino)
                 raise FileNotFoundError(p)
         except BaseException as e:
             os.close(fd)
-            if isinstance(e, FileNotFoundError): return None
+            if isinstance(e, FileNotFoundError):
+                return None
             raise
-        try: os.utime(p)  # touched: recently used
-        except FileNotFoundError: pass
+        try:
+            os.utime(p)  # touched: recently used
+        except FileNotFoundError:
+            pass
         return _Hit(open(fd, 'rb'), p, self)
 
     def _open(self, url: str, timeout: float, size: Optional[int]):
@@ -329,35 +465,49 @@ class ShardCache(_Folder):
             p = self.path(url)
             if p is not None:
                 h = self._hit(p, size)
-                if h is not None: return h
+                if h is not None:
+                    return h
                 continue
             fd = _open_held(os.path.join(self.dir, cache_name(url) + '.lock'))
-            try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:  # another process or thread downloads it: wait, then read its copy
-                try: fcntl.flock(fd, fcntl.LOCK_EX)
-                finally: _close_held(fd)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                finally:
+                    _close_held(fd)
                 continue
-            if self.path(url) is not None: _close_held(fd); continue  # finished just before we locked
+            if self.path(url) is not None:
+                _close_held(fd)
+                continue  # finished just before we locked
             try:
                 src = self.opener(url, timeout)
                 if size is None:
                     cl = getattr(src, 'headers', None) and src.headers.get('Content-Length')
                     size = int(cl) if cl and cl.isdigit() else getattr(src, 'size', None)
                 if self.limit is not None and size is not None and size > self.limit:
-                    self._uncached(url, size); _close_held(fd); return src  # bigger than the whole cache
+                    self._uncached(url, size)
+                    _close_held(fd)
+                    return src  # bigger than the whole cache
                 return _Tee(self, src, url, size, fd, sha)
-            except BaseException: _close_held(fd); raise
+            except BaseException:
+                _close_held(fd)
+                raise
 
     def _prefetch(self, urls, timeout: float):
         "Fetch `urls` into the cache in a background thread (errors there are left to the reader that opens them later)."
-        if not urls or self.prefetch <= 0: return
+        if not urls or self.prefetch <= 0:
+            return
         if self._q is None or self._pid != os.getpid():  # a forked worker has the queue but not the thread
             self._pid = os.getpid()
             self._q = queue.Queue()
-            self._thread = threading.Thread(target=self._fetcher, args=(self._q,), daemon=True, name='timmdata-shard-prefetch')
+            self._thread = threading.Thread(
+                target=self._fetcher, args=(self._q,), daemon=True, name='timmdata-shard-prefetch'
+            )
             self._thread.start()
         for u in urls:
-            if is_remote(u) and self.path(u) is None: self._q.put((u, timeout))
+            if is_remote(u) and self.path(u) is None:
+                self._q.put((u, timeout))
 
     def _fetcher(self, q):
         while True:
@@ -365,10 +515,14 @@ class ShardCache(_Folder):
             try:
                 if self.path(url) is None:
                     with self._open(url, timeout, None) as f:
-                        while f.read(1 << 20): pass
-            except Exception: pass
-            finally: q.task_done()
+                        while f.read(1 << 20):
+                            pass
+            except Exception:
+                pass
+            finally:
+                q.task_done()
 
     def wait(self):
         "Block until the shards queued for prefetching in this process are in the cache (or failed)."
-        if self._q is not None and self._pid == os.getpid(): self._q.join()
+        if self._q is not None and self._pid == os.getpid():
+            self._q.join()

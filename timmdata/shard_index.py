@@ -9,8 +9,20 @@ from collections import OrderedDict
 from typing import Optional
 import numpy as np
 from .readers import FileHandle, Reader, register_reader, unset
-from .shard_io import (MAX_MEMBER_BYTES, ShardError, ShardNotFoundError, ShardTruncatedError, WdsSource, group_samples,
-    is_transient_error, load_info, sample_target, shard_name, split_key, url_scheme)
+from timmdata.shard_io import (
+    MAX_MEMBER_BYTES,
+    ShardError,
+    ShardNotFoundError,
+    ShardTruncatedError,
+    WdsSource,
+    group_samples,
+    is_transient_error,
+    load_info,
+    sample_target,
+    shard_name,
+    split_key,
+    url_scheme,
+)
 from .store import read_json, write_json_atomic
 from .settings import setting
 
@@ -19,60 +31,108 @@ __all__ = ['INDEX_FILE', 'INDEX_VERSION', 'http_range', 'stat_shard', 'scan_shar
            'is_shard_folder']
 
 # %% ../nbs/23_shard_index.ipynb #303255e8
-INDEX_FILE = '_timmdata_index.json'  # the index beside the shards: per shard its size, stamp (mtime, or ETag) and member offsets
+INDEX_FILE = (
+    '_timmdata_index.json'  # the index beside the shards: per shard its size, stamp (mtime, or ETag) and member offsets
+)
 INDEX_VERSION = 1
 
-def _local(url: str) -> str: return url[7:] if url.startswith('file://') else url
-def _remote(url: str) -> bool: return url_scheme(url) in ('http', 'https')
 
-def http_range(url: str, rng: Optional[tuple] = None, head: bool = False, timeout: float = 60., retries: int = 3, backoff: float = 0.25) -> tuple:
+def _local(url: str) -> str:
+    return url[7:] if url.startswith('file://') else url
+
+
+def _remote(url: str) -> bool:
+    return url_scheme(url) in ('http', 'https')
+
+
+def http_range(
+    url: str,
+    rng: Optional[tuple] = None,
+    head: bool = False,
+    timeout: float = 60.0,
+    retries: int = 3,
+    backoff: float = 0.25,
+) -> tuple:
     "(headers, body) of a GET of bytes `rng` = (offset, size) of `url` (or a HEAD); transient failures retried, others named."
-    if rng is not None and rng[1] == 0: return {}, b''
+    if rng is not None and rng[1] == 0:
+        return {}, b''
     hdr = {'User-Agent': 'timmdata', **({'Range': f'bytes={rng[0]}-{rng[0] + rng[1] - 1}'} if rng else {})}
     for attempt in range(retries + 1):
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, headers=hdr, method='HEAD' if head else 'GET'), timeout=timeout) as r:
+            with urllib.request.urlopen(
+                urllib.request.Request(url, headers=hdr, method='HEAD' if head else 'GET'), timeout=timeout
+            ) as r:
                 if rng is not None and r.status != 206:
-                    raise ShardError(f'shard {shard_name(url)}: the server ignores ranged reads (HTTP {r.status} to a Range request); '
-                                     f"random access needs one that answers 206: stream the shards instead (create_dataset('wds/...'))")
+                    raise ShardError(
+                        f'shard {shard_name(url)}: the server ignores ranged reads (HTTP {r.status} to a Range request); '
+                        f"random access needs one that answers 206: stream the shards instead (create_dataset('wds/...'))"
+                    )
                 return r.headers, b'' if head else r.read()
-        except ShardError: raise
+        except ShardError:
+            raise
         except urllib.error.HTTPError as e:
-            if e.code in (404, 410): raise ShardNotFoundError(f'shard {shard_name(url)} not found (HTTP {e.code}): check the URL and the split') from e
+            if e.code in (404, 410):
+                raise ShardNotFoundError(
+                    f'shard {shard_name(url)} not found (HTTP {e.code}): check the URL and the split'
+                ) from e
             err = e
-        except (OSError, http.client.HTTPException) as e: err = e
+        except (OSError, http.client.HTTPException) as e:
+            err = e
         if attempt == retries or not is_transient_error(err, url):
-            raise ShardError(f'shard {shard_name(url)} could not be read ({attempt + 1} tries; last: {err}): check the server and the URL') from err
-        time.sleep(backoff * 4 ** attempt)
+            raise ShardError(
+                f'shard {shard_name(url)} could not be read ({attempt + 1} tries; last: {err}): check the server and the URL'
+            ) from err
+        time.sleep(backoff * 4**attempt)
+
 
 def stat_shard(url: str) -> tuple:
     "(size, stamp) of a shard: a local file's size and mtime in ns; over HTTP Content-Length and the ETag or Last-Modified (a HEAD request)."
     if not _remote(url):
-        try: st = os.stat(_local(url))
-        except FileNotFoundError: raise ShardNotFoundError(f'shard {_local(url)} does not exist: check the path and the split') from None
+        try:
+            st = os.stat(_local(url))
+        except FileNotFoundError:
+            raise ShardNotFoundError(f'shard {_local(url)} does not exist: check the path and the split') from None
         return st.st_size, st.st_mtime_ns
     h = http_range(url, head=True)[0]
-    try: return int(h['Content-Length']), h.get('ETag') or h.get('Last-Modified') or ''
-    except (TypeError, ValueError): raise ShardError(f'shard {shard_name(url)}: the server sends no Content-Length; random access needs one') from None
+    try:
+        return int(h['Content-Length']), h.get('ETag') or h.get('Last-Modified') or ''
+    except (TypeError, ValueError):
+        raise ShardError(
+            f'shard {shard_name(url)}: the server sends no Content-Length; random access needs one'
+        ) from None
+
 
 class _RangedFile:
     "A seekable, read-only view of a URL by ranged GETs of a block at a time: what tarfile needs to walk the headers."
-    def __init__(self, url: str, size: int, block: int = 1 << 20): self.url, self.size, self.block, self.pos, self._at, self._buf = url, size, block, 0, 0, b''
-    def tell(self) -> int: return self.pos
+
+    def __init__(self, url: str, size: int, block: int = 1 << 20):
+        self.url, self.size, self.block, self.pos, self._at, self._buf = url, size, block, 0, 0, b''
+
+    def tell(self) -> int:
+        return self.pos
+
     def seek(self, off: int, whence: int = 0) -> int:
         self.pos = off if whence == 0 else self.pos + off if whence == 1 else self.size + off
         return self.pos
+
     def read(self, n: int = -1) -> bytes:
         n = max(0, min(self.size - self.pos if n is None or n < 0 else n, self.size - self.pos))
         if not self._at <= self.pos <= self.pos + n <= self._at + len(self._buf):
-            self._at, self._buf = self.pos, http_range(self.url, (self.pos, max(n, min(self.block, self.size - self.pos))))[1]
-        out = self._buf[self.pos - self._at:self.pos - self._at + n]
+            self._at, self._buf = (
+                self.pos,
+                http_range(self.url, (self.pos, max(n, min(self.block, self.size - self.pos))))[1],
+            )
+        out = self._buf[self.pos - self._at : self.pos - self._at + n]
         self.pos += len(out)
         return out
-    def close(self): pass
 
-def scan_shard(path: str, # an uncompressed tar shard: a local file, or an http(s) URL of a server that answers ranged reads
-              ) -> list:
+    def close(self):
+        pass
+
+
+def scan_shard(
+    path: str,  # an uncompressed tar shard: a local file, or an http(s) URL of a server that answers ranged reads
+) -> list:
     "`[key, {extension: [offset, size]}]` of each sample of shard `path` in tar order, from its headers alone (no member is read)."
     file_size, name = stat_shard(path)[0], shard_name(_local(path))
     f = _RangedFile(path, file_size) if _remote(path) else open(_local(path), 'rb')
@@ -81,91 +141,147 @@ def scan_shard(path: str, # an uncompressed tar shard: a local file, or an http(
         with tarfile.open(fileobj=f, mode='r:') as tf:
             for m in tf:  # tarfile seeks over each member's data: only the headers are read
                 if not 0 <= m.size <= MAX_MEMBER_BYTES:
-                    raise ShardError(f'shard {name}: member {m.name!r} at byte {m.offset:,} has size {m.size:,}, over the limit of '
-                                     f'{MAX_MEMBER_BYTES:,} (timmdata.shard_io.MAX_MEMBER_BYTES): a damaged or hostile shard; write it again')
+                    raise ShardError(
+                        f'shard {name}: member {m.name!r} at byte {m.offset:,} has size {m.size:,}, over the limit of '
+                        f'{MAX_MEMBER_BYTES:,} (timmdata.shard_io.MAX_MEMBER_BYTES): a damaged or hostile shard; write it again'
+                    )
                 if m.offset_data + m.size > file_size:  # never trust a header's size beyond the file
-                    raise ShardTruncatedError(f'shard {name} is truncated: member {m.name!r} at byte {m.offset:,} needs {m.size:,} '
-                                              f'bytes but the file ends at byte {file_size:,}; copy or write the shard again')
-                if m.isreg() and not m.issparse(): members.append((m.name, [m.offset_data, m.size]))
+                    raise ShardTruncatedError(
+                        f'shard {name} is truncated: member {m.name!r} at byte {m.offset:,} needs {m.size:,} '
+                        f'bytes but the file ends at byte {file_size:,}; copy or write the shard again'
+                    )
+                if m.isreg() and not m.issparse():
+                    members.append((m.name, [m.offset_data, m.size]))
             end = tf.offset
-        f.seek(end); marker = f.read(512)
+        f.seek(end)
+        marker = f.read(512)
     except tarfile.TarError as e:
-        raise ShardError(f'shard {name} is truncated or damaged, or not an uncompressed tar ({e}): copy or write it again') from e
-    finally: f.close()
-    if len(marker) < 512 or marker.count(0) != 512:  # tarfile stops quietly at a cut or damaged header: a whole tar ends in zero blocks
-        raise ShardTruncatedError(f'shard {name} is truncated or damaged at byte {end:,} (after {len(members)} members): no tar '
-                                  f'end-of-archive block there (a partial copy or download?); copy or write the shard again')
+        raise ShardError(
+            f'shard {name} is truncated or damaged, or not an uncompressed tar ({e}): copy or write it again'
+        ) from e
+    finally:
+        f.close()
+    if (
+        len(marker) < 512 or marker.count(0) != 512
+    ):  # tarfile stops quietly at a cut or damaged header: a whole tar ends in zero blocks
+        raise ShardTruncatedError(
+            f'shard {name} is truncated or damaged at byte {end:,} (after {len(members)} members): no tar '
+            f'end-of-archive block there (a partial copy or download?); copy or write the shard again'
+        )
     return [[k, s] for k, s in group_samples(members, name)]
 
 # %% ../nbs/23_shard_index.ipynb #07f6b97d
-def index_path(folder: str, # the folder holding the shards
-               index_dir: Optional[str] = None, # where to keep indexes; None: beside the shards when writable, else ~/.cache/timmdata/shard_index
-              ) -> str:
+def index_path(
+    folder: str,  # the folder holding the shards
+    index_dir: Optional[
+        str
+    ] = None,  # where to keep indexes; None: beside the shards when writable, else ~/.cache/timmdata/shard_index
+) -> str:
     "The index file for the shards in `folder` (a local folder, or a URL prefix: indexed in the cache folder)."
-    if index_dir is None and not _remote(folder) and os.access(folder, os.W_OK): return os.path.join(folder, INDEX_FILE)
+    if index_dir is None and not _remote(folder) and os.access(folder, os.W_OK):
+        return os.path.join(folder, INDEX_FILE)
     d = index_dir or os.path.join(setting('XDG_CACHE_HOME'), 'timmdata', 'shard_index')
-    return os.path.join(d, hashlib.sha1((folder if _remote(folder) else os.path.abspath(folder)).encode('utf-8', 'surrogateescape')).hexdigest()[:20] + '.json')
+    return os.path.join(
+        d,
+        hashlib.sha1(
+            (folder if _remote(folder) else os.path.abspath(folder)).encode('utf-8', 'surrogateescape')
+        ).hexdigest()[:20]
+        + '.json',
+    )
+
 
 def _fresh(entry, size: int, stamp) -> bool:
     "Whether a stored entry is of this very file (size and stamp: see `stat_shard`) and well formed; anything else is scanned again."
     try:
-        if entry['size'] != size or entry['stamp'] != stamp: return False
+        if entry['size'] != size or entry['stamp'] != stamp:
+            return False
         for key, members in entry['samples']:
-            if not (isinstance(key, str) and isinstance(members, dict) and members): return False
+            if not (isinstance(key, str) and isinstance(members, dict) and members):
+                return False
             for ext, (off, n) in members.items():
-                if not (isinstance(ext, str) and type(off) is int and type(n) is int and off >= 512 and n >= 0 and off + n <= size): return False
+                if not (
+                    isinstance(ext, str)
+                    and type(off) is int
+                    and type(n) is int
+                    and off >= 512
+                    and n >= 0
+                    and off + n <= size
+                ):
+                    return False
         return True
-    except (KeyError, TypeError, ValueError): return False
+    except (KeyError, TypeError, ValueError):
+        return False
+
 
 def _read_index(path: str) -> dict:
-    try: idx = read_json(path, max_bytes=1 << 30)
-    except (OSError, ValueError): idx = None
+    try:
+        idx = read_json(path, max_bytes=1 << 30)
+    except (OSError, ValueError):
+        idx = None
     ok = isinstance(idx, dict) and idx.get('version') == INDEX_VERSION and isinstance(idx.get('shards'), dict)
     return idx['shards'] if ok else {}
 
-def load_index(shards: list, # shard paths (or http(s) URLs)
-               index_dir: Optional[str] = None, # see `index_path`
-              ) -> tuple:
+
+def load_index(
+    shards: list,  # shard paths (or http(s) URLs)
+    index_dir: Optional[str] = None,  # see `index_path`
+) -> tuple:
     "(each shard's samples as `scan_shard` gives them, how many shards were scanned): stored entries reused, new or changed shards scanned and stored."
     out, scanned, files = [], 0, {}
     for s in shards:
         folder, name = shard_name(s).rsplit('/', 1) if _remote(s) else os.path.split(os.path.abspath(_local(s)))
         path = index_path(folder, index_dir)
-        if path not in files: files[path] = [_read_index(path), False]
+        if path not in files:
+            files[path] = [_read_index(path), False]
         entries = files[path][0]
         size, stamp = stat_shard(s)
         if not _fresh(entries.get(name), size, stamp):
             entries[name] = {'size': size, 'stamp': stamp, 'samples': scan_shard(s)}
-            files[path][1] = True; scanned += 1
+            files[path][1] = True
+            scanned += 1
         out.append(entries[name]['samples'])
     for path, (entries, changed) in files.items():
-        if not changed: continue
+        if not changed:
+            continue
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             write_json_atomic(path, {'version': INDEX_VERSION, 'shards': entries}, separators=(',', ':'))
         except OSError as e:
-            warnings.warn(f'could not write the shard index {path} ({e}): it is built again next time; pass index_dir= a writable folder', stacklevel=3)
+            warnings.warn(
+                f'could not write the shard index {path} ({e}): it is built again next time; pass index_dir= a writable folder',
+                stacklevel=3,
+            )
     return out, scanned
 
 # %% ../nbs/23_shard_index.ipynb #81e0fb91
 class ShardReader(Reader):
     "Random access into WebDataset tar shards (timm's wds layout): `reader[i] -> (image bytes, target)` by an index of member offsets."
-    def __init__(self, root, # folder (or http(s) URL prefix) with the shards and `_info.json`, a shard pattern, or a list of shards
-                 split: str = 'validation', # a split of `_info.json` (timm's synonyms: 'val' finds 'validation'), or a brace pattern
-                 class_map=None, # not supported: shards hold class indices (write them with a class_map instead)
-                 input_key=None, # image extensions to try, in order ('jpg;png'); default `shard_io.IMAGE_KEYS`
-                 target_key=None, # target extensions or json fields ('cls'); default `shard_io.TARGET_KEYS` (absent: -1)
-                 index_dir: Optional[str] = None, # where the index is kept; None: beside the shards if writable, else ~/.cache
-                 max_open_files: int = 16, # shards held open at once per process
-                ):
-        if not unset(class_map): raise ValueError(f'ShardReader takes no class_map (the shards hold class indices); got {class_map!r}: '
-                                                   f'write the shards with a class_map instead (timmdata shards)')
-        if not (isinstance(max_open_files, int) and max_open_files >= 1): raise ValueError(f'max_open_files must be an int >= 1; got {max_open_files!r}')
-        if unset(split): split = _only_split(root)
+
+    def __init__(
+        self,
+        root,  # folder (or http(s) URL prefix) with the shards and `_info.json`, a shard pattern, or a list of shards
+        split: str = 'validation',  # a split of `_info.json` (timm's synonyms: 'val' finds 'validation'), or a brace pattern
+        class_map=None,  # not supported: shards hold class indices (write them with a class_map instead)
+        input_key=None,  # image extensions to try, in order ('jpg;png'); default `shard_io.IMAGE_KEYS`
+        target_key=None,  # target extensions or json fields ('cls'); default `shard_io.TARGET_KEYS` (absent: -1)
+        index_dir: Optional[str] = None,  # where the index is kept; None: beside the shards if writable, else ~/.cache
+        max_open_files: int = 16,  # shards held open at once per process
+    ):
+        if not unset(class_map):
+            raise ValueError(
+                f'ShardReader takes no class_map (the shards hold class indices); got {class_map!r}: '
+                f'write the shards with a class_map instead (timmdata shards)'
+            )
+        if not (isinstance(max_open_files, int) and max_open_files >= 1):
+            raise ValueError(f'max_open_files must be an int >= 1; got {max_open_files!r}')
+        if unset(split):
+            split = _only_split(root)
         src = WdsSource(root, split, input_key=input_key, target_key=target_key, allow_pipe=False)
         if other := [s for s in src.shards if url_scheme(s) not in ('file', 'http', 'https')]:
-            raise ValueError(f'ShardReader reads local files and http(s) URLs; {shard_name(other[0])} is neither: stream it with '
-                             f"create_dataset('wds/...'), or copy the shards to a local folder")
+            raise ValueError(
+                f'ShardReader reads local files and http(s) URLs; {shard_name(other[0])} is neither: stream it with '
+                f"create_dataset('wds/...'), or copy the shards to a local folder"
+            )
         self.root, self.split, self.info, self.max_open_files = str(root), split, src.info, max_open_files
         self._shards = [s if _remote(s) else _local(s) for s in src.shards]
         self._pid, self._files, self._lock = None, OrderedDict(), None
@@ -174,19 +290,31 @@ class ShardReader(Reader):
         for ti, samples in enumerate(per_shard):
             want = src.shard_lengths[ti] if src.shard_lengths else None
             if want is not None and len(samples) != want:
-                raise ShardError(f'shard {shard_name(self._shards[ti])} holds {len(samples)} samples; _info.json says {want}: write the shard or the info file again')
+                raise ShardError(
+                    f'shard {shard_name(self._shards[ti])} holds {len(samples)} samples; _info.json says {want}: write the shard or the info file again'
+                )
             base = shard_name(self._shards[ti]).rsplit('/', 1)[-1]
             small = self._small_reader(ti, samples)
             for key, members in samples:
                 where = f'sample {key!r} of shard {shard_name(self._shards[ti])}'
                 ext = next((k for k in src.image_keys if k in members), None)
-                if ext is None: raise ValueError(f'{where} has no image {"/".join(src.image_keys)} (it has {", ".join(sorted(members))}): pass input_key')
+                if ext is None:
+                    raise ValueError(
+                        f'{where} has no image {"/".join(src.image_keys)} (it has {", ".join(sorted(members))}): pass input_key'
+                    )
                 tk = [k for k in src.target_keys if k in members][:1] or [k for k in ('json',) if k in members]
-                t = sample_target({k: small(*members[k], f'{key}.{k}') for k in tk}, src.target_keys, where, src.target_required)
+                t = sample_target(
+                    {k: small(*members[k], f'{key}.{k}') for k in tk}, src.target_keys, where, src.target_required
+                )
                 if t is not None and not 0 <= t < (nc or 1 << 63):
-                    raise ValueError(f'{where}: target {t} is out of range (' + (f'0..{nc - 1}: _info.json states num_classes {nc}' if nc
-                                     else 'a class index is >= 0') + '): fix the label or the shard')
-                names.append(f'{base}/{key}.{ext}'); rows.append((ti, *members[ext])); targets.append(-1 if t is None else t)
+                    raise ValueError(
+                        f'{where}: target {t} is out of range ('
+                        + (f'0..{nc - 1}: _info.json states num_classes {nc}' if nc else 'a class index is >= 0')
+                        + '): fix the label or the shard'
+                    )
+                names.append(f'{base}/{key}.{ext}')
+                rows.append((ti, *members[ext]))
+                targets.append(-1 if t is None else t)
         rows = np.array(rows, dtype=np.int64).reshape(-1, 3)
         self._names, self._tar_idx, self._offsets, self._sizes = names, rows[:, 0], rows[:, 1], rows[:, 2]
         self._targets = np.array(targets, dtype=np.int64)
@@ -194,16 +322,22 @@ class ShardReader(Reader):
 
     def _read(self, ti: int, off: int, n: int, member: str) -> bytes:
         "Member `member` (`n` bytes at `off`) of shard `ti`, with its header checked: a ranged GET, or a `pread` of this process's handle."
-        if _remote(self._shards[ti]): data = http_range(self._shards[ti], (off - 512, n + 512))[1]
-        else: data = self._pread(ti, off - 512, n + 512)
+        if _remote(self._shards[ti]):
+            data = http_range(self._shards[ti], (off - 512, n + 512))[1]
+        else:
+            data = self._pread(ti, off - 512, n + 512)
         return _checked(data, n, member, self._shards[ti])
 
     def _small_reader(self, ti: int, samples: list):
         "How the labels of shard `ti` are read once: a `pread` each, or over HTTP through 1 MiB ranged blocks (labels come in offset order)."
-        if not _remote(self._shards[ti]) or not samples: return lambda off, n, member: self._read(ti, off, n, member)
+        if not _remote(self._shards[ti]) or not samples:
+            return lambda off, n, member: self._read(ti, off, n, member)
         f = _RangedFile(self._shards[ti], max(o + n for _, m in samples for o, n in m.values()))
+
         def read(off: int, n: int, member: str) -> bytes:
-            f.seek(off - 512); return _checked(f.read(n + 512), n, member, self._shards[ti])
+            f.seek(off - 512)
+            return _checked(f.read(n + 512), n, member, self._shards[ti])
+
         return read
 
     def _pread(self, ti: int, off: int, n: int) -> bytes:
@@ -213,69 +347,116 @@ class ShardReader(Reader):
             f = self._files.get(ti)
             if f is None:
                 f = self._files[ti] = FileHandle(self._shards[ti])
-                while len(self._files) > self.max_open_files: self._files.popitem(last=False)
-            else: self._files.move_to_end(ti)
-        if hasattr(os, 'pread'): data = os.pread(f.fd, n, off)
+                while len(self._files) > self.max_open_files:
+                    self._files.popitem(last=False)
+            else:
+                self._files.move_to_end(ti)
+        if hasattr(os, 'pread'):
+            data = os.pread(f.fd, n, off)
         else:
-            with self._lock: os.lseek(f.fd, off, os.SEEK_SET); data = os.read(f.fd, n)
+            with self._lock:
+                os.lseek(f.fd, off, os.SEEK_SET)
+                data = os.read(f.fd, n)
         return data
 
     def __getitem__(self, i: int):
-        return self._read(int(self._tar_idx[i]), int(self._offsets[i]), int(self._sizes[i]), self._names[i].split('/', 1)[1]), int(self._targets[i])
-    def _filename(self, i): return self._names[i]
+        return self._read(
+            int(self._tar_idx[i]), int(self._offsets[i]), int(self._sizes[i]), self._names[i].split('/', 1)[1]
+        ), int(self._targets[i])
+
+    def _filename(self, i):
+        return self._names[i]
+
     def filename(self, i: int, basename: bool = False, absolute: bool = False) -> str:
         "`<shard file>/<key>.<ext>` of sample `i`; absolute: with the shard's absolute path."
         rel = self._names[i]
-        if basename: return rel.rsplit('/', 1)[-1]
-        if not absolute: return rel
+        if basename:
+            return rel.rsplit('/', 1)[-1]
+        if not absolute:
+            return rel
         shard = self._shards[int(self._tar_idx[i])]
-        return shard_name(shard).rsplit('/', 1)[0] + '/' + rel if _remote(shard) else os.path.join(os.path.dirname(os.path.abspath(shard)), rel)
-    def close(self): self._files = OrderedDict()
+        return (
+            shard_name(shard).rsplit('/', 1)[0] + '/' + rel
+            if _remote(shard)
+            else os.path.join(os.path.dirname(os.path.abspath(shard)), rel)
+        )
+
+    def close(self):
+        self._files = OrderedDict()
+
     def __getstate__(self):
-        d = self.__dict__.copy(); d['_pid'], d['_files'], d['_lock'] = None, OrderedDict(), None  # handles are per process
+        d = self.__dict__.copy()
+        d['_pid'], d['_files'], d['_lock'] = None, OrderedDict(), None  # handles are per process
         return d
+
 
 def _octal(field: bytes) -> int:
     "A tar header's octal number field; -1 when it is not one (tarfile.TarInfo.frombuf does this and more, 4x slower: this runs on every read)."
     s = field.rstrip(b'\0 ').lstrip(b' ')
-    try: return int(s, 8) if s.isdigit() else -1 if s else 0
-    except ValueError: return -1
+    try:
+        return int(s, 8) if s.isdigit() else -1 if s else 0
+    except ValueError:
+        return -1
+
 
 def _checked(buf: bytes, n: int, member: str, shard: str) -> bytes:
     "The data of `buf` (a member's 512-byte header, then its `n` bytes) once the header is checked to be `member`'s: a stale or planted index is never served."
     if len(buf) != n + 512:
-        raise ShardTruncatedError(f'shard {shard_name(shard)} was cut or changed after it was indexed: member {member!r} has {max(0, len(buf) - 512)} '
-                                  f'of {n} bytes; create the reader again (a changed shard is indexed again)')
+        raise ShardTruncatedError(
+            f'shard {shard_name(shard)} was cut or changed after it was indexed: member {member!r} has {max(0, len(buf) - 512)} '
+            f'of {n} bytes; create the reader again (a changed shard is indexed again)'
+        )
     hdr, name = buf[:512], member.encode('utf-8', 'surrogateescape')
-    ok = hdr[156:157] in (b'0', b'\0', b'7') and _octal(hdr[124:136]) == n and _octal(hdr[148:156]) == sum(hdr) - sum(hdr[148:156]) + 256
-    if ok and len(name) < 100 and name.isascii():  # a longer or non-ASCII name is in a GNU or pax record before this header
+    ok = (
+        hdr[156:157] in (b'0', b'\0', b'7')
+        and _octal(hdr[124:136]) == n
+        and _octal(hdr[148:156]) == sum(hdr) - sum(hdr[148:156]) + 256
+    )
+    if (
+        ok and len(name) < 100 and name.isascii()
+    ):  # a longer or non-ASCII name is in a GNU or pax record before this header
         stored = hdr[:100].split(b'\0', 1)[0]
-        if hdr[257:262] == b'ustar' and hdr[345]: stored = hdr[345:500].split(b'\0', 1)[0] + b'/' + stored
+        if hdr[257:262] == b'ustar' and hdr[345]:
+            stored = hdr[345:500].split(b'\0', 1)[0] + b'/' + stored
         ok = split_key(stored.decode('utf-8', 'surrogateescape')) == split_key(member)
     if not ok:
-        raise ShardError(f'the shard index does not match shard {shard_name(shard)} at member {member!r} (a stale index, or one '
-                         f'that came with the dataset): delete {INDEX_FILE} beside the shards (or in index_dir) and open the reader again')
+        raise ShardError(
+            f'the shard index does not match shard {shard_name(shard)} at member {member!r} (a stale index, or one '
+            f'that came with the dataset): delete {INDEX_FILE} beside the shards (or in index_dir) and open the reader again'
+        )
     return buf[512:]
+
 
 def _only_split(root) -> str:
     "The one split of `root`'s `_info.json`; else an error listing them."
     info = load_info(str(root)) if isinstance(root, (str, os.PathLike)) else None
     splits = list(info['splits']) if info else []
-    if len(splits) == 1: return splits[0]
-    raise ValueError(f'ShardReader needs a split: {root!r} has ' + (', '.join(map(repr, splits)) if splits else 'no _info.json') +
-                     "; pass split='validation' (or a shard pattern)")
+    if len(splits) == 1:
+        return splits[0]
+    raise ValueError(
+        f'ShardReader needs a split: {root!r} has '
+        + (', '.join(map(repr, splits)) if splits else 'no _info.json')
+        + "; pass split='validation' (or a shard pattern)"
+    )
+
 
 def _class_to_idx(info, nc, targets) -> dict:
     "Class names from `_info.json` (as `timmdata shards` writes them) when they fit, else the indices as names."
     c2i = (info or {}).get('class_to_idx')
     n = nc or (int(targets.max()) + 1 if len(targets) else 0)
-    if isinstance(c2i, dict) and sorted(c2i.values()) == list(range(len(c2i))) and len(c2i) >= n: return dict(c2i)
+    if isinstance(c2i, dict) and sorted(c2i.values()) == list(range(len(c2i))) and len(c2i) >= n:
+        return dict(c2i)
     return {str(i): i for i in range(n)}
 
 # %% ../nbs/23_shard_index.ipynb #5a0bc6e2
 def is_shard_folder(root) -> bool:
     "Whether `root` is a folder of WebDataset shards in timm's layout: an `_info.json` beside `.tar` files."
     root = os.fspath(root)
-    return os.path.isdir(root) and os.path.isfile(os.path.join(root, '_info.json')) and any(e.endswith('.tar') for e in os.listdir(root))
+    return (
+        os.path.isdir(root)
+        and os.path.isfile(os.path.join(root, '_info.json'))
+        and any(e.endswith('.tar') for e in os.listdir(root))
+    )
+
 
 register_reader('shards', ShardReader, is_shard_folder, takes_split=True)

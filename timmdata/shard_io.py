@@ -11,7 +11,6 @@ from .readers import MAX_JSON_BYTES, natural_key, relative_name, split_names
 from .untrusted import inside
 from .shard_cache import ShardCache
 
-
 # %% auto #0
 __all__ = ['MAX_MEMBER_BYTES', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError', 'ShardTruncatedError',
            'TransientShardError', 'url_scheme', 'shard_name', 'is_transient_error', 'expand_braces', 'join_url',
@@ -21,69 +20,96 @@ __all__ = ['MAX_MEMBER_BYTES', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'Shard
 # %% ../nbs/22_shard_io.ipynb #2eb1e367
 class ShardError(OSError):
     "A shard (file or URL) that could not be opened or read; the message names it and says what to do."
+
+
 class ShardNotFoundError(ShardError, FileNotFoundError):
     "A shard that is not there (a missing file, HTTP 404/410): never retried."
+
+
 class ShardTruncatedError(ShardError):
     "A tar stream that ends inside a member or without the end-of-archive blocks (retried when the shard is remote)."
+
+
 class TransientShardError(ShardError):
     "A failure that may pass: connection refused or reset, timeout, HTTP 5xx/408/429, a failed `pipe:` command."
 
+
 _SCHEME = re.compile(r'^([a-zA-Z][a-zA-Z0-9+.-]+)://')
+
 
 def url_scheme(url: str) -> str:
     "'file' for a local path or file:// URL, 'pipe' for `pipe:CMD`, else the URL's scheme ('http', 's3', ...)."
-    if url.startswith('pipe:'): return 'pipe'
+    if url.startswith('pipe:'):
+        return 'pipe'
     m = _SCHEME.match(url)
     return m.group(1).lower() if m else 'file'
 
+
 def shard_name(url: str) -> str:
     "`url` as shown in messages: without a user:password part or a query string (presigned URLs carry secrets there)."
-    if url_scheme(url) in ('file', 'pipe'): return url
+    if url_scheme(url) in ('file', 'pipe'):
+        return url
     return re.sub(r'^([a-zA-Z][a-zA-Z0-9+.-]+://)[^/@]*@', r'\1', url).split('?', 1)[0]
 
 # %% ../nbs/22_shard_io.ipynb #a3d80120
 _TRANSIENT_HTTP = frozenset({408, 425, 429, 500, 502, 503, 504})
 
-def is_transient_error(e: BaseException, # the error raised while opening or reading a shard
-                       url: str = '', # the shard: a short read is transient only for a remote one
-                      ) -> bool:
+
+def is_transient_error(
+    e: BaseException,  # the error raised while opening or reading a shard
+    url: str = '',  # the shard: a short read is transient only for a remote one
+) -> bool:
     "Would trying the shard again possibly succeed? Connection and timeout errors, HTTP 5xx/429, remote short reads."
-    if isinstance(e, ShardNotFoundError): return False
-    if isinstance(e, TransientShardError): return True
-    if isinstance(e, (ShardTruncatedError, http.client.IncompleteRead)): return url_scheme(url) != 'file'
-    if isinstance(e, urllib.error.HTTPError): return e.code in _TRANSIENT_HTTP
-    if isinstance(e, urllib.error.URLError): return isinstance(e.reason, (OSError, socket.timeout))  # refused, DNS, timeout
+    if isinstance(e, ShardNotFoundError):
+        return False
+    if isinstance(e, TransientShardError):
+        return True
+    if isinstance(e, (ShardTruncatedError, http.client.IncompleteRead)):
+        return url_scheme(url) != 'file'
+    if isinstance(e, urllib.error.HTTPError):
+        return e.code in _TRANSIENT_HTTP
+    if isinstance(e, urllib.error.URLError):
+        return isinstance(e.reason, (OSError, socket.timeout))  # refused, DNS, timeout
     return isinstance(e, (ConnectionError, TimeoutError, socket.timeout, http.client.HTTPException))
 
 # %% ../nbs/22_shard_io.ipynb #0b88f2c0
 _BRACE = re.compile(r'\{([^{}]*)\}')
 
+
 def expand_braces(pattern: str) -> list:
     "All strings a brace pattern stands for: `{000..009}` (padded when written padded), `{a,b}`; left to right."
     m = _BRACE.search(pattern)
-    if m is None: return [pattern]
-    head, body, tail = pattern[:m.start()], m.group(1), pattern[m.end():]
+    if m is None:
+        return [pattern]
+    head, body, tail = pattern[: m.start()], m.group(1), pattern[m.end() :]
     r = re.fullmatch(r'(\d+)\.\.(\d+)', body)
     if r:
         a, b = r.groups()
         width = max(len(a), len(b)) if (len(a) > 1 and a[0] == '0') or (len(b) > 1 and b[0] == '0') else 0
         lo, hi = int(a), int(b)
         items = [str(i).zfill(width) for i in (range(lo, hi + 1) if lo <= hi else range(lo, hi - 1, -1))]
-    elif ',' in body: items = body.split(',')
-    else: raise ValueError(f"cannot expand {{{body}}} in shard pattern {pattern!r}: use {{000..009}} (a range) or {{a,b}} (a list)")
+    elif ',' in body:
+        items = body.split(',')
+    else:
+        raise ValueError(
+            f"cannot expand {{{body}}} in shard pattern {pattern!r}: use {{000..009}} (a range) or {{a,b}} (a list)"
+        )
     return [s for it in items for s in expand_braces(head + it + tail)]
+
 
 def join_url(root, name: str) -> str:
     "`name` relative to `root` (a folder or a URL prefix); an absolute path or URL as it is."
     name = str(name)
-    if root is None or url_scheme(name) != 'file' or name.startswith('file://') or os.path.isabs(name): return name
+    if root is None or url_scheme(name) != 'file' or name.startswith('file://') or os.path.isabs(name):
+        return name
     root = str(root)
     return root.rstrip('/') + '/' + name if url_scheme(root) not in ('file', 'pipe') else os.path.join(root, name)
 
 # %% ../nbs/22_shard_io.ipynb #3554bf3e
-def shard_list(spec, # brace pattern(s) joined by '::', a folder of .tar files, one shard, or a list of these
-               root=None, # folder or URL prefix that relative names are joined to
-              ) -> list:
+def shard_list(
+    spec,  # brace pattern(s) joined by '::', a folder of .tar files, one shard, or a list of these
+    root=None,  # folder or URL prefix that relative names are joined to
+) -> list:
     "The shards `spec` names, in order: paths or URLs as strings."
     if isinstance(spec, (list, tuple)):
         out = [s for x in spec for s in shard_list(x, root)]
@@ -94,72 +120,123 @@ def shard_list(spec, # brace pattern(s) joined by '::', a folder of .tar files, 
                 s = join_url(root, s)
                 if url_scheme(s) == 'file' and os.path.isdir(s[7:] if s.startswith('file://') else s):
                     d = s[7:] if s.startswith('file://') else s
-                    tars = sorted((f for f in os.listdir(d) if f.endswith('.tar') and inside(os.path.join(d, f), d)), key=natural_key)  # not links out
-                    if not tars: raise FileNotFoundError(f'no .tar shards in folder {d!r}: give a folder of WebDataset .tar files or a pattern')
+                    tars = sorted(
+                        (f for f in os.listdir(d) if f.endswith('.tar') and inside(os.path.join(d, f), d)),
+                        key=natural_key,
+                    )  # not links out
+                    if not tars:
+                        raise FileNotFoundError(
+                            f'no .tar shards in folder {d!r}: give a folder of WebDataset .tar files or a pattern'
+                        )
                     out += [os.path.join(d, f) for f in tars]
-                else: out.append(s)
-    if not out: raise ValueError(f'shard list {spec!r} names no shards')
+                else:
+                    out.append(s)
+    if not out:
+        raise ValueError(f'shard list {spec!r} names no shards')
     return out
 
 # %% ../nbs/22_shard_io.ipynb #edc2770c
 class _PipeStream:
     "stdout of a `pipe:` command; at its end (or close) the exit status is checked, and a failure named with stderr's tail."
+
     def __init__(self, url: str):
-        self.url, self._err = url, tempfile.TemporaryFile()  # a file, not a pipe: a chatty stderr cannot block the command
+        self.url, self._err = (
+            url,
+            tempfile.TemporaryFile(),
+        )  # a file, not a pipe: a chatty stderr cannot block the command
         self.proc = subprocess.Popen(url[5:], shell=True, stdout=subprocess.PIPE, stderr=self._err, bufsize=1 << 20)
+
     def read(self, n: int = -1) -> bytes:
         b = self.proc.stdout.read(n)
-        if n and not b: self._check()
+        if n and not b:
+            self._check()
         return b
+
     def _check(self):
         rc = self.proc.wait()
         if rc != 0:
-            self._err.seek(0); tail = self._err.read()[-400:].decode('utf-8', 'replace').strip()
-            raise TransientShardError(f'pipe command {self.url[5:]!r} exited with status {rc}' + (f': {tail}' if tail else ''))
+            self._err.seek(0)
+            tail = self._err.read()[-400:].decode('utf-8', 'replace').strip()
+            raise TransientShardError(
+                f'pipe command {self.url[5:]!r} exited with status {rc}' + (f': {tail}' if tail else '')
+            )
+
     def close(self):
-        if self.proc.poll() is None: self.proc.kill()
-        self.proc.stdout.close(); self.proc.wait(); self._err.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.stdout.close()
+        self.proc.wait()
+        self._err.close()
+
 
 def _open_http(url: str, timeout: float):
-    try: return urllib.request.urlopen(urllib.request.Request(url, headers={'User-Agent': 'timmdata'}), timeout=timeout)
+    try:
+        return urllib.request.urlopen(urllib.request.Request(url, headers={'User-Agent': 'timmdata'}), timeout=timeout)
     except urllib.error.HTTPError as e:
-        if e.code in (404, 410): raise ShardNotFoundError(f'shard {shard_name(url)} not found (HTTP {e.code}): check the URL and the split') from e
-        if e.code in _TRANSIENT_HTTP: raise TransientShardError(f'shard {shard_name(url)}: HTTP {e.code} {e.reason}') from e
-        raise ShardError(f'shard {shard_name(url)}: HTTP {e.code} {e.reason}: check the URL and your access to it') from e
+        if e.code in (404, 410):
+            raise ShardNotFoundError(
+                f'shard {shard_name(url)} not found (HTTP {e.code}): check the URL and the split'
+            ) from e
+        if e.code in _TRANSIENT_HTTP:
+            raise TransientShardError(f'shard {shard_name(url)}: HTTP {e.code} {e.reason}') from e
+        raise ShardError(
+            f'shard {shard_name(url)}: HTTP {e.code} {e.reason}: check the URL and your access to it'
+        ) from e
+
 
 def _open_fsspec(url: str):
-    try: import fsspec
+    try:
+        import fsspec
     except ImportError as e:
-        raise ImportError(f"reading shard {shard_name(url)} ({url_scheme(url)}://) needs fsspec: pip install 'timmdata[remote]'") from e
-    try: return fsspec.open(url, 'rb').open()
-    except FileNotFoundError as e: raise ShardNotFoundError(f'shard {shard_name(url)} not found: check the URL and the split') from e
+        raise ImportError(
+            f"reading shard {shard_name(url)} ({url_scheme(url)}://) needs fsspec: pip install 'timmdata[remote]'"
+        ) from e
+    try:
+        return fsspec.open(url, 'rb').open()
+    except FileNotFoundError as e:
+        raise ShardNotFoundError(f'shard {shard_name(url)} not found: check the URL and the split') from e
     except ImportError as e:  # fsspec is there, its back end for this scheme (s3fs, gcsfs...) is not
         raise ImportError(f"reading shard {shard_name(url)} needs fsspec's {url_scheme(url)} back end: {e}") from e
 
-def open_shard(url: str, # local path, file://, http(s)://, pipe:CMD, or any URL fsspec knows
-               timeout: float = 60., # seconds an HTTP connection may stall
-              ):
+
+def open_shard(
+    url: str,  # local path, file://, http(s)://, pipe:CMD, or any URL fsspec knows
+    timeout: float = 60.0,  # seconds an HTTP connection may stall
+):
     "A binary stream of the shard at `url`, to be read front to back (and closed)."
     scheme = url_scheme(url)
     if scheme == 'file':
         path = url[7:] if url.startswith('file://') else url
-        try: return open(path, 'rb')
-        except FileNotFoundError as e: raise ShardNotFoundError(f'shard {path} does not exist: check the path and the split') from e
-    if scheme in ('http', 'https'): return _open_http(url, timeout)
-    if scheme == 'pipe': return _PipeStream(url)
+        try:
+            return open(path, 'rb')
+        except FileNotFoundError as e:
+            raise ShardNotFoundError(f'shard {path} does not exist: check the path and the split') from e
+    if scheme in ('http', 'https'):
+        return _open_http(url, timeout)
+    if scheme == 'pipe':
+        return _PipeStream(url)
     return _open_fsspec(url)
 
 # %% ../nbs/22_shard_io.ipynb #29eec95f
 def _read_exact(f, n: int, url: str, what: str) -> bytes:
     b = f.read(n)
-    if len(b) == n: return b
-    parts = [b]; got = len(b)
+    if len(b) == n:
+        return b
+    parts = [b]
+    got = len(b)
     while got < n and b:
-        b = f.read(n - got); parts.append(b); got += len(b)
-    if got < n: raise ShardTruncatedError(f'shard {shard_name(url)} is truncated: it ends inside {what} ({got} of {n} bytes)')
+        b = f.read(n - got)
+        parts.append(b)
+        got += len(b)
+    if got < n:
+        raise ShardTruncatedError(f'shard {shard_name(url)} is truncated: it ends inside {what} ({got} of {n} bytes)')
     return b''.join(parts)
 
-MAX_MEMBER_BYTES = 1 << 30  # the largest tar member read into memory (1 GiB): a bigger (or negative) size is a named error
+
+MAX_MEMBER_BYTES = (
+    1 << 30
+)  # the largest tar member read into memory (1 GiB): a bigger (or negative) size is a named error
+
 
 def _size(field: bytes, url: str, offset: int, limit: int) -> int:
     "A tar header's size field, strictly: octal digits (or GNU base-256, positive), at most `limit`; else `ShardError`."
@@ -168,50 +245,74 @@ def _size(field: bytes, url: str, offset: int, limit: int) -> int:
     else:
         s = field.rstrip(b'\0 ').lstrip(b' ')
         n = int(s, 8) if re.fullmatch(rb'[0-7]*', s) else -1  # int(s, 8) alone takes '-1', '+7', '1_0'
-    if 0 <= n <= limit: return n
-    raise ShardError(f'shard {shard_name(url)}: the member at byte {offset} has size field {field.rstrip(bytes(1))!r} '
-                     f'({"not a size" if n < 0 else f"{n:,} bytes, over the limit of {limit:,}"}): a damaged or hostile '
-                     f'shard; write it again (the limit is timmdata.shard_io.MAX_MEMBER_BYTES)')
+    if 0 <= n <= limit:
+        return n
+    raise ShardError(
+        f'shard {shard_name(url)}: the member at byte {offset} has size field {field.rstrip(bytes(1))!r} '
+        f'({"not a size" if n < 0 else f"{n:,} bytes, over the limit of {limit:,}"}): a damaged or hostile '
+        f'shard; write it again (the limit is timmdata.shard_io.MAX_MEMBER_BYTES)'
+    )
+
 
 def _octal(field: bytes) -> int:
-    if field[:1] and field[0] & 0x80: return int.from_bytes(field[1:], 'big')  # GNU base-256 for big sizes
+    if field[:1] and field[0] & 0x80:
+        return int.from_bytes(field[1:], 'big')  # GNU base-256 for big sizes
     s = field.rstrip(b'\0 ').lstrip(b' ')
-    try: return int(s, 8) if s else 0
-    except ValueError: return -1  # not a number: a damaged header, which the checksum test then refuses
+    try:
+        return int(s, 8) if s else 0
+    except ValueError:
+        return -1  # not a number: a damaged header, which the checksum test then refuses
+
 
 def _pax_path(data: bytes) -> Optional[str]:
     for rec in data.split(b'\n'):
         k, _, v = rec.partition(b' ')[2].partition(b'=')
-        if k == b'path': return v.decode('utf-8', 'surrogateescape')
+        if k == b'path':
+            return v.decode('utf-8', 'surrogateescape')
     return None
 
 # %% ../nbs/22_shard_io.ipynb #704a8db5
-def iter_tar(f, # a binary stream positioned at the start of a tar archive
-             url: str = '<stream>', # the shard's name, for errors
-             max_member: Optional[int] = None, # the largest member read, in bytes; None: `MAX_MEMBER_BYTES`
-            ) -> Iterator[tuple]:
+def iter_tar(
+    f,  # a binary stream positioned at the start of a tar archive
+    url: str = '<stream>',  # the shard's name, for errors
+    max_member: Optional[int] = None,  # the largest member read, in bytes; None: `MAX_MEMBER_BYTES`
+) -> Iterator[tuple]:
     "`(member name, bytes)` of each regular file in the tar stream `f`, read front to back; a truncated archive raises."
     long_name, offset, limit = None, 0, MAX_MEMBER_BYTES if max_member is None else max_member
     while True:
         hdr = f.read(512)
         if len(hdr) < 512:
-            if len(hdr): hdr += _read_exact(f, 512 - len(hdr), url, f'the header at byte {offset}')
-            else: raise ShardTruncatedError(f'shard {shard_name(url)} is truncated: it ends at byte {offset} without the '
-                                            f'tar end-of-archive block (a partial copy or download?): copy or write it again')
-        if hdr.count(0) == 512: return  # end of archive
+            if len(hdr):
+                hdr += _read_exact(f, 512 - len(hdr), url, f'the header at byte {offset}')
+            else:
+                raise ShardTruncatedError(
+                    f'shard {shard_name(url)} is truncated: it ends at byte {offset} without the '
+                    f'tar end-of-archive block (a partial copy or download?): copy or write it again'
+                )
+        if hdr.count(0) == 512:
+            return  # end of archive
         chk = _octal(hdr[148:156])
         if chk != sum(hdr) - sum(hdr[148:156]) + 8 * 32:
-            raise ShardError(f'shard {shard_name(url)}: bad tar header at byte {offset} (not a tar file, or damaged): write it again')
+            raise ShardError(
+                f'shard {shard_name(url)}: bad tar header at byte {offset} (not a tar file, or damaged): write it again'
+            )
         size, kind = _size(hdr[124:136], url, offset, limit), hdr[156:157]
         name = hdr[:100].split(b'\0', 1)[0]
-        if hdr[257:262] == b'ustar' and hdr[345]: name = hdr[345:500].split(b'\0', 1)[0] + b'/' + name
+        if hdr[257:262] == b'ustar' and hdr[345]:
+            name = hdr[345:500].split(b'\0', 1)[0] + b'/' + name
         data = _read_exact(f, size, url, f'member {name.decode("utf-8", "replace")!r}') if size else b''
         pad = -size % 512
-        if pad: _read_exact(f, pad, url, f'the padding of member {name.decode("utf-8", "replace")!r}')
+        if pad:
+            _read_exact(f, pad, url, f'the padding of member {name.decode("utf-8", "replace")!r}')
         offset += 512 + size + pad
-        if kind == b'L': long_name = data.split(b'\0', 1)[0].decode('utf-8', 'surrogateescape'); continue
-        if kind == b'x': long_name = _pax_path(data) or long_name; continue
-        if kind in (b'0', b'\0', b'7'): yield long_name or name.decode('utf-8', 'surrogateescape'), data
+        if kind == b'L':
+            long_name = data.split(b'\0', 1)[0].decode('utf-8', 'surrogateescape')
+            continue
+        if kind == b'x':
+            long_name = _pax_path(data) or long_name
+            continue
+        if kind in (b'0', b'\0', b'7'):
+            yield long_name or name.decode('utf-8', 'surrogateescape'), data
         long_name = None
 
 # %% ../nbs/22_shard_io.ipynb #ee2c75a4
@@ -219,128 +320,186 @@ IMAGE_KEYS = ('jpg', 'jpeg', 'png', 'webp', 'image')
 TARGET_KEYS = ('cls', 'label')
 _META = re.compile(r'__[^/]*__($|/)')  # WebDataset's meta members: `__meta__.json`, `dir/__x__/...`
 
+
 def split_key(name: str) -> tuple:
     "`(key, extension)` of a tar member by WebDataset's rule; extension '' for a name without a dot."
     d, _, base = name.rpartition('/')
     i = base.find('.')
-    if i < 0: return name, ''
-    return (d + '/' if d else '') + base[:i], base[i + 1:].lower()
+    if i < 0:
+        return name, ''
+    return (d + '/' if d else '') + base[:i], base[i + 1 :].lower()
 
-def group_samples(members, # iterable of (member name, bytes), in tar order
-                  url: str = '<stream>', # the shard's name, for errors
-                 ) -> Iterator[tuple]:
+
+def group_samples(
+    members,  # iterable of (member name, bytes), in tar order
+    url: str = '<stream>',  # the shard's name, for errors
+) -> Iterator[tuple]:
     "`(key, {extension: bytes})` for each run of consecutive members with the same key."
     key, sample = None, {}
     for name, data in members:
         k, ext = split_key(name)
-        if not ext or _META.search(name) or _META.fullmatch(k.rsplit('/', 1)[-1]): continue
+        if not ext or _META.search(name) or _META.fullmatch(k.rsplit('/', 1)[-1]):
+            continue
         if k != key:
-            if sample: yield key, sample
+            if sample:
+                yield key, sample
             key, sample = k, {}
-        if ext in sample: raise ValueError(f'shard {shard_name(url)}: sample {k!r} has two {ext!r} members; write the shard again')
+        if ext in sample:
+            raise ValueError(f'shard {shard_name(url)}: sample {k!r} has two {ext!r} members; write the shard again')
         sample[ext] = data
-    if sample: yield key, sample
+    if sample:
+        yield key, sample
 
 # %% ../nbs/22_shard_io.ipynb #aee3e679
 def parse_keys(keys, default: tuple) -> tuple:
     "Extensions from 'a;b', 'a,b', a list, or None (the default)."
-    if keys is None: return default
+    if keys is None:
+        return default
     ks = re.split(r'[;,]', keys) if isinstance(keys, str) else list(keys)
     ks = tuple(k.strip().lstrip('.').lower() for k in ks if k.strip())
-    if not ks: raise ValueError(f'no keys in {keys!r}: give extensions like "jpg;png"')
+    if not ks:
+        raise ValueError(f'no keys in {keys!r}: give extensions like "jpg;png"')
     return ks
+
 
 def sample_target(sample: dict, keys: tuple, where: str, required: bool):
     "The integer target of `sample` (first of `keys`, else a field of its json sidecar); None when absent and not required."
     for k in keys:
         if k in sample:
-            try: return int(sample[k].decode().strip())
-            except ValueError: raise ValueError(f'{where}: .{k} holds {sample[k][:20]!r}, not an integer class index') from None
+            try:
+                return int(sample[k].decode().strip())
+            except ValueError:
+                raise ValueError(f'{where}: .{k} holds {sample[k][:20]!r}, not an integer class index') from None
     if 'json' in sample:
         meta = json.loads(sample['json'])
         for k in keys:
-            if isinstance(meta, dict) and k in meta and meta[k] is not None: return int(meta[k])
-    if required: raise ValueError(f'{where} has no target {"/".join(keys)} (it has {", ".join(sorted(sample))}): pass target_key')
+            if isinstance(meta, dict) and k in meta and meta[k] is not None:
+                return int(meta[k])
+    if required:
+        raise ValueError(
+            f'{where} has no target {"/".join(keys)} (it has {", ".join(sorted(sample))}): pass target_key'
+        )
     return None
 
 # %% ../nbs/22_shard_io.ipynb #5430721e
-def load_info(root, retries: int = 3, backoff: float = 0.25, timeout: float = 60.) -> Optional[dict]:
+def load_info(root, retries: int = 3, backoff: float = 0.25, timeout: float = 60.0) -> Optional[dict]:
     "The `_info.json` (or `info.json`) of the dataset at `root` (folder or URL prefix), or None if it has none."
     for n in ('_info.json', 'info.json'):
         url = join_url(root, n)
         for attempt in range(retries + 1):
             try:
-                with open_shard(url, timeout) as f: data = f.read(MAX_JSON_BYTES + 1)
+                with open_shard(url, timeout) as f:
+                    data = f.read(MAX_JSON_BYTES + 1)
                 break
-            except ShardNotFoundError: data = None; break
+            except ShardNotFoundError:
+                data = None
+                break
             except Exception as e:
-                if attempt == retries or not is_transient_error(e, url): raise ShardError(f'could not read {shard_name(url)}: {e}') from e
-                time.sleep(backoff * 4 ** attempt)
-        if data is None: continue
+                if attempt == retries or not is_transient_error(e, url):
+                    raise ShardError(f'could not read {shard_name(url)}: {e}') from e
+                time.sleep(backoff * 4**attempt)
+        if data is None:
+            continue
         if len(data) > MAX_JSON_BYTES:
-            raise ValueError(f'{shard_name(url)} is over {MAX_JSON_BYTES:,} bytes (timmdata.readers.MAX_JSON_BYTES): '
-                             f'not an info file of a dataset; fix or remove it')
-        try: info = json.loads(data)
-        except ValueError as e: raise ValueError(f'{shard_name(url)} is not valid JSON ({e}): fix or remove it') from None
+            raise ValueError(
+                f'{shard_name(url)} is over {MAX_JSON_BYTES:,} bytes (timmdata.readers.MAX_JSON_BYTES): '
+                f'not an info file of a dataset; fix or remove it'
+            )
+        try:
+            info = json.loads(data)
+        except ValueError as e:
+            raise ValueError(f'{shard_name(url)} is not valid JSON ({e}): fix or remove it') from None
         if not isinstance(info, dict) or not isinstance(info.get('splits'), dict):
             raise ValueError(f"{shard_name(url)} has no 'splits' mapping (timm's wds layout): fix or remove it")
         return info
     return None
+
 
 def _split_shards(root, split: str, info: Optional[dict]) -> tuple:
     "(shards, shard lengths or None, num_samples or None) of `split`."
     spec, _, count = split.partition('|')
     n = int(count) if count else None
     pattern = any(c in spec for c in '{/') or spec.endswith('.tar') or '::' in spec
-    if pattern or (info is None and (isinstance(root, (list, tuple)) or url_scheme(str(root)) != 'file' or not os.path.isdir(str(root)))):
+    if pattern or (
+        info is None
+        and (isinstance(root, (list, tuple)) or url_scheme(str(root)) != 'file' or not os.path.isdir(str(root)))
+    ):
         shards = shard_list(spec if pattern else root, None if not pattern else root)
         lengths = None
         if info:  # lengths of these shards, when the info file lists them all (as timm does)
-            known = {f: l for s in info['splits'].values() for f, l in zip(s.get('filenames', ()), s.get('shard_lengths', ()))}
+            known = {
+                f: l
+                for s in info['splits'].values()
+                for f, l in zip(s.get('filenames', ()), s.get('shard_lengths', ()))
+            }
             names = [s.rsplit('/', 1)[-1] for s in shards]
-            if all(b in known for b in names): lengths = [known[b] for b in names]
+            if all(b in known for b in names):
+                lengths = [known[b] for b in names]
         return shards, lengths, n if n is not None else (sum(lengths) if lengths else None)
     if info is not None:
-        name = next((s for s in split_names(spec) if s in info['splits']), None)  # timm's synonyms: 'validation' finds 'val'
+        name = next(
+            (s for s in split_names(spec) if s in info['splits']), None
+        )  # timm's synonyms: 'validation' finds 'val'
         if name is None:
-            raise ValueError(f"split {spec!r} is not in {join_url(root, '_info.json')}; it has {', '.join(map(repr, info['splits']))}")
+            raise ValueError(
+                f"split {spec!r} is not in {join_url(root, '_info.json')}; it has {', '.join(map(repr, info['splits']))}"
+            )
         s, where = info['splits'][name], f"{shard_name(join_url(root, '_info.json'))} split {name!r}"
         shards = [join_url(root, relative_name(f, where)) for f in s['filenames']]  # names, never URLs or commands
         lengths = list(s['shard_lengths']) if s.get('shard_lengths') else None
         return shards, lengths, n if n is not None else s.get('num_samples', sum(lengths) if lengths else None)
     listed = shard_list(root)
-    shards = next((sh for n in split_names(spec) if (sh := [s for s in listed if n in re.split(r'[-_.]', s.rsplit('/', 1)[-1])])), [])
+    shards = next(
+        (sh for n in split_names(spec) if (sh := [s for s in listed if n in re.split(r'[-_.]', s.rsplit('/', 1)[-1])])),
+        [],
+    )
     if not shards:
-        raise FileNotFoundError(f"no shards of split {spec!r} in {root!r} (no _info.json, and no .tar named like '*{spec}-000000.tar'): "
-                                f"pass split as a pattern like '{spec}-{{000000..000009}}.tar', or write _info.json (timmdata shards)")
+        raise FileNotFoundError(
+            f"no shards of split {spec!r} in {root!r} (no _info.json, and no .tar named like '*{spec}-000000.tar'): "
+            f"pass split as a pattern like '{spec}-{{000000..000009}}.tar', or write _info.json (timmdata shards)"
+        )
     return shards, None, n
 
 # %% ../nbs/22_shard_io.ipynb #14dd89c8
 class WdsSource:
     "WebDataset tar shards in timm's layout as a stream source: `.shards`, `.num_samples`, `.iter_shard`, `.name_of`."
-    def __init__(self, root, # folder or URL prefix with the shards (and `_info.json`), a shard pattern, or a list of shards
-                 split: str = 'train', # a split of `_info.json`, or a brace pattern with an optional '|num_samples'
-                 input_key=None, # image extensions to try, in order ('jpg;png'); default `IMAGE_KEYS`
-                 target_key=None, # target extensions or json fields ('cls'); default `TARGET_KEYS` (absent: target None)
-                 num_samples: Optional[int] = None, # samples in the split (overrides the info file)
-                 retries: int = 3, # transient failures retried per shard
-                 backoff: float = 0.25, # first wait before a retry, in seconds (then 4x, 16x)
-                 timeout: float = 60., # seconds a connection may stall
-                 allow_pipe: Optional[bool] = None, # run `pipe:` shards; None: only when `root` or `split` you pass names them
-                 cache_dir=None, cache_limit=None, # keep remote shards in this folder, at most this many bytes (int or '50GB'): see shard_cache
-                ):
+
+    def __init__(
+        self,
+        root,  # folder or URL prefix with the shards (and `_info.json`), a shard pattern, or a list of shards
+        split: str = 'train',  # a split of `_info.json`, or a brace pattern with an optional '|num_samples'
+        input_key=None,  # image extensions to try, in order ('jpg;png'); default `IMAGE_KEYS`
+        target_key=None,  # target extensions or json fields ('cls'); default `TARGET_KEYS` (absent: target None)
+        num_samples: Optional[int] = None,  # samples in the split (overrides the info file)
+        retries: int = 3,  # transient failures retried per shard
+        backoff: float = 0.25,  # first wait before a retry, in seconds (then 4x, 16x)
+        timeout: float = 60.0,  # seconds a connection may stall
+        allow_pipe: Optional[bool] = None,  # run `pipe:` shards; None: only when `root` or `split` you pass names them
+        cache_dir=None,
+        cache_limit=None,  # keep remote shards in this folder, at most this many bytes (int or '50GB'): see shard_cache
+    ):
         self.root, self.split, self.retries, self.backoff, self.timeout = root, split, retries, backoff, timeout
         given = ' '.join(map(str, root)) if isinstance(root, (list, tuple)) else str(root)
         self.allow_pipe = ('pipe:' in given or 'pipe:' in split) if allow_pipe is None else bool(allow_pipe)
         self.image_keys, self.target_keys = parse_keys(input_key, IMAGE_KEYS), parse_keys(target_key, TARGET_KEYS)
         self.target_required = target_key is not None
-        probe = isinstance(root, (str, os.PathLike)) and '{' not in str(root) and not str(root).endswith('.tar') and url_scheme(str(root)) != 'pipe'
+        probe = (
+            isinstance(root, (str, os.PathLike))
+            and '{' not in str(root)
+            and not str(root).endswith('.tar')
+            and url_scheme(str(root)) != 'pipe'
+        )
         self.info = load_info(str(root), retries, backoff, timeout) if probe else None
         self.shards, self.shard_lengths, n = _split_shards(root, split, self.info)
         self.num_samples = num_samples if num_samples is not None else n
         if self.shard_lengths is not None and len(self.shard_lengths) != len(self.shards):
-            raise ValueError(f'_info.json of {root!r}: split {split!r} lists {len(self.shards)} shards but {len(self.shard_lengths)} shard_lengths')
-        self._lengths, self.cache = dict(zip(self.shards, self.shard_lengths or ())), None if cache_dir is None else ShardCache(cache_dir, cache_limit, open_shard, self.shards, info=self.info)
+            raise ValueError(
+                f'_info.json of {root!r}: split {split!r} lists {len(self.shards)} shards but {len(self.shard_lengths)} shard_lengths'
+            )
+        self._lengths, self.cache = (
+            dict(zip(self.shards, self.shard_lengths or ())),
+            None if cache_dir is None else ShardCache(cache_dir, cache_limit, open_shard, self.shards, info=self.info),
+        )
         nc = (self.info or {}).get('num_classes')
         self.num_classes = nc if isinstance(nc, int) and not isinstance(nc, bool) and nc > 0 else None
 
@@ -349,7 +508,9 @@ class WdsSource:
         "Are any of the shards read over a network (http(s), an object store), not from a local file or a pipe: command?"
         return any(url_scheme(s) not in ('file', 'pipe') for s in self.shards)
 
-    def name_of(self, shard) -> str: return shard_name(str(shard))
+    def name_of(self, shard) -> str:
+        return shard_name(str(shard))
+
     def __repr__(self):
         return f'{type(self).__name__}({len(self.shards)} shards, num_samples={self.num_samples}, split={self.split!r})'
 
@@ -359,42 +520,62 @@ class WdsSource:
             img = next((s[k] for k in self.image_keys if k in s), None)
             where = f'sample {key!r} of shard {name}'
             if img is None:
-                raise ValueError(f'{where} has no image {"/".join(self.image_keys)} (it has {", ".join(sorted(s))}): pass input_key')
+                raise ValueError(
+                    f'{where} has no image {"/".join(self.image_keys)} (it has {", ".join(sorted(s))}): pass input_key'
+                )
             t = sample_target(s, self.target_keys, where, self.target_required)
             if t is not None and not 0 <= t < (self.num_classes or 1 << 63):
-                raise ValueError(f'{where}: target {t} is out of range (' + (f'0..{self.num_classes - 1}: _info.json states '
-                                 f'num_classes {self.num_classes}' if self.num_classes else 'a class index is >= 0') +
-                                 '): fix the label or the shard')
+                raise ValueError(
+                    f'{where}: target {t} is out of range ('
+                    + (
+                        f'0..{self.num_classes - 1}: _info.json states num_classes {self.num_classes}'
+                        if self.num_classes
+                        else 'a class index is >= 0'
+                    )
+                    + '): fix the label or the shard'
+                )
             yield key, img, t
 
     def iter_shard(self, shard: str) -> Iterator[tuple]:
         "`(key, image bytes, target)` of each sample of `shard`, transient failures retried without repeating samples."
         if url_scheme(shard) == 'pipe' and not self.allow_pipe:
-            raise ShardError(f'shard {self.name_of(shard)!r} is a pipe: command, which runs only when you pass it yourself '
-                             f'(as root or split) or pass allow_pipe=True')
+            raise ShardError(
+                f'shard {self.name_of(shard)!r} is a pipe: command, which runs only when you pass it yourself '
+                f'(as root or split) or pass allow_pipe=True'
+            )
         done, attempt = 0, 0
         while True:
             try:
                 f = (self.cache or open_shard)(shard, self.timeout)  # a cache reads local shards at their source
                 try:
                     for i, sample in enumerate(self._samples(f, shard)):
-                        if i >= done: done += 1; yield sample
-                finally: f.close()
+                        if i >= done:
+                            done += 1
+                            yield sample
+                finally:
+                    f.close()
                 want = self._lengths.get(shard)
                 if want is not None and done != want:
-                    raise ShardError(f'shard {self.name_of(shard)} holds {done} samples; _info.json says {want}: write the shard or the info file again')
+                    raise ShardError(
+                        f'shard {self.name_of(shard)} holds {done} samples; _info.json says {want}: write the shard or the info file again'
+                    )
                 return
             except (OSError, http.client.HTTPException) as e:
-                if not is_transient_error(e, shard) or attempt >= self.retries: raise self._named(e, shard, attempt)
-            time.sleep(self.backoff * 4 ** attempt); attempt += 1
+                if not is_transient_error(e, shard) or attempt >= self.retries:
+                    raise self._named(e, shard, attempt)
+            time.sleep(self.backoff * 4**attempt)
+            attempt += 1
 
     def _named(self, e: Exception, shard: str, attempt: int) -> Exception:
         "The error to raise for `e`: a `ShardError` naming the shard, with the tries made and what to do."
         if not is_transient_error(e, shard):
-            if isinstance(e, ShardError): return e
+            if isinstance(e, ShardError):
+                return e
             return ShardError(f'shard {self.name_of(shard)} could not be read: {e}')
         kind = ShardTruncatedError if isinstance(e, ShardTruncatedError) else TransientShardError
-        err = kind(f'shard {self.name_of(shard)} failed {attempt + 1} times (last: {e}); check the network, the server '
-                   f'or the storage, then restart: the epoch can resume with set_start')
+        err = kind(
+            f'shard {self.name_of(shard)} failed {attempt + 1} times (last: {e}); check the network, the server '
+            f'or the storage, then restart: the epoch can resume with set_start'
+        )
         err.__cause__ = e
         return err

@@ -20,33 +20,49 @@ __all__ = ['SHARD_INFO', 'SHARD_STATE', 'shard_filename', 'find_splits', 'image_
 
 # %% ../nbs/48_shards.ipynb #8b74f4fc
 SHARD_INFO = '_info.json'  # what timm's wds reader reads: written last, so its presence means a complete set
-SHARD_STATE = '_timmdata_shards.json'  # the build record: parameters, source fingerprint, finished shards (for resuming)
+SHARD_STATE = (
+    '_timmdata_shards.json'  # the build record: parameters, source fingerprint, finished shards (for resuming)
+)
 _SPLIT_NAMES = frozenset(('train', 'training', 'val', 'valid', 'validation', 'eval', 'evaluation', 'test', 'testing'))
 
-def shard_filename(split: str, # split name
-               k: int, # shard number in the split
-              ) -> str:
+
+def shard_filename(
+    split: str,  # split name
+    k: int,  # shard number in the split
+) -> str:
     "File name of shard `k` of `split`: `train-000007.tar` (timm's wds layout)."
     return f'{split}-{k:06d}.tar'
 
-def find_splits(src, # a folder, a .tar, a .csv or a store
-                split: str | None = None, # one split name: read `src` (or its split folder of that name) as that split
-               ) -> dict:
+
+def find_splits(
+    src,  # a folder, a .tar, a .csv or a store
+    split: str | None = None,  # one split name: read `src` (or its split folder of that name) as that split
+) -> dict:
     "timm's split name -> the root to read it from: split folders (or `train.tar`, `val.csv`), else `{'train': src}`."
     src = os.fspath(src)
-    if not os.path.exists(src): raise FileNotFoundError(f'shard source {src!r} does not exist')
+    if not os.path.exists(src):
+        raise FileNotFoundError(f'shard source {src!r} does not exist')
     if split is not None:
-        if not split or '/' in split or split.startswith('.'): raise ValueError(f"split must be a plain name like 'train'; got {split!r}")
+        if not split or '/' in split or split.startswith('.'):
+            raise ValueError(f"split must be a plain name like 'train'; got {split!r}")
         p = os.path.join(src, split)
         return {timm_split_name(split): p if os.path.isdir(src) and not is_store(src) and os.path.exists(p) else src}
-    if os.path.isfile(src) or is_store(src): return {'train': src}
+    if os.path.isfile(src) or is_store(src):
+        return {'train': src}
     out = {}
     for e in sorted(os.listdir(src), key=natural_key):
         stem, ext = os.path.splitext(e)
         p = os.path.join(src, e)
-        if (os.path.isdir(p) and e.lower() in _SPLIT_NAMES) or (ext.lower() in ('.tar', '.csv') and stem.lower() in _SPLIT_NAMES):
-            name = timm_split_name(stem)  # written under timm's name: val/ becomes 'validation', as create_dataset expects
-            if name in out: raise ValueError(f'{src!r} holds two sources for split {name!r}: {os.path.basename(out[name])!r} and {e!r}; pass split=')
+        if (os.path.isdir(p) and e.lower() in _SPLIT_NAMES) or (
+            ext.lower() in ('.tar', '.csv') and stem.lower() in _SPLIT_NAMES
+        ):
+            name = timm_split_name(
+                stem
+            )  # written under timm's name: val/ becomes 'validation', as create_dataset expects
+            if name in out:
+                raise ValueError(
+                    f'{src!r} holds two sources for split {name!r}: {os.path.basename(out[name])!r} and {e!r}; pass split='
+                )
             out[name] = p
     return out or {'train': src}
 
@@ -54,56 +70,74 @@ def find_splits(src, # a folder, a .tar, a .csv or a store
 def _open_splits(roots: dict, class_map, reader_kwargs: dict) -> dict:
     "Split -> reader, with one class index for all splits (the union of their classes, unless a class_map is given)."
     readers = {s: create_reader(r, split=None, class_map=class_map, **reader_kwargs) for s, r in roots.items()}
-    if not unset(class_map) or len(readers) == 1: return readers
+    if not unset(class_map) or len(readers) == 1:
+        return readers
     merged = {}
-    for r in readers.values(): merged.update(r.class_to_idx)
+    for r in readers.values():
+        merged.update(r.class_to_idx)
     agree = all(merged[c] == i for r in readers.values() for c, i in r.class_to_idx.items())
-    if agree and len(set(merged.values())) == len(merged): return readers  # e.g. a CSV's integer labels: kept as they are
+    if agree and len(set(merged.values())) == len(merged):
+        return readers  # e.g. a CSV's integer labels: kept as they are
     union = {c: i for i, c in enumerate(sorted(merged, key=natural_key))}
-    return {s: r if r.class_to_idx == union else create_reader(roots[s], split=None, class_map=union, **reader_kwargs)
-            for s, r in readers.items()}
+    return {
+        s: r if r.class_to_idx == union else create_reader(roots[s], split=None, class_map=union, **reader_kwargs)
+        for s, r in readers.items()
+    }
+
 
 def _fingerprint(readers: dict) -> str:
     "SHA-1 of every split's sample names and labels, in order."
     h = hashlib.sha1()
     for s, r in readers.items():
         h.update(f'split\t{s}\t{len(r)}\n'.encode())
-        for name, t in zip(r.filenames(), r.targets): h.update(f'{name}\t{t}\n'.encode('utf-8', 'surrogateescape'))
+        for name, t in zip(r.filenames(), r.targets):
+            h.update(f'{name}\t{t}\n'.encode('utf-8', 'surrogateescape'))
     return h.hexdigest()
+
 
 def _order(n: int, split: str, shuffle: bool, seed: int) -> np.ndarray:
     "The source indices of a split in the order they are written: a seeded permutation, or as they are."
-    if not shuffle: return np.arange(n)
+    if not shuffle:
+        return np.arange(n)
     return np.random.default_rng([seed, zlib.crc32(split.encode())]).permutation(n)
 
 # %% ../nbs/48_shards.ipynb #adedd076
 _MAGIC = ((b'\xff\xd8\xff', 'jpg'), (b'\x89PNG\r\n\x1a\n', 'png'))
 
+
 def image_ext(data: bytes) -> str | None:
     "'jpg', 'png' or 'webp' from an encoded image's first bytes; None for any other format."
     for m, ext in _MAGIC:
-        if data[:len(m)] == m: return ext
+        if data[: len(m)] == m:
+            return ext
     return 'webp' if data[:4] == b'RIFF' and data[8:12] == b'WEBP' else None
+
 
 def _encode(arr: np.ndarray, fmt: str, quality: int) -> bytes:
     out = io.BytesIO()
     Image.fromarray(arr).save(out, 'JPEG' if fmt == 'jpg' else 'PNG', **({'quality': quality} if fmt == 'jpg' else {}))
     return out.getvalue()
 
-def sample_bytes(src, # what a reader returns: a path, bytes, or a uint8 HxWx3 array (a raw store)
-                 resize: int | None = None, # shorter side in pixels (never upscaled); None: keep the image as it is
-                 quality: int = 90, # JPEG quality when an image is (re-)encoded
-                 interpolation: str = 'bicubic', # downscale filter for `resize`
-                ) -> tuple[str, bytes]:
+
+def sample_bytes(
+    src,  # what a reader returns: a path, bytes, or a uint8 HxWx3 array (a raw store)
+    resize: int | None = None,  # shorter side in pixels (never upscaled); None: keep the image as it is
+    quality: int = 90,  # JPEG quality when an image is (re-)encoded
+    interpolation: str = 'bicubic',  # downscale filter for `resize`
+) -> tuple[str, bytes]:
     "(extension, bytes) stored for one image: the original JPEG/PNG/WebP bytes, or an encoded (resized) image."
     if isinstance(src, np.ndarray):
         arr = np.asarray(load_resized(_encode(src, 'png', 0), resize, 'shorter', interpolation)) if resize else src
         return 'jpg', _encode(np.ascontiguousarray(arr), 'jpg', quality)
     data = read_source(src)
-    if resize: return 'jpg', _encode(load_resized(data, resize, 'shorter', interpolation), 'jpg', quality)
+    if resize:
+        return 'jpg', _encode(load_resized(data, resize, 'shorter', interpolation), 'jpg', quality)
     ext = image_ext(data)
-    if ext is not None: return ext, data
-    with Image.open(io.BytesIO(data)) as im: im.load(); return 'png', _encode(np.asarray(im.convert('RGB')), 'png', 0)
+    if ext is not None:
+        return ext, data
+    with Image.open(io.BytesIO(data)) as im:
+        im.load()
+        return 'png', _encode(np.asarray(im.convert('RGB')), 'png', 0)
 
 # %% ../nbs/48_shards.ipynb #b7190ba9
 def _add(tf: tarfile.TarFile, name: str, data: bytes):
@@ -111,7 +145,9 @@ def _add(tf: tarfile.TarFile, name: str, data: bytes):
     ti.size, ti.mtime, ti.mode, ti.uid, ti.gid, ti.uname, ti.gname = len(data), 0, 0o644, 0, 0, '', ''  # deterministic
     tf.addfile(ti, io.BytesIO(data))
 
+
 _WORKER = {}  # split -> reader in a build process (inherited on fork)
+
 
 def _write_shard(job: tuple) -> dict:
     "Writes one shard to a temporary file, flushes it and renames it into place; returns its record."
@@ -125,46 +161,71 @@ def _write_shard(job: tuple) -> dict:
                     src, target = reader[i]
                     ext, data = sample_bytes(src, p['resize'], p['quality'], p['interpolation'])
                 except Exception as e:
-                    try: name = reader.filename(i, absolute=True)
-                    except Exception: name = f'#{i}'
+                    try:
+                        name = reader.filename(i, absolute=True)
+                    except Exception:
+                        name = f'#{i}'
                     if p['bad_sample'] == 'raise':
-                        raise ImageDecodeError(f'sample {i} of split {split!r} ({name}) could not be read or encoded: {type(e).__name__}: {e}; '
-                                         f"fix or remove the file, or pass bad_sample='skip' to leave such samples out") from e
-                    bad.append([i, str(name), f'{type(e).__name__}: {e}']); continue
+                        raise ImageDecodeError(
+                            f'sample {i} of split {split!r} ({name}) could not be read or encoded: {type(e).__name__}: {e}; '
+                            f"fix or remove the file, or pass bad_sample='skip' to leave such samples out"
+                        ) from e
+                    bad.append([i, str(name), f'{type(e).__name__}: {e}'])
+                    continue
                 key = f'{i:08d}'
-                _add(tf, f'{key}.{ext}', data); _add(tf, f'{key}.cls', str(int(target)).encode())
+                _add(tf, f'{key}.{ext}', data)
+                _add(tf, f'{key}.cls', str(int(target)).encode())
                 n += 1
     return {'file': fname, 'samples': n, 'nbytes': os.path.getsize(Path(dst) / fname), 'bad': bad}
 
 # %% ../nbs/48_shards.ipynb #07b14280
 def _check_args(shard_size, resize, quality, workers, bad_sample):
-    if not (isinstance(shard_size, int) and shard_size >= 1): raise ValueError(f'shard_size must be an int >= 1 (samples per shard); got {shard_size!r}')
-    if resize is not None and not (isinstance(resize, int) and resize >= 1): raise ValueError(f'resize must be None or an int >= 1 (shorter side in pixels); got {resize!r}')
-    if not (isinstance(quality, int) and 1 <= quality <= 100): raise ValueError(f'quality must be an int in 1..100; got {quality!r}')
-    if workers is not None and not (isinstance(workers, int) and workers >= 0): raise ValueError(f'workers must be None or an int >= 0; got {workers!r}')
-    if bad_sample not in ('raise', 'skip'): raise ValueError(f"bad_sample must be one of 'raise', 'skip'; got {bad_sample!r}")
+    if not (isinstance(shard_size, int) and shard_size >= 1):
+        raise ValueError(f'shard_size must be an int >= 1 (samples per shard); got {shard_size!r}')
+    if resize is not None and not (isinstance(resize, int) and resize >= 1):
+        raise ValueError(f'resize must be None or an int >= 1 (shorter side in pixels); got {resize!r}')
+    if not (isinstance(quality, int) and 1 <= quality <= 100):
+        raise ValueError(f'quality must be an int in 1..100; got {quality!r}')
+    if workers is not None and not (isinstance(workers, int) and workers >= 0):
+        raise ValueError(f'workers must be None or an int >= 0; got {workers!r}')
+    if bad_sample not in ('raise', 'skip'):
+        raise ValueError(f"bad_sample must be one of 'raise', 'skip'; got {bad_sample!r}")
+
 
 def _is_shard_file(f) -> bool:
     "Whether `f`, read from a state file, is a name `shard_filename` makes: one file in the folder, never a path elsewhere."
     return isinstance(f, str) and not f.startswith('.') and re.fullmatch(r'[^/\\\0]+-\d{6}\.tar', f) is not None
 
+
 def _start(dst: Path, old: dict | None, plan: list, state: dict) -> dict:
     "Finished shards of the same build, kept; anything of another build (and every half-written file) removed."
-    for t in dst.glob('.*.tar.tmp*'): t.unlink()
-    same = old is not None and {k: old.get(k) for k in ('params', 'fingerprint', 'plan')} == {k: state[k] for k in ('params', 'fingerprint', 'plan')}
+    for t in dst.glob('.*.tar.tmp*'):
+        t.unlink()
+    same = old is not None and {k: old.get(k) for k in ('params', 'fingerprint', 'plan')} == {
+        k: state[k] for k in ('params', 'fingerprint', 'plan')
+    }
     listed = (old or {}).get('shards', {}) if isinstance(old, dict) else {}
     listed = listed if isinstance(listed, dict) else {}
-    foreign = [f for f in listed if not _is_shard_file(f)]  # the state file is read from the folder: trusted only as names
+    foreign = [
+        f for f in listed if not _is_shard_file(f)
+    ]  # the state file is read from the folder: trusted only as names
     if foreign:
-        warnings.warn(f'{dst / SHARD_STATE}: ignored {len(foreign)} entries that are not shard file names (e.g. {foreign[0]!r}); '
-                      f'nothing they name is deleted or kept', stacklevel=3)
+        warnings.warn(
+            f'{dst / SHARD_STATE}: ignored {len(foreign)} entries that are not shard file names (e.g. {foreign[0]!r}); '
+            f'nothing they name is deleted or kept',
+            stacklevel=3,
+        )
     listed = {f: r for f, r in listed.items() if _is_shard_file(f)}
-    done = {f: r for f, r in listed.items()
-            if same and (dst / f).is_file() and not (dst / f).is_symlink() and (dst / f).stat().st_size == r['nbytes']}
+    done = {
+        f: r
+        for f, r in listed.items()
+        if same and (dst / f).is_file() and not (dst / f).is_symlink() and (dst / f).stat().st_size == r['nbytes']
+    }
     if not same:
         (dst / SHARD_INFO).unlink(missing_ok=True)
         for f in listed:
-            if f not in done: (dst / f).unlink(missing_ok=True)
+            if f not in done:
+                (dst / f).unlink(missing_ok=True)
     return done
 
 # %% ../nbs/48_shards.ipynb #d730a66e
@@ -172,27 +233,40 @@ def _run(readers, jobs, dst, done, state, workers, progress) -> None:
     "Writes the pending shards, in `workers` processes, recording each in the state file as it lands."
     pending = [j for j in jobs if j[0] not in done]
     total = sum(len(j[2]) for j in jobs)
-    bar = tqdm(total=total, initial=total - sum(len(j[2]) for j in pending), unit='img', desc='shards',
-               disable=not progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=total,
+        initial=total - sum(len(j[2]) for j in pending),
+        unit='img',
+        desc='shards',
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+
     def record(r):
         done[r['file']] = r
         write_json_atomic(dst / SHARD_STATE, {**state, 'shards': done})
         bar.update(r['samples'] + len(r['bad']))
+
     _WORKER.update(readers)
     try:
         if not workers or len(pending) <= 1:
-            for j in pending: record(_write_shard(j))
+            for j in pending:
+                record(_write_shard(j))
         else:
             ctx = mp.get_context('fork' if 'fork' in mp.get_all_start_methods() else 'spawn')
             with ctx.Pool(min(workers, len(pending)), initializer=_WORKER.update, initargs=(readers,)) as pool:
-                for r in pool.imap_unordered(_write_shard, pending): record(r)
+                for r in pool.imap_unordered(_write_shard, pending):
+                    record(r)
     except KeyboardInterrupt:
-        print(f'\ninterrupted: {len(done)} of {len(jobs)} shards are complete in {dst}; run the same command again to resume',
-              file=sys.stderr)
+        print(
+            f'\ninterrupted: {len(done)} of {len(jobs)} shards are complete in {dst}; run the same command again to resume',
+            file=sys.stderr,
+        )
         raise
     finally:
         bar.close()
-        for s in readers: _WORKER.pop(s, None)
+        for s in readers:
+            _WORKER.pop(s, None)
 
 # %% ../nbs/48_shards.ipynb #95f0ca3c
 def _info(name: str, readers: dict, plan: list, done: dict, state: dict) -> dict:
@@ -201,29 +275,42 @@ def _info(name: str, readers: dict, plan: list, done: dict, state: dict) -> dict
     for s in readers:
         files = [f for f, sp, _ in plan if sp == s]
         lengths = [done[f]['samples'] for f in files]
-        splits[s] = {'name': s, 'num_samples': sum(lengths), 'filenames': files, 'shard_lengths': lengths,
-                     'bad': [b for f in files for b in done[f]['bad']]}
+        splits[s] = {
+            'name': s,
+            'num_samples': sum(lengths),
+            'filenames': files,
+            'shard_lengths': lengths,
+            'bad': [b for f in files for b in done[f]['bad']],
+        }
     c2i = next(iter(readers.values())).class_to_idx
-    return {'name': name, 'splits': splits, 'num_classes': len(c2i),
-            'classes': sorted(c2i, key=c2i.__getitem__), 'class_to_idx': c2i,
-            'timmdata': {'format': 'wds', 'params': state['params'], 'fingerprint': state['fingerprint']}}
+    return {
+        'name': name,
+        'splits': splits,
+        'num_classes': len(c2i),
+        'classes': sorted(c2i, key=c2i.__getitem__),
+        'class_to_idx': c2i,
+        'timmdata': {'format': 'wds', 'params': state['params'], 'fingerprint': state['fingerprint']},
+    }
 
 # %% ../nbs/48_shards.ipynb #46ddc318
-def write_shards(src, # image source: a class folder, a folder of split folders, a .tar or folder of .tars, a .csv, or a store
-                 dst, # folder for the shards and `_info.json` (created)
-                 shard_size: int = 1000, # samples per shard (the last shard of a split holds the rest)
-                 resize: int | None = None, # store images pre-resized: shorter side this many pixels (never upscaled), JPEG at `quality`
-                 split: str | None = None, # write only this split (its folder under src, or src itself), under timm's name ('val' -> 'validation'); None: every split
-                 quality: int = 90, # JPEG quality of re-encoded images (with `resize`, or from a raw store)
-                 interpolation: str = 'bicubic', # downscale filter for `resize`
-                 shuffle: bool = True, # shuffle samples once across the split's shards (seeded); False: source order
-                 seed: int = 0, # the shuffle's seed
-                 workers: int | None = 0, # processes writing shards; 0: this process; None: every core
-                 bad_sample: str = 'raise', # an unreadable image: 'raise' naming the file, or 'skip' (left out, listed in _info.json)
-                 class_map=None, # dict or .txt: keep only these classes, with these indices
-                 progress: bool = True, # show a progress bar and print a summary
-                 **reader_kwargs, # passed on to `create_reader` (e.g. `extensions`)
-                ) -> dict:
+def write_shards(
+    src,  # image source: a class folder, a folder of split folders, a .tar or folder of .tars, a .csv, or a store
+    dst,  # folder for the shards and `_info.json` (created)
+    shard_size: int = 1000,  # samples per shard (the last shard of a split holds the rest)
+    resize: int
+    | None = None,  # store images pre-resized: shorter side this many pixels (never upscaled), JPEG at `quality`
+    split: str
+    | None = None,  # write only this split (its folder under src, or src itself), under timm's name ('val' -> 'validation'); None: every split
+    quality: int = 90,  # JPEG quality of re-encoded images (with `resize`, or from a raw store)
+    interpolation: str = 'bicubic',  # downscale filter for `resize`
+    shuffle: bool = True,  # shuffle samples once across the split's shards (seeded); False: source order
+    seed: int = 0,  # the shuffle's seed
+    workers: int | None = 0,  # processes writing shards; 0: this process; None: every core
+    bad_sample: str = 'raise',  # an unreadable image: 'raise' naming the file, or 'skip' (left out, listed in _info.json)
+    class_map=None,  # dict or .txt: keep only these classes, with these indices
+    progress: bool = True,  # show a progress bar and print a summary
+    **reader_kwargs,  # passed on to `create_reader` (e.g. `extensions`)
+) -> dict:
     "Writes WebDataset tar shards of `src` in timm's layout with the `_info.json` timm reads; reruns resume. Returns the info."
     _check_args(shard_size, resize, quality, workers, bad_sample)
     src, dst = Path(src).expanduser().absolute(), Path(dst).expanduser().absolute()
@@ -233,12 +320,22 @@ def write_shards(src, # image source: a class folder, a folder of split folders,
             raise ValueError(f'the shard folder {str(dst)!r} must not be inside the source folder {str(r)!r} it reads')
     t0 = time.perf_counter()
     readers = _open_splits(roots, class_map, reader_kwargs)
-    params = {'shard_size': shard_size, 'resize': resize, 'quality': quality, 'interpolation': interpolation,
-              'shuffle': shuffle, 'seed': seed, 'bad_sample': bad_sample}
+    params = {
+        'shard_size': shard_size,
+        'resize': resize,
+        'quality': quality,
+        'interpolation': interpolation,
+        'shuffle': shuffle,
+        'seed': seed,
+        'bad_sample': bad_sample,
+    }
     jobs = []
     for s, r in readers.items():
         order = _order(len(r), s, shuffle, seed)
-        jobs += [(shard_filename(s, k), s, order[a:a + shard_size], str(dst), params) for k, a in enumerate(range(0, len(r), shard_size))]
+        jobs += [
+            (shard_filename(s, k), s, order[a : a + shard_size], str(dst), params)
+            for k, a in enumerate(range(0, len(r), shard_size))
+        ]
     plan = [[j[0], j[1], len(j[2])] for j in jobs]  # lists: compared with the JSON record
     state = {'version': 1, 'params': params, 'fingerprint': _fingerprint(readers), 'plan': plan}
     dst.mkdir(parents=True, exist_ok=True)
@@ -248,34 +345,60 @@ def write_shards(src, # image source: a class folder, a folder of split folders,
         write_json_atomic(dst / SHARD_STATE, {**state, 'shards': done})
         _run(readers, jobs, dst, done, state, os.cpu_count() if workers is None else workers, progress)
         info = _info(src.name, readers, plan, done, state)
-        write_json_atomic(dst / SHARD_INFO, info, indent=1); fsync_dir(dst)
+        write_json_atomic(dst / SHARD_INFO, info, indent=1)
+        fsync_dir(dst)
     if progress:
         n, nb = sum(v['num_samples'] for v in info['splits'].values()), sum(r['nbytes'] for r in done.values())
-        print(f'{n} samples in {len(plan)} shards ({nb / 2**20:.1f} MiB, {kept} kept from an earlier run) in '
-              f'{time.perf_counter() - t0:.1f} s: ' + ', '.join(f"{s} {v['num_samples']}" for s, v in info['splits'].items()))
+        print(
+            f'{n} samples in {len(plan)} shards ({nb / 2**20:.1f} MiB, {kept} kept from an earlier run) in '
+            f'{time.perf_counter() - t0:.1f} s: '
+            + ', '.join(f"{s} {v['num_samples']}" for s, v in info['splits'].items())
+        )
     return info
 
 # %% ../nbs/48_shards.ipynb #e740f909
 def shards_main(argv: list[str] | None = None) -> dict:
     "`timmdata shards SRC DST --shard-size N [--resize N] [--workers N]`: write or finish WebDataset shards."
-    ap = argparse.ArgumentParser(prog='timmdata shards', description='Write WebDataset tar shards (timm\'s wds layout, '
-                                 'with _info.json) from an image folder, tar, CSV or store; a rerun resumes.')
-    ap.add_argument('src', help='image source: a class folder, a folder with train/ val/ ..., a .tar, a .csv or a store')
+    ap = argparse.ArgumentParser(
+        prog='timmdata shards',
+        description='Write WebDataset tar shards (timm\'s wds layout, '
+        'with _info.json) from an image folder, tar, CSV or store; a rerun resumes.',
+    )
+    ap.add_argument(
+        'src', help='image source: a class folder, a folder with train/ val/ ..., a .tar, a .csv or a store'
+    )
     ap.add_argument('dst', help='folder for the shards (created)')
     ap.add_argument('--shard-size', type=int, default=1000, help='samples per shard (default 1000)')
     ap.add_argument('--resize', type=int, default=None, help='store images pre-resized: shorter side N pixels, JPEG')
     ap.add_argument('--quality', type=int, default=90, help='JPEG quality of re-encoded images (default 90)')
-    ap.add_argument('--split', default=None, help="write only this split, under timm's name for it (default: every split found)")
+    ap.add_argument(
+        '--split', default=None, help="write only this split, under timm's name for it (default: every split found)"
+    )
     ap.add_argument('--no-shuffle', action='store_true', help='keep the source order (default: shuffled once, seeded)')
     ap.add_argument('--seed', type=int, default=0, help='seed of the shuffle (default 0)')
     ap.add_argument('--workers', type=int, default=0, help='processes writing shards (default 0: this process)')
-    ap.add_argument('--bad-sample', choices=('raise', 'skip'), default='raise',
-                    help='an unreadable image: stop and name it (default), or leave it out (listed in _info.json)')
+    ap.add_argument(
+        '--bad-sample',
+        choices=('raise', 'skip'),
+        default='raise',
+        help='an unreadable image: stop and name it (default), or leave it out (listed in _info.json)',
+    )
     ap.add_argument('--skip-bad', action='store_true', help='the same as --bad-sample skip')
     ap.add_argument('--no-progress', action='store_true', help='no progress bar')
     a = ap.parse_args(argv)
     try:
-        return write_shards(a.src, a.dst, shard_size=a.shard_size, resize=a.resize, split=a.split, quality=a.quality,
-                            shuffle=not a.no_shuffle, seed=a.seed, workers=a.workers,
-                            bad_sample='skip' if a.skip_bad else a.bad_sample, progress=not a.no_progress)
-    except ValueError as e: ap.error(str(e))
+        return write_shards(
+            a.src,
+            a.dst,
+            shard_size=a.shard_size,
+            resize=a.resize,
+            split=a.split,
+            quality=a.quality,
+            shuffle=not a.no_shuffle,
+            seed=a.seed,
+            workers=a.workers,
+            bad_sample='skip' if a.skip_bad else a.bad_sample,
+            progress=not a.no_progress,
+        )
+    except ValueError as e:
+        ap.error(str(e))

@@ -15,16 +15,20 @@ __all__ = ['READ', 'DECODE', 'OPS', 'stage_clock', 'COLUMNS', 'StageClock', 'Wor
 # %% ../nbs/08_stages.ipynb #c5bf9e88
 READ, DECODE, OPS = 0, 1, 2  # the per-sample stages `StageClock` tells apart: OPS is everything not marked
 
+
 class StageClock(threading.local):
     "Seconds this thread spends reading, decoding and in the other per-sample work while a sample is timed."
+
     on = False
+
     def start(self):
         "A sample begins: its time goes to OPS until a stage says otherwise."
-        self.acc, self.stack, self.on, self.last = [0., 0., 0.], [OPS], True, perf_counter()
+        self.acc, self.stack, self.on, self.last = [0.0, 0.0, 0.0], [OPS], True, perf_counter()
 
     def stop(self) -> list:
         "The sample ends: [read, decode, ops] seconds."
-        if not self.on: return [0., 0., 0.]
+        if not self.on:
+            return [0.0, 0.0, 0.0]
         self.acc[self.stack[-1]] += perf_counter() - self.last
         self.on = False
         return self.acc
@@ -32,26 +36,42 @@ class StageClock(threading.local):
     def __call__(self, stage: int):
         "`with stage_clock(stage):` the block's time goes to `stage`."
         if self.on:
-            now = perf_counter(); self.acc[self.stack[-1]] += now - self.last; self.last = now
+            now = perf_counter()
+            self.acc[self.stack[-1]] += now - self.last
+            self.last = now
             self.stack.append(stage)
         return self
-    def __enter__(self): return self
+
+    def __enter__(self):
+        return self
+
     def __exit__(self, *exc):
         if self.on and len(self.stack) > 1:
-            now = perf_counter(); self.acc[self.stack.pop()] += now - self.last; self.last = now
+            now = perf_counter()
+            self.acc[self.stack.pop()] += now - self.last
+            self.last = now
+
 
 stage_clock = StageClock()  # one per thread (a threading.local): the loader threads time their samples side by side
 
 # %% ../nbs/08_stages.ipynb #9bc36724
 COLUMNS = ('read', 'decode', 'ops', 'collate', 'samples', 'collated')  # a worker process's row in `LoaderStats.rows`
 
+
 class WorkerRows:
     "`LoaderStats.rows` as the workers write it: `row()` is this process's row (row 0 in the main process), found once per process."
-    def __init__(self, rows: torch.Tensor): self.rows, self._pid, self._row = rows, None, None
+
+    def __init__(self, rows: torch.Tensor):
+        self.rows, self._pid, self._row = rows, None, None
+
     def row(self) -> memoryview:
-        if self._pid != os.getpid():  # a worker (forked or spawned) finds its own: a memoryview, the cheapest float adds
+        if (
+            self._pid != os.getpid()
+        ):  # a worker (forked or spawned) finds its own: a memoryview, the cheapest float adds
             info = get_worker_info()
             self._row = memoryview(self.rows.numpy()[info.id if info is not None else 0]).cast('B').cast('d')
             self._pid = os.getpid()
         return self._row
-    def __getstate__(self): return {'rows': self.rows, '_pid': None, '_row': None}  # to a spawned worker: the array only
+
+    def __getstate__(self):
+        return {'rows': self.rows, '_pid': None, '_row': None}  # to a spawned worker: the array only

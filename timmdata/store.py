@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Optional, Union
 import numpy as np
 from .readers import MAX_JSON_BYTES, Reader, UnsafeNameError, load_class_map, register_reader, unset
-try: import resource  # Unix: the open-file limit sizes a reader's cache of mapped chunks
-except ImportError: resource = None
+
+try:
+    import resource  # Unix: the open-file limit sizes a reader's cache of mapped chunks
+except ImportError:
+    resource = None
 
 # %% auto #0
 __all__ = ['STORE_MANIFEST', 'STORE_VERSION', 'BUILD_STATE', 'STORE_FILES', 'STORE_FORMATS', 'source_file_key', 'source_digest',
@@ -20,51 +23,73 @@ __all__ = ['STORE_MANIFEST', 'STORE_VERSION', 'BUILD_STATE', 'STORE_FILES', 'STO
            'StaleStoreError', 'check_store_source', 'StoreDamagedError', 'store_damaged', 'map_file', 'ReaderStore']
 
 # %% ../nbs/19_store.ipynb #a760b07f
-class _TooMany(Exception): "More files than the walk's limit."
+class _TooMany(Exception):
+    "More files than the walk's limit."
 
-def _scan_rows(d: str, prefix: str, exclude: Optional[str], rows: list, seen: Optional[set] = None, limit: Optional[int] = None):
+
+def _scan_rows(
+    d: str, prefix: str, exclude: Optional[str], rows: list, seen: Optional[set] = None, limit: Optional[int] = None
+):
     "Appends [relative path, size, mtime_ns] of every regular, non-hidden file under folder `d` (one stat per file); each real folder once (links to one already seen, loops included, add nothing); `_TooMany` past `limit` rows."
     seen = set() if seen is None else seen
     st = os.stat(d)
-    if (st.st_dev, st.st_ino) in seen: return
+    if (st.st_dev, st.st_ino) in seen:
+        return
     seen.add((st.st_dev, st.st_ino))
     with os.scandir(d) as it:
         entries = sorted(it, key=lambda e: e.name)
     for e in entries:
-        if e.name.startswith('.') or e.path == exclude: continue
-        if limit is not None and len(rows) > limit: raise _TooMany
-        if e.is_dir(): _scan_rows(e.path, prefix + e.name + '/', exclude, rows, seen, limit)
+        if e.name.startswith('.') or e.path == exclude:
+            continue
+        if limit is not None and len(rows) > limit:
+            raise _TooMany
+        if e.is_dir():
+            _scan_rows(e.path, prefix + e.name + '/', exclude, rows, seen, limit)
         elif e.is_file():
             st = e.stat()
             rows.append([prefix + e.name, st.st_size, st.st_mtime_ns])
 
-def source_file_key(p: Path, # a file of the source
-                    base: Path, # the source's folder (the folder itself, or the folder holding a .tar/.csv)
-                   ) -> str:
+
+def source_file_key(
+    p: Path,  # a file of the source
+    base: Path,  # the source's folder (the folder itself, or the folder holding a .tar/.csv)
+) -> str:
     "Path relative to `base` when it is inside, else absolute: how a source file is named in a manifest."
-    try: return p.relative_to(base).as_posix()
-    except ValueError: return str(p)
+    try:
+        return p.relative_to(base).as_posix()
+    except ValueError:
+        return str(p)
+
 
 def source_digest(rows) -> str:
     "SHA-1 of the `source_rows` (name, size, mtime of every file): equal digests, unchanged source."
     h = hashlib.sha1()
-    for k, s, m in rows: h.update(f'{k}\t{s}\t{m}\n'.encode())
+    for k, s, m in rows:
+        h.update(f'{k}\t{s}\t{m}\n'.encode())
     return h.hexdigest()
 
-def source_rows(root: Path, # the source: a folder, or a .tar / .csv file
-                extra=(), # more files, as `source_file_key`s (a CSV's images outside its folder)
-                exclude: Optional[Path] = None, # a folder under `root` to skip (a store built inside its source)
-                limit: Optional[int] = None, # stop walking past this many files (the rows so far, and one more, are returned)
-               ) -> list[list]:
+
+def source_rows(
+    root: Path,  # the source: a folder, or a .tar / .csv file
+    extra=(),  # more files, as `source_file_key`s (a CSV's images outside its folder)
+    exclude: Optional[Path] = None,  # a folder under `root` to skip (a store built inside its source)
+    limit: Optional[int] = None,  # stop walking past this many files (the rows so far, and one more, are returned)
+) -> list[list]:
     "[key, size, mtime_ns] of every file of a source: a folder's files (walked) or the file itself, plus `extra` files."
     rows, base = [], root if root.is_dir() else root.parent
     if root.is_dir():
-        try: _scan_rows(str(root), '', str(exclude) if exclude else None, rows, limit=limit)
-        except _TooMany: pass  # more files than the manifest records: the digest differs, the store is stale
-    else: extra = [root.name, *extra]
+        try:
+            _scan_rows(str(root), '', str(exclude) if exclude else None, rows, limit=limit)
+        except _TooMany:
+            pass  # more files than the manifest records: the digest differs, the store is stale
+    else:
+        extra = [root.name, *extra]
     for k in extra:  # a missing file gets size -1
-        try: st = os.stat(base / k); rows.append([k, st.st_size, st.st_mtime_ns])
-        except OSError: rows.append([k, -1, 0])
+        try:
+            st = os.stat(base / k)
+            rows.append([k, st.st_size, st.st_mtime_ns])
+        except OSError:
+            rows.append([k, -1, 0])
     return sorted(rows)
 
 # %% ../nbs/19_store.ipynb #d70a0a24
@@ -74,6 +99,7 @@ BUILD_STATE = '_build.json'  # present while a build is unfinished: what is bein
 STORE_FILES = (STORE_MANIFEST, 'index.npz', 'filenames.json', 'source_files.json.gz', 'bad_images.txt', BUILD_STATE)
 STORE_FORMATS = {'raw': 'u8', 'jpeg': 'jpgs'}  # format -> file suffix of a chunk's data
 
+
 def is_store(root) -> bool:
     "Whether `root` is a folder holding a complete store (its manifest)."
     return os.path.isdir(root) and os.path.exists(os.path.join(root, STORE_MANIFEST))
@@ -81,130 +107,189 @@ def is_store(root) -> bool:
 # %% ../nbs/19_store.ipynb #13ba7a90
 def fsync_dir(path):
     "Flushes folder `path`'s entries (new names, renames) to disk; a no-op where a folder cannot be opened (Windows)."
-    if os.name == 'nt': return
+    if os.name == 'nt':
+        return
     fd = os.open(path, os.O_RDONLY)
-    try: os.fsync(fd)
-    finally: os.close(fd)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
 
 @contextmanager
-def atomic_file(path, # the file to (re)write
-                mode: str = 'wb', # 'wb' or 'w'
-               ):
+def atomic_file(
+    path,  # the file to (re)write
+    mode: str = 'wb',  # 'wb' or 'w'
+):
     "Yields a temporary file beside `path`; on success flushes it to disk and renames it over `path` (readers see the old file or the new one, never half of one); on error removes it."
     path = Path(path)
     tmp = path.with_name(f'.{path.name}.tmp{os.getpid()}')
     try:
         with open(tmp, mode) as f:
             yield f
-            f.flush(); os.fsync(f.fileno())
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True); raise
+        tmp.unlink(missing_ok=True)
+        raise
 
-def write_json_atomic(path: Path, # the JSON file to write
-                      obj, # what to write
-                      **kw, # passed to `json.dump` (e.g. indent)
-                     ):
+
+def write_json_atomic(
+    path: Path,  # the JSON file to write
+    obj,  # what to write
+    **kw,  # passed to `json.dump` (e.g. indent)
+):
     "Writes JSON through `atomic_file`: readers see the old file or the new one, never half of one."
-    with atomic_file(path, 'w') as f: json.dump(obj, f, **kw)
+    with atomic_file(path, 'w') as f:
+        json.dump(obj, f, **kw)
 
-def read_json(path: Path, # a JSON file of timmdata's (a manifest, a build record)
-              max_bytes: Optional[int] = MAX_JSON_BYTES, # a bigger file is a ValueError (not a file timmdata wrote)
-             ):
+
+def read_json(
+    path: Path,  # a JSON file of timmdata's (a manifest, a build record)
+    max_bytes: Optional[int] = MAX_JSON_BYTES,  # a bigger file is a ValueError (not a file timmdata wrote)
+):
     "The JSON in `path`, or None when it is missing or unreadable (a half-written file never is: see `write_json_atomic`)."
     try:
-        with open(path, 'rb') as f: data = f.read(-1 if max_bytes is None else max_bytes + 1)
-    except OSError: return None
+        with open(path, 'rb') as f:
+            data = f.read(-1 if max_bytes is None else max_bytes + 1)
+    except OSError:
+        return None
     if max_bytes is not None and len(data) > max_bytes:
         raise ValueError(f'{str(path)!r} is over {max_bytes:,} bytes: not a file timmdata wrote (remove it)')
-    try: return json.loads(data)
-    except ValueError: return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
 
 # %% ../nbs/19_store.ipynb #2745f1c9
-def rebuild_command(manifest: dict, # a store's manifest
-                    dst, # the store's folder
-                   ) -> str:
+def rebuild_command(
+    manifest: dict,  # a store's manifest
+    dst,  # the store's folder
+) -> str:
     "The `timmdata cache` command line that builds (or rebuilds) the store described by `manifest` at `dst`."
     p = manifest['build']['params']
-    cmd = ['timmdata', 'cache', manifest['source']['root'], str(dst), '--max-size', str(p['max_size'] or 0),
-           '--format', p['format']]
-    if p['format'] == 'jpeg': cmd += ['--quality', str(p['quality'])]
-    if p['side'] != 'shorter': cmd += ['--side', p['side']]
+    cmd = [
+        'timmdata',
+        'cache',
+        manifest['source']['root'],
+        str(dst),
+        '--max-size',
+        str(p['max_size'] or 0),
+        '--format',
+        p['format'],
+    ]
+    if p['format'] == 'jpeg':
+        cmd += ['--quality', str(p['quality'])]
+    if p['side'] != 'shorter':
+        cmd += ['--side', p['side']]
     return shlex.join(cmd)
 
 # %% ../nbs/19_store.ipynb #5d1f02b1
 class StaleStoreError(RuntimeError):
     "The store's source has changed since the store was built."
 
+
 def _source_files(root: Path, m: dict) -> dict:
     "The store's `source_files.json.gz`, decompressed up to a limit set by the files its manifest counts (a gzip bomb is an error)."
     n = m['source'].get('num_files')  # a row: a name, a size, a time (far below 1 KiB)
     limit = 1024 * (n + 1) + (1 << 20) if isinstance(n, int) and not isinstance(n, bool) else 1 << 30
-    with gzip.open(root / 'source_files.json.gz', 'rb') as f: data = f.read(limit + 1)
+    with gzip.open(root / 'source_files.json.gz', 'rb') as f:
+        data = f.read(limit + 1)
     if len(data) > limit:
-        raise StoreDamagedError(f"the image store {str(root)!r} is damaged: its source_files.json.gz decompresses to over "
-                                f"{limit:,} bytes for {m['source'].get('num_files')} files. Rebuild it with:\n    {rebuild_command(m, root)}")
+        raise StoreDamagedError(
+            f"the image store {str(root)!r} is damaged: its source_files.json.gz decompresses to over "
+            f"{limit:,} bytes for {m['source'].get('num_files')} files. Rebuild it with:\n    {rebuild_command(m, root)}"
+        )
     return json.loads(data)
 
-def check_store_source(root, # the store's folder
-                       manifest: Optional[dict] = None, # its manifest (read from `root` when None)
-                      ) -> bool:
+
+def check_store_source(
+    root,  # the store's folder
+    manifest: Optional[dict] = None,  # its manifest (read from `root` when None)
+) -> bool:
     "Raises `StaleStoreError` (with the rebuild command) when the store's source changed; False when the source is not reachable."
     root = Path(root)
     m = manifest or read_json(root / STORE_MANIFEST)
     src = Path(m['source']['root'])
-    if not src.exists(): return False
+    if not src.exists():
+        return False
     n = m['source'].get('num_files')  # the manifest's count bounds the walk (a manifest naming / as its source)
     n = n if isinstance(n, int) and not isinstance(n, bool) else None
     detail = None
-    if m['source'].get('extra'): detail = _source_files(root, m)
+    if m['source'].get('extra'):
+        detail = _source_files(root, m)
     rows = source_rows(src, detail['extra'] if detail else (), exclude=root.absolute(), limit=n)
-    if source_digest(rows) == m['source']['digest']: return True
-    if detail is None: detail = _source_files(root, m)
+    if source_digest(rows) == m['source']['digest']:
+        return True
+    if detail is None:
+        detail = _source_files(root, m)
     old, new = {k: (s, t) for k, s, t in detail['files']}, {k: (s, t) for k, s, t in rows if s >= 0}
     changed = [k for k in old if k in new and old[k] != new[k]]
     added, removed = [k for k in new if k not in old], [k for k in old if k not in new]
-    what = '; '.join(f'{len(v)} {name} (e.g. {v[0]!r})' for name, v in
-                     (('changed', changed), ('added', added), ('removed', removed)) if v) or 'file times differ'
-    raise StaleStoreError(f'the image store {str(root)!r} is out of date: its source {str(src)!r} has changed since it was '
-                          f'built ({what}). Rebuild it with:\n    {rebuild_command(m, root)}\n'
-                          f'or open it with check_source=False to use the store as it is.')
+    what = (
+        '; '.join(
+            f'{len(v)} {name} (e.g. {v[0]!r})'
+            for name, v in (('changed', changed), ('added', added), ('removed', removed))
+            if v
+        )
+        or 'file times differ'
+    )
+    raise StaleStoreError(
+        f'the image store {str(root)!r} is out of date: its source {str(src)!r} has changed since it was '
+        f'built ({what}). Rebuild it with:\n    {rebuild_command(m, root)}\n'
+        f'or open it with check_source=False to use the store as it is.'
+    )
 
 # %% ../nbs/19_store.ipynb #fff74d57
 class StoreDamagedError(RuntimeError):
     "A store's own file is missing, truncated or of another build: the store must be rebuilt (never a bad source image)."
 
-def store_damaged(root, # the store's folder
-                  manifest: dict, # its manifest
-                  what: str, # which file is wrong and how
-                 ) -> StoreDamagedError:
+
+def store_damaged(
+    root,  # the store's folder
+    manifest: dict,  # its manifest
+    what: str,  # which file is wrong and how
+) -> StoreDamagedError:
     "The `StoreDamagedError` for the store at `root`: what is wrong, and the command that rebuilds it."
-    return StoreDamagedError(f'the image store {str(root)!r} is damaged: {what}. Rebuild it with:\n'
-                             f'    {rebuild_command(manifest, root)}')
+    return StoreDamagedError(
+        f'the image store {str(root)!r} is damaged: {what}. Rebuild it with:\n    {rebuild_command(manifest, root)}'
+    )
 
 # %% ../nbs/19_store.ipynb #9c2d4a70
 def _open_manifest(root: Path) -> dict:
     "The manifest of the store at `root`, which must be complete and of this `STORE_VERSION`."
     m = read_json(root / STORE_MANIFEST)
     if m is None:
-        hint = ' (an unfinished build: run the same `timmdata cache` command again to finish it)' \
-            if (root / BUILD_STATE).exists() else ''
+        hint = (
+            ' (an unfinished build: run the same `timmdata cache` command again to finish it)'
+            if (root / BUILD_STATE).exists()
+            else ''
+        )
         raise FileNotFoundError(f'{str(root)!r} is not a complete image store: no readable {STORE_MANIFEST}{hint}')
     if m.get('format_version') != STORE_VERSION:
-        raise ValueError(f"{str(root)!r} is a version {m.get('format_version')} store; this timmdata reads version "
-                         f"{STORE_VERSION}. Rebuild it with:\n    {rebuild_command(m, root)}")
+        raise ValueError(
+            f"{str(root)!r} is a version {m.get('format_version')} store; this timmdata reads version "
+            f"{STORE_VERSION}. Rebuild it with:\n    {rebuild_command(m, root)}"
+        )
     return m
+
 
 def _open_store(root: Path) -> tuple:
     "(manifest, index arrays) of the store at `root`, of one build: read again once when a rebuild replaced one between the reads."
     for attempt in (0, 1):
         m = _open_manifest(root)
         try:
-            with np.load(root / 'index.npz') as z: ix = {k: z[k] for k in z.files}
-        except (OSError, ValueError) as e: ix, why = None, f'its index.npz cannot be read ({type(e).__name__}: {e})'
-        else: why = f"its index.npz is of build {str(ix.get('build_id', '?'))!r}, its manifest of build {m.get('build_id')!r}"
-        if ix is not None and str(ix.get('build_id', '')) == m.get('build_id'): break
-    else: raise store_damaged(root, m, why)
+            with np.load(root / 'index.npz') as z:
+                ix = {k: z[k] for k in z.files}
+        except (OSError, ValueError) as e:
+            ix, why = None, f'its index.npz cannot be read ({type(e).__name__}: {e})'
+        else:
+            why = f"its index.npz is of build {str(ix.get('build_id', '?'))!r}, its manifest of build {m.get('build_id')!r}"
+        if ix is not None and str(ix.get('build_id', '')) == m.get('build_id'):
+            break
+    else:
+        raise store_damaged(root, m, why)
     sizes = np.array([c['nbytes'] for c in m['chunks']] + [0], np.int64)
     ch = ix['chunk'].astype(np.int64)
     bad = (ch < 0) | (ch >= len(m['chunks']))
@@ -213,13 +298,17 @@ def _open_store(root: Path) -> tuple:
         raise store_damaged(root, m, f'its index.npz points past the end of its chunks (row {int(np.argmax(bad))})')
     return m, ix
 
+
 def _relabel(classes: list, label: np.ndarray, class_map, root: Path) -> tuple:
     "(store rows in reader order, their labels, class_to_idx): the store's labels, or `class_map`'s relabelled subset."
-    if unset(class_map): return np.arange(len(label)), label, {c: i for i, c in enumerate(classes)}
+    if unset(class_map):
+        return np.arange(len(label)), label, {c: i for i, c in enumerate(classes)}
     class_map = load_class_map(class_map, root)
     missing = sorted(set(class_map) - set(classes))
-    if missing: raise ValueError(f'class_map names classes not in the store {str(root)!r}: {missing[:5]}; '
-                                 f'the store has {classes[:5]}...')
+    if missing:
+        raise ValueError(
+            f'class_map names classes not in the store {str(root)!r}: {missing[:5]}; the store has {classes[:5]}...'
+        )
     remap = np.array([class_map.get(c, -1) for c in classes] or [-1], np.int64)
     label = np.where(label >= 0, remap[np.clip(label, 0, None)], -1)
     rows = np.flatnonzero(label >= 0)
@@ -228,74 +317,107 @@ def _relabel(classes: list, label: np.ndarray, class_map, root: Path) -> tuple:
 # %% ../nbs/19_store.ipynb #60e03f41
 def _libc():
     "libc's mmap and munmap through ctypes (Unix), or None."
-    if os.name == 'nt': return None
+    if os.name == 'nt':
+        return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
-                                                                  ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        libc.mmap.restype, libc.mmap.argtypes = (
+            ctypes.c_void_p,
+            [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long],
+        )
         libc.munmap.restype, libc.munmap.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]
         return libc
-    except (OSError, AttributeError, TypeError): return None
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
 _LIBC = _libc()
-_MUNMAP = _LIBC.munmap if _LIBC is not None else None  # what a mapping unmaps itself with (even if _LIBC is switched off later)
+_MUNMAP = (
+    _LIBC.munmap if _LIBC is not None else None
+)  # what a mapping unmaps itself with (even if _LIBC is switched off later)
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
-def map_file(fd: int, # an open file, read access (it may be closed at once after the call)
-             length: int, # bytes to map from the start (> 0, at most the file's length)
-            ) -> np.ndarray:
+
+def map_file(
+    fd: int,  # an open file, read access (it may be closed at once after the call)
+    length: int,  # bytes to map from the start (> 0, at most the file's length)
+) -> np.ndarray:
     "The first `length` bytes of file `fd` mapped copy-on-write as a writable uint8 array that keeps no descriptor; unmapped when the last array viewing it goes."
-    if _LIBC is None: return np.frombuffer(mmap.mmap(fd, length, access=mmap.ACCESS_COPY), np.uint8)
+    if _LIBC is None:
+        return np.frombuffer(mmap.mmap(fd, length, access=mmap.ACCESS_COPY), np.uint8)
     addr = _LIBC.mmap(None, length, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE, fd, 0)
     if addr is None or addr == _MAP_FAILED:
-        err = ctypes.get_errno(); raise OSError(err, f'mmap of {length} bytes failed: {os.strerror(err)}')
+        err = ctypes.get_errno()
+        raise OSError(err, f'mmap of {length} bytes failed: {os.strerror(err)}')
     return np.asarray(_Mapping(addr, length))  # the array's base: unmapped when the last view of it goes
+
 
 class _Mapping:
     "A libc mapping seen by numpy through the array interface; unmaps itself when no array refers to it any more."
+
     __slots__ = ('addr', 'length', '__array_interface__')
+
     def __init__(self, addr: int, length: int):
         self.addr, self.length = addr, length
         self.__array_interface__ = {'data': (addr, False), 'shape': (length,), 'typestr': '|u1', 'version': 3}
-    def __del__(self): _MUNMAP(self.addr, self.length)
+
+    def __del__(self):
+        _MUNMAP(self.addr, self.length)
 
 # %% ../nbs/19_store.ipynb #ecaea508
 def _default_max_open() -> int:
     "Chunks a process keeps mapped by default: 8,192 (mappings keep no descriptor); with Python's mmap 64, at most a quarter of the open-file limit."
-    if _LIBC is not None: return 8192
-    if resource is None: return 64
+    if _LIBC is not None:
+        return 8192
+    if resource is None:
+        return 64
     return max(4, min(64, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4))
+
 
 class ReaderStore(Reader):
     "Reads a store made by `build_cache`: `reader[i] -> (pixels, label)`, pixels a uint8 HxWx3 memory-mapped view (raw) or JPEG bytes."
-    def __init__(self,
-                 root, # the store's folder (holding timmdata_store.json)
-                 class_map: Union[dict, str, None] = None, # class name -> label, or a .txt of class names one per line: relabel/subset
-                 check_source: bool = True, # compare the source's file sizes and times with the manifest (stat only)
-                 max_open_chunks: Optional[int] = None, # chunks kept mapped per process; None: 8192 (64 where mappings hold descriptors)
-                 **kwargs, # other reader arguments (e.g. split) have no meaning for a store and are ignored
-                ):
+
+    def __init__(
+        self,
+        root,  # the store's folder (holding timmdata_store.json)
+        class_map: Union[
+            dict, str, None
+        ] = None,  # class name -> label, or a .txt of class names one per line: relabel/subset
+        check_source: bool = True,  # compare the source's file sizes and times with the manifest (stat only)
+        max_open_chunks: Optional[
+            int
+        ] = None,  # chunks kept mapped per process; None: 8192 (64 where mappings hold descriptors)
+        **kwargs,  # other reader arguments (e.g. split) have no meaning for a store and are ignored
+    ):
         if max_open_chunks is not None and not (isinstance(max_open_chunks, int) and max_open_chunks >= 1):
             raise ValueError(f'max_open_chunks must be None or an int >= 1; got {max_open_chunks!r}')
         self.root, self.max_open_chunks = Path(root), max_open_chunks
         m, ix = _open_store(self.root)
         self.manifest, self.format = m, m['build']['params']['format']
-        if check_source: check_store_source(self.root, m)
+        if check_source:
+            check_store_source(self.root, m)
         self._chunk, self._offset, self._nbytes = ix['chunk'], ix['offset'], ix['nbytes']
         self._height, self._width = ix['height'], ix['width']
         # store rows in reader order (a class_map may drop some), their labels, and the classes
         self._rows, self._targets, self.class_to_idx = _relabel(list(m['classes']), ix['label'], class_map, self.root)
         self._files, self._sizes = [c['file'] for c in m['chunks']], [int(c['nbytes']) for c in m['chunks']]
-        bad = next((f for f in self._files if not isinstance(f, str) or f in ('', '.', '..') or any(c in f for c in '/\\\0')), None)
+        bad = next(
+            (f for f in self._files if not isinstance(f, str) or f in ('', '.', '..') or any(c in f for c in '/\\\0')),
+            None,
+        )
         if bad is not None:  # the manifest is the store's own file: its chunk names are names in chunks/, never paths
-            raise UnsafeNameError(f'{str(self.root / STORE_MANIFEST)!r}: chunk {bad!r} is not a file name in the store\'s chunks/ '
-                                  f'folder; this is not a store timmdata wrote: rebuild it from its source')
+            raise UnsafeNameError(
+                f'{str(self.root / STORE_MANIFEST)!r}: chunk {bad!r} is not a file name in the store\'s chunks/ '
+                f'folder; this is not a store timmdata wrote: rebuild it from its source'
+            )
         self._names, self._maps, self._pid, self._lock, self._cap = None, OrderedDict(), None, None, 0
 
     def __getitem__(self, i: int):
-        if not -len(self) <= i < len(self): raise IndexError(f'index {i} out of range for a store of {len(self)} images')
+        if not -len(self) <= i < len(self):
+            raise IndexError(f'index {i} out of range for a store of {len(self)} images')
         r = self._rows[i]
         off, nb = int(self._offset[r]), int(self._nbytes[r])
-        b = self._buf(int(self._chunk[r]))[off:off + nb]
+        b = self._buf(int(self._chunk[r]))[off : off + nb]
         src = b.reshape(int(self._height[r]), int(self._width[r]), 3) if self.format == 'raw' else b.tobytes()
         return src, int(self._targets[i])
 
@@ -309,26 +431,39 @@ class ReaderStore(Reader):
             self._cap = self.max_open_chunks or _default_max_open()
         with self._lock:
             b = self._maps.get(c)
-            if b is not None: self._maps.move_to_end(c); return b
+            if b is not None:
+                self._maps.move_to_end(c)
+                return b
         b = self._map(c)  # outside the lock: another thread may map the same chunk meanwhile (harmless)
         with self._lock:
             self._maps[c] = b
-            while len(self._maps) > self._cap: self._maps.popitem(last=False)  # unmapped once no sample views it
+            while len(self._maps) > self._cap:
+                self._maps.popitem(last=False)  # unmapped once no sample views it
         return b
 
     def _map(self, c: int) -> np.ndarray:
         "Maps chunk `c` copy-on-write, after checking that its file has the length its manifest records."
         name, want = self._files[c], self._sizes[c]
-        if want == 0: return np.empty(0, np.uint8)  # every image of the chunk was bad: nothing to map (and no sample reads it)
-        try: f = open(self.root / 'chunks' / name, 'rb')
+        if want == 0:
+            return np.empty(0, np.uint8)  # every image of the chunk was bad: nothing to map (and no sample reads it)
+        try:
+            f = open(self.root / 'chunks' / name, 'rb')
         except FileNotFoundError:
-            raise store_damaged(self.root, self.manifest, f'its chunk file chunks/{name} is missing (if the store was rebuilt '
-                                f'since this reader opened it, open it again)') from None
+            raise store_damaged(
+                self.root,
+                self.manifest,
+                f'its chunk file chunks/{name} is missing (if the store was rebuilt '
+                f'since this reader opened it, open it again)',
+            ) from None
         with f:
             size = os.fstat(f.fileno()).st_size
             if size != want:
-                raise store_damaged(self.root, self.manifest, f'its chunk file chunks/{name} has {size} bytes where its manifest '
-                                    f'records {want} (truncated, or replaced by another file)')
+                raise store_damaged(
+                    self.root,
+                    self.manifest,
+                    f'its chunk file chunks/{name} has {size} bytes where its manifest '
+                    f'records {want} (truncated, or replaced by another file)',
+                )
             return map_file(f.fileno(), want)  # keeps no descriptor: the file closes here
 
     def close(self):
@@ -338,16 +473,24 @@ class ReaderStore(Reader):
     def filename(self, index: int, basename: bool = False, absolute: bool = False) -> str:
         "The original file name of sample `index` in the source (relative to it, or absolute)."
         if self._names is None:
-            names = read_json(self.root / 'filenames.json', max_bytes=8192 * (int(self.manifest.get('num_samples') or 0) + 1) + (1 << 20))
+            names = read_json(
+                self.root / 'filenames.json',
+                max_bytes=8192 * (int(self.manifest.get('num_samples') or 0) + 1) + (1 << 20),
+            )
             if names is None or names.get('build_id') != self.manifest['build_id']:
-                raise store_damaged(self.root, self.manifest, 'its filenames.json is missing or of another build (if the store '
-                                    'was rebuilt since this reader opened it, open it again)')
+                raise store_damaged(
+                    self.root,
+                    self.manifest,
+                    'its filenames.json is missing or of another build (if the store '
+                    'was rebuilt since this reader opened it, open it again)',
+                )
             self._names = names
         name = self._names['absolute' if absolute else 'relative'][self._rows[index]]
         return os.path.basename(name) if basename else name
 
     def __getstate__(self):
-        d = self.__dict__.copy(); d['_maps'], d['_pid'], d['_lock'] = OrderedDict(), None, None  # each process maps its own
+        d = self.__dict__.copy()
+        d['_maps'], d['_pid'], d['_lock'] = OrderedDict(), None, None  # each process maps its own
         return d
 
 # %% ../nbs/19_store.ipynb #7f5a3c88

@@ -18,7 +18,6 @@ from .global_order import BLOCK_SHARDS, SpanReader, epoch_length, read_in_order,
 from .readers import unset
 from .settings import setting
 
-
 # %% auto #0
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'StreamPlan', 'IterableImageDataset']
 
@@ -26,89 +25,140 @@ __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer',
 SHUFFLE_SIZE = setting('WDS_SHUFFLE_SIZE')  # samples in a worker's shuffle buffer (timm's default and env var)
 SHUFFLE_INITIAL = setting('WDS_INITIAL_SIZE')  # samples read before the first one is given
 
-def assign_shards(num_shards: int, # shards in the split
-                  global_workers: int, # world_size * num_workers
-                  epoch: int = 0, # the epoch: changes the order when `shuffle`
-                  seed: int = 42, # the run's seed (the same on every rank)
-                  shuffle: bool = True, # training: a new shard order every epoch; else the listed order
-                 ) -> list:
+
+def assign_shards(
+    num_shards: int,  # shards in the split
+    global_workers: int,  # world_size * num_workers
+    epoch: int = 0,  # the epoch: changes the order when `shuffle`
+    seed: int = 42,  # the run's seed (the same on every rank)
+    shuffle: bool = True,  # training: a new shard order every epoch; else the listed order
+) -> list:
     "The shard indices each global worker reads this epoch: worker g takes every G-th shard of the epoch's order."
     order = np.random.default_rng(mix_seed(seed, epoch)).permutation(num_shards) if shuffle else np.arange(num_shards)
     return [order[g::global_workers].tolist() for g in range(global_workers)]
 
-def shuffle_buffer(samples, # an iterable of samples
-                   size: int, # most samples held
-                   initial: int, # samples held before the first is given
-                   rng: random.Random, # the buffer's generator
-                  ) -> Iterator:
+
+def shuffle_buffer(
+    samples,  # an iterable of samples
+    size: int,  # most samples held
+    initial: int,  # samples held before the first is given
+    rng: random.Random,  # the buffer's generator
+) -> Iterator:
     "The samples in a random order: each one given is a random pick among the up to `size` held."
     buf, initial = [], max(1, min(initial, size))
+
     def pick():
-        i = rng.randrange(len(buf)); buf[i], buf[-1] = buf[-1], buf[i]
+        i = rng.randrange(len(buf))
+        buf[i], buf[-1] = buf[-1], buf[i]
         return buf.pop()
+
     it = iter(samples)
     for s in it:
         buf.append(s)
         if len(buf) < size:  # while the buffer grows, read two for each one given
             nxt = next(it, buf)
-            if nxt is not buf: buf.append(nxt)
-        if len(buf) >= initial: yield pick()
-    while buf: yield pick()
+            if nxt is not buf:
+                buf.append(nxt)
+        if len(buf) >= initial:
+            yield pick()
+    while buf:
+        yield pick()
 
 # %% ../nbs/25_streaming.ipynb #17e2c084
 _BAD = ('raise', 'skip')
 
+
 def _stream_source(root, reader, split, class_map, num_samples, download, input_key, target_key, kwargs):
     "The source object for `reader`: 'wds/<name>' (or None) -> `WdsSource`, 'hfids/<name>' -> `HfidsSource`, or an object."
-    if reader is not None and not isinstance(reader, str): return reader
+    if reader is not None and not isinstance(reader, str):
+        return reader
     kind, _, name = (reader or 'wds').partition('/')
     if kind == 'wds':
         if not unset(class_map):
-            raise ValueError("class_map is not supported for wds/ shards (targets are the shards' integer labels): remap them with target_transform")
+            raise ValueError(
+                "class_map is not supported for wds/ shards (targets are the shards' integer labels): remap them with target_transform"
+            )
         return WdsSource(root, split, input_key=input_key, target_key=target_key, num_samples=num_samples, **kwargs)
     if kind == 'hfids':
-        try: from timmdata.hf_readers import HfidsSource  # optional (Hugging Face `datasets`), so imported only when asked for
+        try:
+            from timmdata.hf_readers import (
+                HfidsSource,
+            )  # optional (Hugging Face `datasets`), so imported only when asked for
         except ImportError as e:
-            raise ImportError(f"reader {reader!r} needs timmdata.hf_readers and Hugging Face datasets: pip install 'timmdata[hf]' ({e})") from e
-        return HfidsSource(name, root=root, split=split, class_map=class_map, num_samples=num_samples, download=download,
-                           input_key=input_key, target_key=target_key, **kwargs)
-    raise ValueError(f"IterableImageDataset reader must be 'wds/<name>', 'hfids/<name>' or a stream source object; got {reader!r}"
-                     + (" (tfds/ is not supported: write WebDataset shards with `timmdata shards`)" if kind == 'tfds' else ''))
+            raise ImportError(
+                f"reader {reader!r} needs timmdata.hf_readers and Hugging Face datasets: pip install 'timmdata[hf]' ({e})"
+            ) from e
+        return HfidsSource(
+            name,
+            root=root,
+            split=split,
+            class_map=class_map,
+            num_samples=num_samples,
+            download=download,
+            input_key=input_key,
+            target_key=target_key,
+            **kwargs,
+        )
+    raise ValueError(
+        f"IterableImageDataset reader must be 'wds/<name>', 'hfids/<name>' or a stream source object; got {reader!r}"
+        + (" (tfds/ is not supported: write WebDataset shards with `timmdata shards`)" if kind == 'tfds' else '')
+    )
+
 
 def _check_source(src):
     missing = [a for a in ('shards', 'num_samples', 'iter_shard', 'name_of') if not hasattr(src, a)]
-    if missing: raise TypeError(f'{type(src).__name__} is not a stream source: it lacks {", ".join(missing)} (see timmdata.shard_io)')
-    if not src.shards: raise ValueError(f'{src!r} has no shards')
+    if missing:
+        raise TypeError(
+            f'{type(src).__name__} is not a stream source: it lacks {", ".join(missing)} (see timmdata.shard_io)'
+        )
+    if not src.shards:
+        raise ValueError(f'{src!r} has no shards')
 
 # %% ../nbs/25_streaming.ipynb #e5f6a7b8
 _WARNED = set()  # fallback reasons already warned about in this process
+
 
 class StreamPlan:
     """Which global positions or shards each worker of each rank reads in an epoch, and where a resumed epoch starts.
     `IterableImageDataset` reads by this plan; it sets the attributes the plan reads: `source`, `num_samples`, `batch_size`,
     `seed`, `is_training`, `order`, `elastic`, `block_shards`, `shuffle_size`, `_spans`, `_rank`, `_world`, `_num_workers` and the
     shared `_state` ([epoch, start flag, start epoch, batches (or global samples) done, batch size])."""
+
     def _choose_order(self, order: Optional[str], index_dir: Optional[str]) -> str:
         "The training order: 'global', reading by position where the shards allow it (`sample_spans`); else 'shards' (warned once) unless 'global' was asked for."
-        if order == 'shards': return order
-        if isinstance(self.source, WdsSource) and self.source.cache is not None and self.source.shard_lengths and self.source.remote:
+        if order == 'shards':
+            return order
+        if (
+            isinstance(self.source, WdsSource)
+            and self.source.cache is not None
+            and self.source.shard_lengths
+            and self.source.remote
+        ):
             return 'global'  # remote shards kept in a local cache: a block's shards read from their starts, repeats from the local copies
         spans = sample_spans(self.source, index_dir)
-        if not isinstance(spans, str): self._spans = SpanReader(self.source, spans); return 'global'
+        if not isinstance(spans, str):
+            self._spans = SpanReader(self.source, spans)
+            return 'global'
         if order == 'global':  # asked for: read block by block from the shards' starts (read_in_order)
             if not getattr(self.source, 'shard_lengths', None):
-                raise ValueError(f"order='global' needs each shard's length: give {self.source!r} an _info.json with shard_lengths (timmdata shards writes one)")
+                raise ValueError(
+                    f"order='global' needs each shard's length: give {self.source!r} an _info.json with shard_lengths (timmdata shards writes one)"
+                )
             return order
         if spans not in _WARNED:
             _WARNED.add(spans)
-            warnings.warn(f"{self.source!r}: {spans}; so this training stream reads in order='shards' (shards dealt to workers, a buffer "
-                          f"shuffle; a saved state resumes only on the same ranks and workers). The elastic global order reads local or "
-                          f"http(s) tar shards by position; pass order='shards' to silence this", stacklevel=3)
+            warnings.warn(
+                f"{self.source!r}: {spans}; so this training stream reads in order='shards' (shards dealt to workers, a buffer "
+                f"shuffle; a saved state resumes only on the same ranks and workers). The elastic global order reads local or "
+                f"http(s) tar shards by position; pass order='shards' to silence this",
+                stacklevel=3,
+            )
         return 'shards'
 
     def set_epoch(self, epoch: int):
         "Use epoch `epoch`'s shard order and shuffle seeds from the next pass on (DataLoader workers see it: shared memory)."
-        if int(self._state[2]) != epoch: self._state[1] = 0  # a resume point belongs to its own epoch
+        if int(self._state[2]) != epoch:
+            self._state[1] = 0  # a resume point belongs to its own epoch
         self._state[0] = int(epoch)
 
     @property
@@ -120,22 +170,31 @@ class StreamPlan:
         "Batches of the current epoch delivered before the resume point (`set_start`), 0 when the epoch starts afresh."
         flag, start_epoch, done = self._state[1:4].tolist()
         done = done if flag and start_epoch == self.epoch else 0
-        return done // (self.batch_size * self._dist()[1]) if self.elastic else done  # elastic: the state holds global samples
+        return (
+            done // (self.batch_size * self._dist()[1]) if self.elastic else done
+        )  # elastic: the state holds global samples
 
     def set_loader_cfg(self, num_workers: Optional[int] = None, batch_size: Optional[int] = None):
         "How many DataLoader workers each rank runs (0: the main process reads) and, for order='global', the loader's batch size: they fix the split and `__len__`."
-        if num_workers is not None: self._num_workers = max(1, int(num_workers))
-        if batch_size is not None and self.elastic: self.batch_size = int(batch_size)  # positions are dealt in the loader's batches
+        if num_workers is not None:
+            self._num_workers = max(1, int(num_workers))
+        if batch_size is not None and self.elastic:
+            self.batch_size = int(batch_size)  # positions are dealt in the loader's batches
 
     def set_start(self, batches_done: int, batch_size: int):
         "Resume this epoch after `batches_done` batches: worker w skips its share of them (DataLoader deals batches round-robin)."
-        if batches_done < 0 or batch_size < 1: raise ValueError(f'set_start needs batches_done >= 0 and batch_size >= 1; got {batches_done}, {batch_size}')
-        self._state[1:] = torch.tensor([1, int(self._state[0]), batches_done * (batch_size * self._dist()[1] if self.elastic else 1), batch_size])
+        if batches_done < 0 or batch_size < 1:
+            raise ValueError(f'set_start needs batches_done >= 0 and batch_size >= 1; got {batches_done}, {batch_size}')
+        self._state[1:] = torch.tensor(
+            [1, int(self._state[0]), batches_done * (batch_size * self._dist()[1] if self.elastic else 1), batch_size]
+        )
 
     def set_start_samples(self, samples_done: int):
         "order='global': resume this epoch after `samples_done` samples of the global order, on any ranks and workers."
-        if not self.elastic: raise ValueError("set_start_samples needs order='global' and is_training=True")
-        if samples_done < 0: raise ValueError(f'samples_done must be >= 0; got {samples_done}')
+        if not self.elastic:
+            raise ValueError("set_start_samples needs order='global' and is_training=True")
+        if samples_done < 0:
+            raise ValueError(f'samples_done must be >= 0; got {samples_done}')
         self._state[1:] = torch.tensor([1, int(self._state[0]), int(samples_done), self.batch_size])
 
     def samples_delivered(self, batches: int) -> int:
@@ -144,8 +203,10 @@ class StreamPlan:
         return (done if flag and start_epoch == self.epoch else 0) + batches * self.batch_size * self._dist()[1]
 
     def _dist(self) -> tuple:
-        if self._world is not None: return self._rank, self._world
-        if dist.is_available() and dist.is_initialized(): return dist.get_rank(), dist.get_world_size()
+        if self._world is not None:
+            return self._rank, self._world
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
         return 0, 1
 
     def global_workers(self) -> int:
@@ -161,21 +222,38 @@ class StreamPlan:
         "Samples this rank yields per epoch (validation: exact when `_info.json` gives shard lengths, else an estimate)."
         rank, world = self._dist()
         W = self._num_workers or 1
-        if self.elastic: return epoch_length(self.num_samples, self.batch_size * world) // world
-        if self.is_training: return self.samples_per_worker() * W
+        if self.elastic:
+            return epoch_length(self.num_samples, self.batch_size * world) // world
+        if self.is_training:
+            return self.samples_per_worker() * W
         lengths = getattr(self.source, 'shard_lengths', None)
         if lengths:
             per = assign_shards(len(self.source.shards), world * W, shuffle=False)
             return sum(lengths[i] for g in range(rank * W, (rank + 1) * W) for i in per[g])
-        if self.num_samples is None: raise TypeError(f'the length of {self.source!r} is unknown: pass num_samples= or give it an _info.json')
+        if self.num_samples is None:
+            raise TypeError(f'the length of {self.source!r} is unknown: pass num_samples= or give it an _info.json')
         return math.ceil(self.num_samples / world)
 
     def fingerprint(self) -> dict:
         "What must match for a saved position to resume this stream."
-        if self.elastic: return dict(order='global', shards=len(self.source.shards), num_samples=self.num_samples, seed=self.seed,
-                                     block_shards=self.block_shards, is_training=True)  # no world size, workers or batch size: elastic
-        return dict(shards=len(self.source.shards), num_samples=self.num_samples, seed=self.seed, shuffle_size=self.shuffle_size,
-                    global_workers=self.global_workers(), batch_size=self.batch_size, is_training=self.is_training)
+        if self.elastic:
+            return dict(
+                order='global',
+                shards=len(self.source.shards),
+                num_samples=self.num_samples,
+                seed=self.seed,
+                block_shards=self.block_shards,
+                is_training=True,
+            )  # no world size, workers or batch size: elastic
+        return dict(
+            shards=len(self.source.shards),
+            num_samples=self.num_samples,
+            seed=self.seed,
+            shuffle_size=self.shuffle_size,
+            global_workers=self.global_workers(),
+            batch_size=self.batch_size,
+            is_training=self.is_training,
+        )
 
     def _worker(self) -> tuple:
         "(global worker, global workers, worker id, workers per rank) of the calling process."
@@ -183,53 +261,73 @@ class StreamPlan:
         info = torch.utils.data.get_worker_info()
         wid, W = (info.id, info.num_workers) if info is not None else (0, 1)
         if self._num_workers is not None and self._num_workers != W:
-            raise RuntimeError(f'{type(self).__name__} was set up for {self._num_workers} workers per rank but runs in {W}: call '
-                               f'dataset.set_loader_cfg(num_workers={W}) before making the loader (create_loader does)')
+            raise RuntimeError(
+                f'{type(self).__name__} was set up for {self._num_workers} workers per rank but runs in {W}: call '
+                f'dataset.set_loader_cfg(num_workers={W}) before making the loader (create_loader does)'
+            )
         return rank * W + wid, world * W, wid, W
 
 # %% ../nbs/25_streaming.ipynb #b0d82148
 class IterableImageDataset(StreamPlan, DecodeTransform, torch.utils.data.IterableDataset):
     "timm's `IterableImageDataset`: samples streamed from shards, split over every worker of every rank, reshuffled each epoch."
-    def __init__(self, root, # shards' folder or URL prefix (with `_info.json`), a shard pattern, or a list of shards
-                 reader=None, # 'wds/<name>' (default), 'hfids/<name>', or a stream source object (see `timmdata.shard_io`)
-                 split: str = 'train', # split name in `_info.json`, or a shard pattern with an optional '|num_samples'
-                 class_map=None, # hfids only (wds targets are the shards' integers)
-                 is_training: bool = False, # shuffle, equal counts per worker (wrapping round); else every sample once
-                 batch_size: int = 1, # per-rank batch size: a worker's epoch is a whole number of batches
-                 num_samples: Optional[int] = None, # samples per epoch over all ranks (default: from `_info.json`)
-                 seed: int = 42, # shard order, shuffle buffers and per-sample augmentation seeds (the same on every rank)
-                 repeats: int = 0, # timm's argument; not used by shard streams (0)
-                 download: bool = False, # hfids: let the source download
-                 input_img_mode: str = 'RGB', # PIL mode images are converted to
-                 input_key=None, # image extensions to try ('jpg;png'); default jpg;jpeg;png;webp;image
-                 target_key=None, # target extensions or json fields; default cls;label (absent: target -1)
-                 transform: Optional[Callable] = None, # applied to the image (what it takes: its `input_format`)
-                 target_transform: Optional[Callable] = None, # applied to the integer target
-                 max_steps: Optional[int] = None, # timm's argument; not used by shard streams (None)
-                 bad_sample: str = 'raise', # an undecodable image: 'raise' naming shard and key, or 'skip' (None, warned, counted)
-                 shuffle_size: int = SHUFFLE_SIZE, # samples in each worker's shuffle buffer (training)
-                 shuffle_initial: int = SHUFFLE_INITIAL, # samples buffered before the first is given
-                 rank: Optional[int] = None, # this process's rank (default: torch.distributed's, else 0)
-                 world_size: Optional[int] = None, # number of ranks (default: torch.distributed's, else 1)
-                 order: Optional[str] = None, # training order: 'global' (elastic: timmdata.global_order), 'shards' (shards dealt to workers, buffer shuffle); None: 'global' where the shards can be read by position, else 'shards' (warned)
-                 block_shards: int = BLOCK_SHARDS, # order='global': shards whose samples are interleaved in one block
-                 index_dir: Optional[str] = None, # order='global': where the shards' member-offset index is kept (None: beside them if writable, else ~/.cache)
-                 **kwargs, # passed to the source (e.g. WdsSource's retries, backoff, timeout)
-                ):
-        if bad_sample not in _BAD: raise ValueError(f"bad_sample must be one of 'raise', 'skip'; got {bad_sample!r}")
+
+    def __init__(
+        self,
+        root,  # shards' folder or URL prefix (with `_info.json`), a shard pattern, or a list of shards
+        reader=None,  # 'wds/<name>' (default), 'hfids/<name>', or a stream source object (see `timmdata.shard_io`)
+        split: str = 'train',  # split name in `_info.json`, or a shard pattern with an optional '|num_samples'
+        class_map=None,  # hfids only (wds targets are the shards' integers)
+        is_training: bool = False,  # shuffle, equal counts per worker (wrapping round); else every sample once
+        batch_size: int = 1,  # per-rank batch size: a worker's epoch is a whole number of batches
+        num_samples: Optional[int] = None,  # samples per epoch over all ranks (default: from `_info.json`)
+        seed: int = 42,  # shard order, shuffle buffers and per-sample augmentation seeds (the same on every rank)
+        repeats: int = 0,  # timm's argument; not used by shard streams (0)
+        download: bool = False,  # hfids: let the source download
+        input_img_mode: str = 'RGB',  # PIL mode images are converted to
+        input_key=None,  # image extensions to try ('jpg;png'); default jpg;jpeg;png;webp;image
+        target_key=None,  # target extensions or json fields; default cls;label (absent: target -1)
+        transform: Optional[Callable] = None,  # applied to the image (what it takes: its `input_format`)
+        target_transform: Optional[Callable] = None,  # applied to the integer target
+        max_steps: Optional[int] = None,  # timm's argument; not used by shard streams (None)
+        bad_sample: str = 'raise',  # an undecodable image: 'raise' naming shard and key, or 'skip' (None, warned, counted)
+        shuffle_size: int = SHUFFLE_SIZE,  # samples in each worker's shuffle buffer (training)
+        shuffle_initial: int = SHUFFLE_INITIAL,  # samples buffered before the first is given
+        rank: Optional[int] = None,  # this process's rank (default: torch.distributed's, else 0)
+        world_size: Optional[int] = None,  # number of ranks (default: torch.distributed's, else 1)
+        order: Optional[
+            str
+        ] = None,  # training order: 'global' (elastic: timmdata.global_order), 'shards' (shards dealt to workers, buffer shuffle); None: 'global' where the shards can be read by position, else 'shards' (warned)
+        block_shards: int = BLOCK_SHARDS,  # order='global': shards whose samples are interleaved in one block
+        index_dir: Optional[
+            str
+        ] = None,  # order='global': where the shards' member-offset index is kept (None: beside them if writable, else ~/.cache)
+        **kwargs,  # passed to the source (e.g. WdsSource's retries, backoff, timeout)
+    ):
+        if bad_sample not in _BAD:
+            raise ValueError(f"bad_sample must be one of 'raise', 'skip'; got {bad_sample!r}")
         if repeats or max_steps is not None:
-            raise ValueError('repeats and max_steps are not used by shard streams: set num_samples to change the epoch length')
+            raise ValueError(
+                'repeats and max_steps are not used by shard streams: set num_samples to change the epoch length'
+            )
         if (rank is None) != (world_size is None) or (world_size is not None and not 0 <= rank < world_size):
-            raise ValueError(f'give rank and world_size together, with 0 <= rank < world_size; got rank={rank}, world_size={world_size}')
-        if order not in (None, 'shards', 'global'): raise ValueError(f"order must be one of None, 'shards', 'global'; got {order!r}")
-        if not isinstance(batch_size, int) or batch_size < 1: raise ValueError(f'batch_size must be an int >= 1; got {batch_size!r}')
-        self.source = _stream_source(root, reader, split, class_map, num_samples, download, input_key, target_key, kwargs)
+            raise ValueError(
+                f'give rank and world_size together, with 0 <= rank < world_size; got rank={rank}, world_size={world_size}'
+            )
+        if order not in (None, 'shards', 'global'):
+            raise ValueError(f"order must be one of None, 'shards', 'global'; got {order!r}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f'batch_size must be an int >= 1; got {batch_size!r}')
+        self.source = _stream_source(
+            root, reader, split, class_map, num_samples, download, input_key, target_key, kwargs
+        )
         _check_source(self.source)
         self.root, self.split, self.is_training, self.batch_size, self.seed = root, split, is_training, batch_size, seed
         self.num_samples = num_samples if num_samples is not None else self.source.num_samples
         if is_training and not self.num_samples:
-            raise ValueError(f'training on {self.source!r} needs the epoch length: pass num_samples=, give the split an _info.json '
-                             f"(timmdata shards writes one), or a pattern with a count ('train-{{000000..000009}}.tar|10000')")
+            raise ValueError(
+                f'training on {self.source!r} needs the epoch length: pass num_samples=, give the split an _info.json '
+                f"(timmdata shards writes one), or a pattern with a count ('train-{{000000..000009}}.tar|10000')"
+            )
         self.input_img_mode, self.bad_sample = input_img_mode, bad_sample
         self.block_shards, self._spans = block_shards, None
         self.order = self._choose_order(order, index_dir) if is_training else order or 'shards'
@@ -242,48 +340,65 @@ class IterableImageDataset(StreamPlan, DecodeTransform, torch.utils.data.Iterabl
         self._state = torch.zeros(5, dtype=torch.int64).share_memory_()
         self._bad = torch.zeros(1024, dtype=torch.int64).share_memory_()
 
-    def __iter__(self): return self._epoch_stream()
+    def __iter__(self):
+        return self._epoch_stream()
 
     def _raw(self, shards: list) -> Iterator[tuple]:
         "(shard, key, image, target) of `shards`, in order."
-        if isinstance(self.source, WdsSource) and self.source.cache is not None: self.source.cache.plan(shards)  # prefetch this worker's next shard
+        if isinstance(self.source, WdsSource) and self.source.cache is not None:
+            self.source.cache.plan(shards)  # prefetch this worker's next shard
         for s in shards:
-            for key, img, target in self.source.iter_shard(s): yield s, key, img, target
+            for key, img, target in self.source.iter_shard(s):
+                yield s, key, img, target
 
     def _passes(self, shards: list, rng: random.Random) -> Iterator[tuple]:
         "A training worker's share, shuffled, pass after pass: each pass drains its buffer, so a pass gives each sample once."
         while True:
             n = 0
-            for x in shuffle_buffer(self._raw(shards), self.shuffle_size, self.shuffle_initial, rng): n += 1; yield x
-            if n == 0: raise RuntimeError(f'shards {", ".join(self.source.name_of(s) for s in shards)} hold no samples: a training worker cannot fill its epoch')
+            for x in shuffle_buffer(self._raw(shards), self.shuffle_size, self.shuffle_initial, rng):
+                n += 1
+                yield x
+            if n == 0:
+                raise RuntimeError(
+                    f'shards {", ".join(self.source.name_of(s) for s in shards)} hold no samples: a training worker cannot fill its epoch'
+                )
 
     def _samples(self, epoch: int, g: int, G: int) -> Iterator[tuple]:
         "This worker's (shard, key, image, target) stream for the epoch and how many to take: its shards, shuffled and counted in training."
         per = assign_shards(len(self.source.shards), G, epoch, self.seed, shuffle=self.is_training)[g]
         shards = [self.source.shards[i] for i in per]
-        if not self.is_training: return self._raw(shards), None
+        if not self.is_training:
+            return self._raw(shards), None
         if len(self.source.shards) < G:  # checked on every worker, so all fail alike rather than some hanging in DDP
-            raise RuntimeError(f'{len(self.source.shards)} shards cannot feed {G} global workers (world size x workers per rank): '
-                               f'write more, smaller shards (timmdata shards --shard-size) or use fewer workers')
+            raise RuntimeError(
+                f'{len(self.source.shards)} shards cannot feed {G} global workers (world size x workers per rank): '
+                f'write more, smaller shards (timmdata shards --shard-size) or use fewer workers'
+            )
         rng = random.Random(mix_seed(self.seed, epoch, g, 1))
         return self._passes(shards, rng), self.samples_per_worker()
 
     def _epoch_stream(self):
         "This worker's samples of the current epoch, from its resume point."
         g, G, wid, W = self._worker()
-        if self.elastic: yield from self._global_stream(wid, W); return
+        if self.elastic:
+            yield from self._global_stream(wid, W)
+            return
         epoch, done = self.epoch, self.start_batches()
         bs = int(self._state[4])
         # resumed: torch's DataLoader asks worker 0 for the next batch, which was worker (done % W)'s turn; so DataLoader worker
         # i plays stream worker (i + done) % W and skips that worker's share of the batches already delivered
-        wid = (wid + done) % W; g = g - g % W + wid
+        wid = (wid + done) % W
+        g = g - g % W + wid
         skip = len(range(wid, done, W)) * bs
         stream, limit = self._samples(epoch, g, G)
         try:
             for k, (shard, key, img, target) in enumerate(stream):
-                if limit is not None and k >= limit: break
-                if k >= skip: yield self._sample(epoch, g, k, shard, key, img, target)
-        finally: stream.close()  # closes the open shard now, not when the generator is collected
+                if limit is not None and k >= limit:
+                    break
+                if k >= skip:
+                    yield self._sample(epoch, g, k, shard, key, img, target)
+        finally:
+            stream.close()  # closes the open shard now, not when the generator is collected
 
     def _global_stream(self, wid: int, W: int):
         "order='global': this worker's pieces of the epoch's global order, from the resume point (per-sample seeds from the position)."
@@ -291,35 +406,52 @@ class IterableImageDataset(StreamPlan, DecodeTransform, torch.utils.data.Iterabl
         epoch, start = self.epoch, self.samples_delivered(0)
         end = epoch_length(self.num_samples, self.batch_size * world, start)
         pos = worker_positions(start, end, self.batch_size, rank, world, wid, W)
-        reads = (self._spans.read_in_order(pos, self.seed, epoch, self.block_shards) if self._spans is not None  # one pass over the bytes
-                 else read_in_order(self.source, pos, self.seed, epoch, self.block_shards))  # a block's shards from their starts
+        reads = (
+            self._spans.read_in_order(pos, self.seed, epoch, self.block_shards)
+            if self._spans is not None  # one pass over the bytes
+            else read_in_order(self.source, pos, self.seed, epoch, self.block_shards)
+        )  # a block's shards from their starts
         for p, shard, key, img, target in reads:
-            yield self._sample(epoch, 0, p, shard, key, img, target, slot=rank * W + wid)  # seeds from the position; bad samples counted per worker
+            yield self._sample(
+                epoch, 0, p, shard, key, img, target, slot=rank * W + wid
+            )  # seeds from the position; bad samples counted per worker
 
     def _sample(self, epoch: int, g: int, k: int, shard, key: str, img, target, slot: Optional[int] = None):
         "Sample k of global worker g's epoch: decoded, transformed (its random draws seeded from (seed, epoch, g, k)), target set."
         where = lambda: f'sample {key!r} of shard {self.source.name_of(shard)}'  # made only when something fails
-        seed_all(mix_seed(self.seed, epoch, g, k))  # the same draws for this sample whether the epoch ran through or resumed
-        try: x = self.decode_sample(img)
-        except ImageDecodeError as e: return self._on_bad(where, e, g if slot is None else slot)
-        try: x = self.transform_sample(x, where)
+        seed_all(
+            mix_seed(self.seed, epoch, g, k)
+        )  # the same draws for this sample whether the epoch ran through or resumed
+        try:
+            x = self.decode_sample(img)
         except ImageDecodeError as e:
-            if isinstance(x, EncodedJpeg): return self._on_bad(where, e, g if slot is None else slot)  # decoded inside the transform (a crop)
+            return self._on_bad(where, e, g if slot is None else slot)
+        try:
+            x = self.transform_sample(x, where)
+        except ImageDecodeError as e:
+            if isinstance(x, EncodedJpeg):
+                return self._on_bad(where, e, g if slot is None else slot)  # decoded inside the transform (a crop)
             raise
-        if target is None: target = -1
-        elif self.target_transform is not None: target = self.target_transform(target)
+        if target is None:
+            target = -1
+        elif self.target_transform is not None:
+            target = self.target_transform(target)
         return x, target
 
     def _on_bad(self, where: Callable[[], str], e: Exception, g: int):
         msg = f'{where()} could not be decoded: {e}'
         if self.bad_sample == 'raise':
-            raise ImageDecodeError(msg + "; write the shard again, or pass bad_sample='skip' to skip such samples") from e
+            raise ImageDecodeError(
+                msg + "; write the shard again, or pass bad_sample='skip' to skip such samples"
+            ) from e
         self._bad[g % len(self._bad)] += 1
         warnings.warn(f'skipped {msg}', stacklevel=3)
         return None  # in place of the sample, so every worker still yields its count (the collate drops it)
 
     def filename(self, index: int, basename: bool = False, absolute: bool = False):
-        raise NotImplementedError('a stream has no random access: sample keys come with the stream (timm: use filenames())')
+        raise NotImplementedError(
+            'a stream has no random access: sample keys come with the stream (timm: use filenames())'
+        )
 
     @property
     def bad_sample_count(self) -> int:

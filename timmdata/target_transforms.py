@@ -12,25 +12,35 @@ __all__ = ['MultiLabelTarget']
 # %% ../nbs/16_target_transforms.ipynb #5cc48281
 class MultiLabelTarget:
     "Target -> float32 multi-hot tensor of length `num_classes` (timm's)."
-    def __init__(self, num_classes: int, # classifier width
-                 dense: bool = False, # the target already is a vector of `num_classes` values in [0, 1] (kept soft)
-                ):
-        if num_classes <= 0: raise ValueError('num_classes must be positive.')
+
+    def __init__(
+        self,
+        num_classes: int,  # classifier width
+        dense: bool = False,  # the target already is a vector of `num_classes` values in [0, 1] (kept soft)
+    ):
+        if num_classes <= 0:
+            raise ValueError('num_classes must be positive.')
         self.num_classes, self.dense = num_classes, dense
 
     def __call__(self, target) -> torch.Tensor:
         v = torch.as_tensor(target)
-        if v.ndim != 1: raise ValueError('Multi-label targets must be a 1-D sequence of class indices or a dense target vector.')
+        if v.ndim != 1:
+            raise ValueError('Multi-label targets must be a 1-D sequence of class indices or a dense target vector.')
         if self.dense:
-            if v.numel() != self.num_classes: raise ValueError(f'Dense multi-label targets must have {self.num_classes} entries, got {v.numel()}.')
-            if v.is_complex(): raise ValueError('Dense multi-label target values must be real numbers.')
+            if v.numel() != self.num_classes:
+                raise ValueError(f'Dense multi-label targets must have {self.num_classes} entries, got {v.numel()}.')
+            if v.is_complex():
+                raise ValueError('Dense multi-label target values must be real numbers.')
             v = v.to(torch.float32)
-            if not ((v >= 0) & (v <= 1)).all(): raise ValueError('Dense multi-label target values must be in [0, 1].')  # NaN too
+            if not ((v >= 0) & (v <= 1)).all():
+                raise ValueError('Dense multi-label target values must be in [0, 1].')  # NaN too
             return v
         out = torch.zeros(self.num_classes, dtype=torch.float32)
-        if not v.numel(): return out
+        if not v.numel():
+            return out
         if v.is_floating_point() or v.is_complex() or v.dtype == torch.bool:
             raise ValueError('Multi-label class indices must be integers (use dense=True for multi-hot vectors).')
-        if (v < 0).any() or (v >= self.num_classes).any(): raise ValueError(f'Multi-label class indices must be in [0, {self.num_classes}).')
-        out[v.long()] = 1.
+        if (v < 0).any() or (v >= self.num_classes).any():
+            raise ValueError(f'Multi-label class indices must be in [0, {self.num_classes}).')
+        out[v.long()] = 1.0
         return out

@@ -9,6 +9,18 @@ __all__ = ['TfPreprocessTransform', 'distorted_bounding_box_crop', 'preprocess_f
 # %% ../nbs/17_tf_preprocessing.ipynb #572cb9f9
 #| eval: false
 import tensorflow  # noqa: F401  (as timm's module: without TensorFlow this import fails, naming it)
-from timm.data.tf_preprocessing import (TfPreprocessTransform, distorted_bounding_box_crop, preprocess_for_eval, preprocess_for_train,
-                                        preprocess_image)
-_all_ = ['TfPreprocessTransform', 'distorted_bounding_box_crop', 'preprocess_for_eval', 'preprocess_for_train', 'preprocess_image']
+from timm.data.tf_preprocessing import (
+    TfPreprocessTransform,
+    distorted_bounding_box_crop,
+    preprocess_for_eval,
+    preprocess_for_train,
+    preprocess_image,
+)
+
+_all_ = [
+    'TfPreprocessTransform',
+    'distorted_bounding_box_crop',
+    'preprocess_for_eval',
+    'preprocess_for_train',
+    'preprocess_image',
+]

@@ -14,8 +14,15 @@ from torch.utils.data import IterableDataset
 from . import decode
 from .config import mix_seed, seed_all
 from .stages import COLUMNS, WorkerRows, stage_clock
-from .resume import (DeliveredIterator, ResumableBatchSampler, ResumableDataLoader, ResumablePrefetchLoader,
-                             SeededDataset, global_rng_state, set_global_rng_state)
+from timmdata.resume import (
+    DeliveredIterator,
+    ResumableBatchSampler,
+    ResumableDataLoader,
+    ResumablePrefetchLoader,
+    SeededDataset,
+    global_rng_state,
+    set_global_rng_state,
+)
 
 # %% auto #0
 __all__ = ['BATON', 'BATCH_TAG', 'RngBaton', 'LoaderStats', 'check_worker_mode', 'few_arenas', 'ThreadDataLoader',
@@ -25,17 +32,24 @@ __all__ = ['BATON', 'BATCH_TAG', 'RngBaton', 'LoaderStats', 'check_worker_mode',
 def _np_mt_address() -> Optional[int]:
     "Address of the MT19937 state (624 words and a position) of numpy's global generator, or None where it is not one."
     bg = getattr(np.random.mtrand._rand, '_bit_generator', None)
-    try: return bg.ctypes.state_address if type(bg).__name__ == 'MT19937' else None
-    except AttributeError: return None
+    try:
+        return bg.ctypes.state_address if type(bg).__name__ == 'MT19937' else None
+    except AttributeError:
+        return None
+
 
 _NP_MT_BYTES = 624 * 4 + 4  # numpy's mt19937_state: uint32 key[624], int pos
+
 
 class RngBaton:
     """Who may use the process's global generators (`random`, torch's CPU generator, numpy's) now: one loader thread at a
     time, handed on while the holder runs native code that needs none of them (`decode.gil_free`)."""
+
     def __init__(self):
         self.lock, self.tls = threading.Lock(), threading.local()
-        self.handoffs = 0  # times a thread gave the generators away during native work (a measure of the parallelism won)
+        self.handoffs = (
+            0  # times a thread gave the generators away during native work (a measure of the parallelism won)
+        )
 
     def run(self, key: int, fn: Callable, *args):
         "`fn(*args)` with the global generators seeded from `key` and held by this thread (except during native work)."
@@ -43,8 +57,10 @@ class RngBaton:
         with self.lock:
             seed_all(key)
             t.held, t.key, t.np0 = True, key, self._np_bytes()
-            try: return fn(*args)
-            finally: t.held = False
+            try:
+                return fn(*args)
+            finally:
+                t.held = False
 
     @staticmethod
     def _np_bytes():
@@ -54,12 +70,16 @@ class RngBaton:
     def give(self):
         "Before native work: keep this thread's generator states and let another loader thread run."
         t = self.tls
-        if not hasattr(t, 'saved'): t.saved = []
-        if not getattr(t, 'held', False): t.saved.append(None); return  # not a loader thread, or nested native work
+        if not hasattr(t, 'saved'):
+            t.saved = []
+        if not getattr(t, 'held', False):
+            t.saved.append(None)
+            return  # not a loader thread, or nested native work
         # numpy's state is costly to copy; untouched since its seeding (the usual case: crops draw from `random`, flips
         # from torch), re-seeding gives it back exactly, the Gaussian cache included
         npst = None if (t.np0 is not None and self._np_bytes() == t.np0) else np.random.get_state()
-        t.saved.append((random.getstate(), torch.get_rng_state(), npst)); t.held = False
+        t.saved.append((random.getstate(), torch.get_rng_state(), npst))
+        t.held = False
         self.handoffs += 1
         self.lock.release()
 
@@ -67,12 +87,16 @@ class RngBaton:
         "After native work: wait for the generators and put this thread's states back."
         t = self.tls
         s = t.saved.pop()
-        if s is None: return
+        if s is None:
+            return
         self.lock.acquire()
         t.held = True
-        random.setstate(s[0]); torch.set_rng_state(s[1])
-        if s[2] is None: np.random.seed(t.key & 0xFFFFFFFF)
-        else: np.random.set_state(s[2])
+        random.setstate(s[0])
+        torch.set_rng_state(s[1])
+        if s[2] is None:
+            np.random.seed(t.key & 0xFFFFFFFF)
+        else:
+            np.random.set_state(s[2])
 
     def batch_step(self, key: int, fn: Callable, *args):
         "`fn(*args)` (the collate) with the generators seeded from `key`, as a worker process does; the caller's states kept."
@@ -81,7 +105,9 @@ class RngBaton:
             try:
                 seed_all(key)
                 return fn(*args)
-            finally: set_global_rng_state(keep)
+            finally:
+                set_global_rng_state(keep)
+
 
 BATON = RngBaton()  # one per process: the global generators are one per process
 decode.gil_free.handoff = BATON  # native decode and resize hand the generators on while they run without the GIL
@@ -91,16 +117,22 @@ class LoaderStats:
     """Where a loader's time goes, counted as it runs (always on: a few clock reads per sample and per batch). Stage
     times are seconds summed over the threads and worker processes that spent them (workers add theirs to `rows`, a
     shared array with a row per worker); `table()` gives them per image, per batch and as a share of the epoch's wall time."""
-    STAGES = (('read', "read (the file's bytes)"),
-              ('decode', 'decode (JPEG to pixels; a crop-aware decode inside the crop too)'),
-              ('ops', 'per-sample ops (crop, resize, flip, Python around them)'),
-              ('collate', 'collate (samples into the uint8 batch)'),
-              ('wait_workers', 'waiting for workers (a batch was not ready)'),
-              ('device', 'device step (float, normalise, jitter, erase)'),
-              ('consumer_wait', "consumer's wait for data (inside next())"),
-              ('consumer', "consumer's own time between batches (the model step)"))
+
+    STAGES = (
+        ('read', "read (the file's bytes)"),
+        ('decode', 'decode (JPEG to pixels; a crop-aware decode inside the crop too)'),
+        ('ops', 'per-sample ops (crop, resize, flip, Python around them)'),
+        ('collate', 'collate (samples into the uint8 batch)'),
+        ('wait_workers', 'waiting for workers (a batch was not ready)'),
+        ('device', 'device step (float, normalise, jitter, erase)'),
+        ('consumer_wait', "consumer's wait for data (inside next())"),
+        ('consumer', "consumer's own time between batches (the model step)"),
+    )
     WORKER_STAGES = ('read', 'decode', 'ops', 'collate')  # spent by the workers, side by side
-    def __init__(self, rows: Optional[torch.Tensor] = None): # float64 (workers, len(COLUMNS)) in shared memory, or None (threads)
+
+    def __init__(
+        self, rows: Optional[torch.Tensor] = None
+    ):  # float64 (workers, len(COLUMNS)) in shared memory, or None (threads)
         self._lock, self.rows = threading.Lock(), rows
         self.outer = False  # a prefetching loader counts the delivered batches (set by it); else the DataLoader does
         self.reset()
@@ -108,39 +140,57 @@ class LoaderStats:
     def reset(self):
         "Zero every count (a new epoch of `profile` calls this)."
         self.images = self.batches = 0
-        self._t = dict.fromkeys((k for k, _ in self.STAGES), 0.)
+        self._t = dict.fromkeys((k for k, _ in self.STAGES), 0.0)
         self._n = [0, 0]  # samples made, batches collated (here: the thread loader; workers count in `rows`)
         self._base = None if self.rows is None else self.rows.sum(0)
-        self.wall, self._t0 = 0., None
+        self.wall, self._t0 = 0.0, None
 
     def _worker_sums(self) -> list:
-        return [0.] * len(COLUMNS) if self.rows is None else (self.rows.sum(0) - self._base).tolist()
+        return [0.0] * len(COLUMNS) if self.rows is None else (self.rows.sum(0) - self._base).tolist()
+
     @property
     def t(self) -> dict:
         "Seconds per stage so far, the worker processes' included."
         t, w = dict(self._t), self._worker_sums()
-        for i, k in enumerate(self.WORKER_STAGES): t[k] += w[i]
+        for i, k in enumerate(self.WORKER_STAGES):
+            t[k] += w[i]
         return t
+
     @property
     def samples(self) -> int:
         "Samples the workers (threads or processes) made so far: skipped ones too, and ones read ahead of the consumer."
         return self._n[0] + round(self._worker_sums()[4])
+
     @property
     def collated(self) -> int:
         "Batches the workers collated so far (read-ahead ones included)."
         return self._n[1] + round(self._worker_sums()[5])
 
     def add(self, stage: str, seconds: float):
-        with self._lock: self._t[stage] += seconds
+        with self._lock:
+            self._t[stage] += seconds
+
     def add_sample(self, stages: list):
         "A sample made in a loader thread: [read, decode, ops] seconds (`StageClock.stop`)."
         with self._lock:
-            t = self._t; t['read'] += stages[0]; t['decode'] += stages[1]; t['ops'] += stages[2]; self._n[0] += 1
+            t = self._t
+            t['read'] += stages[0]
+            t['decode'] += stages[1]
+            t['ops'] += stages[2]
+            self._n[0] += 1
+
     def add_batch(self, wait: float, collate: float):
-        with self._lock: self._t['wait_workers'] += wait; self._t['collate'] += collate; self._n[1] += 1
-    def delivered(self, images: int, wall: float = 0.):
+        with self._lock:
+            self._t['wait_workers'] += wait
+            self._t['collate'] += collate
+            self._n[1] += 1
+
+    def delivered(self, images: int, wall: float = 0.0):
         "The consumer got a batch of `images` images, `wall` seconds after the previous one."
-        with self._lock: self.images += images; self.batches += 1; self.wall += wall
+        with self._lock:
+            self.images += images
+            self.batches += 1
+            self.wall += wall
 
     def table(self) -> str:
         "The stages as text: time per image, per batch, share of the epoch's wall time."
@@ -148,31 +198,55 @@ class LoaderStats:
         rows = [f'{"stage":66s} {"ms/image":>9s} {"ms/batch":>9s} {"of epoch":>9s}']
         for k, name in self.STAGES:
             s = t[k]
-            if s == 0 and k in self.WORKER_STAGES: continue  # not measured here (a stream's samples: its own workers)
+            if s == 0 and k in self.WORKER_STAGES:
+                continue  # not measured here (a stream's samples: its own workers)
             rows.append(f'{name:66s} {s / n * 1e3:9.3f} {s / b * 1e3:9.2f} {s / wall:9.1%}')
-        rows.append(f'{self.images} images in {self.batches} batches, {wall:.2f} s: {self.images / wall:.0f} images/s; the consumer '
-                    f'waited {t["consumer_wait"] / wall:.0%} of the time')
+        rows.append(
+            f'{self.images} images in {self.batches} batches, {wall:.2f} s: {self.images / wall:.0f} images/s; the consumer '
+            f'waited {t["consumer_wait"] / wall:.0%} of the time'
+        )
         return '\n'.join(rows)
-    def __repr__(self): return self.table()
+
+    def __repr__(self):
+        return self.table()
 
 # %% ../nbs/37_threads.ipynb #6cd169ee
 _MODES = ('process', 'thread')
 BATCH_TAG = 0xBA7C  # the tag of the collate's draws in a batch's seed: the same as timmdata.resume's (tested below)
 
-def check_worker_mode(worker_mode, dataset=None, input_size_choices=None, decode_device=None, num_workers: int = 1,
-                      use_multi_epochs_loader: bool = False):
+
+def check_worker_mode(
+    worker_mode,
+    dataset=None,
+    input_size_choices=None,
+    decode_device=None,
+    num_workers: int = 1,
+    use_multi_epochs_loader: bool = False,
+):
     "create_loader's checks of `worker_mode`: an error naming each case the thread mode does not take."
-    if worker_mode not in _MODES: raise ValueError(f"worker_mode must be one of 'process', 'thread'; got {worker_mode!r}")
-    if worker_mode != 'thread': return
+    if worker_mode not in _MODES:
+        raise ValueError(f"worker_mode must be one of 'process', 'thread'; got {worker_mode!r}")
+    if worker_mode != 'thread':
+        return
     why = None
-    if decode_device is not None: why = f"decode_device={decode_device!r} (the device-decode loader has its own workers)"
-    elif input_size_choices is not None: why = 'input_size_choices (scheduled batching)'
-    elif use_multi_epochs_loader: why = 'use_multi_epochs_loader=True (the threads run on across epochs anyway)'
-    elif isinstance(dataset, IterableDataset): why = f'a stream ({type(dataset).__name__}, an IterableDataset)'
-    if why is None and num_workers < 1: raise ValueError(f"worker_mode='thread' needs num_workers >= 1 (the number of threads); got {num_workers}")
-    if why: raise NotImplementedError(f"worker_mode='thread' does not support {why} yet; use worker_mode='process' (the default)")
+    if decode_device is not None:
+        why = f"decode_device={decode_device!r} (the device-decode loader has its own workers)"
+    elif input_size_choices is not None:
+        why = 'input_size_choices (scheduled batching)'
+    elif use_multi_epochs_loader:
+        why = 'use_multi_epochs_loader=True (the threads run on across epochs anyway)'
+    elif isinstance(dataset, IterableDataset):
+        why = f'a stream ({type(dataset).__name__}, an IterableDataset)'
+    if why is None and num_workers < 1:
+        raise ValueError(f"worker_mode='thread' needs num_workers >= 1 (the number of threads); got {num_workers}")
+    if why:
+        raise NotImplementedError(
+            f"worker_mode='thread' does not support {why} yet; use worker_mode='process' (the default)"
+        )
+
 
 _M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
+
 
 def few_arenas(n: int = 2) -> bool:
     """Let glibc's malloc keep at most `n` arenas: by default each new thread may get its own (up to 8 per core), each
@@ -180,28 +254,39 @@ def few_arenas(n: int = 2) -> bool:
     try:
         libc = ctypes.CDLL(None)
         return hasattr(libc, 'gnu_get_libc_version') and bool(libc.mallopt(_M_ARENA_MAX, n))
-    except (OSError, AttributeError): return False
+    except (OSError, AttributeError):
+        return False
+
 
 def _images(batch) -> int:
     "Images in a collated batch: the length of its first part (a tensor or a list), else 0."
     x = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
     return len(x) if isinstance(x, (torch.Tensor, list, tuple)) else 0
 
+
 class ThreadDataLoader(ResumableDataLoader):
     """A resumable DataLoader whose samples are read, decoded and transformed by a pool of `num_workers` threads of this
     process: the same batches as worker processes (same order, same per-sample seeds), no process start and no
     shared-memory hop."""
-    def __init__(self, dataset: SeededDataset, # made by `resumable_batching`
-                 batch_sampler: ResumableBatchSampler, # the plan: (index, seed) pairs per batch
-                 num_workers: int = 2, # threads
-                 collate_fn: Optional[Callable] = None, # e.g. fast_collate
-                 prefetch_factor: Optional[int] = None, # batches in flight per thread (None: 2, as torch's)
-                 **kwargs): # the rest of DataLoader's keywords (pin_memory...); worker ones are ignored
+
+    def __init__(
+        self,
+        dataset: SeededDataset,  # made by `resumable_batching`
+        batch_sampler: ResumableBatchSampler,  # the plan: (index, seed) pairs per batch
+        num_workers: int = 2,  # threads
+        collate_fn: Optional[Callable] = None,  # e.g. fast_collate
+        prefetch_factor: Optional[int] = None,  # batches in flight per thread (None: 2, as torch's)
+        **kwargs,
+    ):  # the rest of DataLoader's keywords (pin_memory...); worker ones are ignored
         if not isinstance(dataset, SeededDataset) or not isinstance(batch_sampler, ResumableBatchSampler):
-            raise TypeError(f"ThreadDataLoader takes a SeededDataset and a ResumableBatchSampler (timmdata.resume.resumable_batching); "
-                            f"got {type(dataset).__name__} and {type(batch_sampler).__name__}")
-        if not isinstance(num_workers, int) or num_workers < 1: raise ValueError(f"num_workers (threads) must be an int >= 1; got {num_workers!r}")
-        for k in ('worker_init_fn', 'persistent_workers', 'multiprocessing_context'): kwargs.pop(k, None)
+            raise TypeError(
+                f"ThreadDataLoader takes a SeededDataset and a ResumableBatchSampler (timmdata.resume.resumable_batching); "
+                f"got {type(dataset).__name__} and {type(batch_sampler).__name__}"
+            )
+        if not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers (threads) must be an int >= 1; got {num_workers!r}")
+        for k in ('worker_init_fn', 'persistent_workers', 'multiprocessing_context'):
+            kwargs.pop(k, None)
         super().__init__(dataset, batch_sampler=batch_sampler, num_workers=0, collate_fn=collate_fn, **kwargs)
         self.num_workers = num_workers  # threads (the DataLoader itself runs none)
         self.ahead = (prefetch_factor or 2) * num_workers
@@ -216,44 +301,63 @@ class ThreadDataLoader(ResumableDataLoader):
 
     def _timed(self, index: int):
         stage_clock.start()
-        try: return self.dataset.dataset[index]
-        finally: self._stats.add_sample(stage_clock.stop())
+        try:
+            return self.dataset.dataset[index]
+        finally:
+            self._stats.add_sample(stage_clock.stop())
 
     def _sample(self, item):
         index, key = item
         return BATON.run(key, self._timed, index)
 
-    main_thread_samples = False  # the threads seed per sample (RngBaton): the iterator leaves the global generators alone
+    main_thread_samples = (
+        False  # the threads seed per sample (RngBaton): the iterator leaves the global generators alone
+    )
 
     def batch_iterator(self):
         "This pass's batches, made by the threads (`StatefulLoader` counts them)."
         pool, plan, pending, st = self._threads(), iter(self.batch_sampler), deque(), self._stats
         mark = time.perf_counter()
+
         def submit() -> bool:
             items = next(plan, None)
-            if items is None: return False
+            if items is None:
+                return False
             pending.append((items, [pool.submit(self._sample, it) for it in items]))
             return True
+
         try:
-            while len(pending) < self.ahead and submit(): pass
+            while len(pending) < self.ahead and submit():
+                pass
             while pending:
                 items, futs = pending.popleft()
                 t0 = time.perf_counter()
                 samples = [f.result() for f in futs]  # in order; a sample's error is raised here, as it is
                 t1 = time.perf_counter()
                 submit()
-                b = BATON.batch_step(mix_seed(items[0][1], BATCH_TAG), self.collate_fn, samples) if items else self.collate_fn(samples)
-                if self.pin_memory and torch.cuda.is_available() and isinstance(b, (tuple, list)):  # as torch's pin thread would
+                b = (
+                    BATON.batch_step(mix_seed(items[0][1], BATCH_TAG), self.collate_fn, samples)
+                    if items
+                    else self.collate_fn(samples)
+                )
+                if (
+                    self.pin_memory and torch.cuda.is_available() and isinstance(b, (tuple, list))
+                ):  # as torch's pin thread would
                     b = type(b)(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in b)
                 st.add_batch(wait=t1 - t0, collate=time.perf_counter() - t1)
-                if not st.outer: now = time.perf_counter(); st.delivered(_images(b), now - mark); mark = now
+                if not st.outer:
+                    now = time.perf_counter()
+                    st.delivered(_images(b), now - mark)
+                    mark = now
                 yield b
         finally:  # stopped early (a break, an error): cancel what has not started, wait for what has, so that no
             # loader thread still draws from the global generators when the consumer goes on (e.g. with another loader)
             futs = [f for _, fs in pending for f in fs]
-            for f in futs: f.cancel()
             for f in futs:
-                if not f.cancelled(): f.exception()  # waits; the error, if any, is not this consumer's any more
+                f.cancel()
+            for f in futs:
+                if not f.cancelled():
+                    f.exception()  # waits; the error, if any, is not this consumer's any more
 
     def stats(self) -> LoaderStats:
         "Where the time went so far (`LoaderStats`; a prefetching loader over this one shares it)."
@@ -261,44 +365,70 @@ class ThreadDataLoader(ResumableDataLoader):
 
     def close(self):
         "Stop the threads (they also stop when the loader is collected)."
-        if self._pool is not None: self._pool.shutdown(wait=True, cancel_futures=True); self._pool = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
 # %% ../nbs/37_threads.ipynb #dc6ae7c0
 class _TimedDelivered(DeliveredIterator):
     "`DeliveredIterator` that adds the time spent waiting in `next` to its loader's stats (the workers are another process)."
+
     def __next__(self):
         st, t0 = self.loader._stats, time.perf_counter()
-        try: b = super().__next__()
-        finally: st.add('wait_workers', time.perf_counter() - t0)
+        try:
+            b = super().__next__()
+        finally:
+            st.add('wait_workers', time.perf_counter() - t0)
         if not st.outer:  # no prefetcher above: the batches are delivered here
-            now = time.perf_counter(); st.delivered(_images(b), now - getattr(self, '_mark', t0)); self._mark = now
+            now = time.perf_counter()
+            st.delivered(_images(b), now - getattr(self, '_mark', t0))
+            self._mark = now
         return b
+
 
 class _TimedSeeded(SeededDataset):
     "`SeededDataset` that times each sample's stages (`stage_clock`) and adds them to its worker's row of `rows`."
-    def __init__(self, dataset, rows: torch.Tensor): super().__init__(dataset); self.rows = WorkerRows(rows)
+
+    def __init__(self, dataset, rows: torch.Tensor):
+        super().__init__(dataset)
+        self.rows = WorkerRows(rows)
+
     def __getitem__(self, item):
         stage_clock.start()
-        try: return super().__getitem__(item)
+        try:
+            return super().__getitem__(item)
         finally:
             r, row = stage_clock.stop(), self.rows.row()
-            row[0] += r[0]; row[1] += r[1]; row[2] += r[2]; row[4] += 1
+            row[0] += r[0]
+            row[1] += r[1]
+            row[2] += r[2]
+            row[4] += 1
+
 
 class _TimedCollate:
     "A collate that adds its time and its batch to its worker's row of `rows`."
-    def __init__(self, fn: Callable, rows: torch.Tensor): self.fn, self.rows = fn, WorkerRows(rows)
+
+    def __init__(self, fn: Callable, rows: torch.Tensor):
+        self.fn, self.rows = fn, WorkerRows(rows)
+
     def __call__(self, samples):
         t0 = time.perf_counter()
-        try: return self.fn(samples)
+        try:
+            return self.fn(samples)
         finally:
-            row = self.rows.row(); row[3] += time.perf_counter() - t0; row[5] += 1
+            row = self.rows.row()
+            row[3] += time.perf_counter() - t0
+            row[5] += 1
+
 
 class ProcessDataLoader(ResumableDataLoader):
     """`ResumableDataLoader` (worker processes) that counts where the time goes: `stats()`. The workers time read, decode,
     per-sample ops and collate and add the sums to their row of a small shared array, read here."""
+
     def __init__(self, dataset, *args, num_workers: int = 0, **kwargs):
         rows = torch.zeros(max(num_workers, 1), len(COLUMNS), dtype=torch.float64).share_memory_()
-        if isinstance(dataset, SeededDataset) and not isinstance(dataset, _TimedSeeded): dataset = _TimedSeeded(dataset.dataset, rows)
+        if isinstance(dataset, SeededDataset) and not isinstance(dataset, _TimedSeeded):
+            dataset = _TimedSeeded(dataset.dataset, rows)
         super().__init__(dataset, *args, num_workers=num_workers, **kwargs)
         self._stats = LoaderStats(rows)
 
@@ -306,17 +436,22 @@ class ProcessDataLoader(ResumableDataLoader):
         # the workers get a timed collate; `collate_fn` stays the caller's (the prefetcher gives batches back to it)
         fn = self.collate_fn
         self.collate_fn = _TimedCollate(fn, self._stats.rows)
-        try: it = super().__iter__()
-        finally: self.collate_fn = fn
-        if type(it) is DeliveredIterator: it.__class__ = _TimedDelivered  # the same iterator, timed
+        try:
+            it = super().__iter__()
+        finally:
+            self.collate_fn = fn
+        if type(it) is DeliveredIterator:
+            it.__class__ = _TimedDelivered  # the same iterator, timed
         return it
 
     def stats(self) -> LoaderStats:
         "Where the time went so far (`LoaderStats`), the worker processes' stages included."
         return self._stats
 
+
 class TimedPrefetchLoader(ResumablePrefetchLoader):
     "`ResumablePrefetchLoader` that counts where the time goes (the device step, the consumer's wait and its own time): `stats()`."
+
     def __init__(self, loader, **kwargs):
         super().__init__(loader, **kwargs)
         self._stats = loader.stats() if callable(getattr(loader, 'stats', None)) else LoaderStats()
@@ -328,8 +463,10 @@ class TimedPrefetchLoader(ResumablePrefetchLoader):
 
     def _process(self, x: torch.Tensor) -> torch.Tensor:
         t0 = time.perf_counter()
-        try: return super()._process(x)
-        finally: self._stats.add('device', time.perf_counter() - t0)
+        try:
+            return super()._process(x)
+        finally:
+            self._stats.add('device', time.perf_counter() - t0)
 
     def __iter__(self):
         st, gen, pc = self._stats, super().__iter__(), time.perf_counter  # pc: still there while Python shuts down
@@ -338,16 +475,24 @@ class TimedPrefetchLoader(ResumablePrefetchLoader):
         try:
             while True:
                 t0 = pc()
-                try: x, y = next(gen)
-                except StopIteration: break
+                try:
+                    x, y = next(gen)
+                except StopIteration:
+                    break
                 handed = pc()
-                st.add('consumer_wait', handed - t0); st.delivered(len(x), handed - mark); mark = handed
+                st.add('consumer_wait', handed - t0)
+                st.delivered(len(x), handed - mark)
+                mark = handed
                 yield x, y
-                st.add('consumer', pc() - handed); handed = None
+                st.add('consumer', pc() - handed)
+                handed = None
         finally:  # the consumer stopped early (a break): its time on the last batch counts too
             now = pc()
-            if handed is not None: st.add('consumer', now - handed)
-            gen.close(); st.wall += now - mark
+            if handed is not None:
+                st.add('consumer', now - handed)
+            gen.close()
+            st.wall += now - mark
+
 
 def loader_classes(worker_mode: str = 'process') -> tuple:
     "(DataLoader class, prefetching wrapper class) of `create_loader` for a worker mode; both have `stats()`."
@@ -355,9 +500,12 @@ def loader_classes(worker_mode: str = 'process') -> tuple:
     return (ThreadDataLoader if worker_mode == 'thread' else ProcessDataLoader), TimedPrefetchLoader
 
 # %% ../nbs/37_threads.ipynb #8e4297cb
-def verdict(st: LoaderStats, # the stats of a profiled run
-            model_step_ms: Optional[float], # the model step the run simulated (None: none)
-            worker_mode: str, num_workers: int) -> str:
+def verdict(
+    st: LoaderStats,  # the stats of a profiled run
+    model_step_ms: Optional[float],  # the model step the run simulated (None: none)
+    worker_mode: str,
+    num_workers: int,
+) -> str:
     "One sentence: does loading keep up with a model step of `model_step_ms`, and if not, which stage to fix and the knob to turn."
     wall, n = st.wall or float('nan'), max(st.images, 1)
     rate, waited = st.images / wall, st.t['consumer_wait'] / wall
@@ -366,27 +514,45 @@ def verdict(st: LoaderStats, # the stats of a profiled run
         return f'Loading keeps up with {step}: {rate:.0f} images/s, the consumer waited {waited:.0%} of the time.'
     t = st.t
     per = {k: t[k] / n for k in ('read', 'decode', 'ops', 'collate', 'device')}
-    work = (per['read'] + per['decode'] + per['ops'] + per['collate']) / max(num_workers, 1)  # workers work side by side
-    if per['device'] > work and worker_mode == 'thread' or (worker_mode == 'process' and t['device'] > t['wait_workers']):
-        fix = ("the device step (float, normalise, jitter) is the slowest stage: run it on a GPU (device='cuda'), "
-               "or lower the batch work (color_jitter=None, re_prob=0)")
+    work = (per['read'] + per['decode'] + per['ops'] + per['collate']) / max(
+        num_workers, 1
+    )  # workers work side by side
+    if (
+        per['device'] > work
+        and worker_mode == 'thread'
+        or (worker_mode == 'process' and t['device'] > t['wait_workers'])
+    ):
+        fix = (
+            "the device step (float, normalise, jitter) is the slowest stage: run it on a GPU (device='cuda'), "
+            "or lower the batch work (color_jitter=None, re_prob=0)"
+        )
     else:
         top = max(('read', 'decode', 'ops'), key=per.get)
-        most = {'read': 'reading the files (put the data on a faster disk, or in shards: `timmdata shards`)',
-                'decode': 'decoding (decode once into a store: `timmdata cache`, or on the GPU: decode_device=\'cuda\')',
-                'ops': 'the per-sample ops (crop, resize: pre-resized shards, `timmdata shards`, or a store at the input size)'}[top]
-        fix = (f"the per-sample work in the workers is the slowest stage, most of it {most}; or raise num_workers "
-               f"(now {num_workers}, up to the free cores)")
-    return (f'Loading does not keep up with {step}: {rate:.0f} images/s, the consumer waited {waited:.0%} of the time; '
-            f'{fix}.')
+        most = {
+            'read': 'reading the files (put the data on a faster disk, or in shards: `timmdata shards`)',
+            'decode': 'decoding (decode once into a store: `timmdata cache`, or on the GPU: decode_device=\'cuda\')',
+            'ops': 'the per-sample ops (crop, resize: pre-resized shards, `timmdata shards`, or a store at the input size)',
+        }[top]
+        fix = (
+            f"the per-sample work in the workers is the slowest stage, most of it {most}; or raise num_workers "
+            f"(now {num_workers}, up to the free cores)"
+        )
+    return (
+        f'Loading does not keep up with {step}: {rate:.0f} images/s, the consumer waited {waited:.0%} of the time; '
+        f'{fix}.'
+    )
 
-def profile_loader(loader, # a loader from `create_loader` (it has `stats()`)
-                   model_step_ms: Optional[float] = None, # simulate a model step this long after each batch (a sleep: no CPU used)
-                   batches: int = 20, # batches to run, after one warm-up batch (fewer when the epoch is shorter)
-                  ) -> tuple:
+
+def profile_loader(
+    loader,  # a loader from `create_loader` (it has `stats()`)
+    model_step_ms: Optional[float] = None,  # simulate a model step this long after each batch (a sleep: no CPU used)
+    batches: int = 20,  # batches to run, after one warm-up batch (fewer when the epoch is shorter)
+) -> tuple:
     "Run `batches` batches of `loader` and measure where the time goes: (LoaderStats, a one-sentence verdict)."
     if not callable(getattr(loader, 'stats', None)):
-        raise TypeError(f'profile_loader needs a loader with stats() (from timmdata.create_loader); got {type(loader).__name__}')
+        raise TypeError(
+            f'profile_loader needs a loader with stats() (from timmdata.create_loader); got {type(loader).__name__}'
+        )
     inner = getattr(loader, 'loader', loader)
     mode, workers = ('thread' if isinstance(inner, ThreadDataLoader) else 'process'), getattr(inner, 'num_workers', 0)
     st, it = loader.stats(), iter(loader)
@@ -394,6 +560,8 @@ def profile_loader(loader, # a loader from `create_loader` (it has `stats()`)
         next(it, None)  # warm-up: workers start, files are paged in
         st.reset()
         for _, x in zip(range(batches), it):
-            if model_step_ms: time.sleep(model_step_ms / 1e3)
-    finally: it.close()
+            if model_step_ms:
+                time.sleep(model_step_ms / 1e3)
+    finally:
+        it.close()
     return st, verdict(st, model_step_ms, mode, workers)

@@ -17,10 +17,12 @@ def kept_iterator(loader) -> Optional[object]:
     "The iterator a DataLoader keeps between epochs (persistent workers, or `MultiEpochsDataLoader`), else None."
     return getattr(loader, '_iterator', None)
 
+
 # checked: torch 2.0 to 2.14 (setting it to None makes the next `iter(loader)` start new workers)
 def forget_iterator(loader):
     "Make the next epoch of `loader` start a new iterator (and new worker processes)."
     loader._iterator = None
+
 
 # checked: torch 2.0 to 2.14 (the slot `kept_iterator` reads; a loader that keeps its own iterator across epochs,
 # like `MultiEpochsDataLoader`, keeps it there, so worker shutdown finds it as it finds a persistent one)
@@ -28,22 +30,27 @@ def keep_iterator(loader, it):
     "Keep `it` as the iterator `loader` runs on across epochs (what `kept_iterator` returns); None forgets it."
     loader._iterator = it
 
+
 # checked: torch 2.0 to 2.14 (`_MultiProcessingDataLoaderIter._workers`: the processes, by worker id)
 def worker_processes(it) -> Optional[list]:
     "The worker processes of a DataLoader iterator, by worker id; None for an iterator without any (num_workers=0, a list)."
-    if not callable(getattr(it, '_shutdown_workers', None)): return None
+    if not callable(getattr(it, '_shutdown_workers', None)):
+        return None
     return getattr(it, '_workers', None)
+
 
 # checked: torch 2.0 to 2.14 (joins the workers, terminating any that hang; safe to call twice)
 def shutdown_workers(it):
     "Stop the worker processes of a DataLoader iterator (no-op for one without workers)."
-    if callable(getattr(it, '_shutdown_workers', None)): it._shutdown_workers()
+    if callable(getattr(it, '_shutdown_workers', None)):
+        it._shutdown_workers()
 
 # %% ../nbs/01_torch_compat.ipynb #ee3e9a90
 # checked: torch 2.0 to 2.14 (what torch's own default_collate uses in a worker: a storage in shared memory, no copy)
 def new_shared_storage(nbytes: int) -> torch.UntypedStorage:
     "An untyped storage of `nbytes` bytes in shared memory (for a batch a worker hands to the main process)."
     return torch.UntypedStorage._new_shared(nbytes)
+
 
 # checked: torch 2.0 to 2.14 (a tuple of one generator per CUDA device; empty without CUDA)
 def cuda_default_generator(index: int) -> torch.Generator:

@@ -13,14 +13,34 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 from torchvision.transforms.v2 import functional as F2
 from .decode import EncodedJpeg, gil_free
-from .resample import (INTERPOLATIONS, MODE_TO_PIL, RESAMPLE_KIND, check_interpolation, interp_mode_to_str,  # timm's
-                               interp_or_choices, interp_repr, pick_interp, resize_center_crop, str_to_interp_mode,  # names,
-                               str_to_pil_interp)  # also importable from here
+from timmdata.resample import (
+    INTERPOLATIONS,
+    MODE_TO_PIL,
+    RESAMPLE_KIND,
+    check_interpolation,
+    interp_mode_to_str,  # timm's
+    interp_or_choices,
+    interp_repr,
+    pick_interp,
+    resize_center_crop,
+    str_to_interp_mode,  # names,
+    str_to_pil_interp,
+)  # also importable from here
 from .stages import DECODE, stage_clock
 from .config import parse_input_size
-from .config import (CROP_MODES, DEFAULT_CROP_MODE, DEFAULT_CROP_PCT, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD,
-                                IMAGENET_DPN_MEAN, IMAGENET_DPN_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD,
-                                OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)  # timm's names, also importable from here
+from timmdata.config import (
+    CROP_MODES,
+    DEFAULT_CROP_MODE,
+    DEFAULT_CROP_PCT,
+    IMAGENET_DEFAULT_MEAN,
+    IMAGENET_DEFAULT_STD,
+    IMAGENET_DPN_MEAN,
+    IMAGENET_DPN_STD,
+    IMAGENET_INCEPTION_MEAN,
+    IMAGENET_INCEPTION_STD,
+    OPENAI_CLIP_MEAN,
+    OPENAI_CLIP_STD,
+)  # timm's names, also importable from here
 
 # %% auto #0
 __all__ = ['INPUT_FORMATS', 'TakesInput', 'SampleTransform', 'transform_input', 'is_tensor_image', 'image_hw', 'resize_exact',
@@ -30,26 +50,49 @@ __all__ = ['INPUT_FORMATS', 'TakesInput', 'SampleTransform', 'transform_input', 
 
 # %% ../nbs/10_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
+
+
 @typing.runtime_checkable
 class TakesInput(typing.Protocol):  # the dataset/transform seam, declared once: the richest image a transform takes
     input_format: str  # one of INPUT_FORMATS; SampleTransform has it; any object declares it by having the attribute
 
+
 class SampleTransform:
     "A per-sample transform that declares its input: `input_format` is 'pil', 'tensor' or 'encoded' (see `INPUT_FORMATS`)."
-    input_format: str = 'pil'
-    def __call__(self, img): raise NotImplementedError(f'{type(self).__name__} must define __call__(img) -> the transformed image')
 
-_TV_TENSOR_OK = (tvt.RandomHorizontalFlip, tvt.RandomVerticalFlip, tvt.ColorJitter, tvt.RandomGrayscale, tvt.Grayscale,
-                 tvt.GaussianBlur, tvt.CenterCrop, tvt.Normalize, tvt.Resize, tvt.ConvertImageDtype)
+    input_format: str = 'pil'
+
+    def __call__(self, img):
+        raise NotImplementedError(f'{type(self).__name__} must define __call__(img) -> the transformed image')
+
+
+_TV_TENSOR_OK = (
+    tvt.RandomHorizontalFlip,
+    tvt.RandomVerticalFlip,
+    tvt.ColorJitter,
+    tvt.RandomGrayscale,
+    tvt.Grayscale,
+    tvt.GaussianBlur,
+    tvt.CenterCrop,
+    tvt.Normalize,
+    tvt.Resize,
+    tvt.ConvertImageDtype,
+)
 _TV_CONTAINERS = (tvt.Compose, tvt.RandomApply, tvt.RandomChoice, tvt.RandomOrder)
+
 
 def transform_input(t) -> str:
     "What to hand transform `t`: 'encoded', 'tensor' or 'pil' (its declared `input_format`; torchvision's known ones; else 'pil')."
-    if isinstance(t, TakesInput): f = t.input_format  # declared: by subclassing SampleTransform or by the attribute
-    elif isinstance(t, _TV_CONTAINERS): return 'tensor' if all(transform_input(s) != 'pil' for s in t.transforms) else 'pil'
-    else: return 'tensor' if isinstance(t, _TV_TENSOR_OK) else 'pil'  # not declared: PIL, which is always correct
+    if isinstance(t, TakesInput):
+        f = t.input_format  # declared: by subclassing SampleTransform or by the attribute
+    elif isinstance(t, _TV_CONTAINERS):
+        return 'tensor' if all(transform_input(s) != 'pil' for s in t.transforms) else 'pil'
+    else:
+        return 'tensor' if isinstance(t, _TV_TENSOR_OK) else 'pil'  # not declared: PIL, which is always correct
     if f not in INPUT_FORMATS:
-        raise ValueError(f"{type(t).__name__}.input_format must be one of {', '.join(map(repr, INPUT_FORMATS))}; got {f!r}")
+        raise ValueError(
+            f"{type(t).__name__}.input_format must be one of {', '.join(map(repr, INPUT_FORMATS))}; got {f!r}"
+        )
     return f
 
 # %% ../nbs/10_transforms.ipynb #1fb55175
@@ -57,27 +100,44 @@ def is_tensor_image(img) -> bool:
     "True for a torch tensor image (CHW), False for PIL."
     return isinstance(img, torch.Tensor)
 
+
 def image_hw(img) -> tuple:
     "(height, width) of a PIL image, a CHW tensor or an HWC ndarray."
-    if isinstance(img, Image.Image): return img.height, img.width
-    if isinstance(img, torch.Tensor): return tuple(img.shape[-2:])
-    if isinstance(img, np.ndarray): return tuple(img.shape[:2])
-    if isinstance(img, EncodedJpeg): return img.height, img.width  # a JPEG not decoded yet
+    if isinstance(img, Image.Image):
+        return img.height, img.width
+    if isinstance(img, torch.Tensor):
+        return tuple(img.shape[-2:])
+    if isinstance(img, np.ndarray):
+        return tuple(img.shape[:2])
+    if isinstance(img, EncodedJpeg):
+        return img.height, img.width  # a JPEG not decoded yet
     raise TypeError(f"expected a PIL image, a CHW tensor or an HWC ndarray; got {type(img).__name__}")
+
 
 # torch's uint8 resampling kernel (bilinear, bicubic) for x86 CPUs with AVX2; elsewhere torchvision decides
 _U8_RESIZE_CL = torch.backends.cpu.get_cpu_capability() in ('AVX2', 'AVX512')
 
+
 def _is_hwc_view(img) -> bool:
     "A uint8 CPU 3xHxW tensor laid out as HWC pixels in memory: a decoded image, or a crop window of one."
-    return (img.ndim == 3 and img.shape[0] == 3 and img.stride(0) == 1 and img.stride(2) == 3 and img.stride(1) >= 3 * img.shape[2]
-            and img.dtype == torch.uint8 and img.device.type == 'cpu')
+    return (
+        img.ndim == 3
+        and img.shape[0] == 3
+        and img.stride(0) == 1
+        and img.stride(2) == 3
+        and img.stride(1) >= 3 * img.shape[2]
+        and img.dtype == torch.uint8
+        and img.device.type == 'cpu'
+    )
+
 
 def resize_exact(img, size, interp: InterpolationMode):
     "Resize to exactly `size` = (h, w); an image of that size already is returned as it is (no copy)."
     h, w = int(size[0]), int(size[1])
-    if image_hw(img) == (h, w): return img  # PIL and torchvision would copy or repack the pixels for nothing
-    if not is_tensor_image(img): return img.resize((w, h), MODE_TO_PIL[interp])
+    if image_hw(img) == (h, w):
+        return img  # PIL and torchvision would copy or repack the pixels for nothing
+    if not is_tensor_image(img):
+        return img.resize((w, h), MODE_TO_PIL[interp])
     if interp in (InterpolationMode.BOX, InterpolationMode.HAMMING):  # no torch kernel: a rare, slow PIL detour
         return TF.pil_to_tensor(TF.to_pil_image(img).resize((w, h), MODE_TO_PIL[interp]))
     if _U8_RESIZE_CL and interp in (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC) and _is_hwc_view(img):
@@ -85,65 +145,103 @@ def resize_exact(img, size, interp: InterpolationMode):
         # batch hides the channels-last layout of a crop window; the kernel then repacks to planar and takes about
         # twice as long. Shown as a 4-D channels-last view, it reads and writes interleaved pixels: the same values (tested below)
         x = img.permute(1, 2, 0).unsqueeze(0).permute(0, 3, 1, 2)
-        with gil_free: return torch.nn.functional.interpolate(x, size=[h, w], mode=interp.value, align_corners=False, antialias=True)[0]
-    with gil_free: return F2.resize_image(img, [h, w], interpolation=interp, antialias=True)  # torch's kernels run without the GIL
+        with gil_free:
+            return torch.nn.functional.interpolate(
+                x, size=[h, w], mode=interp.value, align_corners=False, antialias=True
+            )[0]
+    with gil_free:
+        return F2.resize_image(img, [h, w], interpolation=interp, antialias=True)  # torch's kernels run without the GIL
+
 
 def crop_box(img, top, left, height, width):
     "Crop inside the image (tensor: a view; a not-yet-decoded JPEG: only the box is decoded)."
     if isinstance(img, EncodedJpeg):
-        with stage_clock(DECODE): return img.decode_crop(top, left, height, width)
-    if not is_tensor_image(img): return img.crop((left, top, left + width, top + height))
-    return img[..., top:top + height, left:left + width]
+        with stage_clock(DECODE):
+            return img.decode_crop(top, left, height, width)
+    if not is_tensor_image(img):
+        return img.crop((left, top, left + width, top + height))
+    return img[..., top : top + height, left : left + width]
+
 
 def _pad(img, ltrb, fill=0, padding_mode='constant'):
-    if not is_tensor_image(img): return TF.pad(img, list(ltrb), fill=fill, padding_mode=padding_mode)
-    if isinstance(fill, (list, tuple)) and padding_mode == 'constant': fill = [float(f) for f in fill]
+    if not is_tensor_image(img):
+        return TF.pad(img, list(ltrb), fill=fill, padding_mode=padding_mode)
+    if isinstance(fill, (list, tuple)) and padding_mode == 'constant':
+        fill = [float(f) for f in fill]
     return F2.pad_image(img, list(ltrb), fill=fill if padding_mode == 'constant' else None, padding_mode=padding_mode)
+
 
 def setup_size(size, param='size') -> tuple:
     "(h, w) from an int or an (h, w) pair (a 1-sequence repeats): the size argument of the transforms below."
-    if isinstance(size, (list, tuple)) and len(size) == 1: size = size[0]
+    if isinstance(size, (list, tuple)) and len(size) == 1:
+        size = size[0]
     return parse_input_size(size, param, channels=False)
 
 # %% ../nbs/10_transforms.ipynb #a81a9eda
 class MaybePILToTensor(SampleTransform):
     "PIL image or HWC uint8 ndarray -> uint8 CHW tensor, values unscaled; tensors pass through."
+
     input_format = 'tensor'
+
     def __call__(self, pic):
-        if isinstance(pic, torch.Tensor): return pic
+        if isinstance(pic, torch.Tensor):
+            return pic
         if isinstance(pic, np.ndarray):
             a = pic[:, :, None] if pic.ndim == 2 else pic
             a = np.ascontiguousarray(a)
-            return torch.from_numpy(a if a.flags.writeable else a.copy()).permute(2, 0, 1)  # torch warns on read-only memory
+            return torch.from_numpy(a if a.flags.writeable else a.copy()).permute(
+                2, 0, 1
+            )  # torch warns on read-only memory
         return TF.pil_to_tensor(pic)
-    def __repr__(self): return f"{type(self).__name__}()"
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
 
 class MaybeToTensor(SampleTransform):
     "PIL image / ndarray / uint8 tensor -> float CHW tensor in [0, 1]; float tensors pass through."
+
     input_format = 'tensor'
+
     def __call__(self, pic):
         if isinstance(pic, torch.Tensor):
             return pic.float().div_(255) if pic.dtype == torch.uint8 else pic
         return TF.to_tensor(pic)
-    def __repr__(self): return f"{type(self).__name__}()"
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
 
 class ToTensor(SampleTransform):
     "PIL image -> tensor of `dtype` without rescaling values (timm's `ToTensor`)."
+
     input_format = 'tensor'
-    def __init__(self, dtype=torch.float32): self.dtype = dtype
+
+    def __init__(self, dtype=torch.float32):
+        self.dtype = dtype
+
     def __call__(self, pic):
         return (pic if isinstance(pic, torch.Tensor) else TF.pil_to_tensor(pic)).to(dtype=self.dtype)
-    def __repr__(self): return f"{type(self).__name__}(dtype={self.dtype})"
+
+    def __repr__(self):
+        return f"{type(self).__name__}(dtype={self.dtype})"
+
 
 class ToNumpy(SampleTransform):
     "PIL image or CHW tensor -> uint8 CHW ndarray."
+
     input_format = 'tensor'
+
     def __call__(self, pic):
-        if isinstance(pic, torch.Tensor): return pic.numpy()
+        if isinstance(pic, torch.Tensor):
+            return pic.numpy()
         a = np.array(pic, dtype=np.uint8)
-        if a.ndim < 3: a = a[:, :, None]
+        if a.ndim < 3:
+            a = a[:, :, None]
         return np.rollaxis(a, 2)
-    def __repr__(self): return f"{type(self).__name__}()"
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
 
 # %% ../nbs/10_transforms.ipynb #4c03fcba
 def shorter_edge_size(hw, size: int) -> tuple:
@@ -153,33 +251,44 @@ def shorter_edge_size(hw, size: int) -> tuple:
     new_long = int(size * long / short)
     return (new_long, size) if w <= h else (size, new_long)
 
+
 class Resize(SampleTransform):
     "Resize a PIL image or uint8 tensor: int `size` -> shorter edge, (h, w) -> exact."
+
     input_format = 'tensor'
-    def __init__(self,
-                 size, # int (shorter edge) or (h, w)
-                 interpolation: str = 'bilinear', # a name from `INTERPOLATIONS` (not 'random')
-                ):
+
+    def __init__(
+        self,
+        size,  # int (shorter edge) or (h, w)
+        interpolation: str = 'bilinear',  # a name from `INTERPOLATIONS` (not 'random')
+    ):
         self.size = size if isinstance(size, numbers.Number) else setup_size(size)
         self.interpolation = str_to_interp_mode(interpolation)
+
     def __call__(self, img):
         hw = image_hw(img)
         out = shorter_edge_size(hw, int(self.size)) if isinstance(self.size, numbers.Number) else self.size
         return resize_exact(img, out, self.interpolation)
-    def __repr__(self): return f"{type(self).__name__}(size={self.size}, interpolation={interp_repr(self.interpolation)})"
+
+    def __repr__(self):
+        return f"{type(self).__name__}(size={self.size}, interpolation={interp_repr(self.interpolation)})"
 
 # %% ../nbs/10_transforms.ipynb #6497cc3b
 class RandomResizedCropAndInterpolation(SampleTransform):
     "Random area/aspect crop resized to `size`, with a fixed or 'random' interpolation; PIL images or uint8 tensors."
+
     input_format = 'encoded'  # crops first: takes a not-yet-decoded JPEG and decodes just the box
-    def __init__(self,
-                 size, # output (h, w) or int
-                 scale: tuple = (0.08, 1.0), # range of the crop's area, as a fraction of the image's
-                 ratio: tuple = (3. / 4., 4. / 3.), # range of the crop's aspect ratio w/h (drawn log-uniformly)
-                 interpolation: str = 'bilinear', # a name from `INTERPOLATIONS`, 'random' = bilinear or bicubic per image
-                ):
+
+    def __init__(
+        self,
+        size,  # output (h, w) or int
+        scale: tuple = (0.08, 1.0),  # range of the crop's area, as a fraction of the image's
+        ratio: tuple = (3.0 / 4.0, 4.0 / 3.0),  # range of the crop's aspect ratio w/h (drawn log-uniformly)
+        interpolation: str = 'bilinear',  # a name from `INTERPOLATIONS`, 'random' = bilinear or bicubic per image
+    ):
         self.size = setup_size(size)
-        check_range(scale, 'scale'); check_range(ratio, 'ratio')
+        check_range(scale, 'scale')
+        check_range(ratio, 'ratio')
         self.interpolation = interp_or_choices(interpolation)
         self.scale, self.ratio = scale, ratio
 
@@ -198,9 +307,12 @@ class RandomResizedCropAndInterpolation(SampleTransform):
                 return random.randint(0, img_h - h), random.randint(0, img_w - w), h, w
         # no luck in ten tries: the largest centred box with the nearest allowed aspect ratio
         in_ratio = img_w / img_h
-        if in_ratio < min(ratio): w, h = img_w, int(round(img_w / min(ratio)))
-        elif in_ratio > max(ratio): w, h = int(round(img_h * max(ratio))), img_h
-        else: w, h = img_w, img_h
+        if in_ratio < min(ratio):
+            w, h = img_w, int(round(img_w / min(ratio)))
+        elif in_ratio > max(ratio):
+            w, h = int(round(img_h * max(ratio))), img_h
+        else:
+            w, h = img_w, img_h
         return (img_h - h) // 2, (img_w - w) // 2, h, w
 
     def __call__(self, img):
@@ -208,8 +320,11 @@ class RandomResizedCropAndInterpolation(SampleTransform):
         return resize_exact(crop_box(img, i, j, h, w), self.size, pick_interp(self.interpolation))
 
     def __repr__(self):
-        return (f"{type(self).__name__}(size={self.size}, scale={tuple(round(s, 4) for s in self.scale)}, "
-                f"ratio={tuple(round(r, 4) for r in self.ratio)}, interpolation={interp_repr(self.interpolation)})")
+        return (
+            f"{type(self).__name__}(size={self.size}, scale={tuple(round(s, 4) for s in self.scale)}, "
+            f"ratio={tuple(round(r, 4) for r in self.ratio)}, interpolation={interp_repr(self.interpolation)})"
+        )
+
 
 def check_range(rng, param):
     "A ValueError naming `param` unless `rng` is a (min, max) pair with min <= max."
@@ -221,34 +336,50 @@ def check_range(rng, param):
 # %% ../nbs/10_transforms.ipynb #a575da40
 class ResizeKeepRatio(SampleTransform):
     "Resize keeping the aspect ratio (optionally randomly rescaled / re-aspected); PIL images or uint8 tensors."
+
     input_format = 'tensor'
-    def __init__(self,
-                 size, # target (h, w) or int
-                 longest: float = 0., # 0: fit the shorter side to the target, 1: the longer side (in between: a blend)
-                 interpolation: str = 'bilinear', # a name from `INTERPOLATIONS`, or 'random'
-                 random_scale_prob: float = 0., # probability of a random scale factor
-                 random_scale_range: tuple = (0.85, 1.05), # its range
-                 random_scale_area: bool = False, # treat the factor as an area fraction, like RandomResizedCrop's scale
-                 random_aspect_prob: float = 0., # probability of a random aspect change
-                 random_aspect_range: tuple = (0.9, 1.11), # its range (drawn log-uniformly)
-                ):
+
+    def __init__(
+        self,
+        size,  # target (h, w) or int
+        longest: float = 0.0,  # 0: fit the shorter side to the target, 1: the longer side (in between: a blend)
+        interpolation: str = 'bilinear',  # a name from `INTERPOLATIONS`, or 'random'
+        random_scale_prob: float = 0.0,  # probability of a random scale factor
+        random_scale_range: tuple = (0.85, 1.05),  # its range
+        random_scale_area: bool = False,  # treat the factor as an area fraction, like RandomResizedCrop's scale
+        random_aspect_prob: float = 0.0,  # probability of a random aspect change
+        random_aspect_range: tuple = (0.9, 1.11),  # its range (drawn log-uniformly)
+    ):
         self.size = setup_size(size)
         self.interpolation = interp_or_choices(interpolation)
         self.longest = float(longest)
-        self.random_scale_prob, self.random_scale_range, self.random_scale_area = random_scale_prob, random_scale_range, random_scale_area
+        self.random_scale_prob, self.random_scale_range, self.random_scale_area = (
+            random_scale_prob,
+            random_scale_range,
+            random_scale_area,
+        )
         self.random_aspect_prob, self.random_aspect_range = random_aspect_prob, random_aspect_range
 
     @staticmethod
-    def get_params(img, target_size, longest, random_scale_prob=0., random_scale_range=(1.0, 1.33),
-                   random_scale_area=False, random_aspect_prob=0., random_aspect_range=(0.9, 1.11)) -> list:
+    def get_params(
+        img,
+        target_size,
+        longest,
+        random_scale_prob=0.0,
+        random_scale_range=(1.0, 1.33),
+        random_scale_area=False,
+        random_aspect_prob=0.0,
+        random_aspect_range=(0.9, 1.11),
+    ) -> list:
         "Output [h, w]."
         img_hw = image_hw(img)
         rh, rw = img_hw[0] / target_size[0], img_hw[1] / target_size[1]
-        ratio = max(rh, rw) * longest + min(rh, rw) * (1. - longest)
-        fh = fw = 1.
+        ratio = max(rh, rw) * longest + min(rh, rw) * (1.0 - longest)
+        fh = fw = 1.0
         if random_scale_prob > 0 and random.random() < random_scale_prob:
             f = random.uniform(*random_scale_range)
-            if random_scale_area: f = 1. / math.sqrt(f)  # an area fraction < 1 zooms in, as RandomResizedCrop's scale
+            if random_scale_area:
+                f = 1.0 / math.sqrt(f)  # an area fraction < 1 zooms in, as RandomResizedCrop's scale
             fh = fw = f
         if random_aspect_prob > 0 and random.random() < random_aspect_prob:
             a = math.sqrt(math.exp(random.uniform(math.log(random_aspect_range[0]), math.log(random_aspect_range[1]))))
@@ -256,103 +387,161 @@ class ResizeKeepRatio(SampleTransform):
         return [round(x * f / ratio) for x, f in zip(img_hw, (fh, fw))]
 
     def __call__(self, img):
-        size = self.get_params(img, self.size, self.longest, self.random_scale_prob, self.random_scale_range,
-                               self.random_scale_area, self.random_aspect_prob, self.random_aspect_range)
+        size = self.get_params(
+            img,
+            self.size,
+            self.longest,
+            self.random_scale_prob,
+            self.random_scale_range,
+            self.random_scale_area,
+            self.random_aspect_prob,
+            self.random_aspect_range,
+        )
         return resize_exact(img, size, pick_interp(self.interpolation))
 
     def __repr__(self):
-        return (f"{type(self).__name__}(size={self.size}, interpolation={interp_repr(self.interpolation)}, "
-                f"longest={self.longest:.3f}, random_scale_prob={self.random_scale_prob:.3f}, "
-                f"random_aspect_prob={self.random_aspect_prob:.3f})")
+        return (
+            f"{type(self).__name__}(size={self.size}, interpolation={interp_repr(self.interpolation)}, "
+            f"longest={self.longest:.3f}, random_scale_prob={self.random_scale_prob:.3f}, "
+            f"random_aspect_prob={self.random_aspect_prob:.3f})"
+        )
 
 # %% ../nbs/10_transforms.ipynb #bdbd760c
 def center_crop_or_pad(img, output_size, fill=0, padding_mode: str = 'constant'):
     "Centre crop to `output_size` (int or (h, w)), padding first where the image is smaller."
     return _center_crop_or_pad(img, setup_size(output_size, 'output_size'), fill, padding_mode)
 
+
 def _center_crop_or_pad(img, size: tuple, fill, padding_mode: str):
     "`center_crop_or_pad` for an (h, w) of ints (`CenterCropOrPad` normalises its size once, not per image)."
     ch, cw = size
     ih, iw = image_hw(img)
     if cw > iw or ch > ih:
-        pad = [(cw - iw) // 2 if cw > iw else 0, (ch - ih) // 2 if ch > ih else 0,
-               (cw - iw + 1) // 2 if cw > iw else 0, (ch - ih + 1) // 2 if ch > ih else 0]
+        pad = [
+            (cw - iw) // 2 if cw > iw else 0,
+            (ch - ih) // 2 if ch > ih else 0,
+            (cw - iw + 1) // 2 if cw > iw else 0,
+            (ch - ih + 1) // 2 if ch > ih else 0,
+        ]
         img = _pad(img, pad, fill=fill, padding_mode=padding_mode)
         ih, iw = image_hw(img)
-        if (ch, cw) == (ih, iw): return img
+        if (ch, cw) == (ih, iw):
+            return img
     return crop_box(img, int(round((ih - ch) / 2.0)), int(round((iw - cw) / 2.0)), ch, cw)
+
 
 def crop_or_pad(img, top: int, left: int, height: int, width: int, fill=0, padding_mode: str = 'constant'):
     "Crop the box (top, left, height, width), padding where it lies outside the image."
     ih, iw = image_hw(img)
     right, bottom = left + width, top + height
     if left < 0 or top < 0 or right > iw or bottom > ih:
-        pad = [max(-left + min(0, right), 0), max(-top + min(0, bottom), 0),
-               max(right - max(iw, left), 0), max(bottom - max(ih, top), 0)]
+        pad = [
+            max(-left + min(0, right), 0),
+            max(-top + min(0, bottom), 0),
+            max(right - max(iw, left), 0),
+            max(bottom - max(ih, top), 0),
+        ]
         img = _pad(img, pad, fill=fill, padding_mode=padding_mode)
     return crop_box(img, max(top, 0), max(left, 0), height, width)
 
 # %% ../nbs/10_transforms.ipynb #64d842f7
 class CenterCropOrPad(SampleTransform):
     "Centre crop to `size`, padding where the image is smaller; PIL images or uint8 tensors."
+
     input_format = 'tensor'
-    def __init__(self,
-                 size, # output (h, w) or int
-                 fill=0, # pad value: int or per-channel tuple (0-255)
-                 padding_mode: str = 'constant', # 'constant', 'edge', 'reflect' or 'symmetric'
-                ):
+
+    def __init__(
+        self,
+        size,  # output (h, w) or int
+        fill=0,  # pad value: int or per-channel tuple (0-255)
+        padding_mode: str = 'constant',  # 'constant', 'edge', 'reflect' or 'symmetric'
+    ):
         self.size, self.fill, self.padding_mode = setup_size(size), fill, padding_mode
-    def __call__(self, img): return _center_crop_or_pad(img, self.size, self.fill, self.padding_mode)
-    def __repr__(self): return f"{type(self).__name__}(size={self.size})"
+
+    def __call__(self, img):
+        return _center_crop_or_pad(img, self.size, self.fill, self.padding_mode)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(size={self.size})"
+
 
 class RandomCropOrPad(SampleTransform):
     "Crop to `size` at a random place in the crop-or-pad margin; PIL images or uint8 tensors."
+
     input_format = 'tensor'
-    def __init__(self,
-                 size, # output (h, w) or int
-                 fill=0, # pad value
-                 padding_mode: str = 'constant', # as `CenterCropOrPad`
-                ):
+
+    def __init__(
+        self,
+        size,  # output (h, w) or int
+        fill=0,  # pad value
+        padding_mode: str = 'constant',  # as `CenterCropOrPad`
+    ):
         self.size, self.fill, self.padding_mode = setup_size(size), fill, padding_mode
+
     @staticmethod
     def get_params(img, size) -> tuple:
         ih, iw = image_hw(img)
         dh, dw = ih - size[0], iw - size[1]
         return (int(math.copysign(random.randint(0, abs(dh)), dh)), int(math.copysign(random.randint(0, abs(dw)), dw)))
+
     def __call__(self, img):
         top, left = self.get_params(img, self.size)
         return crop_or_pad(img, top, left, self.size[0], self.size[1], fill=self.fill, padding_mode=self.padding_mode)
-    def __repr__(self): return f"{type(self).__name__}(size={self.size})"
+
+    def __repr__(self):
+        return f"{type(self).__name__}(size={self.size})"
+
 
 class TrimBorder(SampleTransform):
     "Cut `border_size` pixels off every side."
+
     input_format = 'tensor'
-    def __init__(self, border_size: int): self.border_size = border_size
+
+    def __init__(self, border_size: int):
+        self.border_size = border_size
+
     def __call__(self, img):
         h, w = image_hw(img)
         b = self.border_size
         return crop_box(img, min(b, h), min(b, w), max(0, h - 2 * b), max(0, w - 2 * b))
-    def __repr__(self): return f"{type(self).__name__}(border_size={self.border_size})"
+
+    def __repr__(self):
+        return f"{type(self).__name__}(border_size={self.border_size})"
 
 # %% ../nbs/10_transforms.ipynb #ce7bd336
 _TO_TENSOR = (MaybePILToTensor, MaybeToTensor, ToTensor, ToNumpy, tvt.PILToTensor, tvt.ToTensor)
 
+
 class Compose(tvt.Compose, SampleTransform):
     "torchvision's `Compose`, declaring its `input_format` from its steps'; `fuse_resize_crop`: see timmdata.resample."
-    fuse_resize_crop = False  # PIL-exact, but ~10% more CPU than the steps today (scalar horizontal pass): off by default
+
+    fuse_resize_crop = (
+        False  # PIL-exact, but ~10% more CPU than the steps today (scalar horizontal pass): off by default
+    )
+
     def _resize_crop(self) -> tuple | None:  # the eval pipeline's steps, fused: timmdata.resample.resize_center_crop
         ts = self.transforms
-        if (self.fuse_resize_crop and len(ts) >= 2 and type(ts[0]) is Resize and isinstance(ts[0].size, numbers.Number) and type(ts[1]) is CenterCropOrPad
-                and ts[0].interpolation in RESAMPLE_KIND): return ts[0], ts[1]
+        if (
+            self.fuse_resize_crop
+            and len(ts) >= 2
+            and type(ts[0]) is Resize
+            and isinstance(ts[0].size, numbers.Number)
+            and type(ts[1]) is CenterCropOrPad
+            and ts[0].interpolation in RESAMPLE_KIND
+        ):
+            return ts[0], ts[1]
         return None
 
     @property
     def input_format(self) -> str:
         for i, t in enumerate(self.transforms):
-            if isinstance(t, _TO_TENSOR): break  # later steps see tensors whatever came in
+            if isinstance(t, _TO_TENSOR):
+                break  # later steps see tensors whatever came in
             f = transform_input(t)
-            if f == 'pil': return 'pil'
-            if f == 'encoded' and i > 0: return 'tensor'  # only a first step sees the undecoded JPEG
+            if f == 'pil':
+                return 'pil'
+            if f == 'encoded' and i > 0:
+                return 'tensor'  # only a first step sees the undecoded JPEG
         first = self.transforms and transform_input(self.transforms[0]) == 'encoded'
         return 'encoded' if first or self._resize_crop() is not None else 'tensor'
 
@@ -360,9 +549,12 @@ class Compose(tvt.Compose, SampleTransform):
         ts = self.transforms
         if isinstance(img, (EncodedJpeg, torch.Tensor)) and (rc := self._resize_crop()) is not None:
             out = resize_center_crop(img, int(rc[0].size), rc[1].size, rc[0].interpolation)
-            if out is not None: img, ts = out, ts[2:]
+            if out is not None:
+                img, ts = out, ts[2:]
         # per sample, so only the first step is asked: it is the one that meets the undecoded JPEG
         if isinstance(img, EncodedJpeg) and (not ts or transform_input(ts[0]) != 'encoded'):
-            with stage_clock(DECODE): img = img.decode()
-        for t in ts: img = t(img)
+            with stage_clock(DECODE):
+                img = img.decode()
+        for t in ts:
+            img = t(img)
         return img

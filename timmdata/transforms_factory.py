@@ -8,11 +8,35 @@ import math, numbers
 from typing import Optional, Union
 import torch
 from torchvision import transforms as tvt
-from .config import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, DEFAULT_CROP_PCT, CROP_MODES, color_jitter_factors,
-                             parse_input_size, expand_channel_stats)
-from .transforms import (Compose, Resize, RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad,
-    RandomCropOrPad, TrimBorder, MaybeToTensor, MaybePILToTensor, check_interpolation, check_range)
-from .naflex_transforms import RandomResizedCropToSequence, ResizeToSequence, Patchify, parse_patch_size, check_seq_len
+from timmdata.config import (
+    IMAGENET_DEFAULT_MEAN,
+    IMAGENET_DEFAULT_STD,
+    DEFAULT_CROP_PCT,
+    CROP_MODES,
+    color_jitter_factors,
+    parse_input_size,
+    expand_channel_stats,
+)
+from timmdata.transforms import (
+    Compose,
+    Resize,
+    RandomResizedCropAndInterpolation,
+    ResizeKeepRatio,
+    CenterCropOrPad,
+    RandomCropOrPad,
+    TrimBorder,
+    MaybeToTensor,
+    MaybePILToTensor,
+    check_interpolation,
+    check_range,
+)
+from timmdata.naflex_transforms import (
+    RandomResizedCropToSequence,
+    ResizeToSequence,
+    Patchify,
+    parse_patch_size,
+    check_seq_len,
+)
 
 # %% auto #0
 __all__ = ['TRAIN_CROP_MODES', 'transforms_noaug_train', 'transforms_imagenet_train', 'transforms_imagenet_eval', 'RandomPad',
@@ -21,77 +45,105 @@ __all__ = ['TRAIN_CROP_MODES', 'transforms_noaug_train', 'transforms_imagenet_tr
 # %% ../nbs/18_transforms_factory.ipynb #0095e777
 TRAIN_CROP_MODES = ('rrc', 'rkrc', 'rkrr')
 
+
 def _final_tfl(use_prefetcher, normalize, mean, std):
     "Ends a pipeline: a uint8 CHW tensor for the prefetcher (or without normalising), else a normalised float tensor."
-    if use_prefetcher or not normalize: return [MaybePILToTensor()]
+    if use_prefetcher or not normalize:
+        return [MaybePILToTensor()]
     return [MaybeToTensor(), tvt.Normalize(mean=torch.tensor(mean), std=torch.tensor(std))]
 
-def transforms_noaug_train(img_size: Union[int, tuple] = 224, # output size: int or (h, w)
-                           interpolation: str = 'bilinear', # resize interpolation ('random' becomes 'bilinear')
-                           mean: tuple = IMAGENET_DEFAULT_MEAN, # normalisation mean (RGB, 0-1)
-                           std: tuple = IMAGENET_DEFAULT_STD, # normalisation std
-                           use_prefetcher: bool = False, # stop at a uint8 CHW tensor: the prefetcher normalises on the device
-                           normalize: bool = True, # normalise here (when not using the prefetcher)
-                          ) -> Compose:
+
+def transforms_noaug_train(
+    img_size: Union[int, tuple] = 224,  # output size: int or (h, w)
+    interpolation: str = 'bilinear',  # resize interpolation ('random' becomes 'bilinear')
+    mean: tuple = IMAGENET_DEFAULT_MEAN,  # normalisation mean (RGB, 0-1)
+    std: tuple = IMAGENET_DEFAULT_STD,  # normalisation std
+    use_prefetcher: bool = False,  # stop at a uint8 CHW tensor: the prefetcher normalises on the device
+    normalize: bool = True,  # normalise here (when not using the prefetcher)
+) -> Compose:
     "Training without augmentation: resize (shorter edge) and centre crop."
-    if interpolation == 'random': interpolation = 'bilinear'
-    return Compose([Resize(img_size, interpolation=interpolation), CenterCropOrPad(img_size)]
-                   + _final_tfl(use_prefetcher, normalize, mean, std))
+    if interpolation == 'random':
+        interpolation = 'bilinear'
+    return Compose(
+        [Resize(img_size, interpolation=interpolation), CenterCropOrPad(img_size)]
+        + _final_tfl(use_prefetcher, normalize, mean, std)
+    )
 
 # %% ../nbs/18_transforms_factory.ipynb #c55e05b7
-def transforms_imagenet_train(img_size: Union[int, tuple] = 224, # output size: int or (h, w)
-                              scale: Optional[tuple] = None, # crop area range (default (0.08, 1) for 'rrc', (0.8, 1) for 'rkr*')
-                              ratio: Optional[tuple] = None, # aspect range (default (3/4, 4/3) for 'rrc', (0.9, 1/0.9) for 'rkr*')
-                              train_crop_mode: Optional[str] = None, # 'rrc' (default), 'rkrc' or 'rkrr'
-                              hflip: float = 0.5, # horizontal flip probability
-                              vflip: float = 0., # vertical flip probability
-                              color_jitter: Union[float, tuple, None] = 0.4, # strength(s): scalar, or 3/4-tuple (b, c, s[, h]); 0/None: off
-                              color_jitter_prob: Optional[float] = None, # apply the jitter with this probability (None: always)
-                              force_color_jitter: bool = False, # keep colour jitter even with auto-augment
-                              grayscale_prob: float = 0., # random grayscale probability
-                              gaussian_blur_prob: float = 0., # random Gaussian blur (kernel 23) probability
-                              auto_augment: Optional[str] = None, # timm auto-augment string ('rand-m9-mstd0.5-inc1', 'augmix-m5-w4-d2', 'original', ...)
-                              interpolation: str = 'random', # resize interpolation, 'random' = bilinear or bicubic per image
-                              mean: tuple = IMAGENET_DEFAULT_MEAN, # normalisation mean
-                              std: tuple = IMAGENET_DEFAULT_STD, # normalisation std
-                              re_prob: float = 0., # random erasing probability (here only without the prefetcher)
-                              re_mode: str = 'const', # random erasing fill mode
-                              re_count: int = 1, # random erasing max regions
-                              re_num_splits: int = 0, # random erasing splits
-                              use_prefetcher: bool = False, # stop at a uint8 CHW tensor
-                              normalize: bool = True, # normalise here (when not using the prefetcher)
-                              separate: bool = False, # return (primary, secondary, final) pipelines, for AugMix splits
-                              naflex: bool = False, # NaFlex: crop resized to fit `max_seq_len` patches (not to `img_size`)
-                              patch_size: Union[int, tuple] = 16, # NaFlex patch size: int or (h, w)
-                              max_seq_len: int = 576, # NaFlex: the most patches per image (576 = 24x24 of 16x16)
-                              patchify: bool = False, # end with `Patchify`: a dict of flattened patches, coords, valid mask
-                              patchify_channels_last: bool = True, # per-patch order ph, pw, C (else C, ph, pw)
-                             ):
+def transforms_imagenet_train(
+    img_size: Union[int, tuple] = 224,  # output size: int or (h, w)
+    scale: Optional[tuple] = None,  # crop area range (default (0.08, 1) for 'rrc', (0.8, 1) for 'rkr*')
+    ratio: Optional[tuple] = None,  # aspect range (default (3/4, 4/3) for 'rrc', (0.9, 1/0.9) for 'rkr*')
+    train_crop_mode: Optional[str] = None,  # 'rrc' (default), 'rkrc' or 'rkrr'
+    hflip: float = 0.5,  # horizontal flip probability
+    vflip: float = 0.0,  # vertical flip probability
+    color_jitter: Union[float, tuple, None] = 0.4,  # strength(s): scalar, or 3/4-tuple (b, c, s[, h]); 0/None: off
+    color_jitter_prob: Optional[float] = None,  # apply the jitter with this probability (None: always)
+    force_color_jitter: bool = False,  # keep colour jitter even with auto-augment
+    grayscale_prob: float = 0.0,  # random grayscale probability
+    gaussian_blur_prob: float = 0.0,  # random Gaussian blur (kernel 23) probability
+    auto_augment: Optional[
+        str
+    ] = None,  # timm auto-augment string ('rand-m9-mstd0.5-inc1', 'augmix-m5-w4-d2', 'original', ...)
+    interpolation: str = 'random',  # resize interpolation, 'random' = bilinear or bicubic per image
+    mean: tuple = IMAGENET_DEFAULT_MEAN,  # normalisation mean
+    std: tuple = IMAGENET_DEFAULT_STD,  # normalisation std
+    re_prob: float = 0.0,  # random erasing probability (here only without the prefetcher)
+    re_mode: str = 'const',  # random erasing fill mode
+    re_count: int = 1,  # random erasing max regions
+    re_num_splits: int = 0,  # random erasing splits
+    use_prefetcher: bool = False,  # stop at a uint8 CHW tensor
+    normalize: bool = True,  # normalise here (when not using the prefetcher)
+    separate: bool = False,  # return (primary, secondary, final) pipelines, for AugMix splits
+    naflex: bool = False,  # NaFlex: crop resized to fit `max_seq_len` patches (not to `img_size`)
+    patch_size: Union[int, tuple] = 16,  # NaFlex patch size: int or (h, w)
+    max_seq_len: int = 576,  # NaFlex: the most patches per image (576 = 24x24 of 16x16)
+    patchify: bool = False,  # end with `Patchify`: a dict of flattened patches, coords, valid mask
+    patchify_channels_last: bool = True,  # per-patch order ph, pw, C (else C, ph, pw)
+):
     "timm's ImageNet training pipeline: random crop, flips, colour / auto augmentation, to tensor."
     train_crop_mode = train_crop_mode or 'rrc'
     if train_crop_mode not in TRAIN_CROP_MODES:
-        raise ValueError(f"train_crop_mode must be one of {', '.join(map(repr, TRAIN_CROP_MODES))}; got {train_crop_mode!r}")
+        raise ValueError(
+            f"train_crop_mode must be one of {', '.join(map(repr, TRAIN_CROP_MODES))}; got {train_crop_mode!r}"
+        )
     if naflex:  # timm's NaFlex crop replaces the crop mode: box area / aspect (relative to the image's) as for 'rrc'
-        scale, ratio = tuple(scale or (0.08, 1.0)), tuple(ratio or (3. / 4., 4. / 3.))
-        primary = [RandomResizedCropToSequence(patch_size=patch_size, max_seq_len=max_seq_len, scale=scale, ratio=ratio,
-                                               interpolation=interpolation)]
+        scale, ratio = tuple(scale or (0.08, 1.0)), tuple(ratio or (3.0 / 4.0, 4.0 / 3.0))
+        primary = [
+            RandomResizedCropToSequence(
+                patch_size=patch_size, max_seq_len=max_seq_len, scale=scale, ratio=ratio, interpolation=interpolation
+            )
+        ]
     elif train_crop_mode == 'rrc':
-        scale, ratio = tuple(scale or (0.08, 1.0)), tuple(ratio or (3. / 4., 4. / 3.))
+        scale, ratio = tuple(scale or (0.08, 1.0)), tuple(ratio or (3.0 / 4.0, 4.0 / 3.0))
         primary = [RandomResizedCropAndInterpolation(img_size, scale=scale, ratio=ratio, interpolation=interpolation)]
     else:
         # resize keeping the aspect ratio, randomly zoomed and stretched, then crop (centred or random), reflect-padding
-        scale, ratio = tuple(scale or (0.8, 1.0)), tuple(ratio or (0.9, 1 / .9))
-        check_range(scale, 'scale'); check_range(ratio, 'ratio')
+        scale, ratio = tuple(scale or (0.8, 1.0)), tuple(ratio or (0.9, 1 / 0.9))
+        check_range(scale, 'scale')
+        check_range(ratio, 'ratio')
         crop = CenterCropOrPad if train_crop_mode == 'rkrc' else RandomCropOrPad
-        primary = [ResizeKeepRatio(img_size, interpolation=interpolation, random_scale_prob=0.5, random_scale_range=scale,
-                                   random_scale_area=True, random_aspect_prob=0.5, random_aspect_range=ratio),
-                   crop(img_size, padding_mode='reflect')]
-    if hflip > 0.: primary.append(tvt.RandomHorizontalFlip(p=hflip))
-    if vflip > 0.: primary.append(tvt.RandomVerticalFlip(p=vflip))
+        primary = [
+            ResizeKeepRatio(
+                img_size,
+                interpolation=interpolation,
+                random_scale_prob=0.5,
+                random_scale_range=scale,
+                random_scale_area=True,
+                random_aspect_prob=0.5,
+                random_aspect_range=ratio,
+            ),
+            crop(img_size, padding_mode='reflect'),
+        ]
+    if hflip > 0.0:
+        primary.append(tvt.RandomHorizontalFlip(p=hflip))
+    if vflip > 0.0:
+        primary.append(tvt.RandomVerticalFlip(p=vflip))
 
     secondary, jitter_off = [], False
     if auto_augment:
         from timmdata.auto_augment import create_auto_augment  # loaded only when asked for
+
         # auto-augment replaces colour jitter unless forced, or for '3a' (DeiT III's recipe keeps both)
         jitter_off = not (force_color_jitter or '3a' in auto_augment)
         secondary.append(create_auto_augment(auto_augment, img_size=img_size, mean=mean, interpolation=interpolation))
@@ -99,37 +151,44 @@ def transforms_imagenet_train(img_size: Union[int, tuple] = 224, # output size: 
     if not jitter_off and any(f is not None for f in factors):
         jitter = tvt.ColorJitter(*(f or 0 for f in factors))  # the parsed (min, max) ranges: the same draws as timm's
         secondary.append(jitter if color_jitter_prob is None else tvt.RandomApply([jitter], p=color_jitter_prob))
-    if grayscale_prob: secondary.append(tvt.RandomGrayscale(p=grayscale_prob))
-    if gaussian_blur_prob: secondary.append(tvt.RandomApply([tvt.GaussianBlur(kernel_size=23)], p=gaussian_blur_prob))
+    if grayscale_prob:
+        secondary.append(tvt.RandomGrayscale(p=grayscale_prob))
+    if gaussian_blur_prob:
+        secondary.append(tvt.RandomApply([tvt.GaussianBlur(kernel_size=23)], p=gaussian_blur_prob))
 
     final = _final_tfl(use_prefetcher, normalize, mean, std)
-    if re_prob > 0. and not use_prefetcher and normalize:
+    if re_prob > 0.0 and not use_prefetcher and normalize:
         from timmdata.random_erasing import RandomErasing  # its own module; only needed here
+
         final.append(RandomErasing(re_prob, mode=re_mode, max_count=re_count, num_splits=re_num_splits, device='cpu'))
-    if patchify: final.append(Patchify(patch_size, channels_last=patchify_channels_last))  # flattened, as timm's train
-    if separate: return Compose(primary), Compose(secondary), Compose(final)
+    if patchify:
+        final.append(Patchify(patch_size, channels_last=patchify_channels_last))  # flattened, as timm's train
+    if separate:
+        return Compose(primary), Compose(secondary), Compose(final)
     return Compose(primary + secondary + final)
 
 # %% ../nbs/18_transforms_factory.ipynb #9cca5f67
-def transforms_imagenet_eval(img_size: Union[int, tuple] = 224, # output size: int or (h, w)
-                             crop_pct: Optional[float] = None, # output size / resize size (None: 0.875)
-                             crop_mode: Optional[str] = None, # 'center' (default), 'squash' or 'border'
-                             crop_border_pixels: Optional[int] = None, # first trim this many pixels off every side
-                             interpolation: str = 'bilinear', # resize interpolation ('random' becomes 'bilinear')
-                             mean: tuple = IMAGENET_DEFAULT_MEAN, # normalisation mean (also the 'border' fill colour)
-                             std: tuple = IMAGENET_DEFAULT_STD, # normalisation std
-                             use_prefetcher: bool = False, # stop at a uint8 CHW tensor
-                             normalize: bool = True, # normalise here (when not using the prefetcher)
-                             naflex: bool = False, # NaFlex: resize keeping the aspect to fit `max_seq_len` patches, no crop
-                             patch_size: Union[int, tuple] = 16, # NaFlex patch size: int or (h, w)
-                             max_seq_len: int = 576, # NaFlex: the most patches per image
-                             patchify: bool = False, # end with `Patchify`
-                             patchify_channels_last: bool = True, # per-patch order ph, pw, C (else C, ph, pw)
-                             patchify_flatten: bool = True, # one vector per patch (False: keep [ph, pw] for patch-size resampling)
-                            ) -> Compose:
+def transforms_imagenet_eval(
+    img_size: Union[int, tuple] = 224,  # output size: int or (h, w)
+    crop_pct: Optional[float] = None,  # output size / resize size (None: 0.875)
+    crop_mode: Optional[str] = None,  # 'center' (default), 'squash' or 'border'
+    crop_border_pixels: Optional[int] = None,  # first trim this many pixels off every side
+    interpolation: str = 'bilinear',  # resize interpolation ('random' becomes 'bilinear')
+    mean: tuple = IMAGENET_DEFAULT_MEAN,  # normalisation mean (also the 'border' fill colour)
+    std: tuple = IMAGENET_DEFAULT_STD,  # normalisation std
+    use_prefetcher: bool = False,  # stop at a uint8 CHW tensor
+    normalize: bool = True,  # normalise here (when not using the prefetcher)
+    naflex: bool = False,  # NaFlex: resize keeping the aspect to fit `max_seq_len` patches, no crop
+    patch_size: Union[int, tuple] = 16,  # NaFlex patch size: int or (h, w)
+    max_seq_len: int = 576,  # NaFlex: the most patches per image
+    patchify: bool = False,  # end with `Patchify`
+    patchify_channels_last: bool = True,  # per-patch order ph, pw, C (else C, ph, pw)
+    patchify_flatten: bool = True,  # one vector per patch (False: keep [ph, pw] for patch-size resampling)
+) -> Compose:
     "timm's eval pipeline: resize to `img_size / crop_pct` (per crop mode), crop to `img_size`, to tensor (NaFlex: to the budget)."
     crop_pct = crop_pct or DEFAULT_CROP_PCT
-    if interpolation == 'random': interpolation = 'bilinear'
+    if interpolation == 'random':
+        interpolation = 'bilinear'
     hw = parse_input_size(img_size, 'img_size', channels=False)
     scale_size = tuple(math.floor(x / crop_pct) for x in hw)
     tfl = [TrimBorder(crop_border_pixels)] if crop_border_pixels else []
@@ -138,34 +197,66 @@ def transforms_imagenet_eval(img_size: Union[int, tuple] = 224, # output size: i
     elif crop_mode == 'squash':  # each edge to 1/crop_pct of the target: aspect not kept, nothing lost at crop_pct 1
         tfl += [Resize(scale_size, interpolation=interpolation), CenterCropOrPad(img_size)]
     elif crop_mode == 'border':  # longer edge to 1/crop_pct of the target, pad with the mean colour: nothing lost at 1
-        tfl += [ResizeKeepRatio(scale_size, interpolation=interpolation, longest=1.0),
-                CenterCropOrPad(img_size, fill=[round(255 * v) for v in mean])]
+        tfl += [
+            ResizeKeepRatio(scale_size, interpolation=interpolation, longest=1.0),
+            CenterCropOrPad(img_size, fill=[round(255 * v) for v in mean]),
+        ]
     else:  # 'center': shorter edge to 1/crop_pct of the target, aspect kept, the sides cut off
-        tfl += [Resize(scale_size[0], interpolation=interpolation) if scale_size[0] == scale_size[1]
-                else ResizeKeepRatio(scale_size, interpolation=interpolation), CenterCropOrPad(img_size)]
+        tfl += [
+            Resize(scale_size[0], interpolation=interpolation)
+            if scale_size[0] == scale_size[1]
+            else ResizeKeepRatio(scale_size, interpolation=interpolation),
+            CenterCropOrPad(img_size),
+        ]
     tfl += _final_tfl(use_prefetcher, normalize, mean, std)
-    if patchify: tfl.append(Patchify(patch_size, flatten_patches=patchify_flatten, channels_last=patchify_channels_last))
+    if patchify:
+        tfl.append(Patchify(patch_size, flatten_patches=patchify_flatten, channels_last=patchify_channels_last))
     return Compose(tfl)
 
 # %% ../nbs/18_transforms_factory.ipynb #e61c4ecd
-def _check_args(input_size, interpolation, crop_mode, train_crop_mode, crop_pct, scale, ratio, mean, std, auto_augment,
-                color_jitter, naflex=False, patchify=False, patch_size=16, max_seq_len=576):
+def _check_args(
+    input_size,
+    interpolation,
+    crop_mode,
+    train_crop_mode,
+    crop_pct,
+    scale,
+    ratio,
+    mean,
+    std,
+    auto_augment,
+    color_jitter,
+    naflex=False,
+    patchify=False,
+    patch_size=16,
+    max_seq_len=576,
+):
     parse_input_size(input_size)
-    if naflex or patchify: parse_patch_size(patch_size)
-    if naflex: check_seq_len(max_seq_len)
+    if naflex or patchify:
+        parse_patch_size(patch_size)
+    if naflex:
+        check_seq_len(max_seq_len)
     check_interpolation(interpolation, allow_random=True)
     if crop_mode is not None and crop_mode not in CROP_MODES:
-        raise ValueError(f"crop_mode must be one of {', '.join(map(repr, CROP_MODES))} (or None for 'center'); got {crop_mode!r}")
+        raise ValueError(
+            f"crop_mode must be one of {', '.join(map(repr, CROP_MODES))} (or None for 'center'); got {crop_mode!r}"
+        )
     if train_crop_mode is not None and train_crop_mode not in TRAIN_CROP_MODES:
-        raise ValueError(f"train_crop_mode must be one of {', '.join(map(repr, TRAIN_CROP_MODES))} (or None for 'rrc'); got {train_crop_mode!r}")
+        raise ValueError(
+            f"train_crop_mode must be one of {', '.join(map(repr, TRAIN_CROP_MODES))} (or None for 'rrc'); got {train_crop_mode!r}"
+        )
     if crop_pct is not None and not (isinstance(crop_pct, numbers.Real) and 0 < crop_pct <= 1):
         raise ValueError(f"crop_pct must be in (0, 1] (or None for {DEFAULT_CROP_PCT}); got {crop_pct!r}")
-    if scale is not None: check_range(scale, 'scale')
-    if ratio is not None: check_range(ratio, 'ratio')
+    if scale is not None:
+        check_range(scale, 'scale')
+    if ratio is not None:
+        check_range(ratio, 'ratio')
     chans = input_size[0] if isinstance(input_size, (tuple, list)) and len(input_size) == 3 else 3
-    expand_channel_stats(mean, chans, 'mean'); expand_channel_stats(std, chans, 'std')
+    expand_channel_stats(mean, chans, 'mean')
+    expand_channel_stats(std, chans, 'std')
     if auto_augment:
         from timmdata.auto_augment import parse_auto_augment
+
         parse_auto_augment(auto_augment)  # raises a ValueError naming the bad part
     color_jitter_factors(color_jitter)
 
@@ -177,10 +268,16 @@ from .transforms import SampleTransform
 # %% ../nbs/18_transforms_factory.ipynb #b55dab58
 class RandomPad(SampleTransform):
     "Pad to at least `input_size` (h, w) with `fill`, the image at a random offset (timm's; PIL image or tensor)."
+
     input_format = 'tensor'
-    def __init__(self, input_size, # (h, w) to reach
-                 fill=0): # padding value
+
+    def __init__(
+        self,
+        input_size,  # (h, w) to reach
+        fill=0,
+    ):  # padding value
         self.input_size, self.fill = input_size, fill
+
     @staticmethod
     def get_params(img, input_size) -> tuple:
         "(left, top, right, bottom) padding: the missing width and height split at random."
@@ -188,68 +285,133 @@ class RandomPad(SampleTransform):
         dw, dh = max(input_size[1] - w, 0), max(input_size[0] - h, 0)
         left, top = random.randint(0, dw), random.randint(0, dh)
         return left, top, dw - left, dh - top
-    def __call__(self, img): return TF.pad(img, list(self.get_params(img, self.input_size)), self.fill)
-    def __repr__(self): return f"{type(self).__name__}(input_size={self.input_size}, fill={self.fill})"
+
+    def __call__(self, img):
+        return TF.pad(img, list(self.get_params(img, self.input_size)), self.fill)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(input_size={self.input_size}, fill={self.fill})"
 
 # %% ../nbs/18_transforms_factory.ipynb #cd54fe37
-def create_transform(input_size: Union[int, tuple] = 224, # int, (H, W) or (C, H, W)
-                     is_training: bool = False, # train (random) pipeline, else eval
-                     no_aug: bool = False, # train without augmentation (resize + centre crop)
-                     train_crop_mode: Optional[str] = None, # 'rrc' (default), 'rkrc' or 'rkrr'
-                     scale: Optional[tuple] = None, # train crop area range
-                     ratio: Optional[tuple] = None, # train crop aspect range
-                     hflip: float = 0.5, # horizontal flip probability
-                     vflip: float = 0., # vertical flip probability
-                     color_jitter: Union[float, tuple, None] = 0.4, # colour jitter strength(s); 0/None: none
-                     color_jitter_prob: Optional[float] = None, # apply colour jitter with this probability (None: always)
-                     grayscale_prob: float = 0., # random grayscale probability
-                     gaussian_blur_prob: float = 0., # random Gaussian blur probability
-                     auto_augment: Optional[str] = None, # timm auto-augment config string
-                     interpolation: str = 'bilinear', # 'bilinear', 'bicubic', ..., or 'random' (train crops)
-                     mean: tuple = IMAGENET_DEFAULT_MEAN, # normalisation mean
-                     std: tuple = IMAGENET_DEFAULT_STD, # normalisation std
-                     re_prob: float = 0., # random erasing probability (in the pipeline only without the prefetcher)
-                     re_mode: str = 'const', # random erasing fill mode
-                     re_count: int = 1, # random erasing max regions
-                     re_num_splits: int = 0, # random erasing splits
-                     crop_pct: Optional[float] = None, # eval: output size / resize size, in (0, 1]
-                     crop_mode: Optional[str] = None, # eval: 'center', 'squash' or 'border'
-                     crop_border_pixels: Optional[int] = None, # eval: trim this many pixels off every side first
-                     tf_preprocessing: bool = False, # with use_prefetcher: TF 1.0 inference preprocessing (needs TensorFlow, as timm's)
-                     use_prefetcher: bool = False, # stop at a uint8 CHW tensor (the prefetcher does float + normalise)
-                     normalize: bool = True, # normalise here (when not using the prefetcher)
-                     separate: bool = False, # train: (primary, secondary, final) pipelines
-                     naflex: bool = False, # NaFlex: sizes from a patch budget (train: crop to it; eval / no-aug: resize to it)
-                     patch_size: Union[int, tuple] = 16, # NaFlex / patchify patch size: int or (h, w)
-                     max_seq_len: int = 576, # NaFlex: the most patches per image (576 = 24x24 of 16x16)
-                     patchify: bool = False, # end with `Patchify` (dict of patches, coords, valid) instead of an image
-                     patchify_channels_last: bool = True, # per-patch order ph, pw, C (else C, ph, pw)
-                     patchify_flatten: bool = True, # eval: one vector per patch (False keeps [ph, pw]); train always flattens
-                    ):
+def create_transform(
+    input_size: Union[int, tuple] = 224,  # int, (H, W) or (C, H, W)
+    is_training: bool = False,  # train (random) pipeline, else eval
+    no_aug: bool = False,  # train without augmentation (resize + centre crop)
+    train_crop_mode: Optional[str] = None,  # 'rrc' (default), 'rkrc' or 'rkrr'
+    scale: Optional[tuple] = None,  # train crop area range
+    ratio: Optional[tuple] = None,  # train crop aspect range
+    hflip: float = 0.5,  # horizontal flip probability
+    vflip: float = 0.0,  # vertical flip probability
+    color_jitter: Union[float, tuple, None] = 0.4,  # colour jitter strength(s); 0/None: none
+    color_jitter_prob: Optional[float] = None,  # apply colour jitter with this probability (None: always)
+    grayscale_prob: float = 0.0,  # random grayscale probability
+    gaussian_blur_prob: float = 0.0,  # random Gaussian blur probability
+    auto_augment: Optional[str] = None,  # timm auto-augment config string
+    interpolation: str = 'bilinear',  # 'bilinear', 'bicubic', ..., or 'random' (train crops)
+    mean: tuple = IMAGENET_DEFAULT_MEAN,  # normalisation mean
+    std: tuple = IMAGENET_DEFAULT_STD,  # normalisation std
+    re_prob: float = 0.0,  # random erasing probability (in the pipeline only without the prefetcher)
+    re_mode: str = 'const',  # random erasing fill mode
+    re_count: int = 1,  # random erasing max regions
+    re_num_splits: int = 0,  # random erasing splits
+    crop_pct: Optional[float] = None,  # eval: output size / resize size, in (0, 1]
+    crop_mode: Optional[str] = None,  # eval: 'center', 'squash' or 'border'
+    crop_border_pixels: Optional[int] = None,  # eval: trim this many pixels off every side first
+    tf_preprocessing: bool = False,  # with use_prefetcher: TF 1.0 inference preprocessing (needs TensorFlow, as timm's)
+    use_prefetcher: bool = False,  # stop at a uint8 CHW tensor (the prefetcher does float + normalise)
+    normalize: bool = True,  # normalise here (when not using the prefetcher)
+    separate: bool = False,  # train: (primary, secondary, final) pipelines
+    naflex: bool = False,  # NaFlex: sizes from a patch budget (train: crop to it; eval / no-aug: resize to it)
+    patch_size: Union[int, tuple] = 16,  # NaFlex / patchify patch size: int or (h, w)
+    max_seq_len: int = 576,  # NaFlex: the most patches per image (576 = 24x24 of 16x16)
+    patchify: bool = False,  # end with `Patchify` (dict of patches, coords, valid) instead of an image
+    patchify_channels_last: bool = True,  # per-patch order ph, pw, C (else C, ph, pw)
+    patchify_flatten: bool = True,  # eval: one vector per patch (False keeps [ph, pw]); train always flattens
+):
     "timm's `create_transform`: a `Compose` (or, with `separate`, three) for training, no-aug training or eval."
     crop_mode, train_crop_mode = crop_mode or None, train_crop_mode or None  # '' is timm's "not given" too
-    _check_args(input_size, interpolation, crop_mode, train_crop_mode, crop_pct, scale, ratio, mean, std, auto_augment,
-                color_jitter, naflex, patchify, patch_size, max_seq_len)
+    _check_args(
+        input_size,
+        interpolation,
+        crop_mode,
+        train_crop_mode,
+        crop_pct,
+        scale,
+        ratio,
+        mean,
+        std,
+        auto_augment,
+        color_jitter,
+        naflex,
+        patchify,
+        patch_size,
+        max_seq_len,
+    )
     img_size = tuple(input_size[-2:]) if isinstance(input_size, (tuple, list)) else input_size
-    if tf_preprocessing and use_prefetcher:  # timm's switch for checking TF model ports; without the prefetcher timm ignores it
-        if separate: raise ValueError('separate=True is not supported with tf_preprocessing=True (as in timm)')
+    if (
+        tf_preprocessing and use_prefetcher
+    ):  # timm's switch for checking TF model ports; without the prefetcher timm ignores it
+        if separate:
+            raise ValueError('separate=True is not supported with tf_preprocessing=True (as in timm)')
         from timmdata.tf_preprocessing import TfPreprocessTransform  # fails without TensorFlow, as timm's does
+
         return TfPreprocessTransform(is_training=is_training, size=img_size, interpolation=interpolation)
-    nf = dict(naflex=naflex, patch_size=patch_size, max_seq_len=max_seq_len, patchify=patchify,
-              patchify_channels_last=patchify_channels_last)
+    nf = dict(
+        naflex=naflex,
+        patch_size=patch_size,
+        max_seq_len=max_seq_len,
+        patchify=patchify,
+        patchify_channels_last=patchify_channels_last,
+    )
     if separate and not (is_training and not no_aug):
-        raise ValueError("separate=True needs is_training=True and no_aug=False (only the train pipeline splits); "
-                         f"got is_training={is_training}, no_aug={no_aug}")
+        raise ValueError(
+            "separate=True needs is_training=True and no_aug=False (only the train pipeline splits); "
+            f"got is_training={is_training}, no_aug={no_aug}"
+        )
     if is_training and no_aug and not naflex:  # NaFlex without augmentation uses the eval resize (no crop)
-        return transforms_noaug_train(img_size, interpolation=interpolation, mean=mean, std=std,
-                                      use_prefetcher=use_prefetcher, normalize=normalize)
+        return transforms_noaug_train(
+            img_size,
+            interpolation=interpolation,
+            mean=mean,
+            std=std,
+            use_prefetcher=use_prefetcher,
+            normalize=normalize,
+        )
     if is_training and not no_aug:
         return transforms_imagenet_train(
-            img_size, train_crop_mode=train_crop_mode, scale=scale, ratio=ratio, hflip=hflip, vflip=vflip,
-            color_jitter=color_jitter, color_jitter_prob=color_jitter_prob, grayscale_prob=grayscale_prob,
-            gaussian_blur_prob=gaussian_blur_prob, auto_augment=auto_augment, interpolation=interpolation, mean=mean,
-            std=std, re_prob=re_prob, re_mode=re_mode, re_count=re_count, re_num_splits=re_num_splits,
-            use_prefetcher=use_prefetcher, normalize=normalize, separate=separate, **nf)
-    return transforms_imagenet_eval(img_size, interpolation=interpolation, mean=mean, std=std, crop_pct=crop_pct,
-                                    crop_mode=crop_mode, crop_border_pixels=crop_border_pixels,
-                                    use_prefetcher=use_prefetcher, normalize=normalize, patchify_flatten=patchify_flatten, **nf)
+            img_size,
+            train_crop_mode=train_crop_mode,
+            scale=scale,
+            ratio=ratio,
+            hflip=hflip,
+            vflip=vflip,
+            color_jitter=color_jitter,
+            color_jitter_prob=color_jitter_prob,
+            grayscale_prob=grayscale_prob,
+            gaussian_blur_prob=gaussian_blur_prob,
+            auto_augment=auto_augment,
+            interpolation=interpolation,
+            mean=mean,
+            std=std,
+            re_prob=re_prob,
+            re_mode=re_mode,
+            re_count=re_count,
+            re_num_splits=re_num_splits,
+            use_prefetcher=use_prefetcher,
+            normalize=normalize,
+            separate=separate,
+            **nf,
+        )
+    return transforms_imagenet_eval(
+        img_size,
+        interpolation=interpolation,
+        mean=mean,
+        std=std,
+        crop_pct=crop_pct,
+        crop_mode=crop_mode,
+        crop_border_pixels=crop_border_pixels,
+        use_prefetcher=use_prefetcher,
+        normalize=normalize,
+        patchify_flatten=patchify_flatten,
+        **nf,
+    )

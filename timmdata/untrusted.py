@@ -10,21 +10,37 @@ import os, re
 __all__ = ['MAX_JSON_BYTES', 'UnsafeNameError', 'relative_name', 'inside', 'walk_tree']
 
 # %% ../nbs/00_untrusted.ipynb #a99cc840
-MAX_JSON_BYTES = 64 << 20  # the largest JSON side file of a dataset read whole (`_info.json`, a store's manifest): 64 MiB
+MAX_JSON_BYTES = (
+    64 << 20
+)  # the largest JSON side file of a dataset read whole (`_info.json`, a store's manifest): 64 MiB
 _SCHEME_LIKE = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]*:')  # 'pipe:', 'http:', 's3:', a drive letter 'C:'
+
 
 class UnsafeNameError(ValueError):
     "A name read from a dataset's own file that is not a plain relative name under the dataset (a URL, `pipe:`, an absolute path, `..`)."
 
+
 def relative_name(name, where: str) -> str:
     "`name`, read from the dataset file `where`, if it is relative and stays under the dataset (no scheme, absolute path or '..'); else `UnsafeNameError`."
-    why = ('not a non-empty string' if not isinstance(name, str) or not name else 'it holds a NUL character' if '\0' in name else
-           'it has a scheme: a URL or a pipe: command' if _SCHEME_LIKE.match(name) else
-           'it is an absolute path' if name.startswith(('/', '\\')) or os.path.isabs(name) else
-           "it climbs out of the dataset with '..'" if '..' in re.split(r'[/\\]', name) else None)
-    if why is None: return name
-    raise UnsafeNameError(f'{where}: entry {name!r} is not a relative name under the dataset ({why}); a dataset may only '
-                          f'name files inside itself: fix or remove the entry')
+    why = (
+        'not a non-empty string'
+        if not isinstance(name, str) or not name
+        else 'it holds a NUL character'
+        if '\0' in name
+        else 'it has a scheme: a URL or a pipe: command'
+        if _SCHEME_LIKE.match(name)
+        else 'it is an absolute path'
+        if name.startswith(('/', '\\')) or os.path.isabs(name)
+        else "it climbs out of the dataset with '..'"
+        if '..' in re.split(r'[/\\]', name)
+        else None
+    )
+    if why is None:
+        return name
+    raise UnsafeNameError(
+        f'{where}: entry {name!r} is not a relative name under the dataset ({why}); a dataset may only '
+        f'name files inside itself: fix or remove the entry'
+    )
 
 # %% ../nbs/00_untrusted.ipynb #a76faa1c
 def inside(path, root) -> bool:
@@ -32,25 +48,35 @@ def inside(path, root) -> bool:
     real, base = os.path.realpath(path), os.path.realpath(root)
     return real == base or real.startswith(os.path.join(base, ''))
 
+
 def walk_tree(root: str, follow_links: bool = False) -> tuple:
     "([(folder relative to root, [file names])], [(link, target)] skipped): each real folder once, links out of `root` skipped unless `follow_links`, folders reached only through links last."
     real_root, seen, out, skipped, links, stack = os.path.realpath(root), set(), [], [], [], [(root, '')]
     while stack or links:
-        if not stack: stack, links = sorted(links, reverse=True), []  # then the folders links lead to, in name order
+        if not stack:
+            stack, links = sorted(links, reverse=True), []  # then the folders links lead to, in name order
         d, rd = stack.pop()
         try:
             st = os.stat(d)
-            if (st.st_dev, st.st_ino) in seen: continue  # walked already: a loop, or a second name for a folder
+            if (st.st_dev, st.st_ino) in seen:
+                continue  # walked already: a loop, or a second name for a folder
             seen.add((st.st_dev, st.st_ino))
-            with os.scandir(d) as it: entries = list(it)
-        except OSError: continue  # unreadable: skipped, as os.walk does
+            with os.scandir(d) as it:
+                entries = list(it)
+        except OSError:
+            continue  # unreadable: skipped, as os.walk does
         files = []
         for e in entries:
             rel = os.path.join(rd, e.name)
-            if not e.is_symlink(): stack.append((e.path, rel)) if e.is_dir() else files.append(e.name); continue
+            if not e.is_symlink():
+                stack.append((e.path, rel)) if e.is_dir() else files.append(e.name)
+                continue
             real = os.path.realpath(e.path)
-            if not (follow_links or inside(real, real_root)): skipped.append((rel, real))
-            elif os.path.isdir(real): links.append((e.path, rel))
-            elif os.path.isfile(real): files.append(e.name)
+            if not (follow_links or inside(real, real_root)):
+                skipped.append((rel, real))
+            elif os.path.isdir(real):
+                links.append((e.path, rel))
+            elif os.path.isfile(real):
+                files.append(e.name)
         out.append((rd, files))
     return out, skipped
