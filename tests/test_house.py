@@ -132,31 +132,26 @@ def notebooks_out_of_order(nbs: Path = NBS) -> list:
     return sorted(set(out))
 
 
-@UNTIL_MERGE
 def test_no_patch_on_own_class():
     bad = [f for name, tree in sources().items() for f in patched_own_classes(name, tree)]
     assert not bad, f'{len(bad)} methods patched onto their own module\'s classes:\n' + '\n'.join(bad)
 
 
-@UNTIL_MERGE
 def test_no_locals_hand_off():
     bad = [f for name, tree in sources().items() for f in calls_locals(name, tree)]
     assert not bad, '\n'.join(bad)
 
 
-@UNTIL_MERGE
 def test_environment_read_in_settings_only():
     bad = [f for name, tree in sources().items() for f in reads_environment(name, tree)]
     assert not bad, '\n'.join(bad)
 
 
-@UNTIL_MERGE
 def test_torch_private_api_in_one_module():
     bad = [f for name, tree in sources().items() for f in torch_private(name, tree)]
     assert not bad, '\n'.join(bad)
 
 
-@UNTIL_MERGE
 def test_no_import_circle_package_included():
     found = circles(import_graph(sources()))
     assert not found, 'import circles:\n' + '\n'.join(found)
