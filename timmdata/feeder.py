@@ -21,7 +21,7 @@ from timmdata.torch_compat import (
 
 # %% auto #0
 __all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'cuda_rng_seeded', 'Marks', 'BatchStep', 'worker_died',
-           'is_cuda_init_error', 'weak_method', 'DeviceFeeder']
+           'is_cuda_init_error', 'weak_method', 'DeviceFeeder', 'FedLoader']
 
 # %% ../nbs/30_feeder.ipynb #953faaab
 def tensors(out) -> list:
@@ -229,3 +229,30 @@ class DeviceFeeder:
 
     def __len__(self) -> int:
         return len(self.loader)
+
+# %% ../nbs/30_feeder.ipynb #c6312f43
+class FedLoader:
+    "What every loader on a `DeviceFeeder` shares; a subclass sets `self.loader` (the loader it wraps) and `self.feeder`."
+
+    def __iter__(self):
+        yield from self.feeder  # the generator holds this loader while it runs
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    @property
+    def stream(self):
+        "The side CUDA stream (made at the first batch, then kept for the loader's life); None on the CPU."
+        return self.feeder.lane.stream
+
+    @property
+    def sampler(self):
+        return self.loader.sampler
+
+    @property
+    def batch_sampler(self):
+        return self.loader.batch_sampler
+
+    @property
+    def dataset(self):
+        return self.loader.dataset

@@ -27,7 +27,7 @@ from timmdata.transforms import (
     str_to_interp_mode,
 )
 from .mixup import Mixup
-from .feeder import DeviceFeeder, cuda_rng_seeded, weak_method
+from .feeder import DeviceFeeder, FedLoader, cuda_rng_seeded, weak_method
 from .prefetch import BatchOps
 from .runtime import resolve_device
 from timmdata.config import (
@@ -249,7 +249,7 @@ def _no_plans(batch) -> bool:
     return not len(batch[0]['plans'])  # every sample of the batch was skipped
 
 
-class DeviceDecodeLoader:
+class DeviceDecodeLoader(FedLoader):
     "Batches of JPEG bytes -> normalised float batches on `device`: decoded, cropped, resized and augmented there; resumable."
 
     def __init__(
@@ -295,17 +295,6 @@ class DeviceDecodeLoader:
             out = _seeded_erase(ops, out, key)
         return ops.cast(out), y
 
-    def __iter__(self):
-        yield from self.feeder  # the generator holds this loader while it runs
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    @property
-    def stream(self):
-        "The side CUDA stream (made at the first batch, then kept for the loader's life); None on the CPU."
-        return self.feeder.lane.stream
-
     def set_epoch(self, epoch: int):
         "Passes the epoch to the batch plan, its sampler and the dataset."
         self.loader.set_epoch(epoch)
@@ -318,18 +307,6 @@ class DeviceDecodeLoader:
         "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments) at the next pass."
         self.loader.load_state_dict(state_dict)
         self.feeder.last = None
-
-    @property
-    def dataset(self):
-        return self.loader.dataset
-
-    @property
-    def sampler(self):
-        return self.loader.sampler
-
-    @property
-    def batch_sampler(self):
-        return self.loader.batch_sampler
 
     @property
     def mixup_enabled(self) -> bool:

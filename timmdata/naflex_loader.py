@@ -17,7 +17,7 @@ from .loader import jitter_on_batch, worker_init
 from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper
 from .naflex_random_erasing import PatchRandomErasing
 from .decode import NATIVE
-from .feeder import DeviceFeeder, weak_method
+from .feeder import DeviceFeeder, FedLoader, weak_method
 from .runtime import BufferPool, default_rank, rank_seed, resolve_device
 from .resume import ResumableDataLoader, ResumeStateError, StatefulLoader, batch_key, check_state, loader_marks
 
@@ -28,7 +28,7 @@ __all__ = ['NaFlexPrefetchLoader', 'NaFlexDataLoader', 'create_naflex_loader']
 _NAFLEX_OPS = 0x9AF1  # tag of a batch's jitter and erasing draws
 
 
-class NaFlexPrefetchLoader:
+class NaFlexPrefetchLoader(FedLoader):
     "Wraps a NaFlex DataLoader: patches to `device` (CPU or CUDA), uint8 -> float, normalised, optionally patch-erased."
 
     devices = ('cpu', 'cuda')
@@ -88,29 +88,6 @@ class NaFlexPrefetchLoader:
         self.feeder = DeviceFeeder(
             loader, weak_method(self._step), self.device, marks=loader_marks(loader), cpu_threads=cpu_threads
         )
-
-    def __iter__(self):
-        yield from self.feeder  # the generator holds this loader while it runs
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    @property
-    def stream(self):
-        "The side CUDA stream (made at the first batch, then kept for the loader's life); None on the CPU."
-        return self.feeder.lane.stream
-
-    @property
-    def sampler(self):
-        return self.loader.sampler
-
-    @property
-    def batch_sampler(self):
-        return self.loader.batch_sampler
-
-    @property
-    def dataset(self):
-        return self.loader.dataset
 
     def set_epoch(self, epoch: int):
         "Passes the epoch to the dataset (the NaFlex batch schedule's shuffling) and the sampler, where they take one."

@@ -9,7 +9,7 @@ from typing import Optional, Sequence, Union
 import torch
 from . import decode
 from .collate import BatchCollate
-from .feeder import DeviceFeeder, weak_method
+from .feeder import DeviceFeeder, FedLoader, weak_method
 from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .random_erasing import RandomErasing
 from .runtime import BufferPool, rank_seed, resolve_device
@@ -283,7 +283,7 @@ def _empty(batch) -> bool:
     return batch[0].numel() == 0  # every sample of the batch was skipped
 
 
-class PrefetchLoader(BatchOps):
+class PrefetchLoader(FedLoader, BatchOps):
     "Wraps a uint8 batch loader: moves each batch to `device` ahead of use, converts, jitters, normalises and erases there."
 
     def __init__(
@@ -345,29 +345,6 @@ class PrefetchLoader(BatchOps):
         "The per-batch step the feeder runs: (the batch's float images on the device, its targets there)."
         x, y = batch
         return self.backend.prepare(x, y)
-
-    def __iter__(self):
-        yield from self.feeder  # the generator holds this loader while it runs
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    @property
-    def stream(self):
-        "The side CUDA stream (made at the first batch, then kept for the loader's life); None on the CPU."
-        return self.feeder.lane.stream
-
-    @property
-    def sampler(self):
-        return self.loader.sampler
-
-    @property
-    def batch_sampler(self):
-        return self.loader.batch_sampler
-
-    @property
-    def dataset(self):
-        return self.loader.dataset
 
     @property
     def mixup_enabled(self) -> bool:
