@@ -157,7 +157,6 @@ def test_no_import_circle_package_included():
     assert not found, 'import circles:\n' + '\n'.join(found)
 
 
-@UNTIL_MERGE
 def test_notebooks_import_only_lower_numbers():
     bad = notebooks_out_of_order()
     assert not bad, '\n'.join(bad)

@@ -15,7 +15,7 @@ from .decode import EncodedJpeg, ImageDecodeError
 from .dataset import DecodeTransform
 from .shard_io import WdsSource
 from .global_order import BLOCK_SHARDS, SpanReader, epoch_length, read_in_order, sample_spans, worker_positions
-from .readers import unset
+from .readers import create_reader, unset
 from .settings import setting
 
 # %% auto #0
@@ -79,26 +79,25 @@ def _stream_source(root, reader, split, class_map, num_samples, download, input_
                 "class_map is not supported for wds/ shards (targets are the shards' integer labels): remap them with target_transform"
             )
         return WdsSource(root, split, input_key=input_key, target_key=target_key, num_samples=num_samples, **kwargs)
-    if kind == 'hfids':
+    if (
+        kind == 'hfids'
+    ):  # through the scheme registry of `timmdata.readers`: the Hugging Face source is imported on first use
         try:
-            from timmdata.hf_readers import (
-                HfidsSource,
-            )  # optional (Hugging Face `datasets`), so imported only when asked for
+            return create_reader(
+                reader,
+                root=root,
+                split=split,
+                class_map=class_map,
+                num_samples=num_samples,
+                download=download,
+                input_key=input_key,
+                target_key=target_key,
+                **kwargs,
+            )
         except ImportError as e:
             raise ImportError(
                 f"reader {reader!r} needs timmdata.hf_readers and Hugging Face datasets: pip install 'timmdata[hf]' ({e})"
             ) from e
-        return HfidsSource(
-            name,
-            root=root,
-            split=split,
-            class_map=class_map,
-            num_samples=num_samples,
-            download=download,
-            input_key=input_key,
-            target_key=target_key,
-            **kwargs,
-        )
     raise ValueError(
         f"IterableImageDataset reader must be 'wds/<name>', 'hfids/<name>' or a stream source object; got {reader!r}"
         + (" (tfds/ is not supported: write WebDataset shards with `timmdata shards`)" if kind == 'tfds' else '')
