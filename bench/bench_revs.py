@@ -18,7 +18,7 @@ def run_one(tree: Path, out: Path, which: str, workers: int) -> dict:
         cmd = [sys.executable, '-m', 'timmdata.cli', 'bench', '--quick', '--contenders', 'timmdata,timm', '--no-progress',
                '--workers', str(workers), '--out', str(out)]
     else:
-        cmd = [sys.executable, str(Path(__file__).parent / 'bench_timm1031.py'), '--epochs', '2', '--workers', str(workers),
+        cmd = [sys.executable, str(tree / 'bench' / 'bench_timm1031.py'), '--epochs', '2', '--workers', str(workers),
                '--out', str(out)]
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tree)
     res = json.loads((out / 'bench.json' if which == 'bench' else out).read_text())
