@@ -31,6 +31,12 @@ builder = _load_builder()
 NBS = Path(os.environ.get('TIMMDATA_DOCS_NBS') or ROOT / 'nbs')  # another notebook folder, to try the test itself
 NOTEBOOKS = builder.discover(NBS) if (NBS / 'index.ipynb').exists() else []
 PAGES = [builder.page_name(nb) for nb in NOTEBOOKS]
+# every page is built and its file checked in `make test`; in the browser (about a second each), the home page and every
+# page with pictures or plots in the default run, the rest with TIMMDATA_SLOW=1 (they share one template and one nav)
+def _has_pictures(nb) -> bool:
+    text = Path(nb).read_text(encoding='utf-8')
+    return 'image/png' in text or '](images/' in text or 'index' in Path(nb).stem
+BROWSER_PAGES = [pytest.param(p, marks=() if _has_pictures(nb) else pytest.mark.slow) for nb, p in zip(NOTEBOOKS, PAGES, strict=True)]
 
 
 def _env():
@@ -182,6 +188,7 @@ def problems(events):
 
 
 @functools.lru_cache(maxsize=None)  # a page's sidebar links every page: ask the server about each page once
+@functools.lru_cache(maxsize=None)  # a static site: each page answers once (every page links every other)
 def status(url):
     try:
         with urllib.request.urlopen(url, timeout=10) as r: return r.status
@@ -197,7 +204,7 @@ def test_every_notebook_has_a_page(site):
     assert builder.remote_assets(site) == []
 
 
-@pytest.mark.parametrize('page', PAGES)
+@pytest.mark.parametrize('page', BROWSER_PAGES)
 def test_page_in_browser(page, site, server, browser, shots):
     url = server + f'{page}.html'
     browser.events.clear()

@@ -215,7 +215,7 @@ class SpanReader:
                 f'shard {shard_name(url)} was cut or changed after it was indexed: sample {m} needs bytes '
                 f'{start:,} to {end:,}; create the dataset again (a changed shard is indexed again)'
             )
-        got = list(self.source._samples(io.BytesIO(data + _END), url))
+        got = list(self.source.parse_shard(io.BytesIO(data + _END), url))
         if len(got) != 1:
             raise ShardError(
                 f'the shard index does not match shard {shard_name(url)} at sample {m} ({len(got)} samples in its span): '

@@ -514,7 +514,8 @@ class WdsSource:
     def __repr__(self):
         return f'{type(self).__name__}({len(self.shards)} shards, num_samples={self.num_samples}, split={self.split!r})'
 
-    def _samples(self, f, shard: str):
+    def parse_shard(self, f, shard: str):
+        "(key, image bytes, target) of each sample in the open tar stream `f` of `shard` (named in errors), checked as a stream reads it."
         name = self.name_of(shard)  # once per shard, not per sample
         for key, s in group_samples(iter_tar(f, shard), shard):
             img = next((s[k] for k in self.image_keys if k in s), None)
@@ -548,7 +549,7 @@ class WdsSource:
             try:
                 f = (self.cache or open_shard)(shard, self.timeout)  # a cache reads local shards at their source
                 try:
-                    for i, sample in enumerate(self._samples(f, shard)):
+                    for i, sample in enumerate(self.parse_shard(f, shard)):
                         if i >= done:
                             done += 1
                             yield sample
