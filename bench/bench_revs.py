@@ -21,7 +21,7 @@ def run_one(tree: Path, out: Path, which: str, workers: int) -> dict:
         cmd = [sys.executable, str(tree / 'bench' / 'bench_timm1031.py'), '--epochs', '2', '--workers', str(workers),
                '--out', str(out)]
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tree)
-    res = json.loads((out / 'bench.json' if which == 'bench' else out).read_text())
+    res = json.loads((out / 'bench.json' if which == 'bench' else out).read_text())  # bench writes a folder, 1031 a file
     return {k: (v['timmdata'], v['timm']) for k, v in _rates(res, which).items()}
 
 def _rates(res: dict, which: str) -> dict:
@@ -44,7 +44,7 @@ def main(argv=None):
         for r in range(a.rounds):
             for which in a.benches.split(','):
                 for v in (('old', 'new') if r % 2 == 0 else ('new', 'old')):
-                    for k, pair in run_one(trees[v], Path(d) / f'{v}.json', which, a.workers).items():
+                    for k, pair in run_one(trees[v], Path(d) / f'{v}-{which}-{r}', which, a.workers).items():
                         seen.setdefault((k, v), []).append(pair)
             print(f'round {r + 1}/{a.rounds} done', flush=True)
     for k in sorted({k for k, _ in seen}):
