@@ -120,6 +120,7 @@ class StatefulLoader:
     runs_across_epochs = (
         False  # one iterator runs on across epochs (MultiEpochsDataLoader): each pass stops at its epoch's end
     )
+    delivered_iterator = DeliveredIterator  # the iterator that counts delivered batches (a subclass may time it)
     _is_accelerate_prepared = (
         True  # Accelerate's prepare() hands it back as it is (re-created: plan lost, sharded twice)
     )
@@ -160,7 +161,7 @@ class StatefulLoader:
             self._last = None
         if plan is not None and plan.remaining() == 0:
             return iter(())
-        return DeliveredIterator(self, self.batch_iterator(), self.runs_across_epochs)
+        return self.delivered_iterator(self, self.batch_iterator(), self.runs_across_epochs)
 
     def note_delivered(self) -> bool:
         "Count the batch just handed out (`DeliveredIterator` calls it); True when it ends its pass. Errors name what broke."

@@ -425,6 +425,8 @@ class ProcessDataLoader(ResumableDataLoader):
     """`ResumableDataLoader` (worker processes) that counts where the time goes: `stats()`. The workers time read, decode,
     per-sample ops and collate and add the sums to their row of a small shared array, read here."""
 
+    delivered_iterator = _TimedDelivered  # counts the consumer's wait for the workers
+
     def __init__(self, dataset, *args, num_workers: int = 0, **kwargs):
         rows = torch.zeros(max(num_workers, 1), len(COLUMNS), dtype=torch.float64).share_memory_()
         if isinstance(dataset, SeededDataset) and not isinstance(dataset, _TimedSeeded):
@@ -440,8 +442,6 @@ class ProcessDataLoader(ResumableDataLoader):
             it = super().__iter__()
         finally:
             self.collate_fn = fn
-        if type(it) is DeliveredIterator:
-            it.__class__ = _TimedDelivered  # the same iterator, timed
         return it
 
     def stats(self) -> LoaderStats:
