@@ -12,7 +12,7 @@ from .collate import BatchCollate
 from .feeder import DeviceFeeder, FedLoader, weak_method
 from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .random_erasing import RandomErasing
-from .runtime import BufferPool, rank_seed, resolve_device
+from .runtime import BufferPool, pass_epoch, rank_seed, resolve_device
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats
 
 # %% auto #0
@@ -364,6 +364,5 @@ class PrefetchLoader(FedLoader, BatchOps):
             getattr(self.loader, 'batch_sampler', None),
             getattr(self.loader, 'dataset', None),
         ):
-            if obj is not None and id(obj) not in seen and callable(getattr(obj, 'set_epoch', None)):
+            if obj is not None and id(obj) not in seen and pass_epoch(obj, epoch):
                 seen.add(id(obj))
-                obj.set_epoch(epoch)

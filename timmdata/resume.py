@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from .config import mix_seed
 from .feeder import Marks, cuda_rng_seeded, iterator_workers, shutdown_iterator
 from .prefetch import PrefetchLoader
-from .runtime import SEED_MIX, default_rank
+from .runtime import SEED_MIX, default_rank, pass_epoch
 from timmdata.batch_plan import (
     BATCH_TAG,
     STATE_VERSION,
@@ -212,8 +212,7 @@ class StatefulLoader:
     def set_epoch(self, epoch: int):
         "Passes the epoch to the batch plan (and its sampler) and to the dataset, where they take one."
         for obj in {id(o): o for o in (self.plan or self.batch_sampler, self.sampler, self.dataset)}.values():
-            if callable(getattr(obj, 'set_epoch', None)):
-                obj.set_epoch(epoch)
+            pass_epoch(obj, epoch)
 
     def state_dict(self) -> dict:
         "The loader's position after the batches delivered so far: a small dict of plain JSON data for `load_state_dict`."
