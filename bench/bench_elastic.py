@@ -8,7 +8,8 @@ epoch, the ratio (goal: global >= 0.97x shards), and the bytes each order reads 
 import argparse, os, statistics, sys, tempfile, warnings
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_streaming import _epoch, _write_shards
+from _common import epoch as _epoch
+from bench_streaming import _write_shards
 from timmdata import ImageDataset, create_loader, make_sample_dataset
 from timmdata.streaming import IterableImageDataset
 

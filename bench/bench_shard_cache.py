@@ -7,23 +7,13 @@ no decode, one process), which shows the I/O alone where the loader's decode hid
 
     python bench/bench_shard_cache.py --n 1000 --epochs 3 --workers 2
 """
-import argparse, os, shutil, socket, statistics, subprocess, sys, tempfile, time, warnings
+import argparse, os, shutil, statistics, tempfile, time, warnings
 from pathlib import Path
-from timmdata import ImageDataset, create_loader, make_sample_dataset
+from timmdata import ImageDataset, make_sample_dataset
 from timmdata.shard_io import WdsSource
 from timmdata.shards import write_shards
 from timmdata.streaming import IterableImageDataset
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
-
-
-def _epoch(loader) -> tuple:
-    t0, n = time.perf_counter(), 0
-    for x, y in loader: n += len(y)
-    return n, time.perf_counter() - t0
+from _common import alternate_epochs, http_server, print_rates, train_loaders
 
 
 def main():
@@ -45,31 +35,12 @@ def main():
     print(f'{n} images, {a.workers} workers, batch {a.batch_size}, input {a.input_size}, shards of {shard_size}: {size / 2**20:.0f} MB')
     print('load average (1, 5, 15 min) at the start: ' + ' '.join(f'{x:.2f}' for x in os.getloadavg()))
     for d in ('cache', 'cache_raw'): shutil.rmtree(tmp / d, ignore_errors=True)  # a reused --root: copies of another port's URLs
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, '-m', 'http.server', str(port), '--bind', '127.0.0.1', '--directory',
-                               str(tmp / 'shards')], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)
-    url, kw = f'http://127.0.0.1:{port}', dict(is_training=True, batch_size=a.batch_size)
-    sources = {'local shards': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', **kw),
-               'http + cache': lambda: IterableImageDataset(url, reader='wds/bench', cache_dir=tmp / 'cache', cache_limit=2 * size, **kw),
-               'http, no cache': lambda: IterableImageDataset(url, reader='wds/bench', **kw)}
-    loaders = {}
-    try:
-        for name, make in sources.items():
-            ds = make()
-            loaders[name] = (ds, create_loader(ds, a.input_size, a.batch_size, is_training=True, num_workers=a.workers,
-                                               persistent_workers=True, device='cpu'))
-        rates = {k: [] for k in loaders}
-        for e in range(a.epochs + 1):  # epoch 0 warms up (workers, page cache) and fills the cache
-            for name, (ds, loader) in loaders.items():
-                ds.set_epoch(e)
-                got, t = _epoch(loader)
-                if e: rates[name].append(got / t)
-        base = statistics.median(rates['local shards'])
-        print(f'{"source":<20}{"images/s (median)":>20}{"x local":>10}   epochs 2.. (images/s)')
-        for name, r in rates.items():
-            m = statistics.median(r)
-            print(f'{name:<20}{m:>20.0f}{m / base:>10.2f}   ' + ' '.join(f'{x:.0f}' for x in r))
+    kw = dict(is_training=True, batch_size=a.batch_size)
+    with http_server(tmp / 'shards') as url:
+        sources = {'local shards': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', **kw),
+                   'http + cache': lambda: IterableImageDataset(url, reader='wds/bench', cache_dir=tmp / 'cache', cache_limit=2 * size, **kw),
+                   'http, no cache': lambda: IterableImageDataset(url, reader='wds/bench', **kw)}
+        print_rates(alternate_epochs(train_loaders(sources, a), a.epochs), 'local shards', 'x local', 'epochs 2.. (images/s)')
         cached = sum(p.stat().st_size for p in (tmp / 'cache').glob('*.shard'))
         print(f'cache folder: {cached / 2**20:.1f} MB of shards ({cached / size:.2f}x the dataset)')
         raw = {'local shards': WdsSource(tmp / 'shards', 'train'),
@@ -88,9 +59,6 @@ def main():
         print('raw read, http + cache / local shards, epoch by epoch: ' + ' '.join(f'{r:.2f}' for r in ratios) +
               f' (median {statistics.median(ratios):.2f})')
         print('load average (1, 5, 15 min) at the end: ' + ' '.join(f'{x:.2f}' for x in os.getloadavg()))
-    finally:
-        server.terminate(); server.wait()
-        loaders.clear()
 
 
 if __name__ == '__main__':

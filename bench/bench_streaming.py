@@ -7,16 +7,12 @@ pre-resized > 1x), and the shard-writing speed.
 
     python bench/bench_streaming.py --n 2000 --epochs 3 --workers 2
 """
-import argparse, json, os, socket, statistics, subprocess, sys, tempfile, time, warnings
+import argparse, json, os, tempfile, time, warnings
 from pathlib import Path
 import torch
-from timmdata import ImageDataset, create_loader, make_sample_dataset
+from timmdata import ImageDataset, make_sample_dataset
 from timmdata.streaming import IterableImageDataset
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+from _common import alternate_epochs, http_server, print_rates, train_loaders
 
 
 def _write_shards(folder, dst, shard_size, resize=None):
@@ -39,12 +35,6 @@ def _write_shards(folder, dst, shard_size, resize=None):
     (dst / '_info.json').write_text(json.dumps({'name': 'bench', 'splits': {'train': {
         'name': 'train', 'num_samples': len(ds), 'filenames': names, 'shard_lengths': lengths}}}))
     return time.perf_counter() - t0
-
-
-def _epoch(loader) -> tuple:
-    t0, n = time.perf_counter(), 0
-    for x, y in loader: n += len(y)
-    return n, time.perf_counter() - t0
 
 
 def main():
@@ -70,35 +60,13 @@ def main():
     if rs is not None:
         mbs = sum(p.stat().st_size for p in (tmp / 'shards_small').glob('*.tar')) / 2**20
         print(f'pre-resized (shorter side {a.resize}): {mbs:.0f} MB in {rs:.1f} s ({n / rs:.0f} images/s)')
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, '-m', 'http.server', str(port), '--bind', '127.0.0.1', '--directory',
-                               str(tmp / 'shards')], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)
     kw = dict(is_training=True, batch_size=a.batch_size)
-    sources = {'folder': lambda: ImageDataset(folder),
-               'local shards': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', **kw),
-               'http shards': lambda: IterableImageDataset(f'http://127.0.0.1:{port}', reader='wds/bench', **kw)}
-    if rs is not None: sources['pre-resized shards'] = lambda: IterableImageDataset(tmp / 'shards_small', reader='wds/bench', **kw)
-    loaders = {}
-    try:
-        for name, make in sources.items():
-            ds = make()
-            loaders[name] = (ds, create_loader(ds, a.input_size, a.batch_size, is_training=True, num_workers=a.workers,
-                                               persistent_workers=True, device='cpu'))
-        rates = {k: [] for k in loaders}
-        for e in range(a.epochs + 1):  # epoch 0 warms up (workers, page cache); sources alternate within each epoch
-            for name, (ds, loader) in loaders.items():
-                if hasattr(ds, 'set_epoch'): ds.set_epoch(e)
-                got, t = _epoch(loader)
-                if e: rates[name].append(got / t)
-        base = statistics.median(rates['folder'])
-        print(f'{"source":<20}{"images/s (median)":>20}{"x folder":>10}   epochs (images/s)')
-        for name, r in rates.items():
-            m = statistics.median(r)
-            print(f'{name:<20}{m:>20.0f}{m / base:>10.2f}   ' + ' '.join(f'{x:.0f}' for x in r))
-    finally:
-        server.terminate(); server.wait()
-        loaders.clear()
+    with http_server(tmp / 'shards') as url:
+        sources = {'folder': lambda: ImageDataset(folder),
+                   'local shards': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', **kw),
+                   'http shards': lambda: IterableImageDataset(url, reader='wds/bench', **kw)}
+        if rs is not None: sources['pre-resized shards'] = lambda: IterableImageDataset(tmp / 'shards_small', reader='wds/bench', **kw)
+        print_rates(alternate_epochs(train_loaders(sources, a), a.epochs), 'folder', 'x folder')
 
 
 if __name__ == '__main__':

@@ -1,7 +1,8 @@
 """Helpers shared by several test files (a module of their own beside `_datasets.py`, so spawned processes and every
 test file import one copy): run a loader over epochs with a cut and a resume, compare two runs' batches exactly, a
-free TCP port for a process group."""
-import json, socket
+free TCP port for a process group, shards in timm's wds layout and an HTTP server for a folder of them."""
+import functools, http.server, io, json, socket, tarfile, threading
+from contextlib import contextmanager
 import torch
 
 
@@ -54,3 +55,29 @@ def free_port() -> int:
     "A TCP port free on this machine now (for a process group's rendezvous)."
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+
+def write_shards(root, name: str, n_shards: int, per_shard: int, jpeg) -> list:
+    """Shards in timm's wds layout in `root`: `{name}-train-{s:06d}.tar` holding samples `train_{i:05d}` (`.jpg`:
+    `jpeg(i, s)`'s bytes, `.cls`: the index i), and `_info.json` with each shard's length; returns the shard names."""
+    names = []
+    for s in range(n_shards):
+        names.append(f'{name}-train-{s:06d}.tar')
+        with tarfile.open(root / names[-1], 'w') as t:
+            for i in range(s * per_shard, (s + 1) * per_shard):
+                for ext, data in (('jpg', jpeg(i, s)), ('cls', str(i).encode())):
+                    ti = tarfile.TarInfo(f'train_{i:05d}.{ext}'); ti.size = len(data); t.addfile(ti, io.BytesIO(data))
+    split = {'name': 'train', 'num_samples': n_shards * per_shard, 'filenames': names, 'shard_lengths': [per_shard] * n_shards}
+    (root / '_info.json').write_text(json.dumps({'name': name, 'splits': {'train': split}}))
+    return names
+
+
+@contextmanager
+def http_folder(folder, handler=http.server.SimpleHTTPRequestHandler):
+    "A server on 127.0.0.1 (a free port) serving `folder` with `handler` in a thread: yields its base URL; shut down after."
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), functools.partial(handler, directory=str(folder)))
+    threading.Thread(target=srv.serve_forever, kwargs={'poll_interval': 0.05}, daemon=True).start()
+    try:
+        yield f'http://127.0.0.1:{srv.server_port}'
+    finally:
+        srv.shutdown(); srv.server_close()

@@ -1,12 +1,13 @@
 """Elastic streams (issue 30): IterableImageDataset's global order (the training default where shards can be read by position;
 order='global') gives one global order per epoch whatever the ranks and workers, and a state_dict() saved on one layout resumes
 on another. Ranks are simulated with the dataset's rank/world_size."""
-import functools, http.server, io, json, os, tarfile, threading
+import http.server, io, json, os
 from pathlib import Path
 import pytest, torch
 from PIL import Image
 from timmdata.loader import create_loader
 from timmdata.streaming import IterableImageDataset
+from _helpers import http_folder, write_shards
 
 N_SHARDS, PER_SHARD, N = 10, 5, 50  # 50 samples; global batch 12: 5 global batches, the last wrapping 10 into the next pass
 
@@ -15,16 +16,7 @@ N_SHARDS, PER_SHARD, N = 10, 5, 50  # 50 samples; global batch 12: 5 global batc
 def shards(tmp_path_factory):
     root = tmp_path_factory.mktemp('elastic')
     b = io.BytesIO(); Image.new('RGB', (20, 16), (90, 30, 60)).save(b, 'JPEG'); jpg = b.getvalue()
-    names = []
-    for s in range(N_SHARDS):
-        names.append(f'el-train-{s:06d}.tar')
-        with tarfile.open(root / names[-1], 'w') as tf:
-            for m in range(PER_SHARD):
-                i = s * PER_SHARD + m
-                for ext, data in (('jpg', jpg), ('cls', str(i).encode())):
-                    ti = tarfile.TarInfo(f'k{i:05d}.{ext}'); ti.size = len(data); tf.addfile(ti, io.BytesIO(data))
-    info = {'name': 'el', 'splits': {'train': {'name': 'train', 'num_samples': N, 'filenames': names, 'shard_lengths': [PER_SHARD] * N_SHARDS}}}
-    (root / '_info.json').write_text(json.dumps(info))
+    write_shards(root, 'el', N_SHARDS, PER_SHARD, lambda i, s: jpg)
     return root
 
 
@@ -131,22 +123,17 @@ class _Ranged(http.server.SimpleHTTPRequestHandler):
 def test_global_order_over_http(shards, tmp_path):
     "Shards over HTTP: with ranged reads, the default global order gives the local run's batches; without them, order='shards' (warned)."
     import warnings
-    servers = [http.server.ThreadingHTTPServer(('127.0.0.1', 0), functools.partial(h, directory=str(shards)))
-               for h in (_Ranged, http.server.SimpleHTTPRequestHandler)]
-    for s in servers: threading.Thread(target=s.serve_forever, daemon=True).start()
-    try:
-        mk = lambda root, i: IterableImageDataset(root, reader='wds/el', split='train', is_training=True, batch_size=12, block_shards=3,
-                                                  index_dir=str(tmp_path / i))
-        ds = mk(f'http://127.0.0.1:{servers[0].server_port}', 'a')
+    mk = lambda root, i: IterableImageDataset(root, reader='wds/el', split='train', is_training=True, batch_size=12, block_shards=3,
+                                              index_dir=str(tmp_path / i))
+    with http_folder(shards, _Ranged) as ranged, http_folder(shards) as plain:
+        ds = mk(ranged, 'a')
         assert ds.order == 'global'
         got = [y.tolist() for _, y in create_loader(ds, (3, 16, 16), 12, is_training=True, num_workers=0, device='cpu')]
         assert got == _run(shards, 1, 12, 0)[0]
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter('always')
-            assert mk(f'http://127.0.0.1:{servers[1].server_port}', 'b').order == 'shards'
+            assert mk(plain, 'b').order == 'shards'
         assert any('ignores ranged reads' in str(x.message) and "order='shards'" in str(x.message) for x in w)
-    finally:
-        for s in servers: s.shutdown(); s.server_close()
 
 
 ELASTIC_SCRIPT = '''

@@ -1,7 +1,7 @@
 """The house rules of issue 27, checked on the generated sources and the notebooks (nothing of timmdata is imported):
 a class is read in one place (no `@patch` on a class of the patching module), no `locals()` hand-off, environment
-variables read in one module, torch's private API in one module, no import circle (the package included), and
-notebooks numbered in the data's way (a notebook imports only lower-numbered ones). Each failure names file:line."""
+variables read in one module, torch's private API in one module, no import circle (the package included), seams
+declared and not probed (no getattr/hasattr for a method a protocol declares), and notebooks numbered in the data's way (a notebook imports only lower-numbered ones). Each failure names file:line."""
 import ast, json, re
 from pathlib import Path
 
@@ -13,6 +13,10 @@ LIB, NBS = ROOT / 'timmdata', ROOT / 'nbs'
 SETTINGS = 'settings.py'  # the one module that reads environment variables
 TORCH_COMPAT = 'torch_compat.py'  # the one module that touches torch's private API
 TORCH_PRIVATE = {'_iterator', '_workers', '_shutdown_workers', '_new_shared', 'default_generators'}
+DECLARED = {  # a method other stages rely on: the protocol that declares it (test it with isinstance, not getattr/hasattr)
+    'set_epoch': 'timmdata.runtime.SetsEpoch (pass it on with runtime.pass_epoch)', 'stats': 'timmdata.threads.CountsTime',
+    'set_loader_cfg': 'timmdata.streaming.SplitsOverWorkers', 'samples_per_worker': 'timmdata.streaming.EvenOverWorkers',
+    'workers': 'timmdata.feeder.WrapsWorkers', 'shutdown': 'timmdata.feeder.WrapsWorkers'}
 
 
 def sources() -> dict:
@@ -57,6 +61,13 @@ def torch_private(name: str, tree: ast.Module) -> list:
     if name == TORCH_COMPAT: return []
     return [f'timmdata/{name}:{n.lineno}: torch private API .{n.attr} belongs in timmdata/{TORCH_COMPAT}'
             for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in TORCH_PRIVATE]
+
+
+def probes(name: str, tree: ast.Module) -> list:
+    "file:line of each getattr/hasattr of a declared method (`DECLARED`) by its name."
+    return [f"timmdata/{name}:{n.lineno}: probes {n.args[1].value!r}: declared by {DECLARED[n.args[1].value]}; use isinstance"
+            for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ('getattr', 'hasattr')
+            and len(n.args) > 1 and isinstance(n.args[1], ast.Constant) and n.args[1].value in DECLARED]
 
 
 def import_graph(srcs: dict) -> dict:
@@ -151,6 +162,11 @@ def test_torch_private_api_in_one_module():
     assert not bad, '\n'.join(bad)
 
 
+def test_seams_declared_not_probed():
+    bad = [f for name, tree in sources().items() for f in probes(name, tree)]
+    assert not bad, '\n'.join(bad)
+
+
 def test_no_import_circle_package_included():
     found = circles(import_graph(sources()))
     assert not found, 'import circles:\n' + '\n'.join(found)
@@ -167,11 +183,13 @@ def test_the_house_checks_can_fail(tmp_path):
                      '@patch\ndef f(self: A|int): pass\n@patch\ndef g(self: str): pass\n'
                      'def h(): return dict(locals()), os.environ.get("X"), os.getenv("Y")\n'
                      'def k(dl, s): dl._iterator._shutdown_workers(); torch.cuda.default_generators\n'
-                     'def m():\n    import timmdata\n')
+                     'def m():\n    import timmdata\n'
+                     'def p(s): return callable(getattr(s, "set_epoch", None)), hasattr(s, "stats"), getattr(s, "other", 0)\n')
     assert patched_own_classes('m.py', tree) == ['timmdata/m.py:6: @patch f on A, a class of this module: move it into the class body']
     assert [f.split(':')[1] for f in calls_locals('m.py', tree)] == ['9']
     assert [f.split(':')[1] for f in reads_environment('m.py', tree)] == ['9', '9'] and reads_environment(SETTINGS, tree) == []
     assert sorted(f.split(' .')[1].split(' ')[0] for f in torch_private('m.py', tree)) == ['_iterator', '_shutdown_workers', 'default_generators']
+    assert sorted(f.split(': ')[1] for f in probes('m.py', tree)) == ["probes 'set_epoch'", "probes 'stats'"]
     srcs = {'__init__.py': ast.parse('E = """\nfrom timmdata.a import x\n"""'), 'a.py': ast.parse('from .b import y'),
             'b.py': ast.parse('def f():\n    from timmdata import z\n'), 'c.py': ast.parse('from . import a')}
     assert import_graph(srcs) == {'__init__': {'a'}, 'a': {'b'}, 'b': {'__init__'}, 'c': {'a'}}

@@ -421,3 +421,32 @@ def test_checks_with_workers():
         list(dl(Drops))
     with pytest.raises(ValueError, match='in_order=True'):
         iter(dl(ResumableBatchSampler, in_order=False))
+
+
+class _FailsAt12(torch.utils.data.Dataset):
+    "Each sample's target is the pid of the worker process that made it; sample 12 fails."
+    transform = None
+    def __len__(self): return 32
+    def __getitem__(self, i):
+        if i == 12: raise ValueError('sample 12 is bad')
+        from PIL import Image
+        return self.transform(Image.new('RGB', (8, 8))), os.getpid()
+
+
+def _alive(pid):
+    try: os.kill(pid, 0)  # a worker joined is reaped: no such process
+    except ProcessLookupError: return False
+    return True
+
+
+def test_failing_pass_stops_workers():
+    "A pass of a resumable loader without persistent workers that fails: the feeder stops its workers (through resume's DeliveredIterator), not torch's clean-up later."
+    ld = create_loader(_FailsAt12(), (3, 8, 8), B, num_workers=2, persistent_workers=False, device='cpu')
+    assert isinstance(ld, ResumablePrefetchLoader) and not ld.loader.persistent_workers
+    pids = set()
+    with pytest.raises(ValueError, match='sample 12 is bad') as err:  # held: its frames keep torch's iterator alive
+        for _, y in ld: pids.update(y.tolist())
+    assert len(pids) == 2 and os.getpid() not in pids, pids  # batches 0-2 came from both workers
+    assert [p for p in pids if _alive(p)] == []
+    with pytest.raises(ValueError, match='sample 12 is bad'):  # the next pass starts new workers, and fails the same way
+        list(ld)

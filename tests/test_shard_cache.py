@@ -1,8 +1,8 @@
 """The local cache of remote shards (issue 30) over an HTTP server on 127.0.0.1 that counts requests per path: a second
 epoch downloads nothing, the folder never exceeds a limit smaller than the dataset (watched on disk during the epoch), a
 cached shard truncated by hand is fetched again, two processes asking for one shard download it once, local shards are
-not copied. Shards are written here with tarfile (no network, no webdataset needed)."""
-import functools, http.server, io, json, os, subprocess, sys, tarfile, textwrap, threading, time
+not copied. Shards are written with tarfile (`_helpers.write_shards`: no network, no webdataset needed)."""
+import http.server, io, os, subprocess, sys, textwrap, threading, time
 from pathlib import Path
 import pytest, torch
 from PIL import Image
@@ -10,6 +10,7 @@ from timmdata.dataset_factory import create_dataset
 from timmdata.loader import create_loader
 from timmdata.shard_cache import ShardCache
 from timmdata.shard_io import WdsSource, open_shard
+from _helpers import http_folder, write_shards
 
 N_SHARDS, PER_SHARD = 6, 4  # 24 samples; 2 workers x batches of 4
 
@@ -18,25 +19,11 @@ def _jpeg(i):
     b = io.BytesIO(); Image.new('RGB', (20, 16), ((37 * i) % 256, (91 * i) % 256, 60)).save(b, 'JPEG'); return b.getvalue()
 
 
-def _add(t, name, data):
-    ti = tarfile.TarInfo(name); ti.size = len(data); t.addfile(ti, io.BytesIO(data))
-
-
 @pytest.fixture(scope='module')
 def shards(tmp_path_factory):
     "Shards in timm's wds layout with _info.json; the class is the sample's index; padding makes shards differ in size."
     root = tmp_path_factory.mktemp('shards')
-    names = []
-    for s in range(N_SHARDS):
-        names.append(f'toy-train-{s:06d}.tar')
-        with tarfile.open(root / names[-1], 'w') as t:
-            for k in range(PER_SHARD):
-                i = s * PER_SHARD + k
-                _add(t, f'train_{i:05d}.jpg', _jpeg(i) + bytes(3000 * (s + 1)))  # JPEG decoders stop at the end marker
-                _add(t, f'train_{i:05d}.cls', str(i).encode())
-    info = {'name': 'toy', 'splits': {'train': {'name': 'train', 'num_samples': N_SHARDS * PER_SHARD, 'filenames': names,
-                                                'shard_lengths': [PER_SHARD] * N_SHARDS}}}
-    (root / '_info.json').write_text(json.dumps(info))
+    write_shards(root, 'toy', N_SHARDS, PER_SHARD, lambda i, s: _jpeg(i) + bytes(3000 * (s + 1)))  # JPEG decoders stop at the end marker
     return root
 
 
@@ -58,10 +45,8 @@ class _Counting(http.server.SimpleHTTPRequestHandler):
 def server(shards):
     "(base URL, {path: GETs}, handler class) of a server on 127.0.0.1 for the shard folder."
     handler = type('H', (_Counting,), {'hits': {}, 'delay': 0.0, 'gate': None})
-    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), functools.partial(handler, directory=str(shards)))
-    threading.Thread(target=srv.serve_forever, kwargs={'poll_interval': 0.05}, daemon=True).start()
-    yield f'http://127.0.0.1:{srv.server_port}', handler.hits, handler
-    srv.shutdown(); srv.server_close()
+    with http_folder(shards, handler) as url:
+        yield url, handler.hits, handler
 
 
 def _shard_hits(hits): return {p: c for p, c in hits.items() if p.endswith('.tar')}

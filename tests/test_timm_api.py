@@ -22,6 +22,7 @@ DEFAULTS_DIFFER = {
     ('create_loader', 'device'): "None: CUDA when available, else CPU (timm's default fails without CUDA)",
     ('create_naflex_loader', 'pin_memory'): 'None: pin when the batches go to CUDA',
     ('create_naflex_loader', 'device'): "None: CUDA when available, else CPU",
+    ('PrefetchLoader', 'device'): "None: CUDA when available, else CPU",
     ('create_reader', 'name'): "'': our older form create_reader(root) still works",
 }
 
@@ -89,8 +90,17 @@ def _callables():
 @pytest.mark.parametrize('name', _callables())
 def test_every_parameter(name):
     "Each of timm's parameters is one of ours: same name, kind and place (positional callers), same default."
-    theirs = inspect.signature(getattr(td, name)).parameters
-    ours = inspect.signature(getattr(timmdata, name)).parameters
+    _same_parameters(name, getattr(td, name), getattr(timmdata, name))
+
+
+def test_prefetch_loader_parameters():
+    "PrefetchLoader takes BatchOps's options through *args/**kwargs: its declared signature is still timm's."
+    from timm.data.loader import PrefetchLoader
+    _same_parameters('PrefetchLoader', PrefetchLoader, timmdata.PrefetchLoader)
+
+
+def _same_parameters(name, theirs, ours):
+    theirs, ours = inspect.signature(theirs).parameters, inspect.signature(ours).parameters
     our_names = list(ours)
     for i, (p, tp) in enumerate(theirs.items()):
         if tp.kind in (tp.VAR_POSITIONAL, tp.VAR_KEYWORD): continue
@@ -111,7 +121,7 @@ def test_deviations_are_real():
     for (m, n) in SUBMODULE_ELSEWHERE: assert not hasattr(importlib.import_module(f'timmdata.{m}'), n), (m, n)
     for (f, p) in DEFAULTS_DIFFER:
         assert repr(inspect.signature(getattr(timmdata, f)).parameters[p].default) != repr(
-            inspect.signature(getattr(td, f)).parameters[p].default), (f, p)
+            inspect.signature(getattr(td, f, None) or getattr(td.loader, f)).parameters[p].default), (f, p)
 
 
 def test_constants_equal():

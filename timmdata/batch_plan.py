@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, Sampler, SequentialSampler
 from .config import mix_seed, seed_all
 from .distributed_sampler import SeededRandomSampler, epoch_order, sampler_kind, world_of
-from .runtime import SEED_MIX, default_rank
+from .runtime import SEED_MIX, default_rank, pass_epoch
 
 # %% auto #0
 __all__ = ['STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state', 'plain_state', 'rng_to_text', 'rng_from_text',
@@ -256,8 +256,7 @@ class ResumableBatchSampler(BatchPlan):
     def set_epoch(self, epoch: int):
         "Select the epoch of the next pass (and the sampler's); a restored position of that epoch is kept."
         self._epoch = epoch
-        if callable(getattr(self.sampler, 'set_epoch', None)):
-            self.sampler.set_epoch(epoch)
+        pass_epoch(self.sampler, epoch)
 
     def plan_pass(self, with_order: bool = True) -> PassSegment:
         "The next pass: a fresh epoch's share, or the rest of a restored one."

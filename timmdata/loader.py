@@ -21,10 +21,10 @@ from .collate import BatchCollate, fast_collate
 from .batch_ring import BatchRing
 from .gpu_decode import create_device_decode_loader, refuse_off_default
 from .prefetch import PrefetchLoader
-from .runtime import SEED_MIX, default_rank, resolve_device
+from .runtime import SEED_MIX, SetsEpoch, default_rank, resolve_device
 from .torch_compat import keep_iterator, kept_iterator, shutdown_workers
 from .scheduled_sampler import Sampling, ScheduledTransformDataset, make_batch_plan
-from .streaming import StreamPlan
+from .streaming import SplitsOverWorkers, StreamPlan
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 from .resume import BatchPlan, ResumableDataLoader, ResumablePrefetchLoader, StatefulLoader
 
@@ -87,8 +87,8 @@ class _RepeatSampler:
 
     def __iter__(self):
         b = self.batch_sampler  # a batch sampler with its own epoch (a scheduled one) moves itself and its sampler
-        sampler = b if callable(getattr(b, 'set_epoch', None)) else getattr(b, 'sampler', b)
-        epoch = getattr(sampler, 'epoch', None) if callable(getattr(sampler, 'set_epoch', None)) else None
+        sampler = b if isinstance(b, SetsEpoch) else getattr(b, 'sampler', b)
+        epoch = getattr(sampler, 'epoch', None) if isinstance(sampler, SetsEpoch) else None
         while True:
             if epoch is not None:
                 sampler.set_epoch(epoch)
@@ -498,7 +498,7 @@ def create_loader(
         shapes = [(b, *s) for b, s in zip(batch_size_choices, sizes)]
     if isinstance(dataset, StreamPlan):
         dataset.set_loader_cfg(num_workers=num_workers, batch_size=batch_size)  # its split and batches
-    elif hasattr(dataset, 'set_loader_cfg'):
+    elif isinstance(dataset, SplitsOverWorkers):
         dataset.set_loader_cfg(num_workers=num_workers)  # e.g. timm's own stream
     dataset, batching = make_batch_plan(
         dataset,

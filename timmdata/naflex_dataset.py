@@ -13,6 +13,8 @@ from .collate import new_uint8
 from .naflex_transforms import parse_patch_size
 from .transforms import SampleTransform
 from .config import mix_seed, seed_all
+from .runtime import pass_epoch
+from .streaming import EvenOverWorkers, SplitsOverWorkers
 
 # %% auto #0
 __all__ = ['calculate_naflex_batch_size', 'NaFlexCollator', 'NaFlexMapDatasetWrapper', 'NaFlexStreamWrapper']
@@ -283,8 +285,7 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         info = get_worker_info()
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
         epoch, start = self.epoch, self.start_batches()
-        if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)):
-            self.mixup_fn.set_epoch(epoch)
+        pass_epoch(self.mixup_fn, epoch)
         batches = self._epoch_batches(epoch)
         for j in range(
             start + wid, len(batches), nw
@@ -363,7 +364,7 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
         **kwargs,
     ):  # NaFlexMapDatasetWrapper's arguments (distributed/rank/world_size are the stream's business)
         self.num_workers = num_workers
-        if callable(getattr(base_dataset, 'set_loader_cfg', None)):
+        if isinstance(base_dataset, SplitsOverWorkers):
             base_dataset.set_loader_cfg(num_workers=num_workers)
         super().__init__(base_dataset, **kwargs)
 
@@ -377,16 +378,12 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
     def set_epoch(self, epoch: int):
         "The epoch of the next pass, for the wrapper and the stream; running (persistent) workers see both."
         super().set_epoch(epoch)
-        if callable(getattr(self.base_dataset, 'set_epoch', None)):
-            self.base_dataset.set_epoch(epoch)
+        pass_epoch(self.base_dataset, epoch)
 
     def worker_samples(self, wid: int) -> int:
         "Samples worker `wid` of each rank reads per epoch: the stream's own count (IterableImageDataset), else its length dealt evenly."
-        f = getattr(
-            self.base_dataset, 'samples_per_worker', None
-        )  # training streams: the same for every worker of every rank
-        if callable(f):
-            return int(f())
+        if isinstance(self.base_dataset, EvenOverWorkers):  # training streams: the same for every worker of every rank
+            return int(self.base_dataset.samples_per_worker())
         n, nw = len(self.base_dataset), max(1, self.num_workers)
         return n // nw + (wid < n % nw)
 
@@ -430,8 +427,7 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
                 f'pass the DataLoader\'s num_workers to the wrapper'
             )
         epoch, n = self.epoch, self.start_batches()
-        if self.mixup_fn is not None and callable(getattr(self.mixup_fn, 'set_epoch', None)):
-            self.mixup_fn.set_epoch(epoch)
+        pass_epoch(self.mixup_fn, epoch)
         if n == 0:
             role, sched, drop = wid, self._epoch_schedule(epoch, wid), 0
         else:  # resumed: this worker plays the role whose batch comes next in torch's round-robin, from its first batch not delivered

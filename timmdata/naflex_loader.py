@@ -15,10 +15,11 @@ from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .distributed_sampler import OrderedDistributedSampler
 from .loader import jitter_on_batch, worker_init
 from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper
+from .streaming import SplitsOverWorkers
 from .naflex_random_erasing import PatchRandomErasing
 from .decode import NATIVE
 from .feeder import DeviceFeeder, FedLoader, weak_method
-from .runtime import BufferPool, default_rank, rank_seed, resolve_device
+from .runtime import BufferPool, default_rank, pass_epoch, rank_seed, resolve_device
 from .resume import ResumableDataLoader, ResumeStateError, StatefulLoader, batch_key, check_state, loader_marks
 
 # %% auto #0
@@ -94,8 +95,7 @@ class NaFlexPrefetchLoader(FedLoader):
         for obj in {
             id(o): o for o in (self.loader.dataset, getattr(self.loader, 'sampler', None)) if o is not None
         }.values():
-            if callable(getattr(obj, 'set_epoch', None)):
-                obj.set_epoch(epoch)
+            pass_epoch(obj, epoch)
 
     def _step(self, batch, mark) -> tuple:
         "The per-batch step the feeder runs: seed the batch's draws from its mark (over a resumable loader), then `_prepare`."
@@ -337,7 +337,7 @@ def create_naflex_loader(
             worker_init, worker_seeding=worker_seeding, rank=rank if distributed else default_rank()
         ),
     )
-    if hasattr(dataset, 'set_loader_cfg'):
+    if isinstance(dataset, SplitsOverWorkers):
         dataset.set_loader_cfg(num_workers=num_workers)  # a stream: its split over workers
     if is_training:
         factory = partial(

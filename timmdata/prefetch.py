@@ -4,7 +4,7 @@
 
 # %% ../nbs/31_prefetch.ipynb #b3ae2fcf
 from __future__ import annotations
-import weakref
+import inspect, weakref
 from typing import Optional, Sequence, Union
 import torch
 from . import decode
@@ -12,7 +12,7 @@ from .collate import BatchCollate
 from .feeder import DeviceFeeder, FedLoader, weak_method
 from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .random_erasing import RandomErasing
-from .runtime import BufferPool, rank_seed, resolve_device
+from .runtime import BufferPool, pass_epoch, rank_seed, resolve_device
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats
 
 # %% auto #0
@@ -191,18 +191,10 @@ class BatchOps:
         re_num_splits: int = 0,  # leave the first split of the batch un-erased (augmentation splits)
         channels_last: bool = False,  # hand out channels-last (NHWC-strided) batches
         color_jitter=None,  # brightness/contrast/saturation strength: a float, a 3-tuple, or ranges; None: off
-        num_prefetch: Optional[
-            int
-        ] = None,  # batches prepared ahead of the one the consumer holds; None: 1 on a GPU, 0 on the CPU
-        seed: Optional[
-            int
-        ] = None,  # seed of this loader's generator (jitter); None: drawn from torch's RNG and the rank
-        cpu_threads: Optional[
-            int
-        ] = 1,  # torch threads for the maths on a CPU device (the workers need the cores); None: torch's setting
-        collate: Optional[
-            BatchCollate
-        ] = None,  # takes each uint8 batch's memory back once read (CPU), e.g. a BatchRing
+        num_prefetch: Optional[int] = None,  # batches made ahead of the one in use; None: 1 on a GPU, 0 on the CPU
+        seed: Optional[int] = None,  # seed of the loader's generator (jitter); None: from torch's RNG and the rank
+        cpu_threads: Optional[int] = 1,  # torch threads for the CPU maths (workers need cores); None: torch's setting
+        collate: Optional[BatchCollate] = None,  # takes each uint8 batch's memory back once read (CPU): a BatchRing
     ):
         if num_prefetch is not None and (not isinstance(num_prefetch, int) or num_prefetch < 0):
             raise ValueError(f"num_prefetch must be None or an int >= 0; got {num_prefetch!r}")
@@ -283,52 +275,28 @@ def _empty(batch) -> bool:
     return batch[0].numel() == 0  # every sample of the batch was skipped
 
 
+def _with_batch_ops(init):
+    "`init(self, loader, *args, **kwargs)` handing its options to `BatchOps.__init__`: shown with BatchOps's parameters (signature and docments) but `collate`."
+    own = list(inspect.signature(init).parameters.values())[:2]  # self, loader
+    ops = [p for n, p in inspect.signature(BatchOps.__init__).parameters.items() if n not in ('self', 'collate')]
+    init.__signature__ = inspect.Signature(own + ops)  # timm's order: positional callers keep working
+    init.__delwrap__ = BatchOps.__init__  # where fastcore's docments (show_doc) finds the parameters' comments
+    return init
+
+
 class PrefetchLoader(FedLoader, BatchOps):
     "Wraps a uint8 batch loader: moves each batch to `device` ahead of use, converts, jitters, normalises and erases there."
 
+    @_with_batch_ops
     def __init__(
         self,
         loader,  # yields (uint8 NCHW images, targets), e.g. a DataLoader with `fast_collate`
-        mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,  # normalisation mean, in [0, 1] units
-        std: Sequence[float] = IMAGENET_DEFAULT_STD,  # normalisation std, in [0, 1] units
-        channels: int = 3,  # image channels
-        device: Union[str, torch.device, None] = None,  # 'cpu' or 'cuda'; None: CUDA when available, else CPU
-        img_dtype: Optional[torch.dtype] = None,  # output dtype (default float32)
-        fp16: bool = False,  # deprecated (timm): same as img_dtype=torch.float16
-        re_prob: float = 0.0,  # random erasing probability per image (0: off)
-        re_mode: str = 'const',  # random erasing fill: 'const', 'rand' or 'pixel'
-        re_count: int = 1,  # max erased regions per image
-        re_num_splits: int = 0,  # leave the first split of the batch un-erased (augmentation splits)
-        channels_last: bool = False,  # hand out channels-last (NHWC-strided) batches
-        color_jitter=None,  # brightness/contrast/saturation strength: a float, a 3-tuple, or ranges; None: off
-        num_prefetch: Optional[
-            int
-        ] = None,  # batches prepared ahead of the one the consumer holds; None: 1 on a GPU, 0 on the CPU
-        seed: Optional[
-            int
-        ] = None,  # seed of this loader's generator (jitter); None: drawn from torch's RNG and the rank
-        cpu_threads: Optional[
-            int
-        ] = 1,  # torch threads for the maths on a CPU device (the workers need the cores); None: torch's setting
+        *args,  # then `BatchOps`'s parameters but `collate`, in its order (timm's: mean, std, channels, device, ...)
+        **kwargs,
     ):
         fn = getattr(loader, 'collate_fn', None)  # any iterable of batches will do: only a DataLoader has a collate_fn
         super().__init__(
-            mean=mean,
-            std=std,
-            channels=channels,
-            device=device,
-            img_dtype=img_dtype,
-            fp16=fp16,
-            re_prob=re_prob,
-            re_mode=re_mode,
-            re_count=re_count,
-            re_num_splits=re_num_splits,
-            channels_last=channels_last,
-            color_jitter=color_jitter,
-            num_prefetch=num_prefetch,
-            seed=seed,
-            cpu_threads=cpu_threads,
-            collate=fn if isinstance(fn, BatchCollate) else None,
+            *args, collate=fn if isinstance(fn, BatchCollate) else None, **kwargs
         )  # released batches go back to it (e.g. a BatchRing)
         self.loader = loader
         self.feeder = DeviceFeeder(
@@ -364,6 +332,5 @@ class PrefetchLoader(FedLoader, BatchOps):
             getattr(self.loader, 'batch_sampler', None),
             getattr(self.loader, 'dataset', None),
         ):
-            if obj is not None and id(obj) not in seen and callable(getattr(obj, 'set_epoch', None)):
+            if obj is not None and id(obj) not in seen and pass_epoch(obj, epoch):
                 seen.add(id(obj))
-                obj.set_epoch(epoch)

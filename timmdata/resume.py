@@ -11,9 +11,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 from .config import mix_seed
-from .feeder import Marks, cuda_rng_seeded
+from .feeder import Marks, cuda_rng_seeded, iterator_workers, shutdown_iterator
 from .prefetch import PrefetchLoader
-from .runtime import SEED_MIX, default_rank
+from .runtime import SEED_MIX, default_rank, pass_epoch
 from timmdata.batch_plan import (
     BATCH_TAG,
     STATE_VERSION,
@@ -73,7 +73,7 @@ def set_global_rng_state(s: tuple):
 
 
 class DeliveredIterator:
-    "A DataLoader's iterator that reports each batch it hands out to its loader (`StatefulLoader.note_delivered`); `.iterator` is torch's."
+    "A DataLoader's iterator that reports each batch it hands out to its loader (`StatefulLoader.note_delivered`); `.iterator` is torch's, whose workers `shutdown()` stops."
 
     def __init__(self, loader, iterator, until_end: bool = False):  # until_end: stop after the last batch of a pass
         self.loader, self.iterator, self.until_end, self.stop = loader, iterator, until_end, False
@@ -101,10 +101,13 @@ class DeliveredIterator:
             self.stop = True
         return b
 
-    def __getattr__(self, name):  # torch's iterator's workers etc. (the prefetcher stops them)
-        if name.startswith('__') or name == 'iterator':
-            raise AttributeError(name)
-        return getattr(self.iterator, name)
+    def workers(self) -> Optional[list]:
+        "The worker processes of the iterator it wraps, by worker id (`timmdata.feeder.WrapsWorkers`); None: none."
+        return iterator_workers(self.iterator)
+
+    def shutdown(self):
+        "Stop the workers of the iterator it wraps (the device feeder calls it when a pass ends early or fails)."
+        shutdown_iterator(self.iterator)
 
 # %% ../nbs/35_resume.ipynb #2f8c9f74
 _HOW = (
@@ -209,8 +212,7 @@ class StatefulLoader:
     def set_epoch(self, epoch: int):
         "Passes the epoch to the batch plan (and its sampler) and to the dataset, where they take one."
         for obj in {id(o): o for o in (self.plan or self.batch_sampler, self.sampler, self.dataset)}.values():
-            if callable(getattr(obj, 'set_epoch', None)):
-                obj.set_epoch(epoch)
+            pass_epoch(obj, epoch)
 
     def state_dict(self) -> dict:
         "The loader's position after the batches delivered so far: a small dict of plain JSON data for `load_state_dict`."

@@ -6,13 +6,13 @@
 from __future__ import annotations
 import math, sys
 from contextlib import contextmanager
-from typing import Optional, Sequence
+from typing import Optional, Protocol, Sequence, runtime_checkable
 import numpy as np
 import torch
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['SEED_MIX', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'rank_seed']
+__all__ = ['SEED_MIX', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'rank_seed', 'SetsEpoch', 'pass_epoch']
 
 # %% ../nbs/02_runtime.ipynb #cc278d7d
 def _refs(bufs: list, i: int) -> int:
@@ -107,3 +107,21 @@ def rank_seed(seed: Optional[int] = None) -> int:
     if seed is not None:
         return seed
     return (int(torch.randint(2**62, ())) + default_rank() * SEED_MIX) % 2**63
+
+# %% ../nbs/02_runtime.ipynb #b2d80e1a
+@runtime_checkable
+class SetsEpoch(Protocol):
+    "A sampler, dataset or batch op whose draws change with the epoch (a method set to None opts out, as Python's protocols allow)."
+
+    def set_epoch(self, epoch: int): ...  # select the epoch of the next pass
+
+
+def pass_epoch(
+    obj,  # a sampler, batch sampler, dataset or batch op (or None)
+    epoch: int,  # the epoch of the next pass
+) -> bool:
+    "Pass `epoch` on to `obj` when it `SetsEpoch`; anything else (e.g. timm's map-style datasets) is left as it is. True if it took it."
+    if not isinstance(obj, SetsEpoch):
+        return False
+    obj.set_epoch(epoch)
+    return True

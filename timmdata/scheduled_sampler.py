@@ -10,6 +10,7 @@ from itertools import islice
 from typing import Callable, Iterator, Optional, Sequence
 import torch
 from torch.utils.data import Dataset, IterableDataset, Sampler
+from .runtime import pass_epoch
 from .dataset import ChoiceTransform, ImageDataset
 from .distributed_sampler import SeededRandomSampler, sampler_kind, timm_sampler, world_of
 from timmdata.batch_plan import (
@@ -145,8 +146,7 @@ class ScheduledBatchSampler(Sampler):
     def set_epoch(self, epoch: int):
         "Select the epoch of the next pass (its schedule, and the wrapped sampler's shuffling)."
         self.epoch = epoch
-        if callable(getattr(self.sampler, 'set_epoch', None)):
-            self.sampler.set_epoch(epoch)
+        pass_epoch(self.sampler, epoch)
 
     @property
     def schedule(self) -> tuple:
@@ -297,8 +297,7 @@ class ScheduledTransformDataset(Dataset):
 
     def set_epoch(self, epoch: int):
         "Passes the epoch on to the wrapped dataset, when it takes one."
-        if callable(getattr(self.dataset, 'set_epoch', None)):
-            self.dataset.set_epoch(epoch)
+        pass_epoch(self.dataset, epoch)
 
     def filename(self, index: int, basename: bool = False, absolute: bool = False):
         return self.dataset.filename(index, basename=basename, absolute=absolute)

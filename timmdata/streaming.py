@@ -5,7 +5,7 @@
 # %% ../nbs/25_streaming.ipynb #77338cd2
 from __future__ import annotations
 import math, os, random, warnings
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Protocol, runtime_checkable
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -19,7 +19,8 @@ from .readers import create_reader, unset
 from .settings import setting
 
 # %% auto #0
-__all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'StreamPlan', 'IterableImageDataset']
+__all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'SplitsOverWorkers', 'EvenOverWorkers',
+           'StreamPlan', 'IterableImageDataset']
 
 # %% ../nbs/25_streaming.ipynb #6439fc52
 SHUFFLE_SIZE = setting('WDS_SHUFFLE_SIZE')  # samples in a worker's shuffle buffer (timm's default and env var)
@@ -115,6 +116,20 @@ def _check_source(src):
 
 # %% ../nbs/25_streaming.ipynb #e5f6a7b8
 _WARNED = set()  # fallback reasons already warned about in this process
+
+
+@runtime_checkable
+class SplitsOverWorkers(Protocol):
+    "A stream that splits its epoch over the DataLoader's workers and must be told how many (timm's and timmdata's `IterableImageDataset`)."
+
+    def set_loader_cfg(self, num_workers: Optional[int] = None): ...  # each rank's DataLoader workers
+
+
+@runtime_checkable
+class EvenOverWorkers(Protocol):
+    "A training stream whose every worker of every rank yields the same number of samples an epoch (timmdata's `IterableImageDataset`)."
+
+    def samples_per_worker(self) -> int: ...
 
 
 class StreamPlan:

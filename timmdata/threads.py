@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes, random, threading, time, weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol, runtime_checkable
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset
@@ -25,7 +25,7 @@ from timmdata.resume import (
 )
 
 # %% auto #0
-__all__ = ['BATON', 'BATCH_TAG', 'RngBaton', 'LoaderStats', 'check_worker_mode', 'few_arenas', 'ThreadDataLoader',
+__all__ = ['BATON', 'BATCH_TAG', 'RngBaton', 'LoaderStats', 'CountsTime', 'check_worker_mode', 'few_arenas', 'ThreadDataLoader',
            'ProcessDataLoader', 'TimedPrefetchLoader', 'loader_classes', 'verdict', 'profile_loader']
 
 # %% ../nbs/37_threads.ipynb #96670f20
@@ -210,6 +210,13 @@ class LoaderStats:
     def __repr__(self):
         return self.table()
 
+
+@runtime_checkable
+class CountsTime(Protocol):
+    "A loader that counts where its time goes (`ThreadDataLoader`, `ProcessDataLoader`, `TimedPrefetchLoader`): what `profile_loader` reads, and a `TimedPrefetchLoader` shares."
+
+    def stats(self) -> LoaderStats: ...  # the counts so far
+
 # %% ../nbs/37_threads.ipynb #6cd169ee
 _MODES = ('process', 'thread')
 BATCH_TAG = 0xBA7C  # the tag of the collate's draws in a batch's seed: the same as timmdata.resume's (tested below)
@@ -373,6 +380,10 @@ class ThreadDataLoader(ResumableDataLoader):
 class _TimedDelivered(DeliveredIterator):
     "`DeliveredIterator` that adds the time spent waiting in `next` to its loader's stats (the workers are another process)."
 
+    def __init__(self, loader, iterator, until_end: bool = False):
+        super().__init__(loader, iterator, until_end)
+        self.delivered_at = None  # when the batch before was delivered (None: none yet)
+
     def __next__(self):
         st, t0 = self.loader._stats, time.perf_counter()
         try:
@@ -381,8 +392,8 @@ class _TimedDelivered(DeliveredIterator):
             st.add('wait_workers', time.perf_counter() - t0)
         if not st.outer:  # no prefetcher above: the batches are delivered here
             now = time.perf_counter()
-            st.delivered(_images(b), now - getattr(self, '_mark', t0))
-            self._mark = now
+            st.delivered(_images(b), now - (t0 if self.delivered_at is None else self.delivered_at))
+            self.delivered_at = now
         return b
 
 
@@ -454,7 +465,7 @@ class TimedPrefetchLoader(ResumablePrefetchLoader):
 
     def __init__(self, loader, **kwargs):
         super().__init__(loader, **kwargs)
-        self._stats = loader.stats() if callable(getattr(loader, 'stats', None)) else LoaderStats()
+        self._stats = loader.stats() if isinstance(loader, CountsTime) else LoaderStats()
         self._stats.outer = True
 
     def stats(self) -> LoaderStats:
@@ -549,7 +560,7 @@ def profile_loader(
     batches: int = 20,  # batches to run, after one warm-up batch (fewer when the epoch is shorter)
 ) -> tuple:
     "Run `batches` batches of `loader` and measure where the time goes: (LoaderStats, a one-sentence verdict)."
-    if not callable(getattr(loader, 'stats', None)):
+    if not isinstance(loader, CountsTime):
         raise TypeError(
             f'profile_loader needs a loader with stats() (from timmdata.create_loader); got {type(loader).__name__}'
         )

@@ -1,0 +1,60 @@
+"""What the stream benchmarks share (`bench_streaming.py`, `bench_shard_cache.py`, `bench_elastic.py`): a local HTTP
+server for a folder of shards, one timed epoch, training loaders over several sources, and the timing loop that
+alternates the sources epoch by epoch (so that a machine's drift hits them all alike) and prints medians and ratios.
+Run a benchmark as `python bench/NAME.py`: its folder is then on the import path."""
+import socket, statistics, subprocess, sys, time
+from contextlib import contextmanager
+from timmdata import create_loader
+
+
+def free_port() -> int:
+    "A TCP port free on this machine now."
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+
+@contextmanager
+def http_server(folder):
+    "`python -m http.server` for `folder` on 127.0.0.1 (a separate process, as a real server is): yields its base URL."
+    port = free_port()
+    server = subprocess.Popen([sys.executable, '-m', 'http.server', str(port), '--bind', '127.0.0.1', '--directory',
+                               str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)  # listening by then
+        yield f'http://127.0.0.1:{port}'
+    finally:
+        server.terminate(); server.wait()
+
+
+def epoch(loader) -> tuple:
+    "One epoch of `loader`: (images, seconds)."
+    t0, n = time.perf_counter(), 0
+    for x, y in loader: n += len(y)
+    return n, time.perf_counter() - t0
+
+
+def train_loaders(sources: dict, a) -> dict:
+    "{name: (dataset, create_loader's training loader over it)} for `sources` ({name: a function making the dataset}); `a`: the run's arguments."
+    return {name: (ds, create_loader(ds, a.input_size, a.batch_size, is_training=True, num_workers=a.workers,
+                                     persistent_workers=True, device='cpu'))
+            for name, ds in ((name, make()) for name, make in sources.items())}
+
+
+def alternate_epochs(loaders: dict, epochs: int) -> dict:
+    "{name: images/s of each timed epoch}: epoch 0 warms up (workers, page cache, a cache to fill), then `epochs` timed ones; the sources alternate within each epoch."
+    rates = {k: [] for k in loaders}
+    for e in range(epochs + 1):
+        for name, (ds, loader) in loaders.items():
+            if hasattr(ds, 'set_epoch'): ds.set_epoch(e)
+            got, t = epoch(loader)
+            if e: rates[name].append(got / t)
+    return rates
+
+
+def print_rates(rates: dict, base: str, ratio: str, epochs: str = 'epochs (images/s)'):
+    "Each source's median images/s, its ratio to source `base` (headed `ratio`), and every timed epoch's rate."
+    b = statistics.median(rates[base])
+    print(f'{"source":<20}{"images/s (median)":>20}{ratio:>10}   {epochs}')
+    for name, r in rates.items():
+        m = statistics.median(r)
+        print(f'{name:<20}{m:>20.0f}{m / b:>10.2f}   ' + ' '.join(f'{x:.0f}' for x in r))
