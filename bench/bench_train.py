@@ -12,14 +12,24 @@ that tree first on PYTHONPATH), and new/old.
 
     python bench/bench_train.py [--images 640] [--reps 3] [--old /work/main]
 """
-import argparse, glob, json, os, random, statistics, subprocess, sys, time
+
+import argparse
+import glob
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 
 def loader_cpu_ms(which: str, n: int, reps: int) -> float:
     "CPU ms per image of `which` ('timmdata' or 'timm') over `n` images, best of `reps` passes (after a warm-up batch)."
     import torch
-    from timmdata.bench import bench_root, _timmdata_loader, _timm_loader
+
+    from timmdata.bench import _timm_loader, _timmdata_loader, bench_root
 
     torch.set_num_threads(1)
     loader = (_timmdata_loader if which == 'timmdata' else _timm_loader)(bench_root(), True, 64, 0)
@@ -41,10 +51,12 @@ def stages_cpu_ms(n: int, reps: int) -> dict:
     import torch
     from PIL import Image
     from torchvision.transforms import InterpolationMode
+
     from timmdata.bench import bench_root
-    from timmdata.decode import encoded_jpeg, decode_image, read_source
-    from timmdata.transforms import resize_exact, RandomResizedCropAndInterpolation as RRC
     from timmdata.collate import fast_collate
+    from timmdata.decode import encoded_jpeg, read_source
+    from timmdata.transforms import RandomResizedCropAndInterpolation as RRC
+    from timmdata.transforms import resize_exact
 
     torch.set_num_threads(1)
     files = sorted(glob.glob(str(bench_root() / '*' / '*')))[:n]
@@ -67,7 +79,9 @@ def stages_cpu_ms(n: int, reps: int) -> dict:
         'read (file bytes)': lambda: [read_source(f) for f in files],
         'header (encoded_jpeg)': lambda: [encoded_jpeg(d) for d in datas],
         'crop decode (libjpeg-turbo, the box)': lambda: [e.decode_crop(*b) for e, b in zip(encs, boxes, strict=True)],
-        'resize to 224 (torch uint8 AA)': lambda: [resize_exact(c, (224, 224), InterpolationMode.BILINEAR) for c in crops],
+        'resize to 224 (torch uint8 AA)': lambda: [
+            resize_exact(c, (224, 224), InterpolationMode.BILINEAR) for c in crops
+        ],
         'flip (every image)': lambda: [o.flip(-1) for o in outs],
         'collate (into the uint8 batch)': lambda: collate(None),
         'whole decode, extension (reference)': lambda: [e.decode() for e in encs],
@@ -94,7 +108,11 @@ def tree_cpu_ms(tree: Path, n: int, reps: int) -> float:
     env = {**os.environ, 'PYTHONPATH': str(tree)}
     out = subprocess.run(
         [sys.executable, __file__, '--child', 'timmdata', '--images', str(n), '--reps', str(reps)],
-        env=env, check=True, capture_output=True, text=True, cwd=tree,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tree,
     )
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -116,8 +134,10 @@ def main(argv=None):
             for v in ('old', 'new') if r % 2 == 0 else ('new', 'old'):
                 seen[v].append(tree_cpu_ms(trees[v], a.images, a.reps))
         o, nw = statistics.median(seen['old']), statistics.median(seen['new'])
-        print(f'loader CPU ms/image: old {o:.3f} (runs {", ".join(f"{x:.3f}" for x in seen["old"])})  '
-              f'new {nw:.3f} (runs {", ".join(f"{x:.3f}" for x in seen["new"])})  old/new {o / nw:.3f}')
+        print(
+            f'loader CPU ms/image: old {o:.3f} (runs {", ".join(f"{x:.3f}" for x in seen["old"])})  '
+            f'new {nw:.3f} (runs {", ".join(f"{x:.3f}" for x in seen["new"])})  old/new {o / nw:.3f}'
+        )
         return
     td, tm = [], []
     for r in range(a.rounds):  # alternating, so both see the same machine load
