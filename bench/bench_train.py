@@ -1,0 +1,162 @@
+"""Where a training image's CPU time goes, timmdata against timm, in CPU-seconds per image (robust to a loaded machine).
+
+The train pipeline of `timmdata bench` (create_loader(is_training=True, color_jitter=0.4), batches of 64) on the
+generated sample data, run in this process (num_workers=0: every stage, the collate and the main process's batch step
+on one core), timed with the process's CPU clock, best of --reps passes. Prints:
+- the loader's CPU ms/image, timm's, their ratio (timm / timmdata: how many times faster timmdata is per core), and
+  timmdata against the decode limit (PIL's whole decode, what `timmdata bench` calls decode_limit, per core);
+- the stages of one training sample, each timed alone: read, header, crop-aware decode, resize, flip, collate;
+  whatever the loader costs beyond their sum is its own machinery (seeding, stage clocks, DataLoader, batch step).
+With --old TREE: the loader's CPU ms/image of TREE and of this tree, alternating in one run (each in a subprocess with
+that tree first on PYTHONPATH), and new/old.
+
+    python bench/bench_train.py [--images 640] [--reps 3] [--old /work/main]
+"""
+
+import argparse
+import glob
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def loader_cpu_ms(which: str, n: int, reps: int) -> float:
+    "CPU ms per image of `which` ('timmdata' or 'timm') over `n` images, best of `reps` passes (after a warm-up batch)."
+    import torch
+
+    from timmdata.bench import _timm_loader, _timmdata_loader, bench_root
+
+    torch.set_num_threads(1)
+    loader = (_timmdata_loader if which == 'timmdata' else _timm_loader)(bench_root(), True, 64, 0)
+    best = float('inf')
+    for _ in range(reps):
+        it = iter(loader)
+        next(it)
+        t, k = time.process_time(), 0
+        for x, _y in it:
+            k += x.shape[0]
+            if k >= n:
+                break
+        best = min(best, (time.process_time() - t) / k * 1e3)
+    return best
+
+
+def stages_cpu_ms(n: int, reps: int) -> dict:
+    "CPU ms per image of each stage of a training sample, each timed alone over the same `n` files (best of `reps`)."
+    import torch
+    from PIL import Image
+    from torchvision.transforms import InterpolationMode
+
+    from timmdata.bench import bench_root
+    from timmdata.collate import fast_collate
+    from timmdata.decode import encoded_jpeg, read_source
+    from timmdata.transforms import RandomResizedCropAndInterpolation as RRC
+    from timmdata.transforms import resize_exact
+
+    torch.set_num_threads(1)
+    files = sorted(glob.glob(str(bench_root() / '*' / '*')))[:n]
+    datas = [read_source(f) for f in files]
+    encs = [encoded_jpeg(d) for d in datas]
+    random.seed(0)
+    boxes = [RRC.get_params(e, (0.08, 1.0), (3 / 4, 4 / 3)) for e in encs]
+    crops = [e.decode_crop(*b) for e, b in zip(encs, boxes, strict=True)]
+    outs = [resize_exact(c, (224, 224), InterpolationMode.BILINEAR) for c in crops]
+
+    def pil_decode(f):
+        with Image.open(f) as im:
+            im.convert('RGB')
+
+    def collate(_):
+        for i in range(0, len(outs) - 63, 64):
+            fast_collate([(o, 0) for o in outs[i : i + 64]])
+
+    work = {
+        'read (file bytes)': lambda: [read_source(f) for f in files],
+        'header (encoded_jpeg)': lambda: [encoded_jpeg(d) for d in datas],
+        'crop decode (libjpeg-turbo, the box)': lambda: [e.decode_crop(*b) for e, b in zip(encs, boxes, strict=True)],
+        'resize to 224 (torch uint8 AA)': lambda: [
+            resize_exact(c, (224, 224), InterpolationMode.BILINEAR) for c in crops
+        ],
+        'flip (p=0.5: every other image)': lambda: [o.flip(-1) for o in outs[::2]],
+        'collate (into the uint8 batch)': lambda: collate(None),
+        'whole decode, extension (reference)': lambda: [e.decode() for e in encs],
+        'whole decode, PIL (decode limit)': lambda: [pil_decode(f) for f in files],
+    }
+    res = {}
+    for name, fn in work.items():
+        best = float('inf')
+        for _ in range(reps):
+            t = time.process_time()
+            fn()
+            best = min(best, (time.process_time() - t) / len(files) * 1e3)
+        res[name] = best
+    res['collate (into the uint8 batch)'] *= len(files) / (len(files) // 64 * 64)  # per collated image
+    return res
+
+
+def _child(which: str, n: int, reps: int):
+    print(json.dumps(loader_cpu_ms(which, n, reps)))
+
+
+def tree_cpu_ms(tree: Path, n: int, reps: int) -> float:
+    "The loader's CPU ms/image with `tree` first on PYTHONPATH (a subprocess)."
+    env = {**os.environ, 'PYTHONPATH': str(tree)}
+    out = subprocess.run(
+        [sys.executable, __file__, '--child', 'timmdata', '--images', str(n), '--reps', str(reps)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tree,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--images', type=int, default=640)
+    p.add_argument('--reps', type=int, default=3)
+    p.add_argument('--rounds', type=int, default=3, help='with --old: alternating rounds')
+    p.add_argument('--old', help='source tree of the version to compare against (its extension built)')
+    p.add_argument('--child', help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        return _child(a.child, a.images, a.reps)
+    if a.old:
+        trees = {'old': Path(a.old).resolve(), 'new': Path(__file__).resolve().parents[1]}
+        seen = {'old': [], 'new': []}
+        for r in range(a.rounds):
+            for v in ('old', 'new') if r % 2 == 0 else ('new', 'old'):
+                seen[v].append(tree_cpu_ms(trees[v], a.images, a.reps))
+        o, nw = statistics.median(seen['old']), statistics.median(seen['new'])
+        print(
+            f'loader CPU ms/image: old {o:.3f} (runs {", ".join(f"{x:.3f}" for x in seen["old"])})  '
+            f'new {nw:.3f} (runs {", ".join(f"{x:.3f}" for x in seen["new"])})  old/new {o / nw:.3f}'
+        )
+        return
+    td, tm = [], []
+    for r in range(a.rounds):  # alternating, so both see the same machine load
+        for which in ('timmdata', 'timm') if r % 2 == 0 else ('timm', 'timmdata'):
+            (td if which == 'timmdata' else tm).append(loader_cpu_ms(which, a.images, a.reps))
+    st = stages_cpu_ms(a.images, a.reps)
+    ours, theirs, limit = statistics.median(td), statistics.median(tm), st['whole decode, PIL (decode limit)']
+    print(f'{"stage (CPU ms per image, one core)":42s} {"ms":>7s} {"of loader":>9s}')
+    parts = [k for k in st if 'reference' not in k and 'decode limit' not in k]
+    for k in parts:
+        print(f'{k:42s} {st[k]:7.3f} {st[k] / ours:9.0%}')
+    rest = ours - sum(st[k] for k in parts)
+    print(f'{"loader machinery + batch step (the rest)":42s} {rest:7.3f} {rest / ours:9.0%}')
+    print(f'{"timmdata loader (num_workers=0)":42s} {ours:7.3f}')
+    print(f'{"timm loader (num_workers=0)":42s} {theirs:7.3f}')
+    for k in ('whole decode, extension (reference)', 'whole decode, PIL (decode limit)'):
+        print(f'{k:42s} {st[k]:7.3f}')
+    print(f'timmdata/timm (per core) {theirs / ours:.2f}x   timmdata/decode-limit {limit / ours:.2f}x')
+
+
+if __name__ == '__main__':
+    main()
