@@ -17,7 +17,7 @@ from .runtime import pass_epoch
 from .streaming import EvenOverWorkers, SplitsOverWorkers
 
 # %% auto #0
-__all__ = ['calculate_naflex_batch_size', 'NaFlexCollator', 'NaFlexMapDatasetWrapper', 'NaFlexStreamWrapper']
+__all__ = ['calculate_naflex_batch_size', 'NaFlexCollator', 'NaFlexBatchMaker', 'NaFlexMapDatasetWrapper', 'NaFlexStreamWrapper']
 
 # %% ../nbs/42_naflex_dataset.ipynb #65076d70
 def calculate_naflex_batch_size(
@@ -157,6 +157,54 @@ def _patch_cfg(patch_size, patch_size_choices, patch_size_choice_probs) -> tuple
         raise ValueError(f'patch_size_choice_probs must be >= 0 with a positive sum; got {patch_size_choice_probs!r}')
     return sizes, [p / total for p in patch_size_choice_probs], True
 
+# %% ../nbs/42_naflex_dataset.ipynb #cbceabc9
+class NaFlexBatchMaker:
+    "Makes one batch at a (sequence length, patch size): each sample's transform, the batch's mixing, the collation."
+
+    def __init__(
+        self,
+        base_dataset,  # the dataset the samples come from; a timmdata one (transform None) runs the transform inside
+        seq_lens: Sequence[int],  # the sequence lengths of the batches
+        patch_sizes: Sequence[Tuple[int, int]],  # the patch sizes, (ph, pw) each
+        transform_factory: Optional[Callable] = None,  # f(max_seq_len=, patch_size=) -> the sample transform
+        mixup_fn: Optional[Callable] = None,  # f(list of images, targets) -> (images, soft targets)
+        channels_last: bool = True,  # flat patch layout: channel last (timm's default)
+        flatten: bool = True,  # [L, P*P*C] patches; False: [L, Ph, Pw, C] (variable patch sizes)
+    ):
+        keys = [(s, k, p) for k, p in enumerate(patch_sizes) for s in seq_lens]
+        tf = transform_factory
+        self.transforms = {(s, k): (tf(max_seq_len=s, patch_size=p) if tf else None) for s, k, p in keys}
+        self.collate_fns = {
+            (s, k): NaFlexCollator(s, patch_size=p, channels_last=channels_last, flatten=flatten) for s, k, p in keys
+        }
+        self.mixup_fn = mixup_fn
+        self._inner = None  # for a timmdata ImageDataset: the transforms run inside it (a crop decodes only its box)
+        timmdata_ds = isinstance(base_dataset, (ImageDataset, IterableDataset))
+        if tf and timmdata_ds and getattr(base_dataset, 'transform', 0) is None:
+            self._inner = ChoiceTransform(self.transforms)
+            base_dataset.transform = self._inner
+
+    def __call__(self, s: int, k: int, samples, key: Optional[int] = None) -> Optional[tuple]:
+        "One batch at sequence length `s` and patch size `k` from `samples` (read lazily, after its transform is chosen), mixed and collated."
+        if self._inner is not None:
+            self._inner.choice = (s, k)  # this batch's transform, inside the dataset
+        imgs, ys = [], []
+        for sample in samples:
+            if sample is None:
+                continue  # the dataset's bad_sample='skip' policy: counted and warned there
+            img, y = sample
+            if self._inner is None and self.transforms[(s, k)] is not None:
+                img = self.transforms[(s, k)](img)
+            imgs.append(img)
+            ys.append(y)
+        if not imgs:
+            return None
+        if key is not None:
+            seed_all(mix_seed(key, _MIX_TAG))  # the mixing's draws (else: as the last sample's seed left them)
+        if self.mixup_fn is not None:
+            imgs, ys = self.mixup_fn(imgs, ys)
+        return self.collate_fns[(s, k)](list(zip(imgs, ys)))
+
 # %% ../nbs/42_naflex_dataset.ipynb #b73e7efd
 class NaFlexMapDatasetWrapper(IterableDataset):
     "Batches of one sequence length each, batch size from a token budget, the same schedule on every rank (timm's)."
@@ -184,42 +232,27 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         if not seq_lens or min(seq_lens) < 1:
             raise ValueError(f'seq_lens must be positive sequence lengths; got {seq_lens!r}')
         self.base_dataset, self.seq_lens = base_dataset, sorted(set(int(s) for s in seq_lens))
-        self.max_tokens_per_batch, self.seed, self.shuffle, self.batch_divisor = (
-            max_tokens_per_batch,
-            seed,
-            shuffle,
-            batch_divisor,
-        )
+        self.max_tokens_per_batch, self.seed = max_tokens_per_batch, seed
+        self.shuffle, self.batch_divisor = shuffle, batch_divisor
         self.distributed = distributed and world_size > 1
         self.rank, self.world_size = (rank, world_size) if self.distributed else (0, 1)
         self._epoch = torch.tensor([epoch], dtype=torch.int64).share_memory_()  # seen by running (persistent) workers
-        self._start = torch.zeros(
-            3, dtype=torch.int64
-        ).share_memory_()  # resume point: [set?, its epoch, batches delivered]
+        # the resume point: [set?, its epoch, batches delivered]
+        self._start = torch.zeros(3, dtype=torch.int64).share_memory_()
         self.patch_sizes, self.patch_size_probs, self.variable_patch_size = _patch_cfg(
             patch_size, patch_size_choices, patch_size_choice_probs
         )
-        self.transforms = {
-            (s, k): (transform_factory(max_seq_len=s, patch_size=p) if transform_factory else None)
-            for k, p in enumerate(self.patch_sizes)
-            for s in self.seq_lens
-        }
-        self.collate_fns = {
-            (s, k): NaFlexCollator(
-                s, patch_size=p, channels_last=patchify_channels_last, flatten=not self.variable_patch_size
-            )
-            for k, p in enumerate(self.patch_sizes)
-            for s in self.seq_lens
-        }
-        self.mixup_fn = mixup_fn
-        self._inner = None  # for a timmdata ImageDataset: the transforms run inside it (a crop decodes only its box)
-        if (
-            transform_factory
-            and isinstance(base_dataset, (ImageDataset, IterableDataset))
-            and getattr(base_dataset, 'transform', 0) is None
-        ):
-            self._inner = ChoiceTransform(self.transforms)
-            base_dataset.transform = self._inner
+        self.batch_maker = NaFlexBatchMaker(
+            base_dataset,
+            self.seq_lens,
+            self.patch_sizes,
+            transform_factory,
+            mixup_fn,
+            patchify_channels_last,
+            not self.variable_patch_size,
+        )
+        m = self.batch_maker  # timm's names for its parts:
+        self.transforms, self.collate_fns, self.mixup_fn = m.transforms, m.collate_fns, m.mixup_fn
         self._make_schedule()
 
     def _check_base(self, ds):
@@ -285,16 +318,13 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         info = get_worker_info()
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
         epoch, start = self.epoch, self.start_batches()
-        pass_epoch(self.mixup_fn, epoch)
+        pass_epoch(self.batch_maker.mixup_fn, epoch)
         batches = self._epoch_batches(epoch)
-        for j in range(
-            start + wid, len(batches), nw
-        ):  # torch asks worker 0 first: it makes the first batch not yet delivered
+        # torch asks worker 0 first: it makes the first batch not yet delivered
+        for j in range(start + wid, len(batches), nw):
             s, k, idx = batches[j]
-            key = mix_seed(
-                self.seed, epoch, self.rank, j
-            )  # batch j's draws: the same whichever worker makes it, resumed or not
-            b = self._batch(s, k, (self._read(mix_seed(key, m), i) for m, i in enumerate(idx)), key)
+            key = mix_seed(self.seed, epoch, self.rank, j)  # batch j's draws: the same whoever makes it, resumed or not
+            b = self.batch_maker(s, k, (self._read(mix_seed(key, m), i) for m, i in enumerate(idx)), key)
             if b is not None:
                 yield b
 
@@ -302,27 +332,6 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         "Sample `i`, its random draws seeded from `key`."
         seed_all(key)
         return self.base_dataset[i]
-
-    def _batch(self, s: int, k: int, samples, key: Optional[int] = None) -> Optional[tuple]:
-        "One batch at sequence length `s` and patch size `k` from `samples` (read lazily, after its transform is chosen), mixed and collated."
-        if self._inner is not None:
-            self._inner.choice = (s, k)  # this batch's transform, inside the dataset
-        imgs, ys = [], []
-        for sample in samples:
-            if sample is None:
-                continue  # the dataset's bad_sample='skip' policy: counted and warned there
-            img, y = sample
-            if self._inner is None and self.transforms[(s, k)] is not None:
-                img = self.transforms[(s, k)](img)
-            imgs.append(img)
-            ys.append(y)
-        if not imgs:
-            return None
-        if key is not None:
-            seed_all(mix_seed(key, _MIX_TAG))  # the mixing's draws (else: as the last sample's seed left them)
-        if self.mixup_fn is not None:
-            imgs, ys = self.mixup_fn(imgs, ys)
-        return self.collate_fns[(s, k)](list(zip(imgs, ys)))
 
     def start_batches(self) -> int:
         "Batches of the current epoch delivered before the resume point (`set_start`); 0 when the epoch starts afresh."
@@ -427,7 +436,7 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
                 f'pass the DataLoader\'s num_workers to the wrapper'
             )
         epoch, n = self.epoch, self.start_batches()
-        pass_epoch(self.mixup_fn, epoch)
+        pass_epoch(self.batch_maker.mixup_fn, epoch)
         if n == 0:
             role, sched, drop = wid, self._epoch_schedule(epoch, wid), 0
         else:  # resumed: this worker plays the role whose batch comes next in torch's round-robin, from its first batch not delivered
@@ -443,9 +452,8 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
         if drop > 0:
             self._drop(stream, drop)
         for s, bs, k in sched:
-            b = self._batch(
-                s, k, itertools.islice(stream, bs)
-            )  # the stream transforms (and seeds) each sample as it is pulled
+            # the stream transforms (and seeds) each sample as it is pulled
+            b = self.batch_maker(s, k, itertools.islice(stream, bs))
             if b is not None:
                 yield b
 
