@@ -157,6 +157,17 @@ def _patch_cfg(patch_size, patch_size_choices, patch_size_choice_probs) -> tuple
         raise ValueError(f'patch_size_choice_probs must be >= 0 with a positive sum; got {patch_size_choice_probs!r}')
     return sizes, [p / total for p in patch_size_choice_probs], True
 
+# %% ../nbs/42_naflex_dataset.ipynb #6108be82
+def _draw_schedule(w, g: torch.Generator, left: int) -> list:
+    "(seq_len, batch size) pairs drawn with `g` from wrapper `w`'s sequence lengths and token budget until `left` samples are covered (timm's draws)."
+    sched = []
+    while left > 0:
+        s = w.seq_lens[int(torch.randint(0, len(w.seq_lens), (1,), generator=g))]
+        bs = min(calculate_naflex_batch_size(w.max_tokens_per_batch, s, max_size=left, divisor=w.batch_divisor), left)
+        sched.append((s, bs))
+        left -= bs
+    return sched
+
 # %% ../nbs/42_naflex_dataset.ipynb #cbceabc9
 class NaFlexBatchMaker:
     "Makes one batch at a (sequence length, patch size): each sample's transform, the batch's mixing, the collation."
@@ -284,16 +295,7 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         if n == 0:
             raise ValueError('NaFlexMapDatasetWrapper: the dataset is empty')
         self._per_rank = math.ceil(n / self.world_size)  # the last ranks repeat a few samples so that all have as many
-        g, left, sched = torch.Generator().manual_seed(self.seed), self._per_rank, []
-        while left > 0:
-            s = self.seq_lens[int(torch.randint(0, len(self.seq_lens), (1,), generator=g))]
-            bs = min(
-                calculate_naflex_batch_size(self.max_tokens_per_batch, s, max_size=left, divisor=self.batch_divisor),
-                left,
-            )
-            sched.append((s, bs))
-            left -= bs
-        self._schedule = sched
+        self._schedule = _draw_schedule(self, torch.Generator().manual_seed(self.seed), self._per_rank)
 
     def _epoch_batches(self, epoch: int) -> list:
         "This rank's batches of `epoch`: (seq_len, patch size index, sample indices)."
@@ -400,18 +402,8 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
         "Each worker's canonical (seq_len, batch size) list, drawn from (seed, worker), covering that worker's samples."
         self._schedules = []
         for wid in range(max(1, self.num_workers)):
-            g, left, sched = torch.Generator().manual_seed(mix_seed(self.seed, wid)), self.worker_samples(wid), []
-            while left > 0:
-                s = self.seq_lens[int(torch.randint(0, len(self.seq_lens), (1,), generator=g))]
-                bs = min(
-                    calculate_naflex_batch_size(
-                        self.max_tokens_per_batch, s, max_size=left, divisor=self.batch_divisor
-                    ),
-                    left,
-                )
-                sched.append((s, bs))
-                left -= bs
-            self._schedules.append(sched)
+            g = torch.Generator().manual_seed(mix_seed(self.seed, wid))
+            self._schedules.append(_draw_schedule(self, g, self.worker_samples(wid)))
         self._schedule = [
             b for s in self._schedules for b in s
         ]  # all workers' batches: len() is this rank's batch count
@@ -460,23 +452,7 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
     def _resume_plan(self, epoch: int, n: int) -> tuple:
         "(each role's batches, batches each delivered, role of the next batch, samples every stream worker skips) after `n` batches."
         orders = [self._epoch_schedule(epoch, w) for w in range(len(self._schedules))]
-        done, left, r = [0] * len(orders), n, 0
-        for t in range(
-            max(map(len, orders))
-        ):  # torch's order: round-robin over the workers, each dropping out when done
-            for w, o in enumerate(orders):
-                if t >= len(o):
-                    continue
-                if left == 0:
-                    r = w
-                    break
-                done[w] += 1
-                left -= 1
-            else:
-                continue
-            break
-        needs = [sum(bs for _, bs, _ in o[:d]) - (w < r) for w, (o, d) in enumerate(zip(orders, done)) if d < len(o)]
-        return orders, done, r, min(needs, default=0)
+        return (orders, *_round_robin_after(orders, n))
 
     def _drop(self, stream, count: int):
         "Pull `count` samples off `stream` and drop them (their images not decoded where the stream can avoid it)."
@@ -522,3 +498,25 @@ class _Skip(SampleTransform):
 
     def __call__(self, img):
         return img
+
+# %% ../nbs/42_naflex_dataset.ipynb #f2717231
+def _round_robin_after(
+    orders: list,  # each worker's (role's) batches of the epoch: (seq_len, batch size, patch size index)
+    n: int,  # batches delivered
+) -> tuple:
+    "(batches each worker delivered, the worker of the next batch, samples every worker read) after `n` batches dealt round-robin."
+    done, left, r = [0] * len(orders), n, 0
+    for t in range(max(map(len, orders))):  # torch's order: round-robin over the workers, each dropping out when done
+        for w, o in enumerate(orders):
+            if t >= len(o):
+                continue
+            if left == 0:
+                r = w
+                break
+            done[w] += 1
+            left -= 1
+        else:
+            continue
+        break
+    needs = [sum(bs for _, bs, _ in o[:d]) - (w < r) for w, (o, d) in enumerate(zip(orders, done)) if d < len(o)]
+    return done, r, min(needs, default=0)
