@@ -121,7 +121,7 @@ def test_one_switch_turns_the_extension_off_on_every_path(monkeypatch):
     import io
     from types import SimpleNamespace
     from PIL import Image
-    from timmdata.naflex_loader import NaFlexPrefetchLoader
+    from timmdata.naflex_loader import NaFlexBatchOps
     calls = []
     class Spy:  # the extension, with every function it hands out counted
         def __init__(self, nat): self.nat = nat
@@ -135,6 +135,6 @@ def test_one_switch_turns_the_extension_off_on_every_path(monkeypatch):
     with decode.use_native(False):
         assert decode_image(jpg, to_tensor=True).shape == (3, 24, 32) and encoded_jpeg(jpg) is None
         assert type(PrefetchLoader([(x, torch.arange(2))], device='cpu').backend).__name__ == '_CpuBackend'
-        assert NaFlexPrefetchLoader._native_cpu(SimpleNamespace(device=torch.device('cpu')), p, valid) is None
+        assert NaFlexBatchOps._native_cpu(SimpleNamespace(device=torch.device('cpu')), p, valid) is None
     assert calls == []  # nothing reached the extension
     assert decode_image(jpg, to_tensor=True).shape == (3, 24, 32) and 'decode_crop' in calls  # and switched on again, it is used

@@ -17,7 +17,7 @@ from .runtime import pass_epoch
 from .streaming import EvenOverWorkers, SplitsOverWorkers
 
 # %% auto #0
-__all__ = ['calculate_naflex_batch_size', 'NaFlexCollator', 'NaFlexMapDatasetWrapper', 'NaFlexStreamWrapper']
+__all__ = ['calculate_naflex_batch_size', 'NaFlexCollator', 'NaFlexBatchMaker', 'NaFlexMapDatasetWrapper', 'NaFlexStreamWrapper']
 
 # %% ../nbs/42_naflex_dataset.ipynb #65076d70
 def calculate_naflex_batch_size(
@@ -157,6 +157,65 @@ def _patch_cfg(patch_size, patch_size_choices, patch_size_choice_probs) -> tuple
         raise ValueError(f'patch_size_choice_probs must be >= 0 with a positive sum; got {patch_size_choice_probs!r}')
     return sizes, [p / total for p in patch_size_choice_probs], True
 
+# %% ../nbs/42_naflex_dataset.ipynb #6108be82
+def _draw_schedule(w, g: torch.Generator, left: int) -> list:
+    "(seq_len, batch size) pairs drawn with `g` from wrapper `w`'s sequence lengths and token budget until `left` samples are covered (timm's draws)."
+    sched = []
+    while left > 0:
+        s = w.seq_lens[int(torch.randint(0, len(w.seq_lens), (1,), generator=g))]
+        bs = min(calculate_naflex_batch_size(w.max_tokens_per_batch, s, max_size=left, divisor=w.batch_divisor), left)
+        sched.append((s, bs))
+        left -= bs
+    return sched
+
+# %% ../nbs/42_naflex_dataset.ipynb #cbceabc9
+class NaFlexBatchMaker:
+    "Makes one batch at a (sequence length, patch size): each sample's transform, the batch's mixing, the collation."
+
+    def __init__(
+        self,
+        base_dataset,  # the dataset the samples come from; a timmdata one (transform None) runs the transform inside
+        seq_lens: Sequence[int],  # the sequence lengths of the batches
+        patch_sizes: Sequence[Tuple[int, int]],  # the patch sizes, (ph, pw) each
+        transform_factory: Optional[Callable] = None,  # f(max_seq_len=, patch_size=) -> the sample transform
+        mixup_fn: Optional[Callable] = None,  # f(list of images, targets) -> (images, soft targets)
+        channels_last: bool = True,  # flat patch layout: channel last (timm's default)
+        flatten: bool = True,  # [L, P*P*C] patches; False: [L, Ph, Pw, C] (variable patch sizes)
+    ):
+        keys = [(s, k, p) for k, p in enumerate(patch_sizes) for s in seq_lens]
+        tf = transform_factory
+        self.transforms = {(s, k): (tf(max_seq_len=s, patch_size=p) if tf else None) for s, k, p in keys}
+        self.collate_fns = {
+            (s, k): NaFlexCollator(s, patch_size=p, channels_last=channels_last, flatten=flatten) for s, k, p in keys
+        }
+        self.mixup_fn = mixup_fn
+        self._inner = None  # for a timmdata ImageDataset: the transforms run inside it (a crop decodes only its box)
+        timmdata_ds = isinstance(base_dataset, (ImageDataset, IterableDataset))
+        if tf and timmdata_ds and getattr(base_dataset, 'transform', 0) is None:
+            self._inner = ChoiceTransform(self.transforms)
+            base_dataset.transform = self._inner
+
+    def __call__(self, s: int, k: int, samples, key: Optional[int] = None) -> Optional[tuple]:
+        "One batch at sequence length `s` and patch size `k` from `samples` (read lazily, after its transform is chosen), mixed and collated."
+        if self._inner is not None:
+            self._inner.choice = (s, k)  # this batch's transform, inside the dataset
+        imgs, ys = [], []
+        for sample in samples:
+            if sample is None:
+                continue  # the dataset's bad_sample='skip' policy: counted and warned there
+            img, y = sample
+            if self._inner is None and self.transforms[(s, k)] is not None:
+                img = self.transforms[(s, k)](img)
+            imgs.append(img)
+            ys.append(y)
+        if not imgs:
+            return None
+        if key is not None:
+            seed_all(mix_seed(key, _MIX_TAG))  # the mixing's draws (else: as the last sample's seed left them)
+        if self.mixup_fn is not None:
+            imgs, ys = self.mixup_fn(imgs, ys)
+        return self.collate_fns[(s, k)](list(zip(imgs, ys)))
+
 # %% ../nbs/42_naflex_dataset.ipynb #b73e7efd
 class NaFlexMapDatasetWrapper(IterableDataset):
     "Batches of one sequence length each, batch size from a token budget, the same schedule on every rank (timm's)."
@@ -184,42 +243,27 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         if not seq_lens or min(seq_lens) < 1:
             raise ValueError(f'seq_lens must be positive sequence lengths; got {seq_lens!r}')
         self.base_dataset, self.seq_lens = base_dataset, sorted(set(int(s) for s in seq_lens))
-        self.max_tokens_per_batch, self.seed, self.shuffle, self.batch_divisor = (
-            max_tokens_per_batch,
-            seed,
-            shuffle,
-            batch_divisor,
-        )
+        self.max_tokens_per_batch, self.seed = max_tokens_per_batch, seed
+        self.shuffle, self.batch_divisor = shuffle, batch_divisor
         self.distributed = distributed and world_size > 1
         self.rank, self.world_size = (rank, world_size) if self.distributed else (0, 1)
         self._epoch = torch.tensor([epoch], dtype=torch.int64).share_memory_()  # seen by running (persistent) workers
-        self._start = torch.zeros(
-            3, dtype=torch.int64
-        ).share_memory_()  # resume point: [set?, its epoch, batches delivered]
+        # the resume point: [set?, its epoch, batches delivered]
+        self._start = torch.zeros(3, dtype=torch.int64).share_memory_()
         self.patch_sizes, self.patch_size_probs, self.variable_patch_size = _patch_cfg(
             patch_size, patch_size_choices, patch_size_choice_probs
         )
-        self.transforms = {
-            (s, k): (transform_factory(max_seq_len=s, patch_size=p) if transform_factory else None)
-            for k, p in enumerate(self.patch_sizes)
-            for s in self.seq_lens
-        }
-        self.collate_fns = {
-            (s, k): NaFlexCollator(
-                s, patch_size=p, channels_last=patchify_channels_last, flatten=not self.variable_patch_size
-            )
-            for k, p in enumerate(self.patch_sizes)
-            for s in self.seq_lens
-        }
-        self.mixup_fn = mixup_fn
-        self._inner = None  # for a timmdata ImageDataset: the transforms run inside it (a crop decodes only its box)
-        if (
-            transform_factory
-            and isinstance(base_dataset, (ImageDataset, IterableDataset))
-            and getattr(base_dataset, 'transform', 0) is None
-        ):
-            self._inner = ChoiceTransform(self.transforms)
-            base_dataset.transform = self._inner
+        self.batch_maker = NaFlexBatchMaker(
+            base_dataset,
+            self.seq_lens,
+            self.patch_sizes,
+            transform_factory,
+            mixup_fn,
+            patchify_channels_last,
+            not self.variable_patch_size,
+        )
+        m = self.batch_maker  # timm's names for its parts:
+        self.transforms, self.collate_fns, self.mixup_fn = m.transforms, m.collate_fns, m.mixup_fn
         self._make_schedule()
 
     def _check_base(self, ds):
@@ -251,16 +295,7 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         if n == 0:
             raise ValueError('NaFlexMapDatasetWrapper: the dataset is empty')
         self._per_rank = math.ceil(n / self.world_size)  # the last ranks repeat a few samples so that all have as many
-        g, left, sched = torch.Generator().manual_seed(self.seed), self._per_rank, []
-        while left > 0:
-            s = self.seq_lens[int(torch.randint(0, len(self.seq_lens), (1,), generator=g))]
-            bs = min(
-                calculate_naflex_batch_size(self.max_tokens_per_batch, s, max_size=left, divisor=self.batch_divisor),
-                left,
-            )
-            sched.append((s, bs))
-            left -= bs
-        self._schedule = sched
+        self._schedule = _draw_schedule(self, torch.Generator().manual_seed(self.seed), self._per_rank)
 
     def _epoch_batches(self, epoch: int) -> list:
         "This rank's batches of `epoch`: (seq_len, patch size index, sample indices)."
@@ -285,16 +320,13 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         info = get_worker_info()
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
         epoch, start = self.epoch, self.start_batches()
-        pass_epoch(self.mixup_fn, epoch)
+        pass_epoch(self.batch_maker.mixup_fn, epoch)
         batches = self._epoch_batches(epoch)
-        for j in range(
-            start + wid, len(batches), nw
-        ):  # torch asks worker 0 first: it makes the first batch not yet delivered
+        # torch asks worker 0 first: it makes the first batch not yet delivered
+        for j in range(start + wid, len(batches), nw):
             s, k, idx = batches[j]
-            key = mix_seed(
-                self.seed, epoch, self.rank, j
-            )  # batch j's draws: the same whichever worker makes it, resumed or not
-            b = self._batch(s, k, (self._read(mix_seed(key, m), i) for m, i in enumerate(idx)), key)
+            key = mix_seed(self.seed, epoch, self.rank, j)  # batch j's draws: the same whoever makes it, resumed or not
+            b = self.batch_maker(s, k, (self._read(mix_seed(key, m), i) for m, i in enumerate(idx)), key)
             if b is not None:
                 yield b
 
@@ -302,27 +334,6 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         "Sample `i`, its random draws seeded from `key`."
         seed_all(key)
         return self.base_dataset[i]
-
-    def _batch(self, s: int, k: int, samples, key: Optional[int] = None) -> Optional[tuple]:
-        "One batch at sequence length `s` and patch size `k` from `samples` (read lazily, after its transform is chosen), mixed and collated."
-        if self._inner is not None:
-            self._inner.choice = (s, k)  # this batch's transform, inside the dataset
-        imgs, ys = [], []
-        for sample in samples:
-            if sample is None:
-                continue  # the dataset's bad_sample='skip' policy: counted and warned there
-            img, y = sample
-            if self._inner is None and self.transforms[(s, k)] is not None:
-                img = self.transforms[(s, k)](img)
-            imgs.append(img)
-            ys.append(y)
-        if not imgs:
-            return None
-        if key is not None:
-            seed_all(mix_seed(key, _MIX_TAG))  # the mixing's draws (else: as the last sample's seed left them)
-        if self.mixup_fn is not None:
-            imgs, ys = self.mixup_fn(imgs, ys)
-        return self.collate_fns[(s, k)](list(zip(imgs, ys)))
 
     def start_batches(self) -> int:
         "Batches of the current epoch delivered before the resume point (`set_start`); 0 when the epoch starts afresh."
@@ -391,18 +402,8 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
         "Each worker's canonical (seq_len, batch size) list, drawn from (seed, worker), covering that worker's samples."
         self._schedules = []
         for wid in range(max(1, self.num_workers)):
-            g, left, sched = torch.Generator().manual_seed(mix_seed(self.seed, wid)), self.worker_samples(wid), []
-            while left > 0:
-                s = self.seq_lens[int(torch.randint(0, len(self.seq_lens), (1,), generator=g))]
-                bs = min(
-                    calculate_naflex_batch_size(
-                        self.max_tokens_per_batch, s, max_size=left, divisor=self.batch_divisor
-                    ),
-                    left,
-                )
-                sched.append((s, bs))
-                left -= bs
-            self._schedules.append(sched)
+            g = torch.Generator().manual_seed(mix_seed(self.seed, wid))
+            self._schedules.append(_draw_schedule(self, g, self.worker_samples(wid)))
         self._schedule = [
             b for s in self._schedules for b in s
         ]  # all workers' batches: len() is this rank's batch count
@@ -427,7 +428,7 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
                 f'pass the DataLoader\'s num_workers to the wrapper'
             )
         epoch, n = self.epoch, self.start_batches()
-        pass_epoch(self.mixup_fn, epoch)
+        pass_epoch(self.batch_maker.mixup_fn, epoch)
         if n == 0:
             role, sched, drop = wid, self._epoch_schedule(epoch, wid), 0
         else:  # resumed: this worker plays the role whose batch comes next in torch's round-robin, from its first batch not delivered
@@ -443,32 +444,15 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
         if drop > 0:
             self._drop(stream, drop)
         for s, bs, k in sched:
-            b = self._batch(
-                s, k, itertools.islice(stream, bs)
-            )  # the stream transforms (and seeds) each sample as it is pulled
+            # the stream transforms (and seeds) each sample as it is pulled
+            b = self.batch_maker(s, k, itertools.islice(stream, bs))
             if b is not None:
                 yield b
 
     def _resume_plan(self, epoch: int, n: int) -> tuple:
         "(each role's batches, batches each delivered, role of the next batch, samples every stream worker skips) after `n` batches."
         orders = [self._epoch_schedule(epoch, w) for w in range(len(self._schedules))]
-        done, left, r = [0] * len(orders), n, 0
-        for t in range(
-            max(map(len, orders))
-        ):  # torch's order: round-robin over the workers, each dropping out when done
-            for w, o in enumerate(orders):
-                if t >= len(o):
-                    continue
-                if left == 0:
-                    r = w
-                    break
-                done[w] += 1
-                left -= 1
-            else:
-                continue
-            break
-        needs = [sum(bs for _, bs, _ in o[:d]) - (w < r) for w, (o, d) in enumerate(zip(orders, done)) if d < len(o)]
-        return orders, done, r, min(needs, default=0)
+        return (orders, *_round_robin_after(orders, n))
 
     def _drop(self, stream, count: int):
         "Pull `count` samples off `stream` and drop them (their images not decoded where the stream can avoid it)."
@@ -514,3 +498,25 @@ class _Skip(SampleTransform):
 
     def __call__(self, img):
         return img
+
+# %% ../nbs/42_naflex_dataset.ipynb #f2717231
+def _round_robin_after(
+    orders: list,  # each worker's (role's) batches of the epoch: (seq_len, batch size, patch size index)
+    n: int,  # batches delivered
+) -> tuple:
+    "(batches each worker delivered, the worker of the next batch, samples every worker read) after `n` batches dealt round-robin."
+    done, left, r = [0] * len(orders), n, 0
+    for t in range(max(map(len, orders))):  # torch's order: round-robin over the workers, each dropping out when done
+        for w, o in enumerate(orders):
+            if t >= len(o):
+                continue
+            if left == 0:
+                r = w
+                break
+            done[w] += 1
+            left -= 1
+        else:
+            continue
+        break
+    needs = [sum(bs for _, bs, _ in o[:d]) - (w < r) for w, (o, d) in enumerate(zip(orders, done)) if d < len(o)]
+    return done, r, min(needs, default=0)

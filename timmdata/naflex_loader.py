@@ -23,20 +23,16 @@ from .runtime import BufferPool, default_rank, pass_epoch, rank_seed, resolve_de
 from .resume import ResumableDataLoader, ResumeStateError, StatefulLoader, batch_key, check_state, loader_marks
 
 # %% auto #0
-__all__ = ['NaFlexPrefetchLoader', 'NaFlexDataLoader', 'create_naflex_loader']
+__all__ = ['NaFlexBatchOps', 'NaFlexPrefetchLoader', 'NaFlexDataLoader', 'create_naflex_loader']
 
-# %% ../nbs/43_naflex_loader.ipynb #82b5ad66
-_NAFLEX_OPS = 0x9AF1  # tag of a batch's jitter and erasing draws
+# %% ../nbs/43_naflex_loader.ipynb #ea3d339d
+class NaFlexBatchOps:
+    "The NaFlex batch step on one device: patches uint8 -> float, (jittered,) normalised, patch-erased, cast; its settings and generators."
 
-
-class NaFlexPrefetchLoader(FedLoader):
-    "Wraps a NaFlex DataLoader: patches to `device` (CPU or CUDA), uint8 -> float, normalised, optionally patch-erased."
-
-    devices = ('cpu', 'cuda')
+    devices = ('cpu', 'cuda')  # the device types it runs on
 
     def __init__(
         self,
-        loader,  # yields (dict(patches, patch_coord, patch_valid, ...), targets)
         mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,
         std: Sequence[float] = IMAGENET_DEFAULT_STD,
         channels: int = 3,
@@ -49,10 +45,8 @@ class NaFlexPrefetchLoader(FedLoader):
         patchify_channels_last: bool = True,  # the patches' flat layout: channel last (P-P-C) or first (C-P-P)
         color_jitter=None,  # brightness/contrast/saturation jitter of each image, on the device (None: off)
         seed: Optional[int] = None,  # seed of the jitter's generator; None: drawn from torch's RNG and the rank
-        cpu_threads: Optional[int] = 1,  # torch threads for the maths on a CPU device; None: torch's setting
     ):
-        self.cpu_threads = cpu_threads
-        self.loader, self.channels, self.patchify_channels_last = loader, channels, patchify_channels_last
+        self.channels, self.patchify_channels_last = channels, patchify_channels_last
         self.jitter = jitter_ranges(color_jitter)
         if self.jitter is not None and (channels != 3 or not patchify_channels_last):
             raise ValueError(
@@ -81,37 +75,15 @@ class NaFlexPrefetchLoader(FedLoader):
                 self.generator if self.device.type == 'cpu' else torch.Generator(device=self.device).manual_seed(seed)
             )
             self.random_erasing.generator = self._re_gen
-        self.rank, self._pool = (
-            default_rank(),
-            BufferPool(6),
-        )  # CPU output buffers, reused once nobody holds them (no page faults)
-        # the device loop (side stream, one batch ahead on a GPU, event hand-over, marks, workers) is the feeder's
-        self.feeder = DeviceFeeder(
-            loader, weak_method(self._step), self.device, marks=loader_marks(loader), cpu_threads=cpu_threads
-        )
+        self._pool = BufferPool(6)  # CPU output buffers, reused once nobody holds them (no page faults)
 
-    def set_epoch(self, epoch: int):
-        "Passes the epoch to the dataset (the NaFlex batch schedule's shuffling) and the sampler, where they take one."
-        for obj in {
-            id(o): o for o in (self.loader.dataset, getattr(self.loader, 'sampler', None)) if o is not None
-        }.values():
-            pass_epoch(obj, epoch)
+    def seed(self, seed: int):
+        "Seed the batch's draws (the jitter's and the erasing's generators) from `seed`."
+        self.generator.manual_seed(seed)
+        if self._re_gen is not None and self._re_gen is not self.generator:
+            self._re_gen.manual_seed(seed)
 
-    def _step(self, batch, mark) -> tuple:
-        "The per-batch step the feeder runs: seed the batch's draws from its mark (over a resumable loader), then `_prepare`."
-        if (
-            mark is not None
-        ):  # a resumable loader's batch: its draws are a function of (seed, epoch, batch position, rank)
-            key = batch_key(self.loader, mark)
-            if key is not None:
-                seed = mix_seed(key, _NAFLEX_OPS, self.rank)  # the same after a resume
-                self.generator.manual_seed(seed)
-                if self._re_gen is not None and self._re_gen is not self.generator:
-                    self._re_gen.manual_seed(seed)
-        d, y = batch
-        return self._prepare(d, y)
-
-    def _prepare(self, d: dict, y: torch.Tensor) -> tuple:
+    def __call__(self, d: dict, y: torch.Tensor) -> tuple:
         "One batch on the device: patches as normalised (and erased) floats, the rest moved."
         out = {k: (v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in d.items()}
         p = out['patches']
@@ -196,6 +168,73 @@ class NaFlexPrefetchLoader(FedLoader):
             n * pp,
         )
         return y
+
+# %% ../nbs/43_naflex_loader.ipynb #82b5ad66
+_NAFLEX_OPS = 0x9AF1  # tag of a batch's jitter and erasing draws
+
+
+class NaFlexPrefetchLoader(FedLoader):
+    "Wraps a NaFlex DataLoader: patches to `device` (CPU or CUDA), uint8 -> float, normalised, optionally patch-erased."
+
+    devices = NaFlexBatchOps.devices
+
+    def __init__(
+        self,
+        loader,  # yields (dict(patches, patch_coord, patch_valid, ...), targets)
+        mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,
+        std: Sequence[float] = IMAGENET_DEFAULT_STD,
+        channels: int = 3,
+        device: Union[str, torch.device, None] = None,  # 'cpu' or 'cuda'; None: CUDA when available, else the CPU
+        img_dtype: Optional[torch.dtype] = None,  # patches' dtype (default float32)
+        re_prob: float = 0.0,  # PatchRandomErasing probability per image (0: off)
+        re_mode: str = 'const',
+        re_count: int = 1,
+        re_num_splits: int = 0,
+        patchify_channels_last: bool = True,  # the patches' flat layout: channel last (P-P-C) or first (C-P-P)
+        color_jitter=None,  # brightness/contrast/saturation jitter of each image, on the device (None: off)
+        seed: Optional[int] = None,  # seed of the jitter's generator; None: drawn from torch's RNG and the rank
+        cpu_threads: Optional[int] = 1,  # torch threads for the maths on a CPU device; None: torch's setting
+    ):
+        self.cpu_threads, self.loader, self.rank = cpu_threads, loader, default_rank()
+        self.ops = NaFlexBatchOps(
+            mean=mean,
+            std=std,
+            channels=channels,
+            device=device,
+            img_dtype=img_dtype,
+            re_prob=re_prob,
+            re_mode=re_mode,
+            re_count=re_count,
+            re_num_splits=re_num_splits,
+            patchify_channels_last=patchify_channels_last,
+            color_jitter=color_jitter,
+            seed=seed,
+        )
+        o = self.ops  # its settings, under the loader's names
+        self.device, self.img_dtype, self.channels = o.device, o.img_dtype, o.channels
+        self.patchify_channels_last, self.jitter = o.patchify_channels_last, o.jitter
+        self.generator, self.random_erasing = o.generator, o.random_erasing
+        # the device loop (side stream, one batch ahead on a GPU, event hand-over, marks, workers) is the feeder's
+        self.feeder = DeviceFeeder(
+            loader, weak_method(self._step), self.device, marks=loader_marks(loader), cpu_threads=cpu_threads
+        )
+
+    def set_epoch(self, epoch: int):
+        "Passes the epoch to the dataset (the NaFlex batch schedule's shuffling) and the sampler, where they take one."
+        for obj in {
+            id(o): o for o in (self.loader.dataset, getattr(self.loader, 'sampler', None)) if o is not None
+        }.values():
+            pass_epoch(obj, epoch)
+
+    def _step(self, batch, mark) -> tuple:
+        "The per-batch step the feeder runs: seed the batch's draws from its mark (over a resumable loader), then the ops."
+        # a resumable loader's batch: its draws are a function of (seed, epoch, batch position, rank)
+        if mark is not None:
+            key = batch_key(self.loader, mark)
+            if key is not None:
+                self.ops.seed(mix_seed(key, _NAFLEX_OPS, self.rank))  # the same after a resume
+        d, y = batch
+        return self.ops(d, y)
 
     def state_dict(self) -> dict:
         "The position after the batches handed out (not those prepared ahead): see `NaFlexDataLoader`."

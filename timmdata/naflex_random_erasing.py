@@ -80,86 +80,9 @@ class _PatchEraseDraws:
         used = hit.any(-1) & (torch.arange(K, device=dev) < count[:, None]) & erase[:, None]
         return inside.gather(2, first[..., None, None].expand(B, K, 1, N))[:, :, 0] & used[..., None]
 
-# %% ../nbs/40_naflex_random_erasing.ipynb #b0d68a7e
-class PatchRandomErasing(_PatchEraseDraws):
-    "Random erasing of patchified NaFlex batches: boxes of patches ('region') or single patches ('patch'), valid patches only."
-
-    def __init__(
-        self,
-        erase_prob: float = 0.5,  # chance that an image is erased at all
-        patch_drop_prob: float = 0.0,  # patch dropout (unfinished in timm too): only 0 is supported
-        min_count: int = 1,  # fewest erasing operations (boxes) per erased image
-        max_count: int | None = None,  # most operations per image; default min_count
-        min_area: float = 0.02,  # smallest erased fraction of the patch grid (of the valid patches in 'patch' mode)
-        max_area: float = 1 / 3,  # largest erased fraction
-        min_aspect: float = 0.3,  # smallest box height/width ratio ('region' mode)
-        max_aspect: float | None = None,  # largest ratio; default 1/min_aspect
-        mode: str = 'const',  # fill: 'const' (`value`), 'rand' (one normal colour per box), 'pixel' (normal noise)
-        value: float = 0.0,  # fill of 'const' mode: a number, or a sequence of one value per channel
-        spatial_mode: str = 'region',  # 'region': boxes of patches; 'patch': scattered single patches
-        num_splits: int = 0,  # with > 1, the first batch_size // num_splits images stay clean (AugMix)
-        device: str | torch.device = 'cuda',  # kept for timm's signature; erasing happens on the input's device
-        generator: torch.Generator | None = None,  # a generator on the input's device; None: torch's default one
-    ):
-        _check_number('erase_prob', erase_prob, 0, 1)
-        if patch_drop_prob:
-            raise ValueError(
-                f"patch_drop_prob={patch_drop_prob!r}: patch dropout is not supported (timm leaves it unfinished "
-                "too); use spatial_mode='patch' to erase single patches instead"
-            )
-        max_count = max_count or min_count
-        if not (isinstance(min_count, int) and isinstance(max_count, int) and 0 <= min_count <= max_count):
-            raise ValueError(
-                f"PatchRandomErasing needs integers 0 <= min_count <= max_count; got min_count={min_count!r}, max_count={max_count!r}"
-            )
-        _check_number('min_area', min_area, 0, 1)
-        _check_number('max_area', max_area, 0, 1)
-        if min_area > max_area:
-            raise ValueError(
-                f"PatchRandomErasing needs min_area <= max_area; got min_area={min_area!r}, max_area={max_area!r}"
-            )
-        if not (isinstance(min_aspect, (int, float)) and min_aspect > 0):
-            raise ValueError(f"min_aspect must be a number > 0; got {min_aspect!r}")
-        max_aspect = max_aspect or 1 / min_aspect
-        if not (isinstance(max_aspect, (int, float)) and min_aspect <= max_aspect):
-            raise ValueError(
-                f"PatchRandomErasing needs 0 < min_aspect <= max_aspect; got min_aspect={min_aspect!r}, max_aspect={max_aspect!r}"
-            )
-        if not isinstance(mode, str) or mode.lower() not in _MODES:
-            raise ValueError(f"mode must be one of 'const', 'rand', 'pixel'; got {mode!r}")
-        if spatial_mode not in _SPATIAL:
-            raise ValueError(f"spatial_mode must be 'patch' or 'region'; got {spatial_mode!r}")
-        if not (isinstance(num_splits, int) and num_splits >= 0):
-            raise ValueError(f"num_splits must be an int >= 0; got {num_splits!r}")
-        if not (isinstance(value, (int, float)) or (hasattr(value, '__len__') and len(value))):
-            raise ValueError(f"value must be a number or a sequence of one number per channel; got {value!r}")
-        self.erase_prob, self.patch_drop_prob, self.min_count, self.max_count = (
-            erase_prob,
-            patch_drop_prob,
-            min_count,
-            max_count,
-        )
-        self.min_area, self.max_area = min_area, max_area
-        self.log_aspect_ratio = (math.log(min_aspect), math.log(max_aspect))
-        self.num_splits, self.device, self.generator = num_splits, device, generator
-        self.spatial_mode, self.erase_mode, self.const_value = spatial_mode, mode.lower(), value
-        self.unique_noise_per_patch = True  # timm's flag: 'pixel' noise differs patch by patch (always so here)
-
-    def __repr__(self):
-        return (
-            f"{type(self).__name__}(p={self.erase_prob}, mode={self.erase_mode}, spatial={self.spatial_mode}, "
-            f"area=({self.min_area}, {self.max_area}), count=({self.min_count}, {self.max_count}))"
-        )
-
-    def get_masks(
-        self,
-        patch_coord: torch.Tensor,  # [B, N, 2] integer (row, column) of each patch in its image's grid
-        patch_valid: torch.Tensor,  # [B, N] bool, False for padding
-    ) -> torch.Tensor:
-        "Which patches each erasing operation of each image covers: bool [B, K, N] (K = max_count for 'region', 1 for 'patch')."
-        if self.spatial_mode == 'patch':
-            return self._patch_masks(patch_valid)
-        return self._region_masks(patch_coord, patch_valid)
+# %% ../nbs/40_naflex_random_erasing.ipynb #6bdc0101
+class _PatchFill:
+    "What erased patches get (`PatchRandomErasing.fill_`, its base): from the settings its `__init__` stores (`erase_mode`, `const_value`, `generator`)."
 
     def _fill_values(self, patches, masks):
         "What an erased patch gets, broadcastable to [B, N, *pixel, C]: a number, a channel vector, or per-patch colours."
@@ -215,6 +138,83 @@ class PatchRandomErasing(_PatchEraseDraws):
         if self.erase_mode == 'pixel':
             v = torch.randn(patches.shape, device=dev, dtype=dt, generator=g)
         return torch.where(m, v, patches, out=patches)
+
+# %% ../nbs/40_naflex_random_erasing.ipynb #b0d68a7e
+class PatchRandomErasing(_PatchEraseDraws, _PatchFill):
+    "Random erasing of patchified NaFlex batches: boxes of patches ('region') or single patches ('patch'), valid patches only."
+
+    def __init__(
+        self,
+        erase_prob: float = 0.5,  # chance that an image is erased at all
+        patch_drop_prob: float = 0.0,  # patch dropout (unfinished in timm too): only 0 is supported
+        min_count: int = 1,  # fewest erasing operations (boxes) per erased image
+        max_count: int | None = None,  # most operations per image; default min_count
+        min_area: float = 0.02,  # smallest erased fraction of the patch grid (of the valid patches in 'patch' mode)
+        max_area: float = 1 / 3,  # largest erased fraction
+        min_aspect: float = 0.3,  # smallest box height/width ratio ('region' mode)
+        max_aspect: float | None = None,  # largest ratio; default 1/min_aspect
+        mode: str = 'const',  # fill: 'const' (`value`), 'rand' (one normal colour per box), 'pixel' (normal noise)
+        value: float = 0.0,  # fill of 'const' mode: a number, or a sequence of one value per channel
+        spatial_mode: str = 'region',  # 'region': boxes of patches; 'patch': scattered single patches
+        num_splits: int = 0,  # with > 1, the first batch_size // num_splits images stay clean (AugMix)
+        device: str | torch.device = 'cuda',  # kept for timm's signature; erasing happens on the input's device
+        generator: torch.Generator | None = None,  # a generator on the input's device; None: torch's default one
+    ):
+        _check_number('erase_prob', erase_prob, 0, 1)
+        if patch_drop_prob:
+            raise ValueError(
+                f"patch_drop_prob={patch_drop_prob!r}: patch dropout is not supported (timm leaves it unfinished "
+                "too); use spatial_mode='patch' to erase single patches instead"
+            )
+        max_count = max_count or min_count
+        if not (isinstance(min_count, int) and isinstance(max_count, int) and 0 <= min_count <= max_count):
+            raise ValueError(
+                f"PatchRandomErasing needs integers 0 <= min_count <= max_count; got min_count={min_count!r}, max_count={max_count!r}"
+            )
+        _check_number('min_area', min_area, 0, 1)
+        _check_number('max_area', max_area, 0, 1)
+        if min_area > max_area:
+            raise ValueError(
+                f"PatchRandomErasing needs min_area <= max_area; got min_area={min_area!r}, max_area={max_area!r}"
+            )
+        if not (isinstance(min_aspect, (int, float)) and min_aspect > 0):
+            raise ValueError(f"min_aspect must be a number > 0; got {min_aspect!r}")
+        max_aspect = max_aspect or 1 / min_aspect
+        if not (isinstance(max_aspect, (int, float)) and min_aspect <= max_aspect):
+            raise ValueError(
+                f"PatchRandomErasing needs 0 < min_aspect <= max_aspect; got min_aspect={min_aspect!r}, max_aspect={max_aspect!r}"
+            )
+        if not isinstance(mode, str) or mode.lower() not in _MODES:
+            raise ValueError(f"mode must be one of 'const', 'rand', 'pixel'; got {mode!r}")
+        if spatial_mode not in _SPATIAL:
+            raise ValueError(f"spatial_mode must be 'patch' or 'region'; got {spatial_mode!r}")
+        if not (isinstance(num_splits, int) and num_splits >= 0):
+            raise ValueError(f"num_splits must be an int >= 0; got {num_splits!r}")
+        if not (isinstance(value, (int, float)) or (hasattr(value, '__len__') and len(value))):
+            raise ValueError(f"value must be a number or a sequence of one number per channel; got {value!r}")
+        self.erase_prob, self.patch_drop_prob = erase_prob, patch_drop_prob
+        self.min_count, self.max_count = min_count, max_count
+        self.min_area, self.max_area = min_area, max_area
+        self.log_aspect_ratio = (math.log(min_aspect), math.log(max_aspect))
+        self.num_splits, self.device, self.generator = num_splits, device, generator
+        self.spatial_mode, self.erase_mode, self.const_value = spatial_mode, mode.lower(), value
+        self.unique_noise_per_patch = True  # timm's flag: 'pixel' noise differs patch by patch (always so here)
+
+    def __repr__(self):
+        return (
+            f"{type(self).__name__}(p={self.erase_prob}, mode={self.erase_mode}, spatial={self.spatial_mode}, "
+            f"area=({self.min_area}, {self.max_area}), count=({self.min_count}, {self.max_count}))"
+        )
+
+    def get_masks(
+        self,
+        patch_coord: torch.Tensor,  # [B, N, 2] integer (row, column) of each patch in its image's grid
+        patch_valid: torch.Tensor,  # [B, N] bool, False for padding
+    ) -> torch.Tensor:
+        "Which patches each erasing operation of each image covers: bool [B, K, N] (K = max_count for 'region', 1 for 'patch')."
+        if self.spatial_mode == 'patch':
+            return self._patch_masks(patch_valid)
+        return self._region_masks(patch_coord, patch_valid)
 
     def __call__(
         self,

@@ -93,65 +93,11 @@ def _normalized_weights(choice_weights, n: int) -> torch.Tensor:
         raise ValueError(f'choice_weights (batch_choice_weights) must not all be 0; got {list(choice_weights)!r}')
     return w / w.sum()
 
-# %% ../nbs/34_scheduled_sampler.ipynb #886a3a00
-class ScheduledBatchSampler(Sampler):
-    "Batches of `(sample index, choice)` pairs: each batch's size and transform choice from a seeded per-epoch schedule, the same on every rank."
-
-    def __init__(
-        self,
-        sampler,  # sample indices (e.g. a RandomSampler, or a DistributedSampler per rank); needs a length
-        batch_sizes: Sequence[int],  # batch size of each choice
-        choice_weights: Optional[Sequence[float]] = None,  # base weight of each choice (None: uniform; 0 excludes it)
-        seed: int = 0,  # seeds every draw of the schedule (the same on every rank)
-        drop_last: bool = True,  # drop a short last batch (sample-budget mode)
-        shuffle_schedule: bool = True,  # shuffle the order of the epoch's batches
-        num_batches: Optional[
-            int
-        ] = None,  # batches per epoch; None: a sample budget (constant) or inferred (progressive)
-        choice_schedule: str = 'constant',  # 'constant' or 'progressive'
-        schedule_epochs: Optional[
-            int
-        ] = None,  # progressive: epochs over which the window moves from the first choice to the last
-        schedule_spread: float = 0.65,  # progressive: standard deviation of the window, in choices (0: only the nearest)
-        schedule_random_mix: float = 0.1,  # progressive: share of uniform exploration over the allowed choices
-    ):
-        _check_schedule_args(
-            sampler, batch_sizes, num_batches, choice_schedule, schedule_epochs, schedule_spread, schedule_random_mix
-        )
-        self.sampler, self.batch_sizes = sampler, tuple(int(b) for b in batch_sizes)
-        self.choice_weights = _normalized_weights(choice_weights, len(self.batch_sizes))
-        self._active_choices = tuple(i for i, w in enumerate(self.choice_weights.tolist()) if w > 0)
-        self.seed, self.drop_last, self.shuffle_schedule = seed, drop_last, shuffle_schedule
-        self.choice_schedule, self.schedule_spread, self.schedule_random_mix = (
-            choice_schedule,
-            schedule_spread,
-            schedule_random_mix,
-        )
-        self.schedule_epochs = None if schedule_epochs is None else int(schedule_epochs)
-        self.epoch = 0
-        self.average_batch_size = self._average_batch_size()
-        if choice_schedule == 'progressive' and num_batches is None:
-            num_batches = self._infer_num_batches()
-        self.num_batches = None if num_batches is None else int(num_batches)
-        self._sample_budget_schedule = () if self.num_batches is not None else self._budget_schedule()
-        if self.num_batches is None and not self._sample_budget_schedule:
-            raise ValueError(
-                f'no scheduled batch fits in {len(sampler)} samples (smallest batch size '
-                f'{min(self.batch_sizes[i] for i in self._active_choices)}): use smaller batch sizes, or num_batches'
-            )
-
-    def __len__(self) -> int:
-        return self.num_batches if self.num_batches is not None else len(self._sample_budget_schedule)
-
-    def set_epoch(self, epoch: int):
-        "Select the epoch of the next pass (its schedule, and the wrapped sampler's shuffling)."
-        self.epoch = epoch
-        pass_epoch(self.sampler, epoch)
-
-    @property
-    def schedule(self) -> tuple:
-        "The current epoch's `(choice, batch size)` pairs, before the per-epoch shuffle of their order."
-        return self._schedule(self.epoch)
+# %% ../nbs/34_scheduled_sampler.ipynb #5dc7a140
+class _ChoiceWindow:
+    """The policy of `ScheduledBatchSampler` (its base): how likely each choice is at each epoch, from the settings its
+    `__init__` stores (`batch_sizes`, `choice_weights`, `choice_schedule`, `schedule_epochs`, `schedule_spread`,
+    `schedule_random_mix`, `_active_choices`)."""
 
     def choice_weights_for_epoch(self, epoch: int) -> torch.Tensor:
         "The probabilities of the choices at `epoch` (float64, summing to 1)."
@@ -184,6 +130,63 @@ class ScheduledBatchSampler(Sampler):
                 torch.stack([self.choice_weights_for_epoch(e) @ bs for e in range(self.schedule_epochs)]).mean()
             )
         return float(self.choice_weights @ bs)
+
+# %% ../nbs/34_scheduled_sampler.ipynb #886a3a00
+class ScheduledBatchSampler(_ChoiceWindow, Sampler):
+    "Batches of `(sample index, choice)` pairs: each batch's size and transform choice from a seeded per-epoch schedule, the same on every rank."
+
+    def __init__(
+        self,
+        sampler,  # sample indices (e.g. a RandomSampler, or a DistributedSampler per rank); needs a length
+        batch_sizes: Sequence[int],  # batch size of each choice
+        choice_weights: Optional[Sequence[float]] = None,  # base weight of each choice (None: uniform; 0 excludes it)
+        seed: int = 0,  # seeds every draw of the schedule (the same on every rank)
+        drop_last: bool = True,  # drop a short last batch (sample-budget mode)
+        shuffle_schedule: bool = True,  # shuffle the order of the epoch's batches
+        num_batches: Optional[
+            int
+        ] = None,  # batches per epoch; None: a sample budget (constant) or inferred (progressive)
+        choice_schedule: str = 'constant',  # 'constant' or 'progressive'
+        schedule_epochs: Optional[
+            int
+        ] = None,  # progressive: epochs over which the window moves from the first choice to the last
+        schedule_spread: float = 0.65,  # progressive: standard deviation of the window, in choices (0: only the nearest)
+        schedule_random_mix: float = 0.1,  # progressive: share of uniform exploration over the allowed choices
+    ):
+        _check_schedule_args(
+            sampler, batch_sizes, num_batches, choice_schedule, schedule_epochs, schedule_spread, schedule_random_mix
+        )
+        self.sampler, self.batch_sizes = sampler, tuple(int(b) for b in batch_sizes)
+        self.choice_weights = _normalized_weights(choice_weights, len(self.batch_sizes))
+        self._active_choices = tuple(i for i, w in enumerate(self.choice_weights.tolist()) if w > 0)
+        self.seed, self.drop_last, self.shuffle_schedule = seed, drop_last, shuffle_schedule
+        self.choice_schedule = choice_schedule
+        self.schedule_spread, self.schedule_random_mix = schedule_spread, schedule_random_mix
+        self.schedule_epochs = None if schedule_epochs is None else int(schedule_epochs)
+        self.epoch = 0
+        self.average_batch_size = self._average_batch_size()
+        if choice_schedule == 'progressive' and num_batches is None:
+            num_batches = self._infer_num_batches()
+        self.num_batches = None if num_batches is None else int(num_batches)
+        self._sample_budget_schedule = () if self.num_batches is not None else self._budget_schedule()
+        if self.num_batches is None and not self._sample_budget_schedule:
+            raise ValueError(
+                f'no scheduled batch fits in {len(sampler)} samples (smallest batch size '
+                f'{min(self.batch_sizes[i] for i in self._active_choices)}): use smaller batch sizes, or num_batches'
+            )
+
+    def __len__(self) -> int:
+        return self.num_batches if self.num_batches is not None else len(self._sample_budget_schedule)
+
+    def set_epoch(self, epoch: int):
+        "Select the epoch of the next pass (its schedule, and the wrapped sampler's shuffling)."
+        self.epoch = epoch
+        pass_epoch(self.sampler, epoch)
+
+    @property
+    def schedule(self) -> tuple:
+        "The current epoch's `(choice, batch size)` pairs, before the per-epoch shuffle of their order."
+        return self._schedule(self.epoch)
 
     def _infer_num_batches(self) -> int:
         "Batches per epoch that use about one pass of the sampler at the average batch size."

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Callable, Optional
 
 # %% auto #0
-__all__ = ['parse_size', 'is_remote', 'cache_name', 'ShardCache']
+__all__ = ['parse_size', 'is_remote', 'cache_name', 'ShardCache', 'ShardPrefetcher']
 
 # %% ../nbs/21_shard_cache.ipynb #512ddfc9
 _UNITS = {
@@ -348,6 +348,25 @@ class _Hit:
         self.close()
 
 
+def _known_shards(info: Optional[dict]) -> dict:
+    "Base name -> (bytes, sha256) from an `_info.json`'s splits (`shard_bytes`, `shard_sha256`, parallel to `filenames`), checked."
+    known = {}
+    for sp in ((info or {}).get('splits') or {}).values():
+        names = sp.get('filenames') or ()
+        for k, f in enumerate(names):
+            b, h = (sp.get(key) or [None] * len(names) for key in ('shard_bytes', 'shard_sha256'))
+            n, d = b[k] if k < len(b) else None, h[k] if k < len(h) else None
+            if not (n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= 0)) or not (
+                d is None or (isinstance(d, str) and re.fullmatch(r'[0-9a-fA-F]{64}', d))
+            ):
+                raise ValueError(
+                    f'_info.json: shard {f!r} has shard_bytes {n!r} and shard_sha256 {d!r}: give a byte '
+                    f'count and a 64-digit hex SHA-256 (or leave them out); fix the info file'
+                )
+            known[str(f).rsplit('/', 1)[-1]] = (n, d)
+    return known
+
+
 class ShardCache(_Folder):
     "A folder of remote shards shared by the processes of one machine: filled as shards stream, LRU-evicted under `limit`."
 
@@ -366,31 +385,13 @@ class ShardCache(_Folder):
     ):
         super().__init__(cache_dir, limit)
         self.opener, self.order, self.prefetch = opener, list(order), prefetch
-        self._q = self._thread = self._pid = None
         self._warned = set()
-        self.plan(self.order)
-        self._known = {}  # base name -> (bytes, sha256) from the info file
-        for sp in ((info or {}).get('splits') or {}).values():
-            names = sp.get('filenames') or ()
-            for k, f in enumerate(names):
-                b, h = (sp.get(key) or [None] * len(names) for key in ('shard_bytes', 'shard_sha256'))
-                n, d = b[k] if k < len(b) else None, h[k] if k < len(h) else None
-                if not (n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= 0)) or not (
-                    d is None or (isinstance(d, str) and re.fullmatch(r'[0-9a-fA-F]{64}', d))
-                ):
-                    raise ValueError(
-                        f'_info.json: shard {f!r} has shard_bytes {n!r} and shard_sha256 {d!r}: give a byte '
-                        f'count and a 64-digit hex SHA-256 (or leave them out); fix the info file'
-                    )
-                self._known[str(f).rsplit('/', 1)[-1]] = (n, d)
+        self.prefetcher = ShardPrefetcher(self, prefetch, self.order)  # fetches the next shards in a thread
+        self._known = _known_shards(info)  # base name -> (bytes, sha256) from the info file
 
     def plan(self, order):
         "The shards this process will read, in order (a worker's share of an epoch): each one opened prefetches the next."
-        order = list(order)
-        self._next = {u: order[i + 1 : i + 1 + self.prefetch] for i, u in enumerate(order)}
-
-    def __getstate__(self):
-        return {**self.__dict__, '_q': None, '_thread': None}  # a DataLoader worker starts its own thread
+        self.prefetcher.plan(order)
 
     def path(self, url: str) -> Optional[str]:
         "The complete cached copy of `url`, or None."
@@ -402,7 +403,7 @@ class ShardCache(_Folder):
 
     def _uncached(self, url: str, size: Optional[int]):
         "Say once per shard and process that it is read from its source without a copy."
-        if url in self._warned or threading.current_thread() is self._thread:
+        if url in self._warned or threading.current_thread() is self.prefetcher._thread:
             return  # the prefetcher leaves it to the reader
         self._warned.add(url)
         why = (
@@ -427,7 +428,7 @@ class ShardCache(_Folder):
         "A stream of shard `url`: the cached copy, else the source read through into the cache (local shards: the source)."
         if not is_remote(url):
             return self.opener(url, timeout)
-        self._prefetch(self._next.get(url, ()), timeout)
+        self.prefetcher.after(url, timeout)
         return self._open(url, timeout, size)
 
     def _hit(self, p: str, size: Optional[int]):
@@ -494,8 +495,35 @@ class ShardCache(_Folder):
                 _close_held(fd)
                 raise
 
-    def _prefetch(self, urls, timeout: float):
-        "Fetch `urls` into the cache in a background thread (errors there are left to the reader that opens them later)."
+    def wait(self):
+        "Block until the shards queued for prefetching in this process are in the cache (or failed)."
+        self.prefetcher.wait()
+
+# %% ../nbs/21_shard_cache.ipynb #a1c6734a
+class ShardPrefetcher:
+    "Fetches the shards that follow the one being read, in this process's order, into a `ShardCache` in a background thread."
+
+    def __init__(
+        self,
+        cache,  # the ShardCache the shards go into
+        prefetch: int = 1,  # shards fetched ahead of the one being read
+        order=(),  # the shards in the order they are usually read
+    ):
+        self.cache, self.prefetch = cache, prefetch
+        self._q = self._thread = self._pid = None
+        self.plan(order)
+
+    def __getstate__(self):
+        return {**self.__dict__, '_q': None, '_thread': None}  # a DataLoader worker starts its own thread
+
+    def plan(self, order):
+        "The shards this process will read, in order (a worker's share of an epoch): each one opened prefetches the next."
+        order = list(order)
+        self._next = {u: order[i + 1 : i + 1 + self.prefetch] for i, u in enumerate(order)}
+
+    def after(self, url: str, timeout: float):
+        "Fetch the shards after `url` in the plan into the cache in the background (errors there are left to the reader that opens them later)."
+        urls = self._next.get(url, ())
         if not urls or self.prefetch <= 0:
             return
         if self._q is None or self._pid != os.getpid():  # a forked worker has the queue but not the thread
@@ -506,15 +534,15 @@ class ShardCache(_Folder):
             )
             self._thread.start()
         for u in urls:
-            if is_remote(u) and self.path(u) is None:
+            if is_remote(u) and self.cache.path(u) is None:
                 self._q.put((u, timeout))
 
     def _fetcher(self, q):
         while True:
             url, timeout = q.get()
             try:
-                if self.path(url) is None:
-                    with self._open(url, timeout, None) as f:
+                if self.cache.path(url) is None:
+                    with self.cache._open(url, timeout, None) as f:
                         while f.read(1 << 20):
                             pass
             except Exception:

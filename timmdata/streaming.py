@@ -20,7 +20,7 @@ from .settings import setting
 
 # %% auto #0
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'SplitsOverWorkers', 'EvenOverWorkers',
-           'StreamPlan', 'IterableImageDataset']
+           'StreamPlan', 'WorkerStream', 'IterableImageDataset']
 
 # %% ../nbs/25_streaming.ipynb #6439fc52
 SHUFFLE_SIZE = setting('WDS_SHUFFLE_SIZE')  # samples in a worker's shuffle buffer (timm's default and env var)
@@ -281,81 +281,11 @@ class StreamPlan:
             )
         return rank * W + wid, world * W, wid, W
 
-# %% ../nbs/25_streaming.ipynb #b0d82148
-class IterableImageDataset(StreamPlan, DecodeTransform, torch.utils.data.IterableDataset):
-    "timm's `IterableImageDataset`: samples streamed from shards, split over every worker of every rank, reshuffled each epoch."
-
-    def __init__(
-        self,
-        root,  # shards' folder or URL prefix (with `_info.json`), a shard pattern, or a list of shards
-        reader=None,  # 'wds/<name>' (default), 'hfids/<name>', or a stream source object (see `timmdata.shard_io`)
-        split: str = 'train',  # split name in `_info.json`, or a shard pattern with an optional '|num_samples'
-        class_map=None,  # hfids only (wds targets are the shards' integers)
-        is_training: bool = False,  # shuffle, equal counts per worker (wrapping round); else every sample once
-        batch_size: int = 1,  # per-rank batch size: a worker's epoch is a whole number of batches
-        num_samples: Optional[int] = None,  # samples per epoch over all ranks (default: from `_info.json`)
-        seed: int = 42,  # shard order, shuffle buffers and per-sample augmentation seeds (the same on every rank)
-        repeats: int = 0,  # timm's argument; not used by shard streams (0)
-        download: bool = False,  # hfids: let the source download
-        input_img_mode: str = 'RGB',  # PIL mode images are converted to
-        input_key=None,  # image extensions to try ('jpg;png'); default jpg;jpeg;png;webp;image
-        target_key=None,  # target extensions or json fields; default cls;label (absent: target -1)
-        transform: Optional[Callable] = None,  # applied to the image (what it takes: its `input_format`)
-        target_transform: Optional[Callable] = None,  # applied to the integer target
-        max_steps: Optional[int] = None,  # timm's argument; not used by shard streams (None)
-        bad_sample: str = 'raise',  # an undecodable image: 'raise' naming shard and key, or 'skip' (None, warned, counted)
-        shuffle_size: int = SHUFFLE_SIZE,  # samples in each worker's shuffle buffer (training)
-        shuffle_initial: int = SHUFFLE_INITIAL,  # samples buffered before the first is given
-        rank: Optional[int] = None,  # this process's rank (default: torch.distributed's, else 0)
-        world_size: Optional[int] = None,  # number of ranks (default: torch.distributed's, else 1)
-        order: Optional[
-            str
-        ] = None,  # training order: 'global' (elastic: timmdata.global_order), 'shards' (shards dealt to workers, buffer shuffle); None: 'global' where the shards can be read by position, else 'shards' (warned)
-        block_shards: int = BLOCK_SHARDS,  # order='global': shards whose samples are interleaved in one block
-        index_dir: Optional[
-            str
-        ] = None,  # order='global': where the shards' member-offset index is kept (None: beside them if writable, else ~/.cache)
-        **kwargs,  # passed to the source (e.g. WdsSource's retries, backoff, timeout)
-    ):
-        if bad_sample not in _BAD:
-            raise ValueError(f"bad_sample must be one of 'raise', 'skip'; got {bad_sample!r}")
-        if repeats or max_steps is not None:
-            raise ValueError(
-                'repeats and max_steps are not used by shard streams: set num_samples to change the epoch length'
-            )
-        if (rank is None) != (world_size is None) or (world_size is not None and not 0 <= rank < world_size):
-            raise ValueError(
-                f'give rank and world_size together, with 0 <= rank < world_size; got rank={rank}, world_size={world_size}'
-            )
-        if order not in (None, 'shards', 'global'):
-            raise ValueError(f"order must be one of None, 'shards', 'global'; got {order!r}")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f'batch_size must be an int >= 1; got {batch_size!r}')
-        self.source = _stream_source(
-            root, reader, split, class_map, num_samples, download, input_key, target_key, kwargs
-        )
-        _check_source(self.source)
-        self.root, self.split, self.is_training, self.batch_size, self.seed = root, split, is_training, batch_size, seed
-        self.num_samples = num_samples if num_samples is not None else self.source.num_samples
-        if is_training and not self.num_samples:
-            raise ValueError(
-                f'training on {self.source!r} needs the epoch length: pass num_samples=, give the split an _info.json '
-                f"(timmdata shards writes one), or a pattern with a count ('train-{{000000..000009}}.tar|10000')"
-            )
-        self.input_img_mode, self.bad_sample = input_img_mode, bad_sample
-        self.block_shards, self._spans = block_shards, None
-        self.order = self._choose_order(order, index_dir) if is_training else order or 'shards'
-        self.elastic = self.order == 'global' and is_training
-        self.transform, self.target_transform = transform, target_transform
-        self.shuffle_size, self.shuffle_initial = max(1, shuffle_size), shuffle_initial
-        self._rank, self._world, self._num_workers = rank, world_size, None
-        # shared memory, so DataLoader workers (persistent ones too) see the parent's changes:
-        # [epoch, start flag, start epoch, batches done, batch size]; bad samples counted per worker slot (no lost updates)
-        self._state = torch.zeros(5, dtype=torch.int64).share_memory_()
-        self._bad = torch.zeros(1024, dtype=torch.int64).share_memory_()
-
-    def __iter__(self):
-        return self._epoch_stream()
+# %% ../nbs/25_streaming.ipynb #1bbc2550
+class WorkerStream:
+    """What one DataLoader worker reads in an epoch, by the `StreamPlan`: its shards (shuffled, wrapped round, counted in
+    training) or its positions of the global order, from its resume point. Each raw sample goes to the dataset's
+    `_sample(epoch, g, k, shard, key, image, target)`, which makes it (decode, transform, target): `IterableImageDataset`."""
 
     def _raw(self, shards: list) -> Iterator[tuple]:
         "(shard, key, image, target) of `shards`, in order."
@@ -429,6 +359,82 @@ class IterableImageDataset(StreamPlan, DecodeTransform, torch.utils.data.Iterabl
             yield self._sample(
                 epoch, 0, p, shard, key, img, target, slot=rank * W + wid
             )  # seeds from the position; bad samples counted per worker
+
+# %% ../nbs/25_streaming.ipynb #b0d82148
+class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.utils.data.IterableDataset):
+    "timm's `IterableImageDataset`: samples streamed from shards, split over every worker of every rank, reshuffled each epoch."
+
+    def __init__(
+        self,
+        root,  # shards' folder or URL prefix (with `_info.json`), a shard pattern, or a list of shards
+        reader=None,  # 'wds/<name>' (default), 'hfids/<name>', or a stream source object (see `timmdata.shard_io`)
+        split: str = 'train',  # split name in `_info.json`, or a shard pattern with an optional '|num_samples'
+        class_map=None,  # hfids only (wds targets are the shards' integers)
+        is_training: bool = False,  # shuffle, equal counts per worker (wrapping round); else every sample once
+        batch_size: int = 1,  # per-rank batch size: a worker's epoch is a whole number of batches
+        num_samples: Optional[int] = None,  # samples per epoch over all ranks (default: from `_info.json`)
+        seed: int = 42,  # shard order, shuffle buffers and per-sample augmentation seeds (the same on every rank)
+        repeats: int = 0,  # timm's argument; not used by shard streams (0)
+        download: bool = False,  # hfids: let the source download
+        input_img_mode: str = 'RGB',  # PIL mode images are converted to
+        input_key=None,  # image extensions to try ('jpg;png'); default jpg;jpeg;png;webp;image
+        target_key=None,  # target extensions or json fields; default cls;label (absent: target -1)
+        transform: Optional[Callable] = None,  # applied to the image (what it takes: its `input_format`)
+        target_transform: Optional[Callable] = None,  # applied to the integer target
+        max_steps: Optional[int] = None,  # timm's argument; not used by shard streams (None)
+        bad_sample: str = 'raise',  # an undecodable image: 'raise' naming shard and key, or 'skip' (None, warned, counted)
+        shuffle_size: int = SHUFFLE_SIZE,  # samples in each worker's shuffle buffer (training)
+        shuffle_initial: int = SHUFFLE_INITIAL,  # samples buffered before the first is given
+        rank: Optional[int] = None,  # this process's rank (default: torch.distributed's, else 0)
+        world_size: Optional[int] = None,  # number of ranks (default: torch.distributed's, else 1)
+        order: Optional[
+            str
+        ] = None,  # training order: 'global' (elastic: timmdata.global_order), 'shards' (shards dealt to workers, buffer shuffle); None: 'global' where the shards can be read by position, else 'shards' (warned)
+        block_shards: int = BLOCK_SHARDS,  # order='global': shards whose samples are interleaved in one block
+        index_dir: Optional[
+            str
+        ] = None,  # order='global': where the shards' member-offset index is kept (None: beside them if writable, else ~/.cache)
+        **kwargs,  # passed to the source (e.g. WdsSource's retries, backoff, timeout)
+    ):
+        if bad_sample not in _BAD:
+            raise ValueError(f"bad_sample must be one of 'raise', 'skip'; got {bad_sample!r}")
+        if repeats or max_steps is not None:
+            raise ValueError(
+                'repeats and max_steps are not used by shard streams: set num_samples to change the epoch length'
+            )
+        if (rank is None) != (world_size is None) or (world_size is not None and not 0 <= rank < world_size):
+            raise ValueError(
+                f'give rank and world_size together, with 0 <= rank < world_size; got rank={rank}, world_size={world_size}'
+            )
+        if order not in (None, 'shards', 'global'):
+            raise ValueError(f"order must be one of None, 'shards', 'global'; got {order!r}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f'batch_size must be an int >= 1; got {batch_size!r}')
+        self.source = _stream_source(
+            root, reader, split, class_map, num_samples, download, input_key, target_key, kwargs
+        )
+        _check_source(self.source)
+        self.root, self.split, self.is_training, self.batch_size, self.seed = root, split, is_training, batch_size, seed
+        self.num_samples = num_samples if num_samples is not None else self.source.num_samples
+        if is_training and not self.num_samples:
+            raise ValueError(
+                f'training on {self.source!r} needs the epoch length: pass num_samples=, give the split an _info.json '
+                f"(timmdata shards writes one), or a pattern with a count ('train-{{000000..000009}}.tar|10000')"
+            )
+        self.input_img_mode, self.bad_sample = input_img_mode, bad_sample
+        self.block_shards, self._spans = block_shards, None
+        self.order = self._choose_order(order, index_dir) if is_training else order or 'shards'
+        self.elastic = self.order == 'global' and is_training
+        self.transform, self.target_transform = transform, target_transform
+        self.shuffle_size, self.shuffle_initial = max(1, shuffle_size), shuffle_initial
+        self._rank, self._world, self._num_workers = rank, world_size, None
+        # shared memory, so DataLoader workers (persistent ones too) see the parent's changes:
+        # [epoch, start flag, start epoch, batches done, batch size]; bad samples counted per worker slot (no lost updates)
+        self._state = torch.zeros(5, dtype=torch.int64).share_memory_()
+        self._bad = torch.zeros(1024, dtype=torch.int64).share_memory_()
+
+    def __iter__(self):
+        return self._epoch_stream()
 
     def _sample(self, epoch: int, g: int, k: int, shard, key: str, img, target, slot: Optional[int] = None):
         "Sample k of global worker g's epoch: decoded, transformed (its random draws seeded from (seed, epoch, g, k)), target set."
