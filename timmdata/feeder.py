@@ -4,7 +4,7 @@
 
 # %% ../nbs/30_feeder.ipynb #f2876215
 from __future__ import annotations
-import weakref
+import inspect, weakref
 from collections import deque
 from contextlib import contextmanager
 from typing import Callable, Optional, Protocol, runtime_checkable
@@ -22,7 +22,7 @@ from timmdata.torch_compat import (
 # %% auto #0
 __all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'cuda_rng_seeded', 'Marks', 'BatchStep', 'WrapsWorkers',
            'iterator_workers', 'shutdown_iterator', 'worker_died', 'is_cuda_init_error', 'weak_method', 'DeviceFeeder',
-           'FedLoader']
+           'FedLoader', 'takes_step_options']
 
 # %% ../nbs/30_feeder.ipynb #953faaab
 def tensors(out) -> list:
@@ -275,3 +275,16 @@ class FedLoader:
     @property
     def dataset(self):
         return self.loader.dataset
+
+# %% ../nbs/30_feeder.ipynb #4a11fd08
+def takes_step_options(ops: type, skip: tuple = ()) -> Callable:
+    "Decorator of a loader's `__init__(self, loader, *args, **kwargs)` that hands its options to `ops`: shown with `ops`'s parameters but `skip`."
+
+    def wrap(init: Callable) -> Callable:
+        own = list(inspect.signature(init).parameters.values())[:2]  # self, loader
+        opts = [p for n, p in inspect.signature(ops.__init__).parameters.items() if n != 'self' and n not in skip]
+        init.__signature__ = inspect.Signature(own + opts)  # the step's order: positional callers keep working
+        init.__delwrap__ = ops.__init__  # where fastcore's docments (show_doc) finds the parameters' comments
+        return init
+
+    return wrap

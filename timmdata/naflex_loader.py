@@ -18,7 +18,7 @@ from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStrea
 from .streaming import SplitsOverWorkers
 from .naflex_random_erasing import PatchRandomErasing
 from .decode import NATIVE
-from .feeder import DeviceFeeder, FedLoader, weak_method
+from .feeder import DeviceFeeder, FedLoader, takes_step_options, weak_method
 from .runtime import BufferPool, default_rank, pass_epoch, rank_seed, resolve_device
 from .resume import ResumableDataLoader, ResumeStateError, StatefulLoader, batch_key, check_state, loader_marks
 
@@ -45,8 +45,9 @@ class NaFlexBatchOps:
         patchify_channels_last: bool = True,  # the patches' flat layout: channel last (P-P-C) or first (C-P-P)
         color_jitter=None,  # brightness/contrast/saturation jitter of each image, on the device (None: off)
         seed: Optional[int] = None,  # seed of the jitter's generator; None: drawn from torch's RNG and the rank
+        cpu_threads: Optional[int] = 1,  # torch threads for the maths on a CPU device; None: torch's setting
     ):
-        self.channels, self.patchify_channels_last = channels, patchify_channels_last
+        self.channels, self.patchify_channels_last, self.cpu_threads = channels, patchify_channels_last, cpu_threads
         self.jitter = jitter_ranges(color_jitter)
         if self.jitter is not None and (channels != 3 or not patchify_channels_last):
             raise ValueError(
@@ -178,45 +179,22 @@ class NaFlexPrefetchLoader(FedLoader):
 
     devices = NaFlexBatchOps.devices
 
+    @takes_step_options(NaFlexBatchOps)
     def __init__(
         self,
         loader,  # yields (dict(patches, patch_coord, patch_valid, ...), targets)
-        mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,
-        std: Sequence[float] = IMAGENET_DEFAULT_STD,
-        channels: int = 3,
-        device: Union[str, torch.device, None] = None,  # 'cpu' or 'cuda'; None: CUDA when available, else the CPU
-        img_dtype: Optional[torch.dtype] = None,  # patches' dtype (default float32)
-        re_prob: float = 0.0,  # PatchRandomErasing probability per image (0: off)
-        re_mode: str = 'const',
-        re_count: int = 1,
-        re_num_splits: int = 0,
-        patchify_channels_last: bool = True,  # the patches' flat layout: channel last (P-P-C) or first (C-P-P)
-        color_jitter=None,  # brightness/contrast/saturation jitter of each image, on the device (None: off)
-        seed: Optional[int] = None,  # seed of the jitter's generator; None: drawn from torch's RNG and the rank
-        cpu_threads: Optional[int] = 1,  # torch threads for the maths on a CPU device; None: torch's setting
+        *args,  # then `NaFlexBatchOps`'s parameters, in its order (timm's: mean, std, channels, device, ...)
+        **kwargs,
     ):
-        self.cpu_threads, self.loader, self.rank = cpu_threads, loader, default_rank()
-        self.ops = NaFlexBatchOps(
-            mean=mean,
-            std=std,
-            channels=channels,
-            device=device,
-            img_dtype=img_dtype,
-            re_prob=re_prob,
-            re_mode=re_mode,
-            re_count=re_count,
-            re_num_splits=re_num_splits,
-            patchify_channels_last=patchify_channels_last,
-            color_jitter=color_jitter,
-            seed=seed,
-        )
+        self.loader, self.rank = loader, default_rank()
+        self.ops = NaFlexBatchOps(*args, **kwargs)
         o = self.ops  # its settings, under the loader's names
-        self.device, self.img_dtype, self.channels = o.device, o.img_dtype, o.channels
+        self.device, self.img_dtype, self.channels, self.cpu_threads = o.device, o.img_dtype, o.channels, o.cpu_threads
         self.patchify_channels_last, self.jitter = o.patchify_channels_last, o.jitter
         self.generator, self.random_erasing = o.generator, o.random_erasing
         # the device loop (side stream, one batch ahead on a GPU, event hand-over, marks, workers) is the feeder's
         self.feeder = DeviceFeeder(
-            loader, weak_method(self._step), self.device, marks=loader_marks(loader), cpu_threads=cpu_threads
+            loader, weak_method(self._step), self.device, marks=loader_marks(loader), cpu_threads=o.cpu_threads
         )
 
     def set_epoch(self, epoch: int):

@@ -4,12 +4,12 @@
 
 # %% ../nbs/31_prefetch.ipynb #b3ae2fcf
 from __future__ import annotations
-import inspect, weakref
+import weakref
 from typing import Optional, Sequence, Union
 import torch
 from . import decode
 from .collate import BatchCollate
-from .feeder import DeviceFeeder, FedLoader, weak_method
+from .feeder import DeviceFeeder, FedLoader, takes_step_options, weak_method
 from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .random_erasing import RandomErasing
 from .runtime import BufferPool, pass_epoch, rank_seed, resolve_device
@@ -275,19 +275,10 @@ def _empty(batch) -> bool:
     return batch[0].numel() == 0  # every sample of the batch was skipped
 
 
-def _with_batch_ops(init):
-    "`init(self, loader, *args, **kwargs)` handing its options to `BatchOps.__init__`: shown with BatchOps's parameters (signature and docments) but `collate`."
-    own = list(inspect.signature(init).parameters.values())[:2]  # self, loader
-    ops = [p for n, p in inspect.signature(BatchOps.__init__).parameters.items() if n not in ('self', 'collate')]
-    init.__signature__ = inspect.Signature(own + ops)  # timm's order: positional callers keep working
-    init.__delwrap__ = BatchOps.__init__  # where fastcore's docments (show_doc) finds the parameters' comments
-    return init
-
-
 class PrefetchLoader(FedLoader, BatchOps):
     "Wraps a uint8 batch loader: moves each batch to `device` ahead of use, converts, jitters, normalises and erases there."
 
-    @_with_batch_ops
+    @takes_step_options(BatchOps, skip=('collate',))
     def __init__(
         self,
         loader,  # yields (uint8 NCHW images, targets), e.g. a DataLoader with `fast_collate`
