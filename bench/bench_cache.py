@@ -128,15 +128,18 @@ def _per_image_costs(loader, train: bool = True, n: int = 512, reps: int = 3) ->
         # on the training crops: the rest of dataset[i] is Python around them (reading, seeding, dispatch)
         imgs = [ds.decode_sample(reader[i][0]) for i in idx]
         steps = list(getattr(ds.transform, 'transforms', [ds.transform]))
+        def each(fn, xs):  # the results dropped one by one, as in a worker
+            for x in xs: fn(x)
         for k, t in enumerate(steps):
             xs = imgs
             for u in steps[:k]: xs = [u(x) for x in xs]
-            timed(f'  of which {type(t).__name__}', lambda t=t, xs=xs: [t(x) for x in xs], n)
+            timed(f'  of which {type(t).__name__}', lambda t=t, xs=xs: each(t, xs), n)
             if train and k == 0 and hasattr(t, 'get_params'):
                 boxes = [t.get_params(x, t.scale, t.ratio) for x in xs]
                 crops = [x[:, a:a + h, b:b + w].permute(1, 2, 0).unsqueeze(0).permute(0, 3, 1, 2) for x, (a, b, h, w) in zip(xs, boxes)]
-                timed('    of which torch\'s uint8 resize kernel', lambda: [torch.nn.functional.interpolate(
-                    c, size=[224, 224], mode='bilinear', align_corners=False, antialias=True) for c in crops], n)
+                timed('    of which torch\'s uint8 resize kernel', lambda: each(lambda c: torch.nn.functional.interpolate(
+                    c, size=[224, 224], mode='bilinear', align_corners=False, antialias=True), crops), n)
+            del xs
         batch = [ds[i] for i in idx[:64]]
         buf = torch.empty((64, 3, 224, 224), dtype=torch.uint8)
         timed('fast_collate (into a reused buffer)', lambda: [fast_collate(batch, alloc=lambda shape: buf[:shape[0]]) for _ in range(8)], 8 * 64)
