@@ -45,8 +45,8 @@ from timmdata.config import (
 # %% auto #0
 __all__ = ['INPUT_FORMATS', 'TakesInput', 'SampleTransform', 'transform_input', 'is_tensor_image', 'image_hw', 'resize_exact',
            'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'shorter_edge_size',
-           'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'ResizeKeepRatio', 'center_crop_or_pad',
-           'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder', 'Compose']
+           'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'RandomHorizontalFlip', 'ResizeKeepRatio',
+           'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder', 'Compose']
 
 # %% ../nbs/10_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
@@ -333,6 +333,17 @@ def check_range(rng, param):
         raise ValueError(f"{param} must be a (min, max) pair; got {rng!r}")
     if rng[0] > rng[1]:
         raise ValueError(f"{param} must be (min, max) with min <= max; got {tuple(rng)!r}")
+
+# %% ../nbs/10_transforms.ipynb #9ef1c2af
+class RandomHorizontalFlip(tvt.RandomHorizontalFlip, SampleTransform):
+    "torchvision's `RandomHorizontalFlip` (the same draw and pixels: PIL image or tensor), without nn.Module's call overhead."
+
+    input_format = 'tensor'
+
+    def __call__(self, img):
+        if torch.rand(1) < self.p:  # torchvision's draw, so seeded pipelines give the same flips as timm's
+            return img.flip(-1) if isinstance(img, torch.Tensor) else TF.hflip(img)
+        return img
 
 # %% ../nbs/10_transforms.ipynb #a575da40
 class ResizeKeepRatio(SampleTransform):
