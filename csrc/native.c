@@ -237,76 +237,232 @@ static int rs_coeffs(int kind, int in_size, int out_size, int first, int n, int 
 
 static inline uint8_t rs_clip8(int32_t v) { v >>= RS_BITS; return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v; }
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
-#define RS_HOT __attribute__((target_clones("avx2", "sse4.2", "default")))
+/* The two passes below, in plain C (any compiler, any CPU) and with AVX2 (x86-64 GCC or clang, chosen at run time):
+ * the same integer operations in both, so the same bytes. A pass reads rows of `src` (`ss` bytes apart) and writes
+ * rows of `dst` (`ds` bytes apart); `bounds` count from the source's first row / column. The horizontal pass writes
+ * its channels as planes (`plane` bytes apart): the vertical pass then reads contiguous bytes of one channel, and the
+ * result is a planar CHW image, which the batch takes with a plain copy. */
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define RS_AVX2 1
+#define RS_TARGET __attribute__((target("avx2")))
 #else
-#define RS_HOT
+#define RS_AVX2 0
 #endif
 
-/* The horizontal pass: rows yf..yl of the source (held from row y0, column x0, `rs` bytes a row), the window's columns */
-static RS_HOT void rs_horizontal(const uint8_t *base, Py_ssize_t rs, int y0, int x0, int yf, int yl, Py_ssize_t C, int ow,
-                                 const int *bh, const int32_t *kh, int ksh, uint8_t *tmp) {
-    for (int y = yf; y < yl; y++) {
-        const uint8_t *row = base + (size_t)(y - y0) * rs;
-        uint8_t *t = tmp + (size_t)(y - yf) * ow * C;
-        if (C == 3) {
-            for (int i = 0; i < ow; i++) {
-                const uint8_t *p = row + (size_t)(bh[2 * i] - x0) * 3;
-                const int n = bh[2 * i + 1];
-                const int32_t *k = kh + (size_t)i * ksh;
-                int32_t a0 = 1 << (RS_BITS - 1), a1 = a0, a2 = a0;
-                if (n == 4) {  /* the usual count at eval scales (1.2-2x): unrolled */
-                    a0 += p[0] * k[0] + p[3] * k[1] + p[6] * k[2] + p[9] * k[3];
-                    a1 += p[1] * k[0] + p[4] * k[1] + p[7] * k[2] + p[10] * k[3];
-                    a2 += p[2] * k[0] + p[5] * k[1] + p[8] * k[2] + p[11] * k[3];
-                } else if (n == 3) {
-                    a0 += p[0] * k[0] + p[3] * k[1] + p[6] * k[2];
-                    a1 += p[1] * k[0] + p[4] * k[1] + p[7] * k[2];
-                    a2 += p[2] * k[0] + p[5] * k[1] + p[8] * k[2];
-                } else {
-                    for (int x = 0; x < n; x++) { a0 += p[3 * x] * k[x]; a1 += p[3 * x + 1] * k[x]; a2 += p[3 * x + 2] * k[x]; }
-                }
-                t[3 * i] = rs_clip8(a0); t[3 * i + 1] = rs_clip8(a1); t[3 * i + 2] = rs_clip8(a2);
-            }
-        } else {
-            for (int i = 0; i < ow; i++) {
-                const uint8_t *p = row + (size_t)(bh[2 * i] - x0);
-                const int n = bh[2 * i + 1];
-                const int32_t *k = kh + (size_t)i * ksh;
-                int32_t a0 = 1 << (RS_BITS - 1);
-                for (int x = 0; x < n; x++) a0 += p[x] * k[x];
-                t[i] = rs_clip8(a0);
+/* The horizontal pass for output pixels i0..i1 of rows 0..n-1 (C interleaved channels in, planes out) */
+static void rs_horizontal_c(const uint8_t *src, Py_ssize_t ss, int n, int C, int i0, int i1, const int *b, const int32_t *kk,
+                            int ks, uint8_t *dst, Py_ssize_t ds, Py_ssize_t plane) {
+    for (int y = 0; y < n; y++) {
+        const uint8_t *row = src + (size_t)y * ss;
+        uint8_t *t = dst + (size_t)y * ds;
+        for (int i = i0; i < i1; i++) {
+            const uint8_t *p = row + (size_t)b[2 * i] * C;
+            const int32_t *k = kk + (size_t)i * ks;
+            for (int c = 0; c < C; c++) {
+                int32_t a = 1 << (RS_BITS - 1);
+                for (int x = 0; x < b[2 * i + 1]; x++) a += p[x * C + c] * k[x];
+                t[c * plane + i] = rs_clip8(a);
             }
         }
     }
 }
 
-/* The vertical pass, a whole output row at a time: each weight times a contiguous row of the intermediate (vectorised) */
-static RS_HOT void rs_vertical(const uint8_t *tmp, Py_ssize_t C, int ow, int oh, int yf, const int *bv, const int32_t *kv,
-                               int ksv, int32_t *restrict acc, uint8_t *dst) {
-    const Py_ssize_t m = (Py_ssize_t)ow * C;
+/* The vertical pass: output row j from rows bounds[2j].. of src, the first m bytes of each. */
+static void rs_vertical_c(const uint8_t *src, Py_ssize_t ss, Py_ssize_t m, int oh, const int *b, const int32_t *kk, int ks,
+                          uint8_t *dst, Py_ssize_t ds) {
     for (int j = 0; j < oh; j++) {
-        const int ymin = bv[2 * j] - yf, n = bv[2 * j + 1];
-        const int32_t *k = kv + (size_t)j * ksv;
-        for (Py_ssize_t q = 0; q < m; q++) acc[q] = 1 << (RS_BITS - 1);
-        for (int y = 0; y < n; y++) {
-            const uint8_t *restrict r = tmp + (size_t)(ymin + y) * m;
-            const int32_t w = k[y];
-            for (Py_ssize_t q = 0; q < m; q++) acc[q] += r[q] * w;
+        const uint8_t *r = src + (size_t)b[2 * j] * ss;
+        const int32_t *k = kk + (size_t)j * ks;
+        uint8_t *o = dst + (size_t)j * ds;
+        for (Py_ssize_t q = 0; q < m; q++) {
+            int32_t a = 1 << (RS_BITS - 1);
+            for (int y = 0; y < b[2 * j + 1]; y++) a += r[(size_t)y * ss + q] * k[y];
+            o[q] = rs_clip8(a);
         }
-        uint8_t *o = dst + (size_t)j * m;
-        for (Py_ssize_t q = 0; q < m; q++) o[q] = rs_clip8(acc[q]);
     }
 }
 
+#if RS_AVX2
+/* The horizontal pass of an RGB row, 8 output pixels of one channel at a time. A group of 8 output pixels whose taps
+ * all lie within 16 source pixels (every group at eval's scales: 1.2-1.6x) takes 16 bytes of the channel's plane;
+ * per tap, a byte shuffle picks each output pixel's source byte (0 where the pixel has fewer taps), and 32-bit lanes
+ * multiply and add them with that tap's weights. The plan per group: `first` source pixel, `taps`, and per tap
+ * the shuffle (16 bytes) and the 8 weights. Groups that do not fit (and the last ow % 8 pixels) go through the plain C
+ * loop. The row is first split into its three planes, 16 pixels a step. */
+typedef struct { int first, taps; } rs_group;
+
+static RS_TARGET void rs_split3(const uint8_t *p, int w, uint8_t *r, uint8_t *g, uint8_t *bl) {
+    const __m128i ra = _mm_setr_epi8(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i rb = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14, -1, -1, -1, -1, -1);
+    const __m128i rc = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 1, 4, 7, 10, 13);
+    const __m128i ga = _mm_setr_epi8(1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i gb = _mm_setr_epi8(-1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1);
+    const __m128i gc = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14);
+    const __m128i ba = _mm_setr_epi8(2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i bb = _mm_setr_epi8(-1, -1, -1, -1, -1, 1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1);
+    const __m128i bc = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15);
+    int x = 0;
+    for (; x + 16 <= w; x += 16) {
+        const __m128i a = _mm_loadu_si128((const __m128i *)(p + 3 * x)), b = _mm_loadu_si128((const __m128i *)(p + 3 * x + 16)),
+                      c = _mm_loadu_si128((const __m128i *)(p + 3 * x + 32));
+        _mm_storeu_si128((__m128i *)(r + x), _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, ra), _mm_shuffle_epi8(b, rb)), _mm_shuffle_epi8(c, rc)));
+        _mm_storeu_si128((__m128i *)(g + x), _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, ga), _mm_shuffle_epi8(b, gb)), _mm_shuffle_epi8(c, gc)));
+        _mm_storeu_si128((__m128i *)(bl + x), _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, ba), _mm_shuffle_epi8(b, bb)), _mm_shuffle_epi8(c, bc)));
+    }
+    for (; x < w; x++) { r[x] = p[3 * x]; g[x] = p[3 * x + 1]; bl[x] = p[3 * x + 2]; }
+}
+
+static RS_TARGET void rs_horizontal3_avx2(const uint8_t *src, Py_ssize_t ss, int n, int w, int ow, const int *b, const int32_t *kk,
+                                          int ks, const rs_group *gr, const uint8_t *masks, const int32_t *wts, int maxtaps,
+                                          uint8_t *planes, uint8_t *dst, Py_ssize_t ds, Py_ssize_t plane) {
+    const Py_ssize_t pw = (Py_ssize_t)w + 16;  /* a plane row, with room for the last group's 16-byte load */
+    const int ng = ow / 8;
+    for (int y = 0; y < n; y++) {
+        const uint8_t *row = src + (size_t)y * ss;
+        uint8_t *t = dst + (size_t)y * ds;
+        rs_split3(row, w, planes, planes + pw, planes + 2 * pw);
+        for (int c = 0; c < 3; c++) {
+            const uint8_t *pc = planes + c * pw;
+            uint8_t *tc = t + c * plane;
+            for (int g = 0; g < ng; g++) {
+                if (gr[g].taps < 0) continue;  /* done by the plain loop below */
+                const __m128i v = _mm_loadu_si128((const __m128i *)(pc + gr[g].first));
+                const uint8_t *m = masks + (size_t)g * maxtaps * 16;
+                const int32_t *k = wts + (size_t)g * maxtaps * 8;
+                __m256i a = _mm256_set1_epi32(1 << (RS_BITS - 1));
+                for (int j = 0; j < gr[g].taps; j++) {
+                    const __m128i s = _mm_shuffle_epi8(v, _mm_loadu_si128((const __m128i *)(m + 16 * j)));
+                    a = _mm256_add_epi32(a, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(s), _mm256_loadu_si256((const __m256i *)(k + 8 * j))));
+                }
+                a = _mm256_srai_epi32(a, RS_BITS);
+                const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+                _mm_storel_epi64((__m128i *)(tc + 8 * g), _mm_packus_epi16(p16, p16));
+            }
+        }
+        for (int g = 0; g < ng; g++)
+            if (gr[g].taps < 0) rs_horizontal_c(row, ss, 1, 3, 8 * g, 8 * g + 8, b, kk, ks, t, ds, plane);
+        if (8 * ng < ow) rs_horizontal_c(row, ss, 1, 3, 8 * ng, ow, b, kk, ks, t, ds, plane);
+    }
+}
+
+/* 16 bytes of a row at a time, each tap's row times its weight in 32-bit lanes */
+static RS_TARGET void rs_vertical_avx2(const uint8_t *src, Py_ssize_t ss, Py_ssize_t m, int oh, const int *b, const int32_t *kk,
+                                       int ks, uint8_t *dst, Py_ssize_t ds) {
+    const __m256i half = _mm256_set1_epi32(1 << (RS_BITS - 1));
+    for (int j = 0; j < oh; j++) {
+        const uint8_t *r = src + (size_t)b[2 * j] * ss;
+        const int32_t *k = kk + (size_t)j * ks;
+        const int n = b[2 * j + 1];
+        uint8_t *o = dst + (size_t)j * ds;
+        Py_ssize_t q = 0;
+        for (; q + 16 <= m; q += 16) {
+            __m256i a0 = half, a1 = half;
+            for (int y = 0; y < n; y++) {
+                const __m128i v = _mm_loadu_si128((const __m128i *)(r + (size_t)y * ss + q));
+                const __m256i w = _mm256_set1_epi32(k[y]);
+                a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(v), w));
+                a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)), w));
+            }
+            a0 = _mm256_srai_epi32(a0, RS_BITS); a1 = _mm256_srai_epi32(a1, RS_BITS);
+            const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(a0, a1), 0xd8);  /* 16 int16 in order */
+            _mm_storeu_si128((__m128i *)(o + q), _mm_packus_epi16(_mm256_castsi256_si128(p16), _mm256_extracti128_si256(p16, 1)));
+        }
+        if (q < m) {
+            const int bj[2] = {0, n};
+            rs_vertical_c(r + q, ss, m - q, 1, bj, k, ks, o + q, ds);
+        }
+    }
+}
+
+static int rs_cpu_avx2 = -1;  /* set on the first call (under the GIL: resample_window asks before releasing it) */
+#endif
+static int rs_simd = 1;  /* set_resample_simd(False): the plain C passes, for tests that compare both */
+
+/* 1 when the AVX2 passes run: the CPU has AVX2 and they are not switched off */
+static int rs_avx2(void) {
+#if RS_AVX2
+    if (rs_cpu_avx2 < 0) { __builtin_cpu_init(); rs_cpu_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0; }
+    return rs_cpu_avx2 && __atomic_load_n(&rs_simd, __ATOMIC_RELAXED);
+#else
+    return 0;
+#endif
+}
+
+/* set_resample_simd(on) -> whether the AVX2 passes were on before (never on where the CPU or the build has none) */
+static PyObject *set_resample_simd(PyObject *self, PyObject *args) {
+    int on; if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+    const int was = rs_avx2();
+#if defined(__GNUC__)
+    __atomic_store_n(&rs_simd, on, __ATOMIC_RELAXED);
+#else
+    rs_simd = on;
+#endif
+    return PyBool_FromLong(was);
+}
+
+/* the horizontal pass over source rows `w` pixels wide, AVX2 where it can; 0 when memory ran out */
+static int rs_horizontal(const uint8_t *src, Py_ssize_t ss, int n, int C, int w, int ow, const int *b, const int32_t *kk, int ks,
+                         uint8_t *dst, Py_ssize_t ds, Py_ssize_t plane, int simd) {
+#if RS_AVX2
+    if (C == 3 && simd && ow >= 8) {
+        const int ng = ow / 8;
+        int maxtaps = 0;
+        for (int i = 0; i < 8 * ng; i++) maxtaps = b[2 * i + 1] > maxtaps ? b[2 * i + 1] : maxtaps;
+        rs_group *gr = malloc(sizeof(rs_group) * (size_t)ng);
+        uint8_t *masks = calloc((size_t)ng * maxtaps, 16), *planes = malloc(3 * ((size_t)w + 16));
+        int32_t *wts = calloc((size_t)ng * maxtaps * 8, sizeof(int32_t));
+        if (!gr || !masks || !planes || !wts) { free(gr); free(masks); free(planes); free(wts); return 0; }
+        for (int g = 0; g < ng; g++) {
+            int first = b[16 * g], taps = 0, fits = 1;
+            for (int i = 8 * g; i < 8 * g + 8; i++) {
+                taps = b[2 * i + 1] > taps ? b[2 * i + 1] : taps;
+                if (b[2 * i] + b[2 * i + 1] - first > 16) fits = 0;
+            }
+            gr[g].first = first; gr[g].taps = fits ? taps : -1;
+            if (!fits) continue;
+            for (int j = 0; j < taps; j++)
+                for (int i = 0; i < 8; i++) {
+                    const int o = 8 * g + i, has = j < b[2 * o + 1];
+                    masks[((size_t)g * maxtaps + j) * 16 + i] = has ? (uint8_t)(b[2 * o] + j - first) : 0x80;
+                    wts[((size_t)g * maxtaps + j) * 8 + i] = has ? kk[(size_t)o * ks + j] : 0;
+                }
+            for (int j = 0; j < taps; j++) memset(masks + ((size_t)g * maxtaps + j) * 16 + 8, 0x80, 8);
+        }
+        memset(planes, 0, 3 * ((size_t)w + 16));  /* the bytes past a row's end are loaded, never used: defined anyway */
+        rs_horizontal3_avx2(src, ss, n, w, ow, b, kk, ks, gr, masks, wts, maxtaps, planes, dst, ds, plane);
+        free(gr); free(masks); free(planes); free(wts);
+        return 1;
+    }
+#endif
+    (void)w; (void)simd;
+    rs_horizontal_c(src, ss, n, C, 0, ow, b, kk, ks, dst, ds, plane);
+    return 1;
+}
+
+static void rs_vertical(const uint8_t *src, Py_ssize_t ss, Py_ssize_t m, int oh, const int *b, const int32_t *kk, int ks,
+                        uint8_t *dst, Py_ssize_t ds, int simd) {
+#if RS_AVX2
+    if (simd) { rs_vertical_avx2(src, ss, m, oh, b, kk, ks, dst, ds); return; }
+#endif
+    (void)simd;
+    rs_vertical_c(src, ss, m, oh, b, kk, ks, dst, ds);
+}
+
+/* resample_window(src, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vertical_first=False): see the
+ * method table. Pillow up to 12 always runs the horizontal pass first; Pillow 13 runs the vertical one first when the
+ * height shrinks by more than twice as many pixels as the width: the caller says which (the intermediate is rounded
+ * to uint8, so the order shows in the last bit). The GIL is released for both passes: src stays exported (held by
+ * the Py_buffer) and the output bytearray is new, so nobody else reads or moves them meanwhile. */
 static PyObject *resample_window(PyObject *self, PyObject *args) {
     PyObject *src;
-    int y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind;
-    if (!PyArg_ParseTuple(args, "Oiiiiiiiiiii", &src, &y0, &x0, &in_h, &in_w, &out_h, &out_w, &top, &left, &oh, &ow, &kind)) return NULL;
+    int y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vfirst = 0;
+    if (!PyArg_ParseTuple(args, "Oiiiiiiiiiii|p", &src, &y0, &x0, &in_h, &in_w, &out_h, &out_w, &top, &left, &oh, &ow, &kind, &vfirst))
+        return NULL;
     Py_buffer v;
     if (PyObject_GetBuffer(src, &v, PyBUF_STRIDES) < 0) return NULL;
     PyObject *out = NULL;
-    int *bh = NULL, *bv = NULL; int32_t *kh = NULL, *kv = NULL, *acc = NULL; uint8_t *tmp = NULL;
+    int *bh = NULL, *bv = NULL; int32_t *kh = NULL, *kv = NULL; uint8_t *tmp = NULL;
     if (v.ndim != 3 || v.itemsize != 1 || (v.shape[2] != 1 && v.shape[2] != 3) || v.strides[2] != 1 || v.strides[1] != v.shape[2]
         || v.strides[0] < v.shape[1] * v.shape[2]) {
         PyErr_SetString(PyExc_ValueError, "resample_window: src must be uint8 HWC (C = 1 or 3) with packed pixels in each row");
@@ -330,18 +486,32 @@ static PyObject *resample_window(PyObject *self, PyObject *args) {
                      "columns %d..%zd", yf, yl, xf, xl, y0, y0 + sh, x0, x0 + sw);
         goto done;
     }
+    /* bounds relative to the first source row / column each pass reads */
+    for (int i = 0; i < ow; i++) bh[2 * i] -= xf;
+    for (int j = 0; j < oh; j++) bv[2 * j] -= yf;
+    /* the intermediate: horizontal first, (yl - yf) rows of ow pixels as C planes; vertical first, oh interleaved rows
+     * of the window's source columns */
+    const Py_ssize_t tw = vfirst ? (Py_ssize_t)(xl - xf) * C : (Py_ssize_t)ow, th = vfirst ? oh : yl - yf;
     out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)oh * ow * C);
-    tmp = malloc((size_t)(yl - yf) * ow * C);
-    acc = malloc(sizeof(int32_t) * (size_t)ow * C);
-    if (!out || !tmp || !acc) { if (out) { Py_CLEAR(out); } PyErr_NoMemory(); goto done; }
+    tmp = malloc((size_t)th * (size_t)tw * (vfirst ? 1 : (size_t)C) + 16);
+    if (!out || !tmp) { if (out) { Py_CLEAR(out); } PyErr_NoMemory(); goto done; }
     uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
-    const uint8_t *base = (const uint8_t *)v.buf;
+    const uint8_t *first = (const uint8_t *)v.buf + (size_t)(yf - y0) * rs + (size_t)(xf - x0) * C;
+    int ok = 1;
+    const int simd = rs_avx2();
     Py_BEGIN_ALLOW_THREADS
-    rs_horizontal(base, rs, y0, x0, yf, yl, C, ow, bh, kh, ksh, tmp);
-    rs_vertical(tmp, C, ow, oh, yf, bv, kv, ksv, acc, dst);
+    if (vfirst) {
+        rs_vertical(first, rs, tw, oh, bv, kv, ksv, tmp, tw, simd);
+        ok = rs_horizontal(tmp, tw, oh, (int)C, xl - xf, ow, bh, kh, ksh, dst, ow, (Py_ssize_t)oh * ow, simd);
+    } else {
+        ok = rs_horizontal(first, rs, yl - yf, (int)C, xl - xf, ow, bh, kh, ksh, tmp, ow, th * tw, simd);
+        for (Py_ssize_t c = 0; ok && c < C; c++)
+            rs_vertical(tmp + c * th * tw, tw, ow, oh, bv, kv, ksv, dst + c * (Py_ssize_t)oh * ow, ow, simd);
+    }
     Py_END_ALLOW_THREADS
+    if (!ok) { Py_CLEAR(out); PyErr_NoMemory(); }
 done:
-    free(bh); free(bv); free(kh); free(kv); free(tmp); free(acc);
+    free(bh); free(bv); free(kh); free(kv); free(tmp);
     PyBuffer_Release(&v);
     return out;
 }
@@ -687,7 +857,8 @@ static PyMethodDef methods[] = {
     {"set_streaming", set_streaming, METH_VARARGS, "set_streaming(on) -> previous setting: streaming stores in the affine passes (AVX2 builds)"},
     {"header", header, METH_VARARGS, "header(data) -> (height, width, components, jpeg colour space)"},
     {"decode_crop", decode_crop, METH_VARARGS, "decode_crop(data, top, left, height, width, max_pixels=0, gray=False) -> (bytearray RGB or gray, x0, y0, w, h)"},
-    {"resample_window", resample_window, METH_VARARGS, "resample_window(src_hwc_u8, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind) -> bytearray (oh, ow, C): Pillow's resize (kind 0 bilinear, 1 bicubic) of the in_h x in_w image to out_h x out_w, rows top.. and columns left.. only; src holds the source from (y0, x0)"},
+    {"resample_window", resample_window, METH_VARARGS, "resample_window(src_hwc_u8, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vertical_first=False) -> bytearray (C, oh, ow), planar: Pillow's resize (kind 0 bilinear, 1 bicubic) of the in_h x in_w image to out_h x out_w, rows top.. and columns left.. only; src holds the source from (y0, x0)"},
+    {"set_resample_simd", set_resample_simd, METH_VARARGS, "set_resample_simd(on) -> previous setting: the AVX2 passes of resample_window (the same bytes as the plain C ones)"},
     {"jpeg_warnings", jpeg_warnings, METH_NOARGS, "jpeg_warnings() -> (images libjpeg warned about so far in this process, latest message)"},
     {"channel_means", channel_means, METH_VARARGS, "channel_means(x_u8, out_f32, n, c, hw): per image and channel means"},
     {"channel_means_nhwc", channel_means_nhwc, METH_VARARGS, "channel_means for a channels-last (n, hw, c) batch"},

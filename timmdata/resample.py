@@ -4,7 +4,8 @@
 
 # %% ../nbs/09_resample.ipynb #c762c574
 from __future__ import annotations
-import random
+import random, re
+import PIL
 import torch
 from PIL import Image
 from torchvision.transforms import InterpolationMode
@@ -14,8 +15,8 @@ from .stages import DECODE, stage_clock
 
 # %% auto #0
 __all__ = ['INTERPOLATIONS', 'MODE_TO_PIL', 'RESAMPLE_KIND', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
-           'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'resize_crop_window',
-           'resize_center_crop']
+           'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'vertical_first',
+           'resize_crop_window', 'resize_center_crop']
 
 # %% ../nbs/09_resample.ipynb #d1faf2a6
 _INTERP = {  # name -> (torchvision mode, PIL filter)
@@ -90,6 +91,17 @@ def _hwc3(img) -> bool:
 
 RESAMPLE_KIND = {InterpolationMode.BILINEAR: 0, InterpolationMode.BICUBIC: 1}  # the native resampler's filters
 _SUPPORT = (1.0, 2.0)  # their support, in source pixels at scale 1
+_PIL_VERSION = tuple(int(v) for v in re.findall(r'\d+', PIL.__version__)[:2])
+
+
+def vertical_first(in_hw: tuple, out_hw: tuple, pil_version: tuple = _PIL_VERSION) -> bool:
+    "Whether Pillow (the installed one by default) resizes `in_hw` to `out_hw` with its vertical pass first."
+    (H, W), (oh, ow) = in_hw, out_hw
+    if pil_version >= (13,):  # Resample.c: when the height loses more than twice as many pixels as the width
+        return H - oh > 0 and H - oh > 2 * (W - ow)
+    if pil_version >= (12, 2):  # Image.resize: a more than 100:1 tall image in two calls, the vertical one first
+        return H > 100 * W and oh < H
+    return False
 
 
 def _source_span(in_size: int, out_size: int, first: int, n: int, support: float) -> tuple:
@@ -132,8 +144,8 @@ def resize_crop_window(
         return None
     a = src.permute(1, 2, 0).numpy()
     with gil_free:
-        buf = nat.resample_window(a, y0, x0, H, W, oh, ow, top, left, h, w, kind)
-    return torch.frombuffer(buf, dtype=torch.uint8).view(h, w, 3).permute(2, 0, 1)
+        buf = nat.resample_window(a, y0, x0, H, W, oh, ow, top, left, h, w, kind, vertical_first((H, W), (oh, ow)))
+    return torch.frombuffer(buf, dtype=torch.uint8).view(3, h, w)  # planar: the batch takes it with a plain copy
 
 
 def resize_center_crop(
