@@ -1,14 +1,40 @@
-"""Eval at the decode limit (issue 29): timmdata's eval loader (resize the shorter side, centre crop) with the fused
-resize-and-crop step (`resample.resize_crop_window`, `Compose.fuse_resize_crop = True`: only the crop's window resized)
-and without it (the steps one by one, the default), against timm's eval loader and against `timmdata bench`'s decode limit (PIL decoding alone, one
-core times the workers), in one run, epochs alternating; prints medians and ratios.
+"""Eval at the decode limit (issue 29): timmdata's eval loader (resize the shorter side, centre crop) as it comes (the
+fused resize-and-crop step, `resample.resize_crop_window`: only the crop's window decoded and resized, PIL's pixels)
+and with the steps one by one (`Compose.fuse_resize_crop = False`: whole decode, torch's resize, crop), against timm's
+eval loader and against `timmdata bench`'s decode limit (PIL decoding alone, one core times the workers), in one run,
+epochs alternating; prints medians and ratios (eval/decode_limit is issue 29's figure: at least 0.95).
+
+Beside images/s (wall clock) it prints CPU-seconds per image: the loader's main process and its workers together, and
+PIL's decode. On a shared machine the wall-clock figures move with the other load (and a loader of three processes
+handing batches over suffers from it more than one process decoding); the CPU ratio (decode CPU / loader CPU) is what
+the wall ratio becomes on an otherwise idle machine whose cores the loader keeps busy (an upper bound of it).
 
     python bench/bench_eval.py [--root FOLDER] [--max-images 400] [--epochs 3] [--workers 2]
 """
-import argparse, os, statistics
+import argparse, os, resource, statistics, time
 from pathlib import Path
 from PIL import Image
-from timmdata.bench import LOADERS, bench_root, decode_limit, time_epoch
+from timmdata.bench import LOADERS, bench_root, decode_limit, time_epoch, worker_pids
+
+_TICK = os.sysconf('SC_CLK_TCK')
+
+def _proc_cpu(pid: int) -> float:
+    "CPU seconds (user + system) of a live process; 0 when it is gone."
+    try: f = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+    except OSError: return 0.0
+    return (int(f[11]) + int(f[12])) / _TICK
+
+def _cpu(loader) -> tuple:
+    "(CPU seconds of this process and its waited-for children, {worker pid: its CPU seconds})."
+    me, ch = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime, {p: _proc_cpu(p) for p in worker_pids(loader)}
+
+def timed_epoch(loader) -> tuple:
+    "(images, wall seconds, CPU seconds of the main process and the workers) of one pass."
+    c0, w0 = _cpu(loader)
+    n, dt = time_epoch(loader)
+    c1, w1 = _cpu(loader)
+    return n, dt, c1 - c0 + sum(t - w0.get(p, 0.0) for p, t in w1.items())
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -26,26 +52,32 @@ def main(argv=None):
     tmp = Path(tempfile.mkdtemp(prefix='bench_eval_'))
     for f in files:
         d = tmp / f.relative_to(root); d.parent.mkdir(parents=True, exist_ok=True); os.link(f, d)
-    def fused(train, bs, nw):  # the same loader, the fused resize + crop on (Compose.fuse_resize_crop, off by default)
+    def steps(train, bs, nw):  # the same loader, the fused resize + crop off (Compose.fuse_resize_crop)
         ld = LOADERS['timmdata'](tmp, train, bs, nw)
-        ld.loader.dataset.dataset.transform.fuse_resize_crop = True
+        ld.loader.dataset.dataset.transform.fuse_resize_crop = False
         ld.loader.dataset.dataset.transform = ld.loader.dataset.dataset.transform  # the dataset re-reads its input format
         return ld
-    loaders = {'fused': fused(False, a.batch_size, a.workers), 'steps': LOADERS['timmdata'](tmp, False, a.batch_size, a.workers),
+    loaders = {'eval': LOADERS['timmdata'](tmp, False, a.batch_size, a.workers), 'steps': steps(False, a.batch_size, a.workers),
                'timm': LOADERS['timm'](tmp, False, a.batch_size, a.workers)}
-    rates = {k: [] for k in (*loaders, 'decode_limit')}
+    rates, cpus = {k: [] for k in (*loaders, 'decode_limit')}, {k: [] for k in (*loaders, 'decode_limit')}
     try:
         for ep in range(a.epochs + 1):
             for k, ld in loaders.items():
-                n, dt = time_epoch(ld)
-                if ep: rates[k].append(n / dt)
-            if ep: rates['decode_limit'].append(decode_limit(files, a.workers))
+                n, dt, cpu = timed_epoch(ld)
+                if ep: rates[k].append(n / dt); cpus[k].append(cpu / n)
+            c = time.process_time()
+            r = decode_limit(files, a.workers)
+            if ep: rates['decode_limit'].append(r); cpus['decode_limit'].append((time.process_time() - c) / len(files))
     finally: shutil.rmtree(tmp, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
+    cpu = {k: statistics.median(v) for k, v in cpus.items()}
     print(f'{len(files)} images (sizes of the first 50: {sizes}), {a.workers} workers, {a.epochs} epochs; load {os.getloadavg()[0]:.1f}')
-    for k, v in med.items(): print(f'  {k:13s} {v:7.0f} images/s  runs {[round(x) for x in rates[k]]}')
+    for k, v in med.items():
+        print(f'  {k:13s} {v:7.0f} images/s  runs {[round(x) for x in rates[k]]}   {cpu[k] * 1e6:6.0f} CPU-µs/image')
     dl = med['decode_limit']
-    print(f"fused/decode_limit {med['fused'] / dl:.2f}   steps/decode_limit {med['steps'] / dl:.2f}   fused/steps "
-          f"{med['fused'] / med['steps']:.2f}   fused/timm {med['fused'] / med['timm']:.2f}")
+    print(f"wall: eval/decode_limit {med['eval'] / dl:.2f}   steps/decode_limit {med['steps'] / dl:.2f}   eval/steps "
+          f"{med['eval'] / med['steps']:.2f}   eval/timm {med['eval'] / med['timm']:.2f}")
+    print(f"CPU:  eval/decode_limit {cpu['decode_limit'] / cpu['eval']:.2f}   steps/decode_limit "
+          f"{cpu['decode_limit'] / cpu['steps']:.2f}   eval/timm {cpu['timm'] / cpu['eval']:.2f}   (decode CPU per image / loader CPU per image)")
 
 if __name__ == '__main__': main()

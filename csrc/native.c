@@ -449,6 +449,54 @@ static void rs_vertical(const uint8_t *src, Py_ssize_t ss, Py_ssize_t m, int oh,
     rs_vertical_c(src, ss, m, oh, b, kk, ks, dst, ds);
 }
 
+/* A window's plan: the weights of its output columns and rows, the source rows yf..yl and columns xf..xl they read,
+ * bounds relative to yf / xf. Returns 1, or 0 with a Python error set (under the GIL). */
+typedef struct { int *bh, *bv; int32_t *kh, *kv; int ksh, ksv, yf, yl, xf, xl; } rs_plan;
+
+static void rs_plan_free(rs_plan *p) { free(p->bh); free(p->bv); free(p->kh); free(p->kv); memset(p, 0, sizeof *p); }
+
+static int rs_plan_make(rs_plan *p, const char *name, int in_h, int in_w, int out_h, int out_w, int top, int left, int oh, int ow,
+                        int kind) {
+    memset(p, 0, sizeof *p);
+    if ((kind != 0 && kind != 1) || in_h < 1 || in_w < 1 || out_h < 1 || out_w < 1 || oh < 1 || ow < 1 || top < 0 || left < 0
+        || (long long)top + oh > out_h || (long long)left + ow > out_w) {
+        PyErr_Format(PyExc_ValueError, "%s: bad window (output %dx%d at (%d, %d) of %dx%d from %dx%d, kind %d)", name, oh, ow, top, left,
+                     out_h, out_w, in_h, in_w, kind);
+        return 0;
+    }
+    p->bh = malloc(sizeof(int) * 2 * (size_t)ow); p->bv = malloc(sizeof(int) * 2 * (size_t)oh);
+    if (!p->bh || !p->bv || !(p->ksh = rs_coeffs(kind, in_w, out_w, left, ow, p->bh, &p->kh))
+        || !(p->ksv = rs_coeffs(kind, in_h, out_h, top, oh, p->bv, &p->kv))) {
+        rs_plan_free(p); PyErr_NoMemory(); return 0;
+    }
+    p->yf = p->bv[0]; p->yl = p->bv[2 * (oh - 1)] + p->bv[2 * (oh - 1) + 1];
+    p->xf = p->bh[0]; p->xl = p->bh[2 * (ow - 1)] + p->bh[2 * (ow - 1) + 1];
+    for (int i = 0; i < ow; i++) p->bh[2 * i] -= p->xf;
+    for (int j = 0; j < oh; j++) p->bv[2 * j] -= p->yf;
+    return 1;
+}
+
+/* Both passes, in Pillow's order, from the window's first source byte (rows `rs` bytes apart) into dst (C planes of
+ * oh x ow). Needs no GIL. Returns 0 when memory ran out. */
+static int rs_passes(const rs_plan *p, const uint8_t *first, Py_ssize_t rs, int C, int oh, int ow, int vfirst, int simd, uint8_t *dst) {
+    /* the intermediate: horizontal first, (yl - yf) rows of ow pixels as C planes; vertical first, oh interleaved rows
+     * of the window's source columns */
+    const Py_ssize_t tw = vfirst ? (Py_ssize_t)(p->xl - p->xf) * C : (Py_ssize_t)ow, th = vfirst ? oh : p->yl - p->yf;
+    uint8_t *tmp = malloc((size_t)th * (size_t)tw * (vfirst ? 1 : (size_t)C) + 16);
+    if (!tmp) return 0;
+    int ok = 1;
+    if (vfirst) {
+        rs_vertical(first, rs, tw, oh, p->bv, p->kv, p->ksv, tmp, tw, simd);
+        ok = rs_horizontal(tmp, tw, oh, C, p->xl - p->xf, ow, p->bh, p->kh, p->ksh, dst, ow, (Py_ssize_t)oh * ow, simd);
+    } else {
+        ok = rs_horizontal(first, rs, p->yl - p->yf, C, p->xl - p->xf, ow, p->bh, p->kh, p->ksh, tmp, ow, th * tw, simd);
+        for (Py_ssize_t c = 0; ok && c < C; c++)
+            rs_vertical(tmp + c * th * tw, tw, ow, oh, p->bv, p->kv, p->ksv, dst + c * (Py_ssize_t)oh * ow, ow, simd);
+    }
+    free(tmp);
+    return ok;
+}
+
 /* resample_window(src, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vertical_first=False): see the
  * method table. Pillow up to 12 always runs the horizontal pass first; Pillow 13 runs the vertical one first when the
  * height shrinks by more than twice as many pixels as the width: the caller says which (the intermediate is rounded
@@ -462,58 +510,123 @@ static PyObject *resample_window(PyObject *self, PyObject *args) {
     Py_buffer v;
     if (PyObject_GetBuffer(src, &v, PyBUF_STRIDES) < 0) return NULL;
     PyObject *out = NULL;
-    int *bh = NULL, *bv = NULL; int32_t *kh = NULL, *kv = NULL; uint8_t *tmp = NULL;
+    rs_plan p; memset(&p, 0, sizeof p);
     if (v.ndim != 3 || v.itemsize != 1 || (v.shape[2] != 1 && v.shape[2] != 3) || v.strides[2] != 1 || v.strides[1] != v.shape[2]
         || v.strides[0] < v.shape[1] * v.shape[2]) {
         PyErr_SetString(PyExc_ValueError, "resample_window: src must be uint8 HWC (C = 1 or 3) with packed pixels in each row");
         goto done;
     }
     const Py_ssize_t sh = v.shape[0], sw = v.shape[1], C = v.shape[2], rs = v.strides[0];
-    if ((kind != 0 && kind != 1) || in_h < 1 || in_w < 1 || out_h < 1 || out_w < 1 || oh < 1 || ow < 1 || top < 0 || left < 0
-        || (long long)top + oh > out_h || (long long)left + ow > out_w || y0 < 0 || x0 < 0
-        || (long long)y0 + sh > in_h || (long long)x0 + sw > in_w) {
-        PyErr_Format(PyExc_ValueError, "resample_window: bad window (source %zdx%zd at (%d, %d) of %dx%d, output %dx%d at (%d, %d) of "
-                     "%dx%d, kind %d)", sh, sw, y0, x0, in_h, in_w, oh, ow, top, left, out_h, out_w, kind);
+    if (y0 < 0 || x0 < 0 || (long long)y0 + sh > in_h || (long long)x0 + sw > in_w) {
+        PyErr_Format(PyExc_ValueError, "resample_window: bad source (%zdx%zd at (%d, %d) of %dx%d)", sh, sw, y0, x0, in_h, in_w);
         goto done;
     }
-    bh = malloc(sizeof(int) * 2 * (size_t)ow); bv = malloc(sizeof(int) * 2 * (size_t)oh);
-    if (!bh || !bv) { PyErr_NoMemory(); goto done; }
-    const int ksh = rs_coeffs(kind, in_w, out_w, left, ow, bh, &kh), ksv = ksh ? rs_coeffs(kind, in_h, out_h, top, oh, bv, &kv) : 0;
-    if (!ksh || !ksv) { PyErr_NoMemory(); goto done; }
-    const int yf = bv[0], yl = bv[2 * (oh - 1)] + bv[2 * (oh - 1) + 1], xf = bh[0], xl = bh[2 * (ow - 1)] + bh[2 * (ow - 1) + 1];
-    if (yf < y0 || yl > y0 + sh || xf < x0 || xl > x0 + sw) {
+    if (!rs_plan_make(&p, "resample_window", in_h, in_w, out_h, out_w, top, left, oh, ow, kind)) goto done;
+    if (p.yf < y0 || p.yl > y0 + sh || p.xf < x0 || p.xl > x0 + sw) {
         PyErr_Format(PyExc_ValueError, "resample_window: the window needs source rows %d..%d and columns %d..%d; got rows %d..%zd, "
-                     "columns %d..%zd", yf, yl, xf, xl, y0, y0 + sh, x0, x0 + sw);
+                     "columns %d..%zd", p.yf, p.yl, p.xf, p.xl, y0, y0 + sh, x0, x0 + sw);
         goto done;
     }
-    /* bounds relative to the first source row / column each pass reads */
-    for (int i = 0; i < ow; i++) bh[2 * i] -= xf;
-    for (int j = 0; j < oh; j++) bv[2 * j] -= yf;
-    /* the intermediate: horizontal first, (yl - yf) rows of ow pixels as C planes; vertical first, oh interleaved rows
-     * of the window's source columns */
-    const Py_ssize_t tw = vfirst ? (Py_ssize_t)(xl - xf) * C : (Py_ssize_t)ow, th = vfirst ? oh : yl - yf;
     out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)oh * ow * C);
-    tmp = malloc((size_t)th * (size_t)tw * (vfirst ? 1 : (size_t)C) + 16);
-    if (!out || !tmp) { if (out) { Py_CLEAR(out); } PyErr_NoMemory(); goto done; }
+    if (!out) goto done;
     uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
-    const uint8_t *first = (const uint8_t *)v.buf + (size_t)(yf - y0) * rs + (size_t)(xf - x0) * C;
-    int ok = 1;
+    const uint8_t *first = (const uint8_t *)v.buf + (size_t)(p.yf - y0) * rs + (size_t)(p.xf - x0) * C;
+    int ok;
     const int simd = rs_avx2();
     Py_BEGIN_ALLOW_THREADS
-    if (vfirst) {
-        rs_vertical(first, rs, tw, oh, bv, kv, ksv, tmp, tw, simd);
-        ok = rs_horizontal(tmp, tw, oh, (int)C, xl - xf, ow, bh, kh, ksh, dst, ow, (Py_ssize_t)oh * ow, simd);
-    } else {
-        ok = rs_horizontal(first, rs, yl - yf, (int)C, xl - xf, ow, bh, kh, ksh, tmp, ow, th * tw, simd);
-        for (Py_ssize_t c = 0; ok && c < C; c++)
-            rs_vertical(tmp + c * th * tw, tw, ow, oh, bv, kv, ksv, dst + c * (Py_ssize_t)oh * ow, ow, simd);
-    }
+    ok = rs_passes(&p, first, rs, (int)C, oh, ow, vfirst, simd, dst);
     Py_END_ALLOW_THREADS
     if (!ok) { Py_CLEAR(out); PyErr_NoMemory(); }
 done:
-    free(bh); free(bv); free(kh); free(kv); free(tmp);
+    rs_plan_free(&p);
     PyBuffer_Release(&v);
     return out;
+}
+
+/* resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0) -> bytearray (3, oh, ow)
+ * The window of the JPEG's RGB pixels resized to out_h x out_w (resample_window's), decoded and resized in one call
+ * without the GIL: libjpeg-turbo decodes only the source columns the window reads (jpeg_crop_scanline; with a margin of
+ * RS_MARGIN pixels, as decode_crop's caller adds one: the chroma upsampling reads neighbouring samples), skips the
+ * rows above it (jpeg_skip_scanlines, with the same margin), and skips the rows below it too, which still reads (entropy-decodes) the file
+ * to its end as a whole decode does: a damaged file is an error or a counted warning as there. The GIL and error
+ * handling follow decode_crop: the input is held by its Py_buffer, the output and the window are new, libjpeg's
+ * errors longjmp back to where the GIL is taken again. */
+#define RS_MARGIN 8
+static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    int out_h, out_w, top, left, oh, ow, kind, vfirst = 0;
+    Py_ssize_t max_pixels = 0;
+    if (!PyArg_ParseTuple(args, "y*iiiiiii|pn", &buf, &out_h, &out_w, &top, &left, &oh, &ow, &kind, &vfirst, &max_pixels)) return NULL;
+    struct jpeg_decompress_struct cinfo;
+    struct err_mgr jerr;
+    memset(&cinfo, 0, sizeof cinfo);
+    memset(&jerr, 0, sizeof jerr);
+    rs_plan p; memset(&p, 0, sizeof p);
+    PyObject *volatile out = NULL, *volatile ret = NULL;
+    uint8_t *volatile win = NULL;
+    PyThreadState *volatile ts = NULL;
+    cinfo.err = jpeg_std_error(&jerr.pub);
+    jerr.pub.error_exit = on_error; jerr.pub.emit_message = on_warning;
+    if (setjmp(jerr.jb)) {
+        if (ts) { PyEval_RestoreThread(ts); ts = NULL; }
+        PyErr_Format(PyExc_ValueError, "JPEG decode: %s", jerr.msg); goto done;
+    }
+    long long W = 0, H = 0;
+    int pixels_ok = 1;
+    ts = PyEval_SaveThread();  /* the header */
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, (const unsigned char *)buf.buf, (unsigned long)buf.len);
+    jpeg_read_header(&cinfo, TRUE);
+    W = (long long)cinfo.image_width; H = (long long)cinfo.image_height;
+    if (max_pixels > 0 && W * H > (long long)max_pixels) pixels_ok = 0;
+    PyEval_RestoreThread(ts); ts = NULL;
+    if (!pixels_ok) {
+        PyErr_Format(PyExc_ValueError, "JPEG header claims %lldx%lld = %lld pixels, over the limit of %zd pixels", W, H, W * H, max_pixels);
+        goto done;
+    }
+    if (!rs_plan_make(&p, "resize_crop_jpeg", (int)H, (int)W, out_h, out_w, top, left, oh, ow, kind)) goto done;
+    /* the decoded box: the window's source rows and columns with a margin, columns widened by libjpeg to whole iMCUs */
+    const int ys = p.yf > RS_MARGIN ? p.yf - RS_MARGIN : 0;
+    JDIMENSION cx = (JDIMENSION)(p.xf > RS_MARGIN ? p.xf - RS_MARGIN : 0);
+    JDIMENSION cw = (JDIMENSION)((p.xl + RS_MARGIN < W ? p.xl + RS_MARGIN : (int)W) - (int)cx);
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)3 * oh * ow);
+    win = malloc((size_t)(p.yl - p.yf) * (size_t)W * 3 + 16);  /* the window's rows; W: room for any widening */
+    if (!out || !win) { PyErr_NoMemory(); goto done; }
+    uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
+    const int simd = rs_avx2();
+    int code = DC_OK, ok = 1;
+    unsigned stalled_at = 0;
+    Py_ssize_t rowb = 0;
+    ts = PyEval_SaveThread();  /* the rows and both passes */
+    cinfo.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&cinfo);
+    jpeg_crop_scanline(&cinfo, &cx, &cw);
+    rowb = (Py_ssize_t)cw * 3;
+    uint8_t *scratch = win + (size_t)(p.yl - p.yf - 1) * rowb;  /* margin rows above are decoded into the last window row */
+    if (ys > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)ys) != (JDIMENSION)ys) code = DC_SKIP;
+    while (code == DC_OK && (long long)cinfo.output_scanline < p.yl) {  /* a row's pixels do not depend on the rows below */
+        const long long y = cinfo.output_scanline;
+        JSAMPROW row = y < p.yf ? scratch : win + (size_t)(y - p.yf) * rowb;
+        if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) { code = DC_STALL; stalled_at = cinfo.output_scanline; }
+    }
+    /* the rows below: skipped (entropy-decoded, not reconstructed), then the end of the file */
+    if (code == DC_OK && (long long)cinfo.output_scanline < H) {
+        const JDIMENSION rest = (JDIMENSION)(H - cinfo.output_scanline);
+        if (jpeg_skip_scanlines(&cinfo, rest) != rest) code = DC_SKIP;
+    }
+    if (code == DC_OK) jpeg_finish_decompress(&cinfo);
+    if (code == DC_OK) ok = rs_passes(&p, win + (size_t)(p.xf - (int)cx) * 3, rowb, 3, oh, ow, vfirst, simd, dst);
+    PyEval_RestoreThread(ts); ts = NULL;
+    if (code == DC_SKIP) { PyErr_SetString(PyExc_ValueError, "JPEG decode: could not skip rows"); goto done; }
+    if (code == DC_STALL) { PyErr_Format(PyExc_ValueError, "JPEG decode: libjpeg made no progress at row %u", stalled_at); goto done; }
+    if (!ok) { PyErr_NoMemory(); goto done; }
+    ret = out; Py_INCREF(ret);
+done:
+    note_warning(&jerr);
+    jpeg_destroy_decompress(&cinfo);
+    rs_plan_free(&p); free(win);
+    PyBuffer_Release(&buf); Py_XDECREF(out);
+    return ret;
 }
 
 /* Hot loops, compiled for AVX2, SSE4.2 and plain x86-64 and picked at load time (GCC function multiversioning),
@@ -858,6 +971,7 @@ static PyMethodDef methods[] = {
     {"header", header, METH_VARARGS, "header(data) -> (height, width, components, jpeg colour space)"},
     {"decode_crop", decode_crop, METH_VARARGS, "decode_crop(data, top, left, height, width, max_pixels=0, gray=False) -> (bytearray RGB or gray, x0, y0, w, h)"},
     {"resample_window", resample_window, METH_VARARGS, "resample_window(src_hwc_u8, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vertical_first=False) -> bytearray (C, oh, ow), planar: Pillow's resize (kind 0 bilinear, 1 bicubic) of the in_h x in_w image to out_h x out_w, rows top.. and columns left.. only; src holds the source from (y0, x0)"},
+    {"resize_crop_jpeg", resize_crop_jpeg, METH_VARARGS, "resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0) -> bytearray (3, oh, ow), planar: resample_window's result from the JPEG's RGB pixels, decoding only the rows and columns the window reads"},
     {"set_resample_simd", set_resample_simd, METH_VARARGS, "set_resample_simd(on) -> previous setting: the AVX2 passes of resample_window (the same bytes as the plain C ones)"},
     {"jpeg_warnings", jpeg_warnings, METH_NOARGS, "jpeg_warnings() -> (images libjpeg warned about so far in this process, latest message)"},
     {"channel_means", channel_means, METH_VARARGS, "channel_means(x_u8, out_f32, n, c, hw): per image and channel means"},

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 from torchvision.transforms import InterpolationMode
 from . import decode
-from .decode import EncodedJpeg, gil_free
+from .decode import EncodedJpeg, _note_jpeg_warnings, check_pixels, gil_free
 from .stages import DECODE, stage_clock
 
 # %% auto #0
@@ -129,22 +129,26 @@ def resize_crop_window(
         out_hw,
         box,
     )
-    y0, y1 = _source_span(H, oh, top, h, _SUPPORT[kind])
-    x0, x1 = _source_span(W, ow, left, w, _SUPPORT[kind])
+    vfirst = vertical_first((H, W), (oh, ow))
     if isinstance(img, EncodedJpeg):
-        # down to the last row, as a whole decode: the file is read to its end, so damage anywhere in it is an error
-        # (eval finds damaged files; training's crops may not: nbs/20_dataset.ipynb), for a few rows more
-        with stage_clock(DECODE):
-            src = img.decode_crop(y0, x0, H - y0, x1 - x0)
-        if not _hwc3(src):
-            src = src.permute(1, 2, 0).contiguous().permute(2, 0, 1)
+        # one native call without the GIL: only the source rows and columns the window reads are decoded (with a margin),
+        # then both passes. The rows below are skipped, not left unread: libjpeg still reads the file to its end, so
+        # damage anywhere in it is an error or a counted warning, as in a whole decode (eval finds damaged files)
+        check_pixels(H, W)
+        before = nat.jpeg_warnings()[0]
+        try:
+            with stage_clock(DECODE), gil_free:  # the decode and the resize, one step: counted as decoding
+                buf = nat.resize_crop_jpeg(img.data, oh, ow, top, left, h, w, kind, vfirst, decode.MAX_IMAGE_PIXELS or 0)
+        except ValueError:
+            return None  # the whole decoders try it, or raise the clear error
+        _note_jpeg_warnings(before)
     elif isinstance(img, torch.Tensor) and _hwc3(img):
-        src = img[:, y0:y1, x0:x1]
+        y0, y1 = _source_span(H, oh, top, h, _SUPPORT[kind])
+        x0, x1 = _source_span(W, ow, left, w, _SUPPORT[kind])
+        with gil_free:
+            buf = nat.resample_window(img[:, y0:y1, x0:x1].permute(1, 2, 0).numpy(), y0, x0, H, W, oh, ow, top, left, h, w, kind, vfirst)
     else:
         return None
-    a = src.permute(1, 2, 0).numpy()
-    with gil_free:
-        buf = nat.resample_window(a, y0, x0, H, W, oh, ow, top, left, h, w, kind, vertical_first((H, W), (oh, ow)))
     return torch.frombuffer(buf, dtype=torch.uint8).view(3, h, w)  # planar: the batch takes it with a plain copy
 
 
