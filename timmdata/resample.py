@@ -138,7 +138,9 @@ def resize_crop_window(
         before = nat.jpeg_warnings()[0]
         try:
             with stage_clock(DECODE), gil_free:  # the decode and the resize, one step: counted as decoding
-                buf = nat.resize_crop_jpeg(img.data, oh, ow, top, left, h, w, kind, vfirst, decode.MAX_IMAGE_PIXELS or 0)
+                buf = nat.resize_crop_jpeg(
+                    img.data, oh, ow, top, left, h, w, kind, vfirst, decode.MAX_IMAGE_PIXELS or 0
+                )
         except ValueError:
             return None  # the whole decoders try it, or raise the clear error
         _note_jpeg_warnings(before)
@@ -146,7 +148,9 @@ def resize_crop_window(
         y0, y1 = _source_span(H, oh, top, h, _SUPPORT[kind])
         x0, x1 = _source_span(W, ow, left, w, _SUPPORT[kind])
         with gil_free:
-            buf = nat.resample_window(img[:, y0:y1, x0:x1].permute(1, 2, 0).numpy(), y0, x0, H, W, oh, ow, top, left, h, w, kind, vfirst)
+            buf = nat.resample_window(
+                img[:, y0:y1, x0:x1].permute(1, 2, 0).numpy(), y0, x0, H, W, oh, ow, top, left, h, w, kind, vfirst
+            )
     else:
         return None
     return torch.frombuffer(buf, dtype=torch.uint8).view(3, h, w)  # planar: the batch takes it with a plain copy
