@@ -547,10 +547,10 @@ done:
  * The window of the JPEG's RGB pixels resized to out_h x out_w (resample_window's), decoded and resized in one call
  * without the GIL: libjpeg-turbo decodes only the source columns the window reads (jpeg_crop_scanline; with a margin of
  * RS_MARGIN pixels, as decode_crop's caller adds one: the chroma upsampling reads neighbouring samples), skips the
- * rows above it (jpeg_skip_scanlines, with the same margin), and skips the rows below it too, which still reads (entropy-decodes) the file
- * to its end as a whole decode does: a damaged file is an error or a counted warning as there. The GIL and error
- * handling follow decode_crop: the input is held by its Py_buffer, the output and the window are new, libjpeg's
- * errors longjmp back to where the GIL is taken again. */
+ * rows above it (jpeg_skip_scanlines, with the same margin) and the rows below it but the last, which still reads
+ * (entropy-decodes) the file to its end as a whole decode does: a damaged file is an error or a counted warning as
+ * there. The GIL and error handling follow decode_crop: the input is held by its Py_buffer, the output and the window
+ * are new, libjpeg's errors longjmp back to where the GIL is taken again. */
 #define RS_MARGIN 8
 static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args) {
     Py_buffer buf;
@@ -590,7 +590,7 @@ static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args) {
     JDIMENSION cx = (JDIMENSION)(p.xf > RS_MARGIN ? p.xf - RS_MARGIN : 0);
     JDIMENSION cw = (JDIMENSION)((p.xl + RS_MARGIN < W ? p.xl + RS_MARGIN : (int)W) - (int)cx);
     out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)3 * oh * ow);
-    win = malloc((size_t)(p.yl - p.yf) * (size_t)W * 3 + 16);  /* the window's rows; W: room for any widening */
+    win = malloc((size_t)(p.yl - p.yf + 1) * (size_t)W * 3 + 16);  /* the window's rows and a scratch row; W: room for any widening */
     if (!out || !win) { PyErr_NoMemory(); goto done; }
     uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
     const int simd = rs_avx2();
@@ -602,17 +602,22 @@ static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args) {
     jpeg_start_decompress(&cinfo);
     jpeg_crop_scanline(&cinfo, &cx, &cw);
     rowb = (Py_ssize_t)cw * 3;
-    uint8_t *scratch = win + (size_t)(p.yl - p.yf - 1) * rowb;  /* margin rows above are decoded into the last window row */
+    uint8_t *scratch = win + (size_t)(p.yl - p.yf) * rowb;  /* the rows decoded outside the window */
     if (ys > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)ys) != (JDIMENSION)ys) code = DC_SKIP;
     while (code == DC_OK && (long long)cinfo.output_scanline < p.yl) {  /* a row's pixels do not depend on the rows below */
         const long long y = cinfo.output_scanline;
         JSAMPROW row = y < p.yf ? scratch : win + (size_t)(y - p.yf) * rowb;
         if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) { code = DC_STALL; stalled_at = cinfo.output_scanline; }
     }
-    /* the rows below: skipped (entropy-decoded, not reconstructed), then the end of the file */
-    if (code == DC_OK && (long long)cinfo.output_scanline < H) {
-        const JDIMENSION rest = (JDIMENSION)(H - cinfo.output_scanline);
+    /* the rows below: skipped but the last (entropy-decoded, not reconstructed; libjpeg-turbo would not read the data
+     * of a skip that reaches the last row), the last one decoded, then the end of the file */
+    if (code == DC_OK && (long long)cinfo.output_scanline < H - 1) {
+        const JDIMENSION rest = (JDIMENSION)(H - 1 - cinfo.output_scanline);
         if (jpeg_skip_scanlines(&cinfo, rest) != rest) code = DC_SKIP;
+    }
+    if (code == DC_OK && (long long)cinfo.output_scanline < H) {
+        JSAMPROW row = scratch;
+        if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) { code = DC_STALL; stalled_at = cinfo.output_scanline; }
     }
     if (code == DC_OK) jpeg_finish_decompress(&cinfo);
     if (code == DC_OK) ok = rs_passes(&p, win + (size_t)(p.xf - (int)cx) * 3, rowb, 3, oh, ow, vfirst, simd, dst);
