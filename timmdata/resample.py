@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 from torchvision.transforms import InterpolationMode
 from . import decode
-from .decode import EncodedJpeg, _note_jpeg_warnings, check_pixels, gil_free
+from .decode import EncodedJpeg, check_pixels, note_jpeg_warnings, gil_free
 from .stages import DECODE, stage_clock
 
 # %% auto #0
@@ -143,7 +143,7 @@ def resize_crop_window(
                 )
         except ValueError:
             return None  # the whole decoders try it, or raise the clear error
-        _note_jpeg_warnings(before)
+        note_jpeg_warnings(before)
     elif isinstance(img, torch.Tensor) and _hwc3(img):
         y0, y1 = _source_span(H, oh, top, h, _SUPPORT[kind])
         x0, x1 = _source_span(W, ow, left, w, _SUPPORT[kind])
