@@ -7,11 +7,15 @@ epochs alternating; prints medians and ratios (eval/decode_limit is issue 29's f
 Beside images/s (wall clock) it prints CPU-seconds per image: the loader's main process and its workers together, and
 PIL's decode. On a shared machine the wall-clock figures move with the other load (and a loader of three processes
 handing batches over suffers from it more than one process decoding); the CPU ratio (decode CPU / loader CPU) is what
-the wall ratio becomes on an otherwise idle machine whose cores the loader keeps busy (an upper bound of it).
+the wall ratio becomes on an otherwise idle machine whose cores the loader keeps busy (an upper bound of it). The
+one-core row runs the same eval loader with no worker process (everything, the batch's normalisation included, in
+this process, torch's intra-op threads off) against PIL decoding on one core: both single processes, so the other
+load slows both alike.
 
     python bench/bench_eval.py [--root FOLDER] [--max-images 400] [--epochs 3] [--workers 2]
 """
 import argparse, os, resource, statistics, time
+import torch
 from pathlib import Path
 from PIL import Image
 from timmdata.bench import LOADERS, bench_root, decode_limit, time_epoch, worker_pids
@@ -58,16 +62,23 @@ def main(argv=None):
         ld.loader.dataset.dataset.transform = ld.loader.dataset.dataset.transform  # the dataset re-reads its input format
         return ld
     loaders = {'eval': LOADERS['timmdata'](tmp, False, a.batch_size, a.workers), 'steps': steps(False, a.batch_size, a.workers),
-               'timm': LOADERS['timm'](tmp, False, a.batch_size, a.workers)}
-    rates, cpus = {k: [] for k in (*loaders, 'decode_limit')}, {k: [] for k in (*loaders, 'decode_limit')}
+               'timm': LOADERS['timm'](tmp, False, a.batch_size, a.workers),
+               'eval_1core': LOADERS['timmdata'](tmp, False, a.batch_size, 0)}
+    keys = (*loaders, 'decode_limit', 'decode_1core')
+    rates, cpus = {k: [] for k in keys}, {k: [] for k in keys}
     try:
         for ep in range(a.epochs + 1):
             for k, ld in loaders.items():
-                n, dt, cpu = timed_epoch(ld)
+                threads = torch.get_num_threads()
+                if k == 'eval_1core': torch.set_num_threads(1)  # one core: no intra-op threads either (as in a worker)
+                try: n, dt, cpu = timed_epoch(ld)
+                finally: torch.set_num_threads(threads)
                 if ep: rates[k].append(n / dt); cpus[k].append(cpu / n)
             c = time.process_time()
             r = decode_limit(files, a.workers)
-            if ep: rates['decode_limit'].append(r); cpus['decode_limit'].append((time.process_time() - c) / len(files))
+            if ep:
+                rates['decode_limit'].append(r); cpus['decode_limit'].append((time.process_time() - c) / len(files))
+                rates['decode_1core'].append(r / max(1, a.workers)); cpus['decode_1core'].append(cpus['decode_limit'][-1])
     finally: shutil.rmtree(tmp, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
     cpu = {k: statistics.median(v) for k, v in cpus.items()}
@@ -77,6 +88,8 @@ def main(argv=None):
     dl = med['decode_limit']
     print(f"wall: eval/decode_limit {med['eval'] / dl:.2f}   steps/decode_limit {med['steps'] / dl:.2f}   eval/steps "
           f"{med['eval'] / med['steps']:.2f}   eval/timm {med['eval'] / med['timm']:.2f}")
+    print(f"one core: eval_1core/decode_1core {med['eval_1core'] / med['decode_1core']:.2f}   (no worker processes: the "
+          f"same scheduling for both)")
     print(f"CPU:  eval/decode_limit {cpu['decode_limit'] / cpu['eval']:.2f}   steps/decode_limit "
           f"{cpu['decode_limit'] / cpu['steps']:.2f}   eval/timm {cpu['timm'] / cpu['eval']:.2f}   (decode CPU per image / loader CPU per image)")
 

@@ -605,9 +605,15 @@ static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args) {
     uint8_t *scratch = win + (size_t)(p.yl - p.yf) * rowb;  /* the rows decoded outside the window */
     if (ys > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)ys) != (JDIMENSION)ys) code = DC_SKIP;
     while (code == DC_OK && (long long)cinfo.output_scanline < p.yl) {  /* a row's pixels do not depend on the rows below */
-        const long long y = cinfo.output_scanline;
-        JSAMPROW row = y < p.yf ? scratch : win + (size_t)(y - p.yf) * rowb;
-        if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) { code = DC_STALL; stalled_at = cinfo.output_scanline; }
+        /* up to 16 rows a call (libjpeg gives what one pass of its upsampler makes); the margin's rows above the window
+         * go to the window's first rows, which its own rows overwrite later */
+        const int y = (int)cinfo.output_scanline, above = y < p.yf, room = p.yl - p.yf;
+        int n = above ? p.yf - y : p.yl - y;
+        n = n > 16 ? 16 : n;
+        if (above && n > room) n = room;
+        JSAMPROW rows[16];
+        for (int k = 0; k < n; k++) rows[k] = win + (size_t)((above ? 0 : y - p.yf) + k) * rowb;
+        if (jpeg_read_scanlines(&cinfo, rows, (JDIMENSION)n) < 1) { code = DC_STALL; stalled_at = cinfo.output_scanline; }
     }
     /* the rows below: skipped but the last (entropy-decoded, not reconstructed; libjpeg-turbo would not read the data
      * of a skip that reaches the last row), the last one decoded, then the end of the file */
