@@ -289,7 +289,8 @@ static void rs_vertical_c(const uint8_t *src, Py_ssize_t ss, Py_ssize_t m, int o
  * per tap, a byte shuffle picks each output pixel's source byte (0 where the pixel has fewer taps), and 32-bit lanes
  * multiply and add them with that tap's weights. The plan per group: `first` source pixel, `taps`, and per tap
  * the shuffle (16 bytes) and the 8 weights. Groups that do not fit (and the last ow % 8 pixels) go through the plain C
- * loop. The row is first split into its three planes, 16 pixels a step. */
+ * loop. Rows go two at a time (each shuffle and weight vector loaded once for both), each first split into its three
+ * planes, 16 pixels a step. */
 typedef struct { int first, taps; } rs_group;
 
 static RS_TARGET void rs_split3(const uint8_t *p, int w, uint8_t *r, uint8_t *g, uint8_t *bl) {
@@ -318,31 +319,44 @@ static RS_TARGET void rs_horizontal3_avx2(const uint8_t *src, Py_ssize_t ss, int
                                           uint8_t *planes, uint8_t *dst, Py_ssize_t ds, Py_ssize_t plane) {
     const Py_ssize_t pw = (Py_ssize_t)w + 16;  /* a plane row, with room for the last group's 16-byte load */
     const int ng = ow / 8;
-    for (int y = 0; y < n; y++) {
+    const __m256i half = _mm256_set1_epi32(1 << (RS_BITS - 1));
+    for (int y = 0; y < n; y += 2) {  /* two rows at a time: each shuffle and weight vector loaded once for both */
+        const int two = y + 1 < n;
         const uint8_t *row = src + (size_t)y * ss;
         uint8_t *t = dst + (size_t)y * ds;
         rs_split3(row, w, planes, planes + pw, planes + 2 * pw);
+        if (two) rs_split3(row + ss, w, planes + 3 * pw, planes + 4 * pw, planes + 5 * pw);
         for (int c = 0; c < 3; c++) {
-            const uint8_t *pc = planes + c * pw;
+            const uint8_t *pc = planes + c * pw, *pc1 = pc + 3 * pw;
             uint8_t *tc = t + c * plane;
             for (int g = 0; g < ng; g++) {
                 if (gr[g].taps < 0) continue;  /* done by the plain loop below */
                 const __m128i v = _mm_loadu_si128((const __m128i *)(pc + gr[g].first));
+                const __m128i v1 = _mm_loadu_si128((const __m128i *)(pc1 + gr[g].first));  /* row y + 1 (unused on a last odd row) */
                 const uint8_t *m = masks + (size_t)g * maxtaps * 16;
                 const int32_t *k = wts + (size_t)g * maxtaps * 8;
-                __m256i a = _mm256_set1_epi32(1 << (RS_BITS - 1));
+                __m256i a = half, a1 = half;
                 for (int j = 0; j < gr[g].taps; j++) {
-                    const __m128i s = _mm_shuffle_epi8(v, _mm_loadu_si128((const __m128i *)(m + 16 * j)));
-                    a = _mm256_add_epi32(a, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(s), _mm256_loadu_si256((const __m256i *)(k + 8 * j))));
+                    const __m128i mj = _mm_loadu_si128((const __m128i *)(m + 16 * j));
+                    const __m256i kj = _mm256_loadu_si256((const __m256i *)(k + 8 * j));
+                    a = _mm256_add_epi32(a, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_shuffle_epi8(v, mj)), kj));
+                    a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_shuffle_epi8(v1, mj)), kj));
                 }
                 a = _mm256_srai_epi32(a, RS_BITS);
                 const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
                 _mm_storel_epi64((__m128i *)(tc + 8 * g), _mm_packus_epi16(p16, p16));
+                if (two) {
+                    a1 = _mm256_srai_epi32(a1, RS_BITS);
+                    const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(a1), _mm256_extracti128_si256(a1, 1));
+                    _mm_storel_epi64((__m128i *)(tc + ds + 8 * g), _mm_packus_epi16(q16, q16));
+                }
             }
         }
-        for (int g = 0; g < ng; g++)
-            if (gr[g].taps < 0) rs_horizontal_c(row, ss, 1, 3, 8 * g, 8 * g + 8, b, kk, ks, t, ds, plane);
-        if (8 * ng < ow) rs_horizontal_c(row, ss, 1, 3, 8 * ng, ow, b, kk, ks, t, ds, plane);
+        for (int r = 0; r <= two; r++) {
+            for (int g = 0; g < ng; g++)
+                if (gr[g].taps < 0) rs_horizontal_c(row + r * ss, ss, 1, 3, 8 * g, 8 * g + 8, b, kk, ks, t + r * ds, ds, plane);
+            if (8 * ng < ow) rs_horizontal_c(row + r * ss, ss, 1, 3, 8 * ng, ow, b, kk, ks, t + r * ds, ds, plane);
+        }
     }
 }
 
@@ -410,7 +424,7 @@ static int rs_horizontal(const uint8_t *src, Py_ssize_t ss, int n, int C, int w,
         int maxtaps = 0;
         for (int i = 0; i < 8 * ng; i++) maxtaps = b[2 * i + 1] > maxtaps ? b[2 * i + 1] : maxtaps;
         rs_group *gr = malloc(sizeof(rs_group) * (size_t)ng);
-        uint8_t *masks = calloc((size_t)ng * maxtaps, 16), *planes = malloc(3 * ((size_t)w + 16));
+        uint8_t *masks = calloc((size_t)ng * maxtaps, 16), *planes = malloc(6 * ((size_t)w + 16));  /* two rows' planes */
         int32_t *wts = calloc((size_t)ng * maxtaps * 8, sizeof(int32_t));
         if (!gr || !masks || !planes || !wts) { free(gr); free(masks); free(planes); free(wts); return 0; }
         for (int g = 0; g < ng; g++) {
@@ -429,7 +443,7 @@ static int rs_horizontal(const uint8_t *src, Py_ssize_t ss, int n, int C, int w,
                 }
             for (int j = 0; j < taps; j++) memset(masks + ((size_t)g * maxtaps + j) * 16 + 8, 0x80, 8);
         }
-        memset(planes, 0, 3 * ((size_t)w + 16));  /* the bytes past a row's end are loaded, never used: defined anyway */
+        memset(planes, 0, 6 * ((size_t)w + 16));  /* the bytes past a row's end are loaded, never used: defined anyway */
         rs_horizontal3_avx2(src, ss, n, w, ow, b, kk, ks, gr, masks, wts, maxtaps, planes, dst, ds, plane);
         free(gr); free(masks); free(planes); free(wts);
         return 1;
