@@ -557,7 +557,8 @@ done:
     return out;
 }
 
-/* resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0) -> bytearray (3, oh, ow)
+/* resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0) -> (bytearray (3, oh, ow),
+ * whether libjpeg warned: counted in jpeg_warnings())
  * The window of the JPEG's RGB pixels resized to out_h x out_w (resample_window's), decoded and resized in one call
  * without the GIL: libjpeg-turbo decodes only the source columns the window reads (jpeg_crop_scanline; with a margin of
  * RS_MARGIN pixels, as decode_crop's caller adds one: the chroma upsampling reads neighbouring samples), skips the
@@ -645,7 +646,7 @@ static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args) {
     if (code == DC_SKIP) { PyErr_SetString(PyExc_ValueError, "JPEG decode: could not skip rows"); goto done; }
     if (code == DC_STALL) { PyErr_Format(PyExc_ValueError, "JPEG decode: libjpeg made no progress at row %u", stalled_at); goto done; }
     if (!ok) { PyErr_NoMemory(); goto done; }
-    ret = out; Py_INCREF(ret);
+    ret = Py_BuildValue("(OO)", out, jerr.pub.num_warnings ? Py_True : Py_False);
 done:
     note_warning(&jerr);
     jpeg_destroy_decompress(&cinfo);
@@ -996,7 +997,7 @@ static PyMethodDef methods[] = {
     {"header", header, METH_VARARGS, "header(data) -> (height, width, components, jpeg colour space)"},
     {"decode_crop", decode_crop, METH_VARARGS, "decode_crop(data, top, left, height, width, max_pixels=0, gray=False) -> (bytearray RGB or gray, x0, y0, w, h)"},
     {"resample_window", resample_window, METH_VARARGS, "resample_window(src_hwc_u8, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vertical_first=False) -> bytearray (C, oh, ow), planar: Pillow's resize (kind 0 bilinear, 1 bicubic) of the in_h x in_w image to out_h x out_w, rows top.. and columns left.. only; src holds the source from (y0, x0)"},
-    {"resize_crop_jpeg", resize_crop_jpeg, METH_VARARGS, "resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0) -> bytearray (3, oh, ow), planar: resample_window's result from the JPEG's RGB pixels, decoding only the rows and columns the window reads"},
+    {"resize_crop_jpeg", resize_crop_jpeg, METH_VARARGS, "resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0) -> (bytearray (3, oh, ow) planar, warned): resample_window's result from the JPEG's RGB pixels, decoding only the rows and columns the window reads"},
     {"set_resample_simd", set_resample_simd, METH_VARARGS, "set_resample_simd(on) -> previous setting: the AVX2 passes of resample_window (the same bytes as the plain C ones)"},
     {"jpeg_warnings", jpeg_warnings, METH_NOARGS, "jpeg_warnings() -> (images libjpeg warned about so far in this process, latest message)"},
     {"channel_means", channel_means, METH_VARARGS, "channel_means(x_u8, out_f32, n, c, hw): per image and channel means"},

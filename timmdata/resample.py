@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 from torchvision.transforms import InterpolationMode
 from . import decode
-from .decode import EncodedJpeg, check_pixels, note_jpeg_warnings, gil_free
+from .decode import EncodedJpeg, note_jpeg_warnings, gil_free
 from .stages import DECODE, stage_clock
 
 # %% auto #0
@@ -121,7 +121,7 @@ def resize_crop_window(
     interp: InterpolationMode,
 ):  # bilinear or bicubic
     "The window `box` of `img` resized to `out_hw`, computing only its pixels (PIL's); None where not covered."
-    kind, nat = RESAMPLE_KIND.get(interp), decode.native
+    kind, nat = RESAMPLE_KIND.get(interp), decode.NATIVE.module
     if kind is None or nat is None:
         return None
     (H, W), (oh, ow), (top, left, h, w) = (
@@ -134,16 +134,16 @@ def resize_crop_window(
         # one native call without the GIL: only the source rows and columns the window reads are decoded (with a margin),
         # then both passes. The rows below are skipped, not left unread: libjpeg still reads the file to its end, so
         # damage anywhere in it is an error or a counted warning, as in a whole decode (eval finds damaged files)
-        check_pixels(H, W)
-        before = nat.jpeg_warnings()[0]
+        # (its claimed size was checked against the pixel limit when the `EncodedJpeg` was made; the call checks again)
         try:
             with stage_clock(DECODE), gil_free:  # the decode and the resize, one step: counted as decoding
-                buf = nat.resize_crop_jpeg(
+                buf, warned = nat.resize_crop_jpeg(
                     img.data, oh, ow, top, left, h, w, kind, vfirst, decode.MAX_IMAGE_PIXELS or 0
                 )
         except ValueError:
             return None  # the whole decoders try it, or raise the clear error
-        note_jpeg_warnings(before)
+        if warned:  # libjpeg found damaged data and decoded it anyway: counted, one Python warning per process
+            note_jpeg_warnings(nat.jpeg_warnings()[0] - 1)
     elif isinstance(img, torch.Tensor) and _hwc3(img):
         y0, y1 = _source_span(H, oh, top, h, _SUPPORT[kind])
         x0, x1 = _source_span(W, ow, left, w, _SUPPORT[kind])
