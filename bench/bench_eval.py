@@ -12,7 +12,10 @@ one-core row runs the same eval loader with no worker process (everything, the b
 this process, torch's intra-op threads off) against PIL decoding on one core: both single processes, so the other
 load slows both alike.
 
-    python bench/bench_eval.py [--root FOLDER] [--max-images 400] [--epochs 3] [--workers 2]
+    python bench/bench_eval.py [--root FOLDER] [--max-images 400] [--epochs 3] [--workers 2] [--stages]
+
+--stages prints instead where an eval image's time goes, stage by stage, in this one process (CPU-µs per image, the
+minimum over a few repeats, against PIL's decode of the same files).
 """
 import argparse, os, resource, statistics, time
 import torch
@@ -40,11 +43,67 @@ def timed_epoch(loader) -> tuple:
     c1, w1 = _cpu(loader)
     return n, dt, c1 - c0 + sum(t - w0.get(p, 0.0) for p, t in w1.items())
 
+def stages(tmp, files, repeats: int = 7):
+    "Where an eval image's CPU time goes, stage by stage, in this process (torch single-threaded, as in a worker)."
+    import numpy as np
+    from timmdata.collate import fast_collate
+    from timmdata.decode import NATIVE, encoded_jpeg
+    from timmdata.resample import _source_span, vertical_first
+    torch.set_num_threads(1)
+    nat, ld = NATIVE.loaded, LOADERS['timmdata'](tmp, False, 64, 0)
+    seeded = ld.loader.dataset
+    ds, tf, n = seeded.dataset, seeded.dataset.transform, len(files)
+    paths = [ds.reader[i][0] for i in range(n)]
+    datas = [open(f, 'rb').read() for f in paths]
+    encs = [encoded_jpeg(d) for d in datas]
+    plans = []  # each image's window: the fused call's arguments, and the decoded source for the resize alone
+    for e, d in zip(encs, datas, strict=True):
+        H, W = e.height, e.width
+        oh, ow = (256, int(256 * W / H)) if W >= H else (int(256 * H / W), 256)
+        top, left = int(round((oh - 224) / 2.0)), int(round((ow - 224) / 2.0))
+        (y0, y1), (x0, x1) = _source_span(H, oh, top, 224, 1.0), _source_span(W, ow, left, 224, 1.0)
+        px = np.frombuffer(nat.decode_crop(d, 0, 0, H, W)[0], np.uint8).reshape(H, -1, 3)[:, :W]
+        plans.append(((oh, ow, top, left, 224, 224, 0, vertical_first((H, W), (oh, ow))), px[y0:y1, x0:x1], (y0, x0, H, W)))
+    out = torch.empty(64, 3, 224, 224, dtype=torch.uint8)
+    out.fill_(0)
+    batch = [ds[i] for i in range(min(64, n))]
+
+    def read():
+        for f in paths:
+            with open(f, 'rb') as fh: fh.read()
+
+    def pil():
+        for f in paths:
+            with Image.open(f) as im: im.convert('RGB')
+    tests = {
+        "PIL decode of the file (the decode limit's unit)": pil,
+        'read the file': read,
+        'JPEG header (encoded_jpeg)': lambda: [encoded_jpeg(d) for d in datas],
+        'native decode + resize (resize_crop_jpeg)': lambda: [nat.resize_crop_jpeg(d, *p[0]) for d, p in zip(datas, plans)],
+        '  of which the resize (resample_window)': lambda: [nat.resample_window(p[1], p[2][0], p[2][1], p[2][2], p[2][3], *p[0])
+                                                             for p in plans],
+        'transform (the call and Python around it)': lambda: [tf(e) for e in encs],
+        'dataset item (read, header, transform)': lambda: [ds[i] for i in range(n)],
+        'seeded items (+ per-sample seeds, stage clocks)': lambda: seeded.__getitems__([(i, i) for i in range(n)]),
+        'collate into the batch': lambda: [fast_collate(batch, alloc=lambda shape: out) for _ in range(0, n, len(batch))],
+    }
+    best = {k: float('inf') for k in tests}
+    for _ in range(repeats):
+        for k, f in tests.items():
+            c = time.process_time(); f(); best[k] = min(best[k], (time.process_time() - c) / n)
+    time_epoch(ld)
+    best['whole loader, no workers (+ batch normalise)'] = min((lambda c, r: (time.process_time() - c) / r[0])(time.process_time(), time_epoch(ld)) for _ in range(3))
+    pil_t = best["PIL decode of the file (the decode limit's unit)"]
+    print(f'{n} images, CPU-µs per image (min of {repeats}), load {os.getloadavg()[0]:.1f}')
+    print(f"| {'stage':50s} | CPU-µs | of PIL's decode |")
+    for k, v in best.items(): print(f'| {k:50s} | {v * 1e6:6.0f} | {v / pil_t:14.2f} |')
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--root'); p.add_argument('--max-images', type=int, default=400)
     p.add_argument('--epochs', type=int, default=3); p.add_argument('--workers', type=int, default=2)
     p.add_argument('--batch-size', type=int, default=64)
+    p.add_argument('--stages', action='store_true', help='print where an eval image\'s time goes, stage by stage')
     a = p.parse_args(argv)
     root = bench_root(a.root)
     files = sorted(f for f in root.rglob('*') if f.suffix.lower() in ('.jpg', '.jpeg'))
@@ -61,6 +120,9 @@ def main(argv=None):
         ld.loader.dataset.dataset.transform.fuse_resize_crop = False
         ld.loader.dataset.dataset.transform = ld.loader.dataset.dataset.transform  # the dataset re-reads its input format
         return ld
+    if a.stages:
+        try: return stages(tmp, files)
+        finally: shutil.rmtree(tmp, ignore_errors=True)
     loaders = {'eval': LOADERS['timmdata'](tmp, False, a.batch_size, a.workers), 'steps': steps(False, a.batch_size, a.workers),
                'timm': LOADERS['timm'](tmp, False, a.batch_size, a.workers),
                'eval_1core': LOADERS['timmdata'](tmp, False, a.batch_size, 0)}
