@@ -237,113 +237,422 @@ static int rs_coeffs(int kind, int in_size, int out_size, int first, int n, int 
 
 static inline uint8_t rs_clip8(int32_t v) { v >>= RS_BITS; return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v; }
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
-#define RS_HOT __attribute__((target_clones("avx2", "sse4.2", "default")))
+/* The two passes below, in plain C (any compiler, any CPU) and with AVX2 (x86-64 GCC or clang, chosen at run time):
+ * the same integer operations in both, so the same bytes. A pass reads rows of `src` (`ss` bytes apart) and writes
+ * rows of `dst` (`ds` bytes apart); `bounds` count from the source's first row / column. The horizontal pass writes
+ * its channels as planes (`plane` bytes apart): the vertical pass then reads contiguous bytes of one channel, and the
+ * result is a planar CHW image, which the batch takes with a plain copy. */
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define RS_AVX2 1
+#define RS_TARGET __attribute__((target("avx2")))
 #else
-#define RS_HOT
+#define RS_AVX2 0
 #endif
 
-/* The horizontal pass: rows yf..yl of the source (held from row y0, column x0, `rs` bytes a row), the window's columns */
-static RS_HOT void rs_horizontal(const uint8_t *base, Py_ssize_t rs, int y0, int x0, int yf, int yl, Py_ssize_t C, int ow,
-                                 const int *bh, const int32_t *kh, int ksh, uint8_t *tmp) {
-    for (int y = yf; y < yl; y++) {
-        const uint8_t *row = base + (size_t)(y - y0) * rs;
-        uint8_t *t = tmp + (size_t)(y - yf) * ow * C;
-        if (C == 3) {
-            for (int i = 0; i < ow; i++) {
-                const uint8_t *p = row + (size_t)(bh[2 * i] - x0) * 3;
-                const int n = bh[2 * i + 1];
-                const int32_t *k = kh + (size_t)i * ksh;
-                int32_t a0 = 1 << (RS_BITS - 1), a1 = a0, a2 = a0;
-                if (n == 4) {  /* the usual count at eval scales (1.2-2x): unrolled */
-                    a0 += p[0] * k[0] + p[3] * k[1] + p[6] * k[2] + p[9] * k[3];
-                    a1 += p[1] * k[0] + p[4] * k[1] + p[7] * k[2] + p[10] * k[3];
-                    a2 += p[2] * k[0] + p[5] * k[1] + p[8] * k[2] + p[11] * k[3];
-                } else if (n == 3) {
-                    a0 += p[0] * k[0] + p[3] * k[1] + p[6] * k[2];
-                    a1 += p[1] * k[0] + p[4] * k[1] + p[7] * k[2];
-                    a2 += p[2] * k[0] + p[5] * k[1] + p[8] * k[2];
-                } else {
-                    for (int x = 0; x < n; x++) { a0 += p[3 * x] * k[x]; a1 += p[3 * x + 1] * k[x]; a2 += p[3 * x + 2] * k[x]; }
-                }
-                t[3 * i] = rs_clip8(a0); t[3 * i + 1] = rs_clip8(a1); t[3 * i + 2] = rs_clip8(a2);
-            }
-        } else {
-            for (int i = 0; i < ow; i++) {
-                const uint8_t *p = row + (size_t)(bh[2 * i] - x0);
-                const int n = bh[2 * i + 1];
-                const int32_t *k = kh + (size_t)i * ksh;
-                int32_t a0 = 1 << (RS_BITS - 1);
-                for (int x = 0; x < n; x++) a0 += p[x] * k[x];
-                t[i] = rs_clip8(a0);
+/* The horizontal pass for output pixels i0..i1 of rows 0..n-1 (C interleaved channels in, planes out) */
+static void rs_horizontal_c(const uint8_t *src, Py_ssize_t ss, int n, int C, int i0, int i1, const int *b, const int32_t *kk,
+                            int ks, uint8_t *dst, Py_ssize_t ds, Py_ssize_t plane) {
+    for (int y = 0; y < n; y++) {
+        const uint8_t *row = src + (size_t)y * ss;
+        uint8_t *t = dst + (size_t)y * ds;
+        for (int i = i0; i < i1; i++) {
+            const uint8_t *p = row + (size_t)b[2 * i] * C;
+            const int32_t *k = kk + (size_t)i * ks;
+            for (int c = 0; c < C; c++) {
+                int32_t a = 1 << (RS_BITS - 1);
+                for (int x = 0; x < b[2 * i + 1]; x++) a += p[x * C + c] * k[x];
+                t[c * plane + i] = rs_clip8(a);
             }
         }
     }
 }
 
-/* The vertical pass, a whole output row at a time: each weight times a contiguous row of the intermediate (vectorised) */
-static RS_HOT void rs_vertical(const uint8_t *tmp, Py_ssize_t C, int ow, int oh, int yf, const int *bv, const int32_t *kv,
-                               int ksv, int32_t *restrict acc, uint8_t *dst) {
-    const Py_ssize_t m = (Py_ssize_t)ow * C;
+/* The vertical pass: output row j from rows bounds[2j].. of src, the first m bytes of each. */
+static void rs_vertical_c(const uint8_t *src, Py_ssize_t ss, Py_ssize_t m, int oh, const int *b, const int32_t *kk, int ks,
+                          uint8_t *dst, Py_ssize_t ds) {
     for (int j = 0; j < oh; j++) {
-        const int ymin = bv[2 * j] - yf, n = bv[2 * j + 1];
-        const int32_t *k = kv + (size_t)j * ksv;
-        for (Py_ssize_t q = 0; q < m; q++) acc[q] = 1 << (RS_BITS - 1);
-        for (int y = 0; y < n; y++) {
-            const uint8_t *restrict r = tmp + (size_t)(ymin + y) * m;
-            const int32_t w = k[y];
-            for (Py_ssize_t q = 0; q < m; q++) acc[q] += r[q] * w;
+        const uint8_t *r = src + (size_t)b[2 * j] * ss;
+        const int32_t *k = kk + (size_t)j * ks;
+        uint8_t *o = dst + (size_t)j * ds;
+        for (Py_ssize_t q = 0; q < m; q++) {
+            int32_t a = 1 << (RS_BITS - 1);
+            for (int y = 0; y < b[2 * j + 1]; y++) a += r[(size_t)y * ss + q] * k[y];
+            o[q] = rs_clip8(a);
         }
-        uint8_t *o = dst + (size_t)j * m;
-        for (Py_ssize_t q = 0; q < m; q++) o[q] = rs_clip8(acc[q]);
     }
 }
 
+#if RS_AVX2
+/* The horizontal pass of an RGB row, 8 output pixels of one channel at a time. A group of 8 output pixels whose taps
+ * all lie within 16 source pixels (every group at eval's scales: 1.2-1.6x) takes 16 bytes of the channel's plane;
+ * per tap, a byte shuffle picks each output pixel's source byte (0 where the pixel has fewer taps), and 32-bit lanes
+ * multiply and add them with that tap's weights. The plan per group: `first` source pixel, `taps`, and per tap
+ * the shuffle (16 bytes) and the 8 weights. Groups that do not fit (and the last ow % 8 pixels) go through the plain C
+ * loop. Rows go two at a time (each shuffle and weight vector loaded once for both), each first split into its three
+ * planes, 16 pixels a step. */
+typedef struct { int first, taps; } rs_group;
+
+static RS_TARGET void rs_split3(const uint8_t *p, int w, uint8_t *r, uint8_t *g, uint8_t *bl) {
+    const __m128i ra = _mm_setr_epi8(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i rb = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14, -1, -1, -1, -1, -1);
+    const __m128i rc = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 1, 4, 7, 10, 13);
+    const __m128i ga = _mm_setr_epi8(1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i gb = _mm_setr_epi8(-1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1);
+    const __m128i gc = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14);
+    const __m128i ba = _mm_setr_epi8(2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i bb = _mm_setr_epi8(-1, -1, -1, -1, -1, 1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1);
+    const __m128i bc = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15);
+    int x = 0;
+    for (; x + 16 <= w; x += 16) {
+        const __m128i a = _mm_loadu_si128((const __m128i *)(p + 3 * x)), b = _mm_loadu_si128((const __m128i *)(p + 3 * x + 16)),
+                      c = _mm_loadu_si128((const __m128i *)(p + 3 * x + 32));
+        _mm_storeu_si128((__m128i *)(r + x), _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, ra), _mm_shuffle_epi8(b, rb)), _mm_shuffle_epi8(c, rc)));
+        _mm_storeu_si128((__m128i *)(g + x), _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, ga), _mm_shuffle_epi8(b, gb)), _mm_shuffle_epi8(c, gc)));
+        _mm_storeu_si128((__m128i *)(bl + x), _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, ba), _mm_shuffle_epi8(b, bb)), _mm_shuffle_epi8(c, bc)));
+    }
+    for (; x < w; x++) { r[x] = p[3 * x]; g[x] = p[3 * x + 1]; bl[x] = p[3 * x + 2]; }
+}
+
+static RS_TARGET void rs_horizontal3_avx2(const uint8_t *src, Py_ssize_t ss, int n, int w, int ow, const int *b, const int32_t *kk,
+                                          int ks, const rs_group *gr, const uint8_t *masks, const int32_t *wts, int maxtaps,
+                                          uint8_t *planes, uint8_t *dst, Py_ssize_t ds, Py_ssize_t plane) {
+    const Py_ssize_t pw = (Py_ssize_t)w + 16;  /* a plane row, with room for the last group's 16-byte load */
+    const int ng = ow / 8;
+    const __m256i half = _mm256_set1_epi32(1 << (RS_BITS - 1));
+    for (int y = 0; y < n; y += 2) {  /* two rows at a time: each shuffle and weight vector loaded once for both */
+        const int two = y + 1 < n;
+        const uint8_t *row = src + (size_t)y * ss;
+        uint8_t *t = dst + (size_t)y * ds;
+        rs_split3(row, w, planes, planes + pw, planes + 2 * pw);
+        if (two) rs_split3(row + ss, w, planes + 3 * pw, planes + 4 * pw, planes + 5 * pw);
+        for (int c = 0; c < 3; c++) {
+            const uint8_t *pc = planes + c * pw, *pc1 = pc + 3 * pw;
+            uint8_t *tc = t + c * plane;
+            for (int g = 0; g < ng; g++) {
+                if (gr[g].taps < 0) continue;  /* done by the plain loop below */
+                const __m128i v = _mm_loadu_si128((const __m128i *)(pc + gr[g].first));
+                const __m128i v1 = _mm_loadu_si128((const __m128i *)(pc1 + gr[g].first));  /* row y + 1 (unused on a last odd row) */
+                const uint8_t *m = masks + (size_t)g * maxtaps * 16;
+                const int32_t *k = wts + (size_t)g * maxtaps * 8;
+                __m256i a = half, a1 = half;
+                for (int j = 0; j < gr[g].taps; j++) {
+                    const __m128i mj = _mm_loadu_si128((const __m128i *)(m + 16 * j));
+                    const __m256i kj = _mm256_loadu_si256((const __m256i *)(k + 8 * j));
+                    a = _mm256_add_epi32(a, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_shuffle_epi8(v, mj)), kj));
+                    a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_shuffle_epi8(v1, mj)), kj));
+                }
+                a = _mm256_srai_epi32(a, RS_BITS);
+                const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+                _mm_storel_epi64((__m128i *)(tc + 8 * g), _mm_packus_epi16(p16, p16));
+                if (two) {
+                    a1 = _mm256_srai_epi32(a1, RS_BITS);
+                    const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(a1), _mm256_extracti128_si256(a1, 1));
+                    _mm_storel_epi64((__m128i *)(tc + ds + 8 * g), _mm_packus_epi16(q16, q16));
+                }
+            }
+        }
+        for (int r = 0; r <= two; r++) {
+            for (int g = 0; g < ng; g++)
+                if (gr[g].taps < 0) rs_horizontal_c(row + r * ss, ss, 1, 3, 8 * g, 8 * g + 8, b, kk, ks, t + r * ds, ds, plane);
+            if (8 * ng < ow) rs_horizontal_c(row + r * ss, ss, 1, 3, 8 * ng, ow, b, kk, ks, t + r * ds, ds, plane);
+        }
+    }
+}
+
+/* 16 bytes of a row at a time, each tap's row times its weight in 32-bit lanes */
+static RS_TARGET void rs_vertical_avx2(const uint8_t *src, Py_ssize_t ss, Py_ssize_t m, int oh, const int *b, const int32_t *kk,
+                                       int ks, uint8_t *dst, Py_ssize_t ds) {
+    const __m256i half = _mm256_set1_epi32(1 << (RS_BITS - 1));
+    for (int j = 0; j < oh; j++) {
+        const uint8_t *r = src + (size_t)b[2 * j] * ss;
+        const int32_t *k = kk + (size_t)j * ks;
+        const int n = b[2 * j + 1];
+        uint8_t *o = dst + (size_t)j * ds;
+        Py_ssize_t q = 0;
+        for (; q + 16 <= m; q += 16) {
+            __m256i a0 = half, a1 = half;
+            for (int y = 0; y < n; y++) {
+                const __m128i v = _mm_loadu_si128((const __m128i *)(r + (size_t)y * ss + q));
+                const __m256i w = _mm256_set1_epi32(k[y]);
+                a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(v), w));
+                a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)), w));
+            }
+            a0 = _mm256_srai_epi32(a0, RS_BITS); a1 = _mm256_srai_epi32(a1, RS_BITS);
+            const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(a0, a1), 0xd8);  /* 16 int16 in order */
+            _mm_storeu_si128((__m128i *)(o + q), _mm_packus_epi16(_mm256_castsi256_si128(p16), _mm256_extracti128_si256(p16, 1)));
+        }
+        if (q < m) {
+            const int bj[2] = {0, n};
+            rs_vertical_c(r + q, ss, m - q, 1, bj, k, ks, o + q, ds);
+        }
+    }
+}
+
+static int rs_cpu_avx2 = -1;  /* set on the first call (under the GIL: resample_window asks before releasing it) */
+#endif
+static int rs_simd = 1;  /* set_resample_simd(False): the plain C passes, for tests that compare both */
+
+/* 1 when the AVX2 passes run: the CPU has AVX2 and they are not switched off */
+static int rs_avx2(void) {
+#if RS_AVX2
+    if (rs_cpu_avx2 < 0) { __builtin_cpu_init(); rs_cpu_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0; }
+    return rs_cpu_avx2 && __atomic_load_n(&rs_simd, __ATOMIC_RELAXED);
+#else
+    return 0;
+#endif
+}
+
+/* set_resample_simd(on) -> whether the AVX2 passes were on before (never on where the CPU or the build has none) */
+static PyObject *set_resample_simd(PyObject *self, PyObject *args) {
+    int on; if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+    const int was = rs_avx2();
+#if defined(__GNUC__)
+    __atomic_store_n(&rs_simd, on, __ATOMIC_RELAXED);
+#else
+    rs_simd = on;
+#endif
+    return PyBool_FromLong(was);
+}
+
+/* the horizontal pass over source rows `w` pixels wide, AVX2 where it can; 0 when memory ran out */
+static int rs_horizontal(const uint8_t *src, Py_ssize_t ss, int n, int C, int w, int ow, const int *b, const int32_t *kk, int ks,
+                         uint8_t *dst, Py_ssize_t ds, Py_ssize_t plane, int simd) {
+#if RS_AVX2
+    if (C == 3 && simd && ow >= 8) {
+        const int ng = ow / 8;
+        int maxtaps = 0;
+        for (int i = 0; i < 8 * ng; i++) maxtaps = b[2 * i + 1] > maxtaps ? b[2 * i + 1] : maxtaps;
+        rs_group *gr = malloc(sizeof(rs_group) * (size_t)ng);
+        uint8_t *masks = calloc((size_t)ng * maxtaps, 16), *planes = malloc(6 * ((size_t)w + 16));  /* two rows' planes */
+        int32_t *wts = calloc((size_t)ng * maxtaps * 8, sizeof(int32_t));
+        if (!gr || !masks || !planes || !wts) { free(gr); free(masks); free(planes); free(wts); return 0; }
+        for (int g = 0; g < ng; g++) {
+            int first = b[16 * g], taps = 0, fits = 1;
+            for (int i = 8 * g; i < 8 * g + 8; i++) {
+                taps = b[2 * i + 1] > taps ? b[2 * i + 1] : taps;
+                if (b[2 * i] + b[2 * i + 1] - first > 16) fits = 0;
+            }
+            gr[g].first = first; gr[g].taps = fits ? taps : -1;
+            if (!fits) continue;
+            for (int j = 0; j < taps; j++)
+                for (int i = 0; i < 8; i++) {
+                    const int o = 8 * g + i, has = j < b[2 * o + 1];
+                    masks[((size_t)g * maxtaps + j) * 16 + i] = has ? (uint8_t)(b[2 * o] + j - first) : 0x80;
+                    wts[((size_t)g * maxtaps + j) * 8 + i] = has ? kk[(size_t)o * ks + j] : 0;
+                }
+            for (int j = 0; j < taps; j++) memset(masks + ((size_t)g * maxtaps + j) * 16 + 8, 0x80, 8);
+        }
+        memset(planes, 0, 6 * ((size_t)w + 16));  /* the bytes past a row's end are loaded, never used: defined anyway */
+        rs_horizontal3_avx2(src, ss, n, w, ow, b, kk, ks, gr, masks, wts, maxtaps, planes, dst, ds, plane);
+        free(gr); free(masks); free(planes); free(wts);
+        return 1;
+    }
+#endif
+    (void)w; (void)simd;
+    rs_horizontal_c(src, ss, n, C, 0, ow, b, kk, ks, dst, ds, plane);
+    return 1;
+}
+
+static void rs_vertical(const uint8_t *src, Py_ssize_t ss, Py_ssize_t m, int oh, const int *b, const int32_t *kk, int ks,
+                        uint8_t *dst, Py_ssize_t ds, int simd) {
+#if RS_AVX2
+    if (simd) { rs_vertical_avx2(src, ss, m, oh, b, kk, ks, dst, ds); return; }
+#endif
+    (void)simd;
+    rs_vertical_c(src, ss, m, oh, b, kk, ks, dst, ds);
+}
+
+/* A window's plan: the weights of its output columns and rows, the source rows yf..yl and columns xf..xl they read,
+ * bounds relative to yf / xf. Returns 1, or 0 with a Python error set (under the GIL). */
+typedef struct { int *bh, *bv; int32_t *kh, *kv; int ksh, ksv, yf, yl, xf, xl; } rs_plan;
+
+static void rs_plan_free(rs_plan *p) { free(p->bh); free(p->bv); free(p->kh); free(p->kv); memset(p, 0, sizeof *p); }
+
+static int rs_plan_make(rs_plan *p, const char *name, int in_h, int in_w, int out_h, int out_w, int top, int left, int oh, int ow,
+                        int kind) {
+    memset(p, 0, sizeof *p);
+    if ((kind != 0 && kind != 1) || in_h < 1 || in_w < 1 || out_h < 1 || out_w < 1 || oh < 1 || ow < 1 || top < 0 || left < 0
+        || (long long)top + oh > out_h || (long long)left + ow > out_w) {
+        PyErr_Format(PyExc_ValueError, "%s: bad window (output %dx%d at (%d, %d) of %dx%d from %dx%d, kind %d)", name, oh, ow, top, left,
+                     out_h, out_w, in_h, in_w, kind);
+        return 0;
+    }
+    p->bh = malloc(sizeof(int) * 2 * (size_t)ow); p->bv = malloc(sizeof(int) * 2 * (size_t)oh);
+    if (!p->bh || !p->bv || !(p->ksh = rs_coeffs(kind, in_w, out_w, left, ow, p->bh, &p->kh))
+        || !(p->ksv = rs_coeffs(kind, in_h, out_h, top, oh, p->bv, &p->kv))) {
+        rs_plan_free(p); PyErr_NoMemory(); return 0;
+    }
+    p->yf = p->bv[0]; p->yl = p->bv[2 * (oh - 1)] + p->bv[2 * (oh - 1) + 1];
+    p->xf = p->bh[0]; p->xl = p->bh[2 * (ow - 1)] + p->bh[2 * (ow - 1) + 1];
+    for (int i = 0; i < ow; i++) p->bh[2 * i] -= p->xf;
+    for (int j = 0; j < oh; j++) p->bv[2 * j] -= p->yf;
+    return 1;
+}
+
+/* Both passes, in Pillow's order, from the window's first source byte (rows `rs` bytes apart) into dst (C planes of
+ * oh x ow). Needs no GIL. Returns 0 when memory ran out. */
+static int rs_passes(const rs_plan *p, const uint8_t *first, Py_ssize_t rs, int C, int oh, int ow, int vfirst, int simd, uint8_t *dst) {
+    /* the intermediate: horizontal first, (yl - yf) rows of ow pixels as C planes; vertical first, oh interleaved rows
+     * of the window's source columns */
+    const Py_ssize_t tw = vfirst ? (Py_ssize_t)(p->xl - p->xf) * C : (Py_ssize_t)ow, th = vfirst ? oh : p->yl - p->yf;
+    uint8_t *tmp = malloc((size_t)th * (size_t)tw * (vfirst ? 1 : (size_t)C) + 16);
+    if (!tmp) return 0;
+    int ok = 1;
+    if (vfirst) {
+        rs_vertical(first, rs, tw, oh, p->bv, p->kv, p->ksv, tmp, tw, simd);
+        ok = rs_horizontal(tmp, tw, oh, C, p->xl - p->xf, ow, p->bh, p->kh, p->ksh, dst, ow, (Py_ssize_t)oh * ow, simd);
+    } else {
+        ok = rs_horizontal(first, rs, p->yl - p->yf, C, p->xl - p->xf, ow, p->bh, p->kh, p->ksh, tmp, ow, th * tw, simd);
+        for (Py_ssize_t c = 0; ok && c < C; c++)
+            rs_vertical(tmp + c * th * tw, tw, ow, oh, p->bv, p->kv, p->ksv, dst + c * (Py_ssize_t)oh * ow, ow, simd);
+    }
+    free(tmp);
+    return ok;
+}
+
+/* resample_window(src, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vertical_first=False): see the
+ * method table. Pillow up to 12 always runs the horizontal pass first; Pillow 13 runs the vertical one first when the
+ * height shrinks by more than twice as many pixels as the width: the caller says which (the intermediate is rounded
+ * to uint8, so the order shows in the last bit). The GIL is released for both passes: src stays exported (held by
+ * the Py_buffer) and the output bytearray is new, so nobody else reads or moves them meanwhile. */
 static PyObject *resample_window(PyObject *self, PyObject *args) {
     PyObject *src;
-    int y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind;
-    if (!PyArg_ParseTuple(args, "Oiiiiiiiiiii", &src, &y0, &x0, &in_h, &in_w, &out_h, &out_w, &top, &left, &oh, &ow, &kind)) return NULL;
+    int y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vfirst = 0;
+    if (!PyArg_ParseTuple(args, "Oiiiiiiiiiii|p", &src, &y0, &x0, &in_h, &in_w, &out_h, &out_w, &top, &left, &oh, &ow, &kind, &vfirst))
+        return NULL;
     Py_buffer v;
     if (PyObject_GetBuffer(src, &v, PyBUF_STRIDES) < 0) return NULL;
     PyObject *out = NULL;
-    int *bh = NULL, *bv = NULL; int32_t *kh = NULL, *kv = NULL, *acc = NULL; uint8_t *tmp = NULL;
+    rs_plan p; memset(&p, 0, sizeof p);
     if (v.ndim != 3 || v.itemsize != 1 || (v.shape[2] != 1 && v.shape[2] != 3) || v.strides[2] != 1 || v.strides[1] != v.shape[2]
         || v.strides[0] < v.shape[1] * v.shape[2]) {
         PyErr_SetString(PyExc_ValueError, "resample_window: src must be uint8 HWC (C = 1 or 3) with packed pixels in each row");
         goto done;
     }
     const Py_ssize_t sh = v.shape[0], sw = v.shape[1], C = v.shape[2], rs = v.strides[0];
-    if ((kind != 0 && kind != 1) || in_h < 1 || in_w < 1 || out_h < 1 || out_w < 1 || oh < 1 || ow < 1 || top < 0 || left < 0
-        || (long long)top + oh > out_h || (long long)left + ow > out_w || y0 < 0 || x0 < 0
-        || (long long)y0 + sh > in_h || (long long)x0 + sw > in_w) {
-        PyErr_Format(PyExc_ValueError, "resample_window: bad window (source %zdx%zd at (%d, %d) of %dx%d, output %dx%d at (%d, %d) of "
-                     "%dx%d, kind %d)", sh, sw, y0, x0, in_h, in_w, oh, ow, top, left, out_h, out_w, kind);
+    if (y0 < 0 || x0 < 0 || (long long)y0 + sh > in_h || (long long)x0 + sw > in_w) {
+        PyErr_Format(PyExc_ValueError, "resample_window: bad source (%zdx%zd at (%d, %d) of %dx%d)", sh, sw, y0, x0, in_h, in_w);
         goto done;
     }
-    bh = malloc(sizeof(int) * 2 * (size_t)ow); bv = malloc(sizeof(int) * 2 * (size_t)oh);
-    if (!bh || !bv) { PyErr_NoMemory(); goto done; }
-    const int ksh = rs_coeffs(kind, in_w, out_w, left, ow, bh, &kh), ksv = ksh ? rs_coeffs(kind, in_h, out_h, top, oh, bv, &kv) : 0;
-    if (!ksh || !ksv) { PyErr_NoMemory(); goto done; }
-    const int yf = bv[0], yl = bv[2 * (oh - 1)] + bv[2 * (oh - 1) + 1], xf = bh[0], xl = bh[2 * (ow - 1)] + bh[2 * (ow - 1) + 1];
-    if (yf < y0 || yl > y0 + sh || xf < x0 || xl > x0 + sw) {
+    if (!rs_plan_make(&p, "resample_window", in_h, in_w, out_h, out_w, top, left, oh, ow, kind)) goto done;
+    if (p.yf < y0 || p.yl > y0 + sh || p.xf < x0 || p.xl > x0 + sw) {
         PyErr_Format(PyExc_ValueError, "resample_window: the window needs source rows %d..%d and columns %d..%d; got rows %d..%zd, "
-                     "columns %d..%zd", yf, yl, xf, xl, y0, y0 + sh, x0, x0 + sw);
+                     "columns %d..%zd", p.yf, p.yl, p.xf, p.xl, y0, y0 + sh, x0, x0 + sw);
         goto done;
     }
     out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)oh * ow * C);
-    tmp = malloc((size_t)(yl - yf) * ow * C);
-    acc = malloc(sizeof(int32_t) * (size_t)ow * C);
-    if (!out || !tmp || !acc) { if (out) { Py_CLEAR(out); } PyErr_NoMemory(); goto done; }
+    if (!out) goto done;
     uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
-    const uint8_t *base = (const uint8_t *)v.buf;
+    const uint8_t *first = (const uint8_t *)v.buf + (size_t)(p.yf - y0) * rs + (size_t)(p.xf - x0) * C;
+    int ok;
+    const int simd = rs_avx2();
     Py_BEGIN_ALLOW_THREADS
-    rs_horizontal(base, rs, y0, x0, yf, yl, C, ow, bh, kh, ksh, tmp);
-    rs_vertical(tmp, C, ow, oh, yf, bv, kv, ksv, acc, dst);
+    ok = rs_passes(&p, first, rs, (int)C, oh, ow, vfirst, simd, dst);
     Py_END_ALLOW_THREADS
+    if (!ok) { Py_CLEAR(out); PyErr_NoMemory(); }
 done:
-    free(bh); free(bv); free(kh); free(kv); free(tmp); free(acc);
+    rs_plan_free(&p);
     PyBuffer_Release(&v);
     return out;
+}
+
+/* resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0) -> (bytearray (3, oh, ow),
+ * whether libjpeg warned: counted in jpeg_warnings())
+ * The window of the JPEG's RGB pixels resized to out_h x out_w (resample_window's), decoded and resized in one call
+ * without the GIL: libjpeg-turbo decodes only the source columns the window reads (jpeg_crop_scanline; with a margin of
+ * RS_MARGIN pixels, as decode_crop's caller adds one: the chroma upsampling reads neighbouring samples), skips the
+ * rows above it (jpeg_skip_scanlines, with the same margin) and the rows below it but the last, which still reads
+ * (entropy-decodes) the file to its end as a whole decode does: a damaged file is an error or a counted warning as
+ * there. The GIL and error handling follow decode_crop: the input is held by its Py_buffer, the output and the window
+ * are new, libjpeg's errors longjmp back to where the GIL is taken again. */
+#define RS_MARGIN 8
+static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    int out_h, out_w, top, left, oh, ow, kind, vfirst = 0;
+    Py_ssize_t max_pixels = 0;
+    if (!PyArg_ParseTuple(args, "y*iiiiiii|pn", &buf, &out_h, &out_w, &top, &left, &oh, &ow, &kind, &vfirst, &max_pixels)) return NULL;
+    struct jpeg_decompress_struct cinfo;
+    struct err_mgr jerr;
+    memset(&cinfo, 0, sizeof cinfo);
+    memset(&jerr, 0, sizeof jerr);
+    rs_plan p; memset(&p, 0, sizeof p);
+    PyObject *volatile out = NULL, *volatile ret = NULL;
+    uint8_t *volatile win = NULL;
+    PyThreadState *volatile ts = NULL;
+    cinfo.err = jpeg_std_error(&jerr.pub);
+    jerr.pub.error_exit = on_error; jerr.pub.emit_message = on_warning;
+    if (setjmp(jerr.jb)) {
+        if (ts) { PyEval_RestoreThread(ts); ts = NULL; }
+        PyErr_Format(PyExc_ValueError, "JPEG decode: %s", jerr.msg); goto done;
+    }
+    long long W = 0, H = 0;
+    int pixels_ok = 1;
+    ts = PyEval_SaveThread();  /* the header */
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, (const unsigned char *)buf.buf, (unsigned long)buf.len);
+    jpeg_read_header(&cinfo, TRUE);
+    W = (long long)cinfo.image_width; H = (long long)cinfo.image_height;
+    if (max_pixels > 0 && W * H > (long long)max_pixels) pixels_ok = 0;
+    PyEval_RestoreThread(ts); ts = NULL;
+    if (!pixels_ok) {
+        PyErr_Format(PyExc_ValueError, "JPEG header claims %lldx%lld = %lld pixels, over the limit of %zd pixels", W, H, W * H, max_pixels);
+        goto done;
+    }
+    if (!rs_plan_make(&p, "resize_crop_jpeg", (int)H, (int)W, out_h, out_w, top, left, oh, ow, kind)) goto done;
+    /* the decoded box: the window's source rows and columns with a margin, columns widened by libjpeg to whole iMCUs */
+    const int ys = p.yf > RS_MARGIN ? p.yf - RS_MARGIN : 0;
+    JDIMENSION cx = (JDIMENSION)(p.xf > RS_MARGIN ? p.xf - RS_MARGIN : 0);
+    JDIMENSION cw = (JDIMENSION)((p.xl + RS_MARGIN < W ? p.xl + RS_MARGIN : (int)W) - (int)cx);
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)3 * oh * ow);
+    win = malloc((size_t)(p.yl - p.yf + 1) * (size_t)W * 3 + 16);  /* the window's rows and a scratch row; W: room for any widening */
+    if (!out || !win) { PyErr_NoMemory(); goto done; }
+    uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
+    const int simd = rs_avx2();
+    int code = DC_OK, ok = 1;
+    unsigned stalled_at = 0;
+    Py_ssize_t rowb = 0;
+    ts = PyEval_SaveThread();  /* the rows and both passes */
+    cinfo.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&cinfo);
+    jpeg_crop_scanline(&cinfo, &cx, &cw);
+    rowb = (Py_ssize_t)cw * 3;
+    uint8_t *scratch = win + (size_t)(p.yl - p.yf) * rowb;  /* the rows decoded outside the window */
+    if (ys > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)ys) != (JDIMENSION)ys) code = DC_SKIP;
+    while (code == DC_OK && (long long)cinfo.output_scanline < p.yl) {  /* a row's pixels do not depend on the rows below */
+        /* up to 16 rows a call (libjpeg gives what one pass of its upsampler makes); the margin's rows above the window
+         * go to the window's first rows, which its own rows overwrite later */
+        const int y = (int)cinfo.output_scanline, above = y < p.yf, room = p.yl - p.yf;
+        int n = above ? p.yf - y : p.yl - y;
+        n = n > 16 ? 16 : n;
+        if (above && n > room) n = room;
+        JSAMPROW rows[16];
+        for (int k = 0; k < n; k++) rows[k] = win + (size_t)((above ? 0 : y - p.yf) + k) * rowb;
+        if (jpeg_read_scanlines(&cinfo, rows, (JDIMENSION)n) < 1) { code = DC_STALL; stalled_at = cinfo.output_scanline; }
+    }
+    /* the rows below: skipped but the last (entropy-decoded, not reconstructed; libjpeg-turbo would not read the data
+     * of a skip that reaches the last row), the last one decoded, then the end of the file */
+    if (code == DC_OK && (long long)cinfo.output_scanline < H - 1) {
+        const JDIMENSION rest = (JDIMENSION)(H - 1 - cinfo.output_scanline);
+        if (jpeg_skip_scanlines(&cinfo, rest) != rest) code = DC_SKIP;
+    }
+    if (code == DC_OK && (long long)cinfo.output_scanline < H) {
+        JSAMPROW row = scratch;
+        if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) { code = DC_STALL; stalled_at = cinfo.output_scanline; }
+    }
+    if (code == DC_OK) jpeg_finish_decompress(&cinfo);
+    if (code == DC_OK) ok = rs_passes(&p, win + (size_t)(p.xf - (int)cx) * 3, rowb, 3, oh, ow, vfirst, simd, dst);
+    PyEval_RestoreThread(ts); ts = NULL;
+    if (code == DC_SKIP) { PyErr_SetString(PyExc_ValueError, "JPEG decode: could not skip rows"); goto done; }
+    if (code == DC_STALL) { PyErr_Format(PyExc_ValueError, "JPEG decode: libjpeg made no progress at row %u", stalled_at); goto done; }
+    if (!ok) { PyErr_NoMemory(); goto done; }
+    ret = Py_BuildValue("(OO)", out, jerr.pub.num_warnings ? Py_True : Py_False);
+done:
+    note_warning(&jerr);
+    jpeg_destroy_decompress(&cinfo);
+    rs_plan_free(&p); free(win);
+    PyBuffer_Release(&buf); Py_XDECREF(out);
+    return ret;
 }
 
 /* Hot loops, compiled for AVX2, SSE4.2 and plain x86-64 and picked at load time (GCC function multiversioning),
@@ -687,7 +996,9 @@ static PyMethodDef methods[] = {
     {"set_streaming", set_streaming, METH_VARARGS, "set_streaming(on) -> previous setting: streaming stores in the affine passes (AVX2 builds)"},
     {"header", header, METH_VARARGS, "header(data) -> (height, width, components, jpeg colour space)"},
     {"decode_crop", decode_crop, METH_VARARGS, "decode_crop(data, top, left, height, width, max_pixels=0, gray=False) -> (bytearray RGB or gray, x0, y0, w, h)"},
-    {"resample_window", resample_window, METH_VARARGS, "resample_window(src_hwc_u8, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind) -> bytearray (oh, ow, C): Pillow's resize (kind 0 bilinear, 1 bicubic) of the in_h x in_w image to out_h x out_w, rows top.. and columns left.. only; src holds the source from (y0, x0)"},
+    {"resample_window", resample_window, METH_VARARGS, "resample_window(src_hwc_u8, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vertical_first=False) -> bytearray (C, oh, ow), planar: Pillow's resize (kind 0 bilinear, 1 bicubic) of the in_h x in_w image to out_h x out_w, rows top.. and columns left.. only; src holds the source from (y0, x0)"},
+    {"resize_crop_jpeg", resize_crop_jpeg, METH_VARARGS, "resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0) -> (bytearray (3, oh, ow) planar, warned): resample_window's result from the JPEG's RGB pixels, decoding only the rows and columns the window reads"},
+    {"set_resample_simd", set_resample_simd, METH_VARARGS, "set_resample_simd(on) -> previous setting: the AVX2 passes of resample_window (the same bytes as the plain C ones)"},
     {"jpeg_warnings", jpeg_warnings, METH_NOARGS, "jpeg_warnings() -> (images libjpeg warned about so far in this process, latest message)"},
     {"channel_means", channel_means, METH_VARARGS, "channel_means(x_u8, out_f32, n, c, hw): per image and channel means"},
     {"channel_means_nhwc", channel_means_nhwc, METH_VARARGS, "channel_means for a channels-last (n, hw, c) batch"},

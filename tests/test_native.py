@@ -22,13 +22,16 @@ def test_training_pipeline_decodes_crops_and_matches_full_decode(sample_root):
         random.seed(i); torch.manual_seed(i); b, yb = full[i]
         assert torch.equal(a, b) and ya == yb
 
-def test_eval_pipeline_gets_decoded_images(sample_root):
+def test_eval_pipeline_decodes_only_its_window(sample_root):
+    "The fused resize + centre crop takes the undecoded JPEG: the same pixels as from the whole decode (and as PIL's)."
     t = create_transform(224, is_training=False, use_prefetcher=True)
-    assert t.input_format == 'tensor'
+    assert t.input_format == 'encoded'
     ds = ImageDataset(sample_root); ds.transform = t
-    assert not ds._encoded
+    assert ds._encoded
     data = open(ds.filename(0, absolute=True), 'rb').read()
-    assert torch.equal(t(encoded_jpeg(data)), t(decode_image(data, to_tensor=True)))  # Compose decodes first
+    out = t(encoded_jpeg(data))
+    assert torch.equal(out, t(decode_image(data, to_tensor=True)))  # the fused step on the decoded tensor
+    assert torch.equal(out, t(decode_image(data)))  # PIL's steps: timm's pixels
 
 def _bad_header(path):
     "A JPEG whose frame header (SOF0) says the image is 0 pixels high: structure intact, undecodable."

@@ -1,7 +1,8 @@
 """Parity of timmdata's transforms with the installed timm: eval pixels, train crop boxes and flips, data config.
 
 PIL input must give timm's pixels exactly. uint8 tensor input goes through torchvision's antialiased uint8 resize
-instead of PIL's, which may differ by rounding: max abs diff <= 2 and mean abs diff <= 0.5 per pixel.
+instead of PIL's, which may differ by rounding: max abs diff <= 2 and mean abs diff <= 0.5 per pixel; the eval
+pipeline's default fused resize + centre crop (timmdata.resample) gives PIL's pixels exactly, from tensors and JPEGs.
 """
 import random
 import numpy as np
@@ -52,11 +53,15 @@ def _check_close(a, b, what):
 def test_eval_pipeline(crop_mode, crop_pct, interpolation, input_size):
     kw = dict(input_size=input_size, crop_mode=crop_mode, crop_pct=crop_pct, interpolation=interpolation, use_prefetcher=True)
     ours, theirs = create_transform(**kw), timm_create_transform(**kw)
-    assert ours.input_format == 'tensor'
+    # Resize(shorter edge) + centre crop run fused from the undecoded JPEG (PIL's pixels); the other modes take tensors
+    fused = crop_mode == 'center' and input_size == 224
+    assert ours.input_format == ('encoded' if fused else 'tensor')
     for name, img in IMAGES.items():
         ref = theirs(img)
         np.testing.assert_array_equal(_arr(ours(img)), _arr(ref), err_msg=f'PIL path, {name}')
         _check_close(ours(to_tensor(img)), ref, f'tensor path, {name}')
+        if fused:  # the fused step computes PIL's pixels from a tensor too
+            np.testing.assert_array_equal(_arr(ours(to_tensor(img))), _arr(ref), err_msg=f'fused tensor path, {name}')
 
 
 @pytest.mark.parametrize('normalize', [True, False])
@@ -154,3 +159,27 @@ def test_resolve_data_config(args, cfg, model, test_size):
     ours = resolve_data_config(args, pretrained_cfg=cfg, model=model, use_test_size=test_size)
     theirs = timm_resolve_data_config(args, pretrained_cfg=cfg, model=model, use_test_size=test_size)
     assert ours == theirs
+
+
+@pytest.mark.parametrize('interpolation', ['bilinear', 'bicubic'])
+def test_eval_from_jpeg_files(tmp_path, interpolation):
+    """The eval dataset's default path (the fused resize + centre crop from the undecoded JPEG, only the window's rows and
+    columns decoded): timm's pixels exactly (max abs difference 0; the bound of the tensor path is 2), landscape and
+    portrait, including a portrait more than 2:1 tall (Pillow 13 resizes it vertically first)."""
+    from timmdata.dataset import ImageDataset
+    sizes = {'landscape': (500, 375), 'portrait': (375, 500), 'tall': (300, 700), 'wide': (700, 300), 'sample': (426, 320)}
+    (tmp_path / 'c0').mkdir()
+    for i, (name, size) in enumerate(sizes.items()):
+        make_sample_image(i, size=size).save(tmp_path / 'c0' / f'{name}.jpg', quality=90)
+    kw = dict(input_size=224, interpolation=interpolation, crop_pct=0.875, use_prefetcher=True)
+    ours = ImageDataset(str(tmp_path), transform=create_transform(**kw))
+    theirs = timm_data.ImageDataset(str(tmp_path), transform=timm_create_transform(**kw))
+    assert ours.transform.input_format == 'encoded'  # the fused step takes the undecoded JPEG
+    assert len(ours) == len(theirs) == len(sizes)
+    worst = {}
+    for i in range(len(ours)):
+        assert ours.filename(i) == theirs.filename(i)
+        (a, ta), (b, tb) = ours[i], theirs[i]
+        assert ta == tb and a.shape == b.shape == (3, 224, 224)
+        worst[ours.filename(i)] = int(np.abs(_arr(a).astype(np.int32) - _arr(b).astype(np.int32)).max())
+    assert worst == {f'c0/{n}.jpg': 0 for n in sizes}, worst

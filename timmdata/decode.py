@@ -13,10 +13,10 @@ from PIL import Image
 from .settings import export_setting, setting
 
 # %% auto #0
-__all__ = ['NATIVE', 'NATIVE_STATUS', 'gil_free', 'MAX_IMAGE_PIXELS', 'Native', 'use_native', 'GilFree', 'ImageDecodeError',
-           'CorruptJpegWarning', 'set_max_image_pixels', 'check_pixels', 'convert_mode', 'torchcodec_jpeg',
-           'torchcodec_status', 'torchcodec_error', 'read_source', 'jpeg_warnings', 'decode_image', 'decoder_name',
-           'EncodedJpeg', 'encoded_jpeg']
+__all__ = ['NATIVE', 'NATIVE_STATUS', 'gil_free', 'MAX_IMAGE_PIXELS', 'note_jpeg_warnings', 'Native', 'use_native', 'GilFree',
+           'ImageDecodeError', 'CorruptJpegWarning', 'set_max_image_pixels', 'check_pixels', 'convert_mode',
+           'torchcodec_jpeg', 'torchcodec_status', 'torchcodec_error', 'read_source', 'jpeg_warnings', 'decode_image',
+           'decoder_name', 'EncodedJpeg', 'encoded_jpeg']
 
 # %% ../nbs/06_decode.ipynb #2395e4c6
 # written by setup.py beside the extension when its build failed (the package's folder, found without importing it)
@@ -415,6 +415,10 @@ def decode_image(
                 why = f'torchcodec: {torchcodec_error(e)}'  # e.g. an exotic JPEG variant: PIL may still read it
     img = _pil_decode(data, mode, why)
     return _pil_to_tensor(img) if to_tensor else img
+
+# %% ../nbs/06_decode.ipynb #e29a7d10
+# public, for the decoders in other modules that call the extension themselves (timmdata.resample's fused eval step)
+note_jpeg_warnings = _note_jpeg_warnings
 
 # %% ../nbs/06_decode.ipynb #acfc97e7
 def decoder_name() -> str:

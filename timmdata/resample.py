@@ -4,18 +4,19 @@
 
 # %% ../nbs/09_resample.ipynb #c762c574
 from __future__ import annotations
-import random
+import random, re
+import PIL
 import torch
 from PIL import Image
 from torchvision.transforms import InterpolationMode
 from . import decode
-from .decode import EncodedJpeg, gil_free
+from .decode import EncodedJpeg, note_jpeg_warnings, gil_free
 from .stages import DECODE, stage_clock
 
 # %% auto #0
 __all__ = ['INTERPOLATIONS', 'MODE_TO_PIL', 'RESAMPLE_KIND', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
-           'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'resize_crop_window',
-           'resize_center_crop']
+           'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'vertical_first',
+           'resize_crop_window', 'resize_center_crop']
 
 # %% ../nbs/09_resample.ipynb #d1faf2a6
 _INTERP = {  # name -> (torchvision mode, PIL filter)
@@ -90,6 +91,17 @@ def _hwc3(img) -> bool:
 
 RESAMPLE_KIND = {InterpolationMode.BILINEAR: 0, InterpolationMode.BICUBIC: 1}  # the native resampler's filters
 _SUPPORT = (1.0, 2.0)  # their support, in source pixels at scale 1
+_PIL_VERSION = tuple(int(v) for v in re.findall(r'\d+', PIL.__version__)[:2])
+
+
+def vertical_first(in_hw: tuple, out_hw: tuple, pil_version: tuple = _PIL_VERSION) -> bool:
+    "Whether Pillow (the installed one by default) resizes `in_hw` to `out_hw` with its vertical pass first."
+    (H, W), (oh, ow) = in_hw, out_hw
+    if pil_version >= (13,):  # Resample.c: when the height loses more than twice as many pixels as the width
+        return H - oh > 0 and H - oh > 2 * (W - ow)
+    if pil_version >= (12, 2):  # Image.resize: a more than 100:1 tall image in two calls, the vertical one first
+        return H > 100 * W and oh < H
+    return False
 
 
 def _source_span(in_size: int, out_size: int, first: int, n: int, support: float) -> tuple:
@@ -109,7 +121,7 @@ def resize_crop_window(
     interp: InterpolationMode,
 ):  # bilinear or bicubic
     "The window `box` of `img` resized to `out_hw`, computing only its pixels (PIL's); None where not covered."
-    kind, nat = RESAMPLE_KIND.get(interp), decode.native
+    kind, nat = RESAMPLE_KIND.get(interp), decode.NATIVE.module
     if kind is None or nat is None:
         return None
     (H, W), (oh, ow), (top, left, h, w) = (
@@ -117,23 +129,31 @@ def resize_crop_window(
         out_hw,
         box,
     )
-    y0, y1 = _source_span(H, oh, top, h, _SUPPORT[kind])
-    x0, x1 = _source_span(W, ow, left, w, _SUPPORT[kind])
+    vfirst = vertical_first((H, W), (oh, ow))
     if isinstance(img, EncodedJpeg):
-        # down to the last row, as a whole decode: the file is read to its end, so damage anywhere in it is an error
-        # (eval finds damaged files; training's crops may not: nbs/20_dataset.ipynb), for a few rows more
-        with stage_clock(DECODE):
-            src = img.decode_crop(y0, x0, H - y0, x1 - x0)
-        if not _hwc3(src):
-            src = src.permute(1, 2, 0).contiguous().permute(2, 0, 1)
+        # one native call without the GIL: only the source rows and columns the window reads are decoded (with a margin),
+        # then both passes. The rows below are skipped, not left unread: libjpeg still reads the file to its end, so
+        # damage anywhere in it is an error or a counted warning, as in a whole decode (eval finds damaged files)
+        # (its claimed size was checked against the pixel limit when the `EncodedJpeg` was made; the call checks again)
+        try:
+            with stage_clock(DECODE), gil_free:  # the decode and the resize, one step: counted as decoding
+                buf, warned = nat.resize_crop_jpeg(
+                    img.data, oh, ow, top, left, h, w, kind, vfirst, decode.MAX_IMAGE_PIXELS or 0
+                )
+        except ValueError:
+            return None  # the whole decoders try it, or raise the clear error
+        if warned:  # libjpeg found damaged data and decoded it anyway: counted, one Python warning per process
+            note_jpeg_warnings(nat.jpeg_warnings()[0] - 1)
     elif isinstance(img, torch.Tensor) and _hwc3(img):
-        src = img[:, y0:y1, x0:x1]
+        y0, y1 = _source_span(H, oh, top, h, _SUPPORT[kind])
+        x0, x1 = _source_span(W, ow, left, w, _SUPPORT[kind])
+        with gil_free:
+            buf = nat.resample_window(
+                img[:, y0:y1, x0:x1].permute(1, 2, 0).numpy(), y0, x0, H, W, oh, ow, top, left, h, w, kind, vfirst
+            )
     else:
         return None
-    a = src.permute(1, 2, 0).numpy()
-    with gil_free:
-        buf = nat.resample_window(a, y0, x0, H, W, oh, ow, top, left, h, w, kind)
-    return torch.frombuffer(buf, dtype=torch.uint8).view(h, w, 3).permute(2, 0, 1)
+    return torch.frombuffer(buf, dtype=torch.uint8).view(3, h, w)  # planar: the batch takes it with a plain copy
 
 
 def resize_center_crop(
