@@ -144,6 +144,8 @@ def resize_crop_window(
             return None  # the whole decoders try it, or raise the clear error
         if warned:  # libjpeg found damaged data and decoded it anyway: counted, one Python warning per process
             note_jpeg_warnings(nat.jpeg_warnings()[0] - 1)
+    elif isinstance(img, torch.Tensor) and (oh, ow) == (H, W):
+        return img[:, top : top + h, left : left + w]  # no resize (PIL's copies): a view (e.g. a store's 256 image)
     elif isinstance(img, torch.Tensor) and _hwc3(img):
         y0, y1 = _source_span(H, oh, top, h, _SUPPORT[kind])
         x0, x1 = _source_span(W, ow, left, w, _SUPPORT[kind])
