@@ -407,10 +407,22 @@ def safe_outdir(out: Path):
                          'remove it or pick another folder')
 
 
-def _worker_context():
+def _code_text(notebooks) -> str:
+    "The code cells of `notebooks`, joined (unreadable notebooks count as empty: their worker reports them)."
+    out = []
+    for nb in notebooks:
+        try: cells = json.loads(Path(nb).read_text(encoding='utf-8')).get('cells', [])
+        except Exception: continue
+        out += [_text(c.get('source', '')) for c in cells if c.get('cell_type') == 'code']
+    return '\n'.join(out)
+
+
+def _worker_context(notebooks=()):
     """Processes for the notebooks, one per notebook (no state leaks between notebooks), forked from a fork server
     that has imported what the notebooks' import cells import (torch, the library, nbdev's processors, matplotlib):
-    each notebook does not pay those imports again (about 3 s each). Spawned interpreters where there is no fork."""
+    each notebook does not pay those imports again (about 3 s each). Only the packages the notebooks' code names are
+    preloaded: a small site (the docs-build tests) does not pay for torch and the library (most of its build time).
+    Spawned interpreters where there is no fork."""
     if 'forkserver' not in mp.get_all_start_methods(): return mp.get_context('spawn')
     os.environ['IN_TEST'] = '1'; os.environ.setdefault('MPLBACKEND', 'Agg')  # inherited by the server
     os.environ['PYTHONPATH'] = os.pathsep.join(p for p in (str(ROOT), os.environ.get('PYTHONPATH')) if p)
@@ -418,6 +430,8 @@ def _worker_context():
     mods = ['torch', 'torchvision', 'matplotlib.pyplot', 'numpy', 'PIL.Image', 'fastcore.test', 'nbdev.showdoc',
             'nbdev.processors', 'execnb.nbio', 'execnb.shell', 'timmdata']
     mods += [f'timmdata.{m.name}' for m in pkgutil.iter_modules([str(ROOT / 'timmdata')]) if not m.name.startswith('_')]
+    code, always = _code_text(notebooks), ('nbdev', 'execnb')  # what process_notebook itself imports
+    mods = [m for m in mods if m.split('.')[0] in always or re.search(rf'\b{m.split(".")[0]}\b', code)]
     ctx = mp.get_context('forkserver')
     ctx.set_forkserver_preload(mods)  # a module that fails to import is skipped by the server (shows up in its notebook)
     return ctx
@@ -466,7 +480,7 @@ def main(argv=None):
 
     print(f'docs: processing {len(notebooks)} notebooks with nbdev ({args.jobs} at a time)', flush=True)
     results, failures = {}, []
-    ctx = _worker_context()  # a fresh process per notebook: no state leaks between notebooks
+    ctx = _worker_context(notebooks)  # a fresh process per notebook: no state leaks between notebooks
     with cf.ProcessPoolExecutor(max_workers=min(args.jobs, len(notebooks)), mp_context=ctx, max_tasks_per_child=1) as ex:
         futs = {ex.submit(process_notebook, str(nb), stem, pages, prefixes): nb for stem, nb in stems.items()}
         for fut in cf.as_completed(futs):
