@@ -60,8 +60,8 @@ nbtest: install
 	$(PY) tools/nbtest.py --n_workers 2
 
 pytest: install browser
-	@echo "== pytest: tests/ (multi-process, parity with timm, browser, stress), two files at a time (pytest-xdist): a dot per test"
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 tests
+	@echo "== pytest: tests/ (multi-process, parity with timm, browser, stress), two files at a time (pytest-xdist), the longest first: a dot per test"
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 docs-check: install
 	bash tools/build_docs.sh "$$(mktemp -d)/site"
