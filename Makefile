@@ -60,8 +60,8 @@ nbtest: install
 	$(PY) tools/nbtest.py --n_workers 2
 
 pytest: install browser
-	@echo "== pytest: tests/ (multi-process, parity with timm, browser, stress), two files at a time (pytest-xdist): a dot per test"
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 tests
+	@echo "== pytest: tests/ (multi-process, parity with timm, browser, stress), two files at a time (pytest-xdist), the longest first: a dot per test"
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 docs-check: install
 	bash tools/build_docs.sh "$$(mktemp -d)/site"
@@ -71,7 +71,7 @@ test: test-start sync-check readme-check nbtest pytest
 	@echo "make test: all passed"
 
 test-start:
-	@echo "make test: sync-check, readme-check, nbtest, pytest; about 6.5 minutes on a 2-core machine after the install (README: Two commands)"
+	@echo "make test: sync-check, readme-check, nbtest, pytest; about 5.5 minutes on a 2-core machine after the install (README: Two commands)"
 
 readme: install
 	$(PY) tools/make_readme.py

@@ -3,8 +3,8 @@
 Uses the installed console script next to the running Python (`.venv/bin/timmdata`), else
 `python -m timmdata.cli`. User mistakes must give one line on stderr and exit status 2, never a traceback.
 Every command starts a Python that imports torch (seconds), so they are started together, once per module, and the
-cases per command (a damaged file, a missing root, an empty folder, a bad option, --debug) run in ONE Python (DRIVER)
-calling `main` as the console script does; the finer cases are tested in-process in nbs/47_cli.ipynb."""
+cases per command (a damaged file, a missing root, an empty folder, a bad option, --debug) and the one-line mistakes
+run in ONE Python (DRIVER) calling `main` as the console script does; the finer cases are tested in-process in nbs/47_cli.ipynb."""
 import json, os, shutil, subprocess, sys, tarfile
 from pathlib import Path
 
@@ -68,18 +68,16 @@ def runs(tmp_path_factory):
                     'missing': ['profile', '/nonexistent'], 'empty': ['profile', str(empty_dir)],
                     'bad_option': ['profile', str(damaged), '--worker-mode', 'fiber']},
         'info': {'bad_option': ['info', '--colour']},
+        'top': {'missing_root': ['demo', '--root', '/nonexistent'], 'no_images': ['demo', '--root', str(empty)],
+                'bad_option': ['demo', '--batch-size', '0'], 'check_missing': ['check', '/nonexistent']},
         'debug': {'flag': ['check', '/nonexistent', '--debug'], 'env': ['demo', '--root', '/nonexistent']},
     }
     cmds = {'cases': ([sys.executable, '-c', DRIVER, json.dumps(cases)], {}),
             'info': (CMD + ['info'], {}),
             'info_off': (CMD + ['info'], {'TIMMDATA_NATIVE': '0'}),
             'python_m': ([sys.executable, '-m', 'timmdata.cli', 'train'], {}),  # `python -m` works, and an unknown command
-            'missing_root': (CMD + ['demo', '--root', '/nonexistent'], {}),
-            'no_images': (CMD + ['demo', '--root', str(empty)], {}),
-            'bad_option': (CMD + ['demo', '--batch-size', '0'], {}),
             'check_damaged': (CMD + ['check', str(damaged), '--workers', '2'], {}),
             'check_clean': (CMD + ['check', str(clean), '--no-progress'], {}),
-            'check_missing': (CMD + ['check', '/nonexistent'], {}),
             'shards': (CMD + ['shards', str(clean), str(tmp_path_factory.mktemp('shards') / 'sh'), '--shard-size', '3', '--resize', '48',
                               '--workers', '2', '--no-progress'], {})}
     procs = {k: subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -114,13 +112,21 @@ def one_line_error(r, says):
     assert r.stderr.startswith('timmdata') and says in r.stderr, r.stderr
 
 
+def top(runs, kind):
+    "A case run by DRIVER (`main(argv)` as the console script calls it), as a CompletedProcess: one Python for all."
+    status, out, err = per_command(runs)[f'top/{kind}']
+    return subprocess.CompletedProcess(kind, status, out, err)
+
+
+# the console script's own exit path (status 2, one line) is the python_m case and the check/shards runs below; the
+# other one-line mistakes run in DRIVER's one Python (each command started on its own cost a torch import, seconds)
 def test_python_m_and_unknown_command(runs): one_line_error(runs['python_m'], "unknown command 'train'")
-def test_missing_root(runs): one_line_error(runs['missing_root'], "timmdata demo: dataset root '/nonexistent' does not exist")
-def test_root_without_images(runs): one_line_error(runs['no_images'], 'found no images')
+def test_missing_root(runs): one_line_error(top(runs, 'missing_root'), "timmdata demo: dataset root '/nonexistent' does not exist")
+def test_root_without_images(runs): one_line_error(top(runs, 'no_images'), 'found no images')
 
 
 def test_bad_option_is_a_usage_error(runs):
-    r = runs['bad_option']
+    r = top(runs, 'bad_option')
     assert r.returncode == 2 and 'Traceback' not in r.stderr, r.stderr
     assert 'error: ' in r.stderr.splitlines()[-1], r.stderr
 
@@ -143,7 +149,7 @@ def test_check_clean_dataset_exits_0(runs):
     assert r.stderr == '', r.stderr  # --no-progress: nothing on stderr
 
 
-def test_check_missing_root(runs): one_line_error(runs['check_missing'], "timmdata check: dataset root '/nonexistent' does not exist")
+def test_check_missing_root(runs): one_line_error(top(runs, 'check_missing'), "timmdata check: dataset root '/nonexistent' does not exist")
 
 
 def test_shards_writes_resized_shards_timm_reads(runs):

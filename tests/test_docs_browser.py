@@ -7,8 +7,9 @@ every <img> loaded, every navigation link answers 200, and a screenshot (the top
 (into $TIMMDATA_SCREENSHOTS if set, else a pytest temporary folder; the path is printed).
 
 Chromium missing: the test installs it with apt-get when running as root, else fails with the command."""
-import base64, functools, importlib.util, json, os, shutil, subprocess, sys, threading, time
-import urllib.error, urllib.request
+import base64, functools, importlib.util, json, os, re, shutil, subprocess, sys, threading, time
+import urllib.error, urllib.parse, urllib.request
+from html.parser import HTMLParser
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -31,12 +32,12 @@ builder = _load_builder()
 NBS = Path(os.environ.get('TIMMDATA_DOCS_NBS') or ROOT / 'nbs')  # another notebook folder, to try the test itself
 NOTEBOOKS = builder.discover(NBS) if (NBS / 'index.ipynb').exists() else []
 PAGES = [builder.page_name(nb) for nb in NOTEBOOKS]
-# every page is built and its file checked in `make test`; in the browser (about a second each), the home page and every
-# page with pictures or plots in the default run, the rest with TIMMDATA_SLOW=1 (they share one template and one nav)
-def _has_pictures(nb) -> bool:
-    text = Path(nb).read_text(encoding='utf-8')
-    return 'image/png' in text or '](images/' in text or 'index' in Path(nb).stem
-BROWSER_PAGES = [pytest.param(p, marks=() if _has_pictures(nb) else pytest.mark.slow) for nb, p in zip(NOTEBOOKS, PAGES, strict=True)]
+# every page is built and checked as files in `make test` (test_every_page_shows_its_pictures_and_links: every picture
+# and link of every page resolves); in the browser (seconds each on a busy 2-core machine) the default run opens four
+# pages: the home page, two with saved plots and markdown pictures (streaming, loader) and one with several plots
+# (mixup); the other pages with TIMMDATA_SLOW=1 (they share one template, one nav and the same scripts)
+BROWSER_DEFAULT = ('index', 'streaming', 'loader', 'mixup')
+BROWSER_PAGES = [pytest.param(p, marks=() if p in BROWSER_DEFAULT else pytest.mark.slow) for p in PAGES]
 
 
 def _env():
@@ -187,7 +188,6 @@ def problems(events):
     return out
 
 
-@functools.lru_cache(maxsize=None)  # a page's sidebar links every page: ask the server about each page once
 @functools.lru_cache(maxsize=None)  # a static site: each page answers once (every page links every other)
 def status(url):
     try:
@@ -202,6 +202,35 @@ def test_every_notebook_has_a_page(site):
         assert (site / f'{page}.html').is_file(), f'{nb.name} has no page {page}.html in the site'
     assert (site / '.nojekyll').exists() and (site / 'search' / 'search_index.json').is_file()
     assert builder.remote_assets(site) == []
+
+
+class _Refs(HTMLParser):
+    "The pictures (img src) and links (a href) of a page."
+    def __init__(self):
+        super().__init__(); self.imgs, self.links = [], []
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == 'img' and a.get('src'): self.imgs.append(a['src'])
+        if tag == 'a' and a.get('href'): self.links.append(a['href'])
+
+
+def test_every_page_shows_its_pictures_and_links(site):
+    "Every page of the site, as files: each picture is a file in the site, each link within the site leads to a file."
+    if NOTEBOOKS and set(BROWSER_DEFAULT) - set(PAGES):
+        pytest.fail(f'BROWSER_DEFAULT names pages the site does not have: {sorted(set(BROWSER_DEFAULT) - set(PAGES))}')
+    n_imgs = 0
+    for page in PAGES:
+        refs = _Refs(); refs.feed((site / f'{page}.html').read_text(encoding='utf-8'))
+        for src in refs.imgs:
+            if src.startswith('data:'): continue
+            f = (site / urllib.parse.unquote(src.split('#')[0].split('?')[0])).resolve()
+            assert f.is_file() and f.stat().st_size > 0, f'{page}.html: picture {src} is not a file of the site'
+            n_imgs += 1
+        for href in refs.links:
+            if href.startswith(('#', 'mailto:', 'http://', 'https://', 'javascript:')): continue
+            target = site / urllib.parse.unquote(href.split('#')[0].split('?')[0])
+            assert target.is_file() or (target / 'index.html').is_file(), f'{page}.html: link {href} leads nowhere'
+    assert n_imgs >= sum('image/png' in nb.read_text(encoding='utf-8') for nb in NOTEBOOKS), 'pictures missing from the pages'
 
 
 @pytest.mark.parametrize('page', BROWSER_PAGES)
@@ -271,16 +300,63 @@ def _code(src, outputs=()):
     return {'cell_type': 'code', 'metadata': {}, 'source': src, 'execution_count': None, 'outputs': list(outputs)}
 
 
-def test_build_fails_on_error_output(tmp_path):
-    "A notebook saved with an error output must fail the build, naming the notebook and the cell."
-    nbs = tmp_path / 'nbs'; nbs.mkdir()
+def _problems(stderr) -> dict:
+    "notebook name -> its block of a failed build's report (the line naming it and the indented lines under it)."
+    out, name = {}, None
+    for line in stderr.splitlines():
+        m = re.match(r'^(\S+\.ipynb)\b', line)
+        if m: name = m.group(1); out[name] = line
+        elif name and line.startswith(' '): out[name] += '\n' + line
+        else: name = None
+    return out
+
+
+# Each small build takes seconds (a Python, nbdev, MkDocs): the notebook-stage failures share one build (the report
+# names every notebook's problems at once), the passing cases share another; only the remote asset needs its own.
+@pytest.fixture(scope='module')
+def failing_build(tmp_path_factory):
+    """One build of notebooks that break the page rules at the notebook stage: a saved error (01), a warning on stderr
+    (02), absolute paths of the build machine in stdout, a result and markdown (03-05)."""
+    tmp = tmp_path_factory.mktemp('failing')
+    nbs = tmp / 'nbs'; nbs.mkdir()
     (nbs / 'index.ipynb').write_text(json.dumps(_notebook([_md('# Home\n> home page'), _code('1+1')])))
     err = {'output_type': 'error', 'ename': 'ZeroDivisionError', 'evalue': 'division by zero', 'traceback': []}
     (nbs / '01_broken.ipynb').write_text(json.dumps(_notebook([_md('# Broken\n> fails'), _code('1/0', [err])])))
-    r = build(tmp_path / 'site', '--nbs', str(nbs))
+    warn = _stream('<ipython-input-3>:1: UserWarning: the given NumPy array is not writable\n  warn(msg)\n', 'stderr')
+    (nbs / '02_warns.ipynb').write_text(json.dumps(_notebook([_md('# Warns\n> a warning'), _code('x = 1'),
+                                                              _code('f(x)', [_stream('fine\n'), warn])])))
+    paths = [_stream(f'saved to {tmp}/batch.png\n'),
+             {'output_type': 'execute_result', 'execution_count': 1, 'metadata': {},
+              'data': {'text/plain': f"PosixPath('{ROOT}/nbs/x.png')"}},
+             {'output_type': 'display_data', 'metadata': {},
+              'data': {'text/markdown': 'read from `/root/.cache/timmdata/sample`', 'text/plain': 'md'}}]
+    for i, out in enumerate(paths):
+        (nbs / f'0{i + 3}_path{i}.ipynb').write_text(json.dumps(_notebook([_md(f'# Path {i}\n> a path'), _code('save()', [out])])))
+    return tmp / 'site', paths, build(tmp / 'site', '--nbs', str(nbs))
+
+
+def test_build_fails_on_error_output(failing_build):
+    "A notebook saved with an error output must fail the build, naming the notebook and the cell."
+    site, _, r = failing_build
     assert r.returncode != 0
-    assert '01_broken.ipynb' in r.stderr and 'cell 1' in r.stderr and 'ZeroDivisionError' in r.stderr, r.stderr
-    assert not (tmp_path / 'site').exists()
+    block = _problems(r.stderr).get('01_broken.ipynb', '')
+    assert 'error outputs' in block and 'cell 1' in block and 'ZeroDivisionError' in block, r.stderr
+    assert not site.exists()
+
+
+def test_build_fails_on_stderr_output_and_machine_paths(failing_build):
+    """A warning (any stderr stream) or an absolute path of the build machine (in stdout, a result or markdown) saved in
+    a shown cell fails the build, naming each notebook and cell; the notebooks with nothing wrong are not named."""
+    site, paths, r = failing_build
+    assert r.returncode != 0
+    probs = _problems(r.stderr)
+    assert sorted(probs) == ['01_broken.ipynb', '02_warns.ipynb', '03_path0.ipynb', '04_path1.ipynb', '05_path2.ipynb'], r.stderr
+    block = probs['02_warns.ipynb']
+    assert 'cell 2' in block and 'stderr' in block and 'UserWarning' in block and 'cell 1' not in block, r.stderr
+    for i, out in enumerate(paths):
+        block = probs[f'0{i + 3}_path{i}.ipynb']
+        assert 'cell 1' in block and 'absolute path' in block, f'output {i} passed: {out}\n{r.stderr}'
+    assert not site.exists()
 
 
 def test_build_fails_on_remote_asset(tmp_path):
@@ -291,45 +367,38 @@ def test_build_fails_on_remote_asset(tmp_path):
     (nbs / 'index.ipynb').write_text(json.dumps(_notebook([_md('# Home\n> home page'), _code('show()', [html])])))
     r = build(tmp_path / 'site', '--nbs', str(nbs))
     assert r.returncode != 0 and 'cdn.example.com' in r.stderr, r.stderr
+    assert not (tmp_path / 'site').exists()
 
 
 def _stream(text, name='stdout'): return {'output_type': 'stream', 'name': name, 'text': text}
 
 
-def test_build_fails_on_stderr_output_and_machine_paths(tmp_path):
-    """A warning (any stderr stream) or an absolute path of the build machine (in stdout, a result or markdown) saved in
-    a shown cell fails the build, naming each notebook and cell (one build for all of them: each build takes seconds)."""
-    nbs = tmp_path / 'nbs'; nbs.mkdir()
-    (nbs / 'index.ipynb').write_text(json.dumps(_notebook([_md('# Home\n> home page'), _code('1+1')])))
-    warn = _stream('<ipython-input-3>:1: UserWarning: the given NumPy array is not writable\n  warn(msg)\n', 'stderr')
-    (nbs / '01_warns.ipynb').write_text(json.dumps(_notebook([_md('# Warns\n> a warning'), _code('x = 1'),
-                                                              _code('f(x)', [_stream('fine\n'), warn])])))
-    paths = [_stream(f'saved to {tmp_path}/batch.png\n'),
-             {'output_type': 'execute_result', 'execution_count': 1, 'metadata': {},
-              'data': {'text/plain': f"PosixPath('{ROOT}/nbs/x.png')"}},
-             {'output_type': 'display_data', 'metadata': {},
-              'data': {'text/markdown': 'read from `/root/.cache/timmdata/sample`', 'text/plain': 'md'}}]
-    for i, out in enumerate(paths):
-        (nbs / f'0{i + 2}_path{i}.ipynb').write_text(json.dumps(_notebook([_md(f'# Path {i}\n> a path'), _code('save()', [out])])))
-    r = build(tmp_path / 'site', '--nbs', str(nbs))
-    assert r.returncode != 0
-    assert '01_warns.ipynb' in r.stderr and 'cell 2' in r.stderr and 'stderr' in r.stderr and 'UserWarning' in r.stderr, r.stderr
-    for i, out in enumerate(paths):
-        block = r.stderr.split(f'0{i + 2}_path{i}.ipynb', 1)
-        assert len(block) == 2 and 'cell 1' in block[1] and 'absolute path' in block[1], f'output {i} passed: {out}\n{r.stderr}'
-    assert not (tmp_path / 'site').exists()
-
-
-def test_build_allows_hidden_stderr_and_relative_paths(tmp_path):
-    "stderr of a cell hidden from the page is fine; so are relative paths and URLs that contain /home/ or /tmp/."
-    nbs = tmp_path / 'nbs'; nbs.mkdir()
+@pytest.fixture(scope='module')
+def passing_build(tmp_path_factory):
+    """One build that must pass: the home page shows what nbdev hides and keeps (`#| hide`, `#| export`, a figure);
+    01_quiet holds stderr in hidden cells and relative paths. The intermediate markdown is kept (work/pages)."""
+    tmp = tmp_path_factory.mktemp('passing')
+    nbs = tmp / 'nbs'; nbs.mkdir()
+    png = base64.b64encode(_tiny_png()).decode()
+    cells = [_md('# Home\n> home page'), _code('#| hide\nSECRET_HIDDEN = 1'),
+             _code('#| export\ndef twice(x:int, # a number\n         )->int:\n    "Doubles `x`."\n    return 2*x'),
+             _code('twice(2)', [{'output_type': 'execute_result', 'execution_count': 1, 'metadata': {}, 'data': {'text/plain': '4'}}]),
+             _code('plot()', [{'output_type': 'display_data', 'metadata': {}, 'data': {'image/png': png, 'text/plain': '<Figure>'}}])]
+    (nbs / 'index.ipynb').write_text(json.dumps(_notebook(cells)))
     warn = _stream('UserWarning: hidden\n', 'stderr')
-    cells = [_md('# Home\n> home page'), _code('#| hide\nimport warnings', [warn]), _code('#| output: false\nf()', [warn]),
+    cells = [_md('# Quiet\n> hidden stderr'), _code('#| hide\nimport warnings', [warn]), _code('#| output: false\nf()', [warn]),
              _code('#| include: false\ng()', [warn]),
              _code('h()', [_stream('saved to out/demo_batch.png; see https://example.org/home/tmp/ and ~/tmp/x\n')])]
-    (nbs / 'index.ipynb').write_text(json.dumps(_notebook(cells)))
-    r = build(tmp_path / 'site', '--nbs', str(nbs))
+    (nbs / '01_quiet.ipynb').write_text(json.dumps(_notebook(cells)))
+    return tmp, build(tmp / 'site', '--nbs', str(nbs), '--keep', str(tmp / 'work'))
+
+
+def test_build_allows_hidden_stderr_and_relative_paths(passing_build):
+    "stderr of a cell hidden from the page is fine; so are relative paths and URLs that contain /home/ or /tmp/."
+    tmp, r = passing_build
     assert r.returncode == 0, r.stdout + r.stderr
+    page = (tmp / 'site' / 'quiet.html').read_text()
+    assert 'demo_batch.png' in page and 'UserWarning' not in page
 
 
 def test_machine_path_pattern():
@@ -341,23 +410,16 @@ def test_machine_path_pattern():
         assert not hit(t), t
 
 
-def test_build_hides_what_nbdev_hides(tmp_path):
+def test_build_hides_what_nbdev_hides(passing_build):
     "`#| hide` cells vanish, `#| export` code gives way to its show_doc entry, saved figures become files."
-    nbs = tmp_path / 'nbs'; nbs.mkdir()
-    png = base64.b64encode(_tiny_png()).decode()
-    cells = [_md('# Home\n> home page'), _code('#| hide\nSECRET_HIDDEN = 1'),
-             _code('#| export\ndef twice(x:int, # a number\n         )->int:\n    "Doubles `x`."\n    return 2*x'),
-             _code('twice(2)', [{'output_type': 'execute_result', 'execution_count': 1, 'metadata': {}, 'data': {'text/plain': '4'}}]),
-             _code('plot()', [{'output_type': 'display_data', 'metadata': {}, 'data': {'image/png': png, 'text/plain': '<Figure>'}}])]
-    (nbs / 'index.ipynb').write_text(json.dumps(_notebook(cells)))
-    r = build(tmp_path / 'site', '--nbs', str(nbs), '--keep', str(tmp_path / 'work'))
+    tmp, r = passing_build
     assert r.returncode == 0, r.stdout + r.stderr
-    md = (tmp_path / 'work' / 'pages' / 'index.md').read_text()
+    md = (tmp / 'work' / 'pages' / 'index.md').read_text()
     assert 'SECRET_HIDDEN' not in md and 'return 2*x' not in md
     assert '### twice' in md and 'Doubles' in md and 'twice(2)' in md
-    page = (tmp_path / 'site' / 'index.html').read_text()
+    page = (tmp / 'site' / 'index.html').read_text()
     assert 'SECRET_HIDDEN' not in page and 'index_files/' in page
-    assert any((tmp_path / 'site' / 'index_files').glob('*.png'))
+    assert any((tmp / 'site' / 'index_files').glob('*.png'))
 
 
 def _tiny_png():

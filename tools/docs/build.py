@@ -26,7 +26,7 @@ not hidden by `#| hide`, `#| include: false` or `#| output: false`)
 Exits non-zero, naming the notebook and cell, when a notebook holds an error output or breaks a hygiene
 rule, cannot be read or processed, when MkDocs warns, or when a remote asset is referenced."""
 from __future__ import annotations
-import argparse, base64, concurrent.futures as cf, html, json, multiprocessing as mp, os, re, shutil
+import argparse, ast, base64, concurrent.futures as cf, html, json, multiprocessing as mp, os, re, shutil
 import subprocess, sys, tempfile, time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -242,6 +242,49 @@ def hygiene_problems(cells, pattern=MACHINE_PATH) -> list:
     return probs
 
 
+_DEF_NODES = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def definitions_only(src: str):
+    """The imports, functions and classes of a code cell that also runs other statements (tests, demonstrations), as
+    code; None when the cell is all definitions, calls show_doc, or does not parse (it then runs as it is).
+    nbdev's docs processing runs every cell holding an import (with a warning, 'Found cells containing imports and other
+    code') and replaces its outputs with fresh ones. The pages show the saved outputs, so running such a cell's tests is
+    time spent for nothing (a DataLoader with workers, a subprocess: seconds a cell). Its definitions still run, so
+    a later show_doc finds its names; a name a show_doc needs from a dropped statement fails the build, naming the cell.
+    A cell whose code the page hides (`#| echo: false`: a figure or table made for the page) still runs whole."""
+    try: tree = ast.parse(src)
+    except SyntaxError: return None
+    if 'show_doc' in src or all(isinstance(n, _DEF_NODES) for n in tree.body): return None
+    return '\n'.join(ast.get_source_segment(src, n, padded=True) for n in tree.body if isinstance(n, _DEF_NODES))
+
+
+def _run_definitions_only():
+    "nbdev's exec_show_docs, running only the definitions of a cell that mixes them with other code (in this worker)."
+    from nbdev import processors
+    begin = processors.exec_show_docs.begin
+    if getattr(begin, 'definitions_only', False): return
+
+    def patched_begin(self):
+        begin(self)
+        k = getattr(self, 'k', None)
+        if k is None: return
+        run_cell = k.cell
+
+        def cell(c, *args, **kwargs):
+            d = c.directives_
+            hidden_code = str((d.get('echo:') or d.get('echo') or [''])[0]).lower() == 'false'  # shown by its output only
+            code = None if c.cell_type != 'code' or d.keys() & _SHOW_DIRS or hidden_code else definitions_only(c.source)
+            if code is None: return run_cell(c, *args, **kwargs)
+            k._cell_idx = c.idx_ + 1
+            k.run(code)  # the cell's saved outputs stay: they are what the page shows
+        k.cell = cell
+    patched_begin.definitions_only = True
+    processors.exec_show_docs.begin = patched_begin
+
+_SHOW_DIRS = {'export', 'exports', 'exporti', 'exec_doc'}  # cells nbdev runs for their show_doc entries: run whole
+
+
 def process_notebook(path: str, page_stem: str, pages: dict, prefixes: list) -> dict:
     "Runs in a fresh worker process: nbdev's docs processors, then markdown. Returns a picklable dict."
     os.environ['IN_TEST'] = '1'  # as nbdev's own docs processing does: notebooks may skip work under it
@@ -260,6 +303,7 @@ def process_notebook(path: str, page_stem: str, pages: dict, prefixes: list) -> 
     try:
         from execnb.nbio import read_nb
         from nbdev.processors import FilterDefaults
+        _run_definitions_only()
         nb = read_nb(path)
         for c in nb.cells: c.metadata['raw_idx_'] = c.idx_  # processing renumbers cells: keep the saved index
         FilterDefaults()(nb)
@@ -407,10 +451,22 @@ def safe_outdir(out: Path):
                          'remove it or pick another folder')
 
 
-def _worker_context():
+def _code_text(notebooks) -> str:
+    "The code cells of `notebooks`, joined (unreadable notebooks count as empty: their worker reports them)."
+    out = []
+    for nb in notebooks:
+        try: cells = json.loads(Path(nb).read_text(encoding='utf-8')).get('cells', [])
+        except Exception: continue
+        out += [_text(c.get('source', '')) for c in cells if c.get('cell_type') == 'code']
+    return '\n'.join(out)
+
+
+def _worker_context(notebooks=()):
     """Processes for the notebooks, one per notebook (no state leaks between notebooks), forked from a fork server
     that has imported what the notebooks' import cells import (torch, the library, nbdev's processors, matplotlib):
-    each notebook does not pay those imports again (about 3 s each). Spawned interpreters where there is no fork."""
+    each notebook does not pay those imports again (about 3 s each). Only the packages the notebooks' code names are
+    preloaded: a small site (the docs-build tests) does not pay for torch and the library (most of its build time).
+    Spawned interpreters where there is no fork."""
     if 'forkserver' not in mp.get_all_start_methods(): return mp.get_context('spawn')
     os.environ['IN_TEST'] = '1'; os.environ.setdefault('MPLBACKEND', 'Agg')  # inherited by the server
     os.environ['PYTHONPATH'] = os.pathsep.join(p for p in (str(ROOT), os.environ.get('PYTHONPATH')) if p)
@@ -418,6 +474,8 @@ def _worker_context():
     mods = ['torch', 'torchvision', 'matplotlib.pyplot', 'numpy', 'PIL.Image', 'fastcore.test', 'nbdev.showdoc',
             'nbdev.processors', 'execnb.nbio', 'execnb.shell', 'timmdata']
     mods += [f'timmdata.{m.name}' for m in pkgutil.iter_modules([str(ROOT / 'timmdata')]) if not m.name.startswith('_')]
+    code, always = _code_text(notebooks), ('nbdev', 'execnb')  # what process_notebook itself imports
+    mods = [m for m in mods if m.split('.')[0] in always or re.search(rf'\b{m.split(".")[0]}\b', code)]
     ctx = mp.get_context('forkserver')
     ctx.set_forkserver_preload(mods)  # a module that fails to import is skipped by the server (shows up in its notebook)
     return ctx
@@ -466,7 +524,7 @@ def main(argv=None):
 
     print(f'docs: processing {len(notebooks)} notebooks with nbdev ({args.jobs} at a time)', flush=True)
     results, failures = {}, []
-    ctx = _worker_context()  # a fresh process per notebook: no state leaks between notebooks
+    ctx = _worker_context(notebooks)  # a fresh process per notebook: no state leaks between notebooks
     with cf.ProcessPoolExecutor(max_workers=min(args.jobs, len(notebooks)), mp_context=ctx, max_tasks_per_child=1) as ex:
         futs = {ex.submit(process_notebook, str(nb), stem, pages, prefixes): nb for stem, nb in stems.items()}
         for fut in cf.as_completed(futs):
