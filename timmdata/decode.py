@@ -280,11 +280,32 @@ def torchcodec_error(e: Exception) -> str:
     return _TC_LOC.sub('', str(e))
 
 
+_O_READ = os.O_RDONLY | getattr(os, 'O_BINARY', 0) | getattr(os, 'O_CLOEXEC', 0)
+
+
+def _read_file(path) -> bytes:
+    "A file's bytes with a raw descriptor (no buffered file object: about 3 us less per training sample), read to its end."
+    fd = os.open(path, _O_READ)
+    try:
+        size, parts = os.fstat(fd).st_size, []
+        while True:
+            try:
+                b = os.read(fd, size + 1 if not parts else 1 << 20)  # +1: a file that grew is read to its end
+            except OSError as e:  # e.g. a directory (os.open takes one): named like open() names it
+                if e.filename is None:
+                    raise type(e)(e.errno, e.strerror, os.fspath(path)) from None
+                raise
+            if not b:
+                return b''.join(parts) if len(parts) != 1 else parts[0]
+            parts.append(b)
+    finally:
+        os.close(fd)
+
+
 def read_source(src) -> bytes:
     "The bytes of an encoded image given as a path, bytes or a file-like object."
     if isinstance(src, (str, os.PathLike)):
-        with open(src, 'rb') as f:
-            return f.read()
+        return _read_file(src)
     if isinstance(src, (bytes, bytearray, memoryview)):
         return bytes(src)
     if hasattr(src, 'read'):
