@@ -199,8 +199,8 @@ def _jpeg_header(d: bytes) -> tuple:
         if m == 0xD9:
             return False, size
         if m in _SOF and size is None and i + 9 <= n:
-            size = int.from_bytes(d[i + 5 : i + 7], 'big'), int.from_bytes(d[i + 7 : i + 9], 'big')
-        seg = i + 2 + int.from_bytes(d[i + 2 : i + 4], 'big')
+            size = d[i + 5] << 8 | d[i + 6], d[i + 7] << 8 | d[i + 8]  # big-endian pairs, read without slicing
+        seg = i + 2 + (d[i + 2] << 8 | d[i + 3])  # (slices and int.from_bytes: ~2 us more per training sample)
         if m == 0xDA:
             return d.rfind(b'\xff\xd9', seg) < 0, size  # entropy data only holds FF00 / RSTn, so FFD9 is EOI
         i = seg
