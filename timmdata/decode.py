@@ -199,8 +199,8 @@ def _jpeg_header(d: bytes) -> tuple:
         if m == 0xD9:
             return False, size
         if m in _SOF and size is None and i + 9 <= n:
-            size = int.from_bytes(d[i + 5 : i + 7], 'big'), int.from_bytes(d[i + 7 : i + 9], 'big')
-        seg = i + 2 + int.from_bytes(d[i + 2 : i + 4], 'big')
+            size = d[i + 5] << 8 | d[i + 6], d[i + 7] << 8 | d[i + 8]  # big-endian pairs, read without slicing
+        seg = i + 2 + (d[i + 2] << 8 | d[i + 3])  # (slices and int.from_bytes: ~2 us more per training sample)
         if m == 0xDA:
             return d.rfind(b'\xff\xd9', seg) < 0, size  # entropy data only holds FF00 / RSTn, so FFD9 is EOI
         i = seg
@@ -280,11 +280,32 @@ def torchcodec_error(e: Exception) -> str:
     return _TC_LOC.sub('', str(e))
 
 
+_O_READ = os.O_RDONLY | getattr(os, 'O_BINARY', 0) | getattr(os, 'O_CLOEXEC', 0)
+
+
+def _read_file(path) -> bytes:
+    "A file's bytes with a raw descriptor (no buffered file object: about 3 us less per training sample), read to its end."
+    fd = os.open(path, _O_READ)
+    try:
+        size, parts = os.fstat(fd).st_size, []
+        while True:
+            try:
+                b = os.read(fd, size + 1 if not parts else 1 << 20)  # +1: a file that grew is read to its end
+            except OSError as e:  # e.g. a directory (os.open takes one): named like open() names it
+                if e.filename is None:
+                    raise type(e)(e.errno, e.strerror, os.fspath(path)) from None
+                raise
+            if not b:
+                return b''.join(parts) if len(parts) != 1 else parts[0]
+            parts.append(b)
+    finally:
+        os.close(fd)
+
+
 def read_source(src) -> bytes:
     "The bytes of an encoded image given as a path, bytes or a file-like object."
     if isinstance(src, (str, os.PathLike)):
-        with open(src, 'rb') as f:
-            return f.read()
+        return _read_file(src)
     if isinstance(src, (bytes, bytearray, memoryview)):
         return bytes(src)
     if hasattr(src, 'read'):
@@ -480,10 +501,15 @@ class EncodedJpeg:
         except ValueError:
             return self.decode()[:, top : top + height, left : left + width]  # let the full decoders try (or raise)
         _note_jpeg_warnings(before)
-        box = torch.frombuffer(buf, dtype=torch.uint8).view(h, w, 3)[
-            top - y0 : top - y0 + height, left - x0 : left - x0 + width
-        ]
-        return box.permute(2, 0, 1)  # CHW view of HWC memory: the layout torchvision's fast uint8 resize wants
+        dy, dx = top - y0, left - x0
+        if not (dy >= 0 and dx >= 0 and dy + height <= h and dx + width <= w and len(buf) == h * w * 3):
+            raise RuntimeError(
+                f'timmdata: the extension decoded rows {y0}-{y0 + h}, columns {x0}-{x0 + w} ({len(buf)} bytes) for the '
+                f'crop box (top={top}, left={left}, height={height}, width={width}); please report this with the file'
+            )
+        # CHW view of HWC memory (the layout torchvision's fast uint8 resize wants), made in one step: a view, a slice
+        # and a permute cost three tensor creations, the largest per-sample cost beside the pixel work
+        return torch.frombuffer(buf, dtype=torch.uint8).as_strided((3, height, width), (1, 3 * w, 3), (dy * w + dx) * 3)
 
     @property
     def shape(self) -> tuple:

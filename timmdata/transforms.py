@@ -132,9 +132,33 @@ def _is_hwc_view(img) -> bool:
     )
 
 
+# the antialiased kernels `torch.nn.functional.interpolate` calls for a 4-D uint8 input, called straight: its Python
+# checks cost more per sample than the tensor views around them
+_AA_KERNELS = {
+    InterpolationMode.BILINEAR: torch._C._nn._upsample_bilinear2d_aa,
+    InterpolationMode.BICUBIC: torch._C._nn._upsample_bicubic2d_aa,
+}
+
+
 def resize_exact(img, size, interp: InterpolationMode):
     "Resize to exactly `size` = (h, w); an image of that size already is returned as it is (no copy)."
     h, w = int(size[0]), int(size[1])
+    if type(img) is torch.Tensor and _U8_RESIZE_CL and interp in _AA_KERNELS and img.shape[-2:] != (h, w):
+        st = img.stride() if img.ndim == 3 else ()
+        if (
+            len(st) == 3
+            and img.shape[0] == 3
+            and st[0] == 1
+            and st[2] == 3
+            and st[1] >= 3 * img.shape[2]
+            and img.dtype == torch.uint8
+            and img.device.type == 'cpu'
+        ):  # `_is_hwc_view`, inline: the path of every training crop
+            # the 1x3xHxW channels-last view of the path below, made in one step: the same kernel, the same values
+            rs, ih, iw = st[1], img.shape[1], img.shape[2]
+            x = img.as_strided((1, 3, ih, iw), (ih * rs, 1, rs, 3), img.storage_offset())
+            with gil_free:
+                return _AA_KERNELS[interp](x, [h, w], False, None)[0]
     if image_hw(img) == (h, w):
         return img  # PIL and torchvision would copy or repack the pixels for nothing
     if not is_tensor_image(img):
