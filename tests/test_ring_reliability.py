@@ -292,3 +292,22 @@ def test_ring_finaliser_inside_a_ledger_block_does_not_deadlock(tmp_path):
             "print('ok')")
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)  # the old code hung here
     assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stderr[-2000:]
+
+
+def test_ring_finaliser_after_the_ledger_is_written_does_not_deadlock(tmp_path):
+    "The gc may run a ring's finaliser in the last moment of a ledger block: written, the file lock not yet let go."
+    import subprocess, sys
+    code = (f"import os; from timmdata import batch_ring; batch_ring.SHM_DIR = {str(tmp_path)!r}\n"
+            "with batch_ring._ledger() as rings: rings.update(old=(os.getpid(), 1), keep=(os.getpid(), 2))\n"
+            "real, fired = os.close, []\n"
+            "def close(fd):  # the block lets the lock go by closing the file: the finaliser runs just before\n"
+            "    if not fired: fired.append(1); batch_ring._unlist('old', os.getpid())\n"
+            "    real(fd)\n"
+            "os.close = close\n"
+            "with batch_ring._ledger() as rings: pass\n"
+            "os.close = real\n"
+            "assert fired\n"
+            "with batch_ring._ledger() as rings: assert rings == {'keep': (os.getpid(), 2)}, rings\n"
+            "print('ok')")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)  # the old code hung here
+    assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stderr[-2000:]

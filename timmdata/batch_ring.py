@@ -262,7 +262,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-_ledger_held = threading.local()  # .rings: the ledger this thread holds locked, if any
+_ledger_held = threading.local()  # .rings: the ledger this thread holds locked, if any; .busy: inside `_ledger` at all
+_freed = []  # keys of rings freed while their thread was inside `_ledger`: dropped at the next write of the ledger
 _foreign_warned = set()
 
 
@@ -286,6 +287,24 @@ def _ledger():
     ):  # re-entered by a ring's finaliser (the gc ran inside a ledger block):
         yield _ledger_held.rings
         return  # the lock is this thread's already; a second flock would wait for ever
+    _ledger_held.busy = True  # from here until the lock is let go, a ring's finaliser defers to this block (`_unlist`)
+    try:
+        yield from _locked_ledger()
+    finally:
+        _ledger_held.busy = False
+    if _freed:  # a finaliser ran after this block wrote the ledger, before it let the lock go: drop the ring now
+        with _ledger():
+            pass
+
+
+def _drop_freed(rings: dict):
+    "Remove from `rings` the rings freed meanwhile (see `_unlist`)."
+    while _freed:
+        rings.pop(_freed.pop(), None)
+
+
+def _locked_ledger():
+    "`_ledger`'s body: take the file lock, read, yield, write, let go."
     path = os.path.join(SHM_DIR, f"timmdata-rings-{getattr(os, 'getuid', lambda: 0)()}")
     fd = None
     while fcntl is not None:
@@ -319,6 +338,7 @@ def _ledger():
         os.close(fd)
         fd = None
     if fd is None:
+        _freed.clear()  # no ledger here: nothing to remove rings from
         yield None
         return
     try:
@@ -328,11 +348,13 @@ def _ledger():
                 pid, key, n = (line.split() + ['', '', ''])[:3]
                 if pid.isdigit() and n.isdigit() and _alive(int(pid)):
                     rings[key] = (int(pid), int(n))
+            _drop_freed(rings)
             _ledger_held.rings = rings
             try:
                 yield rings
             finally:
                 _ledger_held.rings = None
+            _drop_freed(rings)
             if rings:
                 f.seek(0)
                 f.truncate()
@@ -347,9 +369,15 @@ def _unlist(key: str, pid: int):
     "Remove ring `key` from the ledger (when the ring is freed, in the process that made it)."
     if os.getpid() != pid:
         return  # a forked worker's copy of the ring is not the ring
-    with _ledger() as rings:
-        if rings is not None:
-            rings.pop(key, None)
+    _freed.append(key)
+    # the gc may run this finaliser anywhere, also inside a `_ledger` block of this thread, where a second lock of the
+    # file would wait for ever: there the block drops the key (at once in its body, else before it writes or at its end)
+    held = getattr(_ledger_held, 'rings', None)
+    if held is not None:
+        _drop_freed(held)
+    elif not getattr(_ledger_held, 'busy', False):
+        with _ledger() as rings:
+            pass  # the block drops the freed keys
 
 
 def _mb(n: int) -> str:
