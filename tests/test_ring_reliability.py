@@ -280,34 +280,34 @@ def test_pool_after_share_memory_hands_out_private_memory():
     assert len(set(seen[1:])) <= 2  # the pool still reuses its own (private) buffers
 
 
+def _ledger_script(tmp_path, body: str):
+    "Runs `body` in a fresh Python with the ledger in `tmp_path`; a hang (the old code's) fails after 60 s."
+    import subprocess, sys
+    code = f"import os; from timmdata import batch_ring; batch_ring.SHM_DIR = {str(tmp_path)!r}\n{body}\nprint('ok')"
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stderr[-2000:]
+
+
 def test_ring_finaliser_inside_a_ledger_block_does_not_deadlock(tmp_path):
     "The gc may free an old ring (its finaliser unlists it) while this thread holds the ledger, e.g. while BatchRing.maybe allocates."
-    import subprocess, sys
-    code = (f"import os; from timmdata import batch_ring; batch_ring.SHM_DIR = {str(tmp_path)!r}\n"
-            "with batch_ring._ledger() as rings:\n"
-            "    rings['old'] = (os.getpid(), 1)\n"
-            "    batch_ring._unlist('old', os.getpid())  # what the finaliser does: it must not wait for the lock this thread holds\n"
-            "    assert 'old' not in rings\n"
-            "with batch_ring._ledger() as rings: assert rings == {}\n"
-            "print('ok')")
-    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)  # the old code hung here
-    assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stderr[-2000:]
+    _ledger_script(tmp_path,
+                   "with batch_ring._ledger() as rings:\n"
+                   "    rings['old'] = (os.getpid(), 1)\n"
+                   "    batch_ring._unlist('old', os.getpid())  # what the finaliser does: it must not wait for the lock this thread holds\n"
+                   "    assert 'old' not in rings\n"
+                   "with batch_ring._ledger() as rings: assert rings == {}")
 
 
 def test_ring_finaliser_after_the_ledger_is_written_does_not_deadlock(tmp_path):
     "The gc may run a ring's finaliser in the last moment of a ledger block: written, the file lock not yet let go."
-    import subprocess, sys
-    code = (f"import os; from timmdata import batch_ring; batch_ring.SHM_DIR = {str(tmp_path)!r}\n"
-            "with batch_ring._ledger() as rings: rings.update(old=(os.getpid(), 1), keep=(os.getpid(), 2))\n"
-            "real, fired = os.close, []\n"
-            "def close(fd):  # the block lets the lock go by closing the file: the finaliser runs just before\n"
-            "    if not fired: fired.append(1); batch_ring._unlist('old', os.getpid())\n"
-            "    real(fd)\n"
-            "os.close = close\n"
-            "with batch_ring._ledger() as rings: pass\n"
-            "os.close = real\n"
-            "assert fired\n"
-            "with batch_ring._ledger() as rings: assert rings == {'keep': (os.getpid(), 2)}, rings\n"
-            "print('ok')")
-    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)  # the old code hung here
-    assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stderr[-2000:]
+    _ledger_script(tmp_path,
+                   "with batch_ring._ledger() as rings: rings.update(old=(os.getpid(), 1), keep=(os.getpid(), 2))\n"
+                   "real, fired = os.close, []\n"
+                   "def close(fd):  # the block lets the lock go by closing the file: the finaliser runs just before\n"
+                   "    if not fired: fired.append(1); batch_ring._unlist('old', os.getpid())\n"
+                   "    real(fd)\n"
+                   "os.close = close\n"
+                   "with batch_ring._ledger() as rings: pass\n"
+                   "os.close = real\n"
+                   "assert fired\n"
+                   "with batch_ring._ledger() as rings: assert rings == {'keep': (os.getpid(), 2)}, rings")
