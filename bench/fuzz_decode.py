@@ -155,7 +155,8 @@ def m_segment(d, r):
             else:  # the chunk's data changed, its CRC fixed: the decoder's own checks get the bad data
                 n = int.from_bytes(d[off:off + 4], 'big')
                 for _ in range(int(r.integers(1, 5))):
-                    if n: d[off + 8 + int(r.integers(min(n, len(d) - off - 8) or 1))] ^= 1 << int(r.integers(8))
+                    if n and len(d) - off - 8 > 0:  # a chunk that claims data past the file's end: nothing to flip
+                        d[off + 8 + int(r.integers(min(n, len(d) - off - 8)))] ^= 1 << int(r.integers(8))
                 _png_fix_crc(d, off)
             return bytes(d), f'chunk {t!r}'
     return bytes(d), 'segment(none)'
