@@ -1,8 +1,8 @@
-"""What the stream benchmarks share (`bench_streaming.py`, `bench_shard_cache.py`, `bench_elastic.py`): a local HTTP
-server for a folder of shards, one timed epoch, training loaders over several sources, and the timing loop that
+"""What the benchmarks share (`bench_streaming.py`, `bench_shard_cache.py`, `bench_elastic.py`, `bench_cache.py`, `bench_eval.py`): a local HTTP
+server for a folder of shards, one timed epoch (with the CPU seconds of the loader's processes), training loaders over several sources, and the timing loop that
 alternates the sources epoch by epoch (so that a machine's drift hits them all alike) and prints medians and ratios.
 Run a benchmark as `python bench/NAME.py`: its folder is then on the import path."""
-import socket, statistics, subprocess, sys, time
+import os, socket, statistics, subprocess, sys, time
 from contextlib import contextmanager
 from timmdata import create_loader
 
@@ -31,6 +31,23 @@ def epoch(loader) -> tuple:
     t0, n = time.perf_counter(), 0
     for x, y in loader: n += len(y)
     return n, time.perf_counter() - t0
+
+
+def proc_cpu(pid: int) -> float:
+    "CPU seconds (user + system) a live process has used so far; 0 when it is gone (Linux /proc)."
+    try: f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()
+    except OSError: return 0.0
+    return (int(f[11]) + int(f[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def epoch_cpu(loader) -> tuple:
+    "One pass of `loader` (timmdata.bench's time_epoch): (images, wall seconds, CPU seconds of this process, of its workers)."
+    from timmdata.bench import time_epoch, worker_pids
+    me, workers = os.getpid(), worker_pids(loader)  # persistent workers: the same processes before and after
+    before = {p: proc_cpu(p) for p in workers + [me]}
+    n, dt = time_epoch(loader)
+    after = {p: proc_cpu(p) for p in before}
+    return n, dt, after[me] - before[me], sum(after[p] - before[p] for p in workers)
 
 
 def train_loaders(sources: dict, a) -> dict:

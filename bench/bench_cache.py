@@ -27,7 +27,9 @@ import torch
 
 # run as `python bench/bench_cache.py` from a checkout: the repository's timmdata, installed or not
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from timmdata.bench import LOADERS, time_epoch as bench_epoch, worker_pids, bench_root
+from timmdata.bench import LOADERS, bench_root
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import epoch_cpu as _epoch
 
 TARGET = 12.0  # issue 29 (issue 7: 8x): the store must feed training at least 12x faster than timm on the JPEG folder
 
@@ -40,39 +42,17 @@ def _timmdata_loader(root, batch_size, workers, train=True): return LOADERS['tim
 def _timm_loader(root, batch_size, workers, train=True): return LOADERS['timm'](root, train, batch_size, workers)
 
 
-def _cpu_seconds(pid: int) -> float:
-    "User + system CPU seconds a process has used so far (0 when it is gone)."
-    try: f = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
-    except OSError: return 0.0
-    return (int(f[11]) + int(f[12])) / os.sysconf('SC_CLK_TCK')
-
-
-def _epoch(loader) -> tuple[int, float, float, float]:
-    "One pass (timmdata.bench's): (images, wall seconds, CPU seconds of this process, CPU seconds of its workers)."
-    me, workers = os.getpid(), worker_pids(loader)  # persistent workers: the same processes before and after
-    before = {p: _cpu_seconds(p) for p in workers + [me]}
-    n, dt = bench_epoch(loader)
-    after = {p: _cpu_seconds(p) for p in before}
-    return n, dt, after[me] - before[me], sum(after[p] - before[p] for p in workers)
-
-
 _CHILD = r"""
 import json, os, sys, torch
-from timmdata.bench import LOADERS, time_epoch, worker_pids
+sys.path.insert(0, sys.argv[6])  # bench/, for _common
+from _common import epoch_cpu
+from timmdata.bench import LOADERS
 store, train, bs, workers, threads = sys.argv[1], sys.argv[2] == 'train', int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 if threads: torch.set_num_threads(threads)
-def cpu(pid):
-    try: f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()
-    except OSError: return 0.0
-    return (int(f[11]) + int(f[12])) / os.sysconf('SC_CLK_TCK')
 ld = LOADERS['timmdata'](store, train, bs, workers)
 print('ready', flush=True)
 for line in sys.stdin:
-    me, ws = os.getpid(), worker_pids(ld)
-    before = {p: cpu(p) for p in ws + [me]}
-    n, dt = time_epoch(ld)
-    after = {p: cpu(p) for p in before}
-    print(json.dumps([n, dt, after[me] - before[me], sum(after[p] - before[p] for p in ws)]), flush=True)
+    print(json.dumps(epoch_cpu(ld)), flush=True)
 os._exit(0)  # its workers see their parent go and stop; an orderly shutdown could wait on them
 """
 
@@ -84,7 +64,7 @@ class _OldTree:
         import subprocess
         env = {**os.environ, 'PYTHONPATH': str(Path(tree).resolve())}
         self.p = subprocess.Popen([sys.executable, '-c', _CHILD, str(store), 'train' if train else 'eval', str(batch_size),
-                                   str(workers), str(torch.get_num_threads())], env=env, cwd=str(tree),
+                                   str(workers), str(torch.get_num_threads()), str(Path(__file__).resolve().parent)], env=env, cwd=str(tree),
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         if self.p.stdout.readline().strip() != 'ready':
             raise RuntimeError(f'the store loader of {str(tree)!r} did not start (see its error above)')

@@ -17,24 +17,18 @@ load slows both alike.
 --stages prints instead where an eval image's time goes, stage by stage, in this one process (CPU-µs per image, the
 minimum over a few repeats, against PIL's decode of the same files).
 """
-import argparse, os, resource, statistics, time
+import argparse, os, resource, statistics, sys, time
 import torch
 from pathlib import Path
 from PIL import Image
 from timmdata.bench import LOADERS, bench_root, decode_limit, time_epoch, worker_pids
-
-_TICK = os.sysconf('SC_CLK_TCK')
-
-def _proc_cpu(pid: int) -> float:
-    "CPU seconds (user + system) of a live process; 0 when it is gone."
-    try: f = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
-    except OSError: return 0.0
-    return (int(f[11]) + int(f[12])) / _TICK
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import proc_cpu
 
 def _cpu(loader) -> tuple:
     "(CPU seconds of this process and its waited-for children, {worker pid: its CPU seconds})."
     me, ch = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime, {p: _proc_cpu(p) for p in worker_pids(loader)}
+    return me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime, {p: proc_cpu(p) for p in worker_pids(loader)}
 
 def timed_epoch(loader) -> tuple:
     "(images, wall seconds, CPU seconds of the main process and the workers) of one pass."

@@ -561,12 +561,12 @@ done:
  * whether libjpeg warned: counted in jpeg_warnings())
  * The window of the JPEG's RGB pixels resized to out_h x out_w (resample_window's), decoded and resized in one call
  * without the GIL: libjpeg-turbo decodes only the source columns the window reads (jpeg_crop_scanline; with a margin of
- * RS_MARGIN pixels, as decode_crop's caller adds one: the chroma upsampling reads neighbouring samples), skips the
+ * RS_MARGIN pixels, as decode_crop's caller adds (decode._CROP_MARGIN): fancy chroma upsampling reads up to 2 away), skips the
  * rows above it (jpeg_skip_scanlines, with the same margin) and the rows below it but the last, which still reads
  * (entropy-decodes) the file to its end as a whole decode does: a damaged file is an error or a counted warning as
  * there. The GIL and error handling follow decode_crop: the input is held by its Py_buffer, the output and the window
  * are new, libjpeg's errors longjmp back to where the GIL is taken again. */
-#define RS_MARGIN 8
+#define RS_MARGIN 2
 static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args) {
     Py_buffer buf;
     int out_h, out_w, top, left, oh, ow, kind, vfirst = 0;

@@ -21,7 +21,7 @@ from .collate import BatchCollate, fast_collate
 from .batch_ring import BatchRing
 from .gpu_decode import create_device_decode_loader, refuse_off_default
 from .prefetch import PrefetchLoader
-from .runtime import SEED_MIX, SetsEpoch, default_rank, resolve_device
+from .runtime import SEED_MIX, default_rank, resolve_device, sets_epoch
 from .torch_compat import keep_iterator, kept_iterator, shutdown_workers
 from .scheduled_sampler import Sampling, ScheduledTransformDataset, make_batch_plan
 from .streaming import SplitsOverWorkers, StreamPlan
@@ -87,8 +87,8 @@ class _RepeatSampler:
 
     def __iter__(self):
         b = self.batch_sampler  # a batch sampler with its own epoch (a scheduled one) moves itself and its sampler
-        sampler = b if isinstance(b, SetsEpoch) else getattr(b, 'sampler', b)
-        epoch = getattr(sampler, 'epoch', None) if isinstance(sampler, SetsEpoch) else None
+        sampler = b if sets_epoch(b) else getattr(b, 'sampler', b)
+        epoch = getattr(sampler, 'epoch', None) if sets_epoch(sampler) else None
         while True:
             if epoch is not None:
                 sampler.set_epoch(epoch)

@@ -13,7 +13,7 @@ from .collate import new_uint8
 from .naflex_transforms import parse_patch_size
 from .transforms import SampleTransform
 from .config import mix_seed, seed_all
-from .runtime import pass_epoch
+from .runtime import delegated, pass_epoch
 from .streaming import EvenOverWorkers, SplitsOverWorkers
 
 # %% auto #0
@@ -220,6 +220,9 @@ class NaFlexBatchMaker:
 class NaFlexMapDatasetWrapper(IterableDataset):
     "Batches of one sequence length each, batch size from a token budget, the same schedule on every rank (timm's)."
 
+    # timm's names for the batch maker's parts, live: setting one (e.g. `mixup_fn`) changes what the batches get
+    transforms, collate_fns, mixup_fn = (delegated('batch_maker', n) for n in ('transforms', 'collate_fns', 'mixup_fn'))
+
     def __init__(
         self,
         base_dataset,  # map-style dataset of (image, target); its own transform should be None
@@ -262,8 +265,6 @@ class NaFlexMapDatasetWrapper(IterableDataset):
             patchify_channels_last,
             not self.variable_patch_size,
         )
-        m = self.batch_maker  # timm's names for its parts:
-        self.transforms, self.collate_fns, self.mixup_fn = m.transforms, m.collate_fns, m.mixup_fn
         self._make_schedule()
 
     def _check_base(self, ds):

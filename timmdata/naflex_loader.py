@@ -19,7 +19,7 @@ from .streaming import SplitsOverWorkers
 from .naflex_random_erasing import PatchRandomErasing
 from .decode import NATIVE
 from .feeder import DeviceFeeder, FedLoader, takes_step_options, weak_method
-from .runtime import BufferPool, default_rank, pass_epoch, rank_seed, resolve_device
+from .runtime import BufferPool, default_rank, delegated, pass_epoch, rank_seed, resolve_device
 from .resume import ResumableDataLoader, ResumeStateError, StatefulLoader, batch_key, check_state, loader_marks
 
 # %% auto #0
@@ -178,6 +178,13 @@ class NaFlexPrefetchLoader(FedLoader):
     "Wraps a NaFlex DataLoader: patches to `device` (CPU or CUDA), uint8 -> float, normalised, optionally patch-erased."
 
     devices = NaFlexBatchOps.devices
+    # its step's settings under the loader's (timm's) names, live: setting one changes what the step does
+    device, img_dtype, channels, cpu_threads = (
+        delegated('ops', n) for n in ('device', 'img_dtype', 'channels', 'cpu_threads')
+    )
+    patchify_channels_last, jitter, generator, random_erasing = (
+        delegated('ops', n) for n in ('patchify_channels_last', 'jitter', 'generator', 'random_erasing')
+    )
 
     @takes_step_options(NaFlexBatchOps)
     def __init__(
@@ -188,13 +195,9 @@ class NaFlexPrefetchLoader(FedLoader):
     ):
         self.loader, self.rank = loader, default_rank()
         self.ops = NaFlexBatchOps(*args, **kwargs)
-        o = self.ops  # its settings, under the loader's names
-        self.device, self.img_dtype, self.channels, self.cpu_threads = o.device, o.img_dtype, o.channels, o.cpu_threads
-        self.patchify_channels_last, self.jitter = o.patchify_channels_last, o.jitter
-        self.generator, self.random_erasing = o.generator, o.random_erasing
         # the device loop (side stream, one batch ahead on a GPU, event hand-over, marks, workers) is the feeder's
         self.feeder = DeviceFeeder(
-            loader, weak_method(self._step), self.device, marks=loader_marks(loader), cpu_threads=o.cpu_threads
+            loader, weak_method(self._step), self.device, marks=loader_marks(loader), cpu_threads=self.cpu_threads
         )
 
     def set_epoch(self, epoch: int):

@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['SEED_MIX', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'rank_seed', 'SetsEpoch', 'pass_epoch']
+__all__ = ['SEED_MIX', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'rank_seed', 'SetsEpoch', 'delegated',
+           'sets_epoch', 'pass_epoch']
 
 # %% ../nbs/02_runtime.ipynb #cc278d7d
 def _refs(bufs: list, i: int) -> int:
@@ -116,12 +117,28 @@ class SetsEpoch(Protocol):
     def set_epoch(self, epoch: int): ...  # select the epoch of the next pass
 
 
+def delegated(part: str, name: str) -> property:
+    "A property reading and writing attribute `name` of the object in attribute `part`: a class split in two keeps its names, live."
+    return property(
+        lambda self: getattr(getattr(self, part), name),
+        lambda self, v: setattr(getattr(self, part), name, v),
+        doc=f'`self.{part}.{name}` (read and set there)',
+    )
+
+
+def sets_epoch(obj) -> bool:
+    "Does `obj` `SetsEpoch`? Its attribute is read, so a wrapper that hands it on through `__getattr__` counts too."
+    # from Python 3.12, isinstance against a runtime protocol looks methods up statically and misses such wrappers
+    # (e.g. `batch_plan.SeededDataset` around a dataset with an epoch): this is the one place the seam is tested
+    return callable(getattr(obj, 'set_epoch', None))
+
+
 def pass_epoch(
     obj,  # a sampler, batch sampler, dataset or batch op (or None)
     epoch: int,  # the epoch of the next pass
 ) -> bool:
     "Pass `epoch` on to `obj` when it `SetsEpoch`; anything else (e.g. timm's map-style datasets) is left as it is. True if it took it."
-    if not isinstance(obj, SetsEpoch):
+    if not sets_epoch(obj):
         return False
     obj.set_epoch(epoch)
     return True

@@ -9,7 +9,7 @@ import torch
 
 # %% auto #0
 __all__ = ['kept_iterator', 'forget_iterator', 'keep_iterator', 'worker_processes', 'shutdown_workers', 'new_shared_storage',
-           'cuda_default_generator']
+           'cuda_default_generator', 'aa_resize_kernels']
 
 # %% ../nbs/01_torch_compat.ipynb #de6d51b1
 # checked: torch 2.0 to 2.14 (DataLoader keeps a persistent_workers iterator in `_iterator`, None otherwise)
@@ -56,3 +56,11 @@ def new_shared_storage(nbytes: int) -> torch.UntypedStorage:
 def cuda_default_generator(index: int) -> torch.Generator:
     "The default generator of CUDA device `index` (the one `torch.rand(..., device='cuda:index')` draws from)."
     return torch.cuda.default_generators[index]
+
+# %% ../nbs/01_torch_compat.ipynb #1e596793
+# checked: torch 2.14 (`torch._C._nn._upsample_{bilinear,bicubic}2d_aa(input, output_size, align_corners, scale_factors)`:
+# the kernels `F.interpolate(..., antialias=True)` calls, minus its Python checks, which cost more per training crop)
+def aa_resize_kernels() -> dict:
+    "{'bilinear': op, 'bicubic': op}: torch's antialiased resize kernels, `op(x, [h, w], False, None)`; {} where this torch has none."
+    ops = {m: getattr(torch._C._nn, f'_upsample_{m}2d_aa', None) for m in ('bilinear', 'bicubic')}
+    return {m: op for m, op in ops.items() if op is not None}

@@ -27,6 +27,7 @@ from timmdata.resample import (
     str_to_pil_interp,
 )  # also importable from here
 from .stages import DECODE, stage_clock
+from .torch_compat import aa_resize_kernels
 from .config import parse_input_size
 from timmdata.config import (
     CROP_MODES,
@@ -134,10 +135,7 @@ def _is_hwc_view(img) -> bool:
 
 # the antialiased kernels `torch.nn.functional.interpolate` calls for a 4-D uint8 input, called straight: its Python
 # checks cost more per sample than the tensor views around them
-_AA_KERNELS = {
-    InterpolationMode.BILINEAR: torch._C._nn._upsample_bilinear2d_aa,
-    InterpolationMode.BICUBIC: torch._C._nn._upsample_bicubic2d_aa,
-}
+_AA_KERNELS = {InterpolationMode(m): op for m, op in aa_resize_kernels().items()}
 
 
 def resize_exact(img, size, interp: InterpolationMode):
@@ -166,6 +164,7 @@ def resize_exact(img, size, interp: InterpolationMode):
     if interp in (InterpolationMode.BOX, InterpolationMode.HAMMING):  # no torch kernel: a rare, slow PIL detour
         return TF.pil_to_tensor(TF.to_pil_image(img).resize((w, h), MODE_TO_PIL[interp]))
     if _U8_RESIZE_CL and interp in (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC) and _is_hwc_view(img):
+        # (where this torch lacks the kernels called straight above, or for a tensor subclass)
         # torchvision's resize_image would call the same kernel with the same arguments, but its reshape to a 1xCxHxW
         # batch hides the channels-last layout of a crop window; the kernel then repacks to planar and takes about
         # twice as long. Shown as a 4-D channels-last view, it reads and writes interleaved pixels: the same values (tested below)
