@@ -5,8 +5,10 @@ generated sample data, run in this process (num_workers=0: every stage, the coll
 on one core), timed with the process's CPU clock, best of --reps passes. Prints:
 - the loader's CPU ms/image, timm's, their ratio (timm / timmdata: how many times faster timmdata is per core), and
   timmdata against the decode limit (PIL's whole decode, what `timmdata bench` calls decode_limit, per core);
-- the stages of one training sample, each timed alone: read, header, crop-aware decode, resize, flip, collate;
-  whatever the loader costs beyond their sum is its own machinery (seeding, stage clocks, DataLoader, batch step).
+- the stages of one training sample, each timed alone: read, header, the crop's decode, resize and flip (one native
+  call, `resample.resize_box`; indented below it: its crop decode alone, and torch's resize of the crop that it
+  replaced), collate; whatever the loader costs beyond their sum is its own machinery (seeding, stage clocks,
+  DataLoader, batch step).
 With --old TREE: the loader's CPU ms/image of TREE and of this tree, alternating in one run (each in a subprocess with
 that tree first on PYTHONPATH), and new/old.
 
@@ -57,6 +59,7 @@ def stages_cpu_ms(n: int, reps: int) -> dict:
     from timmdata.decode import encoded_jpeg, read_source
     from timmdata.transforms import RandomResizedCropAndInterpolation as RRC
     from timmdata.transforms import resize_exact
+    from timmdata.resample import resize_box
 
     torch.set_num_threads(1)
     files = sorted(glob.glob(str(bench_root() / '*' / '*')))[:n]
@@ -65,7 +68,8 @@ def stages_cpu_ms(n: int, reps: int) -> dict:
     random.seed(0)
     boxes = [RRC.get_params(e, (0.08, 1.0), (3 / 4, 4 / 3)) for e in encs]
     crops = [e.decode_crop(*b) for e, b in zip(encs, boxes, strict=True)]
-    outs = [resize_exact(c, (224, 224), InterpolationMode.BILINEAR) for c in crops]
+    BILINEAR = InterpolationMode.BILINEAR
+    outs = [resize_box(e, b, (224, 224), BILINEAR) for e, b in zip(encs, boxes, strict=True)]
 
     def pil_decode(f):
         with Image.open(f) as im:
@@ -78,11 +82,11 @@ def stages_cpu_ms(n: int, reps: int) -> dict:
     work = {
         'read (file bytes)': lambda: [read_source(f) for f in files],
         'header (encoded_jpeg)': lambda: [encoded_jpeg(d) for d in datas],
-        'crop decode (libjpeg-turbo, the box)': lambda: [e.decode_crop(*b) for e, b in zip(encs, boxes, strict=True)],
-        'resize to 224 (torch uint8 AA)': lambda: [
-            resize_exact(c, (224, 224), InterpolationMode.BILINEAR) for c in crops
+        'crop decode + resize + flip (resize_box)': lambda: [
+            resize_box(e, b, (224, 224), BILINEAR, flip=i % 2 == 0) for i, (e, b) in enumerate(zip(encs, boxes, strict=True))
         ],
-        'flip (p=0.5: every other image)': lambda: [o.flip(-1) for o in outs[::2]],
+        '  of which the crop decode (decode_crop)': lambda: [e.decode_crop(*b) for e, b in zip(encs, boxes, strict=True)],
+        '  (torch uint8 AA resize of the crop, before)': lambda: [resize_exact(c, (224, 224), BILINEAR) for c in crops],
         'collate (into the uint8 batch)': lambda: collate(None),
         'whole decode, extension (reference)': lambda: [e.decode() for e in encs],
         'whole decode, PIL (decode limit)': lambda: [pil_decode(f) for f in files],
@@ -145,16 +149,16 @@ def main(argv=None):
             (td if which == 'timmdata' else tm).append(loader_cpu_ms(which, a.images, a.reps))
     st = stages_cpu_ms(a.images, a.reps)
     ours, theirs, limit = statistics.median(td), statistics.median(tm), st['whole decode, PIL (decode limit)']
-    print(f'{"stage (CPU ms per image, one core)":42s} {"ms":>7s} {"of loader":>9s}')
-    parts = [k for k in st if 'reference' not in k and 'decode limit' not in k]
-    for k in parts:
-        print(f'{k:42s} {st[k]:7.3f} {st[k] / ours:9.0%}')
+    print(f'{"stage (CPU ms per image, one core)":46s} {"ms":>7s} {"of loader":>9s}')
+    parts = [k for k in st if 'reference' not in k and 'decode limit' not in k and not k.startswith(' ')]
+    for k in [k for k in st if 'reference' not in k and 'decode limit' not in k]:  # indented: parts of the row above
+        print(f'{k:46s} {st[k]:7.3f} {st[k] / ours:9.0%}')
     rest = ours - sum(st[k] for k in parts)
-    print(f'{"loader machinery + batch step (the rest)":42s} {rest:7.3f} {rest / ours:9.0%}')
-    print(f'{"timmdata loader (num_workers=0)":42s} {ours:7.3f}')
-    print(f'{"timm loader (num_workers=0)":42s} {theirs:7.3f}')
+    print(f'{"loader machinery + batch step (the rest)":46s} {rest:7.3f} {rest / ours:9.0%}')
+    print(f'{"timmdata loader (num_workers=0)":46s} {ours:7.3f}')
+    print(f'{"timm loader (num_workers=0)":46s} {theirs:7.3f}')
     for k in ('whole decode, extension (reference)', 'whole decode, PIL (decode limit)'):
-        print(f'{k:42s} {st[k]:7.3f}')
+        print(f'{k:46s} {st[k]:7.3f}')
     print(f'timmdata/timm (per core) {theirs / ours:.2f}x   timmdata/decode-limit {limit / ours:.2f}x')
 
 

@@ -237,6 +237,56 @@ static int rs_coeffs(int kind, int in_size, int out_size, int first, int n, int 
 
 static inline uint8_t rs_clip8(int32_t v) { v >>= RS_BITS; return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v; }
 
+
+/* Per-thread scratch for the decoded window and the passes' intermediate: a fresh malloc of a few hundred KB per image
+ * is served by mmap and returned with munmap (glibc's threshold is 128 KB to start), so every image paid about 70 page
+ * faults (about 60 us) for memory it had just given back. Each thread keeps its two buffers for its next call (freed
+ * when the thread ends); a request over RS_KEEP bytes (a huge image) is allocated and freed per call, so what is kept
+ * stays bounded whatever the images' headers claim. Without POSIX threads, every buffer is per call. */
+#define RS_KEEP ((size_t)8 << 20)
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#define RS_KEEPS 1
+typedef struct { uint8_t *p[2]; size_t n[2]; } rs_scratch;
+static pthread_key_t rs_key;
+static int rs_key_made = 0;  /* set in the module's init, under the GIL */
+static void rs_scratch_free(void *v) { rs_scratch *s = v; free(s->p[0]); free(s->p[1]); free(s); }
+static void rs_scratch_init(void) { if (!rs_key_made && pthread_key_create(&rs_key, rs_scratch_free) == 0) rs_key_made = 1; }
+#else
+#define RS_KEEPS 0
+static void rs_scratch_init(void) {}
+#endif
+
+/* n bytes for buffer `slot` (0: the window, 1: the intermediate) of this thread; NULL when memory ran out. Give it back
+ * with rs_give. */
+static uint8_t *rs_take(int slot, size_t n) {
+#if RS_KEEPS
+    if (rs_key_made && n <= RS_KEEP) {
+        rs_scratch *s = pthread_getspecific(rs_key);
+        if (!s) {
+            if (!(s = calloc(1, sizeof *s))) return NULL;
+            if (pthread_setspecific(rs_key, s) != 0) { free(s); return NULL; }
+        }
+        if (s->n[slot] < n) {
+            free(s->p[slot]);
+            s->p[slot] = malloc(n);
+            s->n[slot] = s->p[slot] ? n : 0;
+        }
+        return s->p[slot];
+    }
+#endif
+    (void)slot;
+    return malloc(n);
+}
+
+static void rs_give(uint8_t *p, size_t n) {
+#if RS_KEEPS
+    if (rs_key_made && n <= RS_KEEP) return;  /* kept for the thread's next call */
+#endif
+    (void)n;
+    free(p);
+}
+
 /* The two passes below, in plain C (any compiler, any CPU) and with AVX2 (x86-64 GCC or clang, chosen at run time):
  * the same integer operations in both, so the same bytes. A pass reads rows of `src` (`ss` bytes apart) and writes
  * rows of `dst` (`ds` bytes apart); `bounds` count from the source's first row / column. The horizontal pass writes
@@ -284,14 +334,21 @@ static void rs_vertical_c(const uint8_t *src, Py_ssize_t ss, Py_ssize_t m, int o
 }
 
 #if RS_AVX2
-/* The horizontal pass of an RGB row, 8 output pixels of one channel at a time. A group of 8 output pixels whose taps
- * all lie within 16 source pixels (every group at eval's scales: 1.2-1.6x) takes 16 bytes of the channel's plane;
- * per tap, a byte shuffle picks each output pixel's source byte (0 where the pixel has fewer taps), and 32-bit lanes
- * multiply and add them with that tap's weights. The plan per group: `first` source pixel, `taps`, and per tap
- * the shuffle (16 bytes) and the 8 weights. Groups that do not fit (and the last ow % 8 pixels) go through the plain C
- * loop. Rows go two at a time (each shuffle and weight vector loaded once for both), each first split into its three
- * planes, 16 pixels a step. */
-typedef struct { int first, taps; } rs_group;
+/* The passes with AVX2, exact to the plain C ones: 16-bit multiply-adds (two taps per instruction) need 16-bit weights,
+ * so each 22-bit weight k is split as k = kh * 2^11 + kl (kh signed, 0 <= kl < 2^11, both fit 16 bits) and the two
+ * sums are put together as (sum p * kh) * 2^11 + sum p * kl: the same integer as sum p * k, never out of 32 bits.
+ * The horizontal pass takes 8 output pixels of one channel at a time, 4 per 128-bit lane; a lane whose 4 pixels' taps
+ * all lie within 16 source pixels (every lane at scales up to 3 for bilinear and 2.1 for bicubic) loads those 16 bytes
+ * of the channel's plane, and per pair of taps a byte shuffle puts each pixel's two source bytes side by side as
+ * 16-bit values (0 where a pixel has fewer taps). The plan per group: each lane's first source pixel, the number of tap
+ * pairs, and per pair the shuffle (32 bytes) and the high and low weights (16 x int16 each). Groups that do not fit
+ * (and the last ow % 8 pixels) go through the plain C loop. Rows go two at a time (each shuffle and weight vector
+ * loaded once for both), each first split into its three planes, 16 pixels a step. */
+typedef struct { int first0, first1, pairs; } rs_group;
+
+#define RS_KSPLIT 11
+static inline int16_t rs_khi(int32_t k) { return (int16_t)(k >> RS_KSPLIT); }
+static inline int16_t rs_klo(int32_t k) { return (int16_t)(k & ((1 << RS_KSPLIT) - 1)); }
 
 static RS_TARGET void rs_split3(const uint8_t *p, int w, uint8_t *r, uint8_t *g, uint8_t *bl) {
     const __m128i ra = _mm_setr_epi8(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
@@ -314,12 +371,19 @@ static RS_TARGET void rs_split3(const uint8_t *p, int w, uint8_t *r, uint8_t *g,
     for (; x < w; x++) { r[x] = p[3 * x]; g[x] = p[3 * x + 1]; bl[x] = p[3 * x + 2]; }
 }
 
-static RS_TARGET void rs_horizontal3_avx2(const uint8_t *src, Py_ssize_t ss, int n, int w, int ow, const int *b, const int32_t *kk,
-                                          int ks, const rs_group *gr, const uint8_t *masks, const int32_t *wts, int maxtaps,
-                                          uint8_t *planes, uint8_t *dst, Py_ssize_t ds, Py_ssize_t plane) {
-    const Py_ssize_t pw = (Py_ssize_t)w + 16;  /* a plane row, with room for the last group's 16-byte load */
-    const int ng = ow / 8;
+/* (high sums) * 2^11 + (low sums), rounded and shifted: the 8 output bytes of a group, in order */
+static inline RS_TARGET __m128i rs_finish8(__m256i hi, __m256i lo) {
     const __m256i half = _mm256_set1_epi32(1 << (RS_BITS - 1));
+    const __m256i a = _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(hi, RS_KSPLIT), lo), half), RS_BITS);
+    const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    return _mm_packus_epi16(p16, p16);
+}
+
+static RS_TARGET void rs_horizontal3_avx2(const uint8_t *src, Py_ssize_t ss, int n, int w, int ow, const int *b, const int32_t *kk,
+                                          int ks, const rs_group *gr, const uint8_t *masks, const int16_t *wts, int maxpairs,
+                                          uint8_t *planes, uint8_t *dst, Py_ssize_t ds, Py_ssize_t plane) {
+    const Py_ssize_t pw = (Py_ssize_t)w + 16;  /* a plane row, with room for a lane's 16-byte load */
+    const int ng = ow / 8;
     for (int y = 0; y < n; y += 2) {  /* two rows at a time: each shuffle and weight vector loaded once for both */
         const int two = y + 1 < n;
         const uint8_t *row = src + (size_t)y * ss;
@@ -330,56 +394,63 @@ static RS_TARGET void rs_horizontal3_avx2(const uint8_t *src, Py_ssize_t ss, int
             const uint8_t *pc = planes + c * pw, *pc1 = pc + 3 * pw;
             uint8_t *tc = t + c * plane;
             for (int g = 0; g < ng; g++) {
-                if (gr[g].taps < 0) continue;  /* done by the plain loop below */
-                const __m128i v = _mm_loadu_si128((const __m128i *)(pc + gr[g].first));
-                const __m128i v1 = _mm_loadu_si128((const __m128i *)(pc1 + gr[g].first));  /* row y + 1 (unused on a last odd row) */
-                const uint8_t *m = masks + (size_t)g * maxtaps * 16;
-                const int32_t *k = wts + (size_t)g * maxtaps * 8;
-                __m256i a = half, a1 = half;
-                for (int j = 0; j < gr[g].taps; j++) {
-                    const __m128i mj = _mm_loadu_si128((const __m128i *)(m + 16 * j));
-                    const __m256i kj = _mm256_loadu_si256((const __m256i *)(k + 8 * j));
-                    a = _mm256_add_epi32(a, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_shuffle_epi8(v, mj)), kj));
-                    a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_shuffle_epi8(v1, mj)), kj));
+                if (gr[g].pairs < 0) continue;  /* done by the plain loop below */
+                const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(pc + gr[g].first0))),
+                                                          _mm_loadu_si128((const __m128i *)(pc + gr[g].first1)), 1);
+                const __m256i v1 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(pc1 + gr[g].first0))),
+                                                           _mm_loadu_si128((const __m128i *)(pc1 + gr[g].first1)), 1);  /* row y + 1 (unused on a last odd row) */
+                const uint8_t *m = masks + (size_t)g * maxpairs * 32;
+                const int16_t *k = wts + (size_t)g * maxpairs * 32;
+                __m256i h = _mm256_setzero_si256(), l = h, h1 = h, l1 = h;
+                for (int j = 0; j < gr[g].pairs; j++) {
+                    const __m256i mj = _mm256_loadu_si256((const __m256i *)(m + 32 * j));
+                    const __m256i kh = _mm256_loadu_si256((const __m256i *)(k + 32 * j)), kl = _mm256_loadu_si256((const __m256i *)(k + 32 * j + 16));
+                    const __m256i s = _mm256_shuffle_epi8(v, mj), s1 = _mm256_shuffle_epi8(v1, mj);
+                    h = _mm256_add_epi32(h, _mm256_madd_epi16(s, kh)); l = _mm256_add_epi32(l, _mm256_madd_epi16(s, kl));
+                    h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(s1, kh)); l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(s1, kl));
                 }
-                a = _mm256_srai_epi32(a, RS_BITS);
-                const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-                _mm_storel_epi64((__m128i *)(tc + 8 * g), _mm_packus_epi16(p16, p16));
-                if (two) {
-                    a1 = _mm256_srai_epi32(a1, RS_BITS);
-                    const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(a1), _mm256_extracti128_si256(a1, 1));
-                    _mm_storel_epi64((__m128i *)(tc + ds + 8 * g), _mm_packus_epi16(q16, q16));
-                }
+                _mm_storel_epi64((__m128i *)(tc + 8 * g), rs_finish8(h, l));
+                if (two) _mm_storel_epi64((__m128i *)(tc + ds + 8 * g), rs_finish8(h1, l1));
             }
         }
         for (int r = 0; r <= two; r++) {
             for (int g = 0; g < ng; g++)
-                if (gr[g].taps < 0) rs_horizontal_c(row + r * ss, ss, 1, 3, 8 * g, 8 * g + 8, b, kk, ks, t + r * ds, ds, plane);
+                if (gr[g].pairs < 0) rs_horizontal_c(row + r * ss, ss, 1, 3, 8 * g, 8 * g + 8, b, kk, ks, t + r * ds, ds, plane);
             if (8 * ng < ow) rs_horizontal_c(row + r * ss, ss, 1, 3, 8 * ng, ow, b, kk, ks, t + r * ds, ds, plane);
         }
     }
 }
 
-/* 16 bytes of a row at a time, each tap's row times its weight in 32-bit lanes */
+/* 16 bytes of a row at a time: two source rows' bytes interleaved as 16-bit pairs, times the pair of their weights */
 static RS_TARGET void rs_vertical_avx2(const uint8_t *src, Py_ssize_t ss, Py_ssize_t m, int oh, const int *b, const int32_t *kk,
                                        int ks, uint8_t *dst, Py_ssize_t ds) {
-    const __m256i half = _mm256_set1_epi32(1 << (RS_BITS - 1));
+    const __m256i half = _mm256_set1_epi32(1 << (RS_BITS - 1)), zero = _mm256_setzero_si256();
     for (int j = 0; j < oh; j++) {
         const uint8_t *r = src + (size_t)b[2 * j] * ss;
         const int32_t *k = kk + (size_t)j * ks;
         const int n = b[2 * j + 1];
         uint8_t *o = dst + (size_t)j * ds;
+        __m256i wh[32], wl[32];  /* per pair of taps: (kh_y, kh_y+1) and (kl_y, kl_y+1) in every 32-bit lane */
+        const int np = (n + 1) / 2;
+        if (np > 32) { rs_vertical_c(src, ss, m, 1, b + 2 * j, k, ks, o, ds); continue; }  /* over 64 taps: a downscale of 16x and more */
+        for (int y = 0; y < np; y++) {
+            const int32_t k0 = k[2 * y], k1 = 2 * y + 1 < n ? k[2 * y + 1] : 0;
+            wh[y] = _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)rs_khi(k0) | ((uint32_t)(uint16_t)rs_khi(k1) << 16)));
+            wl[y] = _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)rs_klo(k0) | ((uint32_t)(uint16_t)rs_klo(k1) << 16)));
+        }
         Py_ssize_t q = 0;
         for (; q + 16 <= m; q += 16) {
-            __m256i a0 = half, a1 = half;
-            for (int y = 0; y < n; y++) {
-                const __m128i v = _mm_loadu_si128((const __m128i *)(r + (size_t)y * ss + q));
-                const __m256i w = _mm256_set1_epi32(k[y]);
-                a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(v), w));
-                a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)), w));
+            __m256i h0 = zero, h1 = zero, l0 = zero, l1 = zero;
+            for (int y = 0; y < np; y++) {
+                const __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r + (size_t)(2 * y) * ss + q)));
+                const __m256i c = 2 * y + 1 < n ? _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r + (size_t)(2 * y + 1) * ss + q))) : zero;
+                const __m256i lo = _mm256_unpacklo_epi16(a, c), hi = _mm256_unpackhi_epi16(a, c);
+                h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(lo, wh[y])); h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(hi, wh[y]));
+                l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(lo, wl[y])); l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(hi, wl[y]));
             }
-            a0 = _mm256_srai_epi32(a0, RS_BITS); a1 = _mm256_srai_epi32(a1, RS_BITS);
-            const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(a0, a1), 0xd8);  /* 16 int16 in order */
+            const __m256i a0 = _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h0, RS_KSPLIT), l0), half), RS_BITS);
+            const __m256i a1 = _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h1, RS_KSPLIT), l1), half), RS_BITS);
+            const __m256i p16 = _mm256_packs_epi32(a0, a1);  /* the unpacks' order undone: 16 int16 in order */
             _mm_storeu_si128((__m128i *)(o + q), _mm_packus_epi16(_mm256_castsi256_si128(p16), _mm256_extracti128_si256(p16, 1)));
         }
         if (q < m) {
@@ -423,28 +494,41 @@ static int rs_horizontal(const uint8_t *src, Py_ssize_t ss, int n, int C, int w,
         const int ng = ow / 8;
         int maxtaps = 0;
         for (int i = 0; i < 8 * ng; i++) maxtaps = b[2 * i + 1] > maxtaps ? b[2 * i + 1] : maxtaps;
+        const int maxpairs = (maxtaps + 1) / 2;
         rs_group *gr = malloc(sizeof(rs_group) * (size_t)ng);
-        uint8_t *masks = calloc((size_t)ng * maxtaps, 16), *planes = malloc(6 * ((size_t)w + 16));  /* two rows' planes */
-        int32_t *wts = calloc((size_t)ng * maxtaps * 8, sizeof(int32_t));
+        uint8_t *masks = calloc((size_t)ng * maxpairs, 32), *planes = malloc(6 * ((size_t)w + 16));  /* two rows' planes */
+        int16_t *wts = calloc((size_t)ng * maxpairs * 32, sizeof(int16_t));
         if (!gr || !masks || !planes || !wts) { free(gr); free(masks); free(planes); free(wts); return 0; }
         for (int g = 0; g < ng; g++) {
-            int first = b[16 * g], taps = 0, fits = 1;
-            for (int i = 8 * g; i < 8 * g + 8; i++) {
-                taps = b[2 * i + 1] > taps ? b[2 * i + 1] : taps;
-                if (b[2 * i] + b[2 * i + 1] - first > 16) fits = 0;
-            }
-            gr[g].first = first; gr[g].taps = fits ? taps : -1;
-            if (!fits) continue;
-            for (int j = 0; j < taps; j++)
-                for (int i = 0; i < 8; i++) {
-                    const int o = 8 * g + i, has = j < b[2 * o + 1];
-                    masks[((size_t)g * maxtaps + j) * 16 + i] = has ? (uint8_t)(b[2 * o] + j - first) : 0x80;
-                    wts[((size_t)g * maxtaps + j) * 8 + i] = has ? kk[(size_t)o * ks + j] : 0;
+            int first[2], taps = 0, fits = 1;
+            for (int L = 0; L < 2; L++) {
+                int lo = b[2 * (8 * g + 4 * L)], hi = 0;
+                for (int i = 8 * g + 4 * L; i < 8 * g + 4 * L + 4; i++) {
+                    lo = b[2 * i] < lo ? b[2 * i] : lo;
+                    hi = b[2 * i] + b[2 * i + 1] > hi ? b[2 * i] + b[2 * i + 1] : hi;
+                    taps = b[2 * i + 1] > taps ? b[2 * i + 1] : taps;
                 }
-            for (int j = 0; j < taps; j++) memset(masks + ((size_t)g * maxtaps + j) * 16 + 8, 0x80, 8);
+                if (hi - lo > 16) fits = 0;
+                first[L] = lo;
+            }
+            gr[g].first0 = first[0]; gr[g].first1 = first[1]; gr[g].pairs = fits ? (taps + 1) / 2 : -1;
+            if (!fits) continue;
+            for (int j = 0; j < gr[g].pairs; j++) {
+                uint8_t *mj = masks + ((size_t)g * maxpairs + j) * 32;
+                int16_t *kh = wts + ((size_t)g * maxpairs + j) * 32, *kl = kh + 16;
+                for (int L = 0; L < 2; L++)
+                    for (int i = 0; i < 4; i++)
+                        for (int e = 0; e < 2; e++) {
+                            const int o = 8 * g + 4 * L + i, tap = 2 * j + e, has = tap < b[2 * o + 1], at = 16 * L + 4 * i + 2 * e;
+                            mj[at] = has ? (uint8_t)(b[2 * o] + tap - first[L]) : 0x80;
+                            mj[at + 1] = 0x80;  /* the high byte of the 16-bit value */
+                            const int32_t k = has ? kk[(size_t)o * ks + tap] : 0;
+                            kh[8 * L + 2 * i + e] = rs_khi(k); kl[8 * L + 2 * i + e] = rs_klo(k);
+                        }
+            }
         }
         memset(planes, 0, 6 * ((size_t)w + 16));  /* the bytes past a row's end are loaded, never used: defined anyway */
-        rs_horizontal3_avx2(src, ss, n, w, ow, b, kk, ks, gr, masks, wts, maxtaps, planes, dst, ds, plane);
+        rs_horizontal3_avx2(src, ss, n, w, ow, b, kk, ks, gr, masks, wts, maxpairs, planes, dst, ds, plane);
         free(gr); free(masks); free(planes); free(wts);
         return 1;
     }
@@ -490,13 +574,23 @@ static int rs_plan_make(rs_plan *p, const char *name, int in_h, int in_w, int ou
     return 1;
 }
 
+static void rs_plan_mirror(rs_plan *p, int ow) {  /* output column i takes column ow-1-i's bounds and weights */
+    for (int i = 0, j = ow - 1; i < j; i++, j--) {
+        int t0 = p->bh[2 * i], t1 = p->bh[2 * i + 1];
+        p->bh[2 * i] = p->bh[2 * j]; p->bh[2 * i + 1] = p->bh[2 * j + 1]; p->bh[2 * j] = t0; p->bh[2 * j + 1] = t1;
+        int32_t *a = p->kh + (size_t)i * p->ksh, *b = p->kh + (size_t)j * p->ksh;
+        for (int k = 0; k < p->ksh; k++) { int32_t t = a[k]; a[k] = b[k]; b[k] = t; }
+    }
+}
+
 /* Both passes, in Pillow's order, from the window's first source byte (rows `rs` bytes apart) into dst (C planes of
  * oh x ow). Needs no GIL. Returns 0 when memory ran out. */
 static int rs_passes(const rs_plan *p, const uint8_t *first, Py_ssize_t rs, int C, int oh, int ow, int vfirst, int simd, uint8_t *dst) {
     /* the intermediate: horizontal first, (yl - yf) rows of ow pixels as C planes; vertical first, oh interleaved rows
      * of the window's source columns */
     const Py_ssize_t tw = vfirst ? (Py_ssize_t)(p->xl - p->xf) * C : (Py_ssize_t)ow, th = vfirst ? oh : p->yl - p->yf;
-    uint8_t *tmp = malloc((size_t)th * (size_t)tw * (vfirst ? 1 : (size_t)C) + 16);
+    const size_t tn = (size_t)th * (size_t)tw * (vfirst ? 1 : (size_t)C) + 16;
+    uint8_t *tmp = rs_take(1, tn);
     if (!tmp) return 0;
     int ok = 1;
     if (vfirst) {
@@ -507,7 +601,7 @@ static int rs_passes(const rs_plan *p, const uint8_t *first, Py_ssize_t rs, int 
         for (Py_ssize_t c = 0; ok && c < C; c++)
             rs_vertical(tmp + c * th * tw, tw, ow, oh, p->bv, p->kv, p->ksv, dst + c * (Py_ssize_t)oh * ow, ow, simd);
     }
-    free(tmp);
+    rs_give(tmp, tn);
     return ok;
 }
 
@@ -518,8 +612,8 @@ static int rs_passes(const rs_plan *p, const uint8_t *first, Py_ssize_t rs, int 
  * the Py_buffer) and the output bytearray is new, so nobody else reads or moves them meanwhile. */
 static PyObject *resample_window(PyObject *self, PyObject *args) {
     PyObject *src;
-    int y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vfirst = 0;
-    if (!PyArg_ParseTuple(args, "Oiiiiiiiiiii|p", &src, &y0, &x0, &in_h, &in_w, &out_h, &out_w, &top, &left, &oh, &ow, &kind, &vfirst))
+    int y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vfirst = 0, flip = 0;
+    if (!PyArg_ParseTuple(args, "Oiiiiiiiiiii|pp", &src, &y0, &x0, &in_h, &in_w, &out_h, &out_w, &top, &left, &oh, &ow, &kind, &vfirst, &flip))
         return NULL;
     Py_buffer v;
     if (PyObject_GetBuffer(src, &v, PyBUF_STRIDES) < 0) return NULL;
@@ -536,6 +630,7 @@ static PyObject *resample_window(PyObject *self, PyObject *args) {
         goto done;
     }
     if (!rs_plan_make(&p, "resample_window", in_h, in_w, out_h, out_w, top, left, oh, ow, kind)) goto done;
+    if (flip) rs_plan_mirror(&p, ow);
     if (p.yf < y0 || p.yl > y0 + sh || p.xf < x0 || p.xl > x0 + sw) {
         PyErr_Format(PyExc_ValueError, "resample_window: the window needs source rows %d..%d and columns %d..%d; got rows %d..%zd, "
                      "columns %d..%zd", p.yf, p.yl, p.xf, p.xl, y0, y0 + sh, x0, x0 + sw);
@@ -557,21 +652,36 @@ done:
     return out;
 }
 
-/* resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0) -> (bytearray (3, oh, ow),
- * whether libjpeg warned: counted in jpeg_warnings())
- * The window of the JPEG's RGB pixels resized to out_h x out_w (resample_window's), decoded and resized in one call
- * without the GIL: libjpeg-turbo decodes only the source columns the window reads (jpeg_crop_scanline; with a margin of
- * RS_MARGIN pixels, as decode_crop's caller adds (decode._CROP_MARGIN): fancy chroma upsampling reads up to 2 away), skips the
- * rows above it (jpeg_skip_scanlines, with the same margin) and the rows below it but the last, which still reads
- * (entropy-decodes) the file to its end as a whole decode does: a damaged file is an error or a counted warning as
- * there. The GIL and error handling follow decode_crop: the input is held by its Py_buffer, the output and the window
- * are new, libjpeg's errors longjmp back to where the GIL is taken again. */
+/* resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0, box=None, flip=False,
+ *                  to_end=True) -> (bytearray (3, oh, ow) planar, whether libjpeg warned: counted in jpeg_warnings())
+ * The window (top, left, oh, ow) of the JPEG's RGB pixels resized to out_h x out_w (resample_window's), decoded and
+ * resized in one call without the GIL. `box` (y, x, h, w): resize that box of the image instead of the whole image, as
+ * PIL's crop then resize does (the filter sees only the box's pixels): the training crop. `flip`: the result mirrored
+ * left to right (its columns' weights in reverse order: the same bytes as flipping afterwards). libjpeg-turbo decodes
+ * only the source columns the window reads (jpeg_crop_scanline; with a margin of RS_MARGIN pixels, as decode_crop's
+ * caller adds (decode._CROP_MARGIN): fancy chroma upsampling reads up to 2 away) and skips the rows above them
+ * (jpeg_skip_scanlines, with the same margin). The rows below: with `to_end` (eval) skipped but the last, which still
+ * reads (entropy-decodes) the file to its end as a whole decode does, so a damaged file is an error or a counted
+ * warning as there; without it (training, decode_crop's rule) not read unless the rows reach the last one. The GIL and
+ * error handling follow decode_crop: the input is held by its Py_buffer, the output and the window are new, libjpeg's
+ * errors longjmp back to where the GIL is taken again. */
 #define RS_MARGIN 2
-static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args) {
+
+static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"data", "out_h", "out_w", "top", "left", "oh", "ow", "kind", "vertical_first", "max_pixels", "box",
+                             "flip", "to_end", NULL};
     Py_buffer buf;
-    int out_h, out_w, top, left, oh, ow, kind, vfirst = 0;
+    int out_h, out_w, top, left, oh, ow, kind, vfirst = 0, flip = 0, to_end = 1;
+    int sy = 0, sx = 0, sh = 0, sw = 0;  /* the box; sh == 0: the whole image */
     Py_ssize_t max_pixels = 0;
-    if (!PyArg_ParseTuple(args, "y*iiiiiii|pn", &buf, &out_h, &out_w, &top, &left, &oh, &ow, &kind, &vfirst, &max_pixels)) return NULL;
+    PyObject *box = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*iiiiiii|pnOpp", kwlist, &buf, &out_h, &out_w, &top, &left, &oh, &ow, &kind,
+                                     &vfirst, &max_pixels, &box, &flip, &to_end))
+        return NULL;
+    if (box != Py_None && !PyArg_ParseTuple(box, "iiii;resize_crop_jpeg: box must be (y, x, h, w)", &sy, &sx, &sh, &sw)) {
+        PyBuffer_Release(&buf); return NULL;
+    }
+    const int whole = box == Py_None;
     struct jpeg_decompress_struct cinfo;
     struct err_mgr jerr;
     memset(&cinfo, 0, sizeof cinfo);
@@ -579,6 +689,7 @@ static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args) {
     rs_plan p; memset(&p, 0, sizeof p);
     PyObject *volatile out = NULL, *volatile ret = NULL;
     uint8_t *volatile win = NULL;
+    volatile size_t win_n = 0;
     PyThreadState *volatile ts = NULL;
     cinfo.err = jpeg_std_error(&jerr.pub);
     jerr.pub.error_exit = on_error; jerr.pub.emit_message = on_warning;
@@ -599,13 +710,22 @@ static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "JPEG header claims %lldx%lld = %lld pixels, over the limit of %zd pixels", W, H, W * H, max_pixels);
         goto done;
     }
-    if (!rs_plan_make(&p, "resize_crop_jpeg", (int)H, (int)W, out_h, out_w, top, left, oh, ow, kind)) goto done;
-    /* the decoded box: the window's source rows and columns with a margin, columns widened by libjpeg to whole iMCUs */
-    const int ys = p.yf > RS_MARGIN ? p.yf - RS_MARGIN : 0;
-    JDIMENSION cx = (JDIMENSION)(p.xf > RS_MARGIN ? p.xf - RS_MARGIN : 0);
-    JDIMENSION cw = (JDIMENSION)((p.xl + RS_MARGIN < W ? p.xl + RS_MARGIN : (int)W) - (int)cx);
+    if (whole) { sh = (int)H; sw = (int)W; }
+    else if (sy < 0 || sx < 0 || sh < 1 || sw < 1 || (long long)sy + sh > H || (long long)sx + sw > W) {
+        PyErr_Format(PyExc_ValueError, "crop box (top=%d, left=%d, height=%d, width=%d) is not inside the %lldx%lld image", sy, sx, sh, sw, W, H);
+        goto done;
+    }
+    if (!rs_plan_make(&p, "resize_crop_jpeg", sh, sw, out_h, out_w, top, left, oh, ow, kind)) goto done;
+    if (flip) rs_plan_mirror(&p, ow);
+    /* the source rows ry0..ry1 and columns the window reads, in the image's coordinates; the decoded box: those with a
+     * margin, columns widened by libjpeg to whole iMCUs */
+    const int ry0 = sy + p.yf, ry1 = sy + p.yl, ys = ry0 > RS_MARGIN ? ry0 - RS_MARGIN : 0;
+    const int ye = to_end ? (int)H : (ry1 + RS_MARGIN < H ? ry1 + RS_MARGIN : (int)H);  /* rows read up to here */
+    JDIMENSION cx = (JDIMENSION)(sx + p.xf > RS_MARGIN ? sx + p.xf - RS_MARGIN : 0);
+    JDIMENSION cw = (JDIMENSION)((sx + p.xl + RS_MARGIN < W ? sx + p.xl + RS_MARGIN : (int)W) - (int)cx);
     out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)3 * oh * ow);
-    win = malloc((size_t)(p.yl - p.yf + 1) * (size_t)W * 3 + 16);  /* the window's rows and a scratch row; W: room for any widening */
+    win_n = (size_t)(ry1 - ry0 + 1) * (size_t)W * 3 + 16;  /* the window's rows and a scratch row; W: room for any widening */
+    win = rs_take(0, win_n);
     if (!out || !win) { PyErr_NoMemory(); goto done; }
     uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
     const int simd = rs_avx2();
@@ -617,31 +737,31 @@ static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args) {
     jpeg_start_decompress(&cinfo);
     jpeg_crop_scanline(&cinfo, &cx, &cw);
     rowb = (Py_ssize_t)cw * 3;
-    uint8_t *scratch = win + (size_t)(p.yl - p.yf) * rowb;  /* the rows decoded outside the window */
+    uint8_t *scratch = win + (size_t)(ry1 - ry0) * rowb;  /* the rows decoded outside the window */
     if (ys > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)ys) != (JDIMENSION)ys) code = DC_SKIP;
-    while (code == DC_OK && (long long)cinfo.output_scanline < p.yl) {  /* a row's pixels do not depend on the rows below */
+    while (code == DC_OK && (long long)cinfo.output_scanline < ry1) {  /* a row's pixels do not depend on the rows below */
         /* up to 16 rows a call (libjpeg gives what one pass of its upsampler makes); the margin's rows above the window
          * go to the window's first rows, which its own rows overwrite later */
-        const int y = (int)cinfo.output_scanline, above = y < p.yf, room = p.yl - p.yf;
-        int n = above ? p.yf - y : p.yl - y;
+        const int y = (int)cinfo.output_scanline, above = y < ry0, room = ry1 - ry0;
+        int n = above ? ry0 - y : ry1 - y;
         n = n > 16 ? 16 : n;
         if (above && n > room) n = room;
         JSAMPROW rows[16];
-        for (int k = 0; k < n; k++) rows[k] = win + (size_t)((above ? 0 : y - p.yf) + k) * rowb;
+        for (int k = 0; k < n; k++) rows[k] = win + (size_t)((above ? 0 : y - ry0) + k) * rowb;
         if (jpeg_read_scanlines(&cinfo, rows, (JDIMENSION)n) < 1) { code = DC_STALL; stalled_at = cinfo.output_scanline; }
     }
-    /* the rows below: skipped but the last (entropy-decoded, not reconstructed; libjpeg-turbo would not read the data
-     * of a skip that reaches the last row), the last one decoded, then the end of the file */
-    if (code == DC_OK && (long long)cinfo.output_scanline < H - 1) {
-        const JDIMENSION rest = (JDIMENSION)(H - 1 - cinfo.output_scanline);
+    /* the rows below, up to ye: skipped but the last (entropy-decoded, not reconstructed; libjpeg-turbo would not read
+     * the data of a skip that reaches the last row), the last one decoded; then, at the image's end, the file's end */
+    if (code == DC_OK && (long long)cinfo.output_scanline < ye - 1) {
+        const JDIMENSION rest = (JDIMENSION)(ye - 1 - (int)cinfo.output_scanline);
         if (jpeg_skip_scanlines(&cinfo, rest) != rest) code = DC_SKIP;
     }
-    if (code == DC_OK && (long long)cinfo.output_scanline < H) {
+    if (code == DC_OK && (long long)cinfo.output_scanline < ye) {
         JSAMPROW row = scratch;
         if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) { code = DC_STALL; stalled_at = cinfo.output_scanline; }
     }
-    if (code == DC_OK) jpeg_finish_decompress(&cinfo);
-    if (code == DC_OK) ok = rs_passes(&p, win + (size_t)(p.xf - (int)cx) * 3, rowb, 3, oh, ow, vfirst, simd, dst);
+    if (code == DC_OK && ye == H) jpeg_finish_decompress(&cinfo);
+    if (code == DC_OK) ok = rs_passes(&p, win + (size_t)(sx + p.xf - (int)cx) * 3, rowb, 3, oh, ow, vfirst, simd, dst);
     PyEval_RestoreThread(ts); ts = NULL;
     if (code == DC_SKIP) { PyErr_SetString(PyExc_ValueError, "JPEG decode: could not skip rows"); goto done; }
     if (code == DC_STALL) { PyErr_Format(PyExc_ValueError, "JPEG decode: libjpeg made no progress at row %u", stalled_at); goto done; }
@@ -650,7 +770,8 @@ static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args) {
 done:
     note_warning(&jerr);
     jpeg_destroy_decompress(&cinfo);
-    rs_plan_free(&p); free(win);
+    rs_plan_free(&p);
+    if (win) rs_give(win, win_n);
     PyBuffer_Release(&buf); Py_XDECREF(out);
     return ret;
 }
@@ -996,8 +1117,8 @@ static PyMethodDef methods[] = {
     {"set_streaming", set_streaming, METH_VARARGS, "set_streaming(on) -> previous setting: streaming stores in the affine passes (AVX2 builds)"},
     {"header", header, METH_VARARGS, "header(data) -> (height, width, components, jpeg colour space)"},
     {"decode_crop", decode_crop, METH_VARARGS, "decode_crop(data, top, left, height, width, max_pixels=0, gray=False) -> (bytearray RGB or gray, x0, y0, w, h)"},
-    {"resample_window", resample_window, METH_VARARGS, "resample_window(src_hwc_u8, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vertical_first=False) -> bytearray (C, oh, ow), planar: Pillow's resize (kind 0 bilinear, 1 bicubic) of the in_h x in_w image to out_h x out_w, rows top.. and columns left.. only; src holds the source from (y0, x0)"},
-    {"resize_crop_jpeg", resize_crop_jpeg, METH_VARARGS, "resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0) -> (bytearray (3, oh, ow) planar, warned): resample_window's result from the JPEG's RGB pixels, decoding only the rows and columns the window reads"},
+    {"resample_window", resample_window, METH_VARARGS, "resample_window(src_hwc_u8, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, flip=False) -> bytearray (C, oh, ow), planar: Pillow's resize (kind 0 bilinear, 1 bicubic) of the in_h x in_w image to out_h x out_w, rows top.. and columns left.. only (mirrored left to right with flip); src holds the source from (y0, x0)"},
+    {"resize_crop_jpeg", (PyCFunction)(void (*)(void))resize_crop_jpeg, METH_VARARGS | METH_KEYWORDS, "resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0, box=None, flip=False, to_end=True) -> (bytearray (3, oh, ow) planar, warned): resample_window's result from the JPEG's RGB pixels (of the box (y, x, h, w): PIL's crop then resize), mirrored with flip, decoding only the rows and columns the window reads (with to_end, the file to its end)"},
     {"set_resample_simd", set_resample_simd, METH_VARARGS, "set_resample_simd(on) -> previous setting: the AVX2 passes of resample_window (the same bytes as the plain C ones)"},
     {"jpeg_warnings", jpeg_warnings, METH_NOARGS, "jpeg_warnings() -> (images libjpeg warned about so far in this process, latest message)"},
     {"channel_means", channel_means, METH_VARARGS, "channel_means(x_u8, out_f32, n, c, hw): per image and channel means"},
@@ -1009,4 +1130,4 @@ static PyMethodDef methods[] = {
     {"affine_u8", affine_u8, METH_VARARGS, "affine_u8(x_u8, m, b, lo, hi, out_f32, n, c, hw): out = clamp(m @ x + b, lo, hi)"},
     {NULL, NULL, 0, NULL}};
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_native", "Crop-aware JPEG decoding and the fused uint8 batch step", -1, methods};
-PyMODINIT_FUNC PyInit__native(void) { detect_cpu(); return PyModule_Create(&moddef); }
+PyMODINIT_FUNC PyInit__native(void) { detect_cpu(); rs_scratch_init(); return PyModule_Create(&moddef); }

@@ -16,7 +16,7 @@ from .stages import DECODE, stage_clock
 # %% auto #0
 __all__ = ['INTERPOLATIONS', 'MODE_TO_PIL', 'RESAMPLE_KIND', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
            'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'vertical_first',
-           'resize_crop_window', 'resize_center_crop']
+           'resize_crop_window', 'resize_center_crop', 'resize_box']
 
 # %% ../nbs/09_resample.ipynb #d1faf2a6
 _INTERP = {  # name -> (torchvision mode, PIL filter)
@@ -173,3 +173,49 @@ def resize_center_crop(
     if ch > rh or cw > rw:
         return None
     return resize_crop_window(img, (rh, rw), (int(round((rh - ch) / 2.0)), int(round((rw - cw) / 2.0)), ch, cw), interp)
+
+
+def resize_box(
+    img,  # a not-yet-decoded JPEG, or a uint8 3xHxW tensor laid out as HWC pixels
+    box: tuple,  # (top, left, height, width) of the crop in `img`
+    out_hw: tuple,  # the size it is resized to (h, w)
+    interp: InterpolationMode,  # bilinear or bicubic
+    flip: bool = False,  # mirrored left to right (the same bytes as flipping the result)
+):
+    "The crop `box` of `img` resized to `out_hw` (PIL's crop then resize), in one step; None where not covered."
+    kind, nat = RESAMPLE_KIND.get(interp), decode.NATIVE.module
+    if kind is None or nat is None:
+        return None
+    (top, left, h, w), (oh, ow) = box, out_hw
+    vfirst = vertical_first((h, w), (oh, ow))
+    if isinstance(img, EncodedJpeg):
+        # the training crop: only the box's rows and columns decoded (with decode_crop's margin), the rows below it not
+        # read (decode_crop's rule: `nbs/20_dataset.ipynb`), resized and mirrored in the same call without the GIL
+        try:
+            with stage_clock(DECODE), gil_free:  # the decode and the resize, one step: counted as decoding
+                buf, warned = nat.resize_crop_jpeg(
+                    img.data,
+                    oh,
+                    ow,
+                    0,
+                    0,
+                    oh,
+                    ow,
+                    kind,
+                    vfirst,
+                    decode.MAX_IMAGE_PIXELS or 0,
+                    box=(top, left, h, w),
+                    flip=flip,
+                    to_end=False,
+                )
+        except ValueError:
+            return None  # the crop decoders try it, or raise the clear error
+        if warned:
+            note_jpeg_warnings(nat.jpeg_warnings()[0] - 1)
+    elif isinstance(img, torch.Tensor) and _hwc3(img):
+        src = img[:, top : top + h, left : left + w].permute(1, 2, 0).numpy()
+        with gil_free:
+            buf = nat.resample_window(src, 0, 0, h, w, oh, ow, 0, 0, oh, ow, kind, vfirst, flip)
+    else:
+        return None
+    return torch.frombuffer(buf, dtype=torch.uint8).view(3, oh, ow)

@@ -22,6 +22,7 @@ from timmdata.resample import (
     interp_or_choices,
     interp_repr,
     pick_interp,
+    resize_box,
     resize_center_crop,
     str_to_interp_mode,  # names,
     str_to_pil_interp,
@@ -339,9 +340,21 @@ class RandomResizedCropAndInterpolation(SampleTransform):
             w, h = img_w, img_h
         return (img_h - h) // 2, (img_w - w) // 2, h, w
 
+    def draw(self, img) -> tuple:
+        "This image's crop box and interpolation, drawn as timm draws them (box first)."
+        return self.get_params(img, self.scale, self.ratio), pick_interp(self.interpolation)
+
+    def apply(self, img, box: tuple, interp, flip: bool = False):
+        "The `box` of `img` resized to `size` with `interp` (and mirrored): one native step where it can (`resize_box`)."
+        out = resize_box(img, box, self.size, interp, flip)
+        if out is None:  # other filters, PIL images, no extension, or a JPEG the crop decoder refuses: the steps
+            out = resize_exact(crop_box(img, *box), self.size, interp)
+            if flip:
+                out = out.flip(-1) if isinstance(out, torch.Tensor) else TF.hflip(out)
+        return out
+
     def __call__(self, img):
-        i, j, h, w = self.get_params(img, self.scale, self.ratio)
-        return resize_exact(crop_box(img, i, j, h, w), self.size, pick_interp(self.interpolation))
+        return self.apply(img, *self.draw(img))
 
     def __repr__(self):
         return (
@@ -363,8 +376,12 @@ class RandomHorizontalFlip(tvt.RandomHorizontalFlip, SampleTransform):
 
     input_format = 'tensor'
 
+    def draw(self) -> bool:
+        "Whether this image is flipped: torchvision's draw, so seeded pipelines give the same flips as timm's."
+        return bool(torch.rand(1) < self.p)
+
     def __call__(self, img):
-        if torch.rand(1) < self.p:  # torchvision's draw, so seeded pipelines give the same flips as timm's
+        if self.draw():
             return img.flip(-1) if isinstance(img, torch.Tensor) else TF.hflip(img)
         return img
 
@@ -567,6 +584,18 @@ class Compose(tvt.Compose, SampleTransform):
             return ts[0], ts[1]
         return None
 
+    def _crop_flip(
+        self,
+    ) -> tuple | None:  # the training pipeline's crop and flip, one step: timmdata.resample.resize_box
+        ts = self.transforms
+        if (
+            len(ts) >= 2
+            and type(ts[0]) is RandomResizedCropAndInterpolation
+            and type(ts[1]) in (RandomHorizontalFlip, tvt.RandomHorizontalFlip)  # the same draw (subclasses may differ)
+        ):
+            return ts[0], ts[1]
+        return None
+
     @property
     def input_format(self) -> str:
         for i, t in enumerate(self.transforms):
@@ -586,6 +615,9 @@ class Compose(tvt.Compose, SampleTransform):
             out = resize_center_crop(img, int(rc[0].size), rc[1].size, rc[0].interpolation)
             if out is not None:
                 img, ts = out, ts[2:]
+        elif isinstance(img, (EncodedJpeg, torch.Tensor)) and (cf := self._crop_flip()) is not None:
+            box, interp = cf[0].draw(img)  # the draws in the steps' order: the box, the interpolation, the flip
+            img, ts = cf[0].apply(img, box, interp, flip=RandomHorizontalFlip.draw(cf[1])), ts[2:]
         # per sample, so only the first step is asked: it is the one that meets the undecoded JPEG
         if isinstance(img, EncodedJpeg) and (not ts or transform_input(ts[0]) != 'encoded'):
             with stage_clock(DECODE):
