@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from .config import mix_seed
 from .feeder import Marks, cuda_rng_seeded, iterator_workers, shutdown_iterator
 from .prefetch import PrefetchLoader
-from .runtime import SEED_MIX, default_rank, pass_epoch
+from .runtime import SEED_MIX, default_rank, pass_loader_epoch
 from timmdata.batch_plan import (
     BATCH_TAG,
     STATE_VERSION,
@@ -210,9 +210,8 @@ class StatefulLoader:
         )
 
     def set_epoch(self, epoch: int):
-        "Passes the epoch to the batch plan (and its sampler) and to the dataset, where they take one."
-        for obj in {id(o): o for o in (self.plan or self.batch_sampler, self.sampler, self.dataset)}.values():
-            pass_epoch(obj, epoch)
+        "Passes the epoch to the batch plan (its batch sampler), its sampler and the dataset, where they take one."
+        pass_loader_epoch(self, epoch)
 
     def state_dict(self) -> dict:
         "The loader's position after the batches delivered so far: a small dict of plain JSON data for `load_state_dict`."
