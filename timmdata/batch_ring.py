@@ -282,11 +282,17 @@ def _foreign_ledger(path: str, why: str):
 @contextmanager
 def _ledger():
     "The machine's ring ledger {ring key: (pid, bytes)} (dead processes dropped), locked; saved as the block leaves it. None: no ledger here."
-    if (
-        getattr(_ledger_held, "rings", None) is not None
-    ):  # re-entered by a ring's finaliser (the gc ran inside a ledger block):
-        yield _ledger_held.rings
-        return  # the lock is this thread's already; a second flock would wait for ever
+    if getattr(_ledger_held, 'busy', False):
+        # Unreachable from timmdata's own code, so an internal error and not a path: `shm_report` and `place_ring` enter
+        # the ledger, and their blocks ask nothing of it (place_ring's `make` is BatchRing's constructor); `_unlist`, a
+        # ring's finaliser that the gc may run inside a block, enters it only where this thread is in none (else it
+        # defers to the block); this function's own tail enters it after the block let the lock go. A second lock of
+        # the file here would wait for ever: refused at once (not a RuntimeError, which place_ring reads as "no ring").
+        raise AssertionError(
+            'timmdata internal error: the batch-ring ledger was asked for inside a ledger block of the same thread '
+            "(e.g. by a place_ring `make` that calls shm_report or place_ring), whose file lock it holds already; "
+            'ask for it before or after the block'
+        )
     _ledger_held.busy = True  # from here until the lock is let go, a ring's finaliser defers to this block (`_unlist`)
     try:
         yield from _locked_ledger()
@@ -413,7 +419,7 @@ def shm_share(
 
 def place_ring(
     need: int,  # bytes the ring needs
-    make: Callable[[], 'BatchRing'],  # makes the ring (called under the ledger's lock, only where it fits)
+    make: Callable[[], 'BatchRing'],  # makes the ring where it fits (under the ledger's lock: not to ask it again)
     what: str = '',  # the ring's layout, for the note
 ) -> RingChoice:
     "The ring from `make` where `need` fits this process's share (`shm_share`; then listed in the ledger), else none, and why in words."
