@@ -16,7 +16,7 @@ TORCH_PRIVATE = {'_iterator', '_workers', '_shutdown_workers', '_new_shared', 'd
 DECLARED = {  # a method other stages rely on: the protocol that declares it (test it with isinstance, not getattr/hasattr)
     'set_epoch': 'timmdata.runtime.SetsEpoch (pass it on with runtime.pass_epoch)', 'stats': 'timmdata.threads.CountsTime',
     'set_loader_cfg': 'timmdata.streaming.SplitsOverWorkers', 'samples_per_worker': 'timmdata.streaming.EvenOverWorkers',
-    'workers': 'timmdata.feeder.WrapsWorkers', 'shutdown': 'timmdata.feeder.WrapsWorkers'}
+    'workers': 'timmdata.torch_compat.WrapsWorkers', 'shutdown': 'timmdata.torch_compat.WrapsWorkers'}
 
 
 def sources() -> dict:

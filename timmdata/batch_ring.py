@@ -21,7 +21,7 @@ from .collate import BatchCollate, fast_collate, new_uint8
 from .settings import setting
 
 # %% auto #0
-__all__ = ['SHM_DIR', 'RingChoice', 'BatchRing', 'shm_space', 'shm_report', 'ShmBudget']
+__all__ = ['SHM_DIR', 'RingChoice', 'BatchRing', 'shm_space', 'shm_report', 'shm_share', 'place_ring']
 
 # %% ../nbs/28_batch_ring.ipynb #660575e7
 _RINGS = weakref.WeakValueDictionary()  # ring key -> BatchRing, in the process that made the ring (the main process)
@@ -229,7 +229,7 @@ class BatchRing(BatchCollate):
             return RingChoice(None, 'no batch ring: num_workers=0 (batches are made in this process)')
         need = _ring_nbytes(_ring_shapes(batch_shape), num_workers * slots_per_worker)
         make = partial(cls, batch_shape, num_workers, slots_per_worker)
-        return ShmBudget().place(need, make, f'{num_workers} workers x {slots_per_worker} slots')
+        return place_ring(need, make, f'{num_workers} workers x {slots_per_worker} slots')
 
     @classmethod
     def maybe(cls, batch_shape, num_workers: int, slots_per_worker: int) -> Optional[BatchRing]:
@@ -282,11 +282,17 @@ def _foreign_ledger(path: str, why: str):
 @contextmanager
 def _ledger():
     "The machine's ring ledger {ring key: (pid, bytes)} (dead processes dropped), locked; saved as the block leaves it. None: no ledger here."
-    if (
-        getattr(_ledger_held, "rings", None) is not None
-    ):  # re-entered by a ring's finaliser (the gc ran inside a ledger block):
-        yield _ledger_held.rings
-        return  # the lock is this thread's already; a second flock would wait for ever
+    if getattr(_ledger_held, 'busy', False):
+        # Unreachable from timmdata's own code, so an internal error and not a path: `shm_report` and `place_ring` enter
+        # the ledger, and their blocks ask nothing of it (place_ring's `make` is BatchRing's constructor); `_unlist`, a
+        # ring's finaliser that the gc may run inside a block, enters it only where this thread is in none (else it
+        # defers to the block); this function's own tail enters it after the block let the lock go. A second lock of
+        # the file here would wait for ever: refused at once (not a RuntimeError, which place_ring reads as "no ring").
+        raise AssertionError(
+            'timmdata internal error: the batch-ring ledger was asked for inside a ledger block of the same thread '
+            "(e.g. by a place_ring `make` that calls shm_report or place_ring), whose file lock it holds already; "
+            'ask for it before or after the block'
+        )
     _ledger_held.busy = True  # from here until the lock is let go, a ring's finaliser defers to this block (`_unlist`)
     try:
         yield from _locked_ledger()
@@ -399,50 +405,46 @@ def shm_report(
     )
 
 # %% ../nbs/28_batch_ring.ipynb #1b5253bb
-class ShmBudget:
-    "The policy of batch rings: a ring is made only within this process's share of the machine's shared memory, and listed in the ledger while it lives."
+# The policy of batch rings, as two functions (it keeps no state: the ledger and /dev/shm are the state): a ring is
+# made only within this process's share of the machine's shared memory, and listed in the ledger while it lives.
+def shm_share(
+    free: int,  # bytes free in /dev/shm
+    others: int,  # bytes the rings in the ledger hold (all processes of this machine)
+    local_world_size: int = 1,  # processes per machine that may each make rings
+) -> int:
+    "Bytes this process may take: a quarter of (free + held by rings), split over `local_world_size`, less what rings hold."
+    budget = (free + others) // 4
+    return min(budget // local_world_size, budget - others)
 
-    @staticmethod
-    def share(
-        free: int,  # bytes free in /dev/shm
-        others: int,  # bytes the rings in the ledger hold (all processes of this machine)
-        local_world_size: int = 1,  # processes per machine that may each make rings
-    ) -> int:
-        "Bytes this process may take: a quarter of (free + held by rings), split over `local_world_size`, less what rings hold."
-        budget = (free + others) // 4
-        return min(budget // local_world_size, budget - others)
 
-    def place(
-        self,
-        need: int,  # bytes the ring needs
-        make: Callable[[], 'BatchRing'],  # makes the ring (called under the ledger's lock, only where it fits)
-        what: str = '',  # the ring's layout, for the note
-    ) -> RingChoice:
-        "The ring from `make` where `need` fits this process's share (then listed in the ledger), else none, and why in words."
-        with _ledger() as rings:
-            space = shm_space()  # read under the lock: rings made meanwhile by other processes are in it
-            if space is None:
-                return RingChoice(
-                    None,
-                    f'no batch ring: the free space of {SHM_DIR} cannot be read here (no os.statvfs, or no {SHM_DIR}); batches use fresh shared memory',
-                )
-            others, lws = sum(n for _, n in (rings or {}).values()), setting('LOCAL_WORLD_SIZE')
-            share = self.share(space[0], others, lws)
-            if need > share:
-                return RingChoice(
-                    None,
-                    f'no batch ring: it needs {_mb(need)} of shared memory, over this process\'s share ({_mb(max(share, 0))}: a quarter '
-                    f'of {SHM_DIR}\'s {_mb(space[0])} free plus the {_mb(others)} held by {len(rings or {})} ring(s) on this machine, '
-                    f'split over LOCAL_WORLD_SIZE={lws}); batches use fresh shared memory (slower). Enlarge {SHM_DIR} (docker '
-                    f'run --shm-size=...) or lower batch_size, num_workers or prefetch_factor',
-                )
-            try:
-                ring = make()
-            except (RuntimeError, OSError) as e:  # e.g. /dev/shm filled up by something else meanwhile
-                return RingChoice(None, f'no batch ring: making it failed ({e}); batches use fresh shared memory')
-            if rings is not None:
-                rings[ring.key] = (os.getpid(), ring.nbytes)
-                ring._listed = weakref.finalize(ring, _unlist, ring.key, os.getpid())
-        return RingChoice(
-            ring, f'batch ring: {_mb(need)} of shared memory ({what}); this process\'s share {_mb(share)}'
-        )
+def place_ring(
+    need: int,  # bytes the ring needs
+    make: Callable[[], 'BatchRing'],  # makes the ring where it fits (under the ledger's lock: not to ask it again)
+    what: str = '',  # the ring's layout, for the note
+) -> RingChoice:
+    "The ring from `make` where `need` fits this process's share (`shm_share`; then listed in the ledger), else none, and why in words."
+    with _ledger() as rings:
+        space = shm_space()  # read under the lock: rings made meanwhile by other processes are in it
+        if space is None:
+            return RingChoice(
+                None,
+                f'no batch ring: the free space of {SHM_DIR} cannot be read here (no os.statvfs, or no {SHM_DIR}); batches use fresh shared memory',
+            )
+        others, lws = sum(n for _, n in (rings or {}).values()), setting('LOCAL_WORLD_SIZE')
+        share = shm_share(space[0], others, lws)
+        if need > share:
+            return RingChoice(
+                None,
+                f'no batch ring: it needs {_mb(need)} of shared memory, over this process\'s share ({_mb(max(share, 0))}: a quarter '
+                f'of {SHM_DIR}\'s {_mb(space[0])} free plus the {_mb(others)} held by {len(rings or {})} ring(s) on this machine, '
+                f'split over LOCAL_WORLD_SIZE={lws}); batches use fresh shared memory (slower). Enlarge {SHM_DIR} (docker '
+                f'run --shm-size=...) or lower batch_size, num_workers or prefetch_factor',
+            )
+        try:
+            ring = make()
+        except (RuntimeError, OSError) as e:  # e.g. /dev/shm filled up by something else meanwhile
+            return RingChoice(None, f'no batch ring: making it failed ({e}); batches use fresh shared memory')
+        if rings is not None:
+            rings[ring.key] = (os.getpid(), ring.nbytes)
+            ring._listed = weakref.finalize(ring, _unlist, ring.key, os.getpid())
+    return RingChoice(ring, f'batch ring: {_mb(need)} of shared memory ({what}); this process\'s share {_mb(share)}')

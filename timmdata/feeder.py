@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect, weakref
 from collections import deque
 from contextlib import contextmanager
-from typing import Callable, Optional, Protocol, runtime_checkable
+from typing import Callable, Optional, Protocol
 import torch
 from .collate import CUDA_IN_WORKER, BatchCollate
 from .runtime import torch_threads
@@ -20,9 +20,8 @@ from timmdata.torch_compat import (
 )
 
 # %% auto #0
-__all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'cuda_rng_seeded', 'Marks', 'BatchStep', 'WrapsWorkers',
-           'iterator_workers', 'shutdown_iterator', 'worker_died', 'is_cuda_init_error', 'weak_method', 'DeviceFeeder',
-           'FedLoader', 'takes_step_options']
+__all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'cuda_rng_seeded', 'Marks', 'BatchStep', 'worker_died',
+           'is_cuda_init_error', 'weak_method', 'DeviceFeeder', 'FedLoader', 'takes_step_options']
 
 # %% ../nbs/30_feeder.ipynb #953faaab
 def tensors(out) -> list:
@@ -107,24 +106,6 @@ class BatchStep(Protocol):
     "The per-batch work a loader variant hands to `DeviceFeeder`: the batch (as its loader yields it) on the device."
 
     def __call__(self, batch, mark): ...  # -> tensors, or tuples / dicts of them; on CUDA it runs on the side stream
-
-
-@runtime_checkable
-class WrapsWorkers(Protocol):
-    "An iterator over a DataLoader's iterator (resume's `DeliveredIterator`): the feeder stops the wrapped one's workers through it."
-
-    def workers(self) -> Optional[list]: ...  # the worker processes of the iterator it wraps, by worker id; None: none
-    def shutdown(self): ...  # stop them (joins them; safe to call twice)
-
-
-def iterator_workers(it) -> Optional[list]:
-    "The worker processes behind the iterator `it` (a DataLoader's, or one that `WrapsWorkers`), by worker id; None: none."
-    return it.workers() if isinstance(it, WrapsWorkers) else worker_processes(it)
-
-
-def shutdown_iterator(it):
-    "Stop the worker processes behind the iterator `it` (a DataLoader's, or one that `WrapsWorkers`); no-op without any."
-    it.shutdown() if isinstance(it, WrapsWorkers) else shutdown_workers(it)
 
 # %% ../nbs/30_feeder.ipynb #2aa2edab
 WORKER_DIED = (
@@ -234,14 +215,15 @@ class DeviceFeeder:
             self.loader
         )  # a persistent iterator (a DataLoader's, or MultiEpochsDataLoader's): this pass's
         dl_it = kept if kept is not None else it
-        workers = iterator_workers(dl_it)  # torch's worker processes, by worker id
+        # torch's worker processes, by worker id (through a `WrapsWorkers` wrapper too)
+        workers = worker_processes(dl_it)
         if workers is None:
             return  # no worker processes (a list, num_workers=0, threads)
         if dl_it is kept and not force and all(w.is_alive() for w in workers):
             return  # they go on into the next epoch
         if dl_it is kept:
             forget_iterator(self.loader)  # the next epoch makes a new iterator, with new workers
-        shutdown_iterator(dl_it)  # joins them (torch terminates any that hang)
+        shutdown_workers(dl_it)  # joins them (torch terminates any that hang)
         gone = [i for i, w in enumerate(workers) if not w.is_alive()]
         if self.collate is not None and gone and self.running == 1:
             self.collate.reclaim(gone)  # not while another iteration runs

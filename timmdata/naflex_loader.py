@@ -19,7 +19,7 @@ from .streaming import SplitsOverWorkers
 from .naflex_random_erasing import PatchRandomErasing
 from .decode import NATIVE
 from .feeder import DeviceFeeder, FedLoader, takes_step_options, weak_method
-from .runtime import BufferPool, default_rank, delegated, pass_epoch, rank_seed, resolve_device
+from .runtime import BufferPool, default_rank, delegated, pass_loader_epoch, rank_seed, resolve_device
 from .resume import ResumableDataLoader, ResumeStateError, StatefulLoader, batch_key, check_state, loader_marks
 
 # %% auto #0
@@ -201,11 +201,8 @@ class NaFlexPrefetchLoader(FedLoader):
         )
 
     def set_epoch(self, epoch: int):
-        "Passes the epoch to the dataset (the NaFlex batch schedule's shuffling) and the sampler, where they take one."
-        for obj in {
-            id(o): o for o in (self.loader.dataset, getattr(self.loader, 'sampler', None)) if o is not None
-        }.values():
-            pass_epoch(obj, epoch)
+        "Passes the epoch to the dataset (the NaFlex batch schedule's shuffling), the sampler and batch sampler, where they take one."
+        pass_loader_epoch(self.loader, epoch)
 
     def _step(self, batch, mark) -> tuple:
         "The per-batch step the feeder runs: seed the batch's draws from its mark (over a resumable loader), then the ops."

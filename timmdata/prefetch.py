@@ -12,7 +12,7 @@ from .collate import BatchCollate
 from .feeder import DeviceFeeder, FedLoader, takes_step_options, weak_method
 from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .random_erasing import RandomErasing
-from .runtime import BufferPool, pass_epoch, rank_seed, resolve_device
+from .runtime import BufferPool, pass_loader_epoch, rank_seed, resolve_device
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats
 
 # %% auto #0
@@ -316,12 +316,5 @@ class PrefetchLoader(FedLoader, BatchOps):
             self.collate.mixup_enabled = on
 
     def set_epoch(self, epoch: int):
-        "Passes the epoch to the sampler (distributed shuffling) and the dataset, where they take one."
-        seen = set()
-        for obj in (
-            getattr(self.loader, 'sampler', None),
-            getattr(self.loader, 'batch_sampler', None),
-            getattr(self.loader, 'dataset', None),
-        ):
-            if obj is not None and id(obj) not in seen and pass_epoch(obj, epoch):
-                seen.add(id(obj))
+        "Passes the epoch to the loader's sampler (distributed shuffling), batch sampler and dataset, where they take one."
+        pass_loader_epoch(self.loader, epoch)

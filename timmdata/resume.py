@@ -11,9 +11,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 from .config import mix_seed
-from .feeder import Marks, cuda_rng_seeded, iterator_workers, shutdown_iterator
+from .feeder import Marks, cuda_rng_seeded
 from .prefetch import PrefetchLoader
-from .runtime import SEED_MIX, default_rank, pass_epoch
+from .runtime import SEED_MIX, default_rank, pass_loader_epoch
+from .torch_compat import shutdown_workers, worker_processes
 from timmdata.batch_plan import (
     BATCH_TAG,
     STATE_VERSION,
@@ -102,12 +103,12 @@ class DeliveredIterator:
         return b
 
     def workers(self) -> Optional[list]:
-        "The worker processes of the iterator it wraps, by worker id (`timmdata.feeder.WrapsWorkers`); None: none."
-        return iterator_workers(self.iterator)
+        "The worker processes of the iterator it wraps, by worker id (`timmdata.torch_compat.WrapsWorkers`); None: none."
+        return worker_processes(self.iterator)
 
     def shutdown(self):
         "Stop the workers of the iterator it wraps (the device feeder calls it when a pass ends early or fails)."
-        shutdown_iterator(self.iterator)
+        shutdown_workers(self.iterator)
 
 # %% ../nbs/35_resume.ipynb #2f8c9f74
 _HOW = (
@@ -210,9 +211,8 @@ class StatefulLoader:
         )
 
     def set_epoch(self, epoch: int):
-        "Passes the epoch to the batch plan (and its sampler) and to the dataset, where they take one."
-        for obj in {id(o): o for o in (self.plan or self.batch_sampler, self.sampler, self.dataset)}.values():
-            pass_epoch(obj, epoch)
+        "Passes the epoch to the batch plan (its batch sampler), its sampler and the dataset, where they take one."
+        pass_loader_epoch(self, epoch)
 
     def state_dict(self) -> dict:
         "The loader's position after the batches delivered so far: a small dict of plain JSON data for `load_state_dict`."

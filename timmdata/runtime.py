@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 # %% auto #0
 __all__ = ['SEED_MIX', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'rank_seed', 'SetsEpoch', 'delegated',
-           'sets_epoch', 'pass_epoch']
+           'sets_epoch', 'pass_epoch', 'pass_loader_epoch']
 
 # %% ../nbs/02_runtime.ipynb #cc278d7d
 def _refs(bufs: list, i: int) -> int:
@@ -142,3 +142,16 @@ def pass_epoch(
         return False
     obj.set_epoch(epoch)
     return True
+
+
+def pass_loader_epoch(
+    loader,  # a DataLoader, or anything with a `sampler`, `batch_sampler` and `dataset` (a missing one counts as None)
+    epoch: int,  # the epoch of the next pass
+) -> list:
+    "Pass `epoch` to `loader`'s sampler, batch sampler and dataset, each distinct object once, where it `SetsEpoch`. Those that took it."
+    # one object may be reached twice (a loader's sampler that is also its dataset, a part listed under two names):
+    # it is told once, by identity (a sampler may be an unhashable list, or equal to another without being it)
+    parts = {
+        id(o): o for o in (getattr(loader, a, None) for a in ('sampler', 'batch_sampler', 'dataset')) if o is not None
+    }
+    return [o for o in parts.values() if pass_epoch(o, epoch)]

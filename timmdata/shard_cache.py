@@ -384,10 +384,21 @@ class ShardCache(_Folder):
         ] = None,  # `_info.json`: its splits' optional `shard_bytes`, `shard_sha256` (parallel to `filenames`) are checked
     ):
         super().__init__(cache_dir, limit)
-        self.opener, self.order, self.prefetch = opener, list(order), prefetch
+        self.opener = opener
         self._warned = set()
-        self.prefetcher = ShardPrefetcher(self, prefetch, self.order)  # fetches the next shards in a thread
+        self.prefetcher = ShardPrefetcher(self, prefetch, order)  # fetches the next shards in a thread
         self._known = _known_shards(info)  # base name -> (bytes, sha256) from the info file
+
+    # the prefetcher owns the plan: read there, so no copy here goes stale when `plan` changes it
+    @property
+    def order(self) -> list:
+        "The shards in the order this process reads them: its prefetcher's plan (`plan` changes it)."
+        return self.prefetcher.order
+
+    @property
+    def prefetch(self) -> int:
+        "Shards fetched ahead of the one being read (its prefetcher's)."
+        return self.prefetcher.prefetch
 
     def plan(self, order):
         "The shards this process will read, in order (a worker's share of an epoch): each one opened prefetches the next."
@@ -518,13 +529,14 @@ class ShardPrefetcher:
 
     def plan(self, order):
         "The shards this process will read, in order (a worker's share of an epoch): each one opened prefetches the next."
-        order = list(order)
-        self._next = {u: order[i + 1 : i + 1 + self.prefetch] for i, u in enumerate(order)}
+        self.order = list(order)
+        self._pos = {u: i for i, u in enumerate(self.order)}  # a shard listed twice: what follows its last place
 
     def after(self, url: str, timeout: float):
         "Fetch the shards after `url` in the plan into the cache in the background (errors there are left to the reader that opens them later)."
-        urls = self._next.get(url, ())
-        if not urls or self.prefetch <= 0:
+        i = self._pos.get(url)
+        urls = () if i is None or self.prefetch <= 0 else self.order[i + 1 : i + 1 + self.prefetch]
+        if not urls:
             return
         if self._q is None or self._pid != os.getpid():  # a forked worker has the queue but not the thread
             self._pid = os.getpid()

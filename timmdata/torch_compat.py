@@ -4,12 +4,12 @@
 
 # %% ../nbs/01_torch_compat.ipynb #4e629ef1
 from __future__ import annotations
-from typing import Optional
+from typing import Optional, Protocol, runtime_checkable
 import torch
 
 # %% auto #0
-__all__ = ['kept_iterator', 'forget_iterator', 'keep_iterator', 'worker_processes', 'shutdown_workers', 'new_shared_storage',
-           'cuda_default_generator', 'aa_resize_kernels']
+__all__ = ['kept_iterator', 'forget_iterator', 'keep_iterator', 'WrapsWorkers', 'worker_processes', 'shutdown_workers',
+           'new_shared_storage', 'cuda_default_generator', 'aa_resize_kernels']
 
 # %% ../nbs/01_torch_compat.ipynb #de6d51b1
 # checked: torch 2.0 to 2.14 (DataLoader keeps a persistent_workers iterator in `_iterator`, None otherwise)
@@ -31,9 +31,19 @@ def keep_iterator(loader, it):
     loader._iterator = it
 
 
+@runtime_checkable
+class WrapsWorkers(Protocol):
+    "An iterator over a DataLoader's iterator (resume's `DeliveredIterator`): `worker_processes` and `shutdown_workers` ask it."
+
+    def workers(self) -> Optional[list]: ...  # the worker processes of the iterator it wraps, by worker id; None: none
+    def shutdown(self): ...  # stop them (joins them; safe to call twice)
+
+
 # checked: torch 2.0 to 2.14 (`_MultiProcessingDataLoaderIter._workers`: the processes, by worker id)
 def worker_processes(it) -> Optional[list]:
-    "The worker processes of a DataLoader iterator, by worker id; None for an iterator without any (num_workers=0, a list)."
+    "The worker processes behind the iterator `it` (a DataLoader's, or one that `WrapsWorkers`), by worker id; None: none (num_workers=0, a list)."
+    if isinstance(it, WrapsWorkers):
+        return it.workers()
     if not callable(getattr(it, '_shutdown_workers', None)):
         return None
     return getattr(it, '_workers', None)
@@ -41,8 +51,10 @@ def worker_processes(it) -> Optional[list]:
 
 # checked: torch 2.0 to 2.14 (joins the workers, terminating any that hang; safe to call twice)
 def shutdown_workers(it):
-    "Stop the worker processes of a DataLoader iterator (no-op for one without workers)."
-    if callable(getattr(it, '_shutdown_workers', None)):
+    "Stop the worker processes behind the iterator `it` (a DataLoader's, or one that `WrapsWorkers`); no-op without any."
+    if isinstance(it, WrapsWorkers):
+        it.shutdown()
+    elif callable(getattr(it, '_shutdown_workers', None)):
         it._shutdown_workers()
 
 # %% ../nbs/01_torch_compat.ipynb #ee3e9a90
