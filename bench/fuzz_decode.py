@@ -10,7 +10,8 @@ mutations (bit flips, truncation with or without an end marker, header byte edit
 the PNG IHDR (60000x60000 and others, CRC fixed), zeroed ranges, garbage after a JPEG marker, zero-length data, random
 bytes, inserted marker segments, broken segment lengths and SOF fields, PNG chunks with fixed CRCs, spliced ranges).
 Every case goes through every path (see PATHS): timmdata's decode_image (tensor and PIL), the EncodedJpeg crop path
-(`crop_box` on `encoded_jpeg`) and its whole decode, the extension's `header` and `decode_crop` directly, TorchCodec's
+(`crop_box` on `encoded_jpeg`) and its whole decode, the extension's `header`, `decode_crop` and the training crop's
+`resize_crop_jpeg(box=...)` directly, TorchCodec's
 decoder, PIL, and `create_transform`'s train and eval pipelines on an `ImageDataset` (prefetcher on and off; one with
 bad_sample='skip').
 
@@ -238,6 +239,19 @@ def _native_crop(d, r, i, env):
     ok = len(buf) == cw * ch * 3 and y0 == top and ch == bh and x0 <= left and x0 + cw >= left + bw
     return ok or f'FINDING:crop box {(x0, y0, cw, ch, len(buf))} for {(top, left, bh, bw)}'
 
+def _native_resize_box(d, r, i, env):
+    "The training crop's native call: a box (sometimes outside the image or at int32's ends), resized and maybe flipped."
+    try: h, w = decode.native.header(d)[:2]
+    except ValueError: h, w = 48, 64
+    if r.random() < 0.15 or h < 1 or w < 1:
+        edge = [-1, 0, 1, h, w, 2 ** 31 - 2, -2 ** 31]
+        box = (int(r.choice(edge)), int(r.choice(edge)), int(r.choice([0, 1, 10, 2 ** 31 - 1])), int(r.choice([0, 1, 10, 2 ** 31 - 1])))
+    else: box = _box(r, min(h, 4096), min(w, 4096))
+    oh, ow = int(r.choice([1, 7, 224])), int(r.choice([1, 9, 224]))
+    buf, warned = decode.native.resize_crop_jpeg(d, oh, ow, 0, 0, oh, ow, int(r.random() < 0.5), r.random() < 0.5,
+                                                 box=box, flip=r.random() < 0.5, to_end=r.random() < 0.5)
+    return len(buf) == 3 * oh * ow or f'FINDING:resize_box {len(buf)} bytes for {(oh, ow)}'
+
 def _encoded_crop(d, r, i, env):
     enc = encoded_jpeg(d)
     if enc is None: return 'not-encoded'
@@ -263,11 +277,12 @@ DATASETS = {'dataset.train': (True, False, False), 'dataset.train.prefetcher': (
             'dataset.eval': (False, False, False), 'dataset.eval.prefetcher.skip': (False, True, True)}
 PATHS = {'decode_image.tensor': _decode_tensor, 'decode_image.pil': _decode_pil, 'encoded.crop_box': _encoded_crop,
          'encoded.decode': _encoded_decode, 'native.header': _native_header, 'native.decode_crop': _native_crop,
+         'native.resize_box': _native_resize_box,
          'torchcodec.decode_jpeg': _tc_jpeg, 'pil': _pil, **{k: _dataset(k) for k in DATASETS}}
 EXTRA_PATHS = {'torchvision.decode_image': _tv_decode}  # run only when named in --paths / paths=
 RAW = {'pil': (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError),
        'torchcodec.decode_jpeg': (RuntimeError,), 'torchvision.decode_image': (RuntimeError,),
-       'native.header': (ValueError,), 'native.decode_crop': (ValueError,)}  # documented error types of the raw paths
+       'native.header': (ValueError,), 'native.decode_crop': (ValueError,), 'native.resize_box': (ValueError,)}  # documented error types of the raw paths
 
 def make_env(n: int) -> dict:
     "What the paths share: a dataset per pipeline (train/eval, prefetcher on/off) over a `CaseReader` of n cases."

@@ -183,3 +183,31 @@ def test_eval_from_jpeg_files(tmp_path, interpolation):
         assert ta == tb and a.shape == b.shape == (3, 224, 224)
         worst[ours.filename(i)] = int(np.abs(_arr(a).astype(np.int32) - _arr(b).astype(np.int32)).max())
     assert worst == {f'c0/{n}.jpg': 0 for n in sizes}, worst
+
+
+@pytest.mark.parametrize('interpolation', ['bilinear', 'bicubic', 'random'])
+def test_train_from_jpeg_files(tmp_path, interpolation):
+    """The training dataset's default path (the random crop decoded, resized and flipped in one native call from the
+    undecoded JPEG): with the same seeds, timm's pixels exactly (max abs difference 0), for the same crops, filters and
+    flips, landscape, portrait and a portrait more than 2:1 tall."""
+    from timmdata.dataset import ImageDataset
+    sizes = {'landscape': (500, 375), 'portrait': (375, 500), 'tall': (300, 700), 'sample': (426, 320)}
+    (tmp_path / 'c0').mkdir()
+    for i, (name, size) in enumerate(sizes.items()):
+        make_sample_image(i, size=size).save(tmp_path / 'c0' / f'{name}.jpg', quality=90)
+    kw = dict(input_size=224, is_training=True, interpolation=interpolation, hflip=0.5, use_prefetcher=True)
+    ours = ImageDataset(str(tmp_path), transform=create_transform(**kw, color_jitter=0))
+    theirs = timm_data.ImageDataset(str(tmp_path), transform=timm_create_transform(**kw, color_jitter=None))
+    assert ours.transform.input_format == 'encoded'  # the fused step takes the undecoded JPEG
+    assert len(ours) == len(theirs) == len(sizes)
+    n = 0
+    for i in range(len(ours)):
+        for seed in range(8):
+            random.seed(seed); torch.manual_seed(seed)
+            a, ta = ours[i]
+            random.seed(seed); torch.manual_seed(seed)
+            b, tb = theirs[i]
+            assert ta == tb and a.shape == b.shape == (3, 224, 224)
+            assert np.array_equal(_arr(a), _arr(b)), (ours.filename(i), seed)
+            n += 1
+    assert n == 8 * len(sizes)

@@ -297,6 +297,8 @@ def _read_file(path) -> bytes:
                 raise
             if not b:
                 return b''.join(parts) if len(parts) != 1 else parts[0]
+            if not parts and len(b) == size:  # all the bytes fstat counted, and the +1 found no more: the end,
+                return b  # without the second read that would say so (a system call: about 5 us per sample)
             parts.append(b)
     finally:
         os.close(fd)

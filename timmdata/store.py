@@ -361,8 +361,8 @@ class _Mapping:
         self.addr, self.length = addr, length
         self.__array_interface__ = {'data': (addr, False), 'shape': (length,), 'typestr': '|u1', 'version': 3}
 
-    def __del__(self):
-        _MUNMAP(self.addr, self.length)
+    def __del__(self, _munmap=_MUNMAP):  # bound now: at interpreter exit the module's names may be gone first
+        _munmap(self.addr, self.length)
 
 # %% ../nbs/19_store.ipynb #ecaea508
 def _default_max_open() -> int:
