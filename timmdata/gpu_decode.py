@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch.utils.data import IterableDataset
 from torchvision.transforms import InterpolationMode
 from .decode import EncodedJpeg, ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
+from .resample import resize_crop_window
 from timmdata.transforms import (
     SampleTransform,
     RandomResizedCropAndInterpolation,
@@ -123,8 +124,12 @@ class DeviceDecodeTransform(SampleTransform):
         if isinstance(img, EncodedJpeg):
             return img.data, p
         t, l, h, w, rh, rw, t2, l2 = p[:8]
-        x = resize_exact(crop_box(img, t, l, h, w), (rh, rw), _INTERPS[p[10]])
-        return x[:, t2 : t2 + self.size[0], l2 : l2 + self.size[1]], p  # flips on the device, for every sample alike
+        box = crop_box(img, t, l, h, w)
+        # the CPU transform's pixels (PIL's resize, one native step: `resample`) where it covers the case
+        x = resize_crop_window(box, (rh, rw), (t2, l2, *self.size), _INTERPS[p[10]])
+        if x is None:
+            x = resize_exact(box, (rh, rw), _INTERPS[p[10]])[:, t2 : t2 + self.size[0], l2 : l2 + self.size[1]]
+        return x, p  # flips on the device, for every sample alike
 
     def __repr__(self):
         return f"{type(self).__name__}(size={self.size}, is_training={self.is_training})"
