@@ -565,7 +565,7 @@ _TO_TENSOR = (MaybePILToTensor, MaybeToTensor, ToTensor, ToNumpy, tvt.PILToTenso
 
 
 class Compose(tvt.Compose, SampleTransform):
-    "torchvision's `Compose`, declaring its `input_format` from its steps'; `fuse_resize_crop`: see timmdata.resample."
+    "torchvision's `Compose`, declaring its `input_format` from its steps'; fuses eval's resize + crop and training's crop + flip (`timmdata.resample`)."
 
     # Resize(shorter edge) then CenterCropOrPad as one step (timmdata.resample.resize_center_crop): PIL's pixels, only the
     # crop's window decoded and resized. False takes the steps one by one (torch's resize: within 2 levels of PIL's).
