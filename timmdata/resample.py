@@ -78,15 +78,10 @@ def interp_repr(interp):
 # %% ../nbs/09_resample.ipynb #acfce91b
 def _hwc3(img) -> bool:
     "A uint8 CPU 3xHxW tensor laid out as HWC pixels in memory (what the decoders give), as the native resampler reads it."
-    return (
-        img.ndim == 3
-        and img.shape[0] == 3
-        and img.stride(0) == 1
-        and img.stride(2) == 3
-        and img.stride(1) >= 3 * img.shape[2]
-        and img.dtype == torch.uint8
-        and img.device.type == 'cpu'
-    )
+    if img.ndim != 3 or img.dtype != torch.uint8 or img.device.type != 'cpu':
+        return False
+    (c, _, w), (s0, s1, s2) = img.shape, img.stride()  # one call for the three strides: this runs per sample
+    return c == 3 and s0 == 1 and s2 == 3 and s1 >= 3 * w
 
 
 RESAMPLE_KIND = {InterpolationMode.BILINEAR: 0, InterpolationMode.BICUBIC: 1}  # the native resampler's filters
@@ -213,7 +208,7 @@ def resize_box(
         if warned:
             note_jpeg_warnings(nat.jpeg_warnings()[0] - 1)
     elif isinstance(img, torch.Tensor) and _hwc3(img):
-        src = img[:, top : top + h, left : left + w].permute(1, 2, 0).numpy()
+        src = img.permute(1, 2, 0).numpy()[top : top + h, left : left + w]  # sliced in numpy: one tensor op, not three
         with gil_free:
             buf = nat.resample_window(src, 0, 0, h, w, oh, ow, 0, 0, oh, ow, kind, vfirst, flip)
     else:
