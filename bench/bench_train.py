@@ -9,7 +9,7 @@ on one core), timed with the process's CPU clock, best of --reps passes. Prints:
   call, `resample.resize_box`; indented below it: its crop decode alone, and torch's resize of the crop that it
   replaced), collate; whatever the loader costs beyond their sum is its own machinery (seeding, stage clocks,
   DataLoader, batch step).
-With --old TREE: the loader's CPU ms/image of TREE and of this tree, alternating in one run (each in a subprocess with
+With --old TREE: the loader's CPU ms/image (and minor page faults per image) of TREE and of this tree, alternating in one run (each in a subprocess with
 that tree first on PYTHONPATH), and new/old.
 
     python bench/bench_train.py [--images 640] [--reps 3] [--old /work/main]
@@ -27,24 +27,26 @@ import time
 from pathlib import Path
 
 
-def loader_cpu_ms(which: str, n: int, reps: int) -> float:
-    "CPU ms per image of `which` ('timmdata' or 'timm') over `n` images, best of `reps` passes (after a warm-up batch)."
+def loader_cpu_ms(which: str, n: int, reps: int) -> tuple:
+    "(CPU ms per image, minor page faults per image) of `which` ('timmdata' or 'timm') over `n` images, best of `reps` passes (after a warm-up batch)."
+    import resource
     import torch
 
     from timmdata.bench import _timm_loader, _timmdata_loader, bench_root
 
     torch.set_num_threads(1)
     loader = (_timmdata_loader if which == 'timmdata' else _timm_loader)(bench_root(), True, 64, 0)
-    best = float('inf')
+    best = (float('inf'), 0.0)
     for _ in range(reps):
         it = iter(loader)
         next(it)
-        t, k = time.process_time(), 0
+        t, f, k = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt, 0
         for x, _y in it:
             k += x.shape[0]
             if k >= n:
                 break
-        best = min(best, (time.process_time() - t) / k * 1e3)
+        ms, faults = (time.process_time() - t) / k * 1e3, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f) / k
+        best = min(best, (ms, faults))
     return best
 
 
@@ -104,7 +106,7 @@ def stages_cpu_ms(n: int, reps: int) -> dict:
 
 
 def _child(which: str, n: int, reps: int):
-    print(json.dumps(loader_cpu_ms(which, n, reps)))
+    print(json.dumps(loader_cpu_ms(which, n, reps)))  # [ms, faults]
 
 
 def tree_cpu_ms(tree: Path, n: int, reps: int) -> float:
@@ -118,7 +120,7 @@ def tree_cpu_ms(tree: Path, n: int, reps: int) -> float:
         text=True,
         cwd=tree,
     )
-    return float(out.stdout.strip().splitlines()[-1])
+    return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def main(argv=None):
@@ -137,16 +139,18 @@ def main(argv=None):
         for r in range(a.rounds):
             for v in ('old', 'new') if r % 2 == 0 else ('new', 'old'):
                 seen[v].append(tree_cpu_ms(trees[v], a.images, a.reps))
-        o, nw = statistics.median(seen['old']), statistics.median(seen['new'])
+        o, nw = (statistics.median(ms for ms, _ in seen[v]) for v in ('old', 'new'))
+        fo, fn = (statistics.median(f for _, f in seen[v]) for v in ('old', 'new'))
         print(
-            f'loader CPU ms/image: old {o:.3f} (runs {", ".join(f"{x:.3f}" for x in seen["old"])})  '
-            f'new {nw:.3f} (runs {", ".join(f"{x:.3f}" for x in seen["new"])})  old/new {o / nw:.3f}'
+            f'loader CPU ms/image: old {o:.3f} (runs {", ".join(f"{x:.3f}" for x, _ in seen["old"])})  '
+            f'new {nw:.3f} (runs {", ".join(f"{x:.3f}" for x, _ in seen["new"])})  old/new {o / nw:.3f}'
         )
+        print(f'minor page faults per image: old {fo:.1f}  new {fn:.1f}')
         return
     td, tm = [], []
     for r in range(a.rounds):  # alternating, so both see the same machine load
         for which in ('timmdata', 'timm') if r % 2 == 0 else ('timm', 'timmdata'):
-            (td if which == 'timmdata' else tm).append(loader_cpu_ms(which, a.images, a.reps))
+            (td if which == 'timmdata' else tm).append(loader_cpu_ms(which, a.images, a.reps)[0])
     st = stages_cpu_ms(a.images, a.reps)
     ours, theirs, limit = statistics.median(td), statistics.median(tm), st['whole decode, PIL (decode limit)']
     print(f'{"stage (CPU ms per image, one core)":46s} {"ms":>7s} {"of loader":>9s}')

@@ -227,14 +227,18 @@ def _decode_pil(d, r, i, env):
 def _native_header(d, r, i, env):
     decode.native.header(d); return True
 
+def _crop_box(r, h: int, w: int) -> tuple:
+    "A crop box for the native crop calls of an h x w header: inside it, or (15%) outside it or near int32's ends, which must be a ValueError."
+    if r.random() < 0.15 or h < 1 or w < 1:
+        edge = [-1, 0, 1, h, w, 2 ** 31 - 2, -2 ** 31]
+        sizes = [0, 1, 10, 2 ** 31 - 1]
+        return int(r.choice(edge)), int(r.choice(edge)), int(r.choice(sizes)), int(r.choice(sizes))
+    return _box(r, min(h, 4096), min(w, 4096))  # crops of huge claimed sizes stay < 50 MB here
+
 def _native_crop(d, r, i, env):
     try: h, w = decode.native.header(d)[:2]
     except ValueError: h, w = 48, 64
-    if r.random() < 0.15 or h < 1 or w < 1:  # a box outside the image, or near int32's ends: must be a ValueError
-        edge = [-1, 0, 1, h, w, 2 ** 31 - 2, -2 ** 31]
-        top, left = int(r.choice(edge)), int(r.choice(edge))
-        bh, bw = int(r.choice([0, 1, 10, 2 ** 31 - 1])), int(r.choice([0, 1, 10, 2 ** 31 - 1]))
-    else: top, left, bh, bw = _box(r, min(h, 4096), min(w, 4096))  # crops of huge claimed sizes stay < 50 MB here
+    top, left, bh, bw = _crop_box(r, h, w)
     buf, x0, y0, cw, ch = decode.native.decode_crop(d, top, left, bh, bw)
     ok = len(buf) == cw * ch * 3 and y0 == top and ch == bh and x0 <= left and x0 + cw >= left + bw
     return ok or f'FINDING:crop box {(x0, y0, cw, ch, len(buf))} for {(top, left, bh, bw)}'
@@ -243,10 +247,7 @@ def _native_resize_box(d, r, i, env):
     "The training crop's native call: a box (sometimes outside the image or at int32's ends), resized and maybe flipped."
     try: h, w = decode.native.header(d)[:2]
     except ValueError: h, w = 48, 64
-    if r.random() < 0.15 or h < 1 or w < 1:
-        edge = [-1, 0, 1, h, w, 2 ** 31 - 2, -2 ** 31]
-        box = (int(r.choice(edge)), int(r.choice(edge)), int(r.choice([0, 1, 10, 2 ** 31 - 1])), int(r.choice([0, 1, 10, 2 ** 31 - 1])))
-    else: box = _box(r, min(h, 4096), min(w, 4096))
+    box = _crop_box(r, h, w)
     oh, ow = int(r.choice([1, 7, 224])), int(r.choice([1, 9, 224]))
     buf, warned = decode.native.resize_crop_jpeg(d, oh, ow, 0, 0, oh, ow, int(r.random() < 0.5), r.random() < 0.5,
                                                  box=box, flip=r.random() < 0.5, to_end=r.random() < 0.5)

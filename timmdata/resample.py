@@ -15,7 +15,7 @@ from .stages import DECODE, stage_clock
 
 # %% auto #0
 __all__ = ['INTERPOLATIONS', 'MODE_TO_PIL', 'RESAMPLE_KIND', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
-           'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'vertical_first',
+           'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'is_hwc_view', 'vertical_first',
            'resize_crop_window', 'resize_center_crop', 'resize_box']
 
 # %% ../nbs/09_resample.ipynb #d1faf2a6
@@ -76,8 +76,8 @@ def interp_repr(interp):
     return ' '.join(interp_mode_to_str(m) for m in interp) if isinstance(interp, tuple) else interp_mode_to_str(interp)
 
 # %% ../nbs/09_resample.ipynb #acfce91b
-def _hwc3(img) -> bool:
-    "A uint8 CPU 3xHxW tensor laid out as HWC pixels in memory (what the decoders give), as the native resampler reads it."
+def is_hwc_view(img) -> bool:
+    "A uint8 CPU 3xHxW tensor laid out as HWC pixels in memory (what the decoders give, or a crop window of it): what the native resampler and torch's channels-last kernel read."
     if img.ndim != 3 or img.dtype != torch.uint8 or img.device.type != 'cpu':
         return False
     (c, _, w), (s0, s1, s2) = img.shape, img.stride()  # one call for the three strides: this runs per sample
@@ -109,6 +109,21 @@ def _source_span(in_size: int, out_size: int, first: int, n: int, support: float
     )
 
 
+def _from_jpeg(nat, img: EncodedJpeg, out_hw: tuple, window: tuple, kind: int, vfirst: bool, **opts):
+    "`resize_crop_jpeg`'s planar bytes of `img` (one native call without the GIL), or None where the extension refuses the JPEG."
+    # (its claimed size was checked against the pixel limit when the `EncodedJpeg` was made; the call checks again)
+    try:
+        with stage_clock(DECODE), gil_free:  # the decode and the resize, one step: counted as decoding
+            buf, warned = nat.resize_crop_jpeg(
+                img.data, *out_hw, *window, kind, vfirst, decode.MAX_IMAGE_PIXELS or 0, **opts
+            )
+    except ValueError:
+        return None
+    if warned:  # libjpeg found damaged data and decoded it anyway: counted, one Python warning per process
+        note_jpeg_warnings(nat.jpeg_warnings()[0] - 1)
+    return buf
+
+
 def resize_crop_window(
     img,  # a not-yet-decoded JPEG, or a uint8 3xHxW tensor laid out as HWC pixels
     out_hw: tuple,  # the size of the whole resize (h, w)
@@ -126,22 +141,15 @@ def resize_crop_window(
     )
     vfirst = vertical_first((H, W), (oh, ow))
     if isinstance(img, EncodedJpeg):
-        # one native call without the GIL: only the source rows and columns the window reads are decoded (with a margin),
-        # then both passes. The rows below are skipped, not left unread: libjpeg still reads the file to its end, so
-        # damage anywhere in it is an error or a counted warning, as in a whole decode (eval finds damaged files)
-        # (its claimed size was checked against the pixel limit when the `EncodedJpeg` was made; the call checks again)
-        try:
-            with stage_clock(DECODE), gil_free:  # the decode and the resize, one step: counted as decoding
-                buf, warned = nat.resize_crop_jpeg(
-                    img.data, oh, ow, top, left, h, w, kind, vfirst, decode.MAX_IMAGE_PIXELS or 0
-                )
-        except ValueError:
+        # only the source rows and columns the window reads are decoded (with a margin), then both passes. The rows
+        # below are skipped, not left unread: libjpeg still reads the file to its end, so damage anywhere in it is an
+        # error or a counted warning, as in a whole decode (eval finds damaged files)
+        buf = _from_jpeg(nat, img, (oh, ow), (top, left, h, w), kind, vfirst)
+        if buf is None:
             return None  # the whole decoders try it, or raise the clear error
-        if warned:  # libjpeg found damaged data and decoded it anyway: counted, one Python warning per process
-            note_jpeg_warnings(nat.jpeg_warnings()[0] - 1)
     elif isinstance(img, torch.Tensor) and (oh, ow) == (H, W):
         return img[:, top : top + h, left : left + w]  # no resize (PIL's copies): a view (e.g. a store's 256 image)
-    elif isinstance(img, torch.Tensor) and _hwc3(img):
+    elif isinstance(img, torch.Tensor) and is_hwc_view(img):
         y0, y1 = _source_span(H, oh, top, h, _SUPPORT[kind])
         x0, x1 = _source_span(W, ow, left, w, _SUPPORT[kind])
         with gil_free:
@@ -185,29 +193,13 @@ def resize_box(
     vfirst = vertical_first((h, w), (oh, ow))
     if isinstance(img, EncodedJpeg):
         # the training crop: only the box's rows and columns decoded (with decode_crop's margin), the rows below it not
-        # read (decode_crop's rule: `nbs/20_dataset.ipynb`), resized and mirrored in the same call without the GIL
-        try:
-            with stage_clock(DECODE), gil_free:  # the decode and the resize, one step: counted as decoding
-                buf, warned = nat.resize_crop_jpeg(
-                    img.data,
-                    oh,
-                    ow,
-                    0,
-                    0,
-                    oh,
-                    ow,
-                    kind,
-                    vfirst,
-                    decode.MAX_IMAGE_PIXELS or 0,
-                    box=(top, left, h, w),
-                    flip=flip,
-                    to_end=False,
-                )
-        except ValueError:
+        # read (decode_crop's rule: `nbs/20_dataset.ipynb`), resized and mirrored in the same call
+        buf = _from_jpeg(
+            nat, img, (oh, ow), (0, 0, oh, ow), kind, vfirst, box=(top, left, h, w), flip=flip, to_end=False
+        )
+        if buf is None:
             return None  # the crop decoders try it, or raise the clear error
-        if warned:
-            note_jpeg_warnings(nat.jpeg_warnings()[0] - 1)
-    elif isinstance(img, torch.Tensor) and _hwc3(img):
+    elif isinstance(img, torch.Tensor) and is_hwc_view(img):
         src = img.permute(1, 2, 0).numpy()[top : top + h, left : left + w]  # sliced in numpy: one tensor op, not three
         with gil_free:
             buf = nat.resample_window(src, 0, 0, h, w, oh, ow, 0, 0, oh, ow, kind, vfirst, flip)

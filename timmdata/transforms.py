@@ -22,6 +22,7 @@ from timmdata.resample import (
     interp_or_choices,
     interp_repr,
     pick_interp,
+    is_hwc_view,
     resize_box,
     resize_center_crop,
     str_to_interp_mode,  # names,
@@ -46,9 +47,10 @@ from timmdata.config import (
 
 # %% auto #0
 __all__ = ['INPUT_FORMATS', 'TakesInput', 'SampleTransform', 'transform_input', 'is_tensor_image', 'image_hw', 'resize_exact',
-           'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'shorter_edge_size',
-           'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'RandomHorizontalFlip', 'ResizeKeepRatio',
-           'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder', 'Compose']
+           'hflip', 'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy',
+           'shorter_edge_size', 'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'RandomHorizontalFlip',
+           'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder',
+           'Compose']
 
 # %% ../nbs/10_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
@@ -121,19 +123,6 @@ def image_hw(img) -> tuple:
 _U8_RESIZE_CL = torch.backends.cpu.get_cpu_capability() in ('AVX2', 'AVX512')
 
 
-def _is_hwc_view(img) -> bool:
-    "A uint8 CPU 3xHxW tensor laid out as HWC pixels in memory: a decoded image, or a crop window of one."
-    return (
-        img.ndim == 3
-        and img.shape[0] == 3
-        and img.stride(0) == 1
-        and img.stride(2) == 3
-        and img.stride(1) >= 3 * img.shape[2]
-        and img.dtype == torch.uint8
-        and img.device.type == 'cpu'
-    )
-
-
 # the antialiased kernels `torch.nn.functional.interpolate` calls for a 4-D uint8 input, called straight: its Python
 # checks cost more per sample than the tensor views around them
 _AA_KERNELS = {InterpolationMode(m): op for m, op in aa_resize_kernels().items()}
@@ -142,29 +131,25 @@ _AA_KERNELS = {InterpolationMode(m): op for m, op in aa_resize_kernels().items()
 def resize_exact(img, size, interp: InterpolationMode):
     "Resize to exactly `size` = (h, w); an image of that size already is returned as it is (no copy)."
     h, w = int(size[0]), int(size[1])
-    if type(img) is torch.Tensor and _U8_RESIZE_CL and interp in _AA_KERNELS and img.shape[-2:] != (h, w):
-        st = img.stride() if img.ndim == 3 else ()
-        if (
-            len(st) == 3
-            and img.shape[0] == 3
-            and st[0] == 1
-            and st[2] == 3
-            and st[1] >= 3 * img.shape[2]
-            and img.dtype == torch.uint8
-            and img.device.type == 'cpu'
-        ):  # `_is_hwc_view`, inline: the path of every training crop
-            # the 1x3xHxW channels-last view of the path below, made in one step: the same kernel, the same values
-            rs, ih, iw = st[1], img.shape[1], img.shape[2]
-            x = img.as_strided((1, 3, ih, iw), (ih * rs, 1, rs, 3), img.storage_offset())
-            with gil_free:
-                return _AA_KERNELS[interp](x, [h, w], False, None)[0]
+    if (
+        type(img) is torch.Tensor
+        and _U8_RESIZE_CL
+        and interp in _AA_KERNELS
+        and img.shape[-2:] != (h, w)
+        and is_hwc_view(img)
+    ):
+        # the 1x3xHxW channels-last view of the path below, made in one step: the same kernel, the same values
+        rs, ih, iw = img.stride(1), img.shape[1], img.shape[2]
+        x = img.as_strided((1, 3, ih, iw), (ih * rs, 1, rs, 3), img.storage_offset())
+        with gil_free:
+            return _AA_KERNELS[interp](x, [h, w], False, None)[0]
     if image_hw(img) == (h, w):
         return img  # PIL and torchvision would copy or repack the pixels for nothing
     if not is_tensor_image(img):
         return img.resize((w, h), MODE_TO_PIL[interp])
     if interp in (InterpolationMode.BOX, InterpolationMode.HAMMING):  # no torch kernel: a rare, slow PIL detour
         return TF.pil_to_tensor(TF.to_pil_image(img).resize((w, h), MODE_TO_PIL[interp]))
-    if _U8_RESIZE_CL and interp in (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC) and _is_hwc_view(img):
+    if _U8_RESIZE_CL and interp in (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC) and is_hwc_view(img):
         # (where this torch lacks the kernels called straight above, or for a tensor subclass)
         # torchvision's resize_image would call the same kernel with the same arguments, but its reshape to a 1xCxHxW
         # batch hides the channels-last layout of a crop window; the kernel then repacks to planar and takes about
@@ -176,6 +161,11 @@ def resize_exact(img, size, interp: InterpolationMode):
             )[0]
     with gil_free:
         return F2.resize_image(img, [h, w], interpolation=interp, antialias=True)  # torch's kernels run without the GIL
+
+
+def hflip(img):
+    "`img` mirrored left to right: a tensor's last dimension reversed, or PIL's transpose."
+    return img.flip(-1) if isinstance(img, torch.Tensor) else TF.hflip(img)
 
 
 def crop_box(img, top, left, height, width):
@@ -350,7 +340,7 @@ class RandomResizedCropAndInterpolation(SampleTransform):
         if out is None:  # other filters, PIL images, no extension, or a JPEG the crop decoder refuses: the steps
             out = resize_exact(crop_box(img, *box), self.size, interp)
             if flip:
-                out = out.flip(-1) if isinstance(out, torch.Tensor) else TF.hflip(out)
+                out = hflip(out)
         return out
 
     def __call__(self, img):
@@ -389,9 +379,7 @@ class RandomHorizontalFlip(tvt.RandomHorizontalFlip, SampleTransform):
         return torch.rand(1).item() < _as_float32(self.p)
 
     def __call__(self, img):
-        if self.draw():
-            return img.flip(-1) if isinstance(img, torch.Tensor) else TF.hflip(img)
-        return img
+        return hflip(img) if self.draw() else img
 
 # %% ../nbs/10_transforms.ipynb #a575da40
 class ResizeKeepRatio(SampleTransform):
