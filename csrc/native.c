@@ -652,6 +652,66 @@ done:
     return out;
 }
 
+/* resize_batch(items, oh, ow, out) -> None: for each item (src, kind, vertical_first, flip) in order, the whole of src
+ * (uint8 HWC, 3 channels, packed pixels in each row: a training crop's box of a store's image) resized to oh x ow
+ * (resample_window's passes, mirrored with flip) and written planar into image i of out, a writable buffer of
+ * len(items) * 3 * oh * ow bytes (the batch's uint8 NCHW memory). One call per batch: a batch's Python per sample is
+ * a tuple, and the pixels go straight to where the batch lives (no image-sized buffer per sample, no copy into the
+ * batch). The sources are held by their Py_buffers; the GIL is released for all of them. */
+static PyObject *resize_batch(PyObject *self, PyObject *args) {
+    PyObject *items; int oh, ow; Py_buffer out;
+    if (!PyArg_ParseTuple(args, "Oiiw*", &items, &oh, &ow, &out)) return NULL;
+    PyObject *seq = PySequence_Fast(items, "resize_batch: items must be a sequence of (src, kind, vertical_first, flip)");
+    if (!seq) { PyBuffer_Release(&out); return NULL; }
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_buffer *v = n ? calloc((size_t)n, sizeof *v) : NULL;
+    rs_plan *pl = n ? calloc((size_t)n, sizeof *pl) : NULL;
+    int *vf = n ? calloc((size_t)n, sizeof(int)) : NULL;
+    Py_ssize_t got = 0;
+    PyObject *ret = NULL;
+    if (n && (!v || !pl || !vf)) { PyErr_NoMemory(); goto done; }
+    if (oh < 1 || ow < 1 || out.len < n * 3 * (Py_ssize_t)oh * ow) {
+        PyErr_Format(PyExc_ValueError, "resize_batch: out holds %zd bytes; %zd images of 3x%dx%d need %zd", out.len, n, oh, ow,
+                     n * 3 * (Py_ssize_t)oh * ow);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++, got++) {
+        PyObject *src; int kind, vfirst, flip;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "Oipp;resize_batch: an item is (src, kind, vertical_first, flip)",
+                              &src, &kind, &vfirst, &flip)
+            || PyObject_GetBuffer(src, &v[i], PyBUF_STRIDES) < 0) goto done;
+        if (v[i].ndim != 3 || v[i].itemsize != 1 || v[i].shape[2] != 3 || v[i].strides[2] != 1 || v[i].strides[1] != 3
+            || v[i].strides[0] < v[i].shape[1] * 3 || v[i].shape[0] < 1 || v[i].shape[1] < 1) {
+            PyBuffer_Release(&v[i]);
+            PyErr_Format(PyExc_ValueError, "resize_batch: item %zd's src must be uint8 HWC with 3 channels and packed pixels in each row", i);
+            goto done;
+        }
+        if (v[i].shape[0] > INT_MAX || v[i].shape[1] > INT_MAX
+            || !rs_plan_make(&pl[i], "resize_batch", (int)v[i].shape[0], (int)v[i].shape[1], oh, ow, 0, 0, oh, ow, kind)) {
+            PyBuffer_Release(&v[i]);
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "resize_batch: item %zd's src is too large", i);
+            goto done;
+        }
+        if (flip) rs_plan_mirror(&pl[i], ow);
+        vf[i] = vfirst;
+    }
+    int ok = 1;
+    const int simd = rs_avx2();
+    const Py_ssize_t img = 3 * (Py_ssize_t)oh * ow;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; ok && i < n; i++)
+        ok = rs_passes(&pl[i], (const uint8_t *)v[i].buf, v[i].strides[0], 3, oh, ow, vf[i], simd, (uint8_t *)out.buf + i * img);
+    Py_END_ALLOW_THREADS
+    if (!ok) { PyErr_NoMemory(); goto done; }
+    ret = Py_None; Py_INCREF(ret);
+done:
+    for (Py_ssize_t i = 0; i < got; i++) { PyBuffer_Release(&v[i]); rs_plan_free(&pl[i]); }
+    free(v); free(pl); free(vf);
+    Py_DECREF(seq);
+    PyBuffer_Release(&out);
+    return ret;
+}
+
 /* resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0, box=None, flip=False,
  *                  to_end=True) -> (bytearray (3, oh, ow) planar, whether libjpeg warned: counted in jpeg_warnings())
  * The window (top, left, oh, ow) of the JPEG's RGB pixels resized to out_h x out_w (resample_window's), decoded and
@@ -1119,6 +1179,7 @@ static PyMethodDef methods[] = {
     {"decode_crop", decode_crop, METH_VARARGS, "decode_crop(data, top, left, height, width, max_pixels=0, gray=False) -> (bytearray RGB or gray, x0, y0, w, h)"},
     {"resample_window", resample_window, METH_VARARGS, "resample_window(src_hwc_u8, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, flip=False) -> bytearray (C, oh, ow), planar: Pillow's resize (kind 0 bilinear, 1 bicubic) of the in_h x in_w image to out_h x out_w, rows top.. and columns left.. only (mirrored left to right with flip); src holds the source from (y0, x0)"},
     {"resize_crop_jpeg", (PyCFunction)(void (*)(void))resize_crop_jpeg, METH_VARARGS | METH_KEYWORDS, "resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0, box=None, flip=False, to_end=True) -> (bytearray (3, oh, ow) planar, warned): resample_window's result from the JPEG's RGB pixels (of the box (y, x, h, w): PIL's crop then resize), mirrored with flip, decoding only the rows and columns the window reads (with to_end, the file to its end)"},
+    {"resize_batch", resize_batch, METH_VARARGS, "resize_batch(items, oh, ow, out): each item (src_hwc_u8, kind, vertical_first, flip) resized whole to oh x ow (resample_window's, mirrored with flip) into image i of out, a uint8 (n, 3, oh, ow) buffer; one call, without the GIL"},
     {"set_resample_simd", set_resample_simd, METH_VARARGS, "set_resample_simd(on) -> previous setting: the AVX2 passes of resample_window (the same bytes as the plain C ones)"},
     {"jpeg_warnings", jpeg_warnings, METH_NOARGS, "jpeg_warnings() -> (images libjpeg warned about so far in this process, latest message)"},
     {"channel_means", channel_means, METH_VARARGS, "channel_means(x_u8, out_f32, n, c, hw): per image and channel means"},

@@ -91,3 +91,45 @@ def test_native_decode_in_threads_same_results_and_warning_count(root):
     n2 = nat.jpeg_warnings()[0]
     assert len(par) == 4 * len(seq) and par == seq * 4
     assert n1 > n0 and n2 - n1 == 4 * (n1 - n0)
+
+
+@pytest.fixture(scope='module')
+def store(root, tmp_path_factory):
+    from timmdata.cache import build_cache
+    dst = tmp_path_factory.mktemp('threads') / 'store'
+    build_cache(root, dst, max_size=128, num_workers=0, progress=False)
+    return dst
+
+
+def _deferring(ld) -> bool:
+    "Whether the loader's dataset hands its collate `PendingResize`s (`SeededDataset.defer_pixels`)."
+    inner = ld
+    while not hasattr(inner, 'dataset') or not hasattr(inner.dataset, 'defer_pixels'):
+        inner = inner.loader
+    return inner.dataset.defer_pixels
+
+
+@pytest.mark.parametrize('workers', [2, 0])
+def test_store_deferred_crops_equal_threads(store, workers):
+    "A store's training crops made a batch at a time by the collate (process mode) give the threads' batches (per sample)."
+    thr, _, tl = batches(store, 'thread', 2)
+    proc, _, pl = batches(store, 'process', workers)
+    assert _deferring(pl) and not _deferring(tl)
+    assert len(thr) == 60 // 8
+    same(thr, proc)
+    head, sd, _ = batches(store, 'process', workers, stop=3)  # and a resume from the deferring loader in thread mode
+    rest, _, _ = batches(store, 'thread', 2, state=sd)
+    same(head + rest, thr)
+
+
+def test_store_custom_collate_not_deferred(store):
+    "A collate of the user's own never sees a `PendingResize`: the loader defers only for fast_collate's."
+    from timmdata import fast_collate
+    seen = []
+    def mine(samples):
+        seen.extend(type(s[0]).__name__ for s in samples)
+        return fast_collate(samples)
+    ld = create_loader(ImageDataset(str(store)), **KW, num_workers=0, collate_fn=mine)
+    assert not _deferring(ld)
+    n = sum(len(y) for _, y in ld)
+    assert n == 56 and len(seen) == 56 and set(seen) == {'Tensor'}

@@ -341,7 +341,16 @@ class SeededDataset(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
+    # set by `create_loader` when the dataset is an `ImageDataset` and the collate is `fast_collate`'s, in worker processes:
+    # a batch's training crops of decoded pixels then come as `PendingResize`s, made by the collate in one native call
+    # (threads collate in the consumer's thread, where the pixel work would queue behind one another: never there)
+    defer_pixels = False
+
     def __getitem__(self, item):
+        return self.fetch(item)
+
+    def fetch(self, item, defer: bool = False):
+        "The sample of an `(index, key)` pair, with the generators seeded from `key` (`defer`: `ImageDataset.sample`'s)."
         try:
             index, key = item
         except (TypeError, ValueError):
@@ -350,11 +359,11 @@ class SeededDataset(Dataset):
                 f"Read the wrapped dataset (.dataset) by index"
             ) from None
         seed_all(key)
-        return self.dataset[index]
+        return self.dataset.sample(index, defer=True) if defer else self.dataset[index]
 
     def __getitems__(self, items: list) -> list:
         "One batch (the DataLoader's fetcher calls this); leaves the generators seeded for the collate's draws."
-        out = [self[i] for i in items]
+        out = [self.fetch(i, self.defer_pixels) for i in items]
         if items:
             self.fetched_key = items[0][1]
             seed_all(mix_seed(items[0][1], BATCH_TAG))

@@ -88,6 +88,8 @@ class RingChoice(NamedTuple):
 class BatchRing(BatchCollate):
     "`fast_collate` into per-worker slots of shared batch memory; a slot is written again once its batch is released or dropped."
 
+    makes_pending = True  # it is fast_collate's: a batch of training crops is made straight into its slot
+
     def __init__(
         self,
         batch_shape,  # (N, C, H, W) of the largest batch (N counts augmentation splits), or a list of them (scheduled sizes)

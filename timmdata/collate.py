@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
 from .torch_compat import new_shared_storage
+from .resample import PendingResize, resize_pending
 
 # %% auto #0
 __all__ = ['CUDA_IN_WORKER', 'BatchCollate', 'as_chw', 'new_uint8', 'stack_uint8', 'fast_collate']
@@ -19,6 +20,9 @@ class BatchCollate:
     "The declared collate protocol: `__call__(samples) -> (uint8 NCHW images, targets)`, `release(images)`, `mixes`."
 
     mixes: bool = False  # True for a collate that mixes samples (it then has a settable `mixup_enabled`)
+    makes_pending: bool = (
+        False  # True: a batch's `PendingResize`s are made in one call (`fast_collate`'s); the loader then defers
+    )
 
     def __call__(self, batch: list) -> tuple:
         "Samples `(image, target)` to `(uint8 NCHW images, targets)`."
@@ -43,6 +47,8 @@ def as_chw(
     i: int,  # the sample's index in the batch, for the error
 ) -> torch.Tensor:
     "One sample's image as a uint8 CHW CPU-or-device tensor, with an error naming the sample when it is not."
+    if isinstance(img, PendingResize):
+        img = img.materialize()  # one by one: `fast_collate` makes a batch of them in one call
     if isinstance(img, torch.Tensor):
         t = img
     elif isinstance(img, np.ndarray):
@@ -119,7 +125,11 @@ def fast_collate(
         imgs = [as_chw(batch[i][0][j], i) for j in range(k) for i in range(n)]
         targets = targets.repeat((k,) + (1,) * (targets.ndim - 1))
     else:
-        imgs = [as_chw(b[0], i) for i, b in enumerate(batch)]
+        imgs = [b[0] for b in batch]
+        if all(isinstance(t, PendingResize) for t in imgs) and len({t.out_hw for t in imgs}) == 1:
+            # training crops of decoded pixels (`SeededDataset.defer_pixels`): made straight into the batch, in one call
+            return resize_pending(imgs, (alloc or new_uint8)((n, *imgs[0].shape))), targets
+        imgs = [as_chw(t, i) for i, t in enumerate(imgs)]
     shape = imgs[0].shape
     for i, t in enumerate(imgs):
         if t.shape != shape:

@@ -94,12 +94,13 @@ class DecodeTransform:
         with stage_clock(DECODE):
             return decode_image(src, self.input_img_mode, self._to_tensor)
 
-    def transform_sample(self, img, where: Callable[[], str]):
-        "The transform applied to `img`; `ImageDecodeError` passes (bad data when `img` is an `EncodedJpeg`), others get a note naming `where()`."
-        if self._transform is None:
+    def transform_sample(self, img, where: Callable[[], str], defer: bool = False):
+        "The transform applied to `img` (`defer`: its `deferred`); `ImageDecodeError` passes (bad data when `img` is an `EncodedJpeg`), others get a note naming `where()`."
+        t = self._transform
+        if t is None:
             return img
         try:
-            return self._transform(img)
+            return t.deferred(img) if defer and isinstance(t, SampleTransform) else t(img)
         except ImageDecodeError:
             raise
         except Exception as e:
@@ -194,6 +195,10 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
                 time.sleep(self.io_backoff * 4**attempt)
 
     def __getitem__(self, index: int):
+        return self.sample(index)
+
+    def sample(self, index: int, defer: bool = False):
+        "`self[index]`; with `defer`, a training crop of decoded pixels may come as a `PendingResize` (for `fast_collate`)."
         if not -len(self) <= index < len(self):
             raise IndexError(f'index {index} out of range for a dataset of {len(self)} samples')
         try:
@@ -205,7 +210,7 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
                 raise
             return self._on_bad(index, e)
         try:
-            img = self.transform_sample(img, lambda: f'sample {index} ({self.filename(index)})')
+            img = self.transform_sample(img, lambda: f'sample {index} ({self.filename(index)})', defer)
         except ImageDecodeError as e:
             if isinstance(img, EncodedJpeg):
                 return self._on_bad(index, e)  # decoded inside the transform

@@ -27,6 +27,8 @@ from .scheduled_sampler import Sampling, ScheduledTransformDataset, make_batch_p
 from .streaming import SplitsOverWorkers, StreamPlan
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 from .resume import BatchPlan, ResumableDataLoader, ResumablePrefetchLoader, StatefulLoader
+from .batch_plan import SeededDataset
+from .dataset import ImageDataset
 
 # %% auto #0
 __all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'ResumableMultiEpochsDataLoader', 'jitter_on_batch',
@@ -524,6 +526,11 @@ def create_loader(
     if collate_fn is None:  # threads collate in this process: no ring of shared memory
         collate_fn = _default_collate_fn(
             use_prefetcher, pin_memory, device, shapes, num_workers if worker_mode == 'process' else 0, prefetch_factor
+        )
+    if worker_mode == 'process' and isinstance(dataset, SeededDataset) and type(dataset.dataset) is ImageDataset:
+        # fast_collate's makes a batch's training crops of a store's pixels in one call, straight into the batch
+        dataset.defer_pixels = collate_fn is fast_collate or (
+            isinstance(collate_fn, BatchCollate) and collate_fn.makes_pending
         )
     loader_cls, prefetch_cls = loader_classes(worker_mode)  # both count where the time goes: stats()
     if worker_mode == 'thread':

@@ -16,7 +16,7 @@ from .stages import DECODE, stage_clock
 # %% auto #0
 __all__ = ['INTERPOLATIONS', 'MODE_TO_PIL', 'RESAMPLE_KIND', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
            'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'is_hwc_view', 'vertical_first',
-           'resize_crop_window', 'resize_center_crop', 'resize_box']
+           'resize_crop_window', 'resize_center_crop', 'resize_box', 'PendingResize', 'resize_pending']
 
 # %% ../nbs/09_resample.ipynb #d1faf2a6
 _INTERP = {  # name -> (torchvision mode, PIL filter)
@@ -184,6 +184,7 @@ def resize_box(
     out_hw: tuple,  # the size it is resized to (h, w)
     interp: InterpolationMode,  # bilinear or bicubic
     flip: bool = False,  # mirrored left to right (the same bytes as flipping the result)
+    defer: bool = False,  # from decoded pixels: a `PendingResize`, made later with the rest of its batch
 ):
     "The crop `box` of `img` resized to `out_hw` (PIL's crop then resize), in one step; None where not covered."
     kind, nat = RESAMPLE_KIND.get(interp), decode.NATIVE.module
@@ -201,8 +202,60 @@ def resize_box(
             return None  # the crop decoders try it, or raise the clear error
     elif isinstance(img, torch.Tensor) and is_hwc_view(img):
         src = img.permute(1, 2, 0).numpy()[top : top + h, left : left + w]  # sliced in numpy: one tensor op, not three
+        if defer:
+            return PendingResize(src, (oh, ow), kind, vfirst, flip)
         with gil_free:
             buf = nat.resample_window(src, 0, 0, h, w, oh, ow, 0, 0, oh, ow, kind, vfirst, flip)
     else:
         return None
     return torch.frombuffer(buf, dtype=torch.uint8).view(3, oh, ow)
+
+
+class PendingResize:
+    """A training crop whose pixels are not made yet: `resize_box`'s resize of `src` (the crop box of decoded pixels,
+    uint8 HWC) to `out_hw`. The batch's collate makes all of a batch's at once, straight into the batch's memory
+    (`resize_pending`); `materialize()` makes one alone. Not a tuple, so a collate never takes it for augmentation splits."""
+
+    __slots__ = ('src', 'out_hw', 'kind', 'vfirst', 'flip')
+
+    def __init__(self, src, out_hw: tuple, kind: int, vfirst: bool, flip: bool):
+        self.src, self.out_hw, self.kind, self.vfirst, self.flip = src, tuple(out_hw), kind, vfirst, flip
+
+    @property
+    def shape(self) -> tuple:
+        return (3, *self.out_hw)
+
+    def materialize(self) -> torch.Tensor:
+        "The image (planar uint8 3xHxW), as `resize_box` would have returned it."
+        (h, w), (oh, ow) = self.src.shape[:2], self.out_hw
+        with gil_free:
+            buf = decode.NATIVE.module.resample_window(
+                self.src, 0, 0, h, w, oh, ow, 0, 0, oh, ow, self.kind, self.vfirst, self.flip
+            )
+        return torch.frombuffer(buf, dtype=torch.uint8).view(3, oh, ow)
+
+    def __repr__(self):
+        return f'PendingResize({tuple(self.src.shape[:2])} -> {self.out_hw}, kind={self.kind}, flip={self.flip})'
+
+
+def resize_pending(
+    items: list,  # `PendingResize`s of one output size
+    out: torch.Tensor,  # uint8 (len(items), 3, h, w), contiguous: the batch's memory
+) -> torch.Tensor:  # `out`, image i made from items[i]
+    "Makes every `PendingResize` of a batch in one native call without the GIL, each into its image of `out`."
+    if not items:
+        return out
+    oh, ow = items[0].out_hw
+    for i, p in enumerate(items):
+        if p.out_hw != (oh, ow):
+            raise ValueError(
+                f'resize_pending: item {i} is resized to {p.out_hw} but item 0 to {(oh, ow)}; a batch has one size'
+            )
+    if out.dtype != torch.uint8 or not out.is_contiguous() or tuple(out.shape) != (len(items), 3, oh, ow):
+        raise ValueError(
+            f'resize_pending: out must be a contiguous uint8 tensor of shape {(len(items), 3, oh, ow)}; '
+            f'got {out.dtype} {tuple(out.shape)}'
+        )
+    with gil_free:
+        decode.NATIVE.module.resize_batch([(p.src, p.kind, p.vfirst, p.flip) for p in items], oh, ow, out.numpy())
+    return out

@@ -404,10 +404,10 @@ class _TimedSeeded(SeededDataset):
         super().__init__(dataset)
         self.rows = WorkerRows(rows)
 
-    def __getitem__(self, item):
+    def fetch(self, item, defer: bool = False):
         stage_clock.start()
         try:
-            return super().__getitem__(item)
+            return super().fetch(item, defer)
         finally:
             r, row = stage_clock.stop(), self.rows.row()
             row[0] += r[0]
@@ -441,7 +441,8 @@ class ProcessDataLoader(ResumableDataLoader):
     def __init__(self, dataset, *args, num_workers: int = 0, **kwargs):
         rows = torch.zeros(max(num_workers, 1), len(COLUMNS), dtype=torch.float64).share_memory_()
         if isinstance(dataset, SeededDataset) and not isinstance(dataset, _TimedSeeded):
-            dataset = _TimedSeeded(dataset.dataset, rows)
+            dataset, defer = _TimedSeeded(dataset.dataset, rows), dataset.defer_pixels
+            dataset.defer_pixels = defer
         super().__init__(dataset, *args, num_workers=num_workers, **kwargs)
         self._stats = LoaderStats(rows)
 

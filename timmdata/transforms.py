@@ -24,6 +24,7 @@ from timmdata.resample import (
     pick_interp,
     is_hwc_view,
     resize_box,
+    PendingResize,
     resize_center_crop,
     str_to_interp_mode,  # names,
     str_to_pil_interp,
@@ -68,6 +69,10 @@ class SampleTransform:
 
     def __call__(self, img):
         raise NotImplementedError(f'{type(self).__name__} must define __call__(img) -> the transformed image')
+
+    def deferred(self, img):
+        "The result, or a `PendingResize` where its pixel work can wait for the batch's collate (asked only by a loader whose collate makes them)."
+        return self(img)
 
 
 _TV_TENSOR_OK = (
@@ -591,6 +596,20 @@ class Compose(tvt.Compose, SampleTransform):
         ):
             return ts[0], ts[1]
         return None
+
+    def deferred(self, img):
+        "`self(img)`; the training crop and flip of decoded pixels (a store's) as a `PendingResize`, with the same draws."
+        ts = self.transforms
+        if (
+            isinstance(img, torch.Tensor)
+            and (cf := self._crop_flip()) is not None
+            and all(type(t) is MaybePILToTensor for t in ts[2:])
+        ):
+            box, interp = cf[0].draw(img)  # the draws in the steps' order, as in __call__
+            flip = RandomHorizontalFlip.draw(cf[1])
+            out = resize_box(img, box, cf[0].size, interp, flip, defer=True)
+            return out if out is not None else cf[0].apply(img, box, interp, flip)  # (MaybePILToTensor: tensors pass)
+        return self(img)
 
     @property
     def input_format(self) -> str:
