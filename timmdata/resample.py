@@ -11,7 +11,7 @@ from PIL import Image
 from torchvision.transforms import InterpolationMode
 from . import decode
 from .decode import EncodedJpeg, note_jpeg_warnings, gil_free
-from .stages import DECODE, stage_clock
+from .stages import DECODE, OPS, stage_clock
 
 # %% auto #0
 __all__ = ['INTERPOLATIONS', 'MODE_TO_PIL', 'RESAMPLE_KIND', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
@@ -256,6 +256,6 @@ def resize_pending(
             f'resize_pending: out must be a contiguous uint8 tensor of shape {(len(items), 3, oh, ow)}; '
             f'got {out.dtype} {tuple(out.shape)}'
         )
-    with gil_free:
+    with stage_clock(OPS), gil_free:  # per-sample ops, made in the collate (`stats()`)
         decode.NATIVE.module.resize_batch([(p.src, p.kind, p.vfirst, p.flip) for p in items], oh, ow, out.numpy())
     return out

@@ -10,10 +10,11 @@ import torch
 from torch.utils.data import get_worker_info
 
 # %% auto #0
-__all__ = ['READ', 'DECODE', 'OPS', 'stage_clock', 'COLUMNS', 'StageClock', 'WorkerRows']
+__all__ = ['READ', 'DECODE', 'OPS', 'COLLATE', 'stage_clock', 'COLUMNS', 'StageClock', 'WorkerRows']
 
 # %% ../nbs/08_stages.ipynb #c5bf9e88
 READ, DECODE, OPS = 0, 1, 2  # the per-sample stages `StageClock` tells apart: OPS is everything not marked
+COLLATE = 3  # a collate timed with the clock: its own time, apart from the per-sample ops it does for a batch
 
 
 class StageClock(threading.local):
@@ -21,14 +22,14 @@ class StageClock(threading.local):
 
     on = False
 
-    def start(self):
-        "A sample begins: its time goes to OPS until a stage says otherwise."
-        self.acc, self.stack, self.on, self.last = [0.0, 0.0, 0.0], [OPS], True, perf_counter()
+    def start(self, stage: int = OPS):
+        "A sample (or a collate: `COLLATE`) begins: its time goes to `stage` until a stage says otherwise."
+        self.acc, self.stack, self.on, self.last = [0.0, 0.0, 0.0, 0.0], [stage], True, perf_counter()
 
     def stop(self) -> list:
-        "The sample ends: [read, decode, ops] seconds."
+        "The sample ends: [read, decode, ops, collate] seconds."
         if not self.on:
-            return [0.0, 0.0, 0.0]
+            return [0.0, 0.0, 0.0, 0.0]
         self.acc[self.stack[-1]] += perf_counter() - self.last
         self.on = False
         return self.acc

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import IterableDataset
 from . import decode
 from .config import mix_seed, seed_all
-from .stages import COLUMNS, WorkerRows, stage_clock
+from .stages import COLLATE, COLUMNS, OPS, WorkerRows, stage_clock
 from timmdata.resume import (
     DeliveredIterator,
     ResumableBatchSampler,
@@ -423,12 +423,15 @@ class _TimedCollate:
         self.fn, self.rows = fn, WorkerRows(rows)
 
     def __call__(self, samples):
-        t0 = time.perf_counter()
+        stage_clock.start(
+            COLLATE
+        )  # a batch's deferred crops (`fast_collate`'s `resize_pending`) count as per-sample ops
         try:
             return self.fn(samples)
         finally:
-            row = self.rows.row()
-            row[3] += time.perf_counter() - t0
+            r, row = stage_clock.stop(), self.rows.row()
+            row[2] += r[OPS]
+            row[3] += r[COLLATE]
             row[5] += 1
 
 
