@@ -12,7 +12,8 @@ all alike), one warm-up epoch each starts the persistent workers, the median of 
 Then the same for evaluation (resize 256, centre crop 224), unless --modes says otherwise. With --old TREE, the store
 loader of another source tree (the version before a change) runs in a child process with TREE on its PYTHONPATH and
 takes its turn in the same rotation: before/after under the same load, as ratios to timm.
-(4) In one process, the per-image cost of each step on the store path, and the store loader's own `stats()` table
+(4) In one process, the per-image cost of each step on the store path (the training loader's own path: each sample's
+draws, then the batch's crops made by the collate in one call), and the store loader's own `stats()` table
 of the measured epochs, to show where the time goes.
 The main process runs max(1, cores - workers) torch threads (--main-threads; 0: torch's default of one per core):
 with every core busy in a worker, extra intra-op threads in the main process only spin and steal the workers'
@@ -92,6 +93,8 @@ def _per_image_costs(loader, train: bool = True, n: int = 512, reps: int = 3) ->
     idx = np.random.default_rng(0).permutation(len(reader))[:n].tolist()
     threads = torch.get_num_threads(); torch.set_num_threads(1)
     from timmdata.collate import fast_collate
+    from timmdata.resample import PendingResize
+    deferred = False
     out = {}
     def timed(name, fn, count):
         best = float('inf')
@@ -104,8 +107,8 @@ def _per_image_costs(loader, train: bool = True, n: int = 512, reps: int = 3) ->
         def samples():
             for i in idx: ds[i]
         timed('dataset[i] (+ crop, resize, flip)' if train else 'dataset[i] (+ resize, centre crop)', samples, n)
-        # of which, each step of the transform in turn (its input made beforehand), and torch's resize kernel alone
-        # on the training crops: the rest of dataset[i] is Python around them (reading, seeding, dispatch)
+        # of which, each step of the transform in turn (its input made beforehand): the rest of dataset[i] is Python
+        # around them (reading, seeding, dispatch)
         imgs = [ds.decode_sample(reader[i][0]) for i in idx]
         steps = list(getattr(ds.transform, 'transforms', [ds.transform]))
         def each(fn, xs):  # the results dropped one by one, as in a worker
@@ -114,15 +117,15 @@ def _per_image_costs(loader, train: bool = True, n: int = 512, reps: int = 3) ->
             xs = imgs
             for u in steps[:k]: xs = [u(x) for x in xs]
             timed(f'  of which {type(t).__name__}', lambda t=t, xs=xs: each(t, xs), n)
-            if train and k == 0 and hasattr(t, 'get_params'):
-                boxes = [t.get_params(x, t.scale, t.ratio) for x in xs]
-                crops = [x[:, a:a + h, b:b + w].permute(1, 2, 0).unsqueeze(0).permute(0, 3, 1, 2) for x, (a, b, h, w) in zip(xs, boxes)]
-                timed('    of which torch\'s uint8 resize kernel', lambda: each(lambda c: torch.nn.functional.interpolate(
-                    c, size=[224, 224], mode='bilinear', align_corners=False, antialias=True), crops), n)
             del xs
         batch = [ds[i] for i in idx[:64]]
         buf = torch.empty((64, 3, 224, 224), dtype=torch.uint8)
         timed('fast_collate (into a reused buffer)', lambda: [fast_collate(batch, alloc=lambda shape: buf[:shape[0]]) for _ in range(8)], 8 * 64)
+        deferred = train and isinstance(ds.sample(idx[0], defer=True)[0], PendingResize)
+        if deferred:  # what the loader's workers do instead (`SeededDataset.defer_pixels`): draws now, pixels in the collate
+            timed('dataset.sample(i, defer=True) (read, draws)', lambda: [ds.sample(i, defer=True) for i in idx], n)
+            pend = [ds.sample(i, defer=True) for i in idx[:64]]
+            timed('fast_collate of them (64 crops, one call)', lambda: [fast_collate(pend, alloc=lambda shape: buf[:shape[0]]) for _ in range(8)], 8 * 64)
         process = getattr(loader, '_process', None)  # PrefetchLoader's batch step: float, (jitter), normalise
         if process is not None:
             x, _ = fast_collate(batch, alloc=lambda shape: buf[:shape[0]])
@@ -130,7 +133,8 @@ def _per_image_costs(loader, train: bool = True, n: int = 512, reps: int = 3) ->
                 for _ in range(8): process(x)
             timed('prefetcher batch step (1 thread)', steps, 8 * 64)
     finally: torch.set_num_threads(threads)
-    out['total (dataset[i] + collate + batch step)'] = sum(v for k, v in out.items() if not k.startswith(('reader', ' ')))
+    path = (('dataset.sample', 'fast_collate of them') if deferred else ('dataset[i]', 'fast_collate (into')) + ('prefetcher',)
+    out['total (the loader\'s path: ' + ', '.join(path) + ')'] = sum(v for k, v in out.items() if k.startswith(path))
     return out
 
 
