@@ -366,9 +366,17 @@ def check_range(rng, param):
         raise ValueError(f"{param} must be (min, max) with min <= max; got {tuple(rng)!r}")
 
 # %% ../nbs/10_transforms.ipynb #9ef1c2af
+_F32: dict = {}  # p -> p rounded to float32, for the flips' draws (a few distinct p per run)
+
+
 def _as_float32(x: float) -> float:
-    "`x` rounded to the nearest float32, as a Python float."
-    return float(np.float32(x))
+    "`x` rounded to the nearest float32, as a Python float (remembered: numpy's conversion costs a microsecond per sample)."
+    v = _F32.get(x)
+    if v is None:
+        if len(_F32) > 64:
+            _F32.clear()
+        v = _F32[x] = float(np.float32(x))
+    return v
 
 
 class RandomHorizontalFlip(tvt.RandomHorizontalFlip, SampleTransform):
