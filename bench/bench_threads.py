@@ -37,11 +37,11 @@ if kind == 'timm':
     import timm.data
     from timmdata.bench import LOADERS
 else:
-    import timmdata
-c0, t0 = cpu(), time.perf_counter()
+    from timmdata import ImageDataset, create_loader  # imported now: `import timmdata` alone defers its modules
+c0, t0 = cpu(), time.perf_counter()  # each loader's modules imported before, as timm's are by `import timm.data`
 if kind == 'timm': ld = LOADERS['timm'](root, True, bs, workers)
 else:
-    ld = timmdata.create_loader(timmdata.ImageDataset(root), (3, 224, 224), bs, is_training=True, color_jitter=0.4,
+    ld = create_loader(ImageDataset(root), (3, 224, 224), bs, is_training=True, color_jitter=0.4,
                                 num_workers=workers, device='cpu', worker_mode=kind)
 n, first, peak, cpu_last = 0, None, (0, 0), 0.
 for x, y in ld:

@@ -311,3 +311,29 @@ def test_ring_finaliser_after_the_ledger_is_written_does_not_deadlock(tmp_path):
                    "os.close = real\n"
                    "assert fired\n"
                    "with batch_ring._ledger() as rings: assert rings == {'keep': (os.getpid(), 2)}, rings")
+
+
+@pytest.mark.parametrize('mode', ['process', 'thread'])
+def test_a_script_ending_with_a_live_iterator_exits_quietly(tmp_path, mode):
+    "A script (or a notebook kernel) that stops mid-epoch: no 'Exception ignored' traceback at exit, no worker left behind."
+    import subprocess, sys
+    script = tmp_path / 'stop_mid_epoch.py'
+    script.write_text(
+        'import sys, torch\n'
+        f'sys.path.insert(0, {os.path.dirname(__file__)!r})\n'
+        'from test_ring_reliability import IndexImages\n'
+        'from timmdata.loader import create_loader\n'
+        f'ld = create_loader(IndexImages(), (3, 16, 16), 8, num_workers=2, device="cpu", worker_mode={mode!r})\n'
+        'it = iter(ld)\n'
+        'x, y = next(it)\n'
+        'print("pids", *(w.pid for w in getattr(getattr(ld.loader, "_iterator", None), "_workers", [])), flush=True)\n'
+    )
+    with hang_guard(120):
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=110)
+    assert r.returncode == 0, r.stderr
+    assert 'Traceback' not in r.stderr and 'Exception ignored' not in r.stderr, r.stderr
+    pids = [int(p) for p in r.stdout.split()[1:]]
+    assert len(pids) == (2 if mode == 'process' else 0), r.stdout
+    deadline = time.time() + 10
+    while not all(gone(p) for p in pids) and time.time() < deadline: time.sleep(0.1)
+    assert all(gone(p) for p in pids), pids

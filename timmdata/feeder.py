@@ -4,7 +4,7 @@
 
 # %% ../nbs/30_feeder.ipynb #f2876215
 from __future__ import annotations
-import inspect, weakref
+import inspect, sys, weakref
 from collections import deque
 from contextlib import contextmanager
 from typing import Callable, Optional, Protocol
@@ -209,8 +209,12 @@ class DeviceFeeder:
             finally:
                 self.running -= 1
 
-    def stop_workers(self, it, force: bool):
+    def stop_workers(self, it, force: bool, _finalizing=sys.is_finalizing):  # bound now: see below
         "End of an iteration: stop the DataLoader's workers unless they are persistent, all alive and not `force`d; then the collate may reuse what they held."
+        if _finalizing():
+            # a script that ends with an iterator alive: its cleanup runs while the modules are torn down, when their
+            # names may be gone; the workers are daemons that stop with this process (as torch's iterator leaves them)
+            return
         kept = kept_iterator(
             self.loader
         )  # a persistent iterator (a DataLoader's, or MultiEpochsDataLoader's): this pass's
