@@ -65,9 +65,8 @@ class _InRing:
         return _from_ring, self.args
 
 
-def _atomics(
-    _native=decode.NATIVE,
-):  # bound now: a live iterator cleaned up at exit runs after the modules' names are gone
+# `_native` bound now: a live iterator cleaned up at exit runs after the modules' names are gone
+def _atomics(_native=decode.NATIVE):
     "The C extension when it has the atomic flag operations, else None (plain loads and stores)."
     nat = _native.module  # read at each use: TIMMDATA_NATIVE=0 or `decode.use_native(False)` is followed
     return nat if nat is not None and hasattr(nat, 'flag_acquire') else None

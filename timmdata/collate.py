@@ -20,9 +20,8 @@ class BatchCollate:
     "The declared collate protocol: `__call__(samples) -> (uint8 NCHW images, targets)`, `release(images)`, `mixes`."
 
     mixes: bool = False  # True for a collate that mixes samples (it then has a settable `mixup_enabled`)
-    makes_pending: bool = (
-        False  # True: a batch's `PendingResize`s are made in one call (`fast_collate`'s); the loader then defers
-    )
+    # True: a batch's `PendingResize`s are made in one call (`fast_collate`'s); the loader then defers
+    makes_pending: bool = False
 
     def __call__(self, batch: list) -> tuple:
         "Samples `(image, target)` to `(uint8 NCHW images, targets)`."

@@ -202,10 +202,8 @@ def resize_box(
             return None  # the crop decoders try it, or raise the clear error
     elif isinstance(img, torch.Tensor) and is_hwc_view(img):
         src = img.permute(1, 2, 0).numpy()[top : top + h, left : left + w]  # sliced in numpy: one tensor op, not three
-        if defer:
-            return PendingResize(src, (oh, ow), kind, vfirst, flip)
-        with gil_free:
-            buf = nat.resample_window(src, 0, 0, h, w, oh, ow, 0, 0, oh, ow, kind, vfirst, flip)
+        pending = PendingResize(src, (oh, ow), kind, vfirst, flip)
+        return pending if defer else pending.materialize()
     else:
         return None
     return torch.frombuffer(buf, dtype=torch.uint8).view(3, oh, ow)

@@ -423,9 +423,8 @@ class _TimedCollate:
         self.fn, self.rows = fn, WorkerRows(rows)
 
     def __call__(self, samples):
-        stage_clock.start(
-            COLLATE
-        )  # a batch's deferred crops (`fast_collate`'s `resize_pending`) count as per-sample ops
+        # a batch's deferred crops (`fast_collate`'s `resize_pending`) count as per-sample ops, the rest as the collate's
+        stage_clock.start(COLLATE)
         try:
             return self.fn(samples)
         finally:
