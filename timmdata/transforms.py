@@ -339,9 +339,9 @@ class RandomResizedCropAndInterpolation(SampleTransform):
         "This image's crop box and interpolation, drawn as timm draws them (box first)."
         return self.get_params(img, self.scale, self.ratio), pick_interp(self.interpolation)
 
-    def apply(self, img, box: tuple, interp, flip: bool = False):
-        "The `box` of `img` resized to `size` with `interp` (and mirrored): one native step where it can (`resize_box`)."
-        out = resize_box(img, box, self.size, interp, flip)
+    def apply(self, img, box: tuple, interp, flip: bool = False, defer: bool = False):
+        "The `box` of `img` resized to `size` with `interp` (and mirrored): one native step where it can (`resize_box`; `defer`: its `PendingResize` where it can)."
+        out = resize_box(img, box, self.size, interp, flip, defer)
         if out is None:  # other filters, PIL images, no extension, or a JPEG the crop decoder refuses: the steps
             out = resize_exact(crop_box(img, *box), self.size, interp)
             if flip:
@@ -614,9 +614,9 @@ class Compose(tvt.Compose, SampleTransform):
             and all(type(t) is MaybePILToTensor for t in ts[2:])
         ):
             box, interp = cf[0].draw(img)  # the draws in the steps' order, as in __call__
-            flip = RandomHorizontalFlip.draw(cf[1])
-            out = resize_box(img, box, cf[0].size, interp, flip, defer=True)
-            return out if out is not None else cf[0].apply(img, box, interp, flip)  # (MaybePILToTensor: tensors pass)
+            return cf[0].apply(
+                img, box, interp, RandomHorizontalFlip.draw(cf[1]), defer=True
+            )  # MaybePILToTensor: tensors pass
         return self(img)
 
     @property
