@@ -12,7 +12,10 @@ on one core), timed with the process's CPU clock, best of --reps passes. Prints:
 With --old TREE: the loader's CPU ms/image (and minor page faults per image) of TREE and of this tree, alternating in one run (each in a subprocess with
 that tree first on PYTHONPATH), and new/old.
 
-    python bench/bench_train.py [--images 640] [--reps 3] [--old /work/main]
+    python bench/bench_train.py [--images 640] [--reps 3] [--old /work/main] [--root FOLDER]
+
+--root: an image folder with class subfolders instead of the sample data's train/ (e.g. photos of 500x375 made by
+`make_sample_dataset(R, n_train=1200, size=(500, 375))`: `--root R/train`).
 """
 
 import argparse
@@ -27,15 +30,22 @@ import time
 from pathlib import Path
 
 
+def _root():
+    "The images: --root, else the generated sample data's train/ folder."
+    from timmdata.bench import bench_root
+
+    return Path(os.environ['BENCH_TRAIN_ROOT']) if os.environ.get('BENCH_TRAIN_ROOT') else bench_root()
+
+
 def loader_cpu_ms(which: str, n: int, reps: int) -> tuple:
     "(CPU ms per image, minor page faults per image) of `which` ('timmdata' or 'timm') over `n` images, best of `reps` passes (after a warm-up batch)."
     import resource
     import torch
 
-    from timmdata.bench import _timm_loader, _timmdata_loader, bench_root
+    from timmdata.bench import _timm_loader, _timmdata_loader
 
     torch.set_num_threads(1)
-    loader = (_timmdata_loader if which == 'timmdata' else _timm_loader)(bench_root(), True, 64, 0)
+    loader = (_timmdata_loader if which == 'timmdata' else _timm_loader)(_root(), True, 64, 0)
     best = (float('inf'), 0.0)
     for _ in range(reps):
         it = iter(loader)
@@ -56,7 +66,6 @@ def stages_cpu_ms(n: int, reps: int) -> dict:
     from PIL import Image
     from torchvision.transforms import InterpolationMode
 
-    from timmdata.bench import bench_root
     from timmdata.collate import fast_collate
     from timmdata.decode import encoded_jpeg, read_source
     from timmdata.transforms import RandomResizedCropAndInterpolation as RRC
@@ -64,7 +73,7 @@ def stages_cpu_ms(n: int, reps: int) -> dict:
     from timmdata.resample import resize_box
 
     torch.set_num_threads(1)
-    files = sorted(glob.glob(str(bench_root() / '*' / '*')))[:n]
+    files = sorted(glob.glob(str(_root() / '*' / '*')))[:n]
     datas = [read_source(f) for f in files]
     encs = [encoded_jpeg(d) for d in datas]
     random.seed(0)
@@ -129,8 +138,11 @@ def main(argv=None):
     p.add_argument('--reps', type=int, default=3)
     p.add_argument('--rounds', type=int, default=3, help='with --old: alternating rounds')
     p.add_argument('--old', help='source tree of the version to compare against (its extension built)')
+    p.add_argument('--root', help="image folder with class subfolders (default: the sample data's train/)")
     p.add_argument('--child', help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.root:
+        os.environ['BENCH_TRAIN_ROOT'] = str(Path(a.root).resolve())  # the children (--old) read it too
     if a.child:
         return _child(a.child, a.images, a.reps)
     if a.old:

@@ -553,25 +553,32 @@ typedef struct { int *bh, *bv; int32_t *kh, *kv; int ksh, ksv, yf, yl, xf, xl; }
 
 static void rs_plan_free(rs_plan *p) { free(p->bh); free(p->bv); free(p->kh); free(p->kv); memset(p, 0, sizeof *p); }
 
-static int rs_plan_make(rs_plan *p, const char *name, int in_h, int in_w, int out_h, int out_w, int top, int left, int oh, int ow,
-                        int kind) {
+/* rs_plan_make's work without the GIL: 0 made, RS_BAD_WINDOW (nothing allocated) or RS_NO_MEMORY */
+enum { RS_MADE, RS_BAD_WINDOW, RS_NO_MEMORY };
+static int rs_plan_build(rs_plan *p, int in_h, int in_w, int out_h, int out_w, int top, int left, int oh, int ow, int kind) {
     memset(p, 0, sizeof *p);
     if ((kind != 0 && kind != 1) || in_h < 1 || in_w < 1 || out_h < 1 || out_w < 1 || oh < 1 || ow < 1 || top < 0 || left < 0
-        || (long long)top + oh > out_h || (long long)left + ow > out_w) {
-        PyErr_Format(PyExc_ValueError, "%s: bad window (output %dx%d at (%d, %d) of %dx%d from %dx%d, kind %d)", name, oh, ow, top, left,
-                     out_h, out_w, in_h, in_w, kind);
-        return 0;
-    }
+        || (long long)top + oh > out_h || (long long)left + ow > out_w)
+        return RS_BAD_WINDOW;
     p->bh = malloc(sizeof(int) * 2 * (size_t)ow); p->bv = malloc(sizeof(int) * 2 * (size_t)oh);
     if (!p->bh || !p->bv || !(p->ksh = rs_coeffs(kind, in_w, out_w, left, ow, p->bh, &p->kh))
         || !(p->ksv = rs_coeffs(kind, in_h, out_h, top, oh, p->bv, &p->kv))) {
-        rs_plan_free(p); PyErr_NoMemory(); return 0;
+        rs_plan_free(p); return RS_NO_MEMORY;
     }
     p->yf = p->bv[0]; p->yl = p->bv[2 * (oh - 1)] + p->bv[2 * (oh - 1) + 1];
     p->xf = p->bh[0]; p->xl = p->bh[2 * (ow - 1)] + p->bh[2 * (ow - 1) + 1];
     for (int i = 0; i < ow; i++) p->bh[2 * i] -= p->xf;
     for (int j = 0; j < oh; j++) p->bv[2 * j] -= p->yf;
-    return 1;
+    return RS_MADE;
+}
+#define RS_BAD_WINDOW_FMT "%s: bad window (output %dx%d at (%d, %d) of %dx%d from %dx%d, kind %d)"
+
+static int rs_plan_make(rs_plan *p, const char *name, int in_h, int in_w, int out_h, int out_w, int top, int left, int oh, int ow,
+                        int kind) {
+    const int r = rs_plan_build(p, in_h, in_w, out_h, out_w, top, left, oh, ow, kind);
+    if (r == RS_BAD_WINDOW) PyErr_Format(PyExc_ValueError, RS_BAD_WINDOW_FMT, name, oh, ow, top, left, out_h, out_w, in_h, in_w, kind);
+    else if (r == RS_NO_MEMORY) PyErr_NoMemory();
+    return r == RS_MADE;
 }
 
 static void rs_plan_mirror(rs_plan *p, int ow) {  /* output column i takes column ow-1-i's bounds and weights */
@@ -722,84 +729,75 @@ done:
  * caller adds (decode._CROP_MARGIN): fancy chroma upsampling reads up to 2 away) and skips the rows above them
  * (jpeg_skip_scanlines, with the same margin). The rows below: with `to_end` (eval) skipped but the last, which still
  * reads (entropy-decodes) the file to its end as a whole decode does, so a damaged file is an error or a counted
- * warning as there; without it (training, decode_crop's rule) not read unless the rows reach the last one. The GIL and
- * error handling follow decode_crop: the input is held by its Py_buffer, the output and the window are new, libjpeg's
- * errors longjmp back to where the GIL is taken again. */
+ * warning as there; without it (training, decode_crop's rule) not read unless the rows reach the last one.
+ * The work is rcj_run's, which needs no GIL: the callers hold the input by its Py_buffer and write into memory nobody
+ * else reads meanwhile (a new bytearray; resize_crop_jpeg_batch's image of the batch). */
 #define RS_MARGIN 2
 
-static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"data", "out_h", "out_w", "top", "left", "oh", "ow", "kind", "vertical_first", "max_pixels", "box",
-                             "flip", "to_end", NULL};
-    Py_buffer buf;
-    int out_h, out_w, top, left, oh, ow, kind, vfirst = 0, flip = 0, to_end = 1;
-    int sy = 0, sx = 0, sh = 0, sw = 0;  /* the box; sh == 0: the whole image */
-    Py_ssize_t max_pixels = 0;
-    PyObject *box = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*iiiiiii|pnOpp", kwlist, &buf, &out_h, &out_w, &top, &left, &oh, &ow, &kind,
-                                     &vfirst, &max_pixels, &box, &flip, &to_end))
-        return NULL;
-    if (box != Py_None && !PyArg_ParseTuple(box, "iiii;resize_crop_jpeg: box must be (y, x, h, w)", &sy, &sx, &sh, &sw)) {
-        PyBuffer_Release(&buf); return NULL;
-    }
-    const int whole = box == Py_None;
+typedef struct {
+    const uint8_t *data; size_t len;                       /* the JPEG file's bytes */
+    int out_h, out_w, top, left, oh, ow, kind, vfirst;     /* the window, as resample_window's */
+    int whole, sy, sx, sh, sw, flip, to_end;               /* the box (whole: none) and the options */
+    Py_ssize_t max_pixels;
+} rcj_job;
+
+enum { RCJ_OK, RCJ_VALUE, RCJ_NO_MEMORY };
+
+/* One JPEG's window into dst (3 planes of oh x ow), without the GIL: RCJ_OK, or RCJ_VALUE with the reason in msg (a
+ * libjpeg error, the pixel limit, a box outside the image, a bad window), or RCJ_NO_MEMORY. *warned: libjpeg warned
+ * (its first message in warning, for note_warning). libjpeg's errors longjmp back to this call's own frame. */
+static int rcj_run(const rcj_job *a, uint8_t *dst, char *msg, size_t msg_n, int *warned, char *warning) {
     struct jpeg_decompress_struct cinfo;
     struct err_mgr jerr;
     memset(&cinfo, 0, sizeof cinfo);
     memset(&jerr, 0, sizeof jerr);
     rs_plan p; memset(&p, 0, sizeof p);
-    PyObject *volatile out = NULL, *volatile ret = NULL;
     uint8_t *volatile win = NULL;
     volatile size_t win_n = 0;
-    PyThreadState *volatile ts = NULL;
+    volatile int r = RCJ_OK;
+    *warned = 0;
     cinfo.err = jpeg_std_error(&jerr.pub);
     jerr.pub.error_exit = on_error; jerr.pub.emit_message = on_warning;
-    if (setjmp(jerr.jb)) {
-        if (ts) { PyEval_RestoreThread(ts); ts = NULL; }
-        PyErr_Format(PyExc_ValueError, "JPEG decode: %s", jerr.msg); goto done;
-    }
-    long long W = 0, H = 0;
-    int pixels_ok = 1;
-    ts = PyEval_SaveThread();  /* the header */
+    if (setjmp(jerr.jb)) { snprintf(msg, msg_n, "JPEG decode: %s", jerr.msg); r = RCJ_VALUE; goto done; }
     jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, (const unsigned char *)buf.buf, (unsigned long)buf.len);
+    jpeg_mem_src(&cinfo, (const unsigned char *)a->data, (unsigned long)a->len);
     jpeg_read_header(&cinfo, TRUE);
-    W = (long long)cinfo.image_width; H = (long long)cinfo.image_height;
-    if (max_pixels > 0 && W * H > (long long)max_pixels) pixels_ok = 0;
-    PyEval_RestoreThread(ts); ts = NULL;
-    if (!pixels_ok) {
-        PyErr_Format(PyExc_ValueError, "JPEG header claims %lldx%lld = %lld pixels, over the limit of %zd pixels", W, H, W * H, max_pixels);
-        goto done;
+    const long long W = (long long)cinfo.image_width, H = (long long)cinfo.image_height;
+    if (a->max_pixels > 0 && W * H > (long long)a->max_pixels) {
+        snprintf(msg, msg_n, "JPEG header claims %lldx%lld = %lld pixels, over the limit of %zd pixels", W, H, W * H, a->max_pixels);
+        r = RCJ_VALUE; goto done;
     }
-    if (whole) { sh = (int)H; sw = (int)W; }
+    int sy = a->sy, sx = a->sx, sh = a->sh, sw = a->sw;
+    if (a->whole) { sy = sx = 0; sh = (int)H; sw = (int)W; }
     else if (sy < 0 || sx < 0 || sh < 1 || sw < 1 || (long long)sy + sh > H || (long long)sx + sw > W) {
-        PyErr_Format(PyExc_ValueError, "crop box (top=%d, left=%d, height=%d, width=%d) is not inside the %lldx%lld image", sy, sx, sh, sw, W, H);
-        goto done;
+        snprintf(msg, msg_n, "crop box (top=%d, left=%d, height=%d, width=%d) is not inside the %lldx%lld image", sy, sx, sh, sw, W, H);
+        r = RCJ_VALUE; goto done;
     }
-    if (!rs_plan_make(&p, "resize_crop_jpeg", sh, sw, out_h, out_w, top, left, oh, ow, kind)) goto done;
-    if (flip) rs_plan_mirror(&p, ow);
+    const int built = rs_plan_build(&p, sh, sw, a->out_h, a->out_w, a->top, a->left, a->oh, a->ow, a->kind);
+    if (built != RS_MADE) {
+        if (built == RS_BAD_WINDOW)
+            snprintf(msg, msg_n, RS_BAD_WINDOW_FMT, "resize_crop_jpeg", a->oh, a->ow, a->top, a->left, a->out_h, a->out_w, sh, sw, a->kind);
+        r = built == RS_BAD_WINDOW ? RCJ_VALUE : RCJ_NO_MEMORY; goto done;
+    }
+    if (a->flip) rs_plan_mirror(&p, a->ow);
     /* the source rows ry0..ry1 and columns the window reads, in the image's coordinates; the decoded box: those with a
      * margin, columns widened by libjpeg to whole iMCUs */
     const int ry0 = sy + p.yf, ry1 = sy + p.yl, ys = ry0 > RS_MARGIN ? ry0 - RS_MARGIN : 0;
-    const int ye = to_end ? (int)H : (ry1 + RS_MARGIN < H ? ry1 + RS_MARGIN : (int)H);  /* rows read up to here */
+    const int ye = a->to_end ? (int)H : (ry1 + RS_MARGIN < H ? ry1 + RS_MARGIN : (int)H);  /* rows read up to here */
     JDIMENSION cx = (JDIMENSION)(sx + p.xf > RS_MARGIN ? sx + p.xf - RS_MARGIN : 0);
     JDIMENSION cw = (JDIMENSION)((sx + p.xl + RS_MARGIN < W ? sx + p.xl + RS_MARGIN : (int)W) - (int)cx);
-    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)3 * oh * ow);
     win_n = (size_t)(ry1 - ry0 + 1) * (size_t)W * 3 + 16;  /* the window's rows and a scratch row; W: room for any widening */
     win = rs_take(0, win_n);
-    if (!out || !win) { PyErr_NoMemory(); goto done; }
-    uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
-    const int simd = rs_avx2();
-    int code = DC_OK, ok = 1;
-    unsigned stalled_at = 0;
-    Py_ssize_t rowb = 0;
-    ts = PyEval_SaveThread();  /* the rows and both passes */
+    if (!win) { r = RCJ_NO_MEMORY; goto done; }
     cinfo.out_color_space = JCS_RGB;
     jpeg_start_decompress(&cinfo);
     jpeg_crop_scanline(&cinfo, &cx, &cw);
-    rowb = (Py_ssize_t)cw * 3;
+    const Py_ssize_t rowb = (Py_ssize_t)cw * 3;
     uint8_t *scratch = win + (size_t)(ry1 - ry0) * rowb;  /* the rows decoded outside the window */
-    if (ys > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)ys) != (JDIMENSION)ys) code = DC_SKIP;
-    while (code == DC_OK && (long long)cinfo.output_scanline < ry1) {  /* a row's pixels do not depend on the rows below */
+    if (ys > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)ys) != (JDIMENSION)ys) {
+        snprintf(msg, msg_n, "JPEG decode: could not skip rows"); r = RCJ_VALUE; goto done;
+    }
+    while ((long long)cinfo.output_scanline < ry1) {  /* a row's pixels do not depend on the rows below */
         /* up to 16 rows a call (libjpeg gives what one pass of its upsampler makes); the margin's rows above the window
          * go to the window's first rows, which its own rows overwrite later */
         const int y = (int)cinfo.output_scanline, above = y < ry0, room = ry1 - ry0;
@@ -808,31 +806,128 @@ static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args, PyObject *kwar
         if (above && n > room) n = room;
         JSAMPROW rows[16];
         for (int k = 0; k < n; k++) rows[k] = win + (size_t)((above ? 0 : y - ry0) + k) * rowb;
-        if (jpeg_read_scanlines(&cinfo, rows, (JDIMENSION)n) < 1) { code = DC_STALL; stalled_at = cinfo.output_scanline; }
+        if (jpeg_read_scanlines(&cinfo, rows, (JDIMENSION)n) < 1) {
+            snprintf(msg, msg_n, "JPEG decode: libjpeg made no progress at row %u", cinfo.output_scanline); r = RCJ_VALUE; goto done;
+        }
     }
     /* the rows below, up to ye: skipped but the last (entropy-decoded, not reconstructed; libjpeg-turbo would not read
      * the data of a skip that reaches the last row), the last one decoded; then, at the image's end, the file's end */
-    if (code == DC_OK && (long long)cinfo.output_scanline < ye - 1) {
+    if ((long long)cinfo.output_scanline < ye - 1) {
         const JDIMENSION rest = (JDIMENSION)(ye - 1 - (int)cinfo.output_scanline);
-        if (jpeg_skip_scanlines(&cinfo, rest) != rest) code = DC_SKIP;
+        if (jpeg_skip_scanlines(&cinfo, rest) != rest) { snprintf(msg, msg_n, "JPEG decode: could not skip rows"); r = RCJ_VALUE; goto done; }
     }
-    if (code == DC_OK && (long long)cinfo.output_scanline < ye) {
+    if ((long long)cinfo.output_scanline < ye) {
         JSAMPROW row = scratch;
-        if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) { code = DC_STALL; stalled_at = cinfo.output_scanline; }
+        if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
+            snprintf(msg, msg_n, "JPEG decode: libjpeg made no progress at row %u", cinfo.output_scanline); r = RCJ_VALUE; goto done;
+        }
     }
-    if (code == DC_OK && ye == H) jpeg_finish_decompress(&cinfo);
-    if (code == DC_OK) ok = rs_passes(&p, win + (size_t)(sx + p.xf - (int)cx) * 3, rowb, 3, oh, ow, vfirst, simd, dst);
-    PyEval_RestoreThread(ts); ts = NULL;
-    if (code == DC_SKIP) { PyErr_SetString(PyExc_ValueError, "JPEG decode: could not skip rows"); goto done; }
-    if (code == DC_STALL) { PyErr_Format(PyExc_ValueError, "JPEG decode: libjpeg made no progress at row %u", stalled_at); goto done; }
-    if (!ok) { PyErr_NoMemory(); goto done; }
-    ret = Py_BuildValue("(OO)", out, jerr.pub.num_warnings ? Py_True : Py_False);
+    if (ye == H) jpeg_finish_decompress(&cinfo);
+    if (!rs_passes(&p, win + (size_t)(sx + p.xf - (int)cx) * 3, rowb, 3, a->oh, a->ow, a->vfirst, rs_avx2(), dst)) r = RCJ_NO_MEMORY;
 done:
-    note_warning(&jerr);
+    if (jerr.pub.num_warnings) { *warned = 1; memcpy(warning, jerr.warning, JMSG_LENGTH_MAX); }
     jpeg_destroy_decompress(&cinfo);
     rs_plan_free(&p);
     if (win) rs_give(win, win_n);
+    return r;
+}
+
+/* with the GIL held: count a call's warning (rcj_run's), as note_warning does */
+static void note_rcj_warning(int warned, const char *warning) {
+    if (!warned) return;
+    n_warned++; memcpy(last_warning, warning, sizeof last_warning);
+}
+
+#define RCJ_MSG 512
+
+static PyObject *resize_crop_jpeg(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"data", "out_h", "out_w", "top", "left", "oh", "ow", "kind", "vertical_first", "max_pixels", "box",
+                             "flip", "to_end", NULL};
+    Py_buffer buf;
+    rcj_job a; memset(&a, 0, sizeof a);
+    a.to_end = 1;
+    PyObject *box = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*iiiiiii|pnOpp", kwlist, &buf, &a.out_h, &a.out_w, &a.top, &a.left, &a.oh, &a.ow,
+                                     &a.kind, &a.vfirst, &a.max_pixels, &box, &a.flip, &a.to_end))
+        return NULL;
+    if (box != Py_None && !PyArg_ParseTuple(box, "iiii;resize_crop_jpeg: box must be (y, x, h, w)", &a.sy, &a.sx, &a.sh, &a.sw)) {
+        PyBuffer_Release(&buf); return NULL;
+    }
+    a.whole = box == Py_None; a.data = buf.buf; a.len = (size_t)buf.len;
+    PyObject *out = NULL, *ret = NULL;
+    if (a.oh < 1 || a.ow < 1) {  /* the size of the output, before it is made (rcj_run checks the rest of the window) */
+        PyErr_Format(PyExc_ValueError, RS_BAD_WINDOW_FMT, "resize_crop_jpeg", a.oh, a.ow, a.top, a.left, a.out_h, a.out_w, 0, 0, a.kind);
+        goto done;
+    }
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)3 * a.oh * a.ow);
+    if (!out) goto done;
+    char msg[RCJ_MSG] = "", warning[JMSG_LENGTH_MAX] = "";
+    int warned = 0, r;
+    Py_BEGIN_ALLOW_THREADS
+    r = rcj_run(&a, (uint8_t *)PyByteArray_AS_STRING(out), msg, sizeof msg, &warned, warning);
+    Py_END_ALLOW_THREADS
+    note_rcj_warning(warned, warning);
+    if (r == RCJ_VALUE) { PyErr_SetString(PyExc_ValueError, msg); goto done; }
+    if (r == RCJ_NO_MEMORY) { PyErr_NoMemory(); goto done; }
+    ret = Py_BuildValue("(OO)", out, warned ? Py_True : Py_False);
+done:
     PyBuffer_Release(&buf); Py_XDECREF(out);
+    return ret;
+}
+
+/* resize_crop_jpeg_batch(items, oh, ow, out, max_pixels=0) -> bytes, a status per item: 0 made, 1 made but libjpeg
+ * warned (counted in jpeg_warnings()), 2 not made (the caller makes it alone: resize_crop_jpeg's error, or a fallback).
+ * Each item (data, (y, x, h, w), kind, vertical_first, flip) is a training crop: resize_crop_jpeg(data, oh, ow, 0, 0,
+ * oh, ow, kind, vertical_first, max_pixels, box, flip, to_end=False), written planar into image i of out, a writable
+ * buffer of len(items) * 3 * oh * ow bytes (the batch's uint8 NCHW memory). One call per batch, the GIL released for
+ * all of it: a batch's Python per sample is a tuple, and the pixels go straight to where the batch lives. The inputs
+ * are held by their Py_buffers for the whole call. */
+static PyObject *resize_crop_jpeg_batch(PyObject *self, PyObject *args) {
+    PyObject *items; int oh, ow; Py_buffer out; Py_ssize_t max_pixels = 0;
+    if (!PyArg_ParseTuple(args, "Oiiw*|n", &items, &oh, &ow, &out, &max_pixels)) return NULL;
+    PyObject *seq = PySequence_Fast(items, "resize_crop_jpeg_batch: items must be a sequence of (data, box, kind, vertical_first, flip)");
+    if (!seq) { PyBuffer_Release(&out); return NULL; }
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_buffer *v = n ? calloc((size_t)n, sizeof *v) : NULL;
+    rcj_job *jobs = n ? calloc((size_t)n, sizeof *jobs) : NULL;
+    Py_ssize_t got = 0;
+    PyObject *ret = NULL;
+    if (n && (!v || !jobs)) { PyErr_NoMemory(); goto done; }
+    if (oh < 1 || ow < 1 || out.len < n * 3 * (Py_ssize_t)oh * ow) {
+        PyErr_Format(PyExc_ValueError, "resize_crop_jpeg_batch: out holds %zd bytes; %zd images of 3x%dx%d need %zd", out.len, n, oh, ow,
+                     n * 3 * (Py_ssize_t)oh * ow);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++, got++) {
+        rcj_job *a = &jobs[i];
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i),
+                              "y*(iiii)ipp;resize_crop_jpeg_batch: an item is (data, (y, x, h, w), kind, vertical_first, flip)", &v[i],
+                              &a->sy, &a->sx, &a->sh, &a->sw, &a->kind, &a->vfirst, &a->flip))
+            goto done;
+        a->data = v[i].buf; a->len = (size_t)v[i].len;
+        a->out_h = a->oh = oh; a->out_w = a->ow = ow; a->max_pixels = max_pixels;
+    }
+    ret = PyBytes_FromStringAndSize(NULL, n);
+    if (!ret) goto done;
+    char *status = PyBytes_AS_STRING(ret);
+    int *warned = n ? calloc((size_t)n, sizeof(int)) : NULL;
+    char (*warning)[JMSG_LENGTH_MAX] = n ? calloc((size_t)n, JMSG_LENGTH_MAX) : NULL;
+    if (n && (!warned || !warning)) { free(warned); free(warning); Py_CLEAR(ret); PyErr_NoMemory(); goto done; }
+    const Py_ssize_t img = 3 * (Py_ssize_t)oh * ow;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char msg[RCJ_MSG];
+        const int r = rcj_run(&jobs[i], (uint8_t *)out.buf + i * img, msg, sizeof msg, &warned[i], warning[i]);
+        status[i] = r != RCJ_OK ? 2 : warned[i] ? 1 : 0;
+    }
+    Py_END_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) note_rcj_warning(warned[i] && status[i] != 2, warning[i]);  /* a failed one warns when made alone */
+    free(warned); free(warning);
+done:
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    free(v); free(jobs);
+    Py_DECREF(seq);
+    PyBuffer_Release(&out);
     return ret;
 }
 
@@ -1179,6 +1274,7 @@ static PyMethodDef methods[] = {
     {"decode_crop", decode_crop, METH_VARARGS, "decode_crop(data, top, left, height, width, max_pixels=0, gray=False) -> (bytearray RGB or gray, x0, y0, w, h)"},
     {"resample_window", resample_window, METH_VARARGS, "resample_window(src_hwc_u8, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, flip=False) -> bytearray (C, oh, ow), planar: Pillow's resize (kind 0 bilinear, 1 bicubic) of the in_h x in_w image to out_h x out_w, rows top.. and columns left.. only (mirrored left to right with flip); src holds the source from (y0, x0)"},
     {"resize_crop_jpeg", (PyCFunction)(void (*)(void))resize_crop_jpeg, METH_VARARGS | METH_KEYWORDS, "resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0, box=None, flip=False, to_end=True) -> (bytearray (3, oh, ow) planar, warned): resample_window's result from the JPEG's RGB pixels (of the box (y, x, h, w): PIL's crop then resize), mirrored with flip, decoding only the rows and columns the window reads (with to_end, the file to its end)"},
+    {"resize_crop_jpeg_batch", resize_crop_jpeg_batch, METH_VARARGS, "resize_crop_jpeg_batch(items, oh, ow, out, max_pixels=0) -> bytes of statuses (0 made, 1 made with a libjpeg warning, 2 not made): each item (data, (y, x, h, w), kind, vertical_first, flip) a training crop resize_crop_jpeg would make (to_end=False), into image i of out, a uint8 (n, 3, oh, ow) buffer; one call, without the GIL"},
     {"resize_batch", resize_batch, METH_VARARGS, "resize_batch(items, oh, ow, out): each item (src_hwc_u8, kind, vertical_first, flip) resized whole to oh x ow (resample_window's, mirrored with flip) into image i of out, a uint8 (n, 3, oh, ow) buffer; one call, without the GIL"},
     {"set_resample_simd", set_resample_simd, METH_VARARGS, "set_resample_simd(on) -> previous setting: the AVX2 passes of resample_window (the same bytes as the plain C ones)"},
     {"jpeg_warnings", jpeg_warnings, METH_NOARGS, "jpeg_warnings() -> (images libjpeg warned about so far in this process, latest message)"},

@@ -67,6 +67,46 @@ def test_bad_sample_raise_names_file(root, tmp_path):
         batches(bad, 'thread', 2)
 
 
+
+def _broken_in_data(f):
+    "A progressive JPEG with a marker in the middle of its data: the header reads, every crop's decode fails (libjpeg and PIL)."
+    import io
+    from PIL import Image
+    bio = io.BytesIO()
+    with Image.open(f) as im:
+        im.save(bio, 'JPEG', quality=90, progressive=True)  # all scans read before the first row: any crop meets the marker
+    d = bio.getvalue()
+    at = len(d) * 2 // 5
+    f.write_bytes(d[:at] + b'\xff\xd8' + d[at:])
+
+
+def test_deferred_jpeg_bad_files_skip_like_threads(root, tmp_path):
+    "Worker processes decode a batch's JPEG crops in the collate (one call): a bad file there is skipped and counted as in thread mode (per sample), or raised naming it."
+    from timmdata import decode
+    from timmdata.resample import PendingJpegCrop
+    if decode.native is None: pytest.skip(decode.NATIVE_STATUS)
+    bad = tmp_path / 'train'
+    shutil.copytree(root, bad)
+    victims = sorted(bad.rglob('*.JPEG'))[::9]
+    for f in victims: _broken_in_data(f)
+    ds = ImageDataset(str(bad), transform=create_loader(ImageDataset(str(bad)), **KW).dataset.transform, bad_sample='skip')
+    assert isinstance(ds.sample(0, defer=True)[0], PendingJpegCrop)  # what the deferring workers hand their collate
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        thr, _, tl = batches(bad, 'thread', 2, bad_sample='skip')
+        proc, _, pl = batches(bad, 'process', 2, bad_sample='skip')
+    assert _deferring(pl) and not _deferring(tl)
+    same(thr, proc)
+    skipped = [ld.loader.dataset.dataset.bad_samples for ld in (tl, pl)]
+    assert skipped[0] == skipped[1] and len(skipped[0]) == len(victims), skipped
+    assert {ds.filename(i, absolute=True) for i in skipped[0]} == {str(f) for f in victims}
+    st = pl.stats()
+    assert st.images == sum(len(y) for _, y in proc) == 7 * 8 - len(skipped[0])
+    assert (st.samples, st.collated) == (7 * 8, len(proc)) and st.t['decode'] > 0
+    with pytest.raises(OSError, match='could not be read or decoded') as e:
+        batches(bad, 'process', 2)
+    assert any(f.name in str(e.value) for f in victims), str(e.value)
+
 def test_native_decode_in_threads_same_results_and_warning_count(root):
     "The GIL-free decoder from 4 threads: the same pixels and errors as one thread, and every libjpeg warning counted."
     import random

@@ -342,7 +342,7 @@ class SeededDataset(Dataset):
         return len(self.dataset)
 
     # set by `create_loader` when the dataset is an `ImageDataset` and the collate is `fast_collate`'s, in worker processes:
-    # a batch's training crops of decoded pixels then come as `PendingResize`s, made by the collate in one native call
+    # a batch's training crops then come as `PendingResize`s (JPEGs': `PendingJpegCrop`s), made by the collate in one native call
     # (threads collate in the consumer's thread, where the pixel work would queue behind one another: never there)
     defer_pixels = False
 

@@ -99,6 +99,14 @@ def stack_uint8(
     return torch.stack(imgs, out=out)
 
 # %% ../nbs/27_collate.ipynb #d2bee9c6
+def _targets(batch: list):
+    "The targets of `(image, target)` samples, collated: int64 for class indices, else stacked as given."
+    targets = default_collate([b[1] for b in batch])
+    if isinstance(targets, torch.Tensor) and targets.ndim == 1:
+        targets = targets.long()
+    return targets
+
+
 def fast_collate(
     batch: list,  # samples `(image, target)`; image a uint8 CHW tensor/array or a tuple of them; `None` samples are dropped
     alloc: Optional[Callable] = None,  # shape -> uint8 memory the batch is written to (default `new_uint8`)
@@ -111,9 +119,7 @@ def fast_collate(
         if not isinstance(b, (tuple, list)) or len(b) != 2:
             raise TypeError(f"fast_collate: sample {i} must be an (image, target) pair; got {type(b).__name__}")
     n = len(batch)
-    targets = default_collate([b[1] for b in batch])
-    if isinstance(targets, torch.Tensor) and targets.ndim == 1:
-        targets = targets.long()
+    targets = _targets(batch)
     if isinstance(batch[0][0], (tuple, list)):  # augmentation splits: split j of every sample, then split j+1, ...
         k = len(batch[0][0])
         for i, b in enumerate(batch):
@@ -126,8 +132,15 @@ def fast_collate(
     else:
         imgs = [b[0] for b in batch]
         if all(isinstance(t, PendingResize) for t in imgs) and len({t.out_hw for t in imgs}) == 1:
-            # training crops of decoded pixels (`SeededDataset.defer_pixels`): made straight into the batch, in one call
-            return resize_pending(imgs, (alloc or new_uint8)((n, *imgs[0].shape))), targets
+            # training crops (`SeededDataset.defer_pixels`): made straight into the batch, in one call
+            kept = []
+            x = resize_pending(imgs, (alloc or new_uint8)((n, *imgs[0].shape)), kept)
+            # a bad JPEG its dataset skips is left out, as a sample the dataset skipped (None) is
+            return x, (targets if len(kept) == n else _targets([batch[i] for i in kept]))
+        if any(isinstance(t, PendingResize) for t in imgs):  # made one by one (a mixed batch)
+            imgs = [t.materialize() if isinstance(t, PendingResize) else t for t in imgs]
+            if any(t is None for t in imgs):  # bad JPEGs their dataset skips: left out
+                return fast_collate([(t, b[1]) for b, t in zip(batch, imgs) if t is not None], alloc)
         imgs = [as_chw(t, i) for i, t in enumerate(imgs)]
     shape = imgs[0].shape
     for i, t in enumerate(imgs):

@@ -15,6 +15,8 @@ from PIL import Image
 from .readers import create_reader
 from .stages import DECODE, READ, stage_clock
 from .transforms import INPUT_FORMATS, SampleTransform, transform_input
+from .resample import PendingJpegCrop
+from functools import partial
 
 # %% auto #0
 __all__ = ['is_transient', 'DecodeTransform', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
@@ -198,7 +200,7 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
         return self.sample(index)
 
     def sample(self, index: int, defer: bool = False):
-        "`self[index]`; with `defer`, a training crop of decoded pixels may come as a `PendingResize` (for `fast_collate`)."
+        "`self[index]`; with `defer`, a training crop may come as a `PendingResize` (for `fast_collate`), a JPEG's as a `PendingJpegCrop` that keeps this dataset's bad-sample policy."
         if not -len(self) <= index < len(self):
             raise IndexError(f'index {index} out of range for a dataset of {len(self)} samples')
         try:
@@ -215,6 +217,8 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
             if isinstance(img, EncodedJpeg):
                 return self._on_bad(index, e)  # decoded inside the transform
             raise
+        if isinstance(img, PendingJpegCrop):  # decoded in the collate: a bad file meets the same policy there
+            img.on_bad = partial(self._on_bad, index)
         if target is None:
             target = -1
         elif self.target_transform is not None:

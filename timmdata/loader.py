@@ -528,7 +528,7 @@ def create_loader(
             use_prefetcher, pin_memory, device, shapes, num_workers if worker_mode == 'process' else 0, prefetch_factor
         )
     if worker_mode == 'process' and isinstance(dataset, SeededDataset) and type(dataset.dataset) is ImageDataset:
-        # fast_collate's makes a batch's training crops of a store's pixels in one call, straight into the batch
+        # fast_collate's makes a batch's training crops (JPEGs or a store's pixels) in one call, straight into the batch
         dataset.defer_pixels = collate_fn is fast_collate or (
             isinstance(collate_fn, BatchCollate) and collate_fn.makes_pending
         )

@@ -10,13 +10,15 @@ import torch
 from PIL import Image
 from torchvision.transforms import InterpolationMode
 from . import decode
-from .decode import EncodedJpeg, note_jpeg_warnings, gil_free
+from .decode import EncodedJpeg, ImageDecodeError, note_jpeg_warnings, gil_free
+from typing import Callable, Optional
 from .stages import DECODE, OPS, stage_clock
 
 # %% auto #0
 __all__ = ['INTERPOLATIONS', 'MODE_TO_PIL', 'RESAMPLE_KIND', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
            'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'is_hwc_view', 'vertical_first',
-           'resize_crop_window', 'resize_center_crop', 'resize_box', 'PendingResize', 'resize_pending']
+           'resize_crop_window', 'resize_center_crop', 'resize_box', 'defer_jpeg_crop', 'PendingResize',
+           'PendingJpegCrop', 'resize_pending']
 
 # %% ../nbs/09_resample.ipynb #d1faf2a6
 _INTERP = {  # name -> (torchvision mode, PIL filter)
@@ -209,6 +211,21 @@ def resize_box(
     return torch.frombuffer(buf, dtype=torch.uint8).view(3, oh, ow)
 
 
+def defer_jpeg_crop(
+    img: EncodedJpeg,
+    box: tuple,  # (top, left, height, width) of the crop in `img`
+    out_hw: tuple,  # the size it is resized to (h, w)
+    interp: InterpolationMode,  # bilinear or bicubic
+    flip: bool,  # mirrored left to right
+    make: Callable[[], torch.Tensor],  # the image alone, as the caller makes it without deferring
+):
+    "`resize_box(img, box, out_hw, interp, flip)` as a `PendingJpegCrop`, made with its batch; None where `resize_box` would not cover it."
+    kind, nat = RESAMPLE_KIND.get(interp), decode.NATIVE.module
+    if kind is None or nat is None:
+        return None
+    return PendingJpegCrop(img, box, out_hw, kind, vertical_first(tuple(box[2:]), tuple(out_hw)), flip, make)
+
+
 class PendingResize:
     """A training crop whose pixels are not made yet: `resize_box`'s resize of `src` (the crop box of decoded pixels,
     uint8 HWC) to `out_hw`. The batch's collate makes all of a batch's at once, straight into the batch's memory
@@ -236,11 +253,52 @@ class PendingResize:
         return f'PendingResize({tuple(self.src.shape[:2])} -> {self.out_hw}, kind={self.kind}, flip={self.flip})'
 
 
+class PendingJpegCrop(PendingResize):
+    """A training crop of a JPEG not decoded yet: the `box` of `src` (an `EncodedJpeg`) resized to `out_hw` (and mirrored),
+    the draws already made. The batch's collate decodes and resizes all of a batch's in one native call
+    (`resize_pending`). A JPEG that call cannot make (damaged, or a kind libjpeg refuses) is made alone by `make`, the
+    crop's own per-sample path (its fallback decoders, its error); a bad file's `ImageDecodeError` then goes to
+    `on_bad`, the dataset's bad-sample policy (set by `ImageDataset.sample`): it raises the error naming the file, or
+    returns None and the sample is left out of the batch, counted, as a sample that failed in the dataset would be."""
+
+    __slots__ = ('box', 'make', 'on_bad')
+
+    def __init__(
+        self,
+        src: EncodedJpeg,
+        box: tuple,  # (top, left, height, width) of the crop in the image
+        out_hw: tuple,
+        kind: int,
+        vfirst: bool,
+        flip: bool,
+        make: Callable[[], torch.Tensor],  # the image alone, as the crop makes it without deferring
+        on_bad: Optional[Callable] = None,  # ImageDecodeError -> raises, or None (the sample skipped); None: raised
+    ):
+        super().__init__(src, out_hw, kind, vfirst, flip)
+        self.box, self.make, self.on_bad = tuple(box), make, on_bad
+
+    def materialize(self) -> Optional[torch.Tensor]:
+        "The image alone (`make`); None where the file is bad and `on_bad` skips the sample."
+        try:
+            return self.make()
+        except ImageDecodeError as e:
+            if self.on_bad is None:
+                raise
+            return self.on_bad(e)
+
+    def __repr__(self):
+        return f'PendingJpegCrop({self.src.height}x{self.src.width} box {self.box} -> {self.out_hw}, kind={self.kind}, flip={self.flip})'
+
+
 def resize_pending(
-    items: list,  # `PendingResize`s of one output size
+    items: list,  # `PendingResize`s (`PendingJpegCrop`s among them) of one output size
     out: torch.Tensor,  # uint8 (len(items), 3, h, w), contiguous: the batch's memory
-) -> torch.Tensor:  # `out`, image i made from items[i]
-    "Makes every `PendingResize` of a batch in one native call without the GIL, each into its image of `out`."
+    kept: Optional[list] = None,  # if a list: gets the indices of the items made, in order (see below)
+) -> torch.Tensor:  # `out`, image i made from items[i]; with skips, `out[:len(kept)]`
+    """Makes every `PendingResize` of a batch in one native call without the GIL, each into its image of `out`. A batch of
+    JPEG crops is decoded and resized in one call too; one that call refuses is made alone (`PendingJpegCrop.materialize`).
+    A bad file whose dataset skips it leaves its image out: the images made move up, `out[:len(kept)]` is returned and
+    `kept` says which items they are. Without `kept`, such a skip is an error."""
     if not items:
         return out
     oh, ow = items[0].out_hw
@@ -254,6 +312,38 @@ def resize_pending(
             f'resize_pending: out must be a contiguous uint8 tensor of shape {(len(items), 3, oh, ow)}; '
             f'got {out.dtype} {tuple(out.shape)}'
         )
-    with stage_clock(OPS), gil_free:  # per-sample ops, made in the collate (`stats()`)
-        decode.NATIVE.module.resize_batch([(p.src, p.kind, p.vfirst, p.flip) for p in items], oh, ow, out.numpy())
-    return out
+    nat, n = decode.NATIVE.module, len(items)
+    jpegs = sum(isinstance(p, PendingJpegCrop) for p in items)
+    if jpegs == 0:
+        with stage_clock(OPS), gil_free:  # per-sample ops, made in the collate (`stats()`)
+            nat.resize_batch([(p.src, p.kind, p.vfirst, p.flip) for p in items], oh, ow, out.numpy())
+        alone = ()
+    elif jpegs == n:
+        jobs = [(p.src.data, p.box, p.kind, p.vfirst, p.flip) for p in items]
+        with stage_clock(DECODE), gil_free:  # the decodes and their resizes, one step: counted as decoding
+            status = nat.resize_crop_jpeg_batch(jobs, oh, ow, out.numpy(), decode.MAX_IMAGE_PIXELS or 0)
+        warned = status.count(1)
+        if warned:  # damaged data decoded anyway: counted, one Python warning per process (as one by one)
+            note_jpeg_warnings(nat.jpeg_warnings()[0] - warned)
+        alone = [i for i, s in enumerate(status) if s == 2]
+    else:
+        alone = range(n)  # a mixed batch (a PNG among JPEGs): one by one
+    made = [True] * n
+    for i in alone:
+        img = items[i].materialize()
+        if img is None:
+            made[i] = False
+        else:
+            out[i].copy_(img)
+    if kept is None:
+        if not all(made):
+            raise ValueError(f'resize_pending: item {made.index(False)} was skipped; pass kept=[] to leave it out')
+        return out
+    k = 0
+    for i in range(n):
+        if made[i]:
+            if k != i:
+                out[k].copy_(out[i])
+            kept.append(i)
+            k += 1
+    return out[:k]

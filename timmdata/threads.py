@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import IterableDataset
 from . import decode
 from .config import mix_seed, seed_all
-from .stages import COLLATE, COLUMNS, OPS, WorkerRows, stage_clock
+from .stages import COLLATE, COLUMNS, DECODE, OPS, WorkerRows, stage_clock
 from timmdata.resume import (
     DeliveredIterator,
     ResumableBatchSampler,
@@ -429,6 +429,7 @@ class _TimedCollate:
             return self.fn(samples)
         finally:
             r, row = stage_clock.stop(), self.rows.row()
+            row[1] += r[DECODE]  # a batch's deferred JPEG crops: decoded and resized in one call
             row[2] += r[OPS]
             row[3] += r[COLLATE]
             row[5] += 1

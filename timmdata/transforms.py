@@ -5,6 +5,7 @@
 # %% ../nbs/10_transforms.ipynb #83b58af3
 from __future__ import annotations
 import math, numbers, random, typing
+from functools import partial
 import numpy as np
 import torch
 from PIL import Image
@@ -23,8 +24,10 @@ from timmdata.resample import (
     interp_repr,
     pick_interp,
     is_hwc_view,
+    defer_jpeg_crop,
     resize_box,
     PendingResize,
+    PendingJpegCrop,
     resize_center_crop,
     str_to_interp_mode,  # names,
     str_to_pil_interp,
@@ -341,6 +344,12 @@ class RandomResizedCropAndInterpolation(SampleTransform):
 
     def apply(self, img, box: tuple, interp, flip: bool = False, defer: bool = False):
         "The `box` of `img` resized to `size` with `interp` (and mirrored): one native step where it can (`resize_box`; `defer`: its `PendingResize` where it can)."
+        if defer and isinstance(
+            img, EncodedJpeg
+        ):  # made with its batch; alone (a refused JPEG) by this call undeferred
+            p = defer_jpeg_crop(img, box, self.size, interp, flip, partial(self.apply, img, box, interp, flip))
+            if p is not None:
+                return p
         out = resize_box(img, box, self.size, interp, flip, defer)
         if out is None:  # other filters, PIL images, no extension, or a JPEG the crop decoder refuses: the steps
             out = resize_exact(crop_box(img, *box), self.size, interp)
@@ -606,10 +615,10 @@ class Compose(tvt.Compose, SampleTransform):
         return None
 
     def deferred(self, img):
-        "`self(img)`; the training crop and flip of decoded pixels (a store's) as a `PendingResize`, with the same draws."
+        "`self(img)`; the training crop and flip as a `PendingResize` (of a JPEG: a `PendingJpegCrop`), with the same draws."
         ts = self.transforms
         if (
-            isinstance(img, torch.Tensor)
+            isinstance(img, (torch.Tensor, EncodedJpeg))
             and (cf := self._crop_flip()) is not None
             and all(type(t) is MaybePILToTensor for t in ts[2:])
         ):
