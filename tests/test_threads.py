@@ -6,9 +6,10 @@ from timmdata import ImageDataset, create_loader
 
 KW = dict(input_size=96, batch_size=8, is_training=True, device='cpu', seed=7, re_prob=0.25)
 
-def batches(root, mode, workers, stop=None, state=None, **kw):
-    "(batches as (x, y) copies, state after the last one, the loader)."
+def batches(root, mode, workers, stop=None, state=None, defer=True, **kw):
+    "(batches as (x, y) copies, state after the last one, the loader); `defer=False`: every sample made whole (no batch of pending crops)."
     ld = create_loader(ImageDataset(str(root), **kw), **KW, num_workers=workers, worker_mode=mode)
+    if not defer: _seeded(ld).defer_pixels = False
     if state is not None: ld.load_state_dict(state)
     out = []
     for x, y in ld:
@@ -81,7 +82,7 @@ def _broken_in_data(f):
 
 
 def test_deferred_jpeg_bad_files_skip_like_threads(root, tmp_path):
-    "Worker processes decode a batch's JPEG crops in the collate (one call): a bad file there is skipped and counted as in thread mode (per sample), or raised naming it."
+    "Worker processes and loader threads decode a batch's JPEG crops in the collate (one call): a bad file there is skipped and counted as when the dataset decodes each sample, or raised naming it."
     from timmdata import decode
     from timmdata.resample import PendingJpegCrop
     if decode.native is None: pytest.skip(decode.NATIVE_STATUS)
@@ -93,19 +94,22 @@ def test_deferred_jpeg_bad_files_skip_like_threads(root, tmp_path):
     assert isinstance(ds.sample(0, defer=True)[0], PendingJpegCrop)  # what the deferring workers hand their collate
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
+        whole, _, wl = batches(bad, 'thread', 2, defer=False, bad_sample='skip')  # each sample decoded by the dataset
         thr, _, tl = batches(bad, 'thread', 2, bad_sample='skip')
         proc, _, pl = batches(bad, 'process', 2, bad_sample='skip')
-    assert _deferring(pl) and not _deferring(tl)
+    assert _deferring(pl) and _deferring(tl) and not _deferring(wl)
     same(thr, proc)
-    skipped = [ld.loader.dataset.dataset.bad_samples for ld in (tl, pl)]
-    assert skipped[0] == skipped[1] and len(skipped[0]) == len(victims), skipped
+    same(whole, proc)
+    skipped = [ld.loader.dataset.dataset.bad_samples for ld in (wl, tl, pl)]
+    assert skipped[0] == skipped[1] == skipped[2] and len(skipped[0]) == len(victims), skipped
     assert {ds.filename(i, absolute=True) for i in skipped[0]} == {str(f) for f in victims}
     st = pl.stats()
     assert st.images == sum(len(y) for _, y in proc) == 7 * 8 - len(skipped[0])
     assert (st.samples, st.collated) == (7 * 8, len(proc)) and st.t['decode'] > 0
-    with pytest.raises(OSError, match='could not be read or decoded') as e:
-        batches(bad, 'process', 2)
-    assert any(f.name in str(e.value) for f in victims), str(e.value)
+    for mode in ('process', 'thread'):
+        with pytest.raises(OSError, match='could not be read or decoded') as e:
+            batches(bad, mode, 2)
+        assert any(f.name in str(e.value) for f in victims), str(e.value)
 
 def test_native_decode_in_threads_same_results_and_warning_count(root):
     "The GIL-free decoder from 4 threads: the same pixels and errors as one thread, and every libjpeg warning counted."
@@ -141,22 +145,29 @@ def store(root, tmp_path_factory):
     return dst
 
 
-def _deferring(ld) -> bool:
-    "Whether the loader's dataset hands its collate `PendingResize`s (`SeededDataset.defer_pixels`)."
+def _seeded(ld):
+    "The loader's `SeededDataset`, under the prefetcher."
     inner = ld
     while not hasattr(inner, 'dataset') or not hasattr(inner.dataset, 'defer_pixels'):
         inner = inner.loader
-    return inner.dataset.defer_pixels
+    return inner.dataset
+
+
+def _deferring(ld) -> bool:
+    "Whether the loader's dataset hands its collate `PendingResize`s (`SeededDataset.defer_pixels`)."
+    return _seeded(ld).defer_pixels
 
 
 @pytest.mark.parametrize('workers', [2, 0])
 def test_store_deferred_crops_equal_threads(store, workers):
-    "A store's training crops made a batch at a time by the collate (process mode) give the threads' batches (per sample)."
+    "A store's training crops made a batch at a time by the collate (processes, and threads after their first batch) give the batches of samples made whole."
+    whole, _, wl = batches(store, 'thread', 2, defer=False)
     thr, _, tl = batches(store, 'thread', 2)
     proc, _, pl = batches(store, 'process', workers)
-    assert _deferring(pl) and not _deferring(tl)
+    assert _deferring(pl) and _deferring(tl) and not _deferring(wl)
     assert len(thr) == 60 // 8
     same(thr, proc)
+    same(whole, proc)
     head, sd, _ = batches(store, 'process', workers, stop=3)  # and a resume from the deferring loader in thread mode
     rest, _, _ = batches(store, 'thread', 2, state=sd)
     same(head + rest, thr)

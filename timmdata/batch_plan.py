@@ -341,9 +341,9 @@ class SeededDataset(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    # set by `create_loader` when the dataset is an `ImageDataset` and the collate is `fast_collate`'s, in worker processes:
+    # set by `create_loader` when the dataset is an `ImageDataset` and the collate is `fast_collate`'s (either worker mode):
     # a batch's training crops then come as `PendingResize`s (JPEGs': `PendingJpegCrop`s), made by the collate in one native call
-    # (threads collate in the consumer's thread, where the pixel work would queue behind one another: never there)
+    # (the thread mode makes a batch per task too, but for a pass's first batch, whose samples it spreads over the threads)
     defer_pixels = False
 
     def __getitem__(self, item):

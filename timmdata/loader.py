@@ -527,8 +527,8 @@ def create_loader(
         collate_fn = _default_collate_fn(
             use_prefetcher, pin_memory, device, shapes, num_workers if worker_mode == 'process' else 0, prefetch_factor
         )
-    if worker_mode == 'process' and isinstance(dataset, SeededDataset) and type(dataset.dataset) is ImageDataset:
-        # fast_collate's makes a batch's training crops (JPEGs or a store's pixels) in one call, straight into the batch
+    if isinstance(dataset, SeededDataset) and type(dataset.dataset) is ImageDataset:
+        # fast_collate's makes a batch's training crops (JPEGs, a store's pixels) in one call, in a worker or a thread
         dataset.defer_pixels = collate_fn is fast_collate or (
             isinstance(collate_fn, BatchCollate) and collate_fn.makes_pending
         )

@@ -99,13 +99,16 @@ class RngBaton:
             np.random.set_state(s[2])
 
     def batch_step(self, key: int, fn: Callable, *args):
-        "`fn(*args)` (the collate) with the generators seeded from `key`, as a worker process does; the caller's states kept."
+        "`fn(*args)` (the collate) with the generators seeded from `key`, as a worker process does, handed on during its native work; the caller's states kept."
+        t = self.tls
         with self.lock:
             keep = global_rng_state()
             try:
                 seed_all(key)
+                t.held, t.key, t.np0 = True, key, self._np_bytes()
                 return fn(*args)
             finally:
+                t.held = False
                 set_global_rng_state(keep)
 
 
@@ -179,10 +182,13 @@ class LoaderStats:
             t['ops'] += stages[2]
             self._n[0] += 1
 
-    def add_batch(self, wait: float, collate: float):
+    def add_collate(self, stages: list):
+        "A batch collated in a loader thread: [read, decode, ops, collate] seconds (`StageClock.stop`); a batch's deferred crops are its decode and ops."
         with self._lock:
-            self._t['wait_workers'] += wait
-            self._t['collate'] += collate
+            t = self._t
+            t['decode'] += stages[1]
+            t['ops'] += stages[2]
+            t['collate'] += stages[3]
             self._n[1] += 1
 
     def delivered(self, images: int, wall: float = 0.0):
@@ -274,7 +280,7 @@ def _images(batch) -> int:
 class ThreadDataLoader(ResumableDataLoader):
     """A resumable DataLoader whose samples are read, decoded and transformed by a pool of `num_workers` threads of this
     process: the same batches as worker processes (same order, same per-sample seeds), no process start and no
-    shared-memory hop."""
+    shared-memory hop. A thread makes a batch per task (a pass's first batch: a sample per task)."""
 
     def __init__(
         self,
@@ -306,16 +312,36 @@ class ThreadDataLoader(ResumableDataLoader):
             weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
         return self._pool
 
-    def _timed(self, index: int):
+    def _timed(self, index: int, defer: bool = False):
         stage_clock.start()
         try:
-            return self.dataset.dataset[index]
+            return self.dataset.dataset.sample(index, defer=True) if defer else self.dataset.dataset[index]
         finally:
             self._stats.add_sample(stage_clock.stop())
 
-    def _sample(self, item):
+    def _sample(self, item, defer: bool = False):
         index, key = item
-        return BATON.run(key, self._timed, index)
+        return BATON.run(key, self._timed, index, defer)
+
+    def _collate(self, items: list, samples: list):
+        "The batch's collate, with the generators seeded as a worker process seeds them for it; timed."
+        if not items:
+            return self.collate_fn(samples)
+        stage_clock.start(COLLATE)
+        try:
+            b = BATON.batch_step(mix_seed(items[0][1], BATCH_TAG), self.collate_fn, samples)
+        finally:
+            self._stats.add_collate(stage_clock.stop())
+        if (
+            self.pin_memory and torch.cuda.is_available() and isinstance(b, (tuple, list))
+        ):  # as torch's pin thread would
+            b = type(b)(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in b)
+        return b
+
+    def _batch(self, items: list):
+        """A whole batch in one loader thread, as a worker process makes one: its samples, deferred where the collate makes
+        their pixels (`SeededDataset.defer_pixels`: the draws now, a batch's decodes in one native call), then the collate."""
+        return self._collate(items, [self._sample(it, self.dataset.defer_pixels) for it in items])
 
     main_thread_samples = (
         False  # the threads seed per sample (RngBaton): the iterator leaves the global generators alone
@@ -330,28 +356,26 @@ class ThreadDataLoader(ResumableDataLoader):
             items = next(plan, None)
             if items is None:
                 return False
-            pending.append((items, [pool.submit(self._sample, it) for it in items]))
+            if not pending and first:  # the pass's first batch: its samples spread over the threads, collated here
+                first.clear()
+                pending.append((items, [pool.submit(self._sample, it) for it in items]))
+            else:  # the rest: a batch per task, as a worker process makes it (a batch's decodes in one native call)
+                pending.append((items, pool.submit(self._batch, items)))
             return True
 
+        first = [True]
         try:
             while len(pending) < self.ahead and submit():
                 pass
             while pending:
-                items, futs = pending.popleft()
+                items, work = pending.popleft()
                 t0 = time.perf_counter()
-                samples = [f.result() for f in futs]  # in order; a sample's error is raised here, as it is
-                t1 = time.perf_counter()
+                # the samples in order, or the batch; a sample's or the collate's error is raised here, as it is
+                b = [f.result() for f in work] if isinstance(work, list) else work.result()
+                st.add('wait_workers', time.perf_counter() - t0)
                 submit()
-                b = (
-                    BATON.batch_step(mix_seed(items[0][1], BATCH_TAG), self.collate_fn, samples)
-                    if items
-                    else self.collate_fn(samples)
-                )
-                if (
-                    self.pin_memory and torch.cuda.is_available() and isinstance(b, (tuple, list))
-                ):  # as torch's pin thread would
-                    b = type(b)(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in b)
-                st.add_batch(wait=t1 - t0, collate=time.perf_counter() - t1)
+                if isinstance(work, list):
+                    b = self._collate(items, b)
                 if not st.outer:
                     now = time.perf_counter()
                     st.delivered(_images(b), now - mark)
@@ -359,7 +383,7 @@ class ThreadDataLoader(ResumableDataLoader):
                 yield b
         finally:  # stopped early (a break, an error): cancel what has not started, wait for what has, so that no
             # loader thread still draws from the global generators when the consumer goes on (e.g. with another loader)
-            futs = [f for _, fs in pending for f in fs]
+            futs = [f for _, w in pending for f in (w if isinstance(w, list) else [w])]
             for f in futs:
                 f.cancel()
             for f in futs:
