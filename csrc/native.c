@@ -877,11 +877,12 @@ done:
 
 /* resize_crop_jpeg_batch(items, oh, ow, out, max_pixels=0) -> bytes, a status per item: 0 made, 1 made but libjpeg
  * warned (counted in jpeg_warnings()), 2 not made (the caller makes it alone: resize_crop_jpeg's error, or a fallback).
- * Each item (data, (y, x, h, w), kind, vertical_first, flip) is a training crop: resize_crop_jpeg(data, oh, ow, 0, 0,
- * oh, ow, kind, vertical_first, max_pixels, box, flip, to_end=False), written planar into image i of out, a writable
- * buffer of len(items) * 3 * oh * ow bytes (the batch's uint8 NCHW memory). One call per batch, the GIL released for
- * all of it: a batch's Python per sample is a tuple, and the pixels go straight to where the batch lives. The inputs
- * are held by their Py_buffers for the whole call. */
+ * Each item (data, box, (out_h, out_w, top, left), kind, vertical_first, flip, to_end) is what resize_crop_jpeg(data,
+ * out_h, out_w, top, left, oh, ow, kind, vertical_first, max_pixels, box, flip, to_end) makes: a training crop (box
+ * (y, x, h, w), window (oh, ow, 0, 0), to_end False) or eval's centre window of the whole image (box None, to_end True),
+ * written planar into image i of out, a writable buffer of len(items) * 3 * oh * ow bytes (the batch's uint8 NCHW
+ * memory). One call per batch, the GIL released for all of it: a batch's Python per sample is a tuple, and the pixels go
+ * straight to where the batch lives. The inputs are held by their Py_buffers for the whole call. */
 static PyObject *resize_crop_jpeg_batch(PyObject *self, PyObject *args) {
     PyObject *items; int oh, ow; Py_buffer out; Py_ssize_t max_pixels = 0;
     if (!PyArg_ParseTuple(args, "Oiiw*|n", &items, &oh, &ow, &out, &max_pixels)) return NULL;
@@ -900,12 +901,18 @@ static PyObject *resize_crop_jpeg_batch(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t i = 0; i < n; i++, got++) {
         rcj_job *a = &jobs[i];
+        PyObject *box;
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i),
-                              "y*(iiii)ipp;resize_crop_jpeg_batch: an item is (data, (y, x, h, w), kind, vertical_first, flip)", &v[i],
-                              &a->sy, &a->sx, &a->sh, &a->sw, &a->kind, &a->vfirst, &a->flip))
+                              "y*O(iiii)ippp;resize_crop_jpeg_batch: an item is (data, box, (out_h, out_w, top, left), kind, "
+                              "vertical_first, flip, to_end)", &v[i], &box, &a->out_h, &a->out_w, &a->top, &a->left, &a->kind,
+                              &a->vfirst, &a->flip, &a->to_end))
             goto done;
-        a->data = v[i].buf; a->len = (size_t)v[i].len;
-        a->out_h = a->oh = oh; a->out_w = a->ow = ow; a->max_pixels = max_pixels;
+        if (box != Py_None && !PyArg_ParseTuple(box, "iiii;resize_crop_jpeg_batch: box must be (y, x, h, w) or None", &a->sy, &a->sx,
+                                                &a->sh, &a->sw)) {
+            PyBuffer_Release(&v[i]); goto done;
+        }
+        a->whole = box == Py_None; a->data = v[i].buf; a->len = (size_t)v[i].len;
+        a->oh = oh; a->ow = ow; a->max_pixels = max_pixels;
     }
     ret = PyBytes_FromStringAndSize(NULL, n);
     if (!ret) goto done;
@@ -1274,7 +1281,7 @@ static PyMethodDef methods[] = {
     {"decode_crop", decode_crop, METH_VARARGS, "decode_crop(data, top, left, height, width, max_pixels=0, gray=False) -> (bytearray RGB or gray, x0, y0, w, h)"},
     {"resample_window", resample_window, METH_VARARGS, "resample_window(src_hwc_u8, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, flip=False) -> bytearray (C, oh, ow), planar: Pillow's resize (kind 0 bilinear, 1 bicubic) of the in_h x in_w image to out_h x out_w, rows top.. and columns left.. only (mirrored left to right with flip); src holds the source from (y0, x0)"},
     {"resize_crop_jpeg", (PyCFunction)(void (*)(void))resize_crop_jpeg, METH_VARARGS | METH_KEYWORDS, "resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0, box=None, flip=False, to_end=True) -> (bytearray (3, oh, ow) planar, warned): resample_window's result from the JPEG's RGB pixels (of the box (y, x, h, w): PIL's crop then resize), mirrored with flip, decoding only the rows and columns the window reads (with to_end, the file to its end)"},
-    {"resize_crop_jpeg_batch", resize_crop_jpeg_batch, METH_VARARGS, "resize_crop_jpeg_batch(items, oh, ow, out, max_pixels=0) -> bytes of statuses (0 made, 1 made with a libjpeg warning, 2 not made): each item (data, (y, x, h, w), kind, vertical_first, flip) a training crop resize_crop_jpeg would make (to_end=False), into image i of out, a uint8 (n, 3, oh, ow) buffer; one call, without the GIL"},
+    {"resize_crop_jpeg_batch", resize_crop_jpeg_batch, METH_VARARGS, "resize_crop_jpeg_batch(items, oh, ow, out, max_pixels=0) -> bytes of statuses (0 made, 1 made with a libjpeg warning, 2 not made): each item (data, box or None, (out_h, out_w, top, left), kind, vertical_first, flip, to_end) what resize_crop_jpeg makes of it (the window oh x ow), into image i of out, a uint8 (n, 3, oh, ow) buffer; one call, without the GIL"},
     {"resize_batch", resize_batch, METH_VARARGS, "resize_batch(items, oh, ow, out): each item (src_hwc_u8, kind, vertical_first, flip) resized whole to oh x ow (resample_window's, mirrored with flip) into image i of out, a uint8 (n, 3, oh, ow) buffer; one call, without the GIL"},
     {"set_resample_simd", set_resample_simd, METH_VARARGS, "set_resample_simd(on) -> previous setting: the AVX2 passes of resample_window (the same bytes as the plain C ones)"},
     {"jpeg_warnings", jpeg_warnings, METH_NOARGS, "jpeg_warnings() -> (images libjpeg warned about so far in this process, latest message)"},

@@ -111,6 +111,21 @@ def test_deferred_jpeg_bad_files_skip_like_threads(root, tmp_path):
             batches(bad, mode, 2)
         assert any(f.name in str(e.value) for f in victims), str(e.value)
 
+
+def test_eval_deferred_equals_whole(root):
+    "Eval's resize and centre crop of a batch's JPEGs, decoded in one call (worker processes and threads), give the batches of samples made whole."
+    def run(mode, workers, defer=True):
+        ld = create_loader(ImageDataset(str(root)), input_size=96, batch_size=8, is_training=False, device='cpu',
+                           num_workers=workers, worker_mode=mode, interpolation='bicubic')
+        if not defer: _seeded(ld).defer_pixels = False
+        return [(x.clone(), y.clone()) for x, y in ld], ld
+    whole, wl = run('process', 0, defer=False)
+    assert len(whole) == 8 and not _deferring(wl)  # 60 samples: 7 batches of 8 and one of 4
+    for mode, workers in (('process', 2), ('thread', 2), ('process', 0)):
+        got, ld = run(mode, workers)
+        assert _deferring(ld)
+        same(got, whole)
+
 def test_native_decode_in_threads_same_results_and_warning_count(root):
     "The GIL-free decoder from 4 threads: the same pixels and errors as one thread, and every libjpeg warning counted."
     import random

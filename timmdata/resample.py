@@ -17,8 +17,8 @@ from .stages import DECODE, OPS, stage_clock
 # %% auto #0
 __all__ = ['INTERPOLATIONS', 'MODE_TO_PIL', 'RESAMPLE_KIND', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
            'interp_mode_to_str', 'interp_or_choices', 'pick_interp', 'interp_repr', 'is_hwc_view', 'vertical_first',
-           'resize_crop_window', 'resize_center_crop', 'resize_box', 'defer_jpeg_crop', 'PendingResize',
-           'PendingJpegCrop', 'resize_pending']
+           'resize_crop_window', 'resize_center_crop', 'center_window', 'resize_box', 'defer_jpeg_crop',
+           'defer_center_crop', 'PendingResize', 'PendingJpegCrop', 'resize_pending']
 
 # %% ../nbs/09_resample.ipynb #d1faf2a6
 _INTERP = {  # name -> (torchvision mode, PIL filter)
@@ -171,13 +171,23 @@ def resize_center_crop(
 ):  # bilinear or bicubic
     "The centre crop of `img` resized (`resize_crop_window`); None where the crop needs padding or the case is not covered."
     H, W = (img.height, img.width) if isinstance(img, EncodedJpeg) else tuple(img.shape[-2:])
+    win = center_window((H, W), size, crop_hw)
+    return None if win is None else resize_crop_window(img, *win, interp)
+
+
+def center_window(
+    in_hw: tuple,  # the image's (h, w)
+    size: int,  # the shorter edge after the resize
+    crop_hw: tuple,  # the centre crop's (h, w)
+) -> tuple | None:  # ((h, w) of the whole resize, (top, left, h, w) of the crop in it), or None where it needs padding
+    "Where the eval pipeline's centre crop lies in its resize: torchvision's sizes and centring."
+    (H, W), (ch, cw) = in_hw, crop_hw
     short, long = (W, H) if W <= H else (H, W)
     rs, rl = size, int(size * long / short)
     rh, rw = (rl, rs) if W <= H else (rs, rl)
-    ch, cw = crop_hw
     if ch > rh or cw > rw:
         return None
-    return resize_crop_window(img, (rh, rw), (int(round((rh - ch) / 2.0)), int(round((rw - cw) / 2.0)), ch, cw), interp)
+    return (rh, rw), (int(round((rh - ch) / 2.0)), int(round((rw - cw) / 2.0)), ch, cw)
 
 
 def resize_box(
@@ -226,6 +236,23 @@ def defer_jpeg_crop(
     return PendingJpegCrop(img, box, out_hw, kind, vertical_first(tuple(box[2:]), tuple(out_hw)), flip, make)
 
 
+def defer_center_crop(
+    img: EncodedJpeg,
+    size: int,  # the shorter edge after the resize
+    crop_hw: tuple,  # the centre crop's (h, w)
+    interp: InterpolationMode,  # bilinear or bicubic
+    make: Callable[[], torch.Tensor],  # the image alone, as the caller makes it without deferring
+):
+    "`resize_center_crop(img, size, crop_hw, interp)` as a `PendingJpegCrop` (the whole file read, as there); None where it would not cover it."
+    kind, nat = RESAMPLE_KIND.get(interp), decode.NATIVE.module
+    win = center_window((img.height, img.width), size, crop_hw)
+    if kind is None or nat is None or win is None:
+        return None
+    (rh, rw), (top, left, ch, cw) = win
+    vfirst = vertical_first((img.height, img.width), (rh, rw))
+    return PendingJpegCrop(img, None, (ch, cw), kind, vfirst, False, make, window=(rh, rw, top, left), to_end=True)
+
+
 class PendingResize:
     """A training crop whose pixels are not made yet: `resize_box`'s resize of `src` (the crop box of decoded pixels,
     uint8 HWC) to `out_hw`. The batch's collate makes all of a batch's at once, straight into the batch's memory
@@ -255,27 +282,31 @@ class PendingResize:
 
 class PendingJpegCrop(PendingResize):
     """A training crop of a JPEG not decoded yet: the `box` of `src` (an `EncodedJpeg`) resized to `out_hw` (and mirrored),
-    the draws already made. The batch's collate decodes and resizes all of a batch's in one native call
+    the draws already made; or eval's centre crop (`box` None: the whole image resized to `window`'s size, its window
+    of `out_hw` at `window`'s top and left). The batch's collate decodes and resizes all of a batch's in one native call
     (`resize_pending`). A JPEG that call cannot make (damaged, or a kind libjpeg refuses) is made alone by `make`, the
     crop's own per-sample path (its fallback decoders, its error); a bad file's `ImageDecodeError` then goes to
     `on_bad`, the dataset's bad-sample policy (set by `ImageDataset.sample`): it raises the error naming the file, or
     returns None and the sample is left out of the batch, counted, as a sample that failed in the dataset would be."""
 
-    __slots__ = ('box', 'make', 'on_bad')
+    __slots__ = ('box', 'window', 'to_end', 'make', 'on_bad')
 
     def __init__(
         self,
         src: EncodedJpeg,
-        box: tuple,  # (top, left, height, width) of the crop in the image
+        box: Optional[tuple],  # (top, left, height, width) of the crop in the image; None: the whole image
         out_hw: tuple,
         kind: int,
         vfirst: bool,
         flip: bool,
         make: Callable[[], torch.Tensor],  # the image alone, as the crop makes it without deferring
         on_bad: Optional[Callable] = None,  # ImageDecodeError -> raises, or None (the sample skipped); None: raised
+        window: Optional[tuple] = None,  # (h, w, top, left): the resize's size and the window's place (None: out_hw's)
+        to_end: bool = False,  # read the file to its end (eval: damage anywhere is seen, as by a whole decode)
     ):
         super().__init__(src, out_hw, kind, vfirst, flip)
-        self.box, self.make, self.on_bad = tuple(box), make, on_bad
+        self.box, self.make, self.on_bad = None if box is None else tuple(box), make, on_bad
+        self.window, self.to_end = tuple(window) if window is not None else (*self.out_hw, 0, 0), to_end
 
     def materialize(self) -> Optional[torch.Tensor]:
         "The image alone (`make`); None where the file is bad and `on_bad` skips the sample."
@@ -287,7 +318,8 @@ class PendingJpegCrop(PendingResize):
             return self.on_bad(e)
 
     def __repr__(self):
-        return f'PendingJpegCrop({self.src.height}x{self.src.width} box {self.box} -> {self.out_hw}, kind={self.kind}, flip={self.flip})'
+        where = f'box {self.box}' if self.box is not None else f'resized to {self.window[:2]} at {self.window[2:]}'
+        return f'PendingJpegCrop({self.src.height}x{self.src.width} {where} -> {self.out_hw}, kind={self.kind}, flip={self.flip})'
 
 
 def resize_pending(
@@ -319,7 +351,7 @@ def resize_pending(
             nat.resize_batch([(p.src, p.kind, p.vfirst, p.flip) for p in items], oh, ow, out.numpy())
         alone = ()
     elif jpegs == n:
-        jobs = [(p.src.data, p.box, p.kind, p.vfirst, p.flip) for p in items]
+        jobs = [(p.src.data, p.box, p.window, p.kind, p.vfirst, p.flip, p.to_end) for p in items]
         with stage_clock(DECODE), gil_free:  # the decodes and their resizes, one step: counted as decoding
             status = nat.resize_crop_jpeg_batch(jobs, oh, ow, out.numpy(), decode.MAX_IMAGE_PIXELS or 0)
         warned = status.count(1)

@@ -25,6 +25,7 @@ from timmdata.resample import (
     pick_interp,
     is_hwc_view,
     defer_jpeg_crop,
+    defer_center_crop,
     resize_box,
     PendingResize,
     PendingJpegCrop,
@@ -615,13 +616,14 @@ class Compose(tvt.Compose, SampleTransform):
         return None
 
     def deferred(self, img):
-        "`self(img)`; the training crop and flip as a `PendingResize` (of a JPEG: a `PendingJpegCrop`), with the same draws."
+        "`self(img)`; the training crop and flip as a `PendingResize` (of a JPEG: a `PendingJpegCrop`), with the same draws; eval's resize and centre crop of a JPEG as a `PendingJpegCrop`."
         ts = self.transforms
-        if (
-            isinstance(img, (torch.Tensor, EncodedJpeg))
-            and (cf := self._crop_flip()) is not None
-            and all(type(t) is MaybePILToTensor for t in ts[2:])
-        ):
+        rest_pass = all(type(t) is MaybePILToTensor for t in ts[2:])  # MaybePILToTensor: tensors pass
+        if isinstance(img, EncodedJpeg) and rest_pass and (rc := self._resize_crop()) is not None:
+            p = defer_center_crop(img, int(rc[0].size), rc[1].size, rc[0].interpolation, partial(self, img))
+            if p is not None:  # made alone (a refused JPEG) by this call undeferred
+                return p
+        elif isinstance(img, (torch.Tensor, EncodedJpeg)) and (cf := self._crop_flip()) is not None and rest_pass:
             box, interp = cf[0].draw(img)  # the draws in the steps' order, as in __call__
             return cf[0].apply(
                 img, box, interp, RandomHorizontalFlip.draw(cf[1]), defer=True
