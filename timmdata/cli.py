@@ -358,7 +358,7 @@ def profile_main(argv=None):
         '--model-step-ms',
         type=float,
         default=None,
-        help="the model's step per batch, simulated by a sleep (default: none)",
+        help="the model's step per batch, simulated by a sleep (none: no step)",
     )
     p.add_argument('--batches', type=int_at_least(1), default=20, help='batches to measure (after one warm-up batch)')
     p.add_argument('--batch-size', type=int_at_least(1), default=64)

@@ -99,7 +99,7 @@ def stack_uint8(
     return torch.stack(imgs, out=out)
 
 # %% ../nbs/27_collate.ipynb #d2bee9c6
-def _targets(batch: list):
+def _collate_targets(batch: list):
     "The targets of `(image, target)` samples, collated: int64 for class indices, else stacked as given."
     targets = default_collate([b[1] for b in batch])
     if isinstance(targets, torch.Tensor) and targets.ndim == 1:
@@ -119,7 +119,7 @@ def fast_collate(
         if not isinstance(b, (tuple, list)) or len(b) != 2:
             raise TypeError(f"fast_collate: sample {i} must be an (image, target) pair; got {type(b).__name__}")
     n = len(batch)
-    targets = _targets(batch)
+    targets = _collate_targets(batch)
     if isinstance(batch[0][0], (tuple, list)):  # augmentation splits: split j of every sample, then split j+1, ...
         k = len(batch[0][0])
         for i, b in enumerate(batch):
@@ -136,7 +136,7 @@ def fast_collate(
             kept = []
             x = resize_pending(imgs, (alloc or new_uint8)((n, *imgs[0].shape)), kept)
             # a bad JPEG its dataset skips is left out, as a sample the dataset skipped (None) is
-            return x, (targets if len(kept) == n else _targets([batch[i] for i in kept]))
+            return x, (targets if len(kept) == n else _collate_targets([batch[i] for i in kept]))
         if any(isinstance(t, PendingResize) for t in imgs):  # made one by one (a mixed batch)
             imgs = [t.materialize() if isinstance(t, PendingResize) else t for t in imgs]
             if any(t is None for t in imgs):  # bad JPEGs their dataset skips: left out
