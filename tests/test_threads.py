@@ -6,9 +6,10 @@ from timmdata import ImageDataset, create_loader
 
 KW = dict(input_size=96, batch_size=8, is_training=True, device='cpu', seed=7, re_prob=0.25)
 
-def batches(root, mode, workers, stop=None, state=None, defer=True, **kw):
-    "(batches as (x, y) copies, state after the last one, the loader); `defer=False`: every sample made whole (no batch of pending crops)."
-    ld = create_loader(ImageDataset(str(root), **kw), **KW, num_workers=workers, worker_mode=mode)
+def batches(root, mode, workers, stop=None, state=None, defer=True, loader_kw=None, **kw):
+    """(batches as (x, y) copies, state after the last one, the loader); `defer=False`: every sample made whole (no batch
+    of pending crops); `loader_kw`: create_loader's keywords over `KW`; `kw`: ImageDataset's."""
+    ld = create_loader(ImageDataset(str(root), **kw), **{**KW, **(loader_kw or {})}, num_workers=workers, worker_mode=mode)
     if not defer: _seeded(ld).defer_pixels = False
     if state is not None: ld.load_state_dict(state)
     out = []
@@ -114,15 +115,11 @@ def test_deferred_jpeg_bad_files_skip_like_threads(root, tmp_path):
 
 def test_eval_deferred_equals_whole(root):
     "Eval's resize and centre crop of a batch's JPEGs, decoded in one call (worker processes and threads), give the batches of samples made whole."
-    def run(mode, workers, defer=True):
-        ld = create_loader(ImageDataset(str(root)), input_size=96, batch_size=8, is_training=False, device='cpu',
-                           num_workers=workers, worker_mode=mode, interpolation='bicubic')
-        if not defer: _seeded(ld).defer_pixels = False
-        return [(x.clone(), y.clone()) for x, y in ld], ld
-    whole, wl = run('process', 0, defer=False)
+    ev = dict(is_training=False, re_prob=0.0, interpolation='bicubic')
+    whole, _, wl = batches(root, 'process', 0, defer=False, loader_kw=ev)
     assert len(whole) == 8 and not _deferring(wl)  # 60 samples: 7 batches of 8 and one of 4
     for mode, workers in (('process', 2), ('thread', 2), ('process', 0)):
-        got, ld = run(mode, workers)
+        got, _, ld = batches(root, mode, workers, loader_kw=ev)
         assert _deferring(ld)
         same(got, whole)
 

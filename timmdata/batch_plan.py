@@ -359,6 +359,10 @@ class SeededDataset(Dataset):
                 f"Read the wrapped dataset (.dataset) by index"
             ) from None
         seed_all(key)
+        return self.item(index, defer)
+
+    def item(self, index: int, defer: bool = False):
+        "`dataset[index]`, unseeded (the caller seeds); `defer`: `ImageDataset.sample(index, defer=True)`."
         return self.dataset.sample(index, defer=True) if defer else self.dataset[index]
 
     def __getitems__(self, items: list) -> list:

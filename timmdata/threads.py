@@ -315,7 +315,7 @@ class ThreadDataLoader(ResumableDataLoader):
     def _timed(self, index: int, defer: bool = False):
         stage_clock.start()
         try:
-            return self.dataset.dataset.sample(index, defer=True) if defer else self.dataset.dataset[index]
+            return self.dataset.item(index, defer)
         finally:
             self._stats.add_sample(stage_clock.stop())
 
