@@ -6,8 +6,8 @@ on one core), timed with the process's CPU clock, best of --reps passes. Prints:
 - the loader's CPU ms/image, timm's, their ratio (timm / timmdata: how many times faster timmdata is per core), and
   timmdata against the decode limit (PIL's whole decode, what `timmdata bench` calls decode_limit, per core);
 - the stages of one training sample, each timed alone: read, header, the crop's decode, resize and flip (one native
-  call, `resample.resize_box`; indented below it: its crop decode alone, and torch's resize of the crop that it
-  replaced), collate; whatever the loader costs beyond their sum is its own machinery (seeding, stage clocks,
+  call, `resample.resize_box`; indented below it: the same made 64 per native call as the loader's collate makes
+  them (`resample.resize_pending`), its crop decode alone, and torch's resize of the crop that it replaced), collate; whatever the loader costs beyond their sum is its own machinery (seeding, stage clocks,
   DataLoader, batch step).
 With --old TREE: the loader's CPU ms/image (and minor page faults per image) of TREE and of this tree, alternating in one run (each in a subprocess with
 that tree first on PYTHONPATH), and new/old.
@@ -70,7 +70,7 @@ def stages_cpu_ms(n: int, reps: int) -> dict:
     from timmdata.decode import encoded_jpeg, read_source
     from timmdata.transforms import RandomResizedCropAndInterpolation as RRC
     from timmdata.transforms import resize_exact
-    from timmdata.resample import resize_box
+    from timmdata.resample import defer_jpeg_crop, resize_box, resize_pending
 
     torch.set_num_threads(1)
     files = sorted(glob.glob(str(_root() / '*' / '*')))[:n]
@@ -86,6 +86,12 @@ def stages_cpu_ms(n: int, reps: int) -> dict:
         with Image.open(f) as im:
             im.convert('RGB')
 
+    def batched(_):  # what the loader's collate does: a batch's crops in one native call, into the batch
+        pend = [defer_jpeg_crop(e, b, (224, 224), BILINEAR, i % 2 == 0, None) for i, (e, b) in enumerate(zip(encs, boxes, strict=True))]
+        out = torch.empty(64, 3, 224, 224, dtype=torch.uint8)
+        for i in range(0, len(pend) - 63, 64):
+            resize_pending(pend[i : i + 64], out)
+
     def collate(_):
         for i in range(0, len(outs) - 63, 64):
             fast_collate([(o, 0) for o in outs[i : i + 64]])
@@ -96,6 +102,7 @@ def stages_cpu_ms(n: int, reps: int) -> dict:
         'crop decode + resize + flip (resize_box)': lambda: [
             resize_box(e, b, (224, 224), BILINEAR, flip=i % 2 == 0) for i, (e, b) in enumerate(zip(encs, boxes, strict=True))
         ],
+        '  the same, 64 per native call (resize_pending)': lambda: batched(None),
         '  of which the crop decode (decode_crop)': lambda: [e.decode_crop(*b) for e, b in zip(encs, boxes, strict=True)],
         '  (torch uint8 AA resize of the crop, before)': lambda: [resize_exact(c, (224, 224), BILINEAR) for c in crops],
         'collate (into the uint8 batch)': lambda: collate(None),
@@ -110,7 +117,8 @@ def stages_cpu_ms(n: int, reps: int) -> dict:
             fn()
             best = min(best, (time.process_time() - t) / len(files) * 1e3)
         res[name] = best
-    res['collate (into the uint8 batch)'] *= len(files) / (len(files) // 64 * 64)  # per collated image
+    for k in ('collate (into the uint8 batch)', '  the same, 64 per native call (resize_pending)'):
+        res[k] *= len(files) / (len(files) // 64 * 64)  # per collated image
     return res
 
 
