@@ -4,10 +4,14 @@
 
 # %% ../nbs/00_untrusted.ipynb #u0000003
 from __future__ import annotations
-import os, re
+import errno, os, re, stat, tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Optional
 
 # %% auto #0
-__all__ = ['MAX_JSON_BYTES', 'UnsafeNameError', 'relative_name', 'inside', 'walk_tree']
+__all__ = ['MAX_JSON_BYTES', 'UnsafeNameError', 'relative_name', 'inside', 'walk_tree', 'UnsafeFileError', 'create_exclusive',
+           'atomic_write', 'FileTooLargeError', 'open_regular', 'read_regular', 'printable']
 
 # %% ../nbs/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -80,3 +84,112 @@ def walk_tree(root: str, follow_links: bool = False) -> tuple:
                 files.append(e.name)
         out.append((rd, files))
     return out, skipped
+
+# %% ../nbs/00_untrusted.ipynb #97061690
+class UnsafeFileError(OSError):
+    "A file timmdata would read from a dataset or a cache, or write beside one, that is not a plain regular file of its own: a symbolic link, a FIFO, a device, a folder."
+
+
+_NOFOLLOW = getattr(os, 'O_NOFOLLOW', 0)  # Windows has no O_NOFOLLOW: links there need privileges to make
+_NONBLOCK = getattr(os, 'O_NONBLOCK', 0)
+_CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
+_BINARY = getattr(os, 'O_BINARY', 0)
+
+
+def create_exclusive(
+    path,  # the file to create: it must not exist (a planted file or link is an error, never followed)
+    perm: int = 0o644,  # its permission bits (before the umask)
+) -> int:
+    "A new file's descriptor, open for writing: created exclusively (`O_CREAT|O_EXCL`), never through a link (`O_NOFOLLOW`); `FileExistsError` when anything, a link included, is already there."
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC | _BINARY, perm)
+
+
+@contextmanager
+def atomic_write(
+    path,  # the file to (re)write
+    mode: str = 'wb',  # 'wb' or 'w'
+    perm: int = 0o644,  # the new file's permission bits (before the umask)
+):
+    "Yields a new file beside `path` with an unpredictable name, created exclusively and never through a link; on success flushes it to disk and renames it over `path` (a link at `path` is replaced, never followed: readers see the old file or the new one, never half of one); on error removes it."
+    path = Path(path)
+    if mode not in ('wb', 'w'):
+        raise ValueError(f"atomic_write: mode must be 'wb' or 'w'; got {mode!r}")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')  # O_EXCL, 0600, random name
+    try:
+        os.fchmod(fd, perm & ~_umask()) if hasattr(os, 'fchmod') else None
+        with open(fd, mode, closefd=True, **({'encoding': 'utf-8'} if mode == 'w' else {})) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _umask() -> int:
+    m = os.umask(0o022)
+    os.umask(m)
+    return m
+
+# %% ../nbs/00_untrusted.ipynb #f62dac8a
+class FileTooLargeError(ValueError):
+    "A dataset's or a cache's file larger than timmdata reads for its kind (an index, `_info.json`, a manifest)."
+
+
+def open_regular(
+    path,  # a file of a dataset or a cache
+    max_bytes: Optional[int] = None,  # a bigger file is a `FileTooLargeError`, raised before anything is read
+    what: str = 'file',  # what the file is, for the error ('shard index', '_info.json')
+):
+    "`path` open for binary reading, if it is a regular file: opened without following a link and without blocking on a FIFO (`O_NOFOLLOW|O_NONBLOCK`), then checked with `fstat`; else `UnsafeFileError` naming it."
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC | _BINARY)
+    except OSError as e:
+        if e.errno == errno.ELOOP or (os.path.islink(path) and e.errno != errno.ENOENT):
+            raise UnsafeFileError(
+                errno.ELOOP, f'{what} {str(path)!r} is a symbolic link: timmdata reads a dataset\'s files only as regular files (replace the link with the file)'
+            ) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFileError(
+                errno.EINVAL, f'{what} {str(path)!r} is not a regular file (a FIFO, a device or a folder): remove it or point timmdata at the file'
+            )
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise FileTooLargeError(
+                f'{what} {str(path)!r} is {st.st_size:,} bytes, over the {max_bytes:,} timmdata reads for it: not a file of this kind (remove it)'
+            )
+        if _NONBLOCK and hasattr(os, 'set_blocking'):
+            os.set_blocking(fd, True)  # a regular file: reads never block anyway, the flag only mattered for the open
+        return open(fd, 'rb', closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(
+    path,  # a file of a dataset or a cache
+    max_bytes: int,  # the most bytes read: a bigger file (or one that grows past it while read) is a `FileTooLargeError`
+    what: str = 'file',  # what the file is, for the error
+) -> bytes:
+    "The bytes of the regular file `path` (see `open_regular`), at most `max_bytes` of them, checked before and while reading."
+    with open_regular(path, max_bytes, what) as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise FileTooLargeError(f'{what} {str(path)!r} grew past {max_bytes:,} bytes while read: remove it')
+    return data
+
+# %% ../nbs/00_untrusted.ipynb #f601b30c
+def printable(
+    s,  # a name or text read from a dataset or a server (a file name, an `_info.json` entry, a URL, an error)
+    limit: Optional[int] = 300,  # longer text is cut, its length said (None: whole)
+) -> str:
+    "`s` with every character a terminal would act on (ESC of an escape sequence, other control characters, line breaks, bidirectional overrides) written as a Python escape, cut to `limit` characters: a name from a dataset is safe to print."
+    s = s if isinstance(s, str) else str(s)
+    out = s if s.isprintable() else ''.join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+    return out if limit is None or len(out) <= limit else f'{out[:limit]}... ({len(out):,} characters)'
