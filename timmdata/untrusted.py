@@ -151,14 +151,16 @@ def open_regular(
     except OSError as e:
         if e.errno == errno.ELOOP or (os.path.islink(path) and e.errno != errno.ENOENT):
             raise UnsafeFileError(
-                errno.ELOOP, f'{what} {str(path)!r} is a symbolic link: timmdata reads a dataset\'s files only as regular files (replace the link with the file)'
+                errno.ELOOP,
+                f'{what} {str(path)!r} is a symbolic link: timmdata reads a dataset\'s files only as regular files (replace the link with the file)',
             ) from None
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafeFileError(
-                errno.EINVAL, f'{what} {str(path)!r} is not a regular file (a FIFO, a device or a folder): remove it or point timmdata at the file'
+                errno.EINVAL,
+                f'{what} {str(path)!r} is not a regular file (a FIFO, a device or a folder): remove it or point timmdata at the file',
             )
         if max_bytes is not None and st.st_size > max_bytes:
             raise FileTooLargeError(
