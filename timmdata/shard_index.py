@@ -4,7 +4,7 @@
 
 # %% ../nbs/23_shard_index.ipynb #ac004bbe
 from __future__ import annotations
-import hashlib, http.client, os, tarfile, threading, time, urllib.error, urllib.request, warnings
+import base64, hashlib, http.client, json, os, re, stat, threading, time, urllib.error, urllib.request, warnings
 from collections import OrderedDict
 from typing import Optional
 import numpy as np
@@ -21,20 +21,21 @@ from timmdata.shard_io import (
     sample_target,
     shard_name,
     split_key,
+    tar_members,
     url_scheme,
 )
-from .store import read_json, write_json_atomic
+from .untrusted import FileTooLargeError, atomic_write, open_regular
 from .settings import setting
 
 # %% auto #0
-__all__ = ['INDEX_FILE', 'INDEX_VERSION', 'http_range', 'stat_shard', 'scan_shard', 'index_path', 'load_index', 'ShardReader',
-           'is_shard_folder']
+__all__ = ['INDEX_FILE', 'INDEX_VERSION', 'MAX_INDEX_BYTES', 'http_range', 'stat_shard', 'scan_shard', 'index_path', 'load_index',
+           'ShardReader', 'is_shard_folder']
 
 # %% ../nbs/23_shard_index.ipynb #303255e8
 INDEX_FILE = (
     '_timmdata_index.json'  # the index beside the shards: per shard its size, stamp (mtime, or ETag) and member offsets
 )
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: one line per shard, its numbers as base64 int64 arrays (1: nested JSON lists)
 
 
 def _local(url: str) -> str:
@@ -133,52 +134,41 @@ class _RangedFile:
 def scan_shard(
     path: str,  # an uncompressed tar shard: a local file, or an http(s) URL of a server that answers ranged reads
 ) -> list:
-    "`[key, {extension: [offset, size]}]` of each sample of shard `path` in tar order, from its headers alone (no member is read)."
+    "`[key, {extension: [offset, size]}]` of each sample of shard `path` in tar order, from its headers alone (no member is read), by `shard_io.tar_members`: linear in the headers' size."
     file_size, name = stat_shard(path)[0], shard_name(_local(path))
-    f = _RangedFile(path, file_size) if _remote(path) else open(_local(path), 'rb')
-    members = []
+    f = _RangedFile(path, file_size) if _remote(path) else _open_shard_file(_local(path))
     try:
-        with tarfile.open(fileobj=f, mode='r:') as tf:
-            for m in tf:  # tarfile seeks over each member's data: only the headers are read
-                if not 0 <= m.size <= MAX_MEMBER_BYTES:
-                    raise ShardError(
-                        f'shard {name}: member {m.name!r} at byte {m.offset:,} has size {m.size:,}, over the limit of '
-                        f'{MAX_MEMBER_BYTES:,} (timmdata.shard_io.MAX_MEMBER_BYTES): a damaged or hostile shard; write it again'
-                    )
-                if m.offset_data + m.size > file_size:  # never trust a header's size beyond the file
-                    raise ShardTruncatedError(
-                        f'shard {name} is truncated: member {m.name!r} at byte {m.offset:,} needs {m.size:,} '
-                        f'bytes but the file ends at byte {file_size:,}; copy or write the shard again'
-                    )
-                if m.isreg() and not m.issparse():
-                    members.append((m.name, [m.offset_data, m.size]))
-            end = tf.offset
-        f.seek(end)
-        marker = f.read(512)
-    except tarfile.TarError as e:
-        raise ShardError(
-            f'shard {name} is truncated or damaged, or not an uncompressed tar ({e}): copy or write it again'
-        ) from e
+        members = [(m, [off, n]) for m, off, n, _ in tar_members(f, name, file_size=file_size)]
     finally:
         f.close()
-    if (
-        len(marker) < 512 or marker.count(0) != 512
-    ):  # tarfile stops quietly at a cut or damaged header: a whole tar ends in zero blocks
-        raise ShardTruncatedError(
-            f'shard {name} is truncated or damaged at byte {end:,} (after {len(members)} members): no tar '
-            f'end-of-archive block there (a partial copy or download?); copy or write the shard again'
-        )
     return [[k, s] for k, s in group_samples(members, name)]
 
+
+def _open_shard_file(path: str):
+    "A local shard open for reading: links followed (a split may link its shards), but never a FIFO or a device, which would block the scan or never end."
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0) | getattr(os, 'O_BINARY', 0))
+    except FileNotFoundError:
+        raise ShardNotFoundError(f'shard {path} does not exist: check the path and the split') from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ShardError(f'shard {path} is not a regular file (a FIFO, a device or a folder): point timmdata at the shard file')
+    if hasattr(os, 'set_blocking'):
+        os.set_blocking(fd, True)
+    return open(fd, 'rb')
+
 # %% ../nbs/23_shard_index.ipynb #07f6b97d
+MAX_INDEX_BYTES = 1 << 30  # the largest index read (1 GiB: ~10 M samples); parsing one costs at most ~3x its size
+
+
 def index_path(
     folder: str,  # the folder holding the shards
     index_dir: Optional[
         str
-    ] = None,  # where to keep indexes; None: beside the shards when writable, else ~/.cache/timmdata/shard_index
+    ] = None,  # where to keep indexes; None: beside the shards when the folder is the user's own and writable, else ~/.cache/timmdata/shard_index
 ) -> str:
     "The index file for the shards in `folder` (a local folder, or a URL prefix: indexed in the cache folder)."
-    if index_dir is None and not _remote(folder) and os.access(folder, os.W_OK):
+    if index_dir is None and not _remote(folder) and _own_folder(folder):
         return os.path.join(folder, INDEX_FILE)
     d = index_dir or os.path.join(setting('XDG_CACHE_HOME'), 'timmdata', 'shard_index')
     return os.path.join(
@@ -190,38 +180,119 @@ def index_path(
     )
 
 
-def _fresh(entry, size: int, stamp) -> bool:
-    "Whether a stored entry is of this very file (size and stamp: see `stat_shard`) and well formed; anything else is scanned again."
+def _own_folder(folder: str) -> bool:
+    "Whether timmdata may keep a file in `folder`: writable, and the user's own (another user's folder, even a writable one, may be changed under it)."
     try:
-        if entry['size'] != size or entry['stamp'] != stamp:
-            return False
-        for key, members in entry['samples']:
-            if not (isinstance(key, str) and isinstance(members, dict) and members):
-                return False
-            for ext, (off, n) in members.items():
-                if not (
-                    isinstance(ext, str)
-                    and type(off) is int
-                    and type(n) is int
-                    and off >= 512
-                    and n >= 0
-                    and off + n <= size
-                ):
-                    return False
-        return True
-    except (KeyError, TypeError, ValueError):
+        st = os.stat(folder)
+    except OSError:
         return False
+    return os.access(folder, os.W_OK) and (not hasattr(os, 'getuid') or st.st_uid == os.getuid())
+
+# %% ../nbs/23_shard_index.ipynb #02210a2b
+_HEAD = '{"format":"timmdata shard index","version":%d,"shards":[' % INDEX_VERSION
+_STR = r'"[^"\\\x00-\x1f]*(?:\\.[^"\\\x00-\x1f]*)*"'  # a JSON string: only ever parsed into one str
+_B64 = r'"[A-Za-z0-9+/]*={0,2}"'
+_ENTRY = re.compile(rf'\[({_STR}),(\d{{1,19}}),(-?\d{{1,20}}|{_STR}),{_STR},{_STR},{_B64},{_B64},{_B64}\]')
+_I8 = np.dtype('<i8')
+
+
+def _b64(a) -> str:
+    return base64.b64encode(np.ascontiguousarray(a, _I8).tobytes()).decode('ascii')
+
+
+def _ints(s: str) -> np.ndarray:
+    b = base64.b64decode(s, validate=True)
+    if len(b) % 8:
+        raise ValueError('not int64s')
+    return np.frombuffer(b, _I8)
+
+
+def _entry_line(name: str, size: int, stamp, samples: list) -> str:
+    "One shard's line of the index: `[name, size, stamp, extensions, keys, key ends, member ends, members]`, the numbers as base64 int64 arrays (members: extension index, offset, size)."
+    exts = sorted({e for _, m in samples for e in m})
+    ix = {e: i for i, e in enumerate(exts)}
+    rows = [(ix[e], o, n) for _, m in samples for e, (o, n) in m.items()]
+    key_ends = np.cumsum([len(k) for k, _ in samples], dtype=np.int64)
+    member_ends = np.cumsum([len(m) for _, m in samples], dtype=np.int64)
+    fields = [name, size, stamp, '/'.join(exts), ''.join(k for k, _ in samples)]  # an extension never holds a '/'
+    return json.dumps(fields + [_b64(key_ends), _b64(member_ends), _b64(np.array(rows, np.int64).reshape(-1, 3))], separators=(',', ':'))
+
+
+def _entry_samples(line: str, size: int, stamp) -> Optional[list]:
+    "The samples of an index line (as `scan_shard` gives them) when it is well formed and of this very file (size, stamp): every member inside the shard, in tar order, a header's 512 bytes apart; else None (the shard is scanned again)."
+    try:
+        _, esize, estamp, exts, keys, ke, me, mem = json.loads(line)  # `_ENTRY` matched: eight values, no more
+    except ValueError:  # e.g. an escape JSON has not
+        return None
+    if esize != size or estamp != stamp:
+        return None
+    try:
+        ke, me, mem = _ints(ke), _ints(me), _ints(mem)
+    except ValueError:  # binascii.Error is one
+        return None
+    if len(mem) % 3 or len(ke) != len(me):
+        return None
+    mem, exts = mem.reshape(-1, 3), exts.split('/')
+    ext, off, n = mem[:, 0], mem[:, 1], mem[:, 2]
+    if len(ke) and not (
+        ke[0] >= 0 and (np.diff(ke) >= 0).all() and ke[-1] == len(keys) and me[0] >= 1 and (np.diff(me) >= 1).all() and me[-1] == len(mem)
+    ):
+        return None
+    if not len(ke) and (keys or len(mem)):
+        return None
+    if len(mem) and not (
+        ((ext >= 0) & (ext < len(exts))).all()
+        and ((off >= 512) & (off <= size) & (n >= 0) & (n <= size)).all()  # no sum below can overflow
+        and (off[1:] >= off[:-1] + n[:-1] + 512).all()
+        and off[-1] + n[-1] <= size
+    ):
+        return None
+    out, k0, m0, ke, me, ext, off, n = [], 0, 0, ke.tolist(), me.tolist(), ext.tolist(), off.tolist(), n.tolist()
+    for k1, m1 in zip(ke, me):
+        members = {exts[ext[j]]: [off[j], n[j]] for j in range(m0, m1)}
+        if len(members) != m1 - m0:
+            return None  # an extension twice in one sample
+        out.append([keys[k0:k1], members])
+        k0, m0 = k1, m1
+    return out
 
 
 def _read_index(path: str) -> dict:
+    "The lines of the index at `path` by shard name (each parsed only when its shard is asked for); {} when there is none, or it is of another version or not an index. Read as a dataset's file: a regular file, not a link, at most `MAX_INDEX_BYTES`, ASCII, one line per shard checked against `_ENTRY` before parsing, so parsing an index of N bytes costs a few N, never the ~20 N of nested JSON."
+    out, left = {}, MAX_INDEX_BYTES
     try:
-        idx = read_json(path, max_bytes=1 << 30)
-    except (OSError, ValueError):
-        idx = None
-    ok = isinstance(idx, dict) and idx.get('version') == INDEX_VERSION and isinstance(idx.get('shards'), dict)
-    return idx['shards'] if ok else {}
+        with open_regular(path, MAX_INDEX_BYTES, 'shard index') as f:
+            if f.readline(len(_HEAD) + 2).rstrip(b'\n') != _HEAD.encode():
+                return {}  # another version, or not an index: built again
+            while True:
+                raw = f.readline(left + 1)
+                left -= len(raw)
+                if left < 0:
+                    raise FileTooLargeError(f'shard index {path!r} grew past {MAX_INDEX_BYTES:,} bytes while read: remove it')
+                line = raw.decode('ascii').rstrip('\n')
+                if line == ']}':
+                    return out
+                m = _ENTRY.fullmatch(line[:-1] if line.endswith(',') else line)
+                try:
+                    out[json.loads(m.group(1))] = m.string
+                except (AttributeError, ValueError):  # no match, or an escape JSON has not
+                    return {}
+    except FileNotFoundError:
+        return {}
+    except UnicodeDecodeError:
+        return {}
+    except (OSError, ValueError) as e:  # a link, a FIFO, a device, too big: named, and built again elsewhere
+        warnings.warn(f'{e}; the index is built again', stacklevel=4)
+        return {}
 
 
+def _write_index(path: str, lines: dict):
+    "Writes the index (one line per shard) through `untrusted.atomic_write`: a new file of unpredictable name, never through a link, renamed into place."
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with atomic_write(path, 'w') as f:
+        f.write(_HEAD + '\n' + ',\n'.join(lines[k] for k in sorted(lines)) + ('\n' if lines else '') + ']}\n')
+
+# %% ../nbs/23_shard_index.ipynb #d4fb3c6b
 def load_index(
     shards: list,  # shard paths (or http(s) URLs)
     index_dir: Optional[str] = None,  # see `index_path`
@@ -233,19 +304,20 @@ def load_index(
         path = index_path(folder, index_dir)
         if path not in files:
             files[path] = [_read_index(path), False]
-        entries = files[path][0]
+        lines = files[path][0]
         size, stamp = stat_shard(s)
-        if not _fresh(entries.get(name), size, stamp):
-            entries[name] = {'size': size, 'stamp': stamp, 'samples': scan_shard(s)}
+        samples = _entry_samples(lines[name], size, stamp) if name in lines else None
+        if samples is None:
+            samples = scan_shard(s)
+            lines[name] = _entry_line(name, size, stamp, samples)
             files[path][1] = True
             scanned += 1
-        out.append(entries[name]['samples'])
-    for path, (entries, changed) in files.items():
+        out.append(samples)
+    for path, (lines, changed) in files.items():
         if not changed:
             continue
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_json_atomic(path, {'version': INDEX_VERSION, 'shards': entries}, separators=(',', ':'))
+            _write_index(path, lines)
         except OSError as e:
             warnings.warn(
                 f'could not write the shard index {path} ({e}): it is built again next time; pass index_dir= a writable folder',
