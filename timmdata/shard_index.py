@@ -152,7 +152,9 @@ def _open_shard_file(path: str):
         raise ShardNotFoundError(f'shard {path} does not exist: check the path and the split') from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise ShardError(f'shard {path} is not a regular file (a FIFO, a device or a folder): point timmdata at the shard file')
+        raise ShardError(
+            f'shard {path} is not a regular file (a FIFO, a device or a folder): point timmdata at the shard file'
+        )
     if hasattr(os, 'set_blocking'):
         os.set_blocking(fd, True)
     return open(fd, 'rb')
@@ -215,7 +217,10 @@ def _entry_line(name: str, size: int, stamp, samples: list) -> str:
     key_ends = np.cumsum([len(k) for k, _ in samples], dtype=np.int64)
     member_ends = np.cumsum([len(m) for _, m in samples], dtype=np.int64)
     fields = [name, size, stamp, '/'.join(exts), ''.join(k for k, _ in samples)]  # an extension never holds a '/'
-    return json.dumps(fields + [_b64(key_ends), _b64(member_ends), _b64(np.array(rows, np.int64).reshape(-1, 3))], separators=(',', ':'))
+    return json.dumps(
+        fields + [_b64(key_ends), _b64(member_ends), _b64(np.array(rows, np.int64).reshape(-1, 3))],
+        separators=(',', ':'),
+    )
 
 
 def _entry_samples(line: str, size: int, stamp) -> Optional[list]:
@@ -235,16 +240,24 @@ def _entry_samples(line: str, size: int, stamp) -> Optional[list]:
     mem, exts = mem.reshape(-1, 3), exts.split('/')
     ext, off, n = mem[:, 0], mem[:, 1], mem[:, 2]
     if len(ke) and not (
-        ke[0] >= 0 and (np.diff(ke) >= 0).all() and ke[-1] == len(keys) and me[0] >= 1 and (np.diff(me) >= 1).all() and me[-1] == len(mem)
+        ke[0] >= 0
+        and (np.diff(ke) >= 0).all()
+        and ke[-1] == len(keys)
+        and me[0] >= 1
+        and (np.diff(me) >= 1).all()
+        and me[-1] == len(mem)
     ):
         return None
     if not len(ke) and (keys or len(mem)):
         return None
-    if len(mem) and not (
-        ((ext >= 0) & (ext < len(exts))).all()
-        and ((off >= 512) & (off <= size) & (n >= 0) & (n <= size)).all()  # no sum below can overflow
-        and (off[1:] >= off[:-1] + n[:-1] + 512).all()
-        and off[-1] + n[-1] <= size
+    if (
+        len(mem)
+        and not (
+            ((ext >= 0) & (ext < len(exts))).all()
+            and ((off >= 512) & (off <= size) & (n >= 0) & (n <= size)).all()  # no sum below can overflow
+            and (off[1:] >= off[:-1] + n[:-1] + 512).all()
+            and off[-1] + n[-1] <= size
+        )
     ):
         return None
     out, k0, m0, ke, me, ext, off, n = [], 0, 0, ke.tolist(), me.tolist(), ext.tolist(), off.tolist(), n.tolist()
@@ -268,7 +281,9 @@ def _read_index(path: str) -> dict:
                 raw = f.readline(left + 1)
                 left -= len(raw)
                 if left < 0:
-                    raise FileTooLargeError(f'shard index {path!r} grew past {MAX_INDEX_BYTES:,} bytes while read: remove it')
+                    raise FileTooLargeError(
+                        f'shard index {path!r} grew past {MAX_INDEX_BYTES:,} bytes while read: remove it'
+                    )
                 line = raw.decode('ascii').rstrip('\n')
                 if line == ']}':
                     return out
