@@ -243,7 +243,7 @@ def _prepare_dst(dst: Path, state: dict, start_over: bool) -> str:
     for t in (dst / 'chunks').glob('.*.tmp*'):
         t.unlink()  # half-written files of a killed build (only this
     for n in STORE_FILES:  # builder holds the lock: nobody else is writing them)
-        for t in dst.glob(f'.{n}.tmp*'):
+        for t in [*dst.glob(f'.{n}.tmp*'), *dst.glob(f'.{n}.*.tmp')]:  # (.tmp<pid>: written before atomic_write)
             t.unlink()
     write_json_atomic(dst / BUILD_STATE, {**state, 'build_id': bid})
     fsync_dir(dst)

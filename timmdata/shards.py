@@ -199,7 +199,7 @@ def _is_shard_file(f) -> bool:
 
 def _start(dst: Path, old: dict | None, plan: list, state: dict) -> dict:
     "Finished shards of the same build, kept; anything of another build (and every half-written file) removed."
-    for t in dst.glob('.*.tar.tmp*'):
+    for t in [*dst.glob('.*.tar.tmp*'), *dst.glob('.*.tar.*.tmp')]:  # atomic_write's, and older builds' .tmp<pid>
         t.unlink()
     same = old is not None and {k: old.get(k) for k in ('params', 'fingerprint', 'plan')} == {
         k: state[k] for k in ('params', 'fingerprint', 'plan')

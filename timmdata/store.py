@@ -6,11 +6,11 @@
 from __future__ import annotations
 import ctypes, gzip, hashlib, json, mmap, os, shlex, threading
 from collections import OrderedDict
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional, Union
 import numpy as np
 from .readers import MAX_JSON_BYTES, Reader, UnsafeNameError, load_class_map, register_reader, unset
+from .untrusted import UnsafeFileError, atomic_write, read_regular
 
 try:
     import resource  # Unix: the open-file limit sizes a reader's cache of mapped chunks
@@ -116,23 +116,12 @@ def fsync_dir(path):
         os.close(fd)
 
 
-@contextmanager
 def atomic_file(
     path,  # the file to (re)write
     mode: str = 'wb',  # 'wb' or 'w'
 ):
-    "Yields a temporary file beside `path`; on success flushes it to disk and renames it over `path` (readers see the old file or the new one, never half of one); on error removes it."
-    path = Path(path)
-    tmp = path.with_name(f'.{path.name}.tmp{os.getpid()}')
-    try:
-        with open(tmp, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    "Yields a new file beside `path`; on success flushes it to disk and renames it over `path` (readers see the old file or the new one, never half of one); on error removes it. `untrusted.atomic_write`: the temporary name is unpredictable and created exclusively, never through a link a dataset or another user planted."
+    return atomic_write(path, mode)
 
 
 def write_json_atomic(
@@ -141,22 +130,23 @@ def write_json_atomic(
     **kw,  # passed to `json.dump` (e.g. indent)
 ):
     "Writes JSON through `atomic_file`: readers see the old file or the new one, never half of one."
-    with atomic_file(path, 'w') as f:
+    with atomic_write(path, 'w') as f:
         json.dump(obj, f, **kw)
 
 
 def read_json(
     path: Path,  # a JSON file of timmdata's (a manifest, a build record)
-    max_bytes: Optional[int] = MAX_JSON_BYTES,  # a bigger file is a ValueError (not a file timmdata wrote)
+    max_bytes: Optional[
+        int
+    ] = MAX_JSON_BYTES,  # a bigger file is a `FileTooLargeError`, a ValueError (not a file timmdata wrote); None: `MAX_JSON_BYTES`
 ):
-    "The JSON in `path`, or None when it is missing or unreadable (a half-written file never is: see `write_json_atomic`)."
+    "The JSON in `path`, or None when it is missing or unreadable (a half-written file never is: see `write_json_atomic`). Read by `untrusted.read_regular`: a link, a FIFO or a device is an `UnsafeFileError` naming it, never followed or waited on; the size is checked before reading."
     try:
-        with open(path, 'rb') as f:
-            data = f.read(-1 if max_bytes is None else max_bytes + 1)
+        data = read_regular(path, MAX_JSON_BYTES if max_bytes is None else max_bytes, 'JSON file')
+    except UnsafeFileError:
+        raise
     except OSError:
         return None
-    if max_bytes is not None and len(data) > max_bytes:
-        raise ValueError(f'{str(path)!r} is over {max_bytes:,} bytes: not a file timmdata wrote (remove it)')
     try:
         return json.loads(data)
     except ValueError:

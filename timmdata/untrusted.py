@@ -181,7 +181,10 @@ def read_regular(
 ) -> bytes:
     "The bytes of the regular file `path` (see `open_regular`), at most `max_bytes` of them, checked before and while reading."
     with open_regular(path, max_bytes, what) as f:
-        data = f.read(max_bytes + 1)
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(size + 1)  # read(n) allocates n bytes up front: ask for the file's size, not the cap
+        if len(data) > size:
+            data += f.read(max_bytes + 1 - len(data))  # it grew while read
     if len(data) > max_bytes:
         raise FileTooLargeError(f'{what} {str(path)!r} grew past {max_bytes:,} bytes while read: remove it')
     return data
