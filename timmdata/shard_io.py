@@ -244,7 +244,9 @@ def _size(field: bytes, url: str, offset: int, limit: int) -> int:
         n = int.from_bytes(field[1:], 'big') if field[0] == 0x80 else -1
     else:
         s = field.rstrip(b'\0 ').lstrip(b' ')
-        n = int(s, 8) if re.fullmatch(rb'[0-7]*', s) else -1  # int(s, 8) alone takes '-1', '+7', '1_0'
+        n = (
+            (int(s, 8) if re.fullmatch(rb'[0-7]+', s) else -1) if s else 0
+        )  # int(s, 8) alone takes '-1', '+7', '1_0'; blank: 0, as tar reads it
     if 0 <= n <= limit:
         return n
     raise ShardError(

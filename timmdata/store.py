@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional, Union
 import numpy as np
 from .readers import MAX_JSON_BYTES, Reader, UnsafeNameError, load_class_map, register_reader, unset
-from .untrusted import UnsafeFileError, atomic_write, read_regular
+from .untrusted import UnsafeFileError, atomic_write, open_regular, read_regular
 
 try:
     import resource  # Unix: the open-file limit sizes a reader's cache of mapped chunks
@@ -184,7 +184,7 @@ def _source_files(root: Path, m: dict) -> dict:
     "The store's `source_files.json.gz`, decompressed up to a limit set by the files its manifest counts (a gzip bomb is an error)."
     n = m['source'].get('num_files')  # a row: a name, a size, a time (far below 1 KiB)
     limit = 1024 * (n + 1) + (1 << 20) if isinstance(n, int) and not isinstance(n, bool) else 1 << 30
-    with gzip.open(root / 'source_files.json.gz', 'rb') as f:
+    with open_regular(root / 'source_files.json.gz', None, 'store file') as raw, gzip.GzipFile(fileobj=raw) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise StoreDamagedError(
@@ -437,7 +437,7 @@ class ReaderStore(Reader):
         if want == 0:
             return np.empty(0, np.uint8)  # every image of the chunk was bad: nothing to map (and no sample reads it)
         try:
-            f = open(self.root / 'chunks' / name, 'rb')
+            f = open_regular(self.root / 'chunks' / name, None, 'store chunk')  # a FIFO or a link is never opened
         except FileNotFoundError:
             raise store_damaged(
                 self.root,
