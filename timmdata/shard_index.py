@@ -160,7 +160,9 @@ def _open_shard_file(path: str):
     return open(fd, 'rb')
 
 # %% ../nbs/23_shard_index.ipynb #07f6b97d
-MAX_INDEX_BYTES = 1 << 30  # the largest index read (1 GiB: ~10 M samples); parsing one costs at most ~3x its size
+MAX_INDEX_BYTES = (
+    1 << 30
+)  # the largest index read (1 GiB: ~10 M samples); reading N bytes costs at most 2 N (see below)
 
 
 def index_path(
