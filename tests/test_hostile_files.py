@@ -2,7 +2,7 @@
 created exclusively, never through a planted link; the shard index shipped with a dataset is read as a regular file,
 size-capped before reading, with the parse's memory bounded; `scan_shard` walks tar headers in linear time. Each test
 plays one attack and checks the harm does not happen; the fuzzers feed mutated indexes and tar headers."""
-import io, json, os, random, stat, subprocess, sys, tarfile, textwrap, time, tracemalloc, warnings
+import io, json, os, random, stat, subprocess, sys, tarfile, time, tracemalloc, warnings
 from pathlib import Path
 import pytest
 from timmdata import shard_index as si

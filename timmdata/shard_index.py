@@ -10,7 +10,6 @@ from typing import Optional
 import numpy as np
 from .readers import FileHandle, Reader, register_reader, unset
 from timmdata.shard_io import (
-    MAX_MEMBER_BYTES,
     ShardError,
     ShardNotFoundError,
     ShardTruncatedError,
