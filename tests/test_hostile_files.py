@@ -280,6 +280,26 @@ def test_store_writers_never_follow_a_planted_tmp_link(tmp_path):
         read_json(tmp_path / 'linked.json')
 
 
+def test_shards_and_store_builders_never_follow_planted_tmp_links(made, tmp_path):
+    "`timmdata shards` and `timmdata cache` into a folder holding links at every name the old writers used (`.<file>.tmp<pid>`): the victim unchanged."
+    from timmdata.cache import build_cache
+    from timmdata.store import BUILD_STATE, STORE_MANIFEST
+
+    src = make_sample_dataset(tmp_path / 'src', n_train=2, n_val=1, classes=['a', 'b'], size=(24, 20))
+    victim = tmp_path / 'victim.txt'
+    victim.write_bytes(VICTIM)
+    sh, st = tmp_path / 'sh', tmp_path / 'st'
+    for d, names in ((sh, ['train-000000.tar', 'train-000001.tar', '_info.json', '_shards_state.json']),
+                     (st, [STORE_MANIFEST, BUILD_STATE, 'index.npz', 'filenames.json', 'bad_images.txt', 'source_files.json.gz'])):
+        d.mkdir()
+        for n in names:
+            os.symlink(victim, d / f'.{n}.tmp{os.getpid()}')
+    write_shards(src / 'train', sh, shard_size=2, progress=False)
+    build_cache(str(src / 'train'), str(st), num_workers=0, progress=False)
+    assert victim.read_bytes() == VICTIM
+    assert len(si.ShardReader(sh, split='train')) == 4
+
+
 # ---- the fuzzers ----------------------------------------------------------------------------------------------------
 
 _ALLOWED = (ValueError, OSError)  # the library's named errors: ShardError, UnsafeFileError are OSErrors, FileTooLargeError a ValueError
