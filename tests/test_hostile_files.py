@@ -289,7 +289,7 @@ def test_shards_and_store_builders_never_follow_planted_tmp_links(made, tmp_path
     victim = tmp_path / 'victim.txt'
     victim.write_bytes(VICTIM)
     sh, st = tmp_path / 'sh', tmp_path / 'st'
-    for d, names in ((sh, ['train-000000.tar', 'train-000001.tar', '_info.json', '_shards_state.json']),
+    for d, names in ((sh, ['train-000000.tar', 'train-000001.tar', '_info.json', '_timmdata_shards.json']),
                      (st, [STORE_MANIFEST, BUILD_STATE, 'index.npz', 'filenames.json', 'bad_images.txt', 'source_files.json.gz'])):
         d.mkdir()
         for n in names:
