@@ -172,8 +172,11 @@ def main(argv=None):
     p.add_argument('--json', type=Path, help='write outcomes and reasons here')
     p.add_argument('--child', help=argparse.SUPPRESS)
     p.add_argument('--out', help=argparse.SUPPRESS)
-    p.add_argument('pytest_args', nargs='*', help='after --: passed to pytest (e.g. -- -k naflex -x)')
-    a = p.parse_args(argv)
+    p.epilog = 'Arguments after -- go to pytest (e.g. -- -k naflex -x).'
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cut = argv.index('--') if '--' in argv else len(argv)
+    a = p.parse_args(argv[:cut])
+    a.pytest_args = argv[cut + 1 :]
     if not a.tests.is_dir() or not list(a.tests.glob('test_*.py')):
         p.error(f'{a.tests} holds no test_*.py files: fetch timm\'s tests as this tool\'s --help says')
     if a.child:
