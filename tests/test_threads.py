@@ -158,11 +158,11 @@ def store(root, tmp_path_factory):
 
 
 def _seeded(ld):
-    "The loader's `SeededDataset`, under the prefetcher."
+    "The loader's `SeededDataset` (its `fetch_dataset`: `.dataset` is the dataset passed in, as timm's), under the prefetcher."
     inner = ld
-    while not hasattr(inner, 'dataset') or not hasattr(inner.dataset, 'defer_pixels'):
+    while not hasattr(inner, 'fetch_dataset'):
         inner = inner.loader
-    return inner.dataset
+    return inner.fetch_dataset
 
 
 def _deferring(ld) -> bool:

@@ -31,8 +31,8 @@ from .batch_plan import SeededDataset
 from .dataset import ImageDataset
 
 # %% auto #0
-__all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'ResumableMultiEpochsDataLoader', 'jitter_on_batch',
-           'adapt_to_chs', 'create_loader', 'fast_collate', 'PrefetchLoader']
+__all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'ResumableMultiEpochsDataLoader', 'set_dataset_transform',
+           'jitter_on_batch', 'adapt_to_chs', 'create_loader', 'fast_collate', 'PrefetchLoader']
 
 # %% ../nbs/38_loader.ipynb #df52b17c
 _all_ = ['fast_collate', 'PrefetchLoader']  # defined in timmdata.collate and timmdata.prefetch; found here as in timm
@@ -185,7 +185,11 @@ def _check_args(batch_size, num_workers, worker_seeding, tf_preprocessing):
         raise ValueError(f"worker_seeding must be 'all', 'part' or a callable; got {worker_seeding!r}")
 
 
-def _set_transform(dataset, transform, caller: str = 'create_loader'):
+def set_dataset_transform(
+    dataset,  # the dataset whose `transform` is set
+    transform,  # the transform (None: none)
+    caller: str = 'create_loader',  # the function named in the warning and the error
+):
     "dataset.transform = transform, as timm sets it: on a dataset without one too (with a warning: it may not apply it)."
     if not hasattr(dataset, 'transform') and transform is not None:
         warnings.warn(
@@ -495,7 +499,7 @@ def create_loader(
     if input_size_choices is None:
         if batch_size_choices is not None:
             raise ValueError('batch_size_choices needs input_size_choices (one batch size per scheduled input size)')
-        _set_transform(dataset, create_transform(input_size, **tf_kw))
+        set_dataset_transform(dataset, create_transform(input_size, **tf_kw))
         shapes = [(batch_size * max(1, num_aug_splits), channels, *size)]
     else:
         sizes, batch_size_choices = _scheduled_choices(
@@ -509,7 +513,7 @@ def create_loader(
             num_aug_splits,
             use_multi_epochs_loader,
         )
-        _set_transform(dataset, None)
+        set_dataset_transform(dataset, None)
         dataset = ScheduledTransformDataset(dataset, [create_transform(s, **tf_kw) for s in sizes])
         shapes = [(b, *s) for b, s in zip(batch_size_choices, sizes)]
     if isinstance(dataset, StreamPlan):

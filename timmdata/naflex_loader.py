@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats, mix_seed
 from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .distributed_sampler import OrderedDistributedSampler
-from .loader import _set_transform, jitter_on_batch, worker_init
+from .loader import jitter_on_batch, set_dataset_transform, worker_init
 from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper
 from .streaming import SplitsOverWorkers
 from .naflex_random_erasing import PatchRandomErasing
@@ -375,7 +375,7 @@ def create_naflex_loader(
             re_count=re_count,
             **common,
         )
-        _set_transform(
+        set_dataset_transform(
             dataset, None, 'create_naflex_loader'
         )  # the wrapper installs the transform of each (sequence length, patch size)
         # a stream (IterableImageDataset) splits itself over ranks and workers: token-budget batches per worker
@@ -403,7 +403,7 @@ def create_naflex_loader(
         )  # the wrapper makes whole batches; resumable
     else:
         ps = 16 if patch_size is None else patch_size
-        _set_transform(
+        set_dataset_transform(
             dataset,
             create_transform(is_training=False, patch_size=ps, max_seq_len=max_seq_len, **common),
             'create_naflex_loader',

@@ -14,7 +14,7 @@ from .config import mix_seed
 from .feeder import Marks, cuda_rng_seeded
 from .prefetch import PrefetchLoader
 from .runtime import SEED_MIX, default_rank, pass_loader_epoch
-from .torch_compat import shutdown_workers, worker_processes
+from .torch_compat import IteratorParts, shutdown_workers, worker_processes
 from timmdata.batch_plan import (
     BATCH_TAG,
     STATE_VERSION,
@@ -111,36 +111,33 @@ class DeliveredIterator:
         shutdown_workers(self.iterator)
 
 # %% ../nbs/35_resume.ipynb #a40b0002
-class TimmLoaderView:
+class TimmLoaderView(IteratorParts):
     "Mixin for a DataLoader over a `BatchPlan`: `dataset`, `batch_sampler`, `batch_size`, `drop_last` as timm's loader shows them."
-
-    _torch_reads = (
-        False  # True while torch makes its iterator: it reads `dataset`, and must get the one it fetches from
-    )
 
     @property
     def dataset(self):
         "The dataset passed in (under a `SeededDataset`, the one it keys); torch's iterator reads `fetch_dataset`."
         d = self.fetch_dataset
-        return d.dataset if isinstance(d, SeededDataset) and not self._torch_reads else d
+        return d.dataset if isinstance(d, SeededDataset) and not self.making_iterator else d
 
     @dataset.setter
     def dataset(self, value):  # DataLoader.__init__ sets it
         self.__dict__['fetch_dataset'] = value
 
     @property
+    def fetch_batches(self):
+        "The batch sampler the iterator walks: the plan (or, e.g., MultiEpochsDataLoader's repeating sampler)."
+        return self.__dict__.get('_batches')
+
+    @property
     def batch_sampler(self):
         "What timm's loader holds as its batch sampler: a plan's `timm_batch_sampler`; torch iterates the plan itself."
-        b = self.__dict__.get('_batches')
+        b = self.fetch_batches
         return b.timm_batch_sampler if isinstance(b, BatchPlan) else b
 
     @batch_sampler.setter
     def batch_sampler(self, value):
         self.__dict__['_batches'] = value
-
-    @property
-    def _index_sampler(self):  # torch's iterator and len() walk the plan
-        return self.__dict__.get('_batches') if self._auto_collation else self.sampler
 
     @property
     def batch_size(self) -> Optional[int]:
@@ -163,15 +160,8 @@ class TimmLoaderView:
     @property
     def plan(self) -> Optional[BatchPlan]:
         "The batch plan the batches come from (the DataLoader's batch sampler, when it is a `BatchPlan`); None over a stream."
-        b = self.__dict__.get('_batches')
+        b = self.fetch_batches
         return b if isinstance(b, BatchPlan) else None
-
-    def _get_iterator(self):
-        self._torch_reads = True
-        try:
-            return super()._get_iterator()
-        finally:
-            self._torch_reads = False
 
 # %% ../nbs/35_resume.ipynb #2f8c9f74
 _HOW = (
