@@ -93,6 +93,8 @@ def test_scheduled_loader_shows_timms_sampler_and_dataset():
     loader = _loader(ds, **kw)
     assert isinstance(loader.batch_sampler, ScheduledBatchSampler)
     assert isinstance(loader.dataset, ScheduledTransformDataset) and loader.dataset.dataset is ds
+    b = loader.batch_sampler  # what timm's train.py reads of it
+    assert b.batch_sizes == (4, 4) and b.average_batch_size == 4 and len(b) == len(loader) == 6
     assert loader.batch_size is None  # batches of several sizes, as timm's scheduled loader has
     sizes = []
     for epoch in range(2):

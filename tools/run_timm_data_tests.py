@@ -31,7 +31,7 @@ Failures that are not part of the promise (a timm user's code does not do this):
   and `_create_fixed_batch_schedule` (test_scheduled_sampler: ..._is_created_once_and_cached, ..._is_created_when_iteration_starts),
   `timm.data.readers._hfds` (test_multilabel: hf_remote_code_kwargs, hf_class_metadata_with_custom_column);
 - test_multilabel's CLI tests import timm's `train.py`, `validate.py` and `class_weights.py`, which the timm package does not
-  install: they fail on timm too unless the repository's scripts are on the path.
+  install: they fail on timm too, unless `--scripts DIR` names a folder holding the repository's scripts (of timm 1.0.31).
 """
 
 import argparse
@@ -109,8 +109,10 @@ class _Collect:
             self.reasons[report.nodeid or 'collection'] = str(report.longrepr).strip().splitlines()[-1][:300]
 
 
-def _run_one(against, tests, out, pytest_args):
+def _run_one(against, tests, out, pytest_args, scripts=None):
     "Child process: install the shim (for timmdata), run pytest, write the outcomes as JSON."
+    if scripts:
+        sys.path.insert(0, str(scripts))  # timm's train.py, validate.py, class_weights.py, which its CLI tests import
     if against == 'timmdata':
         install_shim()
     import pytest
@@ -125,11 +127,13 @@ def _run_one(against, tests, out, pytest_args):
     )
 
 
-def run(against, tests, pytest_args=()):
+def run(against, tests, pytest_args=(), scripts=None):
     "Run the tests in a fresh interpreter (the shim must come before any import of timm) and read its outcomes."
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / 'out.json'
-        cmd = [sys.executable, __file__, '--child', against, '--out', str(out), str(tests), '--', *pytest_args]
+        cmd = [sys.executable, __file__, '--child', against, '--out', str(out), str(tests)]
+        cmd += ['--scripts', str(scripts)] if scripts else []
+        cmd += ['--', *pytest_args]
         subprocess.run(cmd, stdout=subprocess.DEVNULL if not os.environ.get('TIMM_TESTS_VERBOSE') else None)
         if not out.exists():
             raise SystemExit(f'the {against} run wrote no results (run with TIMM_TESTS_VERBOSE=1 to see pytest)')
@@ -178,6 +182,9 @@ def main(argv=None):
     p.add_argument('--failures', action='store_true', help='list the failing test ids')
     p.add_argument('--reasons', action='store_true', help="with --failures: each failure's error line")
     p.add_argument('--json', type=Path, help='write outcomes and reasons here')
+    p.add_argument(
+        '--scripts', type=Path, help="folder with timm's train.py, validate.py, class_weights.py (CLI tests)"
+    )
     p.add_argument('--child', help=argparse.SUPPRESS)
     p.add_argument('--out', help=argparse.SUPPRESS)
     p.epilog = 'Arguments after -- go to pytest (e.g. -- -k naflex -x).'
@@ -188,9 +195,10 @@ def main(argv=None):
     if not a.tests.is_dir() or not list(a.tests.glob('test_*.py')):
         p.error(f'{a.tests} holds no test_*.py files: fetch timm\'s tests as this tool\'s --help says')
     if a.child:
-        return _run_one(a.child, a.tests.resolve(), a.out, a.pytest_args)
+        return _run_one(a.child, a.tests.resolve(), a.out, a.pytest_args, a.scripts)
     sides = ['timm', 'timmdata'] if a.against == 'both' else [a.against]
-    results = {s: run(s, a.tests.resolve(), a.pytest_args) for s in sides}
+    scripts = a.scripts.resolve() if a.scripts else None
+    results = {s: run(s, a.tests.resolve(), a.pytest_args, scripts) for s in sides}
     report(results, a.failures, a.reasons)
     if a.json:
         a.json.write_text(json.dumps(results, indent=1))
