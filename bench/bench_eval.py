@@ -45,7 +45,7 @@ def stages(tmp, files, repeats: int = 7):
     from timmdata.resample import _source_span, vertical_first
     torch.set_num_threads(1)
     nat, ld = NATIVE.loaded, LOADERS['timmdata'](tmp, False, 64, 0)
-    seeded = ld.loader.dataset
+    seeded = ld.loader.fetch_dataset  # the SeededDataset the loader reads (.dataset is the one passed in, as timm's)
     ds, tf, n = seeded.dataset, seeded.dataset.transform, len(files)
     paths = [ds.reader[i][0] for i in range(n)]
     datas = [open(f, 'rb').read() for f in paths]
@@ -111,8 +111,8 @@ def main(argv=None):
         d = tmp / f.relative_to(root); d.parent.mkdir(parents=True, exist_ok=True); os.link(f, d)
     def steps(train, bs, nw):  # the same loader, the fused resize + crop off (Compose.fuse_resize_crop)
         ld = LOADERS['timmdata'](tmp, train, bs, nw)
-        ld.loader.dataset.dataset.transform.fuse_resize_crop = False
-        ld.loader.dataset.dataset.transform = ld.loader.dataset.dataset.transform  # the dataset re-reads its input format
+        ld.loader.dataset.transform.fuse_resize_crop = False
+        ld.loader.dataset.transform = ld.loader.dataset.transform  # the dataset re-reads its input format
         return ld
     if a.stages:
         try: return stages(tmp, files)

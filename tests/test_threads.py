@@ -49,7 +49,7 @@ def test_skips_and_stats(root, tmp_path):
         thr, _, tl = batches(bad, 'thread', 2, bad_sample='skip')
         proc, _, pl = batches(bad, 'process', 2, bad_sample='skip')
     same(thr, proc)
-    skipped = [ld.loader.dataset.dataset.bad_samples for ld in (tl, pl)]
+    skipped = [ld.loader.dataset.bad_samples for ld in (tl, pl)]
     assert skipped[0] == skipped[1] and len(skipped[0]) == len(victims)
     for ld, got in ((tl, thr), (pl, proc)):
         st = ld.stats()
@@ -101,7 +101,7 @@ def test_deferred_jpeg_bad_files_skip_like_threads(root, tmp_path):
     assert _deferring(pl) and _deferring(tl) and not _deferring(wl)
     same(thr, proc)
     same(whole, proc)
-    skipped = [ld.loader.dataset.dataset.bad_samples for ld in (wl, tl, pl)]
+    skipped = [ld.loader.dataset.bad_samples for ld in (wl, tl, pl)]
     assert skipped[0] == skipped[1] == skipped[2] and len(skipped[0]) == len(victims), skipped
     assert {ds.filename(i, absolute=True) for i in skipped[0]} == {str(f) for f in victims}
     st = pl.stats()
@@ -158,11 +158,11 @@ def store(root, tmp_path_factory):
 
 
 def _seeded(ld):
-    "The loader's `SeededDataset`, under the prefetcher."
+    "The loader's `SeededDataset` (its `fetch_dataset`: `.dataset` is the dataset passed in, as timm's), under the prefetcher."
     inner = ld
-    while not hasattr(inner, 'dataset') or not hasattr(inner.dataset, 'defer_pixels'):
+    while not hasattr(inner, 'fetch_dataset'):
         inner = inner.loader
-    return inner.dataset
+    return inner.fetch_dataset
 
 
 def _deferring(ld) -> bool:

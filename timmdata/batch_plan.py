@@ -132,6 +132,14 @@ def sample_key(seed: int, epoch: int, rep: int, position: int) -> int:
 class BatchPlan(Sampler):
     "A resumable batch sampler: batches of `(item, key)` pairs, each noted in flight until the loader reports it `delivered`."
 
+    batch_size: Optional[int] = None  # samples per batch (None: they vary, as in scheduled batching)
+    drop_last: bool = False  # a short last batch is dropped
+
+    @property
+    def timm_batch_sampler(self):
+        "What timm's loader would hold as its batch sampler, shown as the loader's `batch_sampler`: this plan."
+        return self
+
     def __init__(
         self,
         seed: int = 0,  # the loader's seed: every per-sample key derives from it

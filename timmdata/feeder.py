@@ -262,6 +262,10 @@ class FedLoader:
     def dataset(self):
         return self.loader.dataset
 
+    @property
+    def batch_size(self):
+        return self.loader.batch_size
+
 # %% ../nbs/30_feeder.ipynb #4a11fd08
 def takes_step_options(ops: type, skip: tuple = ()) -> Callable:
     "Decorator of a loader's `__init__(self, loader, *args, **kwargs)` that hands its options to `ops`: shown with `ops`'s parameters but `skip`."

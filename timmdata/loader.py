@@ -4,7 +4,7 @@
 
 # %% ../nbs/38_loader.ipynb #dfb218b2
 from __future__ import annotations
-import ctypes, random, sys
+import ctypes, random, sys, warnings
 from functools import partial
 from typing import Callable, Optional, Sequence, Tuple, Union
 import numpy as np
@@ -31,8 +31,8 @@ from .batch_plan import SeededDataset
 from .dataset import ImageDataset
 
 # %% auto #0
-__all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'ResumableMultiEpochsDataLoader', 'jitter_on_batch',
-           'adapt_to_chs', 'create_loader', 'fast_collate', 'PrefetchLoader']
+__all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'ResumableMultiEpochsDataLoader', 'set_dataset_transform',
+           'jitter_on_batch', 'adapt_to_chs', 'create_loader', 'fast_collate', 'PrefetchLoader']
 
 # %% ../nbs/38_loader.ipynb #df52b17c
 _all_ = ['fast_collate', 'PrefetchLoader']  # defined in timmdata.collate and timmdata.prefetch; found here as in timm
@@ -185,19 +185,24 @@ def _check_args(batch_size, num_workers, worker_seeding, tf_preprocessing):
         raise ValueError(f"worker_seeding must be 'all', 'part' or a callable; got {worker_seeding!r}")
 
 
-def _set_transform(dataset, transform):
-    "dataset.transform = transform, with an error that says what to do when the dataset has no such slot."
-    if not hasattr(dataset, 'transform'):
-        raise TypeError(
-            f"create_loader sets dataset.transform, but {type(dataset).__name__} has no `transform` attribute. "
-            f"Use timmdata.ImageDataset (or give your Dataset a settable .transform applied in __getitem__), "
-            f"or build a torch DataLoader yourself and wrap it in PrefetchLoader"
+def set_dataset_transform(
+    dataset,  # the dataset whose `transform` is set
+    transform,  # the transform (None: none)
+    caller: str = 'create_loader',  # the function named in the warning and the error
+):
+    "dataset.transform = transform, as timm sets it: on a dataset without one too (with a warning: it may not apply it)."
+    if not hasattr(dataset, 'transform') and transform is not None:
+        warnings.warn(
+            f"{caller}: {type(dataset).__name__} has no `transform` attribute; it is set (as timm sets it), but "
+            f"the dataset's samples are transformed only if its __getitem__ applies self.transform "
+            f"(timmdata.ImageDataset does)",
+            stacklevel=3,
         )
     try:
         dataset.transform = transform
     except AttributeError as e:
         raise TypeError(
-            f"create_loader could not set {type(dataset).__name__}.transform (read-only): give the dataset a "
+            f"{caller} could not set {type(dataset).__name__}.transform (read-only): give the dataset a "
             f"settable .transform, or build a DataLoader yourself and wrap it in PrefetchLoader"
         ) from e
 
@@ -245,12 +250,18 @@ def _scheduled_choices(
     channels,
     is_training,
     num_aug_splits,
+    use_multi_epochs_loader: bool = False,
 ) -> tuple:
     "Scheduled batching's checks: ((C, H, W) per choice, batch size per choice), errors naming the argument."
     if not is_training:
         raise ValueError(
             'input_size_choices (scheduled batching) is for training loaders: pass is_training=True, or drop '
             'input_size_choices for evaluation (one input_size)'
+        )
+    if use_multi_epochs_loader:  # timm refuses it too: a scheduled batch sampler moves its own epochs
+        raise ValueError(
+            'MultiEpochsDataLoader is not supported with scheduled input sizes: pass use_multi_epochs_loader=False '
+            'with input_size_choices (persistent_workers=True keeps the workers between epochs)'
         )
     if isinstance(dataset, torch.utils.data.IterableDataset):
         raise TypeError(
@@ -270,6 +281,12 @@ def _scheduled_choices(
         )
     sizes = []
     for i, c in enumerate(input_size_choices):
+        dims = c if isinstance(c, (tuple, list)) else (c,)
+        if any(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d <= 0 for d in dims):
+            raise ValueError(
+                f'input_size_choices[{i}] = {c!r}: all scheduled input size dimensions must be positive '
+                f'(an int > 0, (H, W) or (C, H, W))'
+            )
         if isinstance(c, (tuple, list)) and len(c) == 3 and c[0] != channels:
             raise ValueError(
                 f'input_size_choices[{i}] = {tuple(c)} has {c[0]} channels; every choice needs {channels} (as input_size)'
@@ -482,7 +499,7 @@ def create_loader(
     if input_size_choices is None:
         if batch_size_choices is not None:
             raise ValueError('batch_size_choices needs input_size_choices (one batch size per scheduled input size)')
-        _set_transform(dataset, create_transform(input_size, **tf_kw))
+        set_dataset_transform(dataset, create_transform(input_size, **tf_kw))
         shapes = [(batch_size * max(1, num_aug_splits), channels, *size)]
     else:
         sizes, batch_size_choices = _scheduled_choices(
@@ -494,8 +511,9 @@ def create_loader(
             channels,
             is_training,
             num_aug_splits,
+            use_multi_epochs_loader,
         )
-        _set_transform(dataset, None)
+        set_dataset_transform(dataset, None)
         dataset = ScheduledTransformDataset(dataset, [create_transform(s, **tf_kw) for s in sizes])
         shapes = [(b, *s) for b, s in zip(batch_size_choices, sizes)]
     if isinstance(dataset, StreamPlan):

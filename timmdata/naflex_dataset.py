@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from .dataset import ChoiceTransform, ImageDataset
 from .collate import new_uint8
-from .naflex_transforms import parse_patch_size
+from .naflex_transforms import get_image_size_for_seq, parse_patch_size
 from .transforms import SampleTransform
 from .config import mix_seed, seed_all
 from .runtime import delegated, pass_epoch
@@ -46,6 +46,19 @@ def _patch_grid(nh: int, nw: int) -> torch.Tensor:
     return torch.stack(torch.meshgrid(torch.arange(nh), torch.arange(nw), indexing='ij'), -1).reshape(-1, 2)
 
 
+def _resize_to_fit(
+    img: torch.Tensor,  # CHW, uint8 or float
+    patch_size: tuple,  # (ph, pw)
+    max_seq_len: int,  # the most patches the result may have
+) -> torch.Tensor:
+    "`img` resized (antialiased, aspect kept) to the largest size whose patch grid fits `max_seq_len` (a sample no transform fitted)."
+    th, tw = get_image_size_for_seq(tuple(img.shape[-2:]), patch_size, max_seq_len, max_ratio=1.0)[1]
+    x = torch.nn.functional.interpolate(
+        img[None].float(), size=(th, tw), mode='bilinear', antialias=True, align_corners=False
+    )[0]
+    return x.round().clamp(0, 255).to(torch.uint8) if img.dtype == torch.uint8 else x.to(img.dtype)
+
+
 class NaFlexCollator:
     "Pads NaFlex samples (patch dicts or CHW images) into `patches`, `patch_coord`, `patch_valid` of length `max_seq_len`."
 
@@ -66,6 +79,11 @@ class NaFlexCollator:
     def _image_patches(self, img: torch.Tensor, out: torch.Tensor) -> tuple:
         "Writes `img`'s patches into `out` (its row of the batch); returns (patches written, grid height, grid width)."
         (ph, pw), (c, h, w) = self.patch_size, img.shape
+        if (
+            math.ceil(h / ph) * math.ceil(w / pw) > self.max_seq_len
+        ):  # too many patches (no transform fitted it): scaled down to fit
+            img = _resize_to_fit(img, (ph, pw), self.max_seq_len)
+            h, w = img.shape[-2:]
         if h % ph or w % pw:  # pad bottom/right to whole patches, as patchify does
             img = torch.nn.functional.pad(img, (0, -w % pw, 0, -h % ph))
             h, w = img.shape[-2:]

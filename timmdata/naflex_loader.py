@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats, mix_seed
 from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .distributed_sampler import OrderedDistributedSampler
-from .loader import jitter_on_batch, worker_init
+from .loader import jitter_on_batch, set_dataset_transform, worker_init
 from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper
 from .streaming import SplitsOverWorkers
 from .naflex_random_erasing import PatchRandomErasing
@@ -269,10 +269,6 @@ def _check_naflex_args(dataset, is_training, num_aug_repeats, num_aug_splits, tr
             raise ValueError(f'train_seq_lens must be positive sequence lengths; got {train_seq_lens!r}')
     elif not isinstance(max_seq_len, int) or max_seq_len < 1:
         raise ValueError(f'max_seq_len must be an int >= 1; got {max_seq_len!r}')
-    if not hasattr(dataset, 'transform'):
-        raise TypeError(
-            f'create_naflex_loader sets dataset.transform; {type(dataset).__name__} has no `transform` attribute: use timmdata.ImageDataset'
-        )
 
 # %% ../nbs/43_naflex_loader.ipynb #40128abe
 def create_naflex_loader(
@@ -379,7 +375,9 @@ def create_naflex_loader(
             re_count=re_count,
             **common,
         )
-        dataset.transform = None  # the wrapper installs the transform of each (sequence length, patch size)
+        set_dataset_transform(
+            dataset, None, 'create_naflex_loader'
+        )  # the wrapper installs the transform of each (sequence length, patch size)
         # a stream (IterableImageDataset) splits itself over ranks and workers: token-budget batches per worker
         if isinstance(dataset, IterableDataset):
             wrapper, share = NaFlexStreamWrapper, dict(num_workers=num_workers)
@@ -405,7 +403,11 @@ def create_naflex_loader(
         )  # the wrapper makes whole batches; resumable
     else:
         ps = 16 if patch_size is None else patch_size
-        dataset.transform = create_transform(is_training=False, patch_size=ps, max_seq_len=max_seq_len, **common)
+        set_dataset_transform(
+            dataset,
+            create_transform(is_training=False, patch_size=ps, max_seq_len=max_seq_len, **common),
+            'create_naflex_loader',
+        )
         sampler = (
             OrderedDistributedSampler(dataset) if distributed and not isinstance(dataset, IterableDataset) else None
         )

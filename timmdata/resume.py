@@ -14,7 +14,7 @@ from .config import mix_seed
 from .feeder import Marks, cuda_rng_seeded
 from .prefetch import PrefetchLoader
 from .runtime import SEED_MIX, default_rank, pass_loader_epoch
-from .torch_compat import shutdown_workers, worker_processes
+from .torch_compat import IteratorParts, shutdown_workers, worker_processes
 from timmdata.batch_plan import (
     BATCH_TAG,
     STATE_VERSION,
@@ -34,11 +34,11 @@ from timmdata.batch_plan import (
 )
 
 # %% auto #0
-__all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'StatefulLoader', 'ResumableDataLoader',
-           'ResumableStream', 'stream_state', 'stream_batch_key', 'load_stream_state', 'batch_key', 'LoaderMarks',
-           'loader_marks', 'ResumablePrefetchLoader', 'STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state',
-           'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan', 'ResumableBatchSampler',
-           'dataset_len', 'SeededDataset', 'plain_state', 'resumable_batching']
+__all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'TimmLoaderView', 'StatefulLoader',
+           'ResumableDataLoader', 'ResumableStream', 'stream_state', 'stream_batch_key', 'load_stream_state',
+           'batch_key', 'LoaderMarks', 'loader_marks', 'ResumablePrefetchLoader', 'STATE_VERSION', 'BATCH_TAG',
+           'ResumeStateError', 'check_state', 'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark', 'sample_key',
+           'BatchPlan', 'ResumableBatchSampler', 'dataset_len', 'SeededDataset', 'plain_state', 'resumable_batching']
 
 # %% ../nbs/35_resume.ipynb #986f6803
 _all_ = [
@@ -110,6 +110,59 @@ class DeliveredIterator:
         "Stop the workers of the iterator it wraps (the device feeder calls it when a pass ends early or fails)."
         shutdown_workers(self.iterator)
 
+# %% ../nbs/35_resume.ipynb #a40b0002
+class TimmLoaderView(IteratorParts):
+    "Mixin for a DataLoader over a `BatchPlan`: `dataset`, `batch_sampler`, `batch_size`, `drop_last` as timm's loader shows them."
+
+    @property
+    def dataset(self):
+        "The dataset passed in (under a `SeededDataset`, the one it keys); torch's iterator reads `fetch_dataset`."
+        d = self.fetch_dataset
+        return d.dataset if isinstance(d, SeededDataset) and not self.making_iterator else d
+
+    @dataset.setter
+    def dataset(self, value):  # DataLoader.__init__ sets it
+        self.__dict__['fetch_dataset'] = value
+
+    @property
+    def fetch_batches(self):
+        "The batch sampler the iterator walks: the plan (or, e.g., MultiEpochsDataLoader's repeating sampler)."
+        return self.__dict__.get('_batches')
+
+    @property
+    def batch_sampler(self):
+        "What timm's loader holds as its batch sampler: a plan's `timm_batch_sampler`; torch iterates the plan itself."
+        b = self.fetch_batches
+        return b.timm_batch_sampler if isinstance(b, BatchPlan) else b
+
+    @batch_sampler.setter
+    def batch_sampler(self, value):
+        self.__dict__['_batches'] = value
+
+    @property
+    def batch_size(self) -> Optional[int]:
+        "Samples per batch: the plan's (None for scheduled batching, as timm's), else DataLoader's."
+        return self.plan.batch_size if self.plan is not None else self.__dict__.get('_batch_size')
+
+    @batch_size.setter
+    def batch_size(self, value):
+        self.__dict__['_batch_size'] = value
+
+    @property
+    def drop_last(self) -> bool:
+        "Is a short last batch dropped: the plan's, else DataLoader's."
+        return self.plan.drop_last if self.plan is not None else self.__dict__.get('_drop_last', False)
+
+    @drop_last.setter
+    def drop_last(self, value):
+        self.__dict__['_drop_last'] = value
+
+    @property
+    def plan(self) -> Optional[BatchPlan]:
+        "The batch plan the batches come from (the DataLoader's batch sampler, when it is a `BatchPlan`); None over a stream."
+        b = self.fetch_batches
+        return b if isinstance(b, BatchPlan) else None
+
 # %% ../nbs/35_resume.ipynb #2f8c9f74
 _HOW = (
     "resume counts on one loader batch per batch of its plan, delivered in the plan's order: use the plan as the "
@@ -117,7 +170,7 @@ _HOW = (
 )
 
 
-class StatefulLoader:
+class StatefulLoader(TimmLoaderView):
     "Mixin for a DataLoader: `state_dict()` / `load_state_dict()` over a `BatchPlan`, or a resumable stream."
 
     _last = None  # map-style: the last batch delivered (None: none this pass); a stream: batches delivered this pass
@@ -128,11 +181,6 @@ class StatefulLoader:
     _is_accelerate_prepared = (
         True  # Accelerate's prepare() hands it back as it is (re-created: plan lost, sharded twice)
     )
-
-    @property
-    def plan(self) -> Optional[BatchPlan]:
-        "The batch plan the batches come from (the `batch_sampler`, when it is a `BatchPlan`); None over a stream."
-        return self.batch_sampler if isinstance(self.batch_sampler, BatchPlan) else None
 
     @property
     def main_thread_samples(self) -> bool:
@@ -179,7 +227,8 @@ class StatefulLoader:
                 f"yield (an extra batch); {_HOW}"
             )
         m = plan.delivered()
-        got = self.dataset.fetched_key if self.main_thread_samples and isinstance(self.dataset, SeededDataset) else None
+        d = self.fetch_dataset
+        got = d.fetched_key if self.main_thread_samples and isinstance(d, SeededDataset) else None
         if got is not None and got != m.key:
             raise RuntimeError(
                 f"{type(self).__name__} delivered batch {m.k} of the pass out of order: its first key is "

@@ -171,8 +171,8 @@ class ScheduledBatchSampler(_ChoiceWindow, Sampler):
         self._sample_budget_schedule = () if self.num_batches is not None else self._budget_schedule()
         if self.num_batches is None and not self._sample_budget_schedule:
             raise ValueError(
-                f'no scheduled batch fits in {len(sampler)} samples (smallest batch size '
-                f'{min(self.batch_sizes[i] for i in self._active_choices)}): use smaller batch sizes, or num_batches'
+                f'No full scheduled batch fits the sampler: {len(sampler)} samples, smallest batch size '
+                f'{min(self.batch_sizes[i] for i in self._active_choices)}; use smaller batch sizes, or num_batches'
             )
 
     def __len__(self) -> int:
@@ -195,7 +195,7 @@ class ScheduledBatchSampler(_ChoiceWindow, Sampler):
         nb = (n // per if isinstance(per, int) else int(n / per)) if self.drop_last else math.ceil(n / per)
         if nb < 1:
             raise ValueError(
-                f'no scheduled batch fits in {n} samples (average batch size {per:.1f}): use smaller batch sizes, or num_batches'
+                f'No full scheduled batch fits the sampler: {n} samples, average batch size {per:.1f}; use smaller batch sizes, or num_batches'
             )
         return nb
 
@@ -352,6 +352,11 @@ class ResumableScheduledSampler(BatchPlan):
     @property
     def sampler(self):
         return self.scheduled.sampler
+
+    @property
+    def timm_batch_sampler(self) -> ScheduledBatchSampler:
+        "The `ScheduledBatchSampler` (timm's loader holds one as its batch sampler; `set_epoch` on it moves this plan too)."
+        return self.scheduled
 
     @property
     def epoch(self) -> int:

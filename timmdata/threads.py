@@ -315,7 +315,7 @@ class ThreadDataLoader(ResumableDataLoader):
     def _timed(self, index: int, defer: bool = False):
         stage_clock.start()
         try:
-            return self.dataset.item(index, defer)
+            return self.fetch_dataset.item(index, defer)
         finally:
             self._stats.add_sample(stage_clock.stop())
 
@@ -341,7 +341,7 @@ class ThreadDataLoader(ResumableDataLoader):
     def _batch(self, items: list):
         """A whole batch in one loader thread, as a worker process makes one: its samples, deferred where the collate makes
         their pixels (`SeededDataset.defer_pixels`: the draws now, a batch's decodes in one native call), then the collate."""
-        return self._collate(items, [self._sample(it, self.dataset.defer_pixels) for it in items])
+        return self._collate(items, [self._sample(it, self.fetch_dataset.defer_pixels) for it in items])
 
     main_thread_samples = (
         False  # the threads seed per sample (RngBaton): the iterator leaves the global generators alone
@@ -349,7 +349,7 @@ class ThreadDataLoader(ResumableDataLoader):
 
     def batch_iterator(self):
         "This pass's batches, made by the threads (`StatefulLoader` counts them)."
-        pool, plan, pending, st = self._threads(), iter(self.batch_sampler), deque(), self._stats
+        pool, plan, pending, st = self._threads(), iter(self.plan), deque(), self._stats
         mark = time.perf_counter()
 
         def submit() -> bool:

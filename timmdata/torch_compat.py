@@ -9,7 +9,7 @@ import torch
 
 # %% auto #0
 __all__ = ['kept_iterator', 'forget_iterator', 'keep_iterator', 'WrapsWorkers', 'worker_processes', 'shutdown_workers',
-           'new_shared_storage', 'cuda_default_generator', 'aa_resize_kernels']
+           'IteratorParts', 'new_shared_storage', 'cuda_default_generator', 'aa_resize_kernels']
 
 # %% ../nbs/01_torch_compat.ipynb #de6d51b1
 # checked: torch 2.0 to 2.14 (DataLoader keeps a persistent_workers iterator in `_iterator`, None otherwise)
@@ -56,6 +56,30 @@ def shutdown_workers(it):
         it.shutdown()
     elif callable(getattr(it, '_shutdown_workers', None)):
         it._shutdown_workers()
+
+# %% ../nbs/01_torch_compat.ipynb #a40b0102
+# checked: torch 2.0 to 2.14 (the iterator takes `loader.dataset` in `_BaseDataLoaderIter.__init__`, which `_get_iterator`
+# calls, and `loader._index_sampler`, the batch sampler when `_auto_collation`; `len(loader)` counts `_index_sampler`)
+class IteratorParts:
+    "Mixin for a DataLoader whose iterator reads `fetch_dataset` and `fetch_batches`, not what `dataset` / `batch_sampler` show."
+
+    _making_iterator = False
+
+    @property
+    def making_iterator(self) -> bool:
+        "Is torch making the loader's iterator now? (`dataset` must then be `fetch_dataset`.)"
+        return self._making_iterator
+
+    @property
+    def _index_sampler(self):
+        return self.fetch_batches if self._auto_collation else self.sampler
+
+    def _get_iterator(self):
+        self._making_iterator = True
+        try:
+            return super()._get_iterator()
+        finally:
+            self._making_iterator = False
 
 # %% ../nbs/01_torch_compat.ipynb #ee3e9a90
 # checked: torch 2.0 to 2.14 (what torch's own default_collate uses in a worker: a storage in shared memory, no copy)
