@@ -4,12 +4,15 @@
 
 # %% ../nbs/21_shard_cache.ipynb #99f872d9
 from __future__ import annotations
-import errno, fcntl, hashlib, os, queue, re, sys, threading, warnings
+import errno, fcntl, grp, hashlib, os, pwd, queue, re, stat, sys, threading, time, warnings
 from contextlib import contextmanager
 from typing import Callable, Optional
+from .untrusted import UnsafeFileError, create_exclusive, printable
 
 # %% auto #0
-__all__ = ['parse_size', 'is_remote', 'cache_name', 'ShardCache', 'ShardPrefetcher']
+__all__ = ['REQUEST_DEADLINE', 'SHARD_DEADLINE', 'LOCK_WAIT', 'DRAIN_BYTES', 'DRAIN_SECONDS', 'parse_size', 'is_remote',
+           'cache_name', 'public_url', 'DeadlineError', 'BadAnswerError', 'Deadline', 'content_length', 'CacheDirError',
+           'check_cache_dir', 'ShardCache', 'ShardPrefetcher']
 
 # %% ../nbs/21_shard_cache.ipynb #512ddfc9
 _UNITS = {
@@ -62,12 +65,152 @@ def cache_name(url: str) -> str:
     base = re.sub(r'[^A-Za-z0-9._-]', '_', clean.rstrip('/').rsplit('/', 1)[-1])[-80:].lstrip('.') or 'shard'
     return hashlib.sha1(clean.encode('utf-8', 'surrogateescape')).hexdigest()[:16] + '-' + base
 
+# %% ../nbs/21_shard_cache.ipynb #c39b0002
+REQUEST_DEADLINE = (
+    300.0  # seconds one HTTP request may take in all, connect to last byte (`_info.json`, a HEAD, a ranged read)
+)
+SHARD_DEADLINE = 3600.0  # seconds one shard's stream may take in all, open to close (a 1 GB shard at 0.3 MB/s)
+LOCK_WAIT = (
+    SHARD_DEADLINE  # seconds a reader waits on another process's download of the same shard (itself bounded as above)
+)
+DRAIN_BYTES = 64 << 20  # at close, the most bytes of a shard's rest read to complete its cached copy (else not kept)
+DRAIN_SECONDS = 30.0  # ... and the most seconds
+
+
+def public_url(url) -> str:
+    "`url` as shown in messages: without a user:password part or a query string (presigned URLs carry secrets there)."
+    return re.sub(r'^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@', r'\1', str(url)).split('?', 1)[0]
+
+
+class DeadlineError(TimeoutError):
+    "A network read, or a wait on another process's download, past its deadline; the message names the deadline and the URL. Not retried."
+
+
+class BadAnswerError(OSError):
+    "A server's answer timmdata will not read: a length not written in ASCII digits, a ranged answer that is not the range asked or is longer than it."
+
+
+def _seconds(v, param: str) -> float:
+    "`v` as seconds, checked: a number > 0."
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise ValueError(f'{param} must be a number of seconds > 0; got {v!r}')
+    return float(v)
+
+
+class Deadline:
+    "When a network read must end, on a monotonic clock: `left()` seconds, `expired()` the error naming the deadline and the URL."
+
+    def __init__(
+        self,
+        seconds: float,  # from now
+        url: str,  # what is read, for the error (its credentials and query are not shown)
+        param: str = 'deadline',  # the keyword that sets it, for the error
+        error: type = DeadlineError,  # the class of the error raised past it
+    ):
+        self.seconds, self.url, self.param, self.error = _seconds(seconds, param), url, param, error
+        self.at = time.monotonic() + self.seconds
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
+
+    def shorten(self, seconds: float):
+        "End at most `seconds` from now (a drain on close)."
+        self.at = min(self.at, time.monotonic() + seconds)
+
+    def expired(self) -> Exception:
+        return self.error(
+            f'{printable(public_url(self.url))}: not read within its {self.param} of {self.seconds:g} s (the server '
+            f'sends too slowly, or without end): check the server, or pass a larger {self.param}'
+        )
+
+
+def content_length(
+    headers,  # a response's headers (None: none)
+    url: str,  # the request, for the error
+) -> Optional[int]:
+    "A response's `Content-Length` in bytes, or None without one; anything but ASCII digits is a `BadAnswerError` (`'²'.isdigit()` is true, `int(' 1_0 ')` is 10)."
+    v = None if headers is None else headers.get('Content-Length')
+    if v is None:
+        return None
+    if re.fullmatch(r'[0-9]{1,20}', v):
+        return int(v)
+    raise BadAnswerError(
+        f'{printable(public_url(url))}: the server sent Content-Length {printable(v, 40)!r}, not a byte count in '
+        f'ASCII digits: a broken or hostile server; check it'
+    )
+
+# %% ../nbs/21_shard_cache.ipynb #c39b0005
+_SHARD_FILE = re.compile(r'([0-9a-f]{16}-[A-Za-z0-9._-]{1,80})\.([0-9]{1,20})\.shard')  # `cache_name`.size.shard
+_PART_FILE = re.compile(
+    r'([0-9a-f]{16}-[A-Za-z0-9._-]{1,80})\.[0-9]{1,20}\.[0-9]{1,24}\.part'
+)  # `cache_name`.pid.thread.part
+_NOFOLLOW = getattr(os, 'O_NOFOLLOW', 0)
+_LOCK_FLAGS = os.O_RDONLY | os.O_CREAT | _NOFOLLOW | getattr(os, 'O_NONBLOCK', 0) | os.O_CLOEXEC
+
+
+class CacheDirError(PermissionError):
+    "A `cache_dir` another user could write into (theirs, or writable by others): they could plant shards or links there. Refused unless `shared=True`."
+
+
+def _own_group(gid: int) -> bool:
+    "Whether group `gid` is this user's own (a user private group: the primary group, no other member listed)."
+    try:
+        me = pwd.getpwuid(os.getuid()).pw_name
+        return gid == os.getgid() and set(grp.getgrgid(gid).gr_mem) <= {me}
+    except (KeyError, OSError):
+        return False
+
+
+def check_cache_dir(
+    path,  # the cache folder
+    shared: bool = False,  # a cache shared with other users on purpose: not checked
+):
+    "`CacheDirError` unless the folder `path` is this user's and only this user (or their private group) can write into it."
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(f'cache_dir {str(path)!r} is not a folder: pass a folder for the shard cache')
+    if shared:
+        return
+    why = (
+        f'it belongs to another user (uid {st.st_uid})'
+        if st.st_uid != os.getuid()
+        else 'other users can write into it (its mode lets others write; a sticky bit does not stop them adding files)'
+        if st.st_mode & stat.S_IWOTH
+        else f'the members of its group (gid {st.st_gid}) can write into it'
+        if st.st_mode & stat.S_IWGRP and not _own_group(st.st_gid)
+        else None
+    )
+    if why is not None:
+        raise CacheDirError(
+            f'cache_dir {str(path)!r}: {why}, so they could plant shards or links among the cached ones: use a folder '
+            f'of your own (chmod 755 or 700), or pass cache_shared=True (ShardCache: shared=True) for a cache shared on purpose'
+        )
+
+
+def _open_lock(path: str) -> int:
+    "A lock file's fd: created if missing, never through a link (`O_NOFOLLOW`) nor blocking on a FIFO; else `UnsafeFileError`."
+    try:
+        fd = os.open(path, _LOCK_FLAGS, 0o644)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        fd = None
+    if fd is not None and stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    if fd is not None:
+        os.close(fd)
+    raise UnsafeFileError(
+        errno.ELOOP,
+        f'shard cache: lock file {path!r} is a link or not a regular file, so not one timmdata made: remove it '
+        f'(can someone else write into the cache folder?)',
+    )
+
 # %% ../nbs/21_shard_cache.ipynb #a6d2c5bd
 _MUTEX = (
     threading.Lock()
 )  # held through every critical section of a cache folder's lock in this process: a fork waits for it
 _HELD = set()  # the shard-lock fds of this process's downloads
-_STEP = 8 << 20  # a shard of unknown size reserves this much more at a time (less when the limit is near)
+_STEP = 8 << 20  # the largest step a download reserves at a time (the first steps: what already arrived, from 64 KiB)
 
 
 def _after_fork_child():
@@ -88,7 +231,7 @@ os.register_at_fork(before=_MUTEX.acquire, after_in_parent=_MUTEX.release, after
 def _open_held(path: str) -> int:
     "A lock file's fd, noted so that a forked child closes its copy."
     with _MUTEX:
-        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        fd = _open_lock(path)
         _HELD.add(fd)
         return fd
 
@@ -110,18 +253,45 @@ def _allocate(fd: int, start: int, n: int):
         os.ftruncate(fd, start + n)  # a file system without fallocate: a sparse extension, counted all the same
 
 
+def _wait_lock(fd: int, seconds: float, url: str, path: str):
+    "Take the exclusive lock `fd` within `seconds` (polled: `flock` has no timeout); else `DeadlineError`."
+    end, pause = time.monotonic() + seconds, 0.01
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= end:
+                raise DeadlineError(
+                    f'shard cache: {printable(public_url(url))}: another process or thread has been downloading it for '
+                    f'more than lock_wait={seconds:g} s (it holds {path!r}): check that process, or pass a larger lock_wait'
+                ) from None
+            time.sleep(min(pause, max(0.0, end - time.monotonic())))
+            pause = min(2 * pause, 0.25)
+
+
 class _Folder:
     "The bytes in a cache folder, kept under a limit by every process and thread that shares it: the lock, the count, eviction."
 
-    def __init__(self, cache_dir, limit=None):
-        self.dir, self.limit = os.path.abspath(os.fspath(cache_dir)), None if limit is None else parse_size(limit)
-        os.makedirs(self.dir, exist_ok=True)
+    def __init__(self, cache_dir, limit=None, shared: bool = False):
+        self.dir, self.shared = os.path.abspath(os.fspath(cache_dir)), bool(shared)
+        os.makedirs(self.dir, mode=0o777 if shared else 0o755, exist_ok=True)
+        check_cache_dir(self.dir, shared)
+        self.auto = limit is None  # the default limit: from the free space, re-checked at each reservation
+        if self.auto:
+            st = os.statvfs(self.dir)
+            self.floor = min(
+                1 << 30, st.f_blocks * st.f_frsize // 20
+            )  # never leave less free: 5% of the disk, at most 1 GiB
+            self.limit = self.usage() + st.f_bavail * st.f_frsize // 2
+        else:
+            self.limit, self.floor = parse_size(limit), 0
 
     @contextmanager
     def _locked(self, shared: bool = False):
         "The folder lock: every change to the size of the folder's files (reserve, evict, rename in, delete) happens under it."
         with _MUTEX:  # the threads of this process, and no fork meanwhile
-            fd = os.open(os.path.join(self.dir, '.cache.lock'), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+            fd = _open_lock(os.path.join(self.dir, '.cache.lock'))
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
                 yield
@@ -134,30 +304,30 @@ class _Folder:
             return sum(size for _, size, _ in self._files())
 
     def _files(self) -> list:
-        "(mtime, size, path) of the complete shards and the reservations in the cache folder (under the lock: nothing moves)."
+        "(mtime, size, path) of the complete shards and the reservations in the cache folder: regular files named as the cache names them, nothing else (under the lock: nothing moves)."
         out = []
         for e in os.scandir(self.dir):
-            if not e.name.endswith(('.shard', '.part')):
-                continue
+            if not (_SHARD_FILE.fullmatch(e.name) or _PART_FILE.fullmatch(e.name)):
+                continue  # not the cache's: a user's `thesis.docx.part` or `embeddings.shard` is left alone
             try:
-                st = e.stat()
+                st = e.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue  # removed by hand
-            out.append((st.st_mtime, st.st_size, e.path))
+            if stat.S_ISREG(st.st_mode):
+                out.append((st.st_mtime, st.st_size, e.path))
         return out
 
     def _remove(self, path: str, ino: Optional[int] = None):
-        "Delete `path` (only if it is still the file `ino`); under the lock."
+        "Delete the regular file `path` (only if it is still the file `ino`); under the lock."
         try:
-            if ino is None or os.stat(path).st_ino == ino:
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and (ino is None or st.st_ino == ino):
                 os.remove(path)
         except FileNotFoundError:
             pass
 
     def _room(self, n: int) -> bool:
         "Under the lock: evict least-recently-used shards that nobody reads until `n` more bytes fit; False (and nothing evicted) when they cannot."
-        if self.limit is None:
-            return True
         files, used, evictable = self._files(), 0, []
         for t, s, p in files:
             if p.endswith('.part') and self._orphan(p):
@@ -166,17 +336,23 @@ class _Folder:
                 used += s
                 if p.endswith('.shard'):
                     evictable.append((t, s, p))
-        if used + n <= self.limit:
+        limit = self.limit
+        if self.auto:  # the disk may have filled since the cache opened: never below the floor
+            st = os.statvfs(self.dir)
+            limit = min(limit, used + max(0, st.f_bavail * st.f_frsize - self.floor))
+        if used + n <= limit:
             return True
         held, free = [], used
         for t, s, p in sorted(evictable):  # least recently used first
-            if free + n <= self.limit:
+            if free + n <= limit:
                 break
             try:
-                fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+                fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | _NOFOLLOW)
             except FileNotFoundError:
                 free -= s
                 continue
+            except OSError:
+                continue  # replaced by a link meanwhile: not ours to evict
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -185,10 +361,10 @@ class _Folder:
             held.append((fd, p))
             free -= s
         try:
-            if free + n > self.limit:
+            if free + n > limit:
                 return False  # it cannot fit: evict nothing
             for fd, p in held:
-                self._remove(p)
+                self._remove(p, os.fstat(fd).st_ino)
             return True
         finally:
             for fd, _ in held:
@@ -196,9 +372,11 @@ class _Folder:
 
     def _orphan(self, part: str) -> bool:
         "A temp file whose writer is gone: nobody holds its shard's lock (a writer holds it until its file is renamed or removed)."
-        stem = os.path.basename(part).rsplit('.', 3)[0]
+        m = _PART_FILE.fullmatch(os.path.basename(part))
+        if m is None:
+            return False
         try:
-            fd = os.open(os.path.join(self.dir, stem + '.lock'), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+            fd = _open_lock(os.path.join(self.dir, m.group(1) + '.lock'))
         except OSError:
             return False
         try:
@@ -211,39 +389,40 @@ class _Folder:
 
 
 class _Tee:
-    "A shard's stream that writes what is read into a reserved temp file; at its end the file is checked and renamed in."
+    "A shard's stream that writes what is read into a temp file, reserving disk in steps as bytes arrive; at its end the file is checked and renamed in."
 
     def __init__(self, cache, src, url: str, size: Optional[int], lock_fd: int, sha256: Optional[str] = None):
         self.cache, self.src, self.url, self.size, self.lock_fd = cache, src, url, size, lock_fd
         self.sha256, self.h = sha256, hashlib.sha256() if sha256 else None
         self.tmp = os.path.join(cache.dir, f'{cache_name(url)}.{os.getpid()}.{threading.get_ident()}.part')
-        self.out, self.written, self.reserved = None, 0, 0
-        first = size or 0  # unknown size: reserved in steps as it streams
+        self.out, self.written, self.reserved, self.tail = None, 0, 0, b''
         with cache._locked():
             for f in os.listdir(
                 cache.dir
             ):  # temp files of this shard by writers that died: we hold its lock, they are stale
-                if f.startswith(cache_name(url) + '.') and f.endswith('.part'):
+                m = _PART_FILE.fullmatch(f)
+                if m is not None and m.group(1) == cache_name(url):
                     cache._remove(os.path.join(cache.dir, f))
-            if cache._room(first):
-                fd = os.open(self.tmp, os.O_CREAT | os.O_RDWR | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-                self.out = open(fd, 'r+b', buffering=0)  # unbuffered: a forked child has nothing to flush
-                try:
-                    _allocate(fd, 0, first)
-                    self.reserved = first
-                except OSError:
-                    self._drop(locked=True)  # a full disk: read on, uncached
-        if self.out is None and size is not None:
-            cache._uncached(url, size)
+            try:  # exclusively, never through a link: a file planted at this name is not written through
+                self.out = open(
+                    create_exclusive(self.tmp), 'wb', buffering=0
+                )  # unbuffered: a forked child has nothing to flush
+            except OSError:
+                self.out = None  # read on, uncached
 
     def _grow(self, n: int) -> bool:
-        "Reserve `n` bytes in all (a shard of unknown size, in steps): eviction and growth in one critical section."
+        "Reserve `n` bytes in all: eviction and growth in one critical section."
         with self.cache._locked():
             if self.out is None or not self.cache._room(n - self.reserved):
                 return False
             _allocate(self.out.fileno(), self.reserved, n - self.reserved)
             self.reserved = n
             return True
+
+    def _reserve(self, end: int) -> bool:
+        "Room for `end` bytes: a step ahead of what arrived (as much again, from 64 KiB to `_STEP`; never past the announced size, which is only a hint)."
+        ahead = end + min(_STEP, max(end, 64 << 10))
+        return self._grow(ahead if self.size is None else min(ahead, self.size)) or self._grow(end)
 
     def _drop(self, locked: bool = False):
         "Stop caching (the shard does not fit, or the stream failed): the reader goes on reading the source."
@@ -267,28 +446,45 @@ class _Tee:
             try:
                 if self.size is not None and end > self.size:
                     self._drop()  # longer than announced
-                elif end > self.reserved and not (self._grow(end + _STEP) or self._grow(end)):
+                elif end > self.reserved and not self._reserve(end):
                     self._drop()
-                    self.cache._uncached(self.url, None)
+                    self.cache._uncached(self.url, self.size)
                 else:
                     self.out.write(b)
                     self.written = end  # inside the reservation: the file does not grow
+                    self.tail = (self.tail + b[-1024:])[-1024:]
                     if self.h is not None:
                         self.h.update(b)
             except OSError:
                 self._drop()  # a full disk, a removed temp file: the reader goes on, uncached
         return b
 
+    def _drain(self):
+        "The rest of the stream into the copy (tar padding after the end-of-archive blocks), at most `drain_bytes` in `drain_seconds`: else the copy is dropped."
+        deadline = getattr(
+            self.src, 'deadline', None
+        )  # timmdata's HTTP streams (`shard_io.open_shard`) end a blocked read too
+        if isinstance(deadline, Deadline):
+            deadline.shorten(self.cache.drain_seconds)
+        end, left = time.monotonic() + self.cache.drain_seconds, self.cache.drain_bytes
+        try:
+            while self.out is not None:
+                if left <= 0 or time.monotonic() > end:
+                    self._drop()  # an endless or too slow rest: the copy is abandoned, the stream closed
+                    return
+                b = self.read(min(1 << 16, left))
+                if not b:
+                    return
+                left -= len(b)
+        except Exception:
+            pass  # _drop ran
+
     def close(self):
         try:
             if isinstance(sys.exc_info()[1], OSError):
                 self._drop()  # the reader found the stream damaged: not kept
             if self.out is not None:
-                try:
-                    while self.read(1 << 20):
-                        pass  # tar padding after the end-of-archive blocks: the copy is the whole shard
-                except Exception:
-                    pass  # _drop ran
+                self._drain()
             if self.out is not None:
                 keep = (self.written == self.size or (self.size is None and self._ends_archive())) and (
                     self.h is None or self.h.hexdigest() == self.sha256.lower()
@@ -316,9 +512,7 @@ class _Tee:
 
     def _ends_archive(self) -> bool:
         "Without an announced size, a copy is kept only when it ends like a whole tar (two zero blocks): not a cut stream."
-        if self.written < 1024:
-            return False
-        return os.pread(self.out.fileno(), 1024, self.written - 1024).count(0) == 1024
+        return self.written >= 1024 and self.tail.count(0) == 1024
 
     def __enter__(self):
         return self
@@ -370,21 +564,25 @@ def _known_shards(info: Optional[dict]) -> dict:
 class ShardCache(_Folder):
     "A folder of remote shards shared by the processes of one machine: filled as shards stream, LRU-evicted under `limit`."
 
+    drain_bytes, drain_seconds = DRAIN_BYTES, DRAIN_SECONDS  # at close, the most read to complete a copy
+
     def __init__(
         self,
         cache_dir,  # the folder (made if missing); processes that share it share the shards
-        limit=None,  # the most bytes kept on disk (an int or '50GB'); None: no limit
+        limit=None,  # the most bytes kept on disk (an int or '50GB'); None: half the disk space free at open (see below)
         opener: Optional[
             Callable
-        ] = None,  # `opener(url, timeout)`: a stream of the remote shard (default: `open_shard`)
+        ] = None,  # `opener(url, timeout)`: a stream of the remote shard (default: `open_shard`; its `deadline`, a `Deadline`, also bounds the drain at close)
         order=(),  # the shards in the order they are usually read: the next one(s) are prefetched
         prefetch: int = 1,  # shards fetched ahead in a background thread while one is read
         info: Optional[
             dict
         ] = None,  # `_info.json`: its splits' optional `shard_bytes`, `shard_sha256` (parallel to `filenames`) are checked
+        shared: bool = False,  # a folder shared with other users on purpose: one they can write into is not refused
+        lock_wait: float = LOCK_WAIT,  # seconds to wait on another process's download of the same shard
     ):
-        super().__init__(cache_dir, limit)
-        self.opener = opener
+        super().__init__(cache_dir, limit, shared)
+        self.opener, self.lock_wait = opener, _seconds(lock_wait, 'lock_wait')
         self._warned = set()
         self.prefetcher = ShardPrefetcher(self, prefetch, order)  # fetches the next shards in a thread
         self._known = _known_shards(info)  # base name -> (bytes, sha256) from the info file
@@ -405,11 +603,17 @@ class ShardCache(_Folder):
         self.prefetcher.plan(order)
 
     def path(self, url: str) -> Optional[str]:
-        "The complete cached copy of `url`, or None."
-        stem = cache_name(url) + '.'
+        "The complete cached copy of `url` (a regular file named as the cache names it), or None."
+        stem = cache_name(url)
         for f in os.listdir(self.dir):
-            if f.startswith(stem) and f.endswith('.shard') and f[len(stem) : -6].isdigit():
-                return os.path.join(self.dir, f)
+            m = _SHARD_FILE.fullmatch(f)
+            if m is not None and m.group(1) == stem:
+                p = os.path.join(self.dir, f)
+                try:
+                    if stat.S_ISREG(os.lstat(p).st_mode):
+                        return p
+                except FileNotFoundError:
+                    pass
         return None
 
     def _uncached(self, url: str, size: Optional[int]):
@@ -417,22 +621,26 @@ class ShardCache(_Folder):
         if url in self._warned or threading.current_thread() is self.prefetcher._thread:
             return  # the prefetcher leaves it to the reader
         self._warned.add(url)
+        limit = (
+            f'the default cache limit (half the disk space free when the cache opened: {self.limit:,} bytes; '
+            f'never leaving less than {self.floor:,} free)'
+            if self.auto
+            else f'cache_limit={self.limit:,} bytes'
+        )
         why = (
-            'the disk is full'
-            if self.limit is None
-            else f'it is bigger than cache_limit={self.limit:,} bytes'
+            f'it is bigger than {limit}'
             if size is not None and size > self.limit
-            else f'it does not fit in cache_limit={self.limit:,} bytes beside the shards being read or written'
+            else f'it does not fit in {limit} beside the shards being read or written'
         )
         warnings.warn(
-            f'shard cache: {url.split("?", 1)[0]} ({"unknown size" if size is None else f"{size:,} bytes"}): {why}; '
+            f'shard cache: {printable(public_url(url))} ({"unknown size" if size is None else f"{size:,} bytes"}): {why}; '
             f'read from the source without caching (raise cache_limit, or free the disk, to cache it)',
             stacklevel=3,
         )
 
     def _valid(self, p: str, size: Optional[int], st) -> bool:
         "A cached file is served only when its length is the one recorded in its name (and the known size)."
-        want = int(p.rsplit('.', 2)[-2])
+        want = int(_SHARD_FILE.fullmatch(os.path.basename(p)).group(2))
         return st.st_size == want and (size is None or want == size)
 
     def __call__(self, url: str, timeout: float = 60.0, size: Optional[int] = None):
@@ -445,13 +653,17 @@ class ShardCache(_Folder):
     def _hit(self, p: str, size: Optional[int]):
         "The copy at `p` opened under a shared lock (so not evicted while read); None when it went meanwhile; removed if damaged."
         try:
-            fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | _NOFOLLOW)
         except FileNotFoundError:
             return None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return None  # a link put there meanwhile: never followed
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             st = os.fstat(fd)
-            if os.stat(p).st_ino != st.st_ino:
+            if not stat.S_ISREG(st.st_mode) or os.lstat(p).st_ino != st.st_ino:
                 raise FileNotFoundError(p)  # evicted before our lock: another file now
             if not self._valid(
                 p, size, st
@@ -465,8 +677,8 @@ class ShardCache(_Folder):
                 return None
             raise
         try:
-            os.utime(p)  # touched: recently used
-        except FileNotFoundError:
+            os.utime(fd)  # touched: recently used
+        except OSError:
             pass
         return _Hit(open(fd, 'rb'), p, self)
 
@@ -480,30 +692,36 @@ class ShardCache(_Folder):
                 if h is not None:
                     return h
                 continue
-            fd = _open_held(os.path.join(self.dir, cache_name(url) + '.lock'))
+            lock = os.path.join(self.dir, cache_name(url) + '.lock')
+            fd = _open_held(lock)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # another process or thread downloads it: wait, then read its copy
+            except BlockingIOError:  # another process or thread downloads it: wait (a bounded time), then read its copy
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    _wait_lock(fd, self.lock_wait, url, lock)
                 finally:
                     _close_held(fd)
                 continue
             if self.path(url) is not None:
                 _close_held(fd)
                 continue  # finished just before we locked
+            src = None
             try:
                 src = self.opener(url, timeout)
                 if size is None:
-                    cl = getattr(src, 'headers', None) and src.headers.get('Content-Length')
-                    size = int(cl) if cl and cl.isdigit() else getattr(src, 'size', None)
-                if self.limit is not None and size is not None and size > self.limit:
+                    size = content_length(getattr(src, 'headers', None), url)  # ASCII digits, else a named error
+                if size is None:
+                    n = getattr(src, 'size', None)  # fsspec's
+                    size = n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+                if size is not None and size > self.limit:
                     self._uncached(url, size)
                     _close_held(fd)
                     return src  # bigger than the whole cache
                 return _Tee(self, src, url, size, fd, sha)
             except BaseException:
                 _close_held(fd)
+                if src is not None:
+                    src.close()
                 raise
 
     def wait(self):

@@ -9,11 +9,13 @@ from collections import OrderedDict
 from typing import Optional
 import numpy as np
 from .readers import FileHandle, Reader, register_reader, unset
+from .shard_cache import REQUEST_DEADLINE, BadAnswerError, Deadline, content_length
 from timmdata.shard_io import (
     ShardError,
     ShardNotFoundError,
     ShardTruncatedError,
     WdsSource,
+    http_open,
     group_samples,
     is_transient_error,
     load_info,
@@ -23,7 +25,7 @@ from timmdata.shard_io import (
     tar_members,
     url_scheme,
 )
-from .untrusted import FileTooLargeError, atomic_write, open_regular
+from .untrusted import FileTooLargeError, atomic_write, open_regular, printable
 from .settings import setting
 
 # %% auto #0
@@ -47,27 +49,26 @@ def _remote(url: str) -> bool:
 
 def http_range(
     url: str,
-    rng: Optional[tuple] = None,
-    head: bool = False,
-    timeout: float = 60.0,
-    retries: int = 3,
-    backoff: float = 0.25,
+    rng: Optional[tuple] = None,  # (offset, size) of the bytes to read; None: the whole body (at most MAX_MEMBER_BYTES)
+    head: bool = False,  # a HEAD request: the headers only
+    timeout: float = 60.0,  # seconds the connection may stall
+    retries: int = 3,  # transient failures retried
+    backoff: float = 0.25,  # first wait before a retry, in seconds (then 4x, 16x)
+    deadline: float = REQUEST_DEADLINE,  # seconds one try may take in all (`DeadlineError` past it: not retried)
 ) -> tuple:
-    "(headers, body) of a GET of bytes `rng` = (offset, size) of `url` (or a HEAD); transient failures retried, others named."
+    "(headers, body) of a GET of bytes `rng` = (offset, size) of `url` (or a HEAD); the body read to at most the bytes asked; transient failures retried, others named."
     if rng is not None and rng[1] == 0:
         return {}, b''
-    hdr = {'User-Agent': 'timmdata', **({'Range': f'bytes={rng[0]}-{rng[0] + rng[1] - 1}'} if rng else {})}
+    hdr = {'Range': f'bytes={rng[0]}-{rng[0] + rng[1] - 1}'} if rng else {}
     for attempt in range(retries + 1):
         try:
-            with urllib.request.urlopen(
-                urllib.request.Request(url, headers=hdr, method='HEAD' if head else 'GET'), timeout=timeout
-            ) as r:
+            with http_open(url, timeout, Deadline(deadline, url), hdr, 'HEAD' if head else 'GET') as r:
                 if rng is not None and r.status != 206:
                     raise ShardError(
                         f'shard {shard_name(url)}: the server ignores ranged reads (HTTP {r.status} to a Range request); '
                         f"random access needs one that answers 206: stream the shards instead (create_dataset('wds/...'))"
                     )
-                return r.headers, b'' if head else r.read()
+                return r.headers, b'' if head else _body(r, url, rng)
         except ShardError:
             raise
         except urllib.error.HTTPError as e:
@@ -85,6 +86,34 @@ def http_range(
         time.sleep(backoff * 4**attempt)
 
 
+def _body(r, url: str, rng: Optional[tuple]) -> bytes:
+    "The body of `r`, the answer to a GET of `rng`: its Content-Range and Content-Length checked first, then read to at most the bytes asked."
+    n = MAX_MEMBER_BYTES if rng is None else rng[1]
+    if rng is not None:
+        cr = r.headers.get('Content-Range') or ''
+        m = re.fullmatch(r'bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20}|\*)', cr.strip())
+        if m is None or int(m[1]) != rng[0] or not rng[0] <= int(m[2]) < rng[0] + rng[1]:
+            raise BadAnswerError(
+                f'shard {shard_name(url)}: asked for bytes {rng[0]}-{rng[0] + rng[1] - 1}, the server answered '
+                f'Content-Range {printable(cr, 80)!r}: not the range asked; check the server'
+            )
+        n = int(m[2]) + 1 - rng[0]
+    cl = content_length(r.headers, url)
+    if cl is not None and (cl != n if rng is not None else cl > n):
+        raise BadAnswerError(
+            f'shard {shard_name(url)}: the answer to a read of {n:,} bytes announces {cl:,} (Content-Length): '
+            f'longer than asked, not read; check the server'
+        )
+    body = r.read(n + 1)  # one byte more than asked, never the whole of an endless body
+    if len(body) > n:
+        raise BadAnswerError(
+            f'shard {shard_name(url)}: the answer to a read of {n:,} bytes is longer: not read on; check the server'
+        )
+    if rng is not None and len(body) < n:
+        raise http.client.IncompleteRead(body, n - len(body))  # cut short: tried again
+    return body
+
+
 def stat_shard(url: str) -> tuple:
     "(size, stamp) of a shard: a local file's size and mtime in ns; over HTTP Content-Length and the ETag or Last-Modified (a HEAD request)."
     if not _remote(url):
@@ -95,11 +124,12 @@ def stat_shard(url: str) -> tuple:
         return st.st_size, st.st_mtime_ns
     h = http_range(url, head=True)[0]
     try:
-        return int(h['Content-Length']), h.get('ETag') or h.get('Last-Modified') or ''
-    except (TypeError, ValueError):
-        raise ShardError(
-            f'shard {shard_name(url)}: the server sends no Content-Length; random access needs one'
-        ) from None
+        n = content_length(h, url)  # ASCII digits: `int()` takes ' 12', '-5', '1_0'
+    except BadAnswerError as e:
+        raise ShardError(str(e)) from None
+    if n is None:
+        raise ShardError(f'shard {shard_name(url)}: the server sends no Content-Length; random access needs one')
+    return n, h.get('ETag') or h.get('Last-Modified') or ''
 
 
 class _RangedFile:

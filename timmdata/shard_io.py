@@ -4,18 +4,26 @@
 
 # %% ../nbs/22_shard_io.ipynb #a75fb3bd
 from __future__ import annotations
-import http.client, json, os, re, socket, subprocess, tempfile, time, urllib.error, urllib.request
+import functools, http.client, io, json, os, re, socket, subprocess, tempfile, time, urllib.error, urllib.request
 from pathlib import Path
 from typing import Iterator, Optional
 from .readers import MAX_JSON_BYTES, natural_key, relative_name, split_names
 from .untrusted import inside
-from .shard_cache import ShardCache
+from timmdata.shard_cache import (
+    REQUEST_DEADLINE,
+    SHARD_DEADLINE,
+    BadAnswerError,
+    Deadline,
+    DeadlineError,
+    ShardCache,
+    content_length,
+)
 
 # %% auto #0
 __all__ = ['MAX_MEMBER_BYTES', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError', 'ShardTruncatedError',
-           'TransientShardError', 'url_scheme', 'shard_name', 'is_transient_error', 'expand_braces', 'join_url',
-           'shard_list', 'open_shard', 'tar_members', 'iter_tar', 'split_key', 'group_samples', 'parse_keys',
-           'sample_target', 'load_info', 'WdsSource']
+           'TransientShardError', 'ShardDeadlineError', 'url_scheme', 'shard_name', 'is_transient_error',
+           'expand_braces', 'join_url', 'shard_list', 'http_open', 'open_shard', 'tar_members', 'iter_tar', 'split_key',
+           'group_samples', 'parse_keys', 'sample_target', 'load_info', 'WdsSource']
 
 # %% ../nbs/22_shard_io.ipynb #2eb1e367
 class ShardError(OSError):
@@ -32,6 +40,10 @@ class ShardTruncatedError(ShardError):
 
 class TransientShardError(ShardError):
     "A failure that may pass: connection refused or reset, timeout, HTTP 5xx/408/429, a failed `pipe:` command."
+
+
+class ShardDeadlineError(ShardError, DeadlineError):
+    "A shard, or `_info.json`, not read within its deadline (`deadline=`): never retried; the message names the deadline and the URL."
 
 
 _SCHEME = re.compile(r'^([a-zA-Z][a-zA-Z0-9+.-]+)://')
@@ -60,8 +72,10 @@ def is_transient_error(
     url: str = '',  # the shard: a short read is transient only for a remote one
 ) -> bool:
     "Would trying the shard again possibly succeed? Connection and timeout errors, HTTP 5xx/429, remote short reads."
-    if isinstance(e, ShardNotFoundError):
-        return False
+    if isinstance(e, (ShardNotFoundError, DeadlineError, BadAnswerError)):
+        return (
+            False  # not there; a server too slow, or one whose answer breaks the request: trying again finds the same
+        )
     if isinstance(e, TransientShardError):
         return True
     if isinstance(e, (ShardTruncatedError, http.client.IncompleteRead)):
@@ -69,7 +83,9 @@ def is_transient_error(
     if isinstance(e, urllib.error.HTTPError):
         return e.code in _TRANSIENT_HTTP
     if isinstance(e, urllib.error.URLError):
-        return isinstance(e.reason, (OSError, socket.timeout))  # refused, DNS, timeout
+        return isinstance(e.reason, (OSError, socket.timeout)) and not isinstance(
+            e.reason, (DeadlineError, BadAnswerError)
+        )  # refused, DNS, timeout
     return isinstance(e, (ConnectionError, TimeoutError, socket.timeout, http.client.HTTPException))
 
 # %% ../nbs/22_shard_io.ipynb #0b88f2c0
@@ -135,6 +151,150 @@ def shard_list(
         raise ValueError(f'shard list {spec!r} names no shards')
     return out
 
+# %% ../nbs/22_shard_io.ipynb #c39c0002
+class _TimedSocket:
+    "A connected socket whose every receive and send ends within the time left before a `Deadline` (each also within the stall `timeout`)."
+
+    def __init__(self, sock, deadline: Deadline, stall: Optional[float]):
+        self._sock, self._deadline, self._stall, self._files, self._closed = sock, deadline, stall, 0, False
+
+    def __getattr__(self, k):
+        return getattr(self._sock, k)
+
+    def _io(self, fn, *a):
+        left = self._deadline.left()
+        if left <= 0:
+            raise self._deadline.expired()
+        self._sock.settimeout(left if self._stall is None else min(self._stall, left))
+        try:
+            return fn(*a)
+        except socket.timeout:
+            if self._deadline.left() <= 0:
+                raise self._deadline.expired() from None
+            raise
+
+    def recv_into(self, *a):
+        return self._io(self._sock.recv_into, *a)
+
+    def recv(self, *a):
+        return self._io(self._sock.recv, *a)
+
+    def sendall(self, *a):
+        return self._io(self._sock.sendall, *a)
+
+    def send(self, *a):
+        return self._io(self._sock.send, *a)
+
+    def makefile(self, mode='rb', *a, **k):
+        "The buffered reader `http.client` reads a response through: every receive it makes passes the deadline."
+        if mode != 'rb':
+            raise ValueError(f'_TimedSocket.makefile: only mode rb; got {mode!r}')
+        self._files += 1
+        return io.BufferedReader(_TimedReader(self))
+
+    def _release(self):
+        self._files -= 1
+        if self._closed and not self._files:
+            self._sock.close()
+
+    def close(self):
+        "Closed once its readers are (`urllib` closes the connection while the response still reads from it)."
+        self._closed = True
+        if not self._files:
+            self._sock.close()
+
+
+class _TimedReader(io.RawIOBase):
+    def __init__(self, sock: _TimedSocket):
+        self._s = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        return self._s.recv_into(b)
+
+    def close(self):
+        if not self.closed:
+            super().close()
+            self._s._release()
+
+
+class _Timed:
+    "An HTTP(S) connection made and used within a `Deadline`."
+
+    def __init__(self, *a, deadline: Deadline, **k):
+        super().__init__(*a, **k)
+        self._deadline = deadline
+
+    def connect(self):
+        stall, left = self.timeout, self._deadline.left()
+        if left <= 0:
+            raise self._deadline.expired()
+        stall = stall if isinstance(stall, (int, float)) else None  # socket's global default: no stall timeout
+        self.timeout = left if stall is None else min(stall, left)
+        try:
+            super().connect()
+        except socket.timeout:
+            if self._deadline.left() <= 0:
+                raise self._deadline.expired() from None
+            raise
+        finally:
+            self.timeout = stall
+        self.sock = _TimedSocket(self.sock, self._deadline, stall)
+
+
+class _TimedHTTP(_Timed, http.client.HTTPConnection):
+    pass
+
+
+class _TimedHTTPS(_Timed, http.client.HTTPSConnection):
+    pass
+
+
+class _TimedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: Deadline):
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req):
+        return self.do_open(functools.partial(_TimedHTTP, deadline=self._deadline), req)
+
+
+class _TimedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: Deadline):
+        super().__init__()
+        self._deadline = deadline
+
+    def https_open(self, req):
+        k = {'context': self._context}
+        if getattr(self, '_check_hostname', None) is not None:  # Python < 3.12
+            k['check_hostname'] = self._check_hostname
+        return self.do_open(functools.partial(_TimedHTTPS, deadline=self._deadline), req, **k)
+
+
+def http_open(
+    url: str,  # an http(s) URL
+    timeout: float = 60.0,  # seconds the connection may stall
+    deadline: Optional[
+        Deadline
+    ] = None,  # when the request, its redirects and its body must be read by; None: `REQUEST_DEADLINE` from now
+    headers: Optional[dict] = None,  # extra request headers (`Range`)
+    method: Optional[str] = None,  # 'GET' (None) or 'HEAD'
+):
+    "The response to an HTTP(S) request (urllib's: redirects, proxies, `HTTPError`), every read of it within `deadline` (as `response.deadline`)."
+    deadline = Deadline(REQUEST_DEADLINE, url) if deadline is None else deadline
+    opener = urllib.request.build_opener(_TimedHTTPHandler(deadline), _TimedHTTPSHandler(deadline))
+    req = urllib.request.Request(url, headers={'User-Agent': 'timmdata', **(headers or {})}, method=method)
+    try:
+        r = opener.open(req, timeout=timeout)
+    except urllib.error.URLError as e:
+        if isinstance(getattr(e, 'reason', None), DeadlineError):
+            raise e.reason from None
+        raise
+    r.deadline = deadline
+    return r
+
 # %% ../nbs/22_shard_io.ipynb #edc2770c
 class _PipeStream:
     "stdout of a `pipe:` command; at its end (or close) the exit status is checked, and a failure named with stderr's tail."
@@ -169,9 +329,9 @@ class _PipeStream:
         self._err.close()
 
 
-def _open_http(url: str, timeout: float):
+def _open_http(url: str, timeout: float, deadline: float):
     try:
-        return urllib.request.urlopen(urllib.request.Request(url, headers={'User-Agent': 'timmdata'}), timeout=timeout)
+        r = http_open(url, timeout, Deadline(deadline, url, 'deadline', ShardDeadlineError))
     except urllib.error.HTTPError as e:
         if e.code in (404, 410):
             raise ShardNotFoundError(
@@ -182,6 +342,12 @@ def _open_http(url: str, timeout: float):
         raise ShardError(
             f'shard {shard_name(url)}: HTTP {e.code} {e.reason}: check the URL and your access to it'
         ) from e
+    try:
+        content_length(r.headers, url)  # ASCII digits, or a named error now (the cache sizes its copy by it)
+    except BadAnswerError as e:
+        r.close()
+        raise ShardError(str(e)) from None
+    return r
 
 
 def _open_fsspec(url: str):
@@ -202,6 +368,7 @@ def _open_fsspec(url: str):
 def open_shard(
     url: str,  # local path, file://, http(s)://, pipe:CMD, or any URL fsspec knows
     timeout: float = 60.0,  # seconds an HTTP connection may stall
+    deadline: float = SHARD_DEADLINE,  # seconds the whole HTTP stream may take, open to last byte (`ShardDeadlineError` past it)
 ):
     "A binary stream of the shard at `url`, to be read front to back (and closed)."
     scheme = url_scheme(url)
@@ -212,7 +379,7 @@ def open_shard(
         except FileNotFoundError as e:
             raise ShardNotFoundError(f'shard {path} does not exist: check the path and the split') from e
     if scheme in ('http', 'https'):
-        return _open_http(url, timeout)
+        return _open_http(url, timeout, deadline)
     if scheme == 'pipe':
         return _PipeStream(url)
     return _open_fsspec(url)
@@ -410,13 +577,19 @@ def sample_target(sample: dict, keys: tuple, where: str, required: bool):
     return None
 
 # %% ../nbs/22_shard_io.ipynb #5430721e
-def load_info(root, retries: int = 3, backoff: float = 0.25, timeout: float = 60.0) -> Optional[dict]:
+def load_info(
+    root,  # the dataset's folder or URL prefix
+    retries: int = 3,  # transient failures retried
+    backoff: float = 0.25,  # first wait before a retry, in seconds (then 4x, 16x)
+    timeout: float = 60.0,  # seconds an HTTP connection may stall
+    deadline: float = REQUEST_DEADLINE,  # seconds one try may take in all over HTTP (`ShardDeadlineError` past it: not retried)
+) -> Optional[dict]:
     "The `_info.json` (or `info.json`) of the dataset at `root` (folder or URL prefix), or None if it has none."
     for n in ('_info.json', 'info.json'):
         url = join_url(root, n)
         for attempt in range(retries + 1):
             try:
-                with open_shard(url, timeout) as f:
+                with open_shard(url, timeout, deadline) as f:
                     data = f.read(MAX_JSON_BYTES + 1)
                 break
             except ShardNotFoundError:
@@ -505,8 +678,12 @@ class WdsSource:
         allow_pipe: Optional[bool] = None,  # run `pipe:` shards; None: only when `root` or `split` you pass names them
         cache_dir=None,
         cache_limit=None,  # keep remote shards in this folder, at most this many bytes (int or '50GB'): see shard_cache
+        cache_shared: bool = False,  # cache_dir is shared with other users on purpose (else one they can write into is refused)
+        deadline: float = SHARD_DEADLINE,  # seconds one shard's HTTP stream may take in all (`_info.json`: at most REQUEST_DEADLINE)
     ):
         self.root, self.split, self.retries, self.backoff, self.timeout = root, split, retries, backoff, timeout
+        self.deadline = Deadline(deadline, str(root)).seconds  # checked here, not at the first shard
+        self._open = functools.partial(open_shard, deadline=self.deadline)
         given = ' '.join(map(str, root)) if isinstance(root, (list, tuple)) else str(root)
         self.allow_pipe = ('pipe:' in given or 'pipe:' in split) if allow_pipe is None else bool(allow_pipe)
         self.image_keys, self.target_keys = parse_keys(input_key, IMAGE_KEYS), parse_keys(target_key, TARGET_KEYS)
@@ -517,7 +694,9 @@ class WdsSource:
             and not str(root).endswith('.tar')
             and url_scheme(str(root)) != 'pipe'
         )
-        self.info = load_info(str(root), retries, backoff, timeout) if probe else None
+        self.info = (
+            load_info(str(root), retries, backoff, timeout, min(self.deadline, REQUEST_DEADLINE)) if probe else None
+        )
         self.shards, self.shard_lengths, n = _split_shards(root, split, self.info)
         self.num_samples = num_samples if num_samples is not None else n
         if self.shard_lengths is not None and len(self.shard_lengths) != len(self.shards):
@@ -526,7 +705,9 @@ class WdsSource:
             )
         self._lengths, self.cache = (
             dict(zip(self.shards, self.shard_lengths or ())),
-            None if cache_dir is None else ShardCache(cache_dir, cache_limit, open_shard, self.shards, info=self.info),
+            None
+            if cache_dir is None
+            else ShardCache(cache_dir, cache_limit, self._open, self.shards, info=self.info, shared=cache_shared),
         )
         nc = (self.info or {}).get('num_classes')
         self.num_classes = nc if isinstance(nc, int) and not isinstance(nc, bool) and nc > 0 else None
@@ -575,7 +756,7 @@ class WdsSource:
         done, attempt = 0, 0
         while True:
             try:
-                f = (self.cache or open_shard)(shard, self.timeout)  # a cache reads local shards at their source
+                f = (self.cache or self._open)(shard, self.timeout)  # a cache reads local shards at their source
                 try:
                     for i, sample in enumerate(self.parse_shard(f, shard)):
                         if i >= done:
