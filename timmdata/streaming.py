@@ -22,6 +22,9 @@ from .settings import setting
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'SplitsOverWorkers', 'EvenOverWorkers',
            'StreamPlan', 'WorkerStream', 'IterableImageDataset']
 
+# %% ../nbs/25_streaming.ipynb #df978a34
+from .readers.targets import SKIP_SAMPLE
+
 # %% ../nbs/25_streaming.ipynb #6439fc52
 SHUFFLE_SIZE = setting('WDS_SHUFFLE_SIZE')  # samples in a worker's shuffle buffer (timm's default and env var)
 SHUFFLE_INITIAL = setting('WDS_INITIAL_SIZE')  # samples read before the first one is given
@@ -75,11 +78,10 @@ def _stream_source(root, reader, split, class_map, num_samples, download, input_
         return reader
     kind, _, name = (reader or 'wds').partition('/')
     if kind == 'wds':
-        if not unset(class_map):
-            raise ValueError(
-                "class_map is not supported for wds/ shards (targets are the shards' integer labels): remap them with target_transform"
-            )
-        return WdsSource(root, split, input_key=input_key, target_key=target_key, num_samples=num_samples, **kwargs)
+        cmap = {} if unset(class_map) else {'class_map': class_map}  # labels and label lists remapped as timm does
+        return WdsSource(
+            root, split, input_key=input_key, target_key=target_key, num_samples=num_samples, **cmap, **kwargs
+        )
     if (
         kind == 'hfids'
     ):  # through the scheme registry of `timmdata.readers`: the Hugging Face source is imported on first use
@@ -339,7 +341,7 @@ class WorkerStream:
             for k, (shard, key, img, target) in enumerate(stream):
                 if limit is not None and k >= limit:
                     break
-                if k >= skip:
+                if k >= skip and not (target is SKIP_SAMPLE and not self.is_training):  # evaluation leaves it out
                     yield self._sample(epoch, g, k, shard, key, img, target)
         finally:
             stream.close()  # closes the open shard now, not when the generator is collected
@@ -436,8 +438,15 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
     def __iter__(self):
         return self._epoch_stream()
 
+    @property
+    def reader(self):
+        "The stream source (timm's name: its readers are `dataset.reader`): `class_to_idx`, `num_samples`, its shards."
+        return self.source
+
     def _sample(self, epoch: int, g: int, k: int, shard, key: str, img, target, slot: Optional[int] = None):
         "Sample k of global worker g's epoch: decoded, transformed (its random draws seeded from (seed, epoch, g, k)), target set."
+        if target is SKIP_SAMPLE:  # no label (timm skips it): None keeps every worker's count, and the collate drops it
+            return None
         where = lambda: f'sample {key!r} of shard {self.source.name_of(shard)}'  # made only when something fails
         seed_all(
             mix_seed(self.seed, epoch, g, k)

@@ -4,11 +4,18 @@
 
 # %% ../../nbs/05c_class_map.ipynb #ad8cc777
 from __future__ import annotations
-import numbers
-from .core import load_class_map
+import json, numbers
+from .core import load_class_map, unset
+from timmdata.readers.targets import (
+    SKIP_SAMPLE,
+    check_target_format,
+    multi_field_class_to_idx,
+    parse_target_keys,
+    record_target,
+)
 
 # %% auto #0
-__all__ = ['remap_labels', 'remap_dense_target', 'remap_target', 'load_class_map']
+__all__ = ['remap_labels', 'remap_dense_target', 'remap_target', 'RecordTargets', 'load_class_map']
 
 # %% ../../nbs/05c_class_map.ipynb #e7322a3f
 _all_ = ['load_class_map']
@@ -71,3 +78,43 @@ def remap_target(
 ):
     "A target through a class map: labels by value (`remap_labels`), a dense target by position (`remap_dense_target`)."
     return remap_dense_target(target, class_to_idx) if dense else remap_labels(target, class_to_idx, source_names)
+
+# %% ../../nbs/05c_class_map.ipynb #a6e6a699
+class RecordTargets:
+    "The targets of JSON records by timm's rules: `target_key` (else an `alt_label`), `target_format`, a class map."
+
+    def __init__(
+        self,
+        target_key=None,  # a field, a '/' path, or binary fields 'a,b,c'; None: `alt_label`
+        target_format=None,  # 'indices' (None) or 'multihot'
+        class_map=None,  # dict or .txt ('' or None: none)
+        alt_label: str = '',  # the field to read when no target_key is given (a wds split's `alt_label`)
+    ):
+        self.key = target_key if target_key is not None else (alt_label or None)
+        self.keys = parse_target_keys(self.key)
+        self.dense = check_target_format(target_format, self.keys) == 'multihot'
+        source = multi_field_class_to_idx(self.keys) if self.keys else {}
+        self.source_names = {i: n for n, i in source.items()}
+        self.class_map = None if unset(class_map) else load_class_map(class_map)
+        self.class_to_idx = self.class_map if self.class_map is not None else source
+
+    def remap(self, target):
+        "`target` through the class map, if there is one."
+        if self.class_map is None or target is None:
+            return target
+        return remap_target(target, self.class_map, self.source_names, dense=self.dense)
+
+    def from_json(
+        self,
+        data: bytes,  # the JSON record
+        where: str = 'sample',  # what to name in an error
+    ):
+        "The target of a JSON record; `SKIP_SAMPLE` for a negative label (timm leaves such samples out)."
+        try:
+            record = json.loads(data)
+        except ValueError as e:
+            raise ValueError(f'{where}: its json sidecar is not valid JSON ({e}): write the sample again') from None
+        if not isinstance(record, dict):
+            raise ValueError(f'{where}: its json sidecar holds a {type(record).__name__}, not an object of fields')
+        t = record_target(record, self.keys or self.key, where)
+        return SKIP_SAMPLE if t is None else self.remap(t)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 # %% auto #0
-__all__ = ['TARGET_FORMATS', 'check_target_format', 'has_field', 'get_field', 'parse_target_keys', 'multi_field_class_to_idx',
-           'multi_field_target', 'record_target']
+__all__ = ['TARGET_FORMATS', 'SKIP_SAMPLE', 'check_target_format', 'has_field', 'get_field', 'parse_target_keys',
+           'multi_field_class_to_idx', 'multi_field_target', 'SkipSample', 'record_target']
 
 # %% ../../nbs/05b_targets.ipynb #b8c1f48e
 TARGET_FORMATS = ('indices', 'multihot')
@@ -121,6 +121,16 @@ def multi_field_target(
 ) -> list:
     "The classes (indices into `keys`) whose field is on (> 0) in `sample`: a multi-label index list."
     return [i for i, k in enumerate(keys) if get_field(sample, k) > 0]
+
+# %% ../../nbs/05b_targets.ipynb #c43daca5
+class SkipSample:
+    "The target of a sample to leave out (a negative label: timm's 'no label'); `SKIP_SAMPLE` is the one instance."
+
+    def __repr__(self):
+        return 'SKIP_SAMPLE'
+
+
+SKIP_SAMPLE = SkipSample()
 
 # %% ../../nbs/05b_targets.ipynb #4fcd3b08
 def record_target(
