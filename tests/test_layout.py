@@ -12,7 +12,10 @@ LIB, NBS = ROOT / 'timmdata', ROOT / 'nbs'
 # The floors of the data's way: a module may import modules of its own floor or lower ones, never higher.
 FLOORS = {
     'sample_data': 0, 'config': 0, 'settings': 0,  # settings: every environment variable, read in one place
-    'readers': 1, 'readers.core': 1, 'readers.targets': 1, 'readers.class_map': 1, 'store': 1, 'shard_io': 1, 'shard_index': 1, 'shard_cache': 1, 'hf_readers': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
+    'readers': 1, 'readers.core': 1, 'readers.targets': 1, 'readers.class_map': 1, 'readers.reader': 1,
+    'readers.img_extensions': 1, 'readers.reader_image_folder': 1, 'readers.reader_image_in_tar': 1, 'readers.reader_image_tar': 1,
+    'readers.reader_factory': 1, 'readers.reader_wds': 1, 'readers.reader_hfds': 1, 'readers.reader_hfids': 1,  # timm's reader paths
+    'store': 1, 'shard_io': 1, 'shard_index': 1, 'shard_cache': 1, 'hf_readers': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
     'decode': 2,                                  # bytes to pixels
     'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'resample': 3,  # per-sample uint8 ops
     'dataset': 4, 'streaming': 4, 'global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
