@@ -212,3 +212,32 @@ def test_reader_paths():
     assert ReaderImageFolder is FolderReader and create_reader is cr
     assert remap_labels(np.array([2, 5]), {i: 5 - i for i in range(6)}) == [3, 0]
     assert get_field({'a/b': 1, 'a': {'b': 2}}, 'a/b') == 1
+
+
+class ListReader:
+    "A reader kind of this test (files named *.mltest: one image path per line) whose targets are label lists."
+    def __init__(self, root, class_map=None, **kw):
+        self.root, self.paths = root, open(root).read().split()
+        self.class_to_idx = {n: i for i, n in enumerate(NAMES)}
+
+    def __len__(self): return len(self.paths)
+    def __getitem__(self, i): return self.paths[i], LABELS[i]
+    @property
+    def targets(self): return [LABELS[i] for i in range(len(self))]
+    def filename(self, i, basename=False, absolute=False): return self.paths[i]
+    def filenames(self, basename=False, absolute=False): return list(self.paths)
+
+
+def test_shards_writer_multilabel(tmp_path):
+    "`timmdata shards` writes label lists as .json sidecars and names them the split's alt_label: read back as lists."
+    from timmdata.readers import register_reader
+    from timmdata.shards import write_shards
+    for i in range(N):
+        (tmp_path / f'{i}.jpg').write_bytes(jpeg(i))
+    (tmp_path / 'list.mltest').write_text('\n'.join(str(tmp_path / f'{i}.jpg') for i in range(N)))
+    register_reader('mltest', ListReader, lambda root: str(root).endswith('.mltest'))
+    write_shards(tmp_path / 'list.mltest', tmp_path / 'shards', shard_size=3, workers=0)
+    info = json.loads((tmp_path / 'shards' / '_info.json').read_text())
+    assert info['splits']['train']['alt_label'] == 'labels'
+    ds = create_dataset('wds/', root=str(tmp_path / 'shards'), split='train')
+    assert sorted(map(sorted, targets(ds))) == sorted(map(sorted, LABELS))

@@ -472,7 +472,7 @@ class WdsSource:
         root,  # folder or URL prefix with the shards (and `_info.json`), a shard pattern, or a list of shards
         split: str = 'train',  # a split of `_info.json`, or a brace pattern with an optional '|num_samples'
         input_key=None,  # image extensions to try, in order ('jpg;png'); default `IMAGE_KEYS`
-        target_key=None,  # target extensions or json fields ('cls'); default `TARGET_KEYS` (absent: target None)
+        target_key=None,  # a JSON sidecar field, '/' path or 'a,b,c' binary fields (timm's); default: `TARGET_KEYS` members
         num_samples: Optional[int] = None,  # samples in the split (overrides the info file)
         retries: int = 3,  # transient failures retried per shard
         backoff: float = 0.25,  # first wait before a retry, in seconds (then 4x, 16x)

@@ -371,7 +371,7 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
         root,  # shards' folder or URL prefix (with `_info.json`), a shard pattern, or a list of shards
         reader=None,  # 'wds/<name>' (default), 'hfids/<name>', or a stream source object (see `timmdata.shard_io`)
         split: str = 'train',  # split name in `_info.json`, or a shard pattern with an optional '|num_samples'
-        class_map=None,  # hfids only (wds targets are the shards' integers)
+        class_map=None,  # dict or .txt: a label, or each label of a list, remapped (a 'multihot' target by position)
         is_training: bool = False,  # shuffle, equal counts per worker (wrapping round); else every sample once
         batch_size: int = 1,  # per-rank batch size: a worker's epoch is a whole number of batches
         num_samples: Optional[int] = None,  # samples per epoch over all ranks (default: from `_info.json`)
@@ -380,9 +380,11 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
         download: bool = False,  # hfids: let the source download
         input_img_mode: str = 'RGB',  # PIL mode images are converted to
         input_key=None,  # image extensions to try ('jpg;png'); default jpg;jpeg;png;webp;image
-        target_key=None,  # target extensions or json fields; default cls;label (absent: target -1)
+        target_key=None,  # a JSON sidecar field, '/' path or 'a,b,c' binary fields (timm's); default .cls (absent: -1)
         transform: Optional[Callable] = None,  # applied to the image (what it takes: its `input_format`)
-        target_transform: Optional[Callable] = None,  # applied to the integer target
+        target_transform: Optional[
+            Callable
+        ] = None,  # applied to the target (an int, or a label list: MultiLabelTarget)
         max_steps: Optional[int] = None,  # timm's argument; not used by shard streams (None)
         bad_sample: str = 'raise',  # an undecodable image: 'raise' naming shard and key, or 'skip' (None, warned, counted)
         shuffle_size: int = SHUFFLE_SIZE,  # samples in each worker's shuffle buffer (training)

@@ -120,7 +120,18 @@ def multi_field_target(
     keys: Sequence[str],  # the binary fields, in class order
 ) -> list:
     "The classes (indices into `keys`) whose field is on (> 0) in `sample`: a multi-label index list."
-    return [i for i, k in enumerate(keys) if get_field(sample, k) > 0]
+    out = []
+    for i, k in enumerate(keys):
+        v = get_field(sample, k)
+        try:
+            on = v > 0
+        except TypeError:
+            raise ValueError(
+                f'field {k!r} holds {v!r}, not an on/off value: each field of a multi-field target_key is binary'
+            ) from None
+        if on:
+            out.append(i)
+    return out
 
 # %% ../../nbs/05b_targets.ipynb #c43daca5
 class SkipSample:
