@@ -18,7 +18,8 @@ from timmdata.readers.targets import (
 )
 
 # %% auto #0
-__all__ = ['import_datasets', 'hf_class_to_idx', 'HfTarget', 'image_bytes', 'load_split', 'HfdsReader', 'HfidsSource']
+__all__ = ['import_datasets', 'remote_code', 'hf_class_to_idx', 'HfTarget', 'image_bytes', 'load_split', 'HfdsReader',
+           'HfidsSource']
 
 # %% ../nbs/26_hf_readers.ipynb #a0bce122
 def import_datasets():
@@ -32,7 +33,11 @@ def import_datasets():
     return datasets
 
 
-def _remote_code(trust_remote_code: bool, fn) -> dict:
+def remote_code(
+    trust_remote_code: bool,  # allow a loading script
+    fn,  # the datasets function it is passed to
+) -> dict:
+    "`{'trust_remote_code': True}` when asked for and `fn` takes it, {} when not asked; an error naming datasets 4.0 otherwise."
     if not trust_remote_code:
         return {}
     if 'trust_remote_code' not in inspect.signature(fn).parameters:
@@ -141,7 +146,7 @@ def _load_map(name: str, root, split: str, trust_remote_code: bool, load_kwargs:
         return ds
     return load_split(
         lambda s: datasets.load_dataset(
-            name, split=s, cache_dir=root, **_remote_code(trust_remote_code, datasets.load_dataset), **load_kwargs
+            name, split=s, cache_dir=root, **remote_code(trust_remote_code, datasets.load_dataset), **load_kwargs
         ),
         split,
     )[0]
@@ -298,7 +303,7 @@ class HfidsSource:
             target_key or 'label',
         )  # None: the defaults (as a stream dataset passes them)
         builder = datasets.load_dataset_builder(
-            name, cache_dir=root, **_remote_code(trust_remote_code, datasets.load_dataset_builder), **load_kwargs
+            name, cache_dir=root, **remote_code(trust_remote_code, datasets.load_dataset_builder), **load_kwargs
         )  # as timm streams: the builder's info knows the splits' sizes before a byte is read
         ds, split = load_split(lambda s: builder.as_streaming_dataset(split=s), split)
         self.name, self.split, self.input_key, self.target_key = name, split, input_key, target_key

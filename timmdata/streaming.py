@@ -77,6 +77,7 @@ def _stream_source(root, reader, split, class_map, num_samples, download, input_
     if reader is not None and not isinstance(reader, str):
         return reader
     kind, _, name = (reader or 'wds').partition('/')
+    kind = kind.lower()  # timm's scheme names in any case ('HFIDS/...')
     if kind == 'wds':
         cmap = {} if unset(class_map) else {'class_map': class_map}  # labels and label lists remapped as timm does
         return WdsSource(

@@ -41,7 +41,7 @@ SECTIONS = [
                       'naflex_transforms', 'transforms_factory']),
     ('Datasets, shards and streams', ['store', 'dataset', 'shard_cache', 'shard_io', 'shard_index', 'global_order',
                                       'streaming', 'hf_readers', 'readers.reader_wds', 'readers.reader_hfds',
-                                      'readers.reader_hfids']),
+                                      'readers.reader_hfids', 'readers._hfds']),
     ('Batches and the device', ['collate', 'mixup', 'batch_ring', 'feeder', 'prefetch']),
     ('Sampling, resume and the loader', ['distributed_sampler', 'batch_plan', 'resume', 'gpu_decode', 'threads',
                                          'scheduled_sampler', 'loader', 'dataset_factory']),
