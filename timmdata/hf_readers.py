@@ -7,9 +7,8 @@ from __future__ import annotations
 import inspect, io, os
 import numpy as np
 from .readers import Reader, load_class_map, split_names, unset
-from .readers.class_map import remap_target
+from .readers.class_map import RecordTargets
 from timmdata.readers.targets import (
-    check_target_format,
     get_field,
     has_field,
     multi_field_class_to_idx,
@@ -65,8 +64,8 @@ def hf_class_to_idx(
     return {n: i for i, n in enumerate(names)} if names else None
 
 
-class HfTarget:
-    "A record's target as timm's Hugging Face readers resolve it: `target_key`'s grammar, `target_format`, the class map."
+class HfTarget(RecordTargets):
+    "`RecordTargets` over a Hugging Face dataset's rows: the fields checked against its features, class names from its `ClassLabel`s."
 
     def __init__(
         self,
@@ -76,20 +75,17 @@ class HfTarget:
         features=None,  # the dataset's features, when known: the fields are checked and class names read from them
         where: str = 'the dataset',  # what to name in an error
     ):
-        self.key, self.keys = target_key, parse_target_keys(target_key)
-        self.dense = check_target_format(target_format, self.keys) == 'multihot'
-        if self.keys:
-            source = multi_field_class_to_idx(self.keys, features)
+        keys, source = parse_target_keys(target_key), None
+        if keys:
+            multi_field_class_to_idx(keys, features)  # every field must be in the features
         else:
             if features is not None and not has_field(features, target_key):
                 raise KeyError(
                     f'{where} has no label column {target_key!r}; its columns are {list(features)}: pass target_key= '
                     f'(a column, a path like "objects/category", or binary fields "a,b,c")'
                 )
-            source = hf_class_to_idx(features, target_key) or {}
-        self.source_names = {i: n for n, i in source.items()}
-        self.class_map = None if unset(class_map) else load_class_map(class_map)
-        self.class_to_idx = self.class_map if self.class_map is not None else source
+            source = hf_class_to_idx(features, target_key)
+        super().__init__(target_key, target_format, class_map, source=source)
 
     @property
     def columns(self) -> list:
@@ -100,12 +96,6 @@ class HfTarget:
     def raw(self, record):
         "The target as the record holds it: a value, a list, or the list of binary fields that are on."
         return multi_field_target(record, self.keys) if self.keys else get_field(record, self.key)
-
-    def remap(self, target):
-        "`target` through the class map (a dense one by position), as it is without one."
-        if self.class_map is None:
-            return target
-        return remap_target(target, self.class_map, self.source_names, dense=self.dense)
 
     def __call__(self, record):
         return self.remap(self.raw(record))

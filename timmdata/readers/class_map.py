@@ -89,11 +89,12 @@ class RecordTargets:
         target_format=None,  # 'indices' (None) or 'multihot'
         class_map=None,  # dict or .txt ('' or None: none)
         alt_label: str = '',  # the field to read when no target_key is given (a wds split's `alt_label`)
+        source: dict = None,  # the dataset's own class name -> index for a single field (e.g. a ClassLabel's names)
     ):
         self.key = target_key if target_key is not None else (alt_label or None)
         self.keys = parse_target_keys(self.key)
         self.dense = check_target_format(target_format, self.keys) == 'multihot'
-        source = multi_field_class_to_idx(self.keys) if self.keys else {}
+        source = multi_field_class_to_idx(self.keys) if self.keys else dict(source or {})
         self.source_names = {i: n for n, i in source.items()}
         self.class_map = None if unset(class_map) else load_class_map(class_map)
         self.class_to_idx = self.class_map if self.class_map is not None else source
