@@ -249,3 +249,13 @@ def test_shard_reader_refuses_json_targets(wds_root, tmp_path):
     assert ShardReader(str(wds_root), split='train', index_dir=str(tmp_path)).targets == [i % 6 for i in range(N)]
     with pytest.raises(ValueError, match="alt_label 'alt'.*create_dataset"):
         ShardReader(str(wds_root), split='alt', index_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize('prefetch', [True, False])
+def test_alt_label_skip_in_training(wds_root, prefetch):
+    "Training on a split whose alt_label is -1 for a sample: the sample is left out by the collate, the epoch's count kept."
+    ds = create_dataset('wds/', root=str(wds_root), split='alt', is_training=True, batch_size=4)
+    loader = create_loader(ds, input_size=(3, 16, 16), batch_size=4, is_training=True, no_aug=True, num_workers=2,
+                           use_prefetcher=prefetch, device=torch.device('cpu'))
+    got = sorted(int(v) for _, t in loader for v in t)
+    assert got == sorted(i % 2 for i in range(N) if i != 3)
