@@ -113,7 +113,7 @@ class RecordTargets:
         "The target of a JSON record; `SKIP_SAMPLE` for a negative label (timm leaves such samples out)."
         try:
             record = json.loads(data)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the parser goes
             raise ValueError(f'{where}: its json sidecar is not valid JSON ({e}): write the sample again') from None
         if not isinstance(record, dict):
             raise ValueError(f'{where}: its json sidecar holds a {type(record).__name__}, not an object of fields')
