@@ -345,9 +345,10 @@ def _iter_shard(self, shard):
     part = self.dataset.shard(num_shards=len(self.shards), index=shard, contiguous=True)
     try:
         for j, ex in enumerate(part):
-            y = self.sample_target(ex) if (self.target.keys or has_field(ex, self.target_key)) else None
-            if y is None and ex.get(self.target_key) is not None:
-                continue
+            present = bool(self.target.keys) or has_field(ex, self.target_key)
+            y = self.sample_target(ex) if present else None
+            if y is None and present and get_field(ex, self.target_key) is not None:
+                continue  # a label outside the class map
             yield (
                 f'{shard}/{j}',
                 image_bytes(ex[self.input_key], f'{self.name_of(shard)} sample {j}', self.allow_paths),
