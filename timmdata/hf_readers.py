@@ -302,12 +302,13 @@ class HfidsSource:
         if feats is not None:
             _image_column(feats, input_key, self._where)
         self.target = HfTarget(target_key, target_format, class_map, feats, self._where)
-        if not unset(class_map) and self.target.keys is None and not self.target.source_names and feats is not None:
-            feature = feats.get(target_key)
-            if isinstance(feature, datasets.ClassLabel) or not hasattr(feature, 'feature'):
-                raise ValueError(
-                    f'{self._where}: class_map needs class names, but the label column {target_key!r} has no ClassLabel names'
-                )
+        cmap = self.target.class_map or {}
+        # a map keyed by names over labels that have none would leave every sample out
+        if self.target.keys is None and not self.target.source_names and any(isinstance(n, str) for n in cmap):
+            raise ValueError(
+                f'{self._where}: class_map is keyed by class names, but the label column {target_key!r} has no ClassLabel '
+                f'names: key it by the integer labels'
+            )
         self.class_to_idx = self.target.class_to_idx
         self.dataset = ds.cast_column(input_key, datasets.Image(decode=False))
         self.shards = list(range(ds.n_shards))
