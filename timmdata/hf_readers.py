@@ -304,7 +304,10 @@ class HfidsSource:
         self.target = HfTarget(target_key, target_format, class_map, feats, self._where)
         cmap = self.target.class_map or {}
         # a map keyed by names over labels that have none would leave every sample out
-        if self.target.keys is None and not self.target.source_names and any(isinstance(n, str) for n in cmap):
+        named = (
+            any(isinstance(n, str) for n in cmap) and not self.target.dense
+        )  # dense: by position, checked per sample
+        if self.target.keys is None and not self.target.source_names and named:
             raise ValueError(
                 f'{self._where}: class_map is keyed by class names, but the label column {target_key!r} has no ClassLabel '
                 f'names: key it by the integer labels'
