@@ -21,7 +21,20 @@ DECLARED = {  # a method other stages rely on: the protocol that declares it (te
 
 def sources() -> dict:
     "file name: parsed module, for every generated module (the package's __init__ included)."
-    return {p.name: ast.parse(p.read_text(encoding='utf-8')) for p in sorted(LIB.glob('*.py')) if p.name != '_modidx.py'}
+    return {p.relative_to(LIB).as_posix(): ast.parse(p.read_text(encoding='utf-8')) for p in sorted(LIB.rglob('*.py'))
+            if p.name != '_modidx.py' and '__pycache__' not in p.parts}
+
+
+def module_name(name: str) -> str:
+    "'readers/core.py' -> 'readers.core'; 'readers/__init__.py' -> 'readers'; the package's own '__init__.py' -> '__init__'."
+    parts = name[:-3].split('/')
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts) or '__init__'
+
+
+def known(dotted: str, mods) -> str:
+    "The longest prefix of `dotted` that is a module ('readers.core.x' -> 'readers.core'), else its first part."
+    parts = dotted.split('.')
+    return next(('.'.join(parts[:i]) for i in range(len(parts), 0, -1) if '.'.join(parts[:i]) in mods), parts[0])
 
 
 def patched_own_classes(name: str, tree: ast.Module) -> list:
@@ -75,23 +88,26 @@ def import_graph(srcs: dict) -> dict:
     """module: the timmdata modules it imports (at the top or inside a function); the package itself is '__init__',
     reached by `import timmdata` or `from timmdata import NAME` of a name that is not a module; the package's lazy
     export table (a string of `from timmdata.X import ...` lines) counts as its imports."""
-    mods = {Path(n).stem for n in srcs}
+    mods = {module_name(n) for n in srcs}
     graph = {}
     for name, tree in srcs.items():
-        me, deps = Path(name).stem, set()
+        me, deps, pkg = module_name(name), set(), name[:-3].split('/')[:-1]  # a subpackage's modules resolve `.` in it
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 mod = node.module or ''
-                if node.level == 1 and mod: deps.add(mod.split('.')[0])
-                elif node.level == 1 or mod == 'timmdata':  # the C extension _native is no Python module: no edge
-                    deps |= {a.name if a.name in mods else '__init__' for a in node.names if a.name != '_native'}
-                elif mod.startswith('timmdata.'): deps.add(mod.split('.')[1])
+                base = pkg[: len(pkg) - node.level + 1] if node.level else []
+                if node.level and mod: deps.add(known('.'.join(base + [mod]), mods))
+                elif node.level or mod == 'timmdata':  # the C extension _native is no Python module: no edge
+                    here = '.'.join(base) or '__init__'
+                    deps |= {known('.'.join(base + [a.name]), mods) if '.'.join(base + [a.name]) in mods else here
+                             for a in node.names if a.name != '_native'}
+                elif mod.startswith('timmdata.'): deps.add(known(mod[len('timmdata.'):], mods))
             elif isinstance(node, ast.Import):
                 for a in node.names:
                     if a.name == 'timmdata': deps.add('__init__')
-                    elif a.name.startswith('timmdata.'): deps.add(a.name.split('.')[1])
+                    elif a.name.startswith('timmdata.'): deps.add(known(a.name[len('timmdata.'):], mods))
             elif me == '__init__' and isinstance(node, ast.Constant) and isinstance(node.value, str):
-                deps |= set(re.findall(r'from timmdata\.(\w+) import', node.value))
+                deps |= {known(m, mods) for m in re.findall(r'from timmdata\.([\w.]+) import', node.value)}
         graph[me] = {d for d in deps if d in mods and d != me and d != '_native'}
     return graph
 

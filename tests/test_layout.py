@@ -12,7 +12,10 @@ LIB, NBS = ROOT / 'timmdata', ROOT / 'nbs'
 # The floors of the data's way: a module may import modules of its own floor or lower ones, never higher.
 FLOORS = {
     'sample_data': 0, 'config': 0, 'settings': 0,  # settings: every environment variable, read in one place
-    'readers': 1, 'store': 1, 'shard_io': 1, 'shard_index': 1, 'shard_cache': 1, 'hf_readers': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
+    'readers': 1, 'readers.core': 1, 'readers.targets': 1, 'readers.class_map': 1, 'readers.reader': 1,
+    'readers.img_extensions': 1, 'readers.reader_image_folder': 1, 'readers.reader_image_in_tar': 1, 'readers.reader_image_tar': 1,
+    'readers.reader_factory': 1, 'readers.reader_wds': 1, 'readers.reader_hfds': 1, 'readers.reader_hfids': 1,  # timm's reader paths
+    'store': 1, 'shard_io': 1, 'shard_index': 1, 'shard_cache': 1, 'hf_readers': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
     'decode': 2,                                  # bytes to pixels
     'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'resample': 3,  # per-sample uint8 ops
     'dataset': 4, 'streaming': 4, 'global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
@@ -33,22 +36,43 @@ FLOORS = {
 MAX_STATEMENTS = 400
 
 
+def module_name(rel: str) -> str:
+    "'readers/core.py' -> 'readers.core'; a package's 'readers/__init__.py' -> 'readers'; the top '__init__.py' -> ''."
+    parts = rel[:-3].split('/')
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
 def modules() -> dict:
-    return {p.stem: p for p in sorted(LIB.glob('*.py')) if not p.stem.startswith('_')}
+    "dotted name: path of every module (a package by its name; the top package and private modules left out)."
+    out = {}
+    for p in sorted(LIB.rglob('*.py')):
+        rel = p.relative_to(LIB).as_posix()
+        if '__pycache__' in rel or (p.stem.startswith('_') and p.stem != '__init__') or rel == '__init__.py': continue
+        out[module_name(rel)] = p
+    return out
+
+
+def known(dotted: str, mods) -> str:
+    "The longest prefix of `dotted` that is a module ('readers.core.x' -> 'readers.core'), else its first part."
+    parts = dotted.split('.')
+    return next(('.'.join(parts[:i]) for i in range(len(parts), 0, -1) if '.'.join(parts[:i]) in mods), parts[0])
 
 
 def timmdata_imports(path: Path, text: str = None) -> list:
-    "(module imported, names imported) for every import of a timmdata module in `path` (or in `text`)."
-    out = []
+    "(module imported, names imported) for every import of a timmdata module in `path` (or in `text`); relative imports resolved from its package."
+    out, mods = [], set(modules())
+    rel = path.relative_to(LIB).as_posix() if path.is_relative_to(LIB) else path.name
+    pkg = rel[:-3].split('/')[:-1]  # 'readers/core.py' and 'readers/__init__.py' sit in package ['readers']
     for node in ast.walk(ast.parse(path.read_text(encoding='utf-8') if text is None else text)):
         if isinstance(node, ast.ImportFrom):
             mod = node.module or ''
-            if node.level == 1 and mod: out.append((mod.split('.')[0], [a.name for a in node.names]))
-            elif node.level == 1: out += [(a.name, []) for a in node.names]  # from . import x
-            elif mod.startswith('timmdata.'): out.append((mod.split('.')[1], [a.name for a in node.names]))
+            base = pkg[: len(pkg) - node.level + 1] if node.level else None
+            if node.level and mod: out.append((known('.'.join(base + [mod]), mods), [a.name for a in node.names]))
+            elif node.level: out += [(known('.'.join(base + [a.name]), mods), []) for a in node.names]  # from . import x
+            elif mod.startswith('timmdata.'): out.append((known(mod[len('timmdata.'):], mods), [a.name for a in node.names]))
             elif mod == 'timmdata': out += [(a.name, []) for a in node.names]
         elif isinstance(node, ast.Import):
-            out += [(a.name.split('.')[1], []) for a in node.names if a.name.startswith('timmdata.')]
+            out += [(known(a.name[len('timmdata.'):], mods), []) for a in node.names if a.name.startswith('timmdata.')]
     return [(m, names) for m, names in out if m not in ('_native', '__version__')]
 
 
@@ -63,13 +87,13 @@ def test_every_module_has_a_floor_and_its_own_notebook():
             if c['cell_type'] == 'code':
                 assert not re.search(r'^#\|[ \t]*export[ \t]+\w', ''.join(c['source']), re.M), \
                     f'{nb.name}: `#| export MODULE` appends to another module on every export; give the module its own notebook'
-    for m in mods: assert len(owners.get(m, [])) == 1, f'timmdata/{m}.py must come from exactly one notebook; found {owners.get(m)}'
+    for m in mods: assert len(owners.get(m, owners.get(m + '.__init__', []))) == 1, f'timmdata/{m}.py must come from exactly one notebook; found {owners.get(m)}'
 
 
 @pytest.mark.parametrize('name', sorted(FLOORS))
 def test_module_is_short(name):
-    n = sum(isinstance(node, ast.stmt) for node in ast.walk(ast.parse((LIB / f'{name}.py').read_text(encoding='utf-8'))))
-    assert n < MAX_STATEMENTS, f'timmdata/{name}.py has {n} statements; split it (one concern per module, under {MAX_STATEMENTS})'
+    n = sum(isinstance(node, ast.stmt) for node in ast.walk(ast.parse(modules()[name].read_text(encoding='utf-8'))))
+    assert n < MAX_STATEMENTS, f'timmdata/{modules()[name].relative_to(LIB)} has {n} statements; split it (one concern per module, under {MAX_STATEMENTS})'
 
 
 def test_imports_go_down_and_never_private():
@@ -99,7 +123,7 @@ def uses_the_package(path: Path, text: str = None) -> bool:
     mods = set(modules()) | {'_native'}
     for node in ast.walk(ast.parse(path.read_text(encoding='utf-8') if text is None else text)):
         if isinstance(node, ast.Import) and any(a.name == 'timmdata' for a in node.names): return True
-        if isinstance(node, ast.ImportFrom) and ((node.level == 0 and node.module == 'timmdata') or (node.level == 1 and not node.module)):
+        if isinstance(node, ast.ImportFrom) and ((node.level == 0 and node.module == 'timmdata') or (node.level == 1 and not node.module and path.parent == LIB)):
             if any(a.name not in mods and not a.name.startswith('__') for a in node.names): return True
     return False
 

@@ -13,7 +13,7 @@ from .torch_compat import new_shared_storage
 from .resample import PendingResize, resize_pending
 
 # %% auto #0
-__all__ = ['CUDA_IN_WORKER', 'BatchCollate', 'as_chw', 'new_uint8', 'stack_uint8', 'fast_collate']
+__all__ = ['CUDA_IN_WORKER', 'BatchCollate', 'as_chw', 'new_uint8', 'stack_uint8', 'fast_collate', 'default_collate_kept']
 
 # %% ../nbs/27_collate.ipynb #e806d2de
 class BatchCollate:
@@ -150,3 +150,10 @@ def fast_collate(
                 f"in a batch must have one size (check the transform's crop/resize)"
             )
     return stack_uint8(imgs, (alloc or new_uint8)((len(imgs), *shape))), targets
+
+# %% ../nbs/27_collate.ipynb #87bdce9f
+def default_collate_kept(
+    batch: list,  # samples; `None` for a sample its dataset left out
+):
+    "torch's `default_collate` of the samples that are not `None`."
+    return default_collate([b for b in batch if b is not None])

@@ -7,9 +7,18 @@ from __future__ import annotations
 import inspect, io, os
 import numpy as np
 from .readers import Reader, load_class_map, split_names, unset
+from .readers.class_map import RecordTargets
+from timmdata.readers.targets import (
+    get_field,
+    has_field,
+    multi_field_class_to_idx,
+    multi_field_target,
+    parse_target_keys,
+)
 
 # %% auto #0
-__all__ = ['import_datasets', 'hf_class_to_idx', 'image_bytes', 'load_split', 'HfdsReader', 'HfidsSource']
+__all__ = ['import_datasets', 'remote_code', 'hf_class_to_idx', 'HfTarget', 'image_bytes', 'load_split', 'HfdsReader',
+           'HfidsSource']
 
 # %% ../nbs/26_hf_readers.ipynb #a0bce122
 def import_datasets():
@@ -23,7 +32,11 @@ def import_datasets():
     return datasets
 
 
-def _remote_code(trust_remote_code: bool, fn) -> dict:
+def remote_code(
+    trust_remote_code: bool,  # allow a loading script
+    fn,  # the datasets function it is passed to
+) -> dict:
+    "`{'trust_remote_code': True}` when asked for and `fn` takes it, {} when not asked; an error naming datasets 4.0 otherwise."
     if not trust_remote_code:
         return {}
     if 'trust_remote_code' not in inspect.signature(fn).parameters:
@@ -41,11 +54,51 @@ def _image_column(features, input_key: str, where: str):
 
 def hf_class_to_idx(
     features,  # a `datasets.Features`
-    target_key: str,  # the label column
+    target_key: str,  # the label column, or a '/' path into nested features ('objects/category')
 ) -> dict | None:
-    "Class name -> index from the label column's `ClassLabel` feature; None when it has no names."
-    names = getattr(features.get(target_key), 'names', None)
+    "Class name -> index from the label's `ClassLabel` feature (also inside a `Sequence`/`List`); None when it has no names."
+    feature = get_field(features, target_key) if features is not None and has_field(features, target_key) else None
+    while hasattr(feature, 'feature'):  # Sequence(ClassLabel) / List(ClassLabel): the same names
+        feature = feature.feature
+    names = getattr(feature, 'names', None)
     return {n: i for i, n in enumerate(names)} if names else None
+
+
+class HfTarget(RecordTargets):
+    "`RecordTargets` over a Hugging Face dataset's rows: the fields checked against its features, class names from its `ClassLabel`s."
+
+    def __init__(
+        self,
+        target_key: str,  # a column, a '/' path, or 'a,b,c' binary fields (see `timmdata.readers.targets`)
+        target_format=None,  # 'indices' (None) or 'multihot'
+        class_map=None,  # dict or .txt applied to each target ('' or None: none)
+        features=None,  # the dataset's features, when known: the fields are checked and class names read from them
+        where: str = 'the dataset',  # what to name in an error
+    ):
+        keys, source = parse_target_keys(target_key), None
+        if keys:
+            multi_field_class_to_idx(keys, features)  # every field must be in the features
+        else:
+            if features is not None and not has_field(features, target_key):
+                raise KeyError(
+                    f'{where} has no label column {target_key!r}; its columns are {list(features)}: pass target_key= '
+                    f'(a column, a path like "objects/category", or binary fields "a,b,c")'
+                )
+            source = hf_class_to_idx(features, target_key)
+        super().__init__(target_key, target_format, class_map, source=source)
+
+    @property
+    def columns(self) -> list:
+        "The top-level columns the target is read from."
+        keys = self.keys or (self.key,)
+        return list(dict.fromkeys(k.split('/')[0] for k in keys))
+
+    def raw(self, record):
+        "The target as the record holds it: a value, a list, or the list of binary fields that are on."
+        return multi_field_target(record, self.keys) if self.keys else get_field(record, self.key)
+
+    def __call__(self, record):
+        return self.remap(self.raw(record))
 
 
 def image_bytes(
@@ -83,7 +136,7 @@ def _load_map(name: str, root, split: str, trust_remote_code: bool, load_kwargs:
         return ds
     return load_split(
         lambda s: datasets.load_dataset(
-            name, split=s, cache_dir=root, **_remote_code(trust_remote_code, datasets.load_dataset), **load_kwargs
+            name, split=s, cache_dir=root, **remote_code(trust_remote_code, datasets.load_dataset), **load_kwargs
         ),
         split,
     )[0]
@@ -112,16 +165,17 @@ def load_split(
 
 
 class HfdsReader(Reader):
-    "A map-style Hugging Face dataset as a reader: `reader[i] -> (encoded image bytes, label)`."
+    "A map-style Hugging Face dataset as a reader: `reader[i] -> (encoded image bytes, target)`; multi-label targets as timm's."
 
     def __init__(
         self,
         name,  # a Hub name or local data (load_dataset), a folder `save_to_disk` wrote, or a `datasets.Dataset`
         root=None,  # cache_dir for `load_dataset`
         split: str = 'train',  # split to load
-        class_map=None,  # dict or .txt: keep only these classes, with these indices
+        class_map=None,  # dict or .txt: keep only these classes, with these indices (label lists: each label mapped)
         input_key: str = 'image',  # the image column
-        target_key: str = 'label',  # the label column
+        target_key: str = 'label',  # the label column, a '/' path ('objects/category'), or binary fields 'a,b,c'
+        target_format: str = None,  # 'indices' (None) or 'multihot': what a list-valued label is
         download: bool = False,  # accepted for timm's signature (load_dataset downloads what it needs)
         trust_remote_code: bool = False,  # allow a dataset's loading script (datasets < 4 only)
         allow_paths: bool = False,  # read image values that hold only a file path (a dataset of your own files)
@@ -135,10 +189,7 @@ class HfdsReader(Reader):
         )
         where = f'Hugging Face dataset {getattr(ds.info, "dataset_name", None) or name!r} split {split!r}'
         _image_column(ds.features, input_key, where)
-        if target_key not in ds.features:
-            raise KeyError(
-                f'{where} has no label column {target_key!r}; its columns are {list(ds.features)}: pass target_key='
-            )
+        self.target = HfTarget(target_key, target_format, class_map, ds.features, where)
         self.root, self.split, self.input_key, self.target_key, self._where = (
             str(root or name),
             split,
@@ -146,32 +197,66 @@ class HfdsReader(Reader):
             target_key,
             where,
         )
+        self.num_samples = len(ds)
+        feature = ds.features.get(target_key)
+        if self.target.keys is None and (
+            isinstance(feature, datasets.ClassLabel)
+            or (isinstance(feature, datasets.Value) and feature.dtype.startswith('int'))
+        ):
+            self._labels = None  # one integer class per row: read as one array, samples outside a class_map left out
+            self._index_targets(ds, target_key)
+        else:  # lists, paths, binary fields, other values: each row's target as it is, the class map applied per sample
+            self.class_to_idx = self.target.class_to_idx
+            rows = ds.select_columns(self.target.columns)
+            self._labels = [self.target.raw(r) for r in rows]
+            self._rows = np.arange(len(ds))
+        self.dataset = ds.select_columns([input_key]).cast_column(input_key, datasets.Image(decode=False))
+
+    def _index_targets(self, ds, target_key: str):
         labels = np.asarray(ds.select_columns([target_key]).with_format('numpy')[target_key]).astype(np.int64)
-        source = hf_class_to_idx(ds.features, target_key) or {str(i): int(i) for i in sorted(set(labels.tolist()))}
+        source = {n: i for i, n in self.target.source_names.items()}  # the ClassLabel's names, else the labels seen
+        source = source or {str(i): int(i) for i in sorted(set(labels.tolist())) if i >= 0}
         rows = np.arange(len(ds))
-        if not unset(class_map):  # timm's "not given": None or ''
-            self.class_to_idx = load_class_map(class_map)
+        if self.target.class_map is not None:
+            self.class_to_idx = self.target.class_map
             names = {i: n for n, i in source.items()}
+            cmap = self.class_to_idx
             remap = np.array(
-                [self.class_to_idx.get(names.get(i), -1) for i in range(max(source.values()) + 1)], np.int64
+                [cmap.get(names.get(i), cmap.get(i, -1)) for i in range(max(source.values()) + 1)], np.int64
             )
-            labels = np.where(labels >= 0, remap[np.clip(labels, 0, None)], -1)
+            labels = np.where(labels >= 0, remap[np.clip(labels, 0, len(remap) - 1)], -1)
             rows = np.flatnonzero(labels >= 0)
             labels = labels[rows]
             if not len(rows):
                 raise ValueError(
-                    f'{where}: no sample belongs to a class in class_map; its classes are {list(source)[:10]}'
+                    f'{self._where}: no sample belongs to a class in class_map; its classes are {list(source)[:10]}'
                 )
         else:
             self.class_to_idx = source
         self._rows, self._targets = rows, labels
-        self.dataset = ds.select_columns([input_key]).cast_column(input_key, datasets.Image(decode=False))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def _target(self, i: int):
+        if self._labels is None:
+            return int(self._targets[i])
+        return self.target.remap(self._labels[i])
+
+    @property
+    def targets(self) -> list:
+        "Every sample's target: an integer class, or (multi-label) a list."
+        return self._targets.tolist() if self._labels is None else [self._target(i) for i in range(len(self))]
+
+    def iter_targets(self):
+        "The targets in sample order, without reading an image (timm's name)."
+        return iter(self.targets)
 
     def __getitem__(self, i: int):
         if not -len(self) <= i < len(self):
             raise IndexError(f'index {i} out of range for {self._where} ({len(self)} samples)')
         v = self.dataset[int(self._rows[i])][self.input_key]
-        return image_bytes(v, f'{self._where} row {int(self._rows[i])}', self.allow_paths), int(self._targets[i])
+        return image_bytes(v, f'{self._where} row {int(self._rows[i])}', self.allow_paths), self._target(i)
 
     def _filename(self, i: int) -> str:
         v = self.dataset[int(self._rows[i])][self.input_key]
@@ -184,21 +269,22 @@ class HfdsReader(Reader):
 
 # %% ../nbs/26_hf_readers.ipynb #6cb9bf74
 class HfidsSource:
-    "A streaming Hugging Face dataset as a stream source: shards = its data files, `iter_shard(k)` -> (key, bytes, label)."
+    "A streaming Hugging Face dataset as a stream source: shards = its data files, `iter_shard(k)` -> (key, bytes, target)."
 
     def __init__(
         self,
-        name,  # a Hub name or local files for `load_dataset` ('parquet' with data_files=...)
+        name,  # a Hub name or local files for `load_dataset_builder` ('parquet' with data_files=...)
         root=None,  # cache_dir
         split: str = 'train',  # split to stream
-        class_map=None,  # dict or .txt: keep only these classes, with these indices
+        class_map=None,  # dict or .txt: keep only these classes, with these indices (label lists: each label mapped)
         input_key: str | None = 'image',  # the image column (None: 'image')
-        target_key: str | None = 'label',  # the label column (None: 'label')
+        target_key: str | None = 'label',  # the label column, a '/' path, or binary fields 'a,b,c' (None: 'label')
+        target_format: str | None = None,  # 'indices' (None) or 'multihot': what a list-valued label is
         num_samples: int | None = None,  # samples in the split, when the dataset's info does not say
         download: bool = False,  # accepted for timm's signature
         trust_remote_code: bool = False,  # allow a loading script (datasets < 4 only)
         allow_paths: bool = False,  # read image values that hold only a file path (a dataset of your own files)
-        **load_kwargs,  # passed to `datasets.load_dataset` (e.g. data_files)
+        **load_kwargs,  # passed to `datasets.load_dataset_builder` (e.g. data_files)
     ):
         datasets = import_datasets()
         self.allow_paths = allow_paths
@@ -206,37 +292,32 @@ class HfidsSource:
             input_key or 'image',
             target_key or 'label',
         )  # None: the defaults (as a stream dataset passes them)
-        ds, split = load_split(
-            lambda s: datasets.load_dataset(
-                name,
-                split=s,
-                streaming=True,
-                cache_dir=root,
-                **_remote_code(trust_remote_code, datasets.load_dataset),
-                **load_kwargs,
-            ),
-            split,
-        )
+        builder = datasets.load_dataset_builder(
+            name, cache_dir=root, **remote_code(trust_remote_code, datasets.load_dataset_builder), **load_kwargs
+        )  # as timm streams: the builder's info knows the splits' sizes before a byte is read
+        ds, split = load_split(lambda s: builder.as_streaming_dataset(split=s), split)
         self.name, self.split, self.input_key, self.target_key = name, split, input_key, target_key
         self._where = f'Hugging Face stream {name!r} split {split!r}'
-        feats = ds.features
+        feats = ds.features if ds.features is not None else builder.info.features
         if feats is not None:
             _image_column(feats, input_key, self._where)
+        self.target = HfTarget(target_key, target_format, class_map, feats, self._where)
+        cmap = self.target.class_map or {}
+        # a map keyed by names over labels that have none would leave every sample out
+        named = (
+            any(isinstance(n, str) for n in cmap) and not self.target.dense
+        )  # dense: by position, checked per sample
+        if self.target.keys is None and not self.target.source_names and named:
+            raise ValueError(
+                f'{self._where}: class_map is keyed by class names, but the label column {target_key!r} has no ClassLabel '
+                f'names: key it by the integer labels'
+            )
+        self.class_to_idx = self.target.class_to_idx
         self.dataset = ds.cast_column(input_key, datasets.Image(decode=False))
         self.shards = list(range(ds.n_shards))
-        info = getattr(ds.info, 'splits', None) or {}
+        info = builder.info.splits or getattr(ds.info, 'splits', None) or {}
         known = info[split].num_examples if split in info and info[split].num_examples else None
         self.num_samples = num_samples if num_samples is not None else known
-        source = hf_class_to_idx(feats, target_key) if feats is not None else None
-        if not unset(class_map):  # timm's "not given": None or ''
-            self.class_to_idx = load_class_map(class_map)
-            if source is None:
-                raise ValueError(
-                    f'{self._where}: class_map needs class names, but the label column {target_key!r} has no ClassLabel names'
-                )
-            self._remap = {i: self.class_to_idx.get(n) for n, i in source.items()}
-        else:
-            self.class_to_idx, self._remap = source or {}, None
 
     @property
     def classes(self) -> list:
@@ -248,23 +329,34 @@ class HfidsSource:
     def __repr__(self):
         return f'HfidsSource({self.name!r}, split={self.split!r}, shards={len(self.shards)}, num_samples={self.num_samples})'
 
+    def sample_target(self, record):
+        "The target of a streamed record; None to leave it out (an integer class outside the class map)."
+        t = self.target.raw(record)
+        if self.target.class_map is None or t is None:
+            return t
+        if self.target.keys is None and not self.target.dense and isinstance(t, (int, np.integer)):
+            name = self.target.source_names.get(int(t), int(t))
+            return self.target.class_map.get(
+                name, self.target.class_map.get(int(t))
+            )  # single label: outside -> left out
+        return self.target.remap(t)
+
 # %% ../nbs/26_hf_readers.ipynb #782d683f
 def _iter_shard(self, shard):
-    "(key, encoded image bytes, label) of every sample of `shard`, in order (samples outside a class_map are left out)."
+    "(key, encoded image bytes, target) of every sample of `shard`, in order (samples outside a class_map are left out)."
     if shard not in range(len(self.shards)):
         raise IndexError(f'{self._where} has shards 0..{len(self.shards) - 1}; got {shard!r}')
     part = self.dataset.shard(num_shards=len(self.shards), index=shard, contiguous=True)
     try:
         for j, ex in enumerate(part):
-            y = ex.get(self.target_key)
-            if y is not None and self._remap is not None:
-                y = self._remap.get(int(y))
-                if y is None:
-                    continue
+            present = bool(self.target.keys) or has_field(ex, self.target_key)
+            y = self.sample_target(ex) if present else None
+            if y is None and present and get_field(ex, self.target_key) is not None:
+                continue  # a label outside the class map
             yield (
                 f'{shard}/{j}',
                 image_bytes(ex[self.input_key], f'{self.name_of(shard)} sample {j}', self.allow_paths),
-                None if y is None else int(y),
+                int(y) if isinstance(y, (int, np.integer)) and not isinstance(y, bool) else y,
             )
     except (OSError, ValueError) as e:
         raise type(e)(f'{self.name_of(shard)}: {e}') from e

@@ -17,7 +17,7 @@ from torch.utils.data import (
     default_collate,
     get_worker_info,
 )
-from .collate import BatchCollate, fast_collate
+from .collate import BatchCollate, default_collate_kept, fast_collate
 from .batch_ring import BatchRing
 from .gpu_decode import create_device_decode_loader, refuse_off_default
 from .prefetch import PrefetchLoader
@@ -233,7 +233,7 @@ def _default_collate_fn(
 ) -> Callable:
     "fast_collate with the prefetcher (into a `BatchRing` for the CPU one, which hands slots back), else torch's."
     if not use_prefetcher:
-        return default_collate
+        return default_collate_kept  # torch's, samples left out (None) dropped first
     if not pin_memory and device.type == 'cpu':  # with pinned memory the pin thread copies every batch anyway
         ring = BatchRing.maybe(batch_shape, num_workers, (prefetch_factor or 2) + 3)
         if ring is not None:

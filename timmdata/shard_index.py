@@ -395,6 +395,11 @@ class ShardReader(Reader):
         if unset(split):
             split = _only_split(root)
         src = WdsSource(root, split, input_key=input_key, target_key=target_key, allow_pipe=False)
+        if target_key is None and src.targets.key is not None:  # never -1 for every sample in silence
+            raise ValueError(
+                f'split {split!r} of {root!r} keeps its targets in .json sidecars (alt_label {src.targets.key!r}, e.g. '
+                f"label lists): ShardReader reads integer .cls targets; stream it with create_dataset('wds/...')"
+            )
         if other := [s for s in src.shards if url_scheme(s) not in ('file', 'http', 'https')]:
             raise ValueError(
                 f'ShardReader reads local files and http(s) URLs; {shard_name(other[0])} is neither: stream it with '

@@ -25,6 +25,9 @@ __all__ = ['MAX_MEMBER_BYTES', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'Shard
            'expand_braces', 'join_url', 'shard_list', 'http_open', 'open_shard', 'tar_members', 'iter_tar', 'split_key',
            'group_samples', 'parse_keys', 'sample_target', 'load_info', 'WdsSource']
 
+# %% ../nbs/22_shard_io.ipynb #f16af843
+from .readers.class_map import RecordTargets
+
 # %% ../nbs/22_shard_io.ipynb #2eb1e367
 class ShardError(OSError):
     "A shard (file or URL) that could not be opened or read; the message names it and says what to do."
@@ -670,7 +673,7 @@ class WdsSource:
         root,  # folder or URL prefix with the shards (and `_info.json`), a shard pattern, or a list of shards
         split: str = 'train',  # a split of `_info.json`, or a brace pattern with an optional '|num_samples'
         input_key=None,  # image extensions to try, in order ('jpg;png'); default `IMAGE_KEYS`
-        target_key=None,  # target extensions or json fields ('cls'); default `TARGET_KEYS` (absent: target None)
+        target_key=None,  # a JSON sidecar field, '/' path or 'a,b,c' binary fields (timm's); default: `TARGET_KEYS` members
         num_samples: Optional[int] = None,  # samples in the split (overrides the info file)
         retries: int = 3,  # transient failures retried per shard
         backoff: float = 0.25,  # first wait before a retry, in seconds (then 4x, 16x)
@@ -680,6 +683,8 @@ class WdsSource:
         cache_limit=None,  # keep remote shards in this folder, at most this many bytes (int or '50GB'): see shard_cache
         cache_shared: bool = False,  # cache_dir is shared with other users on purpose (else one they can write into is refused)
         deadline: float = SHARD_DEADLINE,  # seconds one shard's HTTP stream may take in all (`_info.json`: at most REQUEST_DEADLINE)
+        target_format: Optional[str] = None,  # 'indices' (None) or 'multihot': what a list-valued JSON label is
+        class_map=None,  # dict or .txt applied to each target (a label list: each label; 'multihot': by position)
     ):
         self.root, self.split, self.retries, self.backoff, self.timeout = root, split, retries, backoff, timeout
         self.deadline = Deadline(deadline, str(root)).seconds  # checked here, not at the first shard
@@ -711,6 +716,36 @@ class WdsSource:
         )
         nc = (self.info or {}).get('num_classes')
         self.num_classes = nc if isinstance(nc, int) and not isinstance(nc, bool) and nc > 0 else None
+        splits = (self.info or {}).get('splits', {})  # timm reads a split's alt_label field when no target_key is given
+        alt = next((splits[s].get('alt_label') for s in split_names(split) if isinstance(splits.get(s), dict)), '')
+        self.targets = RecordTargets(target_key, target_format, class_map, alt or '')
+        self.class_to_idx = self.targets.class_to_idx
+
+    def target_of(self, s: dict, where: str):
+        "The target of sample `s` (its members): from the JSON sidecar for a target_key or alt_label, else `.cls`; `SKIP_SAMPLE` for a negative one."
+        if self.targets.key is None:
+            t = self.targets.remap(sample_target(s, self.target_keys, where, self.target_required))
+        elif 'json' in s:
+            t = self.targets.from_json(s['json'], where)  # SKIP_SAMPLE for a negative label, as timm skips it
+        elif self.target_required and any(k in s for k in self.target_keys):  # a member target_key names ('.cls')
+            t = self.targets.remap(sample_target(s, self.target_keys, where, True))
+        else:
+            raise ValueError(
+                f'{where} has no target {"/".join(self.target_keys)} (it has {", ".join(sorted(s))}): Target key(s) '
+                f'{list(self.targets.keys or [self.targets.key])} require a json sidecar; write the shards with .json '
+                f'sidecars, or leave target_key unset'
+            )
+        if isinstance(t, int) and not 0 <= t < (self.num_classes or 1 << 63):
+            raise ValueError(
+                f'{where}: target {t} is out of range ('
+                + (
+                    f'0..{self.num_classes - 1}: _info.json states num_classes {self.num_classes}'
+                    if self.num_classes
+                    else 'a class index is >= 0'
+                )
+                + '): fix the label or the shard'
+            )
+        return t
 
     @property
     def remote(self) -> bool:
@@ -733,18 +768,7 @@ class WdsSource:
                 raise ValueError(
                     f'{where} has no image {"/".join(self.image_keys)} (it has {", ".join(sorted(s))}): pass input_key'
                 )
-            t = sample_target(s, self.target_keys, where, self.target_required)
-            if t is not None and not 0 <= t < (self.num_classes or 1 << 63):
-                raise ValueError(
-                    f'{where}: target {t} is out of range ('
-                    + (
-                        f'0..{self.num_classes - 1}: _info.json states num_classes {self.num_classes}'
-                        if self.num_classes
-                        else 'a class index is >= 0'
-                    )
-                    + '): fix the label or the shard'
-                )
-            yield key, img, t
+            yield key, img, self.target_of(s, where)
 
     def iter_shard(self, shard: str) -> Iterator[tuple]:
         "`(key, image bytes, target)` of each sample of `shard`, transient failures retried without repeating samples."

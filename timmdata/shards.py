@@ -174,7 +174,14 @@ def _write_shard(job: tuple) -> dict:
                     continue
                 key = f'{i:08d}'
                 _add(tf, f'{key}.{ext}', data)
-                _add(tf, f'{key}.cls', str(int(target)).encode())
+                if isinstance(target, (list, tuple)):  # multi-label: a JSON sidecar, read by the split's alt_label
+                    _add(
+                        tf,
+                        f'{key}.json',
+                        json.dumps({'labels': [getattr(v, 'item', lambda: v)() for v in target]}).encode(),
+                    )
+                else:
+                    _add(tf, f'{key}.cls', str(int(target)).encode())
                 n += 1
     return {'file': fname, 'samples': n, 'nbytes': os.path.getsize(Path(dst) / fname), 'bad': bad}
 
@@ -282,6 +289,8 @@ def _info(name: str, readers: dict, plan: list, done: dict, state: dict) -> dict
             'shard_lengths': lengths,
             'bad': [b for f in files for b in done[f]['bad']],
         }
+        if any(isinstance(t, (list, tuple)) for t in readers[s].targets):  # label lists: timm and timmdata read
+            splits[s]['alt_label'] = 'labels'  # the .json sidecar's 'labels' when no target_key is given
     c2i = next(iter(readers.values())).class_to_idx
     return {
         'name': name,

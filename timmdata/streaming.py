@@ -22,6 +22,9 @@ from .settings import setting
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'SplitsOverWorkers', 'EvenOverWorkers',
            'StreamPlan', 'WorkerStream', 'IterableImageDataset']
 
+# %% ../nbs/25_streaming.ipynb #df978a34
+from .readers.targets import SKIP_SAMPLE
+
 # %% ../nbs/25_streaming.ipynb #6439fc52
 SHUFFLE_SIZE = setting('WDS_SHUFFLE_SIZE')  # samples in a worker's shuffle buffer (timm's default and env var)
 SHUFFLE_INITIAL = setting('WDS_INITIAL_SIZE')  # samples read before the first one is given
@@ -74,12 +77,12 @@ def _stream_source(root, reader, split, class_map, num_samples, download, input_
     if reader is not None and not isinstance(reader, str):
         return reader
     kind, _, name = (reader or 'wds').partition('/')
+    kind = kind.lower()  # timm's scheme names in any case ('HFIDS/...')
     if kind == 'wds':
-        if not unset(class_map):
-            raise ValueError(
-                "class_map is not supported for wds/ shards (targets are the shards' integer labels): remap them with target_transform"
-            )
-        return WdsSource(root, split, input_key=input_key, target_key=target_key, num_samples=num_samples, **kwargs)
+        cmap = {} if unset(class_map) else {'class_map': class_map}  # labels and label lists remapped as timm does
+        return WdsSource(
+            root, split, input_key=input_key, target_key=target_key, num_samples=num_samples, **cmap, **kwargs
+        )
     if (
         kind == 'hfids'
     ):  # through the scheme registry of `timmdata.readers`: the Hugging Face source is imported on first use
@@ -339,7 +342,7 @@ class WorkerStream:
             for k, (shard, key, img, target) in enumerate(stream):
                 if limit is not None and k >= limit:
                     break
-                if k >= skip:
+                if k >= skip and not (target is SKIP_SAMPLE and not self.is_training):  # evaluation leaves it out
                     yield self._sample(epoch, g, k, shard, key, img, target)
         finally:
             stream.close()  # closes the open shard now, not when the generator is collected
@@ -369,7 +372,7 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
         root,  # shards' folder or URL prefix (with `_info.json`), a shard pattern, or a list of shards
         reader=None,  # 'wds/<name>' (default), 'hfids/<name>', or a stream source object (see `timmdata.shard_io`)
         split: str = 'train',  # split name in `_info.json`, or a shard pattern with an optional '|num_samples'
-        class_map=None,  # hfids only (wds targets are the shards' integers)
+        class_map=None,  # dict or .txt: a label, or each label of a list, remapped (a 'multihot' target by position)
         is_training: bool = False,  # shuffle, equal counts per worker (wrapping round); else every sample once
         batch_size: int = 1,  # per-rank batch size: a worker's epoch is a whole number of batches
         num_samples: Optional[int] = None,  # samples per epoch over all ranks (default: from `_info.json`)
@@ -378,9 +381,11 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
         download: bool = False,  # hfids: let the source download
         input_img_mode: str = 'RGB',  # PIL mode images are converted to
         input_key=None,  # image extensions to try ('jpg;png'); default jpg;jpeg;png;webp;image
-        target_key=None,  # target extensions or json fields; default cls;label (absent: target -1)
+        target_key=None,  # a JSON sidecar field, '/' path or 'a,b,c' binary fields (timm's); default .cls (absent: -1)
         transform: Optional[Callable] = None,  # applied to the image (what it takes: its `input_format`)
-        target_transform: Optional[Callable] = None,  # applied to the integer target
+        target_transform: Optional[
+            Callable
+        ] = None,  # applied to the target (an int, or a label list: MultiLabelTarget)
         max_steps: Optional[int] = None,  # timm's argument; not used by shard streams (None)
         bad_sample: str = 'raise',  # an undecodable image: 'raise' naming shard and key, or 'skip' (None, warned, counted)
         shuffle_size: int = SHUFFLE_SIZE,  # samples in each worker's shuffle buffer (training)
@@ -436,8 +441,15 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
     def __iter__(self):
         return self._epoch_stream()
 
+    @property
+    def reader(self):
+        "The stream source (timm's name: its readers are `dataset.reader`): `class_to_idx`, `num_samples`, its shards."
+        return self.source
+
     def _sample(self, epoch: int, g: int, k: int, shard, key: str, img, target, slot: Optional[int] = None):
         "Sample k of global worker g's epoch: decoded, transformed (its random draws seeded from (seed, epoch, g, k)), target set."
+        if target is SKIP_SAMPLE:  # no label (timm skips it): None keeps every worker's count, and the collate drops it
+            return None
         where = lambda: f'sample {key!r} of shard {self.source.name_of(shard)}'  # made only when something fails
         seed_all(
             mix_seed(self.seed, epoch, g, k)

@@ -34,11 +34,14 @@ SECTIONS_FILE = 'sections.json'
 # docs section: the modules (or tutorial names) that belong to it, in the order a reader meets them
 SECTIONS = [
     ('Start here', ['sample_data', 'settings', 'untrusted', 'torch_compat', 'runtime']),
-    ('Samples: read, decode, transform', ['config', 'constants', 'readers', 'decode', 'stages', 'resample', 'transforms']),
+    ('Samples: read, decode, transform', ['config', 'constants', 'readers.core', 'readers.__init__', 'readers.targets', 'readers.class_map',
+                                          'readers.reader', 'readers.img_extensions', 'readers.reader_image_folder',
+                                          'readers.reader_image_in_tar', 'readers.reader_image_tar', 'readers.reader_factory', 'decode', 'stages', 'resample', 'transforms']),
     ('Augmentation', ['auto_augment', 'random_erasing', 'jitter', 'target_transforms', 'tf_preprocessing',
                       'naflex_transforms', 'transforms_factory']),
     ('Datasets, shards and streams', ['store', 'dataset', 'shard_cache', 'shard_io', 'shard_index', 'global_order',
-                                      'streaming', 'hf_readers']),
+                                      'streaming', 'hf_readers', 'readers.reader_wds', 'readers.reader_hfds',
+                                      'readers.reader_hfids', 'readers._hfds']),
     ('Batches and the device', ['collate', 'mixup', 'batch_ring', 'feeder', 'prefetch']),
     ('Sampling, resume and the loader', ['distributed_sampler', 'batch_plan', 'resume', 'gpu_decode', 'threads',
                                          'scheduled_sampler', 'loader', 'dataset_factory']),
