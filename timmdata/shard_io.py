@@ -8,14 +8,15 @@ import http.client, json, os, re, socket, subprocess, tempfile, time, urllib.err
 from pathlib import Path
 from typing import Iterator, Optional
 from .readers import MAX_JSON_BYTES, natural_key, relative_name, split_names
-from .untrusted import inside
+from .untrusted import inside, printable
 from .shard_cache import ShardCache
 
 # %% auto #0
-__all__ = ['MAX_MEMBER_BYTES', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError', 'ShardTruncatedError',
-           'TransientShardError', 'url_scheme', 'shard_name', 'is_transient_error', 'expand_braces', 'join_url',
-           'shard_list', 'open_shard', 'iter_tar', 'split_key', 'group_samples', 'parse_keys', 'sample_target',
-           'load_info', 'WdsSource']
+__all__ = ['MAX_MEMBER_BYTES', 'IMAGE_KEYS', 'TARGET_KEYS', 'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPLE_BYTES', 'ShardError',
+           'ShardNotFoundError', 'ShardTruncatedError', 'TransientShardError', 'url_scheme', 'shard_name',
+           'is_transient_error', 'expand_braces', 'join_url', 'shard_list', 'open_shard', 'iter_tar', 'split_key',
+           'group_samples', 'parse_keys', 'sample_target', 'InfoError', 'info_count', 'check_info', 'load_info',
+           'WdsSource']
 
 # %% ../nbs/22_shard_io.ipynb #2eb1e367
 class ShardError(OSError):
@@ -381,6 +382,95 @@ def sample_target(sample: dict, keys: tuple, where: str, required: bool):
         )
     return None
 
+# %% ../nbs/22_shard_io.ipynb #cba005f5
+MAX_SAMPLES = 1 << 40  # the most samples `_info.json` may state for a shard or a split (about 200x LAION-5B)
+MAX_CLASSES = 10_000_000  # the most classes `_info.json`'s `num_classes` may state
+MIN_SAMPLE_BYTES = 1024  # a tar member takes a 512-byte header and at least one 512-byte block of data
+
+
+class InfoError(ValueError):
+    "An `_info.json` that does not hold what timm's layout describes: a count of the wrong type, out of range, or at odds with another."
+
+
+def _shown(v) -> str:
+    "A value read from a dataset's file, short and safe to print (never a nested structure whole)."
+    if isinstance(v, bool) or v is None or isinstance(v, float):
+        return repr(v)
+    if isinstance(v, int):
+        return f'{v:,}' if v.bit_length() <= 128 else f'an integer of {v.bit_length():,} bits'
+    if isinstance(v, str):
+        return 'the string ' + printable(repr(v), 60)
+    return f'a {type(v).__name__}' + (f' of {len(v):,} entries' if isinstance(v, (list, dict)) else '')
+
+
+def info_count(
+    v,  # the value read
+    where: str,  # the file and split, for the error
+    field: str,  # the field, for the error ('num_samples', 'shard_lengths[3]')
+    limit: int = MAX_SAMPLES,  # the largest plausible value
+) -> int:
+    "`v` if it is an integer in [0, `limit`] (not a bool, a string of digits or a float); else `InfoError` naming the file, the field and the value."
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= limit:
+        raise InfoError(
+            f'{where}: {field} is {_shown(v)}, not a count (an integer from 0 to {limit:,}, written in digits): '
+            f'fix the info file, or write it again with timmdata shards'
+        )
+    return v
+
+
+def check_info(
+    info,  # the parsed JSON
+    where: str,  # the file it came from, for the errors
+) -> dict:
+    "`info` if its splits, names and counts hold (see above); else `InfoError` naming the file, the field and the value."
+    if not isinstance(info, dict) or not isinstance(info.get('splits'), dict):
+        raise InfoError(f"{where} has no 'splits' mapping (timm's wds layout): fix or remove it")
+    if info.get('num_classes') is not None:
+        info_count(info['num_classes'], where, 'num_classes', MAX_CLASSES)
+    for name, sp in info['splits'].items():
+        at = f'{where} split {printable(repr(name), 60)}'
+        if not isinstance(sp, dict):
+            raise InfoError(
+                f'{at} is {_shown(sp)}, not a mapping (filenames, shard_lengths, num_samples): fix the file'
+            )
+        files = sp.get('filenames')
+        if not isinstance(files, list):
+            raise InfoError(f'{at}: filenames is {_shown(files)}, not a list of shard names: fix the file')
+        lists = {}
+        for field in ('shard_lengths', 'shard_bytes'):
+            v = sp.get(field)
+            if v is None or v == []:
+                continue  # not given (an empty list, as timm reads it, too)
+            if not isinstance(v, list) or len(v) != len(files):
+                raise InfoError(
+                    f'{at}: {field} is {_shown(v)}, not a list of {len(files):,} counts, one per name of filenames: fix the file'
+                )
+            lists[field] = v
+        sizes = lists.get('shard_bytes') or [None] * len(files)
+        for k, b in enumerate(sizes):
+            if b is not None:  # a shard's size may be left out (null)
+                info_count(b, at, f'shard_bytes[{k}]', 1 << 62)
+        lengths = lists.get('shard_lengths')
+        for k, n in enumerate(lengths or ()):
+            info_count(n, at, f'shard_lengths[{k}]')
+            if sizes[k] is not None and n > sizes[k] // MIN_SAMPLE_BYTES:
+                raise InfoError(
+                    f'{at}: shard_lengths[{k}] is {n:,} but shard_bytes[{k}] is {sizes[k]:,}: a shard of that size holds at '
+                    f'most {sizes[k] // MIN_SAMPLE_BYTES:,} samples (a tar member takes at least {MIN_SAMPLE_BYTES:,} bytes); '
+                    f'fix the file, or write it again with timmdata shards'
+                )
+        total = sum(lengths) if lengths else None
+        if total is not None and total > MAX_SAMPLES:
+            raise InfoError(f'{at}: shard_lengths add up to {total:,}, over {MAX_SAMPLES:,} samples: fix the file')
+        if sp.get('num_samples') is not None:
+            ns = info_count(sp['num_samples'], at, 'num_samples')
+            if total is not None and ns != total:
+                raise InfoError(
+                    f'{at}: num_samples is {ns:,} but its shard_lengths add up to {total:,}: fix the file, or write it '
+                    f'again with timmdata shards (pass num_samples= to read fewer samples an epoch)'
+                )
+    return info
+
 # %% ../nbs/22_shard_io.ipynb #5430721e
 def load_info(root, retries: int = 3, backoff: float = 0.25, timeout: float = 60.0) -> Optional[dict]:
     "The `_info.json` (or `info.json`) of the dataset at `root` (folder or URL prefix), or None if it has none."
@@ -401,23 +491,23 @@ def load_info(root, retries: int = 3, backoff: float = 0.25, timeout: float = 60
         if data is None:
             continue
         if len(data) > MAX_JSON_BYTES:
-            raise ValueError(
+            raise InfoError(
                 f'{shard_name(url)} is over {MAX_JSON_BYTES:,} bytes (timmdata.readers.MAX_JSON_BYTES): '
                 f'not an info file of a dataset; fix or remove it'
             )
         try:
             info = json.loads(data)
-        except ValueError as e:
-            raise ValueError(f'{shard_name(url)} is not valid JSON ({e}): fix or remove it') from None
-        if not isinstance(info, dict) or not isinstance(info.get('splits'), dict):
-            raise ValueError(f"{shard_name(url)} has no 'splits' mapping (timm's wds layout): fix or remove it")
-        return info
+        except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the parser goes
+            raise InfoError(f'{shard_name(url)} is not valid JSON ({printable(e, 200)}): fix or remove it') from None
+        return check_info(info, shard_name(url))
     return None
 
 
 def _split_shards(root, split: str, info: Optional[dict]) -> tuple:
     "(shards, shard lengths or None, num_samples or None) of `split`."
     spec, _, count = split.partition('|')
+    if count and not re.fullmatch(r'[0-9]+', count):
+        raise ValueError(f"split {split!r}: the count after '|' must be a number of samples in digits; got {count!r}")
     n = int(count) if count else None
     pattern = any(c in spec for c in '{/') or spec.endswith('.tar') or '::' in spec
     if pattern or (
@@ -430,7 +520,8 @@ def _split_shards(root, split: str, info: Optional[dict]) -> tuple:
             known = {
                 f: l
                 for s in info['splits'].values()
-                for f, l in zip(s.get('filenames', ()), s.get('shard_lengths', ()))
+                for f, l in zip(s['filenames'], s.get('shard_lengths') or ())
+                if isinstance(f, str)
             }
             names = [s.rsplit('/', 1)[-1] for s in shards]
             if all(b in known for b in names):
@@ -489,6 +580,10 @@ class WdsSource:
             and not str(root).endswith('.tar')
             and url_scheme(str(root)) != 'pipe'
         )
+        if num_samples is not None and (
+            isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 0
+        ):
+            raise ValueError(f'num_samples must be an int >= 0 (samples in the split); got {num_samples!r}')
         self.info = load_info(str(root), retries, backoff, timeout) if probe else None
         self.shards, self.shard_lengths, n = _split_shards(root, split, self.info)
         self.num_samples = num_samples if num_samples is not None else n
@@ -496,6 +591,17 @@ class WdsSource:
             raise ValueError(
                 f'_info.json of {root!r}: split {split!r} lists {len(self.shards)} shards but {len(self.shard_lengths)} shard_lengths'
             )
+        for s, k in zip(self.shards, self.shard_lengths or ()):  # a local shard's size bounds its count: checked now
+            try:
+                size = os.stat(s[7:] if s.startswith('file://') else s).st_size if url_scheme(s) == 'file' else None
+            except OSError:
+                size = None  # a missing shard is named when it is read
+            if size is not None and k > size // MIN_SAMPLE_BYTES:
+                raise InfoError(
+                    f'_info.json of {printable(root)}: shard {printable(shard_name(s))} is {size:,} bytes, so it holds at most '
+                    f'{size // MIN_SAMPLE_BYTES:,} samples (a tar member takes at least {MIN_SAMPLE_BYTES:,} bytes), but '
+                    f'shard_lengths says {k:,}: fix the info file, or write it again with timmdata shards'
+                )
         self._lengths, self.cache = (
             dict(zip(self.shards, self.shard_lengths or ())),
             None if cache_dir is None else ShardCache(cache_dir, cache_limit, open_shard, self.shards, info=self.info),
