@@ -591,17 +591,6 @@ class WdsSource:
             raise ValueError(
                 f'_info.json of {root!r}: split {split!r} lists {len(self.shards)} shards but {len(self.shard_lengths)} shard_lengths'
             )
-        for s, k in zip(self.shards, self.shard_lengths or ()):  # a local shard's size bounds its count: checked now
-            try:
-                size = os.stat(s[7:] if s.startswith('file://') else s).st_size if url_scheme(s) == 'file' else None
-            except OSError:
-                size = None  # a missing shard is named when it is read
-            if size is not None and k > size // MIN_SAMPLE_BYTES:
-                raise InfoError(
-                    f'_info.json of {printable(root)}: shard {printable(shard_name(s))} is {size:,} bytes, so it holds at most '
-                    f'{size // MIN_SAMPLE_BYTES:,} samples (a tar member takes at least {MIN_SAMPLE_BYTES:,} bytes), but '
-                    f'shard_lengths says {k:,}: fix the info file, or write it again with timmdata shards'
-                )
         self._lengths, self.cache = (
             dict(zip(self.shards, self.shard_lengths or ())),
             None if cache_dir is None else ShardCache(cache_dir, cache_limit, open_shard, self.shards, info=self.info),

@@ -13,10 +13,11 @@ import torch.utils.data
 from .config import mix_seed, seed_all
 from .decode import EncodedJpeg, ImageDecodeError
 from .dataset import DecodeTransform
-from .shard_io import WdsSource
+from .shard_io import MAX_SAMPLES, WdsSource
 from .global_order import BLOCK_SHARDS, SpanReader, epoch_length, read_in_order, sample_spans, worker_positions
 from .readers import create_reader, unset
 from .settings import setting
+from .untrusted import printable
 
 # %% auto #0
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'SplitsOverWorkers', 'EvenOverWorkers',
@@ -162,7 +163,7 @@ class StreamPlan:
         if spans not in _WARNED:
             _WARNED.add(spans)
             warnings.warn(
-                f"{self.source!r}: {spans}; so this training stream reads in order='shards' (shards dealt to workers, a buffer "
+                f"{printable(repr(self.source))}: {printable(spans)}; so this training stream reads in order='shards' (shards dealt to workers, a buffer "
                 f"shuffle; a saved state resumes only on the same ranks and workers). The elastic global order reads local or "
                 f"http(s) tar shards by position; pass order='shards' to silence this",
                 stacklevel=3,
@@ -416,6 +417,12 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
         _check_source(self.source)
         self.root, self.split, self.is_training, self.batch_size, self.seed = root, split, is_training, batch_size, seed
         self.num_samples = num_samples if num_samples is not None else self.source.num_samples
+        n = self.num_samples
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_SAMPLES):
+            raise ValueError(
+                f'num_samples of {printable(repr(self.source))} must be an int from 0 to {MAX_SAMPLES:,}; got '
+                f'{printable(repr(n), 60)}: pass num_samples=, or fix the count the dataset states'
+            )
         if is_training and not self.num_samples:
             raise ValueError(
                 f'training on {self.source!r} needs the epoch length: pass num_samples=, give the split an _info.json '
