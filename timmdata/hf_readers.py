@@ -152,10 +152,13 @@ class HfdsReader(Reader):
         if not unset(class_map):  # timm's "not given": None or ''
             self.class_to_idx = load_class_map(class_map)
             names = {i: n for n, i in source.items()}
+            seen, at = np.unique(
+                labels, return_inverse=True
+            )  # remapped by the labels seen, never a range up to the largest
             remap = np.array(
-                [self.class_to_idx.get(names.get(i), -1) for i in range(max(source.values()) + 1)], np.int64
+                [self.class_to_idx.get(names.get(i), -1) if i >= 0 else -1 for i in seen.tolist()], np.int64
             )
-            labels = np.where(labels >= 0, remap[np.clip(labels, 0, None)], -1)
+            labels = remap[at.reshape(-1)]
             rows = np.flatnonzero(labels >= 0)
             labels = labels[rows]
             if not len(rows):
