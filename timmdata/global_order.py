@@ -300,7 +300,7 @@ class SpanReader:
         block_shards: int = BLOCK_SHARDS,  # shards per block of the order
     ) -> Iterator[tuple]:
         "(position, shard, key, image, target) for each position: each sample read alone, in the order's sequence."
-        total, order = sum(self.lengths), None
+        total, order = GlobalOrder(self.lengths, seed, epoch, 0, block_shards).total, None  # the lengths checked
         for p in positions:
             pass_, q = divmod(p, total)
             if order is None or order.pass_ != pass_:
