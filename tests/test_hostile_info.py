@@ -273,7 +273,7 @@ def mutate(info: dict, rng: random.Random) -> str:
                 v.append(rng.choice([2, 10**12, 'x.tar', 1 << 20]))
             sp[key] = v
         elif kind < 0.7 and isinstance(sp, dict):  # consistent but huge or plausible-looking lies
-            n = len(sp.get('filenames') or [])
+            n = len(sp['filenames']) if isinstance(sp.get('filenames'), list) else 2
             lens = [rng.choice([0, 1, 2, 3, 10**6, 10**11, 2**40]) for _ in range(n)]
             sp['shard_lengths'], sp['num_samples'] = lens, sum(lens)
             if rng.random() < 0.5:

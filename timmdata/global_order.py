@@ -10,15 +10,8 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 from .config import mix_seed
 from .readers import FileHandle
-from timmdata.shard_io import (
-    MAX_SAMPLES,
-    ShardError,
-    ShardNotFoundError,
-    ShardTruncatedError,
-    WdsSource,
-    shard_name,
-    url_scheme,
-)
+from .shard_io import ShardError, ShardNotFoundError, ShardTruncatedError, WdsSource, shard_name, url_scheme
+from .shard_io import MAX_SAMPLES
 from .shard_index import INDEX_FILE, http_range, load_index
 from .untrusted import printable
 
