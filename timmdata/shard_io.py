@@ -20,7 +20,12 @@ __all__ = ['MAX_MEMBER_BYTES', 'IMAGE_KEYS', 'TARGET_KEYS', 'MAX_SAMPLES', 'MAX_
 
 # %% ../nbs/22_shard_io.ipynb #2eb1e367
 class ShardError(OSError):
-    "A shard (file or URL) that could not be opened or read; the message names it and says what to do."
+    "A shard (file or URL) that could not be opened or read; the message names it and says what to do (escaped when shown: shard and member names are the dataset's to choose)."
+
+    def __str__(self):
+        return printable(
+            super().__str__(), None
+        )  # a name holding a terminal escape sequence is printed, never acted on
 
 
 class ShardNotFoundError(ShardError, FileNotFoundError):
