@@ -84,12 +84,12 @@ class GlobalOrder:
         )
         if bad is not None:
             raise ValueError(
-                f'the global order needs shard lengths that are integers from 0 to {MAX_SAMPLES:,}; '
+                f'the global order needs shard_lengths that are integers from 0 to {MAX_SAMPLES:,}; '
                 f'shard {bad[0]} has {printable(repr(bad[1]), 40)}: fix shard_lengths in _info.json'
             )
         if not len(lengths) or sum(lengths) == 0 or sum(lengths) > MAX_SAMPLES:
             raise ValueError(
-                f'the global order needs shard lengths with samples (at most {MAX_SAMPLES:,} in all); got {list(lengths)[:8]!r}'
+                f'the global order needs shard_lengths with samples (at most {MAX_SAMPLES:,} in all); got {list(lengths)[:8]!r}: fix _info.json'
             )
         self.lengths, self.seed, self.epoch, self.pass_ = [int(n) for n in lengths], seed, epoch, pass_
         shards = np.random.default_rng(mix_seed(seed, epoch, pass_, 0)).permutation(len(lengths)).tolist()
