@@ -252,6 +252,11 @@ SPLIT_KEYS = ['num_samples', 'shard_lengths', 'filenames', 'shard_bytes', 'name'
 TOP_KEYS = ['num_classes', 'splits', 'class_to_idx', 'classes', 'name']
 
 
+def pick(rng: random.Random):
+    "A hostile value, a copy of its own (a mutation never edits HOSTILE, nor puts a list inside itself)."
+    return copy.deepcopy(rng.choice(HOSTILE))
+
+
 def mutate(info: dict, rng: random.Random) -> str:
     "The JSON text of `info` after 1-3 hostile mutations (types, counts, lengths, missing keys, nesting, raw text)."
     info = copy.deepcopy(info)
@@ -261,9 +266,9 @@ def mutate(info: dict, rng: random.Random) -> str:
         if kind < 0.45 and isinstance(sp, dict):  # a split field, or one entry of a list field
             key = rng.choice(SPLIT_KEYS)
             if isinstance(sp.get(key), list) and sp[key] and rng.random() < 0.6:
-                sp[key][rng.randrange(len(sp[key]))] = rng.choice(HOSTILE)
+                sp[key][rng.randrange(len(sp[key]))] = pick(rng)
             else:
-                sp[key] = rng.choice(HOSTILE)
+                sp[key] = pick(rng)
         elif kind < 0.6 and isinstance(sp, dict):  # mismatched lengths
             key = rng.choice(['shard_lengths', 'filenames', 'shard_bytes'])
             v = list(sp[key]) if isinstance(sp.get(key), list) else []
@@ -284,9 +289,9 @@ def mutate(info: dict, rng: random.Random) -> str:
             elif info:
                 info.pop(rng.choice(list(info)))
         elif kind < 0.9:  # a top-level field
-            info[rng.choice(TOP_KEYS)] = rng.choice(HOSTILE)
+            info[rng.choice(TOP_KEYS)] = pick(rng)
         elif isinstance(sp, dict):  # a whole split replaced
-            info['splits']['train'] = rng.choice(HOSTILE)
+            info['splits']['train'] = pick(rng)
     text = json.dumps(info)  # NaN and Infinity as Python writes them (json.loads reads them back)
     text = text.replace('"__DEEP__"', '[' * (d := rng.choice([30, 900, 5000, 200_000])) + ']' * d)
     r = rng.random()

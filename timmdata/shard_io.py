@@ -441,6 +441,14 @@ def check_info(
         files = sp.get('filenames')
         if not isinstance(files, list):
             raise InfoError(f'{at}: filenames is {_shown(files)}, not a list of shard names: fix the file')
+        for k, f in enumerate(files):  # (what a name may point at is `relative_name`'s to check)
+            if isinstance(f, str) and (
+                len(f) > 4096 or any(len(p.encode('utf-8', 'replace')) > 255 for p in f.split('/'))
+            ):
+                raise InfoError(
+                    f'{at}: filenames[{k}] is {_shown(f)} ({len(f):,} characters), longer than a file name can be '
+                    f'(255 bytes a part, 4,096 in all): fix the file'
+                )
         lists = {}
         for field in ('shard_lengths', 'shard_bytes'):
             v = sp.get(field)
