@@ -472,7 +472,7 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
                 msg + "; write the shard again, or pass bad_sample='skip' to skip such samples"
             ) from e
         self._bad[g % len(self._bad)] += 1
-        warnings.warn(f'skipped {msg}', stacklevel=3)
+        warnings.warn(printable(f'skipped {msg}', None), stacklevel=3)  # shard and key names escaped
         return None  # in place of the sample, so every worker still yields its count (the collate drops it)
 
     def filename(self, index: int, basename: bool = False, absolute: bool = False):
