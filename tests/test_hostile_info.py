@@ -68,7 +68,8 @@ def shard_set(tmp_path_factory):
 
 # ---- attack: num_samples -5 ----
 def test_negative_num_samples_is_a_named_error(shard_set, tmp_path):
-    from timmdata.shard_io import InfoError, WdsSource
+    from timmdata.shard_io import WdsSource
+    from timmdata.untrusted import InfoError
     from timmdata.streaming import IterableImageDataset
 
     ds = tmp_path / 'ds'
@@ -88,7 +89,8 @@ def test_negative_num_samples_is_a_named_error(shard_set, tmp_path):
 
 # ---- attack: shard_lengths ["4"] ----
 def test_string_shard_length_is_a_named_error(shard_set, tmp_path):
-    from timmdata.shard_io import InfoError, WdsSource
+    from timmdata.shard_io import WdsSource
+    from timmdata.untrusted import InfoError
     from timmdata.shard_index import ShardReader
 
     ds = tmp_path / 'ds'
@@ -106,7 +108,8 @@ def test_string_shard_length_is_a_named_error(shard_set, tmp_path):
 
 
 def test_shard_lengths_against_shard_bytes_and_num_samples(tmp_path):
-    from timmdata.shard_io import InfoError, WdsSource
+    from timmdata.shard_io import WdsSource
+    from timmdata.untrusted import InfoError
 
     ds = tiny_shards(tmp_path / 'ds', shard_lengths=[100], num_samples=100, shard_bytes=[10240])
     with pytest.raises(

@@ -26,8 +26,8 @@ USER_ERRORS = (CliError, FileNotFoundError, NotADirectoryError, IsADirectoryErro
 LIBRARY_ERRORS = {
     'timmdata.readers': ('NoImagesError',),
     'timmdata.decode': ('ImageDecodeError',),
-    'timmdata.shard_io': ('ShardError', 'InfoError'),
-    'timmdata.untrusted': ('UnsafeNameError', 'UnsafeFileError', 'FileTooLargeError'),
+    'timmdata.shard_io': ('ShardError',),
+    'timmdata.untrusted': ('UnsafeNameError', 'UnsafeFileError', 'FileTooLargeError', 'InfoError'),
     'timmdata.store': ('StoreDamagedError', 'StaleStoreError'),
 }
 BAD_DATA = ('ImageDecodeError', 'ShardError')  # damaged images: the line says how to skip them and how to list them

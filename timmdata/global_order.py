@@ -11,9 +11,8 @@ import numpy as np
 from .config import mix_seed
 from .readers import FileHandle
 from .shard_io import ShardError, ShardNotFoundError, ShardTruncatedError, WdsSource, shard_name, url_scheme
-from .shard_io import MAX_SAMPLES
 from .shard_index import INDEX_FILE, http_range, load_index
-from .untrusted import printable
+from .untrusted import MAX_SAMPLES, printable
 
 # %% auto #0
 __all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'permute_index', 'GlobalOrder', 'epoch_length', 'worker_positions', 'read_in_order',

@@ -13,11 +13,11 @@ import torch.utils.data
 from .config import mix_seed, seed_all
 from .decode import EncodedJpeg, ImageDecodeError
 from .dataset import DecodeTransform
-from .shard_io import MAX_SAMPLES, WdsSource
+from .shard_io import WdsSource
 from .global_order import BLOCK_SHARDS, SpanReader, epoch_length, read_in_order, sample_spans, worker_positions
 from .readers import create_reader, unset
 from .settings import setting
-from .untrusted import printable
+from .untrusted import MAX_SAMPLES, printable
 
 # %% auto #0
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'SplitsOverWorkers', 'EvenOverWorkers',
