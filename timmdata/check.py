@@ -16,9 +16,10 @@ from .bench import int_at_least
 from .decode import decode_image
 from .readers import FolderReader, Reader, create_reader, natural_key
 from .store import StoreDamagedError
+from .untrusted import printable
 
 # %% auto #0
-__all__ = ['check_image', 'printable', 'BadImage', 'CheckResult', 'usable_cpus', 'check_images', 'not_images', 'check_main']
+__all__ = ['check_image', 'BadImage', 'CheckResult', 'usable_cpus', 'check_images', 'not_images', 'check_main']
 
 # %% ../nbs/46_check.ipynb #80c4c161
 class _Fd2Trap:
@@ -90,12 +91,6 @@ def check_image(
     return ('warning', 'decodes with warnings: ' + '; '.join(dict.fromkeys(said))) if said else None
 
 # %% ../nbs/46_check.ipynb #52531560
-def printable(s) -> str:
-    "`s` with every character a terminal would act on (ESC of an escape sequence, other control characters, line breaks) written as a Python escape: a file name from a dataset is safe to print."
-    s = str(s)
-    return s if s.isprintable() else ''.join(c if c.isprintable() else repr(c)[1:-1] for c in s)
-
-
 class BadImage(NamedTuple):
     "An image that failed the check."
 
@@ -105,7 +100,9 @@ class BadImage(NamedTuple):
     reason: str  # the exception or the warnings, one line
 
     def __str__(self):
-        return f'{printable(self.filename)}: {printable(self.reason)}'  # names come from the dataset: escaped
+        return (
+            f'{printable(self.filename, None)}: {printable(self.reason, None)}'  # names come from the dataset: escaped
+        )
 
 
 @dataclass
@@ -266,6 +263,6 @@ def check_main(argv: list[str] | None = None) -> int:
         print(b)
     if a.verbose:
         for f in r.left_out:
-            print(f'{f}: left out, not an image (its extension is not an image extension)')
+            print(f'{printable(f, None)}: left out, not an image (its extension is not an image extension)')
     print(r.summary() + (' (--verbose lists them)' if r.left_out and not a.verbose else ''), flush=True)
     return 1 if r.bad else 0

@@ -8,6 +8,7 @@ import argparse, contextlib, importlib, json, os, platform, re, sys, time, warni
 from pathlib import Path
 from . import __version__
 from .settings import setting
+from .untrusted import printable
 
 # %% auto #0
 __all__ = ['USER_ERRORS', 'LIBRARY_ERRORS', 'BAD_DATA', 'COMMANDS', 'ROOT_ARG', 'CliError', 'is_user_error', 'user_message',
@@ -26,6 +27,7 @@ LIBRARY_ERRORS = {
     'timmdata.readers': ('NoImagesError',),
     'timmdata.decode': ('ImageDecodeError',),
     'timmdata.shard_io': ('ShardError',),
+    'timmdata.untrusted': ('UnsafeNameError', 'UnsafeFileError', 'FileTooLargeError', 'InfoError'),
     'timmdata.store': ('StoreDamagedError', 'StaleStoreError'),
 }
 BAD_DATA = ('ImageDecodeError', 'ShardError')  # damaged images: the line says how to skip them and how to list them
@@ -66,8 +68,8 @@ def fail(
     message,  # what is wrong (a string or an exception)
     status: int = 2,  # the exit status
 ):
-    "Print `prog: message` as one line on stderr and exit with `status`."
-    print(f"{prog}: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
+    "Print `prog: message` as one line on stderr, escaped (`printable`: a name from a dataset may hold terminal escape sequences), and exit with `status`."
+    print(f"{prog}: {printable(' '.join(str(message).split()), None)}", file=sys.stderr, flush=True)
     raise SystemExit(status)
 
 # %% ../nbs/47_cli.ipynb #b1d6a0c2
@@ -81,7 +83,9 @@ def warnings_counted():
     seen += [w for w in caught if str(w.message).startswith('skipped ')]
     for w in caught:
         if not str(w.message).startswith('skipped '):
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+            warnings.showwarning(
+                printable(w.message, None), w.category, w.filename, w.lineno
+            )  # a dataset's names escaped
 
 # %% ../nbs/47_cli.ipynb #cde1e2f8
 def save_batch_grid(
@@ -193,7 +197,7 @@ def demo_main(argv=None):
     bad = ds.bad_samples
     if bad or skipped:
         print(
-            f'skipped {len(bad)} damaged image(s), e.g. {ds.filename(bad[0]) if bad else "?"}; '
+            f'skipped {len(bad)} damaged image(s), e.g. {printable(ds.filename(bad[0])) if bad else "?"}; '
             f'`timmdata check {root}` lists them all'
         )
     path = save_batch_grid(*first, ds.classes, a.out, names=IMAGENETTE_CLASSES)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/24_global_order.ipynb #397a3dd3
 from __future__ import annotations
-import bisect, io, math, os, threading
+import bisect, io, math, numbers, os, threading
 from collections import OrderedDict
 from typing import Iterator, Optional, Sequence
 import numpy as np
@@ -12,16 +12,56 @@ from .config import mix_seed
 from .readers import FileHandle
 from .shard_io import ShardError, ShardNotFoundError, ShardTruncatedError, WdsSource, shard_name, url_scheme
 from .shard_index import INDEX_FILE, http_range, load_index
+from .untrusted import MAX_SAMPLES, printable
 
 # %% auto #0
-__all__ = ['BLOCK_SHARDS', 'GlobalOrder', 'epoch_length', 'worker_positions', 'read_in_order', 'sample_spans', 'SpanReader']
+__all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'permute_index', 'GlobalOrder', 'epoch_length', 'worker_positions', 'read_in_order',
+           'sample_spans', 'SpanReader']
 
-# %% ../nbs/24_global_order.ipynb #dcb0def0
+# %% ../nbs/24_global_order.ipynb #01df9e07
+_ROUNDS = 6  # Feistel rounds: 4 already make a pseudo-random permutation (Luby-Rackoff); 2 more for small domains
+_U = np.uint64
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    "splitmix64's finaliser, elementwise on uint64 (wrapping multiplication)."
+    x = (x ^ (x >> _U(30))) * _U(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> _U(27))) * _U(0x94D049BB133111EB)
+    return x ^ (x >> _U(31))
+
+
+def permute_index(
+    i,  # positions in [0, n) (an int or array-like of ints)
+    n: int,  # the size of the permuted range (at most 2^62)
+    seed: int,  # the permutation's seed
+) -> np.ndarray:
+    "`perm(i)` for a seeded bijection `perm` of `[0, n)`, as an int64 array: a Feistel network cycle-walked into `[0, n)`, computed without listing the range."
+    i = np.atleast_1d(np.asarray(i, dtype=np.int64))
+    if n < 1 or n > 1 << 62 or (len(i) and (i.min() < 0 or i.max() >= n)):
+        raise ValueError(f'permute_index: positions must lie in [0, n) with 1 <= n <= 2^62; got n={n}')
+    half = max(1, ((n - 1).bit_length() + 1) // 2)
+    mask, h, keys = _U((1 << half) - 1), _U(half), [_U(mix_seed(seed, r)) for r in range(_ROUNDS)]
+
+    def net(x):
+        lo, hi = x >> h, x & mask
+        for k in keys:
+            lo, hi = hi, lo ^ (_mix64(hi ^ k) & mask)
+        return (lo << h) | hi
+
+    with np.errstate(over='ignore'):
+        out = net(i.astype(_U))
+        out_of_range = out >= _U(n)
+        while out_of_range.any():  # cycle walking: each walk ends, the cycle holds its start, which is < n
+            out[out_of_range] = net(out[out_of_range])
+            out_of_range = out >= _U(n)
+    return out.astype(np.int64)
+
+# %% ../nbs/24_global_order.ipynb #e030bc73
 BLOCK_SHARDS = 8  # shards whose samples are interleaved in one block of the global order
 
 
 class GlobalOrder:
-    "Pass `pass_` of epoch `epoch` over shards of `lengths`: the shards shuffled, cut into blocks of `block_shards`, each block's samples permuted."
+    "Pass `pass_` of epoch `epoch` over shards of `lengths`: the shards shuffled, cut into blocks of `block_shards`, each block's samples permuted (`permute_index`: nothing sized by the lengths)."
 
     def __init__(
         self,
@@ -33,36 +73,52 @@ class GlobalOrder:
     ):
         if block_shards < 1:
             raise ValueError(f'block_shards must be >= 1; got {block_shards!r}')
-        if not lengths or min(lengths) < 0 or sum(lengths) == 0:
-            raise ValueError(f'the global order needs shard lengths with samples; got {list(lengths)[:8]!r}')
+        bad = next(
+            (
+                (k, n)
+                for k, n in enumerate(lengths)
+                if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 0 <= n <= MAX_SAMPLES
+            ),
+            None,
+        )
+        if bad is not None:
+            raise ValueError(
+                f'the global order needs shard_lengths that are integers from 0 to {MAX_SAMPLES:,}; '
+                f'shard {bad[0]} has {printable(repr(bad[1]), 40)}: fix shard_lengths in _info.json'
+            )
+        if not len(lengths) or sum(lengths) == 0 or sum(lengths) > MAX_SAMPLES:
+            raise ValueError(
+                f'the global order needs shard_lengths with samples (at most {MAX_SAMPLES:,} in all); got {list(lengths)[:8]!r}: fix _info.json'
+            )
         self.lengths, self.seed, self.epoch, self.pass_ = [int(n) for n in lengths], seed, epoch, pass_
         shards = np.random.default_rng(mix_seed(seed, epoch, pass_, 0)).permutation(len(lengths)).tolist()
         self.blocks = [shards[i : i + block_shards] for i in range(0, len(shards), block_shards)]
-        sizes = [sum(self.lengths[s] for s in b) for b in self.blocks]
-        self.starts = np.cumsum([0] + sizes).tolist()  # the position of each block's first sample
+        self._firsts = [np.cumsum([0] + [self.lengths[s] for s in b]) for b in self.blocks]  # within each block
+        self.starts = np.cumsum([0] + [int(f[-1]) for f in self._firsts]).tolist()  # each block's first position
         self.total = self.starts[-1]
-        self._perm = {}
 
     def block_of(self, q: int) -> int:
         return bisect.bisect_right(self.starts, q) - 1
 
-    def members(self, b: int) -> list:
-        "Block b's samples as (shard, member) in the order: all the block's members, permuted with the block's seed."
-        if b not in self._perm:
-            pairs = [(s, m) for s in self.blocks[b] for m in range(self.lengths[s])]
-            perm = np.random.default_rng(mix_seed(self.seed, self.epoch, self.pass_, b + 1)).permutation(len(pairs))
-            self._perm = {b: [pairs[i] for i in perm]}  # one block at a time: a worker walks the blocks in order
-        return self._perm[b]
+    def take(self, b: int, offsets) -> tuple:
+        "(shards, members): arrays of the (shard, member) at `offsets` (array-like) into block b, permuted with the block's seed."
+        size = self.starts[b + 1] - self.starts[b]
+        i = permute_index(offsets, size, mix_seed(self.seed, self.epoch, self.pass_, b + 1))
+        j = np.searchsorted(self._firsts[b], i, side='right') - 1
+        return np.asarray(self.blocks[b], dtype=np.int64)[j], i - self._firsts[b][j]
 
     def __len__(self) -> int:
         return self.total
 
     def __getitem__(self, q: int) -> tuple:
         "(shard, member) at position q of the pass."
+        if not 0 <= q < self.total:
+            raise IndexError(f'position {q} is outside the pass of {self.total:,} samples')
         b = self.block_of(q)
-        return self.members(b)[q - self.starts[b]]
+        s, m = self.take(b, [q - self.starts[b]])
+        return int(s[0]), int(m[0])
 
-
+# %% ../nbs/24_global_order.ipynb #dcb0def0
 def epoch_length(num_samples: int, global_batch: int, start: int = 0) -> int:
     "Where the epoch ends in the global order: after `start`, whole global batches covering the epoch's `num_samples`."
     return start + max(0, math.ceil((num_samples - start) / global_batch)) * global_batch
@@ -84,6 +140,9 @@ def worker_positions(
         yield from range(p, p + batch_size)
 
 # %% ../nbs/24_global_order.ipynb #1e53df10
+READ_CHUNK = 1 << 16  # the most positions of a block `read_in_order` gathers before it reads: what it holds is bounded
+
+
 def read_in_order(
     source,  # a stream source (`timmdata.shard_io`): `shards`, `shard_lengths`, `iter_shard`, `name_of`
     positions: Sequence[int],  # increasing global positions of the epoch (`worker_positions`)
@@ -91,21 +150,25 @@ def read_in_order(
     epoch: int,  # the run's seed and the epoch
     block_shards: int = BLOCK_SHARDS,  # shards per block of the order
 ) -> Iterator[tuple]:
-    "(position, shard, key, image, target) for each position, in order: each block read once, its shards in turn, keeping only these positions' samples."
-    lengths, pos, order = source.shard_lengths, list(positions), None
-    total, i = sum(lengths), 0
-    while i < len(pos):
-        pass_, q = divmod(pos[i], total)
+    "(position, shard, key, image, target) for each position, in order: each block read once (in pieces of at most `READ_CHUNK` positions), its shards in turn, keeping only these positions' samples."
+    lengths, order = source.shard_lengths, None
+    total = GlobalOrder(lengths, seed, epoch, 0, block_shards).total  # the lengths checked
+    todo = iter(positions)
+    nxt = next(todo, None)
+    while nxt is not None:
+        pass_, q = divmod(nxt, total)
         if order is None or order.pass_ != pass_:
             order = GlobalOrder(lengths, seed, epoch, pass_, block_shards)
         b = order.block_of(q)
-        j, lo, hi = i, pass_ * total + order.starts[b], pass_ * total + order.starts[b + 1]
-        while j < len(pos) and pos[j] < hi:
-            j += 1  # this worker's positions in block b
-        members = order.members(b)
+        lo, hi, chunk = pass_ * total + order.starts[b], pass_ * total + order.starts[b + 1], []
+        while nxt is not None and nxt < hi and len(chunk) < READ_CHUNK:  # this worker's next positions in block b
+            if nxt < lo:
+                raise ValueError(f'read_in_order: positions must increase; got {nxt} after {chunk[-1]}')
+            chunk.append(nxt)
+            nxt = next(todo, None)
+        shards, members = (a.tolist() for a in order.take(b, np.asarray(chunk, dtype=np.int64) - lo))
         want = {}
-        for p in pos[i:j]:
-            s, m = members[p - lo]
+        for s, m in zip(shards, members):
             want.setdefault(s, set()).add(m)
         got = {}
         for s in order.blocks[
@@ -125,14 +188,12 @@ def read_in_order(
             finally:
                 it.close()
             if n <= last:
-                raise RuntimeError(
+                raise ShardError(
                     f'shard {source.name_of(source.shards[s])} holds {n} samples but its listing says {lengths[s]}: '
                     f'the global order needs exact shard_lengths (write _info.json again with timmdata shards)'
                 )
-        for p in pos[i:j]:
-            s, m = members[p - lo]
+        for p, s, m in zip(chunk, shards, members):
             yield (p, source.shards[s]) + got.pop((s, m))
-        i = j
 
 # %% ../nbs/24_global_order.ipynb #b2c3d4e5
 _END = bytes(1024)  # a tar's end-of-archive blocks: a sample's span read alone parses as a whole tar
@@ -231,7 +292,7 @@ class SpanReader:
         block_shards: int = BLOCK_SHARDS,  # shards per block of the order
     ) -> Iterator[tuple]:
         "(position, shard, key, image, target) for each position: each sample read alone, in the order's sequence."
-        total, order = sum(self.lengths), None
+        total, order = GlobalOrder(self.lengths, seed, epoch, 0, block_shards).total, None  # the lengths checked
         for p in positions:
             pass_, q = divmod(p, total)
             if order is None or order.pass_ != pass_:

@@ -221,10 +221,13 @@ class HfdsReader(Reader):
             self.class_to_idx = self.target.class_map
             names = {i: n for n, i in source.items()}
             cmap = self.class_to_idx
+            seen, at = np.unique(
+                labels, return_inverse=True
+            )  # remapped by the labels seen, never a range up to the largest
             remap = np.array(
-                [cmap.get(names.get(i), cmap.get(i, -1)) for i in range(max(source.values()) + 1)], np.int64
+                [cmap.get(names.get(i), cmap.get(i, -1)) if i >= 0 else -1 for i in seen.tolist()], np.int64
             )
-            labels = np.where(labels >= 0, remap[np.clip(labels, 0, len(remap) - 1)], -1)
+            labels = remap[at.reshape(-1)]
             rows = np.flatnonzero(labels >= 0)
             labels = labels[rows]
             if not len(rows):

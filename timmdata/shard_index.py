@@ -29,8 +29,8 @@ from .untrusted import FileTooLargeError, atomic_write, open_regular, printable
 from .settings import setting
 
 # %% auto #0
-__all__ = ['INDEX_FILE', 'INDEX_VERSION', 'MAX_INDEX_BYTES', 'http_range', 'stat_shard', 'scan_shard', 'index_path', 'load_index',
-           'ShardReader', 'is_shard_folder']
+__all__ = ['INDEX_FILE', 'INDEX_VERSION', 'MAX_INDEX_BYTES', 'CLASS_NAMES_DENSE', 'http_range', 'stat_shard', 'scan_shard',
+           'index_path', 'load_index', 'ShardReader', 'is_shard_folder']
 
 # %% ../nbs/23_shard_index.ipynb #303255e8
 INDEX_FILE = (
@@ -563,13 +563,24 @@ def _only_split(root) -> str:
     )
 
 
+CLASS_NAMES_DENSE = (
+    1 << 16
+)  # up to this many classes a reader names every index below num_classes; above, the labels seen
+
+
 def _class_to_idx(info, nc, targets) -> dict:
-    "Class names from `_info.json` (as `timmdata shards` writes them) when they fit, else the indices as names."
+    "Class names from `_info.json` (as `timmdata shards` writes them) when they fit; else the indices as names: each one below `num_classes` (or the largest label + 1) when that is at most `CLASS_NAMES_DENSE`, else only the labels seen."
     c2i = (info or {}).get('class_to_idx')
-    n = nc or (int(targets.max()) + 1 if len(targets) else 0)
-    if isinstance(c2i, dict) and sorted(c2i.values()) == list(range(len(c2i))) and len(c2i) >= n:
+    seen = np.unique(targets[targets >= 0])  # what the data confirms: never a range sized by one huge label
+    n = nc or (int(seen[-1]) + 1 if len(seen) else 0)
+    if (
+        isinstance(c2i, dict)
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in c2i.values())
+        and sorted(c2i.values()) == list(range(len(c2i)))
+        and len(c2i) >= n
+    ):
         return dict(c2i)
-    return {str(i): i for i in range(n)}
+    return {str(i): i for i in (range(n) if n <= CLASS_NAMES_DENSE else seen.tolist())}
 
 # %% ../nbs/23_shard_index.ipynb #5a0bc6e2
 def is_shard_folder(root) -> bool:

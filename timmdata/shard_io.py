@@ -8,7 +8,7 @@ import functools, http.client, io, json, os, re, socket, subprocess, tempfile, t
 from pathlib import Path
 from typing import Iterator, Optional
 from .readers import MAX_JSON_BYTES, natural_key, relative_name, split_names
-from .untrusted import inside
+from .untrusted import InfoError, check_info, inside, printable
 from timmdata.shard_cache import (
     REQUEST_DEADLINE,
     SHARD_DEADLINE,
@@ -30,7 +30,12 @@ from .readers.class_map import RecordTargets
 
 # %% ../nbs/22_shard_io.ipynb #2eb1e367
 class ShardError(OSError):
-    "A shard (file or URL) that could not be opened or read; the message names it and says what to do."
+    "A shard (file or URL) that could not be opened or read; the message names it and says what to do (escaped when shown: shard and member names are the dataset's to choose)."
+
+    def __str__(self):
+        return printable(
+            super().__str__(), None
+        )  # a name holding a terminal escape sequence is printed, never acted on
 
 
 class ShardNotFoundError(ShardError, FileNotFoundError):
@@ -605,23 +610,23 @@ def load_info(
         if data is None:
             continue
         if len(data) > MAX_JSON_BYTES:
-            raise ValueError(
+            raise InfoError(
                 f'{shard_name(url)} is over {MAX_JSON_BYTES:,} bytes (timmdata.readers.MAX_JSON_BYTES): '
                 f'not an info file of a dataset; fix or remove it'
             )
         try:
             info = json.loads(data)
-        except ValueError as e:
-            raise ValueError(f'{shard_name(url)} is not valid JSON ({e}): fix or remove it') from None
-        if not isinstance(info, dict) or not isinstance(info.get('splits'), dict):
-            raise ValueError(f"{shard_name(url)} has no 'splits' mapping (timm's wds layout): fix or remove it")
-        return info
+        except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the parser goes
+            raise InfoError(f'{shard_name(url)} is not valid JSON ({printable(e, 200)}): fix or remove it') from None
+        return check_info(info, shard_name(url))
     return None
 
 
 def _split_shards(root, split: str, info: Optional[dict]) -> tuple:
     "(shards, shard lengths or None, num_samples or None) of `split`."
     spec, _, count = split.partition('|')
+    if count and not re.fullmatch(r'[0-9]+', count):
+        raise ValueError(f"split {split!r}: the count after '|' must be a number of samples in digits; got {count!r}")
     n = int(count) if count else None
     pattern = any(c in spec for c in '{/') or spec.endswith('.tar') or '::' in spec
     if pattern or (
@@ -634,7 +639,8 @@ def _split_shards(root, split: str, info: Optional[dict]) -> tuple:
             known = {
                 f: l
                 for s in info['splits'].values()
-                for f, l in zip(s.get('filenames', ()), s.get('shard_lengths', ()))
+                for f, l in zip(s['filenames'], s.get('shard_lengths') or ())
+                if isinstance(f, str)
             }
             names = [s.rsplit('/', 1)[-1] for s in shards]
             if all(b in known for b in names):
@@ -699,6 +705,10 @@ class WdsSource:
             and not str(root).endswith('.tar')
             and url_scheme(str(root)) != 'pipe'
         )
+        if num_samples is not None and (
+            isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 0
+        ):
+            raise ValueError(f'num_samples must be an int >= 0 (samples in the split); got {num_samples!r}')
         self.info = (
             load_info(str(root), retries, backoff, timeout, min(self.deadline, REQUEST_DEADLINE)) if probe else None
         )

@@ -17,6 +17,7 @@ from .shard_io import WdsSource
 from .global_order import BLOCK_SHARDS, SpanReader, epoch_length, read_in_order, sample_spans, worker_positions
 from .readers import create_reader, unset
 from .settings import setting
+from .untrusted import MAX_SAMPLES, printable
 
 # %% auto #0
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'SplitsOverWorkers', 'EvenOverWorkers',
@@ -165,7 +166,7 @@ class StreamPlan:
         if spans not in _WARNED:
             _WARNED.add(spans)
             warnings.warn(
-                f"{self.source!r}: {spans}; so this training stream reads in order='shards' (shards dealt to workers, a buffer "
+                f"{printable(repr(self.source))}: {printable(spans)}; so this training stream reads in order='shards' (shards dealt to workers, a buffer "
                 f"shuffle; a saved state resumes only on the same ranks and workers). The elastic global order reads local or "
                 f"http(s) tar shards by position; pass order='shards' to silence this",
                 stacklevel=3,
@@ -421,6 +422,12 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
         _check_source(self.source)
         self.root, self.split, self.is_training, self.batch_size, self.seed = root, split, is_training, batch_size, seed
         self.num_samples = num_samples if num_samples is not None else self.source.num_samples
+        n = self.num_samples
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_SAMPLES):
+            raise ValueError(
+                f'num_samples of {printable(repr(self.source))} must be an int from 0 to {MAX_SAMPLES:,}; got '
+                f'{printable(repr(n), 60)}: pass num_samples=, or fix the count the dataset states'
+            )
         if is_training and not self.num_samples:
             raise ValueError(
                 f'training on {self.source!r} needs the epoch length: pass num_samples=, give the split an _info.json '
@@ -477,7 +484,7 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
                 msg + "; write the shard again, or pass bad_sample='skip' to skip such samples"
             ) from e
         self._bad[g % len(self._bad)] += 1
-        warnings.warn(f'skipped {msg}', stacklevel=3)
+        warnings.warn(printable(f'skipped {msg}', None), stacklevel=3)  # shard and key names escaped
         return None  # in place of the sample, so every worker still yields its count (the collate drops it)
 
     def filename(self, index: int, basename: bool = False, absolute: bool = False):

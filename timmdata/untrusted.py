@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Optional
 
 # %% auto #0
-__all__ = ['MAX_JSON_BYTES', 'UnsafeNameError', 'relative_name', 'inside', 'walk_tree', 'UnsafeFileError', 'create_exclusive',
-           'atomic_write', 'FileTooLargeError', 'open_regular', 'read_regular', 'printable']
+__all__ = ['MAX_JSON_BYTES', 'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPLE_BYTES', 'UnsafeNameError', 'relative_name', 'inside',
+           'walk_tree', 'UnsafeFileError', 'create_exclusive', 'atomic_write', 'FileTooLargeError', 'open_regular',
+           'read_regular', 'printable', 'InfoError', 'info_count', 'check_info']
 
 # %% ../nbs/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -198,3 +199,100 @@ def printable(
     s = s if isinstance(s, str) else str(s)
     out = s if s.isprintable() else ''.join(c if c.isprintable() else repr(c)[1:-1] for c in s)
     return out if limit is None or len(out) <= limit else f'{out[:limit]}... ({len(out):,} characters)'
+
+# %% ../nbs/00_untrusted.ipynb #88109195
+MAX_SAMPLES = 1 << 40  # the most samples `_info.json` may state for a shard or a split (about 200x LAION-5B)
+MAX_CLASSES = 10_000_000  # the most classes `_info.json`'s `num_classes` may state
+MIN_SAMPLE_BYTES = 1024  # a tar member takes a 512-byte header and at least one 512-byte block of data
+
+
+class InfoError(ValueError):
+    "An `_info.json` that does not hold what timm's layout describes: a count of the wrong type, out of range, or at odds with another."
+
+
+def _shown(v) -> str:
+    "A value read from a dataset's file, short and safe to print (never a nested structure whole)."
+    if isinstance(v, bool) or v is None or isinstance(v, float):
+        return repr(v)
+    if isinstance(v, int):
+        return f'{v:,}' if v.bit_length() <= 128 else f'an integer of {v.bit_length():,} bits'
+    if isinstance(v, str):
+        return 'the string ' + printable(repr(v), 60)
+    return f'a {type(v).__name__}' + (f' of {len(v):,} entries' if isinstance(v, (list, dict)) else '')
+
+
+def info_count(
+    v,  # the value read
+    where: str,  # the file and split, for the error
+    field: str,  # the field, for the error ('num_samples', 'shard_lengths[3]')
+    limit: int = MAX_SAMPLES,  # the largest plausible value
+) -> int:
+    "`v` if it is an integer in [0, `limit`] (not a bool, a string of digits or a float); else `InfoError` naming the file, the field and the value."
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= limit:
+        raise InfoError(
+            f'{where}: {field} is {_shown(v)}, not a count (an integer from 0 to {limit:,}, written in digits): '
+            f'fix the info file, or write it again with timmdata shards'
+        )
+    return v
+
+# %% ../nbs/00_untrusted.ipynb #bc9cc24b
+def check_info(
+    info,  # the parsed JSON
+    where: str,  # the file it came from, for the errors
+) -> dict:
+    "`info` if its splits, names and counts hold (see above); else `InfoError` naming the file, the field and the value."
+    if not isinstance(info, dict) or not isinstance(info.get('splits'), dict):
+        raise InfoError(f"{where} has no 'splits' mapping (timm's wds layout): fix or remove it")
+    if info.get('num_classes') is not None:
+        info_count(info['num_classes'], where, 'num_classes', MAX_CLASSES)
+    for name, sp in info['splits'].items():
+        at = f'{where} split {printable(repr(name), 60)}'
+        if not isinstance(sp, dict):
+            raise InfoError(
+                f'{at} is {_shown(sp)}, not a mapping (filenames, shard_lengths, num_samples): fix the file'
+            )
+        files = sp.get('filenames')
+        if not isinstance(files, list):
+            raise InfoError(f'{at}: filenames is {_shown(files)}, not a list of shard names: fix the file')
+        for k, f in enumerate(files):  # (what a name may point at is `relative_name`'s to check)
+            if isinstance(f, str) and (
+                len(f) > 4096 or any(len(p.encode('utf-8', 'replace')) > 255 for p in f.split('/'))
+            ):
+                raise InfoError(
+                    f'{at}: filenames[{k}] is {_shown(f)} ({len(f):,} characters), longer than a file name can be '
+                    f'(255 bytes a part, 4,096 in all): fix the file'
+                )
+        lists = {}
+        for field in ('shard_lengths', 'shard_bytes'):
+            v = sp.get(field)
+            if v is None or v == []:
+                continue  # not given (an empty list, as timm reads it, too)
+            if not isinstance(v, list) or len(v) != len(files):
+                raise InfoError(
+                    f'{at}: {field} is {_shown(v)}, not a list of {len(files):,} counts, one per name of filenames: fix the file'
+                )
+            lists[field] = v
+        sizes = lists.get('shard_bytes') or [None] * len(files)
+        for k, b in enumerate(sizes):
+            if b is not None:  # a shard's size may be left out (null)
+                info_count(b, at, f'shard_bytes[{k}]', 1 << 62)
+        lengths = lists.get('shard_lengths')
+        for k, n in enumerate(lengths or ()):
+            info_count(n, at, f'shard_lengths[{k}]')
+            if sizes[k] is not None and n > sizes[k] // MIN_SAMPLE_BYTES:
+                raise InfoError(
+                    f'{at}: shard_lengths[{k}] is {n:,} but shard_bytes[{k}] is {sizes[k]:,}: a shard of that size holds at '
+                    f'most {sizes[k] // MIN_SAMPLE_BYTES:,} samples (a tar member takes at least {MIN_SAMPLE_BYTES:,} bytes); '
+                    f'fix the file, or write it again with timmdata shards'
+                )
+        total = sum(lengths) if lengths else None
+        if total is not None and total > MAX_SAMPLES:
+            raise InfoError(f'{at}: shard_lengths add up to {total:,}, over {MAX_SAMPLES:,} samples: fix the file')
+        if sp.get('num_samples') is not None:
+            ns = info_count(sp['num_samples'], at, 'num_samples')
+            if total is not None and ns != total:
+                raise InfoError(
+                    f'{at}: num_samples is {ns:,} but its shard_lengths add up to {total:,}: fix the file, or write it '
+                    f'again with timmdata shards (pass num_samples= to read fewer samples an epoch)'
+                )
+    return info

@@ -426,7 +426,9 @@ class CsvReader(Reader):
             raise FileNotFoundError(
                 f'{path!r}: first image {files[0]!r} not found at {os.path.join(self.root, files[0])!r}; paths are relative to the CSV\'s folder'
             )
-        ints = all(re.fullmatch(r'[+-]?\d+', l) for l in labels)
+        ints = all(
+            re.fullmatch(r'[+-]?[0-9]{1,18}', l) for l in labels
+        )  # ASCII digits that fit an int64; else the labels are names
         keys = (
             [str(int(l)) for l in labels] if ints else labels
         )  # integer labels are named canonically: '+07' is class '7'
