@@ -8,11 +8,22 @@ import errno, fcntl, grp, hashlib, os, pwd, queue, re, stat, sys, threading, tim
 from contextlib import contextmanager
 from typing import Callable, Optional
 from .untrusted import UnsafeFileError, create_exclusive, printable
+from timmdata.net import (  # the bounds of network reads: defined there, used (and re-exported) here
+    DRAIN_BYTES,
+    DRAIN_SECONDS,
+    LOCK_WAIT,
+    REQUEST_DEADLINE,
+    SHARD_DEADLINE,
+    BadAnswerError,
+    Deadline,
+    DeadlineError,
+    check_seconds,
+    content_length,
+    public_url,
+)
 
 # %% auto #0
-__all__ = ['REQUEST_DEADLINE', 'SHARD_DEADLINE', 'LOCK_WAIT', 'DRAIN_BYTES', 'DRAIN_SECONDS', 'parse_size', 'is_remote',
-           'cache_name', 'public_url', 'DeadlineError', 'BadAnswerError', 'Deadline', 'content_length', 'CacheDirError',
-           'check_cache_dir', 'ShardCache', 'ShardPrefetcher']
+__all__ = ['parse_size', 'is_remote', 'cache_name', 'CacheDirError', 'check_cache_dir', 'ShardCache', 'ShardPrefetcher']
 
 # %% ../nbs/21_shard_cache.ipynb #512ddfc9
 _UNITS = {
@@ -64,80 +75,6 @@ def cache_name(url: str) -> str:
     clean = re.sub(r'^([a-zA-Z][a-zA-Z0-9+.-]+://)[^/@]*@', r'\1', str(url)).split('?', 1)[0]
     base = re.sub(r'[^A-Za-z0-9._-]', '_', clean.rstrip('/').rsplit('/', 1)[-1])[-80:].lstrip('.') or 'shard'
     return hashlib.sha1(clean.encode('utf-8', 'surrogateescape')).hexdigest()[:16] + '-' + base
-
-# %% ../nbs/21_shard_cache.ipynb #c39b0002
-REQUEST_DEADLINE = (
-    300.0  # seconds one HTTP request may take in all, connect to last byte (`_info.json`, a HEAD, a ranged read)
-)
-SHARD_DEADLINE = 3600.0  # seconds one shard's stream may take in all, open to close (a 1 GB shard at 0.3 MB/s)
-LOCK_WAIT = (
-    SHARD_DEADLINE  # seconds a reader waits on another process's download of the same shard (itself bounded as above)
-)
-DRAIN_BYTES = 64 << 20  # at close, the most bytes of a shard's rest read to complete its cached copy (else not kept)
-DRAIN_SECONDS = 30.0  # ... and the most seconds
-
-
-def public_url(url) -> str:
-    "`url` as shown in messages: without a user:password part or a query string (presigned URLs carry secrets there)."
-    return re.sub(r'^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@', r'\1', str(url)).split('?', 1)[0]
-
-
-class DeadlineError(TimeoutError):
-    "A network read, or a wait on another process's download, past its deadline; the message names the deadline and the URL. Not retried."
-
-
-class BadAnswerError(OSError):
-    "A server's answer timmdata will not read: a length not written in ASCII digits, a ranged answer that is not the range asked or is longer than it."
-
-
-def _seconds(v, param: str) -> float:
-    "`v` as seconds, checked: a number > 0."
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-        raise ValueError(f'{param} must be a number of seconds > 0; got {v!r}')
-    return float(v)
-
-
-class Deadline:
-    "When a network read must end, on a monotonic clock: `left()` seconds, `expired()` the error naming the deadline and the URL."
-
-    def __init__(
-        self,
-        seconds: float,  # from now
-        url: str,  # what is read, for the error (its credentials and query are not shown)
-        param: str = 'deadline',  # the keyword that sets it, for the error
-        error: type = DeadlineError,  # the class of the error raised past it
-    ):
-        self.seconds, self.url, self.param, self.error = _seconds(seconds, param), url, param, error
-        self.at = time.monotonic() + self.seconds
-
-    def left(self) -> float:
-        return self.at - time.monotonic()
-
-    def shorten(self, seconds: float):
-        "End at most `seconds` from now (a drain on close)."
-        self.at = min(self.at, time.monotonic() + seconds)
-
-    def expired(self) -> Exception:
-        return self.error(
-            f'{printable(public_url(self.url))}: not read within its {self.param} of {self.seconds:g} s (the server '
-            f'sends too slowly, or without end): check the server, or pass a larger {self.param}'
-        )
-
-
-def content_length(
-    headers,  # a response's headers (None: none)
-    url: str,  # the request, for the error
-) -> Optional[int]:
-    "A response's `Content-Length` in bytes, or None without one; anything but ASCII digits is a `BadAnswerError` (`'²'.isdigit()` is true, `int(' 1_0 ')` is 10)."
-    v = None if headers is None else headers.get('Content-Length')
-    if v is None:
-        return None
-    if re.fullmatch(r'[0-9]{1,20}', v):
-        return int(v)
-    raise BadAnswerError(
-        f'{printable(public_url(url))}: the server sent Content-Length {printable(v, 40)!r}, not a byte count in '
-        f'ASCII digits: a broken or hostile server; check it'
-    )
 
 # %% ../nbs/21_shard_cache.ipynb #c39b0005
 _SHARD_FILE = re.compile(r'([0-9a-f]{16}-[A-Za-z0-9._-]{1,80})\.([0-9]{1,20})\.shard')  # `cache_name`.size.shard
@@ -250,7 +187,8 @@ def _allocate(fd: int, start: int, n: int):
     except OSError as e:
         if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             raise
-        os.ftruncate(fd, start + n)  # a file system without fallocate: a sparse extension, counted all the same
+        if os.fstat(fd).st_size < start + n:  # never shrinks a claim (below)
+            os.ftruncate(fd, start + n)  # a file system without fallocate: a sparse extension, counted all the same
 
 
 def _wait_lock(fd: int, seconds: float, url: str, path: str):
@@ -395,7 +333,8 @@ class _Tee:
         self.cache, self.src, self.url, self.size, self.lock_fd = cache, src, url, size, lock_fd
         self.sha256, self.h = sha256, hashlib.sha256() if sha256 else None
         self.tmp = os.path.join(cache.dir, f'{cache_name(url)}.{os.getpid()}.{threading.get_ident()}.part')
-        self.out, self.written, self.reserved, self.tail = None, 0, 0, b''
+        self.out, self.written, self.reserved, self.claimed, self.tail = None, 0, 0, 0, b''
+        self.unfit = False  # the announced size did not fit beside the other shards: read uncached
         with cache._locked():
             for f in os.listdir(
                 cache.dir
@@ -409,11 +348,22 @@ class _Tee:
                 )  # unbuffered: a forked child has nothing to flush
             except OSError:
                 self.out = None  # read on, uncached
+            if self.out is not None and size:  # the announced size is claimed (a sparse file: no disk used) so that
+                # downloads side by side do not overcommit and drop each other halfway; blocks come in steps below
+                if cache._room(size):
+                    os.ftruncate(self.out.fileno(), size)
+                    self.claimed = size
+                else:
+                    self._drop(locked=True)
+                    self.unfit = True
 
     def _grow(self, n: int) -> bool:
         "Reserve `n` bytes in all: eviction and growth in one critical section."
         with self.cache._locked():
-            if self.out is None or not self.cache._room(n - self.reserved):
+            if self.out is None:
+                return False
+            extra = n - max(self.reserved, self.claimed)  # only what goes past the claim needs more room
+            if extra > 0 and not self.cache._room(extra):
                 return False
             _allocate(self.out.fileno(), self.reserved, n - self.reserved)
             self.reserved = n
@@ -582,7 +532,7 @@ class ShardCache(_Folder):
         lock_wait: float = LOCK_WAIT,  # seconds to wait on another process's download of the same shard
     ):
         super().__init__(cache_dir, limit, shared)
-        self.opener, self.lock_wait = opener, _seconds(lock_wait, 'lock_wait')
+        self.opener, self.lock_wait = opener, check_seconds(lock_wait, 'lock_wait')
         self._warned = set()
         self.prefetcher = ShardPrefetcher(self, prefetch, order)  # fetches the next shards in a thread
         self._known = _known_shards(info)  # base name -> (bytes, sha256) from the info file
@@ -717,7 +667,10 @@ class ShardCache(_Folder):
                     self._uncached(url, size)
                     _close_held(fd)
                     return src  # bigger than the whole cache
-                return _Tee(self, src, url, size, fd, sha)
+                tee = _Tee(self, src, url, size, fd, sha)
+                if tee.unfit:
+                    self._uncached(url, size)
+                return tee
             except BaseException:
                 _close_held(fd)
                 if src is not None:
@@ -740,6 +693,7 @@ class ShardPrefetcher:
     ):
         self.cache, self.prefetch = cache, prefetch
         self._q = self._thread = self._pid = None
+        self._at = -1
         self.plan(order)
 
     def __getstate__(self):
@@ -753,6 +707,7 @@ class ShardPrefetcher:
     def after(self, url: str, timeout: float):
         "Fetch the shards after `url` in the plan into the cache in the background (errors there are left to the reader that opens them later)."
         i = self._pos.get(url)
+        self._at = -1 if i is None else i  # where the reader is: a queued shard it has reached is not fetched late
         urls = () if i is None or self.prefetch <= 0 else self.order[i + 1 : i + 1 + self.prefetch]
         if not urls:
             return
@@ -771,7 +726,9 @@ class ShardPrefetcher:
         while True:
             url, timeout = q.get()
             try:
-                if self.cache.path(url) is None:
+                # the reader opened it (or passed it) before this thread came to it: fetching it now would only
+                # download it twice and evict what the reader needs next
+                if self._pos.get(url, -1) > self._at and self.cache.path(url) is None:
                     with self.cache._open(url, timeout, None) as f:
                         while f.read(1 << 20):
                             pass

@@ -18,11 +18,12 @@ from timmdata.shard_cache import (
     ShardCache,
     content_length,
 )
+from .net import http_open
 
 # %% auto #0
 __all__ = ['MAX_MEMBER_BYTES', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError', 'ShardTruncatedError',
            'TransientShardError', 'ShardDeadlineError', 'url_scheme', 'shard_name', 'is_transient_error',
-           'expand_braces', 'join_url', 'shard_list', 'http_open', 'open_shard', 'tar_members', 'iter_tar', 'split_key',
+           'expand_braces', 'join_url', 'shard_list', 'open_shard', 'tar_members', 'iter_tar', 'split_key',
            'group_samples', 'parse_keys', 'sample_target', 'load_info', 'WdsSource']
 
 # %% ../nbs/22_shard_io.ipynb #f16af843
@@ -158,150 +159,6 @@ def shard_list(
     if not out:
         raise ValueError(f'shard list {spec!r} names no shards')
     return out
-
-# %% ../nbs/22_shard_io.ipynb #c39c0002
-class _TimedSocket:
-    "A connected socket whose every receive and send ends within the time left before a `Deadline` (each also within the stall `timeout`)."
-
-    def __init__(self, sock, deadline: Deadline, stall: Optional[float]):
-        self._sock, self._deadline, self._stall, self._files, self._closed = sock, deadline, stall, 0, False
-
-    def __getattr__(self, k):
-        return getattr(self._sock, k)
-
-    def _io(self, fn, *a):
-        left = self._deadline.left()
-        if left <= 0:
-            raise self._deadline.expired()
-        self._sock.settimeout(left if self._stall is None else min(self._stall, left))
-        try:
-            return fn(*a)
-        except socket.timeout:
-            if self._deadline.left() <= 0:
-                raise self._deadline.expired() from None
-            raise
-
-    def recv_into(self, *a):
-        return self._io(self._sock.recv_into, *a)
-
-    def recv(self, *a):
-        return self._io(self._sock.recv, *a)
-
-    def sendall(self, *a):
-        return self._io(self._sock.sendall, *a)
-
-    def send(self, *a):
-        return self._io(self._sock.send, *a)
-
-    def makefile(self, mode='rb', *a, **k):
-        "The buffered reader `http.client` reads a response through: every receive it makes passes the deadline."
-        if mode != 'rb':
-            raise ValueError(f'_TimedSocket.makefile: only mode rb; got {mode!r}')
-        self._files += 1
-        return io.BufferedReader(_TimedReader(self))
-
-    def _release(self):
-        self._files -= 1
-        if self._closed and not self._files:
-            self._sock.close()
-
-    def close(self):
-        "Closed once its readers are (`urllib` closes the connection while the response still reads from it)."
-        self._closed = True
-        if not self._files:
-            self._sock.close()
-
-
-class _TimedReader(io.RawIOBase):
-    def __init__(self, sock: _TimedSocket):
-        self._s = sock
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        return self._s.recv_into(b)
-
-    def close(self):
-        if not self.closed:
-            super().close()
-            self._s._release()
-
-
-class _Timed:
-    "An HTTP(S) connection made and used within a `Deadline`."
-
-    def __init__(self, *a, deadline: Deadline, **k):
-        super().__init__(*a, **k)
-        self._deadline = deadline
-
-    def connect(self):
-        stall, left = self.timeout, self._deadline.left()
-        if left <= 0:
-            raise self._deadline.expired()
-        stall = stall if isinstance(stall, (int, float)) else None  # socket's global default: no stall timeout
-        self.timeout = left if stall is None else min(stall, left)
-        try:
-            super().connect()
-        except socket.timeout:
-            if self._deadline.left() <= 0:
-                raise self._deadline.expired() from None
-            raise
-        finally:
-            self.timeout = stall
-        self.sock = _TimedSocket(self.sock, self._deadline, stall)
-
-
-class _TimedHTTP(_Timed, http.client.HTTPConnection):
-    pass
-
-
-class _TimedHTTPS(_Timed, http.client.HTTPSConnection):
-    pass
-
-
-class _TimedHTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, deadline: Deadline):
-        super().__init__()
-        self._deadline = deadline
-
-    def http_open(self, req):
-        return self.do_open(functools.partial(_TimedHTTP, deadline=self._deadline), req)
-
-
-class _TimedHTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: Deadline):
-        super().__init__()
-        self._deadline = deadline
-
-    def https_open(self, req):
-        k = {'context': self._context}
-        if getattr(self, '_check_hostname', None) is not None:  # Python < 3.12
-            k['check_hostname'] = self._check_hostname
-        return self.do_open(functools.partial(_TimedHTTPS, deadline=self._deadline), req, **k)
-
-
-def http_open(
-    url: str,  # an http(s) URL
-    timeout: float = 60.0,  # seconds the connection may stall
-    deadline: Optional[
-        Deadline
-    ] = None,  # when the request, its redirects and its body must be read by; None: `REQUEST_DEADLINE` from now
-    headers: Optional[dict] = None,  # extra request headers (`Range`)
-    method: Optional[str] = None,  # 'GET' (None) or 'HEAD'
-):
-    "The response to an HTTP(S) request (urllib's: redirects, proxies, `HTTPError`), every read of it within `deadline` (as `response.deadline`)."
-    deadline = Deadline(REQUEST_DEADLINE, url) if deadline is None else deadline
-    opener = urllib.request.build_opener(_TimedHTTPHandler(deadline), _TimedHTTPSHandler(deadline))
-    req = urllib.request.Request(url, headers={'User-Agent': 'timmdata', **(headers or {})}, method=method)
-    try:
-        r = opener.open(req, timeout=timeout)
-    except urllib.error.URLError as e:
-        if isinstance(getattr(e, 'reason', None), DeadlineError):
-            raise e.reason from None
-        raise
-    r.deadline = deadline
-    return r
 
 # %% ../nbs/22_shard_io.ipynb #edc2770c
 class _PipeStream:

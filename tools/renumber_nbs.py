@@ -39,7 +39,7 @@ SECTIONS = [
                                           'readers.reader_image_in_tar', 'readers.reader_image_tar', 'readers.reader_factory', 'decode', 'stages', 'resample', 'transforms']),
     ('Augmentation', ['auto_augment', 'random_erasing', 'jitter', 'target_transforms', 'tf_preprocessing',
                       'naflex_transforms', 'transforms_factory']),
-    ('Datasets, shards and streams', ['store', 'dataset', 'shard_cache', 'shard_io', 'shard_index', 'global_order',
+    ('Datasets, shards and streams', ['store', 'dataset', 'net', 'shard_cache', 'shard_io', 'shard_index', 'global_order',
                                       'streaming', 'hf_readers', 'readers.reader_wds', 'readers.reader_hfds',
                                       'readers.reader_hfids', 'readers._hfds']),
     ('Batches and the device', ['collate', 'mixup', 'batch_ring', 'feeder', 'prefetch']),
