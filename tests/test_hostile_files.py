@@ -263,6 +263,38 @@ def test_a_fifo_shard_is_refused_not_waited_on(tmp_path):
     assert 'ShardError' in out and 'fifo-000000.tar is not a regular file' in out, out
 
 
+def test_a_fifo_info_json_or_shard_is_refused_not_waited_on(tmp_path):
+    "A FIFO named `_info.json`, or named like a shard, in a dataset folder: `load_info` and `open_shard` raise at once, naming it (the open blocked for ever before)."
+    os.mkfifo(tmp_path / '_info.json')
+    os.mkfifo(tmp_path / 'train-000000.tar')
+    out = _in_child(
+        'from timmdata.shard_io import load_info, open_shard\n'
+        'for f in (lambda: load_info(%r), lambda: open_shard(%r)):\n'
+        '    try:\n'
+        '        f(); print("no error")\n'
+        '    except OSError as e:\n'
+        '        print(type(e).__name__, e)\n' % (str(tmp_path), str(tmp_path / 'train-000000.tar'))
+    )
+    assert out.count('not a regular file') == 2 and '_info.json' in out and 'train-000000.tar' in out, out
+
+
+def test_a_linked_info_json_and_shard_are_still_read(tmp_path):
+    "Links the user's own dataset holds (a Hugging Face snapshot's files are links into its blobs) are followed for `_info.json` and shards."
+    from timmdata.shard_io import load_info, open_shard
+
+    blobs = tmp_path / 'blobs'
+    blobs.mkdir()
+    (blobs / 'a').write_text(json.dumps({'splits': {'train': {'num_samples': 0, 'filenames': []}}}))
+    (blobs / 'b').write_bytes(b'x' * 1024)
+    ds = tmp_path / 'ds'
+    ds.mkdir()
+    os.symlink(blobs / 'a', ds / '_info.json')
+    os.symlink(blobs / 'b', ds / 'train-000000.tar')
+    assert load_info(str(ds))['splits']['train']['num_samples'] == 0
+    with open_shard(str(ds / 'train-000000.tar')) as f:
+        assert f.read() == b'x' * 1024
+
+
 def test_store_writers_never_follow_a_planted_tmp_link(tmp_path):
     "`store.atomic_file` (the cache builder's and the shards writer's writer): a link at the old temporary name is left alone."
     from timmdata.store import atomic_file, read_json, write_json_atomic

@@ -192,3 +192,27 @@ def test_naflex_image_larger_than_max_seq_len_is_scaled_down_in_persistent_worke
     finally:
         if loader._iterator is not None:
             loader._iterator._shutdown_workers()
+
+
+def test_hf_imagefolder_of_the_users_own_folder_reads_its_paths(tmp_path):
+    "`hfds/<folder>` over the user's own images (Hugging Face's imagefolder gives path-only values): paths inside the folder are read, as timm reads them; a path outside it is still refused (a downloaded dataset's paths could name any file)."
+    datasets = pytest.importorskip('datasets')
+    from PIL import Image
+    from timmdata import create_dataset
+
+    root = tmp_path / 'Photos'
+    for name in ('cat', 'dog'):
+        (root / 'train' / name).mkdir(parents=True)
+        Image.new('RGB', (4, 4)).save(root / 'train' / name / '0.png')
+    ds = create_dataset(f'hfds/{root}', root=str(tmp_path / 'cache'), split='train')
+    assert len(ds) == 2 and sorted(t for _, t in ds) == [0, 1]
+    outside = tmp_path / 'secret.png'
+    Image.new('RGB', (4, 4)).save(outside)
+    from timmdata.hf_readers import image_bytes
+
+    inside_value = {'bytes': None, 'path': str(root / 'train' / 'cat' / '0.png')}
+    assert image_bytes(inside_value, 'x', root=str(root)) == (root / 'train' / 'cat' / '0.png').read_bytes()
+    with pytest.raises(ValueError, match='only the path'):
+        image_bytes({'bytes': None, 'path': str(outside)}, 'x', root=str(root))
+    with pytest.raises(ValueError, match='only the path'):
+        image_bytes(inside_value, 'x')  # no folder named: a downloaded dataset's path

@@ -15,6 +15,7 @@ from timmdata.readers.targets import (
     multi_field_target,
     parse_target_keys,
 )
+from .untrusted import inside, open_regular
 
 # %% auto #0
 __all__ = ['import_datasets', 'remote_code', 'hf_class_to_idx', 'HfTarget', 'image_bytes', 'load_split', 'HfdsReader',
@@ -101,22 +102,34 @@ class HfTarget(RecordTargets):
         return self.remap(self.raw(record))
 
 
+def _local_root(name, load_kwargs: dict):
+    "The local folder the caller named as a Hugging Face dataset (`hfds/<folder>`, or `data_dir=`), else None."
+    for d in (name, load_kwargs.get('data_dir')):
+        if isinstance(d, (str, os.PathLike)) and os.path.isdir(d):
+            return os.fspath(d)
+    return None
+
+
 def image_bytes(
     value,  # an undecoded `datasets.Image` value: {'bytes': ..., 'path': ...}
     where: str = '',  # what to name in an error
     allow_paths: bool = False,  # read a value that has only a path (a dataset of your own files); else an error
+    root=None,  # the local folder the caller named as the dataset (`hfds/<folder>`, `data_dir=`): paths inside it are read
 ) -> bytes:
-    "The encoded bytes of an image value: its bytes, else (with `allow_paths`) the file at its path."
+    "The encoded bytes of an image value: its bytes, else (with `allow_paths`, or inside `root`) the file at its path."
     if isinstance(value, dict):
         if value.get('bytes'):
             return value['bytes']
         if value.get('path'):
-            if not allow_paths:  # a path in a downloaded dataset could name any file on this machine
+            # a path in a downloaded dataset could name any file on this machine; one inside the folder the caller
+            # named (Hugging Face's imagefolder over the caller's own images) is the caller's own file
+            if not (allow_paths or (root is not None and inside(value['path'], root))):
                 raise ValueError(
                     f"{where}: the image value has no bytes, only the path {value['path']!r}; a dataset's paths are "
-                    f"not read unless you pass allow_paths=True (for a dataset made from your own files)"
+                    f"not read unless they are inside the folder you named or you pass allow_paths=True (for a dataset "
+                    f"made from your own files)"
                 )
-            with open(value['path'], 'rb') as f:
+            with open_regular(value['path'], what='image', follow_links=True) as f:
                 return f.read()
     raise ValueError(f'{where}: the image value has neither bytes nor a path ({type(value).__name__})')
 
@@ -183,7 +196,7 @@ class HfdsReader(Reader):
     ):
         datasets = import_datasets()
         input_key, target_key = input_key or 'image', target_key or 'label'
-        self.allow_paths = allow_paths
+        self.allow_paths, self.path_root = allow_paths, _local_root(name, load_kwargs)
         ds = (
             name if isinstance(name, datasets.Dataset) else _load_map(name, root, split, trust_remote_code, load_kwargs)
         )
@@ -259,7 +272,9 @@ class HfdsReader(Reader):
         if not -len(self) <= i < len(self):
             raise IndexError(f'index {i} out of range for {self._where} ({len(self)} samples)')
         v = self.dataset[int(self._rows[i])][self.input_key]
-        return image_bytes(v, f'{self._where} row {int(self._rows[i])}', self.allow_paths), self._target(i)
+        return image_bytes(
+            v, f'{self._where} row {int(self._rows[i])}', self.allow_paths, self.path_root
+        ), self._target(i)
 
     def _filename(self, i: int) -> str:
         v = self.dataset[int(self._rows[i])][self.input_key]
@@ -290,7 +305,7 @@ class HfidsSource:
         **load_kwargs,  # passed to `datasets.load_dataset_builder` (e.g. data_files)
     ):
         datasets = import_datasets()
-        self.allow_paths = allow_paths
+        self.allow_paths, self.path_root = allow_paths, _local_root(name, load_kwargs)
         input_key, target_key = (
             input_key or 'image',
             target_key or 'label',
@@ -358,7 +373,7 @@ def _iter_shard(self, shard):
                 continue  # a label outside the class map
             yield (
                 f'{shard}/{j}',
-                image_bytes(ex[self.input_key], f'{self.name_of(shard)} sample {j}', self.allow_paths),
+                image_bytes(ex[self.input_key], f'{self.name_of(shard)} sample {j}', self.allow_paths, self.path_root),
                 int(y) if isinstance(y, (int, np.integer)) and not isinstance(y, bool) else y,
             )
     except (OSError, ValueError) as e:

@@ -8,7 +8,7 @@ import functools, http.client, io, json, os, re, socket, subprocess, tempfile, t
 from pathlib import Path
 from typing import Iterator, Optional
 from .readers import MAX_JSON_BYTES, natural_key, relative_name, split_names
-from .untrusted import InfoError, check_info, inside, printable
+from .untrusted import InfoError, check_info, inside, open_regular, printable
 from timmdata.shard_cache import (
     REQUEST_DEADLINE,
     SHARD_DEADLINE,
@@ -239,8 +239,9 @@ def open_shard(
     scheme = url_scheme(url)
     if scheme == 'file':
         path = url[7:] if url.startswith('file://') else url
-        try:
-            return open(path, 'rb')
+        try:  # a FIFO or a device named like a shard is refused at once, never waited on (links are followed:
+            # a Hugging Face snapshot's files are links into its blob store)
+            return open_regular(path, what='shard', follow_links=True)
         except FileNotFoundError as e:
             raise ShardNotFoundError(f'shard {path} does not exist: check the path and the split') from e
     if scheme in ('http', 'https'):

@@ -320,7 +320,7 @@ class WorkerStream:
         if len(self.source.shards) < G:  # checked on every worker, so all fail alike rather than some hanging in DDP
             raise RuntimeError(
                 f'{len(self.source.shards)} shards cannot feed {G} global workers (world size x workers per rank): '
-                f'write more, smaller shards (timmdata shards --shard-size) or use fewer workers'
+                f'some workers would receive no data; write more, smaller shards (timmdata shards --shard-size) or use fewer workers'
             )
         rng = random.Random(mix_seed(self.seed, epoch, g, 1))
         return self._passes(shards, rng), self.samples_per_worker()

@@ -145,12 +145,13 @@ def open_regular(
     path,  # a file of a dataset or a cache
     max_bytes: Optional[int] = None,  # a bigger file is a `FileTooLargeError`, raised before anything is read
     what: str = 'file',  # what the file is, for the error ('shard index', '_info.json')
+    follow_links: bool = False,  # True for a file the user named (a shard, `_info.json` of the root passed): a link is followed, the target must still be a regular file
 ):
     "`path` open for binary reading, if it is a regular file: opened without following a link and without blocking on a FIFO (`O_NOFOLLOW|O_NONBLOCK`), then checked with `fstat`; else `UnsafeFileError` naming it."
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC | _BINARY)
+        fd = os.open(path, os.O_RDONLY | (0 if follow_links else _NOFOLLOW) | _NONBLOCK | _CLOEXEC | _BINARY)
     except OSError as e:
-        if e.errno == errno.ELOOP or (os.path.islink(path) and e.errno != errno.ENOENT):
+        if not follow_links and (e.errno == errno.ELOOP or (os.path.islink(path) and e.errno != errno.ENOENT)):
             raise UnsafeFileError(
                 errno.ELOOP,
                 f'{what} {str(path)!r} is a symbolic link: timmdata reads a dataset\'s files only as regular files (replace the link with the file)',
