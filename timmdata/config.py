@@ -12,8 +12,8 @@ import torch
 # %% auto #0
 __all__ = ['DEFAULT_CROP_PCT', 'DEFAULT_CROP_MODE', 'IMAGENET_DEFAULT_MEAN', 'IMAGENET_DEFAULT_STD', 'IMAGENET_INCEPTION_MEAN',
            'IMAGENET_INCEPTION_STD', 'IMAGENET_DPN_MEAN', 'IMAGENET_DPN_STD', 'OPENAI_CLIP_MEAN', 'OPENAI_CLIP_STD',
-           'CROP_MODES', 'parse_input_size', 'expand_channel_stats', 'color_jitter_factors', 'jitter_ranges',
-           'resolve_data_config', 'resolve_model_data_config', 'mix_seed', 'seed_all']
+           'CROP_MODES', 'GLOBAL_DRAWS', 'parse_input_size', 'expand_channel_stats', 'color_jitter_factors',
+           'jitter_ranges', 'resolve_data_config', 'resolve_model_data_config', 'mix_seed', 'seed_all', 'Draws']
 
 # %% ../nbs/07_config.ipynb #097763e4
 DEFAULT_CROP_PCT = 0.875
@@ -197,3 +197,63 @@ def seed_all(seed: int):
     random.seed(seed)
     torch.default_generator.manual_seed(seed)
     np.random.seed(seed & 0xFFFFFFFF)
+
+# %% ../nbs/07_config.ipynb #df39bbeb
+class Draws:
+    """The random generators of one sample (or batch), seeded from its `key`: `py` (`random.Random`), `torch` (a CPU
+    `torch.Generator`) and `np` (numpy `RandomState`), each made on first use, seeded as `seed_all(key)` seeds the global ones."""
+
+    __slots__ = ('key', '_py', '_torch', '_np')
+
+    def __init__(self, key: int):  # e.g. mix_seed(seed, epoch, position)
+        self.key, self._py, self._torch, self._np = int(key), None, None, None
+
+    @property
+    def py(self) -> random.Random:
+        "Python's generator (`uniform`, `randint`, `choice`, `gauss`...)."
+        if self._py is None:
+            self._py = random.Random(self.key)
+        return self._py
+
+    @property
+    def torch(self) -> torch.Generator:
+        "A CPU torch generator (pass it as `generator=`)."
+        if self._torch is None:
+            self._torch = torch.Generator().manual_seed(self.key)
+        return self._torch
+
+    @property
+    def np(self) -> np.random.RandomState:
+        "A numpy legacy generator (`choice`, `beta`, `dirichlet`...), as `np.random.seed(key)` would leave the global one."
+        if self._np is None:
+            self._np = np.random.RandomState(self.key & 0xFFFFFFFF)
+        return self._np
+
+    def child(self, *tags: int) -> Draws:
+        "Independent draws for a part of this sample or batch (e.g. the batch step after the samples), keyed by `tags`."
+        return Draws(mix_seed(self.key, *tags))
+
+    def __repr__(self):
+        return f'Draws({self.key})'
+
+
+class _GlobalDraws(Draws):
+    "The process's global generators, as `Draws`: what a transform called without draws takes (timm's behaviour)."
+
+    __slots__ = ()
+
+    def __init__(self):
+        super().__init__(0)
+
+    py = property(lambda self: random, doc="The `random` module (its functions are the global `Random`'s methods).")
+    torch = property(lambda self: torch.default_generator, doc="torch's default CPU generator.")
+    np = property(lambda self: np.random, doc="numpy's global legacy generator (the `np.random` functions).")
+
+    def child(self, *tags: int) -> Draws:
+        return self
+
+    def __repr__(self):
+        return 'GLOBAL_DRAWS'
+
+
+GLOBAL_DRAWS = _GlobalDraws()  # the global generators: a transform's default, for callers that seed them (timm's way)
