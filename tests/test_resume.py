@@ -9,7 +9,8 @@ import timmdata.scheduled_sampler as tss  # where create_loader's batch plan tak
 from timmdata.distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
 from timmdata.loader import create_loader
 from timmdata.mixup import FastCollateMixup
-from timmdata.resume import ResumablePrefetchLoader, ResumeStateError
+from timmdata.prefetch import PrefetchLoader
+from timmdata.resume import ResumeStateError
 from timmdata.sample_data import make_sample_dataset
 from _datasets import IndexDataset
 from _helpers import run_epochs as _run, same_batches as _same
@@ -72,7 +73,7 @@ def test_resume_no_set_epoch_and_persistent_workers(root):
 def test_prefetcher_in_flight(root):
     "A prefetcher working 3 batches ahead: the state counts what it handed out."
     torch.manual_seed(3)
-    mk = lambda: ResumablePrefetchLoader(_loader(root, num_workers=2, seed=3).loader, device='cpu', re_prob=0.5, re_mode='pixel',
+    mk = lambda: PrefetchLoader(_loader(root, num_workers=2, seed=3).loader, device='cpu', re_prob=0.5, re_mode='pixel',
                                          re_count=2, num_prefetch=3, color_jitter=0.4)
     ref, _ = _run(mk(), 1)
     head, sd = _run(mk(), 1, stop=2)
@@ -442,7 +443,7 @@ def _alive(pid):
 def test_failing_pass_stops_workers():
     "A pass of a resumable loader without persistent workers that fails: the feeder stops its workers (through resume's DeliveredIterator), not torch's clean-up later."
     ld = create_loader(_FailsAt12(), (3, 8, 8), B, num_workers=2, persistent_workers=False, device='cpu')
-    assert isinstance(ld, ResumablePrefetchLoader) and not ld.loader.persistent_workers
+    assert isinstance(ld, PrefetchLoader) and ld.resumes and not ld.loader.persistent_workers
     pids = set()
     with pytest.raises(ValueError, match='sample 12 is bad') as err:  # held: its frames keep torch's iterator alive
         for _, y in ld: pids.update(y.tolist())

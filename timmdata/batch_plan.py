@@ -11,7 +11,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, Sampler, SequentialSampler
-from .config import mix_seed, seed_all
+from .config import Draws, SampleBatch, mix_seed, seed_all
+from .dataset import ImageDataset
+from .stages import WorkerRows, stage_clock
 from .distributed_sampler import SeededRandomSampler, epoch_order, sampler_kind, world_of
 from .runtime import SEED_MIX, default_rank, pass_epoch
 
@@ -338,27 +340,43 @@ class ResumableBatchSampler(BatchPlan):
 
 # %% ../nbs/33_batch_plan.ipynb #6ac61033
 class SeededDataset(Dataset):
-    "Takes `(index, key)` pairs: seeds `random`, torch and numpy from `key`, then reads `dataset[index]`."
+    "Takes `(index, key)` pairs: reads `dataset[index]` with the draws of `key` (`Draws`; or the global generators seeded from it)."
 
-    def __init__(self, dataset):  # a map-style dataset
-        self.dataset, self.fetched_key = (
-            dataset,
-            None,
-        )  # fetched_key: the first key of the batch fetched last, in this process
+    def __init__(
+        self,
+        dataset,  # a map-style dataset
+        rows: Optional[torch.Tensor] = None,  # `LoaderStats.rows`: add each sample's stage times to this worker's row
+    ):
+        self.dataset, self.rows = dataset, rows
+        self._row = None if rows is None else WorkerRows(rows)
+        self.fetched_key = None  # the first key of the batch fetched last, in this process
 
     def __len__(self) -> int:
         return len(self.dataset)
+
+    @property
+    def explicit(self) -> bool:
+        """Are the samples' draws explicit (`Draws`)? When an `ImageDataset` declares its transform takes them and reads
+        a sample through its `sample` (a subclass that overrides `__getitem__` is read through that, the globals seeded)."""
+        d = self.dataset
+        return isinstance(d, ImageDataset) and type(d).__getitem__ is ImageDataset.__getitem__ and d.draws_explicitly
 
     # set by `create_loader` when the dataset is an `ImageDataset` and the collate is `fast_collate`'s (either worker mode):
     # a batch's training crops then come as `PendingResize`s (JPEGs': `PendingJpegCrop`s), made by the collate in one native call
     # (the thread mode makes a batch per task too, but for a pass's first batch, whose samples it spreads over the threads)
     defer_pixels = False
 
+    def timed(self, rows: torch.Tensor) -> SeededDataset:
+        "A copy that adds each sample's stage times to its worker's row of `rows` (a process-mode loader's)."
+        d = SeededDataset(self.dataset, rows)
+        d.defer_pixels = self.defer_pixels
+        return d
+
     def __getitem__(self, item):
         return self.fetch(item)
 
     def fetch(self, item, defer: bool = False):
-        "The sample of an `(index, key)` pair, with the generators seeded from `key` (`defer`: `ImageDataset.sample`'s)."
+        "The sample of an `(index, key)` pair, drawn from its key (`defer`: `ImageDataset.sample`'s)."
         try:
             index, key = item
         except (TypeError, ValueError):
@@ -366,20 +384,42 @@ class SeededDataset(Dataset):
                 f"SeededDataset takes (index, key) pairs from a ResumableBatchSampler; got {item!r}. "
                 f"Read the wrapped dataset (.dataset) by index"
             ) from None
-        seed_all(key)
+        if self._row is None:
+            return self._sample(index, key, defer)
+        stage_clock.start()
+        try:
+            return self._sample(index, key, defer)
+        finally:
+            r, row = stage_clock.stop(), self._row.row()
+            row[0] += r[0]
+            row[1] += r[1]
+            row[2] += r[2]
+            row[4] += 1
+
+    def _sample(self, index: int, key: int, defer: bool):
+        if self.explicit:
+            return self.dataset.sample(index, defer=defer, rng=Draws(key))
+        seed_all(key)  # compatibility: a transform that draws from the global generators
         return self.item(index, defer)
 
     def item(self, index: int, defer: bool = False):
         "`dataset[index]`, unseeded (the caller seeds); `defer`: `ImageDataset.sample(index, defer=True)`."
         return self.dataset.sample(index, defer=True) if defer else self.dataset[index]
 
+    def batch(self, items: list, samples: list) -> list:
+        "The samples of `items` as the collate takes them: a `SampleBatch` with the batch's draws (or the globals seeded for it)."
+        if not items:
+            return samples
+        self.fetched_key = items[0][1]
+        key = mix_seed(items[0][1], BATCH_TAG)
+        if self.explicit:
+            return SampleBatch(samples, Draws(key))
+        seed_all(key)  # compatibility: a collate that draws from the global generators
+        return samples
+
     def __getitems__(self, items: list) -> list:
-        "One batch (the DataLoader's fetcher calls this); leaves the generators seeded for the collate's draws."
-        out = [self.fetch(i, self.defer_pixels) for i in items]
-        if items:
-            self.fetched_key = items[0][1]
-            seed_all(mix_seed(items[0][1], BATCH_TAG))
-        return out
+        "One batch (the DataLoader's fetcher calls this, then the collate)."
+        return self.batch(items, [self.fetch(i, self.defer_pixels) for i in items])
 
     @property
     def transform(self):

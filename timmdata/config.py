@@ -13,7 +13,8 @@ import torch
 __all__ = ['DEFAULT_CROP_PCT', 'DEFAULT_CROP_MODE', 'IMAGENET_DEFAULT_MEAN', 'IMAGENET_DEFAULT_STD', 'IMAGENET_INCEPTION_MEAN',
            'IMAGENET_INCEPTION_STD', 'IMAGENET_DPN_MEAN', 'IMAGENET_DPN_STD', 'OPENAI_CLIP_MEAN', 'OPENAI_CLIP_STD',
            'CROP_MODES', 'GLOBAL_DRAWS', 'parse_input_size', 'expand_channel_stats', 'color_jitter_factors',
-           'jitter_ranges', 'resolve_data_config', 'resolve_model_data_config', 'mix_seed', 'seed_all', 'Draws']
+           'jitter_ranges', 'resolve_data_config', 'resolve_model_data_config', 'mix_seed', 'seed_all', 'Draws',
+           'SampleBatch']
 
 # %% ../nbs/07_config.ipynb #097763e4
 DEFAULT_CROP_PCT = 0.875
@@ -257,3 +258,11 @@ class _GlobalDraws(Draws):
 
 
 GLOBAL_DRAWS = _GlobalDraws()  # the global generators: a transform's default, for callers that seed them (timm's way)
+
+
+class SampleBatch(list):
+    "A batch's samples as a collate receives them, with the batch's own draws `rng` (for a collate that draws: mixup)."
+
+    def __init__(self, samples, rng: Draws):
+        super().__init__(samples)
+        self.rng = rng

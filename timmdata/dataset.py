@@ -68,6 +68,7 @@ class DecodeTransform:
     "What `ImageDataset` and the streaming `IterableImageDataset` share: the `transform` slot, the decode it asks for, and its application."
 
     input_img_mode, _transform, _to_tensor, _encoded = 'RGB', None, False, False
+    draws_explicitly = False  # TEMP (lead): replaced by the explicit-draws merge
 
     @property
     def transform(self):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect, sys, weakref
 from collections import deque
 from contextlib import contextmanager
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional, Protocol, runtime_checkable
 import torch
 from .collate import CUDA_IN_WORKER, BatchCollate
 from .runtime import torch_threads
@@ -20,8 +20,8 @@ from timmdata.torch_compat import (
 )
 
 # %% auto #0
-__all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'cuda_rng_seeded', 'Marks', 'BatchStep', 'worker_died',
-           'is_cuda_init_error', 'weak_method', 'DeviceFeeder', 'FedLoader', 'takes_step_options']
+__all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'cuda_rng_seeded', 'Marks', 'BatchStep', 'ResumesBatches',
+           'worker_died', 'is_cuda_init_error', 'weak_method', 'DeviceFeeder', 'FedLoader', 'takes_step_options']
 
 # %% ../nbs/30_feeder.ipynb #953faaab
 def tensors(out) -> list:
@@ -106,6 +106,17 @@ class BatchStep(Protocol):
     "The per-batch work a loader variant hands to `DeviceFeeder`: the batch (as its loader yields it) on the device."
 
     def __call__(self, batch, mark): ...  # -> tensors, or tuples / dicts of them; on CUDA it runs on the side stream
+
+
+@runtime_checkable
+class ResumesBatches(Protocol):
+    """A loader whose position a prefetcher over it can save, and whose batches it can key (`timmdata.resume`'s
+    `ResumableDataLoader`): the one seam between a prefetcher and the loader it wraps."""
+
+    def marks(self) -> Marks: ...  # what the feeder reads after taking each batch
+    def batch_key(self, mark) -> Optional[int]: ...  # the seed of a batch's batch-level draws (None: not keyed)
+    def state_at(self, mark) -> dict: ...  # the position after the batch `mark`
+    def load_state_dict(self, state_dict: dict): ...  # continue from a saved position
 
 # %% ../nbs/30_feeder.ipynb #2aa2edab
 WORKER_DIED = (

@@ -26,13 +26,14 @@ from .torch_compat import keep_iterator, kept_iterator, shutdown_workers
 from .scheduled_sampler import Sampling, ScheduledTransformDataset, make_batch_plan
 from .streaming import SplitsOverWorkers, StreamPlan
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
-from .resume import BatchPlan, ResumableDataLoader, ResumablePrefetchLoader, StatefulLoader
+from .resume import BatchPlan, ResumableDataLoader
+from .threads import ThreadWorkers, check_worker_mode
 from .batch_plan import SeededDataset
 from .dataset import ImageDataset
 
 # %% auto #0
-__all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'ResumableMultiEpochsDataLoader', 'set_dataset_transform',
-           'jitter_on_batch', 'adapt_to_chs', 'create_loader', 'fast_collate', 'PrefetchLoader']
+__all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'set_dataset_transform', 'jitter_on_batch', 'adapt_to_chs',
+           'create_loader', 'fast_collate', 'PrefetchLoader']
 
 # %% ../nbs/38_loader.ipynb #df52b17c
 _all_ = ['fast_collate', 'PrefetchLoader']  # defined in timmdata.collate and timmdata.prefetch; found here as in timm
@@ -89,7 +90,7 @@ class _RepeatSampler:
 
     def __iter__(self):
         b = self.batch_sampler  # a batch sampler with its own epoch (a scheduled one) moves itself and its sampler
-        sampler = b if sets_epoch(b) else getattr(b, 'sampler', b)
+        sampler = b if sets_epoch(b) else getattr(b, 'sampler', b)  # a foreign batch sampler may hold none
         epoch = getattr(sampler, 'epoch', None) if sets_epoch(sampler) else None
         while True:
             if epoch is not None:
@@ -98,8 +99,11 @@ class _RepeatSampler:
             yield from self.batch_sampler
 
 
-class MultiEpochsDataLoader(DataLoader):
-    "A DataLoader whose workers and queues run on across epochs (timm's `MultiEpochsDataLoader`)."
+class MultiEpochsDataLoader(ResumableDataLoader):
+    """A DataLoader whose workers and queues run on across epochs (timm's `MultiEpochsDataLoader`); over a batch plan it
+    resumes as `ResumableDataLoader` does, each pass ending where its epoch ends."""
+
+    runs_across_epochs = True
 
     def __init__(
         self,
@@ -126,42 +130,29 @@ class MultiEpochsDataLoader(DataLoader):
     # DataLoader sets .sampler to a default one (the batch sampler owns ours): expose the real one
     @property
     def sampler(self):
-        return getattr(self.epoch_batch_sampler, 'sampler', self._dl_sampler)
+        return getattr(self.epoch_batch_sampler, 'sampler', self._dl_sampler)  # a foreign batch sampler may hold none
 
     @sampler.setter
     def sampler(self, value):
         self._dl_sampler = value
-
-    def __len__(self) -> int:
-        return len(self.epoch_batch_sampler)
-
-    def __iter__(self):
-        if kept_iterator(self) is None:
-            keep_iterator(self, super().__iter__())
-        it = kept_iterator(self)
-        for _ in range(len(self)):
-            yield next(it)
-
-
-class ResumableMultiEpochsDataLoader(StatefulLoader, MultiEpochsDataLoader):
-    "`MultiEpochsDataLoader` with `state_dict()` / `load_state_dict()` (`timmdata.resume`): each pass ends where its epoch ends."
-
-    runs_across_epochs = True
 
     @property
     def plan(self) -> Optional[BatchPlan]:
         "The batch plan of one epoch (under the sampler that repeats it); None over a stream."
         return self.epoch_batch_sampler if isinstance(self.epoch_batch_sampler, BatchPlan) else None
 
+    def __len__(self) -> int:
+        return len(self.epoch_batch_sampler)
+
     def fresh_pass(self) -> bool:
         return kept_iterator(self) is None
 
     def batch_iterator(self):
-        if self.plan is None:
-            return MultiEpochsDataLoader.__iter__(self)
+        "The kept iterator, made on the first pass: over a plan each pass stops at its epoch's end, else after `len` batches."
         if kept_iterator(self) is None:
-            keep_iterator(self, DataLoader.__iter__(self))
-        return kept_iterator(self)
+            keep_iterator(self, self.torch_iterator())
+        it = kept_iterator(self)
+        return it if self.plan is not None else (next(it) for _ in range(len(self)))
 
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict`; workers already running ahead (planned from the old position) are stopped."
@@ -388,8 +379,6 @@ def create_loader(
     worker_mode: str = 'process',  # 'process': `num_workers` worker processes; 'thread': `num_workers` threads of this process, same batches (`timmdata.threads`)
 ):
     "timm's `create_loader`: a loader of normalised batches on `device`, fast by default, CPU or CUDA."
-    from timmdata.threads import check_worker_mode, loader_classes  # here: timmdata.threads comes after this notebook
-
     check_worker_mode(worker_mode, dataset, input_size_choices, decode_device, num_workers, use_multi_epochs_loader)
     if (
         decode_device is not None
@@ -550,10 +539,10 @@ def create_loader(
         dataset.defer_pixels = collate_fn is fast_collate or (
             isinstance(collate_fn, BatchCollate) and collate_fn.makes_pending
         )
-    loader_cls, prefetch_cls = loader_classes(worker_mode)  # both count where the time goes: stats()
+    workers = ThreadWorkers(num_workers, prefetch_factor) if worker_mode == 'thread' else None  # else processes
     if worker_mode == 'thread':
         steady_heap()  # as worker_init does in a worker: freed image buffers keep their pages
-    loader = (ResumableMultiEpochsDataLoader if use_multi_epochs_loader else loader_cls)(
+    loader = (MultiEpochsDataLoader if use_multi_epochs_loader else ResumableDataLoader)(
         dataset,
         **batching,
         num_workers=num_workers,
@@ -562,10 +551,11 @@ def create_loader(
         worker_init_fn=partial(worker_init, worker_seeding=worker_seeding, rank=default_rank()),
         persistent_workers=persistent_workers and num_workers > 0 and not use_multi_epochs_loader,
         prefetch_factor=prefetch_factor if num_workers > 0 else None,
+        workers=workers,
     )
     if not use_prefetcher:
         return loader
-    return prefetch_cls(
+    return PrefetchLoader(
         loader,
         mean=mean,
         std=std,

@@ -20,7 +20,7 @@ from .naflex_random_erasing import PatchRandomErasing
 from .decode import NATIVE
 from .feeder import DeviceFeeder, FedLoader, takes_step_options, weak_method
 from .runtime import BufferPool, default_rank, delegated, pass_loader_epoch, rank_seed, resolve_device
-from .resume import ResumableDataLoader, ResumeStateError, StatefulLoader, batch_key, check_state, loader_marks
+from .resume import ResumableDataLoader, ResumeStateError, batch_key, check_state, loader_marks
 
 # %% auto #0
 __all__ = ['NaFlexBatchOps', 'NaFlexPrefetchLoader', 'NaFlexDataLoader', 'create_naflex_loader']
@@ -216,7 +216,7 @@ class NaFlexPrefetchLoader(FedLoader):
 
     def state_dict(self) -> dict:
         "The position after the batches handed out (not those prepared ahead): see `NaFlexDataLoader`."
-        if not isinstance(self.loader, StatefulLoader):
+        if not isinstance(self.loader, ResumableDataLoader):
             raise NotImplementedError(
                 f'state_dict: NaFlexPrefetchLoader over a {type(self.loader).__name__} cannot resume; '
                 f'create_naflex_loader(is_training=True) makes a resumable one'
@@ -225,7 +225,7 @@ class NaFlexPrefetchLoader(FedLoader):
 
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments) at the next pass."
-        if not isinstance(self.loader, StatefulLoader):
+        if not isinstance(self.loader, ResumableDataLoader):
             self.state_dict()  # raises the error saying why not
         self.loader.load_state_dict(state_dict)
         self.feeder.last = None

@@ -4,16 +4,25 @@
 
 # %% ../nbs/31_prefetch.ipynb #b3ae2fcf
 from __future__ import annotations
-import weakref
+import time, weakref
 from typing import Optional, Sequence, Union
 import torch
 from . import decode
 from .collate import BatchCollate
-from .feeder import DeviceFeeder, FedLoader, takes_step_options, weak_method
+from timmdata.feeder import (
+    DeviceFeeder,
+    FedLoader,
+    Marks,
+    ResumesBatches,
+    cuda_rng_seeded,
+    takes_step_options,
+    weak_method,
+)
 from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .random_erasing import RandomErasing
 from .runtime import BufferPool, pass_loader_epoch, rank_seed, resolve_device
-from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats
+from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats, mix_seed
+from .stages import CountsTime, LoaderStats
 
 # %% auto #0
 __all__ = ['BatchOps', 'PrefetchLoader']
@@ -275,8 +284,14 @@ def _empty(batch) -> bool:
     return batch[0].numel() == 0  # every sample of the batch was skipped
 
 
+_PREFETCH = 0xBEEF  # mix_seed tag of the batch step's draws in a batch's key
+
+
 class PrefetchLoader(FedLoader, BatchOps):
-    "Wraps a uint8 batch loader: moves each batch to `device` ahead of use, converts, jitters, normalises and erases there."
+    """Wraps a uint8 batch loader: moves each batch to `device` ahead of use, converts, jitters, normalises and erases
+    there. Always counts where the time goes (`stats()`); over a loader that resumes (`ResumesBatches`, as
+    `create_loader`'s), `state_dict()` saves the position after the batches handed out (not those prepared ahead) and
+    each batch's draws (jitter, erasing) are keyed by the batch, so a resumed run gets the same ones."""
 
     @takes_step_options(BatchOps, skip=('collate',))
     def __init__(
@@ -289,7 +304,11 @@ class PrefetchLoader(FedLoader, BatchOps):
         super().__init__(
             *args, collate=fn if isinstance(fn, BatchCollate) else None, **kwargs
         )  # released batches go back to it (e.g. a BatchRing)
-        self.loader = loader
+        self.loader, self.resumes = loader, isinstance(loader, ResumesBatches)
+        self._stats = loader.stats() if isinstance(loader, CountsTime) else LoaderStats()
+        self._stats.outer = True  # the batches are delivered here: the loader under this one does not count them
+        if self.resumes:
+            self.erasing_from_generator()  # not torch's global one: keyed per batch below
         self.feeder = DeviceFeeder(
             loader,
             weak_method(self._step),
@@ -299,11 +318,75 @@ class PrefetchLoader(FedLoader, BatchOps):
             collate=self.collate,
             cpu_threads=self.cpu_threads,
         )
+        self.feeder.marks = (
+            loader.marks() if self.resumes else Marks()
+        )  # the feeder notes the batch each output came from
 
     def _step(self, batch, mark) -> tuple:
-        "The per-batch step the feeder runs: (the batch's float images on the device, its targets there)."
+        "The per-batch step the feeder runs: (the batch's float images on the device, its targets there), its draws keyed by the batch."
         x, y = batch
-        return self.backend.prepare(x, y)
+        key = self.loader.batch_key(mark) if self.resumes else None
+        if key is None:
+            return self.backend.prepare(x, y)
+        seed = mix_seed(key, _PREFETCH)
+        self.seed(seed)
+        if not (self.is_cuda and self.random_erasing is not None and self.random_erasing.mode != 'const'):
+            return self.backend.prepare(x, y)
+        with cuda_rng_seeded(self.device, seed):  # on a GPU the erasing noise comes from the device's generator
+            return self.backend.prepare(x, y)
+
+    def _process(self, x: torch.Tensor) -> torch.Tensor:
+        t0 = time.perf_counter()
+        try:
+            return super()._process(x)
+        finally:
+            self._stats.add('device', time.perf_counter() - t0)
+
+    def __iter__(self):
+        st, gen, pc = self._stats, iter(self.feeder), time.perf_counter  # pc: still there while Python shuts down
+        mark = pc()  # wall time is counted up to here
+        handed = None  # when the consumer got the batch it is working on
+        try:
+            while True:
+                t0 = pc()
+                try:
+                    x, y = next(gen)
+                except StopIteration:
+                    break
+                handed = pc()
+                st.add('consumer_wait', handed - t0)
+                st.delivered(len(x), handed - mark)
+                mark = handed
+                yield x, y
+                st.add('consumer', pc() - handed)
+                handed = None
+        finally:  # the consumer stopped early (a break): its time on the last batch counts too
+            now = pc()
+            if handed is not None:
+                st.add('consumer', now - handed)
+            gen.close()
+            st.wall += now - mark
+
+    def stats(self) -> LoaderStats:
+        "Where the time went so far (`LoaderStats`, shared with the loader under this one); `stats().reset()` starts again."
+        return self._stats
+
+    def state_dict(self) -> dict:
+        "The position after the batches this loader handed out (not those prepared ahead): plain JSON data."
+        return self._resumable('state_dict').state_at(self.feeder.last)
+
+    def load_state_dict(self, state_dict: dict):
+        "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments)."
+        self._resumable('load_state_dict').load_state_dict(state_dict)
+        self.feeder.last = None
+
+    def _resumable(self, what: str):
+        if not self.resumes:
+            raise TypeError(
+                f"{what}: this PrefetchLoader wraps a {type(self.loader).__name__}, which cannot resume; make the "
+                f"loader with timmdata.create_loader (or wrap a timmdata.resume.ResumableDataLoader)"
+            )
+        return self.loader
 
     @property
     def mixup_enabled(self) -> bool:

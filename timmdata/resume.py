@@ -4,15 +4,16 @@
 
 # %% ../nbs/35_resume.ipynb #e5873019
 from __future__ import annotations
-import inspect, random
+import inspect, random, time
+from functools import partial
 from collections import deque
-from typing import Optional, Protocol, runtime_checkable
+from typing import Callable, Iterator, Optional, Protocol, runtime_checkable
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 from .config import mix_seed
-from .feeder import Marks, cuda_rng_seeded
-from .prefetch import PrefetchLoader
+from .feeder import Marks
+from .stages import COLLATE, DECODE, OPS, COLUMNS, LoaderStats, WorkerRows, batch_images, stage_clock
 from .runtime import SEED_MIX, default_rank, pass_loader_epoch
 from .torch_compat import IteratorParts, shutdown_workers, worker_processes
 from timmdata.batch_plan import (
@@ -34,11 +35,11 @@ from timmdata.batch_plan import (
 )
 
 # %% auto #0
-__all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'TimmLoaderView', 'StatefulLoader',
-           'ResumableDataLoader', 'ResumableStream', 'stream_state', 'stream_batch_key', 'load_stream_state',
-           'batch_key', 'LoaderMarks', 'loader_marks', 'ResumablePrefetchLoader', 'STATE_VERSION', 'BATCH_TAG',
-           'ResumeStateError', 'check_state', 'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark', 'sample_key',
-           'BatchPlan', 'ResumableBatchSampler', 'dataset_len', 'SeededDataset', 'plain_state', 'resumable_batching']
+__all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'WorkerPool', 'timed_collate', 'ResumableDataLoader',
+           'ResumableStream', 'stream_state', 'stream_batch_key', 'load_stream_state', 'batch_key', 'LoaderMarks',
+           'loader_marks', 'STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state', 'loader_seed', 'PlanPass',
+           'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan', 'ResumableBatchSampler', 'dataset_len',
+           'SeededDataset', 'plain_state', 'resumable_batching']
 
 # %% ../nbs/35_resume.ipynb #986f6803
 _all_ = [
@@ -58,7 +59,6 @@ _all_ = [
     'plain_state',
     'resumable_batching',
 ]
-_PREFETCH = 0xBEEF  # tag of the prefetcher's batch ops
 
 # %% ../nbs/35_resume.ipynb #f09e75f0
 def global_rng_state() -> tuple:
@@ -74,10 +74,12 @@ def set_global_rng_state(s: tuple):
 
 
 class DeliveredIterator:
-    "A DataLoader's iterator that reports each batch it hands out to its loader (`StatefulLoader.note_delivered`); `.iterator` is torch's, whose workers `shutdown()` stops."
+    """A loader's iterator over one pass: reports each batch it hands out to its loader (`note_delivered`) and the wait
+    for it (`stats()`); `.iterator` makes the batches (torch's, whose workers `shutdown()` stops, or the threads')."""
 
     def __init__(self, loader, iterator, until_end: bool = False):  # until_end: stop after the last batch of a pass
         self.loader, self.iterator, self.until_end, self.stop = loader, iterator, until_end, False
+        self.delivered_at = None  # when the batch before was handed out (None: none yet)
 
     def __iter__(self):
         return self
@@ -88,16 +90,24 @@ class DeliveredIterator:
     def __next__(self):
         if self.stop:
             raise StopIteration
-        ld = self.loader
-        keep = global_rng_state() if ld.main_thread_samples else None
+        ld, st = self.loader, self.loader.stats()
+        # compatibility: samples made here by a transform that is not ours seed the global generators; the training
+        # loop's own states are put back after the batch (explicit draws leave them alone: nothing to put back)
+        keep = global_rng_state() if ld.seeds_globals_here else None
+        t0 = time.perf_counter()
         try:
             b = next(self.iterator)
         except StopIteration:
             ld.check_pass_end()
             raise
         finally:
+            st.add('wait_workers', time.perf_counter() - t0)
             if keep is not None:
                 set_global_rng_state(keep)
+        if not st.outer:  # no prefetcher above: the batches are delivered here
+            now = time.perf_counter()
+            st.delivered(batch_images(b), now - (t0 if self.delivered_at is None else self.delivered_at))
+            self.delivered_at = now
         if ld.note_delivered() and self.until_end:
             self.stop = True
         return b
@@ -110,10 +120,71 @@ class DeliveredIterator:
         "Stop the workers of the iterator it wraps (the device feeder calls it when a pass ends early or fails)."
         shutdown_workers(self.iterator)
 
-# %% ../nbs/35_resume.ipynb #a40b0002
-class TimmLoaderView(IteratorParts):
-    "Mixin for a DataLoader over a `BatchPlan`: `dataset`, `batch_sampler`, `batch_size`, `drop_last` as timm's loader shows them."
 
+@runtime_checkable
+class WorkerPool(Protocol):
+    "Workers other than torch's processes, held by a `ResumableDataLoader` (`timmdata.threads.ThreadWorkers`)."
+
+    num_workers: int
+
+    def batches(self, loader) -> Iterator: ...  # the loader's batches of one pass (its plan's), in order
+    def check(self, loader): ...  # raise if the pool cannot make this loader's batches (says why and what to do)
+    def close(self): ...  # stop the workers
+
+
+def timed_collate(fn: Callable, rows: WorkerRows, samples):
+    "`fn(samples)`, its time and batch added to this worker's row of `rows` (a batch's deferred crops count as decode and ops)."
+    stage_clock.start(COLLATE)
+    try:
+        return fn(samples)
+    finally:
+        r, row = stage_clock.stop(), rows.row()
+        row[1] += r[DECODE]
+        row[2] += r[OPS]
+        row[3] += r[COLLATE]
+        row[5] += 1
+
+# %% ../nbs/35_resume.ipynb #a40b0002
+_HOW = (
+    "resume counts on one loader batch per batch of its plan, delivered in the plan's order: use the plan as the "
+    "DataLoader's batch_sampler as it is, and a DataLoader (or subclass) that neither adds, drops nor reorders batches"
+)
+
+
+class ResumableDataLoader(IteratorParts, DataLoader):
+    """torch's `DataLoader` with `state_dict()` / `load_state_dict()` over a `BatchPlan` (or a resumable stream),
+    `stats()`, and its workers as torch's processes or a `WorkerPool` of threads (`workers=`); give it a `BatchPlan` as
+    batch sampler and a `SeededDataset` (`resumable_batching`), as `create_loader` does."""
+
+    _last = None  # map-style: the last batch delivered (None: none this pass); a stream: batches delivered this pass
+    runs_across_epochs = False  # one iterator runs on across epochs (MultiEpochsDataLoader): each pass stops at its end
+    _is_accelerate_prepared = (
+        True  # Accelerate's prepare() hands it back as it is (re-created: plan lost, sharded twice)
+    )
+
+    def __init__(
+        self,
+        dataset,  # a `SeededDataset` (or any dataset: then it resumes streams only)
+        *args,  # DataLoader's, in its order
+        num_workers: int = 0,  # worker processes (with `workers`: ignored, the pool's count is shown)
+        workers: Optional[WorkerPool] = None,  # threads instead of processes (`timmdata.threads.ThreadWorkers`)
+        **kwargs,  # DataLoader's
+    ):
+        self.workers = workers
+        if workers is not None:
+            for k in ('worker_init_fn', 'persistent_workers', 'multiprocessing_context', 'prefetch_factor'):
+                kwargs.pop(k, None)  # the threads have no worker processes to start
+            super().__init__(dataset, *args, num_workers=0, **kwargs)
+            workers.check(self)
+            self.num_workers, self._stats = workers.num_workers, LoaderStats()
+            return
+        rows = torch.zeros(max(num_workers, 1), len(COLUMNS), dtype=torch.float64).share_memory_()
+        if isinstance(dataset, SeededDataset):
+            dataset = dataset.timed(rows)  # the workers add their samples' stage times to their row
+        super().__init__(dataset, *args, num_workers=num_workers, **kwargs)
+        self._stats = LoaderStats(rows)
+
+    # --- what timm's loader shows (torch's iterator reads `fetch_dataset` and `fetch_batches`: `IteratorParts`)
     @property
     def dataset(self):
         "The dataset passed in (under a `SeededDataset`, the one it keys); torch's iterator reads `fetch_dataset`."
@@ -157,48 +228,49 @@ class TimmLoaderView(IteratorParts):
     def drop_last(self, value):
         self.__dict__['_drop_last'] = value
 
+    @property  # DataLoader sets .sampler to a default one when given a batch sampler: expose the plan's
+    def sampler(self):
+        return self.plan.sampler if self.plan is not None else self._dl_sampler
+
+    @sampler.setter
+    def sampler(self, value):
+        self._dl_sampler = value
+
     @property
     def plan(self) -> Optional[BatchPlan]:
         "The batch plan the batches come from (the DataLoader's batch sampler, when it is a `BatchPlan`); None over a stream."
         b = self.fetch_batches
         return b if isinstance(b, BatchPlan) else None
 
-# %% ../nbs/35_resume.ipynb #2f8c9f74
-_HOW = (
-    "resume counts on one loader batch per batch of its plan, delivered in the plan's order: use the plan as the "
-    "DataLoader's batch_sampler as it is, and a DataLoader (or subclass) that neither adds, drops nor reorders batches"
-)
-
-
-class StatefulLoader(TimmLoaderView):
-    "Mixin for a DataLoader: `state_dict()` / `load_state_dict()` over a `BatchPlan`, or a resumable stream."
-
-    _last = None  # map-style: the last batch delivered (None: none this pass); a stream: batches delivered this pass
-    runs_across_epochs = (
-        False  # one iterator runs on across epochs (MultiEpochsDataLoader): each pass stops at its epoch's end
-    )
-    delivered_iterator = DeliveredIterator  # the iterator that counts delivered batches (a subclass may time it)
-    _is_accelerate_prepared = (
-        True  # Accelerate's prepare() hands it back as it is (re-created: plan lost, sharded twice)
-    )
+    @property
+    def worker_mode(self) -> str:
+        "'thread' (a `WorkerPool`) or 'process' (torch's workers; none with num_workers=0)."
+        return 'process' if self.workers is None else 'thread'
 
     @property
-    def main_thread_samples(self) -> bool:
-        "Are the samples made in the consumer's thread (`num_workers=0`)? Then their seeding of the global generators is undone."
-        return self.num_workers == 0
+    def seeds_globals_here(self) -> bool:
+        "Are samples made in this thread by a transform that draws from the global generators (the compatibility path)?"
+        d = self.fetch_dataset
+        here = self.workers is None and self.num_workers == 0
+        return here and not (isinstance(d, SeededDataset) and d.explicit)
 
-    @property
-    def last_mark(self):
-        "What identifies the batch handed out last (pass it to `state_at` or `batch_key`); None before the first of a pass."
-        return self._last
-
+    # --- one pass
     def fresh_pass(self) -> bool:
         "Does the next pass start a new DataLoader iterator (batches an earlier one prepared ahead are dropped)?"
         return True
 
+    def torch_iterator(self):
+        "torch's iterator over the plan (worker processes, or this process), its collate timed in the workers."
+        fn = self.collate_fn  # the workers get a timed collate; `collate_fn` stays the caller's
+        self.collate_fn = partial(timed_collate, fn, WorkerRows(self._stats.rows))
+        try:
+            return DataLoader.__iter__(self)
+        finally:
+            self.collate_fn = fn
+
     def batch_iterator(self):
-        "This pass's batches, before they are counted (torch's iterator; a subclass may give its own)."
-        return super().__iter__()
+        "This pass's batches, before they are counted (the threads', or torch's iterator)."
+        return self.torch_iterator() if self.workers is None else self.workers.batches(self)
 
     def __iter__(self):
         if self.num_workers > 0 and getattr(self, 'in_order', True) is False:  # torch >= 2.6's DataLoader(in_order=...)
@@ -213,7 +285,7 @@ class StatefulLoader(TimmLoaderView):
             self._last = None
         if plan is not None and plan.remaining() == 0:
             return iter(())
-        return self.delivered_iterator(self, self.batch_iterator(), self.runs_across_epochs)
+        return DeliveredIterator(self, self.batch_iterator(), self.runs_across_epochs)
 
     def note_delivered(self) -> bool:
         "Count the batch just handed out (`DeliveredIterator` calls it); True when it ends its pass. Errors name what broke."
@@ -228,7 +300,8 @@ class StatefulLoader(TimmLoaderView):
             )
         m = plan.delivered()
         d = self.fetch_dataset
-        got = d.fetched_key if self.main_thread_samples and isinstance(d, SeededDataset) else None
+        here = self.workers is None and self.num_workers == 0
+        got = d.fetched_key if here and isinstance(d, SeededDataset) else None
         if got is not None and got != m.key:
             raise RuntimeError(
                 f"{type(self).__name__} delivered batch {m.k} of the pass out of order: its first key is "
@@ -245,6 +318,20 @@ class StatefulLoader(TimmLoaderView):
                 f"{type(self).__name__} ended its pass with {plan.in_flight} batch(es) of its plan "
                 f"({type(plan).__name__}) not delivered (dropped); {_HOW}"
             )
+
+    # --- the position (`timmdata.feeder.ResumesBatches`: what a prefetcher over it reads)
+    @property
+    def last_mark(self):
+        "What identifies the batch handed out last (pass it to `state_at` or `batch_key`); None before the first of a pass."
+        return self._last
+
+    def marks(self) -> Marks:
+        "Its marks, for a `DeviceFeeder` over it."
+        return LoaderMarks(self)
+
+    def batch_key(self, mark) -> Optional[int]:
+        "The seed of the batch-level draws of the batch at `mark`."
+        return batch_key(self, mark)
 
     def state_at(self, mark) -> dict:
         "The state after the batch `mark` (a `last_mark`; None: at the start of the pass in flight, or of the next): plain JSON data."
@@ -278,21 +365,20 @@ class StatefulLoader(TimmLoaderView):
             self.state_at(None)  # raises the error saying why not
         self._last = None
 
+    def stats(self) -> LoaderStats:
+        "Where the time went so far (`LoaderStats`, the workers' stages included; a prefetcher over this one shares it)."
+        return self._stats
 
-class ResumableDataLoader(StatefulLoader, DataLoader):
-    "A torch DataLoader with `state_dict()` / `load_state_dict()` (give it a `BatchPlan` as batch sampler and a `SeededDataset`)."
+    def close(self):
+        "Stop the loader's threads, if any (they also stop when the loader is collected)."
+        if self.workers is not None:
+            self.workers.close()
 
-    __signature__ = inspect.signature(
-        DataLoader
-    )  # torch's own (its annotations do not evaluate outside torch: for the docs)
 
-    @property  # DataLoader sets .sampler to a default one when given a batch sampler: expose the plan's
-    def sampler(self):
-        return self.plan.sampler if self.plan is not None else self._dl_sampler
-
-    @sampler.setter
-    def sampler(self, value):
-        self._dl_sampler = value
+ResumableDataLoader.__signature__ = inspect.Signature(  # torch's own parameters, and `workers` (for the docs)
+    list(inspect.signature(DataLoader).parameters.values())
+    + [inspect.Parameter('workers', inspect.Parameter.KEYWORD_ONLY, default=None)]
+)
 
 # %% ../nbs/35_resume.ipynb #87b37869
 @runtime_checkable
@@ -376,7 +462,7 @@ def load_stream_state(dataset, sd: dict, batch_size: int):
 
 # %% ../nbs/35_resume.ipynb #730bc5e8
 def batch_key(
-    loader,  # a StatefulLoader
+    loader,  # a ResumableDataLoader
     mark,  # its `last_mark` after a batch
 ) -> Optional[int]:
     "The seed of a delivered batch's batch-level draws: a function of (seed, epoch, pass, position); None if not resumable."
@@ -386,9 +472,9 @@ def batch_key(
 
 
 class LoaderMarks(Marks):
-    "A `StatefulLoader`'s marks, for a `DeviceFeeder`: its `last_mark` after each batch, and whether a pass starts afresh."
+    "A `ResumableDataLoader`'s marks, for a `DeviceFeeder`: its `last_mark` after each batch, and whether a pass starts afresh."
 
-    def __init__(self, loader: StatefulLoader):
+    def __init__(self, loader: ResumableDataLoader):
         self.loader = loader
 
     def fresh(self) -> bool:
@@ -399,39 +485,5 @@ class LoaderMarks(Marks):
 
 
 def loader_marks(loader) -> Marks:
-    "The marks a feeder reads from `loader`: a `StatefulLoader`'s; none (`Marks()`) for another loader."
-    return LoaderMarks(loader) if isinstance(loader, StatefulLoader) else Marks()
-
-
-class ResumablePrefetchLoader(PrefetchLoader):
-    "A `PrefetchLoader` over a `StatefulLoader`: `state_dict()` counts delivered batches; batch ops seeded per batch."
-
-    def __init__(self, loader, **kwargs):
-        super().__init__(loader, **kwargs)
-        if not isinstance(loader, StatefulLoader):
-            raise TypeError(
-                f"ResumablePrefetchLoader needs a StatefulLoader (e.g. ResumableDataLoader); got {type(loader).__name__}"
-            )
-        self.erasing_from_generator()  # not torch's global one
-        self.feeder.marks = LoaderMarks(loader)  # the feeder notes the batch each output came from
-
-    def _step(self, batch, mark) -> tuple:
-        "`PrefetchLoader`'s step, its draws seeded from the batch's key (on a GPU the erasing noise too, from the device's generator)."
-        key = batch_key(self.loader, mark)
-        if key is None:
-            return super()._step(batch, mark)
-        seed = mix_seed(key, _PREFETCH)
-        self.seed(seed)
-        if not (self.is_cuda and self.random_erasing is not None and self.random_erasing.mode != 'const'):
-            return super()._step(batch, mark)
-        with cuda_rng_seeded(self.device, seed):
-            return super()._step(batch, mark)
-
-    def state_dict(self) -> dict:
-        "The position after the batches this loader handed out (not those prepared ahead)."
-        return self.loader.state_at(self.feeder.last)
-
-    def load_state_dict(self, state_dict: dict):
-        "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments)."
-        self.loader.load_state_dict(state_dict)
-        self.feeder.last = None
+    "The marks a feeder reads from `loader`: a `ResumableDataLoader`'s; none (`Marks()`) for another loader."
+    return loader.marks() if isinstance(loader, ResumableDataLoader) else Marks()

@@ -6,11 +6,13 @@
 from __future__ import annotations
 import os, threading
 from time import perf_counter
+from typing import Optional, Protocol, runtime_checkable
 import torch
 from torch.utils.data import get_worker_info
 
 # %% auto #0
-__all__ = ['READ', 'DECODE', 'OPS', 'COLLATE', 'stage_clock', 'COLUMNS', 'StageClock', 'WorkerRows']
+__all__ = ['READ', 'DECODE', 'OPS', 'COLLATE', 'stage_clock', 'COLUMNS', 'StageClock', 'WorkerRows', 'LoaderStats', 'CountsTime',
+           'batch_images']
 
 # %% ../nbs/08_stages.ipynb #c5bf9e88
 READ, DECODE, OPS = 0, 1, 2  # the per-sample stages `StageClock` tells apart: OPS is everything not marked
@@ -76,3 +78,117 @@ class WorkerRows:
 
     def __getstate__(self):
         return {'rows': self.rows, '_pid': None, '_row': None}  # to a spawned worker: the array only
+
+# %% ../nbs/08_stages.ipynb #ed07c832
+class LoaderStats:
+    """Where a loader's time goes, counted as it runs (always on: a few clock reads per sample and per batch). Stage
+    times are seconds summed over the threads and worker processes that spent them (workers add theirs to `rows`, a
+    shared array with a row per worker); `table()` gives them per image, per batch and as a share of the epoch's wall time."""
+
+    STAGES = (
+        ('read', "read (the file's bytes)"),
+        ('decode', 'decode (JPEG to pixels; a crop-aware decode inside the crop too)'),
+        ('ops', 'per-sample ops (crop, resize, flip, Python around them)'),
+        ('collate', 'collate (samples into the uint8 batch)'),
+        ('wait_workers', 'waiting for workers (a batch was not ready)'),
+        ('device', 'device step (float, normalise, jitter, erase)'),
+        ('consumer_wait', "consumer's wait for data (inside next())"),
+        ('consumer', "consumer's own time between batches (the model step)"),
+    )
+    WORKER_STAGES = ('read', 'decode', 'ops', 'collate')  # spent by the workers, side by side
+
+    def __init__(
+        self, rows: Optional[torch.Tensor] = None
+    ):  # float64 (workers, len(COLUMNS)) in shared memory, or None (threads)
+        self._lock, self.rows = threading.Lock(), rows
+        self.outer = False  # a prefetching loader counts the delivered batches (set by it); else the DataLoader does
+        self.reset()
+
+    def reset(self):
+        "Zero every count (a new epoch of `profile` calls this)."
+        self.images = self.batches = 0
+        self._t = dict.fromkeys((k for k, _ in self.STAGES), 0.0)
+        self._n = [0, 0]  # samples made, batches collated (here: the thread loader; workers count in `rows`)
+        self._base = None if self.rows is None else self.rows.sum(0)
+        self.wall, self._t0 = 0.0, None
+
+    def _worker_sums(self) -> list:
+        return [0.0] * len(COLUMNS) if self.rows is None else (self.rows.sum(0) - self._base).tolist()
+
+    @property
+    def t(self) -> dict:
+        "Seconds per stage so far, the worker processes' included."
+        t, w = dict(self._t), self._worker_sums()
+        for i, k in enumerate(self.WORKER_STAGES):
+            t[k] += w[i]
+        return t
+
+    @property
+    def samples(self) -> int:
+        "Samples the workers (threads or processes) made so far: skipped ones too, and ones read ahead of the consumer."
+        return self._n[0] + round(self._worker_sums()[4])
+
+    @property
+    def collated(self) -> int:
+        "Batches the workers collated so far (read-ahead ones included)."
+        return self._n[1] + round(self._worker_sums()[5])
+
+    def add(self, stage: str, seconds: float):
+        with self._lock:
+            self._t[stage] += seconds
+
+    def add_sample(self, stages: list):
+        "A sample made in a loader thread: [read, decode, ops] seconds (`StageClock.stop`)."
+        with self._lock:
+            t = self._t
+            t['read'] += stages[0]
+            t['decode'] += stages[1]
+            t['ops'] += stages[2]
+            self._n[0] += 1
+
+    def add_collate(self, stages: list):
+        "A batch collated in a loader thread: [read, decode, ops, collate] seconds (`StageClock.stop`); a batch's deferred crops are its decode and ops."
+        with self._lock:
+            t = self._t
+            t['decode'] += stages[1]
+            t['ops'] += stages[2]
+            t['collate'] += stages[3]
+            self._n[1] += 1
+
+    def delivered(self, images: int, wall: float = 0.0):
+        "The consumer got a batch of `images` images, `wall` seconds after the previous one."
+        with self._lock:
+            self.images += images
+            self.batches += 1
+            self.wall += wall
+
+    def table(self) -> str:
+        "The stages as text: time per image, per batch, share of the epoch's wall time."
+        n, b, wall, t = max(self.images, 1), max(self.batches, 1), self.wall or float('nan'), self.t
+        rows = [f'{"stage":66s} {"ms/image":>9s} {"ms/batch":>9s} {"of epoch":>9s}']
+        for k, name in self.STAGES:
+            s = t[k]
+            if s == 0 and k in self.WORKER_STAGES:
+                continue  # not measured here (a stream's samples: its own workers)
+            rows.append(f'{name:66s} {s / n * 1e3:9.3f} {s / b * 1e3:9.2f} {s / wall:9.1%}')
+        rows.append(
+            f'{self.images} images in {self.batches} batches, {wall:.2f} s: {self.images / wall:.0f} images/s; the consumer '
+            f'waited {t["consumer_wait"] / wall:.0%} of the time'
+        )
+        return '\n'.join(rows)
+
+    def __repr__(self):
+        return self.table()
+
+
+@runtime_checkable
+class CountsTime(Protocol):
+    "A loader that counts where its time goes (`ResumableDataLoader`, `PrefetchLoader`): what `profile_loader` reads, and a `PrefetchLoader` over it shares."
+
+    def stats(self) -> LoaderStats: ...  # the counts so far
+
+
+def batch_images(batch) -> int:
+    "Images in a collated batch: the length of its first part (a tensor or a list), else 0."
+    x = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
+    return len(x) if isinstance(x, (torch.Tensor, list, tuple)) else 0

@@ -4,228 +4,22 @@
 
 # %% ../nbs/37_threads.ipynb #34e5e864
 from __future__ import annotations
-import ctypes, random, threading, time, weakref
+import ctypes, threading, time, weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional, Protocol, runtime_checkable
-import numpy as np
+from typing import Optional
 import torch
 from torch.utils.data import IterableDataset
-from . import decode
-from .config import mix_seed, seed_all
-from .stages import COLLATE, COLUMNS, DECODE, OPS, WorkerRows, stage_clock
-from timmdata.resume import (
-    DeliveredIterator,
-    ResumableBatchSampler,
-    ResumableDataLoader,
-    ResumablePrefetchLoader,
-    SeededDataset,
-    global_rng_state,
-    set_global_rng_state,
-)
+from .stages import COLLATE, CountsTime, LoaderStats, stage_clock
+from .batch_plan import ResumableBatchSampler, SeededDataset
+from .prefetch import PrefetchLoader
+from .resume import ResumableDataLoader
 
 # %% auto #0
-__all__ = ['BATON', 'BATCH_TAG', 'RngBaton', 'LoaderStats', 'CountsTime', 'check_worker_mode', 'few_arenas', 'ThreadDataLoader',
-           'ProcessDataLoader', 'TimedPrefetchLoader', 'loader_classes', 'verdict', 'profile_loader']
-
-# %% ../nbs/37_threads.ipynb #96670f20
-def _np_mt_address() -> Optional[int]:
-    "Address of the MT19937 state (624 words and a position) of numpy's global generator, or None where it is not one."
-    bg = getattr(np.random.mtrand._rand, '_bit_generator', None)
-    try:
-        return bg.ctypes.state_address if type(bg).__name__ == 'MT19937' else None
-    except AttributeError:
-        return None
-
-
-_NP_MT_BYTES = 624 * 4 + 4  # numpy's mt19937_state: uint32 key[624], int pos
-
-
-class RngBaton:
-    """Who may use the process's global generators (`random`, torch's CPU generator, numpy's) now: one loader thread at a
-    time, handed on while the holder runs native code that needs none of them (`decode.gil_free`)."""
-
-    def __init__(self):
-        self.lock, self.tls = threading.Lock(), threading.local()
-        self.handoffs = (
-            0  # times a thread gave the generators away during native work (a measure of the parallelism won)
-        )
-
-    def run(self, key: int, fn: Callable, *args):
-        "`fn(*args)` with the global generators seeded from `key` and held by this thread (except during native work)."
-        t = self.tls
-        with self.lock:
-            seed_all(key)
-            t.held, t.key, t.np0 = True, key, self._np_bytes()
-            try:
-                return fn(*args)
-            finally:
-                t.held = False
-
-    @staticmethod
-    def _np_bytes():
-        a = _np_mt_address()
-        return None if a is None else ctypes.string_at(a, _NP_MT_BYTES)
-
-    def give(self):
-        "Before native work: keep this thread's generator states and let another loader thread run."
-        t = self.tls
-        if not hasattr(t, 'saved'):
-            t.saved = []
-        if not getattr(t, 'held', False):
-            t.saved.append(None)
-            return  # not a loader thread, or nested native work
-        # numpy's state is costly to copy; untouched since its seeding (the usual case: crops draw from `random`, flips
-        # from torch), re-seeding gives it back exactly, the Gaussian cache included
-        npst = None if (t.np0 is not None and self._np_bytes() == t.np0) else np.random.get_state()
-        t.saved.append((random.getstate(), torch.get_rng_state(), npst))
-        t.held = False
-        self.handoffs += 1
-        self.lock.release()
-
-    def take(self):
-        "After native work: wait for the generators and put this thread's states back."
-        t = self.tls
-        s = t.saved.pop()
-        if s is None:
-            return
-        self.lock.acquire()
-        t.held = True
-        random.setstate(s[0])
-        torch.set_rng_state(s[1])
-        if s[2] is None:
-            np.random.seed(t.key & 0xFFFFFFFF)
-        else:
-            np.random.set_state(s[2])
-
-    def batch_step(self, key: int, fn: Callable, *args):
-        "`fn(*args)` (the collate) with the generators seeded from `key`, as a worker process does, handed on during its native work; the caller's states kept."
-        t = self.tls
-        with self.lock:
-            keep = global_rng_state()
-            try:
-                seed_all(key)
-                t.held, t.key, t.np0 = True, key, self._np_bytes()
-                return fn(*args)
-            finally:
-                t.held = False
-                set_global_rng_state(keep)
-
-
-BATON = RngBaton()  # one per process: the global generators are one per process
-decode.gil_free.handoff = BATON  # native decode and resize hand the generators on while they run without the GIL
-
-# %% ../nbs/37_threads.ipynb #d09e9d4d
-class LoaderStats:
-    """Where a loader's time goes, counted as it runs (always on: a few clock reads per sample and per batch). Stage
-    times are seconds summed over the threads and worker processes that spent them (workers add theirs to `rows`, a
-    shared array with a row per worker); `table()` gives them per image, per batch and as a share of the epoch's wall time."""
-
-    STAGES = (
-        ('read', "read (the file's bytes)"),
-        ('decode', 'decode (JPEG to pixels; a crop-aware decode inside the crop too)'),
-        ('ops', 'per-sample ops (crop, resize, flip, Python around them)'),
-        ('collate', 'collate (samples into the uint8 batch)'),
-        ('wait_workers', 'waiting for workers (a batch was not ready)'),
-        ('device', 'device step (float, normalise, jitter, erase)'),
-        ('consumer_wait', "consumer's wait for data (inside next())"),
-        ('consumer', "consumer's own time between batches (the model step)"),
-    )
-    WORKER_STAGES = ('read', 'decode', 'ops', 'collate')  # spent by the workers, side by side
-
-    def __init__(
-        self, rows: Optional[torch.Tensor] = None
-    ):  # float64 (workers, len(COLUMNS)) in shared memory, or None (threads)
-        self._lock, self.rows = threading.Lock(), rows
-        self.outer = False  # a prefetching loader counts the delivered batches (set by it); else the DataLoader does
-        self.reset()
-
-    def reset(self):
-        "Zero every count (a new epoch of `profile` calls this)."
-        self.images = self.batches = 0
-        self._t = dict.fromkeys((k for k, _ in self.STAGES), 0.0)
-        self._n = [0, 0]  # samples made, batches collated (here: the thread loader; workers count in `rows`)
-        self._base = None if self.rows is None else self.rows.sum(0)
-        self.wall, self._t0 = 0.0, None
-
-    def _worker_sums(self) -> list:
-        return [0.0] * len(COLUMNS) if self.rows is None else (self.rows.sum(0) - self._base).tolist()
-
-    @property
-    def t(self) -> dict:
-        "Seconds per stage so far, the worker processes' included."
-        t, w = dict(self._t), self._worker_sums()
-        for i, k in enumerate(self.WORKER_STAGES):
-            t[k] += w[i]
-        return t
-
-    @property
-    def samples(self) -> int:
-        "Samples the workers (threads or processes) made so far: skipped ones too, and ones read ahead of the consumer."
-        return self._n[0] + round(self._worker_sums()[4])
-
-    @property
-    def collated(self) -> int:
-        "Batches the workers collated so far (read-ahead ones included)."
-        return self._n[1] + round(self._worker_sums()[5])
-
-    def add(self, stage: str, seconds: float):
-        with self._lock:
-            self._t[stage] += seconds
-
-    def add_sample(self, stages: list):
-        "A sample made in a loader thread: [read, decode, ops] seconds (`StageClock.stop`)."
-        with self._lock:
-            t = self._t
-            t['read'] += stages[0]
-            t['decode'] += stages[1]
-            t['ops'] += stages[2]
-            self._n[0] += 1
-
-    def add_collate(self, stages: list):
-        "A batch collated in a loader thread: [read, decode, ops, collate] seconds (`StageClock.stop`); a batch's deferred crops are its decode and ops."
-        with self._lock:
-            t = self._t
-            t['decode'] += stages[1]
-            t['ops'] += stages[2]
-            t['collate'] += stages[3]
-            self._n[1] += 1
-
-    def delivered(self, images: int, wall: float = 0.0):
-        "The consumer got a batch of `images` images, `wall` seconds after the previous one."
-        with self._lock:
-            self.images += images
-            self.batches += 1
-            self.wall += wall
-
-    def table(self) -> str:
-        "The stages as text: time per image, per batch, share of the epoch's wall time."
-        n, b, wall, t = max(self.images, 1), max(self.batches, 1), self.wall or float('nan'), self.t
-        rows = [f'{"stage":66s} {"ms/image":>9s} {"ms/batch":>9s} {"of epoch":>9s}']
-        for k, name in self.STAGES:
-            s = t[k]
-            if s == 0 and k in self.WORKER_STAGES:
-                continue  # not measured here (a stream's samples: its own workers)
-            rows.append(f'{name:66s} {s / n * 1e3:9.3f} {s / b * 1e3:9.2f} {s / wall:9.1%}')
-        rows.append(
-            f'{self.images} images in {self.batches} batches, {wall:.2f} s: {self.images / wall:.0f} images/s; the consumer '
-            f'waited {t["consumer_wait"] / wall:.0%} of the time'
-        )
-        return '\n'.join(rows)
-
-    def __repr__(self):
-        return self.table()
-
-
-@runtime_checkable
-class CountsTime(Protocol):
-    "A loader that counts where its time goes (`ThreadDataLoader`, `ProcessDataLoader`, `TimedPrefetchLoader`): what `profile_loader` reads, and a `TimedPrefetchLoader` shares."
-
-    def stats(self) -> LoaderStats: ...  # the counts so far
+__all__ = ['check_worker_mode', 'few_arenas', 'ThreadWorkers', 'verdict', 'profile_loader']
 
 # %% ../nbs/37_threads.ipynb #6cd169ee
 _MODES = ('process', 'thread')
-BATCH_TAG = 0xBA7C  # the tag of the collate's draws in a batch's seed: the same as timmdata.resume's (tested below)
 
 
 def check_worker_mode(
@@ -270,41 +64,39 @@ def few_arenas(n: int = 2) -> bool:
     except (OSError, AttributeError):
         return False
 
-
-def _images(batch) -> int:
-    "Images in a collated batch: the length of its first part (a tensor or a list), else 0."
-    x = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
-    return len(x) if isinstance(x, (torch.Tensor, list, tuple)) else 0
-
-
-class ThreadDataLoader(ResumableDataLoader):
-    """A resumable DataLoader whose samples are read, decoded and transformed by a pool of `num_workers` threads of this
-    process: the same batches as worker processes (same order, same per-sample seeds), no process start and no
-    shared-memory hop. A thread makes a batch per task (a pass's first batch: a sample per task)."""
+# %% ../nbs/37_threads.ipynb #e8cfb897
+class ThreadWorkers:
+    """`worker_mode='thread'`: a `ResumableDataLoader`'s samples read, decoded and transformed by `num_workers` threads of
+    this process (a `timmdata.resume.WorkerPool`): the same batches as worker processes (same order, same per-sample
+    draws), no process start and no shared-memory hop. A thread makes a batch per task (a pass's first batch: a sample
+    per task)."""
 
     def __init__(
         self,
-        dataset: SeededDataset,  # made by `resumable_batching`
-        batch_sampler: ResumableBatchSampler,  # the plan: (index, seed) pairs per batch
         num_workers: int = 2,  # threads
-        collate_fn: Optional[Callable] = None,  # e.g. fast_collate
         prefetch_factor: Optional[int] = None,  # batches in flight per thread (None: 2, as torch's)
-        **kwargs,
-    ):  # the rest of DataLoader's keywords (pin_memory...); worker ones are ignored
-        if not isinstance(dataset, SeededDataset) or not isinstance(batch_sampler, ResumableBatchSampler):
-            raise TypeError(
-                f"ThreadDataLoader takes a SeededDataset and a ResumableBatchSampler (timmdata.resume.resumable_batching); "
-                f"got {type(dataset).__name__} and {type(batch_sampler).__name__}"
-            )
-        if not isinstance(num_workers, int) or num_workers < 1:
+    ):
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers (threads) must be an int >= 1; got {num_workers!r}")
-        for k in ('worker_init_fn', 'persistent_workers', 'multiprocessing_context'):
-            kwargs.pop(k, None)
-        super().__init__(dataset, batch_sampler=batch_sampler, num_workers=0, collate_fn=collate_fn, **kwargs)
-        self.num_workers = num_workers  # threads (the DataLoader itself runs none)
-        self.ahead = (prefetch_factor or 2) * num_workers
-        self._pool, self._stats = None, LoaderStats()
+        self.num_workers, self.ahead, self._pool = num_workers, (prefetch_factor or 2) * num_workers, None
         few_arenas()  # before the threads start: they share the main arena's freed buffers instead of holding their own
+
+    def check(self, loader):
+        "The threads make a loader's batches from a `SeededDataset` whose transform takes explicit draws, over a plan."
+        d, plan = loader.fetch_dataset, loader.fetch_batches
+        if not isinstance(d, SeededDataset) or not isinstance(plan, ResumableBatchSampler):
+            raise TypeError(
+                f"thread workers take a SeededDataset and a ResumableBatchSampler (timmdata.resume.resumable_batching); "
+                f"got {type(d).__name__} and {type(plan).__name__}"
+            )
+        if not d.explicit:
+            t = getattr(d.dataset, 'transform', None)  # a foreign dataset may have none
+            raise ValueError(
+                f"worker_mode='thread' needs a transform that takes its random draws explicitly (timmdata's own: "
+                f"create_transform, timmdata.transforms); {type(d.dataset).__name__} with transform "
+                f"{type(t).__name__} may draw from the process's global generators, which threads share with each "
+                f"other and with the training loop: use worker_mode='process', or timmdata's transforms"
+            )
 
     def _threads(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -312,45 +104,35 @@ class ThreadDataLoader(ResumableDataLoader):
             weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
         return self._pool
 
-    def _timed(self, index: int, defer: bool = False):
+    @staticmethod
+    def _sample(loader, item, defer: bool = False):
         stage_clock.start()
         try:
-            return self.fetch_dataset.item(index, defer)
+            return loader.fetch_dataset.fetch(item, defer)
         finally:
-            self._stats.add_sample(stage_clock.stop())
+            loader.stats().add_sample(stage_clock.stop())
 
-    def _sample(self, item, defer: bool = False):
-        index, key = item
-        return BATON.run(key, self._timed, index, defer)
-
-    def _collate(self, items: list, samples: list):
-        "The batch's collate, with the generators seeded as a worker process seeds them for it; timed."
-        if not items:
-            return self.collate_fn(samples)
+    @staticmethod
+    def _collate(loader, items: list, samples: list):
+        "The batch's collate, handed the batch's draws as a worker process hands them; timed."
         stage_clock.start(COLLATE)
         try:
-            b = BATON.batch_step(mix_seed(items[0][1], BATCH_TAG), self.collate_fn, samples)
+            b = loader.collate_fn(loader.fetch_dataset.batch(items, samples))
         finally:
-            self._stats.add_collate(stage_clock.stop())
-        if (
-            self.pin_memory and torch.cuda.is_available() and isinstance(b, (tuple, list))
-        ):  # as torch's pin thread would
+            loader.stats().add_collate(stage_clock.stop())
+        if loader.pin_memory and torch.cuda.is_available() and isinstance(b, (tuple, list)):  # as torch's pin thread
             b = type(b)(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in b)
         return b
 
-    def _batch(self, items: list):
+    def _batch(self, loader, items: list):
         """A whole batch in one loader thread, as a worker process makes one: its samples, deferred where the collate makes
         their pixels (`SeededDataset.defer_pixels`: the draws now, a batch's decodes in one native call), then the collate."""
-        return self._collate(items, [self._sample(it, self.fetch_dataset.defer_pixels) for it in items])
+        d = loader.fetch_dataset
+        return self._collate(loader, items, [self._sample(loader, it, d.defer_pixels) for it in items])
 
-    main_thread_samples = (
-        False  # the threads seed per sample (RngBaton): the iterator leaves the global generators alone
-    )
-
-    def batch_iterator(self):
-        "This pass's batches, made by the threads (`StatefulLoader` counts them)."
-        pool, plan, pending, st = self._threads(), iter(self.plan), deque(), self._stats
-        mark = time.perf_counter()
+    def batches(self, loader):
+        "This pass's batches of `loader`, made by the threads, in its plan's order (the loader counts and times them)."
+        pool, plan, pending = self._threads(), iter(loader.plan), deque()
 
         def submit() -> bool:
             items = next(plan, None)
@@ -358,9 +140,9 @@ class ThreadDataLoader(ResumableDataLoader):
                 return False
             if not pending and first:  # the pass's first batch: its samples spread over the threads, collated here
                 first.clear()
-                pending.append((items, [pool.submit(self._sample, it) for it in items]))
+                pending.append((items, [pool.submit(self._sample, loader, it) for it in items]))
             else:  # the rest: a batch per task, as a worker process makes it (a batch's decodes in one native call)
-                pending.append((items, pool.submit(self._batch, items)))
+                pending.append((items, pool.submit(self._batch, loader, items)))
             return True
 
         first = [True]
@@ -369,20 +151,11 @@ class ThreadDataLoader(ResumableDataLoader):
                 pass
             while pending:
                 items, work = pending.popleft()
-                t0 = time.perf_counter()
                 # the samples in order, or the batch; a sample's or the collate's error is raised here, as it is
                 b = [f.result() for f in work] if isinstance(work, list) else work.result()
-                st.add('wait_workers', time.perf_counter() - t0)
                 submit()
-                if isinstance(work, list):
-                    b = self._collate(items, b)
-                if not st.outer:
-                    now = time.perf_counter()
-                    st.delivered(_images(b), now - mark)
-                    mark = now
-                yield b
-        finally:  # stopped early (a break, an error): cancel what has not started, wait for what has, so that no
-            # loader thread still draws from the global generators when the consumer goes on (e.g. with another loader)
+                yield self._collate(loader, items, b) if isinstance(work, list) else b
+        finally:  # stopped early (a break, an error): cancel what has not started, wait for what has
             futs = [f for _, w in pending for f in (w if isinstance(w, list) else [w])]
             for f in futs:
                 f.cancel()
@@ -390,153 +163,11 @@ class ThreadDataLoader(ResumableDataLoader):
                 if not f.cancelled():
                     f.exception()  # waits; the error, if any, is not this consumer's any more
 
-    def stats(self) -> LoaderStats:
-        "Where the time went so far (`LoaderStats`; a prefetching loader over this one shares it)."
-        return self._stats
-
     def close(self):
         "Stop the threads (they also stop when the loader is collected)."
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-
-# %% ../nbs/37_threads.ipynb #dc6ae7c0
-class _TimedDelivered(DeliveredIterator):
-    "`DeliveredIterator` that adds the time spent waiting in `next` to its loader's stats (the workers are another process)."
-
-    def __init__(self, loader, iterator, until_end: bool = False):
-        super().__init__(loader, iterator, until_end)
-        self.delivered_at = None  # when the batch before was delivered (None: none yet)
-
-    def __next__(self):
-        st, t0 = self.loader._stats, time.perf_counter()
-        try:
-            b = super().__next__()
-        finally:
-            st.add('wait_workers', time.perf_counter() - t0)
-        if not st.outer:  # no prefetcher above: the batches are delivered here
-            now = time.perf_counter()
-            st.delivered(_images(b), now - (t0 if self.delivered_at is None else self.delivered_at))
-            self.delivered_at = now
-        return b
-
-
-class _TimedSeeded(SeededDataset):
-    "`SeededDataset` that times each sample's stages (`stage_clock`) and adds them to its worker's row of `rows`."
-
-    def __init__(self, dataset, rows: torch.Tensor):
-        super().__init__(dataset)
-        self.rows = WorkerRows(rows)
-
-    def fetch(self, item, defer: bool = False):
-        stage_clock.start()
-        try:
-            return super().fetch(item, defer)
-        finally:
-            r, row = stage_clock.stop(), self.rows.row()
-            row[0] += r[0]
-            row[1] += r[1]
-            row[2] += r[2]
-            row[4] += 1
-
-
-class _TimedCollate:
-    "A collate that adds its time and its batch to its worker's row of `rows`."
-
-    def __init__(self, fn: Callable, rows: torch.Tensor):
-        self.fn, self.rows = fn, WorkerRows(rows)
-
-    def __call__(self, samples):
-        # a batch's deferred crops (`fast_collate`'s `resize_pending`) count as per-sample ops, the rest as the collate's
-        stage_clock.start(COLLATE)
-        try:
-            return self.fn(samples)
-        finally:
-            r, row = stage_clock.stop(), self.rows.row()
-            row[1] += r[DECODE]  # a batch's deferred JPEG crops: decoded and resized in one call
-            row[2] += r[OPS]
-            row[3] += r[COLLATE]
-            row[5] += 1
-
-
-class ProcessDataLoader(ResumableDataLoader):
-    """`ResumableDataLoader` (worker processes) that counts where the time goes: `stats()`. The workers time read, decode,
-    per-sample ops and collate and add the sums to their row of a small shared array, read here."""
-
-    delivered_iterator = _TimedDelivered  # counts the consumer's wait for the workers
-
-    def __init__(self, dataset, *args, num_workers: int = 0, **kwargs):
-        rows = torch.zeros(max(num_workers, 1), len(COLUMNS), dtype=torch.float64).share_memory_()
-        if isinstance(dataset, SeededDataset) and not isinstance(dataset, _TimedSeeded):
-            dataset, defer = _TimedSeeded(dataset.dataset, rows), dataset.defer_pixels
-            dataset.defer_pixels = defer
-        super().__init__(dataset, *args, num_workers=num_workers, **kwargs)
-        self._stats = LoaderStats(rows)
-
-    def __iter__(self):
-        # the workers get a timed collate; `collate_fn` stays the caller's (the prefetcher gives batches back to it)
-        fn = self.collate_fn
-        self.collate_fn = _TimedCollate(fn, self._stats.rows)
-        try:
-            it = super().__iter__()
-        finally:
-            self.collate_fn = fn
-        return it
-
-    def stats(self) -> LoaderStats:
-        "Where the time went so far (`LoaderStats`), the worker processes' stages included."
-        return self._stats
-
-
-class TimedPrefetchLoader(ResumablePrefetchLoader):
-    "`ResumablePrefetchLoader` that counts where the time goes (the device step, the consumer's wait and its own time): `stats()`."
-
-    def __init__(self, loader, **kwargs):
-        super().__init__(loader, **kwargs)
-        self._stats = loader.stats() if isinstance(loader, CountsTime) else LoaderStats()
-        self._stats.outer = True
-
-    def stats(self) -> LoaderStats:
-        "Where the time went so far (`LoaderStats`, shared with the loader under this one); `stats().reset()` starts again."
-        return self._stats
-
-    def _process(self, x: torch.Tensor) -> torch.Tensor:
-        t0 = time.perf_counter()
-        try:
-            return super()._process(x)
-        finally:
-            self._stats.add('device', time.perf_counter() - t0)
-
-    def __iter__(self):
-        st, gen, pc = self._stats, super().__iter__(), time.perf_counter  # pc: still there while Python shuts down
-        mark = pc()  # wall time is counted up to here
-        handed = None  # when the consumer got the batch it is working on
-        try:
-            while True:
-                t0 = pc()
-                try:
-                    x, y = next(gen)
-                except StopIteration:
-                    break
-                handed = pc()
-                st.add('consumer_wait', handed - t0)
-                st.delivered(len(x), handed - mark)
-                mark = handed
-                yield x, y
-                st.add('consumer', pc() - handed)
-                handed = None
-        finally:  # the consumer stopped early (a break): its time on the last batch counts too
-            now = pc()
-            if handed is not None:
-                st.add('consumer', now - handed)
-            gen.close()
-            st.wall += now - mark
-
-
-def loader_classes(worker_mode: str = 'process') -> tuple:
-    "(DataLoader class, prefetching wrapper class) of `create_loader` for a worker mode; both have `stats()`."
-    check_worker_mode(worker_mode)
-    return (ThreadDataLoader if worker_mode == 'thread' else ProcessDataLoader), TimedPrefetchLoader
 
 # %% ../nbs/37_threads.ipynb #8e4297cb
 def verdict(
@@ -592,8 +223,8 @@ def profile_loader(
         raise TypeError(
             f'profile_loader needs a loader with stats() (from timmdata.create_loader); got {type(loader).__name__}'
         )
-    inner = getattr(loader, 'loader', loader)
-    mode, workers = ('thread' if isinstance(inner, ThreadDataLoader) else 'process'), getattr(inner, 'num_workers', 0)
+    inner = loader.loader if isinstance(loader, PrefetchLoader) else loader
+    mode, workers = (inner.worker_mode, inner.num_workers) if isinstance(inner, ResumableDataLoader) else ('process', 0)
     st, it = loader.stats(), iter(loader)
     try:
         next(it, None)  # warm-up: workers start, files are paged in
