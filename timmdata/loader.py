@@ -4,7 +4,8 @@
 
 # %% ../nbs/38_loader.ipynb #dfb218b2
 from __future__ import annotations
-import ctypes, random, sys, warnings
+import ctypes, inspect, random, sys, warnings
+from dataclasses import MISSING, dataclass, fields
 from functools import partial
 from typing import Callable, Optional, Sequence, Tuple, Union
 import numpy as np
@@ -33,6 +34,7 @@ from .dataset import ImageDataset
 
 # %% auto #0
 __all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'set_dataset_transform', 'jitter_on_batch', 'adapt_to_chs',
+           'LoaderOptions', 'transform_step', 'plan_step', 'worker_loader', 'collate_step', 'prefetch_step',
            'create_loader', 'fast_collate', 'PrefetchLoader']
 
 # %% ../nbs/38_loader.ipynb #df52b17c
@@ -310,263 +312,213 @@ def adapt_to_chs(
         warnings.warn(f'Pretrained mean/std different shape than model, using avg value {x}.', stacklevel=2)
     return x
 
+# %% ../nbs/38_loader.ipynb #e0d9e615
+@dataclass
+class LoaderOptions:
+    """`create_loader`'s arguments but the dataset, in timm's order with timm's defaults: the one object its steps read.
+    The device-decode path takes the options its function has parameters for; any other must stay at its default."""
+
+    input_size: Union[int, Tuple[int, int], Tuple[int, int, int]]  # int, (H, W) or (C, H, W)
+    batch_size: int  # samples per batch (per process when distributed)
+    is_training: bool = False  # training: random augmentation, shuffling, drop_last
+    no_aug: bool = False  # training without augmentation
+    re_prob: float = 0.0  # random erasing probability (on the batch, training only)
+    re_mode: str = 'const'  # random erasing fill mode
+    re_count: int = 1  # random erasing max regions per image
+    re_split: bool = False  # leave the first split of each batch un-erased
+    train_crop_mode: Optional[str] = None  # 'rrc' (default), 'rkrc' or 'rkrr'
+    scale: Optional[Tuple[float, float]] = None  # train crop area range
+    ratio: Optional[Tuple[float, float]] = None  # train crop aspect range
+    hflip: float = 0.5  # horizontal flip probability
+    vflip: float = 0.0  # vertical flip probability
+    color_jitter: Union[float, Tuple[float, ...], None] = 0.4  # brightness/contrast/saturation(/hue) strength
+    color_jitter_prob: Optional[float] = None  # apply jitter with this probability (None: always)
+    grayscale_prob: float = 0.0  # random grayscale probability
+    gaussian_blur_prob: float = 0.0  # random Gaussian blur probability
+    auto_augment: Optional[str] = None  # auto-augment config string
+    num_aug_repeats: int = 0  # repeated augmentation (distributed only): copies per sample
+    num_aug_splits: int = 0  # augmentation splits (AugMix)
+    interpolation: str = 'bilinear'  # resize interpolation
+    mean: Tuple[float, ...] = IMAGENET_DEFAULT_MEAN  # normalisation mean
+    std: Tuple[float, ...] = IMAGENET_DEFAULT_STD  # normalisation std
+    num_workers: int = 1  # worker processes, or threads (0: load in the main process)
+    distributed: bool = False  # one share of the data per rank (torch.distributed must be initialised)
+    crop_pct: Optional[float] = None  # eval crop fraction
+    crop_mode: Optional[str] = None  # eval crop mode: 'center', 'squash' or 'border'
+    crop_border_pixels: Optional[int] = None  # eval: trim this many pixels first
+    collate_fn: Optional[Callable] = None  # default: fast_collate with the prefetcher, else torch's default_collate
+    pin_memory: Optional[bool] = None  # None: pin when the device is CUDA
+    fp16: bool = False  # deprecated: img_dtype=torch.float16
+    img_dtype: torch.dtype = torch.float32  # output dtype
+    device: Union[str, torch.device, None] = None  # 'cpu', 'cuda' (any without the prefetcher); None: CUDA if any
+    use_prefetcher: bool = True  # uint8 in the workers, float/normalise/augment on the device (PrefetchLoader)
+    use_multi_epochs_loader: bool = False  # one endless worker pass cut into epochs (MultiEpochsDataLoader)
+    persistent_workers: bool = True  # keep workers between epochs
+    worker_seeding: Union[str, Callable] = 'all'  # 'all', 'part' or f(worker_info) -> seed
+    tf_preprocessing: bool = False  # TF-style preprocessing: not implemented
+    input_size_choices: Optional[Sequence] = None  # scheduled batching: the sizes a batch may take
+    batch_size_choices: Optional[Sequence[int]] = None  # scheduled: batch size per size (None: `batch_size`)
+    batch_choice_weights: Optional[Sequence[float]] = None  # scheduled: base weight of each choice (None: uniform)
+    batch_choice_seed: int = 0  # scheduled: seed of the schedule (the same on every rank)
+    batch_choice_schedule: str = 'constant'  # scheduled: 'constant' or 'progressive' (small to large)
+    batch_schedule_epochs: Optional[int] = None  # progressive: epochs from the first choice to the last
+    batch_schedule_spread: float = 0.65  # progressive: width of the choice window, in choices
+    batch_schedule_random_mix: float = 0.1  # progressive: share of uniform exploration
+    num_batches: Optional[int] = None  # scheduled: batches per epoch (None: a sample budget, or inferred)
+    prefetch_factor: Optional[int] = None  # batches queued per worker (None: torch's default, 2)
+    channels_last: bool = False  # channels-last batches (prefetcher only)
+    seed: Optional[int] = None  # seed of the order and every draw; None: drawn from torch's RNG (rank 0's)
+    decode_device: Optional[str] = None  # 'cuda': decode, crop and resize batched on the GPU (`gpu_decode`)
+    worker_mode: str = 'process'  # 'process' or 'thread' workers: the same batches (`timmdata.threads`)
+
+    @property
+    def channels(self) -> int:
+        "Image channels: `input_size`'s C, else one per mean value."
+        s = self.input_size
+        return s[0] if isinstance(s, (tuple, list)) and len(s) == 3 else len(self.mean)
+
+    def not_taken_by(self, fn: Callable) -> dict:
+        "The options `fn` has no parameter for: {name: value} (the device-decode path refuses those not at their default)."
+        params = inspect.signature(fn).parameters
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in params}
+
+    def kwargs_for(self, fn: Callable) -> dict:
+        "The options `fn` has parameters for, by name."
+        params = inspect.signature(fn).parameters
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name in params}
+
+# %% ../nbs/38_loader.ipynb #09fc3a77
+def transform_step(dataset, o: LoaderOptions, batch_jitter: bool) -> tuple:
+    "The per-sample transform, set on the dataset (one per size, scheduled): (the dataset to batch, the batch shapes)."
+    from timmdata.transforms_factory import create_transform  # here: `import timmdata.loader` stays light
+
+    kw = o.kwargs_for(create_transform) | dict(
+        color_jitter=None if batch_jitter else o.color_jitter,  # then on the batch, by the prefetcher
+        re_num_splits=(o.num_aug_splits or 2) if o.re_split else 0,
+        separate=o.num_aug_splits > 0,
+    )
+    size, c = parse_input_size(o.input_size), o.channels
+    if o.input_size_choices is None:
+        if o.batch_size_choices is not None:
+            raise ValueError('batch_size_choices needs input_size_choices (one batch size per scheduled input size)')
+        set_dataset_transform(dataset, create_transform(**kw))
+        return dataset, [(o.batch_size * max(1, o.num_aug_splits), c, *size)]
+    sizes, batch_sizes = _scheduled_choices(
+        dataset, o.input_size_choices, o.batch_size_choices, o.batch_choice_weights, o.batch_size, c,
+        o.is_training, o.num_aug_splits, o.use_multi_epochs_loader,
+    )  # fmt: skip
+    set_dataset_transform(dataset, None)
+    o.batch_size_choices = batch_sizes
+    tfs = [create_transform(**(kw | dict(input_size=s))) for s in sizes]
+    return ScheduledTransformDataset(dataset, tfs), [(b, *s) for b, s in zip(batch_sizes, sizes)]
+
+
+def plan_step(dataset, o: LoaderOptions) -> tuple:
+    "The batch plan (timmdata.scheduled_sampler), a stream told its split: (the keyed dataset, the DataLoader's batching)."
+    if isinstance(dataset, StreamPlan):
+        dataset.set_loader_cfg(num_workers=o.num_workers, batch_size=o.batch_size)  # its split and batches
+    elif isinstance(dataset, SplitsOverWorkers):
+        dataset.set_loader_cfg(num_workers=o.num_workers)  # e.g. timm's own stream
+    return make_batch_plan(
+        dataset,
+        Sampling(
+            o.batch_size, is_training=o.is_training, distributed=o.distributed, num_aug_repeats=o.num_aug_repeats,
+            seed=o.seed, batch_size_choices=o.batch_size_choices, choice_weights=o.batch_choice_weights,
+            choice_seed=o.batch_choice_seed, choice_schedule=o.batch_choice_schedule,
+            schedule_epochs=o.batch_schedule_epochs, schedule_spread=o.batch_schedule_spread,
+            schedule_random_mix=o.batch_schedule_random_mix, num_batches=o.num_batches,
+        ),
+    )  # fmt: skip
+
+
+def worker_loader(dataset, batching: dict, collate_fn: Callable, o: LoaderOptions, pin: bool):
+    "The DataLoader: a `ResumableDataLoader` (or timm's `MultiEpochsDataLoader`), its workers processes or threads."
+    workers = ThreadWorkers(o.num_workers, o.prefetch_factor) if o.worker_mode == 'thread' else None
+    if workers is not None:
+        steady_heap()  # as worker_init does in a worker: freed image buffers keep their pages
+    return (MultiEpochsDataLoader if o.use_multi_epochs_loader else ResumableDataLoader)(
+        dataset,
+        **batching,
+        num_workers=o.num_workers,
+        collate_fn=collate_fn,
+        pin_memory=pin,
+        worker_init_fn=partial(worker_init, worker_seeding=o.worker_seeding, rank=default_rank()),
+        persistent_workers=o.persistent_workers and o.num_workers > 0 and not o.use_multi_epochs_loader,
+        prefetch_factor=o.prefetch_factor if o.num_workers > 0 else None,
+        workers=workers,
+    )
+
+
+def collate_step(dataset, shapes: list, o: LoaderOptions, device: torch.device, pin: bool) -> Callable:
+    "The collate: the caller's, else fast_collate with the prefetcher (into a `BatchRing` on the CPU), else torch's."
+    fn = o.collate_fn
+    if fn is None:  # threads collate in this process: no ring of shared memory
+        workers = o.num_workers if o.worker_mode == 'process' else 0
+        fn = _default_collate_fn(o.use_prefetcher, pin, device, shapes, workers, o.prefetch_factor)
+    if isinstance(dataset, SeededDataset) and type(dataset.dataset) is ImageDataset:
+        # fast_collate's makes a batch's training crops (JPEGs, a store's pixels) in one call, in a worker or a thread
+        dataset.defer_pixels = fn is fast_collate or (isinstance(fn, BatchCollate) and fn.makes_pending)
+    return fn
+
+
+def prefetch_step(loader, o: LoaderOptions, device: torch.device, batch_jitter: bool) -> PrefetchLoader:
+    "The `PrefetchLoader` over the DataLoader: float, normalise, jitter (when moved to the batch), erase on `device`."
+    train = o.is_training and not o.no_aug
+    return PrefetchLoader(
+        loader, mean=o.mean, std=o.std, channels=o.channels, device=device, fp16=o.fp16, img_dtype=o.img_dtype,
+        re_prob=o.re_prob if train else 0.0, re_mode=o.re_mode, re_count=o.re_count,
+        re_num_splits=(o.num_aug_splits or 2) if o.re_split else 0, channels_last=o.channels_last,
+        color_jitter=o.color_jitter if batch_jitter else None,
+    )  # fmt: skip
+
 # %% ../nbs/38_loader.ipynb #5179544a
 def create_loader(
     dataset,  # the dataset; its `.transform` is set here
-    input_size: Union[int, Tuple[int, int], Tuple[int, int, int]],  # int, (H, W) or (C, H, W)
-    batch_size: int,  # samples per batch (per process when distributed)
-    is_training: bool = False,  # training: random augmentation, shuffling, drop_last
-    no_aug: bool = False,  # training without augmentation
-    re_prob: float = 0.0,  # random erasing probability (on the batch, training only)
-    re_mode: str = 'const',  # random erasing fill mode
-    re_count: int = 1,  # random erasing max regions per image
-    re_split: bool = False,  # leave the first split of each batch un-erased
-    train_crop_mode: Optional[str] = None,  # 'rrc' (default), 'rkrc' or 'rkrr'
-    scale: Optional[Tuple[float, float]] = None,  # train crop area range
-    ratio: Optional[Tuple[float, float]] = None,  # train crop aspect range
-    hflip: float = 0.5,  # horizontal flip probability
-    vflip: float = 0.0,  # vertical flip probability
-    color_jitter: Union[float, Tuple[float, ...], None] = 0.4,  # brightness/contrast/saturation(/hue) strength
-    color_jitter_prob: Optional[float] = None,  # apply jitter with this probability (None: always)
-    grayscale_prob: float = 0.0,  # random grayscale probability
-    gaussian_blur_prob: float = 0.0,  # random Gaussian blur probability
-    auto_augment: Optional[str] = None,  # auto-augment config string
-    num_aug_repeats: int = 0,  # repeated augmentation (distributed only): copies per sample
-    num_aug_splits: int = 0,  # augmentation splits (AugMix)
-    interpolation: str = 'bilinear',  # resize interpolation
-    mean: Tuple[float, ...] = IMAGENET_DEFAULT_MEAN,  # normalisation mean
-    std: Tuple[float, ...] = IMAGENET_DEFAULT_STD,  # normalisation std
-    num_workers: int = 1,  # worker processes (0: load in the main process)
-    distributed: bool = False,  # one share of the data per rank (torch.distributed must be initialised)
-    crop_pct: Optional[float] = None,  # eval crop fraction
-    crop_mode: Optional[str] = None,  # eval crop mode: 'center', 'squash' or 'border'
-    crop_border_pixels: Optional[int] = None,  # eval: trim this many pixels first
-    collate_fn: Optional[Callable] = None,  # default: fast_collate with the prefetcher, else torch's default_collate
-    pin_memory: Optional[bool] = None,  # None: pin when the device is CUDA
-    fp16: bool = False,  # deprecated: img_dtype=torch.float16
-    img_dtype: torch.dtype = torch.float32,  # output dtype
-    device: Union[
-        str, torch.device, None
-    ] = None,  # 'cpu' or 'cuda' (any with use_prefetcher=False); None: CUDA when available, else CPU
-    use_prefetcher: bool = True,  # uint8 in the workers, float/normalise/augment on the device (PrefetchLoader)
-    use_multi_epochs_loader: bool = False,  # one endless worker pass cut into epochs (MultiEpochsDataLoader)
-    persistent_workers: bool = True,  # keep workers between epochs
-    worker_seeding: Union[str, Callable] = 'all',  # 'all', 'part' or f(worker_info) -> seed
-    tf_preprocessing: bool = False,  # TF-style preprocessing: not implemented
-    input_size_choices: Optional[
-        Sequence
-    ] = None,  # scheduled batching: the image sizes (int, (H, W) or (C, H, W)) a batch may take
-    batch_size_choices: Optional[
-        Sequence[int]
-    ] = None,  # scheduled: batch size of each size choice (None: `batch_size` for all)
-    batch_choice_weights: Optional[Sequence[float]] = None,  # scheduled: base weight of each choice (None: uniform)
-    batch_choice_seed: int = 0,  # scheduled: seed of the schedule (the same on every rank)
-    batch_choice_schedule: str = 'constant',  # scheduled: 'constant' or 'progressive' (small to large over the epochs)
-    batch_schedule_epochs: Optional[int] = None,  # progressive: epochs to move from the first choice to the last
-    batch_schedule_spread: float = 0.65,  # progressive: width of the choice window, in choices
-    batch_schedule_random_mix: float = 0.1,  # progressive: share of uniform exploration
-    num_batches: Optional[
-        int
-    ] = None,  # scheduled: batches per epoch (None: a sample budget, or inferred when progressive)
-    prefetch_factor: Optional[int] = None,  # batches queued per worker (None: torch's default, 2)
-    channels_last: bool = False,  # channels-last batches (prefetcher only)
-    seed: Optional[
-        int
-    ] = None,  # seed of the order and of every random draw (per sample, mixing, batch ops); None: drawn from torch's RNG (rank 0's when distributed)
-    decode_device: Optional[
-        str
-    ] = None,  # 'cuda': workers only read JPEG bytes and draw crops; decode, crop and resize batched on the GPU (`gpu_decode`); 'cpu' runs that path on the CPU
-    worker_mode: str = 'process',  # 'process': `num_workers` worker processes; 'thread': `num_workers` threads of this process, same batches (`timmdata.threads`)
+    *args,  # `LoaderOptions`, in timm's order: input_size, batch_size, is_training, ...
+    **kwargs,  # `LoaderOptions` by name
 ):
     "timm's `create_loader`: a loader of normalised batches on `device`, fast by default, CPU or CUDA."
-    check_worker_mode(worker_mode, dataset, input_size_choices, decode_device, num_workers, use_multi_epochs_loader)
-    if (
-        decode_device is not None
-    ):  # the device path takes what it honours, by name; the rest must be at create_loader's defaults
-        refuse_off_default(
-            create_loader,
-            dict(
-                no_aug=no_aug,
-                color_jitter_prob=color_jitter_prob,
-                grayscale_prob=grayscale_prob,
-                gaussian_blur_prob=gaussian_blur_prob,
-                auto_augment=auto_augment,
-                num_aug_splits=num_aug_splits,
-                use_prefetcher=use_prefetcher,
-                use_multi_epochs_loader=use_multi_epochs_loader,
-                worker_seeding=worker_seeding,
-                tf_preprocessing=tf_preprocessing,
-                input_size_choices=input_size_choices,
-                batch_size_choices=batch_size_choices,
-                batch_choice_weights=batch_choice_weights,
-                batch_choice_seed=batch_choice_seed,
-                batch_choice_schedule=batch_choice_schedule,
-                batch_schedule_epochs=batch_schedule_epochs,
-                batch_schedule_spread=batch_schedule_spread,
-                batch_schedule_random_mix=batch_schedule_random_mix,
-                num_batches=num_batches,
-                worker_mode=worker_mode,
-            ),
-        )
-        return create_device_decode_loader(
-            dataset,
-            input_size,
-            batch_size,
-            is_training=is_training,
-            re_prob=re_prob,
-            re_mode=re_mode,
-            re_count=re_count,
-            re_split=re_split,
-            train_crop_mode=train_crop_mode,
-            scale=scale,
-            ratio=ratio,
-            hflip=hflip,
-            vflip=vflip,
-            color_jitter=color_jitter,
-            num_aug_repeats=num_aug_repeats,
-            interpolation=interpolation,
-            mean=mean,
-            std=std,
-            num_workers=num_workers,
-            distributed=distributed,
-            crop_pct=crop_pct,
-            crop_mode=crop_mode,
-            crop_border_pixels=crop_border_pixels,
-            collate_fn=collate_fn,
-            pin_memory=pin_memory,
-            fp16=fp16,
-            img_dtype=img_dtype,
-            device=device,
-            persistent_workers=persistent_workers,
-            prefetch_factor=prefetch_factor,
-            channels_last=channels_last,
-            seed=seed,
-            decode_device=decode_device,
-        )
-    _check_args(batch_size, num_workers, worker_seeding, tf_preprocessing)
-    size = parse_input_size(input_size)  # (H, W)
-    device = resolve_device(device, PrefetchLoader.devices if use_prefetcher else None)
-    channels = input_size[0] if isinstance(input_size, (tuple, list)) and len(input_size) == 3 else len(mean)
-    if not use_prefetcher and isinstance(collate_fn, BatchCollate) and collate_fn.mixes:
+    try:
+        o = LoaderOptions(*args, **kwargs)
+    except TypeError as e:  # a misspelt or missing argument: named as create_loader's
+        raise TypeError(str(e).replace('LoaderOptions.__init__()', 'create_loader()')) from None
+    check_worker_mode(
+        o.worker_mode, dataset, o.input_size_choices, o.decode_device, o.num_workers, o.use_multi_epochs_loader
+    )
+    if o.decode_device is not None:  # the device path takes the options it has parameters for; others stay at default
+        refuse_off_default(create_loader, o.not_taken_by(create_device_decode_loader))
+        return create_device_decode_loader(dataset, **o.kwargs_for(create_device_decode_loader))
+    _check_args(o.batch_size, o.num_workers, o.worker_seeding, o.tf_preprocessing)
+    device = resolve_device(o.device, PrefetchLoader.devices if o.use_prefetcher else None)
+    if not o.use_prefetcher and isinstance(o.collate_fn, BatchCollate) and o.collate_fn.mixes:
         raise ValueError(
-            f"collate_fn={type(collate_fn).__name__} mixes uint8 samples and needs use_prefetcher=True to turn the "
+            f"collate_fn={type(o.collate_fn).__name__} mixes uint8 samples and needs use_prefetcher=True to turn the "
             f"batch into normalised floats (the prefetcher runs on the CPU too); without the prefetcher, "
             f"apply timmdata.mixup.Mixup to each float batch in the training loop instead"
         )
-    re_num_splits = (num_aug_splits or 2) if re_split else 0
     batch_jitter = jitter_on_batch(
-        is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, num_aug_splits, collate_fn, use_prefetcher
-    )
-    from timmdata.transforms_factory import create_transform  # here: transforms_factory is heavier than this module
+        o.is_training, o.no_aug, o.color_jitter, o.color_jitter_prob, o.auto_augment, o.num_aug_splits,
+        o.collate_fn, o.use_prefetcher,
+    )  # fmt: skip
+    dataset, shapes = transform_step(dataset, o, batch_jitter)
+    dataset, batching = plan_step(dataset, o)
+    pin = bool(o.use_prefetcher and device.type == 'cuda' if o.pin_memory is None else o.pin_memory)
+    pin = pin and torch.cuda.is_available()
+    collate_fn = collate_step(dataset, shapes, o, device, pin)
+    loader = worker_loader(dataset, batching, collate_fn, o, pin)
+    return prefetch_step(loader, o, device, batch_jitter) if o.use_prefetcher else loader
 
-    tf_kw = dict(
-        is_training=is_training,
-        no_aug=no_aug,
-        train_crop_mode=train_crop_mode,
-        scale=scale,
-        ratio=ratio,
-        hflip=hflip,
-        vflip=vflip,
-        color_jitter=None if batch_jitter else color_jitter,
-        color_jitter_prob=color_jitter_prob,
-        grayscale_prob=grayscale_prob,
-        gaussian_blur_prob=gaussian_blur_prob,
-        auto_augment=auto_augment,
-        interpolation=interpolation,
-        mean=mean,
-        std=std,
-        re_prob=re_prob,
-        re_mode=re_mode,
-        re_count=re_count,
-        re_num_splits=re_num_splits,
-        crop_pct=crop_pct,
-        crop_mode=crop_mode,
-        crop_border_pixels=crop_border_pixels,
-        use_prefetcher=use_prefetcher,
-        separate=num_aug_splits > 0,
-    )
-    if input_size_choices is None:
-        if batch_size_choices is not None:
-            raise ValueError('batch_size_choices needs input_size_choices (one batch size per scheduled input size)')
-        set_dataset_transform(dataset, create_transform(input_size, **tf_kw))
-        shapes = [(batch_size * max(1, num_aug_splits), channels, *size)]
-    else:
-        sizes, batch_size_choices = _scheduled_choices(
-            dataset,
-            input_size_choices,
-            batch_size_choices,
-            batch_choice_weights,
-            batch_size,
-            channels,
-            is_training,
-            num_aug_splits,
-            use_multi_epochs_loader,
-        )
-        set_dataset_transform(dataset, None)
-        dataset = ScheduledTransformDataset(dataset, [create_transform(s, **tf_kw) for s in sizes])
-        shapes = [(b, *s) for b, s in zip(batch_size_choices, sizes)]
-    if isinstance(dataset, StreamPlan):
-        dataset.set_loader_cfg(num_workers=num_workers, batch_size=batch_size)  # its split and batches
-    elif isinstance(dataset, SplitsOverWorkers):
-        dataset.set_loader_cfg(num_workers=num_workers)  # e.g. timm's own stream
-    dataset, batching = make_batch_plan(
-        dataset,
-        Sampling(  # the batch plan, made here only (timmdata.scheduled_sampler)
-            batch_size,
-            is_training=is_training,
-            distributed=distributed,
-            num_aug_repeats=num_aug_repeats,
-            seed=seed,
-            batch_size_choices=batch_size_choices,
-            choice_weights=batch_choice_weights,
-            choice_seed=batch_choice_seed,
-            choice_schedule=batch_choice_schedule,
-            schedule_epochs=batch_schedule_epochs,
-            schedule_spread=batch_schedule_spread,
-            schedule_random_mix=batch_schedule_random_mix,
-            num_batches=num_batches,
-        ),
-    )
-    if pin_memory is None:
-        pin_memory = use_prefetcher and device.type == 'cuda'
-    pin_memory = bool(pin_memory) and torch.cuda.is_available()
-    if collate_fn is None:  # threads collate in this process: no ring of shared memory
-        collate_fn = _default_collate_fn(
-            use_prefetcher, pin_memory, device, shapes, num_workers if worker_mode == 'process' else 0, prefetch_factor
-        )
-    if isinstance(dataset, SeededDataset) and type(dataset.dataset) is ImageDataset:
-        # fast_collate's makes a batch's training crops (JPEGs, a store's pixels) in one call, in a worker or a thread
-        dataset.defer_pixels = collate_fn is fast_collate or (
-            isinstance(collate_fn, BatchCollate) and collate_fn.makes_pending
-        )
-    workers = ThreadWorkers(num_workers, prefetch_factor) if worker_mode == 'thread' else None  # else processes
-    if worker_mode == 'thread':
-        steady_heap()  # as worker_init does in a worker: freed image buffers keep their pages
-    loader = (MultiEpochsDataLoader if use_multi_epochs_loader else ResumableDataLoader)(
-        dataset,
-        **batching,
-        num_workers=num_workers,
-        collate_fn=collate_fn,
-        pin_memory=pin_memory,
-        worker_init_fn=partial(worker_init, worker_seeding=worker_seeding, rank=default_rank()),
-        persistent_workers=persistent_workers and num_workers > 0 and not use_multi_epochs_loader,
-        prefetch_factor=prefetch_factor if num_workers > 0 else None,
-        workers=workers,
-    )
-    if not use_prefetcher:
-        return loader
-    return PrefetchLoader(
-        loader,
-        mean=mean,
-        std=std,
-        channels=channels,
-        device=device,
-        fp16=fp16,
-        img_dtype=img_dtype,
-        re_prob=re_prob if is_training and not no_aug else 0.0,
-        re_mode=re_mode,
-        re_count=re_count,
-        re_num_splits=re_num_splits,
-        channels_last=channels_last,
-        color_jitter=color_jitter if batch_jitter else None,
-    )
+
+create_loader.__signature__ = inspect.Signature(  # timm's signature: the dataset, then every option in timm's order
+    [inspect.Parameter('dataset', inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    + [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            annotation=f.type,
+            default=inspect.Parameter.empty if f.default is MISSING else f.default,
+        )  # fmt: skip
+        for f in fields(LoaderOptions)
+    ]
+)
+create_loader.__delwrap__ = LoaderOptions  # where docments (show_doc's parameter table) finds the options' comments
