@@ -23,7 +23,7 @@ from .runtime import BufferPool, default_rank, delegated, pass_loader_epoch, ran
 from .resume import ResumableDataLoader, ResumeStateError, batch_key, check_state, loader_marks
 
 # %% auto #0
-__all__ = ['NaFlexBatchOps', 'NaFlexPrefetchLoader', 'NaFlexDataLoader', 'create_naflex_loader']
+__all__ = ['NaFlexBatchOps', 'NaFlexPrefetchLoader', 'create_naflex_loader']
 
 # %% ../nbs/43_naflex_loader.ipynb #ea3d339d
 class NaFlexBatchOps:
@@ -215,7 +215,7 @@ class NaFlexPrefetchLoader(FedLoader):
         return self.ops(d, y)
 
     def state_dict(self) -> dict:
-        "The position after the batches handed out (not those prepared ahead): see `NaFlexDataLoader`."
+        "The position after the batches handed out (not those prepared ahead): see `ResumableDataLoader`."
         if not isinstance(self.loader, ResumableDataLoader):
             raise NotImplementedError(
                 f'state_dict: NaFlexPrefetchLoader over a {type(self.loader).__name__} cannot resume; '
@@ -229,28 +229,6 @@ class NaFlexPrefetchLoader(FedLoader):
             self.state_dict()  # raises the error saying why not
         self.loader.load_state_dict(state_dict)
         self.feeder.last = None
-
-# %% ../nbs/43_naflex_loader.ipynb #007d5ab0
-class NaFlexDataLoader(ResumableDataLoader):
-    "The DataLoader of a NaFlex training loader: a `ResumableDataLoader` whose `load_state_dict` names each field of the wrapper that differs."
-
-    def load_state_dict(self, state_dict: dict):
-        "Continue from `state_dict` at the next pass; a state from another schedule (world size, workers over a stream...) is refused."
-        sd, fp = check_state(state_dict), getattr(self.dataset, 'fingerprint', None)
-        if sd['kind'] == 'stream' and isinstance(sd.get('fingerprint'), dict) and callable(fp):
-            saved, mine = sd['fingerprint'], fp()
-            diff = [
-                f'{k}: saved {saved.get(k)!r}, this loader {mine.get(k)!r}'
-                for k in {**saved, **mine}
-                if saved.get(k) != mine.get(k)
-            ]
-            if diff:
-                raise ResumeStateError(
-                    'load_state_dict: this NaFlex loader cannot continue the saved one exactly ('
-                    + '; '.join(diff)
-                    + '); build it with the saved arguments, world size (and workers, over a stream)'
-                )
-        super().load_state_dict(sd)
 
 # %% ../nbs/43_naflex_loader.ipynb #15b7c434
 def _check_naflex_args(dataset, is_training, num_aug_repeats, num_aug_splits, train_seq_lens, max_seq_len, batch_size):
@@ -398,7 +376,7 @@ def create_naflex_loader(
             epoch=epoch,
             patchify_channels_last=patchify_channels_last,
         )
-        loader = NaFlexDataLoader(
+        loader = ResumableDataLoader(
             wrapped, batch_size=None, shuffle=False, **dl_kw
         )  # the wrapper makes whole batches; resumable
     else:

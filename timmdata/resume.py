@@ -171,6 +171,10 @@ class ResumableDataLoader(IteratorParts, DataLoader):
         **kwargs,  # DataLoader's
     ):
         self.workers = workers
+        if isinstance(dataset, SeededDataset) and kwargs.get('generator') is None:
+            # torch draws each iterator's base seed from `generator`, else from the global one (the training loop's);
+            # the samples are keyed, so a generator of the loader's own changes nothing but leaving the loop's alone
+            kwargs['generator'] = torch.Generator().manual_seed(0x5EED)
         if workers is not None:
             for k in ('worker_init_fn', 'persistent_workers', 'multiprocessing_context', 'prefetch_factor'):
                 kwargs.pop(k, None)  # the threads have no worker processes to start
@@ -447,7 +451,14 @@ def load_stream_state(dataset, sd: dict, batch_size: int):
         else [f"batch_size: saved {sd['batch_size']}, this loader {batch_size}"]
     )
     fp = plain_state(dataset.fingerprint())  # as the state holds it (after json too)
-    if plain_state(sd['fingerprint']) != fp:
+    saved = plain_state(sd['fingerprint'])
+    if saved != fp and isinstance(saved, dict) and isinstance(fp, dict):  # each field that differs, by name
+        diff += [
+            f'{k}: saved {saved.get(k)!r}, this loader {fp.get(k)!r}'
+            for k in {**saved, **fp}
+            if saved.get(k) != fp.get(k)
+        ]
+    elif saved != fp:
         diff.append(f"stream: saved {sd['fingerprint']!r}, this one {fp!r}")
     if diff:
         raise ResumeStateError(
