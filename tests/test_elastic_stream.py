@@ -104,7 +104,7 @@ def test_default_is_global_and_its_fallback(shards):
         fb = [mk(pipe, split='', num_samples=50) for _ in range(2)]
     assert [x.order for x in fb] == ['shards', 'shards'] and len([x for x in w if 'order=' in str(x.message)]) == 1  # warned once
     assert 'pipe: stream' in str(w[0].message)
-    with pytest.raises(ResumeStateError, match="order': 'global'"):
+    with pytest.raises(ResumeStateError, match="order: saved 'global', this loader None"):
         create_loader(fb[0], (3, 16, 16), 6, is_training=True, num_workers=0, device='cpu').load_state_dict(sd)
 
 

@@ -238,6 +238,8 @@ class NaFlexBatchMaker:
 class NaFlexMapDatasetWrapper(IterableDataset):
     "Batches of one sequence length each, batch size from a token budget, the same schedule on every rank (timm's)."
 
+    elastic = False  # its state holds batches of one schedule (timmdata.resume.ResumableStream)
+
     # timm's names for the batch maker's parts, live: setting one (e.g. `mixup_fn`) changes what the batches get
     transforms, collate_fns, mixup_fn = (delegated('batch_maker', n) for n in ('transforms', 'collate_fns', 'mixup_fn'))
 

@@ -391,6 +391,7 @@ class ResumableStream(Protocol):
 
     epoch: int  # the epoch of the next pass
     seed: int  # the stream's seed: a batch's key derives from it
+    elastic: bool  # does its state hold global samples (resumes on any ranks, workers, batch size)?
 
     def set_epoch(self, epoch: int): ...
     def set_start(
@@ -412,9 +413,7 @@ def _check_stream(dataset, what: str):
 def stream_state(dataset, batches: int, batch_size: int) -> dict:
     "The state of a loader over a stream that delivered `batches` batches of this pass (after its resume point, if any)."
     _check_stream(dataset, 'state_dict')
-    extra = (
-        dict(samples_delivered=dataset.samples_delivered(batches)) if getattr(dataset, 'elastic', False) else {}
-    )  # order='global'
+    extra = dict(samples_delivered=dataset.samples_delivered(batches)) if dataset.elastic else {}  # order='global'
     return plain_state(
         dict(
             version=STATE_VERSION,
@@ -442,9 +441,7 @@ def load_stream_state(dataset, sd: dict, batch_size: int):
             f"load_state_dict: the state is from a {sd['kind']} loader; this one reads a stream ({type(dataset).__name__})"
         )
     _check_stream(dataset, 'load_state_dict')
-    elastic = (
-        getattr(dataset, 'elastic', False) and 'samples_delivered' in sd
-    )  # resumes on any ranks, workers and batch size
+    elastic = dataset.elastic and 'samples_delivered' in sd  # resumes on any ranks, workers and batch size
     diff = (
         []
         if elastic or sd['batch_size'] == batch_size
