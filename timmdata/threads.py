@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import IterableDataset
 from .stages import COLLATE, CountsTime, LoaderStats, stage_clock
 from .batch_plan import ResumableBatchSampler, SeededDataset
+from .dataset import ImageDataset
 from .prefetch import PrefetchLoader
 from .resume import ResumableDataLoader
 
@@ -89,13 +90,20 @@ class ThreadWorkers:
                 f"thread workers take a SeededDataset and a ResumableBatchSampler (timmdata.resume.resumable_batching); "
                 f"got {type(d).__name__} and {type(plan).__name__}"
             )
+        if not d.explicit and not isinstance(d.dataset, ImageDataset):
+            raise ValueError(
+                f"worker_mode='thread' reads timmdata datasets (ImageDataset and its subclasses, whose samples take "
+                f"their random draws from the loader); {type(d.dataset).__name__} is not one: its __getitem__ may draw "
+                f"from the process's global generators, which threads share with each other and with the training "
+                f"loop. Use worker_mode='process' (each sample's global generators seeded there), or an ImageDataset"
+            )
         if not d.explicit:
-            t = getattr(d.dataset, 'transform', None)  # a foreign dataset may have none
             raise ValueError(
                 f"worker_mode='thread' needs a transform that takes its random draws explicitly (timmdata's own: "
-                f"create_transform, timmdata.transforms); {type(d.dataset).__name__} with transform "
-                f"{type(t).__name__} may draw from the process's global generators, which threads share with each "
-                f"other and with the training loop: use worker_mode='process', or timmdata's transforms"
+                f"create_transform, timmdata.transforms; see timmdata.transforms.takes_draws); the transform of "
+                f"{type(d.dataset).__name__}, {type(d.dataset.transform).__name__}, has a step that may draw from the "
+                f"process's global generators, which threads share with each other and with the training loop: use "
+                f"worker_mode='process', or timmdata's transforms"
             )
 
     def _threads(self) -> ThreadPoolExecutor:
@@ -132,6 +140,7 @@ class ThreadWorkers:
 
     def batches(self, loader):
         "This pass's batches of `loader`, made by the threads, in its plan's order (the loader counts and times them)."
+        self.check(loader)  # again: the dataset's transform may have been set since the loader was made (timm does)
         pool, plan, pending = self._threads(), iter(loader.plan), deque()
 
         def submit() -> bool:

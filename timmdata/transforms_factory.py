@@ -9,6 +9,8 @@ from typing import Optional, Union
 import torch
 from torchvision import transforms as tvt
 from timmdata.config import (
+    GLOBAL_DRAWS,
+    Draws,
     IMAGENET_DEFAULT_MEAN,
     IMAGENET_DEFAULT_STD,
     DEFAULT_CROP_PCT,
@@ -18,6 +20,11 @@ from timmdata.config import (
     expand_channel_stats,
 )
 from timmdata.transforms import (
+    ColorJitter,
+    GaussianBlur,
+    RandomApply,
+    RandomGrayscale,
+    RandomVerticalFlip,
     Compose,
     Resize,
     RandomResizedCropAndInterpolation,
@@ -139,7 +146,7 @@ def transforms_imagenet_train(
     if hflip > 0.0:
         primary.append(RandomHorizontalFlip(p=hflip))  # torchvision's, called cheaper
     if vflip > 0.0:
-        primary.append(tvt.RandomVerticalFlip(p=vflip))
+        primary.append(RandomVerticalFlip(p=vflip))
 
     secondary, jitter_off = [], False
     if auto_augment:
@@ -150,12 +157,12 @@ def transforms_imagenet_train(
         secondary.append(create_auto_augment(auto_augment, img_size=img_size, mean=mean, interpolation=interpolation))
     factors = color_jitter_factors(color_jitter)
     if not jitter_off and any(f is not None for f in factors):
-        jitter = tvt.ColorJitter(*(f or 0 for f in factors))  # the parsed (min, max) ranges: the same draws as timm's
-        secondary.append(jitter if color_jitter_prob is None else tvt.RandomApply([jitter], p=color_jitter_prob))
+        jitter = ColorJitter(*(f or 0 for f in factors))  # the parsed (min, max) ranges: the same draws as timm's
+        secondary.append(jitter if color_jitter_prob is None else RandomApply([jitter], p=color_jitter_prob))
     if grayscale_prob:
-        secondary.append(tvt.RandomGrayscale(p=grayscale_prob))
+        secondary.append(RandomGrayscale(p=grayscale_prob))
     if gaussian_blur_prob:
-        secondary.append(tvt.RandomApply([tvt.GaussianBlur(kernel_size=23)], p=gaussian_blur_prob))
+        secondary.append(RandomApply([GaussianBlur(kernel_size=23)], p=gaussian_blur_prob))
 
     final = _final_tfl(use_prefetcher, normalize, mean, std)
     if re_prob > 0.0 and not use_prefetcher and normalize:
@@ -280,15 +287,15 @@ class RandomPad(SampleTransform):
         self.input_size, self.fill = input_size, fill
 
     @staticmethod
-    def get_params(img, input_size) -> tuple:
+    def get_params(img, input_size, rng: Draws = GLOBAL_DRAWS) -> tuple:
         "(left, top, right, bottom) padding: the missing width and height split at random."
         w, h = TF.get_image_size(img)
         dw, dh = max(input_size[1] - w, 0), max(input_size[0] - h, 0)
-        left, top = random.randint(0, dw), random.randint(0, dh)
+        left, top = rng.py.randint(0, dw), rng.py.randint(0, dh)
         return left, top, dw - left, dh - top
 
-    def __call__(self, img):
-        return TF.pad(img, list(self.get_params(img, self.input_size)), self.fill)
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        return TF.pad(img, list(self.get_params(img, self.input_size, rng)), self.fill)
 
     def __repr__(self):
         return f"{type(self).__name__}(input_size={self.input_size}, fill={self.fill})"
