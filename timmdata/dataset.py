@@ -89,6 +89,14 @@ class DecodeTransform:
     "What `ImageDataset` and the streaming `IterableImageDataset` share: the `transform` slot, the decode it asks for, and its application."
 
     input_img_mode, _transform, _to_tensor, _encoded, _explicit = 'RGB', None, False, False, True
+    # set by a loader whose collate makes a batch's pending pixels in one call (`BatchCollate.makes_pending`): a
+    # stream's training crops then come as `PendingResize`s (a map-style dataset is told through its `SeededDataset`)
+    defer_pixels: bool = False
+
+    @property
+    def can_defer(self) -> bool:
+        "Can its samples' pixels wait for the collate (`defer_pixels`)? When its transform is one of ours (it has `deferred`)."
+        return isinstance(self._transform, SampleTransform)
 
     @property
     def transform(self):
@@ -226,6 +234,11 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
 
     def __getitem__(self, index: int):
         return self.sample(index, rng=SAMPLE_DRAWS.rng)  # a loader's draws for this sample, when it reads one
+
+    @property
+    def can_defer(self) -> bool:
+        "Can its samples' pixels wait for the collate? Its transform is ours, and it reads samples with `sample` (a subclass that overrides `__getitem__` is read through that)."
+        return isinstance(self._transform, SampleTransform) and type(self).__getitem__ is ImageDataset.__getitem__
 
     def sample(self, index: int, defer: bool = False, rng: Draws = GLOBAL_DRAWS):
         "`self[index]`; with `defer`, a training crop may come as a `PendingResize` (for `fast_collate`), a JPEG's as a `PendingJpegCrop` that keeps this dataset's bad-sample policy."

@@ -30,7 +30,7 @@ from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_fa
 from .resume import BatchPlan, ResumableDataLoader
 from .threads import ThreadWorkers, check_worker_mode
 from .batch_plan import SeededDataset
-from .dataset import ImageDataset
+from .dataset import DecodeTransform, ImageDataset
 
 # %% auto #0
 __all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'set_dataset_transform', 'jitter_on_batch', 'adapt_to_chs',
@@ -455,9 +455,12 @@ def collate_step(dataset, shapes: list, o: LoaderOptions, device: torch.device, 
     if fn is None:  # threads collate in this process: no ring of shared memory
         workers = o.num_workers if o.worker_mode == 'process' else 0
         fn = _default_collate_fn(o.use_prefetcher, pin, device, shapes, workers, o.prefetch_factor)
-    if isinstance(dataset, SeededDataset) and type(dataset.dataset) is ImageDataset:
-        # fast_collate's makes a batch's training crops (JPEGs, a store's pixels) in one call, in a worker or a thread
-        dataset.defer_pixels = fn is fast_collate or (isinstance(fn, BatchCollate) and fn.makes_pending)
+    # a collate that makes a batch's pending pixels in one call: the dataset that can hands them out deferred (the
+    # draws now, a batch's decodes in the collate, in a worker or a thread); declared by both, asked by no type check
+    pending = fn is fast_collate or (isinstance(fn, BatchCollate) and fn.makes_pending)
+    source = dataset.dataset if isinstance(dataset, SeededDataset) else dataset
+    if isinstance(source, DecodeTransform):
+        (dataset if isinstance(dataset, SeededDataset) else source).defer_pixels = pending and source.can_defer
     return fn
 
 

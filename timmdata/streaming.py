@@ -12,6 +12,7 @@ import torch.distributed as dist
 import torch.utils.data
 from .config import Draws, mix_seed, seed_all
 from .decode import EncodedJpeg, ImageDecodeError
+from .resample import PendingJpegCrop
 from .dataset import DecodeTransform
 from .shard_io import WdsSource
 from .global_order import BLOCK_SHARDS, SpanReader, epoch_length, read_in_order, sample_spans, worker_positions
@@ -467,11 +468,13 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
         except ImageDecodeError as e:
             return self._on_bad(where, e, g if slot is None else slot)
         try:
-            x = self.transform_sample(x, where, rng=rng)
+            x = self.transform_sample(x, where, self.defer_pixels, rng)
         except ImageDecodeError as e:
             if isinstance(x, EncodedJpeg):
                 return self._on_bad(where, e, g if slot is None else slot)  # decoded inside the transform (a crop)
             raise
+        if isinstance(x, PendingJpegCrop):  # decoded in the collate: a bad file meets the same policy there
+            x.on_bad = lambda e: self._on_bad(where, e, g if slot is None else slot)
         if target is None:
             target = -1
         elif self.target_transform is not None:
