@@ -55,8 +55,7 @@ __all__ = ['INPUT_FORMATS', 'TakesInput', 'SampleTransform', 'transform_input', 
            'hflip', 'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy',
            'shorter_edge_size', 'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'RandomHorizontalFlip',
            'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder',
-           'Compose', 'takes_draws', 'RandomVerticalFlip', 'ColorJitter', 'RandomGrayscale', 'GaussianBlur',
-           'RandomApply']
+           'Compose', 'takes_draws']
 
 # %% ../nbs/10_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
@@ -691,75 +690,3 @@ def takes_draws(t) -> bool:
     if isinstance(t, tvt.Compose):
         return all(takes_draws(s) for s in t.transforms)
     return not isinstance(t, SampleTransform) or (t.takes_rng and t.draws_explicitly)
-
-# %% ../nbs/10_transforms.ipynb #358165f6
-class RandomVerticalFlip(tvt.RandomVerticalFlip, SampleTransform):
-    "torchvision's `RandomVerticalFlip` (the same draw and pixels), drawing from the sample's `rng.torch`."
-
-    input_format = 'tensor'
-
-    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return TF.vflip(img) if torch.rand(1, generator=rng.torch) < self.p else img
-
-
-class ColorJitter(tvt.ColorJitter, SampleTransform):
-    "torchvision's `ColorJitter` (the same order of draws and pixels), drawing from the sample's `rng.torch`."
-
-    input_format = 'tensor'
-
-    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        g = rng.torch  # torchvision's get_params, its draws from `g`: the order of the four, then each factor
-        order = torch.randperm(4, generator=g)
-        b, c, s, h = (
-            None if r is None else float(torch.empty(1).uniform_(r[0], r[1], generator=g))
-            for r in (self.brightness, self.contrast, self.saturation, self.hue)
-        )
-        for i in order.tolist():
-            if i == 0 and b is not None:
-                img = TF.adjust_brightness(img, b)
-            elif i == 1 and c is not None:
-                img = TF.adjust_contrast(img, c)
-            elif i == 2 and s is not None:
-                img = TF.adjust_saturation(img, s)
-            elif i == 3 and h is not None:
-                img = TF.adjust_hue(img, h)
-        return img
-
-
-class RandomGrayscale(tvt.RandomGrayscale, SampleTransform):
-    "torchvision's `RandomGrayscale`, drawing from the sample's `rng.torch`."
-
-    input_format = 'tensor'
-
-    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        n = TF.get_image_num_channels(img)
-        return TF.rgb_to_grayscale(img, num_output_channels=n) if torch.rand(1, generator=rng.torch) < self.p else img
-
-
-class GaussianBlur(tvt.GaussianBlur, SampleTransform):
-    "torchvision's `GaussianBlur`, its sigma drawn from the sample's `rng.torch`."
-
-    input_format = 'tensor'
-
-    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        sigma = torch.empty(1).uniform_(self.sigma[0], self.sigma[1], generator=rng.torch).item()
-        return TF.gaussian_blur(img, self.kernel_size, [sigma, sigma])
-
-
-class RandomApply(tvt.RandomApply, SampleTransform):
-    "torchvision's `RandomApply` over transforms of ours, drawing from the sample's `rng.torch` (and handing it on)."
-
-    @property
-    def input_format(self) -> str:
-        return min((transform_input(t) for t in self.transforms), key=INPUT_FORMATS.index)
-
-    @property
-    def draws_explicitly(self) -> bool:
-        return all(takes_draws(t) for t in self.transforms)
-
-    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        if self.p < torch.rand(1, generator=rng.torch):
-            return img
-        for t in self.transforms:
-            img = t(img, rng) if isinstance(t, SampleTransform) and t.takes_rng else t(img)
-        return img
