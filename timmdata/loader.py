@@ -14,6 +14,7 @@ from torch.utils.data import (
     BatchSampler,
     DataLoader,
     RandomSampler,
+    IterableDataset,
     SequentialSampler,
     default_collate,
     get_worker_info,
@@ -28,7 +29,7 @@ from .scheduled_sampler import Sampling, ScheduledTransformDataset, make_batch_p
 from .streaming import SplitsOverWorkers, StreamPlan
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 from .resume import BatchPlan, ResumableDataLoader
-from .threads import ThreadWorkers, check_worker_mode
+from .threads import ThreadWorkers, check_worker_mode, default_worker_mode
 from .batch_plan import SeededDataset
 from .dataset import DecodeTransform, ImageDataset
 
@@ -369,7 +370,7 @@ class LoaderOptions:
     channels_last: bool = False  # channels-last batches (prefetcher only)
     seed: Optional[int] = None  # seed of the order and every draw; None: drawn from torch's RNG (rank 0's)
     decode_device: Optional[str] = None  # 'cuda': decode, crop and resize batched on the GPU (`gpu_decode`)
-    worker_mode: str = 'process'  # 'process' or 'thread' workers: the same batches (`timmdata.threads`)
+    worker_mode: Optional[str] = None  # 'process' or 'thread' workers, the same batches; None: by `default_worker_mode`
 
     @property
     def channels(self) -> int:
@@ -485,8 +486,20 @@ def create_loader(
         o = LoaderOptions(*args, **kwargs)
     except TypeError as e:  # a misspelt or missing argument: named as create_loader's
         raise TypeError(str(e).replace('LoaderOptions.__init__()', 'create_loader()')) from None
+    if (
+        o.worker_mode is None and o.decode_device is None
+    ):  # the measured rule: threads for a CPU model step, processes for a GPU one
+        dev = resolve_device(o.device, PrefetchLoader.devices if o.use_prefetcher else None)
+        thread_ok = not (isinstance(dataset, IterableDataset) or o.input_size_choices or o.use_multi_epochs_loader)
+        thread_ok = thread_ok and o.decode_device is None and o.num_aug_splits == 0
+        o.worker_mode = default_worker_mode(dataset, dev, o.num_workers, o.collate_fn, thread_ok)
     check_worker_mode(
-        o.worker_mode, dataset, o.input_size_choices, o.decode_device, o.num_workers, o.use_multi_epochs_loader
+        o.worker_mode or 'process',
+        dataset,
+        o.input_size_choices,
+        o.decode_device,
+        o.num_workers,
+        o.use_multi_epochs_loader,
     )
     if o.decode_device is not None:  # the device path takes the options it has parameters for; others stay at default
         refuse_off_default(create_loader, o.not_taken_by(create_device_decode_loader))
