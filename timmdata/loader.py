@@ -370,7 +370,9 @@ class LoaderOptions:
     channels_last: bool = False  # channels-last batches (prefetcher only)
     seed: Optional[int] = None  # seed of the order and every draw; None: drawn from torch's RNG (rank 0's)
     decode_device: Optional[str] = None  # 'cuda': decode, crop and resize batched on the GPU (`gpu_decode`)
-    worker_mode: Optional[str] = None  # 'process' or 'thread' workers, the same batches; None: by `default_worker_mode`
+    worker_mode: str = (
+        'process'  # 'process' or 'thread' workers, the same batches; 'auto': `default_worker_mode`'s rule
+    )
 
     @property
     def channels(self) -> int:
@@ -486,20 +488,13 @@ def create_loader(
         o = LoaderOptions(*args, **kwargs)
     except TypeError as e:  # a misspelt or missing argument: named as create_loader's
         raise TypeError(str(e).replace('LoaderOptions.__init__()', 'create_loader()')) from None
-    if (
-        o.worker_mode is None and o.decode_device is None
-    ):  # the measured rule: threads for a CPU model step, processes for a GPU one
+    if o.worker_mode == 'auto':  # the measured rule (timmdata.threads): threads for a CPU model step, else processes
         dev = resolve_device(o.device, PrefetchLoader.devices if o.use_prefetcher else None)
-        thread_ok = not (isinstance(dataset, IterableDataset) or o.input_size_choices or o.use_multi_epochs_loader)
-        thread_ok = thread_ok and o.decode_device is None and o.num_aug_splits == 0
-        o.worker_mode = default_worker_mode(dataset, dev, o.num_workers, o.collate_fn, thread_ok)
+        ok = not (isinstance(dataset, IterableDataset) or o.input_size_choices or o.use_multi_epochs_loader)
+        ok = ok and o.decode_device is None and o.num_aug_splits == 0
+        o.worker_mode = default_worker_mode(dataset, dev, o.num_workers, o.collate_fn, ok)
     check_worker_mode(
-        o.worker_mode or 'process',
-        dataset,
-        o.input_size_choices,
-        o.decode_device,
-        o.num_workers,
-        o.use_multi_epochs_loader,
+        o.worker_mode, dataset, o.input_size_choices, o.decode_device, o.num_workers, o.use_multi_epochs_loader
     )
     if o.decode_device is not None:  # the device path takes the options it has parameters for; others stay at default
         refuse_off_default(create_loader, o.not_taken_by(create_device_decode_loader))

@@ -74,9 +74,9 @@ def default_worker_mode(
     collate_fn=None,  # create_loader's `collate_fn` (None: its own)
     thread_ok: bool = True,  # False where `check_worker_mode` would refuse threads (streams, scheduled, multi-epoch...)
 ) -> str:
-    """`create_loader`'s worker mode when none is given, the rule measured in "Threads or processes: measured": threads
-    where the model step runs on the CPU (1.13x the processes' throughput, the model's own step 0.82x the time, 0.94x
-    the memory), processes where it runs on a GPU (threads 0.97x: no win) and wherever threads are not taken."""
+    """`create_loader(worker_mode='auto')`'s choice, the rule measured in "Threads or processes: measured": threads where
+    the model step runs on the CPU (1.13x the processes' throughput, the model's own step 0.82x the time, 0.94x the
+    memory), processes where it runs on a GPU (threads 0.97x: no win) and wherever threads are not taken."""
     ours = isinstance(dataset, ImageDataset) and (collate_fn is None or isinstance(collate_fn, BatchCollate))
     return 'thread' if thread_ok and ours and num_workers >= 1 and device.type == 'cpu' else 'process'
 
