@@ -46,21 +46,29 @@ def main():
     ap.add_argument('--input-size', type=int, default=224)
     ap.add_argument('--resize', type=int, default=256, help='shorter side of the pre-resized shards')
     ap.add_argument('--root', default=None, help='work folder (default: a temporary one)')
+    ap.add_argument('--shards', type=int, default=None, help='number of shards (default: 4 per worker)')
+    ap.add_argument('--local-only', action='store_true', help='folder and local shards in both orders only (issue 41)')
     a = ap.parse_args()
     tmp = Path(a.root or tempfile.mkdtemp(prefix='bench_streaming_'))
     data = make_sample_dataset(tmp / 'images', n_train=max(1, a.n // 10), n_val=1, size=(500, 375))
     folder = data / 'train'
     n = len(ImageDataset(folder))
-    shard_size = max(1, n // (4 * max(1, a.workers)))  # 4 shards per worker: every worker busy, a shard order to shuffle
+    shard_size = -(-n // a.shards) if a.shards else max(1, n // (4 * max(1, a.workers)))  # default 4 shards a worker
     secs = _write_shards(folder, tmp / 'shards', shard_size)
     mb = sum(p.stat().st_size for p in (tmp / 'shards').glob('*.tar')) / 2**20
     print(f'{n} images, {a.workers} workers, batch {a.batch_size}, input {a.input_size}, shards of {shard_size}: '
           f'wrote {mb:.0f} MB of shards in {secs:.1f} s ({n / secs:.0f} images/s)')
-    rs = _write_shards(folder, tmp / 'shards_small', shard_size, resize=a.resize)
+    rs = None if a.local_only else _write_shards(folder, tmp / 'shards_small', shard_size, resize=a.resize)
     if rs is not None:
         mbs = sum(p.stat().st_size for p in (tmp / 'shards_small').glob('*.tar')) / 2**20
         print(f'pre-resized (shorter side {a.resize}): {mbs:.0f} MB in {rs:.1f} s ({n / rs:.0f} images/s)')
     kw = dict(is_training=True, batch_size=a.batch_size)
+    if a.local_only:  # the same images from the folder and from local shards, read in the global order and shard by shard
+        sources = {'folder': lambda: ImageDataset(folder),
+                   'shards, global order': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', order='global', **kw),
+                   'shards, shards order': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', order='shards', **kw)}
+        print_rates(alternate_epochs(train_loaders(sources, a), a.epochs), 'folder', 'x folder')
+        return
     with http_server(tmp / 'shards') as url:
         sources = {'folder': lambda: ImageDataset(folder),
                    'local shards': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', **kw),

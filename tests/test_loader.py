@@ -263,7 +263,7 @@ class _CudaInitFails:  # what a forked worker raises when a Dataset calls .cuda(
 @pytest.mark.parametrize('transform', [_ToMeta(), _CudaInitFails()])
 def test_cuda_in_worker_is_a_clear_error(sample_root, transform):
     ds = ImageDataset(str(sample_root / 'val'))
-    loader = create_loader(ds, 8, 2, num_workers=1, persistent_workers=False, device='cpu')
+    loader = create_loader(ds, 8, 2, num_workers=1, persistent_workers=False, device='cpu', worker_mode='process')
     ds.transform = transform
     with pytest.raises(RuntimeError, match='move to the device in the loader, not in the Dataset'):
         next(iter(loader))

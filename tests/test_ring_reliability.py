@@ -322,8 +322,12 @@ def test_a_script_ending_with_a_live_iterator_exits_quietly(tmp_path, mode):
         'import sys, torch\n'
         f'sys.path.insert(0, {os.path.dirname(__file__)!r})\n'
         'from test_ring_reliability import IndexImages\n'
+        'from timmdata import ImageDataset, make_sample_dataset\n'
         'from timmdata.loader import create_loader\n'
-        f'ld = create_loader(IndexImages(), (3, 16, 16), 8, num_workers=2, device="cpu", worker_mode={mode!r})\n'
+        # thread workers read timmdata datasets only: a generated folder there
+        + (f'ds = ImageDataset(str(make_sample_dataset({str(tmp_path / "s")!r}, n_train=2, n_val=1, num_workers=0) / "train"))\n'
+           if mode == 'thread' else 'ds = IndexImages()\n')
+        + f'ld = create_loader(ds, (3, 16, 16), 8, num_workers=2, device="cpu", worker_mode={mode!r})\n'
         'it = iter(ld)\n'
         'x, y = next(it)\n'
         'print("pids", *(w.pid for w in getattr(getattr(ld.loader, "_iterator", None), "_workers", [])), flush=True)\n'

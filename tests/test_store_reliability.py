@@ -107,7 +107,7 @@ def test_5000_chunk_store_through_create_loader_under_fd_limit_256(tmp_path, no_
                 return px, label
             ReaderStore.__getitem__ = counted
             dl = create_loader(ImageDataset(str(dst)), (3, 4, 4), 250, num_workers=2, device='cpu', crop_pct=1.0,
-                               persistent_workers=False)
+                               persistent_workers=False, worker_mode='process')  # its descriptors, per worker process
             labels = [l for _, y in dl for l in y.tolist()]
             (out / 'labels.json').write_text(json.dumps(np.bincount(labels).tolist()))
 

@@ -241,3 +241,18 @@ def test_fsspec_url_shards(shards):
     assert sorted(y for _, y in ds) == list(range(32))
     with pytest.raises(ShardNotFoundError, match='fsspec_shards/missing'):
         list(IterableImageDataset('memory://fsspec_shards', reader='wds/toy', split='missing-{000000..000001}.tar|8'))
+
+
+@pytest.mark.parametrize('order', ['shards', 'global'])
+def test_stream_defers_pixels_with_the_same_batches(shards, order):
+    "A stream's training crops wait for the collate (one native call per batch), declared, not found by a type check: the batches are those made sample by sample, bit for bit."
+    def run(defer):
+        ds = IterableImageDataset(shards, reader='wds/toy', is_training=True, batch_size=4, order=order)
+        ld = create_loader(ds, (3, 16, 16), 4, is_training=True, num_workers=2, device='cpu', seed=5, re_prob=0.25)
+        assert ds.defer_pixels is True and ds.can_defer  # told by the loader: fast_collate makes pending pixels
+        ds.defer_pixels = defer
+        return [(x.clone(), y.clone()) for x, y in ld]
+    a, b = run(True), run(False)
+    assert len(a) == len(b) == 32 // 4
+    for (x1, y1), (x2, y2) in zip(a, b, strict=True):
+        assert torch.equal(x1, x2) and torch.equal(y1, y2)

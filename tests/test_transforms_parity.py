@@ -211,3 +211,28 @@ def test_train_from_jpeg_files(tmp_path, interpolation):
             assert np.array_equal(_arr(a), _arr(b)), (ours.filename(i), seed)
             n += 1
     assert n == 8 * len(sizes)
+
+
+@pytest.mark.parametrize('kind', ['pil', 'tensor'])
+def test_train_pipeline_with_handed_draws(kind):
+    "The training pipeline with the sample's own draws (`Draws(k)`) gives what it gives after `seed_all(k)` (timm's"
+    " way), which for PIL input is timm's own output; the global generators are left alone."
+    from timmdata.config import Draws, seed_all
+    from timmdata.transforms import takes_draws
+    cfg = dict(is_training=True, auto_augment='rand-m9-mstd0.5-inc1', re_prob=0)
+    ours, theirs = create_transform(224, **cfg), timm_create_transform(224, **cfg)
+    assert takes_draws(ours)
+    img = IMAGES['landscape']
+    x = img if kind == 'pil' else to_tensor(img)
+    for k in range(20):
+        seed_all(k)
+        want = ours(x)
+        if kind == 'pil':
+            seed_all(k)
+            assert torch.equal(want, theirs(img)), f'key {k}: seeded pipeline differs from timm'
+        seed_all(10_000 + k)
+        before = random.getstate(), torch.get_rng_state(), np.random.get_state()[1].copy()
+        got = ours(x, Draws(k))
+        assert random.getstate() == before[0] and torch.equal(torch.get_rng_state(), before[1])
+        assert (np.random.get_state()[1] == before[2]).all(), f'key {k}: numpy global generator moved'
+        assert torch.equal(got, want), f'key {k}: handed draws give a different tensor than seed_all({k})'

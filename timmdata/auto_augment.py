@@ -4,13 +4,15 @@
 
 # %% ../nbs/12_auto_augment.ipynb #146b8bfd
 from __future__ import annotations
-import random, re
+import re
 from typing import Optional, Union
 import numpy as np
 import torch
 from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 from torchvision.transforms import functional as TF
-from .transforms import str_to_pil_interp
+from functools import partial
+from .config import GLOBAL_DRAWS, Draws
+from .transforms import SampleTransform, str_to_pil_interp
 
 # %% auto #0
 __all__ = ['OP_NAMES', 'AA_POLICIES', 'RAND_TRANSFORM_SETS', 'shear_x', 'shear_y', 'translate_x_abs', 'translate_y_abs',
@@ -33,7 +35,7 @@ _DEFAULT_INTERPOLATION = Image.Resampling.BICUBIC
 def _resample(kw):
     "The resampling filter for a geometric op: fixed, or drawn (bilinear/bicubic) after the op's arguments."
     r = kw.get('resample', _DEFAULT_INTERPOLATION)
-    return random.choice(r) if isinstance(r, (tuple, list)) else r
+    return kw.get('rng', GLOBAL_DRAWS).py.choice(r) if isinstance(r, (tuple, list)) else r
 
 
 def _affine(img, matrix, kw):
@@ -123,72 +125,72 @@ def gaussian_blur(img, factor, **_):
     return img.filter(ImageFilter.GaussianBlur(radius=factor))
 
 
-def gaussian_blur_rand(img, factor, **_):
-    return img.filter(ImageFilter.GaussianBlur(radius=random.uniform(0.1, 2.0 * factor)))
+def gaussian_blur_rand(img, factor, rng: Draws = GLOBAL_DRAWS, **_):
+    return img.filter(ImageFilter.GaussianBlur(radius=rng.py.uniform(0.1, 2.0 * factor)))
 
 
 def desaturate(img, factor, **_):
     return ImageEnhance.Color(img).enhance(min(1.0, max(0.0, 1.0 - factor)))  # 0: grey
 
 # %% ../nbs/12_auto_augment.ipynb #85f3aaa5
-def _maybe_negate(v):
-    return -v if random.random() > 0.5 else v
+def _maybe_negate(v, rng: Draws = GLOBAL_DRAWS):
+    return -v if rng.py.random() > 0.5 else v
 
 
 def _frac(level):
     return level / _LEVEL_DENOM
 
 
-def _rotate_arg(level, _hp):
-    return (_maybe_negate(_frac(level) * 30.0),)
+def _rotate_arg(level, _hp, rng=GLOBAL_DRAWS):
+    return (_maybe_negate(_frac(level) * 30.0, rng),)
 
 
-def _shear_arg(level, _hp):
-    return (_maybe_negate(_frac(level) * 0.3),)
+def _shear_arg(level, _hp, rng=GLOBAL_DRAWS):
+    return (_maybe_negate(_frac(level) * 0.3, rng),)
 
 
-def _translate_abs_arg(level, hp):
-    return (_maybe_negate(_frac(level) * float(hp['translate_const'])),)
+def _translate_abs_arg(level, hp, rng=GLOBAL_DRAWS):
+    return (_maybe_negate(_frac(level) * float(hp['translate_const']), rng),)
 
 
-def _translate_rel_arg(level, hp):
-    return (_maybe_negate(_frac(level) * hp.get('translate_pct', 0.45)),)
+def _translate_rel_arg(level, hp, rng=GLOBAL_DRAWS):
+    return (_maybe_negate(_frac(level) * hp.get('translate_pct', 0.45), rng),)
 
 
-def _enhance_arg(level, _hp):
+def _enhance_arg(level, _hp, rng=GLOBAL_DRAWS):
     return (_frac(level) * 1.8 + 0.1,)  # 0.1 .. 1.9, 1 = unchanged at m=5
 
 
-def _enhance_increasing_arg(level, _hp):
-    return (max(0.1, 1.0 + _maybe_negate(_frac(level) * 0.9)),)  # away from 1 as m grows
+def _enhance_increasing_arg(level, _hp, rng=GLOBAL_DRAWS):
+    return (max(0.1, 1.0 + _maybe_negate(_frac(level) * 0.9, rng)),)  # away from 1 as m grows
 
 
-def _posterize_arg(level, _hp):
+def _posterize_arg(level, _hp, rng=GLOBAL_DRAWS):
     return (int(_frac(level) * 4),)  # bits kept 0..4: weaker with m
 
 
-def _posterize_increasing_arg(level, hp):
+def _posterize_increasing_arg(level, hp, rng=GLOBAL_DRAWS):
     return (4 - _posterize_arg(level, hp)[0],)  # bits kept 4..0: stronger with m
 
 
-def _posterize_original_arg(level, _hp):
+def _posterize_original_arg(level, _hp, rng=GLOBAL_DRAWS):
     return (int(_frac(level) * 4) + 4,)  # bits kept 4..8 (the paper's)
 
 
-def _solarize_arg(level, _hp):
+def _solarize_arg(level, _hp, rng=GLOBAL_DRAWS):
     return (min(256, int(_frac(level) * 256)),)  # threshold 0..256: weaker with m
 
 
-def _solarize_increasing_arg(level, hp):
+def _solarize_increasing_arg(level, hp, rng=GLOBAL_DRAWS):
     return (256 - _solarize_arg(level, hp)[0],)
 
 
-def _solarize_add_arg(level, _hp):
+def _solarize_add_arg(level, _hp, rng=GLOBAL_DRAWS):
     return (min(128, int(_frac(level) * 110)),)
 
 
 def _minmax_arg(lo, hi):
-    def f(level, _hp):
+    def f(level, _hp, rng=GLOBAL_DRAWS):
         return (max(lo, min(hi, lo + (hi - lo) * _frac(level))),)
 
     return f
@@ -239,7 +241,7 @@ def _on_pil(fn, img):
     return fn(img)
 
 
-class AugmentOp:
+class AugmentOp(SampleTransform):
     "One auto-augment op: applied with probability `prob`, at `magnitude` (0-10, optionally noisy)."
 
     def __init__(
@@ -261,23 +263,23 @@ class AugmentOp:
         self.magnitude_std = self.hparams.get('magnitude_std', 0)
         self.magnitude_max = self.hparams.get('magnitude_max', None)
 
-    def _magnitude(self) -> float:
+    def _magnitude(self, rng: Draws = GLOBAL_DRAWS) -> float:
         m = self.magnitude
         if self.magnitude_std == float('inf'):
-            m = random.uniform(0, m)
+            m = rng.py.uniform(0, m)
         elif self.magnitude_std > 0:
-            m = random.gauss(m, self.magnitude_std)
+            m = rng.py.gauss(m, self.magnitude_std)
         return max(0.0, min(m, self.magnitude_max or _LEVEL_DENOM))
 
-    def _apply(self, img):
-        if self.prob < 1.0 and random.random() > self.prob:
+    def _apply(self, img, rng: Draws = GLOBAL_DRAWS):
+        if self.prob < 1.0 and rng.py.random() > self.prob:
             return img
-        m = self._magnitude()
-        args = self.level_fn(m, self.hparams) if self.level_fn is not None else ()
-        return self.aug_fn(img, *args, **self.kwargs)
+        m = self._magnitude(rng)
+        args = self.level_fn(m, self.hparams, rng) if self.level_fn is not None else ()
+        return self.aug_fn(img, *args, **self.kwargs, rng=rng)
 
-    def __call__(self, img):
-        return _on_pil(self._apply, img)
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        return _on_pil(partial(self._apply, rng=rng), img)
 
     def __repr__(self):
         mmax = f', mmax={self.magnitude_max}' if self.magnitude_max is not None else ''
@@ -373,19 +375,19 @@ def auto_augment_policy(
     return [[AugmentOp(op, p, m, hparams=hparams) for op, p, m in sub] for sub in _policy_table(name)]
 
 
-class AutoAugment:
+class AutoAugment(SampleTransform):
     "Applies one randomly chosen sub-policy per image."
 
     def __init__(self, policy: list):
         self.policy = policy
 
-    def _apply(self, img):
-        for op in random.choice(self.policy):
-            img = op(img)
+    def _apply(self, img, rng: Draws = GLOBAL_DRAWS):
+        for op in rng.py.choice(self.policy):
+            img = op(img, rng)
         return img
 
-    def __call__(self, img):
-        return _on_pil(self._apply, img)
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        return _on_pil(partial(self._apply, rng=rng), img)
 
     def __repr__(self):
         subs = ''.join('\n\t[' + ', '.join(map(str, sub)) + ']' for sub in self.policy)
@@ -555,22 +557,20 @@ def rand_augment_ops(magnitude: float = 10, prob: float = 0.5, hparams: Optional
     ]
 
 
-class RandAugment:
+class RandAugment(SampleTransform):
     "Applies `num_layers` ops drawn from `ops` (with replacement, or by `choice_weights` without) per image."
 
     def __init__(self, ops: list, num_layers: int = 2, choice_weights=None):
         self.ops, self.num_layers, self.choice_weights = ops, num_layers, choice_weights
 
-    def _apply(self, img):
-        idx = np.random.choice(
-            len(self.ops), self.num_layers, replace=self.choice_weights is None, p=self.choice_weights
-        )
+    def _apply(self, img, rng: Draws = GLOBAL_DRAWS):
+        idx = rng.np.choice(len(self.ops), self.num_layers, replace=self.choice_weights is None, p=self.choice_weights)
         for i in idx:
-            img = self.ops[i](img)
+            img = self.ops[i](img, rng)
         return img
 
-    def __call__(self, img):
-        return _on_pil(self._apply, img)
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        return _on_pil(partial(self._apply, rng=rng), img)
 
     def __repr__(self):
         return f"{type(self).__name__}(n={self.num_layers}, ops=" + ''.join(f'\n\t{o}' for o in self.ops) + ')'
@@ -629,16 +629,16 @@ def augmix_ops(magnitude: float = 10, hparams: Optional[dict] = None, transforms
     ]
 
 
-class AugMixAugment:
+class AugMixAugment(SampleTransform):
     "AugMix: a Dirichlet-weighted mix of `width` random op chains, blended with the original by a Beta factor."
 
     def __init__(self, ops: list, alpha: float = 1.0, width: int = 3, depth: int = -1, blended: bool = False):
         self.ops, self.alpha, self.width, self.depth, self.blended = ops, alpha, width, depth, blended
 
-    def _chain(self, img):
-        depth = self.depth if self.depth > 0 else np.random.randint(1, 4)
-        for i in np.random.choice(len(self.ops), depth, replace=True):
-            img = self.ops[i](img)
+    def _chain(self, img, rng: Draws = GLOBAL_DRAWS):
+        depth = self.depth if self.depth > 0 else rng.np.randint(1, 4)
+        for i in rng.np.choice(len(self.ops), depth, replace=True):
+            img = self.ops[i](img, rng)
         return img
 
     @staticmethod
@@ -651,22 +651,22 @@ class AugMixAugment:
             out.append(a)
         return np.array(out[::-1], dtype=np.float32)
 
-    def _apply(self, img):
-        ws = np.float32(np.random.dirichlet([self.alpha] * self.width))
-        m = np.float32(np.random.beta(self.alpha, self.alpha))
+    def _apply(self, img, rng: Draws = GLOBAL_DRAWS):
+        ws = np.float32(rng.np.dirichlet([self.alpha] * self.width))
+        m = np.float32(rng.np.beta(self.alpha, self.alpha))
         if self.blended:
             orig = img
             for w in self._blend_weights(ws, m):
-                img = Image.blend(img, self._chain(orig), w)
+                img = Image.blend(img, self._chain(orig, rng), w)
             return img
         mix = np.zeros(np.asarray(img).shape, dtype=np.float32)
         for w in ws:
-            mix += w * np.asarray(self._chain(img), dtype=np.float32)
+            mix += w * np.asarray(self._chain(img, rng), dtype=np.float32)
         np.clip(mix, 0, 255.0, out=mix)
         return Image.blend(img, Image.fromarray(mix.astype(np.uint8)), m)
 
-    def __call__(self, img):
-        return _on_pil(self._apply, img)
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        return _on_pil(partial(self._apply, rng=rng), img)
 
     def __repr__(self):
         return (

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, Sampler, SequentialSampler
 from .config import Draws, SampleBatch, mix_seed, seed_all
-from .dataset import ImageDataset
+from .dataset import SAMPLE_DRAWS, ImageDataset
 from .stages import WorkerRows, stage_clock
 from .distributed_sampler import SeededRandomSampler, epoch_order, sampler_kind, world_of
 from .runtime import SEED_MIX, default_rank, pass_epoch
@@ -356,10 +356,9 @@ class SeededDataset(Dataset):
 
     @property
     def explicit(self) -> bool:
-        """Are the samples' draws explicit (`Draws`)? When an `ImageDataset` declares its transform takes them and reads
-        a sample through its `sample` (a subclass that overrides `__getitem__` is read through that, the globals seeded)."""
+        "Are the samples' draws explicit (`Draws`)? When the dataset is an `ImageDataset` whose transform takes them."
         d = self.dataset
-        return isinstance(d, ImageDataset) and type(d).__getitem__ is ImageDataset.__getitem__ and d.draws_explicitly
+        return isinstance(d, ImageDataset) and d.draws_explicitly
 
     # set by `create_loader` when the dataset is an `ImageDataset` and the collate is `fast_collate`'s (either worker mode):
     # a batch's training crops then come as `PendingResize`s (JPEGs': `PendingJpegCrop`s), made by the collate in one native call
@@ -397,10 +396,15 @@ class SeededDataset(Dataset):
             row[4] += 1
 
     def _sample(self, index: int, key: int, defer: bool):
-        if self.explicit:
-            return self.dataset.sample(index, defer=defer, rng=Draws(key))
-        seed_all(key)  # compatibility: a transform that draws from the global generators
-        return self.item(index, defer)
+        if not self.explicit:
+            seed_all(key)  # compatibility: a transform that draws from the global generators
+            return self.item(index, defer)
+        if defer:
+            return self.dataset.sample(index, defer=True, rng=Draws(key))
+        # through `dataset[index]`: a subclass's own `__getitem__` (calling `super().__getitem__`) is kept, and
+        # `ImageDataset.__getitem__` takes the sample's draws from this thread's `SAMPLE_DRAWS`
+        with SAMPLE_DRAWS.given(Draws(key)):
+            return self.dataset[index]
 
     def item(self, index: int, defer: bool = False):
         "`dataset[index]`, unseeded (the caller seeds); `defer`: `ImageDataset.sample(index, defer=True)`."

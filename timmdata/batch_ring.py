@@ -265,7 +265,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-_ledger_held = threading.local()  # .rings: the ledger this thread holds locked, if any; .busy: inside `_ledger` at all
+class _LedgerHeld(threading.local):
+    "Per thread: `rings`, the ledger this thread holds locked (None: none); `busy`, inside `_ledger` at all."
+
+    rings, busy = None, False
+
+
+_ledger_held = _LedgerHeld()
 _freed = []  # keys of rings freed while their thread was inside `_ledger`: dropped at the next write of the ledger
 _foreign_warned = set()
 
@@ -285,7 +291,7 @@ def _foreign_ledger(path: str, why: str):
 @contextmanager
 def _ledger():
     "The machine's ring ledger {ring key: (pid, bytes)} (dead processes dropped), locked; saved as the block leaves it. None: no ledger here."
-    if getattr(_ledger_held, 'busy', False):
+    if _ledger_held.busy:
         # Unreachable from timmdata's own code, so an internal error and not a path: `shm_report` and `place_ring` enter
         # the ledger, and their blocks ask nothing of it (place_ring's `make` is BatchRing's constructor); `_unlist`, a
         # ring's finaliser that the gc may run inside a block, enters it only where this thread is in none (else it
@@ -381,10 +387,10 @@ def _unlist(key: str, pid: int):
     _freed.append(key)
     # the gc may run this finaliser anywhere, also inside a `_ledger` block of this thread, where a second lock of the
     # file would wait for ever: there the block drops the key (at once in its body, else before it writes or at its end)
-    held = getattr(_ledger_held, 'rings', None)
+    held = _ledger_held.rings
     if held is not None:
         _drop_freed(held)
-    elif not getattr(_ledger_held, 'busy', False):
+    elif not _ledger_held.busy:
         with _ledger() as rings:
             pass  # the block drops the freed keys
 

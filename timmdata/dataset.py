@@ -4,7 +4,7 @@
 
 # %% ../nbs/20_dataset.ipynb #4c6e183b
 from __future__ import annotations
-import errno, time, warnings
+import errno, threading, time, warnings
 from typing import Callable, Optional
 import numpy as np
 import torch
@@ -14,12 +14,13 @@ from .decode import EncodedJpeg, ImageDecodeError, convert_mode, decode_image, e
 from PIL import Image
 from .readers import create_reader
 from .stages import DECODE, READ, stage_clock
-from .transforms import INPUT_FORMATS, SampleTransform, transform_input
+from .transforms import INPUT_FORMATS, SampleTransform, takes_draws, transform_input
+from .config import GLOBAL_DRAWS, Draws
 from .resample import PendingJpegCrop
 from functools import partial
 
 # %% auto #0
-__all__ = ['is_transient', 'DecodeTransform', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
+__all__ = ['SAMPLE_DRAWS', 'is_transient', 'DecodeTransform', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
 
 # %% ../nbs/20_dataset.ipynb #bf0aa1aa
 _BAD_POLICIES = ('raise', 'skip')
@@ -64,11 +65,38 @@ def is_transient(e: BaseException) -> bool:
     )
 
 # %% ../nbs/20_dataset.ipynb #7a370351
+class _SampleDraws(threading.local):
+    "The draws of the sample this thread is reading for a loader (`with SAMPLE_DRAWS.given(rng):`); the global generators otherwise."
+
+    rng = GLOBAL_DRAWS
+
+    def given(self, rng: Draws) -> _SampleDraws:
+        self.rng = rng
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.rng = GLOBAL_DRAWS
+
+
+# a subclass that overrides `__getitem__` and calls `super().__getitem__` still gets the sample's draws from the loader
+SAMPLE_DRAWS = _SampleDraws()
+
+
 class DecodeTransform:
     "What `ImageDataset` and the streaming `IterableImageDataset` share: the `transform` slot, the decode it asks for, and its application."
 
-    input_img_mode, _transform, _to_tensor, _encoded = 'RGB', None, False, False
-    draws_explicitly = False  # TEMP (lead): replaced by the explicit-draws merge
+    input_img_mode, _transform, _to_tensor, _encoded, _explicit = 'RGB', None, False, False, True
+    # set by a loader whose collate makes a batch's pending pixels in one call (`BatchCollate.makes_pending`): a
+    # stream's training crops then come as `PendingResize`s (a map-style dataset is told through its `SeededDataset`)
+    defer_pixels: bool = False
+
+    @property
+    def can_defer(self) -> bool:
+        "Can its samples' pixels wait for the collate (`defer_pixels`)? When its transform is one of ours (it has `deferred`)."
+        return isinstance(self._transform, SampleTransform)
 
     @property
     def transform(self):
@@ -76,7 +104,7 @@ class DecodeTransform:
 
     @transform.setter
     def transform(self, t):
-        self._transform = t
+        self._transform, self._explicit = t, t is None or takes_draws(t)  # decided once, not per sample
         kind = 'pil' if t is None else transform_input(t)  # what it takes, declared (`SampleTransform`): decided once
         self._to_tensor = kind != 'pil'
         # a pipeline that starts with a crop can take a not-yet-decoded JPEG and decode only the crop box
@@ -97,13 +125,20 @@ class DecodeTransform:
         with stage_clock(DECODE):
             return decode_image(src, self.input_img_mode, self._to_tensor)
 
-    def transform_sample(self, img, where: Callable[[], str], defer: bool = False):
-        "The transform applied to `img` (`defer`: its `deferred`); `ImageDecodeError` passes (bad data when `img` is an `EncodedJpeg`), others get a note naming `where()`."
+    @property
+    def draws_explicitly(self) -> bool:
+        "Does the transform take each sample's draws (`takes_draws`)? Else it draws from the global generators (target transforms are taken to draw nothing)."
+        return self._explicit
+
+    def transform_sample(self, img, where: Callable[[], str], defer: bool = False, rng: Draws = GLOBAL_DRAWS):
+        "The transform applied to `img` with the sample's draws `rng` (`defer`: its `deferred`); `ImageDecodeError` passes (bad data when `img` is an `EncodedJpeg`), others get a note naming `where()`."
         t = self._transform
         if t is None:
             return img
         try:
-            return t.deferred(img) if defer and isinstance(t, SampleTransform) else t(img)
+            if not isinstance(t, SampleTransform):
+                return t(img)  # not ours: draws from the global generators (seeded by the loader, if at all)
+            return t.deferred(img, rng) if defer else (t(img, rng) if t.takes_rng else t(img))
         except ImageDecodeError:
             raise
         except Exception as e:
@@ -198,9 +233,14 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
                 time.sleep(self.io_backoff * 4**attempt)
 
     def __getitem__(self, index: int):
-        return self.sample(index)
+        return self.sample(index, rng=SAMPLE_DRAWS.rng)  # a loader's draws for this sample, when it reads one
 
-    def sample(self, index: int, defer: bool = False):
+    @property
+    def can_defer(self) -> bool:
+        "Can its samples' pixels wait for the collate? Its transform is ours, and it reads samples with `sample` (a subclass that overrides `__getitem__` is read through that)."
+        return isinstance(self._transform, SampleTransform) and type(self).__getitem__ is ImageDataset.__getitem__
+
+    def sample(self, index: int, defer: bool = False, rng: Draws = GLOBAL_DRAWS):
         "`self[index]`; with `defer`, a training crop may come as a `PendingResize` (for `fast_collate`), a JPEG's as a `PendingJpegCrop` that keeps this dataset's bad-sample policy."
         if not -len(self) <= index < len(self):
             raise IndexError(f'index {index} out of range for a dataset of {len(self)} samples')
@@ -213,7 +253,7 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
                 raise
             return self._on_bad(index, e)
         try:
-            img = self.transform_sample(img, lambda: f'sample {index} ({self.filename(index)})', defer)
+            img = self.transform_sample(img, lambda: f'sample {index} ({self.filename(index)})', defer, rng)
         except ImageDecodeError as e:
             if isinstance(img, EncodedJpeg):
                 return self._on_bad(index, e)  # decoded inside the transform
@@ -256,8 +296,15 @@ class ChoiceTransform(SampleTransform):
         fs = [transform_input(t) for t in (transforms.values() if isinstance(transforms, dict) else transforms)]
         self.input_format = min(fs, key=INPUT_FORMATS.index)  # each format accepts the ones before it
 
-    def __call__(self, img):
-        return self.transforms[self.choice](img)
+    @property
+    def draws_explicitly(self) -> bool:
+        return all(
+            takes_draws(t) for t in (self.transforms.values() if isinstance(self.transforms, dict) else self.transforms)
+        )
+
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        t = self.transforms[self.choice]
+        return t(img, rng) if isinstance(t, SampleTransform) and t.takes_rng else t(img)
 
     def __repr__(self):
         return f'{type(self).__name__}({len(self.transforms)} choices)'

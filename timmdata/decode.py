@@ -13,10 +13,10 @@ from PIL import Image
 from .settings import export_setting, setting
 
 # %% auto #0
-__all__ = ['NATIVE', 'NATIVE_STATUS', 'gil_free', 'MAX_IMAGE_PIXELS', 'note_jpeg_warnings', 'Native', 'use_native', 'GilFree',
-           'ImageDecodeError', 'CorruptJpegWarning', 'set_max_image_pixels', 'check_pixels', 'convert_mode',
-           'torchcodec_jpeg', 'torchcodec_status', 'torchcodec_error', 'read_source', 'jpeg_warnings', 'decode_image',
-           'decoder_name', 'EncodedJpeg', 'encoded_jpeg']
+__all__ = ['NATIVE', 'NATIVE_STATUS', 'MAX_IMAGE_PIXELS', 'note_jpeg_warnings', 'Native', 'use_native', 'ImageDecodeError',
+           'CorruptJpegWarning', 'set_max_image_pixels', 'check_pixels', 'convert_mode', 'torchcodec_jpeg',
+           'torchcodec_status', 'torchcodec_error', 'read_source', 'jpeg_warnings', 'decode_image', 'decoder_name',
+           'EncodedJpeg', 'encoded_jpeg']
 
 # %% ../nbs/06_decode.ipynb #2395e4c6
 # written by setup.py beside the extension when its build failed (the package's folder, found without importing it)
@@ -104,27 +104,6 @@ if NATIVE.loaded is None and os.path.exists(
     _BUILD_NOTE
 ):  # the build at install time failed, and pip shows a build's output only with -v
     warnings.warn(f'timmdata: the C extension is {NATIVE_STATUS} (TIMMDATA_NATIVE=0 silences this)', stacklevel=2)
-
-
-class GilFree:
-    """Around the library's native pixel work that runs without the GIL (JPEG decode, uint8 resize): a no-op, unless a
-    thread loader (`timmdata.threads`) set `handoff` (an object with `give()` and `take()`), which lets its other threads
-    run their Python meanwhile."""
-
-    handoff = None
-
-    def __enter__(self):
-        h = self.handoff
-        if h is not None:
-            h.give()
-
-    def __exit__(self, *exc):
-        h = self.handoff
-        if h is not None:
-            h.take()
-
-
-gil_free = GilFree()  # the one instance every native call site uses
 
 # %% ../nbs/06_decode.ipynb #00c3b623
 class ImageDecodeError(OSError):
@@ -377,8 +356,7 @@ def _native_decode(data: bytes, gray: bool):
         return None
     before = NATIVE.loaded.jpeg_warnings()[0]
     try:
-        with gil_free:
-            buf, x0, y0, cw, ch = NATIVE.loaded.decode_crop(data, 0, 0, h, w, MAX_IMAGE_PIXELS or 0, gray)
+        buf, x0, y0, cw, ch = NATIVE.loaded.decode_crop(data, 0, 0, h, w, MAX_IMAGE_PIXELS or 0, gray)
     except ValueError as e:
         return f'libjpeg: {e}'
     _note_jpeg_warnings(before)
@@ -496,10 +474,7 @@ class EncodedJpeg:
         b0, r0 = min(self.height, top + height + _CROP_MARGIN), min(self.width, left + width + _CROP_MARGIN)
         before = NATIVE.loaded.jpeg_warnings()[0]
         try:
-            with gil_free:
-                buf, x0, y0, w, h = NATIVE.loaded.decode_crop(
-                    self.data, t0, l0, b0 - t0, r0 - l0, MAX_IMAGE_PIXELS or 0
-                )
+            buf, x0, y0, w, h = NATIVE.loaded.decode_crop(self.data, t0, l0, b0 - t0, r0 - l0, MAX_IMAGE_PIXELS or 0)
         except ValueError:
             return self.decode()[:, top : top + height, left : left + width]  # let the full decoders try (or raise)
         _note_jpeg_warnings(before)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/24_global_order.ipynb #397a3dd3
 from __future__ import annotations
-import bisect, io, math, numbers, os, threading
+import bisect, io, itertools, math, numbers, os, threading
 from collections import OrderedDict
 from typing import Iterator, Optional, Sequence
 import numpy as np
@@ -293,12 +293,25 @@ class SpanReader:
     ) -> Iterator[tuple]:
         "(position, shard, key, image, target) for each position: each sample read alone, in the order's sequence."
         total, order = GlobalOrder(self.lengths, seed, epoch, 0, block_shards).total, None  # the lengths checked
-        for p in positions:
-            pass_, q = divmod(p, total)
-            if order is None or order.pass_ != pass_:
-                order = GlobalOrder(self.lengths, seed, epoch, pass_, block_shards)
-            s, m = order[q]
-            yield (p, self.source.shards[s]) + self.read(s, m)
+        todo = iter(positions)
+        while chunk := list(itertools.islice(todo, READ_CHUNK)):
+            # the chunk's (shard, member)s, one vectorised permutation per run of positions in one block of one pass
+            # (a sample's own permutation costs numpy's per-call overhead, ~100 us: more than reading it)
+            places, k = [], 0
+            while k < len(chunk):
+                pass_, q = divmod(chunk[k], total)
+                if order is None or order.pass_ != pass_:
+                    order = GlobalOrder(self.lengths, seed, epoch, pass_, block_shards)
+                b = order.block_of(q)
+                lo, hi = pass_ * total + order.starts[b], pass_ * total + order.starts[b + 1]
+                run = [p for p in itertools.takewhile(lambda p: p < hi, chunk[k:])]
+                if any(p < lo for p in run) or any(x >= y for x, y in zip(run, run[1:])):
+                    raise ValueError(f'read_in_order: positions must increase; got {run[:8]}...')
+                s, m = order.take(b, np.asarray(run, dtype=np.int64) - lo)
+                places += zip(s.tolist(), m.tolist())
+                k += len(run)
+            for p, (s, m) in zip(chunk, places):
+                yield (p, self.source.shards[s]) + self.read(s, m)
 
     def __getstate__(self):
         d = self.__dict__.copy()

@@ -32,6 +32,8 @@ from .feeder import DeviceFeeder, FedLoader, cuda_rng_seeded, weak_method
 from .prefetch import BatchOps
 from .runtime import resolve_device
 from timmdata.config import (
+    GLOBAL_DRAWS,
+    Draws,
     DEFAULT_CROP_PCT,
     IMAGENET_DEFAULT_MEAN,
     IMAGENET_DEFAULT_STD,
@@ -92,12 +94,12 @@ class DeviceDecodeTransform(SampleTransform):
         self.hflip, self.vflip = (hflip, vflip) if is_training else (0.0, 0.0)
         self.crop_pct, self.border = crop_pct or DEFAULT_CROP_PCT, crop_border_pixels or 0
 
-    def plan(self, img) -> tuple:
-        "The 11 integers of this sample's plan (random draws in the CPU train transform's order)."
+    def plan(self, img, rng: Draws = GLOBAL_DRAWS) -> tuple:
+        "The 11 integers of this sample's plan (random draws from `rng`, in the CPU train transform's order)."
         oh, ow = self.size
         if self.is_training:
-            t, l, h, w = RandomResizedCropAndInterpolation.get_params(img, self.scale, self.ratio)
-            interp, (rh, rw), t2, l2 = pick_interp(self.interp), self.size, 0, 0
+            t, l, h, w = RandomResizedCropAndInterpolation.get_params(img, self.scale, self.ratio, rng)
+            interp, (rh, rw), t2, l2 = pick_interp(self.interp, rng), self.size, 0, 0
         else:
             ih, iw = image_hw(img)
             b = self.border
@@ -114,13 +116,14 @@ class DeviceDecodeTransform(SampleTransform):
                     f'does not pad; use crop_pct <= 1 with a plain centre crop, or the CPU path'
                 )
             interp, t2, l2 = self.interp, int(round((rh - oh) / 2.0)), int(round((rw - ow) / 2.0))
-        fh = bool(self.hflip > 0 and torch.rand(1) < self.hflip)  # the draws of torchvision's RandomHorizontalFlip
-        fv = bool(self.vflip > 0 and torch.rand(1) < self.vflip)
+        g = rng.torch  # the draws of torchvision's RandomHorizontalFlip and RandomVerticalFlip
+        fh = bool(self.hflip > 0 and torch.rand(1, generator=g) < self.hflip)
+        fv = bool(self.vflip > 0 and torch.rand(1, generator=g) < self.vflip)
         return (t, l, h, w, rh, rw, t2, l2, int(fh), int(fv), _INTERPS.index(interp))
 
-    def __call__(self, img) -> tuple:
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS) -> tuple:
         "(JPEG bytes, plan) for an undecoded colour JPEG; else (the CPU-decoded image cropped and resized, plan)."
-        p = self.plan(img)
+        p = self.plan(img, rng)
         if isinstance(img, EncodedJpeg):
             return img.data, p
         t, l, h, w, rh, rw, t2, l2 = p[:8]
@@ -324,15 +327,8 @@ class DeviceDecodeLoader(FedLoader):
 
 # %% ../nbs/36_gpu_decode.ipynb #745c245d
 def _seeded_mix(mixer: Mixup, x, y, key: Optional[int]) -> tuple:
-    "The mixer's draws (numpy's, `random`'s, torch's globals) seeded from the batch's key; the global states kept."
-    if key is None:
-        return Mixup.__call__(mixer, x, y)
-    keep = global_rng_state()
-    seed_all(mix_seed(key, _MIX))
-    try:
-        return Mixup.__call__(mixer, x, y)
-    finally:
-        set_global_rng_state(keep)
+    "The mixer's draws from the batch's own `Draws` (keyed by the batch); its own generator without a key."
+    return Mixup.__call__(mixer, x, y, rng=None if key is None else Draws(mix_seed(key, _MIX)))
 
 
 def _seeded_erase(ops: BatchOps, x: torch.Tensor, key: Optional[int]) -> torch.Tensor:

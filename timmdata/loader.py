@@ -14,6 +14,7 @@ from torch.utils.data import (
     BatchSampler,
     DataLoader,
     RandomSampler,
+    IterableDataset,
     SequentialSampler,
     default_collate,
     get_worker_info,
@@ -28,9 +29,9 @@ from .scheduled_sampler import Sampling, ScheduledTransformDataset, make_batch_p
 from .streaming import SplitsOverWorkers, StreamPlan
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 from .resume import BatchPlan, ResumableDataLoader
-from .threads import ThreadWorkers, check_worker_mode
+from .threads import ThreadWorkers, check_worker_mode, default_worker_mode
 from .batch_plan import SeededDataset
-from .dataset import ImageDataset
+from .dataset import DecodeTransform, ImageDataset
 
 # %% auto #0
 __all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'set_dataset_transform', 'jitter_on_batch', 'adapt_to_chs',
@@ -369,7 +370,9 @@ class LoaderOptions:
     channels_last: bool = False  # channels-last batches (prefetcher only)
     seed: Optional[int] = None  # seed of the order and every draw; None: drawn from torch's RNG (rank 0's)
     decode_device: Optional[str] = None  # 'cuda': decode, crop and resize batched on the GPU (`gpu_decode`)
-    worker_mode: str = 'process'  # 'process' or 'thread' workers: the same batches (`timmdata.threads`)
+    worker_mode: str = (
+        'process'  # 'process' or 'thread' workers, the same batches; 'auto': `default_worker_mode`'s rule
+    )
 
     @property
     def channels(self) -> int:
@@ -455,9 +458,12 @@ def collate_step(dataset, shapes: list, o: LoaderOptions, device: torch.device, 
     if fn is None:  # threads collate in this process: no ring of shared memory
         workers = o.num_workers if o.worker_mode == 'process' else 0
         fn = _default_collate_fn(o.use_prefetcher, pin, device, shapes, workers, o.prefetch_factor)
-    if isinstance(dataset, SeededDataset) and type(dataset.dataset) is ImageDataset:
-        # fast_collate's makes a batch's training crops (JPEGs, a store's pixels) in one call, in a worker or a thread
-        dataset.defer_pixels = fn is fast_collate or (isinstance(fn, BatchCollate) and fn.makes_pending)
+    # a collate that makes a batch's pending pixels in one call: the dataset that can hands them out deferred (the
+    # draws now, a batch's decodes in the collate, in a worker or a thread); declared by both, asked by no type check
+    pending = fn is fast_collate or (isinstance(fn, BatchCollate) and fn.makes_pending)
+    source = dataset.dataset if isinstance(dataset, SeededDataset) else dataset
+    if isinstance(source, DecodeTransform):
+        (dataset if isinstance(dataset, SeededDataset) else source).defer_pixels = pending and source.can_defer
     return fn
 
 
@@ -482,6 +488,11 @@ def create_loader(
         o = LoaderOptions(*args, **kwargs)
     except TypeError as e:  # a misspelt or missing argument: named as create_loader's
         raise TypeError(str(e).replace('LoaderOptions.__init__()', 'create_loader()')) from None
+    if o.worker_mode == 'auto':  # the measured rule (timmdata.threads): threads for a CPU model step, else processes
+        dev = resolve_device(o.device, PrefetchLoader.devices if o.use_prefetcher else None)
+        ok = not (isinstance(dataset, IterableDataset) or o.input_size_choices or o.use_multi_epochs_loader)
+        ok = ok and o.decode_device is None and o.num_aug_splits == 0
+        o.worker_mode = default_worker_mode(dataset, dev, o.num_workers, o.collate_fn, ok)
     check_worker_mode(
         o.worker_mode, dataset, o.input_size_choices, o.decode_device, o.num_workers, o.use_multi_epochs_loader
     )

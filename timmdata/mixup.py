@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from .collate import BatchCollate, fast_collate, new_uint8
+from .config import Draws, SampleBatch
 
 # %% auto #0
 __all__ = ['one_hot', 'mixup_target', 'rand_bbox', 'rand_bbox_minmax', 'cutmix_bbox_and_lam', 'Mixup', 'FastCollateMixup']
@@ -271,9 +272,9 @@ class Mixup:
     def mixup_enabled(self, on: bool):
         self._enabled[0] = bool(on)
 
-    def _draw_lam(self, n: int | None = None):
+    def _draw_lam(self, r, n: int | None = None):
         "(lam, use_cutmix): one draw for the batch (n None) or n draws, in timm's order: switch, cutmix beta, mixup beta."
-        r, ma, ca = self.rng, self.mixup_alpha, self.cutmix_alpha
+        ma, ca = self.mixup_alpha, self.cutmix_alpha
         if ma > 0 and ca > 0:
             cut = (r.rand() if n is None else r.rand(n)) < self.switch_prob
             if n is None:
@@ -284,45 +285,45 @@ class Mixup:
         lam = r.beta(ca, ca, size=n) if cut else r.beta(ma, ma, size=n)
         return (float(lam), cut) if n is None else (lam, np.full(n, cut))
 
-    def _params_per_elem(self, n: int):
+    def _params_per_elem(self, r, n: int):
         "Lambdas (float32) and cutmix flags for n elements (or pairs)."
         lam, cut = np.ones(n, dtype=np.float32), np.zeros(n, dtype=bool)
         if self.mixup_enabled and n:
-            lam_mix, cut = self._draw_lam(n)
-            lam = np.where(self.rng.rand(n) < self.mix_prob, lam_mix.astype(np.float32), lam)
+            lam_mix, cut = self._draw_lam(r, n)
+            lam = np.where(r.rand(n) < self.mix_prob, lam_mix.astype(np.float32), lam)
         return lam, cut
 
-    def _params_per_batch(self):
+    def _params_per_batch(self, r):
         "One (lam, use_cutmix) for the batch."
-        if not (self.mixup_enabled and self.rng.rand() < self.mix_prob):
+        if not (self.mixup_enabled and r.rand() < self.mix_prob):
             return 1.0, False
-        return self._draw_lam()
+        return self._draw_lam(r)
 
-    def _row_params(self, n: int, shape, half: bool = False):
+    def _row_params(self, r, n: int, shape, half: bool = False):
         "Per-row (lam, cut, boxes) for n rows paired as (i, n-1-i); the middle row of an odd n keeps lam 1."
         mid = n // 2
         if self.mode == 'pair' and not half:
-            lam_h, cut_h = self._params_per_elem(mid)
-            lam_h, boxes_h = self._boxes(lam_h, cut_h, shape)
+            lam_h, cut_h = self._params_per_elem(r, mid)
+            lam_h, boxes_h = self._boxes(r, lam_h, cut_h, shape)
             one = np.ones(n - 2 * mid, np.float32)
             lam = np.concatenate([lam_h, one, lam_h[::-1]])
             cut = np.concatenate([cut_h, np.zeros(n - 2 * mid, bool), cut_h[::-1]])
             boxes = np.concatenate([boxes_h, np.zeros((n - 2 * mid, 4), np.int64), boxes_h[::-1]])
             return lam, cut, boxes
         n_draw = mid if half else n
-        lam, cut = self._params_per_elem(n_draw)
+        lam, cut = self._params_per_elem(r, n_draw)
         if n % 2 and not half:
             lam[mid], cut[mid] = 1.0, False  # mixed with itself: nothing to do
-        lam, boxes = self._boxes(lam, cut, shape)
+        lam, boxes = self._boxes(r, lam, cut, shape)
         return lam, cut, boxes
 
-    def _boxes(self, lam, cut, shape):
+    def _boxes(self, r, lam, cut, shape):
         "Boxes for the cutmix rows with lam != 1 (in row order, as timm draws them); lam corrected where asked."
         boxes = np.zeros((len(lam), 4), np.int64)
         rows = np.flatnonzero(cut & (lam != 1.0))
         if len(rows):
             (yl, yh, xl, xh), lam_c = cutmix_bbox_and_lam(
-                shape, lam[rows], ratio_minmax=self.cutmix_minmax, correct_lam=self.correct_lam, rng=self.rng
+                shape, lam[rows], ratio_minmax=self.cutmix_minmax, correct_lam=self.correct_lam, rng=r
             )
             boxes[rows] = np.stack([yl, yh, xl, xh], -1)
             lam[rows] = lam_c
@@ -340,26 +341,27 @@ class Mixup:
         if len(target) != len(x):
             raise ValueError(f"target has {len(target)} rows for a batch of {len(x)}")
 
-    def _mix_batch_(self, x: torch.Tensor) -> float:
+    def _mix_batch_(self, r, x: torch.Tensor) -> float:
         "'batch' mode, in place: one lam and one cutmix box for the whole batch, each row mixed with its mirror row."
-        lam, cut = self._params_per_batch()
+        lam, cut = self._params_per_batch(r)
         if lam != 1.0:
             if cut:
                 (yl, yh, xl, xh), lam = cutmix_bbox_and_lam(
-                    x.shape, lam, ratio_minmax=self.cutmix_minmax, correct_lam=self.correct_lam, rng=self.rng
+                    x.shape, lam, ratio_minmax=self.cutmix_minmax, correct_lam=self.correct_lam, rng=r
                 )
                 x[:, :, yl:yh, xl:xh] = x[:, :, yl:yh, xl:xh].flip(0)
             else:
                 _blend_batch_(x, lam)
         return lam
 
-    def __call__(self, x: torch.Tensor, target: torch.Tensor):
-        "Mix the float NCHW batch `x` in place; returns (x, soft targets (N, num_classes))."
+    def __call__(self, x: torch.Tensor, target: torch.Tensor, rng: Draws | None = None):
+        "Mix the float NCHW batch `x` in place (draws from `rng.np`, a batch's `Draws`; None: this mixer's `rng`); returns (x, soft targets (N, num_classes))."
         self._check(x, target)
+        r = self.rng if rng is None else rng.np
         if self.mode == 'batch':
-            lam = self._mix_batch_(x)
+            lam = self._mix_batch_(r, x)
         else:
-            lam, cut, boxes = self._row_params(len(x), x.shape)
+            lam, cut, boxes = self._row_params(r, len(x), x.shape)
             _mix_rows_(x, None, lam, cut, boxes)
             lam = torch.tensor(lam, device=x.device, dtype=x.dtype).unsqueeze(1)
         return x, mixup_target(target, self.num_classes, lam, self.label_smoothing, self.multi_label)
@@ -397,21 +399,25 @@ class FastCollateMixup(Mixup, BatchCollate):
             raise ValueError("FastCollateMixup got an empty batch (no samples, or only None ones)")
         return x, target
 
-    def __call__(self, batch, _=None):
-        "Collate a list of (uint8 CHW image, label) into (uint8 NCHW batch, soft targets); 'half' returns N // 2 rows."
+    def __call__(self, batch, _=None, rng: Draws | None = None):
+        """Collate a list of (uint8 CHW image, label) into (uint8 NCHW batch, soft targets); 'half' returns N // 2 rows.
+        Draws from `rng.np` (a batch's `Draws`; else those of a `SampleBatch`, as the loader hands it; else this mixer's `rng`)."""
+        if rng is None and isinstance(batch, SampleBatch):
+            rng = batch.rng
+        r = self.rng if rng is None else rng.np
         x, target = self._stack(batch)
         n = len(x)
         if self.mode == 'batch':
-            lam = self._mix_batch_(x)
+            lam = self._mix_batch_(r, x)
         elif self.mode == 'half':
-            lam, cut, boxes = self._row_params(n, x.shape, half=True)
+            lam, cut, boxes = self._row_params(r, n, x.shape, half=True)
             k = n // 2
             out = x[:k].clone()
             _mix_rows_(out, x[n - k :].flip(0), lam, cut, boxes)
             x = out
             lam = torch.tensor(np.concatenate([lam, np.ones(n - k, np.float32)])).unsqueeze(1)
         else:
-            lam, cut, boxes = self._row_params(n, x.shape)
+            lam, cut, boxes = self._row_params(r, n, x.shape)
             _mix_rows_(x, None, lam, cut, boxes)
             lam = torch.tensor(lam).unsqueeze(1)
         target = mixup_target(target, self.num_classes, lam, self.label_smoothing, self.multi_label)

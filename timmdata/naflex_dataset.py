@@ -12,7 +12,7 @@ from .dataset import ChoiceTransform, ImageDataset
 from .collate import new_uint8
 from .naflex_transforms import get_image_size_for_seq, parse_patch_size
 from .transforms import SampleTransform
-from .config import mix_seed, seed_all
+from .config import GLOBAL_DRAWS, Draws, mix_seed, seed_all
 from .runtime import delegated, pass_epoch
 from .streaming import EvenOverWorkers, SplitsOverWorkers
 
@@ -517,7 +517,7 @@ class _Skip(SampleTransform):
 
     input_format = 'encoded'
 
-    def __call__(self, img):
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         return img
 
 # %% ../nbs/42_naflex_dataset.ipynb #f2717231

@@ -9,6 +9,7 @@ from typing import Optional, Union
 import torch
 from torchvision.transforms import functional as TF
 from .decode import EncodedJpeg
+from .config import GLOBAL_DRAWS, Draws
 from timmdata.transforms import (
     SampleTransform,
     image_hw,
@@ -111,6 +112,8 @@ def _whole(img):
 class ResizeToSequence(SampleTransform):
     "Resize keeping the aspect ratio to the largest size whose patch grid fits `max_seq_len` (timm's)."
 
+    draws_explicitly = False  # draws from the global generators: the NaFlex loaders seed them per sample
+
     input_format = 'encoded'  # the size comes from the JPEG header; then the image is decoded once and resized
 
     def __init__(
@@ -126,7 +129,7 @@ class ResizeToSequence(SampleTransform):
         self.patch_size, self.max_seq_len, self.divisible_by_patch = patch_size, max_seq_len, divisible_by_patch
         self.max_ratio, self.interpolation = max_ratio, interp_or_choices(interpolation)
 
-    def __call__(self, img):
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         _, hw = get_image_size_for_seq(
             image_hw(img), self.patch_size, self.max_seq_len, self.divisible_by_patch, self.max_ratio
         )
@@ -175,6 +178,8 @@ def _final_size(ch, cw, ph, pw, max_seq_len, div, max_ratio, final_scale_range) 
 # %% ../nbs/15_naflex_transforms.ipynb #8f295573
 class RandomResizedCropToSequence(SampleTransform):
     "Random crop (area and aspect relative to the image), resized to the largest size that fits `max_seq_len` (timm's)."
+
+    draws_explicitly = False  # draws from the global generators: the NaFlex loaders seed them per sample
 
     input_format = 'encoded'  # crops first: given a not-yet-decoded JPEG, only the box is decoded
 
@@ -228,7 +233,7 @@ class RandomResizedCropToSequence(SampleTransform):
         )
         return box, size, pick_interp(interp_or_choices(interpolation))
 
-    def __call__(self, img):
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         (top, left, h, w), size, interp = self.get_params(
             img,
             self.scale,
@@ -302,6 +307,8 @@ def _keep_ratio_seq_size(
 class ResizeKeepRatioToSequence(SampleTransform):
     "Resize keeping the aspect ratio to fit `max_sequence_len`, with timm's optional random scale and aspect jitter."
 
+    draws_explicitly = False  # draws from the global generators: the NaFlex loaders seed them per sample
+
     input_format = 'encoded'  # the size comes from the JPEG header; then the image is decoded once and resized
 
     def __init__(
@@ -337,7 +344,7 @@ class ResizeKeepRatioToSequence(SampleTransform):
 
     get_params = staticmethod(_keep_ratio_seq_size)  # output [h, w] for an image, drawing the jitter
 
-    def __call__(self, img):
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         size = self.get_params(
             img,
             self.patch_size,
@@ -379,7 +386,7 @@ class CenterCropToSequence(SampleTransform):
         self.patch_size, self.max_seq_len, self.divisible_by_patch = patch_size, max_seq_len, divisible_by_patch
         self.fill, self.padding_mode = fill, padding_mode
 
-    def __call__(self, img):
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         hw = image_hw(img)
         _, (th, tw) = get_image_size_for_seq(hw, self.patch_size, self.max_seq_len, self.divisible_by_patch)
         if th > hw[0] or tw > hw[1]:
@@ -392,6 +399,8 @@ class CenterCropToSequence(SampleTransform):
 
 class RandomCropToSequence(SampleTransform):
     "Crop (or pad) at a random place to the budget's size at scale <= 1 (timm's)."
+
+    draws_explicitly = False  # draws from the global generators: the NaFlex loaders seed them per sample
 
     input_format = 'encoded'  # a crop inside a JPEG decodes just the box
 
@@ -419,7 +428,7 @@ class RandomCropToSequence(SampleTransform):
         off = lambda d: 0 if d == 0 else int(math.copysign(random.randint(0, abs(d)), d))
         return off(ih - target_size[0]), off(iw - target_size[1])
 
-    def __call__(self, img):
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         hw = image_hw(img)
         _, (th, tw) = get_image_size_for_seq(
             hw, self.patch_size, self.max_sequence_len, self.divisible_by_patch, max_ratio=1.0
@@ -485,7 +494,7 @@ class Patchify(SampleTransform):
         self.patch_size = parse_patch_size(patch_size)
         self.flatten_patches, self.channels_last = flatten_patches, channels_last
 
-    def __call__(self, img) -> dict:
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS) -> dict:
         if not isinstance(img, torch.Tensor):
             img = TF.to_tensor(img)
         patches, coord, valid = patchify_image(

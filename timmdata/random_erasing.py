@@ -6,6 +6,7 @@
 from __future__ import annotations
 import math
 import torch
+from .transforms import SampleTransform
 
 # %% auto #0
 __all__ = ['RandomErasing']
@@ -19,8 +20,10 @@ def _check_prob(name, v):
         raise ValueError(f"{name} must be a probability in [0, 1]; got {v!r}")
 
 # %% ../nbs/13_random_erasing.ipynb #8d12401a
-class RandomErasing:
+class RandomErasing(SampleTransform):
     "Erase random boxes of normalised float images (CHW) or batches (NCHW), all boxes of a batch drawn at once."
+
+    input_format = 'tensor'  # a per-sample step of a pipeline takes the sample's draws (`rng`)
 
     def __init__(
         self,
@@ -64,8 +67,8 @@ class RandomErasing:
         self.min_count, self.max_count, self.num_splits, self.mode = min_count, max_count, num_splits, mode
         self.generator = generator  # `device` is not stored: the input's device decides
 
-    def __call__(self, input: torch.Tensor) -> torch.Tensor:
-        "Erase `input` (CHW or NCHW float) in place and return it."
+    def __call__(self, input: torch.Tensor, rng=None) -> torch.Tensor:
+        "Erase `input` (CHW or NCHW float) in place and return it; `rng`: a sample's `Draws` (its `torch` generator), else `generator`."
         if not isinstance(input, torch.Tensor) or input.ndim not in (3, 4):
             raise ValueError(
                 f"RandomErasing expects a CHW or NCHW tensor; got {type(input).__name__} of shape {tuple(getattr(input, 'shape', ()))}"
@@ -78,7 +81,8 @@ class RandomErasing:
         start = x.shape[0] // self.num_splits if self.num_splits > 1 else 0
         x = x[start:]
         if x.shape[0]:
-            self.erase(x, self.get_params(x.shape[0], x.shape[-2], x.shape[-1]))
+            g = self.generator if rng is None else rng.torch
+            self.erase(x, self.get_params(x.shape[0], x.shape[-2], x.shape[-1], generator=g), generator=g)
         return input
 
     def __repr__(self):
@@ -92,9 +96,10 @@ class RandomErasing:
         img_h: int,  # image height
         img_w: int,  # image width
         attempts: int = 10,  # tries per box before it is given up, as timm
+        generator: torch.Generator | None = None,  # the draws' generator (None: this eraser's `generator`)
     ) -> torch.Tensor:
         "All boxes of a batch at once: int64 (batch_size, max_count, 4) of (top, left, height, width); unused slots are 0x0."
-        g, B, K = self.generator, batch_size, max(self.max_count, 1)
+        g, B, K = generator or self.generator, batch_size, max(self.max_count, 1)
         dt = torch.float64  # Python floats, as in timm's per-box arithmetic
         erase = torch.rand(B, generator=g, dtype=dt) <= self.probability
         count = torch.randint(self.min_count, self.max_count + 1, (B,), generator=g)
@@ -119,13 +124,14 @@ class RandomErasing:
         boxes: torch.Tensor,  # (N, K, 4) boxes from `get_params`
         how: str
         | None = None,  # 'mask' (one broadcast pass), 'slice' (one copy per box), None: 'slice' on CPU, else 'mask'
+        generator: torch.Generator | None = None,  # the noise's generator on the CPU (None: this eraser's `generator`)
     ) -> torch.Tensor:
         "Fill `boxes` of the batch `x` in place, in this eraser's mode."
         how = how or ('slice' if x.device.type == 'cpu' else 'mask')
         if how not in ('mask', 'slice'):
             raise ValueError(f"how must be 'mask', 'slice' or None; got {how!r}")
         B, C, H, W = x.shape
-        g = self.generator if x.device.type == 'cpu' else None
+        g = (generator or self.generator) if x.device.type == 'cpu' else None
         colour = None
         if self.mode == 'rand':
             colour = torch.randn(B, boxes.shape[1], C, generator=g, device=x.device).to(x.dtype)

@@ -10,9 +10,10 @@ import torch
 from PIL import Image
 from torchvision.transforms import InterpolationMode
 from . import decode
-from .decode import EncodedJpeg, ImageDecodeError, note_jpeg_warnings, gil_free
+from .decode import EncodedJpeg, ImageDecodeError, note_jpeg_warnings
 from typing import Callable, Optional
 from .stages import DECODE, OPS, stage_clock
+from .config import GLOBAL_DRAWS, Draws
 
 # %% auto #0
 __all__ = ['INTERPOLATIONS', 'MODE_TO_PIL', 'RESAMPLE_KIND', 'check_interpolation', 'str_to_interp_mode', 'str_to_pil_interp',
@@ -69,9 +70,9 @@ def interp_or_choices(name):
     return _RANDOM_INTERPOLATION if name == 'random' else str_to_interp_mode(name)
 
 
-def pick_interp(interp):
-    "Draws the interpolation for this image after the crop parameters, in the order timm draws them."
-    return random.choice(interp) if isinstance(interp, tuple) else interp
+def pick_interp(interp, rng: Draws = GLOBAL_DRAWS):
+    "Draws the interpolation for this image (from `rng`) after the crop parameters, in the order timm draws them."
+    return rng.py.choice(interp) if isinstance(interp, tuple) else interp
 
 
 def interp_repr(interp):
@@ -115,7 +116,7 @@ def _from_jpeg(nat, img: EncodedJpeg, out_hw: tuple, window: tuple, kind: int, v
     "`resize_crop_jpeg`'s planar bytes of `img` (one native call without the GIL), or None where the extension refuses the JPEG."
     # (its claimed size was checked against the pixel limit when the `EncodedJpeg` was made; the call checks again)
     try:
-        with stage_clock(DECODE), gil_free:  # the decode and the resize, one step: counted as decoding
+        with stage_clock(DECODE):  # the decode and the resize, one step: counted as decoding
             buf, warned = nat.resize_crop_jpeg(
                 img.data, *out_hw, *window, kind, vfirst, decode.MAX_IMAGE_PIXELS or 0, **opts
             )
@@ -154,10 +155,9 @@ def resize_crop_window(
     elif isinstance(img, torch.Tensor) and is_hwc_view(img):
         y0, y1 = _source_span(H, oh, top, h, _SUPPORT[kind])
         x0, x1 = _source_span(W, ow, left, w, _SUPPORT[kind])
-        with gil_free:
-            buf = nat.resample_window(
-                img[:, y0:y1, x0:x1].permute(1, 2, 0).numpy(), y0, x0, H, W, oh, ow, top, left, h, w, kind, vfirst
-            )
+        buf = nat.resample_window(
+            img[:, y0:y1, x0:x1].permute(1, 2, 0).numpy(), y0, x0, H, W, oh, ow, top, left, h, w, kind, vfirst
+        )
     else:
         return None
     return torch.frombuffer(buf, dtype=torch.uint8).view(3, h, w)  # planar: the batch takes it with a plain copy
@@ -270,10 +270,9 @@ class PendingResize:
     def materialize(self) -> torch.Tensor:
         "The image (planar uint8 3xHxW), as `resize_box` would have returned it."
         (h, w), (oh, ow) = self.src.shape[:2], self.out_hw
-        with gil_free:
-            buf = decode.NATIVE.module.resample_window(
-                self.src, 0, 0, h, w, oh, ow, 0, 0, oh, ow, self.kind, self.vfirst, self.flip
-            )
+        buf = decode.NATIVE.module.resample_window(
+            self.src, 0, 0, h, w, oh, ow, 0, 0, oh, ow, self.kind, self.vfirst, self.flip
+        )
         return torch.frombuffer(buf, dtype=torch.uint8).view(3, oh, ow)
 
     def __repr__(self):
@@ -347,12 +346,12 @@ def resize_pending(
     nat, n = decode.NATIVE.module, len(items)
     jpegs = sum(isinstance(p, PendingJpegCrop) for p in items)
     if jpegs == 0:
-        with stage_clock(OPS), gil_free:  # per-sample ops, made in the collate (`stats()`)
+        with stage_clock(OPS):  # per-sample ops, made in the collate (`stats()`)
             nat.resize_batch([(p.src, p.kind, p.vfirst, p.flip) for p in items], oh, ow, out.numpy())
         alone = ()
     elif jpegs == n:
         jobs = [(p.src.data, p.box, p.window, p.kind, p.vfirst, p.flip, p.to_end) for p in items]
-        with stage_clock(DECODE), gil_free:  # the decodes and their resizes, one step: counted as decoding
+        with stage_clock(DECODE):  # the decodes and their resizes, one step: counted as decoding
             status = nat.resize_crop_jpeg_batch(jobs, oh, ow, out.numpy(), decode.MAX_IMAGE_PIXELS or 0)
         warned = status.count(1)
         if warned:  # damaged data decoded anyway: counted, one Python warning per process (as one by one)

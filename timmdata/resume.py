@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 from .config import mix_seed
 from .feeder import Marks
+from .dataset import DecodeTransform
 from .stages import COLLATE, DECODE, OPS, COLUMNS, LoaderStats, WorkerRows, batch_images, stage_clock
 from .runtime import SEED_MIX, default_rank, pass_loader_epoch
 from .torch_compat import IteratorParts, shutdown_workers, worker_processes
@@ -256,7 +257,9 @@ class ResumableDataLoader(IteratorParts, DataLoader):
         "Are samples made in this thread by a transform that draws from the global generators (the compatibility path)?"
         d = self.fetch_dataset
         here = self.workers is None and self.num_workers == 0
-        return here and not (isinstance(d, SeededDataset) and d.explicit)
+        return here and not (
+            (isinstance(d, SeededDataset) and d.explicit) or (isinstance(d, DecodeTransform) and d.draws_explicitly)
+        )
 
     # --- one pass
     def fresh_pass(self) -> bool:

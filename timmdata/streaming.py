@@ -10,8 +10,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.utils.data
-from .config import mix_seed, seed_all
+from .config import Draws, mix_seed, seed_all
 from .decode import EncodedJpeg, ImageDecodeError
+from .resample import PendingJpegCrop
 from .dataset import DecodeTransform
 from .shard_io import WdsSource
 from .global_order import BLOCK_SHARDS, SpanReader, epoch_length, read_in_order, sample_spans, worker_positions
@@ -458,19 +459,22 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
         if target is SKIP_SAMPLE:  # no label (timm skips it): None keeps every worker's count, and the collate drops it
             return None
         where = lambda: f'sample {key!r} of shard {self.source.name_of(shard)}'  # made only when something fails
-        seed_all(
-            mix_seed(self.seed, epoch, g, k)
-        )  # the same draws for this sample whether the epoch ran through or resumed
+        draw_key = mix_seed(self.seed, epoch, g, k)  # the same draws for this sample, run through or resumed
+        rng = Draws(draw_key)
+        if not self.draws_explicitly:
+            seed_all(draw_key)  # compatibility: a transform that draws from the global generators
         try:
             x = self.decode_sample(img)
         except ImageDecodeError as e:
             return self._on_bad(where, e, g if slot is None else slot)
         try:
-            x = self.transform_sample(x, where)
+            x = self.transform_sample(x, where, self.defer_pixels, rng)
         except ImageDecodeError as e:
             if isinstance(x, EncodedJpeg):
                 return self._on_bad(where, e, g if slot is None else slot)  # decoded inside the transform (a crop)
             raise
+        if isinstance(x, PendingJpegCrop):  # decoded in the collate: a bad file meets the same policy there
+            x.on_bad = lambda e: self._on_bad(where, e, g if slot is None else slot)
         if target is None:
             target = -1
         elif self.target_transform is not None:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_transforms.ipynb #83b58af3
 from __future__ import annotations
-import math, numbers, random, typing
+import inspect, math, numbers, random, typing
 from functools import partial
 import numpy as np
 import torch
@@ -13,7 +13,7 @@ from torchvision import transforms as tvt
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 from torchvision.transforms.v2 import functional as F2
-from .decode import EncodedJpeg, gil_free
+from .decode import EncodedJpeg
 from timmdata.resample import (
     INTERPOLATIONS,
     MODE_TO_PIL,
@@ -35,7 +35,7 @@ from timmdata.resample import (
 )  # also importable from here
 from .stages import DECODE, stage_clock
 from .torch_compat import aa_resize_kernels
-from .config import parse_input_size
+from .config import GLOBAL_DRAWS, Draws, parse_input_size
 from timmdata.config import (
     CROP_MODES,
     DEFAULT_CROP_MODE,
@@ -55,7 +55,7 @@ __all__ = ['INPUT_FORMATS', 'TakesInput', 'SampleTransform', 'transform_input', 
            'hflip', 'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy',
            'shorter_edge_size', 'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'RandomHorizontalFlip',
            'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder',
-           'Compose']
+           'Compose', 'takes_draws']
 
 # %% ../nbs/10_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
@@ -67,16 +67,27 @@ class TakesInput(typing.Protocol):  # the dataset/transform seam, declared once:
 
 
 class SampleTransform:
-    "A per-sample transform that declares its input: `input_format` is 'pil', 'tensor' or 'encoded' (see `INPUT_FORMATS`)."
+    """A per-sample transform that declares its input (`input_format`: 'pil', 'tensor' or 'encoded', see
+    `INPUT_FORMATS`) and takes the sample's draws: `__call__(img, rng)`, every random draw from `rng` (a `Draws`;
+    default: the global generators, as timm's transforms draw). `draws_explicitly` False declares one that still draws
+    from the global generators (it is then run on the loader's compatibility path)."""
 
     input_format: str = 'pil'
+    draws_explicitly: bool = True
+    takes_rng: bool = (
+        True  # does its __call__ take `rng`? Read from each subclass's signature (one written before, too)
+    )
 
-    def __call__(self, img):
-        raise NotImplementedError(f'{type(self).__name__} must define __call__(img) -> the transformed image')
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.takes_rng = 'rng' in inspect.signature(cls.__call__).parameters
 
-    def deferred(self, img):
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):  # rng: the sample's draws (default: the global generators)
+        raise NotImplementedError(f'{type(self).__name__} must define __call__(img, rng) -> the transformed image')
+
+    def deferred(self, img, rng: Draws = GLOBAL_DRAWS):
         "The result, or a `PendingResize` where its pixel work can wait for the batch's collate (asked only by a loader whose collate makes them)."
-        return self(img)
+        return self(img, rng) if self.takes_rng else self(img)
 
 
 _TV_TENSOR_OK = (
@@ -150,8 +161,7 @@ def resize_exact(img, size, interp: InterpolationMode):
         # the 1x3xHxW channels-last view of the path below, made in one step: the same kernel, the same values
         rs, ih, iw = img.stride(1), img.shape[1], img.shape[2]
         x = img.as_strided((1, 3, ih, iw), (ih * rs, 1, rs, 3), img.storage_offset())
-        with gil_free:
-            return _AA_KERNELS[interp](x, [h, w], False, None)[0]
+        return _AA_KERNELS[interp](x, [h, w], False, None)[0]
     if image_hw(img) == (h, w):
         return img  # PIL and torchvision would copy or repack the pixels for nothing
     if not is_tensor_image(img):
@@ -164,12 +174,10 @@ def resize_exact(img, size, interp: InterpolationMode):
         # batch hides the channels-last layout of a crop window; the kernel then repacks to planar and takes about
         # twice as long. Shown as a 4-D channels-last view, it reads and writes interleaved pixels: the same values (tested below)
         x = img.permute(1, 2, 0).unsqueeze(0).permute(0, 3, 1, 2)
-        with gil_free:
-            return torch.nn.functional.interpolate(
-                x, size=[h, w], mode=interp.value, align_corners=False, antialias=True
-            )[0]
-    with gil_free:
-        return F2.resize_image(img, [h, w], interpolation=interp, antialias=True)  # torch's kernels run without the GIL
+        return torch.nn.functional.interpolate(x, size=[h, w], mode=interp.value, align_corners=False, antialias=True)[
+            0
+        ]
+    return F2.resize_image(img, [h, w], interpolation=interp, antialias=True)  # torch's kernels run without the GIL
 
 
 def hflip(img):
@@ -207,7 +215,7 @@ class MaybePILToTensor(SampleTransform):
 
     input_format = 'tensor'
 
-    def __call__(self, pic):
+    def __call__(self, pic, rng: Draws = GLOBAL_DRAWS):
         if isinstance(pic, torch.Tensor):
             return pic
         if isinstance(pic, np.ndarray):
@@ -227,7 +235,7 @@ class MaybeToTensor(SampleTransform):
 
     input_format = 'tensor'
 
-    def __call__(self, pic):
+    def __call__(self, pic, rng: Draws = GLOBAL_DRAWS):
         if isinstance(pic, torch.Tensor):
             return pic.float().div_(255) if pic.dtype == torch.uint8 else pic
         return TF.to_tensor(pic)
@@ -244,7 +252,7 @@ class ToTensor(SampleTransform):
     def __init__(self, dtype=torch.float32):
         self.dtype = dtype
 
-    def __call__(self, pic):
+    def __call__(self, pic, rng: Draws = GLOBAL_DRAWS):
         return (pic if isinstance(pic, torch.Tensor) else TF.pil_to_tensor(pic)).to(dtype=self.dtype)
 
     def __repr__(self):
@@ -256,7 +264,7 @@ class ToNumpy(SampleTransform):
 
     input_format = 'tensor'
 
-    def __call__(self, pic):
+    def __call__(self, pic, rng: Draws = GLOBAL_DRAWS):
         if isinstance(pic, torch.Tensor):
             return pic.numpy()
         a = np.array(pic, dtype=np.uint8)
@@ -289,7 +297,7 @@ class Resize(SampleTransform):
         self.size = size if isinstance(size, numbers.Number) else setup_size(size)
         self.interpolation = str_to_interp_mode(interpolation)
 
-    def __call__(self, img):
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         hw = image_hw(img)
         out = shorter_edge_size(hw, int(self.size)) if isinstance(self.size, numbers.Number) else self.size
         return resize_exact(img, out, self.interpolation)
@@ -317,18 +325,18 @@ class RandomResizedCropAndInterpolation(SampleTransform):
         self.scale, self.ratio = scale, ratio
 
     @staticmethod
-    def get_params(img, scale, ratio) -> tuple:
-        "(top, left, height, width) of a random crop box."
-        img_h, img_w = image_hw(img)
+    def get_params(img, scale, ratio, rng: Draws = GLOBAL_DRAWS) -> tuple:
+        "(top, left, height, width) of a random crop box, drawn from `rng`."
+        img_h, img_w, r = *image_hw(img), rng.py
         area = img_w * img_h
         log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
         for _ in range(10):
-            target_area = random.uniform(*scale) * area
-            aspect = math.exp(random.uniform(*log_ratio))
+            target_area = r.uniform(*scale) * area
+            aspect = math.exp(r.uniform(*log_ratio))
             w = int(round(math.sqrt(target_area * aspect)))
             h = int(round(math.sqrt(target_area / aspect)))
             if w <= img_w and h <= img_h:
-                return random.randint(0, img_h - h), random.randint(0, img_w - w), h, w
+                return r.randint(0, img_h - h), r.randint(0, img_w - w), h, w
         # no luck in ten tries: the largest centred box with the nearest allowed aspect ratio
         in_ratio = img_w / img_h
         if in_ratio < min(ratio):
@@ -339,9 +347,9 @@ class RandomResizedCropAndInterpolation(SampleTransform):
             w, h = img_w, img_h
         return (img_h - h) // 2, (img_w - w) // 2, h, w
 
-    def draw(self, img) -> tuple:
-        "This image's crop box and interpolation, drawn as timm draws them (box first)."
-        return self.get_params(img, self.scale, self.ratio), pick_interp(self.interpolation)
+    def draw(self, img, rng: Draws = GLOBAL_DRAWS) -> tuple:
+        "This image's crop box and interpolation, drawn from `rng` as timm draws them (box first)."
+        return self.get_params(img, self.scale, self.ratio, rng), pick_interp(self.interpolation, rng)
 
     def apply(self, img, box: tuple, interp, flip: bool = False, defer: bool = False):
         "The `box` of `img` resized to `size` with `interp` (and mirrored): one native step where it can (`resize_box`; `defer`: its `PendingResize` where it can)."
@@ -358,8 +366,8 @@ class RandomResizedCropAndInterpolation(SampleTransform):
                 out = hflip(out)
         return out
 
-    def __call__(self, img):
-        return self.apply(img, *self.draw(img))
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        return self.apply(img, *self.draw(img, rng))
 
     def __repr__(self):
         return (
@@ -394,15 +402,15 @@ class RandomHorizontalFlip(tvt.RandomHorizontalFlip, SampleTransform):
 
     input_format = 'tensor'
 
-    def draw(self) -> bool:
-        "Whether this image is flipped: torchvision's draw, so seeded pipelines give the same flips as timm's."
+    def draw(self, rng: Draws = GLOBAL_DRAWS) -> bool:
+        "Whether this image is flipped: torchvision's draw (from `rng.torch`), so seeded pipelines give the same flips as timm's."
         # torchvision compares `torch.rand(1) < p` in float32; the same draw compared as Python floats against p rounded
         # to float32 gives the same answer for every draw (both values exact), without a second tensor (~6 us a sample
         # in a worker)
-        return torch.rand(1).item() < _as_float32(self.p)
+        return torch.rand(1, generator=rng.torch).item() < _as_float32(self.p)
 
-    def __call__(self, img):
-        return hflip(img) if self.draw() else img
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        return hflip(img) if self.draw(rng) else img
 
 # %% ../nbs/10_transforms.ipynb #a575da40
 class ResizeKeepRatio(SampleTransform):
@@ -441,23 +449,25 @@ class ResizeKeepRatio(SampleTransform):
         random_scale_area=False,
         random_aspect_prob=0.0,
         random_aspect_range=(0.9, 1.11),
+        rng: Draws = GLOBAL_DRAWS,  # the draws of the random scale and aspect
     ) -> list:
         "Output [h, w]."
         img_hw = image_hw(img)
         rh, rw = img_hw[0] / target_size[0], img_hw[1] / target_size[1]
         ratio = max(rh, rw) * longest + min(rh, rw) * (1.0 - longest)
         fh = fw = 1.0
-        if random_scale_prob > 0 and random.random() < random_scale_prob:
-            f = random.uniform(*random_scale_range)
+        r = rng.py
+        if random_scale_prob > 0 and r.random() < random_scale_prob:
+            f = r.uniform(*random_scale_range)
             if random_scale_area:
                 f = 1.0 / math.sqrt(f)  # an area fraction < 1 zooms in, as RandomResizedCrop's scale
             fh = fw = f
-        if random_aspect_prob > 0 and random.random() < random_aspect_prob:
-            a = math.sqrt(math.exp(random.uniform(math.log(random_aspect_range[0]), math.log(random_aspect_range[1]))))
+        if random_aspect_prob > 0 and r.random() < random_aspect_prob:
+            a = math.sqrt(math.exp(r.uniform(math.log(random_aspect_range[0]), math.log(random_aspect_range[1]))))
             fh, fw = fh / a, fw * a
         return [round(x * f / ratio) for x, f in zip(img_hw, (fh, fw))]
 
-    def __call__(self, img):
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         size = self.get_params(
             img,
             self.size,
@@ -467,8 +477,9 @@ class ResizeKeepRatio(SampleTransform):
             self.random_scale_area,
             self.random_aspect_prob,
             self.random_aspect_range,
+            rng,
         )
-        return resize_exact(img, size, pick_interp(self.interpolation))
+        return resize_exact(img, size, pick_interp(self.interpolation, rng))
 
     def __repr__(self):
         return (
@@ -529,7 +540,7 @@ class CenterCropOrPad(SampleTransform):
     ):
         self.size, self.fill, self.padding_mode = setup_size(size), fill, padding_mode
 
-    def __call__(self, img):
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         return _center_crop_or_pad(img, self.size, self.fill, self.padding_mode)
 
     def __repr__(self):
@@ -550,13 +561,13 @@ class RandomCropOrPad(SampleTransform):
         self.size, self.fill, self.padding_mode = setup_size(size), fill, padding_mode
 
     @staticmethod
-    def get_params(img, size) -> tuple:
+    def get_params(img, size, rng: Draws = GLOBAL_DRAWS) -> tuple:
         ih, iw = image_hw(img)
-        dh, dw = ih - size[0], iw - size[1]
-        return (int(math.copysign(random.randint(0, abs(dh)), dh)), int(math.copysign(random.randint(0, abs(dw)), dw)))
+        dh, dw, r = ih - size[0], iw - size[1], rng.py
+        return (int(math.copysign(r.randint(0, abs(dh)), dh)), int(math.copysign(r.randint(0, abs(dw)), dw)))
 
-    def __call__(self, img):
-        top, left = self.get_params(img, self.size)
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        top, left = self.get_params(img, self.size, rng)
         return crop_or_pad(img, top, left, self.size[0], self.size[1], fill=self.fill, padding_mode=self.padding_mode)
 
     def __repr__(self):
@@ -571,7 +582,7 @@ class TrimBorder(SampleTransform):
     def __init__(self, border_size: int):
         self.border_size = border_size
 
-    def __call__(self, img):
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         h, w = image_hw(img)
         b = self.border_size
         return crop_box(img, min(b, h), min(b, w), max(0, h - 2 * b), max(0, w - 2 * b))
@@ -615,20 +626,20 @@ class Compose(tvt.Compose, SampleTransform):
             return ts[0], ts[1]
         return None
 
-    def deferred(self, img):
-        "`self(img)`; the training crop and flip as a `PendingResize` (of a JPEG: a `PendingJpegCrop`), with the same draws; eval's resize and centre crop of a JPEG as a `PendingJpegCrop`."
+    def deferred(self, img, rng: Draws = GLOBAL_DRAWS):
+        "`self(img, rng)`; the training crop and flip as a `PendingResize` (of a JPEG: a `PendingJpegCrop`), with the same draws; eval's resize and centre crop of a JPEG as a `PendingJpegCrop`."
         ts = self.transforms
         rest_pass = all(type(t) is MaybePILToTensor for t in ts[2:])  # MaybePILToTensor: tensors pass
         if isinstance(img, EncodedJpeg) and rest_pass and (rc := self._resize_crop()) is not None:
-            p = defer_center_crop(img, int(rc[0].size), rc[1].size, rc[0].interpolation, partial(self, img))
+            p = defer_center_crop(img, int(rc[0].size), rc[1].size, rc[0].interpolation, partial(self, img, rng))
             if p is not None:  # made alone (a refused JPEG) by this call undeferred
                 return p
         elif isinstance(img, (torch.Tensor, EncodedJpeg)) and (cf := self._crop_flip()) is not None and rest_pass:
-            box, interp = cf[0].draw(img)  # the draws in the steps' order, as in __call__
+            box, interp = cf[0].draw(img, rng)  # the draws in the steps' order, as in __call__
             return cf[0].apply(
-                img, box, interp, RandomHorizontalFlip.draw(cf[1]), defer=True
+                img, box, interp, RandomHorizontalFlip.draw(cf[1], rng), defer=True
             )  # MaybePILToTensor: tensors pass
-        return self(img)
+        return self(img, rng)
 
     @property
     def input_format(self) -> str:
@@ -643,19 +654,39 @@ class Compose(tvt.Compose, SampleTransform):
         first = self.transforms and transform_input(self.transforms[0]) == 'encoded'
         return 'encoded' if first or self._resize_crop() is not None else 'tensor'
 
-    def __call__(self, img):
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         ts = self.transforms
         if isinstance(img, (EncodedJpeg, torch.Tensor)) and (rc := self._resize_crop()) is not None:
             out = resize_center_crop(img, int(rc[0].size), rc[1].size, rc[0].interpolation)
             if out is not None:
                 img, ts = out, ts[2:]
         elif isinstance(img, (EncodedJpeg, torch.Tensor)) and (cf := self._crop_flip()) is not None:
-            box, interp = cf[0].draw(img)  # the draws in the steps' order: the box, the interpolation, the flip
-            img, ts = cf[0].apply(img, box, interp, flip=RandomHorizontalFlip.draw(cf[1])), ts[2:]
+            box, interp = cf[0].draw(img, rng)  # the draws in the steps' order: the box, the interpolation, the flip
+            img, ts = cf[0].apply(img, box, interp, flip=RandomHorizontalFlip.draw(cf[1], rng)), ts[2:]
         # per sample, so only the first step is asked: it is the one that meets the undecoded JPEG
         if isinstance(img, EncodedJpeg) and (not ts or transform_input(ts[0]) != 'encoded'):
             with stage_clock(DECODE):
                 img = img.decode()
-        for t in ts:
-            img = t(img)
+        for t in ts:  # ours take the sample's draws; others (deterministic ones, or the compatibility path) the image
+            img = t(img, rng) if isinstance(t, SampleTransform) and t.takes_rng else t(img)
         return img
+
+# %% ../nbs/10_transforms.ipynb #9cb6c7b6
+# torchvision's transforms that draw nothing: a pipeline of ours around them still takes its draws explicitly
+_TV_DETERMINISTIC = (
+    tvt.ToTensor, tvt.PILToTensor, tvt.ToPILImage, tvt.Normalize, tvt.ConvertImageDtype, tvt.Resize, tvt.CenterCrop,
+    tvt.Grayscale, tvt.Pad,
+)  # fmt: skip
+
+
+def takes_draws(t) -> bool:
+    """Does every random draw of transform `t` come from the draws it is handed? True for timmdata's transforms (a
+    `SampleTransform` that does not declare otherwise; a `Compose` of such steps and of torchvision's deterministic
+    ones); False for anything else (timm's or torchvision's random transforms, a user's callable): those draw from the
+    process's global generators, which the loader then seeds per sample (worker processes, the main process) and
+    which loader threads cannot share."""
+    if not isinstance(t, (SampleTransform, *_TV_DETERMINISTIC, tvt.Compose)):
+        return False  # a lambda or a user's callable may draw anything: not declared
+    if isinstance(t, tvt.Compose):
+        return all(takes_draws(s) for s in t.transforms)
+    return not isinstance(t, SampleTransform) or (t.takes_rng and t.draws_explicitly)

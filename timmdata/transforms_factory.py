@@ -9,6 +9,8 @@ from typing import Optional, Union
 import torch
 from torchvision import transforms as tvt
 from timmdata.config import (
+    GLOBAL_DRAWS,
+    Draws,
     IMAGENET_DEFAULT_MEAN,
     IMAGENET_DEFAULT_STD,
     DEFAULT_CROP_PCT,
@@ -18,6 +20,10 @@ from timmdata.config import (
     expand_channel_stats,
 )
 from timmdata.transforms import (
+    INPUT_FORMATS,
+    SampleTransform,
+    takes_draws,
+    transform_input,
     Compose,
     Resize,
     RandomResizedCropAndInterpolation,
@@ -40,7 +46,8 @@ from timmdata.naflex_transforms import (
 )
 
 # %% auto #0
-__all__ = ['TRAIN_CROP_MODES', 'transforms_noaug_train', 'transforms_imagenet_train', 'transforms_imagenet_eval', 'RandomPad',
+__all__ = ['TRAIN_CROP_MODES', 'transforms_noaug_train', 'transforms_imagenet_train', 'transforms_imagenet_eval',
+           'RandomVerticalFlip', 'ColorJitter', 'RandomGrayscale', 'GaussianBlur', 'RandomApply', 'RandomPad',
            'create_transform']
 
 # %% ../nbs/18_transforms_factory.ipynb #0095e777
@@ -139,7 +146,7 @@ def transforms_imagenet_train(
     if hflip > 0.0:
         primary.append(RandomHorizontalFlip(p=hflip))  # torchvision's, called cheaper
     if vflip > 0.0:
-        primary.append(tvt.RandomVerticalFlip(p=vflip))
+        primary.append(RandomVerticalFlip(p=vflip))
 
     secondary, jitter_off = [], False
     if auto_augment:
@@ -150,12 +157,12 @@ def transforms_imagenet_train(
         secondary.append(create_auto_augment(auto_augment, img_size=img_size, mean=mean, interpolation=interpolation))
     factors = color_jitter_factors(color_jitter)
     if not jitter_off and any(f is not None for f in factors):
-        jitter = tvt.ColorJitter(*(f or 0 for f in factors))  # the parsed (min, max) ranges: the same draws as timm's
-        secondary.append(jitter if color_jitter_prob is None else tvt.RandomApply([jitter], p=color_jitter_prob))
+        jitter = ColorJitter(*(f or 0 for f in factors))  # the parsed (min, max) ranges: the same draws as timm's
+        secondary.append(jitter if color_jitter_prob is None else RandomApply([jitter], p=color_jitter_prob))
     if grayscale_prob:
-        secondary.append(tvt.RandomGrayscale(p=grayscale_prob))
+        secondary.append(RandomGrayscale(p=grayscale_prob))
     if gaussian_blur_prob:
-        secondary.append(tvt.RandomApply([tvt.GaussianBlur(kernel_size=23)], p=gaussian_blur_prob))
+        secondary.append(RandomApply([GaussianBlur(kernel_size=23)], p=gaussian_blur_prob))
 
     final = _final_tfl(use_prefetcher, normalize, mean, std)
     if re_prob > 0.0 and not use_prefetcher and normalize:
@@ -266,6 +273,78 @@ import random
 from torchvision.transforms import functional as TF
 from .transforms import SampleTransform
 
+# %% ../nbs/18_transforms_factory.ipynb #3e76abd8
+class RandomVerticalFlip(tvt.RandomVerticalFlip, SampleTransform):
+    "torchvision's `RandomVerticalFlip` (the same draw and pixels), drawing from the sample's `rng.torch`."
+
+    input_format = 'tensor'
+
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        return TF.vflip(img) if torch.rand(1, generator=rng.torch) < self.p else img
+
+
+class ColorJitter(tvt.ColorJitter, SampleTransform):
+    "torchvision's `ColorJitter` (the same order of draws and pixels), drawing from the sample's `rng.torch`."
+
+    input_format = 'tensor'
+
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        g = rng.torch  # torchvision's get_params, its draws from `g`: the order of the four, then each factor
+        order = torch.randperm(4, generator=g)
+        b, c, s, h = (
+            None if r is None else float(torch.empty(1).uniform_(r[0], r[1], generator=g))
+            for r in (self.brightness, self.contrast, self.saturation, self.hue)
+        )
+        for i in order.tolist():
+            if i == 0 and b is not None:
+                img = TF.adjust_brightness(img, b)
+            elif i == 1 and c is not None:
+                img = TF.adjust_contrast(img, c)
+            elif i == 2 and s is not None:
+                img = TF.adjust_saturation(img, s)
+            elif i == 3 and h is not None:
+                img = TF.adjust_hue(img, h)
+        return img
+
+
+class RandomGrayscale(tvt.RandomGrayscale, SampleTransform):
+    "torchvision's `RandomGrayscale`, drawing from the sample's `rng.torch`."
+
+    input_format = 'tensor'
+
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        n = TF.get_image_num_channels(img)
+        return TF.rgb_to_grayscale(img, num_output_channels=n) if torch.rand(1, generator=rng.torch) < self.p else img
+
+
+class GaussianBlur(tvt.GaussianBlur, SampleTransform):
+    "torchvision's `GaussianBlur`, its sigma drawn from the sample's `rng.torch`."
+
+    input_format = 'tensor'
+
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        sigma = torch.empty(1).uniform_(self.sigma[0], self.sigma[1], generator=rng.torch).item()
+        return TF.gaussian_blur(img, self.kernel_size, [sigma, sigma])
+
+
+class RandomApply(tvt.RandomApply, SampleTransform):
+    "torchvision's `RandomApply` over transforms of ours, drawing from the sample's `rng.torch` (and handing it on)."
+
+    @property
+    def input_format(self) -> str:
+        return min((transform_input(t) for t in self.transforms), key=INPUT_FORMATS.index)
+
+    @property
+    def draws_explicitly(self) -> bool:
+        return all(takes_draws(t) for t in self.transforms)
+
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        if self.p < torch.rand(1, generator=rng.torch):
+            return img
+        for t in self.transforms:
+            img = t(img, rng) if isinstance(t, SampleTransform) and t.takes_rng else t(img)
+        return img
+
 # %% ../nbs/18_transforms_factory.ipynb #b55dab58
 class RandomPad(SampleTransform):
     "Pad to at least `input_size` (h, w) with `fill`, the image at a random offset (timm's; PIL image or tensor)."
@@ -280,15 +359,15 @@ class RandomPad(SampleTransform):
         self.input_size, self.fill = input_size, fill
 
     @staticmethod
-    def get_params(img, input_size) -> tuple:
+    def get_params(img, input_size, rng: Draws = GLOBAL_DRAWS) -> tuple:
         "(left, top, right, bottom) padding: the missing width and height split at random."
         w, h = TF.get_image_size(img)
         dw, dh = max(input_size[1] - w, 0), max(input_size[0] - h, 0)
-        left, top = random.randint(0, dw), random.randint(0, dh)
+        left, top = rng.py.randint(0, dw), rng.py.randint(0, dh)
         return left, top, dw - left, dh - top
 
-    def __call__(self, img):
-        return TF.pad(img, list(self.get_params(img, self.input_size)), self.fill)
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        return TF.pad(img, list(self.get_params(img, self.input_size, rng)), self.fill)
 
     def __repr__(self):
         return f"{type(self).__name__}(input_size={self.input_size}, fill={self.fill})"
