@@ -1,7 +1,8 @@
 """The house rules of issue 27, checked on the generated sources and the notebooks (nothing of timmdata is imported):
 a class is read in one place (no `@patch` on a class of the patching module), no `locals()` hand-off, environment
 variables read in one module, torch's private API in one module, no import circle (the package included), seams
-declared and not probed (no getattr/hasattr for a method a protocol declares), and notebooks numbered in the data's way (a notebook imports only lower-numbered ones). Each failure names file:line."""
+declared and not probed (no getattr/hasattr for a method a protocol declares), and notebooks numbered in the data's way (a notebook imports only lower-numbered ones). Issue 42's page rules: every page of the data's way has a picture, no page opens
+with a wall of tests, export cells of at most `MAX_EXPORT_LINES` lines. Each failure names file:line (or notebook and cell)."""
 import ast, json, re
 from pathlib import Path
 
@@ -217,3 +218,97 @@ def test_the_house_checks_can_fail(tmp_path):
         (tmp_path / name).write_text(json.dumps({'cells': [cell(src)]}))
     assert notebooks_out_of_order(tmp_path) == ['nbs/01_a.ipynb (cell 0) imports b from nbs/02_b.ipynb: a notebook imports '
                                                 'only lower-numbered ones (run tools/renumber_nbs.py)']
+
+
+# --- issue 42: pages that explain with pictures, open with them (not with tests), and cells a reader can take in
+
+# The pages of the data's way (STYLE.md: files -> reader -> decode -> per-sample ops -> collate -> pinned batch ->
+# PrefetchLoader -> model, and the order and worker machinery between them). The rule: each shows what its stage does
+# as a picture drawn when the page was built (a saved image output; a png linked from markdown is not one), so a
+# page of the data's way added here must come with its picture.
+DATA_WAY = ('05_readers', '06_decode', '09_resample', '10_transforms', '19_store', '20_dataset', '22_shard_io',
+            '24_global_order', '25_streaming', '27_collate', '28_batch_ring', '29_mixup', '30_feeder', '31_prefetch',
+            '33_batch_plan', '36_gpu_decode', '37_threads', '38_loader')  # fmt: skip
+TEST_WALL = 3  # a first code block with more `test_*(...)` lines than this is a test wall: hide it (`#| hide`)
+# Pages that open with a test wall today, in notebooks whose cells other branches were editing when this check came
+# (issue 42): hide the block (`#| hide` as its first line) and take the page off this list. The check fails when a
+# listed page no longer opens with a wall, so the list only shrinks.
+OPENS_WITH_TESTS = {'25_streaming', '31_prefetch', '33_batch_plan'}
+MAX_EXPORT_LINES = 150  # STYLE.md: one class or function per export cell, at most about 150 lines
+HIDDEN = re.compile(r'#\|\s*(hide|export|exporti|default_exp|echo:\s*false)\b')  # cells whose code a page does not show
+
+
+def cells(path: Path) -> list:
+    return json.loads(path.read_text(encoding='utf-8'))['cells']
+
+
+def cell_source(c: dict) -> str:
+    return c['source'] if isinstance(c['source'], str) else ''.join(c['source'])
+
+
+def has_picture(c: dict) -> bool:
+    "A saved image output (png; a photo-like one re-encoded as jpeg by tools/shrink_nb_images.py counts too)."
+    return any(k in ('image/png', 'image/jpeg') for o in c.get('outputs', []) for k in o.get('data', {}))
+
+
+def first_code_block(cs: list) -> tuple:
+    """(index, source) of the first code cell a page shows below its pictures: not hidden (`#| hide`, `#| export`,
+    `#| default_exp`, `#| echo: false`), not imports only, not a picture; (None, '') when there is none."""
+    for i, c in enumerate(cs):
+        if c['cell_type'] != 'code': continue
+        lines = [ln for ln in cell_source(c).split('\n') if ln.strip()]
+        if not lines or HIDDEN.match(lines[0]) or has_picture(c): continue
+        code = [ln for ln in lines if not ln.lstrip().startswith('#')]
+        if code and all(re.match(r'(import|from)\s', ln) for ln in code): continue
+        return i, cell_source(c)
+    return None, ''
+
+
+def opens_with_tests(path: Path) -> str | None:
+    i, src = first_code_block(cells(path))
+    n = len(re.findall(r'^\s*test_\w+\(', src, re.MULTILINE))
+    return f'nbs/{path.name} (cell {i}): the first code block shown is {n} test lines; hide it (#| hide)' if n > TEST_WALL else None
+
+
+def long_export_cells(path: Path, bound: int = MAX_EXPORT_LINES) -> list:
+    return [f'nbs/{path.name} (cell {i}): an export cell of {n} lines (at most {bound}: split it, a sentence for each piece)'
+            for i, c in enumerate(cells(path)) if c['cell_type'] == 'code' and re.match(r'#\|\s*exporti?\b', cell_source(c))
+            and (n := len(cell_source(c).splitlines())) > bound]
+
+
+def test_every_page_of_the_data_way_has_a_picture():
+    missing = [f'nbs/{n}.ipynb has no picture output (draw what the stage does from a real run, and save the output: '
+               f'python tools/exec_nb.py)' for n in DATA_WAY if not any(has_picture(c) for c in cells(NBS / f'{n}.ipynb'))]
+    assert not missing, '\n'.join(missing)
+
+
+def test_no_page_opens_with_a_wall_of_tests():
+    found = {p.stem: opens_with_tests(p) for p in sorted(NBS.glob('*.ipynb'))}
+    bad = [m for n, m in found.items() if m and n not in OPENS_WITH_TESTS]
+    fixed = [f'nbs/{n}.ipynb no longer opens with tests: take it off OPENS_WITH_TESTS' for n in sorted(OPENS_WITH_TESTS) if not found.get(n)]
+    assert not bad + fixed, '\n'.join(bad + fixed)
+
+
+@pytest.mark.xfail(strict=True, reason='export cells over 150 lines (issue 42; the lead splits them): 05_readers, 09_resample, '
+                   '21_shard_cache, 22_shard_io, 23_shard_index (two), 25_streaming, 26_hf_readers, 28_batch_ring (two), '
+                   '31_prefetch, 35_resume, 43_naflex_loader, 45_bench')  # fmt: skip
+def test_export_cells_are_short():
+    bad = [m for p in sorted(NBS.glob('*.ipynb')) for m in long_export_cells(p)]
+    assert not bad, '\n'.join(bad)
+
+
+def test_the_page_checks_can_fail(tmp_path):
+    "The checks above find a page without a picture, a test wall shown first, a long export cell (a pass means something)."
+    cell = lambda src, outs=(): {'cell_type': 'code', 'metadata': {}, 'outputs': list(outs), 'execution_count': None, 'source': src}
+    pic = {'output_type': 'display_data', 'metadata': {}, 'data': {'image/png': 'iVBOR', 'text/plain': ['<Figure>']}}
+    walls = '\n'.join(f'test_eq({k}, {k})' for k in range(TEST_WALL + 1))
+    nb = {'cells': [cell('#| default_exp x'), cell('#| export\nimport os'), cell('import numpy as np'),
+                    cell('#| hide\n' + walls), cell('x = 1', [pic]), cell(walls), cell('#| export\n' + 'y = 1\n' * 150)]}  # fmt: skip
+    (tmp_path / '01_x.ipynb').write_text(json.dumps(nb))
+    assert first_code_block(nb['cells'])[0] == 5 and not has_picture(nb['cells'][5]) and has_picture(nb['cells'][4])
+    assert opens_with_tests(tmp_path / '01_x.ipynb').startswith('nbs/01_x.ipynb (cell 5): the first code block shown is 4 test lines')
+    assert long_export_cells(tmp_path / '01_x.ipynb') == [('nbs/01_x.ipynb (cell 6): an export cell of 151 lines (at most 150: '
+                                                           'split it, a sentence for each piece)')]
+    nb['cells'][5] = cell('#| hide\n' + walls)
+    (tmp_path / '01_x.ipynb').write_text(json.dumps(nb))
+    assert opens_with_tests(tmp_path / '01_x.ipynb') is None and first_code_block(nb['cells']) == (None, '')
