@@ -233,7 +233,7 @@ TEST_WALL = 3  # a first code block with more `test_*(...)` lines than this is a
 # Pages that open with a test wall today, in notebooks whose cells other branches were editing when this check came
 # (issue 42): hide the block (`#| hide` as its first line) and take the page off this list. The check fails when a
 # listed page no longer opens with a wall, so the list only shrinks.
-OPENS_WITH_TESTS = {'25_streaming', '31_prefetch', '33_batch_plan'}
+OPENS_WITH_TESTS = set()
 MAX_EXPORT_LINES = 150  # STYLE.md: one class or function per export cell, at most about 150 lines
 HIDDEN = re.compile(r'#\|\s*(hide|export|exporti|default_exp|echo:\s*false)\b')  # cells whose code a page does not show
 

@@ -14,7 +14,6 @@ from torch.utils.data import (
     BatchSampler,
     DataLoader,
     RandomSampler,
-    IterableDataset,
     SequentialSampler,
     default_collate,
     get_worker_info,
@@ -490,8 +489,11 @@ def create_loader(
         raise TypeError(str(e).replace('LoaderOptions.__init__()', 'create_loader()')) from None
     if o.worker_mode == 'auto':  # the measured rule (timmdata.threads): threads for a CPU model step, else processes
         dev = resolve_device(o.device, PrefetchLoader.devices if o.use_prefetcher else None)
-        ok = not (isinstance(dataset, IterableDataset) or o.input_size_choices or o.use_multi_epochs_loader)
-        ok = ok and o.decode_device is None and o.num_aug_splits == 0
+        try:  # the cases the thread mode takes: those `check_worker_mode` does not refuse (and no AugMix splits)
+            check_worker_mode('thread', dataset, o.input_size_choices, o.decode_device, 1, o.use_multi_epochs_loader)
+            ok = o.num_aug_splits == 0
+        except NotImplementedError:
+            ok = False
         o.worker_mode = default_worker_mode(dataset, dev, o.num_workers, o.collate_fn, ok)
     check_worker_mode(
         o.worker_mode, dataset, o.input_size_choices, o.decode_device, o.num_workers, o.use_multi_epochs_loader
