@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # nbdev 2's docs commands shell out to whatever `pip` comes first: keep the venv first on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: jpeg-headers browser install demo test test-start sync-check readme-check nbtest pytest docs docs-check bench clean format renumber-plan
+.PHONY: jpeg-headers browser install demo test test-start sync-check readme-check nbtest pytest docs docs-check bench clean format
 
 # stock Debian/Ubuntu Pythons need python3-venv for `-m venv` (ensurepip)
 $(VENV)/bin/python:
@@ -45,10 +45,6 @@ sync-check: install
 # the notebooks' code cells as ruff format writes them (ruff.toml), then nbdev_clean && nbdev_export
 format: install
 	bash tools/format_nbs.sh
-
-# how tools/renumber_nbs.py would renumber the notebooks in the data's way (drop --dry-run to apply)
-renumber-plan: install
-	$(PY) tools/renumber_nbs.py --dry-run
 
 readme-check: install
 	@echo "== readme-check: is README.md made from nbs/index.ipynb? (seconds)"

@@ -31,12 +31,12 @@ def _load_builder():
 builder = _load_builder()
 NBS = Path(os.environ.get('TIMMDATA_DOCS_NBS') or ROOT / 'nbs')  # another notebook folder, to try the test itself
 NOTEBOOKS = builder.discover(NBS) if (NBS / 'index.ipynb').exists() else []
-PAGES = [builder.page_name(nb) for nb in NOTEBOOKS]
+PAGES = [builder.page_name(nb, NBS) for nb in NOTEBOOKS]
 # every page is built and checked as files in `make test` (test_every_page_shows_its_pictures_and_links: every picture
 # and link of every page resolves); in the browser (seconds each on a busy 2-core machine) the default run opens four
 # pages: the home page, two with saved plots and markdown pictures (streaming, loader) and one with several plots
 # (mixup); the other pages with TIMMDATA_SLOW=1 (they share one template, one nav and the same scripts)
-BROWSER_DEFAULT = ('index', 'streaming', 'loader', 'mixup')
+BROWSER_DEFAULT = ('index', 'streams/streaming', 'loader', 'mixup')
 BROWSER_PAGES = [pytest.param(p, marks=() if p in BROWSER_DEFAULT else pytest.mark.slow) for p in PAGES]
 
 
@@ -223,12 +223,12 @@ def test_every_page_shows_its_pictures_and_links(site):
         refs = _Refs(); refs.feed((site / f'{page}.html').read_text(encoding='utf-8'))
         for src in refs.imgs:
             if src.startswith('data:'): continue
-            f = (site / urllib.parse.unquote(src.split('#')[0].split('?')[0])).resolve()
+            f = ((site / page).parent / urllib.parse.unquote(src.split('#')[0].split('?')[0])).resolve()  # from the page's folder
             assert f.is_file() and f.stat().st_size > 0, f'{page}.html: picture {src} is not a file of the site'
             n_imgs += 1
         for href in refs.links:
             if href.startswith(('#', 'mailto:', 'http://', 'https://', 'javascript:')): continue
-            target = site / urllib.parse.unquote(href.split('#')[0].split('?')[0])
+            target = ((site / page).parent / urllib.parse.unquote(href.split('#')[0].split('?')[0])).resolve()
             assert target.is_file() or (target / 'index.html').is_file(), f'{page}.html: link {href} leads nowhere'
     assert n_imgs >= sum('image/png' in nb.read_text(encoding='utf-8') for nb in NOTEBOOKS), 'pictures missing from the pages'
 
@@ -289,6 +289,38 @@ def test_page_in_browser(page, site, server, browser, shots):
     png = base64.b64decode(shot['data'])
     assert png[:8] == b'\x89PNG\r\n\x1a\n' and len(png) > 5000
     (shots / f'{page}.png').write_bytes(png)
+
+
+def _tour():
+    "tools/make_tour.py's TOUR: (picture, notebook) for each stage of the data's way, in the home page's order."
+    spec = importlib.util.spec_from_file_location('timmdata_make_tour', ROOT / 'tools' / 'make_tour.py')
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    return mod.TOUR
+
+
+def test_tour_in_browser(site, server, browser):
+    """The home page is a tour (issue 42): a picture per stage of the data's way, in order, each a link to its page; the
+    browser opens the home page and every page the tour links, and each shows its pictures (and opens with one)."""
+    tour = _tour()
+    browser.events.clear()
+    browser.send('Page.navigate', url=server + 'index.html')
+    browser.wait_event('Page.loadEventFired')
+    found = browser.js("""Array.from(document.querySelectorAll('article a[href] > img')).filter(i => i.src.includes('/tour/'))
+        .map(i => [i.parentElement.href, i.src, i.complete && i.naturalWidth > 0])""")
+    want = [(server + builder.page_name(NBS / f'{nb}.ipynb', NBS) + '.html', f'images/tour/{pic}.png') for pic, nb in tour]
+    assert len(found) == len(want), f'the tour shows {len(found)} pictures, tools/make_tour.py names {len(want)}'
+    for (href, src, ok), (page, pic) in zip(found, want, strict=True):
+        assert href == page and src.endswith(pic) and ok, f'tour entry {href} {src} (loaded: {ok}); expected {page} {pic}'
+    for href, _, _ in found:
+        browser.events.clear()
+        browser.send('Page.navigate', url=href)
+        browser.wait_event('Page.loadEventFired')
+        imgs = browser.js("""new Promise(resolve => { const t0 = Date.now();
+            (function check() { const im = Array.from(document.querySelectorAll('article img'));
+              if (im.every(i => i.complete) || Date.now() - t0 > 10000) resolve(im.map(i => [i.src, i.naturalWidth]));
+              else setTimeout(check, 100); })(); })""")
+        assert imgs and all(w > 0 for _, w in imgs), f'{href}: pictures missing or broken: {imgs}'
+        assert not problems(browser.events), f'{href}: browser errors: {problems(browser.events)}'
 
 
 def _notebook(cells):

@@ -5,11 +5,12 @@ import gc, os, signal, time
 from contextlib import contextmanager
 from types import SimpleNamespace
 import pytest, torch
-from timmdata import batch_ring, decode
-from timmdata.batch_ring import BatchRing, shm_report
-from timmdata.collate import fast_collate
+from timmdata.engine import batch_ring
+from timmdata.pixels import decode
+from timmdata.engine.batch_ring import BatchRing, shm_report
+from timmdata.engine.collate import fast_collate
 from timmdata.loader import create_loader
-from timmdata.prefetch import PrefetchLoader
+from timmdata.engine.prefetch import PrefetchLoader
 
 N = 160  # samples: 20 batches of 8
 

@@ -13,13 +13,13 @@ WRAPPERS = ('DeliveredIterator', '_TimedDelivered', 'SeededDataset', '_TimedSeed
 STEPS = ('BatchOps', 'NaFlexBatchOps')  # the per-batch steps a prefetcher runs (not loaders)
 
 classes = {}
-for m in pkgutil.iter_modules(timmdata.__path__):
-    if m.name.startswith('_'): continue
-    try: mod = importlib.import_module(f'timmdata.{m.name}')
+for m in pkgutil.walk_packages(timmdata.__path__, 'timmdata.'):  # the packages' modules too
+    if m.name.rsplit('.', 1)[-1].startswith('_'): continue
+    try: mod = importlib.import_module(m.name)
     except Exception: continue
     for n, c in vars(mod).items():
         if inspect.isclass(c) and c.__module__ == mod.__name__: classes[f'{mod.__name__}.{n}'] = c
-feeder = importlib.import_module('timmdata.feeder')
+feeder = importlib.import_module('timmdata.engine.feeder')
 roots = [tud.DataLoader] + ([feeder.FedLoader] if hasattr(feeder, 'FedLoader') else [])
 loaders = {k: c for k, c in classes.items() if any(issubclass(c, r) for r in roots)}
 mixins = {f'{b.__module__}.{b.__name__}': b for c in loaders.values() for b in c.__mro__

@@ -22,12 +22,51 @@ def output_text(out):
     if 'text/markdown' in data: return None  # rendered below as markdown
     return ''.join(data.get('text/plain', ''))
 
+NOTEBOOK_LINK = re.compile(r'(\]\()(?![a-z][a-z0-9+.-]*:|/|#)([^)\s]+\.ipynb)')
+LAYOUT_MARK = '<!-- layout: made from the tree by tools/make_readme.py -->'
+
+
+def _doc(path: Path) -> tuple:
+    "(the module's docstring, the notebook it is made from) read from a generated module's text (nothing imported)."
+    import ast
+    text = path.read_text(encoding='utf-8')
+    doc = ast.get_docstring(ast.parse(text)) or ''
+    m = re.search(r'File to edit: (?:\.\./)+(nbs/\S+\.ipynb)', text)
+    return ' '.join(doc.split()), (m.group(1) if m else '')
+
+
+def layout_markdown(root: Path = ROOT) -> str:
+    """The README's layout, made from the tree: timm's map (the top of `timmdata/`), then each package of timmdata's own
+    machinery with the paragraph its `__init__` gives, each module with its notebook and its job (its docstring)."""
+    lib, out = root / 'timmdata', []
+    def rows(mods, prefix):
+        t = ['| module | notebook | job |', '|---|---|---|']
+        for f in mods:
+            doc, nb = _doc(f)
+            name = prefix + (f.parent.name if f.name == '__init__.py' else f.stem)
+            t.append(f"| `{name}` | `{nb}` | {doc.replace('|', '/')} |")
+        return t
+    top = sorted(f for f in lib.glob('*.py') if not f.name.startswith('_'))
+    timm_pkgs = [lib / 'readers']  # timm's own package path (timm.data.readers)
+    out += ["**timm's map** (`timmdata/`): the modules `timm.data` has, under timm's names; `from timm.data.X import Y` "
+            "becomes `from timmdata.X import Y`.", ''] + rows(top, '')
+    for pkg in timm_pkgs:
+        mods = [pkg / '__init__.py'] + sorted(f for f in pkg.glob('*.py') if not f.name.startswith('_'))
+        out += ['', f'**`timmdata.{pkg.name}`**: {_doc(pkg / "__init__.py")[0].split(": ", 1)[-1]}', ''] + rows(mods[1:], f'{pkg.name}.')
+    for pkg in sorted(p for p in lib.iterdir() if (p / '__init__.py').exists() and p not in timm_pkgs):
+        mods = sorted(f for f in pkg.glob('*.py') if not f.name.startswith('_'))
+        out += ['', f'**`timmdata.{pkg.name}`**: {_doc(pkg / "__init__.py")[0].split(": ", 1)[-1]}', ''] + rows(mods, f'{pkg.name}.')
+    return '\n'.join(out)
+
+
 def render(nb):
     parts = []
     for cell in nb['cells']:
         src = ''.join(cell['source'])
         if cell['cell_type'] == 'markdown':
-            parts.append(RELATIVE_IMAGE.sub(r'\1nbs/\2', src.strip('\n')))
+            src = src.replace(LAYOUT_MARK, layout_markdown()) if LAYOUT_MARK in src else src
+            src = RELATIVE_IMAGE.sub(r'\1nbs/\2', src.strip('\n'))
+            parts.append(NOTEBOOK_LINK.sub(r'\1nbs/\2', src))  # a link to a page: its notebook, from the root
             continue
         if cell['cell_type'] != 'code': continue
         d = directives(src)

@@ -27,7 +27,7 @@ Exits non-zero, naming the notebook and cell, when a notebook holds an error out
 rule, cannot be read or processed, when MkDocs warns, or when a remote asset is referenced."""
 from __future__ import annotations
 import argparse, ast, base64, concurrent.futures as cf, html, json, multiprocessing as mp, os, re, shutil
-import subprocess, sys, tempfile, time
+import posixpath, subprocess, sys, tempfile, time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -81,10 +81,12 @@ def fix_lists(md: str) -> str:
 
 
 class Linker:
-    "Rewrites links to notebooks and to the nbdev doc host into links between the pages of this site."
-    def __init__(self, pages: dict, doc_prefixes: list):
-        self.pages = pages  # notebook file name (and nbdev html name) -> md file name
+    """Rewrites links to notebooks and to the nbdev doc host into links between the pages of this site, relative to the
+    page they stand on (`here`, a page path such as `engine/feeder`): pages live in folders that mirror nbs/."""
+    def __init__(self, pages: dict, doc_prefixes: list, here: str = ''):
+        self.pages = pages  # notebook file name (and nbdev html name) -> md file name, from the site's root
         self.prefixes = [p for p in doc_prefixes if p]
+        self.here = posixpath.dirname(here)
 
     def __call__(self, md: str) -> str:
         def repl(m):
@@ -94,12 +96,29 @@ class Linker:
                     url = url[len(p):].lstrip('/')
                     break
             path, sep, frag = url.partition('#')
-            if path in self.pages: url = self.pages[path] + sep + frag
+            key = path if path in self.pages else posixpath.basename(path) if '://' not in path else None
+            if key in self.pages: url = posixpath.relpath(self.pages[key], self.here or '.') + sep + frag
             return f'{m.group(1)}({url})'
         return re.sub(r'(\])\(([^)\s]+)\)', repl, md)
 
 
 def _text(v) -> str: return ''.join(v) if isinstance(v, list) else str(v)
+
+
+LAYOUT_MARK = '<!-- layout: made from the tree by tools/make_readme.py -->'
+
+
+def _readme():
+    "tools/make_readme.py, whose layout table the home page shows as README.md does."
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('timmdata_make_readme', HERE.parent / 'make_readme.py')
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    return mod
+
+
+def here(name: str) -> str:
+    "A page's file (`engine/feeder_files/x.png`, from the site's root) as the page links it: from its own folder."
+    return name.split('/', name.count('/') - 1)[-1] if name.count('/') > 1 else name
 
 
 def render_outputs(cell, opts, page_stem, files, cell_no) -> list:
@@ -120,11 +139,11 @@ def render_outputs(cell, opts, page_stem, files, cell_no) -> list:
             mime = next(m for m in ('image/png', 'image/jpeg', 'image/gif') if m in data)
             name = f'{page_stem}_files/cell{cell_no:03d}_out{j}.{mime.split("/")[1]}'
             files[name] = base64.b64decode(_text(data[mime]))
-            parts.append(f'![output of cell {cell_no}]({name}){{ .nb-figure }}')
+            parts.append(f'![output of cell {cell_no}]({here(name)}){{ .nb-figure }}')
         elif 'image/svg+xml' in data:
             name = f'{page_stem}_files/cell{cell_no:03d}_out{j}.svg'
             files[name] = _text(data['image/svg+xml']).encode()
-            parts.append(f'![output of cell {cell_no}]({name}){{ .nb-figure }}')
+            parts.append(f'![output of cell {cell_no}]({here(name)}){{ .nb-figure }}')
         elif 'text/markdown' in data:
             md = _text(data['text/markdown']).strip('\n')
             parts.append(md if asis else f'<div class="nb-md-output" markdown="1">\n\n{md}\n\n</div>')
@@ -153,7 +172,8 @@ def nb_to_markdown(nb, page_stem: str, linker) -> tuple:
                 if not mime: continue
                 fn = f'{page_stem}_files/cell{i:03d}_{re.sub(r"[^A-Za-z0-9_.-]", "_", name)}'
                 files[fn] = base64.b64decode(_text(bundle[mime])) if mime != 'image/svg+xml' else _text(bundle[mime]).encode()
-                src = src.replace(f'attachment:{name}', fn)
+                src = src.replace(f'attachment:{name}', here(fn))
+            if LAYOUT_MARK in src: src = src.replace(LAYOUT_MARK, _readme().layout_markdown())  # as README.md has it
             parts.append(linker(fix_lists(src.strip('\n'))))
             continue
         if cell.cell_type != 'code': continue
@@ -166,7 +186,7 @@ def nb_to_markdown(nb, page_stem: str, linker) -> tuple:
                 block = f'??? nb-source "{summary}"\n\n' + '\n'.join('    ' + l if l else '' for l in block.splitlines())
             parts.append(block)
         parts.extend(render_outputs(cell, opts, page_stem, files, i))
-    title = str(fm.get('title') or page_stem.replace('_', ' ').capitalize())
+    title = str(fm.get('title') or posixpath.basename(page_stem).replace('_', ' ').capitalize())
     head = ['---', 'title: ' + json.dumps(title)]
     if fm.get('description'): head.append('description: ' + json.dumps(' '.join(str(fm['description']).split())))
     head += ['---', '', f'# {title}', '']
@@ -310,7 +330,7 @@ def process_notebook(path: str, page_stem: str, pages: dict, prefixes: list) -> 
         bad = hygiene_problems(nb.cells)
         if bad: return {'error': f'{path.name} shows output that does not belong on a page (fix the notebook, '
                                  're-run and save it):\n  ' + '\n  '.join(bad)}
-        title, md, files = nb_to_markdown(nb, page_stem, Linker(pages, prefixes))
+        title, md, files = nb_to_markdown(nb, page_stem, Linker(pages, prefixes, page_stem))
     except Exception as e:
         import traceback
         return {'error': f'{path.name}: nbdev docs processing failed: {e}\n{traceback.format_exc(limit=4)}'}
@@ -320,34 +340,39 @@ def process_notebook(path: str, page_stem: str, pages: dict, prefixes: list) -> 
 # ---------------------------------------------------------------- the site
 
 def discover(nbs: Path) -> list:
-    "index.ipynb first, then every other top-level notebook in file-name order (no _private or .hidden ones)."
-    found = sorted(p for p in nbs.glob('*.ipynb') if not p.name.startswith(('_', '.')))
+    """index.ipynb first, then every other notebook in file-name order, folder by folder (nbs/ mirrors the packages: a
+    folder's pages sit in the site's folder of that name); no _private or .hidden ones."""
+    found = sorted((p for p in nbs.rglob('*.ipynb') if not any(s.startswith(('_', '.')) for s in p.relative_to(nbs).parts)),
+                   key=lambda p: (p.parent != nbs, p.relative_to(nbs).parent.as_posix(), p.name != 'index.ipynb', p.name))
     index = nbs / 'index.ipynb'
     if index not in found:
         raise BuildError(f'{index} is missing: it is the home page of the site (and the source of README.md)')
     return [index] + [p for p in found if p != index]
 
 
-def page_name(nb: Path) -> str:
-    "The page a notebook becomes, named as nbdev/Quarto names it (`38_loader.ipynb` -> `loader`)."
-    return re.sub(r'^\d+[a-zA-Z0-9]*_', '', nb.name.lower()).rsplit('.', 1)[0]
+def page_name(nb: Path, nbs: Path = None) -> str:
+    """The page a notebook becomes, named as nbdev/Quarto names it (`38_loader.ipynb` -> `loader`), in its folder under
+    `nbs` (`nbs/engine/30_feeder.ipynb` -> `engine/feeder`; a folder's `index.ipynb` -> `engine/index`, its front page)."""
+    stem = re.sub(r'^\d+[a-zA-Z0-9]*_', '', nb.name.lower()).rsplit('.', 1)[0]
+    folder = nb.parent.relative_to(nbs).as_posix() if nbs is not None and nb.parent != nbs else ''
+    return f'{folder}/{stem}' if folder else stem
 
 
-SECTIONS_FILE = 'sections.json'  # written by tools/renumber_nbs.py: [{"title": ..., "notebooks": [file names]}]
+SECTIONS_FILE = 'sections.json'  # [{"title": ..., "folder": a folder of nbs/ ('.' for the top)}]: the sections' order
 
 
 def grouped_nav(nav: list, stems: dict, sections_file: Path) -> list:
-    """The navigation grouped into the docs sections of `sections_file` when there is one (Home first, then each section
-    with its pages in file order); a notebook no section names goes under 'More' at the end, so no page is lost."""
-    if not sections_file.exists(): return nav
-    page = {nb.name: entry for entry, nb in zip(nav, stems.values(), strict=True)}
-    out, seen = [page.pop('index.ipynb')] if 'index.ipynb' in page else [], set()
-    for sec in json.loads(sections_file.read_text(encoding='utf-8')):
-        entries = [page[n] for n in sec['notebooks'] if n in page]
-        seen |= set(sec['notebooks'])
-        if entries: out.append({sec['title']: entries})
-    rest = [e for n, e in page.items() if n not in seen]
-    return out + ([{'More': rest}] if rest else [])
+    """The navigation grouped into sections, one per folder of nbs/ (the folders mirror the packages): Home first, then
+    each folder in the order `sections_file` gives (its title; its pages in file order); a folder it does not name goes
+    under its own name at the end, so no page is lost."""
+    secs = json.loads(sections_file.read_text(encoding='utf-8')) if sections_file.exists() else []
+    folder = {stem: posixpath.dirname(stem) or '.' for stem in stems}
+    entries = dict(zip(stems, nav, strict=True))
+    out = [entries.pop('index')] if 'index' in entries else []
+    for sec in secs + [{'title': f, 'folder': f} for f in dict.fromkeys(folder.values()) if f not in {s['folder'] for s in secs}]:
+        mine = [e for stem, e in entries.items() if folder[stem] == sec['folder']]
+        if mine: out.append({sec['title']: mine})
+    return out
 
 
 def mkdocs_config(cfg, docs_dir: Path, site_dir: Path, nav: list) -> dict:
@@ -473,7 +498,9 @@ def _worker_context(notebooks=()):
     import pkgutil
     mods = ['torch', 'torchvision', 'matplotlib.pyplot', 'numpy', 'PIL.Image', 'fastcore.test', 'nbdev.showdoc',
             'nbdev.processors', 'execnb.nbio', 'execnb.shell', 'timmdata']
-    mods += [f'timmdata.{m.name}' for m in pkgutil.iter_modules([str(ROOT / 'timmdata')]) if not m.name.startswith('_')]
+    lib = ROOT / 'timmdata'  # every module, in the packages too
+    mods += ['timmdata.' + '.'.join(p.relative_to(lib).with_suffix('').parts) for p in sorted(lib.rglob('*.py'))
+             if not any(s.startswith('_') for s in p.relative_to(lib).parts)]
     code, always = _code_text(notebooks), ('nbdev', 'execnb')  # what process_notebook itself imports
     mods = [m for m in mods if m.split('.')[0] in always or re.search(rf'\b{m.split(".")[0]}\b', code)]
     ctx = mp.get_context('forkserver')
@@ -500,12 +527,12 @@ def main(argv=None):
 
     stems = {}
     for nb in notebooks:
-        stem = page_name(nb)
+        stem = page_name(nb, nbs)
         if stem in stems: raise BuildError(f'{nb.name} and {stems[stem].name} would both become the page {stem}.html')
         stems[stem] = nb
     pages = {}  # what a link may name -> the md page
     for stem, nb in stems.items():
-        for k in (nb.name, stem + '.html', stem + '.md'): pages[k] = stem + '.md'
+        for k in (nb.name, stem + '.html', stem + '.md', posixpath.basename(stem) + '.html'): pages.setdefault(k, stem + '.md')
     host = (cfg.get('doc_host') or '').rstrip('/')
     base = (cfg.get('doc_baseurl') or '').strip('/')
     prefixes = [f'{host}/{base}/' if base else f'{host}/', f'/{base}/' if base else '']
@@ -541,11 +568,12 @@ def main(argv=None):
     nav = []
     for stem, nb in stems.items():
         r = results[nb]
+        (docs_dir / f'{stem}.md').parent.mkdir(parents=True, exist_ok=True)
         (docs_dir / f'{stem}.md').write_text(r['md'], encoding='utf-8')
         for name, data in r['files'].items():
             (docs_dir / name).parent.mkdir(parents=True, exist_ok=True)
             (docs_dir / name).write_bytes(data)
-        nav.append({('Home' if nb.name == 'index.ipynb' else r['title']): f'{stem}.md'})
+        nav.append({('Home' if stem == 'index' else r['title']): f'{stem}.md'})
     nav = grouped_nav(nav, stems, nbs / SECTIONS_FILE)
 
     yml = work / 'mkdocs.yml'
