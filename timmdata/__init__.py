@@ -56,8 +56,12 @@ from timmdata.target_transforms import MultiLabelTarget
 
 # %% ../nbs/index.ipynb #3c5e0f1a
 import sys as _sys
-from timmdata.store import format as _store  # registers the 'store' reader kind with create_reader at once (no torch: ~0.1 s)
-from timmdata.streams import shard_index as _shard_index  # registers the 'shards' reader kind (map-style WebDataset shards; no torch)
+from timmdata.store import (
+    format as _store,
+)  # registers the 'store' reader kind with create_reader at once (no torch: ~0.1 s)
+from timmdata.streams import (
+    shard_index as _shard_index,
+)  # registers the 'shards' reader kind (map-style WebDataset shards; no torch)
 from timmdata.readers import register_scheme as _register_scheme
 
 # timm's dataset schemes, known to `create_reader` at once; their module (and torch) is imported on first use

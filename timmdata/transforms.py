@@ -601,7 +601,9 @@ class Compose(tvt.Compose, SampleTransform):
     # crop's window decoded and resized. False takes the steps one by one (torch's resize: within 2 levels of PIL's).
     fuse_resize_crop = True
 
-    def _resize_crop(self) -> tuple | None:  # the eval pipeline's steps, fused: timmdata.pixels.resample.resize_center_crop
+    def _resize_crop(
+        self,
+    ) -> tuple | None:  # the eval pipeline's steps, fused: timmdata.pixels.resample.resize_center_crop
         ts = self.transforms
         if (
             self.fuse_resize_crop

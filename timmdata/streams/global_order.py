@@ -10,7 +10,14 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 from ..config import mix_seed
 from ..readers import FileHandle
-from .shard_io import ShardError, ShardNotFoundError, ShardTruncatedError, WdsSource, shard_name, url_scheme
+from timmdata.streams.shard_io import (
+    ShardError,
+    ShardNotFoundError,
+    ShardTruncatedError,
+    WdsSource,
+    shard_name,
+    url_scheme,
+)
 from .shard_index import INDEX_FILE, http_range, load_index
 from ..core.untrusted import MAX_SAMPLES, printable
 
@@ -201,7 +208,9 @@ _END = bytes(1024)  # a tar's end-of-archive blocks: a sample's span read alone 
 
 def sample_spans(
     source,  # a stream source; random access needs `timmdata.streams.shard_io.WdsSource` over local files or http(s) URLs
-    index_dir: Optional[str] = None,  # where the member-offset index is kept (see `timmdata.streams.shard_index.index_path`)
+    index_dir: Optional[
+        str
+    ] = None,  # where the member-offset index is kept (see `timmdata.streams.shard_index.index_path`)
 ):
     "Each shard's samples as byte spans `[start, end)` of their tar records (an (n, 2) array per shard), from the member-offset index; or, a str, why there are none."
     if not isinstance(source, WdsSource):

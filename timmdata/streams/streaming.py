@@ -15,7 +15,14 @@ from ..pixels.decode import EncodedJpeg, ImageDecodeError
 from ..pixels.resample import PendingJpegCrop
 from ..dataset import DecodeTransform
 from .shard_io import WdsSource
-from .global_order import BLOCK_SHARDS, SpanReader, epoch_length, read_in_order, sample_spans, worker_positions
+from timmdata.streams.global_order import (
+    BLOCK_SHARDS,
+    SpanReader,
+    epoch_length,
+    read_in_order,
+    sample_spans,
+    worker_positions,
+)
 from ..readers import create_reader, unset
 from ..core.settings import setting
 from ..core.untrusted import MAX_SAMPLES, printable
