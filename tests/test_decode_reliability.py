@@ -270,7 +270,7 @@ def _cmyk_jpeg() -> bytes:
     b = io.BytesIO(); make_sample_image(3, 0, (40, 30)).convert('CMYK').save(b, 'JPEG', quality=90); return b.getvalue()
 
 def test_no_torchvision_io_decoding_and_no_warnings_filter():
-    src = (REPO / 'timmdata' / 'decode.py').read_text()
+    src = (REPO / 'timmdata' / 'pixels' / 'decode.py').read_text()
     assert 'torchvision.io' not in src and 'catch_warnings():\n                    warnings.filterwarnings' not in src
     assert 'deprecated' not in src.lower()
 

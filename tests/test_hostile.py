@@ -170,7 +170,7 @@ def test_build_lock_never_truncates_a_file_elsewhere(tmp_path, link):
 
 
 def test_build_id_from_an_interrupted_build_cannot_write_outside(tmp_path, monkeypatch):
-    from timmdata.store.format import builder as cache
+    from timmdata.store import builder as cache
     from timmdata.store.format import BUILD_STATE
     src = make_sample_dataset(tmp_path / 'src', n_train=3, n_val=0, classes=['a'], size=(16, 12), num_workers=0) / 'train'
     dst = tmp_path / 'out' / 'store'
