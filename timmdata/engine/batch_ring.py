@@ -78,14 +78,14 @@ def _dropped(ring_ref, s: int, ref):
     if ring is not None:
         ring._let_go(s, ref)
 
-# %% ../../nbs/engine/28_batch_ring.ipynb #368f5dc5
+# %% ../../nbs/engine/28_batch_ring.ipynb #16d5eb0a
 class RingChoice(NamedTuple):
     "What `BatchRing.choose` decided: the ring (None: batches go to fresh shared memory) and why, in words."
 
     ring: Optional['BatchRing']
     note: str
 
-
+# %% ../../nbs/engine/28_batch_ring.ipynb #db12b89e
 class BatchRing(BatchCollate):
     "`fast_collate` into per-worker slots of shared batch memory; a slot is written again once its batch is released or dropped."
 
@@ -99,33 +99,26 @@ class BatchRing(BatchCollate):
     ):
         shapes = _ring_shapes(batch_shape)
         self.batch_shapes, self.slots = shapes, slots_per_worker
-        self.slot_bytes = max(
-            math.prod(s) for s in shapes
-        )  # a slot holds the biggest batch; any smaller one fits in it
+        # a slot holds the biggest batch; any smaller one fits in it
+        self.slot_bytes = max(math.prod(s) for s in shapes)
         n = num_workers * slots_per_worker
         self.nbytes = _ring_nbytes(shapes, n)
         self.ring = torch.empty((n, self.slot_bytes), dtype=torch.uint8).share_memory_()
-        self.targets = torch.zeros(
-            (n, max(s[0] for s in shapes)), dtype=torch.int64
-        ).share_memory_()  # class-index targets per slot
-        self.busy = torch.zeros(
-            n, dtype=torch.int32
-        ).share_memory_()  # 1 from a worker's acquire to the main process's free
+        # class-index targets per slot; busy: 1 from a worker's acquire to the main process's free
+        self.targets = torch.zeros((n, max(s[0] for s in shapes)), dtype=torch.int64).share_memory_()
+        self.busy = torch.zeros(n, dtype=torch.int32).share_memory_()
         self.key = f'{os.getpid()}-{id(self)}-{os.urandom(4).hex()}'
         self._main_state()
         _RINGS[self.key] = self
 
     def _main_state(self):
         "What only the process that made the ring keeps: the slots whose batch it holds, counts, its ledger entry."
-        self.counts = {
-            'ring': 0,
-            'fresh': 0,
-        }  # batches the consumer released that it read from a slot / from fresh memory
+        # batches the consumer released that it read from a slot / from fresh memory
+        self.counts = {'ring': 0, 'fresh': 0}
         self._held, self._lock, self._taken, self._listed = {}, threading.Lock(), None, None
 
-    def __getstate__(
-        self,
-    ):  # a spawned worker gets the shared memory and the layout, not the main process's bookkeeping
+    def __getstate__(self):
+        "A spawned worker gets the shared memory and the layout, not the main process's bookkeeping."
         return {k: v for k, v in self.__dict__.items() if k not in ('counts', '_held', '_lock', '_taken', '_listed')}
 
     def __setstate__(self, state):
@@ -239,7 +232,7 @@ class BatchRing(BatchCollate):
         "`choose(...).ring`: a ring, or None where `choose` says why not."
         return cls.choose(batch_shape, num_workers, slots_per_worker).ring
 
-# %% ../../nbs/engine/28_batch_ring.ipynb #4586c61e
+# %% ../../nbs/engine/28_batch_ring.ipynb #e3a3166b
 SHM_DIR = '/dev/shm'  # the shared-memory file system the rings count against (Linux)
 
 
@@ -287,7 +280,7 @@ def _foreign_ledger(path: str, why: str):
         stacklevel=4,
     )
 
-
+# %% ../../nbs/engine/28_batch_ring.ipynb #872d1fe5
 @contextmanager
 def _ledger():
     "The machine's ring ledger {ring key: (pid, bytes)} (dead processes dropped), locked; saved as the block leaves it. None: no ledger here."
@@ -317,7 +310,7 @@ def _drop_freed(rings: dict):
     while _freed:
         rings.pop(_freed.pop(), None)
 
-
+# %% ../../nbs/engine/28_batch_ring.ipynb #b36c1bd3
 def _locked_ledger():
     "`_ledger`'s body: take the file lock, read, yield, write, let go."
     path = os.path.join(SHM_DIR, f"timmdata-rings-{getattr(os, 'getuid', lambda: 0)()}")
@@ -379,7 +372,7 @@ def _locked_ledger():
     finally:
         os.close(fd)
 
-
+# %% ../../nbs/engine/28_batch_ring.ipynb #16f007e8
 def _unlist(key: str, pid: int):
     "Remove ring `key` from the ledger (when the ring is freed, in the process that made it)."
     if os.getpid() != pid:

@@ -78,7 +78,7 @@ def pick_interp(interp, rng: Draws = GLOBAL_DRAWS):
 def interp_repr(interp):
     return ' '.join(interp_mode_to_str(m) for m in interp) if isinstance(interp, tuple) else interp_mode_to_str(interp)
 
-# %% ../../nbs/pixels/09_resample.ipynb #acfce91b
+# %% ../../nbs/pixels/09_resample.ipynb #74f9900e
 def is_hwc_view(img) -> bool:
     "A uint8 CPU 3xHxW tensor laid out as HWC pixels in memory (what the decoders give, or a crop window of it): what the native resampler and torch's channels-last kernel read."
     if img.ndim != 3 or img.dtype != torch.uint8 or img.device.type != 'cpu':
@@ -126,7 +126,7 @@ def _from_jpeg(nat, img: EncodedJpeg, out_hw: tuple, window: tuple, kind: int, v
         note_jpeg_warnings(nat.jpeg_warnings()[0] - 1)
     return buf
 
-
+# %% ../../nbs/pixels/09_resample.ipynb #89352562
 def resize_crop_window(
     img,  # a not-yet-decoded JPEG, or a uint8 3xHxW tensor laid out as HWC pixels
     out_hw: tuple,  # the size of the whole resize (h, w)
@@ -174,7 +174,7 @@ def resize_center_crop(
     win = center_window((H, W), size, crop_hw)
     return None if win is None else resize_crop_window(img, *win, interp)
 
-
+# %% ../../nbs/pixels/09_resample.ipynb #7ff337d2
 def center_window(
     in_hw: tuple,  # the image's (h, w)
     size: int,  # the shorter edge after the resize
@@ -235,7 +235,7 @@ def defer_jpeg_crop(
         return None
     return PendingJpegCrop(img, box, out_hw, kind, vertical_first(tuple(box[2:]), tuple(out_hw)), flip, make)
 
-
+# %% ../../nbs/pixels/09_resample.ipynb #ed604f0e
 def defer_center_crop(
     img: EncodedJpeg,
     size: int,  # the shorter edge after the resize
@@ -278,7 +278,7 @@ class PendingResize:
     def __repr__(self):
         return f'PendingResize({tuple(self.src.shape[:2])} -> {self.out_hw}, kind={self.kind}, flip={self.flip})'
 
-
+# %% ../../nbs/pixels/09_resample.ipynb #7be2f6c5
 class PendingJpegCrop(PendingResize):
     """A training crop of a JPEG not decoded yet: the `box` of `src` (an `EncodedJpeg`) resized to `out_hw` (and mirrored),
     the draws already made; or eval's centre crop (`box` None: the whole image resized to `window`'s size, its window
@@ -320,7 +320,7 @@ class PendingJpegCrop(PendingResize):
         where = f'box {self.box}' if self.box is not None else f'resized to {self.window[:2]} at {self.window[2:]}'
         return f'PendingJpegCrop({self.src.height}x{self.src.width} {where} -> {self.out_hw}, kind={self.kind}, flip={self.flip})'
 
-
+# %% ../../nbs/pixels/09_resample.ipynb #9e8246a9
 def resize_pending(
     items: list,  # `PendingResize`s (`PendingJpegCrop`s among them) of one output size
     out: torch.Tensor,  # uint8 (len(items), 3, h, w), contiguous: the batch's memory

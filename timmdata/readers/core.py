@@ -225,7 +225,7 @@ class FolderReader(Reader):
     def _filename(self, i):
         return self._rel[i]
 
-# %% ../../nbs/readers/05_readers.ipynb #2afd0887
+# %% ../../nbs/readers/05_readers.ipynb #a9eb16ee
 def _scan_tar(path: str, exts) -> list:
     "(member name, data offset, size) of every accepted regular file in an uncompressed tar."
     try:  # opening, and reading every header (a cut or damaged one raises there, naming no file)
@@ -287,7 +287,7 @@ def _read_at(f: FileHandle, size: int, offset: int, lock) -> bytes:
             left -= len(b)
     return b''.join(parts)
 
-
+# %% ../../nbs/readers/05_readers.ipynb #ec0bb701
 class TarReader(Reader):
     "Images inside one uncompressed .tar of class folders, or a folder of per-class .tar files."
 

@@ -133,7 +133,7 @@ def image_bytes(
                 return f.read()
     raise ValueError(f'{where}: the image value has neither bytes nor a path ({type(value).__name__})')
 
-# %% ../../nbs/streams/26_hf_readers.ipynb #4be259b9
+# %% ../../nbs/streams/26_hf_readers.ipynb #b605ee99
 def _load_map(name: str, root, split: str, trust_remote_code: bool, load_kwargs: dict):
     "A map-style dataset: `load_from_disk` for a folder `save_to_disk` wrote, else `load_dataset(name, split=...)`."
     datasets = import_datasets()
@@ -176,7 +176,7 @@ def load_split(
                     raise
         raise
 
-
+# %% ../../nbs/streams/26_hf_readers.ipynb #8ebb2341
 class HfdsReader(Reader):
     "A map-style Hugging Face dataset as a reader: `reader[i] -> (encoded image bytes, target)`; multi-label targets as timm's."
 
