@@ -288,7 +288,7 @@ def test_page_in_browser(page, site, server, browser, shots):
                         clip={'x': 0, 'y': 0, 'width': 1280, 'height': h, 'scale': 1})
     png = base64.b64decode(shot['data'])
     assert png[:8] == b'\x89PNG\r\n\x1a\n' and len(png) > 5000
-    (shots / f'{page}.png').write_bytes(png)
+    (shots / f"{page.replace('/', '_')}.png").write_bytes(png)
 
 
 def _tour():
