@@ -284,7 +284,7 @@ def test_pool_after_share_memory_hands_out_private_memory():
 def _ledger_script(tmp_path, body: str):
     "Runs `body` in a fresh Python with the ledger in `tmp_path`; a hang (the old code's) fails after 60 s."
     import subprocess, sys
-    code = f"import os; from timmdata import batch_ring; batch_ring.SHM_DIR = {str(tmp_path)!r}\n{body}\nprint('ok')"
+    code = f"import os; from timmdata.engine import batch_ring; batch_ring.SHM_DIR = {str(tmp_path)!r}\n{body}\nprint('ok')"
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stderr[-2000:]
 
