@@ -299,6 +299,10 @@ COMMANDS = {  # name: (the job taking argv, or 'module:function' imported when t
         'timmdata.shards:shards_main',
         'write WebDataset tar shards (timm\'s wds layout and _info.json) for streaming; a rerun resumes',
     ),
+    'index': (
+        'timmdata.dataset_index:index_main',
+        'write the dataset index of a folder of shards: streams then start without a request per shard',
+    ),
 }
 ROOT_ARG = {
     'demo': '--root',
@@ -306,6 +310,7 @@ ROOT_ARG = {
     'cache': 0,
     'check': 0,
     'shards': 0,
+    'index': 0,
 }  # where a command's dataset is named
 
 
