@@ -24,7 +24,7 @@ FLOORS = {
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
     'jitter': 6, 'prefetch': 6, 'gpu_decode': 7,                   # the batch on the device and its batch ops
     'distributed_sampler': 7, 'batch_plan': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'resume': 7, 'threads': 7,        # wiring
-    'cache': 8, 'bench': 8, 'cli': 8, 'check': 8, 'shards': 8, # tools on top
+    'cache': 8, 'bench': 8, 'cli': 8, 'check': 8, 'shards': 8, 'simulate': 8, # tools on top
     'untrusted': 0,  # the checks every reader of an untrusted dataset shares
     'torch_compat': 0, 'runtime': 0,  # torch's private API in one place; the helpers every device loop shares
     'feeder': 6,  # the one device loop (stream, look-ahead, hand-over, marks, workers) under every prefetching loader

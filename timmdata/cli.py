@@ -303,6 +303,10 @@ COMMANDS = {  # name: (the job taking argv, or 'module:function' imported when t
         'timmdata.dataset_index:index_main',
         'write the dataset index of a folder of shards: streams then start without a request per shard',
     ),
+    'simulate': (
+        'timmdata.simulate:simulate_main',
+        'one epoch of a stream at up to internet scale (ranks x workers x shards), simulated with the library\'s own code',
+    ),
 }
 ROOT_ARG = {
     'demo': '--root',
