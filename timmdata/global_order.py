@@ -12,7 +12,7 @@ from .config import mix_seed
 from .readers import FileHandle
 from .shard_io import ShardError, ShardNotFoundError, ShardTruncatedError, WdsSource, shard_name, url_scheme
 from .shard_index import INDEX_FILE, http_range, load_index
-from .dataset_index import DATASET_INDEX_FILE, dataset_spans, spans_of
+from .dataset_index import DATASET_INDEX_FILE, ShardSpans, dataset_spans, spans_of
 from .untrusted import MAX_SAMPLES, printable
 
 # %% auto #0
@@ -204,7 +204,7 @@ def sample_spans(
     source,  # a stream source; random access needs `timmdata.shard_io.WdsSource` over local files or http(s) URLs
     index_dir: Optional[str] = None,  # where the member-offset index is kept (see `timmdata.shard_index.index_path`)
 ):
-    "Each shard's samples as byte spans `[start, end)` of their tar records (an (n, 2) array per shard), from the dataset index (`timmdata.dataset_index`: one read) when there is one, else from the member-offset index (each shard checked); or, a str, why there are none."
+    "Each shard's samples as byte spans `[start, end)` of their tar records (an (n, 2) array per shard), from the dataset index (`timmdata.dataset_index`: its table read once, a `ShardSpans` reading each shard's spans when first asked) when there is one, else from the member-offset index (each shard checked); or, a str, why there are none."
     if not isinstance(source, WdsSource):
         return f'{type(source).__name__} is not a source of WebDataset tar shards'
     if other := [s for s in source.shards if url_scheme(s) not in ('file', 'http', 'https')]:
@@ -242,7 +242,7 @@ class SpanReader:
         ] = None,  # each shard's size as the dataset index states it: checked at each read (no request more)
     ):
         self.source, self.spans, self.max_open_files, self.sizes = source, spans, max_open_files, sizes
-        self.lengths = [len(a) for a in spans]
+        self.lengths = spans.lengths if isinstance(spans, ShardSpans) else [len(a) for a in spans]  # nothing read
         self._paths = [
             (s[7:] if s.startswith('file://') else s) if url_scheme(s) == 'file' else None for s in source.shards
         ]  # None: http(s)

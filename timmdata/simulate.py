@@ -366,7 +366,7 @@ def simulate(
     ws = cache_replay(acc_s, sizes, None)['peak_bytes']
     wset = _working_set(acc_s, ends, sizes, workers)
     limit = 4 * wset if cache_limit is None else parse_size(cache_limit)
-    limits = sorted({int(limit), int(limit) // 4, int(limit) // 16})
+    limits = sorted({int(limit)} | {max(1, wset >> k) for k in (0, 2, 4, 6, 8)})  # down to below one shard
     out['cache'] = {
         'working_set_bytes': wset,
         'unbounded_peak_bytes': ws,
