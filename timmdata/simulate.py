@@ -4,17 +4,18 @@
 
 # %% ../nbs/55_simulate.ipynb #c44b1e19
 from __future__ import annotations
-import argparse, itertools, json, math, time, tracemalloc
+import argparse, hashlib, itertools, json, math, time, tracemalloc
 from collections import OrderedDict
 from typing import Optional
 import numpy as np
 from .global_order import BLOCK_SHARDS, GlobalOrder, SpanReader, epoch_length, worker_positions
-from .dataset_index import DATASET_INDEX_FILE, MAX_DATASET_INDEX_BYTES
+from .dataset_index import DATASET_INDEX_VERSION, MAX_TABLE_BYTES, SPANS_KEPT, DatasetIndex, parse_table
 from .shard_cache import parse_size
 
 # %% auto #0
 __all__ = ['synthetic_lengths', 'SimSource', 'SimSpanReader', 'worker_plan_cost', 'node_accesses', 'cache_replay',
-           'check_rescale', 'shuffle_quality', 'index_bytes', 'start_up', 'simulate', 'format_report', 'simulate_main']
+           'check_rescale', 'shuffle_quality', 'index_bytes', 'table_memory', 'start_up', 'simulate', 'format_report',
+           'simulate_main']
 
 # %% ../nbs/55_simulate.ipynb #f974a980
 def synthetic_lengths(
@@ -59,13 +60,20 @@ class SimSource:
 
 # %% ../nbs/55_simulate.ipynb #f7790441
 class SimSpanReader(SpanReader):
-    "`SpanReader` over a `SimSource`: `read_in_order` as the library runs it; each read counted (requests, bytes), none made."
+    "`SpanReader` over a `SimSource`: `read_in_order` as the library runs it; each read counted (requests, bytes), none made; a shard's spans counted as one more ranged read when they are not among the last `dataset_index.SPANS_KEPT` shards' (the dataset index's policy)."
 
     def __init__(self, source: SimSource):
         self.source, self.lengths, self.spans, self.sizes = source, source.shard_lengths, None, None
-        self.requests, self.bytes = 0, 0
+        self.requests, self.bytes, self.span_fetches, self._kept = 0, 0, 0, OrderedDict()
 
     def read(self, s: int, m: int) -> tuple:
+        if s in self._kept:
+            self._kept.move_to_end(s)
+        else:
+            self.span_fetches += 1
+            self._kept[s] = True
+            while len(self._kept) > SPANS_KEPT:
+                self._kept.popitem(last=False)
         self.requests += 1
         self.bytes += self.source.sample_bytes
         return f'{m:08d}', None, None
@@ -104,6 +112,7 @@ def worker_plan_cost(
     return dict(
         samples=n,
         requests=r.requests,
+        span_fetches=r.span_fetches,
         bytes=r.bytes,
         shards_touched=len(shards),
         cpu_s=cpu,
@@ -245,10 +254,30 @@ def shuffle_quality(order: GlobalOrder, batch: int = 256, window: int = 1 << 20)
     return dict(mean_distance=d, of_full=d / (order.total / 3), shards_per_batch=shards, window=len(flat))
 
 # %% ../nbs/55_simulate.ipynb #4265f10b
-def index_bytes(lengths) -> int:
-    "The size of the dataset index (`timmdata.dataset_index`) of shards of `lengths`: a line per shard of its name, size, count and base64 ends (12 bytes a sample)."
+def index_bytes(lengths) -> tuple:
+    "(the table's bytes, the spans' bytes) of the dataset index (`timmdata.dataset_index`) of shards of `lengths`: a table line per shard (name, size, count, digest), a spans line per shard (base64 int64s: 12 bytes a sample)."
     lengths = np.asarray(lengths, np.int64)
-    return int(130 + len(lengths) * 40 + (4 * ((8 * lengths + 2) // 3)).sum())
+    return int(130 + len(lengths) * 62), int((4 * ((8 * lengths + 2) // 3) + 1).sum())
+
+
+def table_memory(lengths, sample_bytes: int = 110_000) -> dict:
+    "What a process holds of the dataset index, measured: a synthetic table of `lengths` (names as `SimSource` gives them) parsed by `dataset_index.parse_table` into a `DatasetIndex`, its Python memory by `tracemalloc`; and its bytes."
+    head = '{"format":"timmdata dataset index","version":%d}' % DATASET_INDEX_VERSION
+    lines = [head] + [
+        f'["shard-{i:07d}.tar",{int(n) * sample_bytes + 1024},{int(n)},"0123456789abcdef"]'
+        for i, n in enumerate(lengths)
+    ]
+    text = '\n'.join(lines) + '\n'
+    data = (text + '{"sha256":"%s"}\n' % hashlib.sha256(text.encode()).hexdigest()).encode()
+    del lines, text
+    tracemalloc.start()
+    t0 = time.process_time()
+    ix = DatasetIndex('sim://index', parse_table(data))
+    cpu = time.process_time() - t0
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del ix
+    return dict(table_bytes=len(data), held_bytes=held, parse_cpu_s=cpu)
 
 
 def start_up(
@@ -312,10 +341,22 @@ def simulate(
         )
     )
     bw, lat = out['config']['bandwidth'], latency_ms / 1000
-    ib = index_bytes(lengths)
+    tb, sb = index_bytes(lengths)
+    tm = table_memory(lengths, sample_bytes)
     out['index'] = dict(
-        bytes=ib, cap=MAX_DATASET_INDEX_BYTES, fits=ib <= MAX_DATASET_INDEX_BYTES, spans_in_memory=16 * samples
+        table_bytes=tb,
+        spans_bytes=sb,
+        cap=MAX_TABLE_BYTES,
+        fits=tb <= MAX_TABLE_BYTES,
+        before_held_bytes=16 * samples
+        + 112 * shards,  # every shard's (n, 2) int64 spans in every process (sample_spans)
+        after_held_bytes=tm['held_bytes'],
+        after_kept_spans_bytes=16
+        * SPANS_KEPT
+        * int(np.max(lengths)),  # + the last SPANS_KEPT shards' spans, per process
+        table_parse_cpu_s=tm['parse_cpu_s'],
     )
+    ib = tb
     su = {
         'before, first run': start_up(shards, False, True, lat, bw),
         'before': start_up(shards, False, False, lat, bw),
@@ -329,6 +370,11 @@ def simulate(
         )
         for k, v in su.items()
     }
+    per_worker_bw = bw / (ranks_per_node * workers)  # the node's bandwidth shared by all its workers
+    out['throughput'] = dict(
+        per_rank_samples_s=workers / (lat + sample_bytes / per_worker_bw),  # each worker one ranged read at a time
+        per_rank_bandwidth_bound=bw / ranks_per_node / sample_bytes,
+    )
     out['start_up_all_ranks'] = {k: v['requests'] * ranks for k, v in su.items()}
     # balance: every worker of sampled ranks, by the real worker_positions
     picks = sorted({0, ranks // 2, ranks - 1} | set(range(min(sample_ranks, ranks))))[: max(sample_ranks, 1)]
@@ -459,8 +505,13 @@ def format_report(r: dict) -> str:
     )
     ix = r['index']
     L.append(
-        f"dataset index: {_b(ix['bytes'])} (cap {_b(ix['cap'])}: {'fits' if ix['fits'] else 'OVER THE CAP'}); its spans "
-        f"in memory per process: {_b(ix['spans_in_memory'])}"
+        f"dataset index: table {_b(ix['table_bytes'])} (cap {_b(ix['cap'])}: {'fits' if ix['fits'] else 'OVER THE CAP'}), "
+        f"spans {_b(ix['spans_bytes'])} (read a shard at a time)"
+    )
+    L.append(
+        f"  held per process: before (every shard's spans) {_b(ix['before_held_bytes'])} [counted]; after, the table "
+        f"{_b(ix['after_held_bytes'])} [measured, parsed in {ix['table_parse_cpu_s']:.1f} s CPU] + at most "
+        f"{_b(ix['after_kept_spans_bytes'])} of spans kept"
     )
     L.append(
         'start-up, before the first batch [counted from the code path, per-process counts of bench_startup_requests]:'
@@ -479,9 +530,14 @@ def format_report(r: dict) -> str:
     for i, p in enumerate(r['worker_plan']):
         L.append(
             f"worker plan [sampled worker {i}]: {p['samples']:,} samples from {p['shards_touched']:,} shards, "
-            f"{p['requests']:,} ranged reads ({_b(p['bytes'])}); CPU {p['cpu_s']:.1f} s "
+            f"{p['requests']:,} ranged reads ({_b(p['bytes'])}) + {p['span_fetches']:,} for spans; CPU {p['cpu_s']:.1f} s "
             f"(GlobalOrder {p['order_cpu_s'] * 1e3:.0f} ms, {_b(p['order_bytes'])}); peak Python memory {_b(p['peak_bytes'])}"
         )
+    t = r['throughput']
+    L.append(
+        f"per-sample ranged reads, one at a time per worker [counted]: at most {t['per_rank_samples_s']:,.0f} samples/s "
+        f"per rank (the node's bandwidth alone allows {t['per_rank_bandwidth_bound']:,.0f})"
+    )
     n = r['node']
     L.append(
         f"steady state, one node [node 0 walked, {n['steps']:,} global batches in {n['walk_s']:.1f} s]: {n['samples']:,} samples"
