@@ -92,6 +92,7 @@ def test_eight_ranks_two_thousand_shards_over_http(tmp_path):
     acc, _, _, _ = node_accesses(order, BATCH, 8, range(8))
     predicted = 8 + cache_replay(acc, np.full(SHARDS, 4096), None)['downloads']  # _info.json per rank + downloads
     measured = sum(counts.values())
+    print(f'requests of the node: measured {measured} ({counts}), the simulator predicts {predicted}')
     assert abs(measured - predicted) <= 0.1 * predicted, (measured, predicted, counts)
     # the rescale: 10 global batches on 8 x 2, the rest on 6 x 1 (3,600 = 120 global batches of 30): each sample once
     head = [v for ys in first for b in ys[:STOP] for v in b]
