@@ -21,17 +21,18 @@ from timmdata.shard_io import (
 from .readers import FileHandle
 from .shard_index import http_range, scan_shard, stat_shard
 from .net import REQUEST_DEADLINE
-from .untrusted import MAX_SAMPLES, FileTooLargeError, atomic_write, printable, relative_name
+from .untrusted import MAX_SAMPLES, MIN_SAMPLE_BYTES, FileTooLargeError, atomic_write, printable, relative_name
 
 # %% auto #0
-__all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'MAX_TABLE_BYTES', 'SPANS_KEPT', 'HINT_SHARDS', 'spans_of',
-           'write_dataset_index', 'DatasetIndexError', 'parse_table', 'DatasetIndex', 'read_dataset_index',
+__all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'MAX_TABLE_BYTES', 'MAX_SHARD_SAMPLES', 'SPANS_KEPT', 'HINT_SHARDS',
+           'spans_of', 'write_dataset_index', 'DatasetIndexError', 'parse_table', 'DatasetIndex', 'read_dataset_index',
            'ShardSpans', 'dataset_spans', 'index_main']
 
 # %% ../nbs/23b_dataset_index.ipynb #d849d83d
 DATASET_INDEX_FILE = '_timmdata_dataset_index.json'  # beside `_info.json`: every shard's size and sample spans
 DATASET_INDEX_VERSION = 1
 MAX_TABLE_BYTES = 256 << 20  # the largest table read (256 MiB: ~4 M shards at ~60 bytes each)
+MAX_SHARD_SAMPLES = 1 << 20  # the most samples a shard may have in the index (its spans line: 12 MiB)
 SPANS_KEPT = 64  # shards whose spans a process keeps (least recently read dropped first): a block of 8 shards, 8 times
 HINT_SHARDS = 64  # from this many shards, a stream without a dataset index says how to write one (once per dataset)
 _HEAD = '{"format":"timmdata dataset index","version":%d}' % DATASET_INDEX_VERSION
@@ -141,8 +142,14 @@ def parse_table(
             raise _bad(where, f'line {k}: {e}') from None
         if name in seen:
             raise _bad(where, f'line {k}: shard {printable(name)} is listed twice')
+        if n > min(MAX_SHARD_SAMPLES, int(m[2]) // MIN_SAMPLE_BYTES):  # bounds the one read of its spans
+            raise _bad(
+                where,
+                f'line {k}: shard {printable(name)} claims {n:,} samples in {int(m[2]):,} bytes (at most '
+                f'{MAX_SHARD_SAMPLES:,}, and {MIN_SAMPLE_BYTES:,} bytes each)',
+            )
         total += n
-        if n > MAX_SAMPLES or total > MAX_SAMPLES:
+        if total > MAX_SAMPLES:
             raise _bad(where, f'line {k}: more than {MAX_SAMPLES:,} samples')
         seen.add(name)
         names.append(name)
