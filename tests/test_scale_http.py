@@ -61,7 +61,8 @@ def _run(tmp, url, nproc, workers, tag):
     p = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc-per-node', str(nproc),
                         str(tmp / 'scale.py'), url, str(tmp / 'cache'), str(tmp), str(BATCH), str(workers), str(STOP), tag],
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:]
+    errors = [l for l in p.stdout.splitlines() if 'Error' in l and 'ChildFailedError' not in l]
+    assert p.returncode == 0, '\n'.join(errors[-20:]) + '\n' + p.stdout[-2000:]
     runs = [json.loads((tmp / f'{tag}-rank{r}.json').read_text()) for r in range(nproc)]
     assert {r['order'] for r in runs} == {'global'}
     return [r['ys'] for r in runs]
