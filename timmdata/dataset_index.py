@@ -339,6 +339,9 @@ def index_main(argv=None) -> int:
     ap.add_argument('--no-progress', action='store_true', help='no progress lines')
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    path = write_dataset_index(a.src, progress=not a.no_progress)
+    try:
+        path = write_dataset_index(a.src, progress=not a.no_progress)
+    except ValueError as e:  # not a local folder: one line, status 2
+        ap.error(str(e))
     print(f'wrote {path} ({os.path.getsize(path):,} bytes) in {time.perf_counter() - t0:.1f} s')
     return 0

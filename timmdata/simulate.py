@@ -589,7 +589,9 @@ def simulate_main(argv=None) -> int:
     ap.add_argument('--cache-limit', default=None, help="per node ('500GB'); default 4x the working set measured")
     ap.add_argument('--latency-ms', type=float, default=20.0)
     ap.add_argument('--bandwidth', default='1.25GB', help='a node\'s bytes/s from storage')
-    ap.add_argument('--rescale', default='768x8', help='RANKSxWORKERS of the resumed run')
+    ap.add_argument(
+        '--rescale', default=None, help='RANKSxWORKERS of the resumed run (default: 3/4 of the ranks, half the workers)'
+    )
     ap.add_argument('--node-steps', type=int, default=None, help='global batches of the node walked (default: all)')
     ap.add_argument('--json', default=None, help='also write the figures to this file')
     a = ap.parse_args(argv)
@@ -597,7 +599,11 @@ def simulate_main(argv=None) -> int:
         if getattr(a, k) < 1:
             ap.error(f"--{k.replace('_', '-')} must be >= 1; got {getattr(a, k)}")
     try:
-        r2, w2 = (int(x) for x in a.rescale.lower().split('x'))
+        r2, w2 = (
+            (max(1, a.ranks * 3 // 4), max(1, a.workers // 2))
+            if a.rescale is None
+            else (int(x) for x in a.rescale.lower().split('x'))
+        )
     except ValueError:
         ap.error(f'--rescale must be RANKSxWORKERS like 768x8; got {a.rescale!r}')
     r = simulate(
