@@ -76,7 +76,7 @@ class CountingServer:
 
 def write_tiny_shards(root: Path, n_shards: int, per_shard: int = 2, name: str = 'tiny') -> list:
     "`n_shards` shards of `per_shard` samples (one 32x24 JPEG, `.cls` = index % 10) and `_info.json` with shard lengths."
-    from timmdata.sample_data import make_sample_image
+    from timmdata.tools.sample_data import make_sample_image
     buf = io.BytesIO()
     make_sample_image(0, 0, (32, 24)).save(buf, 'JPEG', quality=80)
     jpg = buf.getvalue()
@@ -120,7 +120,7 @@ def main(argv=None):
     ap.add_argument('--workers', type=int, default=2)
     ap.add_argument('--out', default=None, help='also write the table to this file')
     a = ap.parse_args(argv)
-    from timmdata.dataset_index import write_dataset_index, DATASET_INDEX_FILE
+    from timmdata.streams.dataset_index import write_dataset_index, DATASET_INDEX_FILE
     tmp = Path(tempfile.mkdtemp())
     rows, lines = {}, []
     try:

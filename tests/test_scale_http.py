@@ -1,7 +1,7 @@
 """Issue 44, the real multi-process check at the largest scale this machine allows (slow): 8 gloo ranks x 2 workers
 over 2,000 small shards through a local HTTP server with ranged reads and a node's shard cache (one cache folder, as one
 node's ranks share it). Every sample exactly once in an epoch; the requests the node makes within 10% of what the
-simulator (`timmdata.simulate`) predicts for the same configuration; a rescale mid-epoch (8 x 2 -> 6 x 1) keeping
+simulator (`timmdata.tools.simulate`) predicts for the same configuration; a rescale mid-epoch (8 x 2 -> 6 x 1) keeping
 every remaining sample exactly once."""
 import io, json, os, subprocess, sys, tarfile
 from pathlib import Path
@@ -41,7 +41,7 @@ dist.barrier(); dist.destroy_process_group()
 
 def _write(root: Path):
     "2,000 shards of 2 samples; each sample's label is its own index (so a label names the sample), `_info.json` with lengths."
-    from timmdata.sample_data import make_sample_image
+    from timmdata.tools.sample_data import make_sample_image
     buf = io.BytesIO()
     make_sample_image(0, 0, (32, 24)).save(buf, 'JPEG', quality=80)
     jpg, names = buf.getvalue(), []
@@ -70,8 +70,8 @@ def _run(tmp, url, nproc, workers, tag):
 
 @pytest.mark.slow
 def test_eight_ranks_two_thousand_shards_over_http(tmp_path):
-    from timmdata.global_order import GlobalOrder
-    from timmdata.simulate import cache_replay, node_accesses
+    from timmdata.streams.global_order import GlobalOrder
+    from timmdata.tools.simulate import cache_replay, node_accesses
     root = tmp_path / 'shards'; root.mkdir()
     _write(root)
     (tmp_path / 'scale.py').write_text(SCRIPT)

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'bench'))
 from bench_startup_requests import CountingServer, write_tiny_shards  # the bench's server and shards: one definition
 
 from timmdata.dataset_factory import create_dataset
-from timmdata.dataset_index import DATASET_INDEX_FILE, write_dataset_index
+from timmdata.streams.dataset_index import DATASET_INDEX_FILE, write_dataset_index
 from timmdata.loader import create_loader
 
 BATCH = 4
