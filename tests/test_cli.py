@@ -159,7 +159,7 @@ def test_shards_writes_resized_shards_timm_reads(runs):
     dst = Path(r.args[3])
     info = json.loads((dst / '_info.json').read_text())
     assert {s: v['shard_lengths'] for s, v in info['splits'].items()} == {'train': [3, 1], 'validation': [2]}  # timm's names
-    assert sorted(p.name for p in dst.iterdir()) == ['_info.json', '_timmdata_shards.json', 'train-000000.tar',
+    assert sorted(p.name for p in dst.iterdir()) == ['_info.json', '_timmdata_dataset_index.json', '_timmdata_shards.json', 'train-000000.tar',
                                                     'train-000001.tar', 'validation-000000.tar']  # no build lock left
     from timmdata.dataset_factory import create_dataset
     assert len(create_dataset('wds/x', root=str(dst))) == 2  # the default split, 'validation'

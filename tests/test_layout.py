@@ -16,7 +16,7 @@ FLOORS = {
     'readers.img_extensions': 1, 'readers.reader_image_folder': 1, 'readers.reader_image_in_tar': 1, 'readers.reader_image_tar': 1,
     'readers.reader_factory': 1, 'readers.reader_wds': 1, 'readers.reader_hfds': 1, 'readers.reader_hfids': 1,  # timm's reader paths
     'streams.net': 1,  # network reads bounded in bytes and time (shard_cache, shard_io and shard_index read through it)
-    'store.format': 1, 'streams.shard_io': 1, 'streams.shard_index': 1, 'streams.shard_cache': 1, 'streams.hf_readers': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
+    'store.format': 1, 'streams.shard_io': 1, 'streams.shard_index': 1, 'streams.dataset_index': 1, 'streams.shard_cache': 1, 'streams.hf_readers': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
     'pixels.decode': 2,                                  # bytes to pixels
     'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'pixels.resample': 3,  # per-sample uint8 ops
     'dataset': 4, 'streams.streaming': 4, 'streams.global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
@@ -24,7 +24,7 @@ FLOORS = {
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
     'pixels.jitter': 6, 'engine.prefetch': 6, 'engine.gpu_decode': 7,                   # the batch on the device and its batch ops
     'distributed_sampler': 7, 'engine.batch_plan': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'engine.resume': 7, 'engine.threads': 7,        # wiring
-    'store.builder': 8, 'tools.bench': 8, 'tools.cli': 8, 'tools.check': 8, 'tools.shards': 8, # tools on top
+    'store.builder': 8, 'tools.bench': 8, 'tools.cli': 8, 'tools.check': 8, 'tools.shards': 8, 'tools.simulate': 8,  # tools on top
     'core.untrusted': 0,  # the checks every reader of an untrusted dataset shares
     'core.torch_compat': 0, 'core.runtime': 0,  # torch's private API in one place; the helpers every device loop shares
     'engine.feeder': 6,  # the one device loop (stream, look-ahead, hand-over, marks, workers) under every prefetching loader

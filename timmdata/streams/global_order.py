@@ -19,6 +19,7 @@ from timmdata.streams.shard_io import (
     url_scheme,
 )
 from .shard_index import INDEX_FILE, http_range, load_index
+from .dataset_index import DATASET_INDEX_FILE, ShardSpans, dataset_spans, spans_of
 from ..core.untrusted import MAX_SAMPLES, printable
 
 # %% auto #0
@@ -212,11 +213,14 @@ def sample_spans(
         str
     ] = None,  # where the member-offset index is kept (see `timmdata.streams.shard_index.index_path`)
 ):
-    "Each shard's samples as byte spans `[start, end)` of their tar records (an (n, 2) array per shard), from the member-offset index; or, a str, why there are none."
+    "Each shard's samples as byte spans `[start, end)` of their tar records (an (n, 2) array per shard), from the dataset index (`timmdata.streams.dataset_index`: its table read once, a `ShardSpans` reading each shard's spans when first asked) when there is one, else from the member-offset index (each shard checked); or, a str, why there are none."
     if not isinstance(source, WdsSource):
         return f'{type(source).__name__} is not a source of WebDataset tar shards'
     if other := [s for s in source.shards if url_scheme(s) not in ('file', 'http', 'https')]:
         return f'shard {shard_name(other[0])} is a {url_scheme(other[0])}: stream, read front to back only'
+    found = dataset_spans(source)  # the dataset index: one read for every shard, no request per shard
+    if found is not None:
+        return found[0]
     try:
         per_shard, _ = load_index([s[7:] if s.startswith('file://') else s for s in source.shards], index_dir)
     except (ShardNotFoundError, ShardTruncatedError):
@@ -230,22 +234,24 @@ def sample_spans(
             raise ShardError(
                 f'shard {shard_name(source.shards[i])} holds {len(samples)} samples; _info.json says {want}: write the shard or the info file again'
             )
-        ends = np.array([max(o + n for o, n in m.values()) for _, m in samples], dtype=np.int64).reshape(-1)
-        ends += -ends % 512  # a record ends with its padding
-        spans.append(
-            np.stack([np.concatenate([np.zeros(1, np.int64), ends[:-1]]), ends], 1)
-            if len(ends)
-            else np.zeros((0, 2), np.int64)
-        )
+        spans.append(spans_of(samples))
     return spans
 
 
 class SpanReader:
     "A `WdsSource`'s samples by position: a sample's span (`sample_spans`) read with one `pread` (a few handles kept per process) or one ranged GET."
 
-    def __init__(self, source: WdsSource, spans: list, max_open_files: int = 16):
-        self.source, self.spans, self.max_open_files = source, spans, max_open_files
-        self.lengths = [len(a) for a in spans]
+    def __init__(
+        self,
+        source: WdsSource,
+        spans: list,
+        max_open_files: int = 16,
+        sizes: Optional[
+            list
+        ] = None,  # each shard's size as the dataset index states it: checked at each read (no request more)
+    ):
+        self.source, self.spans, self.max_open_files, self.sizes = source, spans, max_open_files, sizes
+        self.lengths = spans.lengths if isinstance(spans, ShardSpans) else [len(a) for a in spans]  # nothing read
         self._paths = [
             (s[7:] if s.startswith('file://') else s) if url_scheme(s) == 'file' else None for s in source.shards
         ]  # None: http(s)
@@ -253,20 +259,27 @@ class SpanReader:
 
     def _bytes(self, s: int, start: int, n: int) -> bytes:
         if self._paths[s] is None:
-            return http_range(
+            headers, body = http_range(
                 self.source.shards[s],
                 (start, n),
                 timeout=self.source.timeout,
                 retries=self.source.retries,
                 backoff=self.source.backoff,
-            )[1]
+            )
+            if self.sizes is not None:  # the total of 'bytes a-b/total' (checked well formed by http_range)
+                self._check_size(s, (headers.get('Content-Range') or '').rpartition('/')[2])
+            return body
         if self._pid != os.getpid():
             self._files, self._lock, self._pid = (
                 OrderedDict(),
                 threading.Lock(),
                 os.getpid(),
             )  # never a parent's handles
-        f = self._files.pop(s, None) or FileHandle(self._paths[s])
+        f = self._files.pop(s, None)
+        if f is None:
+            f = FileHandle(self._paths[s])
+            if self.sizes is not None:
+                self._check_size(s, str(os.fstat(f.fd).st_size))
         self._files[s] = f
         while len(self._files) > self.max_open_files:
             self._files.popitem(last=False)
@@ -275,6 +288,15 @@ class SpanReader:
         with self._lock:
             os.lseek(f.fd, start, os.SEEK_SET)
             return os.read(f.fd, n)
+
+    def _check_size(self, s: int, got: str):
+        "A shard whose size is not the dataset index's: named (the index is stale), never read by stale spans."
+        if got != str(self.sizes[s]):
+            raise ShardError(
+                f'shard {shard_name(self.source.shards[s])} is {got or "of unknown size"} bytes; the dataset index '
+                f'says {self.sizes[s]:,}: it changed after the index was written; write it again with '
+                f'`timmdata index` (or delete {DATASET_INDEX_FILE})'
+            )
 
     def read(self, s: int, m: int) -> tuple:
         "(key, image bytes, target) of sample `m` of shard `s`, parsed and checked as the stream parses its shard."

@@ -23,6 +23,7 @@ from timmdata.streams.global_order import (
     sample_spans,
     worker_positions,
 )
+from .dataset_index import dataset_spans
 from ..readers import create_reader, unset
 from ..core.settings import setting
 from ..core.untrusted import MAX_SAMPLES, printable
@@ -163,7 +164,8 @@ class StreamPlan:
             return 'global'  # remote shards kept in a local cache: a block's shards read from their starts, repeats from the local copies
         spans = sample_spans(self.source, index_dir)
         if not isinstance(spans, str):
-            self._spans = SpanReader(self.source, spans)
+            found = dataset_spans(self.source)  # read once per process already: the sizes checked at each read
+            self._spans = SpanReader(self.source, spans, sizes=found[1] if found else None)
             return 'global'
         if order == 'global':  # asked for: read block by block from the shards' starts (read_in_order)
             if not getattr(self.source, 'shard_lengths', None):

@@ -299,6 +299,14 @@ COMMANDS = {  # name: (the job taking argv, or 'module:function' imported when t
         'timmdata.tools.shards:shards_main',
         'write WebDataset tar shards (timm\'s wds layout and _info.json) for streaming; a rerun resumes',
     ),
+    'index': (
+        'timmdata.streams.dataset_index:index_main',
+        'write the dataset index of a folder of shards: streams then start without a request per shard',
+    ),
+    'simulate': (
+        'timmdata.tools.simulate:simulate_main',
+        'one epoch of a stream at up to internet scale (ranks x workers x shards), simulated with the library\'s own code',
+    ),
 }
 ROOT_ARG = {
     'demo': '--root',
@@ -306,6 +314,7 @@ ROOT_ARG = {
     'cache': 0,
     'check': 0,
     'shards': 0,
+    'index': 0,
 }  # where a command's dataset is named
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 from ..store.builder import build_lock, load_resized
+from ..streams.dataset_index import DATASET_INDEX_FILE, write_dataset_index
 from ..pixels.decode import ImageDecodeError, read_source
 from ..readers import create_reader, natural_key, timm_split_name, unset
 from ..store.format import atomic_file, fsync_dir, is_store, read_json, write_json_atomic
@@ -230,6 +231,7 @@ def _start(dst: Path, old: dict | None, plan: list, state: dict) -> dict:
     }
     if not same:
         (dst / SHARD_INFO).unlink(missing_ok=True)
+        (dst / DATASET_INDEX_FILE).unlink(missing_ok=True)
         for f in listed:
             if f not in done:
                 (dst / f).unlink(missing_ok=True)
@@ -355,6 +357,7 @@ def write_shards(
         _run(readers, jobs, dst, done, state, os.cpu_count() if workers is None else workers, progress)
         info = _info(src.name, readers, plan, done, state)
         write_json_atomic(dst / SHARD_INFO, info, indent=1)
+        write_dataset_index(dst, progress=False)  # streams plan from it: no request per shard at start-up
         fsync_dir(dst)
     if progress:
         n, nb = sum(v['num_samples'] for v in info['splits'].values()), sum(r['nbytes'] for r in done.values())
