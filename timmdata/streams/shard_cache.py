@@ -142,7 +142,7 @@ def _open_lock(path: str) -> int:
         f'(can someone else write into the cache folder?)',
     )
 
-# %% ../../nbs/streams/21_shard_cache.ipynb #a6d2c5bd
+# %% ../../nbs/streams/21_shard_cache.ipynb #bfa414d6
 _MUTEX = (
     threading.Lock()
 )  # held through every critical section of a cache folder's lock in this process: a fork waits for it
@@ -190,7 +190,7 @@ def _allocate(fd: int, start: int, n: int):
         if os.fstat(fd).st_size < start + n:  # never shrinks a claim (below)
             os.ftruncate(fd, start + n)  # a file system without fallocate: a sparse extension, counted all the same
 
-
+# %% ../../nbs/streams/21_shard_cache.ipynb #6a7118de
 def _wait_lock(fd: int, seconds: float, url: str, path: str):
     "Take the exclusive lock `fd` within `seconds` (polled: `flock` has no timeout); else `DeadlineError`."
     end, pause = time.monotonic() + seconds, 0.01
@@ -207,7 +207,7 @@ def _wait_lock(fd: int, seconds: float, url: str, path: str):
             time.sleep(min(pause, max(0.0, end - time.monotonic())))
             pause = min(2 * pause, 0.25)
 
-
+# %% ../../nbs/streams/21_shard_cache.ipynb #b0b01e98
 class _Folder:
     "The bytes in a cache folder, kept under a limit by every process and thread that shares it: the lock, the count, eviction."
 
@@ -325,7 +325,7 @@ class _Folder:
         finally:
             os.close(fd)
 
-
+# %% ../../nbs/streams/21_shard_cache.ipynb #38606746
 class _Tee:
     "A shard's stream that writes what is read into a temp file, reserving disk in steps as bytes arrive; at its end the file is checked and renamed in."
 
@@ -470,7 +470,7 @@ class _Tee:
     def __exit__(self, *a):
         self.close()
 
-
+# %% ../../nbs/streams/21_shard_cache.ipynb #92ac1572
 class _Hit:
     "A cached copy being read, under a shared lock (never evicted while read); closed while a read error propagates (a damaged tar), the copy is deleted: fetched again next time."
 
@@ -510,7 +510,38 @@ def _known_shards(info: Optional[dict]) -> dict:
             known[str(f).rsplit('/', 1)[-1]] = (n, d)
     return known
 
+# %% ../../nbs/streams/21_shard_cache.ipynb #c9b36e71
+def _hit(cache, p: str, size: Optional[int]):
+    "The copy at `p` opened under a shared lock (so not evicted while read); None when it went meanwhile; removed if damaged."
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | _NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return None  # a link put there meanwhile: never followed
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or os.lstat(p).st_ino != st.st_ino:
+            raise FileNotFoundError(p)  # evicted before our lock: another file now
+        if not cache._valid(p, size, st):  # damaged (truncated, or not the announced size): fetched again, never served
+            with cache._locked():
+                cache._remove(p, st.st_ino)
+            raise FileNotFoundError(p)
+    except BaseException as e:
+        os.close(fd)
+        if isinstance(e, FileNotFoundError):
+            return None
+        raise
+    try:
+        os.utime(fd)  # touched: recently used
+    except OSError:
+        pass
+    return _Hit(open(fd, 'rb'), p, cache)
 
+# %% ../../nbs/streams/21_shard_cache.ipynb #dd0c5ca9
 class ShardCache(_Folder):
     "A folder of remote shards shared by the processes of one machine: filled as shards stream, LRU-evicted under `limit`."
 
@@ -522,12 +553,12 @@ class ShardCache(_Folder):
         limit=None,  # the most bytes kept on disk (an int or '50GB'); None: half the disk space free at open (see below)
         opener: Optional[
             Callable
-        ] = None,  # `opener(url, timeout)`: a stream of the remote shard (default: `open_shard`; its `deadline`, a `Deadline`, also bounds the drain at close)
+        ] = None,  # `opener(url, timeout)`: the remote shard's stream (`open_shard`; its `deadline` bounds the drain)
         order=(),  # the shards in the order they are usually read: the next one(s) are prefetched
         prefetch: int = 1,  # shards fetched ahead in a background thread while one is read
         info: Optional[
             dict
-        ] = None,  # `_info.json`: its splits' optional `shard_bytes`, `shard_sha256` (parallel to `filenames`) are checked
+        ] = None,  # `_info.json`: its splits' `shard_bytes`, `shard_sha256` (beside `filenames`) checked
         shared: bool = False,  # a folder shared with other users on purpose: one they can write into is not refused
         lock_wait: float = LOCK_WAIT,  # seconds to wait on another process's download of the same shard
     ):
@@ -600,45 +631,13 @@ class ShardCache(_Folder):
         self.prefetcher.after(url, timeout)
         return self._open(url, timeout, size)
 
-    def _hit(self, p: str, size: Optional[int]):
-        "The copy at `p` opened under a shared lock (so not evicted while read); None when it went meanwhile; removed if damaged."
-        try:
-            fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | _NOFOLLOW)
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                return None  # a link put there meanwhile: never followed
-            raise
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or os.lstat(p).st_ino != st.st_ino:
-                raise FileNotFoundError(p)  # evicted before our lock: another file now
-            if not self._valid(
-                p, size, st
-            ):  # damaged (truncated, or not the announced size): fetched again, never served
-                with self._locked():
-                    self._remove(p, st.st_ino)
-                raise FileNotFoundError(p)
-        except BaseException as e:
-            os.close(fd)
-            if isinstance(e, FileNotFoundError):
-                return None
-            raise
-        try:
-            os.utime(fd)  # touched: recently used
-        except OSError:
-            pass
-        return _Hit(open(fd, 'rb'), p, self)
-
     def _open(self, url: str, timeout: float, size: Optional[int]):
         known, sha = self._known.get(url.split('?', 1)[0].rsplit('/', 1)[-1], (None, None))
         size = known if size is None else size
         while True:
             p = self.path(url)
             if p is not None:
-                h = self._hit(p, size)
+                h = _hit(self, p, size)
                 if h is not None:
                     return h
                 continue

@@ -32,7 +32,7 @@ from ..core.settings import setting
 __all__ = ['INDEX_FILE', 'INDEX_VERSION', 'MAX_INDEX_BYTES', 'CLASS_NAMES_DENSE', 'http_range', 'stat_shard', 'scan_shard',
            'index_path', 'load_index', 'ShardReader', 'is_shard_folder']
 
-# %% ../../nbs/streams/23_shard_index.ipynb #303255e8
+# %% ../../nbs/streams/23_shard_index.ipynb #ed516e8a
 INDEX_FILE = (
     '_timmdata_index.json'  # the index beside the shards: per shard its size, stamp (mtime, or ETag) and member offsets
 )
@@ -85,7 +85,7 @@ def http_range(
             ) from err
         time.sleep(backoff * 4**attempt)
 
-
+# %% ../../nbs/streams/23_shard_index.ipynb #c4b182f0
 def _body(r, url: str, rng: Optional[tuple]) -> bytes:
     "The body of `r`, the answer to a GET of `rng`: its Content-Range and Content-Length checked first, then read to at most the bytes asked."
     n = MAX_MEMBER_BYTES if rng is None else rng[1]
@@ -131,7 +131,7 @@ def stat_shard(url: str) -> tuple:
         raise ShardError(f'shard {shard_name(url)}: the server sends no Content-Length; random access needs one')
     return n, h.get('ETag') or h.get('Last-Modified') or ''
 
-
+# %% ../../nbs/streams/23_shard_index.ipynb #bfb2a165
 class _RangedFile:
     "A seekable, read-only view of a URL by ranged GETs of a block at a time: what tarfile needs to walk the headers."
 
@@ -371,7 +371,7 @@ def load_index(
             )
     return out, scanned
 
-# %% ../../nbs/streams/23_shard_index.ipynb #81e0fb91
+# %% ../../nbs/streams/23_shard_index.ipynb #3472b63e
 class ShardReader(Reader):
     "Random access into WebDataset tar shards (timm's wds layout): `reader[i] -> (image bytes, target)` by an index of member offsets."
 
@@ -512,7 +512,7 @@ class ShardReader(Reader):
         d['_pid'], d['_files'], d['_lock'] = None, OrderedDict(), None  # handles are per process
         return d
 
-
+# %% ../../nbs/streams/23_shard_index.ipynb #79df4158
 def _octal(field: bytes) -> int:
     "A tar header's octal number field; -1 when it is not one (tarfile.TarInfo.frombuf does this and more, 4x slower: this runs on every read)."
     s = field.rstrip(b'\0 ').lstrip(b' ')
@@ -567,7 +567,7 @@ CLASS_NAMES_DENSE = (
     1 << 16
 )  # up to this many classes a reader names every index below num_classes; above, the labels seen
 
-
+# %% ../../nbs/streams/23_shard_index.ipynb #a1cc9f26
 def _class_to_idx(info, nc, targets) -> dict:
     "Class names from `_info.json` (as `timmdata shards` writes them) when they fit; else the indices as names: each one below `num_classes` (or the largest label + 1) when that is at most `CLASS_NAMES_DENSE`, else only the labels seen."
     c2i = (info or {}).get('class_to_idx')

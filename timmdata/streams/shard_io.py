@@ -557,12 +557,9 @@ class WdsSource:
         self.allow_pipe = ('pipe:' in given or 'pipe:' in split) if allow_pipe is None else bool(allow_pipe)
         self.image_keys, self.target_keys = parse_keys(input_key, IMAGE_KEYS), parse_keys(target_key, TARGET_KEYS)
         self.target_required = target_key is not None
-        probe = (
-            isinstance(root, (str, os.PathLike))
-            and '{' not in str(root)
-            and not str(root).endswith('.tar')
-            and url_scheme(str(root)) != 'pipe'
-        )
+        # an info file is looked for beside a folder or URL prefix (not a pattern, a single tar or a pipe)
+        probe = isinstance(root, (str, os.PathLike)) and '{' not in str(root) and not str(root).endswith('.tar')
+        probe = probe and url_scheme(str(root)) != 'pipe'
         if num_samples is not None and (
             isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 0
         ):
@@ -576,12 +573,12 @@ class WdsSource:
             raise ValueError(
                 f'_info.json of {root!r}: split {split!r} lists {len(self.shards)} shards but {len(self.shard_lengths)} shard_lengths'
             )
-        self._lengths, self.cache = (
-            dict(zip(self.shards, self.shard_lengths or ())),
-            None
-            if cache_dir is None
-            else ShardCache(cache_dir, cache_limit, self._open, self.shards, info=self.info, shared=cache_shared),
-        )
+        self._lengths = dict(zip(self.shards, self.shard_lengths or ()))
+        self.cache = None
+        if cache_dir is not None:
+            self.cache = ShardCache(
+                cache_dir, cache_limit, self._open, self.shards, info=self.info, shared=cache_shared
+            )
         nc = (self.info or {}).get('num_classes')
         self.num_classes = nc if isinstance(nc, int) and not isinstance(nc, bool) and nc > 0 else None
         splits = (self.info or {}).get('splits', {})  # timm reads a split's alt_label field when no target_key is given

@@ -127,7 +127,7 @@ def _check_source(src):
     if not src.shards:
         raise ValueError(f'{src!r} has no shards')
 
-# %% ../../nbs/streams/25_streaming.ipynb #e5f6a7b8
+# %% ../../nbs/streams/25_streaming.ipynb #2e24511a
 _WARNED = set()  # fallback reasons already warned about in this process
 
 
@@ -144,7 +144,7 @@ class EvenOverWorkers(Protocol):
 
     def samples_per_worker(self) -> int: ...
 
-
+# %% ../../nbs/streams/25_streaming.ipynb #1b660c91
 class StreamPlan:
     """Which global positions or shards each worker of each rank reads in an epoch, and where a resumed epoch starts.
     `IterableImageDataset` reads by this plan; it sets the attributes the plan reads: `source`, `num_samples`, `batch_size`,
