@@ -25,7 +25,7 @@ def run_one(tree: Path, out: Path, which: str, workers: int) -> dict:
     "Runs one benchmark with `tree` first on PYTHONPATH; returns {pipeline: (timmdata img/s, timm img/s)}."
     env = {**os.environ, 'PYTHONPATH': str(tree)}
     if which == 'bench':
-        cmd = [sys.executable, '-m', 'timmdata.cli', 'bench', '--quick', '--contenders', 'timmdata,timm', '--no-progress',
+        cmd = [sys.executable, '-m', 'timmdata.tools.cli', 'bench', '--quick', '--contenders', 'timmdata,timm', '--no-progress',
                '--workers', str(workers), '--out', str(out)]
     else:
         cmd = [sys.executable, str(tree / 'bench' / 'bench_timm1031.py'), '--epochs', '2', '--workers', str(workers),
@@ -61,7 +61,7 @@ def tree_cpu() -> float:
         todo += [c for c, (pp, _) in procs.items() if pp == p]
     return total / TICK
 
-from timmdata.bench import LOADERS, bench_root
+from timmdata.tools.bench import LOADERS, bench_root
 root = bench_root(None)
 if which == 'bench':
     ld = LOADERS['timmdata'](store if pipe == 'store' else root, pipe != 'eval', 64, workers)
@@ -102,8 +102,8 @@ def run_cpu(tree: Path, pipeline: str, workers: int, epochs: int, store: Path) -
 
 def cpu_rounds(trees: dict, pipelines: list, rounds: int, workers: int, epochs: int):
     "The `--cpu` comparison: per pipeline, medians over rounds of each tree's img/s and CPU ms per image, and new/old."
-    from timmdata.bench import bench_root
-    from timmdata.cache import build_cache
+    from timmdata.tools.bench import bench_root
+    from timmdata.store.builder import build_cache
     seen = {}  # (pipeline, version) -> list of (img/s, cpu s per image)
     with tempfile.TemporaryDirectory() as d:
         store, root = Path(d) / 'store', bench_root(None)  # the sample dataset, made here once when missing

@@ -11,17 +11,17 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats, mix_seed
-from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
+from .pixels.jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .distributed_sampler import OrderedDistributedSampler
 from .loader import jitter_on_batch, set_dataset_transform, worker_init
 from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper
-from .streaming import SplitsOverWorkers
+from .streams.streaming import SplitsOverWorkers
 from .naflex_random_erasing import PatchRandomErasing
-from .decode import NATIVE
-from .feeder import takes_step_options
-from .prefetch import PrefetchLoader
-from .runtime import BufferPool, default_rank, rank_seed, resolve_device
-from .resume import ResumableDataLoader
+from .pixels.decode import NATIVE
+from .engine.feeder import takes_step_options
+from .engine.prefetch import PrefetchLoader
+from .core.runtime import BufferPool, default_rank, rank_seed, resolve_device
+from .engine.resume import ResumableDataLoader
 
 # %% auto #0
 __all__ = ['NaFlexBatchOps', 'NaFlexPrefetchLoader', 'create_naflex_loader']

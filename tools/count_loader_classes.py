@@ -20,8 +20,8 @@ for m in pkgutil.iter_modules(timmdata.__path__):
     except Exception: continue
     for n, c in vars(mod).items():
         if inspect.isclass(c) and c.__module__ == mod.__name__: classes[f'{mod.__name__}.{n}'] = c
-feeder = importlib.import_module('timmdata.feeder')
-prefetch = importlib.import_module('timmdata.prefetch')
+feeder = importlib.import_module('timmdata.engine.feeder')
+prefetch = importlib.import_module('timmdata.engine.prefetch')
 roots = [tud.DataLoader, prefetch.PrefetchLoader] + ([feeder.FedLoader] if hasattr(feeder, 'FedLoader') else [])
 
 def builds_feeder(c) -> bool:
