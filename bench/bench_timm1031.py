@@ -15,7 +15,8 @@ import torch
 from timmdata.tools.bench import bench_root
 from timmdata.dataset import ImageDataset
 from timmdata.loader import create_loader
-from timmdata.naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
+from timmdata.naflex_loader import create_naflex_loader
+from timmdata.engine.prefetch import PrefetchLoader
 import timm.data
 from timm.data.naflex_loader import create_naflex_loader as timm_naflex
 
@@ -40,27 +41,15 @@ def images(batch) -> int:
     x = batch[0]
     return (x['patches'] if isinstance(x, dict) else x).shape[0]
 
-class _Timed:
-    "The NaFlex prefetcher's batch step (`NaFlexBatchOps`), its calls timed into `step[0]`."
-    def __init__(self, ops, step): self.ops, self.step = ops, step
-    def __getattr__(self, name): return getattr(self.ops, name)  # its seed(), settings, ...
-    def __call__(self, d, y):
-        t0 = time.perf_counter(); r = self.ops(d, y); self.step[0] += time.perf_counter() - t0; return r
-
 def run(loader, epoch: int) -> tuple:
     "(images, seconds, seconds inside timmdata's NaFlex prefetcher step (its float/jitter/normalise maths), or None)."
     if callable(getattr(loader, 'set_epoch', None)): loader.set_epoch(epoch)
     elif callable(getattr(loader.dataset, 'set_epoch', None)): loader.dataset.set_epoch(epoch)  # timm's NaFlex prefetcher
-    step = None
-    if isinstance(loader, NaFlexPrefetchLoader):  # time the main-process maths, to see whether it or the workers set the pace
-        step, ops = [0.0], loader.ops
-        loader.ops = _Timed(ops, step)
+    ours = isinstance(loader, PrefetchLoader)  # time the main-process maths (the step's, counted by the loader's stats)
+    if ours: loader.stats().reset()
     n, t = 0, time.perf_counter()
-    try:
-        for b in loader: n += images(b)
-    finally:
-        if step is not None: loader.ops = ops
-    return n, time.perf_counter() - t, None if step is None else step[0]
+    for b in loader: n += images(b)
+    return n, time.perf_counter() - t, loader.stats().t['device'] if ours else None
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])

@@ -18,18 +18,24 @@ from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStrea
 from .streams.streaming import SplitsOverWorkers
 from .naflex_random_erasing import PatchRandomErasing
 from .pixels.decode import NATIVE
-from .engine.feeder import DeviceFeeder, FedLoader, takes_step_options, weak_method
-from .core.runtime import BufferPool, default_rank, delegated, pass_loader_epoch, rank_seed, resolve_device
-from .engine.resume import ResumableDataLoader, ResumeStateError, batch_key, check_state, loader_marks
+from .engine.feeder import takes_step_options
+from .engine.prefetch import PrefetchLoader
+from .core.runtime import BufferPool, default_rank, rank_seed, resolve_device
+from .engine.resume import ResumableDataLoader
 
 # %% auto #0
 __all__ = ['NaFlexBatchOps', 'NaFlexPrefetchLoader', 'create_naflex_loader']
+
+# %% ../nbs/43_naflex_loader.ipynb #4e1a0b7c
+_NAFLEX_OPS = 0x9AF1  # tag of a batch's jitter and erasing draws (NaFlexBatchOps.feed)
 
 # %% ../nbs/43_naflex_loader.ipynb #ea3d339d
 class NaFlexBatchOps:
     "The NaFlex batch step on one device: patches uint8 -> float, (jittered,) normalised, patch-erased, cast; its settings and generators."
 
     devices = ('cpu', 'cuda')  # the device types it runs on
+    ahead = collate = None  # for `PrefetchLoader`: the feeder's look-ahead (default); no batch memory to take back
+    empty = staticmethod(lambda batch: False)  # for `PrefetchLoader`: a NaFlex batch is never dropped
 
     def __init__(
         self,
@@ -63,13 +69,8 @@ class NaFlexBatchOps:
         shape = (1, 1, 1, channels) if patchify_channels_last else (1, 1, channels, 1)
         self._scale = (1 / (255 * s)).view(shape).to(self.device)  # (x - 255 m) / (255 s) = x * scale + bias
         self._bias = (-m / s).view(shape).to(self.device)
-        self.random_erasing = (
-            PatchRandomErasing(
-                erase_prob=re_prob, mode=re_mode, max_count=re_count, num_splits=re_num_splits, device=self.device
-            )
-            if re_prob > 0
-            else None
-        )
+        re = dict(erase_prob=re_prob, mode=re_mode, max_count=re_count, num_splits=re_num_splits, device=self.device)
+        self.random_erasing = PatchRandomErasing(**re) if re_prob > 0 else None
         self._re_gen = None  # the erasing's generator (on the device), seeded with the jitter's per batch
         if self.random_erasing is not None:
             self._re_gen = (
@@ -77,6 +78,13 @@ class NaFlexBatchOps:
             )
             self.random_erasing.generator = self._re_gen
         self._pool = BufferPool(6)  # CPU output buffers, reused once nobody holds them (no page faults)
+        self.rank = default_rank()  # a batch's draws differ across ranks
+
+    def feed(self, batch, key: Optional[int] = None) -> tuple:
+        "The step `PrefetchLoader` runs: this step on the batch, its draws seeded from the batch's `key` and the rank (None: the generators run on)."
+        if key is not None:
+            self.seed(mix_seed(key, _NAFLEX_OPS, self.rank))  # the same after a resume
+        return self(*batch)
 
     def seed(self, seed: int):
         "Seed the batch's draws (the jitter's and the erasing's generators) from `seed`."
@@ -95,9 +103,8 @@ class NaFlexBatchOps:
         b, n = p.shape[:2]
         v = self._native_cpu(p, out['patch_valid'])  # the CPU fast path: one native pass into a reused buffer
         if v is None:
-            x = p.to(
-                torch.float32, copy=p is d['patches']
-            )  # our own float copy: the normalisation below works in place
+            # our own float copy: the normalisation below works in place
+            x = p.to(torch.float32, copy=p is d['patches'])
             v = x.view(b, n, -1, self.channels) if self.patchify_channels_last else x.view(b, n, self.channels, -1)
             if self.jitter is not None:
                 v = self._jitter_normalize(v, out['patch_valid'])
@@ -171,64 +178,14 @@ class NaFlexBatchOps:
         return y
 
 # %% ../nbs/43_naflex_loader.ipynb #82b5ad66
-_NAFLEX_OPS = 0x9AF1  # tag of a batch's jitter and erasing draws
-
-
-class NaFlexPrefetchLoader(FedLoader):
-    "Wraps a NaFlex DataLoader: patches to `device` (CPU or CUDA), uint8 -> float, normalised, optionally patch-erased."
-
-    devices = NaFlexBatchOps.devices
-    # its step's settings under the loader's (timm's) names, live: setting one changes what the step does
-    device, img_dtype, channels, cpu_threads = (
-        delegated('ops', n) for n in ('device', 'img_dtype', 'channels', 'cpu_threads')
-    )
-    patchify_channels_last, jitter, generator, random_erasing = (
-        delegated('ops', n) for n in ('patchify_channels_last', 'jitter', 'generator', 'random_erasing')
-    )
-
-    @takes_step_options(NaFlexBatchOps)
-    def __init__(
-        self,
-        loader,  # yields (dict(patches, patch_coord, patch_valid, ...), targets)
-        *args,  # then `NaFlexBatchOps`'s parameters, in its order (timm's: mean, std, channels, device, ...)
-        **kwargs,
-    ):
-        self.loader, self.rank = loader, default_rank()
-        self.ops = NaFlexBatchOps(*args, **kwargs)
-        # the device loop (side stream, one batch ahead on a GPU, event hand-over, marks, workers) is the feeder's
-        self.feeder = DeviceFeeder(
-            loader, weak_method(self._step), self.device, marks=loader_marks(loader), cpu_threads=self.cpu_threads
-        )
-
-    def set_epoch(self, epoch: int):
-        "Passes the epoch to the dataset (the NaFlex batch schedule's shuffling), the sampler and batch sampler, where they take one."
-        pass_loader_epoch(self.loader, epoch)
-
-    def _step(self, batch, mark) -> tuple:
-        "The per-batch step the feeder runs: seed the batch's draws from its mark (over a resumable loader), then the ops."
-        # a resumable loader's batch: its draws are a function of (seed, epoch, batch position, rank)
-        if mark is not None:
-            key = batch_key(self.loader, mark)
-            if key is not None:
-                self.ops.seed(mix_seed(key, _NAFLEX_OPS, self.rank))  # the same after a resume
-        d, y = batch
-        return self.ops(d, y)
-
-    def state_dict(self) -> dict:
-        "The position after the batches handed out (not those prepared ahead): see `ResumableDataLoader`."
-        if not isinstance(self.loader, ResumableDataLoader):
-            raise NotImplementedError(
-                f'state_dict: NaFlexPrefetchLoader over a {type(self.loader).__name__} cannot resume; '
-                f'create_naflex_loader(is_training=True) makes a resumable one'
-            )
-        return self.loader.state_at(self.feeder.last)
-
-    def load_state_dict(self, state_dict: dict):
-        "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments) at the next pass."
-        if not isinstance(self.loader, ResumableDataLoader):
-            self.state_dict()  # raises the error saying why not
-        self.loader.load_state_dict(state_dict)
-        self.feeder.last = None
+@takes_step_options(NaFlexBatchOps)
+def NaFlexPrefetchLoader(
+    loader,  # yields (dict(patches, patch_coord, patch_valid, ...), targets)
+    *args,  # then `NaFlexBatchOps`'s parameters, in its order (timm's: mean, std, channels, device, ...)
+    **kwargs,
+) -> PrefetchLoader:
+    "timm's `NaFlexPrefetchLoader`: a `PrefetchLoader` whose step is a `NaFlexBatchOps` (patches to `device`, uint8 -> float, normalised, optionally jittered and patch-erased); resumable over a resumable loader."
+    return PrefetchLoader.over(loader, NaFlexBatchOps(*args, **kwargs))
 
 # %% ../nbs/43_naflex_loader.ipynb #15b7c434
 def _check_naflex_args(dataset, is_training, num_aug_repeats, num_aug_splits, train_seq_lens, max_seq_len, batch_size):
@@ -299,7 +256,7 @@ def create_naflex_loader(
 ):
     "timm's `create_naflex_loader`: training batches of several sequence lengths (token-budget batch sizes), or evaluation at `max_seq_len`."
     _check_naflex_args(dataset, is_training, num_aug_repeats, num_aug_splits, train_seq_lens, max_seq_len, batch_size)
-    device = resolve_device(device, NaFlexPrefetchLoader.devices if use_prefetcher else None)
+    device = resolve_device(device, NaFlexBatchOps.devices if use_prefetcher else None)
     if pin_memory is None:
         pin_memory = use_prefetcher and device.type == 'cuda'
     pin_memory = bool(pin_memory) and torch.cuda.is_available()

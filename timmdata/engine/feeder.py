@@ -21,7 +21,7 @@ from timmdata.core.torch_compat import (
 
 # %% auto #0
 __all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'cuda_rng_seeded', 'Marks', 'BatchStep', 'ResumesBatches',
-           'worker_died', 'is_cuda_init_error', 'weak_method', 'DeviceFeeder', 'FedLoader', 'takes_step_options']
+           'worker_died', 'is_cuda_init_error', 'weak_method', 'DeviceFeeder', 'PrefetchStep', 'takes_step_options']
 
 # %% ../../nbs/engine/30_feeder.ipynb #953faaab
 def tensors(out) -> list:
@@ -247,42 +247,28 @@ class DeviceFeeder:
         return len(self.loader)
 
 # %% ../../nbs/engine/30_feeder.ipynb #c6312f43
-class FedLoader:
-    "What every loader on a `DeviceFeeder` shares; a subclass sets `self.loader` (the loader it wraps) and `self.feeder`."
+class PrefetchStep(Protocol):
+    """The per-batch work of one prefetching loader variant, and the settings the device loop needs from it: what
+    `PrefetchLoader` hands its `DeviceFeeder` (`BatchOps`, `NaFlexBatchOps`, `DeviceDecodeStep`)."""
 
-    def __iter__(self):
-        yield from self.feeder  # the generator holds this loader while it runs
+    devices: tuple  # the device types it runs on
+    device: torch.device  # where it runs: the lane (`LANES`)
+    cpu_threads: Optional[int]  # torch threads for the step on the CPU (None: torch's setting)
+    ahead: Optional[int]  # batches prepared ahead of the one handed out (None: 1 on a GPU, 0 on the CPU)
+    collate: Optional[BatchCollate]  # takes back the batch memory of stopped workers (None: nothing to take back)
 
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    @property
-    def stream(self):
-        "The side CUDA stream (made at the first batch, then kept for the loader's life); None on the CPU."
-        return self.feeder.lane.stream
-
-    @property
-    def sampler(self):
-        return self.loader.sampler
-
-    @property
-    def batch_sampler(self):
-        return self.loader.batch_sampler
-
-    @property
-    def dataset(self):
-        return self.loader.dataset
-
-    @property
-    def batch_size(self):
-        return self.loader.batch_size
+    def feed(
+        self, batch, key: Optional[int]
+    ): ...  # the batch on the device; its draws seeded from `key` (None: its own)
+    def empty(self, batch) -> bool: ...  # every sample of the batch was skipped: the feeder drops it
 
 # %% ../../nbs/engine/30_feeder.ipynb #4a11fd08
 def takes_step_options(ops: type, skip: tuple = ()) -> Callable:
-    "Decorator of a loader's `__init__(self, loader, *args, **kwargs)` that hands its options to `ops`: shown with `ops`'s parameters but `skip`."
+    "Decorator of `__init__(self, loader, *args, **kwargs)` (or a function `f(loader, *args, **kwargs)`) that hands its options to `ops`: shown with `ops`'s parameters but `skip`."
 
     def wrap(init: Callable) -> Callable:
-        own = list(inspect.signature(init).parameters.values())[:2]  # self, loader
+        names = list(inspect.signature(init).parameters)
+        own = list(inspect.signature(init).parameters.values())[: names.index('loader') + 1]  # (self,) loader
         opts = [p for n, p in inspect.signature(ops.__init__).parameters.items() if n != 'self' and n not in skip]
         init.__signature__ = inspect.Signature(own + opts)  # the step's order: positional callers keep working
         init.__delwrap__ = ops.__init__  # where fastcore's docments (show_doc) finds the parameters' comments

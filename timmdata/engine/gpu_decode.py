@@ -28,8 +28,8 @@ from timmdata.transforms import (
     str_to_interp_mode,
 )
 from ..mixup import Mixup
-from .feeder import DeviceFeeder, FedLoader, cuda_rng_seeded, weak_method
-from .prefetch import BatchOps
+from .feeder import cuda_rng_seeded
+from .prefetch import BatchOps, PrefetchLoader
 from ..core.runtime import resolve_device
 from timmdata.config import (
     GLOBAL_DRAWS,
@@ -45,16 +45,14 @@ from timmdata.config import (
 from ..distributed_sampler import timm_sampler
 from timmdata.engine.resume import (
     ResumableDataLoader,
-    batch_key,
     global_rng_state,
-    loader_marks,
     resumable_batching,
     set_global_rng_state,
 )
 
 # %% auto #0
 __all__ = ['DeviceDecodeTransform', 'device_decode_collate', 'decode_jpegs', 'crop_resize_batch', 'flip_batch_', 'decode_batch',
-           'DeviceDecodeLoader', 'refuse_off_default', 'create_device_decode_loader']
+           'DeviceDecodeStep', 'refuse_off_default', 'create_device_decode_loader']
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #a22d4db9
 _INTERPS = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)  # the device resize: torch's antialiased kernels
@@ -253,43 +251,35 @@ def decode_batch(
 _STEP, _MIX = 0xDEC0, 0xDEC1  # tags of a batch's seeds: the batch step's generator (jitter, erasing), the mixer's draws
 
 
-def _no_plans(batch) -> bool:
-    return not len(batch[0]['plans'])  # every sample of the batch was skipped
+class DeviceDecodeStep:
+    "The device-decode loader's step: a batch of JPEG bytes -> a normalised float batch on the device, decoded, cropped, resized and augmented there."
 
-
-class DeviceDecodeLoader(FedLoader):
-    "Batches of JPEG bytes -> normalised float batches on `device`: decoded, cropped, resized and augmented there; resumable."
+    devices = BatchOps.devices
+    cpu_threads, collate = None, None  # for `PrefetchLoader`: torch's threads on the CPU; no batch memory to take back
 
     def __init__(
         self,
-        loader: ResumableDataLoader,  # yields `device_decode_collate` batches (a ResumableBatchSampler's)
         size: tuple,  # output (h, w)
-        pl: BatchOps,  # the batch step after decoding (normalisation, jitter, erasing, output dtype, device); a PrefetchLoader is one
+        ops: BatchOps,  # the batch step after decoding (normalisation, jitter, erasing, output dtype, device)
         mixer: Optional[Mixup] = None,  # mixing of the float batch (a FastCollateMixup or Mixup), or None
     ):
-        if not isinstance(loader, ResumableDataLoader):
-            raise TypeError(
-                f'DeviceDecodeLoader needs a ResumableDataLoader (see create_device_decode_loader); got {type(loader).__name__}'
-            )
-        if not isinstance(pl, BatchOps):
-            raise TypeError(f'DeviceDecodeLoader needs a BatchOps for its batch step; got {type(pl).__name__}')
-        self.loader, self.size, self.ops, self.mixer, self.device = loader, tuple(size), pl, mixer, pl.device
-        pl.erasing_from_generator()  # seeded per batch, not torch's global one
+        if not isinstance(ops, BatchOps):
+            raise TypeError(f'DeviceDecodeStep needs a BatchOps for its batch step; got {type(ops).__name__}')
+        self.size, self.ops, self.mixer, self.device = tuple(size), ops, mixer, ops.device
+        ops.erasing_from_generator()  # seeded per batch, not torch's global one
         self.cpu_fallbacks = 0  # samples decoded on the CPU (in a worker, or here after the device decoder failed)
         self.samples = 0
-        # the device loop (side stream and one batch ahead on a GPU, event hand-over, marks, workers) is the feeder's
-        self.feeder = DeviceFeeder(
-            loader, weak_method(self._feed), self.device, skip=_no_plans, marks=loader_marks(loader)
-        )
 
-    def _feed(self, batch, mark) -> tuple:
-        "The per-batch step the feeder runs: `_step` with the batch's key."
-        packed, y = batch
-        return self._step(packed, y, batch_key(self.loader, mark))
+    @property
+    def ahead(self) -> int:
+        return self.ops.num_prefetch  # 1 on a GPU, 0 on the CPU
 
-    def _step(self, packed: dict, y: torch.Tensor, key: Optional[int] = None) -> tuple:
+    def empty(self, batch) -> bool:
+        return not len(batch[0]['plans'])  # every sample of the batch was skipped
+
+    def feed(self, batch, key: Optional[int] = None) -> tuple:
         "One batch's device work: (float batch, targets); its random draws seeded from the batch's `key`."
-        ops = self.ops
+        (packed, y), ops = batch, self.ops
         x, slow = decode_batch(packed, self.size, self.device, ops.channels)
         self.cpu_fallbacks += len(slow)
         self.samples += len(x)
@@ -302,19 +292,6 @@ class DeviceDecodeLoader(FedLoader):
         if ops.random_erasing is not None:
             out = _seeded_erase(ops, out, key)
         return ops.cast(out), y
-
-    def set_epoch(self, epoch: int):
-        "Passes the epoch to the batch plan, its sampler and the dataset."
-        self.loader.set_epoch(epoch)
-
-    def state_dict(self) -> dict:
-        "The position after the batches handed out (not the one prepared ahead): a small picklable dict."
-        return self.loader.state_at(self.feeder.last)
-
-    def load_state_dict(self, state_dict: dict):
-        "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments) at the next pass."
-        self.loader.load_state_dict(state_dict)
-        self.feeder.last = None
 
     @property
     def mixup_enabled(self) -> bool:
@@ -438,7 +415,7 @@ def create_device_decode_loader(
     persistent_workers: bool = True,  # keep workers between epochs
     prefetch_factor: Optional[int] = None,  # batches queued per worker (None: torch's default, 2)
     device: Union[str, torch.device, None] = None,  # where the batches go: must be `decode_device` (None: it)
-) -> DeviceDecodeLoader:
+) -> PrefetchLoader:
     "`create_loader` with the decode, crop and resize moved to `decode_device` (see above for what it takes)."
     _check_modes(is_training, train_crop_mode, crop_mode, color_jitter)
     if str(decode_device) == 'auto':
@@ -512,4 +489,4 @@ def create_device_decode_loader(
         color_jitter=color_jitter if is_training else None,
         seed=plan.seed,
     )
-    return DeviceDecodeLoader(loader, size, ops, mixer)
+    return PrefetchLoader.over(loader, DeviceDecodeStep(size, ops, mixer))  # the one prefetching loader, this step

@@ -11,8 +11,8 @@ from ..pixels import decode
 from .collate import BatchCollate
 from timmdata.engine.feeder import (
     DeviceFeeder,
-    FedLoader,
     Marks,
+    PrefetchStep,
     ResumesBatches,
     cuda_rng_seeded,
     takes_step_options,
@@ -181,6 +181,9 @@ def _backend_for(pl: BatchOps) -> _Backend:
     return _CpuBackend(pl)
 
 # %% ../../nbs/engine/31_prefetch.ipynb #a6288269
+_PREFETCH = 0xBEEF  # mix_seed tag of the batch step's draws in a batch's key
+
+
 class BatchOps:
     "The batch step on one device: uint8 NCHW -> float, (jittered,) normalised, erased, cast; its settings and generator."
 
@@ -279,19 +282,57 @@ class BatchOps:
         if self.random_erasing is not None:
             self.random_erasing.generator = self.generator
 
+    # what `PrefetchLoader` asks of its step (`timmdata.engine.feeder.PrefetchStep`)
+    @property
+    def ahead(self) -> int:
+        "Batches prepared ahead of the one handed out: `num_prefetch`."
+        return self.num_prefetch
 
-def _empty(batch) -> bool:
-    return batch[0].numel() == 0  # every sample of the batch was skipped
+    def empty(self, batch) -> bool:
+        "Was every sample of this (images, targets) batch skipped?"
+        return batch[0].numel() == 0
+
+    def feed(self, batch, key: Optional[int] = None) -> tuple:
+        "(images, targets) -> (float images on the device, targets there); the draws (jitter, erasing) seeded from the batch's `key` (None: the generator runs on)."
+        x, y = batch
+        if key is None:
+            return self.backend.prepare(x, y)
+        seed = mix_seed(key, _PREFETCH)
+        self.seed(seed)
+        self.erasing_from_generator()  # keyed batches: the erasing draws from the seeded generator too
+        if not (self.is_cuda and self.random_erasing is not None and self.random_erasing.mode != 'const'):
+            return self.backend.prepare(x, y)
+        with cuda_rng_seeded(self.device, seed):  # on a GPU the erasing noise comes from the device's generator
+            return self.backend.prepare(x, y)
+
+    @property
+    def mixup_enabled(self) -> bool:
+        "Pass-through to a mixing collate (e.g. FastCollateMixup); False without one."
+        return bool(self.collate.mixup_enabled) if self.collate is not None and self.collate.mixes else False
+
+    @mixup_enabled.setter
+    def mixup_enabled(self, on: bool):
+        if self.collate is not None and self.collate.mixes:
+            self.collate.mixup_enabled = on
+
+# %% ../../nbs/engine/31_prefetch.ipynb #a62e8f41
+def _images(out) -> int:
+    "Images in a step's output (images, targets): the images' batch size, else the targets' (NaFlex: a dict of patches)."
+    x, y = out
+    return len(x if isinstance(x, torch.Tensor) else y)
 
 
-_PREFETCH = 0xBEEF  # mix_seed tag of the batch step's draws in a batch's key
+class PrefetchLoader:
+    """Wraps a loader of host batches: each batch through a step on `device`, ahead of use, handed over safely (the
+    feeder). Made as timm makes it, `PrefetchLoader(loader, mean, std, ...)`, its step is a `BatchOps` (uint8 NCHW ->
+    float, jittered, normalised, erased); `PrefetchLoader.over(loader, step)` runs another `PrefetchStep` (the NaFlex and
+    device-decode loaders are such): one loader class, the per-batch work differs. The step's settings (`mean`, `std`,
+    `device`, `img_dtype`, `random_erasing`, ...) read as the loader's. Always counts where the time goes (`stats()`);
+    over a loader that resumes (`ResumesBatches`, as `create_loader`'s), `state_dict()` saves the position after the
+    batches handed out (not those prepared ahead) and each batch's draws are keyed by the batch, so a resumed run gets
+    the same ones."""
 
-
-class PrefetchLoader(FedLoader, BatchOps):
-    """Wraps a uint8 batch loader: moves each batch to `device` ahead of use, converts, jitters, normalises and erases
-    there. Always counts where the time goes (`stats()`); over a loader that resumes (`ResumesBatches`, as
-    `create_loader`'s), `state_dict()` saves the position after the batches handed out (not those prepared ahead) and
-    each batch's draws (jitter, erasing) are keyed by the batch, so a resumed run gets the same ones."""
+    devices = BatchOps.devices  # the device types of the default step
 
     @takes_step_options(BatchOps, skip=('collate',))
     def __init__(
@@ -301,44 +342,38 @@ class PrefetchLoader(FedLoader, BatchOps):
         **kwargs,
     ):
         fn = getattr(loader, 'collate_fn', None)  # any iterable of batches will do: only a DataLoader has a collate_fn
-        super().__init__(
-            *args, collate=fn if isinstance(fn, BatchCollate) else None, **kwargs
-        )  # released batches go back to it (e.g. a BatchRing)
-        self.loader, self.resumes = loader, isinstance(loader, ResumesBatches)
+        # released batches go back to a collate that takes them (e.g. a BatchRing)
+        self._run(loader, BatchOps(*args, collate=fn if isinstance(fn, BatchCollate) else None, **kwargs))
+
+    @classmethod
+    def over(cls, loader, step: PrefetchStep) -> PrefetchLoader:
+        "A `PrefetchLoader` that runs `step` on each batch of `loader` (any iterable of host batches)."
+        self = cls.__new__(cls)
+        self._run(loader, step)
+        return self
+
+    def _run(self, loader, step: PrefetchStep):
+        self.loader, self.step, self.resumes = loader, step, isinstance(loader, ResumesBatches)
         self._stats = loader.stats() if isinstance(loader, CountsTime) else LoaderStats()
         self._stats.outer = True  # the batches are delivered here: the loader under this one does not count them
-        if self.resumes:
-            self.erasing_from_generator()  # not torch's global one: keyed per batch below
         self.feeder = DeviceFeeder(
-            loader,
-            weak_method(self._step),
-            self.device,
-            self.num_prefetch,
-            skip=_empty,
-            collate=self.collate,
-            cpu_threads=self.cpu_threads,
-        )
-        self.feeder.marks = (
-            loader.marks() if self.resumes else Marks()
-        )  # the feeder notes the batch each output came from
+            loader, weak_method(self._feed), step.device, step.ahead, skip=step.empty, collate=step.collate,
+            marks=loader.marks() if self.resumes else Marks(), cpu_threads=step.cpu_threads,
+        )  # fmt: skip
 
-    def _step(self, batch, mark) -> tuple:
-        "The per-batch step the feeder runs: (the batch's float images on the device, its targets there), its draws keyed by the batch."
-        x, y = batch
+    def __getattr__(self, name: str):
+        "The step's settings and parts, read as the loader's (only names the loader itself lacks come here)."
+        step = self.__dict__.get('step')
+        if step is None or name.startswith('__'):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(step, name)
+
+    def _feed(self, batch, mark) -> tuple:
+        "What the feeder runs per batch: the step, its draws keyed by the batch (over a loader that resumes); timed."
         key = self.loader.batch_key(mark) if self.resumes else None
-        if key is None:
-            return self.backend.prepare(x, y)
-        seed = mix_seed(key, _PREFETCH)
-        self.seed(seed)
-        if not (self.is_cuda and self.random_erasing is not None and self.random_erasing.mode != 'const'):
-            return self.backend.prepare(x, y)
-        with cuda_rng_seeded(self.device, seed):  # on a GPU the erasing noise comes from the device's generator
-            return self.backend.prepare(x, y)
-
-    def _process(self, x: torch.Tensor) -> torch.Tensor:
         t0 = time.perf_counter()
         try:
-            return super()._process(x)
+            return self.step.feed(batch, key)
         finally:
             self._stats.add('device', time.perf_counter() - t0)
 
@@ -350,14 +385,14 @@ class PrefetchLoader(FedLoader, BatchOps):
             while True:
                 t0 = pc()
                 try:
-                    x, y = next(gen)
+                    b = next(gen)
                 except StopIteration:
                     break
                 handed = pc()
                 st.add('consumer_wait', handed - t0)
-                st.delivered(len(x), handed - mark)
+                st.delivered(_images(b), handed - mark)
                 mark = handed
-                yield x, y
+                yield b
                 st.add('consumer', pc() - handed)
                 handed = None
         finally:  # the consumer stopped early (a break): its time on the last batch counts too
@@ -366,6 +401,9 @@ class PrefetchLoader(FedLoader, BatchOps):
                 st.add('consumer', now - handed)
             gen.close()
             st.wall += now - mark
+
+    def __len__(self) -> int:
+        return len(self.loader)
 
     def stats(self) -> LoaderStats:
         "Where the time went so far (`LoaderStats`, shared with the loader under this one); `stats().reset()` starts again."
@@ -388,16 +426,26 @@ class PrefetchLoader(FedLoader, BatchOps):
             )
         return self.loader
 
-    @property
-    def mixup_enabled(self) -> bool:
-        "Pass-through to a mixing collate (e.g. FastCollateMixup); False without one."
-        return bool(self.collate.mixup_enabled) if self.collate is not None and self.collate.mixes else False
-
-    @mixup_enabled.setter
-    def mixup_enabled(self, on: bool):
-        if self.collate is not None and self.collate.mixes:
-            self.collate.mixup_enabled = on
-
     def set_epoch(self, epoch: int):
         "Passes the epoch to the loader's sampler (distributed shuffling), batch sampler and dataset, where they take one."
         pass_loader_epoch(self.loader, epoch)
+
+    @property
+    def mixup_enabled(self) -> bool:
+        "The step's (its mixing collate's or mixer's): switch mixing off for the last epochs."
+        return self.step.mixup_enabled
+
+    @mixup_enabled.setter
+    def mixup_enabled(self, on: bool):
+        self.step.mixup_enabled = on
+
+    @property
+    def stream(self):
+        "The side CUDA stream (made at the first batch, then kept for the loader's life); None on the CPU."
+        return self.feeder.lane.stream
+
+    # the loader it wraps, as timm's PrefetchLoader shows it
+    sampler = property(lambda self: self.loader.sampler)
+    batch_sampler = property(lambda self: self.loader.batch_sampler)
+    dataset = property(lambda self: self.loader.dataset)
+    batch_size = property(lambda self: self.loader.batch_size)
