@@ -269,14 +269,8 @@ def create_naflex_loader(
         and channels == 3
         and patchify_channels_last
     )
-    common = dict(
-        interpolation=interpolation,
-        mean=mean,
-        std=std,
-        use_prefetcher=use_prefetcher,
-        naflex=True,
-        patchify_channels_last=patchify_channels_last,
-    )
+    common = dict(interpolation=interpolation, mean=mean, std=std, use_prefetcher=use_prefetcher, naflex=True)
+    common.update(patchify_channels_last=patchify_channels_last)
     dl_kw = dict(
         num_workers=num_workers,
         pin_memory=pin_memory,
@@ -288,31 +282,17 @@ def create_naflex_loader(
     if isinstance(dataset, SplitsOverWorkers):
         dataset.set_loader_cfg(num_workers=num_workers)  # a stream: its split over workers
     if is_training:
-        factory = partial(
-            create_transform,
-            is_training=True,
-            no_aug=no_aug,
-            train_crop_mode=train_crop_mode,
-            scale=scale,
-            ratio=ratio,
-            hflip=hflip,
-            vflip=vflip,
-            color_jitter=None if batch_jitter else color_jitter,
-            color_jitter_prob=color_jitter_prob,
-            grayscale_prob=grayscale_prob,
-            gaussian_blur_prob=gaussian_blur_prob,
-            auto_augment=auto_augment,
-            crop_pct=crop_pct,
-            crop_mode=crop_mode,
-            crop_border_pixels=crop_border_pixels,
-            re_prob=re_prob,
-            re_mode=re_mode,
-            re_count=re_count,
-            **common,
+        # fmt: off
+        factory = partial(  # timm's training transform, made by the wrapper for each (sequence length, patch size)
+            create_transform, is_training=True, no_aug=no_aug, train_crop_mode=train_crop_mode, scale=scale, ratio=ratio,
+            hflip=hflip, vflip=vflip, color_jitter=None if batch_jitter else color_jitter, color_jitter_prob=color_jitter_prob,
+            grayscale_prob=grayscale_prob, gaussian_blur_prob=gaussian_blur_prob, auto_augment=auto_augment,
+            crop_pct=crop_pct, crop_mode=crop_mode, crop_border_pixels=crop_border_pixels, re_prob=re_prob, re_mode=re_mode,
+            re_count=re_count, **common,
         )
-        set_dataset_transform(
-            dataset, None, 'create_naflex_loader'
-        )  # the wrapper installs the transform of each (sequence length, patch size)
+        # fmt: on
+        # the wrapper installs the transform of each (sequence length, patch size)
+        set_dataset_transform(dataset, None, 'create_naflex_loader')
         # a stream (IterableImageDataset) splits itself over ranks and workers: token-budget batches per worker
         if isinstance(dataset, IterableDataset):
             wrapper, share = NaFlexStreamWrapper, dict(num_workers=num_workers)
@@ -333,9 +313,8 @@ def create_naflex_loader(
             epoch=epoch,
             patchify_channels_last=patchify_channels_last,
         )
-        loader = ResumableDataLoader(
-            wrapped, batch_size=None, shuffle=False, **dl_kw
-        )  # the wrapper makes whole batches; resumable
+        # the wrapper makes whole batches; resumable
+        loader = ResumableDataLoader(wrapped, batch_size=None, shuffle=False, **dl_kw)
     else:
         ps = 16 if patch_size is None else patch_size
         set_dataset_transform(

@@ -36,11 +36,12 @@ from timmdata.engine.batch_plan import (
 )
 
 # %% auto #0
-__all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'WorkerPool', 'timed_collate', 'ResumableDataLoader',
-           'ResumableStream', 'stream_state', 'stream_batch_key', 'load_stream_state', 'batch_key', 'LoaderMarks',
-           'loader_marks', 'STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state', 'loader_seed', 'PlanPass',
-           'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan', 'ResumableBatchSampler', 'dataset_len',
-           'SeededDataset', 'plain_state', 'resumable_batching']
+__all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'WorkerPool', 'timed_collate', 'note_delivered',
+           'check_pass_end', 'loader_state', 'load_loader_state', 'check_in_order', 'compat_seeding_here',
+           'plan_or_own', 'ResumableDataLoader', 'ResumableStream', 'stream_state', 'stream_batch_key',
+           'load_stream_state', 'batch_key', 'LoaderMarks', 'loader_marks', 'STATE_VERSION', 'BATCH_TAG',
+           'ResumeStateError', 'check_state', 'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark', 'sample_key',
+           'BatchPlan', 'ResumableBatchSampler', 'dataset_len', 'SeededDataset', 'plain_state', 'resumable_batching']
 
 # %% ../../nbs/engine/35_resume.ipynb #986f6803
 _all_ = [
@@ -145,13 +146,102 @@ def timed_collate(fn: Callable, rows: WorkerRows, samples):
         row[3] += r[COLLATE]
         row[5] += 1
 
-# %% ../../nbs/engine/35_resume.ipynb #a40b0002
+# %% ../../nbs/engine/35_resume.ipynb #bd6a165c
 _HOW = (
     "resume counts on one loader batch per batch of its plan, delivered in the plan's order: use the plan as the "
     "DataLoader's batch_sampler as it is, and a DataLoader (or subclass) that neither adds, drops nor reorders batches"
 )
 
 
+def note_delivered(ld) -> bool:
+    "Count the batch the loader `ld` just handed out (`DeliveredIterator` calls it); True at the end of its pass."
+    plan = ld.plan
+    if plan is None:
+        ld._last = (ld._last or 0) + 1
+        return False  # a stream: batches delivered this pass
+    if not plan.in_flight:
+        raise RuntimeError(
+            f"{type(ld).__name__} delivered a batch that its batch plan ({type(plan).__name__}) did not "
+            f"yield (an extra batch); {_HOW}"
+        )
+    m = plan.delivered()
+    d = ld.fetch_dataset
+    here = ld.workers is None and ld.num_workers == 0
+    got = d.fetched_key if here and isinstance(d, SeededDataset) else None
+    if got is not None and got != m.key:
+        raise RuntimeError(
+            f"{type(ld).__name__} delivered batch {m.k} of the pass out of order: its first key is "
+            f"{got}, the plan's is {m.key} (a batch sampler or loader that reorders or drops batches); {_HOW}"
+        )
+    ld._last = m
+    return m.last
+
+
+def check_pass_end(ld):
+    "`ld`'s pass ended: every batch its plan yielded was delivered (none dropped)."
+    plan = ld.plan
+    if plan is not None and plan.in_flight and not ld.runs_across_epochs:
+        raise RuntimeError(
+            f"{type(ld).__name__} ended its pass with {plan.in_flight} batch(es) of its plan "
+            f"({type(plan).__name__}) not delivered (dropped); {_HOW}"
+        )
+
+
+def loader_state(ld, mark) -> dict:
+    "A loader's state after its batch `mark` (None: at the start of the pass in flight, or of the next): plain JSON data."
+    plan = ld.plan
+    if plan is not None:
+        return plain_state(plan.state(mark))
+    if isinstance(ld.dataset, IterableDataset):
+        return stream_state(ld.dataset, mark or 0, ld.batch_size)
+    raise NotImplementedError(
+        f"state_dict: this loader's batches come from {type(ld.batch_sampler).__name__}, which has "
+        f"no resumable plan: give the DataLoader a ResumableBatchSampler (or ResumableScheduledSampler) "
+        f"and a SeededDataset, as create_loader does"
+    )
+
+
+def load_loader_state(ld, state_dict: dict):
+    "Put a loader's plan (or stream) at `state_dict` for its next pass."
+    sd, plan = check_state(state_dict), ld.plan
+    if plan is not None:
+        plan.load_state(sd, advance_done=ld.runs_across_epochs)
+    elif isinstance(ld.dataset, IterableDataset):
+        load_stream_state(ld.dataset, sd, ld.batch_size)
+    else:
+        loader_state(ld, None)  # raises the error saying why not
+
+
+def check_in_order(ld):
+    "Refuse torch >= 2.6's `DataLoader(in_order=False)`: resume counts on torch's order of batches."
+    if ld.num_workers > 0 and getattr(ld, 'in_order', True) is False:
+        raise ValueError(
+            f"{type(ld).__name__}: in_order=False hands batches out as workers finish them, but resume counts "
+            f"on torch's order (and, over a stream, its round-robin dealing to workers): use in_order=True"
+        )
+
+
+def compat_seeding_here(ld) -> bool:
+    "Does `ld` make samples in this thread with a transform that draws from the global generators (the compatibility path)?"
+    d = ld.fetch_dataset
+    here = ld.workers is None and ld.num_workers == 0
+    return here and not (
+        (isinstance(d, SeededDataset) and d.explicit) or (isinstance(d, DecodeTransform) and d.draws_explicitly)
+    )
+
+# %% ../../nbs/engine/35_resume.ipynb #db142b3d
+def plan_or_own(name: str, default, doc: str) -> property:
+    "A DataLoader attribute that the batch plan answers for when there is one, else the value `DataLoader.__init__` set."
+
+    def get(ld):
+        return getattr(ld.plan, name) if ld.plan is not None else ld.__dict__.get('_own_' + name, default)
+
+    def put(ld, value):
+        ld.__dict__['_own_' + name] = value
+
+    return property(get, put, doc=doc)
+
+# %% ../../nbs/engine/35_resume.ipynb #a40b0002
 class ResumableDataLoader(IteratorParts, DataLoader):
     """torch's `DataLoader` with `state_dict()` / `load_state_dict()` over a `BatchPlan` (or a resumable stream),
     `stats()`, and its workers as torch's processes or a `WorkerPool` of threads (`workers=`); give it a `BatchPlan` as
@@ -159,9 +249,7 @@ class ResumableDataLoader(IteratorParts, DataLoader):
 
     _last = None  # map-style: the last batch delivered (None: none this pass); a stream: batches delivered this pass
     runs_across_epochs = False  # one iterator runs on across epochs (MultiEpochsDataLoader): each pass stops at its end
-    _is_accelerate_prepared = (
-        True  # Accelerate's prepare() hands it back as it is (re-created: plan lost, sharded twice)
-    )
+    _is_accelerate_prepared = True  # Accelerate's prepare() hands it back as it is (remade: plan lost, sharded twice)
 
     def __init__(
         self,
@@ -215,31 +303,12 @@ class ResumableDataLoader(IteratorParts, DataLoader):
     def batch_sampler(self, value):
         self.__dict__['_batches'] = value
 
-    @property
-    def batch_size(self) -> Optional[int]:
-        "Samples per batch: the plan's (None for scheduled batching, as timm's), else DataLoader's."
-        return self.plan.batch_size if self.plan is not None else self.__dict__.get('_batch_size')
-
-    @batch_size.setter
-    def batch_size(self, value):
-        self.__dict__['_batch_size'] = value
-
-    @property
-    def drop_last(self) -> bool:
-        "Is a short last batch dropped: the plan's, else DataLoader's."
-        return self.plan.drop_last if self.plan is not None else self.__dict__.get('_drop_last', False)
-
-    @drop_last.setter
-    def drop_last(self, value):
-        self.__dict__['_drop_last'] = value
-
-    @property  # DataLoader sets .sampler to a default one when given a batch sampler: expose the plan's
-    def sampler(self):
-        return self.plan.sampler if self.plan is not None else self._dl_sampler
-
-    @sampler.setter
-    def sampler(self, value):
-        self._dl_sampler = value
+    batch_size = plan_or_own(
+        'batch_size', None, "Samples per batch: the plan's (None: scheduled batches, as timm's), else own."
+    )
+    drop_last = plan_or_own('drop_last', False, "Is a short last batch dropped: the plan's, else DataLoader's.")
+    # DataLoader sets .sampler to a default one when given a batch sampler: expose the plan's
+    sampler = plan_or_own('sampler', None, "The plan's sampler, else the one DataLoader made.")
 
     @property
     def plan(self) -> Optional[BatchPlan]:
@@ -252,14 +321,7 @@ class ResumableDataLoader(IteratorParts, DataLoader):
         "'thread' (a `WorkerPool`) or 'process' (torch's workers; none with num_workers=0)."
         return 'process' if self.workers is None else 'thread'
 
-    @property
-    def seeds_globals_here(self) -> bool:
-        "Are samples made in this thread by a transform that draws from the global generators (the compatibility path)?"
-        d = self.fetch_dataset
-        here = self.workers is None and self.num_workers == 0
-        return here and not (
-            (isinstance(d, SeededDataset) and d.explicit) or (isinstance(d, DecodeTransform) and d.draws_explicitly)
-        )
+    seeds_globals_here = property(compat_seeding_here)
 
     # --- one pass
     def fresh_pass(self) -> bool:
@@ -280,11 +342,7 @@ class ResumableDataLoader(IteratorParts, DataLoader):
         return self.torch_iterator() if self.workers is None else self.workers.batches(self)
 
     def __iter__(self):
-        if self.num_workers > 0 and getattr(self, 'in_order', True) is False:  # torch >= 2.6's DataLoader(in_order=...)
-            raise ValueError(
-                f"{type(self).__name__}: in_order=False hands batches out as workers finish them, but resume counts "
-                f"on torch's order (and, over a stream, its round-robin dealing to workers): use in_order=True"
-            )
+        check_in_order(self)
         plan = self.plan
         if self.fresh_pass():
             if plan is not None:
@@ -294,37 +352,7 @@ class ResumableDataLoader(IteratorParts, DataLoader):
             return iter(())
         return DeliveredIterator(self, self.batch_iterator(), self.runs_across_epochs)
 
-    def note_delivered(self) -> bool:
-        "Count the batch just handed out (`DeliveredIterator` calls it); True when it ends its pass. Errors name what broke."
-        plan = self.plan
-        if plan is None:
-            self._last = (self._last or 0) + 1
-            return False  # a stream: batches delivered this pass
-        if not plan.in_flight:
-            raise RuntimeError(
-                f"{type(self).__name__} delivered a batch that its batch plan ({type(plan).__name__}) did not "
-                f"yield (an extra batch); {_HOW}"
-            )
-        m = plan.delivered()
-        d = self.fetch_dataset
-        here = self.workers is None and self.num_workers == 0
-        got = d.fetched_key if here and isinstance(d, SeededDataset) else None
-        if got is not None and got != m.key:
-            raise RuntimeError(
-                f"{type(self).__name__} delivered batch {m.k} of the pass out of order: its first key is "
-                f"{got}, the plan's is {m.key} (a batch sampler or loader that reorders or drops batches); {_HOW}"
-            )
-        self._last = m
-        return m.last
-
-    def check_pass_end(self):
-        "The pass ended: every batch its plan yielded was delivered (none dropped)."
-        plan = self.plan
-        if plan is not None and plan.in_flight and not self.runs_across_epochs:
-            raise RuntimeError(
-                f"{type(self).__name__} ended its pass with {plan.in_flight} batch(es) of its plan "
-                f"({type(plan).__name__}) not delivered (dropped); {_HOW}"
-            )
+    note_delivered, check_pass_end = note_delivered, check_pass_end  # (`DeliveredIterator` calls them) above
 
     # --- the position (`timmdata.engine.feeder.ResumesBatches`: what a prefetcher over it reads)
     @property
@@ -340,18 +368,7 @@ class ResumableDataLoader(IteratorParts, DataLoader):
         "The seed of the batch-level draws of the batch at `mark`."
         return batch_key(self, mark)
 
-    def state_at(self, mark) -> dict:
-        "The state after the batch `mark` (a `last_mark`; None: at the start of the pass in flight, or of the next): plain JSON data."
-        plan = self.plan
-        if plan is not None:
-            return plain_state(plan.state(mark))
-        if isinstance(self.dataset, IterableDataset):
-            return stream_state(self.dataset, mark or 0, self.batch_size)
-        raise NotImplementedError(
-            f"state_dict: this loader's batches come from {type(self.batch_sampler).__name__}, which has "
-            f"no resumable plan: give the DataLoader a ResumableBatchSampler (or ResumableScheduledSampler) "
-            f"and a SeededDataset, as create_loader does"
-        )
+    state_at = loader_state  # the state after the batch `mark` (a `last_mark`), plain JSON data
 
     def set_epoch(self, epoch: int):
         "Passes the epoch to the batch plan (its batch sampler), its sampler and the dataset, where they take one."
@@ -363,13 +380,7 @@ class ResumableDataLoader(IteratorParts, DataLoader):
 
     def load_state_dict(self, state_dict: dict):
         "Continue from `state_dict` at the next pass (call before iterating; `set_epoch` of the saved epoch keeps it)."
-        sd, plan = check_state(state_dict), self.plan
-        if plan is not None:
-            plan.load_state(sd, advance_done=self.runs_across_epochs)
-        elif isinstance(self.dataset, IterableDataset):
-            load_stream_state(self.dataset, sd, self.batch_size)
-        else:
-            self.state_at(None)  # raises the error saying why not
+        load_loader_state(self, state_dict)
         self._last = None
 
     def stats(self) -> LoaderStats:
@@ -381,7 +392,7 @@ class ResumableDataLoader(IteratorParts, DataLoader):
         if self.workers is not None:
             self.workers.close()
 
-
+# %% ../../nbs/engine/35_resume.ipynb #fdddc292
 ResumableDataLoader.__signature__ = inspect.Signature(  # torch's own parameters, and `workers` (for the docs)
     list(inspect.signature(DataLoader).parameters.values())
     + [inspect.Parameter('workers', inspect.Parameter.KEYWORD_ONLY, default=None)]
