@@ -40,10 +40,12 @@ CONTENDERS = {
     'dali-cpu': ('nvidia.dali', 'fn.readers.file (shuffles through a buffer, initial_fill=1024), '
                                 'decoders.image_random_crop (crop-aware: decodes only the crop; eval decodes all), '
                                 'fn.resize (linear, antialiased), crop_mirror_normalize; 2 CPU threads, device_id=None'),
-    'grain': ('grain', 'MapDataset of files, PIL open + crop + resize(bilinear, box=crop) + flip in 2 worker '
-                       'processes; batches are uint8 NHWC numpy, not normalised'),
+    'grain': ('grain', 'MapDataset of files, PIL open + full decode + crop + resize (bilinear, box=crop) + flip in 2 '
+                       'worker processes (ReadOptions 1 thread, 1 batch ahead, not the default 16 threads/500 ahead); '
+                       'batches are uint8 NHWC numpy, not normalised'),
     'spdl': ('spdl.io', "spdl.pipeline: FFmpeg decodes the whole JPEG, a filter graph crops/scales/flips "
-                        "(swscale bilinear); 2 threads; uint8 NCHW, not normalised"),
+                        "(swscale bilinear); 2 threads; uint8 NCHW, not normalised; one pipeline over all epochs (up to ~3 batches "
+                        "can be ready when a timed epoch starts, as with Grain and DALI's prefetch queue)"),
     'pil-limit': ('PIL', 'PIL full decode (open + convert RGB) in 2 processes, nothing else: the decode ceiling of '
                          'loaders that decode whole images'),
 }
@@ -254,7 +256,10 @@ def _grain(a, train):
         ds = grain.MapDataset.source(files)
         if train: ds = ds.shuffle(seed=0)
         ds = ds.repeat(epochs).map(GrainLoad(train)).batch(a.batch_size, drop_remainder=train)
-        return (tuple(torch.from_numpy(v) for v in b) for b in ds.to_iter_dataset().mp_prefetch(
+        # one element (a batch) at a time per worker, one batch buffered: a DataLoader worker's way. Grain's default
+        # ReadOptions (16 threads, 500 elements ahead) runs whole epochs ahead, which no timed window can see past
+        read = grain.ReadOptions(num_threads=1, prefetch_buffer_size=1)
+        return (tuple(torch.from_numpy(v) for v in b) for b in ds.to_iter_dataset(read).mp_prefetch(
             grain.multiprocessing.MultiprocessingOptions(num_workers=a.workers)))
     return _epochs_from_iterator(make, n_batches)
 
@@ -289,7 +294,7 @@ def _spdl(a, train):
                 if train: rng.shuffle(order)
                 yield from order
         pl = (PipelineBuilder().add_source(src()).pipe(load, concurrency=a.workers)
-              .aggregate(a.batch_size, drop_last=train).pipe(collate).add_sink(4).build(num_threads=a.workers))
+              .aggregate(a.batch_size, drop_last=train).pipe(collate).add_sink(2).build(num_threads=a.workers))
         def gen():
             with pl.auto_stop(): yield from pl
         return gen()
@@ -327,7 +332,7 @@ def child(a):
     epoch = build(name, a, train)
     res = dict(name=name, pipeline=a.pipeline, built_s=time.time() - t_build)
     first = None
-    rates, cpu_ms, pss = [], [], []
+    rates, cpu_ms = [], []
     for e in range(a.epochs + 1):
         before, r0, t0, n = tree_cpu(me), reaped_cpu(), time.perf_counter(), 0
         for x, y in epoch():
@@ -339,11 +344,12 @@ def child(a):
         dt = time.perf_counter() - t0
         after, r1 = tree_cpu(me), reaped_cpu()
         cpu = sum(v - before.get(p, 0.0) for p, v in after.items()) + (r1 - r0)
-        pss.append(tree_pss_mb(me))
         if e == 0: res.update(warmup_s=dt, warmup_images=n)
         else: rates.append(n / dt); cpu_ms.append(1000 * cpu / max(n, 1))
         if n == 0: raise RuntimeError(f'{name} {a.pipeline}: an epoch gave no images')
-    res.update(images=n, rates=rates, cpu_ms=cpu_ms, pss_mb=max(pss))
+    # PSS once, at the end (workers still alive): a pause between epochs would let a loader that streams over one
+    # iterator (Grain, SPDL) fill its buffers ahead of the timed epoch
+    res.update(images=n, rates=rates, cpu_ms=cpu_ms, pss_mb=tree_pss_mb(me))
     print('RESULT ' + json.dumps(res), flush=True)
 
 
@@ -429,6 +435,18 @@ def availability(py) -> dict:
             out[n] = (f'not installed in {py} ({reasons[peer]})' if peer in reasons else
                       f'not importable in {py}: {got[m]} (run bench/setup_peers.sh)')
     return out
+
+
+def versions(py) -> str:
+    "Installed versions of the contenders' packages in `py`."
+    code = ('from importlib.metadata import version\nout = []\nfor d in %r:\n    try: out.append(f"{d} {version(d)}")\n'
+            '    except Exception: pass\nprint(", ".join(out))' % (DISTS,))
+    try: return subprocess.run([py, '-c', code], capture_output=True, text=True, timeout=120).stdout.strip()
+    except Exception: return '?'
+
+
+DISTS = ('timmdata', 'timm', 'torch', 'torchvision', 'pillow', 'numpy', 'ffcv', 'numba', 'opencv-python-headless',
+         'nvidia-dali-cuda120', 'grain', 'spdl', 'spdl-io', 'spdl-core')
 
 
 def run_child(py, name, pipe, a) -> tuple:
@@ -529,7 +547,7 @@ def main(argv=None):
     summary = summarise(runs)
     head = [f'timmdata vs peers (issue 46), {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}',
             f'command: {" ".join([Path(py).name] + [str(x) for x in (argv if argv is not None else sys.argv)])}',
-            f"peers' python: {py}",
+            f"peers' python: {py}; {versions(py)}",
             f'{a.images} generated 500x375 JPEGs (q90, timmdata.sample_data), batch {a.batch_size}, {a.workers} workers, '
             f'{a.rounds} alternating rounds x ({a.epochs} timed epoch after 1 warm-up epoch), each contender in its own '
             f'process; train: RandomResizedCrop 224 + flip, no colour jitter; eval: resize 256 + centre crop 224',
