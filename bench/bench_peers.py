@@ -167,7 +167,7 @@ def write_beton(a) -> float:
 
 
 def _ffcv(a, train, normalise):
-    import numpy as np, torch
+    import numpy as np
     from ffcv.loader import Loader, OrderOption
     from ffcv.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder, CenterCropRGBImageDecoder
     from ffcv.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage, NormalizeImage, Squeeze
@@ -533,6 +533,7 @@ def main(argv=None):
     load = [load_avg()]
     runs, failed = [], {}
     t0 = time.time()
+    out = a.out or (None if a.quick else RESULTS)
     for r in range(a.rounds):
         order = todo[r % len(todo):] + todo[:r % len(todo)] if todo else []  # rotate: nobody always runs first
         for pipe in pipes:
@@ -544,28 +545,36 @@ def main(argv=None):
                 print(f'  round {r + 1} {pipe:<5} {n:<16} {statistics.median(res["rates"]):7.0f} img/s '
                       f'{statistics.median(res["cpu_ms"]):6.2f} CPU ms/img  first batch {res["first_batch_s"]:.1f} s', flush=True)
         load.append(load_avg())
-    summary = summarise(runs)
-    head = [f'timmdata vs peers (issue 46), {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}',
-            f'command: {" ".join([Path(py).name] + [str(x) for x in (argv if argv is not None else sys.argv)])}',
-            f"peers' python: {py}; {versions(py)}",
-            f'{a.images} generated 500x375 JPEGs (q90, timmdata.sample_data), batch {a.batch_size}, {a.workers} workers, '
-            f'{a.rounds} alternating rounds x ({a.epochs} timed epoch after 1 warm-up epoch), each contender in its own '
-            f'process; train: RandomResizedCrop 224 + flip, no colour jitter; eval: resize 256 + centre crop 224',
-            f'machine: {os.cpu_count()} cores, SHARED with other sessions (load below); {gpu_note()}',
-            'load: ' + ' | '.join(load), f'run took {time.time() - t0:.0f} s'] + notes
-    body = format_table(summary, skipped, failed)
-    cfg = '\n'.join(f'  {n}: {CONTENDERS[n][1]}' for n in only)
-    text = '\n'.join(head) + '\n\n' + body + '\n\nwhat each contender does:\n' + cfg + '\n'
+        text = report(a, argv, py, only, runs, skipped, failed, notes, load, r + 1, t0)
+        if out: save(out, text, runs, skipped, failed)  # after every round: a run cut short keeps what it measured
     print('\n' + text)
-    out = a.out or (None if a.quick else RESULTS)
-    if out:
-        Path(out).write_text(text)
-        Path(out).with_suffix('.json').write_text(json.dumps(dict(title=head[0], runs=runs, skipped=skipped,
-                                                                  failed=failed, header=head), indent=1))
-        print(f'saved {out} (+ .json)')
+    if out: print(f'saved {out} (+ .json)')
+    summary = summarise(runs)
     pic = a.picture or (None if a.quick else PICTURE)
     if pic and summary: plot(summary, pic, f'{a.images} images, batch {a.batch_size}, {a.workers} workers, shared 2-core CPU'); print(f'picture: {pic}')
 
+
+def report(a, argv, py, only, runs, skipped, failed, notes, load, rounds_done, t0) -> str:
+    "The results file's text: what was run, on what, under which load, then the table and each contender's configuration."
+    head = [f'timmdata vs peers (issue 46), {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}',
+            f'command: {" ".join([os.path.relpath(py, ROOT)] + [str(x) for x in (argv if argv is not None else sys.argv)])}',
+            f"peers' python: {py}; {versions(py)}",
+            f'{a.images} generated 500x375 JPEGs (q90, timmdata.sample_data), batch {a.batch_size}, {a.workers} workers, '
+            f'{rounds_done} of {a.rounds} alternating rounds done x ({a.epochs} timed epoch after 1 warm-up epoch), each '
+            f'contender in its own process; train: RandomResizedCrop 224 + flip, no colour jitter; eval: resize 256 + '
+            f'centre crop 224',
+            f'machine: {os.cpu_count()} cores, SHARED with other sessions (load below); {gpu_note()}',
+            'load (uptime before the run and after each round): ' + ' | '.join(load),
+            f'run took {time.time() - t0:.0f} s so far'] + notes
+    cfg = '\n'.join(f'  {n}: {CONTENDERS[n][1]}' for n in only)
+    return '\n'.join(head) + '\n\n' + format_table(summarise(runs), skipped, failed) + '\n\nwhat each contender does:\n' + cfg + '\n'
+
+
+def save(out, text, runs, skipped, failed):
+    "The table to `out`, every child's result to `out` with .json (for the picture and the notebook)."
+    Path(out).write_text(text)
+    Path(out).with_suffix('.json').write_text(json.dumps(dict(title=text.splitlines()[0], runs=runs, skipped=skipped,
+                                                              failed=failed, header=text.split('\n\n')[0]), indent=1))
 
 if __name__ == '__main__':
     main()
