@@ -34,11 +34,12 @@ CONTENDERS = {
     'timm-noprefetch': ('timm', 'timm.data create_loader, use_prefetcher=False (workers run ToTensor + Normalize)'),
     'torchvision': ('torchvision', 'ImageFolder + DataLoader; RandomResizedCrop/Resize (PIL, bilinear, antialiased), '
                                    'ToTensor, Normalize in the workers'),
-    'ffcv-uint8': ('ffcv', "reads its re-encoded .beton (JPEG q90 written from the folder), not the JPEG files; "
-                           "crop-aware decode (RandomResizedCrop/CenterCrop decoders), OpenCV resize; uint8 out"),
+    'ffcv-uint8': ('ffcv', "reads its re-encoded .beton (JPEG q90 written from the folder), not the JPEG files; its "
+                           "RandomResizedCrop/CenterCrop decoders decode the whole JPEG (libjpeg-turbo), then crop and "
+                           "resize in C (bench/peers_decode.py: more CPU than the whole decode alone); uint8 out"),
     'ffcv-float': ('ffcv', 'as ffcv-uint8 plus NormalizeImage (float32) in its pipeline'),
     'dali-cpu': ('nvidia.dali', 'fn.readers.file (shuffles through a buffer, initial_fill=1024), '
-                                'decoders.image_random_crop (crop-aware: decodes only the crop; eval decodes all), '
+                                "decoders.image_random_crop (decodes the crop's region only; eval decodes all), "
                                 'fn.resize (linear, antialiased), crop_mirror_normalize; 2 CPU threads, device_id=None'),
     'grain': ('grain', 'MapDataset of files, PIL open + full decode + crop + resize (bilinear, box=crop) + flip in 2 '
                        'worker processes (ReadOptions 1 thread, 1 batch ahead, not the default 16 threads/500 ahead); '
@@ -377,12 +378,12 @@ def format_table(summary: dict, skipped: dict | None = None, failed: dict | None
         b = summary.get((base, pipe))
         lines.append(f'{pipe}:')
         lines.append(f'  {"contender":<16}{"img/s":>8}{"timmdata x":>12}{"CPU ms/img":>12}{"CPU x":>8}'
-                     f'{"1st batch s":>13}{"PSS MB":>8}  output')
+                     f'{"1st batch s":>13}{"PSS MB":>8}  {"img/s by round":<16}output')
         for n, s in sorted(rows, key=lambda r: -r[1]['img_s']):
             fast = f'{b["img_s"] / s["img_s"]:.2f}' if b and s['img_s'] > 0 else '-'
             cpu = f'{s["cpu"] / b["cpu"]:.2f}' if b and b['cpu'] > 0 else '-'
             lines.append(f'  {n:<16}{s["img_s"]:>8.0f}{fast:>12}{s["cpu"]:>12.2f}{cpu:>8}{s["first_s"]:>13.1f}'
-                         f'{s["pss_mb"]:>8.0f}  {s["output"]}')
+                         f'{s["pss_mb"]:>8.0f}  {"/".join(f"{r:.0f}" for r in s["rates"]):<16}{s["output"]}')
     lines.append('  timmdata x: timmdata img/s / contender img/s (>1: timmdata faster). CPU x: contender CPU per image / '
                  "timmdata's (>1: the contender spends more).")
     for what, d in (('skipped', skipped or {}), ('failed', failed or {})):
@@ -491,6 +492,8 @@ def main(argv=None):
     ap.add_argument('--picture', default=None, help=f'picture to write (default {PICTURE.relative_to(ROOT)} for a full run)')
     ap.add_argument('--timeout', type=int, default=600, help='seconds one child may take')
     ap.add_argument('--plot-only', default=None, metavar='JSON', help='only redraw the picture from a saved .json')
+    ap.add_argument('--table-from', default=None, metavar='JSON',
+                    help="rewrite the results .txt beside a saved .json from it (its header kept; this version's notes)")
     ap.add_argument('--child', default=None, help=argparse.SUPPRESS)
     ap.add_argument('--pipeline', default='train', help=argparse.SUPPRESS)
     ap.add_argument('--write-beton', action='store_true', help=argparse.SUPPRESS)
@@ -500,6 +503,14 @@ def main(argv=None):
     if a.plot_only:
         d = json.loads(Path(a.plot_only).read_text())
         plot(summarise(d['runs']), a.picture or PICTURE, d.get('title', '')); return
+    if a.table_from:
+        d, js = json.loads(Path(a.table_from).read_text()), Path(a.table_from)
+        names = list(dict.fromkeys([r['name'] for r in d['runs']] + list(d['skipped']) + list(d['failed'])))
+        text = (d['header'] + f'\n(table re-rendered from {js.name} with --table-from, '
+                f'{time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})\n\n'
+                + format_table(summarise(d['runs']), d['skipped'], d['failed']) + '\n\nwhat each contender does:\n'
+                + '\n'.join(f'  {n}: {CONTENDERS[n][1]}' for n in names if n in CONTENDERS) + '\n')
+        js.with_suffix('.txt').write_text(text); print(text); return
     if a.quick: a.rounds, a.images = 1, min(a.images, 300)
     only = [s for s in a.only.split(',') if s] or list(CONTENDERS)
     bad = [s for s in only if s not in CONTENDERS]
