@@ -392,7 +392,7 @@ def format_table(summary: dict, skipped: dict | None = None, failed: dict | None
 
 
 def plot(summary: dict, path, title=''):
-    "Two rows (train, eval) of two bar charts: img/s and CPU ms per image per contender."
+    "Two rows (train, eval) of two bar charts: img/s and CPU ms per image per contender (median; dots: each round)."
     import matplotlib; matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(2, 2, figsize=(9, 6.2), dpi=80)
@@ -403,6 +403,9 @@ def plot(summary: dict, path, title=''):
         for j, (key, lab) in enumerate((('img_s', 'images/s (higher is better)'), ('cpu', 'CPU ms per image (lower is better)'))):
             ax = axes[i][j]
             ax.barh(names, [s[key] for _, s in rows], color=col)
+            for y, (_, s) in enumerate(rows):  # each round's figure: how far the shared machine moved it
+                per = s['rates'] if key == 'img_s' else s['cpu_ms']
+                ax.plot(per, [y] * len(per), 'k.', ms=5)
             ax.set_title(f'{pipe}: {lab}', fontsize=10); ax.tick_params(labelsize=8)
     if title: fig.suptitle(title, fontsize=9)
     fig.tight_layout()
@@ -502,7 +505,7 @@ def main(argv=None):
     if a.write_beton: print('BETON', write_beton(a)); return
     if a.plot_only:
         d = json.loads(Path(a.plot_only).read_text())
-        plot(summarise(d['runs']), a.picture or PICTURE, d.get('title', '')); return
+        plot(summarise(d['runs']), a.picture or PICTURE, d.get('title', '') + ' (bars: median, dots: each round)'); return
     if a.table_from:
         d, js = json.loads(Path(a.table_from).read_text()), Path(a.table_from)
         names = list(dict.fromkeys([r['name'] for r in d['runs']] + list(d['skipped']) + list(d['failed'])))
@@ -562,7 +565,9 @@ def main(argv=None):
     if out: print(f'saved {out} (+ .json)')
     summary = summarise(runs)
     pic = a.picture or (None if a.quick else PICTURE)
-    if pic and summary: plot(summary, pic, f'{a.images} images, batch {a.batch_size}, {a.workers} workers, shared 2-core CPU'); print(f'picture: {pic}')
+    if pic and summary:
+        plot(summary, pic, f'{a.images} images, batch {a.batch_size}, {a.workers} workers, shared {os.cpu_count()}-core CPU '
+             '(bars: median, dots: each round)'); print(f'picture: {pic}')
 
 
 def report(a, argv, py, only, runs, skipped, failed, notes, load, rounds_done, t0) -> str:
