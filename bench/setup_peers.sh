@@ -98,9 +98,11 @@ fi
 say "done. venv: $VENV"
 (cd / && env -u PYTHONPATH "$PY" - <<'EOF'
 import importlib
-for name, mod in [('torch', 'torch'), ('torchvision', 'torchvision'), ('timm', 'timm'), ('timmdata', 'timmdata'),
-                  ('ffcv', 'ffcv'), ('dali', 'nvidia.dali'), ('grain', 'grain'), ('spdl', 'spdl.io')]:
-    try: m = importlib.import_module(mod); print(f'  {name:12} {getattr(m, "__version__", "?")}')
+from importlib.metadata import version  # the installed distribution's version (ffcv 1.0.2's __version__ says 0.0.3rc1)
+for name, mod, dist in [('torch', 'torch', 'torch'), ('torchvision', 'torchvision', 'torchvision'), ('timm', 'timm', 'timm'),
+                        ('timmdata', 'timmdata', 'timmdata'), ('ffcv', 'ffcv', 'ffcv'), ('dali', 'nvidia.dali', 'nvidia-dali-cuda120'),
+                        ('grain', 'grain', 'grain'), ('spdl', 'spdl.io', 'spdl')]:
+    try: importlib.import_module(mod); print(f'  {name:12} {version(dist)}')
     except Exception as e: print(f'  {name:12} MISSING ({type(e).__name__}: {str(e)[:80]})')
 EOF
 )
