@@ -78,3 +78,20 @@ def test_crop_boxes(bp):
         x0, y0, x1, y1 = bp._rrc_box(500, 375, rng)
         assert 0 <= x0 < x1 <= 500 and 0 <= y0 < y1 <= 375
     assert bp._eval_box(500, 375) == pytest.approx((85.9375, 23.4375, 414.0625, 351.5625))
+
+
+def test_table_from_saved_json(tmp_path):
+    "--table-from rewrites the .txt beside a saved run's .json from it, header kept, each round's img/s shown."
+    import json
+    runs = [run('timmdata', 'eval', [300.0], [1.0]), run('timmdata', 'eval', [500.0], [1.0]),
+            run('spdl', 'eval', [200.0], [2.5], out='uint8 NCHW 0-255 cpu')]
+    js = tmp_path / 'peers.json'
+    js.write_text(json.dumps(dict(header='made-up header\nload: 1.0', runs=runs, skipped={'grain': 'not installed'},
+                                  failed={})))
+    p = subprocess.run([sys.executable, str(SCRIPT), '--table-from', str(js)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    text = (tmp_path / 'peers.txt').read_text()
+    assert text.startswith('made-up header\nload: 1.0\n(table re-rendered from peers.json'), text[:200]
+    row = next(l for l in text.splitlines() if l.strip().startswith('timmdata')).split()
+    assert row[1] == '400' and '300/500' in row, row
+    assert 'skipped: grain: not installed' in text and '  spdl: ' in text.split('what each contender does:')[1]
