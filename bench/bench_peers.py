@@ -522,7 +522,8 @@ def main(argv=None):
     if any(p not in PIPELINES for p in pipes): ap.error(f'--pipelines: choose from {", ".join(PIPELINES)}')
     py = a.python or peers_python()
 
-    from timmdata.sample_data import make_sample_dataset
+    try: from timmdata.tools.sample_data import make_sample_dataset  # the package layout
+    except ImportError: from timmdata.sample_data import make_sample_dataset  # the flat one
     classes = 10
     data = Path(a.data or f'/tmp/timmdata_peers_{a.images}')
     print(f'data: {a.images} generated 500x375 JPEGs in {data}', flush=True)
