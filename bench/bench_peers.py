@@ -12,8 +12,9 @@ The peers live in a separate venv made by `bench/setup_peers.sh` (`.peers-venv/`
 reported as skipped with the reason. Run:
 
     bash bench/setup_peers.sh
-    .peers-venv/bin/python bench/bench_peers.py            # full run: 3 alternating rounds, ~1,500 images
-    .peers-venv/bin/python bench/bench_peers.py --quick    # 300 images, 1 round: to try it out
+    .peers-venv/bin/python bench/bench_peers.py            # full run: 3 alternating rounds, 1,500 images
+                                                           # (the committed runs used --rounds 2: ~20 min each)
+    .peers-venv/bin/python bench/bench_peers.py --quick    # 300 images, 1 round: to try it out (not for figures)
     python bench/bench_peers.py --plot-only bench/results/peers_2026-11-24.json   # the picture again
 """
 import argparse, json, os, resource, statistics, subprocess, sys, time
@@ -481,7 +482,10 @@ def gpu_note() -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--quick', action='store_true', help='300 images, 1 round, results not saved unless --out is given')
+    ap.add_argument('--quick', action='store_true',
+                    help='300 images, 1 round, results not saved unless --out is given: to try the setup, not for '
+                         "figures (with 5 batches an epoch, the batches Grain and SPDL prepare ahead are a large share "
+                         "of the timed epoch, so their img/s come out high and their CPU per image low)")
     ap.add_argument('--rounds', type=int, default=3, help='alternating rounds (default 3; --quick: 1)')
     ap.add_argument('--images', type=int, default=1500, help='generated images (default 1500; --quick: 300)')
     ap.add_argument('--batch-size', type=int, default=64)
