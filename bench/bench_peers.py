@@ -527,7 +527,7 @@ def main(argv=None):
     py = a.python or peers_python()
 
     try: from timmdata.tools.sample_data import make_sample_dataset  # the package layout
-    except ImportError: from timmdata.sample_data import make_sample_dataset  # the flat one
+    except ImportError: from timmdata.tools.sample_data import make_sample_dataset  # the flat one
     classes = 10
     data = Path(a.data or f'/tmp/timmdata_peers_{a.images}')
     print(f'data: {a.images} generated 500x375 JPEGs in {data}', flush=True)
@@ -580,7 +580,7 @@ def report(a, argv, py, only, runs, skipped, failed, notes, load, rounds_done, t
     head = [f'timmdata vs peers (issue 46), {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}',
             f'command: {" ".join([os.path.relpath(py, ROOT)] + [str(x) for x in (argv if argv is not None else sys.argv)])}',
             f"peers' python: {py}; {versions(py)}",
-            f'{a.images} generated 500x375 JPEGs (q90, timmdata.sample_data), batch {a.batch_size}, {a.workers} workers, '
+            f'{a.images} generated 500x375 JPEGs (q90, timmdata.tools.sample_data), batch {a.batch_size}, {a.workers} workers, '
             f'{rounds_done} of {a.rounds} alternating rounds done x ({a.epochs} timed epoch after 1 warm-up epoch), each '
             f'contender in its own process; train: RandomResizedCrop 224 + flip, no colour jitter; eval: resize 256 + '
             f'centre crop 224',

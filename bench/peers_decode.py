@@ -51,7 +51,7 @@ def lib_pil(files, datas):
 
 def lib_timmdata(files, datas):
     try: from timmdata.pixels.decode import NATIVE, encoded_jpeg  # the package layout
-    except ImportError: from timmdata.decode import NATIVE, encoded_jpeg  # the flat one
+    except ImportError: from timmdata.pixels.decode import NATIVE, encoded_jpeg  # the flat one
     nat = NATIVE.module
     if nat is None: return {'timmdata: native extension not built': float('nan')}
     hw = [(e.height, e.width) for e in (encoded_jpeg(d) for d in datas)]
