@@ -295,7 +295,6 @@ def test_no_page_opens_with_a_wall_of_tests():
     assert not bad + fixed, '\n'.join(bad + fixed)
 
 
-@pytest.mark.xfail(strict=True, reason='export cells over 150 lines (issue 42): 45_bench, pending its branch (h46)')
 def test_export_cells_are_short():
     bad = [m for p in sorted(NBS.rglob('*.ipynb')) for m in long_export_cells(p)]
     assert not bad, '\n'.join(bad)

@@ -255,7 +255,7 @@ def time_epoch(
         waited.append(wait)
     return n, dt
 
-# %% ../../nbs/tools/45_bench.ipynb #202a757b
+# %% ../../nbs/tools/45_bench.ipynb #adc778d4
 def usable_images(
     files,  # image files
     bad_sample: str = 'raise',  # a file PIL cannot decode: 'raise' naming it, or 'skip' (left out)
@@ -303,7 +303,7 @@ def _pipeline_result(rates: dict, mem: dict) -> dict | None:
         out['ratios'] = {f'timmdata/{k}': med['timmdata'] / med[k] for k in med if k != 'timmdata'}
     return out
 
-
+# %% ../../nbs/tools/45_bench.ipynb #b6d7e442
 def bench_loaders(
     root,  # image folder (class subfolders)
     pipelines=('train', 'eval'),  # timm's train and/or eval pipeline
