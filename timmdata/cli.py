@@ -344,7 +344,7 @@ def dataset_root(cmd: str, argv: list):
 
 # %% ../nbs/47_cli.ipynb #298660ae
 def profile_main(argv=None):
-    "`timmdata profile ROOT`: a short training epoch, where its time goes, and whether loading keeps up with a model step."
+    "`timmdata profile ROOT`: a short training epoch, where its time goes, whether loading keeps up with a model step, the headspace."
     from timmdata.bench import int_at_least  # imported when the command runs: `timmdata --help` stays fast
     from timmdata.check import usable_cpus
     from timmdata.dataset import ImageDataset
@@ -389,9 +389,10 @@ def profile_main(argv=None):
         worker_mode=a.worker_mode,
         device=resolve_device(None),
     )
-    st, why = profile_loader(ld, a.model_step_ms, a.batches)
+    st, why, hs = profile_loader(ld, a.model_step_ms, a.batches)
     print(st.table())
     print(why)
+    print(hs.table())  # the headspace: a perfect loader's step, the wait and its parts, what to do
     return 0
 
 
