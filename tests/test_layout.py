@@ -23,7 +23,7 @@ FLOORS = {
     'collate': 5, 'batch_ring': 5, 'mixup': 5, 'naflex_dataset': 5, 'naflex_mixup': 5,                     # samples to a uint8 batch (mixing collate too)
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
     'jitter': 6, 'prefetch': 6, 'gpu_decode': 7,                   # the batch on the device and its batch ops
-    'distributed_sampler': 7, 'batch_plan': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'resume': 7, 'threads': 7,        # wiring
+    'distributed_sampler': 7, 'batch_plan': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'resume': 7, 'threads': 7, 'tune': 7,        # wiring
     'cache': 8, 'bench': 8, 'cli': 8, 'check': 8, 'shards': 8, # tools on top
     'untrusted': 0,  # the checks every reader of an untrusted dataset shares
     'torch_compat': 0, 'runtime': 0,  # torch's private API in one place; the helpers every device loop shares
