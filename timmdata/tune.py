@@ -285,7 +285,7 @@ class AutoLoader:
         self._done = not tune or plan is None
         self._why = why_fixed or ('' if plan is not None else 'a stream: its split depends on the workers')
         if self._done:
-            self._decide()
+            self.decide()
 
     # --- what a loader does: the current one's
     def __getattr__(self, name):
@@ -379,15 +379,16 @@ class AutoLoader:
                 self.workers,
             )
         if nxt is None:
-            self._decide()
+            self.decide()
             keep = self.trials[self._keep].setting
             return keep if keep != self.trials[-1].setting else None
         self.trials.append(Trial(*nxt))
         return nxt
 
-    def _decide(self):
+    def decide(self):
+        "End the search: keep the best setting measured (from `_next`; the CLI calls it when its batches run out)."
         self._done = True
-        keep = choose(self.trials, self.budget.target) if self.trials[-1].batches else self.trials[-1]
+        keep = choose(self.trials, self.budget.target)  # the measured ones (none yet: the one running)
         self._keep = self.trials.index(keep)
         self._why = self._why or explain(keep, len(self.trials), self.budget)
         _log.info(
