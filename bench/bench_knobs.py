@@ -8,8 +8,8 @@ Each contender is a fresh Python process that builds `create_loader(..., device=
 decode-once store built by `timmdata.cache.build_cache`) and runs epochs with a model step in the training thread after
 each batch: 'none', 'sleep' (30 ms: a GPU step, which leaves the CPU free) or 'cpu' (a small conv net's forward and
 backward on the batch: a CPU-bound step). A grid setting runs one warm-up epoch and two measured ones; the 'auto'
-loader (num_workers, worker_mode and prefetch_factor 'auto';
-windows of 6 batches after 2 to settle) runs until its search is done (its first-epochs cost: the time and batches until then), then two measured epochs.
+loader (num_workers, worker_mode and prefetch_factor 'auto'; windows of 6 batches after 2 to settle) runs until its
+search is done (its first-epochs cost: the time and batches until then), then two measured epochs.
 Printed per (workload, step): images/s of the measured epochs, the consumer's wait as a share of the wall time, the
 PSS of the process tree at the end (shared pages divided among the processes), and each against the best grid
 setting; then the answers the issue asks: auto against the best grid setting where loading is the bottleneck, auto's

@@ -75,6 +75,19 @@ def test_resume_into_an_auto_loader(root, monkeypatch):
     same_batches(head + tail, ref)
 
 
+def test_mixup_switch_carried_over(root, monkeypatch):
+    "timm's train.py turns mixup off late by setting `loader.mixup_enabled`: it reaches the current loader, and the next."
+    from timmdata.mixup import FastCollateMixup
+    scripted(monkeypatch, [('process', 1, 2)])
+    ld = auto(root, collate_fn=FastCollateMixup(mixup_alpha=0.8, num_classes=10))
+    assert ld.mixup_enabled
+    ld.mixup_enabled = False
+    first = ld.loader
+    assert not first.mixup_enabled
+    run_epochs(ld, 1)
+    assert ld.loader is not first and not ld.loader.mixup_enabled and not ld.mixup_enabled
+
+
 def test_bad_values_named(root):
     ds = ImageDataset(root)
     with pytest.raises(ValueError, match="num_workers must be an int >= 0 or 'auto'; got 'many'"):

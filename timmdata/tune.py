@@ -16,7 +16,7 @@ from .torch_compat import forget_iterator, kept_iterator, shutdown_workers
 
 # %% auto #0
 __all__ = ['TRIAL_HEADER', 'PROCESS_WORKER_BYTES', 'Budget', 'Trial', 'loader_memory', 'worker_bytes', 'next_setting', 'choose',
-           'first_setting', 'explain', 'tree_memory', 'loader_plan', 'AutoLoader']
+           'first_setting', 'explain', 'tree_memory', 'loader_plan', 'CurrentLoader', 'AutoLoader']
 
 # %% ../nbs/37a_tune.ipynb #b486cdd9
 def _meminfo(key: str) -> Optional[int]:
@@ -251,11 +251,44 @@ def _stop_workers(loader):
         shutdown_workers(kept_iterator(inner))
         forget_iterator(inner)
 
+# %% ../nbs/37a_tune.ipynb #e9f18a22
+class CurrentLoader:
+    """A loader that is another one, which it may replace: `len`, `set_epoch`, `state_dict`, `stats()`, `mixup_enabled`
+    (which timm's train.py sets) and every other attribute are those of `self.loader`, the current one."""
+
+    def __getattr__(self, name):
+        if name == 'loader':
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int):
+        self.loader.set_epoch(epoch)
+
+    def state_dict(self) -> dict:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state_dict: dict):
+        self.loader.load_state_dict(state_dict)
+
+    def stats(self):
+        return self.loader.stats()
+
+    @property
+    def mixup_enabled(self) -> bool:
+        return self.loader.mixup_enabled
+
+    @mixup_enabled.setter
+    def mixup_enabled(self, on: bool):
+        self.loader.mixup_enabled = on
+
 # %% ../nbs/37a_tune.ipynb #b715bd91
 _log = logging.getLogger('timmdata')
 
 
-class AutoLoader:
+class AutoLoader(CurrentLoader):
     """`create_loader(..., num_workers='auto')`: a loader that tries settings (worker mode, workers, look-ahead) over
     windows of its first batches and keeps the one that holds the consumer's wait under the target with the fewest
     workers. Each switch hands the position over (`state_dict` into a loader built with the new setting): the batches are
@@ -286,27 +319,6 @@ class AutoLoader:
         self._why = why_fixed or ('' if plan is not None else 'a stream: its split depends on the workers')
         if self._done:
             self.decide()
-
-    # --- what a loader does: the current one's
-    def __getattr__(self, name):
-        if name == 'loader':
-            raise AttributeError(name)
-        return getattr(self.loader, name)
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def set_epoch(self, epoch: int):
-        self.loader.set_epoch(epoch)
-
-    def state_dict(self) -> dict:
-        return self.loader.state_dict()
-
-    def load_state_dict(self, state_dict: dict):
-        self.loader.load_state_dict(state_dict)
-
-    def stats(self):
-        return self.loader.stats()
 
     def tuning(self) -> dict:
         "The decision and its measurements: the setting kept (as create_loader keywords), why, and every trial."
@@ -404,5 +416,7 @@ class AutoLoader:
         if plan is not None:
             plan.seed_explicit = self._explicit  # a state from elsewhere is taken as the first loader would
         self.loader.load_state_dict(state)
+        if isinstance(old, PrefetchLoader) and isinstance(self.loader, PrefetchLoader):
+            self.loader.mixup_enabled = old.mixup_enabled  # as the training loop left it (timm turns mixup off late)
         self._seen, self._mark = 0, None
         _stop_workers(old)
