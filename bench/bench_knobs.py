@@ -15,7 +15,7 @@ PSS of the process tree at the end (shared pages divided among the processes), a
 setting; then the answers the issue asks: auto against the best grid setting where loading is the bottleneck, auto's
 workers against the fewest grid workers with < 2% wait where the model is, its memory against its budget, and the
 cores and memory saved against timm's default (4 worker processes). `--json PATH` keeps the rows for the picture."""
-import argparse, json, os, random, subprocess, sys, tempfile, time
+import argparse, json, os, random, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 CHILD = r'''
@@ -115,7 +115,7 @@ def main():
                 rows[c].setdefault(label(s), []).append(res | dict(setting=s))
                 print(f'  [{time.time() - t0:6.0f} s] {pipe}/{step} {label(s)}: {res["ips"]:.0f} img/s, wait {res["stall"]:.0%}',
                       file=sys.stderr, flush=True)
-    med = lambda v: sorted(v)[len(v) // 2]
+    med = statistics.median
     summary = {}
     for c in combos:
         pipe, step = c

@@ -145,7 +145,8 @@ def next_setting(
 ) -> Optional[tuple]:
     """The next setting to try, or None when the search is done: more workers while the consumer waits over the target
     (as many as the measured work per step asks, within the cores left and the memory budget), then more look-ahead,
-    then the other mode; fewer workers when it keeps up with fewer by the same measure."""
+    then the other mode, then the core left to a busy training thread; fewer workers when it keeps up with fewer by the
+    same measure."""
     last, tried = trials[-1], {t.setting for t in trials}
     cap = min(budget.loading_cores(last.consumer_cpu), workers[1])
 
@@ -167,6 +168,11 @@ def next_setting(
         other = [m for m in modes if m != mode]
         if other and fits((other[0], n, prefetches[0])):
             return (other[0], n, prefetches[0])
+        every = min(
+            budget.cores, workers[1]
+        )  # the core kept for a busy training thread too: kept if it pays (`choose`)
+        if every > n and fits((mode, every, pf)):
+            return (mode, every, pf)
         return None
     fewer = (mode, max(min(need, n - 1), workers[0]), pf)
     return fewer if fewer[1] < n and fits(fewer) else None
