@@ -552,8 +552,6 @@ def _check_auto(o: LoaderOptions) -> bool:
     pf = o.prefetch_factor
     if isinstance(pf, str) and pf != 'auto':
         raise ValueError(f"prefetch_factor must be None, an int >= 1 or 'auto'; got {pf!r}")
-    if o.worker_mode != 'auto' and o.worker_mode not in ('process', 'thread'):
-        raise ValueError(f"worker_mode must be one of 'process', 'thread', 'auto'; got {o.worker_mode!r}")
     return o.num_workers == 'auto' or pf == 'auto'
 
 # %% ../nbs/38_loader.ipynb #b86cfc56
