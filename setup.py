@@ -24,7 +24,7 @@ min_python = cfg['min_python']
 # goes on, and timmdata decodes whole images and normalises with torch ops instead (slower, same results).
 native_ext = Extension('timmdata._native', ['csrc/native.c'], libraries=['jpeg'],
                        extra_compile_args=['/O2'] if sys.platform == 'win32' else ['-O3'], optional=True)
-BUILD_NOTE = '_native_build.txt'  # beside the extension, only when its build failed: timmdata.decode.NATIVE_STATUS reads it
+BUILD_NOTE = '_native_build.txt'  # beside the extension, only when its build failed: timmdata.pixels.decode.NATIVE_STATUS reads it
 
 def _why(log: str, err: Exception) -> str:
     "One line saying why the compiler failed: a missing header named as such, else the compiler's first error."

@@ -41,8 +41,8 @@ def proc_cpu(pid: int) -> float:
 
 
 def epoch_cpu(loader) -> tuple:
-    "One pass of `loader` (timmdata.bench's time_epoch): (images, wall seconds, CPU seconds of this process, of its workers)."
-    from timmdata.bench import time_epoch, worker_pids
+    "One pass of `loader` (timmdata.tools.bench's time_epoch): (images, wall seconds, CPU seconds of this process, of its workers)."
+    from timmdata.tools.bench import time_epoch, worker_pids
     me, workers = os.getpid(), worker_pids(loader)  # persistent workers: the same processes before and after
     before = {p: proc_cpu(p) for p in workers + [me]}
     n, dt = time_epoch(loader)

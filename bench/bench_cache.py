@@ -28,7 +28,7 @@ import torch
 
 # run as `python bench/bench_cache.py` from a checkout: the repository's timmdata, installed or not
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from timmdata.bench import LOADERS, bench_root
+from timmdata.tools.bench import LOADERS, bench_root
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import epoch_cpu as _epoch
 
@@ -47,7 +47,7 @@ _CHILD = r"""
 import json, os, sys, torch
 sys.path.insert(0, sys.argv[6])  # bench/, for _common
 from _common import epoch_cpu
-from timmdata.bench import LOADERS
+from timmdata.tools.bench import LOADERS
 store, train, bs, workers, threads = sys.argv[1], sys.argv[2] == 'train', int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 if threads: torch.set_num_threads(threads)
 ld = LOADERS['timmdata'](store, train, bs, workers)
@@ -92,8 +92,8 @@ def _per_image_costs(loader, train: bool = True, n: int = 512, reps: int = 3) ->
     reader = ds.reader
     idx = np.random.default_rng(0).permutation(len(reader))[:n].tolist()
     threads = torch.get_num_threads(); torch.set_num_threads(1)
-    from timmdata.collate import fast_collate
-    from timmdata.resample import PendingResize
+    from timmdata.engine.collate import fast_collate
+    from timmdata.pixels.resample import PendingResize
     deferred = False
     out = {}
     def timed(name, fn, count):
@@ -206,7 +206,7 @@ def _measure(mode: str, root: Path, store: Path, epochs: int, batch_size: int, w
 def run(root=None, store=None, epochs: int = 5, batch_size: int = 64, workers: int = 2, max_size: int = 256,
         fmt: str = 'raw', out='out/bench_cache', folder_timmdata: bool = True, main_threads: int | None = None,
         modes=('train', 'eval'), old=None) -> dict:
-    from timmdata.cache import build_cache
+    from timmdata.store.builder import build_cache
     if main_threads: torch.set_num_threads(main_threads)  # the main process only: workers run one thread each anyway
     root = bench_root(root)  # default: the generated sample dataset's train/ folder, made when missing
     store = Path(store) if store else root.parent.parent / f'{root.parent.name}_store'

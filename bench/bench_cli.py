@@ -1,7 +1,7 @@
 """CLI start-up: `timmdata --version` and `timmdata --help` now (lazy imports) against the eager import the CLI once did.
 
 Each command runs in a fresh Python, `--runs` times, alternating; the median wall time is printed with the ratio.
-The eager figure imports what the old `timmdata.cli` imported before parsing its arguments (torch and the whole
+The eager figure imports what the old `timmdata.tools.cli` imported before parsing its arguments (torch and the whole
 library: `import timmdata` with every name, and the loader, bench, cache, check and shards modules), then answers.
 
     python bench/bench_cli.py            # 7 runs each
@@ -12,9 +12,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EAGER = ("import timmdata; timmdata.ImageDataset\n"  # every public name, as `import timmdata` did
-         "import timmdata.loader, timmdata.bench, timmdata.cache, timmdata.check, timmdata.shards\n"
-         "from timmdata.cli import main; import sys; sys.exit(main(sys.argv[1:]))")
-LAZY = "from timmdata.cli import main; import sys; sys.exit(main(sys.argv[1:]))"  # what the console script runs
+         "import timmdata.loader, timmdata.tools.bench, timmdata.store.builder, timmdata.tools.check, timmdata.tools.shards\n"
+         "from timmdata.tools.cli import main; import sys; sys.exit(main(sys.argv[1:]))")
+LAZY = "from timmdata.tools.cli import main; import sys; sys.exit(main(sys.argv[1:]))"  # what the console script runs
 
 
 def wall(cmd: list) -> float:

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import epoch as _epoch
 from bench_streaming import _write_shards
 from timmdata import ImageDataset, create_loader, make_sample_dataset
-from timmdata.streaming import IterableImageDataset
+from timmdata.streams.streaming import IterableImageDataset
 
 
 def _children_stats() -> tuple:

@@ -21,7 +21,7 @@ import argparse, os, resource, statistics, sys, time
 import torch
 from pathlib import Path
 from PIL import Image
-from timmdata.bench import LOADERS, bench_root, decode_limit, time_epoch, worker_pids
+from timmdata.tools.bench import LOADERS, bench_root, decode_limit, time_epoch, worker_pids
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import proc_cpu
 
@@ -40,9 +40,9 @@ def timed_epoch(loader) -> tuple:
 def stages(tmp, files, repeats: int = 7):
     "Where an eval image's CPU time goes, stage by stage, in this process (torch single-threaded, as in a worker)."
     import numpy as np
-    from timmdata.collate import fast_collate
-    from timmdata.decode import NATIVE, encoded_jpeg
-    from timmdata.resample import _source_span, vertical_first
+    from timmdata.engine.collate import fast_collate
+    from timmdata.pixels.decode import NATIVE, encoded_jpeg
+    from timmdata.pixels.resample import _source_span, vertical_first
     torch.set_num_threads(1)
     nat, ld = NATIVE.loaded, LOADERS['timmdata'](tmp, False, 64, 0)
     seeded = ld.loader.fetch_dataset  # the SeededDataset the loader reads (.dataset is the one passed in, as timm's)

@@ -72,8 +72,8 @@ def main(argv=None):
     p.add_argument('--rounds', type=int, default=3)
     p.add_argument('--n', type=int, default=200, help='images per thread per round')
     a = p.parse_args(argv)
-    from timmdata import decode
-    from timmdata.bench import bench_root
+    from timmdata.pixels import decode
+    from timmdata.tools.bench import bench_root
     if decode.native is None: raise SystemExit(f'the native decoder is not active ({decode.NATIVE_STATUS})')
     files = sorted(str(f) for f in Path(bench_root(a.root)).rglob('*') if f.suffix.lower() in ('.jpg', '.jpeg'))[:a.n]
     builds = {'new (this build)': decode.native}

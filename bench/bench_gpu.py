@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 
 import timmdata
-from timmdata import decode
+from timmdata.pixels import decode
 from timmdata.config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-from timmdata.gpu_decode import create_device_decode_loader
-from timmdata.sample_data import make_sample_dataset
+from timmdata.engine.gpu_decode import create_device_decode_loader
+from timmdata.tools.sample_data import make_sample_dataset
 
 SIZE = 224
 CLK = os.sysconf('SC_CLK_TCK')

@@ -24,7 +24,7 @@ def measure(store, steady: bool, warmup: int = 3, epochs: int = 3) -> dict:
     import torch
     import timmdata.loader as L
     from timmdata import ImageDataset, create_loader
-    from timmdata.bench import worker_pids
+    from timmdata.tools.bench import worker_pids
     if not steady: L.steady_heap = lambda: False  # forked workers inherit the patched module (worker_init looks it up)
     torch.set_num_threads(1)
     ld = create_loader(ImageDataset(str(store)), (3, 224, 224), 64, is_training=True, num_workers=2, device='cpu')

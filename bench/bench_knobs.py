@@ -5,7 +5,7 @@ contenders alternating.
 
 Each contender is a fresh Python process that builds `create_loader(..., device='cpu')` over generated 500x375 photos
 (workload 'train': the default training pipeline from the JPEGs; 'eval': the eval pipeline; 'store': training from a
-decode-once store built by `timmdata.cache.build_cache`) and runs epochs with a model step in the training thread after
+decode-once store built by `timmdata.store.builder.build_cache`) and runs epochs with a model step in the training thread after
 each batch: 'none', 'sleep' (30 ms: a GPU step, which leaves the CPU free) or 'cpu' (a small conv net's forward and
 backward on the batch: a CPU-bound step). A grid setting runs one warm-up epoch and two measured ones; the 'auto'
 loader (num_workers, worker_mode and prefetch_factor 'auto'; windows of 6 batches after 2 to settle) runs until its
@@ -91,7 +91,7 @@ def main():
     p.add_argument('--json', help='write the rows here (for the picture)')
     a = p.parse_args()
     from timmdata import make_sample_dataset
-    from timmdata.cache import build_cache
+    from timmdata.store.builder import build_cache
     tmp = Path(tempfile.mkdtemp())
     root = make_sample_dataset(tmp / 's', n_train=a.n // 10, n_val=1, size=(500, 375)) / 'train'
     store = tmp / 'store'

@@ -7,9 +7,9 @@ the same folder, alternating epoch by epoch; one runs the PrefetchLoader's batch
 the other through the torch ops it replaces (everything else identical). Prints medians over the epochs after
 a warm-up."""
 import argparse, statistics, time
-from timmdata import decode
-from timmdata.bench import LOADERS, time_epoch, bench_root
-from timmdata.prefetch import PrefetchLoader
+from timmdata.pixels import decode
+from timmdata.tools.bench import LOADERS, time_epoch, bench_root
+from timmdata.engine.prefetch import PrefetchLoader
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])

@@ -16,7 +16,7 @@ CASES = {  # name: (source h, w), resample_window's arguments after the source
 
 def measure(calls: int, reps: int) -> dict:
     import numpy as np
-    from timmdata import decode
+    from timmdata.pixels import decode
     nat = decode.NATIVE.module
     if nat is None: raise SystemExit(f'the native extension is not active ({decode.NATIVE_STATUS})')
     out = {}

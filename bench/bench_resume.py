@@ -18,10 +18,10 @@ import torch
 def _loaders(root, batch_size, workers):
     from torch.utils.data import DataLoader
     import timmdata
-    from timmdata.batch_ring import BatchRing
-    from timmdata.collate import fast_collate
+    from timmdata.engine.batch_ring import BatchRing
+    from timmdata.engine.collate import fast_collate
     from timmdata.loader import worker_init
-    from timmdata.prefetch import PrefetchLoader
+    from timmdata.engine.prefetch import PrefetchLoader
     ds = timmdata.ImageDataset(str(root))
     new = timmdata.create_loader(ds, (3, 224, 224), batch_size, is_training=True, color_jitter=0.4, num_workers=workers,
                                  device='cpu')
@@ -47,7 +47,7 @@ def main(argv=None):
     ap.add_argument('--workers', type=int, default=2)
     ap.add_argument('--out', default=None, help='write the figures as JSON here')
     a = ap.parse_args(argv)
-    from timmdata.bench import bench_root
+    from timmdata.tools.bench import bench_root
     from timmdata.config import mix_seed, seed_all
     torch.set_num_threads(1)
     root = bench_root(a.root)

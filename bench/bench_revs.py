@@ -15,7 +15,7 @@ def run_one(tree: Path, out: Path, which: str, workers: int) -> dict:
     "Runs one benchmark with `tree` first on PYTHONPATH; returns {pipeline: (timmdata img/s, timm img/s)}."
     env = {**os.environ, 'PYTHONPATH': str(tree)}
     if which == 'bench':
-        cmd = [sys.executable, '-m', 'timmdata.cli', 'bench', '--quick', '--contenders', 'timmdata,timm', '--no-progress',
+        cmd = [sys.executable, '-m', 'timmdata.tools.cli', 'bench', '--quick', '--contenders', 'timmdata,timm', '--no-progress',
                '--workers', str(workers), '--out', str(out)]
     else:
         cmd = [sys.executable, str(tree / 'bench' / 'bench_timm1031.py'), '--epochs', '2', '--workers', str(workers),

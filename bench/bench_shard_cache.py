@@ -10,9 +10,9 @@ no decode, one process), which shows the I/O alone where the loader's decode hid
 import argparse, os, shutil, statistics, tempfile, time, warnings
 from pathlib import Path
 from timmdata import ImageDataset, make_sample_dataset
-from timmdata.shard_io import WdsSource
-from timmdata.shards import write_shards
-from timmdata.streaming import IterableImageDataset
+from timmdata.streams.shard_io import WdsSource
+from timmdata.tools.shards import write_shards
+from timmdata.streams.streaming import IterableImageDataset
 from _common import alternate_epochs, http_server, print_rates, train_loaders
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from timmdata.sample_data import make_sample_dataset
-from timmdata.shards import write_shards
-from timmdata.shard_index import INDEX_FILE, ShardReader
-from timmdata.shard_io import WdsSource
+from timmdata.tools.sample_data import make_sample_dataset
+from timmdata.tools.shards import write_shards
+from timmdata.streams.shard_index import INDEX_FILE, ShardReader
+from timmdata.streams.shard_io import WdsSource
 
 
 def main(argv=None):

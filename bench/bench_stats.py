@@ -11,9 +11,9 @@ at most 1%). A loop measures the cost on an idle core far more precisely than tw
 counters could on a shared machine."""
 import argparse, resource, time
 import torch
-from timmdata.threads import LoaderStats
-from timmdata.stages import COLUMNS, WorkerRows
-from timmdata.stages import DECODE, READ, stage_clock
+from timmdata.engine.threads import LoaderStats
+from timmdata.core.stages import COLUMNS, WorkerRows
+from timmdata.core.stages import DECODE, READ, stage_clock
 
 def per_image_cost(batch_size=64, n=20000, process=False) -> float:
     "Seconds of stats bookkeeping per image (`process`: as a worker process does it, else as a loader thread)."
@@ -45,7 +45,7 @@ def main(argv=None):
     p.add_argument('--root'); p.add_argument('--batches', type=int, default=10)
     a = p.parse_args(argv)
     import timmdata
-    from timmdata.bench import bench_root
+    from timmdata.tools.bench import bench_root
     ld = timmdata.create_loader(timmdata.ImageDataset(str(bench_root(a.root))), 224, 64, is_training=True, num_workers=2,
                                 device='cpu', worker_mode='thread')
     it = iter(ld); next(it)

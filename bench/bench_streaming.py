@@ -1,7 +1,7 @@
 """Issue 15's streaming benchmark: one training epoch of the same images with the same train transform through
 create_loader, read (1) from the image folder (ImageDataset), (2) from local WebDataset shards, (3) from the same shards
 served by a local HTTP server (`python -m http.server`, started here), and (4) from shards stored pre-resized, when
-timmdata.shards.write_shards is there. Medians over `--epochs` epochs (after one warm-up epoch each), alternating the
+timmdata.tools.shards.write_shards is there. Medians over `--epochs` epochs (after one warm-up epoch each), alternating the
 sources epoch by epoch; prints samples/s and the ratios to the folder (goals: local >= 0.9x, HTTP >= 0.8x,
 pre-resized > 1x), and the shard-writing speed.
 
@@ -11,14 +11,14 @@ import argparse, json, os, tempfile, time, warnings
 from pathlib import Path
 import torch
 from timmdata import ImageDataset, make_sample_dataset
-from timmdata.streaming import IterableImageDataset
+from timmdata.streams.streaming import IterableImageDataset
 from _common import alternate_epochs, http_server, print_rates, train_loaders
 
 
 def _write_shards(folder, dst, shard_size, resize=None):
-    "Shards in timm's layout: timmdata.shards.write_shards when it is there, else webdataset.ShardWriter. Returns seconds."
+    "Shards in timm's layout: timmdata.tools.shards.write_shards when it is there, else webdataset.ShardWriter. Returns seconds."
     t0 = time.perf_counter()
-    try: from timmdata.shards import write_shards
+    try: from timmdata.tools.shards import write_shards
     except ImportError: write_shards = None
     if write_shards is not None:
         write_shards(folder, dst, shard_size=shard_size, resize=resize, split='train', progress=False)

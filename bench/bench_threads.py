@@ -38,7 +38,7 @@ def cpu():
     return s.ru_utime + s.ru_stime + c + sum(getattr(resource.getrusage(resource.RUSAGE_CHILDREN), k) for k in ('ru_utime', 'ru_stime'))
 if kind == 'timm':
     import timm.data
-    from timmdata.bench import LOADERS
+    from timmdata.tools.bench import LOADERS
 else:
     from timmdata import ImageDataset, create_loader  # imported now: `import timmdata` alone defers its modules
 c0, t0 = cpu(), time.perf_counter()  # each loader's modules imported before, as timm's are by `import timm.data`
@@ -72,7 +72,7 @@ def main(argv=None):
     p.add_argument('--epochs', type=int, default=0, help='further epochs per run after the first, timed alone: steady img/s')
     p.add_argument('--old', help="another source tree (its extension built): its thread and process modes run too, as 'thread-old' and 'process-old'")
     a = p.parse_args(argv)
-    from timmdata.bench import bench_root
+    from timmdata.tools.bench import bench_root
     root = str(bench_root(a.root))
     kinds = a.contenders.split(',') + ([f'{k}-old' for k in ('thread', 'process')] if a.old else [])
     res = {k: [] for k in kinds}

@@ -12,7 +12,7 @@ Prints images/s per loader (median over the measured epochs) and the ratio timmd
 import argparse, contextlib, io, json, statistics, time, warnings
 from pathlib import Path
 import torch
-from timmdata.bench import bench_root
+from timmdata.tools.bench import bench_root
 from timmdata.dataset import ImageDataset
 from timmdata.loader import create_loader
 from timmdata.naflex_loader import NaFlexPrefetchLoader, create_naflex_loader

@@ -32,7 +32,7 @@ from pathlib import Path
 
 def _root():
     "The images: --root, else the generated sample data's train/ folder."
-    from timmdata.bench import bench_root
+    from timmdata.tools.bench import bench_root
 
     return Path(os.environ['BENCH_TRAIN_ROOT']) if os.environ.get('BENCH_TRAIN_ROOT') else bench_root()
 
@@ -42,7 +42,7 @@ def loader_cpu_ms(which: str, n: int, reps: int) -> tuple:
     import resource
     import torch
 
-    from timmdata.bench import _timm_loader, _timmdata_loader
+    from timmdata.tools.bench import _timm_loader, _timmdata_loader
 
     torch.set_num_threads(1)
     loader = (_timmdata_loader if which == 'timmdata' else _timm_loader)(_root(), True, 64, 0)
@@ -66,11 +66,11 @@ def stages_cpu_ms(n: int, reps: int) -> dict:
     from PIL import Image
     from torchvision.transforms import InterpolationMode
 
-    from timmdata.collate import fast_collate
-    from timmdata.decode import encoded_jpeg, read_source
+    from timmdata.engine.collate import fast_collate
+    from timmdata.pixels.decode import encoded_jpeg, read_source
     from timmdata.transforms import RandomResizedCropAndInterpolation as RRC
     from timmdata.transforms import resize_exact
-    from timmdata.resample import defer_jpeg_crop, resize_box, resize_pending
+    from timmdata.pixels.resample import defer_jpeg_crop, resize_box, resize_pending
 
     torch.set_num_threads(1)
     files = sorted(glob.glob(str(_root() / '*' / '*')))[:n]

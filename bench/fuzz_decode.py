@@ -32,11 +32,11 @@ import multiprocessing as mp
 import numpy as np, torch
 from PIL import Image
 
-from timmdata import decode
+from timmdata.pixels import decode
 from timmdata.dataset import ImageDataset
-from timmdata.decode import ImageDecodeError, decode_image, encoded_jpeg
+from timmdata.pixels.decode import ImageDecodeError, decode_image, encoded_jpeg
 from timmdata.readers import Reader
-from timmdata.sample_data import make_sample_image
+from timmdata.tools.sample_data import make_sample_image
 from timmdata.transforms import crop_box
 from timmdata.transforms_factory import create_transform
 
@@ -428,7 +428,7 @@ def main(argv=None):
     every = {**PATHS, **EXTRA_PATHS}
     if paths and set(paths) - set(every): ap.error(f'unknown paths {sorted(set(paths) - set(every))}; known: {", ".join(every)}')
     print(f'timmdata fuzz: native {decode.NATIVE_STATUS}; pixel limit '
-          f'{getattr(decode, "MAX_IMAGE_PIXELS", "none (timmdata.decode.MAX_IMAGE_PIXELS not there)")}', flush=True)
+          f'{getattr(decode, "MAX_IMAGE_PIXELS", "none (timmdata.pixels.decode.MAX_IMAGE_PIXELS not there)")}', flush=True)
     if a.save:
         d, what, _ = make_case(base_images(), a.seed, a.start)
         open(a.save, 'wb').write(d); print(f'case {a.start} ({what}): {len(d)} bytes to {a.save}'); return 0

@@ -46,7 +46,7 @@ def lightning_pieces():
 
 def tiny_root(path):
     "40 small training images in 4 classes: 10 batches of 4 per epoch in one process, 5 per rank over 2."
-    from timmdata.sample_data import make_sample_dataset
+    from timmdata.tools.sample_data import make_sample_dataset
     return make_sample_dataset(path, n_train=10, n_val=1, classes=['a', 'b', 'c', 'd'], size=(40, 32)) / 'train'
 
 

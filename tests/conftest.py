@@ -5,7 +5,7 @@ Every test starts from global RNG states drawn from its own name, so a run here 
 import fcntl, os, random, shutil, zlib
 import numpy as np
 import pytest, torch
-from timmdata.sample_data import make_sample_dataset
+from timmdata.tools.sample_data import make_sample_dataset
 
 # One intra-op thread per test process (TIMMDATA_TEST_THREADS=N for others): `make test` runs two pytest processes
 # on two cores (xdist), and a loader resizing in the main process (num_workers=0) with two threads on busy cores spent

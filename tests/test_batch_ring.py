@@ -1,6 +1,6 @@
 """The reused shared batch memory (BatchRing) behind create_loader's default CPU path: never a wrong or stale batch."""
 import torch
-from timmdata.batch_ring import BatchRing
+from timmdata.engine.batch_ring import BatchRing
 from timmdata.loader import create_loader
 
 class IndexImages(torch.utils.data.Dataset):
@@ -95,7 +95,7 @@ def test_non_index_targets_are_sent_as_they_are():
 
 def test_a_ring_batch_unpickled_elsewhere_is_an_error_not_garbage():
     import pickle
-    from timmdata.batch_ring import _InRing  # the pickling of a slot: private to batch_ring, tested here
+    from timmdata.engine.batch_ring import _InRing  # the pickling of a slot: private to batch_ring, tested here
     ring = BatchRing((2, 3, 4, 4), num_workers=1, slots_per_worker=1)
     ref = _InRing(ring.key, 0, ring.ring[0])
     assert pickle.loads(pickle.dumps(ref)).data_ptr() == ring.ring.data_ptr()  # the owner gets its own view back

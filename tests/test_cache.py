@@ -1,4 +1,4 @@
-"""The decode-once image store (timmdata.store: the format and its reader; timmdata.cache: the builder): round trips,
+"""The decode-once image store (timmdata.store.format: the format and its reader; timmdata.store.builder: the builder): round trips,
 resuming, staleness, bad images, multi-process reading. Page faults and timings are measured by bench/bench_heap.py
 and bench/bench_cache.py, never asserted here."""
 import io, json, os, shutil, signal, subprocess, sys, time, textwrap
@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest, torch
 from PIL import Image
-from timmdata.store import STORE_MANIFEST, ReaderStore, StaleStoreError
-from timmdata.cache import build_cache, cache_main
-import timmdata.cache as cache  # the builder looks up load_resized and create_reader here: tests patch them here
+from timmdata.store.format import STORE_MANIFEST, ReaderStore, StaleStoreError
+from timmdata.store.builder import build_cache, cache_main
+import timmdata.store.builder as cache  # the builder looks up load_resized and create_reader here: tests patch them here
 from timmdata.dataset import ImageDataset
 from timmdata.loader import create_loader
 
@@ -115,7 +115,7 @@ def test_resume_after_kill(src, tmp_path):
     "A build killed with SIGKILL (no cleanup at all) resumes from its committed chunks."
     dst = tmp_path / 'store'
     script = textwrap.dedent(f'''
-        import time, timmdata.cache as c
+        import time, timmdata.store.builder as c
         real = c.load_resized
         def slow(*a, **k):
             time.sleep(0.05); return real(*a, **k)

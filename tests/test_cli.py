@@ -1,7 +1,7 @@
 """The `timmdata` console script as a shell runs it: in a subprocess, exit status and stderr.
 
 Uses the installed console script next to the running Python (`.venv/bin/timmdata`), else
-`python -m timmdata.cli`. User mistakes must give one line on stderr and exit status 2, never a traceback.
+`python -m timmdata.tools.cli`. User mistakes must give one line on stderr and exit status 2, never a traceback.
 Every command starts a Python that imports torch (seconds), so they are started together, once per module, and the
 cases per command (a damaged file, a missing root, an empty folder, a bad option, --debug) and the one-line mistakes
 run in ONE Python (DRIVER) calling `main` as the console script does; the finer cases are tested in-process in nbs/47_cli.ipynb."""
@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from timmdata.sample_data import make_sample_dataset
+from timmdata.tools.sample_data import make_sample_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(sys.executable).parent / 'timmdata'
-CMD = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, '-m', 'timmdata.cli']
+CMD = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, '-m', 'timmdata.tools.cli']
 
 
 DRIVER = '''
 import contextlib, io, json, os, sys, traceback
-from timmdata.cli import main
+from timmdata.tools.cli import main
 res = {}
 for cmd, kinds in json.loads(sys.argv[1]).items():
     for kind, argv in kinds.items():
@@ -75,7 +75,7 @@ def runs(tmp_path_factory):
     cmds = {'cases': ([sys.executable, '-c', DRIVER, json.dumps(cases)], {}),
             'info': (CMD + ['info'], {}),
             'info_off': (CMD + ['info'], {'TIMMDATA_NATIVE': '0'}),
-            'python_m': ([sys.executable, '-m', 'timmdata.cli', 'train'], {}),  # `python -m` works, and an unknown command
+            'python_m': ([sys.executable, '-m', 'timmdata.tools.cli', 'train'], {}),  # `python -m` works, and an unknown command
             'check_damaged': (CMD + ['check', str(damaged), '--workers', '2'], {}),
             'check_clean': (CMD + ['check', str(clean), '--no-progress'], {}),
             'shards': (CMD + ['shards', str(clean), str(tmp_path_factory.mktemp('shards') / 'sh'), '--shard-size', '3', '--resize', '48',

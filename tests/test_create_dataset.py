@@ -10,8 +10,8 @@ import torchvision
 
 from timmdata.dataset_factory import create_dataset
 from timmdata.loader import create_loader
-from timmdata.sample_data import make_sample_dataset, make_sample_image
-from timmdata.shards import write_shards
+from timmdata.tools.sample_data import make_sample_dataset, make_sample_image
+from timmdata.tools.shards import write_shards
 
 
 @pytest.fixture(scope='module')
@@ -164,7 +164,7 @@ def test_plain_names_like_timm(root):
 
 def test_split_synonyms_in_tar_and_store_roots(tmp_path):
     "timm's split names find a split stored under a synonym: val.tar and a store in val/ answer split='validation'."
-    from timmdata.cache import build_cache
+    from timmdata.store.builder import build_cache
     from timmdata.readers import create_reader
     src = make_sample_dataset(tmp_path / 'src', n_train=1, n_val=2, classes=['a', 'b'], size=(32, 32), num_workers=0)
     tars = tmp_path / 'tars'; tars.mkdir()

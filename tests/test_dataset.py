@@ -11,10 +11,10 @@ from PIL import Image, ImageFile
 from torch.utils.data import DataLoader
 
 from timmdata.dataset import ImageDataset, AugMixDataset
-from timmdata.decode import ImageDecodeError, decode_image
+from timmdata.pixels.decode import ImageDecodeError, decode_image
 from timmdata.readers import TarReader, CsvReader, create_reader
 from timmdata.transforms import SampleTransform
-from timmdata.sample_data import make_sample_image
+from timmdata.tools.sample_data import make_sample_image
 
 timm_data = pytest.importorskip('timm.data')
 
@@ -226,7 +226,7 @@ def test_transient_error_in_workers_is_raised_not_counted(sample_root):
 
 @pytest.mark.parametrize('policy', ['raise', 'skip'])
 def test_store_damaged_error_propagates_untouched(sample_root, policy):
-    from timmdata.store import StoreDamagedError
+    from timmdata.store.format import StoreDamagedError
     err = StoreDamagedError('chunk 00007 of the store is damaged: rebuild it')
     ds = flaky_dataset(sample_root, 1, err, policy)
     with pytest.raises(StoreDamagedError) as e: ds[0]

@@ -12,11 +12,12 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 import timmdata
-from timmdata import decode, create_transform
+from timmdata import create_transform
+from timmdata.pixels import decode
 from timmdata.dataset import ImageDataset
-from timmdata.decode import (EncodedJpeg, ImageDecodeError, CorruptJpegWarning, decode_image, encoded_jpeg,
+from timmdata.pixels.decode import (EncodedJpeg, ImageDecodeError, CorruptJpegWarning, decode_image, encoded_jpeg,
                              jpeg_warnings, set_max_image_pixels)
-from timmdata.sample_data import make_sample_image
+from timmdata.tools.sample_data import make_sample_image
 
 native = decode.native
 needs_native = pytest.mark.skipif(native is None, reason='the timmdata._native extension is not built')
@@ -269,7 +270,7 @@ def _cmyk_jpeg() -> bytes:
     b = io.BytesIO(); make_sample_image(3, 0, (40, 30)).convert('CMYK').save(b, 'JPEG', quality=90); return b.getvalue()
 
 def test_no_torchvision_io_decoding_and_no_warnings_filter():
-    src = (REPO / 'timmdata' / 'decode.py').read_text()
+    src = (REPO / 'timmdata' / 'pixels' / 'decode.py').read_text()
     assert 'torchvision.io' not in src and 'catch_warnings():\n                    warnings.filterwarnings' not in src
     assert 'deprecated' not in src.lower()
 

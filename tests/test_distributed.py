@@ -6,7 +6,7 @@ import torch.multiprocessing as mp
 
 from timmdata.distributed_sampler import OrderedDistributedSampler
 from timmdata.loader import create_loader
-from timmdata.sample_data import make_sample_dataset
+from timmdata.tools.sample_data import make_sample_dataset
 from _datasets import IndexDataset, SeedDataset
 from _helpers import free_port
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest, torch
 from PIL import Image
 from timmdata.loader import create_loader
-from timmdata.streaming import IterableImageDataset
+from timmdata.streams.streaming import IterableImageDataset
 from _helpers import http_folder, write_shards
 
 N_SHARDS, PER_SHARD, N = 10, 5, 50  # 50 samples; global batch 12: 5 global batches, the last wrapping 10 into the next pass
@@ -78,7 +78,7 @@ def test_resume_with_another_global_batch(shards):
 
 def test_shards_order_still_refuses_another_layout(shards):
     "order='shards' keeps its rule: a state from 2 ranks does not load on 3."
-    from timmdata.resume import ResumeStateError
+    from timmdata.engine.resume import ResumeStateError
     def mk(r, world):
         ds = IterableImageDataset(str(shards), reader='wds/el', split='train', is_training=True, batch_size=4, rank=r, world_size=world,
                                   order='shards')
@@ -91,7 +91,7 @@ def test_shards_order_still_refuses_another_layout(shards):
 def test_default_is_global_and_its_fallback(shards):
     "The training default reads local shards in the global order; a pipe: stream falls back to order='shards', warned once, and refuses an elastic state."
     import warnings
-    from timmdata.resume import ResumeStateError
+    from timmdata.engine.resume import ResumeStateError
     mk = lambda root, **kw: IterableImageDataset(root, reader='wds/el', is_training=True, batch_size=6, rank=0, world_size=2, **kw)
     ds = mk(str(shards), split='train')
     assert ds.order == 'global' and ds.elastic and ds._spans is not None  # read by position: the member-offset index
@@ -140,7 +140,7 @@ ELASTIC_SCRIPT = '''
 import json, os, sys
 import torch.distributed as dist
 from timmdata.loader import create_loader
-from timmdata.streaming import IterableImageDataset
+from timmdata.streams.streaming import IterableImageDataset
 root, out, bs, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 dist.init_process_group('gloo')
 rank = dist.get_rank()

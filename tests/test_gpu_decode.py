@@ -8,18 +8,18 @@ import pytest
 import torch
 from PIL import Image
 
-from timmdata import decode
+from timmdata.pixels import decode
 from timmdata.dataset import ImageDataset
-from timmdata.decode import ImageDecodeError, encoded_jpeg
+from timmdata.pixels.decode import ImageDecodeError, encoded_jpeg
 from timmdata.loader import create_loader
 from timmdata.mixup import FastCollateMixup
-from timmdata.sample_data import make_sample_image
+from timmdata.tools.sample_data import make_sample_image
 from timmdata.config import IMAGENET_DEFAULT_STD
 from _helpers import run_epochs as _run, same_batches as _same
 
-gd = pytest.importorskip('timmdata.gpu_decode')
+gd = pytest.importorskip('timmdata.engine.gpu_decode')
 if decode.torchcodec_jpeg() is None: pytest.skip('torchcodec is not installed', allow_module_level=True)
-from timmdata.gpu_decode import DeviceDecodeTransform, create_device_decode_loader, decode_jpegs, device_decode_collate
+from timmdata.engine.gpu_decode import DeviceDecodeTransform, create_device_decode_loader, decode_jpegs, device_decode_collate
 
 LEVEL = 1 / (255 * min(IMAGENET_DEFAULT_STD))  # one uint8 level, normalised
 MAX_DIFF, MEAN_DIFF = LEVEL + 1e-4, 0.25 * LEVEL  # the bound: at most one level, a quarter of one on average
@@ -236,12 +236,12 @@ def test_cuda_train_epochs_keep_memory_flat(sample_root):
     assert peaks[-1] <= peaks[1], peaks  # after the first epoch's warm-up, nothing grows
 
 
-# ---------- resumable and distributed (timmdata.resume), on the CPU path ----------
+# ---------- resumable and distributed (timmdata.engine.resume), on the CPU path ----------
 
 from torch.utils.data.distributed import DistributedSampler
 from timmdata.distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
-from timmdata.resume import ResumeStateError
-from timmdata.sample_data import make_sample_dataset
+from timmdata.engine.resume import ResumeStateError
+from timmdata.tools.sample_data import make_sample_dataset
 from _datasets import IndexDataset
 
 RB = 4  # batch size of the resume tests

@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from timmdata import shard_io
-from timmdata.sample_data import make_sample_dataset, make_sample_image
+from timmdata.streams import shard_io
+from timmdata.tools.sample_data import make_sample_dataset, make_sample_image
 
 SHARD_KEYS = 4
 
@@ -112,7 +112,7 @@ def test_csv_rows_outside_its_folder_are_refused(tmp_path):
 
 
 def test_hf_image_value_with_only_a_path_is_not_read(tmp_path):
-    from timmdata.hf_readers import image_bytes
+    from timmdata.streams.hf_readers import image_bytes
     secret = tmp_path / 'hostname'; secret.write_bytes(b'secret')
     with pytest.raises(ValueError, match=r"row 5: the image value has no bytes, only the path .*allow_paths=True"):
         image_bytes({'bytes': None, 'path': str(secret)}, 'split train row 5')
@@ -120,8 +120,8 @@ def test_hf_image_value_with_only_a_path_is_not_read(tmp_path):
 
 
 def test_store_chunk_names_from_the_manifest_stay_in_chunks(tmp_path):
-    from timmdata.cache import build_cache
-    from timmdata.store import ReaderStore, STORE_MANIFEST
+    from timmdata.store.builder import build_cache
+    from timmdata.store.format import ReaderStore, STORE_MANIFEST
     src = make_sample_dataset(tmp_path / 'src', n_train=2, n_val=0, classes=['a'], size=(16, 12), num_workers=0) / 'train'
     build_cache(src, tmp_path / 'store', max_size=0, num_workers=0, progress=False)
     m = json.loads((tmp_path / 'store' / STORE_MANIFEST).read_text())
@@ -146,7 +146,7 @@ def test_sample_marker_cannot_delete_outside(tmp_path):
 
 
 def test_shard_state_file_cannot_delete_outside(tmp_path):
-    from timmdata.shards import SHARD_STATE, write_shards
+    from timmdata.tools.shards import SHARD_STATE, write_shards
     src = make_sample_dataset(tmp_path / 'src', n_train=2, n_val=1, classes=['a'], size=(16, 12), num_workers=0)
     victim = tmp_path / 'victim.txt'; victim.write_text('mine')
     dst = tmp_path / 'out'; dst.mkdir()
@@ -159,7 +159,7 @@ def test_shard_state_file_cannot_delete_outside(tmp_path):
 
 @pytest.mark.parametrize('link', ['symlink', 'hardlink'])
 def test_build_lock_never_truncates_a_file_elsewhere(tmp_path, link):
-    from timmdata.cache import BUILD_LOCK, build_cache
+    from timmdata.store.builder import BUILD_LOCK, build_cache
     src = make_sample_dataset(tmp_path / 'src', n_train=2, n_val=0, classes=['a'], size=(16, 12), num_workers=0) / 'train'
     victim = tmp_path / 'victim.txt'; victim.write_text('precious')
     dst = tmp_path / 'store'; dst.mkdir()
@@ -170,8 +170,8 @@ def test_build_lock_never_truncates_a_file_elsewhere(tmp_path, link):
 
 
 def test_build_id_from_an_interrupted_build_cannot_write_outside(tmp_path, monkeypatch):
-    from timmdata import cache
-    from timmdata.store import BUILD_STATE
+    from timmdata.store import builder as cache
+    from timmdata.store.format import BUILD_STATE
     src = make_sample_dataset(tmp_path / 'src', n_train=3, n_val=0, classes=['a'], size=(16, 12), num_workers=0) / 'train'
     dst = tmp_path / 'out' / 'store'
     def interrupted(*a, **k): raise KeyboardInterrupt
@@ -188,7 +188,7 @@ def test_build_id_from_an_interrupted_build_cannot_write_outside(tmp_path, monke
 
 
 def test_shm_ledger_never_opened_through_a_planted_link(tmp_path, monkeypatch):
-    from timmdata import batch_ring
+    from timmdata.engine import batch_ring
     monkeypatch.setattr(batch_ring, 'SHM_DIR', str(tmp_path))
     monkeypatch.setattr(batch_ring, '_foreign_warned', set())
     victim = tmp_path / 'victim.txt'; victim.write_text('keep me\n')
@@ -202,7 +202,7 @@ def test_shm_ledger_never_opened_through_a_planted_link(tmp_path, monkeypatch):
 
 
 def test_shm_ledger_of_another_owner_is_not_used(tmp_path, monkeypatch):
-    from timmdata import batch_ring
+    from timmdata.engine import batch_ring
     monkeypatch.setattr(batch_ring, 'SHM_DIR', str(tmp_path))
     monkeypatch.setattr(batch_ring, '_foreign_warned', set())
     path = tmp_path / f'timmdata-rings-{os.getuid()}'
@@ -255,8 +255,8 @@ def test_info_json_read_up_to_a_limit(tmp_path, monkeypatch):
 
 
 def test_load_resized_keeps_the_pixel_limit():
-    from timmdata.cache import load_resized
-    from timmdata.decode import ImageDecodeError, set_max_image_pixels
+    from timmdata.store.builder import load_resized
+    from timmdata.pixels.decode import ImageDecodeError, set_max_image_pixels
     png = io.BytesIO(); Image.new('L', (400, 300)).save(png, 'PNG')  # 1 KB of file, 120,000 pixels
     old = set_max_image_pixels(100_000)
     try:
@@ -266,8 +266,8 @@ def test_load_resized_keeps_the_pixel_limit():
 
 
 def test_store_source_files_gzip_bomb_is_refused(tmp_path):
-    from timmdata.cache import build_cache
-    from timmdata.store import StoreDamagedError, check_store_source
+    from timmdata.store.builder import build_cache
+    from timmdata.store.format import StoreDamagedError, check_store_source
     src = make_sample_dataset(tmp_path / 'src', n_train=2, n_val=0, classes=['a'], size=(16, 12), num_workers=0) / 'train'
     m = build_cache(src, tmp_path / 'store', max_size=0, num_workers=0, progress=False)
     with gzip.open(tmp_path / 'store' / 'source_files.json.gz', 'wb', compresslevel=1) as g:
@@ -278,8 +278,8 @@ def test_store_source_files_gzip_bomb_is_refused(tmp_path):
 
 
 def test_store_source_walk_is_bounded_by_the_manifest(tmp_path, monkeypatch):
-    from timmdata.cache import build_cache
-    from timmdata.store import StaleStoreError, check_store_source
+    from timmdata.store.builder import build_cache
+    from timmdata.store.format import StaleStoreError, check_store_source
     src = make_sample_dataset(tmp_path / 'src', n_train=2, n_val=0, classes=['a'], size=(16, 12), num_workers=0) / 'train'
     m = build_cache(src, tmp_path / 'store', max_size=0, num_workers=0, progress=False)
     big = tmp_path / 'elsewhere'
@@ -358,7 +358,7 @@ def test_cls_labels_are_range_checked(tmp_path):
 
 
 def test_check_prints_names_escaped(tmp_path, capsys):
-    from timmdata.check import check_main
+    from timmdata.tools.check import check_main
     root = tmp_path / 'ds'; (root / 'a').mkdir(parents=True)
     (root / 'a' / 'ok.jpg').write_bytes(_jpeg(0))
     (root / 'a' / 'x\x1b[2J\x1b]0;owned\x07.jpg').write_bytes(b'not an image')

@@ -5,10 +5,10 @@ plays one attack and checks the harm does not happen; the fuzzers feed mutated i
 import io, json, os, random, stat, subprocess, sys, tarfile, time, tracemalloc, warnings
 from pathlib import Path
 import pytest
-from timmdata import shard_index as si
-from timmdata.sample_data import make_sample_dataset
-from timmdata.shard_io import ShardError, iter_tar
-from timmdata.shards import write_shards
+from timmdata.streams import shard_index as si
+from timmdata.tools.sample_data import make_sample_dataset
+from timmdata.streams.shard_io import ShardError, iter_tar
+from timmdata.tools.shards import write_shards
 
 VICTIM = b'the user\'s own file: never truncated nor written\n'
 
@@ -42,7 +42,7 @@ def _tar_paths(d: Path, split='train') -> list:
 
 def _ref_scan(path: str) -> list:
     "The index as the standard library's tarfile reads it (the old `scan_shard`), for shards small and benign."
-    from timmdata.shard_io import group_samples
+    from timmdata.streams.shard_io import group_samples
 
     members = []
     with tarfile.open(path, 'r:') as tf:
@@ -85,7 +85,7 @@ def test_index_planted_as_a_link_via_shard_reader(shards):
 
 def test_planted_tmp_links_via_a_global_order_training_stream(shards):
     "The training stream over local shards builds the index for its global order: the same links, the same victim."
-    from timmdata.streaming import IterableImageDataset
+    from timmdata.streams.streaming import IterableImageDataset
 
     d, victim = shards
     _plant_tmp_links(d, victim)
@@ -97,7 +97,7 @@ def test_planted_tmp_links_via_a_global_order_training_stream(shards):
 
 _CHILD = """
 import sys, time, warnings
-from timmdata import shard_index as si
+from timmdata.streams import shard_index as si
 t = time.monotonic()
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter('always')
@@ -211,7 +211,7 @@ def test_scan_of_a_quadratic_pax_header_is_linear(tmp_path):
     "A 1 MB pax header: the old scan (tarfile) took about half an hour; this one well under 10 s (run in a child so the old code fails instead of hanging)."
     p = tmp_path / 'bomb-000000.tar'
     _pax_bomb(p)
-    code = f'import time; from timmdata.shard_index import scan_shard; t = time.monotonic(); r = scan_shard({str(p)!r}); print(r, time.monotonic() - t)'
+    code = f'import time; from timmdata.streams.shard_index import scan_shard; t = time.monotonic(); r = scan_shard({str(p)!r}); print(r, time.monotonic() - t)'
     env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(Path(si.__file__).parents[1]), os.environ.get('PYTHONPATH', '')])}
     try:
         out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60, env=env)
@@ -259,7 +259,7 @@ def _in_child(code: str, timeout: float = 60) -> str:
 def test_a_fifo_shard_is_refused_not_waited_on(tmp_path):
     p = tmp_path / 'fifo-000000.tar'
     os.mkfifo(p)
-    out = _in_child(f'from timmdata.shard_index import scan_shard; scan_shard({str(p)!r})')
+    out = _in_child(f'from timmdata.streams.shard_index import scan_shard; scan_shard({str(p)!r})')
     assert 'ShardError' in out and 'fifo-000000.tar is not a regular file' in out, out
 
 
@@ -268,7 +268,7 @@ def test_a_fifo_info_json_or_shard_is_refused_not_waited_on(tmp_path):
     os.mkfifo(tmp_path / '_info.json')
     os.mkfifo(tmp_path / 'train-000000.tar')
     out = _in_child(
-        'from timmdata.shard_io import load_info, open_shard\n'
+        'from timmdata.streams.shard_io import load_info, open_shard\n'
         'for f in (lambda: load_info(%r), lambda: open_shard(%r)):\n'
         '    try:\n'
         '        f(); print("no error")\n'
@@ -280,7 +280,7 @@ def test_a_fifo_info_json_or_shard_is_refused_not_waited_on(tmp_path):
 
 def test_a_linked_info_json_and_shard_are_still_read(tmp_path):
     "Links the user's own dataset holds (a Hugging Face snapshot's files are links into its blobs) are followed for `_info.json` and shards."
-    from timmdata.shard_io import load_info, open_shard
+    from timmdata.streams.shard_io import load_info, open_shard
 
     blobs = tmp_path / 'blobs'
     blobs.mkdir()
@@ -297,7 +297,7 @@ def test_a_linked_info_json_and_shard_are_still_read(tmp_path):
 
 def test_store_writers_never_follow_a_planted_tmp_link(tmp_path):
     "`store.atomic_file` (the cache builder's and the shards writer's writer): a link at the old temporary name is left alone."
-    from timmdata.store import atomic_file, read_json, write_json_atomic
+    from timmdata.store.format import atomic_file, read_json, write_json_atomic
 
     victim = tmp_path / 'victim.txt'
     victim.write_bytes(VICTIM)
@@ -314,8 +314,8 @@ def test_store_writers_never_follow_a_planted_tmp_link(tmp_path):
 
 def test_shards_and_store_builders_never_follow_planted_tmp_links(made, tmp_path):
     "`timmdata shards` and `timmdata cache` into a folder holding links at every name the old writers used (`.<file>.tmp<pid>`): the victim unchanged."
-    from timmdata.cache import build_cache
-    from timmdata.store import BUILD_STATE, STORE_MANIFEST
+    from timmdata.store.builder import build_cache
+    from timmdata.store.format import BUILD_STATE, STORE_MANIFEST
 
     src = make_sample_dataset(tmp_path / 'src', n_train=2, n_val=1, classes=['a', 'b'], size=(24, 20))
     victim = tmp_path / 'victim.txt'

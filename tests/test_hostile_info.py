@@ -57,8 +57,8 @@ def tiny_shards(root: Path, labels=(0, 1), **split) -> Path:
 @pytest.fixture(scope='module')
 def shard_set(tmp_path_factory):
     "A real shard set made by the project's generator: 2 classes, 3 train images each in shards of 2, 1 val each."
-    from timmdata.sample_data import make_sample_dataset
-    from timmdata.shards import write_shards
+    from timmdata.tools.sample_data import make_sample_dataset
+    from timmdata.tools.shards import write_shards
 
     base = tmp_path_factory.mktemp('hostile_info')
     src = make_sample_dataset(base / 'src', n_train=3, n_val=1, classes=['a', 'b'], size=(32, 24), num_workers=0)
@@ -68,9 +68,9 @@ def shard_set(tmp_path_factory):
 
 # ---- attack: num_samples -5 ----
 def test_negative_num_samples_is_a_named_error(shard_set, tmp_path):
-    from timmdata.shard_io import WdsSource
-    from timmdata.untrusted import InfoError
-    from timmdata.streaming import IterableImageDataset
+    from timmdata.streams.shard_io import WdsSource
+    from timmdata.core.untrusted import InfoError
+    from timmdata.streams.streaming import IterableImageDataset
 
     ds = tmp_path / 'ds'
     shutil.copytree(shard_set, ds)
@@ -89,9 +89,9 @@ def test_negative_num_samples_is_a_named_error(shard_set, tmp_path):
 
 # ---- attack: shard_lengths ["4"] ----
 def test_string_shard_length_is_a_named_error(shard_set, tmp_path):
-    from timmdata.shard_io import WdsSource
-    from timmdata.untrusted import InfoError
-    from timmdata.shard_index import ShardReader
+    from timmdata.streams.shard_io import WdsSource
+    from timmdata.core.untrusted import InfoError
+    from timmdata.streams.shard_index import ShardReader
 
     ds = tmp_path / 'ds'
     shutil.copytree(shard_set, ds)
@@ -108,8 +108,8 @@ def test_string_shard_length_is_a_named_error(shard_set, tmp_path):
 
 
 def test_shard_lengths_against_shard_bytes_and_num_samples(tmp_path):
-    from timmdata.shard_io import WdsSource
-    from timmdata.untrusted import InfoError
+    from timmdata.streams.shard_io import WdsSource
+    from timmdata.core.untrusted import InfoError
 
     ds = tiny_shards(tmp_path / 'ds', shard_lengths=[100], num_samples=100, shard_bytes=[10240])
     with pytest.raises(
@@ -127,8 +127,8 @@ def test_huge_shard_lengths_cost_no_memory_in_the_global_order(tmp_path):
     ds = tiny_shards(tmp_path / 'ds', shard_lengths=[10**11], num_samples=10**11)
     r = run_py(f'''
         import tracemalloc
-        from timmdata.shard_io import ShardError, WdsSource
-        from timmdata.global_order import read_in_order
+        from timmdata.streams.shard_io import ShardError, WdsSource
+        from timmdata.streams.global_order import read_in_order
         src = WdsSource({str(ds)!r}, 'train', num_samples=2)  # the caller knows the true count
         LIMIT()
         tracemalloc.start()
@@ -154,7 +154,7 @@ def test_huge_label_and_num_classes_on_two_samples(tmp_path):
     (nc / '_info.json').write_text(json.dumps({**info, 'num_classes': 10**9}))
     r = run_py(f'''
         import tracemalloc
-        from timmdata.shard_index import ShardReader
+        from timmdata.streams.shard_index import ShardReader
         LIMIT()
         tracemalloc.start()
         r = ShardReader({str(big)!r}, 'train')
@@ -174,7 +174,7 @@ def test_huge_label_and_num_classes_on_two_samples(tmp_path):
 
 # ---- attack: escape sequences in names, through the command line ----
 def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, '-m', 'timmdata.cli', *args], cwd=ROOT, capture_output=True, timeout=300)
+    return subprocess.run([sys.executable, '-m', 'timmdata.tools.cli', *args], cwd=ROOT, capture_output=True, timeout=300)
 
 
 def test_cli_error_naming_an_info_entry_is_escaped(tmp_path):
@@ -196,7 +196,7 @@ def test_cli_error_naming_an_info_entry_is_escaped(tmp_path):
 
 
 def test_check_verbose_lists_escaped_names(tmp_path):
-    from timmdata.sample_data import make_sample_dataset
+    from timmdata.tools.sample_data import make_sample_dataset
 
     root = make_sample_dataset(tmp_path / 'data', n_train=1, n_val=1, classes=['a'], size=(32, 24), num_workers=0)
     (root / 'train' / 'a' / 'x\x1b]0;owned\x07\x1b[2J.txt').write_text('not an image')
@@ -307,10 +307,10 @@ def mutate(info: dict, rng: random.Random) -> str:
 
 def fuzz_cases(root: Path, seed: int, count: int) -> dict:
     "Each case: a mutated `_info.json` over the real shards at `root`, read by every reader of it; the outcomes counted."
-    from timmdata.global_order import read_in_order
-    from timmdata.shard_index import INDEX_FILE, ShardReader
-    from timmdata.shard_io import ShardError, WdsSource
-    from timmdata.streaming import IterableImageDataset
+    from timmdata.streams.global_order import read_in_order
+    from timmdata.streams.shard_index import INDEX_FILE, ShardReader
+    from timmdata.streams.shard_io import ShardError, WdsSource
+    from timmdata.streams.streaming import IterableImageDataset
 
     base = json.loads((root / '_info.json').read_text())
     outside = root.parent  # the dataset's folder and this case's home: nothing may appear anywhere else below it
@@ -367,7 +367,7 @@ def run_fuzzer(shard_set: Path, tmp_path: Path, seed: int, count: int):
         import warnings; warnings.simplefilter('ignore')
         from test_hostile_info import fuzz_cases
         from pathlib import Path
-        import timmdata.streaming  # its imports before the limit
+        import timmdata.streams.streaming  # its imports before the limit
         LIMIT()
         print('RESULT', json.dumps(fuzz_cases(Path({str(case / 'ds')!r}), {seed}, {count})))
     '''

@@ -15,9 +15,9 @@ SETTINGS = 'settings.py'  # the one module that reads environment variables
 TORCH_COMPAT = 'torch_compat.py'  # the one module that touches torch's private API
 TORCH_PRIVATE = {'_iterator', '_workers', '_shutdown_workers', '_new_shared', 'default_generators'}
 DECLARED = {  # a method other stages rely on: the protocol that declares it (test it with isinstance, not getattr/hasattr)
-    'set_epoch': 'timmdata.runtime.SetsEpoch (pass it on with runtime.pass_epoch)', 'stats': 'timmdata.threads.CountsTime',
-    'set_loader_cfg': 'timmdata.streaming.SplitsOverWorkers', 'samples_per_worker': 'timmdata.streaming.EvenOverWorkers',
-    'workers': 'timmdata.torch_compat.WrapsWorkers', 'shutdown': 'timmdata.torch_compat.WrapsWorkers'}
+    'set_epoch': 'timmdata.core.runtime.SetsEpoch (pass it on with runtime.pass_epoch)', 'stats': 'timmdata.engine.threads.CountsTime',
+    'set_loader_cfg': 'timmdata.streams.streaming.SplitsOverWorkers', 'samples_per_worker': 'timmdata.streams.streaming.EvenOverWorkers',
+    'workers': 'timmdata.core.torch_compat.WrapsWorkers', 'shutdown': 'timmdata.core.torch_compat.WrapsWorkers'}
 
 
 def sources() -> dict:

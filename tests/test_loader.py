@@ -9,9 +9,9 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from timmdata.dataset import ImageDataset
-from timmdata.collate import BatchCollate
+from timmdata.engine.collate import BatchCollate
 from timmdata.loader import (MultiEpochsDataLoader, PrefetchLoader, worker_init, create_loader, fast_collate)
-from timmdata.sample_data import make_sample_image
+from timmdata.tools.sample_data import make_sample_image
 from timmdata.transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from _datasets import IndexDataset, SeedDataset
 

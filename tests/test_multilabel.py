@@ -11,7 +11,7 @@ import torch
 from timmdata import MultiLabelTarget, create_dataset, create_loader, create_naflex_loader
 from timmdata.mixup import FastCollateMixup, Mixup
 from timmdata.naflex_mixup import NaFlexMixup
-from timmdata.sample_data import make_sample_image
+from timmdata.tools.sample_data import make_sample_image
 
 datasets = pytest.importorskip('datasets')
 
@@ -140,7 +140,7 @@ def loader_dataset(kind, hf_root, wds_root, is_training=False):
     return hf_dataset(hf_root, kind, target_key='labels', target_transform=tt)
 
 
-# worker threads read map-style datasets; a stream (wds/, hfids/) runs in worker processes (timmdata.threads)
+# worker threads read map-style datasets; a stream (wds/, hfids/) runs in worker processes (timmdata.engine.threads)
 MODES = [('hfds', 'process'), ('hfds', 'thread'), ('hfids', 'process'), ('wds', 'process')]
 
 
@@ -231,7 +231,7 @@ class ListReader:
 def test_shards_writer_multilabel(tmp_path):
     "`timmdata shards` writes label lists as .json sidecars and names them the split's alt_label: read back as lists."
     from timmdata.readers import register_reader
-    from timmdata.shards import write_shards
+    from timmdata.tools.shards import write_shards
     for i in range(N):
         (tmp_path / f'{i}.jpg').write_bytes(jpeg(i))
     (tmp_path / 'list.mltest').write_text('\n'.join(str(tmp_path / f'{i}.jpg') for i in range(N)))
@@ -245,7 +245,7 @@ def test_shards_writer_multilabel(tmp_path):
 
 def test_shard_reader_refuses_json_targets(wds_root, tmp_path):
     "The map-style shard reader reads .cls integers: a split whose targets are JSON fields (alt_label) is refused, not read as -1."
-    from timmdata.shard_index import ShardReader
+    from timmdata.streams.shard_index import ShardReader
     assert ShardReader(str(wds_root), split='train', index_dir=str(tmp_path)).targets == [i % 6 for i in range(N)]
     with pytest.raises(ValueError, match="alt_label 'alt'.*create_dataset"):
         ShardReader(str(wds_root), split='alt', index_dir=str(tmp_path))

@@ -5,8 +5,8 @@ import pytest, torch
 from timmdata.dataset import ImageDataset
 from timmdata.naflex_loader import create_naflex_loader
 from timmdata.naflex_mixup import NaFlexMixup
-from timmdata.resume import ResumeStateError
-from timmdata.sample_data import make_sample_dataset
+from timmdata.engine.resume import ResumeStateError
+from timmdata.tools.sample_data import make_sample_dataset
 from _helpers import clone, run_epochs, same_batches
 
 KEYS = ('patches', 'patch_coord', 'patch_valid', 'seq_len')
@@ -67,7 +67,7 @@ def test_refused_states_name_the_field(root):
 
 
 def _stream(shards, nw):
-    from timmdata.streaming import IterableImageDataset
+    from timmdata.streams.streaming import IterableImageDataset
     ds = IterableImageDataset(shards, reader='wds/toy', is_training=True, shuffle_size=16, shuffle_initial=4)
     return create_naflex_loader(ds, patch_size_choices=[8, 16], train_seq_lens=(4, 8, 16), batch_size=2, is_training=True,
                                 mixup_fn=NaFlexMixup(num_classes=32), re_prob=0.5, re_mode='pixel', num_workers=nw, device='cpu', seed=3)

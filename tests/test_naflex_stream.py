@@ -5,7 +5,7 @@ import pytest, torch
 pytest.importorskip('webdataset')
 from test_streaming import write_timm_shards  # shards whose class is the sample's index
 from timmdata.naflex_loader import create_naflex_loader
-from timmdata.streaming import IterableImageDataset
+from timmdata.streams.streaming import IterableImageDataset
 
 
 def _loader(root, rank, world):

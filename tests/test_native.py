@@ -1,10 +1,10 @@
 """timmdata._native (csrc/native.c): built, exact, and wired in: the crop-aware JPEG decode and the fused batch step."""
 import random, pytest, torch
 from timmdata import ImageDataset, create_transform, create_loader
-from timmdata import decode
-from timmdata.collate import fast_collate
-from timmdata.decode import EncodedJpeg, encoded_jpeg, decode_image, ImageDecodeError
-from timmdata.prefetch import PrefetchLoader
+from timmdata.pixels import decode
+from timmdata.engine.collate import fast_collate
+from timmdata.pixels.decode import EncodedJpeg, encoded_jpeg, decode_image, ImageDecodeError
+from timmdata.engine.prefetch import PrefetchLoader
 
 def test_extension_is_built():
     "`make` installs libjpeg-turbo's header; without the extension the fast path is silently gone, so insist on it."

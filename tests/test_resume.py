@@ -9,9 +9,9 @@ import timmdata.scheduled_sampler as tss  # where create_loader's batch plan tak
 from timmdata.distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
 from timmdata.loader import create_loader
 from timmdata.mixup import FastCollateMixup
-from timmdata.prefetch import PrefetchLoader
-from timmdata.resume import ResumeStateError
-from timmdata.sample_data import make_sample_dataset
+from timmdata.engine.prefetch import PrefetchLoader
+from timmdata.engine.resume import ResumeStateError
+from timmdata.tools.sample_data import make_sample_dataset
 from _datasets import IndexDataset
 from _helpers import run_epochs as _run, same_batches as _same
 
@@ -307,8 +307,8 @@ def test_gloo_two_ranks_resume_on_one(root, tmp_path):
 def test_stream_resume(root, tmp_path):
     "A stream (wds shards, 2 workers, batch jitter and erasing) cut after 3 batches and again 4 batches later gives the uninterrupted run's batches."
     pytest.importorskip('webdataset')
-    from timmdata.shards import write_shards
-    from timmdata.streaming import IterableImageDataset
+    from timmdata.tools.shards import write_shards
+    from timmdata.streams.streaming import IterableImageDataset
     write_shards(root, tmp_path / 's', shard_size=6, progress=False)
     def mk():
         ds = IterableImageDataset(str(tmp_path / 's'), reader='wds/s', split='train', is_training=True, batch_size=B,
@@ -362,8 +362,8 @@ def kinds(root, tmp_path_factory):
     except ImportError: pass
     try:
         import webdataset  # noqa: F401
-        from timmdata.shards import write_shards
-        from timmdata.streaming import IterableImageDataset
+        from timmdata.tools.shards import write_shards
+        from timmdata.streams.streaming import IterableImageDataset
         out = tmp_path_factory.mktemp('json_stream')
         write_shards(root, out / 's', shard_size=6, progress=False)
         stream = lambda: IterableImageDataset(str(out / 's'), reader='wds/s', split='train', is_training=True, batch_size=B,
@@ -411,7 +411,7 @@ def test_state_is_json_for_every_loader_kind(kinds, monkeypatch, kind):
 def test_checks_with_workers():
     "With worker processes: a plan that drops a batch is named at the end of the pass; in_order=False is refused."
     from torch.utils.data import SequentialSampler
-    from timmdata.resume import ResumableBatchSampler, ResumableDataLoader, SeededDataset
+    from timmdata.engine.resume import ResumableBatchSampler, ResumableDataLoader, SeededDataset
     class Drops(ResumableBatchSampler):
         def __iter__(self): yield from (b for k, b in enumerate(super().__iter__()) if k != 1)
     def dl(cls, **kw):

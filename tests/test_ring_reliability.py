@@ -5,11 +5,12 @@ import gc, os, signal, time
 from contextlib import contextmanager
 from types import SimpleNamespace
 import pytest, torch
-from timmdata import batch_ring, decode
-from timmdata.batch_ring import BatchRing, shm_report
-from timmdata.collate import fast_collate
+from timmdata.engine import batch_ring
+from timmdata.pixels import decode
+from timmdata.engine.batch_ring import BatchRing, shm_report
+from timmdata.engine.collate import fast_collate
 from timmdata.loader import create_loader
-from timmdata.prefetch import PrefetchLoader
+from timmdata.engine.prefetch import PrefetchLoader
 
 N = 160  # samples: 20 batches of 8
 
@@ -283,7 +284,7 @@ def test_pool_after_share_memory_hands_out_private_memory():
 def _ledger_script(tmp_path, body: str):
     "Runs `body` in a fresh Python with the ledger in `tmp_path`; a hang (the old code's) fails after 60 s."
     import subprocess, sys
-    code = f"import os; from timmdata import batch_ring; batch_ring.SHM_DIR = {str(tmp_path)!r}\n{body}\nprint('ok')"
+    code = f"import os; from timmdata.engine import batch_ring; batch_ring.SHM_DIR = {str(tmp_path)!r}\n{body}\nprint('ok')"
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stderr[-2000:]
 

@@ -7,8 +7,8 @@ import timmdata.scheduled_sampler as tss  # where create_loader's batch plan tak
 from timmdata.dataset import ImageDataset
 from timmdata.distributed_sampler import OrderedDistributedSampler
 from timmdata.loader import create_loader
-from timmdata.sample_data import make_sample_dataset
-from timmdata.shards import write_shards
+from timmdata.tools.sample_data import make_sample_dataset
+from timmdata.tools.shards import write_shards
 
 N_VAL = 15  # 3 classes x 5: shards of 4 hold 4, 4, 4, 3; an odd count, so 2 ranks pad with one repeat
 

@@ -1,4 +1,4 @@
-"""`timmdata.shards.write_shards`: timm reads the shards it writes (every sample and label), a killed build resumes
+"""`timmdata.tools.shards.write_shards`: timm reads the shards it writes (every sample and label), a killed build resumes
 (complete shards untouched, the rest redone, byte-identical to a clean build), pre-resized shards, splits, sources."""
 import json, os, signal, subprocess, sys, tarfile, time
 from pathlib import Path
@@ -8,8 +8,8 @@ import pytest
 from PIL import Image
 
 from timmdata.readers import create_reader
-from timmdata.sample_data import make_sample_dataset
-from timmdata.shards import SHARD_INFO, SHARD_STATE, write_shards
+from timmdata.tools.sample_data import make_sample_dataset
+from timmdata.tools.shards import SHARD_INFO, SHARD_STATE, write_shards
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +66,7 @@ def test_info_json_layout(src, tmp_path):
 def test_resume_after_kill(src, tmp_path):
     "A build killed half-way (SIGKILL) is finished by a rerun: complete shards untouched, output identical to a clean build."
     dst = tmp_path / 'killed'
-    code = ('import time, sys; import timmdata.shards as s; f = s.sample_bytes\n'
+    code = ('import time, sys; import timmdata.tools.shards as s; f = s.sample_bytes\n'
             'def slow(*a, **k): time.sleep(0.1); return f(*a, **k)\n'
             's.sample_bytes = slow\n'
             f's.write_shards({str(src)!r}, {str(dst)!r}, shard_size=2, progress=False)')

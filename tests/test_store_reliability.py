@@ -6,11 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-import timmdata.cache as cache
-import timmdata.store as store
-from timmdata.cache import build_cache, cache_main
+import timmdata.store.builder as cache
+import timmdata.store.format as store
+from timmdata.store.builder import build_cache, cache_main
 from timmdata.readers import TarReader
-from timmdata.store import STORE_MANIFEST, ReaderStore, StoreDamagedError
+from timmdata.store.format import STORE_MANIFEST, ReaderStore, StoreDamagedError
 
 HAS_PROC_FD = os.path.isdir('/proc/self/fd')
 

@@ -7,8 +7,8 @@ from PIL import Image
 
 wds = pytest.importorskip('webdataset')
 from timmdata.loader import create_loader
-from timmdata.shard_io import ShardNotFoundError, ShardTruncatedError, TransientShardError, WdsSource
-from timmdata.streaming import IterableImageDataset
+from timmdata.streams.shard_io import ShardNotFoundError, ShardTruncatedError, TransientShardError, WdsSource
+from timmdata.streams.streaming import IterableImageDataset
 from _helpers import free_port
 
 N_SHARDS, PER_SHARD = 8, 4  # 32 samples; 2 workers x batches of 4: 16 per worker, every sample once per epoch
@@ -129,7 +129,7 @@ def test_missing_and_truncated_shards_named(tmp_path):
     data = (root / 'toy-train-000001.tar').read_bytes()
     (root / 'toy-train-000001.tar').write_bytes(data[:len(data) // 2])
     ds = IterableImageDataset(root, reader='wds/toy')
-    import timmdata.shard_io as sio
+    import timmdata.streams.shard_io as sio
     waits = []  # a truncated local file is not worth retrying: no back-off wait before the error
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sio.time, 'sleep', waits.append)

@@ -1,4 +1,4 @@
-"""Thread mode (`create_loader(..., worker_mode='thread')`, timmdata.threads) against worker processes: the same batches
+"""Thread mode (`create_loader(..., worker_mode='thread')`, timmdata.engine.threads) against worker processes: the same batches
 bit for bit, states that resume across the modes, the same skips, and `stats()` counting every image and batch."""
 import shutil, warnings
 import pytest, torch
@@ -84,8 +84,8 @@ def _broken_in_data(f):
 
 def test_deferred_jpeg_bad_files_skip_like_threads(root, tmp_path):
     "Worker processes and loader threads decode a batch's JPEG crops in the collate (one call): a bad file there is skipped and counted as when the dataset decodes each sample, or raised naming it."
-    from timmdata import decode
-    from timmdata.resample import PendingJpegCrop
+    from timmdata.pixels import decode
+    from timmdata.pixels.resample import PendingJpegCrop
     if decode.native is None: pytest.skip(decode.NATIVE_STATUS)
     bad = tmp_path / 'train'
     shutil.copytree(root, bad)
@@ -127,7 +127,7 @@ def test_native_decode_in_threads_same_results_and_warning_count(root):
     "The GIL-free decoder from 4 threads: the same pixels and errors as one thread, and every libjpeg warning counted."
     import random
     from concurrent.futures import ThreadPoolExecutor
-    from timmdata import decode
+    from timmdata.pixels import decode
     if decode.native is None: pytest.skip(decode.NATIVE_STATUS)
     nat, rng = decode.native, random.Random(0)
     cases = []
@@ -151,7 +151,7 @@ def test_native_decode_in_threads_same_results_and_warning_count(root):
 
 @pytest.fixture(scope='module')
 def store(root, tmp_path_factory):
-    from timmdata.cache import build_cache
+    from timmdata.store.builder import build_cache
     dst = tmp_path_factory.mktemp('threads') / 'store'
     build_cache(root, dst, max_size=128, num_workers=0, progress=False)
     return dst

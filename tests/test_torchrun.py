@@ -15,7 +15,7 @@ RANK_SCRIPT = textwrap.dedent('''
     import json, os, sys
     import torch.distributed as dist
     from timmdata.loader import create_loader
-    from timmdata.streaming import IterableImageDataset
+    from timmdata.streams.streaming import IterableImageDataset
     root, out = sys.argv[1], sys.argv[2]
     dist.init_process_group('gloo')
     rank = dist.get_rank()

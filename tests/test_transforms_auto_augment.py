@@ -9,7 +9,7 @@ timm_aa = pytest.importorskip('timm.data.auto_augment')
 from timm.data import create_transform as timm_create_transform
 
 from timmdata import auto_augment as aa
-from timmdata.sample_data import make_sample_image
+from timmdata.tools.sample_data import make_sample_image
 from timmdata.transforms_factory import create_transform
 
 IMG = make_sample_image(3, seed=1, size=(160, 120))

@@ -2,7 +2,7 @@
 
 PIL input must give timm's pixels exactly. uint8 tensor input goes through torchvision's antialiased uint8 resize
 instead of PIL's, which may differ by rounding: max abs diff <= 2 and mean abs diff <= 0.5 per pixel; the eval
-pipeline's default fused resize + centre crop (timmdata.resample) gives PIL's pixels exactly, from tensors and JPEGs.
+pipeline's default fused resize + centre crop (timmdata.pixels.resample) gives PIL's pixels exactly, from tensors and JPEGs.
 """
 import random
 import numpy as np
@@ -15,7 +15,7 @@ timm_data = pytest.importorskip('timm.data')
 from timm.data import create_transform as timm_create_transform, resolve_data_config as timm_resolve_data_config
 from timm.data import transforms as timm_tf
 
-from timmdata.sample_data import make_sample_image
+from timmdata.tools.sample_data import make_sample_image
 from timmdata.config import resolve_data_config
 from timmdata.transforms import (RandomResizedCropAndInterpolation, ResizeKeepRatio, RandomCropOrPad,
                                  MaybePILToTensor)

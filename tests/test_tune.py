@@ -1,12 +1,12 @@
-"""`create_loader(..., num_workers='auto')` (issue 43, timmdata.tune): the batches are those of fixed settings whatever it
+"""`create_loader(..., num_workers='auto')` (issue 43, timmdata.engine.tune): the batches are those of fixed settings whatever it
 switches to and when, a state taken after a switch resumes in a loader with fixed settings, bad values are named, and
 the search reports what it tried. No assertion on times: the switches a test needs are scripted (`next_setting`
 replaced), the real search is checked for what it reports."""
 import json, logging
 import pytest, torch
-import timmdata.tune as tune
+import timmdata.engine.tune as tune
 from timmdata import ImageDataset, create_loader
-from timmdata.tune import AutoLoader, Budget
+from timmdata.engine.tune import AutoLoader, Budget
 from _helpers import run_epochs, same_batches
 
 KW = dict(input_size=64, batch_size=8, is_training=True, device='cpu', seed=11, re_prob=0.25)  # 60 images: 7 batches

@@ -12,9 +12,9 @@ __all__ = []
 _EXPORTS = """
 from timmdata.readers import (create_reader, register_reader, get_img_extensions, is_img_extension, set_img_extensions,
                               add_img_extensions, del_img_extensions)
-from timmdata.decode import ImageDecodeError, decode_image, set_max_image_pixels
+from timmdata.pixels.decode import ImageDecodeError, decode_image, set_max_image_pixels
 from timmdata.dataset import ImageDataset, AugMixDataset
-from timmdata.streaming import IterableImageDataset
+from timmdata.streams.streaming import IterableImageDataset
 from timmdata.dataset_factory import create_dataset
 from timmdata.config import resolve_data_config, resolve_model_data_config
 from timmdata.constants import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD,
@@ -28,10 +28,10 @@ from timmdata.auto_augment import (RandAugment, AutoAugment, rand_augment_ops, r
 from timmdata.transforms_factory import create_transform, RandomPad
 from timmdata.random_erasing import RandomErasing
 from timmdata.mixup import Mixup, FastCollateMixup
-from timmdata.collate import fast_collate
-from timmdata.prefetch import PrefetchLoader
+from timmdata.engine.collate import fast_collate
+from timmdata.engine.prefetch import PrefetchLoader
 from timmdata.loader import create_loader, MultiEpochsDataLoader
-from timmdata.resume import ResumeStateError
+from timmdata.engine.resume import ResumeStateError
 from timmdata.distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
 from timmdata.scheduled_sampler import ScheduledBatchSampler, ScheduledTransformDataset
 from timmdata.naflex_transforms import (get_image_size_for_seq, ResizeToSequence, ResizeKeepRatioToSequence, CenterCropToSequence,
@@ -40,13 +40,13 @@ from timmdata.naflex_random_erasing import PatchRandomErasing
 from timmdata.naflex_mixup import NaFlexMixup, pairwise_mixup_target, mix_batch_variable_size
 from timmdata.naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper, calculate_naflex_batch_size
 from timmdata.naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
-from timmdata.store import ReaderStore, StoreDamagedError  # importing the store registers its reader kind with create_reader
-from timmdata.shard_index import ShardReader  # importing it registers the 'shards' reader kind
-from timmdata.cache import build_cache
-from timmdata.shards import write_shards
-from timmdata.gpu_decode import create_device_decode_loader
-from timmdata.check import check_images, check_image, CheckResult, BadImage
-from timmdata.sample_data import make_sample_dataset
+from timmdata.store.format import ReaderStore, StoreDamagedError  # importing the store registers its reader kind with create_reader
+from timmdata.streams.shard_index import ShardReader  # importing it registers the 'shards' reader kind
+from timmdata.store.builder import build_cache
+from timmdata.tools.shards import write_shards
+from timmdata.engine.gpu_decode import create_device_decode_loader
+from timmdata.tools.check import check_images, check_image, CheckResult, BadImage
+from timmdata.tools.sample_data import make_sample_dataset
 from timmdata.dataset_info import DatasetInfo, CustomDatasetInfo, DatasetInfoLabelMapper, LabelMappingCoverage
 from timmdata.imagenet_info import ImageNetInfo, infer_imagenet_subset
 from timmdata.model_config import resolve_input_data_config
@@ -56,8 +56,10 @@ from timmdata.target_transforms import MultiLabelTarget
 
 # %% ../nbs/index.ipynb #3c5e0f1a
 import sys as _sys
-from . import store as _store  # registers the 'store' reader kind with create_reader at once (no torch: ~0.1 s)
-from timmdata import (
+from timmdata.store import (
+    format as _store,
+)  # registers the 'store' reader kind with create_reader at once (no torch: ~0.1 s)
+from timmdata.streams import (
     shard_index as _shard_index,
 )  # registers the 'shards' reader kind (map-style WebDataset shards; no torch)
 from .readers import register_scheme as _register_scheme
@@ -83,7 +85,7 @@ def __getattr__(name: str):
     import importlib, importlib.util
 
     where = _exports()
-    if name not in where:  # a submodule used as an attribute after `import timmdata` (`timmdata.decode.native`)
+    if name not in where:  # a submodule used as an attribute after `import timmdata` (`timmdata.pixels.decode.native`)
         if name.startswith('__') or importlib.util.find_spec(f'{__name__}.{name}') is None:
             raise AttributeError(f"module 'timmdata' has no attribute {name!r}")
         return importlib.import_module(f'{__name__}.{name}')

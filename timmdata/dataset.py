@@ -9,14 +9,14 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 import torch.utils.data
-from . import decode
-from .decode import EncodedJpeg, ImageDecodeError, convert_mode, decode_image, encoded_jpeg, read_source
+from .pixels import decode
+from .pixels.decode import EncodedJpeg, ImageDecodeError, convert_mode, decode_image, encoded_jpeg, read_source
 from PIL import Image
 from .readers import create_reader
-from .stages import DECODE, READ, stage_clock
+from .core.stages import DECODE, READ, stage_clock
 from .transforms import INPUT_FORMATS, SampleTransform, takes_draws, transform_input
 from .config import GLOBAL_DRAWS, Draws
-from .resample import PendingJpegCrop
+from .pixels.resample import PendingJpegCrop
 from functools import partial
 
 # %% auto #0

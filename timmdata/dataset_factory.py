@@ -8,7 +8,7 @@ import os
 from typing import Optional
 import numpy as np
 from .dataset import ImageDataset
-from .hf_readers import HfdsReader
+from .streams.hf_readers import HfdsReader
 from .readers import Reader, find_split, reader_kinds, unset, register_scheme
 
 # %% auto #0
@@ -113,7 +113,7 @@ _OURS = ('transform', 'target_transform', 'bad_sample')  # ImageDataset's own ar
 def _iterable(
     name, root, split, class_map, is_training, download, batch_size, num_samples, seed, repeats, input_img_mode, kwargs
 ):
-    from timmdata.streaming import IterableImageDataset  # here: streaming is optional (webdataset, datasets)
+    from timmdata.streams.streaming import IterableImageDataset  # here: streaming is optional (webdataset, datasets)
 
     return IterableImageDataset(
         root,
@@ -227,7 +227,7 @@ def _hfds_reader(name, root=None, split='train', class_map=None, **kwargs):
 
 
 def _wds_source(name, root=None, split='train', class_map=None, download=False, **kwargs):
-    from timmdata.shard_io import WdsSource
+    from timmdata.streams.shard_io import WdsSource
 
     if class_map is not None:
         raise ValueError(
@@ -238,7 +238,7 @@ def _wds_source(name, root=None, split='train', class_map=None, download=False, 
 
 
 def _hfids_source(name, root=None, split='train', class_map=None, **kwargs):
-    from timmdata.hf_readers import HfidsSource  # Hugging Face `datasets` is needed only when streaming from it
+    from timmdata.streams.hf_readers import HfidsSource  # Hugging Face `datasets` is needed only when streaming from it
 
     return HfidsSource(name, root=root, split=split, class_map=class_map, **kwargs)
 

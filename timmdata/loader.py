@@ -18,19 +18,19 @@ from torch.utils.data import (
     default_collate,
     get_worker_info,
 )
-from .collate import BatchCollate, default_collate_kept, fast_collate
-from .batch_ring import BatchRing
-from .gpu_decode import create_device_decode_loader, refuse_off_default
-from .prefetch import PrefetchLoader
-from .runtime import SEED_MIX, default_rank, resolve_device, sets_epoch
-from .torch_compat import keep_iterator, kept_iterator, shutdown_workers
+from .engine.collate import BatchCollate, default_collate_kept, fast_collate
+from .engine.batch_ring import BatchRing
+from .engine.gpu_decode import create_device_decode_loader, refuse_off_default
+from .engine.prefetch import PrefetchLoader
+from .core.runtime import SEED_MIX, default_rank, resolve_device, sets_epoch
+from .core.torch_compat import keep_iterator, kept_iterator, shutdown_workers
 from .scheduled_sampler import Sampling, ScheduledTransformDataset, make_batch_plan
-from .streaming import SplitsOverWorkers, StreamPlan
+from .streams.streaming import SplitsOverWorkers, StreamPlan
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
-from .resume import BatchPlan, ResumableDataLoader
-from .threads import ThreadWorkers, check_worker_mode, default_worker_mode
-from .tune import AutoLoader, Budget, first_setting
-from .batch_plan import SeededDataset
+from .engine.resume import BatchPlan, ResumableDataLoader
+from .engine.threads import ThreadWorkers, check_worker_mode, default_worker_mode
+from .engine.tune import AutoLoader, Budget, first_setting
+from .engine.batch_plan import SeededDataset
 from .dataset import DecodeTransform, ImageDataset
 
 # %% auto #0
@@ -39,7 +39,10 @@ __all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'set_dataset_t
            'create_loader', 'auto_worker_mode', 'auto_loader', 'fast_collate', 'PrefetchLoader']
 
 # %% ../nbs/38_loader.ipynb #df52b17c
-_all_ = ['fast_collate', 'PrefetchLoader']  # defined in timmdata.collate and timmdata.prefetch; found here as in timm
+_all_ = [
+    'fast_collate',
+    'PrefetchLoader',
+]  # defined in timmdata.engine.collate and timmdata.engine.prefetch; found here as in timm
 
 # %% ../nbs/38_loader.ipynb #050e97fe
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
@@ -486,9 +489,13 @@ def create_loader(
         o = LoaderOptions(*args, **kwargs)
     except TypeError as e:  # a misspelt or missing argument: named as create_loader's
         raise TypeError(str(e).replace('LoaderOptions.__init__()', 'create_loader()')) from None
-    if _check_auto(o):  # num_workers or prefetch_factor 'auto': settings tried over the first batches (timmdata.tune)
+    if _check_auto(
+        o
+    ):  # num_workers or prefetch_factor 'auto': settings tried over the first batches (timmdata.engine.tune)
         return auto_loader(dataset, o)
-    if o.worker_mode == 'auto':  # the measured rule (timmdata.threads): threads for a CPU model step, else processes
+    if (
+        o.worker_mode == 'auto'
+    ):  # the measured rule (timmdata.engine.threads): threads for a CPU model step, else processes
         o.worker_mode = auto_worker_mode(dataset, o)[0]
     check_worker_mode(
         o.worker_mode, dataset, o.input_size_choices, o.decode_device, o.num_workers, o.use_multi_epochs_loader
@@ -533,7 +540,7 @@ create_loader.__delwrap__ = LoaderOptions  # where docments (show_doc's paramete
 
 # %% ../nbs/38_loader.ipynb #f6198557
 def auto_worker_mode(dataset, o: LoaderOptions) -> tuple:
-    """`worker_mode='auto'`'s rule (timmdata.threads `default_worker_mode`, measured): (the mode, do threads take this
+    """`worker_mode='auto'`'s rule (timmdata.engine.threads `default_worker_mode`, measured): (the mode, do threads take this
     case?). The cases threads take: those `check_worker_mode` does not refuse, and no AugMix splits."""
     dev = resolve_device(o.device, PrefetchLoader.devices if o.use_prefetcher else None)
     try:

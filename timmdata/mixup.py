@@ -6,7 +6,7 @@
 from __future__ import annotations
 import numpy as np
 import torch
-from .collate import BatchCollate, fast_collate, new_uint8
+from .engine.collate import BatchCollate, fast_collate, new_uint8
 from .config import Draws, SampleBatch
 
 # %% auto #0

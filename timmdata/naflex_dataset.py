@@ -9,12 +9,12 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from .dataset import ChoiceTransform, ImageDataset
-from .collate import new_uint8
+from .engine.collate import new_uint8
 from .naflex_transforms import get_image_size_for_seq, parse_patch_size
 from .transforms import SampleTransform
 from .config import GLOBAL_DRAWS, Draws, mix_seed, seed_all
-from .runtime import delegated, pass_epoch
-from .streaming import EvenOverWorkers, SplitsOverWorkers
+from .core.runtime import delegated, pass_epoch
+from .streams.streaming import EvenOverWorkers, SplitsOverWorkers
 
 # %% auto #0
 __all__ = ['calculate_naflex_batch_size', 'NaFlexCollator', 'NaFlexBatchMaker', 'NaFlexMapDatasetWrapper', 'NaFlexStreamWrapper']
@@ -238,7 +238,7 @@ class NaFlexBatchMaker:
 class NaFlexMapDatasetWrapper(IterableDataset):
     "Batches of one sequence length each, batch size from a token budget, the same schedule on every rank (timm's)."
 
-    elastic = False  # its state holds batches of one schedule (timmdata.resume.ResumableStream)
+    elastic = False  # its state holds batches of one schedule (timmdata.engine.resume.ResumableStream)
 
     # timm's names for the batch maker's parts, live: setting one (e.g. `mixup_fn`) changes what the batches get
     transforms, collate_fns, mixup_fn = (delegated('batch_maker', n) for n in ('transforms', 'collate_fns', 'mixup_fn'))

@@ -11,16 +11,16 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats, mix_seed
-from .jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
+from .pixels.jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from .distributed_sampler import OrderedDistributedSampler
 from .loader import jitter_on_batch, set_dataset_transform, worker_init
 from .naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper
-from .streaming import SplitsOverWorkers
+from .streams.streaming import SplitsOverWorkers
 from .naflex_random_erasing import PatchRandomErasing
-from .decode import NATIVE
-from .feeder import DeviceFeeder, FedLoader, takes_step_options, weak_method
-from .runtime import BufferPool, default_rank, delegated, pass_loader_epoch, rank_seed, resolve_device
-from .resume import ResumableDataLoader, ResumeStateError, batch_key, check_state, loader_marks
+from .pixels.decode import NATIVE
+from .engine.feeder import DeviceFeeder, FedLoader, takes_step_options, weak_method
+from .core.runtime import BufferPool, default_rank, delegated, pass_loader_epoch, rank_seed, resolve_device
+from .engine.resume import ResumableDataLoader, ResumeStateError, batch_key, check_state, loader_marks
 
 # %% auto #0
 __all__ = ['NaFlexBatchOps', 'NaFlexPrefetchLoader', 'create_naflex_loader']

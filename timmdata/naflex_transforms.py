@@ -8,7 +8,7 @@ import functools, math, numbers, random
 from typing import Optional, Union
 import torch
 from torchvision.transforms import functional as TF
-from .decode import EncodedJpeg
+from .pixels.decode import EncodedJpeg
 from .config import GLOBAL_DRAWS, Draws
 from timmdata.transforms import (
     SampleTransform,

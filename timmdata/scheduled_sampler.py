@@ -10,10 +10,10 @@ from itertools import islice
 from typing import Callable, Iterator, Optional, Sequence
 import torch
 from torch.utils.data import Dataset, IterableDataset, Sampler
-from .runtime import pass_epoch
+from .core.runtime import pass_epoch
 from .dataset import ChoiceTransform, ImageDataset
 from .distributed_sampler import SeededRandomSampler, sampler_kind, timm_sampler, world_of
-from timmdata.batch_plan import (
+from timmdata.engine.batch_plan import (
     STATE_VERSION,
     BatchMark,
     BatchPlan,
@@ -461,7 +461,7 @@ def make_batch_plan(
     sampler = timm_sampler(dataset, s.distributed, s.is_training, s.num_aug_repeats)
     if isinstance(dataset, IterableDataset):
         return dataset, dict(batch_size=s.batch_size, drop_last=s.is_training)
-    if s.batch_size_choices is None:  # one global order per epoch, a seed per sample (timmdata.batch_plan)
+    if s.batch_size_choices is None:  # one global order per epoch, a seed per sample (timmdata.engine.batch_plan)
         dataset, plan = resumable_batching(dataset, sampler, s.batch_size, s.is_training, s.seed, s.distributed)
         return dataset, dict(batch_sampler=plan)
     run_seed = loader_seed(s.seed, s.distributed)  # the schedule of batch sizes and choices, over a seeded order

@@ -13,8 +13,8 @@ from torchvision import transforms as tvt
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 from torchvision.transforms.v2 import functional as F2
-from .decode import EncodedJpeg
-from timmdata.resample import (
+from .pixels.decode import EncodedJpeg
+from timmdata.pixels.resample import (
     INTERPOLATIONS,
     MODE_TO_PIL,
     RESAMPLE_KIND,
@@ -33,8 +33,8 @@ from timmdata.resample import (
     str_to_interp_mode,  # names,
     str_to_pil_interp,
 )  # also importable from here
-from .stages import DECODE, stage_clock
-from .torch_compat import aa_resize_kernels
+from .core.stages import DECODE, stage_clock
+from .core.torch_compat import aa_resize_kernels
 from .config import GLOBAL_DRAWS, Draws, parse_input_size
 from timmdata.config import (
     CROP_MODES,
@@ -595,13 +595,15 @@ _TO_TENSOR = (MaybePILToTensor, MaybeToTensor, ToTensor, ToNumpy, tvt.PILToTenso
 
 
 class Compose(tvt.Compose, SampleTransform):
-    "torchvision's `Compose`, declaring its `input_format` from its steps'; fuses eval's resize + crop and training's crop + flip (`timmdata.resample`)."
+    "torchvision's `Compose`, declaring its `input_format` from its steps'; fuses eval's resize + crop and training's crop + flip (`timmdata.pixels.resample`)."
 
-    # Resize(shorter edge) then CenterCropOrPad as one step (timmdata.resample.resize_center_crop): PIL's pixels, only the
+    # Resize(shorter edge) then CenterCropOrPad as one step (timmdata.pixels.resample.resize_center_crop): PIL's pixels, only the
     # crop's window decoded and resized. False takes the steps one by one (torch's resize: within 2 levels of PIL's).
     fuse_resize_crop = True
 
-    def _resize_crop(self) -> tuple | None:  # the eval pipeline's steps, fused: timmdata.resample.resize_center_crop
+    def _resize_crop(
+        self,
+    ) -> tuple | None:  # the eval pipeline's steps, fused: timmdata.pixels.resample.resize_center_crop
         ts = self.transforms
         if (
             self.fuse_resize_crop
@@ -616,7 +618,7 @@ class Compose(tvt.Compose, SampleTransform):
 
     def _crop_flip(
         self,
-    ) -> tuple | None:  # the training pipeline's crop and flip, one step: timmdata.resample.resize_box
+    ) -> tuple | None:  # the training pipeline's crop and flip, one step: timmdata.pixels.resample.resize_box
         ts = self.transforms
         if (
             len(ts) >= 2

@@ -19,7 +19,7 @@ for m in pkgutil.iter_modules(timmdata.__path__):
     except Exception: continue
     for n, c in vars(mod).items():
         if inspect.isclass(c) and c.__module__ == mod.__name__: classes[f'{mod.__name__}.{n}'] = c
-feeder = importlib.import_module('timmdata.feeder')
+feeder = importlib.import_module('timmdata.engine.feeder')
 roots = [tud.DataLoader] + ([feeder.FedLoader] if hasattr(feeder, 'FedLoader') else [])
 loaders = {k: c for k, c in classes.items() if any(issubclass(c, r) for r in roots)}
 mixins = {f'{b.__module__}.{b.__name__}': b for c in loaders.values() for b in c.__mro__

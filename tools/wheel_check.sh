@@ -32,7 +32,7 @@ grep -E "trying file=.*libjpeg|calling init: .*libjpeg" "$tmp/ld.log" | sed 's/^
 #    namespace, as on a machine without it
 # an editable install's finder would supply a missing timmdata._native from the checkout: drop it, as in a clean venv
 info='import sys; sys.meta_path = [f for f in sys.meta_path if "editable" not in getattr(f, "__module__", type(f).__module__).lower()]
-import timmdata, timmdata.decode as d; from timmdata.cli import main; print("imported from", timmdata.__file__)
+import timmdata, timmdata.pixels.decode as d; from timmdata.tools.cli import main; print("imported from", timmdata.__file__)
 print("extension from", getattr(d.native, "__file__", None)); sys.argv = ["timmdata", "info"]; main()'
 run_info() { (cd "$tmp" && PYTHONPATH="$tmp/site" TIMMDATA_NATIVE=1 "$PY" -c "$info"); }  # not from the current folder
 sys_jpeg=$(ldconfig -p 2>/dev/null | grep -o '/[^ ]*/libjpeg\.so\.[0-9.]*$' | head -1 || true)
