@@ -29,13 +29,14 @@ from .streams.streaming import SplitsOverWorkers, StreamPlan
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 from .engine.resume import BatchPlan, ResumableDataLoader
 from .engine.threads import ThreadWorkers, check_worker_mode, default_worker_mode
+from .engine.tune import AutoLoader, Budget, first_setting
 from .engine.batch_plan import SeededDataset
 from .dataset import DecodeTransform, ImageDataset
 
 # %% auto #0
 __all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'set_dataset_transform', 'jitter_on_batch', 'adapt_to_chs',
            'LoaderOptions', 'transform_step', 'plan_step', 'worker_loader', 'collate_step', 'prefetch_step',
-           'create_loader', 'fast_collate', 'PrefetchLoader']
+           'create_loader', 'auto_worker_mode', 'auto_loader', 'fast_collate', 'PrefetchLoader']
 
 # %% ../nbs/38_loader.ipynb #df52b17c
 _all_ = [
@@ -176,7 +177,7 @@ def _check_args(batch_size, num_workers, worker_seeding, tf_preprocessing):
     if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1; got {batch_size!r}")
     if not isinstance(num_workers, int) or num_workers < 0:
-        raise ValueError(f"num_workers must be an int >= 0; got {num_workers!r}")
+        raise ValueError(f"num_workers must be an int >= 0 or 'auto'; got {num_workers!r}")
     if not (callable(worker_seeding) or worker_seeding in ('all', 'part')):
         raise ValueError(f"worker_seeding must be 'all', 'part' or a callable; got {worker_seeding!r}")
 
@@ -344,7 +345,7 @@ class LoaderOptions:
     interpolation: str = 'bilinear'  # resize interpolation
     mean: Tuple[float, ...] = IMAGENET_DEFAULT_MEAN  # normalisation mean
     std: Tuple[float, ...] = IMAGENET_DEFAULT_STD  # normalisation std
-    num_workers: int = 1  # worker processes, or threads (0: load in the main process)
+    num_workers: Union[int, str] = 1  # worker processes, or threads (0: in the main process); 'auto': measured
     distributed: bool = False  # one share of the data per rank (torch.distributed must be initialised)
     crop_pct: Optional[float] = None  # eval crop fraction
     crop_mode: Optional[str] = None  # eval crop mode: 'center', 'squash' or 'border'
@@ -368,13 +369,11 @@ class LoaderOptions:
     batch_schedule_spread: float = 0.65  # progressive: width of the choice window, in choices
     batch_schedule_random_mix: float = 0.1  # progressive: share of uniform exploration
     num_batches: Optional[int] = None  # scheduled: batches per epoch (None: a sample budget, or inferred)
-    prefetch_factor: Optional[int] = None  # batches queued per worker (None: torch's default, 2)
+    prefetch_factor: Union[int, str, None] = None  # batches queued per worker (None: torch's 2; 'auto': 2 or 4)
     channels_last: bool = False  # channels-last batches (prefetcher only)
     seed: Optional[int] = None  # seed of the order and every draw; None: drawn from torch's RNG (rank 0's)
     decode_device: Optional[str] = None  # 'cuda': decode, crop and resize batched on the GPU (`gpu_decode`)
-    worker_mode: str = (
-        'process'  # 'process' or 'thread' workers, the same batches; 'auto': `default_worker_mode`'s rule
-    )
+    worker_mode: str = 'process'  # 'process' or 'thread' workers, the same batches; 'auto': the measured rule, or tried (num_workers='auto')
 
     @property
     def channels(self) -> int:
@@ -490,16 +489,14 @@ def create_loader(
         o = LoaderOptions(*args, **kwargs)
     except TypeError as e:  # a misspelt or missing argument: named as create_loader's
         raise TypeError(str(e).replace('LoaderOptions.__init__()', 'create_loader()')) from None
+    if _check_auto(
+        o
+    ):  # num_workers or prefetch_factor 'auto': settings tried over the first batches (timmdata.engine.tune)
+        return auto_loader(dataset, o)
     if (
         o.worker_mode == 'auto'
     ):  # the measured rule (timmdata.engine.threads): threads for a CPU model step, else processes
-        dev = resolve_device(o.device, PrefetchLoader.devices if o.use_prefetcher else None)
-        try:  # the cases the thread mode takes: those `check_worker_mode` does not refuse (and no AugMix splits)
-            check_worker_mode('thread', dataset, o.input_size_choices, o.decode_device, 1, o.use_multi_epochs_loader)
-            ok = o.num_aug_splits == 0
-        except NotImplementedError:
-            ok = False
-        o.worker_mode = default_worker_mode(dataset, dev, o.num_workers, o.collate_fn, ok)
+        o.worker_mode = auto_worker_mode(dataset, o)[0]
     check_worker_mode(
         o.worker_mode, dataset, o.input_size_choices, o.decode_device, o.num_workers, o.use_multi_epochs_loader
     )
@@ -540,3 +537,60 @@ create_loader.__signature__ = inspect.Signature(  # timm's signature: the datase
     ]
 )
 create_loader.__delwrap__ = LoaderOptions  # where docments (show_doc's parameter table) finds the options' comments
+
+# %% ../nbs/38_loader.ipynb #f6198557
+def auto_worker_mode(dataset, o: LoaderOptions) -> tuple:
+    """`worker_mode='auto'`'s rule (timmdata.engine.threads `default_worker_mode`, measured): (the mode, do threads take this
+    case?). The cases threads take: those `check_worker_mode` does not refuse, and no AugMix splits."""
+    dev = resolve_device(o.device, PrefetchLoader.devices if o.use_prefetcher else None)
+    try:
+        check_worker_mode('thread', dataset, o.input_size_choices, o.decode_device, 1, o.use_multi_epochs_loader)
+        ok = o.num_aug_splits == 0
+    except NotImplementedError:
+        ok = False
+    n = o.num_workers if isinstance(o.num_workers, int) else 1
+    return default_worker_mode(dataset, dev, n, o.collate_fn, ok), ok
+
+
+def _check_auto(o: LoaderOptions) -> bool:
+    "Does `o` ask for tuning (num_workers or prefetch_factor 'auto')? Errors name a value that is neither a count nor 'auto'."
+    if isinstance(o.num_workers, str) and o.num_workers != 'auto':
+        raise ValueError(f"num_workers must be an int >= 0 or 'auto'; got {o.num_workers!r}")
+    pf = o.prefetch_factor
+    if isinstance(pf, str) and pf != 'auto':
+        raise ValueError(f"prefetch_factor must be None, an int >= 1 or 'auto'; got {pf!r}")
+    return o.num_workers == 'auto' or pf == 'auto'
+
+# %% ../nbs/38_loader.ipynb #b86cfc56
+def auto_loader(dataset, o: LoaderOptions, budget: Optional[Budget] = None):
+    """`create_loader(..., num_workers='auto')` (or `prefetch_factor='auto'`): an `AutoLoader` that builds loaders with
+    `create_loader` for each setting it tries (the options fixed by the user stay fixed) and keeps the one that holds the
+    consumer's wait under the target with the fewest workers, inside `budget` (default: `Budget.from_machine()`)."""
+    budget = budget or Budget.from_machine()
+    mode, thread_ok = auto_worker_mode(dataset, o)
+    modes = (mode, *(m for m in ('process', 'thread') if m != mode and (m == 'process' or thread_ok)))
+    modes = modes if o.worker_mode == 'auto' else (o.worker_mode,)
+    pfs = (2, 4) if o.prefetch_factor == 'auto' else (o.prefetch_factor or 2,)
+    lo, hi = (1, budget.cores) if o.num_workers == 'auto' else (o.num_workers, o.num_workers)
+    c, (h, w) = o.channels, parse_input_size(o.input_size)
+    start = first_setting(budget, modes[0], pfs[0], o.batch_size * c * h * w)
+    start = (start[0], min(max(start[1], lo), hi), start[2])
+    if start[1] == 0:
+        start = ('process', 0, start[2])
+    why = ''
+    if o.decode_device is not None:
+        why = f'decode_device={o.decode_device!r}: the device-decode loader has its own workers'
+    elif isinstance(dataset, torch.utils.data.IterableDataset):
+        why = 'a stream: its split over workers depends on their number, so it is not changed while it runs'
+    elif start[1] == 0:
+        why = 'num_workers=0: loading in this process'
+
+    def build(mode, workers, prefetch, seed):
+        kw = {f.name: getattr(o, f.name) for f in fields(o)}
+        default_pf = prefetch == 2 and o.prefetch_factor in (None, 'auto')  # None: torch's 2, as the user left it
+        kw.update(worker_mode=mode, num_workers=workers, prefetch_factor=None if default_pf else prefetch)
+        if seed is not None:
+            kw['seed'] = seed
+        return create_loader(dataset, **kw)
+
+    return AutoLoader(build, start, budget, modes, pfs, workers=(lo, hi), tune=not why, why_fixed=why)

@@ -102,6 +102,20 @@ VARIABLES = {
             'a process count >= 1',
             "processes on this machine: batch rings split the shared memory over them",
         ),
+        Variable(
+            'TIMMDATA_AUTO_CORES',
+            None,
+            _positive,
+            'a core count >= 1',
+            "cores num_workers='auto' may use for loading and training (default: this process's share)",
+        ),
+        Variable(
+            'TIMMDATA_AUTO_MEMORY_MB',
+            None,
+            _positive,
+            'megabytes >= 1',
+            "memory num_workers='auto' may give the loader (default: half the available, shared by local processes)",
+        ),
     )
 }
 

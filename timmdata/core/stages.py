@@ -162,6 +162,13 @@ class LoaderStats:
             self.batches += 1
             self.wall += wall
 
+    def snapshot(self) -> 'LoaderStats':
+        "A copy of the counts so far, the workers' rows summed in: it stays as it is while the loader runs on."
+        s = LoaderStats()
+        s._t, s._n = self.t, [self.samples, self.collated]
+        s.images, s.batches, s.wall, s.outer = self.images, self.batches, self.wall, self.outer
+        return s
+
     def table(self) -> str:
         "The stages as text: time per image, per batch, share of the epoch's wall time."
         n, b, wall, t = max(self.images, 1), max(self.batches, 1), self.wall or float('nan'), self.t

@@ -5,9 +5,10 @@
 # %% ../../nbs/engine/37_threads.ipynb #34e5e864
 from __future__ import annotations
 import ctypes, threading, time, weakref
+from dataclasses import dataclass
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional
+from typing import Callable, Optional
 import torch
 from torch.utils.data import IterableDataset
 from ..core.stages import COLLATE, CountsTime, LoaderStats, stage_clock
@@ -18,7 +19,7 @@ from .prefetch import PrefetchLoader
 from .resume import ResumableDataLoader
 
 # %% auto #0
-__all__ = ['check_worker_mode', 'few_arenas', 'default_worker_mode', 'ThreadWorkers', 'verdict', 'profile_loader']
+__all__ = ['check_worker_mode', 'few_arenas', 'default_worker_mode', 'ThreadWorkers', 'verdict', 'Headspace', 'profile_loader']
 
 # %% ../../nbs/engine/37_threads.ipynb #6cd169ee
 _MODES = ('process', 'thread')
@@ -236,26 +237,133 @@ def verdict(
         f'{fix}.'
     )
 
+# %% ../../nbs/engine/37_threads.ipynb #b6c856af
+@dataclass
+class Headspace:
+    """What a profiled run's steps were made of: the step with this loader against the step with a perfect one (SPDL's
+    headspace: the model step alone on cached batches), the share of each step spent waiting for data, and that wait
+    split as DS-Analyzer splits it, by the stage clock's shares: reading files not yet cached (the disk), reading cached
+    files (system calls, copies), and CPU work (decode, augment, collate, the device step). The three parts sum to `stall`."""
+
+    step_ms: float  # a step's wall time with this loader (the consumer's wait and its own time), ms
+    ideal_ms: float  # the step with a perfect loader: the model step alone on cached batches, ms
+    stall: float  # share of each step spent waiting for data (0..1)
+    wait_read_cold: float  # share of a step: waiting on reading files not yet in the page cache
+    wait_read_cached: float  # share of a step: waiting on reading cached files
+    wait_cpu: float  # share of a step: waiting on CPU work (decode, augment, collate, device step)
+    read_cold_ms: float  # reading per sample, first pass, ms
+    read_cached_ms: Optional[float] = None  # reading per sample on a second pass over the same files (None: not run)
+
+    @classmethod
+    def measure(cls, st: LoaderStats, ideal_s: float, cached: Optional[LoaderStats] = None) -> 'Headspace':
+        "From a run's stats, the model step alone (`ideal_s` seconds per step), and a second pass's stats over the same files."
+        t, wall, n = st.t, max(st.wall, 1e-9), max(st.batches, 1)
+        stall = min(max(t['consumer_wait'] / wall, 0.0), 1.0)
+        read, cpu = t['read'], t['decode'] + t['ops'] + t['collate'] + t['device']
+        read_share = read / (read + cpu) if read + cpu > 0 else 0.0
+        cold_ms = read / max(st.samples, 1) * 1e3
+        cached_ms = None if cached is None else cached.t['read'] / max(cached.samples, 1) * 1e3
+        cold_part = 1.0 if cached_ms is None or cold_ms <= 0 else min(max(1 - cached_ms / cold_ms, 0.0), 1.0)
+        wait_read = stall * read_share
+        return cls(
+            step_ms=wall / n * 1e3, ideal_ms=ideal_s * 1e3, stall=stall, wait_read_cold=wait_read * cold_part,
+            wait_read_cached=wait_read * (1 - cold_part), wait_cpu=stall - wait_read, read_cold_ms=cold_ms,
+            read_cached_ms=cached_ms,
+        )  # fmt: skip
+
+    @property
+    def speedup(self) -> float:
+        "How many times faster a step would be with a perfect loader."
+        return self.step_ms / self.ideal_ms if self.ideal_ms > 0 else float('inf')
+
+    def advice(self) -> str:
+        "One sentence: what to do."
+        if self.stall < 0.02:
+            return (
+                f'Loading keeps up (the wait is {self.stall:.1%} of a step): keep these settings, or find the fewest '
+                f"workers that still keep up with num_workers='auto' or `timmdata tune`."
+            )
+        parts = {'cold': self.wait_read_cold, 'cached': self.wait_read_cached, 'cpu': self.wait_cpu}
+        what = {
+            'cold': 'reading files from disk: put the data on a faster disk or where the page cache keeps it, or in '
+            'shards (`timmdata shards`)',
+            'cached': 'reading many small cached files: pack them into shards (`timmdata shards`) or a store '
+            '(`timmdata cache`)',
+            'cpu': "CPU work (decode, augment): more workers (num_workers='auto', `timmdata tune`), threads for a CPU "
+            "model (worker_mode='thread'), decode once (`timmdata cache`) or on the GPU (decode_device='cuda')",
+        }[max(parts, key=parts.get)]
+        return f'The step waits {self.stall:.0%} of its time for data, most of it {what}.'
+
+    def table(self) -> str:
+        "The headspace report as text: step times, the wait and its parts, and the sentence."
+        ideal = f'{self.ideal_ms:9.1f} ms' + (
+            f' ({self.speedup:.2f}x faster)' if self.ideal_ms > 0 else ' (no model step)'
+        )
+        cached = 'not measured' if self.read_cached_ms is None else f'{self.read_cached_ms:.3f} ms'
+        return '\n'.join([
+            f'step with this loader       {self.step_ms:9.1f} ms',
+            f'step with a perfect loader {ideal}',
+            f'waiting for data            {self.stall:9.1%} of a step',
+            f'  reading, cold files       {self.wait_read_cold:9.1%}  (read {self.read_cold_ms:.3f} ms/sample; '
+            f'cached: {cached})',
+            f'  reading, cached files     {self.wait_read_cached:9.1%}',
+            f'  CPU work (decode, augment) {self.wait_cpu:8.1%}',
+            self.advice(),
+        ])  # fmt: skip
+
+# %% ../../nbs/engine/37_threads.ipynb #be7eff50
+def _resumable(loader) -> bool:
+    "Can the loader go back to a saved position (a `PrefetchLoader` over a resumable loader, or a loader with a plan)?"
+    return (isinstance(loader, PrefetchLoader) and loader.resumes) or (
+        isinstance(loader, ResumableDataLoader) and loader.plan is not None
+    )
+
+
+def _run_steps(loader, batches: int, step: Optional[Callable], keep: int = 0) -> list:
+    "One warm-up batch (stats reset after it), then `batches` batches, `step(batch)` after each; copies of the first `keep`."
+    st, it, kept = loader.stats(), iter(loader), []
+    try:
+        next(it, None)  # warm-up: workers start, files are paged in
+        st.reset()
+        for _, b in zip(range(batches), it):
+            if len(kept) < keep:
+                kept.append(tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in b))
+            if step is not None:
+                step(b)
+    finally:
+        it.close()
+    return kept
+
 
 def profile_loader(
     loader,  # a loader from `create_loader` (it has `stats()`)
     model_step_ms: Optional[float] = None,  # simulate a model step this long after each batch (a sleep: no CPU used)
     batches: int = 20,  # batches to run, after one warm-up batch (fewer when the epoch is shorter)
+    model_step: Optional[Callable] = None,  # the model step itself, called with each batch (instead of a sleep)
+    cached_pass: bool = True,  # read the same batches again (files now cached) to split reading into cold and cached
 ) -> tuple:
-    "Run `batches` batches of `loader` and measure where the time goes: (LoaderStats, a one-sentence verdict)."
+    """Run `batches` batches of `loader` and measure where the time goes: (LoaderStats, a one-sentence verdict,
+    `Headspace`). The headspace is the model step timed alone on copies of the batches (a perfect loader's step)."""
     if not isinstance(loader, CountsTime):
         raise TypeError(
             f'profile_loader needs a loader with stats() (from timmdata.create_loader); got {type(loader).__name__}'
         )
+    if model_step is None and model_step_ms:
+        model_step = lambda b: time.sleep(model_step_ms / 1e3)
     inner = loader.loader if isinstance(loader, PrefetchLoader) else loader
     mode, workers = (inner.worker_mode, inner.num_workers) if isinstance(inner, ResumableDataLoader) else ('process', 0)
-    st, it = loader.stats(), iter(loader)
-    try:
-        next(it, None)  # warm-up: workers start, files are paged in
-        st.reset()
-        for _, x in zip(range(batches), it):
-            if model_step_ms:
-                time.sleep(model_step_ms / 1e3)
-    finally:
-        it.close()
-    return st, verdict(st, model_step_ms, mode, workers)
+    start = loader.state_dict() if cached_pass and _resumable(loader) else None
+    kept = _run_steps(loader, batches, model_step, keep=4)
+    first = loader.stats().snapshot()  # the stats object is the loader's: a second pass resets it
+    ideal = 0.0
+    if model_step is not None and kept:
+        t0 = time.perf_counter()
+        for i in range(max(first.batches, 1)):
+            model_step(kept[i % len(kept)])
+        ideal = (time.perf_counter() - t0) / max(first.batches, 1)
+    cached = None
+    if start is not None:
+        loader.load_state_dict(start)
+        _run_steps(loader, batches, None)
+        cached = loader.stats().snapshot()
+    return first, verdict(first, model_step_ms, mode, workers), Headspace.measure(first, ideal, cached)

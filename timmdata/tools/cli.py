@@ -13,7 +13,7 @@ from ..core.untrusted import printable
 # %% auto #0
 __all__ = ['USER_ERRORS', 'LIBRARY_ERRORS', 'BAD_DATA', 'COMMANDS', 'ROOT_ARG', 'CliError', 'is_user_error', 'user_message',
            'fail', 'warnings_counted', 'save_batch_grid', 'demo_main', 'info', 'info_main', 'usage', 'job',
-           'dataset_root', 'profile_main', 'main']
+           'dataset_root', 'profile_main', 'tune_main', 'main']
 
 # %% ../../nbs/tools/47_cli.ipynb #293d9d4e
 class CliError(Exception):
@@ -353,7 +353,7 @@ def dataset_root(cmd: str, argv: list):
 
 # %% ../../nbs/tools/47_cli.ipynb #298660ae
 def profile_main(argv=None):
-    "`timmdata profile ROOT`: a short training epoch, where its time goes, and whether loading keeps up with a model step."
+    "`timmdata profile ROOT`: a short training epoch, where its time goes, whether loading keeps up with a model step, the headspace."
     from timmdata.tools.bench import int_at_least  # imported when the command runs: `timmdata --help` stays fast
     from timmdata.tools.check import usable_cpus
     from timmdata.dataset import ImageDataset
@@ -398,9 +398,10 @@ def profile_main(argv=None):
         worker_mode=a.worker_mode,
         device=resolve_device(None),
     )
-    st, why = profile_loader(ld, a.model_step_ms, a.batches)
+    st, why, hs = profile_loader(ld, a.model_step_ms, a.batches)
     print(st.table())
     print(why)
+    print(hs.table())  # the headspace: a perfect loader's step, the wait and its parts, what to do
     return 0
 
 
@@ -409,6 +410,60 @@ COMMANDS['profile'] = (
     'a short epoch: where the loading time goes, and whether it keeps up with a model step',
 )
 ROOT_ARG['profile'] = 0
+
+# %% ../../nbs/tools/47_cli.ipynb #cc729154
+def tune_main(argv=None):
+    "`timmdata tune ROOT`: the search `num_workers='auto'` runs, on a folder: the table of what it tried, the keywords to paste."
+    import time
+    from timmdata.tools.bench import int_at_least  # imported when the command runs: `timmdata --help` stays fast
+    from timmdata.dataset import ImageDataset
+    from timmdata.loader import create_loader
+    from timmdata.core.runtime import resolve_device
+    from timmdata.engine.tune import TRIAL_HEADER
+
+    p = argparse.ArgumentParser(
+        prog='timmdata tune', description=tune_main.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument('root', help='image folder with class subfolders')
+    p.add_argument('--model-step-ms', type=float, default=None, help="the model's step per batch, simulated by a sleep")
+    p.add_argument('--batch-size', type=int_at_least(1), default=64)
+    p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
+    p.add_argument('--window', type=int_at_least(1), default=8, help='batches each setting is measured over')
+    p.add_argument('--max-batches', type=int_at_least(1), default=400, help='stop the search after this many batches')
+    a = p.parse_args(argv)
+    if a.model_step_ms is not None and a.model_step_ms < 0:
+        raise CliError(f'--model-step-ms must be >= 0; got {a.model_step_ms:g}')
+    ld = create_loader(
+        ImageDataset(a.root), 224, a.batch_size, is_training=not a.eval, device=resolve_device(None),
+        num_workers='auto', worker_mode='auto', prefetch_factor='auto',
+    )  # fmt: skip
+    ld.window = a.window
+    n, epoch = 0, 0
+    while not ld.tuning()['done'] and n < a.max_batches:
+        ld.set_epoch(epoch)
+        for _ in ld:
+            if a.model_step_ms:
+                time.sleep(a.model_step_ms / 1e3)
+            n += 1
+            if ld.tuning()['done'] or n >= a.max_batches:
+                break
+        epoch += 1
+    if not ld.tuning()['done']:
+        ld.decide()  # batches ran out: the best of the settings measured
+    t = ld.tuning()
+    print(TRIAL_HEADER)
+    for tr in ld.trials:
+        print(tr.row())
+    print(f'chosen: {t["why"]} ({n} batches run)')
+    print('create_loader(..., ' + ', '.join(f'{k}={v!r}' for k, v in t['chosen'].items()) + ')')
+    return 0
+
+
+COMMANDS['tune'] = (
+    tune_main,
+    "the search num_workers='auto' runs: what it tried and the create_loader keywords to paste",
+)
+ROOT_ARG['tune'] = 0
 
 # %% ../../nbs/tools/47_cli.ipynb #65c088d7
 def main(argv=None) -> int:
