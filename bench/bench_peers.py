@@ -579,7 +579,7 @@ def report(a, argv, py, only, runs, skipped, failed, notes, load, rounds_done, t
     "The results file's text: what was run, on what, under which load, then the table and each contender's configuration."
     head = [f'timmdata vs peers (issue 46), {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}',
             f'command: {" ".join([os.path.relpath(py, ROOT)] + [str(x) for x in (argv if argv is not None else sys.argv)])}',
-            f"peers' python: {py}; {versions(py)}",
+            f"peers' python: {os.path.relpath(py, ROOT)}; {versions(py)}",
             f'{a.images} generated 500x375 JPEGs (q90, timmdata.tools.sample_data), batch {a.batch_size}, {a.workers} workers, '
             f'{rounds_done} of {a.rounds} alternating rounds done x ({a.epochs} timed epoch after 1 warm-up epoch), each '
             f'contender in its own process; train: RandomResizedCrop 224 + flip, no colour jitter; eval: resize 256 + '
