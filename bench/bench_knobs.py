@@ -29,12 +29,8 @@ net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 5, stride=4), torch.nn.ReLU(), 
 def step(x):
     if a['step'] == 'cpu': net(x).sum().backward()
     elif a['step'] == 'sleep': time.sleep(0.03)
-def pss(pid):
-    try:
-        for line in open(f'/proc/{pid}/smaps_rollup'):
-            if line.startswith('Pss:'): return int(line.split()[1]) * 1024
-    except OSError: return 0
-    return 0
+sys.path.insert(0, '__BENCH__')  # bench/: the shared helpers
+from _common import pss
 def tree():
     me = os.getpid()
     kids = [int(p) for t in os.listdir(f'/proc/{me}/task') for p in open(f'/proc/{me}/task/{t}/children').read().split()]
@@ -66,7 +62,7 @@ out = dict(ips=st.images / st.wall, stall=st.t['consumer_wait'] / st.wall, mem=m
 if s == 'auto':
     t = ld.tuning(); out.update(chosen=t['chosen'], budget=t['budget'], trials=len(t['trials']), why=t['why'])
 print(json.dumps(out))
-'''
+'''.replace('__BENCH__', str(Path(__file__).resolve().parent))
 
 
 def run(args: dict) -> dict:

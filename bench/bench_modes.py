@@ -43,16 +43,12 @@ for epoch in range(2):
         s0 = time.perf_counter(); model_step(x); steps.append(time.perf_counter() - s0)
         if epoch == 1: n += len(x)
     if epoch == 1: wall = time.perf_counter() - e0
-def pss(pid):
-    try:
-        for line in open(f'/proc/{pid}/smaps_rollup'):
-            if line.startswith('Pss:'): return int(line.split()[1]) * 1024
-    except OSError: return 0
-    return 0
+sys.path.insert(0, '__BENCH__')  # bench/: the shared helpers
+from _common import pss
 kids = [int(p) for p in open(f'/proc/{os.getpid()}/task/{os.getpid()}/children').read().split()]
 mem = pss(os.getpid()) + sum(pss(k) for k in kids)
 print(json.dumps(dict(ips=n / wall, step=sum(steps) / len(steps), alone=alone, first=first, pss=mem)))
-'''
+'''.replace('__BENCH__', str(Path(__file__).resolve().parent))
 
 
 def run(root, mode, pipe, step, ring, workers):
