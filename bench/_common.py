@@ -4,6 +4,7 @@ alternates the sources epoch by epoch (so that a machine's drift hits them all a
 Run a benchmark as `python bench/NAME.py`: its folder is then on the import path."""
 import os, socket, statistics, subprocess, sys, time
 from contextlib import contextmanager
+from typing import Optional
 from timmdata import create_loader
 
 
@@ -66,21 +67,25 @@ def train_loaders(sources: dict, a) -> dict:
             for name, ds in ((name, make()) for name, make in sources.items())}
 
 
-def alternate_epochs(loaders: dict, epochs: int) -> dict:
-    "{name: images/s of each timed epoch}: epoch 0 warms up (workers, page cache, a cache to fill), then `epochs` timed ones; the sources alternate within each epoch."
+def alternate_epochs(loaders: dict, epochs: int, cpu: Optional[dict] = None) -> dict:
+    "{name: images/s of each timed epoch}: epoch 0 warms up (workers, page cache, a cache to fill), then `epochs` timed ones; the sources alternate within each epoch. `cpu`, a dict: filled with {name: CPU ms per image of the process and its workers, each timed epoch} (load moves it far less than images/s)."
     rates = {k: [] for k in loaders}
     for e in range(epochs + 1):
         for name, (ds, loader) in loaders.items():
             if hasattr(ds, 'set_epoch'): ds.set_epoch(e)
-            got, t = epoch(loader)
-            if e: rates[name].append(got / t)
+            got, t, main_cpu, workers_cpu = epoch_cpu(loader)
+            if e:
+                rates[name].append(got / t)
+                if cpu is not None: cpu.setdefault(name, []).append(1000 * (main_cpu + workers_cpu) / got)
     return rates
 
 
-def print_rates(rates: dict, base: str, ratio: str, epochs: str = 'epochs (images/s)'):
-    "Each source's median images/s, its ratio to source `base` (headed `ratio`), and every timed epoch's rate."
+def print_rates(rates: dict, base: str, ratio: str, epochs: str = 'epochs (images/s)', cpu: Optional[dict] = None):
+    "Each source's median images/s, its ratio to source `base` (headed `ratio`), and every timed epoch's rate; with `cpu` (`alternate_epochs`'), each source's median CPU ms per image and `base`'s over it (above 1: cheaper than `base`)."
     b = statistics.median(rates[base])
-    print(f'{"source":<20}{"images/s (median)":>20}{ratio:>10}   {epochs}')
+    extra = f'{"CPU ms/img":>12}{"base/this":>10}' if cpu else ''
+    print(f'{"source":<20}{"images/s (median)":>20}{ratio:>10}{extra}   {epochs}')
     for name, r in rates.items():
         m = statistics.median(r)
-        print(f'{name:<20}{m:>20.0f}{m / b:>10.2f}   ' + ' '.join(f'{x:.0f}' for x in r))
+        c = f'{statistics.median(cpu[name]):>12.3f}{statistics.median(cpu[base]) / statistics.median(cpu[name]):>10.3f}' if cpu else ''
+        print(f'{name:<20}{m:>20.0f}{m / b:>10.2f}{c}   ' + ' '.join(f'{x:.0f}' for x in r))

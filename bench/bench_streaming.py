@@ -67,7 +67,8 @@ def main():
         sources = {'folder': lambda: ImageDataset(folder),
                    'shards, global order': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', order='global', **kw),
                    'shards, shards order': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', order='shards', **kw)}
-        print_rates(alternate_epochs(train_loaders(sources, a), a.epochs), 'folder', 'x folder')
+        cpu = {}
+        print_rates(alternate_epochs(train_loaders(sources, a), a.epochs, cpu), 'folder', 'x folder', cpu=cpu)
         return
     with http_server(tmp / 'shards') as url:
         sources = {'folder': lambda: ImageDataset(folder),

@@ -204,9 +204,6 @@ def read_in_order(
             yield (p, source.shards[s]) + got.pop((s, m))
 
 # %% ../../nbs/streams/24_global_order.ipynb #b2c3d4e5
-_END = bytes(1024)  # a tar's end-of-archive blocks: a sample's span read alone parses as a whole tar
-
-
 def sample_spans(
     source,  # a stream source; random access needs `timmdata.streams.shard_io.WdsSource` over local files or http(s) URLs
     index_dir: Optional[
@@ -307,7 +304,7 @@ class SpanReader:
                 f'shard {shard_name(url)} was cut or changed after it was indexed: sample {m} needs bytes '
                 f'{start:,} to {end:,}; create the dataset again (a changed shard is indexed again)'
             )
-        got = list(self.source.parse_shard(io.BytesIO(data + _END), url))
+        got = list(self.source.parse_shard(data, url))  # a span: its records, no end-of-archive block
         if len(got) != 1:
             raise ShardError(
                 f'the shard index does not match shard {shard_name(url)} at sample {m} ({len(got)} samples in its span): '

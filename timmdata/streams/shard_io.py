@@ -21,10 +21,10 @@ from timmdata.streams.shard_cache import (
 from .net import http_open
 
 # %% auto #0
-__all__ = ['MAX_MEMBER_BYTES', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError', 'ShardTruncatedError',
-           'TransientShardError', 'ShardDeadlineError', 'url_scheme', 'shard_name', 'is_transient_error',
-           'expand_braces', 'join_url', 'shard_list', 'open_shard', 'tar_members', 'iter_tar', 'split_key',
-           'group_samples', 'parse_keys', 'sample_target', 'load_info', 'WdsSource']
+__all__ = ['MAX_MEMBER_BYTES', 'TAR_CHUNK', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError',
+           'ShardTruncatedError', 'TransientShardError', 'ShardDeadlineError', 'url_scheme', 'shard_name',
+           'is_transient_error', 'expand_braces', 'join_url', 'shard_list', 'open_shard', 'tar_members', 'iter_tar',
+           'split_key', 'group_samples', 'parse_keys', 'sample_target', 'load_info', 'WdsSource']
 
 # %% ../../nbs/streams/22_shard_io.ipynb #f16af843
 from ..readers.class_map import RecordTargets
@@ -271,6 +271,9 @@ MAX_MEMBER_BYTES = (
 )  # the largest tar member read into memory (1 GiB): a bigger (or negative) size is a named error
 
 
+_OCTAL_DIGITS = b'01234567'
+
+
 def _size(field: bytes, url: str, offset: int, limit: int) -> int:
     "A tar header's size field, strictly: octal digits (or GNU base-256, positive), at most `limit`; else `ShardError`."
     if field[:1] and field[0] & 0x80:  # GNU base-256; 0xff marks a negative number
@@ -278,7 +281,7 @@ def _size(field: bytes, url: str, offset: int, limit: int) -> int:
     else:
         s = field.rstrip(b'\0 ').lstrip(b' ')
         n = (
-            (int(s, 8) if re.fullmatch(rb'[0-7]+', s) else -1) if s else 0
+            (-1 if s.translate(None, _OCTAL_DIGITS) else int(s, 8)) if s else 0
         )  # int(s, 8) alone takes '-1', '+7', '1_0'; blank: 0, as tar reads it
     if 0 <= n <= limit:
         return n
@@ -306,54 +309,148 @@ def _pax_path(data: bytes) -> Optional[str]:
             return v.decode('utf-8', 'surrogateescape')
     return None
 
-# %% ../../nbs/streams/22_shard_io.ipynb #704a8db5
+# %% ../../nbs/streams/22_shard_io.ipynb #6843a921
 _EXTENDED = (b'L', b'K', b'x', b'X', b'g')  # headers about the next member (GNU long name or link, pax): never yielded
+_ZERO_BLOCK = bytes(512)
 
 
+def _header(
+    hdr: bytes,  # a 512-byte tar header
+    url: str,  # the shard's name, for errors
+    offset: int,  # where the header starts in the archive, for errors
+    limit: int,  # the largest member size taken
+) -> tuple:
+    "`(name, size, kind)` of a tar header, its checksum and size field checked (else `ShardError`); the name as bytes, a ustar prefix joined."
+    chk, unsigned = _octal(hdr[148:156]), sum(hdr) - sum(hdr[148:156]) + 8 * 32
+    if chk != unsigned and chk != unsigned - 256 * sum(b > 127 for b in hdr[:148] + hdr[156:]):  # signed: old tars
+        raise ShardError(
+            f'shard {shard_name(url)}: bad tar header at byte {offset} (not an uncompressed tar, or damaged): write it again'
+        )
+    size, kind = _size(hdr[124:136], url, offset, limit), hdr[156:157]
+    name = hdr[:100].split(b'\0', 1)[0]
+    if hdr[257:262] == b'ustar' and hdr[345]:
+        name = hdr[345:500].split(b'\0', 1)[0] + b'/' + name
+    return name, size, kind
+
+# %% ../../nbs/streams/22_shard_io.ipynb #98b4c7aa
+TAR_CHUNK = 1 << 18  # bytes a tar stream is read by (256 KiB): a read every few members, not two or three a member
+
+
+def _more(f, buf: bytes, pos: int, need: int, chunk: int) -> bytes:
+    "`buf[pos:]` and what `f` gives next: at least `need` bytes in all, unless `f` ends first."
+    parts, have = [buf[pos:]], len(buf) - pos
+    while have < need:
+        b = f.read(max(chunk, need - have))
+        if not b:
+            break
+        parts.append(b)
+        have += len(b)
+    return b''.join(parts)
+
+
+def _cut_short(url: str, name: bytes, size: int, got: int) -> ShardTruncatedError:
+    "The error for a member whose data and padding end after `got` bytes of the `size` its header states."
+    what, pad = f'member {name.decode("utf-8", "replace")!r}', -size % 512
+    return ShardTruncatedError(
+        f'shard {shard_name(url)} is truncated: it ends inside '
+        + (f'{what} ({got} of {size} bytes)' if got < size else f'the padding of {what} ({got - size} of {pad} bytes)')
+    )
+
+
+def _records(
+    f,  # a binary stream at the start of a tar archive
+    url: str,  # the shard's name, for errors
+    limit: int,  # the largest member size taken
+    chunk: int = TAR_CHUNK,  # bytes read at a time
+) -> Iterator[tuple]:
+    "`(name, kind, offset of its data, size, data)` of each record of `f`, extended headers too, to the end-of-archive block."
+    buf, pos, base = b'', 0, 0  # base: where buf[0] lies in the archive
+    while True:
+        if len(buf) - pos < 512:
+            buf, base, pos = _more(f, buf, pos, 512, chunk), base + pos, 0
+            if len(buf) < 512:
+                raise ShardTruncatedError(
+                    f'shard {shard_name(url)} is truncated: it ends at byte {base} without the '
+                    f'tar end-of-archive block (a partial copy or download?): copy or write it again'
+                    if not buf
+                    else f'shard {shard_name(url)} is truncated: it ends inside the header at byte {base} ({len(buf)} of 512 bytes)'
+                )
+        hdr = buf[pos : pos + 512]
+        if hdr == _ZERO_BLOCK:
+            return  # end of archive
+        name, size, kind = _header(hdr, url, base + pos, limit)
+        end = pos + 512 + size + -size % 512  # the data and its padding
+        if end > len(buf):
+            buf, base, end, pos = _more(f, buf, pos, end - pos, chunk), base + pos, end - pos, 0
+            if end > len(buf):
+                raise _cut_short(url, name, size, len(buf) - 512)
+        yield name, kind, base + pos + 512, size, buf[pos + 512 : pos + 512 + size]
+        pos = end
+
+
+def _span_records(data: bytes, url: str, limit: int) -> list:
+    "`_records` of the bytes of a span of whole records (a sample's, as the shard index lists them), as a list: it may end between any two records."
+    out, pos, n = [], 0, len(data)
+    while pos < n:
+        hdr = data[pos : pos + 512]
+        if hdr == _ZERO_BLOCK:
+            break
+        if len(hdr) < 512:
+            raise ShardTruncatedError(
+                f'shard {shard_name(url)} is truncated: it ends inside the header at byte {pos} ({len(hdr)} of 512 bytes)'
+            )
+        name, size, kind = _header(hdr, url, pos, limit)
+        start = pos + 512
+        pos = start + size + -size % 512
+        if pos > n:
+            raise _cut_short(url, name, size, n - start)
+        out.append((name, kind, start, size, data[start : start + size]))
+    return out
+
+
+def _seek_records(f, url: str, limit: int, file_size: int) -> Iterator[tuple]:
+    "`_records` of a seekable file of `file_size` bytes, a member's data skipped (None), an extended header's read."
+    offset = 0
+    while True:
+        hdr = _read_exact(f, 512, url, f'the header at byte {offset}') if offset < file_size else b''
+        if not hdr:
+            raise ShardTruncatedError(
+                f'shard {shard_name(url)} is truncated: it ends at byte {offset} without the '
+                f'tar end-of-archive block (a partial copy or download?): copy or write it again'
+            )
+        if hdr == _ZERO_BLOCK:
+            return
+        name, size, kind = _header(hdr, url, offset, limit)
+        start, pad = offset + 512, -size % 512
+        if kind in _EXTENDED:
+            data = _read_exact(f, size, url, f'member {name.decode("utf-8", "replace")!r}') if size else b''
+            f.seek(pad, 1)
+        elif start + size > file_size:  # a header's size is never trusted beyond the file
+            raise ShardTruncatedError(
+                f'shard {shard_name(url)} is truncated: member {name.decode("utf-8", "replace")!r} at byte {offset:,} '
+                f'needs {size:,} bytes but the file ends at byte {file_size:,}; copy or write the shard again'
+            )
+        else:
+            data = None
+            f.seek(size + pad, 1)
+        yield name, kind, start, size, data
+        offset = start + size + pad
+
+# %% ../../nbs/streams/22_shard_io.ipynb #301d50e3
 def tar_members(
-    f,  # a binary stream positioned at the start of a tar archive
+    f,  # a binary stream positioned at the start of a tar archive, or the bytes of a span of whole records
     url: str = '<stream>',  # the shard's name, for errors
     max_member: Optional[int] = None,  # the largest member, in bytes; None: `MAX_MEMBER_BYTES`
     file_size: Optional[int] = None,  # given: `f` is seekable, of this size, and members' data is skipped, never read
 ) -> Iterator[tuple]:
     "`(member name, offset of its data, size, data)` of each regular file of the tar archive `f`, front to back (data None when `file_size` is given); a truncated or damaged archive raises. Linear in the archive's headers: one pass, no regular expression over a pax record."
-    long_name, offset, limit = None, 0, MAX_MEMBER_BYTES if max_member is None else max_member
-    while True:
-        hdr = f.read(512)
-        if len(hdr) < 512:
-            if len(hdr):
-                hdr += _read_exact(f, 512 - len(hdr), url, f'the header at byte {offset}')
-            else:
-                raise ShardTruncatedError(
-                    f'shard {shard_name(url)} is truncated: it ends at byte {offset} without the '
-                    f'tar end-of-archive block (a partial copy or download?): copy or write it again'
-                )
-        if hdr.count(0) == 512:
-            return  # end of archive
-        chk, unsigned = _octal(hdr[148:156]), sum(hdr) - sum(hdr[148:156]) + 8 * 32
-        if chk != unsigned and chk != unsigned - 256 * sum(b > 127 for b in hdr[:148] + hdr[156:]):  # signed: old tars
-            raise ShardError(
-                f'shard {shard_name(url)}: bad tar header at byte {offset} (not an uncompressed tar, or damaged): write it again'
-            )
-        size, kind = _size(hdr[124:136], url, offset, limit), hdr[156:157]
-        name = hdr[:100].split(b'\0', 1)[0]
-        if hdr[257:262] == b'ustar' and hdr[345]:
-            name = hdr[345:500].split(b'\0', 1)[0] + b'/' + name
-        pad, start = -size % 512, offset + 512
-        regular = kind in (b'0', b'\0', b'7') and not (kind == b'\0' and name.endswith(b'/'))  # old tars' folders
-        if file_size is not None and kind not in _EXTENDED:
-            if start + size > file_size:  # a header's size is never trusted beyond the file
-                raise ShardTruncatedError(
-                    f'shard {shard_name(url)} is truncated: member {name.decode("utf-8", "replace")!r} at byte {offset:,} '
-                    f'needs {size:,} bytes but the file ends at byte {file_size:,}; copy or write the shard again'
-                )
-            data = None
-            f.seek(size + pad, 1)
-        else:
-            data = _read_exact(f, size, url, f'member {name.decode("utf-8", "replace")!r}') if size else b''
-            if pad:
-                _read_exact(f, pad, url, f'the padding of member {name.decode("utf-8", "replace")!r}')
-        offset = start + size + pad
+    limit = MAX_MEMBER_BYTES if max_member is None else max_member
+    if isinstance(f, (bytes, bytearray, memoryview)):
+        records = _span_records(bytes(f), url, limit)
+    else:
+        records = _records(f, url, limit) if file_size is None else _seek_records(f, url, limit, file_size)
+    long_name = None
+    for name, kind, start, size, data in records:
         if kind == b'L':
             long_name = data.split(b'\0', 1)[0].decode('utf-8', 'surrogateescape')
             continue
@@ -362,13 +459,13 @@ def tar_members(
             continue
         if kind in (b'K', b'g'):
             continue  # a long link name, pax globals: the next member's name stays as said before
-        if regular:
+        if kind in (b'0', b'\0', b'7') and not (kind == b'\0' and name.endswith(b'/')):  # old tars' folders
             yield long_name or name.decode('utf-8', 'surrogateescape'), start, size, data
         long_name = None
 
 
 def iter_tar(
-    f,  # a binary stream positioned at the start of a tar archive
+    f,  # a binary stream positioned at the start of a tar archive, or the bytes of a span of whole records
     url: str = '<stream>',  # the shard's name, for errors
     max_member: Optional[int] = None,  # the largest member read, in bytes; None: `MAX_MEMBER_BYTES`
 ) -> Iterator[tuple]:
@@ -399,7 +496,7 @@ def group_samples(
     key, sample = None, {}
     for name, data in members:
         k, ext = split_key(name)
-        if not ext or _META.search(name) or _META.fullmatch(k.rsplit('/', 1)[-1]):
+        if not ext or ('__' in name and (_META.search(name) or _META.fullmatch(k.rsplit('/', 1)[-1]))):
             continue
         if k != key:
             if sample:
@@ -624,9 +721,9 @@ class WdsSource:
         return f'{type(self).__name__}({len(self.shards)} shards, num_samples={self.num_samples}, split={self.split!r})'
 
     def parse_shard(self, f, shard: str):
-        "(key, image bytes, target) of each sample in the open tar stream `f` of `shard` (named in errors), checked as a stream reads it."
+        "(key, image bytes, target) of each sample in the open tar stream `f` of `shard` (or in the bytes of a span of its records; `shard` named in errors), checked as a stream reads it."
         name = self.name_of(shard)  # once per shard, not per sample
-        for key, s in group_samples(iter_tar(f, shard), shard):
+        for key, s in group_samples(((n, d) for n, _, _, d in tar_members(f, shard)), shard):
             img = next((s[k] for k in self.image_keys if k in s), None)
             where = f'sample {key!r} of shard {name}'
             if img is None:

@@ -146,7 +146,8 @@ def worker_pids(loader) -> list[int]:
         loader, seen = loader.loader, seen + 1
     from timmdata.core.torch_compat import kept_iterator, worker_processes  # torch's private API, in one module
 
-    it = kept_iterator(loader) or getattr(loader, 'iterator', None)
+    it = kept_iterator(loader)  # never `or`: an iterator's truth is its length, which a stream's has not
+    it = getattr(loader, 'iterator', None) if it is None else it
     return [w.pid for w in (worker_processes(it) or []) if w.is_alive()]
 
 
