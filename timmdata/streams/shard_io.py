@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/22_shard_io.ipynb #a75fb3bd
 from __future__ import annotations
-import functools, http.client, io, json, os, re, socket, subprocess, tempfile, time, urllib.error, urllib.request
+import functools, http.client, io, json, os, re, socket, subprocess, tempfile, time, urllib.error, urllib.request, zlib
 from pathlib import Path
 from typing import Iterator, Optional
 from ..readers import MAX_JSON_BYTES, natural_key, relative_name, split_names
@@ -314,6 +314,11 @@ _EXTENDED = (b'L', b'K', b'x', b'X', b'g')  # headers about the next member (GNU
 _ZERO_BLOCK = bytes(512)
 
 
+def _block_sum(block: bytes) -> int:
+    "The sum of a 512-byte block's bytes, in a fifth of `sum(block)`'s time: Adler-32's low half is 1 + the sum of the bytes modulo 65,521, and 256 bytes sum to at most 65,280, so each half's is exact."
+    return (zlib.adler32(block[:256]) & 0xFFFF) + (zlib.adler32(block[256:]) & 0xFFFF) - 2
+
+
 def _header(
     hdr: bytes,  # a 512-byte tar header
     url: str,  # the shard's name, for errors
@@ -321,7 +326,7 @@ def _header(
     limit: int,  # the largest member size taken
 ) -> tuple:
     "`(name, size, kind)` of a tar header, its checksum and size field checked (else `ShardError`); the name as bytes, a ustar prefix joined."
-    chk, unsigned = _octal(hdr[148:156]), sum(hdr) - sum(hdr[148:156]) + 8 * 32
+    chk, unsigned = _octal(hdr[148:156]), _block_sum(hdr) - sum(hdr[148:156]) + 8 * 32
     if chk != unsigned and chk != unsigned - 256 * sum(b > 127 for b in hdr[:148] + hdr[156:]):  # signed: old tars
         raise ShardError(
             f'shard {shard_name(url)}: bad tar header at byte {offset} (not an uncompressed tar, or damaged): write it again'
@@ -332,20 +337,20 @@ def _header(
         name = hdr[345:500].split(b'\0', 1)[0] + b'/' + name
     return name, size, kind
 
-# %% ../../nbs/streams/22_shard_io.ipynb #98b4c7aa
+# %% ../../nbs/streams/22_shard_io.ipynb #def73aad
 TAR_CHUNK = 1 << 18  # bytes a tar stream is read by (256 KiB): a read every few members, not two or three a member
 
 
 def _more(f, buf: bytes, pos: int, need: int, chunk: int) -> bytes:
     "`buf[pos:]` and what `f` gives next: at least `need` bytes in all, unless `f` ends first."
-    parts, have = [buf[pos:]], len(buf) - pos
+    parts, have = [buf[pos:]] if pos < len(buf) else [], len(buf) - pos
     while have < need:
         b = f.read(max(chunk, need - have))
         if not b:
             break
         parts.append(b)
         have += len(b)
-    return b''.join(parts)
+    return parts[0] if len(parts) == 1 else b''.join(parts)  # one part: no copy
 
 
 def _cut_short(url: str, name: bytes, size: int, got: int) -> ShardTruncatedError:
@@ -379,13 +384,23 @@ def _records(
         if hdr == _ZERO_BLOCK:
             return  # end of archive
         name, size, kind = _header(hdr, url, base + pos, limit)
-        end = pos + 512 + size + -size % 512  # the data and its padding
-        if end > len(buf):
-            buf, base, end, pos = _more(f, buf, pos, end - pos, chunk), base + pos, end - pos, 0
-            if end > len(buf):
-                raise _cut_short(url, name, size, len(buf) - 512)
-        yield name, kind, base + pos + 512, size, buf[pos + 512 : pos + 512 + size]
-        pos = end
+        start, pad = pos + 512, -size % 512
+        if start + size + pad <= len(buf):
+            yield name, kind, base + start, size, buf[start : start + size]
+            pos = start + size + pad
+            continue
+        # a member that runs past the chunk: its rest read exactly (one copy of it), the next chunk after it
+        if len(buf) - start >= size:
+            data, skip = buf[start : start + size], start + size + pad - len(buf)
+        else:
+            data, skip = _more(f, buf, start, size, 0), pad
+            if len(data) < size:
+                raise _cut_short(url, name, size, len(data))
+        got = len(_more(f, b'', 0, skip, 0)) if skip else 0  # the padding's bytes past the chunk
+        if got < skip:
+            raise _cut_short(url, name, size, size + pad - skip + got)
+        yield name, kind, base + start, size, data
+        buf, base, pos = b'', base + start + size + pad, 0
 
 
 def _span_records(data: bytes, url: str, limit: int) -> list:
