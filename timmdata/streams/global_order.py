@@ -5,7 +5,8 @@
 # %% ../../nbs/streams/24_global_order.ipynb #397a3dd3
 from __future__ import annotations
 import bisect, io, itertools, math, numbers, os, threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Optional, Sequence
 import numpy as np
 from ..config import mix_seed
@@ -23,8 +24,8 @@ from .dataset_index import DATASET_INDEX_FILE, ShardSpans, dataset_spans, spans_
 from ..core.untrusted import MAX_SAMPLES, printable
 
 # %% auto #0
-__all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'permute_index', 'GlobalOrder', 'epoch_length', 'worker_positions', 'read_in_order',
-           'sample_spans', 'SpanReader']
+__all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'READ_AHEAD', 'permute_index', 'GlobalOrder', 'epoch_length', 'batch_pieces',
+           'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order', 'sample_spans', 'SpanReader']
 
 # %% ../../nbs/streams/24_global_order.ipynb #01df9e07
 _ROUNDS = 6  # Feistel rounds: 4 already make a pseudo-random permutation (Luby-Rackoff); 2 more for small domains
@@ -68,19 +69,10 @@ def permute_index(
 BLOCK_SHARDS = 8  # shards whose samples are interleaved in one block of the global order
 
 
-class GlobalOrder:
-    "Pass `pass_` of epoch `epoch` over shards of `lengths`: the shards shuffled, cut into blocks of `block_shards`, each block's samples permuted (`permute_index`: nothing sized by the lengths)."
-
-    def __init__(
-        self,
-        lengths: Sequence[int],  # samples in each shard, in the listed order
-        seed: int = 42,  # the run's seed
-        epoch: int = 0,  # the epoch
-        pass_: int = 0,  # the pass over the shards within the epoch (an epoch longer than the shards wraps round)
-        block_shards: int = BLOCK_SHARDS,  # shards per block
-    ):
-        if block_shards < 1:
-            raise ValueError(f'block_shards must be >= 1; got {block_shards!r}')
+def _check_lengths(lengths) -> np.ndarray:
+    "The shard lengths as int64, each an integer from 0 to `MAX_SAMPLES` and some samples in all; else a named error."
+    a = np.asarray(lengths) if isinstance(lengths, np.ndarray) else None
+    if a is None or a.dtype.kind not in 'iu':  # a list (or an odd array): each item checked, as _info.json gives it
         bad = next(
             (
                 (k, n)
@@ -94,26 +86,92 @@ class GlobalOrder:
                 f'the global order needs shard_lengths that are integers from 0 to {MAX_SAMPLES:,}; '
                 f'shard {bad[0]} has {printable(repr(bad[1]), 40)}: fix shard_lengths in _info.json'
             )
-        if not len(lengths) or sum(lengths) == 0 or sum(lengths) > MAX_SAMPLES:
-            raise ValueError(
-                f'the global order needs shard_lengths with samples (at most {MAX_SAMPLES:,} in all); got {list(lengths)[:8]!r}: fix _info.json'
-            )
-        self.lengths, self.seed, self.epoch, self.pass_ = [int(n) for n in lengths], seed, epoch, pass_
-        shards = np.random.default_rng(mix_seed(seed, epoch, pass_, 0)).permutation(len(lengths)).tolist()
-        self.blocks = [shards[i : i + block_shards] for i in range(0, len(shards), block_shards)]
-        self._firsts = [np.cumsum([0] + [self.lengths[s] for s in b]) for b in self.blocks]  # within each block
-        self.starts = np.cumsum([0] + [int(f[-1]) for f in self._firsts]).tolist()  # each block's first position
-        self.total = self.starts[-1]
+        a = np.asarray([int(n) for n in lengths], dtype=np.int64).reshape(-1)
+    elif len(a) and (a.min() < 0 or a.max() > MAX_SAMPLES):
+        k = int(np.argmax((a < 0) | (a > MAX_SAMPLES)))
+        raise ValueError(
+            f'the global order needs shard_lengths that are integers from 0 to {MAX_SAMPLES:,}; shard {k} has {a[k]}: '
+            f'fix shard_lengths in _info.json'
+        )
+    a = a.astype(np.int64)
+    if not len(a) or a.sum() == 0 or a.sum() > MAX_SAMPLES:
+        raise ValueError(
+            f'the global order needs shard_lengths with samples (at most {MAX_SAMPLES:,} in all); got {a[:8].tolist()!r}: fix _info.json'
+        )
+    return a
 
-    def block_of(self, q: int) -> int:
-        return bisect.bisect_right(self.starts, q) - 1
+
+class GlobalOrder:
+    """Pass `pass_` of epoch `epoch` over shards of `lengths`: the shards shuffled, cut into blocks of `block_shards`, each
+    block's samples permuted (`permute_index`: nothing sized by the lengths); the blocks' sequence (the *flat* order) cut
+    into `partitions` equal ranges, and position `q` of the pass is sample `q // partitions` of range `q % partitions`."""
+
+    def __init__(
+        self,
+        lengths: Sequence[int],  # samples in each shard, in the listed order
+        seed: int = 42,  # the run's seed
+        epoch: int = 0,  # the epoch
+        pass_: int = 0,  # the pass over the shards within the epoch (an epoch longer than the shards wraps round)
+        block_shards: int = BLOCK_SHARDS,  # shards per block
+        partitions: int = 1,  # canonical partitions of the flat order (e.g. the nodes at the run's start); 1: q is flat
+    ):
+        if block_shards < 1:
+            raise ValueError(f'block_shards must be >= 1; got {block_shards!r}')
+        if isinstance(partitions, bool) or not isinstance(partitions, numbers.Integral) or partitions < 1:
+            raise ValueError(f'partitions must be an int >= 1 (e.g. the number of nodes); got {partitions!r}')
+        self.lengths = _check_lengths(lengths)
+        self.seed, self.epoch, self.pass_, self.block_shards = seed, epoch, pass_, int(block_shards)
+        # the same permutation as ever (numpy arrays throughout: no Python object per shard or block)
+        self.shards = np.random.default_rng(mix_seed(seed, epoch, pass_, 0)).permutation(len(self.lengths))
+        self._cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(self.lengths[self.shards])])  # each shard's start
+        n = len(self.lengths)
+        self.starts = np.append(self._cum[: n : self.block_shards], self._cum[-1])  # each block's first flat position
+        self.total = int(self._cum[-1])
+        self.partitions = P = int(partitions)
+        sizes = (self.total - np.arange(P, dtype=np.int64) + P - 1) // P  # positions q with q % P == p
+        self.part_starts = np.concatenate([np.zeros(1, np.int64), np.cumsum(sizes)])  # each range's first flat position
+
+    @property
+    def blocks(self) -> list:
+        "Each block's shards (lists; made when asked: the order itself keeps one array)."
+        k = self.block_shards
+        return [self.shards[i : i + k].tolist() for i in range(0, len(self.shards), k)]
+
+    def flat(self, q) -> np.ndarray:
+        "The flat positions (in the blocks' sequence) of positions `q` of the pass (an array, any order)."
+        q = np.asarray(q, dtype=np.int64)
+        if self.partitions == 1:
+            return q
+        return self.part_starts[q % self.partitions] + q // self.partitions
+
+    def block_of(self, f: int) -> int:
+        "The block holding flat position `f`."
+        return int(np.searchsorted(self.starts, f, side='right')) - 1
 
     def take(self, b: int, offsets) -> tuple:
-        "(shards, members): arrays of the (shard, member) at `offsets` (array-like) into block b, permuted with the block's seed."
-        size = self.starts[b + 1] - self.starts[b]
+        "(shards, members): arrays of the (shard, member) at `offsets` (array-like) into block b (flat), permuted with the block's seed."
+        size = int(self.starts[b + 1] - self.starts[b])
         i = permute_index(offsets, size, mix_seed(self.seed, self.epoch, self.pass_, b + 1))
-        j = np.searchsorted(self._firsts[b], i, side='right') - 1
-        return np.asarray(self.blocks[b], dtype=np.int64)[j], i - self._firsts[b][j]
+        k = self.block_shards
+        firsts = self._cum[b * k : min((b + 1) * k, len(self.shards)) + 1] - self._cum[b * k]
+        j = np.searchsorted(firsts, i, side='right') - 1
+        return self.shards[b * k + j], i - firsts[j]
+
+    def locate(self, q) -> tuple:
+        "(shards, members): arrays of the (shard, member) at positions `q` of the pass (array-like, any order; one `take` per block met)."
+        f = self.flat(np.atleast_1d(q))
+        shards, members = np.empty(len(f), np.int64), np.empty(len(f), np.int64)
+        if not len(f):
+            return shards, members
+        if f.min() < 0 or f.max() >= self.total:
+            raise IndexError(f'positions must lie in the pass of {self.total:,} samples')
+        b = np.searchsorted(self.starts, f, side='right') - 1
+        by = np.argsort(b, kind='stable')
+        edges = np.flatnonzero(np.diff(b[by])) + 1
+        for run in np.split(by, edges):
+            bb = int(b[run[0]])
+            shards[run], members[run] = self.take(bb, f[run] - self.starts[bb])
+        return shards, members
 
     def __len__(self) -> int:
         return self.total
@@ -122,14 +180,54 @@ class GlobalOrder:
         "(shard, member) at position q of the pass."
         if not 0 <= q < self.total:
             raise IndexError(f'position {q} is outside the pass of {self.total:,} samples')
-        b = self.block_of(q)
-        s, m = self.take(b, [q - self.starts[b]])
+        s, m = self.locate([q])
         return int(s[0]), int(m[0])
 
 # %% ../../nbs/streams/24_global_order.ipynb #dcb0def0
 def epoch_length(num_samples: int, global_batch: int, start: int = 0) -> int:
     "Where the epoch ends in the global order: after `start`, whole global batches covering the epoch's `num_samples`."
     return start + max(0, math.ceil((num_samples - start) / global_batch)) * global_batch
+
+
+def batch_pieces(
+    a: int,  # the global batch's first position (in the epoch)
+    gb: int,  # its size (batch_size x world_size)
+    total: int,  # samples in a pass (`GlobalOrder.total`)
+    partitions: int = 1,  # the order's canonical partitions
+) -> list:
+    "The global batch `[a, a + gb)` listed partition by partition: (first position, count) of each arithmetic run (step `partitions`), in that list's order."
+    if partitions == 1:
+        return [(a, gb)]
+    P, runs, x, end = partitions, [], a, a + gb
+    p = np.arange(P, dtype=np.int64)
+    while x < end:  # one piece per pass the batch meets (an epoch longer than the shards wraps round)
+        base, u = divmod(x, total)
+        v = min(total, u + end - x)
+        first = u + (p - u) % P
+        runs.append((base * total + first, np.maximum(0, (v - first + P - 1) // P)))
+        x += v - u
+    firsts = np.stack([r[0] for r in runs], 1).ravel()  # partition-major, then pass
+    counts = np.stack([r[1] for r in runs], 1).ravel()
+    keep = counts > 0
+    return list(zip(firsts[keep].tolist(), counts[keep].tolist()))
+
+
+def slice_positions(
+    pieces: list,  # `batch_pieces` of a global batch
+    lo: int,
+    hi: int,  # the slice [lo, hi) of the batch's list (a rank's: rank x batch_size, and the next)
+    step: int = 1,  # the runs' step: `partitions`
+) -> np.ndarray:
+    "The positions of entries `[lo, hi)` of a global batch listed by `batch_pieces` (int64)."
+    out, at = [], 0
+    for first, n in pieces:
+        i, j = max(lo, at) - at, min(hi, at + n) - at
+        if i < j:
+            out.append(first + step * np.arange(i, j, dtype=np.int64))
+        at += n
+        if at >= hi:
+            break
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
 def worker_positions(
@@ -140,68 +238,99 @@ def worker_positions(
     world_size: int,  # this rank, of how many
     worker: int,
     num_workers: int,  # this DataLoader worker, of how many per rank
+    total: Optional[int] = None,  # samples in a pass (`GlobalOrder.total`): needed when partitions > 1
+    partitions: int = 1,  # the order's canonical partitions
 ) -> Iterator[int]:
-    "The global positions one worker yields: its rank's slice of every global batch whose turn is this worker's (round-robin)."
+    "The global positions one worker yields: its rank's slice of every global batch whose turn is this worker's (round-robin); a global batch is listed partition by partition (`batch_pieces`), so consecutive ranks (a node's) draw from one partition."
     gb = batch_size * world_size
+    if partitions > 1 and not total:
+        raise ValueError('worker_positions needs the pass length (total) when partitions > 1')
     for t in range(worker, (end - start) // gb, num_workers):
-        p = start + t * gb + rank * batch_size
-        yield from range(p, p + batch_size)
+        a = start + t * gb
+        if partitions == 1:
+            p = a + rank * batch_size
+            yield from range(p, p + batch_size)
+        else:
+            pieces = batch_pieces(a, gb, total, partitions)
+            yield from slice_positions(pieces, rank * batch_size, (rank + 1) * batch_size, partitions).tolist()
 
 # %% ../../nbs/streams/24_global_order.ipynb #1e53df10
-READ_CHUNK = 1 << 16  # the most positions of a block `read_in_order` gathers before it reads: what it holds is bounded
+READ_CHUNK = (
+    1 << 16
+)  # the most positions a reader locates at a time, and of a block `read_in_order` gathers before it reads
+
+
+class PassOrders:
+    "The `GlobalOrder`s of an epoch's passes a reader meets, made when first met (the last two kept: an epoch wraps into its next pass only at its end)."
+
+    def __init__(self, lengths, seed: int, epoch: int, block_shards: int = BLOCK_SHARDS, partitions: int = 1):
+        self.args = (seed, epoch, block_shards, partitions)
+        first = GlobalOrder(lengths, seed, epoch, 0, block_shards, partitions)  # the lengths checked
+        self.lengths, self.total, self._kept = first.lengths, first.total, {0: first}
+
+    def get(self, pass_: int) -> GlobalOrder:
+        if pass_ not in self._kept:
+            seed, epoch, k, P = self.args
+            self._kept[pass_] = GlobalOrder(self.lengths, seed, epoch, pass_, k, P)
+            while len(self._kept) > 2:
+                del self._kept[min(self._kept)]
+        return self._kept[pass_]
+
+    def locate(self, positions) -> tuple:
+        "(shards, members, blocks) of global positions of the epoch (int64 arrays, any order); a block is numbered across passes."
+        pos = np.asarray(positions, dtype=np.int64)
+        if len(pos) and pos.min() < 0:
+            raise ValueError(f'positions of the global order are >= 0; got {int(pos.min())}')
+        passes = pos // self.total
+        s, m, b = (np.empty(len(pos), np.int64) for _ in range(3))
+        for p in np.unique(passes).tolist():
+            order, sel = self.get(p), passes == p
+            q = pos[sel] - p * self.total
+            s[sel], m[sel] = order.locate(q)
+            b[sel] = p * len(order.starts) + np.searchsorted(order.starts, order.flat(q), side='right') - 1
+        return s, m, b
 
 
 def read_in_order(
     source,  # a stream source (`timmdata.streams.shard_io`): `shards`, `shard_lengths`, `iter_shard`, `name_of`
-    positions: Sequence[int],  # increasing global positions of the epoch (`worker_positions`)
+    positions: Sequence[int],  # global positions of the epoch (`worker_positions`)
     seed: int,
     epoch: int,  # the run's seed and the epoch
     block_shards: int = BLOCK_SHARDS,  # shards per block of the order
+    partitions: int = 1,  # the order's canonical partitions
 ) -> Iterator[tuple]:
-    "(position, shard, key, image, target) for each position, in order: each block read once (in pieces of at most `READ_CHUNK` positions), its shards in turn, keeping only these positions' samples."
-    lengths, order = source.shard_lengths, None
-    total = GlobalOrder(lengths, seed, epoch, 0, block_shards).total  # the lengths checked
+    "(position, shard, key, image, target) for each position, in the given order: each run of positions in one block (at most `READ_CHUNK`) read from its shards' starts, each shard only as far as needed, keeping only the run's samples."
+    lengths = source.shard_lengths
+    orders = PassOrders(lengths, seed, epoch, block_shards, partitions)
     todo = iter(positions)
-    nxt = next(todo, None)
-    while nxt is not None:
-        pass_, q = divmod(nxt, total)
-        if order is None or order.pass_ != pass_:
-            order = GlobalOrder(lengths, seed, epoch, pass_, block_shards)
-        b = order.block_of(q)
-        lo, hi, chunk = pass_ * total + order.starts[b], pass_ * total + order.starts[b + 1], []
-        while nxt is not None and nxt < hi and len(chunk) < READ_CHUNK:  # this worker's next positions in block b
-            if nxt < lo:
-                raise ValueError(f'read_in_order: positions must increase; got {nxt} after {chunk[-1]}')
-            chunk.append(nxt)
-            nxt = next(todo, None)
-        shards, members = (a.tolist() for a in order.take(b, np.asarray(chunk, dtype=np.int64) - lo))
-        want = {}
-        for s, m in zip(shards, members):
-            want.setdefault(s, set()).add(m)
-        got = {}
-        for s in order.blocks[
-            b
-        ]:  # the block's shards in the order's sequence, each read from its start, only as far as needed
-            if s not in want:
-                continue
-            need, last, n = want[s], max(want[s]), 0
-            it = source.iter_shard(source.shards[s])
-            try:
-                for m, (key, img, target) in enumerate(it):
-                    n = m + 1
-                    if m in need:
-                        got[s, m] = (key, img, target)
-                    if m == last:
-                        break
-            finally:
-                it.close()
-            if n <= last:
-                raise ShardError(
-                    f'shard {source.name_of(source.shards[s])} holds {n} samples but its listing says {lengths[s]}: '
-                    f'the global order needs exact shard_lengths (write _info.json again with timmdata shards)'
-                )
-        for p, s, m in zip(chunk, shards, members):
-            yield (p, source.shards[s]) + got.pop((s, m))
+    while len(chunk := np.fromiter(itertools.islice(todo, READ_CHUNK), np.int64)):
+        shards, members, blocks = orders.locate(chunk)
+        for run in np.split(
+            np.arange(len(chunk)), np.flatnonzero(np.diff(blocks)) + 1
+        ):  # consecutive positions in one block
+            want = {}
+            for s, m in zip(shards[run].tolist(), members[run].tolist()):
+                want.setdefault(s, set()).add(m)
+            got = {}
+            for s in dict.fromkeys(shards[run].tolist()):  # each shard read from its start, only as far as needed
+                need, last, n = want[s], max(want[s]), 0
+                it = source.iter_shard(source.shards[s])
+                try:
+                    for m, (key, img, target) in enumerate(it):
+                        n = m + 1
+                        if m in need:
+                            got[s, m] = (key, img, target)
+                        if m == last:
+                            break
+                finally:
+                    it.close()
+                if n <= last:
+                    raise ShardError(
+                        f'shard {source.name_of(source.shards[s])} holds {n} samples but its listing says {lengths[s]}: '
+                        f'the global order needs exact shard_lengths (write _info.json again with timmdata shards)'
+                    )
+            for p, s, m in zip(chunk[run].tolist(), shards[run].tolist(), members[run].tolist()):
+                yield (p, source.shards[s]) + got.pop((s, m))
 
 # %% ../../nbs/streams/24_global_order.ipynb #b2c3d4e5
 _END = bytes(1024)  # a tar's end-of-archive blocks: a sample's span read alone parses as a whole tar
@@ -237,28 +366,60 @@ def sample_spans(
         spans.append(spans_of(samples))
     return spans
 
+# %% ../../nbs/streams/24_global_order.ipynb #77589eb0
+READ_AHEAD = 8  # ranged GETs a worker keeps in flight over http(s) without a cache: latency hidden, memory bounded
+
 
 class SpanReader:
-    "A `WdsSource`'s samples by position: a sample's span (`sample_spans`) read with one `pread` (a few handles kept per process) or one ranged GET."
+    "A `WdsSource`'s samples by position: a sample's span (`sample_spans`) read with one `pread` of a local file or of the node cache's copy (remote shards with `cache_dir`: each downloaded whole once per node), else one ranged GET (up to `read_ahead` in flight)."
 
     def __init__(
         self,
         source: WdsSource,
         spans: list,
-        max_open_files: int = 16,
+        max_open_files: int = 16,  # local files (and cached copies) kept open per process
         sizes: Optional[
             list
         ] = None,  # each shard's size as the dataset index states it: checked at each read (no request more)
+        read_ahead: int = READ_AHEAD,  # ranged GETs in flight per process (http(s) shards read without a cache)
     ):
         self.source, self.spans, self.max_open_files, self.sizes = source, spans, max_open_files, sizes
+        self.read_ahead = max(1, int(read_ahead))
         self.lengths = spans.lengths if isinstance(spans, ShardSpans) else [len(a) for a in spans]  # nothing read
         self._paths = [
             (s[7:] if s.startswith('file://') else s) if url_scheme(s) == 'file' else None for s in source.shards
         ]  # None: http(s)
-        self._pid, self._files, self._lock = None, OrderedDict(), None
+        self._cache = source.cache  # a ShardCache (WdsSource's cache_dir) or None
+        self._pid = None
+        self._own()
+
+    def _own(self):
+        "Handles, copies and threads are per process: never a parent's."
+        if self._pid != os.getpid():
+            self._files, self._copies, self._lock, self._pool = OrderedDict(), OrderedDict(), threading.Lock(), None
+            self._no_copy, self._pid = set(), os.getpid()
+
+    def _copy(self, s: int):
+        "The node cache's copy of remote shard s (downloaded whole the first time: one download per node, not per read), or None when it cannot be kept."
+        h = self._copies.pop(s, None)
+        if h is None and s not in self._no_copy:
+            h = self._cache.local(
+                self.source.shards[s], self.source.timeout, None if self.sizes is None else self.sizes[s]
+            )
+            if h is None:
+                self._no_copy.add(s)  # does not fit the cache: read by ranged GETs
+        if h is not None:
+            self._copies[s] = h
+            while len(self._copies) > self.max_open_files:
+                self._copies.popitem(last=False)[1].close()  # its shared lock released: evictable again
+        return h
 
     def _bytes(self, s: int, start: int, n: int) -> bytes:
+        self._own()
         if self._paths[s] is None:
+            h = self._copy(s) if self._cache is not None else None
+            if h is not None:
+                return os.pread(h.f.fileno(), n, start)
             headers, body = http_range(
                 self.source.shards[s],
                 (start, n),
@@ -269,12 +430,6 @@ class SpanReader:
             if self.sizes is not None:  # the total of 'bytes a-b/total' (checked well formed by http_range)
                 self._check_size(s, (headers.get('Content-Range') or '').rpartition('/')[2])
             return body
-        if self._pid != os.getpid():
-            self._files, self._lock, self._pid = (
-                OrderedDict(),
-                threading.Lock(),
-                os.getpid(),
-            )  # never a parent's handles
         f = self._files.pop(s, None)
         if f is None:
             f = FileHandle(self._paths[s])
@@ -315,36 +470,54 @@ class SpanReader:
             )
         return got[0]
 
+    def _reads(self, shards: list, members: list) -> Iterator[tuple]:
+        "`read(s, m)` of each pair, in order: over http(s) without a cache up to `read_ahead` at a time in threads (the order kept)."
+        if self.read_ahead <= 1 or self._cache is not None or all(p is not None for p in self._paths):
+            for s, m in zip(shards, members):
+                yield self.read(s, m)
+            return
+        self._own()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.read_ahead, thread_name_prefix='timmdata-span')
+        todo, flight = iter(zip(shards, members)), deque()
+        try:
+            for s, m in itertools.islice(todo, self.read_ahead):
+                flight.append(self._pool.submit(self.read, s, m))
+            while flight:
+                out = flight.popleft().result()
+                nxt = next(todo, None)
+                if nxt is not None:
+                    flight.append(self._pool.submit(self.read, *nxt))
+                yield out
+        finally:
+            for f in flight:
+                f.cancel()
+
     def read_in_order(
         self,
-        positions: Sequence[int],  # increasing global positions of the epoch (`worker_positions`)
+        positions: Sequence[int],  # global positions of the epoch (`worker_positions`)
         seed: int,
         epoch: int,  # the run's seed and the epoch
         block_shards: int = BLOCK_SHARDS,  # shards per block of the order
+        partitions: int = 1,  # the order's canonical partitions
     ) -> Iterator[tuple]:
-        "(position, shard, key, image, target) for each position: each sample read alone, in the order's sequence."
-        total, order = GlobalOrder(self.lengths, seed, epoch, 0, block_shards).total, None  # the lengths checked
-        todo = iter(positions)
-        while chunk := list(itertools.islice(todo, READ_CHUNK)):
-            # the chunk's (shard, member)s, one vectorised permutation per run of positions in one block of one pass
-            # (a sample's own permutation costs numpy's per-call overhead, ~100 us: more than reading it)
-            places, k = [], 0
-            while k < len(chunk):
-                pass_, q = divmod(chunk[k], total)
-                if order is None or order.pass_ != pass_:
-                    order = GlobalOrder(self.lengths, seed, epoch, pass_, block_shards)
-                b = order.block_of(q)
-                lo, hi = pass_ * total + order.starts[b], pass_ * total + order.starts[b + 1]
-                run = [p for p in itertools.takewhile(lambda p: p < hi, chunk[k:])]
-                if any(p < lo for p in run) or any(x >= y for x, y in zip(run, run[1:])):
-                    raise ValueError(f'read_in_order: positions must increase; got {run[:8]}...')
-                s, m = order.take(b, np.asarray(run, dtype=np.int64) - lo)
-                places += zip(s.tolist(), m.tolist())
-                k += len(run)
-            for p, (s, m) in zip(chunk, places):
-                yield (p, self.source.shards[s]) + self.read(s, m)
+        "(position, shard, key, image, target) for each position: each sample read alone, in the given order (located a chunk at a time: one vectorised permutation per block met)."
+        orders, todo = PassOrders(self.lengths, seed, epoch, block_shards, partitions), iter(positions)
+        while len(chunk := np.fromiter(itertools.islice(todo, READ_CHUNK), np.int64)):
+            shards, members, _ = orders.locate(chunk)
+            shards, members = shards.tolist(), members.tolist()
+            if self._cache is not None:  # the node cache prefetches the shards this worker meets next
+                self._cache.plan([self.source.shards[s] for s in dict.fromkeys(shards)])
+            for p, s, got in zip(chunk.tolist(), shards, self._reads(shards, members)):
+                yield (p, self.source.shards[s]) + got
 
     def __getstate__(self):
         d = self.__dict__.copy()
-        d['_pid'], d['_files'], d['_lock'] = None, OrderedDict(), None  # handles are per process
+        d['_pid'] = None  # handles, copies, locks and threads are per process
+        for k in ('_files', '_copies', '_lock', '_pool', '_no_copy'):
+            d.pop(k, None)
         return d
+
+    def __setstate__(self, d):
+        self.__dict__.update(d)
+        self._own()

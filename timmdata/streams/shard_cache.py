@@ -676,6 +676,24 @@ class ShardCache(_Folder):
                     src.close()
                 raise
 
+    def local(self, url: str, timeout: float = 60.0, size: Optional[int] = None):
+        "The cached copy of remote shard `url` opened for reads at any offset (`f`; under a shared lock, so never evicted, until `close`), downloaded whole first when missing; None when it cannot be kept (bigger than the limit, or no room beside the shards in use): read it from its source then."
+        self.prefetcher.after(url, timeout)
+        for _ in range(
+            3
+        ):  # a copy evicted between its download and our open is fetched again, a bounded number of times
+            f = self._open(url, timeout, size)
+            if isinstance(f, _Hit):
+                return f
+            try:
+                if not isinstance(f, _Tee) or f.unfit:
+                    return None  # read through, not kept
+                while f.read(1 << 20):
+                    pass
+            finally:
+                f.close()
+        return None
+
     def wait(self):
         "Block until the shards queued for prefetching in this process are in the cache (or failed)."
         self.prefetcher.wait()
