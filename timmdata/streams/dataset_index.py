@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #e326fe8c
 from __future__ import annotations
-import base64, hashlib, json, os, re, threading, time, warnings
+import base64, errno, hashlib, json, os, re, stat, threading, time, warnings
 from collections import OrderedDict
 from typing import Optional
 import numpy as np
@@ -21,6 +21,7 @@ from timmdata.streams.shard_io import (
 from ..readers import FileHandle
 from .shard_index import http_range, scan_shard, stat_shard
 from .net import REQUEST_DEADLINE
+from .shard_cache import _close_held, _open_held, _wait_lock, cache_name
 from timmdata.core.untrusted import (
     MAX_SAMPLES,
     MIN_SAMPLE_BYTES,
@@ -31,9 +32,9 @@ from timmdata.core.untrusted import (
 )
 
 # %% auto #0
-__all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'MAX_TABLE_BYTES', 'MAX_SHARD_SAMPLES', 'SPANS_KEPT', 'HINT_SHARDS',
-           'spans_of', 'write_dataset_index', 'DatasetIndexError', 'parse_table', 'DatasetIndex', 'read_dataset_index',
-           'ShardSpans', 'dataset_spans', 'index_main']
+__all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'MAX_TABLE_BYTES', 'MAX_SHARD_SAMPLES', 'SPANS_KEPT',
+           'SPANS_FILES_KEPT', 'HINT_SHARDS', 'spans_of', 'write_dataset_index', 'DatasetIndexError', 'parse_table',
+           'DatasetIndex', 'read_dataset_index', 'ShardSpans', 'dataset_spans', 'index_main']
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #d849d83d
 DATASET_INDEX_FILE = '_timmdata_dataset_index.json'  # beside `_info.json`: every shard's size and sample spans
@@ -41,6 +42,9 @@ DATASET_INDEX_VERSION = 1
 MAX_TABLE_BYTES = 256 << 20  # the largest table read (256 MiB: ~4 M shards at ~60 bytes each)
 MAX_SHARD_SAMPLES = 1 << 20  # the most samples a shard may have in the index (its spans line: 12 MiB)
 SPANS_KEPT = 64  # shards whose spans a process keeps (least recently read dropped first): a block of 8 shards, 8 times
+SPANS_FILES_KEPT = (
+    8192  # shards whose spans a node cache keeps as files (oldest removed first): ~1 GB at 10,000 samples a shard
+)
 HINT_SHARDS = 64  # from this many shards, a stream without a dataset index says how to write one (once per dataset)
 _HEAD = '{"format":"timmdata dataset index","version":%d}' % DATASET_INDEX_VERSION
 _LINE = re.compile(r'\["([^"\\\x00-\x1f]{1,1024})",([0-9]{1,19}),([0-9]{1,13}),"([0-9a-f]{16})"\]')
@@ -173,13 +177,24 @@ def parse_table(
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #2f825e88
 class DatasetIndex:
-    "A dataset index's table (`parse_table`) and where its file is: `spans(i)` reads shard i's spans when asked, checked, and keeps the last `SPANS_KEPT`."
+    "A dataset index's table (`parse_table`) and where its file is: `spans(i)` reads shard i's spans when asked, checked, and keeps the last `SPANS_KEPT`; with `node_stem` (a node cache's), each shard's spans are fetched once per node and kept there as a file (the last `SPANS_FILES_KEPT`)."
 
-    def __init__(self, url: str, table: tuple, retries: int = 3, backoff: float = 0.25, timeout: float = 60.0):
-        self.url, self.retries, self.backoff, self.timeout = url, retries, backoff, timeout
+    def __init__(
+        self,
+        url: str,
+        table: tuple,
+        retries: int = 3,
+        backoff: float = 0.25,
+        timeout: float = 60.0,
+        node_stem: Optional[
+            str
+        ] = None,  # where a node cache keeps this index's files (`_node_table`); None: no sharing
+    ):
+        self.url, self.retries, self.backoff, self.timeout, self.node_stem = url, retries, backoff, timeout, node_stem
         self.names, self.sizes, self.counts, self.digests, self.starts = table
         self.row = {n: i for i, n in enumerate(self.names)}
         self._pid, self._kept, self._lock, self._fh, self.fetched = None, OrderedDict(), None, None, 0
+        self._writes = 0  # spans files this process wrote into the node cache
 
     def _read(self, off: int, n: int) -> bytes:
         if url_scheme(self.url) in ('http', 'https'):
@@ -198,7 +213,7 @@ class DatasetIndex:
                 self._kept.move_to_end(i)
                 return got
         n, name = int(self.counts[i]), self.names[i]
-        blob = self._read(int(self.starts[i]), _b64_len(n))
+        blob = self._blob(i, n)
         if hashlib.sha256(blob).hexdigest()[:16] != self.digests[i]:
             raise _bad(
                 shard_name(self.url), f'the spans of shard {printable(name)} do not match their digest (cut or changed)'
@@ -218,11 +233,48 @@ class DatasetIndex:
             else np.zeros((0, 2), np.int64)
         )
         with self._lock:
-            self.fetched += 1
             self._kept[i] = out
             while len(self._kept) > SPANS_KEPT:
                 self._kept.popitem(last=False)
         return out
+
+    def _blob(self, i: int, n: int) -> bytes:
+        "Shard i's spans line: the node cache's copy when it has a good one (its digest is the table's), else fetched (and kept there)."
+        path = None if self.node_stem is None else f'{self.node_stem}.{i}.spans'
+        if path is not None:
+            try:
+                with open(os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0)), 'rb') as f:
+                    blob = f.read(_b64_len(n) + 1)
+                if hashlib.sha256(blob).hexdigest()[:16] == self.digests[i]:
+                    return blob
+            except OSError:
+                pass  # none, a link (never followed) or unreadable: fetched
+        blob = self._read(int(self.starts[i]), _b64_len(n))
+        self.fetched += 1
+        if path is not None and hashlib.sha256(blob).hexdigest()[:16] == self.digests[i]:
+            with atomic_write(path, 'wb') as f:  # a new file renamed in: a reader sees a whole copy or none
+                f.write(blob)
+            self._prune(path)
+        return blob
+
+    def _prune(self, path: str):
+        "Keep the node cache's spans files of this index to the newest `SPANS_FILES_KEPT` (checked every 256 writes of a process)."
+        self._writes += 1
+        if self._writes % 256:
+            return
+        folder, prefix = os.path.split(self.node_stem)
+        found = []
+        for e in os.scandir(folder):
+            if e.name.startswith(prefix + '.') and e.name.endswith('.spans') and e.is_file(follow_symlinks=False):
+                try:
+                    found.append((e.stat(follow_symlinks=False).st_mtime, e.path))
+                except FileNotFoundError:
+                    pass
+        for _, p in sorted(found)[: max(0, len(found) - SPANS_FILES_KEPT)]:
+            try:
+                os.remove(p)
+            except FileNotFoundError:
+                pass
 
     def __getstate__(self):
         d = self.__dict__.copy()
@@ -248,16 +300,68 @@ def _read_table(f, where: str) -> bytes:
             return b''.join(out)
 
 
+def _node_stem(url: str, cache, key: str) -> str:
+    return os.path.join(cache.dir, f'{cache_name(url)}-{key}')
+
+
+def _node_table(
+    url: str,  # the dataset index
+    cache,  # a `shard_cache.ShardCache`: the node's cache folder
+    key: str,  # what the copy is kept for (a digest of the dataset's `_info.json`: a rewritten dataset gets a new copy)
+    fetch,  # `fetch()`: the table's bytes from `url` (None: no index there)
+) -> Optional[tuple]:
+    "The table of `url`, parsed, from the node cache's copy: the node's first process fetches it and writes the copy (a new file, never through a link); the others wait on its lock and read the copy. A copy that fails its checks is fetched again."
+    stem = _node_stem(url, cache, key)
+    fd = _open_held(stem + '.table.lock')
+    try:
+        _wait_lock(fd, cache.lock_wait, url, stem + '.table.lock')
+        try:
+            with open(os.open(stem + '.table', os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0)), 'rb') as f:
+                if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    return parse_table(_read_table(f, shard_name(url)), shard_name(url))
+        except (FileNotFoundError, DatasetIndexError):
+            pass  # none yet, or damaged: fetched again
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise  # a link planted at the copy's name is never followed: fetched again, written over it
+        data = fetch()
+        if data is None:
+            return None
+        table = parse_table(data, shard_name(url))  # checked before it is kept
+        with atomic_write(stem + '.table', 'wb') as f:
+            f.write(data)
+        return table
+    finally:
+        _close_held(fd)
+
+
 def read_dataset_index(
     root: str,  # the dataset's folder or URL prefix (where `_info.json` is)
     retries: int = 3,  # transient failures retried
     backoff: float = 0.25,  # first wait before a retry, in seconds (then 4x, 16x)
     timeout: float = 60.0,  # seconds an HTTP connection may stall
+    cache=None,  # remote shards: the node's `ShardCache`, so the table is fetched once per node, not per process
+    key: str = '',  # with `cache`: what the copy is kept for (a digest of `_info.json`)
 ) -> Optional[DatasetIndex]:
-    "The dataset index of `root` (its table read and checked), or None when it has none; read once per process."
+    "The dataset index of `root` (its table read and checked), or None when it has none; read once per process (with `cache`: fetched once per node, the node's processes reading the cache's copy)."
     url = join_url(str(root), DATASET_INDEX_FILE)
     if url in _READ:
         return _READ[url]
+    if cache is not None and url_scheme(url) in ('http', 'https'):
+        table = _node_table(url, cache, key, lambda: _fetch_table(url, retries, backoff, timeout))
+        if table is None:
+            return None
+        _READ[url] = DatasetIndex(url, table, retries, backoff, timeout, _node_stem(url, cache, key))
+        return _READ[url]
+    data = _fetch_table(url, retries, backoff, timeout)
+    if data is None:
+        return None  # not kept: an index written later in this process's life is found
+    _READ[url] = DatasetIndex(url, parse_table(data, shard_name(url)), retries, backoff, timeout)
+    return _READ[url]
+
+
+def _fetch_table(url: str, retries: int, backoff: float, timeout: float) -> Optional[bytes]:
+    "The table's bytes from `url` (through its checksum line), retried on transient errors; None when there is no index."
     data = None
     for attempt in range(retries + 1):
         try:
@@ -272,10 +376,7 @@ def read_dataset_index(
             if attempt == retries or not is_transient_error(e, url):
                 raise ShardError(f'could not read {shard_name(url)}: {e}') from e
             time.sleep(backoff * 4**attempt)
-    if data is None:
-        return None  # not kept: an index written later in this process's life is found
-    _READ[url] = DatasetIndex(url, parse_table(data, shard_name(url)), retries, backoff, timeout)
-    return _READ[url]
+    return data
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #3ca24669
 class ShardSpans:
@@ -303,7 +404,9 @@ def dataset_spans(
     if source.info is None or not isinstance(root, (str, os.PathLike)):
         return None
     root = os.fspath(root)
-    found = read_dataset_index(root, source.retries, source.backoff, source.timeout)
+    cache = source.cache if source.remote else None  # remote shards kept in a node cache: the table once per node
+    key = hashlib.sha256(json.dumps(source.info, sort_keys=True).encode()).hexdigest()[:16]
+    found = read_dataset_index(root, source.retries, source.backoff, source.timeout, cache, key)
     if found is None:
         if len(source.shards) >= HINT_SHARDS and root not in _HINTED:
             _HINTED.add(root)

@@ -390,7 +390,13 @@ def simulate(
         per_rank_samples_s=min(workers * read_ahead * one, bw / ranks_per_node / sample_bytes),  # read_ahead in flight
         per_rank_bandwidth_bound=bw / ranks_per_node / sample_bytes,
     )
+    # with a node cache (cache_dir): the table fetched by one process of the node, the others read its copy
+    node = dict(requests=ranks_per_node + 1, bytes=ib + 4096 * ranks_per_node)
+    out['start_up']['after (+ node cache)'] = dict(
+        per_rank=dict(requests=1, bytes=4096), per_node=node, seconds=2 * lat + ib / bw
+    )
     out['start_up_all_ranks'] = {k: v['requests'] * ranks for k, v in su.items()}
+    out['start_up_all_ranks']['after (+ node cache)'] = node['requests'] * nodes
     # balance: every worker of sampled ranks, by the real worker_positions
     picks = sorted({0, ranks // 2, ranks - 1} | set(range(min(sample_ranks, ranks))))[: max(sample_ranks, 1)]
     per_rank = {
@@ -424,6 +430,7 @@ def simulate(
         span_requests=walked,
         span_bytes=walked * sample_bytes,
         cache_accesses=len(acc_s),
+        spans_fetched_per_node=int(len(np.unique(acc_s))),  # with a node cache: each shard's spans once (a file there)
         cache_local_bytes=walked * sample_bytes,  # spans read from the cached copies (the dataset index)
         cache_prefix_bytes=int((acc_m + 1).sum())
         * sample_bytes,  # without it: each shard from its start (read_in_order)
@@ -582,6 +589,11 @@ def format_report(r: dict) -> str:
         f"steady state, one node [node 0 walked, {n['steps']:,} global batches in {n['walk_s']:.1f} s]: {n['samples']:,} samples"
     )
     L.append(f"  per-sample ranged reads (dataset index): {n['span_requests']:,} requests, {_b(n['span_bytes'])}")
+    pw = r['worker_plan'][0]['span_fetches']
+    L.append(
+        f"  spans fetched from the dataset index: each process its own ({pw:,} a sampled worker, about "
+        f"{pw * c['workers'] * c['ranks_per_node']:,} a node); with a node cache once a node ({n['spans_fetched_per_node']:,})"
+    )
     L.append(
         f"  node cache: {n['cache_accesses']:,} shard reads of {n['distinct_shards']:,} shards; read from the cached copies "
         f"by spans (dataset index) {_b(n['cache_local_bytes'])} (1x the samples' bytes), from each shard's start without "
