@@ -238,23 +238,38 @@ class DatasetIndex:
                 self._kept.popitem(last=False)
         return out
 
+    def _kept_blob(self, path: str, i: int, n: int) -> Optional[bytes]:
+        "The node cache's copy of shard i's spans line when it is a good one (its digest is the table's)."
+        try:
+            with open(os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0)), 'rb') as f:
+                blob = f.read(_b64_len(n) + 1)
+        except OSError:
+            return None  # none, a link (never followed) or unreadable: fetched
+        return blob if hashlib.sha256(blob).hexdigest()[:16] == self.digests[i] else None
+
     def _blob(self, i: int, n: int) -> bytes:
-        "Shard i's spans line: the node cache's copy when it has a good one (its digest is the table's), else fetched (and kept there)."
-        path = None if self.node_stem is None else f'{self.node_stem}.{i}.spans'
-        if path is not None:
-            try:
-                with open(os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0)), 'rb') as f:
-                    blob = f.read(_b64_len(n) + 1)
+        "Shard i's spans line: the node cache's copy when it has a good one, else fetched and kept there (one process of the node fetches it: the others wait on one of 64 locks, then read the copy)."
+        if self.node_stem is None:
+            self.fetched += 1
+            return self._read(int(self.starts[i]), _b64_len(n))
+        path = f'{self.node_stem}.{i}.spans'
+        blob = self._kept_blob(path, i, n)
+        if blob is not None:
+            return blob
+        lock = f'{self.node_stem}.spans{i % 64}.lock'
+        fd = _open_held(lock)
+        try:
+            _wait_lock(fd, REQUEST_DEADLINE, self.url, lock)
+            blob = self._kept_blob(path, i, n)  # another process fetched it while we waited
+            if blob is None:
+                blob = self._read(int(self.starts[i]), _b64_len(n))
+                self.fetched += 1
                 if hashlib.sha256(blob).hexdigest()[:16] == self.digests[i]:
-                    return blob
-            except OSError:
-                pass  # none, a link (never followed) or unreadable: fetched
-        blob = self._read(int(self.starts[i]), _b64_len(n))
-        self.fetched += 1
-        if path is not None and hashlib.sha256(blob).hexdigest()[:16] == self.digests[i]:
-            with atomic_write(path, 'wb') as f:  # a new file renamed in: a reader sees a whole copy or none
-                f.write(blob)
-            self._prune(path)
+                    with atomic_write(path, 'wb') as f:  # a new file renamed in: a reader sees a whole copy or none
+                        f.write(blob)
+                    self._prune(path)
+        finally:
+            _close_held(fd)
         return blob
 
     def _prune(self, path: str):
