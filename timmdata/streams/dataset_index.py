@@ -21,7 +21,7 @@ from timmdata.streams.shard_io import (
 from ..readers import FileHandle
 from .shard_index import http_range, scan_shard, stat_shard
 from .net import REQUEST_DEADLINE
-from .shard_cache import _close_held, _open_held, _wait_lock, cache_name
+from .shard_cache import close_held, open_held, wait_lock, cache_name
 from timmdata.core.untrusted import (
     MAX_SAMPLES,
     MIN_SAMPLE_BYTES,
@@ -257,9 +257,9 @@ class DatasetIndex:
         if blob is not None:
             return blob
         lock = f'{self.node_stem}.spans{i % 64}.lock'
-        fd = _open_held(lock)
+        fd = open_held(lock)
         try:
-            _wait_lock(fd, REQUEST_DEADLINE, self.url, lock)
+            wait_lock(fd, REQUEST_DEADLINE, self.url, lock)
             blob = self._kept_blob(path, i, n)  # another process fetched it while we waited
             if blob is None:
                 blob = self._read(int(self.starts[i]), _b64_len(n))
@@ -269,7 +269,7 @@ class DatasetIndex:
                         f.write(blob)
                     self._prune(path)
         finally:
-            _close_held(fd)
+            close_held(fd)
         return blob
 
     def _prune(self, path: str):
@@ -327,9 +327,9 @@ def _node_table(
 ) -> Optional[tuple]:
     "The table of `url`, parsed, from the node cache's copy: the node's first process fetches it and writes the copy (a new file, never through a link); the others wait on its lock and read the copy. A copy that fails its checks is fetched again."
     stem = _node_stem(url, cache, key)
-    fd = _open_held(stem + '.table.lock')
+    fd = open_held(stem + '.table.lock')
     try:
-        _wait_lock(fd, cache.lock_wait, url, stem + '.table.lock')
+        wait_lock(fd, cache.lock_wait, url, stem + '.table.lock')
         try:
             with open(os.open(stem + '.table', os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0)), 'rb') as f:
                 if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
@@ -347,7 +347,7 @@ def _node_table(
             f.write(data)
         return table
     finally:
-        _close_held(fd)
+        close_held(fd)
 
 
 def read_dataset_index(

@@ -20,6 +20,7 @@ from timmdata.streams.shard_io import (
     url_scheme,
 )
 from .shard_index import INDEX_FILE, http_range, load_index
+from .shard_cache import cached_copy
 from .dataset_index import DATASET_INDEX_FILE, ShardSpans, dataset_spans, spans_of
 from ..core.untrusted import MAX_SAMPLES, printable
 
@@ -368,6 +369,7 @@ def sample_spans(
 
 # %% ../../nbs/streams/24_global_order.ipynb #77589eb0
 READ_AHEAD = 8  # ranged GETs a worker keeps in flight over http(s) without a cache: latency hidden, memory bounded
+_PER_PROCESS = ('_files', '_copies', '_lock', '_pool', '_no_copy')
 
 
 class SpanReader:
@@ -389,8 +391,7 @@ class SpanReader:
         self._paths = [
             (s[7:] if s.startswith('file://') else s) if url_scheme(s) == 'file' else None for s in source.shards
         ]  # None: http(s)
-        self._cache = source.cache  # a ShardCache (WdsSource's cache_dir) or None
-        self._pid = None
+        self._cache, self._pid = source.cache, None  # the node's ShardCache (WdsSource's cache_dir) or None
         self._own()
 
     def _own(self):
@@ -403,8 +404,8 @@ class SpanReader:
         "The node cache's copy of remote shard s (downloaded whole the first time: one download per node, not per read), or None when it cannot be kept."
         h = self._copies.pop(s, None)
         if h is None and s not in self._no_copy:
-            h = self._cache.local(
-                self.source.shards[s], self.source.timeout, None if self.sizes is None else self.sizes[s]
+            h = cached_copy(
+                self._cache, self.source.shards[s], self.source.timeout, None if self.sizes is None else self.sizes[s]
             )
             if h is None:
                 self._no_copy.add(s)  # does not fit the cache: read by ranged GETs
@@ -477,8 +478,7 @@ class SpanReader:
                 yield self.read(s, m)
             return
         self._own()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.read_ahead, thread_name_prefix='timmdata-span')
+        self._pool = self._pool or ThreadPoolExecutor(self.read_ahead, thread_name_prefix='timmdata-span')
         todo, flight = iter(zip(shards, members)), deque()
         try:
             for s, m in itertools.islice(todo, self.read_ahead):
@@ -511,12 +511,8 @@ class SpanReader:
             for p, s, got in zip(chunk.tolist(), shards, self._reads(shards, members)):
                 yield (p, self.source.shards[s]) + got
 
-    def __getstate__(self):
-        d = self.__dict__.copy()
-        d['_pid'] = None  # handles, copies, locks and threads are per process
-        for k in ('_files', '_copies', '_lock', '_pool', '_no_copy'):
-            d.pop(k, None)
-        return d
+    def __getstate__(self):  # handles, copies, locks and threads are per process
+        return {k: v for k, v in self.__dict__.items() if k not in _PER_PROCESS} | {'_pid': None}
 
     def __setstate__(self, d):
         self.__dict__.update(d)

@@ -30,7 +30,7 @@ from ..core.untrusted import MAX_SAMPLES, printable
 
 # %% auto #0
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'SplitsOverWorkers', 'EvenOverWorkers',
-           'StreamPlan', 'WorkerStream', 'IterableImageDataset']
+           'OrderPartitions', 'StreamPlan', 'WorkerStream', 'IterableImageDataset']
 
 # %% ../../nbs/streams/25_streaming.ipynb #df978a34
 from ..readers.targets import SKIP_SAMPLE
@@ -144,27 +144,51 @@ class EvenOverWorkers(Protocol):
 
     def samples_per_worker(self) -> int: ...
 
+# %% ../../nbs/streams/25_streaming.ipynb #3f00df4a
+class OrderPartitions:
+    """The global order's canonical partitions (`timmdata.streams.global_order`: a node's ranks read one partition's
+    blocks, so each shard is downloaded by about one node an epoch): as given (`_partitions`), as a loaded state says,
+    else the nodes at the run's start; kept in slot 5 of the shared `_state` (0: not fixed yet), so workers see it."""
+
+    @property
+    def partitions(self) -> int:
+        "order='global': the order's canonical partitions: as given, as a loaded state says, else the nodes at the run's start (world size // LOCAL_WORLD_SIZE under torch.distributed; 1 otherwise), fixed at first use."
+        p = int(self._state[5])
+        if p == 0:
+            p = self._partitions or 1
+            if self._partitions is None and self._world is None and dist.is_available() and dist.is_initialized():
+                world, local = dist.get_world_size(), setting('LOCAL_WORLD_SIZE')
+                p = world // local if local <= world and world % local == 0 else world
+            self._state[5] = p
+        return p
+
+    def take_partitions(self, partitions: int):
+        "order='global': use the canonical partitions a saved state's order was made with (`load_state_dict` calls it)."
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise ValueError(f'the saved state gives the global order partitions={partitions!r}: an int >= 1 is needed')
+        if self._partitions is not None and partitions != self._partitions:
+            raise ValueError(
+                f'the saved state\'s global order has partitions={partitions}; this stream was built with '
+                f'partitions={self._partitions}: build it with partitions={partitions} (or None: it takes the state\'s)'
+            )
+        self._state[5] = partitions
+
 # %% ../../nbs/streams/25_streaming.ipynb #1b660c91
-class StreamPlan:
+class StreamPlan(OrderPartitions):
     """Which global positions or shards each worker of each rank reads in an epoch, and where a resumed epoch starts.
     `IterableImageDataset` reads by this plan; it sets the attributes the plan reads: `source`, `num_samples`, `batch_size`,
     `seed`, `is_training`, `order`, `elastic`, `block_shards`, `shuffle_size`, `_spans`, `_rank`, `_world`, `_num_workers`,
-    `_partitions` and the shared `_state` ([epoch, start flag, start epoch, batches (or global samples) done, batch size,
-    the global order's partitions (0: not fixed yet)])."""
+    `_partitions` and the shared `_state` ([epoch, start flag, start epoch, batches or samples done, batch size, partitions])."""
 
     def _choose_order(self, order: Optional[str], index_dir: Optional[str]) -> str:
         "The training order: 'global', reading by position where the shards allow it (`sample_spans`); else 'shards' (warned once) unless 'global' was asked for."
         if order == 'shards':
             return order
-        if (
-            isinstance(self.source, WdsSource)
-            and self.source.cache is not None
-            and self.source.shard_lengths
-            and self.source.remote
-        ):  # remote shards kept in the node's cache
-            found = dataset_spans(self.source)  # its table fetched once per node into the cache
+        src = self.source
+        if isinstance(src, WdsSource) and src.cache is not None and src.shard_lengths and src.remote:  # a node cache
+            found = dataset_spans(src)  # its table fetched once per node into the cache
             if found is not None:  # each sample read by its span from the cached copy
-                self._spans = SpanReader(self.source, found[0], sizes=found[1])
+                self._spans = SpanReader(src, found[0], sizes=found[1])
             return 'global'  # else a block's shards read from their starts, repeats from the local copies
         spans = sample_spans(self.source, index_dir)
         if not isinstance(spans, str):
@@ -228,29 +252,6 @@ class StreamPlan:
         if samples_done < 0:
             raise ValueError(f'samples_done must be >= 0; got {samples_done}')
         self._state[1:5] = torch.tensor([1, int(self._state[0]), int(samples_done), self.batch_size])
-
-    @property
-    def partitions(self) -> int:
-        "order='global': the order's canonical partitions: as given, as a loaded state says, else the nodes at the run's start (world size // LOCAL_WORLD_SIZE under torch.distributed; 1 otherwise), fixed at first use."
-        p = int(self._state[5])
-        if p == 0:
-            p = self._partitions or 1
-            if self._partitions is None and self._world is None and dist.is_available() and dist.is_initialized():
-                world, local = dist.get_world_size(), setting('LOCAL_WORLD_SIZE')
-                p = world // local if local <= world and world % local == 0 else world
-            self._state[5] = p
-        return p
-
-    def take_partitions(self, partitions: int):
-        "order='global': use the canonical partitions a saved state's order was made with (`load_state_dict` calls it)."
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-            raise ValueError(f'the saved state gives the global order partitions={partitions!r}: an int >= 1 is needed')
-        if self._partitions is not None and partitions != self._partitions:
-            raise ValueError(
-                f'the saved state\'s global order has partitions={partitions}; this stream was built with '
-                f'partitions={self._partitions}: build it with partitions={partitions} (or None: it takes the state\'s)'
-            )
-        self._state[5] = partitions
 
     def samples_delivered(self, batches: int) -> int:
         "order='global': global samples delivered after `batches` more batches of every rank (from the resume point)."

@@ -23,8 +23,8 @@ from ..streams.shard_cache import parse_size
 
 # %% auto #0
 __all__ = ['synthetic_lengths', 'SimSource', 'SimSpanReader', 'worker_plan_cost', 'node_accesses', 'cache_replay',
-           'check_rescale', 'shuffle_quality', 'index_bytes', 'table_memory', 'start_up', 'simulate', 'format_report',
-           'simulate_main']
+           'check_rescale', 'shuffle_quality', 'index_bytes', 'table_memory', 'start_up', 'start_up_figures',
+           'simulate', 'format_report', 'simulate_main']
 
 # %% ../../nbs/tools/55_simulate.ipynb #f974a980
 def synthetic_lengths(
@@ -303,6 +303,39 @@ def start_up(
         req, nbytes = 2 + shards + (2 * shards if cold else 0), 4096 + (shards * 1024 if cold else 0)
     return dict(requests=req, bytes=nbytes, seconds=req * latency_s + nbytes / bandwidth)
 
+# %% ../../nbs/tools/55_simulate.ipynb #ad6bca18
+def start_up_figures(
+    shards: int,
+    ranks: int,
+    ranks_per_node: int,
+    latency_s: float,
+    bandwidth: float,
+    idx_bytes: int,  # the dataset index's table (`index_bytes`)
+) -> tuple:
+    "({case: requests, bytes a rank and a node, seconds}, {case: requests of all ranks}) before the first batch: without the dataset index (first run and after), with it, and with it and a node cache (the table fetched once a node)."
+    su = {
+        'before, first run': start_up(shards, False, True, latency_s, bandwidth),
+        'before': start_up(shards, False, False, latency_s, bandwidth),
+        'after (dataset index)': start_up(shards, True, False, latency_s, bandwidth, idx_bytes),
+    }
+    out = {
+        k: dict(
+            per_rank=v,
+            per_node={kk: vv * ranks_per_node for kk, vv in v.items() if kk != 'seconds'},
+            seconds=v['seconds'],
+        )
+        for k, v in su.items()
+    }
+    node = dict(
+        requests=ranks_per_node + 1, bytes=idx_bytes + 4096 * ranks_per_node
+    )  # _info.json a rank, the table once
+    out['after (+ node cache)'] = dict(
+        per_rank=dict(requests=1, bytes=4096), per_node=node, seconds=2 * latency_s + idx_bytes / bandwidth
+    )
+    every = {k: v['requests'] * ranks for k, v in su.items()}
+    every['after (+ node cache)'] = node['requests'] * max(1, ranks // ranks_per_node)
+    return out, every
+
 # %% ../../nbs/tools/55_simulate.ipynb #56059bc5
 def simulate(
     ranks: int = 1024,
@@ -370,19 +403,7 @@ def simulate(
         table_parse_cpu_s=tm['parse_cpu_s'],
     )
     ib = tb
-    su = {
-        'before, first run': start_up(shards, False, True, lat, bw),
-        'before': start_up(shards, False, False, lat, bw),
-        'after (dataset index)': start_up(shards, True, False, lat, bw, ib),
-    }
-    out['start_up'] = {
-        k: dict(
-            per_rank=v,
-            per_node={kk: vv * ranks_per_node for kk, vv in v.items() if kk != 'seconds'},
-            seconds=v['seconds'],
-        )
-        for k, v in su.items()
-    }
+    out['start_up'], out['start_up_all_ranks'] = start_up_figures(shards, ranks, ranks_per_node, lat, bw, ib)
     per_worker_bw = bw / (ranks_per_node * workers)  # the node's bandwidth shared by all its workers
     one = 1 / (lat + sample_bytes / per_worker_bw)  # one ranged read at a time: a worker's samples/s
     out['throughput'] = dict(
@@ -390,13 +411,6 @@ def simulate(
         per_rank_samples_s=min(workers * read_ahead * one, bw / ranks_per_node / sample_bytes),  # read_ahead in flight
         per_rank_bandwidth_bound=bw / ranks_per_node / sample_bytes,
     )
-    # with a node cache (cache_dir): the table fetched by one process of the node, the others read its copy
-    node = dict(requests=ranks_per_node + 1, bytes=ib + 4096 * ranks_per_node)
-    out['start_up']['after (+ node cache)'] = dict(
-        per_rank=dict(requests=1, bytes=4096), per_node=node, seconds=2 * lat + ib / bw
-    )
-    out['start_up_all_ranks'] = {k: v['requests'] * ranks for k, v in su.items()}
-    out['start_up_all_ranks']['after (+ node cache)'] = node['requests'] * nodes
     # balance: every worker of sampled ranks, by the real worker_positions
     picks = sorted({0, ranks // 2, ranks - 1} | set(range(min(sample_ranks, ranks))))[: max(sample_ranks, 1)]
     per_rank = {
@@ -633,7 +647,7 @@ def format_report(r: dict) -> str:
     L.append(f"simulated in {r['seconds']:.0f} s")
     return '\n'.join(L)
 
-
+# %% ../../nbs/tools/55_simulate.ipynb #e2893acb
 def simulate_main(argv=None) -> int:
     "`timmdata simulate --ranks R --workers W --shards S --samples N`: one epoch of a training stream at that scale, simulated with the library's own code."
     ap = argparse.ArgumentParser(prog='timmdata simulate', description=simulate_main.__doc__)
