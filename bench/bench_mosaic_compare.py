@@ -127,18 +127,19 @@ def main(argv=None):
                     ('shards_per_rank_batch', "distinct shards in a rank's batch")):
         say(f'{what:58s} {mo[k]:>10,.2f} {td[k]:>10,.2f}')
     say()
-    for k in a.rescale_nodes:
+    shuffle = get_shuffle('py1e', lengths.astype(np.int64), a.nodes, 42, 0, block)
+    for k in a.rescale_nodes:  # a whole epoch on k nodes, the canonical partitions of the start kept
         try:
-            get_partitions('relaxed', n, a.nodes, k, a.ranks_per_node, a.workers, a.batch_size, n // 2, a.nodes)
-            m = 'accepted'
+            big = get_partitions('relaxed', n, a.nodes, k, a.ranks_per_node, a.workers, a.batch_size, 0, a.nodes)
+            m = f"accepted, egress {mosaic_figures(np.where(big != -1, shuffle[np.maximum(big, 0)], -1), lengths)['egress']:.2f}x"
         except ValueError as e:
             m = f'refused ({str(e)[:90]}...)'
         from timmdata.streams.global_order import GlobalOrder
         from timmdata.tools.simulate import _reads_per_shard
         eg = _reads_per_shard(GlobalOrder(lengths, 42, 0, 0, 8, a.nodes), a.batch_size, k * a.ranks_per_node,
                               a.ranks_per_node)['egress_x_dataset']
-        say(f'rescale {a.nodes} -> {k} nodes (canonical {a.nodes}): Mosaic {m}; timmdata accepted, every remaining '
-            f'sample once, egress {eg:.2f}x')
+        say(f'an epoch on {k} nodes, {a.nodes} canonical partitions kept (a rescale): Mosaic {m}; timmdata accepted, '
+            f'egress {eg:.2f}x')
     if a.out:
         Path(a.out).write_text('\n'.join(lines) + '\n')
 
