@@ -450,6 +450,14 @@ def simulate(
         * sample_bytes,  # without it: each shard from its start (read_in_order)
         distinct_shards=int(len(np.unique(acc_s))),
     )
+    first = np.unique(acc_s[: int(ends[0])]) if len(ends) else np.zeros(0, np.int64)  # the node's first global batch
+    out['first_batch'] = dict(  # modelled: after start-up, what a rank's first batch waits for
+        ranged_one_at_a_time_s=batch_size * (lat + sample_bytes / per_worker_bw),  # worker 0 reads it alone
+        ranged_read_ahead_s=batch_size * (lat + sample_bytes / per_worker_bw) / read_ahead,
+        cache_shards=int(len(first)),
+        cache_bytes=int(sizes[first].sum()),
+        cache_s=lat + float(sizes[first].sum()) / bw,  # the node downloads its first batch's shards whole
+    )
     ws = cache_replay(acc_s, sizes, None)['peak_bytes']
     wset = _working_set(acc_s, ends, sizes, workers)
     limit = 4 * wset if cache_limit is None else parse_size(cache_limit)
@@ -597,6 +605,12 @@ def format_report(r: dict) -> str:
         f"per-sample ranged reads without a cache [counted]: one at a time per worker at most "
         f"{t['per_rank_samples_s_one_at_a_time']:,.0f} samples/s per rank; {c['read_ahead']} in flight (SpanReader's read_ahead) "
         f"{t['per_rank_samples_s']:,.0f} (the node's bandwidth alone allows {t['per_rank_bandwidth_bound']:,.0f})"
+    )
+    fb = r['first_batch']
+    L.append(
+        f"time to a rank's first batch after start-up [modelled]: ranged reads one at a time {fb['ranged_one_at_a_time_s']:.1f} s, "
+        f"{c['read_ahead']} in flight {fb['ranged_read_ahead_s']:.1f} s; through the node cache {fb['cache_s']:.1f} s "
+        f"(the node's first global batch needs {fb['cache_shards']:,} shards, {_b(fb['cache_bytes'])}, downloaded whole)"
     )
     n = r['node']
     L.append(
