@@ -72,7 +72,7 @@ def mosaic_figures(ids: np.ndarray, lengths: np.ndarray) -> dict:
 
 
 def timmdata_figures(lengths, nodes, rpn, workers, batch, partitions) -> dict:
-    from timmdata.streams.global_order import GlobalOrder, batch_pieces, epoch_length, slice_positions, worker_positions
+    from timmdata.streams.global_order import GlobalOrder, epoch_length, worker_positions
     from timmdata.tools.simulate import _reads_per_shard, shuffle_quality
     order = GlobalOrder(lengths, 42, 0, 0, 8, partitions)
     ranks = nodes * rpn
