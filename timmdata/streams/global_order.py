@@ -103,9 +103,10 @@ def _check_lengths(lengths) -> np.ndarray:
 
 
 class GlobalOrder:
-    """Pass `pass_` of epoch `epoch` over shards of `lengths`: the shards shuffled, cut into blocks of `block_shards`, each
-    block's samples permuted (`permute_index`: nothing sized by the lengths); the blocks' sequence (the *flat* order) cut
-    into `partitions` equal ranges, and position `q` of the pass is sample `q // partitions` of range `q % partitions`."""
+    """Pass `pass_` of epoch `epoch` over shards of `lengths`: the shards shuffled, their samples in sequence (the *flat*
+    order) cut into `partitions` equal ranges and into blocks of `block_shards` shards (a block ends at a range's end too),
+    each block's samples permuted (`permute_index`: nothing sized by the lengths); position `q` of the pass is sample
+    `q // partitions` of range `q % partitions`."""
 
     def __init__(
         self,
@@ -125,18 +126,21 @@ class GlobalOrder:
         # the same permutation as ever (numpy arrays throughout: no Python object per shard or block)
         self.shards = np.random.default_rng(mix_seed(seed, epoch, pass_, 0)).permutation(len(self.lengths))
         self._cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(self.lengths[self.shards])])  # each shard's start
-        n = len(self.lengths)
-        self.starts = np.append(self._cum[: n : self.block_shards], self._cum[-1])  # each block's first flat position
-        self.total = int(self._cum[-1])
+        n, self.total = len(self.lengths), int(self._cum[-1])
         self.partitions = P = int(partitions)
         sizes = (self.total - np.arange(P, dtype=np.int64) + P - 1) // P  # positions q with q % P == p
         self.part_starts = np.concatenate([np.zeros(1, np.int64), np.cumsum(sizes)])  # each range's first flat position
+        # each block's first flat position: every block_shards shards, and at each range's start (a seam shares a shard,
+        # never a block's); one range: the blocks of the order without partitions
+        cuts = np.append(self._cum[: n : self.block_shards], self.total)
+        self.starts = np.unique(np.concatenate([cuts, self.part_starts[1:-1]])) if P > 1 else cuts
 
     @property
     def blocks(self) -> list:
-        "Each block's shards (lists; made when asked: the order itself keeps one array)."
-        k = self.block_shards
-        return [self.shards[i : i + k].tolist() for i in range(0, len(self.shards), k)]
+        "Each block's shards with samples in it (lists; made when asked: the order itself keeps arrays)."
+        first = np.searchsorted(self._cum, self.starts[:-1], side='right') - 1
+        last = np.searchsorted(self._cum, self.starts[1:] - 1, side='right') - 1
+        return [self.shards[a : b + 1].tolist() for a, b in zip(first.tolist(), last.tolist())]
 
     def flat(self, q) -> np.ndarray:
         "The flat positions (in the blocks' sequence) of positions `q` of the pass (an array, any order)."
@@ -152,11 +156,9 @@ class GlobalOrder:
     def take(self, b: int, offsets) -> tuple:
         "(shards, members): arrays of the (shard, member) at `offsets` (array-like) into block b (flat), permuted with the block's seed."
         size = int(self.starts[b + 1] - self.starts[b])
-        i = permute_index(offsets, size, mix_seed(self.seed, self.epoch, self.pass_, b + 1))
-        k = self.block_shards
-        firsts = self._cum[b * k : min((b + 1) * k, len(self.shards)) + 1] - self._cum[b * k]
-        j = np.searchsorted(firsts, i, side='right') - 1
-        return self.shards[b * k + j], i - firsts[j]
+        f = self.starts[b] + permute_index(offsets, size, mix_seed(self.seed, self.epoch, self.pass_, b + 1))
+        j = np.searchsorted(self._cum, f, side='right') - 1  # the shard holding flat position f
+        return self.shards[j], f - self._cum[j]
 
     def locate(self, q) -> tuple:
         "(shards, members): arrays of the (shard, member) at positions `q` of the pass (array-like, any order; one `take` per block met)."

@@ -498,7 +498,7 @@ def _working_set(acc_s: np.ndarray, ends: np.ndarray, sizes: np.ndarray, workers
 
 
 def _reads_per_shard(order: GlobalOrder, batch_size: int, ranks: int, ranks_per_node: int) -> dict:
-    "How many nodes read each shard in the epoch (with a node cache: its downloads, when the cache holds it while the node needs it): the nodes whose slices of the global batches (listed partition by partition, `batch_pieces`) fall in the shard's block, counted for every node."
+    "How many nodes read each shard in the epoch (with a node cache: its downloads, when the cache holds it while the node needs it): the nodes whose slices of the global batches (listed partition by partition, `batch_pieces`) fall in a block holding the shard, counted for every node."
     gb, nodes, P = batch_size * ranks, max(1, ranks // ranks_per_node), order.partitions
     nb = batch_size * ranks_per_node
     bounds = np.arange(nodes + 1, dtype=np.int64) * nb
@@ -521,16 +521,23 @@ def _reads_per_shard(order: GlobalOrder, batch_size: int, ranks: int, ranks_per_
         pairs.append(np.stack([b0[m] + k, node[m]], 1))
         k += 1
     pairs = np.unique(np.concatenate(pairs), axis=0)
-    per_block = np.bincount(pairs[:, 0], minlength=len(order.starts) - 1)
     per_node = np.bincount(pairs[:, 1], minlength=nodes)  # blocks each node reads
+    # a block's shards (places in the shuffled list: a seam's shard is in two blocks), each (shard, node) once
+    j0 = np.searchsorted(order._cum, order.starts[:-1], side='right') - 1
+    j1 = np.searchsorted(order._cum, order.starts[1:] - 1, side='right') - 1
+    span = j1[pairs[:, 0]] - j0[pairs[:, 0]] + 1
+    rep = np.repeat(np.arange(len(pairs)), span)
+    j = j0[pairs[rep, 0]] + np.arange(len(rep)) - np.repeat(np.cumsum(span) - span, span)
+    sn = np.unique(np.stack([j, pairs[rep, 1]], 1), axis=0)
+    per_shard = np.bincount(sn[:, 0], minlength=len(order.lengths))[order.lengths[order.shards] > 0]
     return dict(
-        nodes_per_shard_mean=float(per_block.mean()),
-        nodes_per_shard_max=int(per_block.max()),
+        nodes_per_shard_mean=float(per_shard.mean()),
+        nodes_per_shard_max=int(per_shard.max()),
         nodes=nodes,
         ranks=ranks,
         blocks_per_node_mean=float(per_node.mean()),
         blocks_per_node_max=int(per_node.max()),
-        egress_x_dataset=float(per_block.mean()),
+        egress_x_dataset=float(per_shard.mean()),
     )
 
 
