@@ -76,6 +76,40 @@ def test_resume_with_another_global_batch(shards):
     assert len(rest) == 32 and rest[:26] == sum(ref, [])[24:N]  # the 26 samples left of the pass, then the next pass's start
 
 
+def test_partitions_come_with_the_state(shards):
+    "A node-aware order (partitions=2, as 2 nodes of 2 ranks) cut after 2 global batches, resumed on 3 ranks with the"
+    " partitions left to the default: the state's partitions are taken, every sample of the epoch comes once; built with"
+    " other partitions, the load is refused by name."
+    def run(world, bs, parts, stop=None, sd=None):
+        per_rank, states = [], []
+        for r in range(world):
+            ds = IterableImageDataset(str(shards), reader='wds/el', split='train', is_training=True, batch_size=bs,
+                                      order='global', block_shards=3, rank=r, world_size=world, partitions=parts)
+            dl = create_loader(ds, (3, 16, 16), bs, is_training=True, num_workers=1, device='cpu')
+            if sd is not None:
+                dl.load_state_dict(json.loads(json.dumps(sd)))
+            out = []
+            for _, y in dl:
+                out.append(y.tolist())
+                if len(out) == stop:
+                    break
+            states.append(dl.state_dict()); per_rank.append(out)
+            assert ds.partitions == 2
+        return [v for o in per_rank for b in o for v in b], states[0]
+    full, _ = run(4, 3, 2)
+    assert len(full) == 60 and set(full) == set(range(N))  # 5 global batches of 12: the pass, then 10 of the next
+    head, sd = run(4, 3, 2, stop=2)
+    assert sd['fingerprint']['partitions'] == 2 and sd['samples_delivered'] == 24
+    tail, _ = run(3, 4, None, sd=sd)
+    assert len(head) == 24 and len(tail) == 36
+    assert sorted(head + tail) == sorted(full)  # the epoch's samples, each as often as in the run left alone
+    from timmdata.engine.resume import ResumeStateError
+    ds = IterableImageDataset(str(shards), reader='wds/el', split='train', is_training=True, batch_size=4, order='global',
+                              block_shards=3, rank=0, world_size=3, partitions=3)
+    with pytest.raises(ValueError, match='built with partitions=3'):
+        create_loader(ds, (3, 16, 16), 4, is_training=True, num_workers=0, device='cpu').load_state_dict(sd)
+
+
 def test_shards_order_still_refuses_another_layout(shards):
     "order='shards' keeps its rule: a state from 2 ranks does not load on 3."
     from timmdata.engine.resume import ResumeStateError

@@ -12,6 +12,7 @@ from bench_startup_requests import CountingServer, write_tiny_shards  # the benc
 from timmdata.dataset_factory import create_dataset
 from timmdata.streams.dataset_index import DATASET_INDEX_FILE, write_dataset_index
 from timmdata.loader import create_loader
+from timmdata.streams.global_order import READ_AHEAD
 
 BATCH = 4
 
@@ -55,8 +56,10 @@ def test_start_up_requests_do_not_grow_with_shards(served, tmp_path):
     (b250, f250, _), (b2000, f2000, _) = counts[250], counts[2000]
     assert b250 == b2000 == {'GET': 2}, (b250, b2000)  # _info.json and the dataset index: nothing per shard
     for first in (f250, f2000):  # the workers ask for samples only: a ranged read each, and one for each shard's spans
-        # (dataset_index.ShardSpans), of at most what they prefetch: 2 workers x 2 batches ahead + the first, x BATCH
-        assert set(first) == {'GET range'} and BATCH <= first['GET range'] <= 2 * (2 * 2 + 1) * BATCH, first
+        # (dataset_index.ShardSpans), of at most what they prefetch: 2 workers x 2 batches ahead + the first, x BATCH,
+        # and each worker's ranged reads in flight (SpanReader's read_ahead) with their spans
+        bound = 2 * (2 * 2 + 1) * BATCH + 2 * 2 * READ_AHEAD
+        assert set(first) == {'GET range'} and BATCH <= first['GET range'] <= bound, first
 
 
 def test_without_index_a_head_per_shard_and_a_hint(served, tmp_path):
@@ -68,3 +71,63 @@ def test_without_index_a_head_per_shard_and_a_hint(served, tmp_path):
         srv.close()
     assert built.get('HEAD', 0) >= 250  # today's behaviour stays when there is no index
     assert sum('timmdata index' in m and DATASET_INDEX_FILE in m for m in msgs) == 1, msgs
+
+
+def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(served, tmp_path):
+    "Remote shards with a node cache: the index's table, each shard and each shard's spans are fetched once by the node's"
+    " first process that needs them; the node's other processes (a fresh per-process state) read the cache's copies; a"
+    " damaged copy of the table is fetched again, never used."
+    from timmdata.streams import dataset_index
+    from timmdata.streams.global_order import SpanReader
+    root, cache, n = served[250], tmp_path / 'cache', 250 * 2
+    write_dataset_index(root, progress=False)
+    srv = CountingServer(root)
+
+    def process():  # what a new process of the node does: build the stream, then read every position of the pass
+        dataset_index._READ.clear()
+        srv.reset()
+        ds = create_dataset('wds/tiny', root=srv.url, split='train', is_training=True, batch_size=BATCH, cache_dir=str(cache))
+        built = srv.snapshot()
+        assert ds.order == 'global' and isinstance(ds._spans, SpanReader)
+        srv.reset()
+        keys = [k for _, _, k, _, _ in ds._spans.read_in_order(range(n), ds.seed, 0, ds.block_shards)]
+        return built, srv.snapshot(), keys
+
+    try:
+        first, second = process(), process()
+        table = next(cache.glob('*.table'))
+        table.write_bytes(b'{"format":"timmdata dataset index","version":1}\n["x.tar",1,1,"0123456789abcdef"]\n')  # damaged
+        third = process()
+    finally:
+        srv.close()
+        (root / DATASET_INDEX_FILE).unlink()
+    want = sorted(f'{i:08d}' for i in range(n))
+    for _, _, keys in (first, second, third):
+        assert len(keys) == n and sorted(keys) == want  # every sample once, by its span from the cached copy
+    assert first[0] == {'GET': 2}, first[0]  # _info.json and the table
+    assert first[1] == {'GET': 250, 'GET range': 250}, first[1]  # each shard whole once, each shard's spans once
+    assert second[0] == {'GET': 1} and second[1] == {}, second  # _info.json only: the rest from the node's cache
+    assert third[0] == {'GET': 2} and third[1] == {}, third  # the damaged table fetched again
+
+
+def test_ranged_reads_ahead_keep_the_order(served):
+    "Over http(s) without a cache, `SpanReader` keeps up to `read_ahead` ranged GETs in flight: the same samples in the same order as one at a time."
+    from timmdata.streams import dataset_index
+    from timmdata.streams.global_order import SpanReader
+    root = served[250]
+    write_dataset_index(root, progress=False)
+    srv = CountingServer(root)
+    try:
+        dataset_index._READ.clear()
+        ds = create_dataset('wds/tiny', root=srv.url, split='train', is_training=True, batch_size=BATCH)
+        got = {}
+        for ahead in (1, 8):
+            rd = SpanReader(ds.source, ds._spans.spans, sizes=ds._spans.sizes, read_ahead=ahead)
+            srv.reset()
+            got[ahead] = [(p, k) for p, _, k, _, _ in rd.read_in_order(range(7, 307), ds.seed, 0, ds.block_shards, 3)]
+            assert srv.snapshot().get('GET range', 0) >= 300
+    finally:
+        srv.close()
+        (root / DATASET_INDEX_FILE).unlink()
+    assert len(got[1]) == len(got[8]) == 300 and got[1] == got[8]
+    assert [p for p, _ in got[8]] == list(range(7, 307))

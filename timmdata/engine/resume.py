@@ -401,7 +401,7 @@ ResumableDataLoader.__signature__ = inspect.Signature(  # torch's own parameters
 # %% ../../nbs/engine/35_resume.ipynb #87b37869
 @runtime_checkable
 class ResumableStream(Protocol):
-    "What a stream offers to resume mid-epoch (`IterableImageDataset` and the NaFlex wrappers do); `elastic` ones add `samples_delivered`, `set_start_samples`."
+    "What a stream offers to resume mid-epoch (`IterableImageDataset` and the NaFlex wrappers do); `elastic` ones add `samples_delivered`, `set_start_samples`, `take_partitions`."
 
     epoch: int  # the epoch of the next pass
     seed: int  # the stream's seed: a batch's key derives from it
@@ -461,8 +461,10 @@ def load_stream_state(dataset, sd: dict, batch_size: int):
         if elastic or sd['batch_size'] == batch_size
         else [f"batch_size: saved {sd['batch_size']}, this loader {batch_size}"]
     )
-    fp = plain_state(dataset.fingerprint())  # as the state holds it (after json too)
     saved = plain_state(sd['fingerprint'])
+    if elastic:  # the global order is a function of its canonical partitions: the state's (1 before they existed)
+        dataset.take_partitions(saved.get('partitions', 1) if isinstance(saved, dict) else 1)
+    fp = plain_state(dataset.fingerprint())  # as the state holds it (after json too)
     if saved != fp and isinstance(saved, dict) and isinstance(fp, dict):  # each field that differs, by name
         diff += [
             f'{k}: saved {saved.get(k)!r}, this loader {fp.get(k)!r}'

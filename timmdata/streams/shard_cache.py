@@ -23,7 +23,8 @@ from timmdata.streams.net import (  # the bounds of network reads: defined there
 )
 
 # %% auto #0
-__all__ = ['parse_size', 'is_remote', 'cache_name', 'CacheDirError', 'check_cache_dir', 'ShardCache', 'ShardPrefetcher']
+__all__ = ['parse_size', 'is_remote', 'cache_name', 'CacheDirError', 'check_cache_dir', 'open_held', 'close_held', 'wait_lock',
+           'ShardCache', 'ShardPrefetcher', 'cached_copy']
 
 # %% ../../nbs/streams/21_shard_cache.ipynb #512ddfc9
 _UNITS = {
@@ -165,7 +166,7 @@ def _after_fork_child():
 os.register_at_fork(before=_MUTEX.acquire, after_in_parent=_MUTEX.release, after_in_child=_after_fork_child)
 
 
-def _open_held(path: str) -> int:
+def open_held(path: str) -> int:
     "A lock file's fd, noted so that a forked child closes its copy."
     with _MUTEX:
         fd = _open_lock(path)
@@ -173,7 +174,7 @@ def _open_held(path: str) -> int:
         return fd
 
 
-def _close_held(fd: int):
+def close_held(fd: int):
     with _MUTEX:
         if fd in _HELD:
             _HELD.discard(fd)
@@ -191,7 +192,7 @@ def _allocate(fd: int, start: int, n: int):
             os.ftruncate(fd, start + n)  # a file system without fallocate: a sparse extension, counted all the same
 
 # %% ../../nbs/streams/21_shard_cache.ipynb #6a7118de
-def _wait_lock(fd: int, seconds: float, url: str, path: str):
+def wait_lock(fd: int, seconds: float, url: str, path: str):
     "Take the exclusive lock `fd` within `seconds` (polled: `flock` has no timeout); else `DeadlineError`."
     end, pause = time.monotonic() + seconds, 0.01
     while True:
@@ -458,7 +459,7 @@ class _Tee:
                             self.out = None
         finally:
             self.src.close()
-            _close_held(self.lock_fd)  # releases the shard's lock
+            close_held(self.lock_fd)  # releases the shard's lock
 
     def _ends_archive(self) -> bool:
         "Without an announced size, a copy is kept only when it ends like a whole tar (two zero blocks): not a cut stream."
@@ -642,17 +643,17 @@ class ShardCache(_Folder):
                     return h
                 continue
             lock = os.path.join(self.dir, cache_name(url) + '.lock')
-            fd = _open_held(lock)
+            fd = open_held(lock)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:  # another process or thread downloads it: wait (a bounded time), then read its copy
                 try:
-                    _wait_lock(fd, self.lock_wait, url, lock)
+                    wait_lock(fd, self.lock_wait, url, lock)
                 finally:
-                    _close_held(fd)
+                    close_held(fd)
                 continue
             if self.path(url) is not None:
-                _close_held(fd)
+                close_held(fd)
                 continue  # finished just before we locked
             src = None
             try:
@@ -664,14 +665,14 @@ class ShardCache(_Folder):
                     size = n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
                 if size is not None and size > self.limit:
                     self._uncached(url, size)
-                    _close_held(fd)
+                    close_held(fd)
                     return src  # bigger than the whole cache
                 tee = _Tee(self, src, url, size, fd, sha)
                 if tee.unfit:
                     self._uncached(url, size)
                 return tee
             except BaseException:
-                _close_held(fd)
+                close_held(fd)
                 if src is not None:
                     src.close()
                 raise
@@ -740,3 +741,22 @@ class ShardPrefetcher:
         "Block until the shards queued for prefetching in this process are in the cache (or failed)."
         if self._q is not None and self._pid == os.getpid():
             self._q.join()
+
+# %% ../../nbs/streams/21_shard_cache.ipynb #dcdd7322
+def cached_copy(
+    cache: ShardCache,  # the node's cache
+    url: str,  # a remote shard
+    timeout: float = 60.0,  # seconds an HTTP connection may stall
+    size: Optional[int] = None,  # its size when known (the dataset index's): a copy of another size is not served
+):
+    "The cached copy of remote shard `url` opened for reads at any offset (`f`; under a shared lock, so never evicted, until `close`), downloaded whole first when missing; None when it cannot be kept (bigger than the limit, or no room beside the shards in use)."
+    cache.prefetcher.after(url, timeout)
+    for _ in range(3):  # a copy evicted between its download and our open is fetched again, a bounded number of times
+        f = cache._open(url, timeout, size)
+        if isinstance(f, _Hit):
+            return f
+        with f:  # read to its end: a copy kept is renamed in, and opened at the next turn
+            if not isinstance(f, _Tee) or f.unfit:
+                return None  # not kept: read it from its source
+            while f.read(1 << 20):
+                pass

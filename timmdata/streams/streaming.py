@@ -30,7 +30,7 @@ from ..core.untrusted import MAX_SAMPLES, printable
 
 # %% auto #0
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'SplitsOverWorkers', 'EvenOverWorkers',
-           'StreamPlan', 'WorkerStream', 'IterableImageDataset']
+           'OrderPartitions', 'StreamPlan', 'WorkerStream', 'IterableImageDataset']
 
 # %% ../../nbs/streams/25_streaming.ipynb #df978a34
 from ..readers.targets import SKIP_SAMPLE
@@ -144,24 +144,52 @@ class EvenOverWorkers(Protocol):
 
     def samples_per_worker(self) -> int: ...
 
+# %% ../../nbs/streams/25_streaming.ipynb #3f00df4a
+class OrderPartitions:
+    """The global order's canonical partitions (`timmdata.streams.global_order`: a node's ranks read one partition's
+    blocks, so each shard is downloaded by about one node an epoch): as given (`_partitions`), as a loaded state says,
+    else the nodes at the run's start; kept in slot 5 of the shared `_state` (0: not fixed yet), so workers see it."""
+
+    @property
+    def partitions(self) -> int:
+        "order='global': the order's canonical partitions: as given, as a loaded state says, else the nodes at the run's start (world size // LOCAL_WORLD_SIZE under torch.distributed; 1 otherwise), fixed at first use."
+        p = int(self._state[5])
+        if p == 0:
+            p = self._partitions or 1
+            if self._partitions is None and self._world is None and dist.is_available() and dist.is_initialized():
+                world, local = dist.get_world_size(), setting('LOCAL_WORLD_SIZE')
+                p = world // local if local <= world and world % local == 0 else world
+            self._state[5] = p
+        return p
+
+    def take_partitions(self, partitions: int):
+        "order='global': use the canonical partitions a saved state's order was made with (`load_state_dict` calls it)."
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise ValueError(f'the saved state gives the global order partitions={partitions!r}: an int >= 1 is needed')
+        if self._partitions is not None and partitions != self._partitions:
+            raise ValueError(
+                f'the saved state\'s global order has partitions={partitions}; this stream was built with '
+                f'partitions={self._partitions}: build it with partitions={partitions} (or None: it takes the state\'s)'
+            )
+        self._state[5] = partitions
+
 # %% ../../nbs/streams/25_streaming.ipynb #1b660c91
-class StreamPlan:
+class StreamPlan(OrderPartitions):
     """Which global positions or shards each worker of each rank reads in an epoch, and where a resumed epoch starts.
     `IterableImageDataset` reads by this plan; it sets the attributes the plan reads: `source`, `num_samples`, `batch_size`,
-    `seed`, `is_training`, `order`, `elastic`, `block_shards`, `shuffle_size`, `_spans`, `_rank`, `_world`, `_num_workers` and the
-    shared `_state` ([epoch, start flag, start epoch, batches (or global samples) done, batch size])."""
+    `seed`, `is_training`, `order`, `elastic`, `block_shards`, `shuffle_size`, `_spans`, `_rank`, `_world`, `_num_workers`,
+    `_partitions` and the shared `_state` ([epoch, start flag, start epoch, batches or samples done, batch size, partitions])."""
 
     def _choose_order(self, order: Optional[str], index_dir: Optional[str]) -> str:
         "The training order: 'global', reading by position where the shards allow it (`sample_spans`); else 'shards' (warned once) unless 'global' was asked for."
         if order == 'shards':
             return order
-        if (
-            isinstance(self.source, WdsSource)
-            and self.source.cache is not None
-            and self.source.shard_lengths
-            and self.source.remote
-        ):
-            return 'global'  # remote shards kept in a local cache: a block's shards read from their starts, repeats from the local copies
+        src = self.source
+        if isinstance(src, WdsSource) and src.cache is not None and src.shard_lengths and src.remote:  # a node cache
+            found = dataset_spans(src)  # its table fetched once per node into the cache
+            if found is not None:  # each sample read by its span from the cached copy
+                self._spans = SpanReader(src, found[0], sizes=found[1])
+            return 'global'  # else a block's shards read from their starts, repeats from the local copies
         spans = sample_spans(self.source, index_dir)
         if not isinstance(spans, str):
             found = dataset_spans(self.source)  # read once per process already: the sizes checked at each read
@@ -213,7 +241,7 @@ class StreamPlan:
         "Resume this epoch after `batches_done` batches: worker w skips its share of them (DataLoader deals batches round-robin)."
         if batches_done < 0 or batch_size < 1:
             raise ValueError(f'set_start needs batches_done >= 0 and batch_size >= 1; got {batches_done}, {batch_size}')
-        self._state[1:] = torch.tensor(
+        self._state[1:5] = torch.tensor(
             [1, int(self._state[0]), batches_done * (batch_size * self._dist()[1] if self.elastic else 1), batch_size]
         )
 
@@ -223,7 +251,7 @@ class StreamPlan:
             raise ValueError("set_start_samples needs order='global' and is_training=True")
         if samples_done < 0:
             raise ValueError(f'samples_done must be >= 0; got {samples_done}')
-        self._state[1:] = torch.tensor([1, int(self._state[0]), int(samples_done), self.batch_size])
+        self._state[1:5] = torch.tensor([1, int(self._state[0]), int(samples_done), self.batch_size])
 
     def samples_delivered(self, batches: int) -> int:
         "order='global': global samples delivered after `batches` more batches of every rank (from the resume point)."
@@ -271,6 +299,7 @@ class StreamPlan:
                 num_samples=self.num_samples,
                 seed=self.seed,
                 block_shards=self.block_shards,
+                partitions=self.partitions,
                 is_training=True,
             )  # no world size, workers or batch size: elastic
         return dict(
@@ -361,13 +390,22 @@ class WorkerStream:
     def _global_stream(self, wid: int, W: int):
         "order='global': this worker's pieces of the epoch's global order, from the resume point (per-sample seeds from the position)."
         rank, world = self._dist()
-        epoch, start = self.epoch, self.samples_delivered(0)
+        epoch, start, P = self.epoch, self.samples_delivered(0), self.partitions
         end = epoch_length(self.num_samples, self.batch_size * world, start)
-        pos = worker_positions(start, end, self.batch_size, rank, world, wid, W)
+        lengths = self._spans.lengths if self._spans is not None else self.source.shard_lengths
+        if (self.batch_size * world) % P and ('partitions', P, world) not in _WARNED:
+            _WARNED.add(('partitions', P, world))
+            warnings.warn(
+                f'the global batch ({self.batch_size} x {world} ranks) is not a multiple of the global order\'s {P} '
+                f'partitions: every sample still comes once, but ranks read from their neighbours\' partitions too (more '
+                f'downloads through a node cache); pick a batch size or world size that makes it one',
+                stacklevel=2,
+            )
+        pos = worker_positions(start, end, self.batch_size, rank, world, wid, W, int(np.sum(lengths)), P)
         reads = (
-            self._spans.read_in_order(pos, self.seed, epoch, self.block_shards)
+            self._spans.read_in_order(pos, self.seed, epoch, self.block_shards, P)
             if self._spans is not None  # one pass over the bytes
-            else read_in_order(self.source, pos, self.seed, epoch, self.block_shards)
+            else read_in_order(self.source, pos, self.seed, epoch, self.block_shards, P)
         )  # a block's shards from their starts
         for p, shard, key, img, target in reads:
             yield self._sample(
@@ -407,6 +445,9 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
             str
         ] = None,  # training order: 'global' (elastic: timmdata.streams.global_order), 'shards' (shards dealt to workers, buffer shuffle); None: 'global' where the shards can be read by position, else 'shards' (warned)
         block_shards: int = BLOCK_SHARDS,  # order='global': shards whose samples are interleaved in one block
+        partitions: Optional[
+            int
+        ] = None,  # order='global': canonical partitions (a node's ranks read one: each shard downloaded by ~1 node); None: the nodes at the run's start
         index_dir: Optional[
             str
         ] = None,  # order='global': where the shards' member-offset index is kept (None: beside them if writable, else ~/.cache)
@@ -424,6 +465,10 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
             )
         if order not in (None, 'shards', 'global'):
             raise ValueError(f"order must be one of None, 'shards', 'global'; got {order!r}")
+        if partitions is not None and (
+            isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
+        ):
+            raise ValueError(f'partitions must be None or an int >= 1 (e.g. the number of nodes); got {partitions!r}')
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f'batch_size must be an int >= 1; got {batch_size!r}')
         self.source = _stream_source(
@@ -449,10 +494,10 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
         self.elastic = self.order == 'global' and is_training
         self.transform, self.target_transform = transform, target_transform
         self.shuffle_size, self.shuffle_initial = max(1, shuffle_size), shuffle_initial
-        self._rank, self._world, self._num_workers = rank, world_size, None
+        self._rank, self._world, self._num_workers, self._partitions = rank, world_size, None, partitions
         # shared memory, so DataLoader workers (persistent ones too) see the parent's changes:
-        # [epoch, start flag, start epoch, batches done, batch size]; bad samples counted per worker slot (no lost updates)
-        self._state = torch.zeros(5, dtype=torch.int64).share_memory_()
+        # [epoch, start flag, start epoch, batches done, batch size, partitions]; bad samples counted per worker slot
+        self._state = torch.zeros(6, dtype=torch.int64).share_memory_()
         self._bad = torch.zeros(1024, dtype=torch.int64).share_memory_()
 
     def __iter__(self):

@@ -8,14 +8,23 @@ import argparse, hashlib, itertools, json, math, time, tracemalloc
 from collections import OrderedDict
 from typing import Optional
 import numpy as np
-from ..streams.global_order import BLOCK_SHARDS, GlobalOrder, SpanReader, epoch_length, worker_positions
+from timmdata.streams.global_order import (
+    BLOCK_SHARDS,
+    READ_AHEAD,
+    GlobalOrder,
+    SpanReader,
+    batch_pieces,
+    epoch_length,
+    slice_positions,
+    worker_positions,
+)
 from ..streams.dataset_index import DATASET_INDEX_VERSION, MAX_TABLE_BYTES, SPANS_KEPT, DatasetIndex, parse_table
 from ..streams.shard_cache import parse_size
 
 # %% auto #0
 __all__ = ['synthetic_lengths', 'SimSource', 'SimSpanReader', 'worker_plan_cost', 'node_accesses', 'cache_replay',
-           'check_rescale', 'shuffle_quality', 'index_bytes', 'table_memory', 'start_up', 'simulate', 'format_report',
-           'simulate_main']
+           'check_rescale', 'shuffle_quality', 'index_bytes', 'table_memory', 'start_up', 'start_up_figures',
+           'simulate', 'format_report', 'simulate_main']
 
 # %% ../../nbs/tools/55_simulate.ipynb #f974a980
 def synthetic_lengths(
@@ -65,6 +74,7 @@ class SimSpanReader(SpanReader):
     def __init__(self, source: SimSource):
         self.source, self.lengths, self.spans, self.sizes = source, source.shard_lengths, None, None
         self.requests, self.bytes, self.span_fetches, self._kept = 0, 0, 0, OrderedDict()
+        self.read_ahead, self._cache, self._paths = 1, None, ()  # reads counted one by one (none is made)
 
     def read(self, s: int, m: int) -> tuple:
         if s in self._kept:
@@ -90,18 +100,25 @@ def worker_plan_cost(
     epoch: int = 0,
     block_shards: int = BLOCK_SHARDS,
     start: int = 0,  # global samples already delivered (a resume)
+    partitions: int = 1,  # the order's canonical partitions
 ) -> dict:
     "One worker's epoch through the real `read_in_order`: samples, requests, bytes, CPU seconds and peak Python memory to plan and walk it."
     r = SimSpanReader(source)
     end = epoch_length(source.num_samples, batch_size * world, start)
     tracemalloc.start()
     t0 = time.process_time()
-    order = GlobalOrder(source.shard_lengths, seed, epoch, 0, block_shards)  # what every worker builds per pass
+    order = GlobalOrder(
+        source.shard_lengths, seed, epoch, 0, block_shards, partitions
+    )  # what every worker builds per pass
     t_order = time.process_time() - t0
     mem_order = tracemalloc.get_traced_memory()[0]
     n, shards = 0, set()
     for p, shard, *_ in r.read_in_order(
-        worker_positions(start, end, batch_size, rank, world, worker, workers), seed, epoch, block_shards
+        worker_positions(start, end, batch_size, rank, world, worker, workers, order.total, partitions),
+        seed,
+        epoch,
+        block_shards,
+        partitions,
     ):
         n += 1
         shards.add(shard)
@@ -130,26 +147,21 @@ def node_accesses(
     steps: Optional[int] = None,  # global batches walked (None: the whole epoch)
 ) -> tuple:
     "(shard of each access in order, the last member needed of each, samples each shard gave, accesses done after each step): one access per (rank's slice, shard), in the loader's order."
-    gb = batch_size * world
+    gb, P = batch_size * world, order.partitions
     T = order.total // gb if steps is None else min(steps, order.total // gb)
     acc_s, acc_m = [], []
     hits, ends, k = np.zeros(len(order.lengths), np.int64), [], 0
     for t in range(T):
+        pieces = batch_pieces(t * gb, gb, order.total, P)  # the global batch listed partition by partition
         for r in ranks:
-            lo = t * gb + r * batch_size
-            pos = np.arange(lo, lo + batch_size, dtype=np.int64)
-            while len(pos):
-                b = order.block_of(int(pos[0]))
-                inb = pos[pos < order.starts[b + 1]]
-                s, m = order.take(b, inb - order.starts[b])
-                u, inv = np.unique(s, return_inverse=True)
-                last = np.zeros(len(u), np.int64)
-                np.maximum.at(last, inv, m)
-                acc_s.append(u)
-                acc_m.append(last)
-                np.add.at(hits, s, 1)
-                pos = pos[len(inb) :]
-                k += len(u)
+            s, m = order.locate(slice_positions(pieces, r * batch_size, (r + 1) * batch_size, P))
+            u, inv = np.unique(s, return_inverse=True)
+            last = np.zeros(len(u), np.int64)
+            np.maximum.at(last, inv, m)
+            acc_s.append(u)
+            acc_m.append(last)
+            np.add.at(hits, s, 1)
+            k += len(u)
         ends.append(k)
     cat = lambda a: np.concatenate(a) if a else np.zeros(0, np.int64)
     return cat(acc_s), cat(acc_m), hits, np.asarray(ends, np.int64)
@@ -192,10 +204,11 @@ def check_rescale(
     seed: int = 42,
     block_shards: int = BLOCK_SHARDS,
     window: Optional[int] = None,  # global batches of the resumed run checked (None: all)
+    partitions: int = 1,  # the order's canonical partitions (kept through the rescale: they come with the state)
 ) -> dict:
     "Positions and samples after a rescale: each once (see above); raises AssertionError otherwise."
     n = int(np.sum(lengths))
-    order = GlobalOrder([int(x) for x in lengths], seed, 0, 0, block_shards)
+    order = GlobalOrder(np.asarray(lengths, np.int64), seed, 0, 0, block_shards, partitions)
     start = step * batch_size * world
     end = epoch_length(n, batch2 * world2, start)
     gb2 = batch2 * world2
@@ -204,27 +217,21 @@ def check_rescale(
     got = []
     for r in range(world2):
         for w in range(workers2):
-            pos = itertools.islice(worker_positions(start, end, batch2, r, world2, w, workers2), per_worker)
+            pos = itertools.islice(
+                worker_positions(start, end, batch2, r, world2, w, workers2, order.total, partitions), per_worker
+            )
             got.append(np.fromiter(pos, np.int64))
     got = np.sort(np.concatenate(got))
     got = got[got < start + T * gb2]
     want = np.arange(start, start + T * gb2, dtype=np.int64)
     assert len(got) == len(want) and (got == want).all(), 'positions after the rescale are not each once'
     inpass = got[got < order.total]  # the wrap-round past the pass (the epoch's last batch) starts the next pass
-    keys = []
-    for b in np.unique(np.searchsorted(order.starts, inpass, side='right') - 1).tolist():
-        q = inpass[(inpass >= order.starts[b]) & (inpass < order.starts[b + 1])]
-        s, m = order.take(b, q - order.starts[b])
-        keys.append(s * (1 << 40) + m)
-    keys = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+    s, m = order.locate(inpass)
+    keys = s * (1 << 40) + m
     assert len(np.unique(keys)) == len(keys) == len(inpass), 'two positions gave the same sample'
     before = np.arange(max(0, start - min(start, len(inpass))), start, dtype=np.int64)  # the stop's neighbours
-    kb = []
-    for b in np.unique(np.searchsorted(order.starts, before, side='right') - 1).tolist():
-        q = before[(before >= order.starts[b]) & (before < order.starts[b + 1])]
-        s, m = order.take(b, q - order.starts[b])
-        kb.append(s * (1 << 40) + m)
-    kb = np.concatenate(kb) if kb else np.zeros(0, np.int64)
+    s, m = order.locate(before)
+    kb = s * (1 << 40) + m
     assert not np.isin(keys, kb).any(), 'a sample read before the stop came again after it'
     return dict(
         start=start,
@@ -237,16 +244,17 @@ def check_rescale(
     )
 
 # %% ../../nbs/tools/55_simulate.ipynb #5da2833e
-def shuffle_quality(order: GlobalOrder, batch: int = 256, window: int = 1 << 20) -> dict:
+def shuffle_quality(
+    order: GlobalOrder,
+    batch: int = 256,
+    window: int = 1 << 20,
+    positions=None,  # the positions in the sequence measured (e.g. one rank's); None: the global order's, 0, 1, 2...
+) -> dict:
     "Mean distance between consecutive samples (listed order) over the first `window` positions, as a fraction of a full permutation's n/3; distinct shards per `batch` positions."
-    starts = np.cumsum([0] + order.lengths[:-1])
-    q = np.arange(min(window, order.total), dtype=np.int64)
-    flat = []
-    for b in np.unique(np.searchsorted(order.starts, q, side='right') - 1).tolist():
-        qq = q[(q >= order.starts[b]) & (q < order.starts[b + 1])]
-        s, m = order.take(b, qq - order.starts[b])
-        flat.append(np.stack([starts[s] + m, s], 1))
-    flat = np.concatenate(flat)
+    starts = np.concatenate([np.zeros(1, np.int64), np.cumsum(order.lengths)[:-1]])
+    q = np.arange(min(window, order.total), dtype=np.int64) if positions is None else np.asarray(positions)[:window]
+    s, m = order.locate(q)
+    flat = np.stack([starts[s] + m, s], 1)
     d = float(np.abs(np.diff(flat[:, 0])).mean()) if len(flat) > 1 else 0.0
     k = len(flat) // batch * batch
     per = np.sort(flat[:k, 1].reshape(-1, batch), 1) if k else np.zeros((0, batch))
@@ -295,6 +303,39 @@ def start_up(
         req, nbytes = 2 + shards + (2 * shards if cold else 0), 4096 + (shards * 1024 if cold else 0)
     return dict(requests=req, bytes=nbytes, seconds=req * latency_s + nbytes / bandwidth)
 
+# %% ../../nbs/tools/55_simulate.ipynb #ad6bca18
+def start_up_figures(
+    shards: int,
+    ranks: int,
+    ranks_per_node: int,
+    latency_s: float,
+    bandwidth: float,
+    idx_bytes: int,  # the dataset index's table (`index_bytes`)
+) -> tuple:
+    "({case: requests, bytes a rank and a node, seconds}, {case: requests of all ranks}) before the first batch: without the dataset index (first run and after), with it, and with it and a node cache (the table fetched once a node)."
+    su = {
+        'before, first run': start_up(shards, False, True, latency_s, bandwidth),
+        'before': start_up(shards, False, False, latency_s, bandwidth),
+        'after (dataset index)': start_up(shards, True, False, latency_s, bandwidth, idx_bytes),
+    }
+    out = {
+        k: dict(
+            per_rank=v,
+            per_node={kk: vv * ranks_per_node for kk, vv in v.items() if kk != 'seconds'},
+            seconds=v['seconds'],
+        )
+        for k, v in su.items()
+    }
+    node = dict(
+        requests=ranks_per_node + 1, bytes=idx_bytes + 4096 * ranks_per_node
+    )  # _info.json a rank, the table once
+    out['after (+ node cache)'] = dict(
+        per_rank=dict(requests=1, bytes=4096), per_node=node, seconds=2 * latency_s + idx_bytes / bandwidth
+    )
+    every = {k: v['requests'] * ranks for k, v in su.items()}
+    every['after (+ node cache)'] = node['requests'] * max(1, ranks // ranks_per_node)
+    return out, every
+
 # %% ../../nbs/tools/55_simulate.ipynb #56059bc5
 def simulate(
     ranks: int = 1024,
@@ -315,16 +356,19 @@ def simulate(
     node_steps: Optional[int] = None,  # global batches of the node walked (None: the whole epoch)
     rescale_window: int = 64,  # global batches of the resumed run checked position by position
     seed: int = 42,
+    partitions: Optional[int] = None,  # the global order's canonical partitions; None: the nodes (a stream's default)
+    read_ahead: int = READ_AHEAD,  # ranged GETs in flight per worker (`SpanReader`, no cache)
 ) -> dict:
     "The figures of one epoch of `ranks` x `workers` over `shards` synthetic shards of `samples` in all (see `format_report`)."
     t_all = time.perf_counter()
     lengths = synthetic_lengths(shards, samples, seed=seed)
     src = SimSource(lengths, sample_bytes)
     sizes = lengths * sample_bytes + 1024
-    order = GlobalOrder(src.shard_lengths, seed, 0, 0, block_shards)
+    nodes = max(1, ranks // ranks_per_node)
+    P = nodes if partitions is None else int(partitions)
+    order = GlobalOrder(lengths, seed, 0, 0, block_shards, P)
     gb = batch_size * ranks
     end = epoch_length(samples, gb)
-    nodes = max(1, ranks // ranks_per_node)
     out = dict(
         config=dict(
             ranks=ranks,
@@ -335,6 +379,8 @@ def simulate(
             block_shards=block_shards,
             ranks_per_node=ranks_per_node,
             nodes=nodes,
+            partitions=P,
+            read_ahead=read_ahead,
             sample_bytes=sample_bytes,
             latency_ms=latency_ms,
             bandwidth=float(parse_size(bandwidth) if isinstance(bandwidth, str) else bandwidth),
@@ -357,29 +403,21 @@ def simulate(
         table_parse_cpu_s=tm['parse_cpu_s'],
     )
     ib = tb
-    su = {
-        'before, first run': start_up(shards, False, True, lat, bw),
-        'before': start_up(shards, False, False, lat, bw),
-        'after (dataset index)': start_up(shards, True, False, lat, bw, ib),
-    }
-    out['start_up'] = {
-        k: dict(
-            per_rank=v,
-            per_node={kk: vv * ranks_per_node for kk, vv in v.items() if kk != 'seconds'},
-            seconds=v['seconds'],
-        )
-        for k, v in su.items()
-    }
+    out['start_up'], out['start_up_all_ranks'] = start_up_figures(shards, ranks, ranks_per_node, lat, bw, ib)
     per_worker_bw = bw / (ranks_per_node * workers)  # the node's bandwidth shared by all its workers
+    one = 1 / (lat + sample_bytes / per_worker_bw)  # one ranged read at a time: a worker's samples/s
     out['throughput'] = dict(
-        per_rank_samples_s=workers / (lat + sample_bytes / per_worker_bw),  # each worker one ranged read at a time
+        per_rank_samples_s_one_at_a_time=workers * one,
+        per_rank_samples_s=min(workers * read_ahead * one, bw / ranks_per_node / sample_bytes),  # read_ahead in flight
         per_rank_bandwidth_bound=bw / ranks_per_node / sample_bytes,
     )
-    out['start_up_all_ranks'] = {k: v['requests'] * ranks for k, v in su.items()}
     # balance: every worker of sampled ranks, by the real worker_positions
     picks = sorted({0, ranks // 2, ranks - 1} | set(range(min(sample_ranks, ranks))))[: max(sample_ranks, 1)]
     per_rank = {
-        r: sum(sum(1 for _ in worker_positions(0, end, batch_size, r, ranks, w, workers)) for w in range(workers))
+        r: sum(
+            sum(1 for _ in worker_positions(0, end, batch_size, r, ranks, w, workers, order.total, P))
+            for w in range(workers)
+        )
         for r in picks
     }
     out['balance'] = dict(
@@ -391,7 +429,7 @@ def simulate(
     )
     # one worker's plan, measured (sampled)
     plans = [
-        worker_plan_cost(src, batch_size, r, ranks, w, workers, seed, 0, block_shards)
+        worker_plan_cost(src, batch_size, r, ranks, w, workers, seed, 0, block_shards, 0, P)
         for r, w in [(0, 0), (ranks - 1, workers - 1), (ranks // 2, workers // 2)][:sample_workers]
     ]
     out['worker_plan'] = plans
@@ -406,8 +444,19 @@ def simulate(
         span_requests=walked,
         span_bytes=walked * sample_bytes,
         cache_accesses=len(acc_s),
-        cache_local_bytes=int((acc_m + 1).sum()) * sample_bytes,
+        spans_fetched_per_node=int(len(np.unique(acc_s))),  # with a node cache: each shard's spans once (a file there)
+        cache_local_bytes=walked * sample_bytes,  # spans read from the cached copies (the dataset index)
+        cache_prefix_bytes=int((acc_m + 1).sum())
+        * sample_bytes,  # without it: each shard from its start (read_in_order)
         distinct_shards=int(len(np.unique(acc_s))),
+    )
+    first = np.unique(acc_s[: int(ends[0])]) if len(ends) else np.zeros(0, np.int64)  # the node's first global batch
+    out['first_batch'] = dict(  # modelled: after start-up, what a rank's first batch waits for
+        ranged_one_at_a_time_s=batch_size * (lat + sample_bytes / per_worker_bw),  # worker 0 reads it alone
+        ranged_read_ahead_s=batch_size * (lat + sample_bytes / per_worker_bw) / read_ahead,
+        cache_shards=int(len(first)),
+        cache_bytes=int(sizes[first].sum()),
+        cache_s=lat + float(sizes[first].sum()) / bw,  # the node downloads its first batch's shards whole
     )
     ws = cache_replay(acc_s, sizes, None)['peak_bytes']
     wset = _working_set(acc_s, ends, sizes, workers)
@@ -419,15 +468,20 @@ def simulate(
         'limits': {l: cache_replay(acc_s, sizes, l) for l in limits},
     }
     out['reads_per_shard'] = _reads_per_shard(order, batch_size, ranks, ranks_per_node)
-    out['shuffle'] = shuffle_quality(order, batch_size)
-    out['state'] = _state_size(src, batch_size, ranks, block_shards, seed)
     r2, w2 = rescale
+    out['reads_per_shard_rescaled'] = _reads_per_shard(order, batch_size, r2, ranks_per_node)  # the same partitions
+    out['shuffle'] = shuffle_quality(order, batch_size)
+    rank0 = np.fromiter(
+        itertools.islice(worker_positions(0, end, batch_size, 0, ranks, 0, 1, order.total, P), 1 << 20), np.int64
+    )
+    out['shuffle_rank0'] = shuffle_quality(order, batch_size, positions=rank0)  # what one rank's batches hold
+    out['state'] = _state_size(src, batch_size, ranks, block_shards, seed, P)
     step = int(rescale_at * (end // gb))
     out['rescale'] = dict(
         frm=(ranks, workers),
         to=(r2, w2),
         at_step=step,
-        **check_rescale(lengths, batch_size, ranks, step, r2, w2, batch_size, seed, block_shards, rescale_window),
+        **check_rescale(lengths, batch_size, ranks, step, r2, w2, batch_size, seed, block_shards, rescale_window, P),
     )
     out['seconds'] = time.perf_counter() - t_all
     return out
@@ -444,32 +498,50 @@ def _working_set(acc_s: np.ndarray, ends: np.ndarray, sizes: np.ndarray, workers
 
 
 def _reads_per_shard(order: GlobalOrder, batch_size: int, ranks: int, ranks_per_node: int) -> dict:
-    "How many nodes read each shard in the epoch (with a node cache: its downloads, when the cache holds it while the node needs it): the nodes whose slices of the global batches fall in the shard's block, counted for every node."
-    gb, nodes = batch_size * ranks, max(1, ranks // ranks_per_node)
+    "How many nodes read each shard in the epoch (with a node cache: its downloads, when the cache holds it while the node needs it): the nodes whose slices of the global batches (listed partition by partition, `batch_pieces`) fall in a block holding the shard, counted for every node."
+    gb, nodes, P = batch_size * ranks, max(1, ranks // ranks_per_node), order.partitions
     nb = batch_size * ranks_per_node
-    T = order.total // gb
-    lo = (np.arange(T, dtype=np.int64)[:, None] * gb + np.arange(nodes, dtype=np.int64)[None, :] * nb).ravel()
-    node = np.tile(np.arange(nodes), T)
-    starts = np.asarray(order.starts)
-    b0 = np.searchsorted(starts, lo, side='right') - 1
-    b1 = np.searchsorted(starts, lo + nb - 1, side='right') - 1
-    pairs = [np.stack([b0, node], 1)]
-    k = 1
+    bounds = np.arange(nodes + 1, dtype=np.int64) * nb
+    b_lo, b_hi, who = [], [], []
+    for t in range(order.total // gb):
+        pieces = np.asarray(batch_pieces(t * gb, gb, order.total, P), np.int64)
+        cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(pieces[:, 1])])
+        x = np.unique(np.concatenate([cum, bounds]))
+        x = x[x <= nodes * nb]
+        lo, hi = x[:-1], x[1:]  # pieces of one run and one node each
+        e = np.searchsorted(cum, lo, side='right') - 1
+        first, last = pieces[e, 0] + P * (lo - cum[e]), pieces[e, 0] + P * (hi - 1 - cum[e])
+        b_lo.append(np.searchsorted(order.starts, order.flat(first), side='right') - 1)  # a run is a flat range
+        b_hi.append(np.searchsorted(order.starts, order.flat(last), side='right') - 1)
+        who.append(lo // nb)
+    b0, b1, node = (np.concatenate(a) for a in (b_lo, b_hi, who))
+    pairs, k = [np.stack([b0, node], 1)], 1
     while (b0 + k <= b1).any():
         m = b0 + k <= b1
         pairs.append(np.stack([b0[m] + k, node[m]], 1))
         k += 1
     pairs = np.unique(np.concatenate(pairs), axis=0)
-    per_block = np.bincount(pairs[:, 0], minlength=len(order.blocks))
+    per_node = np.bincount(pairs[:, 1], minlength=nodes)  # blocks each node reads
+    # a block's shards (places in the shuffled list: a seam's shard is in two blocks), each (shard, node) once
+    j0 = np.searchsorted(order._cum, order.starts[:-1], side='right') - 1
+    j1 = np.searchsorted(order._cum, order.starts[1:] - 1, side='right') - 1
+    span = j1[pairs[:, 0]] - j0[pairs[:, 0]] + 1
+    rep = np.repeat(np.arange(len(pairs)), span)
+    j = j0[pairs[rep, 0]] + np.arange(len(rep)) - np.repeat(np.cumsum(span) - span, span)
+    sn = np.unique(np.stack([j, pairs[rep, 1]], 1), axis=0)
+    per_shard = np.bincount(sn[:, 0], minlength=len(order.lengths))[order.lengths[order.shards] > 0]
     return dict(
-        nodes_per_shard_mean=float(per_block.mean()),
-        nodes_per_shard_max=int(per_block.max()),
+        nodes_per_shard_mean=float(per_shard.mean()),
+        nodes_per_shard_max=int(per_shard.max()),
         nodes=nodes,
-        egress_x_dataset=float(per_block.mean()),
+        ranks=ranks,
+        blocks_per_node_mean=float(per_node.mean()),
+        blocks_per_node_max=int(per_node.max()),
+        egress_x_dataset=float(per_shard.mean()),
     )
 
 
-def _state_size(src: SimSource, batch_size: int, ranks: int, block_shards: int, seed: int) -> dict:
+def _state_size(src: SimSource, batch_size: int, ranks: int, block_shards: int, seed: int, partitions: int = 1) -> dict:
     "The resume state of a real `IterableImageDataset` over the synthetic source: its fingerprint and its position, as JSON bytes."
     from timmdata.streams.streaming import IterableImageDataset
 
@@ -483,6 +555,7 @@ def _state_size(src: SimSource, batch_size: int, ranks: int, block_shards: int, 
         order='global',
         block_shards=block_shards,
         seed=seed,
+        partitions=partitions,
     )
     ds.set_start_samples(src.num_samples // 2)
     sd = dict(fingerprint=ds.fingerprint(), epoch=ds.epoch, samples_delivered=ds.samples_delivered(0))
@@ -501,7 +574,8 @@ def format_report(r: dict) -> str:
     c, L = r['config'], []
     L.append(
         f"{c['ranks']:,} ranks x {c['workers']} workers ({c['nodes']:,} nodes of {c['ranks_per_node']}), {c['shards']:,} "
-        f"shards, {c['samples']:,} samples, batch {c['batch_size']} per rank, {c['block_shards']} shards per block"
+        f"shards, {c['samples']:,} samples, batch {c['batch_size']} per rank, {c['block_shards']} shards per block, "
+        f"{c['partitions']:,} canonical partition{'s' if c['partitions'] > 1 else ''} of the order"
     )
     ix = r['index']
     L.append(
@@ -535,17 +609,30 @@ def format_report(r: dict) -> str:
         )
     t = r['throughput']
     L.append(
-        f"per-sample ranged reads, one at a time per worker [counted]: at most {t['per_rank_samples_s']:,.0f} samples/s "
-        f"per rank (the node's bandwidth alone allows {t['per_rank_bandwidth_bound']:,.0f})"
+        f"per-sample ranged reads without a cache [counted]: one at a time per worker at most "
+        f"{t['per_rank_samples_s_one_at_a_time']:,.0f} samples/s per rank; {c['read_ahead']} in flight (SpanReader's read_ahead) "
+        f"{t['per_rank_samples_s']:,.0f} (the node's bandwidth alone allows {t['per_rank_bandwidth_bound']:,.0f})"
+    )
+    fb = r['first_batch']
+    L.append(
+        f"time to a rank's first batch after start-up [modelled]: ranged reads one at a time {fb['ranged_one_at_a_time_s']:.1f} s, "
+        f"{c['read_ahead']} in flight {fb['ranged_read_ahead_s']:.1f} s; through the node cache {fb['cache_s']:.1f} s "
+        f"(the node's first global batch needs {fb['cache_shards']:,} shards, {_b(fb['cache_bytes'])}, downloaded whole)"
     )
     n = r['node']
     L.append(
         f"steady state, one node [node 0 walked, {n['steps']:,} global batches in {n['walk_s']:.1f} s]: {n['samples']:,} samples"
     )
     L.append(f"  per-sample ranged reads (dataset index): {n['span_requests']:,} requests, {_b(n['span_bytes'])}")
+    pw = r['worker_plan'][0]['span_fetches']
     L.append(
-        f"  node cache (read_in_order): {n['cache_accesses']:,} shard reads of {n['distinct_shards']:,} shards, "
-        f"{_b(n['cache_local_bytes'])} read from the cache ({n['cache_local_bytes'] / max(1, n['span_bytes']):.0f}x the samples' bytes)"
+        f"  spans fetched from the dataset index: each process its own ({pw:,} a sampled worker, about "
+        f"{pw * c['workers'] * c['ranks_per_node']:,} a node); with a node cache once a node ({n['spans_fetched_per_node']:,})"
+    )
+    L.append(
+        f"  node cache: {n['cache_accesses']:,} shard reads of {n['distinct_shards']:,} shards; read from the cached copies "
+        f"by spans (dataset index) {_b(n['cache_local_bytes'])} (1x the samples' bytes), from each shard's start without "
+        f"it (read_in_order) {_b(n['cache_prefix_bytes'])} ({n['cache_prefix_bytes'] / max(1, n['span_bytes']):.0f}x)"
     )
     cc = r['cache']
     L.append(f"  cache working set (W global batches): {_b(cc['working_set_bytes'])}")
@@ -554,15 +641,22 @@ def format_report(r: dict) -> str:
             f"  cache limit {_b(lim):>9s}: hit rate {v['hits'] / max(1, v['accesses']):6.1%}, {v['downloads']:,} downloads, "
             f"{_b(v['bytes_downloaded'])} downloaded, at most {_b(v['peak_bytes'])} held"
         )
-    rp = r['reads_per_shard']
-    L.append(
-        f"reads of each shard per epoch [every node, by block]: {rp['nodes_per_shard_mean']:.1f} nodes on average "
-        f"(max {rp['nodes_per_shard_max']}) of {rp['nodes']}: with node caches, {rp['egress_x_dataset']:.1f}x the dataset downloaded per epoch"
-    )
+    for key, what in (('reads_per_shard', ''), ('reads_per_shard_rescaled', ', a run on the rescaled ranks')):
+        rp = r[key]
+        L.append(
+            f"reads of each shard per epoch [every node, by block{what}]: {rp['nodes_per_shard_mean']:.2f} nodes on average "
+            f"(max {rp['nodes_per_shard_max']}) of {rp['nodes']}: with node caches, {rp['egress_x_dataset']:.2f}x the "
+            f"dataset downloaded per epoch; {rp['blocks_per_node_mean']:,.0f} blocks a node (max {rp['blocks_per_node_max']:,})"
+        )
     s = r['shuffle']
     L.append(
         f"shuffle quality [first {s['window']:,} positions]: mean distance {s['mean_distance']:,.0f} = "
         f"{s['of_full']:.3f} of a full permutation's; {s['shards_per_batch']:.1f} shards per batch"
+    )
+    s = r['shuffle_rank0']
+    L.append(
+        f"  rank 0's own sequence [first {s['window']:,} of its positions]: {s['of_full']:.3f} of a full permutation's; "
+        f"{s['shards_per_batch']:.1f} shards per batch"
     )
     L.append(f"resume state: {r['state']['bytes']} bytes (JSON), whatever the ranks and the shards")
     x = r['rescale']
@@ -574,7 +668,7 @@ def format_report(r: dict) -> str:
     L.append(f"simulated in {r['seconds']:.0f} s")
     return '\n'.join(L)
 
-
+# %% ../../nbs/tools/55_simulate.ipynb #e2893acb
 def simulate_main(argv=None) -> int:
     "`timmdata simulate --ranks R --workers W --shards S --samples N`: one epoch of a training stream at that scale, simulated with the library's own code."
     ap = argparse.ArgumentParser(prog='timmdata simulate', description=simulate_main.__doc__)
@@ -593,9 +687,16 @@ def simulate_main(argv=None) -> int:
         '--rescale', default=None, help='RANKSxWORKERS of the resumed run (default: 3/4 of the ranks, half the workers)'
     )
     ap.add_argument('--node-steps', type=int, default=None, help='global batches of the node walked (default: all)')
+    ap.add_argument(
+        '--partitions',
+        type=int,
+        default=None,
+        help="the order's canonical partitions (default: the nodes; 1: not node-aware)",
+    )
+    ap.add_argument('--read-ahead', type=int, default=READ_AHEAD, help='ranged GETs in flight per worker (no cache)')
     ap.add_argument('--json', default=None, help='also write the figures to this file')
     a = ap.parse_args(argv)
-    for k in ('ranks', 'workers', 'shards', 'samples', 'batch_size', 'block_size', 'ranks_per_node'):
+    for k in ('ranks', 'workers', 'shards', 'samples', 'batch_size', 'block_size', 'ranks_per_node', 'read_ahead'):
         if getattr(a, k) < 1:
             ap.error(f"--{k.replace('_', '-')} must be >= 1; got {getattr(a, k)}")
     try:
@@ -620,6 +721,8 @@ def simulate_main(argv=None) -> int:
         parse_size(a.bandwidth),
         (r2, w2),
         node_steps=a.node_steps,
+        partitions=a.partitions,
+        read_ahead=a.read_ahead,
     )
     print(format_report(r))
     if a.json:
