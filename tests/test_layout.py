@@ -43,7 +43,9 @@ MAX_STATEMENTS = 400
 # Modules over the bound, each with its own ceiling and the reason: the debt is listed, and it cannot grow unnoticed.
 # shard_cache and shard_io gained issue 39's bounds (deadlines, the cache folder's checks, check_info's callers); the
 # network part moved to `net`, the rest splits with issue 42's packages (streams: io, index, cache, folder safety).
-OVER = {'streams.shard_cache': 520, 'streams.shard_io': 425}  # shard_cache: + cached_copy (issue 44: spans read from the node's copies)
+# shard_io: + issue 41's tar reading by chunks and spans (490); its tar part (headers, records, members) is the next to move
+# out, with the shard errors and names it raises below it, so neither imports the other
+OVER = {'streams.shard_cache': 520, 'streams.shard_io': 495}  # shard_cache: + cached_copy (issue 44: spans read from the node's copies)
 
 
 def module_name(rel: str) -> str:
