@@ -76,7 +76,7 @@ def test_without_index_a_head_per_shard_and_a_hint(served, tmp_path):
 def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(served, tmp_path):
     "Remote shards with a node cache: the index's table, each shard and each shard's spans are fetched once by the node's"
     " first process that needs them; the node's other processes (a fresh per-process state) read the cache's copies; a"
-    " damaged copy of the table is fetched again, never used."
+    " damaged copy of the parsed table is refused by name and made again, never used."
     from timmdata.streams import dataset_index
     from timmdata.streams.global_order import SpanReader
     root, cache, n = served[250], tmp_path / 'cache', 250 * 2
@@ -85,6 +85,7 @@ def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(served, tmp_p
 
     def process():  # what a new process of the node does: build the stream, then read every position of the pass
         dataset_index._READ.clear()
+        dataset_index.TABLE_READS.update(parsed=0, mapped=0)
         srv.reset()
         ds = create_dataset('wds/tiny', root=srv.url, split='train', is_training=True, batch_size=BATCH, cache_dir=str(cache))
         built = srv.snapshot()
@@ -94,10 +95,14 @@ def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(served, tmp_p
         return built, srv.snapshot(), keys
 
     try:
-        first, second = process(), process()
-        table = next(cache.glob('*.table'))
-        table.write_bytes(b'{"format":"timmdata dataset index","version":1}\n["x.tar",1,1,"0123456789abcdef"]\n')  # damaged
-        third = process()
+        first, reads1 = process(), dict(dataset_index.TABLE_READS)
+        second, reads2 = process(), dict(dataset_index.TABLE_READS)
+        table = next(cache.glob('*.table.arrays'))  # the parsed table the node's processes map
+        cut = table.read_bytes()[:-8]
+        table.unlink()
+        table.write_bytes(cut)  # damaged
+        with pytest.warns(UserWarning, match=table.name):  # refused by name
+            third = process()
     finally:
         srv.close()
         (root / DATASET_INDEX_FILE).unlink()
@@ -108,6 +113,7 @@ def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(served, tmp_p
     assert first[1] == {'GET': 250, 'GET range': 250}, first[1]  # each shard whole once, each shard's spans once
     assert second[0] == {'GET': 1} and second[1] == {}, second  # _info.json only: the rest from the node's cache
     assert third[0] == {'GET': 2} and third[1] == {}, third  # the damaged table fetched again
+    assert reads1['parsed'] == 1 and reads2 == {'parsed': 0, 'mapped': 1}, (reads1, reads2)  # the second maps it
 
 
 def test_ranged_reads_ahead_keep_the_order(served):

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #e326fe8c
 from __future__ import annotations
-import base64, errno, hashlib, json, os, re, stat, threading, time, warnings
+import base64, errno, hashlib, json, mmap, os, re, stat, struct, threading, time, warnings
 from collections import OrderedDict
 from typing import Optional
 import numpy as np
@@ -33,8 +33,9 @@ from timmdata.core.untrusted import (
 
 # %% auto #0
 __all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'MAX_TABLE_BYTES', 'MAX_SHARD_SAMPLES', 'SPANS_KEPT',
-           'SPANS_FILES_KEPT', 'HINT_SHARDS', 'spans_of', 'write_dataset_index', 'DatasetIndexError', 'parse_table',
-           'DatasetIndex', 'read_dataset_index', 'ShardSpans', 'dataset_spans', 'index_main']
+           'SPANS_FILES_KEPT', 'MAX_TABLE_SHARDS', 'HINT_SHARDS', 'TABLE_READS', 'spans_of', 'write_dataset_index',
+           'DatasetIndexError', 'parse_table', 'IndexTable', 'DatasetIndex', 'read_dataset_index', 'ShardSpans',
+           'dataset_spans', 'index_main']
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #d849d83d
 DATASET_INDEX_FILE = '_timmdata_dataset_index.json'  # beside `_info.json`: every shard's size and sample spans
@@ -45,6 +46,7 @@ SPANS_KEPT = 64  # shards whose spans a process keeps (least recently read dropp
 SPANS_FILES_KEPT = (
     8192  # shards whose spans a node cache keeps as files (oldest removed first): ~1 GB at 10,000 samples a shard
 )
+MAX_TABLE_SHARDS = MAX_TABLE_BYTES // 32  # the most shards a table may list (a line is at least 32 bytes)
 HINT_SHARDS = 64  # from this many shards, a stream without a dataset index says how to write one (once per dataset)
 _HEAD = '{"format":"timmdata dataset index","version":%d}' % DATASET_INDEX_VERSION
 _LINE = re.compile(r'\["([^"\\\x00-\x1f]{1,1024})",([0-9]{1,19}),([0-9]{1,13}),"([0-9a-f]{16})"\]')
@@ -119,6 +121,13 @@ def _bad(where: str, why: str) -> DatasetIndexError:
     )
 
 
+def _bad_copy(path: str, why: str) -> DatasetIndexError:
+    return DatasetIndexError(
+        f'the node cache\'s parsed table {printable(path)}: {why}; refused (it is made again from the dataset index; '
+        f'delete the file if this repeats)'
+    )
+
+
 def parse_table(
     data: bytes,  # the table's bytes, through its checksum line
     where: str = DATASET_INDEX_FILE,  # the file's name, for errors
@@ -175,9 +184,120 @@ def parse_table(
     )
     return names, np.asarray(sizes, np.int64), counts, digests, starts.astype(np.int64)
 
+# %% ../../nbs/streams/23b_dataset_index.ipynb #55b964b1
+_COPY_MAGIC = b'timmdata table 1'  # 16 bytes: the layout's version
+_COPY_HEAD = 96  # magic, shards, name bytes (2 x uint64), the table's SHA-256, the rest's SHA-256
+_ROW_BYTES = 64  # sizes, counts, starts, name ends, hashes, rows (int64 each) and the 16-byte spans digest
+
+
+def _name_hashes(enc: list) -> np.ndarray:
+    "64-bit hashes of names (bytes), the same in every process (not Python's `hash`)."
+    return np.frombuffer(b''.join(hashlib.blake2b(b, digest_size=8).digest() for b in enc), '<u8')
+
+
+class IndexTable:
+    "A dataset index's table in a fixed layout, checked: `sizes`, `counts`, `starts` (int64 arrays), `digests` (16-byte), `name(i)`, `rows_of(names)`; from the bytes or the map of `layout(...)`."
+
+    def __init__(
+        self,
+        buf,  # `layout`'s bytes, or an `mmap` of a node cache's copy of them
+        where: str,  # the copy's path (or the index's name), for errors
+        path: Optional[str] = None,  # the mapped file, so a pickled copy maps it again
+    ):
+        self.where, self.path, self.mapped = where, path, isinstance(buf, mmap.mmap)
+        mv, size = memoryview(buf), len(buf)
+        if size < _COPY_HEAD or bytes(mv[:16]) != _COPY_MAGIC:
+            raise _bad_copy(where, 'not a parsed table of this version (or cut short)')
+        n, nb = struct.unpack_from('<QQ', mv, 16)
+        if n > MAX_TABLE_SHARDS or nb > MAX_TABLE_BYTES or size != _COPY_HEAD + _ROW_BYTES * n + nb:
+            raise _bad_copy(where, f'{size:,} bytes where its header says {n:,} shards and {nb:,} bytes of names (cut?)')
+        h = hashlib.sha256()
+        for o in range(_COPY_HEAD, size, 1 << 20):  # in pieces: nothing copied whole
+            h.update(mv[o : min(size, o + (1 << 20))])
+        if h.digest() != bytes(mv[64:96]):
+            raise _bad_copy(where, 'its checksum does not match (changed or damaged)')
+        self.table_sha, self.n, col = bytes(mv[32:64]).hex(), n, lambda k, t: np.frombuffer(buf, t, n, _COPY_HEAD + 8 * k * n)
+        self.sizes, self.counts, self.starts, self.ends = col(0, _I8), col(1, _I8), col(2, _I8), col(3, _I8)
+        self.hashes, self.by_hash = col(4, '<u8'), col(5, _I8)
+        self.digests = np.frombuffer(buf, 'S16', n, _COPY_HEAD + 48 * n)
+        self.blob = mv[_COPY_HEAD + 64 * n :]
+        self._check()
+
+    def _check(self):
+        "What a parsed table could hold, vectorised: else `DatasetIndexError` naming the copy."
+        c, s, e, n = self.counts, self.sizes, self.ends, self.n
+        if n and not ((s >= 0).all() and (c >= 0).all() and (c <= np.minimum(MAX_SHARD_SAMPLES, s // MIN_SAMPLE_BYTES)).all()):
+            raise _bad_copy(self.where, 'a shard with a negative size or more samples than its bytes allow')
+        if int(c.sum()) > MAX_SAMPLES:
+            raise _bad_copy(self.where, f'more than {MAX_SAMPLES:,} samples')
+        if n and not (self.starts[0] >= 0 and (np.diff(self.starts) == 4 * ((8 * c[:-1] + 2) // 3) + 1).all()):
+            raise _bad_copy(self.where, 'its spans lines are not back to back')
+        d = np.diff(e, prepend=0)
+        if (e[-1] if n else 0) != len(self.blob) or not ((d >= 1).all() and (d <= 1024).all()):
+            raise _bad_copy(self.where, 'its names do not fill its blob of names (each 1 to 1,024 bytes)')
+        if n and not ((self.hashes[1:] >= self.hashes[:-1]).all() and (self.by_hash >= 0).all() and (self.by_hash < n).all()):
+            raise _bad_copy(self.where, 'its name hashes are not sorted or point outside the table')
+
+    @staticmethod
+    def layout(
+        table: tuple,  # `parse_table`'s (names, sizes, counts, digests, starts)
+        table_sha: str,  # the table's SHA-256 (hex), recorded in the copy
+    ) -> bytes:
+        "The fixed layout of a parsed table: what a node cache keeps and its processes map."
+        names, sizes, counts, digests, starts = table
+        enc = [nm.encode('utf-8') for nm in names]
+        hashes = _name_hashes(enc)
+        by = np.argsort(hashes, kind='stable').astype(_I8)
+        ends = np.cumsum(np.fromiter(map(len, enc), _I8, len(enc)), dtype=_I8)
+        blob = b''.join(enc)
+        cols = [np.asarray(a, _I8) for a in (sizes, counts, starts, ends)] + [hashes[by], by]
+        body = b''.join(a.astype(a.dtype.newbyteorder('<')).tobytes() for a in cols)
+        body += np.asarray([d.encode('ascii') for d in digests], 'S16').tobytes() + blob
+        head = _COPY_MAGIC + struct.pack('<QQ', len(enc), len(blob)) + bytes.fromhex(table_sha)
+        return head + hashlib.sha256(body).digest() + body
+
+    def __len__(self) -> int:
+        return self.n
+
+    def name(self, i: int) -> str:
+        "Row i's shard name."
+        e1 = int(self.ends[i])
+        return bytes(self.blob[int(self.ends[i - 1]) if i else 0 : e1]).decode('utf-8', 'replace')
+
+    def rows_of(self, names: list) -> np.ndarray:
+        "The row of each of `names` (-1 where the table does not list it): a hash each, one search, each found name compared."
+        enc = [nm.encode('utf-8') for nm in names]
+        h = _name_hashes(enc)
+        k = np.minimum(np.searchsorted(self.hashes, h), max(self.n - 1, 0))
+        rows = np.full(len(enc), -1, _I8)
+        if not self.n:
+            return rows
+        hit = self.hashes[k] == h
+        cand = np.where(hit, self.by_hash[k], 0)
+        e1 = self.ends[cand].tolist()
+        e0 = np.where(cand > 0, self.ends[np.maximum(cand - 1, 0)], 0).tolist()
+        for j, b in enumerate(enc):
+            if hit[j] and self.blob[e0[j] : e1[j]] == b:
+                rows[j] = cand[j]
+            elif hit[j]:  # two names of one hash (1 in 10^9 at 10^5 shards): the run of that hash, one by one
+                for kk in range(int(k[j]), self.n):
+                    if self.hashes[kk] != h[j]:
+                        break
+                    r = int(self.by_hash[kk])
+                    if self.name(r).encode('utf-8') == b:
+                        rows[j] = r
+                        break
+        return rows
+
+    def __reduce__(self):
+        if self.path is not None:  # mapped: the child maps the same copy (checked again), not a pickled copy of it
+            return (_map_copy_again, (self.path, self.where, self.table_sha))
+        return (IndexTable, (bytes(self.blob.obj), self.where))
+
+
 # %% ../../nbs/streams/23b_dataset_index.ipynb #2f825e88
 class DatasetIndex:
-    "A dataset index's table (`parse_table`) and where its file is: `spans(i)` reads shard i's spans when asked, checked, and keeps the last `SPANS_KEPT`; with `node_stem` (a node cache's), each shard's spans are fetched once per node and kept there as a file (the last `SPANS_FILES_KEPT`)."
+    "A dataset index's table (an `IndexTable`, or `parse_table`'s tuple) and where its file is: `spans(i)` reads shard i's spans when asked, checked, and keeps the last `SPANS_KEPT`; with `node_stem` (a node cache's), each shard's spans are fetched once per node and kept there as a file (the last `SPANS_FILES_KEPT`)."
 
     def __init__(
         self,
@@ -191,8 +311,9 @@ class DatasetIndex:
         ] = None,  # where a node cache keeps this index's files (`_node_table`); None: no sharing
     ):
         self.url, self.retries, self.backoff, self.timeout, self.node_stem = url, retries, backoff, timeout, node_stem
-        self.names, self.sizes, self.counts, self.digests, self.starts = table
-        self.row = {n: i for i, n in enumerate(self.names)}
+        self.table = table if isinstance(table, IndexTable) else IndexTable(IndexTable.layout(table, '0' * 64), shard_name(url))
+        t = self.table  # arrays (of a map when a node cache holds the parsed table): nothing per shard in Python objects
+        self.sizes, self.counts, self.digests, self.starts = t.sizes, t.counts, t.digests, t.starts
         self._pid, self._kept, self._lock, self._fh, self.fetched = None, OrderedDict(), None, None, 0
         self._writes = 0  # spans files this process wrote into the node cache
 
@@ -212,14 +333,15 @@ class DatasetIndex:
             if got is not None:
                 self._kept.move_to_end(i)
                 return got
-        n, name = int(self.counts[i]), self.names[i]
+        n, size, name = int(self.counts[i]), int(self.sizes[i]), self.table.name(i)
+        if not 0 <= n <= min(MAX_SHARD_SAMPLES, size // MIN_SAMPLE_BYTES) or int(self.starts[i]) < 0:
+            raise _bad(shard_name(self.url), f'shard {printable(name)} claims {n:,} samples in {size:,} bytes')
         blob = self._blob(i, n)
-        if hashlib.sha256(blob).hexdigest()[:16] != self.digests[i]:
+        if hashlib.sha256(blob).hexdigest()[:16].encode('ascii') != self.digests[i]:
             raise _bad(
                 shard_name(self.url), f'the spans of shard {printable(name)} do not match their digest (cut or changed)'
             )
         ends = np.frombuffer(base64.b64decode(blob, validate=True), _I8)
-        size = int(self.sizes[i])
         if len(ends) != n or (
             n and not (ends[0] > 0 and (np.diff(ends) > 0).all() and not (ends % 512).any() and ends[-1] <= size)
         ):
@@ -245,7 +367,7 @@ class DatasetIndex:
                 blob = f.read(_b64_len(n) + 1)
         except OSError:
             return None  # none, a link (never followed) or unreadable: fetched
-        return blob if hashlib.sha256(blob).hexdigest()[:16] == self.digests[i] else None
+        return blob if hashlib.sha256(blob).hexdigest()[:16].encode('ascii') == self.digests[i] else None
 
     def _blob(self, i: int, n: int) -> bytes:
         "Shard i's spans line: the node cache's copy when it has a good one, else fetched and kept there (one process of the node fetches it: the others wait on one of 64 locks, then read the copy)."
@@ -264,7 +386,7 @@ class DatasetIndex:
             if blob is None:
                 blob = self._read(int(self.starts[i]), _b64_len(n))
                 self.fetched += 1
-                if hashlib.sha256(blob).hexdigest()[:16] == self.digests[i]:
+                if hashlib.sha256(blob).hexdigest()[:16].encode('ascii') == self.digests[i]:
                     with atomic_write(path, 'wb') as f:  # a new file renamed in: a reader sees a whole copy or none
                         f.write(blob)
                     self._prune(path)
@@ -315,6 +437,39 @@ def _read_table(f, where: str) -> bytes:
             return b''.join(out)
 
 
+TABLE_READS = {'parsed': 0, 'mapped': 0}  # this process's tables parsed and node cache copies mapped (for tests and the simulator)
+
+
+def _map_copy(path: str) -> Optional[IndexTable]:
+    "The node cache's parsed table at `path`, mapped and checked; None when there is none; else `DatasetIndexError` naming it (a link is refused, never followed)."
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _bad_copy(path, 'a link (never followed)') from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not _COPY_HEAD <= st.st_size <= _COPY_HEAD + 3 * MAX_TABLE_BYTES:
+            raise _bad_copy(path, f'not a regular file of {_COPY_HEAD} to {3 * MAX_TABLE_BYTES:,} bytes')
+        mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    table = IndexTable(mm, path, path)
+    TABLE_READS['mapped'] += 1
+    return table
+
+
+def _map_copy_again(path: str, where: str, table_sha: str) -> IndexTable:
+    "A pickled mapped table in a new process: the same copy mapped again (the same table, else a named error)."
+    table = _map_copy(path)
+    if table is None or table.table_sha != table_sha:
+        raise _bad_copy(path, 'gone or replaced by another table since it was mapped; start the stream again')
+    return table
+
+
 def _node_stem(url: str, cache, key: str) -> str:
     return os.path.join(cache.dir, f'{cache_name(url)}-{key}')
 
@@ -324,30 +479,39 @@ def _node_table(
     cache,  # a `shard_cache.ShardCache`: the node's cache folder
     key: str,  # what the copy is kept for (a digest of the dataset's `_info.json`: a rewritten dataset gets a new copy)
     fetch,  # `fetch()`: the table's bytes from `url` (None: no index there)
-) -> Optional[tuple]:
-    "The table of `url`, parsed, from the node cache's copy: the node's first process fetches it and writes the copy (a new file, never through a link); the others wait on its lock and read the copy. A copy that fails its checks is fetched again."
-    stem = _node_stem(url, cache, key)
-    fd = open_held(stem + '.table.lock')
-    try:
-        wait_lock(fd, cache.lock_wait, url, stem + '.table.lock')
+) -> Optional[IndexTable]:
+    "The table of `url` mapped from the node cache's parsed copy (`IndexTable`): the node's first process fetches and parses the table and writes the copy (a new file renamed in, never through a link); the others map it, without waiting on a lock once it is there. A copy that fails its checks is refused by name (a warning) and made again."
+    path = _node_stem(url, cache, key) + '.table.arrays'
+    for attempt in (0, 1):
         try:
-            with open(os.open(stem + '.table', os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0)), 'rb') as f:
-                if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    return parse_table(_read_table(f, shard_name(url)), shard_name(url))
-        except (FileNotFoundError, DatasetIndexError):
-            pass  # none yet, or damaged: fetched again
-        except OSError as e:
-            if e.errno != errno.ELOOP:
-                raise  # a link planted at the copy's name is never followed: fetched again, written over it
-        data = fetch()
-        if data is None:
-            return None
-        table = parse_table(data, shard_name(url))  # checked before it is kept
-        with atomic_write(stem + '.table', 'wb') as f:
-            f.write(data)
-        return table
-    finally:
-        close_held(fd)
+            table = _map_copy(path)
+            if table is not None:
+                return table
+        except DatasetIndexError as e:
+            if attempt == 0:
+                warnings.warn(str(e), stacklevel=3)
+        if attempt == 0:  # none yet, or refused: one process of the node makes it, the others wait, then map it
+            fd = open_held(path + '.lock')
+            try:
+                wait_lock(fd, cache.lock_wait, url, path + '.lock')
+                try:
+                    table = _map_copy(path)
+                except DatasetIndexError:
+                    table = None
+                if table is not None:
+                    return table  # made while we waited
+                data = fetch()
+                if data is None:
+                    return None
+                parsed = parse_table(data, shard_name(url))  # checked before it is kept
+                TABLE_READS['parsed'] += 1
+                buf = IndexTable.layout(parsed, hashlib.sha256(data).hexdigest())
+                del parsed, data
+                with atomic_write(path, 'wb') as f:
+                    f.write(buf)
+            finally:
+                close_held(fd)
+    return IndexTable(buf, shard_name(url))  # the copy just written does not map (a full or odd disk): our own bytes
 
 
 def read_dataset_index(
@@ -371,7 +535,9 @@ def read_dataset_index(
     data = _fetch_table(url, retries, backoff, timeout)
     if data is None:
         return None  # not kept: an index written later in this process's life is found
-    _READ[url] = DatasetIndex(url, parse_table(data, shard_name(url)), retries, backoff, timeout)
+    table = parse_table(data, shard_name(url))
+    TABLE_READS['parsed'] += 1
+    _READ[url] = DatasetIndex(url, IndexTable(IndexTable.layout(table, hashlib.sha256(data).hexdigest()), shard_name(url)), retries, backoff, timeout)
     return _READ[url]
 
 
@@ -431,22 +597,25 @@ def dataset_spans(
                 stacklevel=4,
             )
         return None
-    prefix, rows = join_url(root, ''), []
-    for i, shard in enumerate(source.shards):
-        name = shard[len(prefix) :] if shard.startswith(prefix) else None
-        if name not in found.row:
+    prefix = join_url(root, '')
+    names = [shard[len(prefix) :] if shard.startswith(prefix) else '\x00' for shard in source.shards]
+    rows = found.table.rows_of(names)  # a hash each and one search: no name-to-row dict of the whole table
+    counts = found.counts[np.maximum(rows, 0)]
+    lengths = source.shard_lengths or None
+    bad = np.flatnonzero((rows < 0) | ((counts != np.asarray(lengths, np.int64)) if lengths else False))
+    if len(bad):  # the first shard at odds with the index, named
+        i = int(bad[0])
+        shard = source.shards[i]
+        if rows[i] < 0:
             raise DatasetIndexError(
                 f'shard {printable(source.name_of(shard))} is not in the dataset index of {printable(root)}: the shards '
                 f'changed after it was written; write it again with `timmdata index`'
             )
-        r = found.row[name]
-        want = source.shard_lengths[i] if source.shard_lengths else None
-        if want is not None and int(found.counts[r]) != want:
-            raise DatasetIndexError(
-                f'shard {printable(source.name_of(shard))} holds {int(found.counts[r])} samples in the dataset index; '
-                f'_info.json says {want}: write the index again with `timmdata index`'
-            )
-        rows.append(r)
+        raise DatasetIndexError(
+            f'shard {printable(source.name_of(shard))} holds {int(counts[i])} samples in the dataset index; '
+            f'_info.json says {lengths[i]}: write the index again with `timmdata index`'
+        )
+    rows = rows.tolist()
     return ShardSpans(found, rows), [int(found.sizes[r]) for r in rows]
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #494b0830
