@@ -41,8 +41,8 @@ from timmdata.streams.index_table import (
 
 # %% auto #0
 __all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'SPANS_KEPT', 'SPANS_FILES_KEPT', 'HINT_SHARDS', 'spans_of',
-           'write_dataset_index', 'parse_table', 'DatasetIndex', 'read_dataset_index', 'ShardSpans', 'dataset_spans',
-           'index_main']
+           'write_dataset_index', 'parse_table', 'DatasetIndex', 'node_table', 'read_dataset_index', 'ShardSpans',
+           'dataset_spans', 'index_main']
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #d849d83d
 DATASET_INDEX_FILE = '_timmdata_dataset_index.json'  # beside `_info.json`: every shard's size and sample spans
@@ -188,9 +188,7 @@ class DatasetIndex:
         retries: int = 3,
         backoff: float = 0.25,
         timeout: float = 60.0,
-        node_stem: Optional[
-            str
-        ] = None,  # where a node cache keeps this index's files (`_node_table`); None: no sharing
+        node_stem: Optional[str] = None,  # where a node cache keeps this index's files (`node_table`); None: no sharing
     ):
         self.url, self.retries, self.backoff, self.timeout, self.node_stem = url, retries, backoff, timeout, node_stem
         self.table = (
@@ -327,7 +325,7 @@ def _node_stem(url: str, cache, key: str) -> str:
     return os.path.join(cache.dir, f'{cache_name(url)}-{key}')
 
 
-def _node_table(
+def node_table(
     url: str,  # the dataset index
     cache,  # a `shard_cache.ShardCache`: the node's cache folder
     key: str,  # what the copy is kept for (a digest of the dataset's `_info.json`: a rewritten dataset gets a new copy)
@@ -380,7 +378,7 @@ def read_dataset_index(
     if url in _READ:
         return _READ[url]
     if cache is not None and url_scheme(url) in ('http', 'https'):
-        table = _node_table(url, cache, key, lambda: _fetch_table(url, retries, backoff, timeout))
+        table = node_table(url, cache, key, lambda: _fetch_table(url, retries, backoff, timeout))
         if table is None:
             return None
         _READ[url] = DatasetIndex(url, table, retries, backoff, timeout, _node_stem(url, cache, key))
