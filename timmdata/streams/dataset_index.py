@@ -422,7 +422,7 @@ class ShardSpans:
 
     def __init__(self, index: DatasetIndex, rows: list):
         self.index, self.rows = index, rows
-        self.lengths = [int(index.counts[r]) for r in rows]
+        self.lengths = index.counts[np.asarray(rows, np.int64)].tolist()
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -473,7 +473,7 @@ def dataset_spans(
             f'_info.json says {lengths[i]}: write the index again with `timmdata index`'
         )
     rows = rows.tolist()
-    return ShardSpans(found, rows), [int(found.sizes[r]) for r in rows]
+    return ShardSpans(found, rows), found.sizes[np.asarray(rows, np.int64)].tolist()
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #494b0830
 def index_main(argv=None) -> int:

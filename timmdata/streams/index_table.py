@@ -122,29 +122,38 @@ class IndexTable:
         return bytes(self.blob[int(self.ends[i - 1]) if i else 0 : e1]).decode('utf-8', 'replace')
 
     def rows_of(self, names: list) -> np.ndarray:
-        "The row of each of `names` (-1 where the table does not list it): a hash each, one search, each found name compared."
+        "The row of each of `names` (-1 where the table does not list it): a split's names in the table's order (what `timmdata shards` writes) are one comparison of bytes; else a hash each, one search, each found name compared."
         enc = [nm.encode('utf-8') for nm in names]
+        if not enc or not self.n:
+            return np.full(len(enc), -1, _I8)
+        first = self._find(enc[0])
+        if first >= 0 and first + len(enc) <= self.n:  # the names as rows first, first + 1, ...: all at once
+            lens = np.fromiter(map(len, enc), _I8, len(enc))
+            e0 = int(self.ends[first - 1]) if first else 0
+            e = self.ends[first : first + len(enc)]
+            if (np.diff(e, prepend=e0) == lens).all() and self.blob[e0 : int(e[-1])] == b''.join(enc):
+                return np.arange(first, first + len(enc), dtype=_I8)
         h = _name_hashes(enc)
-        k = np.minimum(np.searchsorted(self.hashes, h), max(self.n - 1, 0))
-        rows = np.full(len(enc), -1, _I8)
-        if not self.n:
-            return rows
-        hit = self.hashes[k] == h
-        cand = np.where(hit, self.by_hash[k], 0)
-        e1 = self.ends[cand].tolist()
-        e0 = np.where(cand > 0, self.ends[np.maximum(cand - 1, 0)], 0).tolist()
+        k = np.minimum(np.searchsorted(self.hashes, h), self.n - 1)
+        hit = (self.hashes[k] == h).tolist()
+        cand = self.by_hash[k]
+        e1, e0 = self.ends[cand].tolist(), np.where(cand > 0, self.ends[np.maximum(cand - 1, 0)], 0).tolist()
+        rows, cand = [-1] * len(enc), cand.tolist()
         for j, b in enumerate(enc):
-            if hit[j] and self.blob[e0[j] : e1[j]] == b:
-                rows[j] = cand[j]
-            elif hit[j]:  # two names of one hash (1 in 10^9 at 10^5 shards): the run of that hash, one by one
-                for kk in range(int(k[j]), self.n):
-                    if self.hashes[kk] != h[j]:
-                        break
-                    r = int(self.by_hash[kk])
-                    if self.name(r).encode('utf-8') == b:
-                        rows[j] = r
-                        break
-        return rows
+            if hit[j]:
+                rows[j] = cand[j] if self.blob[e0[j] : e1[j]] == b else self._find(b)  # else: two names of one hash
+        return np.asarray(rows, _I8)
+
+    def _find(self, b: bytes) -> int:
+        "The row of the name `b` (bytes), or -1: its hash searched, each name of that hash compared."
+        h = _name_hashes([b])[0]
+        for k in range(int(np.searchsorted(self.hashes, h)), self.n):
+            if self.hashes[k] != h:
+                break
+            r = int(self.by_hash[k])
+            if bytes(self.blob[int(self.ends[r - 1]) if r else 0 : int(self.ends[r])]) == b:
+                return r
+        return -1
 
     def __reduce__(self):
         if self.path is not None:  # mapped: the child maps the same copy (checked again), not a pickled copy of it
