@@ -14,7 +14,8 @@ cache, shared by every process that maps the same file):
 - `parse`: a process without a node cache now (`parse_table`, then the table's fixed layout in memory);
 - `first`: the node's first process with a node cache (fetch, parse, write the parsed copy, map it);
 - `map`: every other process of the node (map the copy and check it: its size, checksum, columns);
-- `rows`: after `map`, finding the row of every shard by name (what `dataset_spans` does for a source's shards).
+- `rows`: after `map`, finding the row of every shard by name, in the table's order (what `dataset_spans` does for a
+  source's shards; its RssAnon includes the list of names the bench makes).
 """
 from __future__ import annotations
 import argparse, hashlib, json, os, statistics, subprocess, sys, tempfile, time, tracemalloc
@@ -77,13 +78,13 @@ def child(case: str, table: str, node: str) -> dict:
         kept = di.node_table('http://h/' + di.DATASET_INDEX_FILE, cache, 'k', fetch)
     cpu, wall = time.process_time() - t0, time.perf_counter() - w0
     held, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()  # rows_of timed without it (it slows every allocation)
     if case == 'rows':
         names = [f'shard-{i:07d}.tar' for i in range(len(kept))]
         r0 = time.process_time()
         rows = kept.rows_of(names)
         rows_s = time.process_time() - r0
         assert rows.tolist() == list(range(len(names)))
-    tracemalloc.stop()
     s1 = _status()
     return dict(
         case=case,

@@ -300,7 +300,14 @@ class DatasetIndex:
     def __getstate__(self):
         d = self.__dict__.copy()
         d['_pid'], d['_kept'], d['_lock'], d['_fh'] = None, OrderedDict(), None, None  # per process
+        for k in ('sizes', 'counts', 'digests', 'starts'):  # views of the table: the child takes them from its table
+            del d[k]  # (a mapped table pickles as its path and is mapped again, not copied into every worker)
         return d
+
+    def __setstate__(self, d):
+        self.__dict__.update(d)
+        t = self.table
+        self.sizes, self.counts, self.digests, self.starts = t.sizes, t.counts, t.digests, t.starts
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #7ff0f205
 _READ = {}  # url -> DatasetIndex, for this process
@@ -358,8 +365,15 @@ def node_table(
                 TABLE_READS['parsed'] += 1
                 buf = IndexTable.layout(parsed, hashlib.sha256(data).hexdigest())
                 del parsed, data
-                with atomic_write(path, 'wb') as f:
-                    f.write(buf)
+                try:
+                    with atomic_write(path, 'wb') as f:
+                        f.write(buf)
+                except OSError as e:  # a full or read-only cache folder: this process keeps its own copy
+                    warnings.warn(
+                        f'could not keep the parsed table in {printable(path)} ({e}); parsed in this process',
+                        stacklevel=3,
+                    )
+                    return IndexTable(buf, shard_name(url))
             finally:
                 close_held(fd)
     return IndexTable(buf, shard_name(url))  # the copy just written does not map (a full or odd disk): our own bytes
