@@ -170,7 +170,8 @@ TABLE_READS = {
 def map_table_copy(path: str) -> Optional[IndexTable]:
     "The node cache's parsed table at `path`, mapped and checked; None when there is none; else `DatasetIndexError` naming it (a link is refused, never followed)."
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0))
+        # never through a link; never waiting on a FIFO planted at its name (refused as not a regular file)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_NONBLOCK', 0))
     except FileNotFoundError:
         return None
     except OSError as e:
