@@ -417,13 +417,8 @@ def simulate(
         fits=tb <= MAX_TABLE_BYTES,
         before_held_bytes=16 * samples
         + 112 * shards,  # every shard's (n, 2) int64 spans in every process (sample_spans)
-        table_before_held_bytes=tm['before_held_bytes'],  # every process parsed the table
-        table_before_cpu_s=tm['before_cpu_s'],
-        table_first_cpu_s=tm['first_cpu_s'],  # the node's first process: parse, write the copy, map it
-        table_first_peak_bytes=tm['first_peak_bytes'],
-        copy_bytes=tm['copy_bytes'],  # the parsed copy in the node cache: page cache, shared by the node
-        after_held_bytes=tm['other_held_bytes'],  # every other process: the copy mapped
-        table_map_cpu_s=tm['other_cpu_s'],
+        table=tm,  # the table's memory and CPU: parsed in every process before, now once a node and mapped (`table_memory`)
+        after_held_bytes=tm['other_held_bytes'],  # every other process: the node cache's parsed copy mapped
         after_kept_spans_bytes=16
         * SPANS_KEPT
         * int(np.max(lengths)),  # + the last SPANS_KEPT shards' spans, per process
@@ -610,14 +605,14 @@ def format_report(r: dict) -> str:
     )
     L.append(
         f"  held per process: before (every shard's spans) {_b(ix['before_held_bytes'])} [counted]; then the table parsed "
-        f"in every process {_b(ix['table_before_held_bytes'])}, {ix['table_before_cpu_s']:.1f} s CPU [measured]; now the "
-        f"table mapped from the node cache's parsed copy ({_b(ix['copy_bytes'])} of page cache a node) "
-        f"{_b(ix['after_held_bytes'])}, {ix['table_map_cpu_s'] * 1000:.0f} ms CPU [measured] + at most "
+        f"in every process {_b(ix['table']['before_held_bytes'])}, {ix['table']['before_cpu_s']:.1f} s CPU [measured]; now the "
+        f"table mapped from the node cache's parsed copy ({_b(ix['table']['copy_bytes'])} of page cache a node) "
+        f"{_b(ix['after_held_bytes'])}, {ix['table']['other_cpu_s'] * 1000:.0f} ms CPU [measured] + at most "
         f"{_b(ix['after_kept_spans_bytes'])} of spans kept"
     )
     L.append(
-        f"  the node's first process parses the table and writes the copy: {ix['table_first_cpu_s']:.1f} s CPU, peak "
-        f"{_b(ix['table_first_peak_bytes'])} [measured]"
+        f"  the node's first process parses the table and writes the copy: {ix['table']['first_cpu_s']:.1f} s CPU, peak "
+        f"{_b(ix['table']['first_peak_bytes'])} [measured]"
     )
     L.append(
         'start-up, before the first batch [counted from the code path, per-process counts of bench_startup_requests]:'
