@@ -16,8 +16,8 @@ from ..core.torch_compat import forget_iterator, kept_iterator, shutdown_workers
 
 # %% auto #0
 __all__ = ['TRIAL_HEADER', 'PROCESS_WORKER_BYTES', 'BUSY', 'Budget', 'halves_spread', 'Trial', 'loader_memory', 'worker_bytes',
-           'next_setting', 'choose', 'first_setting', 'explain', 'wait_grew', 'tree_memory', 'loader_plan',
-           'CurrentLoader', 'Window', 'AutoLoader']
+           'next_setting', 'choose', 'first_setting', 'explain', 'wait_grew', 'tree_memory', 'batch_bytes',
+           'loader_plan', 'CurrentLoader', 'Window', 'AutoLoader']
 
 # %% ../../nbs/engine/37a_tune.ipynb #b486cdd9
 def _meminfo(key: str) -> Optional[int]:
@@ -83,7 +83,7 @@ class Trial:
     prefetch: int  # prefetch_factor: batches in flight per worker
     batches: int = 0  # batches in the window
     step_ms: float = 0.0  # wall time per batch (the consumer's wait and its own time)
-    stall: float = 0.0  # share of the step the consumer waited for data
+    stall: float = 0.0  # share of the step the consumer waited for the workers (its wait less the device step)
     work_ms: float = 0.0  # the workers' time per batch (read, decode, ops, collate), summed over workers
     own_ms: float = 0.0  # the consumer's own time per batch and the device step: a perfect loader's step
     consumer_cpu: float = 0.0  # share of a core the training thread used
@@ -101,7 +101,9 @@ class Trial:
         else:
             self.batches, self.seconds, self.spread = st.batches, st.wall, 0.0
         self.step_ms = self.seconds / max(self.batches, 1) * 1e3
-        self.stall = min(max(t['consumer_wait'] / wall, 0.0), 1.0)
+        # the wait for the workers: the device step runs inside next() too (on the CPU, in the consumer's thread, whatever
+        # the workers), a part of the step that no worker setting shortens
+        self.stall = min(max((t['consumer_wait'] - t['device']) / wall, 0.0), 1.0)
         self.work_ms = (t['read'] + t['decode'] + t['ops'] + t['collate']) / n * 1e3
         self.own_ms = (t['consumer'] + t['device']) / n * 1e3
         self.consumer_cpu = min(cpu / t['consumer'], 1.0) if t['consumer'] > 0 else 0.0
@@ -279,6 +281,12 @@ def _inner(loader):
     return loader.loader if isinstance(loader, PrefetchLoader) else loader
 
 
+def batch_bytes(batch) -> int:
+    "A batch's bytes as the workers hand it over (uint8 images: one byte an element), 0 when it is not a tensor."
+    x = batch[0] if isinstance(batch, (tuple, list)) else batch
+    return x.numel() if isinstance(x, torch.Tensor) else 0
+
+
 def _close(it):
     "Stop an iterator over a loader's pass (a generator: its `finally` runs now; torch's iterators stop with their workers)."
     if isinstance(it, Generator):
@@ -337,7 +345,10 @@ class CurrentLoader:
 class Window:
     """The batches one measurement is taken over: the loader's counts at its start (a `LoaderStats.snapshot()`), each
     batch's wall seconds by the tuner's clock and the training thread's CPU seconds. It is full after at least
-    `batches` batches and `seconds` seconds, so that on a busy machine one slow batch does not decide."""
+    `batches` batches and `seconds` seconds, so that on a busy machine one slow batch does not decide, and goes on (up
+    to `LONGEST` times `seconds`) while its halves differ by more than `spread`: a noisy window measures longer."""
+
+    LONGEST = 4
 
     def __init__(self, stats):
         self.at, self.steps, self.cpu = stats.snapshot(), [], 0.0
@@ -346,8 +357,11 @@ class Window:
         self.steps.append(seconds)
         self.cpu += cpu
 
-    def full(self, batches: int, seconds: float) -> bool:
-        return len(self.steps) >= batches and sum(self.steps) >= seconds
+    def full(self, batches: int, seconds: float, spread: float = float('inf')) -> bool:
+        took = sum(self.steps)
+        if len(self.steps) < batches or took < seconds:
+            return False
+        return took >= self.LONGEST * seconds or halves_spread(self.steps) <= spread
 
     def measure(self, trial: Trial, stats, memory: Optional[int]) -> Trial:
         "Fill `trial` in from this window (`stats`: the loader's counts now)."
@@ -379,14 +393,15 @@ class AutoLoader(CurrentLoader):
         seconds: float = 1.0,  # a window's shortest wall time: one slow batch does not decide
         max_trials: int = 6,  # settings a search tries at most
         margin: float = 0.03,  # the gain below which a setting is not left for another (`choose`), at least
+        spread: float = 0.1,  # a window goes on (up to 4x `seconds`) while its halves' batches/s differ by more
         watch: Optional[float] = 30.0,  # seconds of a window watching the wait after the decision; None: no watching
         max_searches: int = 3,  # the first search and those after the wait grew, at most
         why_fixed: str = '',  # when not tuning: why
         clock: Callable = time.perf_counter,  # the tuner's clock, seconds (a test's may tick a batch at a time)
     ):
-        self._build, self.budget, self.modes, self.prefetches = build, budget, modes, prefetches
+        self._build, self.budget, self.modes, self.prefetches, self.workers = build, budget, modes, prefetches, workers
         self.settle, self.window, self.seconds, self.max_trials = settle, window, seconds, max_trials
-        self.margin, self.watch, self.max_searches, self.workers = margin, watch, max_searches, workers
+        self.margin, self.spread, self.watch, self.max_searches = margin, spread, watch, max_searches
         self._base_memory = tree_memory()
         self.loader = build(*start, None)
         plan = loader_plan(self.loader)
@@ -433,18 +448,16 @@ class AutoLoader(CurrentLoader):
         now = self.clock()
         dt, self._clock = now - self._clock, now
         if not self._done:
-            self.cost['batches'] += 1
-            self.cost['seconds'] += dt
-        x = batch[0] if isinstance(batch, (tuple, list)) else batch
-        if isinstance(x, torch.Tensor) and not self._batch_bytes:
-            self._batch_bytes = x.numel()  # uint8 in flight
+            self.cost.update(batches=self.cost['batches'] + 1, seconds=self.cost['seconds'] + dt)
+        if not self._batch_bytes:
+            self._batch_bytes = batch_bytes(batch)
         self._seen += 1
         if self._win is None:
             if self._seen >= self.settle and (not self._done or self.watch is not None):
                 self._win = Window(self.loader.stats())  # settled: a window starts
             return None
         self._win.add(dt, cpu)
-        if not self._win.full(self.window, self.watch if self._done else self.seconds):
+        if not self._win.full(self.window, self.watch if self._done else self.seconds, self.spread):
             return None
         mem, st = tree_memory(), self.loader.stats()
         mem = None if mem is None or self._base_memory is None else mem - self._base_memory
