@@ -8,7 +8,9 @@ Each contender is a fresh Python process that builds `create_loader(..., device=
 (workload 'train': the default training pipeline from the JPEGs; 'eval': the eval pipeline; 'store': training from a
 decode-once store built by `timmdata.store.builder.build_cache`) and runs it with a model step in the training thread
 after each batch: 'none', 'sleep' (30 ms: a GPU step, which leaves the CPU free) or 'cpu' (a small conv net's forward
-and backward on the batch, on torch's threads: a CPU-bound step). Epochs follow one another as in training.
+and backward on the batch, on one torch thread: a CPU-bound step in the training thread; on torch's default of a thread
+per core its threads and the loader's fight for the cores, and on this machine the step swung from 14 to 200 ms with
+the neighbours' load). Epochs follow one another as in training.
 
 A grid setting (`mode:workers:prefetch`; workers 0 is the main process) runs `--warm` batches, then is measured for
 `--seconds` of wall time (whole batches, across epochs): the steady state. The 'auto' loader (num_workers, worker_mode
@@ -38,6 +40,8 @@ a = json.loads(sys.argv[1])
 torch.manual_seed(0)
 net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 5, stride=4), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3, stride=2),
                           torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
+if a['step'] == 'cpu':
+    torch.set_num_threads(1)  # the training thread alone: with torch's thread a core, its threads and the workers fight
 def step(x):
     if a['step'] == 'cpu': net(x).sum().backward()
     elif a['step'] == 'sleep': time.sleep(0.03)

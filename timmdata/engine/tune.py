@@ -128,6 +128,10 @@ class Trial:
         per = max(self.own_ms, 1e-3) * (1 - target) / 1.15  # 15% headroom: workers share cores with the rest
         return max(1, math.ceil(self.work_ms / per))
 
+    def keeps_up(self, target: float) -> bool:
+        "Measured, the wait under `target`, and the workers enough for the measured work with headroom (not by luck)."
+        return bool(self.batches) and self.stall <= target and self.needs(target) <= self.workers
+
     def row(self) -> str:
         mem = '-' if self.memory is None else f'{self.memory / 2**20:.0f}'
         return (
@@ -176,7 +180,9 @@ def next_setting(
     workers: tuple = (1, 1 << 20),  # the worker counts allowed: (fewest, most); one when the user fixed it
 ) -> Optional[tuple]:
     """The next setting to try, or None when the search is done: more workers while the consumer waits over the target
-    (as many as the measured work per step asks, within the cores left and the memory budget), then more look-ahead
+    or the workers are too few for the measured work (a wait under the target by luck: with no headroom, the next slow
+    moment of the machine shows it), as many as the measured work per step asks, within the cores left and the memory
+    budget, then more look-ahead
     (only where the workers were idle at times: bursts), then the other mode, then the core left to a busy training
     thread; fewer workers when it keeps up with fewer by the same measure."""
     last, tried = trials[-1], {t.setting for t in trials}
@@ -188,8 +194,8 @@ def next_setting(
 
     mode, n, pf = last.setting
     need = last.needs(budget.target)
-    if last.stall > budget.target:
-        if any(t.stall <= budget.target for t in trials):
+    if not last.keeps_up(budget.target):
+        if any(t.keeps_up(budget.target) for t in trials):
             return None  # fewer workers than a setting that kept up were too few: keep that one
         for s in [(mode, m, pf) for m in range(min(cap, max(n + 1, need)), n, -1)]:
             if fits(s):
@@ -211,11 +217,11 @@ def next_setting(
 
 # %% ../../nbs/engine/37a_tune.ipynb #365c3c1f
 def choose(trials: list, target: float, margin: float = 0.03) -> Trial:
-    """The setting to keep: the fewest workers among those that kept the wait under `target` (then the fastest). If none
+    """The setting to keep: the fewest workers among those that kept up (`Trial.keeps_up`; then the fastest). If none
     did, the settings in the order tried: one is left for the next only when the next is faster by more than both
     windows' spread (and `margin`), or as fast (within `margin`) with fewer workers or less look-ahead. A slow batch on
     a busy machine widens a window's spread, so it cannot decide alone."""
-    ok = [t for t in trials if t.batches and t.stall <= target]
+    ok = [t for t in trials if t.keeps_up(target)]
     if ok:
         return min(ok, key=lambda t: (t.workers, t.prefetch, -t.rate))
     done = [t for t in trials if t.batches] or trials[:1]
@@ -239,12 +245,12 @@ def first_setting(budget: Budget, mode: str, prefetch: Optional[int], batch_byte
 
 def explain(keep: Trial, tried: int, budget: Budget) -> str:
     "Why `keep` was kept, in a few words."
-    if keep.stall <= budget.target:
+    if keep.keeps_up(budget.target):
         why = f'the fewest workers that kept the wait under {budget.target:.0%} of the step ({keep.stall:.1%})'
     else:
         why = (
-            f'no setting kept the wait under {budget.target:.0%}: the fastest ({keep.rate:.1f} batches/s, wait '
-            f'{keep.stall:.0%}; another was taken only when faster by more than the windows\' spread) with the fewest workers'
+            f'no setting kept the wait under {budget.target:.0%} with workers to spare: the fastest ({keep.rate:.1f} '
+            f"batches/s, wait {keep.stall:.0%}; another was taken only when faster by more than the windows' spread)"
         )
     return f'{why}; {tried} settings tried, {budget.cores} cores'
 
