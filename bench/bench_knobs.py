@@ -1,8 +1,12 @@
 """How many workers? A grid of loader settings against `num_workers='auto'` and timm's default (issue 43), in one run,
 contenders alternating.
 
-    python bench/bench_knobs.py --json bench/results/knobs_DATE.json > bench/results/knobs_DATE.txt   # the grid, ~17 min on 2 cores
-    python bench/bench_knobs.py --combos train:none,train:sleep,store:sleep --grid process:0:2,process:1:2,process:2:2,process:4:2,thread:2:2 --seconds 2.5   # ~3 min
+    python bench/bench_knobs.py --data /tmp/knobs-data --json bench/results/knobs_DATE.json > bench/results/knobs_DATE.txt
+    python bench/bench_knobs.py --data /tmp/knobs-data --combos train:none,train:sleep,store:sleep \
+        --grid process:0:2,process:1:2,process:2:2,process:4:2,thread:2:2 --seconds 2.5
+
+The first is the grid (9 pairs x 11 contenders, about 17 minutes on 2 quiet cores, a minute more to make the data the
+first time); the second a check of about 3 minutes.
 
 Each contender is a fresh Python process that builds `create_loader(..., device='cpu')` over generated 500x375 photos
 (workload 'train': the default training pipeline from the JPEGs; 'eval': the eval pipeline; 'store': training from a
@@ -17,17 +21,21 @@ A grid setting (`mode:workers:prefetch`; workers 0 is the main process) runs `--
 and prefetch_factor 'auto', its default windows) runs until its search is decided (its cost: batches and seconds, and
 the seconds over what those batches take at its steady rate), then `--warm` batches, then the same measurement.
 
-Per (workload, step): images/s, the consumer's wait for the workers (a share of the wall time: its wait inside
-next() less the device step, which on the CPU runs in the consumer's thread whatever the workers), the cores the process tree used (its CPU
-seconds over the wall seconds) and the PSS it grew by (shared pages divided among the processes), each setting against
-the best grid setting; then the issue's answers: where loading is the bottleneck (no grid setting kept the wait under
-2%), auto's steady images/s against the best grid setting's (bar: 0.95x); where the model is, auto's workers against
-the fewest of the grid settings under 2%; auto's memory against its budget; against timm's default (4 worker
+Per (workload, step): images/s, the consumer's wait for the workers (a share of the wall time: its wait inside next()
+less the device step, which on the CPU runs in the consumer's thread whatever the workers), the cores the process tree
+used (its CPU seconds over the wall seconds) and images/s per core used (on a shared machine a contender that ran while
+the neighbours took a core shows as fewer cores, not as a worse setting), and the memory the tree grew by
+(`timmdata.engine.tune.process_memory`: the PSS of its anonymous and shared-memory pages; library pages left out, their
+PSS moves with every other process on the machine mapping the same files; the whole PSS is kept as `pss` in the JSON),
+each against the best grid setting; then the issue's answers: where loading is the bottleneck (no grid setting kept the
+wait under 2%), auto's steady images/s against the best grid setting's (bar: 0.95x); where the model is, auto's workers
+against the fewest of the grid settings under 2%; auto's memory against its budget; against timm's default (4 worker
 processes, look-ahead 2) the cores and memory saved. `--json PATH` keeps everything for the picture (`plot_knobs.py`).
 
-Left out of the full 5 x 2 x 3 grid, and why (2 cores): process workers 3 (more workers than cores: they only share
-the two), threads beyond 2 (one interpreter's lock, two cores), look-ahead 1 and 4 beyond 2 workers (look-ahead only
-absorbs bursts; with the workers busy all along it cannot add throughput, and the counts that can win are 1 and 2)."""
+The default grid: processes x0, x1, x2, x4 and threads x1, x2 at look-ahead 2; look-ahead 1 and 4 at process x2, and 4
+at process x1 and thread x2. Left out of the full 5 x 2 x 3 grid, and why (2 cores): 3 workers and threads x4 (more
+workers than cores only share the two; one interpreter's lock for the threads), look-ahead 1 and 4 elsewhere
+(look-ahead only absorbs bursts: with the workers busy all along it adds nothing; the counts that can win are 1 and 2)."""
 import argparse, json, os, random, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
@@ -50,11 +58,14 @@ from _common import proc_cpu, pss
 def kids():
     me = os.getpid()
     return [int(p) for t in os.listdir(f'/proc/{me}/task') for p in open(f'/proc/{me}/task/{t}/children').read().split()]
-def tree_pss():
+from timmdata.engine.tune import process_memory
+def tree_pss():  # the whole PSS, library pages too: it moves with the other processes on the machine mapping them
     return pss(os.getpid()) + sum(pss(k) for k in kids())
+def tree_mem():  # the loader's own: anonymous and shared-memory pages (heap, stacks, batches in /dev/shm), PSS
+    return process_memory(os.getpid()) + sum(process_memory(k) for k in kids())
 def tree_cpu():
     return {p: proc_cpu(p) for p in [os.getpid()] + kids()}
-base = tree_pss()
+base, base_pss = tree_mem(), tree_pss()
 s = a['setting']
 kw = dict(num_workers='auto', worker_mode='auto', prefetch_factor='auto') if s == 'auto' else \
      dict(worker_mode=s[0], num_workers=s[1], prefetch_factor=s[2] if s[1] else None)
@@ -87,7 +98,7 @@ w = ld.stats().since(st0)
 ww = max(w.wall, 1e-9)  # the wait for the workers: next()'s time less the device step in it (the consumer's, on the CPU)
 out.update(ips=images / wall, wall=wall, batches=nb, stall=min(max(w.t['consumer_wait'] - w.t['device'], 0) / ww, 1.0),
            device=w.t['device'] / ww, ideal_ips=images / max(w.t['consumer'] + w.t['device'], 1e-9),
-           cores=sum(cpu1[p] - cpu0[p] for p in cpu1 if p in cpu0) / wall, mem=tree_pss() - base,
+           cores=sum(cpu1[p] - cpu0[p] for p in cpu1 if p in cpu0) / wall, mem=tree_mem() - base, pss=tree_pss() - base_pss,
            load=os.getloadavg()[0])
 if s == 'auto':
     t = ld.tuning()
@@ -114,7 +125,7 @@ def label(s) -> str:
 def summarise(rows: dict, target: float = 0.02) -> dict:
     "One (workload, step)'s contenders (label: list of runs) -> medians per contender and the issue's answers."
     med = statistics.median
-    R = {k: dict(setting=v[0]['setting'], **{f: med([x[f] for x in v]) for f in ('ips', 'stall', 'mem', 'cores', 'ideal_ips')})
+    R = {k: dict(setting=v[0]['setting'], **{f: med([x[f] for x in v]) for f in ('ips', 'stall', 'mem', 'pss', 'cores', 'ideal_ips')})
          for k, v in rows.items()}
     grid = [k for k in R if k != 'auto']
     best = max(grid, key=lambda k: R[k]['ips'])
@@ -148,10 +159,11 @@ def report(combo: str, S: dict):
     print(f'\n## workload {pipe}, model step {step}: {ans["bound"]} is the bottleneck (a perfect loader: '
           f'{ans["ideal_ips"]:.0f} img/s, the model and device steps alone; the best grid setting reaches '
           f'{ans["best_vs_ideal"]:.2f}x that)')
-    print(f'{"setting":20s} {"img/s":>7s} {"x best":>7s} {"wait":>6s} {"cores":>6s} {"MB":>6s}')
+    print(f'{"setting":20s} {"img/s":>7s} {"x best":>7s} {"wait":>6s} {"cores":>6s} {"img/s/core":>10s} {"MB":>6s}')
     for k in sorted(R, key=lambda k: -R[k]['ips']):
-        r = R[k]
-        print(f'{k:20s} {r["ips"]:7.0f} {r["ips"] / best["ips"]:7.2f} {r["stall"]:6.1%} {r["cores"]:6.2f} {r["mem"] / 2**20:6.0f}')
+        r = R[k]  # img/s per core used: on a shared machine, a contender that got fewer cores shows here, not in img/s
+        print(f'{k:20s} {r["ips"]:7.0f} {r["ips"] / best["ips"]:7.2f} {r["stall"]:6.1%} {r["cores"]:6.2f} '
+              f'{r["ips"] / max(r["cores"], 1e-9):10.0f} {r["mem"] / 2**20:6.0f}')
     ch, se = A['chosen'], A['search']
     print(f"auto chose {ch['worker_mode']} x{ch['num_workers']}, look-ahead {ch['prefetch_factor']} ({A['why']})")
     print(f"auto's search: {len(A['trials'])} settings, {se['batches']} batches ({se['epochs']:.1f} epochs of this "

@@ -16,8 +16,8 @@ from ..core.torch_compat import forget_iterator, kept_iterator, shutdown_workers
 
 # %% auto #0
 __all__ = ['TRIAL_HEADER', 'PROCESS_WORKER_BYTES', 'BUSY', 'Budget', 'halves_spread', 'Trial', 'loader_memory', 'worker_bytes',
-           'next_setting', 'choose', 'first_setting', 'explain', 'wait_grew', 'tree_memory', 'batch_bytes',
-           'loader_plan', 'CurrentLoader', 'Window', 'AutoLoader']
+           'next_setting', 'choose', 'first_setting', 'explain', 'wait_grew', 'process_memory', 'tree_memory',
+           'batch_bytes', 'loader_plan', 'CurrentLoader', 'Window', 'AutoLoader']
 
 # %% ../../nbs/engine/37a_tune.ipynb #b486cdd9
 def _meminfo(key: str) -> Optional[int]:
@@ -261,16 +261,23 @@ def wait_grew(kept: Trial, now: Trial, target: float, by: float = 0.05) -> bool:
     return now.stall > target and now.stall > max(kept.stall, target) + by
 
 # %% ../../nbs/engine/37a_tune.ipynb #cb550a7d
+def process_memory(pid: int) -> int:
+    """A process's own memory, bytes: the PSS of its anonymous and shared-memory pages (heap, stacks, batches in
+    /dev/shm; shared pages divided among the processes sharing them), else its whole PSS where the kernel does not split
+    it (before Linux 5.x); 0 when it is gone. Pages of files (libraries, the page cache) are left out: their PSS moves
+    with every other process on the machine that maps the same files."""
+    try:
+        with open(f'/proc/{pid}/smaps_rollup') as f:
+            kb = {k: int(v.split()[0]) for k, _, v in (line.partition(':') for line in f) if k.isidentifier()}
+    except (OSError, ValueError, IndexError):
+        return 0
+    if 'Pss_Anon' in kb:
+        return (kb['Pss_Anon'] + kb.get('Pss_Shmem', 0)) * 1024
+    return kb.get('Pss', 0) * 1024
+
+
 def tree_memory() -> Optional[int]:
-    "PSS of this process and its child processes (shared pages divided among them), bytes; None where /proc has no smaps_rollup."
-
-    def pss(pid):
-        try:
-            with open(f'/proc/{pid}/smaps_rollup') as f:
-                return next(int(line.split()[1]) * 1024 for line in f if line.startswith('Pss:'))
-        except (OSError, StopIteration, ValueError):
-            return 0
-
+    "The memory of this process and its child processes (`process_memory`), bytes; None where /proc cannot tell."
     me = os.getpid()
     try:
         kids = [
@@ -278,8 +285,8 @@ def tree_memory() -> Optional[int]:
         ]
     except OSError:
         return None
-    own = pss(me)
-    return own + sum(pss(k) for k in kids) if own else None
+    own = process_memory(me)
+    return own + sum(process_memory(k) for k in kids) if own else None
 
 # %% ../../nbs/engine/37a_tune.ipynb #6fd74edf
 def _inner(loader):
