@@ -185,7 +185,7 @@ def report(combo: str, S: dict):
         v = ans['vs_timm']
         print(f"against timm's default (process x4, look-ahead 2): {v['ips']:.2f}x the images/s with "
               f"{v['workers_saved']} fewer workers, {v['cores_saved']:+.2f} cores and {v['mem_saved'] / 2**20:+.0f} MB "
-              f"of PSS saved")
+              f"of memory saved (positive: auto uses less)")
 
 
 def overview(summary: dict):
