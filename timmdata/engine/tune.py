@@ -184,7 +184,9 @@ def next_setting(
     moment of the machine shows it), as many as the measured work per step asks, within the cores left and the memory
     budget, then more look-ahead
     (only where the workers were idle at times: bursts), then the other mode, then the core left to a busy training
-    thread; fewer workers when it keeps up with fewer by the same measure."""
+    thread; fewer workers when it keeps up with fewer by the same measure; and once the fewest that keep up are found,
+    the other mode at that count (thread workers can slow the training thread itself, by the interpreter's lock; worker
+    processes cost a copy a batch), so that `choose` keeps the faster."""
     last, tried = trials[-1], {t.setting for t in trials}
     cap = min(budget.loading_cores(last.consumer_cpu), workers[1])
 
@@ -194,9 +196,13 @@ def next_setting(
 
     mode, n, pf = last.setting
     need = last.needs(budget.target)
+    kept = [t for t in trials if t.keeps_up(budget.target)]
+    if not last.keeps_up(budget.target) and kept:  # fewer workers than a setting that kept up were too few
+        best = min(kept, key=lambda t: (t.workers, t.prefetch))
+        other = [m for m in modes if m != best.mode and not any(t.mode == m for t in trials)]
+        probe = (other[0], best.workers, best.prefetch) if other else None
+        return probe if probe and fits(probe) else None  # the other mode at that count: its GIL or its copies cost
     if not last.keeps_up(budget.target):
-        if any(t.keeps_up(budget.target) for t in trials):
-            return None  # fewer workers than a setting that kept up were too few: keep that one
         for s in [(mode, m, pf) for m in range(min(cap, max(n + 1, need)), n, -1)]:
             if fits(s):
                 return s
@@ -213,18 +219,23 @@ def next_setting(
             return (mode, every, pf)
         return None
     fewer = (mode, max(min(need, n - 1), workers[0]), pf)
-    return fewer if fewer[1] < n and fits(fewer) else None
+    if fewer[1] < n and fits(fewer):
+        return fewer
+    other = [m for m in modes if m != mode and not any(t.mode == m for t in trials)]
+    return (other[0], n, pf) if other and fits((other[0], n, pf)) else None
 
 # %% ../../nbs/engine/37a_tune.ipynb #365c3c1f
 def choose(trials: list, target: float, margin: float = 0.03) -> Trial:
-    """The setting to keep: the fewest workers among those that kept up (`Trial.keeps_up`; then the fastest). If none
-    did, the settings in the order tried: one is left for the next only when the next is faster by more than both
+    """The setting to keep: the fewest workers among those that kept up (`Trial.keeps_up`; of two modes at that count,
+    the faster by the rule that follows). If none did, the settings in the order tried: one is left for the next only when the next is faster by more than both
     windows' spread (and `margin`), or as fast (within `margin`) with fewer workers or less look-ahead. A slow batch on
     a busy machine widens a window's spread, so it cannot decide alone."""
     ok = [t for t in trials if t.keeps_up(target)]
     if ok:
-        return min(ok, key=lambda t: (t.workers, t.prefetch, -t.rate))
-    done = [t for t in trials if t.batches] or trials[:1]
+        few = min((t.workers, t.prefetch) for t in ok)
+        done = [t for t in ok if (t.workers, t.prefetch) == few]  # both modes, maybe: the faster by the rule below
+    else:
+        done = [t for t in trials if t.batches] or trials[:1]
     keep = done[0]
     for t in done[1:]:
         gain = max(margin, keep.spread, t.spread)
