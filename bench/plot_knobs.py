@@ -58,7 +58,7 @@ def main(src, dst):
     for ax in list(axes.flat)[len(combos):]:
         ax.axis('off')
     fig.legend(loc='lower center', ncol=4, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.tight_layout(rect=(0, 0.2 / rows, 1, 1))  # room for the legend, two lines of it
     fig.savefig(dst, dpi=80)
 
 
