@@ -106,7 +106,9 @@ class Trial:
         self.stall = min(max((t['consumer_wait'] - t['device']) / wall, 0.0), 1.0)
         self.work_ms = (t['read'] + t['decode'] + t['ops'] + t['collate']) / n * 1e3
         self.own_ms = (t['consumer'] + t['device']) / n * 1e3
-        self.consumer_cpu = min(cpu / t['consumer'], 1.0) if t['consumer'] > 0 else 0.0
+        # a training thread with next to no step of its own (under 5% of the window) keeps no core, however busy it
+        # was in that moment: with no model step, its few microseconds a batch read as a busy thread
+        self.consumer_cpu = min(cpu / t['consumer'], 1.0) if t['consumer'] > 0.05 * wall else 0.0
         self.memory = None if memory is None else max(memory, 0)
 
     @property
