@@ -29,7 +29,7 @@ def scripted(monkeypatch, settings):
 def auto(root, **kw):
     ld = create_loader(ImageDataset(root), **KW, num_workers='auto', worker_mode='auto', prefetch_factor='auto', **kw)
     assert isinstance(ld, AutoLoader)
-    ld.settle, ld.window = 1, 2  # a switch every 3 batches: several inside an epoch of 7
+    ld.settle, ld.window, ld.seconds = 1, 2, 0  # a switch every 3 batches (no shortest time): several in an epoch of 7
     return ld
 
 
@@ -106,7 +106,7 @@ def test_real_search_reports_and_logs_once(root, caplog):
     from timmdata.loader import LoaderOptions, auto_loader
     o = LoaderOptions(**KW, num_workers='auto', worker_mode='auto')
     ld = auto_loader(ImageDataset(root), o, budget)
-    ld.settle, ld.window = 1, 2
+    ld.settle, ld.window, ld.seconds = 1, 2, 0
     with caplog.at_level(logging.INFO, logger='timmdata'):
         got, _ = run_epochs(ld, 4)
     assert len(got) == 28
@@ -120,6 +120,38 @@ def test_real_search_reports_and_logs_once(root, caplog):
             assert 0 <= x['stall'] <= 1 and x['step_ms'] > 0 and x['work_ms'] >= 0 and 0 <= x['consumer_cpu'] <= 1
     lines = [r.getMessage() for r in caplog.records if "num_workers='auto'" in r.getMessage()]
     assert len(lines) == 1 and t['why'] in lines[0]
+    assert t['searches'] == 1 and 0 < t['cost']['batches'] < 28 and t['cost']['seconds'] > 0
+
+
+def test_windows_by_time(root, monkeypatch):
+    "A window lasts its shortest time, however many batches that takes (the clock made to tick 0.1 s a batch)."
+    scripted(monkeypatch, [('thread', 2, 2)])
+    ld, ticks = auto(root), iter(range(10**6))
+    ld.clock = lambda: next(ticks) * 0.1
+    ld.window, ld.seconds = 2, 0.75  # 2 batches at least, and 0.75 s: 8 batches of 0.1 s
+    ref, _ = run_epochs(fixed(root, 1), 4)
+    got, _ = run_epochs(ld, 4)
+    same_batches(got, ref)
+    t = ld.tuning()
+    assert [x['batches'] for x in t['trials']] == [8, 8] and all(x['seconds'] >= 0.75 for x in t['trials'])
+    assert t['cost']['batches'] == 2 * (1 + 8)  # settle and a window per setting, across the epochs' ends
+
+
+def test_searches_again_when_the_wait_grows(root, monkeypatch):
+    "After the decision, two watched windows in a row whose wait grew start a search from the kept setting; batches stay the same."
+    scripted(monkeypatch, [('process', 2, 2), None, ('thread', 1, 4)])  # None: a search ends
+    monkeypatch.setattr(tune, 'choose', lambda trials, *a: trials[0])  # keep each search's first setting
+    monkeypatch.setattr(tune, 'wait_grew', lambda kept, now, target: now.round == 1)  # the wait grows once
+    ld = auto(root)
+    ld.watch, ld.max_searches = 0, 2  # watched windows of `window` batches; one search after the first
+    ref, _ = run_epochs(fixed(root, 2), 5)
+    got, _ = run_epochs(ld, 5)
+    same_batches(got, ref)
+    t = ld.tuning()
+    assert t['done'] and t['searches'] == 2
+    rounds = [(x['round'], x['mode'], x['workers'], x['prefetch']) for x in t['trials']]
+    assert rounds[0][0] == rounds[1][0] == 0 and rounds[2][0] == 1 and rounds[2][1:] == rounds[0][1:]
+    assert rounds[3] == (1, 'thread', 1, 4)  # the search again, from the kept setting
 
 
 def test_stream_keeps_its_first_setting():

@@ -169,6 +169,19 @@ class LoaderStats:
         s.images, s.batches, s.wall, s.outer = self.images, self.batches, self.wall, self.outer
         return s
 
+    def since(self, earlier: 'LoaderStats') -> 'LoaderStats':
+        "The counts between `earlier` (a `snapshot()`) and now: a window of the loader's run, its counts left running."
+        s, now = LoaderStats(), self.snapshot()
+        s._t = {k: v - earlier._t[k] for k, v in now._t.items()}
+        s._n = [now._n[0] - earlier._n[0], now._n[1] - earlier._n[1]]
+        s.images, s.batches, s.wall = (
+            now.images - earlier.images,
+            now.batches - earlier.batches,
+            now.wall - earlier.wall,
+        )
+        s.outer = self.outer
+        return s
+
     def table(self) -> str:
         "The stages as text: time per image, per batch, share of the epoch's wall time."
         n, b, wall, t = max(self.images, 1), max(self.batches, 1), self.wall or float('nan'), self.t

@@ -15,8 +15,9 @@ from .resume import ResumableDataLoader
 from ..core.torch_compat import forget_iterator, kept_iterator, shutdown_workers
 
 # %% auto #0
-__all__ = ['TRIAL_HEADER', 'PROCESS_WORKER_BYTES', 'Budget', 'Trial', 'loader_memory', 'worker_bytes', 'next_setting', 'choose',
-           'first_setting', 'explain', 'tree_memory', 'loader_plan', 'CurrentLoader', 'AutoLoader']
+__all__ = ['TRIAL_HEADER', 'PROCESS_WORKER_BYTES', 'BUSY', 'Budget', 'halves_spread', 'Trial', 'loader_memory', 'worker_bytes',
+           'next_setting', 'choose', 'first_setting', 'explain', 'wait_grew', 'process_memory', 'tree_memory',
+           'batch_bytes', 'loader_plan', 'CurrentLoader', 'Window', 'AutoLoader']
 
 # %% ../../nbs/engine/37a_tune.ipynb #b486cdd9
 def _meminfo(key: str) -> Optional[int]:
@@ -62,6 +63,16 @@ class Budget:
         "Cores left for loading when the training thread keeps `consumer_cpu` of a core busy (a core kept when over half)."
         return max(1, self.cores - (1 if consumer_cpu > 0.5 else 0))
 
+# %% ../../nbs/engine/37a_tune.ipynb #71b77f84
+def halves_spread(steps: list) -> float:
+    """A window's own noise: how far apart the batches/s of its first and second halves are, as a share of their mean
+    (0 under 2 batches). A setting is only left for another when the gain is larger (`choose`)."""
+    h = len(steps) // 2
+    if h == 0:
+        return 0.0
+    a, b = h / max(sum(steps[:h]), 1e-9), (len(steps) - h) / max(sum(steps[h:]), 1e-9)
+    return abs(a - b) / ((a + b) / 2)
+
 # %% ../../nbs/engine/37a_tune.ipynb #a6ecbd03
 @dataclass
 class Trial:
@@ -72,20 +83,32 @@ class Trial:
     prefetch: int  # prefetch_factor: batches in flight per worker
     batches: int = 0  # batches in the window
     step_ms: float = 0.0  # wall time per batch (the consumer's wait and its own time)
-    stall: float = 0.0  # share of the step the consumer waited for data
+    stall: float = 0.0  # share of the step the consumer waited for the workers (its wait less the device step)
     work_ms: float = 0.0  # the workers' time per batch (read, decode, ops, collate), summed over workers
     own_ms: float = 0.0  # the consumer's own time per batch and the device step: a perfect loader's step
     consumer_cpu: float = 0.0  # share of a core the training thread used
     memory: Optional[int] = None  # bytes the loader held at the window's end (its processes' PSS growth), None: unknown
+    seconds: float = 0.0  # the window's wall time
+    spread: float = 0.0  # the window's own noise: how far apart its two halves' batches/s are, a share of their mean
+    round: int = 0  # the search it belongs to: 0 the first, 1 and on the searches after the wait grew
 
-    def measured(self, st, cpu: float, memory: Optional[int]):
-        "Fill in the window's measurements from its `LoaderStats`, the training thread's CPU seconds, the memory held."
+    def measured(self, st, cpu: float, memory: Optional[int], steps: Optional[list] = None):
+        """Fill in the window's measurements from its `LoaderStats`, the training thread's CPU seconds, the memory held
+        and `steps`: each batch's wall seconds by the tuner's clock (None: the stats' wall)."""
         t, n, wall = st.t, max(st.batches, 1), max(st.wall, 1e-9)
-        self.batches, self.step_ms = st.batches, wall / n * 1e3
-        self.stall = min(max(t['consumer_wait'] / wall, 0.0), 1.0)
+        if steps:
+            self.batches, self.seconds, self.spread = len(steps), sum(steps), halves_spread(steps)
+        else:
+            self.batches, self.seconds, self.spread = st.batches, st.wall, 0.0
+        self.step_ms = self.seconds / max(self.batches, 1) * 1e3
+        # the wait for the workers: the device step runs inside next() too (on the CPU, in the consumer's thread, whatever
+        # the workers), a part of the step that no worker setting shortens
+        self.stall = min(max((t['consumer_wait'] - t['device']) / wall, 0.0), 1.0)
         self.work_ms = (t['read'] + t['decode'] + t['ops'] + t['collate']) / n * 1e3
         self.own_ms = (t['consumer'] + t['device']) / n * 1e3
-        self.consumer_cpu = min(cpu / t['consumer'], 1.0) if t['consumer'] > 0 else 0.0
+        # a training thread with next to no step of its own (under 5% of the window) keeps no core, however busy it
+        # was in that moment: with no model step, its few microseconds a batch read as a busy thread
+        self.consumer_cpu = min(cpu / t['consumer'], 1.0) if t['consumer'] > 0.05 * wall else 0.0
         self.memory = None if memory is None else max(memory, 0)
 
     @property
@@ -97,21 +120,34 @@ class Trial:
         "Batches per second."
         return 1e3 / self.step_ms if self.step_ms > 0 else 0.0
 
+    @property
+    def busy(self) -> float:
+        "The workers' busy share: their time per batch over what they had (workers x step); near 1: they are the limit."
+        return self.work_ms / (max(self.workers, 1) * self.step_ms) if self.step_ms > 0 else 0.0
+
     def needs(self, target: float) -> int:
         "Workers that would make a batch per step of the consumer, with the headroom the target leaves (at least 1)."
         per = max(self.own_ms, 1e-3) * (1 - target) / 1.15  # 15% headroom: workers share cores with the rest
         return max(1, math.ceil(self.work_ms / per))
 
+    def keeps_up(self, target: float) -> bool:
+        """Measured, with the wait under `target`. (Asking for the workers `needs` too, headroom and all, was tried: it
+        turned down one thread worker that waited 0.4% in its window and 1.6% over the next minute.)"""
+        return bool(self.batches) and self.stall <= target
+
     def row(self) -> str:
         mem = '-' if self.memory is None else f'{self.memory / 2**20:.0f}'
         return (
-            f'{self.mode:8s} {self.workers:7d} {self.prefetch:8d} {self.batches:7d} {self.step_ms:8.1f} '
-            f'{self.rate:8.2f} {self.stall:6.1%} '
+            f'{self.mode:8s} {self.workers:7d} {self.prefetch:8d} {self.batches:7d} {self.seconds:6.1f} '
+            f'{self.step_ms:8.1f} {self.rate:8.2f} {self.spread:7.1%} {self.stall:6.1%} '
             f'{self.work_ms:8.1f} {self.own_ms:7.1f} {mem:>7s}'
         )
 
 
-TRIAL_HEADER = f'{"mode":8s} {"workers":>7s} {"prefetch":>8s} {"batches":>7s} {"ms/step":>8s} {"steps/s":>8s} {"wait":>6s} {"work ms":>8s} {"own ms":>7s} {"MB":>7s}'
+TRIAL_HEADER = (
+    f'{"mode":8s} {"workers":>7s} {"prefetch":>8s} {"batches":>7s} {"s":>6s} {"ms/step":>8s} {"steps/s":>8s} '
+    f'{"spread":>7s} {"wait":>6s} {"work ms":>8s} {"own ms":>7s} {"MB":>7s}'
+)
 
 # %% ../../nbs/engine/37a_tune.ipynb #a3d6b683
 PROCESS_WORKER_BYTES = 200 << 20  # a worker process's own memory before one is measured (its PSS: torch, the dataset)
@@ -133,9 +169,12 @@ def worker_bytes(trials: list, batch_bytes: int) -> int:
             return max((t.memory - t.workers * t.prefetch * batch_bytes) // t.workers, 16 << 20)
     return PROCESS_WORKER_BYTES
 
+# %% ../../nbs/engine/37a_tune.ipynb #ac75aa26
+BUSY = 0.85  # the workers' busy share over which more look-ahead cannot help: they, not bursts, are the limit
+
 
 def next_setting(
-    trials: list,  # `Trial`s so far, the last one the setting running now
+    trials: list,  # `Trial`s of this search so far, the last one the setting running now
     budget: Budget,
     modes: tuple,  # the worker modes allowed: ('process',), ('thread',) or both
     prefetches: tuple = (2, 4),  # the look-aheads allowed (one when the user fixed it)
@@ -144,9 +183,11 @@ def next_setting(
     workers: tuple = (1, 1 << 20),  # the worker counts allowed: (fewest, most); one when the user fixed it
 ) -> Optional[tuple]:
     """The next setting to try, or None when the search is done: more workers while the consumer waits over the target
-    (as many as the measured work per step asks, within the cores left and the memory budget), then more look-ahead,
-    then the other mode, then the core left to a busy training thread; fewer workers when it keeps up with fewer by the
-    same measure."""
+    (as many as the measured work per step asks, within the cores left and the memory budget), then more look-ahead
+    (only where the workers were idle at times: bursts), then the other mode, then the core left to a busy training
+    thread; fewer workers when it keeps up with fewer by the same measure; and once the fewest that keep up are found,
+    the other mode at that count (thread workers can slow the training thread itself, by the interpreter's lock; worker
+    processes cost a copy a batch), so that `choose` keeps the faster."""
     last, tried = trials[-1], {t.setting for t in trials}
     cap = min(budget.loading_cores(last.consumer_cpu), workers[1])
 
@@ -156,14 +197,18 @@ def next_setting(
 
     mode, n, pf = last.setting
     need = last.needs(budget.target)
-    if last.stall > budget.target:
-        if any(t.stall <= budget.target for t in trials):
-            return None  # fewer workers than a setting that kept up were too few: keep that one
+    kept = [t for t in trials if t.keeps_up(budget.target)]
+    if not last.keeps_up(budget.target) and kept:  # fewer workers than a setting that kept up were too few
+        best = min(kept, key=lambda t: (t.workers, t.prefetch))
+        other = [m for m in modes if m != best.mode and not any(t.mode == m for t in trials)]
+        probe = (other[0], best.workers, best.prefetch) if other else None
+        return probe if probe and fits(probe) else None  # the other mode at that count: its GIL or its copies cost
+    if not last.keeps_up(budget.target):
         for s in [(mode, m, pf) for m in range(min(cap, max(n + 1, need)), n, -1)]:
             if fits(s):
                 return s
         more = [p for p in prefetches if p > pf]
-        if more and fits((mode, n, more[0])):
+        if more and last.busy < BUSY and fits((mode, n, more[0])):
             return (mode, n, more[0])
         other = [m for m in modes if m != mode]
         if other and fits((other[0], n, prefetches[0])):
@@ -175,20 +220,32 @@ def next_setting(
             return (mode, every, pf)
         return None
     fewer = (mode, max(min(need, n - 1), workers[0]), pf)
-    return fewer if fewer[1] < n and fits(fewer) else None
+    if fewer[1] < n and fits(fewer):
+        return fewer
+    other = [m for m in modes if m != mode and not any(t.mode == m for t in trials)]
+    return (other[0], n, pf) if other and fits((other[0], n, pf)) else None
 
-
-def choose(trials: list, target: float) -> Trial:
-    """The setting to keep: the fewest workers among those that kept the wait under `target` (then the fastest); if none
-    did, among those within 3% of the fastest, the fewest workers."""
-    ok = [t for t in trials if t.batches and t.stall <= target]
+# %% ../../nbs/engine/37a_tune.ipynb #365c3c1f
+def choose(trials: list, target: float, margin: float = 0.03) -> Trial:
+    """The setting to keep: the fewest workers among those that kept up (`Trial.keeps_up`; of two modes at that count,
+    the faster by the rule that follows). If none did, the settings in the order tried: one is left for the next only when the next is faster by more than both
+    windows' spread (and `margin`), or as fast (within `margin`) with fewer workers or less look-ahead. A slow batch on
+    a busy machine widens a window's spread, so it cannot decide alone."""
+    ok = [t for t in trials if t.keeps_up(target)]
     if ok:
-        return min(ok, key=lambda t: (t.workers, t.prefetch, -t.rate))
-    done = [t for t in trials if t.batches] or trials
-    best = max(t.rate for t in done)
-    return min((t for t in done if t.rate >= 0.97 * best), key=lambda t: (t.workers, t.prefetch, -t.rate))
+        few = min((t.workers, t.prefetch) for t in ok)
+        done = [t for t in ok if (t.workers, t.prefetch) == few]  # both modes, maybe: the faster by the rule below
+    else:
+        done = [t for t in trials if t.batches] or trials[:1]
+    keep = done[0]
+    for t in done[1:]:
+        gain = max(margin, keep.spread, t.spread)
+        cheaper = (t.workers, t.prefetch) < (keep.workers, keep.prefetch)
+        if t.rate > keep.rate * (1 + gain) or (cheaper and t.rate >= keep.rate * (1 - margin)):
+            keep = t
+    return keep
 
-
+# %% ../../nbs/engine/37a_tune.ipynb #9f32d934
 def first_setting(budget: Budget, mode: str, prefetch: Optional[int], batch_bytes: int = 0) -> tuple:
     "The safe guess to start from: a core left for training (with more than two), at most 8 workers, within memory."
     n = max(1, min(budget.cores - 1, 8))
@@ -200,26 +257,39 @@ def first_setting(budget: Budget, mode: str, prefetch: Optional[int], batch_byte
 
 def explain(keep: Trial, tried: int, budget: Budget) -> str:
     "Why `keep` was kept, in a few words."
-    if keep.stall <= budget.target:
+    if keep.keeps_up(budget.target):
         why = f'the fewest workers that kept the wait under {budget.target:.0%} of the step ({keep.stall:.1%})'
     else:
         why = (
-            f'no setting kept the wait under {budget.target:.0%}: the fastest ({keep.rate:.1f} batches/s, wait '
-            f'{keep.stall:.0%}) with the fewest workers'
+            f'no setting kept the wait under {budget.target:.0%}: the fastest ({keep.rate:.1f} '
+            f"batches/s, wait {keep.stall:.0%}; another was taken only when faster by more than the windows' spread)"
         )
     return f'{why}; {tried} settings tried, {budget.cores} cores'
 
+# %% ../../nbs/engine/37a_tune.ipynb #ece582d4
+def wait_grew(kept: Trial, now: Trial, target: float, by: float = 0.05) -> bool:
+    """After the decision: has the consumer's wait grown, in a window `now` of the kept setting, over the target and over
+    what the kept setting measured by more than `by` (a share of the step)? Two such windows in a row search again."""
+    return now.stall > target and now.stall > max(kept.stall, target) + by
+
 # %% ../../nbs/engine/37a_tune.ipynb #cb550a7d
+def process_memory(pid: int) -> int:
+    """A process's own memory, bytes: the PSS of its anonymous and shared-memory pages (heap, stacks, batches in
+    /dev/shm; shared pages divided among the processes sharing them), else its whole PSS where the kernel does not split
+    it (before Linux 5.x); 0 when it is gone. Pages of files (libraries, the page cache) are left out: their PSS moves
+    with every other process on the machine that maps the same files."""
+    try:
+        with open(f'/proc/{pid}/smaps_rollup') as f:
+            kb = {k: int(v.split()[0]) for k, _, v in (line.partition(':') for line in f) if k.isidentifier()}
+    except (OSError, ValueError, IndexError):
+        return 0
+    if 'Pss_Anon' in kb:
+        return (kb['Pss_Anon'] + kb.get('Pss_Shmem', 0)) * 1024
+    return kb.get('Pss', 0) * 1024
+
+
 def tree_memory() -> Optional[int]:
-    "PSS of this process and its child processes (shared pages divided among them), bytes; None where /proc has no smaps_rollup."
-
-    def pss(pid):
-        try:
-            with open(f'/proc/{pid}/smaps_rollup') as f:
-                return next(int(line.split()[1]) * 1024 for line in f if line.startswith('Pss:'))
-        except (OSError, StopIteration, ValueError):
-            return 0
-
+    "The memory of this process and its child processes (`process_memory`), bytes; None where /proc cannot tell."
     me = os.getpid()
     try:
         kids = [
@@ -227,13 +297,19 @@ def tree_memory() -> Optional[int]:
         ]
     except OSError:
         return None
-    own = pss(me)
-    return own + sum(pss(k) for k in kids) if own else None
+    own = process_memory(me)
+    return own + sum(process_memory(k) for k in kids) if own else None
 
 # %% ../../nbs/engine/37a_tune.ipynb #6fd74edf
 def _inner(loader):
     "The DataLoader under a `PrefetchLoader`, or the loader itself."
     return loader.loader if isinstance(loader, PrefetchLoader) else loader
+
+
+def batch_bytes(batch) -> int:
+    "A batch's bytes as the workers hand it over (uint8 images: one byte an element), 0 when it is not a tensor."
+    x = batch[0] if isinstance(batch, (tuple, list)) else batch
+    return x.numel() if isinstance(x, torch.Tensor) else 0
 
 
 def _close(it):
@@ -290,15 +366,43 @@ class CurrentLoader:
     def mixup_enabled(self, on: bool):
         self.loader.mixup_enabled = on
 
+# %% ../../nbs/engine/37a_tune.ipynb #b0e628b0
+class Window:
+    """The batches one measurement is taken over: the loader's counts at its start (a `LoaderStats.snapshot()`), each
+    batch's wall seconds by the tuner's clock and the training thread's CPU seconds. It is full after at least
+    `batches` batches and `seconds` seconds, so that on a busy machine one slow batch does not decide, and goes on (up
+    to `LONGEST` times `seconds`) while its halves differ by more than `spread`: a noisy window measures longer."""
+
+    LONGEST = 4
+
+    def __init__(self, stats):
+        self.at, self.steps, self.cpu = stats.snapshot(), [], 0.0
+
+    def add(self, seconds: float, cpu: float):
+        self.steps.append(seconds)
+        self.cpu += cpu
+
+    def full(self, batches: int, seconds: float, spread: float = float('inf')) -> bool:
+        took = sum(self.steps)
+        if len(self.steps) < batches or took < seconds:
+            return False
+        return took >= self.LONGEST * seconds or halves_spread(self.steps) <= spread
+
+    def measure(self, trial: Trial, stats, memory: Optional[int]) -> Trial:
+        "Fill `trial` in from this window (`stats`: the loader's counts now)."
+        trial.measured(stats.since(self.at), self.cpu, memory, self.steps)
+        return trial
+
 # %% ../../nbs/engine/37a_tune.ipynb #b715bd91
 _log = logging.getLogger('timmdata')
 
 
 class AutoLoader(CurrentLoader):
-    """`create_loader(..., num_workers='auto')`: a loader that tries settings (worker mode, workers, look-ahead) over
-    windows of its first batches and keeps the one that holds the consumer's wait under the target with the fewest
-    workers. Each switch hands the position over (`state_dict` into a loader built with the new setting): the batches are
-    those of the plan, by (seed, epoch, position), whatever made them. Everything else is the current loader's."""
+    """`create_loader(..., num_workers='auto')`: tries settings (worker mode, workers, look-ahead) over windows of its
+    first batches (each at least `window` batches and `seconds` seconds) and keeps the one that holds the consumer's wait
+    under the target with the fewest workers; a switch hands the position to a loader built with the new setting (the
+    batches are the plan's, whatever made them). Then it watches the wait in windows of `watch` seconds and searches
+    again only when two in a row show it grew. Everything else is the current loader's."""
 
     def __init__(
         self,
@@ -310,105 +414,118 @@ class AutoLoader(CurrentLoader):
         workers: tuple = (1, 1 << 20),  # the worker counts it may try: (fewest, most)
         tune: bool = True,  # False: keep `start` (a stream, device decode: settings the plan does not carry over)
         settle: int = 2,  # batches after a switch before a window starts (workers start, files are paged in)
-        window: int = 8,  # batches a setting is measured over
-        max_trials: int = 6,
+        window: int = 6,  # a window's fewest batches
+        seconds: float = 1.0,  # a window's shortest wall time: one slow batch does not decide
+        max_trials: int = 6,  # settings a search tries at most
+        margin: float = 0.03,  # the gain below which a setting is not left for another (`choose`), at least
+        spread: float = 0.1,  # a window goes on (up to 4x `seconds`) while its halves' batches/s differ by more
+        watch: Optional[float] = 30.0,  # seconds of a window watching the wait after the decision; None: no watching
+        max_searches: int = 3,  # the first search and those after the wait grew, at most
         why_fixed: str = '',  # when not tuning: why
+        clock: Callable = time.perf_counter,  # the tuner's clock, seconds (a test's may tick a batch at a time)
     ):
-        self._build, self.budget, self.modes, self.prefetches = build, budget, modes, prefetches
-        self.settle, self.window, self.max_trials, self.workers = settle, window, max_trials, workers
+        self._build, self.budget, self.modes, self.prefetches, self.workers = build, budget, modes, prefetches, workers
+        self.settle, self.window, self.seconds, self.max_trials = settle, window, seconds, max_trials
+        self.margin, self.spread, self.watch, self.max_searches = margin, spread, watch, max_searches
         self._base_memory = tree_memory()
         self.loader = build(*start, None)
         plan = loader_plan(self.loader)
         self._seed, self._explicit = (plan.seed, plan.seed_explicit) if plan is not None else (None, True)
-        self.trials, self._seen, self._mark, self._batch_bytes = [Trial(*start)], 0, None, 0
-        self._done = not tune or plan is None
-        self._why = why_fixed or ('' if plan is not None else 'a stream: its split depends on the workers')
-        if self._done:
+        self.trials, self._round, self._batch_bytes, self._strikes = [Trial(*start)], 0, 0, 0
+        self.clock, self._seen, self._win = clock, 0, None
+        self._clock = clock()
+        self.cost = dict(batches=0, seconds=0.0)  # what the searches took: batches and wall time until each decision
+        self._tune = tune and plan is not None
+        self._fixed = why_fixed or ('' if plan is not None else 'a stream: its split depends on the workers')
+        self._done, self._why = False, self._fixed
+        if not self._tune:
             self.decide()
 
     def tuning(self) -> dict:
-        "The decision and its measurements: the setting kept (as create_loader keywords), why, and every trial."
+        "The decision and its measurements: the setting kept (as create_loader keywords), why, what the search cost, every trial."
         keep = self.trials[self._keep] if self._done else self.trials[-1]
-        return dict(
-            done=self._done,
-            chosen=dict(worker_mode=keep.mode, num_workers=keep.workers, prefetch_factor=keep.prefetch),
-            why=self._why,
-            budget=asdict(self.budget),
-            trials=[asdict(t) for t in self.trials],
-        )
+        chosen = dict(worker_mode=keep.mode, num_workers=keep.workers, prefetch_factor=keep.prefetch)
+        return dict(done=self._done, chosen=chosen, why=self._why, searches=self._round + 1, cost=dict(self.cost),
+                    budget=asdict(self.budget), trials=[asdict(t) for t in self.trials])  # fmt: skip
 
-    # --- the search
     def __iter__(self):
         while True:
             it, switched = iter(self.loader), False
+            self._clock = self.clock()  # a pass starts: the time between passes is the training loop's
             try:
                 for b in it:
                     c0 = time.thread_time()
                     yield b
-                    if not self._done and self._observe(b, time.thread_time() - c0):
-                        nxt = self._next()
-                        if nxt is not None:
-                            state = self.loader.state_dict()  # after the batch the consumer has: the switch point
-                            _close(it)
-                            self._switch(nxt, state)
-                            switched = not state.get('done', False)  # else the pass is over: stop here
-                            break
+                    nxt = self._observe(b, time.thread_time() - c0) if self._tune else None
+                    if nxt is not None:
+                        state = self.loader.state_dict()  # after the batch the consumer has: the switch point
+                        _close(it)
+                        self._switch(nxt, state)
+                        switched = not state.get('done', False)  # else the pass is over: stop here
+                        break
             finally:
                 _close(it)
             if not switched:
                 return
 
-    def _observe(self, batch, cpu: float) -> bool:
-        "Count a batch: the window's start (stats reset), the consumer's CPU time, its end (True: a `Trial` filled in)."
-        x = batch[0] if isinstance(batch, (tuple, list)) else batch
-        if isinstance(x, torch.Tensor) and not self._batch_bytes:
-            self._batch_bytes = x.numel()  # uint8 in flight
+    def _observe(self, batch, cpu: float) -> Optional[tuple]:
+        "Count a batch the consumer is done with (its wall time, the training thread's CPU); a window's end may switch."
+        now = self.clock()
+        dt, self._clock = now - self._clock, now
+        if not self._done:
+            self.cost.update(batches=self.cost['batches'] + 1, seconds=self.cost['seconds'] + dt)
+        if not self._batch_bytes:
+            self._batch_bytes = batch_bytes(batch)
         self._seen += 1
-        st = self.loader.stats()
-        if self._seen == self.settle:
-            st.reset()
-            self._mark, self._cpu = 0, 0.0
-        elif self._mark is not None:
-            self._mark += 1
-            self._cpu += cpu
-            if self._mark >= self.window:
-                self._measure(st)
-                self._mark = None
-                return True
-        return False
+        if self._win is None:
+            if self._seen >= self.settle and (not self._done or self.watch is not None):
+                self._win = Window(self.loader.stats())  # settled: a window starts
+            return None
+        self._win.add(dt, cpu)
+        if not self._win.full(self.window, self.watch if self._done else self.seconds, self.spread):
+            return None
+        mem, st = tree_memory(), self.loader.stats()
+        mem = None if mem is None or self._base_memory is None else mem - self._base_memory
+        trial = self.trials[-1] if not self._done else Trial(*self.trials[self._keep].setting, round=self._round + 1)
+        self._win.measure(trial, st, mem)
+        self._win = Window(st) if self._done else None
+        return self._watched(trial) if self._done else self._next()
 
-    def _measure(self, st):
-        mem = tree_memory()
-        self.trials[-1].measured(
-            st, self._cpu, None if mem is None or self._base_memory is None else mem - self._base_memory
+    def _watched(self, now: Trial) -> Optional[tuple]:
+        "After the decision, a window of the kept setting: two in a row whose wait grew start a search from it."
+        kept = self.trials[self._keep]
+        self._strikes = self._strikes + 1 if wait_grew(kept, now, self.budget.target) else 0
+        if self._strikes < 2 or self._round + 1 >= self.max_searches:
+            return None
+        _log.info(
+            f"timmdata num_workers='auto': the wait grew from {kept.stall:.1%} to {now.stall:.1%}: searching again"
         )
+        self._strikes, self._round, self._done, self._win = 0, self._round + 1, False, None
+        self.trials.append(now)
+        return self._next()
 
     def _next(self) -> Optional[tuple]:
         "The next setting, or None: the search is over (the kept setting then replaces the current one if it differs)."
-        nxt = None
-        if len(self.trials) < self.max_trials:
+        now, nxt = [t for t in self.trials if t.round == self._round], None
+        if len(now) < self.max_trials:
             nxt = next_setting(
-                self.trials,
-                self.budget,
-                self.modes,
-                self.prefetches,
-                self._batch_bytes,
-                worker_bytes(self.trials, self._batch_bytes),
-                self.workers,
-            )
+                now, self.budget, self.modes, self.prefetches, self._batch_bytes,
+                worker_bytes(self.trials, self._batch_bytes), self.workers,
+            )  # fmt: skip
         if nxt is None:
             self.decide()
             keep = self.trials[self._keep].setting
             return keep if keep != self.trials[-1].setting else None
-        self.trials.append(Trial(*nxt))
+        self.trials.append(Trial(*nxt, round=self._round))
         return nxt
 
     def decide(self):
         "End the search: keep the best setting measured (from `_next`; the CLI calls it when its batches run out)."
         self._done = True
-        keep = choose(self.trials, self.budget.target)  # the measured ones (none yet: the one running)
-        self._keep = self.trials.index(keep)
-        self._why = self._why or explain(keep, len(self.trials), self.budget)
+        now = [t for t in self.trials if t.round == self._round]
+        keep = choose(now, self.budget.target, self.margin)  # the measured ones (none yet: the one running)
+        self._keep = next(i for i, t in enumerate(self.trials) if t is keep)
+        self._why = self._fixed or explain(keep, len(now), self.budget)
         _log.info(
             f"timmdata num_workers='auto': worker_mode={keep.mode!r}, num_workers={keep.workers}, "
             f'prefetch_factor={keep.prefetch}: {self._why}'
@@ -424,5 +541,5 @@ class AutoLoader(CurrentLoader):
         self.loader.load_state_dict(state)
         if isinstance(old, PrefetchLoader) and isinstance(self.loader, PrefetchLoader):
             self.loader.mixup_enabled = old.mixup_enabled  # as the training loop left it (timm turns mixup off late)
-        self._seen, self._mark = 0, None
+        self._seen, self._win = 0, None
         _stop_workers(old)

@@ -428,16 +428,19 @@ def tune_main(argv=None):
     p.add_argument('--model-step-ms', type=float, default=None, help="the model's step per batch, simulated by a sleep")
     p.add_argument('--batch-size', type=int_at_least(1), default=64)
     p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
-    p.add_argument('--window', type=int_at_least(1), default=8, help='batches each setting is measured over')
+    p.add_argument('--window', type=int_at_least(1), default=6, help='batches each setting is measured over, at least')
+    p.add_argument('--seconds', type=float, default=1.0, help='seconds each setting is measured over, at least')
     p.add_argument('--max-batches', type=int_at_least(1), default=400, help='stop the search after this many batches')
     a = p.parse_args(argv)
     if a.model_step_ms is not None and a.model_step_ms < 0:
         raise CliError(f'--model-step-ms must be >= 0; got {a.model_step_ms:g}')
+    if a.seconds < 0:
+        raise CliError(f'--seconds must be >= 0; got {a.seconds:g}')
     ld = create_loader(
         ImageDataset(a.root), 224, a.batch_size, is_training=not a.eval, device=resolve_device(None),
         num_workers='auto', worker_mode='auto', prefetch_factor='auto',
     )  # fmt: skip
-    ld.window = a.window
+    ld.window, ld.seconds = a.window, a.seconds
     n, epoch = 0, 0
     while not ld.tuning()['done'] and n < a.max_batches:
         ld.set_epoch(epoch)
@@ -454,7 +457,9 @@ def tune_main(argv=None):
     print(TRIAL_HEADER)
     for tr in ld.trials:
         print(tr.row())
-    print(f'chosen: {t["why"]} ({n} batches run)')
+    print(
+        f'chosen: {t["why"]} ({n} batches run; the search: {t["cost"]["batches"]} batches, {t["cost"]["seconds"]:.1f} s)'
+    )
     print('create_loader(..., ' + ', '.join(f'{k}={v!r}' for k, v in t['chosen'].items()) + ')')
     return 0
 
