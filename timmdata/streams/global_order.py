@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/24_global_order.ipynb #397a3dd3
 from __future__ import annotations
-import bisect, io, itertools, math, numbers, os, threading
+import bisect, itertools, math, numbers, os, threading
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Optional, Sequence
