@@ -68,10 +68,11 @@ def train_loaders(sources: dict, a) -> dict:
 
 
 def alternate_epochs(loaders: dict, epochs: int, cpu: Optional[dict] = None) -> dict:
-    "{name: images/s of each timed epoch}: epoch 0 warms up (workers, page cache, a cache to fill), then `epochs` timed ones; the sources alternate within each epoch. `cpu`, a dict: filled with {name: CPU ms per image of the process and its workers, each timed epoch} (load moves it far less than images/s)."
-    rates = {k: [] for k in loaders}
+    "{name: images/s of each timed epoch}: epoch 0 warms up (workers, page cache, a cache to fill), then `epochs` timed ones; the sources alternate within each epoch, who goes first rotating from epoch to epoch. `cpu`, a dict: filled with {name: CPU ms per image of the process and its workers, each timed epoch} (load moves it far less than images/s)."
+    rates, names = {k: [] for k in loaders}, list(loaders)
     for e in range(epochs + 1):
-        for name, (ds, loader) in loaders.items():
+        for name in names[e % len(names):] + names[:e % len(names)]:  # who goes first rotates: no seat favoured
+            ds, loader = loaders[name]
             if hasattr(ds, 'set_epoch'): ds.set_epoch(e)
             got, t, main_cpu, workers_cpu = epoch_cpu(loader)
             if e:

@@ -32,7 +32,7 @@ def test_one_parse_per_node(tmp_path):
     write_tiny_shards(root, 300)
     write_dataset_index(root, progress=False)
     with open(root / DATASET_INDEX_FILE, 'rb') as f:
-        names, sizes, counts, _, _ = parse_table(_read_table(f, 'x'))  # what a process without a cache parses
+        names, sizes, counts, *_ = parse_table(_read_table(f, "x"))  # what a process without a cache parses
     srv = CountingServer(root)
     ctx = mp.get_context('spawn')
     try:

@@ -9,6 +9,8 @@ from collections import OrderedDict
 from typing import Optional
 import numpy as np
 from timmdata.streams.shard_io import (
+    IMAGE_KEYS,
+    TARGET_KEYS,
     ShardError,
     ShardNotFoundError,
     is_transient_error,
@@ -31,29 +33,33 @@ from timmdata.core.untrusted import (
     relative_name,
 )
 from timmdata.streams.index_table import (
+    INDEX_VERSIONS,
     MAX_SHARD_SAMPLES,
     MAX_TABLE_BYTES,
     TABLE_READS,
     DatasetIndexError,
     IndexTable,
+    line_chars,
     map_table_copy,
 )
 
 # %% auto #0
 __all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'SPANS_KEPT', 'SPANS_FILES_KEPT', 'HINT_SHARDS', 'spans_of',
-           'write_dataset_index', 'parse_table', 'DatasetIndex', 'node_table', 'read_dataset_index', 'ShardSpans',
-           'dataset_spans', 'index_main']
+           'layout_of', 'write_dataset_index', 'parse_table', 'DatasetIndex', 'node_table', 'read_dataset_index',
+           'ShardSpans', 'ListedSpans', 'dataset_spans', 'index_main']
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #d849d83d
 DATASET_INDEX_FILE = '_timmdata_dataset_index.json'  # beside `_info.json`: every shard's size and sample spans
-DATASET_INDEX_VERSION = 1
+DATASET_INDEX_VERSION = 2  # 2: each sample's image and target headers too (version 1 is still read: spans only)
 SPANS_KEPT = 64  # shards whose spans a process keeps (least recently read dropped first): a block of 8 shards, 8 times
 SPANS_FILES_KEPT = (
     8192  # shards whose spans a node cache keeps as files (oldest removed first): ~1 GB at 10,000 samples a shard
 )
 _I8 = np.dtype('<i8')
 HINT_SHARDS = 64  # from this many shards, a stream without a dataset index says how to write one (once per dataset)
-_HEAD = '{"format":"timmdata dataset index","version":%d}' % DATASET_INDEX_VERSION
+_HEADS = {'{"format":"timmdata dataset index","version":%d}' % v: v for v in INDEX_VERSIONS}
+_HEAD = next(h for h, v in _HEADS.items() if v == DATASET_INDEX_VERSION)  # what is written
+_I4 = np.dtype('<i4')
 _LINE = re.compile(r'\["([^"\\\x00-\x1f]{1,1024})",([0-9]{1,19}),([0-9]{1,13}),"([0-9a-f]{16})"\]')
 _TAIL = re.compile(r'\{"sha256":"([0-9a-f]{64})"\}')
 
@@ -67,9 +73,19 @@ def spans_of(samples: list) -> np.ndarray:
     return np.stack([np.concatenate([np.zeros(1, np.int64), ends[:-1]]), ends], 1)
 
 
-def _b64_len(n: int) -> int:
-    "Characters of the base64 of `n` int64s."
-    return 4 * ((8 * n + 2) // 3)
+def layout_of(
+    samples: list,  # a shard's samples as `shard_index.scan_shard` gives them
+    spans: np.ndarray,  # their spans (`spans_of`)
+) -> np.ndarray:
+    "Where each sample's image and target headers are in its span, as 512-byte blocks (an (n, 2) int32 array; -1: none): its first member of `IMAGE_KEYS` and of `TARGET_KEYS` (what a stream with the default keys reads), so a reader cuts them out of the span without parsing it (`global_order.cut_sample`)."
+    out = np.full((len(samples), 2), -1, np.int64)
+    for j, (_, m) in enumerate(samples):
+        for c, keys in ((0, IMAGE_KEYS), (1, TARGET_KEYS)):
+            ext = next((k for k in keys if k in m), None)
+            if ext is not None:
+                out[j, c] = (m[ext][0] - 512 - spans[j, 0]) // 512
+    out[(out < 0) | (out > np.iinfo(np.int32).max)] = -1  # a header past 1 TiB into a span: parsed
+    return out.astype(np.int32)
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #b9d7c942
 def _listed_shards(root: str) -> list:
@@ -86,7 +102,7 @@ def write_dataset_index(
     root,  # a local folder of tar shards (with `_info.json`, as `timmdata shards` writes it)
     progress: bool = True,  # print a line every 1,000 shards
 ) -> str:
-    "Scans every shard of `root` (its tar headers only) and writes `DATASET_INDEX_FILE` beside them; returns its path."
+    "Scans every shard of `root` (its tar headers only) and writes `DATASET_INDEX_FILE` beside them (each sample's span and where its image and target headers are in it); returns its path."
     root = os.fspath(root)
     if url_scheme(root) != 'file' or not os.path.isdir(root):
         raise ValueError(
@@ -99,8 +115,10 @@ def write_dataset_index(
     table, blobs = [_HEAD], []
     for i, name in enumerate(names):
         path = os.path.join(root, name)
-        spans = spans_of(scan_shard(path))
-        blob = base64.b64encode(np.ascontiguousarray(spans[:, 1], _I8).tobytes()).decode('ascii')
+        samples = scan_shard(path)
+        spans = spans_of(samples)
+        ends, blocks = np.ascontiguousarray(spans[:, 1], _I8), np.ascontiguousarray(layout_of(samples, spans), _I4)
+        blob = base64.b64encode(ends.tobytes() + blocks.tobytes()).decode('ascii')
         digest = hashlib.sha256(blob.encode('ascii')).hexdigest()[:16]
         table.append(json.dumps([name, stat_shard(path)[0], len(spans), digest], separators=(',', ':')))
         blobs.append(blob)
@@ -125,7 +143,7 @@ def parse_table(
     data: bytes,  # the table's bytes, through its checksum line
     where: str = DATASET_INDEX_FILE,  # the file's name, for errors
 ) -> tuple:
-    "(names, sizes, counts, digests, where each shard's spans line starts in the file) of a dataset index's table, every field checked; else `DatasetIndexError`."
+    "(names, sizes, counts, digests, where each shard's line starts in the file, the index's version) of a dataset index's table, every field checked; else `DatasetIndexError`."
     if len(data) > MAX_TABLE_BYTES:
         raise _bad(where, f'its table is over {MAX_TABLE_BYTES:,} bytes')
     try:
@@ -139,9 +157,11 @@ def parse_table(
     if hashlib.sha256((body + '\n').encode('ascii')).hexdigest() != m[1]:
         raise _bad(where, 'its checksum does not match its table (cut or changed)')
     lines = body.split('\n')
-    if lines[0] != _HEAD:
+    version = _HEADS.get(lines[0])
+    if version is None:
         raise _bad(
-            where, f'not a dataset index of version {DATASET_INDEX_VERSION} (it starts {printable(lines[0], 80)!r})'
+            where,
+            f'not a dataset index of version {" or ".join(map(str, INDEX_VERSIONS))} (it starts {printable(lines[0], 80)!r})',
         )
     names, sizes, counts, digests, seen, total = [], [], [], [], set(), 0
     for k, line in enumerate(lines[1:], 2):
@@ -170,16 +190,12 @@ def parse_table(
         counts.append(n)
         digests.append(m[4])
     counts = np.asarray(counts, np.int64)
-    starts = (
-        len(data.rstrip(b'\n'))
-        + 1
-        + np.concatenate([[0], np.cumsum(np.asarray([_b64_len(n) + 1 for n in counts.tolist()], np.int64))[:-1]])
-    )
-    return names, np.asarray(sizes, np.int64), counts, digests, starts.astype(np.int64)
+    starts = len(data.rstrip(b'\n')) + 1 + np.concatenate([[0], np.cumsum(line_chars(counts, version) + 1)[:-1]])
+    return names, np.asarray(sizes, np.int64), counts, digests, starts.astype(np.int64), version
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #2f825e88
 class DatasetIndex:
-    "A dataset index's table (an `IndexTable`, or `parse_table`'s tuple) and where its file is: `spans(i)` reads shard i's spans when asked, checked, and keeps the last `SPANS_KEPT`; with `node_stem` (a node cache's), each shard's spans are fetched once per node and kept there as a file (the last `SPANS_FILES_KEPT`)."
+    "A dataset index's table (an `IndexTable`, or `parse_table`'s tuple) and where its file is: `layout(i)` reads shard i's spans (and where its samples' headers are) when asked, checked, and keeps the last `SPANS_KEPT`; with `node_stem` (a node cache's), each shard's spans are fetched once per node and kept there as a file (the last `SPANS_FILES_KEPT`)."
 
     def __init__(
         self,
@@ -198,6 +214,7 @@ class DatasetIndex:
             self.table
         )  # arrays (of a map when a node cache holds the parsed table): nothing per shard in Python objects
         self.sizes, self.counts, self.digests, self.starts = t.sizes, t.counts, t.digests, t.starts
+        self.version = t.version  # 1: spans only; 2: and where each sample's image and target headers are
         self._pid, self._kept, self._lock, self._fh, self.fetched = None, OrderedDict(), None, None, 0
         self._writes = 0  # spans files this process wrote into the node cache
 
@@ -209,7 +226,11 @@ class DatasetIndex:
         return os.pread(self._fh.fd, n, off)
 
     def spans(self, i: int) -> np.ndarray:
-        "The (n, 2) spans of the shard of table row `i`, read (one ranged read) and checked the first time."
+        "The (n, 2) spans `[start, end)` of the samples of the shard of table row `i`: `layout(i)`'s first two columns."
+        return self.layout(i)[:, :2]
+
+    def layout(self, i: int) -> np.ndarray:
+        "The samples of the shard of table row `i` as an (n, 4) int64 array: each span's start and end in the shard, and where its image and target headers are in the span (bytes; -1 where the index does not say: version 1, or a sample without one); its line read (one ranged read) and checked the first time."
         if self._pid != os.getpid():  # forked or unpickled: never the parent's handle or lock
             self._pid, self._kept, self._lock, self._fh = os.getpid(), OrderedDict(), threading.Lock(), None
         with self._lock:
@@ -225,19 +246,29 @@ class DatasetIndex:
             raise _bad(
                 shard_name(self.url), f'the spans of shard {printable(name)} do not match their digest (cut or changed)'
             )
-        ends = np.frombuffer(base64.b64decode(blob, validate=True), _I8)
-        if len(ends) != n or (
-            n and not (ends[0] > 0 and (np.diff(ends) > 0).all() and not (ends % 512).any() and ends[-1] <= size)
+        raw = base64.b64decode(blob, validate=True)
+        if len(raw) != (8 if self.version == 1 else 16) * n:
+            raise _bad(shard_name(self.url), f'the line of shard {printable(name)} is not of {n} samples')
+        ends = np.frombuffer(raw, _I8, n)
+        starts = np.concatenate([np.zeros(min(n, 1), np.int64), ends[:-1]])
+        blocks = (
+            np.frombuffer(raw, _I4, 2 * n, 8 * n).reshape(n, 2).astype(np.int64)
+            if self.version > 1
+            else np.full((n, 2), -1, np.int64)
+        )
+        if n and not (
+            ends[0] > 0
+            and (np.diff(ends) > 0).all()
+            and not (ends % 512).any()
+            and ends[-1] <= size
+            and ((blocks == -1) | ((blocks >= 0) & (512 * blocks + 512 <= (ends - starts)[:, None]))).all()
         ):
             raise _bad(
                 shard_name(self.url),
-                f'the spans of shard {printable(name)} do not fit it ({n} samples of a {size:,}-byte shard)',
+                f'the spans of shard {printable(name)} do not fit it ({n} samples of a {size:,}-byte shard, each '
+                f'header inside its span)',
             )
-        out = (
-            np.stack([np.concatenate([np.zeros(min(n, 1), np.int64), ends[:-1]]), ends], 1)
-            if n
-            else np.zeros((0, 2), np.int64)
-        )
+        out = np.concatenate([starts[:, None], ends[:, None], np.where(blocks >= 0, 512 * blocks, -1)], 1)
         with self._lock:
             self._kept[i] = out
             while len(self._kept) > SPANS_KEPT:
@@ -248,7 +279,7 @@ class DatasetIndex:
         "The node cache's copy of shard i's spans line when it is a good one (its digest is the table's)."
         try:
             with open(os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0)), 'rb') as f:
-                blob = f.read(_b64_len(n) + 1)
+                blob = f.read(line_chars(n, self.version) + 1)
         except OSError:
             return None  # none, a link (never followed) or unreadable: fetched
         return blob if hashlib.sha256(blob).hexdigest()[:16].encode('ascii') == self.digests[i] else None
@@ -257,7 +288,7 @@ class DatasetIndex:
         "Shard i's spans line: the node cache's copy when it has a good one, else fetched and kept there (one process of the node fetches it: the others wait on one of 64 locks, then read the copy)."
         if self.node_stem is None:
             self.fetched += 1
-            return self._read(int(self.starts[i]), _b64_len(n))
+            return self._read(int(self.starts[i]), line_chars(n, self.version))
         path = f'{self.node_stem}.{i}.spans'
         blob = self._kept_blob(path, i, n)
         if blob is not None:
@@ -268,7 +299,7 @@ class DatasetIndex:
             wait_lock(fd, REQUEST_DEADLINE, self.url, lock)
             blob = self._kept_blob(path, i, n)  # another process fetched it while we waited
             if blob is None:
-                blob = self._read(int(self.starts[i]), _b64_len(n))
+                blob = self._read(int(self.starts[i]), line_chars(n, self.version))
                 self.fetched += 1
                 if hashlib.sha256(blob).hexdigest()[:16].encode('ascii') == self.digests[i]:
                     with atomic_write(path, 'wb') as f:  # a new file renamed in: a reader sees a whole copy or none
@@ -432,7 +463,7 @@ def _fetch_table(url: str, retries: int, backoff: float, timeout: float) -> Opti
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #3ca24669
 class ShardSpans:
-    "The spans of a source's shards by the source's shard number, read from a `DatasetIndex` when first asked: `spans[s]` an (n, 2) array, `lengths` the counts (nothing read)."
+    "The spans of a source's shards by the source's shard number, read from a `DatasetIndex` when first asked: `spans[s]` an (n, 2) array, `layout(s)` an (n, 4) one (`DatasetIndex.layout`), `lengths` the counts (nothing read)."
 
     def __init__(self, index: DatasetIndex, rows: list):
         self.index, self.rows = index, rows
@@ -443,6 +474,33 @@ class ShardSpans:
 
     def __getitem__(self, s: int) -> np.ndarray:
         return self.index.spans(self.rows[s])
+
+    def layout(self, s: int) -> np.ndarray:
+        return self.index.layout(self.rows[s])
+
+
+class ListedSpans:
+    "Spans given as a list, one (n, 2) array per shard (the member-offset index's, or a test's), read as `ShardSpans` reads them: `spans[s]`, `layout(s)` (where the headers are: from `layouts`, `layout_of`'s blocks per shard, else -1: parsed), `lengths`."
+
+    def __init__(self, spans: list, layouts: Optional[list] = None):
+        self.spans = [np.asarray(a, np.int64).reshape(-1, 2) for a in spans]
+        self.lengths = [len(a) for a in self.spans]
+        blocks = layouts if layouts is not None else [np.full((n, 2), -1) for n in self.lengths]
+        if len(blocks) != len(self.spans) or any(len(b) != n for b, n in zip(blocks, self.lengths)):
+            raise ValueError(f'layouts: one (n, 2) array of header blocks per shard, as spans has ({self.lengths})')
+        self._layouts = [
+            np.concatenate([a, np.where(np.asarray(b) >= 0, 512 * np.asarray(b, np.int64), -1)], 1)
+            for a, b in zip(self.spans, blocks)
+        ]
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def __getitem__(self, s: int) -> np.ndarray:
+        return self.spans[s]
+
+    def layout(self, s: int) -> np.ndarray:
+        return self._layouts[s]
 
 
 _HINTED = set()

@@ -12,21 +12,34 @@ import numpy as np
 from ..config import mix_seed
 from ..readers import FileHandle
 from timmdata.streams.shard_io import (
+    IMAGE_KEYS,
+    MAX_MEMBER_BYTES,
+    TARGET_KEYS,
     ShardError,
     ShardNotFoundError,
     ShardTruncatedError,
     WdsSource,
     shard_name,
+    split_key,
+    tar_header,
     url_scheme,
 )
 from .shard_index import INDEX_FILE, http_range, load_index
 from .shard_cache import cached_copy
-from .dataset_index import DATASET_INDEX_FILE, ShardSpans, dataset_spans, spans_of
+from timmdata.streams.dataset_index import (
+    SPANS_KEPT,
+    DATASET_INDEX_FILE,
+    ListedSpans,
+    dataset_spans,
+    layout_of,
+    spans_of,
+)
 from ..core.untrusted import MAX_SAMPLES, printable
 
 # %% auto #0
 __all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'READ_AHEAD', 'permute_index', 'GlobalOrder', 'epoch_length', 'batch_pieces',
-           'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order', 'sample_spans', 'SpanReader']
+           'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order', 'sample_spans', 'cut_sample',
+           'SpanReader']
 
 # %% ../../nbs/streams/24_global_order.ipynb #01df9e07
 _ROUNDS = 6  # Feistel rounds: 4 already make a pseudo-random permutation (Luby-Rackoff); 2 more for small domains
@@ -361,7 +374,7 @@ def sample_spans(
         raise  # a missing or cut shard fails any order: say so now
     except ShardError as e:
         return str(e)  # e.g. compressed, or a server that ignores ranged reads
-    spans = []
+    spans, layouts = [], []
     for i, samples in enumerate(per_shard):
         want = source.shard_lengths[i] if source.shard_lengths else None
         if want is not None and len(samples) != want:
@@ -369,11 +382,48 @@ def sample_spans(
                 f'shard {shard_name(source.shards[i])} holds {len(samples)} samples; _info.json says {want}: write the shard or the info file again'
             )
         spans.append(spans_of(samples))
-    return spans
+        layouts.append(layout_of(samples, spans[-1]))
+    return ListedSpans(spans, layouts)
 
 # %% ../../nbs/streams/24_global_order.ipynb #77589eb0
 READ_AHEAD = 8  # ranged GETs a worker keeps in flight over http(s) without a cache: latency hidden, memory bounded
-_PER_PROCESS = ('_files', '_copies', '_lock', '_pool', '_no_copy')
+_PER_PROCESS = ('_files', '_copies', '_lock', '_pool', '_no_copy', '_rows')
+_REGULAR = (b'0', b'\0', b'7')  # a tar header's kinds of regular file
+
+
+def cut_sample(
+    source: WdsSource,
+    read,  # read(offset, n): bytes of a sample's span (its tar records)
+    span: int,  # the span's size
+    url: str,  # its shard, for messages
+    at_image: int,
+    at_target: int,  # where its image and target headers are in the span (`DatasetIndex.layout`)
+) -> Optional[tuple]:
+    "(key, image bytes, target) of a sample's span cut out where the index says its image and target headers are: three reads (the image's header, the image straight into its bytes, the target's header with its block of data), no other record read; None when they are not an image and a one-block target member of one key, sizes inside the span (a name longer than a header holds, a changed shard): then the span is parsed, its headers checked."
+    if not (0 <= at_image <= span - 512 and 0 <= at_target <= span - 512):
+        return None
+    head, tail = read(at_image, 512), read(at_target, min(1024, span - at_target))
+    try:  # the names say which members these are; the checksums are the parse's
+        name, size, kind = tar_header(head, url, at_image, MAX_MEMBER_BYTES, checksum=False)
+        tname, tsize, tkind = tar_header(tail[:512], url, at_target, MAX_MEMBER_BYTES, checksum=False)
+    except (ShardError, IndexError):  # IndexError: a header cut short (the file was), which the parse names
+        return None
+    if kind not in _REGULAR or tkind not in _REGULAR or at_image + 512 + size > span or tsize > len(tail) - 512:
+        return None
+    (key, ext), (tkey, text) = (
+        split_key(name.decode('utf-8', 'surrogateescape')),
+        split_key(tname.decode('utf-8', 'surrogateescape')),
+    )
+    if key != tkey or ext not in IMAGE_KEYS or text not in TARGET_KEYS:
+        return None
+    img = read(at_image + 512, size)
+    if len(img) != size:
+        return None
+    raw = {text: tail[512 : 512 + tsize]}
+    try:
+        return key, img, source.target_of(raw, '')
+    except ValueError:  # the sample named only when its target is bad
+        return key, img, source.target_of(raw, f'sample {key!r} of shard {shard_name(url)}')
 
 
 class SpanReader:
@@ -389,9 +439,13 @@ class SpanReader:
         ] = None,  # each shard's size as the dataset index states it: checked at each read (no request more)
         read_ahead: int = READ_AHEAD,  # ranged GETs in flight per process (http(s) shards read without a cache)
     ):
+        spans = ListedSpans(spans) if isinstance(spans, (list, tuple)) else spans  # or a `ShardSpans`: read when asked
         self.source, self.spans, self.max_open_files, self.sizes = source, spans, max_open_files, sizes
         self.read_ahead = max(1, int(read_ahead))
-        self.lengths = spans.lengths if isinstance(spans, ShardSpans) else [len(a) for a in spans]  # nothing read
+        self.lengths = spans.lengths  # nothing read
+        # a sample is cut out of its span (`cut_sample`) when the source reads the members the index's layout names:
+        # the first of the default image and target extensions (a JSON target, or other keys: each span parsed)
+        self.cuts = source.image_keys == IMAGE_KEYS and source.target_keys == TARGET_KEYS and source.targets.key is None
         self._paths = [
             (s[7:] if s.startswith('file://') else s) if url_scheme(s) == 'file' else None for s in source.shards
         ]  # None: http(s)
@@ -402,7 +456,7 @@ class SpanReader:
         "Handles, copies and threads are per process: never a parent's."
         if self._pid != os.getpid():
             self._files, self._copies, self._lock, self._pool = OrderedDict(), OrderedDict(), threading.Lock(), None
-            self._no_copy, self._pid = set(), os.getpid()
+            self._no_copy, self._pid, self._rows = set(), os.getpid(), {}
 
     def _copy(self, s: int):
         "The node cache's copy of remote shard s (downloaded whole the first time: one download per node, not per read), or None when it cannot be kept."
@@ -435,6 +489,16 @@ class SpanReader:
             if self.sizes is not None:  # the total of 'bytes a-b/total' (checked well formed by http_range)
                 self._check_size(s, (headers.get('Content-Range') or '').rpartition('/')[2])
             return body
+        fd = self._fd(s)
+        if hasattr(os, 'pread'):
+            return os.pread(fd, n, start)
+        with self._lock:
+            os.lseek(fd, start, os.SEEK_SET)
+            return os.read(fd, n)
+
+    def _fd(self, s: int) -> int:
+        "The descriptor of local shard `s`, open among the last `max_open_files` (its size checked against the index's when opened)."
+        self._own()
         f = self._files.pop(s, None)
         if f is None:
             f = FileHandle(self._paths[s])
@@ -443,11 +507,7 @@ class SpanReader:
         self._files[s] = f
         while len(self._files) > self.max_open_files:
             self._files.popitem(last=False)
-        if hasattr(os, 'pread'):
-            return os.pread(f.fd, n, start)
-        with self._lock:
-            os.lseek(f.fd, start, os.SEEK_SET)
-            return os.read(f.fd, n)
+        return f.fd
 
     def _check_size(self, s: int, got: str):
         "A shard whose size is not the dataset index's: named (the index is stale), never read by stale spans."
@@ -459,14 +519,28 @@ class SpanReader:
             )
 
     def read(self, s: int, m: int) -> tuple:
-        "(key, image bytes, target) of sample `m` of shard `s`, parsed and checked as the stream parses its shard."
-        start, end = (int(x) for x in self.spans[s][m])
-        url, data = self.source.shards[s], self._bytes(s, start, end - start)
-        if len(data) != end - start:
-            raise ShardTruncatedError(
-                f'shard {shard_name(url)} was cut or changed after it was indexed: sample {m} needs bytes '
-                f'{start:,} to {end:,}; create the dataset again (a changed shard is indexed again)'
-            )
+        "(key, image bytes, target) of sample `m` of shard `s`: cut out of its span where the index says its image and target are (`cut_sample`), else the span parsed and checked as the stream parses its shard."
+        rows = self._rows.get(s)  # the shard's layout, held here too: no lock or LRU step a sample
+        if rows is None:
+            self._own()
+            if len(self._rows) >= SPANS_KEPT:
+                self._rows.clear()
+            rows = self._rows[s] = self.spans.layout(s)
+        start, end, at_image, at_target = rows[m].tolist()
+        url, data = self.source.shards[s], None
+        if self.cuts and at_image >= 0 and at_target >= 0:
+            if self._paths[s] is None:  # remote: the span in one request, cut in memory
+                data = self._span(s, m, start, end)
+                read = lambda o, n: data[o : o + n]
+            elif hasattr(os, 'pread'):  # a local file: each member read alone, the image straight into its bytes
+                fd = self._fd(s)
+                read = lambda o, n: os.pread(fd, n, start + o)
+            else:
+                read = lambda o, n: self._bytes(s, start + o, n)
+            got = cut_sample(self.source, read, end - start, url, at_image, at_target)
+            if got is not None:
+                return got
+        data = self._span(s, m, start, end) if data is None else data
         got = list(self.source.parse_shard(data, url))  # a span: its records, no end-of-archive block
         if len(got) != 1:
             raise ShardError(
@@ -474,6 +548,16 @@ class SpanReader:
                 f'delete {INDEX_FILE} beside the shards (or in index_dir) and create the dataset again'
             )
         return got[0]
+
+    def _span(self, s: int, m: int, start: int, end: int) -> bytes:
+        "The bytes of sample `m`'s span in shard `s`, whole (else a named error: the shard changed)."
+        data = self._bytes(s, start, end - start)
+        if len(data) != end - start:
+            raise ShardTruncatedError(
+                f'shard {shard_name(self.source.shards[s])} was cut or changed after it was indexed: sample {m} needs '
+                f'bytes {start:,} to {end:,}; create the dataset again (a changed shard is indexed again)'
+            )
+        return data
 
     def _reads(self, shards: list, members: list) -> Iterator[tuple]:
         "`read(s, m)` of each pair, in order: over http(s) without a cache up to `read_ahead` at a time in threads (the order kept)."

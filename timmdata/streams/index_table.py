@@ -11,14 +11,26 @@ from .shard_io import ShardError
 from ..core.untrusted import MAX_SAMPLES, MIN_SAMPLE_BYTES, printable
 
 # %% auto #0
-__all__ = ['MAX_TABLE_BYTES', 'MAX_SHARD_SAMPLES', 'MAX_TABLE_SHARDS', 'TABLE_READS', 'DatasetIndexError', 'IndexTable',
-           'map_table_copy']
+__all__ = ['MAX_TABLE_BYTES', 'MAX_SHARD_SAMPLES', 'MAX_TABLE_SHARDS', 'INDEX_VERSIONS', 'TABLE_READS', 'line_chars',
+           'DatasetIndexError', 'IndexTable', 'map_table_copy']
 
 # %% ../../nbs/streams/23a_index_table.ipynb #72194eb2
 MAX_TABLE_BYTES = 256 << 20  # the largest table read (256 MiB: ~4 M shards at ~60 bytes each)
-MAX_SHARD_SAMPLES = 1 << 20  # the most samples a shard may have in the index (its spans line: 12 MiB)
+MAX_SHARD_SAMPLES = 1 << 20  # the most samples a shard may have in the index (its line: 22 MiB)
 MAX_TABLE_SHARDS = MAX_TABLE_BYTES // 32  # the most shards a table may list (a line is at least 32 bytes)
 _I8 = np.dtype('<i8')
+INDEX_VERSIONS = (
+    1,
+    2,
+)  # dataset index versions read: 1, each sample's span; 2, and where its image and target headers are
+
+
+def line_chars(
+    n,  # samples (an int, or an int64 array of counts)
+    version: int,  # the dataset index's version (`INDEX_VERSIONS`)
+):
+    "Characters of a shard's line in a dataset index, its newline left out: the base64 of `n` int64 span ends, and in version 2 of `n` pairs of int32 header blocks after them (16 bytes a sample)."
+    return 4 * (((8 if version == 1 else 16) * n + 2) // 3)
 
 
 class DatasetIndexError(ShardError):
@@ -32,8 +44,8 @@ def _bad_copy(path: str, why: str) -> DatasetIndexError:
     )
 
 # %% ../../nbs/streams/23a_index_table.ipynb #8408883a
-_COPY_MAGIC = b'timmdata table 1'  # 16 bytes: the layout's version
-_COPY_HEAD = 96  # magic, shards, name bytes (2 x uint64), the table's SHA-256, the rest's SHA-256
+_COPY_MAGIC = b'timmdata table 2'  # 16 bytes: the layout's version
+_COPY_HEAD = 104  # magic, shards, name bytes, the index's version (3 x uint64), the table's SHA-256, the rest's SHA-256
 _ROW_BYTES = 64  # sizes, counts, starts, name ends, hashes, rows (int64 each) and the 16-byte spans digest
 
 
@@ -43,7 +55,7 @@ def _name_hashes(enc: list) -> np.ndarray:
 
 
 class IndexTable:
-    "A dataset index's table in a fixed layout, checked: `sizes`, `counts`, `starts` (int64 arrays), `digests` (16-byte), `name(i)`, `rows_of(names)`; from the bytes or the map of `layout(...)`."
+    "A dataset index's table in a fixed layout, checked: `sizes`, `counts`, `starts` (int64 arrays), `digests` (16-byte), `version` (the index's), `name(i)`, `rows_of(names)`; from the bytes or the map of `layout(...)`."
 
     def __init__(
         self,
@@ -55,7 +67,9 @@ class IndexTable:
         mv, size = memoryview(buf), len(buf)
         if size < _COPY_HEAD or bytes(mv[:16]) != _COPY_MAGIC:
             raise _bad_copy(where, 'not a parsed table of this version (or cut short)')
-        n, nb = struct.unpack_from('<QQ', mv, 16)
+        n, nb, version = struct.unpack_from('<QQQ', mv, 16)
+        if version not in INDEX_VERSIONS:
+            raise _bad_copy(where, f'of a dataset index of version {version} (this timmdata reads {INDEX_VERSIONS})')
         if n > MAX_TABLE_SHARDS or nb > MAX_TABLE_BYTES or size != _COPY_HEAD + _ROW_BYTES * n + nb:
             raise _bad_copy(
                 where, f'{size:,} bytes where its header says {n:,} shards and {nb:,} bytes of names (cut?)'
@@ -63,11 +77,12 @@ class IndexTable:
         h = hashlib.sha256()
         for o in range(_COPY_HEAD, size, 1 << 20):  # in pieces: nothing copied whole
             h.update(mv[o : min(size, o + (1 << 20))])
-        if h.digest() != bytes(mv[64:96]):
+        if h.digest() != bytes(mv[72:104]):
             raise _bad_copy(where, 'its checksum does not match (changed or damaged)')
-        self.table_sha, self.n, col = (
-            bytes(mv[32:64]).hex(),
+        self.table_sha, self.n, self.version, col = (
+            bytes(mv[40:72]).hex(),
             n,
+            version,
             lambda k, t: np.frombuffer(buf, t, n, _COPY_HEAD + 8 * k * n),
         )
         self.sizes, self.counts, self.starts, self.ends = col(0, _I8), col(1, _I8), col(2, _I8), col(3, _I8)
@@ -85,7 +100,7 @@ class IndexTable:
             raise _bad_copy(self.where, 'a shard with a negative size or more samples than its bytes allow')
         if int(c.sum()) > MAX_SAMPLES:
             raise _bad_copy(self.where, f'more than {MAX_SAMPLES:,} samples')
-        if n and not (self.starts[0] >= 0 and (np.diff(self.starts) == 4 * ((8 * c[:-1] + 2) // 3) + 1).all()):
+        if n and not (self.starts[0] >= 0 and (np.diff(self.starts) == line_chars(c[:-1], self.version) + 1).all()):
             raise _bad_copy(self.where, 'its spans lines are not back to back')
         d = np.diff(e, prepend=0)
         if (e[-1] if n else 0) != len(self.blob) or not ((d >= 1).all() and (d <= 1024).all()):
@@ -97,11 +112,11 @@ class IndexTable:
 
     @staticmethod
     def layout(
-        table: tuple,  # `parse_table`'s (names, sizes, counts, digests, starts)
+        table: tuple,  # `parse_table`'s (names, sizes, counts, digests, starts, version)
         table_sha: str,  # the table's SHA-256 (hex), recorded in the copy
     ) -> bytes:
         "The fixed layout of a parsed table: what a node cache keeps and its processes map."
-        names, sizes, counts, digests, starts = table
+        names, sizes, counts, digests, starts, version = table
         enc = [nm.encode('utf-8') for nm in names]
         hashes = _name_hashes(enc)
         by = np.argsort(hashes, kind='stable').astype(_I8)
@@ -110,7 +125,7 @@ class IndexTable:
         cols = [np.asarray(a, _I8) for a in (sizes, counts, starts, ends)] + [hashes[by], by]
         body = b''.join(a.astype(a.dtype.newbyteorder('<')).tobytes() for a in cols)
         body += np.asarray([d.encode('ascii') for d in digests], 'S16').tobytes() + blob
-        head = _COPY_MAGIC + struct.pack('<QQ', len(enc), len(blob)) + bytes.fromhex(table_sha)
+        head = _COPY_MAGIC + struct.pack('<QQQ', len(enc), len(blob), version) + bytes.fromhex(table_sha)
         return head + hashlib.sha256(body).digest() + body
 
     def __len__(self) -> int:

@@ -23,8 +23,8 @@ from .net import http_open
 # %% auto #0
 __all__ = ['MAX_MEMBER_BYTES', 'TAR_CHUNK', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError',
            'ShardTruncatedError', 'TransientShardError', 'ShardDeadlineError', 'url_scheme', 'shard_name',
-           'is_transient_error', 'expand_braces', 'join_url', 'shard_list', 'open_shard', 'tar_members', 'iter_tar',
-           'split_key', 'group_samples', 'parse_keys', 'sample_target', 'load_info', 'WdsSource']
+           'is_transient_error', 'expand_braces', 'join_url', 'shard_list', 'open_shard', 'tar_header', 'tar_members',
+           'iter_tar', 'split_key', 'group_samples', 'parse_keys', 'sample_target', 'load_info', 'WdsSource']
 
 # %% ../../nbs/streams/22_shard_io.ipynb #f16af843
 from ..readers.class_map import RecordTargets
@@ -319,14 +319,15 @@ def _block_sum(block: bytes) -> int:
     return (zlib.adler32(block[:256]) & 0xFFFF) + (zlib.adler32(block[256:]) & 0xFFFF) - 2
 
 
-def _header(
+def tar_header(
     hdr: bytes,  # a 512-byte tar header
     url: str,  # the shard's name, for errors
     offset: int,  # where the header starts in the archive, for errors
     limit: int,  # the largest member size taken
+    checksum: bool = True,  # False: a header found by an index (`global_order.cut_sample`), whose name is checked instead
 ) -> tuple:
     "`(name, size, kind)` of a tar header, its checksum and size field checked (else `ShardError`); the name as bytes, a ustar prefix joined."
-    chk, unsigned = _octal(hdr[148:156]), _block_sum(hdr) - sum(hdr[148:156]) + 8 * 32
+    chk, unsigned = (_octal(hdr[148:156]), _block_sum(hdr) - sum(hdr[148:156]) + 8 * 32) if checksum else (0, 0)
     if chk != unsigned and chk != unsigned - 256 * sum(b > 127 for b in hdr[:148] + hdr[156:]):  # signed: old tars
         raise ShardError(
             f'shard {shard_name(url)}: bad tar header at byte {offset} (not an uncompressed tar, or damaged): write it again'
@@ -383,7 +384,7 @@ def _records(
         hdr = buf[pos : pos + 512]
         if hdr == _ZERO_BLOCK:
             return  # end of archive
-        name, size, kind = _header(hdr, url, base + pos, limit)
+        name, size, kind = tar_header(hdr, url, base + pos, limit)
         start, pad = pos + 512, -size % 512
         if start + size + pad <= len(buf):
             yield name, kind, base + start, size, buf[start : start + size]
@@ -414,7 +415,7 @@ def _span_records(data: bytes, url: str, limit: int) -> list:
             raise ShardTruncatedError(
                 f'shard {shard_name(url)} is truncated: it ends inside the header at byte {pos} ({len(hdr)} of 512 bytes)'
             )
-        name, size, kind = _header(hdr, url, pos, limit)
+        name, size, kind = tar_header(hdr, url, pos, limit)
         start = pos + 512
         pos = start + size + -size % 512
         if pos > n:
@@ -435,7 +436,7 @@ def _seek_records(f, url: str, limit: int, file_size: int) -> Iterator[tuple]:
             )
         if hdr == _ZERO_BLOCK:
             return
-        name, size, kind = _header(hdr, url, offset, limit)
+        name, size, kind = tar_header(hdr, url, offset, limit)
         start, pad = offset + 512, -size % 512
         if kind in _EXTENDED:
             data = _read_exact(f, size, url, f'member {name.decode("utf-8", "replace")!r}') if size else b''

@@ -27,6 +27,7 @@ from timmdata.streams.dataset_index import (
     node_table,
     parse_table,
 )
+from ..streams.index_table import line_chars
 from ..streams.shard_cache import parse_size
 
 # %% auto #0
@@ -271,9 +272,9 @@ def shuffle_quality(
 
 # %% ../../nbs/tools/55_simulate.ipynb #4265f10b
 def index_bytes(lengths) -> tuple:
-    "(the table's bytes, the spans' bytes) of the dataset index (`timmdata.streams.dataset_index`) of shards of `lengths`: a table line per shard (name, size, count, digest), a spans line per shard (base64 int64s: 12 bytes a sample)."
+    "(the table's bytes, the spans' bytes) of the dataset index (`timmdata.streams.dataset_index`) of shards of `lengths`: a table line per shard (name, size, count, digest), a line per shard (base64 of each sample's int64 span end and two int32 header blocks: about 21 bytes a sample)."
     lengths = np.asarray(lengths, np.int64)
-    return int(130 + len(lengths) * 62), int((4 * ((8 * lengths + 2) // 3) + 1).sum())
+    return int(130 + len(lengths) * 62), int((line_chars(lengths, DATASET_INDEX_VERSION) + 1).sum())
 
 
 def table_memory(lengths, sample_bytes: int = 110_000) -> dict:
