@@ -39,7 +39,7 @@ from ..core.untrusted import MAX_SAMPLES, printable
 # %% auto #0
 __all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'READ_AHEAD', 'permute_index', 'GlobalOrder', 'epoch_length', 'batch_pieces',
            'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order', 'sample_spans', 'cut_sample',
-           'SpanReader']
+           'ShardBytes', 'SpanReader']
 
 # %% ../../nbs/streams/24_global_order.ipynb #01df9e07
 _ROUNDS = 6  # Feistel rounds: 4 already make a pseudo-random permutation (Luby-Rackoff); 2 more for small domains
@@ -385,7 +385,7 @@ def sample_spans(
         layouts.append(layout_of(samples, spans[-1]))
     return ListedSpans(spans, layouts)
 
-# %% ../../nbs/streams/24_global_order.ipynb #77589eb0
+# %% ../../nbs/streams/24_global_order.ipynb #6cd52051
 READ_AHEAD = 8  # ranged GETs a worker keeps in flight over http(s) without a cache: latency hidden, memory bounded
 _PER_PROCESS = ('_files', '_copies', '_lock', '_pool', '_no_copy', '_rows')
 _REGULAR = (b'0', b'\0', b'7')  # a tar header's kinds of regular file
@@ -425,27 +425,19 @@ def cut_sample(
     except ValueError:  # the sample named only when its target is bad
         return key, img, source.target_of(raw, f'sample {key!r} of shard {shard_name(url)}')
 
-
-class SpanReader:
-    "A `WdsSource`'s samples by position: a sample's span (`sample_spans`) read with one `pread` of a local file or of the node cache's copy (remote shards with `cache_dir`: each downloaded whole once per node), else one ranged GET (up to `read_ahead` in flight)."
+# %% ../../nbs/streams/24_global_order.ipynb #6b58487b
+class ShardBytes:
+    "A `WdsSource`'s shards as bytes by offset: a local file's `pread` (its size checked against the dataset index's when opened), the node cache's copy of a remote shard (remote shards with `cache_dir`: each downloaded whole once per node), else a ranged GET; handles and copies per process."
 
     def __init__(
         self,
         source: WdsSource,
-        spans: list,
         max_open_files: int = 16,  # local files (and cached copies) kept open per process
         sizes: Optional[
             list
         ] = None,  # each shard's size as the dataset index states it: checked at each read (no request more)
-        read_ahead: int = READ_AHEAD,  # ranged GETs in flight per process (http(s) shards read without a cache)
     ):
-        spans = ListedSpans(spans) if isinstance(spans, (list, tuple)) else spans  # or a `ShardSpans`: read when asked
-        self.source, self.spans, self.max_open_files, self.sizes = source, spans, max_open_files, sizes
-        self.read_ahead = max(1, int(read_ahead))
-        self.lengths = spans.lengths  # nothing read
-        # a sample is cut out of its span (`cut_sample`) when the source reads the members the index's layout names:
-        # the first of the default image and target extensions (a JSON target, or other keys: each span parsed)
-        self.cuts = source.image_keys == IMAGE_KEYS and source.target_keys == TARGET_KEYS and source.targets.key is None
+        self.source, self.max_open_files, self.sizes = source, max_open_files, sizes
         self._paths = [
             (s[7:] if s.startswith('file://') else s) if url_scheme(s) == 'file' else None for s in source.shards
         ]  # None: http(s)
@@ -453,10 +445,10 @@ class SpanReader:
         self._own()
 
     def _own(self):
-        "Handles, copies and threads are per process: never a parent's."
+        "Handles and copies are per process: never a parent's."
         if self._pid != os.getpid():
-            self._files, self._copies, self._lock, self._pool = OrderedDict(), OrderedDict(), threading.Lock(), None
-            self._no_copy, self._pid, self._rows = set(), os.getpid(), {}
+            self._files, self._copies, self._lock = OrderedDict(), OrderedDict(), threading.Lock()
+            self._no_copy, self._pid = set(), os.getpid()
 
     def _copy(self, s: int):
         "The node cache's copy of remote shard s (downloaded whole the first time: one download per node, not per read), or None when it cannot be kept."
@@ -517,6 +509,40 @@ class SpanReader:
                 f'says {self.sizes[s]:,}: it changed after the index was written; write it again with '
                 f'`timmdata index` (or delete {DATASET_INDEX_FILE})'
             )
+
+    def __getstate__(self):  # handles, copies, locks and threads are per process
+        return {k: v for k, v in self.__dict__.items() if k not in _PER_PROCESS} | {'_pid': None}
+
+    def __setstate__(self, d):
+        self.__dict__.update(d)
+        self._own()
+
+# %% ../../nbs/streams/24_global_order.ipynb #05568902
+class SpanReader(ShardBytes):
+    "A `WdsSource`'s samples by position: a sample's image and target cut out of its span where the index says they are (`cut_sample`), else its span (`sample_spans`) read whole and parsed; over http(s) without a cache, up to `read_ahead` samples in flight."
+
+    def __init__(
+        self,
+        source: WdsSource,
+        spans: list,  # a `ShardSpans`, or a list of each shard's (n, 2) spans (then each span is parsed)
+        max_open_files: int = 16,  # local files (and cached copies) kept open per process
+        sizes: Optional[
+            list
+        ] = None,  # each shard's size as the dataset index states it: checked at each read (no request more)
+        read_ahead: int = READ_AHEAD,  # ranged GETs in flight per process (http(s) shards read without a cache)
+    ):
+        spans = ListedSpans(spans) if isinstance(spans, (list, tuple)) else spans  # or a `ShardSpans`: read when asked
+        self.spans, self.read_ahead, self.lengths = spans, max(1, int(read_ahead)), spans.lengths  # nothing read
+        # a sample is cut out of its span (`cut_sample`) when the source reads the members the index's layout names:
+        # the first of the default image and target extensions (a JSON target, or other keys: each span parsed)
+        self.cuts = source.image_keys == IMAGE_KEYS and source.target_keys == TARGET_KEYS and source.targets.key is None
+        super().__init__(source, max_open_files, sizes)
+
+    def _own(self):
+        "Threads and the layouts held are per process too."
+        if self._pid != os.getpid():
+            self._pool, self._rows = None, {}
+        super()._own()
 
     def read(self, s: int, m: int) -> tuple:
         "(key, image bytes, target) of sample `m` of shard `s`: cut out of its span where the index says its image and target are (`cut_sample`), else the span parsed and checked as the stream parses its shard."
@@ -598,10 +624,3 @@ class SpanReader:
                 self._cache.plan([self.source.shards[s] for s in dict.fromkeys(shards)])
             for p, s, got in zip(chunk.tolist(), shards, self._reads(shards, members)):
                 yield (p, self.source.shards[s]) + got
-
-    def __getstate__(self):  # handles, copies, locks and threads are per process
-        return {k: v for k, v in self.__dict__.items() if k not in _PER_PROCESS} | {'_pid': None}
-
-    def __setstate__(self, d):
-        self.__dict__.update(d)
-        self._own()
