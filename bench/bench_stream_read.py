@@ -6,7 +6,10 @@ the process and its workers (load moves it far less than images/s), and images/s
 - global: local shards in the global order, as the library reads them (`SpanReader`: a span's `pread`, its image and
   target cut out where the dataset index says their headers are, `global_order.cut_sample`);
 - global, parsed: the same reads with every span parsed (what the library did before the index said where the headers
-  are, and still does for an index of version 1 or a source with other keys).
+  are, and still does for an index of version 1 or a source with other keys);
+- global, the folder's files: the same stream (global order, its samples made as a stream makes them, the loader's
+  iterable-dataset path) reading each sample's image from the folder's file of the same key (`timmdata shards` keys a
+  sample by its index in the folder): what the stream machinery costs apart from reading shards.
 
 Then a sample's read alone, in this process (best of 5 passes over every sample): the stream's `SpanReader.read` cut and
 parsed, and the folder's read of the same file (`open` and `read`).
@@ -16,6 +19,7 @@ parsed, and the folder's read of the same file (`open` and `read`).
 import argparse, os, statistics, tempfile, time
 from pathlib import Path
 from timmdata import ImageDataset, create_loader, make_sample_dataset
+from timmdata.pixels.decode import read_source
 from timmdata.streams.streaming import IterableImageDataset
 from _common import epoch_cpu
 from bench_streaming import _write_shards
@@ -35,16 +39,23 @@ def main():
         _write_shards(folder, tmp / 'shards', -(-n // a.shards))
     kw = dict(reader='wds/bench', order='global', is_training=True, batch_size=64)
     sets = {'folder': ImageDataset(folder)}
-    for name, cuts in (('global', True), ('global, parsed', False)):
+    files = [sets['folder'].filename(i, absolute=True) for i in range(n)]
+    for name, cuts in (('global', True), ('global, parsed', False), ("global, the folder's files", True)):
         ds = IterableImageDataset(tmp / 'shards', **kw)
         assert ds._spans is not None and ds._spans.cuts, 'the shards are read by their spans, cut by the layout'
         ds._spans.cuts = cuts
+        if name.endswith("files"):  # the key and target from the shard (once, here), the image from the folder's file
+            got = {(s, m): ds._spans.read(s, m) for s, k in enumerate(ds._spans.lengths) for m in range(k)}
+            got = {sm: (key, t) for sm, (key, _, t) in got.items()}
+            ds._spans.read = lambda s, m, got=got: (got[s, m][0], read_source(files[int(got[s, m][0])]), got[s, m][1])
         sets[name] = ds
     loaders = {k: create_loader(d, 224, 64, is_training=True, num_workers=2, persistent_workers=True, device='cpu')
                for k, d in sets.items()}
     cpu, rate = {k: [] for k in loaders}, {k: [] for k in loaders}
+    names = list(loaders)
     for e in range(a.epochs + 1):
-        for k, l in loaders.items():
+        for k in names[e % len(names):] + names[:e % len(names)]:  # who goes first rotates
+            l = loaders[k]
             if hasattr(sets[k], 'set_epoch'): sets[k].set_epoch(e)
             got, t, main_cpu, workers_cpu = epoch_cpu(l)
             if e:
@@ -55,11 +66,9 @@ def main():
           f'medians of {a.epochs} epochs')
     for k, v in cpu.items():
         r = statistics.median(rate[k])
-        print(f'{k:<20}{statistics.median(v):>8.3f}  x folder {statistics.median(v) / base:.3f}'
+        print(f'{k:<28}{statistics.median(v):>8.3f}  x folder {statistics.median(v) / base:.3f}'
               f'{r:>8.0f} img/s  x folder {r / rbase:.3f}')
-    from timmdata.pixels.decode import read_source
     rd, pairs = sets['global']._spans, [(s, m) for s, k in enumerate(sets['global']._spans.lengths) for m in range(k)]
-    files = [sets['folder'].filename(i, absolute=True) for i in range(len(sets['folder']))]
 
     def best(fn):
         out = []
