@@ -21,7 +21,7 @@ from pathlib import Path
 from timmdata import ImageDataset, create_loader, make_sample_dataset
 from timmdata.pixels.decode import read_source
 from timmdata.streams.streaming import IterableImageDataset
-from _common import epoch_cpu
+from _common import alternate_epochs
 from bench_streaming import _write_shards
 
 
@@ -46,25 +46,18 @@ def main():
         ds._spans.cuts = cuts
         if name.endswith("files"):  # the key and target from the shard (once, here), the image from the folder's file
             got = {(s, m): ds._spans.read(s, m) for s, k in enumerate(ds._spans.lengths) for m in range(k)}
+            assert all(img == read_source(files[int(key)]) for key, img, _ in got.values()), 'a key is not its file'
             got = {sm: (key, t) for sm, (key, _, t) in got.items()}
             ds._spans.read = lambda s, m, got=got: (got[s, m][0], read_source(files[int(got[s, m][0])]), got[s, m][1])
         sets[name] = ds
     loaders = {k: create_loader(d, 224, 64, is_training=True, num_workers=2, persistent_workers=True, device='cpu')
                for k, d in sets.items()}
-    cpu, rate = {k: [] for k in loaders}, {k: [] for k in loaders}
-    names = list(loaders)
-    for e in range(a.epochs + 1):
-        for k in names[e % len(names):] + names[:e % len(names)]:  # who goes first rotates
-            l = loaders[k]
-            if hasattr(sets[k], 'set_epoch'): sets[k].set_epoch(e)
-            got, t, main_cpu, workers_cpu = epoch_cpu(l)
-            if e:
-                cpu[k].append(1000 * (main_cpu + workers_cpu) / got)
-                rate[k].append(got / t)
+    cpu = {}
+    rate = alternate_epochs({k: (sets[k], l) for k, l in loaders.items()}, a.epochs, cpu)  # who goes first rotates
     base, rbase = statistics.median(cpu['folder']), statistics.median(rate['folder'])
     print(f'{n} images, {a.shards} shards, 2 workers, batch 64; CPU ms per image (process and workers) and images/s, '
           f'medians of {a.epochs} epochs')
-    for k, v in cpu.items():
+    for k, v in ((k, cpu[k]) for k in loaders):
         r = statistics.median(rate[k])
         print(f'{k:<28}{statistics.median(v):>8.3f}  x folder {statistics.median(v) / base:.3f}'
               f'{r:>8.0f} img/s  x folder {r / rbase:.3f}')

@@ -14,6 +14,7 @@ from ..readers import FileHandle
 from timmdata.streams.shard_io import (
     IMAGE_KEYS,
     MAX_MEMBER_BYTES,
+    REGULAR_KINDS,
     TARGET_KEYS,
     ShardError,
     ShardNotFoundError,
@@ -360,7 +361,7 @@ def sample_spans(
         str
     ] = None,  # where the member-offset index is kept (see `timmdata.streams.shard_index.index_path`)
 ):
-    "Each shard's samples as byte spans `[start, end)` of their tar records (an (n, 2) array per shard), from the dataset index (`timmdata.streams.dataset_index`: its table read once, a `ShardSpans` reading each shard's spans when first asked) when there is one, else from the member-offset index (each shard checked); or, a str, why there are none."
+    "Each shard's samples as byte spans `[start, end)` of their tar records, with where each one's image and target headers are (`layout(s)`), from the dataset index (`timmdata.streams.dataset_index`: its table read once, a `ShardSpans` reading each shard's line when first asked) when there is one, else from the member-offset index (each shard checked; a `ListedSpans`); or, a str, why there are none."
     if not isinstance(source, WdsSource):
         return f'{type(source).__name__} is not a source of WebDataset tar shards'
     if other := [s for s in source.shards if url_scheme(s) not in ('file', 'http', 'https')]:
@@ -388,7 +389,6 @@ def sample_spans(
 # %% ../../nbs/streams/24_global_order.ipynb #6cd52051
 READ_AHEAD = 8  # ranged GETs a worker keeps in flight over http(s) without a cache: latency hidden, memory bounded
 _PER_PROCESS = ('_files', '_copies', '_lock', '_pool', '_no_copy', '_rows')
-_REGULAR = (b'0', b'\0', b'7')  # a tar header's kinds of regular file
 
 
 def cut_sample(
@@ -408,7 +408,12 @@ def cut_sample(
         tname, tsize, tkind = tar_header(tail[:512], url, at_target, MAX_MEMBER_BYTES, checksum=False)
     except (ShardError, IndexError):  # IndexError: a header cut short (the file was), which the parse names
         return None
-    if kind not in _REGULAR or tkind not in _REGULAR or at_image + 512 + size > span or tsize > len(tail) - 512:
+    if (
+        kind not in REGULAR_KINDS
+        or tkind not in REGULAR_KINDS
+        or at_image + 512 + size > span
+        or tsize > len(tail) - 512
+    ):
         return None
     (key, ext), (tkey, text) = (
         split_key(name.decode('utf-8', 'surrogateescape')),

@@ -11,6 +11,7 @@ import numpy as np
 from ..readers import FileHandle, Reader, register_reader, unset
 from .shard_cache import REQUEST_DEADLINE, BadAnswerError, Deadline, content_length
 from timmdata.streams.shard_io import (
+    REGULAR_KINDS,
     ShardError,
     ShardNotFoundError,
     ShardTruncatedError,
@@ -531,7 +532,7 @@ def _checked(buf: bytes, n: int, member: str, shard: str) -> bytes:
         )
     hdr, name = buf[:512], member.encode('utf-8', 'surrogateescape')
     ok = (
-        hdr[156:157] in (b'0', b'\0', b'7')
+        hdr[156:157] in REGULAR_KINDS
         and _octal(hdr[124:136]) == n
         and _octal(hdr[148:156]) == sum(hdr) - sum(hdr[148:156]) + 256
     )

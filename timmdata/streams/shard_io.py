@@ -21,7 +21,7 @@ from timmdata.streams.shard_cache import (
 from .net import http_open
 
 # %% auto #0
-__all__ = ['MAX_MEMBER_BYTES', 'TAR_CHUNK', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError',
+__all__ = ['MAX_MEMBER_BYTES', 'REGULAR_KINDS', 'TAR_CHUNK', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError',
            'ShardTruncatedError', 'TransientShardError', 'ShardDeadlineError', 'url_scheme', 'shard_name',
            'is_transient_error', 'expand_braces', 'join_url', 'shard_list', 'open_shard', 'tar_header', 'tar_members',
            'iter_tar', 'split_key', 'group_samples', 'parse_keys', 'sample_target', 'load_info', 'WdsSource']
@@ -311,6 +311,11 @@ def _pax_path(data: bytes) -> Optional[str]:
 
 # %% ../../nbs/streams/22_shard_io.ipynb #6843a921
 _EXTENDED = (b'L', b'K', b'x', b'X', b'g')  # headers about the next member (GNU long name or link, pax): never yielded
+REGULAR_KINDS = (
+    b'0',
+    b'\0',
+    b'7',
+)  # a tar header's kinds of regular file (old tars' '\0' is a folder if its name ends in '/')
 _ZERO_BLOCK = bytes(512)
 
 
@@ -475,7 +480,7 @@ def tar_members(
             continue
         if kind in (b'K', b'g'):
             continue  # a long link name, pax globals: the next member's name stays as said before
-        if kind in (b'0', b'\0', b'7') and not (kind == b'\0' and name.endswith(b'/')):  # old tars' folders
+        if kind in REGULAR_KINDS and not (kind == b'\0' and name.endswith(b'/')):  # old tars' folders
             yield long_name or name.decode('utf-8', 'surrogateescape'), start, size, data
         long_name = None
 
