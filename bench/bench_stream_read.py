@@ -11,15 +11,20 @@ the process and its workers (load moves it far less than images/s), and images/s
   iterable-dataset path) reading each sample's image from the folder's file of the same key (`timmdata shards` keys a
   sample by its index in the folder): what the stream machinery costs apart from reading shards.
 
-Then a sample's read alone, in this process (best of 5 passes over every sample): the stream's `SpanReader.read` cut and
-parsed, and the folder's read of the same file (`open` and `read`).
+Then, in this process (best of 5 passes over every sample): a sample's read alone (the stream's `SpanReader.read` cut
+and parsed, the folder's `open` and `read` of the same file); and a stream's samples made as a worker makes them (read,
+header, the transform's draws; the decode left to the collate), its reads `global_order.READ_GROUP` (16) at a time
+ahead of their transforms against one by one, beside the folder's samples made as its workers make them (the loader's `SeededDataset.__getitems__`, a shuffled epoch's batches of 64,
+the per-sample stage times kept for `stats()` included).
 
     python bench/bench_stream_read.py --n 1500 --shards 12 --epochs 8
 """
 import argparse, os, statistics, tempfile, time
 from pathlib import Path
+import torch
 from timmdata import ImageDataset, create_loader, make_sample_dataset
 from timmdata.pixels.decode import read_source
+from timmdata.streams import global_order
 from timmdata.streams.streaming import IterableImageDataset
 from _common import alternate_epochs
 from bench_streaming import _write_shards
@@ -81,6 +86,19 @@ def main():
     folder_read = best(lambda: each(read_source, [(f,) for f in files])) / len(files)
     print(f'a sample read alone, this process (us): stream cut {cut:.1f}, stream parsed {parsed:.1f}, '
           f'folder (open and read) {folder_read:.1f}')
+    one = IterableImageDataset(tmp / 'shards', **kw)  # its samples made here, as the one worker of one rank makes them
+    create_loader(one, 224, 64, is_training=True, num_workers=0, device='cpu').dataset.set_loader_cfg(num_workers=1)
+    grouped, made = global_order.READ_GROUP, {}
+    for name, g in (('grouped', grouped), ('one by one', 1)):
+        global_order.READ_GROUP = g
+        made[name] = best(lambda: each(lambda x: x, ((x,) for x in one))) / len(one)
+    global_order.READ_GROUP = grouped
+    fd = create_loader(ImageDataset(folder), 224, 64, is_training=True, num_workers=0, device='cpu').loader.fetch_dataset
+    order = [(int(i), int(i)) for i in torch.randperm(n, generator=torch.Generator().manual_seed(0))]  # (index, key)
+    batches = [(order[k : k + 64],) for k in range(0, n, 64)]  # a shuffled epoch's batches, as a worker fetches them
+    made['folder'] = best(lambda: each(fd.__getitems__, batches)) / n
+    print(f'a sample made, this process (us; read, header, draws): stream, reads grouped by {grouped} '
+          f'{made["grouped"]:.1f}, one by one {made["one by one"]:.1f}; folder {made["folder"]:.1f}')
 
 
 if __name__ == '__main__':
