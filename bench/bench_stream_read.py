@@ -14,8 +14,8 @@ the process and its workers (load moves it far less than images/s), and images/s
 Then, in this process (best of 5 passes over every sample): a sample's read alone (the stream's `SpanReader.read` cut
 and parsed, the folder's `open` and `read` of the same file); and a stream's samples made as a worker makes them (read,
 header, the transform's draws; the decode left to the collate), its reads `global_order.READ_GROUP` (16) at a time
-ahead of their transforms against one by one, beside the folder's samples made as its workers make them (the loader's `SeededDataset.__getitems__`, a shuffled epoch's batches of 64,
-the per-sample stage times kept for `stats()` included).
+ahead of their transforms against one by one, beside the folder's samples made as its workers make them (the loader's
+`SeededDataset.__getitems__` over a shuffled epoch's batches of 64, the per-sample stage times for `stats()` included).
 
     python bench/bench_stream_read.py --n 1500 --shards 12 --epochs 8
 """
@@ -87,7 +87,7 @@ def main():
     print(f'a sample read alone, this process (us): stream cut {cut:.1f}, stream parsed {parsed:.1f}, '
           f'folder (open and read) {folder_read:.1f}')
     one = IterableImageDataset(tmp / 'shards', **kw)  # its samples made here, as the one worker of one rank makes them
-    create_loader(one, 224, 64, is_training=True, num_workers=0, device='cpu').dataset.set_loader_cfg(num_workers=1)
+    create_loader(one, 224, 64, is_training=True, num_workers=0, device='cpu')  # its transform set, crops deferred
     grouped, made = global_order.READ_GROUP, {}
     for name, g in (('grouped', grouped), ('one by one', 1)):
         global_order.READ_GROUP = g
