@@ -3,7 +3,8 @@ create_loader, read (1) from the image folder (ImageDataset), (2) from local Web
 served by a local HTTP server (`python -m http.server`, started here), and (4) from shards stored pre-resized, when
 timmdata.tools.shards.write_shards is there. Medians over `--epochs` epochs (after one warm-up epoch each), alternating the
 sources epoch by epoch; prints samples/s and the ratios to the folder (goals: local >= 0.9x, HTTP >= 0.8x,
-pre-resized > 1x), and the shard-writing speed.
+pre-resized > 1x), and the shard-writing speed. `--local-only` (issue 41): the folder and local shards in both orders,
+with each source's CPU per image and its workers' memory after the run.
 
     python bench/bench_streaming.py --n 2000 --epochs 3 --workers 2
 """
@@ -12,7 +13,7 @@ from pathlib import Path
 import torch
 from timmdata import ImageDataset, make_sample_dataset
 from timmdata.streams.streaming import IterableImageDataset
-from _common import alternate_epochs, http_server, print_rates, train_loaders
+from _common import alternate_epochs, http_server, print_rates, pss, train_loaders
 
 
 def _write_shards(folder, dst, shard_size, resize=None):
@@ -67,8 +68,11 @@ def main():
         sources = {'folder': lambda: ImageDataset(folder),
                    'shards, global order': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', order='global', **kw),
                    'shards, shards order': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', order='shards', **kw)}
-        cpu = {}
-        print_rates(alternate_epochs(train_loaders(sources, a), a.epochs, cpu), 'folder', 'x folder', cpu=cpu)
+        cpu, loaders = {}, train_loaders(sources, a)
+        print_rates(alternate_epochs(loaders, a.epochs, cpu), 'folder', 'x folder', cpu=cpu)
+        from timmdata.tools.bench import worker_pids  # persistent workers: alive after their last epoch
+        print("the loader's workers' memory after the run (PSS, MB): " + ', '.join(
+            f'{k} {sum(pss(p) for p in worker_pids(l)) / 2**20:.0f}' for k, (_, l) in loaders.items()))
         return
     with http_server(tmp / 'shards') as url:
         sources = {'folder': lambda: ImageDataset(folder),

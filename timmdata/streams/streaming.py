@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/25_streaming.ipynb #77338cd2
 from __future__ import annotations
-import math, os, random, warnings
+import itertools, math, os, random, warnings
 from typing import Callable, Iterator, Optional, Protocol, runtime_checkable
 import numpy as np
 import torch
@@ -14,7 +14,8 @@ from ..config import Draws, mix_seed, seed_all
 from ..pixels.decode import EncodedJpeg, ImageDecodeError
 from ..pixels.resample import PendingJpegCrop
 from ..dataset import DecodeTransform
-from .shard_io import WdsSource
+from .shard_io import WdsSource, url_scheme
+from . import global_order
 from timmdata.streams.global_order import (
     BLOCK_SHARDS,
     SpanReader,
@@ -30,7 +31,7 @@ from ..core.untrusted import MAX_SAMPLES, printable
 
 # %% auto #0
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'SplitsOverWorkers', 'EvenOverWorkers',
-           'OrderPartitions', 'StreamPlan', 'WorkerStream', 'IterableImageDataset']
+           'OrderPartitions', 'StreamPlan', 'local_reader', 'WorkerStream', 'IterableImageDataset']
 
 # %% ../../nbs/streams/25_streaming.ipynb #df978a34
 from ..readers.targets import SKIP_SAMPLE
@@ -177,8 +178,8 @@ class OrderPartitions:
 class StreamPlan(OrderPartitions):
     """Which global positions or shards each worker of each rank reads in an epoch, and where a resumed epoch starts.
     `IterableImageDataset` reads by this plan; it sets the attributes the plan reads: `source`, `num_samples`, `batch_size`,
-    `seed`, `is_training`, `order`, `elastic`, `block_shards`, `shuffle_size`, `_spans`, `_rank`, `_world`, `_num_workers`,
-    `_partitions` and the shared `_state` ([epoch, start flag, start epoch, batches or samples done, batch size, partitions])."""
+    `seed`, `is_training`, `order`, `elastic`, `block_shards`, `shuffle_size`, `_spans`, `_local`, `_rank`, `_world`,
+    `_num_workers`, `_partitions` and the shared `_state` ([epoch, start flag, start epoch, batches or samples done, batch size, partitions])."""
 
     def _choose_order(self, order: Optional[str], index_dir: Optional[str]) -> str:
         "The training order: 'global', reading by position where the shards allow it (`sample_spans`); else 'shards' (warned once) unless 'global' was asked for."
@@ -325,37 +326,65 @@ class StreamPlan(OrderPartitions):
         return rank * W + wid, world * W, wid, W
 
 # %% ../../nbs/streams/25_streaming.ipynb #1bbc2550
+def local_reader(
+    source,  # a stream source
+) -> Optional[SpanReader]:
+    "A `SpanReader` of `source`'s samples by position when every shard is a local tar file and the dataset index lists them (`timmdata index`, written by `timmdata shards`); else None: each shard is parsed front to back. No index is made here."
+    if not isinstance(source, WdsSource) or any(url_scheme(s) != 'file' for s in source.shards):
+        return None
+    found = dataset_spans(source)
+    return None if found is None else SpanReader(source, found[0], sizes=found[1])
+
+
 class WorkerStream:
     """What one DataLoader worker reads in an epoch, by the `StreamPlan`: its shards (shuffled, wrapped round, counted in
     training) or its positions of the global order, from its resume point. Each raw sample goes to the dataset's
-    `_sample(epoch, g, k, shard, key, image, target)`, which makes it (decode, transform, target): `IterableImageDataset`."""
+    `_sample(epoch, g, k, shard, key, image, target)`, which makes it (decode, transform, target): `IterableImageDataset`.
+    With `_local` (a `local_reader`), the shards order and evaluation shuffle and skip (shard, member) positions and
+    read only the samples they give, by position; else each shard's samples are parsed and shuffled as bytes."""
 
     def _raw(self, shards: list) -> Iterator[tuple]:
-        "(shard, key, image, target) of `shards`, in order."
+        "(shard, key, image, target) of `shards` (indices into the source's), each parsed front to back."
+        names = [self.source.shards[i] for i in shards]
         if isinstance(self.source, WdsSource) and self.source.cache is not None:
-            self.source.cache.plan(shards)  # prefetch this worker's next shard
-        for s in shards:
+            self.source.cache.plan(names)  # prefetch this worker's next shard
+        for s in names:
             for key, img, target in self.source.iter_shard(s):
                 yield s, key, img, target
+
+    def _members(self, shards: list) -> Iterator[tuple]:
+        "(shard, member) of each sample of `shards` (indices), in order: their counts from the dataset index."
+        for s in shards:
+            for m in range(int(self._local.lengths[s])):
+                yield s, m
+
+    def _read(self, positions) -> Iterator[tuple]:
+        "(shard, key, image, target) of each (shard, member) position: `global_order.READ_GROUP` read before the first is given, as the global order reads."
+        positions, names, read = iter(positions), self.source.shards, self._local.read
+        while group := list(itertools.islice(positions, global_order.READ_GROUP)):
+            yield from [(names[s],) + read(s, m) for s, m in group]
+
+    def _items(self, shards: list) -> Iterator[tuple]:
+        "What `_samples` shuffles and counts: positions with a `local_reader`, else parsed samples."
+        return self._members(shards) if self._local is not None else self._raw(shards)
 
     def _passes(self, shards: list, rng: random.Random) -> Iterator[tuple]:
         "A training worker's share, shuffled, pass after pass: each pass drains its buffer, so a pass gives each sample once."
         while True:
             n = 0
-            for x in shuffle_buffer(self._raw(shards), self.shuffle_size, self.shuffle_initial, rng):
+            for x in shuffle_buffer(self._items(shards), self.shuffle_size, self.shuffle_initial, rng):
                 n += 1
                 yield x
             if n == 0:
                 raise RuntimeError(
-                    f'shards {", ".join(self.source.name_of(s) for s in shards)} hold no samples: a training worker cannot fill its epoch'
+                    f'shards {", ".join(self.source.name_of(self.source.shards[s]) for s in shards)} hold no samples: a training worker cannot fill its epoch'
                 )
 
     def _samples(self, epoch: int, g: int, G: int) -> Iterator[tuple]:
-        "This worker's (shard, key, image, target) stream for the epoch and how many to take: its shards, shuffled and counted in training."
-        per = assign_shards(len(self.source.shards), G, epoch, self.seed, shuffle=self.is_training)[g]
-        shards = [self.source.shards[i] for i in per]
+        "This worker's stream for the epoch (`_items`: its shards shuffled in training) and how many to take (counted in training)."
+        shards = assign_shards(len(self.source.shards), G, epoch, self.seed, shuffle=self.is_training)[g]
         if not self.is_training:
-            return self._raw(shards), None
+            return self._items(shards), None
         if len(self.source.shards) < G:  # checked on every worker, so all fail alike rather than some hanging in DDP
             raise RuntimeError(
                 f'{len(self.source.shards)} shards cannot feed {G} global workers (world size x workers per rank): '
@@ -378,11 +407,12 @@ class WorkerStream:
         g = g - g % W + wid
         skip = len(range(wid, done, W)) * bs
         stream, limit = self._samples(epoch, g, G)
+        taken = itertools.islice(stream, skip, limit)  # a position skipped is never read
         try:
-            for k, (shard, key, img, target) in enumerate(stream):
-                if limit is not None and k >= limit:
-                    break
-                if k >= skip and not (target is SKIP_SAMPLE and not self.is_training):  # evaluation leaves it out
+            for k, (shard, key, img, target) in enumerate(
+                self._read(taken) if self._local is not None else taken, skip
+            ):
+                if not (target is SKIP_SAMPLE and not self.is_training):  # evaluation leaves it out
                     yield self._sample(epoch, g, k, shard, key, img, target)
         finally:
             stream.close()  # closes the open shard now, not when the generator is collected
@@ -492,6 +522,9 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
         self.block_shards, self._spans = block_shards, None
         self.order = self._choose_order(order, index_dir) if is_training else order or 'shards'
         self.elastic = self.order == 'global' and is_training
+        self._local = (
+            None if self.elastic else local_reader(self.source)
+        )  # the shards order and evaluation, by position
         self.transform, self.target_transform = transform, target_transform
         self.shuffle_size, self.shuffle_initial = max(1, shuffle_size), shuffle_initial
         self._rank, self._world, self._num_workers, self._partitions = rank, world_size, None, partitions
