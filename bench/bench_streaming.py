@@ -4,16 +4,24 @@ served by a local HTTP server (`python -m http.server`, started here), and (4) f
 timmdata.tools.shards.write_shards is there. Medians over `--epochs` epochs (after one warm-up epoch each), alternating the
 sources epoch by epoch; prints samples/s and the ratios to the folder (goals: local >= 0.9x, HTTP >= 0.8x,
 pre-resized > 1x), and the shard-writing speed. `--local-only` (issue 41): the folder and local shards in both orders,
-with each source's CPU per image and its workers' memory after the run.
+with each source's CPU per image and its workers' own memory (USS) after the run; with `--eval`, evaluation loaders of the folder
+and the shards instead.
 
     python bench/bench_streaming.py --n 2000 --epochs 3 --workers 2
 """
 import argparse, json, os, tempfile, time, warnings
 from pathlib import Path
 import torch
-from timmdata import ImageDataset, make_sample_dataset
+from timmdata import ImageDataset, create_loader, make_sample_dataset
 from timmdata.streams.streaming import IterableImageDataset
-from _common import alternate_epochs, http_server, print_rates, pss, train_loaders
+from _common import alternate_epochs, http_server, print_rates, train_loaders
+
+
+def uss(pid: int) -> int:
+    "Unique set size of process `pid` in bytes (0 when it is gone): its private pages, what it holds itself. Unlike PSS it does not depend on when a worker was forked (loaders made later share more of their parent's pages)."
+    try:
+        return sum(int(line.split()[1]) * 1024 for line in open(f'/proc/{pid}/smaps_rollup') if line.startswith('Private_'))
+    except OSError: return 0
 
 
 def _write_shards(folder, dst, shard_size, resize=None):
@@ -49,6 +57,7 @@ def main():
     ap.add_argument('--root', default=None, help='work folder (default: a temporary one)')
     ap.add_argument('--shards', type=int, default=None, help='number of shards (default: 4 per worker)')
     ap.add_argument('--local-only', action='store_true', help='folder and local shards in both orders only (issue 41)')
+    ap.add_argument('--eval', action='store_true', help='with --local-only: evaluation loaders (folder, local shards) instead')
     a = ap.parse_args()
     tmp = Path(a.root or tempfile.mkdtemp(prefix='bench_streaming_'))
     data = make_sample_dataset(tmp / 'images', n_train=max(1, a.n // 10), n_val=1, size=(500, 375))
@@ -68,11 +77,17 @@ def main():
         sources = {'folder': lambda: ImageDataset(folder),
                    'shards, global order': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', order='global', **kw),
                    'shards, shards order': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', order='shards', **kw)}
-        cpu, loaders = {}, train_loaders(sources, a)
+        if a.eval:  # every sample once, resize and centre crop: the shards read in their listed order
+            sources = {'folder': sources['folder'],
+                       'shards': lambda: IterableImageDataset(tmp / 'shards', reader='wds/bench', batch_size=a.batch_size)}
+        cpu = {}
+        loaders = {name: (ds, create_loader(ds, a.input_size, a.batch_size, is_training=False, num_workers=a.workers,
+                                            persistent_workers=True, device='cpu'))
+                   for name, ds in ((name, make()) for name, make in sources.items())} if a.eval else train_loaders(sources, a)
         print_rates(alternate_epochs(loaders, a.epochs, cpu), 'folder', 'x folder', cpu=cpu)
         from timmdata.tools.bench import worker_pids  # persistent workers: alive after their last epoch
-        print("the loader's workers' memory after the run (PSS, MB): " + ', '.join(
-            f'{k} {sum(pss(p) for p in worker_pids(l)) / 2**20:.0f}' for k, (_, l) in loaders.items()))
+        print("each loader's workers' own memory after the run (USS: pages no other process shares, MB): " + ', '.join(
+            f'{k} {sum(uss(p) for p in worker_pids(l)) / 2**20:.0f}' for k, (_, l) in loaders.items()))
         return
     with http_server(tmp / 'shards') as url:
         sources = {'folder': lambda: ImageDataset(folder),
