@@ -508,6 +508,7 @@ _HINTED = set()
 
 def dataset_spans(
     source,  # a `shard_io.WdsSource`
+    hint: bool = True,  # from `HINT_SHARDS` shards without an index, say once how to write one (what the global order wants)
 ) -> Optional[tuple]:
     "(a `ShardSpans` of `source`'s shards, each shard's size) from its dataset index; None when it has none (or its shards are not listed by an `_info.json`)."
     root = source.root
@@ -518,7 +519,7 @@ def dataset_spans(
     key = hashlib.sha256(json.dumps(source.info, sort_keys=True).encode()).hexdigest()[:16]
     found = read_dataset_index(root, source.retries, source.backoff, source.timeout, cache, key)
     if found is None:
-        if len(source.shards) >= HINT_SHARDS and root not in _HINTED:
+        if hint and len(source.shards) >= HINT_SHARDS and root not in _HINTED:
             _HINTED.add(root)
             warnings.warn(
                 f'{printable(root)} has no {DATASET_INDEX_FILE}: each of its {len(source.shards):,} shards is checked '

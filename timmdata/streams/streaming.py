@@ -332,7 +332,7 @@ def local_reader(
     "A `SpanReader` of `source`'s samples by position when every shard is a local tar file and the dataset index lists them (`timmdata index`, written by `timmdata shards`); else None: each shard is parsed front to back. No index is made here."
     if not isinstance(source, WdsSource) or any(url_scheme(s) != 'file' for s in source.shards):
         return None
-    found = dataset_spans(source)
+    found = dataset_spans(source, hint=False)  # without an index, nothing is checked one by one here: no hint
     return None if found is None else SpanReader(source, found[0], sizes=found[1])
 
 
