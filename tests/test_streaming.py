@@ -71,6 +71,12 @@ def test_epochs_persistent_workers_prefetcher(shards):
     fresh.set_epoch(2)
     ys, _ = _epoch(create_loader(fresh, (3, 16, 16), 4, is_training=True, num_workers=2, device='cpu'))
     assert ys == epochs[2]
+    # the persistent workers looked ahead (the loader turned it on: a batch each), their guesses taken where right; an
+    # epoch again (the guess, 3, dropped) gives that epoch's order once more
+    assert ds._ahead_size == 4
+    ds.set_epoch(2)
+    ys, n = _epoch(loader)
+    assert n == 8 and ys == epochs[2]
 
 
 def test_main_process_loader_and_uint8_fast_path(shards):

@@ -13,7 +13,8 @@ from ..core.torch_compat import new_shared_storage
 from ..pixels.resample import PendingResize, resize_pending
 
 # %% auto #0
-__all__ = ['CUDA_IN_WORKER', 'BatchCollate', 'as_chw', 'new_uint8', 'stack_uint8', 'fast_collate', 'default_collate_kept']
+__all__ = ['CUDA_IN_WORKER', 'BatchCollate', 'as_chw', 'new_uint8', 'stack_uint8', 'made_first', 'made_apart', 'fast_collate',
+           'default_collate_kept']
 
 # %% ../../nbs/engine/27_collate.ipynb #e806d2de
 class BatchCollate:
@@ -107,6 +108,40 @@ def _collate_targets(batch: list):
     return targets
 
 
+def made_first(
+    imgs: list,  # a batch's images
+    pend: list,  # the indices of its `PendingResize`s
+) -> bool:
+    "Are the pending images the batch's last ones, after images made already as their own size would make them (planar CHW tensors)?"
+    first, shape = pend[0], imgs[pend[0]].shape
+    return (
+        0 < first
+        and pend[-1] - first == len(pend) - 1 == len(imgs) - 1 - first
+        and len({imgs[i].out_hw for i in pend}) == 1
+        and all(isinstance(t, torch.Tensor) and t.is_contiguous() and tuple(t.shape) == shape for t in imgs[:first])
+    )
+
+
+def made_apart(
+    imgs: list,  # a batch's images, some of them `PendingResize`s
+    pend: list,  # the indices of those
+) -> list:  # the images, each pending one made (None: a bad file its dataset skips)
+    "The pending images of a batch made in one call where they share a size (`resize_pending`), else one by one."
+    imgs = list(imgs)
+    if len({imgs[i].out_hw for i in pend}) > 1:
+        for i in pend:
+            imgs[i] = imgs[i].materialize()
+        return imgs
+    kept = []
+    made = resize_pending(
+        [imgs[i] for i in pend], torch.empty((len(pend), *imgs[pend[0]].shape), dtype=torch.uint8), kept
+    )
+    got = dict(zip((pend[j] for j in kept), made))
+    for i in pend:
+        imgs[i] = got.get(i)
+    return imgs
+
+
 def fast_collate(
     batch: list,  # samples `(image, target)`; image a uint8 CHW tensor/array or a tuple of them; `None` samples are dropped
     alloc: Optional[Callable] = None,  # shape -> uint8 memory the batch is written to (default `new_uint8`)
@@ -137,8 +172,17 @@ def fast_collate(
             x = resize_pending(imgs, (alloc or new_uint8)((n, *imgs[0].shape)), kept)
             # a bad JPEG its dataset skips is left out, as a sample the dataset skipped (None) is
             return x, (targets if len(kept) == n else _collate_targets([batch[i] for i in kept]))
-        if any(isinstance(t, PendingResize) for t in imgs):  # made one by one (a mixed batch)
-            imgs = [t.materialize() if isinstance(t, PendingResize) else t for t in imgs]
+        pend = [i for i, t in enumerate(imgs) if isinstance(t, PendingResize)]
+        if pend and made_first(imgs, pend):  # a stream worker's first batch, its first images made ahead
+            x = (alloc or new_uint8)((n, *imgs[0].shape))
+            torch.stack(imgs[: pend[0]], out=x[: pend[0]])
+            kept = []  # the rest made in one call, straight into the batch
+            resize_pending(imgs[pend[0] :], x[pend[0] :], kept)
+            if len(kept) == len(pend):
+                return x, targets
+            return x[: pend[0] + len(kept)], _collate_targets(batch[: pend[0]] + [batch[pend[0] + j] for j in kept])
+        if pend:  # a mixed batch: the pending ones in one call
+            imgs = made_apart(imgs, pend)
             if any(t is None for t in imgs):  # bad JPEGs their dataset skips: left out
                 return fast_collate([(t, b[1]) for b, t in zip(batch, imgs) if t is not None], alloc)
         imgs = [as_chw(t, i) for i, t in enumerate(imgs)]

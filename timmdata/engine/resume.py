@@ -36,12 +36,13 @@ from timmdata.engine.batch_plan import (
 )
 
 # %% auto #0
-__all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'WorkerPool', 'timed_collate', 'note_delivered',
-           'check_pass_end', 'loader_state', 'load_loader_state', 'check_in_order', 'compat_seeding_here',
-           'plan_or_own', 'ResumableDataLoader', 'ResumableStream', 'stream_state', 'stream_batch_key',
-           'load_stream_state', 'batch_key', 'LoaderMarks', 'loader_marks', 'STATE_VERSION', 'BATCH_TAG',
-           'ResumeStateError', 'check_state', 'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark', 'sample_key',
-           'BatchPlan', 'ResumableBatchSampler', 'dataset_len', 'SeededDataset', 'plain_state', 'resumable_batching']
+__all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'WorkerPool', 'timed_collate', 'LooksAhead',
+           'look_ahead_as', 'pass_edge', 'note_delivered', 'check_pass_end', 'loader_state', 'load_loader_state',
+           'check_in_order', 'compat_seeding_here', 'plan_or_own', 'ResumableDataLoader', 'ResumableStream',
+           'stream_state', 'stream_batch_key', 'load_stream_state', 'batch_key', 'LoaderMarks', 'loader_marks',
+           'STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state', 'loader_seed', 'PlanPass', 'PassSegment',
+           'BatchMark', 'sample_key', 'BatchPlan', 'ResumableBatchSampler', 'dataset_len', 'SeededDataset',
+           'plain_state', 'resumable_batching']
 
 # %% ../../nbs/engine/35_resume.ipynb #986f6803
 _all_ = [
@@ -146,6 +147,26 @@ def timed_collate(fn: Callable, rows: WorkerRows, samples):
         row[3] += r[COLLATE]
         row[5] += 1
 
+# %% ../../nbs/engine/35_resume.ipynb #839cc3be
+@runtime_checkable
+class LooksAhead(Protocol):
+    "A stream whose persistent workers can start their next pass while the pass they finished runs on (`IterableImageDataset`: `timmdata.streams.streaming.Lookahead`); the loader turns it on with its batch size and says when each pass ends or begins."
+
+    def look_ahead(self, batch_size: int): ...  # the samples a worker makes ahead (0: none)
+    def end_pass(self): ...  # a pass ended, or a new one begins: a worker's lookahead stops
+
+
+def look_ahead_as(ld):
+    "Turn the lookahead of loader `ld`'s stream on for its persistent workers (a batch each), off for others."
+    if isinstance(ld.dataset, LooksAhead):
+        ld.dataset.look_ahead((ld.batch_size or 0) if ld.persistent_workers and ld.num_workers > 0 else 0)
+
+
+def pass_edge(ld):
+    "A pass of loader `ld` ends or begins: its stream's workers stop looking ahead."
+    if isinstance(ld.dataset, LooksAhead):
+        ld.dataset.end_pass()
+
 # %% ../../nbs/engine/35_resume.ipynb #bd6a165c
 _HOW = (
     "resume counts on one loader batch per batch of its plan, delivered in the plan's order: use the plan as the "
@@ -178,7 +199,8 @@ def note_delivered(ld) -> bool:
 
 
 def check_pass_end(ld):
-    "`ld`'s pass ended: every batch its plan yielded was delivered (none dropped)."
+    "`ld`'s pass ended: every batch its plan yielded was delivered (none dropped); a stream's lookahead stops."
+    pass_edge(ld)
     plan = ld.plan
     if plan is not None and plan.in_flight and not ld.runs_across_epochs:
         raise RuntimeError(
@@ -276,6 +298,7 @@ class ResumableDataLoader(IteratorParts, DataLoader):
             dataset = dataset.timed(rows)  # the workers add their samples' stage times to their row
         super().__init__(dataset, *args, num_workers=num_workers, **kwargs)
         self._stats = LoaderStats(rows)
+        look_ahead_as(self)
 
     # --- what timm's loader shows (torch's iterator reads `fetch_dataset` and `fetch_batches`: `IteratorParts`)
     @property
@@ -303,9 +326,7 @@ class ResumableDataLoader(IteratorParts, DataLoader):
     def batch_sampler(self, value):
         self.__dict__['_batches'] = value
 
-    batch_size = plan_or_own(
-        'batch_size', None, "Samples per batch: the plan's (None: scheduled batches, as timm's), else own."
-    )
+    batch_size = plan_or_own('batch_size', None, "Samples per batch: the plan's (None: scheduled, as timm's), else own")
     drop_last = plan_or_own('drop_last', False, "Is a short last batch dropped: the plan's, else DataLoader's.")
     # DataLoader sets .sampler to a default one when given a batch sampler: expose the plan's
     sampler = plan_or_own('sampler', None, "The plan's sampler, else the one DataLoader made.")
@@ -350,6 +371,7 @@ class ResumableDataLoader(IteratorParts, DataLoader):
             self._last = None
         if plan is not None and plan.remaining() == 0:
             return iter(())
+        pass_edge(self)  # an earlier pass left unfinished is over: its workers' lookaheads stop
         return DeliveredIterator(self, self.batch_iterator(), self.runs_across_epochs)
 
     note_delivered, check_pass_end = note_delivered, check_pass_end  # (`DeliveredIterator` calls them) above
