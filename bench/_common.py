@@ -82,11 +82,11 @@ def alternate_epochs(loaders: dict, epochs: int, cpu: Optional[dict] = None) -> 
 
 
 def print_rates(rates: dict, base: str, ratio: str, epochs: str = 'epochs (images/s)', cpu: Optional[dict] = None):
-    "Each source's median images/s, its ratio to source `base` (headed `ratio`), and every timed epoch's rate; with `cpu` (`alternate_epochs`'), each source's median CPU ms per image and `base`'s over it (above 1: cheaper than `base`)."
+    "Each source's median images/s, its ratio to source `base` (headed `ratio`), the median of its per-round ratios (`paired`: each timed epoch over `base`'s epoch of the same round, so drift between rounds cancels), and every timed epoch's rate; with `cpu` (`alternate_epochs`'), each source's median CPU ms per image and `base`'s over it (above 1: cheaper than `base`)."
     b = statistics.median(rates[base])
     extra = f'{"CPU ms/img":>12}{"base/this":>10}' if cpu else ''
-    print(f'{"source":<20}{"images/s (median)":>20}{ratio:>10}{extra}   {epochs}')
+    print(f'{"source":<20}{"images/s (median)":>20}{ratio:>10}{"paired":>8}{extra}   {epochs}')
     for name, r in rates.items():
-        m = statistics.median(r)
+        m, paired = statistics.median(r), statistics.median(x / y for x, y in zip(r, rates[base], strict=True))
         c = f'{statistics.median(cpu[name]):>12.3f}{statistics.median(cpu[base]) / statistics.median(cpu[name]):>10.3f}' if cpu else ''
-        print(f'{name:<20}{m:>20.0f}{m / b:>10.2f}{c}   ' + ' '.join(f'{x:.0f}' for x in r))
+        print(f'{name:<20}{m:>20.0f}{m / b:>10.2f}{paired:>8.3f}{c}   ' + ' '.join(f'{x:.0f}' for x in r))
