@@ -19,7 +19,7 @@ FLOORS = {
     'store.format': 1, 'streams.shard_io': 1, 'streams.shard_index': 1, 'streams.index_table': 1, 'streams.dataset_index': 1, 'streams.shard_cache': 1, 'streams.hf_readers': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
     'pixels.decode': 2,                                  # bytes to pixels
     'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'pixels.resample': 3,  # per-sample uint8 ops
-    'dataset': 4, 'streams.streaming': 4, 'streams.global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
+    'dataset': 4, 'streams.streaming': 4, 'streams.lookahead': 4, 'streams.global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
     'engine.collate': 5, 'engine.batch_ring': 5, 'mixup': 5, 'naflex_dataset': 5, 'naflex_mixup': 5,                     # samples to a uint8 batch (mixing collate too)
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
     'pixels.jitter': 6, 'engine.prefetch': 6, 'engine.gpu_decode': 7,                   # the batch on the device and its batch ops

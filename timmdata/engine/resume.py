@@ -150,7 +150,7 @@ def timed_collate(fn: Callable, rows: WorkerRows, samples):
 # %% ../../nbs/engine/35_resume.ipynb #839cc3be
 @runtime_checkable
 class LooksAhead(Protocol):
-    "A stream whose persistent workers can start their next pass while the pass they finished runs on (`IterableImageDataset`: `timmdata.streams.streaming.Lookahead`); the loader turns it on with its batch size and says when each pass ends or begins."
+    "A stream whose persistent workers can start their next pass while the pass they finished runs on (`IterableImageDataset`: `timmdata.streams.lookahead.Lookahead`); the loader turns it on with its batch size and says when each pass ends or begins."
 
     def look_ahead(self, batch_size: int): ...  # the samples a worker makes ahead (0: none)
     def end_pass(self): ...  # a pass ended, or a new one begins: a worker's lookahead stops

@@ -4,8 +4,7 @@
 
 # %% ../../nbs/streams/25_streaming.ipynb #77338cd2
 from __future__ import annotations
-import itertools, math, mmap, os, random, threading, warnings
-from functools import partial
+import itertools, math, os, random, warnings
 from typing import Callable, Iterator, Optional, Protocol, runtime_checkable
 import numpy as np
 import torch
@@ -13,7 +12,7 @@ import torch.distributed as dist
 import torch.utils.data
 from ..config import Draws, mix_seed, seed_all
 from ..pixels.decode import EncodedJpeg, ImageDecodeError
-from ..pixels.resample import PendingJpegCrop, PendingResize, resize_pending
+from ..pixels.resample import PendingJpegCrop
 from ..dataset import DecodeTransform
 from .shard_io import WdsSource, url_scheme
 from . import global_order
@@ -26,14 +25,14 @@ from timmdata.streams.global_order import (
     worker_positions,
 )
 from .dataset_index import dataset_spans
+from .lookahead import BadAhead, LooksAheadOfPasses, looking_ahead
 from ..readers import create_reader, unset
 from ..core.settings import setting
 from ..core.untrusted import MAX_SAMPLES, printable
 
 # %% auto #0
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'SplitsOverWorkers', 'EvenOverWorkers',
-           'OrderPartitions', 'StreamPlan', 'BadAhead', 'own_pages', 'made_now', 'Lookahead', 'LooksAheadOfPasses',
-           'local_reader', 'WorkerStream', 'IterableImageDataset']
+           'OrderPartitions', 'StreamPlan', 'local_reader', 'WorkerStream', 'IterableImageDataset']
 
 # %% ../../nbs/streams/25_streaming.ipynb #df978a34
 from ..readers.targets import SKIP_SAMPLE
@@ -327,128 +326,6 @@ class StreamPlan(OrderPartitions):
             )
         return rank * W + wid, world * W, wid, W
 
-# %% ../../nbs/streams/25_streaming.ipynb #3bc0fec8
-class _Ahead(threading.local):
-    active = False  # True in a lookahead's thread: a bad sample stops it there, neither counted nor warned
-
-
-_AHEAD = _Ahead()
-
-
-class BadAhead(Exception):
-    "A bad sample met by a `Lookahead`: it stops there; the pass meets the sample itself, with the dataset's policy."
-
-
-def own_pages(shape: tuple) -> torch.Tensor:
-    "Uninitialised uint8 memory in a mapping of its own: its pages go back to the system when the last tensor over it is dropped, not kept by malloc for later."
-    return torch.frombuffer(mmap.mmap(-1, max(1, math.prod(shape))), dtype=torch.uint8).view(shape)
-
-
-def made_now(
-    sample,  # (image, target) as the dataset gives it, or None (a sample left out)
-    out: Callable[[tuple], torch.Tensor],  # (3, h, w) -> uint8 memory (1, 3, h, w) for the image
-):
-    "`sample` with its pending pixels made now, by the collate's own call (`resize_pending`), for one; a JPEG that cannot be made that way stays pending, for the collate and the dataset's bad-sample policy."
-    if sample is None or not isinstance(sample[0], PendingResize):
-        return sample
-    x = sample[0]
-    jpeg = isinstance(x, PendingJpegCrop)
-    if jpeg:
-        on_bad, x.on_bad = x.on_bad, None  # a bad file raises here instead of being counted: the collate meets it
-    try:
-        return resize_pending([x], out(x.shape))[0], sample[1]
-    except ImageDecodeError:
-        return sample
-    finally:
-        if jpeg:
-            x.on_bad = on_bad
-
-
-_END = object()
-
-
-class Lookahead:
-    """A persistent worker's start on its next pass, made in a thread of the worker while the pass it has given its share
-    of runs on in the other workers (the epoch's tail, where it would wait): the first `size` samples of the pass `key`
-    guesses, pixels made (`made_now`) into memory of their own (`own_pages`: given back once the batch has copied them).
-    The next pass takes them if its key is the one guessed; else they are dropped. It stops when the pass it follows
-    ends (`running()` false), at a bad sample (the pass meets it itself) or when taken."""
-
-    def __init__(self, key: tuple, samples: Iterator, size: int, running: Callable[[], bool]):
-        self.key, self.samples, self.made, self.ok, self.pixels = key, samples, [], True, None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(size, running), name='timmdata-lookahead', daemon=True)
-        self._thread.start()
-
-    def _run(self, size: int, running: Callable[[], bool]):
-        _AHEAD.active = True
-        try:
-            while len(self.made) < size and running() and not self._stop.is_set():
-                s = next(self.samples, _END)
-                if s is _END:
-                    return
-                self.made.append(made_now(s, partial(self._slot, size)))
-        except BaseException:  # a bad sample, a shard that fails: dropped; the pass meets it, with its error or policy
-            self.ok = False
-
-    def _slot(self, size: int, shape: tuple) -> torch.Tensor:
-        "Memory for the next image made: a row of one buffer of `size` images of the first one's shape."
-        if self.pixels is None:
-            self.pixels = own_pages((size, *shape))
-        i = len(self.made)
-        return self.pixels[i : i + 1] if tuple(self.pixels.shape[1:]) == tuple(shape) else own_pages((1, *shape))
-
-    def take(self, key: tuple) -> Optional[tuple]:
-        "(the samples made, the pass's samples after them) when the pass starting is `key`, the one guessed; else None."
-        self._stop.set()
-        self._thread.join()
-        made, self.made, self.pixels, self.count = self.made, [], None, len(self.made)  # the pixels go with `made`
-        if self.ok and key == self.key:
-            return made, self.samples
-        self.samples.close()
-        return None
-
-
-class LooksAheadOfPasses:
-    """A stream's workers looking ahead (`Lookahead`): a persistent worker that has given its share of a pass starts its
-    next one. Off until a loader turns it on with its batch size (`look_ahead`: `timmdata.engine.resume.LooksAhead`) and
-    says when each pass ends or begins (`end_pass`: slot 6 of the stream's shared `_state`). `WorkerStream` reads by it."""
-
-    _ahead, _ahead_size, _last_epoch, _made_ahead = None, 0, None, None  # a worker's lookahead; off; the counts
-
-    def look_ahead(self, batch_size: int):
-        "Let each persistent DataLoader worker make its next pass's first `batch_size` samples (0: never) once it has given its share of a pass; before the workers start (the loader calls it)."
-        self._ahead_size = max(0, int(batch_size))
-        if self._made_ahead is None:  # (taken, dropped) per worker slot, in shared memory
-            self._made_ahead = torch.zeros(1024, 2, dtype=torch.int64).share_memory_()
-
-    def end_pass(self):
-        "A pass ended, or a new one begins (the loader says; shared memory, so the workers see it): a worker's lookahead stops."
-        self._state[6] += 1
-
-    @property
-    def made_ahead(self) -> tuple:
-        "(taken, dropped): samples the workers made ahead that their next pass used, and that it did not (another pass than the one guessed)."
-        taken, dropped = self._made_ahead.sum(0).tolist() if self._made_ahead is not None else (0, 0)
-        return taken, dropped
-
-    def _take_ahead(self, key: tuple, g: int) -> tuple:
-        "(the samples this worker made ahead, the rest of the pass) when it guessed the pass `key`; else ([], None)."
-        ahead, self._ahead = self._ahead, None
-        if ahead is None:
-            return [], None
-        got = ahead.take(key)
-        self._made_ahead[g % len(self._made_ahead), int(got is None)] += ahead.count
-        return got or ([], None)
-
-    def _look_ahead(self, epoch: int, g: int, G: int, wid: int, W: int, edge: int) -> Optional[Lookahead]:
-        "Having given its share of a pass of `epoch`: a `Lookahead` at the next pass (the same epoch again if the last two passes were one epoch, else the next), in a persistent worker whose draws are its own; else None."
-        last, self._last_epoch = self._last_epoch, epoch
-        if not (self._ahead_size and self.draws_explicitly and torch.utils.data.get_worker_info() is not None):
-            return None
-        key, marks = self._pass_key(epoch + (last != epoch)), self._state.numpy()
-        return Lookahead(key, self._pass(key, g, G, wid, W), self._ahead_size, lambda: int(marks[6]) == edge)
-
 # %% ../../nbs/streams/25_streaming.ipynb #1bbc2550
 def local_reader(
     source,  # a stream source
@@ -718,7 +595,7 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
         return x, target
 
     def _on_bad(self, where: Callable[[], str], e: Exception, g: int):
-        if _AHEAD.active:
+        if looking_ahead():
             raise BadAhead  # met ahead of its pass (`Lookahead`): the pass meets it itself, counted once
         msg = f'{where()} could not be decoded: {e}'
         if self.bad_sample == 'raise':
