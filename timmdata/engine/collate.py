@@ -112,11 +112,10 @@ def made_first(
     imgs: list,  # a batch's images
     pend: list,  # the indices of its `PendingResize`s
 ) -> bool:
-    "Are the pending images the batch's last ones, after images made already as their own size would make them (planar CHW tensors)?"
+    "Are the pending images of one size the batch's last ones (all of them, or after images made already as they would make them: planar CHW tensors)?"
     first, shape = pend[0], imgs[pend[0]].shape
     return (
-        0 < first
-        and pend[-1] - first == len(pend) - 1 == len(imgs) - 1 - first
+        pend[-1] - first == len(pend) - 1 == len(imgs) - 1 - first
         and len({imgs[i].out_hw for i in pend}) == 1
         and all(isinstance(t, torch.Tensor) and t.is_contiguous() and tuple(t.shape) == shape for t in imgs[:first])
     )
@@ -166,21 +165,19 @@ def fast_collate(
         targets = targets.repeat((k,) + (1,) * (targets.ndim - 1))
     else:
         imgs = [b[0] for b in batch]
-        if all(isinstance(t, PendingResize) for t in imgs) and len({t.out_hw for t in imgs}) == 1:
-            # training crops (`SeededDataset.defer_pixels`): made straight into the batch, in one call
-            kept = []
-            x = resize_pending(imgs, (alloc or new_uint8)((n, *imgs[0].shape)), kept)
-            # a bad JPEG its dataset skips is left out, as a sample the dataset skipped (None) is
-            return x, (targets if len(kept) == n else _collate_targets([batch[i] for i in kept]))
         pend = [i for i, t in enumerate(imgs) if isinstance(t, PendingResize)]
-        if pend and made_first(imgs, pend):  # a stream worker's first batch, its first images made ahead
-            x = (alloc or new_uint8)((n, *imgs[0].shape))
-            torch.stack(imgs[: pend[0]], out=x[: pend[0]])
-            kept = []  # the rest made in one call, straight into the batch
-            resize_pending(imgs[pend[0] :], x[pend[0] :], kept)
+        if pend and made_first(imgs, pend):
+            # training crops (`SeededDataset.defer_pixels`), the first few made already where a stream worker made them
+            # ahead: the pending ones made straight into the batch, in one call
+            first, kept = pend[0], []
+            x = (alloc or new_uint8)((n, *imgs[first].shape))
+            if first:
+                torch.stack(imgs[:first], out=x[:first])
+            resize_pending(imgs[first:], x[first:], kept)
             if len(kept) == len(pend):
                 return x, targets
-            return x[: pend[0] + len(kept)], _collate_targets(batch[: pend[0]] + [batch[pend[0] + j] for j in kept])
+            # a bad JPEG its dataset skips is left out, as a sample the dataset skipped (None) is
+            return x[: first + len(kept)], _collate_targets(batch[:first] + [batch[first + j] for j in kept])
         if pend:  # a mixed batch: the pending ones in one call
             imgs = made_apart(imgs, pend)
             if any(t is None for t in imgs):  # bad JPEGs their dataset skips: left out
