@@ -53,11 +53,11 @@ readme-check: install
 # nbdev_test's run with a line per notebook as it finishes (nbdev_test itself prints nothing until the end)
 nbtest: install
 	@echo "== nbtest: every notebook's tests, 2 at a time (the longest step)"
-	$(PY) tools/nbtest.py --n_workers 2
+	bash tools/scratch_tmp.sh $(PY) tools/nbtest.py --n_workers 2
 
 pytest: install browser
 	@echo "== pytest: tests/ (multi-process, parity with timm, browser, stress), two files at a time (pytest-xdist), the longest first: a dot per test"
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
+	bash tools/scratch_tmp.sh $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 docs-check: install
 	bash tools/build_docs.sh "$$(mktemp -d)/site"

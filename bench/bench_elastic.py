@@ -5,7 +5,7 @@ epoch, the ratio (goal: global >= 0.97x shards), and the bytes each order reads 
 
     python bench/bench_elastic.py --n 2000 --epochs 3 --workers 2
 """
-import argparse, os, statistics, sys, tempfile, warnings
+import argparse, atexit, os, shutil, statistics, sys, tempfile, warnings
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import epoch as _epoch
@@ -39,6 +39,7 @@ def main():
     ap.add_argument('--root', default=None, help='work folder (default: a temporary one)')
     a = ap.parse_args()
     tmp = Path(a.root or tempfile.mkdtemp(prefix='bench_elastic_'))
+    if not a.root: atexit.register(shutil.rmtree, tmp, True)  # a temporary work folder goes when the run ends
     folder = make_sample_dataset(tmp / 'images', n_train=max(1, a.n // 10), n_val=1, size=(500, 375)) / 'train'
     n = len(ImageDataset(folder))
     shard_size = max(1, n // (4 * max(1, a.workers)))

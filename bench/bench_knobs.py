@@ -36,7 +36,7 @@ The default grid: processes x0, x1, x2, x4 and threads x1, x2 at look-ahead 2; l
 at process x1 and thread x2. Left out of the full 5 x 2 x 3 grid, and why (2 cores): 3 workers and threads x4 (more
 workers than cores only share the two; one interpreter's lock for the threads), look-ahead 1 and 4 elsewhere
 (look-ahead only absorbs bursts: with the workers busy all along it adds nothing; the counts that can win are 1 and 2)."""
-import argparse, json, os, random, statistics, subprocess, sys, tempfile, time
+import argparse, atexit, json, os, random, shutil, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 CHILD = r'''
@@ -222,6 +222,7 @@ def main():
     from timmdata.store.builder import build_cache
     t0 = time.time()
     tmp = Path(a.data) if a.data else Path(tempfile.mkdtemp())
+    if not a.data: atexit.register(shutil.rmtree, tmp, True)  # a temporary work folder goes when the run ends
     root, store = tmp / 's' / 'train', tmp / 'store'
     if not (tmp / 'made.json').exists() or json.loads((tmp / 'made.json').read_text()) != a.n:
         make_sample_dataset(tmp / 's', n_train=a.n // 10, n_val=1, size=(500, 375))

@@ -11,7 +11,7 @@ threads: a CPU-bound step), 'sleep' (30 ms: a GPU step, which leaves the CPU fre
 the loader starts (its slowdown), the first batch's time, and the PSS of the process tree at the end (shared pages
 divided among the processes: /proc/*/smaps_rollup). `--ring`: also the process mode with `collate_fn=fast_collate`
 (each batch a fresh shared-memory block, no ring) against the default (the ring), step 'none'."""
-import argparse, json, os, statistics, subprocess, sys, tempfile
+import argparse, atexit, json, os, shutil, statistics, subprocess, sys, tempfile
 from pathlib import Path
 
 CHILD = r'''
@@ -71,7 +71,9 @@ def main():
     root = a.root
     if root is None:
         from timmdata import make_sample_dataset
-        root = make_sample_dataset(Path(tempfile.mkdtemp()) / 's', n_train=a.n // 10, n_val=1, size=(500, 375)) / 'train'
+        tmp = Path(tempfile.mkdtemp())
+        atexit.register(shutil.rmtree, tmp, True)  # the generated images go when the run ends
+        root = make_sample_dataset(tmp / 's', n_train=a.n // 10, n_val=1, size=(500, 375)) / 'train'
     cons = [(m, pi, st, True) for pi in a.pipes.split(',') for st in a.steps.split(',') for m in ('thread', 'process')]
     if a.ring:
         cons += [c for pi in a.pipes.split(',') for c in (('process', pi, 'none', True), ('process', pi, 'none', False))

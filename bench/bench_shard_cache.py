@@ -7,7 +7,7 @@ no decode, one process), which shows the I/O alone where the loader's decode hid
 
     python bench/bench_shard_cache.py --n 1000 --epochs 3 --workers 2
 """
-import argparse, os, shutil, statistics, tempfile, time, warnings
+import argparse, atexit, os, shutil, statistics, tempfile, time, warnings
 from pathlib import Path
 from timmdata import ImageDataset, make_sample_dataset
 from timmdata.streams.shard_io import WdsSource
@@ -27,6 +27,7 @@ def main():
     ap.add_argument('--raw-passes', type=int, default=10, help='passes over the shards per timed raw read')
     a = ap.parse_args()
     tmp = Path(a.root or tempfile.mkdtemp(prefix='bench_shard_cache_'))
+    if not a.root: atexit.register(shutil.rmtree, tmp, True)  # a temporary work folder goes when the run ends
     folder = make_sample_dataset(tmp / 'images', n_train=max(1, a.n // 10), n_val=1, size=(500, 375)) / 'train'
     n = len(ImageDataset(folder))
     shard_size = max(1, n // (4 * max(1, a.workers)))

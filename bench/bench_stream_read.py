@@ -19,7 +19,7 @@ ahead of their transforms against one by one, beside the folder's samples made a
 
     python bench/bench_stream_read.py --n 1500 --shards 12 --epochs 8
 """
-import argparse, os, statistics, tempfile, time
+import argparse, atexit, os, shutil, statistics, tempfile, time
 from pathlib import Path
 import torch
 from timmdata import ImageDataset, create_loader, make_sample_dataset
@@ -38,6 +38,7 @@ def main():
     ap.add_argument('--root', default=None)
     a = ap.parse_args()
     tmp = Path(a.root or tempfile.mkdtemp(prefix='bench_stream_read_'))
+    if not a.root: atexit.register(shutil.rmtree, tmp, True)  # a temporary work folder goes when the run ends
     folder = make_sample_dataset(tmp / 'images', n_train=max(1, a.n // 10), n_val=1, size=(500, 375)) / 'train'
     n = len(ImageDataset(folder))
     if not (tmp / 'shards').exists():

@@ -9,7 +9,7 @@ and the shards instead.
 
     python bench/bench_streaming.py --n 2000 --epochs 3 --workers 2
 """
-import argparse, json, os, tempfile, time, warnings
+import argparse, atexit, json, os, shutil, tempfile, time, warnings
 from pathlib import Path
 import torch
 from timmdata import ImageDataset, create_loader, make_sample_dataset
@@ -60,6 +60,7 @@ def main():
     ap.add_argument('--eval', action='store_true', help='with --local-only: evaluation loaders (folder, local shards) instead')
     a = ap.parse_args()
     tmp = Path(a.root or tempfile.mkdtemp(prefix='bench_streaming_'))
+    if not a.root: atexit.register(shutil.rmtree, tmp, True)  # a temporary work folder goes when the run ends
     data = make_sample_dataset(tmp / 'images', n_train=max(1, a.n // 10), n_val=1, size=(500, 375))
     folder = data / 'train'
     n = len(ImageDataset(folder))

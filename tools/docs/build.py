@@ -26,7 +26,7 @@ not hidden by `#| hide`, `#| include: false` or `#| output: false`)
 Exits non-zero, naming the notebook and cell, when a notebook holds an error output or breaks a hygiene
 rule, cannot be read or processed, when MkDocs warns, or when a remote asset is referenced."""
 from __future__ import annotations
-import argparse, ast, base64, concurrent.futures as cf, html, json, multiprocessing as mp, os, re, shutil
+import argparse, ast, atexit, base64, concurrent.futures as cf, html, json, multiprocessing as mp, os, re, shutil
 import posixpath, subprocess, sys, tempfile, time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -538,6 +538,7 @@ def main(argv=None):
     prefixes = [f'{host}/{base}/' if base else f'{host}/', f'/{base}/' if base else '']
 
     work = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix='timmdata-docs-'))
+    if not args.keep: atexit.register(shutil.rmtree, work, True)  # also when the build fails
     docs_dir, site_tmp = work / 'pages', work / 'site'
     for d in (docs_dir, site_tmp):
         if d.exists(): shutil.rmtree(d)
@@ -595,7 +596,6 @@ def main(argv=None):
     if out.exists(): shutil.rmtree(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(site_tmp, out)
-    if not args.keep: shutil.rmtree(work, ignore_errors=True)
     n_html = len(list(out.rglob('*.html')))
     print(f'docs: wrote {len(stems)} pages ({n_html} html files) to {out} in {time.time() - t0:.1f}s')
 
