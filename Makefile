@@ -91,5 +91,11 @@ wheel: install
 wheel-check: wheel
 	PY=$(PY) bash tools/wheel_check.sh
 
+# issue 45's kit for a GPU machine without a package registry (Python 3.12): .whl/, carried by the device tool; there,
+# bash tools/gpu_run.sh tests|bench|train (README: On a GPU machine)
+.PHONY: gpu-kit
+gpu-kit: install
+	bash tools/gpu_kit.sh
+
 clean:
 	rm -rf _proc _docs .pytest_cache

@@ -4,7 +4,9 @@ about 10,000 JPEGs of 500x375 made with `timmdata.make_sample_dataset`, batch 25
 
 Every loader yields normalised float batches of 3x224x224 on the device; epochs alternate between loaders (one
 warm-up epoch each, then `--epochs` measured), and the table prints medians: images/s, CPU seconds per image (the
-main process and all its worker processes, user + system), and ratios to timm's loader.
+main process and all its worker processes, user + system), ratios to timm's loader, and the GPU memory each loader's
+epochs allocated at their peak (`torch.cuda.max_memory_allocated`). The store is timmdata's decode-once store (raw
+pixels, shorter side 256) built from the same images before its first epoch.
 
 On the H100 machine:   python bench/bench_gpu.py --device cuda --workers 16 --out out/bench_gpu_h100.json
 On a CPU (proof it runs; CPU figures only):   python bench/bench_gpu.py --device cpu --n 500 --batch-size 64 --workers 2
@@ -69,8 +71,15 @@ def timmdata_device_loader(root, train, bs, nw, device):
     return create_device_decode_loader(timmdata.ImageDataset(str(root)), (3, SIZE, SIZE), bs, is_training=train,
                                        color_jitter=0.4 if train else None, num_workers=nw, decode_device=device)
 
+def timmdata_store_loader(root, train, bs, nw, device):
+    "The decode-once store (raw pixels, shorter side 256), built beside the images on first use."
+    from timmdata.store.builder import build_cache
+    store = Path(root).parent / 'store'
+    build_cache(root, store, progress=False)  # returns at once when it is up to date
+    return timmdata_cpu_loader(store, train, bs, nw, device)
+
 LOADERS = {'timm': timm_loader, 'torchvision': torchvision_loader, 'timmdata_cpu': timmdata_cpu_loader,
-           'timmdata_device': timmdata_device_loader}
+           'timmdata_device': timmdata_device_loader, 'timmdata_store': timmdata_store_loader}
 
 
 def sync(device):
@@ -118,27 +127,30 @@ def run(a) -> dict:
     for pipe in a.pipelines.split(','):
         train = pipe == 'train'
         loaders = {c: LOADERS[c](data, train, a.batch_size, a.workers, device) for c in a.contenders.split(',')}
-        rates = {c: [] for c in loaders}; cpu = {c: [] for c in loaders}
+        rates = {c: [] for c in loaders}; cpu = {c: [] for c in loaders}; mem = {c: 0 for c in loaders}
         for ep in range(a.epochs + 1):
             for c, ld in loaders.items():
+                if device.type == 'cuda': torch.cuda.reset_peak_memory_stats(device)
                 n, dt, dc = time_epoch(ld, device)
+                if device.type == 'cuda': mem[c] = max(mem[c], torch.cuda.max_memory_allocated(device) / 2**20)
                 if ep: rates[c].append(n / dt); cpu[c].append(dc / n)
                 print(f'  {pipe} {c} epoch {ep}{" (warm-up)" if not ep else ""}: {n / dt:,.0f} img/s, {dc / n * 1e3:.2f} CPU ms/img', flush=True)
         del loaders
         lim, lim_cpu = decode_limit(files, a.batch_size, device)
         med = {c: statistics.median(v) for c, v in rates.items()}
         out = {'img_per_s': {**med, 'decode_limit': lim}, 'cpu_s_per_img': {**{c: statistics.median(v) for c, v in cpu.items()}, 'decode_limit': lim_cpu},
-               'runs': rates}
+               'gpu_mem_mb': mem, 'runs': rates}
         if 'timm' in med: out['ratio_to_timm'] = {c: med[c] / med['timm'] for c in med}
         res['pipelines'][pipe] = out
     return res
 
 def table(res: dict) -> str:
-    rows = [f"{'pipeline':<8} {'loader':<16} {'img/s':>10} {'CPU ms/img':>11} {'x timm':>8}"]
+    rows = [f"{'pipeline':<8} {'loader':<16} {'img/s':>10} {'CPU ms/img':>11} {'x timm':>8} {'GPU MB':>8}"]
     for pipe, out in res['pipelines'].items():
         for c, r in out['img_per_s'].items():
-            ratio = out.get('ratio_to_timm', {}).get(c)
-            rows.append(f"{pipe:<8} {c:<16} {r:>10,.0f} {out['cpu_s_per_img'][c] * 1e3:>11.2f} {'' if ratio is None else f'{ratio:.2f}':>8}")
+            ratio, mb = out.get('ratio_to_timm', {}).get(c), out.get('gpu_mem_mb', {}).get(c)
+            rows.append(f"{pipe:<8} {c:<16} {r:>10,.0f} {out['cpu_s_per_img'][c] * 1e3:>11.2f} "
+                        f"{'' if ratio is None else f'{ratio:.2f}':>8} {'' if not mb else f'{mb:,.0f}':>8}")
     return '\n'.join(rows)
 
 def main(argv=None):

@@ -156,7 +156,7 @@ def test_shards_writes_resized_shards_timm_reads(runs):
     r = runs['shards']
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert r.stderr == '', r.stderr  # --no-progress
-    dst = Path(r.args[3])
+    dst = Path(r.args[len(CMD) + 2])  # after the command: `timmdata` or `python -m timmdata.tools.cli`
     info = json.loads((dst / '_info.json').read_text())
     assert {s: v['shard_lengths'] for s, v in info['splits'].items()} == {'train': [3, 1], 'validation': [2]}  # timm's names
     assert sorted(p.name for p in dst.iterdir()) == ['_info.json', '_timmdata_dataset_index.json', '_timmdata_shards.json', 'train-000000.tar',

@@ -194,9 +194,16 @@ def test_every_create_loader_argument_is_taken_or_refused(sample_root):
     ours, odd = set(inspect.signature(create_device_decode_loader).parameters), object()
     others = [n for n in inspect.signature(create_loader).parameters if n not in ours]
     assert 'auto_augment' in others and 'worker_mode' in others and 'num_workers' not in others
+    choices = ('input_size_choices', 'batch_size_choices')
+    inert = [n for n in others if gd._WHY.get(n) is gd._SCHED and n not in choices]  # the schedule's other options
+    assert 'batch_choice_seed' in inert and len(inert) >= 5
     for name in others:
+        ds = ImageDataset(sample_root, split='validation')
+        if name in inert:  # timm's train.py passes them always: without choices they are unused, so not refused
+            assert len(create_loader(ds, 64, 4, decode_device='cpu', num_workers=0, **{name: odd})) > 0
+            continue
         with pytest.raises((ValueError, TypeError, NotImplementedError), match=name):
-            create_loader(ImageDataset(sample_root, split='validation'), 64, 4, decode_device='cpu', num_workers=0, **{name: odd})
+            create_loader(ds, 64, 4, decode_device='cpu', num_workers=0, **{name: odd})
 
 def test_missing_torchcodec_is_an_install_hint(sample_root, monkeypatch):
     monkeypatch.setattr(gd, 'torchcodec_jpeg', lambda: None)

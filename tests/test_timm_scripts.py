@@ -98,6 +98,21 @@ def test_scheduled_defaults_are_a_plain_train_loader(sample_root):
     assert shapes == {(8, 3, 32, 32)}
 
 
+def test_device_decode_takes_train_py_defaults(sample_root):
+    """train.py's whole train call with decode_device added (the one argument a user adds): options train.py leaves off
+    arrive as None (--grayscale-prob, --gaussian-blur-prob, --color-jitter-prob) and mean off, not refused."""
+    from timmdata.pixels import decode
+    if decode.torchcodec_jpeg() is None: pytest.skip('the device decode path needs torchcodec')
+    ds = _dataset(sample_root, 'train', True)
+    loader = create_loader(ds, input_size=(3, 32, 32), collate_fn=None, use_multi_epochs_loader=False,
+                           decode_device='cpu', **_common(), **_train(batch_size=8), **_scheduled())
+    batches = [(x.shape, x.dtype, y.shape) for x, y in loader]
+    assert len(batches) == len(ds) // 8 > 0
+    assert set(batches) == {((8, 3, 32, 32), torch.float32, (8,))}
+    with pytest.raises(ValueError, match='grayscale_prob=0.2 is not supported on the device decode path'):
+        create_loader(ds, input_size=(3, 32, 32), decode_device='cpu', **_common(), **_train(grayscale_prob=0.2))
+
+
 @pytest.mark.parametrize('schedule, num_batches, num_workers', [
     ('progressive', 5, 0), ('progressive', 5, 2), ('constant', None, 0)])
 def test_scheduled_train_loader_matches_timm_schedule(sample_root, schedule, num_batches, num_workers):

@@ -10,7 +10,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import IterableDataset
+from PIL import Image
 from torchvision.transforms import InterpolationMode
+from torchvision.transforms.functional import pil_to_tensor
 from ..pixels.decode import EncodedJpeg, ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
 from ..pixels.resample import resize_crop_window
 from timmdata.transforms import (
@@ -121,6 +123,8 @@ class DeviceDecodeTransform(SampleTransform):
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS) -> tuple:
         "(JPEG bytes, plan) for an undecoded colour JPEG; else (the CPU-decoded image cropped and resized, plan)."
+        if isinstance(img, Image.Image):  # a dataset of decoded images (timm's ImageDataset): its pixels, as CHW uint8
+            img = pil_to_tensor(img.convert('RGB'))
         p = self.plan(img, rng)
         if isinstance(img, EncodedJpeg):
             return img.data, p
@@ -352,10 +356,18 @@ def refuse_off_default(
 ):
     "Refuse, by name, an argument of `given` that differs from its default in `fn`'s signature: the one source of the defaults."
     params = inspect.signature(fn).parameters
+    scheduled = given.get('input_size_choices') is not None or given.get('batch_size_choices') is not None
     for k, v in given.items():
         if k not in params:
             raise TypeError(f'refuse_off_default: {fn.__name__} has no argument {k!r}')
-        if v is not params[k].default and v != params[k].default:
+        d = params[k].default
+        unset = (
+            v is None and isinstance(d, (int, float)) and not d
+        )  # timm's train.py passes None for an option left off
+        inert = (
+            _WHY.get(k) is _SCHED and not scheduled
+        )  # train.py passes the schedule's options always: unused without choices
+        if v is not d and v != d and not unset and not inert:
             raise ValueError(
                 f"{fn.__name__}: {k}={v!r} is not supported on the device decode path ({_WHY.get(k, 'not wired to it')}); "
                 f"use {fn.__name__}'s CPU path (decode_device=None) for it"

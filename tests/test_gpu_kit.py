@@ -1,0 +1,63 @@
+"""Issue 45's GPU kit, the parts a CPU can check: the timeline's reading of a profiler trace (which stream ran what,
+and the GPU's idle share of the steps' wall time), and the end-to-end run's reading of timm's train.py log lines.
+The kit itself runs on the GPU machine: bash tools/gpu_kit.sh here, then bash tools/gpu_run.sh tests|bench|train there."""
+import importlib.util, json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(rel):
+    spec = importlib.util.spec_from_file_location(Path(rel).stem, ROOT / rel)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _trace(tmp_path, events):
+    p = tmp_path / 'trace.json'
+    p.write_text(json.dumps({'traceEvents': [dict(ph='X', **e) for e in events]}))
+    return p
+
+
+def test_timeline_reads_streams_and_idle_share(tmp_path):
+    gt = _load('bench/gpu_timeline.py')
+    p = _trace(tmp_path, [
+        dict(cat='user_annotation', name='ProfilerStep#2', ts=0, dur=500),
+        dict(cat='user_annotation', name='ProfilerStep#3', ts=500, dur=500),
+        dict(cat='kernel', name='conv', ts=100, dur=300, args={'stream': 7}),
+        dict(cat='kernel', name='bn', ts=600, dur=200, args={'stream': 7}),
+        dict(cat='gpu_memcpy', name='Memcpy HtoD', ts=350, dur=150, args={'stream': 13}),  # overlaps the conv by 50
+        dict(cat='gpu_memset', name='Memset', ts=1100, dur=50, args={'stream': 7}),  # after the steps: not counted
+        dict(cat='cpu_op', name='aten::add', ts=0, dur=1000),  # the CPU's: not the GPU's
+    ])
+    streams, steps = gt._gpu_intervals(p)
+    assert steps == [(0, 500), (500, 1000)]
+    assert sorted(streams) == [7, 13] and len(streams[7]) == 3 and [k for *_, k, _ in streams[13]] == ['copy']
+    # busy: 100-500 (the kernel and the copy together) and 600-800, 600 us of the 1000: idle 40%
+    assert gt._idle(streams, (0, 1000)) == pytest.approx(0.4)
+    assert gt._idle({}, (0, 1000)) is None  # a CPU run: no figure rather than 100%
+    res = dict(prefetch=True, images_per_s=1000.0, gpu_idle_fraction=0.4, window_us=(0, 1000), streams={})
+    gt.plot([(res, streams, (0, 1000)), (dict(res, prefetch=False), {}, None)], tmp_path / 't.png')
+    assert (tmp_path / 't.png').stat().st_size > 1000
+
+
+def test_train_log_lines_and_summary(tmp_path):
+    ts = _load('tools/timm_script.py')
+    line = ('Train: 1 [  10/39 ( 28%)]  Loss: 6.91 (6.93)  Time: 0.080s, 3200.00/s  (0.085s, 3011.76/s)  '
+            'LR: 1.000e-01  Data: 0.004 (0.006)')
+    m = ts.TRAIN.search(line)
+    assert m and (m[1], m[2], m[3], float(m[4]), float(m[5]), float(m[6])) == ('1', '10', '39', 0.08, 3200.0, 0.004)
+    assert ts.TRAIN.search('Test: [   0/1]  Time: 0.5 (0.5)  Loss:  2.3 (2.3)') is None
+    reports = []
+    for data, ips in (('timm', 1000.0), ('timmdata', 2500.0), ('timmdata-device', None)):
+        r = dict(data=data, exit=0 if ips else 1, images_per_s=ips, data_wait_share=0.1 if ips else None,
+                 gpu_util_mean=80.0 if ips else None, gpu_idle_fraction=0.2 if ips else None)
+        reports.append(tmp_path / f'{data}.json')
+        reports[-1].write_text(json.dumps(r))
+    rows = ts.summary(reports).splitlines()
+    assert len(rows) == 4
+    assert rows[2].split()[:4] == ['timmdata', '0', '2,500', '2.50'] and rows[2].split()[-1] == '20.0%'
+    assert rows[3].split() == ['timmdata-device', '1']  # a failed run: its exit, and no figures
