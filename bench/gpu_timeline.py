@@ -29,21 +29,25 @@ def _loader(root, prefetch, bs, workers, device):
 
 def _steps(loader, model, opt, device, n, prof=None):
     "n training steps (fewer if the epoch ends); the batch copied in the loop where the loader left it on the CPU."
-    scaler_ctx = torch.autocast(device.type, dtype=torch.bfloat16 if device.type == 'cpu' else torch.float16)
+    amp = torch.autocast(device.type, dtype=torch.bfloat16 if device.type == 'cpu' else torch.float16)
+    scaler = torch.amp.GradScaler(device.type, enabled=device.type == 'cuda')  # as train.py's --amp (float16)
     done = 0
     while done < n:
+        before = done
         for x, y in loader:
             if x.device != device:  # without the prefetcher: the loop's own copy, on the default stream
                 x = x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
                 y = y.to(device, non_blocking=True)
-            with scaler_ctx:
+            with amp:
                 loss = torch.nn.functional.cross_entropy(model(x), y)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
             if prof is not None: prof.step()
             done += 1
             if done >= n: break
+        if done == before: raise SystemExit('gpu_timeline: the loader gave no batch: fewer images than a batch?')
     if device.type == 'cuda': torch.cuda.synchronize(device)
     return done
 
