@@ -15,6 +15,7 @@ reported as skipped with the reason. Run:
     .peers-venv/bin/python bench/bench_peers.py            # full run: 3 alternating rounds, 1,500 images
                                                            # (the committed runs used --rounds 2: ~20 min each)
     .peers-venv/bin/python bench/bench_peers.py --quick    # 300 images, 1 round: to try it out (not for figures)
+    .peers-venv/bin/python bench/bench_peers.py --sets photos   # only the photographic set (issue 60; both by default)
     python bench/bench_peers.py --plot-only bench/results/peers_2026-11-24.json   # the picture again
 """
 import argparse, json, os, resource, statistics, subprocess, sys, time
@@ -22,7 +23,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS = HERE / 'results' / 'peers_2026-11-24.txt'
+RESULTS = HERE / 'results' / 'peers_2026-11-24.txt'  # the generated set's; the photographic set's gets _photos
+SETS = {  # data set -> what it is (the report's line), made by make_set
+    'generated': '{n} generated 500x375 JPEGs (q90, timmdata.tools.sample_data)',
+    'photos': '{n} crops of real photographs at ImageNet sizes and encodings (timmdata.tools.photos: Debian wallpapers)',
+}
 PICTURE = ROOT / 'nbs' / 'images' / 'peers.png'
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 BASE = 'timmdata'
@@ -487,13 +492,16 @@ def main(argv=None):
                          "figures (with 5 batches an epoch, the batches Grain and SPDL prepare ahead are a large share "
                          "of the timed epoch, so their img/s come out high and their CPU per image low)")
     ap.add_argument('--rounds', type=int, default=3, help='alternating rounds (default 3; --quick: 1)')
-    ap.add_argument('--images', type=int, default=1500, help='generated images (default 1500; --quick: 300)')
+    ap.add_argument('--images', type=int, default=1500, help='images in each set (default 1500; --quick: 300)')
+    ap.add_argument('--sets', default='generated,photos',
+                    help='comma-separated data sets, each run in full and saved apart: generated (the sample-data '
+                         "generator's pictures), photos (crops of real photographs, timmdata.tools.photos)")
     ap.add_argument('--batch-size', type=int, default=64)
     ap.add_argument('--workers', type=int, default=2, help='worker processes or threads per contender (default 2)')
     ap.add_argument('--epochs', type=int, default=1, help='timed epochs per child, after one warm-up epoch (default 1)')
     ap.add_argument('--only', default='', help='comma-separated contenders (default: all): ' + ', '.join(CONTENDERS))
     ap.add_argument('--pipelines', default='train,eval')
-    ap.add_argument('--data', default=None, help='folder for the generated images (default /tmp/timmdata_peers_N)')
+    ap.add_argument('--data', default=None, help='folder for the images (default /tmp/timmdata_peers_N, /tmp/timmdata_photos_N)')
     ap.add_argument('--python', default=None, help="the peers' python (default .peers-venv/bin/python, else this one)")
     ap.add_argument('--out', default=None, help=f'results file (default {RESULTS.relative_to(ROOT)}; with --quick none)')
     ap.add_argument('--picture', default=None, help=f'picture to write (default {PICTURE.relative_to(ROOT)} for a full run)')
@@ -526,14 +534,36 @@ def main(argv=None):
     if any(p not in PIPELINES for p in pipes): ap.error(f'--pipelines: choose from {", ".join(PIPELINES)}')
     py = a.python or peers_python()
 
-    try: from timmdata.tools.sample_data import make_sample_dataset  # the package layout
-    except ImportError: from timmdata.tools.sample_data import make_sample_dataset  # the flat one
-    classes = 10
-    data = Path(a.data or f'/tmp/timmdata_peers_{a.images}')
-    print(f'data: {a.images} generated 500x375 JPEGs in {data}', flush=True)
-    make_sample_dataset(data, n_train=max(1, a.images // classes), n_val=0, size=(500, 375), quality=90)
-    a.data = data / 'train'
+    sets = [x for x in a.sets.split(',') if x]
+    if not sets or any(x not in SETS for x in sets): ap.error(f'--sets: choose from {", ".join(SETS)}; got {a.sets!r}')
+    data_arg = a.data
+    for k, name in enumerate(sets):
+        a.data = make_set(name, a.images, data_arg if len(sets) == 1 else None)
+        out = a.out or (None if a.quick else RESULTS)
+        if out and name != 'generated': out = Path(out).with_name(Path(out).stem + f'_{name}' + Path(out).suffix)
+        pic = a.picture or (None if a.quick else PICTURE)
+        if pic and name != 'generated': pic = Path(pic).with_name(Path(pic).stem + f'_{name}' + Path(pic).suffix)
+        run_set(a, argv, py, only, pipes, name, out, pic)
 
+
+def make_set(name: str, n: int, data=None) -> Path:
+    "The class-folder root of data set `name` with `n` images (made when missing, reused when there)."
+    if name == 'photos':
+        from timmdata.tools.photos import make_photo_set
+        data = Path(data or f'/tmp/timmdata_photos_{n}')
+        print(f'data: {SETS[name].format(n=n)} in {data}', flush=True)
+        return make_photo_set(data, n=n) / 'train'
+    from timmdata.tools.sample_data import make_sample_dataset
+    classes = 10
+    data = Path(data or f'/tmp/timmdata_peers_{n}')
+    print(f'data: {SETS[name].format(n=n)} in {data}', flush=True)
+    make_sample_dataset(data, n_train=max(1, n // classes), n_val=0, size=(500, 375), quality=90)
+    return data / 'train'
+
+
+def run_set(a, argv, py, only, pipes, set_name, out, pic):
+    "Every contender on one data set (a.data), in alternating rounds; the table to `out`, the picture to `pic`."
+    a.set_name = set_name
     avail = availability(py)
     skipped = {n: avail[n] for n in only if avail[n]}
     todo = [n for n in only if not avail[n]]
@@ -552,7 +582,6 @@ def main(argv=None):
     load = [load_avg()]
     runs, failed = [], {}
     t0 = time.time()
-    out = a.out or (None if a.quick else RESULTS)
     for r in range(a.rounds):
         order = todo[r % len(todo):] + todo[:r % len(todo)] if todo else []  # rotate: nobody always runs first
         for pipe in pipes:
@@ -569,10 +598,9 @@ def main(argv=None):
     print('\n' + text)
     if out: print(f'saved {out} (+ .json)')
     summary = summarise(runs)
-    pic = a.picture or (None if a.quick else PICTURE)
     if pic and summary:
-        plot(summary, pic, f'{a.images} images, batch {a.batch_size}, {a.workers} workers, shared {os.cpu_count()}-core CPU '
-             '(bars: median, dots: each round)'); print(f'picture: {pic}')
+        plot(summary, pic, f'{a.images} images ({set_name}), batch {a.batch_size}, {a.workers} workers, shared '
+             f'{os.cpu_count()}-core CPU (bars: median, dots: each round)'); print(f'picture: {pic}')
 
 
 def report(a, argv, py, only, runs, skipped, failed, notes, load, rounds_done, t0) -> str:
@@ -580,7 +608,7 @@ def report(a, argv, py, only, runs, skipped, failed, notes, load, rounds_done, t
     head = [f'timmdata vs peers (issue 46), {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}',
             f'command: {" ".join([os.path.relpath(py, ROOT)] + [str(x) for x in (argv if argv is not None else sys.argv)])}',
             f"peers' python: {os.path.relpath(py, ROOT)}; {versions(py)}",
-            f'{a.images} generated 500x375 JPEGs (q90, timmdata.tools.sample_data), batch {a.batch_size}, {a.workers} workers, '
+            f'{SETS[getattr(a, "set_name", "generated")].format(n=a.images)}, batch {a.batch_size}, {a.workers} workers, '
             f'{rounds_done} of {a.rounds} alternating rounds done x ({a.epochs} timed epoch after 1 warm-up epoch), each '
             f'contender in its own process; train: RandomResizedCrop 224 + flip, no colour jitter; eval: resize 256 + '
             f'centre crop 224',

@@ -11,7 +11,7 @@ LIB, NBS = ROOT / 'timmdata', ROOT / 'nbs'
 
 # The floors of the data's way: a module may import modules of its own floor or lower ones, never higher.
 FLOORS = {
-    'tools.sample_data': 0, 'config': 0, 'core.settings': 0,  # settings: every environment variable, read in one place
+    'tools.sample_data': 0, 'tools.photos': 0, 'config': 0, 'core.settings': 0,  # settings: every environment variable, read in one place
     'readers': 1, 'readers.core': 1, 'readers.targets': 1, 'readers.class_map': 1, 'readers.reader': 1,
     'readers.img_extensions': 1, 'readers.reader_image_folder': 1, 'readers.reader_image_in_tar': 1, 'readers.reader_image_tar': 1,
     'readers.reader_factory': 1, 'readers.reader_wds': 1, 'readers.reader_hfds': 1, 'readers.reader_hfids': 1,  # timm's reader paths

@@ -458,10 +458,16 @@ def plot_results(res: dict, path=None):
     return fig
 
 # %% ../../nbs/tools/45_bench.ipynb #0ebc417c
-def bench_root(root=None) -> Path:
-    "`root`, or the generated sample dataset's train/ folder (made when missing): what the benchmarks read by default."
+def bench_root(root=None, photos: bool = False) -> Path:
+    """`root`, or the generated sample dataset's train/ folder (made when missing): what the benchmarks read by default.
+    `photos`: the photographic set's instead (`tools.photos`, 1,500 images beside the sample dataset, made once)."""
     if root is not None:
         return Path(root)
+    if photos:
+        from timmdata.tools.photos import make_photo_set
+        from timmdata.tools.sample_data import default_sample_root
+
+        return make_photo_set(default_sample_root().parent / 'photos', n=1500) / 'train'
     from timmdata.tools.sample_data import make_sample_dataset, default_sample_root
 
     return make_sample_dataset(default_sample_root()) / 'train'
@@ -513,6 +519,12 @@ def bench_main(argv=None):
         help='image folder with class subfolders (default %(default)s: the generated sample dataset, train split)',
     )
     p.add_argument(
+        '--photos',
+        action='store_true',
+        help='time on crops of real photographs (timmdata.tools.photos: made once from Debian wallpaper packages) '
+        'instead of the generated sample dataset',
+    )
+    p.add_argument(
         '--quick',
         action='store_true',
         help=f"a short run: {QUICK['epochs']} measured epoch on {QUICK['max_images']} "
@@ -544,9 +556,11 @@ def bench_main(argv=None):
     p.add_argument('--out', default='out/bench', help='folder for bench.json and bench.png')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
     a = p.parse_args(argv)
+    if a.photos and a.root:
+        p.error('--photos and --root: choose one')
     epochs, max_images = (QUICK['epochs'], QUICK['max_images']) if a.quick else (a.epochs, a.max_images)
     res = bench_loaders(
-        bench_root(a.root),
+        bench_root(a.root, a.photos),
         a.pipelines,
         a.contenders,
         epochs,
