@@ -2,7 +2,7 @@
 a class is read in one place (no `@patch` on a class of the patching module), no `locals()` hand-off, environment
 variables read in one module, torch's private API in one module, no import circle (the package included), seams
 declared and not probed (no getattr/hasattr for a method a protocol declares), and notebooks numbered in the data's way (a notebook imports only lower-numbered ones). Issue 42's page rules: every page of the data's way has a picture, no page opens
-with a wall of tests, export cells of at most `MAX_EXPORT_LINES` lines. Each failure names file:line (or notebook and cell)."""
+with a wall of tests, export cells of at most `MAX_EXPORT_LINES` lines; issue 57: no page documents a module `__getattr__`/`__dir__`. Each failure names file:line (or notebook and cell)."""
 import ast, json, re
 from pathlib import Path
 
@@ -315,3 +315,36 @@ def test_the_page_checks_can_fail(tmp_path):
     nb['cells'][5] = cell('#| hide\n' + walls)
     (tmp_path / '01_x.ipynb').write_text(json.dumps(nb))
     assert opens_with_tests(tmp_path / '01_x.ipynb') is None and first_code_block(nb['cells']) == (None, '')
+
+
+# --- issue 57: a module's `__getattr__` / `__dir__` (PEP 562) is machinery, not an API entry. nbdev documents every
+# function of an `#| export` cell (the page showed a bold "getattr"), so they go in an `#| exporti` cell, as the home page's do
+MODULE_HOOK = re.compile(r'^def (__getattr__|__dir__)\b', re.MULTILINE)
+EXPORT = re.compile(r'^#\|\s*export\b', re.MULTILINE)  # `#| export`, not `#| exporti`
+
+
+def documented_module_hooks(path: Path) -> list:
+    out = []
+    for i, c in enumerate(cells(path)):
+        src = cell_source(c)
+        if c['cell_type'] != 'code': continue
+        hooks = sorted(set(MODULE_HOOK.findall(src))) if EXPORT.search(src) else []
+        hooks += [m for m in re.findall(r'show_doc\(\s*(__getattr__|__dir__)\b', src) if m not in hooks]
+        out += [f'{_rel(path)} (cell {i}): the module {h} is documented as an API entry; define it in an `#| exporti` cell '
+                f'(and show_doc it nowhere)' for h in hooks]
+    return out
+
+
+def test_no_page_documents_a_module_getattr():
+    bad = [m for p in sorted(NBS.rglob('*.ipynb')) for m in documented_module_hooks(p)]
+    assert not bad, '\n'.join(bad)
+
+
+def test_the_module_hook_check_can_fail(tmp_path):
+    cell = lambda src: {'cell_type': 'code', 'metadata': {}, 'outputs': [], 'execution_count': None, 'source': src}
+    hook = 'def __getattr__(name):\n    raise AttributeError(name)\n'
+    nb = {'cells': [cell('#| export\nx = 1\n\n\n' + hook), cell('#| exporti\n' + hook), cell('#| export\ndef __dir__():\n    return []'),
+                    cell('#| export\nclass A:\n    def __getattr__(self, name):\n        return 1'), cell('show_doc(__getattr__)')]}  # fmt: skip
+    (tmp_path / '01_x.ipynb').write_text(json.dumps(nb))
+    assert [m.split(':')[0] for m in documented_module_hooks(tmp_path / '01_x.ipynb')] == [
+        'nbs/01_x.ipynb (cell 0)', 'nbs/01_x.ipynb (cell 2)', 'nbs/01_x.ipynb (cell 4)']

@@ -5,6 +5,7 @@ the sequence holds is scaled down to fit; scheduled batching refuses MultiEpochs
 timm's words. timm's own tests run against timmdata with tools/run_timm_data_tests.py."""
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -12,7 +13,9 @@ from torch.utils.data import DataLoader, Dataset, SequentialSampler, TensorDatas
 
 from timmdata import (NaFlexMapDatasetWrapper, ScheduledBatchSampler, ScheduledTransformDataset, create_loader,
                       create_naflex_loader)
+from timmdata.config import Draws
 from timmdata.engine.resume import ResumableBatchSampler
+from timmdata.mixup import FastCollateMixup, Mixup
 
 
 class Shades(Dataset):
@@ -220,3 +223,61 @@ def test_hf_imagefolder_of_the_users_own_folder_reads_its_paths(tmp_path):
         image_bytes({'bytes': None, 'path': str(outside)}, 'x', root=str(root))
     with pytest.raises(ValueError, match='only the path'):
         image_bytes(inside_value, 'x')  # no folder named: a downloaded dataset's path
+
+
+class _HalfAndHalf:
+    "timm-style overrides (timm's signatures, no generator): lam 0.25 everywhere, CutMix when `cutmix`."
+    cutmix = False
+
+    def _params_per_batch(self):
+        return 0.25, self.cutmix
+
+    def _params_per_elem(self, n):
+        lam, cut = super()._params_per_elem(n)  # the base method still answers timm's call (and draws from rng)
+        return np.full(n, 0.25, dtype=np.float32), np.full(n, self.cutmix)
+
+
+@pytest.mark.parametrize('fast', [False, True])
+@pytest.mark.parametrize('mode', ['batch', 'pair', 'elem'])
+@pytest.mark.parametrize('cutmix', [False, True])
+def test_mixup_subclass_with_timms_signatures(monkeypatch, fast, mode, cutmix):
+    "A subclass of Mixup / FastCollateMixup overriding _params_per_batch() / _params_per_elem(n) as timm's code does."
+    import timmdata.mixup as mixup_module
+
+    base = FastCollateMixup if fast else Mixup
+    cls = type('Sub', (_HalfAndHalf, base), dict(cutmix=cutmix))
+    mix = cls(num_classes=3, multi_label=True, label_smoothing=0.0, mode=mode)
+    monkeypatch.setattr(mixup_module, 'cutmix_bbox_and_lam', lambda *a, **kw: ((0, 2, 0, 2), 0.75))
+    images = torch.stack([torch.zeros(3, 4, 4), torch.full((3, 4, 4), 200.0)])
+    targets = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
+    x, t = mix(list(zip(images.byte(), targets))) if fast else mix(images.clone(), targets.clone())
+    lam = 0.75 if cutmix else 0.25
+    torch.testing.assert_close(t, targets * lam + targets.flip(0) * (1 - lam))
+    if cutmix:  # the 2x2 box of row 0 comes from row 1
+        assert x[0, :, :2, :2].float().eq(200).all() and x[0, :, 2:, 2:].float().eq(0).all()
+    else:
+        torch.testing.assert_close(x[0].float(), torch.full((3, 4, 4), 150.0), atol=1, rtol=0)
+
+
+@pytest.mark.parametrize('mode', ['batch', 'pair', 'elem'])
+def test_mixup_subclass_without_overrides_keeps_explicit_draws(mode):
+    "A subclass that overrides nothing draws from the generator it is handed, as Mixup does: same batches, same targets."
+    Sub = type('Sub', (Mixup,), {})
+    x = torch.randn(8, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    y = torch.arange(8)
+    kw = dict(mixup_alpha=1.0, cutmix_alpha=1.0, prob=0.7, mode=mode, num_classes=8)
+    a = Mixup(**kw)(x.clone(), y, rng=Draws(12345))
+    b = Sub(**kw)(x.clone(), y, rng=Draws(12345))
+    torch.testing.assert_close(a, b)
+
+
+def test_mixup_subclass_as_the_loaders_collate_in_workers():
+    "A timm-style FastCollateMixup subclass as create_loader's collate_fn, in DataLoader workers (a copy per worker)."
+    cls = type('Sub', (_HalfAndHalf, FastCollateMixup), {})
+    loader = _loader(Shades(8), use_prefetcher=True, collate_fn=cls(num_classes=8, label_smoothing=0.0, mode='batch'),
+                     mean=(0, 0, 0), std=(1, 1, 1))
+    for x, t in loader:
+        n = len(t)
+        assert t.shape == (n, 8)
+        torch.testing.assert_close(t.sum(1), torch.ones(n))
+        assert ((t == 0.25) | (t == 0.75) | (t == 0.0)).all()  # lam 0.25 from the override, never a drawn one

@@ -218,6 +218,19 @@ def _blend_batch_(x: torch.Tensor, lam: float) -> torch.Tensor:
     rest = np.full(n, 1.0 - lam, np.float32)  # 1 - lam in float64 first, as a Python scalar would be
     return _mix_rows_(x, None, lams, np.zeros(n, bool), np.zeros((n, 4), np.int64), rest=rest)
 
+# %% ../nbs/29_mixup.ipynb #7534069c
+def _mix_params(
+    mixer,  # a Mixup (or a subclass)
+    name: str,  # '_params_per_batch' or '_params_per_elem'
+    r,  # the batch's numpy generator
+    *args,  # n for '_params_per_elem'
+):
+    "Call `mixer.<name>(*args)` with the draws `r` when it is `Mixup`'s own method, else (an override) as timm calls it."
+    fn = getattr(mixer, name)
+    if getattr(fn, '__func__', None) is getattr(Mixup, name):
+        return fn(*args, rng=r)
+    return fn(*args)
+
 # %% ../nbs/29_mixup.ipynb #b5b37db4
 class Mixup:
     "Mixup / CutMix of a float batch and its labels, per batch, per pair or per element; returns (batch, soft targets)."
@@ -285,16 +298,18 @@ class Mixup:
         lam = r.beta(ca, ca, size=n) if cut else r.beta(ma, ma, size=n)
         return (float(lam), cut) if n is None else (lam, np.full(n, cut))
 
-    def _params_per_elem(self, r, n: int):
-        "Lambdas (float32) and cutmix flags for n elements (or pairs)."
+    def _params_per_elem(self, n: int, rng=None):
+        "Lambdas (float32) and cutmix flags for n elements (or pairs); draws from `rng` (None: this mixer's `rng`)."
+        r = self.rng if rng is None else rng
         lam, cut = np.ones(n, dtype=np.float32), np.zeros(n, dtype=bool)
         if self.mixup_enabled and n:
             lam_mix, cut = self._draw_lam(r, n)
             lam = np.where(r.rand(n) < self.mix_prob, lam_mix.astype(np.float32), lam)
         return lam, cut
 
-    def _params_per_batch(self, r):
-        "One (lam, use_cutmix) for the batch."
+    def _params_per_batch(self, rng=None):
+        "One (lam, use_cutmix) for the batch; draws from `rng` (None: this mixer's `rng`)."
+        r = self.rng if rng is None else rng
         if not (self.mixup_enabled and r.rand() < self.mix_prob):
             return 1.0, False
         return self._draw_lam(r)
@@ -303,7 +318,7 @@ class Mixup:
         "Per-row (lam, cut, boxes) for n rows paired as (i, n-1-i); the middle row of an odd n keeps lam 1."
         mid = n // 2
         if self.mode == 'pair' and not half:
-            lam_h, cut_h = self._params_per_elem(r, mid)
+            lam_h, cut_h = _mix_params(self, '_params_per_elem', r, mid)
             lam_h, boxes_h = self._boxes(r, lam_h, cut_h, shape)
             one = np.ones(n - 2 * mid, np.float32)
             lam = np.concatenate([lam_h, one, lam_h[::-1]])
@@ -311,7 +326,7 @@ class Mixup:
             boxes = np.concatenate([boxes_h, np.zeros((n - 2 * mid, 4), np.int64), boxes_h[::-1]])
             return lam, cut, boxes
         n_draw = mid if half else n
-        lam, cut = self._params_per_elem(r, n_draw)
+        lam, cut = _mix_params(self, '_params_per_elem', r, n_draw)
         if n % 2 and not half:
             lam[mid], cut[mid] = 1.0, False  # mixed with itself: nothing to do
         lam, boxes = self._boxes(r, lam, cut, shape)
@@ -343,7 +358,7 @@ class Mixup:
 
     def _mix_batch_(self, r, x: torch.Tensor) -> float:
         "'batch' mode, in place: one lam and one cutmix box for the whole batch, each row mixed with its mirror row."
-        lam, cut = self._params_per_batch(r)
+        lam, cut = _mix_params(self, '_params_per_batch', r)
         if lam != 1.0:
             if cut:
                 (yl, yh, xl, xh), lam = cutmix_bbox_and_lam(

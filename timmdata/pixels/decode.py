@@ -79,7 +79,8 @@ def use_native(
     finally:
         NATIVE.enabled = old
 
-
+# %% ../../nbs/pixels/06_decode.ipynb #7fb27b941602401d91542211134fc71a
+# the old name `native` (read-only), and the warning when the build at install time failed: module machinery, not API
 def __getattr__(name: str):
     "`timmdata.pixels.decode.native`, the name before `NATIVE`: `NATIVE.module`, read at each use."
     if name == 'native':
