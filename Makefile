@@ -97,5 +97,15 @@ wheel-check: wheel
 gpu-kit: install
 	bash tools/gpu_kit.sh
 
+# free-threaded CPython (issue 58): Debian's source package built with --disable-gil into .ft/python, and a venv .ft/venv
+# with the free-threaded wheels and timmdata (its extension built for it); not part of `make test`. Times in .ft/times.txt
+# (tools/ft_python.sh; FT_PY=3.13 asks for 3.13t only). `make ft-test`: tests/ and the notebooks on it.
+.PHONY: ft-python ft-test
+ft-python:
+	bash tools/ft_python.sh all
+
+ft-test: ft-python
+	bash tools/ft_python.sh test
+
 clean:
 	rm -rf _proc _docs .pytest_cache

@@ -60,24 +60,41 @@ static void on_quiet(j_common_ptr c, int level) { (void)c; (void)level; } /* hea
  * decodes anyway. Its default handler prints the first of each image to stderr; here they are counted instead (one per
  * image that warned, with the first message of the latest such image), and the Python side turns the count into one
  * Python warning (jpeg_warnings()). The decode runs without the GIL, so a warning is kept in the call's own error
- * manager, and the process-wide counter and message are updated from it once the call holds the GIL again
- * (note_warning): two threads decoding at once never write the same memory. */
+ * manager, and the process-wide counter and message are updated from it once the call is done (note_warning), under
+ * warn_lock: two threads decoding at once never write the same memory. Under the GIL the lock is the GIL itself; on a
+ * free-threaded build (Py_GIL_DISABLED, which this module declares it supports: Py_mod_gil) it is a PyMutex. */
 static unsigned long long n_warned = 0;
 static char last_warning[JMSG_LENGTH_MAX] = "";
+#ifdef Py_GIL_DISABLED
+static PyMutex warn_lock;  /* zeroed: unlocked */
+#define WARN_LOCK() PyMutex_Lock(&warn_lock)
+#define WARN_UNLOCK() PyMutex_Unlock(&warn_lock)
+#else
+#define WARN_LOCK() ((void)0)
+#define WARN_UNLOCK() ((void)0)
+#endif
 static void on_warning(j_common_ptr c, int level) {
     if (level >= 0) return;  /* trace messages */
     if (c->err->num_warnings++ == 0) (*c->err->format_message)(c, ((struct err_mgr *)c->err)->warning);
 }
-/* with the GIL held: count the call's warning, if it had one */
+/* holding the call's thread state: count the call's warning, if it had one (under warn_lock) */
 static void note_warning(const struct err_mgr *e) {
     if (e->pub.num_warnings == 0) return;
+    WARN_LOCK();
     n_warned++; memcpy(last_warning, e->warning, sizeof last_warning);
+    WARN_UNLOCK();
 }
 
 /* jpeg_warnings() -> (images that warned so far in this process, the latest first warning) */
 static PyObject *jpeg_warnings(PyObject *self, PyObject *args) {
     (void)self; (void)args;
-    return Py_BuildValue("(Ks)", n_warned, last_warning);
+    char msg[JMSG_LENGTH_MAX];
+    WARN_LOCK();
+    const unsigned long long n = n_warned;
+    memcpy(msg, last_warning, sizeof msg);
+    WARN_UNLOCK();
+    msg[sizeof msg - 1] = 0;
+    return Py_BuildValue("(Ks)", n, msg);
 }
 
 /* header(data) -> (height, width, components, colour space code of libjpeg's J_COLOR_SPACE) */
@@ -249,7 +266,7 @@ static inline uint8_t rs_clip8(int32_t v) { v >>= RS_BITS; return v < 0 ? 0 : v 
 #define RS_KEEPS 1
 typedef struct { uint8_t *p[2]; size_t n[2]; } rs_scratch;
 static pthread_key_t rs_key;
-static int rs_key_made = 0;  /* set in the module's init, under the GIL */
+static int rs_key_made = 0;  /* set in the module's init (PyInit__native, under the import lock) */
 static void rs_scratch_free(void *v) { rs_scratch *s = v; free(s->p[0]); free(s->p[1]); free(s); }
 static void rs_scratch_init(void) { if (!rs_key_made && pthread_key_create(&rs_key, rs_scratch_free) == 0) rs_key_made = 1; }
 #else
@@ -460,14 +477,14 @@ static RS_TARGET void rs_vertical_avx2(const uint8_t *src, Py_ssize_t ss, Py_ssi
     }
 }
 
-static int rs_cpu_avx2 = -1;  /* set on the first call (under the GIL: resample_window asks before releasing it) */
+static int rs_cpu_avx2 = 0;  /* set once when the module is imported (rs_detect_cpu), read-only after */
+static void rs_detect_cpu(void) { __builtin_cpu_init(); rs_cpu_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0; }
 #endif
 static int rs_simd = 1;  /* set_resample_simd(False): the plain C passes, for tests that compare both */
 
 /* 1 when the AVX2 passes run: the CPU has AVX2 and they are not switched off */
 static int rs_avx2(void) {
 #if RS_AVX2
-    if (rs_cpu_avx2 < 0) { __builtin_cpu_init(); rs_cpu_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0; }
     return rs_cpu_avx2 && __atomic_load_n(&rs_simd, __ATOMIC_RELAXED);
 #else
     return 0;
@@ -832,10 +849,12 @@ done:
     return r;
 }
 
-/* with the GIL held: count a call's warning (rcj_run's), as note_warning does */
+/* count a call's warning (rcj_run's), as note_warning does (under warn_lock) */
 static void note_rcj_warning(int warned, const char *warning) {
     if (!warned) return;
+    WARN_LOCK();
     n_warned++; memcpy(last_warning, warning, sizeof last_warning);
+    WARN_UNLOCK();
 }
 
 #define RCJ_MSG 512
@@ -1293,5 +1312,24 @@ static PyMethodDef methods[] = {
     {"flag_release", flag_release, METH_VARARGS, "flag_release(int32 flags, i): flag i = 0 (atomic, release)"},
     {"affine_u8", affine_u8, METH_VARARGS, "affine_u8(x_u8, m, b, lo, hi, out_f32, n, c, hw): out = clamp(m @ x + b, lo, hi)"},
     {NULL, NULL, 0, NULL}};
-static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_native", "Crop-aware JPEG decoding and the fused uint8 batch step", -1, methods};
-PyMODINIT_FUNC PyInit__native(void) { detect_cpu(); rs_scratch_init(); return PyModule_Create(&moddef); }
+/* Multi-phase init (PEP 489). The module keeps no Python objects of its own: what it shares between calls is set once
+ * here (the CPU's features, the per-thread scratch key), atomic (the streaming and SIMD switches, the ring flags), or
+ * under warn_lock (libjpeg's warning count); every call's buffers are its own. So it runs without the GIL on a
+ * free-threaded build (Py_mod_gil_not_used, Python 3.13+: importing it does not turn the GIL back on), and its
+ * functions may run in many threads at once (tests/test_native_threads.py). */
+static PyModuleDef_Slot slots[] = {
+#if PY_VERSION_HEX >= 0x030D0000
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
+    {0, NULL}};
+static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_native", "Crop-aware JPEG decoding and the fused uint8 batch step", 0, methods,
+                                    slots};
+PyMODINIT_FUNC PyInit__native(void) {
+    /* once per process, under the import lock, before any function can run */
+    detect_cpu();
+#if RS_AVX2
+    rs_detect_cpu();
+#endif
+    rs_scratch_init();
+    return PyModuleDef_Init(&moddef);
+}

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Build CPython free-threaded (--disable-gil) from Debian's source package python3.14 into .ft/python.
+# Usage: bash tools/ft_python.sh [interp|venv|all|test]   (make ft-python: all; make ft-test: test; .ft/ is ignored)
+# FT_PY=3.14 (the default) tries Debian's python3.14 and, where the mirror does not serve it, python3.13 (3.13t,
+# the first release with a free-threaded build), saying so; FT_PY=3.13 asks for 3.13 only. .ft/python/VERSION says
+# which was built. The source comes from Debian's unstable suite through a private apt sources file (.ft/apt/sources.list with one
+# deb-src line), so the machine's own apt configuration is left alone. The build dependencies are Debian packages of
+# the running release, installed with apt-get (an explicit list: `apt-get build-dep` would ask for unstable's
+# clang-21 and debhelper, which the build below does not use). The upstream tarball inside the source package is
+# built as it is (Debian's patches move install paths to /usr layouts that a --prefix build does not want).
+# No PGO or LTO: a plain ./configure --disable-gil && make, for build time on a small machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+FT=$ROOT/.ft
+PREFIX=$FT/python
+VENV=$FT/venv
+JOBS=${JOBS:-$(nproc)}
+case ${FT_PY:-3.14} in 3.14) FT_VERSIONS="3.14 3.13" ;; *) FT_VERSIONS=$FT_PY ;; esac
+stage=${1:-all}
+mkdir -p "$FT"
+stamp() { echo "$1 $(date +%s) $(date -u +%FT%TZ)" >> "$FT/times.txt"; }
+
+interp() {
+    if [ -x "$PREFIX/bin/python3t" ]; then echo "ft-python: $PREFIX/bin/python3t exists ($(cat "$PREFIX/VERSION"))"; return; fi
+    stamp interp-start
+    mkdir -p "$FT/apt/lists/partial" "$FT/apt/cache/archives/partial" "$FT/src"
+    echo "deb-src http://deb.debian.org/debian unstable main" > "$FT/apt/sources.list"
+    APTO=(-o "Dir::Etc::SourceList=$FT/apt/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
+          -o "Dir::State::Lists=$FT/apt/lists" -o "Dir::Cache=$FT/apt/cache")
+    DEPS="build-essential dpkg-dev pkg-config xz-utils libreadline-dev libncurses-dev zlib1g-dev libbz2-dev
+          liblzma-dev libzstd-dev libgdbm-dev tk-dev libssl-dev libexpat1-dev libsqlite3-dev libffi-dev uuid-dev"
+    missing=$(for p in $DEPS; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"; done)
+    if [ -n "$missing" ]; then
+        if [ "$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
+        else echo "ft-python: install the build dependencies first: sudo apt-get install $missing" >&2; exit 1; fi
+    fi
+    apt-get "${APTO[@]}" update -qq
+    got=
+    for v in $FT_VERSIONS; do
+        # every version the suite lists, newest first: a mirror may serve an older one only
+        for ver in $(apt-cache "${APTO[@]}" showsrc "python$v" | sed -n 's/^Version: //p' | sort -rV); do
+            if (cd "$FT/src" && apt-get "${APTO[@]}" source --download-only "python$v=$ver" >> "$FT/source-$v.log" 2>&1); then got=$v; break 2; fi
+            echo "ft-python: Debian's source package python$v $ver could not be downloaded (see $FT/source-$v.log)" >&2
+        done
+    done
+    [ -n "$got" ] || { echo "ft-python: no source package of $FT_VERSIONS could be downloaded" >&2; exit 1; }
+    [ "$got" = "${FT_VERSIONS%% *}" ] || echo "ft-python: building python$got (free-threaded) instead" >&2
+    orig=$(ls "$FT/src"/python${got}_*.orig.tar.* | head -1)
+    rm -rf "$FT/src/cpython" && mkdir -p "$FT/src/cpython"
+    tar -xf "$orig" -C "$FT/src/cpython" --strip-components=1
+    cd "$FT/src/cpython"
+    ./configure --disable-gil --prefix="$PREFIX" --with-ensurepip=install > "$FT/configure.log" 2>&1
+    make -j"$JOBS" > "$FT/make.log" 2>&1
+    make install > "$FT/install.log" 2>&1
+    cd "$ROOT"
+    ln -sf "python${got}t" "$PREFIX/bin/python3t"
+    echo "$got" > "$PREFIX/VERSION"
+    stamp interp-end
+    "$PREFIX/bin/python3t" -c "import sys, sysconfig; assert not sys._is_gil_enabled(); print(sys.version, sysconfig.get_config_var('Py_GIL_DISABLED'))"
+}
+
+venv() {
+    stamp venv-start
+    local v; v=$(cat "$PREFIX/VERSION")
+    rm -rf "$VENV"
+    "$PREFIX/bin/python3t" -m venv "$VENV"
+    local pip=("$VENV/bin/python" -m pip)
+    "${pip[@]}" install -q --upgrade pip
+    # the free-threaded wheels (cp314t / cp313t); 3.14's torch is newer than this machine's pip cap (/etc/xdg/pip), lifted here only
+    if [ "$v" = 3.14 ]; then
+        PIP_CONSTRAINT=/dev/null "${pip[@]}" install -q "torch==2.15.*" "torchvision==0.29.2" "pillow==13.*" "numpy==2.4.*"
+    else  # 3.13t: torch's last cp313t wheels are 2.12; pillow's 12.2
+        "${pip[@]}" install -q "torch==2.12.*" torchvision "pillow>=12" "numpy==2.4.*"
+    fi
+    "${pip[@]}" install -q -e .
+    # what the tests and the notebooks use; one at a time: a package without a free-threaded wheel is left out, and said
+    : > "$FT/left-out.txt"
+    for p in pytest pytest-xdist "fastcore>=1.12.27,<2" timm "nbdev==2.4.14" "execnb<0.2" ipykernel nbconvert webdataset fsspec psutil; do
+        "${pip[@]}" install -q --only-binary=:all: "$p" > "$FT/pip-$(echo "$p" | tr -c 'a-z0-9' _).log" 2>&1 || { echo "$p" >> "$FT/left-out.txt"; echo "ft-python: $p left out (no free-threaded wheel?)" >&2; }
+    done
+    "$VENV/bin/python" -c "import sys, timmdata._native; assert not sys._is_gil_enabled(), 'importing timmdata._native turned the GIL on'; print('ft-python: timmdata._native on', sys.version)"
+    stamp venv-end
+}
+
+# tests/ on the free-threaded venv, then the notebooks where nbdev installed
+ftest() {
+    [ -x "$VENV/bin/python" ] || { echo "ft-test: run make ft-python first" >&2; exit 1; }
+    stamp test-start
+    PATH="$VENV/bin:$PATH" bash tools/scratch_tmp.sh "$VENV/bin/python" -m pytest -q -n 2 --dist loadfile --durations=10 tests
+    stamp pytest-end
+    if "$VENV/bin/python" -c "import nbdev, execnb" 2>/dev/null; then
+        PATH="$VENV/bin:$PATH" bash tools/scratch_tmp.sh "$VENV/bin/python" tools/nbtest.py --n_workers 2
+    else echo "ft-test: nbdev or execnb has no free-threaded install here: notebooks not run" >&2; fi
+    stamp test-end
+}
+
+case $stage in
+    interp) interp ;;
+    venv) venv ;;
+    all) interp; [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import timmdata._native" 2>/dev/null || venv ;;
+    test) ftest ;;
+    *) echo "usage: tools/ft_python.sh [interp|venv|all|test]" >&2; exit 2 ;;
+esac
