@@ -27,6 +27,7 @@ FLOORS = {
     'store.builder': 8, 'tools.bench': 8, 'tools.cli': 8, 'tools.check': 8, 'tools.shards': 8, 'tools.simulate': 8,  # tools on top
     'core.untrusted': 0,  # the checks every reader of an untrusted dataset shares
     'core.torch_compat': 0, 'core.runtime': 0,  # torch's private API in one place; the helpers every device loop shares
+    'streams.mixing': 7,  # many sources as one dataset, in one order: wiring (its batch plan is the engine's)
     'engine.feeder': 6,  # the one device loop (stream, look-ahead, hand-over, marks, workers) under every prefetching loader
     'core.stages': 0,  # the per-sample stage clock (read, decode, ops) that stats() sums
     'constants': 0, 'dataset_info': 0, 'imagenet_info': 0, 'real_labels': 0, 'model_config': 0,  # timm.data's paths: metadata

@@ -5,7 +5,7 @@
 # %% ../nbs/32_distributed_sampler.ipynb #62bb2069
 from __future__ import annotations
 import math
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Protocol, runtime_checkable
 import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler, SequentialSampler
@@ -13,8 +13,8 @@ from torch.utils.data.distributed import DistributedSampler
 from .config import mix_seed
 
 # %% auto #0
-__all__ = ['OrderedDistributedSampler', 'RepeatAugSampler', 'timm_sampler', 'SeededRandomSampler', 'epoch_order', 'sampler_kind',
-           'world_of']
+__all__ = ['OrderedDistributedSampler', 'RepeatAugSampler', 'timm_sampler', 'SeededRandomSampler', 'OrdersItsEpochs',
+           'epoch_order', 'sampler_kind', 'world_of']
 
 # %% ../nbs/32_distributed_sampler.ipynb #f881993f
 def _world(num_replicas: Optional[int], rank: Optional[int], who: str) -> tuple:
@@ -170,8 +170,18 @@ class SeededRandomSampler(Sampler):
         return iter(self.order())
 
 
+@runtime_checkable
+class OrdersItsEpochs(Protocol):
+    "A sampler that gives its epoch as one global order itself (`timmdata.streams.mixing.MixSampler`: a mix of sources)."
+
+    def global_order(self, rep: int = 0) -> tuple: ...  # (order, total, W, rank), as `epoch_order` gives them
+    def world(self) -> tuple: ...  # (W, rank, total), as `world_of` gives them
+
+
 def epoch_order(sampler, rep: int = 0) -> tuple:
     "(order, total, W, rank): `sampler`'s epoch as one global order; rank r of W reads positions r, r+W, ... < total."
+    if isinstance(sampler, OrdersItsEpochs):
+        return sampler.global_order(rep)
     if isinstance(sampler, SeededRandomSampler):
         return sampler.order(rep), len(sampler), 1, 0
     if isinstance(sampler, SequentialSampler):
@@ -212,6 +222,8 @@ def sampler_kind(sampler) -> dict:
 
 def world_of(sampler) -> tuple:
     "(W, rank, total) of `sampler` without drawing its order."
+    if isinstance(sampler, OrdersItsEpochs):
+        return sampler.world()
     if isinstance(sampler, (SeededRandomSampler, SequentialSampler)):
         return 1, 0, len(sampler)
     if isinstance(sampler, RepeatAugSampler):

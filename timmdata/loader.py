@@ -26,6 +26,7 @@ from .core.runtime import SEED_MIX, default_rank, resolve_device, sets_epoch
 from .core.torch_compat import keep_iterator, kept_iterator, shutdown_workers
 from .scheduled_sampler import Sampling, ScheduledTransformDataset, make_batch_plan
 from .streams.streaming import SplitsOverWorkers, StreamPlan
+from .streams.mixing import MixedDataset, mix_batching
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 from .engine.resume import BatchPlan, ResumableDataLoader
 from .engine.threads import ThreadWorkers, check_worker_mode, default_worker_mode
@@ -418,7 +419,17 @@ def transform_step(dataset, o: LoaderOptions, batch_jitter: bool) -> tuple:
 
 
 def plan_step(dataset, o: LoaderOptions) -> tuple:
-    "The batch plan (timmdata.scheduled_sampler), a stream told its split: (the keyed dataset, the DataLoader's batching)."
+    "The batch plan (timmdata.scheduled_sampler), a stream told its split, a mix its own order: (the keyed dataset, the DataLoader's batching)."
+    if isinstance(dataset, MixedDataset):  # its global order dealt over the ranks (timmdata.streams.mixing)
+        if o.num_aug_repeats > 0:
+            raise ValueError(
+                'num_aug_repeats (repeated augmentation) is not supported with a mix of sources: pass num_aug_repeats=0'
+            )
+        return mix_batching(dataset, o.batch_size, is_training=o.is_training, seed=o.seed, distributed=o.distributed)
+    if isinstance(dataset, ScheduledTransformDataset) and isinstance(dataset.dataset, MixedDataset):
+        raise NotImplementedError(
+            'input_size_choices (scheduled batching) is not supported with a mix of sources: pass one input_size'
+        )
     if isinstance(dataset, StreamPlan):
         dataset.set_loader_cfg(num_workers=o.num_workers, batch_size=o.batch_size)  # its split and batches
     elif isinstance(dataset, SplitsOverWorkers):
