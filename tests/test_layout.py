@@ -29,6 +29,7 @@ FLOORS = {
     'core.torch_compat': 0, 'core.runtime': 0,  # torch's private API in one place; the helpers every device loop shares
     'engine.feeder': 6,  # the one device loop (stream, look-ahead, hand-over, marks, workers) under every prefetching loader
     'core.stages': 0,  # the per-sample stage clock (read, decode, ops) that stats() sums
+    'engine.watch': 7,  # the loader's figures to TensorBoard, Prometheus, Lightning, the node (timmdata top); the slow rank named
     'constants': 0, 'dataset_info': 0, 'imagenet_info': 0, 'real_labels': 0, 'model_config': 0,  # timm.data's paths: metadata
     'target_transforms': 3, 'tf_preprocessing': 3,  # timm.data's paths: per-sample ops
     # the packages' front doors (each __init__ a paragraph on its job; it imports nothing)
