@@ -116,19 +116,9 @@ VARIABLES = {
             'megabytes >= 1',
             "memory num_workers='auto' may give the loader (default: half the available, shared by local processes)",
         ),
+        Variable('TIMMDATA_WATCH_DIR', None, _folder, 'a folder', 'where loaders publish figures for timmdata top'),
         Variable(
-            'TIMMDATA_WATCH_DIR',
-            None,
-            _folder,
-            'a folder',
-            "where loaders publish their figures for `timmdata top` (default: a folder of the user's in /dev/shm)",
-        ),
-        Variable(
-            'TIMMDATA_WATCH',
-            None,
-            _positive,
-            'a batch count >= 1',
-            "create_loader's loaders publish their figures for `timmdata top` every that many batches (default: off)",
+            'TIMMDATA_WATCH', None, _positive, 'a batch count >= 1', 'loaders publish for timmdata top every N batches'
         ),
     )
 }
