@@ -30,6 +30,7 @@ FLOORS = {
     'streams.mixing': 7,  # many sources as one dataset, in one order: wiring (its batch plan is the engine's)
     'engine.feeder': 6,  # the one device loop (stream, look-ahead, hand-over, marks, workers) under every prefetching loader
     'core.stages': 0,  # the per-sample stage clock (read, decode, ops) that stats() sums
+    'engine.watch': 7,  # the loader's figures to TensorBoard, Prometheus, Lightning, the node (timmdata top); the slow rank named
     'constants': 0, 'dataset_info': 0, 'imagenet_info': 0, 'real_labels': 0, 'model_config': 0,  # timm.data's paths: metadata
     'target_transforms': 3, 'tf_preprocessing': 3,  # timm.data's paths: per-sample ops
     # the packages' front doors (each __init__ a paragraph on its job; it imports nothing)

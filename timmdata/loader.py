@@ -31,6 +31,7 @@ from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_fa
 from .engine.resume import BatchPlan, ResumableDataLoader
 from .engine.threads import ThreadWorkers, check_worker_mode, default_worker_mode
 from .engine.tune import AutoLoader, Budget, first_setting
+from .engine.watch import watch_by_setting
 from .engine.batch_plan import SeededDataset
 from .dataset import DecodeTransform, ImageDataset
 
@@ -513,7 +514,10 @@ def create_loader(
     )
     if o.decode_device is not None:  # the device path takes the options it has parameters for; others stay at default
         refuse_off_default(create_loader, o.not_taken_by(create_device_decode_loader))
-        return create_device_decode_loader(dataset, **o.kwargs_for(create_device_decode_loader))
+        return watch_by_setting(
+            create_device_decode_loader(dataset, **o.kwargs_for(create_device_decode_loader)),
+            'train' if o.is_training else 'eval',
+        )
     _check_args(o.batch_size, o.num_workers, o.worker_seeding, o.tf_preprocessing)
     device = resolve_device(o.device, PrefetchLoader.devices if o.use_prefetcher else None)
     if not o.use_prefetcher and isinstance(o.collate_fn, BatchCollate) and o.collate_fn.mixes:
@@ -532,7 +536,10 @@ def create_loader(
     pin = pin and torch.cuda.is_available()
     collate_fn = collate_step(dataset, shapes, o, device, pin)
     loader = worker_loader(dataset, batching, collate_fn, o, pin)
-    return prefetch_step(loader, o, device, batch_jitter) if o.use_prefetcher else loader
+    loader = prefetch_step(loader, o, device, batch_jitter) if o.use_prefetcher else loader
+    return watch_by_setting(
+        loader, 'train' if o.is_training else 'eval'
+    )  # TIMMDATA_WATCH: published for `timmdata top`
 
 
 create_loader.__signature__ = inspect.Signature(  # timm's signature: the dataset, then every option in timm's order

@@ -116,6 +116,10 @@ VARIABLES = {
             'megabytes >= 1',
             "memory num_workers='auto' may give the loader (default: half the available, shared by local processes)",
         ),
+        Variable('TIMMDATA_WATCH_DIR', None, _folder, 'a folder', 'where loaders publish figures for timmdata top'),
+        Variable(
+            'TIMMDATA_WATCH', None, _positive, 'a batch count >= 1', 'loaders publish for timmdata top every N batches'
+        ),
     )
 }
 

@@ -102,6 +102,7 @@ class LoaderStats:
     ):  # float64 (workers, len(COLUMNS)) in shared memory, or None (threads)
         self._lock, self.rows = threading.Lock(), rows
         self.outer = False  # a prefetching loader counts the delivered batches (set by it); else the DataLoader does
+        self.hooks = []  # `hook(stats)` after each batch handed out, in the consumer's thread (a `LoaderWatch`)
         self.reset()
 
     def reset(self):
@@ -161,6 +162,8 @@ class LoaderStats:
             self.images += images
             self.batches += 1
             self.wall += wall
+        for h in self.hooks:
+            h(self)
 
     def snapshot(self) -> 'LoaderStats':
         "A copy of the counts so far, the workers' rows summed in: it stays as it is while the loader runs on."
