@@ -11,8 +11,8 @@ from typing import Optional
 
 # %% auto #0
 __all__ = ['MAX_JSON_BYTES', 'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPLE_BYTES', 'UnsafeNameError', 'relative_name', 'inside',
-           'walk_tree', 'UnsafeFileError', 'create_exclusive', 'atomic_write', 'FileTooLargeError', 'open_regular',
-           'read_regular', 'printable', 'InfoError', 'info_count', 'check_info']
+           'walk_tree', 'UnsafeFileError', 'create_exclusive', 'atomic_write', 'FileTooLargeError', 'regular_fd',
+           'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count', 'check_info']
 
 # %% ../../nbs/core/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -141,13 +141,13 @@ class FileTooLargeError(ValueError):
     "A dataset's or a cache's file larger than timmdata reads for its kind (an index, `_info.json`, a manifest)."
 
 
-def open_regular(
+def regular_fd(
     path,  # a file of a dataset or a cache
     max_bytes: Optional[int] = None,  # a bigger file is a `FileTooLargeError`, raised before anything is read
     what: str = 'file',  # what the file is, for the error ('shard index', '_info.json')
     follow_links: bool = False,  # True for a file the user named (a shard, `_info.json` of the root passed): a link is followed, the target must still be a regular file
-):
-    "`path` open for binary reading, if it is a regular file: opened without following a link and without blocking on a FIFO (`O_NOFOLLOW|O_NONBLOCK`), then checked with `fstat`; else `UnsafeFileError` naming it."
+) -> int:
+    "A descriptor of `path` open for reading, if it is a regular file: opened without following a link and without blocking on a FIFO (`O_NOFOLLOW|O_NONBLOCK`), checked with `fstat`, then made blocking; else `UnsafeFileError` naming it. The one opener of every file timmdata reads from a dataset or a cache (shards read by offset, indexes, spans, cached copies, class maps)."
     try:
         fd = os.open(path, os.O_RDONLY | (0 if follow_links else _NOFOLLOW) | _NONBLOCK | _CLOEXEC | _BINARY)
     except OSError as e:
@@ -170,19 +170,30 @@ def open_regular(
             )
         if _NONBLOCK and hasattr(os, 'set_blocking'):
             os.set_blocking(fd, True)  # a regular file: reads never block anyway, the flag only mattered for the open
-        return open(fd, 'rb', closefd=True)
+        return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def open_regular(
+    path,  # a file of a dataset or a cache
+    max_bytes: Optional[int] = None,  # a bigger file is a `FileTooLargeError`, raised before anything is read
+    what: str = 'file',  # what the file is, for the error ('shard index', '_info.json')
+    follow_links: bool = False,  # True for a file the user named: a link is followed, the target must still be a regular file
+):
+    "`path` open for binary reading, if it is a regular file (`regular_fd`); else `UnsafeFileError` naming it."
+    return open(regular_fd(path, max_bytes, what, follow_links), 'rb', closefd=True)
 
 
 def read_regular(
     path,  # a file of a dataset or a cache
     max_bytes: int,  # the most bytes read: a bigger file (or one that grows past it while read) is a `FileTooLargeError`
     what: str = 'file',  # what the file is, for the error
+    follow_links: bool = False,  # True for a file the user named (see `open_regular`)
 ) -> bytes:
     "The bytes of the regular file `path` (see `open_regular`), at most `max_bytes` of them, checked before and while reading."
-    with open_regular(path, max_bytes, what) as f:
+    with open_regular(path, max_bytes, what, follow_links) as f:
         size = os.fstat(f.fileno()).st_size
         data = f.read(size + 1)  # read(n) allocates n bytes up front: ask for the file's size, not the cap
         if len(data) > size:

@@ -9,7 +9,16 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 import numpy as np
-from ..core.untrusted import MAX_JSON_BYTES, UnsafeNameError, inside, relative_name, walk_tree
+from timmdata.core.untrusted import (
+    MAX_JSON_BYTES,
+    UnsafeNameError,
+    inside,
+    open_regular,
+    read_regular,
+    regular_fd,
+    relative_name,
+    walk_tree,
+)
 
 # %% auto #0
 __all__ = ['IMG_EXTENSIONS', 'natural_key', 'unset', 'get_img_extensions', 'is_img_extension', 'add_img_extensions',
@@ -97,14 +106,19 @@ def load_class_map(
         if not class_map:
             raise ValueError('class_map is an empty dict; give at least one class')
         return dict(class_map)
-    path = Path(class_map)
+    path, given = Path(class_map), True
     if not path.exists() and root is not None and (Path(root) / path).exists():
-        path = Path(root) / path
+        path, given = Path(root) / path, False
     if not path.exists():
         raise FileNotFoundError(f'class_map file {str(class_map)!r} does not exist (also looked in root {str(root)!r})')
     if path.suffix.lower() != '.txt':
         raise ValueError(f'class_map must be a dict or a .txt file with one class per line; got {str(class_map)!r}')
-    lines = path.read_text(encoding='utf-8').splitlines()
+    # a regular file, at most MAX_JSON_BYTES: never a FIFO or /dev/zero; a link only in a path you named (not the dataset's)
+    data = read_regular(path, MAX_JSON_BYTES, 'class_map file', follow_links=given)
+    try:
+        lines = data.decode('utf-8').splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f'class_map file {str(path)!r} is not UTF-8 text ({e}): one class name per line') from None
     out = {l.strip(): i for i, l in enumerate(lines) if l.strip()}
     if not out:
         raise ValueError(f'class_map file {str(path)!r} names no classes')
@@ -229,7 +243,7 @@ class FolderReader(Reader):
 def _scan_tar(path: str, exts) -> list:
     "(member name, data offset, size) of every accepted regular file in an uncompressed tar."
     try:  # opening, and reading every header (a cut or damaged one raises there, naming no file)
-        with tarfile.open(path, mode='r:') as tf:
+        with open_regular(path, what='tar', follow_links=True) as f, tarfile.open(fileobj=f, mode='r:') as tf:
             rows = [
                 (m.name, m.offset_data, m.size)
                 for m in tf
@@ -243,7 +257,7 @@ def _scan_tar(path: str, exts) -> list:
             f'{path!r} is not an uncompressed tar, or is damaged or truncated ({e}): compressed tars cannot be read '
             f'by offset (unpack them or re-create with `tar cf`); copy or write a damaged one again'
         ) from e
-    with open(path, 'rb') as f:
+    with open_regular(path, what='tar', follow_links=True) as f:
         f.seek(end)
         marker = f.read(512)
     if (
@@ -257,12 +271,16 @@ def _scan_tar(path: str, exts) -> list:
 
 
 class FileHandle:
-    "A read-only file descriptor that closes itself when its last reference goes (a read in flight keeps it open)."
+    "A read-only file descriptor of a regular file (`untrusted.regular_fd`: a FIFO or a device is an `UnsafeFileError`, never waited on) that closes itself when its last reference goes (a read in flight keeps it open)."
 
     __slots__ = ('fd',)
 
-    def __init__(self, path: str):
-        self.fd = os.open(path, os.O_RDONLY | getattr(os, 'O_BINARY', 0))
+    def __init__(
+        self,
+        path: str,  # a tar, a shard, an index (links followed: a split may link its files)
+        what: str = 'file',  # what it is, for the error
+    ):
+        self.fd = regular_fd(path, None, what, follow_links=True)  # a FIFO or a device refused, never waited on
 
     def __del__(self, _close=os.close):  # bound now: at interpreter exit the module's `os` may be gone already
         try:

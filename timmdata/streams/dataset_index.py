@@ -30,6 +30,7 @@ from timmdata.core.untrusted import (
     FileTooLargeError,
     atomic_write,
     printable,
+    regular_fd,
     relative_name,
 )
 from timmdata.streams.index_table import (
@@ -222,7 +223,7 @@ class DatasetIndex:
         if url_scheme(self.url) in ('http', 'https'):
             return http_range(self.url, (off, n), timeout=self.timeout, retries=self.retries, backoff=self.backoff)[1]
         if self._fh is None:
-            self._fh = FileHandle(self.url[7:] if self.url.startswith('file://') else self.url)
+            self._fh = FileHandle(self.url[7:] if self.url.startswith('file://') else self.url, 'dataset index')
         return os.pread(self._fh.fd, n, off)
 
     def spans(self, i: int) -> np.ndarray:
@@ -277,11 +278,11 @@ class DatasetIndex:
 
     def _kept_blob(self, path: str, i: int, n: int) -> Optional[bytes]:
         "The node cache's copy of shard i's spans line when it is a good one (its digest is the table's)."
-        try:
-            with open(os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0)), 'rb') as f:
+        try:  # a regular file of the cache's own: a link is never followed, a FIFO never waited on
+            with open(regular_fd(path, None, 'spans copy'), 'rb') as f:
                 blob = f.read(line_chars(n, self.version) + 1)
         except OSError:
-            return None  # none, a link (never followed) or unreadable: fetched
+            return None  # none, a link, a FIFO or unreadable: fetched
         return blob if hashlib.sha256(blob).hexdigest()[:16].encode('ascii') == self.digests[i] else None
 
     def _blob(self, i: int, n: int) -> bytes:

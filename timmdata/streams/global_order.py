@@ -501,7 +501,7 @@ class ShardBytes:
         self._own()
         f = self._files.pop(s, None)
         if f is None:
-            f = FileHandle(self._paths[s])
+            f = FileHandle(self._paths[s], 'shard')  # a FIFO named like a shard is refused, never waited on
             if self.sizes is not None:
                 self._check_size(s, str(os.fstat(f.fd).st_size))
         self._files[s] = f

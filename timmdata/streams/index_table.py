@@ -8,7 +8,7 @@ import errno, hashlib, mmap, os, stat, struct
 from typing import Optional
 import numpy as np
 from .shard_io import ShardError
-from ..core.untrusted import MAX_SAMPLES, MIN_SAMPLE_BYTES, printable
+from ..core.untrusted import MAX_SAMPLES, MIN_SAMPLE_BYTES, UnsafeFileError, printable, regular_fd
 
 # %% auto #0
 __all__ = ['MAX_TABLE_BYTES', 'MAX_SHARD_SAMPLES', 'MAX_TABLE_SHARDS', 'INDEX_VERSIONS', 'TABLE_READS', 'line_chars',
@@ -186,13 +186,11 @@ def map_table_copy(path: str) -> Optional[IndexTable]:
     "The node cache's parsed table at `path`, mapped and checked; None when there is none; else `DatasetIndexError` naming it (a link is refused, never followed)."
     try:
         # never through a link; never waiting on a FIFO planted at its name (refused as not a regular file)
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_NONBLOCK', 0))
+        fd = regular_fd(path, None, 'parsed table copy')
     except FileNotFoundError:
         return None
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise _bad_copy(path, 'a link (never followed)') from None
-        raise
+    except UnsafeFileError as e:
+        raise _bad_copy(path, 'a link (never followed)' if e.errno == errno.ELOOP else 'not a regular file') from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or not _COPY_HEAD <= st.st_size <= _COPY_HEAD + 3 * MAX_TABLE_BYTES:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import errno, fcntl, grp, hashlib, os, pwd, queue, re, stat, sys, threading, time, warnings
 from contextlib import contextmanager
 from typing import Callable, Optional
-from ..core.untrusted import UnsafeFileError, create_exclusive, printable
+from ..core.untrusted import UnsafeFileError, create_exclusive, printable, regular_fd
 from timmdata.streams.net import (  # the bounds of network reads: defined there, used (and re-exported) here
     DRAIN_BYTES,
     DRAIN_SECONDS,
@@ -286,12 +286,12 @@ class _Folder:
             if free + n <= limit:
                 break
             try:
-                fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | _NOFOLLOW)
+                fd = regular_fd(p, None, 'cached shard')
             except FileNotFoundError:
                 free -= s
                 continue
             except OSError:
-                continue  # replaced by a link meanwhile: not ours to evict
+                continue  # replaced by a link or a FIFO meanwhile: not ours to evict
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -515,13 +515,11 @@ def _known_shards(info: Optional[dict]) -> dict:
 def _hit(cache, p: str, size: Optional[int]):
     "The copy at `p` opened under a shared lock (so not evicted while read); None when it went meanwhile; removed if damaged."
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | _NOFOLLOW)
+        fd = regular_fd(p, None, 'cached shard')
     except FileNotFoundError:
         return None
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            return None  # a link put there meanwhile: never followed
-        raise
+    except UnsafeFileError:
+        return None  # a link or a FIFO put there meanwhile: never followed, never waited on
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
         st = os.fstat(fd)

@@ -26,7 +26,14 @@ from timmdata.streams.shard_io import (
     tar_members,
     url_scheme,
 )
-from ..core.untrusted import FileTooLargeError, atomic_write, open_regular, printable
+from timmdata.core.untrusted import (
+    FileTooLargeError,
+    UnsafeFileError,
+    atomic_write,
+    open_regular,
+    printable,
+    regular_fd,
+)
 from ..core.settings import setting
 
 # %% auto #0
@@ -177,17 +184,13 @@ def scan_shard(
 def _open_shard_file(path: str):
     "A local shard open for reading: links followed (a split may link its shards), but never a FIFO or a device, which would block the scan or never end."
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0) | getattr(os, 'O_BINARY', 0))
+        return open(regular_fd(path, None, 'shard', follow_links=True), 'rb')
     except FileNotFoundError:
         raise ShardNotFoundError(f'shard {path} does not exist: check the path and the split') from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
+    except UnsafeFileError:
         raise ShardError(
             f'shard {path} is not a regular file (a FIFO, a device or a folder): point timmdata at the shard file'
-        )
-    if hasattr(os, 'set_blocking'):
-        os.set_blocking(fd, True)
-    return open(fd, 'rb')
+        ) from None
 
 # %% ../../nbs/streams/23_shard_index.ipynb #07f6b97d
 MAX_INDEX_BYTES = (
