@@ -444,6 +444,14 @@ def sample_spans(
     if found is not None:
         return found[0]
     if source.shard_lengths and all(url_scheme(s) in ('http', 'https') for s in source.shards):
+        try:  # one ranged read of the first shard: does the server answer them? (else the order reads whole shards)
+            http_range(
+                source.shards[0], (0, 512), timeout=source.timeout, retries=source.retries, backoff=source.backoff
+            )
+        except (ShardNotFoundError, ShardTruncatedError):
+            raise
+        except ShardError as e:
+            return str(e)
         return ScannedSpans(source, index_dir)  # _info.json plans the order; each shard scanned when first read
     try:
         per_shard, _ = load_index([s[7:] if s.startswith('file://') else s for s in source.shards], index_dir)

@@ -369,13 +369,13 @@ def start_up_scanned(
     latency_s: float,
     bandwidth: float,  # a node's bytes/s
 ) -> dict:
-    "Requests, bytes (a rank, a node) and seconds before a node's first batch over shards without a dataset index: `_info.json` and the index's absence a rank, then each shard met scanned once (its headers by ranged reads of `SCAN_BLOCK`: the whole shard's bytes); the node's scans run side by side, each one a read at a time."
+    "Requests, bytes (a rank, a node) and seconds before a node's first batch over shards without a dataset index: `_info.json`, the index's absence and one ranged read (does the server answer them?) a rank, then each shard met scanned once (its headers by ranged reads of `SCAN_BLOCK`: the whole shard's bytes); the node's scans run side by side, each one a read at a time."
     per_scan = max(1, math.ceil(shard_bytes / SCAN_BLOCK))
     node = dict(
-        requests=2 * ranks_per_node + first_shards * per_scan, bytes=4096 * ranks_per_node + first_shards * shard_bytes
+        requests=3 * ranks_per_node + first_shards * per_scan, bytes=4096 * ranks_per_node + first_shards * shard_bytes
     )
-    seconds = 2 * latency_s + per_scan * latency_s + first_shards * shard_bytes / bandwidth
-    return dict(per_rank=dict(requests=2, bytes=4096), per_node=node, seconds=seconds)
+    seconds = 3 * latency_s + per_scan * latency_s + first_shards * shard_bytes / bandwidth
+    return dict(per_rank=dict(requests=3, bytes=4096), per_node=node, seconds=seconds)
 
 # %% ../../nbs/tools/55_simulate.ipynb #56059bc5
 def simulate(
