@@ -1,4 +1,4 @@
-"""Benchmark for issue 44: requests a training stream makes to storage before its first batch, at 250 and 2,000 shards.
+"""Benchmark for issues 44 and 57: requests a training stream makes to storage before its first batch, at 250 and 2,000 shards.
 
     python bench/bench_startup_requests.py [--shards 250 2000] [--per-shard 2] [--workers 2] [--out bench/results/x.txt]
 
@@ -7,9 +7,10 @@ a local HTTP server that answers ranged reads (206) and counts every request by 
 process state (a fresh index folder, no cache) builds `create_dataset('wds/...', is_training=True)` and
 `create_loader(..., num_workers=2)`, and the requests are counted until the first batch arrives, in three cases:
 
-- `cold`: no index anywhere (today's first run: a HEAD per shard, a scan of each shard's headers);
-- `warm`: the per-folder member index (`_timmdata_index.json` in index_dir) already built by an earlier run: still a HEAD
-  per shard to check it is fresh;
+- `cold`: no index anywhere (other tools' shards: img2dataset, webdataset's ShardWriter, a Hugging Face repository): the
+  order planned from `_info.json`'s shard lengths, a shard's headers scanned when a worker first reads from it, kept in
+  the node's index folder (issue 57; before it, a HEAD and a scan of every shard in every process that built the dataset);
+- `warm`: the node's scans already kept by an earlier run (the same index_dir): only the samples' reads;
 - `dataset index`: the dataset-level index (`timmdata index SRC`, `_timmdata_dataset_index.json` beside `_info.json`):
   fetched once, no per-shard request.
 

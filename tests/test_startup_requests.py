@@ -1,6 +1,8 @@
 """Issue 44: the requests a training stream makes before its first batch do not grow with the shards when the dataset
 has a dataset index (`timmdata index`): counted with a local HTTP server answering ranged reads, at 250 and 2,000
-shards (counts, never times). Without the index, a HEAD per shard (today's behaviour) and a one-line hint."""
+shards (counts, never times). Issue 57: without the index (other tools' shards, `_info.json` with the shard lengths)
+nothing is asked per shard either: the order is planned from `_info.json`, each shard scanned when first read, once a
+node (`global_order.ScannedSpans`), and a one-line hint says `timmdata index` makes start-up O(1)."""
 import sys, warnings
 from pathlib import Path
 
@@ -62,15 +64,93 @@ def test_start_up_requests_do_not_grow_with_shards(served, tmp_path):
         assert set(first) == {'GET range'} and BATCH <= first['GET range'] <= bound, first
 
 
-def test_without_index_a_head_per_shard_and_a_hint(served, tmp_path):
+def _bound(first: dict, n_first: int = 2 * (2 * 2 + 1) * BATCH) -> int:
+    "Ranged reads to the first batch without an index: per sample the workers prefetch, its read and at most one scan of its shard (tiny shards: one ranged GET each), with each worker's reads in flight; nothing per shard of the dataset."
+    return 2 * n_first + 2 * 2 * READ_AHEAD * 2
+
+
+def test_without_index_nothing_per_shard_and_a_hint(served, tmp_path):
+    "Other tools' shards (no dataset index; _info.json lists the shard lengths): no HEAD, no scan of every shard when the"
+    " dataset is built: the order is planned from _info.json, a shard scanned when first read; a one-line hint."
     root = served[250]
     srv = CountingServer(root)
     try:
-        built, _, msgs = _start_up(srv, str(tmp_path / 'i'))
+        built, first, msgs = _start_up(srv, str(tmp_path / 'i'))
     finally:
         srv.close()
-    assert built.get('HEAD', 0) >= 250  # today's behaviour stays when there is no index
-    assert sum('timmdata index' in m and DATASET_INDEX_FILE in m for m in msgs) == 1, msgs
+    assert built == {'GET': 2, 'GET range': 1}, built  # _info.json, the index (none), a ranged read of the first shard (does the server answer them?): nothing per shard
+    assert set(first) == {'GET range'} and BATCH <= first['GET range'] <= _bound(first), first
+    hints = [m for m in msgs if 'timmdata index' in m and DATASET_INDEX_FILE in m]
+    assert len(hints) == 1 and 'O(1)' in hints[0] and '\n' not in hints[0], msgs
+
+
+def test_without_index_each_shard_scanned_once_per_node(served, tmp_path):
+    "Two processes of a node (fresh per-process state, one index folder) read a whole pass: the first scans each shard"
+    " once as it meets it; the second reads the node's kept scans: only its samples' reads; every sample once, both times."
+    from timmdata.streams.global_order import ScannedSpans, SpanReader
+    root, n = served[250], 250 * 2
+    srv = CountingServer(root)
+
+    def process():
+        srv.reset()
+        ds = create_dataset('wds/tiny', root=srv.url, split='train', is_training=True, batch_size=BATCH,
+                            index_dir=str(tmp_path / 'node'))
+        built = srv.snapshot()
+        assert ds.order == 'global' and isinstance(ds._spans, SpanReader) and isinstance(ds._spans.spans, ScannedSpans)
+        srv.reset()
+        keys = [k for _, _, k, _, _ in ds._spans.read_in_order(range(n), ds.seed, 0, ds.block_shards)]
+        return built, srv.snapshot(), keys, ds._spans.spans.scanned
+
+    try:
+        first, second = process(), process()
+    finally:
+        srv.close()
+    want = sorted(f'{i:08d}' for i in range(n))
+    for _, _, keys, _ in (first, second):
+        assert len(keys) == n and sorted(keys) == want
+    assert first[0] == second[0] == {'GET': 2, 'GET range': 1}, (first[0], second[0])
+    assert first[3] == 250 and first[1] == {'GET range': 250 + n}, first[1]  # a scan a shard, a read a sample
+    assert second[3] == 0 and second[1] == {'GET range': n}, second[1]  # the node's scans: the samples' reads only
+
+
+def test_a_damaged_kept_scan_is_scanned_again(served, tmp_path):
+    "A kept scan cut short or changed (the node folder is untrusted) is never used: the shard is scanned again."
+    from timmdata.streams.global_order import ScannedSpans
+    root = served[250]
+    srv = CountingServer(root)
+    try:
+        ds = create_dataset('wds/tiny', root=srv.url, split='train', is_training=True, batch_size=BATCH,
+                            index_dir=str(tmp_path / 'node'))
+        sp = ds._spans.spans
+        rows = sp.layout(3)
+        path = Path(sp._path(3))
+        for bad in (path.read_bytes()[:-8], path.read_bytes()[:16] + bytes(32 * 2)):
+            path.write_bytes(bad)
+            fresh = ScannedSpans(ds.source, str(tmp_path / 'node'))
+            assert (fresh.layout(3) == rows).all() and fresh.scanned == 1
+    finally:
+        srv.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('indexed', [False, True])
+def test_start_up_requests_at_250_and_2000_shards(served, tmp_path, indexed):
+    "The counts at 250 and 2,000 shards, with and without the dataset index: the same requests to build the dataset, and"
+    " a bounded number to the first batch, whatever the shard count (run: TIMMDATA_SLOW=1 pytest -m slow tests/test_startup_requests.py)."
+    counts = {}
+    for n, root in served.items():
+        if indexed:
+            write_dataset_index(root, progress=False)
+        srv = CountingServer(root)
+        try:
+            counts[n] = _start_up(srv, str(tmp_path / f'i{n}'))
+        finally:
+            srv.close()
+            (root / DATASET_INDEX_FILE).unlink(missing_ok=True)
+    (b250, f250, _), (b2000, f2000, _) = counts[250], counts[2000]
+    assert b250 == b2000 == ({'GET': 2} if indexed else {'GET': 2, 'GET range': 1}), (b250, b2000)  # _info.json, the index (or its absence and a probe of ranged reads)
+    for first in (f250, f2000):
+        assert set(first) == {'GET range'} and BATCH <= first['GET range'] <= _bound(first), first
 
 
 def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(served, tmp_path):

@@ -522,9 +522,14 @@ def dataset_spans(
     if found is None:
         if hint and len(source.shards) >= HINT_SHARDS and root not in _HINTED:
             _HINTED.add(root)
+            how = (  # what happens without one (`global_order.sample_spans`)
+                'each shard is scanned when first read (once a node)'
+                if source.remote and source.shard_lengths
+                else f'each of its {len(source.shards):,} shards is checked one by one in every process that builds the dataset'
+            )
             warnings.warn(
-                f'{printable(root)} has no {DATASET_INDEX_FILE}: each of its {len(source.shards):,} shards is checked '
-                f'one by one in every process (a HEAD request each over HTTP); write one with `timmdata index {printable(root)}`',
+                f'{printable(root)} has no {DATASET_INDEX_FILE}: {how}; `timmdata index {printable(root)}` '
+                f'writes one and makes start-up O(1) (one read for all {len(source.shards):,} shards)',
                 stacklevel=4,
             )
         return None

@@ -146,6 +146,19 @@ class _RangedFile:
     def __init__(self, url: str, size: int, block: int = 1 << 20):
         self.url, self.size, self.block, self.pos, self._at, self._buf = url, size, block, 0, 0, b''
 
+    @classmethod
+    def opened(cls, url: str, block: int = 1 << 20):
+        "The view with its first block read, its size the total of that read's `Content-Range` (a request fewer than a HEAD first)."
+        headers, body = http_range(url, (0, block))
+        total = (headers.get('Content-Range') or '').rpartition('/')[2].strip()
+        if not (total.isascii() and total.isdigit()):
+            raise ShardError(
+                f'shard {shard_name(url)}: the server gives no size in its Content-Range ({total!r}); random access needs one'
+            )
+        f = cls(url, int(total), block)
+        f._buf = body
+        return f
+
     def tell(self) -> int:
         return self.pos
 
@@ -170,10 +183,17 @@ class _RangedFile:
 
 def scan_shard(
     path: str,  # an uncompressed tar shard: a local file, or an http(s) URL of a server that answers ranged reads
+    size: Optional[
+        int
+    ] = None,  # its size when known (`stat_shard`); None over http(s): the first ranged read says it (no HEAD)
 ) -> list:
     "`[key, {extension: [offset, size]}]` of each sample of shard `path` in tar order, from its headers alone (no member is read), by `shard_io.tar_members`: linear in the headers' size."
-    file_size, name = stat_shard(path)[0], shard_name(_local(path))
-    f = _RangedFile(path, file_size) if _remote(path) else _open_shard_file(_local(path))
+    name = shard_name(_local(path))
+    if _remote(path):
+        f = _RangedFile(path, size) if size is not None else _RangedFile.opened(path)
+        file_size = f.size
+    else:
+        file_size, f = stat_shard(path)[0] if size is None else size, _open_shard_file(_local(path))
     try:
         members = [(m, [off, n]) for m, off, n, _ in tar_members(f, name, file_size=file_size)]
     finally:
@@ -358,7 +378,7 @@ def load_index(
         size, stamp = stat_shard(s)
         samples = _entry_samples(lines[name], size, stamp) if name in lines else None
         if samples is None:
-            samples = scan_shard(s)
+            samples = scan_shard(s, size)
             lines[name] = _entry_line(name, size, stamp, samples)
             files[path][1] = True
             scanned += 1

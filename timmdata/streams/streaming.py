@@ -24,7 +24,7 @@ from timmdata.streams.global_order import (
     sample_spans,
     worker_positions,
 )
-from .dataset_index import dataset_spans
+from .dataset_index import ShardSpans, dataset_spans
 from .lookahead import BadAhead, LooksAheadOfPasses, looking_ahead
 from ..readers import create_reader, unset
 from ..core.settings import setting
@@ -194,7 +194,9 @@ class StreamPlan(OrderPartitions):
             return 'global'  # else a block's shards read from their starts, repeats from the local copies
         spans = sample_spans(self.source, index_dir)
         if not isinstance(spans, str):
-            found = dataset_spans(self.source)  # read once per process already: the sizes checked at each read
+            found = (  # read once per process already: the sizes checked at each read (none to ask for otherwise)
+                dataset_spans(self.source) if isinstance(spans, ShardSpans) else None
+            )
             self._spans = SpanReader(self.source, spans, sizes=found[1] if found else None)
             return 'global'
         if order == 'global':  # asked for: read block by block from the shards' starts (read_in_order)

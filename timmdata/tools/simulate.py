@@ -31,9 +31,9 @@ from ..streams.index_table import line_chars
 from ..streams.shard_cache import parse_size
 
 # %% auto #0
-__all__ = ['synthetic_lengths', 'SimSource', 'SimSpanReader', 'worker_plan_cost', 'node_accesses', 'cache_replay',
+__all__ = ['SCAN_BLOCK', 'synthetic_lengths', 'SimSource', 'SimSpanReader', 'worker_plan_cost', 'node_accesses', 'cache_replay',
            'check_rescale', 'shuffle_quality', 'index_bytes', 'table_memory', 'start_up', 'start_up_figures',
-           'simulate', 'format_report', 'simulate_main']
+           'start_up_scanned', 'simulate', 'format_report', 'simulate_main']
 
 # %% ../../nbs/tools/55_simulate.ipynb #f974a980
 def synthetic_lengths(
@@ -358,6 +358,25 @@ def start_up_figures(
     every['after (+ node cache)'] = node['requests'] * max(1, ranks // ranks_per_node)
     return out, every
 
+# %% ../../nbs/tools/55_simulate.ipynb #3f4ab14c
+SCAN_BLOCK = 1 << 20  # bytes a ranged read of a shard's scan asks for (`shard_index._RangedFile`)
+
+
+def start_up_scanned(
+    ranks_per_node: int,
+    first_shards: int,  # shards the node's first batches meet (each scanned once a node)
+    shard_bytes: int,  # a shard's mean size
+    latency_s: float,
+    bandwidth: float,  # a node's bytes/s
+) -> dict:
+    "Requests, bytes (a rank, a node) and seconds before a node's first batch over shards without a dataset index: `_info.json`, the index's absence and one ranged read (does the server answer them?) a rank, then each shard met scanned once (its headers by ranged reads of `SCAN_BLOCK`: the whole shard's bytes); the node's scans run side by side, each one a read at a time."
+    per_scan = max(1, math.ceil(shard_bytes / SCAN_BLOCK))
+    node = dict(
+        requests=3 * ranks_per_node + first_shards * per_scan, bytes=4096 * ranks_per_node + first_shards * shard_bytes
+    )
+    seconds = 3 * latency_s + per_scan * latency_s + first_shards * shard_bytes / bandwidth
+    return dict(per_rank=dict(requests=3, bytes=4096), per_node=node, seconds=seconds)
+
 # %% ../../nbs/tools/55_simulate.ipynb #56059bc5
 def simulate(
     ranks: int = 1024,
@@ -380,6 +399,7 @@ def simulate(
     seed: int = 42,
     partitions: Optional[int] = None,  # the global order's canonical partitions; None: the nodes (a stream's default)
     read_ahead: int = READ_AHEAD,  # ranged GETs in flight per worker (`SpanReader`, no cache)
+    no_index: bool = False,  # also the start-up of shards without a dataset index (other tools'; `start_up_scanned`)
 ) -> dict:
     "The figures of one epoch of `ranks` x `workers` over `shards` synthetic shards of `samples` in all (see `format_report`)."
     t_all = time.perf_counter()
@@ -426,6 +446,13 @@ def simulate(
     )
     ib = tb
     out['start_up'], out['start_up_all_ranks'] = start_up_figures(shards, ranks, ranks_per_node, lat, bw, ib)
+    if no_index:  # the shards the node's first batches meet: the first batch of each of its ranks' workers
+        met = node_accesses(order, batch_size, ranks, range(min(ranks_per_node, ranks)), max(1, workers))[0]
+        first = int(len(np.unique(met)))
+        su = start_up_scanned(ranks_per_node, first, int(np.mean(sizes)), lat, bw)
+        out['start_up']['no index (scanned)'] = su
+        out['start_up_all_ranks']['no index (scanned)'] = su['per_node']['requests'] * nodes
+        out['start_up_scanned_shards'] = first
     per_worker_bw = bw / (ranks_per_node * workers)  # the node's bandwidth shared by all its workers
     one = 1 / (lat + sample_bytes / per_worker_bw)  # one ranged read at a time: a worker's samples/s
     out['throughput'] = dict(
@@ -618,6 +645,11 @@ def format_report(r: dict) -> str:
     L.append(
         'start-up, before the first batch [counted from the code path, per-process counts of bench_startup_requests]:'
     )
+    if 'start_up_scanned_shards' in r:
+        L.append(
+            f"  without a dataset index (--no-index: other tools' shards, _info.json listing their lengths): the order planned "
+            f"from _info.json, {r['start_up_scanned_shards']:,} shards met by a node's first batches scanned once a node"
+        )
     for k, v in r['start_up'].items():
         L.append(
             f"  {k:22s} per rank {v['per_rank']['requests']:>9,} requests {_b(v['per_rank']['bytes']):>9s}  per node "
@@ -722,6 +754,11 @@ def simulate_main(argv=None) -> int:
         help="the order's canonical partitions (default: the nodes; 1: not node-aware)",
     )
     ap.add_argument('--read-ahead', type=int, default=READ_AHEAD, help='ranged GETs in flight per worker (no cache)')
+    ap.add_argument(
+        '--no-index',
+        action='store_true',
+        help="also the start-up of shards without a dataset index (img2dataset's, webdataset ShardWriter's, a Hugging Face repo's)",
+    )
     ap.add_argument('--json', default=None, help='also write the figures to this file')
     a = ap.parse_args(argv)
     for k in ('ranks', 'workers', 'shards', 'samples', 'batch_size', 'block_size', 'ranks_per_node', 'read_ahead'):
@@ -751,6 +788,7 @@ def simulate_main(argv=None) -> int:
         node_steps=a.node_steps,
         partitions=a.partitions,
         read_ahead=a.read_ahead,
+        no_index=a.no_index,
     )
     print(format_report(r))
     if a.json:
