@@ -70,16 +70,23 @@ venv() {
     # the free-threaded wheels (cp314t / cp313t); 3.14's torch is newer than this machine's pip cap (/etc/xdg/pip), lifted here only
     if [ "$v" = 3.14 ]; then
         PIP_CONSTRAINT=/dev/null "${pip[@]}" install -q "torch==2.15.*" "torchvision==0.29.2" "pillow==13.*" "numpy==2.4.*"
-    else  # 3.13t: torch's last cp313t wheels are 2.12; pillow's 12.2
-        "${pip[@]}" install -q "torch==2.12.*" torchvision "pillow>=12" "numpy==2.4.*"
+    else  # 3.13t: torch's last cp313t wheels are 2.12
+        "${pip[@]}" install -q "torch==2.12.*" torchvision "pillow==13.*" "numpy==2.4.*"
     fi
-    "${pip[@]}" install -q -e .
-    # what the tests and the notebooks use; one at a time: a package without a free-threaded wheel is left out, and said
+    "${pip[@]}" install -q --prefer-binary -e .  # the newest matplotlib may have no free-threaded wheel yet
+    # what the tests and the notebooks use; one group at a time: a group without free-threaded wheels is left out, and
+    # said (nbdev with fastcore < 2, as the project pins it; PyYAML, which nbdev needs, has no cp313t wheel: its pure
+    # Python build is used)
     : > "$FT/left-out.txt"
-    for p in pytest pytest-xdist "fastcore>=1.12.27,<2" timm "nbdev==2.4.14" "execnb<0.2" ipykernel nbconvert webdataset fsspec psutil; do
-        "${pip[@]}" install -q --only-binary=:all: "$p" > "$FT/pip-$(echo "$p" | tr -c 'a-z0-9' _).log" 2>&1 || { echo "$p" >> "$FT/left-out.txt"; echo "ft-python: $p left out (no free-threaded wheel?)" >&2; }
+    for g in "pytest pytest-xdist" timm "nbdev==2.4.14 fastcore>=1.12.27,<2 execnb<0.2 ipykernel nbconvert" "webdataset fsspec psutil"; do
+        # shellcheck disable=SC2086
+        "${pip[@]}" install -q --prefer-binary $g > "$FT/pip-${g%% *}.log" 2>&1 || { echo "$g" >> "$FT/left-out.txt"; echo "ft-python: $g left out (see $FT/pip-${g%% *}.log)" >&2; }
     done
-    "$VENV/bin/python" -c "import sys, timmdata._native; assert not sys._is_gil_enabled(), 'importing timmdata._native turned the GIL on'; print('ft-python: timmdata._native on', sys.version)"
+    # triton (torch's GPU kernel compiler, a dependency of torch's Linux wheels) has no free-threaded build: torchvision's
+    # import reaches torch._dynamo, which imports triton, whose extension turns the GIL back on for the whole process.
+    # Loading data on the CPU does not use it: left out (tests/test_freethreaded.py names any module that re-enables it)
+    "${pip[@]}" uninstall -q -y triton || true  # last: installing timm brings it back
+    "$VENV/bin/python" -c "import sys, timmdata._native, torch, torchvision; assert not sys._is_gil_enabled(), 'the GIL is on after importing timmdata, torch, torchvision'; print('ft-python: timmdata._native, torch', torch.__version__, 'on', sys.version)"
     stamp venv-end
 }
 
