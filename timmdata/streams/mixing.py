@@ -168,7 +168,12 @@ class MixOrder:
         cum = np.rint(np.cumsum(self.schedule.at(uniq), 1)[:, :-1] * _ONE).astype(np.int64)  # (steps, S - 1)
         if len(uniq) == 1:
             return np.searchsorted(cum[0], u, side='right')
-        return (cum[row] <= u[:, None]).sum(1)  # thresholds passed: a (positions, S - 1) compare, a chunk at a time
+        if len(p) < 16 * len(uniq):  # a step or two a position: each position's thresholds passed, counted
+            return (cum[row] <= u[:, None]).sum(1)
+        out, by = np.empty(len(p), np.int64), np.argsort(row, kind='stable')
+        for run in np.split(by, np.flatnonzero(np.diff(row[by])) + 1):  # one search per step met
+            out[run] = np.searchsorted(cum[row[run[0]]], u[run], side='right')
+        return out
 
     def _counts_before(self, c: int, src: Optional[np.ndarray] = None) -> np.ndarray:
         "Per-entry samples taken before chunk `c` (chunks counted once, in order; `src`: chunk `c`'s entries, if made)."
