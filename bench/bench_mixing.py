@@ -40,10 +40,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--images', type=int, default=2000)
     ap.add_argument('--sources', type=int, default=100)
-    ap.add_argument('--epochs', type=int, default=6, help='timmed epochs (after one to warm up)')
+    ap.add_argument('--epochs', type=int, default=6, help='timed epochs (after one to warm up)')
     ap.add_argument('--workers', type=int, default=2)
     ap.add_argument('--batch-size', type=int, default=64)
-    ap.add_argument('--input-size', type=int, default=160)
+    ap.add_argument('--input-size', type=int, default=224)
     ap.add_argument('--root', default=None, help='the sample data (default: a temporary folder, removed after)')
     a = ap.parse_args(argv)
     tmp = None if a.root else tempfile.TemporaryDirectory()
@@ -61,12 +61,9 @@ def main(argv=None):
             mem.setdefault(name, []).append(sum(pss(p) for p in pids))
             procs[name] = counts([os.getpid()] + pids)
 
-    rates, cpu = {k: [] for k in loaders}, {}
-    for e in range(a.epochs):  # one round each: memory and counts read with the workers alive (persistent)
-        got = alternate_epochs(loaders, 1, cpu)
-        for k, v in got.items():
-            rates[k] += v
-        after_epoch()
+    cpu = {}
+    rates = alternate_epochs(loaders, a.epochs, cpu)  # an epoch to warm up, then the timed ones, alternating
+    after_epoch()  # memory and counts with the workers alive (persistent)
     print(f'{n} images ({a.input_size}px crops from 320x240 JPEGs), batch {a.batch_size}, {a.workers} workers, '
           f'{a.epochs} rounds; shared 2-core machine')
     print_rates(rates, '1 source', 'x 1 src', cpu=cpu)
