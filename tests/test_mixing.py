@@ -199,3 +199,12 @@ def test_gloo_2x2_resumed_on_3x1(roots, tmp_path):
     glob = lambda runs: [runs[r][k][i] for k in range(len(runs[0])) for i in range(len(runs[0][k])) for r in range(len(runs))]
     want, got = glob([r[3:] for r in ref]), glob(rest)
     assert len(got) >= len(want) and got[:len(want)] == want  # the rest of the epoch, in the global order, same pixels
+
+
+def test_refused_with_what_a_mix_cannot_take(roots):
+    with pytest.raises(NotImplementedError, match='decode_device'):
+        create_loader(_mix(roots), 24, B, decode_device='cuda')
+    with pytest.raises(ValueError, match='num_aug_repeats'):
+        _loader(_mix(roots), num_aug_repeats=3)
+    with pytest.raises(NotImplementedError, match='input_size_choices'):
+        _loader(_mix(roots), input_size_choices=[24, 32])
