@@ -112,6 +112,31 @@ def test_wds_shards_as_a_source(roots, tmp_path):
     assert xs.shape[0] == B
 
 
+def _ranks(roots, monkeypatch, W, workers, stop=None, sd=None):
+    "Each of W simulated ranks' batches (targets and pixel hashes) with `workers` worker processes, and rank 0's state after `stop` batches."
+    import timmdata.loader as tl
+    runs, states = [], []
+    for r in range(W):
+        monkeypatch.setattr(tl, 'mix_batching', lambda ds, bs, **kw: mix_batching(ds, bs, **(kw | dict(num_replicas=W, rank=r))))
+        ds = _mix(roots, epoch_length=96)
+        dl = _loader(ds, num_workers=workers, color_jitter=None, re_prob=0.0, use_prefetcher=False)
+        batches, state = run_epochs(dl, 1, stop=stop, sd=sd, take=lambda b: [(int(t), _key(x)) for x, t in zip(*b, strict=True)])
+        runs.append(batches); states.append(state)
+    return runs, states
+
+
+def test_resume_on_other_ranks_and_workers(roots, monkeypatch):
+    "2 ranks x 2 workers save after 3 batches; 3 ranks x 1 worker go on: the rest of the global order, bit for bit."
+    ref, _ = _ranks(roots, monkeypatch, 2, 2)
+    head, states = _ranks(roots, monkeypatch, 2, 2, stop=3)
+    assert states[0] == states[1] and states[0]['offset'] == 3 * B * 2 and states[0]['lanes'] == 2
+    for r in range(2): assert head[r] == ref[r][:3]
+    tail, _ = _ranks(roots, monkeypatch, 3, 1, sd=states[0])
+    glob = lambda runs: [runs[r][k][i] for k in range(len(runs[0])) for i in range(len(runs[0][k])) for r in range(len(runs))]
+    want, got = glob([r[3:] for r in ref]), glob(tail)
+    assert len(got) >= len(want) and got[:len(want)] == want
+
+
 def _threads_and_files(dl) -> tuple:
     "Threads and open files of this process and its children (the workers), while `dl` runs."
     it = iter(dl)
@@ -128,7 +153,7 @@ def _threads_and_files(dl) -> tuple:
 def test_100_sources_as_many_threads_as_one(roots):
     one = mix_datasets([str(roots[0])])
     many = mix_datasets([str(roots[0])] * 100)  # 100 entries (each its own permutation) over one folder
-    a = _threads_and_files(_loader(one, num_workers=2, epoch_length=None) if False else _loader(one, num_workers=2))
+    a = _threads_and_files(_loader(one, num_workers=2))
     b = _threads_and_files(_loader(many, num_workers=2))
     assert a[2] == b[2] == 2 and b[0] == a[0] and b[1] <= a[1] + 2, (a, b)
 
@@ -157,6 +182,7 @@ def _gloo_rank(rank, world, workers, port, roots, out, stop, sd_path):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # about 5 min on a loaded 2-core machine (18 processes start); run: pytest -m slow tests/test_mixing.py
 def test_gloo_2x2_resumed_on_3x1(roots, tmp_path):
     "2 gloo ranks x 2 workers save after 3 steps; 3 ranks x 1 worker read the rest: the same global order, bit for bit."
     import torch.multiprocessing as mp
@@ -173,3 +199,12 @@ def test_gloo_2x2_resumed_on_3x1(roots, tmp_path):
     glob = lambda runs: [runs[r][k][i] for k in range(len(runs[0])) for i in range(len(runs[0][k])) for r in range(len(runs))]
     want, got = glob([r[3:] for r in ref]), glob(rest)
     assert len(got) >= len(want) and got[:len(want)] == want  # the rest of the epoch, in the global order, same pixels
+
+
+def test_refused_with_what_a_mix_cannot_take(roots):
+    with pytest.raises(NotImplementedError, match='decode_device'):
+        create_loader(_mix(roots), 24, B, decode_device='cuda')
+    with pytest.raises(ValueError, match='num_aug_repeats'):
+        _loader(_mix(roots), num_aug_repeats=3)
+    with pytest.raises(NotImplementedError, match='input_size_choices'):
+        _loader(_mix(roots), input_size_choices=[24, 32])

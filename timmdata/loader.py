@@ -512,6 +512,10 @@ def create_loader(
     check_worker_mode(
         o.worker_mode, dataset, o.input_size_choices, o.decode_device, o.num_workers, o.use_multi_epochs_loader
     )
+    if o.decode_device is not None and isinstance(dataset, MixedDataset):
+        raise NotImplementedError(
+            'decode_device with a mix of sources: the device-decode loader has its own order; pass decode_device=None'
+        )
     if o.decode_device is not None:  # the device path takes the options it has parameters for; others stay at default
         refuse_off_default(create_loader, o.not_taken_by(create_device_decode_loader))
         return watch_by_setting(

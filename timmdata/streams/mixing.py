@@ -168,13 +168,22 @@ class MixOrder:
         cum = np.rint(np.cumsum(self.schedule.at(uniq), 1)[:, :-1] * _ONE).astype(np.int64)  # (steps, S - 1)
         if len(uniq) == 1:
             return np.searchsorted(cum[0], u, side='right')
-        return (cum[row] <= u[:, None]).sum(1)  # thresholds passed: a (positions, S - 1) compare, a chunk at a time
+        if len(p) < 16 * len(uniq):  # a step or two a position: each position's thresholds passed, counted
+            return (cum[row] <= u[:, None]).sum(1)
+        out, by = np.empty(len(p), np.int64), np.argsort(row, kind='stable')
+        for run in np.split(by, np.flatnonzero(np.diff(row[by])) + 1):  # one search per step met
+            out[run] = np.searchsorted(cum[row[run[0]]], u[run], side='right')
+        return out
+
+    def positions(self, c: int) -> np.ndarray:
+        "The positions of chunk `c` (the last one ends with the nominal epoch: nothing made past it)."
+        return np.arange(c * CHUNK, min((c + 1) * CHUNK, self.nominal), dtype=np.int64)
 
     def _counts_before(self, c: int, src: Optional[np.ndarray] = None) -> np.ndarray:
         "Per-entry samples taken before chunk `c` (chunks counted once, in order; `src`: chunk `c`'s entries, if made)."
         while len(self._before) <= c:
             k = len(self._before) - 1
-            s = self.sources(np.arange(k * CHUNK, (k + 1) * CHUNK, dtype=np.int64))
+            s = self.sources(self.positions(k))
             self._before.append(self._before[-1] + np.bincount(s, minlength=len(self.lengths)))
         if src is not None and len(self._before) == c + 1:
             self._before.append(self._before[c] + np.bincount(src, minlength=len(self.lengths)))
@@ -182,11 +191,11 @@ class MixOrder:
 
     def chunk(self, c: int) -> tuple:
         "(entries, occurrences) of chunk `c`'s positions: each position's entry and how many of that entry came before it in the epoch."
-        src = self.sources(np.arange(c * CHUNK, (c + 1) * CHUNK, dtype=np.int64))
+        src = self.sources(self.positions(c))
         by = np.argsort(src, kind='stable')
         first = np.searchsorted(src[by], np.arange(len(self.lengths)))  # each entry's first place in the sorted chunk
-        occ = np.empty(CHUNK, np.int64)
-        occ[by] = np.arange(CHUNK) - first[src[by]]
+        occ = np.empty(len(src), np.int64)
+        occ[by] = np.arange(len(src)) - first[src[by]]
         return src, occ + self._counts_before(c, src)[src]
 
     def permutation(self, s: int, rep: int) -> np.ndarray:
@@ -221,7 +230,7 @@ class MixOrder:
             src, occ = self.chunk(c)
             n = self.lengths[src]
             rep, m = occ // n, occ % n
-            got = np.empty(CHUNK, np.int64)
+            got = np.empty(len(src), np.int64)
             key = src * (int(rep.max()) + 1) + rep
             by = np.argsort(key, kind='stable')
             for run in np.split(by, np.flatnonzero(np.diff(key[by])) + 1):  # one gather per (entry, pass) met
