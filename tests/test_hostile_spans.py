@@ -93,3 +93,52 @@ def test_a_fifo_spans_copy_in_the_cache_is_fetched_around(ds, tmp_path):
         'print("spans", len(idx.layout(0)))\n'
     )
     assert 'spans 5' in out, out
+
+
+def _write_index(root: Path, shards: list):
+    "A dataset index written by hand: `shards` is [(name, size, ends, blocks)], each line's digest right."
+    import base64, hashlib
+
+    table, blobs = ['{"format":"timmdata dataset index","version":2}'], []
+    for name, size, ends, blocks in shards:
+        raw = np.asarray(ends, '<i8').tobytes() + np.asarray(blocks, '<i4').reshape(-1, 2).tobytes()
+        blob = base64.b64encode(raw).decode('ascii')
+        table.append(json.dumps([name, size, len(ends), hashlib.sha256(blob.encode()).hexdigest()[:16]], separators=(',', ':')))
+        blobs.append(blob)
+    text = '\n'.join(table) + '\n'
+    (root / dx.DATASET_INDEX_FILE).write_text(
+        text + '{"sha256":"%s"}\n' % hashlib.sha256(text.encode()).hexdigest() + '\n'.join(blobs) + '\n'
+    )
+
+
+def test_a_span_longer_than_the_bound_is_refused(tmp_path):
+    "An index whose one span covers a whole (sparse) shard past `MAX_SPAN_BYTES`: refused by `layout`, never read whole (a 64 MiB shard was read for a 636-byte image)."
+    size = dx.MAX_SPAN_BYTES + (1 << 20)
+    with open(tmp_path / 'big-000000.tar', 'wb') as f:
+        f.truncate(size)  # sparse: no disk used
+    _write_index(tmp_path, [('big-000000.tar', size, [size - size % 512], [[0, 1]])])
+    dx._READ.clear()
+    idx = dx.read_dataset_index(str(tmp_path))
+    with pytest.raises(dx.DatasetIndexError, match='at most'):
+        idx.layout(0)
+    dx._READ.clear()
+
+
+def test_a_non_ascii_shard_name_round_trips(tmp_path):
+    "`timmdata index` wrote `é` as a JSON escape its own parser refused (and the error said to run it again)."
+    src = make_sample_dataset(tmp_path / 'src', n_train=2, n_val=1, classes=['a'], size=(16, 16))
+    write_shards(src, tmp_path / 'ds', shard_size=4, progress=False)
+    d = tmp_path / 'ds'
+    info = json.loads((d / '_info.json').read_text())
+    old = info['splits']['train']['filenames'][0]
+    new = 'été-' + old
+    (d / old).rename(d / new)
+    info['splits']['train']['filenames'][0] = new
+    (d / '_info.json').write_text(json.dumps(info))
+    dx.write_dataset_index(str(d), progress=False)
+    assert '\\u00e9' in (d / dx.DATASET_INDEX_FILE).read_text()[:2000]
+    dx._READ.clear()
+    idx = dx.read_dataset_index(str(d))
+    row = int(idx.table.rows_of([new])[0])
+    assert row >= 0 and len(idx.layout(row)) == 2
+    dx._READ.clear()
