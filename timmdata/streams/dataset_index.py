@@ -47,8 +47,8 @@ from timmdata.streams.index_table import (
 
 # %% auto #0
 __all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'SPANS_KEPT', 'SPANS_FILES_KEPT', 'HINT_SHARDS', 'MAX_SPAN_BYTES',
-           'spans_of', 'layout_of', 'write_dataset_index', 'parse_table', 'DatasetIndex', 'node_table',
-           'read_dataset_index', 'ShardSpans', 'ListedSpans', 'dataset_spans', 'index_main']
+           'MAX_SHARD_BYTES', 'spans_of', 'layout_of', 'write_dataset_index', 'parse_table', 'DatasetIndex',
+           'node_table', 'read_dataset_index', 'ShardSpans', 'ListedSpans', 'dataset_spans', 'index_main']
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #d849d83d
 DATASET_INDEX_FILE = '_timmdata_dataset_index.json'  # beside `_info.json`: every shard's size and sample spans
@@ -67,6 +67,7 @@ _LINE = re.compile(
     r'\["((?:[^"\\\x00-\x1f]|\\u[0-9a-fA-F]{4}|\\["\\/bfnrt]){1,1024})",([0-9]{1,19}),([0-9]{1,13}),"([0-9a-f]{16})"\]'
 )
 MAX_SPAN_BYTES = MAX_MEMBER_BYTES  # the longest sample span an index may state: a span is read whole, as a member is
+MAX_SHARD_BYTES = 1 << 62  # the largest shard size an index may state (as `_info.json`'s shard_bytes)
 _TAIL = re.compile(r'\{"sha256":"([0-9a-f]{64})"\}')
 
 
@@ -182,6 +183,8 @@ def parse_table(
             raise _bad(where, f'line {k}: {e}') from None
         if name in seen:
             raise _bad(where, f'line {k}: shard {printable(name)} is listed twice')
+        if int(m[2]) > MAX_SHARD_BYTES:  # (sizes are int64 arrays)
+            raise _bad(where, f'line {k}: shard {printable(name)} claims {int(m[2]):,} bytes, over {MAX_SHARD_BYTES:,}')
         if n > min(MAX_SHARD_SAMPLES, int(m[2]) // MIN_SAMPLE_BYTES):  # bounds the one read of its spans
             raise _bad(
                 where,
@@ -201,6 +204,9 @@ def parse_table(
     return names, np.asarray(sizes, np.int64), counts, digests, starts.astype(np.int64), version
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #2f825e88
+_UNKEPT = set()  # node caches whose spans files could not be written (warned once a process)
+
+
 class DatasetIndex:
     "A dataset index's table (an `IndexTable`, or `parse_table`'s tuple) and where its file is: `layout(i)` reads shard i's spans (and where its samples' headers are) when asked, checked, and keeps the last `SPANS_KEPT`; with `node_stem` (a node cache's), each shard's spans are fetched once per node and kept there as a file (the last `SPANS_FILES_KEPT`)."
 
@@ -310,9 +316,19 @@ class DatasetIndex:
                 blob = self._read(int(self.starts[i]), line_chars(n, self.version))
                 self.fetched += 1
                 if hashlib.sha256(blob).hexdigest()[:16].encode('ascii') == self.digests[i]:
-                    with atomic_write(path, 'wb') as f:  # a new file renamed in: a reader sees a whole copy or none
-                        f.write(blob)
-                    self._prune(path)
+                    try:
+                        with atomic_write(path, 'wb') as f:  # a new file renamed in: a reader sees a whole copy or none
+                            f.write(blob)
+                    except OSError as e:  # a full or read-only cache folder: the spans are read from the index
+                        if self.node_stem not in _UNKEPT:
+                            _UNKEPT.add(self.node_stem)
+                            warnings.warn(
+                                f'could not keep spans in the node cache ({printable(path)}: {e}); each process reads '
+                                f'them from the dataset index',
+                                stacklevel=4,
+                            )
+                    else:
+                        self._prune(path)
         finally:
             close_held(fd)
         return blob
