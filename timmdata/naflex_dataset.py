@@ -369,6 +369,10 @@ class NaFlexMapDatasetWrapper(IterableDataset):
             )
         self._start[:] = torch.tensor([1, self.epoch, batches_done])
 
+    def epoch_batches(self, batch_size=None) -> int:
+        "The batches of an epoch (the schedule's: `batch_size` is not used)."
+        return len(self)
+
     def fingerprint(self) -> dict:
         "What must match for a saved position to resume exactly: the arguments that make the schedule and the draws."
         return dict(

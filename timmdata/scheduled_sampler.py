@@ -11,6 +11,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import torch
 from torch.utils.data import Dataset, IterableDataset, Sampler
 from .core.runtime import pass_epoch
+from .core.untrusted import MAX_SAMPLES
 from .dataset import ChoiceTransform, ImageDataset
 from .distributed_sampler import SeededRandomSampler, sampler_kind, timm_sampler, world_of
 from timmdata.engine.batch_plan import (
@@ -20,9 +21,13 @@ from timmdata.engine.batch_plan import (
     PlanPass,
     ResumeStateError,
     SeededDataset,
+    MAX_EPOCHS,
+    MAX_WORLD,
+    check_fields,
     check_state,
     dataset_len,
     loader_seed,
+    state_error,
     plain_state,
     resumable_batching,
     sample_key,
@@ -424,11 +429,40 @@ class ResumableScheduledSampler(BatchPlan):
                 f"load_state_dict: the state is from a {sd['kind']} loader; this one uses scheduled batching "
                 f"(input_size_choices): build the loader as the saved one was"
             )
+        n = MAX_SAMPLES
+        check_fields(  # each field of its kind and range before any is used (a state is untrusted input)
+            sd,
+            dict(
+                epoch=(0, MAX_EPOCHS),
+                rep=(0, MAX_EPOCHS),
+                batches_delivered=(0, n),
+                num_batches=(0, n),
+                world_size=(1, MAX_WORLD),
+                dataset_len=(0, n),
+                seed=(0, 2**63 - 1),
+            ),
+            ('done',),
+            ('sampler', 'schedule'),
+        )
         self.check_same(
             sd,
             ('dataset_len', 'world_size', 'sampler', 'schedule'),
             ' (scheduled batching resumes on the world size it was saved on)',
         )
+        if sd['num_batches'] > sd['dataset_len']:  # a batch holds at least one sample
+            raise state_error(
+                'num_batches', sd['num_batches'], f"at most {sd['dataset_len']:,} (the samples of the epoch)"
+            )
+        if sd['batches_delivered'] > sd['num_batches']:
+            raise state_error(
+                'batches_delivered', sd['batches_delivered'], f"at most its num_batches ({sd['num_batches']:,})"
+            )
+        if sd['done'] != (sd['batches_delivered'] >= sd['num_batches']):
+            raise state_error(
+                'done',
+                sd['done'],
+                f"{sd['batches_delivered'] >= sd['num_batches']} (its batches delivered and num_batches)",
+            )
         self.restore(sd, advance_done, skip=sd['batches_delivered'])
 
 # %% ../nbs/34_scheduled_sampler.ipynb #596a9e0a

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Optional
 
 # %% auto #0
-__all__ = ['MAX_JSON_BYTES', 'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPLE_BYTES', 'UnsafeNameError', 'relative_name', 'inside',
-           'walk_tree', 'UnsafeFileError', 'create_exclusive', 'atomic_write', 'FileTooLargeError', 'regular_fd',
-           'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count', 'check_info']
+__all__ = ['MAX_JSON_BYTES', 'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPLE_BYTES', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH',
+           'UnsafeNameError', 'relative_name', 'inside', 'walk_tree', 'UnsafeFileError', 'create_exclusive',
+           'atomic_write', 'FileTooLargeError', 'regular_fd', 'open_regular', 'read_regular', 'printable', 'InfoError',
+           'info_count', 'check_info', 'ResumeStateError', 'state_error', 'check_fields']
 
 # %% ../../nbs/core/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -308,3 +309,51 @@ def check_info(
                     f'again with timmdata shards (pass num_samples= to read fewer samples an epoch)'
                 )
     return info
+
+# %% ../../nbs/core/00_untrusted.ipynb #s62a0002
+class ResumeStateError(ValueError):
+    "A loader state that this loader cannot continue (another dataset, batch size, seed, sampler or version), or that is not a loader's state at all: a field missing, of the wrong type or out of range (named, with its value)."
+
+
+MAX_EPOCHS = 1 << 31  # the largest epoch (and pass of an epoch) a state may name
+MAX_WORLD = 1 << 20  # the most ranks a state may name
+MAX_BATCH = 1 << 31  # the largest batch size a state may name
+
+
+def _state_shown(v) -> str:
+    "A state's value, short and safe to print."
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 128:
+        return f'an integer of {v.bit_length():,} bits'
+    return printable(repr(v), 80) + ('' if isinstance(v, (bool, int)) or v is None else f' ({type(v).__name__})')
+
+
+def state_error(field: str, v, want: str, what: str = 'load_state_dict') -> ResumeStateError:
+    "The error for a state's field `field` whose value `v` is not `want`: named, with its value and what to do."
+    return ResumeStateError(
+        f"{what}: the state's {field} is {_state_shown(v)}, not {want}: pass the dict a timmdata loader's state_dict() "
+        f"returned, unchanged (a state is untrusted input: checked whole before the loader uses any of it)"
+    )
+
+
+def check_fields(
+    sd: dict,  # the state
+    ints: dict,  # field -> (lowest, highest): an integer (not a bool) in that range
+    bools: tuple = (),  # fields that must be True or False
+    present: tuple = (),  # fields that must only be there (compared later)
+    what: str = 'load_state_dict',
+) -> dict:
+    "`sd` if every field it must hold is there and of its kind and range; else `ResumeStateError` naming the first that is not."
+    missing = [k for k in (*ints, *bools, *present) if k not in sd]
+    if missing:
+        raise ResumeStateError(
+            f"{what}: the state has no {', '.join(map(repr, missing))} (it holds {printable(str(sorted(map(str, sd)))[:200])}): "
+            f"pass the dict a timmdata loader's state_dict() returned, unchanged"
+        )
+    for k, (lo, hi) in ints.items():
+        v = sd[k]
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise state_error(k, v, f'an integer from {lo:,} to {hi:,}', what)
+    for k in bools:
+        if not isinstance(sd[k], bool):
+            raise state_error(k, sd[k], 'True or False', what)
+    return sd

@@ -16,19 +16,36 @@ from ..dataset import SAMPLE_DRAWS, ImageDataset
 from ..core.stages import WorkerRows, stage_clock
 from ..distributed_sampler import SeededRandomSampler, epoch_order, sampler_kind, world_of
 from ..core.runtime import SEED_MIX, default_rank, pass_epoch
+from timmdata.core.untrusted import (
+    MAX_BATCH,
+    MAX_EPOCHS,
+    MAX_SAMPLES,
+    MAX_WORLD,
+    ResumeStateError,
+    check_fields,
+    printable,
+    state_error,
+)
 
 # %% auto #0
-__all__ = ['STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state', 'plain_state', 'rng_to_text', 'rng_from_text',
-           'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan', 'dataset_len',
-           'ResumableBatchSampler', 'SeededDataset', 'resumable_batching']
+__all__ = ['STATE_VERSION', 'BATCH_TAG', 'check_state', 'plain_state', 'rng_to_text', 'rng_from_text', 'loader_seed', 'PlanPass',
+           'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan', 'dataset_len', 'ResumableBatchSampler',
+           'SeededDataset', 'resumable_batching', 'ResumeStateError', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH',
+           'check_fields', 'state_error']
 
 # %% ../../nbs/engine/33_batch_plan.ipynb #18a05ed8
 STATE_VERSION = 1  # bumped when the meaning of a state's fields changes
 BATCH_TAG = 0xBA7C  # mix_seed tag of a batch's collate draws (`SeededDataset`)
 
 
-class ResumeStateError(ValueError):
-    "A loader state that this loader cannot continue (another dataset, batch size, seed, sampler or version)."
+_all_ = [
+    'ResumeStateError',
+    'MAX_EPOCHS',
+    'MAX_WORLD',
+    'MAX_BATCH',
+    'check_fields',
+    'state_error',
+]  # defined with the other checks of untrusted input
 
 
 def check_state(sd, what: str = 'load_state_dict') -> dict:
@@ -335,8 +352,47 @@ class ResumableBatchSampler(BatchPlan):
             raise ResumeStateError(
                 f"load_state_dict: the state is from a {sd['kind']} loader; this one reads a map-style dataset"
             )
+        self.check_position(sd)
         self.check_same(sd, ('dataset_len', 'batch_size', 'drop_last', 'sampler'), ' (or pass seed=None)')
         self.restore(sd, advance_done, offset=sd['offset'], end=sd['end'])
+
+    def check_position(self, sd: dict):
+        "`sd`'s fields, each of its kind and range: `0 <= offset <= end <=` the saved layout's epoch, `done` as they say, the batches delivered within the pass; else `ResumeStateError` naming the field and value."
+        big = MAX_SAMPLES + MAX_WORLD
+        check_fields(
+            sd,
+            dict(
+                epoch=(0, MAX_EPOCHS),
+                rep=(0, MAX_EPOCHS),
+                offset=(0, big),
+                end=(0, big),
+                batches_delivered=(0, big),
+                world_size=(1, MAX_WORLD),
+                batch_size=(1, MAX_BATCH),
+                dataset_len=(0, MAX_SAMPLES),
+                seed=(0, 2**63 - 1),
+            ),
+            ('done', 'drop_last'),
+            ('sampler',),
+        )
+        ws, here = sd['world_size'], world_of(self.sampler)[2]
+        total = max(here if ws == world_of(self.sampler)[0] else 0, -(-sd['dataset_len'] // ws) * ws)
+        if sd['end'] > total:  # the epoch's positions: the dataset's, padded to whole ranks (as the sampler deals them)
+            raise state_error(
+                'end', sd['end'], f"at most {total:,} (the epoch of {sd['dataset_len']:,} samples over {ws} ranks)"
+            )
+        if sd['offset'] > sd['end']:
+            raise state_error('offset', sd['offset'], f"at most the state's end ({sd['end']:,})")
+        if sd['done'] != (sd['offset'] >= sd['end']):
+            raise state_error(
+                'done', sd['done'], f"{sd['offset'] >= sd['end']} (its offset {sd['offset']:,}, end {sd['end']:,})"
+            )
+        if sd['batches_delivered'] > -(-sd['end'] // ws):
+            raise state_error(
+                'batches_delivered',
+                sd['batches_delivered'],
+                f"at most {-(-sd['end'] // ws):,} (a rank's share of the pass)",
+            )
 
 # %% ../../nbs/engine/33_batch_plan.ipynb #6ac61033
 class SeededDataset(Dataset):

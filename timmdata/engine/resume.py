@@ -16,6 +16,7 @@ from .feeder import Marks
 from ..dataset import DecodeTransform
 from ..core.stages import COLLATE, DECODE, OPS, COLUMNS, LoaderStats, WorkerRows, batch_images, stage_clock
 from ..core.runtime import SEED_MIX, default_rank, pass_loader_epoch
+from ..core.untrusted import MAX_SAMPLES
 from ..core.torch_compat import IteratorParts, shutdown_workers, worker_processes
 from timmdata.engine.batch_plan import (
     BATCH_TAG,
@@ -25,10 +26,15 @@ from timmdata.engine.batch_plan import (
     PassSegment,
     PlanPass,
     ResumableBatchSampler,
+    MAX_BATCH,
+    MAX_EPOCHS,
+    MAX_WORLD,
     ResumeStateError,
     SeededDataset,
+    check_fields,
     check_state,
     dataset_len,
+    state_error,
     loader_seed,
     plain_state,
     resumable_batching,
@@ -39,10 +45,10 @@ from timmdata.engine.batch_plan import (
 __all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'WorkerPool', 'timed_collate', 'LooksAhead',
            'look_ahead_as', 'pass_edge', 'note_delivered', 'check_pass_end', 'loader_state', 'load_loader_state',
            'check_in_order', 'compat_seeding_here', 'plan_or_own', 'ResumableDataLoader', 'ResumableStream',
-           'stream_state', 'stream_batch_key', 'load_stream_state', 'batch_key', 'LoaderMarks', 'loader_marks',
-           'STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state', 'loader_seed', 'PlanPass', 'PassSegment',
-           'BatchMark', 'sample_key', 'BatchPlan', 'ResumableBatchSampler', 'dataset_len', 'SeededDataset',
-           'plain_state', 'resumable_batching']
+           'stream_state', 'stream_batch_key', 'check_stream_fields', 'check_stream_position', 'load_stream_state',
+           'batch_key', 'LoaderMarks', 'loader_marks', 'STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state',
+           'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan', 'ResumableBatchSampler',
+           'dataset_len', 'SeededDataset', 'plain_state', 'resumable_batching']
 
 # %% ../../nbs/engine/35_resume.ipynb #986f6803
 _all_ = [
@@ -435,13 +441,14 @@ class ResumableStream(Protocol):
     ): ...  # skip the epoch's first batches (each worker its share)
     def start_batches(self) -> int: ...  # the epoch's batches before this pass
     def fingerprint(self) -> dict: ...  # what must match for a saved position to resume
+    def epoch_batches(self, batch_size: int) -> Optional[int]: ...  # a rank's batches in an epoch (None: unknown)
 
 
 def _check_stream(dataset, what: str):
     if not isinstance(dataset, ResumableStream):
         raise NotImplementedError(
             f"{what}: {type(dataset).__name__} cannot resume mid-epoch (it needs epoch, seed, set_epoch, "
-            f"set_start, start_batches and fingerprint: timmdata.engine.resume.ResumableStream, as "
+            f"set_start, start_batches, fingerprint and epoch_batches: timmdata.engine.resume.ResumableStream, as "
             f"timmdata.IterableImageDataset has); resume it at epoch boundaries"
         )
 
@@ -449,7 +456,10 @@ def _check_stream(dataset, what: str):
 def stream_state(dataset, batches: int, batch_size: int) -> dict:
     "The state of a loader over a stream that delivered `batches` batches of this pass (after its resume point, if any)."
     _check_stream(dataset, 'state_dict')
-    extra = dict(samples_delivered=dataset.samples_delivered(batches)) if dataset.elastic else {}  # order='global'
+    extra = {}
+    if dataset.elastic:  # order='global': global samples, and the world they were counted in (bounds them on load)
+        gb = dataset.samples_delivered(1) - dataset.samples_delivered(0)
+        extra = dict(samples_delivered=dataset.samples_delivered(batches), world_size=max(1, gb // max(1, batch_size)))
     return plain_state(
         dict(
             version=STATE_VERSION,
@@ -470,6 +480,40 @@ def stream_batch_key(dataset, batches) -> Optional[int]:
     return mix_seed(dataset.seed, dataset.epoch, dataset.start_batches() + batches)
 
 
+def check_stream_fields(sd: dict, elastic: bool):
+    "A stream state's fields, each of its kind and range (before any is used); else `ResumeStateError` naming it."
+    check_fields(  # (a NaFlex loader's batch size is None: its schedule sets the sizes)
+        sd,
+        dict(epoch=(0, MAX_EPOCHS), batches_delivered=(0, MAX_SAMPLES))
+        | ({} if sd.get('batch_size', 0) is None and not elastic else dict(batch_size=(1, MAX_BATCH)))
+        | (dict(samples_delivered=(0, MAX_SAMPLES)) if elastic else {})
+        | (dict(world_size=(1, MAX_WORLD)) if 'world_size' in sd else {}),
+        (),
+        ('fingerprint',),
+    )
+    if not isinstance(sd['fingerprint'], dict):
+        raise state_error('fingerprint', sd['fingerprint'], "a dict (the stream's arguments)")
+
+
+def check_stream_position(dataset, sd: dict, elastic: bool, batch_size: int, fp: dict):
+    "The delivered count of a checked stream state within the saved layout's epoch: global samples (`order='global'`) or this rank's batches."
+    if elastic:  # within the epoch's whole global batches (of the saved world: states before it was kept, any world)
+        n, world = fp.get('num_samples'), sd.get('world_size', MAX_WORLD)
+        top = None if not isinstance(n, int) else n + max(0, sd['batch_size'] * world - 1)
+        if top is not None and sd['samples_delivered'] > top:
+            raise state_error(
+                'samples_delivered',
+                sd['samples_delivered'],
+                f"at most {top:,} (the epoch's {n:,} samples, in whole global batches of {sd['batch_size']} x {world} ranks)",
+            )
+        return
+    top = dataset.epoch_batches(batch_size)
+    if top is not None and sd['batches_delivered'] > top:
+        raise state_error(
+            'batches_delivered', sd['batches_delivered'], f"at most {top:,} (a rank's batches in an epoch)"
+        )
+
+
 def load_stream_state(dataset, sd: dict, batch_size: int):
     "Make `dataset` (a stream) start its next pass after the `sd['batches_delivered']` batches already delivered."
     if sd['kind'] != 'stream':
@@ -478,15 +522,18 @@ def load_stream_state(dataset, sd: dict, batch_size: int):
         )
     _check_stream(dataset, 'load_state_dict')
     elastic = dataset.elastic and 'samples_delivered' in sd  # resumes on any ranks, workers and batch size
+    check_stream_fields(sd, elastic)
     diff = (
         []
         if elastic or sd['batch_size'] == batch_size
         else [f"batch_size: saved {sd['batch_size']}, this loader {batch_size}"]
     )
     saved = plain_state(sd['fingerprint'])
-    if elastic:  # the global order is a function of its canonical partitions: the state's (1 before they existed)
-        dataset.take_partitions(saved.get('partitions', 1) if isinstance(saved, dict) else 1)
     fp = plain_state(dataset.fingerprint())  # as the state holds it (after json too)
+    if elastic:  # the global order is a function of its canonical partitions: the state's (1 before they existed)
+        parts = saved.get('partitions', 1) if isinstance(saved, dict) else 1
+        dataset.check_partitions(parts)  # (taken below, once the whole state is checked)
+        fp['partitions'] = parts
     if saved != fp and isinstance(saved, dict) and isinstance(fp, dict):  # each field that differs, by name
         diff += [
             f'{k}: saved {saved.get(k)!r}, this loader {fp.get(k)!r}'
@@ -501,6 +548,9 @@ def load_stream_state(dataset, sd: dict, batch_size: int):
             + '; '.join(diff)
             + "); build the dataset and loader as the saved ones were"
         )
+    check_stream_position(dataset, sd, elastic, batch_size, fp)
+    if elastic:
+        dataset.take_partitions(parts)
     dataset.set_epoch(sd['epoch'])
     dataset.set_start_samples(sd['samples_delivered']) if elastic else dataset.set_start(
         sd['batches_delivered'], batch_size

@@ -163,6 +163,6 @@ def record_target(
         return list(value)
     try:
         value = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # (OverflowError: JSON's Infinity)
         raise ValueError(f'{where}: field {key!r} holds {value!r}, not a class index or a list of them') from None
     return None if value < 0 else value

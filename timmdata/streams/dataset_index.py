@@ -10,6 +10,7 @@ from typing import Optional
 import numpy as np
 from timmdata.streams.shard_io import (
     IMAGE_KEYS,
+    MAX_MEMBER_BYTES,
     TARGET_KEYS,
     ShardError,
     ShardNotFoundError,
@@ -45,9 +46,9 @@ from timmdata.streams.index_table import (
 )
 
 # %% auto #0
-__all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'SPANS_KEPT', 'SPANS_FILES_KEPT', 'HINT_SHARDS', 'spans_of',
-           'layout_of', 'write_dataset_index', 'parse_table', 'DatasetIndex', 'node_table', 'read_dataset_index',
-           'ShardSpans', 'ListedSpans', 'dataset_spans', 'index_main']
+__all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'SPANS_KEPT', 'SPANS_FILES_KEPT', 'HINT_SHARDS', 'MAX_SPAN_BYTES',
+           'MAX_SHARD_BYTES', 'spans_of', 'layout_of', 'write_dataset_index', 'parse_table', 'DatasetIndex',
+           'node_table', 'read_dataset_index', 'ShardSpans', 'ListedSpans', 'dataset_spans', 'index_main']
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #d849d83d
 DATASET_INDEX_FILE = '_timmdata_dataset_index.json'  # beside `_info.json`: every shard's size and sample spans
@@ -61,7 +62,12 @@ HINT_SHARDS = 64  # from this many shards, a stream without a dataset index says
 _HEADS = {'{"format":"timmdata dataset index","version":%d}' % v: v for v in INDEX_VERSIONS}
 _HEAD = next(h for h, v in _HEADS.items() if v == DATASET_INDEX_VERSION)  # what is written
 _I4 = np.dtype('<i4')
-_LINE = re.compile(r'\["([^"\\\x00-\x1f]{1,1024})",([0-9]{1,19}),([0-9]{1,13}),"([0-9a-f]{16})"\]')
+# a name as json.dumps writes it (ASCII, other characters as \uXXXX escapes: `write_dataset_index` writes them so)
+_LINE = re.compile(
+    r'\["((?:[^"\\\x00-\x1f]|\\u[0-9a-fA-F]{4}|\\["\\/bfnrt]){1,1024})",([0-9]{1,19}),([0-9]{1,13}),"([0-9a-f]{16})"\]'
+)
+MAX_SPAN_BYTES = MAX_MEMBER_BYTES  # the longest sample span an index may state: a span is read whole, as a member is
+MAX_SHARD_BYTES = 1 << 62  # the largest shard size an index may state (as `_info.json`'s shard_bytes)
 _TAIL = re.compile(r'\{"sha256":"([0-9a-f]{64})"\}')
 
 
@@ -172,10 +178,13 @@ def parse_table(
         name, n = json.loads(f'"{m[1]}"'), int(m[3])
         try:
             relative_name(name, where)
+            name.encode('utf-8')  # (a lone surrogate escape is no name)
         except ValueError as e:
             raise _bad(where, f'line {k}: {e}') from None
         if name in seen:
             raise _bad(where, f'line {k}: shard {printable(name)} is listed twice')
+        if int(m[2]) > MAX_SHARD_BYTES:  # (sizes are int64 arrays)
+            raise _bad(where, f'line {k}: shard {printable(name)} claims {int(m[2]):,} bytes, over {MAX_SHARD_BYTES:,}')
         if n > min(MAX_SHARD_SAMPLES, int(m[2]) // MIN_SAMPLE_BYTES):  # bounds the one read of its spans
             raise _bad(
                 where,
@@ -195,6 +204,9 @@ def parse_table(
     return names, np.asarray(sizes, np.int64), counts, digests, starts.astype(np.int64), version
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #2f825e88
+_UNKEPT = set()  # node caches whose spans files could not be written (warned once a process)
+
+
 class DatasetIndex:
     "A dataset index's table (an `IndexTable`, or `parse_table`'s tuple) and where its file is: `layout(i)` reads shard i's spans (and where its samples' headers are) when asked, checked, and keeps the last `SPANS_KEPT`; with `node_stem` (a node cache's), each shard's spans are fetched once per node and kept there as a file (the last `SPANS_FILES_KEPT`)."
 
@@ -262,12 +274,13 @@ class DatasetIndex:
             and (np.diff(ends) > 0).all()
             and not (ends % 512).any()
             and ends[-1] <= size
+            and (ends - starts).max() <= MAX_SPAN_BYTES
             and ((blocks == -1) | ((blocks >= 0) & (512 * blocks + 512 <= (ends - starts)[:, None]))).all()
         ):
             raise _bad(
                 shard_name(self.url),
                 f'the spans of shard {printable(name)} do not fit it ({n} samples of a {size:,}-byte shard, each '
-                f'header inside its span)',
+                f'header inside its span, each span at most {MAX_SPAN_BYTES:,} bytes)',
             )
         out = np.concatenate([starts[:, None], ends[:, None], np.where(blocks >= 0, 512 * blocks, -1)], 1)
         with self._lock:
@@ -303,9 +316,19 @@ class DatasetIndex:
                 blob = self._read(int(self.starts[i]), line_chars(n, self.version))
                 self.fetched += 1
                 if hashlib.sha256(blob).hexdigest()[:16].encode('ascii') == self.digests[i]:
-                    with atomic_write(path, 'wb') as f:  # a new file renamed in: a reader sees a whole copy or none
-                        f.write(blob)
-                    self._prune(path)
+                    try:
+                        with atomic_write(path, 'wb') as f:  # a new file renamed in: a reader sees a whole copy or none
+                            f.write(blob)
+                    except OSError as e:  # a full or read-only cache folder: the spans are read from the index
+                        if self.node_stem not in _UNKEPT:
+                            _UNKEPT.add(self.node_stem)
+                            warnings.warn(
+                                f'could not keep spans in the node cache ({printable(path)}: {e}); each process reads '
+                                f'them from the dataset index',
+                                stacklevel=4,
+                            )
+                    else:
+                        self._prune(path)
         finally:
             close_held(fd)
         return blob

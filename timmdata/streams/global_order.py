@@ -40,9 +40,9 @@ from ..core.untrusted import MAX_SAMPLES, atomic_write, printable
 from ..core.settings import setting
 
 # %% auto #0
-__all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'permute_index', 'GlobalOrder', 'epoch_length',
-           'batch_pieces', 'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order', 'ScannedSpans',
-           'sample_spans', 'cut_sample', 'ShardBytes', 'SpanReader']
+__all__ = ['BLOCK_SHARDS', 'MAX_PARTITIONS', 'READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'permute_index', 'GlobalOrder',
+           'epoch_length', 'batch_pieces', 'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order',
+           'ScannedSpans', 'sample_spans', 'cut_sample', 'ShardBytes', 'SpanReader']
 
 # %% ../../nbs/streams/24_global_order.ipynb #01df9e07
 _ROUNDS = 6  # Feistel rounds: 4 already make a pseudo-random permutation (Luby-Rackoff); 2 more for small domains
@@ -84,6 +84,7 @@ def permute_index(
 
 # %% ../../nbs/streams/24_global_order.ipynb #e030bc73
 BLOCK_SHARDS = 8  # shards whose samples are interleaved in one block of the global order
+MAX_PARTITIONS = 1 << 16  # the most canonical partitions (nodes) an order has: it sizes arrays by them
 
 
 def _check_lengths(lengths) -> np.ndarray:
@@ -140,8 +141,14 @@ class GlobalOrder:
     ):
         if block_shards < 1:
             raise ValueError(f'block_shards must be >= 1; got {block_shards!r}')
-        if isinstance(partitions, bool) or not isinstance(partitions, numbers.Integral) or partitions < 1:
-            raise ValueError(f'partitions must be an int >= 1 (e.g. the number of nodes); got {partitions!r}')
+        if (
+            isinstance(partitions, bool)
+            or not isinstance(partitions, numbers.Integral)
+            or not 1 <= partitions <= MAX_PARTITIONS
+        ):
+            raise ValueError(
+                f'partitions must be an int from 1 to {MAX_PARTITIONS:,} (e.g. the number of nodes); got {partitions!r}'
+            )
         self.lengths = _check_lengths(lengths)
         self.seed, self.epoch, self.pass_, self.block_shards = seed, epoch, pass_, int(block_shards)
         # the same permutation as ever (numpy arrays throughout: no Python object per shard or block)

@@ -12,7 +12,7 @@ from ..core.untrusted import MAX_SAMPLES, MIN_SAMPLE_BYTES, UnsafeFileError, pri
 
 # %% auto #0
 __all__ = ['MAX_TABLE_BYTES', 'MAX_SHARD_SAMPLES', 'MAX_TABLE_SHARDS', 'INDEX_VERSIONS', 'TABLE_READS', 'line_chars',
-           'DatasetIndexError', 'IndexTable', 'map_table_copy']
+           'DatasetIndexError', 'IndexTable', 'mappable', 'map_table_copy']
 
 # %% ../../nbs/streams/23a_index_table.ipynb #72194eb2
 MAX_TABLE_BYTES = 256 << 20  # the largest table read (256 MiB: ~4 M shards at ~60 bytes each)
@@ -182,6 +182,11 @@ TABLE_READS = {
 }  # this process's tables parsed and node cache copies mapped (for tests and the simulator)
 
 
+def mappable(st: os.stat_result) -> bool:
+    "Whether a node cache's file may be mapped: this user's and not writable by others (no one else can truncate it under the map: a read past its end would kill the process with SIGBUS); else it is read."
+    return not hasattr(os, 'getuid') or (st.st_uid == os.getuid() and not st.st_mode & 0o022)
+
+
 def map_table_copy(path: str) -> Optional[IndexTable]:
     "The node cache's parsed table at `path`, mapped and checked; None when there is none; else `DatasetIndexError` naming it (a link is refused, never followed)."
     try:
@@ -195,7 +200,13 @@ def map_table_copy(path: str) -> Optional[IndexTable]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or not _COPY_HEAD <= st.st_size <= _COPY_HEAD + 3 * MAX_TABLE_BYTES:
             raise _bad_copy(path, f'not a regular file of {_COPY_HEAD} to {3 * MAX_TABLE_BYTES:,} bytes')
-        mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        if mappable(st):
+            mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        else:  # another user's, or writable by others: cut short under us, a map would kill the reader (SIGBUS)
+            with open(fd, 'rb', closefd=False) as f:
+                mm = f.read(st.st_size)
+            if len(mm) != st.st_size:
+                raise _bad_copy(path, 'cut short while read')
     finally:
         os.close(fd)
     table = IndexTable(mm, path, path)

@@ -18,6 +18,7 @@ from .shard_io import WdsSource, url_scheme
 from . import global_order
 from timmdata.streams.global_order import (
     BLOCK_SHARDS,
+    MAX_PARTITIONS,
     SpanReader,
     epoch_length,
     read_in_order,
@@ -28,7 +29,7 @@ from .dataset_index import ShardSpans, dataset_spans
 from .lookahead import BadAhead, LooksAheadOfPasses, looking_ahead
 from ..readers import create_reader, unset
 from ..core.settings import setting
-from ..core.untrusted import MAX_SAMPLES, printable
+from ..core.untrusted import MAX_SAMPLES, ResumeStateError, printable, state_error
 
 # %% auto #0
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'SplitsOverWorkers', 'EvenOverWorkers',
@@ -164,15 +165,22 @@ class OrderPartitions:
             self._state[5] = p
         return p
 
-    def take_partitions(self, partitions: int):
-        "order='global': use the canonical partitions a saved state's order was made with (`load_state_dict` calls it)."
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-            raise ValueError(f'the saved state gives the global order partitions={partitions!r}: an int >= 1 is needed')
+    def check_partitions(self, partitions: int):
+        "order='global': a saved state's canonical partitions, if this stream can take them (an int from 1 to the pass's samples, at most `MAX_PARTITIONS`, and the one it was built with, if any); else `ResumeStateError` naming the value."
+        top = max(1, min(MAX_PARTITIONS, self.num_samples or 1))  # the order sizes arrays by them: bounded by the pass
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= top:
+            raise state_error(
+                'fingerprint partitions', partitions, f'an integer from 1 to {top:,} (the nodes of the run)'
+            )
         if self._partitions is not None and partitions != self._partitions:
-            raise ValueError(
+            raise ResumeStateError(
                 f'the saved state\'s global order has partitions={partitions}; this stream was built with '
                 f'partitions={self._partitions}: build it with partitions={partitions} (or None: it takes the state\'s)'
             )
+
+    def take_partitions(self, partitions: int):
+        "order='global': use the canonical partitions a saved state's order was made with (`load_state_dict` calls it)."
+        self.check_partitions(partitions)
         self._state[5] = partitions
 
 # %% ../../nbs/streams/25_streaming.ipynb #1b660c91
@@ -256,6 +264,13 @@ class StreamPlan(OrderPartitions):
         if samples_done < 0:
             raise ValueError(f'samples_done must be >= 0; got {samples_done}')
         self._state[1:5] = torch.tensor([1, int(self._state[0]), int(samples_done), self.batch_size])
+
+    def epoch_batches(self, batch_size: int) -> Optional[int]:
+        "A rank's batches of `batch_size` in an epoch (what a saved state's count is checked against); None when the length is unknown."
+        try:
+            return math.ceil(len(self) / batch_size)
+        except TypeError:
+            return None
 
     def samples_delivered(self, batches: int) -> int:
         "order='global': global samples delivered after `batches` more batches of every rank (from the resume point)."

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/tools/45_bench.ipynb #f322dc04
 from __future__ import annotations
-import json, os, shutil, tempfile, time, statistics, argparse
+import json, math, os, shutil, tempfile, time, statistics, argparse
 from pathlib import Path
 import numpy as np
 import torch
@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 # %% auto #0
 __all__ = ['LOADERS', 'QUICK', 'plot_data_way', 'worker_pids', 'decode_limit', 'time_epoch', 'usable_images', 'bench_loaders',
-           'format_table', 'plot_results', 'bench_root', 'int_at_least', 'comma_list', 'bench_main']
+           'format_table', 'plot_results', 'bench_root', 'int_at_least', 'float_in', 'comma_list', 'bench_main']
 
 # %% ../../nbs/tools/45_bench.ipynb #49de0ce6
 def plot_data_way(
@@ -486,6 +486,26 @@ def int_at_least(lo: int):
         return v
 
     parse.__name__ = f'integer >= {lo}'
+    return parse
+
+
+def float_in(lo: float, hi: float = float('inf')):
+    "An argparse `type` for a number option that must be finite and in [`lo`, `hi`]: `nan`, `inf` or a value out of range is a usage error (one line, exit status 2)."
+
+    def parse(s: str) -> float:
+        try:
+            v = float(s)
+        except ValueError:
+            v = None
+        if v is None or not math.isfinite(v) or not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(
+                f'must be >= {lo:g}'
+                + (f' and <= {hi:g}' if math.isfinite(hi) else '')
+                + f', a finite number; got {s!r}'
+            )
+        return v
+
+    parse.__name__ = f'number >= {lo:g}'
     return parse
 
 

@@ -358,7 +358,10 @@ def dataset_root(cmd: str, argv: list):
 # %% ../../nbs/tools/47_cli.ipynb #298660ae
 def profile_main(argv=None):
     "`timmdata profile ROOT`: a short training epoch, where its time goes, whether loading keeps up with a model step, the headspace."
-    from timmdata.tools.bench import int_at_least  # imported when the command runs: `timmdata --help` stays fast
+    from timmdata.tools.bench import (
+        float_in,
+        int_at_least,
+    )  # imported when the command runs: `timmdata --help` stays fast
     from timmdata.tools.check import usable_cpus
     from timmdata.dataset import ImageDataset
     from timmdata.loader import create_loader
@@ -373,7 +376,7 @@ def profile_main(argv=None):
     p.add_argument('root', help='image folder with class subfolders')
     p.add_argument(
         '--model-step-ms',
-        type=float,
+        type=float_in(0),
         default=None,
         help="the model's step per batch, simulated by a sleep (none: no step)",
     )
@@ -419,7 +422,10 @@ ROOT_ARG['profile'] = 0
 def tune_main(argv=None):
     "`timmdata tune ROOT`: the search `num_workers='auto'` runs, on a folder: the table of what it tried, the keywords to paste."
     import time
-    from timmdata.tools.bench import int_at_least  # imported when the command runs: `timmdata --help` stays fast
+    from timmdata.tools.bench import (
+        float_in,
+        int_at_least,
+    )  # imported when the command runs: `timmdata --help` stays fast
     from timmdata.dataset import ImageDataset
     from timmdata.loader import create_loader
     from timmdata.core.runtime import resolve_device
@@ -429,11 +435,13 @@ def tune_main(argv=None):
         prog='timmdata tune', description=tune_main.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     p.add_argument('root', help='image folder with class subfolders')
-    p.add_argument('--model-step-ms', type=float, default=None, help="the model's step per batch, simulated by a sleep")
+    p.add_argument(
+        '--model-step-ms', type=float_in(0), default=None, help="the model's step per batch, simulated by a sleep"
+    )
     p.add_argument('--batch-size', type=int_at_least(1), default=64)
     p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
     p.add_argument('--window', type=int_at_least(1), default=6, help='batches each setting is measured over, at least')
-    p.add_argument('--seconds', type=float, default=1.0, help='seconds each setting is measured over, at least')
+    p.add_argument('--seconds', type=float_in(0), default=1.0, help='seconds each setting is measured over, at least')
     p.add_argument('--max-batches', type=int_at_least(1), default=400, help='stop the search after this many batches')
     a = p.parse_args(argv)
     if a.model_step_ms is not None and a.model_step_ms < 0:

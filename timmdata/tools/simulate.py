@@ -11,6 +11,7 @@ from typing import Optional
 import numpy as np
 from timmdata.streams.global_order import (
     BLOCK_SHARDS,
+    MAX_PARTITIONS,
     READ_AHEAD,
     GlobalOrder,
     SpanReader,
@@ -558,7 +559,7 @@ def _reads_per_shard(order: GlobalOrder, batch_size: int, ranks: int, ranks_per_
         pieces = np.asarray(batch_pieces(t * gb, gb, order.total, P), np.int64)
         cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(pieces[:, 1])])
         x = np.unique(np.concatenate([cum, bounds]))
-        x = x[x <= nodes * nb]
+        x = x[x <= min(nodes * nb, gb)]  # (fewer ranks than a node's: one node, partly filled)
         lo, hi = x[:-1], x[1:]  # pieces of one run and one node each
         e = np.searchsorted(cum, lo, side='right') - 1
         first, last = pieces[e, 0] + P * (lo - cum[e]), pieces[e, 0] + P * (hi - 1 - cum[e])
@@ -905,6 +906,17 @@ def simulate_main(argv=None) -> int:
     for k in ('ranks', 'workers', 'shards', 'samples', 'batch_size', 'block_size', 'ranks_per_node', 'read_ahead'):
         if getattr(a, k) < 1:
             ap.error(f"--{k.replace('_', '-')} must be >= 1; got {getattr(a, k)}")
+    for k in ('node_steps', 'partitions', 'sample_bytes'):
+        if getattr(a, k) is not None and getattr(a, k) < 1:
+            ap.error(f"--{k.replace('_', '-')} must be >= 1; got {getattr(a, k)}")
+    if a.partitions is not None and a.partitions > MAX_PARTITIONS:
+        ap.error(f'--partitions must be at most {MAX_PARTITIONS:,} (the nodes of the run); got {a.partitions:,}')
+    if a.samples < a.shards:
+        ap.error(
+            f'--samples must be at least --shards (a shard holds a sample at least); got {a.samples:,} < {a.shards:,}'
+        )
+    if not (math.isfinite(a.latency_ms) and a.latency_ms >= 0):
+        ap.error(f'--latency-ms must be a finite number >= 0; got {a.latency_ms}')
     try:
         r2, w2 = (
             (max(1, a.ranks * 3 // 4), max(1, a.workers // 2))
@@ -913,6 +925,19 @@ def simulate_main(argv=None) -> int:
         )
     except ValueError:
         ap.error(f'--rescale must be RANKSxWORKERS like 768x8; got {a.rescale!r}')
+    if r2 < 1 or w2 < 1:
+        ap.error(f'--rescale must be RANKSxWORKERS, each >= 1, like 768x8; got {a.rescale!r}')
+    try:
+        bandwidth = parse_size(a.bandwidth)
+    except ValueError as e:
+        ap.error(f'--bandwidth: {e}')
+    if not bandwidth > 0:
+        ap.error(f'--bandwidth must be more than 0 bytes/s; got {a.bandwidth!r}')
+    if a.cache_limit is not None:
+        try:
+            parse_size(a.cache_limit, '--cache-limit')
+        except ValueError as e:
+            ap.error(str(e))
     if a.sources < 0 or a.steps < 1:
         ap.error(f'--sources must be >= 0 and --steps >= 1; got {a.sources} and {a.steps}')
     if a.sources:
@@ -937,7 +962,7 @@ def simulate_main(argv=None) -> int:
         a.sample_bytes,
         a.cache_limit,
         a.latency_ms,
-        parse_size(a.bandwidth),
+        bandwidth,
         (r2, w2),
         node_steps=a.node_steps,
         partitions=a.partitions,
