@@ -911,7 +911,7 @@ def simulate_main(argv=None) -> int:
             ap.error(f"--{k.replace('_', '-')} must be >= 1; got {getattr(a, k)}")
     if a.partitions is not None and a.partitions > MAX_PARTITIONS:
         ap.error(f'--partitions must be at most {MAX_PARTITIONS:,} (the nodes of the run); got {a.partitions:,}')
-    if a.samples < a.shards:
+    if not a.sources and a.samples < a.shards:  # a mix (--sources) has no shards
         ap.error(
             f'--samples must be at least --shards (a shard holds a sample at least); got {a.samples:,} < {a.shards:,}'
         )
