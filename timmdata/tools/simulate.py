@@ -9,6 +9,7 @@ from collections import OrderedDict
 from types import SimpleNamespace
 from typing import Optional
 import numpy as np
+import torch
 from timmdata.streams.global_order import (
     BLOCK_SHARDS,
     MAX_PARTITIONS,
@@ -31,12 +32,13 @@ from timmdata.streams.dataset_index import (
 from ..streams.index_table import line_chars
 from ..streams.shard_cache import parse_size
 from ..streams.mixing import CHUNK, MixOrder, WeightSchedule, check_weights
+from ..engine.watch import EXCHANGED, slow_rank
 
 # %% auto #0
 __all__ = ['SCAN_BLOCK', 'synthetic_lengths', 'SimSource', 'SimSpanReader', 'worker_plan_cost', 'node_accesses', 'cache_replay',
            'check_rescale', 'shuffle_quality', 'index_bytes', 'table_memory', 'start_up', 'start_up_figures',
            'start_up_scanned', 'simulate', 'format_report', 'mix_weights', 'simulate_mix', 'format_mix_report',
-           'simulate_main']
+           'simulate_main', 'exchange_cost']
 
 # %% ../../nbs/tools/55_simulate.ipynb #f974a980
 def synthetic_lengths(
@@ -974,3 +976,26 @@ def simulate_main(argv=None) -> int:
         with open(a.json, 'w') as f:
             json.dump(r, f, indent=1, default=lambda o: o.item() if hasattr(o, 'item') else str(o))
     return 0
+
+# %% ../../nbs/tools/55_simulate.ipynb #3945790a
+def exchange_cost(
+    ranks: int = 1024,  # ranks in the process group
+    every: int = 50,  # steps between two exchanges (`LoaderWatch`'s `every`)
+    latency_s: float = 10e-6,  # one hop's latency (10 us: a fast fabric; 50-100 us over TCP)
+    bandwidth: float = 10e9,  # bytes per second a rank receives
+    step_s: float = 0.3,  # a training step, for the share
+) -> dict:
+    "The slow-rank exchange at `ranks`: seconds of one all_gather of `EXCHANGED` (ring and log-depth), of the rule `slow_rank` on the gathered table (measured), per step, and as a share of a `step_s` step."
+    recv = (ranks - 1) * 8 * len(EXCHANGED)  # float64s each rank receives
+    ring = (ranks - 1) * latency_s + recv / bandwidth
+    tree = math.ceil(math.log2(max(ranks, 2))) * latency_s + recv / bandwidth
+    table = torch.rand(ranks, len(EXCHANGED), dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    t0 = time.process_time()
+    for _ in range(20):
+        slow_rank(table)
+    rule = (time.process_time() - t0) / 20
+    out = dict(ranks=ranks, every=every, bytes_received=recv, ring_s=ring, tree_s=tree, rule_s=rule)
+    for k in ('ring', 'tree'):
+        out[f'{k}_per_step_s'] = (out[f'{k}_s'] + rule) / every
+        out[f'{k}_share'] = out[f'{k}_per_step_s'] / step_s
+    return out
