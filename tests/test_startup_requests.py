@@ -2,7 +2,7 @@
 has a dataset index (`timmdata index`): counted with a local HTTP server answering ranged reads, at 250 and 2,000
 shards (counts, never times). Issue 57: without the index (other tools' shards, `_info.json` with the shard lengths)
 nothing is asked per shard either: the order is planned from `_info.json`, each shard scanned when first read, once a
-node (`global_order.ScannedSpans`), and a one-line hint says `timmdata index` makes start-up O(1)."""
+node (`scanned_spans.ScannedSpans`), and a one-line hint says `timmdata index` makes start-up O(1)."""
 import sys, warnings
 from pathlib import Path
 
@@ -87,7 +87,8 @@ def test_without_index_nothing_per_shard_and_a_hint(served, tmp_path):
 def test_without_index_each_shard_scanned_once_per_node(served, tmp_path):
     "Two processes of a node (fresh per-process state, one index folder) read a whole pass: the first scans each shard"
     " once as it meets it; the second reads the node's kept scans: only its samples' reads; every sample once, both times."
-    from timmdata.streams.global_order import ScannedSpans, SpanReader
+    from timmdata.streams.global_order import SpanReader
+    from timmdata.streams.scanned_spans import ScannedSpans
     root, n = served[250], 250 * 2
     srv = CountingServer(root)
 
@@ -115,7 +116,7 @@ def test_without_index_each_shard_scanned_once_per_node(served, tmp_path):
 
 def test_a_damaged_kept_scan_is_scanned_again(served, tmp_path):
     "A kept scan cut short or changed (the node folder is untrusted) is never used: the shard is scanned again."
-    from timmdata.streams.global_order import ScannedSpans
+    from timmdata.streams.scanned_spans import ScannedSpans
     root = served[250]
     srv = CountingServer(root)
     try:

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/24_global_order.ipynb #397a3dd3
 from __future__ import annotations
-import bisect, hashlib, itertools, json, math, numbers, os, threading
+import bisect, itertools, math, numbers, os, threading
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Optional, Sequence
@@ -25,9 +25,9 @@ from timmdata.streams.shard_io import (
     tar_header,
     url_scheme,
 )
-from .shard_index import INDEX_FILE, http_range, load_index, scan_shard
-from .shard_cache import cached_copy, close_held, open_held, wait_lock
-from .net import REQUEST_DEADLINE
+from .shard_index import INDEX_FILE, http_range, load_index
+from .shard_cache import cached_copy
+from .scanned_spans import spans_by_scanning
 from timmdata.streams.dataset_index import (
     SPANS_KEPT,
     DATASET_INDEX_FILE,
@@ -36,13 +36,12 @@ from timmdata.streams.dataset_index import (
     layout_of,
     spans_of,
 )
-from ..core.untrusted import MAX_SAMPLES, atomic_write, printable
-from ..core.settings import setting
+from ..core.untrusted import MAX_SAMPLES, printable
 
 # %% auto #0
 __all__ = ['BLOCK_SHARDS', 'MAX_PARTITIONS', 'READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'permute_index', 'GlobalOrder',
            'epoch_length', 'batch_pieces', 'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order',
-           'ScannedSpans', 'sample_spans', 'cut_sample', 'ShardBytes', 'SpanReader']
+           'sample_spans', 'cut_sample', 'ShardBytes', 'SpanReader']
 
 # %% ../../nbs/streams/24_global_order.ipynb #01df9e07
 _ROUNDS = 6  # Feistel rounds: 4 already make a pseudo-random permutation (Luby-Rackoff); 2 more for small domains
@@ -363,78 +362,6 @@ def read_in_order(
             for p, s, m in zip(chunk[run].tolist(), shards[run].tolist(), members[run].tolist()):
                 yield (p, source.shards[s]) + got.pop((s, m))
 
-# %% ../../nbs/streams/24_global_order.ipynb #acae54e37e7d407bbb7b55eff062a284
-class ScannedSpans:
-    "The spans of http(s) shards without a dataset index, read as `ShardSpans` reads them (`spans[s]`, `layout(s)`, `lengths`): the lengths from `_info.json` (nothing read), a shard's headers scanned the first time it is asked for, the scan kept in the node's index folder (one process of the node scans a shard: the others wait on its lock, then read the kept copy)."
-
-    def __init__(
-        self,
-        source: WdsSource,  # http(s) shards with `shard_lengths`
-        index_dir: Optional[str] = None,  # the node's folder for the scans; None: ~/.cache/timmdata/shard_index
-    ):
-        self.source, self.lengths = source, list(source.shard_lengths)  # checked by the order (`GlobalOrder`)
-        key = hashlib.sha256(json.dumps([source.shards, source.info], sort_keys=True).encode()).hexdigest()[:16]
-        base = index_dir or os.path.join(setting('XDG_CACHE_HOME'), 'timmdata', 'shard_index')
-        self.folder, self.scanned = os.path.join(base, f'scans-{key}'), 0
-
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def __getitem__(self, s: int) -> np.ndarray:
-        return self.layout(s)[:, :2]
-
-    def layout(self, s: int) -> np.ndarray:
-        "Shard s's (n, 4) rows: span start and end, image and target header offsets in the span (-1: parsed); `SpanReader` holds the ones it reads."
-        rows = self._read_kept(s)
-        if rows is not None:
-            return rows
-        try:
-            os.makedirs(self.folder, exist_ok=True)
-            fd = open_held(lock := f'{self.folder}/scan{s % 64}.lock')
-        except OSError:  # no node folder to keep it in: this process scans it
-            return self._scan(s)
-        try:
-            wait_lock(fd, REQUEST_DEADLINE, self.source.shards[s], lock)
-            rows = self._read_kept(s)  # another process of the node scanned it while we waited
-            if rows is None:
-                rows = self._scan(s)
-                data = rows.astype('<i8').tobytes()
-                try:
-                    with atomic_write(self._path(s), 'wb') as f:  # a reader sees a whole copy or none
-                        f.write(hashlib.sha256(data).hexdigest()[:16].encode('ascii') + data)
-                except OSError:  # not kept (a full disk): scanned again where needed
-                    pass
-        finally:
-            close_held(fd)
-        return rows
-
-    def _path(self, s: int) -> str:
-        return os.path.join(
-            self.folder, hashlib.sha1(self.source.shards[s].encode('utf-8', 'surrogateescape')).hexdigest()[:20]
-        )
-
-    def _read_kept(self, s: int) -> Optional[np.ndarray]:
-        "The node's copy of shard s's scan when it is whole (its digest matches, its rows the listed length); else None."
-        n = int(self.lengths[s])
-        try:
-            with open(os.open(self._path(s), os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0)), 'rb') as f:
-                blob = f.read(16 + 32 * n + 1)
-        except OSError:
-            return None  # none yet, a link (never followed) or unreadable: scanned
-        if len(blob) != 16 + 32 * n or hashlib.sha256(blob[16:]).hexdigest()[:16].encode('ascii') != blob[:16]:
-            return None
-        return np.frombuffer(blob[16:], '<i8').reshape(n, 4).astype(np.int64)
-
-    def _scan(self, s: int) -> np.ndarray:
-        url = self.source.shards[s]
-        samples = scan_shard(url)  # its size from the first ranged read: no HEAD
-        self.scanned += 1
-        if len(samples) != self.lengths[s]:
-            raise ShardError(
-                f'shard {shard_name(url)} holds {len(samples)} samples; _info.json says {self.lengths[s]}: write the shard or the info file again'
-            )
-        return ListedSpans([spans := spans_of(samples)], [layout_of(samples, spans)]).layout(0)
-
 # %% ../../nbs/streams/24_global_order.ipynb #b2c3d4e5
 def sample_spans(
     source,  # a stream source; random access needs `timmdata.streams.shard_io.WdsSource` over local files or http(s) URLs
@@ -447,19 +374,10 @@ def sample_spans(
         return f'{type(source).__name__} is not a source of WebDataset tar shards'
     if other := [s for s in source.shards if url_scheme(s) not in ('file', 'http', 'https')]:
         return f'shard {shard_name(other[0])} is a {url_scheme(other[0])}: stream, read front to back only'
-    found = dataset_spans(source)  # the dataset index: one read for every shard, no request per shard
+    # the dataset index (one read for every shard); else http(s) shards listed by _info.json, each scanned when first read
+    found = dataset_spans(source) or spans_by_scanning(source, index_dir)
     if found is not None:
         return found[0]
-    if source.shard_lengths and all(url_scheme(s) in ('http', 'https') for s in source.shards):
-        try:  # one ranged read of the first shard: does the server answer them? (else the order reads whole shards)
-            http_range(
-                source.shards[0], (0, 512), timeout=source.timeout, retries=source.retries, backoff=source.backoff
-            )
-        except (ShardNotFoundError, ShardTruncatedError):
-            raise
-        except ShardError as e:
-            return str(e)
-        return ScannedSpans(source, index_dir)  # _info.json plans the order; each shard scanned when first read
     try:
         per_shard, _ = load_index([s[7:] if s.startswith('file://') else s for s in source.shards], index_dir)
     except (ShardNotFoundError, ShardTruncatedError):
@@ -468,8 +386,7 @@ def sample_spans(
         return str(e)  # e.g. compressed, or a server that ignores ranged reads
     spans, layouts = [], []
     for i, samples in enumerate(per_shard):
-        want = source.shard_lengths[i] if source.shard_lengths else None
-        if want is not None and len(samples) != want:
+        if (want := source.shard_lengths[i] if source.shard_lengths else None) is not None and len(samples) != want:
             raise ShardError(
                 f'shard {shard_name(source.shards[i])} holds {len(samples)} samples; _info.json says {want}: write the shard or the info file again'
             )

@@ -202,9 +202,7 @@ class StreamPlan(OrderPartitions):
             return 'global'  # else a block's shards read from their starts, repeats from the local copies
         spans = sample_spans(self.source, index_dir)
         if not isinstance(spans, str):
-            found = (  # read once per process already: the sizes checked at each read (none to ask for otherwise)
-                dataset_spans(self.source) if isinstance(spans, ShardSpans) else None
-            )
+            found = dataset_spans(self.source) if isinstance(spans, ShardSpans) else None  # read once a process
             self._spans = SpanReader(self.source, spans, sizes=found[1] if found else None)
             return 'global'
         if order == 'global':  # asked for: read block by block from the shards' starts (read_in_order)

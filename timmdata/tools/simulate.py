@@ -37,8 +37,8 @@ from ..engine.watch import EXCHANGED, slow_rank
 # %% auto #0
 __all__ = ['SCAN_BLOCK', 'synthetic_lengths', 'SimSource', 'SimSpanReader', 'worker_plan_cost', 'node_accesses', 'cache_replay',
            'check_rescale', 'shuffle_quality', 'index_bytes', 'table_memory', 'start_up', 'start_up_figures',
-           'start_up_scanned', 'simulate', 'format_report', 'mix_weights', 'simulate_mix', 'format_mix_report',
-           'simulate_main', 'exchange_cost']
+           'start_up_scanned', 'scanned_start_up', 'simulate', 'format_report', 'mix_weights', 'simulate_mix',
+           'format_mix_report', 'simulate_main', 'exchange_cost']
 
 # %% ../../nbs/tools/55_simulate.ipynb #f974a980
 def synthetic_lengths(
@@ -382,6 +382,25 @@ def start_up_scanned(
     seconds = 3 * latency_s + per_scan * latency_s + first_shards * shard_bytes / bandwidth
     return dict(per_rank=dict(requests=3, bytes=4096), per_node=node, seconds=seconds)
 
+
+def scanned_start_up(
+    out: dict,  # `simulate`'s figures so far (its config and start-up rows)
+    order: GlobalOrder,
+    shard_bytes: int,  # a shard's mean size
+) -> dict:
+    "`simulate`'s start-up figures with the row of shards without a dataset index: the shards the node's first batches meet (the first batch of each of its ranks' workers) scanned once a node (`start_up_scanned`)."
+    c = out['config']
+    met = node_accesses(order, c['batch_size'], c['ranks'], range(min(c['ranks_per_node'], c['ranks'])), c['workers'])[
+        0
+    ]
+    first = int(len(np.unique(met)))
+    su = start_up_scanned(c['ranks_per_node'], first, shard_bytes, c['latency_ms'] / 1000, c['bandwidth'])
+    return dict(
+        start_up=out['start_up'] | {'no index (scanned)': su},
+        start_up_all_ranks=out['start_up_all_ranks'] | {'no index (scanned)': su['per_node']['requests'] * c['nodes']},
+        start_up_scanned_shards=first,
+    )
+
 # %% ../../nbs/tools/55_simulate.ipynb #56059bc5
 def simulate(
     ranks: int = 1024,
@@ -449,15 +468,8 @@ def simulate(
         * SPANS_KEPT
         * int(np.max(lengths)),  # + the last SPANS_KEPT shards' spans, per process
     )
-    ib = tb
-    out['start_up'], out['start_up_all_ranks'] = start_up_figures(shards, ranks, ranks_per_node, lat, bw, ib)
-    if no_index:  # the shards the node's first batches meet: the first batch of each of its ranks' workers
-        met = node_accesses(order, batch_size, ranks, range(min(ranks_per_node, ranks)), max(1, workers))[0]
-        first = int(len(np.unique(met)))
-        su = start_up_scanned(ranks_per_node, first, int(np.mean(sizes)), lat, bw)
-        out['start_up']['no index (scanned)'] = su
-        out['start_up_all_ranks']['no index (scanned)'] = su['per_node']['requests'] * nodes
-        out['start_up_scanned_shards'] = first
+    out['start_up'], out['start_up_all_ranks'] = start_up_figures(shards, ranks, ranks_per_node, lat, bw, tb)
+    out.update(scanned_start_up(out, order, int(np.mean(sizes))) if no_index else {})  # shards without an index
     per_worker_bw = bw / (ranks_per_node * workers)  # the node's bandwidth shared by all its workers
     one = 1 / (lat + sample_bytes / per_worker_bw)  # one ranged read at a time: a worker's samples/s
     out['throughput'] = dict(
