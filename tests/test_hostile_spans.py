@@ -285,3 +285,76 @@ def test_profile_model_step_nan_is_refused(capsys, tmp_path):
         profile_main([str(tmp_path), '--model-step-ms', 'nan'])
     err = capsys.readouterr().err
     assert e.value.code == 2 and '--model-step-ms' in err and 'finite' in err, err
+
+
+def _index_lines(root: Path) -> list:
+    "(name, size, ends, blocks) of each shard of `root`'s dataset index, decoded."
+    import base64
+
+    text = (root / dx.DATASET_INDEX_FILE).read_text().split('\n')
+    k = next(i for i, l in enumerate(text) if l.startswith('{"sha256":'))
+    out = []
+    for row, blob in zip(text[1:k], text[k + 1:]):
+        name, size, n, _ = json.loads(row)
+        raw = base64.b64decode(blob)
+        out.append((name, size, np.frombuffer(raw, '<i8', n).copy(), np.frombuffer(raw, '<i4', 2 * n, 8 * n).reshape(n, 2).copy()))
+    return out
+
+
+def _mutate_spans(lines: list, rng) -> list:
+    "The index's lines with one to three changes each digest still matches: an end moved, spans swapped, a header block moved, a size or a count changed."
+    lines = [(n, s, e.copy(), b.copy()) for n, s, e, b in lines]
+    odd = [-1, 0, 1, 511, 512, 513, 1 << 31, 1 << 40, dx.MAX_SPAN_BYTES + 512, 2**62, 2**63 - 1, -(2**63)]
+    for _ in range(rng.randint(1, 3)):
+        i = rng.randrange(len(lines))
+        name, size, ends, blocks = lines[i]
+        r = rng.random()
+        if r < 0.3 and len(ends):
+            ends[rng.randrange(len(ends))] = rng.choice(odd + [int(ends[-1]) + 512 * rng.randint(-3, 3)])
+        elif r < 0.45 and len(ends) > 1:
+            a, b = rng.sample(range(len(ends)), 2)
+            ends[a], ends[b] = ends[b], ends[a]
+        elif r < 0.65 and len(ends):
+            blocks[rng.randrange(len(ends)), rng.randrange(2)] = rng.choice([-2, -1, 0, 1, 2, 5, 1 << 20, 2**31 - 1])
+        elif r < 0.8:
+            size = rng.choice([0, 1, 512, size - 512, size + 512, dx.MAX_SHARD_BYTES, 10**19 - 1])
+        elif r < 0.9 and len(ends):
+            ends, blocks = ends[:-1], blocks[:-1]  # a count one short of _info.json's
+        else:
+            ends = np.full(len(ends), 512 * rng.randint(1, 8), np.int64)  # all equal
+        lines[i] = (name, size, ends, blocks)
+    return lines
+
+
+def _fuzz_spans(ds: Path, cases: int, seed: int):
+    "Each mutated index is refused by name (`DatasetIndexError`) or gives spans inside their shards, in order, none longer than `MAX_SPAN_BYTES`: nothing else."
+    import random
+
+    rng, good, refused = random.Random(seed), _index_lines(ds), 0
+    for case in range(cases):
+        lines = _mutate_spans(good, rng)
+        _write_index(ds, lines)
+        dx._READ.clear()
+        try:
+            idx = dx.read_dataset_index(str(ds))
+            for i in range(len(lines)):
+                lay = idx.layout(i)
+                size = int(idx.sizes[i])
+                if len(lay):
+                    assert (lay[:, 0] < lay[:, 1]).all() and lay[-1, 1] <= size, (case, lines[i])
+                    assert (lay[:, 1] - lay[:, 0]).max() <= dx.MAX_SPAN_BYTES, (case, lines[i])
+                    assert ((lay[:, 2:] == -1) | ((lay[:, 2:] >= 0) & (lay[:, 2:] + 512 <= (lay[:, 1] - lay[:, 0])[:, None]))).all()
+        except dx.DatasetIndexError:
+            refused += 1
+    dx._READ.clear()
+    assert refused, 'no mutated index was refused'
+
+
+def test_fuzz_dataset_index_spans(ds):
+    _fuzz_spans(ds, 150, 0)
+
+
+@pytest.mark.slow
+def test_fuzz_dataset_index_spans_slow(ds):
+    "More cases: `TIMMDATA_SLOW=1 pytest tests/test_hostile_spans.py`."
+    _fuzz_spans(ds, 5000, 1)

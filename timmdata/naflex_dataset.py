@@ -239,6 +239,7 @@ class NaFlexMapDatasetWrapper(IterableDataset):
     "Batches of one sequence length each, batch size from a token budget, the same schedule on every rank (timm's)."
 
     elastic = False  # its state holds batches of one schedule (timmdata.engine.resume.ResumableStream)
+    epoch_batches = lambda self, batch_size=None: len(self)  # an epoch's batches: the schedule's (batch_size: not used)
 
     # timm's names for the batch maker's parts, live: setting one (e.g. `mixup_fn`) changes what the batches get
     transforms, collate_fns, mixup_fn = (delegated('batch_maker', n) for n in ('transforms', 'collate_fns', 'mixup_fn'))
@@ -271,8 +272,7 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         self.distributed = distributed and world_size > 1
         self.rank, self.world_size = (rank, world_size) if self.distributed else (0, 1)
         self._epoch = torch.tensor([epoch], dtype=torch.int64).share_memory_()  # seen by running (persistent) workers
-        # the resume point: [set?, its epoch, batches delivered]
-        self._start = torch.zeros(3, dtype=torch.int64).share_memory_()
+        self._start = torch.zeros(3, dtype=torch.int64).share_memory_()  # resume point: [set?, epoch, batches done]
         self.patch_sizes, self.patch_size_probs, self.variable_patch_size = _patch_cfg(
             patch_size, patch_size_choices, patch_size_choice_probs
         )
@@ -365,13 +365,9 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         "Resume the current epoch after its first `batches_done` batches (`batch_size`: not used, the schedule sets the sizes)."
         if isinstance(batches_done, bool) or not isinstance(batches_done, int) or not 0 <= batches_done <= len(self):
             raise ValueError(
-                f'set_start: batches_done must be an int in [0, {len(self)}] (the batches of an epoch); got {batches_done!r}'
+                f'set_start: batches_done must be an int in [0, {len(self)}] (an epoch); got {batches_done!r}'
             )
         self._start[:] = torch.tensor([1, self.epoch, batches_done])
-
-    def epoch_batches(self, batch_size=None) -> int:
-        "The batches of an epoch (the schedule's: `batch_size` is not used)."
-        return len(self)
 
     def fingerprint(self) -> dict:
         "What must match for a saved position to resume exactly: the arguments that make the schedule and the draws."

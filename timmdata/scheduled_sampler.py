@@ -429,21 +429,10 @@ class ResumableScheduledSampler(BatchPlan):
                 f"load_state_dict: the state is from a {sd['kind']} loader; this one uses scheduled batching "
                 f"(input_size_choices): build the loader as the saved one was"
             )
-        n = MAX_SAMPLES
-        check_fields(  # each field of its kind and range before any is used (a state is untrusted input)
-            sd,
-            dict(
-                epoch=(0, MAX_EPOCHS),
-                rep=(0, MAX_EPOCHS),
-                batches_delivered=(0, n),
-                num_batches=(0, n),
-                world_size=(1, MAX_WORLD),
-                dataset_len=(0, n),
-                seed=(0, 2**63 - 1),
-            ),
-            ('done',),
-            ('sampler', 'schedule'),
-        )
+        n = MAX_SAMPLES  # each field of its kind and range before any is used (a state is untrusted input)
+        ints = dict(epoch=(0, MAX_EPOCHS), rep=(0, MAX_EPOCHS), batches_delivered=(0, n), num_batches=(0, n))
+        ints |= dict(world_size=(1, MAX_WORLD), dataset_len=(0, n), seed=(0, 2**63 - 1))
+        check_fields(sd, ints, ('done',), ('sampler', 'schedule'))
         self.check_same(
             sd,
             ('dataset_len', 'world_size', 'sampler', 'schedule'),

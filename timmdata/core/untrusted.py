@@ -11,9 +11,9 @@ from typing import Optional
 
 # %% auto #0
 __all__ = ['MAX_JSON_BYTES', 'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPLE_BYTES', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH',
-           'UnsafeNameError', 'relative_name', 'inside', 'walk_tree', 'UnsafeFileError', 'create_exclusive',
-           'atomic_write', 'FileTooLargeError', 'regular_fd', 'open_regular', 'read_regular', 'printable', 'InfoError',
-           'info_count', 'check_info', 'ResumeStateError', 'state_error', 'check_fields']
+           'MAX_PARTITIONS', 'UnsafeNameError', 'relative_name', 'inside', 'walk_tree', 'UnsafeFileError',
+           'create_exclusive', 'atomic_write', 'FileTooLargeError', 'regular_fd', 'open_regular', 'read_regular',
+           'printable', 'InfoError', 'info_count', 'check_info', 'ResumeStateError', 'state_error', 'check_fields']
 
 # %% ../../nbs/core/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -318,6 +318,7 @@ class ResumeStateError(ValueError):
 MAX_EPOCHS = 1 << 31  # the largest epoch (and pass of an epoch) a state may name
 MAX_WORLD = 1 << 20  # the most ranks a state may name
 MAX_BATCH = 1 << 31  # the largest batch size a state may name
+MAX_PARTITIONS = 1 << 16  # the most canonical partitions (nodes) a global order has: it sizes arrays by them
 
 
 def _state_shown(v) -> str:

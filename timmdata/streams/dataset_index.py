@@ -47,7 +47,7 @@ from timmdata.streams.index_table import (
 
 # %% auto #0
 __all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'SPANS_KEPT', 'SPANS_FILES_KEPT', 'HINT_SHARDS', 'MAX_SPAN_BYTES',
-           'MAX_SHARD_BYTES', 'spans_of', 'layout_of', 'write_dataset_index', 'parse_table', 'DatasetIndex',
+           'MAX_SHARD_BYTES', 'spans_of', 'layout_of', 'write_dataset_index', 'parse_table', 'not_kept', 'DatasetIndex',
            'node_table', 'read_dataset_index', 'ShardSpans', 'ListedSpans', 'dataset_spans', 'index_main']
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #d849d83d
@@ -203,10 +203,21 @@ def parse_table(
     starts = len(data.rstrip(b'\n')) + 1 + np.concatenate([[0], np.cumsum(line_chars(counts, version) + 1)[:-1]])
     return names, np.asarray(sizes, np.int64), counts, digests, starts.astype(np.int64), version
 
-# %% ../../nbs/streams/23b_dataset_index.ipynb #2f825e88
+# %% ../../nbs/streams/23b_dataset_index.ipynb #s62c0002
 _UNKEPT = set()  # node caches whose spans files could not be written (warned once a process)
 
 
+def not_kept(stem: str, path: str, e: OSError):
+    "Say once per node cache that its spans files cannot be written (`e`): each process then reads the spans from the dataset index."
+    if stem not in _UNKEPT:
+        _UNKEPT.add(stem)
+        warnings.warn(
+            f'could not keep spans in the node cache ({printable(path)}: {e}); each process reads them from the '
+            f'dataset index',
+            stacklevel=5,
+        )
+
+# %% ../../nbs/streams/23b_dataset_index.ipynb #2f825e88
 class DatasetIndex:
     "A dataset index's table (an `IndexTable`, or `parse_table`'s tuple) and where its file is: `layout(i)` reads shard i's spans (and where its samples' headers are) when asked, checked, and keeps the last `SPANS_KEPT`; with `node_stem` (a node cache's), each shard's spans are fetched once per node and kept there as a file (the last `SPANS_FILES_KEPT`)."
 
@@ -319,16 +330,9 @@ class DatasetIndex:
                     try:
                         with atomic_write(path, 'wb') as f:  # a new file renamed in: a reader sees a whole copy or none
                             f.write(blob)
-                    except OSError as e:  # a full or read-only cache folder: the spans are read from the index
-                        if self.node_stem not in _UNKEPT:
-                            _UNKEPT.add(self.node_stem)
-                            warnings.warn(
-                                f'could not keep spans in the node cache ({printable(path)}: {e}); each process reads '
-                                f'them from the dataset index',
-                                stacklevel=4,
-                            )
-                    else:
                         self._prune(path)
+                    except OSError as e:  # a full or read-only cache folder: the spans are read from the index
+                        not_kept(self.node_stem, path, e)
         finally:
             close_held(fd)
         return blob

@@ -36,12 +36,12 @@ from timmdata.streams.dataset_index import (
     layout_of,
     spans_of,
 )
-from ..core.untrusted import MAX_SAMPLES, printable
+from ..core.untrusted import MAX_PARTITIONS, MAX_SAMPLES, printable
 
 # %% auto #0
-__all__ = ['BLOCK_SHARDS', 'MAX_PARTITIONS', 'READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'permute_index', 'GlobalOrder',
-           'epoch_length', 'batch_pieces', 'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order',
-           'sample_spans', 'cut_sample', 'ShardBytes', 'SpanReader']
+__all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'permute_index', 'GlobalOrder', 'epoch_length',
+           'batch_pieces', 'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order', 'sample_spans',
+           'cut_sample', 'ShardBytes', 'SpanReader']
 
 # %% ../../nbs/streams/24_global_order.ipynb #01df9e07
 _ROUNDS = 6  # Feistel rounds: 4 already make a pseudo-random permutation (Luby-Rackoff); 2 more for small domains
@@ -83,7 +83,6 @@ def permute_index(
 
 # %% ../../nbs/streams/24_global_order.ipynb #e030bc73
 BLOCK_SHARDS = 8  # shards whose samples are interleaved in one block of the global order
-MAX_PARTITIONS = 1 << 16  # the most canonical partitions (nodes) an order has: it sizes arrays by them
 
 
 def _check_lengths(lengths) -> np.ndarray:

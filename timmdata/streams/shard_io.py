@@ -550,18 +550,15 @@ def sample_target(sample: dict, keys: tuple, where: str, required: bool):
             except ValueError:
                 raise ValueError(f'{where}: .{k} holds {sample[k][:20]!r}, not an integer class index') from None
     if 'json' in sample:
-        try:
+        try:  # not JSON (or UTF-8); a list, a word, JSON's Infinity or NaN: named
             meta = json.loads(sample['json'])
-        except ValueError as e:  # (not UTF-8 either)
-            raise ValueError(f'{where}: its .json sidecar is not JSON ({e}): write the shard again') from None
-        for k in keys:
-            if isinstance(meta, dict) and k in meta and meta[k] is not None:
-                try:
+            for k in keys:
+                if isinstance(meta, dict) and k in meta and meta[k] is not None:
                     return int(meta[k])
-                except (TypeError, ValueError, OverflowError):  # a list, a word, JSON's Infinity or NaN
-                    raise ValueError(
-                        f'{where}: its .json sidecar\'s {k!r} is {printable(repr(meta[k]), 60)}, not an integer class index'
-                    ) from None
+        except (TypeError, ValueError, OverflowError) as e:
+            raise ValueError(
+                f'{where}: its .json sidecar\'s {"/".join(keys)} is not an integer class index ({printable(str(e), 80)}): write the shard again'
+            ) from None
     if required:
         raise ValueError(
             f'{where} has no target {"/".join(keys)} (it has {", ".join(sorted(sample))}): pass target_key'

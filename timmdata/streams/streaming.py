@@ -33,7 +33,7 @@ from ..core.untrusted import MAX_SAMPLES, ResumeStateError, printable, state_err
 
 # %% auto #0
 __all__ = ['SHUFFLE_SIZE', 'SHUFFLE_INITIAL', 'assign_shards', 'shuffle_buffer', 'SplitsOverWorkers', 'EvenOverWorkers',
-           'OrderPartitions', 'StreamPlan', 'local_reader', 'WorkerStream', 'IterableImageDataset']
+           'OrderPartitions', 'StreamBounds', 'StreamPlan', 'local_reader', 'WorkerStream', 'IterableImageDataset']
 
 # %% ../../nbs/streams/25_streaming.ipynb #df978a34
 from ..readers.targets import SKIP_SAMPLE
@@ -183,8 +183,19 @@ class OrderPartitions:
         self.check_partitions(partitions)
         self._state[5] = partitions
 
+# %% ../../nbs/streams/25_streaming.ipynb #s62b0002
+class StreamBounds:
+    "What a saved state's counts are checked against (`timmdata.engine.resume.ResumableStream.epoch_batches`); `StreamPlan` has it."
+
+    def epoch_batches(self, batch_size: int) -> Optional[int]:
+        "A rank's batches of `batch_size` in an epoch; None when the length is unknown."
+        try:
+            return math.ceil(len(self) / batch_size)
+        except TypeError:
+            return None
+
 # %% ../../nbs/streams/25_streaming.ipynb #1b660c91
-class StreamPlan(OrderPartitions):
+class StreamPlan(OrderPartitions, StreamBounds):
     """Which global positions or shards each worker of each rank reads in an epoch, and where a resumed epoch starts.
     `IterableImageDataset` reads by this plan; it sets the attributes the plan reads: `source`, `num_samples`, `batch_size`,
     `seed`, `is_training`, `order`, `elastic`, `block_shards`, `shuffle_size`, `_spans`, `_local`, `_rank`, `_world`,
@@ -262,13 +273,6 @@ class StreamPlan(OrderPartitions):
         if samples_done < 0:
             raise ValueError(f'samples_done must be >= 0; got {samples_done}')
         self._state[1:5] = torch.tensor([1, int(self._state[0]), int(samples_done), self.batch_size])
-
-    def epoch_batches(self, batch_size: int) -> Optional[int]:
-        "A rank's batches of `batch_size` in an epoch (what a saved state's count is checked against); None when the length is unknown."
-        try:
-            return math.ceil(len(self) / batch_size)
-        except TypeError:
-            return None
 
     def samples_delivered(self, batches: int) -> int:
         "order='global': global samples delivered after `batches` more batches of every rank (from the resume point)."
