@@ -181,7 +181,7 @@ def _gloo_rank(rank, world, workers, port, roots, out, stop, sd_path):
         dist.destroy_process_group()
 
 
-@pytest.mark.slow  # about 5 min on a loaded 2-core machine (18 processes start); run: pytest -m slow tests/test_mixing.py
+@pytest.mark.slow  # about 5 min on a loaded 2-core machine (18 processes start); run: TIMMDATA_SLOW=1 pytest -m slow tests/test_mixing.py
 def test_gloo_2x2_resumed_on_3x1(roots, tmp_path):
     "2 gloo ranks x 2 workers save after 3 steps; 3 ranks x 1 worker read the rest: the same global order, bit for bit."
     import torch.multiprocessing as mp
