@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/37b_mixing.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 from __future__ import annotations
-import os
+import bisect, os
 from collections import OrderedDict
 from typing import Optional, Sequence
 import numpy as np
@@ -154,6 +154,7 @@ class MixOrder:
         self.phase = np.uint64(mix_seed(self.seed, self.epoch, _PHASE_TAG))
         self._before = [np.zeros(len(self.lengths), np.int64)]  # each chunk's per-entry counts before it (made as met)
         self._kept, self._perms, self._end = OrderedDict(), OrderedDict(), None
+        self._at, self._list = None, []  # the chunk `__getitem__` read last, as a list
 
     def sources(self, p) -> np.ndarray:
         "The entry taken at each of positions `p` (int64 array-like), vectorised: one search over the steps' thresholds."
@@ -242,10 +243,13 @@ class MixOrder:
         return got
 
     def __getitem__(self, p: int) -> int:
-        "The flat index (into the concatenated entries) at position `p` of the epoch."
-        if not 0 <= p < len(self):
-            raise IndexError(f'position {p} is outside the epoch of {len(self):,} samples')
-        return int(self.flat_chunk(p // CHUNK)[p % CHUNK])
+        "The flat index (into the concatenated entries) at position `p` of the epoch (the chunk met last kept as a list: a sample costs a list read)."
+        c = p // CHUNK
+        if c != self._at:
+            if not 0 <= p < len(self):
+                raise IndexError(f'position {p} is outside the epoch of {len(self):,} samples')
+            self._at, self._list = c, self.flat_chunk(c).tolist()
+        return self._list[p - c * CHUNK]
 
     def locate(self, positions) -> tuple:
         "(entries, flat indices) at `positions` (array-like), vectorised over the chunks met."
@@ -373,14 +377,15 @@ class MixReader(Reader):
         self.readers, self.labels, self.root = list(readers), list(labels), ''
         self.lengths = np.asarray([len(r) for r in self.readers], np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
+        self._starts = self.starts.tolist()  # searched per sample: a list and bisect, no numpy call
 
     def __len__(self) -> int:
         return int(self.starts[-1])
 
     def locate(self, i: int) -> tuple:
         "(entry, sample of that entry) of flat index `i`."
-        s = int(np.searchsorted(self.starts, i, side='right')) - 1
-        return s, i - int(self.starts[s])
+        s = bisect.bisect_right(self._starts, i) - 1
+        return s, i - self._starts[s]
 
     def __getitem__(self, i: int):
         s, j = self.locate(i)

@@ -31,14 +31,13 @@ from timmdata.streams.dataset_index import (
 )
 from ..streams.index_table import line_chars
 from ..streams.shard_cache import parse_size
-from ..streams.mixing import CHUNK, MixOrder, WeightSchedule, check_weights
+from .simulate_mix import format_mix_report, mix_weights, simulate_mix
 from ..engine.watch import EXCHANGED, slow_rank
 
 # %% auto #0
 __all__ = ['SCAN_BLOCK', 'synthetic_lengths', 'SimSource', 'SimSpanReader', 'worker_plan_cost', 'node_accesses', 'cache_replay',
            'check_rescale', 'shuffle_quality', 'index_bytes', 'table_memory', 'start_up', 'start_up_figures',
-           'start_up_scanned', 'scanned_start_up', 'simulate', 'format_report', 'mix_weights', 'simulate_mix',
-           'format_mix_report', 'simulate_main', 'exchange_cost']
+           'start_up_scanned', 'scanned_start_up', 'simulate', 'format_report', 'simulate_main', 'exchange_cost']
 
 # %% ../../nbs/tools/55_simulate.ipynb #f974a980
 def synthetic_lengths(
@@ -741,135 +740,6 @@ def format_report(r: dict) -> str:
         f"rescale {x['frm'][0]}x{x['frm'][1]} -> {x['to'][0]}x{x['to'][1]} after {x['at_step']:,} global batches: "
         f"{x['checked_positions']:,} positions of the first {x['checked_batches']:,} of {x['of_batches']:,} resumed global "
         f"batches [every rank and worker] each once, {x['distinct_samples']:,} distinct samples, none read before the stop"
-    )
-    L.append(f"simulated in {r['seconds']:.0f} s")
-    return '\n'.join(L)
-
-# %% ../../nbs/tools/55_simulate.ipynb #acae54e37e7d407bbb7b55eff062a284
-def mix_weights(sources: int, weights=None) -> np.ndarray:
-    "The simulated mix's weights: as given (a comma list or a sequence), else Zipf-like (source i: 1 / (i + 1)^0.7), normalised."
-    if weights is None:
-        w = 1.0 / np.arange(1, sources + 1) ** 0.7
-    else:
-        w = np.asarray([float(x) for x in weights.split(',')] if isinstance(weights, str) else weights, np.float64)
-    if len(w) != sources:
-        raise ValueError(f'--weights gives {len(w)} weights for {sources} sources: give one per source')
-    return check_weights(w)
-
-
-def simulate_mix(
-    sources: int = 100,  # sources mixed
-    ranks: int = 1024,
-    workers: int = 16,  # per rank (a mix is planned in each rank's main process: workers read, they plan nothing)
-    samples: int = 1_000_000_000,  # samples of the sources in all (split in proportion to the weights, at least 1 each)
-    batch_size: int = 256,  # per rank
-    weights=None,  # each source's weight (None: Zipf-like, `mix_weights`)
-    schedule: str = 'linear',  # 'constant', or 'linear': ramped from the weights to their reverse over the steps simulated
-    steps: int = 2000,  # global batches of `ranks` simulated before the rescale
-    rescale: tuple = (768, 8),  # (ranks, workers) the run resumes on after `steps`
-    window: int = 1000,  # batches of a rank in a window
-    seed: int = 42,
-) -> dict:
-    "Per-window mix error of every rank (a window of `window` of its batches, sliding by a quarter), before and after a rescale, with the order's memory and start-up requests."
-    t0 = time.perf_counter()
-    w = mix_weights(sources, weights)
-    lengths = np.maximum(1, np.floor(w * samples)).astype(np.int64)
-    gb = batch_size * ranks
-    points = [(0, w)] if schedule == 'constant' else [(0, w), (steps, w[::-1].copy())]
-    sched = WeightSchedule(points, 'constant' if schedule == 'constant' else 'linear')
-    order = MixOrder(lengths, sched, seed, 0, max(int(lengths.sum()), 2 * steps * gb), 'repeat', ranks, gb)
-    out = dict(
-        config=dict(
-            sources=sources,
-            ranks=ranks,
-            workers=workers,
-            samples=int(lengths.sum()),
-            batch_size=batch_size,
-            schedule=schedule,
-            steps=steps,
-            rescale=list(rescale),
-            window=window,
-        )
-    )
-
-    def errors(start: int, W: int, nbatches: int) -> dict:
-        "Every rank's share of each source in windows of `window` of its batches (W ranks reading from `start`)."
-        hop = max(1, window // 4)
-        snaps, cnt, exp = [], np.zeros((W, sources), np.int64), np.zeros(sources)
-        for k in range(nbatches + 1):
-            if k % hop == 0:
-                snaps.append((cnt.copy(), exp.copy()))
-            if k == nbatches:
-                break
-            p = start + k * batch_size * W + np.arange(batch_size * W, dtype=np.int64)
-            src = order.sources(p)
-            cnt += np.bincount((p - start) % W * sources + src, minlength=W * sources).reshape(W, sources)
-            exp += sched.at(p[:1] // gb)[0] * batch_size  # a step's weights (one step per global batch of the run)
-        worst_rank, worst_all = np.zeros(W), 0.0
-        for i in range(len(snaps) - window // hop):
-            (c0, e0), (c1, e1) = snaps[i], snaps[i + window // hop]
-            n = window * batch_size
-            err = np.abs((c1 - c0) / n - (e1 - e0) / n).max(1)
-            worst_rank = np.maximum(worst_rank, err)
-            worst_all = max(worst_all, float(np.abs((c1 - c0).sum(0) / (n * W) - (e1 - e0) / n).max()))
-        return dict(
-            ranks=W,
-            batches_per_rank=nbatches,
-            windows=max(0, len(snaps) - window // hop),
-            max_pp=float(worst_rank.max() * 100),
-            median_pp=float(np.median(worst_rank) * 100),
-            p99_pp=float(np.percentile(worst_rank, 99) * 100),
-            global_pp=worst_all * 100,
-            over_1pp=int((worst_rank >= 0.01).sum()),
-        )
-
-    out['before'] = errors(0, ranks, steps)
-    R2 = rescale[0]
-    out['after'] = errors(steps * gb, R2, steps * ranks // R2)
-    # memory: the order a rank's main process holds (counts per chunk; the permutation of every entry met), measured
-    tracemalloc.start()
-    probe = MixOrder(lengths // max(1, int(lengths.sum()) // 2_000_000), sched, seed, 0, None, 'repeat', ranks, gb)
-    probe.locate(np.arange(0, len(probe), max(1, len(probe) // 4096)))
-    held = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    chunks = -(-len(order) // CHUNK)
-    out['memory'] = dict(
-        counts_bytes=chunks * sources * 8,  # per chunk of the epoch, per source: counted
-        permutations_bytes=int(lengths.sum()) * 4,  # int32 a sample of every entry met: counted
-        probe_samples=int(probe.lengths.sum()),
-        probe_peak_bytes=int(held),  # measured on a 2M-sample mix
-        one_source_order_bytes=int(lengths.sum())
-        * 36,  # a single map-style source's SeededRandomSampler: a list of ints
-        worker_extra_bytes=0,  # workers get flat indices; the mix's reader only adds its entries' starts
-    )
-    nodes = max(1, ranks // 8)
-    out['requests'] = dict(per_node_index_reads=sources, one_source_per_node=1, per_process_extra=0, nodes=nodes)
-    out['threads'] = dict(per_process_extra=0)
-    out['seconds'] = time.perf_counter() - t0
-    return out
-
-# %% ../../nbs/tools/55_simulate.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
-def format_mix_report(r: dict) -> str:
-    "The figures of `simulate_mix`, one line each; [counted] where they come from the code path, not a measurement."
-    c, b, a, m, q = r['config'], r['before'], r['after'], r['memory'], r['requests']
-    L = [
-        f"mix of {c['sources']} sources, {c['samples']:,} samples, {c['ranks']:,} ranks x {c['workers']} workers, batch "
-        f"{c['batch_size']} per rank, schedule {c['schedule']} over {c['steps']:,} steps; windows of {c['window']:,} batches of a rank"
-    ]
-    for name, e in (('before', b), (f"after the rescale to {c['rescale'][0]}x{c['rescale'][1]}", a)):
-        L.append(
-            f"  {name}: {e['ranks']:,} ranks x {e['windows']} windows: per-rank mix error max {e['max_pp']:.3f} points "
-            f"(median {e['median_pp']:.3f}, p99 {e['p99_pp']:.3f}), all ranks together {e['global_pp']:.4f}; "
-            f"ranks at or over 1 point: {e['over_1pp']}"
-        )
-    L.append(
-        f"  order held per rank's main process: counts {_b(m['counts_bytes'])} + permutations {_b(m['permutations_bytes'])} "
-        f"[counted] (measured peak {_b(m['probe_peak_bytes'])} on {m['probe_samples']:,} samples); one map-style source's "
-        f"order {_b(m['one_source_order_bytes'])}; workers: +0 (they read flat indices)"
-    )
-    L.append(
-        f"  start-up requests: {q['per_node_index_reads']} index reads per node (one per source, as each source alone), "
-        f"+{q['per_process_extra']} per process; threads: +{r['threads']['per_process_extra']} [counted]"
     )
     L.append(f"simulated in {r['seconds']:.0f} s")
     return '\n'.join(L)
