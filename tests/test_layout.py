@@ -24,7 +24,7 @@ FLOORS = {
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
     'pixels.jitter': 6, 'engine.prefetch': 6, 'engine.gpu_decode': 7,                   # the batch on the device and its batch ops
     'distributed_sampler': 7, 'engine.batch_plan': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'engine.resume': 7, 'engine.threads': 7, 'engine.tune': 7,        # wiring
-    'store.builder': 8, 'tools.bench': 8, 'tools.cli': 8, 'tools.check': 8, 'tools.shards': 8, 'tools.simulate': 8, 'tools.simulate_mix': 8,  # tools on top
+    'store.builder': 8, 'tools.bench': 8, 'tools.cli': 8, 'tools.check': 8, 'tools.shards': 8, 'tools.simulate': 8, 'tools.simulate_startup': 8, 'tools.simulate_mix': 8,  # tools on top
     'core.untrusted': 0,  # the checks every reader of an untrusted dataset shares
     'core.torch_compat': 0, 'core.runtime': 0,  # torch's private API in one place; the helpers every device loop shares
     'streams.mixing': 7,  # many sources as one dataset, in one order: wiring (its batch plan is the engine's)
