@@ -84,11 +84,11 @@ def default_worker_mode(
 ) -> str:
     """`create_loader(worker_mode='auto')`'s choice, the rule measured in "Threads or processes: measured": threads where
     the model step runs on the CPU (1.13x the processes' throughput, the model's own step 0.82x the time, 0.94x the
-    memory), processes where it runs on a GPU (threads 0.97x: no win) and wherever threads are not taken. Without the GIL
-    (a free-threaded build, "Free-threaded Python"), threads wherever they are taken, whatever the device."""
+    memory), processes where it runs on a GPU (threads 0.97x: no win) and wherever threads are not taken. The same on a
+    free-threaded build: there too threads were not faster in every case without a CPU step ("Free-threaded Python")."""
     ours = isinstance(dataset, ImageDataset) and (collate_fn is None or isinstance(collate_fn, BatchCollate))
     takes = thread_ok and ours and num_workers >= 1
-    return 'thread' if takes and (device.type == 'cpu' or not gil_enabled()) else 'process'
+    return 'thread' if takes and device.type == 'cpu' else 'process'
 
 # %% ../../nbs/engine/37_threads.ipynb #e8cfb897
 class ThreadWorkers:
