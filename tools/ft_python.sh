@@ -78,14 +78,17 @@ venv() {
     # said (nbdev with fastcore < 2, as the project pins it; PyYAML, which nbdev needs, has no cp313t wheel: its pure
     # Python build is used)
     : > "$FT/left-out.txt"
-    for g in "pytest pytest-xdist" timm "nbdev==2.4.14 fastcore>=1.12.27,<2 execnb<0.2 ipykernel nbconvert" "webdataset fsspec psutil"; do
+    for g in "pytest pytest-xdist" "nbdev==2.4.14 fastcore>=1.12.27,<2 execnb<0.2 ipykernel nbconvert" "webdataset>=1.0 fsspec psutil"; do
         # shellcheck disable=SC2086
         "${pip[@]}" install -q --prefer-binary $g > "$FT/pip-${g%% *}.log" 2>&1 || { echo "$g" >> "$FT/left-out.txt"; echo "ft-python: $g left out (see $FT/pip-${g%% *}.log)" >&2; }
     done
+    # timm 1.x, without its safetensors and huggingface_hub (Rust extensions without free-threaded
+    # wheels; timm imports them only where present): pip would otherwise take timm 0.6, the last without them
+    "${pip[@]}" install -q --no-deps "timm>=1.0" || echo timm >> "$FT/left-out.txt"
     # triton (torch's GPU kernel compiler, a dependency of torch's Linux wheels) has no free-threaded build: torchvision's
     # import reaches torch._dynamo, which imports triton, whose extension turns the GIL back on for the whole process.
     # Loading data on the CPU does not use it: left out (tests/test_freethreaded.py names any module that re-enables it)
-    "${pip[@]}" uninstall -q -y triton || true  # last: installing timm brings it back
+    "${pip[@]}" uninstall -q -y triton || true
     "$VENV/bin/python" -c "import sys, timmdata._native, torch, torchvision; assert not sys._is_gil_enabled(), 'the GIL is on after importing timmdata, torch, torchvision'; print('ft-python: timmdata._native, torch', torch.__version__, 'on', sys.version)"
     stamp venv-end
 }

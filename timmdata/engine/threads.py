@@ -4,7 +4,7 @@
 
 # %% ../../nbs/engine/37_threads.ipynb #34e5e864
 from __future__ import annotations
-import ctypes, threading, time, weakref
+import ctypes, sys, threading, time, weakref
 from dataclasses import dataclass
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +19,8 @@ from .prefetch import PrefetchLoader
 from .resume import ResumableDataLoader
 
 # %% auto #0
-__all__ = ['check_worker_mode', 'few_arenas', 'default_worker_mode', 'ThreadWorkers', 'verdict', 'Headspace', 'profile_loader']
+__all__ = ['check_worker_mode', 'few_arenas', 'gil_enabled', 'default_worker_mode', 'ThreadWorkers', 'verdict', 'Headspace',
+           'profile_loader']
 
 # %% ../../nbs/engine/37_threads.ipynb #6cd169ee
 _MODES = ('process', 'thread')
@@ -68,6 +69,12 @@ def few_arenas(n: int = 2) -> bool:
         return False
 
 # %% ../../nbs/engine/37_threads.ipynb #d2c27934
+def gil_enabled() -> bool:
+    """Does this interpreter run Python code under the GIL? False on a free-threaded build (python3.13t, 3.14t) as long as
+    nothing imported has turned it back on (an extension that does not declare `Py_mod_gil_not_used`)."""
+    return getattr(sys, '_is_gil_enabled', lambda: True)()
+
+
 def default_worker_mode(
     dataset,  # the dataset create_loader was given
     device: torch.device,  # where the batches go (the model's device)
@@ -77,9 +84,11 @@ def default_worker_mode(
 ) -> str:
     """`create_loader(worker_mode='auto')`'s choice, the rule measured in "Threads or processes: measured": threads where
     the model step runs on the CPU (1.13x the processes' throughput, the model's own step 0.82x the time, 0.94x the
-    memory), processes where it runs on a GPU (threads 0.97x: no win) and wherever threads are not taken."""
+    memory), processes where it runs on a GPU (threads 0.97x: no win) and wherever threads are not taken. The same on a
+    free-threaded build: there too threads were not faster in every case without a CPU step ("Free-threaded Python")."""
     ours = isinstance(dataset, ImageDataset) and (collate_fn is None or isinstance(collate_fn, BatchCollate))
-    return 'thread' if thread_ok and ours and num_workers >= 1 and device.type == 'cpu' else 'process'
+    takes = thread_ok and ours and num_workers >= 1
+    return 'thread' if takes and device.type == 'cpu' else 'process'
 
 # %% ../../nbs/engine/37_threads.ipynb #e8cfb897
 class ThreadWorkers:
