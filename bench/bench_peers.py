@@ -539,10 +539,13 @@ def main(argv=None):
     data_arg = a.data
     for k, name in enumerate(sets):
         a.data = make_set(name, a.images, data_arg if len(sets) == 1 else None)
+        # a file named with --out/--picture is used as given for one set; the defaults (and several sets) get _<set>
         out = a.out or (None if a.quick else RESULTS)
-        if out and name != 'generated': out = Path(out).with_name(Path(out).stem + f'_{name}' + Path(out).suffix)
+        if out and name != 'generated' and (len(sets) > 1 or not a.out):
+            out = Path(out).with_name(Path(out).stem + f'_{name}' + Path(out).suffix)
         pic = a.picture or (None if a.quick else PICTURE)
-        if pic and name != 'generated': pic = Path(pic).with_name(Path(pic).stem + f'_{name}' + Path(pic).suffix)
+        if pic and name != 'generated' and (len(sets) > 1 or not a.picture):
+            pic = Path(pic).with_name(Path(pic).stem + f'_{name}' + Path(pic).suffix)
         run_set(a, argv, py, only, pipes, name, out, pic)
 
 

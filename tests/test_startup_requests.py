@@ -45,16 +45,23 @@ def served(tmp_path_factory):
     return out
 
 
-def test_start_up_requests_do_not_grow_with_shards(served, tmp_path):
+def _counts(served: dict, tmp_path, indexed: bool) -> dict:
+    "{shards: (requests to build the dataset, requests to its first batch, warnings)} over each served set, with or without the dataset index."
     counts = {}
     for n, root in served.items():
-        write_dataset_index(root, progress=False)
+        if indexed:
+            write_dataset_index(root, progress=False)
         srv = CountingServer(root)
         try:
             counts[n] = _start_up(srv, str(tmp_path / f'i{n}'))
         finally:
             srv.close()
-            (root / DATASET_INDEX_FILE).unlink()
+            (root / DATASET_INDEX_FILE).unlink(missing_ok=True)
+    return counts
+
+
+def test_start_up_requests_do_not_grow_with_shards(served, tmp_path):
+    counts = _counts(served, tmp_path, indexed=True)
     (b250, f250, _), (b2000, f2000, _) = counts[250], counts[2000]
     assert b250 == b2000 == {'GET': 2}, (b250, b2000)  # _info.json and the dataset index: nothing per shard
     for first in (f250, f2000):  # the workers ask for samples only: a ranged read each, and one for each shard's spans
@@ -138,16 +145,7 @@ def test_a_damaged_kept_scan_is_scanned_again(served, tmp_path):
 def test_start_up_requests_at_250_and_2000_shards(served, tmp_path, indexed):
     "The counts at 250 and 2,000 shards, with and without the dataset index: the same requests to build the dataset, and"
     " a bounded number to the first batch, whatever the shard count (run: TIMMDATA_SLOW=1 pytest -m slow tests/test_startup_requests.py)."
-    counts = {}
-    for n, root in served.items():
-        if indexed:
-            write_dataset_index(root, progress=False)
-        srv = CountingServer(root)
-        try:
-            counts[n] = _start_up(srv, str(tmp_path / f'i{n}'))
-        finally:
-            srv.close()
-            (root / DATASET_INDEX_FILE).unlink(missing_ok=True)
+    counts = _counts(served, tmp_path, indexed)
     (b250, f250, _), (b2000, f2000, _) = counts[250], counts[2000]
     assert b250 == b2000 == ({'GET': 2} if indexed else {'GET': 2, 'GET range': 1}), (b250, b2000)  # _info.json, the index (or its absence and a probe of ranged reads)
     for first in (f250, f2000):
