@@ -14,7 +14,7 @@ from torch.utils.data import Dataset, Sampler, SequentialSampler
 from ..config import Draws, SampleBatch, mix_seed, seed_all
 from ..dataset import SAMPLE_DRAWS, ImageDataset
 from ..core.stages import WorkerRows, stage_clock
-from ..distributed_sampler import SeededRandomSampler, epoch_order, sampler_kind, world_of
+from ..distributed_sampler import OrdersItsEpochs, SeededRandomSampler, epoch_order, sampler_kind, world_of
 from ..core.runtime import SEED_MIX, default_rank, pass_epoch
 from timmdata.core.untrusted import (
     MAX_BATCH,
@@ -376,7 +376,9 @@ class ResumableBatchSampler(BatchPlan):
             ('sampler',),
         )
         ws, here = sd['world_size'], world_of(self.sampler)[2]
-        total = max(here if ws == world_of(self.sampler)[0] else 0, -(-sd['dataset_len'] // ws) * ws)
+        # a sampler that orders its own epochs (a mix) has one global order whatever the ranks: its length holds
+        same = ws == world_of(self.sampler)[0] or isinstance(self.sampler, OrdersItsEpochs)
+        total = max(here if same else 0, -(-sd['dataset_len'] // ws) * ws)
         if sd['end'] > total:  # the epoch's positions: the dataset's, padded to whole ranks (as the sampler deals them)
             raise state_error(
                 'end', sd['end'], f"at most {total:,} (the epoch of {sd['dataset_len']:,} samples over {ws} ranks)"
