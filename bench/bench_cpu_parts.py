@@ -24,7 +24,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_peers import make_set, tree_cpu, reaped_cpu  # noqa: E402  (the same sets and CPU accounting as the peers bench)
+from bench_peers import build, make_set, tree_cpu, reaped_cpu  # noqa: E402  (the peers bench's loader, sets and CPU accounting)
 
 # (where a sample falls) -> part; the first rule that matches wins. dso and symbol as perf reports them.
 PARTS = [
@@ -51,10 +51,8 @@ def part_of(dso: str, sym: str) -> str:
 def child(a):
     "Runs in the child: builds the loader, warm-up epoch, then enables perf for the timed epochs; prints RESULT json."
     import torch  # noqa: F401
-    from timmdata import create_dataset, create_loader
-    train = a.pipeline == 'train'
-    ds = create_dataset('', root=a.data, is_training=train)
-    ld = create_loader(ds, (3, 224, 224), 64, is_training=train, num_workers=a.workers, color_jitter=None, device='cpu')
+    a.batch_size = 64
+    ld = build('timmdata', a, a.pipeline == 'train')()  # exactly the peers benchmark's timmdata loader
     import psutil
     me = psutil.Process()
     for _ in ld: pass  # warm-up: workers start, page cache fills
