@@ -327,9 +327,10 @@ def resize_pending(
     kept: Optional[list] = None,  # if a list: gets the indices of the items made, in order (see below)
 ) -> torch.Tensor:  # `out`, image i made from items[i]; with skips, `out[:len(kept)]`
     """Makes every `PendingResize` of a batch in one native call without the GIL, each into its image of `out`. A batch of
-    JPEG crops is decoded and resized in one call too; one that call refuses is made alone (`PendingJpegCrop.materialize`).
-    A bad file whose dataset skips it leaves its image out: the images made move up, `out[:len(kept)]` is returned and
-    `kept` says which items they are. Without `kept`, such a skip is an error."""
+    JPEG crops is decoded and resized in one call too; a batch with both kinds (a PNG or an EXIF-rotated photo among
+    JPEGs) in one call per run of one kind, each run straight into its images of `out`. A JPEG that call refuses is made
+    alone (`PendingJpegCrop.materialize`). A bad file whose dataset skips it leaves its image out: the images made move
+    up, `out[:len(kept)]` is returned and `kept` says which items they are. Without `kept`, such a skip is an error."""
     if not items:
         return out
     oh, ow = items[0].out_hw
@@ -343,29 +344,36 @@ def resize_pending(
             f'resize_pending: out must be a contiguous uint8 tensor of shape {(len(items), 3, oh, ow)}; '
             f'got {out.dtype} {tuple(out.shape)}'
         )
-    nat, n = decode.NATIVE.module, len(items)
-    jpegs = sum(isinstance(p, PendingJpegCrop) for p in items)
-    if jpegs == 0:
-        with stage_clock(OPS):  # per-sample ops, made in the collate (`stats()`)
-            nat.resize_batch([(p.src, p.kind, p.vfirst, p.flip) for p in items], oh, ow, out.numpy())
-        alone = ()
-    elif jpegs == n:
-        jobs = [(p.src.data, p.box, p.window, p.kind, p.vfirst, p.flip, p.to_end) for p in items]
-        with stage_clock(DECODE):  # the decodes and their resizes, one step: counted as decoding
-            status = nat.resize_crop_jpeg_batch(jobs, oh, ow, out.numpy(), decode.MAX_IMAGE_PIXELS or 0)
-        warned = status.count(1)
-        if warned:  # damaged data decoded anyway: counted, one Python warning per process (as one by one)
-            note_jpeg_warnings(nat.jpeg_warnings()[0] - warned)
-        alone = [i for i, s in enumerate(status) if s == 2]
-    else:
-        alone = range(n)  # a mixed batch (a PNG among JPEGs): one by one
+    nat, n, mem = decode.NATIVE.module, len(items), out.numpy()
+    is_jpeg = [isinstance(p, PendingJpegCrop) for p in items]
+    alone, warned, a = [], 0, 0
+    while (
+        a < n
+    ):  # runs of one kind: a photo set's odd files (about 1 in 30) would otherwise send most batches one by one
+        b = a + 1
+        while b < n and is_jpeg[b] == is_jpeg[a]:
+            b += 1
+        run = items[a:b]
+        if is_jpeg[a]:
+            jobs = [(p.src.data, p.box, p.window, p.kind, p.vfirst, p.flip, p.to_end) for p in run]
+            with stage_clock(DECODE):  # the decodes and their resizes, one step: counted as decoding
+                status = nat.resize_crop_jpeg_batch(jobs, oh, ow, mem[a:b], decode.MAX_IMAGE_PIXELS or 0)
+            warned += status.count(1)
+            alone += [a + i for i, s in enumerate(status) if s == 2]
+        else:
+            with stage_clock(OPS):  # per-sample ops, made in the collate (`stats()`)
+                nat.resize_batch([(p.src, p.kind, p.vfirst, p.flip) for p in run], oh, ow, mem[a:b])
+        a = b
+    if warned:  # damaged data decoded anyway: counted, one Python warning per process (as one by one)
+        note_jpeg_warnings(nat.jpeg_warnings()[0] - warned)
     made = [True] * n
     for i in alone:
         img = items[i].materialize()
         if img is None:
             made[i] = False
         else:
-            out[i].copy_(img)
+            mem[i] = img.numpy()  # numpy's copy: one thread (torch splits a copy over its threads, which wait
+            # milliseconds for a core when the workers hold them all)
     if kept is None:
         if not all(made):
             raise ValueError(f'resize_pending: item {made.index(False)} was skipped; pass kept=[] to leave it out')
@@ -374,7 +382,7 @@ def resize_pending(
     for i in range(n):
         if made[i]:
             if k != i:
-                out[k].copy_(out[i])
+                mem[k] = mem[i]
             kept.append(i)
             k += 1
     return out[:k]
