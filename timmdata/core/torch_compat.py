@@ -9,7 +9,7 @@ import torch
 
 # %% auto #0
 __all__ = ['kept_iterator', 'forget_iterator', 'keep_iterator', 'WrapsWorkers', 'worker_processes', 'shutdown_workers',
-           'IteratorParts', 'new_shared_storage', 'cuda_default_generator', 'aa_resize_kernels']
+           'loader_worker_pids', 'IteratorParts', 'new_shared_storage', 'cuda_default_generator', 'aa_resize_kernels']
 
 # %% ../../nbs/core/01_torch_compat.ipynb #de6d51b1
 # checked: torch 2.0 to 2.14 (DataLoader keeps a persistent_workers iterator in `_iterator`, None otherwise)
@@ -56,6 +56,17 @@ def shutdown_workers(it):
         it.shutdown()
     elif callable(getattr(it, '_shutdown_workers', None)):
         it._shutdown_workers()
+
+# %% ../../nbs/core/01_torch_compat.ipynb #c1a2b3d4e5f7
+def loader_worker_pids(loader) -> list:
+    "PIDs of a loader's live worker processes ([] with none: no workers yet, thread workers, num_workers=0)."
+    for _ in range(5):  # a DataLoader under wrappers that keep it as `.loader` (PrefetchLoader, a resumable loader)
+        if isinstance(loader, torch.utils.data.DataLoader) or not hasattr(loader, 'loader'):
+            break
+        loader = loader.loader
+    it = kept_iterator(loader)  # never `or`: an iterator's truth is its length, which a stream's has not
+    it = getattr(loader, 'iterator', None) if it is None else it
+    return [w.pid for w in (worker_processes(it) or []) if getattr(w, 'pid', None) and w.is_alive()]
 
 # %% ../../nbs/core/01_torch_compat.ipynb #a40b0102
 # checked: torch 2.0 to 2.14 (the iterator takes `loader.dataset` in `_BaseDataLoaderIter.__init__`, which `_get_iterator`

@@ -8,10 +8,11 @@ import argparse, functools, json, math, os, re, stat, sys, tempfile, time, warni
 from itertools import count
 from pathlib import Path
 from time import perf_counter
-from typing import Optional, Protocol, Sequence, runtime_checkable
+from typing import Callable, Optional, Protocol, Sequence, runtime_checkable
 import torch
 import torch.distributed as dist
 from ..core.settings import setting
+from ..core.torch_compat import loader_worker_pids
 from ..core.stages import CountsTime, LoaderStats
 from ..core.untrusted import printable, read_regular
 from ..dataset import ImageDataset
@@ -104,15 +105,21 @@ def child_pids(
 
 # %% ../../nbs/engine/37b_watch.ipynb #8bfb83c6
 class ProcessFigures:
-    "The CPU, memory and reads of this process and the processes it started (its loaders' workers): rates between two calls."
+    "The CPU, memory and reads of this process and its loader's worker processes: rates between two calls."
 
-    def __init__(self):
-        self._last, self._t = {}, None
+    def __init__(
+        self,
+        workers: Optional[
+            Callable[[], list]
+        ] = None,  # () -> the watched loader's worker PIDs; None: every process this one started
+    ):
+        self._last, self._t, self.workers = {}, None, workers
 
     def __call__(self) -> tuple:
         "(figures, rows): the process figures of `FIGURES`, and a row per worker process (pid, cpu, rss_mb) for `timmdata top`."
         now, me = perf_counter(), os.getpid()
-        counts = {p: c for p in [me, *child_pids(me)] if (c := proc_counts(p)) is not None}
+        kids = child_pids(me) if self.workers is None else self.workers()
+        counts = {p: c for p in [me, *kids] if (c := proc_counts(p)) is not None}
         dt = now - self._t if self._t is not None else 0.0
         rate = {}
         for p, c in counts.items():  # a process new since the last call has no rate yet
@@ -396,7 +403,8 @@ class LoaderWatch:
         several = dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1
         self.exchange = RankExchange(group) if (several if ranks is None else ranks) else None
         self.publisher = Publisher(folder) if publish else None
-        self.procs = ProcessFigures()
+        ref = weakref.ref(loader)  # not the loader itself: the watch ends when the loader goes
+        self.procs = ProcessFigures(lambda: loader_worker_pids(ref()) if ref() is not None else [])
         self.cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
         ds = loader.dataset if isinstance(getattr(loader, 'dataset', None), ImageDataset) else None
         self.dataset, self.figures, self.slow, self._n = ds, {}, None, 0

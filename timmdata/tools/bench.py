@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from PIL import Image
 from tqdm.auto import tqdm
+from ..core.torch_compat import loader_worker_pids
 
 # %% auto #0
 __all__ = ['LOADERS', 'QUICK', 'plot_data_way', 'worker_pids', 'decode_limit', 'time_epoch', 'usable_images', 'bench_loaders',
@@ -140,15 +141,8 @@ def plot_data_way(
 
 # %% ../../nbs/tools/45_bench.ipynb #f972c332
 def worker_pids(loader) -> list[int]:
-    "PIDs of a loader's live worker processes (benchmark bookkeeping: reads DataLoader internals)."
-    seen = 0
-    while not isinstance(loader, torch.utils.data.DataLoader) and hasattr(loader, 'loader') and seen < 5:
-        loader, seen = loader.loader, seen + 1
-    from timmdata.core.torch_compat import kept_iterator, worker_processes  # torch's private API, in one module
-
-    it = kept_iterator(loader)  # never `or`: an iterator's truth is its length, which a stream's has not
-    it = getattr(loader, 'iterator', None) if it is None else it
-    return [w.pid for w in (worker_processes(it) or []) if w.is_alive()]
+    "PIDs of a loader's live worker processes (benchmark bookkeeping: `core.torch_compat.loader_worker_pids`)."
+    return loader_worker_pids(loader)
 
 
 def _rss_mb(pid: int, field: str = 'VmRSS') -> float:
