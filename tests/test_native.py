@@ -108,13 +108,17 @@ def test_streaming_and_plain_passes_give_the_same_floats(layout):
     x = torch.randint(0, 256, (6, 3, 224, 224), dtype=torch.uint8)  # 224x224 planes: 32-byte aligned, streamed on AVX2
     x[0] = 255; x[1] = 0
     if layout == 'nhwc': x = x.contiguous(memory_format=torch.channels_last)
-    run = lambda: next(iter(PrefetchLoader([(x, torch.arange(6))], device='cpu', color_jitter=0.4, seed=7)))[0].clone()
     native = decode.native
+    def run(on):  # the loader's back end told which stores to use (it would time both and keep the faster)
+        pl = PrefetchLoader([(x, torch.arange(6))], device='cpu', color_jitter=0.4, seed=7)
+        pl.backend.stores.streaming = on
+        out = next(iter(pl))[0].clone()
+        assert native.set_streaming(on) == (on and can), 'the pass did not run with the stores asked for'
+        return out
     old = native.set_streaming(True)
+    can = native.set_streaming(old)  # this build has streaming stores (AVX2)
     try:
-        streamed = run()
-        native.set_streaming(False)
-        plain = run()
+        streamed, plain = run(True), run(False)
     finally: native.set_streaming(old)
     assert torch.equal(streamed, plain)
 

@@ -104,6 +104,39 @@ class _CpuBackend(_Backend):
                 (ov[i, :, ch] if cl else ov[i, ch]).clamp_(pl._lo[ch], pl._hi[ch])  # one clamp at the end (see above)
         return out.permute(0, 3, 1, 2) if cl else out
 
+# %% ../../nbs/engine/31_prefetch.ipynb #5c0e7a9b1d30
+class _StoreChoice:
+    "Streaming or ordinary stores for the native pass (`set_streaming`): each timed on the loader's own batches, the faster kept."
+
+    def __init__(
+        self,
+        native,  # the C extension (`decode.native`)
+        trials: int = 6,  # batches timed each way
+        skip: int = 2,  # first batches not timed (cold caches, first-touch pages)
+        clock=time.thread_time,  # this thread's CPU seconds
+    ):
+        self.native, self.trials, self.skip, self.clock = native, trials, skip, clock
+        self.calls, self.spent, self.images = 0, [0.0, 0.0], [0, 0]
+        native.set_streaming(True)
+        self.streaming = None if native.set_streaming(True) else False  # None: still timing; a build without: off
+
+    def __call__(self, run, n: int):
+        "`run()`, the pass over a batch of `n` images, with the stores chosen (or on trial); its result."
+        if self.streaming is not None:
+            self.native.set_streaming(self.streaming)
+            return run()
+        on, self.calls = self.calls % 2 == 0, self.calls + 1
+        self.native.set_streaming(on)
+        t = self.clock()
+        out = run()
+        if self.calls > self.skip:
+            self.spent[on] += self.clock() - t
+            self.images[on] += n
+        if self.calls >= self.skip + 2 * self.trials:
+            off_ms, on_ms = (self.spent[k] / max(self.images[k], 1) for k in (0, 1))
+            self.streaming = on_ms < off_ms
+        return out
+
 # %% ../../nbs/engine/31_prefetch.ipynb #2f740f91
 class _NativeCpuBackend(_CpuBackend):
     "CPU with the C extension: (jitter and) normalisation as a 3x3 matrix and bias per image, and the clamp, in one pass."
@@ -111,6 +144,7 @@ class _NativeCpuBackend(_CpuBackend):
     def __init__(self, pl: BatchOps, native):
         super().__init__(pl)
         self.native = native  # decode.native when the loader was made
+        self.stores = _StoreChoice(native)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_contiguous():
@@ -129,7 +163,8 @@ class _NativeCpuBackend(_CpuBackend):
             A, t = jitter_affine(mu, *sample_jitter(n, pl.jitter, pl.generator), pl._gray)
         M, b = (v.contiguous() for v in self.fold(A, t))
         out = self.empty((n, c, h, w))
-        (nat.affine_u8_nhwc if nhwc else nat.affine_u8)(xn, M.numpy(), b.numpy(), *pl._lo_hi, out.numpy(), n, c, h * w)
+        affine = nat.affine_u8_nhwc if nhwc else nat.affine_u8
+        self.stores(lambda: affine(xn, M.numpy(), b.numpy(), *pl._lo_hi, out.numpy(), n, c, h * w), n)
         return out
 
 # %% ../../nbs/engine/31_prefetch.ipynb #3ea43719
