@@ -13,8 +13,8 @@ from ..core.torch_compat import new_shared_storage
 from ..pixels.resample import PendingResize, resize_pending
 
 # %% auto #0
-__all__ = ['CUDA_IN_WORKER', 'BatchCollate', 'as_chw', 'new_uint8', 'stack_uint8', 'made_first', 'made_apart', 'fast_collate',
-           'default_collate_kept']
+__all__ = ['CUDA_IN_WORKER', 'BatchCollate', 'as_chw', 'new_uint8', 'stack_uint8', 'made_first', 'made_apart', 'made_into',
+           'fast_collate', 'default_collate_kept']
 
 # %% ../../nbs/engine/27_collate.ipynb #e806d2de
 class BatchCollate:
@@ -141,6 +141,31 @@ def made_apart(
     return imgs
 
 
+def made_into(
+    imgs: list,  # a batch's images: `PendingResize`s of one size, the rest made already (uint8 CHW tensors of that size)
+    pend: list,  # the indices of the pending ones
+    x: torch.Tensor,  # uint8 (len(imgs), 3, h, w), contiguous: the batch's memory
+) -> list:  # the indices of the images now in x[:len(result)], in order (a bad file its dataset skips is left out)
+    "Each run of pending images made straight into its rows of `x` (`resize_pending`), each image made already copied to its row: no second copy of the batch."
+    mem, ps, rows, made, i, n = x.numpy(), set(pend), [], [], 0, len(imgs)
+    while i < n:
+        if i not in ps:
+            mem[i] = imgs[i].numpy()  # numpy's copy: one thread, whatever torch's thread count
+            rows.append(i), made.append(i)
+            i += 1
+            continue
+        j, kept = i, []
+        while j < n and j in ps:
+            j += 1
+        resize_pending(imgs[i:j], x[i:j], kept)  # the run's kept images move up within its rows
+        rows += range(i, i + len(kept))
+        made += [i + k for k in kept]
+        i = j
+    if len(rows) < n:  # bad files left out: the rows made move up
+        x[: len(rows)] = x[rows]
+    return made
+
+
 def fast_collate(
     batch: list,  # samples `(image, target)`; image a uint8 CHW tensor/array or a tuple of them; `None` samples are dropped
     alloc: Optional[Callable] = None,  # shape -> uint8 memory the batch is written to (default `new_uint8`)
@@ -178,7 +203,21 @@ def fast_collate(
                 return x, targets
             # a bad JPEG its dataset skips is left out, as a sample the dataset skipped (None) is
             return x[: first + len(kept)], _collate_targets(batch[:first] + [batch[first + j] for j in kept])
-        if pend:  # a mixed batch: the pending ones in one call
+        ps, shape = set(pend), imgs[pend[0]].shape if pend else None
+        if (
+            pend
+            and len({imgs[i].out_hw for i in pend}) == 1
+            and all(
+                i in ps or (isinstance(t, torch.Tensor) and t.dtype == torch.uint8 and tuple(t.shape) == shape)
+                for i, t in enumerate(imgs)
+            )
+        ):  # a mixed batch (eval's odd files, made already, among pending JPEGs): each in its row, one copy
+            x = (alloc or new_uint8)((n, *shape))
+            made = made_into(imgs, pend, x)
+            if len(made) == n:
+                return x, targets
+            return x[: len(made)], _collate_targets([batch[i] for i in made])
+        if pend:  # a mixed batch of other kinds: the pending ones in one call
             imgs = made_apart(imgs, pend)
             if any(t is None for t in imgs):  # bad JPEGs their dataset skips: left out
                 return fast_collate([(t, b[1]) for b, t in zip(batch, imgs) if t is not None], alloc)
