@@ -81,7 +81,7 @@ venv() {
     for g in "pytest pytest-xdist" "nbdev==2.4.14 fastcore>=1.12.27,<2 execnb<0.2 ipykernel nbconvert" "webdataset>=1.0 fsspec psutil" \
              "mkdocs==1.6.1 mkdocs-material==9.8.1 websocket-client==1.9.2"; do
         # shellcheck disable=SC2086
-        "${pip[@]}" install -q --prefer-binary $g > "$FT/pip-${g%% *}.log" 2>&1 || { echo "$g" >> "$FT/left-out.txt"; echo "ft-python: $g left out (see $FT/pip-${g%% *}.log)" >&2; }
+        "${pip[@]}" install -q --prefer-binary $g > "$FT/pip-${g%%[ =<>]*}.log" 2>&1 || { echo "$g" >> "$FT/left-out.txt"; echo "ft-python: $g left out (see $FT/pip-${g%%[ =<>]*}.log)" >&2; }
     done
     # timm 1.x, without its safetensors and huggingface_hub (Rust extensions without free-threaded
     # wheels; timm imports them only where present): pip would otherwise take timm 0.6, the last without them
