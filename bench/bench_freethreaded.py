@@ -11,8 +11,10 @@ mode) within each round. Printed, medians over the rounds:
 - img/s: images of the second epoch over its wall time;
 - CPU ms/img: user + system CPU of the process and its workers over the second epoch, per image (/proc/PID/stat);
 - PSS MB: the largest proportional set size of the process and its workers over the second epoch (shared pages
-  divided among the processes that map them: /proc/PID/smaps_rollup); loader MB: that less the process's PSS just
-  before create_loader (the interpreter, torch, timmdata and the model: the same in both modes, most of the total);
+  divided among the processes that map them: /proc/PID/smaps_rollup); loader MB: the largest anonymous and shared-memory
+  PSS (Pss_Anon + Pss_Shmem: the heaps and the batches in shared memory, not the libraries' pages, which other
+  processes mapping the same files share) less the process's own just before create_loader (the interpreter, torch,
+  timmdata and the model: the same in both modes; with the libraries, most of the total);
   RSS MB: the resident sizes summed at that moment (pages shared by the forked workers counted in each);
 - first batch s: from create_loader to the first batch in hand; step ms: the model step's mean time during loading.
 Then the ratios: thread / process on each interpreter, and free-threaded / GIL for each mode, with the issue's goals
@@ -46,21 +48,19 @@ def cpu():  # this process, its live workers, and the workers that ended (waited
     import resource
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return cpu_of(os.getpid()) + sum(cpu_of(k) for k in kids()) + r.ru_utime + r.ru_stime
-def smaps(pid, key='Pss:'):
-    try:
-        for line in open(f'/proc/{pid}/smaps_rollup'):
-            if line.startswith(key): return int(line.split()[1]) * 1024
-    except OSError: pass
-    return 0
-def pss(pid): return smaps(pid)
+def smaps(pid, *keys):
+    try: return sum(int(l.split()[1]) * 1024 for l in open(f'/proc/{pid}/smaps_rollup') if l.split(':')[0] in keys)
+    except OSError: return 0
+def pss(pid): return smaps(pid, 'Pss')
+def own(pid): return smaps(pid, 'Pss_Anon', 'Pss_Shmem')  # the heap and shared memory: no library or file pages
 x0 = torch.randn(64, 3, 224, 224)
 for _ in range(2): model_step(x0)
 del x0
-base = pss(os.getpid())  # the process before the loader: the interpreter, torch, timmdata, the model and its step
+base = own(os.getpid())  # the process before the loader: the interpreter, torch, timmdata, the model and its step
 t0 = time.perf_counter()
 ld = create_loader(ImageDataset(root), 224, 64, is_training=pipe == 'train', num_workers=workers, device='cpu',
                    worker_mode=mode, seed=0, color_jitter=0.4 if pipe == 'train' else None)
-first, steps, n, wall, c_last, mem, rss, main = None, [], 0, 0.0, 0.0, 0, 0, 0
+first, steps, n, wall, c_last, mem, rss, main, anon = None, [], 0, 0.0, 0.0, 0, 0, 0, 0
 for epoch in range(2):
     ld.set_epoch(epoch); e0, c0 = time.perf_counter(), cpu()
     for x, y in ld:
@@ -71,10 +71,11 @@ for epoch in range(2):
             m0, ks = pss(os.getpid()), kids()
             if m0 + sum(pss(k) for k in ks) > mem:
                 mem, main = m0 + sum(pss(k) for k in ks), m0
-                rss = smaps(os.getpid(), 'Rss:') + sum(smaps(k, 'Rss:') for k in ks)
+                rss = smaps(os.getpid(), 'Rss') + sum(smaps(k, 'Rss') for k in ks)
+            anon = max(anon, own(os.getpid()) + sum(own(k) for k in ks))
     if epoch == 1: wall, c_used = time.perf_counter() - e0, c_last - c0
 gil = sys._is_gil_enabled() if hasattr(sys, '_is_gil_enabled') else True
-print(json.dumps(dict(ips=n / wall, cpu_ms=c_used / n * 1e3, pss=mem / 2**20, base=base / 2**20, loader=(mem - base) / 2**20,
+print(json.dumps(dict(ips=n / wall, cpu_ms=c_used / n * 1e3, pss=mem / 2**20, base=base / 2**20, loader=(anon - base) / 2**20,
                       main=main / 2**20, rss=rss / 2**20, first=first, step=sum(steps) / len(steps) * 1e3,
                       gil=gil, version=sys.version.split()[0])))
 '''
