@@ -10,8 +10,12 @@ backward on the batch, on one torch thread: a CPU-bound step). Contenders altern
 mode) within each round. Printed, medians over the rounds:
 - img/s: images of the second epoch over its wall time;
 - CPU ms/img: user + system CPU of the process and its workers over the second epoch, per image (/proc/PID/stat);
-- PSS MB: the proportional set size of the process and its workers at the end of the second epoch (shared pages
-  divided among the processes that map them: /proc/PID/smaps_rollup);
+- PSS MB: the largest proportional set size of the process and its workers over the second epoch (shared pages
+  divided among the processes that map them: /proc/PID/smaps_rollup); loader MB: the largest anonymous and shared-memory
+  PSS (Pss_Anon + Pss_Shmem: the heaps and the batches in shared memory, not the libraries' pages, which other
+  processes mapping the same files share) less the process's own just before create_loader (the interpreter, torch,
+  timmdata and the model: the same in both modes; with the libraries, most of the total);
+  RSS MB: the resident sizes summed at that moment (pages shared by the forked workers counted in each);
 - first batch s: from create_loader to the first batch in hand; step ms: the model step's mean time during loading.
 Then the ratios: thread / process on each interpreter, and free-threaded / GIL for each mode, with the issue's goals
 (free-threaded, 2 workers: thread >= 1.25x process img/s with the CPU step and >= 1.0x without, PSS <= 0.5x).
@@ -44,18 +48,19 @@ def cpu():  # this process, its live workers, and the workers that ended (waited
     import resource
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return cpu_of(os.getpid()) + sum(cpu_of(k) for k in kids()) + r.ru_utime + r.ru_stime
-def pss(pid):
-    try:
-        for line in open(f'/proc/{pid}/smaps_rollup'):
-            if line.startswith('Pss:'): return int(line.split()[1]) * 1024
-    except OSError: pass
-    return 0
+def smaps(pid, *keys):
+    try: return sum(int(l.split()[1]) * 1024 for l in open(f'/proc/{pid}/smaps_rollup') if l.split(':')[0] in keys)
+    except OSError: return 0
+def pss(pid): return smaps(pid, 'Pss')
+def own(pid): return smaps(pid, 'Pss_Anon', 'Pss_Shmem')  # the heap and shared memory: no library or file pages
 x0 = torch.randn(64, 3, 224, 224)
 for _ in range(2): model_step(x0)
+del x0
+base = own(os.getpid())  # the process before the loader: the interpreter, torch, timmdata, the model and its step
 t0 = time.perf_counter()
 ld = create_loader(ImageDataset(root), 224, 64, is_training=pipe == 'train', num_workers=workers, device='cpu',
                    worker_mode=mode, seed=0, color_jitter=0.4 if pipe == 'train' else None)
-first, steps, n, wall, c_last, mem = None, [], 0, 0.0, 0.0, 0
+first, steps, n, wall, c_last, mem, rss, main, anon = None, [], 0, 0.0, 0.0, 0, 0, 0, 0
 for epoch in range(2):
     ld.set_epoch(epoch); e0, c0 = time.perf_counter(), cpu()
     for x, y in ld:
@@ -63,10 +68,15 @@ for epoch in range(2):
         s0 = time.perf_counter(); model_step(x); steps.append(time.perf_counter() - s0)
         if epoch == 1:
             n += len(x); c_last = cpu()
-            mem = max(mem, pss(os.getpid()) + sum(pss(k) for k in kids()))
+            m0, ks = pss(os.getpid()), kids()
+            if m0 + sum(pss(k) for k in ks) > mem:
+                mem, main = m0 + sum(pss(k) for k in ks), m0
+                rss = smaps(os.getpid(), 'Rss') + sum(smaps(k, 'Rss') for k in ks)
+            anon = max(anon, own(os.getpid()) + sum(own(k) for k in ks))
     if epoch == 1: wall, c_used = time.perf_counter() - e0, c_last - c0
 gil = sys._is_gil_enabled() if hasattr(sys, '_is_gil_enabled') else True
-print(json.dumps(dict(ips=n / wall, cpu_ms=c_used / n * 1e3, pss=mem / 2**20, first=first, step=sum(steps) / len(steps) * 1e3,
+print(json.dumps(dict(ips=n / wall, cpu_ms=c_used / n * 1e3, pss=mem / 2**20, base=base / 2**20, loader=(anon - base) / 2**20,
+                      main=main / 2**20, rss=rss / 2**20, first=first, step=sum(steps) / len(steps) * 1e3,
                       gil=gil, version=sys.version.split()[0])))
 '''
 
@@ -108,23 +118,24 @@ def main(argv=None):
             res[c].append(run(pys[c[0]], root, c[3], c[1], c[2], a.workers))
             print(f'round {r + 1} {c}: {res[c][-1]}', file=sys.stderr, flush=True)
         print(f'round {r + 1}/{a.rounds} done, load average {os.getloadavg()[0]:.1f}', file=sys.stderr, flush=True)
-    keys = ('ips', 'cpu_ms', 'pss', 'first', 'step')
+    keys = ('ips', 'cpu_ms', 'pss', 'loader', 'rss', 'first', 'step')
     med = {c: {k: statistics.median(v[k] for v in rs) for k in keys} for c, rs in res.items()}
     ver = {py: res[next(c for c in cons if c[0] == py)][0] for py in pys}
     print(f'{a.n // 10 * 10} images, {a.workers} workers, batch 64, 224 px, {os.cpu_count()} CPUs, {a.rounds} rounds '
           f'alternating, medians; ' + ', '.join(f'{py}: Python {v["version"]}, GIL {"on" if v["gil"] else "off"}' for py, v in ver.items()))
     print(f'{"python":6s} {"pipeline":8s} {"step":5s} {"mode":8s} {"img/s":>7s} {"CPU ms/img":>10s} {"PSS MB":>7s} '
-          f'{"first s":>7s} {"step ms":>8s}')
+          f'{"loader MB":>9s} {"RSS MB":>7s} {"first s":>7s} {"step ms":>8s}')
     for c, m in med.items():
-        print(f'{c[0]:6s} {c[1]:8s} {c[2]:5s} {c[3]:8s} {m["ips"]:7.0f} {m["cpu_ms"]:10.2f} {m["pss"]:7.0f} {m["first"]:7.2f} '
+        print(f'{c[0]:6s} {c[1]:8s} {c[2]:5s} {c[3]:8s} {m["ips"]:7.0f} {m["cpu_ms"]:10.2f} {m["pss"]:7.0f} {m["loader"]:9.0f} {m["rss"]:7.0f} {m["first"]:7.2f} '
               f'{m["step"]:8.1f}')
-    print('\nthread / process (img/s, CPU per image, PSS, first batch):')
+    print('\nthread / process (img/s, CPU per image, PSS, the loader\'s PSS, RSS, first batch):')
     for py in pys:
         for pi in pipes:
             for st in steps:
                 t, q = med[(py, pi, st, 'thread')], med[(py, pi, st, 'process')]
                 print(f'  {py:4s} {pi:5s} step {st:5s}: img/s {t["ips"] / q["ips"]:.2f}x, CPU/img {t["cpu_ms"] / q["cpu_ms"]:.2f}x, '
-                      f'PSS {t["pss"] / q["pss"]:.2f}x, first batch {t["first"] / q["first"]:.2f}x')
+                      f'PSS {t["pss"] / q["pss"]:.2f}x, loader {t["loader"] / q["loader"]:.2f}x, RSS {t["rss"] / q["rss"]:.2f}x, '
+                      f'first batch {t["first"] / q["first"]:.2f}x')
     if len(pys) == 2:
         print('\nfree-threaded / GIL (same pipeline, step and mode):')
         for pi in pipes:
@@ -139,9 +150,10 @@ def main(argv=None):
             for st in steps:
                 t, q = med[('ft', pi, st, 'thread')], med[('ft', pi, st, 'process')]
                 need = 1.25 if st == 'cpu' else 1.0
-                ok = t['ips'] / q['ips'] >= need and t['pss'] / q['pss'] <= 0.5
-                print(f'  {pi:5s} step {st:5s}: img/s {t["ips"] / q["ips"]:.2f}x (goal >= {need}x), PSS {t["pss"] / q["pss"]:.2f}x '
-                      f'(goal <= 0.5x): {"met" if ok else "NOT met"}')
+                fast, small = t['ips'] / q['ips'] >= need, t['pss'] / q['pss'] <= 0.5
+                print(f'  {pi:5s} step {st:5s}: img/s {t["ips"] / q["ips"]:.2f}x (goal >= {need}x: {"met" if fast else "NOT met"}), '
+                      f'PSS {t["pss"] / q["pss"]:.2f}x (goal <= 0.5x: {"met" if small else "NOT met"}; the loader\'s own '
+                      f'{t["loader"] / q["loader"]:.2f}x, RSS {t["rss"] / q["rss"]:.2f}x)')
     print(f'load average at the end: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)')
     if a.json:
         Path(a.json).write_text(json.dumps({'|'.join(c): rs for c, rs in res.items()}, indent=1))

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image, ImageFile
+from PIL import Image, ImageFile, features
 from torch.utils.data import DataLoader
 
 from timmdata.dataset import ImageDataset, AugMixDataset
@@ -242,6 +242,9 @@ def test_a_missing_file_is_still_a_bad_sample(sample_root, tmp_path):
 
 # ---------- image modes ----------
 
+_WEBP = features.check('webp')  # Pillow's free-threaded wheels may be built without libwebp
+
+
 def _modes_tree(root: Path):
     rgb = make_sample_image(4, 1, (40, 30))
     rgba = rgb.copy(); rgba.putalpha(128)
@@ -263,6 +266,7 @@ def _modes_tree(root: Path):
         'webp/a.webp': (rgba, {'lossless': True, 'exact': True}, np.asarray(rgb)),
         'bmp/a.bmp': (rgb, {}, np.asarray(rgb)),
     }
+    if not _WEBP: del files['webp/a.webp']  # test_webp_mode says so
     for rel, (img, kw, _) in files.items(): save(img, root / rel, **kw)
     return files
 
@@ -291,6 +295,12 @@ def test_image_modes(modes_root, mode, tensor):
             assert np.abs(got.astype(int) - want.astype(int)).max() <= 8, rel  # libjpeg luma vs PIL's RGB->L
         else:
             assert np.array_equal(got, want), rel
+
+
+def test_webp_mode(modes_root):
+    "test_image_modes reads a WebP file too, where this Pillow writes WebP."
+    if not _WEBP: pytest.skip('this Pillow has no WebP support (no libwebp in its wheel): WebP left out of test_image_modes')
+    assert 'webp/a.webp' in modes_root[1]
 
 
 def test_16bit_is_scaled_not_clipped(modes_root):

@@ -76,11 +76,12 @@ venv() {
     "${pip[@]}" install -q --prefer-binary -e .  # the newest matplotlib may have no free-threaded wheel yet
     # what the tests and the notebooks use; one group at a time: a group without free-threaded wheels is left out, and
     # said (nbdev with fastcore < 2, as the project pins it; PyYAML, which nbdev needs, has no cp313t wheel: its pure
-    # Python build is used)
+    # Python build is used; the docs build's tools for tests/test_docs_browser.py, which skips where they are missing)
     : > "$FT/left-out.txt"
-    for g in "pytest pytest-xdist" "nbdev==2.4.14 fastcore>=1.12.27,<2 execnb<0.2 ipykernel nbconvert" "webdataset>=1.0 fsspec psutil"; do
+    for g in "pytest pytest-xdist" "nbdev==2.4.14 fastcore>=1.12.27,<2 execnb<0.2 ipykernel nbconvert" "webdataset>=1.0 fsspec psutil" \
+             "mkdocs==1.6.1 mkdocs-material==9.8.1 websocket-client==1.9.2"; do
         # shellcheck disable=SC2086
-        "${pip[@]}" install -q --prefer-binary $g > "$FT/pip-${g%% *}.log" 2>&1 || { echo "$g" >> "$FT/left-out.txt"; echo "ft-python: $g left out (see $FT/pip-${g%% *}.log)" >&2; }
+        "${pip[@]}" install -q --prefer-binary $g > "$FT/pip-${g%%[ =<>]*}.log" 2>&1 || { echo "$g" >> "$FT/left-out.txt"; echo "ft-python: $g left out (see $FT/pip-${g%%[ =<>]*}.log)" >&2; }
     done
     # timm 1.x, without its safetensors and huggingface_hub (Rust extensions without free-threaded
     # wheels; timm imports them only where present): pip would otherwise take timm 0.6, the last without them
