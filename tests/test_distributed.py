@@ -44,7 +44,9 @@ def test_distributed_two_ranks(tmp_path):
     root = make_sample_dataset(tmp_path / 'data', n_train=5, n_val=3, classes=['a', 'b', 'c', 'd'], size=(64, 48))
     import shutil
     shutil.rmtree(root / 'val' / 'd')  # 9 val images
-    mp.spawn(_run, args=(free_port(), str(root), str(tmp_path)), nprocs=WORLD, join=True)
+    # forked ranks: what is checked is the loaders across ranks, not a fresh interpreter (spawn: torch imported again in
+    # each rank, about 10 s of a 2-core machine)
+    mp.start_processes(_run, args=(free_port(), str(root), str(tmp_path)), nprocs=WORLD, join=True, start_method='fork')
     res = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in range(WORLD)]
     assert all(r['train_sampler'] == 'DistributedSampler' for r in res)
     assert res[0]['train_seed'] == res[1]['train_seed']  # one plan for all ranks (broadcast from rank 0)

@@ -45,6 +45,16 @@ def served(tmp_path_factory):
     return out
 
 
+N_SMALL = 50  # shards of the tests that read a whole pass (a request or two per sample): the per-shard counts hold at any count
+
+
+@pytest.fixture(scope='module')
+def small(tmp_path_factory):
+    root = tmp_path_factory.mktemp(f's{N_SMALL}')
+    write_tiny_shards(root, N_SMALL)
+    return root
+
+
 def _counts(served: dict, tmp_path, indexed: bool) -> dict:
     "{shards: (requests to build the dataset, requests to its first batch, warnings)} over each served set, with or without the dataset index."
     counts = {}
@@ -91,12 +101,12 @@ def test_without_index_nothing_per_shard_and_a_hint(served, tmp_path):
     assert len(hints) == 1 and 'O(1)' in hints[0] and '\n' not in hints[0], msgs
 
 
-def test_without_index_each_shard_scanned_once_per_node(served, tmp_path):
+def test_without_index_each_shard_scanned_once_per_node(small, tmp_path):
     "Two processes of a node (fresh per-process state, one index folder) read a whole pass: the first scans each shard"
     " once as it meets it; the second reads the node's kept scans: only its samples' reads; every sample once, both times."
     from timmdata.streams.global_order import SpanReader
     from timmdata.streams.scanned_spans import ScannedSpans
-    root, n = served[250], 250 * 2
+    root, n = small, N_SMALL * 2
     srv = CountingServer(root)
 
     def process():
@@ -117,14 +127,14 @@ def test_without_index_each_shard_scanned_once_per_node(served, tmp_path):
     for _, _, keys, _ in (first, second):
         assert len(keys) == n and sorted(keys) == want
     assert first[0] == second[0] == {'GET': 2, 'GET range': 1}, (first[0], second[0])
-    assert first[3] == 250 and first[1] == {'GET range': 250 + n}, first[1]  # a scan a shard, a read a sample
+    assert first[3] == N_SMALL and first[1] == {'GET range': N_SMALL + n}, first[1]  # a scan a shard, a read a sample
     assert second[3] == 0 and second[1] == {'GET range': n}, second[1]  # the node's scans: the samples' reads only
 
 
-def test_a_damaged_kept_scan_is_scanned_again(served, tmp_path):
+def test_a_damaged_kept_scan_is_scanned_again(small, tmp_path):
     "A kept scan cut short or changed (the node folder is untrusted) is never used: the shard is scanned again."
     from timmdata.streams.scanned_spans import ScannedSpans
-    root = served[250]
+    root = small
     srv = CountingServer(root)
     try:
         ds = create_dataset('wds/tiny', root=srv.url, split='train', is_training=True, batch_size=BATCH,
@@ -152,13 +162,13 @@ def test_start_up_requests_at_250_and_2000_shards(served, tmp_path, indexed):
         assert set(first) == {'GET range'} and BATCH <= first['GET range'] <= _bound(first), first
 
 
-def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(served, tmp_path):
+def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(small, tmp_path):
     "Remote shards with a node cache: the index's table, each shard and each shard's spans are fetched once by the node's"
     " first process that needs them; the node's other processes (a fresh per-process state) read the cache's copies; a"
     " damaged copy of the parsed table is refused by name and made again, never used."
     from timmdata.streams import dataset_index
     from timmdata.streams.global_order import SpanReader
-    root, cache, n = served[250], tmp_path / 'cache', 250 * 2
+    root, cache, n = small, tmp_path / 'cache', N_SMALL * 2
     write_dataset_index(root, progress=False)
     srv = CountingServer(root)
 
@@ -189,17 +199,17 @@ def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(served, tmp_p
     for _, _, keys in (first, second, third):
         assert len(keys) == n and sorted(keys) == want  # every sample once, by its span from the cached copy
     assert first[0] == {'GET': 2}, first[0]  # _info.json and the table
-    assert first[1] == {'GET': 250, 'GET range': 250}, first[1]  # each shard whole once, each shard's spans once
+    assert first[1] == {'GET': N_SMALL, 'GET range': N_SMALL}, first[1]  # each shard whole once, each shard's spans once
     assert second[0] == {'GET': 1} and second[1] == {}, second  # _info.json only: the rest from the node's cache
     assert third[0] == {'GET': 2} and third[1] == {}, third  # the damaged table fetched again
     assert reads1['parsed'] == 1 and reads2 == {'parsed': 0, 'mapped': 1}, (reads1, reads2)  # the second maps it
 
 
-def test_ranged_reads_ahead_keep_the_order(served):
+def test_ranged_reads_ahead_keep_the_order(small):
     "Over http(s) without a cache, `SpanReader` keeps up to `read_ahead` ranged GETs in flight: the same samples in the same order as one at a time."
     from timmdata.streams import dataset_index
     from timmdata.streams.global_order import SpanReader
-    root = served[250]
+    root = small
     write_dataset_index(root, progress=False)
     srv = CountingServer(root)
     try:
@@ -209,10 +219,10 @@ def test_ranged_reads_ahead_keep_the_order(served):
         for ahead in (1, 8):
             rd = SpanReader(ds.source, ds._spans.spans, sizes=ds._spans.sizes, read_ahead=ahead)
             srv.reset()
-            got[ahead] = [(p, k) for p, _, k, _, _ in rd.read_in_order(range(7, 307), ds.seed, 0, ds.block_shards, 3)]
-            assert srv.snapshot().get('GET range', 0) >= 300
+            got[ahead] = [(p, k) for p, _, k, _, _ in rd.read_in_order(range(7, 97), ds.seed, 0, ds.block_shards, 3)]
+            assert srv.snapshot().get('GET range', 0) >= 90
     finally:
         srv.close()
         (root / DATASET_INDEX_FILE).unlink()
-    assert len(got[1]) == len(got[8]) == 300 and got[1] == got[8]
-    assert [p for p, _ in got[8]] == list(range(7, 307))
+    assert len(got[1]) == len(got[8]) == 90 and got[1] == got[8]
+    assert [p for p, _ in got[8]] == list(range(7, 97))
