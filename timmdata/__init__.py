@@ -32,6 +32,7 @@ from timmdata.engine.collate import fast_collate
 from timmdata.engine.prefetch import PrefetchLoader
 from timmdata.loader import create_loader, MultiEpochsDataLoader
 from timmdata.engine.resume import ResumeStateError
+from timmdata.streams.mixing import mix_datasets, MixChangedError
 from timmdata.distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
 from timmdata.scheduled_sampler import ScheduledBatchSampler, ScheduledTransformDataset
 from timmdata.naflex_transforms import (get_image_size_for_seq, ResizeToSequence, ResizeKeepRatioToSequence, CenterCropToSequence,
