@@ -29,10 +29,10 @@ def _threads():
 # The notebooks that take longest (5 s or more on a 2-core machine), longest first: they start first, so the two at a time
 # end together instead of one long notebook running alone at the end while the other core waits (file-name order put
 # 25_streaming among the last). Only the order changes: the others follow in file-name order.
-LONG_FIRST = ['06_decode.ipynb', '49_data_loading_from_first_principles.ipynb', '09_resample.ipynb', '44_builder.ipynb',
-              '48_shards.ipynb', '43_naflex_loader.ipynb', '47_cli.ipynb', '10_transforms.ipynb', '25_streaming.ipynb',
-              '55_simulate.ipynb', '38_loader.ipynb', '18_transforms_factory.ipynb', '22_shard_io.ipynb',
-              '13_random_erasing.ipynb', '40_naflex_random_erasing.ipynb', '21_shard_cache.ipynb', '04a_photos.ipynb',
+LONG_FIRST = ['06_decode.ipynb', '09_resample.ipynb', '49_data_loading_from_first_principles.ipynb', '44_builder.ipynb',
+              '48_shards.ipynb', '47_cli.ipynb', '55_simulate.ipynb', '10_transforms.ipynb', '38_loader.ipynb',
+              '40_naflex_random_erasing.ipynb', '43_naflex_loader.ipynb', '13_random_erasing.ipynb', '18_transforms_factory.ipynb',
+              '25_streaming.ipynb', '45_bench.ipynb', '04_sample_data.ipynb', '04a_photos.ipynb', '37b_mixing.ipynb',
               '37_threads.ipynb', '37b_watch.ipynb']
 
 
