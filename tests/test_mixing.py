@@ -154,7 +154,9 @@ def test_100_sources_as_many_threads_as_one(roots):
     many = mix_datasets([str(roots[0])] * 100)  # 100 entries (each its own permutation) over one folder
     a = _threads_and_files(_loader(one, num_workers=2, persistent_workers=True))
     b = _threads_and_files(_loader(many, num_workers=2, persistent_workers=True))
-    assert a[2] == b[2] == 2 and b[0] == a[0] and b[1] == a[1], (a, b)
+    # open files: a batch's shared memory still in flight may hold one more descriptor for a moment; a file or a
+    # thread per source would add 100
+    assert a[2] == b[2] == 2 and b[0] == a[0] and abs(b[1] - a[1]) <= 2, (a, b)
 
 
 def _gloo_rank(rank, world, workers, port, roots, out, stop, sd_path):

@@ -123,6 +123,13 @@ class _CheckedOs:
         return fd
 
 
+def _stat_or_none(p):
+    try:
+        return p.stat()
+    except FileNotFoundError:
+        return None
+
+
 def test_never_over_a_limit_smaller_than_the_dataset(server, shards, tmp_path, monkeypatch):
     """Limit: 3 of 6 shards, two epochs of 2 workers, each prefetching in a thread. Every change to the folder's size, in
     every process, is checked as it is made (under the lock, within the limit); another process watches the folder on disk
@@ -149,7 +156,8 @@ def test_never_over_a_limit_smaller_than_the_dataset(server, shards, tmp_path, m
     assert not log.exists(), log.read_text()
     assert n >= 2, 'the watcher did not watch before and after the epochs'
     assert 0 < peak <= limit, (peak, limit)
-    assert sum(p.stat().st_size for p in cache.glob('*.shard')) <= limit
+    # a worker's prefetching thread may still evict a shard as this lists the folder: a file gone is not counted
+    assert sum(st.st_size for p in cache.glob('*.shard') if (st := _stat_or_none(p)) is not None) <= limit
     assert sum(_shard_hits(hits).values()) > N_SHARDS  # evictions: some shards fetched again in epoch 2
 
 
