@@ -58,7 +58,8 @@ def runs(tmp_path_factory):
         'cache': {'damaged': ['cache', str(damaged / 'train'), str(out / 'store'), '--workers', '0'],
                   'damaged_raise': ['cache', str(damaged / 'train'), str(out / 'store'), '--workers', '0', '--bad-sample', 'raise'],
                   'missing': ['cache', '/nonexistent', str(out / 's1')], 'empty': ['cache', str(empty_dir), str(out / 's2')],
-                  'bad_option': ['cache', str(damaged), str(out / 's3'), '--format', 'png']},
+                  'bad_option': ['cache', str(damaged), str(out / 's3'), '--format', 'png'],
+                  'bad_workers': ['cache', str(damaged), str(out / 's4'), '--workers', '-1']},
         'check': {'damaged': ['check', str(damaged), '--workers', '0', '--no-progress'], 'missing': ['check', '/nonexistent'],
                   'empty': ['check', str(empty_dir)], 'bad_option': ['check', str(damaged), '--workers', '-1']},
         'shards': {'damaged': ['shards', str(damaged), str(out / 'sh'), '--resize', '32', '--no-progress'],
@@ -190,6 +191,15 @@ def test_each_command_missing_root_and_empty_folder_one_line(runs, cmd):
 def test_each_command_bad_option_is_a_usage_error(runs, cmd):
     status, _, err = per_command(runs)[f'{cmd}/bad_option']
     assert status == 2 and 'Traceback' not in err and err.splitlines()[-1].startswith(f'timmdata {cmd}: error: '), (cmd, err)
+
+
+def test_cache_bad_workers_stops_before_any_work(runs):
+    "--workers -1: argparse's one-line error before the source is scanned or the store's folder made"
+    status, _, err = per_command(runs)['cache/bad_workers']
+    assert status == 2 and 'Traceback' not in err, err
+    assert err.splitlines()[-1].startswith('timmdata cache: error: num_workers (--workers) must be >= 0'), err
+    out = Path(json.loads(runs['cases'].args[-1])['cache']['bad_workers'][2])
+    assert not out.exists(), f'{out} was made before the argument was checked'
 
 
 @pytest.mark.parametrize('cmd', ['demo', 'bench', 'shards', 'profile'])

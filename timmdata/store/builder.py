@@ -161,7 +161,9 @@ def _clear_store(dst: Path):
     shutil.rmtree(dst / 'chunks', ignore_errors=True)
 
 # %% ../../nbs/store/44_builder.ipynb #3e6f1a27
-def _check_build_args(format: str, side: str, interpolation: str, max_size, quality: int, chunk_size: int):
+def _check_build_args(
+    format: str, side: str, interpolation: str, max_size, quality: int, chunk_size: int, num_workers=None
+):
     "Checks `build_cache`'s arguments before any work is done."
     if format not in STORE_FORMATS:
         raise ValueError(f"format must be one of 'raw', 'jpeg'; got {format!r}")
@@ -172,6 +174,10 @@ def _check_build_args(format: str, side: str, interpolation: str, max_size, qual
         raise ValueError(f'quality must be in 1..100; got {quality}')
     if chunk_size < 1:
         raise ValueError(f'chunk_size must be >= 1; got {chunk_size}')
+    if num_workers is not None and num_workers < 0:
+        raise ValueError(
+            f'num_workers (--workers) must be >= 0 (0: in this process; None: every core); got {num_workers}'
+        )
 
 
 def _fingerprint(src: Path, dst: Path, reader: Reader, reader_kwargs: dict) -> tuple:
@@ -489,7 +495,7 @@ def build_cache(
     **reader_kwargs,  # passed on to `timmdata.readers.create_reader` (e.g. class_map, split)
 ) -> dict:
     "Decodes and resizes every image of `src` once, in parallel, into a memory-mappable store at `dst`; returns its manifest."
-    _check_build_args(format, side, interpolation, max_size, quality, chunk_size)
+    _check_build_args(format, side, interpolation, max_size, quality, chunk_size, num_workers)
     src, dst = Path(src).expanduser().absolute(), Path(dst).expanduser().absolute()
     if not src.exists():
         raise FileNotFoundError(f'cache source {str(src)!r} does not exist')
@@ -578,7 +584,7 @@ def cache_main(argv: list[str] | None = None) -> int:
     )
     a = ap.parse_args(argv)
     try:
-        _check_build_args(a.format, a.side, 'bicubic', a.max_size, a.quality, a.chunk_size)
+        _check_build_args(a.format, a.side, 'bicubic', a.max_size, a.quality, a.chunk_size, a.workers)
     except ValueError as e:
         ap.error(str(e))  # a bad option value: argparse's one-line error, exit 2
     try:

@@ -192,7 +192,15 @@ def _allocate(fd: int, start: int, n: int):
             os.ftruncate(fd, start + n)  # a file system without fallocate: a sparse extension, counted all the same
 
 # %% ../../nbs/streams/21_shard_cache.ipynb #6a7118de
-def wait_lock(fd: int, seconds: float, url: str, path: str):
+def wait_lock(
+    fd: int,
+    seconds: float,
+    url: str,
+    path: str,
+    doing: str = 'downloading it',  # what the holder is doing, as the error says it
+    remedy: str = 'or pass a larger lock_wait',  # what the user can do besides checking that process
+    where: str = 'shard cache',  # the error's first word: the part of timmdata that waited
+):
     "Take the exclusive lock `fd` within `seconds` (polled: `flock` has no timeout); else `DeadlineError`."
     end, pause = time.monotonic() + seconds, 0.01
     while True:
@@ -202,8 +210,8 @@ def wait_lock(fd: int, seconds: float, url: str, path: str):
         except BlockingIOError:
             if time.monotonic() >= end:
                 raise DeadlineError(
-                    f'shard cache: {printable(public_url(url))}: another process or thread has been downloading it for '
-                    f'more than lock_wait={seconds:g} s (it holds {path!r}): check that process, or pass a larger lock_wait'
+                    f'{where}: {printable(public_url(url))}: another process or thread has been {doing} for '
+                    f'more than {seconds:g} s (it holds {path!r}): check that process, {remedy}'
                 ) from None
             time.sleep(min(pause, max(0.0, end - time.monotonic())))
             pause = min(2 * pause, 0.25)
