@@ -46,7 +46,8 @@ def _env():
 
 
 def build(outdir, *extra):
-    lacks = [m for m in ('mkdocs', 'material', 'nbdev') if importlib.util.find_spec(m) is None]
+    # the docs build runs each notebook's import cells, the `hf` extra's (datasets) among them
+    lacks = [m for m in ('mkdocs', 'material', 'nbdev', 'datasets') if importlib.util.find_spec(m) is None]
     if lacks and sysconfig.get_config_var('Py_GIL_DISABLED'):  # `make ft-test`: a group its venv could not install
         pytest.skip(f'the free-threaded venv lacks {", ".join(lacks)} (see .ft/left-out.txt): no docs build')
     return subprocess.run(['bash', str(ROOT / 'tools' / 'build_docs.sh'), str(outdir), *extra], cwd=ROOT,

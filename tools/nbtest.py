@@ -8,7 +8,7 @@ line, then `[k/n] ok|FAIL name (seconds)` as each finishes, then the slowest. Ex
     python tools/nbtest.py --n_workers 4 --flags slow
     python tools/nbtest.py --path nbs/47_cli.ipynb
 """
-import argparse, os, sys, time
+import argparse, importlib.util, os, sys, time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from nbdev.config import get_config
 from nbdev.doclinks import nbglob
@@ -44,6 +44,12 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     cfg = get_config()
     skip, force = cfg.tst_flags.split(), a.flags.split()
+    # cells flagged `hf` need the `hf` extra (Hugging Face `datasets`), which a free-threaded build has no wheels for:
+    # skipped where it is not installed, and said
+    if importlib.util.find_spec('datasets') is None and 'hf' not in force:
+        skip.append('hf')
+        print("nbtest: the `datasets` package is not installed (pip install 'timmdata[hf]'): cells flagged hf skipped",
+              flush=True)
     files = [f.absolute() for f in sorted(nbglob(a.path, as_path=True)) if _keep_file(f, '.notest')]
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     files.sort(key=lambda f: rank.get(f.name, len(rank)))  # stable: file-name order within and after them

@@ -321,15 +321,7 @@ class DatasetIndex:
         lock = f'{self.node_stem}.spans{i % 64}.lock'
         fd = open_held(lock)
         try:
-            wait_lock(
-                fd,
-                REQUEST_DEADLINE,
-                self.url,
-                lock,
-                f"fetching shard {i}'s spans line",
-                'or end it if it hangs (its lock is freed when it ends)',
-                'dataset index',
-            )
+            wait_lock(fd, REQUEST_DEADLINE, self.url, lock, f"fetching shard {i}'s spans line", 'dataset index', None)
             blob = self._kept_blob(path, i, n)  # another process fetched it while we waited
             if blob is None:
                 blob = self._read(int(self.starts[i]), line_chars(n, self.version))
@@ -418,15 +410,7 @@ def node_table(
         if attempt == 0:  # none yet, or refused: one process of the node makes it, the others wait, then map it
             fd = open_held(path + '.lock')
             try:
-                wait_lock(
-                    fd,
-                    cache.lock_wait,
-                    url,
-                    path + '.lock',
-                    'fetching and parsing the index table',
-                    "or pass the shard cache a larger lock_wait",
-                    'dataset index',
-                )
+                wait_lock(fd, cache.lock_wait, url, path + '.lock', 'making the index table', 'dataset index')
                 try:
                     table = map_table_copy(path)
                 except DatasetIndexError:

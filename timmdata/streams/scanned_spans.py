@@ -56,15 +56,7 @@ class ScannedSpans:
         except OSError:  # no node folder to keep it in: this process scans it
             return self._scan(s)
         try:
-            wait_lock(
-                fd,
-                REQUEST_DEADLINE,
-                self.source.shards[s],
-                lock,
-                'scanning it for its samples',
-                'or end it if it hangs (its lock is freed when it ends)',
-                'scanned spans',
-            )
+            wait_lock(fd, REQUEST_DEADLINE, self.source.shards[s], lock, 'scanning it', 'scanned spans', None)
             rows = self._read_kept(s)  # another process of the node scanned it while we waited
             if rows is None:
                 rows = self._scan(s)

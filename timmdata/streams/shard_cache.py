@@ -198,8 +198,8 @@ def wait_lock(
     url: str,
     path: str,
     doing: str = 'downloading it',  # what the holder is doing, as the error says it
-    remedy: str = 'or pass a larger lock_wait',  # what the user can do besides checking that process
-    where: str = 'shard cache',  # the error's first word: the part of timmdata that waited
+    where: str = 'shard cache',  # the error's first words: the part of timmdata that waited
+    knob: Optional[str] = 'lock_wait',  # the argument that sets `seconds`; None: a fixed deadline
 ):
     "Take the exclusive lock `fd` within `seconds` (polled: `flock` has no timeout); else `DeadlineError`."
     end, pause = time.monotonic() + seconds, 0.01
@@ -210,8 +210,9 @@ def wait_lock(
         except BlockingIOError:
             if time.monotonic() >= end:
                 raise DeadlineError(
-                    f'{where}: {printable(public_url(url))}: another process or thread has been {doing} for '
-                    f'more than {seconds:g} s (it holds {path!r}): check that process, {remedy}'
+                    f'{where}: {printable(public_url(url))}: another process or thread has been {doing} for more '
+                    f'than {knob + "=" if knob else ""}{seconds:g} s (it holds {path!r}): check that process'
+                    + (f', or pass a larger {knob}' if knob else ' (a hung one: its lock is freed when it ends)')
                 ) from None
             time.sleep(min(pause, max(0.0, end - time.monotonic())))
             pause = min(2 * pause, 0.25)
