@@ -36,6 +36,11 @@ LONG_FIRST = ['06_decode.ipynb', '09_resample.ipynb', '49_data_loading_from_firs
               '37_threads.ipynb', '37b_watch.ipynb']
 
 
+# test flags named after setup.py's extras -> the package each needs
+EXTRAS = {'hf': 'datasets', 'codec': 'torchcodec', 'tensorboard': 'tensorboard', 'accelerate': 'accelerate',
+          'lightning': 'lightning'}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument('--path', default=None, help='a notebook or glob (default: every notebook)')
@@ -44,12 +49,13 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     cfg = get_config()
     skip, force = cfg.tst_flags.split(), a.flags.split()
-    # cells flagged `hf` need the `hf` extra (Hugging Face `datasets`), which a free-threaded build has no wheels for:
-    # skipped where it is not installed, and said
-    if importlib.util.find_spec('datasets') is None and 'hf' not in force:
-        skip.append('hf')
-        print("nbtest: the `datasets` package is not installed (pip install 'timmdata[hf]'): cells flagged hf skipped",
-              flush=True)
+    # a cell flagged with an optional extra's name needs that extra's package: skipped where it is not installed, and
+    # said (a free-threaded build has no wheels for several: the Rust parts of datasets and accelerate, TorchCodec)
+    missing = [f for f, m in EXTRAS.items() if f not in force and importlib.util.find_spec(m) is None]
+    if missing:
+        skip += missing
+        print(f"nbtest: not installed: {', '.join(f'{EXTRAS[f]} (timmdata[{f}])' for f in missing)}; "
+              f"cells flagged {', '.join(missing)} skipped", flush=True)
     files = [f.absolute() for f in sorted(nbglob(a.path, as_path=True)) if _keep_file(f, '.notest')]
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     files.sort(key=lambda f: rank.get(f.name, len(rank)))  # stable: file-name order within and after them
