@@ -117,8 +117,9 @@ class _StoreChoice:
     ):
         self.native, self.trials, self.skip, self.clock = native, trials, skip, clock
         self.calls, self.spent, self.images = 0, [0.0, 0.0], [0, 0]
-        native.set_streaming(True)
-        self.streaming = None if native.set_streaming(True) else False  # None: still timing; a build without: off
+        native.set_streaming(True)  # on, where the build and the CPU have streaming stores...
+        can = native.set_streaming(True)  # ...so the setting before this call says whether they do
+        self.streaming = None if can else False  # None: still timing; a build without: off
 
     def __call__(self, run, n: int):
         "`run()`, the pass over a batch of `n` images, with the stores chosen (or on trial); its result."

@@ -347,9 +347,8 @@ def resize_pending(
     nat, n, mem = decode.NATIVE.module, len(items), out.numpy()
     is_jpeg = [isinstance(p, PendingJpegCrop) for p in items]
     alone, warned, a = [], 0, 0
-    while (
-        a < n
-    ):  # runs of one kind: a photo set's odd files (about 1 in 30) would otherwise send most batches one by one
+    # runs of one kind: a photo set's odd files (about 1 in 30) would otherwise send most batches one by one
+    while a < n:
         b = a + 1
         while b < n and is_jpeg[b] == is_jpeg[a]:
             b += 1
