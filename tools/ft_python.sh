@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Build CPython free-threaded (--disable-gil) from Debian's source package python3.14 into .ft/python.
+# Build CPython free-threaded (--disable-gil) from the source package python3.14 (Debian's, else Ubuntu's) into .ft/python.
 # Usage: bash tools/ft_python.sh [interp|venv|all|test]   (make ft-python: all; make ft-test: test; .ft/ is ignored)
-# FT_PY=3.14 (the default) tries Debian's python3.14 and, where the mirror does not serve it, python3.13 (3.13t,
-# the first release with a free-threaded build), saying so; FT_PY=3.13 asks for 3.13 only. .ft/python/VERSION says
-# which was built. The source comes from Debian's unstable suite through a private apt sources file (.ft/apt/sources.list with one
-# deb-src line), so the machine's own apt configuration is left alone. The build dependencies are Debian packages of
+# FT_PY=3.14 (the default) tries python3.14 and, where no archive serves it, python3.13 (3.13t, the first release with
+# a free-threaded build), saying so; FT_PY=3.13 asks for 3.13 only. .ft/python/VERSION says which was built. The source
+# comes from Debian's unstable suite, else from Ubuntu's archive (see ubuntu_keyring below), through a private apt
+# configuration under .ft/apt (one deb-src line at a time), so the machine's own apt configuration is left alone. The
+# build dependencies are Debian packages of
 # the running release, installed with apt-get (an explicit list: `apt-get build-dep` would ask for unstable's
 # clang-21 and debhelper, which the build below does not use). The upstream tarball inside the source package is
 # built as it is (Debian's patches move install paths to /usr layouts that a --prefix build does not want).
@@ -21,11 +22,40 @@ stage=${1:-all}
 mkdir -p "$FT"
 stamp() { echo "$1 $(date +%s) $(date -u +%FT%TZ)" >> "$FT/times.txt"; }
 
+# Where the source package is looked for, in order: Debian's unstable suite (the package the build was planned on),
+# then Ubuntu's development series and its current release, whose python3.14 source packages carry the same upstream
+# tarball (Ubuntu's mirror serves some of the files that Debian's answers 404 for). Ubuntu's signing key comes from
+# Debian's own ubuntu-keyring package, checked by Debian's key, so every file is checked against a signed list.
+ubuntu_keyring() {
+    local k=$FT/apt/ubuntu-keyring
+    if [ ! -s "$k/ubuntu-archive-keyring.gpg" ]; then
+        mkdir -p "$k/deb"
+        echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" > "$FT/apt/sources.list"
+        rm -f "$FT/apt/lists/"*_* ; apt-get "${APTO[@]}" update -qq > "$FT/keyring.log" 2>&1
+        (cd "$k/deb" && apt-get "${APTO[@]}" download ubuntu-keyring) >> "$FT/keyring.log" 2>&1 || { echo "ft-python: Debian's ubuntu-keyring package could not be downloaded: Ubuntu's archive not tried" >&2; return 1; }
+        dpkg-deb -x "$k"/deb/ubuntu-keyring_*.deb "$k/x"
+        cp "$k/x/usr/share/keyrings/ubuntu-archive-keyring.gpg" "$k/"
+    fi
+    echo "$k/ubuntu-archive-keyring.gpg"
+}
+
+# The upstream tarball of source package python$1, version $2, into .ft/src, its SHA-256 checked against the signed
+# list. Only the tarball is needed (Debian's patches are not applied), so a mirror that serves it but not the .dsc will do.
+orig_source() {
+    local v=$1 ver=$2 name sum
+    read -r sum name < <(apt-cache "${APTO[@]}" showsrc "python$v" | awk -v ver="$ver" '
+        /^Version: / {mine = ($2 == ver)} /^[A-Za-z-]+:/ {sec = $1}
+        mine && sec == "Checksums-Sha256:" && $3 ~ /\.orig\.tar\./ {print $1, $3; exit}')
+    [ -n "${name:-}" ] || return 1
+    (cd "$FT/src" && apt-get "${APTO[@]}" source --download-only "python$v=$ver") >> "$FT/source-$v.log" 2>&1 || true
+    [ -f "$FT/src/$name" ] && echo "$sum  $FT/src/$name" | sha256sum -c --quiet - >> "$FT/source-$v.log" 2>&1 || { rm -f "$FT/src/$name"; return 1; }
+    ORIG=$FT/src/$name
+}
+
 interp() {
     if [ -x "$PREFIX/bin/python3t" ]; then echo "ft-python: $PREFIX/bin/python3t exists ($(cat "$PREFIX/VERSION"))"; return; fi
     stamp interp-start
     mkdir -p "$FT/apt/lists/partial" "$FT/apt/cache/archives/partial" "$FT/src"
-    echo "deb-src http://deb.debian.org/debian unstable main" > "$FT/apt/sources.list"
     APTO=(-o "Dir::Etc::SourceList=$FT/apt/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
           -o "Dir::State::Lists=$FT/apt/lists" -o "Dir::Cache=$FT/apt/cache")
     DEPS="build-essential dpkg-dev pkg-config xz-utils libreadline-dev libncurses-dev zlib1g-dev libbz2-dev
@@ -35,20 +65,28 @@ interp() {
         if [ "$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
         else echo "ft-python: install the build dependencies first: sudo apt-get install $missing" >&2; exit 1; fi
     fi
-    apt-get "${APTO[@]}" update -qq
+    ARCHIVES=("deb-src http://deb.debian.org/debian unstable main")
+    local uk
+    if uk=$(ubuntu_keyring); then
+        ARCHIVES+=("deb-src [signed-by=$uk] http://archive.ubuntu.com/ubuntu devel main"
+                   "deb-src [signed-by=$uk] http://archive.ubuntu.com/ubuntu resolute main")
+    fi
     got=
     for v in $FT_VERSIONS; do
-        # every version the suite lists, newest first: a mirror may serve an older one only
-        for ver in $(apt-cache "${APTO[@]}" showsrc "python$v" | sed -n 's/^Version: //p' | sort -rV); do
-            if (cd "$FT/src" && apt-get "${APTO[@]}" source --download-only "python$v=$ver" >> "$FT/source-$v.log" 2>&1); then got=$v; break 2; fi
-            echo "ft-python: Debian's source package python$v $ver could not be downloaded (see $FT/source-$v.log)" >&2
+        for line in "${ARCHIVES[@]}"; do
+            echo "$line" > "$FT/apt/sources.list"
+            rm -f "$FT/apt/lists/"*_* ; apt-get "${APTO[@]}" update -qq >> "$FT/source-$v.log" 2>&1 || continue
+            # every version the archive lists, newest first: a mirror may serve an older one only
+            for ver in $(apt-cache "${APTO[@]}" showsrc "python$v" 2>/dev/null | sed -n 's/^Version: //p' | sort -rV); do
+                if orig_source "$v" "$ver"; then got=$v; echo "ft-python: python$v $ver from ${line#deb-src }" >&2; break 3; fi
+                echo "ft-python: python$v $ver could not be downloaded from ${line#deb-src } (see $FT/source-$v.log)" >&2
+            done
         done
     done
     [ -n "$got" ] || { echo "ft-python: no source package of $FT_VERSIONS could be downloaded" >&2; exit 1; }
     [ "$got" = "${FT_VERSIONS%% *}" ] || echo "ft-python: building python$got (free-threaded) instead" >&2
-    orig=$(ls "$FT/src"/python${got}_*.orig.tar.* | head -1)
     rm -rf "$FT/src/cpython" && mkdir -p "$FT/src/cpython"
-    tar -xf "$orig" -C "$FT/src/cpython" --strip-components=1
+    tar -xf "$ORIG" -C "$FT/src/cpython" --strip-components=1
     cd "$FT/src/cpython"
     ./configure --disable-gil --prefix="$PREFIX" --with-ensurepip=install > "$FT/configure.log" 2>&1
     make -j"$JOBS" > "$FT/make.log" 2>&1
