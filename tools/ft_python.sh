@@ -44,7 +44,7 @@ ubuntu_keyring() {
 orig_source() {
     local v=$1 ver=$2 name sum
     read -r sum name < <(apt-cache "${APTO[@]}" showsrc "python$v" | awk -v ver="$ver" '
-        /^Version: / {mine = ($2 == ver)} /^[A-Za-z-]+:/ {sec = $1}
+        /^Version: / {mine = ($2 == ver)} /^[A-Za-z0-9-]+:/ {sec = $1}
         mine && sec == "Checksums-Sha256:" && $3 ~ /\.orig\.tar\./ {print $1, $3; exit}')
     [ -n "${name:-}" ] || return 1
     (cd "$FT/src" && apt-get "${APTO[@]}" source --download-only "python$v=$ver") >> "$FT/source-$v.log" 2>&1 || true
