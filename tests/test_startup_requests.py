@@ -150,6 +150,64 @@ def test_a_damaged_kept_scan_is_scanned_again(small, tmp_path):
         srv.close()
 
 
+def _rewrite(path: Path, keys, image_size) -> None:
+    "Write shard `path` again in place: samples `keys`, each a JPEG of `image_size` and a label."
+    import io, tarfile
+    from timmdata.tools.sample_data import make_sample_image
+    buf = io.BytesIO()
+    make_sample_image(1, 1, image_size).save(buf, 'JPEG', quality=80)
+    with tarfile.open(path, 'w', format=tarfile.USTAR_FORMAT) as t:
+        for i in keys:
+            for ext, data in (('jpg', buf.getvalue()), ('cls', str(i % 10).encode())):
+                ti = tarfile.TarInfo(f'{i:08d}.{ext}')
+                ti.size, ti.mtime = len(data), 0
+                t.addfile(ti, io.BytesIO(data))
+
+
+@pytest.mark.parametrize('image_size', [(64, 48), (200, 150)])  # tar keeps the size (10 KiB records), or it grows
+def test_a_shard_written_again_after_its_scan_is_scanned_again(tmp_path, image_size):
+    "A shard written again in place after the node kept its scan: the next process's read finds its size changed, drops"
+    " the kept scan and scans the shard once more; every sample of the new shard once, none of the old; the next process"
+    " reads the new kept scan (no scan). Before: a named but wrong error ('bad tar header') until the scan was deleted by hand."
+    from timmdata.streams.shard_io import ShardChangedError
+    root, per = tmp_path / 'd', 2
+    names = write_tiny_shards(root, 5, per)
+    srv = CountingServer(root)
+
+    def process():
+        ds = create_dataset('wds/tiny', root=srv.url, split='train', is_training=True, batch_size=BATCH,
+                            index_dir=str(tmp_path / 'node'))
+        keys = [k for _, _, k, _, _ in ds._spans.read_in_order(range(10), ds.seed, 0, ds.block_shards)]
+        return keys, ds._spans.spans
+
+    try:
+        keys, first = process()
+        assert len(keys) == 10 and sorted(keys) == [f'{i:08d}' for i in range(10)] and first.scanned == 5
+        _rewrite(root / names[3], (106, 107), image_size)
+        keys, second = process()
+        want = sorted([f'{i:08d}' for i in range(10) if i not in (6, 7)] + ['00000106', '00000107'])
+        assert len(keys) == 10 and sorted(keys) == want, keys
+        assert second.scanned == 1  # shard 3 only: the others' kept scans still match
+        keys, third = process()
+        assert len(keys) == 10 and sorted(keys) == want and third.scanned == 0
+        # a shard that changes again while its spans are in use: found at the next read, scanned once more
+        ds = create_dataset('wds/tiny', root=srv.url, split='train', is_training=True, batch_size=BATCH,
+                            index_dir=str(tmp_path / 'node'))
+        reader = ds._spans
+        assert reader.read(3, 0)[0] == '00000106'
+        _rewrite(root / names[3], (206, 207), (40, 30))
+        assert [reader.read(3, m)[0] for m in range(per)] == ['00000206', '00000207'] and reader.spans.scanned == 1
+        # spans the user wrote (the dataset index) are never made again here: named, with what to do
+        write_dataset_index(root, progress=False)
+        ds = create_dataset('wds/tiny', root=srv.url, split='train', is_training=True, batch_size=BATCH,
+                            index_dir=str(tmp_path / 'node2'))
+        _rewrite(root / names[3], (306, 307), image_size)
+        with pytest.raises(ShardChangedError, match='timmdata index'):
+            ds._spans.read(3, 0)
+    finally:
+        srv.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('indexed', [False, True])
 def test_start_up_requests_at_250_and_2000_shards(served, tmp_path, indexed):

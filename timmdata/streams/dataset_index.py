@@ -6,7 +6,7 @@
 from __future__ import annotations
 import base64, hashlib, json, os, re, stat, threading, time, warnings
 from collections import OrderedDict
-from typing import Optional
+from typing import Optional, Protocol
 import numpy as np
 from timmdata.streams.shard_io import (
     IMAGE_KEYS,
@@ -22,7 +22,7 @@ from timmdata.streams.shard_io import (
     url_scheme,
 )
 from ..readers import FileHandle
-from .shard_index import http_range, scan_shard, stat_shard
+from .shard_index import INDEX_FILE, http_range, scan_shard, stat_shard
 from .net import REQUEST_DEADLINE
 from .shard_cache import close_held, open_held, wait_lock, cache_name
 from timmdata.core.untrusted import (
@@ -48,7 +48,7 @@ from timmdata.streams.index_table import (
 # %% auto #0
 __all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'SPANS_KEPT', 'SPANS_FILES_KEPT', 'HINT_SHARDS', 'MAX_SPAN_BYTES',
            'MAX_SHARD_BYTES', 'spans_of', 'layout_of', 'write_dataset_index', 'parse_table', 'not_kept', 'DatasetIndex',
-           'node_table', 'read_dataset_index', 'ShardSpans', 'ListedSpans', 'dataset_spans', 'index_main']
+           'node_table', 'read_dataset_index', 'Spans', 'ShardSpans', 'ListedSpans', 'dataset_spans', 'index_main']
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #d849d83d
 DATASET_INDEX_FILE = '_timmdata_dataset_index.json'  # beside `_info.json`: every shard's size and sample spans
@@ -489,9 +489,34 @@ def _fetch_table(url: str, retries: int, backoff: float, timeout: float) -> Opti
             time.sleep(backoff * 4**attempt)
     return data
 
+# %% ../../nbs/streams/23b_dataset_index.ipynb #acae54e37e7d407bbb7b55eff062a284
+class Spans(Protocol):
+    "What a `global_order.SpanReader` reads a sample's span from, declared once: a dataset index's (`ShardSpans`), a list's (`ListedSpans`) or a scan's (`scanned_spans.ScannedSpans`)."
+
+    lengths: list  # each shard's sample count (nothing read)
+    remedy: str  # what the user does when the spans are stale (a shard changed after they were made)
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, s: int) -> np.ndarray: ...  # shard s's (n, 2) spans
+
+    def layout(
+        self, s: int
+    ) -> np.ndarray: ...  # shard s's (n, 4) rows: the spans, where the image and target headers are
+
+    def sized(
+        self, s: int
+    ) -> tuple: ...  # (`layout(s)`, the shard's size they were made from: each read checks it; None: given apart)
+
+    def forget(self, s: int, rows: np.ndarray) -> bool:
+        "Drop shard s's `rows`, found stale by a read: True when `layout(s)` will make them again (a scan), False when only the user can (`remedy`)."
+        ...
+
 # %% ../../nbs/streams/23b_dataset_index.ipynb #3ca24669
 class ShardSpans:
     "The spans of a source's shards by the source's shard number, read from a `DatasetIndex` when first asked: `spans[s]` an (n, 2) array, `layout(s)` an (n, 4) one (`DatasetIndex.layout`), `lengths` the counts (nothing read)."
+
+    remedy = f'write the dataset index again with `timmdata index` (or delete {DATASET_INDEX_FILE})'
 
     def __init__(self, index: DatasetIndex, rows: list):
         self.index, self.rows = index, rows
@@ -506,11 +531,23 @@ class ShardSpans:
     def layout(self, s: int) -> np.ndarray:
         return self.index.layout(self.rows[s])
 
+    def sized(self, s: int) -> tuple:
+        return self.layout(s), None  # the sizes come with the index's table (`dataset_spans`)
+
+    def forget(self, s: int, rows: np.ndarray) -> bool:
+        return False  # the index is the user's file: a stale one is named (`remedy`), never rewritten here
+
 
 class ListedSpans:
     "Spans given as a list, one (n, 2) array per shard (the member-offset index's, or a test's), read as `ShardSpans` reads them: `spans[s]`, `layout(s)` (where the headers are: from `layouts`, `layout_of`'s blocks per shard, else -1: parsed), `lengths`."
 
-    def __init__(self, spans: list, layouts: Optional[list] = None):
+    def __init__(
+        self,
+        spans: list,
+        layouts: Optional[list] = None,
+        remedy: str = f'create the dataset again (a changed shard is indexed again; else delete {INDEX_FILE} beside the shards or in index_dir)',  # what to do when the spans are stale
+    ):
+        self.remedy = remedy
         self.spans = [np.asarray(a, np.int64).reshape(-1, 2) for a in spans]
         self.lengths = [len(a) for a in self.spans]
         blocks = layouts if layouts is not None else [np.full((n, 2), -1) for n in self.lengths]
@@ -529,6 +566,12 @@ class ListedSpans:
 
     def layout(self, s: int) -> np.ndarray:
         return self._layouts[s]
+
+    def sized(self, s: int) -> tuple:
+        return self._layouts[s], None
+
+    def forget(self, s: int, rows: np.ndarray) -> bool:
+        return False
 
 
 _HINTED = set()

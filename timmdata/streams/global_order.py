@@ -16,9 +16,12 @@ from timmdata.streams.shard_io import (
     MAX_MEMBER_BYTES,
     REGULAR_KINDS,
     TARGET_KEYS,
+    ShardChangedError,
+    ShardDeadlineError,
     ShardError,
     ShardNotFoundError,
     ShardTruncatedError,
+    TransientShardError,
     WdsSource,
     shard_name,
     split_key,
@@ -451,8 +454,10 @@ class ShardBytes:
         sizes: Optional[
             list
         ] = None,  # each shard's size as the dataset index states it: checked at each read (no request more)
+        remedy: str = f'write the dataset index again with `timmdata index` (or delete {DATASET_INDEX_FILE})',  # what to do when a shard changed
     ):
         self.source, self.max_open_files, self.sizes = source, max_open_files, sizes
+        self.remedy = remedy
         self._paths = [
             (s[7:] if s.startswith('file://') else s) if url_scheme(s) == 'file' else None for s in source.shards
         ]  # None: http(s)
@@ -480,7 +485,8 @@ class ShardBytes:
                 self._copies.popitem(last=False)[1].close()  # its shared lock released: evictable again
         return h
 
-    def _bytes(self, s: int, start: int, n: int) -> bytes:
+    def _bytes(self, s: int, start: int, n: int, size: Optional[int] = None) -> bytes:
+        "`n` bytes of shard s from `start`; over http(s) the shard's size checked to be `size` (the one its spans were made from), else `sizes[s]`."
         self._own()
         if self._paths[s] is None:
             h = self._copy(s) if self._cache is not None else None
@@ -493,8 +499,10 @@ class ShardBytes:
                 retries=self.source.retries,
                 backoff=self.source.backoff,
             )
-            if self.sizes is not None:  # the total of 'bytes a-b/total' (checked well formed by http_range)
-                self._check_size(s, (headers.get('Content-Range') or '').rpartition('/')[2])
+            if (
+                size is not None or self.sizes is not None
+            ):  # the total of 'bytes a-b/total' (checked well formed by http_range)
+                self._check_size(s, (headers.get('Content-Range') or '').rpartition('/')[2], size)
             return body
         fd = self._fd(s)
         if hasattr(os, 'pread'):
@@ -516,13 +524,13 @@ class ShardBytes:
             self._files.popitem(last=False)
         return f.fd
 
-    def _check_size(self, s: int, got: str):
-        "A shard whose size is not the dataset index's: named (the index is stale), never read by stale spans."
-        if got != str(self.sizes[s]):
-            raise ShardError(
-                f'shard {shard_name(self.source.shards[s])} is {got or "of unknown size"} bytes; the dataset index '
-                f'says {self.sizes[s]:,}: it changed after the index was written; write it again with '
-                f'`timmdata index` (or delete {DATASET_INDEX_FILE})'
+    def _check_size(self, s: int, got: str, size: Optional[int] = None):
+        "A shard whose size is not the one its spans were made from (`size`, else the dataset index's): named, never read by stale spans (`ShardChangedError`)."
+        want = self.sizes[s] if size is None else size
+        if got != str(want):
+            raise ShardChangedError(
+                f'shard {shard_name(self.source.shards[s])} is {got or "of unknown size"} bytes; its spans were made '
+                f'from {want:,}: it changed after; {self.remedy}'
             )
 
     def __getstate__(self):  # handles, copies, locks and threads are per process
@@ -551,7 +559,7 @@ class SpanReader(ShardBytes):
         # a sample is cut out of its span (`cut_sample`) when the source reads the members the index's layout names:
         # the first of the default image and target extensions (a JSON target, or other keys: each span parsed)
         self.cuts = source.image_keys == IMAGE_KEYS and source.target_keys == TARGET_KEYS and source.targets.key is None
-        super().__init__(source, max_open_files, sizes)
+        super().__init__(source, max_open_files, sizes, spans.remedy)
 
     def _own(self):
         "Threads and the layouts held are per process too."
@@ -560,18 +568,34 @@ class SpanReader(ShardBytes):
         super()._own()
 
     def read(self, s: int, m: int) -> tuple:
-        "(key, image bytes, target) of sample `m` of shard `s`: cut out of its span where the index says its image and target are (`cut_sample`), else the span parsed and checked as the stream parses its shard."
-        rows = self._rows.get(s)  # the shard's layout, held here too: no lock or LRU step a sample
-        if rows is None:
+        "(key, image bytes, target) of sample `m` of shard `s`: cut out of its span where the index says its image and target are (`cut_sample`), else the span parsed and checked as the stream parses its shard. A shard found changed since its spans were made is read again by new ones when the spans can make them (a scan: `Spans.forget`), once; else named with what to do."
+        sized = self._sized(s)
+        try:
+            return self._read(s, m, *sized)
+        except (TransientShardError, ShardNotFoundError, ShardDeadlineError):
+            raise  # not the shard's bytes: the stream's retries and deadlines
+        except ShardError:
+            if not self.spans.forget(s, sized[0]):
+                raise
+        self._rows.pop(s, None)
+        return self._read(s, m, *self._sized(s))
+
+    def _sized(self, s: int) -> tuple:
+        "(shard s's layout, its size to check), held here too: no lock or LRU step a sample."
+        got = self._rows.get(s)
+        if got is None:
             self._own()
             if len(self._rows) >= SPANS_KEPT:
                 self._rows.clear()
-            rows = self._rows[s] = self.spans.layout(s)
+            got = self._rows[s] = self.spans.sized(s)
+        return got
+
+    def _read(self, s: int, m: int, rows: np.ndarray, size: Optional[int]) -> tuple:
         start, end, at_image, at_target = rows[m].tolist()
         url, data = self.source.shards[s], None
         if self.cuts and at_image >= 0 and at_target >= 0:
             if self._paths[s] is None:  # remote: the span in one request, cut in memory
-                data = self._span(s, m, start, end)
+                data = self._span(s, m, start, end, size)
                 read = lambda o, n: data[o : o + n]
             elif hasattr(os, 'pread'):  # a local file: each member read alone, the image straight into its bytes
                 fd = self._fd(s)
@@ -581,22 +605,28 @@ class SpanReader(ShardBytes):
             got = cut_sample(self.source, read, end - start, url, at_image, at_target)
             if got is not None:
                 return got
-        data = self._span(s, m, start, end) if data is None else data
-        got = list(self.source.parse_shard(data, url))  # a span: its records, no end-of-archive block
+        data = self._span(s, m, start, end, size) if data is None else data
+        try:
+            got = list(self.source.parse_shard(data, url))  # a span: its records, no end-of-archive block
+        except ShardError as e:  # a tar file keeps its size when written again (padded to 10 KiB): the records tell
+            raise ShardChangedError(
+                f'shard {shard_name(url)} does not match its spans at sample {m} ({e}): it changed after they were '
+                f'made, or is damaged; {self.spans.remedy}'
+            ) from None
         if len(got) != 1:
-            raise ShardError(
-                f'the shard index does not match shard {shard_name(url)} at sample {m} ({len(got)} samples in its span): '
-                f'delete {INDEX_FILE} beside the shards (or in index_dir) and create the dataset again'
+            raise ShardChangedError(
+                f'the spans of shard {shard_name(url)} do not match it at sample {m} ({len(got)} samples in its span): '
+                f'{self.spans.remedy}'
             )
         return got[0]
 
-    def _span(self, s: int, m: int, start: int, end: int) -> bytes:
+    def _span(self, s: int, m: int, start: int, end: int, size: Optional[int] = None) -> bytes:
         "The bytes of sample `m`'s span in shard `s`, whole (else a named error: the shard changed)."
-        data = self._bytes(s, start, end - start)
+        data = self._bytes(s, start, end - start, size)
         if len(data) != end - start:
             raise ShardTruncatedError(
                 f'shard {shard_name(self.source.shards[s])} was cut or changed after it was indexed: sample {m} needs '
-                f'bytes {start:,} to {end:,}; create the dataset again (a changed shard is indexed again)'
+                f'bytes {start:,} to {end:,}; {self.spans.remedy}'
             )
         return data
 

@@ -27,7 +27,9 @@ __all__ = ['ScannedSpans', 'spans_by_scanning']
 
 # %% ../../nbs/streams/23c_scanned_spans.ipynb #8edb47106e1a46a883d545849b8ab81b
 class ScannedSpans:
-    "The spans of http(s) shards without a dataset index, read as `ShardSpans` reads them (`spans[s]`, `layout(s)`, `lengths`): the lengths from `_info.json` (nothing read), a shard's headers scanned the first time it is asked for, the scan kept in the node's index folder (one process of the node scans a shard: the others wait on its lock, then read the kept copy)."
+    "The spans of http(s) shards without a dataset index, read as the `Spans` protocol says: the lengths from `_info.json` (nothing read), a shard's headers scanned the first time it is asked for, the scan kept in the node's index folder (one process of the node scans a shard: the others wait on its lock, then read the kept copy) with the shard's size it was made from (`sized`: each read checks it), made again when a read finds the shard changed (`forget`)."
+
+    remedy = 'it was scanned again and still does not match: the shard is changing while it is read; read it once it is written'
 
     def __init__(
         self,
@@ -47,9 +49,13 @@ class ScannedSpans:
 
     def layout(self, s: int) -> np.ndarray:
         "Shard s's (n, 4) rows: span start and end, image and target header offsets in the span (-1: parsed); `SpanReader` holds the ones it reads."
-        rows = self._read_kept(s)
-        if rows is not None:
-            return rows
+        return self.sized(s)[0]
+
+    def sized(self, s: int) -> tuple:
+        "(shard s's rows, the shard's size they were made from): the node's kept scan, else a scan kept for the node."
+        got = self._read_kept(s)
+        if got is not None:
+            return got
         try:
             os.makedirs(self.folder, exist_ok=True)
             fd = open_held(lock := f'{self.folder}/scan{s % 64}.lock')
@@ -57,10 +63,10 @@ class ScannedSpans:
             return self._scan(s)
         try:
             wait_lock(fd, REQUEST_DEADLINE, self.source.shards[s], lock, 'scanning it', 'scanned spans', None)
-            rows = self._read_kept(s)  # another process of the node scanned it while we waited
-            if rows is None:
-                rows = self._scan(s)
-                data = rows.astype('<i8').tobytes()
+            got = self._read_kept(s)  # another process of the node scanned it while we waited
+            if got is None:
+                got = rows, size = self._scan(s)
+                data = np.array([size], '<i8').tobytes() + rows.astype('<i8').tobytes()
                 try:
                     with atomic_write(self._path(s), 'wb') as f:  # a reader sees a whole copy or none
                         f.write(hashlib.sha256(data).hexdigest()[:16].encode('ascii') + data)
@@ -68,34 +74,50 @@ class ScannedSpans:
                     pass
         finally:
             close_held(fd)
-        return rows
+        return got
+
+    def forget(self, s: int, rows: np.ndarray) -> bool:
+        "Drop the node's kept scan of shard s if it is still `rows` (a read found the shard changed since); the next `sized(s)` scans it again. A newer scan, made meanwhile by another process, is kept."
+        try:
+            fd = open_held(lock := f'{self.folder}/scan{s % 64}.lock')
+        except OSError:
+            return True  # nothing kept on this node: this process scans it again
+        try:
+            wait_lock(fd, REQUEST_DEADLINE, self.source.shards[s], lock, 'scanning it', 'scanned spans', None)
+            kept = self._read_kept(s)
+            if kept is not None and np.array_equal(kept[0], rows):
+                os.unlink(self._path(s))
+        finally:
+            close_held(fd)
+        return True
 
     def _path(self, s: int) -> str:
         return os.path.join(
             self.folder, hashlib.sha1(self.source.shards[s].encode('utf-8', 'surrogateescape')).hexdigest()[:20]
         )
 
-    def _read_kept(self, s: int) -> Optional[np.ndarray]:
-        "The node's copy of shard s's scan when it is whole (its digest matches, its rows the listed length); else None."
+    def _read_kept(self, s: int) -> Optional[tuple]:
+        "(rows, size) of the node's copy of shard s's scan when it is whole (its digest matches, its rows the listed length); else None."
         n = int(self.lengths[s])
         try:
             with open(os.open(self._path(s), os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0)), 'rb') as f:
-                blob = f.read(16 + 32 * n + 1)
+                blob = f.read(24 + 32 * n + 1)
         except OSError:
             return None  # none yet, a link (never followed) or unreadable: scanned
-        if len(blob) != 16 + 32 * n or hashlib.sha256(blob[16:]).hexdigest()[:16].encode('ascii') != blob[:16]:
-            return None
-        return np.frombuffer(blob[16:], '<i8').reshape(n, 4).astype(np.int64)
+        if len(blob) != 24 + 32 * n or hashlib.sha256(blob[16:]).hexdigest()[:16].encode('ascii') != blob[:16]:
+            return None  # a copy from before sizes were kept is one of these too: scanned again
+        size, rows = int(np.frombuffer(blob[16:24], '<i8')[0]), np.frombuffer(blob[24:], '<i8')
+        return rows.reshape(n, 4).astype(np.int64), size
 
-    def _scan(self, s: int) -> np.ndarray:
+    def _scan(self, s: int) -> tuple:
         url = self.source.shards[s]
-        samples = scan_shard(url)  # its size from the first ranged read: no HEAD
+        samples, size = scan_shard(url, with_size=True)  # its size from the first ranged read: no HEAD
         self.scanned += 1
         if len(samples) != self.lengths[s]:
             raise ShardError(
                 f'shard {shard_name(url)} holds {len(samples)} samples; _info.json says {self.lengths[s]}: write the shard or the info file again'
             )
-        return ListedSpans([spans := spans_of(samples)], [layout_of(samples, spans)]).layout(0)
+        return ListedSpans([spans := spans_of(samples)], [layout_of(samples, spans)]).layout(0), size
 
 # %% ../../nbs/streams/23c_scanned_spans.ipynb #938c804e27f84196a10c8828c723f798
 def spans_by_scanning(

@@ -186,6 +186,7 @@ def scan_shard(
     size: Optional[
         int
     ] = None,  # its size when known (`stat_shard`); None over http(s): the first ranged read says it (no HEAD)
+    with_size: bool = False,  # also return the size the scan read: `(samples, size)` (what a kept scan is checked by)
 ) -> list:
     "`[key, {extension: [offset, size]}]` of each sample of shard `path` in tar order, from its headers alone (no member is read), by `shard_io.tar_members`: linear in the headers' size."
     name = shard_name(_local(path))
@@ -198,7 +199,8 @@ def scan_shard(
         members = [(m, [off, n]) for m, off, n, _ in tar_members(f, name, file_size=file_size)]
     finally:
         f.close()
-    return [[k, s] for k, s in group_samples(members, name)]
+    samples = [[k, s] for k, s in group_samples(members, name)]
+    return (samples, file_size) if with_size else samples
 
 
 def _open_shard_file(path: str):
