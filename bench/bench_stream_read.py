@@ -4,7 +4,7 @@ the process and its workers (load moves it far less than images/s), and images/s
 
 - folder: `ImageDataset` over the image folder;
 - global: local shards in the global order, as the library reads them (`SpanReader`: a span's `pread`, its image and
-  target cut out where the dataset index says their headers are, `global_order.cut_sample`);
+  target cut out where the dataset index says their headers are, `spans.cut_sample`);
 - global, parsed: the same reads with every span parsed (what the library did before the index said where the headers
   are, and still does for an index of version 1 or a source with other keys);
 - global, the folder's files: the same stream (global order, its samples made as a stream makes them, the loader's

@@ -169,7 +169,7 @@ def test_a_shard_written_again_after_its_scan_is_scanned_again(tmp_path, image_s
     "A shard written again in place after the node kept its scan: the next process's read finds its size changed, drops"
     " the kept scan and scans the shard once more; every sample of the new shard once, none of the old; the next process"
     " reads the new kept scan (no scan). Before: a named but wrong error ('bad tar header') until the scan was deleted by hand."
-    from timmdata.streams.shard_io import ShardChangedError
+    from timmdata.streams.spans import ShardChangedError
     root, per = tmp_path / 'd', 2
     names = write_tiny_shards(root, 5, per)
     srv = CountingServer(root)

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import base64, hashlib, json, os, re, stat, threading, time, warnings
 from collections import OrderedDict
-from typing import Optional, Protocol
+from typing import Optional
 import numpy as np
 from timmdata.streams.shard_io import (
     IMAGE_KEYS,
@@ -48,7 +48,7 @@ from timmdata.streams.index_table import (
 # %% auto #0
 __all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'SPANS_KEPT', 'SPANS_FILES_KEPT', 'HINT_SHARDS', 'MAX_SPAN_BYTES',
            'MAX_SHARD_BYTES', 'spans_of', 'layout_of', 'write_dataset_index', 'parse_table', 'not_kept', 'DatasetIndex',
-           'node_table', 'read_dataset_index', 'Spans', 'ShardSpans', 'ListedSpans', 'dataset_spans', 'index_main']
+           'node_table', 'read_dataset_index', 'ShardSpans', 'ListedSpans', 'dataset_spans', 'index_main']
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #d849d83d
 DATASET_INDEX_FILE = '_timmdata_dataset_index.json'  # beside `_info.json`: every shard's size and sample spans
@@ -84,7 +84,7 @@ def layout_of(
     samples: list,  # a shard's samples as `shard_index.scan_shard` gives them
     spans: np.ndarray,  # their spans (`spans_of`)
 ) -> np.ndarray:
-    "Where each sample's image and target headers are in its span, as 512-byte blocks (an (n, 2) int32 array; -1: none): its first member of `IMAGE_KEYS` and of `TARGET_KEYS` (what a stream with the default keys reads), so a reader cuts them out of the span without parsing it (`global_order.cut_sample`)."
+    "Where each sample's image and target headers are in its span, as 512-byte blocks (an (n, 2) int32 array; -1: none): its first member of `IMAGE_KEYS` and of `TARGET_KEYS` (what a stream with the default keys reads), so a reader cuts them out of the span without parsing it (`spans.cut_sample`)."
     out = np.full((len(samples), 2), -1, np.int64)
     for j, (_, m) in enumerate(samples):
         for c, keys in ((0, IMAGE_KEYS), (1, TARGET_KEYS)):
@@ -488,29 +488,6 @@ def _fetch_table(url: str, retries: int, backoff: float, timeout: float) -> Opti
                 raise ShardError(f'could not read {shard_name(url)}: {e}') from e
             time.sleep(backoff * 4**attempt)
     return data
-
-# %% ../../nbs/streams/23b_dataset_index.ipynb #acae54e37e7d407bbb7b55eff062a284
-class Spans(Protocol):
-    "What a `global_order.SpanReader` reads a sample's span from, declared once: a dataset index's (`ShardSpans`), a list's (`ListedSpans`) or a scan's (`scanned_spans.ScannedSpans`)."
-
-    lengths: list  # each shard's sample count (nothing read)
-    remedy: str  # what the user does when the spans are stale (a shard changed after they were made)
-
-    def __len__(self) -> int: ...
-
-    def __getitem__(self, s: int) -> np.ndarray: ...  # shard s's (n, 2) spans
-
-    def layout(
-        self, s: int
-    ) -> np.ndarray: ...  # shard s's (n, 4) rows: the spans, where the image and target headers are
-
-    def sized(
-        self, s: int
-    ) -> tuple: ...  # (`layout(s)`, the shard's size they were made from: each read checks it; None: given apart)
-
-    def forget(self, s: int, rows: np.ndarray) -> bool:
-        "Drop shard s's `rows`, found stale by a read: True when `layout(s)` will make them again (a scan), False when only the user can (`remedy`)."
-        ...
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #3ca24669
 class ShardSpans:

@@ -16,7 +16,6 @@ from timmdata.streams.shard_io import (
     MAX_MEMBER_BYTES,
     REGULAR_KINDS,
     TARGET_KEYS,
-    ShardChangedError,
     ShardDeadlineError,
     ShardError,
     ShardNotFoundError,
@@ -28,8 +27,9 @@ from timmdata.streams.shard_io import (
     tar_header,
     url_scheme,
 )
-from .shard_index import INDEX_FILE, http_range, load_index
+from .shard_index import http_range, load_index
 from .shard_cache import cached_copy
+from .spans import ShardChangedError, cut_sample
 from .scanned_spans import spans_by_scanning
 from timmdata.streams.dataset_index import (
     SPANS_KEPT,
@@ -44,7 +44,7 @@ from ..core.untrusted import MAX_PARTITIONS, MAX_SAMPLES, printable
 # %% auto #0
 __all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'permute_index', 'GlobalOrder', 'epoch_length',
            'batch_pieces', 'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order', 'sample_spans',
-           'cut_sample', 'ShardBytes', 'SpanReader']
+           'ShardBytes', 'SpanReader']
 
 # %% ../../nbs/streams/24_global_order.ipynb #01df9e07
 _ROUNDS = 6  # Feistel rounds: 4 already make a pseudo-random permutation (Luby-Rackoff); 2 more for small domains
@@ -402,46 +402,6 @@ _PER_PROCESS = ('_files', '_copies', '_lock', '_pool', '_no_copy', '_rows')
 READ_GROUP = (
     16  # samples a local or cached reader reads before it yields the first of them (at most 16 samples' bytes ahead)
 )
-
-
-def cut_sample(
-    source: WdsSource,
-    read,  # read(offset, n): bytes of a sample's span (its tar records)
-    span: int,  # the span's size
-    url: str,  # its shard, for messages
-    at_image: int,
-    at_target: int,  # where its image and target headers are in the span (`DatasetIndex.layout`)
-) -> Optional[tuple]:
-    "(key, image bytes, target) of a sample's span cut out where the index says its image and target headers are: three reads (the image's header, the image straight into its bytes, the target's header with its block of data), no other record read; None when they are not an image and a one-block target member of one key, sizes inside the span (a name longer than a header holds, a changed shard): then the span is parsed, its headers checked."
-    if not (0 <= at_image <= span - 512 and 0 <= at_target <= span - 512):
-        return None
-    head, tail = read(at_image, 512), read(at_target, min(1024, span - at_target))
-    try:  # the names say which members these are; the checksums are the parse's
-        name, size, kind = tar_header(head, url, at_image, MAX_MEMBER_BYTES, checksum=False)
-        tname, tsize, tkind = tar_header(tail[:512], url, at_target, MAX_MEMBER_BYTES, checksum=False)
-    except (ShardError, IndexError):  # IndexError: a header cut short (the file was), which the parse names
-        return None
-    if (
-        kind not in REGULAR_KINDS
-        or tkind not in REGULAR_KINDS
-        or at_image + 512 + size > span
-        or tsize > len(tail) - 512
-    ):
-        return None
-    (key, ext), (tkey, text) = (
-        split_key(name.decode('utf-8', 'surrogateescape')),
-        split_key(tname.decode('utf-8', 'surrogateescape')),
-    )
-    if key != tkey or ext not in IMAGE_KEYS or text not in TARGET_KEYS:
-        return None
-    img = read(at_image + 512, size)
-    if len(img) != size:
-        return None
-    raw = {text: tail[512 : 512 + tsize]}
-    try:
-        return key, img, source.target_of(raw, '')
-    except ValueError:  # the sample named only when its target is bad
-        return key, img, source.target_of(raw, f'sample {key!r} of shard {shard_name(url)}')
 
 # %% ../../nbs/streams/24_global_order.ipynb #6b58487b
 class ShardBytes:

@@ -27,7 +27,7 @@ __all__ = ['ScannedSpans', 'spans_by_scanning']
 
 # %% ../../nbs/streams/23c_scanned_spans.ipynb #8edb47106e1a46a883d545849b8ab81b
 class ScannedSpans:
-    "The spans of http(s) shards without a dataset index, read as the `Spans` protocol says: the lengths from `_info.json` (nothing read), a shard's headers scanned the first time it is asked for, the scan kept in the node's index folder (one process of the node scans a shard: the others wait on its lock, then read the kept copy) with the shard's size it was made from (`sized`: each read checks it), made again when a read finds the shard changed (`forget`)."
+    "The spans of http(s) shards without a dataset index, read as the `spans.Spans` protocol says: the lengths from `_info.json` (nothing read), a shard's headers scanned the first time it is asked for, the scan kept in the node's index folder (one process of the node scans a shard: the others wait on its lock, then read the kept copy) with the shard's size it was made from (`sized`: each read checks it), made again when a read finds the shard changed (`forget`)."
 
     remedy = 'it was scanned again and still does not match: the shard is changing while it is read; read it once it is written'
 

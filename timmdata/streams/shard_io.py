@@ -22,10 +22,9 @@ from .net import http_open
 
 # %% auto #0
 __all__ = ['MAX_MEMBER_BYTES', 'REGULAR_KINDS', 'TAR_CHUNK', 'IMAGE_KEYS', 'TARGET_KEYS', 'ShardError', 'ShardNotFoundError',
-           'ShardTruncatedError', 'ShardChangedError', 'TransientShardError', 'ShardDeadlineError', 'url_scheme',
-           'shard_name', 'is_transient_error', 'expand_braces', 'join_url', 'shard_list', 'open_shard', 'tar_header',
-           'tar_members', 'iter_tar', 'split_key', 'group_samples', 'parse_keys', 'sample_target', 'load_info',
-           'WdsSource']
+           'ShardTruncatedError', 'TransientShardError', 'ShardDeadlineError', 'url_scheme', 'shard_name',
+           'is_transient_error', 'expand_braces', 'join_url', 'shard_list', 'open_shard', 'tar_header', 'tar_members',
+           'iter_tar', 'split_key', 'group_samples', 'parse_keys', 'sample_target', 'load_info', 'WdsSource']
 
 # %% ../../nbs/streams/22_shard_io.ipynb #f16af843
 from ..readers.class_map import RecordTargets
@@ -46,10 +45,6 @@ class ShardNotFoundError(ShardError, FileNotFoundError):
 
 class ShardTruncatedError(ShardError):
     "A tar stream that ends inside a member or without the end-of-archive blocks (retried when the shard is remote)."
-
-
-class ShardChangedError(ShardError):
-    "A shard that is not what its spans were made from (another size, or other records where they say): the spans are stale; spans made by a scan are made again, others are named with what to do (`dataset_index.Spans.remedy`)."
 
 
 class TransientShardError(ShardError):
@@ -334,7 +329,7 @@ def tar_header(
     url: str,  # the shard's name, for errors
     offset: int,  # where the header starts in the archive, for errors
     limit: int,  # the largest member size taken
-    checksum: bool = True,  # False: a header found by an index (`global_order.cut_sample`), whose name is checked instead
+    checksum: bool = True,  # False: a header found by an index (`spans.cut_sample`), whose name is checked instead
 ) -> tuple:
     "`(name, size, kind)` of a tar header, its checksum and size field checked (else `ShardError`); the name as bytes, a ustar prefix joined."
     chk, unsigned = (_octal(hdr[148:156]), _block_sum(hdr) - sum(hdr[148:156]) + 8 * 32) if checksum else (0, 0)
