@@ -9,7 +9,8 @@ two epochs; after each batch a model step in the training thread: 'none', or 'cp
 backward on the batch, on one torch thread: a CPU-bound step). Contenders alternate (interpreter, pipeline, step,
 mode) within each round. Printed, medians over the rounds:
 - img/s: images of the second epoch over its wall time;
-- CPU ms/img: user + system CPU of the process and its workers over the second epoch, per image (/proc/PID/stat);
+- CPU ms/img: user + system CPU of the process and its workers over the second epoch, per image (/proc/PID/stat; the
+  workers found through the loader: on Python 3.14 they start by forkserver and are the server's children, not ours);
 - PSS MB: the largest proportional set size of the process and its workers over the second epoch (shared pages
   divided among the processes that map them: /proc/PID/smaps_rollup); loader MB: the largest anonymous and shared-memory
   PSS (Pss_Anon + Pss_Shmem: the heaps and the batches in shared memory, not the libraries' pages, which other
@@ -36,9 +37,11 @@ net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 5, stride=4), torch.nn.ReLU(), 
                           torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
 def model_step(x):
     if step == 'cpu': net(x).sum().backward()
-def kids():
-    try: return [int(p) for p in open(f'/proc/{os.getpid()}/task/{os.getpid()}/children').read().split()]
-    except OSError: return []
+from timmdata.core.torch_compat import loader_worker_pids
+def kids():  # this process's children (a forkserver among them), and the loader's workers: under forkserver (Python 3.14's default) they are the server's children
+    try: ks = {int(p) for p in open(f'/proc/{os.getpid()}/task/{os.getpid()}/children').read().split()}
+    except OSError: ks = set()
+    return sorted(ks | set(loader_worker_pids(ld) if 'ld' in globals() else ()))
 TICK = os.sysconf('SC_CLK_TCK')
 def cpu_of(pid):
     try: f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()

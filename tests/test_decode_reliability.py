@@ -187,7 +187,8 @@ def test_failed_decodes_release_every_buffer():
         assert sys.getrefcount(buf) == refs
     assert failures >= 6
     out = native.decode_crop(bytearray(good), 0, 0, 48, 64)[0]
-    assert sys.getrefcount(out) == 2 and len(out) == 48 * 64 * 3  # the output lives only in what was returned
+    alone = bytearray(1)  # what getrefcount says of an object held by one name (2 before Python 3.14, 1 from 3.14: borrowed refs)
+    assert sys.getrefcount(out) == sys.getrefcount(alone) and len(out) == 48 * 64 * 3  # the output lives only in what was returned
 
 @needs_native
 def test_whole_decode_fails_on_damage_a_top_crop_never_reads():

@@ -186,11 +186,15 @@ def _first_draws(loader):
     return draws[0], draws[1]  # batch 0 from worker 0, batch 1 from worker 1 (round robin)
 
 
+def _seed_by_id(info):
+    return 1000 + info.id
+
+
 @pytest.mark.parametrize('seeding', ['all', 'part', 'callable'])
 def test_worker_seeds_differ_per_worker_and_rank(seeding):
     def make(rank):
         torch.manual_seed(0)  # every "rank" seeded alike, as a careless script would
-        ws = (lambda info: 1000 + info.id) if seeding == 'callable' else seeding
+        ws = _seed_by_id if seeding == 'callable' else seeding  # top level: forkserver and spawn pickle it
         return DataLoader(SeedDataset(), batch_size=1, num_workers=2, collate_fn=fast_collate,
                           worker_init_fn=partial(worker_init, worker_seeding=ws, rank=rank))
     r0, r1 = _first_draws(make(0)), _first_draws(make(1))

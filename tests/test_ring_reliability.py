@@ -26,16 +26,16 @@ class IndexImages(torch.utils.data.Dataset):
 class Trap(IndexImages):
     "Sample `at`, the first time it is made, runs `act` in its worker (a signal to the main process, or the worker's death)."
     def __init__(self, at, act, armed=True):
-        super().__init__(); self.at, self.act = at, act
+        super().__init__(); self.at, self.act, self.main = at, act, os.getpid()  # the main process: under forkserver not the parent
         self.armed = torch.full((1,), int(armed), dtype=torch.int32).share_memory_()  # seen by every forked worker
     def __getitem__(self, i):
         if i == self.at and int(self.armed[0]) == 1:
             self.armed[0] = 0
-            self.act()
+            self.act(self.main)
         return super().__getitem__(i)
 
-def interrupt_main(): os.kill(os.getppid(), signal.SIGINT); time.sleep(0.5)  # main waits for this batch meanwhile
-def die(): time.sleep(0.5); os.kill(os.getpid(), signal.SIGKILL)  # main waits for this batch when the worker dies
+def interrupt_main(main): os.kill(main, signal.SIGINT); time.sleep(0.5)  # main waits for this batch meanwhile
+def die(main): time.sleep(0.5); os.kill(os.getpid(), signal.SIGKILL)  # main waits for this batch when the worker dies
 
 def ids_of(x):
     "Undo the normalisation (mean 0, std 1) and read each image's index back."
@@ -170,7 +170,8 @@ class Spy:
     def __getattr__(self, name): return getattr(self.nat, name)
 
 def ring_epochs(ring, epochs=2):
-    dl = torch.utils.data.DataLoader(IndexImages(64), batch_size=8, num_workers=2, collate_fn=ring)
+    # forked workers: they see the test's monkeypatch of the extension (forkserver's and spawn's import it afresh)
+    dl = torch.utils.data.DataLoader(IndexImages(64), batch_size=8, num_workers=2, collate_fn=ring, multiprocessing_context='fork')
     for _ in range(epochs):
         ys = []
         for x, y in dl:
@@ -330,10 +331,11 @@ def test_a_script_ending_with_a_live_iterator_exits_quietly(tmp_path, mode):
         # thread workers read timmdata datasets only: a generated folder there
         + (f'ds = ImageDataset(str(make_sample_dataset({str(tmp_path / "s")!r}, n_train=2, n_val=1, num_workers=0) / "train"))\n'
            if mode == 'thread' else 'ds = IndexImages()\n')
-        + f'ld = create_loader(ds, (3, 16, 16), 8, num_workers=2, device="cpu", worker_mode={mode!r})\n'
-        'it = iter(ld)\n'
-        'x, y = next(it)\n'
-        'print("pids", *(w.pid for w in getattr(getattr(ld.loader, "_iterator", None), "_workers", [])), flush=True)\n'
+        + 'if __name__ == "__main__":  # forkserver and spawn (Python 3.14, macOS) import the script again in each worker\n'
+        f'    ld = create_loader(ds, (3, 16, 16), 8, num_workers=2, device="cpu", worker_mode={mode!r})\n'
+        '    it = iter(ld)\n'
+        '    x, y = next(it)\n'
+        '    print("pids", *(w.pid for w in getattr(getattr(ld.loader, "_iterator", None), "_workers", [])), flush=True)\n'
     )
     with hang_guard(120):
         r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=110)

@@ -1,6 +1,7 @@
 """Issue 14, the store and tar readers at scale: bounded file descriptors (a 5,000-chunk store read by 2 workers under
 an open-file limit of 256; many tars; no os.pread), damaged or rebuilt stores (StoreDamagedError, never wrong pixels),
 atomic and fsynced store files, and concurrent builders into one folder."""
+import multiprocessing
 import io, json, os, resource, shutil, sys, tarfile, tempfile, time, traceback
 from pathlib import Path
 import numpy as np
@@ -97,6 +98,7 @@ def test_5000_chunk_store_through_create_loader_under_fd_limit_256(tmp_path, no_
         def read_all():  # in the child: limit 256, then an epoch through create_loader
             resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
             torch.set_num_threads(1)
+            multiprocessing.set_start_method('fork', force=True)  # workers that see the patch below (this child's own setting)
             real, peak = ReaderStore.__getitem__, {}
             def counted(self, i):  # the open descriptors of the worker while it holds a sample
                 px, label = real(self, i)

@@ -271,10 +271,13 @@ def test_mixup_subclass_without_overrides_keeps_explicit_draws(mode):
     torch.testing.assert_close(a, b)
 
 
+class _HalfAndHalfCollate(_HalfAndHalf, FastCollateMixup):  # top level: forkserver and spawn pickle it by name
+    pass
+
+
 def test_mixup_subclass_as_the_loaders_collate_in_workers():
     "A timm-style FastCollateMixup subclass as create_loader's collate_fn, in DataLoader workers (a copy per worker)."
-    cls = type('Sub', (_HalfAndHalf, FastCollateMixup), {})
-    loader = _loader(Shades(8), use_prefetcher=True, collate_fn=cls(num_classes=8, label_smoothing=0.0, mode='batch'),
+    loader = _loader(Shades(8), use_prefetcher=True, collate_fn=_HalfAndHalfCollate(num_classes=8, label_smoothing=0.0, mode='batch'),
                      mean=(0, 0, 0), std=(1, 1, 1))
     for x, t in loader:
         n = len(t)

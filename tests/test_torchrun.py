@@ -16,19 +16,22 @@ RANK_SCRIPT = textwrap.dedent('''
     import torch.distributed as dist
     from timmdata.loader import create_loader
     from timmdata.streams.streaming import IterableImageDataset
-    root, out = sys.argv[1], sys.argv[2]
-    dist.init_process_group('gloo')
-    rank = dist.get_rank()
-    ds = IterableImageDataset(root, reader='wds/toy', is_training=True, batch_size=4, shuffle_size=64, shuffle_initial=16)
-    loader = create_loader(ds, (3, 16, 16), 4, is_training=True, num_workers=2, distributed=True, device='cpu')
-    res = {'world': dist.get_world_size(), 'len': len(loader), 'epochs': []}
-    for epoch in range(2):
-        ds.set_epoch(epoch)
-        ys = [y.tolist() for _, y in loader]
-        res['epochs'].append(ys)
-        dist.barrier()
-    with open(os.path.join(out, f'rank{rank}.json'), 'w') as f: json.dump(res, f)
-    dist.destroy_process_group()
+    def main():  # guarded: forkserver and spawn (Python 3.14, macOS) import the script again in each loader worker
+        root, out = sys.argv[1], sys.argv[2]
+        dist.init_process_group('gloo')
+        rank = dist.get_rank()
+        ds = IterableImageDataset(root, reader='wds/toy', is_training=True, batch_size=4, shuffle_size=64, shuffle_initial=16)
+        loader = create_loader(ds, (3, 16, 16), 4, is_training=True, num_workers=2, distributed=True, device='cpu')
+        res = {'world': dist.get_world_size(), 'len': len(loader), 'epochs': []}
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            ys = [y.tolist() for _, y in loader]
+            res['epochs'].append(ys)
+            dist.barrier()
+        with open(os.path.join(out, f'rank{rank}.json'), 'w') as f: json.dump(res, f)
+        dist.destroy_process_group()
+    if __name__ == '__main__':
+        main()
 ''')
 
 

@@ -154,13 +154,15 @@ def test_searches_again_when_the_wait_grows(root, monkeypatch):
     assert rounds[3] == (1, 'thread', 1, 4)  # the search again, from the kept setting
 
 
-def test_stream_keeps_its_first_setting():
-    class Stream(torch.utils.data.IterableDataset):
-        transform = None
+class _Stream(torch.utils.data.IterableDataset):  # top level: forkserver and spawn pickle it by name
+    transform = None
 
-        def __iter__(self):
-            yield from ((torch.zeros(3, 8, 8, dtype=torch.uint8), 0) for _ in range(8))
-    ld = create_loader(Stream(), 8, 4, num_workers='auto', device='cpu', collate_fn=None, use_prefetcher=False)
+    def __iter__(self):
+        yield from ((torch.zeros(3, 8, 8, dtype=torch.uint8), 0) for _ in range(8))
+
+
+def test_stream_keeps_its_first_setting():
+    ld = create_loader(_Stream(), 8, 4, num_workers='auto', device='cpu', collate_fn=None, use_prefetcher=False)
     t = ld.tuning()
     assert t['done'] and 'stream' in t['why'] and len(t['trials']) == 1
     assert sum(len(x) for x, _ in ld) == 8

@@ -112,13 +112,14 @@ import sys, time
 from pathlib import Path
 from timmdata import ImageDataset, create_loader
 
-data, stop = sys.argv[1], Path(sys.argv[2])
-loader = create_loader(ImageDataset(data), 32, 4, is_training=True, num_workers=2, worker_mode='process', device='cpu',
-                       seed=0, persistent_workers=True)
-deadline = time.time() + 120
-while not stop.exists() and time.time() < deadline:
-    for x, y in loader:
-        time.sleep(0.02)  # the model's step
+if __name__ == '__main__':  # forkserver and spawn (Python 3.14, macOS) import the script again in each worker
+    data, stop = sys.argv[1], Path(sys.argv[2])
+    loader = create_loader(ImageDataset(data), 32, 4, is_training=True, num_workers=2, worker_mode='process', device='cpu',
+                           seed=0, persistent_workers=True)
+    deadline = time.time() + 120
+    while not stop.exists() and time.time() < deadline:
+        for x, y in loader:
+            time.sleep(0.02)  # the model's step
 '''
 
 

@@ -10,7 +10,8 @@ from .engine.collate import BatchCollate, fast_collate, new_uint8
 from .config import Draws, SampleBatch
 
 # %% auto #0
-__all__ = ['one_hot', 'mixup_target', 'rand_bbox', 'rand_bbox_minmax', 'cutmix_bbox_and_lam', 'Mixup', 'FastCollateMixup']
+__all__ = ['NUMPY_GLOBAL', 'one_hot', 'mixup_target', 'rand_bbox', 'rand_bbox_minmax', 'cutmix_bbox_and_lam', 'NumpyGlobalStream',
+           'Mixup', 'FastCollateMixup']
 
 # %% ../nbs/29_mixup.ipynb #3cd5db51
 def one_hot(
@@ -231,6 +232,18 @@ def _mix_params(
         return fn(*args, rng=r)
     return fn(*args)
 
+# %% ../nbs/29_mixup.ipynb #2a44c1e1
+class NumpyGlobalStream:
+    "numpy's global random stream (`np.random`'s functions) as an object that pickles: a worker process's copy draws from that process's global stream, as `np.random` would there."
+
+    def __getattr__(self, name: str):
+        if name.startswith('__'):  # pickle and copy ask for dunders: this object's own, never the module's
+            raise AttributeError(name)
+        return getattr(np.random, name)
+
+
+NUMPY_GLOBAL = NumpyGlobalStream()
+
 # %% ../nbs/29_mixup.ipynb #b5b37db4
 class Mixup:
     "Mixup / CutMix of a float batch and its labels, per batch, per pair or per element; returns (batch, soft targets)."
@@ -272,7 +285,7 @@ class Mixup:
         self.mixup_alpha, self.cutmix_alpha, self.cutmix_minmax = mixup_alpha, cutmix_alpha, cutmix_minmax
         self.mix_prob, self.switch_prob, self.label_smoothing = prob, switch_prob, label_smoothing
         self.num_classes, self.multi_label, self.mode, self.correct_lam = num_classes, multi_label, mode, correct_lam
-        self.rng = np.random if rng is None else rng
+        self.rng = NUMPY_GLOBAL if rng is None else rng  # numpy's global stream, in a form that pickles
         # the training loop (or PrefetchLoader) switches mixing off, e.g. for the last epochs. The flag lives in shared
         # memory: a FastCollateMixup runs inside persistent DataLoader workers, which hold their own copy of this object
         self._enabled = torch.ones(1, dtype=torch.bool).share_memory_()

@@ -4,12 +4,14 @@
 
 # %% ../../nbs/core/01_torch_compat.ipynb #4e629ef1
 from __future__ import annotations
+import multiprocessing, pickle
 from typing import Optional, Protocol, runtime_checkable
 import torch
 
 # %% auto #0
 __all__ = ['kept_iterator', 'forget_iterator', 'keep_iterator', 'WrapsWorkers', 'worker_processes', 'shutdown_workers',
-           'loader_worker_pids', 'IteratorParts', 'new_shared_storage', 'cuda_default_generator', 'aa_resize_kernels']
+           'loader_worker_pids', 'IteratorParts', 'worker_pickling_error', 'new_shared_storage',
+           'cuda_default_generator', 'aa_resize_kernels']
 
 # %% ../../nbs/core/01_torch_compat.ipynb #de6d51b1
 # checked: torch 2.0 to 2.14 (DataLoader keeps a persistent_workers iterator in `_iterator`, None otherwise)
@@ -88,9 +90,32 @@ class IteratorParts:
     def _get_iterator(self):
         self._making_iterator = True
         try:
-            return super()._get_iterator()
+            return super()._get_iterator()  # worker processes start here
+        except (TypeError, AttributeError, pickle.PicklingError) as e:
+            why = worker_pickling_error(self, e)
+            if why is None:
+                raise
+            raise why from e
         finally:
             self._making_iterator = False
+
+# %% ../../nbs/core/01_torch_compat.ipynb #929edcb9
+def worker_pickling_error(
+    loader,  # the DataLoader whose worker processes could not start
+    e: BaseException,  # what starting them raised
+) -> Optional[Exception]:
+    "A `TypeError` that says why a DataLoader's worker processes could not start when what they run does not pickle (start methods other than fork pickle it), and what to do; None for any other error."
+    ctx = loader.multiprocessing_context
+    method = ctx.get_start_method() if ctx is not None else multiprocessing.get_start_method()
+    text = ' '.join([str(e), *getattr(e, '__notes__', [])])
+    if loader.num_workers == 0 or method == 'fork' or 'pickle' not in text:
+        return None
+    return TypeError(
+        f"the loader's worker processes start by {method!r} (Python 3.14's default on Linux), which pickles the dataset, "
+        f'its transforms and the collate_fn for each worker, and one of them does not pickle: {text}. Define functions '
+        "and classes at a module's top level (not a lambda, not inside a function; functools.partial of a top-level "
+        "function pickles), or use worker_mode='thread' (threads share them: no pickling)"
+    )
 
 # %% ../../nbs/core/01_torch_compat.ipynb #ee3e9a90
 # checked: torch 2.0 to 2.14 (what torch's own default_collate uses in a worker: a storage in shared memory, no copy)
