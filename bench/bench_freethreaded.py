@@ -32,6 +32,8 @@ warnings.simplefilter('ignore')
 import torch
 from timmdata import ImageDataset, create_loader
 root, mode, pipe, step, workers = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+if mode == 'fork':  # worker processes started by fork, whatever the interpreter's default (forkserver on 3.14)
+    import multiprocessing; multiprocessing.set_start_method('fork', force=True); mode = 'process'
 torch.set_num_threads(1)  # the model step on one core: the workers have the other (2 cores)
 net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 5, stride=4), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3, stride=2),
                           torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
@@ -103,6 +105,7 @@ def main(argv=None):
     p.add_argument('--ft', default=str(REPO / '.ft/venv/bin/python'), help='the free-threaded build (make ft-python)')
     p.add_argument('--root', help='an image folder (default: generated)')
     p.add_argument('--json', help='write every run here')
+    p.add_argument('--modes', default='thread,process', help="'thread', 'process' (the interpreter's start method: forkserver from Python 3.14), 'fork' (processes started by fork)")
     a = p.parse_args(argv)
     pys = {k: v for k, v in (('gil', a.gil), ('ft', a.ft)) if v}
     for k, v in pys.items():
@@ -114,7 +117,8 @@ def main(argv=None):
         atexit.register(shutil.rmtree, tmp, True)  # the generated images go when the run ends
         root = make_sample_dataset(tmp / 's', n_train=a.n // 10, n_val=1, size=(500, 375)) / 'train'
     pipes, steps = a.pipes.split(','), a.steps.split(',')
-    cons = [(py, pi, st, m) for pi in pipes for st in steps for py in pys for m in ('thread', 'process')]
+    modes = a.modes.split(',')
+    cons = [(py, pi, st, m) for pi in pipes for st in steps for py in pys for m in modes]
     res = {c: [] for c in cons}
     for r in range(a.rounds):
         for c in cons:
@@ -131,11 +135,12 @@ def main(argv=None):
     for c, m in med.items():
         print(f'{c[0]:6s} {c[1]:8s} {c[2]:5s} {c[3]:8s} {m["ips"]:7.0f} {m["cpu_ms"]:10.2f} {m["pss"]:7.0f} {m["loader"]:9.0f} {m["rss"]:7.0f} {m["first"]:7.2f} '
               f'{m["step"]:8.1f}')
-    print('\nthread / process (img/s, CPU per image, PSS, the loader\'s PSS, RSS, first batch):')
-    for py in pys:
+    for other in [m for m in modes if m != 'thread' and 'thread' in modes]:
+      print(f'\nthread / {other} (img/s, CPU per image, PSS, the loader\'s PSS, RSS, first batch):')
+      for py in pys:
         for pi in pipes:
             for st in steps:
-                t, q = med[(py, pi, st, 'thread')], med[(py, pi, st, 'process')]
+                t, q = med[(py, pi, st, 'thread')], med[(py, pi, st, other)]
                 print(f'  {py:4s} {pi:5s} step {st:5s}: img/s {t["ips"] / q["ips"]:.2f}x, CPU/img {t["cpu_ms"] / q["cpu_ms"]:.2f}x, '
                       f'PSS {t["pss"] / q["pss"]:.2f}x, loader {t["loader"] / q["loader"]:.2f}x, RSS {t["rss"] / q["rss"]:.2f}x, '
                       f'first batch {t["first"] / q["first"]:.2f}x')
@@ -143,11 +148,11 @@ def main(argv=None):
         print('\nfree-threaded / GIL (same pipeline, step and mode):')
         for pi in pipes:
             for st in steps:
-                for m in ('thread', 'process'):
+                for m in modes:
                     f, g = med[('ft', pi, st, m)], med[('gil', pi, st, m)]
                     print(f'  {pi:5s} step {st:5s} {m:8s}: img/s {f["ips"] / g["ips"]:.2f}x, CPU/img {f["cpu_ms"] / g["cpu_ms"]:.2f}x, '
                           f'PSS {f["pss"] / g["pss"]:.2f}x')
-    if 'ft' in pys:
+    if 'ft' in pys and {'thread', 'process'} <= set(modes):
         print('\ngoals (free-threaded, thread / process):')
         for pi in pipes:
             for st in steps:

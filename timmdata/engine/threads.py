@@ -82,13 +82,14 @@ def default_worker_mode(
     collate_fn=None,  # create_loader's `collate_fn` (None: its own)
     thread_ok: bool = True,  # False where `check_worker_mode` would refuse threads (streams, scheduled, multi-epoch...)
 ) -> str:
-    """`create_loader(worker_mode='auto')`'s choice, the rule measured in "Threads or processes: measured": threads where
-    the model step runs on the CPU (1.13x the processes' throughput, the model's own step 0.82x the time, 0.94x the
-    memory), processes where it runs on a GPU (threads 0.97x: no win) and wherever threads are not taken. The same on a
-    free-threaded build: there too threads were not faster in every case without a CPU step ("Free-threaded Python")."""
+    """`create_loader(worker_mode='auto')`'s choice, the rule measured in "Threads or processes: measured": under the GIL,
+    threads where the model step runs on the CPU (1.13x the processes' throughput, the model's own step 0.82x the time,
+    0.94x the memory), processes where it runs on a GPU (threads 0.97x: no win); on a free-threaded build (3.14t), threads
+    wherever they are taken, on any device (1.77x to 2.19x the processes' img/s with or without a CPU step, 0.43x to 0.48x
+    their memory: "Free-threaded Python"). Processes wherever threads are not taken."""
     ours = isinstance(dataset, ImageDataset) and (collate_fn is None or isinstance(collate_fn, BatchCollate))
     takes = thread_ok and ours and num_workers >= 1
-    return 'thread' if takes and device.type == 'cpu' else 'process'
+    return 'thread' if takes and (device.type == 'cpu' or not gil_enabled()) else 'process'
 
 # %% ../../nbs/engine/37_threads.ipynb #e8cfb897
 class ThreadWorkers:
