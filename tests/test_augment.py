@@ -127,11 +127,15 @@ def test_odd_batches(batch, n):
     assert out.shape[0] == t.shape[0] == n // 2
 
 
+def _seed_numpy(w):
+    np.random.seed(1234 + w)
+
+
 def test_dataloader_workers_odd_last_batch():
     "FastCollateMixup as a DataLoader collate_fn in worker processes; the last batch (7 of 39) is odd."
     data = [(torch.full((3, 16, 16), i, dtype=torch.uint8), i % 10) for i in range(39)]
     dl = torch.utils.data.DataLoader(data, batch_size=8, num_workers=2, collate_fn=FastCollateMixup(mode='elem', num_classes=10),
-                                     worker_init_fn=lambda w: np.random.seed(1234 + w))
+                                     worker_init_fn=_seed_numpy)  # top level: forkserver and spawn pickle it
     sizes = []
     for xb, tb in dl:
         assert xb.dtype == torch.uint8 and tb.dtype == torch.float32

@@ -216,28 +216,31 @@ _TRAIN = textwrap.dedent('''
     from _datasets import IndexDataset
     from timmdata.loader import create_loader
     from timmdata.mixup import FastCollateMixup
-    out, every, epochs = sys.argv[1], int(sys.argv[2]), 2
-    torch.manual_seed(0)
-    dl = create_loader(IndexDataset({train!r}), 24, 2, is_training=True, num_workers=2, device='cpu', re_prob=0.5,
-                       re_mode='pixel', collate_fn=FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=24))
-    hashes, state = os.path.join(out, 'hashes.txt'), os.path.join(out, 'state.pkl')
-    start, step = 0, 0
-    if os.path.exists(state):
-        with open(state, 'rb') as f: ck = pickle.load(f)
-        dl.load_state_dict(ck['loader']); start, step = ck['epoch'], ck['steps']
-        with open(hashes) as f: kept = f.readlines()[:step]  # batches after the last save are done again
-        with open(hashes, 'w') as f: f.writelines(kept)
-    with open(hashes, 'a') as f:
-        for epoch in range(start, epochs):
-            dl.set_epoch(epoch)
-            for x, y in dl:
-                f.write(hashlib.sha1(x.numpy().tobytes() + y.numpy().tobytes()).hexdigest() + chr(10)); f.flush()
-                step += 1
-                if step % every == 0:
-                    sd = dl.state_dict()
-                    with open(state + '.tmp', 'wb') as g: pickle.dump(dict(loader=sd, epoch=epoch + sd['done'], steps=step), g)
-                    os.replace(state + '.tmp', state)
-                time.sleep(0.05)
+    def main():  # guarded: forkserver and spawn (Python 3.14, macOS) import the script again in each worker
+        out, every, epochs = sys.argv[1], int(sys.argv[2]), 2
+        torch.manual_seed(0)
+        dl = create_loader(IndexDataset({train!r}), 24, 2, is_training=True, num_workers=2, device='cpu', re_prob=0.5,
+                           re_mode='pixel', collate_fn=FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=24))
+        hashes, state = os.path.join(out, 'hashes.txt'), os.path.join(out, 'state.pkl')
+        start, step = 0, 0
+        if os.path.exists(state):
+            with open(state, 'rb') as f: ck = pickle.load(f)
+            dl.load_state_dict(ck['loader']); start, step = ck['epoch'], ck['steps']
+            with open(hashes) as f: kept = f.readlines()[:step]  # batches after the last save are done again
+            with open(hashes, 'w') as f: f.writelines(kept)
+        with open(hashes, 'a') as f:
+            for epoch in range(start, epochs):
+                dl.set_epoch(epoch)
+                for x, y in dl:
+                    f.write(hashlib.sha1(x.numpy().tobytes() + y.numpy().tobytes()).hexdigest() + chr(10)); f.flush()
+                    step += 1
+                    if step % every == 0:
+                        sd = dl.state_dict()
+                        with open(state + '.tmp', 'wb') as g: pickle.dump(dict(loader=sd, epoch=epoch + sd['done'], steps=step), g)
+                        os.replace(state + '.tmp', state)
+                    time.sleep(0.05)
+    if __name__ == '__main__':
+        main()
 ''')
 
 

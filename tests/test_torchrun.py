@@ -17,7 +17,9 @@ RANK_SCRIPT = textwrap.dedent('''
     from timmdata.loader import create_loader
     from timmdata.streams.streaming import IterableImageDataset
     def main():  # guarded: forkserver and spawn (Python 3.14, macOS) import the script again in each loader worker
-        root, out = sys.argv[1], sys.argv[2]
+        root, out, start = sys.argv[1], sys.argv[2], sys.argv[3]
+        if start != 'default':
+            import multiprocessing; multiprocessing.set_start_method(start, force=True)
         dist.init_process_group('gloo')
         rank = dist.get_rank()
         ds = IterableImageDataset(root, reader='wds/toy', is_training=True, batch_size=4, shuffle_size=64, shuffle_initial=16)
@@ -35,7 +37,10 @@ RANK_SCRIPT = textwrap.dedent('''
 ''')
 
 
-def test_torchrun_two_nodes(tmp_path):
+@pytest.mark.parametrize('start', ['default', 'forkserver'])
+def test_torchrun_two_nodes(tmp_path, start):
+    "With the platform's start method and with forkserver (Python 3.14's default on Linux), whose workers have no process"
+    " group: each rank's workers read that rank's share, not the whole dataset (fixed: the stream carries the rank's view)."
     root = write_timm_shards(tmp_path / 'shards', n_shards=N_SHARDS, per_shard=PER_SHARD)
     script = tmp_path / 'rank.py'; script.write_text(RANK_SCRIPT)
     out = tmp_path / 'out'; out.mkdir()
@@ -45,7 +50,7 @@ def test_torchrun_two_nodes(tmp_path):
     nodes = [subprocess.Popen([sys.executable, '-m', 'torch.distributed.run', '--nnodes', '2', '--nproc-per-node', '2',
                                '--node-rank', str(n), '--rdzv-backend', 'c10d', '--rdzv-endpoint', f'127.0.0.1:{port}',
                                '--rdzv-id', 'timmdata-test', '--rdzv-conf', f'is_host={int(n == 0)}',
-                               '--max-restarts', '0', '--monitor-interval', '0.2', str(script), str(root), str(out)],
+                               '--max-restarts', '0', '--monitor-interval', '0.2', str(script), str(root), str(out), start],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in (0, 1)]
     logs = []
     try:

@@ -151,7 +151,26 @@ class EvenOverWorkers(Protocol):
 class OrderPartitions:
     """The global order's canonical partitions (`timmdata.streams.global_order`: a node's ranks read one partition's
     blocks, so each shard is downloaded by about one node an epoch): as given (`_partitions`), as a loaded state says,
-    else the nodes at the run's start; kept in slot 5 of the shared `_state` (0: not fixed yet), so workers see it."""
+    else the nodes at the run's start; kept in slot 5 of the shared `_state` (0: not fixed yet), so workers see it. And
+    this rank's place in torch.distributed (`_dist`), carried into the copies sent to worker processes: a worker started by
+    forkserver (Python 3.14's default on Linux) or spawn has no process group of its own, and a copy that asked there would
+    read the whole dataset on every rank."""
+
+    def _dist(self) -> tuple:
+        "(rank, world size): as set (`_rank`, `_world`), else the process group's, else (0, 1)."
+        if self._world is not None:
+            return self._rank, self._world
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+
+    def __getstate__(self):
+        "A copy (a worker process's) with this rank's view of the process group, and the partitions fixed first (in the shared `_state`, from the group's nodes)."
+        d = self.__dict__.copy()
+        if self._world is None and dist.is_available() and dist.is_initialized():
+            self.partitions  # noqa: B018 (fixed now, in the shared state, as a forked worker would have fixed it)
+            d['_rank'], d['_world'] = self._dist()
+        return d
 
     @property
     def partitions(self) -> int:
@@ -278,13 +297,6 @@ class StreamPlan(OrderPartitions, StreamBounds):
         "order='global': global samples delivered after `batches` more batches of every rank (from the resume point)."
         flag, start_epoch, done = self._state[1:4].tolist()
         return (done if flag and start_epoch == self.epoch else 0) + batches * self.batch_size * self._dist()[1]
-
-    def _dist(self) -> tuple:
-        if self._world is not None:
-            return self._rank, self._world
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-        return 0, 1
 
     def global_workers(self) -> int:
         "World size times workers per rank (as set by `set_loader_cfg`; 1 if it was not called)."
