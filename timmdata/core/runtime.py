@@ -4,7 +4,7 @@
 
 # %% ../../nbs/core/02_runtime.ipynb #28c0d53e
 from __future__ import annotations
-import math, sys
+import math, multiprocessing, sys
 from contextlib import contextmanager
 from typing import Optional, Protocol, Sequence, runtime_checkable
 import numpy as np
@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['SEED_MIX', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'rank_seed', 'SetsEpoch', 'delegated',
+__all__ = ['SEED_MIX', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'rank_seed', 'default_start_method',
+           'interactive_session', 'fork_wanted', 'interactive_start', 'fork_in_notebook', 'SetsEpoch', 'delegated',
            'sets_epoch', 'pass_epoch', 'pass_loader_epoch']
 
 # %% ../../nbs/core/02_runtime.ipynb #cc278d7d
@@ -108,6 +109,42 @@ def rank_seed(seed: Optional[int] = None) -> int:
     if seed is not None:
         return seed
     return (int(torch.randint(2**62, ())) + default_rank() * SEED_MIX) % 2**63
+
+# %% ../../nbs/core/02_runtime.ipynb #29e674ef
+def default_start_method() -> str:
+    "The start method worker processes get when none is given: the one set, else the platform's default (fixed by neither)."
+    return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+
+
+def interactive_session() -> bool:
+    "Is this an interactive session (a REPL, a Jupyter kernel, an IPython shell running cells) whose `__main__` a new worker process cannot import again?"
+    if getattr(sys.modules.get('__main__'), '__file__', None) is None:
+        return True
+    ipython = sys.modules.get('IPython')
+    return ipython is not None and ipython.get_ipython() is not None
+
+
+def fork_wanted() -> bool:
+    "Would worker processes started from here fail to find what this session defined, on a machine that could fork them instead?"
+    return (
+        'fork' in multiprocessing.get_all_start_methods() and default_start_method() != 'fork' and interactive_session()
+    )
+
+
+def interactive_start(
+    num_workers: int,
+    kwargs: dict,  # DataLoader's keyword arguments
+) -> dict:
+    "`kwargs` with `multiprocessing_context='fork'` where `fork_wanted()` and the caller set no context; else as given."
+    if num_workers <= 0 or kwargs.get('multiprocessing_context') is not None or not fork_wanted():
+        return kwargs
+    return {**kwargs, 'multiprocessing_context': 'fork'}
+
+
+def fork_in_notebook():
+    "Start this session's worker processes by fork from now on where `fork_wanted()`: for a notebook whose own DataLoaders run classes defined in its cells."
+    if fork_wanted():
+        multiprocessing.set_start_method('fork', force=True)
 
 # %% ../../nbs/core/02_runtime.ipynb #b2d80e1a
 @runtime_checkable

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/engine/35_resume.ipynb #e5873019
 from __future__ import annotations
-import inspect, multiprocessing, random, sys, time
+import inspect, random, time
 from functools import partial
 from collections import deque
 from typing import Callable, Iterator, Optional, Protocol, runtime_checkable
@@ -15,7 +15,7 @@ from ..config import mix_seed
 from .feeder import Marks
 from ..dataset import DecodeTransform
 from ..core.stages import COLLATE, DECODE, OPS, COLUMNS, LoaderStats, WorkerRows, batch_images, stage_clock
-from ..core.runtime import SEED_MIX, default_rank, pass_loader_epoch
+from ..core.runtime import SEED_MIX, default_rank, interactive_start, pass_loader_epoch
 from ..core.untrusted import MAX_SAMPLES
 from ..core.torch_compat import IteratorParts, shutdown_workers, worker_processes
 from timmdata.engine.batch_plan import (
@@ -44,12 +44,11 @@ from timmdata.engine.batch_plan import (
 # %% auto #0
 __all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'WorkerPool', 'timed_collate', 'LooksAhead',
            'look_ahead_as', 'pass_edge', 'note_delivered', 'check_pass_end', 'loader_state', 'load_loader_state',
-           'check_in_order', 'compat_seeding_here', 'plan_or_own', 'interactive_session', 'interactive_start',
-           'ResumableDataLoader', 'ResumableStream', 'stream_state', 'stream_batch_key', 'check_stream_fields',
-           'check_stream_position', 'load_stream_state', 'batch_key', 'LoaderMarks', 'loader_marks', 'STATE_VERSION',
-           'BATCH_TAG', 'ResumeStateError', 'check_state', 'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark',
-           'sample_key', 'BatchPlan', 'ResumableBatchSampler', 'dataset_len', 'SeededDataset', 'plain_state',
-           'resumable_batching']
+           'check_in_order', 'compat_seeding_here', 'plan_or_own', 'ResumableDataLoader', 'ResumableStream',
+           'stream_state', 'stream_batch_key', 'check_stream_fields', 'check_stream_position', 'load_stream_state',
+           'batch_key', 'LoaderMarks', 'loader_marks', 'STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state',
+           'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan', 'ResumableBatchSampler',
+           'dataset_len', 'SeededDataset', 'plain_state', 'resumable_batching']
 
 # %% ../../nbs/engine/35_resume.ipynb #986f6803
 _all_ = [
@@ -269,31 +268,6 @@ def plan_or_own(name: str, default, doc: str) -> property:
         ld.__dict__['_own_' + name] = value
 
     return property(get, put, doc=doc)
-
-# %% ../../nbs/engine/35_resume.ipynb #3762bda3
-def interactive_session() -> bool:
-    "Is this an interactive session (a REPL, a Jupyter kernel, an IPython shell running cells) whose `__main__` a new worker process cannot import again?"
-    if getattr(sys.modules.get('__main__'), '__file__', None) is None:
-        return True
-    ipython = sys.modules.get('IPython')
-    return ipython is not None and ipython.get_ipython() is not None
-
-
-def interactive_start(
-    num_workers: int,
-    kwargs: dict,  # DataLoader's keyword arguments
-) -> dict:
-    "`kwargs` with `multiprocessing_context='fork'` where worker processes would start by forkserver or spawn from an interactive session on a machine that can fork; else as given."
-    if (
-        num_workers <= 0
-        or kwargs.get('multiprocessing_context') is not None
-        or 'fork' not in multiprocessing.get_all_start_methods()
-    ):
-        return kwargs
-    method = (
-        multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
-    )  # not fixed here
-    return kwargs if method == 'fork' or not interactive_session() else {**kwargs, 'multiprocessing_context': 'fork'}
 
 # %% ../../nbs/engine/35_resume.ipynb #a40b0002
 class ResumableDataLoader(IteratorParts, DataLoader):

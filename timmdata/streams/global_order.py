@@ -459,9 +459,8 @@ class ShardBytes:
                 retries=self.source.retries,
                 backoff=self.source.backoff,
             )
-            if (
-                size is not None or self.sizes is not None
-            ):  # the total of 'bytes a-b/total' (checked well formed by http_range)
+            # the total of 'bytes a-b/total' (checked well formed by http_range)
+            if size is not None or self.sizes is not None:
                 self._check_size(s, (headers.get('Content-Range') or '').rpartition('/')[2], size)
             return body
         fd = self._fd(s)
