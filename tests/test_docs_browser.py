@@ -368,7 +368,7 @@ def failing_build(tmp_path_factory):
               'data': {'text/markdown': 'read from `/root/.cache/timmdata/sample`', 'text/plain': 'md'}}]
     for i, out in enumerate(paths):
         (nbs / f'0{i + 3}_path{i}.ipynb').write_text(json.dumps(_notebook([_md(f'# Path {i}\n> a path'), _code('save()', [out])])))
-    return tmp / 'site', paths, build(tmp / 'site', '--nbs', str(nbs))
+    return tmp / 'site', paths, build(tmp / 'site', '--nbs', str(nbs), '--no-reference')
 
 
 def test_build_fails_on_error_output(failing_build):
@@ -401,7 +401,7 @@ def test_build_fails_on_remote_asset(tmp_path):
     html = {'output_type': 'display_data', 'metadata': {},
             'data': {'text/html': '<script src="https://cdn.example.com/require.min.js"></script><b>hi</b>', 'text/plain': 'hi'}}
     (nbs / 'index.ipynb').write_text(json.dumps(_notebook([_md('# Home\n> home page'), _code('show()', [html])])))
-    r = build(tmp_path / 'site', '--nbs', str(nbs))
+    r = build(tmp_path / 'site', '--nbs', str(nbs), '--no-reference')
     assert r.returncode != 0 and 'cdn.example.com' in r.stderr, r.stderr
     assert not (tmp_path / 'site').exists()
 
@@ -426,7 +426,7 @@ def passing_build(tmp_path_factory):
              _code('#| include: false\ng()', [warn]),
              _code('h()', [_stream('saved to out/demo_batch.png; see https://example.org/home/tmp/ and ~/tmp/x\n')])]
     (nbs / '01_quiet.ipynb').write_text(json.dumps(_notebook(cells)))
-    return tmp, build(tmp / 'site', '--nbs', str(nbs), '--keep', str(tmp / 'work'))
+    return tmp, build(tmp / 'site', '--nbs', str(nbs), '--keep', str(tmp / 'work'), '--no-reference')
 
 
 def test_build_allows_hidden_stderr_and_relative_paths(passing_build):
@@ -463,3 +463,80 @@ def _tiny_png():
     from PIL import Image
     b = io.BytesIO(); Image.new('RGB', (4, 3), (200, 50, 0)).save(b, format='PNG')
     return b.getvalue()
+
+
+# ------------------------------------------------------------------ what a reader must not meet (tools/docs/audit.py)
+
+def _load_audit():
+    spec = importlib.util.spec_from_file_location('timmdata_docs_audit', ROOT / 'tools' / 'docs' / 'audit.py')
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+audit = _load_audit()
+
+
+def test_site_has_nothing_a_reader_must_not_meet(site):
+    """On every page: no diary words, no raw markdown, no `NoneType`, no class shown as `def`, no private entry, every link
+    to the site lands on an anchor and is relative, and at most `MAX_VISIBLE_TESTS` test calls shown in all."""
+    found = audit.audit(site)
+    bad = audit.defects(found)
+    print('\nsite audit:', audit.counts(found))
+    assert not bad, '\n'.join(f'{k} ({len(v)}):\n  ' + '\n  '.join(v[:40]) for k, v in bad.items())
+
+
+# A page as nbdev's own renderer and a diary-writing page made it: each check must catch its defect.
+_BAD_PAGE = """<html><body><article>
+<h2 id="the-idea">The idea</h2><p>Seed 003 is a forum question; session 12 found it (issue 29).</p>
+<p>See [<code>Reader</code>](https://timmdata.github.io/timmdata/readers/readers.html#reader).</p>
+<h3 id="sink">Sink</h3><div class="highlight"><pre><code>def Sink(
+    *args, **kwargs
+):</code></pre></div>
+<div class="doc-entry doc-class"><h3 id="loaderwatch" class="doc-name">LoaderWatch</h3>
+<pre><code>def LoaderWatch(loader, tensorboard:NoneType=None)</code></pre></div>
+<div class="doc-entry doc-class"><h3 id="_patchfill" class="doc-name">_PatchFill</h3><pre><code>class _PatchFill</code></pre></div>
+<p><a href="prefetch.html#batchops">BatchOps</a> <a href="https://timmdata.github.io/timmdata/loader.html">loader</a></p>
+<pre><code>test_eq(1, 1)
+assert True</code></pre>
+</article></body></html>"""
+
+
+def test_audit_fails_on_each_defect(tmp_path):
+    "Each check finds its defect on a page made the way the site was before (and nothing on a clean page)."
+    (tmp_path / 'engine').mkdir()
+    (tmp_path / 'engine' / 'bad.html').write_text(_BAD_PAGE)
+    (tmp_path / 'engine' / 'prefetch.html').write_text('<html><article><h2 id="prefetch">Prefetch</h2></article></html>')
+    found = audit.audit(tmp_path)
+    c = audit.counts(found)
+    assert c['diary'] == 3, found['diary']
+    assert c['raw_markdown'] == 1 and c['nonetype'] == 1 and c['private'] == 1, found
+    assert c['def_class'] == 2, found['def_class']  # nbdev's class with no __init__, and a class entry shown as def
+    assert c['dead_anchor'] == 2, found['dead_anchor']  # #batchops lands nowhere; the doc host serves no site
+    assert c['test_calls'] == 2
+    audit.MAX_VISIBLE_TESTS, keep = 1, audit.MAX_VISIBLE_TESTS
+    try: assert 'test_calls' in audit.defects(found)
+    finally: audit.MAX_VISIBLE_TESTS = keep
+    (tmp_path / 'engine' / 'bad.html').unlink()
+    assert audit.defects(audit.audit(tmp_path)) == {}
+
+
+def test_navigation_has_the_five_parts_in_order(site):
+    "Home, then Get started, Coming from timm, How-to guides, Explanation and Reference, as the home page's nav shows."
+    page = (site / 'index.html').read_text(encoding='utf-8')
+    nav = page[page.find('md-nav--primary'):]
+    at = [nav.find(t) for t in ('Get started', 'Coming from timm', 'How-to guides', 'Explanation', 'Reference')]
+    assert all(a > 0 for a in at) and at == sorted(at), f'navigation parts missing or out of order: {at}'
+    assert (site / 'start' / 'get_started.html').is_file() and (site / 'reference' / 'index.html').is_file()
+    howtos = sorted(p.name for p in (site / 'howto').glob('*.html'))
+    assert len(howtos) >= 10, howtos
+
+
+def test_every_import_line_on_the_site_runs(site, tmp_path):
+    "Every `import timmdata...`/`from timmdata... import ...` a page shows in its code runs as shown."
+    lines = audit.import_lines(site)
+    assert len(lines) > 20, lines
+    script = tmp_path / 'imports.py'
+    script.write_text('\n'.join(f'try:\n    {l}\nexcept Exception as e:\n    print({(p + ": " + l)!r}, "->", repr(e))'
+                                for p, l in lines))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=_env())
+    assert r.returncode == 0 and not r.stdout.strip(), f'imports that fail as the pages show them:\n{r.stdout}{r.stderr[-2000:]}'

@@ -82,24 +82,73 @@ def fix_lists(md: str) -> str:
 
 class Linker:
     """Rewrites links to notebooks and to the nbdev doc host into links between the pages of this site, relative to the
-    page they stand on (`here`, a page path such as `engine/feeder`): pages live in folders that mirror nbs/."""
-    def __init__(self, pages: dict, doc_prefixes: list, here: str = ''):
+    page they stand on (`here`, a page path such as `engine/feeder`): pages live in folders that mirror nbs/.
+
+    With `anchors` (page md file -> the ids it has) and `symbols` (page md file + '#' + nbdev's anchor -> the symbol's
+    reference anchor, as `reference.md#id`), a link to a symbol lands on it: on its entry where its page has one, else on
+    its entry in the reference, else (a method with no entry of its own) on its class's entry; a link that would land on
+    no anchor is dropped and its text kept (`dropped` lists them). Code blocks are left as they are."""
+    def __init__(self, pages: dict, doc_prefixes: list, here: str = '', anchors: dict = None, symbols: dict = None,
+                 known=()):
         self.pages = pages  # notebook file name (and nbdev html name) -> md file name, from the site's root
         self.prefixes = [p for p in doc_prefixes if p]
         self.here = posixpath.dirname(here)
+        self.anchors, self.symbols, self.dropped = anchors, symbols or {}, []
+        self.known = set(known) | set(self.symbols)  # 'page.md#anchor' of every symbol nbdev's doc links know
+
+    def target(self, url: str):
+        "The md page (from the site's root) and fragment a link names, or None for a link outside the site."
+        for p in self.prefixes:
+            if url.startswith(p):
+                url = url[len(p):].lstrip('/')
+                break
+        path, sep, frag = url.partition('#')
+        key = path if path in self.pages else posixpath.basename(path) if '://' not in path else None
+        return (self.pages[key], frag) if key in self.pages else None
+
+    def land(self, page: str, frag: str):
+        "Where a link to `page#frag` lands: (page, frag), or None when no anchor there would take it."
+        if not frag or self.anchors is None or frag in self.anchors.get(page, ()): return page, frag
+        if f'{page}#{frag}' not in self.known: return page, frag  # not a symbol's: the site's check judges it
+        ref = self.symbols.get(f'{page}#{frag}')
+        if ref: return tuple(ref.split('#', 1))
+        if '.' in frag and f'{page}#{frag.rsplit(".", 1)[0]}' in self.known:  # a method with no entry: its class's
+            return self.land(page, frag.rsplit('.', 1)[0])
+        return None
 
     def __call__(self, md: str) -> str:
         def repl(m):
-            url = m.group(2)
-            for p in self.prefixes:
-                if url.startswith(p):
-                    url = url[len(p):].lstrip('/')
-                    break
-            path, sep, frag = url.partition('#')
-            key = path if path in self.pages else posixpath.basename(path) if '://' not in path else None
-            if key in self.pages: url = posixpath.relpath(self.pages[key], self.here or '.') + sep + frag
-            return f'{m.group(1)}({url})'
-        return re.sub(r'(\])\(([^)\s]+)\)', repl, md)
+            text, url = m.group(1), m.group(2)
+            t = self.target(url)
+            if t is None: return m.group(0)
+            landed = self.land(*t)
+            if landed is None:
+                self.dropped.append(url)
+                return text[1:-1]  # the link's text alone
+            page, frag = landed
+            rel = posixpath.relpath(page, self.here or '.')
+            return f'{text}({rel}{"#" + frag if frag else ""})'
+        def unnest(text):  # nbdev links a `name` inside a link's text too: a link in a link renders as raw markdown
+            return _NESTED.sub(lambda m: m.group(1) + m.group(2) + m.group(3) + '](', text)
+        sub = lambda t: _LINK.sub(repl, unnest(t))
+        out, chunk, in_fence = [], [], None
+        for line in md.splitlines(keepends=True):
+            f = _FENCE_RUN.match(line)
+            if in_fence is None and f:
+                out.append(sub(''.join(chunk))); chunk = []
+                in_fence = f.group(1)
+                out.append(line)
+            elif in_fence is not None:
+                out.append(line)
+                if f and f.group(1).startswith(in_fence) and not line.strip()[len(f.group(1)):].strip(): in_fence = None
+            else: chunk.append(line)
+        out.append(sub(''.join(chunk)))
+        return ''.join(out)
+
+
+_FENCE_RUN = re.compile(r'^\s*(`{3,}|~{3,})')
+_NESTED = re.compile(r'(\[[^\[\]\n]*)\[(`[^`\n]+`(?:\(\))?)\]\([^)\s]+\)([^\[\]\n]*)\]\(')
+_LINK = re.compile(r'(\[(?:[^\[\]]|\[[^\]]*\])*\])\(([^)\s]+)\)')  # [text](url), the text may hold [`x`]
 
 
 def _text(v) -> str: return ''.join(v) if isinstance(v, list) else str(v)
@@ -305,6 +354,51 @@ def _run_definitions_only():
 _SHOW_DIRS = {'export', 'exports', 'exporti', 'exec_doc'}  # cells nbdev runs for their show_doc entries: run whole
 
 
+def build_reference(nb_pages: dict, doc_url: str) -> dict:
+    "Runs in a worker: the reference pages (tools/docs/reference.py), their backticked names linked as nbdev links them."
+    os.environ['IN_TEST'] = '1'
+    os.environ.setdefault('MPLBACKEND', 'Agg')
+    if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
+    if str(HERE) not in sys.path: sys.path.insert(0, str(HERE))
+    try:
+        import reference
+        from nbdev.doclinks import NbdevLookup
+        r = reference.reference_pages(nb_pages, doc_url=doc_url)
+        nl = NbdevLookup()
+        r['pages'] = {k: nl.linkify(v) for k, v in r['pages'].items()}
+        return r
+    except Exception as e:
+        import traceback
+        return {'error': f'the reference pages: {e}\n{traceback.format_exc(limit=6)}'}
+
+
+_ANCHOR_ATTR = re.compile(r'\{[^}\n]*?#([^\s}]+)[^}\n]*\}|\bid="([^"]+)"')
+_HEADING = re.compile(r'^#{1,6}\s+(.+?)\s*(?:\{[^}]*\})?\s*#*\s*$', re.M)
+
+
+def page_anchors(md: str) -> set:
+    "The ids a page's markdown gives: explicit ones (`{ #id }`, `id=\"...\"`) and its headings' (as the toc slugifies)."
+    from markdown.extensions.toc import slugify
+    ids = {(a or b).replace('\\_', '_') for a, b in _ANCHOR_ATTR.findall(md)}
+    for h in _HEADING.findall(md):
+        text = re.sub(r'\[([^\]]*)\]\([^)]*\)', r'\1', h).replace('`', '').replace('*', '')
+        ids.add(slugify(html.unescape(text), '-'))
+    return ids
+
+
+_EXPLAINED = re.compile(r'Explained on \[its page\]\(([^)\s]+)\)\.')
+
+
+def explained_links(md: str, linker, anchors: dict) -> str:
+    "A reference entry's 'Explained on its page' link: to the entry there where the page has one, else the page's top."
+    def repl(m):
+        t = linker.target(m.group(1))
+        if t is None: return ''
+        page, frag = t
+        return f'Explained on [its page]({m.group(1) if frag in anchors.get(page, ()) else m.group(1).split("#")[0]}).'
+    return _EXPLAINED.sub(repl, md)
+
+
 def process_notebook(path: str, page_stem: str, pages: dict, prefixes: list) -> dict:
     "Runs in a fresh worker process: nbdev's docs processors, then markdown. Returns a picklable dict."
     os.environ['IN_TEST'] = '1'  # as nbdev's own docs processing does: notebooks may skip work under it
@@ -324,13 +418,16 @@ def process_notebook(path: str, page_stem: str, pages: dict, prefixes: list) -> 
         from execnb.nbio import read_nb
         from nbdev.processors import FilterDefaults
         _run_definitions_only()
+        if str(HERE) not in sys.path: sys.path.insert(0, str(HERE))
+        import showdoc
+        showdoc.use_in_nbdev()  # reference entries as a library's docs show them
         nb = read_nb(path)
         for c in nb.cells: c.metadata['raw_idx_'] = c.idx_  # processing renumbers cells: keep the saved index
         FilterDefaults()(nb)
         bad = hygiene_problems(nb.cells)
         if bad: return {'error': f'{path.name} shows output that does not belong on a page (fix the notebook, '
                                  're-run and save it):\n  ' + '\n  '.join(bad)}
-        title, md, files = nb_to_markdown(nb, page_stem, Linker(pages, prefixes, page_stem))
+        title, md, files = nb_to_markdown(nb, page_stem, lambda md: md)  # links: in the main process, with every page's anchors
     except Exception as e:
         import traceback
         return {'error': f'{path.name}: nbdev docs processing failed: {e}\n{traceback.format_exc(limit=4)}'}
@@ -358,20 +455,41 @@ def page_name(nb: Path, nbs: Path = None) -> str:
     return f'{folder}/{stem}' if folder else stem
 
 
-SECTIONS_FILE = 'sections.json'  # [{"title": ..., "folder": a folder of nbs/ ('.' for the top)}]: the sections' order
+SECTIONS_FILE = 'sections.json'  # the navigation's parts, in order: see `site_nav`
 
 
-def grouped_nav(nav: list, stems: dict, sections_file: Path) -> list:
-    """The navigation grouped into sections, one per folder of nbs/ (the folders mirror the packages): Home first, then
-    each folder in the order `sections_file` gives (its title; its pages in file order); a folder it does not name goes
-    under its own name at the end, so no page is lost."""
-    secs = json.loads(sections_file.read_text(encoding='utf-8')) if sections_file.exists() else []
+def site_nav(stems: list, titles: dict, sections_file: Path) -> list:
+    """The navigation: Home first, then the parts `sections_file` names, in its order (Get started, Coming from timm,
+    How-to guides, Explanation, Reference). A part is {"title", and "pages": [page stems] or "folder": a folder of nbs/
+    (its pages not placed before, in file order) or "sections": [parts]}; a part of one page is a single entry. A page
+    no part names goes at the end, under its folder's name, so no page is lost."""
+    spec = json.loads(sections_file.read_text(encoding='utf-8')) if sections_file.exists() else []
     folder = {stem: posixpath.dirname(stem) or '.' for stem in stems}
-    entries = dict(zip(stems, nav, strict=True))
-    out = [entries.pop('index')] if 'index' in entries else []
-    for sec in secs + [{'title': f, 'folder': f} for f in dict.fromkeys(folder.values()) if f not in {s['folder'] for s in secs}]:
-        mine = [e for stem, e in entries.items() if folder[stem] == sec['folder']]
-        if mine: out.append({sec['title']: mine})
+    placed = {'index'}
+    def named(sec):  # the pages a part names itself, placed before any folder takes its rest
+        for st in sec.get('pages', []): placed.add(st)
+        for sub in sec.get('sections', []): named(sub)
+    for sec in spec: named(sec)
+    def build(sec):
+        if 'sections' in sec:
+            items = [x for x in (build(sub) for sub in sec['sections']) if x]
+        elif 'pages' in sec:
+            items = [{titles[st]: f'{st}.md'} for st in sec['pages'] if st in titles]
+        else:
+            mine = [st for st in stems if folder[st] == sec['folder'] and st not in placed and st not in taken]
+            taken.update(mine)
+            items = [{titles[st]: f'{st}.md'} for st in mine]
+        if not items: return None
+        if 'pages' in sec and len(items) == 1: return {sec['title']: next(iter(items[0].values()))}
+        return {sec['title']: items}
+    taken = set()
+    out = [{'Home': 'index.md'}] if 'index' in titles else []
+    for sec in spec:
+        b_ = build(sec)
+        if b_: out.append(b_)
+    rest = [st for st in stems if st not in placed and st not in taken]
+    for f in dict.fromkeys(folder[st] for st in rest):
+        out.append({f: [{titles[st]: f'{st}.md'} for st in rest if folder[st] == f]})
     return out
 
 
@@ -513,6 +631,8 @@ def main(argv=None):
     ap.add_argument('outdir', help='folder to write the site into (docs for GitHub Pages)')
     ap.add_argument('--jobs', type=int, default=max(1, min(4, os.cpu_count() or 1)), help='notebooks processed at once')
     ap.add_argument('--nbs', default=None, help='notebook folder (default: nbs_path from settings.ini)')
+    ap.add_argument('--no-reference', dest='reference', action='store_false',
+                    help='leave out the reference pages (a quick build of a few notebooks)')
     ap.add_argument('--keep', default=None, help='write the intermediate markdown and mkdocs.yml here and keep them')
     args = ap.parse_args(argv)
     t0 = time.time()
@@ -550,10 +670,12 @@ def main(argv=None):
             (docs_dir / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(f, docs_dir / rel)
 
-    print(f'docs: processing {len(notebooks)} notebooks with nbdev ({args.jobs} at a time)', flush=True)
+    print(f'docs: processing {len(notebooks)} notebooks with nbdev ({args.jobs} at a time), and the reference', flush=True)
     results, failures = {}, []
     ctx = _worker_context(notebooks)  # a fresh process per notebook: no state leaks between notebooks
+    nb_pages = {nb.relative_to(nbs).as_posix(): stem + '.md' for stem, nb in stems.items()}
     with cf.ProcessPoolExecutor(max_workers=min(args.jobs, len(notebooks)), mp_context=ctx, max_tasks_per_child=1) as ex:
+        ref_fut = ex.submit(build_reference, nb_pages, prefixes[0]) if args.reference else None
         futs = {ex.submit(process_notebook, str(nb), stem, pages, prefixes): nb for stem, nb in stems.items()}
         for fut in cf.as_completed(futs):
             nb = futs[fut]
@@ -563,19 +685,36 @@ def main(argv=None):
             else:
                 results[nb] = r
                 print(f'  {nb.name}: {r["secs"]:.1f}s', flush=True)
+        ref = ref_fut.result() if ref_fut else {'pages': {}, 'titles': {}, 'symbols': {}, 'known': [], 'failed': []}
     if failures:
         raise BuildError('notebook problems:\n' + '\n'.join(failures))
+    if ref.get('error'): raise BuildError(ref['error'])
+    for f in ref['failed']: print(f'docs: reference: left out {f}', flush=True)
 
-    nav = []
-    for stem, nb in stems.items():
-        r = results[nb]
-        (docs_dir / f'{stem}.md').parent.mkdir(parents=True, exist_ok=True)
-        (docs_dir / f'{stem}.md').write_text(r['md'], encoding='utf-8')
+    mds = {f'{stem}.md': results[nb]['md'] for stem, nb in stems.items()}
+    mds.update({f'{stem}.md': f'---\ntitle: {json.dumps(t)}\n---\n\n# {t}\n\n' + ref['pages'][stem]
+                for stem, t in ref['titles'].items()})
+    for stem in ref['pages']: pages.setdefault(stem + '.md', stem + '.md')
+    anchors = {page: page_anchors(md) for page, md in mds.items()}
+    dropped = []
+    for page, md in mds.items():
+        linker = Linker(pages, prefixes, page[:-3], anchors, ref['symbols'], ref['known'])
+        md = explained_links(md, linker, anchors)
+        mds[page] = linker(md)
+        dropped += [f'{page}: {u}' for u in linker.dropped]
+    if dropped:
+        print(f'docs: {len(dropped)} links to symbols that have no entry anywhere were written as plain text', flush=True)
+
+    titles = {stem: ('Home' if stem == 'index' else results[nb]['title']) for stem, nb in stems.items()}
+    titles.update(ref['titles'])
+    for page, md in mds.items():
+        (docs_dir / page).parent.mkdir(parents=True, exist_ok=True)
+        (docs_dir / page).write_text(md, encoding='utf-8')
+    for nb, r in results.items():
         for name, data in r['files'].items():
             (docs_dir / name).parent.mkdir(parents=True, exist_ok=True)
             (docs_dir / name).write_bytes(data)
-        nav.append({('Home' if stem == 'index' else r['title']): f'{stem}.md'})
-    nav = grouped_nav(nav, stems, nbs / SECTIONS_FILE)
+    nav = site_nav(list(titles), titles, nbs / SECTIONS_FILE)
 
     yml = work / 'mkdocs.yml'
     yml.write_text(json.dumps(mkdocs_config(cfg, docs_dir, site_tmp, nav), indent=1), encoding='utf-8')  # JSON is YAML

@@ -1,0 +1,250 @@
+"""Reference entries as a library's docs show them, for the site's build (tools/docs/build.py).
+
+nbdev's `show_doc` writes a signature as Python source in a code block, with each parameter's docment comment beside
+it: markdown links in those comments show up raw, a parameter with no annotation is typed from its default
+(`NoneType`), and a class with no `__init__` of its own is shown as `def X(*args, **kwargs)`. `DocRenderer` replaces
+nbdev's renderer while the site is built (`use_in_nbdev()`); it writes
+
+- a heading with the id nbdev's doc links point at (`loaderstats.since`), so every link to a symbol lands on it;
+- the signature with the annotations and defaults **as written in the source** (`Optional[SummaryWriter | str]`,
+  `IMAGENET_DEFAULT_MEAN`), never a type guessed from a default; a class as `class X(Base):` with its constructor's
+  arguments, an exception with its base;
+- the object's own docstring (not one inherited from `typing.Protocol` or `object`);
+- the parameters as a table (name, type, default, the docment), where markdown renders as markdown.
+
+Private names (`_x`, a module's `__getattr__`/`__dir__`) get no entry: the renderer returns nothing for them."""
+from __future__ import annotations
+import ast, enum, inspect, re, textwrap, typing
+
+MAXLINE = 88  # a signature longer than this is written one parameter a line
+
+
+def is_private(name: str) -> bool:
+    "A name with a component `_x` (not a dunder), or a module's own `__getattr__`/`__dir__`."
+    parts = name.split('.')
+    if any(p.startswith('_') and not (p.startswith('__') and p.endswith('__')) for p in parts): return True
+    return len(parts) == 1 and parts[0] in ('__getattr__', '__dir__')
+
+
+def unwrap(obj):
+    "The function or class behind decorators, properties and bound methods."
+    if isinstance(obj, property): obj = obj.fget
+    if isinstance(obj, (staticmethod, classmethod)): obj = obj.__func__
+    obj = getattr(obj, '__func__', obj)
+    try: return inspect.unwrap(obj)
+    except ValueError: return obj
+
+
+def _ast_def(fn):
+    "The `def` node of `fn`'s own source (None where there is no source: builtins, generated functions)."
+    try: src = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError): return None, None
+    try: tree = ast.parse(src)
+    except SyntaxError: return None, None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == fn.__name__: return node, src
+    return None, None
+
+
+def _written(fn) -> dict:
+    "Parameter name -> (annotation text, default text) as written in `fn`'s source; '->' for the return annotation."
+    node, src = _ast_def(fn)
+    if node is None: return {}
+    seg = lambda n: None if n is None else ast.unparse(n)  # as written, in one canonical spelling
+    a = node.args
+    out = {}
+    pos = a.posonlyargs + a.args
+    defaults = [None] * (len(pos) - len(a.defaults)) + list(a.defaults)
+    for arg, d in zip(pos, defaults): out[arg.arg] = (seg(arg.annotation), seg(d))
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults): out[arg.arg] = (seg(arg.annotation), seg(d))
+    if a.vararg: out[a.vararg.arg] = (seg(a.vararg.annotation), None)
+    if a.kwarg: out[a.kwarg.arg] = (seg(a.kwarg.annotation), None)
+    out['->'] = (seg(node.returns), None)
+    return out
+
+
+def _anno_text(anno) -> str | None:
+    if anno is inspect.Parameter.empty: return None
+    if isinstance(anno, str): return anno
+    return inspect.formatannotation(anno).replace('typing.', '')
+
+
+def _default_text(d) -> str | None:
+    if d is inspect.Parameter.empty: return None
+    if inspect.isfunction(d) or inspect.isclass(d): return d.__name__
+    if isinstance(d, enum.Enum): return f'{type(d).__name__}.{d.name}'
+    r = repr(d)
+    return re.sub(r' at 0x[0-9a-f]+', '', r) if len(r) <= 60 else r[:57] + '...'
+
+
+def _docments(obj) -> dict:
+    "Each parameter's docment (the comment after it), and 'return''s."
+    try:
+        from fastcore.docments import docments
+        return {k: v for k, v in (docments(obj) or {}).items() if v}
+    except Exception: return {}
+
+
+def _own_doc(obj) -> str:
+    "The object's own docstring: a class's from its own body, never one inherited from a base such as Protocol."
+    if inspect.isclass(obj): d = obj.__dict__.get('__doc__')
+    else: d = getattr(obj, '__doc__', None)
+    return inspect.cleandoc(d) if isinstance(d, str) and d.strip() else ''
+
+
+def _init_of(cls):
+    "The constructor whose arguments a class takes: its own `__init__` (or a base's written in Python), else None."
+    for k in cls.__mro__:
+        if k is object or k.__module__ in ('builtins', 'typing', 'abc', 'typing_extensions'): continue
+        for meth in ('__init__', '__new__'):
+            f = k.__dict__.get(meth)
+            if f is not None and inspect.isfunction(unwrap(f)) and unwrap(f).__module__ not in ('typing', 'typing_extensions'):
+                return unwrap(f)
+    return None
+
+
+def params(fn, drop_self: bool = False) -> list:
+    "[(text, name, annotation, default, kind)] for `fn`'s signature, annotations and defaults as written."
+    try: sig = inspect.signature(fn)
+    except (TypeError, ValueError): return []
+    wr = _written(unwrap(fn))
+    out, ps = [], list(sig.parameters.values())
+    if drop_self and ps and ps[0].name in ('self', 'cls'): ps = ps[1:]
+    seen_kwonly = False
+    for i, p in enumerate(ps):
+        anno, default = wr.get(p.name, (None, None))
+        if anno is None: anno = _anno_text(p.annotation)
+        if default is None: default = _default_text(p.default)
+        if p.kind is p.KEYWORD_ONLY and not seen_kwonly and not any(q.kind is q.VAR_POSITIONAL for q in ps):
+            out.append(('*', '*', None, None, 'marker'))
+        seen_kwonly = seen_kwonly or p.kind in (p.KEYWORD_ONLY, p.VAR_POSITIONAL)
+        star = '*' if p.kind is p.VAR_POSITIONAL else '**' if p.kind is p.VAR_KEYWORD else ''
+        txt = star + p.name + (f': {anno}' if anno else '') + ((' = ' if anno else '=') + default if default else '')
+        out.append((txt, star + p.name, anno, default, p.kind.name))
+        if p.kind is p.POSITIONAL_ONLY and (i + 1 == len(ps) or ps[i + 1].kind is not p.POSITIONAL_ONLY):
+            out.append(('/', '/', None, None, 'marker'))
+    ret = wr.get('->', (None, None))[0] or _anno_text(sig.return_annotation)
+    return out, ret
+
+
+def signature_text(prefix: str, name: str, fn, drop_self=False, suffix='') -> str:
+    ps, ret = params(fn, drop_self) if fn is not None else ([], None)
+    args = [p[0] for p in ps]
+    tail = (f' -> {ret}' if ret else '') + suffix
+    one = f'{prefix}{name}({", ".join(args)}){tail}'
+    if len(one) <= MAXLINE or not args: return one
+    ind = ' ' * 4
+    return f'{prefix}{name}(\n' + ''.join(f'{ind}{a},\n' for a in args) + f'){tail}'
+
+
+def _cell(s) -> str: return '' if s is None else str(s).replace('|', '\\|').replace('\n', ' ')
+
+
+def param_table(fn, drop_self=False, docs_of=None) -> str:
+    "A markdown table of `fn`'s parameters: name, type and default as written, and the docment."
+    if fn is None: return ''
+    ps, ret = params(fn, drop_self)
+    ps = [p for p in ps if p[4] != 'marker']
+    docs = _docments(docs_of or fn)
+    if not ps and not (ret and docs.get('return')): return ''
+    rows = ['| Parameter | Type | Default | Details |', '| --- | --- | --- | --- |']
+    for txt, name, anno, default, kind in ps:
+        d = docs.get(name.lstrip('*'), '')
+        rows.append(f'| `{_cell(name)}` | {"`" + _cell(anno) + "`" if anno else ""} | '
+                    f'{"`" + _cell(default) + "`" if default else ""} | {_cell(d)} |')
+    if ret or docs.get('return'):
+        rows.append(f'| **Returns** | {"`" + _cell(ret) + "`" if ret else ""} |  | {_cell(docs.get("return", ""))} |')
+    return '\n'.join(rows)
+
+
+def bases_text(cls) -> str:
+    bs = [b for b in cls.__bases__ if b is not object]
+    def nm(b):
+        q = b.__qualname__
+        if b.__module__ in ('builtins',): return q
+        if b.__module__ in ('typing', 'typing_extensions'): return q
+        return q
+    return f'({", ".join(nm(b) for b in bs)})' if bs else ''
+
+
+def entry_markdown(obj, name: str, level: int = 3, anchor: str | None = None, source: str | None = None,
+                   explained: str | None = None) -> str:
+    """The markdown of one reference entry for `obj`, shown as `name`; '' for a private name.
+    `anchor`: the heading's id (default nbdev's: the name, lower case); `source`, `explained`: links to add."""
+    if is_private(name): return ''
+    raw = obj
+    obj = unwrap(obj)
+    anchor = anchor or name.lower()
+    h = '#' * level
+    out = []
+    links = []
+    if source: links.append(f'[source]({source}){{ .doc-source }}')
+    esc = lambda t: t.replace('_', '\\_')  # `__call__` is no emphasis, in the heading or its id
+    head = f'{h} {esc(name)} {{ #{esc(anchor)} .doc-name }}'
+    short = name.rsplit('.', 1)[-1]
+    if inspect.isclass(obj):
+        init = _init_of(obj)
+        kind = 'exception' if issubclass(obj, BaseException) else 'class'
+        if init is not None:
+            ps, _ = params(init, drop_self=True)
+            args = [p[0] for p in ps]
+            one = f'class {short}{bases_text(obj)}:\n    def __init__(self{", " if args else ""}{", ".join(args)})'
+            if len(one.splitlines()[-1]) > MAXLINE:
+                one = f'class {short}{bases_text(obj)}:\n    def __init__(\n        self,\n' + \
+                      ''.join(f'        {a},\n' for a in args) + '    )'
+            code = one
+        else:
+            code = f'class {short}{bases_text(obj)}'
+        table = param_table(init, drop_self=True, docs_of=obj) if init is not None else ''
+    elif inspect.isroutine(obj) or isinstance(raw, property):
+        is_method = '.' in name
+        prefix = 'async def ' if inspect.iscoroutinefunction(obj) else 'def '
+        if isinstance(raw, property): prefix = '@property\ndef '
+        code = signature_text(prefix, short, obj, drop_self=is_method)
+        table = param_table(obj, drop_self=is_method)
+        kind = 'function'
+    else:
+        r = _default_text(obj)
+        code = f'{short} = {r}' if r else short
+        table, kind = '', 'data'
+    out.append(head)
+    if links: out.append(' '.join(links))
+    out.append(f'```python\n{code}\n```')
+    doc = _own_doc(obj)
+    if doc: out.append(doc)
+    if table: out.append(table)
+    if explained: out.append(explained)
+    body = '\n\n'.join(out)
+    return f'<div class="doc-entry doc-{kind}" markdown="1">\n\n{body}\n\n</div>'
+
+
+class DocRenderer:
+    "nbdev's `show_doc` renderer for the site: `show_doc(sym)` -> one entry (`entry_markdown`)."
+    def __init__(self, sym, name: str | None = None, title_level: int = 3, maxline: int = 110):
+        self.sym, self.title_level = sym, title_level
+        self.nm = name or _qual_name(sym)
+
+    def _source(self):
+        try:
+            from nbdev.doclinks import NbdevLookup
+            return NbdevLookup().code(self.sym)
+        except Exception: return None
+
+    def _repr_markdown_(self):
+        return entry_markdown(self.sym, self.nm, self.title_level, source=self._source()) or ' '
+
+    def __repr__(self): return f'DocRenderer({self.nm})'
+
+
+def _qual_name(obj):
+    try:
+        from fastcore.docments import qual_name
+        return qual_name(obj)
+    except Exception:
+        return getattr(obj, '__qualname__', getattr(obj, '__name__', repr(obj)))
+
+
+def use_in_nbdev():
+    "Makes `show_doc` render with `DocRenderer` in this process (the docs build's notebook workers)."
+    import nbdev.showdoc as sd
+    sd.BasicMarkdownRenderer = DocRenderer
