@@ -1,4 +1,4 @@
-"""What the benchmarks share (`bench_streaming.py`, `bench_shard_cache.py`, `bench_elastic.py`, `bench_cache.py`, `bench_eval.py`): a local HTTP
+"""What the benchmarks share (`bench_streaming.py`, `bench_elastic.py`, `bench_cache.py`, `bench_eval.py`): a local HTTP
 server for a folder of shards, one timed epoch (with the CPU seconds of the loader's processes), training loaders over several sources, and the timing loop that
 alternates the sources epoch by epoch (so that a machine's drift hits them all alike) and prints medians and ratios.
 Run a benchmark as `python bench/NAME.py`: its folder is then on the import path."""

@@ -172,7 +172,7 @@ def main(argv=None):
     text = '\n'.join(lines)
     print(text)
     if a.out:
-        Path(a.out).write_text(f'bench_cpu_parts.py {" ".join(argv or sys.argv[1:])}, {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, '
+        Path(a.out).write_text(f'bench_cpu_parts.py {" ".join(argv or sys.argv[1:])}, {time.strftime("%H:%M UTC", time.gmtime())}, '
                                f'{os.cpu_count()} cores (shared)\n\n' + text + '\n')
         Path(a.out).with_suffix('.json').write_text(json.dumps(results, indent=1))
 

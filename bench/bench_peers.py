@@ -521,8 +521,7 @@ def main(argv=None):
     if a.table_from:
         d, js = json.loads(Path(a.table_from).read_text()), Path(a.table_from)
         names = list(dict.fromkeys([r['name'] for r in d['runs']] + list(d['skipped']) + list(d['failed'])))
-        text = (d['header'] + f'\n(table re-rendered from {js.name} with --table-from, '
-                f'{time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})\n\n'
+        text = (d['header'] + f'\n(table re-rendered from {js.name} with --table-from)\n\n'
                 + format_table(summarise(d['runs']), d['skipped'], d['failed']) + '\n\nwhat each contender does:\n'
                 + '\n'.join(f'  {n}: {CONTENDERS[n][1]}' for n in names if n in CONTENDERS) + '\n')
         js.with_suffix('.txt').write_text(text); print(text); return
@@ -608,14 +607,14 @@ def run_set(a, argv, py, only, pipes, set_name, out, pic):
 
 def report(a, argv, py, only, runs, skipped, failed, notes, load, rounds_done, t0) -> str:
     "The results file's text: what was run, on what, under which load, then the table and each contender's configuration."
-    head = [f'timmdata vs peers (issue 46), {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}',
+    head = [f'timmdata vs peers, {time.strftime("%H:%M UTC", time.gmtime())}',
             f'command: {" ".join([os.path.relpath(py, ROOT)] + [str(x) for x in (argv if argv is not None else sys.argv)])}',
             f"peers' python: {os.path.relpath(py, ROOT)}; {versions(py)}",
             f'{SETS[getattr(a, "set_name", "generated")].format(n=a.images)}, batch {a.batch_size}, {a.workers} workers, '
             f'{rounds_done} of {a.rounds} alternating rounds done x ({a.epochs} timed epoch after 1 warm-up epoch), each '
             f'contender in its own process; train: RandomResizedCrop 224 + flip, no colour jitter; eval: resize 256 + '
             f'centre crop 224',
-            f'machine: {os.cpu_count()} cores, SHARED with other sessions (load below); {gpu_note()}',
+            f'machine: {os.cpu_count()} cores, SHARED with other jobs (load below); {gpu_note()}',
             'load (uptime before the run and after each round): ' + ' | '.join(load),
             f'run took {time.time() - t0:.0f} s so far'] + notes
     cfg = '\n'.join(f'  {n}: {CONTENDERS[n][1]}' for n in only)

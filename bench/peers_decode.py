@@ -141,7 +141,7 @@ def main():
     load.append(os.getloadavg()[0])
     pil = rows.get('PIL: whole JPEG (open + convert RGB)', float('nan'))
     lines = [f'decode alone, {len(files)} generated 500x375 JPEGs (q90), one thread, CPU ms per image (best of 3), '
-             f'{time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}',
+             f'{time.strftime("%H:%M UTC", time.gmtime())}',
              f'command: {os.path.relpath(sys.executable, HERE.parent)} bench/peers_decode.py; machine: {os.cpu_count()} cores, SHARED '
              f'(load {load[0]:.1f} -> {load[1]:.1f})', '',
              f'  {"step":<82}{"CPU ms/img":>11}{"of PIL":>8}']
