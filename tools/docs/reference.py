@@ -15,7 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 if str(HERE) not in sys.path: sys.path.insert(0, str(HERE))
-from showdoc import entry_markdown, is_private, unwrap  # noqa: E402
+from showdoc import entry_markdown, is_private, source_url, unwrap  # noqa: E402
 
 # the packages, as the reference's pages, in the order of the data's way; the top-level modules are timm's map
 PACKAGES = [('timm_data', "timm.data's modules", None), ('readers', 'Readers', 'readers'), ('pixels', 'Pixels', 'pixels'),
@@ -105,7 +105,7 @@ def reference_pages(pages: dict, lib: str = 'timmdata', doc_url: str = '') -> di
                 anchor = qn.lower()
                 src = syms.get(qn)
                 explained = f'Explained on [its page]({doc_url}{src[0]}).' if src else None
-                e = entry_markdown(obj, n, level=3, anchor=anchor, explained=explained)
+                e = entry_markdown(obj, n, level=3, anchor=anchor, explained=explained, source=source_url(obj) if src else None)
                 if not e: continue
                 body.append(e)
                 if src: symbols[src[0].replace('.html#', '.md#')] = f'{stem}.md#{anchor}'

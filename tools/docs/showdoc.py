@@ -224,16 +224,24 @@ class DocRenderer:
         self.sym, self.title_level = sym, title_level
         self.nm = name or _qual_name(sym)
 
-    def _source(self):
-        try:
-            from nbdev.doclinks import NbdevLookup
-            return NbdevLookup().code(self.sym)
-        except Exception: return None
+    def _source(self): return source_url(self.sym)
 
     def _repr_markdown_(self):
         return entry_markdown(self.sym, self.nm, self.title_level, source=self._source()) or ' '
 
     def __repr__(self): return f'DocRenderer({self.nm})'
+
+
+def source_url(obj) -> str | None:
+    "The link to `obj`'s source on the code host (settings.ini's git_url), at its line; None where there is none."
+    try:
+        from nbdev.doclinks import NbdevLookup
+        o = unwrap(obj)
+        url = NbdevLookup().code(f'{o.__module__}.{o.__qualname__}')
+        if url and url.endswith('#LNone'):  # nbdev finds the line from the working folder's view of the file
+            url = url[:-len('None')] + str(inspect.getsourcelines(o)[1])
+        return url
+    except Exception: return None
 
 
 def _qual_name(obj):
