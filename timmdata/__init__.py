@@ -12,6 +12,7 @@ __all__ = []
 _EXPORTS = """
 from timmdata.readers import (create_reader, register_reader, get_img_extensions, is_img_extension, set_img_extensions,
                               add_img_extensions, del_img_extensions)
+from timmdata.readers import Reader, NoImagesError  # a new source: a Reader subclass, then register_reader
 from timmdata.pixels.decode import ImageDecodeError, decode_image, set_max_image_pixels
 from timmdata.dataset import ImageDataset, AugMixDataset
 from timmdata.streams.streaming import IterableImageDataset
@@ -23,6 +24,7 @@ from timmdata.constants import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMA
 from timmdata.transforms import (RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad, RandomCropOrPad,
                                  TrimBorder, MaybeToTensor, MaybePILToTensor, ToTensor, ToNumpy, center_crop_or_pad, crop_or_pad,
                                  str_to_interp_mode, str_to_pil_interp, interp_mode_to_str)
+from timmdata.transforms import SampleTransform  # a new transform: it declares its input and takes the sample's draws
 from timmdata.auto_augment import (RandAugment, AutoAugment, rand_augment_ops, rand_augment_transform, auto_augment_policy,
                                    auto_augment_transform)
 from timmdata.transforms_factory import create_transform, RandomPad
@@ -32,7 +34,12 @@ from timmdata.engine.collate import fast_collate
 from timmdata.engine.prefetch import PrefetchLoader
 from timmdata.loader import create_loader, MultiEpochsDataLoader
 from timmdata.engine.resume import ResumeStateError
+from timmdata.core.stages import LoaderStats  # what loader.stats() returns
+from timmdata.engine.threads import profile_loader
+from timmdata.engine.watch import (LoaderWatch, LoaderWatchCallback, Sink, TensorBoardSink, PrometheusSink, LoggerSink,
+                                   SlowRankWarning)
 from timmdata.streams.mixing import mix_datasets, MixChangedError
+from timmdata.streams.mixing import WeightSchedule, MixedDataset
 from timmdata.distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
 from timmdata.scheduled_sampler import ScheduledBatchSampler, ScheduledTransformDataset
 from timmdata.naflex_transforms import (get_image_size_for_seq, ResizeToSequence, ResizeKeepRatioToSequence, CenterCropToSequence,
@@ -42,12 +49,17 @@ from timmdata.naflex_mixup import NaFlexMixup, pairwise_mixup_target, mix_batch_
 from timmdata.naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaFlexStreamWrapper, calculate_naflex_batch_size
 from timmdata.naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
 from timmdata.store.format import ReaderStore, StoreDamagedError  # importing the store registers its reader kind with create_reader
+from timmdata.store.format import StaleStoreError
 from timmdata.streams.shard_index import ShardReader  # importing it registers the 'shards' reader kind
+from timmdata.streams.shard_io import ShardError, WdsSource
+from timmdata.streams.dataset_index import write_dataset_index  # `timmdata index`
 from timmdata.store.builder import build_cache
 from timmdata.tools.shards import write_shards
 from timmdata.engine.gpu_decode import create_device_decode_loader
 from timmdata.tools.check import check_images, check_image, CheckResult, BadImage
 from timmdata.tools.sample_data import make_sample_dataset
+from timmdata.tools.sample_data import make_sample_image
+from timmdata.core.runtime import fork_in_notebook  # worker processes by fork for classes defined in a notebook's cells
 from timmdata.dataset_info import DatasetInfo, CustomDatasetInfo, DatasetInfoLabelMapper, LabelMappingCoverage
 from timmdata.imagenet_info import ImageNetInfo, infer_imagenet_subset
 from timmdata.model_config import resolve_input_data_config

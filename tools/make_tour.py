@@ -1,6 +1,7 @@
-"""Makes the home page's tour pictures (nbs/images/tour/*.png): the first picture each page of the data's way draws
-from a real run, shrunk to a thumbnail. Run after a page's picture changes: `python tools/make_tour.py`.
-`--check` exits 1 when a tour picture is missing or a page named below has no picture."""
+"""Makes the home page's tour pictures (nbs/images/tour/*.png): the first picture six pages of the data's way draw
+from a real run, drawn larger than on their pages (up to 1.5x, at most 820 px wide) so that their labels can be read
+on the home page, whose table names every stage in text. Run after one of those pictures changes:
+`python tools/make_tour.py`. `--check` exits 1 when a tour picture is missing or a page named below has no picture."""
 import base64, io, json, sys
 from pathlib import Path
 
@@ -8,14 +9,10 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
 NBS, OUT = ROOT / 'nbs', ROOT / 'nbs' / 'images' / 'tour'
-# (picture name, notebook): the stages in the order the data goes through them (README's tour lists the same)
-TOUR = [('readers', 'readers/05_readers'), ('decode', 'pixels/06_decode'), ('resample', 'pixels/09_resample'),
-        ('transforms', '10_transforms'), ('dataset', '20_dataset'), ('store', 'store/19_format'),
-        ('shards', 'streams/22_shard_io'), ('global_order', 'streams/24_global_order'), ('streams', 'streams/25_streaming'),
-        ('collate', 'engine/27_collate'), ('batch_ring', 'engine/28_batch_ring'), ('mixup', '29_mixup'),
-        ('batch_plan', 'engine/33_batch_plan'), ('feeder', 'engine/30_feeder'), ('prefetch', 'engine/31_prefetch'),
-        ('threads', 'engine/37_threads'), ('device_decode', 'engine/36_gpu_decode'), ('loader', '38_loader')]
-WIDTH = 520
+# (picture name, notebook): six stages in the order the data goes through them (the home page shows them in this order)
+TOUR = [('decode', 'pixels/06_decode'), ('transforms', '10_transforms'), ('collate', 'engine/27_collate'),
+        ('global_order', 'streams/24_global_order'), ('feeder', 'engine/30_feeder'), ('loader', '38_loader')]
+WIDTH, SCALE = 820, 1.5  # at most 1.5x the page's picture, at most 820 px wide
 
 
 def first_picture(nb: Path) -> bytes:
@@ -37,8 +34,9 @@ def main(argv) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     for name, nb in TOUR:
         im = Image.open(io.BytesIO(first_picture(NBS / f'{nb}.ipynb'))).convert('RGB')
-        if im.width > WIDTH: im = im.resize((WIDTH, round(im.height * WIDTH / im.width)), Image.LANCZOS)
-        im = im.quantize(colors=128, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+        s = min(SCALE, WIDTH / im.width)  # larger text than on the page, so that the labels can be read
+        im = im.resize((round(im.width * s), round(im.height * s)), Image.LANCZOS)
+        im = im.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
         im.save(OUT / f'{name}.png', optimize=True)
         print(f'{name}: {nb} -> {(OUT / f"{name}.png").relative_to(ROOT)} ({(OUT / f"{name}.png").stat().st_size // 1024} KB)')
     return 0
