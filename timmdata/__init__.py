@@ -32,7 +32,7 @@ from timmdata.engine.collate import fast_collate
 from timmdata.engine.prefetch import PrefetchLoader
 from timmdata.loader import create_loader, MultiEpochsDataLoader
 from timmdata.engine.threads import gil_enabled
-from timmdata.engine.watch import LoaderWatch, LoaderWatchCallback
+from timmdata.engine.watch import LoaderWatch, LoaderWatchCallback, PrometheusSink
 from timmdata.engine.resume import ResumeStateError
 from timmdata.streams.mixing import mix_datasets, MixChangedError
 from timmdata.distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
