@@ -125,7 +125,7 @@ def interactive_session() -> bool:
 
 
 def fork_wanted() -> bool:
-    "Would worker processes started from here fail to find what this session defined, on a machine that could fork them instead?"
+    "Would worker processes started from here fail to find what this interactive session defined, on a machine that could fork them instead?"
     return (
         'fork' in multiprocessing.get_all_start_methods() and default_start_method() != 'fork' and interactive_session()
     )
@@ -142,7 +142,7 @@ def interactive_start(
 
 
 def fork_in_notebook():
-    "Start this session's worker processes by fork from now on where `fork_wanted()`: for a notebook whose own DataLoaders run classes defined in its cells."
+    "Start the worker processes of this interactive session by fork from now on where `fork_wanted()`: for a notebook whose own DataLoaders run classes defined in its cells."
     if fork_wanted():
         multiprocessing.set_start_method('fork', force=True)
 
