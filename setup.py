@@ -95,7 +95,8 @@ setup(
     extras_require={'dev': split_reqs('dev_requirements'), 'wds': ['webdataset>=1.0'], 'hf': ['datasets>=3'], 'codec': ['torchcodec>=0.16'],
                     'remote': ['fsspec'], 'all': ['webdataset>=1.0', 'datasets>=3', 'fsspec'],
                     'lightning': split_reqs('lightning_requirements'), 'accelerate': split_reqs('accelerate_requirements'),
-                    'tensorboard': split_reqs('tensorboard_requirements'), 'prometheus': split_reqs('prometheus_requirements')},
+                    'tensorboard': split_reqs('tensorboard_requirements'), 'prometheus': split_reqs('prometheus_requirements'),
+                    'parquet': split_reqs('parquet_requirements')},
     entry_points={
         'console_scripts': cfg.get('console_scripts', '').split(),
         'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"],

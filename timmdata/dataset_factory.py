@@ -180,7 +180,7 @@ def create_dataset(
             **kwargs,
         )
         return ImageDataset(root, reader=reader, load_bytes=load_bytes, input_img_mode=input_img_mode, **ours)
-    if prefix in ('wds', 'hfids'):
+    if prefix in ('wds', 'hfids', 'parquet'):  # parquet/: Parquet files read by position (streams.parquet)
         if prefix == 'hfids':
             kwargs['trust_remote_code'] = trust_remote_code
         return _iterable(
@@ -201,7 +201,7 @@ def create_dataset(
         raise _tfds_error(name)
     if prefix:
         raise ValueError(
-            f"unknown dataset scheme {prefix + '/'!r} in {name!r}; expected torch/, wds/, hfds/, hfids/, or no "
+            f"unknown dataset scheme {prefix + '/'!r} in {name!r}; expected torch/, wds/, parquet/, hfds/, hfids/, or no "
             f"prefix for a folder, tar, csv or store at root"
         )
     if root is None:

@@ -38,7 +38,7 @@ LONG_FIRST = ['06_decode.ipynb', '09_resample.ipynb', '49_data_loading_from_firs
 
 # test flags named after setup.py's extras -> the package each needs
 EXTRAS = {'hf': 'datasets', 'codec': 'torchcodec', 'tensorboard': 'tensorboard', 'accelerate': 'accelerate',
-          'lightning': 'lightning', 'prometheus': 'prometheus_client'}
+          'lightning': 'lightning', 'prometheus': 'prometheus_client', 'parquet': 'pyarrow'}
 
 
 def main(argv=None) -> int:

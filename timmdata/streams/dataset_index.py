@@ -612,10 +612,17 @@ def index_main(argv=None) -> int:
         'every .tar): each shard\'s size and sample spans, read once per process by training streams. Copy it '
         'with the shards when you upload them.',
     )
-    ap.add_argument('src', help='a local folder of WebDataset tar shards (as timmdata shards writes them)')
+    ap.add_argument('src', help='a local folder of WebDataset tar shards (as timmdata shards writes them), or of Parquet files')
     ap.add_argument('--no-progress', action='store_true', help='no progress lines')
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
+    if os.path.isdir(a.src) and not _listed_shards(a.src):  # no tar shards: Parquet files (streams.parquet)
+        from timmdata.streams.parquet import local_names, write_parquet_index
+
+        if local_names(a.src):
+            path = write_parquet_index(a.src, progress=not a.no_progress)
+            print(f'wrote {path} ({os.path.getsize(path):,} bytes) in {time.perf_counter() - t0:.1f} s')
+            return 0
     try:
         path = write_dataset_index(a.src, progress=not a.no_progress)
     except ValueError as e:  # not a local folder: one line, status 2

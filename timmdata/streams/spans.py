@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/22b_spans.ipynb #b0ceb025
 from __future__ import annotations
-from typing import Optional, Protocol
+from typing import Optional, Protocol, runtime_checkable
 import numpy as np
 from timmdata.streams.shard_io import (
     IMAGE_KEYS,
@@ -19,7 +19,7 @@ from timmdata.streams.shard_io import (
 )
 
 # %% auto #0
-__all__ = ['ShardChangedError', 'Spans', 'cut_sample']
+__all__ = ['ShardChangedError', 'Spans', 'ReadsByPosition', 'cut_sample']
 
 # %% ../../nbs/streams/22b_spans.ipynb #4d8cee9b
 class ShardChangedError(ShardError):
@@ -47,6 +47,13 @@ class Spans(Protocol):
     def forget(self, s: int, rows: np.ndarray) -> bool:
         "Drop shard s's `rows`, found stale by a read: True when `layout(s)` will make them again (a scan), False when only the user can (`remedy`)."
         ...
+
+# %% ../../nbs/streams/22b_spans.ipynb #8e126f76
+@runtime_checkable
+class ReadsByPosition(Protocol):
+    "A stream source whose samples are read by (shard, member) through a reader it makes (a `global_order.SpanReader` with its own `read`): `streams.parquet.ParquetSource`."
+
+    def by_position(self, index_dir: Optional[str] = None): ...
 
 # %% ../../nbs/streams/22b_spans.ipynb #80ceeb7a
 def cut_sample(

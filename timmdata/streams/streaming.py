@@ -26,6 +26,7 @@ from timmdata.streams.global_order import (
     worker_positions,
 )
 from .dataset_index import ShardSpans, dataset_spans
+from .spans import ReadsByPosition
 from .lookahead import BadAhead, LooksAheadOfPasses, looking_ahead
 from ..readers import create_reader, unset
 from ..core.settings import setting
@@ -96,6 +97,12 @@ def _stream_source(root, reader, split, class_map, num_samples, download, input_
         return WdsSource(
             root, split, input_key=input_key, target_key=target_key, num_samples=num_samples, **cmap, **kwargs
         )
+    if kind == 'parquet':  # Parquet files (the Hub's layout): timmdata.streams.parquet, pyarrow needed
+        from timmdata.streams.parquet import ParquetSource
+
+        if not unset(class_map):
+            raise ValueError(f"class_map is not supported for parquet/ files ({reader!r}): remap labels with target_transform")
+        return ParquetSource(root, split, num_samples=num_samples, input_key=input_key, target_key=target_key, **kwargs)
     if (
         kind == 'hfids'
     ):  # through the scheme registry of `timmdata.readers`: the Hugging Face source is imported on first use
@@ -116,7 +123,7 @@ def _stream_source(root, reader, split, class_map, num_samples, download, input_
                 f"reader {reader!r} needs timmdata.streams.hf_readers and Hugging Face datasets: pip install 'timmdata[hf]' ({e})"
             ) from e
     raise ValueError(
-        f"IterableImageDataset reader must be 'wds/<name>', 'hfids/<name>' or a stream source object; got {reader!r}"
+        f"IterableImageDataset reader must be 'wds/<name>', 'hfids/<name>', 'parquet/<name>' or a stream source object; got {reader!r}"
         + (" (tfds/ is not supported: write WebDataset shards with `timmdata shards`)" if kind == 'tfds' else '')
     )
 
@@ -225,6 +232,9 @@ class StreamPlan(OrderPartitions, StreamBounds):
         if order == 'shards':
             return order
         src = self.source
+        if isinstance(src, ReadsByPosition):  # a source with its own reader by position (Parquet files)
+            self._spans = src.by_position(index_dir)
+            return 'global'
         if isinstance(src, WdsSource) and src.cache is not None and src.shard_lengths and src.remote:  # a node cache
             found = dataset_spans(src)  # its table fetched once per node into the cache
             if found is not None:  # each sample read by its span from the cached copy
@@ -362,6 +372,8 @@ def local_reader(
     source,  # a stream source
 ) -> Optional[SpanReader]:
     "A `SpanReader` of `source`'s samples by position when every shard is a local tar file and the dataset index lists them (`timmdata index`, written by `timmdata shards`); else None: each shard is parsed front to back. No index is made here."
+    if isinstance(source, ReadsByPosition):
+        return source.by_position()
     if not isinstance(source, WdsSource) or any(url_scheme(s) != 'file' for s in source.shards):
         return None
     found = dataset_spans(source, hint=False)  # without an index, nothing is checked one by one here: no hint
