@@ -612,7 +612,9 @@ def index_main(argv=None) -> int:
         'every .tar): each shard\'s size and sample spans, read once per process by training streams. Copy it '
         'with the shards when you upload them.',
     )
-    ap.add_argument('src', help='a local folder of WebDataset tar shards (as timmdata shards writes them), or of Parquet files')
+    ap.add_argument(
+        'src', help='a local folder of WebDataset tar shards (as timmdata shards writes them), or of Parquet files'
+    )
     ap.add_argument('--no-progress', action='store_true', help='no progress lines')
     a = ap.parse_args(argv)
     t0 = time.perf_counter()

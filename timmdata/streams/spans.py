@@ -48,7 +48,7 @@ class Spans(Protocol):
         "Drop shard s's `rows`, found stale by a read: True when `layout(s)` will make them again (a scan), False when only the user can (`remedy`)."
         ...
 
-# %% ../../nbs/streams/22b_spans.ipynb #8e126f76
+# %% ../../nbs/streams/22b_spans.ipynb #9974562f
 @runtime_checkable
 class ReadsByPosition(Protocol):
     "A stream source whose samples are read by (shard, member) through a reader it makes (a `global_order.SpanReader` with its own `read`): `streams.parquet.ParquetSource`."

@@ -101,7 +101,9 @@ def _stream_source(root, reader, split, class_map, num_samples, download, input_
         from timmdata.streams.parquet import ParquetSource
 
         if not unset(class_map):
-            raise ValueError(f"class_map is not supported for parquet/ files ({reader!r}): remap labels with target_transform")
+            raise ValueError(
+                f"class_map is not supported for parquet/ files ({reader!r}): remap labels with target_transform"
+            )
         return ParquetSource(root, split, num_samples=num_samples, input_key=input_key, target_key=target_key, **kwargs)
     if (
         kind == 'hfids'
