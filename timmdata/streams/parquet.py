@@ -26,10 +26,10 @@ from .global_order import SpanReader
 # %% auto #0
 __all__ = ['MAX_FOOTER_BYTES', 'MAX_PAGE_BYTES', 'MAX_PAGE_HEADER', 'MAX_ROW_GROUP_BYTES', 'PAGE_TYPES', 'PLAIN',
            'PLAIN_DICTIONARY', 'RLE_DICTIONARY', 'EXACT', 'PAGE', 'GROUP', 'NULL', 'CODECS', 'PARQUET_INDEX_FILE',
-           'GROUPS_KEPT_BYTES', 'ParquetError', 'thrift_struct', 'page_header', 'rle_levels', 'plain_offsets',
-           'footer_bytes', 'parse_footer', 'find_columns', 'check_footer', 'decompress', 'page_values', 'chunk_rows',
-           'match_split', 'local_names', 'write_parquet_index', 'parse_parquet_index', 'read_parquet_index',
-           'ParquetSource', 'ParquetReader', 'write_sample_parquet']
+           'MAX_INDEX_BYTES', 'GROUPS_KEPT_BYTES', 'ParquetError', 'thrift_struct', 'page_header', 'rle_levels',
+           'plain_offsets', 'footer_bytes', 'parse_footer', 'find_columns', 'check_footer', 'decompress', 'page_values',
+           'chunk_rows', 'match_split', 'local_names', 'write_parquet_index', 'parse_parquet_index',
+           'read_parquet_index', 'ParquetSource', 'ParquetReader', 'write_sample_parquet']
 
 # %% ../../nbs/streams/26d_parquet.ipynb #10185d26023b46108eb7d9f57d49d2b3
 class ParquetError(ShardError):
@@ -512,6 +512,7 @@ def local_names(root: str) -> list:
 
 # %% ../../nbs/streams/26d_parquet.ipynb #db7b79bc585a40fcaf58bf750017e135
 _HEAD = 'timmdata parquet index'
+MAX_INDEX_BYTES = 4 << 30  # the largest index read (4 GiB: 89 million rows)
 
 
 def write_parquet_index(
@@ -633,9 +634,12 @@ def read_parquet_index(root, timeout: float = 60.0, retries: int = 3, backoff: f
             blob = f.read()
     else:
         try:
-            blob = http_range(url, None, timeout=timeout, retries=retries, backoff=backoff)[1]
+            with open_shard(url, timeout) as f:  # one request; a body past MAX_INDEX_BYTES is never read on
+                blob = f.read(MAX_INDEX_BYTES + 1)
         except ShardNotFoundError:
             return None
+        if len(blob) > MAX_INDEX_BYTES:
+            raise ParquetError(f'{shard_name(url)} is over {MAX_INDEX_BYTES:,} bytes (timmdata.streams.parquet.MAX_INDEX_BYTES): not an index; delete it')
     return parse_parquet_index(blob, shard_name(url))
 
 # %% ../../nbs/streams/26d_parquet.ipynb #f6fa52606d8c4a75a9b52967216f8f3f
