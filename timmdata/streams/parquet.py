@@ -639,7 +639,9 @@ def read_parquet_index(root, timeout: float = 60.0, retries: int = 3, backoff: f
         except ShardNotFoundError:
             return None
         if len(blob) > MAX_INDEX_BYTES:
-            raise ParquetError(f'{shard_name(url)} is over {MAX_INDEX_BYTES:,} bytes (timmdata.streams.parquet.MAX_INDEX_BYTES): not an index; delete it')
+            raise ParquetError(
+                f'{shard_name(url)} is over {MAX_INDEX_BYTES:,} bytes (timmdata.streams.parquet.MAX_INDEX_BYTES): not an index; delete it'
+            )
     return parse_parquet_index(blob, shard_name(url))
 
 # %% ../../nbs/streams/26d_parquet.ipynb #f6fa52606d8c4a75a9b52967216f8f3f
