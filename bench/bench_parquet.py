@@ -1,0 +1,139 @@
+"""Parquet read by position (nbs/streams/26d_parquet.ipynb), in one run: one training epoch of the same images with the
+same train transform through create_loader, read from (1) the image folder, (2) Parquet files in the Hub's layout read
+by timmdata with the index (`parquet/`, local), (3) the same files over a loopback HTTP server that answers ranged reads
+(a separate process), (4) `hfds/` and (5) `hfids/` (Hugging Face `datasets` over the same files), (6) WebDataset shards
+with their dataset index. Medians over `--epochs` epochs after a warm-up, the sources alternating; prints images/s, the
+ratio to the folder, CPU ms per image; then, over HTTP, the bytes fetched per image (row groups of 100 rows and one row
+group a file, with and without the index) and the requests made before the first batch (4 files and 16 files).
+
+    python bench/bench_parquet.py --n 1000 --epochs 2 --workers 2
+"""
+import argparse, atexit, io, json, os, shutil, subprocess, sys, tempfile, time, urllib.request, warnings
+from pathlib import Path
+from timmdata import create_dataset, create_loader, make_sample_dataset
+from timmdata.streams.parquet import write_parquet_index, write_sample_parquet
+from _common import alternate_epochs, free_port, print_rates, train_loaders
+
+SERVER = r'''
+import http.server, json, os, sys, threading
+log = [0, 0]
+class H(http.server.SimpleHTTPRequestHandler):
+    disable_nagle_algorithm, wbufsize = True, 1 << 16  # headers and body in one write: no 40 ms delayed-ACK stall a request
+    def log_message(self, *a): pass
+    def do_GET(self):
+        if self.path == '/_stats':
+            body = json.dumps(log).encode(); self.send_response(200); self.send_header('Content-Length', str(len(body)))
+            self.end_headers(); self.wfile.write(body); log[:] = [0, 0]; return
+        path = self.translate_path(self.path)
+        if not os.path.isfile(path): return super().do_GET()
+        size, rng = os.path.getsize(path), self.headers.get('Range')
+        a, b = (0, size - 1) if not rng else map(int, rng.split('=', 1)[1].split('-'))
+        with open(path, 'rb') as f: f.seek(a); data = f.read(b + 1 - a)
+        log[0] += 1; log[1] += len(data)
+        self.send_response(206 if rng else 200); self.send_header('Content-Length', str(len(data)))
+        if rng: self.send_header('Content-Range', f'bytes {a}-{a + len(data) - 1}/{size}')
+        self.end_headers(); self.wfile.write(data)
+class S(http.server.ThreadingHTTPServer):
+    request_queue_size = 128  # Python's default backlog of 5 drops connections when 8 reads are in flight (1 s retries)
+S(('127.0.0.1', int(sys.argv[2])), lambda *a: H(*a, directory=sys.argv[1])).serve_forever()
+'''
+
+
+def serve(folder) -> str:
+    port = free_port()
+    p = subprocess.Popen([sys.executable, '-c', SERVER, str(folder), str(port)])
+    atexit.register(p.terminate)
+    for _ in range(100):
+        try: urllib.request.urlopen(f'http://127.0.0.1:{port}/_stats').read(); break
+        except OSError: time.sleep(0.05)
+    return f'http://127.0.0.1:{port}'
+
+
+def stats(url) -> tuple:
+    "(requests, bytes) the server answered since it was last asked (and reset)."
+    return tuple(json.loads(urllib.request.urlopen(url + '/_stats').read()))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--n', type=int, default=1000, help='images (10 classes)')
+    ap.add_argument('--epochs', type=int, default=2)
+    ap.add_argument('--workers', type=int, default=2)
+    ap.add_argument('--batch-size', type=int, default=32)
+    ap.add_argument('--size', type=int, default=160, help='image width (height 3/4 of it)')
+    ap.add_argument('--skip-hf', action='store_true', help='leave out hfds/ and hfids/')
+    a = ap.parse_args()
+    a.input_size = (3, 224, 224)  # what timmdata.tools.bench.time_epoch checks
+    tmp = Path(tempfile.mkdtemp(prefix='bench_parquet_'))
+    atexit.register(shutil.rmtree, tmp, True)
+    photos = make_sample_dataset(tmp / 'photos', n_train=a.n // 10, n_val=0, size=(a.size, a.size * 3 // 4))
+    files = sorted((photos / 'train').rglob('*.JPEG'))
+    classes = sorted({f.parent.name for f in files})
+    samples = [(f.read_bytes(), classes.index(f.parent.name)) for f in files]
+    img_bytes = sum(len(b) for b, _ in samples) / len(samples)
+    t0 = time.perf_counter()
+    write_sample_parquet(tmp / 'pq', samples, classes, files=4, row_group_size=100)  # the Hub's old row groups
+    write_parquet_index(tmp / 'pq')
+    print(f'{len(samples)} images of {img_bytes:,.0f} bytes on average; Parquet written and indexed in {time.perf_counter() - t0:.1f} s')
+    from timmdata.tools.shards import shards_main
+    shards_main([str(photos), str(tmp / 'wds'), '--split', 'train', '--shard-size', str(max(1, a.n // 4)), '--no-progress'])
+    subprocess.run([sys.executable, '-m', 'timmdata.tools.cli', 'index', str(tmp / 'wds'), '--no-progress'], check=True, stdout=subprocess.DEVNULL)
+    url = serve(tmp / 'pq')
+    common = dict(split='train', is_training=True, batch_size=a.batch_size)
+    sources = {
+        'folder': lambda: create_dataset('', root=str(photos), split='train', is_training=True),
+        'parquet local': lambda: create_dataset('parquet/x', root=str(tmp / 'pq'), **common),
+        'parquet HTTP': lambda: create_dataset('parquet/x', root=url, **common),
+        'wds shards': lambda: create_dataset('wds/x', root=str(tmp / 'wds'), **common),
+    }
+    if not a.skip_hf:
+        sources['hfds/'] = lambda: create_dataset('hfds/' + str(tmp / 'pq'), root=str(tmp / 'hf_cache'), split='train', is_training=True)
+        sources['hfids/'] = lambda: create_dataset('hfids/' + str(tmp / 'pq'), root=str(tmp / 'hf_cache'), num_samples=len(samples), **common)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        loaders = train_loaders(sources, a)
+        for name in [k for k in loaders if k.startswith('hf')]:  # one epoch first: a source that fails is left out, said why
+            try:
+                sum(len(y) for _, y in loaders[name][1])
+            except Exception as e:
+                print(f'{name} left out: {type(e).__name__}: {str(e).splitlines()[-1][:300]}')
+                getattr(loaders.pop(name)[1], 'shutdown', lambda: None)()
+        cpu = {}
+        rates = alternate_epochs(loaders, a.epochs, cpu)
+    print_rates(rates, 'folder', 'x folder', cpu=cpu)
+    import statistics as st
+    m = {k: st.median(v) for k, v in rates.items()}
+    print(f"parquet HTTP / parquet local: {m['parquet HTTP'] / m['parquet local']:.2f}x; "
+          + '; '.join(f"parquet local / {k}: {m['parquet local'] / m[k]:.2f}x" for k in ('hfds/', 'hfids/', 'wds shards') if k in m))
+    for _, loader in loaders.values():
+        getattr(loader, 'shutdown', lambda: None)()
+    # bytes fetched per image over HTTP: row groups of 100 rows and one row group a file, with the index and without
+    print(f'\n{"over HTTP, one epoch in process":<44}{"bytes/img":>10}{"x image":>9}{"requests":>10}')
+    for rows in (100, len(samples)):
+        d = tmp / f'rg{rows}'
+        write_sample_parquet(d, samples, classes, files=4, row_group_size=rows)
+        for index in (True, False):
+            if index: write_parquet_index(d)
+            else: os.remove(d / '_timmdata_parquet_index.bin')
+            u = serve(d)
+            stats(u)
+            pat = 'data/train-*.parquet' if index else 'data/train-{00000..00003}-of-00004.parquet'  # no index: named files
+            ds = create_dataset('parquet/x', root=u, **dict(common, split=pat))
+            n = sum(len(y) for _, y in create_loader(ds, a.input_size, a.batch_size, is_training=True, num_workers=0, device='cpu'))
+            req, got = stats(u)
+            print(f'{f"row groups of {rows} rows, " + ("index" if index else "no index (row groups)"):<44}{got / n:>10,.0f}{got / n / img_bytes:>9.2f}{req:>10}')
+    # requests before the first batch, with the index: 4 files and 16
+    print(f'\n{"requests before the first batch (index)":<44}{"files":>6}{"requests":>10}')
+    for nf in (4, 16):
+        d = tmp / f'files{nf}'
+        write_sample_parquet(d, samples, classes, files=nf, row_group_size=100)
+        write_parquet_index(d)
+        u = serve(d)
+        stats(u)
+        ds = create_dataset('parquet/x', root=u, **common)
+        next(iter(create_loader(ds, a.input_size, a.batch_size, is_training=True, num_workers=0, device='cpu')))
+        print(f'{"":<44}{nf:>6}{stats(u)[0]:>10}   ({a.batch_size} images a batch: one read each, one for the index)')
+
+
+if __name__ == '__main__':
+    main()
