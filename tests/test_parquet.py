@@ -172,3 +172,21 @@ def test_hostile_files_fuzzed(tmp_path):
         assert time.perf_counter() - t < 5, k
         seen[out] = seen.get(out, 0) + 1
     assert seen.get('ParquetError', 0) > 30, seen  # most damage is found and named
+
+
+def test_node_cache_and_index_command(folder, tmp_path):
+    "`timmdata index` writes the Parquet index; over HTTP with cache_dir each file is fetched whole once per node, then read from the copy."
+    import shutil
+    from timmdata.tools.cli import main as cli
+    root = tmp_path / 'c'
+    shutil.copytree(folder, root)
+    assert cli(['index', str(root), '--no-progress']) == 0 and (root / PARQUET_INDEX_FILE).is_file()
+    ref = _run(root, 1, 12, 0)[0]
+    with http_folder(root, _Counted) as url:
+        _Counted.log.clear()
+        ds = create_dataset('parquet/x', root=url, split='train', is_training=True, batch_size=12, block_shards=3,
+                            cache_dir=str(tmp_path / 'cache'))
+        got = [y.tolist() for _, y in create_loader(ds, (3, 16, 16), 12, is_training=True, num_workers=0, device='cpu')]
+        assert got == ref
+        files = [p for p, _ in _Counted.log if p.endswith('.parquet')]
+        assert len(files) == 6 and len(set(files)) == 6, _Counted.log  # each file once, whole
