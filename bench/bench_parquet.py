@@ -107,6 +107,17 @@ def main():
           + '; '.join(f"parquet local / {k}: {m['parquet local'] / m[k]:.2f}x" for k in ('hfds/', 'hfids/', 'wds shards') if k in m))
     for _, loader in loaders.values():
         getattr(loader, 'shutdown', lambda: None)()
+    if not a.skip_hf and 'hfids/' not in rates:  # hfids/ in this process (its DataLoader workers split its files again)
+        w = a.workers
+        a.workers = 0
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            two = train_loaders({k: sources[k] for k in ('parquet local', 'hfids/')}, a)
+            cpu0 = {}
+            r0 = alternate_epochs(two, a.epochs, cpu0)
+        print('\nin the main process (num_workers=0):')
+        print_rates(r0, 'hfids/', 'x hfids/', cpu=cpu0)
+        a.workers = w
     # bytes fetched per image over HTTP: row groups of 100 rows and one row group a file, with the index and without
     print(f'\n{"over HTTP, one epoch in process":<44}{"bytes/img":>10}{"x image":>9}{"requests":>10}')
     for rows in (100, len(samples)):

@@ -1,6 +1,7 @@
 """Parquet files read by position (nbs/streams/26d_parquet.ipynb): files written by pyarrow and by Hugging Face `datasets`,
 the global order's exact and elastic resume on other ranks and workers, reads over loopback HTTP as ranged requests,
 and a fuzzer of hostile files. Ranks are simulated with the dataset's rank/world_size."""
+
 import http.server, io, json, os, random, threading, time
 import numpy as np
 import pytest, torch
@@ -11,28 +12,41 @@ import pyarrow.parquet as pq
 from timmdata.dataset_factory import create_dataset
 from timmdata.loader import create_loader
 from timmdata.streams.shard_io import ShardError
-from timmdata.streams.parquet import (EXACT, PAGE, PARQUET_INDEX_FILE, ParquetError, ParquetSource, write_parquet_index,
-                                      write_sample_parquet)
+from timmdata.streams.parquet import (
+    EXACT,
+    PAGE,
+    PARQUET_INDEX_FILE,
+    ParquetError,
+    ParquetSource,
+    write_parquet_index,
+    write_sample_parquet,
+)
 from _helpers import http_folder
 
 N = 60  # samples; label i is sample i, so a batch's labels say which samples it holds
 
 
 def _jpeg(i):
-    b = io.BytesIO(); Image.new('RGB', (20, 16), (i * 4 % 256, 30, 60)).save(b, 'JPEG'); return b.getvalue()
+    b = io.BytesIO()
+    Image.new('RGB', (20, 16), (i * 4 % 256, 30, 60)).save(b, 'JPEG')
+    return b.getvalue()
 
 
 @pytest.fixture(scope='module')
 def folder(tmp_path_factory):
     root = tmp_path_factory.mktemp('pq')
-    write_sample_parquet(root, [(_jpeg(i), i) for i in range(N)], [f'c{i}' for i in range(N)], files=6, row_group_size=4)
+    write_sample_parquet(
+        root, [(_jpeg(i), i) for i in range(N)], [f'c{i}' for i in range(N)], files=6, row_group_size=4
+    )
     return root
 
 
 @pytest.fixture(scope='module')
 def indexed(tmp_path_factory):
     root = tmp_path_factory.mktemp('pqi')
-    write_sample_parquet(root, [(_jpeg(i), i) for i in range(N)], [f'c{i}' for i in range(N)], files=6, row_group_size=4)
+    write_sample_parquet(
+        root, [(_jpeg(i), i) for i in range(N)], [f'c{i}' for i in range(N)], files=6, row_group_size=4
+    )
     write_parquet_index(root)
     return root
 
@@ -41,16 +55,27 @@ def _run(root, world, bs, workers, stop=None, sd=None, epoch=0):
     "Global batches (every rank's t-th batch's labels, rank after rank) and rank 0's state after `stop` batches."
     per_rank, states = [], []
     for r in range(world):
-        ds = create_dataset('parquet/x', root=str(root), split='train', is_training=True, batch_size=bs, block_shards=3,
-                            rank=r, world_size=world)
+        ds = create_dataset(
+            'parquet/x',
+            root=str(root),
+            split='train',
+            is_training=True,
+            batch_size=bs,
+            block_shards=3,
+            rank=r,
+            world_size=world,
+        )
         dl = create_loader(ds, (3, 16, 16), bs, is_training=True, num_workers=workers, device='cpu')
-        if sd is not None: dl.load_state_dict(json.loads(json.dumps(sd)))
+        if sd is not None:
+            dl.load_state_dict(json.loads(json.dumps(sd)))
         dl.set_epoch(epoch)
         out = []
         for _, y in dl:
             out.append(y.tolist())
-            if len(out) == stop: break
-        states.append(dl.state_dict()); per_rank.append(out)
+            if len(out) == stop:
+                break
+        states.append(dl.state_dict())
+        per_rank.append(out)
     assert all(len(o) == len(per_rank[0]) for o in per_rank)
     return [sum((o[t] for o in per_rank), []) for t in range(len(per_rank[0]))], states[0]
 
@@ -81,13 +106,19 @@ def test_files_written_by_datasets(tmp_path):
     "`datasets`' Image() and ClassLabel written by `to_parquet` in the Hub's layout: the class names, labels and image bytes read back."
     datasets = pytest.importorskip('datasets')
     imgs = [_jpeg(i) for i in range(30)]
-    d = datasets.Dataset.from_dict({'image': [{'bytes': b, 'path': None} for b in imgs], 'label': [i % 3 for i in range(30)],
-                                    'caption': [f'x{i}' for i in range(30)]})
+    d = datasets.Dataset.from_dict(
+        {
+            'image': [{'bytes': b, 'path': None} for b in imgs],
+            'label': [i % 3 for i in range(30)],
+            'caption': [f'x{i}' for i in range(30)],
+        }
+    )
     d = d.cast_column('image', datasets.Image()).cast_column('label', datasets.ClassLabel(names=['cat', 'dog', 'fox']))
     (tmp_path / 'data').mkdir()
     d.to_parquet(str(tmp_path / 'data' / 'validation-00000-of-00001.parquet'), batch_size=10)
     for index in (False, True):
-        if index: write_parquet_index(tmp_path)
+        if index:
+            write_parquet_index(tmp_path)
         ds = create_dataset('parquet/x', root=str(tmp_path), split='val')  # timm's synonym finds 'validation'
         assert ds.reader.class_to_idx == {'cat': 0, 'dog': 1, 'fox': 2}
         r = ds.reader.by_position()
@@ -100,8 +131,12 @@ def test_files_written_by_datasets(tmp_path):
 
 class _Counted(http.server.SimpleHTTPRequestHandler):
     "Answers ranged GETs (206) and counts requests and bytes sent."
+
     log = []
-    def log_message(self, *a): pass
+
+    def log_message(self, *a):
+        pass
+
     def do_GET(self):
         path = self.translate_path(self.path)
         rng = self.headers.get('Range')
@@ -109,11 +144,16 @@ class _Counted(http.server.SimpleHTTPRequestHandler):
             return super().do_GET()
         size = os.path.getsize(path)
         a, b = (0, size - 1) if not rng else map(int, rng.split('=', 1)[1].split('-'))
-        with open(path, 'rb') as f: f.seek(a); data = f.read(b + 1 - a)
+        with open(path, 'rb') as f:
+            f.seek(a)
+            data = f.read(b + 1 - a)
         _Counted.log.append((self.path, len(data)))
-        self.send_response(206 if rng else 200); self.send_header('Content-Length', str(len(data)))
-        if rng: self.send_header('Content-Range', f'bytes {a}-{a + len(data) - 1}/{size}')
-        self.end_headers(); self.wfile.write(data)
+        self.send_response(206 if rng else 200)
+        self.send_header('Content-Length', str(len(data)))
+        if rng:
+            self.send_header('Content-Range', f'bytes {a}-{a + len(data) - 1}/{size}')
+        self.end_headers()
+        self.wfile.write(data)
 
 
 def test_over_http_ranged_reads(indexed, tmp_path):
@@ -130,37 +170,47 @@ def test_over_http_ranged_reads(indexed, tmp_path):
         # without the index: each file's size and footer, then row groups
         _Counted.log.clear()
         pat = 'data/train-{00000..00005}-of-00006.parquet'
-        ds = create_dataset('parquet/x', root=url, split=pat, is_training=True, batch_size=12, block_shards=3, use_index=False)
+        ds = create_dataset(
+            'parquet/x', root=url, split=pat, is_training=True, batch_size=12, block_shards=3, use_index=False
+        )
         assert len(_Counted.log) == 12  # two reads a file: its size, its footer
-        assert [y.tolist() for _, y in create_loader(ds, (3, 16, 16), 12, is_training=True, num_workers=0, device='cpu')] == got
+        assert [
+            y.tolist() for _, y in create_loader(ds, (3, 16, 16), 12, is_training=True, num_workers=0, device='cpu')
+        ] == got
 
 
 def test_hostile_files_fuzzed(tmp_path):
     "Bytes flipped, cut and footer lengths changed at random: every file is read or refused with a named error, each in bounded time."
     src = tmp_path / 'src'
-    write_sample_parquet(src, [(_jpeg(i), i % 3) for i in range(24)], ['a', 'b', 'c'], files=1, row_group_size=8, compression='snappy')
+    write_sample_parquet(
+        src, [(_jpeg(i), i % 3) for i in range(24)], ['a', 'b', 'c'], files=1, row_group_size=8, compression='snappy'
+    )
     good = (src / 'data' / 'train-00000-of-00001.parquet').read_bytes()
     rng, seen = random.Random(0), {}
     for k in range(120):
         b = bytearray(good)
         how = k % 4
         if how == 0:
-            for _ in range(rng.randint(1, 8)): b[rng.randrange(len(b))] = rng.randrange(256)
+            for _ in range(rng.randint(1, 8)):
+                b[rng.randrange(len(b))] = rng.randrange(256)
         elif how == 1:
             b = b[: rng.randrange(len(b))]
         elif how == 2:
             b[-8:-4] = rng.choice([0, 1, len(b), len(b) - 9, 2**31 - 1, 2**32 - 1]).to_bytes(4, 'little')
         else:  # a byte of the footer's metadata changed: offsets, sizes, counts
             n = int.from_bytes(good[-8:-4], 'little')
-            for _ in range(rng.randint(1, 3)): b[len(b) - 8 - n + rng.randrange(n)] = rng.randrange(256)
-        d = tmp_path / f'f{k}' / 'data'; d.mkdir(parents=True)
+            for _ in range(rng.randint(1, 3)):
+                b[len(b) - 8 - n + rng.randrange(n)] = rng.randrange(256)
+        d = tmp_path / f'f{k}' / 'data'
+        d.mkdir(parents=True)
         (d / 'train-00000-of-00001.parquet').write_bytes(bytes(b))
         t = time.perf_counter()
         try:
             s = ParquetSource(d.parent, 'train')
             list(s.iter_shard(s.shards[0]))
             write_parquet_index(d.parent)
-            s = ParquetSource(d.parent, 'train'); r = s.by_position()
+            s = ParquetSource(d.parent, 'train')
+            r = s.by_position()
             [r.read(0, m) for m in range(s.shard_lengths[0])]
             out = 'read'
         except ShardError as e:  # ParquetError is one; ShardChangedError when the rows no longer match the footer
@@ -178,15 +228,36 @@ def test_node_cache_and_index_command(folder, tmp_path):
     "`timmdata index` writes the Parquet index; over HTTP with cache_dir each file is fetched whole once per node, then read from the copy."
     import shutil
     from timmdata.tools.cli import main as cli
+
     root = tmp_path / 'c'
     shutil.copytree(folder, root)
     assert cli(['index', str(root), '--no-progress']) == 0 and (root / PARQUET_INDEX_FILE).is_file()
     ref = _run(root, 1, 12, 0)[0]
     with http_folder(root, _Counted) as url:
         _Counted.log.clear()
-        ds = create_dataset('parquet/x', root=url, split='train', is_training=True, batch_size=12, block_shards=3,
-                            cache_dir=str(tmp_path / 'cache'))
+        ds = create_dataset(
+            'parquet/x',
+            root=url,
+            split='train',
+            is_training=True,
+            batch_size=12,
+            block_shards=3,
+            cache_dir=str(tmp_path / 'cache'),
+        )
         got = [y.tolist() for _, y in create_loader(ds, (3, 16, 16), 12, is_training=True, num_workers=0, device='cpu')]
         assert got == ref
         files = [p for p, _ in _Counted.log if p.endswith('.parquet')]
         assert len(files) == 6 and len(set(files)) == 6, _Counted.log  # each file once, whole
+
+
+def test_mixed_with_a_folder(indexed, tmp_path):
+    "A `ParquetSource` is a `mix_datasets` entry: its samples read by position, as tar shards' are."
+    from timmdata.streams.mixing import mix_datasets
+    from timmdata.tools.sample_data import make_sample_dataset
+
+    folder = make_sample_dataset(tmp_path / 'f', n_train=2, n_val=0, classes=['a', 'b'], size=(20, 16), num_workers=0)
+    mix = mix_datasets([ParquetSource(indexed, 'train'), str(folder / 'train')], weights=[0.5, 0.5], epoch_length=40)
+    ys = [int(mix[i][1]) for i in range(len(mix))]
+    assert len(ys) == len(mix) > 0 and any(
+        y >= 2 for y in ys
+    )  # labels kept: the folder's are 0 and 1, the Parquet rows' up to 59

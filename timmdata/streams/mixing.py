@@ -14,6 +14,7 @@ from ..config import mix_seed
 from ..readers.core import Reader, create_reader
 from .shard_io import WdsSource, shard_name
 from .global_order import SpanReader, sample_spans
+from .spans import ReadsByPosition
 from ..dataset import ImageDataset
 from timmdata.engine.batch_plan import (
     BatchMark,
@@ -322,6 +323,11 @@ class ShardsReader(Reader):
         source: WdsSource,  # the shards (`create_reader('wds/...')`)
         index_dir: Optional[str] = None,  # where the shards' member index is kept (see `sample_spans`)
     ):
+        if isinstance(source, ReadsByPosition):  # Parquet files: their own reader by position
+            self.source, self.root, self.class_to_idx = source, '', {}
+            self.spans = source.by_position(index_dir)
+            self._cum = np.concatenate([[0], np.cumsum(np.asarray(self.spans.lengths, np.int64))])
+            return
         spans = sample_spans(source, index_dir)
         if isinstance(spans, str):
             raise ValueError(
@@ -357,7 +363,7 @@ def as_reader(
         source = create_reader(os.fspath(source), split=split, **kwargs)
     if isinstance(source, ImageDataset):
         source = source.reader
-    if isinstance(source, WdsSource):
+    if isinstance(source, (WdsSource, ReadsByPosition)):  # tar shards, Parquet files (`streams.parquet.ParquetSource`)
         return ShardsReader(source)
     if not isinstance(source, Reader):
         raise TypeError(

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/26d_parquet.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 from __future__ import annotations
-import bisect, glob, hashlib, io, json, os, re, threading
+import glob, hashlib, io, json, os, re
 from collections import OrderedDict
 from typing import Iterator, Optional
 import numpy as np
