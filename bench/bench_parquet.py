@@ -19,6 +19,7 @@ import http.server, json, os, sys, threading
 log = [0, 0]
 class H(http.server.SimpleHTTPRequestHandler):
     disable_nagle_algorithm, wbufsize = True, 1 << 16  # headers and body in one write: no 40 ms delayed-ACK stall a request
+    protocol_version = 'HTTP/1.1'  # connections kept open, as a web server or object store keeps them
     def log_message(self, *a): pass
     def do_GET(self):
         if self.path == '/_stats':
@@ -32,9 +33,10 @@ class H(http.server.SimpleHTTPRequestHandler):
         log[0] += 1; log[1] += len(data)
         self.send_response(206 if rng else 200); self.send_header('Content-Length', str(len(data)))
         if rng: self.send_header('Content-Range', f'bytes {a}-{a + len(data) - 1}/{size}')
-        self.end_headers(); self.wfile.write(data)
+        self.end_headers(); self.wfile.write(data); self.wfile.flush()
 class S(http.server.ThreadingHTTPServer):
     request_queue_size = 128  # Python's default backlog of 5 drops connections when 8 reads are in flight (1 s retries)
+    def handle_error(self, *a): pass  # a client closing its kept connection is not news
 S(('127.0.0.1', int(sys.argv[2])), lambda *a: H(*a, directory=sys.argv[1])).serve_forever()
 '''
 

@@ -130,7 +130,7 @@ def test_files_written_by_datasets(tmp_path):
 
 
 class _Counted(http.server.SimpleHTTPRequestHandler):
-    "Answers ranged GETs (206) and counts requests and bytes sent."
+    "Answers ranged GETs (206) and counts requests and bytes sent; HTTP/1.0 (a connection a request) unless `protocol_version` says 1.1."
 
     log = []
 
@@ -156,9 +156,14 @@ class _Counted(http.server.SimpleHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def test_over_http_ranged_reads(indexed, tmp_path):
+class _Kept(_Counted):
+    protocol_version = 'HTTP/1.1'  # connections kept open
+
+
+@pytest.mark.parametrize('handler', [_Counted, _Kept])
+def test_over_http_ranged_reads(indexed, tmp_path, handler):
     "Over loopback HTTP: the local run's batches; with the index, one request before the reads whatever the number of files, and one read of the image's size a sample."
-    with http_folder(indexed, _Counted) as url:
+    with http_folder(indexed, handler) as url:
         _Counted.log.clear()
         ds = create_dataset('parquet/x', root=url, split='train', is_training=True, batch_size=12, block_shards=3)
         assert ds.order == 'global' and len(_Counted.log) == 1 and PARQUET_INDEX_FILE in _Counted.log[0][0]

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/26d_parquet.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 from __future__ import annotations
-import glob, hashlib, io, json, os, re
+import glob, hashlib, http.client, io, json, os, re, threading, time, urllib.parse
 from collections import OrderedDict
 from typing import Iterator, Optional
 import numpy as np
@@ -20,6 +20,7 @@ from timmdata.streams.shard_io import (
     url_scheme,
 )
 from .shard_index import http_range
+from .net import REQUEST_DEADLINE
 from .spans import ShardChangedError
 from .global_order import SpanReader
 
@@ -29,7 +30,7 @@ __all__ = ['MAX_FOOTER_BYTES', 'MAX_PAGE_BYTES', 'MAX_PAGE_HEADER', 'MAX_ROW_GRO
            'MAX_INDEX_BYTES', 'GROUPS_KEPT_BYTES', 'ParquetError', 'thrift_struct', 'page_header', 'rle_levels',
            'plain_offsets', 'footer_bytes', 'parse_footer', 'find_columns', 'check_footer', 'decompress', 'page_values',
            'chunk_rows', 'match_split', 'local_names', 'write_parquet_index', 'parse_parquet_index',
-           'read_parquet_index', 'ParquetSource', 'ParquetReader', 'write_sample_parquet']
+           'read_parquet_index', 'ParquetSource', 'kept_get', 'ParquetReader', 'write_sample_parquet']
 
 # %% ../../nbs/streams/26d_parquet.ipynb #10185d26023b46108eb7d9f57d49d2b3
 class ParquetError(ShardError):
@@ -905,6 +906,63 @@ class ParquetSource:
     def __repr__(self):
         return f'{type(self).__name__}({len(self.shards)} files, num_samples={self.num_samples}, split={self.split!r})'
 
+# %% ../../nbs/streams/26d_parquet.ipynb #9075f00cfa8d463f84130041b1e44ca7
+_KEPT = threading.local()  # each thread's open connections, by (scheme, host)
+
+
+def kept_get(
+    url: str,  # an http(s) URL
+    start: int,
+    n: int,  # the bytes asked
+    timeout: float = 60.0,  # seconds a connection may stall
+    deadline: float = REQUEST_DEADLINE,  # seconds the request may take in all
+) -> tuple:
+    "(headers, body) of a ranged GET of bytes `start` to `start + n` of `url` on this thread's kept connection to its host; any failure raises (the caller asks `http_range` then)."
+    u = urllib.parse.urlsplit(url)
+    key, conns = (u.scheme, u.netloc), getattr(_KEPT, 'conns', None)
+    if conns is None:
+        conns = _KEPT.conns = {}
+    conn = conns.pop(key, None)
+    end = time.monotonic() + deadline
+    if conn is None:
+        kind = http.client.HTTPSConnection if u.scheme == 'https' else http.client.HTTPConnection
+        conn = kind(u.hostname, u.port, timeout=min(timeout, deadline))
+    try:
+        conn.request(
+            'GET',
+            (u.path or '/') + ('?' + u.query if u.query else ''),
+            headers={'Range': f'bytes={start}-{start + n - 1}', 'User-Agent': 'timmdata'},
+        )
+        sock = conn.sock  # the connection lets go of it when the answer closes it (HTTP/1.0)
+        r = conn.getresponse()
+        if r.status != 206:
+            raise ParquetError(f'HTTP {r.status} to a ranged read')
+        cr = r.headers.get('Content-Range') or ''
+        m = re.fullmatch(r'bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20})', cr.strip())
+        if m is None or int(m[1]) != start or int(m[2]) != start + n - 1 or r.headers.get('Content-Length') != str(n):
+            raise ParquetError(f'not the range asked: {printable(cr, 80)}')
+        parts, got = [], 0
+        while got < n:  # one recv a read, each within what is left of the deadline
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError('past the deadline')
+            sock.settimeout(min(timeout, left))
+            b = r.read1(n - got)
+            if not b:
+                raise ConnectionError('cut short')
+            parts.append(b)
+            got += len(b)
+        if r.read(1):  # the answer is over (and the connection free for the next request)
+            raise ConnectionError('longer than it says')
+        if r.will_close:
+            conn.close()
+        else:
+            conns[key] = conn  # kept for this thread's next read
+        return r.headers, b''.join(parts)
+    except BaseException:
+        conn.close()
+        raise
+
 # %% ../../nbs/streams/26d_parquet.ipynb #3f9bc0b9dd2c44919cc8dcca39b469f8
 GROUPS_KEPT_BYTES = 256 << 20  # row groups' images a process keeps for the rows read after (no index)
 
@@ -926,6 +984,18 @@ class ParquetReader(SpanReader):
         d = super().__getstate__()
         d.pop('_groups', None)
         return d
+
+    def _bytes(self, s: int, start: int, n: int, size=None) -> bytes:
+        "As `ShardBytes._bytes`; over http(s) without a node cache, on this thread's kept connection (`kept_get`), the file's size checked as there."
+        if self._paths[s] is not None or self._cache is not None or not n:
+            return super()._bytes(s, start, n, size)
+        try:
+            headers, body = kept_get(self.source.shards[s], start, n, self.source.timeout)
+        except Exception:  # a fresh request: retries, deadlines and named errors (`http_range`)
+            return super()._bytes(s, start, n, size)
+        if size is not None or self.sizes is not None:
+            self._check_size(s, (headers.get('Content-Range') or '').rpartition('/')[2], size)
+        return body
 
     def _exactly(self, s: int, a: int, n: int, size: int, m: int) -> bytes:
         data = self._bytes(s, a, n, size)
