@@ -8,6 +8,7 @@ group a file, with and without the index) and the requests made before the first
 
     python bench/bench_parquet.py --n 1000 --epochs 2 --workers 2
 """
+
 import argparse, atexit, io, json, os, shutil, subprocess, sys, tempfile, time, urllib.request, warnings
 from pathlib import Path
 from timmdata import create_dataset, create_loader, make_sample_dataset
@@ -46,8 +47,11 @@ def serve(folder) -> str:
     p = subprocess.Popen([sys.executable, '-c', SERVER, str(folder), str(port)])
     atexit.register(p.terminate)
     for _ in range(100):
-        try: urllib.request.urlopen(f'http://127.0.0.1:{port}/_stats').read(); break
-        except OSError: time.sleep(0.05)
+        try:
+            urllib.request.urlopen(f'http://127.0.0.1:{port}/_stats').read()
+            break
+        except OSError:
+            time.sleep(0.05)
     return f'http://127.0.0.1:{port}'
 
 
@@ -76,10 +80,19 @@ def main():
     t0 = time.perf_counter()
     write_sample_parquet(tmp / 'pq', samples, classes, files=4, row_group_size=100)  # the Hub's old row groups
     write_parquet_index(tmp / 'pq')
-    print(f'{len(samples)} images of {img_bytes:,.0f} bytes on average; Parquet written and indexed in {time.perf_counter() - t0:.1f} s')
+    print(
+        f'{len(samples)} images of {img_bytes:,.0f} bytes on average; Parquet written and indexed in {time.perf_counter() - t0:.1f} s'
+    )
     from timmdata.tools.shards import shards_main
-    shards_main([str(photos), str(tmp / 'wds'), '--split', 'train', '--shard-size', str(max(1, a.n // 4)), '--no-progress'])
-    subprocess.run([sys.executable, '-m', 'timmdata.tools.cli', 'index', str(tmp / 'wds'), '--no-progress'], check=True, stdout=subprocess.DEVNULL)
+
+    shards_main(
+        [str(photos), str(tmp / 'wds'), '--split', 'train', '--shard-size', str(max(1, a.n // 4)), '--no-progress']
+    )
+    subprocess.run(
+        [sys.executable, '-m', 'timmdata.tools.cli', 'index', str(tmp / 'wds'), '--no-progress'],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     url = serve(tmp / 'pq')
     common = dict(split='train', is_training=True, batch_size=a.batch_size)
     sources = {
@@ -89,12 +102,18 @@ def main():
         'wds shards': lambda: create_dataset('wds/x', root=str(tmp / 'wds'), **common),
     }
     if not a.skip_hf:
-        sources['hfds/'] = lambda: create_dataset('hfds/' + str(tmp / 'pq'), root=str(tmp / 'hf_cache'), split='train', is_training=True)
-        sources['hfids/'] = lambda: create_dataset('hfids/' + str(tmp / 'pq'), root=str(tmp / 'hf_cache'), num_samples=len(samples), **common)
+        sources['hfds/'] = lambda: create_dataset(
+            'hfds/' + str(tmp / 'pq'), root=str(tmp / 'hf_cache'), split='train', is_training=True
+        )
+        sources['hfids/'] = lambda: create_dataset(
+            'hfids/' + str(tmp / 'pq'), root=str(tmp / 'hf_cache'), num_samples=len(samples), **common
+        )
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         loaders = train_loaders(sources, a)
-        for name in [k for k in loaders if k.startswith('hf')]:  # one epoch first: a source that fails is left out, said why
+        for name in [
+            k for k in loaders if k.startswith('hf')
+        ]:  # one epoch first: a source that fails is left out, said why
             try:
                 sum(len(y) for _, y in loaders[name][1])
             except Exception as e:
@@ -104,9 +123,16 @@ def main():
         rates = alternate_epochs(loaders, a.epochs, cpu)
     print_rates(rates, 'folder', 'x folder', cpu=cpu)
     import statistics as st
+
     m = {k: st.median(v) for k, v in rates.items()}
-    print(f"parquet HTTP / parquet local: {m['parquet HTTP'] / m['parquet local']:.2f}x; "
-          + '; '.join(f"parquet local / {k}: {m['parquet local'] / m[k]:.2f}x" for k in ('hfds/', 'hfids/', 'wds shards') if k in m))
+    print(
+        f"parquet HTTP / parquet local: {m['parquet HTTP'] / m['parquet local']:.2f}x; "
+        + '; '.join(
+            f"parquet local / {k}: {m['parquet local'] / m[k]:.2f}x"
+            for k in ('hfds/', 'hfids/', 'wds shards')
+            if k in m
+        )
+    )
     for _, loader in loaders.values():
         getattr(loader, 'shutdown', lambda: None)()
     if not a.skip_hf and 'hfids/' not in rates:  # hfids/ in this process (its DataLoader workers split its files again)
@@ -126,15 +152,24 @@ def main():
         d = tmp / f'rg{rows}'
         write_sample_parquet(d, samples, classes, files=4, row_group_size=rows)
         for index in (True, False):
-            if index: write_parquet_index(d)
-            else: os.remove(d / '_timmdata_parquet_index.bin')
+            if index:
+                write_parquet_index(d)
+            else:
+                os.remove(d / '_timmdata_parquet_index.bin')
             u = serve(d)
             stats(u)
-            pat = 'data/train-*.parquet' if index else 'data/train-{00000..00003}-of-00004.parquet'  # no index: named files
+            pat = (
+                'data/train-*.parquet' if index else 'data/train-{00000..00003}-of-00004.parquet'
+            )  # no index: named files
             ds = create_dataset('parquet/x', root=u, **dict(common, split=pat))
-            n = sum(len(y) for _, y in create_loader(ds, a.input_size, a.batch_size, is_training=True, num_workers=0, device='cpu'))
+            n = sum(
+                len(y)
+                for _, y in create_loader(ds, a.input_size, a.batch_size, is_training=True, num_workers=0, device='cpu')
+            )
             req, got = stats(u)
-            print(f'{f"row groups of {rows} rows, " + ("index" if index else "no index (row groups)"):<44}{got / n:>10,.0f}{got / n / img_bytes:>9.2f}{req:>10}')
+            print(
+                f'{f"row groups of {rows} rows, " + ("index" if index else "no index (row groups)"):<44}{got / n:>10,.0f}{got / n / img_bytes:>9.2f}{req:>10}'
+            )
     # requests before the first batch, with the index: 4 files and 16
     print(f'\n{"requests before the first batch (index)":<44}{"files":>6}{"requests":>10}')
     for nf in (4, 16):

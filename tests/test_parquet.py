@@ -266,3 +266,18 @@ def test_mixed_with_a_folder(indexed, tmp_path):
     assert len(ys) == len(mix) > 0 and any(
         y >= 2 for y in ys
     )  # labels kept: the folder's are 0 and 1, the Parquet rows' up to 59
+
+
+@pytest.mark.parametrize('which', ['folder', 'indexed'])
+def test_one_reader_shared_by_threads(which, request):
+    "A reader shared by 8 threads (as a mix read by thread workers shares it: kept row groups, kept connections) gives each row's own image and label."
+    from concurrent.futures import ThreadPoolExecutor
+
+    src = ParquetSource(request.getfixturevalue(which), 'train')
+    r = src.by_position()
+    pos = [(s, m) for s in range(len(src.shards)) for m in range(src.shard_lengths[s])] * 4
+    random.Random(0).shuffle(pos)
+    with ThreadPoolExecutor(8) as ex:
+        got = list(ex.map(lambda sm: r.read(*sm), pos))
+    want = {(s, m): (_jpeg(s * 10 + m), s * 10 + m) for s in range(6) for m in range(10)}
+    assert all((img, y) == want[sm] for sm, (_, img, y) in zip(pos, got))

@@ -1006,14 +1006,18 @@ class ParquetReader(SpanReader):
         return data
 
     def _group(self, s: int, g: int, size: int) -> tuple:
+        "(images, labels) of row group `g` of file `s`: kept from an earlier read, else read (thread workers share the kept ones: a lock)."
         self._own()
-        got = self._groups.pop((s, g), None)
+        with self._lock:
+            got = self._groups.pop((s, g), None)
         if got is None:
             got = self.source.read_group(s, g, lambda o, n: self._bytes(s, o, n, size))
-            self._kept += sum(len(x or b'') for x in got[0])
-        self._groups[s, g] = got
-        while self._kept > GROUPS_KEPT_BYTES and len(self._groups) > 1:
-            self._kept -= sum(len(x or b'') for x in self._groups.popitem(last=False)[1][0])
+            with self._lock:
+                self._kept += sum(len(x or b'') for x in got[0])
+        with self._lock:
+            self._groups[s, g] = got
+            while self._kept > GROUPS_KEPT_BYTES and len(self._groups) > 1:
+                self._kept -= sum(len(x or b'') for x in self._groups.popitem(last=False)[1][0])
         return got
 
     def read(self, s: int, m: int) -> tuple:
