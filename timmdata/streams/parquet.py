@@ -25,12 +25,12 @@ from .spans import ShardChangedError
 from .global_order import SpanReader
 
 # %% auto #0
-__all__ = ['MAX_FOOTER_BYTES', 'MAX_PAGE_BYTES', 'MAX_PAGE_HEADER', 'MAX_ROW_GROUP_BYTES', 'PAGE_TYPES', 'PLAIN',
-           'PLAIN_DICTIONARY', 'RLE_DICTIONARY', 'EXACT', 'PAGE', 'GROUP', 'NULL', 'CODECS', 'PARQUET_INDEX_FILE',
-           'MAX_INDEX_BYTES', 'GROUPS_KEPT_BYTES', 'ParquetError', 'thrift_struct', 'page_header', 'rle_levels',
-           'plain_offsets', 'footer_bytes', 'parse_footer', 'find_columns', 'check_footer', 'decompress', 'page_values',
-           'chunk_rows', 'match_split', 'local_names', 'write_parquet_index', 'parse_parquet_index',
-           'read_parquet_index', 'ParquetSource', 'kept_get', 'ParquetReader', 'write_sample_parquet']
+__all__ = ['MAX_FOOTER_BYTES', 'MAX_PAGE_BYTES', 'MAX_ROW_GROUP_BYTES', 'PAGE_TYPES', 'PLAIN', 'PLAIN_DICTIONARY',
+           'RLE_DICTIONARY', 'EXACT', 'PAGE', 'GROUP', 'NULL', 'CODECS', 'PARQUET_INDEX_FILE', 'MAX_INDEX_BYTES',
+           'GROUPS_KEPT_BYTES', 'ParquetError', 'thrift_struct', 'page_header', 'rle_levels', 'plain_offsets',
+           'footer_bytes', 'parse_footer', 'find_columns', 'check_footer', 'decompress', 'page_values', 'chunk_rows',
+           'match_split', 'local_names', 'write_parquet_index', 'parse_parquet_index', 'read_parquet_index',
+           'ParquetSource', 'kept_get', 'ParquetReader', 'write_sample_parquet']
 
 # %% ../../nbs/streams/26d_parquet.ipynb #10185d26023b46108eb7d9f57d49d2b3
 class ParquetError(ShardError):
@@ -38,11 +38,8 @@ class ParquetError(ShardError):
 
 
 MAX_FOOTER_BYTES = 64 << 20  # the largest footer (file metadata) read: 64 MiB, ~1,000x ImageNet's on the Hub
-MAX_PAGE_BYTES = (
-    1 << 30
-)  # the largest page read or decompressed (1 GiB): a larger size stated is refused, not allocated
-MAX_PAGE_HEADER = 1 << 20  # the largest page header parsed (its statistics included)
-MAX_ROW_GROUP_BYTES = 4 << 30  # the largest row group's image column read whole (uncompressed), without an index
+MAX_PAGE_BYTES = 256 << 20  # the largest page read or decompressed: a larger size stated is refused, not allocated
+MAX_ROW_GROUP_BYTES = 1 << 30  # the largest row group's image column read whole (uncompressed), without an index
 _MAGIC = b'PAR1'
 
 # %% ../../nbs/streams/26d_parquet.ipynb #7623eae2785240b9bd12b16a66d81610
