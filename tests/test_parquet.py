@@ -182,6 +182,9 @@ def test_over_http_ranged_reads(indexed, tmp_path, handler):
         assert [
             y.tolist() for _, y in create_loader(ds, (3, 16, 16), 12, is_training=True, num_workers=0, device='cpu')
         ] == got
+        files = sum(p.stat().st_size for p in (indexed / 'data').glob('*.parquet'))
+        fetched = sum(n for _, n in _Counted.log[12:])  # after the footers (a file's last 64 KiB: these whole files)
+        assert fetched <= 0.9 * files, (fetched, files)  # each row group once (8 reads of it in flight), footers apart
 
 
 def test_hostile_files_fuzzed(tmp_path):

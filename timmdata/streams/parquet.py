@@ -974,12 +974,13 @@ class ParquetReader(SpanReader):
 
     def _own(self):
         if self._pid != os.getpid():
-            self._groups, self._kept = OrderedDict(), 0
+            self._groups, self._kept, self._loading = OrderedDict(), 0, {}
         super()._own()
 
     def __getstate__(self):
         d = super().__getstate__()
         d.pop('_groups', None)
+        d.pop('_loading', None)
         return d
 
     def _bytes(self, s: int, start: int, n: int, size=None) -> bytes:
@@ -1003,18 +1004,33 @@ class ParquetReader(SpanReader):
         return data
 
     def _group(self, s: int, g: int, size: int) -> tuple:
-        "(images, labels) of row group `g` of file `s`: kept from an earlier read, else read (thread workers share the kept ones: a lock)."
+        "(images, labels) of row group `g` of file `s`: kept from an earlier read, else read once (threads reading it meanwhile wait for that read: a lock)."
         self._own()
-        with self._lock:
-            got = self._groups.pop((s, g), None)
-        if got is None:
+        key = (s, g)
+        while True:
+            with self._lock:
+                got = self._groups.pop(key, None)
+                if got is not None:
+                    self._groups[key] = got  # the most recently read now
+                    return got
+                ev = self._loading.get(key)
+                mine = ev is None
+                if mine:
+                    ev = self._loading[key] = threading.Event()
+            if mine:
+                break
+            ev.wait()  # read by another thread (or failed there: then read here)
+        try:
             got = self.source.read_group(s, g, lambda o, n: self._bytes(s, o, n, size))
             with self._lock:
+                self._groups[key] = got
                 self._kept += sum(len(x or b'') for x in got[0])
-        with self._lock:
-            self._groups[s, g] = got
-            while self._kept > GROUPS_KEPT_BYTES and len(self._groups) > 1:
-                self._kept -= sum(len(x or b'') for x in self._groups.popitem(last=False)[1][0])
+                while self._kept > GROUPS_KEPT_BYTES and len(self._groups) > 1:
+                    self._kept -= sum(len(x or b'') for x in self._groups.popitem(last=False)[1][0])
+        finally:
+            with self._lock:
+                self._loading.pop(key, None)
+            ev.set()
         return got
 
     def read(self, s: int, m: int) -> tuple:
