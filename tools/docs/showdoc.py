@@ -50,8 +50,11 @@ def _written(fn) -> dict:
     "Parameter name -> (annotation text, default text) as written in `fn`'s source; '->' for the return annotation."
     node, src = _ast_def(fn)
     if node is None: return {}
-    seg = lambda n: None if n is None else ast.unparse(n)  # as written, in one canonical spelling
+    def seg(n):  # as written, in one canonical spelling; a forward reference ('LoaderStats') without its quotes
+        if n is None: return None
+        return n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) and n in annos else ast.unparse(n)
     a = node.args
+    annos = {x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x is not None} | {node.returns}
     out = {}
     pos = a.posonlyargs + a.args
     defaults = [None] * (len(pos) - len(a.defaults)) + list(a.defaults)
