@@ -45,6 +45,7 @@ from timmdata.store.format import ReaderStore, StoreDamagedError  # importing th
 from timmdata.streams.shard_index import ShardReader  # importing it registers the 'shards' reader kind
 from timmdata.store.builder import build_cache
 from timmdata.tools.shards import write_shards
+from timmdata.streams.dataset_index import write_dataset_index
 from timmdata.engine.gpu_decode import create_device_decode_loader
 from timmdata.tools.check import check_images, check_image, CheckResult, BadImage
 from timmdata.tools.sample_data import make_sample_dataset
