@@ -57,6 +57,7 @@ from timmdata.streams.shard_io import ShardError, WdsSource
 from timmdata.streams.dataset_index import write_dataset_index  # `timmdata index`
 from timmdata.store.builder import build_cache
 from timmdata.tools.shards import write_shards
+from timmdata.streams.dataset_index import write_dataset_index
 from timmdata.engine.gpu_decode import create_device_decode_loader
 from timmdata.tools.check import check_images, check_image, CheckResult, BadImage
 from timmdata.tools.sample_data import make_sample_dataset
