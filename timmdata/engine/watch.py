@@ -180,6 +180,10 @@ class TensorBoardSink:
             self.writer.close()
 
 # %% ../../nbs/engine/37b_watch.ipynb #2460c435
+# a Prometheus registry -> its timmdata gauges: the sinks of several loaders in one process share one registry
+_GAUGES = weakref.WeakKeyDictionary()
+
+
 class PrometheusSink:
     "The figures as Prometheus gauges `timmdata_loader_NAME{rank=...}`, served over HTTP at /metrics for a scraper (and Grafana over it)."
 
@@ -199,10 +203,11 @@ class PrometheusSink:
             raise ImportError(f'PrometheusSink needs prometheus_client: pip install prometheus_client ({e})') from None
         self.registry = CollectorRegistry() if registry is None else registry
         labels = dict(rank=str(this_rank() if rank is None else rank), loader=name)
-        self.gauges = {
-            k: Gauge(f'timmdata_loader_{k}', h, list(labels), registry=self.registry).labels(**labels)
-            for k, h in FIGURES.items()
-        }
+        if self.registry not in _GAUGES:  # a registry refuses a second gauge of a name: the first sink makes them
+            _GAUGES[self.registry] = {
+                k: Gauge(f'timmdata_loader_{k}', h, list(labels), registry=self.registry) for k, h in FIGURES.items()
+            }
+        self.gauges = {k: g.labels(**labels) for k, g in _GAUGES[self.registry].items()}
         self.server = self.port = None
         if port is not None:
             self.server, _ = start_http_server(port, addr=addr, registry=self.registry)
