@@ -51,21 +51,22 @@ def _written(fn) -> dict:
     node, src = _ast_def(fn)
     if node is None: return {}
     seg = lambda n: None if n is None else ast.unparse(n)  # as written, in one canonical spelling
+    aseg = lambda n: n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) else seg(n)  # 'X' (a string annotation) as X
     a = node.args
     out = {}
     pos = a.posonlyargs + a.args
     defaults = [None] * (len(pos) - len(a.defaults)) + list(a.defaults)
-    for arg, d in zip(pos, defaults): out[arg.arg] = (seg(arg.annotation), seg(d))
-    for arg, d in zip(a.kwonlyargs, a.kw_defaults): out[arg.arg] = (seg(arg.annotation), seg(d))
-    if a.vararg: out[a.vararg.arg] = (seg(a.vararg.annotation), None)
-    if a.kwarg: out[a.kwarg.arg] = (seg(a.kwarg.annotation), None)
-    out['->'] = (seg(node.returns), None)
+    for arg, d in zip(pos, defaults): out[arg.arg] = (aseg(arg.annotation), seg(d))
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults): out[arg.arg] = (aseg(arg.annotation), seg(d))
+    if a.vararg: out[a.vararg.arg] = (aseg(a.vararg.annotation), None)
+    if a.kwarg: out[a.kwarg.arg] = (aseg(a.kwarg.annotation), None)
+    out['->'] = (aseg(node.returns), None)
     return out
 
 
 def _anno_text(anno) -> str | None:
     if anno is inspect.Parameter.empty: return None
-    if isinstance(anno, str): return anno
+    if isinstance(anno, str): return anno[1:-1] if len(anno) > 1 and anno[0] == anno[-1] and anno[0] in '\'"' else anno  # 'X' as X
     return inspect.formatannotation(anno).replace('typing.', '')
 
 
