@@ -22,7 +22,7 @@ __all__ = ['LOADERS', 'QUICK', 'plot_data_way', 'worker_pids', 'decode_limit', '
 
 # %% ../../nbs/tools/45_bench.ipynb #49de0ce6
 def plot_data_way(
-    ax: Optional[Axes] = None,  # matplotlib axes to draw on (default: a new 10 x 3.5 inch figure)
+    ax: 'Optional[Axes]' = None,  # matplotlib axes to draw on (default: a new 10 x 3.5 inch figure)
 ):
     "Draws the data's way through timmdata: stages, the module doing each, the data between them, who runs them."
     import matplotlib.pyplot as plt
