@@ -5,7 +5,7 @@
 # %% ../nbs/12_auto_augment.ipynb #146b8bfd
 from __future__ import annotations
 import re
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 import numpy as np
 import torch
 from PIL import Image, ImageEnhance, ImageFilter, ImageOps
@@ -549,7 +549,9 @@ def rand_augment_choices(name: Optional[str], increasing: bool = True):
     )
 
 
-def rand_augment_ops(magnitude: float = 10, prob: float = 0.5, hparams: Optional[dict] = None, transforms=None) -> list:
+def rand_augment_ops(
+    magnitude: float = 10, prob: float = 0.5, hparams: Optional[dict] = None, transforms: Optional[Sequence[str]] = None
+) -> list:
     "One `AugmentOp` per name."
     return [
         AugmentOp(n, prob=prob, magnitude=magnitude, hparams=hparams or _HPARAMS_DEFAULT)
@@ -560,7 +562,9 @@ def rand_augment_ops(magnitude: float = 10, prob: float = 0.5, hparams: Optional
 class RandAugment(SampleTransform):
     "Applies `num_layers` ops drawn from `ops` (with replacement, or by `choice_weights` without) per image."
 
-    def __init__(self, ops: list, num_layers: int = 2, choice_weights=None):
+    def __init__(
+        self, ops: list, num_layers: int = 2, choice_weights: Optional[Union[Sequence[float], np.ndarray]] = None
+    ):
         self.ops, self.num_layers, self.choice_weights = ops, num_layers, choice_weights
 
     def _apply(self, img, rng: Draws = GLOBAL_DRAWS):
@@ -579,7 +583,7 @@ class RandAugment(SampleTransform):
 def rand_augment_transform(
     config_str: str,  # 'rand' plus sections, e.g. 'rand-m9-mstd0.5-inc1'
     hparams: Optional[dict] = None,  # shared op settings
-    transforms=None,  # op names (list), weights (dict) or a set name; overrides 't<set>'
+    transforms: 'Optional[Union[str, Sequence[str], dict[str, float]]]' = None,  # op names (list), weights (dict) or a set name; overrides 't<set>'
 ) -> RandAugment:
     "RandAugment from a config string."
     cfg = parse_auto_augment(config_str)
@@ -621,7 +625,9 @@ _AUGMIX_TRANSFORMS = [
 ]
 
 
-def augmix_ops(magnitude: float = 10, hparams: Optional[dict] = None, transforms=None) -> list:
+def augmix_ops(
+    magnitude: float = 10, hparams: Optional[dict] = None, transforms: Optional[Sequence[str]] = None
+) -> list:
     "AugMix's ops, always applied (prob 1)."
     return [
         AugmentOp(n, prob=1.0, magnitude=magnitude, hparams=hparams or _HPARAMS_DEFAULT)

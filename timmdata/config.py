@@ -122,7 +122,7 @@ def resolve_data_config(
         dict
     ] = None,  # explicit settings (e.g. vars(parsed args)): input_size, img_size, in_chans, interpolation, mean, std, crop_pct, crop_mode
     pretrained_cfg: Optional[dict] = None,  # a timm pretrained config (default: `model.pretrained_cfg`)
-    model=None,  # a model with a `pretrained_cfg` attribute
+    model: Optional[torch.nn.Module] = None,  # a model with a `pretrained_cfg` attribute
     use_test_size: bool = False,  # prefer the config's `test_input_size` / `test_crop_pct`
     verbose: bool = False,  # print the result
 ) -> dict:
@@ -173,7 +173,9 @@ def resolve_data_config(
     return out
 
 
-def resolve_model_data_config(model, args=None, pretrained_cfg=None, use_test_size=False, verbose=False) -> dict:
+def resolve_model_data_config(
+    model, args: Optional[dict] = None, pretrained_cfg: Optional[dict] = None, use_test_size=False, verbose=False
+) -> dict:
     "`resolve_data_config` with the model first."
     return resolve_data_config(
         args=args, pretrained_cfg=pretrained_cfg, model=model, use_test_size=use_test_size, verbose=verbose

@@ -4,15 +4,15 @@
 
 # %% ../nbs/20_dataset.ipynb #4c6e183b
 from __future__ import annotations
-import errno, threading, time, warnings
-from typing import Callable, Optional
+import errno, os, threading, time, warnings
+from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 import torch.utils.data
 from .pixels import decode
 from .pixels.decode import EncodedJpeg, ImageDecodeError, convert_mode, decode_image, encoded_jpeg, read_source
 from PIL import Image
-from .readers import create_reader
+from .readers import Reader, create_reader
 from .core.stages import DECODE, READ, stage_clock
 from .transforms import INPUT_FORMATS, SampleTransform, takes_draws, transform_input
 from .config import GLOBAL_DRAWS, Draws
@@ -155,16 +155,16 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
     def __init__(
         self,
         root,  # dataset root (folder, .tar, folder of .tars, .csv, cache store), see `create_reader`
-        reader=None,  # a `Reader`, or a reader kind ('folder', 'tar', 'csv', 'store'), or None to guess
+        reader: 'Optional[Union[Reader, str]]' = None,  # a `Reader`, or a reader kind ('folder', 'tar', 'csv', 'store'), or None to guess
         split: str = 'train',  # split folder to look for under root (timm's synonyms too); root itself if absent
-        class_map=None,  # dict or .txt: keep only these classes, with these indices
+        class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices
         load_bytes: bool = False,  # return the file's raw bytes instead of decoding
         input_img_mode: str = 'RGB',  # PIL mode images are converted to
         transform: Optional[
             Callable
         ] = None,  # applied to the image; what it takes (PIL, tensor, encoded JPEG) from its `input_format`
         target_transform: Optional[Callable] = None,  # applied to the integer target
-        additional_features=None,  # timm's extra Hugging Face columns per sample: refused (see below); None accepted
+        additional_features: 'Optional[Sequence[str]]' = None,  # timm's extra Hugging Face columns per sample: refused (see below); None accepted
         bad_sample: str = 'raise',  # unreadable or corrupt image: 'raise' an error naming file and index, or 'skip' (None + warning, counted)
         **kwargs,  # passed to the reader (e.g. `extensions`)
     ):

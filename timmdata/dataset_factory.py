@@ -5,7 +5,7 @@
 # %% ../nbs/39_dataset_factory.ipynb #fdb8359e
 from __future__ import annotations
 import os
-from typing import Optional
+from typing import Optional, Union
 import numpy as np
 from .dataset import ImageDataset
 from .streams.hf_readers import HfdsReader
@@ -144,7 +144,7 @@ def create_dataset(
     root: Optional[str] = None,  # dataset root (folder, shards folder, cache_dir)
     split: str = 'validation',  # split (timm's synonyms: train/training, val/valid/validation/eval/evaluation)
     search_split: bool = True,  # look for the split's folder under root (folder and torch/image_folder)
-    class_map=None,  # dict or .txt: keep only these classes, with these indices
+    class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices
     load_bytes: bool = False,  # return the encoded bytes instead of decoding (folder)
     is_training: bool = False,  # training stream: shuffled, equal batches per rank (wds, hfids)
     download: bool = False,  # download if missing and supported (torch, hfids)

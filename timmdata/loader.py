@@ -7,13 +7,14 @@ from __future__ import annotations
 import ctypes, inspect, random, sys, warnings
 from dataclasses import MISSING, dataclass, fields
 from functools import partial
-from typing import Callable, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
     RandomSampler,
+    Sampler,
     SequentialSampler,
     default_collate,
     get_worker_info,
@@ -118,8 +119,8 @@ class MultiEpochsDataLoader(ResumableDataLoader):
         dataset,
         batch_size: Optional[int] = 1,
         shuffle: Optional[bool] = None,
-        sampler=None,
-        batch_sampler=None,
+        sampler: Optional[Union[Sampler, Iterable[int]]] = None,
+        batch_sampler: Optional[Union[Sampler[list[int]], Iterable[list[int]]]] = None,
         drop_last: bool = False,
         **kwargs,
     ):

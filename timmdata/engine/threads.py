@@ -8,7 +8,7 @@ import ctypes, sys, threading, time, weakref
 from dataclasses import dataclass
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence, Union
 import torch
 from torch.utils.data import IterableDataset
 from ..core.stages import COLLATE, CountsTime, LoaderStats, stage_clock
@@ -28,9 +28,9 @@ _MODES = ('process', 'thread')
 
 def check_worker_mode(
     worker_mode,
-    dataset=None,
-    input_size_choices=None,
-    decode_device=None,
+    dataset: Optional[torch.utils.data.Dataset] = None,
+    input_size_choices: Optional[Sequence[Union[int, tuple[int, ...]]]] = None,
+    decode_device: Optional[str] = None,
     num_workers: int = 1,
     use_multi_epochs_loader: bool = False,
 ):
@@ -79,7 +79,7 @@ def default_worker_mode(
     dataset,  # the dataset create_loader was given
     device: torch.device,  # where the batches go (the model's device)
     num_workers: int,
-    collate_fn=None,  # create_loader's `collate_fn` (None: its own)
+    collate_fn: Optional[Callable] = None,  # create_loader's `collate_fn` (None: its own)
     thread_ok: bool = True,  # False where `check_worker_mode` would refuse threads (streams, scheduled, multi-epoch...)
 ) -> str:
     """`create_loader(worker_mode='auto')`'s choice, the rule measured in "Threads or processes: measured": under the GIL,

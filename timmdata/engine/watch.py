@@ -8,7 +8,7 @@ import argparse, functools, json, math, os, re, stat, sys, tempfile, time, warni
 from itertools import count
 from pathlib import Path
 from time import perf_counter
-from typing import Callable, Optional, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence, Union, runtime_checkable
 import torch
 import torch.distributed as dist
 from ..core.settings import setting
@@ -16,6 +16,10 @@ from ..core.torch_compat import loader_worker_pids
 from ..core.stages import CountsTime, LoaderStats
 from ..core.untrusted import printable, read_regular
 from ..dataset import ImageDataset
+
+if TYPE_CHECKING:  # for the annotations only: importing timmdata never needs them
+    from prometheus_client import CollectorRegistry
+    from torch.utils.tensorboard import SummaryWriter
 
 # %% auto #0
 __all__ = ['STAGE_FIGURES', 'FIGURES', 'EXCHANGED', 'MAX_RECORD_BYTES', 'MAX_WORKER_ROWS', 'stage_figures', 'proc_counts',
@@ -193,7 +197,7 @@ class PrometheusSink:
             int
         ] = None,  # serve /metrics on this port (0: a free one, see `.port`); None: no server (scrape `registry` your way)
         addr: str = '0.0.0.0',  # all interfaces, for a scraper on another machine; '127.0.0.1': this machine only
-        registry=None,  # a `prometheus_client.CollectorRegistry`; None: one of its own (several loaders in one process: pass one registry and `name`s)
+        registry: 'Optional[CollectorRegistry]' = None,  # a `prometheus_client.CollectorRegistry`; None: one of its own (several loaders in one process: pass one registry and `name`s)
         rank: Optional[int] = None,  # the `rank` label; None: this process's rank
         name: str = 'train',  # the `loader` label: which loader of the process
     ):
@@ -268,7 +272,7 @@ class RankExchange:
 
     def __init__(
         self,
-        group=None,  # the process group (None: the default one)
+        group: Optional[dist.ProcessGroup] = None,  # the process group (None: the default one)
         warn_rank: Optional[int] = 0,  # the rank that warns (None: every rank)
         ratio: float = 2.0,  # see `slow_rank`
         gap: float = 0.1,
@@ -339,7 +343,7 @@ class Publisher:
 
     _ids = count()  # the loaders watched in this process
 
-    def __init__(self, folder=None):
+    def __init__(self, folder: Optional[Union[str, os.PathLike]] = None):
         self.folder = Path(folder) if folder is not None else watch_dir()
         if not own_folder(self.folder, make=True):
             raise PermissionError(
@@ -382,16 +386,16 @@ class LoaderWatch:
         self,
         loader,  # a timmdata loader (it `CountsTime`: `create_loader`'s, with or without the prefetcher)
         every: int = 50,  # batches between two writes (and exchanges between ranks)
-        tensorboard=None,  # a SummaryWriter or a log folder: a `TensorBoardSink`
+        tensorboard: 'Optional[Union[SummaryWriter, str, os.PathLike]]' = None,  # a SummaryWriter or a log folder: a `TensorBoardSink`
         prometheus: Optional[int] = None,  # a port to serve /metrics on (0: a free one): a `PrometheusSink`
         sinks: Sequence = (),  # more `Sink`s (`LoaderWatchCallback` adds its Lightning logger's)
         publish: bool = True,  # the figures for `timmdata top` in the node's watch folder
         ranks: Optional[
             bool
         ] = None,  # the exchange between ranks and the slow rank's warning; None: on under torch.distributed on several ranks
-        group=None,  # the process group of the exchange (None: the default one)
+        group: Optional[dist.ProcessGroup] = None,  # the process group of the exchange (None: the default one)
         name: str = 'train',  # which loader this is, in `timmdata top` and Prometheus's `loader` label
-        folder=None,  # the watch folder (None: `watch_dir()`)
+        folder: Optional[Union[str, os.PathLike]] = None,  # the watch folder (None: `watch_dir()`)
     ):
         if not isinstance(loader, CountsTime):
             raise TypeError(
@@ -571,7 +575,7 @@ def check_record(
 
 
 def read_records(
-    folder=None,  # the watch folder (None: `watch_dir()`)
+    folder: Optional[Union[str, os.PathLike]] = None,  # the watch folder (None: `watch_dir()`)
     stale: float = 120.0,  # leave out records not rewritten for this many seconds
 ) -> list:
     "The records of the loaders publishing on this node (running processes only), checked, by rank, process and loader."
@@ -619,7 +623,7 @@ def render(
     return '\n'.join(lines)
 
 
-def top_main(argv=None):
+def top_main(argv: Optional[Sequence[str]] = None):
     "`timmdata top`: a live view of the loaders training on this machine (each rank and worker: stage times, waiting share, queue, CPU, memory)."
     p = argparse.ArgumentParser(prog='timmdata top', description=top_main.__doc__)
     p.add_argument(

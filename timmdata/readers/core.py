@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv, importlib, os, re, tarfile, threading, warnings
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Union
 import numpy as np
 from timmdata.core.untrusted import (
     MAX_JSON_BYTES,
@@ -99,7 +99,7 @@ def set_img_extensions(extensions):  # extensions like '.jpg', in order; duplica
 # %% ../../nbs/readers/05_readers.ipynb #99c7b71a
 def load_class_map(
     class_map,  # dict {class name: index}, or a .txt file (one class per line; relative to `root` if not found as given)
-    root=None,  # folder to resolve a relative .txt path against
+    root: Optional[Union[str, os.PathLike]] = None,  # folder to resolve a relative .txt path against
 ) -> dict:
     "Class-name-to-index dict from a dict or a one-class-per-line .txt file."
     if isinstance(class_map, dict):
@@ -206,8 +206,8 @@ class FolderReader(Reader):
     def __init__(
         self,
         root,  # the folder to scan (recursively)
-        class_map=None,  # dict or .txt: keep only these classes, with these indices
-        extensions=None,  # accepted file extensions (default `IMG_EXTENSIONS`), matched ignoring case
+        class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices
+        extensions: 'Optional[Union[str, Iterable[str]]]' = None,  # accepted file extensions (default `IMG_EXTENSIONS`), matched ignoring case
         follow_links: bool = False,  # also follow symbolic links that lead out of `root` (a tree you made)
     ):
         self.root = _check_root(root)
@@ -312,8 +312,8 @@ class TarReader(Reader):
     def __init__(
         self,
         root,  # a .tar file, or a folder holding .tar files
-        class_map=None,  # dict or .txt: keep only these classes, with these indices
-        extensions=None,  # accepted member extensions (default `IMG_EXTENSIONS`)
+        class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices
+        extensions: Optional[Union[str, Iterable[str]]] = None,  # accepted member extensions (default `IMG_EXTENSIONS`)
         max_open_files: int = 16,  # tars held open at once per process (least recently read closed first)
     ):
         self.root = _check_root(root)
@@ -416,8 +416,8 @@ class CsvReader(Reader):
     def __init__(
         self,
         root,  # the .csv file
-        class_map=None,  # dict or .txt: keep only these classes (names; integer labels as strings)
-        extensions=None,  # accepted extensions, used only to recognise a header row
+        class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes (names; integer labels as strings)
+        extensions: 'Optional[Union[str, Iterable[str]]]' = None,  # accepted extensions, used only to recognise a header row
         allow_outside: bool = False,  # accept absolute and '..' paths (a CSV you wrote); else only names under its folder
     ):
         path = _check_root(root)
@@ -554,9 +554,9 @@ register_reader('csv', CsvReader, lambda root: os.path.isfile(root) and root.low
 
 def create_reader(
     name='',  # timm's form: '' (or a kind: 'folder', 'tar', 'csv', 'store'), or 'hfds/...', 'wds/...', 'hfids/...'; our form: the root
-    root=None,  # dataset root: a folder, a .tar, a folder of .tars, a .csv, or another registered kind (a store)
+    root: 'Optional[Union[str, os.PathLike]]' = None,  # dataset root: a folder, a .tar, a folder of .tars, a .csv, or another registered kind (a store)
     split: str = 'train',  # split to look for under root (see `find_split`); ignored for file roots; '' or None: root itself
-    class_map=None,  # dict or .txt: keep only these classes, with these indices ('' or None: all)
+    class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices ('' or None: all)
     kind: str = None,  # force a registered kind ('folder', 'tar', 'csv', 'store', ...) instead of guessing
     **kwargs,  # passed to the reader (e.g. `extensions`); None values are dropped, as timm does
 ) -> Reader:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import bisect, os
 from collections import OrderedDict
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import torch.distributed as dist
 from torch.utils.data import Sampler
@@ -267,7 +267,7 @@ class LabelMap:
 
     def __init__(
         self,
-        spec=None,  # None, an int offset, a dict {old: new}, a list (new = spec[old]) or a callable old -> new
+        spec: 'Optional[Union[int, dict[int, int], Sequence[int], Callable[[int], int]]]' = None,  # None, an int offset, a dict {old: new}, a list (new = spec[old]) or a callable old -> new
         where: str = 'source 0',  # named in errors
     ):
         ok = spec is None or callable(spec) or isinstance(spec, (dict, list, tuple))
@@ -479,7 +479,7 @@ def mix_datasets(
         Sequence
     ] = None,  # [(step, weights), ...] from step 0, or a `WeightSchedule`: shares by training step
     interpolate: str = 'constant',  # between schedule points: 'constant' (held) or 'linear' (ramped)
-    labels=None,  # None (kept), 'stack' (each source's classes after the previous'), or one per source: `LabelMap`'s spec
+    labels: 'Optional[Union[str, int, dict[int, int], Callable[[int], int], Sequence]]' = None,  # None (kept), 'stack' (each source's classes after the previous'), or one per source: `LabelMap`'s spec
     exhausted: str = 'repeat',  # a source out of samples: 'repeat' it (a new permutation), or 'stop' (the epoch ends)
     epoch_length: Optional[int] = None,  # samples in an epoch (None: the sources' samples in all)
     seed: Optional[int] = None,  # the mix's seed (None: the loader's `seed`)

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import errno, fcntl, grp, hashlib, os, pwd, queue, re, stat, sys, threading, time, warnings
 from contextlib import contextmanager
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 from ..core.untrusted import UnsafeFileError, create_exclusive, printable, regular_fd
 from timmdata.streams.net import (  # the bounds of network reads: defined there, used (and re-exported) here
     DRAIN_BYTES,
@@ -558,7 +558,7 @@ class ShardCache(_Folder):
     def __init__(
         self,
         cache_dir,  # the folder (made if missing); processes that share it share the shards
-        limit=None,  # the most bytes kept on disk (an int or '50GB'); None: half the disk space free at open (see below)
+        limit: 'Optional[Union[int, str]]' = None,  # the most bytes kept on disk (an int or '50GB'); None: half the disk space free at open (see below)
         opener: Optional[
             Callable
         ] = None,  # `opener(url, timeout)`: the remote shard's stream (`open_shard`; its `deadline` bounds the drain)

@@ -8,7 +8,7 @@ import argparse, multiprocessing as mp, os, re, sys, tempfile, time, warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Union
 import torch
 from tqdm import tqdm
 from ..pixels import decode
@@ -182,7 +182,7 @@ def check_images(
     num_workers: Optional[int] = None,  # processes decoding; None: one per usable CPU; 0: in this process
     progress: bool = True,  # a progress bar on stderr
     split: Optional[str] = None,  # check only this split (see `find_split`); None: every image under root
-    reader=None,  # a `Reader` to check instead, or a reader kind ('folder', 'tar', 'csv', 'store')
+    reader: 'Optional[Union[Reader, str]]' = None,  # a `Reader` to check instead, or a reader kind ('folder', 'tar', 'csv', 'store')
     mode: str = 'RGB',  # decode to this PIL mode, as the dataset will
     strict: bool = True,  # also report images whose decoder warns (damaged data, made-up pixels)
     chunk_size: int = 64,  # samples per task handed to a process

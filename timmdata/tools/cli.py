@@ -6,6 +6,7 @@
 from __future__ import annotations
 import argparse, contextlib, importlib, json, os, platform, re, sys, time, warnings
 from pathlib import Path
+from typing import Optional, Sequence, Union
 from .. import __version__
 from ..core.settings import setting
 from ..core.untrusted import printable
@@ -50,7 +51,7 @@ def is_user_error(e: BaseException) -> bool:
 
 def user_message(
     e: BaseException,  # the error
-    root=None,  # the dataset the command read, for the `timmdata check` hint
+    root: Optional[Union[str, os.PathLike]] = None,  # the dataset the command read, for the `timmdata check` hint
 ) -> str:
     "`e` as one line for a shell user: a DataLoader worker's traceback cut away, the library's Python hints said as flags."
     s = str(e)
@@ -93,8 +94,8 @@ def save_batch_grid(
     y,  # integer labels, a torch.Tensor
     classes: list,  # class names by label
     path,  # PNG to write
-    mean=None,
-    std=None,  # the normalisation to undo (None: ImageNet's)
+    mean: Optional[Sequence[float]] = None,
+    std: Optional[Sequence[float]] = None,  # the normalisation to undo (None: ImageNet's)
     names: dict | None = None,  # optional folder name -> readable name
     n: int = 16,  # images shown
 ):
@@ -125,7 +126,7 @@ def save_batch_grid(
     return Path(path)
 
 # %% ../../nbs/tools/47_cli.ipynb #f19a7b99
-def demo_main(argv=None):
+def demo_main(argv: Optional[Sequence[str]] = None):
     "`timmdata demo`: one training epoch through `create_loader`, images/s, and a PNG of one batch."
     from timmdata.tools.bench import int_at_least
 
@@ -244,7 +245,7 @@ def info() -> dict:
     }
 
 
-def info_main(argv=None):
+def info_main(argv: Optional[Sequence[str]] = None):
     "`timmdata info`: versions, the C extension, the JPEG decoder, the device and the CPUs, one per line."
     p = argparse.ArgumentParser(prog='timmdata info', description=info_main.__doc__)
     p.add_argument('--json', action='store_true', help='print the same as one JSON object')
@@ -356,7 +357,7 @@ def dataset_root(cmd: str, argv: list):
     return pos[where] if where is not None and len(pos) > where else None
 
 # %% ../../nbs/tools/47_cli.ipynb #298660ae
-def profile_main(argv=None):
+def profile_main(argv: Optional[Sequence[str]] = None):
     "`timmdata profile ROOT`: a short training epoch, where its time goes, whether loading keeps up with a model step, the headspace."
     from timmdata.tools.bench import (
         float_in,
@@ -419,7 +420,7 @@ COMMANDS['profile'] = (
 ROOT_ARG['profile'] = 0
 
 # %% ../../nbs/tools/47_cli.ipynb #cc729154
-def tune_main(argv=None):
+def tune_main(argv: Optional[Sequence[str]] = None):
     "`timmdata tune ROOT`: the search `num_workers='auto'` runs, on a folder: the table of what it tried, the keywords to paste."
     import time
     from timmdata.tools.bench import (
@@ -483,7 +484,7 @@ COMMANDS['tune'] = (
 ROOT_ARG['tune'] = 0
 
 # %% ../../nbs/tools/47_cli.ipynb #65c088d7
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     "The `timmdata` console script: runs a job's `*_main(argv)`; returns the exit status, exits 2 on a user's mistake."
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = '--debug' in argv or setting('TIMMDATA_DEBUG')

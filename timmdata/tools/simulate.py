@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse, hashlib, itertools, json, math, os, tempfile, time, tracemalloc
 from collections import OrderedDict
 from types import SimpleNamespace
-from typing import Optional
+from typing import Optional, Sequence, Union
 import numpy as np
 import torch
 from timmdata.streams.global_order import (
@@ -269,7 +269,7 @@ def shuffle_quality(
     order: GlobalOrder,
     batch: int = 256,
     window: int = 1 << 20,
-    positions=None,  # the positions in the sequence measured (e.g. one rank's); None: the global order's, 0, 1, 2...
+    positions: 'Optional[Union[Sequence[int], np.ndarray]]' = None,  # the positions in the sequence measured (e.g. one rank's); None: the global order's, 0, 1, 2...
 ) -> dict:
     "Mean distance between consecutive samples (listed order) over the first `window` positions, as a fraction of a full permutation's n/3; distinct shards per `batch` positions."
     starts = np.concatenate([np.zeros(1, np.int64), np.cumsum(order.lengths)[:-1]])
@@ -311,7 +311,7 @@ def simulate(
     block_shards: int = BLOCK_SHARDS,
     ranks_per_node: int = 8,
     sample_bytes: int = 110_000,  # mean bytes of a sample (a LAION-like JPEG)
-    cache_limit=None,  # per node (bytes, or '500GB'); None: 4x the node's working set measured
+    cache_limit: 'Optional[Union[int, str]]' = None,  # per node (bytes, or '500GB'); None: 4x the node's working set measured
     latency_ms: float = 20.0,  # one request's round trip to storage
     bandwidth=1.25e9,  # a node's bytes/s from storage
     rescale: tuple = (768, 8),  # (ranks, workers per rank) of the resumed run
@@ -646,7 +646,7 @@ def format_report(r: dict) -> str:
     return '\n'.join(L)
 
 # %% ../../nbs/tools/55_simulate.ipynb #e2893acb
-def simulate_main(argv=None) -> int:
+def simulate_main(argv: Optional[Sequence[str]] = None) -> int:
     "`timmdata simulate --ranks R --workers W --shards S --samples N`: one epoch of a training stream at that scale, simulated with the library's own code."
     ap = argparse.ArgumentParser(prog='timmdata simulate', description=simulate_main.__doc__)
     ap.add_argument('--ranks', type=int, default=1024)

@@ -5,6 +5,7 @@
 # %% ../../nbs/tools/54a_simulate_mix.ipynb #f2bd9465
 from __future__ import annotations
 import time, tracemalloc
+from typing import Optional, Sequence, Union
 import numpy as np
 from ..streams.mixing import CHUNK, MixOrder, WeightSchedule, check_weights
 
@@ -20,7 +21,7 @@ def _b(n) -> str:
     return f'{n:.0f} B'
 
 # %% ../../nbs/tools/54a_simulate_mix.ipynb #acae54e37e7d407bbb7b55eff062a284
-def mix_weights(sources: int, weights=None) -> np.ndarray:
+def mix_weights(sources: int, weights: Optional[Union[str, Sequence[float], np.ndarray]] = None) -> np.ndarray:
     "The simulated mix's weights: as given (a comma list or a sequence), else Zipf-like (source i: 1 / (i + 1)^0.7), normalised."
     if weights is None:
         w = 1.0 / np.arange(1, sources + 1) ** 0.7
@@ -37,7 +38,7 @@ def simulate_mix(
     workers: int = 16,  # per rank (a mix is planned in each rank's main process: workers read, they plan nothing)
     samples: int = 1_000_000_000,  # samples of the sources in all (split in proportion to the weights, at least 1 each)
     batch_size: int = 256,  # per rank
-    weights=None,  # each source's weight (None: Zipf-like, `mix_weights`)
+    weights: 'Optional[Union[str, Sequence[float], np.ndarray]]' = None,  # each source's weight (None: Zipf-like, `mix_weights`)
     schedule: str = 'linear',  # 'constant', or 'linear': ramped from the weights to their reverse over the steps simulated
     steps: int = 2000,  # global batches of `ranks` simulated before the rescale
     rescale: tuple = (768, 8),  # (ranks, workers) the run resumes on after `steps`

@@ -68,7 +68,7 @@ def _written(fn) -> dict:
 
 def _anno_text(anno) -> str | None:
     if anno is inspect.Parameter.empty: return None
-    if isinstance(anno, str): return anno
+    if isinstance(anno, str): return anno[1:-1] if len(anno) > 1 and anno[0] == anno[-1] and anno[0] in '\'"' else anno  # 'X' as X
     return inspect.formatannotation(anno).replace('typing.', '')
 
 
