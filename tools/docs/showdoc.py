@@ -80,12 +80,44 @@ def _default_text(d) -> str | None:
     return re.sub(r' at 0x[0-9a-f]+', '', r) if len(r) <= 60 else r[:57] + '...'
 
 
-def _docments(obj) -> dict:
-    "Each parameter's docment (the comment after it), and 'return''s."
+def _docments(obj, fn=None) -> dict:
+    """Each parameter's docment (the comment after it), and 'return''s: fastcore's, and where it finds none (a parameter
+    the formatter wrapped over several lines), the comments on the lines the parameter spans in `fn`'s source."""
     try:
         from fastcore.docments import docments
-        return {k: v for k, v in (docments(obj) or {}).items() if v}
-    except Exception: return {}
+        out = {k: v for k, v in (docments(obj) or {}).items() if v}
+    except Exception: out = {}
+    for k, v in _span_comments(unwrap(fn or obj)).items(): out.setdefault(k, v)
+    return out
+
+
+def _span_comments(fn) -> dict:
+    "Parameter -> the comments on the source lines from its name to its default (or annotation) and the comma after."
+    import io, tokenize
+    if inspect.isclass(fn): fn = _init_of(fn)
+    if fn is None: return {}
+    node, src = _ast_def(fn)
+    if node is None: return {}
+    comments = {}
+    try:
+        for t in tokenize.generate_tokens(io.StringIO(src).readline):
+            if t.type == tokenize.COMMENT: comments[t.start[0]] = t.string.lstrip('#').strip()
+    except (tokenize.TokenError, IndentationError): return {}
+    a = node.args
+    pos = a.posonlyargs + a.args
+    defaults = [None] * (len(pos) - len(a.defaults)) + list(a.defaults)
+    items = list(zip(pos, defaults)) + list(zip(a.kwonlyargs, a.kw_defaults))
+    items += [(x, None) for x in (a.vararg, a.kwarg) if x is not None]
+    items.sort(key=lambda x: (x[0].lineno, x[0].col_offset))
+    body = node.body[0].lineno if node.body else 10**9
+    out = {}
+    for i, (arg, d) in enumerate(items):
+        end = max(n.end_lineno for n in (arg, arg.annotation, d) if n is not None)
+        nxt = items[i + 1][0].lineno if i + 1 < len(items) else body
+        lines = range(arg.lineno, max(end, min(nxt - 1, end + 1 if nxt > end + 1 else end)) + 1)
+        txt = ' '.join(comments[ln] for ln in lines if ln in comments and ln < nxt)
+        if txt: out[arg.arg] = txt
+    return out
 
 
 def _own_doc(obj) -> str:
@@ -148,7 +180,7 @@ def param_table(fn, drop_self=False, docs_of=None) -> str:
     if fn is None: return ''
     ps, ret = params(fn, drop_self)
     ps = [p for p in ps if p[4] != 'marker']
-    docs = _docments(docs_of or fn)
+    docs = _docments(docs_of or fn, fn)
     if not ps and not (ret and docs.get('return')): return ''
     rows = ['| Parameter | Type | Default | Details |', '| --- | --- | --- | --- |']
     for txt, name, anno, default, kind in ps:
