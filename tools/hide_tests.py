@@ -61,7 +61,7 @@ def is_test_node(n) -> bool:
 
 
 def n_tests(node) -> int:
-    return sum(is_test_node(n) for n in ast.walk(node))
+    return sum(is_test_node(n) or (isinstance(n, ast.Raise) and call_name(n.exc) == 'AssertionError') for n in ast.walk(node))
 
 
 def shows_something(node) -> bool:
@@ -79,7 +79,10 @@ def kind(s, top: bool = True) -> str:
     """'test': a test call, an assert, or a block of tests and setup; 'setup': a line that can feed tests unseen
     (assignment, import, helper def, a call whose job is not output); 'example': anything else (output, a value shown)."""
     if isinstance(s, ast.Assert) or (isinstance(s, ast.Expr) and is_test_node(s.value)): return 'test'
+    if isinstance(s, ast.Raise) and call_name(s.exc) == 'AssertionError': return 'test'  # try: f() / raise AssertionError
     if shows_something(s): return 'example'
+    if not top and isinstance(s, (ast.Expr, ast.Raise, ast.Continue, ast.Break)):
+        return 'setup'  # inside a loop or a try of tests: `ds[3]` in `try: ds[3] / except ...: test_eq(...)`
     if isinstance(s, (ast.For, ast.While, ast.If, ast.With, ast.Try)):
         inner = [kind(t, False) for f in ('body', 'orelse', 'finalbody') for t in getattr(s, f, [])]
         inner += [kind(t, False) for h in getattr(s, 'handlers', []) for t in h.body]
@@ -102,10 +105,19 @@ MODULES = set()  # names the notebook binds by import: a call on one (np.zeros, 
 API = set()  # the public methods of the classes the notebook exports
 
 
+def _walk_outside_tests(node):
+    "ast.walk, less the insides of test calls (what `test_eq(ds.filenames(), ...)` calls changes nothing a page shows)."
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        yield n
+        if not is_test_node(n): todo.extend(ast.iter_child_nodes(n))
+
+
 def stores(nodes) -> set:
     out = set()
     for s in nodes:
-        for n in ast.walk(s):
+        for n in _walk_outside_tests(s):
             if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)): out.add(n.id)
             elif isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)): out.add(n.name)
             elif isinstance(n, (ast.Import, ast.ImportFrom)):
