@@ -255,6 +255,8 @@ class Cell:
             a = self._run(least, b, later | free_loads(self.stmts[b:k]), has_out)
             if a < b and not (has_out and any(map(shows_something, self.stmts[:a]))):
                 self.runs.insert(0, (a, b))
+        if self.runs != [(0, n)] and any(call_name(m) == 'close' for st in self.stmts for m in ast.walk(st)):
+            self.runs = []  # plt.close(fig) at the end keeps a figure off the page: a split would show it
 
 
 def exported_names(cells: list) -> list:
