@@ -11,13 +11,20 @@ shows a code cell unless it is `#| hide`, `#| include: false`, `#| echo: false` 
 `--apply`, cell by cell (cells parsed with `ast`; a cell that does not parse, e.g. one with magics, is left alone):
 - a cell whose top-level statements are all tests (test calls, asserts, loops/`with` blocks of them, and plain setup
   lines: assignments, imports, helper `def`s, calls that only feed the tests) gets `#| hide` as its first line;
-- a cell that opens with an example and ends with tests is split: the example stays (with the cell's saved outputs:
-  only done when the hidden part is tests alone or the cell has no outputs), the tests go to a new `#| hide` cell
-  right after it, with the cell's run flags (`#| slow`, `#| cuda`, `#| hf`, ...);
+- a cell that opens with an example and ends with tests is split: the example stays, with the cell's saved outputs
+  (printed or displayed outputs: only when the hidden part is test calls alone), the tests go to a new `#| hide` cell
+  right after it, with the cell's run flags (`#| hide` then `#| slow`, `#| cuda`, `#| hf`, ...: nbdev reads every
+  leading directive). Tests between an example and its last lines (a print, a value shown) go to a hidden cell
+  between the two parts. A shown part whose new last line is an expression gets `;`, so no new value appears;
 - setup whose names a later cell the page shows reads stays visible (the reader must see where a name comes from);
+  so does a call of a method the page's own classes define (`dl.load_state_dict(...)` is the example);
 - a test that is the page's only example of a name the notebook exports stays visible (the one that shows the
-  fewest other tests with it), so no page loses its examples;
-- export, `show_doc`, `#| eval: false` and already hidden cells are left alone.
+  fewest other tests with it, at most TEACH_AT_MOST), so no page loses its examples; a cell right after a sentence
+  that ends with a colon keeps its first test (the sentence promises code);
+- export, `show_doc`, `#| eval: false` and already hidden cells are left alone, and a cell that closes its figure
+  (`plt.close`) is hidden whole or not at all.
+`--apply` is repeated per notebook until nothing changes (a split can free tests higher in the same cell); a second
+run changes nothing.
 New cells get no id here: `nbdev_clean` gives them one (settings.ini: clean_ids)."""
 import argparse, ast, json, re, sys
 from pathlib import Path
