@@ -20,7 +20,7 @@ from .pixels.resample import PendingJpegCrop
 from functools import partial
 
 # %% auto #0
-__all__ = ['SAMPLE_DRAWS', 'is_transient', 'DecodeTransform', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
+__all__ = ['SAMPLE_DRAWS', 'DecodeTransform', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
 
 # %% ../nbs/20_dataset.ipynb #bf0aa1aa
 _BAD_POLICIES = ('raise', 'skip')
