@@ -17,7 +17,8 @@ from ..dataset import DecodeTransform
 from ..core.stages import COLLATE, DECODE, OPS, COLUMNS, LoaderStats, WorkerRows, batch_images, stage_clock
 from ..core.runtime import SEED_MIX, default_rank, interactive_start, pass_loader_epoch
 from ..core.untrusted import MAX_SAMPLES
-from ..core.torch_compat import IteratorParts, shutdown_workers, worker_processes
+from ..core.torch_compat import IteratorParts, shutdown_workers, worker_error, worker_processes
+from ..core.settings import setting
 from timmdata.engine.batch_plan import (
     BATCH_TAG,
     STATE_VERSION,
@@ -109,6 +110,11 @@ class DeliveredIterator:
         except StopIteration:
             ld.check_pass_end()
             raise
+        except Exception as e:  # an error in a worker process: its own message, not torch's copy of its traceback
+            w = worker_error(e, setting('TIMMDATA_DEBUG'))
+            if w is None:
+                raise
+            raise w from w.__cause__
         finally:
             st.add('wait_workers', time.perf_counter() - t0)
             if keep is not None:

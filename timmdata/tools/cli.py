@@ -507,6 +507,10 @@ def main(argv=None) -> int:
             raise
         fail(f'timmdata {cmd}', 'interrupted', status=130)
     except Exception as e:
+        if debug and getattr(e, 'worker_traceback', None) and e.__cause__ is None:
+            from timmdata.core.torch_compat import WorkerTraceback  # torch is imported: a loader raised it
+
+            raise e from WorkerTraceback(e.worker_traceback)  # a DataLoader worker's error: its traceback too
         if debug or not is_user_error(e):
             raise  # a bug: its traceback
         fail(f'timmdata {cmd}', user_message(e, dataset_root(cmd, argv[1:])))

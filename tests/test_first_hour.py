@@ -1,0 +1,58 @@
+"""What a new user meets in the first hour, through worker processes and the command line: a damaged image in a worker
+is one short error of its own kind, the CLI's `--debug` shows the worker's traceback, `timmdata cache` caches every
+split, and `bad_sample='replace'` keeps batches whole alike in every worker mode and across a resume."""
+import os, subprocess, sys, traceback
+from pathlib import Path
+
+import pytest
+import torch
+from timmdata.dataset import ImageDataset
+from timmdata.loader import create_loader
+from timmdata.pixels.decode import ImageDecodeError
+from timmdata.tools.sample_data import make_sample_dataset
+
+SCRIPT = Path(sys.executable).parent / 'timmdata'
+CMD = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, '-m', 'timmdata.tools.cli']
+
+
+@pytest.fixture(scope='module')
+def damaged(tmp_path_factory):
+    "A small train/val tree with a truncated JPEG (train/a/a_00001.JPEG) and a text file named .jpg in train/b/."
+    root = make_sample_dataset(tmp_path_factory.mktemp('fh') / 'data', n_train=6, n_val=2, classes=['a', 'b'],
+                               size=(64, 48), num_workers=0)
+    f = root / 'train' / 'a' / 'a_00001.JPEG'
+    f.write_bytes(f.read_bytes()[:600])
+    (root / 'train' / 'b' / 'text.jpg').write_text('hello, not an image')
+    return root
+
+
+def first_error(root, **kw):
+    ds = ImageDataset(str(root), split='train')
+    loader = create_loader(ds, input_size=(3, 32, 32), batch_size=4, device='cpu', **kw)
+    with pytest.raises(ImageDecodeError) as info:
+        for _ in loader:
+            pass
+    return info.value
+
+
+def test_worker_error_is_one_short_error_naming_the_sample(damaged, monkeypatch):
+    monkeypatch.delenv('TIMMDATA_DEBUG', raising=False)
+    e = first_error(damaged, num_workers=1, worker_mode='process')
+    assert str(e).startswith('sample 1 (') and 'a_00001.JPEG' in str(e) and "bad_sample='skip'" in str(e), str(e)
+    assert 'Original Traceback' not in str(e) and 'Caught' not in str(e), str(e)
+    tb = ''.join(traceback.format_exception(type(e), e, e.__traceback__))
+    assert len(tb.splitlines()) < 30 and 'Original Traceback' not in tb, tb  # was 64 to 83 lines
+    assert 'File "' in e.worker_traceback and '_on_bad' in e.worker_traceback  # kept, not printed
+    monkeypatch.setenv('TIMMDATA_DEBUG', '1')
+    e = first_error(damaged, num_workers=1, worker_mode='process')
+    tb = ''.join(traceback.format_exception(type(e), e, e.__traceback__))
+    assert '_on_bad' in tb and 'WorkerTraceback' in tb, tb  # printed in full, as the cause
+
+
+def test_cli_debug_prints_the_workers_traceback(damaged):
+    env = {k: v for k, v in os.environ.items() if k != 'TIMMDATA_DEBUG'}
+    args = ['demo', '--root', str(damaged), '--workers', '1', '--batch-size', '4', '--no-progress', '--out', str(damaged.parent / 'b.png')]
+    r = subprocess.run(CMD + args, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and 'a_00001.JPEG' in r.stderr, r.stderr
+    r = subprocess.run(CMD + args + ['--debug'], capture_output=True, text=True, env=env, timeout=300)
+    assert 'WorkerTraceback' in r.stderr and '_on_bad' in r.stderr and 'a_00001.JPEG' in r.stderr, r.stderr
