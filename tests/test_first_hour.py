@@ -56,3 +56,13 @@ def test_cli_debug_prints_the_workers_traceback(damaged):
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and 'a_00001.JPEG' in r.stderr, r.stderr
     r = subprocess.run(CMD + args + ['--debug'], capture_output=True, text=True, env=env, timeout=300)
     assert 'WorkerTraceback' in r.stderr and '_on_bad' in r.stderr and 'a_00001.JPEG' in r.stderr, r.stderr
+
+
+def test_make_demo_installs_the_library_without_the_development_extras(tmp_path):
+    "`make demo` installs the library (torch, torchvision); `make test` the development extras (a dry run of each)."
+    root = Path(__file__).resolve().parents[1]
+    run = lambda target: subprocess.run(['make', '-n', target, f'VENV={tmp_path}/venv'], cwd=root, capture_output=True,
+                                        text=True, timeout=60).stdout
+    demo, test = run('demo'), run('test')
+    assert "pip install -q -e ." in demo and '[dev]' not in demo, demo
+    assert "pip install -q -e '.[dev]'" in test, test
