@@ -283,8 +283,10 @@ class FileHandle:
         self.fd = regular_fd(path, None, what, follow_links=True)  # a FIFO or a device refused, never waited on
 
     def __del__(self, _close=os.close):  # bound now: at interpreter exit the module's `os` may be gone already
+        fd = getattr(self, 'fd', None)  # None: the open was refused (`__init__` raised), nothing to close
         try:
-            _close(self.fd)
+            if fd is not None:
+                _close(fd)
         except OSError:
             pass
 
