@@ -13,6 +13,8 @@ from .pixels import decode
 from .pixels.decode import EncodedJpeg, ImageDecodeError, convert_mode, decode_image, encoded_jpeg, read_source
 from PIL import Image
 from .readers import create_reader
+from .readers.core import reader_keywords
+from .core.untrusted import choice_error, keyword_error, keywords_of, unknown_keyword
 from .core.stages import DECODE, READ, stage_clock
 from .transforms import INPUT_FORMATS, SampleTransform, takes_draws, transform_input
 from .config import GLOBAL_DRAWS, Draws
@@ -179,12 +181,25 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
         if bad_sample not in _BAD_POLICIES:
             raise ValueError(f"bad_sample must be one of 'raise', 'skip'; got {bad_sample!r}")
         if reader is None or isinstance(reader, str):
-            reader = create_reader(root, split=split, class_map=class_map, kind=reader or None, **kwargs)
+            try:
+                reader = create_reader(root, split=split, class_map=class_map, kind=reader or None, **kwargs)
+            except TypeError as e:  # a misspelt keyword: named as this class's, with the closest one
+                better = keyword_error(e, type(self).__name__, kwargs, self._keywords())
+                if better is None:
+                    raise
+                raise better from None
+        elif kwargs:  # a reader given: nothing would take them
+            raise unknown_keyword(type(self).__name__, next(iter(kwargs)), keywords_of(type(self)))
         self.reader, self.root = reader, root
         self.load_bytes, self.input_img_mode, self.bad_sample = load_bytes, input_img_mode, bad_sample
         self.transform, self.target_transform = transform, target_transform
         # one flag per sample in shared memory: DataLoader workers (forked or spawned) mark skips the parent can read
         self._bad = torch.zeros(len(reader), dtype=torch.uint8).share_memory_() if bad_sample == 'skip' else None
+
+    @classmethod
+    def _keywords(cls) -> list:
+        "The keywords it takes: its own and its readers'."
+        return keywords_of(cls) + reader_keywords()
 
     def __len__(self) -> int:
         return len(self.reader)

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/readers/05_readers.ipynb #a1a09809
 from __future__ import annotations
-import csv, importlib, os, re, tarfile, threading, warnings
+import csv, importlib, inspect, os, re, tarfile, threading, warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -24,7 +24,7 @@ from timmdata.core.untrusted import (
 __all__ = ['IMG_EXTENSIONS', 'natural_key', 'unset', 'get_img_extensions', 'is_img_extension', 'add_img_extensions',
            'del_img_extensions', 'set_img_extensions', 'load_class_map', 'Reader', 'NoImagesError', 'FolderReader',
            'FileHandle', 'TarReader', 'CsvReader', 'find_split', 'split_names', 'timm_split_name', 'register_reader',
-           'reader_kinds', 'create_reader', 'register_scheme']
+           'reader_kinds', 'reader_keywords', 'create_reader', 'register_scheme']
 
 # %% ../../nbs/readers/05_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -538,6 +538,17 @@ def register_reader(
 def reader_kinds() -> tuple:
     "The registered reader kinds."
     return tuple(_READERS)
+
+
+def reader_keywords() -> list:
+    "The keywords the registered readers take besides root and class_map (what `ImageDataset` passes on to its reader)."
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    out = []
+    for make, _ in _READERS.values():
+        for p in inspect.signature(make).parameters.values():
+            if p.kind in kinds and p.name not in ('self', 'root', 'class_map', *out):
+                out.append(p.name)
+    return out
 
 
 def _is_tar_root(root) -> bool:
