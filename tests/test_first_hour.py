@@ -66,3 +66,49 @@ def test_make_demo_installs_the_library_without_the_development_extras(tmp_path)
     demo, test = run('demo'), run('test')
     assert "pip install -q -e ." in demo and '[dev]' not in demo, demo
     assert "pip install -q -e '.[dev]'" in test, test
+
+
+KW = dict(input_size=96, batch_size=8, is_training=True, device='cpu', seed=7, re_prob=0.25)
+
+
+def batches(root, mode, workers, stop=None, state=None):
+    "(batches as (x, y) copies, the state after the last one, the dataset) of a training loader with bad_sample='replace'."
+    ds = ImageDataset(str(root), bad_sample='replace')
+    ld = create_loader(ds, **KW, num_workers=workers, worker_mode=mode)
+    if state is not None:
+        ld.load_state_dict(state)
+    out = []
+    for x, y in ld:
+        out.append((x.clone(), y.clone()))
+        if stop is not None and len(out) == stop:
+            break
+    return out, ld.state_dict(), ds
+
+
+def same(a, b):
+    assert len(a) == len(b)
+    for (x1, y1), (x2, y2) in zip(a, b):
+        assert torch.equal(x1, x2) and torch.equal(y1, y2)
+
+
+def test_bad_sample_replace_keeps_batches_whole_alike_in_every_mode_and_on_resume(sample_root, tmp_path):
+    import shutil, warnings
+    bad = tmp_path / 'train'
+    shutil.copytree(sample_root / 'train', bad)
+    victims = sorted(bad.rglob('*.JPEG'))[::7]
+    for f in victims:
+        f.write_bytes(f.read_bytes()[:200])  # truncated: undecodable
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        runs = {(m, n): batches(bad, m, n) for m, n in (('process', 2), ('thread', 2), ('process', 0))}
+        full = runs['process', 2][0]
+        assert [len(y) for _, y in full] == [8] * 7  # no batch one short: the bad ones replaced
+        for out, _, ds in runs.values():
+            same(out, full)  # worker processes, threads and the main process replace alike
+        hit = runs['process', 2][2].bad_samples
+        names = {str(v.relative_to(bad)) for v in victims}
+        assert hit and {runs['process', 2][2].filename(i) for i in hit} <= names, hit
+        assert runs['thread', 2][2].bad_samples == hit == runs['process', 0][2].bad_samples
+        head, sd, _ = batches(bad, 'process', 2, stop=3)
+        rest, _, _ = batches(bad, 'thread', 2, state=sd)
+        same(head + rest, full)  # resumed in another mode: the same replacements

@@ -40,7 +40,7 @@ FIGURES = {  # name: what it is (a Prometheus gauge's help, a panel's title)
     'read_mb_per_s': "MB per second the loader's processes read (files and sockets; the OS's count)",
     'read_calls_per_s': "read calls per second of the loader's processes (the OS's count)",
     'page_cache_share': "share of the bytes read that came from the OS's page cache, not the disk (0 to 1)",
-    'bad_samples': "samples skipped as unreadable so far (bad_sample='skip')",
+    'bad_samples': "samples skipped or replaced as unreadable so far (bad_sample='skip' or 'replace')",
     'workers': 'worker processes running',
     'workers_cpu': 'cores the worker processes keep busy (CPU seconds per second)',
     'workers_rss_mb': "the worker processes' resident memory, MB",
