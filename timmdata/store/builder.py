@@ -11,7 +11,14 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 from ..readers import CsvReader, Reader, create_reader
-from ..pixels.decode import ImageDecodeError, check_pixels, convert_mode
+from timmdata.pixels.decode import (
+    ImageDecodeError,
+    check_encoded,
+    check_pixels,
+    convert_mode,
+    damage_error,
+    read_source,
+)
 from ..transforms import str_to_pil_interp
 from timmdata.store.format import (
     BUILD_STATE,
@@ -82,21 +89,30 @@ def load_resized(
 ) -> np.ndarray:
     "Decodes an image once and returns it as RGB uint8 HxWx3, scaled down to `store_size`; over the pixel limit, `ImageDecodeError`."
     resample = _check_sizing(side, interpolation)
-    f = io.BytesIO(src) if isinstance(src, (bytes, bytearray, memoryview)) else src
-    with (
-        warnings.catch_warnings()
-    ):  # PIL's bomb warning: the pixel limit of every decode path decides, as in decode_image
-        warnings.simplefilter('ignore', Image.DecompressionBombWarning)
-        im = Image.open(f)
+    data = read_source(src)
+    check_encoded(data)  # an empty or cut-short file: described as the loader and `timmdata check` describe it
+    try:
+        with (
+            warnings.catch_warnings()
+        ):  # PIL's bomb warning: the pixel limit of every decode path decides, as in decode_image
+            warnings.simplefilter('ignore', Image.DecompressionBombWarning)
+            im = Image.open(io.BytesIO(data))
+    except Exception as e:
+        raise damage_error(e) from e
     with im:
         check_pixels(im.height, im.width)  # before any pixel is decoded
         tw, th = store_size(im.size, max_size, side)
         if draft and im.format == 'JPEG' and (tw, th) != im.size:
             im.draft('RGB', (tw, th))
-        im = convert_mode(im, 'RGB')
-        if im.size != (tw, th):
-            im = im.resize((tw, th), resample)
-        return np.asarray(im)
+        try:
+            im = convert_mode(im, 'RGB')
+            if im.size != (tw, th):
+                im = im.resize((tw, th), resample)
+            return np.asarray(im)
+        except (OSError, ValueError, SyntaxError) as e:  # damaged data met while decoding: PIL's kinds of error
+            if isinstance(e, ImageDecodeError):
+                raise
+            raise damage_error(e) from e
 
 # %% ../../nbs/store/44_builder.ipynb #58995cbd
 _WORKER = {}  # the build worker's state: the source reader, set once per process
