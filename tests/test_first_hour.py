@@ -112,3 +112,19 @@ def test_bad_sample_replace_keeps_batches_whole_alike_in_every_mode_and_on_resum
         head, sd, _ = batches(bad, 'process', 2, stop=3)
         rest, _, _ = batches(bad, 'thread', 2, state=sd)
         same(head + rest, full)  # resumed in another mode: the same replacements
+
+
+def test_cache_caches_every_split_or_the_one_named(sample_root, tmp_path, capsys):
+    from timmdata.tools.cli import main
+    assert main(['cache', str(sample_root), str(tmp_path / 'all'), '--workers', '0']) == 0
+    out = capsys.readouterr().out.splitlines()[-1]
+    assert out == f"cached 2 splits: train: 60 images in {tmp_path / 'all' / 'train'}; val: 30 images in {tmp_path / 'all' / 'val'}", out
+    assert len(ImageDataset(str(tmp_path / 'all'), split='validation')) == 30  # timm's synonym finds the val store
+    assert len(ImageDataset(str(tmp_path / 'all'), split='train')) == 60
+    assert main(['cache', str(sample_root), str(tmp_path / 'one'), '--workers', '0', '--split', 'valid']) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"cached 1 split: val: 30 images in {tmp_path / 'one' / 'val'}"
+    assert sorted(p.name for p in (tmp_path / 'one').iterdir()) == ['val']
+    with pytest.raises(SystemExit):
+        main(['cache', str(sample_root), str(tmp_path / 'none'), '--split', 'test'])
+    err = capsys.readouterr().err
+    assert "no split 'test'" in err and 'it holds train, val' in err and len(err.splitlines()) == 1, err

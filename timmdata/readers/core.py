@@ -23,8 +23,8 @@ from timmdata.core.untrusted import (
 # %% auto #0
 __all__ = ['IMG_EXTENSIONS', 'natural_key', 'unset', 'get_img_extensions', 'is_img_extension', 'add_img_extensions',
            'del_img_extensions', 'set_img_extensions', 'load_class_map', 'Reader', 'NoImagesError', 'FolderReader',
-           'FileHandle', 'TarReader', 'CsvReader', 'find_split', 'split_names', 'timm_split_name', 'register_reader',
-           'reader_kinds', 'reader_keywords', 'create_reader', 'register_scheme']
+           'FileHandle', 'TarReader', 'CsvReader', 'find_split', 'split_names', 'dataset_splits', 'timm_split_name',
+           'register_reader', 'reader_kinds', 'reader_keywords', 'create_reader', 'register_scheme']
 
 # %% ../../nbs/readers/05_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -508,6 +508,25 @@ def split_names(
     "`split` and then its synonyms as timm accepts them: 'val' -> ['val', 'valid', 'validation', 'eval', 'evaluation']."
     name = split.split('[')[0]
     return [name] + [s for g in _SPLIT_SYNONYMS if name.lower() in g for s in g if s != name]
+
+
+def dataset_splits(
+    root,  # a dataset root
+) -> dict:
+    "The splits `root` holds: {name: path} for the first of each of timm's synonym groups found (a folder, .tar or .csv named train, val, validation, ...); {} when it holds none (a class folder, a file)."
+    found = {}
+    if not os.path.isdir(root):
+        return found
+    for group in _SPLIT_SYNONYMS:
+        for n in group:
+            p = next(
+                (os.path.join(root, c) for c in (n, n + '.tar', n + '.csv') if os.path.exists(os.path.join(root, c))),
+                None,
+            )
+            if p is not None:
+                found[n] = p
+                break
+    return found
 
 
 def timm_split_name(split: str) -> str:

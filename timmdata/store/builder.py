@@ -11,6 +11,7 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 from ..readers import CsvReader, Reader, create_reader
+from ..readers.core import dataset_splits, split_names
 from timmdata.pixels.decode import (
     ImageDecodeError,
     check_encoded,
@@ -592,6 +593,12 @@ def cache_main(argv: list[str] | None = None) -> int:
         help='seconds to wait while another process builds into DST (default: as long as it builds)',
     )
     ap.add_argument(
+        '--split',
+        default=None,
+        help="the one split to cache (train, val, ... or a synonym); default: every split SRC holds, each into "
+        'DST/<split>, or SRC itself into DST when it holds none',
+    )
+    ap.add_argument(
         '--bad-sample',
         choices=('skip', 'raise'),
         default='skip',
@@ -603,25 +610,48 @@ def cache_main(argv: list[str] | None = None) -> int:
         _check_build_args(a.format, a.side, 'bicubic', a.max_size, a.quality, a.chunk_size, a.workers)
     except ValueError as e:
         ap.error(str(e))  # a bad option value: argparse's one-line error, exit 2
-    try:
-        m = build_cache(
-            a.src,
-            a.dst,
-            max_size=a.max_size,
-            format=a.format,
-            quality=a.quality,
-            num_workers=a.workers,
-            side=a.side,
-            chunk_size=a.chunk_size,
-            overwrite=a.overwrite,
-            lock_timeout=a.lock_timeout,
-        )
-    except KeyboardInterrupt:
-        return 130
-    if a.bad_sample == 'raise' and m.get('num_bad'):
-        _, name, why = (Path(a.dst) / 'bad_images.txt').read_text(encoding='utf-8').splitlines()[1].split('\t', 2)
-        raise ImageDecodeError(
-            f"{m['num_bad']} source image(s) could not be decoded, the first {name} in {a.src} ({why}); the store "
-            f'{a.dst} leaves them out (listed in its bad_images.txt): fix them, or pass --bad-sample skip'
-        )
+    jobs = _cache_jobs(a.src, a.dst, a.split)
+    done = []
+    for name, src, dst in jobs:
+        try:
+            m = build_cache(
+                src,
+                dst,
+                max_size=a.max_size,
+                format=a.format,
+                quality=a.quality,
+                num_workers=a.workers,
+                side=a.side,
+                chunk_size=a.chunk_size,
+                overwrite=a.overwrite,
+                lock_timeout=a.lock_timeout,
+            )
+        except KeyboardInterrupt:
+            return 130
+        if a.bad_sample == 'raise' and m.get('num_bad'):
+            _, bad, why = (Path(dst) / 'bad_images.txt').read_text(encoding='utf-8').splitlines()[1].split('\t', 2)
+            raise ImageDecodeError(
+                f"{m['num_bad']} source image(s) could not be decoded, the first {bad} in {src} ({why}); the store "
+                f'{dst} leaves them out (listed in its bad_images.txt): fix them, or pass --bad-sample skip'
+            )
+        done.append(f"{name or 'all of ' + str(src)}: {m['num_samples']} images in {dst}")
+    print(f"cached {len(done)} split{'s' * (len(done) != 1)}: " + '; '.join(done))
     return 0
+
+
+def _cache_jobs(src, dst, split=None) -> list:
+    "(split name or None, source, store) for each split `timmdata cache` builds: each split SRC holds into DST/<split>, or the one `split` names; SRC itself into DST when it holds none."
+    found = dataset_splits(src)
+    if split:
+        name = next((n for n in split_names(split) if n in found), None)
+        if name is None:
+            has = (
+                f"it holds {', '.join(found)}"
+                if found
+                else 'it holds no split folders: leave out --split to cache it whole'
+            )
+            raise FileNotFoundError(f'no split {split!r} under {src!r} (nor its synonyms); {has}')
+        found = {name: found[name]}
+    if not found:
+        return [(None, src, dst)]
+    return [(n, p, os.path.join(dst, os.path.splitext(os.path.basename(p))[0])) for n, p in found.items()]
