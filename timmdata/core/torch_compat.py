@@ -11,7 +11,7 @@ import torch
 # %% auto #0
 __all__ = ['kept_iterator', 'forget_iterator', 'keep_iterator', 'WrapsWorkers', 'worker_processes', 'shutdown_workers',
            'loader_worker_pids', 'IteratorParts', 'worker_pickling_error', 'WorkerTraceback', 'worker_error',
-           'new_shared_storage', 'cuda_default_generator', 'aa_resize_kernels']
+           'traceback_kept', 'new_shared_storage', 'cuda_default_generator', 'aa_resize_kernels']
 
 # %% ../../nbs/core/01_torch_compat.ipynb #de6d51b1
 # checked: torch 2.0 to 2.14 (DataLoader keeps a persistent_workers iterator in `_iterator`, None otherwise)
@@ -149,6 +149,16 @@ def worker_error(
         new = type(e)(msg)
     except Exception:
         return None
+    return traceback_kept(new, tb, where, debug)
+
+
+def traceback_kept(
+    new: BaseException,  # the error as the training process raises it: its message alone
+    tb: str,  # the traceback of where it was raised, as text
+    where: str,  # 'in DataLoader worker process 0', 'in a loader thread', ...
+    debug: bool = False,  # attach `tb` as the cause (printed with the error)
+) -> BaseException:
+    "`new` with the traceback `tb` kept as `worker_traceback`, a note saying where it was raised, and with `debug` `tb` as its cause."
     new.worker_traceback = f'{tb.rstrip()}\n(raised {where})'
     if hasattr(new, 'add_note'):
         tip = 'its traceback above' if debug else "TIMMDATA_DEBUG=1 (or the CLI's --debug) prints its traceback"
