@@ -13,6 +13,8 @@ from .pixels import decode
 from .pixels.decode import EncodedJpeg, ImageDecodeError, convert_mode, decode_image, encoded_jpeg, read_source
 from PIL import Image
 from .readers import Reader, create_reader
+from .readers.core import reader_keywords
+from .core.untrusted import choice_error, keyword_error, keywords_of, unknown_keyword
 from .core.stages import DECODE, READ, stage_clock
 from .transforms import INPUT_FORMATS, SampleTransform, takes_draws, transform_input
 from .config import GLOBAL_DRAWS, Draws
@@ -23,7 +25,8 @@ from functools import partial
 __all__ = ['SAMPLE_DRAWS', 'DecodeTransform', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
 
 # %% ../nbs/20_dataset.ipynb #bf0aa1aa
-_BAD_POLICIES = ('raise', 'skip')
+_BAD_POLICIES = ('raise', 'skip', 'replace')
+_REPLACE_TAG = 0x5EB1  # mix_seed tag of a bad sample's replacement draws (`ImageDataset._on_bad`)
 
 
 class _UsageError(ValueError):
@@ -165,7 +168,7 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
         ] = None,  # applied to the image; what it takes (PIL, tensor, encoded JPEG) from its `input_format`
         target_transform: Optional[Callable] = None,  # applied to the integer target
         additional_features: 'Optional[Sequence[str]]' = None,  # timm's extra Hugging Face columns per sample: refused (see below); None accepted
-        bad_sample: str = 'raise',  # unreadable or corrupt image: 'raise' an error naming file and index, or 'skip' (None + warning, counted)
+        bad_sample: str = 'raise',  # unreadable or corrupt image: 'raise' an error naming file and index, 'skip' (None + warning, counted), or 'replace' (another sample, chosen from the sample's key; warned, counted)
         **kwargs,  # passed to the reader (e.g. `extensions`)
     ):
         if (
@@ -177,21 +180,34 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
                 f'columns from the Hugging Face dataset by index, or use timm for this dataset'
             )
         if bad_sample not in _BAD_POLICIES:
-            raise ValueError(f"bad_sample must be one of 'raise', 'skip'; got {bad_sample!r}")
+            raise choice_error('bad_sample', bad_sample, _BAD_POLICIES)
         if reader is None or isinstance(reader, str):
-            reader = create_reader(root, split=split, class_map=class_map, kind=reader or None, **kwargs)
+            try:
+                reader = create_reader(root, split=split, class_map=class_map, kind=reader or None, **kwargs)
+            except TypeError as e:  # a misspelt keyword: named as this class's, with the closest one
+                better = keyword_error(e, type(self).__name__, kwargs, self._keywords())
+                if better is None:
+                    raise
+                raise better from None
+        elif kwargs:  # a reader given: nothing would take them
+            raise unknown_keyword(type(self).__name__, next(iter(kwargs)), keywords_of(type(self)))
         self.reader, self.root = reader, root
         self.load_bytes, self.input_img_mode, self.bad_sample = load_bytes, input_img_mode, bad_sample
         self.transform, self.target_transform = transform, target_transform
         # one flag per sample in shared memory: DataLoader workers (forked or spawned) mark skips the parent can read
-        self._bad = torch.zeros(len(reader), dtype=torch.uint8).share_memory_() if bad_sample == 'skip' else None
+        self._bad = torch.zeros(len(reader), dtype=torch.uint8).share_memory_() if bad_sample != 'raise' else None
+
+    @classmethod
+    def _keywords(cls) -> list:
+        "The keywords it takes: its own and its readers'."
+        return keywords_of(cls) + reader_keywords()
 
     def __len__(self) -> int:
         return len(self.reader)
 
     @property
     def bad_samples(self) -> list:
-        "Indices skipped as unreadable so far, in this process and its DataLoader workers ([] with bad_sample='raise')."
+        "Indices skipped (or replaced) as unreadable so far, in this process and its DataLoader workers ([] with bad_sample='raise')."
         return [] if self._bad is None else torch.nonzero(self._bad).flatten().tolist()
 
     @property
@@ -238,12 +254,18 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
     @property
     def can_defer(self) -> bool:
         "Can its samples' pixels wait for the collate? Its transform is ours, and it reads samples with `sample` (a subclass that overrides `__getitem__` is read through that)."
-        return isinstance(self._transform, SampleTransform) and type(self).__getitem__ is ImageDataset.__getitem__
+        ours = isinstance(self._transform, SampleTransform) and type(self).__getitem__ is ImageDataset.__getitem__
+        # bad_sample='replace' reads a replacement where the bad file is found: no crop waits for the collate
+        return ours and self.bad_sample != 'replace'
 
     def sample(self, index: int, defer: bool = False, rng: Draws = GLOBAL_DRAWS):
         "`self[index]`; with `defer`, a training crop may come as a `PendingResize` (for `fast_collate`), a JPEG's as a `PendingJpegCrop` that keeps this dataset's bad-sample policy."
         if not -len(self) <= index < len(self):
             raise IndexError(f'index {index} out of range for a dataset of {len(self)} samples')
+        return self._sample(index, defer, rng, 0)
+
+    def _sample(self, index: int, defer: bool, rng: Draws, tries: int):
+        "`sample`; `tries`: replacements drawn so far for the sample this one stands in for (bad_sample='replace')."
         try:
             img, target = self._load_retrying(index)
         except (
@@ -251,12 +273,12 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
         ) as e:  # ImageDecodeError, or a file that is missing or unreadable for good (never a transient error)
             if is_transient(e):
                 raise
-            return self._on_bad(index, e)
+            return self._on_bad(index, e, rng, defer, tries)
         try:
             img = self.transform_sample(img, lambda: f'sample {index} ({self.filename(index)})', defer, rng)
         except ImageDecodeError as e:
             if isinstance(img, EncodedJpeg):
-                return self._on_bad(index, e)  # decoded inside the transform
+                return self._on_bad(index, e, rng, defer, tries)  # decoded inside the transform
             raise
         if isinstance(img, PendingJpegCrop):  # decoded in the collate: a bad file meets the same policy there
             img.on_bad = partial(self._on_bad, index)
@@ -266,15 +288,29 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
             target = self.target_transform(target)
         return img, target
 
-    def _on_bad(self, index: int, e: Exception):
+    max_replacements = 16  # bad_sample='replace': replacements drawn for one sample before the error is raised
+
+    def _on_bad(self, index: int, e: Exception, rng: Draws = GLOBAL_DRAWS, defer: bool = False, tries: int = 0):
         msg = f'sample {index} ({self.filename(index, absolute=True)}) could not be read or decoded: {e}'
         if self._bad is None:
             raise ImageDecodeError(
                 msg + "; fix or remove the file, or pass bad_sample='skip' to skip such samples"
             ) from e
         self._bad[index] = 1
-        warnings.warn(f'skipped {msg}', stacklevel=3)
-        return None
+        if self.bad_sample == 'skip':
+            warnings.warn(f'skipped {msg}', stacklevel=3)
+            return None
+        if tries >= self.max_replacements or len(self) < 2:
+            raise ImageDecodeError(
+                f'{msg}; and so were the {tries} samples drawn to replace it: fix or remove the damaged files '
+                '(`timmdata check ROOT` lists them)'
+            ) from e
+        # another sample, drawn from the sample's own key (the global generators, seeded per sample by the loader,
+        # where its transform draws from them): the same in every worker mode and after a resume
+        r = rng.child(_REPLACE_TAG, tries)
+        other = (index + 1 + r.py.randrange(len(self) - 1)) % len(self)
+        warnings.warn(f'replaced {msg}: sample {other} read in its place', stacklevel=3)
+        return self._sample(other, defer, r, tries + 1)
 
     def filename(self, index: int, basename: bool = False, absolute: bool = False) -> str:
         "Name of sample `index`'s file, relative to the reader's root unless `absolute`."

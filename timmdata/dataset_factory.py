@@ -10,6 +10,7 @@ import numpy as np
 from .dataset import ImageDataset
 from .streams.hf_readers import HfdsReader
 from .readers import Reader, find_split, reader_kinds, unset, register_scheme
+from .core.untrusted import names_keywords
 
 # %% auto #0
 __all__ = ['TorchvisionReader', 'create_dataset']
@@ -139,6 +140,7 @@ def _tfds_error(name: str):
     )
 
 # %% ../nbs/39_dataset_factory.ipynb #a333ef31
+@names_keywords(ImageDataset)  # a misspelt keyword is named as create_dataset's, with the closest one
 def create_dataset(
     name: str,  # '' (folder, tar, csv or store under root), or 'torch/...', 'wds/...', 'hfds/...', 'hfids/...'
     root: Optional[str] = None,  # dataset root (folder, shards folder, cache_dir)

@@ -31,6 +31,7 @@ from .streams.mixing import MixedDataset, mix_batching
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 from .engine.resume import BatchPlan, ResumableDataLoader
 from .engine.threads import ThreadWorkers, check_worker_mode, default_worker_mode
+from .core.untrusted import choice_error, keyword_error
 from .engine.tune import AutoLoader, Budget, first_setting
 from .engine.watch import watch_by_setting
 from .engine.batch_plan import SeededDataset
@@ -500,8 +501,11 @@ def create_loader(
     "timm's `create_loader`: a loader of normalised batches on `device`, fast by default, CPU or CUDA."
     try:
         o = LoaderOptions(*args, **kwargs)
-    except TypeError as e:  # a misspelt or missing argument: named as create_loader's
-        raise TypeError(str(e).replace('LoaderOptions.__init__()', 'create_loader()')) from None
+    except TypeError as e:  # a misspelt or missing argument: named as create_loader's, with the closest one
+        better = keyword_error(e, 'create_loader', kwargs, [f.name for f in fields(LoaderOptions)])
+        raise better or TypeError(str(e).replace('LoaderOptions.__init__()', 'create_loader()')) from None
+    if o.worker_mode not in ('process', 'thread', 'auto'):
+        raise choice_error('worker_mode', o.worker_mode, ('process', 'thread', 'auto'))
     if _check_auto(
         o
     ):  # num_workers or prefetch_factor 'auto': settings tried over the first batches (timmdata.engine.tune)

@@ -17,7 +17,10 @@ from ..dataset import DecodeTransform
 from ..core.stages import COLLATE, DECODE, OPS, COLUMNS, LoaderStats, WorkerRows, batch_images, stage_clock
 from ..core.runtime import SEED_MIX, default_rank, interactive_start, pass_loader_epoch
 from ..core.untrusted import MAX_SAMPLES
-from ..core.torch_compat import IteratorParts, shutdown_workers, worker_processes
+from ..core.torch_compat import IteratorParts, shutdown_workers, traceback_kept, worker_error, worker_processes
+from ..pixels.decode import ImageDecodeError
+import traceback
+from ..core.settings import setting
 from timmdata.engine.batch_plan import (
     BATCH_TAG,
     STATE_VERSION,
@@ -107,6 +110,16 @@ class DeliveredIterator:
         except StopIteration:
             ld.check_pass_end()
             raise
+        except Exception as e:  # an error in a worker process: its own message, not torch's copy of its traceback
+            debug = setting('TIMMDATA_DEBUG')
+            w = worker_error(e, debug)
+            if w is None and isinstance(e, ImageDecodeError):  # a bad sample met in a loader thread or this process
+                where = 'in a loader thread' if ld.workers is not None else 'in the training process (num_workers=0)'
+                tb = ''.join(traceback.format_exception(type(e), e, e.__traceback__))
+                w = traceback_kept(type(e)(str(e)), tb, where, debug)  # as a worker process's: one line, no chain
+            if w is None:
+                raise
+            raise w from w.__cause__
         finally:
             st.add('wait_workers', time.perf_counter() - t0)
             if keep is not None:

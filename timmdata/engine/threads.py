@@ -263,6 +263,7 @@ class Headspace:
     wait_cpu: float  # share of a step: waiting on CPU work (decode, augment, collate, device step)
     read_cold_ms: float  # reading per sample, first pass, ms
     read_cached_ms: Optional[float] = None  # reading per sample on a second pass over the same files (None: not run)
+    model_step: bool = True  # was a model step given? Without one, `ideal_ms` is the loop's own time between batches
 
     @classmethod
     def measure(cls, st: LoaderStats, ideal_s: float, cached: Optional[LoaderStats] = None) -> 'Headspace':
@@ -275,10 +276,11 @@ class Headspace:
         cached_ms = None if cached is None else cached.t['read'] / max(cached.samples, 1) * 1e3
         cold_part = 1.0 if cached_ms is None or cold_ms <= 0 else min(max(1 - cached_ms / cold_ms, 0.0), 1.0)
         wait_read = stall * read_share
+        own = ideal_s if ideal_s > 0 else t['consumer'] / n  # no model step: a perfect loader's step is the loop alone
         return cls(
-            step_ms=wall / n * 1e3, ideal_ms=ideal_s * 1e3, stall=stall, wait_read_cold=wait_read * cold_part,
+            step_ms=wall / n * 1e3, ideal_ms=own * 1e3, stall=stall, wait_read_cold=wait_read * cold_part,
             wait_read_cached=wait_read * (1 - cold_part), wait_cpu=stall - wait_read, read_cold_ms=cold_ms,
-            read_cached_ms=cached_ms,
+            read_cached_ms=cached_ms, model_step=ideal_s > 0,
         )  # fmt: skip
 
     @property
@@ -306,9 +308,8 @@ class Headspace:
 
     def table(self) -> str:
         "The headspace report as text: step times, the wait and its parts, and the sentence."
-        ideal = f'{self.ideal_ms:9.1f} ms' + (
-            f' ({self.speedup:.2f}x faster)' if self.ideal_ms > 0 else ' (no model step)'
-        )
+        ideal = f'{self.ideal_ms:9.1f} ms' + (f' ({self.speedup:.2f}x faster)' if self.ideal_ms > 0 else '')
+        ideal += '' if self.model_step else " (no model step given: the loop's own time between batches)"
         cached = 'not measured' if self.read_cached_ms is None else f'{self.read_cached_ms:.3f} ms'
         return '\n'.join([
             f'step with this loader       {self.step_ms:9.1f} ms',

@@ -43,8 +43,8 @@ FIGURES = {  # name: what it is (a Prometheus gauge's help, a panel's title)
     'queue': 'batches the workers made that the consumer has not taken yet',
     'read_mb_per_s': "MB per second the loader's processes read (files and sockets; the OS's count)",
     'read_calls_per_s': "read calls per second of the loader's processes (the OS's count)",
-    'page_cache_share': "share of the bytes read that came from the OS's page cache, not the disk (0 to 1)",
-    'bad_samples': "samples skipped as unreadable so far (bad_sample='skip')",
+    'page_cache_share': "share of the bytes read that came from the OS's page cache, not the disk (0 to 1; absent in a window with no reads)",
+    'bad_samples': "samples skipped or replaced as unreadable so far (bad_sample='skip' or 'replace')",
     'workers': 'worker processes running',
     'workers_cpu': 'cores the worker processes keep busy (CPU seconds per second)',
     'workers_rss_mb': "the worker processes' resident memory, MB",
@@ -138,13 +138,14 @@ class ProcessFigures:
         figs = dict(
             read_mb_per_s=rchar / 1e6,
             read_calls_per_s=sum(rate[p]['syscr'] for p in readers),
-            page_cache_share=min(1.0, max(0.0, 1 - disk / rchar)) if rchar > 0 else 0.0,
             workers=len(kids),
             workers_cpu=sum(rate[p]['cpu'] for p in kids),
             workers_rss_mb=sum(counts[p]['rss'] for p in kids) / 1e6,
             main_cpu=rate[me]['cpu'] if me in rate else 0.0,
             main_rss_mb=counts[me]['rss'] / 1e6 if me in counts else 0.0,
         )
+        if rchar > 0:  # no reads in the window: no share at all (0 would read as "all from disk")
+            figs['page_cache_share'] = min(1.0, max(0.0, 1 - disk / rchar))
         rows = [dict(pid=p, cpu=round(rate[p]['cpu'], 3), rss_mb=round(counts[p]['rss'] / 1e6, 1)) for p in kids]
         return figs, rows
 
@@ -596,7 +597,10 @@ def read_records(
     return sorted(out, key=lambda r: (r['rank'], r['pid'], r['name']))
 
 # %% ../../nbs/engine/37b_watch.ipynb #3d1e6269
-_COLS = f'{"rank":>4} {"loader":<8} {"pid":>7} {"img/s":>7} {"wait":>5} {"read":>6} {"decode":>6} {"ops":>6} {"coll":>6} {"dev":>6} {"queue":>5} {"cpu":>5} {"MB":>7}'
+_COLS = f'{"rank":>4} {"loader":<8} {"pid":>7} {"images":>7} {"wait":>5} {"read":>6} {"decode":>6} {"ops":>6} {"coll":>6} {"dev":>6} {"queue":>5} {"cpu":>5} {"memory":>7}'
+# each column's unit: images per second, % of the step spent waiting, ms per image of each stage (CPU time, summed over
+# the workers), batches queued, cores busy, resident memory in MB
+_UNITS = f'{"":>4} {"":<8} {"":>7} {"per s":>7} {"%step":>5} {" ".join(f"{u:>6}" for u in ["ms/img"] * 5)} {"batch":>5} {"cores":>5} {"MB RSS":>7}'
 
 
 def render(
@@ -609,7 +613,7 @@ def render(
             f'no timmdata loader publishes in {printable(str(folder))} (watch one with LoaderWatch(loader), or set '
             f'TIMMDATA_WATCH=50 before starting the training)'
         )
-    lines = [_COLS]
+    lines = [_COLS, _UNITS]
     for r in records:
         f = r['figures'].get
         ms = ' '.join(f'{f(k + "_ms", 0):6.2f}' for k in STAGE_FIGURES)

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/readers/05_readers.ipynb #a1a09809
 from __future__ import annotations
-import csv, importlib, os, re, tarfile, threading, warnings
+import csv, importlib, inspect, os, re, tarfile, threading, warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
@@ -23,8 +23,8 @@ from timmdata.core.untrusted import (
 # %% auto #0
 __all__ = ['IMG_EXTENSIONS', 'natural_key', 'unset', 'get_img_extensions', 'is_img_extension', 'add_img_extensions',
            'del_img_extensions', 'set_img_extensions', 'load_class_map', 'Reader', 'NoImagesError', 'FolderReader',
-           'FileHandle', 'TarReader', 'CsvReader', 'find_split', 'split_names', 'timm_split_name', 'register_reader',
-           'reader_kinds', 'create_reader', 'register_scheme']
+           'FileHandle', 'TarReader', 'CsvReader', 'find_split', 'split_names', 'dataset_splits', 'timm_split_name',
+           'register_reader', 'reader_kinds', 'reader_keywords', 'create_reader', 'register_scheme']
 
 # %% ../../nbs/readers/05_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -283,8 +283,10 @@ class FileHandle:
         self.fd = regular_fd(path, None, what, follow_links=True)  # a FIFO or a device refused, never waited on
 
     def __del__(self, _close=os.close):  # bound now: at interpreter exit the module's `os` may be gone already
+        fd = getattr(self, 'fd', None)  # None: the open was refused (`__init__` raised), nothing to close
         try:
-            _close(self.fd)
+            if fd is not None:
+                _close(fd)
         except OSError:
             pass
 
@@ -508,6 +510,25 @@ def split_names(
     return [name] + [s for g in _SPLIT_SYNONYMS if name.lower() in g for s in g if s != name]
 
 
+def dataset_splits(
+    root,  # a dataset root
+) -> dict:
+    "The splits `root` holds: {name: path} for the first of each of timm's synonym groups found (a folder, .tar or .csv named train, val, validation, ...); {} when it holds none (a class folder, a file)."
+    found = {}
+    if not os.path.isdir(root):
+        return found
+    for group in _SPLIT_SYNONYMS:
+        for n in group:
+            p = next(
+                (os.path.join(root, c) for c in (n, n + '.tar', n + '.csv') if os.path.exists(os.path.join(root, c))),
+                None,
+            )
+            if p is not None:
+                found[n] = p
+                break
+    return found
+
+
 def timm_split_name(split: str) -> str:
     "timm's own name for a split: 'train', 'validation' or 'test' for any of their synonyms; another name as it is."
     g = next((g for g in _SPLIT_SYNONYMS if split.lower() in g), None)
@@ -536,6 +557,17 @@ def register_reader(
 def reader_kinds() -> tuple:
     "The registered reader kinds."
     return tuple(_READERS)
+
+
+def reader_keywords() -> list:
+    "The keywords the registered readers take besides root and class_map (what `ImageDataset` passes on to its reader)."
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    out = []
+    for make, _ in _READERS.values():
+        for p in inspect.signature(make).parameters.values():
+            if p.kind in kinds and p.name not in ('self', 'root', 'class_map', *out):
+                out.append(p.name)
+    return out
 
 
 def _is_tar_root(root) -> bool:

@@ -15,6 +15,7 @@ from ..readers.core import Reader, create_reader
 from .shard_io import WdsSource, shard_name
 from .global_order import SpanReader, sample_spans
 from ..dataset import ImageDataset
+from ..core.untrusted import names_keywords
 from timmdata.engine.batch_plan import (
     BatchMark,
     ResumableBatchSampler,
@@ -472,6 +473,7 @@ def stacked_labels(readers: Sequence[Reader]) -> list:
     return out
 
 
+@names_keywords(ImageDataset)  # a misspelt keyword is named as mix_datasets', with the closest one
 def mix_datasets(
     sources: Sequence,  # roots or names ('hfds/...', 'wds/...'), readers, `ImageDataset`s or `WdsSource`s; one may come twice
     weights: Optional[Sequence[float]] = None,  # each source's share (normalised; None: equal, or the schedule's first)

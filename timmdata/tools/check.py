@@ -43,21 +43,9 @@ class _Fd2Trap:
         self.text = self.f.read().decode('utf-8', 'replace').strip()
 
 
-_IN_WORDS = [  # PIL's messages that name an in-memory file by its repr (a different address each run), said in words
-    (
-        re.compile(r'cannot identify image file <_io\.BytesIO object at 0x[0-9a-f]+>'),
-        'not an image Pillow can read: an unknown format, or not an image at all',
-    ),
-    (re.compile(r'\s*<_io\.BytesIO object at 0x[0-9a-f]+>'), ''),
-]
-
-
 def _one_line(e: Exception) -> str:
-    "`Type: message` on one line, in words: no placeholder such as PIL's `<_io.BytesIO object at 0x...>`."
-    msg = ' '.join(str(e).split())
-    for pat, words in _IN_WORDS:
-        msg = pat.sub(words, msg)
-    return f'{type(e).__name__}: {msg}'
+    "`Type: message` on one line; the damage in the words the loader and `timmdata cache` use (`decode.damage_error`)."
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
 
 
 def check_image(

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 from .. import __version__
 from ..core.settings import setting
-from ..core.untrusted import printable
+from ..core.untrusted import did_you_mean, printable
 
 # %% auto #0
 __all__ = ['USER_ERRORS', 'LIBRARY_ERRORS', 'BAD_DATA', 'COMMANDS', 'ROOT_ARG', 'CliError', 'is_user_error', 'user_message',
            'fail', 'warnings_counted', 'save_batch_grid', 'demo_main', 'info', 'info_main', 'usage', 'job',
-           'dataset_root', 'profile_main', 'tune_main', 'main']
+           'dataset_root', 'profile_main', 'tune_main', 'options_suggested', 'main']
 
 # %% ../../nbs/tools/47_cli.ipynb #293d9d4e
 class CliError(Exception):
@@ -484,6 +484,27 @@ COMMANDS['tune'] = (
 ROOT_ARG['tune'] = 0
 
 # %% ../../nbs/tools/47_cli.ipynb #65c088d7
+@contextlib.contextmanager
+def options_suggested():
+    "Inside `with`: argparse's error for an unknown option names the command's closest one (`did_you_mean`)."
+    error = argparse.ArgumentParser.error
+
+    def suggest(parser, message):
+        if message.startswith('unrecognized arguments: '):
+            opts = [
+                o for a in parser._actions for o in a.option_strings
+            ]  # the parser's options, as argparse keeps them
+            words = [w.split('=')[0] for w in message.split(': ', 1)[1].split() if w.startswith('-')]
+            message += ''.join(did_you_mean(w, opts) for w in words)
+        error(parser, message)
+
+    argparse.ArgumentParser.error = suggest
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = error
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     "The `timmdata` console script: runs a job's `*_main(argv)`; returns the exit status, exits 2 on a user's mistake."
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -500,14 +521,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise SystemExit(2)
     cmd = argv[0]
     if cmd not in COMMANDS:
-        fail('timmdata', f"unknown command {cmd!r}; expected one of {', '.join(COMMANDS)} (see timmdata --help)")
+        fail(
+            'timmdata',
+            f"unknown command {cmd!r}; expected one of {', '.join(COMMANDS)}{did_you_mean(cmd, COMMANDS)} (see timmdata --help)",
+        )
     try:
-        res = job(cmd)(argv[1:])
+        with options_suggested():
+            res = job(cmd)(argv[1:])
     except KeyboardInterrupt:
         if debug:
             raise
         fail(f'timmdata {cmd}', 'interrupted', status=130)
     except Exception as e:
+        if debug and getattr(e, 'worker_traceback', None) and e.__cause__ is None:
+            from timmdata.core.torch_compat import WorkerTraceback  # torch is imported: a loader raised it
+
+            raise e from WorkerTraceback(e.worker_traceback)  # a DataLoader worker's error: its traceback too
         if debug or not is_user_error(e):
             raise  # a bug: its traceback
         fail(f'timmdata {cmd}', user_message(e, dataset_root(cmd, argv[1:])))
