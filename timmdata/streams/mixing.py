@@ -25,11 +25,12 @@ from timmdata.engine.batch_plan import (
     loader_seed,
     plain_state,
 )
+from ..core.untrusted import MAX_BATCH, MAX_WORLD, check_fields, state_error
 
 # %% auto #0
-__all__ = ['GOLDEN', 'CHUNK', 'MixChangedError', 'WeightSchedule', 'check_weights', 'MixOrder', 'LabelMap', 'ShardsReader',
-           'as_reader', 'MixReader', 'MixedDataset', 'stacked_labels', 'mix_datasets', 'MixSampler', 'MixPlan',
-           'mix_batching']
+__all__ = ['GOLDEN', 'CHUNK', 'MAX_STEP', 'MixChangedError', 'WeightSchedule', 'check_weights', 'MixOrder', 'LabelMap',
+           'ShardsReader', 'as_reader', 'MixReader', 'MixedDataset', 'stacked_labels', 'mix_datasets', 'MixSampler',
+           'MixPlan', 'mix_batching']
 
 # %% ../../nbs/streams/37b_mixing.ipynb #10185d26023b46108eb7d9f57d49d2b3
 GOLDEN = 0.6180339887498949  # the golden ratio's fractional part: the rotation with the best-spread multiples
@@ -38,6 +39,7 @@ GOLDEN = 0.6180339887498949  # the golden ratio's fractional part: the rotation 
 CHUNK = 1 << 15  # positions of the mix computed at a time (their sources, counts and samples)
 
 
+MAX_STEP = 1 << 62  # the last step a schedule may name (steps are int64)
 _ONE = 1 << 53  # the fixed-point scale of a position's point u in [0, 1) and of the weights' cumulative thresholds
 
 
@@ -69,6 +71,8 @@ class WeightSchedule:
             rows.append(check_weights(pt[1], f'schedule[{i}] weights'))
         if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in steps) or steps[0] != 0:
             raise ValueError(f'schedule steps must be ints starting at 0; got {steps!r}')
+        if max(steps) > MAX_STEP:
+            raise ValueError(f'schedule steps must be at most {MAX_STEP:,} (2**62); got {max(steps)!r}')
         if any(b <= a for a, b in zip(steps, steps[1:])):
             raise ValueError(f'schedule steps must increase; got {steps!r}')
         if len({len(r) for r in rows}) != 1:
@@ -113,8 +117,9 @@ def check_weights(w, name: str = 'weights') -> np.ndarray:
         a = np.asarray(w, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError):
         raise ValueError(f'{name} must be a list of numbers, one per source; got {w!r}') from None
-    if not len(a) or not np.isfinite(a).all() or (a < 0).any() or a.sum() <= 0:
+    if not len(a) or not np.isfinite(a).all() or (a < 0).any() or a.max() <= 0:
         raise ValueError(f'{name} must be finite numbers >= 0, one per source, some > 0; got {a.tolist()!r}')
+    a = a / a.max()  # in [0, 1] first: the sum of large weights (1e308 twice) would overflow to inf
     return a / a.sum()
 
 # %% ../../nbs/streams/37b_mixing.ipynb #504fb2a444614c0babb325280ed9130a
@@ -590,6 +595,9 @@ class MixPlan(ResumableBatchSampler):
             raise MixChangedError(
                 'load_state_dict: the state comes from a loader that did not mix sources; build the loader as the saved one was'
             )
+        if not isinstance(sd['mix'], dict):
+            raise state_error('mix', sd['mix'], 'a dict (the mix the state was saved under)')
+        check_fields(sd, dict(lanes=(1, MAX_WORLD), samples_per_step=(1, MAX_WORLD * MAX_BATCH)))
         if sd['mix'] != mine:
             if s.dataset.on_mix_change != 'continue':
                 diff = [k for k in mine if sd['mix'].get(k) != mine[k]]
@@ -598,8 +606,13 @@ class MixPlan(ResumableBatchSampler):
                     f"as it was, or pass on_mix_change='continue' to mix_datasets to go on with the new one from the saved position"
                 )
             sd = dict(sd, dataset_len=dataset_len(s))  # the new mix goes on from the saved position
-        s.lanes, s.samples_per_step = int(sd['lanes']), int(sd['samples_per_step'])
-        super().load_state(sd, advance_done)
+        kept = s.lanes, s.samples_per_step
+        s.lanes, s.samples_per_step = sd['lanes'], sd['samples_per_step']
+        try:
+            super().load_state(sd, advance_done)
+        except BaseException:
+            s.lanes, s.samples_per_step = kept  # a refused state leaves the loader as it was
+            raise
         s.seed = self.seed  # a drawn seed: the saved one
 
 # %% ../../nbs/streams/37b_mixing.ipynb #a50416e276a0479cbe66534ed1713a40
