@@ -256,3 +256,52 @@ def test_a_held_cache_lock_is_a_bounded_wait_that_names_its_holder(machine):
     assert msg.startswith('DeadlineError') and 'another user' in msg and str(ATTACKER) in msg, msg
     assert took < 10
     assert stat.S_IMODE(os.stat(cache / '.cache.lock').st_mode) == 0o600  # no new holder from now on
+
+
+# ---------------------------------------------------------------------------------------------- the watch folder
+
+
+def test_another_user_squats_the_watch_folder(machine):
+    """The attacker makes /dev/shm/timmdata-watch-VICTIM first: every loader the victim made under TIMMDATA_WATCH raised
+    `PermissionError`. Now the victim's loader runs, publishing in a folder of its own that `timmdata top` reads."""
+    from timmdata.engine import watch as wm
+    from timmdata.dataset import ImageDataset
+    from timmdata.loader import create_loader
+    from timmdata.tools.sample_data import make_sample_dataset
+
+    top, victim, attacker = machine
+    root = make_sample_dataset(top / 'data', n_train=4, n_val=0, size=(32, 32), classes=['a', 'b'], num_workers=0)
+    for p in [top / 'data', *(top / 'data').rglob('*')]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    squat = Path('/dev/shm') / f'timmdata-watch-{VICTIM}'
+    if not Path('/dev/shm').is_dir() or squat.exists():
+        pytest.skip('needs /dev/shm, and no folder of that user there')
+
+    def train():
+        os.environ['TIMMDATA_WATCH'] = '1'
+        loader = create_loader(ImageDataset(str(root / 'train')), 32, 4, num_workers=0, device='cpu', seed=0)
+        n = 0
+        for _ in loader:
+            n += 1
+            seen = [r['pid'] for r in wm.read_records()]
+        return n, seen, os.getpid()
+
+    os.environ.pop('TIMMDATA_WATCH', None)
+    train()  # as root first: what the run imports is imported before the users (who cannot read the interpreter's files)
+
+    def plant():
+        os.umask(0)
+        squat.mkdir(mode=0o777)
+        return 'squatted'
+
+    try:
+        assert as_user(ATTACKER, attacker, plant) == 'squatted'
+        got = as_user(VICTIM, victim, train, timeout=60)
+        assert not isinstance(got, str), (
+            got
+        )  # PermissionError: watch folder ... is not a folder only this user can write
+        n, seen, pid = got
+        assert n == 2 and seen == [pid], got
+        assert not any(squat.iterdir()), "nothing published in the attacker's folder"
+    finally:
+        shutil.rmtree(squat, ignore_errors=True)
