@@ -13,17 +13,17 @@ from typing import Callable, Optional, Protocol, Sequence, runtime_checkable
 import torch
 import torch.distributed as dist
 from ..core.settings import setting
-from ..core.torch_compat import loader_worker_pids
+from ..core.torch_compat import default_store, loader_worker_pids
 from ..core.stages import CountsTime, LoaderStats
 from ..core.untrusted import printable, read_regular
 from ..dataset import ImageDataset
 
 # %% auto #0
-__all__ = ['STAGE_FIGURES', 'FIGURES', 'EXCHANGED', 'MAX_RECORD_BYTES', 'MAX_WORKER_ROWS', 'stage_figures', 'proc_counts',
-           'child_pids', 'ProcessFigures', 'Sink', 'TensorBoardSink', 'PrometheusSink', 'SlowRankWarning', 'slow_rank',
-           'this_rank', 'RankExchange', 'watch_dir', 'watch_dirs', 'own_folder', 'alive', 'Publisher', 'LoaderWatch',
-           'watch_by_setting', 'LoggerSink', 'LoaderWatchCallback', 'check_record', 'read_records', 'render',
-           'top_main']
+__all__ = ['STAGE_FIGURES', 'FIGURES', 'EXCHANGED', 'JOIN_WAIT', 'MAX_RECORD_BYTES', 'MAX_WORKER_ROWS', 'stage_figures',
+           'proc_counts', 'child_pids', 'ProcessFigures', 'Sink', 'TensorBoardSink', 'PrometheusSink',
+           'SlowRankWarning', 'slow_rank', 'this_rank', 'RankExchange', 'watch_dir', 'watch_dirs', 'own_folder',
+           'alive', 'Publisher', 'LoaderWatch', 'watch_by_setting', 'LoggerSink', 'LoaderWatchCallback', 'check_record',
+           'read_records', 'render', 'top_main']
 
 # %% ../../nbs/engine/37b_watch.ipynb #bc8e608b
 STAGE_FIGURES = (
@@ -302,6 +302,10 @@ def slow_rank(
     )
 
 # %% ../../nbs/engine/37b_watch.ipynb #a4345906
+JOIN_WAIT = 30.0  # seconds the first exchange waits for every rank to say it watches (else: no exchange, a warning)
+_EXCHANGES = count()  # the exchanges made in this process: the n-th on every rank is the same one
+
+
 def this_rank() -> int:
     "This process's rank (0 without torch.distributed)."
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
@@ -320,9 +324,36 @@ class RankExchange:
         self.group, self.warn_rank, self.ratio, self.gap = group, warn_rank, ratio, gap
         self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
         self.named = self.table = None  # the last sentence (None: no rank slow at the last exchange), the last table
+        self.on, self.tag = None, f'timmdata-watch-{next(_EXCHANGES)}'  # on: every rank takes part (asked at the first)
+
+    def agree(self) -> bool:
+        """Whether every rank exchanges: at its first exchange each rank counts itself in the process group's store and
+        waits (at most `JOIN_WAIT` s) for the others; the first to see them all, or to stop waiting, settles it for every
+        rank (one compare-and-set), so a rank never gathers alone: a `LoaderWatch` made on rank 0 only (under the usual
+        `if rank == 0:`) goes on without the exchange, with a warning, where it would wait for ever in `all_gather`."""
+        store = default_store()
+        if store is None:
+            return True  # no store to ask (a group made another way): every rank is taken to watch
+        store.add(f'{self.tag}/joined', 1)
+        end = time.monotonic() + JOIN_WAIT
+        while (n := store.add(f'{self.tag}/joined', 0)) < self.world and time.monotonic() < end:
+            time.sleep(0.05)
+        on = store.compare_set(f'{self.tag}/state', '', 'on' if n >= self.world else 'off') == b'on'
+        if not on and self.warn_rank in (None, self.rank):
+            warnings.warn(
+                f'LoaderWatch: no exchange between ranks (the slow rank is not named): {min(n, self.world)} of '
+                f'{self.world} ranks watch their loader; make a LoaderWatch on every rank (not under `if rank == 0:`), '
+                f'or pass ranks=False where only some do',
+                stacklevel=3,
+            )
+        return on
 
     def __call__(self, figures: dict) -> Optional[str]:
         "Send this rank's figures, gather every rank's; warn when a rank is named that was not at the last exchange; the sentence or None."
+        if self.on is None:
+            self.on = self.agree()
+        if not self.on:
+            return None
         v = torch.tensor([float(figures.get(k, 0.0)) for k in EXCHANGED], dtype=torch.float64)
         out = [torch.empty_like(v) for _ in range(self.world)]
         dist.all_gather(out, v, group=self.group)
