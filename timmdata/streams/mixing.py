@@ -28,9 +28,9 @@ from timmdata.engine.batch_plan import (
 from ..core.untrusted import MAX_BATCH, MAX_WORLD, check_fields, state_error
 
 # %% auto #0
-__all__ = ['GOLDEN', 'CHUNK', 'MAX_STEP', 'MixChangedError', 'WeightSchedule', 'check_weights', 'MixOrder', 'LabelMap',
-           'ShardsReader', 'as_reader', 'MixReader', 'MixedDataset', 'stacked_labels', 'mix_datasets', 'MixSampler',
-           'MixPlan', 'mix_batching']
+__all__ = ['GOLDEN', 'CHUNK', 'MIX_COUNTS_BYTES', 'MAX_STEP', 'MixChangedError', 'WeightSchedule', 'check_weights', 'MixOrder',
+           'LabelMap', 'ShardsReader', 'as_reader', 'MixReader', 'MixedDataset', 'stacked_labels', 'mix_datasets',
+           'MixSampler', 'MixPlan', 'mix_batching']
 
 # %% ../../nbs/streams/37b_mixing.ipynb #10185d26023b46108eb7d9f57d49d2b3
 GOLDEN = 0.6180339887498949  # the golden ratio's fractional part: the rotation with the best-spread multiples
@@ -39,6 +39,9 @@ GOLDEN = 0.6180339887498949  # the golden ratio's fractional part: the rotation 
 CHUNK = 1 << 15  # positions of the mix computed at a time (their sources, counts and samples)
 
 
+MIX_COUNTS_BYTES = (
+    64 << 20
+)  # the most memory a mix's order keeps its per-source counts in (sparser checkpoints past it)
 MAX_STEP = 1 << 62  # the last step a schedule may name (steps are int64)
 _ONE = 1 << 53  # the fixed-point scale of a position's point u in [0, 1) and of the weights' cumulative thresholds
 
@@ -157,7 +160,10 @@ class MixOrder:
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)  # each entry's first flat index
         self.beta = np.uint64(int(round(GOLDEN / self.lanes * 2.0**64)) % 2**64)
         self.phase = np.uint64(mix_seed(self.seed, self.epoch, _PHASE_TAG))
-        self._before = [np.zeros(len(self.lengths), np.int64)]  # each chunk's per-entry counts before it (made as met)
+        chunks = -(-self.nominal // CHUNK)  # counts kept every `stride`-th chunk: at most MIX_COUNTS_BYTES in all
+        self.stride = max(1, -(-chunks * len(self.lengths) * 8 // MIX_COUNTS_BYTES))
+        self._before = [np.zeros(len(self.lengths), np.int64)]  # per-entry counts before every stride-th chunk (as met)
+        self._near = {}  # the counts before the chunk asked last, and before the one after it
         self._kept, self._perms, self._end = OrderedDict(), OrderedDict(), None
         self._at, self._list = None, []  # the chunk `__getitem__` read last, as a list
 
@@ -186,14 +192,25 @@ class MixOrder:
         return np.arange(c * CHUNK, min((c + 1) * CHUNK, self.nominal), dtype=np.int64)
 
     def _counts_before(self, c: int, src: Optional[np.ndarray] = None) -> np.ndarray:
-        "Per-entry samples taken before chunk `c` (chunks counted once, in order; `src`: chunk `c`'s entries, if made)."
-        while len(self._before) <= c:
-            k = len(self._before) - 1
-            s = self.sources(self.positions(k))
-            self._before.append(self._before[-1] + np.bincount(s, minlength=len(self.lengths)))
-        if src is not None and len(self._before) == c + 1:
-            self._before.append(self._before[c] + np.bincount(src, minlength=len(self.lengths)))
-        return self._before[c]
+        "Per-entry samples taken before chunk `c` (`src`: chunk `c`'s entries, if made): counted on from the nearest kept counts (every `stride`-th chunk's, or the last chunk asked: chunks are mostly asked in order)."
+        S, got = len(self.lengths), self._near.get(c)
+        if got is None:
+            j = min(c // self.stride, len(self._before) - 1)
+            k, got = j * self.stride, self._before[j]
+            near = max((n for n in self._near if k <= n <= c), default=None)
+            if near is not None:
+                k, got = near, self._near[near]
+            while k < c:
+                got = got + np.bincount(self.sources(self.positions(k)), minlength=S)
+                k += 1
+                if k == len(self._before) * self.stride:
+                    self._before.append(got)
+        self._near = {c: got}
+        if src is not None:
+            self._near[c + 1] = nxt = got + np.bincount(src, minlength=S)
+            if c + 1 == len(self._before) * self.stride:
+                self._before.append(nxt)
+        return got
 
     def chunk(self, c: int) -> tuple:
         "(entries, occurrences) of chunk `c`'s positions: each position's entry and how many of that entry came before it in the epoch."
