@@ -44,7 +44,7 @@ from ..core.untrusted import MAX_PARTITIONS, MAX_SAMPLES, printable
 # %% auto #0
 __all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'SPAN_PIECE', 'READ_AHEAD', 'READ_GROUP', 'permute_index', 'GlobalOrder', 'epoch_length',
            'batch_pieces', 'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order', 'sample_spans',
-           'ShardBytes', 'SpanReader']
+           'ShardBytes', 'span_members', 'SpanReader']
 
 # %% ../../nbs/streams/24_global_order.ipynb #01df9e07
 _ROUNDS = 6  # Feistel rounds: 4 already make a pseudo-random permutation (Luby-Rackoff); 2 more for small domains
@@ -500,6 +500,55 @@ class ShardBytes:
         self.__dict__.update(d)
         self._own()
 
+# %% ../../nbs/streams/24_global_order.ipynb #5fdc8c27
+def span_members(
+    fetch,  # fetch(offset, n): n bytes of the span from offset (a ranged GET)
+    n: int,  # the span's size
+    keys: set,  # the extensions the source reads (its image and target keys)
+    url: str,  # the shard, for messages
+    where: str,  # which sample, for messages
+    remedy: str,  # what to do when the span does not match the shard
+) -> bytes:
+    """A long span's records that the source reads, fetched in pieces of at most `SPAN_PIECE` bytes beyond them: each
+    header read (its checksum checked), a member's data only when it is small, not a regular file (a long name's record)
+    or of one of `keys`; a large member of another key is skipped, never fetched."""
+    out, at, piece_at, piece = [], 0, 0, b''
+
+    def get(o: int, k: int) -> bytes:  # span bytes [o, o + k), through a piece of at most SPAN_PIECE more
+        nonlocal piece_at, piece
+        if k == 0:
+            return b''
+        if not piece_at <= o <= o + k <= piece_at + len(piece):
+            piece_at, piece = o, fetch(o, min(n - o, max(k, SPAN_PIECE)))
+        got = piece[o - piece_at : o - piece_at + k]
+        if len(got) != k:
+            raise ShardTruncatedError(
+                f'shard {shard_name(url)} was cut or changed after it was indexed: {where} needs {n:,} bytes; {remedy}'
+            )
+        return got
+
+    while at < n:
+        head = get(at, 512)
+        try:
+            name, k, kind = tar_header(head, url, at, MAX_MEMBER_BYTES)
+        except ShardError as e:
+            raise ShardChangedError(
+                f'shard {shard_name(url)} does not match its spans at {where} ({e}): {remedy}'
+            ) from None
+        rec = 512 + k + -k % 512
+        if at + rec > n:
+            raise ShardChangedError(
+                f'the spans of shard {shard_name(url)} do not match it at {where} (a member runs past its span): {remedy}'
+            )
+        if (
+            k <= SPAN_PIECE
+            or kind not in REGULAR_KINDS
+            or split_key(name.decode('utf-8', 'surrogateescape'))[1] in keys
+        ):
+            out.append(head + get(at + 512, rec - 512))
+        at += rec
+    return b''.join(out)
+
 # %% ../../nbs/streams/24_global_order.ipynb #05568902
 class SpanReader(ShardBytes):
     "A `WdsSource`'s samples by position: a sample's image and target cut out of its span where the index says they are (`cut_sample`), else its span (`sample_spans`) read whole and parsed; over http(s) without a cache, up to `read_ahead` samples in flight."
@@ -585,7 +634,9 @@ class SpanReader(ShardBytes):
     def _span(self, s: int, m: int, start: int, end: int, size: Optional[int] = None) -> bytes:
         "The bytes of sample `m`'s span in shard `s`, whole (else a named error: the shard changed); a remote span longer than `SPAN_PIECE`: its records the source reads (`_pieces`)."
         if self._paths[s] is None and end - start > SPAN_PIECE:
-            return self._pieces(s, m, start, end, size)
+            keys = {*self.source.image_keys, *self.source.target_keys}
+            fetch = lambda o, n: self._bytes(s, start + o, n, size)
+            return span_members(fetch, end - start, keys, self.source.shards[s], f'sample {m}', self.spans.remedy)
         data = self._bytes(s, start, end - start, size)
         if len(data) != end - start:
             raise ShardTruncatedError(
@@ -593,47 +644,6 @@ class SpanReader(ShardBytes):
                 f'bytes {start:,} to {end:,}; {self.spans.remedy}'
             )
         return data
-
-    def _pieces(self, s: int, m: int, start: int, end: int, size: Optional[int] = None) -> bytes:
-        """A long remote span's records that the source reads, in ranged GETs of at most `SPAN_PIECE` bytes beyond them:
-        each header read (its checksum checked), a member's data only when it is small, not a regular file (a long
-        name's record) or of an image or target key; a large member of another key is skipped, never downloaded."""
-        url, n, keys = self.source.shards[s], end - start, {*self.source.image_keys, *self.source.target_keys}
-        out, at, piece_at, piece = [], 0, 0, b''
-
-        def get(o: int, k: int) -> bytes:  # span bytes [o, o + k), through a piece of at most SPAN_PIECE more
-            nonlocal piece_at, piece
-            if k == 0:
-                return b''
-            if not piece_at <= o <= o + k <= piece_at + len(piece):
-                piece_at, piece = o, self._bytes(s, start + o, min(n - o, max(k, SPAN_PIECE)), size)
-            got = piece[o - piece_at : o - piece_at + k]
-            if len(got) != k:
-                raise ShardTruncatedError(
-                    f'shard {shard_name(url)} was cut or changed after it was indexed: sample {m} needs bytes '
-                    f'{start:,} to {end:,}; {self.spans.remedy}'
-                )
-            return got
-
-        while at < n:
-            head = get(at, 512)
-            try:
-                name, k, kind = tar_header(head, url, start + at, MAX_MEMBER_BYTES)
-            except ShardError as e:
-                raise ShardChangedError(
-                    f'shard {shard_name(url)} does not match its spans at sample {m} ({e}): {self.spans.remedy}'
-                ) from None
-            rec = 512 + k + -k % 512
-            if at + rec > n:
-                raise ShardChangedError(
-                    f'the spans of shard {shard_name(url)} do not match it at sample {m} (a member runs past its '
-                    f'span): {self.spans.remedy}'
-                )
-            ext = split_key(name.decode('utf-8', 'surrogateescape'))[1]
-            if k <= SPAN_PIECE or kind not in REGULAR_KINDS or ext in keys:
-                out.append(head + get(at + 512, rec - 512))
-            at += rec
-        return b''.join(out)
 
     def _reads(self, shards: list, members: list) -> Iterator[tuple]:
         "`read(s, m)` of each pair, in order: `READ_GROUP` at a time before any is yielded (the reading code stays hot in the CPU's caches: measured 4.6 µs a sample less than one by one); over http(s) without a cache up to `read_ahead` at a time in threads (the order kept)."

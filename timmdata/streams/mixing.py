@@ -160,10 +160,8 @@ class MixOrder:
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)  # each entry's first flat index
         self.beta = np.uint64(int(round(GOLDEN / self.lanes * 2.0**64)) % 2**64)
         self.phase = np.uint64(mix_seed(self.seed, self.epoch, _PHASE_TAG))
-        chunks = -(-self.nominal // CHUNK)  # counts kept every `stride`-th chunk: at most MIX_COUNTS_BYTES in all
-        self.stride = max(1, -(-chunks * len(self.lengths) * 8 // MIX_COUNTS_BYTES))
-        self._before = [np.zeros(len(self.lengths), np.int64)]  # per-entry counts before every stride-th chunk (as met)
-        self._near = {}  # the counts before the chunk asked last, and before the one after it
+        self.stride = max(1, -(-self.nominal // CHUNK) * len(self.lengths) * 8 // MIX_COUNTS_BYTES + 1)
+        self._before, self._near = [np.zeros(len(self.lengths), np.int64)], {}  # see `_counts_before`
         self._kept, self._perms, self._end = OrderedDict(), OrderedDict(), None
         self._at, self._list = None, []  # the chunk `__getitem__` read last, as a list
 
@@ -192,24 +190,18 @@ class MixOrder:
         return np.arange(c * CHUNK, min((c + 1) * CHUNK, self.nominal), dtype=np.int64)
 
     def _counts_before(self, c: int, src: Optional[np.ndarray] = None) -> np.ndarray:
-        "Per-entry samples taken before chunk `c` (`src`: chunk `c`'s entries, if made): counted on from the nearest kept counts (every `stride`-th chunk's, or the last chunk asked: chunks are mostly asked in order)."
-        S, got = len(self.lengths), self._near.get(c)
+        "Per-entry samples taken before chunk `c` (`src`: chunk `c`'s entries, if made), counted on from the nearest counts kept: every `stride`-th chunk's (`_before`: at most `MIX_COUNTS_BYTES` in all), and those before the chunk asked last and the one after it (`_near`: chunks are mostly asked in order)."
+        got, S, j = self._near.get(c), len(self.lengths), min(c // self.stride, len(self._before) - 1)
         if got is None:
-            j = min(c // self.stride, len(self._before) - 1)
-            k, got = j * self.stride, self._before[j]
-            near = max((n for n in self._near if k <= n <= c), default=None)
-            if near is not None:
-                k, got = near, self._near[near]
-            while k < c:
+            k = max((n for n in self._near if j * self.stride <= n <= c), default=j * self.stride)
+            got = self._near.get(k, self._before[j])
+            for k in range(k, c):
                 got = got + np.bincount(self.sources(self.positions(k)), minlength=S)
-                k += 1
-                if k == len(self._before) * self.stride:
+                if k + 1 == len(self._before) * self.stride:
                     self._before.append(got)
-        self._near = {c: got}
-        if src is not None:
-            self._near[c + 1] = nxt = got + np.bincount(src, minlength=S)
-            if c + 1 == len(self._before) * self.stride:
-                self._before.append(nxt)
+        self._near = {c: got} if src is None else {c: got, c + 1: got + np.bincount(src, minlength=S)}
+        if src is not None and c + 1 == len(self._before) * self.stride:
+            self._before.append(self._near[c + 1])
         return got
 
     def chunk(self, c: int) -> tuple:
