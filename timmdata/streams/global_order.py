@@ -29,7 +29,7 @@ from timmdata.streams.shard_io import (
 )
 from .shard_index import http_range, load_index
 from .shard_cache import cached_copy
-from .spans import ShardChangedError, cut_sample
+from .spans import SPAN_PIECE, ShardChangedError, cut_sample, span_members
 from .scanned_spans import spans_by_scanning
 from timmdata.streams.dataset_index import (
     SPANS_KEPT,
@@ -42,9 +42,9 @@ from timmdata.streams.dataset_index import (
 from ..core.untrusted import MAX_PARTITIONS, MAX_SAMPLES, printable
 
 # %% auto #0
-__all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'SPAN_PIECE', 'READ_AHEAD', 'READ_GROUP', 'permute_index', 'GlobalOrder', 'epoch_length',
+__all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'permute_index', 'GlobalOrder', 'epoch_length',
            'batch_pieces', 'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order', 'sample_spans',
-           'ShardBytes', 'span_members', 'SpanReader']
+           'ShardBytes', 'SpanReader']
 
 # %% ../../nbs/streams/24_global_order.ipynb #01df9e07
 _ROUNDS = 6  # Feistel rounds: 4 already make a pseudo-random permutation (Luby-Rackoff); 2 more for small domains
@@ -397,7 +397,6 @@ def sample_spans(
     return ListedSpans(spans, layouts)
 
 # %% ../../nbs/streams/24_global_order.ipynb #6cd52051
-SPAN_PIECE = 1 << 20  # the most bytes of a span one ranged GET reads beyond the members a sample needs
 READ_AHEAD = 8  # ranged GETs a worker keeps in flight over http(s) without a cache: latency hidden, memory bounded
 _PER_PROCESS = ('_files', '_copies', '_lock', '_pool', '_no_copy', '_rows')
 READ_GROUP = (
@@ -500,55 +499,6 @@ class ShardBytes:
         self.__dict__.update(d)
         self._own()
 
-# %% ../../nbs/streams/24_global_order.ipynb #5fdc8c27
-def span_members(
-    fetch,  # fetch(offset, n): n bytes of the span from offset (a ranged GET)
-    n: int,  # the span's size
-    keys: set,  # the extensions the source reads (its image and target keys)
-    url: str,  # the shard, for messages
-    where: str,  # which sample, for messages
-    remedy: str,  # what to do when the span does not match the shard
-) -> bytes:
-    """A long span's records that the source reads, fetched in pieces of at most `SPAN_PIECE` bytes beyond them: each
-    header read (its checksum checked), a member's data only when it is small, not a regular file (a long name's record)
-    or of one of `keys`; a large member of another key is skipped, never fetched."""
-    out, at, piece_at, piece = [], 0, 0, b''
-
-    def get(o: int, k: int) -> bytes:  # span bytes [o, o + k), through a piece of at most SPAN_PIECE more
-        nonlocal piece_at, piece
-        if k == 0:
-            return b''
-        if not piece_at <= o <= o + k <= piece_at + len(piece):
-            piece_at, piece = o, fetch(o, min(n - o, max(k, SPAN_PIECE)))
-        got = piece[o - piece_at : o - piece_at + k]
-        if len(got) != k:
-            raise ShardTruncatedError(
-                f'shard {shard_name(url)} was cut or changed after it was indexed: {where} needs {n:,} bytes; {remedy}'
-            )
-        return got
-
-    while at < n:
-        head = get(at, 512)
-        try:
-            name, k, kind = tar_header(head, url, at, MAX_MEMBER_BYTES)
-        except ShardError as e:
-            raise ShardChangedError(
-                f'shard {shard_name(url)} does not match its spans at {where} ({e}): {remedy}'
-            ) from None
-        rec = 512 + k + -k % 512
-        if at + rec > n:
-            raise ShardChangedError(
-                f'the spans of shard {shard_name(url)} do not match it at {where} (a member runs past its span): {remedy}'
-            )
-        if (
-            k <= SPAN_PIECE
-            or kind not in REGULAR_KINDS
-            or split_key(name.decode('utf-8', 'surrogateescape'))[1] in keys
-        ):
-            out.append(head + get(at + 512, rec - 512))
-        at += rec
-    return b''.join(out)
-
 # %% ../../nbs/streams/24_global_order.ipynb #05568902
 class SpanReader(ShardBytes):
     "A `WdsSource`'s samples by position: a sample's image and target cut out of its span where the index says they are (`cut_sample`), else its span (`sample_spans`) read whole and parsed; over http(s) without a cache, up to `read_ahead` samples in flight."
@@ -603,11 +553,13 @@ class SpanReader(ShardBytes):
         start, end, at_image, at_target = rows[m].tolist()
         url, data = self.source.shards[s], None
         if self.cuts and at_image >= 0 and at_target >= 0:
-            if self._paths[s] is None and end - start > SPAN_PIECE:  # a long remote span: each member read alone
-                read = lambda o, n: self._bytes(s, start + o, n, size)
-            elif self._paths[s] is None:  # remote: the span in one request, cut in memory
-                data = self._span(s, m, start, end, size)
-                read = lambda o, n: data[o : o + n]
+            if self._paths[s] is None:  # remote: the span in one request, cut in memory (a long one: each member alone)
+                data = self._span(s, m, start, end, size) if end - start <= SPAN_PIECE else None
+                read = (
+                    (lambda o, n: data[o : o + n])
+                    if data is not None
+                    else lambda o, n: self._bytes(s, start + o, n, size)
+                )
             elif hasattr(os, 'pread'):  # a local file: each member read alone, the image straight into its bytes
                 fd = self._fd(s)
                 read = lambda o, n: os.pread(fd, n, start + o)
@@ -632,11 +584,16 @@ class SpanReader(ShardBytes):
         return got[0]
 
     def _span(self, s: int, m: int, start: int, end: int, size: Optional[int] = None) -> bytes:
-        "The bytes of sample `m`'s span in shard `s`, whole (else a named error: the shard changed); a remote span longer than `SPAN_PIECE`: its records the source reads (`_pieces`)."
+        "The bytes of sample `m`'s span in shard `s`, whole (else a named error: the shard changed); a remote span longer than `SPAN_PIECE`: its records the source reads (`span_members`)."
         if self._paths[s] is None and end - start > SPAN_PIECE:
-            keys = {*self.source.image_keys, *self.source.target_keys}
-            fetch = lambda o, n: self._bytes(s, start + o, n, size)
-            return span_members(fetch, end - start, keys, self.source.shards[s], f'sample {m}', self.spans.remedy)
+            return span_members(
+                lambda o, n: self._bytes(s, start + o, n, size),
+                end - start,
+                {*self.source.image_keys, *self.source.target_keys},
+                self.source.shards[s],
+                f'sample {m}',
+                self.spans.remedy,
+            )
         data = self._bytes(s, start, end - start, size)
         if len(data) != end - start:
             raise ShardTruncatedError(
