@@ -7,7 +7,7 @@ from __future__ import annotations
 import errno, fcntl, grp, hashlib, os, pwd, queue, re, stat, sys, threading, time, warnings
 from contextlib import contextmanager
 from typing import Callable, Optional
-from ..core.untrusted import UnsafeFileError, create_exclusive, printable, regular_fd
+from ..core.untrusted import UnsafeFileError, create_exclusive, lock_holder, printable, regular_fd, shared_folder
 from timmdata.streams.net import (  # the bounds of network reads: defined there, used (and re-exported) here
     DRAIN_BYTES,
     DRAIN_SECONDS,
@@ -24,7 +24,7 @@ from timmdata.streams.net import (  # the bounds of network reads: defined there
 
 # %% auto #0
 __all__ = ['FOLDER_LOCK_WAIT', 'parse_size', 'is_remote', 'cache_name', 'CacheDirError', 'check_cache_dir', 'open_held',
-           'close_held', 'lock_holder', 'wait_lock', 'ShardCache', 'ShardPrefetcher', 'cached_copy']
+           'close_held', 'wait_lock', 'ShardCache', 'ShardPrefetcher', 'cached_copy']
 
 # %% ../../nbs/streams/21_shard_cache.ipynb #512ddfc9
 _UNITS = {
@@ -125,14 +125,6 @@ def check_cache_dir(
         )
 
 
-def _shared_folder(path: str) -> bool:
-    "Whether the folder of `path` lets others write into it: a cache shared with other users on purpose (`check_cache_dir` refuses one otherwise)."
-    try:
-        return bool(os.stat(os.path.dirname(path) or '.').st_mode & stat.S_IWOTH)
-    except OSError:
-        return False
-
-
 def _open_lock(path: str) -> int:
     """A lock file's fd: created if missing, never through a link (`O_NOFOLLOW`) nor blocking on a FIFO; else
     `UnsafeFileError`. `flock` needs only a read, so anyone who can open a lock can hold it: in a folder of the user's own
@@ -146,9 +138,9 @@ def _open_lock(path: str) -> int:
         fd = None
     st = os.fstat(fd) if fd is not None else None
     if st is not None and stat.S_ISREG(st.st_mode):
-        if st.st_uid == os.getuid() and st.st_mode & 0o077 and not _shared_folder(path):
+        if st.st_uid == os.getuid() and st.st_mode & 0o077 and not shared_folder(path):
             os.fchmod(fd, 0o600)  # others could open it, then hold it for ever
-        if st.st_uid == os.getuid() or _shared_folder(path):
+        if st.st_uid == os.getuid() or shared_folder(path):
             return fd
         os.close(fd)
         raise UnsafeFileError(
@@ -216,25 +208,6 @@ def _allocate(fd: int, start: int, n: int):
             os.ftruncate(fd, start + n)  # a file system without fallocate: a sparse extension, counted all the same
 
 # %% ../../nbs/streams/21_shard_cache.ipynb #6a7118de
-def lock_holder(fd: int) -> str:
-    "Who holds the lock on the file `fd` as Linux lists it (`/proc/locks`): ': process 123 of uid 1000 (another user)', or '' where it cannot tell."
-    try:
-        st = os.fstat(fd)
-        with open('/proc/locks') as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) > 5 and parts[1] == 'FLOCK' and parts[5].rsplit(':', 1)[-1] == str(st.st_ino):
-                    pid = int(parts[4])
-                    try:
-                        uid = os.stat(f'/proc/{pid}').st_uid
-                    except OSError:
-                        return f': process {pid}'
-                    return f': process {pid} of uid {uid} ({"yours" if uid == os.getuid() else "another user"})'
-    except (OSError, ValueError):
-        pass
-    return ''
-
-
 def wait_lock(
     fd: int,
     seconds: float,
