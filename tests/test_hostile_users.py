@@ -92,7 +92,11 @@ def _stop(pid: int):
 @pytest.fixture
 def machine():
     "A folder every user can add to (as /tmp), with a home for each (0755, the usual mode): (top, victim's home, attacker's home)."
-    top = Path(tempfile.mkdtemp(prefix='timmdata-users-'))
+    reachable = lambda d: all(os.stat(p).st_mode & 0o001 for p in [d, *Path(d).parents])  # every user can pass
+    base = next((d for d in (tempfile.gettempdir(), '/tmp', '/var/tmp') if os.path.isdir(d) and reachable(d)), None)
+    if base is None:
+        pytest.skip('no temporary folder that other users can reach')
+    top = Path(tempfile.mkdtemp(prefix='timmdata-users-', dir=base))  # (make test's own TMPDIR is 0700: /tmp then)
     os.chmod(top, 0o1777)
     homes = []
     for uid in (VICTIM, ATTACKER):
