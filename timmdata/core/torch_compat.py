@@ -11,7 +11,7 @@ import torch
 # %% auto #0
 __all__ = ['kept_iterator', 'forget_iterator', 'keep_iterator', 'WrapsWorkers', 'worker_processes', 'shutdown_workers',
            'loader_worker_pids', 'IteratorParts', 'worker_pickling_error', 'WorkerTraceback', 'worker_error',
-           'traceback_kept', 'new_shared_storage', 'cuda_default_generator', 'aa_resize_kernels']
+           'traceback_kept', 'new_shared_storage', 'cuda_default_generator', 'default_store', 'aa_resize_kernels']
 
 # %% ../../nbs/core/01_torch_compat.ipynb #de6d51b1
 # checked: torch 2.0 to 2.14 (DataLoader keeps a persistent_workers iterator in `_iterator`, None otherwise)
@@ -178,6 +178,18 @@ def new_shared_storage(nbytes: int) -> torch.UntypedStorage:
 def cuda_default_generator(index: int) -> torch.Generator:
     "The default generator of CUDA device `index` (the one `torch.rand(..., device='cuda:index')` draws from)."
     return torch.cuda.default_generators[index]
+
+# %% ../../nbs/core/01_torch_compat.ipynb #d9e5d621
+# checked: torch 2.1 to 2.15 (`distributed_c10d._get_default_store()`: the store `init_process_group` made; no public
+# name gives it, and a collective cannot ask whether every rank takes part without waiting for ever when one does not)
+def default_store():
+    "The key-value store of the default process group (every rank of it reaches the same one), or None without one."
+    try:
+        from torch.distributed import distributed_c10d
+
+        return distributed_c10d._get_default_store()
+    except (ImportError, AttributeError, RuntimeError, ValueError):
+        return None
 
 # %% ../../nbs/core/01_torch_compat.ipynb #1e596793
 # checked: torch 2.14 (`torch._C._nn._upsample_{bilinear,bicubic}2d_aa(input, output_size, align_corners, scale_factors)`:

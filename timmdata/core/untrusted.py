@@ -12,9 +12,10 @@ from typing import Optional
 # %% auto #0
 __all__ = ['MAX_JSON_BYTES', 'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPLE_BYTES', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH',
            'MAX_PARTITIONS', 'UnsafeNameError', 'relative_name', 'inside', 'walk_tree', 'UnsafeFileError',
-           'create_exclusive', 'atomic_write', 'FileTooLargeError', 'regular_fd', 'open_regular', 'read_regular',
-           'printable', 'InfoError', 'info_count', 'check_info', 'ResumeStateError', 'state_error', 'check_fields',
-           'did_you_mean', 'choice_error', 'keywords_of', 'unknown_keyword', 'keyword_error', 'names_keywords']
+           'create_exclusive', 'atomic_write', 'shared_folder', 'lock_holder', 'FileTooLargeError', 'regular_fd',
+           'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count', 'check_info', 'ResumeStateError',
+           'state_error', 'check_fields', 'did_you_mean', 'choice_error', 'keywords_of', 'unknown_keyword',
+           'keyword_error', 'names_keywords']
 
 # %% ../../nbs/core/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -137,6 +138,33 @@ def _umask() -> int:
     m = os.umask(0o022)
     os.umask(m)
     return m
+
+# %% ../../nbs/core/00_untrusted.ipynb #680f1b50
+def shared_folder(path: str) -> bool:
+    "Whether the folder of `path` lets others write into it: a cache shared with other users on purpose (`check_cache_dir` refuses one otherwise)."
+    try:
+        return bool(os.stat(os.path.dirname(path) or '.').st_mode & stat.S_IWOTH)
+    except OSError:
+        return False
+
+
+def lock_holder(fd: int) -> str:
+    "Who holds the lock on the file `fd` as Linux lists it (`/proc/locks`): ': process 123 of uid 1000 (another user)', or '' where it cannot tell."
+    try:
+        st = os.fstat(fd)
+        with open('/proc/locks') as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 5 and parts[1] == 'FLOCK' and parts[5].rsplit(':', 1)[-1] == str(st.st_ino):
+                    pid = int(parts[4])
+                    try:
+                        uid = os.stat(f'/proc/{pid}').st_uid
+                    except OSError:
+                        return f': process {pid}'
+                    return f': process {pid} of uid {uid} ({"yours" if uid == os.getuid() else "another user"})'
+    except (OSError, ValueError):
+        pass
+    return ''
 
 # %% ../../nbs/core/00_untrusted.ipynb #f62dac8a
 class FileTooLargeError(ValueError):

@@ -29,7 +29,7 @@ from timmdata.streams.shard_io import (
 )
 from .shard_index import http_range, load_index
 from .shard_cache import cached_copy
-from .spans import ShardChangedError, cut_sample
+from .spans import SPAN_PIECE, ShardChangedError, cut_sample, span_members
 from .scanned_spans import spans_by_scanning
 from timmdata.streams.dataset_index import (
     SPANS_KEPT,
@@ -553,9 +553,13 @@ class SpanReader(ShardBytes):
         start, end, at_image, at_target = rows[m].tolist()
         url, data = self.source.shards[s], None
         if self.cuts and at_image >= 0 and at_target >= 0:
-            if self._paths[s] is None:  # remote: the span in one request, cut in memory
-                data = self._span(s, m, start, end, size)
-                read = lambda o, n: data[o : o + n]
+            if self._paths[s] is None:  # remote: the span in one request, cut in memory (a long one: each member alone)
+                data = self._span(s, m, start, end, size) if end - start <= SPAN_PIECE else None
+                read = (
+                    (lambda o, n: data[o : o + n])
+                    if data is not None
+                    else lambda o, n: self._bytes(s, start + o, n, size)
+                )
             elif hasattr(os, 'pread'):  # a local file: each member read alone, the image straight into its bytes
                 fd = self._fd(s)
                 read = lambda o, n: os.pread(fd, n, start + o)
@@ -580,7 +584,16 @@ class SpanReader(ShardBytes):
         return got[0]
 
     def _span(self, s: int, m: int, start: int, end: int, size: Optional[int] = None) -> bytes:
-        "The bytes of sample `m`'s span in shard `s`, whole (else a named error: the shard changed)."
+        "The bytes of sample `m`'s span in shard `s`, whole (else a named error: the shard changed); a remote span longer than `SPAN_PIECE`: its records the source reads (`span_members`)."
+        if self._paths[s] is None and end - start > SPAN_PIECE:
+            return span_members(
+                lambda o, n: self._bytes(s, start + o, n, size),
+                end - start,
+                {*self.source.image_keys, *self.source.target_keys},
+                self.source.shards[s],
+                f'sample {m}',
+                self.spans.remedy,
+            )
         data = self._bytes(s, start, end - start, size)
         if len(data) != end - start:
             raise ShardTruncatedError(

@@ -26,11 +26,12 @@ from timmdata.engine.batch_plan import (
     loader_seed,
     plain_state,
 )
+from ..core.untrusted import MAX_BATCH, MAX_WORLD, check_fields, state_error
 
 # %% auto #0
-__all__ = ['GOLDEN', 'CHUNK', 'MixChangedError', 'WeightSchedule', 'check_weights', 'MixOrder', 'LabelMap', 'ShardsReader',
-           'as_reader', 'MixReader', 'MixedDataset', 'stacked_labels', 'mix_datasets', 'MixSampler', 'MixPlan',
-           'mix_batching']
+__all__ = ['GOLDEN', 'CHUNK', 'MIX_COUNTS_BYTES', 'MAX_STEP', 'MixChangedError', 'WeightSchedule', 'check_weights', 'MixOrder',
+           'LabelMap', 'ShardsReader', 'as_reader', 'MixReader', 'MixedDataset', 'stacked_labels', 'mix_datasets',
+           'MixSampler', 'MixPlan', 'mix_batching']
 
 # %% ../../nbs/streams/37b_mixing.ipynb #10185d26023b46108eb7d9f57d49d2b3
 GOLDEN = 0.6180339887498949  # the golden ratio's fractional part: the rotation with the best-spread multiples
@@ -39,6 +40,10 @@ GOLDEN = 0.6180339887498949  # the golden ratio's fractional part: the rotation 
 CHUNK = 1 << 15  # positions of the mix computed at a time (their sources, counts and samples)
 
 
+MIX_COUNTS_BYTES = (
+    64 << 20
+)  # the most memory a mix's order keeps its per-source counts in (sparser checkpoints past it)
+MAX_STEP = 1 << 62  # the last step a schedule may name (steps are int64)
 _ONE = 1 << 53  # the fixed-point scale of a position's point u in [0, 1) and of the weights' cumulative thresholds
 
 
@@ -70,6 +75,8 @@ class WeightSchedule:
             rows.append(check_weights(pt[1], f'schedule[{i}] weights'))
         if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in steps) or steps[0] != 0:
             raise ValueError(f'schedule steps must be ints starting at 0; got {steps!r}')
+        if max(steps) > MAX_STEP:
+            raise ValueError(f'schedule steps must be at most {MAX_STEP:,} (2**62); got {max(steps)!r}')
         if any(b <= a for a, b in zip(steps, steps[1:])):
             raise ValueError(f'schedule steps must increase; got {steps!r}')
         if len({len(r) for r in rows}) != 1:
@@ -114,8 +121,9 @@ def check_weights(w, name: str = 'weights') -> np.ndarray:
         a = np.asarray(w, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError):
         raise ValueError(f'{name} must be a list of numbers, one per source; got {w!r}') from None
-    if not len(a) or not np.isfinite(a).all() or (a < 0).any() or a.sum() <= 0:
+    if not len(a) or not np.isfinite(a).all() or (a < 0).any() or a.max() <= 0:
         raise ValueError(f'{name} must be finite numbers >= 0, one per source, some > 0; got {a.tolist()!r}')
+    a = a / a.max()  # in [0, 1] first: the sum of large weights (1e308 twice) would overflow to inf
     return a / a.sum()
 
 # %% ../../nbs/streams/37b_mixing.ipynb #504fb2a444614c0babb325280ed9130a
@@ -153,7 +161,8 @@ class MixOrder:
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)  # each entry's first flat index
         self.beta = np.uint64(int(round(GOLDEN / self.lanes * 2.0**64)) % 2**64)
         self.phase = np.uint64(mix_seed(self.seed, self.epoch, _PHASE_TAG))
-        self._before = [np.zeros(len(self.lengths), np.int64)]  # each chunk's per-entry counts before it (made as met)
+        self.stride = max(1, -(-self.nominal // CHUNK) * len(self.lengths) * 8 // MIX_COUNTS_BYTES + 1)
+        self._before, self._near = [np.zeros(len(self.lengths), np.int64)], {}  # see `_counts_before`
         self._kept, self._perms, self._end = OrderedDict(), OrderedDict(), None
         self._at, self._list = None, []  # the chunk `__getitem__` read last, as a list
 
@@ -182,14 +191,19 @@ class MixOrder:
         return np.arange(c * CHUNK, min((c + 1) * CHUNK, self.nominal), dtype=np.int64)
 
     def _counts_before(self, c: int, src: Optional[np.ndarray] = None) -> np.ndarray:
-        "Per-entry samples taken before chunk `c` (chunks counted once, in order; `src`: chunk `c`'s entries, if made)."
-        while len(self._before) <= c:
-            k = len(self._before) - 1
-            s = self.sources(self.positions(k))
-            self._before.append(self._before[-1] + np.bincount(s, minlength=len(self.lengths)))
-        if src is not None and len(self._before) == c + 1:
-            self._before.append(self._before[c] + np.bincount(src, minlength=len(self.lengths)))
-        return self._before[c]
+        "Per-entry samples taken before chunk `c` (`src`: chunk `c`'s entries, if made), counted on from the nearest counts kept: every `stride`-th chunk's (`_before`: at most `MIX_COUNTS_BYTES` in all), and those before the chunk asked last and the one after it (`_near`: chunks are mostly asked in order)."
+        got, S, j = self._near.get(c), len(self.lengths), min(c // self.stride, len(self._before) - 1)
+        if got is None:
+            k = max((n for n in self._near if j * self.stride <= n <= c), default=j * self.stride)
+            got = self._near.get(k, self._before[j])
+            for k in range(k, c):
+                got = got + np.bincount(self.sources(self.positions(k)), minlength=S)
+                if k + 1 == len(self._before) * self.stride:
+                    self._before.append(got)
+        self._near = {c: got} if src is None else {c: got, c + 1: got + np.bincount(src, minlength=S)}
+        if src is not None and c + 1 == len(self._before) * self.stride:
+            self._before.append(self._near[c + 1])
+        return got
 
     def chunk(self, c: int) -> tuple:
         "(entries, occurrences) of chunk `c`'s positions: each position's entry and how many of that entry came before it in the epoch."
@@ -592,6 +606,9 @@ class MixPlan(ResumableBatchSampler):
             raise MixChangedError(
                 'load_state_dict: the state comes from a loader that did not mix sources; build the loader as the saved one was'
             )
+        if not isinstance(sd['mix'], dict):
+            raise state_error('mix', sd['mix'], 'a dict (the mix the state was saved under)')
+        check_fields(sd, dict(lanes=(1, MAX_WORLD), samples_per_step=(1, MAX_WORLD * MAX_BATCH)))
         if sd['mix'] != mine:
             if s.dataset.on_mix_change != 'continue':
                 diff = [k for k in mine if sd['mix'].get(k) != mine[k]]
@@ -600,8 +617,13 @@ class MixPlan(ResumableBatchSampler):
                     f"as it was, or pass on_mix_change='continue' to mix_datasets to go on with the new one from the saved position"
                 )
             sd = dict(sd, dataset_len=dataset_len(s))  # the new mix goes on from the saved position
-        s.lanes, s.samples_per_step = int(sd['lanes']), int(sd['samples_per_step'])
-        super().load_state(sd, advance_done)
+        kept = s.lanes, s.samples_per_step
+        s.lanes, s.samples_per_step = sd['lanes'], sd['samples_per_step']
+        try:
+            super().load_state(sd, advance_done)
+        except BaseException:
+            s.lanes, s.samples_per_step = kept  # a refused state leaves the loader as it was
+            raise
         s.seed = self.seed  # a drawn seed: the saved one
 
 # %% ../../nbs/streams/37b_mixing.ipynb #a50416e276a0479cbe66534ed1713a40

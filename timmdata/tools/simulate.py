@@ -725,6 +725,16 @@ def simulate_main(argv: Optional[Sequence[str]] = None) -> int:
             ap.error(str(e))
     if a.sources < 0 or a.steps < 1:
         ap.error(f'--sources must be >= 0 and --steps >= 1; got {a.sources} and {a.steps}')
+    if (
+        a.sources > 100_000 or a.steps > 1_000_000
+    ):  # the mix's counts are ranks x sources; its walk steps x global batch
+        ap.error(f'--sources must be at most 100,000 and --steps at most 1,000,000; got {a.sources:,} and {a.steps:,}')
+    if a.sources and (a.ranks * a.sources > 1 << 27 or a.steps * a.ranks * a.batch_size > 1 << 34):
+        ap.error(
+            f'the mix simulated is too big for one machine: --ranks x --sources at most {1 << 27:,} and --steps x '
+            f'--ranks x --batch-size at most {1 << 34:,} positions; got {a.ranks * a.sources:,} and '
+            f'{a.steps * a.ranks * a.batch_size:,}'
+        )
     if a.sources:
         try:
             w = mix_weights(a.sources, a.weights)

@@ -109,7 +109,7 @@ def simulate_mix(
     tracemalloc.stop()
     chunks = -(-len(order) // CHUNK)
     out['memory'] = dict(
-        counts_bytes=chunks * sources * 8,  # per chunk of the epoch, per source: counted
+        counts_bytes=-(-chunks // order.stride) * sources * 8,  # per checkpoint kept, per source
         permutations_bytes=int(lengths.sum()) * 4,  # int32 a sample of every entry met: counted
         probe_samples=int(probe.lengths.sum()),
         probe_peak_bytes=int(held),  # measured on a 2M-sample mix
