@@ -22,7 +22,7 @@ from .pixels.resample import PendingJpegCrop
 from functools import partial
 
 # %% auto #0
-__all__ = ['SAMPLE_DRAWS', 'DecodeTransform', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
+__all__ = ['SAMPLE_DRAWS', 'DecodeTransform', 'BadSamples', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
 
 # %% ../nbs/20_dataset.ipynb #bf0aa1aa
 _BAD_POLICIES = ('raise', 'skip', 'replace')
@@ -149,11 +149,66 @@ class DecodeTransform:
                 e.add_note(f'timmdata: while transforming {where()}')  # named only on failure: not per sample
             raise
 
-# %% ../nbs/20_dataset.ipynb #3be1b7ef
-class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
-    "timm-compatible map-style image dataset: `ds[i] -> (image, target)`, read by a reader, decoded by `decode_image`."
+# %% ../nbs/20_dataset.ipynb #b5d0a112
+class BadSamples:
+    """How a dataset reads a sample through its `bad_sample` policy: a transient OS error retried, a damaged file raised
+    (naming it and what to do), skipped (`None`, warned, counted) or replaced by another sample drawn from its own key.
+    The dataset gives `_load(index)`, `_sample(...)`, `filename(...)`, `bad_sample` and `_bad` (a flag per sample in shared
+    memory, None with 'raise')."""
 
     io_retries, io_backoff = 3, 0.05  # a transient OS error: retried this often, after 0.05, 0.2, 0.8 s, then raised
+
+    @property
+    def bad_samples(self) -> list:
+        "Indices skipped (or replaced) as unreadable so far, in this process and its DataLoader workers ([] with bad_sample='raise')."
+        return [] if self._bad is None else torch.nonzero(self._bad).flatten().tolist()
+
+    def _load_retrying(self, index: int):
+        "`_load`, with transient OS errors retried; a bad file's error is raised for `_on_bad`, anything else as it is."
+        for attempt in range(self.io_retries + 1):
+            try:
+                return self._load(index)
+            except OSError as e:
+                if not is_transient(e):
+                    raise
+                if attempt == self.io_retries:
+                    note = (
+                        f'timmdata: reading sample {index} ({self.filename(index, absolute=True)}) failed {attempt + 1} times '
+                        f'with this transient error; the file is not counted as bad (too many open files: raise `ulimit -n`)'
+                    )
+                    if hasattr(e, 'add_note'):
+                        e.add_note(note)
+                        raise
+                    raise type(e)(*e.args, note) from e  # Python < 3.11: the note in the message
+                time.sleep(self.io_backoff * 4**attempt)
+
+    max_replacements = 16  # bad_sample='replace': replacements drawn for one sample before the error is raised
+
+    def _on_bad(self, index: int, e: Exception, rng: Draws = GLOBAL_DRAWS, defer: bool = False, tries: int = 0):
+        msg = f'sample {index} ({self.filename(index, absolute=True)}) could not be read or decoded: {e}'
+        if self._bad is None:
+            raise ImageDecodeError(
+                msg + "; fix or remove the file, or pass bad_sample='skip' to skip such samples"
+            ) from e
+        self._bad[index] = 1
+        if self.bad_sample == 'skip':
+            warnings.warn(f'skipped {msg}', stacklevel=3)
+            return None
+        if tries >= self.max_replacements or len(self) < 2:
+            raise ImageDecodeError(
+                f'{msg}; and so were the {tries} samples drawn to replace it: fix or remove the damaged files '
+                '(`timmdata check ROOT` lists them)'
+            ) from e
+        # another sample, drawn from the sample's own key (the global generators, seeded per sample by the loader,
+        # where its transform draws from them): the same in every worker mode and after a resume
+        r = rng.child(_REPLACE_TAG, tries)
+        other = (index + 1 + r.py.randrange(len(self) - 1)) % len(self)
+        warnings.warn(f'replaced {msg}: sample {other} read in its place', stacklevel=3)
+        return self._sample(other, defer, r, tries + 1)
+
+# %% ../nbs/20_dataset.ipynb #3be1b7ef
+class ImageDataset(BadSamples, DecodeTransform, torch.utils.data.Dataset):
+    "timm-compatible map-style image dataset: `ds[i] -> (image, target)`, read by a reader, decoded by `decode_image`."
 
     def __init__(
         self,
@@ -206,11 +261,6 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
         return len(self.reader)
 
     @property
-    def bad_samples(self) -> list:
-        "Indices skipped (or replaced) as unreadable so far, in this process and its DataLoader workers ([] with bad_sample='raise')."
-        return [] if self._bad is None else torch.nonzero(self._bad).flatten().tolist()
-
-    @property
     def classes(self) -> list:
         return self.reader.classes
 
@@ -228,25 +278,6 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
                 raise _UsageError('load_bytes=True needs a reader of encoded files; this reader returns decoded pixels')
             return read_source(src), target
         return self.decode_sample(src), target
-
-    def _load_retrying(self, index: int):
-        "`_load`, with transient OS errors retried; a bad file's error is raised for `_on_bad`, anything else as it is."
-        for attempt in range(self.io_retries + 1):
-            try:
-                return self._load(index)
-            except OSError as e:
-                if not is_transient(e):
-                    raise
-                if attempt == self.io_retries:
-                    note = (
-                        f'timmdata: reading sample {index} ({self.filename(index, absolute=True)}) failed {attempt + 1} times '
-                        f'with this transient error; the file is not counted as bad (too many open files: raise `ulimit -n`)'
-                    )
-                    if hasattr(e, 'add_note'):
-                        e.add_note(note)
-                        raise
-                    raise type(e)(*e.args, note) from e  # Python < 3.11: the note in the message
-                time.sleep(self.io_backoff * 4**attempt)
 
     def __getitem__(self, index: int):
         return self.sample(index, rng=SAMPLE_DRAWS.rng)  # a loader's draws for this sample, when it reads one
@@ -287,30 +318,6 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
         elif self.target_transform is not None:
             target = self.target_transform(target)
         return img, target
-
-    max_replacements = 16  # bad_sample='replace': replacements drawn for one sample before the error is raised
-
-    def _on_bad(self, index: int, e: Exception, rng: Draws = GLOBAL_DRAWS, defer: bool = False, tries: int = 0):
-        msg = f'sample {index} ({self.filename(index, absolute=True)}) could not be read or decoded: {e}'
-        if self._bad is None:
-            raise ImageDecodeError(
-                msg + "; fix or remove the file, or pass bad_sample='skip' to skip such samples"
-            ) from e
-        self._bad[index] = 1
-        if self.bad_sample == 'skip':
-            warnings.warn(f'skipped {msg}', stacklevel=3)
-            return None
-        if tries >= self.max_replacements or len(self) < 2:
-            raise ImageDecodeError(
-                f'{msg}; and so were the {tries} samples drawn to replace it: fix or remove the damaged files '
-                '(`timmdata check ROOT` lists them)'
-            ) from e
-        # another sample, drawn from the sample's own key (the global generators, seeded per sample by the loader,
-        # where its transform draws from them): the same in every worker mode and after a resume
-        r = rng.child(_REPLACE_TAG, tries)
-        other = (index + 1 + r.py.randrange(len(self) - 1)) % len(self)
-        warnings.warn(f'replaced {msg}: sample {other} read in its place', stacklevel=3)
-        return self._sample(other, defer, r, tries + 1)
 
     def filename(self, index: int, basename: bool = False, absolute: bool = False) -> str:
         "Name of sample `index`'s file, relative to the reader's root unless `absolute`."
