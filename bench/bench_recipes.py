@@ -4,7 +4,9 @@ For each recipe, `create_loader` is called with the same keywords on both librar
 224 px, batches of 64, the prefetcher's random erasing on the CPU), over the same class folders. Every loader runs in a
 process of its own: it builds the dataset and the loader, runs one warm-up epoch (the workers start, the page cache
 fills), then one timed epoch of every image (steady state); it reports images/s and the CPU seconds of its whole
-process tree (the workers included) per image. timmdata also runs each policy recipe without its policy (the same
+process tree (the workers included) per image, and the CPU ratio (timm's CPU per image over timmdata's: the img/s
+ratio on a machine with cores to spare, and the figure to read on a shared one, where img/s follows each process's share
+of the CPUs). timmdata also runs each policy recipe without its policy (the same
 keywords, `auto_augment=None`): the CPU per image of the recipe against it says what the policy costs.
 
 timm's `rand-m9-mstd0.5-inc1` fails on Pillow >= 13 (`PosterizeIncreasing` at magnitude 9 posterizes to 0 bits, which
@@ -14,6 +16,7 @@ as older Pillow gave, and as timmdata does), said in the output.
     python bench/bench_recipes.py                       # both sets (photographs and generated), 1,500 images each
     python bench/bench_recipes.py --sets generated --recipes rand,augmix
     python bench/bench_recipes.py --quick               # 300 images: to try it out, not for figures
+    python bench/bench_recipes.py | tee bench/results/recipes_DATE.txt
 """
 import argparse, json, os, resource, subprocess, sys, time
 from pathlib import Path
@@ -147,16 +150,16 @@ def main(argv=None):
     for s in [s.strip() for s in a.sets.split(',') if s.strip()]:
         data = make_set(s, n)
         print(f'\n## {SETS[s].format(n=n)}\n')
-        print('| recipe | timmdata img/s | timm img/s | ratio | timmdata CPU ms/img | timm CPU ms/img | '
-              'timmdata without the policy CPU ms/img | CPU with / without the policy |')
-        print('| --- | --- | --- | --- | --- | --- | --- | --- |')
+        print('| recipe | timmdata img/s | timm img/s | ratio | timmdata CPU ms/img | timm CPU ms/img | CPU ratio (timm / '
+              'timmdata) | timmdata without the policy CPU ms/img | CPU with / without the policy |')
+        print('| --- | --- | --- | --- | --- | --- | --- | --- | --- |')
         for r in recipes:
             kw, base = RECIPES[r]
             ours, theirs = run_child(a, 'timmdata', data, kw), run_child(a, 'timm', data, kw)
             nopol = run_child(a, 'timmdata', data, base) if base is not None else None
             cols = [f'`{kw_str(kw)}`', f"{ours['rate']:,.0f}", f"{theirs['rate']:,.0f}",
                     f"{ours['rate'] / theirs['rate']:.2f}x", f"{ours['cpu_ms']:.2f}", f"{theirs['cpu_ms']:.2f}",
-                    f"{nopol['cpu_ms']:.2f}" if nopol else '-',
+                    f"{theirs['cpu_ms'] / ours['cpu_ms']:.2f}x", f"{nopol['cpu_ms']:.2f}" if nopol else '-',
                     f"{ours['cpu_ms'] / nopol['cpu_ms']:.2f}x" if nopol else '-']
             print('| ' + ' | '.join(cols) + ' |', flush=True)
     print(f'\nload average at the end {os.getloadavg()[0]:.2f}')

@@ -1294,12 +1294,76 @@ static PyObject *flag_release(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Pillow's transform filters (Geometry.c), the same double arithmetic in the same order: a bilinear step
+ * a + (b - a) * d, and a cubic through four taps in Horner form. Built without -march, so no FMA contraction. */
+static inline double wa_lerp(double a, double b, double d) { return a + (b - a) * d; }
+static inline double wa_cubic(double v1, double v2, double v3, double v4, double d) {
+    double p1 = v2, p2 = -v1 + v3, p3 = 2 * (v1 - v2) + v3 - v4, p4 = -v1 + v2 - v3 + v4;
+    return p1 + d * (p2 + d * (p3 + d * p4));
+}
+static inline uint8_t wa_clip(double r) { return r <= 0.0 ? 0 : r >= 255.0 ? 255 : (uint8_t)r; }
+static inline int wa_clamp(int v, int n) { return v < 0 ? 0 : v < n ? v : n - 1; }
+
+/* One output row of warp_affine for C channels (a literal at each call: the channel loops unroll, and the twelve
+ * cubics of a pixel are independent chains the CPU overlaps). A zero fraction gives a tap exactly (a + (b - a) * 0 == a,
+ * p1 + 0 * (...) == p1), so a shear or translation along one axis skips the other axis's arithmetic, same bytes. */
+static inline void wa_row(const uint8_t *base, Py_ssize_t rs, int H, int W, const int C, const double *a, const double *ax0,
+                          const double *ax3, int y, int kind, const uint8_t *fill, uint8_t *o) {
+    const double yin = y + 0.5, by = a[1] * yin, ey = a[4] * yin;
+    for (int x = 0; x < W; x++, o += C) {
+        double xx = ax0[x] + by + a[2];
+        double yy = ax3[x] + ey + a[5];
+        if (xx < 0.0 || xx >= W || yy < 0.0 || yy >= H) {
+            for (int c = 0; c < C; c++) o[c] = fill[c];
+            continue;
+        }
+        xx -= 0.5;
+        yy -= 0.5;
+        int ix = xx < 0.0 ? (int)floor(xx) : (int)xx, iy = yy < 0.0 ? (int)floor(yy) : (int)yy;
+        const double dx = xx - ix, dy = yy - iy;
+        if (kind == 0) {
+            /* rows y (clipped) and y + 1 (when past the edge, Pillow takes the first row's value: the same as clipped) */
+            const uint8_t *r0 = base + (size_t)wa_clamp(iy, H) * rs, *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs;
+            const int x0 = wa_clamp(ix, W) * C, x1 = wa_clamp(ix + 1, W) * C;
+            if (dy == 0.0) {
+                for (int c = 0; c < C; c++) o[c] = (uint8_t)wa_lerp(r0[x0 + c], r0[x1 + c], dx);
+            } else if (dx == 0.0) {
+                for (int c = 0; c < C; c++) o[c] = (uint8_t)wa_lerp(r0[x0 + c], r1[x0 + c], dy);
+            } else {
+                for (int c = 0; c < C; c++)
+                    o[c] = (uint8_t)wa_lerp(wa_lerp(r0[x0 + c], r0[x1 + c], dx), wa_lerp(r1[x0 + c], r1[x1 + c], dx), dy);
+            }
+        } else {
+            ix--;
+            iy--;
+            const int x0 = wa_clamp(ix, W) * C, x1 = wa_clamp(ix + 1, W) * C, x2 = wa_clamp(ix + 2, W) * C, x3 = wa_clamp(ix + 3, W) * C;
+            const uint8_t *r0 = base + (size_t)wa_clamp(iy, H) * rs, *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs,
+                          *r2 = base + (size_t)wa_clamp(iy + 2, H) * rs, *r3 = base + (size_t)wa_clamp(iy + 3, H) * rs;
+            if (dy == 0.0 && dx == 0.0) {
+                for (int c = 0; c < C; c++) o[c] = r1[x1 + c];
+            } else if (dy == 0.0) {
+                for (int c = 0; c < C; c++) o[c] = wa_clip(wa_cubic(r1[x0 + c], r1[x1 + c], r1[x2 + c], r1[x3 + c], dx));
+            } else if (dx == 0.0) {
+                for (int c = 0; c < C; c++) o[c] = wa_clip(wa_cubic(r0[x1 + c], r1[x1 + c], r2[x1 + c], r3[x1 + c], dy));
+            } else {
+                for (int c = 0; c < C; c++) {
+                    double w0 = wa_cubic(r0[x0 + c], r0[x1 + c], r0[x2 + c], r0[x3 + c], dx);
+                    double w1 = wa_cubic(r1[x0 + c], r1[x1 + c], r1[x2 + c], r1[x3 + c], dx);
+                    double w2 = wa_cubic(r2[x0 + c], r2[x1 + c], r2[x2 + c], r2[x3 + c], dx);
+                    double w3 = wa_cubic(r3[x0 + c], r3[x1 + c], r3[x2 + c], r3[x3 + c], dx);
+                    o[c] = wa_clip(wa_cubic(w0, w1, w2, w3, dy));
+                }
+            }
+        }
+    }
+}
+
 /* warp_affine(src_hwc_u8, matrix, kind, fill) -> bytearray (H, W, C): Pillow's Image.transform(size, AFFINE, matrix,
  * resample, fillcolor=fill) of a uint8 HWC image (C = 1 or 3, packed pixels in each row) to its own size, byte for byte:
- * Geometry.c's generic transform (affine_transform and the bilinear / bicubic filters) with the same double arithmetic
- * in the same order (no FMA contraction: built without -march), each output pixel's source point computed once and
- * its taps shared by the channels. kind 0 bilinear, 1 bicubic; a point outside the image keeps `fill` (a C-tuple of
- * 0-255). The auto-augment ops' shears, translations and rotations at the crop's size (nbs/12_auto_augment.ipynb). */
+ * Geometry.c's generic transform (affine_transform and the bilinear / bicubic filters), each output pixel's source
+ * point computed once (the same products and sums) and its taps shared by the channels. kind 0 bilinear, 1 bicubic; a
+ * point outside the image keeps `fill` (a C-tuple of 0-255). The auto-augment ops' shears, translations and rotations
+ * at the crop's size (nbs/12_auto_augment.ipynb). */
 static PyObject *warp_affine(PyObject *self, PyObject *args) {
     PyObject *src, *fillo;
     double a[6];
@@ -1309,6 +1373,7 @@ static PyObject *warp_affine(PyObject *self, PyObject *args) {
     Py_buffer v;
     if (PyObject_GetBuffer(src, &v, PyBUF_STRIDES) < 0) return NULL;
     PyObject *out = NULL;
+    double *ax = NULL;
     uint8_t fill[3] = {0, 0, 0};
     if (v.ndim != 3 || v.itemsize != 1 || (v.shape[2] != 1 && v.shape[2] != 3) || v.strides[2] != 1 || v.strides[1] != v.shape[2]
         || v.strides[0] < v.shape[1] * v.shape[2] || v.shape[0] < 1 || v.shape[1] < 1) {
@@ -1327,78 +1392,23 @@ static PyObject *warp_affine(PyObject *self, PyObject *args) {
         if (f < 0 || f > 255) { PyErr_SetString(PyExc_ValueError, "warp_affine: fill values must be 0-255"); goto done; }
         fill[c] = (uint8_t)f;
     }
+    ax = (double *)malloc(sizeof(double) * 2 * (size_t)W);
     out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)H * W * C);
-    if (!out) goto done;
+    if (!ax || !out) { Py_CLEAR(out); PyErr_NoMemory(); goto done; }
     uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
     const uint8_t *base = (const uint8_t *)v.buf;
     Py_BEGIN_ALLOW_THREADS
+    for (int x = 0; x < W; x++) {  /* the products Pillow computes per pixel: the same values, once per column */
+        ax[x] = a[0] * (x + 0.5);
+        ax[W + x] = a[3] * (x + 0.5);
+    }
     for (int y = 0; y < H; y++) {
-        uint8_t *o = dst + (size_t)y * W * C;
-        for (int x = 0; x < W; x++, o += C) {
-            double xin = x + 0.5, yin = y + 0.5;
-            double xx = a[0] * xin + a[1] * yin + a[2];
-            double yy = a[3] * xin + a[4] * yin + a[5];
-            if (xx < 0.0 || xx >= W || yy < 0.0 || yy >= H) {
-                for (int c = 0; c < C; c++) o[c] = fill[c];
-                continue;
-            }
-            xx -= 0.5;
-            yy -= 0.5;
-            int ix = xx < 0.0 ? (int)floor(xx) : (int)xx, iy = yy < 0.0 ? (int)floor(yy) : (int)yy;
-            double dx = xx - ix, dy = yy - iy;
-            if (kind == 0) {
-                /* rows y (clipped) and y + 1 (the first row again past the edge: the same as clipped). A zero fraction
-                 * gives the first tap exactly (a + (b - a) * 0 == a): shears and translations along one axis skip the
-                 * other axis's arithmetic, with the same bytes */
-                const uint8_t *r0 = base + (size_t)(iy < 0 ? 0 : iy < H ? iy : H - 1) * rs;
-                const uint8_t *r1 = (iy + 1 >= 0 && iy + 1 < H) ? base + (size_t)(iy + 1) * rs : r0;
-                int x0 = (ix < 0 ? 0 : ix < W ? ix : W - 1) * C, x1 = (ix + 1 < 0 ? 0 : ix + 1 < W ? ix + 1 : W - 1) * C;
-                if (dx == 0.0 && dy == 0.0) {
-                    for (int c = 0; c < C; c++) o[c] = r0[x0 + c];
-                } else if (dy == 0.0) {
-                    for (int c = 0; c < C; c++) o[c] = (uint8_t)(r0[x0 + c] + (r0[x1 + c] - (double)r0[x0 + c]) * dx);
-                } else {
-                    for (int c = 0; c < C; c++) {
-                        double v1 = r0[x0 + c] + (r0[x1 + c] - (double)r0[x0 + c]) * dx;
-                        double v2 = r1[x0 + c] + (r1[x1 + c] - (double)r1[x0 + c]) * dx;
-                        v1 = v1 + (v2 - v1) * dy;
-                        o[c] = (uint8_t)v1;
-                    }
-                }
-            } else {
-                ix--; iy--;
-                int xs[4];
-                const uint8_t *rows[4];
-                for (int k = 0; k < 4; k++) {
-                    int t = ix + k;
-                    xs[k] = (t < 0 ? 0 : t < W ? t : W - 1) * C;
-                }
-                rows[0] = base + (size_t)(iy < 0 ? 0 : iy < H ? iy : H - 1) * rs;
-                for (int k = 1; k < 4; k++) rows[k] = (iy + k >= 0 && iy + k < H) ? base + (size_t)(iy + k) * rs : rows[k - 1];
-                /* a zero fraction: the cubic gives its second tap exactly (p1 + 0 * (...) == p1), so a shear or a
-                 * translation along x needs one row's cubic, along y one column's (the same bytes, a quarter of the work) */
-                for (int c = 0; c < C; c++) {
-                    double w[4];
-                    for (int k = (dy == 0.0 ? 1 : 0); k < (dy == 0.0 ? 2 : 4); k++) {
-                        const uint8_t *r = rows[k];
-                        if (dx == 0.0) { w[k] = r[xs[1] + c]; continue; }
-                        double q1 = r[xs[0] + c], q2 = r[xs[1] + c], q3 = r[xs[2] + c], q4 = r[xs[3] + c];
-                        double p1 = q2, p2 = -q1 + q3, p3 = 2 * (q1 - q2) + q3 - q4, p4 = -q1 + q2 - q3 + q4;
-                        w[k] = p1 + dx * (p2 + dx * (p3 + dx * p4));
-                    }
-                    double r;
-                    if (dy == 0.0) r = w[1];
-                    else {
-                        double p1 = w[1], p2 = -w[0] + w[2], p3 = 2 * (w[0] - w[1]) + w[2] - w[3], p4 = -w[0] + w[1] - w[2] + w[3];
-                        r = p1 + dy * (p2 + dy * (p3 + dy * p4));
-                    }
-                    o[c] = r <= 0.0 ? 0 : r >= 255.0 ? 255 : (uint8_t)r;
-                }
-            }
-        }
+        if (C == 3) wa_row(base, rs, H, W, 3, a, ax, ax + W, y, kind, fill, dst + (size_t)y * W * 3);
+        else wa_row(base, rs, H, W, 1, a, ax, ax + W, y, kind, fill, dst + (size_t)y * W);
     }
     Py_END_ALLOW_THREADS
 done:
+    free(ax);
     PyBuffer_Release(&v);
     return out;
 }

@@ -60,7 +60,14 @@ def rotate_matrix(size: tuple, degrees: float) -> list:
     "The affine matrix Pillow's `Image.rotate(degrees)` (about the centre, not expanded) hands to `transform`."
     w, h = size
     angle = -math.radians(degrees % 360.0)
-    m = [round(math.cos(angle), 15), round(math.sin(angle), 15), 0.0, round(-math.sin(angle), 15), round(math.cos(angle), 15), 0.0]
+    m = [
+        round(math.cos(angle), 15),
+        round(math.sin(angle), 15),
+        0.0,
+        round(-math.sin(angle), 15),
+        round(math.cos(angle), 15),
+        0.0,
+    ]
     cx, cy = w / 2, h / 2
     m[2], m[5] = m[0] * -cx + m[1] * -cy + m[2], m[3] * -cx + m[4] * -cy + m[5]
     m[2] += cx

@@ -601,10 +601,12 @@ def crop_to_pil(
     interp: InterpolationMode,  # the resize filter
     flip: bool = False,  # mirrored left to right
 ) -> Image.Image:
-    "PIL's crop, resize (and mirror) of `img` as a PIL image (timm's training crop): the native step where it covers the case (PIL's pixels, one copy into the image), else PIL's own steps on the decoded image."
+    "PIL's crop, resize (and mirror) of `img` as a PIL image (timm's training crop): the native step where it covers the case (PIL's pixels, one copy into the image's interleaved pixels), else PIL's own steps on the decoded image."
     out = resize_box(img, box, out_hw, interp, flip)
-    if out is not None:
-        return Image.fromarray(out.permute(1, 2, 0).numpy())
+    if out is not None:  # planar: PIL interleaves its three planes (shared, not copied) in one pass
+        h, w = out.shape[1:]
+        a = out.numpy()
+        return Image.merge('RGB', [Image.frombuffer('L', (w, h), a[i], 'raw', 'L', 0, 1) for i in range(3)])
     if isinstance(img, EncodedJpeg):
         with stage_clock(DECODE):
             img = img.decode()
