@@ -246,9 +246,11 @@ class Draws:
         return self._np
 
     def __del__(self):
-        g = getattr(self, '_np', None)
-        if g is not None and sys.getrefcount(g) <= 3:  # held only here (this name, the slot, the call's argument)
-            _SPARE_NP.append(g)
+        try:
+            if getattr(self, '_np', None) is not None and _np_refs(self) <= _NP_SOLE:  # nobody else holds it
+                _SPARE_NP.append(self._np)
+        except Exception:  # at interpreter exit this module's names may be gone already
+            pass
 
     def child(self, *tags: int) -> Draws:
         "Independent draws for a part of this sample or batch (e.g. the batch step after the samples), keyed by `tags`."
@@ -276,6 +278,19 @@ class _GlobalDraws(Draws):
     def __repr__(self):
         return 'GLOBAL_DRAWS'
 
+
+def _np_refs(d: Draws) -> int:
+    g = d._np
+    return sys.getrefcount(g)
+
+
+# the count `_np_refs` sees for a generator held only by its Draws, measured once by the same code (interpreters count
+# references to locals and arguments differently: 3.14 skips some)
+_probe = Draws(0)
+_probe._np = object()
+_NP_SOLE = _np_refs(_probe)
+_probe._np = None
+del _probe
 
 GLOBAL_DRAWS = _GlobalDraws()  # the global generators: a transform's default, for callers that seed them (timm's way)
 
