@@ -16,6 +16,7 @@ as older Pillow gave, and as timmdata does), said in the output.
     python bench/bench_recipes.py                       # both sets (photographs and generated), 1,500 images each
     python bench/bench_recipes.py --sets generated --recipes rand,augmix
     python bench/bench_recipes.py --quick               # 300 images: to try it out, not for figures
+    python bench/bench_recipes.py --ops                 # the policies' ops per call, timm's and timmdata's
     python bench/bench_recipes.py | tee bench/results/recipes_DATE.txt
 """
 import argparse, json, os, resource, subprocess, sys, time
@@ -104,6 +105,46 @@ def child(a):
     print('RESULT ' + json.dumps(dict(images=n, rate=n / dt, cpu_ms=1000 * cpu / n, shape=list(x.shape))), flush=True)
 
 
+def ops(rounds: int = 3, n: int = 40):
+    "Per call, on one thread: each policy op (magnitude 9, always applied) and each policy, timm's and timmdata's, on a 224 px image (best of `rounds`)."
+    import random
+    import numpy as np
+    from timm.data import auto_augment as ta
+    from timmdata import auto_augment as aa
+    from timmdata.config import Draws
+    from timmdata.tools.sample_data import make_sample_image
+    fix_timm_posterize()
+    img = make_sample_image(3, seed=1, size=(224, 224))
+    hp = dict(translate_const=100, img_mean=(124, 116, 104), translate_pct=0.3)
+
+    def tm(f):
+        best = 1e9
+        for _ in range(rounds):
+            t = time.process_time()
+            for k in range(n):
+                f(k)
+            best = min(best, (time.process_time() - t) / n * 1e3)
+        return best
+
+    def seeded(t):
+        return lambda k: (random.seed(k), np.random.seed(k), t(img))
+
+    print('| op or policy (224 px; ops at magnitude 9, always applied; filter drawn per call) | timm ms | timmdata ms | ratio |')
+    print('| --- | --- | --- | --- |')
+    for name in ['Rotate', 'ShearX', 'ShearY', 'TranslateXRel', 'TranslateYRel', 'Sharpness', 'Equalize', 'AutoContrast',
+                 'Color', 'Contrast', 'Brightness', 'Solarize', 'Posterize']:
+        t = tm(seeded(ta.AugmentOp(name, prob=1.0, magnitude=9, hparams=hp)))
+        op = aa.AugmentOp(name, prob=1.0, magnitude=9, hparams=hp)
+        o = tm(lambda k: op(img, Draws(k)))
+        print(f'| {name} | {t:.3f} | {o:.3f} | {t / o:.2f}x |', flush=True)
+    for s in ['rand-m9-mstd0.5', 'rand-m9-mstd0.5-inc1', 'augmix-m5-w4-d2', '3a']:
+        build = 'rand_augment_transform' if s.startswith('rand') else 'augment_and_mix_transform' if s.startswith('aug') else 'auto_augment_transform'
+        t = tm(seeded(getattr(ta, build)(s, dict(hp))))
+        pol = getattr(aa, build)(s, dict(hp))
+        o = tm(lambda k: pol(img, Draws(k)))
+        print(f'| `{s}` | {t:.3f} | {o:.3f} | {t / o:.2f}x |', flush=True)
+
+
 def run_child(a, lib, data, kw) -> dict:
     cmd = [sys.executable, __file__, '--child', lib, '--data', str(data), '--kwargs', json.dumps(kw),
            '--workers', str(a.workers), '--batch-size', str(a.batch_size)]
@@ -127,6 +168,7 @@ def main(argv=None):
     ap.add_argument('--workers', type=int, default=2)
     ap.add_argument('--batch-size', type=int, default=64)
     ap.add_argument('--quick', action='store_true', help='300 images (to try it out; not for figures)')
+    ap.add_argument('--ops', action='store_true', help='only the ops and policies per call, on one thread, timm against timmdata')
     ap.add_argument('--timeout', type=int, default=900, help='seconds one child may take')
     ap.add_argument('--child', default=None, help=argparse.SUPPRESS)
     ap.add_argument('--data', default=None, help=argparse.SUPPRESS)
@@ -135,6 +177,8 @@ def main(argv=None):
     if a.child:
         a.lib = a.child
         return child(a)
+    if a.ops:
+        return ops()
     n = 300 if a.quick else a.images
     recipes = [r.strip() for r in a.recipes.split(',') if r.strip()]
     bad = [r for r in recipes if r not in RECIPES]
