@@ -45,7 +45,12 @@ def _resample(kw):
 _WARP_KIND = {Image.Resampling.BILINEAR: 0, Image.Resampling.BICUBIC: 1}  # the native warp's filters
 
 
-def warp_affine(img: Image.Image, matrix, resample, fillcolor=None) -> Image.Image:
+def warp_affine(
+    img: Image.Image,  # an RGB or L image (other modes: Pillow's warp)
+    matrix: tuple,  # Pillow's affine data (a, b, c, d, e, f): output pixel (x, y) reads source (ax + by + c, dx + ey + f)
+    resample: int,  # Image.Resampling.BILINEAR or BICUBIC (others: Pillow's warp)
+    fillcolor=None,  # the colour where the source point falls outside the image (None: black)
+) -> Image.Image:
     "Pillow's `img.transform(img.size, AFFINE, matrix, resample, fillcolor=fillcolor)`: natively for RGB and L images with the bilinear or bicubic filter (the same bytes, tested against Pillow; shears and translations skip the other axis's arithmetic), else Pillow's own."
     warp, kind, n = getattr(NATIVE.module, 'warp_affine', None), _WARP_KIND.get(resample), len(img.getbands())
     fill = (0,) * n if fillcolor is None else ((fillcolor,) * n if isinstance(fillcolor, int) else tuple(fillcolor))
@@ -56,7 +61,10 @@ def warp_affine(img: Image.Image, matrix, resample, fillcolor=None) -> Image.Ima
     return Image.frombuffer(img.mode, img.size, buf, 'raw', img.mode, 0, 1)
 
 
-def rotate_matrix(size: tuple, degrees: float) -> list:
+def rotate_matrix(
+    size: tuple,  # the image's (w, h)
+    degrees: float,  # counter-clockwise, about the centre
+) -> list:
     "The affine matrix Pillow's `Image.rotate(degrees)` (about the centre, not expanded) hands to `transform`."
     w, h = size
     angle = -math.radians(degrees % 360.0)
