@@ -13,7 +13,7 @@ from torch.utils.data import Sampler
 from ..config import mix_seed
 from ..readers.core import Reader, create_reader
 from .shard_io import WdsSource, shard_name
-from .global_order import SpanReader, sample_spans
+from .global_order import SpanReader, _mix64, permute_keyed, sample_spans
 from ..dataset import ImageDataset
 from timmdata.engine.batch_plan import (
     BatchMark,
@@ -27,9 +27,9 @@ from timmdata.engine.batch_plan import (
 )
 
 # %% auto #0
-__all__ = ['GOLDEN', 'CHUNK', 'MixChangedError', 'WeightSchedule', 'check_weights', 'MixOrder', 'LabelMap', 'ShardsReader',
-           'as_reader', 'MixReader', 'MixedDataset', 'stacked_labels', 'mix_datasets', 'MixSampler', 'MixPlan',
-           'mix_batching']
+__all__ = ['GOLDEN', 'CHUNK', 'MARKS', 'MIX_ORDER', 'MixChangedError', 'WeightSchedule', 'check_weights', 'MixOrder', 'LabelMap',
+           'ShardsReader', 'as_reader', 'MixReader', 'MixedDataset', 'stacked_labels', 'mix_datasets', 'MixSampler',
+           'check_mix_order', 'MixPlan', 'mix_batching']
 
 # %% ../../nbs/streams/37b_mixing.ipynb #10185d26023b46108eb7d9f57d49d2b3
 GOLDEN = 0.6180339887498949  # the golden ratio's fractional part: the rotation with the best-spread multiples
@@ -118,11 +118,19 @@ def check_weights(w, name: str = 'weights') -> np.ndarray:
     return a / a.sum()
 
 # %% ../../nbs/streams/37b_mixing.ipynb #504fb2a444614c0babb325280ed9130a
+MARKS = 16  # chunks whose per-entry counts a mix order keeps (spaced evenly over those met); others are recounted
+
+
+MIX_ORDER = 'keyed'  # how a mix's order draws each entry's samples, saved in its state: a keyed bijection per position
+
+
 class MixOrder:
     """Epoch `epoch` of a mix as one global order: position `p` takes source `s` whose share of the cumulative weights
     (at `p`'s training step) holds the point `u_p = frac(p * GOLDEN / lanes + phase)`, and that source's next sample in
-    its own permutation (per entry, per pass over it). A function of (seed, epoch, position) and the mix only: no
-    timing, no ranks or workers; rank `r` of `lanes` ranks reads points `GOLDEN` apart, the best-spread sequence there is."""
+    its own order (a keyed bijection per entry, per pass over it, computed by position: `permute_keyed`). A function of
+    (seed, epoch, position) and the mix only: no timing, no ranks or workers; rank `r` of `lanes` ranks reads points
+    `GOLDEN` apart, the best-spread sequence there is. It holds no array per sample: per-entry counts at `MARKS` chunks
+    at most, and the chunks read last."""
 
     def __init__(
         self,
@@ -152,8 +160,11 @@ class MixOrder:
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)  # each entry's first flat index
         self.beta = np.uint64(int(round(GOLDEN / self.lanes * 2.0**64)) % 2**64)
         self.phase = np.uint64(mix_seed(self.seed, self.epoch, _PHASE_TAG))
-        self._before = [np.zeros(len(self.lengths), np.int64)]  # each chunk's per-entry counts before it (made as met)
-        self._kept, self._perms, self._end = OrderedDict(), OrderedDict(), None
+        self._key = np.uint64(mix_seed(self.seed, self.epoch, _MIX_TAG))  # each entry's order per pass derives from it
+        zero = np.zeros(len(self.lengths), np.int64)
+        self._marks, self._every = {0: zero}, 1  # per-entry counts before chunks k * _every (at most MARKS of them)
+        self._cursor = (0, zero)  # the chunk counted to last, and its counts: reading on costs a chunk's count
+        self._kept, self._end = OrderedDict(), None
         self._at, self._list = None, []  # the chunk `__getitem__` read last, as a list
 
     def sources(self, p) -> np.ndarray:
@@ -181,14 +192,29 @@ class MixOrder:
         return np.arange(c * CHUNK, min((c + 1) * CHUNK, self.nominal), dtype=np.int64)
 
     def _counts_before(self, c: int, src: Optional[np.ndarray] = None) -> np.ndarray:
-        "Per-entry samples taken before chunk `c` (chunks counted once, in order; `src`: chunk `c`'s entries, if made)."
-        while len(self._before) <= c:
-            k = len(self._before) - 1
-            s = self.sources(self.positions(k))
-            self._before.append(self._before[-1] + np.bincount(s, minlength=len(self.lengths)))
-        if src is not None and len(self._before) == c + 1:
-            self._before.append(self._before[c] + np.bincount(src, minlength=len(self.lengths)))
-        return self._before[c]
+        "Per-entry samples taken before chunk `c`: counted on from the last chunk counted or the nearest mark before `c` (`src`: chunk `c`'s entries, if made)."
+        at, counts = self._cursor
+        near = max(k for k in self._marks if k <= c)
+        if not near <= at <= c:
+            at, counts = near, self._marks[near]
+        while at < c:
+            counts = counts + np.bincount(self.sources(self.positions(at)), minlength=len(self.lengths))
+            at += 1
+            self._mark(at, counts)
+        self._cursor = (c, counts)
+        if src is not None:  # chunk c's entries are known: the next chunk's counts cost nothing more
+            after = counts + np.bincount(src, minlength=len(self.lengths))
+            self._cursor = (c + 1, after)
+            self._mark(c + 1, after)
+        return counts
+
+    def _mark(self, c: int, counts: np.ndarray):
+        "Keep `counts` (before chunk `c`) when `c` is on the marks' spacing; past MARKS marks, the spacing doubles."
+        if c % self._every == 0 and c not in self._marks:
+            self._marks[c] = counts
+            while len(self._marks) > MARKS:
+                self._every *= 2
+                self._marks = {k: v for k, v in self._marks.items() if k % self._every == 0}
 
     def chunk(self, c: int) -> tuple:
         "(entries, occurrences) of chunk `c`'s positions: each position's entry and how many of that entry came before it in the epoch."
@@ -199,17 +225,18 @@ class MixOrder:
         occ[by] = np.arange(len(src)) - first[src[by]]
         return src, occ + self._counts_before(c, src)[src]
 
+    def sample(self, s, rep, m) -> np.ndarray:
+        "Sample `m` of entry `s`'s order in pass `rep` (arrays broadcast together): a keyed bijection of the entry's samples, per entry and pass (one source reached twice is read in two orders)."
+        s, rep = np.asarray(s, np.int64), np.asarray(rep, np.int64)
+        with np.errstate(over='ignore'):
+            key = _mix64(
+                _mix64(self._key ^ s.astype(np.uint64)) + rep.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+            )
+        return permute_keyed(m, self.lengths[s], key)
+
     def permutation(self, s: int, rep: int) -> np.ndarray:
-        "Entry `s`'s samples in pass `rep` of the epoch (int32; per entry, so one source reached twice is read in two orders)."
-        got = self._perms.pop((s, rep), None)
-        if got is None:
-            n = int(self.lengths[s])
-            rng = np.random.default_rng(mix_seed(self.seed, self.epoch, s, rep, _MIX_TAG))
-            got = rng.permutation(np.arange(n, dtype=np.int32 if n < 2**31 else np.int64))
-        self._perms[s, rep] = got  # the passes met last are kept: at most two per entry
-        while len(self._perms) > 2 * len(self.lengths):
-            self._perms.popitem(last=False)
-        return got
+        "Entry `s`'s samples in pass `rep`, listed (for a look: the order itself never lists them)."
+        return self.sample(s, rep, np.arange(int(self.lengths[s]), dtype=np.int64))
 
     def __len__(self) -> int:
         "Positions in the epoch: the nominal length, or with 'stop' where the first entry runs out (if sooner)."
@@ -230,13 +257,7 @@ class MixOrder:
         if got is None:
             src, occ = self.chunk(c)
             n = self.lengths[src]
-            rep, m = occ // n, occ % n
-            got = np.empty(len(src), np.int64)
-            key = src * (int(rep.max()) + 1) + rep
-            by = np.argsort(key, kind='stable')
-            for run in np.split(by, np.flatnonzero(np.diff(key[by])) + 1):  # one gather per (entry, pass) met
-                s, r = int(src[run[0]]), int(rep[run[0]])
-                got[run] = self.starts[s] + self.permutation(s, r)[m[run]]
+            got = self.starts[src] + self.sample(src, occ // n, occ % n)  # each position's pass and place in it
         self._kept[c] = got
         while len(self._kept) > 2:
             self._kept.popitem(last=False)
@@ -573,13 +594,33 @@ class MixSampler(Sampler):
         o = self.order()
         return (o[p] for p in range(self.rank, len(o), self.num_replicas))
 
+# %% ../../nbs/streams/37b_mixing.ipynb #d8e6d6ad
+def check_mix_order(
+    sd: dict,  # a mix's saved state
+    on_mix_change: str = 'refuse',  # the mix's: 'continue' goes on from the saved position in this order
+):
+    "A state saved under another way of ordering the mix (`mix_order`: none in a state from before the order by position) refused by name (`MixChangedError`), unless the mix says 'continue'."
+    got = sd.get('mix_order')
+    if got != MIX_ORDER and on_mix_change != 'continue':
+        was = (
+            f'mix_order {got!r}'
+            if got is not None
+            else 'no mix_order (each source\'s order then was a listed permutation)'
+        )
+        raise MixChangedError(
+            f"load_state_dict: the state was saved with {was}; this timmdata orders each source by position "
+            f"(mix_order {MIX_ORDER!r}), so its saved position names other samples here: resume with the timmdata that "
+            f"saved it, start the epoch afresh, or pass on_mix_change='continue' to mix_datasets to go on from the saved "
+            f"position in the new order (the shares are kept; a few samples of the epoch may come twice or not at all)"
+        )
+
 # %% ../../nbs/streams/37b_mixing.ipynb #5b09d5ef5b5e4bb6ab9b829b10b6a29f
 class MixPlan(ResumableBatchSampler):
     "The batch plan of a mix: `ResumableBatchSampler`'s, its state holding the mix (refused when it changed: `MixChangedError`) and the geometry its order was spread for."
 
     def state(self, last: Optional[BatchMark] = None) -> dict:
         s = self.sampler
-        mix = dict(mix=s.dataset.fingerprint(), lanes=s.lanes, samples_per_step=s.samples_per_step)
+        mix = dict(mix=s.dataset.fingerprint(), lanes=s.lanes, samples_per_step=s.samples_per_step, mix_order=MIX_ORDER)
         return super().state(last) | plain_state(mix)
 
     def load_state(self, sd: dict, advance_done: bool = False):
@@ -590,6 +631,7 @@ class MixPlan(ResumableBatchSampler):
             raise MixChangedError(
                 'load_state_dict: the state comes from a loader that did not mix sources; build the loader as the saved one was'
             )
+        check_mix_order(sd, s.dataset.on_mix_change)
         if sd['mix'] != mine:
             if s.dataset.on_mix_change != 'continue':
                 diff = [k for k in mine if sd['mix'].get(k) != mine[k]]
