@@ -165,7 +165,13 @@ class MixOrder:
         self._marks, self._every = {0: zero}, 1  # per-entry counts before chunks k * _every (at most MARKS of them)
         self._cursor = (0, zero)  # the chunk counted to last, and its counts: reading on costs a chunk's count
         self._kept, self._end = OrderedDict(), None
-        self._at, self._list = None, []  # the chunk `__getitem__` read last, as a list
+        self._at, self._first, self._list = (
+            None,
+            0,
+            [],
+        )  # the run `__getitem__` read last: chunk, first position, samples
+        self._chunk = (None, None, None)  # the chunk met last: (c, entries, occurrences)
+        self.stride = 1  # positions apart that `__getitem__` reads (a rank's: the sampler sets its world size)
 
     def sources(self, p) -> np.ndarray:
         "The entry taken at each of positions `p` (int64 array-like), vectorised: one search over the steps' thresholds."
@@ -218,12 +224,16 @@ class MixOrder:
 
     def chunk(self, c: int) -> tuple:
         "(entries, occurrences) of chunk `c`'s positions: each position's entry and how many of that entry came before it in the epoch."
+        if self._chunk[0] == c:
+            return self._chunk[1:]
         src = self.sources(self.positions(c))
         by = np.argsort(src, kind='stable')
         first = np.searchsorted(src[by], np.arange(len(self.lengths)))  # each entry's first place in the sorted chunk
         occ = np.empty(len(src), np.int64)
         occ[by] = np.arange(len(src)) - first[src[by]]
-        return src, occ + self._counts_before(c, src)[src]
+        occ += self._counts_before(c, src)[src]
+        self._chunk = (c, src, occ)
+        return src, occ
 
     def sample(self, s, rep, m) -> np.ndarray:
         "Sample `m` of entry `s`'s order in pass `rep` (arrays broadcast together): a keyed bijection of the entry's samples, per entry and pass (one source reached twice is read in two orders)."
@@ -251,26 +261,32 @@ class MixOrder:
                         break
         return self._end
 
+    def flat(self, c: int, at=slice(None)) -> np.ndarray:
+        "The flat indices (entry start + the entry's sample in its order) of chunk `c`'s positions `at` (offsets into the chunk)."
+        src, occ = self.chunk(c)
+        src, occ = src[at], occ[at]
+        n = self.lengths[src]
+        return self.starts[src] + self.sample(src, occ // n, occ % n)  # each position's pass and place in it
+
     def flat_chunk(self, c: int) -> np.ndarray:
-        "Chunk `c`'s samples as flat indices (entry start + the entry's permuted sample), kept for the next reads."
+        "Chunk `c`'s samples as flat indices, kept for the next reads."
         got = self._kept.pop(c, None)
         if got is None:
-            src, occ = self.chunk(c)
-            n = self.lengths[src]
-            got = self.starts[src] + self.sample(src, occ // n, occ % n)  # each position's pass and place in it
+            got = self.flat(c)
         self._kept[c] = got
         while len(self._kept) > 2:
             self._kept.popitem(last=False)
         return got
 
     def __getitem__(self, p: int) -> int:
-        "The flat index (into the concatenated entries) at position `p` of the epoch (the chunk met last kept as a list: a sample costs a list read)."
-        c = p // CHUNK
-        if c != self._at:
+        "The flat index (into the concatenated entries) at position `p` of the epoch: computed for the run of positions `stride` apart from `p` to its chunk's end (a rank's), kept as a list: a sample costs a list read."
+        c, k = p // CHUNK, (p - self._first) // self.stride
+        if c != self._at or p < self._first or (p - self._first) % self.stride or k >= len(self._list):
             if not 0 <= p < len(self):
                 raise IndexError(f'position {p} is outside the epoch of {len(self):,} samples')
-            self._at, self._list = c, self.flat_chunk(c).tolist()
-        return self._list[p - c * CHUNK]
+            self._at, self._first, k = c, p, 0
+            self._list = self.flat(c, slice(p - c * CHUNK, None, self.stride)).tolist()
+        return self._list[k]
 
     def locate(self, positions) -> tuple:
         "(entries, flat indices) at `positions` (array-like), vectorised over the chunks met."
@@ -576,6 +592,7 @@ class MixSampler(Sampler):
         if self._order is None or self._order[0] != key:
             seed = self.seed if rep == 0 else mix_seed(self.seed, rep)
             self._order = key, self.dataset.order(seed, self.epoch, self.lanes, self.samples_per_step)
+            self._order[1].stride = self.num_replicas  # this rank reads positions W apart
         return self._order[1]
 
     def global_order(self, rep: int = 0) -> tuple:
