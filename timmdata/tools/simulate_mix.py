@@ -102,16 +102,18 @@ def simulate_mix(
     out['before'] = errors(0, ranks, steps)
     R2 = rescale[0]
     out['after'] = errors(steps * gb, R2, steps * ranks // R2)
-    # memory: the order a rank's main process holds (counts per chunk; the permutation of every entry met), measured
+    # memory: the order a rank's main process holds (per-entry counts at MARKS chunks; no permutation), measured
     tracemalloc.start()
     probe = MixOrder(lengths // max(1, int(lengths.sum()) // 2_000_000), sched, seed, 0, None, 'repeat', ranks, gb)
     probe.locate(np.arange(0, len(probe), max(1, len(probe) // 4096)))
     held = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    chunks = -(-len(order) // CHUNK)
+    chunks = -(-len(order) // CHUNK)  # of the epoch
     out['memory'] = dict(
-        counts_bytes=chunks * sources * 8,  # per chunk of the epoch, per source: counted
-        permutations_bytes=int(lengths.sum()) * 4,  # int32 a sample of every entry met: counted
+        counts_bytes=min(chunks + 1, MARKS + 2)
+        * sources
+        * 8,  # counts at MARKS chunks at most (+ the cursor and the next): counted
+        permutations_bytes=0,  # none: each entry's order is a keyed bijection computed by position
         probe_samples=int(probe.lengths.sum()),
         probe_peak_bytes=int(held),  # measured on a 2M-sample mix
         one_source_order_bytes=int(lengths.sum())
@@ -141,7 +143,7 @@ def format_mix_report(r: dict) -> str:
     L.append(
         f"  order held per rank's main process: counts {_b(m['counts_bytes'])} + permutations {_b(m['permutations_bytes'])} "
         f"[counted] (measured peak {_b(m['probe_peak_bytes'])} on {m['probe_samples']:,} samples); one map-style source's "
-        f"order {_b(m['one_source_order_bytes'])}; workers: +0 (they read flat indices)"
+        f"order (timm's) {_b(m['one_source_order_bytes'])}; workers: +0 (they read flat indices)"
     )
     L.append(
         f"  start-up requests: {q['per_node_index_reads']} index reads per node (one per source, as each source alone), "
