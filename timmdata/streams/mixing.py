@@ -27,9 +27,9 @@ from timmdata.engine.batch_plan import (
 )
 
 # %% auto #0
-__all__ = ['GOLDEN', 'CHUNK', 'MARKS', 'MIX_ORDER', 'MixChangedError', 'WeightSchedule', 'check_weights', 'MixOrder', 'LabelMap',
-           'ShardsReader', 'as_reader', 'MixReader', 'MixedDataset', 'stacked_labels', 'mix_datasets', 'MixSampler',
-           'check_mix_order', 'MixPlan', 'mix_batching']
+__all__ = ['GOLDEN', 'CHUNK', 'MARKS', 'THRESHOLDS', 'MIX_ORDER', 'MixChangedError', 'WeightSchedule', 'check_weights',
+           'MixOrder', 'LabelMap', 'ShardsReader', 'as_reader', 'MixReader', 'MixedDataset', 'stacked_labels',
+           'mix_datasets', 'MixSampler', 'check_mix_order', 'MixPlan', 'mix_batching']
 
 # %% ../../nbs/streams/37b_mixing.ipynb #10185d26023b46108eb7d9f57d49d2b3
 GOLDEN = 0.6180339887498949  # the golden ratio's fractional part: the rotation with the best-spread multiples
@@ -121,6 +121,9 @@ def check_weights(w, name: str = 'weights') -> np.ndarray:
 MARKS = 16  # chunks whose per-entry counts a mix order keeps (spaced evenly over those met); others are recounted
 
 
+THRESHOLDS = 1 << 19  # cumulative weights a mix order makes at once (steps x sources): 4 MB
+
+
 MIX_ORDER = 'keyed'  # how a mix's order draws each entry's samples, saved in its state: a keyed bijection per position
 
 
@@ -183,14 +186,16 @@ class MixOrder:
             return np.zeros(len(p), np.int64)
         steps = (self.epoch * self.nominal + p) // self.samples_per_step
         uniq, row = np.unique(self.schedule.key(steps), return_inverse=True)  # the steps whose weights differ
-        cum = np.rint(np.cumsum(self.schedule.at(uniq), 1)[:, :-1] * _ONE).astype(np.int64)  # (steps, S - 1)
         if len(uniq) == 1:
+            cum = np.rint(np.cumsum(self.schedule.at(uniq), 1)[:, :-1] * _ONE).astype(np.int64)  # (1, S - 1)
             return np.searchsorted(cum[0], u, side='right')
-        if len(p) < 16 * len(uniq):  # a step or two a position: each position's thresholds passed, counted
-            return (cum[row] <= u[:, None]).sum(1)
         out, by = np.empty(len(p), np.int64), np.argsort(row, kind='stable')
-        for run in np.split(by, np.flatnonzero(np.diff(row[by])) + 1):  # one search per step met
-            out[run] = np.searchsorted(cum[row[run[0]]], u[run], side='right')
+        runs = np.split(by, np.flatnonzero(np.diff(row[by])) + 1)  # the positions of each step met, in the steps' order
+        k = max(1, THRESHOLDS // S)  # steps whose thresholds are made at once: memory bounded whatever the sources
+        for a in range(0, len(uniq), k):
+            cum = np.rint(np.cumsum(self.schedule.at(uniq[a : a + k]), 1)[:, :-1] * _ONE).astype(np.int64)
+            for i, run in enumerate(runs[a : a + k]):  # one search per step met
+                out[run] = np.searchsorted(cum[i], u[run], side='right')
         return out
 
     def positions(self, c: int) -> np.ndarray:
