@@ -378,6 +378,9 @@ class LoaderOptions:
     seed: Optional[int] = None  # seed of the order and every draw; None: drawn from torch's RNG (rank 0's)
     decode_device: Optional[str] = None  # 'cuda': decode, crop and resize batched on the GPU (`gpu_decode`)
     worker_mode: str = 'process'  # 'process' or 'thread' workers, the same batches; 'auto': the measured rule, or tried (num_workers='auto')
+    order: Optional[str] = (
+        None  # map-style training: None (timm's samplers and order) or 'global' (a bijection by position: nothing per sample, resumes on any ranks)
+    )
 
     @property
     def channels(self) -> int:
@@ -444,7 +447,7 @@ def plan_step(dataset, o: LoaderOptions) -> tuple:
             seed=o.seed, batch_size_choices=o.batch_size_choices, choice_weights=o.batch_choice_weights,
             choice_seed=o.batch_choice_seed, choice_schedule=o.batch_choice_schedule,
             schedule_epochs=o.batch_schedule_epochs, schedule_spread=o.batch_schedule_spread,
-            schedule_random_mix=o.batch_schedule_random_mix, num_batches=o.num_batches,
+            schedule_random_mix=o.batch_schedule_random_mix, num_batches=o.num_batches, order=o.order,
         ),
     )  # fmt: skip
 

@@ -42,9 +42,9 @@ from timmdata.streams.dataset_index import (
 from ..core.untrusted import MAX_PARTITIONS, MAX_SAMPLES, printable
 
 # %% auto #0
-__all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'permute_index', 'GlobalOrder', 'epoch_length',
-           'batch_pieces', 'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order', 'sample_spans',
-           'ShardBytes', 'SpanReader']
+__all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'permute_index', 'permute_keyed', 'GlobalOrder',
+           'epoch_length', 'batch_pieces', 'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order',
+           'sample_spans', 'ShardBytes', 'SpanReader']
 
 # %% ../../nbs/streams/24_global_order.ipynb #01df9e07
 _ROUNDS = 6  # Feistel rounds: 4 already make a pseudo-random permutation (Luby-Rackoff); 2 more for small domains
@@ -82,6 +82,45 @@ def permute_index(
         while out_of_range.any():  # cycle walking: each walk ends, the cycle holds its start, which is < n
             out[out_of_range] = net(out[out_of_range])
             out_of_range = out >= _U(n)
+    return out.astype(np.int64)
+
+# %% ../../nbs/streams/24_global_order.ipynb #4a5e3cce
+def permute_keyed(
+    i,  # positions (int64 array-like), each in [0, n) of its own range
+    n,  # each position's range size (int64 array-like, broadcast with `i`; each at most 2^62)
+    key,  # each position's permutation key (uint64 array-like, broadcast with `i`): one key, one bijection of [0, n)
+) -> np.ndarray:
+    "`perm_key(i)` elementwise, `perm_key` a keyed bijection of `[0, n)` for each (n, key): `permute_index`'s Feistel network with a size and key per position, as an int64 array."
+    i, n, key = np.broadcast_arrays(
+        np.asarray(i, dtype=np.int64), np.asarray(n, dtype=np.int64), np.asarray(key, dtype=_U)
+    )  # fmt: skip
+    i, n, key = i.reshape(-1), n.reshape(-1), key.reshape(-1)
+    if len(i) and (n.min() < 1 or n.max() > 1 << 62 or (i < 0).any() or (i >= n).any()):
+        raise ValueError('permute_keyed: every position must lie in [0, n) of its range, with 1 <= n <= 2^62')
+    bits = np.zeros(len(n), np.int64)  # the bit length of n - 1, by halving (no float rounding)
+    rest = (n - 1).astype(_U)
+    for b in (32, 16, 8, 4, 2, 1):
+        big = rest >= _U(1 << b)
+        bits += big * b
+        rest = np.where(big, rest >> _U(b), rest)
+    bits += rest > 0
+    half = np.maximum(1, (bits + 1) // 2).astype(_U)
+    mask = (_U(1) << half) - _U(1)
+    with np.errstate(over='ignore'):
+        keys = [_mix64(key + _U((r + 1) * 0x9E3779B97F4A7C15 % 2**64)) for r in range(_ROUNDS)]
+
+        def net(x, sel):
+            h, m = half[sel], mask[sel]
+            lo, hi = x >> h, x & m
+            for k in keys:
+                lo, hi = hi, lo ^ (_mix64(hi ^ k[sel]) & m)
+            return (lo << h) | hi
+
+        out = net(i.astype(_U), slice(None))
+        walk = np.flatnonzero(out >= n.astype(_U))
+        while len(walk):  # cycle walking, as permute_index: each walk ends inside [0, n)
+            out[walk] = net(out[walk], walk)
+            walk = walk[out[walk] >= n[walk].astype(_U)]
     return out.astype(np.int64)
 
 # %% ../../nbs/streams/24_global_order.ipynb #e030bc73

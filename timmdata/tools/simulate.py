@@ -39,7 +39,7 @@ from timmdata.tools.simulate_startup import (
     start_up_scanned,
     table_memory,
 )
-from .simulate_mix import format_mix_report, mix_weights, simulate_mix
+from .simulate_mix import format_mix_report, format_order_cost, mix_weights, order_cost, simulate_mix
 from ..engine.watch import EXCHANGED, slow_rank
 
 # %% auto #0
@@ -687,6 +687,11 @@ def simulate_main(argv: Optional[Sequence[str]] = None) -> int:
         '--schedule', default='linear', choices=('constant', 'linear'), help='the mix: held, or ramped to the reverse'
     )
     ap.add_argument('--steps', type=int, default=2000, help='the mix: global batches simulated before the rescale')
+    ap.add_argument(
+        '--order-only',
+        action='store_true',
+        help="only the order's memory and CPU per rank: a mix of --sources and a map-style epoch of --samples (order_cost)",
+    )
     a = ap.parse_args(argv)
     for k in ('ranks', 'workers', 'shards', 'samples', 'batch_size', 'block_size', 'ranks_per_node', 'read_ahead'):
         if getattr(a, k) < 1:
@@ -723,6 +728,8 @@ def simulate_main(argv: Optional[Sequence[str]] = None) -> int:
             parse_size(a.cache_limit, '--cache-limit')
         except ValueError as e:
             ap.error(str(e))
+    if a.order_only and not a.sources:
+        ap.error('--order-only measures a mix\'s order and a map-style epoch\'s: give --sources too')
     if a.sources < 0 or a.steps < 1:
         ap.error(f'--sources must be >= 0 and --steps >= 1; got {a.sources} and {a.steps}')
     if (
@@ -740,6 +747,13 @@ def simulate_main(argv: Optional[Sequence[str]] = None) -> int:
             w = mix_weights(a.sources, a.weights)
         except ValueError as e:
             ap.error(str(e))
+        if a.order_only:
+            r = order_cost(a.sources, a.samples, a.ranks, a.batch_size, w, a.schedule, a.steps)
+            print(format_order_cost(r))
+            if a.json:
+                with open(a.json, 'w') as f:
+                    json.dump(r, f, indent=1)
+            return 0
         r = simulate_mix(a.sources, a.ranks, a.workers, a.samples, a.batch_size, w, a.schedule, a.steps, (r2, w2))
         print(format_mix_report(r))
         if a.json:
