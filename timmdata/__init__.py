@@ -34,7 +34,6 @@ from timmdata.engine.collate import fast_collate
 from timmdata.engine.prefetch import PrefetchLoader
 from timmdata.loader import create_loader, MultiEpochsDataLoader
 from timmdata.engine.threads import gil_enabled
-from timmdata.engine.watch import LoaderWatch, LoaderWatchCallback, PrometheusSink
 from timmdata.engine.resume import ResumeStateError
 from timmdata.core.stages import LoaderStats  # what loader.stats() returns
 from timmdata.engine.threads import profile_loader
@@ -57,7 +56,6 @@ from timmdata.streams.shard_io import ShardError, WdsSource
 from timmdata.streams.dataset_index import write_dataset_index  # `timmdata index`
 from timmdata.store.builder import build_cache
 from timmdata.tools.shards import write_shards
-from timmdata.streams.dataset_index import write_dataset_index
 from timmdata.engine.gpu_decode import create_device_decode_loader
 from timmdata.tools.check import check_images, check_image, CheckResult, BadImage
 from timmdata.tools.sample_data import make_sample_dataset

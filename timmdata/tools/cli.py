@@ -141,9 +141,9 @@ def demo_main(argv: Optional[Sequence[str]] = None):
     p.add_argument('--workers', type=int_at_least(0), default=2)
     p.add_argument(
         '--bad-sample',
-        choices=('raise', 'skip'),
+        choices=('raise', 'skip', 'replace'),
         default='raise',
-        help='an image that cannot be decoded: stop and name it, or skip it (counted)',
+        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
     )
     p.add_argument('--out', default='out/demo_batch.png', help='where to save the picture of one batch')
     p.add_argument('--no-progress', action='store_true', help='no progress bar (for logs and notebooks)')
@@ -390,9 +390,9 @@ def profile_main(argv: Optional[Sequence[str]] = None):
     p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
     p.add_argument(
         '--bad-sample',
-        choices=('raise', 'skip'),
+        choices=('raise', 'skip', 'replace'),
         default='raise',
-        help='an image that cannot be decoded: stop and name it, or skip it (counted)',
+        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
     )
     a = p.parse_args(argv)
     if a.model_step_ms is not None and a.model_step_ms < 0:
