@@ -11,6 +11,7 @@ import numpy as np
 from ..readers import FileHandle, Reader, register_reader, unset
 from .shard_cache import REQUEST_DEADLINE, BadAnswerError, Deadline, content_length
 from timmdata.streams.shard_io import (
+    MAX_MEMBER_BYTES,
     REGULAR_KINDS,
     ShardError,
     ShardNotFoundError,
