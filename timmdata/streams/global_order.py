@@ -42,7 +42,7 @@ from timmdata.streams.dataset_index import (
 from ..core.untrusted import MAX_PARTITIONS, MAX_SAMPLES, printable
 
 # %% auto #0
-__all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'permute_index', 'permute_keyed', 'GlobalOrder',
+__all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'mix64', 'permute_index', 'permute_keyed', 'GlobalOrder',
            'epoch_length', 'batch_pieces', 'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order',
            'sample_spans', 'ShardBytes', 'SpanReader']
 
@@ -51,7 +51,7 @@ _ROUNDS = 6  # Feistel rounds: 4 already make a pseudo-random permutation (Luby-
 _U = np.uint64
 
 
-def _mix64(x: np.ndarray) -> np.ndarray:
+def mix64(x: np.ndarray) -> np.ndarray:
     "splitmix64's finaliser, elementwise on uint64 (wrapping multiplication)."
     x = (x ^ (x >> _U(30))) * _U(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> _U(27))) * _U(0x94D049BB133111EB)
@@ -73,7 +73,7 @@ def permute_index(
     def net(x):
         lo, hi = x >> h, x & mask
         for k in keys:
-            lo, hi = hi, lo ^ (_mix64(hi ^ k) & mask)
+            lo, hi = hi, lo ^ (mix64(hi ^ k) & mask)
         return (lo << h) | hi
 
     with np.errstate(over='ignore'):
@@ -107,13 +107,13 @@ def permute_keyed(
     half = np.maximum(1, (bits + 1) // 2).astype(_U)
     mask = (_U(1) << half) - _U(1)
     with np.errstate(over='ignore'):
-        keys = [_mix64(key + _U((r + 1) * 0x9E3779B97F4A7C15 % 2**64)) for r in range(_ROUNDS)]
+        keys = [mix64(key + _U((r + 1) * 0x9E3779B97F4A7C15 % 2**64)) for r in range(_ROUNDS)]
 
         def net(x, sel):
             h, m = half[sel], mask[sel]
             lo, hi = x >> h, x & m
             for k in keys:
-                lo, hi = hi, lo ^ (_mix64(hi ^ k[sel]) & m)
+                lo, hi = hi, lo ^ (mix64(hi ^ k[sel]) & m)
             return (lo << h) | hi
 
         out = net(i.astype(_U), slice(None))

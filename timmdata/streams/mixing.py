@@ -13,7 +13,7 @@ from torch.utils.data import Sampler
 from ..config import mix_seed
 from ..readers.core import Reader, create_reader
 from .shard_io import WdsSource, shard_name
-from .global_order import SpanReader, _mix64, permute_keyed, sample_spans
+from .global_order import SpanReader, mix64, permute_keyed, sample_spans
 from ..dataset import ImageDataset
 from ..core.untrusted import names_keywords
 from timmdata.engine.batch_plan import (
@@ -30,8 +30,8 @@ from ..core.untrusted import MAX_BATCH, MAX_WORLD, check_fields, state_error
 
 # %% auto #0
 __all__ = ['GOLDEN', 'CHUNK', 'MAX_STEP', 'MARKS', 'THRESHOLDS', 'MIX_ORDER', 'MixChangedError', 'WeightSchedule',
-           'check_weights', 'MixOrder', 'LabelMap', 'ShardsReader', 'as_reader', 'MixReader', 'MixedDataset',
-           'stacked_labels', 'mix_datasets', 'MixSampler', 'check_mix_order', 'MixPlan', 'mix_batching']
+           'check_weights', 'MixPositions', 'MixOrder', 'LabelMap', 'ShardsReader', 'as_reader', 'MixReader',
+           'MixedDataset', 'stacked_labels', 'mix_datasets', 'MixSampler', 'check_mix_order', 'MixPlan', 'mix_batching']
 
 # %% ../../nbs/streams/37b_mixing.ipynb #10185d26023b46108eb7d9f57d49d2b3
 GOLDEN = 0.6180339887498949  # the golden ratio's fractional part: the rotation with the best-spread multiples
@@ -123,64 +123,11 @@ def check_weights(w, name: str = 'weights') -> np.ndarray:
     a = a / a.max()  # in [0, 1] first: the sum of large weights (1e308 twice) would overflow to inf
     return a / a.sum()
 
-# %% ../../nbs/streams/37b_mixing.ipynb #504fb2a444614c0babb325280ed9130a
-MARKS = 16  # chunks whose per-entry counts a mix order keeps (spaced evenly over those met); others are recounted
-
-
-THRESHOLDS = 1 << 19  # cumulative weights a mix order makes at once (steps x sources): 4 MB
-
-
-MIX_ORDER = 'keyed'  # how a mix's order draws each entry's samples, saved in its state: a keyed bijection per position
-
-
-class MixOrder:
-    """Epoch `epoch` of a mix as one global order: position `p` takes source `s` whose share of the cumulative weights
-    (at `p`'s training step) holds the point `u_p = frac(p * GOLDEN / lanes + phase)`, and that source's next sample in
-    its own order (a keyed bijection per entry, per pass over it, computed by position: `permute_keyed`). A function of
-    (seed, epoch, position) and the mix only: no timing, no ranks or workers; rank `r` of `lanes` ranks reads points
-    `GOLDEN` apart, the best-spread sequence there is. It holds no array per sample: per-entry counts at `MARKS` chunks
-    at most, and the chunks read last."""
-
-    def __init__(
-        self,
-        lengths: Sequence[int],  # samples in each entry (source)
-        schedule: WeightSchedule,  # each entry's share by training step
-        seed: int,  # the mix's seed
-        epoch: int = 0,  # the epoch
-        epoch_length: Optional[
-            int
-        ] = None,  # positions in the epoch (None: the entries' samples in all); 'stop' may end it sooner
-        exhausted: str = 'repeat',  # an entry out of samples: 'repeat' it (a new permutation) or 'stop' (the epoch ends)
-        lanes: int = 1,  # the ranks the order is spread for (the run's first world size)
-        samples_per_step: int = 1,  # global samples in a training step (the run's first global batch)
-    ):
-        self.lengths = np.asarray(lengths, np.int64)
-        if not len(self.lengths) or (self.lengths < 1).any():
-            raise ValueError(f'every source of a mix needs samples; got lengths {self.lengths.tolist()!r}')
-        if schedule.sources != len(self.lengths):
-            raise ValueError(
-                f'the schedule has weights for {schedule.sources} sources; the mix has {len(self.lengths)}'
-            )
-        if exhausted not in ('repeat', 'stop'):
-            raise ValueError(f"exhausted must be 'repeat' or 'stop'; got {exhausted!r}")
-        self.schedule, self.seed, self.epoch, self.exhausted = schedule, int(seed), int(epoch), exhausted
-        self.lanes, self.samples_per_step = int(lanes), int(samples_per_step)
-        self.nominal = int(self.lengths.sum()) if epoch_length is None else int(epoch_length)
-        self.starts = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)  # each entry's first flat index
-        self.beta = np.uint64(int(round(GOLDEN / self.lanes * 2.0**64)) % 2**64)
-        self.phase = np.uint64(mix_seed(self.seed, self.epoch, _PHASE_TAG))
-        self._key = np.uint64(mix_seed(self.seed, self.epoch, _MIX_TAG))  # each entry's order per pass derives from it
-        zero = np.zeros(len(self.lengths), np.int64)
-        self._marks, self._every = {0: zero}, 1  # per-entry counts before chunks k * _every (at most MARKS of them)
-        self._cursor = (0, zero)  # the chunk counted to last, and its counts: reading on costs a chunk's count
-        self._kept, self._end = OrderedDict(), None
-        self._at, self._first, self._list = (
-            None,
-            0,
-            [],
-        )  # the run `__getitem__` read last: chunk, first position, samples
-        self._chunk = (None, None, None)  # the chunk met last: (c, entries, occurrences)
-        self.stride = 1  # positions apart that `__getitem__` reads (a rank's: the sampler sets its world size)
+# %% ../../nbs/streams/37b_mixing.ipynb #d1a7e002
+class MixPositions:
+    """The mix's positions, chunk by chunk: which source each takes (`sources`), and how many of each source came before a
+    chunk (`_counts_before`, counted on from the nearest of at most `MARKS` kept counts). `MixOrder` sets what they read:
+    its lengths, schedule, seed and epoch, and the kept counts."""
 
     def sources(self, p) -> np.ndarray:
         "The entry taken at each of positions `p` (int64 array-like), vectorised: one search over the steps' thresholds."
@@ -233,6 +180,65 @@ class MixOrder:
                 self._every *= 2
                 self._marks = {k: v for k, v in self._marks.items() if k % self._every == 0}
 
+# %% ../../nbs/streams/37b_mixing.ipynb #504fb2a444614c0babb325280ed9130a
+MARKS = 16  # chunks whose per-entry counts a mix order keeps (spaced evenly over those met); others are recounted
+
+
+THRESHOLDS = 1 << 19  # cumulative weights a mix order makes at once (steps x sources): 4 MB
+
+
+MIX_ORDER = 'keyed'  # how a mix's order draws each entry's samples, saved in its state: a keyed bijection per position
+
+
+class MixOrder(MixPositions):
+    """Epoch `epoch` of a mix as one global order: position `p` takes source `s` whose share of the cumulative weights
+    (at `p`'s training step) holds the point `u_p = frac(p * GOLDEN / lanes + phase)`, and that source's next sample in
+    its own order (a keyed bijection per entry, per pass over it, computed by position: `permute_keyed`). A function of
+    (seed, epoch, position) and the mix only: no timing, no ranks or workers; rank `r` of `lanes` ranks reads points
+    `GOLDEN` apart, the best-spread sequence there is. It holds no array per sample: per-entry counts at `MARKS` chunks
+    at most, and the chunks read last."""
+
+    def __init__(
+        self,
+        lengths: Sequence[int],  # samples in each entry (source)
+        schedule: WeightSchedule,  # each entry's share by training step
+        seed: int,  # the mix's seed
+        epoch: int = 0,  # the epoch
+        epoch_length: Optional[
+            int
+        ] = None,  # positions in the epoch (None: the entries' samples in all); 'stop' may end it sooner
+        exhausted: str = 'repeat',  # an entry out of samples: 'repeat' it (a new permutation) or 'stop' (the epoch ends)
+        lanes: int = 1,  # the ranks the order is spread for (the run's first world size)
+        samples_per_step: int = 1,  # global samples in a training step (the run's first global batch)
+    ):
+        self.lengths = np.asarray(lengths, np.int64)
+        if not len(self.lengths) or (self.lengths < 1).any():
+            raise ValueError(f'every source of a mix needs samples; got lengths {self.lengths.tolist()!r}')
+        if schedule.sources != len(self.lengths):
+            raise ValueError(
+                f'the schedule has weights for {schedule.sources} sources; the mix has {len(self.lengths)}'
+            )
+        if exhausted not in ('repeat', 'stop'):
+            raise ValueError(f"exhausted must be 'repeat' or 'stop'; got {exhausted!r}")
+        self.schedule, self.seed, self.epoch, self.exhausted = schedule, int(seed), int(epoch), exhausted
+        self.lanes, self.samples_per_step = int(lanes), int(samples_per_step)
+        self.nominal = int(self.lengths.sum()) if epoch_length is None else int(epoch_length)
+        self.starts = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)  # each entry's first flat index
+        self.beta = np.uint64(int(round(GOLDEN / self.lanes * 2.0**64)) % 2**64)
+        self.phase = np.uint64(mix_seed(self.seed, self.epoch, _PHASE_TAG))
+        self._key = np.uint64(mix_seed(self.seed, self.epoch, _MIX_TAG))  # each entry's order per pass derives from it
+        zero = np.zeros(len(self.lengths), np.int64)
+        self._marks, self._every = {0: zero}, 1  # per-entry counts before chunks k * _every (at most MARKS of them)
+        self._cursor = (0, zero)  # the chunk counted to last, and its counts: reading on costs a chunk's count
+        self._kept, self._end = OrderedDict(), None
+        self._at, self._first, self._list = (
+            None,
+            0,
+            [],
+        )  # the run `__getitem__` read last: chunk, first position, samples
+        self._chunk = (None, None, None)  # the chunk met last: (c, entries, occurrences)
+        self.stride = 1  # positions apart that `__getitem__` reads (a rank's: the sampler sets its world size)
+
     def chunk(self, c: int) -> tuple:
         "(entries, occurrences) of chunk `c`'s positions: each position's entry and how many of that entry came before it in the epoch."
         if self._chunk[0] == c:
@@ -250,9 +256,7 @@ class MixOrder:
         "Sample `m` of entry `s`'s order in pass `rep` (arrays broadcast together): a keyed bijection of the entry's samples, per entry and pass (one source reached twice is read in two orders)."
         s, rep = np.asarray(s, np.int64), np.asarray(rep, np.int64)
         with np.errstate(over='ignore'):
-            key = _mix64(
-                _mix64(self._key ^ s.astype(np.uint64)) + rep.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-            )
+            key = mix64(mix64(self._key ^ s.astype(np.uint64)) + rep.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
         return permute_keyed(m, self.lengths[s], key)
 
     def permutation(self, s: int, rep: int) -> np.ndarray:
