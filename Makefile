@@ -27,14 +27,21 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || \
 	  echo "could not install chromium: the browser test will say how"; fi
 
+# the demo's install: the library and what it requires (torch, torchvision, Pillow, numpy, matplotlib), no development extras
+$(VENV)/.installed-lib: $(VENV)/bin/python setup.py settings.ini csrc/native.c
+	$(MAKE) --no-print-directory jpeg-headers
+	$(PY) -m pip install -q -e .
+	touch $@
+
+# the development install (`make test`, docs, wheels): the library and every extra (nbdev, timm, Lightning, datasets, ...)
 $(VENV)/.installed: $(VENV)/bin/python setup.py settings.ini csrc/native.c
 	$(MAKE) --no-print-directory jpeg-headers
 	$(PY) -m pip install -q -e '.[dev]'
-	touch $@
+	touch $@ $(VENV)/.installed-lib
 
 install: $(VENV)/.installed
 
-demo: install
+demo: $(VENV)/.installed-lib
 	$(VENV)/bin/timmdata demo
 
 # the library is generated from the notebooks: fail when nbdev_export or nbdev_clean would change a file

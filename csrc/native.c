@@ -1294,6 +1294,125 @@ static PyObject *flag_release(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Pillow's transform filters (Geometry.c), the same double arithmetic in the same order: a bilinear step
+ * a + (b - a) * d, and a cubic through four taps in Horner form. Built without -march, so no FMA contraction. */
+static inline double wa_lerp(double a, double b, double d) { return a + (b - a) * d; }
+static inline double wa_cubic(double v1, double v2, double v3, double v4, double d) {
+    double p1 = v2, p2 = -v1 + v3, p3 = 2 * (v1 - v2) + v3 - v4, p4 = -v1 + v2 - v3 + v4;
+    return p1 + d * (p2 + d * (p3 + d * p4));
+}
+static inline uint8_t wa_clip(double r) { return r <= 0.0 ? 0 : r >= 255.0 ? 255 : (uint8_t)r; }
+static inline int wa_clamp(int v, int n) { return v < 0 ? 0 : v < n ? v : n - 1; }
+
+/* One output row of warp_affine for C channels (a literal at each call: the channel loops unroll, and the twelve
+ * cubics of a pixel are independent chains the CPU overlaps). A zero fraction gives a tap exactly (a + (b - a) * 0 == a,
+ * p1 + 0 * (...) == p1), so a shear or translation along one axis skips the other axis's arithmetic, same bytes. */
+static inline void wa_row(const uint8_t *base, Py_ssize_t rs, int H, int W, const int C, const double *a, const double *ax0,
+                          const double *ax3, int y, int kind, const uint8_t *fill, uint8_t *o) {
+    const double yin = y + 0.5, by = a[1] * yin, ey = a[4] * yin;
+    for (int x = 0; x < W; x++, o += C) {
+        double xx = ax0[x] + by + a[2];
+        double yy = ax3[x] + ey + a[5];
+        if (xx < 0.0 || xx >= W || yy < 0.0 || yy >= H) {
+            for (int c = 0; c < C; c++) o[c] = fill[c];
+            continue;
+        }
+        xx -= 0.5;
+        yy -= 0.5;
+        int ix = xx < 0.0 ? (int)floor(xx) : (int)xx, iy = yy < 0.0 ? (int)floor(yy) : (int)yy;
+        const double dx = xx - ix, dy = yy - iy;
+        if (kind == 0) {
+            /* rows y (clipped) and y + 1 (when past the edge, Pillow takes the first row's value: the same as clipped) */
+            const uint8_t *r0 = base + (size_t)wa_clamp(iy, H) * rs, *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs;
+            const int x0 = wa_clamp(ix, W) * C, x1 = wa_clamp(ix + 1, W) * C;
+            if (dy == 0.0) {
+                for (int c = 0; c < C; c++) o[c] = (uint8_t)wa_lerp(r0[x0 + c], r0[x1 + c], dx);
+            } else if (dx == 0.0) {
+                for (int c = 0; c < C; c++) o[c] = (uint8_t)wa_lerp(r0[x0 + c], r1[x0 + c], dy);
+            } else {
+                for (int c = 0; c < C; c++)
+                    o[c] = (uint8_t)wa_lerp(wa_lerp(r0[x0 + c], r0[x1 + c], dx), wa_lerp(r1[x0 + c], r1[x1 + c], dx), dy);
+            }
+        } else {
+            ix--;
+            iy--;
+            const int x0 = wa_clamp(ix, W) * C, x1 = wa_clamp(ix + 1, W) * C, x2 = wa_clamp(ix + 2, W) * C, x3 = wa_clamp(ix + 3, W) * C;
+            const uint8_t *r0 = base + (size_t)wa_clamp(iy, H) * rs, *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs,
+                          *r2 = base + (size_t)wa_clamp(iy + 2, H) * rs, *r3 = base + (size_t)wa_clamp(iy + 3, H) * rs;
+            if (dy == 0.0 && dx == 0.0) {
+                for (int c = 0; c < C; c++) o[c] = r1[x1 + c];
+            } else if (dy == 0.0) {
+                for (int c = 0; c < C; c++) o[c] = wa_clip(wa_cubic(r1[x0 + c], r1[x1 + c], r1[x2 + c], r1[x3 + c], dx));
+            } else if (dx == 0.0) {
+                for (int c = 0; c < C; c++) o[c] = wa_clip(wa_cubic(r0[x1 + c], r1[x1 + c], r2[x1 + c], r3[x1 + c], dy));
+            } else {
+                for (int c = 0; c < C; c++) {
+                    double w0 = wa_cubic(r0[x0 + c], r0[x1 + c], r0[x2 + c], r0[x3 + c], dx);
+                    double w1 = wa_cubic(r1[x0 + c], r1[x1 + c], r1[x2 + c], r1[x3 + c], dx);
+                    double w2 = wa_cubic(r2[x0 + c], r2[x1 + c], r2[x2 + c], r2[x3 + c], dx);
+                    double w3 = wa_cubic(r3[x0 + c], r3[x1 + c], r3[x2 + c], r3[x3 + c], dx);
+                    o[c] = wa_clip(wa_cubic(w0, w1, w2, w3, dy));
+                }
+            }
+        }
+    }
+}
+
+/* warp_affine(src_hwc_u8, matrix, kind, fill) -> bytearray (H, W, C): Pillow's Image.transform(size, AFFINE, matrix,
+ * resample, fillcolor=fill) of a uint8 HWC image (C = 1 or 3, packed pixels in each row) to its own size, byte for byte:
+ * Geometry.c's generic transform (affine_transform and the bilinear / bicubic filters), each output pixel's source
+ * point computed once (the same products and sums) and its taps shared by the channels. kind 0 bilinear, 1 bicubic; a
+ * point outside the image keeps `fill` (a C-tuple of 0-255). The auto-augment ops' shears, translations and rotations
+ * at the crop's size (nbs/12_auto_augment.ipynb). */
+static PyObject *warp_affine(PyObject *self, PyObject *args) {
+    PyObject *src, *fillo;
+    double a[6];
+    int kind;
+    if (!PyArg_ParseTuple(args, "O(dddddd)iO", &src, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &kind, &fillo)) return NULL;
+    if (kind != 0 && kind != 1) { PyErr_SetString(PyExc_ValueError, "warp_affine: kind must be 0 (bilinear) or 1 (bicubic)"); return NULL; }
+    Py_buffer v;
+    if (PyObject_GetBuffer(src, &v, PyBUF_STRIDES) < 0) return NULL;
+    PyObject *out = NULL;
+    double *ax = NULL;
+    uint8_t fill[3] = {0, 0, 0};
+    if (v.ndim != 3 || v.itemsize != 1 || (v.shape[2] != 1 && v.shape[2] != 3) || v.strides[2] != 1 || v.strides[1] != v.shape[2]
+        || v.strides[0] < v.shape[1] * v.shape[2] || v.shape[0] < 1 || v.shape[1] < 1) {
+        PyErr_SetString(PyExc_ValueError, "warp_affine: src must be uint8 HWC (C = 1 or 3) with packed pixels in each row");
+        goto done;
+    }
+    const int H = (int)v.shape[0], W = (int)v.shape[1], C = (int)v.shape[2];
+    const Py_ssize_t rs = v.strides[0];
+    if (!PyTuple_Check(fillo) || PyTuple_GET_SIZE(fillo) != C) {
+        PyErr_Format(PyExc_ValueError, "warp_affine: fill must be a tuple of %d values 0-255", C);
+        goto done;
+    }
+    for (int c = 0; c < C; c++) {
+        long f = PyLong_AsLong(PyTuple_GET_ITEM(fillo, c));
+        if (f == -1 && PyErr_Occurred()) goto done;
+        if (f < 0 || f > 255) { PyErr_SetString(PyExc_ValueError, "warp_affine: fill values must be 0-255"); goto done; }
+        fill[c] = (uint8_t)f;
+    }
+    ax = (double *)malloc(sizeof(double) * 2 * (size_t)W);
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)H * W * C);
+    if (!ax || !out) { Py_CLEAR(out); PyErr_NoMemory(); goto done; }
+    uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
+    const uint8_t *base = (const uint8_t *)v.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (int x = 0; x < W; x++) {  /* the products Pillow computes per pixel: the same values, once per column */
+        ax[x] = a[0] * (x + 0.5);
+        ax[W + x] = a[3] * (x + 0.5);
+    }
+    for (int y = 0; y < H; y++) {
+        if (C == 3) wa_row(base, rs, H, W, 3, a, ax, ax + W, y, kind, fill, dst + (size_t)y * W * 3);
+        else wa_row(base, rs, H, W, 1, a, ax, ax + W, y, kind, fill, dst + (size_t)y * W);
+    }
+    Py_END_ALLOW_THREADS
+done:
+    free(ax);
+    PyBuffer_Release(&v);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"set_streaming", set_streaming, METH_VARARGS, "set_streaming(on) -> previous setting: streaming stores in the affine passes (AVX2 builds)"},
     {"header", header, METH_VARARGS, "header(data) -> (height, width, components, jpeg colour space)"},
@@ -1310,6 +1429,7 @@ static PyMethodDef methods[] = {
     {"affine_u8_cl", affine_u8_cl, METH_VARARGS, "affine_u8_cl(x_u8, m, b, lo, hi, fill, valid_i64, out_f32, n, c, hw): channels-last in and out, fill past valid[i]"},
     {"flag_acquire", flag_acquire, METH_VARARGS, "flag_acquire(int32 flags, i) -> True when flag i went 0 -> 1 (atomic, acquire)"},
     {"flag_release", flag_release, METH_VARARGS, "flag_release(int32 flags, i): flag i = 0 (atomic, release)"},
+    {"warp_affine", warp_affine, METH_VARARGS, "warp_affine(src_hwc_u8, matrix, kind, fill) -> bytearray (H, W, C): Pillow's Image.transform(size, AFFINE, matrix, resample, fillcolor=fill) of the image, byte for byte (kind 0 bilinear, 1 bicubic)"},
     {"affine_u8", affine_u8, METH_VARARGS, "affine_u8(x_u8, m, b, lo, hi, out_f32, n, c, hw): out = clamp(m @ x + b, lo, hi)"},
     {NULL, NULL, 0, NULL}};
 /* Multi-phase init (PEP 489). The module keeps no Python objects of its own: what it shares between calls is set once

@@ -84,3 +84,23 @@ def test_mixup_without_prefetcher(sample_root):
     x, y = next(iter(ld))
     xm, ym = Mixup(mixup_alpha=1.0, num_classes=10)(x, y)
     assert xm.shape == x.shape and ym.shape == (8, 10) and torch.allclose(ym.sum(1), torch.ones(8))
+
+
+@pytest.mark.parametrize('recipe', [dict(auto_augment='rand-m9-mstd0.5-inc1', re_prob=0.25),
+                                    dict(auto_augment='augmix-m5-w4-d2'),
+                                    dict(auto_augment='3a', color_jitter=0.3)])
+def test_recipe_same_batches_in_every_worker_mode(sample_root, recipe):
+    "A policy on the fast path (the crop from the undecoded JPEG, then the policy on it) draws only the sample's own"
+    " generators: the main process, worker processes and loader threads give the same batches, and so does a second run."
+    from timmdata.pixels import decode
+    ds = ImageDataset(sample_root)
+    runs = []
+    for mode, workers in (('process', 0), ('process', 2), ('thread', 2), ('process', 2)):
+        ld = create_loader(ds, (3, 96, 96), 8, is_training=True, num_workers=workers, worker_mode=mode, seed=7,
+                           use_prefetcher=False, **recipe)
+        if decode.NATIVE.module is not None:
+            assert ld.dataset.transform.input_format == 'encoded'
+        runs.append(torch.cat([x for x, _ in ld]))
+    assert runs[0].shape[0] == len(ds) // 8 * 8
+    for r in runs[1:]:
+        assert torch.equal(r, runs[0])

@@ -67,6 +67,20 @@ def test_changed_mix_refused_or_continued(roots):
     assert sd2['done'] and len(got) == len(dl) - 2  # the epoch goes on from where it was saved
 
 
+# a state as timmdata saved it before the mix's order by position (each source's order then a listed permutation)
+OLD_STATE = '{"version": 1, "kind": "map", "epoch": 0, "rep": 0, "offset": 8, "end": 48, "done": false, "batches_delivered": 2, "world_size": 1, "batch_size": 4, "drop_last": true, "dataset_len": 48, "seed": 11, "sampler": {"kind": "MixSampler"}, "mix": {"entries": [{"reader": "FolderReader", "samples": 24, "labels": 0}, {"reader": "FolderReader", "samples": 15, "labels": 3}, {"reader": "FolderReader", "samples": 9, "labels": 6}], "schedule": {"steps": [0], "weights": [[0.5, 0.3, 0.2]], "interpolate": "constant"}, "exhausted": "repeat", "epoch_length": null, "seed": null}, "lanes": 1, "samples_per_step": 4}'
+
+
+def test_state_from_before_the_order_by_position(roots):
+    "Refused by name (MixChangedError: no mix_order); with on_mix_change='continue' the epoch goes on from its position."
+    with pytest.raises(MixChangedError, match="no mix_order"):
+        _loader(_mix(roots)).load_state_dict(json.loads(OLD_STATE))
+    dl = _loader(_mix(roots, on_mix_change='continue'))
+    dl.load_state_dict(json.loads(OLD_STATE))
+    got, sd = run_epochs(dl, 1)
+    assert sd['done'] and len(got) == len(dl) - 2 and sd['mix_order'] == 'keyed'
+
+
 def test_exact_once_per_source_with_stop(roots):
     "exhausted='stop': the epoch ends when the first source runs out; no sample of any source comes twice."
     ds = _mix(roots, exhausted='stop', labels=None)

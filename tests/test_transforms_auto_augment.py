@@ -105,7 +105,8 @@ def test_seeded_outputs(config):
 def test_create_transform_with_auto_augment(auto_augment, interpolation):
     kw = dict(input_size=128, is_training=True, auto_augment=auto_augment, interpolation=interpolation, use_prefetcher=True)
     ours, theirs = create_transform(**kw), timm_create_transform(**kw)
-    assert ours.input_format == 'pil'
+    from timmdata.pixels import decode
+    assert ours.input_format == ('encoded' if decode.NATIVE.module is not None else 'pil')  # crop from the JPEG, then PIL
     assert [type(t).__name__ for t in ours.transforms] == [type(t).__name__ for t in theirs.transforms]
     img = make_sample_image(1, seed=2, size=(300, 220))
     compared = 0
@@ -133,3 +134,82 @@ def test_tensor_input_falls_back_to_pil():
 def test_bad_strings(bad, msg):
     with pytest.raises(ValueError, match=msg.replace('(', r'\(')):
         create_transform(224, is_training=True, auto_augment=bad)
+
+
+# ------------------------------------------------------------------------------------------------ recipes, from JPEGs
+# timm's recipes as `create_transform` builds them, read by the dataset from JPEG files: timmdata crops from the
+# undecoded JPEG (only the box decoded and resized natively, PIL's pixels), hands the crop on as a PIL image and runs
+# the policy's ops (and the jitter after it) on that, as timm runs them on its PIL crop. timm's
+# rand-m9-mstd0.5-inc1 fails under Pillow >= 13 (PosterizeIncreasing at magnitude 9 keeps 0 bits: "bits must be between
+# or equal to 1 and 8"); it is compared with timm's posterize fixed to give black for 0 bits, as older Pillow did.
+RECIPES = {
+    'rand-m9-mstd0.5-inc1': dict(auto_augment='rand-m9-mstd0.5-inc1'),
+    'rand-m9-mstd0.5': dict(auto_augment='rand-m9-mstd0.5'),
+    'augmix-m5-w4-d2': dict(auto_augment='augmix-m5-w4-d2'),
+    '3a': dict(auto_augment='3a', color_jitter=0.3),
+    'original': dict(auto_augment='original'),
+    'rand-grey-blur-vflip': dict(auto_augment='rand-m7-mstd0.5', grayscale_prob=0.3, gaussian_blur_prob=0.3,
+                                 vflip=0.3, hflip=0.0),  # the crop without a horizontal flip after it
+}
+
+
+@pytest.fixture
+def timm_posterize_fixed(monkeypatch):
+    orig = timm_aa.posterize
+
+    def posterize(img, bits_to_keep, **kw):
+        return img.point([0] * 256 * len(img.getbands())) if bits_to_keep <= 0 else orig(img, bits_to_keep, **kw)
+
+    monkeypatch.setattr(timm_aa, 'posterize', posterize)
+    for k, v in list(timm_aa.NAME_TO_OP.items()):
+        if v is orig:
+            monkeypatch.setitem(timm_aa.NAME_TO_OP, k, posterize)
+
+
+@pytest.fixture(scope='module')
+def jpeg_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp('recipes')
+    (root / 'c0').mkdir()
+    for i, size in enumerate([(500, 375), (375, 500), (300, 700), (640, 480)]):
+        make_sample_image(20 + i, size=size).save(root / 'c0' / f'{i}.jpg', quality=90)
+    return root
+
+
+@pytest.mark.parametrize('recipe', sorted(RECIPES))
+@pytest.mark.parametrize('interpolation', ['random', 'bicubic'])
+def test_recipe_from_jpeg_files(jpeg_root, timm_posterize_fixed, recipe, interpolation):
+    "The recipe's samples from JPEG files: timm's pixels exactly (max abs difference 0), the crop made from the JPEG."
+    from timm import data as timm_data
+    from timmdata.dataset import ImageDataset
+    from timmdata.pixels import decode
+    kw = dict(input_size=224, is_training=True, interpolation=interpolation, use_prefetcher=True, **RECIPES[recipe])
+    ours = ImageDataset(str(jpeg_root), transform=create_transform(**kw))
+    theirs = timm_data.ImageDataset(str(jpeg_root), transform=timm_create_transform(**kw))
+    if decode.NATIVE.module is not None:
+        assert ours.transform.input_format == 'encoded'  # the crop from the undecoded JPEG, then PIL's ops
+    for i in range(len(ours)):
+        for seed in range(6):
+            _seed(seed); a, _ = ours[i]
+            _seed(seed); b, _ = theirs[i]
+            assert a.shape == b.shape == (3, 224, 224)
+            assert torch.equal(a, b), (recipe, ours.filename(i), seed, int((a.int() - b.int()).abs().max()))
+
+
+@pytest.mark.parametrize('recipe', ['rand-m9-mstd0.5-inc1', 'augmix-m5-w4-d2', '3a'])
+def test_recipe_with_handed_draws(jpeg_root, recipe):
+    "The sample's own draws (`Draws(k)`) give what `seed_all(k)` gives, and leave the global generators alone."
+    from timmdata.config import Draws, seed_all
+    from timmdata.dataset import ImageDataset
+    from timmdata.transforms import takes_draws
+    tf = create_transform(224, is_training=True, use_prefetcher=True, **RECIPES[recipe])
+    assert takes_draws(tf)
+    ds = ImageDataset(str(jpeg_root), transform=tf)
+    for k in range(8):
+        seed_all(k)
+        want = ds.sample(k % len(ds))[0]
+        seed_all(10_000 + k)
+        before = random.getstate(), torch.get_rng_state(), np.random.get_state()[1].copy()
+        got = ds.sample(k % len(ds), rng=Draws(k))[0]
+        assert random.getstate() == before[0] and torch.equal(torch.get_rng_state(), before[1])
+        assert (np.random.get_state()[1] == before[2]).all()
+        assert torch.equal(got, want), (recipe, k)

@@ -94,7 +94,7 @@ def test_bad_values_named(root):
         create_loader(ds, 64, 8, num_workers='many')
     with pytest.raises(ValueError, match="prefetch_factor must be None, an int >= 1 or 'auto'; got 'lots'"):
         create_loader(ds, 64, 8, num_workers='auto', prefetch_factor='lots')
-    with pytest.raises(ValueError, match="worker_mode must be one of 'process', 'thread'; got 'threads'"):
+    with pytest.raises(ValueError, match="worker_mode must be one of 'process', 'thread', 'auto'; got 'threads'"):
         create_loader(ds, 64, 8, num_workers='auto', worker_mode='threads')
     with pytest.raises(ValueError, match="num_workers must be an int >= 0 or 'auto'; got -1"):
         create_loader(ds, 64, 8, num_workers=-1)

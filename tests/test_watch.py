@@ -107,6 +107,46 @@ def test_four_gloo_ranks_name_the_slow_one(data, tmp_path):
     assert all(r['slow'] is not None and r['slow'].startswith('rank 3 ') for r in res)  # every rank knows it
 
 
+def rank0_only_job(rank: int, world: int, port: int, data: str, out: str):
+    "One rank of two, stepping together as DDP does (an all_reduce a step); only rank 0 watches, as under `if rank == 0:`."
+    from timmdata.engine import watch as wm
+
+    torch.set_num_threads(1)
+    wm.JOIN_WAIT = 2.0  # the wait for the other ranks at the first exchange (30 s by default)
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=world)
+    loader = create_loader(ImageDataset(data), 32, 4, is_training=True, num_workers=0, device='cpu', seed=0, distributed=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        w = LoaderWatch(loader, every=1, publish=False) if rank == 0 else None
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            for x, y in loader:
+                dist.all_reduce(torch.ones(1))  # the model's step: the ranks' gradients
+        if w is not None:
+            w.close()
+    said = [str(c.message) for c in caught if 'exchange between ranks' in str(c.message)]
+    Path(out, f'{rank}.json').write_text(json.dumps(dict(said=said, on=None if w is None else w.exchange.on)))
+    dist.destroy_process_group()
+
+
+def test_a_watch_on_rank_0_only_does_not_hang(data, tmp_path):
+    "A `LoaderWatch` made on one rank of two: it once waited for ever in the exchange's `all_gather`; now it goes on without the exchange, and says why."
+    port, world, ctx = free_port(), 2, mp.get_context('fork')
+    procs = [ctx.Process(target=rank0_only_job, args=(r, world, port, str(data), str(tmp_path))) for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    codes = [p.exitcode for p in procs]
+    for p in procs:
+        if p.exitcode is None:
+            p.kill()
+    assert codes == [0, 0], f'the ranks did not end ({codes}): rank 0 waited in the exchange'
+    res = [json.loads((tmp_path / f'{r}.json').read_text()) for r in range(world)]
+    assert res[0]['on'] is False and len(res[0]['said']) == 1, res
+    assert '1 of 2 ranks watch their loader' in res[0]['said'][0] and 'if rank == 0:' in res[0]['said'][0]
+
+
 TRAIN_SCRIPT = '''
 import sys, time
 from pathlib import Path

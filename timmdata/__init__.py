@@ -34,7 +34,6 @@ from timmdata.engine.collate import fast_collate
 from timmdata.engine.prefetch import PrefetchLoader
 from timmdata.loader import create_loader, MultiEpochsDataLoader
 from timmdata.engine.threads import gil_enabled
-from timmdata.engine.watch import LoaderWatch, LoaderWatchCallback, PrometheusSink
 from timmdata.engine.resume import ResumeStateError
 from timmdata.core.stages import LoaderStats  # what loader.stats() returns
 from timmdata.engine.threads import profile_loader

@@ -5,7 +5,7 @@
 # %% ../nbs/12_auto_augment.ipynb #146b8bfd
 from __future__ import annotations
 import re
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 import numpy as np
 import torch
 from PIL import Image, ImageEnhance, ImageFilter, ImageOps
@@ -15,14 +15,18 @@ from .config import GLOBAL_DRAWS, Draws
 from .transforms import SampleTransform, str_to_pil_interp
 
 # %% auto #0
-__all__ = ['OP_NAMES', 'AA_POLICIES', 'RAND_TRANSFORM_SETS', 'shear_x', 'shear_y', 'translate_x_abs', 'translate_y_abs',
-           'translate_x_rel', 'translate_y_rel', 'rotate', 'auto_contrast', 'equalize', 'invert', 'solarize',
-           'posterize', 'contrast', 'color', 'brightness', 'sharpness', 'solarize_add', 'gaussian_blur',
-           'gaussian_blur_rand', 'desaturate', 'AugmentOp', 'auto_augment_policy', 'AutoAugment',
-           'auto_augment_policy_v0', 'auto_augment_policy_v0r', 'auto_augment_policy_original',
+__all__ = ['OP_NAMES', 'AA_POLICIES', 'RAND_TRANSFORM_SETS', 'warp_affine', 'rotate_matrix', 'shear_x', 'shear_y',
+           'translate_x_abs', 'translate_y_abs', 'translate_x_rel', 'translate_y_rel', 'rotate', 'auto_contrast',
+           'equalize', 'invert', 'solarize', 'posterize', 'contrast', 'color', 'brightness', 'sharpness',
+           'solarize_add', 'gaussian_blur', 'gaussian_blur_rand', 'desaturate', 'AugmentOp', 'auto_augment_policy',
+           'AutoAugment', 'auto_augment_policy_v0', 'auto_augment_policy_v0r', 'auto_augment_policy_original',
            'auto_augment_policy_originalr', 'auto_augment_policy_3a', 'parse_auto_augment', 'auto_augment_transform',
            'rand_augment_choices', 'rand_augment_ops', 'RandAugment', 'rand_augment_transform', 'augmix_ops',
            'AugMixAugment', 'augment_and_mix_transform', 'create_auto_augment']
+
+# %% ../nbs/12_auto_augment.ipynb #5e1f0a31
+import math
+from .pixels.decode import NATIVE
 
 # %% ../nbs/12_auto_augment.ipynb #48d16283
 _LEVEL_DENOM = 10.0  # magnitude m is the fraction m / 10 of each op's range
@@ -38,10 +42,49 @@ def _resample(kw):
     return kw.get('rng', GLOBAL_DRAWS).py.choice(r) if isinstance(r, (tuple, list)) else r
 
 
+_WARP_KIND = {Image.Resampling.BILINEAR: 0, Image.Resampling.BICUBIC: 1}  # the native warp's filters
+
+
+def warp_affine(
+    img: Image.Image,  # an RGB or L image (other modes: Pillow's warp)
+    matrix: tuple,  # Pillow's affine data (a, b, c, d, e, f): output pixel (x, y) reads source (ax + by + c, dx + ey + f)
+    resample: int,  # Image.Resampling.BILINEAR or BICUBIC (others: Pillow's warp)
+    fillcolor=None,  # the colour where the source point falls outside the image (None: black)
+) -> Image.Image:
+    "Pillow's `img.transform(img.size, AFFINE, matrix, resample, fillcolor=fillcolor)`: natively for RGB and L images with the bilinear or bicubic filter (the same bytes, tested against Pillow; shears and translations skip the other axis's arithmetic), else Pillow's own."
+    warp, kind, n = getattr(NATIVE.module, 'warp_affine', None), _WARP_KIND.get(resample), len(img.getbands())
+    fill = (0,) * n if fillcolor is None else ((fillcolor,) * n if isinstance(fillcolor, int) else tuple(fillcolor))
+    if warp is None or kind is None or img.mode not in ('RGB', 'L') or len(fill) != n:
+        return img.transform(img.size, Image.Transform.AFFINE, matrix, resample=resample, fillcolor=fillcolor)
+    a = np.asarray(img)
+    buf = warp(a if a.ndim == 3 else a[:, :, None], tuple(float(v) for v in matrix[:6]), kind, fill)
+    return Image.frombuffer(img.mode, img.size, buf, 'raw', img.mode, 0, 1)
+
+
+def rotate_matrix(
+    size: tuple,  # the image's (w, h)
+    degrees: float,  # counter-clockwise, about the centre
+) -> list:
+    "The affine matrix Pillow's `Image.rotate(degrees)` (about the centre, not expanded) hands to `transform`."
+    w, h = size
+    angle = -math.radians(degrees % 360.0)
+    m = [
+        round(math.cos(angle), 15),
+        round(math.sin(angle), 15),
+        0.0,
+        round(-math.sin(angle), 15),
+        round(math.cos(angle), 15),
+        0.0,
+    ]
+    cx, cy = w / 2, h / 2
+    m[2], m[5] = m[0] * -cx + m[1] * -cy + m[2], m[3] * -cx + m[4] * -cy + m[5]
+    m[2] += cx
+    m[5] += cy
+    return m
+
+
 def _affine(img, matrix, kw):
-    return img.transform(
-        img.size, Image.Transform.AFFINE, matrix, resample=_resample(kw), fillcolor=kw.get('fillcolor')
-    )
+    return warp_affine(img, matrix, _resample(kw), kw.get('fillcolor'))
 
 
 def shear_x(img, factor, **kw):
@@ -69,7 +112,10 @@ def translate_y_rel(img, pct, **kw):
 
 
 def rotate(img, degrees, **kw):
-    return img.rotate(degrees, resample=_resample(kw), fillcolor=kw.get('fillcolor'))
+    resample, a = _resample(kw), degrees % 360.0
+    if a in (0, 90, 180, 270):  # Pillow's copies and transposes
+        return img.rotate(degrees, resample=resample, fillcolor=kw.get('fillcolor'))
+    return warp_affine(img, rotate_matrix(img.size, degrees), resample, kw.get('fillcolor'))
 
 
 def auto_contrast(img, **_):
@@ -549,7 +595,9 @@ def rand_augment_choices(name: Optional[str], increasing: bool = True):
     )
 
 
-def rand_augment_ops(magnitude: float = 10, prob: float = 0.5, hparams: Optional[dict] = None, transforms=None) -> list:
+def rand_augment_ops(
+    magnitude: float = 10, prob: float = 0.5, hparams: Optional[dict] = None, transforms: Optional[Sequence[str]] = None
+) -> list:
     "One `AugmentOp` per name."
     return [
         AugmentOp(n, prob=prob, magnitude=magnitude, hparams=hparams or _HPARAMS_DEFAULT)
@@ -560,7 +608,9 @@ def rand_augment_ops(magnitude: float = 10, prob: float = 0.5, hparams: Optional
 class RandAugment(SampleTransform):
     "Applies `num_layers` ops drawn from `ops` (with replacement, or by `choice_weights` without) per image."
 
-    def __init__(self, ops: list, num_layers: int = 2, choice_weights=None):
+    def __init__(
+        self, ops: list, num_layers: int = 2, choice_weights: Optional[Union[Sequence[float], np.ndarray]] = None
+    ):
         self.ops, self.num_layers, self.choice_weights = ops, num_layers, choice_weights
 
     def _apply(self, img, rng: Draws = GLOBAL_DRAWS):
@@ -579,7 +629,7 @@ class RandAugment(SampleTransform):
 def rand_augment_transform(
     config_str: str,  # 'rand' plus sections, e.g. 'rand-m9-mstd0.5-inc1'
     hparams: Optional[dict] = None,  # shared op settings
-    transforms=None,  # op names (list), weights (dict) or a set name; overrides 't<set>'
+    transforms: 'Optional[Union[str, Sequence[str], dict[str, float]]]' = None,  # op names (list), weights (dict) or a set name; overrides 't<set>'
 ) -> RandAugment:
     "RandAugment from a config string."
     cfg = parse_auto_augment(config_str)
@@ -621,7 +671,9 @@ _AUGMIX_TRANSFORMS = [
 ]
 
 
-def augmix_ops(magnitude: float = 10, hparams: Optional[dict] = None, transforms=None) -> list:
+def augmix_ops(
+    magnitude: float = 10, hparams: Optional[dict] = None, transforms: Optional[Sequence[str]] = None
+) -> list:
     "AugMix's ops, always applied (prob 1)."
     return [
         AugmentOp(n, prob=1.0, magnitude=magnitude, hparams=hparams or _HPARAMS_DEFAULT)

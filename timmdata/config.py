@@ -122,7 +122,7 @@ def resolve_data_config(
         dict
     ] = None,  # explicit settings (e.g. vars(parsed args)): input_size, img_size, in_chans, interpolation, mean, std, crop_pct, crop_mode
     pretrained_cfg: Optional[dict] = None,  # a timm pretrained config (default: `model.pretrained_cfg`)
-    model=None,  # a model with a `pretrained_cfg` attribute
+    model: Optional[torch.nn.Module] = None,  # a model with a `pretrained_cfg` attribute
     use_test_size: bool = False,  # prefer the config's `test_input_size` / `test_crop_pct`
     verbose: bool = False,  # print the result
 ) -> dict:
@@ -173,7 +173,9 @@ def resolve_data_config(
     return out
 
 
-def resolve_model_data_config(model, args=None, pretrained_cfg=None, use_test_size=False, verbose=False) -> dict:
+def resolve_model_data_config(
+    model, args: Optional[dict] = None, pretrained_cfg: Optional[dict] = None, use_test_size=False, verbose=False
+) -> dict:
     "`resolve_data_config` with the model first."
     return resolve_data_config(
         args=args, pretrained_cfg=pretrained_cfg, model=model, use_test_size=use_test_size, verbose=verbose
@@ -199,7 +201,17 @@ def seed_all(seed: int):
     torch.default_generator.manual_seed(seed)
     np.random.seed(seed & 0xFFFFFFFF)
 
+# %% ../nbs/07_config.ipynb #7c2d9e01
+import sys
+from collections import deque
+
 # %% ../nbs/07_config.ipynb #df39bbeb
+# numpy's RandomState(seed) builds its bit generator through a SeedSequence first (about a millisecond a sample on a
+# busy machine, more than a sample's auto-augment ops); re-seeding one (`RandomState.seed`, numpy's legacy path, about
+# a microsecond) gives the same state. A sample's draws hand theirs back when dropped and nothing else holds it.
+_SPARE_NP: deque = deque(maxlen=32)
+
+
 class Draws:
     """The random generators of one sample (or batch), seeded from its `key`: `py` (`random.Random`), `torch` (a CPU
     `torch.Generator`) and `np` (numpy `RandomState`), each made on first use, seeded as `seed_all(key)` seeds the global ones."""
@@ -227,8 +239,20 @@ class Draws:
     def np(self) -> np.random.RandomState:
         "A numpy legacy generator (`choice`, `beta`, `dirichlet`...), as `np.random.seed(key)` would leave the global one."
         if self._np is None:
-            self._np = np.random.RandomState(self.key & 0xFFFFFFFF)
+            try:
+                g = _SPARE_NP.pop()  # a generator a dropped sample's draws left: re-seeded, the same state as a new one
+            except IndexError:
+                g = np.random.RandomState()
+            g.seed(self.key & 0xFFFFFFFF)
+            self._np = g
         return self._np
+
+    def __del__(self):
+        try:
+            if getattr(self, '_np', None) is not None and _np_refs(self) <= _NP_SOLE:  # nobody else holds it
+                _SPARE_NP.append(self._np)
+        except Exception:  # at interpreter exit this module's names may be gone already
+            pass
 
     def child(self, *tags: int) -> Draws:
         "Independent draws for a part of this sample or batch (e.g. the batch step after the samples), keyed by `tags`."
@@ -256,6 +280,19 @@ class _GlobalDraws(Draws):
     def __repr__(self):
         return 'GLOBAL_DRAWS'
 
+
+def _np_refs(d: Draws) -> int:
+    g = d._np
+    return sys.getrefcount(g)
+
+
+# the count `_np_refs` sees for a generator held only by its Draws, measured once by the same code (interpreters count
+# references to locals and arguments differently: 3.14 skips some)
+_probe = Draws(0)
+_probe._np = object()
+_NP_SOLE = _np_refs(_probe)
+_probe._np = None
+del _probe
 
 GLOBAL_DRAWS = _GlobalDraws()  # the global generators: a transform's default, for callers that seed them (timm's way)
 

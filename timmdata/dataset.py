@@ -4,15 +4,17 @@
 
 # %% ../nbs/20_dataset.ipynb #4c6e183b
 from __future__ import annotations
-import errno, threading, time, warnings
-from typing import Callable, Optional
+import errno, os, threading, time, warnings
+from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 import torch.utils.data
 from .pixels import decode
 from .pixels.decode import EncodedJpeg, ImageDecodeError, convert_mode, decode_image, encoded_jpeg, read_source
 from PIL import Image
-from .readers import create_reader
+from .readers import Reader, create_reader
+from .readers.core import reader_keywords
+from .core.untrusted import choice_error, keyword_error, keywords_of, unknown_keyword
 from .core.stages import DECODE, READ, stage_clock
 from .transforms import INPUT_FORMATS, SampleTransform, takes_draws, transform_input
 from .config import GLOBAL_DRAWS, Draws
@@ -20,10 +22,11 @@ from .pixels.resample import PendingJpegCrop
 from functools import partial
 
 # %% auto #0
-__all__ = ['SAMPLE_DRAWS', 'is_transient', 'DecodeTransform', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
+__all__ = ['SAMPLE_DRAWS', 'DecodeTransform', 'BadSamples', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
 
 # %% ../nbs/20_dataset.ipynb #bf0aa1aa
-_BAD_POLICIES = ('raise', 'skip')
+_BAD_POLICIES = ('raise', 'skip', 'replace')
+_REPLACE_TAG = 0x5EB1  # mix_seed tag of a bad sample's replacement draws (`ImageDataset._on_bad`)
 
 
 class _UsageError(ValueError):
@@ -146,72 +149,19 @@ class DecodeTransform:
                 e.add_note(f'timmdata: while transforming {where()}')  # named only on failure: not per sample
             raise
 
-# %% ../nbs/20_dataset.ipynb #3be1b7ef
-class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
-    "timm-compatible map-style image dataset: `ds[i] -> (image, target)`, read by a reader, decoded by `decode_image`."
+# %% ../nbs/20_dataset.ipynb #b5d0a112
+class BadSamples:
+    """How a dataset reads a sample through its `bad_sample` policy: a transient OS error retried, a damaged file raised
+    (naming it and what to do), skipped (`None`, warned, counted) or replaced by another sample drawn from its own key.
+    The dataset gives `_load(index)`, `_sample(...)`, `filename(...)`, `bad_sample` and `_bad` (a flag per sample in shared
+    memory, None with 'raise')."""
 
     io_retries, io_backoff = 3, 0.05  # a transient OS error: retried this often, after 0.05, 0.2, 0.8 s, then raised
 
-    def __init__(
-        self,
-        root,  # dataset root (folder, .tar, folder of .tars, .csv, cache store), see `create_reader`
-        reader=None,  # a `Reader`, or a reader kind ('folder', 'tar', 'csv', 'store'), or None to guess
-        split: str = 'train',  # split folder to look for under root (timm's synonyms too); root itself if absent
-        class_map=None,  # dict or .txt: keep only these classes, with these indices
-        load_bytes: bool = False,  # return the file's raw bytes instead of decoding
-        input_img_mode: str = 'RGB',  # PIL mode images are converted to
-        transform: Optional[
-            Callable
-        ] = None,  # applied to the image; what it takes (PIL, tensor, encoded JPEG) from its `input_format`
-        target_transform: Optional[Callable] = None,  # applied to the integer target
-        additional_features=None,  # timm's extra Hugging Face columns per sample: refused (see below); None accepted
-        bad_sample: str = 'raise',  # unreadable or corrupt image: 'raise' an error naming file and index, or 'skip' (None + warning, counted)
-        **kwargs,  # passed to the reader (e.g. `extensions`)
-    ):
-        if (
-            additional_features is not None
-        ):  # timm reads them only through its hfds/ reader, as (img, target, *features)
-            raise NotImplementedError(
-                f'ImageDataset(additional_features={additional_features!r}): extra per-sample columns are read by '
-                f"timm's hfds/ reader only, and timmdata's HfdsReader returns (image, target); read the extra "
-                f'columns from the Hugging Face dataset by index, or use timm for this dataset'
-            )
-        if bad_sample not in _BAD_POLICIES:
-            raise ValueError(f"bad_sample must be one of 'raise', 'skip'; got {bad_sample!r}")
-        if reader is None or isinstance(reader, str):
-            reader = create_reader(root, split=split, class_map=class_map, kind=reader or None, **kwargs)
-        self.reader, self.root = reader, root
-        self.load_bytes, self.input_img_mode, self.bad_sample = load_bytes, input_img_mode, bad_sample
-        self.transform, self.target_transform = transform, target_transform
-        # one flag per sample in shared memory: DataLoader workers (forked or spawned) mark skips the parent can read
-        self._bad = torch.zeros(len(reader), dtype=torch.uint8).share_memory_() if bad_sample == 'skip' else None
-
-    def __len__(self) -> int:
-        return len(self.reader)
-
     @property
     def bad_samples(self) -> list:
-        "Indices skipped as unreadable so far, in this process and its DataLoader workers ([] with bad_sample='raise')."
+        "Indices skipped (or replaced) as unreadable so far, in this process and its DataLoader workers ([] with bad_sample='raise')."
         return [] if self._bad is None else torch.nonzero(self._bad).flatten().tolist()
-
-    @property
-    def classes(self) -> list:
-        return self.reader.classes
-
-    @property
-    def class_to_idx(self) -> dict:
-        return self.reader.class_to_idx
-
-    def __repr__(self):
-        return f'{type(self).__name__}({len(self)} samples, {len(self.classes)} classes, reader={self.reader!r}, transform={self._transform!r})'
-
-    def _load(self, index: int):
-        src, target = self.reader[index]
-        if self.load_bytes:
-            if isinstance(src, np.ndarray):
-                raise _UsageError('load_bytes=True needs a reader of encoded files; this reader returns decoded pixels')
-            return read_source(src), target
-        return self.decode_sample(src), target
 
     def _load_retrying(self, index: int):
         "`_load`, with transient OS errors retried; a bad file's error is raised for `_on_bad`, anything else as it is."
@@ -232,18 +182,121 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
                     raise type(e)(*e.args, note) from e  # Python < 3.11: the note in the message
                 time.sleep(self.io_backoff * 4**attempt)
 
+    max_replacements = 16  # bad_sample='replace': replacements drawn for one sample before the error is raised
+
+    def _on_bad(self, index: int, e: Exception, rng: Draws = GLOBAL_DRAWS, defer: bool = False, tries: int = 0):
+        msg = f'sample {index} ({self.filename(index, absolute=True)}) could not be read or decoded: {e}'
+        if self._bad is None:
+            raise ImageDecodeError(
+                msg + "; fix or remove the file, or pass bad_sample='skip' to skip such samples"
+            ) from e
+        self._bad[index] = 1
+        if self.bad_sample == 'skip':
+            warnings.warn(f'skipped {msg}', stacklevel=3)
+            return None
+        if tries >= self.max_replacements or len(self) < 2:
+            raise ImageDecodeError(
+                f'{msg}; and so were the {tries} samples drawn to replace it: fix or remove the damaged files '
+                '(`timmdata check ROOT` lists them)'
+            ) from e
+        # another sample, drawn from the sample's own key (the global generators, seeded per sample by the loader,
+        # where its transform draws from them): the same in every worker mode and after a resume
+        r = rng.child(_REPLACE_TAG, tries)
+        other = (index + 1 + r.py.randrange(len(self) - 1)) % len(self)
+        warnings.warn(f'replaced {msg}: sample {other} read in its place', stacklevel=3)
+        return self._sample(other, defer, r, tries + 1)
+
+# %% ../nbs/20_dataset.ipynb #3be1b7ef
+class ImageDataset(BadSamples, DecodeTransform, torch.utils.data.Dataset):
+    "timm-compatible map-style image dataset: `ds[i] -> (image, target)`, read by a reader, decoded by `decode_image`."
+
+    def __init__(
+        self,
+        root,  # dataset root (folder, .tar, folder of .tars, .csv, cache store), see `create_reader`
+        reader: 'Optional[Union[Reader, str]]' = None,  # a `Reader`, or a reader kind ('folder', 'tar', 'csv', 'store'), or None to guess
+        split: str = 'train',  # split folder to look for under root (timm's synonyms too); root itself if absent
+        class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices
+        load_bytes: bool = False,  # return the file's raw bytes instead of decoding
+        input_img_mode: str = 'RGB',  # PIL mode images are converted to
+        transform: Optional[
+            Callable
+        ] = None,  # applied to the image; what it takes (PIL, tensor, encoded JPEG) from its `input_format`
+        target_transform: Optional[Callable] = None,  # applied to the integer target
+        additional_features: 'Optional[Sequence[str]]' = None,  # timm's extra Hugging Face columns per sample: refused (see below); None accepted
+        bad_sample: str = 'raise',  # unreadable or corrupt image: 'raise' an error naming file and index, 'skip' (None + warning, counted), or 'replace' (another sample, chosen from the sample's key; warned, counted)
+        **kwargs,  # passed to the reader (e.g. `extensions`)
+    ):
+        if (
+            additional_features is not None
+        ):  # timm reads them only through its hfds/ reader, as (img, target, *features)
+            raise NotImplementedError(
+                f'ImageDataset(additional_features={additional_features!r}): extra per-sample columns are read by '
+                f"timm's hfds/ reader only, and timmdata's HfdsReader returns (image, target); read the extra "
+                f'columns from the Hugging Face dataset by index, or use timm for this dataset'
+            )
+        if bad_sample not in _BAD_POLICIES:
+            raise choice_error('bad_sample', bad_sample, _BAD_POLICIES)
+        if reader is None or isinstance(reader, str):
+            try:
+                reader = create_reader(root, split=split, class_map=class_map, kind=reader or None, **kwargs)
+            except TypeError as e:  # a misspelt keyword: named as this class's, with the closest one
+                better = keyword_error(e, type(self).__name__, kwargs, self._keywords())
+                if better is None:
+                    raise
+                raise better from None
+        elif kwargs:  # a reader given: nothing would take them
+            raise unknown_keyword(type(self).__name__, next(iter(kwargs)), keywords_of(type(self)))
+        self.reader, self.root = reader, root
+        self.load_bytes, self.input_img_mode, self.bad_sample = load_bytes, input_img_mode, bad_sample
+        self.transform, self.target_transform = transform, target_transform
+        # one flag per sample in shared memory: DataLoader workers (forked or spawned) mark skips the parent can read
+        self._bad = torch.zeros(len(reader), dtype=torch.uint8).share_memory_() if bad_sample != 'raise' else None
+
+    @classmethod
+    def _keywords(cls) -> list:
+        "The keywords it takes: its own and its readers'."
+        return keywords_of(cls) + reader_keywords()
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    @property
+    def classes(self) -> list:
+        return self.reader.classes
+
+    @property
+    def class_to_idx(self) -> dict:
+        return self.reader.class_to_idx
+
+    def __repr__(self):
+        return f'{type(self).__name__}({len(self)} samples, {len(self.classes)} classes, reader={self.reader!r}, transform={self._transform!r})'
+
+    def _load(self, index: int):
+        src, target = self.reader[index]
+        if self.load_bytes:
+            if isinstance(src, np.ndarray):
+                raise _UsageError('load_bytes=True needs a reader of encoded files; this reader returns decoded pixels')
+            return read_source(src), target
+        return self.decode_sample(src), target
+
     def __getitem__(self, index: int):
         return self.sample(index, rng=SAMPLE_DRAWS.rng)  # a loader's draws for this sample, when it reads one
 
     @property
     def can_defer(self) -> bool:
         "Can its samples' pixels wait for the collate? Its transform is ours, and it reads samples with `sample` (a subclass that overrides `__getitem__` is read through that)."
-        return isinstance(self._transform, SampleTransform) and type(self).__getitem__ is ImageDataset.__getitem__
+        ours = isinstance(self._transform, SampleTransform) and type(self).__getitem__ is ImageDataset.__getitem__
+        # bad_sample='replace' reads a replacement where the bad file is found: no crop waits for the collate
+        return ours and self.bad_sample != 'replace'
 
     def sample(self, index: int, defer: bool = False, rng: Draws = GLOBAL_DRAWS):
         "`self[index]`; with `defer`, a training crop may come as a `PendingResize` (for `fast_collate`), a JPEG's as a `PendingJpegCrop` that keeps this dataset's bad-sample policy."
         if not -len(self) <= index < len(self):
             raise IndexError(f'index {index} out of range for a dataset of {len(self)} samples')
+        return self._sample(index, defer, rng, 0)
+
+    def _sample(self, index: int, defer: bool, rng: Draws, tries: int):
+        "`sample`; `tries`: replacements drawn so far for the sample this one stands in for (bad_sample='replace')."
         try:
             img, target = self._load_retrying(index)
         except (
@@ -251,12 +304,12 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
         ) as e:  # ImageDecodeError, or a file that is missing or unreadable for good (never a transient error)
             if is_transient(e):
                 raise
-            return self._on_bad(index, e)
+            return self._on_bad(index, e, rng, defer, tries)
         try:
             img = self.transform_sample(img, lambda: f'sample {index} ({self.filename(index)})', defer, rng)
         except ImageDecodeError as e:
             if isinstance(img, EncodedJpeg):
-                return self._on_bad(index, e)  # decoded inside the transform
+                return self._on_bad(index, e, rng, defer, tries)  # decoded inside the transform
             raise
         if isinstance(img, PendingJpegCrop):  # decoded in the collate: a bad file meets the same policy there
             img.on_bad = partial(self._on_bad, index)
@@ -265,16 +318,6 @@ class ImageDataset(DecodeTransform, torch.utils.data.Dataset):
         elif self.target_transform is not None:
             target = self.target_transform(target)
         return img, target
-
-    def _on_bad(self, index: int, e: Exception):
-        msg = f'sample {index} ({self.filename(index, absolute=True)}) could not be read or decoded: {e}'
-        if self._bad is None:
-            raise ImageDecodeError(
-                msg + "; fix or remove the file, or pass bad_sample='skip' to skip such samples"
-            ) from e
-        self._bad[index] = 1
-        warnings.warn(f'skipped {msg}', stacklevel=3)
-        return None
 
     def filename(self, index: int, basename: bool = False, absolute: bool = False) -> str:
         "Name of sample `index`'s file, relative to the reader's root unless `absolute`."

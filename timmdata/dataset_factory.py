@@ -5,11 +5,12 @@
 # %% ../nbs/39_dataset_factory.ipynb #fdb8359e
 from __future__ import annotations
 import os
-from typing import Optional
+from typing import Optional, Union
 import numpy as np
 from .dataset import ImageDataset
 from .streams.hf_readers import HfdsReader
 from .readers import Reader, find_split, reader_kinds, unset, register_scheme
+from .core.untrusted import names_keywords
 
 # %% auto #0
 __all__ = ['TorchvisionReader', 'create_dataset']
@@ -139,12 +140,13 @@ def _tfds_error(name: str):
     )
 
 # %% ../nbs/39_dataset_factory.ipynb #a333ef31
+@names_keywords(ImageDataset)  # a misspelt keyword is named as create_dataset's, with the closest one
 def create_dataset(
     name: str,  # '' (folder, tar, csv or store under root), or 'torch/...', 'wds/...', 'hfds/...', 'hfids/...'
     root: Optional[str] = None,  # dataset root (folder, shards folder, cache_dir)
     split: str = 'validation',  # split (timm's synonyms: train/training, val/valid/validation/eval/evaluation)
     search_split: bool = True,  # look for the split's folder under root (folder and torch/image_folder)
-    class_map=None,  # dict or .txt: keep only these classes, with these indices
+    class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices
     load_bytes: bool = False,  # return the encoded bytes instead of decoding (folder)
     is_training: bool = False,  # training stream: shuffled, equal batches per rank (wds, hfids)
     download: bool = False,  # download if missing and supported (torch, hfids)

@@ -6,15 +6,17 @@
 from __future__ import annotations
 import math
 from typing import Iterator, Optional, Protocol, runtime_checkable
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler, SequentialSampler
 from torch.utils.data.distributed import DistributedSampler
 from .config import mix_seed
+from .streams.global_order import permute_index
 
 # %% auto #0
-__all__ = ['OrderedDistributedSampler', 'RepeatAugSampler', 'timm_sampler', 'SeededRandomSampler', 'OrdersItsEpochs',
-           'epoch_order', 'sampler_kind', 'world_of']
+__all__ = ['RUN', 'OrderedDistributedSampler', 'RepeatAugSampler', 'timm_sampler', 'SeededRandomSampler', 'OrdersItsEpochs',
+           'epoch_order', 'sampler_kind', 'world_of', 'PositionOrder', 'PositionSampler']
 
 # %% ../nbs/32_distributed_sampler.ipynb #f881993f
 def _world(num_replicas: Optional[int], rank: Optional[int], who: str) -> tuple:
@@ -231,3 +233,73 @@ def world_of(sampler) -> tuple:
     if isinstance(sampler, (DistributedSampler, OrderedDistributedSampler)):
         return sampler.num_replicas, sampler.rank, sampler.total_size
     return epoch_order(sampler)[2:] + (None,)  # raises the error naming the sampler
+
+# %% ../nbs/32_distributed_sampler.ipynb #c2644abd
+RUN = 1 << 14  # positions of one rank's share computed at a time by `PositionOrder`
+
+
+class PositionOrder:
+    "Epoch `epoch`, pass `rep` of a `PositionSampler` as a sequence: `order[p]` is `perm(p)`, computed for a run of `RUN` positions `W` apart (one rank's) at a time."
+
+    def __init__(self, n: int, seed: int, stride: int = 1):
+        self.n, self.seed, self.stride = int(n), int(seed), max(1, int(stride))
+        self._first, self._run = None, []  # the run met last: its first position and its samples (a list)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def take(self, positions) -> np.ndarray:
+        "The samples at `positions` (array-like in [0, n)), vectorised."
+        return permute_index(positions, self.n, self.seed)
+
+    def __getitem__(self, p: int) -> int:
+        k, first = None, self._first
+        if first is not None and p >= first and (p - first) % self.stride == 0:
+            k = (p - first) // self.stride
+        if k is None or k >= len(self._run):
+            if not 0 <= p < self.n:
+                raise IndexError(f'position {p} is outside the epoch of {self.n:,} samples')
+            self._first, k = p, 0
+            self._run = self.take(np.arange(p, min(self.n, p + RUN * self.stride), self.stride)).tolist()
+        return self._run[k]
+
+
+class PositionSampler(Sampler):
+    "A shuffled epoch as a bijection computed by position (`order='global'`): rank `rank` of `num_replicas` reads positions rank, rank + W, ... of one global order, padded by wrap to whole ranks; nothing per sample is held."
+
+    def __init__(
+        self,
+        dataset,  # a sized dataset (only `len()` is used)
+        seed: int = 0,  # the loader's seed
+        num_replicas: Optional[int] = None,  # ranks (None: the process group's, else 1)
+        rank: Optional[int] = None,  # this rank (None: the process group's, else 0)
+    ):
+        if num_replicas is None or rank is None:
+            up = dist.is_available() and dist.is_initialized()
+            num_replicas = (dist.get_world_size() if up else 1) if num_replicas is None else num_replicas
+            rank = (dist.get_rank() if up else 0) if rank is None else rank
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f'rank must be in [0, num_replicas); got rank={rank}, num_replicas={num_replicas}')
+        if len(dataset) < 1:
+            raise ValueError("order='global' needs a dataset with samples; got an empty one")
+        self.dataset, self.seed, self.num_replicas, self.rank, self.epoch = dataset, seed, num_replicas, rank, 0
+
+    def set_epoch(self, epoch: int):
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return -(-len(self.dataset) // self.num_replicas)  # per rank
+
+    def world(self) -> tuple:
+        "(W, rank, total): the epoch padded to whole ranks, as `DistributedSampler` pads it."
+        W = self.num_replicas
+        return W, self.rank, -(-len(self.dataset) // W) * W
+
+    def global_order(self, rep: int = 0) -> tuple:
+        "(order, total, W, rank), as `epoch_order` gives them: the order a `PositionOrder`, read in runs of this rank's positions."
+        W, rank, total = self.world()
+        return PositionOrder(len(self.dataset), mix_seed(self.seed, self.epoch, rep, _ORDER), W), total, W, rank
+
+    def __iter__(self):
+        order, total, W, rank = self.global_order()
+        return (order[p % len(order)] for p in range(rank, total, W))

@@ -7,13 +7,14 @@ from __future__ import annotations
 import ctypes, inspect, random, sys, warnings
 from dataclasses import MISSING, dataclass, fields
 from functools import partial
-from typing import Callable, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
     RandomSampler,
+    Sampler,
     SequentialSampler,
     default_collate,
     get_worker_info,
@@ -30,6 +31,7 @@ from .streams.mixing import MixedDataset, mix_batching
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 from .engine.resume import BatchPlan, ResumableDataLoader
 from .engine.threads import ThreadWorkers, check_worker_mode, default_worker_mode
+from .core.untrusted import choice_error, keyword_error
 from .engine.tune import AutoLoader, Budget, first_setting
 from .engine.watch import watch_by_setting
 from .engine.batch_plan import SeededDataset
@@ -118,8 +120,8 @@ class MultiEpochsDataLoader(ResumableDataLoader):
         dataset,
         batch_size: Optional[int] = 1,
         shuffle: Optional[bool] = None,
-        sampler=None,
-        batch_sampler=None,
+        sampler: Optional[Union[Sampler, Iterable[int]]] = None,
+        batch_sampler: Optional[Union[Sampler[list[int]], Iterable[list[int]]]] = None,
         drop_last: bool = False,
         **kwargs,
     ):
@@ -376,6 +378,9 @@ class LoaderOptions:
     seed: Optional[int] = None  # seed of the order and every draw; None: drawn from torch's RNG (rank 0's)
     decode_device: Optional[str] = None  # 'cuda': decode, crop and resize batched on the GPU (`gpu_decode`)
     worker_mode: str = 'process'  # 'process' or 'thread' workers, the same batches; 'auto': the measured rule, or tried (num_workers='auto')
+    order: Optional[str] = (
+        None  # map-style training: None (timm's samplers and order) or 'global' (a bijection by position: nothing per sample, resumes on any ranks)
+    )
 
     @property
     def channels(self) -> int:
@@ -442,7 +447,7 @@ def plan_step(dataset, o: LoaderOptions) -> tuple:
             seed=o.seed, batch_size_choices=o.batch_size_choices, choice_weights=o.batch_choice_weights,
             choice_seed=o.batch_choice_seed, choice_schedule=o.batch_choice_schedule,
             schedule_epochs=o.batch_schedule_epochs, schedule_spread=o.batch_schedule_spread,
-            schedule_random_mix=o.batch_schedule_random_mix, num_batches=o.num_batches,
+            schedule_random_mix=o.batch_schedule_random_mix, num_batches=o.num_batches, order=o.order,
         ),
     )  # fmt: skip
 
@@ -499,8 +504,11 @@ def create_loader(
     "timm's `create_loader`: a loader of normalised batches on `device`, fast by default, CPU or CUDA."
     try:
         o = LoaderOptions(*args, **kwargs)
-    except TypeError as e:  # a misspelt or missing argument: named as create_loader's
-        raise TypeError(str(e).replace('LoaderOptions.__init__()', 'create_loader()')) from None
+    except TypeError as e:  # a misspelt or missing argument: named as create_loader's, with the closest one
+        better = keyword_error(e, 'create_loader', kwargs, [f.name for f in fields(LoaderOptions)])
+        raise better or TypeError(str(e).replace('LoaderOptions.__init__()', 'create_loader()')) from None
+    if o.worker_mode not in ('process', 'thread', 'auto'):
+        raise choice_error('worker_mode', o.worker_mode, ('process', 'thread', 'auto'))
     if _check_auto(
         o
     ):  # num_workers or prefetch_factor 'auto': settings tried over the first batches (timmdata.engine.tune)

@@ -4,6 +4,7 @@
 
 # %% ../nbs/29_mixup.ipynb #7100fbc3
 from __future__ import annotations
+from typing import Optional
 import numpy as np
 import torch
 from .engine.collate import BatchCollate, fast_collate, new_uint8
@@ -57,7 +58,7 @@ def rand_bbox(
     lam,  # kept fraction of the image: a float, or an array giving one box per entry
     margin: float = 0.0,  # fraction of the box size its centre keeps away from the border
     count: int | None = None,  # with a float `lam`: how many boxes (None: one, as scalars)
-    rng=None,  # numpy RandomState-like stream; None: numpy's global one (as timm)
+    rng: Optional[np.random.RandomState] = None,  # numpy RandomState-like stream; None: numpy's global one (as timm)
 ):
     "CutMix box covering about 1 - `lam` of the image, centred anywhere, clipped to the image: (yl, yh, xl, xh)."
     rng = np.random if rng is None else rng
@@ -81,7 +82,7 @@ def rand_bbox_minmax(
     img_shape: tuple,  # image or batch shape; the last two entries are (H, W)
     minmax,  # (min, max) box side as a fraction of the image side
     count: int | None = None,  # how many boxes (None: one, as scalars)
-    rng=None,  # numpy RandomState-like stream; None: numpy's global one
+    rng: Optional[np.random.RandomState] = None,  # numpy RandomState-like stream; None: numpy's global one
 ):
     "Box whose height and width are uniform fractions in [min, max) of the image's, placed fully inside: (yl, yh, xl, xh)."
     if len(minmax) != 2:
@@ -102,10 +103,10 @@ def rand_bbox_minmax(
 def cutmix_bbox_and_lam(
     img_shape: tuple,  # image or batch shape; the last two entries are (H, W)
     lam,  # drawn lambda (float or array)
-    ratio_minmax=None,  # (min, max): use `rand_bbox_minmax` instead of `rand_bbox`
+    ratio_minmax: Optional[tuple[float, float]] = None,  # (min, max): use `rand_bbox_minmax` instead of `rand_bbox`
     correct_lam: bool = True,  # recompute lam from the clipped box area
     count: int | None = None,  # how many boxes for a float `lam`
-    rng=None,  # numpy RandomState-like stream; None: numpy's global one
+    rng: Optional[np.random.RandomState] = None,  # numpy RandomState-like stream; None: numpy's global one
 ):
     "A CutMix box and the lambda that matches the pixels it leaves: ((yl, yh, xl, xh), lam)."
     if ratio_minmax is not None:
@@ -254,7 +255,7 @@ class Mixup:
         self,
         mixup_alpha: float = 1.0,  # Beta(alpha, alpha) for mixup's lambda; mixup is on when > 0
         cutmix_alpha: float = 0.0,  # Beta(alpha, alpha) for cutmix's lambda; cutmix is on when > 0
-        cutmix_minmax=None,  # (min, max) box side fractions: cutmix with min-max boxes (forces cutmix_alpha=1)
+        cutmix_minmax: 'Optional[tuple[float, float]]' = None,  # (min, max) box side fractions: cutmix with min-max boxes (forces cutmix_alpha=1)
         prob: float = 1.0,  # chance of mixing a batch / pair / element
         switch_prob: float = 0.5,  # chance of cutmix rather than mixup when both are on
         mode: str = 'batch',  # 'batch': one lambda for all; 'pair': one per pair (i, N-1-i); 'elem': one per element
@@ -262,7 +263,7 @@ class Mixup:
         label_smoothing: float = 0.1,  # label smoothing of the soft targets
         num_classes: int = 1000,  # number of classes
         multi_label: bool = False,  # targets are dense (N, num_classes) multi-label rows
-        rng=None,  # numpy RandomState-like stream; None: numpy's global stream (as timm)
+        rng: 'Optional[np.random.RandomState]' = None,  # numpy RandomState-like stream; None: numpy's global stream (as timm)
     ):
         for name, v in (('mixup_alpha', mixup_alpha), ('cutmix_alpha', cutmix_alpha)):
             if not (isinstance(v, (int, float)) and v >= 0):
@@ -427,7 +428,7 @@ class FastCollateMixup(Mixup, BatchCollate):
             raise ValueError("FastCollateMixup got an empty batch (no samples, or only None ones)")
         return x, target
 
-    def __call__(self, batch, _=None, rng: Draws | None = None):
+    def __call__(self, batch, _: object = None, rng: Draws | None = None):
         """Collate a list of (uint8 CHW image, label) into (uint8 NCHW batch, soft targets); 'half' returns N // 2 rows.
         Draws from `rng.np` (a batch's `Draws`; else those of a `SampleBatch`, as the loader hands it; else this mixer's `rng`)."""
         if rng is None and isinstance(batch, SampleBatch):

@@ -361,7 +361,7 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         flag, epoch, n = self._start.tolist()
         return n if flag and epoch == self.epoch else 0
 
-    def set_start(self, batches_done: int, batch_size=None):
+    def set_start(self, batches_done: int, batch_size: Optional[int] = None):
         "Resume the current epoch after its first `batches_done` batches (`batch_size`: not used, the schedule sets the sizes)."
         if isinstance(batches_done, bool) or not isinstance(batches_done, int) or not 0 <= batches_done <= len(self):
             raise ValueError(
@@ -485,7 +485,7 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
         finally:
             self.base_dataset.transform = keep
 
-    def set_start(self, batches_done: int, batch_size=None):
+    def set_start(self, batches_done: int, batch_size: Optional[int] = None):
         "Resume the current epoch after `batches_done` batches: the stream skips what every worker read, each worker drops the rest."
         self._check_resumable('set_start')
         NaFlexMapDatasetWrapper.set_start(self, batches_done)

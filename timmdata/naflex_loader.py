@@ -49,7 +49,7 @@ class NaFlexBatchOps:
         re_count: int = 1,
         re_num_splits: int = 0,
         patchify_channels_last: bool = True,  # the patches' flat layout: channel last (P-P-C) or first (C-P-P)
-        color_jitter=None,  # brightness/contrast/saturation jitter of each image, on the device (None: off)
+        color_jitter: 'Optional[Union[float, Sequence[Union[float, tuple[float, float]]]]]' = None,  # brightness/contrast/saturation jitter of each image, on the device (None: off)
         seed: Optional[int] = None,  # seed of the jitter's generator; None: drawn from torch's RNG and the rank
         cpu_threads: Optional[int] = 1,  # torch threads for the maths on a CPU device; None: torch's setting
     ):

@@ -221,8 +221,8 @@ class RandomResizedCropToSequence(SampleTransform):
         patch_w=16,
         max_seq_len=1024,
         divisible_by_patch=True,
-        max_ratio=None,
-        final_scale_range=None,
+        max_ratio: Optional[float] = None,
+        final_scale_range: Optional[tuple[float, float]] = None,
         interpolation=interp_or_choices('random'),
     ) -> tuple:
         "((top, left, h, w), (out_h, out_w), interpolation), drawn in timm's order."
@@ -279,7 +279,7 @@ def _keep_ratio_seq_size(
     random_scale_area=False,
     random_aspect_prob=0.0,
     random_aspect_range=(0.9, 1.11),
-    max_ratio=None,
+    max_ratio: Optional[float] = None,
 ) -> list:
     "Output [h, w]: the budget's size blended by `longest`, jittered, on whole patches, within the budget."
     ih, iw = image_hw(img)

@@ -5,8 +5,10 @@
 # %% ../nbs/13_random_erasing.ipynb #3166fc95
 from __future__ import annotations
 import math
+from typing import Optional
 import torch
 from .transforms import SampleTransform
+from .config import Draws
 
 # %% auto #0
 __all__ = ['RandomErasing']
@@ -67,7 +69,7 @@ class RandomErasing(SampleTransform):
         self.min_count, self.max_count, self.num_splits, self.mode = min_count, max_count, num_splits, mode
         self.generator = generator  # `device` is not stored: the input's device decides
 
-    def __call__(self, input: torch.Tensor, rng=None) -> torch.Tensor:
+    def __call__(self, input: torch.Tensor, rng: Optional[Draws] = None) -> torch.Tensor:
         "Erase `input` (CHW or NCHW float) in place and return it; `rng`: a sample's `Draws` (its `torch` generator), else `generator`."
         if not isinstance(input, torch.Tensor) or input.ndim not in (3, 4):
             raise ValueError(

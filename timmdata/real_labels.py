@@ -5,6 +5,7 @@
 # %% ../nbs/53_real_labels.ipynb #21517a49
 from __future__ import annotations
 import json, os
+from typing import Optional, Union
 import numpy as np
 from .imagenet_info import timm_info_file
 
@@ -18,7 +19,7 @@ class RealLabelsImagenet:
     def __init__(
         self,
         filenames,  # the validation files in the loader's order (their base names are looked up)
-        real_json=None,  # path of the labels JSON; None: timm's copy
+        real_json: Optional[Union[str, os.PathLike]] = None,  # path of the labels JSON; None: timm's copy
         topk=(1, 5),  # the k's to score
     ):
         with open(real_json if real_json is not None else timm_info_file('imagenet_real_labels.json')) as f:
@@ -42,7 +43,7 @@ class RealLabelsImagenet:
                     self.is_correct[k].append(any(c in real for c in p[:k]))
             self.sample_idx += 1
 
-    def get_accuracy(self, k=None):
+    def get_accuracy(self, k: Optional[int] = None):
         "Top-k accuracy in percent (a dict over `topk` when k is None)."
         if k is None:
             return {k: float(np.mean(self.is_correct[k])) * 100 for k in self.topk}

@@ -13,12 +13,13 @@ from torch.utils.data import Dataset, IterableDataset, Sampler
 from .core.runtime import pass_epoch
 from .core.untrusted import MAX_SAMPLES
 from .dataset import ChoiceTransform, ImageDataset
-from .distributed_sampler import SeededRandomSampler, sampler_kind, timm_sampler, world_of
+from .distributed_sampler import PositionSampler, SeededRandomSampler, sampler_kind, timm_sampler, world_of
 from timmdata.engine.batch_plan import (
     STATE_VERSION,
     BatchMark,
     BatchPlan,
     PlanPass,
+    ResumableBatchSampler,
     ResumeStateError,
     SeededDataset,
     MAX_EPOCHS,
@@ -35,7 +36,7 @@ from timmdata.engine.batch_plan import (
 
 # %% auto #0
 __all__ = ['ScheduledBatchSampler', 'ScheduledTransformDataset', 'SchedulePass', 'ResumableScheduledSampler', 'Sampling',
-           'make_batch_plan']
+           'check_order', 'make_batch_plan']
 
 # %% ../nbs/34_scheduled_sampler.ipynb #a2eafc2a
 _SCHEDULES = ('constant', 'progressive')
@@ -474,6 +475,25 @@ class Sampling:
     schedule_spread: float = 0.65  # progressive: width of the choice window, in choices
     schedule_random_mix: float = 0.1  # progressive: share of uniform exploration
     num_batches: Optional[int] = None  # scheduled: batches per epoch (None: a sample budget, or inferred)
+    order: Optional[str] = None  # training's order: None (timm's samplers) or 'global' (by position: `PositionSampler`)
+
+
+def check_order(dataset, s: Sampling):
+    "`order` as `make_batch_plan` takes it: None or 'global', and 'global' only where it has a meaning; else an error naming what to pass."
+    if s.order not in (None, 'global'):
+        raise ValueError(f"order must be None (timm's samplers) or 'global' (by position); got {s.order!r}")
+    if isinstance(dataset, IterableDataset):
+        raise ValueError(
+            "order='global' is for map-style datasets; a stream's order is its reader's (create_reader(..., order=...)): pass order=None"
+        )
+    if s.num_aug_repeats > 0:
+        raise ValueError(
+            "order='global' does not deal repeated copies (num_aug_repeats): pass num_aug_repeats=0 or order=None"
+        )
+    if s.batch_size_choices is not None:
+        raise ValueError(
+            "order='global' is not supported with scheduled batching (input_size_choices): pass order=None"
+        )
 
 
 def make_batch_plan(
@@ -481,6 +501,17 @@ def make_batch_plan(
     s: Sampling,  # how to sample and batch
 ) -> tuple:
     "`(dataset, DataLoader batching keywords)`: timm's sampler under a resumable batch plan (`batch_sampler`), or a stream's batch size."
+    if s.order is not None:
+        check_order(dataset, s)
+    if (
+        s.order == 'global' and s.is_training
+    ):  # a bijection by position: nothing per sample (timmdata.distributed_sampler)
+        run_seed = loader_seed(s.seed, s.distributed)
+        world = (None, None) if s.distributed else (1, 0)
+        plan = ResumableBatchSampler(
+            PositionSampler(dataset, run_seed, *world), s.batch_size, True, run_seed, seed_explicit=s.seed is not None
+        )
+        return SeededDataset(dataset), dict(batch_sampler=plan)
     sampler = timm_sampler(dataset, s.distributed, s.is_training, s.num_aug_repeats)
     if isinstance(dataset, IterableDataset):
         return dataset, dict(batch_size=s.batch_size, drop_last=s.is_training)

@@ -55,7 +55,7 @@ __all__ = ['INPUT_FORMATS', 'TakesInput', 'SampleTransform', 'transform_input', 
            'hflip', 'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy',
            'shorter_edge_size', 'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'RandomHorizontalFlip',
            'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder',
-           'Compose', 'takes_draws']
+           'crop_to_pil', 'Compose', 'takes_draws']
 
 # %% ../nbs/10_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
@@ -590,6 +590,30 @@ class TrimBorder(SampleTransform):
     def __repr__(self):
         return f"{type(self).__name__}(border_size={self.border_size})"
 
+# %% ../nbs/10_transforms.ipynb #a7c31e51
+from .pixels.decode import NATIVE as _NATIVE
+
+# %% ../nbs/10_transforms.ipynb #a7c31e52
+def crop_to_pil(
+    img,  # a not-yet-decoded JPEG, or a uint8 3xHxW tensor
+    box: tuple,  # (top, left, height, width) of the crop in `img`
+    out_hw: tuple,  # the size it is resized to (h, w)
+    interp: InterpolationMode,  # the resize filter
+    flip: bool = False,  # mirrored left to right
+) -> Image.Image:
+    "PIL's crop, resize (and mirror) of `img` as a PIL image (timm's training crop): the native step where it covers the case (PIL's pixels, one copy into the image's interleaved pixels), else PIL's own steps on the decoded image."
+    out = resize_box(img, box, out_hw, interp, flip)
+    if out is not None:  # planar: PIL interleaves its three planes (shared, not copied) in one pass
+        h, w = out.shape[1:]
+        a = out.numpy()
+        return Image.merge('RGB', [Image.frombuffer('L', (w, h), a[i], 'raw', 'L', 0, 1) for i in range(3)])
+    if isinstance(img, EncodedJpeg):
+        with stage_clock(DECODE):
+            img = img.decode()
+    top, left, h, w = box
+    pil = TF.to_pil_image(img).crop((left, top, left + w, top + h)).resize(out_hw[::-1], MODE_TO_PIL[interp])
+    return pil.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else pil
+
 # %% ../nbs/10_transforms.ipynb #ce7bd336
 _TO_TENSOR = (MaybePILToTensor, MaybeToTensor, ToTensor, ToNumpy, tvt.PILToTensor, tvt.ToTensor)
 
@@ -628,6 +652,22 @@ class Compose(tvt.Compose, SampleTransform):
             return ts[0], ts[1]
         return None
 
+    def _crop_then_pil(self) -> tuple | None:
+        "(crop, flip or None) where the training crop comes first and a step that takes PIL images (an auto-augment policy) follows: the crop is made natively with PIL's pixels, then handed on as a PIL image."
+        ts = self.transforms
+        if not ts or type(ts[0]) is not RandomResizedCropAndInterpolation or _NATIVE.module is None:
+            return None
+        interp = ts[0].interpolation
+        if not all(m in RESAMPLE_KIND for m in (interp if isinstance(interp, tuple) else (interp,))):
+            return None  # other filters: torch's resize is not PIL's, so PIL crops the whole image
+        flip = ts[1] if len(ts) > 1 and type(ts[1]) in (RandomHorizontalFlip, tvt.RandomHorizontalFlip) else None
+        for t in ts[2 if flip else 1 :]:
+            if isinstance(t, _TO_TENSOR):
+                return None
+            if transform_input(t) == 'pil':
+                return ts[0], flip
+        return None
+
     def deferred(self, img, rng: Draws = GLOBAL_DRAWS):
         "`self(img, rng)`; the training crop and flip as a `PendingResize` (of a JPEG: a `PendingJpegCrop`), with the same draws; eval's resize and centre crop of a JPEG as a `PendingJpegCrop`."
         ts = self.transforms
@@ -650,7 +690,7 @@ class Compose(tvt.Compose, SampleTransform):
                 break  # later steps see tensors whatever came in
             f = transform_input(t)
             if f == 'pil':
-                return 'pil'
+                return 'encoded' if self._crop_then_pil() is not None else 'pil'
             if f == 'encoded' and i > 0:
                 return 'tensor'  # only a first step sees the undecoded JPEG
         first = self.transforms and transform_input(self.transforms[0]) == 'encoded'
@@ -658,7 +698,11 @@ class Compose(tvt.Compose, SampleTransform):
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         ts = self.transforms
-        if isinstance(img, (EncodedJpeg, torch.Tensor)) and (rc := self._resize_crop()) is not None:
+        if isinstance(img, (EncodedJpeg, torch.Tensor)) and (cp := self._crop_then_pil()) is not None:
+            box, interp = cp[0].draw(img, rng)  # the draws in the steps' order: the box, the interpolation, the flip
+            flip = cp[1] is not None and RandomHorizontalFlip.draw(cp[1], rng)
+            img, ts = crop_to_pil(img, box, cp[0].size, interp, flip), ts[2 if cp[1] is not None else 1 :]
+        elif isinstance(img, (EncodedJpeg, torch.Tensor)) and (rc := self._resize_crop()) is not None:
             out = resize_center_crop(img, int(rc[0].size), rc[1].size, rc[0].interpolation)
             if out is not None:
                 img, ts = out, ts[2:]

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import math, numbers
 from typing import Optional, Union
+from .core.untrusted import names_keywords
 import torch
 from torchvision import transforms as tvt
 from timmdata.config import (
@@ -373,6 +374,7 @@ class RandomPad(SampleTransform):
         return f"{type(self).__name__}(input_size={self.input_size}, fill={self.fill})"
 
 # %% ../nbs/18_transforms_factory.ipynb #cd54fe37
+@names_keywords()  # a misspelt keyword: the closest one named
 def create_transform(
     input_size: Union[int, tuple] = 224,  # int, (H, W) or (C, H, W)
     is_training: bool = False,  # train (random) pipeline, else eval

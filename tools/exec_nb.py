@@ -6,7 +6,14 @@ from nbclient import NotebookClient
 path = sys.argv[1]; flags = sys.argv[2:] or ['cuda']
 nb = nbformat.read(path, as_version=4)
 run = copy.deepcopy(nb)
-skip = [i for i, c in enumerate(run.cells) if c.cell_type == 'code' and any(c.source.startswith(f'#| {f}') for f in flags)]
+def directives(src):
+    "The flags of a cell's leading `#|` lines (`#| hide` then `#| cuda`: both)."
+    out = []
+    for line in src.splitlines():
+        if not line.startswith('#|'): break
+        out.append(line[2:].strip().split(':')[0].strip())
+    return out
+skip = [i for i, c in enumerate(run.cells) if c.cell_type == 'code' and set(flags) & set(directives(c.source))]
 for i in skip: run.cells[i].source = 'pass'
 NotebookClient(run, timeout=1200, kernel_name='python3', resources={'metadata': {'path': os.path.dirname(os.path.abspath(path))}}).execute()
 for i, c in enumerate(run.cells):

@@ -22,6 +22,25 @@ stage=${1:-all}
 mkdir -p "$FT"
 stamp() { echo "$1 $(date +%s) $(date -u +%FT%TZ)" >> "$FT/times.txt"; }
 
+# apt as this script runs it: a private configuration under .ft/apt that trusts only the keyring each source names
+# (signed-by) and refuses a list past its Valid-Until. APT_CONFIG names a file apt reads first; it points
+# Dir::Etc::Parts and Dir::Etc::main at empty places, so the machine's apt.conf.d is never read (an
+# Acquire::Check-Valid-Until "false" there would let a mirror replay an older signed list, with its older packages),
+# and Dir::Etc::Trusted and TrustedParts at empty ones, so no key of the machine's trusted.gpg(.d) signs for anything.
+# `bash tools/ft_python.sh apt-config` prints the configuration (what tests/test_hostile_apt.py checks).
+DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+apt_private() {
+    mkdir -p "$FT/apt/lists/partial" "$FT/apt/cache/archives/partial" "$FT/apt/empty.d" "$FT/src"
+    : > "$FT/apt/empty.conf"
+    printf 'Dir::Etc::Parts "%s";\nDir::Etc::main "%s";\n' "$FT/apt/empty.d" "$FT/apt/empty.conf" > "$FT/apt/apt.conf"
+    export APT_CONFIG=$FT/apt/apt.conf
+    APTO=(-o "Dir::Etc::SourceList=$FT/apt/sources.list" -o "Dir::Etc::SourceParts=$FT/apt/empty.d"
+          -o "Dir::State::Lists=$FT/apt/lists" -o "Dir::Cache=$FT/apt/cache"
+          -o "Dir::Etc::Trusted=$FT/apt/empty.d/none.gpg" -o "Dir::Etc::TrustedParts=$FT/apt/empty.d"
+          -o "Acquire::Check-Valid-Until=true" -o "Acquire::AllowInsecureRepositories=false"
+          -o "Acquire::AllowDowngradeToInsecureRepositories=false" -o "APT::Get::AllowUnauthenticated=false")
+}
+
 # Where the source package is looked for, in order: Debian's unstable suite (the package the build was planned on),
 # then Ubuntu's development series and its current release, whose python3.14 source packages carry the same upstream
 # tarball (Ubuntu's mirror serves some of the files that Debian's answers 404 for). Ubuntu's signing key comes from
@@ -30,7 +49,7 @@ ubuntu_keyring() {
     local k=$FT/apt/ubuntu-keyring
     if [ ! -s "$k/ubuntu-archive-keyring.gpg" ]; then
         mkdir -p "$k/deb"
-        echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" > "$FT/apt/sources.list"
+        echo "deb [signed-by=$DEBIAN_KEYRING] http://deb.debian.org/debian trixie main" > "$FT/apt/sources.list"
         rm -f "$FT/apt/lists/"*_* ; apt-get "${APTO[@]}" update -qq > "$FT/keyring.log" 2>&1
         (cd "$k/deb" && apt-get "${APTO[@]}" download ubuntu-keyring) >> "$FT/keyring.log" 2>&1 || { echo "ft-python: Debian's ubuntu-keyring package could not be downloaded: Ubuntu's archive not tried" >&2; return 1; }
         dpkg-deb -x "$k"/deb/ubuntu-keyring_*.deb "$k/x"
@@ -55,9 +74,6 @@ orig_source() {
 interp() {
     if [ -x "$PREFIX/bin/python3t" ]; then echo "ft-python: $PREFIX/bin/python3t exists ($(cat "$PREFIX/VERSION"))"; return; fi
     stamp interp-start
-    mkdir -p "$FT/apt/lists/partial" "$FT/apt/cache/archives/partial" "$FT/src"
-    APTO=(-o "Dir::Etc::SourceList=$FT/apt/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
-          -o "Dir::State::Lists=$FT/apt/lists" -o "Dir::Cache=$FT/apt/cache")
     DEPS="build-essential dpkg-dev pkg-config xz-utils libreadline-dev libncurses-dev zlib1g-dev libbz2-dev
           liblzma-dev libzstd-dev libgdbm-dev tk-dev libssl-dev libexpat1-dev libsqlite3-dev libffi-dev uuid-dev"
     missing=$(for p in $DEPS; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"; done)
@@ -65,7 +81,8 @@ interp() {
         if [ "$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
         else echo "ft-python: install the build dependencies first: sudo apt-get install $missing" >&2; exit 1; fi
     fi
-    ARCHIVES=("deb-src http://deb.debian.org/debian unstable main")
+    apt_private
+    ARCHIVES=("deb-src [signed-by=$DEBIAN_KEYRING] http://deb.debian.org/debian unstable main")
     local uk
     if uk=$(ubuntu_keyring); then
         ARCHIVES+=("deb-src [signed-by=$uk] http://archive.ubuntu.com/ubuntu devel main"
@@ -149,5 +166,6 @@ case $stage in
     venv) venv ;;
     all) interp; [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import timmdata._native" 2>/dev/null || venv ;;
     test) ftest ;;
-    *) echo "usage: tools/ft_python.sh [interp|venv|all|test]" >&2; exit 2 ;;
+    apt-config) apt_private; apt-config "${APTO[@]}" dump ;;
+    *) echo "usage: tools/ft_python.sh [interp|venv|all|test|apt-config]" >&2; exit 2 ;;
 esac

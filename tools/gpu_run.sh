@@ -46,7 +46,7 @@ tests)
   echo "== pytest -m cuda"
   "$PY" -m pytest -q -m cuda -s -rA -p no:cacheprovider tests 2>&1 | tee "$W/cuda_tests.log" | grep -v '^PASSED\|^SKIPPED' | tail -40
   echo "== notebooks with #| cuda cells"
-  nbs=$(grep -l '"#| cuda' nbs/*.ipynb nbs/*/*.ipynb | tr '\n' ' ')  # a code cell's first line
+  nbs=$(grep -lE '("|\\n)#\| cuda' nbs/*.ipynb nbs/*/*.ipynb | tr '\n' ' ')  # a code cell's directive line (after #| hide too)
   flags=$([ "$cuda" = 1 ] && echo cuda)  # a CPU rehearsal runs the notebooks with their cuda cells skipped
   for nb in $nbs; do "$PY" tools/nbtest.py --flags "$flags" --path "$nb" 2>&1 | tail -2; done | tee "$W/cuda_notebooks.log"
   echo "== the whole suite with CUDA present, but the docs site's (no MkDocs there), at most ${GPU_RUN_SUITE_S:-240} s"

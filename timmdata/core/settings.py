@@ -83,7 +83,7 @@ VARIABLES = {
             'a folder',
             'where the sample dataset is kept',
         ),
-        Variable('TIMMDATA_DEBUG', False, _flag, "'1' (on) or '0' (off)", 'the CLI prints whole tracebacks'),
+        Variable('TIMMDATA_DEBUG', False, _flag, "'1' (on) or '0' (off)", 'whole tracebacks (CLI, worker errors)'),
         Variable('XDG_CACHE_HOME', _folder('~/.cache'), _folder, 'a folder', "the user's cache folder (shard indexes)"),
         Variable(
             'WDS_SHUFFLE_SIZE', 8192, _positive, 'a sample count >= 1', "samples in a stream worker's shuffle buffer"

@@ -93,7 +93,7 @@ class LoaderStats:
         ('wait_workers', 'waiting for workers (a batch was not ready)'),
         ('device', 'device step (float, normalise, jitter, erase)'),
         ('consumer_wait', "consumer's wait for data (inside next())"),
-        ('consumer', "consumer's own time between batches (the model step)"),
+        ('consumer', "consumer's own time between batches (the model step, or the loop)"),
     )
     WORKER_STAGES = ('read', 'decode', 'ops', 'collate')  # spent by the workers, side by side
 
@@ -186,14 +186,22 @@ class LoaderStats:
         return s
 
     def table(self) -> str:
-        "The stages as text: time per image, per batch, share of the epoch's wall time."
+        "The stages as text: time per image, per batch, share of the epoch's wall time (what each share is of, said below)."
         n, b, wall, t = max(self.images, 1), max(self.batches, 1), self.wall or float('nan'), self.t
-        rows = [f'{"stage":66s} {"ms/image":>9s} {"ms/batch":>9s} {"of epoch":>9s}']
+        rows = [f'{"stage":66s} {"ms/image":>9s} {"ms/batch":>9s} {"% of wall":>9s}']
+        workers = False
         for k, name in self.STAGES:
             s = t[k]
             if s == 0 and k in self.WORKER_STAGES:
                 continue  # not measured here (a stream's samples: its own workers)
+            workers |= k in self.WORKER_STAGES
             rows.append(f'{name:66s} {s / n * 1e3:9.3f} {s / b * 1e3:9.2f} {s / wall:9.1%}')
+        if workers:
+            rows.append(
+                "% of wall: each stage's time over the epoch's wall time. Read, decode, per-sample ops and collate are "
+                'CPU time summed over the workers, which run side by side: together they may pass 100%; the other '
+                "stages are the training process's own time"
+            )
         rows.append(
             f'{self.images} images in {self.batches} batches, {wall:.2f} s: {self.images / wall:.0f} images/s; the consumer '
             f'waited {t["consumer_wait"] / wall:.0%} of the time'

@@ -4,14 +4,14 @@
 
 # %% ../../nbs/core/01_torch_compat.ipynb #4e629ef1
 from __future__ import annotations
-import multiprocessing, pickle
+import multiprocessing, pickle, re
 from typing import Optional, Protocol, runtime_checkable
 import torch
 
 # %% auto #0
 __all__ = ['kept_iterator', 'forget_iterator', 'keep_iterator', 'WrapsWorkers', 'worker_processes', 'shutdown_workers',
-           'loader_worker_pids', 'IteratorParts', 'worker_pickling_error', 'new_shared_storage',
-           'cuda_default_generator', 'aa_resize_kernels']
+           'loader_worker_pids', 'IteratorParts', 'worker_pickling_error', 'WorkerTraceback', 'worker_error',
+           'traceback_kept', 'new_shared_storage', 'cuda_default_generator', 'default_store', 'aa_resize_kernels']
 
 # %% ../../nbs/core/01_torch_compat.ipynb #de6d51b1
 # checked: torch 2.0 to 2.14 (DataLoader keeps a persistent_workers iterator in `_iterator`, None otherwise)
@@ -117,6 +117,56 @@ def worker_pickling_error(
         "function pickles), or use worker_mode='thread' (threads share them: no pickling)"
     )
 
+# %% ../../nbs/core/01_torch_compat.ipynb #07bb8ec2
+class WorkerTraceback(Exception):
+    "The traceback of an error in a DataLoader worker process, as text: the cause `worker_error` gives its error when debugging."
+
+
+# checked: torch 2.0 to 2.14 (`torch._utils.ExceptionWrapper.reraise`: `exc_type("Caught <Type> in DataLoader worker
+# process <n>.\nOriginal Traceback (most recent call last):\n...")`, the worker's `traceback.format_exception` text)
+_CAUGHT = re.compile(
+    r'^Caught (\w+) (in DataLoader worker process \d+|in pin memory thread[^.]*)\.\nOriginal (Traceback .*)', re.S
+)
+
+
+def worker_error(
+    e: BaseException,  # what a DataLoader's iterator raised in the training process
+    debug: bool = False,  # attach the worker's traceback as the cause (printed with the error)
+) -> Optional[BaseException]:
+    "One exception of `e`'s kind with the worker's own message and a `worker_traceback`, for torch's re-raise of an error in a worker process; None for any other error."
+    m = _CAUGHT.match(str(e)) if type(e).__name__ != 'KeyError' else None
+    if m is None or m.group(1) != type(e).__name__:
+        return None
+    where, tb = m.group(2), m.group(3)
+    # the worker's own `Type: message` line (and its notes) ends the traceback; a chained one ends with the last
+    lines = tb.splitlines()
+    last = [i for i, l in enumerate(lines) if re.match(rf'^[\w.]*\b{type(e).__name__}(: |$)', l)]
+    if not last:
+        return None
+    head, *rest = lines[last[-1] :]
+    msg = '\n'.join([head.partition(': ')[2], *rest]).strip()
+    try:
+        new = type(e)(msg)
+    except Exception:
+        return None
+    return traceback_kept(new, tb, where, debug)
+
+
+def traceback_kept(
+    new: BaseException,  # the error as the training process raises it: its message alone
+    tb: str,  # the traceback of where it was raised, as text
+    where: str,  # 'in DataLoader worker process 0', 'in a loader thread', ...
+    debug: bool = False,  # attach `tb` as the cause (printed with the error)
+) -> BaseException:
+    "`new` with the traceback `tb` kept as `worker_traceback`, a note saying where it was raised, and with `debug` `tb` as its cause."
+    new.worker_traceback = f'{tb.rstrip()}\n(raised {where})'
+    if hasattr(new, 'add_note'):
+        tip = 'its traceback above' if debug else "TIMMDATA_DEBUG=1 (or the CLI's --debug) prints its traceback"
+        new.add_note(f'timmdata: raised {where}; {tip}')
+    if debug:
+        new.__cause__ = WorkerTraceback(new.worker_traceback)
+    return new
+
 # %% ../../nbs/core/01_torch_compat.ipynb #ee3e9a90
 # checked: torch 2.0 to 2.14 (what torch's own default_collate uses in a worker: a storage in shared memory, no copy)
 def new_shared_storage(nbytes: int) -> torch.UntypedStorage:
@@ -128,6 +178,18 @@ def new_shared_storage(nbytes: int) -> torch.UntypedStorage:
 def cuda_default_generator(index: int) -> torch.Generator:
     "The default generator of CUDA device `index` (the one `torch.rand(..., device='cuda:index')` draws from)."
     return torch.cuda.default_generators[index]
+
+# %% ../../nbs/core/01_torch_compat.ipynb #d9e5d621
+# checked: torch 2.1 to 2.15 (`distributed_c10d._get_default_store()`: the store `init_process_group` made; no public
+# name gives it, and a collective cannot ask whether every rank takes part without waiting for ever when one does not)
+def default_store():
+    "The key-value store of the default process group (every rank of it reaches the same one), or None without one."
+    try:
+        from torch.distributed import distributed_c10d
+
+        return distributed_c10d._get_default_store()
+    except (ImportError, AttributeError, RuntimeError, ValueError):
+        return None
 
 # %% ../../nbs/core/01_torch_compat.ipynb #1e596793
 # checked: torch 2.14 (`torch._C._nn._upsample_{bilinear,bicubic}2d_aa(input, output_size, align_corners, scale_factors)`:

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/core/00_untrusted.ipynb #u0000003
 from __future__ import annotations
-import errno, os, re, stat, tempfile
+import difflib, errno, functools, inspect, os, re, stat, tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
@@ -12,8 +12,10 @@ from typing import Optional
 # %% auto #0
 __all__ = ['MAX_JSON_BYTES', 'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPLE_BYTES', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH',
            'MAX_PARTITIONS', 'UnsafeNameError', 'relative_name', 'inside', 'walk_tree', 'UnsafeFileError',
-           'create_exclusive', 'atomic_write', 'FileTooLargeError', 'regular_fd', 'open_regular', 'read_regular',
-           'printable', 'InfoError', 'info_count', 'check_info', 'ResumeStateError', 'state_error', 'check_fields']
+           'create_exclusive', 'atomic_write', 'shared_folder', 'lock_holder', 'FileTooLargeError', 'regular_fd',
+           'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count', 'check_info', 'ResumeStateError',
+           'state_error', 'check_fields', 'did_you_mean', 'choice_error', 'keywords_of', 'unknown_keyword',
+           'keyword_error', 'names_keywords']
 
 # %% ../../nbs/core/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -136,6 +138,33 @@ def _umask() -> int:
     m = os.umask(0o022)
     os.umask(m)
     return m
+
+# %% ../../nbs/core/00_untrusted.ipynb #680f1b50
+def shared_folder(path: str) -> bool:
+    "Whether the folder of `path` lets others write into it: a cache shared with other users on purpose (`check_cache_dir` refuses one otherwise)."
+    try:
+        return bool(os.stat(os.path.dirname(path) or '.').st_mode & stat.S_IWOTH)
+    except OSError:
+        return False
+
+
+def lock_holder(fd: int) -> str:
+    "Who holds the lock on the file `fd` as Linux lists it (`/proc/locks`): ': process 123 of uid 1000 (another user)', or '' where it cannot tell."
+    try:
+        st = os.fstat(fd)
+        with open('/proc/locks') as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 5 and parts[1] == 'FLOCK' and parts[5].rsplit(':', 1)[-1] == str(st.st_ino):
+                    pid = int(parts[4])
+                    try:
+                        uid = os.stat(f'/proc/{pid}').st_uid
+                    except OSError:
+                        return f': process {pid}'
+                    return f': process {pid} of uid {uid} ({"yours" if uid == os.getuid() else "another user"})'
+    except (OSError, ValueError):
+        pass
+    return ''
 
 # %% ../../nbs/core/00_untrusted.ipynb #f62dac8a
 class FileTooLargeError(ValueError):
@@ -358,3 +387,77 @@ def check_fields(
         if not isinstance(sd[k], bool):
             raise state_error(k, sd[k], 'True or False', what)
     return sd
+
+# %% ../../nbs/core/00_untrusted.ipynb #9193b678
+def did_you_mean(
+    word,  # what the user typed
+    choices,  # the names or values accepted
+) -> str:
+    "`; did you mean 'x'?` for the closest of `choices` to `word` (difflib), or '' when none is close."
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f'; did you mean {close[0]!r}?' if close else ''
+
+
+def choice_error(
+    name: str,  # the parameter: 'worker_mode'
+    value,  # what was given
+    choices,  # every accepted value
+) -> ValueError:
+    "A `ValueError` saying `name` must be one of every value in `choices`, what was given, and the closest choice."
+    return ValueError(
+        f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}{did_you_mean(value, choices)}"
+    )
+
+
+def keywords_of(
+    fn,  # a function or class
+) -> list:
+    "The parameters of `fn` that can be passed by keyword."
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in inspect.signature(fn).parameters.values() if p.kind in kinds]
+
+
+def unknown_keyword(
+    name: str,  # the public callable the user called: 'ImageDataset'
+    key: str,  # the keyword it does not take
+    valid,  # every keyword it takes, for the hint
+) -> TypeError:
+    "Python's error for an unknown keyword, naming `name`, with the closest valid keyword."
+    return TypeError(f'{name}() got an unexpected keyword argument {key!r}{did_you_mean(key, valid)}')
+
+
+_UNEXPECTED = re.compile(r"got an unexpected keyword argument '(\w+)'")
+
+
+def keyword_error(
+    e: BaseException,  # what the call raised
+    name: str,  # the public callable the user called: 'ImageDataset'
+    given,  # the keywords the user passed
+    valid,  # every keyword `name` accepts, for the hint
+) -> Optional[TypeError]:
+    "For Python's 'unexpected keyword argument' error about a keyword the user passed that `name` does not take: a `TypeError` naming `name` and the closest valid keyword; None for any other error."
+    m = _UNEXPECTED.search(str(e)) if isinstance(e, TypeError) else None
+    if m is None or m.group(1) not in given or m.group(1) in valid:
+        return None  # not the user's keyword, or one that `name` takes: an error from further in, raised as it is
+    return unknown_keyword(name, m.group(1), valid)
+
+
+def names_keywords(
+    *more,  # the functions or classes it passes its `**kwargs` on to: their keywords are valid too
+):
+    "A decorator: the function's unknown keyword arguments raise a `TypeError` naming it, with the closest of its keywords (and `more`'s); its signature unchanged."
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except TypeError as e:
+                better = keyword_error(e, fn.__name__, kwargs, [k for f in (fn, *more) for k in keywords_of(f)])
+                if better is None:
+                    raise
+                raise better from None
+
+        return call
+
+    return wrap

@@ -50,10 +50,11 @@ _all_ = [
 
 def check_state(sd, what: str = 'load_state_dict') -> dict:
     "A state dict's version and kind, with an error that says what was given."
-    if not isinstance(sd, dict) or 'version' not in sd or 'kind' not in sd:
+    if not isinstance(sd, dict):
         raise ResumeStateError(
             f"{what}: expected a dict from a timmdata loader's state_dict(); got {type(sd).__name__}"
         )
+    check_fields(sd, {}, present=('version', 'kind'), what=what)  # a missing one named
     if sd['version'] != STATE_VERSION:
         raise ResumeStateError(
             f"{what}: state version {sd['version']} is not this timmdata's ({STATE_VERSION}); "

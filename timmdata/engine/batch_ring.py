@@ -7,7 +7,7 @@ from __future__ import annotations
 import math, os, stat, threading, warnings, weakref
 from contextlib import contextmanager
 from functools import partial
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Iterable, NamedTuple, Optional
 
 try:
     import fcntl  # file locks for the node's ring ledger (Unix; elsewhere there is no ring)
@@ -202,7 +202,7 @@ class BatchRing(BatchCollate):
         if s is not None:
             self._let_go(s)
 
-    def reclaim(self, workers=None) -> int:
+    def reclaim(self, workers: Optional[Iterable[int]] = None) -> int:
         "Free the slots of worker ids `workers` (None: all) whose batch this process does not hold; call it only once those workers' processes are gone."
         n, flags = 0, self.busy.numpy()
         with self._lock:

@@ -5,7 +5,7 @@
 # %% ../../nbs/engine/27_collate.ipynb #70b44eec
 from __future__ import annotations
 import math
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
@@ -31,7 +31,7 @@ class BatchCollate:
     def release(self, images: torch.Tensor):
         "Called by the PrefetchLoader when it has finished reading the uint8 batch `images` (default: nothing to do)."
 
-    def reclaim(self, workers=None):
+    def reclaim(self, workers: Optional[Iterable[int]] = None):
         "Called by the PrefetchLoader once the DataLoader worker processes `workers` (ids; None: all) are gone (default: nothing to do)."
 
 # %% ../../nbs/engine/27_collate.ipynb #d06ff459

@@ -435,6 +435,11 @@ def create_device_decode_loader(
             "decode_device='auto' is not offered until bench/bench_gpu.py has been run on a GPU; "
             "pass 'cuda' or 'cpu' (the rule 'auto' will follow is in nbs/36_gpu_decode.ipynb)"
         )
+    if str(decode_device).startswith('cuda') and not torch.cuda.is_available():
+        raise ValueError(
+            f'decode_device={str(decode_device)!r} but CUDA is not available on this machine; leave decode_device=None '
+            f"(decode in the workers, on the CPU) or pass 'cpu' (TorchCodec's CPU decoder)"
+        )
     dd = resolve_device(decode_device, ('cpu', 'cuda'))
     od = None if device is None else resolve_device(device)
     if od is not None and (od.type != dd.type or None not in (od.index, dd.index) and od.index != dd.index):

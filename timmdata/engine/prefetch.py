@@ -238,7 +238,7 @@ class BatchOps:
         re_count: int = 1,  # max erased regions per image
         re_num_splits: int = 0,  # leave the first split of the batch un-erased (augmentation splits)
         channels_last: bool = False,  # hand out channels-last (NHWC-strided) batches
-        color_jitter=None,  # brightness/contrast/saturation strength: a float, a 3-tuple, or ranges; None: off
+        color_jitter: 'Optional[Union[float, Sequence[Union[float, tuple[float, float]]]]]' = None,  # brightness/contrast/saturation strength: a float, a 3-tuple, or ranges; None: off
         num_prefetch: Optional[int] = None,  # batches made ahead of the one in use; None: 1 on a GPU, 0 on the CPU
         seed: Optional[int] = None,  # seed of the loader's generator (jitter); None: from torch's RNG and the rank
         cpu_threads: Optional[int] = 1,  # torch threads for the CPU maths (workers need cores); None: torch's setting

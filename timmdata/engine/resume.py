@@ -17,7 +17,10 @@ from ..dataset import DecodeTransform
 from ..core.stages import COLLATE, DECODE, OPS, COLUMNS, LoaderStats, WorkerRows, batch_images, stage_clock
 from ..core.runtime import SEED_MIX, default_rank, interactive_start, pass_loader_epoch
 from ..core.untrusted import MAX_SAMPLES
-from ..core.torch_compat import IteratorParts, shutdown_workers, worker_processes
+from ..core.torch_compat import IteratorParts, shutdown_workers, traceback_kept, worker_error, worker_processes
+from ..pixels.decode import ImageDecodeError
+import traceback
+from ..core.settings import setting
 from timmdata.engine.batch_plan import (
     BATCH_TAG,
     STATE_VERSION,
@@ -42,13 +45,11 @@ from timmdata.engine.batch_plan import (
 )
 
 # %% auto #0
-__all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'WorkerPool', 'timed_collate', 'LooksAhead',
-           'look_ahead_as', 'pass_edge', 'note_delivered', 'check_pass_end', 'loader_state', 'load_loader_state',
-           'check_in_order', 'compat_seeding_here', 'plan_or_own', 'ResumableDataLoader', 'ResumableStream',
-           'stream_state', 'stream_batch_key', 'check_stream_fields', 'check_stream_position', 'load_stream_state',
-           'batch_key', 'LoaderMarks', 'loader_marks', 'STATE_VERSION', 'BATCH_TAG', 'ResumeStateError', 'check_state',
-           'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan', 'ResumableBatchSampler',
-           'dataset_len', 'SeededDataset', 'plain_state', 'resumable_batching']
+__all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'WorkerPool', 'LooksAhead', 'note_delivered',
+           'check_pass_end', 'loader_state', 'load_loader_state', 'ResumableDataLoader', 'ResumableStream',
+           'load_stream_state', 'batch_key', 'LoaderMarks', 'STATE_VERSION', 'BATCH_TAG', 'ResumeStateError',
+           'check_state', 'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan',
+           'ResumableBatchSampler', 'dataset_len', 'SeededDataset', 'plain_state', 'resumable_batching']
 
 # %% ../../nbs/engine/35_resume.ipynb #986f6803
 _all_ = [
@@ -109,6 +110,16 @@ class DeliveredIterator:
         except StopIteration:
             ld.check_pass_end()
             raise
+        except Exception as e:  # an error in a worker process: its own message, not torch's copy of its traceback
+            debug = setting('TIMMDATA_DEBUG')
+            w = worker_error(e, debug)
+            if w is None and isinstance(e, ImageDecodeError):  # a bad sample met in a loader thread or this process
+                where = 'in a loader thread' if ld.workers is not None else 'in the training process (num_workers=0)'
+                tb = ''.join(traceback.format_exception(type(e), e, e.__traceback__))
+                w = traceback_kept(type(e)(str(e)), tb, where, debug)  # as a worker process's: one line, no chain
+            if w is None:
+                raise
+            raise w from w.__cause__
         finally:
             st.add('wait_workers', time.perf_counter() - t0)
             if keep is not None:
@@ -140,7 +151,7 @@ class WorkerPool(Protocol):
     def check(self, loader): ...  # raise if the pool cannot make this loader's batches (says why and what to do)
     def close(self): ...  # stop the workers
 
-
+# %% ../../nbs/engine/35_resume.ipynb #8dd0d8092fe74a7c96281538738b07e2
 def timed_collate(fn: Callable, rows: WorkerRows, samples):
     "`fn(samples)`, its time and batch added to this worker's row of `rows` (a batch's deferred crops count as decode and ops)."
     stage_clock.start(COLLATE)
@@ -161,7 +172,7 @@ class LooksAhead(Protocol):
     def look_ahead(self, batch_size: int): ...  # the samples a worker makes ahead (0: none)
     def end_pass(self): ...  # a pass ended, or a new one begins: a worker's lookahead stops
 
-
+# %% ../../nbs/engine/35_resume.ipynb #72eea5119410473aa328ad9291626812
 def look_ahead_as(ld):
     "Turn the lookahead of loader `ld`'s stream on for its persistent workers (a batch each), off for others."
     if isinstance(ld.dataset, LooksAhead):
@@ -239,7 +250,7 @@ def load_loader_state(ld, state_dict: dict):
     else:
         loader_state(ld, None)  # raises the error saying why not
 
-
+# %% ../../nbs/engine/35_resume.ipynb #8edb47106e1a46a883d545849b8ab81b
 def check_in_order(ld):
     "Refuse torch >= 2.6's `DataLoader(in_order=False)`: resume counts on torch's order of batches."
     if ld.num_workers > 0 and getattr(ld, 'in_order', True) is False:
@@ -443,7 +454,7 @@ class ResumableStream(Protocol):
     def fingerprint(self) -> dict: ...  # what must match for a saved position to resume
     def epoch_batches(self, batch_size: int) -> Optional[int]: ...  # a rank's batches in an epoch (None: unknown)
 
-
+# %% ../../nbs/engine/35_resume.ipynb #10185d26023b46108eb7d9f57d49d2b3
 def _check_stream(dataset, what: str):
     if not isinstance(dataset, ResumableStream):
         raise NotImplementedError(
@@ -513,7 +524,7 @@ def check_stream_position(dataset, sd: dict, elastic: bool, batch_size: int, fp:
             'batches_delivered', sd['batches_delivered'], f"at most {top:,} (a rank's batches in an epoch)"
         )
 
-
+# %% ../../nbs/engine/35_resume.ipynb #8763a12b2bbd4a93a75aff182afb95dc
 def load_stream_state(dataset, sd: dict, batch_size: int):
     "Make `dataset` (a stream) start its next pass after the `sd['batches_delivered']` batches already delivered."
     if sd['kind'] != 'stream':
@@ -579,7 +590,7 @@ class LoaderMarks(Marks):
     def mark(self):
         return self.loader.last_mark
 
-
+# %% ../../nbs/engine/35_resume.ipynb #7623eae2785240b9bd12b16a66d81610
 def loader_marks(loader) -> Marks:
     "The marks a feeder reads from `loader`: a `ResumableDataLoader`'s; none (`Marks()`) for another loader."
     return loader.marks() if isinstance(loader, ResumableDataLoader) else Marks()

@@ -8,7 +8,7 @@ import ctypes, sys, threading, time, weakref
 from dataclasses import dataclass
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence, Union
 import torch
 from torch.utils.data import IterableDataset
 from ..core.stages import COLLATE, CountsTime, LoaderStats, stage_clock
@@ -28,9 +28,9 @@ _MODES = ('process', 'thread')
 
 def check_worker_mode(
     worker_mode,
-    dataset=None,
-    input_size_choices=None,
-    decode_device=None,
+    dataset: Optional[torch.utils.data.Dataset] = None,
+    input_size_choices: Optional[Sequence[Union[int, tuple[int, ...]]]] = None,
+    decode_device: Optional[str] = None,
     num_workers: int = 1,
     use_multi_epochs_loader: bool = False,
 ):
@@ -79,7 +79,7 @@ def default_worker_mode(
     dataset,  # the dataset create_loader was given
     device: torch.device,  # where the batches go (the model's device)
     num_workers: int,
-    collate_fn=None,  # create_loader's `collate_fn` (None: its own)
+    collate_fn: Optional[Callable] = None,  # create_loader's `collate_fn` (None: its own)
     thread_ok: bool = True,  # False where `check_worker_mode` would refuse threads (streams, scheduled, multi-epoch...)
 ) -> str:
     """`create_loader(worker_mode='auto')`'s choice, the rule measured in "Threads or processes: measured": under the GIL,
@@ -263,6 +263,7 @@ class Headspace:
     wait_cpu: float  # share of a step: waiting on CPU work (decode, augment, collate, device step)
     read_cold_ms: float  # reading per sample, first pass, ms
     read_cached_ms: Optional[float] = None  # reading per sample on a second pass over the same files (None: not run)
+    model_step: bool = True  # was a model step given? Without one, `ideal_ms` is the loop's own time between batches
 
     @classmethod
     def measure(cls, st: LoaderStats, ideal_s: float, cached: Optional[LoaderStats] = None) -> 'Headspace':
@@ -275,10 +276,11 @@ class Headspace:
         cached_ms = None if cached is None else cached.t['read'] / max(cached.samples, 1) * 1e3
         cold_part = 1.0 if cached_ms is None or cold_ms <= 0 else min(max(1 - cached_ms / cold_ms, 0.0), 1.0)
         wait_read = stall * read_share
+        own = ideal_s if ideal_s > 0 else t['consumer'] / n  # no model step: a perfect loader's step is the loop alone
         return cls(
-            step_ms=wall / n * 1e3, ideal_ms=ideal_s * 1e3, stall=stall, wait_read_cold=wait_read * cold_part,
+            step_ms=wall / n * 1e3, ideal_ms=own * 1e3, stall=stall, wait_read_cold=wait_read * cold_part,
             wait_read_cached=wait_read * (1 - cold_part), wait_cpu=stall - wait_read, read_cold_ms=cold_ms,
-            read_cached_ms=cached_ms,
+            read_cached_ms=cached_ms, model_step=ideal_s > 0,
         )  # fmt: skip
 
     @property
@@ -306,9 +308,8 @@ class Headspace:
 
     def table(self) -> str:
         "The headspace report as text: step times, the wait and its parts, and the sentence."
-        ideal = f'{self.ideal_ms:9.1f} ms' + (
-            f' ({self.speedup:.2f}x faster)' if self.ideal_ms > 0 else ' (no model step)'
-        )
+        ideal = f'{self.ideal_ms:9.1f} ms' + (f' ({self.speedup:.2f}x faster)' if self.ideal_ms > 0 else '')
+        ideal += '' if self.model_step else " (no model step given: the loop's own time between batches)"
         cached = 'not measured' if self.read_cached_ms is None else f'{self.read_cached_ms:.3f} ms'
         return '\n'.join([
             f'step with this loader       {self.step_ms:9.1f} ms',

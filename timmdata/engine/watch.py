@@ -4,25 +4,30 @@
 
 # %% ../../nbs/engine/37b_watch.ipynb #36b566c1
 from __future__ import annotations
-import argparse, functools, json, math, os, re, stat, sys, tempfile, time, warnings, weakref
+import argparse, functools, http.server, json, math, os, re, socket, socketserver, stat, sys, tempfile, threading, time
+import warnings, weakref
 from itertools import count
 from pathlib import Path
 from time import perf_counter
-from typing import Callable, Optional, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence, Union, runtime_checkable
 import torch
 import torch.distributed as dist
 from ..core.settings import setting
-from ..core.torch_compat import loader_worker_pids
+from ..core.torch_compat import default_store, loader_worker_pids
 from ..core.stages import CountsTime, LoaderStats
 from ..core.untrusted import printable, read_regular
 from ..dataset import ImageDataset
 
+if TYPE_CHECKING:  # for the annotations only: importing timmdata never needs them
+    from prometheus_client import CollectorRegistry
+    from torch.utils.tensorboard import SummaryWriter
+
 # %% auto #0
-__all__ = ['STAGE_FIGURES', 'FIGURES', 'EXCHANGED', 'MAX_RECORD_BYTES', 'MAX_WORKER_ROWS', 'stage_figures', 'proc_counts',
-           'child_pids', 'ProcessFigures', 'Sink', 'TensorBoardSink', 'PrometheusSink', 'SlowRankWarning', 'slow_rank',
-           'this_rank', 'RankExchange', 'watch_dir', 'own_folder', 'alive', 'Publisher', 'LoaderWatch',
-           'watch_by_setting', 'LoggerSink', 'LoaderWatchCallback', 'check_record', 'read_records', 'render',
-           'top_main']
+__all__ = ['STAGE_FIGURES', 'FIGURES', 'EXCHANGED', 'JOIN_WAIT', 'MAX_RECORD_BYTES', 'MAX_WORKER_ROWS', 'stage_figures',
+           'proc_counts', 'child_pids', 'ProcessFigures', 'Sink', 'TensorBoardSink', 'PrometheusSink',
+           'SlowRankWarning', 'slow_rank', 'this_rank', 'RankExchange', 'watch_dir', 'watch_dirs', 'own_folder',
+           'alive', 'Publisher', 'LoaderWatch', 'watch_by_setting', 'LoggerSink', 'LoaderWatchCallback', 'check_record',
+           'read_records', 'render', 'top_main']
 
 # %% ../../nbs/engine/37b_watch.ipynb #bc8e608b
 STAGE_FIGURES = (
@@ -39,8 +44,8 @@ FIGURES = {  # name: what it is (a Prometheus gauge's help, a panel's title)
     'queue': 'batches the workers made that the consumer has not taken yet',
     'read_mb_per_s': "MB per second the loader's processes read (files and sockets; the OS's count)",
     'read_calls_per_s': "read calls per second of the loader's processes (the OS's count)",
-    'page_cache_share': "share of the bytes read that came from the OS's page cache, not the disk (0 to 1)",
-    'bad_samples': "samples skipped as unreadable so far (bad_sample='skip')",
+    'page_cache_share': "share of the bytes read that came from the OS's page cache, not the disk (0 to 1; absent in a window with no reads)",
+    'bad_samples': "samples skipped or replaced as unreadable so far (bad_sample='skip' or 'replace')",
     'workers': 'worker processes running',
     'workers_cpu': 'cores the worker processes keep busy (CPU seconds per second)',
     'workers_rss_mb': "the worker processes' resident memory, MB",
@@ -134,13 +139,14 @@ class ProcessFigures:
         figs = dict(
             read_mb_per_s=rchar / 1e6,
             read_calls_per_s=sum(rate[p]['syscr'] for p in readers),
-            page_cache_share=min(1.0, max(0.0, 1 - disk / rchar)) if rchar > 0 else 0.0,
             workers=len(kids),
             workers_cpu=sum(rate[p]['cpu'] for p in kids),
             workers_rss_mb=sum(counts[p]['rss'] for p in kids) / 1e6,
             main_cpu=rate[me]['cpu'] if me in rate else 0.0,
             main_rss_mb=counts[me]['rss'] / 1e6 if me in counts else 0.0,
         )
+        if rchar > 0:  # no reads in the window: no share at all (0 would read as "all from disk")
+            figs['page_cache_share'] = min(1.0, max(0.0, 1 - disk / rchar))
         rows = [dict(pid=p, cpu=round(rate[p]['cpu'], 3), rss_mb=round(counts[p]['rss'] / 1e6, 1)) for p in kids]
         return figs, rows
 
@@ -179,7 +185,58 @@ class TensorBoardSink:
         if self._own:
             self.writer.close()
 
+# %% ../../nbs/engine/37b_watch.ipynb #a2a8029f
+class _MetricsServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    "`/metrics` of a `prometheus_client` registry over HTTP: a read timeout on each connection, at most `max_connections` at once."
+
+    daemon_threads, block_on_close = True, False
+
+    def __init__(self, addr: str, port: int, registry, timeout: float = 5.0, max_connections: int = 8):
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest  # optional: timmdata[prometheus]
+
+        self.address_family = socket.AF_INET6 if ':' in addr else socket.AF_INET
+        self.slots = threading.BoundedSemaphore(max_connections)
+
+        class Metrics(http.server.BaseHTTPRequestHandler):
+            def setup(self):
+                self.timeout = timeout  # each read and write on the socket: a half-sent request is dropped
+                super().setup()
+
+            def do_GET(self):
+                if self.path.split('?', 1)[0] not in ('/', '/metrics'):
+                    return self.send_error(404)
+                body = generate_latest(registry)
+                self.send_response(200)
+                self.send_header('Content-Type', CONTENT_TYPE_LATEST)
+                self.send_header('Content-Length', str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        super().__init__((addr, port), Metrics)
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            return self.shutdown_request(request)  # as many as it serves at once: this one is closed
+        try:
+            super().process_request(request, client_address)  # a thread for it
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
 # %% ../../nbs/engine/37b_watch.ipynb #2460c435
+# a Prometheus registry -> its timmdata gauges: the sinks of several loaders in one process share one registry
+_GAUGES = weakref.WeakKeyDictionary()
+
+
 class PrometheusSink:
     "The figures as Prometheus gauges `timmdata_loader_NAME{rank=...}`, served over HTTP at /metrics for a scraper (and Grafana over it)."
 
@@ -188,24 +245,26 @@ class PrometheusSink:
         port: Optional[
             int
         ] = None,  # serve /metrics on this port (0: a free one, see `.port`); None: no server (scrape `registry` your way)
-        addr: str = '0.0.0.0',  # all interfaces, for a scraper on another machine; '127.0.0.1': this machine only
-        registry=None,  # a `prometheus_client.CollectorRegistry`; None: one of its own (several loaders in one process: pass one registry and `name`s)
+        addr: str = '127.0.0.1',  # this machine only; '0.0.0.0': every interface (anyone who reaches the port reads the figures)
+        registry: 'Optional[CollectorRegistry]' = None,  # a `prometheus_client.CollectorRegistry`; None: one of its own (several loaders in one process: pass one registry and `name`s)
         rank: Optional[int] = None,  # the `rank` label; None: this process's rank
         name: str = 'train',  # the `loader` label: which loader of the process
     ):
         try:
-            from prometheus_client import CollectorRegistry, Gauge, start_http_server  # optional: timmdata[prometheus]
+            from prometheus_client import CollectorRegistry, Gauge  # optional: timmdata[prometheus]
         except ImportError as e:
             raise ImportError(f'PrometheusSink needs prometheus_client: pip install prometheus_client ({e})') from None
         self.registry = CollectorRegistry() if registry is None else registry
         labels = dict(rank=str(this_rank() if rank is None else rank), loader=name)
-        self.gauges = {
-            k: Gauge(f'timmdata_loader_{k}', h, list(labels), registry=self.registry).labels(**labels)
-            for k, h in FIGURES.items()
-        }
+        if self.registry not in _GAUGES:  # a registry refuses a second gauge of a name: the first sink makes them
+            _GAUGES[self.registry] = {
+                k: Gauge(f'timmdata_loader_{k}', h, list(labels), registry=self.registry) for k, h in FIGURES.items()
+            }
+        self.gauges = {k: g.labels(**labels) for k, g in _GAUGES[self.registry].items()}
         self.server = self.port = None
         if port is not None:
-            self.server, _ = start_http_server(port, addr=addr, registry=self.registry)
+            self.server = _MetricsServer(addr, port, self.registry)
+            threading.Thread(target=self.server.serve_forever, name='timmdata-metrics', daemon=True).start()
             self.port = self.server.server_port
 
     def write(self, figures: dict, step: int):
@@ -253,6 +312,10 @@ def slow_rank(
     )
 
 # %% ../../nbs/engine/37b_watch.ipynb #a4345906
+JOIN_WAIT = 30.0  # seconds the first exchange waits for every rank to say it watches (else: no exchange, a warning)
+_EXCHANGES = count()  # the exchanges made in this process: the n-th on every rank is the same one
+
+
 def this_rank() -> int:
     "This process's rank (0 without torch.distributed)."
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
@@ -263,7 +326,7 @@ class RankExchange:
 
     def __init__(
         self,
-        group=None,  # the process group (None: the default one)
+        group: Optional[dist.ProcessGroup] = None,  # the process group (None: the default one)
         warn_rank: Optional[int] = 0,  # the rank that warns (None: every rank)
         ratio: float = 2.0,  # see `slow_rank`
         gap: float = 0.1,
@@ -271,9 +334,36 @@ class RankExchange:
         self.group, self.warn_rank, self.ratio, self.gap = group, warn_rank, ratio, gap
         self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
         self.named = self.table = None  # the last sentence (None: no rank slow at the last exchange), the last table
+        self.on, self.tag = None, f'timmdata-watch-{next(_EXCHANGES)}'  # on: every rank takes part (asked at the first)
+
+    def agree(self) -> bool:
+        """Whether every rank exchanges: at its first exchange each rank counts itself in the process group's store and
+        waits (at most `JOIN_WAIT` s) for the others; the first to see them all, or to stop waiting, settles it for every
+        rank (one compare-and-set), so a rank never gathers alone: a `LoaderWatch` made on rank 0 only (under the usual
+        `if rank == 0:`) goes on without the exchange, with a warning, where it would wait for ever in `all_gather`."""
+        store = default_store()
+        if store is None:
+            return True  # no store to ask (a group made another way): every rank is taken to watch
+        store.add(f'{self.tag}/joined', 1)
+        end = time.monotonic() + JOIN_WAIT
+        while (n := store.add(f'{self.tag}/joined', 0)) < self.world and time.monotonic() < end:
+            time.sleep(0.05)
+        on = store.compare_set(f'{self.tag}/state', '', 'on' if n >= self.world else 'off') == b'on'
+        if not on and self.warn_rank in (None, self.rank):
+            warnings.warn(
+                f'LoaderWatch: no exchange between ranks (the slow rank is not named): {min(n, self.world)} of '
+                f'{self.world} ranks watch their loader; make a LoaderWatch on every rank (not under `if rank == 0:`), '
+                f'or pass ranks=False where only some do',
+                stacklevel=3,
+            )
+        return on
 
     def __call__(self, figures: dict) -> Optional[str]:
         "Send this rank's figures, gather every rank's; warn when a rank is named that was not at the last exchange; the sentence or None."
+        if self.on is None:
+            self.on = self.agree()
+        if not self.on:
+            return None
         v = torch.tensor([float(figures.get(k, 0.0)) for k in EXCHANGED], dtype=torch.float64)
         out = [torch.empty_like(v) for _ in range(self.world)]
         dist.all_gather(out, v, group=self.group)
@@ -298,6 +388,13 @@ def watch_dir() -> Path:
         return Path(d)
     base = '/dev/shm' if os.path.isdir('/dev/shm') and os.access('/dev/shm', os.W_OK) else tempfile.gettempdir()
     return Path(base) / f'timmdata-watch-{os.getuid() if hasattr(os, "getuid") else "user"}'
+
+
+def watch_dirs() -> list:
+    "The folders loaders publish in, in the order tried (`timmdata top` reads each that is the user's): `TIMMDATA_WATCH_DIR` alone when set; else `watch_dir()`, then one in the user's cache folder (another user may have made the first)."
+    if setting('TIMMDATA_WATCH_DIR'):
+        return [watch_dir()]
+    return [watch_dir(), Path(setting('XDG_CACHE_HOME')) / 'timmdata' / 'watch']
 
 
 def own_folder(
@@ -334,12 +431,18 @@ class Publisher:
 
     _ids = count()  # the loaders watched in this process
 
-    def __init__(self, folder=None):
-        self.folder = Path(folder) if folder is not None else watch_dir()
-        if not own_folder(self.folder, make=True):
+    def __init__(self, folder: Optional[Union[str, os.PathLike]] = None):
+        tried, self.folder = [Path(folder)] if folder is not None else watch_dirs(), None
+        for d in tried:
+            if d is not tried[0]:  # the fallback, in the user's cache folder
+                os.makedirs(d.parent, 0o700, exist_ok=True)
+            if own_folder(d, make=True):
+                self.folder = d
+                break
+        if self.folder is None:
             raise PermissionError(
-                f'watch folder {printable(str(self.folder))!r} is not a folder only this user can write: remove it, '
-                f'or set TIMMDATA_WATCH_DIR to one'
+                f"watch folder {' nor '.join(repr(printable(str(d))) for d in tried)} is not a folder only this user can "
+                f'write (another user may have made it): remove it, or set TIMMDATA_WATCH_DIR to a folder of yours'
             )
         self.path = self.folder / f'{os.getpid()}-{next(self._ids)}.json'
         for f in os.listdir(self.folder):  # files of processes that died without removing theirs
@@ -368,6 +471,15 @@ class Publisher:
         self._unlink(self.path)
 
 # %% ../../nbs/engine/37b_watch.ipynb #aa77bf0c
+_WARNED = set()  # the watch's warnings given in this process: each once
+
+
+def _warn_once(msg: str):
+    if msg not in _WARNED:
+        _WARNED.add(msg)
+        warnings.warn(msg, stacklevel=3)
+
+
 class LoaderWatch:
     """The loader's figures (`FIGURES`) every `every` batches, where people look: TensorBoard (`tensorboard`), Prometheus
     (`prometheus`), a Lightning logger or your own (`sinks`), the node's watch folder for `timmdata top` (`publish`);
@@ -377,16 +489,17 @@ class LoaderWatch:
         self,
         loader,  # a timmdata loader (it `CountsTime`: `create_loader`'s, with or without the prefetcher)
         every: int = 50,  # batches between two writes (and exchanges between ranks)
-        tensorboard=None,  # a SummaryWriter or a log folder: a `TensorBoardSink`
+        tensorboard: 'Optional[Union[SummaryWriter, str, os.PathLike]]' = None,  # a SummaryWriter or a log folder: a `TensorBoardSink`
         prometheus: Optional[int] = None,  # a port to serve /metrics on (0: a free one): a `PrometheusSink`
+        prometheus_addr: str = '127.0.0.1',  # the address it listens on ('0.0.0.0': every interface)
         sinks: Sequence = (),  # more `Sink`s (`LoaderWatchCallback` adds its Lightning logger's)
         publish: bool = True,  # the figures for `timmdata top` in the node's watch folder
         ranks: Optional[
             bool
         ] = None,  # the exchange between ranks and the slow rank's warning; None: on under torch.distributed on several ranks
-        group=None,  # the process group of the exchange (None: the default one)
+        group: Optional[dist.ProcessGroup] = None,  # the process group of the exchange (None: the default one)
         name: str = 'train',  # which loader this is, in `timmdata top` and Prometheus's `loader` label
-        folder=None,  # the watch folder (None: `watch_dir()`)
+        folder: Optional[Union[str, os.PathLike]] = None,  # the watch folder (None: `watch_dir()`)
     ):
         if not isinstance(loader, CountsTime):
             raise TypeError(
@@ -396,13 +509,13 @@ class LoaderWatch:
             raise ValueError(f'LoaderWatch: every must be an int >= 1 (batches); got {every!r}')
         self.stats, self.every, self.name = loader.stats(), every, printable(name, 40)
         self.sinks = [*sinks, *([TensorBoardSink(tensorboard)] if tensorboard is not None else [])]
-        self.sinks += [PrometheusSink(prometheus, name=self.name)] if prometheus is not None else []
+        self.sinks += [PrometheusSink(prometheus, prometheus_addr, name=self.name)] if prometheus is not None else []
         bad = [type(s).__name__ for s in self.sinks if not isinstance(s, Sink)]
         if bad:
             raise TypeError(f'LoaderWatch: sinks need write(figures, step) and close(); {bad[0]} has not')
         several = dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1
         self.exchange = RankExchange(group) if (several if ranks is None else ranks) else None
-        self.publisher = Publisher(folder) if publish else None
+        self.publisher = self._publisher(folder) if publish else None
         ref = weakref.ref(loader)  # not the loader itself: the watch ends when the loader goes
         self.procs = ProcessFigures(lambda: loader_worker_pids(ref()) if ref() is not None else [])
         self.cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
@@ -434,11 +547,24 @@ class LoaderWatch:
         for s in self.sinks:
             s.write(figs, self._n)
         if self.publisher is not None:
-            self.publisher.write(
-                dict(pid=os.getpid(), rank=this_rank(), name=self.name, batches=self._n, time=time.time(),
-                     start=self._start, cores=self.cores, figures=figs, workers=workers[:MAX_WORKER_ROWS], slow=self.slow)
-            )  # fmt: skip
+            try:
+                self.publisher.write(
+                    dict(pid=os.getpid(), rank=this_rank(), name=self.name, batches=self._n, time=time.time(),
+                         start=self._start, cores=self.cores, figures=figs, workers=workers[:MAX_WORKER_ROWS], slow=self.slow)
+                )  # fmt: skip
+            except OSError as e:  # the folder removed, a full disk: the training goes on, unpublished
+                _warn_once(f'LoaderWatch: not publishing for timmdata top any more: {printable(str(e), 300)}')
+                self.publisher = None
         return figs
+
+    @staticmethod
+    def _publisher(folder) -> Optional[Publisher]:
+        "A `Publisher`, or None (warned once) when no watch folder of the user's can be had: a loader never fails for it."
+        try:
+            return Publisher(folder)
+        except OSError as e:
+            _warn_once(f'LoaderWatch: not publishing for timmdata top: {printable(str(e), 400)}')
+            return None
 
     @staticmethod
     def _end(stats, hook, sinks, publisher):
@@ -566,28 +692,31 @@ def check_record(
 
 
 def read_records(
-    folder=None,  # the watch folder (None: `watch_dir()`)
+    folder: Optional[Union[str, os.PathLike]] = None,  # the watch folder (None: `watch_dir()`)
     stale: float = 120.0,  # leave out records not rewritten for this many seconds
 ) -> list:
     "The records of the loaders publishing on this node (running processes only), checked, by rank, process and loader."
-    folder = Path(folder) if folder is not None else watch_dir()
-    if not own_folder(folder):
-        return []
     out, now = [], time.time()
-    for f in sorted(os.listdir(folder)):
-        m = _RECORD_NAME.fullmatch(f)
-        if m is None or not alive(int(m.group(1))):
-            continue
-        try:
-            r = check_record(json.loads(read_regular(folder / f, MAX_RECORD_BYTES, 'watch file')), int(m.group(1)))
-        except (OSError, ValueError, TypeError, RecursionError):
-            continue  # gone meanwhile, half a file of another program, too big, not ours
-        if now - r['time'] <= stale:
-            out.append(r)
+    for folder in [Path(folder)] if folder is not None else watch_dirs():
+        if not own_folder(folder):
+            continue  # another user's, or one others can write into: nothing there is read
+        for f in sorted(os.listdir(folder)):
+            m = _RECORD_NAME.fullmatch(f)
+            if m is None or not alive(int(m.group(1))):
+                continue
+            try:
+                r = check_record(json.loads(read_regular(folder / f, MAX_RECORD_BYTES, 'watch file')), int(m.group(1)))
+            except (OSError, ValueError, TypeError, RecursionError):
+                continue  # gone meanwhile, half a file of another program, too big, not ours
+            if now - r['time'] <= stale:
+                out.append(r)
     return sorted(out, key=lambda r: (r['rank'], r['pid'], r['name']))
 
 # %% ../../nbs/engine/37b_watch.ipynb #3d1e6269
-_COLS = f'{"rank":>4} {"loader":<8} {"pid":>7} {"img/s":>7} {"wait":>5} {"read":>6} {"decode":>6} {"ops":>6} {"coll":>6} {"dev":>6} {"queue":>5} {"cpu":>5} {"MB":>7}'
+_COLS = f'{"rank":>4} {"loader":<8} {"pid":>7} {"images":>7} {"wait":>5} {"read":>6} {"decode":>6} {"ops":>6} {"coll":>6} {"dev":>6} {"queue":>5} {"cpu":>5} {"memory":>7}'
+# each column's unit: images per second, % of the step spent waiting, ms per image of each stage (CPU time, summed over
+# the workers), batches queued, cores busy, resident memory in MB
+_UNITS = f'{"":>4} {"":<8} {"":>7} {"per s":>7} {"%step":>5} {" ".join(f"{u:>6}" for u in ["ms/img"] * 5)} {"batch":>5} {"cores":>5} {"MB RSS":>7}'
 
 
 def render(
@@ -600,7 +729,7 @@ def render(
             f'no timmdata loader publishes in {printable(str(folder))} (watch one with LoaderWatch(loader), or set '
             f'TIMMDATA_WATCH=50 before starting the training)'
         )
-    lines = [_COLS]
+    lines = [_COLS, _UNITS]
     for r in records:
         f = r['figures'].get
         ms = ' '.join(f'{f(k + "_ms", 0):6.2f}' for k in STAGE_FIGURES)
@@ -614,7 +743,7 @@ def render(
     return '\n'.join(lines)
 
 
-def top_main(argv=None):
+def top_main(argv: Optional[Sequence[str]] = None):
     "`timmdata top`: a live view of the loaders training on this machine (each rank and worker: stage times, waiting share, queue, CPU, memory)."
     p = argparse.ArgumentParser(prog='timmdata top', description=top_main.__doc__)
     p.add_argument(
@@ -623,18 +752,17 @@ def top_main(argv=None):
     p.add_argument('--interval', type=float, default=1.0, help='seconds between two redraws')
     p.add_argument('--once', action='store_true', help='print the view once and exit')
     a = p.parse_args(argv)
-    if not a.interval > 0:
-        p.error(f'--interval must be > 0 seconds; got {a.interval}')
-    folder = Path(a.dir) if a.dir else watch_dir()
+    if not 0 < a.interval <= 3600:
+        p.error(f'--interval must be a number of seconds above 0, at most 3600; got {a.interval}')
+    folder = Path(a.dir) if a.dir else None
+    where = str(folder) if folder is not None else ' or '.join(map(str, watch_dirs()))
     if a.once:
-        print(render(read_records(folder), folder))
+        print(render(read_records(folder), where))
         return 0
     try:
         while True:
-            view = render(read_records(folder), folder)
-            sys.stdout.write(
-                f'\x1b[H\x1b[2Jtimmdata top  {time.strftime("%H:%M:%S")}  {printable(str(folder))}\n{view}\n'
-            )
+            view = render(read_records(folder), where)
+            sys.stdout.write(f'\x1b[H\x1b[2Jtimmdata top  {time.strftime("%H:%M:%S")}  {printable(where)}\n{view}\n')
             sys.stdout.flush()
             time.sleep(a.interval)
     except KeyboardInterrupt:

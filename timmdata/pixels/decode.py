@@ -9,14 +9,14 @@ from contextlib import contextmanager
 from typing import Optional
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from ..core.settings import export_setting, setting
 
 # %% auto #0
 __all__ = ['NATIVE', 'NATIVE_STATUS', 'MAX_IMAGE_PIXELS', 'note_jpeg_warnings', 'Native', 'use_native', 'ImageDecodeError',
            'CorruptJpegWarning', 'set_max_image_pixels', 'check_pixels', 'convert_mode', 'torchcodec_jpeg',
-           'torchcodec_status', 'torchcodec_error', 'read_source', 'jpeg_warnings', 'decode_image', 'decoder_name',
-           'EncodedJpeg', 'encoded_jpeg']
+           'torchcodec_status', 'torchcodec_error', 'read_source', 'jpeg_warnings', 'damage_error', 'check_encoded',
+           'decode_image', 'decoder_name', 'EncodedJpeg', 'encoded_jpeg']
 
 # %% ../../nbs/pixels/06_decode.ipynb #2395e4c6
 # written by setup.py beside the extension when its build failed (the package's folder, found without importing it)
@@ -364,9 +364,42 @@ def _native_decode(data: bytes, gray: bool):
     return torch.frombuffer(buf, dtype=torch.uint8).view(ch, cw, 1 if gray else 3)[:, :w].permute(2, 0, 1)
 
 
+_REPR = re.compile(
+    r'\s*<_io\.BytesIO object at 0x[0-9a-f]+>'
+)  # an in-memory file as PIL names it: a new address each run
+
+
+def damage_error(
+    e: Exception,  # what a decoder (PIL) raised about the data
+    why: Optional[str] = None,  # what the decoders tried before said, if anything
+) -> ImageDecodeError:
+    "The one description of a decoder's error, used by the loader, `timmdata check` and `timmdata cache`: in words, no object reprs."
+    msg = ' '.join(str(e).split())
+    if isinstance(e, UnidentifiedImageError):  # PIL names the file by its repr (`<_io.BytesIO object at 0x...>`)
+        msg = 'not an image Pillow can read: an unknown format, or not an image at all'
+    else:
+        msg = f'{type(e).__name__}: ' + _REPR.sub('', msg)
+    return ImageDecodeError(msg + (f' ({why})' if why else ''))
+
+
+def check_encoded(
+    data: bytes,  # an encoded image's bytes
+) -> tuple:
+    "The checks every decode path makes first (an empty file, a JPEG or PNG cut short: `ImageDecodeError`); (is it a JPEG, its claimed (height, width) or None)."
+    if not data:
+        raise ImageDecodeError('empty file (0 bytes)')
+    is_jpeg = data[:3] == _JPEG_SOI
+    truncated, size = _jpeg_header(data) if is_jpeg else (data[:8] == _PNG_SIG and _png_truncated(data), None)
+    if truncated:
+        raise ImageDecodeError(
+            f'truncated {"JPEG" if is_jpeg else "PNG"} ({len(data)} bytes): the data ends before the image does'
+        )
+    return is_jpeg, size
+
+
 def _pil_decode(data: bytes, mode, why: Optional[str] = None) -> Image.Image:
     def fail(e):
-        return ImageDecodeError(f'{type(e).__name__}: {e}' + (f' ({why})' if why else ''))
+        return damage_error(e, why)
 
     try:
         with warnings.catch_warnings():  # PIL's bomb warning: the pixel limit below decides
@@ -390,14 +423,7 @@ def decode_image(
     if isinstance(src, np.ndarray):
         return _array_to(src, mode, to_tensor)
     data = read_source(src)
-    if not data:
-        raise ImageDecodeError('empty file (0 bytes)')
-    is_jpeg = data[:3] == _JPEG_SOI
-    truncated, size = _jpeg_header(data) if is_jpeg else (data[:8] == _PNG_SIG and _png_truncated(data), None)
-    if truncated:
-        raise ImageDecodeError(
-            f'truncated {"JPEG" if is_jpeg else "PNG"} ({len(data)} bytes): the data ends before the image does'
-        )
+    is_jpeg, size = check_encoded(data)
     if size:
         check_pixels(*size)  # the claimed size, before any decoder allocates (the extension checks its own reading too)
     why = None  # why the tensor decoders failed, if they did: PIL has the last word

@@ -4,7 +4,8 @@
 
 # %% ../../nbs/readers/05c_class_map.ipynb #ad8cc777
 from __future__ import annotations
-import json, numbers
+import json, numbers, os
+from typing import Optional, Union
 from .core import load_class_map, unset
 from timmdata.readers.targets import (
     SKIP_SAMPLE,
@@ -85,9 +86,9 @@ class RecordTargets:
 
     def __init__(
         self,
-        target_key=None,  # a field, a '/' path, or binary fields 'a,b,c'; None: `alt_label`
-        target_format=None,  # 'indices' (None) or 'multihot'
-        class_map=None,  # dict or .txt ('' or None: none)
+        target_key: Optional[str] = None,  # a field, a '/' path, or binary fields 'a,b,c'; None: `alt_label`
+        target_format: Optional[str] = None,  # 'indices' (None) or 'multihot'
+        class_map: Optional[Union[dict[str, int], str, os.PathLike]] = None,  # dict or .txt ('' or None: none)
         alt_label: str = '',  # the field to read when no target_key is given (a wds split's `alt_label`)
         source: dict = None,  # the dataset's own class name -> index for a single field (e.g. a ClassLabel's names)
     ):

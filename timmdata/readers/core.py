@@ -4,10 +4,10 @@
 
 # %% ../../nbs/readers/05_readers.ipynb #a1a09809
 from __future__ import annotations
-import csv, importlib, os, re, tarfile, threading, warnings
+import csv, importlib, inspect, os, re, tarfile, threading, warnings
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Union
 import numpy as np
 from timmdata.core.untrusted import (
     MAX_JSON_BYTES,
@@ -23,8 +23,8 @@ from timmdata.core.untrusted import (
 # %% auto #0
 __all__ = ['IMG_EXTENSIONS', 'natural_key', 'unset', 'get_img_extensions', 'is_img_extension', 'add_img_extensions',
            'del_img_extensions', 'set_img_extensions', 'load_class_map', 'Reader', 'NoImagesError', 'FolderReader',
-           'FileHandle', 'TarReader', 'CsvReader', 'find_split', 'split_names', 'timm_split_name', 'register_reader',
-           'reader_kinds', 'create_reader', 'register_scheme']
+           'FileHandle', 'TarReader', 'CsvReader', 'find_split', 'split_names', 'dataset_splits', 'timm_split_name',
+           'register_reader', 'reader_kinds', 'reader_keywords', 'create_reader', 'register_scheme']
 
 # %% ../../nbs/readers/05_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -99,7 +99,7 @@ def set_img_extensions(extensions):  # extensions like '.jpg', in order; duplica
 # %% ../../nbs/readers/05_readers.ipynb #99c7b71a
 def load_class_map(
     class_map,  # dict {class name: index}, or a .txt file (one class per line; relative to `root` if not found as given)
-    root=None,  # folder to resolve a relative .txt path against
+    root: Optional[Union[str, os.PathLike]] = None,  # folder to resolve a relative .txt path against
 ) -> dict:
     "Class-name-to-index dict from a dict or a one-class-per-line .txt file."
     if isinstance(class_map, dict):
@@ -206,8 +206,8 @@ class FolderReader(Reader):
     def __init__(
         self,
         root,  # the folder to scan (recursively)
-        class_map=None,  # dict or .txt: keep only these classes, with these indices
-        extensions=None,  # accepted file extensions (default `IMG_EXTENSIONS`), matched ignoring case
+        class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices
+        extensions: 'Optional[Union[str, Iterable[str]]]' = None,  # accepted file extensions (default `IMG_EXTENSIONS`), matched ignoring case
         follow_links: bool = False,  # also follow symbolic links that lead out of `root` (a tree you made)
     ):
         self.root = _check_root(root)
@@ -283,8 +283,10 @@ class FileHandle:
         self.fd = regular_fd(path, None, what, follow_links=True)  # a FIFO or a device refused, never waited on
 
     def __del__(self, _close=os.close):  # bound now: at interpreter exit the module's `os` may be gone already
+        fd = getattr(self, 'fd', None)  # None: the open was refused (`__init__` raised), nothing to close
         try:
-            _close(self.fd)
+            if fd is not None:
+                _close(fd)
         except OSError:
             pass
 
@@ -312,8 +314,8 @@ class TarReader(Reader):
     def __init__(
         self,
         root,  # a .tar file, or a folder holding .tar files
-        class_map=None,  # dict or .txt: keep only these classes, with these indices
-        extensions=None,  # accepted member extensions (default `IMG_EXTENSIONS`)
+        class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices
+        extensions: Optional[Union[str, Iterable[str]]] = None,  # accepted member extensions (default `IMG_EXTENSIONS`)
         max_open_files: int = 16,  # tars held open at once per process (least recently read closed first)
     ):
         self.root = _check_root(root)
@@ -416,8 +418,8 @@ class CsvReader(Reader):
     def __init__(
         self,
         root,  # the .csv file
-        class_map=None,  # dict or .txt: keep only these classes (names; integer labels as strings)
-        extensions=None,  # accepted extensions, used only to recognise a header row
+        class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes (names; integer labels as strings)
+        extensions: 'Optional[Union[str, Iterable[str]]]' = None,  # accepted extensions, used only to recognise a header row
         allow_outside: bool = False,  # accept absolute and '..' paths (a CSV you wrote); else only names under its folder
     ):
         path = _check_root(root)
@@ -508,6 +510,25 @@ def split_names(
     return [name] + [s for g in _SPLIT_SYNONYMS if name.lower() in g for s in g if s != name]
 
 
+def dataset_splits(
+    root,  # a dataset root
+) -> dict:
+    "The splits `root` holds: {name: path} for the first of each of timm's synonym groups found (a folder, .tar or .csv named train, val, validation, ...); {} when it holds none (a class folder, a file)."
+    found = {}
+    if not os.path.isdir(root):
+        return found
+    for group in _SPLIT_SYNONYMS:
+        for n in group:
+            p = next(
+                (os.path.join(root, c) for c in (n, n + '.tar', n + '.csv') if os.path.exists(os.path.join(root, c))),
+                None,
+            )
+            if p is not None:
+                found[n] = p
+                break
+    return found
+
+
 def timm_split_name(split: str) -> str:
     "timm's own name for a split: 'train', 'validation' or 'test' for any of their synonyms; another name as it is."
     g = next((g for g in _SPLIT_SYNONYMS if split.lower() in g), None)
@@ -538,6 +559,17 @@ def reader_kinds() -> tuple:
     return tuple(_READERS)
 
 
+def reader_keywords() -> list:
+    "The keywords the registered readers take besides root and class_map (what `ImageDataset` passes on to its reader)."
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    out = []
+    for make, _ in _READERS.values():
+        for p in inspect.signature(make).parameters.values():
+            if p.kind in kinds and p.name not in ('self', 'root', 'class_map', *out):
+                out.append(p.name)
+    return out
+
+
 def _is_tar_root(root) -> bool:
     if os.path.isfile(root):
         return root.lower().endswith('.tar')
@@ -554,9 +586,9 @@ register_reader('csv', CsvReader, lambda root: os.path.isfile(root) and root.low
 
 def create_reader(
     name='',  # timm's form: '' (or a kind: 'folder', 'tar', 'csv', 'store'), or 'hfds/...', 'wds/...', 'hfids/...'; our form: the root
-    root=None,  # dataset root: a folder, a .tar, a folder of .tars, a .csv, or another registered kind (a store)
+    root: 'Optional[Union[str, os.PathLike]]' = None,  # dataset root: a folder, a .tar, a folder of .tars, a .csv, or another registered kind (a store)
     split: str = 'train',  # split to look for under root (see `find_split`); ignored for file roots; '' or None: root itself
-    class_map=None,  # dict or .txt: keep only these classes, with these indices ('' or None: all)
+    class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices ('' or None: all)
     kind: str = None,  # force a registered kind ('folder', 'tar', 'csv', 'store', ...) instead of guessing
     **kwargs,  # passed to the reader (e.g. `extensions`); None values are dropped, as timm does
 ) -> Reader:

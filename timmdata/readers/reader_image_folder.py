@@ -6,6 +6,7 @@
 __all__ = ['ReaderImageFolder', 'find_images_and_targets']
 
 # %% ../../nbs/readers/05f_reader_image_folder.ipynb #c79d4ac1
+from typing import Iterable, Optional, Union
 from .core import FolderReader, natural_key
 
 # %% ../../nbs/readers/05f_reader_image_folder.ipynb #583adb4d
@@ -14,7 +15,7 @@ ReaderImageFolder = FolderReader  # timm's name for the folder reader
 
 def find_images_and_targets(
     folder,  # the folder to scan
-    types=None,  # accepted extensions (default: the image extensions)
+    types: Optional[Union[str, Iterable[str]]] = None,  # accepted extensions (default: the image extensions)
     class_to_idx: dict = None,  # class name -> index (default: the leaf folders in natural order)
     leaf_name_only: bool = True,  # accepted for timm's signature: classes are leaf folder names
     sort: bool = True,  # accepted for timm's signature: samples come in natural order

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/readers/05b_targets.ipynb #216e7111
 from __future__ import annotations
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 # %% auto #0
 __all__ = ['TARGET_FORMATS', 'SKIP_SAMPLE', 'check_target_format', 'has_field', 'get_field', 'parse_target_keys',
@@ -103,7 +103,7 @@ def parse_target_keys(
 
 def multi_field_class_to_idx(
     keys: Sequence[str],  # the binary fields, in class order
-    features=None,  # the dataset's features schema, when known: every field must be in it
+    features: Optional[Mapping] = None,  # the dataset's features schema, when known: every field must be in it
 ) -> dict:
     "Class name -> index of a multi-field target: each field is a class, in the order given."
     if features is not None:

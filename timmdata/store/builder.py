@@ -11,7 +11,15 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 from ..readers import CsvReader, Reader, create_reader
-from ..pixels.decode import ImageDecodeError, check_pixels, convert_mode
+from ..readers.core import dataset_splits, split_names
+from timmdata.pixels.decode import (
+    ImageDecodeError,
+    check_encoded,
+    check_pixels,
+    convert_mode,
+    damage_error,
+    read_source,
+)
 from ..transforms import str_to_pil_interp
 from timmdata.store.format import (
     BUILD_STATE,
@@ -82,21 +90,30 @@ def load_resized(
 ) -> np.ndarray:
     "Decodes an image once and returns it as RGB uint8 HxWx3, scaled down to `store_size`; over the pixel limit, `ImageDecodeError`."
     resample = _check_sizing(side, interpolation)
-    f = io.BytesIO(src) if isinstance(src, (bytes, bytearray, memoryview)) else src
-    with (
-        warnings.catch_warnings()
-    ):  # PIL's bomb warning: the pixel limit of every decode path decides, as in decode_image
-        warnings.simplefilter('ignore', Image.DecompressionBombWarning)
-        im = Image.open(f)
+    data = read_source(src)
+    check_encoded(data)  # an empty or cut-short file: described as the loader and `timmdata check` describe it
+    try:
+        with (
+            warnings.catch_warnings()
+        ):  # PIL's bomb warning: the pixel limit of every decode path decides, as in decode_image
+            warnings.simplefilter('ignore', Image.DecompressionBombWarning)
+            im = Image.open(io.BytesIO(data))
+    except Exception as e:
+        raise damage_error(e) from e
     with im:
         check_pixels(im.height, im.width)  # before any pixel is decoded
         tw, th = store_size(im.size, max_size, side)
         if draft and im.format == 'JPEG' and (tw, th) != im.size:
             im.draft('RGB', (tw, th))
-        im = convert_mode(im, 'RGB')
-        if im.size != (tw, th):
-            im = im.resize((tw, th), resample)
-        return np.asarray(im)
+        try:
+            im = convert_mode(im, 'RGB')
+            if im.size != (tw, th):
+                im = im.resize((tw, th), resample)
+            return np.asarray(im)
+        except (OSError, ValueError, SyntaxError) as e:  # damaged data met while decoding: PIL's kinds of error
+            if isinstance(e, ImageDecodeError):
+                raise
+            raise damage_error(e) from e
 
 # %% ../../nbs/store/44_builder.ipynb #58995cbd
 _WORKER = {}  # the build worker's state: the source reader, set once per process
@@ -576,6 +593,12 @@ def cache_main(argv: list[str] | None = None) -> int:
         help='seconds to wait while another process builds into DST (default: as long as it builds)',
     )
     ap.add_argument(
+        '--split',
+        default=None,
+        help="the one split to cache (train, val, ... or a synonym); default: every split SRC holds, each into "
+        'DST/<split>, or SRC itself into DST when it holds none',
+    )
+    ap.add_argument(
         '--bad-sample',
         choices=('skip', 'raise'),
         default='skip',
@@ -587,25 +610,48 @@ def cache_main(argv: list[str] | None = None) -> int:
         _check_build_args(a.format, a.side, 'bicubic', a.max_size, a.quality, a.chunk_size, a.workers)
     except ValueError as e:
         ap.error(str(e))  # a bad option value: argparse's one-line error, exit 2
-    try:
-        m = build_cache(
-            a.src,
-            a.dst,
-            max_size=a.max_size,
-            format=a.format,
-            quality=a.quality,
-            num_workers=a.workers,
-            side=a.side,
-            chunk_size=a.chunk_size,
-            overwrite=a.overwrite,
-            lock_timeout=a.lock_timeout,
-        )
-    except KeyboardInterrupt:
-        return 130
-    if a.bad_sample == 'raise' and m.get('num_bad'):
-        _, name, why = (Path(a.dst) / 'bad_images.txt').read_text(encoding='utf-8').splitlines()[1].split('\t', 2)
-        raise ImageDecodeError(
-            f"{m['num_bad']} source image(s) could not be decoded, the first {name} in {a.src} ({why}); the store "
-            f'{a.dst} leaves them out (listed in its bad_images.txt): fix them, or pass --bad-sample skip'
-        )
+    jobs = _cache_jobs(a.src, a.dst, a.split)
+    done = []
+    for name, src, dst in jobs:
+        try:
+            m = build_cache(
+                src,
+                dst,
+                max_size=a.max_size,
+                format=a.format,
+                quality=a.quality,
+                num_workers=a.workers,
+                side=a.side,
+                chunk_size=a.chunk_size,
+                overwrite=a.overwrite,
+                lock_timeout=a.lock_timeout,
+            )
+        except KeyboardInterrupt:
+            return 130
+        if a.bad_sample == 'raise' and m.get('num_bad'):
+            _, bad, why = (Path(dst) / 'bad_images.txt').read_text(encoding='utf-8').splitlines()[1].split('\t', 2)
+            raise ImageDecodeError(
+                f"{m['num_bad']} source image(s) could not be decoded, the first {bad} in {src} ({why}); the store "
+                f'{dst} leaves them out (listed in its bad_images.txt): fix them, or pass --bad-sample skip'
+            )
+        done.append(f"{name or 'all of ' + str(src)}: {m['num_samples']} images in {dst}")
+    print(f"cached {len(done)} split{'s' * (len(done) != 1)}: " + '; '.join(done))
     return 0
+
+
+def _cache_jobs(src, dst, split=None) -> list:
+    "(split name or None, source, store) for each split `timmdata cache` builds: each split SRC holds into DST/<split>, or the one `split` names; SRC itself into DST when it holds none."
+    found = dataset_splits(src)
+    if split:
+        name = next((n for n in split_names(split) if n in found), None)
+        if name is None:
+            has = (
+                f"it holds {', '.join(found)}"
+                if found
+                else 'it holds no split folders: leave out --split to cache it whole'
+            )
+            raise FileNotFoundError(f'no split {split!r} under {src!r} (nor its synonyms); {has}')
+        found = {name: found[name]}
+    if not found:
+        return [(None, src, dst)]
+    return [(n, p, os.path.join(dst, os.path.splitext(os.path.basename(p))[0])) for n, p in found.items()]

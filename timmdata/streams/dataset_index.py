@@ -6,7 +6,7 @@
 from __future__ import annotations
 import base64, hashlib, json, os, re, stat, threading, time, warnings
 from collections import OrderedDict
-from typing import Optional
+from typing import Optional, Sequence
 import numpy as np
 from timmdata.streams.shard_io import (
     IMAGE_KEYS,
@@ -23,6 +23,7 @@ from timmdata.streams.shard_io import (
 )
 from ..readers import FileHandle
 from .shard_index import INDEX_FILE, http_range, scan_shard, stat_shard
+from .shard_cache import ShardCache
 from .net import REQUEST_DEADLINE
 from .shard_cache import close_held, open_held, wait_lock, cache_name
 from timmdata.core.untrusted import (
@@ -443,7 +444,7 @@ def read_dataset_index(
     retries: int = 3,  # transient failures retried
     backoff: float = 0.25,  # first wait before a retry, in seconds (then 4x, 16x)
     timeout: float = 60.0,  # seconds an HTTP connection may stall
-    cache=None,  # remote shards: the node's `ShardCache`, so the table is fetched once per node, not per process
+    cache: 'Optional[ShardCache]' = None,  # remote shards: the node's `ShardCache`, so the table is fetched once per node, not per process
     key: str = '',  # with `cache`: what the copy is kept for (a digest of `_info.json`)
 ) -> Optional[DatasetIndex]:
     "The dataset index of `root` (its table read and checked), or None when it has none; read once per process (with `cache`: fetched once per node, the node's processes reading the cache's copy)."
@@ -602,7 +603,7 @@ def dataset_spans(
     return ShardSpans(found, rows), found.sizes[np.asarray(rows, np.int64)].tolist()
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #494b0830
-def index_main(argv=None) -> int:
+def index_main(argv: Optional[Sequence[str]] = None) -> int:
     "`timmdata index SRC`: write the dataset index of a local folder of shards, so streams start without a request per shard."
     import argparse
 

@@ -29,7 +29,7 @@ from timmdata.streams.shard_io import (
 )
 from .shard_index import http_range, load_index
 from .shard_cache import cached_copy
-from .spans import ShardChangedError, cut_sample
+from .spans import SPAN_PIECE, ShardChangedError, cut_sample, span_members
 from .scanned_spans import spans_by_scanning
 from timmdata.streams.dataset_index import (
     SPANS_KEPT,
@@ -42,16 +42,16 @@ from timmdata.streams.dataset_index import (
 from ..core.untrusted import MAX_PARTITIONS, MAX_SAMPLES, printable
 
 # %% auto #0
-__all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'permute_index', 'GlobalOrder', 'epoch_length',
-           'batch_pieces', 'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order', 'sample_spans',
-           'ShardBytes', 'SpanReader']
+__all__ = ['BLOCK_SHARDS', 'READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'mix64', 'permute_index', 'permute_keyed', 'GlobalOrder',
+           'epoch_length', 'batch_pieces', 'slice_positions', 'worker_positions', 'PassOrders', 'read_in_order',
+           'sample_spans', 'ShardBytes', 'SpanReader']
 
 # %% ../../nbs/streams/24_global_order.ipynb #01df9e07
 _ROUNDS = 6  # Feistel rounds: 4 already make a pseudo-random permutation (Luby-Rackoff); 2 more for small domains
 _U = np.uint64
 
 
-def _mix64(x: np.ndarray) -> np.ndarray:
+def mix64(x: np.ndarray) -> np.ndarray:
     "splitmix64's finaliser, elementwise on uint64 (wrapping multiplication)."
     x = (x ^ (x >> _U(30))) * _U(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> _U(27))) * _U(0x94D049BB133111EB)
@@ -73,7 +73,7 @@ def permute_index(
     def net(x):
         lo, hi = x >> h, x & mask
         for k in keys:
-            lo, hi = hi, lo ^ (_mix64(hi ^ k) & mask)
+            lo, hi = hi, lo ^ (mix64(hi ^ k) & mask)
         return (lo << h) | hi
 
     with np.errstate(over='ignore'):
@@ -82,6 +82,45 @@ def permute_index(
         while out_of_range.any():  # cycle walking: each walk ends, the cycle holds its start, which is < n
             out[out_of_range] = net(out[out_of_range])
             out_of_range = out >= _U(n)
+    return out.astype(np.int64)
+
+# %% ../../nbs/streams/24_global_order.ipynb #4a5e3cce
+def permute_keyed(
+    i,  # positions (int64 array-like), each in [0, n) of its own range
+    n,  # each position's range size (int64 array-like, broadcast with `i`; each at most 2^62)
+    key,  # each position's permutation key (uint64 array-like, broadcast with `i`): one key, one bijection of [0, n)
+) -> np.ndarray:
+    "`perm_key(i)` elementwise, `perm_key` a keyed bijection of `[0, n)` for each (n, key): `permute_index`'s Feistel network with a size and key per position, as an int64 array."
+    i, n, key = np.broadcast_arrays(
+        np.asarray(i, dtype=np.int64), np.asarray(n, dtype=np.int64), np.asarray(key, dtype=_U)
+    )  # fmt: skip
+    i, n, key = i.reshape(-1), n.reshape(-1), key.reshape(-1)
+    if len(i) and (n.min() < 1 or n.max() > 1 << 62 or (i < 0).any() or (i >= n).any()):
+        raise ValueError('permute_keyed: every position must lie in [0, n) of its range, with 1 <= n <= 2^62')
+    bits = np.zeros(len(n), np.int64)  # the bit length of n - 1, by halving (no float rounding)
+    rest = (n - 1).astype(_U)
+    for b in (32, 16, 8, 4, 2, 1):
+        big = rest >= _U(1 << b)
+        bits += big * b
+        rest = np.where(big, rest >> _U(b), rest)
+    bits += rest > 0
+    half = np.maximum(1, (bits + 1) // 2).astype(_U)
+    mask = (_U(1) << half) - _U(1)
+    with np.errstate(over='ignore'):
+        keys = [mix64(key + _U((r + 1) * 0x9E3779B97F4A7C15 % 2**64)) for r in range(_ROUNDS)]
+
+        def net(x, sel):
+            h, m = half[sel], mask[sel]
+            lo, hi = x >> h, x & m
+            for k in keys:
+                lo, hi = hi, lo ^ (mix64(hi ^ k[sel]) & m)
+            return (lo << h) | hi
+
+        out = net(i.astype(_U), slice(None))
+        walk = np.flatnonzero(out >= n.astype(_U))
+        while len(walk):  # cycle walking, as permute_index: each walk ends inside [0, n)
+            out[walk] = net(out[walk], walk)
+            walk = walk[out[walk] >= n[walk].astype(_U)]
     return out.astype(np.int64)
 
 # %% ../../nbs/streams/24_global_order.ipynb #e030bc73
@@ -553,9 +592,13 @@ class SpanReader(ShardBytes):
         start, end, at_image, at_target = rows[m].tolist()
         url, data = self.source.shards[s], None
         if self.cuts and at_image >= 0 and at_target >= 0:
-            if self._paths[s] is None:  # remote: the span in one request, cut in memory
-                data = self._span(s, m, start, end, size)
-                read = lambda o, n: data[o : o + n]
+            if self._paths[s] is None:  # remote: the span in one request, cut in memory (a long one: each member alone)
+                data = self._span(s, m, start, end, size) if end - start <= SPAN_PIECE else None
+                read = (
+                    (lambda o, n: data[o : o + n])
+                    if data is not None
+                    else lambda o, n: self._bytes(s, start + o, n, size)
+                )
             elif hasattr(os, 'pread'):  # a local file: each member read alone, the image straight into its bytes
                 fd = self._fd(s)
                 read = lambda o, n: os.pread(fd, n, start + o)
@@ -580,7 +623,16 @@ class SpanReader(ShardBytes):
         return got[0]
 
     def _span(self, s: int, m: int, start: int, end: int, size: Optional[int] = None) -> bytes:
-        "The bytes of sample `m`'s span in shard `s`, whole (else a named error: the shard changed)."
+        "The bytes of sample `m`'s span in shard `s`, whole (else a named error: the shard changed); a remote span longer than `SPAN_PIECE`: its records the source reads (`span_members`)."
+        if self._paths[s] is None and end - start > SPAN_PIECE:
+            return span_members(
+                lambda o, n: self._bytes(s, start + o, n, size),
+                end - start,
+                {*self.source.image_keys, *self.source.target_keys},
+                self.source.shards[s],
+                f'sample {m}',
+                self.spans.remedy,
+            )
         data = self._bytes(s, start, end - start, size)
         if len(data) != end - start:
             raise ShardTruncatedError(

@@ -5,6 +5,7 @@
 # %% ../../nbs/streams/26_hf_readers.ipynb #a1d8fd7e
 from __future__ import annotations
 import inspect, io, os
+from typing import TYPE_CHECKING, Optional, Union
 import numpy as np
 from ..readers import Reader, load_class_map, split_names, unset
 from ..readers.class_map import RecordTargets
@@ -16,6 +17,9 @@ from timmdata.readers.targets import (
     parse_target_keys,
 )
 from ..core.untrusted import inside, open_regular
+
+if TYPE_CHECKING:  # for the annotations only: importing timmdata never needs them
+    from datasets import Features
 
 # %% auto #0
 __all__ = ['import_datasets', 'remote_code', 'hf_class_to_idx', 'HfTarget', 'image_bytes', 'load_split', 'HfdsReader',
@@ -71,9 +75,9 @@ class HfTarget(RecordTargets):
     def __init__(
         self,
         target_key: str,  # a column, a '/' path, or 'a,b,c' binary fields (see `timmdata.readers.targets`)
-        target_format=None,  # 'indices' (None) or 'multihot'
-        class_map=None,  # dict or .txt applied to each target ('' or None: none)
-        features=None,  # the dataset's features, when known: the fields are checked and class names read from them
+        target_format: Optional[str] = None,  # 'indices' (None) or 'multihot'
+        class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt applied to each target ('' or None: none)
+        features: 'Optional[Features]' = None,  # the dataset's features, when known: the fields are checked and class names read from them
         where: str = 'the dataset',  # what to name in an error
     ):
         keys, source = parse_target_keys(target_key), None
@@ -114,7 +118,7 @@ def image_bytes(
     value,  # an undecoded `datasets.Image` value: {'bytes': ..., 'path': ...}
     where: str = '',  # what to name in an error
     allow_paths: bool = False,  # read a value that has only a path (a dataset of your own files); else an error
-    root=None,  # the local folder the caller named as the dataset (`hfds/<folder>`, `data_dir=`): paths inside it are read
+    root: 'Optional[Union[str, os.PathLike]]' = None,  # the local folder the caller named as the dataset (`hfds/<folder>`, `data_dir=`): paths inside it are read
 ) -> bytes:
     "The encoded bytes of an image value: its bytes, else (with `allow_paths`, or inside `root`) the file at its path."
     if isinstance(value, dict):
@@ -183,9 +187,9 @@ class HfdsReader(Reader):
     def __init__(
         self,
         name,  # a Hub name or local data (load_dataset), a folder `save_to_disk` wrote, or a `datasets.Dataset`
-        root=None,  # cache_dir for `load_dataset`
+        root: Optional[Union[str, os.PathLike]] = None,  # cache_dir for `load_dataset`
         split: str = 'train',  # split to load
-        class_map=None,  # dict or .txt: keep only these classes, with these indices (label lists: each label mapped)
+        class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices (label lists: each label mapped)
         input_key: str = 'image',  # the image column
         target_key: str = 'label',  # the label column, a '/' path ('objects/category'), or binary fields 'a,b,c'
         target_format: str = None,  # 'indices' (None) or 'multihot': what a list-valued label is
@@ -292,9 +296,9 @@ class HfidsSource:
     def __init__(
         self,
         name,  # a Hub name or local files for `load_dataset_builder` ('parquet' with data_files=...)
-        root=None,  # cache_dir
+        root: Optional[Union[str, os.PathLike]] = None,  # cache_dir
         split: str = 'train',  # split to stream
-        class_map=None,  # dict or .txt: keep only these classes, with these indices (label lists: each label mapped)
+        class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices (label lists: each label mapped)
         input_key: str | None = 'image',  # the image column (None: 'image')
         target_key: str | None = 'label',  # the label column, a '/' path, or binary fields 'a,b,c' (None: 'label')
         target_format: str | None = None,  # 'indices' (None) or 'multihot': what a list-valued label is

@@ -6,16 +6,17 @@
 from __future__ import annotations
 import bisect, os
 from collections import OrderedDict
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import torch.distributed as dist
 from torch.utils.data import Sampler
 from ..config import mix_seed
 from ..readers.core import Reader, create_reader
 from .shard_io import WdsSource, shard_name
-from .global_order import SpanReader, sample_spans
+from .global_order import SpanReader, mix64, permute_keyed, sample_spans
 from .spans import ReadsByPosition
 from ..dataset import ImageDataset
+from ..core.untrusted import names_keywords
 from timmdata.engine.batch_plan import (
     BatchMark,
     ResumableBatchSampler,
@@ -26,11 +27,12 @@ from timmdata.engine.batch_plan import (
     loader_seed,
     plain_state,
 )
+from ..core.untrusted import MAX_BATCH, MAX_WORLD, check_fields, state_error
 
 # %% auto #0
-__all__ = ['GOLDEN', 'CHUNK', 'MixChangedError', 'WeightSchedule', 'check_weights', 'MixOrder', 'LabelMap', 'ShardsReader',
-           'as_reader', 'MixReader', 'MixedDataset', 'stacked_labels', 'mix_datasets', 'MixSampler', 'MixPlan',
-           'mix_batching']
+__all__ = ['GOLDEN', 'CHUNK', 'MAX_STEP', 'MARKS', 'THRESHOLDS', 'MIX_ORDER', 'MixChangedError', 'WeightSchedule',
+           'check_weights', 'MixPositions', 'MixOrder', 'LabelMap', 'ShardsReader', 'as_reader', 'MixReader',
+           'MixedDataset', 'stacked_labels', 'mix_datasets', 'MixSampler', 'check_mix_order', 'MixPlan', 'mix_batching']
 
 # %% ../../nbs/streams/37b_mixing.ipynb #10185d26023b46108eb7d9f57d49d2b3
 GOLDEN = 0.6180339887498949  # the golden ratio's fractional part: the rotation with the best-spread multiples
@@ -39,6 +41,7 @@ GOLDEN = 0.6180339887498949  # the golden ratio's fractional part: the rotation 
 CHUNK = 1 << 15  # positions of the mix computed at a time (their sources, counts and samples)
 
 
+MAX_STEP = 1 << 62  # the last step a schedule may name (steps are int64)
 _ONE = 1 << 53  # the fixed-point scale of a position's point u in [0, 1) and of the weights' cumulative thresholds
 
 
@@ -70,6 +73,8 @@ class WeightSchedule:
             rows.append(check_weights(pt[1], f'schedule[{i}] weights'))
         if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in steps) or steps[0] != 0:
             raise ValueError(f'schedule steps must be ints starting at 0; got {steps!r}')
+        if max(steps) > MAX_STEP:
+            raise ValueError(f'schedule steps must be at most {MAX_STEP:,} (2**62); got {max(steps)!r}')
         if any(b <= a for a, b in zip(steps, steps[1:])):
             raise ValueError(f'schedule steps must increase; got {steps!r}')
         if len({len(r) for r in rows}) != 1:
@@ -114,16 +119,85 @@ def check_weights(w, name: str = 'weights') -> np.ndarray:
         a = np.asarray(w, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError):
         raise ValueError(f'{name} must be a list of numbers, one per source; got {w!r}') from None
-    if not len(a) or not np.isfinite(a).all() or (a < 0).any() or a.sum() <= 0:
+    if not len(a) or not np.isfinite(a).all() or (a < 0).any() or a.max() <= 0:
         raise ValueError(f'{name} must be finite numbers >= 0, one per source, some > 0; got {a.tolist()!r}')
+    a = a / a.max()  # in [0, 1] first: the sum of large weights (1e308 twice) would overflow to inf
     return a / a.sum()
 
+# %% ../../nbs/streams/37b_mixing.ipynb #d1a7e002
+class MixPositions:
+    """The mix's positions, chunk by chunk: which source each takes (`sources`), and how many of each source came before a
+    chunk (`_counts_before`, counted on from the nearest of at most `MARKS` kept counts). `MixOrder` sets what they read:
+    its lengths, schedule, seed and epoch, and the kept counts."""
+
+    def sources(self, p) -> np.ndarray:
+        "The entry taken at each of positions `p` (int64 array-like), vectorised: one search over the steps' thresholds."
+        p = np.asarray(p, np.int64)
+        with np.errstate(over='ignore'):
+            u = ((p.astype(np.uint64) * self.beta + self.phase) >> np.uint64(11)).astype(np.int64)  # in [0, 2^53)
+        S = len(self.lengths)
+        if S == 1:
+            return np.zeros(len(p), np.int64)
+        steps = (self.epoch * self.nominal + p) // self.samples_per_step
+        uniq, row = np.unique(self.schedule.key(steps), return_inverse=True)  # the steps whose weights differ
+        if len(uniq) == 1:
+            cum = np.rint(np.cumsum(self.schedule.at(uniq), 1)[:, :-1] * _ONE).astype(np.int64)  # (1, S - 1)
+            return np.searchsorted(cum[0], u, side='right')
+        out, by = np.empty(len(p), np.int64), np.argsort(row, kind='stable')
+        runs = np.split(by, np.flatnonzero(np.diff(row[by])) + 1)  # the positions of each step met, in the steps' order
+        k = max(1, THRESHOLDS // S)  # steps whose thresholds are made at once: memory bounded whatever the sources
+        for a in range(0, len(uniq), k):
+            cum = np.rint(np.cumsum(self.schedule.at(uniq[a : a + k]), 1)[:, :-1] * _ONE).astype(np.int64)
+            for i, run in enumerate(runs[a : a + k]):  # one search per step met
+                out[run] = np.searchsorted(cum[i], u[run], side='right')
+        return out
+
+    def positions(self, c: int) -> np.ndarray:
+        "The positions of chunk `c` (the last one ends with the nominal epoch: nothing made past it)."
+        return np.arange(c * CHUNK, min((c + 1) * CHUNK, self.nominal), dtype=np.int64)
+
+    def _counts_before(self, c: int, src: Optional[np.ndarray] = None) -> np.ndarray:
+        "Per-entry samples taken before chunk `c`: counted on from the last chunk counted or the nearest mark before `c` (`src`: chunk `c`'s entries, if made)."
+        at, counts = self._cursor
+        near = max(k for k in self._marks if k <= c)
+        if not near <= at <= c:
+            at, counts = near, self._marks[near]
+        while at < c:
+            counts = counts + np.bincount(self.sources(self.positions(at)), minlength=len(self.lengths))
+            at += 1
+            self._mark(at, counts)
+        self._cursor = (c, counts)
+        if src is not None:  # chunk c's entries are known: the next chunk's counts cost nothing more
+            after = counts + np.bincount(src, minlength=len(self.lengths))
+            self._cursor = (c + 1, after)
+            self._mark(c + 1, after)
+        return counts
+
+    def _mark(self, c: int, counts: np.ndarray):
+        "Keep `counts` (before chunk `c`) when `c` is on the marks' spacing; past MARKS marks, the spacing doubles."
+        if c % self._every == 0 and c not in self._marks:
+            self._marks[c] = counts
+            while len(self._marks) > MARKS:
+                self._every *= 2
+                self._marks = {k: v for k, v in self._marks.items() if k % self._every == 0}
+
 # %% ../../nbs/streams/37b_mixing.ipynb #504fb2a444614c0babb325280ed9130a
-class MixOrder:
+MARKS = 16  # chunks whose per-entry counts a mix order keeps (spaced evenly over those met); others are recounted
+
+
+THRESHOLDS = 1 << 19  # cumulative weights a mix order makes at once (steps x sources): 4 MB
+
+
+MIX_ORDER = 'keyed'  # how a mix's order draws each entry's samples, saved in its state: a keyed bijection per position
+
+
+class MixOrder(MixPositions):
     """Epoch `epoch` of a mix as one global order: position `p` takes source `s` whose share of the cumulative weights
     (at `p`'s training step) holds the point `u_p = frac(p * GOLDEN / lanes + phase)`, and that source's next sample in
-    its own permutation (per entry, per pass over it). A function of (seed, epoch, position) and the mix only: no
-    timing, no ranks or workers; rank `r` of `lanes` ranks reads points `GOLDEN` apart, the best-spread sequence there is."""
+    its own order (a keyed bijection per entry, per pass over it, computed by position: `permute_keyed`). A function of
+    (seed, epoch, position) and the mix only: no timing, no ranks or workers; rank `r` of `lanes` ranks reads points
+    `GOLDEN` apart, the best-spread sequence there is. It holds no array per sample: per-entry counts at `MARKS` chunks
+    at most, and the chunks read last."""
 
     def __init__(
         self,
@@ -153,64 +227,42 @@ class MixOrder:
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)  # each entry's first flat index
         self.beta = np.uint64(int(round(GOLDEN / self.lanes * 2.0**64)) % 2**64)
         self.phase = np.uint64(mix_seed(self.seed, self.epoch, _PHASE_TAG))
-        self._before = [np.zeros(len(self.lengths), np.int64)]  # each chunk's per-entry counts before it (made as met)
-        self._kept, self._perms, self._end = OrderedDict(), OrderedDict(), None
-        self._at, self._list = None, []  # the chunk `__getitem__` read last, as a list
-
-    def sources(self, p) -> np.ndarray:
-        "The entry taken at each of positions `p` (int64 array-like), vectorised: one search over the steps' thresholds."
-        p = np.asarray(p, np.int64)
-        with np.errstate(over='ignore'):
-            u = ((p.astype(np.uint64) * self.beta + self.phase) >> np.uint64(11)).astype(np.int64)  # in [0, 2^53)
-        S = len(self.lengths)
-        if S == 1:
-            return np.zeros(len(p), np.int64)
-        steps = (self.epoch * self.nominal + p) // self.samples_per_step
-        uniq, row = np.unique(self.schedule.key(steps), return_inverse=True)  # the steps whose weights differ
-        cum = np.rint(np.cumsum(self.schedule.at(uniq), 1)[:, :-1] * _ONE).astype(np.int64)  # (steps, S - 1)
-        if len(uniq) == 1:
-            return np.searchsorted(cum[0], u, side='right')
-        if len(p) < 16 * len(uniq):  # a step or two a position: each position's thresholds passed, counted
-            return (cum[row] <= u[:, None]).sum(1)
-        out, by = np.empty(len(p), np.int64), np.argsort(row, kind='stable')
-        for run in np.split(by, np.flatnonzero(np.diff(row[by])) + 1):  # one search per step met
-            out[run] = np.searchsorted(cum[row[run[0]]], u[run], side='right')
-        return out
-
-    def positions(self, c: int) -> np.ndarray:
-        "The positions of chunk `c` (the last one ends with the nominal epoch: nothing made past it)."
-        return np.arange(c * CHUNK, min((c + 1) * CHUNK, self.nominal), dtype=np.int64)
-
-    def _counts_before(self, c: int, src: Optional[np.ndarray] = None) -> np.ndarray:
-        "Per-entry samples taken before chunk `c` (chunks counted once, in order; `src`: chunk `c`'s entries, if made)."
-        while len(self._before) <= c:
-            k = len(self._before) - 1
-            s = self.sources(self.positions(k))
-            self._before.append(self._before[-1] + np.bincount(s, minlength=len(self.lengths)))
-        if src is not None and len(self._before) == c + 1:
-            self._before.append(self._before[c] + np.bincount(src, minlength=len(self.lengths)))
-        return self._before[c]
+        self._key = np.uint64(mix_seed(self.seed, self.epoch, _MIX_TAG))  # each entry's order per pass derives from it
+        zero = np.zeros(len(self.lengths), np.int64)
+        self._marks, self._every = {0: zero}, 1  # per-entry counts before chunks k * _every (at most MARKS of them)
+        self._cursor = (0, zero)  # the chunk counted to last, and its counts: reading on costs a chunk's count
+        self._kept, self._end = OrderedDict(), None
+        self._at, self._first, self._list = (
+            None,
+            0,
+            [],
+        )  # the run `__getitem__` read last: chunk, first position, samples
+        self._chunk = (None, None, None)  # the chunk met last: (c, entries, occurrences)
+        self.stride = 1  # positions apart that `__getitem__` reads (a rank's: the sampler sets its world size)
 
     def chunk(self, c: int) -> tuple:
         "(entries, occurrences) of chunk `c`'s positions: each position's entry and how many of that entry came before it in the epoch."
+        if self._chunk[0] == c:
+            return self._chunk[1:]
         src = self.sources(self.positions(c))
         by = np.argsort(src, kind='stable')
         first = np.searchsorted(src[by], np.arange(len(self.lengths)))  # each entry's first place in the sorted chunk
         occ = np.empty(len(src), np.int64)
         occ[by] = np.arange(len(src)) - first[src[by]]
-        return src, occ + self._counts_before(c, src)[src]
+        occ += self._counts_before(c, src)[src]
+        self._chunk = (c, src, occ)
+        return src, occ
+
+    def sample(self, s, rep, m) -> np.ndarray:
+        "Sample `m` of entry `s`'s order in pass `rep` (arrays broadcast together): a keyed bijection of the entry's samples, per entry and pass (one source reached twice is read in two orders)."
+        s, rep = np.asarray(s, np.int64), np.asarray(rep, np.int64)
+        with np.errstate(over='ignore'):
+            key = mix64(mix64(self._key ^ s.astype(np.uint64)) + rep.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        return permute_keyed(m, self.lengths[s], key)
 
     def permutation(self, s: int, rep: int) -> np.ndarray:
-        "Entry `s`'s samples in pass `rep` of the epoch (int32; per entry, so one source reached twice is read in two orders)."
-        got = self._perms.pop((s, rep), None)
-        if got is None:
-            n = int(self.lengths[s])
-            rng = np.random.default_rng(mix_seed(self.seed, self.epoch, s, rep, _MIX_TAG))
-            got = rng.permutation(np.arange(n, dtype=np.int32 if n < 2**31 else np.int64))
-        self._perms[s, rep] = got  # the passes met last are kept: at most two per entry
-        while len(self._perms) > 2 * len(self.lengths):
-            self._perms.popitem(last=False)
-        return got
+        "Entry `s`'s samples in pass `rep`, listed (for a look: the order itself never lists them)."
+        return self.sample(s, rep, np.arange(int(self.lengths[s]), dtype=np.int64))
 
     def __len__(self) -> int:
         "Positions in the epoch: the nominal length, or with 'stop' where the first entry runs out (if sooner)."
@@ -225,32 +277,32 @@ class MixOrder:
                         break
         return self._end
 
+    def flat(self, c: int, at=slice(None)) -> np.ndarray:
+        "The flat indices (entry start + the entry's sample in its order) of chunk `c`'s positions `at` (offsets into the chunk)."
+        src, occ = self.chunk(c)
+        src, occ = src[at], occ[at]
+        n = self.lengths[src]
+        return self.starts[src] + self.sample(src, occ // n, occ % n)  # each position's pass and place in it
+
     def flat_chunk(self, c: int) -> np.ndarray:
-        "Chunk `c`'s samples as flat indices (entry start + the entry's permuted sample), kept for the next reads."
+        "Chunk `c`'s samples as flat indices, kept for the next reads."
         got = self._kept.pop(c, None)
         if got is None:
-            src, occ = self.chunk(c)
-            n = self.lengths[src]
-            rep, m = occ // n, occ % n
-            got = np.empty(len(src), np.int64)
-            key = src * (int(rep.max()) + 1) + rep
-            by = np.argsort(key, kind='stable')
-            for run in np.split(by, np.flatnonzero(np.diff(key[by])) + 1):  # one gather per (entry, pass) met
-                s, r = int(src[run[0]]), int(rep[run[0]])
-                got[run] = self.starts[s] + self.permutation(s, r)[m[run]]
+            got = self.flat(c)
         self._kept[c] = got
         while len(self._kept) > 2:
             self._kept.popitem(last=False)
         return got
 
     def __getitem__(self, p: int) -> int:
-        "The flat index (into the concatenated entries) at position `p` of the epoch (the chunk met last kept as a list: a sample costs a list read)."
-        c = p // CHUNK
-        if c != self._at:
+        "The flat index (into the concatenated entries) at position `p` of the epoch: computed for the run of positions `stride` apart from `p` to its chunk's end (a rank's), kept as a list: a sample costs a list read."
+        c, k = p // CHUNK, (p - self._first) // self.stride
+        if c != self._at or p < self._first or (p - self._first) % self.stride or k >= len(self._list):
             if not 0 <= p < len(self):
                 raise IndexError(f'position {p} is outside the epoch of {len(self):,} samples')
-            self._at, self._list = c, self.flat_chunk(c).tolist()
-        return self._list[p - c * CHUNK]
+            self._at, self._first, k = c, p, 0
+            self._list = self.flat(c, slice(p - c * CHUNK, None, self.stride)).tolist()
+        return self._list[k]
 
     def locate(self, positions) -> tuple:
         "(entries, flat indices) at `positions` (array-like), vectorised over the chunks met."
@@ -268,7 +320,7 @@ class LabelMap:
 
     def __init__(
         self,
-        spec=None,  # None, an int offset, a dict {old: new}, a list (new = spec[old]) or a callable old -> new
+        spec: 'Optional[Union[int, dict[int, int], Sequence[int], Callable[[int], int]]]' = None,  # None, an int offset, a dict {old: new}, a list (new = spec[old]) or a callable old -> new
         where: str = 'source 0',  # named in errors
     ):
         ok = spec is None or callable(spec) or isinstance(spec, (dict, list, tuple))
@@ -478,6 +530,7 @@ def stacked_labels(readers: Sequence[Reader]) -> list:
     return out
 
 
+@names_keywords(ImageDataset)  # a misspelt keyword is named as mix_datasets', with the closest one
 def mix_datasets(
     sources: Sequence,  # roots or names ('hfds/...', 'wds/...'), readers, `ImageDataset`s or `WdsSource`s; one may come twice
     weights: Optional[Sequence[float]] = None,  # each source's share (normalised; None: equal, or the schedule's first)
@@ -485,7 +538,7 @@ def mix_datasets(
         Sequence
     ] = None,  # [(step, weights), ...] from step 0, or a `WeightSchedule`: shares by training step
     interpolate: str = 'constant',  # between schedule points: 'constant' (held) or 'linear' (ramped)
-    labels=None,  # None (kept), 'stack' (each source's classes after the previous'), or one per source: `LabelMap`'s spec
+    labels: 'Optional[Union[str, int, dict[int, int], Callable[[int], int], Sequence]]' = None,  # None (kept), 'stack' (each source's classes after the previous'), or one per source: `LabelMap`'s spec
     exhausted: str = 'repeat',  # a source out of samples: 'repeat' it (a new permutation), or 'stop' (the epoch ends)
     epoch_length: Optional[int] = None,  # samples in an epoch (None: the sources' samples in all)
     seed: Optional[int] = None,  # the mix's seed (None: the loader's `seed`)
@@ -561,6 +614,7 @@ class MixSampler(Sampler):
         if self._order is None or self._order[0] != key:
             seed = self.seed if rep == 0 else mix_seed(self.seed, rep)
             self._order = key, self.dataset.order(seed, self.epoch, self.lanes, self.samples_per_step)
+            self._order[1].stride = self.num_replicas  # this rank reads positions W apart
         return self._order[1]
 
     def global_order(self, rep: int = 0) -> tuple:
@@ -579,13 +633,33 @@ class MixSampler(Sampler):
         o = self.order()
         return (o[p] for p in range(self.rank, len(o), self.num_replicas))
 
+# %% ../../nbs/streams/37b_mixing.ipynb #d8e6d6ad
+def check_mix_order(
+    sd: dict,  # a mix's saved state
+    on_mix_change: str = 'refuse',  # the mix's: 'continue' goes on from the saved position in this order
+):
+    "A state saved under another way of ordering the mix (`mix_order`: none in a state from before the order by position) refused by name (`MixChangedError`), unless the mix says 'continue'."
+    got = sd.get('mix_order')
+    if got != MIX_ORDER and on_mix_change != 'continue':
+        was = (
+            f'mix_order {got!r}'
+            if got is not None
+            else 'no mix_order (each source\'s order then was a listed permutation)'
+        )
+        raise MixChangedError(
+            f"load_state_dict: the state was saved with {was}; this timmdata orders each source by position "
+            f"(mix_order {MIX_ORDER!r}), so its saved position names other samples here: resume with the timmdata that "
+            f"saved it, start the epoch afresh, or pass on_mix_change='continue' to mix_datasets to go on from the saved "
+            f"position in the new order (the shares are kept; a few samples of the epoch may come twice or not at all)"
+        )
+
 # %% ../../nbs/streams/37b_mixing.ipynb #5b09d5ef5b5e4bb6ab9b829b10b6a29f
 class MixPlan(ResumableBatchSampler):
     "The batch plan of a mix: `ResumableBatchSampler`'s, its state holding the mix (refused when it changed: `MixChangedError`) and the geometry its order was spread for."
 
     def state(self, last: Optional[BatchMark] = None) -> dict:
         s = self.sampler
-        mix = dict(mix=s.dataset.fingerprint(), lanes=s.lanes, samples_per_step=s.samples_per_step)
+        mix = dict(mix=s.dataset.fingerprint(), lanes=s.lanes, samples_per_step=s.samples_per_step, mix_order=MIX_ORDER)
         return super().state(last) | plain_state(mix)
 
     def load_state(self, sd: dict, advance_done: bool = False):
@@ -596,6 +670,10 @@ class MixPlan(ResumableBatchSampler):
             raise MixChangedError(
                 'load_state_dict: the state comes from a loader that did not mix sources; build the loader as the saved one was'
             )
+        if not isinstance(sd['mix'], dict):
+            raise state_error('mix', sd['mix'], 'a dict (the mix the state was saved under)')
+        check_fields(sd, dict(lanes=(1, MAX_WORLD), samples_per_step=(1, MAX_WORLD * MAX_BATCH)))
+        check_mix_order(sd, s.dataset.on_mix_change)
         if sd['mix'] != mine:
             if s.dataset.on_mix_change != 'continue':
                 diff = [k for k in mine if sd['mix'].get(k) != mine[k]]
@@ -604,8 +682,13 @@ class MixPlan(ResumableBatchSampler):
                     f"as it was, or pass on_mix_change='continue' to mix_datasets to go on with the new one from the saved position"
                 )
             sd = dict(sd, dataset_len=dataset_len(s))  # the new mix goes on from the saved position
-        s.lanes, s.samples_per_step = int(sd['lanes']), int(sd['samples_per_step'])
-        super().load_state(sd, advance_done)
+        kept = s.lanes, s.samples_per_step
+        s.lanes, s.samples_per_step = sd['lanes'], sd['samples_per_step']
+        try:
+            super().load_state(sd, advance_done)
+        except BaseException:
+            s.lanes, s.samples_per_step = kept  # a refused state leaves the loader as it was
+            raise
         s.seed = self.seed  # a drawn seed: the saved one
 
 # %% ../../nbs/streams/37b_mixing.ipynb #a50416e276a0479cbe66534ed1713a40

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/23c_scanned_spans.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 from __future__ import annotations
-import hashlib, json, os
+import hashlib, json, os, stat
 from typing import Optional
 import numpy as np
 from ..core.settings import setting
@@ -20,10 +20,30 @@ from timmdata.streams.shard_io import (
 )
 from .shard_index import http_range, scan_shard
 from .shard_cache import close_held, open_held, wait_lock
-from .dataset_index import ListedSpans, layout_of, spans_of
+from .dataset_index import MAX_SPAN_BYTES, ListedSpans, layout_of, spans_of
 
 # %% auto #0
-__all__ = ['ScannedSpans', 'spans_by_scanning']
+__all__ = ['rows_fit', 'ScannedSpans', 'spans_by_scanning']
+
+# %% ../../nbs/streams/23c_scanned_spans.ipynb #ac0c5c0f
+def rows_fit(
+    rows: np.ndarray,  # a shard's (n, 4) rows: span start and end, image and target header offsets in the span (-1: none)
+    size: int,  # the shard's size in bytes
+) -> bool:
+    "Whether `rows` could be a scan of a `size`-byte shard: `0 <= start < end <= size`, each span at most `MAX_SPAN_BYTES` and starting where the one before ends (or later), each header offset -1 or a 512-byte record inside its span."
+    if rows.ndim != 2 or rows.shape[1] != 4 or not 0 <= size < 1 << 62:
+        return False
+    if not len(rows):
+        return True
+    starts, ends, heads = rows[:, 0], rows[:, 1], rows[:, 2:]
+    return bool(
+        (starts >= 0).all()
+        and (starts < ends).all()
+        and (ends <= size).all()
+        and (ends - starts <= MAX_SPAN_BYTES).all()
+        and (starts[1:] >= ends[:-1]).all()
+        and ((heads == -1) | ((heads >= 0) & (heads % 512 == 0) & (heads + 512 <= (ends - starts)[:, None]))).all()
+    )
 
 # %% ../../nbs/streams/23c_scanned_spans.ipynb #8edb47106e1a46a883d545849b8ab81b
 class ScannedSpans:
@@ -57,7 +77,8 @@ class ScannedSpans:
         if got is not None:
             return got
         try:
-            os.makedirs(self.folder, exist_ok=True)
+            if not self._own():
+                return self._scan(s)  # a folder others could plant scans or hold locks in: scanned, nothing kept
             fd = open_held(lock := f'{self.folder}/scan{s % 64}.lock')
         except OSError:  # no node folder to keep it in: this process scans it
             return self._scan(s)
@@ -68,7 +89,7 @@ class ScannedSpans:
                 got = rows, size = self._scan(s)
                 data = np.array([size], '<i8').tobytes() + rows.astype('<i8').tobytes()
                 try:
-                    with atomic_write(self._path(s), 'wb') as f:  # a reader sees a whole copy or none
+                    with atomic_write(self._path(s), 'wb', 0o600) as f:  # a reader sees a whole copy or none
                         f.write(hashlib.sha256(data).hexdigest()[:16].encode('ascii') + data)
                 except OSError:  # not kept (a full disk): scanned again where needed
                     pass
@@ -79,6 +100,8 @@ class ScannedSpans:
     def forget(self, s: int, rows: np.ndarray) -> bool:
         "Drop the node's kept scan of shard s if it is still `rows` (a read found the shard changed since); the next `sized(s)` scans it again. A newer scan, made meanwhile by another process, is kept."
         try:
+            if not self._own(make=False):
+                return True  # nothing of ours kept there: this process scans it again
             fd = open_held(lock := f'{self.folder}/scan{s % 64}.lock')
         except OSError:
             return True  # nothing kept on this node: this process scans it again
@@ -91,6 +114,17 @@ class ScannedSpans:
             close_held(fd)
         return True
 
+    def _own(self, make: bool = True) -> bool:
+        "Whether the scans folder is this user's and others cannot write into it (made 0700 when missing): only then are scans kept and read there."
+        if make:
+            os.makedirs(os.path.dirname(self.folder), mode=0o700, exist_ok=True)
+            try:
+                os.mkdir(self.folder, 0o700)
+            except FileExistsError:
+                pass
+        st = os.lstat(self.folder)
+        return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
     def _path(self, s: int) -> str:
         return os.path.join(
             self.folder, hashlib.sha1(self.source.shards[s].encode('utf-8', 'surrogateescape')).hexdigest()[:20]
@@ -100,14 +134,20 @@ class ScannedSpans:
         "(rows, size) of the node's copy of shard s's scan when it is whole (its digest matches, its rows the listed length); else None."
         n = int(self.lengths[s])
         try:
+            if not self._own(make=False):
+                return None  # another user's folder, or one others can write into: nothing there is read
             with open(os.open(self._path(s), os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0)), 'rb') as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+                    return None  # not a file of this user's that only they can write: its digest proves nothing
                 blob = f.read(24 + 32 * n + 1)
         except OSError:
             return None  # none yet, a link (never followed) or unreadable: scanned
         if len(blob) != 24 + 32 * n or hashlib.sha256(blob[16:]).hexdigest()[:16].encode('ascii') != blob[:16]:
             return None  # a copy from before sizes were kept is one of these too: scanned again
         size, rows = int(np.frombuffer(blob[16:24], '<i8')[0]), np.frombuffer(blob[24:], '<i8')
-        return rows.reshape(n, 4).astype(np.int64), size
+        rows = rows.reshape(n, 4).astype(np.int64)
+        return (rows, size) if rows_fit(rows, size) else None  # rows a scan could not have made: scanned again
 
     def _scan(self, s: int) -> tuple:
         url = self.source.shards[s]

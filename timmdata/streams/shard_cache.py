@@ -6,8 +6,8 @@
 from __future__ import annotations
 import errno, fcntl, grp, hashlib, os, pwd, queue, re, stat, sys, threading, time, warnings
 from contextlib import contextmanager
-from typing import Callable, Optional
-from ..core.untrusted import UnsafeFileError, create_exclusive, printable, regular_fd
+from typing import Callable, Optional, Union
+from ..core.untrusted import UnsafeFileError, create_exclusive, lock_holder, printable, regular_fd, shared_folder
 from timmdata.streams.net import (  # the bounds of network reads: defined there, used (and re-exported) here
     DRAIN_BYTES,
     DRAIN_SECONDS,
@@ -23,8 +23,8 @@ from timmdata.streams.net import (  # the bounds of network reads: defined there
 )
 
 # %% auto #0
-__all__ = ['parse_size', 'is_remote', 'cache_name', 'CacheDirError', 'check_cache_dir', 'open_held', 'close_held', 'wait_lock',
-           'ShardCache', 'ShardPrefetcher', 'cached_copy']
+__all__ = ['FOLDER_LOCK_WAIT', 'parse_size', 'is_remote', 'cache_name', 'CacheDirError', 'check_cache_dir', 'open_held',
+           'close_held', 'wait_lock', 'ShardCache', 'ShardPrefetcher', 'cached_copy']
 
 # %% ../../nbs/streams/21_shard_cache.ipynb #512ddfc9
 _UNITS = {
@@ -126,15 +126,28 @@ def check_cache_dir(
 
 
 def _open_lock(path: str) -> int:
-    "A lock file's fd: created if missing, never through a link (`O_NOFOLLOW`) nor blocking on a FIFO; else `UnsafeFileError`."
+    """A lock file's fd: created if missing, never through a link (`O_NOFOLLOW`) nor blocking on a FIFO; else
+    `UnsafeFileError`. `flock` needs only a read, so anyone who can open a lock can hold it: in a folder of the user's own
+    a lock is made 0600 (one an older timmdata made 0644 is made so) and refused when it is another user's; in a folder
+    shared on purpose (others can write into it) every user of the cache must be able to take it."""
     try:
-        fd = os.open(path, _LOCK_FLAGS, 0o644)
+        fd = os.open(path, _LOCK_FLAGS, 0o600)
     except OSError as e:
         if e.errno != errno.ELOOP:
             raise
         fd = None
-    if fd is not None and stat.S_ISREG(os.fstat(fd).st_mode):
-        return fd
+    st = os.fstat(fd) if fd is not None else None
+    if st is not None and stat.S_ISREG(st.st_mode):
+        if st.st_uid == os.getuid() and st.st_mode & 0o077 and not shared_folder(path):
+            os.fchmod(fd, 0o600)  # others could open it, then hold it for ever
+        if st.st_uid == os.getuid() or shared_folder(path):
+            return fd
+        os.close(fd)
+        raise UnsafeFileError(
+            errno.EPERM,
+            f'lock file {path!r} belongs to another user (uid {st.st_uid}), who could hold it for ever: remove it '
+            f'(can someone else write into its folder?)',
+        )
     if fd is not None:
         os.close(fd)
     raise UnsafeFileError(
@@ -144,6 +157,9 @@ def _open_lock(path: str) -> int:
     )
 
 # %% ../../nbs/streams/21_shard_cache.ipynb #bfa414d6
+FOLDER_LOCK_WAIT = (
+    60.0  # seconds a process waits for a cache folder's lock or a cached copy's (each held for milliseconds)
+)
 _MUTEX = (
     threading.Lock()
 )  # held through every critical section of a cache folder's lock in this process: a fork waits for it
@@ -200,18 +216,19 @@ def wait_lock(
     doing: str = 'downloading it',  # what the holder is doing, as the error says it
     where: str = 'shard cache',  # the error's first words: the part of timmdata that waited
     knob: Optional[str] = 'lock_wait',  # the argument that sets `seconds`; None: a fixed deadline
+    shared: bool = False,  # a shared lock (a reader's) rather than an exclusive one
 ):
-    "Take the exclusive lock `fd` within `seconds` (polled: `flock` has no timeout); else `DeadlineError`."
+    "Take the lock `fd` within `seconds` (polled: `flock` has no timeout); else `DeadlineError`, naming who holds it."
     end, pause = time.monotonic() + seconds, 0.01
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             if time.monotonic() >= end:
                 raise DeadlineError(
                     f'{where}: {printable(public_url(url))}: another process or thread has been {doing} for more '
-                    f'than {knob + "=" if knob else ""}{seconds:g} s (it holds {path!r}): check that process'
+                    f'than {knob + "=" if knob else ""}{seconds:g} s (it holds {path!r}{lock_holder(fd)}): check that process'
                     + (f', or pass a larger {knob}' if knob else ' (a hung one: its lock is freed when it ends)')
                 ) from None
             time.sleep(min(pause, max(0.0, end - time.monotonic())))
@@ -239,9 +256,11 @@ class _Folder:
     def _locked(self, shared: bool = False):
         "The folder lock: every change to the size of the folder's files (reserve, evict, rename in, delete) happens under it."
         with _MUTEX:  # the threads of this process, and no fork meanwhile
-            fd = _open_lock(os.path.join(self.dir, '.cache.lock'))
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+            fd = _open_lock(path := os.path.join(self.dir, '.cache.lock'))
+            try:  # held for milliseconds (a reservation, an eviction): a wait past FOLDER_LOCK_WAIT is a named error
+                wait_lock(
+                    fd, FOLDER_LOCK_WAIT, self.dir, path, 'changing the cache folder', 'shard cache', None, shared
+                )
                 yield
             finally:
                 os.close(fd)
@@ -530,7 +549,7 @@ def _hit(cache, p: str, size: Optional[int]):
     except UnsafeFileError:
         return None  # a link or a FIFO put there meanwhile: never followed, never waited on
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        wait_lock(fd, FOLDER_LOCK_WAIT, p, p, 'evicting it', 'shard cache', None, shared=True)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or os.lstat(p).st_ino != st.st_ino:
             raise FileNotFoundError(p)  # evicted before our lock: another file now
@@ -558,7 +577,7 @@ class ShardCache(_Folder):
     def __init__(
         self,
         cache_dir,  # the folder (made if missing); processes that share it share the shards
-        limit=None,  # the most bytes kept on disk (an int or '50GB'); None: half the disk space free at open (see below)
+        limit: 'Optional[Union[int, str]]' = None,  # the most bytes kept on disk (an int or '50GB'); None: half the disk space free at open (see below)
         opener: Optional[
             Callable
         ] = None,  # `opener(url, timeout)`: the remote shard's stream (`open_shard`; its `deadline` bounds the drain)

@@ -6,11 +6,12 @@
 from __future__ import annotations
 import base64, hashlib, http.client, json, os, re, stat, threading, time, urllib.error, urllib.request, warnings
 from collections import OrderedDict
-from typing import Optional
+from typing import Optional, Sequence, Union
 import numpy as np
 from ..readers import FileHandle, Reader, register_reader, unset
 from .shard_cache import REQUEST_DEADLINE, BadAnswerError, Deadline, content_length
 from timmdata.streams.shard_io import (
+    MAX_MEMBER_BYTES,
     REGULAR_KINDS,
     ShardError,
     ShardNotFoundError,
@@ -405,9 +406,9 @@ class ShardReader(Reader):
         self,
         root,  # folder (or http(s) URL prefix) with the shards and `_info.json`, a shard pattern, or a list of shards
         split: str = 'validation',  # a split of `_info.json` (timm's synonyms: 'val' finds 'validation'), or a brace pattern
-        class_map=None,  # not supported: shards hold class indices (write them with a class_map instead)
-        input_key=None,  # image extensions to try, in order ('jpg;png'); default `shard_io.IMAGE_KEYS`
-        target_key=None,  # target extensions or json fields ('cls'); default `shard_io.TARGET_KEYS` (absent: -1)
+        class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # not supported: shards hold class indices (write them with a class_map instead)
+        input_key: 'Optional[Union[str, Sequence[str]]]' = None,  # image extensions to try, in order ('jpg;png'); default `shard_io.IMAGE_KEYS`
+        target_key: 'Optional[str]' = None,  # target extensions or json fields ('cls'); default `shard_io.TARGET_KEYS` (absent: -1)
         index_dir: Optional[str] = None,  # where the index is kept; None: beside the shards if writable, else ~/.cache
         max_open_files: int = 16,  # shards held open at once per process
     ):

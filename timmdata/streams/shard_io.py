@@ -6,7 +6,7 @@
 from __future__ import annotations
 import functools, http.client, io, json, os, re, socket, subprocess, tempfile, time, urllib.error, urllib.request, zlib
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence, Union
 from ..readers import MAX_JSON_BYTES, natural_key, relative_name, split_names
 from ..core.untrusted import InfoError, check_info, inside, open_regular, printable
 from timmdata.streams.shard_cache import (
@@ -133,7 +133,7 @@ def join_url(root, name: str) -> str:
 # %% ../../nbs/streams/22_shard_io.ipynb #3554bf3e
 def shard_list(
     spec,  # brace pattern(s) joined by '::', a folder of .tar files, one shard, or a list of these
-    root=None,  # folder or URL prefix that relative names are joined to
+    root: Optional[Union[str, os.PathLike]] = None,  # folder or URL prefix that relative names are joined to
 ) -> list:
     "The shards `spec` names, in order: paths or URLs as strings."
     if isinstance(spec, (list, tuple)):
@@ -659,19 +659,19 @@ class WdsSource:
         self,
         root,  # folder or URL prefix with the shards (and `_info.json`), a shard pattern, or a list of shards
         split: str = 'train',  # a split of `_info.json`, or a brace pattern with an optional '|num_samples'
-        input_key=None,  # image extensions to try, in order ('jpg;png'); default `IMAGE_KEYS`
-        target_key=None,  # a JSON sidecar field, '/' path or 'a,b,c' binary fields (timm's); default: `TARGET_KEYS` members
+        input_key: 'Optional[Union[str, Sequence[str]]]' = None,  # image extensions to try, in order ('jpg;png'); default `IMAGE_KEYS`
+        target_key: 'Optional[str]' = None,  # a JSON sidecar field, '/' path or 'a,b,c' binary fields (timm's); default: `TARGET_KEYS` members
         num_samples: Optional[int] = None,  # samples in the split (overrides the info file)
         retries: int = 3,  # transient failures retried per shard
         backoff: float = 0.25,  # first wait before a retry, in seconds (then 4x, 16x)
         timeout: float = 60.0,  # seconds a connection may stall
         allow_pipe: Optional[bool] = None,  # run `pipe:` shards; None: only when `root` or `split` you pass names them
-        cache_dir=None,
-        cache_limit=None,  # keep remote shards in this folder, at most this many bytes (int or '50GB'): see shard_cache
+        cache_dir: Optional[Union[str, os.PathLike]] = None,
+        cache_limit: 'Optional[Union[int, str]]' = None,  # keep remote shards in this folder, at most this many bytes (int or '50GB'): see shard_cache
         cache_shared: bool = False,  # cache_dir is shared with other users on purpose (else one they can write into is refused)
         deadline: float = SHARD_DEADLINE,  # seconds one shard's HTTP stream may take in all (`_info.json`: at most REQUEST_DEADLINE)
         target_format: Optional[str] = None,  # 'indices' (None) or 'multihot': what a list-valued JSON label is
-        class_map=None,  # dict or .txt applied to each target (a label list: each label; 'multihot': by position)
+        class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt applied to each target (a label list: each label; 'multihot': by position)
     ):
         self.root, self.split, self.retries, self.backoff, self.timeout = root, split, retries, backoff, timeout
         self.deadline = Deadline(deadline, str(root)).seconds  # checked here, not at the first shard

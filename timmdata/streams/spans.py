@@ -12,6 +12,7 @@ from timmdata.streams.shard_io import (
     REGULAR_KINDS,
     TARGET_KEYS,
     ShardError,
+    ShardTruncatedError,
     WdsSource,
     shard_name,
     split_key,
@@ -19,7 +20,7 @@ from timmdata.streams.shard_io import (
 )
 
 # %% auto #0
-__all__ = ['ShardChangedError', 'Spans', 'ReadsByPosition', 'cut_sample']
+__all__ = ['SPAN_PIECE', 'ShardChangedError', 'Spans', 'ReadsByPosition', 'cut_sample', 'span_members']
 
 # %% ../../nbs/streams/22b_spans.ipynb #4d8cee9b
 class ShardChangedError(ShardError):
@@ -94,3 +95,55 @@ def cut_sample(
         return key, img, source.target_of(raw, '')
     except ValueError:  # the sample named only when its target is bad
         return key, img, source.target_of(raw, f'sample {key!r} of shard {shard_name(url)}')
+
+# %% ../../nbs/streams/22b_spans.ipynb #fe35e8fc
+SPAN_PIECE = 1 << 20  # the most bytes of a span one ranged GET reads beyond the members a sample needs
+
+
+def span_members(
+    fetch,  # fetch(offset, n): n bytes of the span from offset (a ranged GET)
+    n: int,  # the span's size
+    keys: set,  # the extensions the source reads (its image and target keys)
+    url: str,  # the shard, for messages
+    where: str,  # which sample, for messages
+    remedy: str,  # what to do when the span does not match the shard
+) -> bytes:
+    """A long span's records that the source reads, fetched in pieces of at most `SPAN_PIECE` bytes beyond them: each
+    header read (its checksum checked), a member's data only when it is small, not a regular file (a long name's record)
+    or of one of `keys`; a large member of another key is skipped, never fetched."""
+    out, at, piece_at, piece = [], 0, 0, b''
+
+    def get(o: int, k: int) -> bytes:  # span bytes [o, o + k), through a piece of at most SPAN_PIECE more
+        nonlocal piece_at, piece
+        if k == 0:
+            return b''
+        if not piece_at <= o <= o + k <= piece_at + len(piece):
+            piece_at, piece = o, fetch(o, min(n - o, max(k, SPAN_PIECE)))
+        got = piece[o - piece_at : o - piece_at + k]
+        if len(got) != k:
+            raise ShardTruncatedError(
+                f'shard {shard_name(url)} was cut or changed after it was indexed: {where} needs {n:,} bytes; {remedy}'
+            )
+        return got
+
+    while at < n:
+        head = get(at, 512)
+        try:
+            name, k, kind = tar_header(head, url, at, MAX_MEMBER_BYTES)
+        except ShardError as e:
+            raise ShardChangedError(
+                f'shard {shard_name(url)} does not match its spans at {where} ({e}): {remedy}'
+            ) from None
+        rec = 512 + k + -k % 512
+        if at + rec > n:
+            raise ShardChangedError(
+                f'the spans of shard {shard_name(url)} do not match it at {where} (a member runs past its span): {remedy}'
+            )
+        if (
+            k <= SPAN_PIECE
+            or kind not in REGULAR_KINDS
+            or split_key(name.decode('utf-8', 'surrogateescape'))[1] in keys
+        ):
+            out.append(head + get(at + 512, rec - 512))
+        at += rec
+    return b''.join(out)

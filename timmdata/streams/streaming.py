@@ -5,7 +5,7 @@
 # %% ../../nbs/streams/25_streaming.ipynb #77338cd2
 from __future__ import annotations
 import itertools, math, os, random, warnings
-from typing import Callable, Iterator, Optional, Protocol, runtime_checkable
+from typing import Callable, Iterator, Optional, Protocol, Sequence, Union, runtime_checkable
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -520,9 +520,9 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
     def __init__(
         self,
         root,  # shards' folder or URL prefix (with `_info.json`), a shard pattern, or a list of shards
-        reader=None,  # 'wds/<name>' (default), 'hfids/<name>', or a stream source object (see `timmdata.streams.shard_io`)
+        reader: 'Optional[Union[str, WdsSource]]' = None,  # 'wds/<name>' (default), 'hfids/<name>', or a stream source object (see `timmdata.streams.shard_io`)
         split: str = 'train',  # split name in `_info.json`, or a shard pattern with an optional '|num_samples'
-        class_map=None,  # dict or .txt: a label, or each label of a list, remapped (a 'multihot' target by position)
+        class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: a label, or each label of a list, remapped (a 'multihot' target by position)
         is_training: bool = False,  # shuffle, equal counts per worker (wrapping round); else every sample once
         batch_size: int = 1,  # per-rank batch size: a worker's epoch is a whole number of batches
         num_samples: Optional[int] = None,  # samples per epoch over all ranks (default: from `_info.json`)
@@ -530,8 +530,8 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
         repeats: int = 0,  # timm's argument; not used by shard streams (0)
         download: bool = False,  # hfids: let the source download
         input_img_mode: str = 'RGB',  # PIL mode images are converted to
-        input_key=None,  # image extensions to try ('jpg;png'); default jpg;jpeg;png;webp;image
-        target_key=None,  # a JSON sidecar field, '/' path or 'a,b,c' binary fields (timm's); default .cls (absent: -1)
+        input_key: 'Optional[Union[str, Sequence[str]]]' = None,  # image extensions to try ('jpg;png'); default jpg;jpeg;png;webp;image
+        target_key: 'Optional[str]' = None,  # a JSON sidecar field, '/' path or 'a,b,c' binary fields (timm's); default .cls (absent: -1)
         transform: Optional[Callable] = None,  # applied to the image (what it takes: its `input_format`)
         target_transform: Optional[
             Callable

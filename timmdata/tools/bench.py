@@ -6,11 +6,15 @@
 from __future__ import annotations
 import json, math, os, shutil, tempfile, time, statistics, argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 from PIL import Image
 from tqdm.auto import tqdm
 from ..core.torch_compat import loader_worker_pids
+
+if TYPE_CHECKING:  # for the annotations only: importing timmdata never needs them
+    from matplotlib.axes import Axes
 
 # %% auto #0
 __all__ = ['LOADERS', 'QUICK', 'plot_data_way', 'worker_pids', 'decode_limit', 'time_epoch', 'usable_images', 'bench_loaders',
@@ -18,7 +22,7 @@ __all__ = ['LOADERS', 'QUICK', 'plot_data_way', 'worker_pids', 'decode_limit', '
 
 # %% ../../nbs/tools/45_bench.ipynb #49de0ce6
 def plot_data_way(
-    ax=None,  # matplotlib axes to draw on (default: a new 10 x 3.5 inch figure)
+    ax: 'Optional[Axes]' = None,  # matplotlib axes to draw on (default: a new 10 x 3.5 inch figure)
 ):
     "Draws the data's way through timmdata: stages, the module doing each, the data between them, who runs them."
     import matplotlib.pyplot as plt
@@ -227,7 +231,7 @@ LOADERS = {'timmdata': _timmdata_loader, 'timm': _timm_loader, 'torchvision': _t
 # %% ../../nbs/tools/45_bench.ipynb #af9bcd18
 def time_epoch(
     loader,  # any loader of (x, y) batches
-    on_batch=None,  # called after each batch as on_batch(images, seconds, seconds waited), for a progress bar
+    on_batch: 'Optional[Callable[[int, float, float], None]]' = None,  # called after each batch as on_batch(images, seconds, seconds waited), for a progress bar
     waited: list | None = None,  # if a list: the seconds spent waiting for batches (inside next()) are appended
 ) -> tuple[int, float]:
     "One pass: (images seen, seconds). Checks that every loader gives the same kind of batch."
@@ -423,7 +427,7 @@ def format_table(res: dict) -> str:
     return '\n'.join(rows)
 
 # %% ../../nbs/tools/45_bench.ipynb #b4eb3f04
-def plot_results(res: dict, path=None):
+def plot_results(res: dict, path: Optional[Union[str, os.PathLike]] = None):
     "Bar chart of images/s per pipeline and contender; saved to `path` when given."
     import matplotlib
 
@@ -452,7 +456,7 @@ def plot_results(res: dict, path=None):
     return fig
 
 # %% ../../nbs/tools/45_bench.ipynb #0ebc417c
-def bench_root(root=None, photos: bool = False) -> Path:
+def bench_root(root: Optional[Union[str, os.PathLike]] = None, photos: bool = False) -> Path:
     """`root`, or the generated sample dataset's train/ folder (made when missing): what the benchmarks read by default.
     `photos`: the photographic set's instead (`tools.photos`, 1,500 images beside the sample dataset, made once)."""
     if root is not None:
@@ -520,7 +524,7 @@ def comma_list(choices):
 QUICK = {'epochs': 1, 'max_images': 400}  # --quick: one measured epoch on 400 images (under a minute on 2 cores)
 
 
-def bench_main(argv=None):
+def bench_main(argv: Optional[Sequence[str]] = None):
     "`timmdata bench`: run the benchmark, print the table, write JSON and a PNG chart."
     p = argparse.ArgumentParser(
         prog='timmdata bench',

@@ -8,7 +8,7 @@ import argparse, multiprocessing as mp, os, re, sys, tempfile, time, warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Union
 import torch
 from tqdm import tqdm
 from ..pixels import decode
@@ -43,21 +43,9 @@ class _Fd2Trap:
         self.text = self.f.read().decode('utf-8', 'replace').strip()
 
 
-_IN_WORDS = [  # PIL's messages that name an in-memory file by its repr (a different address each run), said in words
-    (
-        re.compile(r'cannot identify image file <_io\.BytesIO object at 0x[0-9a-f]+>'),
-        'not an image Pillow can read: an unknown format, or not an image at all',
-    ),
-    (re.compile(r'\s*<_io\.BytesIO object at 0x[0-9a-f]+>'), ''),
-]
-
-
 def _one_line(e: Exception) -> str:
-    "`Type: message` on one line, in words: no placeholder such as PIL's `<_io.BytesIO object at 0x...>`."
-    msg = ' '.join(str(e).split())
-    for pat, words in _IN_WORDS:
-        msg = pat.sub(words, msg)
-    return f'{type(e).__name__}: {msg}'
+    "`Type: message` on one line; the damage in the words the loader and `timmdata cache` use (`decode.damage_error`)."
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
 
 
 def check_image(
@@ -182,7 +170,7 @@ def check_images(
     num_workers: Optional[int] = None,  # processes decoding; None: one per usable CPU; 0: in this process
     progress: bool = True,  # a progress bar on stderr
     split: Optional[str] = None,  # check only this split (see `find_split`); None: every image under root
-    reader=None,  # a `Reader` to check instead, or a reader kind ('folder', 'tar', 'csv', 'store')
+    reader: 'Optional[Union[Reader, str]]' = None,  # a `Reader` to check instead, or a reader kind ('folder', 'tar', 'csv', 'store')
     mode: str = 'RGB',  # decode to this PIL mode, as the dataset will
     strict: bool = True,  # also report images whose decoder warns (damaged data, made-up pixels)
     chunk_size: int = 64,  # samples per task handed to a process

@@ -6,14 +6,15 @@
 from __future__ import annotations
 import argparse, contextlib, importlib, json, os, platform, re, sys, time, warnings
 from pathlib import Path
+from typing import Optional, Sequence, Union
 from .. import __version__
 from ..core.settings import setting
-from ..core.untrusted import printable
+from ..core.untrusted import did_you_mean, printable
 
 # %% auto #0
 __all__ = ['USER_ERRORS', 'LIBRARY_ERRORS', 'BAD_DATA', 'COMMANDS', 'ROOT_ARG', 'CliError', 'is_user_error', 'user_message',
            'fail', 'warnings_counted', 'save_batch_grid', 'demo_main', 'info', 'info_main', 'usage', 'job',
-           'dataset_root', 'profile_main', 'tune_main', 'main']
+           'dataset_root', 'profile_main', 'tune_main', 'options_suggested', 'main']
 
 # %% ../../nbs/tools/47_cli.ipynb #293d9d4e
 class CliError(Exception):
@@ -50,7 +51,7 @@ def is_user_error(e: BaseException) -> bool:
 
 def user_message(
     e: BaseException,  # the error
-    root=None,  # the dataset the command read, for the `timmdata check` hint
+    root: Optional[Union[str, os.PathLike]] = None,  # the dataset the command read, for the `timmdata check` hint
 ) -> str:
     "`e` as one line for a shell user: a DataLoader worker's traceback cut away, the library's Python hints said as flags."
     s = str(e)
@@ -93,8 +94,8 @@ def save_batch_grid(
     y,  # integer labels, a torch.Tensor
     classes: list,  # class names by label
     path,  # PNG to write
-    mean=None,
-    std=None,  # the normalisation to undo (None: ImageNet's)
+    mean: Optional[Sequence[float]] = None,
+    std: Optional[Sequence[float]] = None,  # the normalisation to undo (None: ImageNet's)
     names: dict | None = None,  # optional folder name -> readable name
     n: int = 16,  # images shown
 ):
@@ -125,7 +126,7 @@ def save_batch_grid(
     return Path(path)
 
 # %% ../../nbs/tools/47_cli.ipynb #f19a7b99
-def demo_main(argv=None):
+def demo_main(argv: Optional[Sequence[str]] = None):
     "`timmdata demo`: one training epoch through `create_loader`, images/s, and a PNG of one batch."
     from timmdata.tools.bench import int_at_least
 
@@ -140,9 +141,9 @@ def demo_main(argv=None):
     p.add_argument('--workers', type=int_at_least(0), default=2)
     p.add_argument(
         '--bad-sample',
-        choices=('raise', 'skip'),
+        choices=('raise', 'skip', 'replace'),
         default='raise',
-        help='an image that cannot be decoded: stop and name it, or skip it (counted)',
+        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
     )
     p.add_argument('--out', default='out/demo_batch.png', help='where to save the picture of one batch')
     p.add_argument('--no-progress', action='store_true', help='no progress bar (for logs and notebooks)')
@@ -244,7 +245,7 @@ def info() -> dict:
     }
 
 
-def info_main(argv=None):
+def info_main(argv: Optional[Sequence[str]] = None):
     "`timmdata info`: versions, the C extension, the JPEG decoder, the device and the CPUs, one per line."
     p = argparse.ArgumentParser(prog='timmdata info', description=info_main.__doc__)
     p.add_argument('--json', action='store_true', help='print the same as one JSON object')
@@ -356,7 +357,7 @@ def dataset_root(cmd: str, argv: list):
     return pos[where] if where is not None and len(pos) > where else None
 
 # %% ../../nbs/tools/47_cli.ipynb #298660ae
-def profile_main(argv=None):
+def profile_main(argv: Optional[Sequence[str]] = None):
     "`timmdata profile ROOT`: a short training epoch, where its time goes, whether loading keeps up with a model step, the headspace."
     from timmdata.tools.bench import (
         float_in,
@@ -389,9 +390,9 @@ def profile_main(argv=None):
     p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
     p.add_argument(
         '--bad-sample',
-        choices=('raise', 'skip'),
+        choices=('raise', 'skip', 'replace'),
         default='raise',
-        help='an image that cannot be decoded: stop and name it, or skip it (counted)',
+        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
     )
     a = p.parse_args(argv)
     if a.model_step_ms is not None and a.model_step_ms < 0:
@@ -419,7 +420,7 @@ COMMANDS['profile'] = (
 ROOT_ARG['profile'] = 0
 
 # %% ../../nbs/tools/47_cli.ipynb #cc729154
-def tune_main(argv=None):
+def tune_main(argv: Optional[Sequence[str]] = None):
     "`timmdata tune ROOT`: the search `num_workers='auto'` runs, on a folder: the table of what it tried, the keywords to paste."
     import time
     from timmdata.tools.bench import (
@@ -483,7 +484,28 @@ COMMANDS['tune'] = (
 ROOT_ARG['tune'] = 0
 
 # %% ../../nbs/tools/47_cli.ipynb #65c088d7
-def main(argv=None) -> int:
+@contextlib.contextmanager
+def options_suggested():
+    "Inside `with`: argparse's error for an unknown option names the command's closest one (`did_you_mean`)."
+    error = argparse.ArgumentParser.error
+
+    def suggest(parser, message):
+        if message.startswith('unrecognized arguments: '):
+            opts = [
+                o for a in parser._actions for o in a.option_strings
+            ]  # the parser's options, as argparse keeps them
+            words = [w.split('=')[0] for w in message.split(': ', 1)[1].split() if w.startswith('-')]
+            message += ''.join(did_you_mean(w, opts) for w in words)
+        error(parser, message)
+
+    argparse.ArgumentParser.error = suggest
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = error
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
     "The `timmdata` console script: runs a job's `*_main(argv)`; returns the exit status, exits 2 on a user's mistake."
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = '--debug' in argv or setting('TIMMDATA_DEBUG')
@@ -499,14 +521,22 @@ def main(argv=None) -> int:
         raise SystemExit(2)
     cmd = argv[0]
     if cmd not in COMMANDS:
-        fail('timmdata', f"unknown command {cmd!r}; expected one of {', '.join(COMMANDS)} (see timmdata --help)")
+        fail(
+            'timmdata',
+            f"unknown command {cmd!r}; expected one of {', '.join(COMMANDS)}{did_you_mean(cmd, COMMANDS)} (see timmdata --help)",
+        )
     try:
-        res = job(cmd)(argv[1:])
+        with options_suggested():
+            res = job(cmd)(argv[1:])
     except KeyboardInterrupt:
         if debug:
             raise
         fail(f'timmdata {cmd}', 'interrupted', status=130)
     except Exception as e:
+        if debug and getattr(e, 'worker_traceback', None) and e.__cause__ is None:
+            from timmdata.core.torch_compat import WorkerTraceback  # torch is imported: a loader raised it
+
+            raise e from WorkerTraceback(e.worker_traceback)  # a DataLoader worker's error: its traceback too
         if debug or not is_user_error(e):
             raise  # a bug: its traceback
         fail(f'timmdata {cmd}', user_message(e, dataset_root(cmd, argv[1:])))

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import os, json, math, shutil
 from pathlib import Path
+from typing import Optional, Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 from ..core.settings import setting
@@ -156,7 +157,7 @@ def make_sample_dataset(
     root,  # folder to write into (made if missing)
     n_train: int = 150,  # images per class in train/
     n_val: int = 50,  # images per class in val/
-    classes=None,  # class folder names (default: imagenette's ten wnids)
+    classes: Optional[Sequence[str]] = None,  # class folder names (default: imagenette's ten wnids)
     size: tuple = (426, 320),  # (width, height) of every image
     quality: int = 90,  # JPEG quality
     seed: int = 0,  # changes every picture

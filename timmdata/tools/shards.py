@@ -6,6 +6,7 @@
 from __future__ import annotations
 import argparse, hashlib, io, json, multiprocessing as mp, os, re, sys, tarfile, time, warnings, zlib
 from pathlib import Path
+from typing import Optional, Union
 import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
@@ -318,7 +319,7 @@ def write_shards(
     seed: int = 0,  # the shuffle's seed
     workers: int | None = 0,  # processes writing shards; 0: this process; None: every core
     bad_sample: str = 'raise',  # an unreadable image: 'raise' naming the file, or 'skip' (left out, listed in _info.json)
-    class_map=None,  # dict or .txt: keep only these classes, with these indices
+    class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices
     progress: bool = True,  # show a progress bar and print a summary
     **reader_kwargs,  # passed on to `create_reader` (e.g. `extensions`)
 ) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse, hashlib, itertools, json, math, os, tempfile, time, tracemalloc
 from collections import OrderedDict
 from types import SimpleNamespace
-from typing import Optional
+from typing import Optional, Sequence, Union
 import numpy as np
 import torch
 from timmdata.streams.global_order import (
@@ -39,7 +39,7 @@ from timmdata.tools.simulate_startup import (
     start_up_scanned,
     table_memory,
 )
-from .simulate_mix import format_mix_report, mix_weights, simulate_mix
+from .simulate_mix import format_mix_report, format_order_cost, mix_weights, order_cost, simulate_mix
 from ..engine.watch import EXCHANGED, slow_rank
 
 # %% auto #0
@@ -269,7 +269,7 @@ def shuffle_quality(
     order: GlobalOrder,
     batch: int = 256,
     window: int = 1 << 20,
-    positions=None,  # the positions in the sequence measured (e.g. one rank's); None: the global order's, 0, 1, 2...
+    positions: 'Optional[Union[Sequence[int], np.ndarray]]' = None,  # the positions in the sequence measured (e.g. one rank's); None: the global order's, 0, 1, 2...
 ) -> dict:
     "Mean distance between consecutive samples (listed order) over the first `window` positions, as a fraction of a full permutation's n/3; distinct shards per `batch` positions."
     starts = np.concatenate([np.zeros(1, np.int64), np.cumsum(order.lengths)[:-1]])
@@ -311,7 +311,7 @@ def simulate(
     block_shards: int = BLOCK_SHARDS,
     ranks_per_node: int = 8,
     sample_bytes: int = 110_000,  # mean bytes of a sample (a LAION-like JPEG)
-    cache_limit=None,  # per node (bytes, or '500GB'); None: 4x the node's working set measured
+    cache_limit: 'Optional[Union[int, str]]' = None,  # per node (bytes, or '500GB'); None: 4x the node's working set measured
     latency_ms: float = 20.0,  # one request's round trip to storage
     bandwidth=1.25e9,  # a node's bytes/s from storage
     rescale: tuple = (768, 8),  # (ranks, workers per rank) of the resumed run
@@ -646,7 +646,7 @@ def format_report(r: dict) -> str:
     return '\n'.join(L)
 
 # %% ../../nbs/tools/55_simulate.ipynb #e2893acb
-def simulate_main(argv=None) -> int:
+def simulate_main(argv: Optional[Sequence[str]] = None) -> int:
     "`timmdata simulate --ranks R --workers W --shards S --samples N`: one epoch of a training stream at that scale, simulated with the library's own code."
     ap = argparse.ArgumentParser(prog='timmdata simulate', description=simulate_main.__doc__)
     ap.add_argument('--ranks', type=int, default=1024)
@@ -687,6 +687,11 @@ def simulate_main(argv=None) -> int:
         '--schedule', default='linear', choices=('constant', 'linear'), help='the mix: held, or ramped to the reverse'
     )
     ap.add_argument('--steps', type=int, default=2000, help='the mix: global batches simulated before the rescale')
+    ap.add_argument(
+        '--order-only',
+        action='store_true',
+        help="only the order's memory and CPU per rank: a mix of --sources and a map-style epoch of --samples (order_cost)",
+    )
     a = ap.parse_args(argv)
     for k in ('ranks', 'workers', 'shards', 'samples', 'batch_size', 'block_size', 'ranks_per_node', 'read_ahead'):
         if getattr(a, k) < 1:
@@ -723,13 +728,32 @@ def simulate_main(argv=None) -> int:
             parse_size(a.cache_limit, '--cache-limit')
         except ValueError as e:
             ap.error(str(e))
+    if a.order_only and not a.sources:
+        ap.error('--order-only measures a mix\'s order and a map-style epoch\'s: give --sources too')
     if a.sources < 0 or a.steps < 1:
         ap.error(f'--sources must be >= 0 and --steps >= 1; got {a.sources} and {a.steps}')
+    if (
+        a.sources > 100_000 or a.steps > 1_000_000
+    ):  # the mix's counts are ranks x sources; its walk steps x global batch
+        ap.error(f'--sources must be at most 100,000 and --steps at most 1,000,000; got {a.sources:,} and {a.steps:,}')
+    if a.sources and (a.ranks * a.sources > 1 << 27 or a.steps * a.ranks * a.batch_size > 1 << 34):
+        ap.error(
+            f'the mix simulated is too big for one machine: --ranks x --sources at most {1 << 27:,} and --steps x '
+            f'--ranks x --batch-size at most {1 << 34:,} positions; got {a.ranks * a.sources:,} and '
+            f'{a.steps * a.ranks * a.batch_size:,}'
+        )
     if a.sources:
         try:
             w = mix_weights(a.sources, a.weights)
         except ValueError as e:
             ap.error(str(e))
+        if a.order_only:
+            r = order_cost(a.sources, a.samples, a.ranks, a.batch_size, w, a.schedule, a.steps)
+            print(format_order_cost(r))
+            if a.json:
+                with open(a.json, 'w') as f:
+                    json.dump(r, f, indent=1)
+            return 0
         r = simulate_mix(a.sources, a.ranks, a.workers, a.samples, a.batch_size, w, a.schedule, a.steps, (r2, w2))
         print(format_mix_report(r))
         if a.json:

@@ -5,11 +5,13 @@
 # %% ../../nbs/tools/54a_simulate_mix.ipynb #f2bd9465
 from __future__ import annotations
 import time, tracemalloc
+from typing import Optional, Sequence, Union
 import numpy as np
-from ..streams.mixing import CHUNK, MixOrder, WeightSchedule, check_weights
+from ..streams.mixing import CHUNK, MARKS, MixOrder, WeightSchedule, check_weights
+from ..distributed_sampler import PositionOrder
 
 # %% auto #0
-__all__ = ['mix_weights', 'simulate_mix', 'format_mix_report']
+__all__ = ['mix_weights', 'simulate_mix', 'format_mix_report', 'order_cost', 'format_order_cost']
 
 # %% ../../nbs/tools/54a_simulate_mix.ipynb #1c0b4698
 def _b(n) -> str:
@@ -20,7 +22,7 @@ def _b(n) -> str:
     return f'{n:.0f} B'
 
 # %% ../../nbs/tools/54a_simulate_mix.ipynb #acae54e37e7d407bbb7b55eff062a284
-def mix_weights(sources: int, weights=None) -> np.ndarray:
+def mix_weights(sources: int, weights: Optional[Union[str, Sequence[float], np.ndarray]] = None) -> np.ndarray:
     "The simulated mix's weights: as given (a comma list or a sequence), else Zipf-like (source i: 1 / (i + 1)^0.7), normalised."
     if weights is None:
         w = 1.0 / np.arange(1, sources + 1) ** 0.7
@@ -37,7 +39,7 @@ def simulate_mix(
     workers: int = 16,  # per rank (a mix is planned in each rank's main process: workers read, they plan nothing)
     samples: int = 1_000_000_000,  # samples of the sources in all (split in proportion to the weights, at least 1 each)
     batch_size: int = 256,  # per rank
-    weights=None,  # each source's weight (None: Zipf-like, `mix_weights`)
+    weights: 'Optional[Union[str, Sequence[float], np.ndarray]]' = None,  # each source's weight (None: Zipf-like, `mix_weights`)
     schedule: str = 'linear',  # 'constant', or 'linear': ramped from the weights to their reverse over the steps simulated
     steps: int = 2000,  # global batches of `ranks` simulated before the rescale
     rescale: tuple = (768, 8),  # (ranks, workers) the run resumes on after `steps`
@@ -100,16 +102,18 @@ def simulate_mix(
     out['before'] = errors(0, ranks, steps)
     R2 = rescale[0]
     out['after'] = errors(steps * gb, R2, steps * ranks // R2)
-    # memory: the order a rank's main process holds (counts per chunk; the permutation of every entry met), measured
+    # memory: the order a rank's main process holds (per-entry counts at MARKS chunks; no permutation), measured
     tracemalloc.start()
     probe = MixOrder(lengths // max(1, int(lengths.sum()) // 2_000_000), sched, seed, 0, None, 'repeat', ranks, gb)
     probe.locate(np.arange(0, len(probe), max(1, len(probe) // 4096)))
     held = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    chunks = -(-len(order) // CHUNK)
+    chunks = -(-len(order) // CHUNK)  # of the epoch
     out['memory'] = dict(
-        counts_bytes=chunks * sources * 8,  # per chunk of the epoch, per source: counted
-        permutations_bytes=int(lengths.sum()) * 4,  # int32 a sample of every entry met: counted
+        counts_bytes=min(chunks + 1, MARKS + 2)
+        * sources
+        * 8,  # counts at MARKS chunks at most (+ the cursor and the next): counted
+        permutations_bytes=0,  # none: each entry's order is a keyed bijection computed by position
         probe_samples=int(probe.lengths.sum()),
         probe_peak_bytes=int(held),  # measured on a 2M-sample mix
         one_source_order_bytes=int(lengths.sum())
@@ -139,7 +143,7 @@ def format_mix_report(r: dict) -> str:
     L.append(
         f"  order held per rank's main process: counts {_b(m['counts_bytes'])} + permutations {_b(m['permutations_bytes'])} "
         f"[counted] (measured peak {_b(m['probe_peak_bytes'])} on {m['probe_samples']:,} samples); one map-style source's "
-        f"order {_b(m['one_source_order_bytes'])}; workers: +0 (they read flat indices)"
+        f"order (timm's) {_b(m['one_source_order_bytes'])}; workers: +0 (they read flat indices)"
     )
     L.append(
         f"  start-up requests: {q['per_node_index_reads']} index reads per node (one per source, as each source alone), "
@@ -147,3 +151,77 @@ def format_mix_report(r: dict) -> str:
     )
     L.append(f"simulated in {r['seconds']:.0f} s")
     return '\n'.join(L)
+
+# %% ../../nbs/tools/54a_simulate_mix.ipynb #4090d967
+def order_cost(
+    sources: int = 100_000,  # sources mixed
+    samples: int = 10_000_000_000,  # samples in all (of the mix; and of the map-style epoch)
+    ranks: int = 1024,
+    batch_size: int = 256,  # per rank
+    weights: 'Optional[Union[str, Sequence[float], np.ndarray]]' = None,  # each source's weight (None: Zipf-like)
+    schedule: str = 'linear',  # 'constant', or 'linear': ramped to the reverse over `steps`
+    steps: int = 2000,  # global batches of the ramp
+    chunks: int = 40,  # chunks of the mix read by rank 0 (more than MARKS: the marks thin out as a long run's do)
+    seed: int = 42,
+) -> dict:
+    "Rank 0's memory and CPU for the order of a mix of `sources` (`MixOrder`) and of a map-style epoch (`PositionOrder`) of `samples`, measured; the orders they replace, counted."
+    w = mix_weights(sources, weights)
+    lengths = np.maximum(1, np.floor(w * samples)).astype(np.int64)
+    gb = batch_size * ranks
+    points = [(0, w)] if schedule == 'constant' else [(0, w), (steps, w[::-1].copy())]
+    sched = WeightSchedule(points, 'constant' if schedule == 'constant' else 'linear')
+    total = max(int(lengths.sum()), 2 * steps * gb)
+    tracemalloc.start()
+    order = MixOrder(lengths, sched, seed, 0, total, 'repeat', ranks, gb)
+    order.stride = ranks  # rank 0 of `ranks`, as `MixSampler` sets it
+    t0, got = time.process_time(), []
+    for c in range(chunks):
+        got += [order[p] for p in range(c * CHUNK, (c + 1) * CHUNK, ranks)]
+    cpu = time.process_time() - t0
+    order[(chunks // 2) * CHUNK]  # a resume in the middle: recounted from the nearest mark
+    mix_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    mix = dict(
+        sources=sources,
+        samples=int(lengths.sum()),
+        peak_bytes=int(mix_peak),
+        marks_bytes=(MARKS + 2) * sources * 8,  # per-source counts at MARKS chunks, the cursor and the next: counted
+        position_us=cpu
+        / (chunks * CHUNK)
+        * 1e6,  # per position of the global order (every rank computes its chunk's counts)
+        rank_sample_us=cpu / len(got) * 1e6,  # per sample rank 0 reads
+        before_counts_bytes=-(-total // CHUNK) * sources * 8,  # the previous order: per chunk of the epoch, per source
+        before_permutations_bytes=int(lengths.sum()) * 4,  # and every entry's permutation met (int32 a sample)
+    )
+    tracemalloc.start()
+    flat = PositionOrder(samples, seed, ranks)
+    start = samples // 2 // ranks * ranks  # a resume in the middle of the epoch
+    t0 = time.process_time()
+    n = [flat[p] for p in range(start, start + 64 * batch_size * ranks, ranks)]  # 64 batches of rank 0
+    cpu = time.process_time() - t0
+    flat_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    epoch = dict(
+        samples=samples,
+        peak_bytes=int(flat_peak),
+        rank_sample_us=cpu / len(n) * 1e6,
+        before_bytes=samples * (8 + 36),  # SeededRandomSampler: torch.randperm(n) (int64), then its list of Python ints
+    )
+    return dict(config=dict(ranks=ranks, batch_size=batch_size, schedule=schedule, chunks=chunks), mix=mix, epoch=epoch)
+
+
+def format_order_cost(r: dict) -> str:
+    "`order_cost`'s figures, a line per order; [counted] where they come from the code path, not a measurement."
+    c, m, e = r['config'], r['mix'], r['epoch']
+    return '\n'.join(
+        [
+            f"the order of rank 0 of {c['ranks']:,} (batch {c['batch_size']} per rank)",
+            f"  mix of {m['sources']:,} sources, {m['samples']:,} samples: peak {_b(m['peak_bytes'])} measured "
+            f"(marks {_b(m['marks_bytes'])} [counted]); {m['position_us']:.3f} us CPU per position of the global order, "
+            f"{m['rank_sample_us']:.1f} us per sample of the rank; the order it replaces: counts "
+            f"{_b(m['before_counts_bytes'])} + permutations {_b(m['before_permutations_bytes'])} [counted]",
+            f"  map-style epoch of {e['samples']:,} samples, order='global': peak {_b(e['peak_bytes'])} measured; "
+            f"{e['rank_sample_us']:.2f} us CPU per sample of the rank; timm's order (SeededRandomSampler) "
+            f"{_b(e['before_bytes'])} [counted]",
+        ]
+    )

@@ -120,7 +120,8 @@ def audit(site: Path) -> dict:
             target = target.split('?')[0]
             if target.endswith('/'): target += 'index.html'
             if target not in parsed:
-                if u.path.endswith('.html'): out['dead_anchor'].append(f'{rel}: a link to a page that is not there: {href}')
+                if u.path.endswith(('.html', '.ipynb', '.md')):
+                    out['dead_anchor'].append(f'{rel}: a link to a page that is not there: {href}')
                 continue
             if u.fragment and urllib.parse.unquote(u.fragment) not in parsed[target].ids:
                 out['dead_anchor'].append(f'{rel}: {href} lands on no anchor')

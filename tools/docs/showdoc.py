@@ -50,8 +50,11 @@ def _written(fn) -> dict:
     "Parameter name -> (annotation text, default text) as written in `fn`'s source; '->' for the return annotation."
     node, src = _ast_def(fn)
     if node is None: return {}
-    seg = lambda n: None if n is None else ast.unparse(n)  # as written, in one canonical spelling
+    def seg(n):  # as written, in one canonical spelling; a forward reference ('LoaderStats') without its quotes
+        if n is None: return None
+        return n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) and n in annos else ast.unparse(n)
     a = node.args
+    annos = {x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x is not None} | {node.returns}
     out = {}
     pos = a.posonlyargs + a.args
     defaults = [None] * (len(pos) - len(a.defaults)) + list(a.defaults)
@@ -65,7 +68,7 @@ def _written(fn) -> dict:
 
 def _anno_text(anno) -> str | None:
     if anno is inspect.Parameter.empty: return None
-    if isinstance(anno, str): return anno
+    if isinstance(anno, str): return anno[1:-1] if len(anno) > 1 and anno[0] == anno[-1] and anno[0] in '\'"' else anno  # 'X' as X
     return inspect.formatannotation(anno).replace('typing.', '')
 
 
@@ -77,12 +80,44 @@ def _default_text(d) -> str | None:
     return re.sub(r' at 0x[0-9a-f]+', '', r) if len(r) <= 60 else r[:57] + '...'
 
 
-def _docments(obj) -> dict:
-    "Each parameter's docment (the comment after it), and 'return''s."
+def _docments(obj, fn=None) -> dict:
+    """Each parameter's docment (the comment after it), and 'return''s: fastcore's, and where it finds none (a parameter
+    the formatter wrapped over several lines), the comments on the lines the parameter spans in `fn`'s source."""
     try:
         from fastcore.docments import docments
-        return {k: v for k, v in (docments(obj) or {}).items() if v}
-    except Exception: return {}
+        out = {k: v for k, v in (docments(obj) or {}).items() if v}
+    except Exception: out = {}
+    for k, v in _span_comments(unwrap(fn or obj)).items(): out.setdefault(k, v)
+    return out
+
+
+def _span_comments(fn) -> dict:
+    "Parameter -> the comments on the source lines from its name to its default (or annotation) and the comma after."
+    import io, tokenize
+    if inspect.isclass(fn): fn = _init_of(fn)
+    if fn is None: return {}
+    node, src = _ast_def(fn)
+    if node is None: return {}
+    comments = {}
+    try:
+        for t in tokenize.generate_tokens(io.StringIO(src).readline):
+            if t.type == tokenize.COMMENT: comments[t.start[0]] = t.string.lstrip('#').strip()
+    except (tokenize.TokenError, IndentationError): return {}
+    a = node.args
+    pos = a.posonlyargs + a.args
+    defaults = [None] * (len(pos) - len(a.defaults)) + list(a.defaults)
+    items = list(zip(pos, defaults)) + list(zip(a.kwonlyargs, a.kw_defaults))
+    items += [(x, None) for x in (a.vararg, a.kwarg) if x is not None]
+    items.sort(key=lambda x: (x[0].lineno, x[0].col_offset))
+    body = node.body[0].lineno if node.body else 10**9
+    out = {}
+    for i, (arg, d) in enumerate(items):
+        end = max(n.end_lineno for n in (arg, arg.annotation, d) if n is not None)
+        nxt = items[i + 1][0].lineno if i + 1 < len(items) else body
+        lines = range(arg.lineno, max(end, min(nxt - 1, end + 1 if nxt > end + 1 else end)) + 1)
+        txt = ' '.join(comments[ln] for ln in lines if ln in comments and ln < nxt)
+        if txt: out[arg.arg] = txt
+    return out
 
 
 def _own_doc(obj) -> str:
@@ -145,7 +180,7 @@ def param_table(fn, drop_self=False, docs_of=None) -> str:
     if fn is None: return ''
     ps, ret = params(fn, drop_self)
     ps = [p for p in ps if p[4] != 'marker']
-    docs = _docments(docs_of or fn)
+    docs = _docments(docs_of or fn, fn)
     if not ps and not (ret and docs.get('return')): return ''
     rows = ['| Parameter | Type | Default | Details |', '| --- | --- | --- | --- |']
     for txt, name, anno, default, kind in ps:
