@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #e326fe8c
 from __future__ import annotations
-import base64, hashlib, json, os, re, stat, threading, time, warnings
+import base64, hashlib, importlib, json, os, re, stat, threading, time, warnings
 from collections import OrderedDict
 from typing import Optional, Sequence
 import numpy as np
@@ -619,11 +619,10 @@ def index_main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument('--no-progress', action='store_true', help='no progress lines')
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    if os.path.isdir(a.src) and not _listed_shards(a.src):  # no tar shards: Parquet files (streams.parquet)
-        from timmdata.streams.parquet import local_names, write_parquet_index
-
-        if local_names(a.src):
-            path = write_parquet_index(a.src, progress=not a.no_progress)
+    if os.path.isdir(a.src) and not _listed_shards(a.src):  # no tar shards: Parquet files
+        pq = importlib.import_module('timmdata.streams.parquet')  # by name: it reads through this module's spans
+        if pq.local_names(a.src):
+            path = pq.write_parquet_index(a.src, progress=not a.no_progress)
             print(f'wrote {path} ({os.path.getsize(path):,} bytes) in {time.perf_counter() - t0:.1f} s')
             return 0
     try:

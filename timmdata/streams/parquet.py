@@ -30,7 +30,7 @@ __all__ = ['MAX_FOOTER_BYTES', 'MAX_PAGE_BYTES', 'MAX_ROW_GROUP_BYTES', 'PAGE_TY
            'GROUPS_KEPT_BYTES', 'ParquetError', 'thrift_struct', 'page_header', 'rle_levels', 'plain_offsets',
            'footer_bytes', 'parse_footer', 'find_columns', 'check_footer', 'decompress', 'page_values', 'chunk_rows',
            'match_split', 'local_names', 'write_parquet_index', 'parse_parquet_index', 'read_parquet_index',
-           'ParquetSource', 'kept_get', 'ParquetReader', 'write_sample_parquet']
+           'ParquetFiles', 'ParquetSource', 'kept_get', 'ParquetReader', 'write_sample_parquet']
 
 # %% ../../nbs/streams/26d_parquet.ipynb #10185d26023b46108eb7d9f57d49d2b3
 class ParquetError(ShardError):
@@ -711,8 +711,75 @@ class _Indexed(_Footers):
 
     __getitem__ = layout
 
+# %% ../../nbs/streams/26d_parquet.ipynb #e2b0f002
+class ParquetFiles:
+    """Reading a source's Parquet files: their sizes, a ranged read at an offset (a local file or one request over HTTP), a
+    file's footer (read once and kept) and a row group's images and labels. `ParquetSource` sets the files, the columns and
+    the limits they read with."""
+
+    def _size(self, url: str) -> int:
+        if url_scheme(url) == 'file':
+            try:
+                return os.stat(url[7:] if url.startswith('file://') else url).st_size
+            except FileNotFoundError:
+                raise ShardNotFoundError(f'Parquet file {url} does not exist: check the path and the split') from None
+        h, _ = http_range(url, (0, 4), timeout=self.timeout, retries=self.retries, backoff=self.backoff)
+        return int((h.get('Content-Range') or '').rpartition('/')[2])
+
+    def _read_at(self, s: int):
+        url = self.shards[s]
+        if url_scheme(url) == 'file':
+            path = url[7:] if url.startswith('file://') else url
+
+            def read_at(o, n):
+                with open(path, 'rb') as f:
+                    return os.pread(f.fileno(), n, o)
+
+            return read_at
+        return lambda o, n: (
+            http_range(url, (o, n), timeout=self.timeout, retries=self.retries, backoff=self.backoff)[1] if n else b''
+        )
+
+    def metadata(self, s: int, read_at=None):
+        "pyarrow's `FileMetaData` of file `s` (its footer kept from the start, or read now when the index was used)."
+        md = self._md.get(s)
+        if md is None:
+            where = f'Parquet file {self.name_of(self.shards[s])}'
+            footer = (
+                self._footers[s] if self._footers else footer_bytes(read_at or self._read_at(s), self.sizes[s], where)
+            )
+            md = self._md[s] = parse_footer(footer, where)
+            if not self._footers:
+                check_footer(
+                    md,
+                    self.sizes[s],
+                    len(footer),
+                    find_columns(md, self.columns['image'], self.columns['label'], where)['leaf'],
+                    where,
+                )
+        return md
+
+    def read_group(self, s: int, g: int, read_at=None) -> tuple:
+        "(images, labels) of row group `g` of file `s`, read by pyarrow through `read_at` (default: this source's reads); a missing image None, a missing label -1."
+        pa = _pq()
+        read_at = read_at or self._read_at(s)
+        md, cols = self.metadata(s, read_at), self.columns
+        where = f'Parquet file {self.name_of(self.shards[s])} row group {g}'
+        try:
+            f = pa.parquet.ParquetFile(_RangedIO(read_at, self.sizes[s]), metadata=md)
+            t = f.read_row_group(g, columns=[c for c in (cols['image'], cols['label']) if c])
+        except (OSError, ValueError, pa.ArrowException) as e:
+            raise ParquetError(
+                f'{where} cannot be read ({printable(str(e), 200)}): a damaged or hostile Parquet file'
+            ) from None
+        img = t.column(cols['image']).combine_chunks()
+        if pa.types.is_struct(img.type):
+            img = img.field('bytes')
+        labels = t.column(cols['label']).fill_null(-1).to_pylist() if cols['label'] else [-1] * len(t)
+        return img.to_pylist(), labels
+
 # %% ../../nbs/streams/26d_parquet.ipynb #f5a1fa73e5044315a093ec459c9be902
-class ParquetSource:
+class ParquetSource(ParquetFiles):
     "Parquet files (the Hub's `data/{split}-NNNNN-of-NNNNN.parquet`, a pattern, or a list) as a stream source: `.shards`, `.shard_lengths`, `.num_samples`, `.iter_shard`, `.name_of`, `.by_position`."
 
     def __init__(
@@ -812,67 +879,6 @@ class ParquetSource:
             lengths.append(md.num_rows)
         self.shard_lengths = lengths
         self.spans = _Footers(lengths, self.sizes, groups)
-
-    def _size(self, url: str) -> int:
-        if url_scheme(url) == 'file':
-            try:
-                return os.stat(url[7:] if url.startswith('file://') else url).st_size
-            except FileNotFoundError:
-                raise ShardNotFoundError(f'Parquet file {url} does not exist: check the path and the split') from None
-        h, _ = http_range(url, (0, 4), timeout=self.timeout, retries=self.retries, backoff=self.backoff)
-        return int((h.get('Content-Range') or '').rpartition('/')[2])
-
-    def _read_at(self, s: int):
-        url = self.shards[s]
-        if url_scheme(url) == 'file':
-            path = url[7:] if url.startswith('file://') else url
-
-            def read_at(o, n):
-                with open(path, 'rb') as f:
-                    return os.pread(f.fileno(), n, o)
-
-            return read_at
-        return lambda o, n: (
-            http_range(url, (o, n), timeout=self.timeout, retries=self.retries, backoff=self.backoff)[1] if n else b''
-        )
-
-    def metadata(self, s: int, read_at=None):
-        "pyarrow's `FileMetaData` of file `s` (its footer kept from the start, or read now when the index was used)."
-        md = self._md.get(s)
-        if md is None:
-            where = f'Parquet file {self.name_of(self.shards[s])}'
-            footer = (
-                self._footers[s] if self._footers else footer_bytes(read_at or self._read_at(s), self.sizes[s], where)
-            )
-            md = self._md[s] = parse_footer(footer, where)
-            if not self._footers:
-                check_footer(
-                    md,
-                    self.sizes[s],
-                    len(footer),
-                    find_columns(md, self.columns['image'], self.columns['label'], where)['leaf'],
-                    where,
-                )
-        return md
-
-    def read_group(self, s: int, g: int, read_at=None) -> tuple:
-        "(images, labels) of row group `g` of file `s`, read by pyarrow through `read_at` (default: this source's reads); a missing image None, a missing label -1."
-        pa = _pq()
-        read_at = read_at or self._read_at(s)
-        md, cols = self.metadata(s, read_at), self.columns
-        where = f'Parquet file {self.name_of(self.shards[s])} row group {g}'
-        try:
-            f = pa.parquet.ParquetFile(_RangedIO(read_at, self.sizes[s]), metadata=md)
-            t = f.read_row_group(g, columns=[c for c in (cols['image'], cols['label']) if c])
-        except (OSError, ValueError, pa.ArrowException) as e:
-            raise ParquetError(
-                f'{where} cannot be read ({printable(str(e), 200)}): a damaged or hostile Parquet file'
-            ) from None
-        img = t.column(cols['image']).combine_chunks()
-        if pa.types.is_struct(img.type):
-            img = img.field('bytes')
-        labels = t.column(cols['label']).fill_null(-1).to_pylist() if cols['label'] else [-1] * len(t)
-        return img.to_pylist(), labels
 
     def iter_shard(self, shard: str) -> Iterator[tuple]:
         "`(key, image bytes, label)` of each row of file `shard`, read row group by row group."

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/25_streaming.ipynb #77338cd2
 from __future__ import annotations
-import itertools, math, os, random, warnings
+import importlib, itertools, math, os, random, warnings
 from typing import Callable, Iterator, Optional, Protocol, Sequence, Union, runtime_checkable
 import numpy as np
 import torch
@@ -98,8 +98,9 @@ def _stream_source(root, reader, split, class_map, num_samples, download, input_
             root, split, input_key=input_key, target_key=target_key, num_samples=num_samples, **cmap, **kwargs
         )
     if kind == 'parquet':  # Parquet files (the Hub's layout): timmdata.streams.parquet, pyarrow needed
-        from timmdata.streams.parquet import ParquetSource
-
+        ParquetSource = importlib.import_module(
+            'timmdata.streams.parquet'
+        ).ParquetSource  # by name: it imports this module's neighbours
         if not unset(class_map):
             raise ValueError(
                 f"class_map is not supported for parquet/ files ({reader!r}): remap labels with target_transform"
