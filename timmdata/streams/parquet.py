@@ -23,490 +23,41 @@ from .shard_index import http_range
 from .net import REQUEST_DEADLINE
 from .spans import ShardChangedError
 from .global_order import SpanReader
+from timmdata.streams.parquet_format import (
+    write_sample_parquet,
+    PARQUET_INDEX_FILE,
+    natural_key,
+    is_pattern,
+    match_split,
+    local_names,
+    CODECS,
+    EXACT,
+    GROUP,
+    MAX_FOOTER_BYTES,
+    MAX_PAGE_BYTES,
+    MAX_ROW_GROUP_BYTES,
+    NULL,
+    PAGE,
+    PLAIN,
+    ParquetError,
+    ROW_FIELDS,
+    check_footer,
+    chunk_rows,
+    decompress,
+    find_columns,
+    footer_bytes,
+    need_pyarrow,
+    page_header,
+    page_values,
+    parse_footer,
+    plain_offsets,
+    rle_levels,
+    thrift_struct,
+)
 
 # %% auto #0
-__all__ = ['MAX_FOOTER_BYTES', 'MAX_PAGE_BYTES', 'MAX_ROW_GROUP_BYTES', 'PAGE_TYPES', 'PLAIN', 'PLAIN_DICTIONARY',
-           'RLE_DICTIONARY', 'EXACT', 'PAGE', 'GROUP', 'NULL', 'CODECS', 'PARQUET_INDEX_FILE', 'MAX_INDEX_BYTES',
-           'GROUPS_KEPT_BYTES', 'ParquetError', 'thrift_struct', 'page_header', 'rle_levels', 'plain_offsets',
-           'footer_bytes', 'parse_footer', 'find_columns', 'check_footer', 'decompress', 'page_values', 'chunk_rows',
-           'match_split', 'local_names', 'write_parquet_index', 'parse_parquet_index', 'read_parquet_index',
-           'ParquetFiles', 'ParquetSource', 'kept_get', 'ParquetReader', 'write_sample_parquet']
-
-# %% ../../nbs/streams/26d_parquet.ipynb #10185d26023b46108eb7d9f57d49d2b3
-class ParquetError(ShardError):
-    "A Parquet file that is damaged, hostile or not what its footer or the dataset index says; the message names the file and what to do."
-
-
-MAX_FOOTER_BYTES = 64 << 20  # the largest footer (file metadata) read: 64 MiB, ~1,000x ImageNet's on the Hub
-MAX_PAGE_BYTES = 256 << 20  # the largest page read or decompressed: a larger size stated is refused, not allocated
-MAX_ROW_GROUP_BYTES = 1 << 30  # the largest row group's image column read whole (uncompressed), without an index
-_MAGIC = b'PAR1'
-
-# %% ../../nbs/streams/26d_parquet.ipynb #7623eae2785240b9bd12b16a66d81610
-class _Thrift:
-    "A reader of Thrift compact-protocol values from `buf` at `pos`; any length past the buffer or nesting past 16 levels raises `ParquetError`."
-
-    def __init__(self, buf, pos: int = 0, where: str = ''):
-        self.buf, self.pos, self.where = buf, pos, where
-
-    def _bad(self, why: str):
-        return ParquetError(
-            f'{self.where}: {why} at byte {self.pos} of a page header: a damaged or hostile Parquet file; write it again'
-        )
-
-    def byte(self) -> int:
-        if self.pos >= len(self.buf):
-            raise self._bad('the header ends early')
-        b = self.buf[self.pos]
-        self.pos += 1
-        return b
-
-    def varint(self) -> int:
-        out, shift = 0, 0
-        while True:
-            b = self.byte()
-            out |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return out
-            shift += 7
-            if shift > 63:
-                raise self._bad('a varint longer than 64 bits')
-
-    def zigzag(self) -> int:
-        n = self.varint()
-        return (n >> 1) ^ -(n & 1)
-
-    def value(self, t: int, depth: int):
-        if depth > 16:
-            raise self._bad('structures nested over 16 deep')
-        if t in (1, 2):  # booleans: the type is the value
-            return t == 1
-        if t == 3:
-            b = self.byte()
-            return b - 256 if b > 127 else b
-        if t in (4, 5, 6):
-            return self.zigzag()
-        if t == 7:
-            self.pos += 8
-            if self.pos > len(self.buf):
-                raise self._bad('a double past the end')
-            return None
-        if t == 8:
-            n = self.varint()
-            if self.pos + n > len(self.buf):
-                raise self._bad(f'a binary of {n:,} bytes past the end')
-            self.pos += n
-            return self.buf[self.pos - n : self.pos]
-        if t in (9, 10):
-            h = self.byte()
-            n, et = h >> 4, h & 0x0F
-            if n == 15:
-                n = self.varint()
-            if n > len(self.buf) - self.pos:  # each element takes a byte at least
-                raise self._bad(f'a list of {n:,} elements past the end')
-            return [self.byte() == 1 if et in (1, 2) else self.value(et, depth + 1) for _ in range(n)]
-        if t == 11:
-            n = self.varint()
-            if n > len(self.buf) - self.pos:
-                raise self._bad(f'a map of {n:,} entries past the end')
-            kt, vt = divmod(self.byte(), 16) if n else (0, 0)
-            return {self.value(kt, depth + 1): self.value(vt, depth + 1) for _ in range(n)}
-        if t == 12:
-            return self.struct(depth + 1)
-        raise self._bad(f'unknown field type {t}')
-
-    def struct(self, depth: int = 0) -> dict:
-        out, last = {}, 0
-        while True:
-            h = self.byte()
-            if h == 0:
-                return out
-            delta, t = h >> 4, h & 0x0F
-            fid = last + delta if delta else self.zigzag()
-            out[fid] = self.value(t, depth)
-            last = fid
-
-
-def thrift_struct(buf, pos: int = 0, where: str = '<bytes>') -> tuple:
-    "(`{field id: value}`, end) of the Thrift compact-protocol struct at `buf[pos:]`: nested structs as dicts, lists as lists, binaries as bytes."
-    r = _Thrift(buf, pos, where)
-    return r.struct(), r.pos
-
-# %% ../../nbs/streams/26d_parquet.ipynb #b118ea5561624da68c537baed56e602f
-PAGE_TYPES = {0: 'data', 1: 'index', 2: 'dictionary', 3: 'data_v2'}
-PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY = 0, 2, 8
-
-
-def page_header(buf, pos: int = 0, where: str = '<bytes>') -> dict:
-    "The fields of the Parquet `PageHeader` at `buf[pos:]` a read needs: `type`, sizes, `num_values`, `encoding`, the v2 level lengths and `is_compressed`, and `header_size`; sizes checked."
-    h, end = thrift_struct(buf, pos, where)
-    t, un, comp = h.get(1), h.get(2), h.get(3)
-    if t not in PAGE_TYPES or not isinstance(un, int) or not isinstance(comp, int):
-        raise ParquetError(
-            f'{where}: no page header at this offset (type {t!r}): a damaged or hostile Parquet file, or a stale index'
-        )
-    if not (0 <= un <= MAX_PAGE_BYTES and 0 <= comp <= MAX_PAGE_BYTES):
-        raise ParquetError(
-            f'{where}: a page states {comp:,} bytes stored and {un:,} uncompressed; a page may hold 0 to {MAX_PAGE_BYTES:,} '
-            f'(timmdata.streams.parquet.MAX_PAGE_BYTES): a damaged or hostile Parquet file'
-        )
-    out = dict(type=PAGE_TYPES[t], uncompressed=un, compressed=comp, header_size=end - pos, num_values=0, encoding=None)
-    sub = h.get({0: 5, 2: 7, 3: 8}.get(t, -1)) or {}
-    if t == 0:
-        out.update(num_values=sub.get(1, 0), encoding=sub.get(2))
-    elif t == 2:
-        out.update(num_values=sub.get(1, 0), encoding=sub.get(2))
-    elif t == 3:
-        out.update(
-            num_values=sub.get(1, 0),
-            encoding=sub.get(4),
-            def_bytes=sub.get(5, 0),
-            rep_bytes=sub.get(6, 0),
-            is_compressed=sub.get(7, True),
-            num_nulls=sub.get(2, 0),
-        )
-    if not isinstance(out['num_values'], int) or out['num_values'] < 0:
-        raise ParquetError(f'{where}: a page states {out["num_values"]!r} values: a damaged or hostile Parquet file')
-    return out
-
-# %% ../../nbs/streams/26d_parquet.ipynb #504fb2a444614c0babb325280ed9130a
-def rle_levels(buf, n: int, bit_width: int, where: str = '<bytes>') -> np.ndarray:
-    "`n` levels of Parquet's RLE/bit-packed hybrid encoding from `buf` (no length prefix), as an int array."
-    out, pos, k = np.zeros(n, np.int32), 0, 0
-    if bit_width == 0:
-        return out
-    vb = (bit_width + 7) // 8
-    r = _Thrift(buf, 0, where)
-    while k < n:
-        r.pos = pos
-        h = r.varint()
-        pos = r.pos
-        if h & 1:  # bit-packed: (h >> 1) groups of 8 values
-            nbytes = (h >> 1) * bit_width
-            if pos + nbytes > len(buf):
-                raise ParquetError(f'{where}: bit-packed levels past the end of their page: a damaged Parquet file')
-            bits = np.unpackbits(np.frombuffer(bytes(buf[pos : pos + nbytes]), np.uint8), bitorder='little')
-            vals = bits.reshape(-1, bit_width) @ (1 << np.arange(bit_width))
-            take = min(len(vals), n - k)
-            out[k : k + take] = vals[:take]
-            k, pos = k + take, pos + nbytes
-        else:  # a run: (h >> 1) copies of one value
-            if pos + vb > len(buf):
-                raise ParquetError(f'{where}: a level run past the end of its page: a damaged Parquet file')
-            take = min(h >> 1, n - k)
-            out[k : k + take] = int.from_bytes(bytes(buf[pos : pos + vb]), 'little')
-            k, pos = k + take, pos + vb
-            if h >> 1 == 0:
-                raise ParquetError(f'{where}: an empty level run: a damaged Parquet file')
-    return out
-
-
-def plain_offsets(buf, n: int, where: str = '<bytes>') -> np.ndarray:
-    "(offset, length) of each of `n` PLAIN `BYTE_ARRAY` values in `buf` (each a 4-byte length, then its bytes): an (n, 2) array, every value inside `buf`."
-    out, pos, size = np.zeros((n, 2), np.int64), 0, len(buf)
-    for i in range(n):
-        if pos + 4 > size:
-            raise ParquetError(f'{where}: value {i} of {n} starts past the end of its page: a damaged Parquet file')
-        m = int.from_bytes(bytes(buf[pos : pos + 4]), 'little')
-        if pos + 4 + m > size:
-            raise ParquetError(
-                f'{where}: value {i} states {m:,} bytes, past the end of its page: a damaged or hostile Parquet file'
-            )
-        out[i] = pos + 4, m
-        pos += 4 + m
-    return out
-
-# %% ../../nbs/streams/26d_parquet.ipynb #b43b363d81ae4b689946ece5c682cd59
-_TAIL = 64 << 10  # the bytes of a file's tail read first: its footer, usually whole
-
-
-def _pq():
-    try:
-        import pyarrow, pyarrow.parquet  # noqa: F401
-    except ImportError as e:
-        raise ImportError(f"reading Parquet needs pyarrow: pip install 'timmdata[parquet]' ({e})") from None
-    return pyarrow
-
-
-def footer_bytes(read_at, size: int, where: str) -> bytes:
-    "The footer of a Parquet file of `size` bytes (its metadata, length and `PAR1`), read by `read_at(offset, n)`: one read of the tail, two for a footer over 64 KiB; its length checked first."
-    if size < 12:
-        raise ParquetError(f'{where} is {size} bytes: too short for a Parquet file (a partial download?)')
-    tail = read_at(max(0, size - _TAIL), min(size, _TAIL))
-    if tail[-4:] != _MAGIC:
-        raise ParquetError(
-            f'{where} does not end with PAR1: not a Parquet file, or cut short (a partial download?); fetch it again'
-        )
-    n = int.from_bytes(tail[-8:-4], 'little')
-    if not 0 < n <= min(MAX_FOOTER_BYTES, size - 12):
-        raise ParquetError(
-            f'{where}: its footer states {n:,} bytes of metadata in a file of {size:,} bytes (at most '
-            f'{MAX_FOOTER_BYTES:,}: timmdata.streams.parquet.MAX_FOOTER_BYTES): a damaged or hostile Parquet file'
-        )
-    return tail[-8 - n :] if n + 8 <= len(tail) else read_at(size - 8 - n, n) + tail[-8:]
-
-
-def parse_footer(footer: bytes, where: str):
-    "pyarrow's `FileMetaData` of a footer (`footer_bytes`); pyarrow's refusal named as a `ParquetError`."
-    pa = _pq()
-    try:
-        return pa.parquet.read_metadata(pa.BufferReader(_MAGIC + footer))
-    except (OSError, ValueError, pa.ArrowException) as e:
-        raise ParquetError(
-            f'{where}: its footer cannot be read ({printable(str(e), 200)}): a damaged or hostile Parquet file'
-        ) from None
-
-# %% ../../nbs/streams/26d_parquet.ipynb #8a65eabff63a45729fe45fb5ade58bdc
-def find_columns(md, image_column: Optional[str], label_column: Optional[str], where: str) -> dict:
-    "Which columns hold the image and the label in a file's metadata `md`: the image a struct with a binary `bytes` field (as the Hub writes `Image()`) or a binary column, the label an integer column (a `ClassLabel` first, then one named label, labels, cls or target); named ones checked. Returns the names, the image's leaf column, and the class names a `ClassLabel` gives."
-    pa = _pq()
-    schema = md.schema.to_arrow_schema()
-    hf = {}
-    try:  # the features `datasets` writes into the schema's metadata
-        hf = json.loads((schema.metadata or {}).get(b'huggingface', b'{}'))['info']['features']
-    except (KeyError, TypeError, ValueError):
-        hf = {}
-    hf = hf if isinstance(hf, dict) else {}
-    is_bin = lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)
-    is_img = lambda t: (
-        is_bin(t) or (pa.types.is_struct(t) and t.get_field_index('bytes') >= 0 and is_bin(t.field('bytes').type))
-    )
-    names = schema.names
-    if image_column is None:
-        image_column = next((n for n in names if isinstance(hf.get(n), dict) and hf[n].get('_type') == 'Image'), None)
-        image_column = image_column or next((n for n in names if is_img(schema.field(n).type)), None)
-        if image_column is None:
-            raise ParquetError(
-                f'{where} has no image column (a struct of bytes and path, or binary) among {names}: pass image_column='
-            )
-    elif image_column not in names or not is_img(schema.field(image_column).type):
-        raise ValueError(
-            f'{where}: image_column {image_column!r} is not a binary or {{bytes, path}} column; it has {names}'
-        )
-    ints = [n for n in names if pa.types.is_integer(schema.field(n).type)]
-    if label_column is None:
-        label_column = next(
-            (n for n in ints if isinstance(hf.get(n), dict) and hf[n].get('_type') == 'ClassLabel'), None
-        )
-        label_column = label_column or next((n for n in ('label', 'labels', 'cls', 'target') if n in ints), None)
-    elif label_column not in ints:
-        raise ValueError(
-            f'{where}: label_column {label_column!r} is not an integer column; its integer columns are {ints}'
-        )
-    leaf = image_column + ('.bytes' if pa.types.is_struct(schema.field(image_column).type) else '')
-    col = next((i for i in range(md.num_columns) if md.schema.column(i).path == leaf), None)
-    classes = (hf.get(label_column) or {}).get('names') if label_column else None
-    ok = isinstance(classes, list) and all(isinstance(c, str) for c in classes)
-    return dict(image=image_column, label=label_column, leaf=col, classes=classes if ok else None)
-
-
-def check_footer(md, size: int, footer: int, col: int, where: str):
-    "Every row group's rows and its image column chunk checked against the file: sizes >= 0, the chunk inside the file before its footer, at most `MAX_ROW_GROUP_BYTES` uncompressed; else `ParquetError`."
-    end, total = size - footer, 0
-    for g in range(md.num_row_groups):
-        rg = md.row_group(g)
-        c = rg.column(col)
-        start = c.dictionary_page_offset if c.has_dictionary_page and c.dictionary_page_offset else c.data_page_offset
-        n, un = c.total_compressed_size, c.total_uncompressed_size
-        total += rg.num_rows
-        if (
-            rg.num_rows < 0
-            or start is None
-            or not (4 <= start and 0 <= n and start + n <= end)
-            or not 0 <= un <= MAX_ROW_GROUP_BYTES
-        ):
-            raise ParquetError(
-                f'{where}: row group {g} states {rg.num_rows:,} rows and an image column chunk at byte {start} of '
-                f'{n:,} bytes ({un:,} uncompressed), in a file whose data ends at byte {end:,}: a lying footer '
-                f'(damaged or hostile); write the file again'
-            )
-    if total != md.num_rows or not 0 <= total <= MAX_SAMPLES:
-        raise ParquetError(
-            f'{where}: its footer states {md.num_rows:,} rows, its row groups {total:,}: a damaged or hostile Parquet file'
-        )
-
-# %% ../../nbs/streams/26d_parquet.ipynb #4dd4641cc4064e0191573fe9c69df29b
-EXACT, PAGE, GROUP, NULL = 0, 1, 2, 3  # how a row's image is read: its bytes, a page's slot, its row group, none
-CODECS = ('UNCOMPRESSED', 'SNAPPY', 'GZIP', 'ZSTD', 'BROTLI', 'LZ4_RAW')  # a row's codec id is its place here
-_ROW = (
-    6  # an index row: kind, a, b, slot, codec id, label (EXACT: a offset, b length; PAGE: a page offset, b its bytes)
-)
-
-
-def decompress(body, codec: int, size: int, where: str) -> bytes:
-    "A page body of codec `CODECS[codec]` decompressed to its stated `size` (at most `MAX_PAGE_BYTES`, never more allocated) by pyarrow; a bomb or a wrong size is a `ParquetError`."
-    if codec == 0:
-        return bytes(body)
-    pa = _pq()
-    if not 0 <= size <= MAX_PAGE_BYTES:
-        raise ParquetError(
-            f'{where}: a page states {size:,} bytes uncompressed (at most {MAX_PAGE_BYTES:,}): a decompression bomb or a damaged file'
-        )
-    try:
-        out = pa.decompress(body, decompressed_size=size, codec=CODECS[codec].lower(), asbytes=True)
-    except (OSError, ValueError, pa.ArrowException) as e:
-        raise ParquetError(
-            f'{where}: a {CODECS[codec]} page does not decompress to the {size:,} bytes it states ({printable(str(e), 120)}): a damaged or hostile Parquet file'
-        ) from None
-    if len(out) != size:
-        raise ParquetError(
-            f'{where}: a {CODECS[codec]} page decompresses to {len(out):,} bytes, not the {size:,} it states: a damaged or hostile Parquet file'
-        )
-    return out
-
-
-def page_values(h: dict, body, codec: int, max_def: int, where: str) -> tuple:
-    "(values region, offset of that region in the stored body or None when decompressed, definition levels or None) of a page with header `h` and stored body `body`."
-    if h['type'] == 'dictionary':
-        return (body, 0, None) if codec == 0 else (decompress(body, codec, h['uncompressed'], where), None, None)
-    bw, n = max_def.bit_length(), h['num_values']
-    if h['type'] == 'data_v2':
-        lv = h['rep_bytes'] + h['def_bytes']
-        if not 0 <= lv <= len(body):
-            raise ParquetError(
-                f'{where}: a page states {lv:,} bytes of levels in a body of {len(body):,}: a damaged or hostile Parquet file'
-            )
-        defs = rle_levels(body[h['rep_bytes'] : lv], n, bw, where) if max_def else None
-        if codec == 0 or not h['is_compressed']:
-            return body[lv:], lv, defs
-        return decompress(body[lv:], codec, h['uncompressed'] - lv, where), None, defs
-    data, at = (body, 0) if codec == 0 else (decompress(body, codec, h['uncompressed'], where), None)
-    defs = None
-    if max_def:
-        if len(data) < 4 or (k := int.from_bytes(bytes(data[:4]), 'little')) > len(data) - 4:
-            raise ParquetError(
-                f'{where}: a page\'s definition levels run past its end: a damaged or hostile Parquet file'
-            )
-        defs, data = rle_levels(data[4 : 4 + k], n, bw, where), data[4 + k :]
-        at = None if at is None else 4 + k
-    return data, at, defs
-
-# %% ../../nbs/streams/26d_parquet.ipynb #8309879909854d7188b41380fd92a7c3
-def chunk_rows(
-    read_at,  # read_at(offset, n): bytes of the file
-    start: int,
-    size: int,  # the column chunk's first byte and stored size (from the footer)
-    num_rows: int,  # rows in the row group
-    codec: int,  # index into `CODECS`; -1: one pyarrow reads but pages cannot be read alone (a row group read)
-    max_def: int,
-    max_rep: int,  # the image column's levels (from the footer's schema)
-    where: str,
-) -> np.ndarray:
-    "The (num_rows, 4) rows (kind, a, b, slot) of a row group's image column chunk: `EXACT` (a: offset in the file, b: length), `PAGE` (a: the page's offset, b: its bytes, slot), `NULL`; all `GROUP` where its pages cannot be read alone. Checked against the footer: the pages end where the chunk does and hold `num_rows` values."
-    out = np.zeros((num_rows, 4), np.int64)
-    out[:, 0], out[:, 1], out[:, 2] = GROUP, -1, np.arange(num_rows)
-    if codec < 0 or max_rep:
-        return out
-    chunk, pos, row, dict_rows = read_at(start, size), 0, 0, None
-    while pos < size:
-        h = page_header(chunk, pos, where)
-        body_at, n = pos + h['header_size'], h['compressed']
-        if body_at + n > size:
-            raise ParquetError(
-                f'{where}: a page at byte {start + pos:,} runs past its column chunk: a lying page header (damaged or hostile file)'
-            )
-        body = memoryview(chunk)[body_at : body_at + n]
-        enc = h['encoding']
-        if h['type'] == 'index':
-            pass
-        elif h['type'] == 'dictionary':
-            vals, at, _ = page_values(h, body, codec, max_def, where)
-            offs = plain_offsets(vals, h['num_values'], where)
-            dict_rows = np.zeros((len(offs), 4), np.int64)
-            if at is None:
-                dict_rows[:, 0], dict_rows[:, 1], dict_rows[:, 2], dict_rows[:, 3] = (
-                    PAGE,
-                    start + pos,
-                    h['header_size'] + n,
-                    np.arange(len(offs)),
-                )
-            else:
-                dict_rows[:, 0], dict_rows[:, 1], dict_rows[:, 2] = EXACT, start + body_at + at + offs[:, 0], offs[:, 1]
-        else:
-            k = h['num_values']
-            if row + k > num_rows:
-                raise ParquetError(
-                    f'{where}: its pages hold more than the {num_rows:,} rows the footer states: a damaged or hostile Parquet file'
-                )
-            vals, at, defs = page_values(h, body, codec, max_def, where)
-            present = np.ones(k, bool) if defs is None else defs == max_def
-            m = int(present.sum())
-            rows = np.zeros((k, 4), np.int64)
-            rows[:, 0] = NULL
-            if enc == PLAIN:
-                offs = plain_offsets(vals, m, where)
-                if at is None:
-                    rows[present] = np.stack(
-                        [np.full(m, PAGE), np.full(m, start + pos), np.full(m, h['header_size'] + n), np.arange(m)], 1
-                    )
-                else:
-                    rows[present] = np.stack(
-                        [np.full(m, EXACT), start + body_at + at + offs[:, 0], offs[:, 1], np.zeros(m, np.int64)], 1
-                    )
-            elif enc in (PLAIN_DICTIONARY, RLE_DICTIONARY) and dict_rows is not None and len(vals):
-                idx = rle_levels(bytes(vals[1:]), m, vals[0], where) if m else np.zeros(0, np.int32)
-                if m and (idx.min() < 0 or idx.max() >= len(dict_rows)):
-                    raise ParquetError(f'{where}: a page points past its dictionary: a damaged or hostile Parquet file')
-                rows[present] = dict_rows[idx]
-            else:
-                return out  # another encoding: read by row group
-            out[row : row + k] = rows
-            row += k
-        pos = body_at + n
-    if row != num_rows:
-        raise ParquetError(
-            f'{where}: its pages hold {row:,} rows; the footer states {num_rows:,}: a damaged or hostile Parquet file'
-        )
-    return out
-
-# %% ../../nbs/streams/26d_parquet.ipynb #379cbbc1e968416e875cc15c1202d7eb
-PARQUET_INDEX_FILE = '_timmdata_parquet_index.bin'  # beside the files: each row's read, each file's size and rows
-_LAYOUTS = (
-    'data/{s}-*.parquet',
-    '{s}-*.parquet',
-    'data/{s}/*.parquet',
-    '{s}/*.parquet',
-    '*/{s}/*.parquet',
-    'data/{s}.parquet',
-    '{s}.parquet',
-)
-
-
-def _natural(s: str):
-    return [int(t) if t.isdigit() else t for t in re.split(r'(\d+)', s)]
-
-
-def _pattern(split: str) -> bool:
-    return any(c in split for c in '*?[{') or split.endswith('.parquet')
-
-
-def match_split(names: list, split: str) -> list:
-    "The relative names among `names` that make `split`: a glob or brace pattern as given, else the Hub's layouts (`data/{split}-00000-of-00004.parquet`, `{config}/{split}/0000.parquet`...) for the split or a synonym (validation: val...), the first layout that matches."
-    import fnmatch
-
-    if _pattern(split):
-        pats = expand_braces(split)
-        return sorted((n for n in names if any(fnmatch.fnmatchcase(n, p) for p in pats)), key=_natural)
-    for s in split_names(split):
-        for lay in _LAYOUTS:
-            got = [n for n in names if fnmatch.fnmatchcase(n, lay.format(s=s)) and n.count('/') == lay.count('/')]
-            if got:
-                return sorted(got, key=_natural)
-    return []
-
-
-def local_names(root: str) -> list:
-    "The relative names of the Parquet files under the local folder `root` (three levels down at most, links out of it skipped)."
-    from timmdata.core.untrusted import inside
-
-    out = []
-    for depth in ('*', '*/*', '*/*/*'):
-        out += [
-            os.path.relpath(p, root).replace(os.sep, '/')
-            for p in glob.glob(os.path.join(glob.escape(root), depth + '.parquet'))
-            if inside(p, root)
-        ]
-    return out
+__all__ = ['MAX_INDEX_BYTES', 'GROUPS_KEPT_BYTES', 'write_parquet_index', 'parse_parquet_index', 'read_parquet_index',
+           'ParquetFiles', 'ParquetSource', 'kept_get', 'ParquetReader']
 
 # %% ../../nbs/streams/26d_parquet.ipynb #db7b79bc585a40fcaf58bf750017e135
 _HEAD = 'timmdata parquet index'
@@ -520,9 +71,9 @@ def write_parquet_index(
     progress: bool = False,  # a line a file
 ) -> str:
     "Writes `PARQUET_INDEX_FILE` beside every Parquet file under `root`: each row's read (`chunk_rows`) and label, each file's size and rows; returns its path."
-    pa = _pq()
+    pa = need_pyarrow()
     root = os.fspath(root)
-    names = sorted(local_names(root), key=_natural)
+    names = sorted(local_names(root), key=natural_key)
     if not names:
         raise ValueError(
             f'no .parquet files under {printable(root)!r}: write_parquet_index needs a local folder of Parquet files'
@@ -567,7 +118,7 @@ def write_parquet_index(
                 parts.append(
                     np.concatenate([rows, np.full((len(rows), 1), max(codec, 0)), np.full((len(rows), 1), -1)], 1)
                 )
-            t = np.concatenate(parts) if parts else np.zeros((0, _ROW), np.int64)
+            t = np.concatenate(parts) if parts else np.zeros((0, ROW_FIELDS), np.int64)
             if c['label'] is not None:
                 lab = pa.parquet.ParquetFile(f, metadata=md).read(columns=[c['label']]).column(0)
                 t[:, 5] = lab.fill_null(-1).to_numpy()
@@ -616,9 +167,9 @@ def parse_parquet_index(blob: bytes, where: str) -> tuple:
     for e in files:
         relative_name(e[0], where)  # names inside the dataset only
     n = sum(e[2] for e in files)
-    if len(table) != n * _ROW * 8 or hashlib.sha256(table).hexdigest() != head.get('sha256'):
+    if len(table) != n * ROW_FIELDS * 8 or hashlib.sha256(table).hexdigest() != head.get('sha256'):
         raise bad(f'its table is not the {n:,} rows it lists, or not what its digest says')
-    return head, np.frombuffer(table, '<i8').reshape(n, _ROW)
+    return head, np.frombuffer(table, '<i8').reshape(n, ROW_FIELDS)
 
 
 def read_parquet_index(root, timeout: float = 60.0, retries: int = 3, backoff: float = 0.25) -> Optional[tuple]:
@@ -684,7 +235,7 @@ class _Footers:
     def layout(self, s: int) -> np.ndarray:
         n = np.asarray(self.groups[s], np.int64)
         g = np.repeat(np.arange(len(n)), n)
-        rows = np.zeros((int(n.sum()), _ROW), np.int64)
+        rows = np.zeros((int(n.sum()), ROW_FIELDS), np.int64)
         rows[:, 0], rows[:, 1], rows[:, 5] = GROUP, g, -2  # -2: the label comes with the row group
         rows[:, 2] = np.arange(len(rows)) - np.concatenate([[0], np.cumsum(n)])[g]
         return rows
@@ -761,7 +312,7 @@ class ParquetFiles:
 
     def read_group(self, s: int, g: int, read_at=None) -> tuple:
         "(images, labels) of row group `g` of file `s`, read by pyarrow through `read_at` (default: this source's reads); a missing image None, a missing label -1."
-        pa = _pq()
+        pa = need_pyarrow()
         read_at = read_at or self._read_at(s)
         md, cols = self.metadata(s, read_at), self.columns
         where = f'Parquet file {self.name_of(self.shards[s])} row group {g}'
@@ -818,7 +369,7 @@ class ParquetSource(ParquetFiles):
                 names = match_split(local_names(root), split)
             elif found is not None:
                 names = match_split([e[0] for e in found[0]['files']], split)
-            elif _pattern(split):
+            elif is_pattern(split):
                 names = expand_braces(split)
             else:
                 raise ValueError(
@@ -1065,38 +616,3 @@ class ParquetReader(SpanReader):
         if img is None:
             raise ParquetError(f'{where} has no image (null): remove the row or fill it')
         return f'{self.stems[s]}/{m}', img, label
-
-# %% ../../nbs/streams/26d_parquet.ipynb #a50416e276a0479cbe66534ed1713a40
-def write_sample_parquet(
-    folder,  # where `data/` is written
-    samples: list,  # (image bytes, label) pairs
-    classes: list,  # class names (the ClassLabel's)
-    split: str = 'train',
-    files: int = 2,  # files the rows are split over
-    row_group_size: int = 100,
-    compression: str = 'none',  # 'none', 'snappy', 'zstd', 'gzip': the image column's pages
-    use_dictionary: bool = False,  # dictionary-encode the image column (pyarrow's default is True)
-    data_page_version: str = '1.0',
-) -> list:
-    "Writes `samples` as Parquet files in the Hub's layout with `datasets`' schema metadata; returns their paths."
-    pa = _pq()
-    features = {'image': {'_type': 'Image'}, 'label': {'names': list(classes), '_type': 'ClassLabel'}}
-    meta = {b'huggingface': json.dumps({'info': {'features': features}}).encode()}
-    kind = pa.struct([('bytes', pa.binary()), ('path', pa.string())])
-    os.makedirs(os.path.join(folder, 'data'), exist_ok=True)
-    out, per = [], -(-len(samples) // files)
-    for k in range(files):
-        part = samples[k * per : (k + 1) * per]
-        img = pa.array([{'bytes': b, 'path': f'{k}_{i}.jpg'} for i, (b, _) in enumerate(part)], kind)
-        t = pa.table({'image': img, 'label': pa.array([y for _, y in part], pa.int64())}).replace_schema_metadata(meta)
-        path = os.path.join(folder, 'data', f'{split}-{k:05d}-of-{files:05d}.parquet')
-        pa.parquet.write_table(
-            t,
-            path,
-            row_group_size=row_group_size,
-            compression=compression,
-            use_dictionary=use_dictionary,
-            data_page_version=data_page_version,
-        )
-        out.append(path)
-    return out
