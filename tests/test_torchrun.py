@@ -37,7 +37,8 @@ RANK_SCRIPT = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.parametrize('start', ['default', 'forkserver'])
+# forkserver (Python 3.14's default start method) with the slow tests: `make ft-test` runs it where it is the default
+@pytest.mark.parametrize('start', ['default', pytest.param('forkserver', marks=pytest.mark.slow)])
 def test_torchrun_two_nodes(tmp_path, start):
     "With the platform's start method and with forkserver (Python 3.14's default on Linux), whose workers have no process"
     " group: each rank's workers read that rank's share, not the whole dataset (fixed: the stream carries the rank's view)."
