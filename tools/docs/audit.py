@@ -38,6 +38,7 @@ class Page(HTMLParser):
         self.ids, self.links, self.text, self.code, self.entries = set(), [], [], [], []
         self.depth = 0  # inside <article>
         self._pre, self._code_buf, self._entry = 0, [], None
+        self.headings, self._heading = [], None  # every h2-h4's text: an old-style entry is a heading named as its symbol
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -47,6 +48,7 @@ class Page(HTMLParser):
         if a.get('name') and tag == 'a': self.ids.add(a['name'])
         if tag == 'a' and a.get('href'): self.links.append(a['href'])
         if tag == 'pre': self._pre += 1; self._code_buf = []
+        if tag in ('h2', 'h3', 'h4'): self._heading = []
         if tag in ('h1', 'h2', 'h3', 'h4', 'h5') and 'doc-name' in (a.get('class') or ''):
             self._entry = {'id': a.get('id', ''), 'name': [], 'sig': None}
         if tag == 'div' and 'doc-entry' in (a.get('class') or ''):
@@ -60,6 +62,9 @@ class Page(HTMLParser):
             code = ''.join(self._code_buf)
             self.code.append(code)
             if self.entries and self.entries[-1]['sig'] is None: self.entries[-1]['sig'] = code
+        if tag in ('h2', 'h3', 'h4') and self._heading is not None:
+            self.headings.append(''.join(self._heading).replace('¶', '').strip())
+            self._heading = None
         if tag in ('h1', 'h2', 'h3', 'h4', 'h5') and self._entry is not None:
             name = ''.join(self._entry['name']).replace('¶', '').strip()
             if self.entries and not self.entries[-1]['name']:
@@ -71,6 +76,7 @@ class Page(HTMLParser):
         if self._pre: self._code_buf.append(data)
         else: self.text.append(data)
         if self._entry is not None: self._entry['name'].append(data)
+        if self._heading is not None: self._heading.append(data)
 
 
 def read_page(path: Path) -> Page:
@@ -106,6 +112,10 @@ def audit(site: Path) -> dict:
             if any(x.startswith('_') and not (x.startswith('__') and x.endswith('__')) for x in last) or \
                     (len(last) == 1 and last[0] in ('__getattr__', '__dir__')):
                 out['private'].append(f'{rel}: an entry for the private name {e["name"]}')
+        names = {e['name'] for e in p.entries}
+        for h in p.headings:  # an entry nbdev rendered: a heading named as a private symbol
+            if h not in names and re.fullmatch(r'_[A-Za-z]\w*(\.\w+)?', h) and not h.startswith('__'):
+                out['private'].append(f'{rel}: an entry for the private name {h}')
         for sig in (c for c in p.code if re.match(r'\s*def [A-Z]\w*\(\s*\*args, \*\*kwargs\s*\)', c)):
             out['def_class'].append(f'{rel}: {sig.strip()[:60]!r}')  # nbdev's rendering of a class with no __init__
         n = len(TEST_CALL.findall('\n'.join(c for c in p.code if not c.lstrip().startswith(('class ', 'def ', '@')))))
