@@ -74,7 +74,7 @@ test: test-start sync-check readme-check nbtest pytest
 	@echo "make test: all passed"
 
 test-start:
-	@echo "make test: sync-check, readme-check, nbtest, pytest; 4.5 minutes on a quiet 2-core machine after the install, up to about 9 on a busy one (README: Two commands)"
+	@echo "make test: sync-check, readme-check, nbtest, pytest; about 6.5 minutes on a quiet 2-core machine after the install, up to about 10 on a busy one (README: Two commands)"
 
 readme: install
 	$(PY) tools/make_readme.py
