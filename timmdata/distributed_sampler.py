@@ -16,7 +16,7 @@ from .streams.global_order import permute_index
 
 # %% auto #0
 __all__ = ['RUN', 'OrderedDistributedSampler', 'RepeatAugSampler', 'timm_sampler', 'SeededRandomSampler', 'OrdersItsEpochs',
-           'epoch_order', 'sampler_kind', 'world_of', 'PositionOrder', 'PositionSampler']
+           'epoch_order', 'sampler_kind', 'world_of', 'PositionOrder', 'ranks_or_one', 'PositionSampler']
 
 # %% ../nbs/32_distributed_sampler.ipynb #f881993f
 def _world(num_replicas: Optional[int], rank: Optional[int], who: str) -> tuple:
@@ -264,6 +264,20 @@ class PositionOrder:
         return self._run[k]
 
 
+def ranks_or_one(
+    num_replicas: Optional[int],  # ranks (None: the process group's, else 1)
+    rank: Optional[int],  # this rank (None: the process group's, else 0)
+) -> tuple:
+    "(num_replicas, rank), from the process group where not given (one rank without one), the rank checked against them."
+    if num_replicas is None or rank is None:
+        up = dist.is_available() and dist.is_initialized()
+        num_replicas = (dist.get_world_size() if up else 1) if num_replicas is None else num_replicas
+        rank = (dist.get_rank() if up else 0) if rank is None else rank
+    if not 0 <= rank < num_replicas:
+        raise ValueError(f'rank must be in [0, num_replicas); got rank={rank}, num_replicas={num_replicas}')
+    return num_replicas, rank
+
+
 class PositionSampler(Sampler):
     "A shuffled epoch as a bijection computed by position (`order='global'`): rank `rank` of `num_replicas` reads positions rank, rank + W, ... of one global order, padded by wrap to whole ranks; nothing per sample is held."
 
@@ -274,12 +288,7 @@ class PositionSampler(Sampler):
         num_replicas: Optional[int] = None,  # ranks (None: the process group's, else 1)
         rank: Optional[int] = None,  # this rank (None: the process group's, else 0)
     ):
-        if num_replicas is None or rank is None:
-            up = dist.is_available() and dist.is_initialized()
-            num_replicas = (dist.get_world_size() if up else 1) if num_replicas is None else num_replicas
-            rank = (dist.get_rank() if up else 0) if rank is None else rank
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f'rank must be in [0, num_replicas); got rank={rank}, num_replicas={num_replicas}')
+        num_replicas, rank = ranks_or_one(num_replicas, rank)
         if len(dataset) < 1:
             raise ValueError("order='global' needs a dataset with samples; got an empty one")
         self.dataset, self.seed, self.num_replicas, self.rank, self.epoch = dataset, seed, num_replicas, rank, 0

@@ -11,6 +11,7 @@ import numpy as np
 import torch.distributed as dist
 from torch.utils.data import Sampler
 from ..config import mix_seed
+from ..distributed_sampler import ranks_or_one
 from ..readers.core import Reader, create_reader
 from .shard_io import WdsSource, shard_name
 from .global_order import SpanReader, mix64, permute_keyed, sample_spans
@@ -594,12 +595,7 @@ class MixSampler(Sampler):
         rank: Optional[int] = None,  # this rank (None: the process group's, else 0)
         batch_size: int = 1,  # per rank: the first global batch is a training step (unless the mix says)
     ):
-        if num_replicas is None or rank is None:
-            up = dist.is_available() and dist.is_initialized()
-            num_replicas = (dist.get_world_size() if up else 1) if num_replicas is None else num_replicas
-            rank = (dist.get_rank() if up else 0) if rank is None else rank
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f'rank must be in [0, num_replicas); got rank={rank}, num_replicas={num_replicas}')
+        num_replicas, rank = ranks_or_one(num_replicas, rank)
         self.dataset, self.seed, self.num_replicas, self.rank, self.epoch = dataset, seed, num_replicas, rank, 0
         self.lanes = dataset.lanes or num_replicas
         self.samples_per_step = dataset.samples_per_step or batch_size * num_replicas
