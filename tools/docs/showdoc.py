@@ -114,8 +114,8 @@ def _span_comments(fn) -> dict:
     for i, (arg, d) in enumerate(items):
         end = max(n.end_lineno for n in (arg, arg.annotation, d) if n is not None)
         nxt = items[i + 1][0].lineno if i + 1 < len(items) else body
-        lines = range(arg.lineno, max(end, min(nxt - 1, end + 1 if nxt > end + 1 else end)) + 1)
-        txt = ' '.join(comments[ln] for ln in lines if ln in comments and ln < nxt)
+        last = end + 1 if nxt > end + 1 else end  # the line after the parameter too, when the next one starts later
+        txt = ' '.join(comments[ln] for ln in range(arg.lineno, last + 1) if ln in comments and ln < nxt)
         if txt: out[arg.arg] = txt
     return out
 
