@@ -28,6 +28,7 @@ FLOORS = {
     'core.untrusted': 0,  # the checks every reader of an untrusted dataset shares
     'core.torch_compat': 0, 'core.runtime': 0,  # torch's private API in one place; the helpers every device loop shares
     'streams.mixing': 7,  # many sources as one dataset, in one order: wiring (its batch plan is the engine's)
+    'streams.mix_order': 1,  # a mix's order by position: each source's quota per block, its samples a keyed bijection
     'engine.feeder': 6,  # the one device loop (stream, look-ahead, hand-over, marks, workers) under every prefetching loader
     'core.stages': 0,  # the per-sample stage clock (read, decode, ops) that stats() sums
     'engine.watch': 7,  # the loader's figures to TensorBoard, Prometheus, Lightning, the node (timmdata top); the slow rank named
@@ -49,12 +50,10 @@ MAX_STATEMENTS = 400
 # out, with the shard errors and names it raises below it, so neither imports the other
 OVER = {'streams.shard_cache': 520, 'streams.shard_io': 495}  # shard_cache: + cached_copy (issue 44: spans read from the node's copies)
 # issue 71 (other users, servers, states) grew these past 400 while other branches edit the same cells: to split once
-# they are merged (watch: `timmdata top`'s reader and the /metrics server into modules of their own; mixing: the
-# weights and their schedule into one)
-OVER.update({'engine.watch': 480, 'streams.mixing': 455})  # watch 476 with the first-hour units and the sinks' shared registry
+# they are merged (watch: `timmdata top`'s reader and the /metrics server into modules of their own)
+OVER.update({'engine.watch': 480})  # watch 476 with the first-hour units and the sinks' shared registry
 # merged together (the orders by position, the recipes' fast path, the simulator's bounds) these passed 400: to split next
-# (global_order: the keyed permutation and the span reads into modules of their own; mixing: the weights and their
-# schedule; simulate: the argument bounds and the report; transforms: crop_to_pil and the PIL hand-over)
+# (global_order: the keyed permutation and the span reads into modules of their own; simulate: the argument bounds and the report; transforms: crop_to_pil and the PIL hand-over)
 OVER.update({'streams.global_order': 430, 'tools.simulate': 410, 'transforms': 415})
 # Parquet's hooks (the `parquet/` scheme, `timmdata index` over Parquet files): to move behind a registration next
 OVER.update({'streams.dataset_index': 410, 'streams.streaming': 410})

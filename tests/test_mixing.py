@@ -10,7 +10,7 @@ from PIL import Image
 
 from timmdata.loader import create_loader
 from timmdata.readers.core import create_reader
-from timmdata.streams.mixing import MixChangedError, mix_batching, mix_datasets
+from timmdata.streams.mixing import MIX_ORDER, MixChangedError, mix_batching, mix_datasets
 from timmdata.tools.sample_data import make_sample_dataset
 from _helpers import free_port, run_epochs, same_batches, write_shards
 
@@ -78,7 +78,27 @@ def test_state_from_before_the_order_by_position(roots):
     dl = _loader(_mix(roots, on_mix_change='continue'))
     dl.load_state_dict(json.loads(OLD_STATE))
     got, sd = run_epochs(dl, 1)
-    assert sd['done'] and len(got) == len(dl) - 2 and sd['mix_order'] == 'keyed'
+    assert sd['done'] and len(got) == len(dl) - 2 and sd['mix_order'] == MIX_ORDER == 'quota'
+
+
+# a state as the order before the quotas saved it (mix_order 'keyed': each position's source by its golden point, the
+# counts position by position), by that code, after two batches
+KEYED_STATE = '{"version": 1, "kind": "map", "epoch": 0, "rep": 0, "offset": 8, "end": 48, "done": false, "batches_delivered": 2, "world_size": 1, "batch_size": 4, "drop_last": true, "dataset_len": 48, "seed": 11, "sampler": {"kind": "MixSampler"}, "mix": {"entries": [{"reader": "FolderReader", "samples": 24, "labels": 0}, {"reader": "FolderReader", "samples": 15, "labels": 3}, {"reader": "FolderReader", "samples": 9, "labels": 6}], "schedule": {"steps": [0], "weights": [[0.5, 0.3, 0.2]], "interpolate": "constant"}, "exhausted": "repeat", "epoch_length": null, "seed": null}, "lanes": 1, "samples_per_step": 4, "mix_order": "keyed"}'
+
+
+def test_state_from_the_order_before_the_quotas(roots):
+    "Refused by name (MixChangedError: mix_order 'keyed'), the loader left as it was; with on_mix_change='continue' the epoch goes on from its position and the next epoch is whole."
+    dl = _loader(_mix(roots))
+    with pytest.raises(MixChangedError, match="saved with mix_order 'keyed'"):
+        dl.load_state_dict(json.loads(KEYED_STATE))
+    fresh, _ = run_epochs(_loader(_mix(roots)), 1)
+    again, _ = run_epochs(dl, 1)
+    assert len(again) == len(fresh) == len(dl)
+    same_batches(again, fresh)  # the refused state changed nothing: the epoch from its start
+    dl = _loader(_mix(roots, on_mix_change='continue'))
+    dl.load_state_dict(json.loads(KEYED_STATE))
+    got, sd = run_epochs(dl, 2)
+    assert sd['done'] and len(got) == 2 * len(dl) - 2 and sd['mix_order'] == 'quota'
 
 
 def test_exact_once_per_source_with_stop(roots):

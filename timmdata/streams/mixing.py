@@ -5,7 +5,6 @@
 # %% ../../nbs/streams/37b_mixing.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 from __future__ import annotations
 import bisect, os
-from collections import OrderedDict
 from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import torch.distributed as dist
@@ -14,7 +13,8 @@ from ..config import mix_seed
 from ..distributed_sampler import ranks_or_one
 from ..readers.core import Reader, create_reader
 from .shard_io import WdsSource, shard_name
-from .global_order import SpanReader, mix64, permute_keyed, sample_spans
+from .global_order import SpanReader, sample_spans
+from .mix_order import MIX_ORDER, MixOrder, WeightSchedule, check_weights
 from .spans import ReadsByPosition
 from ..dataset import ImageDataset
 from ..core.untrusted import names_keywords
@@ -31,289 +31,12 @@ from timmdata.engine.batch_plan import (
 from ..core.untrusted import MAX_BATCH, MAX_WORLD, check_fields, state_error
 
 # %% auto #0
-__all__ = ['GOLDEN', 'CHUNK', 'MAX_STEP', 'MARKS', 'THRESHOLDS', 'MIX_ORDER', 'MixChangedError', 'WeightSchedule',
-           'check_weights', 'MixPositions', 'MixOrder', 'LabelMap', 'ShardsReader', 'as_reader', 'MixReader',
-           'MixedDataset', 'stacked_labels', 'mix_datasets', 'MixSampler', 'check_mix_order', 'MixPlan', 'mix_batching']
+__all__ = ['MixChangedError', 'LabelMap', 'ShardsReader', 'as_reader', 'MixReader', 'MixedDataset', 'stacked_labels',
+           'mix_datasets', 'MixSampler', 'check_mix_order', 'MixPlan', 'mix_batching']
 
-# %% ../../nbs/streams/37b_mixing.ipynb #10185d26023b46108eb7d9f57d49d2b3
-GOLDEN = 0.6180339887498949  # the golden ratio's fractional part: the rotation with the best-spread multiples
-
-
-CHUNK = 1 << 15  # positions of the mix computed at a time (their sources, counts and samples)
-
-
-MAX_STEP = 1 << 62  # the last step a schedule may name (steps are int64)
-_ONE = 1 << 53  # the fixed-point scale of a position's point u in [0, 1) and of the weights' cumulative thresholds
-
-
-_MIX_TAG, _PHASE_TAG = 0x313C, 0x9A5E  # mix_seed tags: a source's permutation, an epoch's phase
-
-
+# %% ../../nbs/streams/37b_mixing.ipynb #10185d26023b46108eb7d9f57d49d2b4
 class MixChangedError(ResumeStateError):
     "A loader state saved under another mix (sources, weights, schedule, labels or exhaustion) than this loader's."
-
-# %% ../../nbs/streams/37b_mixing.ipynb #8763a12b2bbd4a93a75aff182afb95dc
-class WeightSchedule:
-    """Each source's share by training step: `points` [(step, weights), ...] from step 0, held (`interpolate='constant'`)
-    or ramped (`'linear'`) between points and held after the last; weights are normalised per point."""
-
-    def __init__(
-        self,
-        points: Sequence,  # [(step, [w_0, w_1, ...]), ...] with increasing steps, the first at 0
-        interpolate: str = 'constant',  # 'constant': each point's weights until the next; 'linear': ramped between
-    ):
-        if interpolate not in ('constant', 'linear'):
-            raise ValueError(f"interpolate must be 'constant' or 'linear'; got {interpolate!r}")
-        if isinstance(points, (str, bytes)) or not isinstance(points, Sequence) or not points:
-            raise ValueError(f'schedule must be a non-empty list of (step, weights) pairs; got {points!r}')
-        steps, rows = [], []
-        for i, pt in enumerate(points):
-            if not isinstance(pt, (tuple, list)) or len(pt) != 2:
-                raise ValueError(f'schedule[{i}] must be a (step, weights) pair; got {pt!r}')
-            steps.append(pt[0])
-            rows.append(check_weights(pt[1], f'schedule[{i}] weights'))
-        if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in steps) or steps[0] != 0:
-            raise ValueError(f'schedule steps must be ints starting at 0; got {steps!r}')
-        if max(steps) > MAX_STEP:
-            raise ValueError(f'schedule steps must be at most {MAX_STEP:,} (2**62); got {max(steps)!r}')
-        if any(b <= a for a, b in zip(steps, steps[1:])):
-            raise ValueError(f'schedule steps must increase; got {steps!r}')
-        if len({len(r) for r in rows}) != 1:
-            raise ValueError(f'every schedule point needs one weight per source; got {[len(r) for r in rows]} weights')
-        self.steps, self.weights, self.interpolate = np.asarray(steps, np.int64), np.stack(rows), interpolate
-
-    @property
-    def sources(self) -> int:
-        return self.weights.shape[1]
-
-    def key(self, steps) -> np.ndarray:
-        "A key per step, equal where the weights are: the point before it (held weights), or the step itself (on a ramp)."
-        t = np.asarray(steps, np.int64)
-        k = np.searchsorted(self.steps, t, side='right') - 1
-        if self.interpolate == 'constant':
-            return self.steps[k]
-        ramp = (k + 1 < len(self.steps)) & (t > self.steps[k])
-        return np.where(ramp, t, self.steps[k])
-
-    def at(self, steps) -> np.ndarray:
-        "The weights (rows summing to 1) at each of `steps` (array-like of ints >= 0): shape (len(steps), sources)."
-        t = np.asarray(steps, np.int64)
-        k = np.searchsorted(self.steps, t, side='right') - 1
-        if self.interpolate == 'constant' or len(self.steps) == 1:
-            return self.weights[k]
-        nxt = np.minimum(k + 1, len(self.steps) - 1)
-        span = np.maximum(self.steps[nxt] - self.steps[k], 1)
-        f = np.clip((t - self.steps[k]) / span, 0.0, 1.0)[:, None]
-        w = self.weights[k] * (1 - f) + self.weights[nxt] * f
-        return w / w.sum(1, keepdims=True)
-
-    def state(self) -> dict:
-        return dict(steps=self.steps.tolist(), weights=self.weights.tolist(), interpolate=self.interpolate)
-
-    def __repr__(self):
-        return f'WeightSchedule({len(self.steps)} points, {self.sources} sources, {self.interpolate!r})'
-
-
-def check_weights(w, name: str = 'weights') -> np.ndarray:
-    "`w` as float64 shares summing to 1 (each finite and >= 0, some > 0); else an error naming `name`."
-    try:
-        a = np.asarray(w, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-        raise ValueError(f'{name} must be a list of numbers, one per source; got {w!r}') from None
-    if not len(a) or not np.isfinite(a).all() or (a < 0).any() or a.max() <= 0:
-        raise ValueError(f'{name} must be finite numbers >= 0, one per source, some > 0; got {a.tolist()!r}')
-    a = a / a.max()  # in [0, 1] first: the sum of large weights (1e308 twice) would overflow to inf
-    return a / a.sum()
-
-# %% ../../nbs/streams/37b_mixing.ipynb #d1a7e002
-class MixPositions:
-    """The mix's positions, chunk by chunk: which source each takes (`sources`), and how many of each source came before a
-    chunk (`_counts_before`, counted on from the nearest of at most `MARKS` kept counts). `MixOrder` sets what they read:
-    its lengths, schedule, seed and epoch, and the kept counts."""
-
-    def sources(self, p) -> np.ndarray:
-        "The entry taken at each of positions `p` (int64 array-like), vectorised: one search over the steps' thresholds."
-        p = np.asarray(p, np.int64)
-        with np.errstate(over='ignore'):
-            u = ((p.astype(np.uint64) * self.beta + self.phase) >> np.uint64(11)).astype(np.int64)  # in [0, 2^53)
-        S = len(self.lengths)
-        if S == 1:
-            return np.zeros(len(p), np.int64)
-        steps = (self.epoch * self.nominal + p) // self.samples_per_step
-        uniq, row = np.unique(self.schedule.key(steps), return_inverse=True)  # the steps whose weights differ
-        if len(uniq) == 1:
-            cum = np.rint(np.cumsum(self.schedule.at(uniq), 1)[:, :-1] * _ONE).astype(np.int64)  # (1, S - 1)
-            return np.searchsorted(cum[0], u, side='right')
-        out, by = np.empty(len(p), np.int64), np.argsort(row, kind='stable')
-        runs = np.split(by, np.flatnonzero(np.diff(row[by])) + 1)  # the positions of each step met, in the steps' order
-        k = max(1, THRESHOLDS // S)  # steps whose thresholds are made at once: memory bounded whatever the sources
-        for a in range(0, len(uniq), k):
-            cum = np.rint(np.cumsum(self.schedule.at(uniq[a : a + k]), 1)[:, :-1] * _ONE).astype(np.int64)
-            for i, run in enumerate(runs[a : a + k]):  # one search per step met
-                out[run] = np.searchsorted(cum[i], u[run], side='right')
-        return out
-
-    def positions(self, c: int) -> np.ndarray:
-        "The positions of chunk `c` (the last one ends with the nominal epoch: nothing made past it)."
-        return np.arange(c * CHUNK, min((c + 1) * CHUNK, self.nominal), dtype=np.int64)
-
-    def _counts_before(self, c: int, src: Optional[np.ndarray] = None) -> np.ndarray:
-        "Per-entry samples taken before chunk `c`: counted on from the last chunk counted or the nearest mark before `c` (`src`: chunk `c`'s entries, if made)."
-        at, counts = self._cursor
-        near = max(k for k in self._marks if k <= c)
-        if not near <= at <= c:
-            at, counts = near, self._marks[near]
-        while at < c:
-            counts = counts + np.bincount(self.sources(self.positions(at)), minlength=len(self.lengths))
-            at += 1
-            self._mark(at, counts)
-        self._cursor = (c, counts)
-        if src is not None:  # chunk c's entries are known: the next chunk's counts cost nothing more
-            after = counts + np.bincount(src, minlength=len(self.lengths))
-            self._cursor = (c + 1, after)
-            self._mark(c + 1, after)
-        return counts
-
-    def _mark(self, c: int, counts: np.ndarray):
-        "Keep `counts` (before chunk `c`) when `c` is on the marks' spacing; past MARKS marks, the spacing doubles."
-        if c % self._every == 0 and c not in self._marks:
-            self._marks[c] = counts
-            while len(self._marks) > MARKS:
-                self._every *= 2
-                self._marks = {k: v for k, v in self._marks.items() if k % self._every == 0}
-
-# %% ../../nbs/streams/37b_mixing.ipynb #504fb2a444614c0babb325280ed9130a
-MARKS = 16  # chunks whose per-entry counts a mix order keeps (spaced evenly over those met); others are recounted
-
-
-THRESHOLDS = 1 << 19  # cumulative weights a mix order makes at once (steps x sources): 4 MB
-
-
-MIX_ORDER = 'keyed'  # how a mix's order draws each entry's samples, saved in its state: a keyed bijection per position
-
-
-class MixOrder(MixPositions):
-    """Epoch `epoch` of a mix as one global order: position `p` takes source `s` whose share of the cumulative weights
-    (at `p`'s training step) holds the point `u_p = frac(p * GOLDEN / lanes + phase)`, and that source's next sample in
-    its own order (a keyed bijection per entry, per pass over it, computed by position: `permute_keyed`). A function of
-    (seed, epoch, position) and the mix only: no timing, no ranks or workers; rank `r` of `lanes` ranks reads points
-    `GOLDEN` apart, the best-spread sequence there is. It holds no array per sample: per-entry counts at `MARKS` chunks
-    at most, and the chunks read last."""
-
-    def __init__(
-        self,
-        lengths: Sequence[int],  # samples in each entry (source)
-        schedule: WeightSchedule,  # each entry's share by training step
-        seed: int,  # the mix's seed
-        epoch: int = 0,  # the epoch
-        epoch_length: Optional[
-            int
-        ] = None,  # positions in the epoch (None: the entries' samples in all); 'stop' may end it sooner
-        exhausted: str = 'repeat',  # an entry out of samples: 'repeat' it (a new permutation) or 'stop' (the epoch ends)
-        lanes: int = 1,  # the ranks the order is spread for (the run's first world size)
-        samples_per_step: int = 1,  # global samples in a training step (the run's first global batch)
-    ):
-        self.lengths = np.asarray(lengths, np.int64)
-        if not len(self.lengths) or (self.lengths < 1).any():
-            raise ValueError(f'every source of a mix needs samples; got lengths {self.lengths.tolist()!r}')
-        if schedule.sources != len(self.lengths):
-            raise ValueError(
-                f'the schedule has weights for {schedule.sources} sources; the mix has {len(self.lengths)}'
-            )
-        if exhausted not in ('repeat', 'stop'):
-            raise ValueError(f"exhausted must be 'repeat' or 'stop'; got {exhausted!r}")
-        self.schedule, self.seed, self.epoch, self.exhausted = schedule, int(seed), int(epoch), exhausted
-        self.lanes, self.samples_per_step = int(lanes), int(samples_per_step)
-        self.nominal = int(self.lengths.sum()) if epoch_length is None else int(epoch_length)
-        self.starts = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)  # each entry's first flat index
-        self.beta = np.uint64(int(round(GOLDEN / self.lanes * 2.0**64)) % 2**64)
-        self.phase = np.uint64(mix_seed(self.seed, self.epoch, _PHASE_TAG))
-        self._key = np.uint64(mix_seed(self.seed, self.epoch, _MIX_TAG))  # each entry's order per pass derives from it
-        zero = np.zeros(len(self.lengths), np.int64)
-        self._marks, self._every = {0: zero}, 1  # per-entry counts before chunks k * _every (at most MARKS of them)
-        self._cursor = (0, zero)  # the chunk counted to last, and its counts: reading on costs a chunk's count
-        self._kept, self._end = OrderedDict(), None
-        self._at, self._first, self._list = (
-            None,
-            0,
-            [],
-        )  # the run `__getitem__` read last: chunk, first position, samples
-        self._chunk = (None, None, None)  # the chunk met last: (c, entries, occurrences)
-        self.stride = 1  # positions apart that `__getitem__` reads (a rank's: the sampler sets its world size)
-
-    def chunk(self, c: int) -> tuple:
-        "(entries, occurrences) of chunk `c`'s positions: each position's entry and how many of that entry came before it in the epoch."
-        if self._chunk[0] == c:
-            return self._chunk[1:]
-        src = self.sources(self.positions(c))
-        by = np.argsort(src, kind='stable')
-        first = np.searchsorted(src[by], np.arange(len(self.lengths)))  # each entry's first place in the sorted chunk
-        occ = np.empty(len(src), np.int64)
-        occ[by] = np.arange(len(src)) - first[src[by]]
-        occ += self._counts_before(c, src)[src]
-        self._chunk = (c, src, occ)
-        return src, occ
-
-    def sample(self, s, rep, m) -> np.ndarray:
-        "Sample `m` of entry `s`'s order in pass `rep` (arrays broadcast together): a keyed bijection of the entry's samples, per entry and pass (one source reached twice is read in two orders)."
-        s, rep = np.asarray(s, np.int64), np.asarray(rep, np.int64)
-        with np.errstate(over='ignore'):
-            key = mix64(mix64(self._key ^ s.astype(np.uint64)) + rep.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
-        return permute_keyed(m, self.lengths[s], key)
-
-    def permutation(self, s: int, rep: int) -> np.ndarray:
-        "Entry `s`'s samples in pass `rep`, listed (for a look: the order itself never lists them)."
-        return self.sample(s, rep, np.arange(int(self.lengths[s]), dtype=np.int64))
-
-    def __len__(self) -> int:
-        "Positions in the epoch: the nominal length, or with 'stop' where the first entry runs out (if sooner)."
-        if self._end is None:
-            self._end = self.nominal
-            if self.exhausted == 'stop':
-                for c in range(-(-self.nominal // CHUNK)):
-                    src, occ = self.chunk(c)
-                    out = np.flatnonzero(occ >= self.lengths[src])
-                    if len(out):
-                        self._end = min(self.nominal, c * CHUNK + int(out[0]))
-                        break
-        return self._end
-
-    def flat(self, c: int, at=slice(None)) -> np.ndarray:
-        "The flat indices (entry start + the entry's sample in its order) of chunk `c`'s positions `at` (offsets into the chunk)."
-        src, occ = self.chunk(c)
-        src, occ = src[at], occ[at]
-        n = self.lengths[src]
-        return self.starts[src] + self.sample(src, occ // n, occ % n)  # each position's pass and place in it
-
-    def flat_chunk(self, c: int) -> np.ndarray:
-        "Chunk `c`'s samples as flat indices, kept for the next reads."
-        got = self._kept.pop(c, None)
-        if got is None:
-            got = self.flat(c)
-        self._kept[c] = got
-        while len(self._kept) > 2:
-            self._kept.popitem(last=False)
-        return got
-
-    def __getitem__(self, p: int) -> int:
-        "The flat index (into the concatenated entries) at position `p` of the epoch: computed for the run of positions `stride` apart from `p` to its chunk's end (a rank's), kept as a list: a sample costs a list read."
-        c, k = p // CHUNK, (p - self._first) // self.stride
-        if c != self._at or p < self._first or (p - self._first) % self.stride or k >= len(self._list):
-            if not 0 <= p < len(self):
-                raise IndexError(f'position {p} is outside the epoch of {len(self):,} samples')
-            self._at, self._first, k = c, p, 0
-            self._list = self.flat(c, slice(p - c * CHUNK, None, self.stride)).tolist()
-        return self._list[k]
-
-    def locate(self, positions) -> tuple:
-        "(entries, flat indices) at `positions` (array-like), vectorised over the chunks met."
-        pos = np.asarray(positions, np.int64)
-        ent, flat = np.empty(len(pos), np.int64), np.empty(len(pos), np.int64)
-        for c in np.unique(pos // CHUNK).tolist():
-            sel = pos // CHUNK == c
-            f = self.flat_chunk(c)[pos[sel] % CHUNK]
-            flat[sel], ent[sel] = f, np.searchsorted(self.starts, f, side='right') - 1
-        return ent, flat
 
 # %% ../../nbs/streams/37b_mixing.ipynb #4dd4641cc4064e0191573fe9c69df29b
 class LabelMap:
@@ -643,7 +366,7 @@ def check_mix_order(
             else 'no mix_order (each source\'s order then was a listed permutation)'
         )
         raise MixChangedError(
-            f"load_state_dict: the state was saved with {was}; this timmdata orders each source by position "
+            f"load_state_dict: the state was saved with {was}; this timmdata places the sources by quotas per block "
             f"(mix_order {MIX_ORDER!r}), so its saved position names other samples here: resume with the timmdata that "
             f"saved it, start the epoch afresh, or pass on_mix_change='continue' to mix_datasets to go on from the saved "
             f"position in the new order (the shares are kept; a few samples of the epoch may come twice or not at all)"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time, tracemalloc
 from typing import Optional, Sequence, Union
 import numpy as np
-from ..streams.mixing import CHUNK, MARKS, MixOrder, WeightSchedule, check_weights
+from ..streams.mix_order import BLOCK, MixOrder, WeightSchedule, check_weights
 from ..distributed_sampler import PositionOrder
 
 # %% auto #0
@@ -102,17 +102,14 @@ def simulate_mix(
     out['before'] = errors(0, ranks, steps)
     R2 = rescale[0]
     out['after'] = errors(steps * gb, R2, steps * ranks // R2)
-    # memory: the order a rank's main process holds (per-entry counts at MARKS chunks; no permutation), measured
+    # memory: the order a rank's main process holds (a few per-source vectors; no permutation), measured
     tracemalloc.start()
     probe = MixOrder(lengths // max(1, int(lengths.sum()) // 2_000_000), sched, seed, 0, None, 'repeat', ranks, gb)
     probe.locate(np.arange(0, len(probe), max(1, len(probe) // 4096)))
     held = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    chunks = -(-len(order) // CHUNK)  # of the epoch
     out['memory'] = dict(
-        counts_bytes=min(chunks + 1, MARKS + 2)
-        * sources
-        * 8,  # counts at MARKS chunks at most (+ the cursor and the next): counted
+        counts_bytes=order.held_bytes(),  # the per-source vectors the order held after the windows above: counted
         permutations_bytes=0,  # none: each entry's order is a keyed bijection computed by position
         probe_samples=int(probe.lengths.sum()),
         probe_peak_bytes=int(held),  # measured on a 2M-sample mix
@@ -161,7 +158,7 @@ def order_cost(
     weights: 'Optional[Union[str, Sequence[float], np.ndarray]]' = None,  # each source's weight (None: Zipf-like)
     schedule: str = 'linear',  # 'constant', or 'linear': ramped to the reverse over `steps`
     steps: int = 2000,  # global batches of the ramp
-    chunks: int = 40,  # chunks of the mix read by rank 0 (more than MARKS: the marks thin out as a long run's do)
+    blocks: int = 10,  # blocks of the mix read by rank 0 (BLOCK positions each)
     seed: int = 42,
 ) -> dict:
     "Rank 0's memory and CPU for the order of a mix of `sources` (`MixOrder`) and of a map-style epoch (`PositionOrder`) of `samples`, measured; the orders they replace, counted."
@@ -171,43 +168,53 @@ def order_cost(
     points = [(0, w)] if schedule == 'constant' else [(0, w), (steps, w[::-1].copy())]
     sched = WeightSchedule(points, 'constant' if schedule == 'constant' else 'linear')
     total = max(int(lengths.sum()), 2 * steps * gb)
-    tracemalloc.start()
-    order = MixOrder(lengths, sched, seed, 0, total, 'repeat', ranks, gb)
-    order.stride = ranks  # rank 0 of `ranks`, as `MixSampler` sets it
-    t0, got = time.process_time(), []
-    for c in range(chunks):
-        got += [order[p] for p in range(c * CHUNK, (c + 1) * CHUNK, ranks)]
-    cpu = time.process_time() - t0
-    order[(chunks // 2) * CHUNK]  # a resume in the middle: recounted from the nearest mark
-    mix_peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    late = (total - BLOCK) // ranks * ranks  # a resume in the epoch's last block: nothing before it is recounted
+
+    def read(traced: bool) -> tuple:
+        "Rank 0's positions of `blocks` blocks, then the jump to `late`: (order, samples, CPU s, jump CPU s, peak bytes); CPU measured untraced (tracemalloc slows allocation), memory traced."
+        if traced:
+            tracemalloc.start()
+        order = MixOrder(lengths, sched, seed, 0, total, 'repeat', ranks, gb)
+        order.stride = ranks  # rank 0 of `ranks`, as `MixSampler` sets it
+        t0 = time.process_time()
+        got = [order[p] for p in range(0, blocks * BLOCK, ranks)]
+        t1 = time.process_time()
+        order[late]
+        t2 = time.process_time()
+        peak = tracemalloc.get_traced_memory()[1] if traced else 0
+        tracemalloc.stop()
+        return order, len(got), t1 - t0, t2 - t1, peak
+
+    order, _, _, _, mix_peak = read(True)
+    _, n_got, cpu, jump, _ = read(False)
     mix = dict(
         sources=sources,
         samples=int(lengths.sum()),
         peak_bytes=int(mix_peak),
-        marks_bytes=(MARKS + 2) * sources * 8,  # per-source counts at MARKS chunks, the cursor and the next: counted
-        position_us=cpu
-        / (chunks * CHUNK)
-        * 1e6,  # per position of the global order (every rank computes its chunk's counts)
-        rank_sample_us=cpu / len(got) * 1e6,  # per sample rank 0 reads
-        before_counts_bytes=-(-total // CHUNK) * sources * 8,  # the previous order: per chunk of the epoch, per source
+        held_bytes=order.held_bytes(),  # the per-source vectors the order holds: counted from its arrays
+        rank_sample_us=cpu / n_got * 1e6,  # per sample rank 0 reads
+        resume_at=late,
+        resume_ms=jump * 1e3,  # the first sample after a resume at `late`
+        before_counts_bytes=-(-total // (1 << 15)) * sources * 8,  # the listed order: per 32,768 positions, per source
         before_permutations_bytes=int(lengths.sum()) * 4,  # and every entry's permutation met (int32 a sample)
     )
+    start = samples // 2 // ranks * ranks  # a resume in the middle of the epoch
     tracemalloc.start()
     flat = PositionOrder(samples, seed, ranks)
-    start = samples // 2 // ranks * ranks  # a resume in the middle of the epoch
-    t0 = time.process_time()
     n = [flat[p] for p in range(start, start + 64 * batch_size * ranks, ranks)]  # 64 batches of rank 0
-    cpu = time.process_time() - t0
     flat_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
+    flat = PositionOrder(samples, seed, ranks)
+    t0 = time.process_time()
+    n = [flat[p] for p in range(start, start + 64 * batch_size * ranks, ranks)]
+    cpu = time.process_time() - t0
     epoch = dict(
         samples=samples,
         peak_bytes=int(flat_peak),
         rank_sample_us=cpu / len(n) * 1e6,
         before_bytes=samples * (8 + 36),  # SeededRandomSampler: torch.randperm(n) (int64), then its list of Python ints
     )
-    return dict(config=dict(ranks=ranks, batch_size=batch_size, schedule=schedule, chunks=chunks), mix=mix, epoch=epoch)
+    return dict(config=dict(ranks=ranks, batch_size=batch_size, schedule=schedule, blocks=blocks), mix=mix, epoch=epoch)
 
 
 def format_order_cost(r: dict) -> str:
@@ -217,8 +224,8 @@ def format_order_cost(r: dict) -> str:
         [
             f"the order of rank 0 of {c['ranks']:,} (batch {c['batch_size']} per rank)",
             f"  mix of {m['sources']:,} sources, {m['samples']:,} samples: peak {_b(m['peak_bytes'])} measured "
-            f"(marks {_b(m['marks_bytes'])} [counted]); {m['position_us']:.3f} us CPU per position of the global order, "
-            f"{m['rank_sample_us']:.1f} us per sample of the rank; the order it replaces: counts "
+            f"(per-source vectors {_b(m['held_bytes'])} [counted]); {m['rank_sample_us']:.1f} us CPU per sample of the "
+            f"rank; a resume at position {m['resume_at']:,}: {m['resume_ms']:.1f} ms; the listed order: counts "
             f"{_b(m['before_counts_bytes'])} + permutations {_b(m['before_permutations_bytes'])} [counted]",
             f"  map-style epoch of {e['samples']:,} samples, order='global': peak {_b(e['peak_bytes'])} measured; "
             f"{e['rank_sample_us']:.2f} us CPU per sample of the rank; timm's order (SeededRandomSampler) "
