@@ -125,22 +125,17 @@ def floor_sum(n, m: int, a: int, b) -> np.ndarray:
 class MixCounts:
     """How many of each entry's samples come before a point of the epoch, in closed form: its scheduled weight summed
     over the positions before it (a few vector operations, whatever the point), plus the entry's offset in [0, 1),
-    rounded down. Nondecreasing in the point, so between two grid points (every `BLOCK` positions, and each schedule
-    point, and `RAMP_BLOCKS` to a ramp at least) each entry has a quota: the block's positions are the quotas laid end to end, `counts(g)` entries in all
-    before grid point `g`. Nothing is counted position by position and nothing is kept per chunk read."""
+    rounded down. Nondecreasing in the point, so between two grid points (every `BLOCK` positions, each schedule
+    point, and `RAMP_BLOCKS` to a ramp at least) each entry has a quota: the block's positions are the quotas laid end
+    to end, `counts(g)` entries in all before grid point `g`. Nothing is counted position by position and nothing is
+    kept per block read."""
 
     def _setup_counts(self):
-        "The schedule as per-point sums (the weight summed over every step before each point), the entries' offsets."
+        "The weights summed up to each schedule point, the entries' offsets, the epoch's start and its rotation."
         sc, S = self.schedule, len(self.lengths)
-        t = sc.steps.astype(np.float64)
-        W = sc.weights
-        D = np.zeros_like(W)  # each step's change of weight after a point (a 'linear' ramp; 'constant': none)
-        if sc.interpolate == 'linear' and len(t) > 1:
-            D[:-1] = (W[1:] - W[:-1]) / np.diff(t)[:, None]
-        span = np.diff(t)[:, None]
-        whole = span * W[:-1] + D[:-1] * (span * (span - 1) / 2)  # each span's weight summed over its steps
-        self._W, self._D = W, D
-        self._P = np.concatenate([np.zeros((1, S)), np.cumsum(whole, 0)]) * self.samples_per_step
+        self._P = np.zeros_like(sc.weights)
+        for k in range(len(sc.steps) - 1):  # each point's sums are the previous span's sums at its end
+            self._P[k + 1] = self._in_span(k, int(sc.steps[k + 1] - sc.steps[k]), 0)
         with np.errstate(over='ignore'):
             bits = mix64(np.uint64(mix_seed(self.seed, self.epoch, _OFFSET_TAG)) ^ np.arange(S, dtype=np.uint64))
         self._theta = (bits >> np.uint64(11)).astype(np.float64) * 2.0**-53  # each entry's offset in [0, 1)
@@ -152,15 +147,24 @@ class MixCounts:
         self._beta = int(round(GOLDEN / self.lanes * 2.0**64)) % 2**64  # the golden step spread over the lanes
         self._phase = mix_seed(self.seed, self.epoch, _PHASE_TAG)  # where the epoch's rotation starts
 
+    def _in_span(self, k: int, n: int, r: int) -> np.ndarray:
+        """The weights summed from step 0 to `n` steps and `r` positions past point `k`: the point's sums, plus each of
+        its two weights times a nonnegative factor that grows with the position (a ramp's `(1 - f)` and `f`, summed
+        exactly in integers), so the float result is nondecreasing in the position as the true sum is (rounding is
+        monotone), and a count never goes back."""
+        sc, sps, W = self.schedule, self.samples_per_step, self.schedule.weights
+        if sc.interpolate == 'constant' or k + 1 >= len(sc.steps):
+            return self._P[k] + float(sps * n + r) * W[k]
+        span, tri = int(sc.steps[k + 1] - sc.steps[k]), n * (n - 1) // 2
+        held = (sps * (n * span - tri) + r * (span - n)) / span  # sum of (1 - f) over the positions (exact ints)
+        ramp = (sps * tri + r * n) / span  # sum of f
+        return (self._P[k] + held * W[k]) + ramp * W[k + 1]
+
     def _summed(self, G: int) -> np.ndarray:
         "Each entry's weight summed over the global positions before `G` (a position takes its step's weight)."
         T, r = divmod(int(G), self.samples_per_step)
         k = int(np.searchsorted(self.schedule.steps, T, side='right')) - 1
-        n = T - int(self.schedule.steps[k])
-        out = self._P[k] + float(self.samples_per_step * n + r) * self._W[k]
-        if self.schedule.interpolate == 'linear' and k + 1 < len(self.schedule.steps):
-            out = out + float(self.samples_per_step * n * (n - 1) // 2 + r * n) * self._D[k]
-        return out
+        return self._in_span(k, T - int(self.schedule.steps[k]), r)
 
     def counts(self, g: int) -> np.ndarray:
         "Per-entry samples taken before grid point `g` of the epoch (int64; the last few made are kept)."
@@ -220,7 +224,7 @@ class MixCounts:
             return self._blk[1]
         n0, n1 = self.counts(g), self.counts(self.grid_after(g))
         q = n1 - n0
-        if (q < 0).any():  # a count is nondecreasing by construction; a float rounding that broke it is refused
+        if (q < 0).any():  # cannot happen (`_in_span` is nondecreasing): refused rather than a sample twice
             raise RuntimeError(f'mix order: entry counts decrease at position {g}: report this with the mix')
         Q = np.cumsum(q)
         b0, L = int(n0.sum()), int(Q[-1])
@@ -369,7 +373,7 @@ class MixOrder(MixCounts):
 
     def held_bytes(self) -> int:
         "Bytes the order holds: its per-entry vectors (the schedule's sums, offsets, counts kept, the block read last) and the run of samples read last."
-        arrays = [self._P, self._W, self._D, self._theta, self._c0, *self._n.values()]
+        arrays = [self._P, self._theta, self._c0, *self._n.values()]
         arrays += [x for x in (self._blk[1] or ()) if isinstance(x, np.ndarray)]
         return sum(x.nbytes for x in arrays) + 8 * len(self._list)
 
