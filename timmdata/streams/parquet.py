@@ -4,7 +4,8 @@
 
 # %% ../../nbs/streams/26d_parquet.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 from __future__ import annotations
-import glob, hashlib, http.client, io, json, os, re, threading, time, urllib.parse
+import glob, hashlib, io, itertools, json, os, threading
+from concurrent.futures import ThreadPoolExecutor
 from collections import OrderedDict
 from typing import Iterator, Optional
 import numpy as np
@@ -20,7 +21,7 @@ from timmdata.streams.shard_io import (
     url_scheme,
 )
 from .shard_index import http_range
-from .net import REQUEST_DEADLINE
+from .kept_http import coalesce, kept_get
 from .spans import ShardChangedError
 from .global_order import SpanReader
 from timmdata.streams.parquet_format import (
@@ -57,7 +58,7 @@ from timmdata.streams.parquet_format import (
 
 # %% auto #0
 __all__ = ['MAX_INDEX_BYTES', 'GROUPS_KEPT_BYTES', 'write_parquet_index', 'parse_parquet_index', 'read_parquet_index',
-           'ParquetFiles', 'ParquetSource', 'kept_get', 'ParquetReader']
+           'ParquetFiles', 'ParquetSource', 'ParquetReader']
 
 # %% ../../nbs/streams/26d_parquet.ipynb #db7b79bc585a40fcaf58bf750017e135
 _HEAD = 'timmdata parquet index'
@@ -460,63 +461,6 @@ class ParquetSource(ParquetFiles):
     def __repr__(self):
         return f'{type(self).__name__}({len(self.shards)} files, num_samples={self.num_samples}, split={self.split!r})'
 
-# %% ../../nbs/streams/26d_parquet.ipynb #9075f00cfa8d463f84130041b1e44ca7
-_KEPT = threading.local()  # each thread's open connections, by (scheme, host)
-
-
-def kept_get(
-    url: str,  # an http(s) URL
-    start: int,
-    n: int,  # the bytes asked
-    timeout: float = 60.0,  # seconds a connection may stall
-    deadline: float = REQUEST_DEADLINE,  # seconds the request may take in all
-) -> tuple:
-    "(headers, body) of a ranged GET of bytes `start` to `start + n` of `url` on this thread's kept connection to its host; any failure raises (the caller asks `http_range` then)."
-    u = urllib.parse.urlsplit(url)
-    key, conns = (u.scheme, u.netloc), getattr(_KEPT, 'conns', None)
-    if conns is None:
-        conns = _KEPT.conns = {}
-    conn = conns.pop(key, None)
-    end = time.monotonic() + deadline
-    if conn is None:
-        kind = http.client.HTTPSConnection if u.scheme == 'https' else http.client.HTTPConnection
-        conn = kind(u.hostname, u.port, timeout=min(timeout, deadline))
-    try:
-        conn.request(
-            'GET',
-            (u.path or '/') + ('?' + u.query if u.query else ''),
-            headers={'Range': f'bytes={start}-{start + n - 1}', 'User-Agent': 'timmdata'},
-        )
-        sock = conn.sock  # the connection lets go of it when the answer closes it (HTTP/1.0)
-        r = conn.getresponse()
-        if r.status != 206:
-            raise ParquetError(f'HTTP {r.status} to a ranged read')
-        cr = r.headers.get('Content-Range') or ''
-        m = re.fullmatch(r'bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20})', cr.strip())
-        if m is None or int(m[1]) != start or int(m[2]) != start + n - 1 or r.headers.get('Content-Length') != str(n):
-            raise ParquetError(f'not the range asked: {printable(cr, 80)}')
-        parts, got = [], 0
-        while got < n:  # one recv a read, each within what is left of the deadline
-            left = end - time.monotonic()
-            if left <= 0:
-                raise TimeoutError('past the deadline')
-            sock.settimeout(min(timeout, left))
-            b = r.read1(n - got)
-            if not b:
-                raise ConnectionError('cut short')
-            parts.append(b)
-            got += len(b)
-        if r.read(1):  # the answer is over (and the connection free for the next request)
-            raise ConnectionError('longer than it says')
-        if r.will_close:
-            conn.close()
-        else:
-            conns[key] = conn  # kept for this thread's next read
-        return r.headers, b''.join(parts)
-    except BaseException:
-        conn.close()
-        raise
-
 # %% ../../nbs/streams/26d_parquet.ipynb #3f9bc0b9dd2c44919cc8dcca39b469f8
 GROUPS_KEPT_BYTES = 256 << 20  # row groups' images a process keeps for the rows read after (no index)
 
@@ -549,8 +493,56 @@ class ParquetReader(SpanReader):
         except Exception:  # a fresh request: retries, deadlines and named errors (`http_range`)
             return super()._bytes(s, start, n, size)
         if size is not None or self.sizes is not None:
-            self._check_size(s, (headers.get('Content-Range') or '').rpartition('/')[2], size)
+            self._check_size(s, headers['content-range'].rpartition('/')[2], size)
         return body
+
+    def _send(self, shards: list, members: list) -> tuple:
+        "These samples' reads sent to the threads, close images of a file in one request (`kept_http.coalesce`): (futures, each sample's (future, offset, length, key, label)), offset None for a sample read whole (`read`)."
+        exact, items, futures = [], [], []
+        for s, m in zip(shards, members):
+            kind, a, b, _, _, label = self._sized(s)[0][m].tolist()
+            if kind == EXACT:
+                items.append([len(exact), a, b, f'{self.stems[s]}/{m}', label])
+                exact.append((s, a, b, m))
+            else:
+                items.append([len(futures), None, None, None, None])
+                futures.append(self._pool.submit(self.read, s, m))
+        requests, where = coalesce([e[:3] for e in exact])
+        first = {}
+        for k, (j, _) in enumerate(where):
+            first.setdefault(j, exact[k][3])
+        base = len(futures)
+        futures += [
+            self._pool.submit(self._exactly, s, a, n, self._sized(s)[1], first[j])
+            for j, (s, a, n) in enumerate(requests)
+        ]
+        for it in items:
+            if it[1] is not None:
+                j, o = where[it[0]]
+                it[0], it[1] = futures[base + j], o
+            else:
+                it[0] = futures[it[0]]
+        return futures, items
+
+    def _reads(self, shards: list, members: list) -> Iterator[tuple]:
+        "As `SpanReader._reads`; over http(s) without a node cache, `4 * read_ahead` samples at a time sent together (`_send`: close images one request, `read_ahead` requests in flight), the next ones sent while these are yielded."
+        if self._cache is not None or all(p is not None for p in self._paths) or self.read_ahead <= 1:
+            yield from super()._reads(shards, members)
+            return
+        self._own()
+        self._pool = self._pool or ThreadPoolExecutor(self.read_ahead, thread_name_prefix='timmdata-parquet')
+        w, flight = 4 * self.read_ahead, []
+        try:
+            for k in itertools.chain(range(0, len(shards), w), [None]):
+                if k is not None:
+                    flight.append(self._send(shards[k : k + w], members[k : k + w]))
+                if len(flight) == 2 or (k is None and flight):
+                    for f, o, n, key, label in flight.pop(0)[1]:
+                        yield f.result() if o is None else (key, f.result()[o : o + n], label)
+        finally:
+            for futures, _ in flight:
+                for f in futures:
+                    f.cancel()
 
     def _exactly(self, s: int, a: int, n: int, size: int, m: int) -> bytes:
         data = self._bytes(s, a, n, size)
