@@ -1,19 +1,23 @@
-"""Parquet read by position (nbs/streams/26d_parquet.ipynb), in one run: one training epoch of the same images with the
+"""Parquet read by position (nbs/streams/26d_parquet.ipynb), in one run: one training epoch of the same images (by
+default ImageNet's most common size and encoding: 500x375 baseline JPEGs made by `timmdata.make_sample_dataset`,
+quality 90; `--size 160` for small 160x120 ones, where a request's cost around the bytes weighs most) with the
 same train transform through create_loader, read from (1) the image folder, (2) Parquet files in the Hub's layout read
 by timmdata with the index (`parquet/`, local), (3) the same files over a loopback HTTP server that answers ranged reads
 (a separate process), (4) `hfds/` and (5) `hfids/` (Hugging Face `datasets` over the same files), (6) WebDataset shards
 with their dataset index. Medians over `--epochs` epochs after a warm-up, the sources alternating; prints images/s, the
-ratio to the folder, CPU ms per image; then, over HTTP, the bytes fetched per image (row groups of 100 rows and one row
-group a file, with and without the index) and the requests made before the first batch (4 files and 16 files).
+ratio to the folder, CPU ms per image of the loader's processes, and the CPU the HTTP server (a separate Python
+process sharing the machine's cores) spent an image; then, over HTTP, the bytes fetched per image (row groups of 100 rows and one row
+group a file, with and without the index) and the requests made before the first batch (4 files and 64 files).
 
-    python bench/bench_parquet.py --n 1000 --epochs 2 --workers 2
+    python bench/bench_parquet.py --n 1000 --epochs 4 --workers 2
+    python bench/bench_parquet.py --n 1000 --epochs 4 --workers 2 --size 160   # small images
 """
 
 import argparse, atexit, io, json, os, shutil, subprocess, sys, tempfile, time, urllib.request, warnings
 from pathlib import Path
 from timmdata import create_dataset, create_loader, make_sample_dataset
 from timmdata.streams.parquet import write_parquet_index, write_sample_parquet
-from _common import alternate_epochs, free_port, print_rates, train_loaders
+from _common import alternate_epochs, free_port, print_rates, proc_cpu, train_loaders
 
 SERVER = r'''
 import http.server, json, os, sys, threading
@@ -42,10 +46,14 @@ S(('127.0.0.1', int(sys.argv[2])), lambda *a: H(*a, directory=sys.argv[1])).serv
 '''
 
 
+SERVERS = {}  # url: the server's pid
+
+
 def serve(folder) -> str:
     port = free_port()
     p = subprocess.Popen([sys.executable, '-c', SERVER, str(folder), str(port)])
     atexit.register(p.terminate)
+    SERVERS[f'http://127.0.0.1:{port}'] = p.pid
     for _ in range(100):
         try:
             urllib.request.urlopen(f'http://127.0.0.1:{port}/_stats').read()
@@ -66,7 +74,7 @@ def main():
     ap.add_argument('--epochs', type=int, default=2)
     ap.add_argument('--workers', type=int, default=2)
     ap.add_argument('--batch-size', type=int, default=32)
-    ap.add_argument('--size', type=int, default=160, help='image width (height 3/4 of it)')
+    ap.add_argument('--size', type=int, default=500, help='image width (height 3/4 of it): 500 (ImageNet\'s most common size) or 160 (small)')
     ap.add_argument('--skip-hf', action='store_true', help='leave out hfds/ and hfids/')
     a = ap.parse_args()
     a.input_size = (3, 224, 224)  # what timmdata.tools.bench.time_epoch checks
@@ -81,7 +89,7 @@ def main():
     write_sample_parquet(tmp / 'pq', samples, classes, files=4, row_group_size=100)  # the Hub's old row groups
     write_parquet_index(tmp / 'pq')
     print(
-        f'{len(samples)} images of {img_bytes:,.0f} bytes on average; Parquet written and indexed in {time.perf_counter() - t0:.1f} s'
+        f'{len(samples)} images of {a.size}x{a.size * 3 // 4} (timmdata.make_sample_dataset, JPEG quality 90), {img_bytes:,.0f} bytes on average; Parquet written and indexed in {time.perf_counter() - t0:.1f} s'
     )
     from timmdata.tools.shards import shards_main
 
@@ -119,9 +127,13 @@ def main():
             except Exception as e:
                 print(f'{name} left out: {type(e).__name__}: {str(e).splitlines()[-1][:300]}')
                 getattr(loaders.pop(name)[1], 'shutdown', lambda: None)()
-        cpu = {}
+        cpu, server0 = {}, proc_cpu(SERVERS[url])
         rates = alternate_epochs(loaders, a.epochs, cpu)
+        server = proc_cpu(SERVERS[url]) - server0  # the warm-up epoch's too: a + 1 epochs of parquet HTTP
     print_rates(rates, 'folder', 'x folder', cpu=cpu)
+    print(
+        f'the HTTP server (a separate Python process on the same cores) spent {1000 * server / ((a.epochs + 1) * len(samples)):.3f} ms CPU an image'
+    )
     import statistics as st
 
     m = {k: st.median(v) for k, v in rates.items()}
@@ -172,7 +184,7 @@ def main():
             )
     # requests before the first batch, with the index: 4 files and 16
     print(f'\n{"requests before the first batch (index)":<44}{"files":>6}{"requests":>10}')
-    for nf in (4, 16):
+    for nf in (4, 64):
         d = tmp / f'files{nf}'
         write_sample_parquet(d, samples, classes, files=nf, row_group_size=100)
         write_parquet_index(d)
@@ -180,7 +192,7 @@ def main():
         stats(u)
         ds = create_dataset('parquet/x', root=u, **common)
         next(iter(create_loader(ds, a.input_size, a.batch_size, is_training=True, num_workers=0, device='cpu')))
-        print(f'{"":<44}{nf:>6}{stats(u)[0]:>10}   ({a.batch_size} images a batch: one read each, one for the index)')
+        print(f'{"":<44}{nf:>6}{stats(u)[0]:>10}   (the index, then the reads of the first {8 * 8} samples, close ones coalesced)')
 
 
 if __name__ == '__main__':

@@ -290,3 +290,16 @@ def test_one_reader_shared_by_threads(which, request):
         got = list(ex.map(lambda sm: r.read(*sm), pos))
     want = {(s, m): (_jpeg(s * 10 + m), s * 10 + m) for s in range(6) for m in range(10)}
     assert all((img, y) == want[sm] for sm, (_, img, y) in zip(pos, got))
+
+
+def test_a_file_of_no_rows(tmp_path):
+    "A Parquet file of no rows (its one row group empty, its chunk at byte 0) is a file of no samples, with the index or without."
+    write_sample_parquet(tmp_path, [(_jpeg(i), i) for i in range(3)], ['a', 'b', 'c'], files=4)
+    assert pq.ParquetFile(tmp_path / 'data' / 'train-00000-of-00004.parquet').metadata.num_rows == 0
+    for index in (False, True):
+        if index:
+            write_parquet_index(tmp_path)
+        src = ParquetSource(tmp_path, 'train')
+        assert src.shard_lengths == [0, 1, 1, 1]
+        ev = create_dataset('parquet/x', root=str(tmp_path), split='train')
+        assert sorted(y for _, y in ev) == [0, 1, 2]
