@@ -303,3 +303,24 @@ def test_a_file_of_no_rows(tmp_path):
         assert src.shard_lengths == [0, 1, 1, 1]
         ev = create_dataset('parquet/x', root=str(tmp_path), split='train')
         assert sorted(y for _, y in ev) == [0, 1, 2]
+
+
+def test_cache_from_parquet(tmp_path):
+    "`timmdata cache FOLDER DST` over Parquet files in the Hub's layout: a store a split, each the same pixels and labels as the store built from the same images in a class folder; `parquet/FOLDER` the same."
+    from timmdata.tools.cli import main as cli
+    from timmdata.readers import create_reader
+    from timmdata.tools.sample_data import make_sample_dataset
+
+    imgs = make_sample_dataset(tmp_path / 'imgs', n_train=3, n_val=2, classes=['a', 'b'], size=(48, 40), num_workers=0)
+    for split, sub in (('train', 'train'), ('validation', 'val')):
+        r = create_reader(str(imgs / sub))
+        write_sample_parquet(tmp_path / 'pq', [(open(r.filename(i, absolute=True), 'rb').read(), r.targets[i]) for i in range(len(r))], r.classes, split=split, files=2)
+    args = ['--workers', '0', '--max-size', '32']
+    assert cli(['cache', str(tmp_path / 'pq'), str(tmp_path / 'st'), *args]) == 0
+    assert cli(['cache', str(imgs), str(tmp_path / 'ref'), *args]) == 0
+    for split, sub in (('train', 'train'), ('validation', 'val')):
+        got, ref = create_reader(str(tmp_path / 'st' / split)), create_reader(str(tmp_path / 'ref' / sub))
+        assert type(got).__name__ == 'ReaderStore' and len(got) == len(ref) == (6 if split == 'train' else 4)
+        assert got.targets == ref.targets and all(np.array_equal(got[i][0], ref[i][0]) for i in range(len(ref)))
+    assert cli(['cache', f'parquet/{tmp_path / "pq"}', str(tmp_path / 'st2'), '--split', 'val', *args]) == 0
+    assert create_reader(str(tmp_path / 'st2' / 'validation')).targets == ref.targets
