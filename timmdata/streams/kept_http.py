@@ -125,7 +125,11 @@ def coalesce(
         f, a, n = reads[i]
         if requests:
             g, start, length = requests[-1]
-            if g == f and a - (start + length) <= min(gap, max(8, n // 16)) and max(start + length, a + n) - start <= most:
+            if (
+                g == f
+                and a - (start + length) <= min(gap, max(8, n // 16))
+                and max(start + length, a + n) - start <= most
+            ):
                 requests[-1] = (g, start, max(length, a + n - start))
                 where[i] = (len(requests) - 1, a - start)
                 continue

@@ -22,6 +22,7 @@ from timmdata.streams.shard_io import (
 )
 from .shard_index import http_range
 from .kept_http import coalesce, kept_get
+from .parquet_footers import FooterSpans, IndexSpans, KeptFooters, fetch_footer
 from .spans import ShardChangedError
 from .global_order import SpanReader
 from timmdata.streams.parquet_format import (
@@ -221,48 +222,6 @@ class _RangedIO(io.RawIOBase):
         self.pos += len(data)
         return len(data)
 
-
-class _Footers:
-    "The spans of files without an index (the `spans.Spans` protocol): every row read by its row group (`GROUP`), labels from the read."
-
-    remedy = 'the file changed after its footer was read: restart the stream'
-
-    def __init__(self, lengths: list, sizes: list, groups: list):
-        self.lengths, self.sizes, self.groups = lengths, sizes, groups  # groups: each file's row groups' row counts
-
-    def __len__(self):
-        return len(self.lengths)
-
-    def layout(self, s: int) -> np.ndarray:
-        n = np.asarray(self.groups[s], np.int64)
-        g = np.repeat(np.arange(len(n)), n)
-        rows = np.zeros((int(n.sum()), ROW_FIELDS), np.int64)
-        rows[:, 0], rows[:, 1], rows[:, 5] = GROUP, g, -2  # -2: the label comes with the row group
-        rows[:, 2] = np.arange(len(rows)) - np.concatenate([[0], np.cumsum(n)])[g]
-        return rows
-
-    __getitem__ = layout
-
-    def sized(self, s: int) -> tuple:
-        return self.layout(s), self.sizes[s]
-
-    def forget(self, s: int, rows) -> bool:
-        return False
-
-
-class _Indexed(_Footers):
-    "The spans the index gives (the `spans.Spans` protocol): each row's read and label."
-
-    remedy = f'write the index again with `timmdata index` (or delete {PARQUET_INDEX_FILE})'
-
-    def __init__(self, lengths: list, sizes: list, tables: list, max_defs: list):
-        self.lengths, self.sizes, self.tables, self.max_defs = lengths, sizes, tables, max_defs
-
-    def layout(self, s: int) -> np.ndarray:
-        return self.tables[s]
-
-    __getitem__ = layout
-
 # %% ../../nbs/streams/26d_parquet.ipynb #e2b0f002
 class ParquetFiles:
     """Reading a source's Parquet files: their sizes, a ranged read at an offset (a local file or one request over HTTP), a
@@ -394,7 +353,7 @@ class ParquetSource(ParquetFiles):
             ks = [listed[n] for n in names]
             self.shard_lengths, self.sizes = [head['files'][k][2] for k in ks], [head['files'][k][1] for k in ks]
             self.columns = dict(image=head['image_column'], label=head['label_column'], classes=head['classes'])
-            self.spans = _Indexed(
+            self.spans = IndexSpans(
                 self.shard_lengths,
                 self.sizes,
                 [table[starts[k] : starts[k + 1]] for k in ks],
@@ -402,7 +361,7 @@ class ParquetSource(ParquetFiles):
             )
             self._footers = None
         else:
-            self._read_footers(image_column, label_column)
+            self._read_footers(image_column, label_column, cache_dir)
         self.num_samples = num_samples if num_samples is not None else int(sum(self.shard_lengths))
         classes = self.columns['classes']
         self.class_to_idx = {c: i for i, c in enumerate(classes)} if classes else {}
@@ -414,13 +373,19 @@ class ParquetSource(ParquetFiles):
             self.cache = ShardCache(cache_dir, cache_limit, open_shard, self.shards, shared=cache_shared)
         self._md = {}
 
-    def _read_footers(self, image_column, label_column):
-        "Every file's footer: one read of its tail (a local file), or a probe for its size and one of its tail (over http(s))."
+    def _read_footers(self, image_column, label_column, cache_dir=None):
+        "Every file's footer: one read of its tail (a local file); over http(s) one request a file for the whole node, kept beside its node cache (`cache_dir`) or in the user's cache folder (`parquet_footers.KeptFooters`)."
         self._footers, self.sizes, groups, lengths, self.columns = [], [], [], [], None
+        at = {u: s for s, u in enumerate(self.shards)}
+        remote = [u for u in self.shards if url_scheme(u) != 'file']
+        kept = KeptFooters(cache_dir) if remote else None
+        fetch = lambda u: fetch_footer(
+            u, self._read_at(at[u]), self._size, f'Parquet file {self.name_of(u)}', self.timeout
+        )
+        pairs = dict(zip(remote, kept.footers(remote, fetch))) if remote else {}
         for s, url in enumerate(self.shards):
-            where, read_at = f'Parquet file {self.name_of(url)}', self._read_at(s)
-            size = self._size(url)
-            footer = footer_bytes(read_at, size, where)
+            where = f'Parquet file {self.name_of(url)}'
+            size, footer = pairs.get(url) or (size := self._size(url), footer_bytes(self._read_at(s), size, where))
             md = parse_footer(footer, where)
             c = find_columns(md, image_column, label_column, where)
             self.columns = self.columns or c
@@ -430,7 +395,7 @@ class ParquetSource(ParquetFiles):
             groups.append([md.row_group(g).num_rows for g in range(md.num_row_groups)])
             lengths.append(md.num_rows)
         self.shard_lengths = lengths
-        self.spans = _Footers(lengths, self.sizes, groups)
+        self.spans = FooterSpans(lengths, self.sizes, groups, kept, self.shards)
 
     def iter_shard(self, shard: str) -> Iterator[tuple]:
         "`(key, image bytes, label)` of each row of file `shard`, read row group by row group."
@@ -496,33 +461,24 @@ class ParquetReader(SpanReader):
             self._check_size(s, headers['content-range'].rpartition('/')[2], size)
         return body
 
-    def _send(self, shards: list, members: list) -> tuple:
-        "These samples' reads sent to the threads, close images of a file in one request (`kept_http.coalesce`): (futures, each sample's (future, offset, length, key, label)), offset None for a sample read whole (`read`)."
-        exact, items, futures = [], [], []
-        for s, m in zip(shards, members):
-            kind, a, b, _, _, label = self._sized(s)[0][m].tolist()
-            if kind == EXACT:
-                items.append([len(exact), a, b, f'{self.stems[s]}/{m}', label])
-                exact.append((s, a, b, m))
-            else:
-                items.append([len(futures), None, None, None, None])
-                futures.append(self._pool.submit(self.read, s, m))
+    def _send(self, shards: list, members: list) -> list:
+        "These samples' reads sent to the threads, close images of a file one request (`kept_http.coalesce`): each sample's (future, offset, length, key, label), offset None where the future gives the sample (`read`)."
+        rows = [(s, m, *self._sized(s)[0][m].tolist()) for s, m in zip(shards, members)]
+        exact = [(s, a, b, m) for s, m, kind, a, b, *_ in rows if kind == EXACT]
         requests, where = coalesce([e[:3] for e in exact])
-        first = {}
-        for k, (j, _) in enumerate(where):
-            first.setdefault(j, exact[k][3])
-        base = len(futures)
-        futures += [
+        first = {j: exact[i][3] for i, (j, o) in enumerate(where) if o == 0}  # a request's first row: errors name it
+        sent = [
             self._pool.submit(self._exactly, s, a, n, self._sized(s)[1], first[j])
             for j, (s, a, n) in enumerate(requests)
         ]
-        for it in items:
-            if it[1] is not None:
-                j, o = where[it[0]]
-                it[0], it[1] = futures[base + j], o
+        out, at = [], iter(where)
+        for s, m, kind, a, b, _, _, label in rows:
+            if kind == EXACT:
+                j, o = next(at)
+                out.append((sent[j], o, b, f'{self.stems[s]}/{m}', label))
             else:
-                it[0] = futures[it[0]]
-        return futures, items
+                out.append((self._pool.submit(self.read, s, m), None, None, None, None))
+        return out
 
     def _reads(self, shards: list, members: list) -> Iterator[tuple]:
         "As `SpanReader._reads`; over http(s) without a node cache, `4 * read_ahead` samples at a time sent together (`_send`: close images one request, `read_ahead` requests in flight), the next ones sent while these are yielded."
@@ -537,12 +493,19 @@ class ParquetReader(SpanReader):
                 if k is not None:
                     flight.append(self._send(shards[k : k + w], members[k : k + w]))
                 if len(flight) == 2 or (k is None and flight):
-                    for f, o, n, key, label in flight.pop(0)[1]:
+                    for f, o, n, key, label in flight.pop(0):
                         yield f.result() if o is None else (key, f.result()[o : o + n], label)
         finally:
-            for futures, _ in flight:
-                for f in futures:
-                    f.cancel()
+            for f in (x[0] for items in flight for x in items):
+                f.cancel()
+
+    def _check_size(self, s: int, got: str, size=None):
+        "As `ShardBytes._check_size`; a file found changed also drops its kept footer (`FooterSpans.forget`): a new stream reads it again."
+        try:
+            super()._check_size(s, got, size)
+        except ShardChangedError:
+            self.spans.forget(s, None)
+            raise
 
     def _exactly(self, s: int, a: int, n: int, size: int, m: int) -> bytes:
         data = self._bytes(s, a, n, size)

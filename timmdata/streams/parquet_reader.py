@@ -54,10 +54,14 @@ class ParquetImageReader(Reader):
             )
         pa = need_pyarrow()
         try:
-            col = pa.parquet.ParquetFile(url.removeprefix('file://'), metadata=src.metadata(s)).read(columns=[src.columns['label']])
+            col = pa.parquet.ParquetFile(url.removeprefix('file://'), metadata=src.metadata(s)).read(
+                columns=[src.columns['label']]
+            )
             got = col.column(0).fill_null(-1).to_numpy().astype(np.int64)
         except (OSError, ValueError, pa.ArrowException) as e:
-            raise ParquetError(f'Parquet file {src.name_of(url)}: its labels cannot be read ({e}): a damaged file') from None
+            raise ParquetError(
+                f'Parquet file {src.name_of(url)}: its labels cannot be read ({e}): a damaged file'
+            ) from None
         if len(got) != n:
             raise ParquetError(f'Parquet file {src.name_of(url)}: {len(got):,} labels for {n:,} rows: a damaged file')
         return got
