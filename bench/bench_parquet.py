@@ -33,7 +33,8 @@ class H(http.server.SimpleHTTPRequestHandler):
         path = self.translate_path(self.path)
         if not os.path.isfile(path): return super().do_GET()
         size, rng = os.path.getsize(path), self.headers.get('Range')
-        a, b = (0, size - 1) if not rng else map(int, rng.split('=', 1)[1].split('-'))
+        a, b = (0, size - 1) if not rng else rng.split('=', 1)[1].split('-')
+        a, b = (max(0, size - int(b)), size - 1) if a == '' else (int(a), min(int(b), size - 1))  # bytes=-n: the tail
         with open(path, 'rb') as f: f.seek(a); data = f.read(b + 1 - a)
         log[0] += 1; log[1] += len(data)
         self.send_response(206 if rng else 200); self.send_header('Content-Length', str(len(data)))
@@ -77,8 +78,9 @@ def serve(c):
             except OSError:
                 c.sendall(b'HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n'); continue
             size = os.fstat(fd).st_size
-            a, b = map(int, rng.split(b'=', 1)[1].split(b'-')) if rng else (0, size - 1)
-            b = min(b, size - 1); n = b + 1 - a
+            a, b = rng.split(b'=', 1)[1].split(b'-') if rng else (b'0', b'%d' % (size - 1))
+            a, b = (max(0, size - int(b)), size - 1) if a == b'' else (int(a), min(int(b), size - 1))  # bytes=-n: the tail
+            n = b + 1 - a
             c.send((b'HTTP/1.1 206 Partial Content\r\nContent-Range: bytes %d-%d/%d\r\n' % (a, b, size) if rng else
                     b'HTTP/1.1 200 OK\r\n') + b'Content-Length: %d\r\n\r\n' % n, socket.MSG_MORE)
             sent = 0
@@ -125,6 +127,7 @@ def main():
     a.input_size = (3, 224, 224)  # what timmdata.tools.bench.time_epoch checks
     tmp = Path(tempfile.mkdtemp(prefix='bench_parquet_'))
     atexit.register(shutil.rmtree, tmp, True)
+    os.environ['XDG_CACHE_HOME'] = str(tmp / 'node')  # the node's kept footers: this run's own (workers inherit it)
     photos = make_sample_dataset(tmp / 'photos', n_train=a.n // 10, n_val=0, size=(a.size, a.size * 3 // 4))
     files = sorted((photos / 'train').rglob('*.JPEG'))
     classes = sorted({f.parent.name for f in files})
@@ -233,18 +236,26 @@ def main():
             print(
                 f'{f"row groups of {rows} rows, " + ("index" if index else "no index (row groups)"):<44}{got / n:>10,.0f}{got / n / img_bytes:>9.2f}{req:>10}'
             )
-    # requests before the first batch, with the index: 4 files and 16
-    print(f'\n{"requests before the first batch (index)":<44}{"files":>6}{"requests":>10}')
+    # requests before the first batch: with the index, and without it (each file's footer: the first process of a
+    # node reads it, one request a file; the next one reads the node's kept copy): 4 files and 64
+    print(f'\n{"requests before the first batch":<44}{"files":>6}{"opening":>10}{"first batch":>14}')
     for nf in (4, 64):
         d = tmp / f'files{nf}'
         write_sample_parquet(d, samples, classes, files=nf, row_group_size=100)
         write_parquet_index(d)
         u = serve(d)
-        stats(u)
-        ds = create_dataset('parquet/x', root=u, **common)
-        next(iter(create_loader(ds, a.input_size, a.batch_size, is_training=True, num_workers=0, device='cpu')))
-        print(f'{"":<44}{nf:>6}{stats(u)[0]:>10}   (the index, then the reads of the first 2 x 32 samples: fewer where close ones are one request)')
-
+        named = f'data/train-{{{0:05d}..{nf - 1:05d}}}-of-{nf:05d}.parquet'
+        for case, kw in (
+            ('index', dict(common)),
+            ('no index, a node\'s first process', dict(common, split=named, use_index=False)),
+            ('no index, its next process', dict(common, split=named, use_index=False)),
+        ):
+            stats(u)
+            ds = create_dataset('parquet/x', root=u, **kw)
+            opened = stats(u)[0]
+            next(iter(create_loader(ds, a.input_size, a.batch_size, is_training=True, num_workers=0, device='cpu')))
+            print(f'{case:<44}{nf:>6}{opened:>10}{stats(u)[0]:>14}')
+    print('(the first batch\'s reads: with the index 2 x 32 images sent, fewer requests where close ones are one; without it, the row groups they fall in)')
 
 if __name__ == '__main__':
     main()
