@@ -462,26 +462,29 @@ class ParquetReader(SpanReader):
         return body
 
     def _send(self, shards: list, members: list) -> list:
-        "These samples' reads sent to the threads, close images of a file one request (`kept_http.coalesce`): each sample's (future, offset, length, key, label), offset None where the future gives the sample (`read`)."
+        "These samples' reads sent to the threads, close images of a file one request (`kept_http.coalesce`), the requests dealt to `read_ahead` tasks (a thread's few requests on its kept connection: a hand-over between threads a few requests, not one each): each sample's (future, place in its result, offset, length, key, label), place None where the future gives the sample (`read`)."
         rows = [(s, m, *self._sized(s)[0][m].tolist()) for s, m in zip(shards, members)]
         exact = [(s, a, b, m) for s, m, kind, a, b, *_ in rows if kind == EXACT]
         requests, where = coalesce([e[:3] for e in exact])
         first = {j: exact[i][3] for i, (j, o) in enumerate(where) if o == 0}  # a request's first row: errors name it
-        sent = [
-            self._pool.submit(self._exactly, s, a, n, self._sized(s)[1], first[j])
-            for j, (s, a, n) in enumerate(requests)
-        ]
+        k = min(self.read_ahead, len(requests))
+        tasks = [[(*requests[j], first[j]) for j in range(t, len(requests), k)] for t in range(k)]
+        sent = [self._pool.submit(self._fetch, task) for task in tasks]
         out, at = [], iter(where)
         for s, m, kind, a, b, _, _, label in rows:
             if kind == EXACT:
                 j, o = next(at)
-                out.append((sent[j], o, b, f'{self.stems[s]}/{m}', label))
+                out.append((sent[j % k], j // k, o, b, f'{self.stems[s]}/{m}', label))
             else:
-                out.append((self._pool.submit(self.read, s, m), None, None, None, None))
+                out.append((self._pool.submit(self.read, s, m), None, None, None, None, None))
         return out
 
+    def _fetch(self, requests: list) -> list:
+        "The bytes of each (file, offset, length, row) of `requests`, one after the other (a task of `_send`)."
+        return [self._exactly(s, a, n, self._sized(s)[1], m) for s, a, n, m in requests]
+
     def _reads(self, shards: list, members: list) -> Iterator[tuple]:
-        "As `SpanReader._reads`; over http(s) without a node cache, `4 * read_ahead` samples at a time sent together (`_send`: close images one request, `read_ahead` requests in flight), the next ones sent while these are yielded."
+        "As `SpanReader._reads`; over http(s) without a node cache, `4 * read_ahead` samples at a time sent together (`_send`: close images one request, `read_ahead` in flight), the next ones sent while these are yielded."
         if self._cache is not None or all(p is not None for p in self._paths) or self.read_ahead <= 1:
             yield from super()._reads(shards, members)
             return
@@ -493,8 +496,8 @@ class ParquetReader(SpanReader):
                 if k is not None:
                     flight.append(self._send(shards[k : k + w], members[k : k + w]))
                 if len(flight) == 2 or (k is None and flight):
-                    for f, o, n, key, label in flight.pop(0):
-                        yield f.result() if o is None else (key, f.result()[o : o + n], label)
+                    for f, q, o, n, key, label in flight.pop(0):
+                        yield f.result() if q is None else (key, f.result()[q][o : o + n], label)
         finally:
             for f in (x[0] for items in flight for x in items):
                 f.cancel()
