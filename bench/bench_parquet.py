@@ -72,6 +72,7 @@ def serve(c):
                 body = json.dumps(log).encode(); log[:] = [0, 0]
                 c.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n' % len(body) + body); continue
             rng = next((l[6:].strip() for l in lines[1:] if l[:6].lower() == b'range:'), None)
+            head_only = lines[0].startswith(b'HEAD ')  # fsspec (hfids/ over http) asks a file's size first
             full = os.path.join(root, path.lstrip('/'))  # a benchmark's server: its only client is the benchmark
             try:
                 fd = fds[full] if full in fds else fds.setdefault(full, os.open(full, os.O_RDONLY))
@@ -82,10 +83,10 @@ def serve(c):
             a, b = (max(0, size - int(b)), size - 1) if a == b'' else (int(a), min(int(b), size - 1))  # bytes=-n: the tail
             n = b + 1 - a
             c.send((b'HTTP/1.1 206 Partial Content\r\nContent-Range: bytes %d-%d/%d\r\n' % (a, b, size) if rng else
-                    b'HTTP/1.1 200 OK\r\n') + b'Content-Length: %d\r\n\r\n' % n, socket.MSG_MORE)
-            sent = 0
+                    b'HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\n') + b'Content-Length: %d\r\n\r\n' % n, 0 if head_only else socket.MSG_MORE)
+            sent = n if head_only else 0
             while sent < n: sent += os.sendfile(c.fileno(), fd, a + sent, n - sent)
-            log[0] += 1; log[1] += n
+            log[0] += 1; log[1] += 0 if head_only else n
 s = socket.create_server(('127.0.0.1', int(sys.argv[2])), backlog=128)
 while True:
     c, _ = s.accept()
@@ -165,6 +166,10 @@ def main():
         sources['hfids/'] = lambda: create_dataset(
             'hfids/' + str(tmp / 'pq'), root=str(tmp / 'hf_cache'), num_samples=len(samples), **common
         )
+        remote = [f'{url}/data/{p.name}' for p in sorted((tmp / 'pq' / 'data').glob('*.parquet'))]
+        sources['hfids/ HTTP'] = lambda: create_dataset(  # datasets' streaming of the same files from the server
+            'hfids/parquet', root=str(tmp / 'hf_cache'), num_samples=len(samples), data_files={'train': remote}, **common
+        )
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         loaders = train_loaders(sources, a)
@@ -198,6 +203,7 @@ def main():
             for k in ('hfds/', 'hfids/', 'wds shards')
             if k in m
         )
+        + (f"; parquet HTTP / hfids/ HTTP: {m['parquet HTTP'] / m['hfids/ HTTP']:.2f}x" if 'hfids/ HTTP' in m else '')
     )
     for _, loader in loaders.values():
         getattr(loader, 'shutdown', lambda: None)()
