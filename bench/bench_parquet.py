@@ -150,7 +150,7 @@ def main():
         check=True,
         stdout=subprocess.DEVNULL,
     )
-    url, url_py = serve(tmp / 'pq'), serve(tmp / 'pq', PY_SERVER)
+    url, url_py, url_hf = serve(tmp / 'pq'), serve(tmp / 'pq', PY_SERVER), None
     common = dict(split='train', is_training=True, batch_size=a.batch_size)
     sources = {
         'folder': lambda: create_dataset('', root=str(photos), split='train', is_training=True),
@@ -166,7 +166,8 @@ def main():
         sources['hfids/'] = lambda: create_dataset(
             'hfids/' + str(tmp / 'pq'), root=str(tmp / 'hf_cache'), num_samples=len(samples), **common
         )
-        remote = [f'{url}/data/{p.name}' for p in sorted((tmp / 'pq' / 'data').glob('*.parquet'))]
+        url_hf = serve(tmp / 'pq')  # a server of its own: each server's CPU is one reader's
+        remote = [f'{url_hf}/data/{p.name}' for p in sorted((tmp / 'pq' / 'data').glob('*.parquet'))]
         sources['hfids/ HTTP'] = lambda: create_dataset(  # datasets' streaming of the same files from the server
             'hfids/parquet', root=str(tmp / 'hf_cache'), num_samples=len(samples), data_files={'train': remote}, **common
         )
@@ -181,15 +182,20 @@ def main():
             except Exception as e:
                 print(f'{name} left out: {type(e).__name__}: {str(e).splitlines()[-1][:300]}')
                 getattr(loaders.pop(name)[1], 'shutdown', lambda: None)()
-        cpu, server0 = {}, {u: proc_cpu(SERVERS[u]) for u in (url, url_py)}
+        cpu, server0 = {}, {u: proc_cpu(p) for u, p in SERVERS.items()}
         rates = alternate_epochs(loaders, a.epochs, cpu)
-        server = {u: proc_cpu(SERVERS[u]) - server0[u] for u in (url, url_py)}  # the warm-up epoch's too
+        server = {u: proc_cpu(p) - server0[u] for u, p in SERVERS.items()}  # the warm-up epoch's too
     print_rates(rates, 'folder', 'x folder', cpu=cpu)
     print(
         'the HTTP servers (separate Python processes on the same cores) spent '
         + ' and '.join(
             f'{1000 * server[u] / ((a.epochs + 1) * len(samples)):.3f} ms CPU an image ({k})'
             for u, k in ((url, 'sendfile'), (url_py, 'http.server'))
+        )
+        + (
+            f'; hfids/ HTTP\'s sendfile server {1000 * server[url_hf] / ((a.epochs + 1) * len(samples)):.3f} ms'
+            if 'hfids/ HTTP' in rates
+            else ''
         )
     )
     import statistics as st
