@@ -15,8 +15,8 @@ FLOORS = {
     'readers': 1, 'readers.core': 1, 'readers.targets': 1, 'readers.class_map': 1, 'readers.reader': 1,
     'readers.img_extensions': 1, 'readers.reader_image_folder': 1, 'readers.reader_image_in_tar': 1, 'readers.reader_image_tar': 1,
     'readers.reader_factory': 1, 'readers.reader_wds': 1, 'readers.reader_hfds': 1, 'readers.reader_hfids': 1,  # timm's reader paths
-    'streams.net': 1,  # network reads bounded in bytes and time (shard_cache, shard_io and shard_index read through it)
-    'store.format': 1, 'streams.shard_io': 1, 'streams.spans': 1, 'streams.shard_index': 1, 'streams.index_table': 1, 'streams.dataset_index': 1, 'streams.scanned_spans': 1, 'streams.shard_cache': 1, 'streams.hf_readers': 1, 'streams.parquet': 1, 'streams.parquet_format': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
+    'streams.net': 1, 'streams.kept_http': 1,  # network reads bounded in bytes and time (shard_cache, shard_io and shard_index read through it)
+    'store.format': 1, 'streams.shard_io': 1, 'streams.spans': 1, 'streams.shard_index': 1, 'streams.index_table': 1, 'streams.dataset_index': 1, 'streams.scanned_spans': 1, 'streams.shard_cache': 1, 'streams.hf_readers': 1, 'streams.parquet': 1, 'streams.parquet_format': 1, 'streams.parquet_reader': 1, 'streams.parquet_footers': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
     'pixels.decode': 2,                                  # bytes to pixels
     'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'pixels.resample': 3,  # per-sample uint8 ops
     'dataset': 4, 'streams.streaming': 4, 'streams.lookahead': 4, 'streams.global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)

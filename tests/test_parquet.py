@@ -143,7 +143,8 @@ class _Counted(http.server.SimpleHTTPRequestHandler):
         if not os.path.isfile(path):
             return super().do_GET()
         size = os.path.getsize(path)
-        a, b = (0, size - 1) if not rng else map(int, rng.split('=', 1)[1].split('-'))
+        a, b = (0, size - 1) if not rng else rng.split('=', 1)[1].split('-')
+        a, b = (max(0, size - int(b)), size - 1) if a == '' else (int(a), min(int(b), size - 1))  # bytes=-n: the tail
         with open(path, 'rb') as f:
             f.seek(a)
             data = f.read(b + 1 - a)
@@ -161,8 +162,9 @@ class _Kept(_Counted):
 
 
 @pytest.mark.parametrize('handler', [_Counted, _Kept])
-def test_over_http_ranged_reads(indexed, tmp_path, handler):
-    "Over loopback HTTP: the local run's batches; with the index, one request before the reads whatever the number of files, and one read of the image's size a sample."
+def test_over_http_ranged_reads(indexed, tmp_path, handler, monkeypatch):
+    "Over loopback HTTP: the local run's batches; with the index, one request before the reads whatever the number of files, and one read of the image's size a sample; without it, one request a file for its footer, kept for the node."
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'node'))  # the node's folder for kept footers
     with http_folder(indexed, handler) as url:
         _Counted.log.clear()
         ds = create_dataset('parquet/x', root=url, split='train', is_training=True, batch_size=12, block_shards=3)
@@ -170,21 +172,30 @@ def test_over_http_ranged_reads(indexed, tmp_path, handler):
         got = [y.tolist() for _, y in create_loader(ds, (3, 16, 16), 12, is_training=True, num_workers=0, device='cpu')]
         assert got == _run(indexed, 1, 12, 0)[0]
         reads = _Counted.log[1:]
-        assert len(reads) == 60  # one ranged read a sample
+        assert len(reads) <= 60  # at most a ranged read a sample (close images of a file: one request)
         assert sum(n for _, n in reads) <= 1.1 * sum(len(_jpeg(i)) for i in range(N))
+        # a file's rows in its order: close images fetched together, each sample's bytes its own
+        _Counted.log.clear()
+        r = ParquetSource(url, 'train').by_position()
+        got_in_order = list(r._reads([1] * 10, list(range(10))))
+        assert [(k, img, y) for k, img, y in got_in_order] == [ParquetSource(indexed, 'train').by_position().read(1, m) for m in range(10)]
+        assert 0 < len(_Counted.log) < 10, _Counted.log
         # without the index: each file's size and footer, then row groups
         _Counted.log.clear()
         pat = 'data/train-{00000..00005}-of-00006.parquet'
         ds = create_dataset(
             'parquet/x', root=url, split=pat, is_training=True, batch_size=12, block_shards=3, use_index=False
         )
-        assert len(_Counted.log) == 12  # two reads a file: its size, its footer
+        assert len(_Counted.log) == 6  # one read a file: its tail (its size in the answer, its footer in its bytes)
         assert [
             y.tolist() for _, y in create_loader(ds, (3, 16, 16), 12, is_training=True, num_workers=0, device='cpu')
         ] == got
         files = sum(p.stat().st_size for p in (indexed / 'data').glob('*.parquet'))
-        fetched = sum(n for _, n in _Counted.log[12:])  # after the footers (a file's last 64 KiB: these whole files)
+        fetched = sum(n for _, n in _Counted.log[6:])  # after the footers (a file's last 64 KiB: these whole files)
         assert fetched <= 0.9 * files, (fetched, files)  # each row group once (8 reads of it in flight), footers apart
+        _Counted.log.clear()  # another process of the node: the kept footers, no request
+        ds = create_dataset('parquet/x', root=url, split=pat, is_training=True, batch_size=12, use_index=False)
+        assert len(_Counted.log) == 0 and ds.reader.shard_lengths == [10] * 6
 
 
 def test_hostile_files_fuzzed(tmp_path):
@@ -284,3 +295,56 @@ def test_one_reader_shared_by_threads(which, request):
         got = list(ex.map(lambda sm: r.read(*sm), pos))
     want = {(s, m): (_jpeg(s * 10 + m), s * 10 + m) for s in range(6) for m in range(10)}
     assert all((img, y) == want[sm] for sm, (_, img, y) in zip(pos, got))
+
+
+def test_a_file_of_no_rows(tmp_path):
+    "A Parquet file of no rows (its one row group empty, its chunk at byte 0) is a file of no samples, with the index or without."
+    write_sample_parquet(tmp_path, [(_jpeg(i), i) for i in range(3)], ['a', 'b', 'c'], files=4)
+    assert pq.ParquetFile(tmp_path / 'data' / 'train-00000-of-00004.parquet').metadata.num_rows == 0
+    for index in (False, True):
+        if index:
+            write_parquet_index(tmp_path)
+        src = ParquetSource(tmp_path, 'train')
+        assert src.shard_lengths == [0, 1, 1, 1]
+        ev = create_dataset('parquet/x', root=str(tmp_path), split='train')
+        assert sorted(y for _, y in ev) == [0, 1, 2]
+
+
+def test_cache_from_parquet(tmp_path):
+    "`timmdata cache FOLDER DST` over Parquet files in the Hub's layout: a store a split, each the same pixels and labels as the store built from the same images in a class folder; `parquet/FOLDER` the same."
+    from timmdata.tools.cli import main as cli
+    from timmdata.readers import create_reader
+    from timmdata.tools.sample_data import make_sample_dataset
+
+    imgs = make_sample_dataset(tmp_path / 'imgs', n_train=3, n_val=2, classes=['a', 'b'], size=(48, 40), num_workers=0)
+    for split, sub in (('train', 'train'), ('validation', 'val')):
+        r = create_reader(str(imgs / sub))
+        write_sample_parquet(tmp_path / 'pq', [(open(r.filename(i, absolute=True), 'rb').read(), r.targets[i]) for i in range(len(r))], r.classes, split=split, files=2)
+    args = ['--workers', '0', '--max-size', '32']
+    assert cli(['cache', str(tmp_path / 'pq'), str(tmp_path / 'st'), *args]) == 0
+    assert cli(['cache', str(imgs), str(tmp_path / 'ref'), *args]) == 0
+    for split, sub in (('train', 'train'), ('validation', 'val')):
+        got, ref = create_reader(str(tmp_path / 'st' / split)), create_reader(str(tmp_path / 'ref' / sub))
+        assert type(got).__name__ == 'ReaderStore' and len(got) == len(ref) == (6 if split == 'train' else 4)
+        assert got.targets == ref.targets and all(np.array_equal(got[i][0], ref[i][0]) for i in range(len(ref)))
+    assert cli(['cache', f'parquet/{tmp_path / "pq"}', str(tmp_path / 'st2'), '--split', 'val', *args]) == 0
+    assert create_reader(str(tmp_path / 'st2' / 'validation')).targets == ref.targets
+
+
+def test_kept_footer_of_a_changed_file(folder, tmp_path, monkeypatch):
+    "A remote file changed after its footer was kept: its first read names the change and drops the kept footer; a new stream reads the new one."
+    import shutil
+
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'node'))
+    root = tmp_path / 'c'
+    shutil.copytree(folder, root)
+    pat = 'data/train-{00000..00005}-of-00006.parquet'
+    with http_folder(root, _Kept) as url:
+        src = ParquetSource(url, pat, use_index=False)
+        r = src.by_position()
+        new = write_sample_parquet(tmp_path / 'n', [(_jpeg(i), i) for i in range(N)], [f'c{i}' for i in range(N)], files=6, row_group_size=3)
+        shutil.copy(new[0], root / 'data')  # the first file written again: row groups of 3 rows, another size
+        with pytest.raises(ShardError, match='changed after its footer was read'):
+            r.read(0, 0)
+        src = ParquetSource(url, pat, use_index=False)  # its footer read again; the others' kept ones used
+        assert src.spans.groups[:2] == [[3, 3, 3, 1], [4, 4, 2]] and src.by_position().read(0, 4)[1:] == (_jpeg(4), 4)

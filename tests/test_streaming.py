@@ -238,6 +238,21 @@ def test_hfids_reader_split_over_ranks(tmp_path):
     assert sorted(got) == list(range(12))
 
 
+
+def test_hfids_with_loader_workers(tmp_path):
+    "hfids/ read by two DataLoader workers: each worker reads the whole of the files it is dealt (datasets would split a file's rows among the workers again, leaving one without samples)."
+    datasets = pytest.importorskip('datasets')
+    from timmdata import create_loader
+    feats = datasets.Features({'image': datasets.Image(), 'label': datasets.Value('int64')})
+    files = []
+    for k in range(4):
+        rows = {'image': [{'bytes': _jpeg(i), 'path': None} for i in range(4 * k, 4 * k + 4)], 'label': list(range(4 * k, 4 * k + 4))}
+        files.append(str(tmp_path / f'part{k}.parquet')); datasets.Dataset.from_dict(rows, features=feats).to_parquet(files[-1])
+    d = IterableImageDataset(None, reader='hfids/parquet', split='train', data_files=files, is_training=True, num_samples=16, batch_size=4)
+    dl = create_loader(d, (3, 16, 16), 4, is_training=True, num_workers=2, device='cpu')
+    ys = [y for _, t in dl for y in t.tolist()]
+    assert sorted(ys) == list(range(16))
+
 def test_fsspec_url_shards(shards):
     "Any other scheme (s3://, gs://...) goes through fsspec: here its in-memory filesystem, _info.json included."
     fsspec = pytest.importorskip('fsspec')

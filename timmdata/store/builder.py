@@ -21,6 +21,7 @@ from timmdata.pixels.decode import (
     read_source,
 )
 from ..transforms import str_to_pil_interp
+from ..streams.parquet_reader import parquet_splits  # importing it registers the 'parquet' reader kind
 from timmdata.store.format import (
     BUILD_STATE,
     STORE_FILES,
@@ -496,7 +497,7 @@ def build_lock(
 
 # %% ../../nbs/store/44_builder.ipynb #17dba1a6
 def build_cache(
-    src,  # an image source ImageDataset reads: a class folder, a .tar or folder of .tars, a .csv
+    src,  # an image source ImageDataset reads: a class folder, a .tar or folder of .tars, a .csv, a folder of Parquet files ('parquet/FOLDER': read as Parquet whatever else it holds)
     dst,  # the store's folder (created; a store inside the source folder is fine)
     max_size: int | None = 256,  # cap in pixels for `side` (shorter side 256: timm's eval resize for 224)
     format: str = 'raw',  # 'raw': uint8 pixels, no decode when reading; 'jpeg': re-encoded, ~10x smaller
@@ -513,6 +514,8 @@ def build_cache(
 ) -> dict:
     "Decodes and resizes every image of `src` once, in parallel, into a memory-mappable store at `dst`; returns its manifest."
     _check_build_args(format, side, interpolation, max_size, quality, chunk_size, num_workers)
+    if isinstance(src, str) and src.startswith('parquet/'):  # timm's scheme form: the folder's Parquet files
+        src, reader_kwargs = src[len('parquet/') :], {'kind': 'parquet', **reader_kwargs}
     src, dst = Path(src).expanduser().absolute(), Path(dst).expanduser().absolute()
     if not src.exists():
         raise FileNotFoundError(f'cache source {str(src)!r} does not exist')
@@ -573,7 +576,10 @@ def cache_main(argv: list[str] | None = None) -> int:
         description='Decode and resize an image dataset once into a '
         'memory-mapped store that ImageDataset and create_loader read like a folder.',
     )
-    ap.add_argument('src', help='image source: a class folder, a .tar or folder of .tars, or a .csv')
+    ap.add_argument(
+        'src',
+        help='image source: a class folder, a .tar or folder of .tars, a .csv, or a folder of Parquet files (parquet/FOLDER: read as Parquet)',
+    )
     ap.add_argument('dst', help="the store's folder (created)")
     ap.add_argument(
         '--max-size', type=int, default=256, help='cap in pixels for the capped side, 0: no resize (default 256)'
@@ -612,7 +618,7 @@ def cache_main(argv: list[str] | None = None) -> int:
         ap.error(str(e))  # a bad option value: argparse's one-line error, exit 2
     jobs = _cache_jobs(a.src, a.dst, a.split)
     done = []
-    for name, src, dst in jobs:
+    for name, src, dst, kw in jobs:
         try:
             m = build_cache(
                 src,
@@ -625,6 +631,7 @@ def cache_main(argv: list[str] | None = None) -> int:
                 chunk_size=a.chunk_size,
                 overwrite=a.overwrite,
                 lock_timeout=a.lock_timeout,
+                **kw,
             )
         except KeyboardInterrupt:
             return 130
@@ -640,8 +647,11 @@ def cache_main(argv: list[str] | None = None) -> int:
 
 
 def _cache_jobs(src, dst, split=None) -> list:
-    "(split name or None, source, store) for each split `timmdata cache` builds: each split SRC holds into DST/<split>, or the one `split` names; SRC itself into DST when it holds none."
-    found = dataset_splits(src)
+    "(split name or None, source, store, the reader's keywords) for each split `timmdata cache` builds: each split SRC holds (folders, .tar, .csv, or a folder of Parquet files' splits) into DST/<split>, or the one `split` names; SRC itself into DST when it holds none."
+    root = src[len('parquet/') :] if src.startswith('parquet/') else src
+    found, kw = ({} if root != src else dataset_splits(src)), {}
+    if not found and (pq := parquet_splits(root)):  # the Hub's data/{split}-*.parquet: the split a reader keyword
+        found, kw = {n: src for n in pq}, {n: {'split': n} for n in pq}
     if split:
         name = next((n for n in split_names(split) if n in found), None)
         if name is None:
@@ -653,5 +663,8 @@ def _cache_jobs(src, dst, split=None) -> list:
             raise FileNotFoundError(f'no split {split!r} under {src!r} (nor its synonyms); {has}')
         found = {name: found[name]}
     if not found:
-        return [(None, src, dst)]
-    return [(n, p, os.path.join(dst, os.path.splitext(os.path.basename(p))[0])) for n, p in found.items()]
+        return [(None, src, dst, {})]
+    return [
+        (n, p, os.path.join(dst, n if n in kw else os.path.splitext(os.path.basename(p))[0]), kw.get(n, {}))
+        for n, p in found.items()
+    ]

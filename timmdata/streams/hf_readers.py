@@ -369,8 +369,11 @@ def _iter_shard(self, shard):
     if shard not in range(len(self.shards)):
         raise IndexError(f'{self._where} has shards 0..{len(self.shards) - 1}; got {shard!r}')
     part = self.dataset.shard(num_shards=len(self.shards), index=shard, contiguous=True)
+    # by batches, not `for ex in part`: in a DataLoader worker, iterating splits a dataset's files among the workers
+    # again (a worker handed one file would get none of it); `iter` reads the shard whole wherever it runs
+    rows = (dict(zip(b, vals)) for b in part.iter(batch_size=64) for vals in zip(*b.values()))
     try:
-        for j, ex in enumerate(part):
+        for j, ex in enumerate(rows):
             present = bool(self.target.keys) or has_field(ex, self.target_key)
             y = self.sample_target(ex) if present else None
             if y is None and present and get_field(ex, self.target_key) is not None:

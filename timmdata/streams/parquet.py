@@ -4,7 +4,8 @@
 
 # %% ../../nbs/streams/26d_parquet.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 from __future__ import annotations
-import glob, hashlib, http.client, io, json, os, re, threading, time, urllib.parse
+import glob, hashlib, io, itertools, json, os, threading
+from concurrent.futures import ThreadPoolExecutor
 from collections import OrderedDict
 from typing import Iterator, Optional
 import numpy as np
@@ -20,7 +21,8 @@ from timmdata.streams.shard_io import (
     url_scheme,
 )
 from .shard_index import http_range
-from .net import REQUEST_DEADLINE
+from .kept_http import coalesce, kept_get
+from .parquet_footers import FooterSpans, IndexSpans, KeptFooters, fetch_footer
 from .spans import ShardChangedError
 from .global_order import SpanReader
 from timmdata.streams.parquet_format import (
@@ -57,7 +59,7 @@ from timmdata.streams.parquet_format import (
 
 # %% auto #0
 __all__ = ['MAX_INDEX_BYTES', 'GROUPS_KEPT_BYTES', 'write_parquet_index', 'parse_parquet_index', 'read_parquet_index',
-           'ParquetFiles', 'ParquetSource', 'kept_get', 'ParquetReader']
+           'ParquetFiles', 'ParquetSource', 'ParquetReader']
 
 # %% ../../nbs/streams/26d_parquet.ipynb #db7b79bc585a40fcaf58bf750017e135
 _HEAD = 'timmdata parquet index'
@@ -220,48 +222,6 @@ class _RangedIO(io.RawIOBase):
         self.pos += len(data)
         return len(data)
 
-
-class _Footers:
-    "The spans of files without an index (the `spans.Spans` protocol): every row read by its row group (`GROUP`), labels from the read."
-
-    remedy = 'the file changed after its footer was read: restart the stream'
-
-    def __init__(self, lengths: list, sizes: list, groups: list):
-        self.lengths, self.sizes, self.groups = lengths, sizes, groups  # groups: each file's row groups' row counts
-
-    def __len__(self):
-        return len(self.lengths)
-
-    def layout(self, s: int) -> np.ndarray:
-        n = np.asarray(self.groups[s], np.int64)
-        g = np.repeat(np.arange(len(n)), n)
-        rows = np.zeros((int(n.sum()), ROW_FIELDS), np.int64)
-        rows[:, 0], rows[:, 1], rows[:, 5] = GROUP, g, -2  # -2: the label comes with the row group
-        rows[:, 2] = np.arange(len(rows)) - np.concatenate([[0], np.cumsum(n)])[g]
-        return rows
-
-    __getitem__ = layout
-
-    def sized(self, s: int) -> tuple:
-        return self.layout(s), self.sizes[s]
-
-    def forget(self, s: int, rows) -> bool:
-        return False
-
-
-class _Indexed(_Footers):
-    "The spans the index gives (the `spans.Spans` protocol): each row's read and label."
-
-    remedy = f'write the index again with `timmdata index` (or delete {PARQUET_INDEX_FILE})'
-
-    def __init__(self, lengths: list, sizes: list, tables: list, max_defs: list):
-        self.lengths, self.sizes, self.tables, self.max_defs = lengths, sizes, tables, max_defs
-
-    def layout(self, s: int) -> np.ndarray:
-        return self.tables[s]
-
-    __getitem__ = layout
-
 # %% ../../nbs/streams/26d_parquet.ipynb #e2b0f002
 class ParquetFiles:
     """Reading a source's Parquet files: their sizes, a ranged read at an offset (a local file or one request over HTTP), a
@@ -393,7 +353,7 @@ class ParquetSource(ParquetFiles):
             ks = [listed[n] for n in names]
             self.shard_lengths, self.sizes = [head['files'][k][2] for k in ks], [head['files'][k][1] for k in ks]
             self.columns = dict(image=head['image_column'], label=head['label_column'], classes=head['classes'])
-            self.spans = _Indexed(
+            self.spans = IndexSpans(
                 self.shard_lengths,
                 self.sizes,
                 [table[starts[k] : starts[k + 1]] for k in ks],
@@ -401,7 +361,7 @@ class ParquetSource(ParquetFiles):
             )
             self._footers = None
         else:
-            self._read_footers(image_column, label_column)
+            self._read_footers(image_column, label_column, cache_dir)
         self.num_samples = num_samples if num_samples is not None else int(sum(self.shard_lengths))
         classes = self.columns['classes']
         self.class_to_idx = {c: i for i, c in enumerate(classes)} if classes else {}
@@ -413,13 +373,19 @@ class ParquetSource(ParquetFiles):
             self.cache = ShardCache(cache_dir, cache_limit, open_shard, self.shards, shared=cache_shared)
         self._md = {}
 
-    def _read_footers(self, image_column, label_column):
-        "Every file's footer: one read of its tail (a local file), or a probe for its size and one of its tail (over http(s))."
+    def _read_footers(self, image_column, label_column, cache_dir=None):
+        "Every file's footer: one read of its tail (a local file); over http(s) one request a file for the whole node, kept beside its node cache (`cache_dir`) or in the user's cache folder (`parquet_footers.KeptFooters`)."
         self._footers, self.sizes, groups, lengths, self.columns = [], [], [], [], None
+        at = {u: s for s, u in enumerate(self.shards)}
+        remote = [u for u in self.shards if url_scheme(u) != 'file']
+        kept = KeptFooters(cache_dir) if remote else None
+        fetch = lambda u: fetch_footer(
+            u, self._read_at(at[u]), self._size, f'Parquet file {self.name_of(u)}', self.timeout
+        )
+        pairs = dict(zip(remote, kept.footers(remote, fetch))) if remote else {}
         for s, url in enumerate(self.shards):
-            where, read_at = f'Parquet file {self.name_of(url)}', self._read_at(s)
-            size = self._size(url)
-            footer = footer_bytes(read_at, size, where)
+            where = f'Parquet file {self.name_of(url)}'
+            size, footer = pairs.get(url) or (size := self._size(url), footer_bytes(self._read_at(s), size, where))
             md = parse_footer(footer, where)
             c = find_columns(md, image_column, label_column, where)
             self.columns = self.columns or c
@@ -429,7 +395,7 @@ class ParquetSource(ParquetFiles):
             groups.append([md.row_group(g).num_rows for g in range(md.num_row_groups)])
             lengths.append(md.num_rows)
         self.shard_lengths = lengths
-        self.spans = _Footers(lengths, self.sizes, groups)
+        self.spans = FooterSpans(lengths, self.sizes, groups, kept, self.shards)
 
     def iter_shard(self, shard: str) -> Iterator[tuple]:
         "`(key, image bytes, label)` of each row of file `shard`, read row group by row group."
@@ -459,63 +425,6 @@ class ParquetSource(ParquetFiles):
 
     def __repr__(self):
         return f'{type(self).__name__}({len(self.shards)} files, num_samples={self.num_samples}, split={self.split!r})'
-
-# %% ../../nbs/streams/26d_parquet.ipynb #9075f00cfa8d463f84130041b1e44ca7
-_KEPT = threading.local()  # each thread's open connections, by (scheme, host)
-
-
-def kept_get(
-    url: str,  # an http(s) URL
-    start: int,
-    n: int,  # the bytes asked
-    timeout: float = 60.0,  # seconds a connection may stall
-    deadline: float = REQUEST_DEADLINE,  # seconds the request may take in all
-) -> tuple:
-    "(headers, body) of a ranged GET of bytes `start` to `start + n` of `url` on this thread's kept connection to its host; any failure raises (the caller asks `http_range` then)."
-    u = urllib.parse.urlsplit(url)
-    key, conns = (u.scheme, u.netloc), getattr(_KEPT, 'conns', None)
-    if conns is None:
-        conns = _KEPT.conns = {}
-    conn = conns.pop(key, None)
-    end = time.monotonic() + deadline
-    if conn is None:
-        kind = http.client.HTTPSConnection if u.scheme == 'https' else http.client.HTTPConnection
-        conn = kind(u.hostname, u.port, timeout=min(timeout, deadline))
-    try:
-        conn.request(
-            'GET',
-            (u.path or '/') + ('?' + u.query if u.query else ''),
-            headers={'Range': f'bytes={start}-{start + n - 1}', 'User-Agent': 'timmdata'},
-        )
-        sock = conn.sock  # the connection lets go of it when the answer closes it (HTTP/1.0)
-        r = conn.getresponse()
-        if r.status != 206:
-            raise ParquetError(f'HTTP {r.status} to a ranged read')
-        cr = r.headers.get('Content-Range') or ''
-        m = re.fullmatch(r'bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20})', cr.strip())
-        if m is None or int(m[1]) != start or int(m[2]) != start + n - 1 or r.headers.get('Content-Length') != str(n):
-            raise ParquetError(f'not the range asked: {printable(cr, 80)}')
-        parts, got = [], 0
-        while got < n:  # one recv a read, each within what is left of the deadline
-            left = end - time.monotonic()
-            if left <= 0:
-                raise TimeoutError('past the deadline')
-            sock.settimeout(min(timeout, left))
-            b = r.read1(n - got)
-            if not b:
-                raise ConnectionError('cut short')
-            parts.append(b)
-            got += len(b)
-        if r.read(1):  # the answer is over (and the connection free for the next request)
-            raise ConnectionError('longer than it says')
-        if r.will_close:
-            conn.close()
-        else:
-            conns[key] = conn  # kept for this thread's next read
-        return r.headers, b''.join(parts)
-    except BaseException:
-        conn.close()
-        raise
 
 # %% ../../nbs/streams/26d_parquet.ipynb #3f9bc0b9dd2c44919cc8dcca39b469f8
 GROUPS_KEPT_BYTES = 256 << 20  # row groups' images a process keeps for the rows read after (no index)
@@ -549,8 +458,57 @@ class ParquetReader(SpanReader):
         except Exception:  # a fresh request: retries, deadlines and named errors (`http_range`)
             return super()._bytes(s, start, n, size)
         if size is not None or self.sizes is not None:
-            self._check_size(s, (headers.get('Content-Range') or '').rpartition('/')[2], size)
+            self._check_size(s, headers['content-range'].rpartition('/')[2], size)
         return body
+
+    def _send(self, shards: list, members: list) -> list:
+        "These samples' reads sent to the threads, close images of a file one request (`kept_http.coalesce`), the requests dealt to `read_ahead` tasks (a thread's few requests on its kept connection: a hand-over between threads a few requests, not one each): each sample's (future, place in its result, offset, length, key, label), place None where the future gives the sample (`read`)."
+        rows = [(s, m, *self._sized(s)[0][m].tolist()) for s, m in zip(shards, members)]
+        exact = [(s, a, b, m) for s, m, kind, a, b, *_ in rows if kind == EXACT]
+        requests, where = coalesce([e[:3] for e in exact])
+        first = {j: exact[i][3] for i, (j, o) in enumerate(where) if o == 0}  # a request's first row: errors name it
+        k = min(self.read_ahead, len(requests))
+        tasks = [[(*requests[j], first[j]) for j in range(t, len(requests), k)] for t in range(k)]
+        sent = [self._pool.submit(self._fetch, task) for task in tasks]
+        out, at = [], iter(where)
+        for s, m, kind, a, b, _, _, label in rows:
+            if kind == EXACT:
+                j, o = next(at)
+                out.append((sent[j % k], j // k, o, b, f'{self.stems[s]}/{m}', label))
+            else:
+                out.append((self._pool.submit(self.read, s, m), None, None, None, None, None))
+        return out
+
+    def _fetch(self, requests: list) -> list:
+        "The bytes of each (file, offset, length, row) of `requests`, one after the other (a task of `_send`)."
+        return [self._exactly(s, a, n, self._sized(s)[1], m) for s, a, n, m in requests]
+
+    def _reads(self, shards: list, members: list) -> Iterator[tuple]:
+        "As `SpanReader._reads`; over http(s) without a node cache, `4 * read_ahead` samples at a time sent together (`_send`: close images one request, `read_ahead` in flight), the next ones sent while these are yielded."
+        if self._cache is not None or all(p is not None for p in self._paths) or self.read_ahead <= 1:
+            yield from super()._reads(shards, members)
+            return
+        self._own()
+        self._pool = self._pool or ThreadPoolExecutor(self.read_ahead, thread_name_prefix='timmdata-parquet')
+        w, flight = 4 * self.read_ahead, []
+        try:
+            for k in itertools.chain(range(0, len(shards), w), [None]):
+                if k is not None:
+                    flight.append(self._send(shards[k : k + w], members[k : k + w]))
+                if len(flight) == 2 or (k is None and flight):
+                    for f, q, o, n, key, label in flight.pop(0):
+                        yield f.result() if q is None else (key, f.result()[q][o : o + n], label)
+        finally:
+            for f in (x[0] for items in flight for x in items):
+                f.cancel()
+
+    def _check_size(self, s: int, got: str, size=None):
+        "As `ShardBytes._check_size`; a file found changed also drops its kept footer (`FooterSpans.forget`): a new stream reads it again."
+        try:
+            super()._check_size(s, got, size)
+        except ShardChangedError:
+            self.spans.forget(s, None)
+            raise
 
     def _exactly(self, s: int, a: int, n: int, size: int, m: int) -> bytes:
         data = self._bytes(s, a, n, size)

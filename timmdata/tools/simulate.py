@@ -37,6 +37,7 @@ from timmdata.tools.simulate_startup import (
     start_up,
     start_up_figures,
     start_up_scanned,
+    parquet_start_up,
     table_memory,
 )
 from .simulate_mix import format_mix_report, format_order_cost, mix_weights, order_cost, simulate_mix
@@ -676,6 +677,9 @@ def simulate_main(argv: Optional[Sequence[str]] = None) -> int:
         action='store_true',
         help="also the start-up of shards without a dataset index (img2dataset's, webdataset ShardWriter's, a Hugging Face repo's)",
     )
+    ap.add_argument(
+        '--parquet', action='store_true', help='also the start-up of the samples as Parquet files (a file a shard)'
+    )
     ap.add_argument('--json', default=None, help='also write the figures to this file')
     ap.add_argument(
         '--sources', type=int, default=0, help='simulate a mix of this many sources instead (timmdata.streams.mixing)'
@@ -778,6 +782,7 @@ def simulate_main(argv: Optional[Sequence[str]] = None) -> int:
         read_ahead=a.read_ahead,
         no_index=a.no_index,
     )
+    r.update(parquet_start_up(r) if a.parquet else {})  # the same samples as Parquet files
     print(format_report(r))
     if a.json:
         with open(a.json, 'w') as f:

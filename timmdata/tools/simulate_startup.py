@@ -11,7 +11,8 @@ from ..streams.dataset_index import DATASET_INDEX_FILE, DATASET_INDEX_VERSION, n
 from ..streams.index_table import line_chars
 
 # %% auto #0
-__all__ = ['SCAN_BLOCK', 'index_bytes', 'table_memory', 'start_up', 'start_up_figures', 'start_up_scanned']
+__all__ = ['SCAN_BLOCK', 'PARQUET_ROW_BYTES', 'PARQUET_TAIL', 'PARQUET_INDEX_CAP', 'index_bytes', 'table_memory', 'start_up',
+           'start_up_figures', 'start_up_scanned', 'start_up_parquet', 'parquet_start_up']
 
 # %% ../../nbs/tools/54b_simulate_startup.ipynb #4265f10b
 def index_bytes(lengths) -> tuple:
@@ -119,3 +120,44 @@ def start_up_scanned(
     )
     seconds = 3 * latency_s + per_scan * latency_s + first_shards * shard_bytes / bandwidth
     return dict(per_rank=dict(requests=3, bytes=4096), per_node=node, seconds=seconds)
+
+# %% ../../nbs/tools/54b_simulate_startup.ipynb #367e589a
+PARQUET_ROW_BYTES = 48  # an index row of the Parquet index: six int64 (`parquet_format.ROW_FIELDS`)
+PARQUET_TAIL = 64 << 10  # a file's tail read for its footer (`parquet_footers.TAIL_BYTES`)
+PARQUET_INDEX_CAP = 4 << 30  # the largest Parquet index read (`parquet.MAX_INDEX_BYTES`)
+
+
+def start_up_parquet(
+    files: int,
+    samples: int,
+    ranks: int,
+    ranks_per_node: int,
+    latency_s: float,
+    bandwidth: float,  # a node's bytes/s
+) -> tuple:
+    "({case: requests, bytes a rank and a node, seconds}, {case: requests of all ranks}) before the first batch over `files` Parquet files of `samples` rows: with the Parquet index, and without it (each file's footer) before and after the footers were kept a node. A node's first process reads the footers for the node: its rank is the one counted."
+    nodes, idx = max(1, ranks // ranks_per_node), PARQUET_ROW_BYTES * samples + 100 * files + 300
+    rank = {
+        'parquet, index': dict(requests=1, bytes=idx),
+        'parquet footers before': dict(requests=2 * files, bytes=files * (PARQUET_TAIL + 4)),
+        'parquet footers kept': dict(requests=files, bytes=files * PARQUET_TAIL),
+    }
+    node = {k: {kk: vv * (1 if 'kept' in k else ranks_per_node) for kk, vv in v.items()} for k, v in rank.items()}
+    serial = {'parquet, index': 1, 'parquet footers before': 2 * files, 'parquet footers kept': math.ceil(files / 8)}
+    out = {
+        k: dict(per_rank=rank[k], per_node=node[k], seconds=serial[k] * latency_s + node[k]['bytes'] / bandwidth)
+        for k in rank
+    }
+    out['parquet, index']['fits'] = idx <= PARQUET_INDEX_CAP
+    return out, {k: node[k]['requests'] * nodes for k in rank}
+
+
+def parquet_start_up(
+    out: dict,  # `timmdata simulate`'s figures (its config and start-up rows)
+) -> dict:
+    "`simulate`'s start-up rows with those of the same samples as Parquet files, a file a shard (`start_up_parquet`)."
+    c = out['config']
+    pq, every = start_up_parquet(
+        c['shards'], c['samples'], c['ranks'], c['ranks_per_node'], c['latency_ms'] / 1000, c['bandwidth']
+    )
+    return dict(start_up=out['start_up'] | pq, start_up_all_ranks=out['start_up_all_ranks'] | every)
