@@ -1819,6 +1819,128 @@ done:
     return out;
 }
 
+/* Two same-shape images of aug_image_ok, or 0 with ValueError set */
+static int aug_pair_ok(const Py_buffer *a, const Py_buffer *b, const char *name) {
+    if (!aug_image_ok(a, name) || !aug_image_ok(b, name)) return 0;
+    if (a->shape[0] != b->shape[0] || a->shape[1] != b->shape[1] || a->shape[2] != b->shape[2]) {
+        PyErr_Format(PyExc_ValueError, "%s: the images must have the same shape", name);
+        return 0;
+    }
+    return 1;
+}
+
+/* aug_blend(a, b, alpha) -> bytearray: Image.blend(a, b, alpha) of two uint8 HWC images (alpha read as a C float) */
+static PyObject *aug_blend_images(PyObject *self, PyObject *args) {
+    PyObject *ao, *bo;
+    double alpha;
+    if (!PyArg_ParseTuple(args, "OOd", &ao, &bo, &alpha)) return NULL;
+    Py_buffer a, b;
+    if (PyObject_GetBuffer(ao, &a, PyBUF_STRIDES) < 0) return NULL;
+    if (PyObject_GetBuffer(bo, &b, PyBUF_STRIDES) < 0) { PyBuffer_Release(&a); return NULL; }
+    PyObject *out = NULL;
+    uint8_t *packed = NULL;
+    if (!aug_pair_ok(&a, &b, "aug_blend")) goto done;
+    const int H = (int)a.shape[0], W = (int)a.shape[1], C = (int)a.shape[2];
+    const size_t n = (size_t)W * C;
+    packed = (uint8_t *)malloc((size_t)H * n);
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(H * n));
+    if (!packed || !out) { Py_CLEAR(out); PyErr_NoMemory(); goto done; }
+    Py_BEGIN_ALLOW_THREADS
+    for (int y = 0; y < H; y++) memcpy(packed + y * n, (const uint8_t *)a.buf + (size_t)y * a.strides[0], n);
+    aug_blend(packed, 1, (const uint8_t *)b.buf, b.strides[0], H, W, C, (float)alpha, (uint8_t *)PyByteArray_AS_STRING(out));
+    Py_END_ALLOW_THREADS
+done:
+    free(packed);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    return out;
+}
+
+/* mix[i] += w * (float)x[i] over a row: numpy's float32 `mix += w * x.astype(float32)`, one rounding per operation */
+static HOT void aug_mix_row(float *mix, const uint8_t *x, size_t n, float w) {
+    for (size_t i = 0; i < n; i++) mix[i] = mix[i] + w * (float)x[i];
+}
+
+/* aug_mix(img, chains, weights, m) -> bytearray: AugMix's mixing (timm's arithmetic): the float32 sum of weights[k] *
+ * chains[k] from 0, clipped to 0..255 and truncated to uint8, then Image.blend(img, that, m); weights and m as float32
+ * values (each a Python float holding one) */
+static PyObject *aug_mix(PyObject *self, PyObject *args) {
+    PyObject *io, *chains, *weights;
+    double m;
+    if (!PyArg_ParseTuple(args, "OO!O!d", &io, &PyList_Type, &chains, &PyList_Type, &weights, &m)) return NULL;
+    const Py_ssize_t K = PyList_GET_SIZE(chains);
+    if (K < 1 || PyList_GET_SIZE(weights) != K) { PyErr_SetString(PyExc_ValueError, "aug_mix: needs one weight per chain, and a chain"); return NULL; }
+    Py_buffer im;
+    if (PyObject_GetBuffer(io, &im, PyBUF_STRIDES) < 0) return NULL;
+    Py_buffer *cb = (Py_buffer *)calloc((size_t)K, sizeof(Py_buffer));
+    float *w = (float *)malloc(sizeof(float) * (size_t)K), *mix = NULL;
+    uint8_t *mixed = NULL;
+    PyObject *out = NULL;
+    Py_ssize_t got = 0;
+    if (!cb || !w) { PyErr_NoMemory(); goto done; }
+    if (!aug_image_ok(&im, "aug_mix")) goto done;
+    for (; got < K; got++) {
+        double wk = PyFloat_AsDouble(PyList_GET_ITEM(weights, got));
+        if (wk == -1.0 && PyErr_Occurred()) goto done;
+        w[got] = (float)wk;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(chains, got), &cb[got], PyBUF_STRIDES) < 0) goto done;
+        if (!aug_pair_ok(&im, &cb[got], "aug_mix")) { got++; goto done; }
+    }
+    const int H = (int)im.shape[0], W = (int)im.shape[1], C = (int)im.shape[2];
+    const size_t n = (size_t)W * C;
+    mix = (float *)malloc(sizeof(float) * n);
+    mixed = (uint8_t *)malloc(2 * (size_t)H * n);  /* the mix, then a packed copy of img (Image.blend's first image) */
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(H * n));
+    if (!mix || !mixed || !out) { Py_CLEAR(out); PyErr_NoMemory(); goto done; }
+    Py_BEGIN_ALLOW_THREADS
+    uint8_t *first = mixed + (size_t)H * n;
+    for (int y = 0; y < H; y++) {
+        memset(mix, 0, sizeof(float) * n);
+        for (Py_ssize_t k = 0; k < K; k++) aug_mix_row(mix, (const uint8_t *)cb[k].buf + (size_t)y * cb[k].strides[0], n, w[k]);
+        uint8_t *o = mixed + y * n;
+        for (size_t i = 0; i < n; i++) {
+            float t = mix[i] < 0.0f ? 0.0f : mix[i];
+            o[i] = (uint8_t)(t > 255.0f ? 255.0f : t);
+        }
+        memcpy(first + y * n, (const uint8_t *)im.buf + (size_t)y * im.strides[0], n);
+    }
+    aug_blend(first, 1, mixed, (Py_ssize_t)n, H, W, C, (float)m, (uint8_t *)PyByteArray_AS_STRING(out));
+    Py_END_ALLOW_THREADS
+done:
+    for (Py_ssize_t k = 0; k < got; k++) PyBuffer_Release(&cb[k]);
+    free(cb);
+    free(w);
+    free(mix);
+    free(mixed);
+    PyBuffer_Release(&im);
+    return out;
+}
+
+/* planar_to_hwc(src_chw_u8) -> bytearray (H, W, C): a C-contiguous (C, H, W) uint8 image's pixels interleaved */
+static PyObject *planar_to_hwc(PyObject *self, PyObject *args) {
+    PyObject *src;
+    if (!PyArg_ParseTuple(args, "O", &src)) return NULL;
+    Py_buffer v;
+    if (PyObject_GetBuffer(src, &v, PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0) return NULL;
+    PyObject *out = NULL;
+    if (v.ndim != 3 || v.itemsize != 1 || v.shape[0] < 1 || v.shape[0] > 4) {
+        PyErr_SetString(PyExc_ValueError, "planar_to_hwc: src must be a C-contiguous uint8 (C, H, W) image, C 1 to 4");
+        goto done;
+    }
+    const Py_ssize_t C = v.shape[0], HW = v.shape[1] * v.shape[2];
+    out = PyByteArray_FromStringAndSize(NULL, C * HW);
+    if (!out) goto done;
+    const uint8_t *p = (const uint8_t *)v.buf;
+    uint8_t *o = (uint8_t *)PyByteArray_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    if (C == 3) for (Py_ssize_t i = 0; i < HW; i++) { o[3 * i] = p[i]; o[3 * i + 1] = p[HW + i]; o[3 * i + 2] = p[2 * HW + i]; }
+    else for (Py_ssize_t i = 0; i < HW; i++) for (Py_ssize_t c = 0; c < C; c++) o[C * i + c] = p[c * HW + i];
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&v);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"set_streaming", set_streaming, METH_VARARGS, "set_streaming(on) -> previous setting: streaming stores in the affine passes (AVX2 builds)"},
     {"header", header, METH_VARARGS, "header(data) -> (height, width, components, jpeg colour space)"},
@@ -1839,6 +1961,9 @@ static PyMethodDef methods[] = {
     {"aug_point", aug_point, METH_VARARGS, "aug_point(src_hwc_u8, kind, table=None) -> bytearray (H, W, C): Image.point(table) (kind 0: 256 values for every channel or 256 per channel), ImageOps.autocontrast (1) or ImageOps.equalize (2) of the image, Pillow's bytes"},
     {"aug_enhance", aug_enhance, METH_VARARGS, "aug_enhance(src_hwc_u8, kind, factor) -> bytearray (H, W, C): ImageEnhance's Brightness (kind 0), Contrast (1), Color (2) or Sharpness (3) enhance(factor) of the image, Pillow's bytes"},
     {"aug_gaussian_blur", aug_gaussian_blur, METH_VARARGS, "aug_gaussian_blur(src_hwc_u8, radius) -> bytearray (H, W, C): ImageFilter.GaussianBlur(radius) of the image, Pillow's bytes"},
+    {"aug_blend", aug_blend_images, METH_VARARGS, "aug_blend(a_hwc_u8, b_hwc_u8, alpha) -> bytearray (H, W, C): Image.blend(a, b, alpha), Pillow's bytes"},
+    {"aug_mix", aug_mix, METH_VARARGS, "aug_mix(img_hwc_u8, chains, weights, m) -> bytearray (H, W, C): AugMix's mix: the float32 sum of weights[k] * chains[k], clipped and truncated to uint8, blended with img by m as Image.blend(img, mix, m)"},
+    {"planar_to_hwc", planar_to_hwc, METH_VARARGS, "planar_to_hwc(src_chw_u8) -> bytearray (H, W, C): the planes' pixels interleaved"},
     {"affine_u8", affine_u8, METH_VARARGS, "affine_u8(x_u8, m, b, lo, hi, out_f32, n, c, hw): out = clamp(m @ x + b, lo, hi)"},
     {NULL, NULL, 0, NULL}};
 /* Multi-phase init (PEP 489). The module keeps no Python objects of its own: what it shares between calls is set once
