@@ -129,20 +129,25 @@ def ops(rounds: int = 3, n: int = 40):
     def seeded(t):
         return lambda k: (random.seed(k), np.random.seed(k), t(img))
 
-    print('| op or policy (224 px; ops at magnitude 9, always applied; filter drawn per call) | timm ms | timmdata ms | ratio |')
-    print('| --- | --- | --- | --- |')
+    px = np.asarray(img).copy()  # the crop's pixels as the loader hands them to a policy (a uint8 HWC array)
+    print(f'load average {os.getloadavg()[0]:.2f}; timmdata with the kernels: {aa._kernels() is not None}\n')
+    print('| op or policy (224 px; ops at magnitude 9, always applied; filter drawn per call) | timm ms | timmdata ms '
+          '(PIL image in and out) | ratio | timmdata ms (pixels: the loader\'s path) | ratio |')
+    print('| --- | --- | --- | --- | --- | --- |')
+
+    def row(label, t, f):
+        o, p = tm(lambda k: f(img, Draws(k))), tm(lambda k: f(px, Draws(k)))
+        print(f'| {label} | {t:.3f} | {o:.3f} | {t / o:.2f}x | {p:.3f} | {t / p:.2f}x |', flush=True)
+
     for name in ['Rotate', 'ShearX', 'ShearY', 'TranslateXRel', 'TranslateYRel', 'Sharpness', 'Equalize', 'AutoContrast',
-                 'Color', 'Contrast', 'Brightness', 'Solarize', 'Posterize']:
+                 'Color', 'Contrast', 'Brightness', 'Solarize', 'Posterize', 'SolarizeAdd', 'Invert', 'Desaturate',
+                 'GaussianBlurRand']:
         t = tm(seeded(ta.AugmentOp(name, prob=1.0, magnitude=9, hparams=hp)))
-        op = aa.AugmentOp(name, prob=1.0, magnitude=9, hparams=hp)
-        o = tm(lambda k: op(img, Draws(k)))
-        print(f'| {name} | {t:.3f} | {o:.3f} | {t / o:.2f}x |', flush=True)
+        row(name, t, aa.AugmentOp(name, prob=1.0, magnitude=9, hparams=hp))
     for s in ['rand-m9-mstd0.5', 'rand-m9-mstd0.5-inc1', 'augmix-m5-w4-d2', '3a']:
         build = 'rand_augment_transform' if s.startswith('rand') else 'augment_and_mix_transform' if s.startswith('aug') else 'auto_augment_transform'
         t = tm(seeded(getattr(ta, build)(s, dict(hp))))
-        pol = getattr(aa, build)(s, dict(hp))
-        o = tm(lambda k: pol(img, Draws(k)))
-        print(f'| `{s}` | {t:.3f} | {o:.3f} | {t / o:.2f}x |', flush=True)
+        row(f'`{s}`', t, getattr(aa, build)(s, dict(hp)))
 
 
 def run_child(a, lib, data, kw) -> dict:

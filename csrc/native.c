@@ -1620,15 +1620,16 @@ static HOT void aug_smooth(const uint8_t *base, Py_ssize_t rs, int H, int W, int
         for (int i = 0; i < n; i++) rows[r][i] = (float)p[i] * k1;
     }
     for (int y = 1; y < H - 1; y++) {
-        float *up = rows[(y - 1) % 3], *mid = rows[y % 3], *dn = rows[(y + 1) % 3];
-        const uint8_t *pm = base + (size_t)y * rs, *pd = base + (size_t)(y + 1) * rs;
+        float *restrict up = rows[(y - 1) % 3], *restrict mid = rows[y % 3], *restrict dn = rows[(y + 1) % 3];
+        float *restrict m5 = mid5;
+        const uint8_t *restrict pm = base + (size_t)y * rs, *restrict pd = base + (size_t)(y + 1) * rs;
         for (int i = 0; i < n; i++) dn[i] = (float)pd[i] * k1;
-        for (int i = 0; i < n; i++) mid5[i] = (float)pm[i] * k5;
-        uint8_t *o = dst + (size_t)y * n;
+        for (int i = 0; i < n; i++) m5[i] = (float)pm[i] * k5;
+        uint8_t *restrict o = dst + (size_t)y * n;
         for (int i = C; i < n - C; i++) {
             float ss = 0.5f;
             ss += (dn[i - C] + dn[i]) + dn[i + C];
-            ss += (mid[i - C] + mid5[i]) + mid[i + C];
+            ss += (mid[i - C] + m5[i]) + mid[i + C];
             ss += (up[i - C] + up[i]) + up[i + C];
             ss = ss < 0.0f ? 0.0f : ss;
             ss = ss > 255.0f ? 255.0f : ss;
