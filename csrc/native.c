@@ -1605,32 +1605,46 @@ done:
 /* Pillow's grey: ITU-R 601-2 luma in 16-bit fixed point, rounded (Convert.c's RGB to L) */
 static inline uint8_t aug_luma(const uint8_t *p) { return (uint8_t)((p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16); }
 
+/* A row's luma sum (C 3), or its values' (C 1) */
+static HOT uint64_t aug_luma_sum(const uint8_t *restrict p, Py_ssize_t W, int C) {
+    uint64_t sum = 0;
+    if (C == 1) for (Py_ssize_t x = 0; x < W; x++) sum += p[x];
+    else for (Py_ssize_t x = 0; x < W; x++) sum += aug_luma(p + 3 * x);
+    return sum;
+}
+
+/* A row's luma as RGB (Pillow's convert('L').convert('RGB')) */
+static HOT void aug_luma_rgb(const uint8_t *restrict p, uint8_t *restrict o, Py_ssize_t W) {
+    for (Py_ssize_t x = 0; x < W; x++) o[3 * x] = o[3 * x + 1] = o[3 * x + 2] = aug_luma(p + 3 * x);
+}
+
 /* ImageFilter.SMOOTH (3x3, 1 1 1 / 1 5 1 / 1 1 1 over 13) as Filter.c computes it on 8 bits: float weights (the
  * integers divided by 13 in float), a float sum from 0.5 row by row (the row below first), clamped and truncated; the
  * border rows and columns copied. Images under 3 pixels a side are copied whole. Each row's products with the weights
  * are computed once (the same floats for the three output rows that use them); `f` has room for 4 rows of W * C. */
 static HOT void aug_smooth(const uint8_t *base, Py_ssize_t rs, int H, int W, int C, uint8_t *dst, float *f) {
+    /* indices are Py_ssize_t: Python builds with -fwrapv, under which int index arithmetic does not vectorise */
     const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
-    const int n = W * C;
+    const Py_ssize_t n = (Py_ssize_t)W * C, c = C;
     for (int y = 0; y < H; y++) memcpy(dst + (size_t)y * n, base + (size_t)y * rs, n);
     if (H < 3 || W < 3) return;
     float *rows[3] = {f, f + n, f + 2 * n}, *mid5 = f + 3 * n;
     for (int r = 0; r < 2; r++) {
         const uint8_t *p = base + (size_t)r * rs;
-        for (int i = 0; i < n; i++) rows[r][i] = (float)p[i] * k1;
+        for (Py_ssize_t i = 0; i < n; i++) rows[r][i] = (float)p[i] * k1;
     }
     for (int y = 1; y < H - 1; y++) {
         float *restrict up = rows[(y - 1) % 3], *restrict mid = rows[y % 3], *restrict dn = rows[(y + 1) % 3];
         float *restrict m5 = mid5;
         const uint8_t *restrict pm = base + (size_t)y * rs, *restrict pd = base + (size_t)(y + 1) * rs;
-        for (int i = 0; i < n; i++) dn[i] = (float)pd[i] * k1;
-        for (int i = 0; i < n; i++) m5[i] = (float)pm[i] * k5;
+        for (Py_ssize_t i = 0; i < n; i++) dn[i] = (float)pd[i] * k1;
+        for (Py_ssize_t i = 0; i < n; i++) m5[i] = (float)pm[i] * k5;
         uint8_t *restrict o = dst + (size_t)y * n;
-        for (int i = C; i < n - C; i++) {
+        for (Py_ssize_t i = c; i < n - c; i++) {
             float ss = 0.5f;
-            ss += (dn[i - C] + dn[i]) + dn[i + C];
-            ss += (mid[i - C] + m5[i]) + mid[i + C];
-            ss += (up[i - C] + up[i]) + up[i + C];
+            ss += (dn[i - c] + dn[i]) + dn[i + c];
+            ss += (mid[i - c] + m5[i]) + mid[i + c];
+            ss += (up[i - c] + up[i]) + up[i + c];
             ss = ss < 0.0f ? 0.0f : ss;
             ss = ss > 255.0f ? 255.0f : ss;
             o[i] = (uint8_t)ss;
@@ -1699,21 +1713,13 @@ static PyObject *aug_enhance(PyObject *self, PyObject *args) {
         aug_blend(&level, 0, base, rs, H, W, C, alpha, dst);
     } else if (kind == 1) {
         uint64_t sum = 0;
-        for (int y = 0; y < H; y++) {
-            const uint8_t *p = base + (size_t)y * rs;
-            if (C == 1) for (int x = 0; x < W; x++) sum += p[x];
-            else for (int x = 0; x < W; x++, p += 3) sum += aug_luma(p);
-        }
+        for (int y = 0; y < H; y++) sum += aug_luma_sum(base + (size_t)y * rs, W, C);
         level = (uint8_t)(int)((double)sum / ((double)H * W) + 0.5);
         aug_blend(&level, 0, base, rs, H, W, C, alpha, dst);
     } else if (kind == 2 && C == 1) {  /* Pillow blends the image with itself: a copy */
         aug_blend(base, 0, base, rs, H, W, C, 1.0f, dst);
     } else if (kind == 2) {
-        for (int y = 0; y < H; y++) {
-            const uint8_t *p = base + (size_t)y * rs;
-            uint8_t *o = deg + (size_t)y * W * 3;
-            for (int x = 0; x < W; x++, p += 3, o += 3) o[0] = o[1] = o[2] = aug_luma(p);
-        }
+        for (int y = 0; y < H; y++) aug_luma_rgb(base + (size_t)y * rs, deg + (size_t)y * W * 3, W);
         aug_blend(deg, 1, base, rs, H, W, C, alpha, dst);
     } else {
         aug_smooth(base, rs, H, W, C, deg, (float *)(deg + (((size_t)H * W * C + 15) & ~(size_t)15)));
@@ -1917,6 +1923,11 @@ done:
     return out;
 }
 
+/* Three planes' bytes interleaved (the compiler vectorises the shuffles where the CPU has them) */
+static HOT void interleave3(const uint8_t *restrict r, const uint8_t *restrict g, const uint8_t *restrict b, uint8_t *restrict o, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) { o[3 * i] = r[i]; o[3 * i + 1] = g[i]; o[3 * i + 2] = b[i]; }
+}
+
 /* planar_to_hwc(src_chw_u8) -> bytearray (H, W, C): a C-contiguous (C, H, W) uint8 image's pixels interleaved */
 static PyObject *planar_to_hwc(PyObject *self, PyObject *args) {
     PyObject *src;
@@ -1934,7 +1945,7 @@ static PyObject *planar_to_hwc(PyObject *self, PyObject *args) {
     const uint8_t *p = (const uint8_t *)v.buf;
     uint8_t *o = (uint8_t *)PyByteArray_AS_STRING(out);
     Py_BEGIN_ALLOW_THREADS
-    if (C == 3) for (Py_ssize_t i = 0; i < HW; i++) { o[3 * i] = p[i]; o[3 * i + 1] = p[HW + i]; o[3 * i + 2] = p[2 * HW + i]; }
+    if (C == 3) interleave3(p, p + HW, p + 2 * HW, o, HW);
     else for (Py_ssize_t i = 0; i < HW; i++) for (Py_ssize_t c = 0; c < C; c++) o[C * i + c] = p[c * HW + i];
     Py_END_ALLOW_THREADS
 done:
