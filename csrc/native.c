@@ -1383,49 +1383,82 @@ static inline RS_TARGET void wa_store3(__m256d r, uint8_t *o) {  /* wa_clip on e
     int32_t t = _mm_cvtsi128_si32(i);
     memcpy(o, &t, 3);
 }
+/* One output pixel from its source point's integer part (ix, iy) and fraction (dx, dy), as wa_row's */
+static inline RS_TARGET void wa_pixel3(const uint8_t *base, Py_ssize_t rs, int H, int W, int kind, int ix, int iy, double dx,
+                                       double dy, uint8_t *o) {
+    const __m256d vdx = _mm256_set1_pd(dx), vdy = _mm256_set1_pd(dy);
+    if (kind == 0) {
+        const uint8_t *r0 = base + (size_t)wa_clamp(iy, H) * rs, *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs;
+        const int x0 = wa_clamp(ix, W) * 3, x1 = wa_clamp(ix + 1, W) * 3;
+        __m256d r;
+        if (dy == 0.0) r = wa_lerp4(wa_tap(r0 + x0), wa_tap(r0 + x1), vdx);
+        else if (dx == 0.0) r = wa_lerp4(wa_tap(r0 + x0), wa_tap(r1 + x0), vdy);
+        else r = wa_lerp4(wa_lerp4(wa_tap(r0 + x0), wa_tap(r0 + x1), vdx), wa_lerp4(wa_tap(r1 + x0), wa_tap(r1 + x1), vdx), vdy);
+        wa_store3(r, o);  /* in 0..255 already: the clamp changes nothing, the truncation is the (uint8) cast's */
+        return;
+    }
+    ix--;
+    iy--;
+    const int x0 = wa_clamp(ix, W) * 3, x1 = wa_clamp(ix + 1, W) * 3, x2 = wa_clamp(ix + 2, W) * 3, x3 = wa_clamp(ix + 3, W) * 3;
+    if (dy == 0.0) {
+        const uint8_t *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs;
+        if (dx == 0.0) { o[0] = r1[x1]; o[1] = r1[x1 + 1]; o[2] = r1[x1 + 2]; return; }
+        wa_store3(wa_cubic4(wa_tap(r1 + x0), wa_tap(r1 + x1), wa_tap(r1 + x2), wa_tap(r1 + x3), vdx), o);
+        return;
+    }
+    const uint8_t *r0 = base + (size_t)wa_clamp(iy, H) * rs, *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs,
+                  *r2 = base + (size_t)wa_clamp(iy + 2, H) * rs, *r3 = base + (size_t)wa_clamp(iy + 3, H) * rs;
+    if (dx == 0.0) {
+        wa_store3(wa_cubic4(wa_tap(r0 + x1), wa_tap(r1 + x1), wa_tap(r2 + x1), wa_tap(r3 + x1), vdy), o);
+        return;
+    }
+    __m256d w0 = wa_cubic4(wa_tap(r0 + x0), wa_tap(r0 + x1), wa_tap(r0 + x2), wa_tap(r0 + x3), vdx);
+    __m256d w1 = wa_cubic4(wa_tap(r1 + x0), wa_tap(r1 + x1), wa_tap(r1 + x2), wa_tap(r1 + x3), vdx);
+    __m256d w2 = wa_cubic4(wa_tap(r2 + x0), wa_tap(r2 + x1), wa_tap(r2 + x2), wa_tap(r2 + x3), vdx);
+    __m256d w3 = wa_cubic4(wa_tap(r3 + x0), wa_tap(r3 + x1), wa_tap(r3 + x2), wa_tap(r3 + x3), vdx);
+    wa_store3(wa_cubic4(w0, w1, w2, w3, vdy), o);
+}
+
+/* The row four pixels at a time: their source points, the test against the image, the floors and the fractions in
+ * vectors of doubles (the same operations as the scalar code: sums in the same order, floor exact, and for a point
+ * inside the image (int)x == floor(x) when x >= 0), then each pixel's taps */
 static RS_TARGET void wa_row3_avx2(const uint8_t *base, Py_ssize_t rs, int H, int W, const double *a, const double *ax0,
                                    const double *ax3, int y, int kind, const uint8_t *fill, uint8_t *o) {
     const double yin = y + 0.5, by = a[1] * yin, ey = a[4] * yin;
-    for (int x = 0; x < W; x++, o += 3) {
+    const __m256d vby = _mm256_set1_pd(by), vey = _mm256_set1_pd(ey), va2 = _mm256_set1_pd(a[2]), va5 = _mm256_set1_pd(a[5]);
+    const __m256d zero = _mm256_setzero_pd(), vw = _mm256_set1_pd((double)W), vh = _mm256_set1_pd((double)H), half = _mm256_set1_pd(0.5);
+    int x = 0;
+    for (; x + 4 <= W; x += 4) {
+        __m256d xx = _mm256_add_pd(_mm256_add_pd(_mm256_loadu_pd(ax0 + x), vby), va2);
+        __m256d yy = _mm256_add_pd(_mm256_add_pd(_mm256_loadu_pd(ax3 + x), vey), va5);
+        __m256d in = _mm256_and_pd(_mm256_and_pd(_mm256_cmp_pd(xx, zero, _CMP_GE_OQ), _mm256_cmp_pd(xx, vw, _CMP_LT_OQ)),
+                                   _mm256_and_pd(_mm256_cmp_pd(yy, zero, _CMP_GE_OQ), _mm256_cmp_pd(yy, vh, _CMP_LT_OQ)));
+        const int inside = _mm256_movemask_pd(in);
+        xx = _mm256_sub_pd(xx, half);
+        yy = _mm256_sub_pd(yy, half);
+        const __m256d fx = _mm256_floor_pd(xx), fy = _mm256_floor_pd(yy);
+        double dxs[4], dys[4];
+        int ixs[4], iys[4];
+        _mm256_storeu_pd(dxs, _mm256_sub_pd(xx, fx));
+        _mm256_storeu_pd(dys, _mm256_sub_pd(yy, fy));
+        /* floors of points outside the image may not fit an int: only the inside ones are used */
+        _mm_storeu_si128((__m128i *)ixs, _mm256_cvttpd_epi32(_mm256_blendv_pd(zero, fx, in)));
+        _mm_storeu_si128((__m128i *)iys, _mm256_cvttpd_epi32(_mm256_blendv_pd(zero, fy, in)));
+        for (int k = 0; k < 4; k++) {
+            uint8_t *ok = o + (size_t)(x + k) * 3;
+            if (!(inside >> k & 1)) { ok[0] = fill[0]; ok[1] = fill[1]; ok[2] = fill[2]; continue; }
+            wa_pixel3(base, rs, H, W, kind, ixs[k], iys[k], dxs[k], dys[k], ok);
+        }
+    }
+    for (; x < W; x++) {
         double xx = ax0[x] + by + a[2];
         double yy = ax3[x] + ey + a[5];
-        if (xx < 0.0 || xx >= W || yy < 0.0 || yy >= H) {
-            o[0] = fill[0]; o[1] = fill[1]; o[2] = fill[2];
-            continue;
-        }
+        uint8_t *ok = o + (size_t)x * 3;
+        if (xx < 0.0 || xx >= W || yy < 0.0 || yy >= H) { ok[0] = fill[0]; ok[1] = fill[1]; ok[2] = fill[2]; continue; }
         xx -= 0.5;
         yy -= 0.5;
         int ix = xx < 0.0 ? (int)floor(xx) : (int)xx, iy = yy < 0.0 ? (int)floor(yy) : (int)yy;
-        const double dx = xx - ix, dy = yy - iy;
-        const __m256d vdx = _mm256_set1_pd(dx), vdy = _mm256_set1_pd(dy);
-        if (kind == 0) {
-            const uint8_t *r0 = base + (size_t)wa_clamp(iy, H) * rs, *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs;
-            const int x0 = wa_clamp(ix, W) * 3, x1 = wa_clamp(ix + 1, W) * 3;
-            __m256d r;
-            if (dy == 0.0) r = wa_lerp4(wa_tap(r0 + x0), wa_tap(r0 + x1), vdx);
-            else if (dx == 0.0) r = wa_lerp4(wa_tap(r0 + x0), wa_tap(r1 + x0), vdy);
-            else r = wa_lerp4(wa_lerp4(wa_tap(r0 + x0), wa_tap(r0 + x1), vdx), wa_lerp4(wa_tap(r1 + x0), wa_tap(r1 + x1), vdx), vdy);
-            wa_store3(r, o);  /* in 0..255 already: the clamp changes nothing, the truncation is the (uint8) cast's */
-        } else {
-            ix--;
-            iy--;
-            const int x0 = wa_clamp(ix, W) * 3, x1 = wa_clamp(ix + 1, W) * 3, x2 = wa_clamp(ix + 2, W) * 3, x3 = wa_clamp(ix + 3, W) * 3;
-            const uint8_t *r0 = base + (size_t)wa_clamp(iy, H) * rs, *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs,
-                          *r2 = base + (size_t)wa_clamp(iy + 2, H) * rs, *r3 = base + (size_t)wa_clamp(iy + 3, H) * rs;
-            if (dy == 0.0 && dx == 0.0) {
-                o[0] = r1[x1]; o[1] = r1[x1 + 1]; o[2] = r1[x1 + 2];
-            } else if (dy == 0.0) {
-                wa_store3(wa_cubic4(wa_tap(r1 + x0), wa_tap(r1 + x1), wa_tap(r1 + x2), wa_tap(r1 + x3), vdx), o);
-            } else if (dx == 0.0) {
-                wa_store3(wa_cubic4(wa_tap(r0 + x1), wa_tap(r1 + x1), wa_tap(r2 + x1), wa_tap(r3 + x1), vdy), o);
-            } else {
-                __m256d w0 = wa_cubic4(wa_tap(r0 + x0), wa_tap(r0 + x1), wa_tap(r0 + x2), wa_tap(r0 + x3), vdx);
-                __m256d w1 = wa_cubic4(wa_tap(r1 + x0), wa_tap(r1 + x1), wa_tap(r1 + x2), wa_tap(r1 + x3), vdx);
-                __m256d w2 = wa_cubic4(wa_tap(r2 + x0), wa_tap(r2 + x1), wa_tap(r2 + x2), wa_tap(r2 + x3), vdx);
-                __m256d w3 = wa_cubic4(wa_tap(r3 + x0), wa_tap(r3 + x1), wa_tap(r3 + x2), wa_tap(r3 + x3), vdx);
-                wa_store3(wa_cubic4(w0, w1, w2, w3, vdy), o);
-            }
-        }
+        wa_pixel3(base, rs, H, W, kind, ix, iy, xx - ix, yy - iy, ok);
     }
 }
 #endif
