@@ -58,6 +58,10 @@ OVER.update({'engine.watch': 480, 'streams.mixing': 455})  # watch 476 with the 
 OVER.update({'streams.global_order': 430, 'tools.simulate': 410, 'transforms': 415})
 # Parquet's hooks (the `parquet/` scheme, `timmdata index` over Parquet files): to move behind a registration next
 OVER.update({'streams.dataset_index': 410, 'streams.streaming': 410})
+# the auto-augment ops on uint8 pixels (native kernels, Pillow's bytes) and the crop handed to a policy as pixels: to split
+# next (auto_augment: the ops, their pixel helpers and the kernels' dispatch into a module of their own, the policies
+# staying; transforms: crop_to_pil, crop_to_pixels and the hand-over, as above)
+OVER.update({'auto_augment': 450, 'transforms': 440})
 
 
 def module_name(rel: str) -> str:

@@ -125,7 +125,11 @@ def warp_affine(
 ):
     "Pillow's `img.transform(img.size, AFFINE, matrix, resample, fillcolor=fillcolor)`: natively for RGB and L images (and their arrays) with the bilinear or bicubic filter (the same bytes, tested against Pillow; shears and translations skip the other axis's arithmetic), else Pillow's own. An array comes back as an array."
     arr = isinstance(img, np.ndarray)
-    warp, kind, n = getattr(NATIVE.module, 'warp_affine', None), _WARP_KIND.get(resample), (img.shape[2] if arr else len(img.getbands()))
+    warp, kind, n = (
+        getattr(NATIVE.module, 'warp_affine', None),
+        _WARP_KIND.get(resample),
+        (img.shape[2] if arr else len(img.getbands())),
+    )
     fill = (0,) * n if fillcolor is None else ((fillcolor,) * n if isinstance(fillcolor, int) else tuple(fillcolor))
     if warp is None or kind is None or (not arr and img.mode not in ('RGB', 'L')) or len(fill) != n:
         if arr:
@@ -275,7 +279,9 @@ def solarize_add(img, add, thresh=128, **_):
 
 def gaussian_blur(img, factor, **_):
     r = abs(factor)  # Pillow's blur depends on the radius squared
-    return _pixel_op(img, lambda k, a: k.aug_gaussian_blur(a, r), lambda im: im.filter(ImageFilter.GaussianBlur(radius=factor)))
+    return _pixel_op(
+        img, lambda k, a: k.aug_gaussian_blur(a, r), lambda im: im.filter(ImageFilter.GaussianBlur(radius=factor))
+    )
 
 
 def gaussian_blur_rand(img, factor, rng: Draws = GLOBAL_DRAWS, **_):

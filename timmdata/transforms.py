@@ -643,7 +643,6 @@ def crop_to_pixels(
         return out.permute(1, 2, 0).contiguous().numpy()
     return np.frombuffer(interleave(out.numpy()), np.uint8).reshape(h, w, 3)
 
-
 # %% ../nbs/10_transforms.ipynb #ce7bd336
 _TO_TENSOR = (MaybePILToTensor, MaybeToTensor, ToTensor, ToNumpy, tvt.PILToTensor, tvt.ToTensor)
 
