@@ -1363,29 +1363,28 @@ static inline void wa_row(const uint8_t *base, Py_ssize_t rs, int H, int W, cons
  * lane idle), so each of Pillow's double steps (the lerps, the cubics in Horner form, the clip) runs once for the
  * three channels: the same operations, in the same order, on each lane (no FMA: the target is AVX2 alone), so the
  * same bytes. `base` is a copy of the source with a byte of slack at its end: a tap loads 4 bytes. */
-static inline RS_TARGET __m256d wa_tap(const uint8_t *p) {
+static inline __attribute__((always_inline)) RS_TARGET __m256d wa_tap(const uint8_t *p) {
     int32_t t;
     memcpy(&t, p, 4);
     return _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(t)));
 }
-static inline RS_TARGET __m256d wa_lerp4(__m256d a, __m256d b, __m256d d) { return _mm256_add_pd(a, _mm256_mul_pd(_mm256_sub_pd(b, a), d)); }
-static inline RS_TARGET __m256d wa_cubic4(__m256d v1, __m256d v2, __m256d v3, __m256d v4, __m256d d) {
+static inline __attribute__((always_inline)) RS_TARGET __m256d wa_lerp4(__m256d a, __m256d b, __m256d d) { return _mm256_add_pd(a, _mm256_mul_pd(_mm256_sub_pd(b, a), d)); }
+static inline __attribute__((always_inline)) RS_TARGET __m256d wa_cubic4(__m256d v1, __m256d v2, __m256d v3, __m256d v4, __m256d d) {
     const __m256d two = _mm256_set1_pd(2.0);
     __m256d p2 = _mm256_sub_pd(v3, v1);  /* -v1 + v3: the same double */
     __m256d p3 = _mm256_sub_pd(_mm256_add_pd(_mm256_mul_pd(two, _mm256_sub_pd(v1, v2)), v3), v4);
     __m256d p4 = _mm256_add_pd(_mm256_sub_pd(_mm256_sub_pd(v2, v1), v3), v4);  /* -v1 + v2 - v3 + v4 */
     return _mm256_add_pd(v2, _mm256_mul_pd(d, _mm256_add_pd(p2, _mm256_mul_pd(d, _mm256_add_pd(p3, _mm256_mul_pd(d, p4))))));
 }
-static inline RS_TARGET void wa_store3(__m256d r, uint8_t *o) {  /* wa_clip on each lane: clamp to 0..255, truncate */
+static inline __attribute__((always_inline)) RS_TARGET int32_t wa_pack3(__m256d r) {  /* wa_clip on each lane: clamp to 0..255, truncate; the bytes in the low 3 of the result */
     r = _mm256_min_pd(_mm256_max_pd(r, _mm256_setzero_pd()), _mm256_set1_pd(255.0));
     __m128i i = _mm256_cvttpd_epi32(r);
     i = _mm_packus_epi16(_mm_packus_epi32(i, i), i);
-    int32_t t = _mm_cvtsi128_si32(i);
-    memcpy(o, &t, 3);
+    return _mm_cvtsi128_si32(i);
 }
 /* One output pixel from its source point's integer part (ix, iy) and fraction (dx, dy), as wa_row's */
-static inline RS_TARGET void wa_pixel3(const uint8_t *base, Py_ssize_t rs, int H, int W, int kind, int ix, int iy, double dx,
-                                       double dy, uint8_t *o) {
+static inline __attribute__((always_inline)) RS_TARGET int32_t wa_pixel3(const uint8_t *base, Py_ssize_t rs, int H, int W, int kind, int ix, int iy,
+                                                                             double dx, double dy) {
     const __m256d vdx = _mm256_set1_pd(dx), vdy = _mm256_set1_pd(dy);
     if (kind == 0) {
         const uint8_t *r0 = base + (size_t)wa_clamp(iy, H) * rs, *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs;
@@ -1394,29 +1393,26 @@ static inline RS_TARGET void wa_pixel3(const uint8_t *base, Py_ssize_t rs, int H
         if (dy == 0.0) r = wa_lerp4(wa_tap(r0 + x0), wa_tap(r0 + x1), vdx);
         else if (dx == 0.0) r = wa_lerp4(wa_tap(r0 + x0), wa_tap(r1 + x0), vdy);
         else r = wa_lerp4(wa_lerp4(wa_tap(r0 + x0), wa_tap(r0 + x1), vdx), wa_lerp4(wa_tap(r1 + x0), wa_tap(r1 + x1), vdx), vdy);
-        wa_store3(r, o);  /* in 0..255 already: the clamp changes nothing, the truncation is the (uint8) cast's */
-        return;
+        return wa_pack3(r);  /* in 0..255 already: the clamp changes nothing, the truncation is the (uint8) cast's */
     }
     ix--;
     iy--;
     const int x0 = wa_clamp(ix, W) * 3, x1 = wa_clamp(ix + 1, W) * 3, x2 = wa_clamp(ix + 2, W) * 3, x3 = wa_clamp(ix + 3, W) * 3;
     if (dy == 0.0) {
         const uint8_t *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs;
-        if (dx == 0.0) { o[0] = r1[x1]; o[1] = r1[x1 + 1]; o[2] = r1[x1 + 2]; return; }
-        wa_store3(wa_cubic4(wa_tap(r1 + x0), wa_tap(r1 + x1), wa_tap(r1 + x2), wa_tap(r1 + x3), vdx), o);
-        return;
+        if (dx == 0.0) { int32_t t; memcpy(&t, r1 + x1, 4); return t; }
+        return wa_pack3(wa_cubic4(wa_tap(r1 + x0), wa_tap(r1 + x1), wa_tap(r1 + x2), wa_tap(r1 + x3), vdx));
     }
     const uint8_t *r0 = base + (size_t)wa_clamp(iy, H) * rs, *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs,
                   *r2 = base + (size_t)wa_clamp(iy + 2, H) * rs, *r3 = base + (size_t)wa_clamp(iy + 3, H) * rs;
     if (dx == 0.0) {
-        wa_store3(wa_cubic4(wa_tap(r0 + x1), wa_tap(r1 + x1), wa_tap(r2 + x1), wa_tap(r3 + x1), vdy), o);
-        return;
+        return wa_pack3(wa_cubic4(wa_tap(r0 + x1), wa_tap(r1 + x1), wa_tap(r2 + x1), wa_tap(r3 + x1), vdy));
     }
     __m256d w0 = wa_cubic4(wa_tap(r0 + x0), wa_tap(r0 + x1), wa_tap(r0 + x2), wa_tap(r0 + x3), vdx);
     __m256d w1 = wa_cubic4(wa_tap(r1 + x0), wa_tap(r1 + x1), wa_tap(r1 + x2), wa_tap(r1 + x3), vdx);
     __m256d w2 = wa_cubic4(wa_tap(r2 + x0), wa_tap(r2 + x1), wa_tap(r2 + x2), wa_tap(r2 + x3), vdx);
     __m256d w3 = wa_cubic4(wa_tap(r3 + x0), wa_tap(r3 + x1), wa_tap(r3 + x2), wa_tap(r3 + x3), vdx);
-    wa_store3(wa_cubic4(w0, w1, w2, w3, vdy), o);
+    return wa_pack3(wa_cubic4(w0, w1, w2, w3, vdy));
 }
 
 /* The row four pixels at a time: their source points, the test against the image, the floors and the fractions in
@@ -1447,7 +1443,10 @@ static RS_TARGET void wa_row3_avx2(const uint8_t *base, Py_ssize_t rs, int H, in
         for (int k = 0; k < 4; k++) {
             uint8_t *ok = o + (size_t)(x + k) * 3;
             if (!(inside >> k & 1)) { ok[0] = fill[0]; ok[1] = fill[1]; ok[2] = fill[2]; continue; }
-            wa_pixel3(base, rs, H, W, kind, ixs[k], iys[k], dxs[k], dys[k], ok);
+            const int32_t t = wa_pixel3(base, rs, H, W, kind, ixs[k], iys[k], dxs[k], dys[k]);
+            /* four bytes (one store) but at the row's last pixel: the fourth is the next pixel's, written after */
+            if (x + k < W - 1) memcpy(ok, &t, 4);
+            else memcpy(ok, &t, 3);
         }
     }
     for (; x < W; x++) {
@@ -1458,7 +1457,8 @@ static RS_TARGET void wa_row3_avx2(const uint8_t *base, Py_ssize_t rs, int H, in
         xx -= 0.5;
         yy -= 0.5;
         int ix = xx < 0.0 ? (int)floor(xx) : (int)xx, iy = yy < 0.0 ? (int)floor(yy) : (int)yy;
-        wa_pixel3(base, rs, H, W, kind, ix, iy, xx - ix, yy - iy, ok);
+        const int32_t t = wa_pixel3(base, rs, H, W, kind, ix, iy, xx - ix, yy - iy);
+        memcpy(ok, &t, 3);
     }
 }
 #endif
