@@ -10,6 +10,7 @@ from PIL import Image
 timm_aa = pytest.importorskip('timm.data.auto_augment')
 
 from timmdata import auto_augment as aa
+from timmdata.pixels import augment_ops as ops
 from timmdata.pixels import decode
 
 native = pytest.mark.skipif(getattr(decode.NATIVE.module, 'warp_affine', None) is None,
@@ -48,7 +49,7 @@ def test_warp_affine_is_pillows(resample, kind):
             fill = tuple(int(v) for v in g.integers(0, 256, len(img.getbands())))
             for fc in (fill, None):
                 ref = img.transform(img.size, Image.Transform.AFFINE, m, resample=resample, fillcolor=fc)
-                out = aa.warp_affine(img, m, resample, fc)
+                out = ops.warp_affine(img, m, resample, fc)
                 assert out.mode == ref.mode and out.size == ref.size
                 assert np.array_equal(np.asarray(out), np.asarray(ref)), (kind, m, img.size, img.mode, fc)
 
@@ -62,7 +63,7 @@ def test_rotate_is_pillows(resample):
         for deg in angles:
             fc = tuple(int(v) for v in g.integers(0, 256, len(img.getbands())))
             ref = img.rotate(deg, resample=resample, fillcolor=fc)
-            out = aa.rotate(img, deg, resample=resample, fillcolor=fc)
+            out = ops.rotate(img, deg, resample=resample, fillcolor=fc)
             assert np.array_equal(np.asarray(out), np.asarray(ref)), (deg, img.size, img.mode)
 
 
@@ -96,7 +97,7 @@ def test_without_the_extension_pillow_warps():
     img = _images(5)[2]
     m = (1, 0.2, 3.5, 0, 1, 0)
     with decode.use_native(False):
-        out = aa.warp_affine(img, m, Image.Resampling.BICUBIC, (1, 2, 3))
+        out = ops.warp_affine(img, m, Image.Resampling.BICUBIC, (1, 2, 3))
     ref = img.transform(img.size, Image.Transform.AFFINE, m, resample=Image.Resampling.BICUBIC, fillcolor=(1, 2, 3))
     assert np.array_equal(np.asarray(out), np.asarray(ref))
 
@@ -105,7 +106,7 @@ def test_without_the_extension_pillow_warps():
 
 from PIL import ImageEnhance, ImageFilter, ImageOps
 
-kernels = pytest.mark.skipif(aa._kernels() is None, reason='the C extension (with the auto-augment kernels) is not built')
+kernels = pytest.mark.skipif(ops.native_kernels() is None, reason='the C extension (with the auto-augment kernels) is not built')
 
 
 def _random_images(seed, n=24):
@@ -132,8 +133,8 @@ def _same(ours, ref, what):
     assert np.array_equal(ours.reshape(ref.shape), ref), (what, int(np.abs(ours.reshape(ref.shape).astype(int) - ref).max()))
 
 
-ENHANCERS = {'brightness': (aa.brightness, ImageEnhance.Brightness), 'contrast': (aa.contrast, ImageEnhance.Contrast),
-             'color': (aa.color, ImageEnhance.Color), 'sharpness': (aa.sharpness, ImageEnhance.Sharpness)}
+ENHANCERS = {'brightness': (ops.brightness, ImageEnhance.Brightness), 'contrast': (ops.contrast, ImageEnhance.Contrast),
+             'color': (ops.color, ImageEnhance.Color), 'sharpness': (ops.sharpness, ImageEnhance.Sharpness)}
 
 
 @kernels
@@ -145,24 +146,24 @@ def test_enhancers_on_pixels_are_pillows(name):
     factors = [0.0, 1.0, 0.1, 0.5, 1.9, 2.5, -0.4, 1 + 1e-7, 1 - 1e-7, 1 / 3, 0.7, 1.3]
     for img in _random_images(len(name)):
         for f in factors + [float(v) for v in g.uniform(0, 2, 4)]:
-            _same(ours(aa.pil_to_pixels(img), f), pillows(img).enhance(f), (name, f, img.size, img.mode))
+            _same(ours(ops.pil_to_pixels(img), f), pillows(img).enhance(f), (name, f, img.size, img.mode))
 
 
 @kernels
 def test_pointwise_ops_on_pixels_are_pillows():
     "Tables (invert, solarize at every threshold, posterize at every bit count, solarize-add) and autocontrast, equalize."
     for k, img in enumerate(_random_images(7)):
-        a = aa.pil_to_pixels(img)
-        _same(aa.auto_contrast(a), ImageOps.autocontrast(img), ('autocontrast', k))
-        _same(aa.equalize(a), ImageOps.equalize(img), ('equalize', k))
-        _same(aa.invert(a), ImageOps.invert(img), ('invert', k))
+        a = ops.pil_to_pixels(img)
+        _same(ops.auto_contrast(a), ImageOps.autocontrast(img), ('autocontrast', k))
+        _same(ops.equalize(a), ImageOps.equalize(img), ('equalize', k))
+        _same(ops.invert(a), ImageOps.invert(img), ('invert', k))
         for t in (0, 1, 64, 128, 200, 255, 256):
-            _same(aa.solarize(a, t), ImageOps.solarize(img, t), ('solarize', t, k))
+            _same(ops.solarize(a, t), ImageOps.solarize(img, t), ('solarize', t, k))
         for bits in range(1, 9):
-            _same(aa.posterize(a, bits), ImageOps.posterize(img, bits), ('posterize', bits, k))
+            _same(ops.posterize(a, bits), ImageOps.posterize(img, bits), ('posterize', bits, k))
         for add, thresh in ((0, 128), (30, 128), (110, 128), (128, 256), (255, 1)):
             lut = [min(255, i + add) if i < thresh else i for i in range(256)]
-            _same(aa.solarize_add(a, add, thresh), img.point(lut * len(img.getbands())), ('solarize_add', add, k))
+            _same(ops.solarize_add(a, add, thresh), img.point(lut * len(img.getbands())), ('solarize_add', add, k))
 
 
 @kernels
@@ -171,20 +172,19 @@ def test_gaussian_blur_on_pixels_is_pillows():
     g = np.random.default_rng(3)
     for k, img in enumerate(_random_images(11, n=16)):
         for r in [0, 1e-30, 0.1, 0.33, 0.5, 1.0, 1.5, 2.0, 3.7, 40.0] + [float(v) for v in g.uniform(0.1, 2.0, 3)]:
-            _same(aa.gaussian_blur(aa.pil_to_pixels(img), r), img.filter(ImageFilter.GaussianBlur(r)), (r, k, img.size))
+            _same(ops.gaussian_blur(ops.pil_to_pixels(img), r), img.filter(ImageFilter.GaussianBlur(r)), (r, k, img.size))
 
 
 @kernels
 def test_blend_and_mix_are_pillows_and_numpys():
     "Image.blend of two arrays; AugMix's float32 mix (numpy's arithmetic) blended by Pillow, in one native call."
     g = np.random.default_rng(5)
-    k = aa._kernels()
     for img in _random_images(13, n=10):
-        a = aa.pil_to_pixels(img)
+        a = ops.pil_to_pixels(img)
         others = [g.integers(0, 256, a.shape, dtype=np.uint8) for _ in range(4)]
         pil = lambda x: Image.fromarray(x[:, :, 0] if x.shape[2] == 1 else x)
         for alpha in (0.0, 1.0, 0.25, float(np.float32(g.uniform())), 1.6, -0.5):
-            _same(aa._blend(a, others[0], alpha), Image.blend(img, pil(others[0]), alpha), ('blend', alpha))
+            _same(ops.blend(a, others[0], alpha), Image.blend(img, pil(others[0]), alpha), ('blend', alpha))
         for width in (1, 2, 4):
             ws, m = np.float32(g.dirichlet([1.0] * width)), np.float32(g.beta(1.0, 1.0))
             mix = np.zeros(a.shape, np.float32)
@@ -192,7 +192,7 @@ def test_blend_and_mix_are_pillows_and_numpys():
                 mix += w * np.asarray(c, dtype=np.float32)
             np.clip(mix, 0, 255.0, out=mix)
             ref = Image.blend(img, pil(mix.astype(np.uint8)), m)
-            _same(aa._pixels(k.aug_mix(a, others[:width], [float(w) for w in ws], float(m)), a.shape), ref, ('mix', width))
+            _same(ops.mix_and_blend(a, others[:width], ws, m), ref, ("mix", width))
 
 
 @kernels
@@ -205,7 +205,7 @@ def test_every_op_on_pixels(name):
         for k, img in enumerate(imgs):
             seed = 7000 + 100 * k + int(10 * m)
             _seed(seed)
-            ours = aa.AugmentOp(name, prob=1.0, magnitude=m, hparams=hp)(aa.pil_to_pixels(img))
+            ours = aa.AugmentOp(name, prob=1.0, magnitude=m, hparams=hp)(ops.pil_to_pixels(img))
             _seed(seed)
             try:
                 theirs = timm_aa.AugmentOp(name, prob=1.0, magnitude=m, hparams=hp)(img)
@@ -236,8 +236,8 @@ def test_policies_on_pixels_pil_and_tensors(config):
             except ValueError:
                 continue  # timm's posterize(0 bits) under Pillow >= 13
             _seed(seed); p = ours_t(img)
-            _seed(seed); a = ours_t(aa.pil_to_pixels(img))
-            _seed(seed); t = ours_t(torch.from_numpy(aa.pil_to_pixels(img).copy()).permute(2, 0, 1).contiguous())
+            _seed(seed); a = ours_t(ops.pil_to_pixels(img))
+            _seed(seed); t = ours_t(torch.from_numpy(ops.pil_to_pixels(img).copy()).permute(2, 0, 1).contiguous())
             assert isinstance(p, Image.Image) and np.array_equal(np.asarray(p), ref), (config, k, seed)
             _same(a, ref, (config, k, seed))
             assert isinstance(t, torch.Tensor) and np.array_equal(t.permute(1, 2, 0).numpy().reshape(ref.shape), ref)
@@ -249,7 +249,7 @@ def test_warp_simd_is_the_plain_c():
     k = decode.NATIVE.module
     g = np.random.default_rng(9)
     for img in _random_images(17, n=12):
-        a = aa.pil_to_pixels(img)
+        a = ops.pil_to_pixels(img)
         for _ in range(6):
             m = tuple(float(v) for v in (1 + 0.3 * g.normal(), 0.4 * g.normal(), 9 * g.normal(), 0.4 * g.normal(),
                                          1 + 0.3 * g.normal(), 9 * g.normal()))
@@ -267,11 +267,11 @@ def test_warp_simd_is_the_plain_c():
 def test_ops_on_pixels_without_the_extension():
     "Without the extension, arrays still work (through Pillow) and give the same pixels."
     img = _images(21)[2]
-    a = aa.pil_to_pixels(img)
-    with_k = [aa.sharpness(a, 1.7), aa.equalize(a), aa.gaussian_blur(a, 1.1), aa.rotate(a, 17.0, resample=Image.Resampling.BICUBIC)]
+    a = ops.pil_to_pixels(img)
+    with_k = [ops.sharpness(a, 1.7), ops.equalize(a), ops.gaussian_blur(a, 1.1), ops.rotate(a, 17.0, resample=Image.Resampling.BICUBIC)]
     with decode.use_native(False):
-        assert aa._kernels() is None
-        without = [aa.sharpness(a, 1.7), aa.equalize(a), aa.gaussian_blur(a, 1.1), aa.rotate(a, 17.0, resample=Image.Resampling.BICUBIC)]
+        assert ops.native_kernels() is None
+        without = [ops.sharpness(a, 1.7), ops.equalize(a), ops.gaussian_blur(a, 1.1), ops.rotate(a, 17.0, resample=Image.Resampling.BICUBIC)]
         pol = aa.rand_augment_transform('rand-m9-mstd0.5', dict(translate_const=100))
         out = pol(a, __import__('timmdata.config', fromlist=['Draws']).Draws(3))
         assert isinstance(out, np.ndarray) and out.shape == a.shape

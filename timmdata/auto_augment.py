@@ -7,289 +7,50 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence, Union
 import numpy as np
-import torch
-from PIL import Image, ImageEnhance, ImageFilter, ImageOps
-from torchvision.transforms import functional as TF
-from functools import lru_cache, partial
+from PIL import Image
+from functools import partial
 from .config import GLOBAL_DRAWS, Draws
 from .transforms import SampleTransform, str_to_pil_interp
 
 # %% auto #0
-__all__ = ['OP_NAMES', 'AA_POLICIES', 'RAND_TRANSFORM_SETS', 'is_pixels', 'pil_to_pixels', 'pixels_to_pil', 'warp_affine',
-           'rotate_matrix', 'shear_x', 'shear_y', 'translate_x_abs', 'translate_y_abs', 'translate_x_rel',
-           'translate_y_rel', 'rotate', 'auto_contrast', 'equalize', 'invert', 'solarize', 'posterize', 'contrast',
-           'color', 'brightness', 'sharpness', 'solarize_add', 'gaussian_blur', 'gaussian_blur_rand', 'desaturate',
-           'AugmentOp', 'auto_augment_policy', 'AutoAugment', 'auto_augment_policy_v0', 'auto_augment_policy_v0r',
-           'auto_augment_policy_original', 'auto_augment_policy_originalr', 'auto_augment_policy_3a',
-           'parse_auto_augment', 'auto_augment_transform', 'rand_augment_choices', 'rand_augment_ops', 'RandAugment',
-           'rand_augment_transform', 'augmix_ops', 'AugMixAugment', 'augment_and_mix_transform', 'create_auto_augment']
+__all__ = ['OP_NAMES', 'AA_POLICIES', 'RAND_TRANSFORM_SETS', 'AugmentOp', 'auto_augment_policy', 'AutoAugment',
+           'auto_augment_policy_v0', 'auto_augment_policy_v0r', 'auto_augment_policy_original',
+           'auto_augment_policy_originalr', 'auto_augment_policy_3a', 'parse_auto_augment', 'auto_augment_transform',
+           'rand_augment_choices', 'rand_augment_ops', 'RandAugment', 'rand_augment_transform', 'augmix_ops',
+           'AugMixAugment', 'augment_and_mix_transform', 'create_auto_augment']
 
 # %% ../nbs/12_auto_augment.ipynb #5e1f0a31
-import math
-from .pixels.decode import NATIVE
+from timmdata.pixels.augment_ops import (  # the ops under timm's names, and the policies' pixel hand-over
+    auto_contrast,
+    blend,
+    brightness,
+    color,
+    contrast,
+    desaturate,
+    equalize,
+    gaussian_blur,
+    gaussian_blur_rand,
+    invert,
+    mix_and_blend,
+    on_image,
+    posterize,
+    rotate,
+    sharpness,
+    shear_x,
+    shear_y,
+    solarize,
+    solarize_add,
+    translate_x_abs,
+    translate_x_rel,
+    translate_y_abs,
+    translate_y_rel,
+)
 
-# %% ../nbs/12_auto_augment.ipynb #5e1f0a40
-def _kernels():
-    "The extension where it has the auto-augment kernels, else None (the ops then run Pillow's own)."
-    m = NATIVE.module
-    return m if m is not None and hasattr(m, 'aug_enhance') else None
-
-
-def is_pixels(img) -> bool:
-    "Is `img` the ops' array form: a uint8 HWC ndarray with 1 (an 'L' image) or 3 (RGB) channels?"
-    return isinstance(img, np.ndarray) and img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] in (1, 3)
-
-
-def pil_to_pixels(img: Image.Image) -> np.ndarray:
-    "An RGB or L image's pixels as a uint8 HWC array (read-only)."
-    a = np.asarray(img)
-    return a[:, :, None] if a.ndim == 2 else a
-
-
-def pixels_to_pil(a: np.ndarray) -> Image.Image:
-    "A uint8 HWC array (1 or 3 channels) as an 'L' or RGB image."
-    h, w, c = a.shape
-    mode = 'L' if c == 1 else 'RGB'
-    return Image.frombuffer(mode, (w, h), np.ascontiguousarray(a), 'raw', mode, 0, 1)
-
-
-def _pixels(buf, shape) -> np.ndarray:
-    return np.frombuffer(buf, np.uint8).reshape(shape)
-
-
-def _pixel_op(img, kernel, pil_op):
-    "`kernel(module, pixels)` (a native op's bytes) on a uint8 HWC array, and on an RGB or L image through its pixels; Pillow's `pil_op(image)` without the kernels or for other modes. The image comes back as the kind it came in."
-    k = _kernels()
-    if isinstance(img, np.ndarray):
-        return _pixels(kernel(k, img), img.shape) if k is not None else pil_to_pixels(pil_op(pixels_to_pil(img)))
-    if k is None or img.mode not in ('RGB', 'L'):
-        return pil_op(img)
-    a = pil_to_pixels(img)
-    return pixels_to_pil(_pixels(kernel(k, a), a.shape))
-
-
-def _on_image(fn, img):
-    """Run `fn` (ops that take PIL images or uint8 HWC arrays) on `img`, returning the kind that came in. With the
-    kernels, an RGB or L image and a uint8 CHW tensor go through as one array (no conversion between the ops); without
-    them, as a PIL image."""
-    k = _kernels()
-    if isinstance(img, torch.Tensor):
-        if k is None or img.dtype != torch.uint8 or img.ndim != 3 or img.shape[0] not in (1, 3):
-            return TF.pil_to_tensor(fn(TF.to_pil_image(img)))
-        hwc = img.permute(1, 2, 0)
-        if hwc.is_contiguous():  # a CHW view of interleaved pixels (a decoded crop)
-            a = hwc.numpy()
-        elif img.is_contiguous():  # planes
-            a = _pixels(k.planar_to_hwc(img.numpy()), tuple(hwc.shape))
-        else:
-            a = hwc.contiguous().numpy()
-        out = fn(a)
-        if out is a:
-            return img
-        return torch.from_numpy(out if out.flags.writeable else out.copy()).permute(2, 0, 1)
-    if isinstance(img, np.ndarray):
-        if not is_pixels(img):
-            raise ValueError(
-                f'auto-augment takes PIL images, uint8 CHW tensors or uint8 HWC arrays with 1 or 3 channels; '
-                f'got an array of shape {img.shape} and dtype {img.dtype}'
-            )
-        return fn(img) if k is not None else pil_to_pixels(fn(pixels_to_pil(img)))
-    if k is not None and img.mode in ('RGB', 'L'):
-        a = pil_to_pixels(img)
-        out = fn(a)
-        return img if out is a else pixels_to_pil(out)
-    return fn(img)
-
-# %% ../nbs/12_auto_augment.ipynb #48d16283
+# %% ../nbs/12_auto_augment.ipynb #aa0e0a11
 _LEVEL_DENOM = 10.0  # magnitude m is the fraction m / 10 of each op's range
 _FILL = (128, 128, 128)
 _HPARAMS_DEFAULT = dict(translate_const=250, img_mean=_FILL)
 _RANDOM_INTERPOLATION = (Image.Resampling.BILINEAR, Image.Resampling.BICUBIC)
-_DEFAULT_INTERPOLATION = Image.Resampling.BICUBIC
-
-
-def _resample(kw):
-    "The resampling filter for a geometric op: fixed, or drawn (bilinear/bicubic) after the op's arguments."
-    r = kw.get('resample', _DEFAULT_INTERPOLATION)
-    return kw.get('rng', GLOBAL_DRAWS).py.choice(r) if isinstance(r, (tuple, list)) else r
-
-
-_WARP_KIND = {Image.Resampling.BILINEAR: 0, Image.Resampling.BICUBIC: 1}  # the native warp's filters
-
-
-def warp_affine(
-    img,  # an RGB or L image, or its pixels (a uint8 HWC array); other modes: Pillow's warp
-    matrix: tuple,  # Pillow's affine data (a, b, c, d, e, f): output pixel (x, y) reads source (ax + by + c, dx + ey + f)
-    resample: int,  # Image.Resampling.BILINEAR or BICUBIC (others: Pillow's warp)
-    fillcolor=None,  # the colour where the source point falls outside the image (None: black)
-):
-    "Pillow's `img.transform(img.size, AFFINE, matrix, resample, fillcolor=fillcolor)`: natively for RGB and L images (and their arrays) with the bilinear or bicubic filter (the same bytes, tested against Pillow; shears and translations skip the other axis's arithmetic), else Pillow's own. An array comes back as an array."
-    arr = isinstance(img, np.ndarray)
-    warp, kind, n = (
-        getattr(NATIVE.module, 'warp_affine', None),
-        _WARP_KIND.get(resample),
-        (img.shape[2] if arr else len(img.getbands())),
-    )
-    fill = (0,) * n if fillcolor is None else ((fillcolor,) * n if isinstance(fillcolor, int) else tuple(fillcolor))
-    if warp is None or kind is None or (not arr and img.mode not in ('RGB', 'L')) or len(fill) != n:
-        if arr:
-            return pil_to_pixels(warp_affine(pixels_to_pil(img), matrix, resample, fillcolor))
-        return img.transform(img.size, Image.Transform.AFFINE, matrix, resample=resample, fillcolor=fillcolor)
-    a = img if arr else pil_to_pixels(img)
-    out = _pixels(warp(a, tuple(float(v) for v in matrix[:6]), kind, fill), a.shape)
-    return out if arr else pixels_to_pil(out)
-
-
-def rotate_matrix(
-    size: tuple,  # the image's (w, h)
-    degrees: float,  # counter-clockwise, about the centre
-) -> list:
-    "The affine matrix Pillow's `Image.rotate(degrees)` (about the centre, not expanded) hands to `transform`."
-    w, h = size
-    angle = -math.radians(degrees % 360.0)
-    m = [
-        round(math.cos(angle), 15),
-        round(math.sin(angle), 15),
-        0.0,
-        round(-math.sin(angle), 15),
-        round(math.cos(angle), 15),
-        0.0,
-    ]
-    cx, cy = w / 2, h / 2
-    m[2], m[5] = m[0] * -cx + m[1] * -cy + m[2], m[3] * -cx + m[4] * -cy + m[5]
-    m[2] += cx
-    m[5] += cy
-    return m
-
-
-def _affine(img, matrix, kw):
-    return warp_affine(img, matrix, _resample(kw), kw.get('fillcolor'))
-
-
-def shear_x(img, factor, **kw):
-    return _affine(img, (1, factor, 0, 0, 1, 0), kw)
-
-
-def shear_y(img, factor, **kw):
-    return _affine(img, (1, 0, 0, factor, 1, 0), kw)
-
-
-def translate_x_abs(img, pixels, **kw):
-    return _affine(img, (1, 0, pixels, 0, 1, 0), kw)
-
-
-def translate_y_abs(img, pixels, **kw):
-    return _affine(img, (1, 0, 0, 0, 1, pixels), kw)
-
-
-def _width_height(img) -> tuple:
-    return (img.shape[1], img.shape[0]) if isinstance(img, np.ndarray) else img.size
-
-
-def translate_x_rel(img, pct, **kw):
-    return translate_x_abs(img, pct * _width_height(img)[0], **kw)
-
-
-def translate_y_rel(img, pct, **kw):
-    return translate_y_abs(img, pct * _width_height(img)[1], **kw)
-
-
-def rotate(img, degrees, **kw):
-    resample, a, (w, h) = _resample(kw), degrees % 360.0, _width_height(img)
-    if a in (0, 180) or (a in (90, 270) and w == h):  # Pillow copies and transposes
-        if not isinstance(img, np.ndarray):
-            return img.rotate(degrees, resample=resample, fillcolor=kw.get('fillcolor'))
-        return np.ascontiguousarray(np.rot90(img, int(a) // 90))
-    return warp_affine(img, rotate_matrix((w, h), degrees), resample, kw.get('fillcolor'))
-
-# %% ../nbs/12_auto_augment.ipynb #7f3e0a02
-@lru_cache(maxsize=None)
-def _table(kind: str, *args) -> bytes:
-    "The 256-value lookup table of a pointwise op, as ImageOps builds it (Image.point clips it to 0..255)."
-    if kind == 'invert':
-        t = [255 - i for i in range(256)]
-    elif kind == 'solarize':  # values at or above the threshold inverted
-        t = [i if i < args[0] else 255 - i for i in range(256)]
-    elif kind == 'posterize':  # the `bits` high bits kept (0: black)
-        t = [i & ~(2 ** (8 - args[0]) - 1) for i in range(256)] if args[0] > 0 else [0] * 256
-    else:  # solarize_add: `add` added below the threshold, saturating
-        t = [min(255, i + args[0]) if i < args[1] else i for i in range(256)]
-    return bytes(max(0, min(255, v)) for v in t)
-
-
-def _point(img, table: bytes, pil_op):
-    "Image.point with one 256-value table for every channel; Pillow's `pil_op(image)` without the kernels."
-    return _pixel_op(img, lambda k, a: k.aug_point(a, 0, table), pil_op)
-
-
-def auto_contrast(img, **_):
-    return _pixel_op(img, lambda k, a: k.aug_point(a, 1), TF.autocontrast)
-
-
-def equalize(img, **_):
-    return _pixel_op(img, lambda k, a: k.aug_point(a, 2), TF.equalize)
-
-
-def invert(img, **_):
-    return _point(img, _table('invert'), TF.invert)
-
-
-def solarize(img, thresh, **_):
-    # thresh may be 256 (no-op), beyond torchvision's range check
-    return _point(img, _table('solarize', thresh), lambda im: ImageOps.solarize(im, thresh))
-
-
-def posterize(img, bits_to_keep, **_):
-    "Keep the `bits_to_keep` most significant bits; 0 bits gives black (Pillow >= 13 refuses 0, older Pillow gave black)."
-    if bits_to_keep >= 8:
-        return img
-    if bits_to_keep <= 0:
-        return _point(img, _table('posterize', 0), lambda im: im.point([0] * 256 * len(im.getbands())))
-    return _point(img, _table('posterize', bits_to_keep), lambda im: TF.posterize(im, bits_to_keep))
-
-
-def _enhance(img, kind: int, factor: float, enhancer):
-    "ImageEnhance's `enhancer(img).enhance(factor)`; natively, aug_enhance's `kind` (0 brightness, 1 contrast, 2 color, 3 sharpness)."
-    return _pixel_op(img, lambda k, a: k.aug_enhance(a, kind, factor), lambda im: enhancer(im).enhance(factor))
-
-
-def contrast(img, factor, **_):
-    return _enhance(img, 1, factor, ImageEnhance.Contrast)
-
-
-def color(img, factor, **_):
-    return _enhance(img, 2, factor, ImageEnhance.Color)
-
-
-def brightness(img, factor, **_):
-    return _enhance(img, 0, factor, ImageEnhance.Brightness)
-
-
-def sharpness(img, factor, **_):
-    return _enhance(img, 3, factor, ImageEnhance.Sharpness)
-
-
-def solarize_add(img, add, thresh=128, **_):
-    "Add `add` to pixel values below `thresh` (saturating at 255)."
-    if not isinstance(img, np.ndarray) and img.mode not in ('L', 'RGB'):
-        return img
-    t = _table('solarize_add', add, thresh)
-    return _point(img, t, lambda im: im.point(list(t) * len(im.getbands())))
-
-
-def gaussian_blur(img, factor, **_):
-    r = abs(factor)  # Pillow's blur depends on the radius squared
-    return _pixel_op(
-        img, lambda k, a: k.aug_gaussian_blur(a, r), lambda im: im.filter(ImageFilter.GaussianBlur(radius=factor))
-    )
-
-
-def gaussian_blur_rand(img, factor, rng: Draws = GLOBAL_DRAWS, **_):
-    return gaussian_blur(img, rng.py.uniform(0.1, 2.0 * factor))
-
-
-def desaturate(img, factor, **_):
-    return color(img, min(1.0, max(0.0, 1.0 - factor)))  # 0: grey
 
 # %% ../nbs/12_auto_augment.ipynb #85f3aaa5
 def _maybe_negate(v, rng: Draws = GLOBAL_DRAWS):
@@ -433,7 +194,7 @@ class AugmentOp(SampleTransform):
         return self.aug_fn(img, *args, **self.kwargs, rng=rng)
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return _on_image(partial(self._apply, rng=rng), img)
+        return on_image(partial(self._apply, rng=rng), img)
 
     def __repr__(self):
         mmax = f', mmax={self.magnitude_max}' if self.magnitude_max is not None else ''
@@ -543,7 +304,7 @@ class AutoAugment(SampleTransform):
         return img
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return _on_image(partial(self._apply, rng=rng), img)
+        return on_image(partial(self._apply, rng=rng), img)
 
     def __repr__(self):
         subs = ''.join('\n\t[' + ', '.join(map(str, sub)) + ']' for sub in self.policy)
@@ -732,7 +493,7 @@ class RandAugment(SampleTransform):
         return img
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return _on_image(partial(self._apply, rng=rng), img)
+        return on_image(partial(self._apply, rng=rng), img)
 
     def __repr__(self):
         return f"{type(self).__name__}(n={self.num_layers}, ops=" + ''.join(f'\n\t{o}' for o in self.ops) + ')'
@@ -793,13 +554,6 @@ def augmix_ops(
     ]
 
 
-def _blend(a, b, alpha):
-    "Image.blend(a, b, alpha) of two images, or (with the kernels) of their pixels."
-    if isinstance(a, np.ndarray):
-        return _pixels(_kernels().aug_blend(a, b, float(alpha)), a.shape)
-    return Image.blend(a, b, alpha)
-
-
 class AugMixAugment(SampleTransform):
     "AugMix: a Dirichlet-weighted mix of `width` random op chains, blended with the original by a Beta factor."
 
@@ -830,19 +584,13 @@ class AugMixAugment(SampleTransform):
         if self.blended:
             orig = img
             for w in self._blend_weights(ws, m):
-                img = _blend(img, self._chain(orig, rng), w)
+                img = blend(img, self._chain(orig, rng), w)
             return img
         chains = [self._chain(img, rng) for _ in ws]
-        if isinstance(img, np.ndarray):  # arrays come with the kernels (`_on_image`): the mix and blend in one pass
-            return _pixels(_kernels().aug_mix(img, chains, [float(w) for w in ws], float(m)), img.shape)
-        mix = np.zeros(np.asarray(img).shape, dtype=np.float32)
-        for w, c in zip(ws, chains):
-            mix += w * np.asarray(c, dtype=np.float32)
-        np.clip(mix, 0, 255.0, out=mix)
-        return Image.blend(img, Image.fromarray(mix.astype(np.uint8)), m)
+        return mix_and_blend(img, chains, ws, m)  # one native pass on pixels
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return _on_image(partial(self._apply, rng=rng), img)
+        return on_image(partial(self._apply, rng=rng), img)
 
     def __repr__(self):
         return (
