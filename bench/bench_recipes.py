@@ -117,6 +117,7 @@ def ops(rounds: int = 3, n: int = 40):
     import numpy as np
     from timm.data import auto_augment as ta
     from timmdata import auto_augment as aa
+    from timmdata.pixels.augment_ops import native_kernels
     from timmdata.config import Draws
     from timmdata.tools.sample_data import make_sample_image
     fix_timm_posterize()
@@ -136,7 +137,7 @@ def ops(rounds: int = 3, n: int = 40):
         return lambda k: (random.seed(k), np.random.seed(k), t(img))
 
     px = np.asarray(img).copy()  # the crop's pixels as the loader hands them to a policy (a uint8 HWC array)
-    print(f'load average {os.getloadavg()[0]:.2f}; timmdata with the kernels: {aa._kernels() is not None}\n')
+    print(f'load average {os.getloadavg()[0]:.2f}; timmdata with the kernels: {native_kernels() is not None}\n')
     print('| op or policy (224 px; ops at magnitude 9, always applied; filter drawn per call) | timm ms | timmdata ms '
           '(PIL image in and out) | ratio | timmdata ms (pixels: the loader\'s path) | ratio |')
     print('| --- | --- | --- | --- | --- | --- |')
