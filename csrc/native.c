@@ -1358,6 +1358,111 @@ static inline void wa_row(const uint8_t *base, Py_ssize_t rs, int H, int W, cons
     }
 }
 
+#if RS_AVX2
+/* warp_affine's row for RGB with AVX2: the three channels of a tap in the lanes of one vector of doubles (the fourth
+ * lane idle), so each of Pillow's double steps (the lerps, the cubics in Horner form, the clip) runs once for the
+ * three channels: the same operations, in the same order, on each lane (no FMA: the target is AVX2 alone), so the
+ * same bytes. `base` is a copy of the source with a byte of slack at its end: a tap loads 4 bytes. */
+static inline __attribute__((always_inline)) RS_TARGET __m256d wa_tap(const uint8_t *p) {
+    int32_t t;
+    memcpy(&t, p, 4);
+    return _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(t)));
+}
+static inline __attribute__((always_inline)) RS_TARGET __m256d wa_lerp4(__m256d a, __m256d b, __m256d d) { return _mm256_add_pd(a, _mm256_mul_pd(_mm256_sub_pd(b, a), d)); }
+static inline __attribute__((always_inline)) RS_TARGET __m256d wa_cubic4(__m256d v1, __m256d v2, __m256d v3, __m256d v4, __m256d d) {
+    const __m256d two = _mm256_set1_pd(2.0);
+    __m256d p2 = _mm256_sub_pd(v3, v1);  /* -v1 + v3: the same double */
+    __m256d p3 = _mm256_sub_pd(_mm256_add_pd(_mm256_mul_pd(two, _mm256_sub_pd(v1, v2)), v3), v4);
+    __m256d p4 = _mm256_add_pd(_mm256_sub_pd(_mm256_sub_pd(v2, v1), v3), v4);  /* -v1 + v2 - v3 + v4 */
+    return _mm256_add_pd(v2, _mm256_mul_pd(d, _mm256_add_pd(p2, _mm256_mul_pd(d, _mm256_add_pd(p3, _mm256_mul_pd(d, p4))))));
+}
+static inline __attribute__((always_inline)) RS_TARGET int32_t wa_pack3(__m256d r) {  /* wa_clip on each lane: clamp to 0..255, truncate; the bytes in the low 3 of the result */
+    r = _mm256_min_pd(_mm256_max_pd(r, _mm256_setzero_pd()), _mm256_set1_pd(255.0));
+    __m128i i = _mm256_cvttpd_epi32(r);
+    i = _mm_packus_epi16(_mm_packus_epi32(i, i), i);
+    return _mm_cvtsi128_si32(i);
+}
+/* One output pixel from its source point's integer part (ix, iy) and fraction (dx, dy), as wa_row's */
+static inline __attribute__((always_inline)) RS_TARGET int32_t wa_pixel3(const uint8_t *base, Py_ssize_t rs, int H, int W, int kind, int ix, int iy,
+                                                                             double dx, double dy) {
+    const __m256d vdx = _mm256_set1_pd(dx), vdy = _mm256_set1_pd(dy);
+    if (kind == 0) {
+        const uint8_t *r0 = base + (size_t)wa_clamp(iy, H) * rs, *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs;
+        const int x0 = wa_clamp(ix, W) * 3, x1 = wa_clamp(ix + 1, W) * 3;
+        __m256d r;
+        if (dy == 0.0) r = wa_lerp4(wa_tap(r0 + x0), wa_tap(r0 + x1), vdx);
+        else if (dx == 0.0) r = wa_lerp4(wa_tap(r0 + x0), wa_tap(r1 + x0), vdy);
+        else r = wa_lerp4(wa_lerp4(wa_tap(r0 + x0), wa_tap(r0 + x1), vdx), wa_lerp4(wa_tap(r1 + x0), wa_tap(r1 + x1), vdx), vdy);
+        return wa_pack3(r);  /* in 0..255 already: the clamp changes nothing, the truncation is the (uint8) cast's */
+    }
+    ix--;
+    iy--;
+    const int x0 = wa_clamp(ix, W) * 3, x1 = wa_clamp(ix + 1, W) * 3, x2 = wa_clamp(ix + 2, W) * 3, x3 = wa_clamp(ix + 3, W) * 3;
+    if (dy == 0.0) {
+        const uint8_t *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs;
+        if (dx == 0.0) { int32_t t; memcpy(&t, r1 + x1, 4); return t; }
+        return wa_pack3(wa_cubic4(wa_tap(r1 + x0), wa_tap(r1 + x1), wa_tap(r1 + x2), wa_tap(r1 + x3), vdx));
+    }
+    const uint8_t *r0 = base + (size_t)wa_clamp(iy, H) * rs, *r1 = base + (size_t)wa_clamp(iy + 1, H) * rs,
+                  *r2 = base + (size_t)wa_clamp(iy + 2, H) * rs, *r3 = base + (size_t)wa_clamp(iy + 3, H) * rs;
+    if (dx == 0.0) {
+        return wa_pack3(wa_cubic4(wa_tap(r0 + x1), wa_tap(r1 + x1), wa_tap(r2 + x1), wa_tap(r3 + x1), vdy));
+    }
+    __m256d w0 = wa_cubic4(wa_tap(r0 + x0), wa_tap(r0 + x1), wa_tap(r0 + x2), wa_tap(r0 + x3), vdx);
+    __m256d w1 = wa_cubic4(wa_tap(r1 + x0), wa_tap(r1 + x1), wa_tap(r1 + x2), wa_tap(r1 + x3), vdx);
+    __m256d w2 = wa_cubic4(wa_tap(r2 + x0), wa_tap(r2 + x1), wa_tap(r2 + x2), wa_tap(r2 + x3), vdx);
+    __m256d w3 = wa_cubic4(wa_tap(r3 + x0), wa_tap(r3 + x1), wa_tap(r3 + x2), wa_tap(r3 + x3), vdx);
+    return wa_pack3(wa_cubic4(w0, w1, w2, w3, vdy));
+}
+
+/* The row four pixels at a time: their source points, the test against the image, the floors and the fractions in
+ * vectors of doubles (the same operations as the scalar code: sums in the same order, floor exact, and for a point
+ * inside the image (int)x == floor(x) when x >= 0), then each pixel's taps */
+static RS_TARGET void wa_row3_avx2(const uint8_t *base, Py_ssize_t rs, int H, int W, const double *a, const double *ax0,
+                                   const double *ax3, int y, int kind, const uint8_t *fill, uint8_t *o) {
+    const double yin = y + 0.5, by = a[1] * yin, ey = a[4] * yin;
+    const __m256d vby = _mm256_set1_pd(by), vey = _mm256_set1_pd(ey), va2 = _mm256_set1_pd(a[2]), va5 = _mm256_set1_pd(a[5]);
+    const __m256d zero = _mm256_setzero_pd(), vw = _mm256_set1_pd((double)W), vh = _mm256_set1_pd((double)H), half = _mm256_set1_pd(0.5);
+    int x = 0;
+    for (; x + 4 <= W; x += 4) {
+        __m256d xx = _mm256_add_pd(_mm256_add_pd(_mm256_loadu_pd(ax0 + x), vby), va2);
+        __m256d yy = _mm256_add_pd(_mm256_add_pd(_mm256_loadu_pd(ax3 + x), vey), va5);
+        __m256d in = _mm256_and_pd(_mm256_and_pd(_mm256_cmp_pd(xx, zero, _CMP_GE_OQ), _mm256_cmp_pd(xx, vw, _CMP_LT_OQ)),
+                                   _mm256_and_pd(_mm256_cmp_pd(yy, zero, _CMP_GE_OQ), _mm256_cmp_pd(yy, vh, _CMP_LT_OQ)));
+        const int inside = _mm256_movemask_pd(in);
+        xx = _mm256_sub_pd(xx, half);
+        yy = _mm256_sub_pd(yy, half);
+        const __m256d fx = _mm256_floor_pd(xx), fy = _mm256_floor_pd(yy);
+        double dxs[4], dys[4];
+        int ixs[4], iys[4];
+        _mm256_storeu_pd(dxs, _mm256_sub_pd(xx, fx));
+        _mm256_storeu_pd(dys, _mm256_sub_pd(yy, fy));
+        /* floors of points outside the image may not fit an int: only the inside ones are used */
+        _mm_storeu_si128((__m128i *)ixs, _mm256_cvttpd_epi32(_mm256_blendv_pd(zero, fx, in)));
+        _mm_storeu_si128((__m128i *)iys, _mm256_cvttpd_epi32(_mm256_blendv_pd(zero, fy, in)));
+        for (int k = 0; k < 4; k++) {
+            uint8_t *ok = o + (size_t)(x + k) * 3;
+            if (!(inside >> k & 1)) { ok[0] = fill[0]; ok[1] = fill[1]; ok[2] = fill[2]; continue; }
+            const int32_t t = wa_pixel3(base, rs, H, W, kind, ixs[k], iys[k], dxs[k], dys[k]);
+            /* four bytes (one store) but at the row's last pixel: the fourth is the next pixel's, written after */
+            if (x + k < W - 1) memcpy(ok, &t, 4);
+            else memcpy(ok, &t, 3);
+        }
+    }
+    for (; x < W; x++) {
+        double xx = ax0[x] + by + a[2];
+        double yy = ax3[x] + ey + a[5];
+        uint8_t *ok = o + (size_t)x * 3;
+        if (xx < 0.0 || xx >= W || yy < 0.0 || yy >= H) { ok[0] = fill[0]; ok[1] = fill[1]; ok[2] = fill[2]; continue; }
+        xx -= 0.5;
+        yy -= 0.5;
+        int ix = xx < 0.0 ? (int)floor(xx) : (int)xx, iy = yy < 0.0 ? (int)floor(yy) : (int)yy;
+        const int32_t t = wa_pixel3(base, rs, H, W, kind, ix, iy, xx - ix, yy - iy);
+        memcpy(ok, &t, 3);
+    }
+}
+#endif
+
 /* warp_affine(src_hwc_u8, matrix, kind, fill) -> bytearray (H, W, C): Pillow's Image.transform(size, AFFINE, matrix,
  * resample, fillcolor=fill) of a uint8 HWC image (C = 1 or 3, packed pixels in each row) to its own size, byte for byte:
  * Geometry.c's generic transform (affine_transform and the bilinear / bicubic filters), each output pixel's source
@@ -1374,7 +1479,7 @@ static PyObject *warp_affine(PyObject *self, PyObject *args) {
     if (PyObject_GetBuffer(src, &v, PyBUF_STRIDES) < 0) return NULL;
     PyObject *out = NULL;
     double *ax = NULL;
-    uint8_t fill[3] = {0, 0, 0};
+    uint8_t *packed = NULL, fill[3] = {0, 0, 0};
     if (v.ndim != 3 || v.itemsize != 1 || (v.shape[2] != 1 && v.shape[2] != 3) || v.strides[2] != 1 || v.strides[1] != v.shape[2]
         || v.strides[0] < v.shape[1] * v.shape[2] || v.shape[0] < 1 || v.shape[1] < 1) {
         PyErr_SetString(PyExc_ValueError, "warp_affine: src must be uint8 HWC (C = 1 or 3) with packed pixels in each row");
@@ -1397,18 +1502,486 @@ static PyObject *warp_affine(PyObject *self, PyObject *args) {
     if (!ax || !out) { Py_CLEAR(out); PyErr_NoMemory(); goto done; }
     uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
     const uint8_t *base = (const uint8_t *)v.buf;
+    const int simd = C == 3 && rs_avx2();
+    if (simd && !(packed = (uint8_t *)malloc((size_t)H * W * 3 + 1))) { Py_CLEAR(out); PyErr_NoMemory(); goto done; }
     Py_BEGIN_ALLOW_THREADS
     for (int x = 0; x < W; x++) {  /* the products Pillow computes per pixel: the same values, once per column */
         ax[x] = a[0] * (x + 0.5);
         ax[W + x] = a[3] * (x + 0.5);
     }
+#if RS_AVX2
+    if (simd) {  /* packed rows and a byte of slack: each tap loads 4 bytes */
+        for (int y = 0; y < H; y++) memcpy(packed + (size_t)y * W * 3, base + (size_t)y * rs, (size_t)W * 3);
+        packed[(size_t)H * W * 3] = 0;
+        for (int y = 0; y < H; y++) wa_row3_avx2(packed, (Py_ssize_t)W * 3, H, W, a, ax, ax + W, y, kind, fill, dst + (size_t)y * W * 3);
+    } else
+#endif
     for (int y = 0; y < H; y++) {
         if (C == 3) wa_row(base, rs, H, W, 3, a, ax, ax + W, y, kind, fill, dst + (size_t)y * W * 3);
         else wa_row(base, rs, H, W, 1, a, ax, ax + W, y, kind, fill, dst + (size_t)y * W);
     }
     Py_END_ALLOW_THREADS
 done:
+    free(packed);
     free(ax);
+    PyBuffer_Release(&v);
+    return out;
+}
+
+/* ---- The auto-augment ops on uint8 HWC images, with Pillow's arithmetic (nbs/12_auto_augment.ipynb) ----
+ * Each takes a uint8 HWC image (C = 1 or 3, packed pixels in each row) and returns a new packed one as a bytearray,
+ * the bytes Pillow 13 gives for the same op on the same image (tests/test_augment_ops_parity.py compares them over
+ * random images and parameters). The pixel work runs without the GIL. */
+
+/* 1 when `v` is such an image, else 0 with ValueError set naming `name` */
+static int aug_image_ok(const Py_buffer *v, const char *name) {
+    if (v->ndim != 3 || v->itemsize != 1 || (v->shape[2] != 1 && v->shape[2] != 3) || v->strides[2] != 1
+        || v->strides[1] != v->shape[2] || v->strides[0] < v->shape[1] * v->shape[2] || v->shape[0] < 1 || v->shape[1] < 1
+        || v->shape[0] > INT_MAX / 4 || v->shape[1] > INT_MAX / 4) {
+        PyErr_Format(PyExc_ValueError, "%s: the image must be uint8 HWC (C = 1 or 3) with packed pixels in each row", name);
+        return 0;
+    }
+    return 1;
+}
+
+/* Per channel histograms (h[c * 256 + value]) */
+static void aug_histogram(const uint8_t *base, Py_ssize_t rs, int H, int W, int C, uint64_t *h) {
+    memset(h, 0, sizeof(uint64_t) * 256 * C);
+    for (int y = 0; y < H; y++) {
+        const uint8_t *p = base + (size_t)y * rs;
+        if (C == 1) for (int x = 0; x < W; x++) h[p[x]]++;
+        else for (int x = 0; x < W; x++, p += 3) { h[p[0]]++; h[256 + p[1]]++; h[512 + p[2]]++; }
+    }
+}
+
+static void aug_apply_lut(const uint8_t *base, Py_ssize_t rs, int H, int W, int C, const uint8_t *lut, uint8_t *dst) {
+    for (int y = 0; y < H; y++) {
+        const uint8_t *p = base + (size_t)y * rs;
+        uint8_t *o = dst + (size_t)y * W * C;
+        if (C == 1) for (int x = 0; x < W; x++) o[x] = lut[p[x]];
+        else for (int x = 0; x < W; x++, p += 3, o += 3) { o[0] = lut[p[0]]; o[1] = lut[256 + p[1]]; o[2] = lut[512 + p[2]]; }
+    }
+}
+
+/* ImageOps.autocontrast (no cutoff): per channel, the lowest and highest values present stretched to 0 and 255 in
+ * double arithmetic, truncated, clipped; a channel of one value kept */
+static void aug_autocontrast_lut(const uint64_t *h, uint8_t *lut) {
+    int lo = 0, hi = 255;
+    while (lo < 256 && !h[lo]) lo++;
+    while (hi >= 0 && !h[hi]) hi--;
+    if (lo == 256) lo = 255;  /* an empty histogram: Python's loop ends with lo 255, hi 0 */
+    if (hi < 0) hi = 0;
+    if (hi <= lo) { for (int i = 0; i < 256; i++) lut[i] = (uint8_t)i; return; }
+    const double scale = 255.0 / (hi - lo), offset = -lo * scale;
+    for (int i = 0; i < 256; i++) {
+        int v = (int)(i * scale + offset);
+        lut[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+}
+
+/* ImageOps.equalize: integer steps of the cumulative histogram without its last present value; values past 255
+ * clipped, as Image.point clips its table */
+static void aug_equalize_lut(const uint64_t *h, uint8_t *lut) {
+    uint64_t total = 0, last = 0;
+    int present = 0;
+    for (int i = 0; i < 256; i++) if (h[i]) { present++; total += h[i]; last = h[i]; }
+    const uint64_t step = present <= 1 ? 0 : (total - last) / 255;
+    if (!step) { for (int i = 0; i < 256; i++) lut[i] = (uint8_t)i; return; }
+    uint64_t n = step / 2;
+    for (int i = 0; i < 256; i++) {
+        const uint64_t v = n / step;
+        lut[i] = (uint8_t)(v > 255 ? 255 : v);
+        n += h[i];
+    }
+}
+
+/* aug_point(src, kind, lut) -> bytearray: kind 0 the table `lut` (256 values for every channel or 256 per channel,
+ * as Image.point), 1 ImageOps.autocontrast, 2 ImageOps.equalize (tables from the image's histograms) */
+static PyObject *aug_point(PyObject *self, PyObject *args) {
+    PyObject *src;
+    int kind;
+    Py_buffer lt = {0};
+    if (!PyArg_ParseTuple(args, "Oi|y*", &src, &kind, &lt)) return NULL;
+    Py_buffer v;
+    PyObject *out = NULL;
+    if (PyObject_GetBuffer(src, &v, PyBUF_STRIDES) < 0) { if (lt.obj) PyBuffer_Release(&lt); return NULL; }
+    if (!aug_image_ok(&v, "aug_point")) goto done;
+    const int H = (int)v.shape[0], W = (int)v.shape[1], C = (int)v.shape[2];
+    uint8_t lut[768];
+    if (kind == 0) {
+        if (!lt.obj || (lt.len != 256 && lt.len != 256 * C)) {
+            PyErr_Format(PyExc_ValueError, "aug_point: kind 0 needs a table of 256 or %d bytes", 256 * C);
+            goto done;
+        }
+        for (int c = 0; c < C; c++) memcpy(lut + 256 * c, (const uint8_t *)lt.buf + (lt.len == 256 ? 0 : 256 * c), 256);
+    } else if (kind != 1 && kind != 2) {
+        PyErr_SetString(PyExc_ValueError, "aug_point: kind must be 0 (table), 1 (autocontrast) or 2 (equalize)");
+        goto done;
+    }
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)H * W * C);
+    if (!out) goto done;
+    uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    if (kind != 0) {
+        uint64_t h[768];
+        aug_histogram((const uint8_t *)v.buf, v.strides[0], H, W, C, h);
+        for (int c = 0; c < C; c++) (kind == 1 ? aug_autocontrast_lut : aug_equalize_lut)(h + 256 * c, lut + 256 * c);
+    }
+    aug_apply_lut((const uint8_t *)v.buf, v.strides[0], H, W, C, lut, dst);
+    Py_END_ALLOW_THREADS
+done:
+    if (lt.obj) PyBuffer_Release(&lt);
+    PyBuffer_Release(&v);
+    return out;
+}
+
+/* Pillow's grey: ITU-R 601-2 luma in 16-bit fixed point, rounded (Convert.c's RGB to L) */
+static inline uint8_t aug_luma(const uint8_t *p) { return (uint8_t)((p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16); }
+
+/* A row's luma sum (C 3), or its values' (C 1) */
+static HOT uint64_t aug_luma_sum(const uint8_t *restrict p, Py_ssize_t W, int C) {
+    uint64_t sum = 0;
+    if (C == 1) for (Py_ssize_t x = 0; x < W; x++) sum += p[x];
+    else for (Py_ssize_t x = 0; x < W; x++) sum += aug_luma(p + 3 * x);
+    return sum;
+}
+
+/* A row's luma as RGB (Pillow's convert('L').convert('RGB')) */
+static HOT void aug_luma_rgb(const uint8_t *restrict p, uint8_t *restrict o, Py_ssize_t W) {
+    for (Py_ssize_t x = 0; x < W; x++) o[3 * x] = o[3 * x + 1] = o[3 * x + 2] = aug_luma(p + 3 * x);
+}
+
+/* ImageFilter.SMOOTH (3x3, 1 1 1 / 1 5 1 / 1 1 1 over 13) as Filter.c computes it on 8 bits: float weights (the
+ * integers divided by 13 in float), a float sum from 0.5 row by row (the row below first), clamped and truncated; the
+ * border rows and columns copied. Images under 3 pixels a side are copied whole. Each row's products with the weights
+ * are computed once (the same floats for the three output rows that use them); `f` has room for 4 rows of W * C. */
+static HOT void aug_smooth(const uint8_t *base, Py_ssize_t rs, int H, int W, int C, uint8_t *dst, float *f) {
+    /* indices are Py_ssize_t: Python builds with -fwrapv, under which int index arithmetic does not vectorise */
+    const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
+    const Py_ssize_t n = (Py_ssize_t)W * C, c = C;
+    for (int y = 0; y < H; y++) memcpy(dst + (size_t)y * n, base + (size_t)y * rs, n);
+    if (H < 3 || W < 3) return;
+    float *rows[3] = {f, f + n, f + 2 * n}, *mid5 = f + 3 * n;
+    for (int r = 0; r < 2; r++) {
+        const uint8_t *p = base + (size_t)r * rs;
+        for (Py_ssize_t i = 0; i < n; i++) rows[r][i] = (float)p[i] * k1;
+    }
+    for (int y = 1; y < H - 1; y++) {
+        float *restrict up = rows[(y - 1) % 3], *restrict mid = rows[y % 3], *restrict dn = rows[(y + 1) % 3];
+        float *restrict m5 = mid5;
+        const uint8_t *restrict pm = base + (size_t)y * rs, *restrict pd = base + (size_t)(y + 1) * rs;
+        for (Py_ssize_t i = 0; i < n; i++) dn[i] = (float)pd[i] * k1;
+        for (Py_ssize_t i = 0; i < n; i++) m5[i] = (float)pm[i] * k5;
+        uint8_t *restrict o = dst + (size_t)y * n;
+        for (Py_ssize_t i = c; i < n - c; i++) {
+            float ss = 0.5f;
+            ss += (dn[i - c] + dn[i]) + dn[i + c];
+            ss += (mid[i - c] + m5[i]) + mid[i + c];
+            ss += (up[i - c] + up[i]) + up[i + c];
+            ss = ss < 0.0f ? 0.0f : ss;
+            ss = ss > 255.0f ? 255.0f : ss;
+            o[i] = (uint8_t)ss;
+        }
+    }
+}
+
+/* Image.blend(deg, img, alpha) on 8 bits (Blend.c): alpha 0 and 1 copy; within 0..1 the float deg + alpha * (img -
+ * deg) truncated; outside it, the same clamped to 0..255 first. `deg` is an image (deg_stride 1) or one value */
+static HOT void aug_blend(const uint8_t *deg, int deg_stride, const uint8_t *img, Py_ssize_t rs, int H, int W, int C, float alpha,
+                      uint8_t *dst) {
+    const size_t n = (size_t)W * C;
+    for (int y = 0; y < H; y++) {
+        const uint8_t *s = img + (size_t)y * rs, *d = deg_stride ? deg + y * n : deg;
+        uint8_t *o = dst + y * n;
+        if (alpha == 1.0f) { memcpy(o, s, n); continue; }
+        if (alpha == 0.0f) { if (deg_stride) memcpy(o, d, n); else memset(o, d[0], n); continue; }
+        if (alpha >= 0 && alpha <= 1.0) {
+            if (deg_stride) for (size_t i = 0; i < n; i++) o[i] = (uint8_t)((int)d[i] + alpha * ((int)s[i] - (int)d[i]));
+            else for (size_t i = 0; i < n; i++) o[i] = (uint8_t)((int)d[0] + alpha * ((int)s[i] - (int)d[0]));
+        } else {
+            /* t <= 0 gives 0 and t >= 255 gives 255 either way: clamping first lets the loop vectorise */
+            if (deg_stride) for (size_t i = 0; i < n; i++) {
+                float t = (float)((int)d[i] + alpha * ((int)s[i] - (int)d[i]));
+                t = t < 0.0f ? 0.0f : t;
+                t = t > 255.0f ? 255.0f : t;
+                o[i] = (uint8_t)t;
+            } else for (size_t i = 0; i < n; i++) {
+                float t = (float)((int)d[0] + alpha * ((int)s[i] - (int)d[0]));
+                t = t < 0.0f ? 0.0f : t;
+                t = t > 255.0f ? 255.0f : t;
+                o[i] = (uint8_t)t;
+            }
+        }
+    }
+}
+
+/* aug_enhance(src, kind, factor) -> bytearray: ImageEnhance's enhance(factor), Image.blend(degenerate, image, factor)
+ * with degenerate: kind 0 Brightness (black), 1 Contrast (the grey of the rounded mean luma), 2 Color (the image's luma;
+ * an 'L' image is its own), 3 Sharpness (ImageFilter.SMOOTH of the image) */
+static PyObject *aug_enhance(PyObject *self, PyObject *args) {
+    PyObject *src;
+    int kind;
+    double factor;
+    if (!PyArg_ParseTuple(args, "Oid", &src, &kind, &factor)) return NULL;
+    if (kind < 0 || kind > 3) { PyErr_SetString(PyExc_ValueError, "aug_enhance: kind must be 0 (brightness), 1 (contrast), 2 (color) or 3 (sharpness)"); return NULL; }
+    Py_buffer v;
+    if (PyObject_GetBuffer(src, &v, PyBUF_STRIDES) < 0) return NULL;
+    PyObject *out = NULL;
+    uint8_t *deg = NULL;
+    if (!aug_image_ok(&v, "aug_enhance")) goto done;
+    const int H = (int)v.shape[0], W = (int)v.shape[1], C = (int)v.shape[2];
+    const Py_ssize_t rs = v.strides[0];
+    const uint8_t *base = (const uint8_t *)v.buf;
+    if (kind >= 2 && !(kind == 2 && C == 1)) {
+        deg = (uint8_t *)malloc((size_t)H * W * C + (kind == 3 ? 16 + sizeof(float) * 4 * (size_t)W * C : 0));
+        if (!deg) { PyErr_NoMemory(); goto done; }
+    }
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)H * W * C);
+    if (!out) goto done;
+    uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
+    const float alpha = (float)factor;
+    Py_BEGIN_ALLOW_THREADS
+    uint8_t level = 0;
+    if (kind == 0) {
+        aug_blend(&level, 0, base, rs, H, W, C, alpha, dst);
+    } else if (kind == 1) {
+        uint64_t sum = 0;
+        for (int y = 0; y < H; y++) sum += aug_luma_sum(base + (size_t)y * rs, W, C);
+        level = (uint8_t)(int)((double)sum / ((double)H * W) + 0.5);
+        aug_blend(&level, 0, base, rs, H, W, C, alpha, dst);
+    } else if (kind == 2 && C == 1) {  /* Pillow blends the image with itself: a copy */
+        aug_blend(base, 0, base, rs, H, W, C, 1.0f, dst);
+    } else if (kind == 2) {
+        for (int y = 0; y < H; y++) aug_luma_rgb(base + (size_t)y * rs, deg + (size_t)y * W * 3, W);
+        aug_blend(deg, 1, base, rs, H, W, C, alpha, dst);
+    } else {
+        aug_smooth(base, rs, H, W, C, deg, (float *)(deg + (((size_t)H * W * C + 15) & ~(size_t)15)));
+        aug_blend(deg, 1, base, rs, H, W, C, alpha, dst);
+    }
+    Py_END_ALLOW_THREADS
+done:
+    free(deg);
+    PyBuffer_Release(&v);
+    return out;
+}
+
+/* BoxBlur.c's box blur along the first axis of an n x m array (m lines side by side, each blurred as Pillow blurs a
+ * line): a running sum over 2r + 1 values and the two next ones weighted by the radius's fraction, in 8.24 fixed point
+ * (ww, fw), the ends extended; `passes` times, from `src` into `dst` through `tmp` (each n * m). All m lines move
+ * together, so the arithmetic vectorises across them. */
+static HOT void aug_box_axis(const uint8_t *src, uint8_t *dst, uint8_t *tmp, int n, size_t m, float fr, int passes, uint32_t *acc) {
+    const int radius = (int)fr;
+    const uint32_t ww = (uint32_t)((uint32_t)(1 << 24) / (fr * 2 + 1));
+    const uint32_t fw = ((1 << 24) - (radius * 2 + 1) * ww) / 2;
+    const int lastx = n - 1, edgeA = radius + 1 < n ? radius + 1 : n, edgeB = n - radius - 1 > 0 ? n - radius - 1 : 0;
+    for (int pass = 0; pass < passes; pass++) {
+        const uint8_t *in = pass == 0 ? src : ((passes - pass) % 2 ? tmp : dst);
+        uint8_t *out = (passes - 1 - pass) % 2 ? tmp : dst;  /* the last pass writes dst */
+#define AB_ROW(i) (in + (size_t)(i) * m)
+        for (size_t j = 0; j < m; j++) acc[j] = (uint32_t)(AB_ROW(0)[j] * (radius + 1));
+        for (int x = 0; x < edgeA - 1; x++) { const uint8_t *r = AB_ROW(x); for (size_t j = 0; j < m; j++) acc[j] += r[j]; }
+        { const uint8_t *r = AB_ROW(lastx); for (size_t j = 0; j < m; j++) acc[j] += (uint32_t)(r[j] * (radius - edgeA + 1)); }
+#define AB_STEP(x, sub, add, l, r) do { \
+            const uint8_t *ps = AB_ROW(sub), *pa = AB_ROW(add), *pl = AB_ROW(l), *pr = AB_ROW(r); \
+            uint8_t *po = out + (size_t)(x) * m; \
+            for (size_t j = 0; j < m; j++) { \
+                acc[j] += (uint32_t)((int)pa[j] - (int)ps[j]); \
+                po[j] = (uint8_t)((acc[j] * ww + (uint32_t)((int)pl[j] + (int)pr[j]) * fw + (1u << 23)) >> 24); \
+            } } while (0)
+        int x;
+        if (edgeA <= edgeB) {
+            for (x = 0; x < edgeA; x++) AB_STEP(x, 0, x + radius, 0, x + radius + 1);
+            for (x = edgeA; x < edgeB; x++) AB_STEP(x, x - radius - 1, x + radius, x - radius - 1, x + radius + 1);
+            for (x = edgeB; x <= lastx; x++) AB_STEP(x, x - radius - 1, lastx, x - radius - 1, lastx);
+        } else {
+            for (x = 0; x < edgeB; x++) AB_STEP(x, 0, x + radius, 0, x + radius + 1);
+            for (x = edgeB; x < edgeA; x++) AB_STEP(x, 0, lastx, 0, lastx);
+            for (x = edgeA; x <= lastx; x++) AB_STEP(x, x - radius - 1, lastx, x - radius - 1, lastx);
+        }
+#undef AB_STEP
+#undef AB_ROW
+    }
+}
+
+/* (H, W, C) -> (W, H, C) */
+static void aug_transpose(const uint8_t *src, Py_ssize_t rs, int H, int W, int C, uint8_t *dst) {
+    for (int y = 0; y < H; y++) {
+        const uint8_t *p = src + (size_t)y * rs;
+        if (C == 3) for (int x = 0; x < W; x++) memcpy(dst + ((size_t)x * H + y) * 3, p + x * 3, 3);
+        else for (int x = 0; x < W; x++) dst[(size_t)x * H + y] = p[x];
+    }
+}
+
+/* ImageFilter.GaussianBlur(radius) (BoxBlur.c): three box blurs of a radius derived from the Gaussian's in float (the
+ * mix of float and double steps as Pillow's), along the rows, then three along the columns */
+static float aug_box_radius(float radius, int passes) {
+    float sigma2, L, l, a;
+    sigma2 = radius * radius / passes;
+    L = sqrt(12.0 * sigma2 + 1.0);
+    l = floor((L - 1.0) / 2.0);
+    a = (2 * l + 1) * (l * (l + 1) - 3 * sigma2);
+    a /= 6 * (sigma2 - (l + 1) * (l + 1));
+    return l + a;
+}
+
+/* aug_gaussian_blur(src, radius) -> bytearray: ImageFilter.GaussianBlur(radius) (a C float, as Pillow reads it) */
+static PyObject *aug_gaussian_blur(PyObject *self, PyObject *args) {
+    PyObject *src;
+    float radius;
+    if (!PyArg_ParseTuple(args, "Of", &src, &radius)) return NULL;
+    if (!(radius >= 0)) { PyErr_SetString(PyExc_ValueError, "aug_gaussian_blur: radius must be >= 0"); return NULL; }
+    Py_buffer v;
+    if (PyObject_GetBuffer(src, &v, PyBUF_STRIDES) < 0) return NULL;
+    PyObject *out = NULL;
+    uint8_t *tmp = NULL;
+    if (!aug_image_ok(&v, "aug_gaussian_blur")) goto done;
+    const int H = (int)v.shape[0], W = (int)v.shape[1], C = (int)v.shape[2];
+    const size_t ds = (size_t)W * C, N = (size_t)H * W * C;
+    tmp = (uint8_t *)malloc(2 * N + sizeof(uint32_t) * (N / (H < W ? H : W) + 1) + 16);
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)N);
+    if (!tmp || !out) { Py_CLEAR(out); PyErr_NoMemory(); goto done; }
+    uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
+    uint32_t *acc = (uint32_t *)(tmp + ((2 * N + 15) & ~(size_t)15));
+    Py_BEGIN_ALLOW_THREADS
+    const float fr = radius == 0 ? 0.0f : aug_box_radius(radius, 3);
+    if (fr == 0) {
+        for (int y = 0; y < H; y++) memcpy(dst + y * ds, (const uint8_t *)v.buf + (size_t)y * v.strides[0], ds);
+    } else {  /* along the rows (on the transposed image), then along the columns, as Pillow */
+        aug_transpose((const uint8_t *)v.buf, v.strides[0], H, W, C, tmp);
+        aug_box_axis(tmp, tmp + N, tmp, W, (size_t)H * C, fr, 3, acc);  /* the source is not read after the first pass */
+        aug_transpose(tmp + N, (Py_ssize_t)H * C, W, H, C, tmp);
+        aug_box_axis(tmp, dst, tmp + N, H, ds, fr, 3, acc);
+    }
+    Py_END_ALLOW_THREADS
+done:
+    free(tmp);
+    PyBuffer_Release(&v);
+    return out;
+}
+
+/* Two same-shape images of aug_image_ok, or 0 with ValueError set */
+static int aug_pair_ok(const Py_buffer *a, const Py_buffer *b, const char *name) {
+    if (!aug_image_ok(a, name) || !aug_image_ok(b, name)) return 0;
+    if (a->shape[0] != b->shape[0] || a->shape[1] != b->shape[1] || a->shape[2] != b->shape[2]) {
+        PyErr_Format(PyExc_ValueError, "%s: the images must have the same shape", name);
+        return 0;
+    }
+    return 1;
+}
+
+/* aug_blend(a, b, alpha) -> bytearray: Image.blend(a, b, alpha) of two uint8 HWC images (alpha read as a C float) */
+static PyObject *aug_blend_images(PyObject *self, PyObject *args) {
+    PyObject *ao, *bo;
+    double alpha;
+    if (!PyArg_ParseTuple(args, "OOd", &ao, &bo, &alpha)) return NULL;
+    Py_buffer a, b;
+    if (PyObject_GetBuffer(ao, &a, PyBUF_STRIDES) < 0) return NULL;
+    if (PyObject_GetBuffer(bo, &b, PyBUF_STRIDES) < 0) { PyBuffer_Release(&a); return NULL; }
+    PyObject *out = NULL;
+    uint8_t *packed = NULL;
+    if (!aug_pair_ok(&a, &b, "aug_blend")) goto done;
+    const int H = (int)a.shape[0], W = (int)a.shape[1], C = (int)a.shape[2];
+    const size_t n = (size_t)W * C;
+    packed = (uint8_t *)malloc((size_t)H * n);
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(H * n));
+    if (!packed || !out) { Py_CLEAR(out); PyErr_NoMemory(); goto done; }
+    Py_BEGIN_ALLOW_THREADS
+    for (int y = 0; y < H; y++) memcpy(packed + y * n, (const uint8_t *)a.buf + (size_t)y * a.strides[0], n);
+    aug_blend(packed, 1, (const uint8_t *)b.buf, b.strides[0], H, W, C, (float)alpha, (uint8_t *)PyByteArray_AS_STRING(out));
+    Py_END_ALLOW_THREADS
+done:
+    free(packed);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    return out;
+}
+
+/* mix[i] += w * (float)x[i] over a row: numpy's float32 `mix += w * x.astype(float32)`, one rounding per operation */
+static HOT void aug_mix_row(float *mix, const uint8_t *x, size_t n, float w) {
+    for (size_t i = 0; i < n; i++) mix[i] = mix[i] + w * (float)x[i];
+}
+
+/* aug_mix(img, chains, weights, m) -> bytearray: AugMix's mixing (timm's arithmetic): the float32 sum of weights[k] *
+ * chains[k] from 0, clipped to 0..255 and truncated to uint8, then Image.blend(img, that, m); weights and m as float32
+ * values (each a Python float holding one) */
+static PyObject *aug_mix(PyObject *self, PyObject *args) {
+    PyObject *io, *chains, *weights;
+    double m;
+    if (!PyArg_ParseTuple(args, "OO!O!d", &io, &PyList_Type, &chains, &PyList_Type, &weights, &m)) return NULL;
+    const Py_ssize_t K = PyList_GET_SIZE(chains);
+    if (K < 1 || PyList_GET_SIZE(weights) != K) { PyErr_SetString(PyExc_ValueError, "aug_mix: needs one weight per chain, and a chain"); return NULL; }
+    Py_buffer im;
+    if (PyObject_GetBuffer(io, &im, PyBUF_STRIDES) < 0) return NULL;
+    Py_buffer *cb = (Py_buffer *)calloc((size_t)K, sizeof(Py_buffer));
+    float *w = (float *)malloc(sizeof(float) * (size_t)K), *mix = NULL;
+    uint8_t *mixed = NULL;
+    PyObject *out = NULL;
+    Py_ssize_t got = 0;
+    if (!cb || !w) { PyErr_NoMemory(); goto done; }
+    if (!aug_image_ok(&im, "aug_mix")) goto done;
+    for (; got < K; got++) {
+        double wk = PyFloat_AsDouble(PyList_GET_ITEM(weights, got));
+        if (wk == -1.0 && PyErr_Occurred()) goto done;
+        w[got] = (float)wk;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(chains, got), &cb[got], PyBUF_STRIDES) < 0) goto done;
+        if (!aug_pair_ok(&im, &cb[got], "aug_mix")) { got++; goto done; }
+    }
+    const int H = (int)im.shape[0], W = (int)im.shape[1], C = (int)im.shape[2];
+    const size_t n = (size_t)W * C;
+    mix = (float *)malloc(sizeof(float) * n);
+    mixed = (uint8_t *)malloc(2 * (size_t)H * n);  /* the mix, then a packed copy of img (Image.blend's first image) */
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(H * n));
+    if (!mix || !mixed || !out) { Py_CLEAR(out); PyErr_NoMemory(); goto done; }
+    Py_BEGIN_ALLOW_THREADS
+    uint8_t *first = mixed + (size_t)H * n;
+    for (int y = 0; y < H; y++) {
+        memset(mix, 0, sizeof(float) * n);
+        for (Py_ssize_t k = 0; k < K; k++) aug_mix_row(mix, (const uint8_t *)cb[k].buf + (size_t)y * cb[k].strides[0], n, w[k]);
+        uint8_t *o = mixed + y * n;
+        for (size_t i = 0; i < n; i++) {
+            float t = mix[i] < 0.0f ? 0.0f : mix[i];
+            o[i] = (uint8_t)(t > 255.0f ? 255.0f : t);
+        }
+        memcpy(first + y * n, (const uint8_t *)im.buf + (size_t)y * im.strides[0], n);
+    }
+    aug_blend(first, 1, mixed, (Py_ssize_t)n, H, W, C, (float)m, (uint8_t *)PyByteArray_AS_STRING(out));
+    Py_END_ALLOW_THREADS
+done:
+    for (Py_ssize_t k = 0; k < got; k++) PyBuffer_Release(&cb[k]);
+    free(cb);
+    free(w);
+    free(mix);
+    free(mixed);
+    PyBuffer_Release(&im);
+    return out;
+}
+
+/* Three planes' bytes interleaved (the compiler vectorises the shuffles where the CPU has them) */
+static HOT void interleave3(const uint8_t *restrict r, const uint8_t *restrict g, const uint8_t *restrict b, uint8_t *restrict o, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) { o[3 * i] = r[i]; o[3 * i + 1] = g[i]; o[3 * i + 2] = b[i]; }
+}
+
+/* planar_to_hwc(src_chw_u8) -> bytearray (H, W, C): a C-contiguous (C, H, W) uint8 image's pixels interleaved */
+static PyObject *planar_to_hwc(PyObject *self, PyObject *args) {
+    PyObject *src;
+    if (!PyArg_ParseTuple(args, "O", &src)) return NULL;
+    Py_buffer v;
+    if (PyObject_GetBuffer(src, &v, PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0) return NULL;
+    PyObject *out = NULL;
+    if (v.ndim != 3 || v.itemsize != 1 || v.shape[0] < 1 || v.shape[0] > 4) {
+        PyErr_SetString(PyExc_ValueError, "planar_to_hwc: src must be a C-contiguous uint8 (C, H, W) image, C 1 to 4");
+        goto done;
+    }
+    const Py_ssize_t C = v.shape[0], HW = v.shape[1] * v.shape[2];
+    out = PyByteArray_FromStringAndSize(NULL, C * HW);
+    if (!out) goto done;
+    const uint8_t *p = (const uint8_t *)v.buf;
+    uint8_t *o = (uint8_t *)PyByteArray_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    if (C == 3) interleave3(p, p + HW, p + 2 * HW, o, HW);
+    else for (Py_ssize_t i = 0; i < HW; i++) for (Py_ssize_t c = 0; c < C; c++) o[C * i + c] = p[c * HW + i];
+    Py_END_ALLOW_THREADS
+done:
     PyBuffer_Release(&v);
     return out;
 }
@@ -1421,7 +1994,7 @@ static PyMethodDef methods[] = {
     {"resize_crop_jpeg", (PyCFunction)(void (*)(void))resize_crop_jpeg, METH_VARARGS | METH_KEYWORDS, "resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0, box=None, flip=False, to_end=True) -> (bytearray (3, oh, ow) planar, warned): resample_window's result from the JPEG's RGB pixels (of the box (y, x, h, w): PIL's crop then resize), mirrored with flip, decoding only the rows and columns the window reads (with to_end, the file to its end)"},
     {"resize_crop_jpeg_batch", resize_crop_jpeg_batch, METH_VARARGS, "resize_crop_jpeg_batch(items, oh, ow, out, max_pixels=0) -> bytes of statuses (0 made, 1 made with a libjpeg warning, 2 not made): each item (data, box or None, (out_h, out_w, top, left), kind, vertical_first, flip, to_end) what resize_crop_jpeg makes of it (the window oh x ow), into image i of out, a uint8 (n, 3, oh, ow) buffer; one call, without the GIL"},
     {"resize_batch", resize_batch, METH_VARARGS, "resize_batch(items, oh, ow, out): each item (src_hwc_u8, kind, vertical_first, flip) resized whole to oh x ow (resample_window's, mirrored with flip) into image i of out, a uint8 (n, 3, oh, ow) buffer; one call, without the GIL"},
-    {"set_resample_simd", set_resample_simd, METH_VARARGS, "set_resample_simd(on) -> previous setting: the AVX2 passes of resample_window (the same bytes as the plain C ones)"},
+    {"set_resample_simd", set_resample_simd, METH_VARARGS, "set_resample_simd(on) -> previous setting: the AVX2 passes of resample_window and warp_affine's AVX2 RGB row (the same bytes as the plain C ones)"},
     {"jpeg_warnings", jpeg_warnings, METH_NOARGS, "jpeg_warnings() -> (images libjpeg warned about so far in this process, latest message)"},
     {"channel_means", channel_means, METH_VARARGS, "channel_means(x_u8, out_f32, n, c, hw): per image and channel means"},
     {"channel_means_nhwc", channel_means_nhwc, METH_VARARGS, "channel_means for a channels-last (n, hw, c) batch"},
@@ -1430,6 +2003,12 @@ static PyMethodDef methods[] = {
     {"flag_acquire", flag_acquire, METH_VARARGS, "flag_acquire(int32 flags, i) -> True when flag i went 0 -> 1 (atomic, acquire)"},
     {"flag_release", flag_release, METH_VARARGS, "flag_release(int32 flags, i): flag i = 0 (atomic, release)"},
     {"warp_affine", warp_affine, METH_VARARGS, "warp_affine(src_hwc_u8, matrix, kind, fill) -> bytearray (H, W, C): Pillow's Image.transform(size, AFFINE, matrix, resample, fillcolor=fill) of the image, byte for byte (kind 0 bilinear, 1 bicubic)"},
+    {"aug_point", aug_point, METH_VARARGS, "aug_point(src_hwc_u8, kind, table=None) -> bytearray (H, W, C): Image.point(table) (kind 0: 256 values for every channel or 256 per channel), ImageOps.autocontrast (1) or ImageOps.equalize (2) of the image, Pillow's bytes"},
+    {"aug_enhance", aug_enhance, METH_VARARGS, "aug_enhance(src_hwc_u8, kind, factor) -> bytearray (H, W, C): ImageEnhance's Brightness (kind 0), Contrast (1), Color (2) or Sharpness (3) enhance(factor) of the image, Pillow's bytes"},
+    {"aug_gaussian_blur", aug_gaussian_blur, METH_VARARGS, "aug_gaussian_blur(src_hwc_u8, radius) -> bytearray (H, W, C): ImageFilter.GaussianBlur(radius) of the image, Pillow's bytes"},
+    {"aug_blend", aug_blend_images, METH_VARARGS, "aug_blend(a_hwc_u8, b_hwc_u8, alpha) -> bytearray (H, W, C): Image.blend(a, b, alpha), Pillow's bytes"},
+    {"aug_mix", aug_mix, METH_VARARGS, "aug_mix(img_hwc_u8, chains, weights, m) -> bytearray (H, W, C): AugMix's mix: the float32 sum of weights[k] * chains[k], clipped and truncated to uint8, blended with img by m as Image.blend(img, mix, m)"},
+    {"planar_to_hwc", planar_to_hwc, METH_VARARGS, "planar_to_hwc(src_chw_u8) -> bytearray (H, W, C): the planes' pixels interleaved"},
     {"affine_u8", affine_u8, METH_VARARGS, "affine_u8(x_u8, m, b, lo, hi, out_f32, n, c, hw): out = clamp(m @ x + b, lo, hi)"},
     {NULL, NULL, 0, NULL}};
 /* Multi-phase init (PEP 489). The module keeps no Python objects of its own: what it shares between calls is set once

@@ -10,6 +10,7 @@ from PIL import Image
 timm_aa = pytest.importorskip('timm.data.auto_augment')
 
 from timmdata import auto_augment as aa
+from timmdata.pixels import augment_ops as ops
 from timmdata.pixels import decode
 
 native = pytest.mark.skipif(getattr(decode.NATIVE.module, 'warp_affine', None) is None,
@@ -48,7 +49,7 @@ def test_warp_affine_is_pillows(resample, kind):
             fill = tuple(int(v) for v in g.integers(0, 256, len(img.getbands())))
             for fc in (fill, None):
                 ref = img.transform(img.size, Image.Transform.AFFINE, m, resample=resample, fillcolor=fc)
-                out = aa.warp_affine(img, m, resample, fc)
+                out = ops.warp_affine(img, m, resample, fc)
                 assert out.mode == ref.mode and out.size == ref.size
                 assert np.array_equal(np.asarray(out), np.asarray(ref)), (kind, m, img.size, img.mode, fc)
 
@@ -62,7 +63,7 @@ def test_rotate_is_pillows(resample):
         for deg in angles:
             fc = tuple(int(v) for v in g.integers(0, 256, len(img.getbands())))
             ref = img.rotate(deg, resample=resample, fillcolor=fc)
-            out = aa.rotate(img, deg, resample=resample, fillcolor=fc)
+            out = ops.rotate(img, deg, resample=resample, fillcolor=fc)
             assert np.array_equal(np.asarray(out), np.asarray(ref)), (deg, img.size, img.mode)
 
 
@@ -96,6 +97,189 @@ def test_without_the_extension_pillow_warps():
     img = _images(5)[2]
     m = (1, 0.2, 3.5, 0, 1, 0)
     with decode.use_native(False):
-        out = aa.warp_affine(img, m, Image.Resampling.BICUBIC, (1, 2, 3))
+        out = ops.warp_affine(img, m, Image.Resampling.BICUBIC, (1, 2, 3))
     ref = img.transform(img.size, Image.Transform.AFFINE, m, resample=Image.Resampling.BICUBIC, fillcolor=(1, 2, 3))
     assert np.array_equal(np.asarray(out), np.asarray(ref))
+
+
+# --- the ops on pixels (uint8 HWC arrays): the native kernels, op by op, against Pillow ---
+
+from PIL import ImageEnhance, ImageFilter, ImageOps
+
+kernels = pytest.mark.skipif(ops.native_kernels() is None, reason='the C extension (with the auto-augment kernels) is not built')
+
+
+def _random_images(seed, n=24):
+    "RGB and L images of random sizes (1 px to 230 px a side): noise, blocks (flat areas), few levels, one grey value."
+    g = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        h, w = (224, 224) if i == 0 else (int(v) for v in g.integers(1, 70 if i % 4 else 230, 2))
+        a = g.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        if i % 4 == 1:
+            a = np.repeat(np.repeat(a[::4, ::4], 4, 0), 4, 1)[:h, :w].copy()
+        elif i % 4 == 2:
+            a = (a // 64 * 40 + 30).astype(np.uint8)  # four levels: equalize's and autocontrast's edge cases
+        elif i % 8 == 3:
+            a[:] = g.integers(0, 256)  # one value: tables left as they are
+        img = Image.fromarray(a)
+        out += [img, img.convert('L')]
+    return out
+
+
+def _same(ours, ref, what):
+    ref = np.asarray(ref)
+    assert isinstance(ours, np.ndarray) and ours.dtype == np.uint8, what
+    assert np.array_equal(ours.reshape(ref.shape), ref), (what, int(np.abs(ours.reshape(ref.shape).astype(int) - ref).max()))
+
+
+ENHANCERS = {'brightness': (ops.brightness, ImageEnhance.Brightness), 'contrast': (ops.contrast, ImageEnhance.Contrast),
+             'color': (ops.color, ImageEnhance.Color), 'sharpness': (ops.sharpness, ImageEnhance.Sharpness)}
+
+
+@kernels
+@pytest.mark.parametrize('name', sorted(ENHANCERS))
+def test_enhancers_on_pixels_are_pillows(name):
+    "ImageEnhance's blend: factors 0 and 1 (copies), within 0-1 (truncated), beyond (clamped), and float-edge ones."
+    ours, pillows = ENHANCERS[name]
+    g = np.random.default_rng(zlib.crc32(name.encode()))
+    factors = [0.0, 1.0, 0.1, 0.5, 1.9, 2.5, -0.4, 1 + 1e-7, 1 - 1e-7, 1 / 3, 0.7, 1.3]
+    for img in _random_images(len(name)):
+        for f in factors + [float(v) for v in g.uniform(0, 2, 4)]:
+            _same(ours(ops.pil_to_pixels(img), f), pillows(img).enhance(f), (name, f, img.size, img.mode))
+
+
+@kernels
+def test_pointwise_ops_on_pixels_are_pillows():
+    "Tables (invert, solarize at every threshold, posterize at every bit count, solarize-add) and autocontrast, equalize."
+    for k, img in enumerate(_random_images(7)):
+        a = ops.pil_to_pixels(img)
+        _same(ops.auto_contrast(a), ImageOps.autocontrast(img), ('autocontrast', k))
+        _same(ops.equalize(a), ImageOps.equalize(img), ('equalize', k))
+        _same(ops.invert(a), ImageOps.invert(img), ('invert', k))
+        for t in (0, 1, 64, 128, 200, 255, 256):
+            _same(ops.solarize(a, t), ImageOps.solarize(img, t), ('solarize', t, k))
+        for bits in range(1, 9):
+            _same(ops.posterize(a, bits), ImageOps.posterize(img, bits), ('posterize', bits, k))
+        for add, thresh in ((0, 128), (30, 128), (110, 128), (128, 256), (255, 1)):
+            lut = [min(255, i + add) if i < thresh else i for i in range(256)]
+            _same(ops.solarize_add(a, add, thresh), img.point(lut * len(img.getbands())), ('solarize_add', add, k))
+
+
+@kernels
+def test_gaussian_blur_on_pixels_is_pillows():
+    "Pillow's box-blur approximation: radii below one pixel, fractional ones, and ones larger than the image."
+    g = np.random.default_rng(3)
+    for k, img in enumerate(_random_images(11, n=16)):
+        for r in [0, 1e-30, 0.1, 0.33, 0.5, 1.0, 1.5, 2.0, 3.7, 40.0] + [float(v) for v in g.uniform(0.1, 2.0, 3)]:
+            _same(ops.gaussian_blur(ops.pil_to_pixels(img), r), img.filter(ImageFilter.GaussianBlur(r)), (r, k, img.size))
+
+
+@kernels
+def test_blend_and_mix_are_pillows_and_numpys():
+    "Image.blend of two arrays; AugMix's float32 mix (numpy's arithmetic) blended by Pillow, in one native call."
+    g = np.random.default_rng(5)
+    for img in _random_images(13, n=10):
+        a = ops.pil_to_pixels(img)
+        others = [g.integers(0, 256, a.shape, dtype=np.uint8) for _ in range(4)]
+        pil = lambda x: Image.fromarray(x[:, :, 0] if x.shape[2] == 1 else x)
+        for alpha in (0.0, 1.0, 0.25, float(np.float32(g.uniform())), 1.6, -0.5):
+            _same(ops.blend(a, others[0], alpha), Image.blend(img, pil(others[0]), alpha), ('blend', alpha))
+        for width in (1, 2, 4):
+            ws, m = np.float32(g.dirichlet([1.0] * width)), np.float32(g.beta(1.0, 1.0))
+            mix = np.zeros(a.shape, np.float32)
+            for w, c in zip(ws, others[:width]):
+                mix += w * np.asarray(c, dtype=np.float32)
+            np.clip(mix, 0, 255.0, out=mix)
+            ref = Image.blend(img, pil(mix.astype(np.uint8)), m)
+            _same(ops.mix_and_blend(a, others[:width], ws, m), ref, ("mix", width))
+
+
+@kernels
+@pytest.mark.parametrize('name', sorted(timm_aa.NAME_TO_OP))
+def test_every_op_on_pixels(name):
+    "Each op at magnitudes 0-10 on an image's pixels (the loader's path): timm's (Pillow's) pixels, as an array."
+    imgs = _images(zlib.crc32(name.encode()) % 997, n=4)[:4]
+    for m in list(range(11)) + [4.6]:
+        hp = dict(translate_const=100, img_mean=(124, 116, 104), translate_pct=0.3, magnitude_std=0.5)
+        for k, img in enumerate(imgs):
+            seed = 7000 + 100 * k + int(10 * m)
+            _seed(seed)
+            ours = aa.AugmentOp(name, prob=1.0, magnitude=m, hparams=hp)(ops.pil_to_pixels(img))
+            _seed(seed)
+            try:
+                theirs = timm_aa.AugmentOp(name, prob=1.0, magnitude=m, hparams=hp)(img)
+            except ValueError:  # Pillow >= 13 refuses posterize(0 bits): ours gives black
+                assert 'Posterize' in name and ours.max() == 0
+                continue
+            _same(ours, theirs, (name, m, k))
+
+
+POLICIES = ['rand-m9-mstd0.5', 'rand-m9-mstd0.5-inc1', 'rand-m7-n3-mstd101-tweights', 'augmix-m5-w4-d2',
+            'augmix-m3-w3-b1', 'original', 'v0r', '3a', 'rand-m9-t3a']
+
+
+@kernels
+@pytest.mark.parametrize('config', POLICIES)
+def test_policies_on_pixels_pil_and_tensors(config):
+    "A policy on a PIL image, its pixels and a CHW tensor gives timm's pixels (seeded), each as the kind it was given."
+    from timm.data.auto_augment import augment_and_mix_transform, auto_augment_transform, rand_augment_transform
+    hp = dict(translate_const=100, img_mean=(124, 116, 104))
+    build = {'rand': rand_augment_transform, 'augm': augment_and_mix_transform}.get(config[:4], auto_augment_transform)
+    ours_t = getattr(aa, build.__name__)(config, dict(hp))
+    theirs_t = build(config, dict(hp))
+    for k, img in enumerate(_images(zlib.crc32(config.encode()) % 991, n=4)[:4]):
+        for seed in range(5):
+            _seed(seed)
+            try:
+                ref = np.asarray(theirs_t(img))
+            except ValueError:
+                continue  # timm's posterize(0 bits) under Pillow >= 13
+            _seed(seed); p = ours_t(img)
+            _seed(seed); a = ours_t(ops.pil_to_pixels(img))
+            _seed(seed); t = ours_t(torch.from_numpy(ops.pil_to_pixels(img).copy()).permute(2, 0, 1).contiguous())
+            assert isinstance(p, Image.Image) and np.array_equal(np.asarray(p), ref), (config, k, seed)
+            _same(a, ref, (config, k, seed))
+            assert isinstance(t, torch.Tensor) and np.array_equal(t.permute(1, 2, 0).numpy().reshape(ref.shape), ref)
+
+
+@kernels
+def test_warp_simd_is_the_plain_c():
+    "warp_affine's AVX2 row (three channels a vector) and the plain C row: the same bytes."
+    k = decode.NATIVE.module
+    g = np.random.default_rng(9)
+    for img in _random_images(17, n=12):
+        a = ops.pil_to_pixels(img)
+        for _ in range(6):
+            m = tuple(float(v) for v in (1 + 0.3 * g.normal(), 0.4 * g.normal(), 9 * g.normal(), 0.4 * g.normal(),
+                                         1 + 0.3 * g.normal(), 9 * g.normal()))
+            for kind in (0, 1):
+                fill = tuple(int(v) for v in g.integers(0, 256, a.shape[2]))
+                on = k.warp_affine(a, m, kind, fill)
+                was = k.set_resample_simd(False)
+                try:
+                    off = k.warp_affine(a, m, kind, fill)
+                finally:
+                    k.set_resample_simd(was)
+                assert on == off, (m, kind, a.shape)
+
+
+def test_ops_on_pixels_without_the_extension():
+    "Without the extension, arrays still work (through Pillow) and give the same pixels."
+    img = _images(21)[2]
+    a = ops.pil_to_pixels(img)
+    with_k = [ops.sharpness(a, 1.7), ops.equalize(a), ops.gaussian_blur(a, 1.1), ops.rotate(a, 17.0, resample=Image.Resampling.BICUBIC)]
+    with decode.use_native(False):
+        assert ops.native_kernels() is None
+        without = [ops.sharpness(a, 1.7), ops.equalize(a), ops.gaussian_blur(a, 1.1), ops.rotate(a, 17.0, resample=Image.Resampling.BICUBIC)]
+        pol = aa.rand_augment_transform('rand-m9-mstd0.5', dict(translate_const=100))
+        out = pol(a, __import__('timmdata.config', fromlist=['Draws']).Draws(3))
+        assert isinstance(out, np.ndarray) and out.shape == a.shape
+    for x, y in zip(with_k, without):
+        assert np.array_equal(x, y)
+
+
+def test_bad_arrays_are_refused_clearly():
+    pol = aa.rand_augment_transform('rand-m9', {})
+    with pytest.raises(ValueError, match='uint8 HWC arrays with 1 or 3 channels'):
+        pol(np.zeros((8, 8, 4), np.uint8))

@@ -7,176 +7,50 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence, Union
 import numpy as np
-import torch
-from PIL import Image, ImageEnhance, ImageFilter, ImageOps
-from torchvision.transforms import functional as TF
+from PIL import Image
 from functools import partial
 from .config import GLOBAL_DRAWS, Draws
 from .transforms import SampleTransform, str_to_pil_interp
 
 # %% auto #0
-__all__ = ['OP_NAMES', 'AA_POLICIES', 'RAND_TRANSFORM_SETS', 'warp_affine', 'rotate_matrix', 'shear_x', 'shear_y',
-           'translate_x_abs', 'translate_y_abs', 'translate_x_rel', 'translate_y_rel', 'rotate', 'auto_contrast',
-           'equalize', 'invert', 'solarize', 'posterize', 'contrast', 'color', 'brightness', 'sharpness',
-           'solarize_add', 'gaussian_blur', 'gaussian_blur_rand', 'desaturate', 'AugmentOp', 'auto_augment_policy',
-           'AutoAugment', 'auto_augment_policy_v0', 'auto_augment_policy_v0r', 'auto_augment_policy_original',
+__all__ = ['OP_NAMES', 'AA_POLICIES', 'RAND_TRANSFORM_SETS', 'AugmentOp', 'auto_augment_policy', 'AutoAugment',
+           'auto_augment_policy_v0', 'auto_augment_policy_v0r', 'auto_augment_policy_original',
            'auto_augment_policy_originalr', 'auto_augment_policy_3a', 'parse_auto_augment', 'auto_augment_transform',
            'rand_augment_choices', 'rand_augment_ops', 'RandAugment', 'rand_augment_transform', 'augmix_ops',
            'AugMixAugment', 'augment_and_mix_transform', 'create_auto_augment']
 
 # %% ../nbs/12_auto_augment.ipynb #5e1f0a31
-import math
-from .pixels.decode import NATIVE
+from timmdata.pixels.augment_ops import (  # the ops under timm's names, and the policies' pixel hand-over
+    auto_contrast,
+    blend,
+    brightness,
+    color,
+    contrast,
+    desaturate,
+    equalize,
+    gaussian_blur,
+    gaussian_blur_rand,
+    invert,
+    mix_and_blend,
+    on_image,
+    posterize,
+    rotate,
+    sharpness,
+    shear_x,
+    shear_y,
+    solarize,
+    solarize_add,
+    translate_x_abs,
+    translate_x_rel,
+    translate_y_abs,
+    translate_y_rel,
+)
 
-# %% ../nbs/12_auto_augment.ipynb #48d16283
+# %% ../nbs/12_auto_augment.ipynb #aa0e0a11
 _LEVEL_DENOM = 10.0  # magnitude m is the fraction m / 10 of each op's range
 _FILL = (128, 128, 128)
 _HPARAMS_DEFAULT = dict(translate_const=250, img_mean=_FILL)
 _RANDOM_INTERPOLATION = (Image.Resampling.BILINEAR, Image.Resampling.BICUBIC)
-_DEFAULT_INTERPOLATION = Image.Resampling.BICUBIC
-
-
-def _resample(kw):
-    "The resampling filter for a geometric op: fixed, or drawn (bilinear/bicubic) after the op's arguments."
-    r = kw.get('resample', _DEFAULT_INTERPOLATION)
-    return kw.get('rng', GLOBAL_DRAWS).py.choice(r) if isinstance(r, (tuple, list)) else r
-
-
-_WARP_KIND = {Image.Resampling.BILINEAR: 0, Image.Resampling.BICUBIC: 1}  # the native warp's filters
-
-
-def warp_affine(
-    img: Image.Image,  # an RGB or L image (other modes: Pillow's warp)
-    matrix: tuple,  # Pillow's affine data (a, b, c, d, e, f): output pixel (x, y) reads source (ax + by + c, dx + ey + f)
-    resample: int,  # Image.Resampling.BILINEAR or BICUBIC (others: Pillow's warp)
-    fillcolor=None,  # the colour where the source point falls outside the image (None: black)
-) -> Image.Image:
-    "Pillow's `img.transform(img.size, AFFINE, matrix, resample, fillcolor=fillcolor)`: natively for RGB and L images with the bilinear or bicubic filter (the same bytes, tested against Pillow; shears and translations skip the other axis's arithmetic), else Pillow's own."
-    warp, kind, n = getattr(NATIVE.module, 'warp_affine', None), _WARP_KIND.get(resample), len(img.getbands())
-    fill = (0,) * n if fillcolor is None else ((fillcolor,) * n if isinstance(fillcolor, int) else tuple(fillcolor))
-    if warp is None or kind is None or img.mode not in ('RGB', 'L') or len(fill) != n:
-        return img.transform(img.size, Image.Transform.AFFINE, matrix, resample=resample, fillcolor=fillcolor)
-    a = np.asarray(img)
-    buf = warp(a if a.ndim == 3 else a[:, :, None], tuple(float(v) for v in matrix[:6]), kind, fill)
-    return Image.frombuffer(img.mode, img.size, buf, 'raw', img.mode, 0, 1)
-
-
-def rotate_matrix(
-    size: tuple,  # the image's (w, h)
-    degrees: float,  # counter-clockwise, about the centre
-) -> list:
-    "The affine matrix Pillow's `Image.rotate(degrees)` (about the centre, not expanded) hands to `transform`."
-    w, h = size
-    angle = -math.radians(degrees % 360.0)
-    m = [
-        round(math.cos(angle), 15),
-        round(math.sin(angle), 15),
-        0.0,
-        round(-math.sin(angle), 15),
-        round(math.cos(angle), 15),
-        0.0,
-    ]
-    cx, cy = w / 2, h / 2
-    m[2], m[5] = m[0] * -cx + m[1] * -cy + m[2], m[3] * -cx + m[4] * -cy + m[5]
-    m[2] += cx
-    m[5] += cy
-    return m
-
-
-def _affine(img, matrix, kw):
-    return warp_affine(img, matrix, _resample(kw), kw.get('fillcolor'))
-
-
-def shear_x(img, factor, **kw):
-    return _affine(img, (1, factor, 0, 0, 1, 0), kw)
-
-
-def shear_y(img, factor, **kw):
-    return _affine(img, (1, 0, 0, factor, 1, 0), kw)
-
-
-def translate_x_abs(img, pixels, **kw):
-    return _affine(img, (1, 0, pixels, 0, 1, 0), kw)
-
-
-def translate_y_abs(img, pixels, **kw):
-    return _affine(img, (1, 0, 0, 0, 1, pixels), kw)
-
-
-def translate_x_rel(img, pct, **kw):
-    return translate_x_abs(img, pct * img.size[0], **kw)
-
-
-def translate_y_rel(img, pct, **kw):
-    return translate_y_abs(img, pct * img.size[1], **kw)
-
-
-def rotate(img, degrees, **kw):
-    resample, a = _resample(kw), degrees % 360.0
-    if a in (0, 90, 180, 270):  # Pillow's copies and transposes
-        return img.rotate(degrees, resample=resample, fillcolor=kw.get('fillcolor'))
-    return warp_affine(img, rotate_matrix(img.size, degrees), resample, kw.get('fillcolor'))
-
-
-def auto_contrast(img, **_):
-    return TF.autocontrast(img)
-
-
-def equalize(img, **_):
-    return TF.equalize(img)
-
-
-def invert(img, **_):
-    return TF.invert(img)
-
-
-def solarize(img, thresh, **_):
-    return ImageOps.solarize(img, thresh)  # thresh may be 256 (no-op), beyond torchvision's range check
-
-
-def posterize(img, bits_to_keep, **_):
-    "Keep the `bits_to_keep` most significant bits; 0 bits gives black (Pillow >= 13 refuses 0, older Pillow gave black)."
-    if bits_to_keep >= 8:
-        return img
-    if bits_to_keep <= 0:
-        return img.point([0] * 256 * len(img.getbands()))
-    return TF.posterize(img, bits_to_keep)
-
-
-def contrast(img, factor, **_):
-    return TF.adjust_contrast(img, factor)
-
-
-def color(img, factor, **_):
-    return TF.adjust_saturation(img, factor)
-
-
-def brightness(img, factor, **_):
-    return TF.adjust_brightness(img, factor)
-
-
-def sharpness(img, factor, **_):
-    return TF.adjust_sharpness(img, factor)
-
-
-def solarize_add(img, add, thresh=128, **_):
-    "Add `add` to pixel values below `thresh` (saturating at 255)."
-    if img.mode not in ('L', 'RGB'):
-        return img
-    lut = [min(255, i + add) if i < thresh else i for i in range(256)]
-    return img.point(lut * (3 if img.mode == 'RGB' else 1))
-
-
-def gaussian_blur(img, factor, **_):
-    return img.filter(ImageFilter.GaussianBlur(radius=factor))
-
-
-def gaussian_blur_rand(img, factor, rng: Draws = GLOBAL_DRAWS, **_):
-    return img.filter(ImageFilter.GaussianBlur(radius=rng.py.uniform(0.1, 2.0 * factor)))
-
-
-def desaturate(img, factor, **_):
-    return ImageEnhance.Color(img).enhance(min(1.0, max(0.0, 1.0 - factor)))  # 0: grey
 
 # %% ../nbs/12_auto_augment.ipynb #85f3aaa5
 def _maybe_negate(v, rng: Draws = GLOBAL_DRAWS):
@@ -280,15 +154,10 @@ def _pil_interp(v):
     return str_to_pil_interp(v) if isinstance(v, str) else v
 
 
-def _on_pil(fn, img):
-    "Apply a PIL-only `fn`; a tensor is converted to PIL and back (the slow path, for completeness)."
-    if isinstance(img, torch.Tensor):
-        return TF.pil_to_tensor(fn(TF.to_pil_image(img)))
-    return fn(img)
-
-
 class AugmentOp(SampleTransform):
     "One auto-augment op: applied with probability `prob`, at `magnitude` (0-10, optionally noisy)."
+
+    takes_pixels = True  # RGB and L pixels as uint8 HWC arrays (see above)
 
     def __init__(
         self,
@@ -325,7 +194,7 @@ class AugmentOp(SampleTransform):
         return self.aug_fn(img, *args, **self.kwargs, rng=rng)
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return _on_pil(partial(self._apply, rng=rng), img)
+        return on_image(partial(self._apply, rng=rng), img)
 
     def __repr__(self):
         mmax = f', mmax={self.magnitude_max}' if self.magnitude_max is not None else ''
@@ -424,6 +293,8 @@ def auto_augment_policy(
 class AutoAugment(SampleTransform):
     "Applies one randomly chosen sub-policy per image."
 
+    takes_pixels = True  # RGB and L pixels as uint8 HWC arrays (see above)
+
     def __init__(self, policy: list):
         self.policy = policy
 
@@ -433,7 +304,7 @@ class AutoAugment(SampleTransform):
         return img
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return _on_pil(partial(self._apply, rng=rng), img)
+        return on_image(partial(self._apply, rng=rng), img)
 
     def __repr__(self):
         subs = ''.join('\n\t[' + ', '.join(map(str, sub)) + ']' for sub in self.policy)
@@ -608,6 +479,8 @@ def rand_augment_ops(
 class RandAugment(SampleTransform):
     "Applies `num_layers` ops drawn from `ops` (with replacement, or by `choice_weights` without) per image."
 
+    takes_pixels = True  # RGB and L pixels as uint8 HWC arrays (see above)
+
     def __init__(
         self, ops: list, num_layers: int = 2, choice_weights: Optional[Union[Sequence[float], np.ndarray]] = None
     ):
@@ -620,7 +493,7 @@ class RandAugment(SampleTransform):
         return img
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return _on_pil(partial(self._apply, rng=rng), img)
+        return on_image(partial(self._apply, rng=rng), img)
 
     def __repr__(self):
         return f"{type(self).__name__}(n={self.num_layers}, ops=" + ''.join(f'\n\t{o}' for o in self.ops) + ')'
@@ -684,6 +557,8 @@ def augmix_ops(
 class AugMixAugment(SampleTransform):
     "AugMix: a Dirichlet-weighted mix of `width` random op chains, blended with the original by a Beta factor."
 
+    takes_pixels = True  # RGB and L pixels as uint8 HWC arrays (see above)
+
     def __init__(self, ops: list, alpha: float = 1.0, width: int = 3, depth: int = -1, blended: bool = False):
         self.ops, self.alpha, self.width, self.depth, self.blended = ops, alpha, width, depth, blended
 
@@ -709,16 +584,13 @@ class AugMixAugment(SampleTransform):
         if self.blended:
             orig = img
             for w in self._blend_weights(ws, m):
-                img = Image.blend(img, self._chain(orig, rng), w)
+                img = blend(img, self._chain(orig, rng), w)
             return img
-        mix = np.zeros(np.asarray(img).shape, dtype=np.float32)
-        for w in ws:
-            mix += w * np.asarray(self._chain(img, rng), dtype=np.float32)
-        np.clip(mix, 0, 255.0, out=mix)
-        return Image.blend(img, Image.fromarray(mix.astype(np.uint8)), m)
+        chains = [self._chain(img, rng) for _ in ws]
+        return mix_and_blend(img, chains, ws, m)  # one native pass on pixels
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return _on_pil(partial(self._apply, rng=rng), img)
+        return on_image(partial(self._apply, rng=rng), img)
 
     def __repr__(self):
         return (

@@ -55,7 +55,7 @@ __all__ = ['INPUT_FORMATS', 'TakesInput', 'SampleTransform', 'transform_input', 
            'hflip', 'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy',
            'shorter_edge_size', 'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'RandomHorizontalFlip',
            'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder',
-           'crop_to_pil', 'Compose', 'takes_draws']
+           'crop_to_pil', 'crop_to_pixels', 'Compose', 'takes_draws']
 
 # %% ../nbs/10_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
@@ -73,6 +73,9 @@ class SampleTransform:
     from the global generators (it is then run on the loader's compatibility path)."""
 
     input_format: str = 'pil'
+    # also takes the pixels of an RGB or L image as a uint8 HWC ndarray (1 or 3 channels); `Compose` then hands it the
+    # training crop as one, with no PIL image made (the auto-augment policies, `MaybePILToTensor`)
+    takes_pixels: bool = False
     draws_explicitly: bool = True
     takes_rng: bool = (
         True  # does its __call__ take `rng`? Read from each subclass's signature (one written before, too)
@@ -214,6 +217,7 @@ class MaybePILToTensor(SampleTransform):
     "PIL image or HWC uint8 ndarray -> uint8 CHW tensor, values unscaled; tensors pass through."
 
     input_format = 'tensor'
+    takes_pixels = True
 
     def __call__(self, pic, rng: Draws = GLOBAL_DRAWS):
         if isinstance(pic, torch.Tensor):
@@ -234,6 +238,7 @@ class MaybeToTensor(SampleTransform):
     "PIL image / ndarray / uint8 tensor -> float CHW tensor in [0, 1]; float tensors pass through."
 
     input_format = 'tensor'
+    takes_pixels = True
 
     def __call__(self, pic, rng: Draws = GLOBAL_DRAWS):
         if isinstance(pic, torch.Tensor):
@@ -263,6 +268,7 @@ class ToNumpy(SampleTransform):
     "PIL image or CHW tensor -> uint8 CHW ndarray."
 
     input_format = 'tensor'
+    takes_pixels = True
 
     def __call__(self, pic, rng: Draws = GLOBAL_DRAWS):
         if isinstance(pic, torch.Tensor):
@@ -594,6 +600,16 @@ class TrimBorder(SampleTransform):
 from .pixels.decode import NATIVE as _NATIVE
 
 # %% ../nbs/10_transforms.ipynb #a7c31e52
+def _pil_crop(img, box, out_hw, interp, flip):
+    "PIL's own crop, resize and mirror of the decoded image (timm's steps)."
+    if isinstance(img, EncodedJpeg):
+        with stage_clock(DECODE):
+            img = img.decode()
+    top, left, h, w = box
+    pil = TF.to_pil_image(img).crop((left, top, left + w, top + h)).resize(out_hw[::-1], MODE_TO_PIL[interp])
+    return pil.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else pil
+
+
 def crop_to_pil(
     img,  # a not-yet-decoded JPEG, or a uint8 3xHxW tensor
     box: tuple,  # (top, left, height, width) of the crop in `img`
@@ -607,15 +623,33 @@ def crop_to_pil(
         h, w = out.shape[1:]
         a = out.numpy()
         return Image.merge('RGB', [Image.frombuffer('L', (w, h), a[i], 'raw', 'L', 0, 1) for i in range(3)])
-    if isinstance(img, EncodedJpeg):
-        with stage_clock(DECODE):
-            img = img.decode()
-    top, left, h, w = box
-    pil = TF.to_pil_image(img).crop((left, top, left + w, top + h)).resize(out_hw[::-1], MODE_TO_PIL[interp])
-    return pil.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else pil
+    return _pil_crop(img, box, out_hw, interp, flip)
+
+
+def crop_to_pixels(
+    img,  # a not-yet-decoded JPEG, or a uint8 3xHxW tensor
+    box: tuple,  # (top, left, height, width) of the crop in `img`
+    out_hw: tuple,  # the size it is resized to (h, w)
+    interp: InterpolationMode,  # the resize filter
+    flip: bool = False,  # mirrored left to right
+) -> np.ndarray:
+    "`crop_to_pil`'s pixels as a uint8 HWC array, for a step that `takes_pixels`: the native step's planes interleaved in one pass, with no PIL image made (else the pixels of PIL's own crop)."
+    out = resize_box(img, box, out_hw, interp, flip)
+    if out is None:
+        return np.asarray(_pil_crop(img, box, out_hw, interp, flip))
+    h, w = out.shape[1:]
+    interleave = getattr(_NATIVE.module, 'planar_to_hwc', None)
+    if interleave is None:
+        return out.permute(1, 2, 0).contiguous().numpy()
+    return np.frombuffer(interleave(out.numpy()), np.uint8).reshape(h, w, 3)
 
 # %% ../nbs/10_transforms.ipynb #ce7bd336
 _TO_TENSOR = (MaybePILToTensor, MaybeToTensor, ToTensor, ToNumpy, tvt.PILToTensor, tvt.ToTensor)
+
+
+def _from_pixels(a: np.ndarray):
+    "The crop's uint8 HWC pixels as a PIL image, for a step that does not take pixels: every step takes PIL images, and on them it does what timm's does."
+    return Image.fromarray(a[:, :, 0] if a.shape[2] == 1 else a)
 
 
 class Compose(tvt.Compose, SampleTransform):
@@ -698,10 +732,13 @@ class Compose(tvt.Compose, SampleTransform):
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         ts = self.transforms
+        pixels = False  # the crop handed on as a uint8 HWC array, to steps that take pixels
         if isinstance(img, (EncodedJpeg, torch.Tensor)) and (cp := self._crop_then_pil()) is not None:
             box, interp = cp[0].draw(img, rng)  # the draws in the steps' order: the box, the interpolation, the flip
             flip = cp[1] is not None and RandomHorizontalFlip.draw(cp[1], rng)
-            img, ts = crop_to_pil(img, box, cp[0].size, interp, flip), ts[2 if cp[1] is not None else 1 :]
+            ts = ts[2 if cp[1] is not None else 1 :]
+            pixels = bool(ts) and isinstance(ts[0], SampleTransform) and ts[0].takes_pixels
+            img = (crop_to_pixels if pixels else crop_to_pil)(img, box, cp[0].size, interp, flip)
         elif isinstance(img, (EncodedJpeg, torch.Tensor)) and (rc := self._resize_crop()) is not None:
             out = resize_center_crop(img, int(rc[0].size), rc[1].size, rc[0].interpolation)
             if out is not None:
@@ -714,7 +751,10 @@ class Compose(tvt.Compose, SampleTransform):
             with stage_clock(DECODE):
                 img = img.decode()
         for t in ts:  # ours take the sample's draws; others (deterministic ones, or the compatibility path) the image
+            if pixels and not (isinstance(t, SampleTransform) and t.takes_pixels):
+                img, pixels = _from_pixels(img), False
             img = t(img, rng) if isinstance(t, SampleTransform) and t.takes_rng else t(img)
+            pixels = pixels and isinstance(img, np.ndarray)
         return img
 
 # %% ../nbs/10_transforms.ipynb #9cb6c7b6
