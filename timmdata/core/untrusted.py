@@ -12,10 +12,10 @@ from typing import Optional
 # %% auto #0
 __all__ = ['MAX_JSON_BYTES', 'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPLE_BYTES', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH',
            'MAX_PARTITIONS', 'UnsafeNameError', 'relative_name', 'inside', 'walk_tree', 'UnsafeFileError',
-           'create_exclusive', 'atomic_write', 'shared_folder', 'lock_holder', 'FileTooLargeError', 'regular_fd',
-           'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count', 'check_info', 'ResumeStateError',
-           'state_error', 'check_fields', 'did_you_mean', 'choice_error', 'keywords_of', 'unknown_keyword',
-           'keyword_error', 'names_keywords']
+           'create_exclusive', 'atomic_write', 'shared_folder', 'lock_holder', 'kept_folder', 'FileTooLargeError',
+           'regular_fd', 'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count', 'check_info',
+           'ResumeStateError', 'state_error', 'check_fields', 'did_you_mean', 'choice_error', 'keywords_of',
+           'unknown_keyword', 'keyword_error', 'names_keywords']
 
 # %% ../../nbs/core/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -165,6 +165,21 @@ def lock_holder(fd: int) -> str:
     except (OSError, ValueError):
         pass
     return ''
+
+# %% ../../nbs/core/00_untrusted.ipynb #kf000002
+def kept_folder(
+    folder: str,  # a folder whose files this user's runs keep and read back
+    make: bool = True,  # make it (0700, its parent too) when missing
+) -> bool:
+    "Whether `folder` is this user's own and others cannot write into it (made 0700 where missing): only then is anything kept or read there."
+    if make:
+        os.makedirs(os.path.dirname(folder), mode=0o700, exist_ok=True)
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+    st = os.lstat(folder)
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 # %% ../../nbs/core/00_untrusted.ipynb #f62dac8a
 class FileTooLargeError(ValueError):

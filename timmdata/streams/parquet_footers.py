@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 import numpy as np
 from ..core.settings import setting
-from ..core.untrusted import atomic_write
+from ..core.untrusted import atomic_write, kept_folder
 from .net import REQUEST_DEADLINE, Deadline, content_length, http_open
 from .shard_io import ShardError
 from .shard_cache import close_held, open_held, wait_lock
@@ -77,14 +77,7 @@ class KeptFooters:
 
     def _own(self, make: bool = True) -> bool:
         "Whether the folder is this user's and others cannot write into it (made 0700 when missing): only then is anything kept or read there."
-        if make:
-            os.makedirs(os.path.dirname(self.folder), mode=0o700, exist_ok=True)
-            try:
-                os.mkdir(self.folder, 0o700)
-            except FileExistsError:
-                pass
-        st = os.lstat(self.folder)
-        return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+        return kept_folder(self.folder, make)
 
     def _path(self, url: str) -> str:
         return os.path.join(self.folder, hashlib.sha256(url.encode('utf-8', 'surrogateescape')).hexdigest()[:32])

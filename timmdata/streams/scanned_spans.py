@@ -8,7 +8,7 @@ import hashlib, json, os, stat
 from typing import Optional
 import numpy as np
 from ..core.settings import setting
-from ..core.untrusted import atomic_write
+from ..core.untrusted import atomic_write, kept_folder
 from .net import REQUEST_DEADLINE
 from timmdata.streams.shard_io import (
     ShardError,
@@ -116,14 +116,7 @@ class ScannedSpans:
 
     def _own(self, make: bool = True) -> bool:
         "Whether the scans folder is this user's and others cannot write into it (made 0700 when missing): only then are scans kept and read there."
-        if make:
-            os.makedirs(os.path.dirname(self.folder), mode=0o700, exist_ok=True)
-            try:
-                os.mkdir(self.folder, 0o700)
-            except FileExistsError:
-                pass
-        st = os.lstat(self.folder)
-        return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+        return kept_folder(self.folder, make)
 
     def _path(self, s: int) -> str:
         return os.path.join(
