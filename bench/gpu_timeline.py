@@ -94,15 +94,16 @@ def measure(root, prefetch, a, device, work):
     rate = n * a.batch_size / (time.perf_counter() - t0)
     trace = work / f'trace_{int(prefetch)}.json'
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == 'cuda' else [])
-    with torch.profiler.profile(activities=acts, schedule=torch.profiler.schedule(wait=0, warmup=2, active=a.steps)) as prof:
+    # the trace is written when the active steps end (after them a new cycle starts, and its events are empty)
+    with torch.profiler.profile(activities=acts, schedule=torch.profiler.schedule(wait=0, warmup=2, active=a.steps, repeat=1),
+                                on_trace_ready=lambda p: p.export_chrome_trace(str(trace))) as prof:
         _steps(loader, model, opt, device, a.steps + 2, prof)
-    prof.export_chrome_trace(str(trace))
     streams, steps = _gpu_intervals(trace)
     window = (steps[0][0], steps[-1][1]) if steps else None
     idle = _idle(streams, window) if window else None
     del loader
     return dict(prefetch=prefetch, images_per_s=rate, gpu_idle_fraction=idle, window_us=window,
-                streams={s: len(v) for s, v in streams.items()}), streams, window
+                streams={s: len(v) for s, v in streams.items()}, profiled_steps=len(steps)), streams, window
 
 
 def plot(results, path):

@@ -22,6 +22,7 @@ if decode.torchcodec_jpeg() is None: pytest.skip('torchcodec is not installed', 
 from timmdata.engine.gpu_decode import DeviceDecodeTransform, create_device_decode_loader, decode_jpegs, device_decode_collate
 
 LEVEL = 1 / (255 * min(IMAGENET_DEFAULT_STD))  # one uint8 level, normalised
+NV_MAX_DIFF, NV_MEAN_DIFF = 0.5, 1.0 * LEVEL  # nvJPEG against the CPU path's eval batches: see the test
 MAX_DIFF, MEAN_DIFF = LEVEL + 1e-4, 0.25 * LEVEL  # the bound: at most one level, a quarter of one on average
 needs_native = pytest.mark.skipif(decode.native is None, reason='the extension reads the JPEG headers in the workers')
 
@@ -218,8 +219,11 @@ def test_missing_torchcodec_is_an_install_hint(sample_root, monkeypatch):
 def test_cuda_eval_batches_match_the_cpu_path(sample_root):
     dl, worst, mean = _compare_eval(sample_root, 'cuda')
     print(f'nvJPEG eval: max abs diff {worst:.4f}, mean {mean:.6f}')
-    # nvJPEG's IDCT and chroma upsampling are not libjpeg-turbo's: a few levels, not one (the bound to confirm on a GPU)
-    assert worst <= 8 * LEVEL and mean <= 1.0 * LEVEL, (worst, mean)
+    # nvJPEG's IDCT and chroma upsampling are not libjpeg-turbo's. Measured on an H200 (nvJPEG's hardware decoder,
+    # torch 2.11, TorchCodec 0.16; bench/nvjpeg_diff.py): raw decodes differ by up to 77 levels at sharp colour edges (mean 1.3 levels, the
+    # same with torchvision's nvJPEG), these eval batches by 0.331 (19 levels) at most and 0.0084 (0.48 level) on average.
+    # The bounds: 1.5x the measured maximum, 2x the measured mean.
+    assert worst <= NV_MAX_DIFF and mean <= NV_MEAN_DIFF, (worst, mean)
     assert dl.cpu_fallbacks == 0 and dl.stream is not None  # the side stream was used
 
 @pytest.mark.cuda

@@ -17,6 +17,7 @@ from torch.utils.data import (
     Sampler,
     SequentialSampler,
     default_collate,
+    IterableDataset,
     get_worker_info,
 )
 from .engine.collate import BatchCollate, default_collate_kept, fast_collate
@@ -36,11 +37,12 @@ from .engine.tune import AutoLoader, Budget, first_setting
 from .engine.watch import watch_by_setting
 from .engine.batch_plan import SeededDataset
 from .dataset import DecodeTransform, ImageDataset
+from .pixels.decode import torchcodec_jpeg
 
 # %% auto #0
 __all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'set_dataset_transform', 'jitter_on_batch', 'adapt_to_chs',
            'LoaderOptions', 'transform_step', 'plan_step', 'worker_loader', 'collate_step', 'prefetch_step',
-           'create_loader', 'auto_worker_mode', 'auto_loader', 'fast_collate', 'PrefetchLoader']
+           'create_loader', 'auto_worker_mode', 'auto_decode_device', 'auto_loader', 'fast_collate', 'PrefetchLoader']
 
 # %% ../nbs/38_loader.ipynb #df52b17c
 _all_ = [
@@ -376,7 +378,9 @@ class LoaderOptions:
     prefetch_factor: Union[int, str, None] = None  # batches queued per worker (None: torch's 2; 'auto': 2 or 4)
     channels_last: bool = False  # channels-last batches (prefetcher only)
     seed: Optional[int] = None  # seed of the order and every draw; None: drawn from torch's RNG (rank 0's)
-    decode_device: Optional[str] = None  # 'cuda': decode, crop and resize batched on the GPU (`gpu_decode`)
+    decode_device: Optional[str] = (
+        None  # 'cuda': decode, crop and resize batched on the GPU (`gpu_decode`); 'auto': the rule below
+    )
     worker_mode: str = 'process'  # 'process' or 'thread' workers, the same batches; 'auto': the measured rule, or tried (num_workers='auto')
     order: Optional[str] = (
         None  # map-style training: None (timm's samplers and order) or 'global' (a bijection by position: nothing per sample, resumes on any ranks)
@@ -509,6 +513,8 @@ def create_loader(
         raise better or TypeError(str(e).replace('LoaderOptions.__init__()', 'create_loader()')) from None
     if o.worker_mode not in ('process', 'thread', 'auto'):
         raise choice_error('worker_mode', o.worker_mode, ('process', 'thread', 'auto'))
+    if o.decode_device == 'auto':  # the measured rule: the GPU decodes evaluation batches where it can
+        o.decode_device = auto_decode_device(dataset, o)
     if _check_auto(
         o
     ):  # num_workers or prefetch_factor 'auto': settings tried over the first batches (timmdata.engine.tune)
@@ -590,6 +596,22 @@ def _check_auto(o: LoaderOptions) -> bool:
     if isinstance(pf, str) and pf != 'auto':
         raise ValueError(f"prefetch_factor must be None, an int >= 1 or 'auto'; got {pf!r}")
     return o.num_workers == 'auto' or pf == 'auto'
+
+# %% ../nbs/38_loader.ipynb #a7d0c0df
+def auto_decode_device(dataset, o: LoaderOptions) -> Optional[str]:
+    "`decode_device='auto'`: the device that decodes (the GPU, for an evaluation loader where the device path runs), or None (the workers)."
+    if o.is_training or not torch.cuda.is_available() or torchcodec_jpeg() is None:
+        return None
+    if not isinstance(dataset, ImageDataset) or isinstance(dataset, (IterableDataset, MixedDataset)):
+        return None
+    device = torch.device('cuda' if o.device is None else o.device)
+    if device.type != 'cuda' or o.interpolation not in ('bilinear', 'bicubic') or o.crop_mode not in (None, 'center'):
+        return None
+    try:  # an option off its default that the device path does not take: the workers decode
+        refuse_off_default(create_loader, o.not_taken_by(create_device_decode_loader))
+    except ValueError:
+        return None
+    return str(device)
 
 # %% ../nbs/38_loader.ipynb #b86cfc56
 def auto_loader(dataset, o: LoaderOptions, budget: Optional[Budget] = None):

@@ -149,6 +149,10 @@ class RandomErasing(SampleTransform):
                 else:
                     patch.copy_(torch.randn(C, h, w, generator=g))
             return x
+        # the boxes' areas added up, read here on the host: at least as many pixels as the erased ones, however the
+        # boxes overlap, so 'pixel' noise is drawn without waiting for the device to count them (a wait that would
+        # stall the prefetcher's overlap with the model's step)
+        areas = int((boxes[..., 2] * boxes[..., 3]).sum()) if self.mode == 'pixel' else 0
         boxes = boxes.to(x.device, non_blocking=True)
         top, left, h, w = boxes.unbind(-1)
         rows, cols = torch.arange(H, device=x.device), torch.arange(W, device=x.device)
@@ -162,5 +166,5 @@ class RandomErasing(SampleTransform):
         mask = masks.any(1)[:, None]  # (B, 1, H, W)
         if self.mode == 'const':
             return x.masked_fill_(mask, 0)
-        noise = torch.randn(int(mask.sum()) * C, generator=g, device=x.device).to(x.dtype)
+        noise = torch.randn(areas * C, generator=g, device=x.device).to(x.dtype)  # the first of them fill the mask
         return x.masked_scatter_(mask.expand_as(x), noise)

@@ -43,21 +43,27 @@ case "$step" in
 tests)
   # the cuda-marked tests, printing the nvJPEG parity figures (test_cuda_eval_batches_match_the_cpu_path); then every
   # notebook with a #| cuda cell, those cells run; then the whole suite with CUDA present, as long as time allows
-  echo "== pytest -m cuda"
-  "$PY" -m pytest -q -m cuda -s -rA -p no:cacheprovider tests 2>&1 | tee "$W/cuda_tests.log" | grep -v '^PASSED\|^SKIPPED' | tail -40
+  # the tests and the notebooks run side by side (16 cores there), each test run at most GPU_RUN_PYTEST_S seconds
+  timeout "${GPU_RUN_PYTEST_S:-590}" "$PY" -m pytest -q -m cuda -s -rA -p no:cacheprovider tests > "$W/cuda_tests.log" 2>&1 &
+  tests_pid=$!
   echo "== notebooks with #| cuda cells"
   nbs=$(grep -lE '("|\\n)#\| cuda' nbs/*.ipynb nbs/*/*.ipynb | tr '\n' ' ')  # a code cell's directive line (after #| hide too)
   flags=$([ "$cuda" = 1 ] && echo cuda)  # a CPU rehearsal runs the notebooks with their cuda cells skipped
-  for nb in $nbs; do "$PY" tools/nbtest.py --flags "$flags" --path "$nb" 2>&1 | tail -2; done | tee "$W/cuda_notebooks.log"
-  echo "== the whole suite with CUDA present, but the docs site's (no MkDocs there), at most ${GPU_RUN_SUITE_S:-240} s"
-  timeout "${GPU_RUN_SUITE_S:-240}" "$PY" -m pytest -q -n 8 --dist loadfile -p no:cacheprovider -rfE --ignore tests/test_docs_browser.py tests \
+  # side by side (8 at a time), each at most GPU_RUN_NB_S seconds
+  printf '%s\n' $nbs | xargs -P 8 -I{} bash -c "set -o pipefail; timeout ${GPU_RUN_NB_S:-300} '$PY' tools/nbtest.py --flags '$flags' --path {} 2>&1 | tail -2; echo \"{} exit \$?\"" \
+    | tee "$W/cuda_notebooks.log"
+  wait "$tests_pid"; echo "== pytest -m cuda: exit $?"
+  grep -v '^PASSED\|^SKIPPED' "$W/cuda_tests.log" | tail -40
+  echo "== the whole suite with CUDA present, but the docs site's (no MkDocs there), at most ${GPU_RUN_SUITE_S:-240} s (0: skipped)"
+  [ "${GPU_RUN_SUITE_S:-240}" = 0 ] || timeout "${GPU_RUN_SUITE_S:-240}" "$PY" -m pytest -q -n 8 --dist loadfile -p no:cacheprovider -rfE --ignore tests/test_docs_browser.py tests \
     > "$W/suite.log" 2>&1
   echo "exit $?"; tail -30 "$W/suite.log"
   { grep -h 'nvJPEG eval' "$W/cuda_tests.log"; tail -1 "$W/cuda_tests.log"; cat "$W/cuda_notebooks.log"; tail -1 "$W/suite.log"; } \
     > "$W/tests_summary.txt"
   ;;
 bench)
-  "$PY" bench/bench_gpu.py --device "$dev" --workers "$(nproc)" ${GPU_RUN_CPU:+--n 200 --batch-size 32 --epochs 1} \
+  timeout "${GPU_RUN_BENCH_S:-590}" "$PY" bench/bench_gpu.py --device "$dev" --workers "$(nproc)" --epochs "${GPU_RUN_BENCH_EPOCHS:-3}" \
+    ${GPU_RUN_CPU:+--n 200 --batch-size 32 --epochs 1} \
     --out "$W/bench_gpu.json" 2>&1 | tee "$W/bench_gpu.log"
   grep -A12 "^pipeline" "$W/bench_gpu.log" > "$W/bench_summary.txt"
   ;;
@@ -67,18 +73,18 @@ train)
   n=${GPU_RUN_N:-10000}; [ -n "${GPU_RUN_CPU:-}" ] && n=200
   data=out/bench_gpu_data_$n
   "$PY" -c "from timmdata.tools.sample_data import make_sample_dataset as m; m('$data', n_train=max(1, $n // 10), n_val=1, size=(500, 375), quality=90)"
-  args=(--model resnet50 --amp --channels-last -b 256 -j "$(nproc)" --epochs 3 --warmup-epochs 0 --val-split val
+  args=(--model resnet50 --amp --channels-last -b 256 -j "$(nproc)" --epochs "${GPU_RUN_EPOCHS:-3}" --warmup-epochs 0 --val-split val
         --log-interval 5 --output out/train_runs --num-classes 10)
   [ -n "${GPU_RUN_CPU:-}" ] && args=(--device cpu --model resnet18 -b 16 -j 2 --epochs 1 --val-split val --log-interval 2 --output out/train_runs --num-classes 10)
   for data_from in timm timmdata timmdata-device; do
     echo "== train.py, the loader from $data_from"
-    timeout 200 "$PY" tools/timm_script.py --data "$data_from" --report "$W/train_$data_from.json" \
+    timeout "${GPU_RUN_TRAIN_S:-200}" "$PY" tools/timm_script.py --data "$data_from" --report "$W/train_$data_from.json" \
       .whl/timm_scripts/train.py "$data" "${args[@]}" > "$W/train_$data_from.log" 2>&1
     echo "exit $?"; grep -E 'Train: .*\[ *[0-9]+/' "$W/train_$data_from.log" | tail -2; tail -3 "$W/train_$data_from.log"
   done
   "$PY" tools/timm_script.py --summary "$W"/train_*.json | tee "$W/train_summary.txt"
   echo "== the prefetch timeline"
-  "$PY" bench/gpu_timeline.py --device "$dev" --root "$data/train" --out "$W" \
+  timeout "${GPU_RUN_TIMELINE_S:-300}" "$PY" bench/gpu_timeline.py --device "$dev" --root "$data/train" --out "$W" \
     ${GPU_RUN_CPU:+--model resnet18 --batch-size 8 --workers 2 --warmup 2 --timed 2 --steps 2} 2>&1 | tail -20
   ;;
 *) echo "gpu_run: unknown step $step (tests, bench, train)"; exit 2;;

@@ -9,8 +9,10 @@ and reports what the training steps measured (issue 45's end-to-end run; tools/g
 tools/run_timm_data_tests.py (the one-import change). timmdata-device: the same with `create_loader(...,
 decode_device='cuda')`, the one argument a user adds to decode on the GPU.
 
-The report (JSON): from train.py's own log lines (`Train: E [i/N] ... Time: s, R/s ... Data: d`), the median of the
-logged rates after the first epoch (images/s) and of the share of an update spent waiting for data (Data / Time); the
+The report (JSON): from train.py's own log lines (`Train: E [i/N] ... Time: s, R/s (avg s, avg R/s) ... Data: d (avg)`),
+the last epoch's throughput (images/s: the epoch's running average on its last line, every step counted, data waits
+included) and the share of its steps spent waiting for data (average Data / average Time); the median of the single
+steps' logged rates beside them (step_rate_median: a step's rate, waits between logged steps left out); the
 GPU's mean utilisation from NVML (`torch.cuda.utilization`, sampled every 50 ms) over the same span, from the first log
 line after epoch 0 to the last, and its complement, the GPU's idle fraction. The script's code is timm's, run
 unchanged (`runpy`); nothing of it is kept here."""
@@ -26,7 +28,29 @@ import threading
 import time
 from pathlib import Path
 
-TRAIN = re.compile(r'Train: (\d+) \[\s*(\d+)/\s*(\d+).*?Time: ([\d.]+)s,\s*([\d.]+)/s.*?Data: ([\d.]+)')
+TRAIN = re.compile(
+    r'Train: (\d+) \[\s*(\d+)/\s*(\d+).*?Time: ([\d.]+)s,\s*([\d.]+)/s\s*\(([\d.]+)s,\s*([\d.]+)/s\).*?Data: ([\d.]+) \(([\d.]+)\)'
+)
+
+
+def parse(msg: str):
+    "(epoch, step rate, step data share, average rate, average data share) of a `Train:` line, or None."
+    m = TRAIN.search(msg)
+    if not m:
+        return None
+    t, at = float(m[4]), float(m[6])
+    return int(m[1]), float(m[5]), float(m[8]) / t if t else 0.0, float(m[7]), float(m[9]) / at if at else 0.0
+
+
+def throughput(rows: list) -> dict:
+    "The measured figures from the rows (time, epoch, step rate, step data share, average rate, average data share)."
+    after = [r for r in rows if r[1] >= 1] or rows  # the first epoch warms up (cudnn, workers)
+    last = [r for r in after if r[1] == after[-1][1]] if after else []
+    return {
+        'images_per_s': last[-1][4] if last else None,
+        'data_wait_share': last[-1][5] if last else None,
+        'step_rate_median': statistics.median(r[2] for r in after) if after else None,
+    }
 
 
 class _Lines(logging.Handler):
@@ -37,10 +61,9 @@ class _Lines(logging.Handler):
         self.rows = []
 
     def emit(self, record):
-        m = TRAIN.search(record.getMessage())
-        if m:
-            ep, t, rate, data = int(m[1]), float(m[4]), float(m[5]), float(m[6])
-            self.rows.append((time.time(), ep, rate, data / t if t else 0.0))
+        r = parse(record.getMessage())
+        if r:
+            self.rows.append((time.time(), *r))
 
 
 def _sample_gpu(samples, stop):
@@ -102,8 +125,7 @@ def run(data: str, report: Path, script: Path, args: list) -> int:
             'exit': code,
             'seconds': time.time() - t0,
             'log_lines': len(lines.rows),
-            'images_per_s': statistics.median(r[2] for r in after) if after else None,
-            'data_wait_share': statistics.median(r[3] for r in after) if after else None,
+            **throughput(lines.rows),
             'gpu_util_mean': statistics.mean(util) if util else None,
             'gpu_samples': len(util),
         }
@@ -139,11 +161,18 @@ def main(argv=None):
     ap.add_argument('--data', default='timmdata', help='timm, timmdata or timmdata-device')
     ap.add_argument('--report', type=Path, help='write the measurements here (JSON)')
     ap.add_argument('--summary', nargs='+', help='print a table of these reports instead of running anything')
+    ap.add_argument('--relog', type=Path, help="recompute --report's figures from train.py's saved log (its output)")
     ap.add_argument('script', nargs='?', type=Path, help="timm's train.py or validate.py")
     ap.add_argument('args', nargs=argparse.REMAINDER, help='its arguments, as its users give them')
     a = ap.parse_args(argv)
     if a.summary:
         print(summary(a.summary))
+        return 0
+    if a.relog:
+        rows = [(0.0, *r) for r in map(parse, a.relog.read_text().splitlines()) if r]
+        rep = json.loads(a.report.read_text())
+        rep.update(throughput(rows), log_lines=len(rows))
+        a.report.write_text(json.dumps(rep, indent=1))
         return 0
     if a.script is None or not a.script.is_file():
         ap.error(f'script {a.script}: not a file (bash tools/gpu_kit.sh puts timm\'s train.py in .whl/timm_scripts/)')
