@@ -4,7 +4,8 @@ quality 90; `--size 160` for small 160x120 ones, where a request's cost around t
 same train transform through create_loader, read from (1) the image folder, (2) Parquet files in the Hub's layout read
 by timmdata with the index (`parquet/`, local), (3) the same files over a loopback HTTP server that answers ranged reads
 (a separate process), (4) `hfds/` and (5) `hfids/` (Hugging Face `datasets` over the same files), (6) WebDataset shards
-with their dataset index. Medians over `--epochs` epochs after a warm-up, the sources alternating; prints images/s, the
+with their dataset index, and (7) `timm hfids/`: timm's own `create_dataset('hfids/...')` and `create_loader` over the
+same files, what a timm user streaming Parquet from the Hub runs today. Medians over `--epochs` epochs after a warm-up, the sources alternating; prints images/s, the
 ratio to the folder, CPU ms per image of the loader's processes, and the CPU the HTTP server (a separate Python
 process sharing the machine's cores) spent an image; then, over HTTP, the bytes fetched per image (row groups of 100 rows and one row
 group a file, with and without the index) and the requests made before the first batch (4 files and 64 files).
@@ -116,6 +117,21 @@ def stats(url) -> tuple:
     return tuple(json.loads(urllib.request.urlopen(url + '/_stats').read()))
 
 
+def timm_hfids(tmp: Path, a, n: int) -> tuple:
+    "(dataset, loader): timm's `create_dataset('hfids/...')` (Hugging Face streaming) and timm's `create_loader` over it."
+    import timm.data as td
+    import torch
+
+    ds = td.create_dataset(
+        'hfids/' + str(tmp / 'pq'), root=str(tmp / 'hf_cache_timm'), split='train', is_training=True,
+        batch_size=a.batch_size, num_samples=n,
+    )  # fmt: skip
+    return ds, td.create_loader(
+        ds, a.input_size, a.batch_size, is_training=True, num_workers=a.workers, persistent_workers=True,
+        device=torch.device('cpu'),
+    )  # fmt: skip
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--n', type=int, default=1000, help='images (10 classes)')
@@ -160,6 +176,12 @@ def main():
         'wds shards': lambda: create_dataset('wds/x', root=str(tmp / 'wds'), **common),
     }
     if not a.skip_hf:
+        # datasets (5.x) sleeps 5 s at the end of each streamed pass, after its reading threads (a guard against an arrow
+        # crash at their shutdown): a pause an epoch of 1,000 images would measure and one of ImageNet's would not.
+        # Left out here, for every Hugging Face source: their steady state
+        import datasets.config
+
+        datasets.config.SLEEP_TIME_ON_THREADS_SHUTDOWN = 0
         sources['hfds/'] = lambda: create_dataset(
             'hfds/' + str(tmp / 'pq'), root=str(tmp / 'hf_cache'), split='train', is_training=True
         )
@@ -174,8 +196,10 @@ def main():
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         loaders = train_loaders(sources, a)
+        if not a.skip_hf:  # what a timm user runs today: timm's own hfids/ reader and loader (timm's defaults)
+            loaders['timm hfids/'] = timm_hfids(tmp, a, len(samples))
         for name in [
-            k for k in loaders if k.startswith('hf')
+            k for k in loaders if k.startswith(('hf', 'timm'))
         ]:  # one epoch first: a source that fails is left out, said why
             try:
                 sum(len(y) for _, y in loaders[name][1])
@@ -206,7 +230,7 @@ def main():
         f"(http.server: {m['parquet http.server'] / m['parquet local']:.2f}x); "
         + '; '.join(
             f"parquet local / {k}: {m['parquet local'] / m[k]:.2f}x"
-            for k in ('hfds/', 'hfids/', 'wds shards')
+            for k in ('hfds/', 'hfids/', 'timm hfids/', 'wds shards')
             if k in m
         )
         + (f"; parquet HTTP / hfids/ HTTP: {m['parquet HTTP'] / m['hfids/ HTTP']:.2f}x" if 'hfids/ HTTP' in m else '')

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/20c_kept_http.ipynb #fc3ec043
 from __future__ import annotations
-import re, socket, ssl, threading, time, urllib.parse
+import functools, re, socket, ssl, threading, time, urllib.parse
 from ..core.untrusted import printable
 from .net import REQUEST_DEADLINE
 
@@ -13,6 +13,7 @@ __all__ = ['MAX_HEAD_BYTES', 'COALESCE_GAP', 'COALESCE_BYTES', 'kept_get', 'coal
 
 # %% ../../nbs/streams/20c_kept_http.ipynb #1ec1eff7
 MAX_HEAD_BYTES = 64 << 10  # an answer's status line and headers, at most: a server sending more is not read on
+_HEAD_ROOM = 4 << 10  # room for an answer's head before its body in the buffer it is received into (more is made)
 _KEPT = threading.local()  # each thread's open connections, by (scheme, host:port)
 _STATUS = re.compile(rb'HTTP/1\.([01]) ([0-9]{3})[^\r\n]*')
 _RANGE = re.compile(r'bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20})')
@@ -26,14 +27,20 @@ class _Conn:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a request in one segment, sent now
         if u.scheme == 'https':
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=u.hostname)
-        self.sock = sock
+        self.sock, self.wait = sock, None
+
+    def timeout(self, wait: float):
+        "The socket's timeout, set only when it changes (a call into the socket each time)."
+        if wait != self.wait:
+            self.sock.settimeout(wait)
+            self.wait = wait
 
     def recv_into(self, view, end: float, timeout: float) -> int:
         "Bytes received into `view` (at least one), within `timeout` a stall and the request's deadline `end`."
         left = end - time.monotonic()
         if left <= 0:
             raise TimeoutError('past the request\'s deadline')
-        self.sock.settimeout(wait := min(timeout, left))
+        self.timeout(wait := min(timeout, left))
         try:
             got = self.sock.recv_into(view)
         except TimeoutError:  # socket.timeout: named with the bound that ran out
@@ -42,14 +49,17 @@ class _Conn:
             raise ConnectionError('the server closed the connection')
         return got
 
-    def head(self, end: float, timeout: float) -> tuple:
-        "(status line, {lower-case name: value}, the body's bytes read with the head) of the answer now coming."
-        buf, at = bytearray(16 << 10), 0
-        while (cut := buf.find(b'\r\n\r\n', 0, at)) < 0:
+    def answer(self, n: int, end: float, timeout: float) -> tuple:
+        """(status line, {lower-case name: value}, buffer, where the body starts, bytes received) of the answer now
+        coming, whose body should be `n` bytes: the head and what came of the body with it, received into one buffer
+        with room for the body, so that the body is cut from it with one copy."""
+        buf, at, seen = bytearray(n + _HEAD_ROOM), 0, 0
+        while (cut := buf.find(b'\r\n\r\n', max(0, seen - 3), at)) < 0:
+            if at >= MAX_HEAD_BYTES:
+                raise ConnectionError(f'an answer\'s head over {MAX_HEAD_BYTES:,} bytes')
             if at == len(buf):
-                if at >= MAX_HEAD_BYTES:
-                    raise ConnectionError(f'an answer\'s head over {MAX_HEAD_BYTES:,} bytes')
                 buf.extend(bytes(len(buf)))
+            seen = at
             at += self.recv_into(memoryview(buf)[at:], end, timeout)
         lines = bytes(buf[:cut]).split(b'\r\n')
         headers = {}
@@ -59,12 +69,19 @@ class _Conn:
             if not colon or name in headers:  # a header twice (two lengths, two ranges): not an answer to trust
                 raise ConnectionError(f'a malformed or repeated header {printable(line.decode("latin-1"), 60)!r}')
             headers[name] = value.strip().decode('latin-1')
-        return lines[0], headers, buf[cut + 4 : at]
+        return lines[0], headers, buf, cut + 4, at
 
     def close(self):
         self.sock.close()
 
 # %% ../../nbs/streams/20c_kept_http.ipynb #da14fc80
+@functools.lru_cache(maxsize=4096)
+def _split(url: str) -> tuple:
+    "(its parts, the connection's key, the request's target) of a URL: parsed once (a source asks the same files)."
+    u = urllib.parse.urlsplit(url)
+    return u, (u.scheme, u.netloc), (u.path or '/') + ('?' + u.query if u.query else '')
+
+
 def kept_get(
     url: str,  # an http(s) URL
     start: int,
@@ -73,37 +90,35 @@ def kept_get(
     deadline: float = REQUEST_DEADLINE,  # seconds the request may take in all
 ) -> tuple:
     "({lower-case header: value}, body) of a ranged GET of bytes `start` to `start + n` of `url`, on this thread's kept connection to its host; anything but the 206 of exactly those bytes raises (the caller asks `shard_index.http_range` then, with its retries and named errors)."
-    u = urllib.parse.urlsplit(url)
-    key = (u.scheme, u.netloc)
+    u, key, target = _split(url)
     conns = _KEPT.__dict__.setdefault('conns', {})
     conn, end = conns.pop(key, None), time.monotonic() + deadline
     try:
         conn = conn or _Conn(u, min(timeout, deadline))
-        target = (u.path or '/') + ('?' + u.query if u.query else '')
-        conn.sock.settimeout(min(timeout, deadline))
+        conn.timeout(min(timeout, deadline))
         conn.sock.sendall(
             f'GET {target} HTTP/1.1\r\nHost: {u.netloc}\r\nRange: bytes={start}-{start + n - 1}\r\n'
             f'User-Agent: timmdata\r\n\r\n'.encode('latin-1')
         )
-        status, h, first = conn.head(end, timeout)
+        status, h, buf, b0, at = conn.answer(n, end, timeout)
         m = _STATUS.fullmatch(status)
         if m is None or m[2] != b'206':
             raise ConnectionError(f'not a 206 to a ranged read: {printable(status.decode("latin-1"), 60)!r}')
         r = _RANGE.fullmatch(h.get('content-range', ''))
         if r is None or int(r[1]) != start or int(r[2]) != start + n - 1 or h.get('content-length') != str(n):
             raise ConnectionError(f'not the range asked: {printable(h.get("content-range", ""), 80)!r}')
-        if 'transfer-encoding' in h or len(first) > n:
+        if 'transfer-encoding' in h or at - b0 > n:
             raise ConnectionError('an answer longer than it says')
-        body = bytearray(n)
-        body[: len(first)] = first
-        view, got = memoryview(body), len(first)
-        while got < n:
-            got += conn.recv_into(view[got:], end, timeout)
+        need = b0 + n
+        if len(buf) < need:  # a head longer than the room left for it
+            buf.extend(bytes(need - len(buf)))
+        while at < need:  # the rest of the body, never past it (the next answer's bytes stay in the socket)
+            at += conn.recv_into(memoryview(buf)[at:need], end, timeout)
         if m[1] == b'1' and h.get('connection', '').lower() != 'close':
             conns[key] = conn  # kept for this thread's next read
         else:
             conn.close()
-        return h, bytes(body)
+        return h, bytes(memoryview(buf)[b0:need])
     except BaseException:
         if conn is not None:
             conn.close()
