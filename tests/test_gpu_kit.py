@@ -49,8 +49,24 @@ def test_train_log_lines_and_summary(tmp_path):
     line = ('Train: 1 [  10/39 ( 28%)]  Loss: 6.91 (6.93)  Time: 0.080s, 3200.00/s  (0.085s, 3011.76/s)  '
             'LR: 1.000e-01  Data: 0.004 (0.006)')
     m = ts.TRAIN.search(line)
-    assert m and (m[1], m[2], m[3], float(m[4]), float(m[5]), float(m[6])) == ('1', '10', '39', 0.08, 3200.0, 0.004)
+    assert m and (m[1], m[2], m[3], float(m[4]), float(m[5]), float(m[6]), float(m[7]), float(m[8]), float(m[9])) == (
+        '1', '10', '39', 0.08, 3200.0, 0.085, 3011.76, 0.004, 0.006)
     assert ts.TRAIN.search('Test: [   0/1]  Time: 0.5 (0.5)  Loss:  2.3 (2.3)') is None
+    # (epoch, step rate, step data share, the epoch's average rate, its average data share)
+    assert ts.parse(line) == pytest.approx((1, 3200.0, 0.05, 3011.76, 0.006 / 0.085))
+    # the last epoch's last line gives the throughput; epoch 0 (warm-up) is left out; the step rates' median beside it
+    rows = [(0.0, *ts.parse(line.replace('Train: 1', f'Train: {e}').replace('(0.085s, 3011.76/s)', f'({t}s, {r}/s)')))
+            for e, t, r in ((0, 0.2, 1280.0), (1, 0.1, 2560.0), (1, 0.09, 2844.4), (2, 0.085, 3011.76))]
+    got = ts.throughput(rows)
+    assert got['images_per_s'] == 3011.76 and got['data_wait_share'] == pytest.approx(0.006 / 0.085)
+    assert got['step_rate_median'] == 3200.0 and ts.throughput([]) == dict(images_per_s=None, data_wait_share=None,
+                                                                          step_rate_median=None)
+    # --relog: a saved log's lines recomputed into a report
+    (tmp_path / 'train.log').write_text('\n'.join(['noise', line, line.replace('Train: 1 [  10', 'Train: 1 [  38')]))
+    (tmp_path / 'r.json').write_text(json.dumps(dict(data='timm', images_per_s=1.0)))
+    assert ts.main(['--relog', str(tmp_path / 'train.log'), '--report', str(tmp_path / 'r.json')]) == 0
+    r = json.loads((tmp_path / 'r.json').read_text())
+    assert r['images_per_s'] == 3011.76 and r['log_lines'] == 2 and r['data'] == 'timm'
     reports = []
     for data, ips in (('timm', 1000.0), ('timmdata', 2500.0), ('timmdata-device', None)):
         r = dict(data=data, exit=0 if ips else 1, images_per_s=ips, data_wait_share=0.1 if ips else None,
