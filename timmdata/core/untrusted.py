@@ -178,8 +178,12 @@ def kept_folder(
             os.mkdir(folder, 0o700)
         except FileExistsError:
             pass
-    st = os.lstat(folder)
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return False  # not made (make=False): nothing is kept there
+    mine = not hasattr(os, 'getuid') or st.st_uid == os.getuid()
+    return stat.S_ISDIR(st.st_mode) and mine and not st.st_mode & 0o022
 
 # %% ../../nbs/core/00_untrusted.ipynb #f62dac8a
 class FileTooLargeError(ValueError):

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/engine/37b_watch.ipynb #36b566c1
 from __future__ import annotations
-import argparse, functools, http.server, json, math, os, re, socket, socketserver, stat, sys, tempfile, threading, time
+import argparse, functools, http.server, json, math, os, re, socket, socketserver, sys, tempfile, threading, time
 import warnings, weakref
 from itertools import count
 from pathlib import Path
@@ -15,7 +15,7 @@ import torch.distributed as dist
 from ..core.settings import setting
 from ..core.torch_compat import default_store, loader_worker_pids
 from ..core.stages import CountsTime, LoaderStats
-from ..core.untrusted import printable, read_regular
+from ..core.untrusted import kept_folder, printable, read_regular
 from ..dataset import ImageDataset
 
 if TYPE_CHECKING:  # for the annotations only: importing timmdata never needs them
@@ -25,9 +25,9 @@ if TYPE_CHECKING:  # for the annotations only: importing timmdata never needs th
 # %% auto #0
 __all__ = ['STAGE_FIGURES', 'FIGURES', 'EXCHANGED', 'JOIN_WAIT', 'MAX_RECORD_BYTES', 'MAX_WORKER_ROWS', 'stage_figures',
            'proc_counts', 'child_pids', 'ProcessFigures', 'Sink', 'TensorBoardSink', 'PrometheusSink',
-           'SlowRankWarning', 'slow_rank', 'this_rank', 'RankExchange', 'watch_dir', 'watch_dirs', 'own_folder',
-           'alive', 'Publisher', 'LoaderWatch', 'watch_by_setting', 'LoggerSink', 'LoaderWatchCallback', 'check_record',
-           'read_records', 'render', 'top_main']
+           'SlowRankWarning', 'slow_rank', 'this_rank', 'RankExchange', 'watch_dir', 'watch_dirs', 'alive', 'Publisher',
+           'LoaderWatch', 'watch_by_setting', 'LoggerSink', 'LoaderWatchCallback', 'check_record', 'read_records',
+           'render', 'top_main']
 
 # %% ../../nbs/engine/37b_watch.ipynb #bc8e608b
 STAGE_FIGURES = (
@@ -397,24 +397,6 @@ def watch_dirs() -> list:
     return [watch_dir(), Path(setting('XDG_CACHE_HOME')) / 'timmdata' / 'watch']
 
 
-def own_folder(
-    d: Path,  # the watch folder
-    make: bool = False,  # make it (mode 0700) when missing
-) -> bool:
-    "Is `d` a folder of this user's, not a link, that no one else can write into?"
-    if make:
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            pass
-    try:
-        st = os.lstat(d)
-    except FileNotFoundError:
-        return False
-    mine = not hasattr(os, 'getuid') or st.st_uid == os.getuid()
-    return stat.S_ISDIR(st.st_mode) and mine and not st.st_mode & 0o022
-
-
 def alive(pid: int) -> bool:
     "Does process `pid` run (on this node)?"
     try:
@@ -434,9 +416,9 @@ class Publisher:
     def __init__(self, folder: Optional[Union[str, os.PathLike]] = None):
         tried, self.folder = [Path(folder)] if folder is not None else watch_dirs(), None
         for d in tried:
-            if d is not tried[0]:  # the fallback, in the user's cache folder
-                os.makedirs(d.parent, 0o700, exist_ok=True)
-            if own_folder(d, make=True):
+            if d is tried[0] and not d.parent.is_dir():  # a folder named where nothing is: a mistyped setting
+                raise FileNotFoundError(f'watch folder {printable(str(d))!r}: its parent folder does not exist')
+            if kept_folder(d, make=True):  # this user's alone (made 0700 where missing; the fallback's parent too)
                 self.folder = d
                 break
         if self.folder is None:
@@ -698,7 +680,7 @@ def read_records(
     "The records of the loaders publishing on this node (running processes only), checked, by rank, process and loader."
     out, now = [], time.time()
     for folder in [Path(folder)] if folder is not None else watch_dirs():
-        if not own_folder(folder):
+        if not kept_folder(folder, make=False):
             continue  # another user's, or one others can write into: nothing there is read
         for f in sorted(os.listdir(folder)):
             m = _RECORD_NAME.fullmatch(f)
