@@ -82,6 +82,15 @@ def _idle(streams, window):
     return 1 - busy / (window[1] - window[0])
 
 
+def profile(run, device, steps: int, trace: Path):
+    "`run(prof)` (which calls `prof.step()` after each step) under `torch.profiler`: 2 warm-up steps, then `steps` traced into `trace`."
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == 'cuda' else [])
+    # the trace is written when the active steps end (after them a new cycle starts, and its events are empty)
+    with torch.profiler.profile(activities=acts, schedule=torch.profiler.schedule(wait=0, warmup=2, active=steps, repeat=1),
+                                on_trace_ready=lambda p: p.export_chrome_trace(str(trace))) as prof:
+        run(prof)
+
+
 def measure(root, prefetch, a, device, work):
     torch.manual_seed(0)
     import timm
@@ -93,11 +102,7 @@ def measure(root, prefetch, a, device, work):
     n = _steps(loader, model, opt, device, a.timed)
     rate = n * a.batch_size / (time.perf_counter() - t0)
     trace = work / f'trace_{int(prefetch)}.json'
-    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == 'cuda' else [])
-    # the trace is written when the active steps end (after them a new cycle starts, and its events are empty)
-    with torch.profiler.profile(activities=acts, schedule=torch.profiler.schedule(wait=0, warmup=2, active=a.steps, repeat=1),
-                                on_trace_ready=lambda p: p.export_chrome_trace(str(trace))) as prof:
-        _steps(loader, model, opt, device, a.steps + 2, prof)
+    profile(lambda prof: _steps(loader, model, opt, device, a.steps + 2, prof), device, a.steps, trace)
     streams, steps = _gpu_intervals(trace)
     window = (steps[0][0], steps[-1][1]) if steps else None
     idle = _idle(streams, window) if window else None

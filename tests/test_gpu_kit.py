@@ -44,6 +44,21 @@ def test_timeline_reads_streams_and_idle_share(tmp_path):
     assert (tmp_path / 't.png').stat().st_size > 1000
 
 
+def test_timeline_trace_holds_the_profiled_steps(tmp_path):
+    "The trace is written when the traced steps end: their annotations are in it (written after, it was empty)."
+    import torch
+    gt = _load('bench/gpu_timeline.py')
+
+    def run(prof, n=2 + 3):
+        for _ in range(n):
+            torch.ones(64, 64) @ torch.ones(64, 64)
+            prof.step()
+
+    gt.profile(run, torch.device('cpu'), 3, tmp_path / 'trace.json')
+    streams, steps = gt._gpu_intervals(tmp_path / 'trace.json')
+    assert len(steps) == 3 and streams == {}  # three steps traced; no GPU on the CPU
+
+
 def test_train_log_lines_and_summary(tmp_path):
     ts = _load('tools/timm_script.py')
     line = ('Train: 1 [  10/39 ( 28%)]  Loss: 6.91 (6.93)  Time: 0.080s, 3200.00/s  (0.085s, 3011.76/s)  '

@@ -379,7 +379,7 @@ class LoaderOptions:
     channels_last: bool = False  # channels-last batches (prefetcher only)
     seed: Optional[int] = None  # seed of the order and every draw; None: drawn from torch's RNG (rank 0's)
     decode_device: Optional[str] = (
-        None  # 'cuda': decode, crop and resize batched on the GPU (`gpu_decode`); 'auto': the rule below
+        None  # 'cuda': decode, crop and resize batched on the GPU (`gpu_decode`); 'auto': on the GPU for evaluation where it can (`auto_decode_device`)
     )
     worker_mode: str = 'process'  # 'process' or 'thread' workers, the same batches; 'auto': the measured rule, or tried (num_workers='auto')
     order: Optional[str] = (
