@@ -604,7 +604,10 @@ def auto_decode_device(dataset, o: LoaderOptions) -> Optional[str]:
         return None
     if not isinstance(dataset, ImageDataset) or isinstance(dataset, (IterableDataset, MixedDataset)):
         return None
-    device = torch.device('cuda' if o.device is None else o.device)
+    try:
+        device = torch.device('cuda' if o.device is None else o.device)
+    except (RuntimeError, TypeError):
+        return None  # not a device: the CPU path names it
     if device.type != 'cuda' or o.interpolation not in ('bilinear', 'bicubic') or o.crop_mode not in (None, 'center'):
         return None
     try:  # an option off its default that the device path does not take: the workers decode
