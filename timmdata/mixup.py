@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from .engine.collate import BatchCollate, fast_collate, new_uint8
 from .config import Draws, SampleBatch
+from .core.runtime import to_device
 
 # %% auto #0
 __all__ = ['NUMPY_GLOBAL', 'one_hot', 'mixup_target', 'rand_bbox', 'rand_bbox_minmax', 'cutmix_bbox_and_lam', 'NumpyGlobalStream',
@@ -127,7 +128,7 @@ def cutmix_bbox_and_lam(
 # %% ../nbs/29_mixup.ipynb #5c4bdd9e
 def _box_masks(boxes: np.ndarray, H: int, W: int, device) -> torch.Tensor:
     "(n, 4) boxes (yl, yh, xl, xh) -> (n, 1, H, W) bool masks, by broadcasting."
-    b = torch.as_tensor(np.asarray(boxes, dtype=np.int64)).to(device)
+    b = to_device(torch.as_tensor(np.asarray(boxes, dtype=np.int64)), device)
     r, c = torch.arange(H, device=device), torch.arange(W, device=device)
     in_r = (r >= b[:, 0, None]) & (r < b[:, 1, None])
     in_c = (c >= b[:, 2, None]) & (c < b[:, 3, None])
@@ -153,7 +154,9 @@ def _mix_rows_(
     blend, paste = np.flatnonzero(~cut & (lam != 1)), np.flatnonzero(cut & (lam != 1))
 
     def rows(r):
-        return slice(int(r[0]), int(r[-1]) + 1) if r[-1] - r[0] + 1 == len(r) else torch.as_tensor(r, device=x.device)
+        return (
+            slice(int(r[0]), int(r[-1]) + 1) if r[-1] - r[0] + 1 == len(r) else to_device(torch.as_tensor(r), x.device)
+        )
 
     if src is None:  # partners come from `x` itself: copy what is read before anything is written, and no more
         patches = (
@@ -168,7 +171,7 @@ def _mix_rows_(
         if len(need) == n:
             src_rows, pos = x.flip(0), {i: i for i in range(n)}  # flip: cheaper than a gather
         else:
-            src_rows = x.index_select(0, torch.as_tensor(n - 1 - need, device=x.device)) if len(need) else None
+            src_rows = x.index_select(0, to_device(torch.as_tensor(n - 1 - need), x.device)) if len(need) else None
             pos = {int(r): k for k, r in enumerate(need)}
 
         def partner(r):
@@ -186,8 +189,8 @@ def _mix_rows_(
     for s in range(0, len(blend), chunk):
         r = blend[s : s + chunk]
         idx = rows(r)
-        l = torch.as_tensor(lam[r]).to(x.device).view(-1, 1, 1, 1)
-        l2 = torch.as_tensor(rest[r]).to(x.device).view(-1, 1, 1, 1)
+        l = to_device(torch.as_tensor(lam[r]), x.device).view(-1, 1, 1, 1)  # queued, no wait (`to_device`)
+        l2 = to_device(torch.as_tensor(rest[r]), x.device).view(-1, 1, 1, 1)
         b = partner(r).float()
         b = b.mul_(l2) if b.dtype != x.dtype else b * l2  # partners are never changed
         if x.dtype == torch.float32 and isinstance(idx, slice):
@@ -392,7 +395,7 @@ class Mixup:
         else:
             lam, cut, boxes = self._row_params(r, len(x), x.shape)
             _mix_rows_(x, None, lam, cut, boxes)
-            lam = torch.tensor(lam, device=x.device, dtype=x.dtype).unsqueeze(1)
+            lam = to_device(torch.tensor(lam, dtype=x.dtype), x.device).unsqueeze(1)
         return x, mixup_target(target, self.num_classes, lam, self.label_smoothing, self.multi_label)
 
 # %% ../nbs/29_mixup.ipynb #6db9606b

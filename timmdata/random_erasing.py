@@ -9,6 +9,7 @@ from typing import Optional
 import torch
 from .transforms import SampleTransform
 from .config import Draws
+from .core.runtime import to_device
 
 # %% auto #0
 __all__ = ['RandomErasing']
@@ -153,7 +154,7 @@ class RandomErasing(SampleTransform):
         # boxes overlap, so 'pixel' noise is drawn without waiting for the device to count them (a wait that would
         # stall the prefetcher's overlap with the model's step)
         areas = int((boxes[..., 2] * boxes[..., 3]).sum()) if self.mode == 'pixel' else 0
-        boxes = boxes.to(x.device, non_blocking=True)
+        boxes = to_device(boxes, x.device)  # queued on the stream, no wait for it
         top, left, h, w = boxes.unbind(-1)
         rows, cols = torch.arange(H, device=x.device), torch.arange(W, device=x.device)
         in_r = (rows >= top[..., None]) & (rows < (top + h)[..., None])  # (B, K, H)

@@ -12,9 +12,9 @@ import torch
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['SEED_MIX', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'rank_seed', 'default_start_method',
-           'interactive_session', 'fork_wanted', 'interactive_start', 'fork_in_notebook', 'SetsEpoch', 'delegated',
-           'sets_epoch', 'pass_epoch', 'pass_loader_epoch']
+__all__ = ['SEED_MIX', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'to_device', 'rank_seed',
+           'default_start_method', 'interactive_session', 'fork_wanted', 'interactive_start', 'fork_in_notebook',
+           'SetsEpoch', 'delegated', 'sets_epoch', 'pass_epoch', 'pass_loader_epoch']
 
 # %% ../../nbs/core/02_runtime.ipynb #cc278d7d
 def _refs(bufs: list, i: int) -> int:
@@ -102,6 +102,17 @@ SEED_MIX = 0x9E3779B97F4A7C15  # an odd 64-bit constant: rank r's seeds land far
 def default_rank() -> int:
     "This process's distributed rank (0 when torch.distributed is not initialised)."
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+# %% ../../nbs/core/02_runtime.ipynb #d0d0c0df
+def to_device(
+    t: torch.Tensor,  # a small host tensor
+    device,  # a torch.device or its name
+) -> torch.Tensor:
+    "`t` on `device`: to a GPU through pinned memory, queued on the current stream with no wait for it; else `t.to(device)`."
+    device = torch.device(device)
+    if device.type != 'cuda' or t.device.type != 'cpu':
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 # %% ../../nbs/core/02_runtime.ipynb #aef444ad
 def rank_seed(seed: Optional[int] = None) -> int:

@@ -32,7 +32,7 @@ from timmdata.transforms import (
 from ..mixup import Mixup
 from .feeder import cuda_rng_seeded
 from .prefetch import BatchOps, PrefetchLoader
-from ..core.runtime import resolve_device
+from ..core.runtime import resolve_device, to_device
 from timmdata.config import (
     GLOBAL_DRAWS,
     Draws,
@@ -53,8 +53,8 @@ from timmdata.engine.resume import (
 )
 
 # %% auto #0
-__all__ = ['DeviceDecodeTransform', 'device_decode_collate', 'decode_jpegs', 'crop_resize_batch', 'flip_batch_', 'decode_batch',
-           'DeviceDecodeStep', 'refuse_off_default', 'create_device_decode_loader']
+__all__ = ['DeviceDecodeTransform', 'device_decode_collate', 'decode_jpegs', 'rows_on', 'crop_resize_batch', 'flip_batch_',
+           'decode_batch', 'DeviceDecodeStep', 'refuse_off_default', 'create_device_decode_loader']
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #a22d4db9
 _INTERPS = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)  # the device resize: torch's antialiased kernels
@@ -201,6 +201,14 @@ def decode_jpegs(
     return out, slow
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #67b18d30
+def rows_on(
+    device: torch.device,
+    rows: list,  # row numbers (ints)
+) -> torch.Tensor:
+    "`rows` as an int64 tensor on `device`, queued on its stream with no wait for it (`core.runtime.to_device`)."
+    return to_device(torch.tensor(rows, dtype=torch.int64), device)
+
+
 def crop_resize_batch(
     imgs: list,  # uint8 CHW tensors on one device (decoded images), one per plan row
     plans: torch.Tensor,  # (N, 11) int32 plans (CPU)
@@ -218,16 +226,19 @@ def crop_resize_batch(
         if (rh, rw) != (h, w):
             x = F.interpolate(x, size=(rh, rw), mode=_INTERPS[ii].value, align_corners=False, antialias=True)
         x = x[:, :, t2 : t2 + oh, l2 : l2 + ow].round_().clamp_(0, 255)
-        idx = torch.tensor([rows[k] for k, _, _ in members], device=out.device)
-        out.index_copy_(0, idx, x.to(torch.uint8))
+        if len(members) == 1:  # a crop of its own size (training's): copied into its row, no index sent
+            out[rows[members[0][0]]].copy_(x[0])
+        else:  # images of one size (evaluation's): one index for the group
+            out.index_copy_(0, rows_on(out.device, [rows[k] for k, _, _ in members]), x.to(torch.uint8))
     return out
 
 
 def flip_batch_(x: torch.Tensor, plans: torch.Tensor) -> torch.Tensor:
     "Flip the rows of the uint8 batch `x` whose plans say so (horizontal, then vertical), in place."
     for col, dim in ((8, -1), (9, -2)):
-        idx = torch.nonzero(plans[:, col]).flatten().to(x.device)
-        if len(idx):
+        flipped = torch.nonzero(plans[:, col]).flatten().tolist()
+        if flipped:
+            idx = rows_on(x.device, flipped)
             x.index_copy_(0, idx, x.index_select(0, idx).flip(dim))
     return x
 
@@ -248,7 +259,7 @@ def decode_batch(
     if jpeg_rows:
         crop_resize_batch(imgs, plans[jpeg_rows], out, jpeg_rows)
     if pix_rows:
-        out[torch.tensor(pix_rows, device=device)] = packed['pixels'].to(device, non_blocking=True)
+        out[rows_on(device, pix_rows)] = to_device(packed['pixels'], device)
     return flip_batch_(out, plans), pix_rows + [jpeg_rows[i] for i in slow]
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #733a29a0

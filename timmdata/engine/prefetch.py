@@ -20,7 +20,7 @@ from timmdata.engine.feeder import (
 )
 from ..pixels.jitter import GRAY_WEIGHTS, jitter_affine, jitter_ranges, sample_jitter
 from ..random_erasing import RandomErasing
-from ..core.runtime import BufferPool, pass_loader_epoch, rank_seed, resolve_device
+from ..core.runtime import BufferPool, pass_loader_epoch, rank_seed, resolve_device, to_device
 from ..config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel_stats, mix_seed
 from ..core.stages import CountsTime, LoaderStats
 
@@ -189,9 +189,7 @@ class _CudaBackend(_Backend):
         xf = x.to(pl._calc_dtype).view(n, c, h * w)
         factors, order = sample_jitter(n, pl.jitter, pl.generator)
         M, b = self.fold(
-            *jitter_affine(
-                xf.mean(-1), factors.to(pl.device, non_blocking=True), order.to(pl.device, non_blocking=True), pl._gray
-            )
+            *jitter_affine(xf.mean(-1), to_device(factors, pl.device), to_device(order, pl.device), pl._gray)
         )
         if (
             pl.channels_last

@@ -9,6 +9,7 @@ __all__ = ['GRAY_WEIGHTS', 'sample_jitter', 'jitter_affine']
 from typing import Optional, Sequence
 import torch
 from ..config import jitter_ranges  # parsed in config with the other jitter arguments; importable from here too
+from ..core.runtime import to_device
 
 # %% ../../nbs/pixels/14_jitter.ipynb #39720cff
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
@@ -36,8 +37,9 @@ def jitter_affine(
     "Composes per-image brightness/contrast/saturation in the given order into one affine colour map."
     n, c = mu.shape
     dt, dev = mu.dtype, mu.device
-    factors, order = factors.to(device=dev, dtype=dt), order.to(dev)
-    w = torch.tensor(gray_weights, dtype=dt, device=dev).view(1, 1, c)
+    # the draws and weights to the device without a wait for its stream (`to_device`)
+    factors, order = to_device(factors, dev).to(dt), to_device(order, dev)
+    w = to_device(torch.tensor(gray_weights, dtype=dt), dev).view(1, 1, c)
     eye = torch.eye(c, dtype=dt, device=dev).expand(n, c, c)
     A, t = eye.clone(), torch.zeros(n, c, dtype=dt, device=dev)
     for k in range(3):
