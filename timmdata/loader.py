@@ -22,7 +22,7 @@ from torch.utils.data import (
 )
 from .engine.collate import BatchCollate, default_collate_kept, fast_collate
 from .engine.batch_ring import BatchRing
-from .engine.gpu_decode import create_device_decode_loader, refuse_off_default
+from .engine.gpu_decode import check_device_modes, create_device_decode_loader, refuse_off_default
 from .engine.prefetch import PrefetchLoader
 from .core.runtime import SEED_MIX, default_rank, resolve_device, sets_epoch
 from .core.torch_compat import keep_iterator, kept_iterator, shutdown_workers
@@ -608,10 +608,11 @@ def auto_decode_device(dataset, o: LoaderOptions) -> Optional[str]:
         device = torch.device('cuda' if o.device is None else o.device)
     except (RuntimeError, TypeError):
         return None  # not a device: the CPU path names it
-    if device.type != 'cuda' or o.interpolation not in ('bilinear', 'bicubic') or o.crop_mode not in (None, 'center'):
+    if device.type != 'cuda' or o.interpolation not in ('bilinear', 'bicubic'):  # eval's resize filters there
         return None
-    try:  # an option off its default that the device path does not take: the workers decode
+    try:  # an option the device path refuses (off its default, or a crop mode it has not): the workers decode
         refuse_off_default(create_loader, o.not_taken_by(create_device_decode_loader))
+        check_device_modes(o.is_training, o.train_crop_mode, o.crop_mode, o.color_jitter)
     except ValueError:
         return None
     return str(device)

@@ -54,7 +54,8 @@ from timmdata.engine.resume import (
 
 # %% auto #0
 __all__ = ['DeviceDecodeTransform', 'device_decode_collate', 'decode_jpegs', 'rows_on', 'crop_resize_batch', 'flip_batch_',
-           'decode_batch', 'DeviceDecodeStep', 'refuse_off_default', 'create_device_decode_loader']
+           'decode_batch', 'DeviceDecodeStep', 'refuse_off_default', 'check_device_modes',
+           'create_device_decode_loader']
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #a22d4db9
 _INTERPS = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)  # the device resize: torch's antialiased kernels
@@ -385,7 +386,8 @@ def refuse_off_default(
             )
 
 
-def _check_modes(is_training: bool, train_crop_mode, crop_mode, color_jitter):
+def check_device_modes(is_training: bool, train_crop_mode, crop_mode, color_jitter):
+    "Refuse, by name, the crop modes and the hue jitter the device path does not have (ValueError)."
     if train_crop_mode not in (None, 'rrc'):
         raise ValueError(
             f"create_device_decode_loader: train_crop_mode={train_crop_mode!r} is not supported (only 'rrc'); use the CPU path"
@@ -440,7 +442,7 @@ def create_device_decode_loader(
     device: Union[str, torch.device, None] = None,  # where the batches go: must be `decode_device` (None: it)
 ) -> PrefetchLoader:
     "`create_loader` with the decode, crop and resize moved to `decode_device` (see above for what it takes)."
-    _check_modes(is_training, train_crop_mode, crop_mode, color_jitter)
+    check_device_modes(is_training, train_crop_mode, crop_mode, color_jitter)
     if str(decode_device) == 'auto':
         raise ValueError(
             "decode_device='auto' is not offered until bench/bench_gpu.py has been run on a GPU; "
