@@ -1986,6 +1986,45 @@ done:
     return out;
 }
 
+/* hwc_to_planar(src_hwc_u8, out) -> None: a uint8 (H, W, C) image with packed pixels in each row (rows may be apart)
+ * written planar into out, a writable C-contiguous buffer of C * H * W bytes (e.g. an image's row of a uint8 NCHW
+ * batch): planar_to_hwc's inverse, one pass without the GIL */
+static HOT void deinterleave3(const uint8_t *restrict s, uint8_t *restrict r, uint8_t *restrict g, uint8_t *restrict b, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) { r[i] = s[3 * i]; g[i] = s[3 * i + 1]; b[i] = s[3 * i + 2]; }
+}
+
+static PyObject *hwc_to_planar(PyObject *self, PyObject *args) {
+    PyObject *src; Py_buffer out;
+    if (!PyArg_ParseTuple(args, "Ow*", &src, &out)) return NULL;
+    Py_buffer v;
+    if (PyObject_GetBuffer(src, &v, PyBUF_STRIDES) < 0) { PyBuffer_Release(&out); return NULL; }
+    PyObject *ret = NULL;
+    if (v.ndim != 3 || v.itemsize != 1 || v.shape[2] < 1 || v.shape[2] > 4 || v.strides[2] != 1 || v.strides[1] != v.shape[2]
+        || v.strides[0] < v.shape[1] * v.shape[2]) {
+        PyErr_SetString(PyExc_ValueError, "hwc_to_planar: src must be a uint8 (H, W, C) image, C 1 to 4, with packed pixels in each row");
+        goto done;
+    }
+    const Py_ssize_t H = v.shape[0], W = v.shape[1], C = v.shape[2], rs = v.strides[0];
+    if (out.len != C * H * W) {
+        PyErr_Format(PyExc_ValueError, "hwc_to_planar: out holds %zd bytes; a %zdx%zdx%zd image needs %zd", out.len, H, W, C, C * H * W);
+        goto done;
+    }
+    const uint8_t *p = (const uint8_t *)v.buf;
+    uint8_t *o = (uint8_t *)out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    const Py_ssize_t HW = H * W;
+    if (C == 3 && rs == 3 * W) deinterleave3(p, o, o + HW, o + 2 * HW, HW);
+    else
+        for (Py_ssize_t y = 0; y < H; y++)
+            for (Py_ssize_t x = 0; x < W; x++)
+                for (Py_ssize_t c = 0; c < C; c++) o[c * HW + y * W + x] = p[y * rs + x * C + c];
+    Py_END_ALLOW_THREADS
+    ret = Py_None; Py_INCREF(ret);
+done:
+    PyBuffer_Release(&v); PyBuffer_Release(&out);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"set_streaming", set_streaming, METH_VARARGS, "set_streaming(on) -> previous setting: streaming stores in the affine passes (AVX2 builds)"},
     {"header", header, METH_VARARGS, "header(data) -> (height, width, components, jpeg colour space)"},
@@ -2009,6 +2048,7 @@ static PyMethodDef methods[] = {
     {"aug_blend", aug_blend_images, METH_VARARGS, "aug_blend(a_hwc_u8, b_hwc_u8, alpha) -> bytearray (H, W, C): Image.blend(a, b, alpha), Pillow's bytes"},
     {"aug_mix", aug_mix, METH_VARARGS, "aug_mix(img_hwc_u8, chains, weights, m) -> bytearray (H, W, C): AugMix's mix: the float32 sum of weights[k] * chains[k], clipped and truncated to uint8, blended with img by m as Image.blend(img, mix, m)"},
     {"planar_to_hwc", planar_to_hwc, METH_VARARGS, "planar_to_hwc(src_chw_u8) -> bytearray (H, W, C): the planes' pixels interleaved"},
+    {"hwc_to_planar", hwc_to_planar, METH_VARARGS, "hwc_to_planar(src_hwc_u8, out) -> None: the pixels written planar into out (C * H * W bytes)"},
     {"affine_u8", affine_u8, METH_VARARGS, "affine_u8(x_u8, m, b, lo, hi, out_f32, n, c, hw): out = clamp(m @ x + b, lo, hi)"},
     {NULL, NULL, 0, NULL}};
 /* Multi-phase init (PEP 489). The module keeps no Python objects of its own: what it shares between calls is set once

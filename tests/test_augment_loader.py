@@ -104,3 +104,33 @@ def test_recipe_same_batches_in_every_worker_mode(sample_root, recipe):
     assert runs[0].shape[0] == len(ds) // 8 * 8
     for r in runs[1:]:
         assert torch.equal(r, runs[0])
+
+
+@pytest.mark.parametrize('recipe', [dict(auto_augment='rand-m9-mstd0.5-inc1', re_prob=0.25, interpolation='random'),
+                                    dict(auto_augment='3a', color_jitter=0.3)])
+def test_policy_in_the_batch_gives_the_per_sample_batches(sample_root, recipe, monkeypatch):
+    "With the prefetcher, a policy runs on each crop's row of the batch after the batch's one decode (`Compose.deferred`):"
+    " in every worker mode the batches are the ones the per-sample path gives (the crop, then the policy, image by image)."
+    from timmdata.pixels import decode
+    from timmdata.transforms import Compose
+    if decode.NATIVE.module is None:
+        pytest.skip('the batch decode needs the C extension')
+    ds = ImageDataset(sample_root)
+    posts = []
+    real_post = Compose._post
+    monkeypatch.setattr(Compose, '_post', lambda self, *a: (posts.append(1), real_post(self, *a))[1])
+
+    def batches(workers, mode='process'):
+        ld = create_loader(ds, (3, 96, 96), 8, is_training=True, num_workers=workers, worker_mode=mode, seed=7,
+                           device='cpu', **recipe)
+        return torch.cat([x for x, _ in ld])
+
+    runs = [batches(0), batches(2), batches(2, 'thread')]
+    assert len(posts) >= len(ds) // 8 * 8  # the main process's run and the threads' ran the policy in the batch
+    monkeypatch.setattr(Compose, '_defer_policy', lambda self, img, rng: None)
+    n = len(posts)
+    per_sample = batches(0)
+    assert len(posts) == n  # this one did not
+    assert per_sample.shape == (len(ds) // 8 * 8, 3, 96, 96)
+    for r in runs:
+        assert r.shape == per_sample.shape and torch.equal(r, per_sample)

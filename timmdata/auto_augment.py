@@ -31,7 +31,9 @@ from timmdata.pixels.augment_ops import (  # the ops under timm's names, and the
     gaussian_blur,
     gaussian_blur_rand,
     invert,
+    is_pixels,
     mix_and_blend,
+    native_kernels,
     on_image,
     posterize,
     rotate,
@@ -154,10 +156,17 @@ def _pil_interp(v):
     return str_to_pil_interp(v) if isinstance(v, str) else v
 
 
+def _on_image(apply, img, rng: Draws):
+    "`on_image(partial(apply, rng=rng), img)`; pixels (what `Compose` hands a policy, and a policy its ops) straight to `apply`, as `on_image` hands them."
+    if type(img) is np.ndarray and native_kernels() is not None and is_pixels(img):
+        return apply(img, rng)
+    return on_image(partial(apply, rng=rng), img)
+
+
 class AugmentOp(SampleTransform):
     "One auto-augment op: applied with probability `prob`, at `magnitude` (0-10, optionally noisy)."
 
-    takes_pixels = True  # RGB and L pixels as uint8 HWC arrays (see above)
+    takes_pixels = keeps_size = True  # RGB and L pixels as uint8 HWC arrays (see above), of the size they came
 
     def __init__(
         self,
@@ -194,7 +203,7 @@ class AugmentOp(SampleTransform):
         return self.aug_fn(img, *args, **self.kwargs, rng=rng)
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return on_image(partial(self._apply, rng=rng), img)
+        return _on_image(self._apply, img, rng)
 
     def __repr__(self):
         mmax = f', mmax={self.magnitude_max}' if self.magnitude_max is not None else ''
@@ -293,7 +302,7 @@ def auto_augment_policy(
 class AutoAugment(SampleTransform):
     "Applies one randomly chosen sub-policy per image."
 
-    takes_pixels = True  # RGB and L pixels as uint8 HWC arrays (see above)
+    takes_pixels = keeps_size = True  # RGB and L pixels as uint8 HWC arrays (see above), of the size they came
 
     def __init__(self, policy: list):
         self.policy = policy
@@ -304,7 +313,7 @@ class AutoAugment(SampleTransform):
         return img
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return on_image(partial(self._apply, rng=rng), img)
+        return _on_image(self._apply, img, rng)
 
     def __repr__(self):
         subs = ''.join('\n\t[' + ', '.join(map(str, sub)) + ']' for sub in self.policy)
@@ -479,7 +488,7 @@ def rand_augment_ops(
 class RandAugment(SampleTransform):
     "Applies `num_layers` ops drawn from `ops` (with replacement, or by `choice_weights` without) per image."
 
-    takes_pixels = True  # RGB and L pixels as uint8 HWC arrays (see above)
+    takes_pixels = keeps_size = True  # RGB and L pixels as uint8 HWC arrays (see above), of the size they came
 
     def __init__(
         self, ops: list, num_layers: int = 2, choice_weights: Optional[Union[Sequence[float], np.ndarray]] = None
@@ -487,13 +496,18 @@ class RandAugment(SampleTransform):
         self.ops, self.num_layers, self.choice_weights = ops, num_layers, choice_weights
 
     def _apply(self, img, rng: Draws = GLOBAL_DRAWS):
-        idx = rng.np.choice(len(self.ops), self.num_layers, replace=self.choice_weights is None, p=self.choice_weights)
+        if (
+            self.choice_weights is None
+        ):  # numpy's choice with replacement and no weights is this draw (without its checks)
+            idx = rng.np.randint(0, len(self.ops), size=self.num_layers)
+        else:
+            idx = rng.np.choice(len(self.ops), self.num_layers, replace=False, p=self.choice_weights)
         for i in idx:
             img = self.ops[i](img, rng)
         return img
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return on_image(partial(self._apply, rng=rng), img)
+        return _on_image(self._apply, img, rng)
 
     def __repr__(self):
         return f"{type(self).__name__}(n={self.num_layers}, ops=" + ''.join(f'\n\t{o}' for o in self.ops) + ')'
@@ -557,7 +571,7 @@ def augmix_ops(
 class AugMixAugment(SampleTransform):
     "AugMix: a Dirichlet-weighted mix of `width` random op chains, blended with the original by a Beta factor."
 
-    takes_pixels = True  # RGB and L pixels as uint8 HWC arrays (see above)
+    takes_pixels = keeps_size = True  # RGB and L pixels as uint8 HWC arrays (see above), of the size they came
 
     def __init__(self, ops: list, alpha: float = 1.0, width: int = 3, depth: int = -1, blended: bool = False):
         self.ops, self.alpha, self.width, self.depth, self.blended = ops, alpha, width, depth, blended
@@ -590,7 +604,7 @@ class AugMixAugment(SampleTransform):
         return mix_and_blend(img, chains, ws, m)  # one native pass on pixels
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return on_image(partial(self._apply, rng=rng), img)
+        return _on_image(self._apply, img, rng)
 
     def __repr__(self):
         return (

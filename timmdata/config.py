@@ -208,8 +208,10 @@ from collections import deque
 # %% ../nbs/07_config.ipynb #df39bbeb
 # numpy's RandomState(seed) builds its bit generator through a SeedSequence first (about a millisecond a sample on a
 # busy machine, more than a sample's auto-augment ops); re-seeding one (`RandomState.seed`, numpy's legacy path, about
-# a microsecond) gives the same state. A sample's draws hand theirs back when dropped and nothing else holds it.
-_SPARE_NP: deque = deque(maxlen=32)
+# a microsecond) gives the same state. A sample's draws hand theirs back when dropped and nothing else holds it; a
+# batch's worth are held at once where its policies run in the collate (`Compose.deferred`): room for large batches'
+# (about 3 KB each).
+_SPARE_NP: deque = deque(maxlen=1024)
 
 
 class Draws:

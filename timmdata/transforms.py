@@ -33,6 +33,12 @@ from timmdata.pixels.resample import (
     str_to_interp_mode,  # names,
     str_to_pil_interp,
 )  # also importable from here
+from timmdata.pixels.handover import (
+    crop_to_pil,
+    crop_to_pixels,
+    defer_crop_then,
+    pixels_to_image,
+)  # also importable from here
 from .core.stages import DECODE, stage_clock
 from .core.torch_compat import aa_resize_kernels
 from .config import GLOBAL_DRAWS, Draws, parse_input_size
@@ -55,7 +61,7 @@ __all__ = ['INPUT_FORMATS', 'TakesInput', 'SampleTransform', 'transform_input', 
            'hflip', 'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy',
            'shorter_edge_size', 'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'RandomHorizontalFlip',
            'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder',
-           'crop_to_pil', 'crop_to_pixels', 'Compose', 'takes_draws']
+           'Compose', 'takes_draws']
 
 # %% ../nbs/10_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
@@ -76,6 +82,9 @@ class SampleTransform:
     # also takes the pixels of an RGB or L image as a uint8 HWC ndarray (1 or 3 channels); `Compose` then hands it the
     # training crop as one, with no PIL image made (the auto-augment policies, `MaybePILToTensor`)
     takes_pixels: bool = False
+    # gives an image of the size it is given (colour, blur, the auto-augment policies, flips): `Compose` may then run it
+    # on the training crop's row of the batch, after the batch's one decode (`Compose.deferred`)
+    keeps_size: bool = False
     draws_explicitly: bool = True
     takes_rng: bool = (
         True  # does its __call__ take `rng`? Read from each subclass's signature (one written before, too)
@@ -217,7 +226,7 @@ class MaybePILToTensor(SampleTransform):
     "PIL image or HWC uint8 ndarray -> uint8 CHW tensor, values unscaled; tensors pass through."
 
     input_format = 'tensor'
-    takes_pixels = True
+    takes_pixels = keeps_size = True
 
     def __call__(self, pic, rng: Draws = GLOBAL_DRAWS):
         if isinstance(pic, torch.Tensor):
@@ -407,6 +416,7 @@ class RandomHorizontalFlip(tvt.RandomHorizontalFlip, SampleTransform):
     "torchvision's `RandomHorizontalFlip` (the same draw and pixels: PIL image or tensor), without nn.Module's call overhead."
 
     input_format = 'tensor'
+    keeps_size = True
 
     def draw(self, rng: Draws = GLOBAL_DRAWS) -> bool:
         "Whether this image is flipped: torchvision's draw (from `rng.torch`), so seeded pipelines give the same flips as timm's."
@@ -599,57 +609,8 @@ class TrimBorder(SampleTransform):
 # %% ../nbs/10_transforms.ipynb #a7c31e51
 from .pixels.decode import NATIVE as _NATIVE
 
-# %% ../nbs/10_transforms.ipynb #a7c31e52
-def _pil_crop(img, box, out_hw, interp, flip):
-    "PIL's own crop, resize and mirror of the decoded image (timm's steps)."
-    if isinstance(img, EncodedJpeg):
-        with stage_clock(DECODE):
-            img = img.decode()
-    top, left, h, w = box
-    pil = TF.to_pil_image(img).crop((left, top, left + w, top + h)).resize(out_hw[::-1], MODE_TO_PIL[interp])
-    return pil.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else pil
-
-
-def crop_to_pil(
-    img,  # a not-yet-decoded JPEG, or a uint8 3xHxW tensor
-    box: tuple,  # (top, left, height, width) of the crop in `img`
-    out_hw: tuple,  # the size it is resized to (h, w)
-    interp: InterpolationMode,  # the resize filter
-    flip: bool = False,  # mirrored left to right
-) -> Image.Image:
-    "PIL's crop, resize (and mirror) of `img` as a PIL image (timm's training crop): the native step where it covers the case (PIL's pixels, one copy into the image's interleaved pixels), else PIL's own steps on the decoded image."
-    out = resize_box(img, box, out_hw, interp, flip)
-    if out is not None:  # planar: PIL interleaves its three planes (shared, not copied) in one pass
-        h, w = out.shape[1:]
-        a = out.numpy()
-        return Image.merge('RGB', [Image.frombuffer('L', (w, h), a[i], 'raw', 'L', 0, 1) for i in range(3)])
-    return _pil_crop(img, box, out_hw, interp, flip)
-
-
-def crop_to_pixels(
-    img,  # a not-yet-decoded JPEG, or a uint8 3xHxW tensor
-    box: tuple,  # (top, left, height, width) of the crop in `img`
-    out_hw: tuple,  # the size it is resized to (h, w)
-    interp: InterpolationMode,  # the resize filter
-    flip: bool = False,  # mirrored left to right
-) -> np.ndarray:
-    "`crop_to_pil`'s pixels as a uint8 HWC array, for a step that `takes_pixels`: the native step's planes interleaved in one pass, with no PIL image made (else the pixels of PIL's own crop)."
-    out = resize_box(img, box, out_hw, interp, flip)
-    if out is None:
-        return np.asarray(_pil_crop(img, box, out_hw, interp, flip))
-    h, w = out.shape[1:]
-    interleave = getattr(_NATIVE.module, 'planar_to_hwc', None)
-    if interleave is None:
-        return out.permute(1, 2, 0).contiguous().numpy()
-    return np.frombuffer(interleave(out.numpy()), np.uint8).reshape(h, w, 3)
-
 # %% ../nbs/10_transforms.ipynb #ce7bd336
 _TO_TENSOR = (MaybePILToTensor, MaybeToTensor, ToTensor, ToNumpy, tvt.PILToTensor, tvt.ToTensor)
-
-
-def _from_pixels(a: np.ndarray):
-    "The crop's uint8 HWC pixels as a PIL image, for a step that does not take pixels: every step takes PIL images, and on them it does what timm's does."
-    return Image.fromarray(a[:, :, 0] if a.shape[2] == 1 else a)
 
 
 class Compose(tvt.Compose, SampleTransform):
@@ -702,9 +663,35 @@ class Compose(tvt.Compose, SampleTransform):
                 return ts[0], flip
         return None
 
+    def _policy_after_crop(self) -> tuple | None:
+        "(crop, flip or None, the steps after them) where a JPEG's training crop can be made with its batch and the steps after it (a policy) run on its row there: each keeps the size and takes the sample's draws, the first takes pixels, the last gives the uint8 tensor."
+        cp = self._crop_then_pil()
+        if cp is None:
+            return None
+        ts = self.transforms[2 if cp[1] is not None else 1 :]
+        if type(ts[-1]) is not MaybePILToTensor or not ts[0].takes_pixels:
+            return None
+        if not all(isinstance(t, SampleTransform) and t.keeps_size and takes_draws(t) for t in ts):
+            return None
+        return (*cp, ts)
+
+    def _defer_policy(self, img: EncodedJpeg, rng: Draws):
+        "The training crop of a JPEG as a `PendingJpegCrop` made with its batch, the steps after it (`post`) then run on its row there, with the sample's draws in `__call__`'s order; None where that does not apply (nothing drawn then)."
+        pc = self._policy_after_crop() if rng is not GLOBAL_DRAWS else None
+        if pc is None:
+            return None  # the global generators: drawn here, in the order of the samples, as one by one
+        crop, flip_t, ts = pc
+        box, interp = crop.draw(img, rng)
+        flip = flip_t is not None and RandomHorizontalFlip.draw(flip_t, rng)
+
+        steps = partial(self._steps, ts[:-1], pixels=True, rng=rng)  # the crop's pixels to the last step's input
+        return defer_crop_then(img, box, crop.size, interp, flip, steps, partial(ts[-1], rng=rng))
+
     def deferred(self, img, rng: Draws = GLOBAL_DRAWS):
-        "`self(img, rng)`; the training crop and flip as a `PendingResize` (of a JPEG: a `PendingJpegCrop`), with the same draws; eval's resize and centre crop of a JPEG as a `PendingJpegCrop`."
+        "`self(img, rng)`; the training crop and flip as a `PendingResize` (of a JPEG: a `PendingJpegCrop`), with the same draws; eval's resize and centre crop of a JPEG as a `PendingJpegCrop`; a JPEG's training crop followed by a policy as a `PendingJpegCrop` that runs the policy on its row of the batch."
         ts = self.transforms
+        if isinstance(img, EncodedJpeg) and (p := self._defer_policy(img, rng)) is not None:
+            return p
         rest_pass = all(type(t) is MaybePILToTensor for t in ts[2:])  # MaybePILToTensor: tensors pass
         if isinstance(img, EncodedJpeg) and rest_pass and (rc := self._resize_crop()) is not None:
             p = defer_center_crop(img, int(rc[0].size), rc[1].size, rc[0].interpolation, partial(self, img, rng))
@@ -750,9 +737,14 @@ class Compose(tvt.Compose, SampleTransform):
         if isinstance(img, EncodedJpeg) and (not ts or transform_input(ts[0]) != 'encoded'):
             with stage_clock(DECODE):
                 img = img.decode()
+        return self._steps(ts, img, pixels, rng)
+
+    @staticmethod
+    def _steps(ts, img, pixels: bool, rng: Draws):
+        "The steps `ts` on `img` (`pixels`: a uint8 HWC array, handed as it is to the steps that take pixels)."
         for t in ts:  # ours take the sample's draws; others (deterministic ones, or the compatibility path) the image
             if pixels and not (isinstance(t, SampleTransform) and t.takes_pixels):
-                img, pixels = _from_pixels(img), False
+                img, pixels = pixels_to_image(img), False
             img = t(img, rng) if isinstance(t, SampleTransform) and t.takes_rng else t(img)
             pixels = pixels and isinstance(img, np.ndarray)
         return img

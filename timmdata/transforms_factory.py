@@ -279,6 +279,7 @@ class RandomVerticalFlip(tvt.RandomVerticalFlip, SampleTransform):
     "torchvision's `RandomVerticalFlip` (the same draw and pixels), drawing from the sample's `rng.torch`."
 
     input_format = 'tensor'
+    keeps_size = True
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         return TF.vflip(img) if torch.rand(1, generator=rng.torch) < self.p else img
@@ -288,6 +289,7 @@ class ColorJitter(tvt.ColorJitter, SampleTransform):
     "torchvision's `ColorJitter` (the same order of draws and pixels), drawing from the sample's `rng.torch`."
 
     input_format = 'tensor'
+    keeps_size = True
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         g = rng.torch  # torchvision's get_params, its draws from `g`: the order of the four, then each factor
@@ -312,6 +314,7 @@ class RandomGrayscale(tvt.RandomGrayscale, SampleTransform):
     "torchvision's `RandomGrayscale`, drawing from the sample's `rng.torch`."
 
     input_format = 'tensor'
+    keeps_size = True
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         n = TF.get_image_num_channels(img)
@@ -322,6 +325,7 @@ class GaussianBlur(tvt.GaussianBlur, SampleTransform):
     "torchvision's `GaussianBlur`, its sigma drawn from the sample's `rng.torch`."
 
     input_format = 'tensor'
+    keeps_size = True
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         sigma = torch.empty(1).uniform_(self.sigma[0], self.sigma[1], generator=rng.torch).item()

@@ -286,9 +286,12 @@ class PendingJpegCrop(PendingResize):
     (`resize_pending`). A JPEG that call cannot make (damaged, or a kind libjpeg refuses) is made alone by `make`, the
     crop's own per-sample path (its fallback decoders, its error); a bad file's `ImageDecodeError` then goes to
     `on_bad`, the dataset's bad-sample policy (set by `ImageDataset.sample`): it raises the error naming the file, or
-    returns None and the sample is left out of the batch, counted, as a sample that failed in the dataset would be."""
+    returns None and the sample is left out of the batch, counted, as a sample that failed in the dataset would be.
+    `post`, where steps follow the crop (an auto-augment policy: `Compose.deferred`): `post(row)` finishes the image in
+    its row of the batch (a planar uint8 (3, h, w) view), in place, once the batch's call has made the crop there; `make`
+    then makes the finished image alone."""
 
-    __slots__ = ('box', 'window', 'to_end', 'make', 'on_bad')
+    __slots__ = ('box', 'window', 'to_end', 'make', 'on_bad', 'post')
 
     def __init__(
         self,
@@ -302,9 +305,13 @@ class PendingJpegCrop(PendingResize):
         on_bad: Optional[Callable] = None,  # ImageDecodeError -> raises, or None (the sample skipped); None: raised
         window: Optional[tuple] = None,  # (h, w, top, left): the resize's size and the window's place (None: out_hw's)
         to_end: bool = False,  # read the file to its end (eval: damage anywhere is seen, as by a whole decode)
+        post: Optional[
+            Callable[[torch.Tensor], None]
+        ] = None,  # the steps after the crop, on its row of the batch (below)
     ):
         super().__init__(src, out_hw, kind, vfirst, flip)
         self.box, self.make, self.on_bad = None if box is None else tuple(box), make, on_bad
+        self.post = post
         self.window, self.to_end = tuple(window) if window is not None else (*self.out_hw, 0, 0), to_end
 
     def materialize(self) -> Optional[torch.Tensor]:
@@ -329,7 +336,8 @@ def resize_pending(
     """Makes every `PendingResize` of a batch in one native call without the GIL, each into its image of `out`. A batch of
     JPEG crops is decoded and resized in one call too; a batch with both kinds (a PNG or an EXIF-rotated photo among
     JPEGs) in one call per run of one kind, each run straight into its images of `out`. A JPEG that call refuses is made
-    alone (`PendingJpegCrop.materialize`). A bad file whose dataset skips it leaves its image out: the images made move
+    alone (`PendingJpegCrop.materialize`). A crop with steps after it (`PendingJpegCrop.post`: an auto-augment policy) is
+    finished in its row after the call. A bad file whose dataset skips it leaves its image out: the images made move
     up, `out[:len(kept)]` is returned and `kept` says which items they are. Without `kept`, such a skip is an error."""
     if not items:
         return out
@@ -365,6 +373,13 @@ def resize_pending(
         a = b
     if warned:  # damaged data decoded anyway: counted, one Python warning per process (as one by one)
         note_jpeg_warnings(nat.jpeg_warnings()[0] - warned)
+    finish = [i for i, p in enumerate(items) if is_jpeg[i] and p.post is not None]
+    if finish:  # the steps after the crop (a policy), each on its image's row; one made alone is made finished
+        skip = set(alone)
+        with stage_clock(OPS):
+            for i in finish:
+                if i not in skip:
+                    items[i].post(out[i])
     made = [True] * n
     for i in alone:
         img = items[i].materialize()
