@@ -111,14 +111,14 @@ def test_recipe_same_batches_in_every_worker_mode(sample_root, recipe):
 def test_policy_in_the_batch_gives_the_per_sample_batches(sample_root, recipe, monkeypatch):
     "With the prefetcher, a policy runs on each crop's row of the batch after the batch's one decode (`Compose.deferred`):"
     " in every worker mode the batches are the ones the per-sample path gives (the crop, then the policy, image by image)."
-    from timmdata.pixels import decode
+    from timmdata.pixels import decode, handover
     from timmdata.transforms import Compose
     if decode.NATIVE.module is None:
         pytest.skip('the batch decode needs the C extension')
     ds = ImageDataset(sample_root)
     posts = []
-    real_post = Compose._post
-    monkeypatch.setattr(Compose, '_post', lambda self, *a: (posts.append(1), real_post(self, *a))[1])
+    real_finish = handover.finish_row
+    monkeypatch.setattr(handover, 'finish_row', lambda *a, **k: (posts.append(1), real_finish(*a, **k))[1])
 
     def batches(workers, mode='process'):
         ld = create_loader(ds, (3, 96, 96), 8, is_training=True, num_workers=workers, worker_mode=mode, seed=7,
