@@ -1554,7 +1554,58 @@ static void aug_histogram(const uint8_t *base, Py_ssize_t rs, int H, int W, int 
     }
 }
 
+#if RS_AVX2
+/* One 256-byte table over n bytes with AVX-512 VBMI: a byte's low seven bits pick from two 128-byte halves of the
+ * table (vpermi2b), its high bit which half; the same bytes as the table read one by one */
+#define AUG_VBMI __attribute__((target("avx512f,avx512bw,avx512vbmi")))
+static AUG_VBMI void aug_lut_vbmi(const uint8_t *p, uint8_t *o, Py_ssize_t n, const uint8_t *lut) {
+    const __m512i t0 = _mm512_loadu_si512(lut), t1 = _mm512_loadu_si512(lut + 64);
+    const __m512i t2 = _mm512_loadu_si512(lut + 128), t3 = _mm512_loadu_si512(lut + 192);
+    Py_ssize_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const __m512i x = _mm512_loadu_si512(p + i);
+        const __m512i lo = _mm512_permutex2var_epi8(t0, x, t1), hi = _mm512_permutex2var_epi8(t2, x, t3);
+        _mm512_storeu_si512(o + i, _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), lo, hi));
+    }
+    for (; i < n; i++) o[i] = lut[p[i]];
+}
+/* Three tables, one per channel of interleaved RGB bytes (autocontrast's, equalize's): each 64 bytes looked up in all
+ * three, each byte taking its channel's (the channel of byte j of a row is j % 3) */
+static AUG_VBMI __m512i aug_lut_vec(__m512i x, const __m512i *t) {
+    const __m512i lo = _mm512_permutex2var_epi8(t[0], x, t[1]), hi = _mm512_permutex2var_epi8(t[2], x, t[3]);
+    return _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), lo, hi);
+}
+static AUG_VBMI void aug_lut3_vbmi(const uint8_t *p, uint8_t *o, Py_ssize_t n, const uint8_t *lut) {
+    __m512i t[3][4];
+    for (int c = 0; c < 3; c++)
+        for (int k = 0; k < 4; k++) t[c][k] = _mm512_loadu_si512(lut + 256 * c + 64 * k);
+    /* the bytes j of a block of 64 with j % 3 == k; in a block starting at a byte of channel r, channel c's are k = c - r */
+    static const uint64_t every3[3] = {0x9249249249249249ULL, 0x2492492492492492ULL, 0x4924924924924924ULL};
+    Py_ssize_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const __m512i x = _mm512_loadu_si512(p + i);
+        const int r = (int)(i % 3);
+        __m512i v = aug_lut_vec(x, t[0]);
+        v = _mm512_mask_blend_epi8((__mmask64)every3[(4 - r) % 3], v, aug_lut_vec(x, t[1]));
+        v = _mm512_mask_blend_epi8((__mmask64)every3[(5 - r) % 3], v, aug_lut_vec(x, t[2]));
+        _mm512_storeu_si512(o + i, v);
+    }
+    for (; i < n; i++) o[i] = lut[256 * (i % 3) + p[i]];
+}
+static int aug_cpu_vbmi = -1;  /* the CPU has AVX-512 VBMI (asked once) */
+#endif
+
 static void aug_apply_lut(const uint8_t *base, Py_ssize_t rs, int H, int W, int C, const uint8_t *lut, uint8_t *dst) {
+#if RS_AVX2
+    /* rows of bytes through the table (the pointwise ops: one for every channel) or the channels' three, 64 at a time */
+    if (aug_cpu_vbmi < 0) { __builtin_cpu_init(); aug_cpu_vbmi = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw"); }
+    if (aug_cpu_vbmi && rs_avx2()) {
+        const int one = C == 1 || (!memcmp(lut, lut + 256, 256) && !memcmp(lut, lut + 512, 256));
+        for (int y = 0; y < H; y++)
+            (one ? aug_lut_vbmi : aug_lut3_vbmi)(base + (size_t)y * rs, dst + (size_t)y * W * C, (Py_ssize_t)W * C, lut);
+        return;
+    }
+#endif
     for (int y = 0; y < H; y++) {
         const uint8_t *p = base + (size_t)y * rs;
         uint8_t *o = dst + (size_t)y * W * C;
@@ -2033,7 +2084,7 @@ static PyMethodDef methods[] = {
     {"resize_crop_jpeg", (PyCFunction)(void (*)(void))resize_crop_jpeg, METH_VARARGS | METH_KEYWORDS, "resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0, box=None, flip=False, to_end=True) -> (bytearray (3, oh, ow) planar, warned): resample_window's result from the JPEG's RGB pixels (of the box (y, x, h, w): PIL's crop then resize), mirrored with flip, decoding only the rows and columns the window reads (with to_end, the file to its end)"},
     {"resize_crop_jpeg_batch", resize_crop_jpeg_batch, METH_VARARGS, "resize_crop_jpeg_batch(items, oh, ow, out, max_pixels=0) -> bytes of statuses (0 made, 1 made with a libjpeg warning, 2 not made): each item (data, box or None, (out_h, out_w, top, left), kind, vertical_first, flip, to_end) what resize_crop_jpeg makes of it (the window oh x ow), into image i of out, a uint8 (n, 3, oh, ow) buffer; one call, without the GIL"},
     {"resize_batch", resize_batch, METH_VARARGS, "resize_batch(items, oh, ow, out): each item (src_hwc_u8, kind, vertical_first, flip) resized whole to oh x ow (resample_window's, mirrored with flip) into image i of out, a uint8 (n, 3, oh, ow) buffer; one call, without the GIL"},
-    {"set_resample_simd", set_resample_simd, METH_VARARGS, "set_resample_simd(on) -> previous setting: the AVX2 passes of resample_window and warp_affine's AVX2 RGB row (the same bytes as the plain C ones)"},
+    {"set_resample_simd", set_resample_simd, METH_VARARGS, "set_resample_simd(on) -> previous setting: the AVX2 passes of resample_window, warp_affine's AVX2 RGB row and aug_point's AVX-512 VBMI tables (the same bytes as the plain C ones)"},
     {"jpeg_warnings", jpeg_warnings, METH_NOARGS, "jpeg_warnings() -> (images libjpeg warned about so far in this process, latest message)"},
     {"channel_means", channel_means, METH_VARARGS, "channel_means(x_u8, out_f32, n, c, hw): per image and channel means"},
     {"channel_means_nhwc", channel_means_nhwc, METH_VARARGS, "channel_means for a channels-last (n, hw, c) batch"},

@@ -264,6 +264,30 @@ def test_warp_simd_is_the_plain_c():
                 assert on == off, (m, kind, a.shape)
 
 
+
+@kernels
+def test_lookup_tables_simd_are_the_plain_c():
+    "aug_point's tables through AVX-512 VBMI (one table, or each channel's; where the CPU has it) and the plain C loop: the same bytes, for odd widths, row strides and one or three channels."
+    k = decode.NATIVE.module
+    g = np.random.default_rng(11)
+    for _ in range(40):
+        h, w, c = int(g.integers(1, 60)), int(g.integers(1, 150)), int(g.choice([1, 3]))
+        a = g.integers(0, 256, (h, w + 7, c), np.uint8)[:, 3 : w + 3]  # rows apart: a window of a wider image
+        for kind, table in ((0, g.integers(0, 256, 256, np.uint8).tobytes()), (0, g.integers(0, 256, 256 * c, np.uint8).tobytes()),
+                            (1, None), (2, None)):
+            args = (a, kind) if table is None else (a, kind, table)
+            on = k.aug_point(*args)
+            was = k.set_resample_simd(False)
+            try:
+                off = k.aug_point(*args)
+            finally:
+                k.set_resample_simd(was)
+            assert len(on) == h * w * c and on == off, (kind, a.shape)
+            if kind == 0:
+                t = np.frombuffer(table, np.uint8).reshape(-1, 256)
+                want = np.stack([t[ch % len(t)][a[:, :, ch]] for ch in range(c)], -1)
+                assert np.array_equal(np.frombuffer(on, np.uint8).reshape(h, w, c), want), (kind, a.shape)
+
 def test_ops_on_pixels_without_the_extension():
     "Without the extension, arrays still work (through Pillow) and give the same pixels."
     img = _images(21)[2]
