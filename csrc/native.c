@@ -1415,12 +1415,66 @@ static inline __attribute__((always_inline)) RS_TARGET int32_t wa_pixel3(const u
     return wa_pack3(wa_cubic4(w0, w1, w2, w3, vdy));
 }
 
+/* Four pixels' twelve bytes from three vectors of four doubles (wa_pack3's clip and truncation on each lane) */
+static inline __attribute__((always_inline)) RS_TARGET void wa_store12(uint8_t *o, __m256d r0, __m256d r1, __m256d r2) {
+    const __m256d zero = _mm256_setzero_pd(), top = _mm256_set1_pd(255.0);
+    const __m128i i0 = _mm256_cvttpd_epi32(_mm256_min_pd(_mm256_max_pd(r0, zero), top));
+    const __m128i i1 = _mm256_cvttpd_epi32(_mm256_min_pd(_mm256_max_pd(r1, zero), top));
+    const __m128i i2 = _mm256_cvttpd_epi32(_mm256_min_pd(_mm256_max_pd(r2, zero), top));
+    uint8_t t[16];
+    _mm_storeu_si128((__m128i *)t, _mm_packus_epi16(_mm_packus_epi32(i0, i1), _mm_packus_epi32(i2, i2)));
+    memcpy(o, t, 12);
+}
+
+/* Four pixels of a row whose source points share their row and its fraction (a matrix with d == 0: translations and
+ * shears along x) and whose columns follow one another, no tap clamped: wa_pixel3's steps on each of their twelve
+ * bytes, four bytes a vector. A byte's taps are the bytes 3 apart (its pixel's neighbours, same channel) and its
+ * fraction its pixel's, so `dx` spread over the bytes (dx0 dx0 dx0 dx1 | dx1 dx1 dx2 dx2 | dx2 dx3 dx3 dx3). 1 when
+ * made; 0 where the group is not such (the caller makes its pixels one by one). */
+static inline __attribute__((always_inline)) RS_TARGET int wa_group12(const uint8_t *base, Py_ssize_t rs, int H, int W, int kind, int ix, int iy,
+                                                                      __m256d ddx, int dx_zero, double dy, uint8_t *o) {
+    __m256d d[3];
+    d[0] = _mm256_permute4x64_pd(ddx, 0x40);
+    d[1] = _mm256_permute4x64_pd(ddx, 0xA5);
+    d[2] = _mm256_permute4x64_pd(ddx, 0xFE);
+    __m256d r[3];
+    if (dy == 0.0) {  /* along the row: the pixels' own fractions */
+        if (kind == 0) {
+            if (ix < 0 || ix + 4 > W - 1) return 0;
+            const uint8_t *p = base + (size_t)wa_clamp(iy, H) * rs + 3 * (size_t)ix;
+            for (int j = 0; j < 3; j++) r[j] = wa_lerp4(wa_tap(p + 4 * j), wa_tap(p + 4 * j + 3), d[j]);
+        } else {
+            if (ix < 1 || ix + 5 > W - 1) return 0;
+            const uint8_t *p = base + (size_t)wa_clamp(iy, H) * rs + 3 * (size_t)ix;
+            for (int j = 0; j < 3; j++)
+                r[j] = wa_cubic4(wa_tap(p + 4 * j - 3), wa_tap(p + 4 * j), wa_tap(p + 4 * j + 3), wa_tap(p + 4 * j + 6), d[j]);
+        }
+    } else if (dx_zero) {  /* across rows: the row's fraction for every byte */
+        if (ix < 0 || ix + 3 > W - 1) return 0;
+        const __m256d vdy = _mm256_set1_pd(dy);
+        if (kind == 0) {
+            const uint8_t *p0 = base + (size_t)wa_clamp(iy, H) * rs + 3 * (size_t)ix, *p1 = base + (size_t)wa_clamp(iy + 1, H) * rs + 3 * (size_t)ix;
+            for (int j = 0; j < 3; j++) r[j] = wa_lerp4(wa_tap(p0 + 4 * j), wa_tap(p1 + 4 * j), vdy);
+        } else {
+            const uint8_t *q[4];
+            for (int k = 0; k < 4; k++) q[k] = base + (size_t)wa_clamp(iy - 1 + k, H) * rs + 3 * (size_t)ix;
+            for (int j = 0; j < 3; j++)
+                r[j] = wa_cubic4(wa_tap(q[0] + 4 * j), wa_tap(q[1] + 4 * j), wa_tap(q[2] + 4 * j), wa_tap(q[3] + 4 * j), vdy);
+        }
+    } else {
+        return 0;
+    }
+    wa_store12(o, r[0], r[1], r[2]);
+    return 1;
+}
+
 /* The row four pixels at a time: their source points, the test against the image, the floors and the fractions in
  * vectors of doubles (the same operations as the scalar code: sums in the same order, floor exact, and for a point
- * inside the image (int)x == floor(x) when x >= 0), then each pixel's taps */
+ * inside the image (int)x == floor(x) when x >= 0), then each pixel's taps (or the four as one group: wa_group12) */
 static RS_TARGET void wa_row3_avx2(const uint8_t *base, Py_ssize_t rs, int H, int W, const double *a, const double *ax0,
                                    const double *ax3, int y, int kind, const uint8_t *fill, uint8_t *o) {
     const double yin = y + 0.5, by = a[1] * yin, ey = a[4] * yin;
+    const int row_shared = a[3] == 0.0;  /* every pixel's source point on one row, with one fraction (d == 0) */
     const __m256d vby = _mm256_set1_pd(by), vey = _mm256_set1_pd(ey), va2 = _mm256_set1_pd(a[2]), va5 = _mm256_set1_pd(a[5]);
     const __m256d zero = _mm256_setzero_pd(), vw = _mm256_set1_pd((double)W), vh = _mm256_set1_pd((double)H), half = _mm256_set1_pd(0.5);
     int x = 0;
@@ -1432,14 +1486,18 @@ static RS_TARGET void wa_row3_avx2(const uint8_t *base, Py_ssize_t rs, int H, in
         const int inside = _mm256_movemask_pd(in);
         xx = _mm256_sub_pd(xx, half);
         yy = _mm256_sub_pd(yy, half);
-        const __m256d fx = _mm256_floor_pd(xx), fy = _mm256_floor_pd(yy);
+        const __m256d fx = _mm256_floor_pd(xx), fy = _mm256_floor_pd(yy), ddx = _mm256_sub_pd(xx, fx);
         double dxs[4], dys[4];
         int ixs[4], iys[4];
-        _mm256_storeu_pd(dxs, _mm256_sub_pd(xx, fx));
+        _mm256_storeu_pd(dxs, ddx);
         _mm256_storeu_pd(dys, _mm256_sub_pd(yy, fy));
         /* floors of points outside the image may not fit an int: only the inside ones are used */
         _mm_storeu_si128((__m128i *)ixs, _mm256_cvttpd_epi32(_mm256_blendv_pd(zero, fx, in)));
         _mm_storeu_si128((__m128i *)iys, _mm256_cvttpd_epi32(_mm256_blendv_pd(zero, fy, in)));
+        if (row_shared && inside == 15 && ixs[1] == ixs[0] + 1 && ixs[2] == ixs[0] + 2 && ixs[3] == ixs[0] + 3
+            && wa_group12(base, rs, H, W, kind, ixs[0], iys[0], ddx, _mm256_movemask_pd(_mm256_cmp_pd(ddx, zero, _CMP_EQ_OQ)) == 15,
+                          dys[0], o + (size_t)x * 3))
+            continue;
         for (int k = 0; k < 4; k++) {
             uint8_t *ok = o + (size_t)(x + k) * 3;
             if (!(inside >> k & 1)) { ok[0] = fill[0]; ok[1] = fill[1]; ok[2] = fill[2]; continue; }

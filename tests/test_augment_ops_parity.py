@@ -265,6 +265,34 @@ def test_warp_simd_is_the_plain_c():
 
 
 
+
+@kernels
+def test_warp_rows_on_one_source_row_are_pillows():
+    "Translations and shears along x (a matrix with d == 0: each output row reads one source row, with one fraction):"
+    " made four pixels a group where the columns follow one another, the same bytes as Pillow's and the plain C row's,"
+    " fractional and whole shifts, both filters, groups at the image's edges."
+    k = decode.NATIVE.module
+    g = np.random.default_rng(13)
+    made = 0
+    for t in range(240):
+        h, w = (int(v) for v in g.integers(3, 50, 2))
+        a = g.integers(0, 256, (h, w, 3), np.uint8)
+        shift = float(g.uniform(-12, 12)) if t % 5 else float(int(g.integers(-6, 6)))
+        m = [(1, 0, shift, 0, 1, 0), (1, 0, 0, 0, 1, shift), (1, float(g.uniform(-0.5, 0.5)), 0, 0, 1, 0),
+             (1, 0, float(int(shift)), 0, 1, shift)][t % 4]
+        for kind, rs in ((0, Image.Resampling.BILINEAR), (1, Image.Resampling.BICUBIC)):
+            fill = tuple(int(v) for v in g.integers(0, 256, 3))
+            on = k.warp_affine(a, tuple(float(v) for v in m), kind, fill)
+            was = k.set_resample_simd(False)
+            try:
+                off = k.warp_affine(a, tuple(float(v) for v in m), kind, fill)
+            finally:
+                k.set_resample_simd(was)
+            want = np.asarray(Image.fromarray(a).transform((w, h), Image.Transform.AFFINE, m, resample=rs, fillcolor=fill))
+            assert len(on) == want.size and on == want.tobytes() and off == on, (m, kind, a.shape)
+            made += 1
+    assert made == 480
+
 @kernels
 def test_lookup_tables_simd_are_the_plain_c():
     "aug_point's tables through AVX-512 VBMI (one table, or each channel's; where the CPU has it) and the plain C loop: the same bytes, for odd widths, row strides and one or three channels."
