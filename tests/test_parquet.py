@@ -165,12 +165,16 @@ class _Kept(_Counted):
 def test_over_http_ranged_reads(indexed, tmp_path, handler, monkeypatch):
     "Over loopback HTTP: the local run's batches; with the index, one request before the reads whatever the number of files, and one read of the image's size a sample; without it, one request a file for its footer, kept for the node."
     monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'node'))  # the node's folder for kept footers
+    from timmdata.streams import parquet as pq
+    together, real = [], pq.kept_get_many  # a read thread's requests sent together (HTTP/1.0: then one a connection)
+    monkeypatch.setattr(pq, 'kept_get_many', lambda reads, *a, **k: (together.append(len(reads)), real(reads, *a, **k))[1])
     with http_folder(indexed, handler) as url:
         _Counted.log.clear()
         ds = create_dataset('parquet/x', root=url, split='train', is_training=True, batch_size=12, block_shards=3)
         assert ds.order == 'global' and len(_Counted.log) == 1 and PARQUET_INDEX_FILE in _Counted.log[0][0]
         got = [y.tolist() for _, y in create_loader(ds, (3, 16, 16), 12, is_training=True, num_workers=0, device='cpu')]
         assert got == _run(indexed, 1, 12, 0)[0]
+        assert together and max(together) > 1, together
         reads = _Counted.log[1:]
         assert len(reads) <= 60  # at most a ranged read a sample (close images of a file: one request)
         assert sum(n for _, n in reads) <= 1.1 * sum(len(_jpeg(i)) for i in range(N))

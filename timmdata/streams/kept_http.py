@@ -9,7 +9,7 @@ from ..core.untrusted import printable
 from .net import REQUEST_DEADLINE
 
 # %% auto #0
-__all__ = ['MAX_HEAD_BYTES', 'COALESCE_GAP', 'COALESCE_BYTES', 'kept_get', 'coalesce']
+__all__ = ['MAX_HEAD_BYTES', 'COALESCE_GAP', 'COALESCE_BYTES', 'kept_get', 'kept_get_many', 'coalesce']
 
 # %% ../../nbs/streams/20c_kept_http.ipynb #1ec1eff7
 MAX_HEAD_BYTES = 64 << 10  # an answer's status line and headers, at most: a server sending more is not read on
@@ -27,7 +27,7 @@ class _Conn:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a request in one segment, sent now
         if u.scheme == 'https':
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=u.hostname)
-        self.sock, self.wait = sock, None
+        self.sock, self.wait, self.extra = sock, None, b''
 
     def timeout(self, wait: float):
         "The socket's timeout, set only when it changes (a call into the socket each time)."
@@ -53,7 +53,8 @@ class _Conn:
         """(status line, {lower-case name: value}, buffer, where the body starts, bytes received) of the answer now
         coming, whose body should be `n` bytes: the head and what came of the body with it, received into one buffer
         with room for the body, so that the body is cut from it with one copy."""
-        buf, at, seen = bytearray(n + _HEAD_ROOM), 0, 0
+        buf, at, seen = bytearray(max(n + _HEAD_ROOM, len(self.extra))), len(self.extra), 0
+        buf[:at], self.extra = self.extra, b''  # what came of this answer with the one before (requests sent together)
         while (cut := buf.find(b'\r\n\r\n', max(0, seen - 3), at)) < 0:
             if at >= MAX_HEAD_BYTES:
                 raise ConnectionError(f'an answer\'s head over {MAX_HEAD_BYTES:,} bytes')
@@ -82,6 +83,33 @@ def _split(url: str) -> tuple:
     return u, (u.scheme, u.netloc), (u.path or '/') + ('?' + u.query if u.query else '')
 
 
+def _request(u, target: str, start: int, n: int) -> bytes:
+    return (
+        f'GET {target} HTTP/1.1\r\nHost: {u.netloc}\r\nRange: bytes={start}-{start + n - 1}\r\n'
+        f'User-Agent: timmdata\r\n\r\n'.encode('latin-1')
+    )
+
+
+def _ranged_answer(conn: _Conn, start: int, n: int, end: float, timeout: float, more: bool) -> tuple:
+    "(headers, body, whether the connection is kept) of the answer now coming to a ranged GET of `n` bytes at `start`, checked; `more`: other answers follow on the connection (requests sent together), so bytes past this one are the next one's, kept for it."
+    status, h, buf, b0, at = conn.answer(n, end, timeout)
+    m = _STATUS.fullmatch(status)
+    if m is None or m[2] != b'206':
+        raise ConnectionError(f'not a 206 to a ranged read: {printable(status.decode("latin-1"), 60)!r}')
+    r = _RANGE.fullmatch(h.get('content-range', ''))
+    if r is None or int(r[1]) != start or int(r[2]) != start + n - 1 or h.get('content-length') != str(n):
+        raise ConnectionError(f'not the range asked: {printable(h.get("content-range", ""), 80)!r}')
+    need = b0 + n
+    if 'transfer-encoding' in h or (at > need and not more):
+        raise ConnectionError('an answer longer than it says')
+    if len(buf) < need:  # a head longer than the room left for it
+        buf.extend(bytes(need - len(buf)))
+    while at < need:  # the rest of the body, never past it (the next answer's bytes stay in the socket)
+        at += conn.recv_into(memoryview(buf)[at:need], end, timeout)
+    conn.extra = bytes(memoryview(buf)[need:at])
+    return h, bytes(memoryview(buf)[b0:need]), m[1] == b'1' and h.get('connection', '').lower() != 'close'
+
+
 def kept_get(
     url: str,  # an http(s) URL
     start: int,
@@ -96,29 +124,49 @@ def kept_get(
     try:
         conn = conn or _Conn(u, min(timeout, deadline))
         conn.timeout(min(timeout, deadline))
-        conn.sock.sendall(
-            f'GET {target} HTTP/1.1\r\nHost: {u.netloc}\r\nRange: bytes={start}-{start + n - 1}\r\n'
-            f'User-Agent: timmdata\r\n\r\n'.encode('latin-1')
-        )
-        status, h, buf, b0, at = conn.answer(n, end, timeout)
-        m = _STATUS.fullmatch(status)
-        if m is None or m[2] != b'206':
-            raise ConnectionError(f'not a 206 to a ranged read: {printable(status.decode("latin-1"), 60)!r}')
-        r = _RANGE.fullmatch(h.get('content-range', ''))
-        if r is None or int(r[1]) != start or int(r[2]) != start + n - 1 or h.get('content-length') != str(n):
-            raise ConnectionError(f'not the range asked: {printable(h.get("content-range", ""), 80)!r}')
-        if 'transfer-encoding' in h or at - b0 > n:
-            raise ConnectionError('an answer longer than it says')
-        need = b0 + n
-        if len(buf) < need:  # a head longer than the room left for it
-            buf.extend(bytes(need - len(buf)))
-        while at < need:  # the rest of the body, never past it (the next answer's bytes stay in the socket)
-            at += conn.recv_into(memoryview(buf)[at:need], end, timeout)
-        if m[1] == b'1' and h.get('connection', '').lower() != 'close':
+        conn.sock.sendall(_request(u, target, start, n))
+        h, body, keep = _ranged_answer(conn, start, n, end, timeout, False)
+        if keep:
             conns[key] = conn  # kept for this thread's next read
         else:
             conn.close()
-        return h, bytes(memoryview(buf)[b0:need])
+        return h, body
+    except BaseException:
+        if conn is not None:
+            conn.close()
+        raise
+
+# %% ../../nbs/streams/20c_kept_http.ipynb #a1b2c302
+def kept_get_many(
+    reads: list,  # (url, start, n) of each read
+    timeout: float = 60.0,  # seconds a connection may stall
+    deadline: float = REQUEST_DEADLINE,  # seconds the reads may take in all
+) -> list:
+    "`kept_get(url, start, n)` of each read, in order: to one host, the requests sent together on this thread's kept connection and the answers read in turn; to several hosts, one by one."
+    if len(reads) < 2 or len({_split(url)[1] for url, _, _ in reads}) > 1:
+        return [kept_get(url, a, n, timeout, deadline) for url, a, n in reads]
+    u, key, _ = _split(reads[0][0])
+    conns = _KEPT.__dict__.setdefault('conns', {})
+    conn, end, out = conns.pop(key, None), time.monotonic() + deadline, []
+    try:
+        conn = conn or _Conn(u, min(timeout, deadline))
+        conn.timeout(min(timeout, deadline))
+        conn.sock.sendall(b''.join(_request(u, _split(url)[2], a, n) for url, a, n in reads))
+        for i, (_, a, n) in enumerate(reads):
+            h, body, keep = _ranged_answer(conn, a, n, end, timeout, i < len(reads) - 1)
+            out.append((h, body))
+            if not keep and i < len(reads) - 1:  # the server closes after this one: the rest on a new connection
+                conn.close()
+                conn = None
+                left = max(1e-3, end - time.monotonic())
+                return out + kept_get_many(reads[i + 1 :], timeout, left)
+        if not keep:
+            conn.close()
+        elif conn.extra:
+            raise ConnectionError('an answer longer than it says')
+        else:
+            conns[key] = conn
+        return out
     except BaseException:
         if conn is not None:
             conn.close()

@@ -21,7 +21,7 @@ from timmdata.streams.shard_io import (
     url_scheme,
 )
 from .shard_index import http_range
-from .kept_http import coalesce, kept_get
+from .kept_http import coalesce, kept_get, kept_get_many
 from .parquet_footers import FooterSpans, IndexSpans, KeptFooters, fetch_footer
 from .spans import ShardChangedError
 from .global_order import SpanReader
@@ -426,6 +426,21 @@ class ParquetSource(ParquetFiles):
     def __repr__(self):
         return f'{type(self).__name__}({len(self.shards)} files, num_samples={self.num_samples}, split={self.split!r})'
 
+# %% ../../nbs/streams/26d_parquet.ipynb #b7c1d2e302
+def _sent_together(reader, requests: list) -> Optional[list]:
+    "The bytes of each (file, offset, length, row) of `requests`, all over http(s), sent together on the thread's kept connection; None where a file is not over http(s) or anything failed (the caller reads them one by one: retries, deadlines, named errors)."
+    if any(reader._paths[s] is not None for s, *_ in requests):
+        return None
+    try:
+        got = kept_get_many([(reader.source.shards[s], a, n) for s, a, n, _ in requests], reader.source.timeout)
+    except Exception:
+        return None
+    for (s, *_), (headers, _) in zip(requests, got):
+        size = reader._sized(s)[1]
+        if size is not None or reader.sizes is not None:
+            reader._check_size(s, headers['content-range'].rpartition('/')[2], size)
+    return [body for _, body in got]
+
 # %% ../../nbs/streams/26d_parquet.ipynb #3f9bc0b9dd2c44919cc8dcca39b469f8
 GROUPS_KEPT_BYTES = 256 << 20  # row groups' images a process keeps for the rows read after (no index)
 
@@ -480,8 +495,9 @@ class ParquetReader(SpanReader):
         return out
 
     def _fetch(self, requests: list) -> list:
-        "The bytes of each (file, offset, length, row) of `requests`, one after the other (a task of `_send`)."
-        return [self._exactly(s, a, n, self._sized(s)[1], m) for s, a, n, m in requests]
+        "The bytes of each (file, offset, length, row) of `requests` (a task of `_send`): over http(s) without a node cache, the requests sent together (`_sent_together`); else, or where that fails, one after the other."
+        got = _sent_together(self, requests) if len(requests) > 1 and self._cache is None else None
+        return got if got is not None else [self._exactly(s, a, n, self._sized(s)[1], m) for s, a, n, m in requests]
 
     def _reads(self, shards: list, members: list) -> Iterator[tuple]:
         "As `SpanReader._reads`; over http(s) without a node cache, `4 * read_ahead` samples at a time sent together (`_send`: close images one request, `read_ahead` in flight), the next ones sent while these are yielded."
