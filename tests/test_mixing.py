@@ -188,9 +188,9 @@ def test_100_sources_as_many_threads_as_one(roots):
     many = mix_datasets([str(roots[0])] * 100)  # 100 entries (each its own permutation) over one folder
     a = _threads_and_files(_loader(one, num_workers=2, persistent_workers=True))
     b = _threads_and_files(_loader(many, num_workers=2, persistent_workers=True))
-    # open files: a batch's shared memory still in flight may hold one more descriptor for a moment; a file or a
-    # thread per source would add 100
-    assert a[2] == b[2] == 2 and b[0] == a[0] and abs(b[1] - a[1]) <= 2, (a, b)
+    # open files: each batch's shared memory still in flight may hold a descriptor for a moment (up to 2 workers x
+    # a prefetch factor of 2 of them, seen under load); a file or a thread per source would add 100
+    assert a[2] == b[2] == 2 and b[0] == a[0] and abs(b[1] - a[1]) <= 2 * 2, (a, b)
 
 
 def _gloo_rank(rank, world, workers, port, roots, out, stop, sd_path):
