@@ -301,6 +301,23 @@ def test_one_reader_shared_by_threads(which, request):
     assert all((img, y) == want[sm] for sm, (_, img, y) in zip(pos, got))
 
 
+
+@pytest.mark.parametrize('which', ['folder', 'indexed'])
+def test_threads_sharing_a_reader_past_its_open_files(which, request):
+    "8 threads share a reader that keeps 2 files open of 6 (each read may drop another thread's file): every read is its row's, never a closed or reused descriptor (a handle is held while it is read)."
+    from concurrent.futures import ThreadPoolExecutor
+    from timmdata.streams.parquet import ParquetReader
+
+    src = ParquetSource(request.getfixturevalue(which), 'train')
+    want = {(s, m): (_jpeg(s * 10 + m), s * 10 + m) for s in range(6) for m in range(10)}
+    for rep in range(6):
+        r = ParquetReader(src, max_open_files=2)
+        pos = [(s, m) for s in range(6) for m in range(10)] * 3
+        random.Random(rep).shuffle(pos)
+        with ThreadPoolExecutor(8) as ex:
+            got = list(ex.map(lambda sm: r.read(*sm), pos))
+        assert len(got) == len(pos) and all((img, y) == want[sm] for sm, (_, img, y) in zip(pos, got))
+
 def test_a_file_of_no_rows(tmp_path):
     "A Parquet file of no rows (its one row group empty, its chunk at byte 0) is a file of no samples, with the index or without."
     write_sample_parquet(tmp_path, [(_jpeg(i), i) for i in range(3)], ['a', 'b', 'c'], files=4)

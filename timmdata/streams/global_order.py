@@ -502,25 +502,26 @@ class ShardBytes:
             if size is not None or self.sizes is not None:
                 self._check_size(s, (headers.get('Content-Range') or '').rpartition('/')[2], size)
             return body
-        fd = self._fd(s)
+        f = self._fd(s)  # held while it is read: a handle another thread drops meanwhile stays open
         if hasattr(os, 'pread'):
-            return os.pread(fd, n, start)
+            return os.pread(f.fd, n, start)
         with self._lock:
-            os.lseek(fd, start, os.SEEK_SET)
-            return os.read(fd, n)
+            os.lseek(f.fd, start, os.SEEK_SET)
+            return os.read(f.fd, n)
 
-    def _fd(self, s: int) -> int:
-        "The descriptor of local shard `s`, open among the last `max_open_files` (its size checked against the index's when opened)."
+    def _fd(self, s: int) -> FileHandle:
+        "The handle of local shard `s`, open among the last `max_open_files` (its size checked against the index's when opened); under the lock, so that threads sharing the reader open a file once and never lose a handle another one reads through (it closes when its last holder drops it)."
         self._own()
-        f = self._files.pop(s, None)
-        if f is None:
-            f = FileHandle(self._paths[s], 'shard')  # a FIFO named like a shard is refused, never waited on
-            if self.sizes is not None:
-                self._check_size(s, str(os.fstat(f.fd).st_size))
-        self._files[s] = f
-        while len(self._files) > self.max_open_files:
-            self._files.popitem(last=False)
-        return f.fd
+        with self._lock:
+            f = self._files.pop(s, None)
+            if f is None:
+                f = FileHandle(self._paths[s], 'shard')  # a FIFO named like a shard is refused, never waited on
+                if self.sizes is not None:
+                    self._check_size(s, str(os.fstat(f.fd).st_size))
+            self._files[s] = f
+            while len(self._files) > self.max_open_files:
+                self._files.popitem(last=False)
+        return f
 
     def _check_size(self, s: int, got: str, size: Optional[int] = None):
         "A shard whose size is not the one its spans were made from (`size`, else the dataset index's): named, never read by stale spans (`ShardChangedError`)."
@@ -600,8 +601,8 @@ class SpanReader(ShardBytes):
                     else lambda o, n: self._bytes(s, start + o, n, size)
                 )
             elif hasattr(os, 'pread'):  # a local file: each member read alone, the image straight into its bytes
-                fd = self._fd(s)
-                read = lambda o, n: os.pread(fd, n, start + o)
+                f = self._fd(s)  # the handle held by the reads below
+                read = lambda o, n: os.pread(f.fd, n, start + o)
             else:
                 read = lambda o, n: self._bytes(s, start + o, n)
             got = cut_sample(self.source, read, end - start, url, at_image, at_target)
