@@ -12,9 +12,10 @@ from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 from torchvision.transforms import functional as TF
 from ..config import GLOBAL_DRAWS, Draws
 from .decode import NATIVE
+from .handover import pixels_to_image
 
 # %% auto #0
-__all__ = ['native_kernels', 'is_pixels', 'pil_to_pixels', 'pixels_to_pil', 'on_image', 'warp_affine', 'rotate_matrix', 'shear_x',
+__all__ = ['pixels_to_pil', 'native_kernels', 'is_pixels', 'pil_to_pixels', 'on_image', 'warp_affine', 'rotate_matrix', 'shear_x',
            'shear_y', 'translate_x_abs', 'translate_y_abs', 'translate_x_rel', 'translate_y_rel', 'rotate',
            'auto_contrast', 'equalize', 'invert', 'solarize', 'posterize', 'contrast', 'color', 'brightness',
            'sharpness', 'solarize_add', 'gaussian_blur', 'gaussian_blur_rand', 'desaturate', 'blend', 'mix_and_blend']
@@ -37,11 +38,8 @@ def pil_to_pixels(img: Image.Image) -> np.ndarray:
     return a[:, :, None] if a.ndim == 2 else a
 
 
-def pixels_to_pil(a: np.ndarray) -> Image.Image:
-    "A uint8 HWC array (1 or 3 channels) as an 'L' or RGB image."
-    h, w, c = a.shape
-    mode = 'L' if c == 1 else 'RGB'
-    return Image.frombuffer(mode, (w, h), np.ascontiguousarray(a), 'raw', mode, 0, 1)
+pixels_to_pil = pixels_to_image  # a uint8 HWC array (1 or 3 channels) as an 'L' or RGB image: the hand-over's own
+_all_ = ['pixels_to_pil']  # exported under its name here too
 
 
 def _pixels(buf, shape) -> np.ndarray:

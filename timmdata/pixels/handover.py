@@ -54,13 +54,16 @@ def crop_to_pixels(
 ) -> np.ndarray:
     "`crop_to_pil`'s pixels as a uint8 HWC array, for a step that `takes_pixels`: the native step's planes interleaved in one pass, with no PIL image made (else the pixels of PIL's own crop)."
     out = resize_box(img, box, out_hw, interp, flip)
-    if out is None:
-        return np.asarray(_pil_crop(img, box, out_hw, interp, flip))
-    h, w = out.shape[1:]
+    return np.asarray(_pil_crop(img, box, out_hw, interp, flip)) if out is None else _interleaved(out)
+
+
+def _interleaved(t: torch.Tensor) -> np.ndarray:
+    "A planar uint8 (c, h, w) tensor's pixels as a writable uint8 HWC array: the extension's one pass, else torch's copy."
+    c, h, w = t.shape
     interleave = getattr(NATIVE.module, 'planar_to_hwc', None)
     if interleave is None:
-        return out.permute(1, 2, 0).contiguous().numpy()
-    return np.frombuffer(interleave(out.numpy()), np.uint8).reshape(h, w, 3)
+        return t.permute(1, 2, 0).contiguous().numpy()
+    return np.frombuffer(interleave(t.numpy()), np.uint8).reshape(h, w, c)
 
 
 def pixels_to_image(a: np.ndarray) -> Image.Image:
@@ -75,7 +78,7 @@ def finish_row(
 ):
     "The steps after a training crop, run on its row of the batch in place: handed the row's pixels as `crop_to_pixels` hands them, the result written back planar; nothing written where no step changed them."
     c, h, w = row.shape
-    a = np.frombuffer(NATIVE.module.planar_to_hwc(row.numpy()), np.uint8).reshape(h, w, c)
+    a = _interleaved(row)
     out = steps(a)
     if out is a:
         return  # no step changed the pixels: the row has them
