@@ -92,7 +92,7 @@ setup(
     python_requires='>=' + min_python,
     install_requires=split_reqs('requirements'),
     # optional: WebDataset shards, Hugging Face datasets, remote storage through fsspec (s3://, gs://...), TorchCodec decoding
-    extras_require={'dev': split_reqs('dev_requirements'), 'wds': ['webdataset>=1.0'], 'hf': ['datasets>=3'], 'codec': ['torchcodec>=0.16'],
+    extras_require={'dev': split_reqs('dev_requirements'), 'wds': ['webdataset>=1.0'], 'hf': ['datasets>=3'], 'codec': ['torchcodec>=0.16'], 'nvimgcodec': ['nvidia-nvimgcodec-cu13[nvjpeg]>=0.9; sys_platform == "linux"'],
                     'remote': ['fsspec'], 'all': ['webdataset>=1.0', 'datasets>=3', 'fsspec'],
                     'lightning': split_reqs('lightning_requirements'), 'accelerate': split_reqs('accelerate_requirements'),
                     'tensorboard': split_reqs('tensorboard_requirements'), 'prometheus': split_reqs('prometheus_requirements'),

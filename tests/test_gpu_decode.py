@@ -127,10 +127,11 @@ def test_train_batches_pixels_follow_their_plans(sample_root):
     packed, _ = device_decode_collate(samples)
     x, slow = gd.decode_batch(packed, (128, 128), torch.device('cpu'))
     from timmdata.transforms import crop_box, resize_exact
-    for k, ((_, p), _) in enumerate(samples):
+    for k, ((_, p, *_), _) in enumerate(samples):
         img = decode.decode_image(ds.reader[k * 4][0], to_tensor=True)
         ref = resize_exact(crop_box(img, *p[:4]), (128, 128), gd._INTERPS[p[10]])
         if p[8]: ref = ref.flip(-1)
+        if p[9]: ref = ref.flip(-2)
         d = (x[k].int() - ref.int()).abs()
         assert d.max() <= 1 and d.float().mean() < 0.25, (k, d.max(), d.float().mean())
     assert slow == []

@@ -309,14 +309,19 @@ def test_folder_symlink_loop_finishes(tmp_path):
     assert p.exitcode == 0 and json.loads((tmp_path / 'out.json').read_text()) == ['a/x.jpg']
 
 
-def test_folder_symlink_out_of_root_is_skipped_and_counted(tmp_path):
+def test_folder_symlink_out_of_root_is_read_or_refused_when_strict(tmp_path):
+    "A folder on the user's disk is the user's layout: links out of it are read as timm reads them; the strict walk (follow_links=False) refuses them by name, never a quietly shorter list."
+    from timmdata.core.untrusted import UnsafeFileError
     from timmdata.readers import FolderReader
     out = tmp_path / 'outside'; out.mkdir(); (out / 'secret.jpg').write_bytes(_jpeg(1))
     root = tmp_path / 'ds'; (root / 'a').mkdir(parents=True); (root / 'a' / 'x.jpg').write_bytes(_jpeg(0))
     os.symlink(out, root / 'b'); os.symlink(out / 'secret.jpg', root / 'a' / 'y.jpg')
-    with pytest.warns(UserWarning, match=r"skipped 2 symbolic link\(s\) that lead out of the dataset root"):
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
         r = FolderReader(root)
-    assert r.filenames() == ['a/x.jpg']
+    assert r.filenames() == ['a/x.jpg', 'a/y.jpg', 'b/secret.jpg'] and r.classes == ['a', 'b']
+    with pytest.raises(UnsafeFileError, match=r"is a symbolic link that leads out of the dataset root .*2 such link.*follow_links=False"):
+        FolderReader(root, follow_links=False)
 
 
 

@@ -17,13 +17,13 @@ FLOORS = {
     'readers.reader_factory': 1, 'readers.reader_wds': 1, 'readers.reader_hfds': 1, 'readers.reader_hfids': 1,  # timm's reader paths
     'streams.net': 1, 'streams.kept_http': 1,  # network reads bounded in bytes and time (shard_cache, shard_io and shard_index read through it)
     'store.format': 1, 'streams.shard_io': 1, 'streams.spans': 1, 'streams.shard_index': 1, 'streams.index_table': 1, 'streams.dataset_index': 1, 'streams.scanned_spans': 1, 'streams.shard_cache': 1, 'streams.hf_readers': 1, 'streams.parquet': 1, 'streams.parquet_format': 1, 'streams.parquet_reader': 1, 'streams.parquet_footers': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
-    'pixels.decode': 2,                                  # bytes to pixels
-    'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'pixels.resample': 3, 'pixels.handover': 3, 'pixels.augment_ops': 3,  # per-sample uint8 ops
+    'pixels.decode': 2, 'pixels.nvimgcodec': 2,                                # bytes to pixels
+    'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'pixels.resample': 3, 'pixels.batch_resize': 3, 'pixels.handover': 3, 'pixels.augment_ops': 3,  # per-sample uint8 ops
     'dataset': 4, 'streams.streaming': 4, 'streams.lookahead': 4, 'streams.global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
     'engine.collate': 5, 'engine.batch_ring': 5, 'mixup': 5, 'naflex_dataset': 5, 'naflex_mixup': 5,                     # samples to a uint8 batch (mixing collate too)
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
     'pixels.jitter': 6, 'engine.prefetch': 6, 'engine.gpu_decode': 7,                   # the batch on the device and its batch ops
-    'distributed_sampler': 7, 'engine.batch_plan': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'engine.resume': 7, 'engine.threads': 7, 'engine.tune': 7,        # wiring
+    'distributed_sampler': 7, 'engine.batch_plan': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'engine.resume': 7, 'engine.threads': 7, 'engine.tune': 7, 'engine.decode_choice': 7,        # wiring
     'store.builder': 8, 'tools.bench': 8, 'tools.cli': 8, 'tools.check': 8, 'tools.shards': 8, 'tools.simulate': 8, 'tools.simulate_startup': 8, 'tools.simulate_mix': 8,  # tools on top
     'core.untrusted': 0,  # the checks every reader of an untrusted dataset shares
     'core.torch_compat': 0, 'core.runtime': 0,  # torch's private API in one place; the helpers every device loop shares

@@ -34,6 +34,7 @@ from .engine.resume import BatchPlan, ResumableDataLoader
 from .engine.threads import ThreadWorkers, check_worker_mode, default_worker_mode
 from .core.untrusted import choice_error, keyword_error
 from .engine.tune import AutoLoader, Budget, first_setting
+from .engine.decode_choice import AutoDecodeLoader
 from .engine.watch import watch_by_setting
 from .engine.batch_plan import SeededDataset
 from .dataset import DecodeTransform, ImageDataset
@@ -42,7 +43,8 @@ from .pixels.decode import torchcodec_jpeg
 # %% auto #0
 __all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'set_dataset_transform', 'jitter_on_batch', 'adapt_to_chs',
            'LoaderOptions', 'transform_step', 'plan_step', 'worker_loader', 'collate_step', 'prefetch_step',
-           'create_loader', 'auto_worker_mode', 'auto_decode_device', 'auto_loader', 'fast_collate', 'PrefetchLoader']
+           'create_loader', 'auto_worker_mode', 'auto_decode_device', 'auto_decode_loader', 'auto_loader',
+           'fast_collate', 'PrefetchLoader']
 
 # %% ../nbs/38_loader.ipynb #df52b17c
 _all_ = [
@@ -379,7 +381,7 @@ class LoaderOptions:
     channels_last: bool = False  # channels-last batches (prefetcher only)
     seed: Optional[int] = None  # seed of the order and every draw; None: drawn from torch's RNG (rank 0's)
     decode_device: Optional[str] = (
-        None  # 'cuda': decode, crop and resize batched on the GPU (`gpu_decode`); 'auto': on the GPU for evaluation where it can (`auto_decode_device`)
+        None  # 'cuda': decode, crop and resize batched on the GPU (`gpu_decode`); 'auto': the GPU or the workers, measured over the first batches (`AutoDecodeLoader`)
     )
     worker_mode: str = 'process'  # 'process' or 'thread' workers, the same batches; 'auto': the measured rule, or tried (num_workers='auto')
     order: Optional[str] = (
@@ -513,8 +515,10 @@ def create_loader(
         raise better or TypeError(str(e).replace('LoaderOptions.__init__()', 'create_loader()')) from None
     if o.worker_mode not in ('process', 'thread', 'auto'):
         raise choice_error('worker_mode', o.worker_mode, ('process', 'thread', 'auto'))
-    if o.decode_device == 'auto':  # the measured rule: the GPU decodes evaluation batches where it can
+    if o.decode_device == 'auto':  # measured: where the device path can run, it and the workers over the first batches
         o.decode_device = auto_decode_device(dataset, o)
+        if o.decode_device is not None:
+            return auto_decode_loader(dataset, o)
     if _check_auto(
         o
     ):  # num_workers or prefetch_factor 'auto': settings tried over the first batches (timmdata.engine.tune)
@@ -599,8 +603,8 @@ def _check_auto(o: LoaderOptions) -> bool:
 
 # %% ../nbs/38_loader.ipynb #a7d0c0df
 def auto_decode_device(dataset, o: LoaderOptions) -> Optional[str]:
-    "`decode_device='auto'`: the device that decodes (the GPU, for an evaluation loader where the device path runs), or None (the workers)."
-    if o.is_training or not torch.cuda.is_available() or torchcodec_jpeg() is None:
+    "`decode_device='auto'`: the GPU the device path could decode on, to be measured against the workers; None where it cannot run (the workers)."
+    if not torch.cuda.is_available() or torchcodec_jpeg() is None or not isinstance(o.num_workers, int):
         return None
     if not isinstance(dataset, ImageDataset) or isinstance(dataset, (IterableDataset, MixedDataset)):
         return None
@@ -616,6 +620,16 @@ def auto_decode_device(dataset, o: LoaderOptions) -> Optional[str]:
     except ValueError:
         return None
     return str(device)
+
+# %% ../nbs/38_loader.ipynb #5972527e
+def auto_decode_loader(dataset, o: LoaderOptions, settle: int = 3, window: int = 8) -> AutoDecodeLoader:
+    "`decode_device='auto'` where the device path can run: an `AutoDecodeLoader` over `o.decode_device` and the workers (each built just before it runs: it sets the dataset's transform)."
+    return AutoDecodeLoader(
+        lambda dd, seed: create_loader(
+            dataset, **{**{f.name: getattr(o, f.name) for f in fields(o)}, 'decode_device': dd, 'seed': o.seed if seed is None else seed}
+        ),
+        (o.decode_device, None), settle=settle, window=window,
+    )  # fmt: skip
 
 # %% ../nbs/38_loader.ipynb #b86cfc56
 def auto_loader(dataset, o: LoaderOptions, budget: Optional[Budget] = None):

@@ -69,6 +69,9 @@ class RandomErasing(SampleTransform):
         self.log_aspect_ratio = (math.log(min_aspect), math.log(max_aspect))
         self.min_count, self.max_count, self.num_splits, self.mode = min_count, max_count, num_splits, mode
         self.generator = generator  # `device` is not stored: the input's device decides
+        # the noise's generator on a GPU (None: torch's default one there); a step in a thread of its own sets its own,
+        # since seeding the default one would change the draws of the training thread (dropout) at the same time
+        self.noise_generator = None
 
     def __call__(self, input: torch.Tensor, rng: Optional[Draws] = None) -> torch.Tensor:
         "Erase `input` (CHW or NCHW float) in place and return it; `rng`: a sample's `Draws` (its `torch` generator), else `generator`."
@@ -134,7 +137,7 @@ class RandomErasing(SampleTransform):
         if how not in ('mask', 'slice'):
             raise ValueError(f"how must be 'mask', 'slice' or None; got {how!r}")
         B, C, H, W = x.shape
-        g = (generator or self.generator) if x.device.type == 'cpu' else None
+        g = (generator or self.generator) if x.device.type == 'cpu' else self.noise_generator
         colour = None
         if self.mode == 'rand':
             colour = torch.randn(B, boxes.shape[1], C, generator=g, device=x.device).to(x.dtype)

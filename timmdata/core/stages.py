@@ -4,7 +4,7 @@
 
 # %% ../../nbs/core/08_stages.ipynb #db1619b8
 from __future__ import annotations
-import os, threading
+import copy, os, threading
 from time import perf_counter
 from typing import Optional, Protocol, runtime_checkable
 import torch
@@ -79,6 +79,13 @@ class WorkerRows:
     def __getstate__(self):
         return {'rows': self.rows, '_pid': None, '_row': None}  # to a spawned worker: the array only
 
+# %% ../../nbs/core/08_stages.ipynb #2302068e
+def _said(v) -> str:
+    "An `info` entry as one line: a dict's items as `key value`, joined by semicolons."
+    if isinstance(v, dict):
+        return '; '.join(f'{k} {_said(x)}' for k, x in v.items())
+    return f'{v:.3g}' if isinstance(v, float) else str(v)
+
 # %% ../../nbs/core/08_stages.ipynb #ed07c832
 class LoaderStats:
     """Where a loader's time goes, counted as it runs (always on: a few clock reads per sample and per batch). Stage
@@ -103,6 +110,9 @@ class LoaderStats:
         self._lock, self.rows = threading.Lock(), rows
         self.outer = False  # a prefetching loader counts the delivered batches (set by it); else the DataLoader does
         self.hooks = []  # `hook(stats)` after each batch handed out, in the consumer's thread (a `LoaderWatch`)
+        # what the loader chose and counted beyond the stages, by topic: {'decode': {...}} (the device-decode path's split
+        # of the samples, decode_device='auto''s choice and why); plain JSON data, kept by `reset()`
+        self.info = {}
         self.reset()
 
     def reset(self):
@@ -170,6 +180,7 @@ class LoaderStats:
         s = LoaderStats()
         s._t, s._n = self.t, [self.samples, self.collated]
         s.images, s.batches, s.wall, s.outer = self.images, self.batches, self.wall, self.outer
+        s.info = copy.deepcopy(self.info)
         return s
 
     def since(self, earlier: 'LoaderStats') -> 'LoaderStats':
@@ -206,6 +217,7 @@ class LoaderStats:
             f'{self.images} images in {self.batches} batches, {wall:.2f} s: {self.images / wall:.0f} images/s; the consumer '
             f'waited {t["consumer_wait"] / wall:.0%} of the time'
         )
+        rows += [f'{topic}: {_said(v)}' for topic, v in self.info.items()]
         return '\n'.join(rows)
 
     def __repr__(self):

@@ -57,37 +57,48 @@ def inside(path, root) -> bool:
     return real == base or real.startswith(os.path.join(base, ''))
 
 
-def walk_tree(root: str, follow_links: bool = False) -> tuple:
-    "([(folder relative to root, [file names])], [(link, target)] skipped): each real folder once, links out of `root` skipped unless `follow_links`, folders reached only through links last."
-    real_root, seen, out, skipped, links, stack = os.path.realpath(root), set(), [], [], [], [(root, '')]
-    while stack or links:
-        if not stack:
-            stack, links = sorted(links, reverse=True), []  # then the folders links lead to, in name order
-        d, rd = stack.pop()
+def walk_tree(
+    root: str,  # the folder to walk
+    follow_links: bool = True,  # follow every link (timm's walk); False: links that lead out of `root` are returned, not followed
+) -> tuple:
+    "`([(folder relative to root, [subfolder names], [file names])], [(link, target)] out of root)` in `os.walk(topdown=False, followlinks=True)`'s order, except that a folder met again inside itself (a loop) is not entered."
+    real_root, out, outside = os.path.realpath(root), [], []
+    stack = [(root, '', frozenset())]  # (path, relative name, the folders it is inside) or a finished row to list
+    while stack:
+        item = stack.pop()
+        if len(item) == 3 and isinstance(item[2], list):
+            out.append(item)  # its subfolders are listed: now the folder, as os.walk(topdown=False) does
+            continue
+        d, rd, above = item
         try:
             st = os.stat(d)
-            if (st.st_dev, st.st_ino) in seen:
-                continue  # walked already: a loop, or a second name for a folder
-            seen.add((st.st_dev, st.st_ino))
+            if (st.st_dev, st.st_ino) in above:
+                continue  # a loop: this folder holds the link that leads back to it
             with os.scandir(d) as it:
                 entries = list(it)
         except OSError:
             continue  # unreadable: skipped, as os.walk does
-        files = []
+        above = above | {(st.st_dev, st.st_ino)}
+        dirs, files, sub = [], [], []
         for e in entries:
             rel = os.path.join(rd, e.name)
-            if not e.is_symlink():
-                stack.append((e.path, rel)) if e.is_dir() else files.append(e.name)
-                continue
-            real = os.path.realpath(e.path)
-            if not (follow_links or inside(real, real_root)):
-                skipped.append((rel, real))
-            elif os.path.isdir(real):
-                links.append((e.path, rel))
-            elif os.path.isfile(real):
+            if not follow_links and e.is_symlink():
+                real = os.path.realpath(e.path)
+                if not inside(real, real_root):
+                    outside.append((rel, real))
+                    continue
+            try:
+                is_dir = e.is_dir()  # a link counts as what it leads to; a broken one is a file, as in os.walk
+            except OSError:
+                is_dir = False
+            if is_dir:
+                dirs.append(e.name)
+                sub.append((e.path, rel, above))
+            else:
                 files.append(e.name)
-        out.append((rd, files))
-    return out, skipped
+        stack.append((rd, dirs, files))
+        stack.extend(reversed(sub))  # the first subfolder is walked first
+    return out, outside
 
 # %% ../../nbs/core/00_untrusted.ipynb #97061690
 class UnsafeFileError(OSError):

@@ -5,6 +5,7 @@
 # %% ../../nbs/engine/30_feeder.ipynb #f2876215
 from __future__ import annotations
 import inspect, sys, weakref
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections import deque
 from contextlib import contextmanager
 from typing import Callable, Optional, Protocol, runtime_checkable
@@ -20,8 +21,9 @@ from timmdata.core.torch_compat import (
 )
 
 # %% auto #0
-__all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'cuda_rng_seeded', 'Marks', 'BatchStep', 'ResumesBatches',
-           'worker_died', 'is_cuda_init_error', 'weak_method', 'DeviceFeeder', 'PrefetchStep', 'takes_step_options']
+__all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'ThreadLane', 'cuda_rng_seeded', 'Marks', 'BatchStep',
+           'ResumesBatches', 'worker_died', 'is_cuda_init_error', 'weak_method', 'DeviceFeeder', 'PrefetchStep',
+           'takes_step_options']
 
 # %% ../../nbs/engine/30_feeder.ipynb #953faaab
 def tensors(out) -> list:
@@ -49,7 +51,8 @@ class HostLane:
             return step(batch, mark), None
 
     def hand_over(self, out, ready):
-        "Nothing to do on the CPU: the output is ready."
+        "The output, ready: nothing to wait for on the CPU."
+        return out
 
 
 class CudaLane:
@@ -72,12 +75,59 @@ class CudaLane:
         return out, ready
 
     def hand_over(self, out, ready):
-        "The consumer's stream waits for this batch's event; the batch's memory is kept until the consumer's work on it is done."
+        "The output, once the consumer's stream waits for its event; its memory is kept until the consumer's work on it is done."
         consumer = torch.cuda.current_stream(self.device)
         consumer.wait_event(ready)
         for t in tensors(out):
             if t.is_cuda:
                 t.record_stream(consumer)
+        return out
+
+
+class ThreadLane:
+    """A step run in a thread of its own, ahead of the consumer (the device decode's: a decoder's wait for its own
+    work at the end of a batch then blocks that thread, not the training step). On CUDA the thread queues the step on
+    a stream of its own, after the consumer's work queued when the batch was taken, and the hand-over is an event, as
+    on `CudaLane`; on the CPU the thread alone (nothing to wait for). Steps run one at a time, in order."""
+
+    def __init__(self, device: torch.device, cpu_threads: Optional[int] = None):
+        self.device, self.stream, self._pool = device, None, None
+        self.cuda = device.type == 'cuda'
+
+    def prepare(self, step: Callable, batch, mark) -> tuple:
+        "(a `Future` of (the step's output, its ready event or None), None): the step handed to the lane's thread."
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix='timmdata-step')
+            weakref.finalize(self, self._pool.shutdown, wait=False)  # the thread ends with the lane
+        after = None
+        if self.cuda:
+            if self.stream is None:
+                self.stream = torch.cuda.Stream(device=self.device)
+            after = torch.cuda.Event()  # the consumer's work queued so far: the step never writes memory it reads
+            after.record(torch.cuda.current_stream(self.device))
+        return self._pool.submit(self._run, step, batch, mark, after), None
+
+    def _run(self, step: Callable, batch, mark, after) -> tuple:
+        if not self.cuda:
+            return step(batch, mark), None
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+            self.stream.wait_event(after)
+            out = step(batch, mark)
+            ready = torch.cuda.Event()
+            ready.record(self.stream)
+        return out, ready
+
+    def hand_over(self, pending: Future, _=None):
+        "The step's output: its thread's result (an error in the step is raised here), then the event's hand-over."
+        out, ready = pending.result()
+        if ready is None:
+            return out
+        consumer = torch.cuda.current_stream(self.device)
+        consumer.wait_event(ready)
+        for t in tensors(out):
+            if t.is_cuda:
+                t.record_stream(consumer)
+        return out
 
 
 LANES = {'cpu': HostLane, 'cuda': CudaLane}  # a new device type: a lane with `prepare` and `hand_over`, added here
@@ -166,13 +216,14 @@ class DeviceFeeder:
         marks: Optional[Marks] = None,  # the loader's marks, for an exact `state_dict` (None: none)
         collate: Optional[BatchCollate] = None,  # takes back the batch memory of stopped workers (e.g. a BatchRing)
         cpu_threads: Optional[int] = None,  # torch threads for the step on the CPU (None: torch's setting)
+        threaded: bool = False,  # run the step in a thread of its own (`ThreadLane`) instead of the consumer's
     ):
         if device.type not in LANES:
             raise ValueError(f"device type {device.type!r} has no lane; one of {', '.join(map(repr, LANES))}")
         self.loader, self.step, self.device, self.collate = loader, step, device, collate
         self.ahead = (1 if device.type == 'cuda' else 0) if ahead is None else ahead
         self.skip, self.marks = skip or (lambda b: False), marks or Marks()
-        self.lane = LANES[device.type](device, cpu_threads)
+        self.lane = (ThreadLane if threaded else LANES[device.type])(device, cpu_threads)
         self.last = None  # the mark of the batch handed out last (None: none this pass)
         self.running = 0  # iterations under way
 
@@ -197,7 +248,7 @@ class DeviceFeeder:
                 if not pending:
                     break
                 out, ready, m = pending.popleft()
-                self.lane.hand_over(out, ready)
+                out = self.lane.hand_over(out, ready)
                 self.last = m
                 yield out
                 del out  # hold no reference to the handed-over batch while making the next ones
@@ -256,6 +307,7 @@ class PrefetchStep(Protocol):
     cpu_threads: Optional[int]  # torch threads for the step on the CPU (None: torch's setting)
     ahead: Optional[int]  # batches prepared ahead of the one handed out (None: 1 on a GPU, 0 on the CPU)
     collate: Optional[BatchCollate]  # takes back the batch memory of stopped workers (None: nothing to take back)
+    own_thread: bool  # run in a thread of its own, ahead of the consumer (`ThreadLane`), not in the consumer's
 
     def feed(
         self, batch, key: Optional[int]

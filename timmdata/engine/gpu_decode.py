@@ -15,6 +15,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms.functional import pil_to_tensor
 from ..pixels.decode import EncodedJpeg, ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
 from ..pixels.resample import resize_crop_window
+from ..pixels.batch_resize import crop_resize_flip, plan_weights, stack_weights
 from timmdata.transforms import (
     SampleTransform,
     RandomResizedCropAndInterpolation,
@@ -30,7 +31,6 @@ from timmdata.transforms import (
     str_to_interp_mode,
 )
 from ..mixup import Mixup
-from .feeder import cuda_rng_seeded
 from .prefetch import BatchOps, PrefetchLoader
 from ..core.runtime import resolve_device, to_device
 from timmdata.config import (
@@ -53,12 +53,35 @@ from timmdata.engine.resume import (
 )
 
 # %% auto #0
-__all__ = ['DeviceDecodeTransform', 'device_decode_collate', 'decode_jpegs', 'rows_on', 'crop_resize_batch', 'flip_batch_',
-           'decode_batch', 'DeviceDecodeStep', 'refuse_off_default', 'check_device_modes',
-           'create_device_decode_loader']
+__all__ = ['SPLIT', 'jpeg_progressive', 'DeviceDecodeTransform', 'device_decode_collate', 'decode_jpegs', 'rows_on',
+           'crop_resize_batch', 'flip_batch_', 'decode_batch', 'DeviceDecodeStep', 'refuse_off_default',
+           'check_device_modes', 'create_device_decode_loader']
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #a22d4db9
-_INTERPS = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)  # the device resize: torch's antialiased kernels
+_INTERPS = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)  # the device resize: Pillow's antialiased filters
+# where a sample is decoded (`DeviceDecodeTransform`; the step counts them): a colour baseline JPEG on the device; the
+# others in the worker, where the GPU decoders refuse them or decode them slowly (their entropy decoding on the CPU,
+# one image at a time, holding the batch); the last, by the step, when the device decoder refused an image
+SPLIT = ('device', 'worker: not a colour JPEG', 'worker: progressive JPEG', 'step: the device decoder refused it')
+_PROGRESSIVE_SOF = (0xC2, 0xC6, 0xCA, 0xCE)  # the frame markers of progressive JPEGs (Huffman or arithmetic coded)
+
+
+def jpeg_progressive(data: bytes) -> bool:
+    "Is `data` a progressive JPEG? Its frame marker, found by walking the marker segments before it (a few lengths)."
+    i, n = 2, len(data)
+    while i + 4 <= n:
+        if data[i] != 0xFF:
+            return False  # malformed: the decoder will name it
+        m = data[i + 1]
+        if m == 0xFF or m == 0x01 or 0xD0 <= m <= 0xD8:
+            i += 1 if m == 0xFF else 2  # fill byte, or a marker without a length
+            continue
+        if 0xC0 <= m <= 0xCF and m not in (0xC4, 0xC8, 0xCC):  # a frame header (not DHT, JPG or DAC)
+            return m in _PROGRESSIVE_SOF
+        if m in (0xDA, 0xD9):
+            return False  # a scan or the end before any frame header
+        i += 2 + (data[i + 2] << 8 | data[i + 3])
+    return False
 
 
 class DeviceDecodeTransform(SampleTransform):
@@ -123,29 +146,36 @@ class DeviceDecodeTransform(SampleTransform):
         return (t, l, h, w, rh, rw, t2, l2, int(fh), int(fv), _INTERPS.index(interp))
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS) -> tuple:
-        "(JPEG bytes, plan) for an undecoded colour JPEG; else (the CPU-decoded image cropped and resized, plan)."
+        """(JPEG bytes, plan, 0, its resize taps) for a colour baseline JPEG, decoded on the device; else (the image
+        decoded, cropped, resized and flipped here, on the CPU, plan, its `SPLIT` row, None): a progressive JPEG (2),
+        anything else (1). The taps (`plan_weights`) are made here, in the worker, for the device's batched resize."""
         if isinstance(img, Image.Image):  # a dataset of decoded images (timm's ImageDataset): its pixels, as CHW uint8
             img = pil_to_tensor(img.convert('RGB'))
         p = self.plan(img, rng)
+        kind = 1
         if isinstance(img, EncodedJpeg):
-            return img.data, p
-        t, l, h, w, rh, rw, t2, l2 = p[:8]
-        box = crop_box(img, t, l, h, w)
+            if not jpeg_progressive(img.data):
+                return img.data, p, 0, plan_weights(p, self.size)
+            kind = 2
+        t, l, h, w, rh, rw, t2, l2, fh, fv = p[:10]
+        box = crop_box(img, t, l, h, w)  # a JPEG: only the box is decoded
         # the CPU transform's pixels (PIL's resize, one native step: `resample`) where it covers the case
         x = resize_crop_window(box, (rh, rw), (t2, l2, *self.size), _INTERPS[p[10]])
         if x is None:
             x = resize_exact(box, (rh, rw), _INTERPS[p[10]])[:, t2 : t2 + self.size[0], l2 : l2 + self.size[1]]
-        return x, p  # flips on the device, for every sample alike
+        if fh or fv:  # as the CPU transform flips: after the resize
+            x = x.flip([d for d, f in ((-1, fh), (-2, fv)) if f])
+        return x.contiguous(), p, kind, None
 
     def __repr__(self):
         return f"{type(self).__name__}(size={self.size}, is_training={self.is_training})"
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #79ae6746
 def device_decode_collate(batch: list) -> tuple:
-    "Samples `((bytes or uint8 CHW pixels, plan), target)` -> (dict of tensors: data, offsets, plans, pixels, pixel_rows; targets)."
+    "Samples `((bytes or uint8 CHW pixels, plan, kind, taps), target)` -> (dict of tensors: data, offsets, plans, kinds, the JPEGs' resize taps, pixels, pixel_rows; targets)."
     batch = [s for s in batch if s is not None]
     chunks, offsets, pix, pix_rows = [], [0], [], []
-    for i, ((payload, _), _) in enumerate(batch):
+    for i, ((payload, *_), _) in enumerate(batch):
         if isinstance(payload, (bytes, bytearray)):
             chunks.append(payload)
             offsets.append(offsets[-1] + len(payload))
@@ -162,13 +192,20 @@ def device_decode_collate(batch: list) -> tuple:
         if chunks
         else torch.empty(0, dtype=torch.uint8)
     )
-    plans = torch.tensor([p for (_, p), _ in batch], dtype=torch.int32).view(-1, 11)
+    plans = torch.tensor([s[1] for s, _ in batch], dtype=torch.int32).view(-1, 11)
     pixels = torch.stack(pix) if pix else torch.empty(0, dtype=torch.uint8)
     targets = torch.tensor([t for _, t in batch], dtype=torch.int64)
+    taps = [s[3] for s, _ in batch if isinstance(s[0], (bytes, bytearray))]
+    (ys, yw), (xs, xw) = stack_weights(taps) if taps else ((torch.empty(0),) * 2,) * 2
     return dict(
+        y_starts=ys,
+        y_weights=yw,
+        x_starts=xs,
+        x_weights=xw,
         data=data,
         offsets=torch.tensor(offsets, dtype=torch.int64),
         plans=plans,
+        kinds=torch.tensor([s[2] for s, _ in batch], dtype=torch.uint8),
         pixels=pixels,
         pixel_rows=torch.tensor(pix_rows, dtype=torch.int64),
     ), targets
@@ -257,11 +294,12 @@ def decode_batch(
     jpeg_rows = sorted(set(range(n)) - set(pix_rows))
     srcs = [packed['data'][off[i] : off[i + 1]] for i in range(len(off) - 1)]
     imgs, slow = decode_jpegs(srcs, device)
-    if jpeg_rows:
-        crop_resize_batch(imgs, plans[jpeg_rows], out, jpeg_rows)
-    if pix_rows:
-        out[rows_on(device, pix_rows)] = to_device(packed['pixels'], device)
-    return flip_batch_(out, plans), pix_rows + [jpeg_rows[i] for i in slow]
+    if jpeg_rows:  # every box resized and flipped in a few batched calls (`crop_resize_flip`), with the workers' taps
+        taps = (packed['y_starts'], packed['y_weights']), (packed['x_starts'], packed['x_weights'])
+        crop_resize_flip(imgs, plans[jpeg_rows], out, jpeg_rows, weights=taps)
+    if pix_rows:  # decoded, resized and flipped in the workers
+        out.index_copy_(0, rows_on(device, pix_rows), to_device(packed['pixels'], device))
+    return out, pix_rows + [jpeg_rows[i] for i in slow]
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #733a29a0
 _STEP, _MIX = 0xDEC0, 0xDEC1  # tags of a batch's seeds: the batch step's generator (jitter, erasing), the mixer's draws
@@ -272,6 +310,10 @@ class DeviceDecodeStep:
 
     devices = BatchOps.devices
     cpu_threads, collate = None, None  # for `PrefetchLoader`: torch's threads on the CPU; no batch memory to take back
+    # a thread of its own (`ThreadLane`) on the CPU. On CUDA the step stays on the consumer's thread (`CudaLane`, one side
+    # stream): with the thread, timm's train.py got corrupt batches on an H200 (a NaN loss, then a target index out of
+    # range) that the loader alone and the cuda tests did not show; until that is found, the GPU keeps the proven lane
+    own_thread = property(lambda self: self.device.type != 'cuda')
 
     def __init__(
         self,
@@ -285,10 +327,18 @@ class DeviceDecodeStep:
         ops.erasing_from_generator()  # seeded per batch, not torch's global one
         self.cpu_fallbacks = 0  # samples decoded on the CPU (in a worker, or here after the device decoder failed)
         self.samples = 0
+        self.split = [0] * len(SPLIT)  # samples by where they were decoded (`SPLIT`)
+        self.stats = None  # the loader's `LoaderStats`, where the split is shown (`info['decode']`); set by the loader
+        self._noise = None  # the erasing noise's generator on a GPU: the step's own (it runs beside the training thread)
 
     @property
     def ahead(self) -> int:
-        return self.ops.num_prefetch  # 1 on a GPU, 0 on the CPU
+        return 1  # a batch made while the consumer uses the one before (in the step's thread on the CPU, on the side stream on CUDA)
+
+    def shares(self) -> dict:
+        "Where the samples so far were decoded: {'images': n, then each `SPLIT` row's share}."
+        n = max(sum(self.split), 1)
+        return {'images': sum(self.split), **{k: round(c / n, 4) for k, c in zip(SPLIT, self.split)}}
 
     def empty(self, batch) -> bool:
         return not len(batch[0]['plans'])  # every sample of the batch was skipped
@@ -297,8 +347,14 @@ class DeviceDecodeStep:
         "One batch's device work: (float batch, targets); its random draws seeded from the batch's `key`."
         (packed, y), ops = batch, self.ops
         x, slow = decode_batch(packed, self.size, self.device, ops.channels)
-        self.cpu_fallbacks += len(slow)
+        kinds = torch.bincount(packed['kinds'].long(), minlength=len(SPLIT)).tolist()
+        refused = len(slow) - len(packed['pixel_rows'])  # `slow`: the worker's rows, then those the device refused
+        kinds[0], kinds[3] = kinds[0] - refused, kinds[3] + refused
+        self.split = [a + b for a, b in zip(self.split, kinds)]
+        self.cpu_fallbacks = sum(self.split[1:])
         self.samples += len(x)
+        if self.stats is not None:
+            self.stats.info.setdefault('decode', {}).update(self.shares())
         y = y.to(self.device, non_blocking=True)
         if key is not None:
             ops.seed(mix_seed(key, _STEP))
@@ -306,8 +362,17 @@ class DeviceDecodeStep:
         if self.mixer is not None:
             out, y = _seeded_mix(self.mixer, out, y, key)
         if ops.random_erasing is not None:
-            out = _seeded_erase(ops, out, key)
+            out = self._erase(out, key)
         return ops.cast(out), y
+
+    def _erase(self, x: torch.Tensor, key: Optional[int]) -> torch.Tensor:
+        "Erasing, its boxes from the step's generator; on CUDA its 'rand'/'pixel' noise from the step's own device generator, seeded from the batch's key."
+        ops = self.ops
+        if key is not None and x.device.type == 'cuda' and ops.random_erasing.mode != 'const':
+            if self._noise is None:
+                self._noise = torch.Generator(device=x.device)
+            ops.random_erasing.noise_generator = self._noise.manual_seed(mix_seed(key, _STEP))
+        return ops.erase(x)
 
     @property
     def mixup_enabled(self) -> bool:
@@ -323,13 +388,6 @@ def _seeded_mix(mixer: Mixup, x, y, key: Optional[int]) -> tuple:
     "The mixer's draws from the batch's own `Draws` (keyed by the batch); its own generator without a key."
     return Mixup.__call__(mixer, x, y, rng=None if key is None else Draws(mix_seed(key, _MIX)))
 
-
-def _seeded_erase(ops: BatchOps, x: torch.Tensor, key: Optional[int]) -> torch.Tensor:
-    "Erasing draws from the step's generator; on CUDA its 'rand'/'pixel' noise from the device's generator: seeded too, in a fork."
-    if key is None or x.device.type != 'cuda' or ops.random_erasing.mode == 'const':
-        return ops.erase(x)
-    with cuda_rng_seeded(x.device, mix_seed(key, _STEP)):
-        return ops.erase(x)
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #2413aeef
 _SCHED = 'scheduled batching is not wired to this path yet'
@@ -519,4 +577,7 @@ def create_device_decode_loader(
         color_jitter=color_jitter if is_training else None,
         seed=plan.seed,
     )
-    return PrefetchLoader.over(loader, DeviceDecodeStep(size, ops, mixer))  # the one prefetching loader, this step
+    step = DeviceDecodeStep(size, ops, mixer)
+    pl = PrefetchLoader.over(loader, step)  # the one prefetching loader, this step
+    step.stats = pl.stats()  # where the step shows the split of the samples
+    return pl

@@ -222,6 +222,7 @@ class BatchOps:
     "The batch step on one device: uint8 NCHW -> float, (jittered,) normalised, erased, cast; its settings and generator."
 
     devices = ('cpu', 'cuda')  # the device types with a back end
+    own_thread = False  # for `PrefetchLoader`: the step runs in the consumer's thread (a side stream on a GPU)
 
     def __init__(
         self,
@@ -392,7 +393,7 @@ class PrefetchLoader:
         self._stats.outer = True  # the batches are delivered here: the loader under this one does not count them
         self.feeder = DeviceFeeder(
             loader, weak_method(self._feed), step.device, step.ahead, skip=step.empty, collate=step.collate,
-            marks=loader.marks() if self.resumes else Marks(), cpu_threads=step.cpu_threads,
+            marks=loader.marks() if self.resumes else Marks(), cpu_threads=step.cpu_threads, threaded=step.own_thread,
         )  # fmt: skip
 
     def __getattr__(self, name: str):

@@ -17,7 +17,7 @@ from ..core.torch_compat import forget_iterator, kept_iterator, shutdown_workers
 # %% auto #0
 __all__ = ['TRIAL_HEADER', 'PROCESS_WORKER_BYTES', 'BUSY', 'Budget', 'halves_spread', 'Trial', 'loader_memory', 'worker_bytes',
            'next_setting', 'choose', 'first_setting', 'explain', 'wait_grew', 'process_memory', 'tree_memory',
-           'batch_bytes', 'loader_plan', 'CurrentLoader', 'Window', 'AutoLoader']
+           'batch_bytes', 'close_pass', 'loader_plan', 'stop_loader_workers', 'CurrentLoader', 'Window', 'AutoLoader']
 
 # %% ../../nbs/engine/37a_tune.ipynb #b486cdd9
 def _meminfo(key: str) -> Optional[int]:
@@ -312,7 +312,7 @@ def batch_bytes(batch) -> int:
     return x.numel() if isinstance(x, torch.Tensor) else 0
 
 
-def _close(it):
+def close_pass(it):
     "Stop an iterator over a loader's pass (a generator: its `finally` runs now; torch's iterators stop with their workers)."
     if isinstance(it, Generator):
         it.close()
@@ -324,7 +324,7 @@ def loader_plan(loader):
     return inner.plan if isinstance(inner, ResumableDataLoader) else None
 
 
-def _stop_workers(loader):
+def stop_loader_workers(loader):
     "Stop a loader's worker processes or threads now (a switched-from loader's: not when it is collected)."
     inner = _inner(loader)
     if isinstance(inner, ResumableDataLoader):
@@ -459,12 +459,12 @@ class AutoLoader(CurrentLoader):
                     nxt = self._observe(b, time.thread_time() - c0) if self._tune else None
                     if nxt is not None:
                         state = self.loader.state_dict()  # after the batch the consumer has: the switch point
-                        _close(it)
+                        close_pass(it)
                         self._switch(nxt, state)
                         switched = not state.get('done', False)  # else the pass is over: stop here
                         break
             finally:
-                _close(it)
+                close_pass(it)
             if not switched:
                 return
 
@@ -542,4 +542,4 @@ class AutoLoader(CurrentLoader):
         if isinstance(old, PrefetchLoader) and isinstance(self.loader, PrefetchLoader):
             self.loader.mixup_enabled = old.mixup_enabled  # as the training loop left it (timm turns mixup off late)
         self._seen, self._win = 0, None
-        _stop_workers(old)
+        stop_loader_workers(old)

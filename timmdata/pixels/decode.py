@@ -14,9 +14,9 @@ from ..core.settings import export_setting, setting
 
 # %% auto #0
 __all__ = ['NATIVE', 'NATIVE_STATUS', 'MAX_IMAGE_PIXELS', 'note_jpeg_warnings', 'Native', 'use_native', 'ImageDecodeError',
-           'CorruptJpegWarning', 'set_max_image_pixels', 'check_pixels', 'convert_mode', 'torchcodec_jpeg',
-           'torchcodec_status', 'torchcodec_error', 'read_source', 'jpeg_warnings', 'damage_error', 'check_encoded',
-           'decode_image', 'decoder_name', 'EncodedJpeg', 'encoded_jpeg']
+           'CorruptJpegWarning', 'set_max_image_pixels', 'check_pixels', 'jpeg_header', 'convert_mode',
+           'torchcodec_jpeg', 'torchcodec_status', 'torchcodec_error', 'read_source', 'jpeg_warnings', 'damage_error',
+           'check_encoded', 'decode_image', 'decoder_name', 'EncodedJpeg', 'encoded_jpeg']
 
 # %% ../../nbs/pixels/06_decode.ipynb #2395e4c6
 # written by setup.py beside the extension when its build failed (the package's folder, found without importing it)
@@ -162,7 +162,7 @@ _JPEG_SOI, _PNG_SIG = b'\xff\xd8\xff', b'\x89PNG\r\n\x1a\n'
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers: they carry the size
 
 
-def _jpeg_header(d: bytes) -> tuple:
+def jpeg_header(d: bytes) -> tuple:
     """(truncated, (height, width) or None), from one walk over a JPEG's marker segments: truncated when they run out
     before the first scan or no EOI marker follows it; the size from the frame header, when one comes before the scan."""
     i, n, size = 2, len(d), None
@@ -389,7 +389,7 @@ def check_encoded(
     if not data:
         raise ImageDecodeError('empty file (0 bytes)')
     is_jpeg = data[:3] == _JPEG_SOI
-    truncated, size = _jpeg_header(data) if is_jpeg else (data[:8] == _PNG_SIG and _png_truncated(data), None)
+    truncated, size = jpeg_header(data) if is_jpeg else (data[:8] == _PNG_SIG and _png_truncated(data), None)
     if truncated:
         raise ImageDecodeError(
             f'truncated {"JPEG" if is_jpeg else "PNG"} ({len(data)} bytes): the data ends before the image does'
@@ -525,7 +525,7 @@ class EncodedJpeg:
 
 def encoded_jpeg(data: bytes) -> Optional[EncodedJpeg]:
     "An `EncodedJpeg` for a colour JPEG whose crops the extension can decode; None for anything else (decode it whole)."
-    if NATIVE.module is None or data[:3] != _JPEG_SOI or _jpeg_header(data)[0]:
+    if NATIVE.module is None or data[:3] != _JPEG_SOI or jpeg_header(data)[0]:
         return None
     try:
         h, w, comps, space = NATIVE.loaded.header(data)

@@ -11,6 +11,7 @@ from typing import Callable, Iterable, Optional, Union
 import numpy as np
 from timmdata.core.untrusted import (
     MAX_JSON_BYTES,
+    UnsafeFileError,
     UnsafeNameError,
     inside,
     open_regular,
@@ -186,7 +187,7 @@ def _index_classes(labels: list, class_map, root) -> dict:
 
 
 class NoImagesError(RuntimeError):
-    "A dataset root holds no images that a reader accepts (or none of the classes asked for)."
+    "A dataset root, or one of its class folders, holds no images that a reader accepts (or none of the classes asked for)."
 
 
 def _no_images(root, exts, class_map=None, found=()) -> NoImagesError:
@@ -200,37 +201,64 @@ def _no_images(root, exts, class_map=None, found=()) -> NoImagesError:
     )
 
 
+def _links_out(root, links: list) -> UnsafeFileError:
+    (rel, real), n = links[0], len(links)
+    return UnsafeFileError(
+        f'{root!r}: {rel!r} is a symbolic link that leads out of the dataset root (to {real!r}; {n} such link(s) in '
+        f'all), and follow_links=False refuses them: pass follow_links=True (the default) to read the folder as '
+        f'timm does, or put the files themselves under the root'
+    )
+
+
+def _emptied_classes(root, folders: list, exts) -> Optional[NoImagesError]:
+    "The error for class folders (no subfolders, not hidden) whose files are all left out: timm would drop their classes."
+    bad = [
+        (rd, sorted({os.path.splitext(f)[1].lower() or f for f in shown}))
+        for rd, dirs, files in folders
+        if rd and not dirs and not os.path.basename(rd).startswith('.')
+        for shown in [[f for f in files if not f.startswith('.')]]
+        if shown and not any(os.path.splitext(f)[1].lower() in exts for f in shown)
+    ]
+    if not bad:
+        return None
+    named = '; '.join(f'{rd!r} (holds {", ".join(k[:5])})' for rd, k in bad[:3])
+    return NoImagesError(
+        f'{root!r}: {len(bad)} class folder(s) hold files but no image with an accepted extension: {named}. Leaving '
+        f'them out would drop those classes and renumber the ones after them: pass extensions=... to read those '
+        f'files, class_map=... to name the classes to read, or move the other files out of the class folders'
+    )
+
+
 class FolderReader(Reader):
-    "Images in a folder tree, one class per leaf folder, in timm's natural sort order."
+    "Images in a folder tree, one class per leaf folder, in timm's natural sort order; symbolic links followed as timm follows them."
 
     def __init__(
         self,
         root,  # the folder to scan (recursively)
         class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices
         extensions: 'Optional[Union[str, Iterable[str]]]' = None,  # accepted file extensions (default `IMG_EXTENSIONS`), matched ignoring case
-        follow_links: bool = False,  # also follow symbolic links that lead out of `root` (a tree you made)
+        follow_links: bool = True,  # follow symbolic links as timm does (a loop is walked once); False: a link out of `root` is an error
     ):
         self.root = _check_root(root)
         exts = _ext_set(extensions)
+        folders, outside = walk_tree(self.root, follow_links)
+        if outside:
+            raise _links_out(self.root, outside)
         rels, labels = [], []
-        folders, skipped = walk_tree(self.root, follow_links)
-        if skipped:
-            warnings.warn(
-                f'{self.root!r}: skipped {len(skipped)} symbolic link(s) that lead out of the dataset root (e.g. '
-                f'{skipped[0][0]!r} -> {skipped[0][1]!r}); pass follow_links=True to read them',
-                stacklevel=2,
-            )
-        for rd, files in folders:
+        for rd, _, files in folders:
             for f in files:
                 if os.path.splitext(f)[1].lower() in exts:
                     rels.append(os.path.join(rd, f))
                     labels.append(os.path.basename(rd))
         self.class_to_idx = _index_classes(labels, class_map, self.root)
-        keep = sorted((natural_key(r), r, self.class_to_idx[l]) for r, l in zip(rels, labels) if l in self.class_to_idx)
+        # timm's order: its walk's, then a stable sort by the path's natural key (ties keep the walk's order)
+        keep = sorted((i for i, l in enumerate(labels) if l in self.class_to_idx), key=lambda i: natural_key(rels[i]))
         if not keep:
             raise _no_images(self.root, exts, class_map, set(labels))
-        self._rel = _Strings(k[1] for k in keep)
-        self._targets = np.array([k[2] for k in keep], dtype=np.int64)
+        if unset(class_map) and (err := _emptied_classes(self.root, folders, exts)):
+            raise err
+        self._rel = _Strings(rels[i] for i in keep)
+        self._targets = np.array([self.class_to_idx[labels[i]] for i in keep], dtype=np.int64)
         self._prefix = os.path.join(self.root, '')  # paths are built by concatenation: no os.path call per sample
 
     def __getitem__(self, i: int):

@@ -1,0 +1,121 @@
+"""The batched crop + resize + flip (`timmdata.pixels.batch_resize.crop_resize_flip`: one gather, two batched matrix
+products, one copy) against the per-image loop the device-decode loader runs (`timmdata.engine.gpu_decode`'s
+`crop_resize_batch` then `flip_batch_`), on the same decoded images and the same training plans (timm's
+RandomResizedCrop boxes, 'random' interpolation, horizontal flips).
+
+Prints images/s of each, steady state: the median of `--repeats` timed batches after `--warmup` untimed ones (on CUDA
+each timed with CUDA events, after a synchronize). The taps (`batch_weights`) are made in the DataLoader workers in a
+loader; their cost per image on this CPU is printed apart and not counted in the batched figure.
+
+    python bench/bench_batch_resize.py --device cpu --batch 32
+    python bench/bench_batch_resize.py --device cuda          # batch 256 of 500x375 images, 224x224 out
+"""
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+
+def timed(fn, device: torch.device, warmup: int, repeats: int) -> float:
+    "Median seconds of one call of `fn` over `repeats` calls, after `warmup` untimed ones."
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if device.type == 'cuda':
+            torch.cuda.synchronize(device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', choices=('cpu', 'cuda'))
+    ap.add_argument('--batch', type=int, default=256, help='images per batch')
+    ap.add_argument('--hw', type=int, nargs=2, default=(375, 500), help='decoded image size (h w); half the batch portrait')
+    ap.add_argument('--size', type=int, default=224, help='output side')
+    ap.add_argument('--warmup', type=int, default=3)
+    ap.add_argument('--repeats', type=int, default=10)
+    ap.add_argument('--threads', type=int, default=0, help='torch CPU threads (0: torch default)')
+    ap.add_argument('--tf32', action='store_true', help="run with torch.set_float32_matmul_precision('high')")
+    ap.add_argument('--profile', action='store_true', help="print torch.profiler's table of the batched op's kernels")
+    ap.add_argument('--check', type=int, default=32, help="images of the batched output compared with Pillow's (0: none)")
+    a = ap.parse_args(argv)
+    from timmdata.config import Draws
+    from timmdata.engine.gpu_decode import DeviceDecodeTransform, crop_resize_batch, flip_batch_
+    from timmdata.pixels.batch_resize import batch_weights, crop_resize_flip, matmul_parts
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    if a.tf32:
+        torch.set_float32_matmul_precision('high')  # this script's own process: the user's setting here
+    dev, (h, w), n = torch.device(a.device), a.hw, a.batch
+    g = torch.Generator().manual_seed(0)
+    imgs = [
+        torch.randint(0, 256, (3, h, w) if i % 2 == 0 else (3, w, h), dtype=torch.uint8, generator=g).to(dev)
+        for i in range(n)
+    ]
+    tf = DeviceDecodeTransform(a.size, is_training=True, interpolation='random')
+    plans = torch.tensor([tf.plan(im.cpu(), Draws(i)) for i, im in enumerate(imgs)], dtype=torch.int32)
+    t0 = time.perf_counter()
+    weights = batch_weights(plans, (a.size, a.size))
+    taps_s = time.perf_counter() - t0
+    rows = list(range(n))
+    out_b = torch.empty(n, 3, a.size, a.size, dtype=torch.uint8, device=dev)
+    out_l = torch.empty_like(out_b)
+    batched = lambda: crop_resize_flip(imgs, plans, out_b, rows, weights=weights)
+    loop = lambda: flip_batch_(crop_resize_batch(imgs, plans, out_l, rows), plans)
+    tb = timed(batched, dev, a.warmup, a.repeats)
+    tl = timed(loop, dev, a.warmup, a.repeats)
+    if a.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == 'cuda' else [])
+        with profile(activities=acts) as prof:
+            batched()
+            if dev.type == 'cuda':
+                torch.cuda.synchronize(dev)
+        key = 'cuda_time_total' if dev.type == 'cuda' else 'cpu_time_total'
+        print(prof.key_averages().table(sort_by=key, row_limit=15, max_name_column_width=40))
+    name = torch.cuda.get_device_name(dev) if dev.type == 'cuda' else f'CPU, {torch.get_num_threads()} torch threads'
+    print(f'device: {name}; batch {n} of {h}x{w} (half portrait), train plans to {a.size}x{a.size}, '
+          f'float32 matmul precision {torch.get_float32_matmul_precision()!r} ({matmul_parts(dev)} weight piece(s))')
+    print(f'steady state: median of {a.repeats} batches after {a.warmup} warm-up batches')
+    print(f'batched crop_resize_flip : {n / tb:10.0f} images/s  ({tb * 1e3:.2f} ms a batch)')
+    print(f'per-image loop           : {n / tl:10.0f} images/s  ({tl * 1e3:.2f} ms a batch)')
+    print(f'ratio batched / loop     : {tl / tb:10.2f}x')
+    print(f'taps made on the host (batch_weights): {taps_s / n * 1e6:.0f} us an image (in the workers in a loader)')
+    if a.check:
+        from PIL import Image
+
+        diffs = []
+        for i in range(min(a.check, n)):  # Pillow's crop, resize, window and flips: the CPU path's pixels
+            t, l, bh, bw, rh, rw, t2, l2, hf, vf, ii = plans[i].tolist()
+            im = Image.fromarray(imgs[i].permute(1, 2, 0).cpu().numpy()).crop((l, t, l + bw, t + bh))
+            im = im.resize((rw, rh), (Image.Resampling.BILINEAR, Image.Resampling.BICUBIC)[ii])
+            im = im.crop((l2, t2, l2 + a.size, t2 + a.size))
+            im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if hf else im
+            im = im.transpose(Image.Transpose.FLIP_TOP_BOTTOM) if vf else im
+            ref = torch.from_numpy(np.asarray(im).copy()).permute(2, 0, 1)
+            diffs.append((out_b[i].cpu().int() - ref.int()).abs().flatten())
+        d = torch.cat(diffs).float()
+        print(f"batched vs Pillow (first {len(diffs)} images): max {int(d.max())} level, mean {d.mean().item():.5f} levels")
+    d = (out_b.int() - out_l.int()).abs().float()
+    print(f'the two outputs differ by {d.mean().item():.3f} levels on average (max {int(d.max())}): the loop '
+          f"resizes with torch's antialiased kernels, the batched op with Pillow's weights")
+
+
+if __name__ == '__main__':
+    main()
