@@ -1,20 +1,51 @@
 #!/usr/bin/env bash
-# The GPU kit's three steps in one call of the device tool, each step capped so the whole fits a lease of 15 minutes
-# of device time (the machine's start included). Make the kit here first (bash tools/gpu_kit.sh), then:
-#   run(command="bash tools/gpu_all.sh", carry=[".whl"], timeout_s=600)
-# Each step's tarball (logs, JSON, the timeline picture) goes to $OUT as it ends, so a step cut short loses only itself.
+# The GPU kit in one call of the device tool: every step of tools/gpu_run.sh, the most important results first, each
+# capped by the time left so that a slow step loses only itself. Make the kit here first (bash tools/gpu_kit.sh), then:
+#   run(command="bash tools/gpu_all.sh", carry=[".whl"], timeout_s=570)
+# Steps, each's cap in seconds (its expected time on an H200 in brackets):
+#   setup 90 [~20]   model 75 [~25]   data 90 [~20]   train timmdata 110 [~45]   train timmdata-device 110 [~55]
+#   train timm 120 [~60]   bench 110 [~60]   tests 90 [90]          ~375 s expected, GPU_ALL_S=530 at most in all
+# After each step, summary.json is rewritten and the results folder packed into $OUT/gpu_DATE_CARD/ (summary.json,
+# env.txt, logs.tar.gz): a call cut short still brings back what the steps before had measured. Copy that folder into
+# bench/results/ (tar xzf logs.tar.gz there for the logs).
+# A rehearsal on a CPU machine (tiny sizes, the venv's Python, the checkout's own extension):
+#   PY=.venv/bin/python GPU_RUN_CPU=1 bash tools/gpu_all.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-FINAL=${OUT:-out/gpu}
-mkdir -p "$FINAL"
-export OUT=out/gpu_files GPU_RUN_SUITE_S=${GPU_RUN_SUITE_S:-0} GPU_RUN_EPOCHS=${GPU_RUN_EPOCHS:-2} GPU_RUN_BENCH_EPOCHS=${GPU_RUN_BENCH_EPOCHS:-1}
-export GPU_RUN_PYTEST_S=${GPU_RUN_PYTEST_S:-110} GPU_RUN_NB_S=${GPU_RUN_NB_S:-110}
-export GPU_RUN_BENCH_S=${GPU_RUN_BENCH_S:-170} GPU_RUN_TRAIN_S=${GPU_RUN_TRAIN_S:-75} GPU_RUN_TIMELINE_S=${GPU_RUN_TIMELINE_S:-50}
 t0=$SECONDS
-for step in tests bench train; do
-  echo "######## $step (at $((SECONDS - t0)) s)"
-  bash tools/gpu_run.sh "$step"
-  cp "$OUT/gpu_$step.tar.gz" "$FINAL"/ 2>/dev/null
-done
-cp "$OUT"/*.png "$FINAL"/ 2>/dev/null
-echo "######## done in $((SECONDS - t0)) s; back: $(ls "$FINAL" | tr '\n' ' ')"
+BUDGET=${GPU_ALL_S:-530}
+export OUT=${OUT:-out/gpu/back}
+card=$({ [ -z "${GPU_RUN_CPU:-}" ] && nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1; } \
+  | sed -E 's/^NVIDIA //; s/ .*//' | tr 'A-Z' 'a-z' | grep . || echo cpu)
+export GPU_RUN_W=${GPU_RUN_W:-out/gpu/gpu_$(date -u +%F)_$card}
+export GPU_RUN_NO_PACK=1
+rm -rf "$GPU_RUN_W" && mkdir -p "$GPU_RUN_W" "$OUT"
+: > "$GPU_RUN_W/steps.tsv"
+
+step() {  # step NAME CAP gpu_run.sh's arguments...: run it with at most CAP seconds, fewer if less time is left
+  local name=$1 cap=$2; shift 2
+  local left=$((BUDGET - (SECONDS - t0) - 15))  # 15 s kept for the last summary and pack
+  [ "$left" -lt "$cap" ] && cap=$left
+  if [ "$cap" -lt 20 ]; then
+    echo "######## $name: skipped, $left s left"; printf '%s\t%s\t%s\t%s\n' "$name" 124 0 0 >> "$GPU_RUN_W/steps.tsv"; return
+  fi
+  echo "######## $name (at $((SECONDS - t0)) s, at most $cap s)"
+  local s0=$SECONDS
+  GPU_RUN_CAP=$cap bash tools/gpu_run.sh "$@"
+  local rc=$?
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - s0))" "$cap" >> "$GPU_RUN_W/steps.tsv"
+  bash tools/gpu_run.sh summary > /dev/null 2>&1
+  bash tools/gpu_run.sh pack
+}
+
+step setup 90 setup || true
+step model_alone 75 model
+step data 90 data
+step train_timmdata 110 train timmdata
+step train_timmdata_device 110 train timmdata-device
+step train_timm 120 train timm
+step bench 110 bench
+step tests 90 tests
+bash tools/gpu_run.sh summary
+bash tools/gpu_run.sh pack
+echo "######## done in $((SECONDS - t0)) s; back in $OUT: $(cd "$OUT" && find . -type f | sort | tr '\n' ' ')"

@@ -329,7 +329,9 @@ class DeviceDecodeStep:
         self.samples = 0
         self.split = [0] * len(SPLIT)  # samples by where they were decoded (`SPLIT`)
         self.stats = None  # the loader's `LoaderStats`, where the split is shown (`info['decode']`); set by the loader
-        self._noise = None  # the erasing noise's generator on a GPU: the step's own (it runs beside the training thread)
+        self._noise = (
+            None  # the erasing noise's generator on a GPU: the step's own (it runs beside the training thread)
+        )
 
     @property
     def ahead(self) -> int:
@@ -387,7 +389,6 @@ class DeviceDecodeStep:
 def _seeded_mix(mixer: Mixup, x, y, key: Optional[int]) -> tuple:
     "The mixer's draws from the batch's own `Draws` (keyed by the batch); its own generator without a key."
     return Mixup.__call__(mixer, x, y, rng=None if key is None else Draws(mix_seed(key, _MIX)))
-
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #2413aeef
 _SCHED = 'scheduled batching is not wired to this path yet'

@@ -75,7 +75,10 @@ def _check_plans(p: np.ndarray, out_hw: tuple, where: str):
     checks = (
         ((h < 1) | (w < 1) | (t < 0) | (l < 0), 'its crop box is empty or starts before the image'),
         ((rh < 1) | (rw < 1), 'its resize size is empty'),
-        ((t2 < 0) | (l2 < 0) | (t2 + oh > rh) | (l2 + ow > rw), f'the {oh}x{ow} output window is not inside its resize'),
+        (
+            (t2 < 0) | (l2 < 0) | (t2 + oh > rh) | (l2 + ow > rw),
+            f'the {oh}x{ow} output window is not inside its resize',
+        ),
         (((hf != 0) & (hf != 1)) | ((vf != 0) & (vf != 1)), 'its flip flags are not 0 or 1'),
         ((ii != 0) & (ii != 1), 'its interpolation is not 0 (bilinear) or 1 (bicubic)'),
     )
@@ -110,7 +113,9 @@ def _pad_stack(axis: list) -> tuple:
 
 def stack_weights(
     samples: list,  # `plan_weights` of each sample of a batch (one output size)
-) -> tuple:  # ((y_starts (N, oh) int32, y_weights (N, oh, Ky) float32), (x_starts (N, ow) int32, x_weights (N, ow, Kx) float32))
+) -> (
+    tuple
+):  # ((y_starts (N, oh) int32, y_weights (N, oh, Ky) float32), (x_starts (N, ow) int32, x_weights (N, ow, Kx) float32))
     "A batch's taps (CPU tensors) from its samples', each axis zero-padded to the batch's largest K: what a collate puts in the batch."
     if not samples:
         raise ValueError('stack_weights: no samples; a batch needs at least one')
@@ -158,7 +163,9 @@ def _split(w: torch.Tensor, parts: int) -> torch.Tensor:
     return torch.cat(pieces + [r], 1)
 
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #ba6f3356
-_MAX_PADDING = 2.0  # a group's padded boxes hold at most this many times its pixels: small boxes are not padded to large
+_MAX_PADDING = (
+    2.0  # a group's padded boxes hold at most this many times its pixels: small boxes are not padded to large
+)
 
 
 def _groups(hw: np.ndarray, vfirst: np.ndarray, channels: int, max_bytes: int) -> tuple:
@@ -212,7 +219,8 @@ def crop_resize_flip(
     plans,  # (N, 11) int plans on the host (tensor, array or rows): PLAN_FIELDS, as DeviceDecodeTransform.plan makes
     out: torch.Tensor,  # (M, C, oh, ow) uint8 output batch on the images' device
     rows=None,  # the row of `out` each image goes to (ints or an int64 tensor); None: 0..N-1
-    weights: tuple | None = None,  # `batch_weights(plans, (oh, ow))` (made in the workers; host or device); None: made here
+    weights: tuple
+    | None = None,  # `batch_weights(plans, (oh, ow))` (made in the workers; host or device); None: made here
     max_bytes: int = 1 << 30,  # bound on one group's padded float32 boxes; a batch over it goes in size-sorted groups
 ) -> torch.Tensor:  # `out`
     "Every image's crop box, resized with Pillow's antialiased filter, windowed and flipped into its row of `out`: a few batched calls per batch, none per image, no host wait."
@@ -256,7 +264,9 @@ def crop_resize_flip(
     perm = to_device(torch.from_numpy(order), dev)
     # in group order: sent as they are (a collate's pinned batch copies straight), reordered on the device
     ys, yw, xs, xw = (to_device(x, dev).index_select(0, perm) for x in (ys, yw, xs, xw))
-    pad = torch.zeros(max(r[3] for r in runs), dtype=torch.uint8, device=dev)  # the last box's last row reads past its end
+    pad = torch.zeros(
+        max(r[3] for r in runs), dtype=torch.uint8, device=dev
+    )  # the last box's last row reads past its end
     flat = torch.cat([im.reshape(-1) for im in imgs] + [pad])
     parts = matmul_parts(dev)
     for a, b, hmax, wmax, vf in runs:

@@ -41,8 +41,14 @@ def _load_nvimgcodec(module: str = 'nvidia.nvimgcodec') -> tuple:
     try:
         nv, text = _import_quietly(module)
     except Exception as e:  # not installed (ImportError), or its libraries do not load here (OSError, RuntimeError)
-        why = 'not installed' if isinstance(e, ImportError) else f'does not load here: {type(e).__name__}: {str(e)[:200]}'
-        return None, f'nvImageCodec {why}; pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg (CUDA 13) for its decoders', ()
+        why = (
+            'not installed' if isinstance(e, ImportError) else f'does not load here: {type(e).__name__}: {str(e)[:200]}'
+        )
+        return (
+            None,
+            f'nvImageCodec {why}; pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg (CUDA 13) for its decoders',
+            (),
+        )
     missing = tuple(sorted({m.lower().replace('nvjpeg2000', 'nvjpeg2k') for m in _MISSING.findall(text)}))
     # the lines about libraries it did not find are in the status; anything else goes where it was going
     rest = [l for l in text.splitlines() if l.strip() and not re.search(r'library|Note: If using', l, re.I)]
@@ -68,7 +74,10 @@ _DEC_LOCK = threading.Lock()
 
 def _backend_list(nv, backends: str, hw: bool) -> Optional[list]:
     B, K = nv.Backend, nv.BackendKind
-    cuda = [B(K.GPU_ONLY), B(K.HYBRID_CPU_GPU)]  # the CUDA decoder: Huffman decoding on the GPU, or on the CPU for small images
+    cuda = [
+        B(K.GPU_ONLY),
+        B(K.HYBRID_CPU_GPU),
+    ]  # the CUDA decoder: Huffman decoding on the GPU, or on the CPU for small images
     engines = [B(K.HW_GPU_ONLY, 1.0, nv.LoadHintPolicy.ADAPTIVE_MINIMIZE_IDLE_TIME)]
     return {'auto': (engines if hw else []) + cuda, 'hw': engines, 'cuda': cuda, 'default': None}[backends]
 
@@ -92,7 +101,10 @@ def _params(nv):
     # as timm reads a JPEG through Pillow: EXIF orientation not applied, colour (and grey, and CMYK) to 3-channel RGB;
     # planar output, so the image arrives as (3, h, w) with no permute
     return nv.DecodeParams(
-        apply_exif_orientation=False, color_spec=nv.ColorSpec.SRGB, allow_any_depth=False, sample_format=nv.SampleFormat.P_RGB
+        apply_exif_orientation=False,
+        color_spec=nv.ColorSpec.SRGB,
+        allow_any_depth=False,
+        sample_format=nv.SampleFormat.P_RGB,
     )
 
 
@@ -103,7 +115,11 @@ def _make_decoder(device: torch.device, backends: str, threads: int) -> tuple:
     if device.type == 'cpu':
         if backends not in ('auto', 'cpu', 'default'):
             raise ValueError(f"backends={backends!r} needs a CUDA device; on the CPU use 'auto' or 'cpu'")
-        dec = nv.Decoder(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=threads, backends=[nv.Backend(nv.BackendKind.CPU_ONLY)])
+        dec = nv.Decoder(
+            device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY,
+            max_num_cpu_threads=threads,
+            backends=[nv.Backend(nv.BackendKind.CPU_ONLY)],
+        )
         return dec, f'{status}: libjpeg-turbo on the CPU'
     if device.type != 'cuda':
         return None, f'{status} decodes on CUDA devices and the CPU, not on {device}'
@@ -118,8 +134,12 @@ def _make_decoder(device: torch.device, backends: str, threads: int) -> tuple:
     if backends == 'hw' and not hw:
         return None, f'{status}: {torch.cuda.get_device_name(index)} has no hardware JPEG engine'
     dec = nv.Decoder(device_id=index, max_num_cpu_threads=threads, backends=_backend_list(nv, backends, hw))
-    what = {'auto': ('hardware JPEG engines + ' if hw else '') + 'CUDA', 'hw': 'hardware JPEG engines only',
-            'cuda': 'CUDA', 'default': "nvImageCodec's default back ends"}[backends]
+    what = {
+        'auto': ('hardware JPEG engines + ' if hw else '') + 'CUDA',
+        'hw': 'hardware JPEG engines only',
+        'cuda': 'CUDA',
+        'default': "nvImageCodec's default back ends",
+    }[backends]
     return dec, f'{status}: {what} on cuda:{index} ({torch.cuda.get_device_name(index)})'
 
 
@@ -133,7 +153,9 @@ def _key(device, backends: str, threads: int) -> tuple:
 
 
 def nvimgcodec_decoder(
-    device: Union[str, torch.device] = 'cuda',  # where to decode: a CUDA device, or 'cpu' (nvImageCodec's libjpeg-turbo)
+    device: Union[
+        str, torch.device
+    ] = 'cuda',  # where to decode: a CUDA device, or 'cpu' (nvImageCodec's libjpeg-turbo)
     backends: str = 'auto',  # 'auto': hardware engines (where there are some), then CUDA; 'hw', 'cuda', 'default' (nvImageCodec's, CPU included), 'cpu'
     threads: int = 0,  # the decoder's CPU threads (0: one a core)
 ):
@@ -163,7 +185,9 @@ def _as_code(nv, src):
     "nvImageCodec's CodeStream over one file's bytes (bytes, a 1-D uint8 CPU tensor or numpy array)."
     if isinstance(src, torch.Tensor):
         if src.dtype != torch.uint8 or src.dim() != 1 or src.device.type != 'cpu':
-            raise ValueError(f'a source tensor must be 1-D uint8 on the CPU; got {src.dim()}-D {src.dtype} on {src.device}')
+            raise ValueError(
+                f'a source tensor must be 1-D uint8 on the CPU; got {src.dim()}-D {src.dtype} on {src.device}'
+            )
         src = src.contiguous().numpy()
     elif isinstance(src, (bytearray, memoryview)):
         src = bytes(src)
@@ -196,7 +220,9 @@ def _truncated(src) -> bool:
 
 def decode_regions(
     srcs: Sequence,  # JPEG files' bytes: `bytes` or 1-D uint8 CPU tensors, one per image
-    regions: Optional[Sequence] = None,  # per image (top, left, height, width) in stored pixels, or None: the whole image; None: all whole
+    regions: Optional[
+        Sequence
+    ] = None,  # per image (top, left, height, width) in stored pixels, or None: the whole image; None: all whole
     device: Union[str, torch.device] = 'cuda',  # where to decode and where the pixels go: a CUDA device or 'cpu'
     backends: str = 'auto',  # as for `nvimgcodec_decoder`
     decoder=None,  # a decoder from `nvimgcodec_decoder` (default: the kept one for `device` and `backends`)
@@ -207,7 +233,9 @@ def decode_regions(
         raise ValueError(f'regions must have one entry per source ({len(srcs)}); got {len(regions)}')
     dec = decoder if decoder is not None else nvimgcodec_decoder(device, backends)
     if dec is None:
-        raise RuntimeError(f'decode_regions: no nvImageCodec decoder on {device}: {nvimgcodec_status(device, backends)}')
+        raise RuntimeError(
+            f'decode_regions: no nvImageCodec decoder on {device}: {nvimgcodec_status(device, backends)}'
+        )
     nv = _nv()[0]
     codes, rows, sizes, failed = [], [], [], []
     for i, src in enumerate(srcs):

@@ -1,0 +1,121 @@
+#!/usr/bin/env python
+"""summary.json of a GPU kit run (tools/gpu_all.sh), from what its steps wrote into the results folder: any step
+missing or cut short gives nulls, so a partial run still has its summary.
+
+    python tools/gpu_summary.py out/gpu/gpu_2026-11-26_h200 --out out/gpu/gpu_2026-11-26_h200/summary.json
+
+    {"device_name", "cpu_count",
+     "loader":          {"train": {"timm", "cpu", "device", "store"}, "eval": {...}},    images/s, the loaders alone
+     "cpu_ms_per_img":  {"train": {...}, "eval": {...}},                                  CPU ms per image, the same runs
+     "train_py":        {"model_alone": images/s, "model_alone_nosync": images/s,
+                         "timm" | "timmdata" | "timmdata_device":
+                             {"img_s", "gpu_busy", "data_wait", "data_wait_share", "main_cores", "worker_cores",
+                              "total_cores", "exit"}},
+     "data", "steps", "tests"}
+
+loader (bench/bench_gpu.py): timm = timm's loader, cpu = timmdata's workers, device = timmdata with
+decode_device='cuda', store = timmdata's decode-once store. train_py (tools/timm_script.py, timm's train.py): img_s,
+the median step rate of the last epoch after its first 10 steps; gpu_busy, NVML's utilisation in percent over the same
+span; data_wait, the median seconds a step waited for its batch (train.py's `Data`), data_wait_share their sum over
+the steps' time; cores, CPU seconds per second of the training process and of its workers (/proc). model_alone
+(bench/model_alone.py): the training step alone on a batch already on the device (loss.item() each step, as
+train.py; _nosync without it). Plain Python: no torch import, a second or less."""
+
+import argparse
+import json
+import os
+import re
+from pathlib import Path
+
+KEYS = {'timm': 'timm', 'cpu': 'timmdata_cpu', 'device': 'timmdata_device', 'store': 'timmdata_store'}
+LOADERS = {'timm': 'timm', 'timmdata': 'timmdata', 'timmdata_device': 'timmdata-device'}
+
+
+def _json(p: Path):
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _bench_from_log(log: Path) -> dict:
+    "bench_gpu.py's measured epochs from its log, where its JSON is missing (a run cut short)."
+    out = {}
+    try:
+        text = log.read_text()
+    except OSError:
+        return out
+    for pipe, c, ep, rate, ms in re.findall(r'^\s+(\w+) (\w+) epoch (\d+): ([\d,]+) img/s, ([\d.]+) CPU ms/img', text, re.M):
+        if ep != '0':
+            p = out.setdefault(pipe, {'img_per_s': {}, 'cpu_s_per_img': {}})
+            p['img_per_s'][c] = float(rate.replace(',', ''))
+            p['cpu_s_per_img'][c] = float(ms) / 1e3
+    return out
+
+
+def summarise(w: Path) -> dict:
+    bench = _json(w / 'bench_gpu.json') or {}
+    pipes = bench.get('pipelines') or {}
+    for pipe, p in _bench_from_log(w / 'bench_gpu.log').items():
+        pipes.setdefault(pipe, p)  # the log's figures only where the JSON has no such pipeline
+    loader, cpu_ms = {}, {}
+    for pipe in ('train', 'eval'):
+        p = pipes.get(pipe) or {}
+        loader[pipe] = {k: (p.get('img_per_s') or {}).get(c) for k, c in KEYS.items()}
+        cpu_ms[pipe] = {
+            k: None if (p.get('cpu_s_per_img') or {}).get(c) is None else p['cpu_s_per_img'][c] * 1e3
+            for k, c in KEYS.items()
+        }
+    model = _json(w / 'model_alone.json') or {}
+    train = {'model_alone': model.get('img_s'), 'model_alone_nosync': model.get('img_s_nosync')}
+    for key, name in LOADERS.items():
+        r = _json(w / f'train_{name}.json')
+        s = (r or {}).get('steady') or {}
+        cpu = s.get('cpu') or {}
+        train[key] = {
+            'img_s': s.get('img_s'),
+            'gpu_busy': s.get('gpu_busy'),
+            'data_wait': s.get('data_wait_s'),
+            'data_wait_share': s.get('data_wait_share'),
+            'main_cores': cpu.get('main_process_cores'),
+            'main_thread_cores': cpu.get('main_thread_cores'),
+            'worker_cores': cpu.get('children_cores'),
+            'total_cores': cpu.get('total_cores'),
+            'exit': None if r is None else r.get('exit'),
+        }
+    env = (w / 'env.txt').read_text() if (w / 'env.txt').is_file() else ''
+    m = re.search(r'^\|\s+\d+\s+(NVIDIA [^|]*?)\s{2,}', env, re.M)
+    name = model.get('device_name') or bench.get('device_name') or (m[1].strip() if m else None)
+    steps = []
+    if (w / 'steps.tsv').is_file():
+        for line in (w / 'steps.tsv').read_text().splitlines():
+            step, code, secs, cap = (line.split('\t') + [None] * 4)[:4]
+            steps.append({'step': step, 'exit': int(code), 'seconds': float(secs), 'cap_s': None if cap is None else int(cap)})
+    tests = (w / 'tests_summary.txt').read_text().splitlines() if (w / 'tests_summary.txt').is_file() else None
+    return {
+        'device_name': name,
+        'cpu_count': os.cpu_count(),
+        'loader': loader,
+        'cpu_ms_per_img': cpu_ms,
+        'train_py': train,
+        'data': _json(w / 'data.json'),
+        'steps': steps,
+        'tests': tests,
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('results', type=Path, help="the run's results folder (tools/gpu_run.sh's W)")
+    ap.add_argument('--out', type=Path, help='write summary.json here (default: print it)')
+    a = ap.parse_args(argv)
+    s = json.dumps(summarise(a.results), indent=1)
+    if a.out:
+        a.out.write_text(s + '\n')
+    else:
+        print(s)
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())
