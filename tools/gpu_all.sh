@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU kit in one call of the device tool: every step of tools/gpu_run.sh, the most important results first, each
 # capped by the time left so that a slow step loses only itself. Make the kit here first (bash tools/gpu_kit.sh), then:
-#   run(command="bash tools/gpu_all.sh", carry=[".whl"], timeout_s=570)
+#   run(command="bash tools/gpu_all.sh", carry=[".whl"], timeout_s=540)
 # Steps, each's cap in seconds (its expected time on an H200 in brackets):
 #   setup 90 [~20]   model 75 [~25]   data 90 [~20]   train timmdata 110 [~45]   train timmdata-device 110 [~55]
 #   train timm 120 [~60]   bench 110 [~60]   tests 90 [90]          ~375 s expected, GPU_ALL_S=530 at most in all
@@ -18,7 +18,7 @@ export OUT=${OUT:-out/gpu/back}
 card=$({ [ -z "${GPU_RUN_CPU:-}" ] && nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1; } \
   | sed -E 's/^NVIDIA //; s/ .*//' | tr 'A-Z' 'a-z' | grep . || echo cpu)
 export GPU_RUN_W=${GPU_RUN_W:-out/gpu/gpu_$(date -u +%F)_$card}
-export GPU_RUN_NO_PACK=1
+export GPU_RUN_NO_PACK=1 GPU_RUN_SUITE_S=0  # the whole test suite: only in `gpu_run.sh tests` alone
 rm -rf "$GPU_RUN_W" && mkdir -p "$GPU_RUN_W" "$OUT"
 : > "$GPU_RUN_W/steps.tsv"
 

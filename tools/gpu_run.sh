@@ -268,6 +268,13 @@ tests() {
   grep -v '^PASSED\|^SKIPPED' "$W/cuda_tests.log" | tail -30
   cat "$W/cuda_notebooks.log"
   { grep -h 'nvJPEG eval' "$W/cuda_tests.log"; tail -1 "$W/cuda_tests.log"; grep ' exit ' "$W/cuda_notebooks.log"; } > "$W/tests_summary.txt"
+  # then the whole suite with CUDA present, but the docs site's (no MkDocs there): GPU_RUN_SUITE_S seconds (gpu_all.sh: 0, skipped)
+  local suite=${GPU_RUN_SUITE_S:-240}
+  [ "$suite" = 0 ] && return 0
+  echo "== the whole suite, at most $suite s"
+  capped "$suite" "$PY" -m pytest -q -n 8 --dist loadfile -p no:cacheprovider -rfE --ignore tests/test_docs_browser.py tests \
+    > "$W/suite.log" 2>&1
+  echo "exit $?"; tail -30 "$W/suite.log"; tail -1 "$W/suite.log" >> "$W/tests_summary.txt"
 }
 
 timeline() {

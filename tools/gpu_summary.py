@@ -45,7 +45,9 @@ def _bench_from_log(log: Path) -> dict:
         text = log.read_text()
     except OSError:
         return out
-    for pipe, c, ep, rate, ms in re.findall(r'^\s+(\w+) (\w+) epoch (\d+): ([\d,]+) img/s, ([\d.]+) CPU ms/img', text, re.M):
+    for pipe, c, ep, rate, ms in re.findall(
+        r'^\s+(\w+) (\w+) epoch (\d+): ([\d,]+) img/s, ([\d.]+) CPU ms/img', text, re.M
+    ):
         if ep != '0':
             p = out.setdefault(pipe, {'img_per_s': {}, 'cpu_s_per_img': {}})
             p['img_per_s'][c] = float(rate.replace(',', ''))
@@ -90,7 +92,9 @@ def summarise(w: Path) -> dict:
     if (w / 'steps.tsv').is_file():
         for line in (w / 'steps.tsv').read_text().splitlines():
             step, code, secs, cap = (line.split('\t') + [None] * 4)[:4]
-            steps.append({'step': step, 'exit': int(code), 'seconds': float(secs), 'cap_s': None if cap is None else int(cap)})
+            steps.append(
+                {'step': step, 'exit': int(code), 'seconds': float(secs), 'cap_s': None if cap is None else int(cap)}
+            )
     tests = (w / 'tests_summary.txt').read_text().splitlines() if (w / 'tests_summary.txt').is_file() else None
     return {
         'device_name': name,

@@ -191,7 +191,7 @@ class Measure(logging.Handler):
         )
         self.start = self.end = None
         self.gpu, self.snaps, self.loaders, self.notes, self.names = [], [], [], [], {}
-        self.stop, self.started = threading.Event(), threading.Event()
+        self.stop, self.started, self.pyspy = threading.Event(), threading.Event(), None
         self.thread = threading.Thread(target=self._sample, name='timm_script sampler', daemon=True)
 
     def emit(self, record):
@@ -241,7 +241,8 @@ class Measure(logging.Handler):
                 del self.snaps[:-400]  # the last 100 s: the span is the last epoch
             if self.started.is_set() and self.profile is not None:
                 self.started.clear()
-                threading.Thread(target=self._pyspy, name='timm_script py-spy', daemon=True).start()
+                self.pyspy = threading.Thread(target=self._pyspy, name='timm_script py-spy', daemon=True)
+                self.pyspy.start()
             tick += 1
 
     def _pyspy(self):
@@ -376,6 +377,8 @@ def run(data: str, report: Path, script: Path, args: list, skip: int = 10, profi
     finally:
         m.stop.set()
         m.thread.join(2)
+        if m.pyspy is not None:  # its record outlives a short last epoch by a few seconds: its note and file wanted
+            m.pyspy.join(20)
         st = m.report()
         out = {'data': data, 'script': script.name, 'args': args, 'exit': code, 'seconds': time.time() - t0,
                'log_lines': len(m.rows), 'skip_steps': skip, **m.legacy_report(st), 'steady': st}  # fmt: skip
