@@ -87,8 +87,10 @@ class CudaLane:
 class ThreadLane:
     """A step run in a thread of its own, ahead of the consumer (the device decode's: a decoder's wait for its own
     work at the end of a batch then blocks that thread, not the training step). On CUDA the thread queues the step on
-    a stream of its own, after the consumer's work queued when the batch was taken, and the hand-over is an event, as
-    on `CudaLane`; on the CPU the thread alone (nothing to wait for). Steps run one at a time, in order."""
+    a stream of its own and the hand-over is an event, as on `CudaLane`; on the CPU the thread alone (nothing to wait
+    for). Steps run one at a time, in order. The thread's stream does not wait for the consumer's: what the step writes
+    is new memory from its own stream's pool, and a handed-over batch's memory goes back to that pool only when the
+    consumer's work on it is done (`record_stream`), so the next step may start at once."""
 
     def __init__(self, device: torch.device, cpu_threads: Optional[int] = None):
         self.device, self.stream, self._pool = device, None, None
@@ -99,19 +101,14 @@ class ThreadLane:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix='timmdata-step')
             weakref.finalize(self, self._pool.shutdown, wait=False)  # the thread ends with the lane
-        after = None
-        if self.cuda:
-            if self.stream is None:
-                self.stream = torch.cuda.Stream(device=self.device)
-            after = torch.cuda.Event()  # the consumer's work queued so far: the step never writes memory it reads
-            after.record(torch.cuda.current_stream(self.device))
-        return self._pool.submit(self._run, step, batch, mark, after), None
+        if self.cuda and self.stream is None:
+            self.stream = torch.cuda.Stream(device=self.device)
+        return self._pool.submit(self._run, step, batch, mark), None
 
-    def _run(self, step: Callable, batch, mark, after) -> tuple:
+    def _run(self, step: Callable, batch, mark) -> tuple:
         if not self.cuda:
             return step(batch, mark), None
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-            self.stream.wait_event(after)
             out = step(batch, mark)
             ready = torch.cuda.Event()
             ready.record(self.stream)

@@ -9,13 +9,13 @@ from typing import Callable, Optional, Union
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset, get_worker_info
 from PIL import Image
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.functional import pil_to_tensor
 from ..pixels.decode import EncodedJpeg, ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
 from ..pixels.resample import resize_crop_window
-from ..pixels.batch_resize import crop_resize_flip, plan_weights, stack_weights
+from ..pixels.batch_resize import crop_resize_flip
 from timmdata.transforms import (
     SampleTransform,
     RandomResizedCropAndInterpolation,
@@ -53,35 +53,70 @@ from timmdata.engine.resume import (
 )
 
 # %% auto #0
-__all__ = ['SPLIT', 'jpeg_progressive', 'DeviceDecodeTransform', 'device_decode_collate', 'decode_jpegs', 'rows_on',
-           'crop_resize_batch', 'flip_batch_', 'decode_batch', 'DeviceDecodeStep', 'refuse_off_default',
-           'check_device_modes', 'create_device_decode_loader']
+__all__ = ['SPLIT', 'exif_orientation', 'jpeg_device_kind', 'jpeg_progressive', 'DeviceDecodeTransform', 'packed_bytes',
+           'device_decode_collate', 'decode_jpegs', 'rows_on', 'crop_resize_batch', 'flip_batch_', 'decode_batch',
+           'DeviceDecodeStep', 'refuse_off_default', 'check_device_modes', 'create_device_decode_loader']
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #a22d4db9
 _INTERPS = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)  # the device resize: Pillow's antialiased filters
 # where a sample is decoded (`DeviceDecodeTransform`; the step counts them): a colour baseline JPEG on the device; the
 # others in the worker, where the GPU decoders refuse them or decode them slowly (their entropy decoding on the CPU,
-# one image at a time, holding the batch); the last, by the step, when the device decoder refused an image
-SPLIT = ('device', 'worker: not a colour JPEG', 'worker: progressive JPEG', 'step: the device decoder refused it')
+# one image at a time, holding the batch), and a JPEG with an EXIF orientation, which the device decoder turns while
+# timm (Pillow) reads the pixels as stored; the last, by the step, when the device decoder refused an image
+SPLIT = (
+    'device',
+    'worker: not a colour JPEG',
+    'worker: progressive JPEG',
+    'worker: EXIF-oriented JPEG',
+    'step: the device decoder refused it',
+)
 _PROGRESSIVE_SOF = (0xC2, 0xC6, 0xCA, 0xCE)  # the frame markers of progressive JPEGs (Huffman or arithmetic coded)
 
 
-def jpeg_progressive(data: bytes) -> bool:
-    "Is `data` a progressive JPEG? Its frame marker, found by walking the marker segments before it (a few lengths)."
-    i, n = 2, len(data)
+def exif_orientation(data: bytes, start: int, end: int) -> int:
+    "The EXIF orientation (1-8) in the APP1 payload `data[start:end]`; 1 (as stored) where there is none or it is malformed."
+    if end - start < 14 or data[start : start + 6] != b'Exif\x00\x00':
+        return 1
+    t = start + 6  # the TIFF header: byte order, 42, the first IFD's offset; every offset is checked against `end`
+    order = {b'II': 'little', b'MM': 'big'}.get(bytes(data[t : t + 2]))
+    if order is None:
+        return 1
+    u = lambda a, k: int.from_bytes(data[a : a + k], order)
+    ifd = t + u(t + 4, 4)
+    if ifd + 2 > end:
+        return 1
+    for e in range(ifd + 2, min(ifd + 2 + 12 * u(ifd, 2), end - 11), 12):  # 12-byte entries, inside the segment
+        if u(e, 2) == 0x0112:  # Orientation: a SHORT, in the entry's value field
+            v = u(e + 8, 2)
+            return v if 1 <= v <= 8 else 1
+    return 1
+
+
+def jpeg_device_kind(data: bytes) -> int:
+    """Where a colour JPEG is decoded, as its `SPLIT` row: 0 on the device, 2 progressive, 3 with an EXIF orientation
+    (in the worker). From one walk over the marker segments before the frame header (a few lengths)."""
+    i, n, turned = 2, len(data), False
     while i + 4 <= n:
         if data[i] != 0xFF:
-            return False  # malformed: the decoder will name it
+            return 0  # malformed: the decoder will name it
         m = data[i + 1]
         if m == 0xFF or m == 0x01 or 0xD0 <= m <= 0xD8:
             i += 1 if m == 0xFF else 2  # fill byte, or a marker without a length
             continue
         if 0xC0 <= m <= 0xCF and m not in (0xC4, 0xC8, 0xCC):  # a frame header (not DHT, JPG or DAC)
-            return m in _PROGRESSIVE_SOF
+            return 2 if m in _PROGRESSIVE_SOF else 3 if turned else 0
         if m in (0xDA, 0xD9):
-            return False  # a scan or the end before any frame header
-        i += 2 + (data[i + 2] << 8 | data[i + 3])
-    return False
+            return 3 if turned else 0  # a scan or the end before any frame header
+        seg = i + 2 + (data[i + 2] << 8 | data[i + 3])
+        if m == 0xE1 and not turned:
+            turned = exif_orientation(data, i + 4, min(seg, n)) != 1
+        i = seg
+    return 3 if turned else 0
+
+
+def jpeg_progressive(data: bytes) -> bool:
+    "Is `data` a progressive JPEG? Its frame marker, found by walking the marker segments before it (a few lengths)."
+    return jpeg_device_kind(data) == 2
 
 
 class DeviceDecodeTransform(SampleTransform):
@@ -146,17 +181,17 @@ class DeviceDecodeTransform(SampleTransform):
         return (t, l, h, w, rh, rw, t2, l2, int(fh), int(fv), _INTERPS.index(interp))
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS) -> tuple:
-        """(JPEG bytes, plan, 0, its resize taps) for a colour baseline JPEG, decoded on the device; else (the image
-        decoded, cropped, resized and flipped here, on the CPU, plan, its `SPLIT` row, None): a progressive JPEG (2),
-        anything else (1). The taps (`plan_weights`) are made here, in the worker, for the device's batched resize."""
+        """(JPEG bytes, plan, 0) for a colour baseline JPEG, decoded on the device; else (the image decoded, cropped,
+        resized and flipped here, on the CPU, plan, its `SPLIT` row): a progressive JPEG (2), one with an EXIF
+        orientation (3), anything else (1)."""
         if isinstance(img, Image.Image):  # a dataset of decoded images (timm's ImageDataset): its pixels, as CHW uint8
             img = pil_to_tensor(img.convert('RGB'))
         p = self.plan(img, rng)
         kind = 1
         if isinstance(img, EncodedJpeg):
-            if not jpeg_progressive(img.data):
-                return img.data, p, 0, plan_weights(p, self.size)
-            kind = 2
+            kind = jpeg_device_kind(img.data)
+            if kind == 0:
+                return img.data, p, 0
         t, l, h, w, rh, rw, t2, l2, fh, fv = p[:10]
         box = crop_box(img, t, l, h, w)  # a JPEG: only the box is decoded
         # the CPU transform's pixels (PIL's resize, one native step: `resample`) where it covers the case
@@ -165,14 +200,31 @@ class DeviceDecodeTransform(SampleTransform):
             x = resize_exact(box, (rh, rw), _INTERPS[p[10]])[:, t2 : t2 + self.size[0], l2 : l2 + self.size[1]]
         if fh or fv:  # as the CPU transform flips: after the resize
             x = x.flip([d for d, f in ((-1, fh), (-2, fv)) if f])
-        return x.contiguous(), p, kind, None
+        return x.contiguous(), p, kind
 
     def __repr__(self):
         return f"{type(self).__name__}(size={self.size}, is_training={self.is_training})"
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #79ae6746
+def packed_bytes(chunks: list) -> torch.Tensor:
+    """The byte strings end to end in one uint8 tensor, one copy: in a DataLoader worker straight into shared memory,
+    which the batch is sent through (a tensor in process memory would be copied there once more when sent)."""
+    total = sum(map(len, chunks))
+    if total and get_worker_info() is not None:
+        data = torch.empty(0, dtype=torch.uint8).set_(
+            torch.UntypedStorage._new_shared(total)
+        )  # as torch's collate does
+    else:
+        data = torch.empty(total, dtype=torch.uint8)
+    arr, pos = data.numpy(), 0
+    for c in chunks:
+        arr[pos : pos + len(c)] = np.frombuffer(c, np.uint8)
+        pos += len(c)
+    return data
+
+
 def device_decode_collate(batch: list) -> tuple:
-    "Samples `((bytes or uint8 CHW pixels, plan, kind, taps), target)` -> (dict of tensors: data, offsets, plans, kinds, the JPEGs' resize taps, pixels, pixel_rows; targets)."
+    "Samples `((bytes or uint8 CHW pixels, plan, kind), target)` -> (dict of tensors: data, offsets, plans, kinds, pixels, pixel_rows; targets)."
     batch = [s for s in batch if s is not None]
     chunks, offsets, pix, pix_rows = [], [0], [], []
     for i, ((payload, *_), _) in enumerate(batch):
@@ -187,21 +239,11 @@ def device_decode_collate(batch: list) -> tuple:
                 f'device_decode_collate: sample {i} is a {type(payload).__name__}; expected the output '
                 f'of DeviceDecodeTransform (set it as the dataset transform)'
             )
-    data = (
-        torch.frombuffer(bytearray(b''.join(chunks)), dtype=torch.uint8)
-        if chunks
-        else torch.empty(0, dtype=torch.uint8)
-    )
+    data = packed_bytes(chunks)
     plans = torch.tensor([s[1] for s, _ in batch], dtype=torch.int32).view(-1, 11)
     pixels = torch.stack(pix) if pix else torch.empty(0, dtype=torch.uint8)
     targets = torch.tensor([t for _, t in batch], dtype=torch.int64)
-    taps = [s[3] for s, _ in batch if isinstance(s[0], (bytes, bytearray))]
-    (ys, yw), (xs, xw) = stack_weights(taps) if taps else ((torch.empty(0),) * 2,) * 2
     return dict(
-        y_starts=ys,
-        y_weights=yw,
-        x_starts=xs,
-        x_weights=xw,
         data=data,
         offsets=torch.tensor(offsets, dtype=torch.int64),
         plans=plans,
@@ -293,10 +335,15 @@ def decode_batch(
     out = torch.empty((n, channels, *size), dtype=torch.uint8, device=device)
     jpeg_rows = sorted(set(range(n)) - set(pix_rows))
     srcs = [packed['data'][off[i] : off[i + 1]] for i in range(len(off) - 1)]
+    if srcs and device.type == 'cuda':
+        # nvJPEG's hardware engine writes its outputs before the work queued on its stream has run, into blocks the
+        # caching allocator may hand out while queued kernels still use them (NaNs, wrong targets: TorchCodec's
+        # pull request 1634). The stream is left idle first; the step runs in a thread of its own (`ThreadLane`), so
+        # this wait holds that thread, not the training step
+        torch.cuda.current_stream(device).synchronize()
     imgs, slow = decode_jpegs(srcs, device)
-    if jpeg_rows:  # every box resized and flipped in a few batched calls (`crop_resize_flip`), with the workers' taps
-        taps = (packed['y_starts'], packed['y_weights']), (packed['x_starts'], packed['x_weights'])
-        crop_resize_flip(imgs, plans[jpeg_rows], out, jpeg_rows, weights=taps)
+    if jpeg_rows:  # every box resized and flipped in a few batched calls, the taps made there (`crop_resize_flip`)
+        crop_resize_flip(imgs, plans[jpeg_rows], out, jpeg_rows)
     if pix_rows:  # decoded, resized and flipped in the workers
         out.index_copy_(0, rows_on(device, pix_rows), to_device(packed['pixels'], device))
     return out, pix_rows + [jpeg_rows[i] for i in slow]
@@ -310,10 +357,9 @@ class DeviceDecodeStep:
 
     devices = BatchOps.devices
     cpu_threads, collate = None, None  # for `PrefetchLoader`: torch's threads on the CPU; no batch memory to take back
-    # a thread of its own (`ThreadLane`) on the CPU. On CUDA the step stays on the consumer's thread (`CudaLane`, one side
-    # stream): with the thread, timm's train.py got corrupt batches on an H200 (a NaN loss, then a target index out of
-    # range) that the loader alone and the cuda tests did not show; until that is found, the GPU keeps the proven lane
-    own_thread = property(lambda self: self.device.type != 'cuda')
+    # a thread of its own (`ThreadLane`), with a CUDA stream of its own on a GPU: the decoder's waits (`decode_batch`)
+    # block that thread, never the training step
+    own_thread = True
 
     def __init__(
         self,
@@ -351,13 +397,13 @@ class DeviceDecodeStep:
         x, slow = decode_batch(packed, self.size, self.device, ops.channels)
         kinds = torch.bincount(packed['kinds'].long(), minlength=len(SPLIT)).tolist()
         refused = len(slow) - len(packed['pixel_rows'])  # `slow`: the worker's rows, then those the device refused
-        kinds[0], kinds[3] = kinds[0] - refused, kinds[3] + refused
+        kinds[0], kinds[-1] = kinds[0] - refused, kinds[-1] + refused
         self.split = [a + b for a, b in zip(self.split, kinds)]
         self.cpu_fallbacks = sum(self.split[1:])
         self.samples += len(x)
         if self.stats is not None:
             self.stats.info.setdefault('decode', {}).update(self.shares())
-        y = y.to(self.device, non_blocking=True)
+        y = to_device(y, self.device)  # through pinned memory, queued with no wait
         if key is not None:
             ops.seed(mix_seed(key, _STEP))
         out = ops.normalize(x)
@@ -495,7 +541,9 @@ def create_device_decode_loader(
     distributed: bool = False,  # one share of the data per rank (torch.distributed must be initialised)
     num_aug_repeats: int = 0,  # repeated augmentation (distributed only): copies per sample, dealt to different ranks
     num_workers: int = 1,  # worker processes (0: load in the main process)
-    pin_memory: Optional[bool] = None,  # None: pin when decoding on CUDA
+    pin_memory: Optional[
+        bool
+    ] = None,  # None: no pinning (the decoder reads the JPEG bytes from host memory; the step pins its few small tensors)
     persistent_workers: bool = True,  # keep workers between epochs
     prefetch_factor: Optional[int] = None,  # batches queued per worker (None: torch's default, 2)
     device: Union[str, torch.device, None] = None,  # where the batches go: must be `decode_device` (None: it)
@@ -559,7 +607,7 @@ def create_device_decode_loader(
         batch_sampler=plan,
         num_workers=nw,
         collate_fn=device_decode_collate,
-        pin_memory=bool(dd.type == 'cuda' if pin_memory is None else pin_memory) and torch.cuda.is_available(),
+        pin_memory=bool(pin_memory) and torch.cuda.is_available(),
         persistent_workers=persistent_workers and nw > 0,
         prefetch_factor=prefetch_factor if nw > 0 else None,
     )

@@ -11,8 +11,8 @@ from ..core.runtime import to_device
 from .resample import vertical_first
 
 # %% auto #0
-__all__ = ['PRECISION_BITS', 'PLAN_FIELDS', 'pil_weights', 'plan_weights', 'stack_weights', 'batch_weights', 'matmul_parts',
-           'crop_resize_flip']
+__all__ = ['PRECISION_BITS', 'PLAN_FIELDS', 'pil_weights', 'plan_weights', 'stack_weights', 'batch_weights', 'device_weights',
+           'matmul_parts', 'crop_resize_flip']
 
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #48ee6d27
 PRECISION_BITS = 22  # Pillow's 8-bit resample: weights are integers of 2**-22 (32 - 8 - 2 bits)
@@ -131,6 +131,57 @@ def batch_weights(
     _check_plans(p, out_hw, 'batch_weights')
     return stack_weights([plan_weights(r, out_hw) for r in p])
 
+# %% ../../nbs/pixels/09b_batch_resize.ipynb #d1a26827
+def _axis_taps(in_size, out_size, kind, first, flip, n: int, K: int) -> tuple:
+    "`pil_weights` of every row at once: (N,) int64 tensors on one device -> (starts (N, n) int32, weights (N, n, K) float32)."
+    f = torch.float64
+    scale = (in_size.to(f) / out_size.to(f))[:, None]
+    fs = scale.clamp_min(1.0)
+    support, ss = (kind[:, None] + 1).to(f) * fs, 1.0 / fs  # bilinear's support 1, bicubic's 2, times the filter scale
+    center = (torch.arange(n, dtype=f, device=scale.device) + first[:, None].to(f) + 0.5) * scale
+    xmin = torch.trunc(center - support + 0.5).clamp_min(0.0)
+    count = torch.minimum(torch.trunc(center + support + 0.5), in_size[:, None].to(f)) - xmin
+    x = torch.arange(K, dtype=f, device=scale.device)
+    d = ((x + xmin[..., None]) - center[..., None] + 0.5) * ss[..., None]
+    d = d.abs()
+    a = -0.5  # Pillow's filters (`_filter`), both computed, each row taking its own
+    cubic = torch.where(
+        d < 1.0, ((a + 2.0) * d - (a + 3.0)) * d * d + 1, torch.where(d < 2.0, (((d - 5) * d + 8) * d - 4) * a, 0.0)
+    )
+    w = torch.where(
+        x < count[..., None], torch.where(kind[:, None, None] == 1, cubic, torch.where(d < 1.0, 1.0 - d, 0.0)), 0.0
+    )
+    total = w[..., 0]
+    for j in range(1, K):  # left to right, as Pillow sums
+        total = total + w[..., j]
+    total = total[..., None]
+    w = torch.where(total != 0.0, w / total, w)
+    q = w * (1 << PRECISION_BITS)
+    k = torch.trunc(torch.where(w < 0, q - 0.5, q + 0.5))  # half away from zero, as Pillow's cast
+    starts, weights = xmin.to(torch.int32), (k / (1 << PRECISION_BITS)).to(torch.float32)
+    fl = flip.bool()
+    return torch.where(fl[:, None], starts.flip(1), starts), torch.where(fl[:, None, None], weights.flip(1), weights)
+
+
+def device_weights(
+    plans,  # (N, 11) int plans on the host (tensor, array or rows)
+    out_hw: tuple,  # the output (oh, ow)
+    device,  # where to make them (a torch.device or its name)
+) -> tuple:  # as `batch_weights`, on `device` (K may be larger: zero weights)
+    "`batch_weights(plans, out_hw)` made on `device` in a few dozen batched operations: the same numbers, no per-image work on the host."
+    p = np.asarray(plans, dtype=np.int64).reshape(-1, 11)
+    _check_plans(p, out_hw, 'device_weights')
+    oh, ow = out_hw
+    # the most taps a row can need: 2 * support + 1, support = filter support * max(1, box / resize)
+    sup = (p[:, 10] + 1) * np.maximum(p[:, 2:4] / p[:, 4:6], 1.0).T if len(p) else np.zeros((2, 0))
+    Ky, Kx = (int(np.ceil(2 * s.max(initial=0.0))) + 1 for s in sup)
+    t = to_device(torch.from_numpy(p), torch.device(device))
+    kind = t[:, 10]
+    return (
+        _axis_taps(t[:, 2], t[:, 4], kind, t[:, 6], t[:, 9], oh, max(Ky, 1)),
+        _axis_taps(t[:, 3], t[:, 5], kind, t[:, 7], t[:, 8], ow, max(Kx, 1)),
+    )
+
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #d1d3577e
 def matmul_parts(
     device,  # the device the products run on (a torch.device or its name)
@@ -220,7 +271,7 @@ def crop_resize_flip(
     out: torch.Tensor,  # (M, C, oh, ow) uint8 output batch on the images' device
     rows=None,  # the row of `out` each image goes to (ints or an int64 tensor); None: 0..N-1
     weights: tuple
-    | None = None,  # `batch_weights(plans, (oh, ow))` (made in the workers; host or device); None: made here
+    | None = None,  # `batch_weights(plans, (oh, ow))` (host or device); None: made on the device (`device_weights`)
     max_bytes: int = 1 << 30,  # bound on one group's padded float32 boxes; a batch over it goes in size-sorted groups
 ) -> torch.Tensor:  # `out`
     "Every image's crop box, resized with Pillow's antialiased filter, windowed and flipped into its row of `out`: a few batched calls per batch, none per image, no host wait."
@@ -249,7 +300,7 @@ def crop_resize_flip(
     rows = np.arange(N) if rows is None else np.asarray(torch.as_tensor(rows).cpu()).reshape(-1)
     if len(rows) != N or rows.min() < 0 or rows.max() >= M:
         raise ValueError(f'crop_resize_flip: rows must be {N} row numbers of the {M}-row output; got {rows.tolist()}')
-    (ys, yw), (xs, xw) = batch_weights(p, (oh, ow)) if weights is None else weights
+    (ys, yw), (xs, xw) = device_weights(p, (oh, ow), dev) if weights is None else weights
     if tuple(ys.shape) != (N, oh) or tuple(xs.shape) != (N, ow) or yw.shape[:2] != ys.shape or xw.shape[:2] != xs.shape:
         raise ValueError(
             f'crop_resize_flip: weights of shapes {[tuple(x.shape) for x in (ys, yw, xs, xw)]} do not fit {N} plans '
