@@ -99,7 +99,11 @@ def decode_limit(files, bs, device, rounds=2) -> tuple:
     "(images/s, CPU s per image) of TorchCodec's decode_jpeg over the files in batches of `bs` on `device`, bytes in memory, one thread."
     dec = decode.torchcodec_jpeg()
     srcs = [torch.frombuffer(bytearray(Path(f).read_bytes()), dtype=torch.uint8) for f in files]
-    srcs = [s for s in srcs if s[:2].tolist() == [0xFF, 0xD8]]  # JPEGs only (a photographic set has PNGs named .JPEG)
+    from timmdata.engine.gpu_decode import jpeg_device_kind
+
+    # the JPEGs the device path decodes there (a colour baseline JPEG with no EXIF turn: what `encoded_jpeg` takes and
+    # `jpeg_device_kind` sends on); a photographic set also holds PNGs, grey, CMYK and progressive ones
+    srcs = [s for s in srcs if decode.encoded_jpeg(s.numpy().tobytes()) is not None and jpeg_device_kind(s.numpy().tobytes()) == 0]
     dec(srcs[:bs], device=device); sync(device)  # warm-up (nvJPEG's handles, the CUDA context)
     best = None
     for _ in range(rounds):

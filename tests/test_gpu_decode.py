@@ -279,13 +279,36 @@ def test_cuda_decode_thread_beside_a_busy_consumer(sample_root, is_training):
                 xr, yr = next(it_ref)
                 assert torch.equal(y.cpu(), yr.cpu())
                 worst = max(worst, (x.float() - xr.float()).abs().max().item())
-        assert len(seen) == len(ds)
+        assert len(seen) == (len(ds) // 8 * 8 if is_training else len(ds))  # training drops the short last batch
         got.append(sorted(seen))
-    assert all(g == want for g in got)
-    assert all(g == got[0] for g in got) and all(0 <= t < len(ds.class_to_idx) for t in got[0])
+    for g in got:  # every target one of the dataset's, each at most as often as it is there
+        left = list(want)
+        for t in g:
+            left.remove(t)  # ValueError: a target the dataset does not hold (or one time too many)
+        assert len(left) == len(want) - len(g)
     assert worst <= NV_MAX_DIFF, worst
-    assert dl.stream is not None and dl.samples == 3 * len(ds)
+    assert dl.stream is not None and dl.samples == 3 * len(got[0])
 
+
+
+@pytest.mark.cuda
+def test_cuda_worker_batches_thread_beside_a_busy_consumer(sample_root):
+    """The workers' path on a GPU: its step (copy, jitter, normalise, erase) in its own thread and stream, from pageable
+    memory (timm's train.py does not pin) while the consumer's stream is busy: the same batches as a pinned loader's
+    read with nothing else running."""
+    kw = dict(is_training=True, num_workers=2, seed=3, device='cuda', re_prob=0.5, re_mode='pixel', color_jitter=0.4)
+    busy = create_loader(ImageDataset(sample_root, split='train'), 96, 8, pin_memory=False, **kw)
+    calm = create_loader(ImageDataset(sample_root, split='train'), 96, 8, pin_memory=True, **kw)
+    assert busy.feeder.lane.__class__.__name__ == 'ThreadLane'
+    got = []
+    for x, y in busy:
+        torch.cuda._sleep(20_000_000)
+        scratch = torch.randn(1 << 20, device='cuda')
+        got.append((x.clone(), y.clone(), scratch.sum()))
+    want = [(x.clone(), y.clone()) for x, y in calm]
+    assert len(got) == len(want) == len(busy) > 0
+    for (x, y, _), (xr, yr) in zip(got, want):
+        assert torch.equal(y, yr) and torch.equal(x, xr)
 
 # ---------- resumable and distributed (timmdata.engine.resume), on the CPU path ----------
 

@@ -4,7 +4,8 @@
 #   run(command="bash tools/gpu_all.sh", carry=[".whl"], timeout_s=540)
 # Steps, each's cap in seconds (its expected time on an H200 in brackets):
 #   setup 90 [~20]   model 75 [~25]   data 90 [~20]   train timmdata 110 [~45]   train timmdata-device 110 [~55]
-#   train timm 120 [~60]   bench 110 [~60]   tests 90 [90]          ~375 s expected, GPU_ALL_S=530 at most in all
+#   train timm 120 [~45]   bench 110 [~40]   profile 60 [~25]   tests 90 [~70]   ~300 s expected (an H200: 253 s
+#   without the profile), GPU_ALL_S=530 at most in all
 # After each step, summary.json is rewritten and the results folder packed into $OUT/gpu_DATE_CARD/ (summary.json,
 # env.txt, logs.tar.gz): a call cut short still brings back what the steps before had measured. Copy that folder into
 # bench/results/ (tar xzf logs.tar.gz there for the logs).
@@ -45,6 +46,7 @@ step train_timmdata 110 train timmdata
 step train_timmdata_device 110 train timmdata-device
 step train_timm 120 train timm
 step bench 110 bench
+step profile 60 profile
 step tests 90 tests
 bash tools/gpu_run.sh summary
 bash tools/gpu_run.sh pack

@@ -5,6 +5,7 @@
 #   data                the photographic set (timmdata.tools.photos): GPU_RUN_N images made once under out/gpu_data
 #   train [LOADER...]   timm's train.py (tools/timm_script.py), LOADER timmdata, timmdata-device or timm (default all)
 #   bench               bench/bench_gpu.py, the loaders alone, on GPU_RUN_BENCH_N of the same images
+#   profile             bench/profile_device_step.py: the device-decode step's GPU operations, by their GPU time
 #   tests               the cuda-marked tests and the notebooks' #| cuda cells, side by side
 #   summary             tools/gpu_summary.py: summary.json from what the steps wrote
 # and, outside gpu_all.sh, `timeline` (bench/gpu_timeline.py's picture of the prefetcher).
@@ -20,7 +21,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 export PYTHONUNBUFFERED=1
-step=${1:?usage: gpu_run.sh setup|model|data|train [LOADER...]|bench|tests|summary|timeline}
+step=${1:?usage: gpu_run.sh setup|model|data|train [LOADER...]|bench|profile|tests|summary|timeline}
 shift
 CPU=${GPU_RUN_CPU:-}
 card() {  # the results folder's card name: h200, h100, ... (cpu in a rehearsal)
@@ -262,11 +263,13 @@ tests() {
   [ -n "$CPU" ] && flags='' par=2  # a rehearsal runs the notebooks with their cuda cells skipped
   local nbs
   nbs=$(grep -lE '("|\\n)#\| cuda' nbs/*.ipynb nbs/*/*.ipynb | tr '\n' ' ')  # a code cell's directive line (after #| hide too)
-  printf '%s\n' $nbs | xargs -P "$par" -I{} bash -c "set -o pipefail; timeout -k 5 $c '$PY' tools/nbtest.py --flags '$flags' --path {} 2>&1 | tail -2; echo \"{} exit \$?\"" \
+  mkdir -p "$W/notebooks"  # each notebook's whole output (a failure's traceback), its last lines in cuda_notebooks.log
+  printf '%s\n' $nbs | xargs -P "$par" -I{} bash -c "set -o pipefail; f=\"$W/notebooks/\$(basename {} .ipynb).log\"; timeout -k 5 $c '$PY' tools/nbtest.py --flags '$flags' --path {} > \"\$f\" 2>&1; r=\$?; tail -2 \"\$f\"; echo \"{} exit \$r\"" \
     > "$W/cuda_notebooks.log" 2>&1
   wait "$tests_pid"; echo "== pytest -m cuda: exit $?"
   grep -v '^PASSED\|^SKIPPED' "$W/cuda_tests.log" | tail -30
   cat "$W/cuda_notebooks.log"
+  grep -l 'failed' "$W"/notebooks/*.log 2>/dev/null | while read -r f; do echo "== $f"; grep -v '^\[' "$f" | tail -40; done
   { grep -h 'nvJPEG eval' "$W/cuda_tests.log"; tail -1 "$W/cuda_tests.log"; grep ' exit ' "$W/cuda_notebooks.log"; } > "$W/tests_summary.txt"
   # then the whole suite with CUDA present, but the docs site's (no MkDocs there): GPU_RUN_SUITE_S seconds (gpu_all.sh: 0, skipped)
   local suite=${GPU_RUN_SUITE_S:-240}
@@ -275,6 +278,14 @@ tests() {
   capped "$suite" "$PY" -m pytest -q -n 8 --dist loadfile -p no:cacheprovider -rfE --ignore tests/test_docs_browser.py tests \
     > "$W/suite.log" 2>&1
   echo "exit $?"; tail -30 "$W/suite.log"; tail -1 "$W/suite.log" >> "$W/tests_summary.txt"
+}
+
+profile() {
+  # where the device-decode step's GPU time goes: torch.profiler over a few batches of its loader alone
+  local a=(--data out/gpu_bench_data/train)
+  [ -d out/gpu_bench_data/train ] || a=(--data "$DATA/train")
+  [ -n "$CPU" ] && a+=(--device cpu --batch-size 8 --workers 2 --warmup 1 --batches 2)
+  capped "$(cap 60)" "$PY" bench/profile_device_step.py "${a[@]}" 2>&1 | tee "$W/profile_device_step.txt" | tail -40
 }
 
 timeline() {
@@ -298,12 +309,12 @@ pack() {  # W into $OUT: summary.json and env.txt beside a tarball of the rest (
 
 case "$step" in
 setup) setup ;;
-model | data | train | bench | tests | timeline)
+model | data | train | bench | profile | tests | timeline)
   setup || exit 1
   "$step" "$@"; rc=$?
   [ -n "${GPU_RUN_NO_PACK:-}" ] || { summary >/dev/null; pack; }
   exit $rc ;;
 summary) summary ;;  # plain Python: no kit needed
 pack) pack ;;
-*) echo "gpu_run: unknown step $step (setup, model, data, train, bench, tests, summary, timeline)"; exit 2 ;;
+*) echo "gpu_run: unknown step $step (setup, model, data, train, bench, profile, tests, summary, timeline)"; exit 2 ;;
 esac

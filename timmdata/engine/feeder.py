@@ -62,12 +62,9 @@ class CudaLane:
         self.device, self.stream = device, None
 
     def prepare(self, step: Callable, batch, mark) -> tuple:
-        "(the step's output, its ready event): queued on the side stream, after the consumer's work queued so far."
+        "(the step's output, its ready event): queued on the side stream, with no wait for the consumer's work."
         if self.stream is None:
             self.stream = torch.cuda.Stream(device=self.device)  # one stream: timm issue 2781
-        self.stream.wait_stream(
-            torch.cuda.current_stream(self.device)
-        )  # never write memory the consumer's queued work reads
         with torch.cuda.stream(self.stream):
             out = step(batch, mark)
             ready = torch.cuda.Event()

@@ -328,6 +328,7 @@ def decode_batch(
     size: tuple,  # output (h, w)
     device: torch.device,  # where to decode and resize
     channels: int = 3,  # output channels (3: RGB)
+    decode_stream=None,  # CUDA: a stream that runs nothing but this decoder (None: the current stream, idled first)
 ) -> tuple:
     "(uint8 (N, C, h, w) batch on `device`, decoded, cropped, resized and flipped; rows the CPU decoded)."
     plans, off, pix_rows = packed['plans'], packed['offsets'].tolist(), packed['pixel_rows'].tolist()
@@ -337,11 +338,24 @@ def decode_batch(
     srcs = [packed['data'][off[i] : off[i + 1]] for i in range(len(off) - 1)]
     if srcs and device.type == 'cuda':
         # nvJPEG's hardware engine writes its outputs before the work queued on its stream has run, into blocks the
-        # caching allocator may hand out while queued kernels still use them (NaNs, wrong targets: TorchCodec's
-        # pull request 1634). The stream is left idle first; the step runs in a thread of its own (`ThreadLane`), so
-        # this wait holds that thread, not the training step
-        torch.cuda.current_stream(device).synchronize()
-    imgs, slow = decode_jpegs(srcs, device)
+        # caching allocator may hand out while queued kernels still use them (NaNs, wrong targets: TorchCodec's pull
+        # request 1634). So it runs on a stream with nothing queued: `decode_stream`, which holds only the decoder's
+        # own work (waited for), each decoded image marked as used by the current stream (`record_stream`), so that
+        # its memory goes back to the decoder only once the resize that reads it has run; else the current stream,
+        # left idle first (a host wait)
+        cur = torch.cuda.current_stream(device)
+        if decode_stream is None:
+            cur.synchronize()
+            imgs, slow = decode_jpegs(srcs, device)
+        else:
+            decode_stream.synchronize()  # nothing of its own left queued (the decoder waits for its work anyway)
+            with torch.cuda.stream(decode_stream):
+                imgs, slow = decode_jpegs(srcs, device)
+            cur.wait_stream(decode_stream)
+            for im in imgs:
+                im.record_stream(cur)
+    else:
+        imgs, slow = decode_jpegs(srcs, device)
     if jpeg_rows:  # every box resized and flipped in a few batched calls, the taps made there (`crop_resize_flip`)
         crop_resize_flip(imgs, plans[jpeg_rows], out, jpeg_rows)
     if pix_rows:  # decoded, resized and flipped in the workers
@@ -375,13 +389,11 @@ class DeviceDecodeStep:
         self.samples = 0
         self.split = [0] * len(SPLIT)  # samples by where they were decoded (`SPLIT`)
         self.stats = None  # the loader's `LoaderStats`, where the split is shown (`info['decode']`); set by the loader
-        self._noise = (
-            None  # the erasing noise's generator on a GPU: the step's own (it runs beside the training thread)
-        )
+        self._decode_stream = None  # CUDA: the decoder's own stream (`decode_batch`)
 
     @property
     def ahead(self) -> int:
-        return 1  # a batch made while the consumer uses the one before (in the step's thread on the CPU, on the side stream on CUDA)
+        return 1  # a batch made (in the step's own thread) while the consumer uses the one before
 
     def shares(self) -> dict:
         "Where the samples so far were decoded: {'images': n, then each `SPLIT` row's share}."
@@ -394,7 +406,9 @@ class DeviceDecodeStep:
     def feed(self, batch, key: Optional[int] = None) -> tuple:
         "One batch's device work: (float batch, targets); its random draws seeded from the batch's `key`."
         (packed, y), ops = batch, self.ops
-        x, slow = decode_batch(packed, self.size, self.device, ops.channels)
+        if self._decode_stream is None and self.device.type == 'cuda':
+            self._decode_stream = torch.cuda.Stream(device=self.device)
+        x, slow = decode_batch(packed, self.size, self.device, ops.channels, self._decode_stream)
         kinds = torch.bincount(packed['kinds'].long(), minlength=len(SPLIT)).tolist()
         refused = len(slow) - len(packed['pixel_rows'])  # `slow`: the worker's rows, then those the device refused
         kinds[0], kinds[-1] = kinds[0] - refused, kinds[-1] + refused
@@ -415,12 +429,9 @@ class DeviceDecodeStep:
 
     def _erase(self, x: torch.Tensor, key: Optional[int]) -> torch.Tensor:
         "Erasing, its boxes from the step's generator; on CUDA its 'rand'/'pixel' noise from the step's own device generator, seeded from the batch's key."
-        ops = self.ops
-        if key is not None and x.device.type == 'cuda' and ops.random_erasing.mode != 'const':
-            if self._noise is None:
-                self._noise = torch.Generator(device=x.device)
-            ops.random_erasing.noise_generator = self._noise.manual_seed(mix_seed(key, _STEP))
-        return ops.erase(x)
+        if key is not None:
+            self.ops.seed_noise(mix_seed(key, _STEP))
+        return self.ops.erase(x)
 
     @property
     def mixup_enabled(self) -> bool:

@@ -222,7 +222,10 @@ class BatchOps:
     "The batch step on one device: uint8 NCHW -> float, (jittered,) normalised, erased, cast; its settings and generator."
 
     devices = ('cpu', 'cuda')  # the device types with a back end
-    own_thread = False  # for `PrefetchLoader`: the step runs in the consumer's thread (a side stream on a GPU)
+    # for `PrefetchLoader`: on a GPU the step runs in a thread of its own with its own stream (`ThreadLane`): a copy from
+    # pageable memory (timm's train.py does not pin) and the release of the worker's shared batch memory then hold that
+    # thread, not the training loop; on the CPU it runs in the consumer's thread
+    own_thread = property(lambda self: self.is_cuda)
 
     def __init__(
         self,
@@ -267,6 +270,7 @@ class BatchOps:
             raise ValueError(f"color_jitter needs 1 or 3 channels; got channels={channels}")
         self._gray = GRAY_WEIGHTS if channels == 3 else (1.0,)
         self.generator = torch.Generator().manual_seed(rank_seed(seed))
+        self._noise = None  # on a GPU, the erasing noise's own generator (`seed_noise`)
         self.random_erasing = (
             RandomErasing(
                 probability=re_prob, mode=re_mode, max_count=re_count, num_splits=re_num_splits, device=self.device
@@ -335,10 +339,16 @@ class BatchOps:
         seed = mix_seed(key, _PREFETCH)
         self.seed(seed)
         self.erasing_from_generator()  # keyed batches: the erasing draws from the seeded generator too
-        if not (self.is_cuda and self.random_erasing is not None and self.random_erasing.mode != 'const'):
-            return self.backend.prepare(x, y)
-        with cuda_rng_seeded(self.device, seed):  # on a GPU the erasing noise comes from the device's generator
-            return self.backend.prepare(x, y)
+        self.seed_noise(seed)
+        return self.backend.prepare(x, y)
+
+    def seed_noise(self, seed: int):
+        "On a GPU, the erasing's 'rand'/'pixel' noise from this step's own device generator, seeded with `seed`: never torch's global one, which the training thread draws from."
+        re = self.random_erasing
+        if self.is_cuda and re is not None and re.mode != 'const':
+            if self._noise is None:
+                self._noise = torch.Generator(device=self.device)
+            re.noise_generator = self._noise.manual_seed(seed)
 
     @property
     def mixup_enabled(self) -> bool:
