@@ -8,7 +8,7 @@ missing or cut short gives nulls, so a partial run still has its summary.
      "loader":          {"train": {"timm", "cpu", "device", "store"}, "eval": {...}},    images/s, the loaders alone
      "cpu_ms_per_img":  {"train": {...}, "eval": {...}},                                  CPU ms per image, the same runs
      "train_py":        {"model_alone": images/s, "model_alone_nosync": images/s,
-                         "timm" | "timmdata" | "timmdata_device":
+                         "timm" | "timmdata" | "timmdata_device" | "same_batch":
                              {"img_s", "gpu_busy", "data_wait", "data_wait_share", "main_cores", "worker_cores",
                               "total_cores", "exit"}},
      "data", "steps", "tests"}
@@ -19,7 +19,8 @@ the median step rate of the last epoch after its first 10 steps; gpu_busy, NVML'
 span; data_wait, the median seconds a step waited for its batch (train.py's `Data`), data_wait_share their sum over
 the steps' time; cores, CPU seconds per second of the training process and of its workers (/proc). model_alone
 (bench/model_alone.py): the training step alone on a batch already on the device (loss.item() each step, as
-train.py; _nosync without it). Plain Python: no torch import, a second or less."""
+train.py; _nosync without it). same_batch: train.py itself handed one batch already on the device every step (its
+own ceiling: `tools/timm_script.py --data same-batch`). Plain Python: no torch import, a second or less."""
 
 import argparse
 import json
@@ -28,7 +29,7 @@ import re
 from pathlib import Path
 
 KEYS = {'timm': 'timm', 'cpu': 'timmdata_cpu', 'device': 'timmdata_device', 'store': 'timmdata_store'}
-LOADERS = {'timm': 'timm', 'timmdata': 'timmdata', 'timmdata_device': 'timmdata-device'}
+LOADERS = {'timm': 'timm', 'timmdata': 'timmdata', 'timmdata_device': 'timmdata-device', 'same_batch': 'same-batch'}
 
 
 def _json(p: Path):

@@ -7,7 +7,10 @@ and reports what the training steps measured in their steady state (tools/gpu_ru
 
 --data timm: timm's own `timm.data`. timmdata: `timm.data` is timmdata, through the import hook of
 tools/run_timm_data_tests.py (the one-import change). timmdata-device: the same with `create_loader(...,
-decode_device='cuda')`, the one argument a user adds to decode on the GPU.
+decode_device='cuda')`, the one argument a user adds to decode on the GPU. same-batch: train.py's own ceiling, no
+loading at all: its training loader hands out the first batch timmdata's loader made, already on the device, as many
+times an epoch as that loader has batches (evaluation reads its real loader): what train.py's loop reaches when the
+data is never waited for, its own per-step work (logging, the scaler's and the loss's waits) included.
 
 The measured span is the last epoch (train.py's `--epochs`) after its first `--skip-steps` steps; run train.py with
 `--log-interval 1` so that each step has its line (`Train: E [i/N] ... Time: s, R/s (avg s, avg R/s) ... Data: d (avg)`).
@@ -324,6 +327,27 @@ class Measure(logging.Handler):
         }
 
 
+class SameBatch:
+    "A training loader's first batch (on the device), handed out `len(loader)` times an epoch; the rest is the loader's."
+
+    def __init__(self, loader):
+        self._loader, self._batch = loader, None
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __iter__(self):
+        if self._batch is None:
+            it = iter(self._loader)
+            self._batch = next(it)
+            del it  # its workers stop (or, persistent, wait): nothing is loaded after this
+        for _ in range(len(self._loader)):
+            yield self._batch
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__['_loader'], name)
+
+
 def _last_epoch(args: list) -> int:
     "train.py's last epoch from its arguments (`--epochs N`: epochs 0 to N-1; timm's default 300)."
     for i, a in enumerate(args):
@@ -335,8 +359,8 @@ def _last_epoch(args: list) -> int:
 
 
 def run(data: str, report: Path, script: Path, args: list, skip: int = 10, profile: Path | None = None) -> int:
-    if data not in ('timm', 'timmdata', 'timmdata-device'):
-        sys.exit(f'timm_script: --data {data!r}: one of timm, timmdata, timmdata-device')
+    if data not in ('timm', 'timmdata', 'timmdata-device', 'same-batch'):
+        sys.exit(f'timm_script: --data {data!r}: one of timm, timmdata, timmdata-device, same-batch')
     m = Measure(_last_epoch(args), skip, profile, data)
     if data != 'timm':
         sys.path.insert(0, str(Path(__file__).parent))
@@ -355,7 +379,10 @@ def run(data: str, report: Path, script: Path, args: list, skip: int = 10, profi
         @functools.wraps(timmdata.create_loader)
         def create_loader(dataset, *a, **kw):
             ld = make(dataset, *a, **kw)
-            m.loaders.append((bool(kw.get('is_training', a[2] if len(a) > 2 else False)), ld))
+            training = bool(kw.get('is_training', a[2] if len(a) > 2 else False))
+            if data == 'same-batch' and training:
+                ld = SameBatch(ld)
+            m.loaders.append((training, ld))
             return ld
 
         timmdata.create_loader = create_loader  # train.py's `from timm.data import create_loader` finds this one
@@ -440,7 +467,7 @@ def steady_summary(reports: list) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('--data', default='timmdata', help='timm, timmdata or timmdata-device')
+    ap.add_argument('--data', default='timmdata', help='timm, timmdata, timmdata-device or same-batch')
     ap.add_argument('--report', type=Path, help='write the measurements here (JSON)')
     ap.add_argument('--skip-steps', type=int, default=10, help="the last epoch's steps left out of the span (warm-up)")
     ap.add_argument(
