@@ -1539,8 +1539,10 @@ static PyObject *warp_affine(PyObject *self, PyObject *args) {
     double *ax = NULL;
     uint8_t *packed = NULL, fill[3] = {0, 0, 0};
     if (v.ndim != 3 || v.itemsize != 1 || (v.shape[2] != 1 && v.shape[2] != 3) || v.strides[2] != 1 || v.strides[1] != v.shape[2]
-        || v.strides[0] < v.shape[1] * v.shape[2] || v.shape[0] < 1 || v.shape[1] < 1) {
-        PyErr_SetString(PyExc_ValueError, "warp_affine: src must be uint8 HWC (C = 1 or 3) with packed pixels in each row");
+        || v.strides[0] < v.shape[1] * v.shape[2] || v.shape[0] < 1 || v.shape[1] < 1
+        || v.shape[0] > INT_MAX / 4 || v.shape[1] > INT_MAX / 4) {  /* the sizes aug_image_ok allows: int arithmetic */
+        PyErr_SetString(PyExc_ValueError, "warp_affine: src must be uint8 HWC (C = 1 or 3) with packed pixels in each row, "
+                        "each side below 2**29 pixels");
         goto done;
     }
     const int H = (int)v.shape[0], W = (int)v.shape[1], C = (int)v.shape[2];
@@ -1879,10 +1881,13 @@ done:
  * (ww, fw), the ends extended; `passes` times, from `src` into `dst` through `tmp` (each n * m). All m lines move
  * together, so the arithmetic vectorises across them. */
 static HOT void aug_box_axis(const uint8_t *src, uint8_t *dst, uint8_t *tmp, int n, size_t m, float fr, int passes, uint32_t *acc) {
-    const int radius = (int)fr;
+    /* 64-bit: a radius up to Pillow's bound (2**31) never overflows an index; the sums Pillow makes in int wrap modulo
+     * 2**32 into its unsigned accumulators, as the casts below do */
+    const int64_t radius = (int64_t)fr;
     const uint32_t ww = (uint32_t)((uint32_t)(1 << 24) / (fr * 2 + 1));
-    const uint32_t fw = ((1 << 24) - (radius * 2 + 1) * ww) / 2;
-    const int lastx = n - 1, edgeA = radius + 1 < n ? radius + 1 : n, edgeB = n - radius - 1 > 0 ? n - radius - 1 : 0;
+    const uint32_t fw = (uint32_t)((1u << 24) - (uint32_t)(radius * 2 + 1) * ww) / 2;
+    const int lastx = n - 1, edgeA = radius + 1 < n ? (int)(radius + 1) : n;
+    const int edgeB = n - radius - 1 > 0 ? (int)(n - radius - 1) : 0;
     for (int pass = 0; pass < passes; pass++) {
         const uint8_t *in = pass == 0 ? src : ((passes - pass) % 2 ? tmp : dst);
         uint8_t *out = (passes - 1 - pass) % 2 ? tmp : dst;  /* the last pass writes dst */
@@ -1939,6 +1944,16 @@ static PyObject *aug_gaussian_blur(PyObject *self, PyObject *args) {
     float radius;
     if (!PyArg_ParseTuple(args, "Of", &src, &radius)) return NULL;
     if (!(radius >= 0)) { PyErr_SetString(PyExc_ValueError, "aug_gaussian_blur: radius must be >= 0"); return NULL; }
+    /* the box blur's radius (Pillow's from the Gaussian's, in float) below 2**31, as Pillow bounds it ("radius too
+     * large"): a larger one, infinity or NaN is refused */
+    const float fr_checked = radius == 0 ? 0.0f : aug_box_radius(radius, 3);
+    if (!(fr_checked >= 0 && fr_checked < (float)INT_MAX)) {
+        PyObject *r = PyFloat_FromDouble((double)radius);
+        if (r) PyErr_Format(PyExc_ValueError, "aug_gaussian_blur: radius %R too large (its box blur's radius must be "
+                            "below 2**31, as Pillow's)", r);
+        Py_XDECREF(r);
+        return NULL;
+    }
     Py_buffer v;
     if (PyObject_GetBuffer(src, &v, PyBUF_STRIDES) < 0) return NULL;
     PyObject *out = NULL;
@@ -1952,7 +1967,7 @@ static PyObject *aug_gaussian_blur(PyObject *self, PyObject *args) {
     uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
     uint32_t *acc = (uint32_t *)(tmp + ((2 * N + 15) & ~(size_t)15));
     Py_BEGIN_ALLOW_THREADS
-    const float fr = radius == 0 ? 0.0f : aug_box_radius(radius, 3);
+    const float fr = fr_checked;
     if (fr == 0) {
         for (int y = 0; y < H; y++) memcpy(dst + y * ds, (const uint8_t *)v.buf + (size_t)y * v.strides[0], ds);
     } else {  /* along the rows (on the transposed image), then along the columns, as Pillow */

@@ -61,10 +61,12 @@ def runs(tmp_path_factory):
                   'bad_option': ['cache', str(damaged), str(out / 's3'), '--format', 'png'],
                   'bad_workers': ['cache', str(damaged), str(out / 's4'), '--workers', '-1']},
         'check': {'damaged': ['check', str(damaged), '--workers', '0', '--no-progress'], 'missing': ['check', '/nonexistent'],
-                  'empty': ['check', str(empty_dir)], 'bad_option': ['check', str(damaged), '--workers', '-1']},
+                  'empty': ['check', str(empty_dir)], 'bad_option': ['check', str(damaged), '--workers', '-1'],
+                  'bad_split': ['check', str(clean), '--split', 'tain', '--no-progress']},
         'shards': {'damaged': ['shards', str(damaged), str(out / 'sh'), '--resize', '32', '--no-progress'],
                    'missing': ['shards', '/nonexistent', str(out / 'sh1')], 'empty': ['shards', str(empty_dir), str(out / 'sh2')],
-                   'bad_option': ['shards', str(damaged), str(out / 'sh3'), '--shard-size', '0']},
+                   'bad_option': ['shards', str(damaged), str(out / 'sh3'), '--shard-size', '0'],
+                   'bad_split': ['shards', str(clean), str(out / 'sh4'), '--split', 'tain', '--no-progress']},
         'profile': {'damaged': ['profile', str(damaged / 'train'), '--batches', '2', '--batch-size', '2', '--workers', '0'],
                     'missing': ['profile', '/nonexistent'], 'empty': ['profile', str(empty_dir)],
                     'bad_option': ['profile', str(damaged), '--worker-mode', 'fiber']},
@@ -191,6 +193,15 @@ def test_each_command_missing_root_and_empty_folder_one_line(runs, cmd):
 def test_each_command_bad_option_is_a_usage_error(runs, cmd):
     status, _, err = per_command(runs)[f'{cmd}/bad_option']
     assert status == 2 and 'Traceback' not in err and err.splitlines()[-1].startswith(f'timmdata {cmd}: error: '), (cmd, err)
+
+
+@pytest.mark.parametrize('cmd', ['check', 'shards'])
+def test_misspelt_split_is_one_line_naming_the_splits(runs, cmd):
+    "--split tain beside train/ and val/: one line naming the splits there and the closest, nothing read or written"
+    status, out, err = per_command(runs)[f'{cmd}/bad_split']
+    assert status == 2 and len(err.splitlines()) == 1 and 'Traceback' not in err, (cmd, status, err)
+    assert err.startswith(f"timmdata {cmd}: no split 'tain' under ") and "'train', 'val'; did you mean 'train'?" in err, err
+    assert not (Path(json.loads(runs['cases'].args[-1])['shards']['bad_split'][2])).exists()
 
 
 def test_cache_bad_workers_stops_before_any_work(runs):

@@ -174,3 +174,40 @@ def test_split_synonyms_in_tar_and_store_roots(tmp_path):
         for split in ('validation', 'eval', 'val'):
             r = create_reader(str(root), split=split)
             assert (type(r).__name__, len(r)) == (kind, 4), (root, split, r)
+
+
+def _last_own_frame(e: BaseException):
+    "The last frame of a traceback that is not timmdata's own code: where the user's call is."
+    import traceback
+    lib = str(Path(create_dataset.__wrapped__.__code__.co_filename).parent)
+    return [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(lib)][-1]
+
+
+def test_misspelt_split_is_an_error_at_the_users_call(root):
+    "A split the root does not hold, beside train/ and val/, is a ValueError at the call that named it, naming the splits and the closest; never all of root read as one, never a warning."
+    import warnings
+    from timmdata.dataset import ImageDataset
+    from timmdata.readers import SplitNotFoundError
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # no warning either: the error is the only thing it says
+        with pytest.raises(ValueError) as by_factory:
+            create_dataset('', root=str(root), split='tain')
+        with pytest.raises(ValueError) as by_class:
+            ImageDataset(str(root), split='tain')
+        for made_by, e in (("create_dataset('', root=str(root), split='tain')", by_factory),
+                           ("ImageDataset(str(root), split='tain')", by_class)):
+            assert isinstance(e.value, SplitNotFoundError)
+            assert "holds the splits 'train', 'val'; did you mean 'train'?" in str(e.value), e.value
+            frame = _last_own_frame(e.value)  # the user's line that called it, and nothing of theirs after it
+            assert frame.filename == __file__ and frame.line == made_by, (frame, frame.line)
+        assert len(create_dataset('', root=str(root), split='validation')) == 8  # a synonym of val/: as before
+        assert len(create_dataset('', root=str(root / 'train'), split='tain')) == 16  # class folders: timm reads them as they are
+        assert len(create_dataset('', root=str(root), split=None)) == len(ImageDataset(str(root), split='')) == 24
+
+
+def test_misspelt_split_timm_would_mix(root):
+    "What the error prevents: timm reads all of root for a split it does not find, train/ and val/ as one set."
+    timm_data = pytest.importorskip('timm.data')
+    assert len(timm_data.create_dataset('', root=str(root), split='tain')) == 24
+    with pytest.raises(ValueError, match="did you mean 'train'"):
+        create_dataset('', root=str(root), split='tain')

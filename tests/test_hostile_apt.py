@@ -26,6 +26,8 @@ def test_apt_ignores_the_machines_keys_and_valid_until_overrides():
     assert out.returncode == 0, out.stderr
     conf = dict(re.findall(r'^(\S+) "(.*)";$', out.stdout, re.M))
     assert conf.get('Acquire::Check-Valid-Until') == 'true', conf.get('Acquire::Check-Valid-Until')
+    # lists without a Valid-Until (Ubuntu's) are bounded by their own Date: an old signed list is not replayed
+    assert 0 < int(conf.get('Acquire::Max-ValidTime', 0)) <= 400 * 86400, conf.get('Acquire::Max-ValidTime')
     for k in (
         'Acquire::AllowInsecureRepositories',
         'Acquire::AllowDowngradeToInsecureRepositories',

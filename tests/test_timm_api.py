@@ -14,7 +14,6 @@ import timmdata
 # Names of a timm.data submodule that timmdata keeps elsewhere, with the reason (the top-level name exists).
 SUBMODULE_ELSEWHERE = {
     ('dataset', 'IterableImageDataset'): 'timmdata.streams.streaming (the stream dataset imports timmdata.dataset: no import circle)',
-    ('transforms', 'RandomPad'): 'timmdata.transforms_factory (transforms.py is at the 400-line module limit)',
 }
 # Defaults that differ on purpose: None = "decide from the machine" where timm hard-codes a CUDA setting.
 DEFAULTS_DIFFER = {

@@ -22,12 +22,12 @@ from timmdata.constants import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMA
                                 IMAGENET_DPN_MEAN, IMAGENET_DPN_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, DEFAULT_CROP_PCT,
                                 DEFAULT_CROP_MODE)
 from timmdata.transforms import (RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad, RandomCropOrPad,
-                                 TrimBorder, MaybeToTensor, MaybePILToTensor, ToTensor, ToNumpy, center_crop_or_pad, crop_or_pad,
+                                 TrimBorder, RandomPad, MaybeToTensor, MaybePILToTensor, ToTensor, ToNumpy, center_crop_or_pad, crop_or_pad,
                                  str_to_interp_mode, str_to_pil_interp, interp_mode_to_str)
 from timmdata.transforms import SampleTransform  # a new transform: it declares its input and takes the sample's draws
 from timmdata.auto_augment import (RandAugment, AutoAugment, rand_augment_ops, rand_augment_transform, auto_augment_policy,
                                    auto_augment_transform)
-from timmdata.transforms_factory import create_transform, RandomPad
+from timmdata.transforms_factory import create_transform
 from timmdata.random_erasing import RandomErasing
 from timmdata.mixup import Mixup, FastCollateMixup
 from timmdata.engine.collate import fast_collate

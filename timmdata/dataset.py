@@ -214,7 +214,7 @@ class ImageDataset(BadSamples, DecodeTransform, torch.utils.data.Dataset):
         self,
         root,  # dataset root (folder, .tar, folder of .tars, .csv, cache store), see `create_reader`
         reader: 'Optional[Union[Reader, str]]' = None,  # a `Reader`, or a reader kind ('folder', 'tar', 'csv', 'store'), or None to guess
-        split: str = 'train',  # split folder to look for under root (timm's synonyms too); root itself if absent
+        split: str = 'train',  # split folder under root (timm's synonyms too): root itself when it holds none, an error when it holds others
         class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices
         load_bytes: bool = False,  # return the file's raw bytes instead of decoding
         input_img_mode: str = 'RGB',  # PIL mode images are converted to

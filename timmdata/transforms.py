@@ -61,7 +61,7 @@ __all__ = ['INPUT_FORMATS', 'TakesInput', 'SampleTransform', 'transform_input', 
            'hflip', 'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy',
            'shorter_edge_size', 'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'RandomHorizontalFlip',
            'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder',
-           'Compose', 'takes_draws']
+           'RandomPad', 'Compose', 'takes_draws']
 
 # %% ../nbs/10_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
@@ -605,6 +605,34 @@ class TrimBorder(SampleTransform):
 
     def __repr__(self):
         return f"{type(self).__name__}(border_size={self.border_size})"
+
+
+class RandomPad(SampleTransform):
+    "Pad to at least `input_size` (h, w), the padding of each axis split at random between its two sides (timm's `RandomPad`); PIL images or uint8 tensors."
+
+    input_format = 'tensor'
+
+    def __init__(
+        self,
+        input_size,  # the least (h, w) the image is padded to
+        fill=0,  # pad value: int or per-channel tuple (0-255)
+    ):
+        self.input_size, self.fill = input_size, fill
+
+    @staticmethod
+    def get_params(img, input_size, rng: Draws = GLOBAL_DRAWS) -> tuple:
+        "(left, top, right, bottom) padding, the left and top drawn as timm draws them."
+        h, w = image_hw(img)
+        dw, dh = max(input_size[1] - w, 0), max(input_size[0] - h, 0)
+        left, top = rng.py.randint(0, dw), rng.py.randint(0, dh)
+        return left, top, dw - left, dh - top
+
+    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
+        return _pad(img, self.get_params(img, self.input_size, rng), self.fill)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(input_size={self.input_size}, fill={self.fill})"
+
 
 # %% ../nbs/10_transforms.ipynb #a7c31e51
 from .pixels.decode import NATIVE as _NATIVE

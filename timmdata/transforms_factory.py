@@ -48,8 +48,7 @@ from timmdata.naflex_transforms import (
 
 # %% auto #0
 __all__ = ['TRAIN_CROP_MODES', 'transforms_noaug_train', 'transforms_imagenet_train', 'transforms_imagenet_eval',
-           'RandomVerticalFlip', 'ColorJitter', 'RandomGrayscale', 'GaussianBlur', 'RandomApply', 'RandomPad',
-           'create_transform']
+           'RandomVerticalFlip', 'ColorJitter', 'RandomGrayscale', 'GaussianBlur', 'RandomApply', 'create_transform']
 
 # %% ../nbs/18_transforms_factory.ipynb #0095e777
 TRAIN_CROP_MODES = ('rrc', 'rkrc', 'rkrr')
@@ -349,33 +348,6 @@ class RandomApply(tvt.RandomApply, SampleTransform):
         for t in self.transforms:
             img = t(img, rng) if isinstance(t, SampleTransform) and t.takes_rng else t(img)
         return img
-
-# %% ../nbs/18_transforms_factory.ipynb #b55dab58
-class RandomPad(SampleTransform):
-    "Pad to at least `input_size` (h, w) with `fill`, the image at a random offset (timm's; PIL image or tensor)."
-
-    input_format = 'tensor'
-
-    def __init__(
-        self,
-        input_size,  # (h, w) to reach
-        fill=0,
-    ):  # padding value
-        self.input_size, self.fill = input_size, fill
-
-    @staticmethod
-    def get_params(img, input_size, rng: Draws = GLOBAL_DRAWS) -> tuple:
-        "(left, top, right, bottom) padding: the missing width and height split at random."
-        w, h = TF.get_image_size(img)
-        dw, dh = max(input_size[1] - w, 0), max(input_size[0] - h, 0)
-        left, top = rng.py.randint(0, dw), rng.py.randint(0, dh)
-        return left, top, dw - left, dh - top
-
-    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return TF.pad(img, list(self.get_params(img, self.input_size, rng)), self.fill)
-
-    def __repr__(self):
-        return f"{type(self).__name__}(input_size={self.input_size}, fill={self.fill})"
 
 # %% ../nbs/18_transforms_factory.ipynb #cd54fe37
 @names_keywords()  # a misspelt keyword: the closest one named

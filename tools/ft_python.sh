@@ -27,6 +27,10 @@ stamp() { echo "$1 $(date +%s) $(date -u +%FT%TZ)" >> "$FT/times.txt"; }
 # Dir::Etc::Parts and Dir::Etc::main at empty places, so the machine's apt.conf.d is never read (an
 # Acquire::Check-Valid-Until "false" there would let a mirror replay an older signed list, with its older packages),
 # and Dir::Etc::Trusted and TrustedParts at empty ones, so no key of the machine's trusted.gpg(.d) signs for anything.
+# Check-Valid-Until refuses only a list that carries a Valid-Until field; Ubuntu's carry none, so Max-ValidTime
+# bounds every list's age from its own Date: a signed list older than FT_MAX_LIST_DAYS days (400: an Ubuntu release
+# pocket's list is dated its release day, and a year and a month covers the current release) is refused, never
+# replayed (with its older packages) by a mirror.
 # `bash tools/ft_python.sh apt-config` prints the configuration (what tests/test_hostile_apt.py checks).
 DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 apt_private() {
@@ -37,7 +41,8 @@ apt_private() {
     APTO=(-o "Dir::Etc::SourceList=$FT/apt/sources.list" -o "Dir::Etc::SourceParts=$FT/apt/empty.d"
           -o "Dir::State::Lists=$FT/apt/lists" -o "Dir::Cache=$FT/apt/cache"
           -o "Dir::Etc::Trusted=$FT/apt/empty.d/none.gpg" -o "Dir::Etc::TrustedParts=$FT/apt/empty.d"
-          -o "Acquire::Check-Valid-Until=true" -o "Acquire::AllowInsecureRepositories=false"
+          -o "Acquire::Check-Valid-Until=true" -o "Acquire::Max-ValidTime=$((${FT_MAX_LIST_DAYS:-400} * 86400))"
+          -o "Acquire::AllowInsecureRepositories=false"
           -o "Acquire::AllowDowngradeToInsecureRepositories=false" -o "APT::Get::AllowUnauthenticated=false")
 }
 

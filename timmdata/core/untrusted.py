@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Optional
 
 # %% auto #0
-__all__ = ['MAX_JSON_BYTES', 'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPLE_BYTES', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH',
+__all__ = ['MAX_JSON_BYTES', 'DIR_FDS', 'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPLE_BYTES', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH',
            'MAX_PARTITIONS', 'UnsafeNameError', 'relative_name', 'inside', 'walk_tree', 'UnsafeFileError',
-           'create_exclusive', 'atomic_write', 'shared_folder', 'lock_holder', 'kept_folder', 'FileTooLargeError',
-           'regular_fd', 'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count', 'check_info',
-           'ResumeStateError', 'state_error', 'check_fields', 'did_you_mean', 'choice_error', 'keywords_of',
-           'unknown_keyword', 'keyword_error', 'names_keywords']
+           'create_exclusive', 'atomic_write', 'shared_folder', 'lock_holder', 'kept_folder', 'kept_folder_fd',
+           'FileTooLargeError', 'regular_fd', 'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count',
+           'check_info', 'ResumeStateError', 'state_error', 'check_fields', 'did_you_mean', 'choice_error',
+           'keywords_of', 'unknown_keyword', 'keyword_error', 'names_keywords']
 
 # %% ../../nbs/core/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -159,14 +159,17 @@ def shared_folder(path: str) -> bool:
         return False
 
 
-def lock_holder(fd: int) -> str:
+def lock_holder(fd: int, locks: str = '/proc/locks') -> str:
     "Who holds the lock on the file `fd` as Linux lists it (`/proc/locks`): ': process 123 of uid 1000 (another user)', or '' where it cannot tell."
     try:
         st = os.fstat(fd)
-        with open('/proc/locks') as f:
+        # a lock's file as Linux names it: MAJOR:MINOR:INODE, the device in hex; an inode alone may be another file
+        # system's (a stranger named), so the device must match too
+        me = f'{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}'
+        with open(locks) as f:
             for line in f:
                 parts = line.split()
-                if len(parts) > 5 and parts[1] == 'FLOCK' and parts[5].rsplit(':', 1)[-1] == str(st.st_ino):
+                if len(parts) > 5 and parts[1] == 'FLOCK' and parts[5] == me:
                     pid = int(parts[4])
                     try:
                         uid = os.stat(f'/proc/{pid}').st_uid
@@ -196,6 +199,30 @@ def kept_folder(
     mine = not hasattr(os, 'getuid') or st.st_uid == os.getuid()
     return stat.S_ISDIR(st.st_mode) and mine and not st.st_mode & 0o022
 
+
+DIR_FDS = os.open in os.supports_dir_fd and hasattr(os, 'O_DIRECTORY')  # folders usable by descriptor here
+
+
+def kept_folder_fd(
+    folder: str,  # as `kept_folder`
+    make: bool = True,  # make it (0700, its parent too) when missing
+) -> Optional[int]:
+    """A descriptor of `folder`, opened once without following a link (`O_DIRECTORY|O_NOFOLLOW`) and checked through
+    that descriptor (this user's own, others cannot write into it), else None. Files are then made, replaced, listed
+    and read relative to it (`dir_fd`): a folder swapped for a link after the check (its parent another user's) is
+    never written or read through. The caller closes it. None too where the system has no descriptor-relative calls."""
+    if not DIR_FDS or not kept_folder(folder, make):
+        return None
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except OSError:
+        return None  # gone, or a link now
+    st = os.fstat(fd)
+    if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022):
+        os.close(fd)
+        return None
+    return fd
+
 # %% ../../nbs/core/00_untrusted.ipynb #f62dac8a
 class FileTooLargeError(ValueError):
     "A dataset's or a cache's file larger than timmdata reads for its kind (an index, `_info.json`, a manifest)."
@@ -206,12 +233,16 @@ def regular_fd(
     max_bytes: Optional[int] = None,  # a bigger file is a `FileTooLargeError`, raised before anything is read
     what: str = 'file',  # what the file is, for the error ('shard index', '_info.json')
     follow_links: bool = False,  # True for a file the user named (a shard, `_info.json` of the root passed): a link is followed, the target must still be a regular file
+    dir_fd: Optional[int] = None,  # `path` is relative to this open folder (`kept_folder_fd`)
 ) -> int:
     "A descriptor of `path` open for reading, if it is a regular file: opened without following a link and without blocking on a FIFO (`O_NOFOLLOW|O_NONBLOCK`), checked with `fstat`, then made blocking; else `UnsafeFileError` naming it. The one opener of every file timmdata reads from a dataset or a cache (shards read by offset, indexes, spans, cached copies, class maps)."
     try:
-        fd = os.open(path, os.O_RDONLY | (0 if follow_links else _NOFOLLOW) | _NONBLOCK | _CLOEXEC | _BINARY)
+        fd = os.open(
+            path, os.O_RDONLY | (0 if follow_links else _NOFOLLOW) | _NONBLOCK | _CLOEXEC | _BINARY, dir_fd=dir_fd
+        )
     except OSError as e:
-        if not follow_links and (e.errno == errno.ELOOP or (os.path.islink(path) and e.errno != errno.ENOENT)):
+        link = e.errno == errno.ELOOP or (dir_fd is None and os.path.islink(path) and e.errno != errno.ENOENT)
+        if not follow_links and link:
             raise UnsafeFileError(
                 errno.ELOOP,
                 f'{what} {str(path)!r} is a symbolic link: timmdata reads a dataset\'s files only as regular files (replace the link with the file)',
@@ -241,9 +272,10 @@ def open_regular(
     max_bytes: Optional[int] = None,  # a bigger file is a `FileTooLargeError`, raised before anything is read
     what: str = 'file',  # what the file is, for the error ('shard index', '_info.json')
     follow_links: bool = False,  # True for a file the user named: a link is followed, the target must still be a regular file
+    dir_fd: Optional[int] = None,  # `path` is relative to this open folder (`kept_folder_fd`)
 ):
     "`path` open for binary reading, if it is a regular file (`regular_fd`); else `UnsafeFileError` naming it."
-    return open(regular_fd(path, max_bytes, what, follow_links), 'rb', closefd=True)
+    return open(regular_fd(path, max_bytes, what, follow_links, dir_fd), 'rb', closefd=True)
 
 
 def read_regular(
@@ -251,9 +283,10 @@ def read_regular(
     max_bytes: int,  # the most bytes read: a bigger file (or one that grows past it while read) is a `FileTooLargeError`
     what: str = 'file',  # what the file is, for the error
     follow_links: bool = False,  # True for a file the user named (see `open_regular`)
+    dir_fd: Optional[int] = None,  # `path` is relative to this open folder (`kept_folder_fd`)
 ) -> bytes:
     "The bytes of the regular file `path` (see `open_regular`), at most `max_bytes` of them, checked before and while reading."
-    with open_regular(path, max_bytes, what, follow_links) as f:
+    with open_regular(path, max_bytes, what, follow_links, dir_fd) as f:
         size = os.fstat(f.fileno()).st_size
         data = f.read(size + 1)  # read(n) allocates n bytes up front: ask for the file's size, not the cap
         if len(data) > size:

@@ -9,7 +9,7 @@ from typing import Callable, Optional, Union
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 from PIL import Image
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.functional import pil_to_tensor
@@ -31,6 +31,7 @@ from timmdata.transforms import (
     str_to_interp_mode,
 )
 from ..mixup import Mixup
+from .collate import new_uint8
 from .prefetch import BatchOps, PrefetchLoader
 from ..core.runtime import resolve_device, to_device
 from timmdata.config import (
@@ -209,13 +210,7 @@ class DeviceDecodeTransform(SampleTransform):
 def packed_bytes(chunks: list) -> torch.Tensor:
     """The byte strings end to end in one uint8 tensor, one copy: in a DataLoader worker straight into shared memory,
     which the batch is sent through (a tensor in process memory would be copied there once more when sent)."""
-    total = sum(map(len, chunks))
-    if total and get_worker_info() is not None:
-        data = torch.empty(0, dtype=torch.uint8).set_(
-            torch.UntypedStorage._new_shared(total)
-        )  # as torch's collate does
-    else:
-        data = torch.empty(total, dtype=torch.uint8)
+    data = new_uint8((sum(map(len, chunks)),))  # in a worker: in shared memory, as torch's own collate allocates
     arr, pos = data.numpy(), 0
     for c in chunks:
         arr[pos : pos + len(c)] = np.frombuffer(c, np.uint8)

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/engine/37b_watch.ipynb #36b566c1
 from __future__ import annotations
-import argparse, functools, http.server, json, math, os, re, socket, socketserver, sys, tempfile, threading, time
+import argparse, functools, http.server, json, math, os, re, secrets, socket, socketserver, sys, tempfile, threading, time
 import warnings, weakref
 from itertools import count
 from pathlib import Path
@@ -15,7 +15,8 @@ import torch.distributed as dist
 from ..core.settings import setting
 from ..core.torch_compat import default_store, loader_worker_pids
 from ..core.stages import CountsTime, LoaderStats
-from ..core.untrusted import kept_folder, printable, read_regular
+from ..core.untrusted import DIR_FDS, kept_folder, kept_folder_fd, printable, read_regular
+from .metrics_server import MetricsServer
 from ..dataset import ImageDataset
 
 if TYPE_CHECKING:  # for the annotations only: importing timmdata never needs them
@@ -185,53 +186,6 @@ class TensorBoardSink:
         if self._own:
             self.writer.close()
 
-# %% ../../nbs/engine/37b_watch.ipynb #a2a8029f
-class _MetricsServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    "`/metrics` of a `prometheus_client` registry over HTTP: a read timeout on each connection, at most `max_connections` at once."
-
-    daemon_threads, block_on_close = True, False
-
-    def __init__(self, addr: str, port: int, registry, timeout: float = 5.0, max_connections: int = 8):
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest  # optional: timmdata[prometheus]
-
-        self.address_family = socket.AF_INET6 if ':' in addr else socket.AF_INET
-        self.slots = threading.BoundedSemaphore(max_connections)
-
-        class Metrics(http.server.BaseHTTPRequestHandler):
-            def setup(self):
-                self.timeout = timeout  # each read and write on the socket: a half-sent request is dropped
-                super().setup()
-
-            def do_GET(self):
-                if self.path.split('?', 1)[0] not in ('/', '/metrics'):
-                    return self.send_error(404)
-                body = generate_latest(registry)
-                self.send_response(200)
-                self.send_header('Content-Type', CONTENT_TYPE_LATEST)
-                self.send_header('Content-Length', str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
-
-        super().__init__((addr, port), Metrics)
-
-    def process_request(self, request, client_address):
-        if not self.slots.acquire(blocking=False):
-            return self.shutdown_request(request)  # as many as it serves at once: this one is closed
-        try:
-            super().process_request(request, client_address)  # a thread for it
-        except BaseException:
-            self.slots.release()
-            raise
-
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
 # %% ../../nbs/engine/37b_watch.ipynb #2460c435
 # a Prometheus registry -> its timmdata gauges: the sinks of several loaders in one process share one registry
 _GAUGES = weakref.WeakKeyDictionary()
@@ -263,7 +217,7 @@ class PrometheusSink:
         self.gauges = {k: g.labels(**labels) for k, g in _GAUGES[self.registry].items()}
         self.server = self.port = None
         if port is not None:
-            self.server = _MetricsServer(addr, port, self.registry)
+            self.server = MetricsServer(addr, port, self.registry)
             threading.Thread(target=self.server.serve_forever, name='timmdata-metrics', daemon=True).start()
             self.port = self.server.server_port
 
@@ -414,43 +368,57 @@ class Publisher:
     _ids = count()  # the loaders watched in this process
 
     def __init__(self, folder: Optional[Union[str, os.PathLike]] = None):
-        tried, self.folder = [Path(folder)] if folder is not None else watch_dirs(), None
+        tried, self.folder, self.dir_fd = [Path(folder)] if folder is not None else watch_dirs(), None, None
         for d in tried:
             if d is tried[0] and not d.parent.is_dir():  # a folder named where nothing is: a mistyped setting
                 raise FileNotFoundError(f'watch folder {printable(str(d))!r}: its parent folder does not exist')
-            if kept_folder(d, make=True):  # this user's alone (made 0700 where missing; the fallback's parent too)
+            # this user's alone (made 0700 where missing; the fallback's parent too), then used by its descriptor:
+            # swapped for a link later (its parent another user's), nothing goes through the link
+            self.dir_fd = kept_folder_fd(d, make=True)
+            if self.dir_fd is not None or (not DIR_FDS and kept_folder(d, make=True)):
                 self.folder = d
+                if self.dir_fd is not None:
+                    weakref.finalize(self, os.close, self.dir_fd)
                 break
         if self.folder is None:
             raise PermissionError(
                 f"watch folder {' nor '.join(repr(printable(str(d))) for d in tried)} is not a folder only this user can "
                 f'write (another user may have made it): remove it, or set TIMMDATA_WATCH_DIR to a folder of yours'
             )
-        self.path = self.folder / f'{os.getpid()}-{next(self._ids)}.json'
-        for f in os.listdir(self.folder):  # files of processes that died without removing theirs
+        self.name = f'{os.getpid()}-{next(self._ids)}.json'
+        self.path = self.folder / self.name
+        for f in os.listdir(self._at('')):  # files of processes that died without removing theirs
             m = _RECORD_NAME.fullmatch(f)
             if m and not alive(int(m.group(1))):
-                self._unlink(self.folder / f)
+                self._unlink(f)
+
+    def _at(self, name: str):
+        "`name` as the calls take it: relative to the folder's descriptor, else under its path."
+        if self.dir_fd is not None:
+            return name or self.dir_fd
+        return self.folder / name if name else self.folder
 
     def write(self, record: dict):
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix='.', suffix='.tmp')  # exclusive, 0600
+        tmp = f'.{os.getpid()}-{secrets.token_hex(8)}.tmp'
+        fd = os.open(
+            self._at(tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, 'O_NOFOLLOW', 0), 0o600, dir_fd=self.dir_fd
+        )  # exclusive, 0600, never through a link
         try:
             with open(fd, 'w', encoding='utf-8') as f:
                 json.dump(record, f)
-            os.replace(tmp, self.path)
+            os.replace(self._at(tmp), self._at(self.name), src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         except BaseException:
             self._unlink(tmp)
             raise
 
-    @staticmethod
-    def _unlink(p):
+    def _unlink(self, name: str):
         try:
-            os.unlink(p)
+            os.unlink(self._at(name), dir_fd=self.dir_fd)
         except OSError:
             pass
 
     def close(self):
-        self._unlink(self.path)
+        self._unlink(self.name)
 
 # %% ../../nbs/engine/37b_watch.ipynb #aa77bf0c
 _WARNED = set()  # the watch's warnings given in this process: each once
@@ -680,18 +648,24 @@ def read_records(
     "The records of the loaders publishing on this node (running processes only), checked, by rank, process and loader."
     out, now = [], time.time()
     for folder in [Path(folder)] if folder is not None else watch_dirs():
-        if not kept_folder(folder, make=False):
+        fd = kept_folder_fd(folder, make=False)  # read through its descriptor (see `Publisher`)
+        if fd is None and (DIR_FDS or not kept_folder(folder, make=False)):
             continue  # another user's, or one others can write into: nothing there is read
-        for f in sorted(os.listdir(folder)):
-            m = _RECORD_NAME.fullmatch(f)
-            if m is None or not alive(int(m.group(1))):
-                continue
-            try:
-                r = check_record(json.loads(read_regular(folder / f, MAX_RECORD_BYTES, 'watch file')), int(m.group(1)))
-            except (OSError, ValueError, TypeError, RecursionError):
-                continue  # gone meanwhile, half a file of another program, too big, not ours
-            if now - r['time'] <= stale:
-                out.append(r)
+        try:
+            for f in sorted(os.listdir(folder if fd is None else fd)):
+                m = _RECORD_NAME.fullmatch(f)
+                if m is None or not alive(int(m.group(1))):
+                    continue
+                try:
+                    data = read_regular(f if fd is not None else folder / f, MAX_RECORD_BYTES, 'watch file', dir_fd=fd)
+                    r = check_record(json.loads(data), int(m.group(1)))
+                except (OSError, ValueError, TypeError, RecursionError):
+                    continue  # gone meanwhile, half a file of another program, too big, not ours
+                if now - r['time'] <= stale:
+                    out.append(r)
+        finally:
+            if fd is not None:
+                os.close(fd)
     return sorted(out, key=lambda r: (r['rank'], r['pid'], r['name']))
 
 # %% ../../nbs/engine/37b_watch.ipynb #3d1e6269

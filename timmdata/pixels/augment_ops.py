@@ -15,8 +15,8 @@ from .decode import NATIVE
 from .handover import pixels_to_image
 
 # %% auto #0
-__all__ = ['pixels_to_pil', 'native_kernels', 'is_pixels', 'pil_to_pixels', 'on_image', 'warp_affine', 'rotate_matrix', 'shear_x',
-           'shear_y', 'translate_x_abs', 'translate_y_abs', 'translate_x_rel', 'translate_y_rel', 'rotate',
+__all__ = ['pixels_to_pil', 'native_kernels', 'is_pixels', 'pil_to_pixels', 'packed', 'on_image', 'warp_affine', 'rotate_matrix',
+           'shear_x', 'shear_y', 'translate_x_abs', 'translate_y_abs', 'translate_x_rel', 'translate_y_rel', 'rotate',
            'auto_contrast', 'equalize', 'invert', 'solarize', 'posterize', 'contrast', 'color', 'brightness',
            'sharpness', 'solarize_add', 'gaussian_blur', 'gaussian_blur_rand', 'desaturate', 'blend', 'mix_and_blend']
 
@@ -46,11 +46,18 @@ def _pixels(buf, shape) -> np.ndarray:
     return np.frombuffer(buf, np.uint8).reshape(shape)
 
 
+def packed(a: np.ndarray) -> np.ndarray:
+    "`a` as the kernels read it: rows of packed pixels; any other layout `is_pixels` accepts (a flipped view, a column cut from a wider image) copied."
+    h, w, c = a.shape
+    s = a.strides
+    return a if s[2] == 1 and s[1] == c and s[0] >= w * c else a.copy(order='C')
+
+
 def _pixel_op(img, kernel, pil_op):
     "`kernel(module, pixels)` (a native op's bytes) on a uint8 HWC array, and on an RGB or L image through its pixels; Pillow's `pil_op(image)` without the kernels or for other modes. The image comes back as the kind it came in."
     k = native_kernels()
     if isinstance(img, np.ndarray):
-        return _pixels(kernel(k, img), img.shape) if k is not None else pil_to_pixels(pil_op(pixels_to_pil(img)))
+        return _pixels(kernel(k, packed(img)), img.shape) if k is not None else pil_to_pixels(pil_op(pixels_to_pil(img)))
     if k is None or img.mode not in ('RGB', 'L'):
         return pil_op(img)
     a = pil_to_pixels(img)
@@ -122,7 +129,7 @@ def warp_affine(
         if arr:
             return pil_to_pixels(warp_affine(pixels_to_pil(img), matrix, resample, fillcolor))
         return img.transform(img.size, Image.Transform.AFFINE, matrix, resample=resample, fillcolor=fillcolor)
-    a = img if arr else pil_to_pixels(img)
+    a = packed(img) if arr else pil_to_pixels(img)
     out = _pixels(warp(a, tuple(float(v) for v in matrix[:6]), kind, fill), a.shape)
     return out if arr else pixels_to_pil(out)
 
@@ -286,7 +293,7 @@ def blend(
 ):
     "`Image.blend(a, b, alpha)`: of two images, or natively of their pixels (Pillow's bytes)."
     if isinstance(a, np.ndarray):
-        return _pixels(native_kernels().aug_blend(a, b, float(alpha)), a.shape)
+        return _pixels(native_kernels().aug_blend(packed(a), packed(b), float(alpha)), a.shape)
     return Image.blend(a, b, alpha)
 
 
@@ -298,7 +305,8 @@ def mix_and_blend(
 ):
     "AugMix's mixing as timm computes it: the float32 sum of `weights[k] * chains[k]`, clipped and truncated to uint8, then `Image.blend(img, mix, m)`; natively in one pass for pixels (the same float32 operations, so the same bytes)."
     if isinstance(img, np.ndarray):
-        return _pixels(native_kernels().aug_mix(img, chains, [float(w) for w in weights], float(m)), img.shape)
+        chains = [packed(c) for c in chains]
+        return _pixels(native_kernels().aug_mix(packed(img), chains, [float(w) for w in weights], float(m)), img.shape)
     mix = np.zeros(np.asarray(img).shape, dtype=np.float32)
     for w, c in zip(weights, chains):
         mix += w * np.asarray(c, dtype=np.float32)

@@ -5,9 +5,9 @@
 # %% auto #0
 __all__ = ['natural_key', 'unset', 'get_img_extensions', 'is_img_extension', 'add_img_extensions', 'del_img_extensions',
            'set_img_extensions', 'load_class_map', 'Reader', 'NoImagesError', 'FolderReader', 'FileHandle', 'TarReader',
-           'CsvReader', 'find_split', 'split_names', 'timm_split_name', 'register_reader', 'reader_kinds',
-           'create_reader', 'register_scheme', 'MAX_JSON_BYTES', 'UnsafeNameError', 'inside', 'relative_name',
-           'walk_tree']
+           'CsvReader', 'find_split', 'SplitNotFoundError', 'split_names', 'timm_split_name', 'register_reader',
+           'reader_kinds', 'create_reader', 'register_scheme', 'MAX_JSON_BYTES', 'UnsafeNameError', 'inside',
+           'relative_name', 'walk_tree']
 
 # %% ../../nbs/readers/05a_readers_package.ipynb #25311aca
 from timmdata.readers.core import (
@@ -25,9 +25,6 @@ from timmdata.readers.core import (
     FileHandle,
     TarReader,
     CsvReader,
-    find_split,
-    split_names,
-    timm_split_name,
     register_reader,
     reader_kinds,
     create_reader,
@@ -38,6 +35,7 @@ from timmdata.readers.core import (
     relative_name,
     walk_tree,
 )
+from .splits import SplitNotFoundError, find_split, split_names, timm_split_name
 
 # %% ../../nbs/readers/05a_readers_package.ipynb #139759d9
 _all_ = [
@@ -56,6 +54,7 @@ _all_ = [
     'TarReader',
     'CsvReader',
     'find_split',
+    'SplitNotFoundError',
     'split_names',
     'timm_split_name',
     'register_reader',

@@ -20,12 +20,13 @@ from timmdata.core.untrusted import (
     relative_name,
     walk_tree,
 )
+from .splits import dataset_splits, find_split, split_names  # the latter two imported from here too
 
 # %% auto #0
 __all__ = ['IMG_EXTENSIONS', 'natural_key', 'unset', 'get_img_extensions', 'is_img_extension', 'add_img_extensions',
            'del_img_extensions', 'set_img_extensions', 'load_class_map', 'Reader', 'NoImagesError', 'FolderReader',
-           'FileHandle', 'TarReader', 'CsvReader', 'find_split', 'split_names', 'dataset_splits', 'timm_split_name',
-           'register_reader', 'reader_kinds', 'reader_keywords', 'create_reader', 'register_scheme']
+           'FileHandle', 'TarReader', 'CsvReader', 'register_reader', 'reader_kinds', 'reader_keywords',
+           'create_reader', 'register_scheme']
 
 # %% ../../nbs/readers/05_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -499,68 +500,6 @@ class CsvReader(Reader):
 
     def _filename(self, i):
         return self._rel[i]
-
-# %% ../../nbs/readers/05_readers.ipynb #abf9eac1
-_SPLIT_SYNONYMS = (('train', 'training'), ('val', 'valid', 'validation', 'eval', 'evaluation'), ('test', 'testing'))
-
-
-def find_split(
-    root,  # dataset root
-    split: str = 'train',  # split name; 'train[:50%]'-style suffixes are ignored
-) -> str:
-    "The folder (or .tar / .csv) for `split` under `root`, trying timm's synonyms; `root` itself when none exists."
-    root = _check_root(root)
-    if not split or not os.path.isdir(root):
-        return root
-    name = split.split('[')[0]
-    names = [name] + [s for g in _SPLIT_SYNONYMS if name in g for s in g if s != name]
-    for n in names:
-        for cand in (n, n + '.tar', n + '.csv'):
-            p = os.path.join(root, cand)
-            if os.path.exists(p):
-                return p
-    known = {s for g in _SPLIT_SYNONYMS for s in g}
-    others = sorted(e for e in os.listdir(root) if os.path.splitext(e)[0].lower() in known)
-    if others:  # reading every split as one would silently mix, e.g., train and val
-        warnings.warn(
-            f'no {split!r} split under {root!r} (it has {others}); reading all of {root!r}. '
-            f'Pass one of those splits, or split=None to read the whole root on purpose',
-            stacklevel=3,
-        )
-    return root
-
-# %% ../../nbs/readers/05_readers.ipynb #e5b2c7a2
-def split_names(
-    split: str,  # a split name; a 'train[:50%]'-style suffix is dropped
-) -> list:
-    "`split` and then its synonyms as timm accepts them: 'val' -> ['val', 'valid', 'validation', 'eval', 'evaluation']."
-    name = split.split('[')[0]
-    return [name] + [s for g in _SPLIT_SYNONYMS if name.lower() in g for s in g if s != name]
-
-
-def dataset_splits(
-    root,  # a dataset root
-) -> dict:
-    "The splits `root` holds: {name: path} for the first of each of timm's synonym groups found (a folder, .tar or .csv named train, val, validation, ...); {} when it holds none (a class folder, a file)."
-    found = {}
-    if not os.path.isdir(root):
-        return found
-    for group in _SPLIT_SYNONYMS:
-        for n in group:
-            p = next(
-                (os.path.join(root, c) for c in (n, n + '.tar', n + '.csv') if os.path.exists(os.path.join(root, c))),
-                None,
-            )
-            if p is not None:
-                found[n] = p
-                break
-    return found
-
-
-def timm_split_name(split: str) -> str:
-    "timm's own name for a split: 'train', 'validation' or 'test' for any of their synonyms; another name as it is."
-    g = next((g for g in _SPLIT_SYNONYMS if split.lower() in g), None)
-    return split if g is None else 'validation' if 'validation' in g else g[0]
 
 # %% ../../nbs/readers/05_readers.ipynb #3dc62929
 _READERS, _TAKES_SPLIT = (

@@ -339,12 +339,13 @@ def _finalize(dst: Path, reader: Reader, names, jobs, state, bid, rows, extra, r
         names = reader.filenames(absolute=True)  # absolute names of all samples, if not made already
     ab = [str(names[i]) for i in e[:, 1]]
     write_json_atomic(dst / 'filenames.json', {'build_id': bid, 'relative': rel, 'absolute': ab})
-    with atomic_file(dst / 'bad_images.txt', 'w') as f:
-        f.write(
-            f'# {len(bad)} source images could not be decoded and are not in this store: index<TAB>file<TAB>error\n'
-        )
-        for i, name, err in bad:
-            f.write(f'{i}\t{name}\t{err}\n')
+    if bad:  # only where there are some (a build removed an earlier store's list first)
+        with atomic_file(dst / 'bad_images.txt', 'w') as f:
+            f.write(
+                f'# {len(bad)} source images could not be decoded and are not in this store: index<TAB>file<TAB>error\n'
+            )
+            for i, name, err in bad:
+                f.write(f'{i}\t{name}\t{err}\n')
     with atomic_file(dst / 'source_files.json.gz') as f, gzip.open(f, 'wt') as g:
         json.dump({'files': rows, 'extra': extra}, g)
     fsync_dir(dst / 'chunks')

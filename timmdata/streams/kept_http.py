@@ -4,30 +4,35 @@
 
 # %% ../../nbs/streams/20c_kept_http.ipynb #fc3ec043
 from __future__ import annotations
-import functools, re, socket, ssl, threading, time, urllib.parse
+import functools, os, re, socket, ssl, threading, time, urllib.parse, urllib.request, weakref
+from typing import Optional
 from ..core.untrusted import printable
-from .net import REQUEST_DEADLINE
+from .net import REQUEST_DEADLINE, public_url
 
 # %% auto #0
-__all__ = ['MAX_HEAD_BYTES', 'COALESCE_GAP', 'COALESCE_BYTES', 'kept_get', 'kept_get_many', 'coalesce']
+__all__ = ['MAX_HEAD_BYTES', 'COALESCE_GAP', 'COALESCE_BYTES', 'ProxiedError', 'kept_get', 'kept_get_many', 'coalesce']
 
 # %% ../../nbs/streams/20c_kept_http.ipynb #1ec1eff7
 MAX_HEAD_BYTES = 64 << 10  # an answer's status line and headers, at most: a server sending more is not read on
 _HEAD_ROOM = 4 << 10  # room for an answer's head before its body in the buffer it is received into (more is made)
 _KEPT = threading.local()  # each thread's open connections, by (scheme, host:port)
+# every connection this process has open, whichever thread keeps it (a forked child closes them)
+_OPEN = weakref.WeakSet()
 _STATUS = re.compile(rb'HTTP/1\.([01]) ([0-9]{3})[^\r\n]*')
 _RANGE = re.compile(r'bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20})')
 
 
 class _Conn:
-    "One kept connection: its socket, and the bytes of the next answer read with the last one's head (none, from a server that answers one request at a time)."
+    "One kept connection: its socket, the process that opened it, and the bytes of the next answer read with the last one's head (none, from a server that answers one request at a time)."
 
-    def __init__(self, u, timeout: float):
+    def __init__(self, u, url: str, timeout: float):
+        _no_proxy(u, url)
         sock = socket.create_connection((u.hostname, u.port or (443 if u.scheme == 'https' else 80)), timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a request in one segment, sent now
         if u.scheme == 'https':
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=u.hostname)
-        self.sock, self.wait, self.extra = sock, None, b''
+        self.sock, self.wait, self.extra, self.pid = sock, None, b'', os.getpid()
+        _OPEN.add(self)
 
     def timeout(self, wait: float):
         "The socket's timeout, set only when it changes (a call into the socket each time)."
@@ -73,7 +78,44 @@ class _Conn:
         return lines[0], headers, buf, cut + 4, at
 
     def close(self):
+        "This process's socket closed: in a forked child, its copy of the parent's only (nothing is sent: no shutdown, no TLS close_notify), so the parent's connection goes on."
+        _OPEN.discard(self)
         self.sock.close()
+
+# %% ../../nbs/streams/20c_kept_http.ipynb #601ba7cb
+class ProxiedError(ConnectionError):
+    "A URL that a proxy applies to (`http_proxy`, `https_proxy`; its host not in `no_proxy`): kept connections go straight to the host, so `kept_get` does not read it; the caller reads it through `shard_index.http_range` (urllib, through the proxy)."
+
+
+def _no_proxy(u, url: str):
+    "Raise `ProxiedError` where urllib would send a request for `url` through a proxy: the environment's, as `urllib.request.getproxies` and `proxy_bypass` read it."
+    proxy = urllib.request.getproxies().get(u.scheme)
+    if proxy and not urllib.request.proxy_bypass(u.netloc.rpartition('@')[2]):
+        raise ProxiedError(
+            f'{printable(public_url(url))}: {u.scheme}_proxy {printable(public_url(proxy))} applies to it and a kept '
+            f'connection goes straight to the host: read it through `shard_index.http_range`, which goes through the '
+            f'proxy (or name the host in no_proxy to read it directly)'
+        )
+
+
+def _kept(conns: dict, key: tuple) -> Optional[_Conn]:
+    "This thread's kept connection to `key`'s host, taken out of `conns` (put back after a good answer); None where there is none or where another process opened it (a fork's copy: closed here, which sends nothing)."
+    conn = conns.pop(key, None)
+    if conn is not None and conn.pid != os.getpid():
+        conn.close()
+        return None
+    return conn
+
+
+def _drop_inherited():
+    "In a forked child (a DataLoader worker): every connection of the parent's threads closed in this process (its copy of the socket; nothing is sent, the parent's connection goes on) and forgotten."
+    global _KEPT
+    for conn in list(_OPEN):
+        conn.close()
+    _KEPT = threading.local()
+
+
+os.register_at_fork(after_in_child=_drop_inherited)
 
 # %% ../../nbs/streams/20c_kept_http.ipynb #da14fc80
 @functools.lru_cache(maxsize=4096)
@@ -90,22 +132,34 @@ def _request(u, target: str, start: int, n: int) -> bytes:
     )
 
 
-def _ranged_answer(conn: _Conn, start: int, n: int, end: float, timeout: float, more: bool) -> tuple:
-    "(headers, body, whether the connection is kept) of the answer now coming to a ranged GET of `n` bytes at `start`, checked; `more`: other answers follow on the connection (requests sent together), so bytes past this one are the next one's, kept for it."
-    status, h, buf, b0, at = conn.answer(n, end, timeout)
-    m = _STATUS.fullmatch(status)
-    if m is None or m[2] != b'206':
-        raise ConnectionError(f'not a 206 to a ranged read: {printable(status.decode("latin-1"), 60)!r}')
-    r = _RANGE.fullmatch(h.get('content-range', ''))
-    if r is None or int(r[1]) != start or int(r[2]) != start + n - 1 or h.get('content-length') != str(n):
-        raise ConnectionError(f'not the range asked: {printable(h.get("content-range", ""), 80)!r}')
-    need = b0 + n
-    if 'transfer-encoding' in h or (at > need and not more):
-        raise ConnectionError('an answer longer than it says')
-    if len(buf) < need:  # a head longer than the room left for it
-        buf.extend(bytes(need - len(buf)))
-    while at < need:  # the rest of the body, never past it (the next answer's bytes stay in the socket)
-        at += conn.recv_into(memoryview(buf)[at:need], end, timeout)
+def _ranged_answer(
+    conn: _Conn, url: str, start: int, n: int, end: float, timeout: float, more: bool, size=None
+) -> tuple:
+    "(headers, body, whether the connection is kept) of the answer now coming to a ranged GET of `n` bytes at `start` of `url` (a file of `size` bytes when known), checked: any fault raises, naming the URL and the range; `more`: other answers follow on the connection (requests sent together), so bytes past this one are the next one's, kept for it."
+    try:
+        status, h, buf, b0, at = conn.answer(n, end, timeout)
+        m = _STATUS.fullmatch(status)
+        if m is None or m[2] != b'206':
+            raise ConnectionError(f'not a 206 to a ranged read: {printable(status.decode("latin-1"), 60)!r}')
+        r = _RANGE.fullmatch(h.get('content-range', ''))
+        if r is None or int(r[1]) != start or int(r[2]) != start + n - 1 or int(r[3]) < start + n:
+            raise ConnectionError(f'not the range asked: {printable(h.get("content-range", ""), 80)!r}')
+        if h.get('content-length') != str(n):
+            raise ConnectionError(f'not the range asked: Content-Length {printable(h.get("content-length", ""), 40)!r}')
+        if size is not None and int(r[3]) != size:
+            raise ConnectionError(f'an answer from a file of {int(r[3]):,} bytes, not the {size:,} known')
+        need = b0 + n
+        if 'transfer-encoding' in h or (at > need and not more):
+            raise ConnectionError('an answer longer than it says')
+        if len(buf) < need:  # a head longer than the room left for it
+            buf.extend(bytes(need - len(buf)))
+        while at < need:  # the rest of the body, never past it (the next answer's bytes stay in the socket)
+            at += conn.recv_into(memoryview(buf)[at:need], end, timeout)
+    except (ConnectionError, TimeoutError) as e:  # named: which file, which bytes
+        raise type(e)(
+            f'{printable(public_url(url))} bytes {start}-{start + n - 1}: {e}; not read (read it again on a new '
+            f'connection: `shard_index.http_range`)'
+        ) from None
     conn.extra = bytes(memoryview(buf)[need:at])
     return h, bytes(memoryview(buf)[b0:need]), m[1] == b'1' and h.get('connection', '').lower() != 'close'
 
@@ -116,16 +170,17 @@ def kept_get(
     n: int,  # the bytes asked (at least one)
     timeout: float = 60.0,  # seconds a connection may stall
     deadline: float = REQUEST_DEADLINE,  # seconds the request may take in all
+    size: Optional[int] = None,  # the file's size in bytes when known: an answer from a file of another size raises
 ) -> tuple:
-    "({lower-case header: value}, body) of a ranged GET of bytes `start` to `start + n` of `url`, on this thread's kept connection to its host; anything but the 206 of exactly those bytes raises (the caller asks `shard_index.http_range` then, with its retries and named errors)."
+    "({lower-case header: value}, body) of a ranged GET of bytes `start` to `start + n` of `url`, on this thread's kept connection to its host (one this process opened); anything but the 206 of exactly those bytes raises, as does a URL a proxy applies to (`ProxiedError`): the caller asks `shard_index.http_range` then, with its retries, proxies and named errors."
     u, key, target = _split(url)
     conns = _KEPT.__dict__.setdefault('conns', {})
-    conn, end = conns.pop(key, None), time.monotonic() + deadline
+    conn, end = _kept(conns, key), time.monotonic() + deadline
     try:
-        conn = conn or _Conn(u, min(timeout, deadline))
+        conn = conn or _Conn(u, url, min(timeout, deadline))
         conn.timeout(min(timeout, deadline))
         conn.sock.sendall(_request(u, target, start, n))
-        h, body, keep = _ranged_answer(conn, start, n, end, timeout, False)
+        h, body, keep = _ranged_answer(conn, url, start, n, end, timeout, False, size)
         if keep:
             conns[key] = conn  # kept for this thread's next read
         else:
@@ -138,22 +193,23 @@ def kept_get(
 
 # %% ../../nbs/streams/20c_kept_http.ipynb #a1b2c302
 def kept_get_many(
-    reads: list,  # (url, start, n) of each read
+    reads: list,  # (url, start, n) of each read, or (url, start, n, size): `size` the file's bytes, when known
     timeout: float = 60.0,  # seconds a connection may stall
     deadline: float = REQUEST_DEADLINE,  # seconds the reads may take in all
 ) -> list:
-    "`kept_get(url, start, n)` of each read, in order: to one host, the requests sent together on this thread's kept connection and the answers read in turn; to several hosts, one by one."
-    if len(reads) < 2 or len({_split(url)[1] for url, _, _ in reads}) > 1:
-        return [kept_get(url, a, n, timeout, deadline) for url, a, n in reads]
+    "`kept_get(url, start, n, size=size)` of each read, in order: to one host, the requests sent together on this thread's kept connection and the answers read in turn; to several hosts, one by one."
+    reads = [(*r, None)[:4] for r in reads]
+    if len(reads) < 2 or len({_split(url)[1] for url, *_ in reads}) > 1:
+        return [kept_get(url, a, n, timeout, deadline, size) for url, a, n, size in reads]
     u, key, _ = _split(reads[0][0])
     conns = _KEPT.__dict__.setdefault('conns', {})
-    conn, end, out = conns.pop(key, None), time.monotonic() + deadline, []
+    conn, end, out = _kept(conns, key), time.monotonic() + deadline, []
     try:
-        conn = conn or _Conn(u, min(timeout, deadline))
+        conn = conn or _Conn(u, reads[0][0], min(timeout, deadline))
         conn.timeout(min(timeout, deadline))
-        conn.sock.sendall(b''.join(_request(u, _split(url)[2], a, n) for url, a, n in reads))
-        for i, (_, a, n) in enumerate(reads):
-            h, body, keep = _ranged_answer(conn, a, n, end, timeout, i < len(reads) - 1)
+        conn.sock.sendall(b''.join(_request(u, _split(url)[2], a, n) for url, a, n, _ in reads))
+        for i, (url, a, n, size) in enumerate(reads):
+            h, body, keep = _ranged_answer(conn, url, a, n, end, timeout, i < len(reads) - 1, size)
             out.append((h, body))
             if not keep and i < len(reads) - 1:  # the server closes after this one: the rest on a new connection
                 conn.close()
@@ -163,7 +219,10 @@ def kept_get_many(
         if not keep:
             conn.close()
         elif conn.extra:
-            raise ConnectionError('an answer longer than it says')
+            raise ConnectionError(
+                f'{printable(public_url(reads[-1][0]))}: an answer longer than it says; not read (read it again on a '
+                f'new connection: `shard_index.http_range`)'
+            )
         else:
             conns[key] = conn
         return out

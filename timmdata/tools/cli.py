@@ -25,7 +25,7 @@ USER_ERRORS = (CliError, FileNotFoundError, NotADirectoryError, IsADirectoryErro
 # the library's errors for a user's mistake or damaged data, by module: looked up only in modules already imported
 # (a module never imported raised nothing), so that the command line starts without importing torch
 LIBRARY_ERRORS = {
-    'timmdata.readers': ('NoImagesError',),
+    'timmdata.readers': ('NoImagesError', 'SplitNotFoundError'),
     'timmdata.pixels.decode': ('ImageDecodeError',),
     'timmdata.streams.shard_io': ('ShardError',),
     'timmdata.core.untrusted': ('UnsafeNameError', 'UnsafeFileError', 'FileTooLargeError', 'InfoError'),

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from ..store.builder import build_lock, load_resized
 from ..streams.dataset_index import DATASET_INDEX_FILE, write_dataset_index
 from ..pixels.decode import ImageDecodeError, read_source
-from ..readers import create_reader, natural_key, timm_split_name, unset
+from ..readers import SplitNotFoundError, create_reader, find_split, natural_key, timm_split_name, unset
 from ..store.format import atomic_file, fsync_dir, is_store, read_json, write_json_atomic
 
 # %% auto #0
@@ -38,7 +38,7 @@ def shard_filename(
 
 def find_splits(
     src,  # a folder, a .tar, a .csv or a store
-    split: str | None = None,  # one split name: read `src` (or its split folder of that name) as that split
+    split: str | None = None,  # one split: its folder under src (or a synonym's); src itself when src holds no splits
 ) -> dict:
     "timm's split name -> the root to read it from: split folders (or `train.tar`, `val.csv`), else `{'train': src}`."
     src = os.fspath(src)
@@ -47,8 +47,7 @@ def find_splits(
     if split is not None:
         if not split or '/' in split or split.startswith('.'):
             raise ValueError(f"split must be a plain name like 'train'; got {split!r}")
-        p = os.path.join(src, split)
-        return {timm_split_name(split): p if os.path.isdir(src) and not is_store(src) and os.path.exists(p) else src}
+        return {timm_split_name(split): src if is_store(src) else find_split(src, split)}  # a split src lacks: an error
     if os.path.isfile(src) or is_store(src):
         return {'train': src}
     out = {}
@@ -312,7 +311,7 @@ def write_shards(
     resize: int
     | None = None,  # store images pre-resized: shorter side this many pixels (never upscaled), JPEG at `quality`
     split: str
-    | None = None,  # write only this split (its folder under src, or src itself), under timm's name ('val' -> 'validation'); None: every split
+    | None = None,  # write only this split (see `find_splits`), under timm's name ('val' -> 'validation'); None: every split
     quality: int = 90,  # JPEG quality of re-encoded images (with `resize`, or from a raw store)
     interpolation: str = 'bicubic',  # downscale filter for `resize`
     shuffle: bool = True,  # shuffle samples once across the split's shards (seeded); False: source order
@@ -413,5 +412,7 @@ def shards_main(argv: list[str] | None = None) -> dict:
             bad_sample='skip' if a.skip_bad else a.bad_sample,
             progress=not a.no_progress,
         )
+    except SplitNotFoundError:
+        raise  # one line, as `timmdata` prints a dataset's errors (not a usage error)
     except ValueError as e:
         ap.error(str(e))
