@@ -4,7 +4,7 @@
 
 # %% ../../nbs/core/00_untrusted.ipynb #u0000003
 from __future__ import annotations
-import difflib, errno, functools, inspect, os, re, stat, tempfile
+import difflib, errno, functools, inspect, os, re, secrets, stat, tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
@@ -124,22 +124,27 @@ def atomic_write(
     path,  # the file to (re)write
     mode: str = 'wb',  # 'wb' or 'w'
     perm: int = 0o644,  # the new file's permission bits (before the umask)
+    dir_fd: Optional[int] = None,  # `path` is a name in this open folder (`kept_folder_fd`)
 ):
     "Yields a new file beside `path` with an unpredictable name, created exclusively and never through a link; on success flushes it to disk and renames it over `path` (a link at `path` is replaced, never followed: readers see the old file or the new one, never half of one); on error removes it."
     path = Path(path)
     if mode not in ('wb', 'w'):
         raise ValueError(f"atomic_write: mode must be 'wb' or 'w'; got {mode!r}")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')  # O_EXCL, 0600, random name
+    if dir_fd is None:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')  # O_EXCL, 0600, random name
+    else:  # the same, relative to the folder's descriptor
+        tmp = f'.{path.name}.{secrets.token_hex(8)}.tmp'
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC | _BINARY, 0o600, dir_fd=dir_fd)
     try:
         os.fchmod(fd, perm & ~_umask()) if hasattr(os, 'fchmod') else None
         with open(fd, mode, closefd=True, **({'encoding': 'utf-8'} if mode == 'w' else {})) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
         raise

@@ -4,12 +4,13 @@
 
 # %% ../../nbs/streams/26cc_parquet_footers.ipynb #dc0c5198
 from __future__ import annotations
+from contextlib import contextmanager
 import hashlib, http.client, os, re, stat
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 import numpy as np
 from ..core.settings import setting
-from ..core.untrusted import atomic_write, kept_folder
+from ..core.untrusted import atomic_write, kept_folder, kept_folder_fd
 from .net import REQUEST_DEADLINE, Deadline, content_length, http_open
 from .shard_io import ShardError
 from .shard_cache import close_held, open_held, wait_lock
@@ -79,19 +80,35 @@ class KeptFooters:
         "Whether the folder is this user's and others cannot write into it (made 0700 when missing): only then is anything kept or read there."
         return kept_folder(self.folder, make)
 
+    @contextmanager
+    def _dir(self, make: bool = True):
+        "The folder's descriptor, checked through it (`kept_folder_fd`), or None: files are read and written relative to it, so a folder swapped for a link after the check is never used."
+        fd = kept_folder_fd(self.folder, make)
+        try:
+            yield fd
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    @staticmethod
+    def _name(url: str) -> str:
+        return hashlib.sha256(url.encode('utf-8', 'surrogateescape')).hexdigest()[:32]
+
     def _path(self, url: str) -> str:
-        return os.path.join(self.folder, hashlib.sha256(url.encode('utf-8', 'surrogateescape')).hexdigest()[:32])
+        return os.path.join(self.folder, self._name(url))
 
     def read(self, url: str) -> Optional[tuple]:
         "(size, footer) of the kept copy of `url`'s footer, or None (none, a link, another user's file, or not whole)."
         try:
-            if not self._own(make=False):
-                return None
-            with open(os.open(self._path(url), os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0)), 'rb') as f:
-                st = os.fstat(f.fileno())
-                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            with self._dir(make=False) as d:
+                if d is None:
                     return None
-                blob = f.read(40 + MAX_FOOTER_BYTES + 9)  # bounded: a footer is at most MAX_FOOTER_BYTES + 8
+                flags = os.O_RDONLY | os.O_CLOEXEC | getattr(os, 'O_NOFOLLOW', 0)
+                with open(os.open(self._name(url), flags, dir_fd=d), 'rb') as f:
+                    st = os.fstat(f.fileno())
+                    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+                        return None
+                    blob = f.read(40 + MAX_FOOTER_BYTES + 9)  # bounded: a footer is at most MAX_FOOTER_BYTES + 8
         except OSError:
             return None
         if (
@@ -105,16 +122,19 @@ class KeptFooters:
         "Keep `url`'s footer (a full disk: not kept, read again where needed)."
         data = int(size).to_bytes(8, 'little') + footer
         try:
-            with atomic_write(self._path(url), 'wb', 0o600) as f:
-                f.write(hashlib.sha256(data).hexdigest()[:32].encode() + data)
+            with self._dir() as d:
+                if d is not None:
+                    with atomic_write(self._name(url), 'wb', 0o600, dir_fd=d) as f:
+                        f.write(hashlib.sha256(data).hexdigest()[:32].encode() + data)
         except OSError:
             pass
 
     def forget(self, url: str):
         "Drop the kept footer of `url` (the file changed since it was read): the next source reads it again."
         try:
-            if self._own(make=False):
-                os.unlink(self._path(url))
+            with self._dir(make=False) as d:
+                if d is not None:
+                    os.unlink(self._name(url), dir_fd=d)
         except OSError:
             pass
 
