@@ -69,6 +69,19 @@ class BuildExtNoted(build_ext):
                          f'(`timmdata info` says how to get the fast path)\n')
         raise err  # setuptools reports it and goes on without the optional extension
 
+# the optional features, an extra each (pip install 'timmdata[parquet]'); [all] installs every one of them
+FEATURES = {
+    'wds': ['webdataset>=1.0'],  # WebDataset shards
+    'hf': ['datasets>=3'],  # Hugging Face datasets
+    'remote': ['fsspec'],  # remote storage through fsspec (s3://, gs://...)
+    'codec': ['torchcodec>=0.16'],  # TorchCodec decoding: CMYK JPEGs, the GPU decode path
+    # nvImageCodec's GPU decoding: Linux only (its marker); the wheel installs on a machine without a GPU too
+    'nvimgcodec': ['nvidia-nvimgcodec-cu13[nvjpeg]>=0.9; sys_platform == "linux"'],
+    'parquet': split_reqs('parquet_requirements'),  # Parquet files
+    'lightning': split_reqs('lightning_requirements'), 'accelerate': split_reqs('accelerate_requirements'),
+    'tensorboard': split_reqs('tensorboard_requirements'), 'prometheus': split_reqs('prometheus_requirements'),
+}
+
 setup(
     name=cfg['lib_name'],
     version=cfg['version'],
@@ -91,12 +104,8 @@ setup(
     include_package_data=True,
     python_requires='>=' + min_python,
     install_requires=split_reqs('requirements'),
-    # optional: WebDataset shards, Hugging Face datasets, remote storage through fsspec (s3://, gs://...), TorchCodec decoding
-    extras_require={'dev': split_reqs('dev_requirements'), 'wds': ['webdataset>=1.0'], 'hf': ['datasets>=3'], 'codec': ['torchcodec>=0.16'], 'nvimgcodec': ['nvidia-nvimgcodec-cu13[nvjpeg]>=0.9; sys_platform == "linux"'],
-                    'remote': ['fsspec'], 'all': ['webdataset>=1.0', 'datasets>=3', 'fsspec'],
-                    'lightning': split_reqs('lightning_requirements'), 'accelerate': split_reqs('accelerate_requirements'),
-                    'tensorboard': split_reqs('tensorboard_requirements'), 'prometheus': split_reqs('prometheus_requirements'),
-                    'parquet': split_reqs('parquet_requirements')},
+    # dev: the tools to develop timmdata; all: every optional feature (FEATURES), none left out
+    extras_require={'dev': split_reqs('dev_requirements'), **FEATURES, 'all': sorted({r for reqs in FEATURES.values() for r in reqs})},
     entry_points={
         'console_scripts': cfg.get('console_scripts', '').split(),
         'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"],

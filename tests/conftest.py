@@ -20,8 +20,9 @@ def pytest_configure(config):
 # the two pytest-xdist workers (`--dist loadfile --no-loadscope-reorder`) end together instead of one of them running a
 # long file alone at the end (xdist's default order puts files with the most tests first, these one-test files last).
 # Only the order changes: a file missing here runs after them, in the usual order.
-LONG_FIRST = ['test_docs_browser.py', 'test_cli.py', 'test_frameworks.py', 'test_distributed.py', 'test_dataset.py',
-              'test_resume.py', 'test_torchrun.py', 'test_batch_ring.py', 'test_fuzz.py', 'test_house.py',
+LONG_FIRST = ['test_docs_browser.py', 'test_cli.py', 'test_pages_as_copied.py', 'test_frameworks.py',
+              'test_distributed.py', 'test_dataset.py', 'test_resume.py', 'test_torchrun.py', 'test_batch_ring.py',
+              'test_fuzz.py', 'test_house.py',
               'test_naflex_resume.py', 'test_shards.py', 'test_transforms_parity.py', 'test_decode_reliability.py']
 
 def pytest_collection_modifyitems(config, items):

@@ -5,11 +5,12 @@ Uses the installed console script next to the running Python (`.venv/bin/timmdat
 Every command starts a Python that imports torch (seconds), so they are started together, once per module, and the
 cases per command (a damaged file, a missing root, an empty folder, a bad option, --debug) and the one-line mistakes
 run in ONE Python (DRIVER) calling `main` as the console script does; the finer cases are tested in-process in nbs/47_cli.ipynb."""
-import json, os, shutil, subprocess, sys, tarfile
+import argparse, json, os, shutil, subprocess, sys, tarfile
 from pathlib import Path
 
 import pytest
 from PIL import Image
+from timmdata.tools.cli import COMMANDS, HelpFormatter, command_parser, usage
 from timmdata.tools.sample_data import make_sample_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +72,8 @@ def runs(tmp_path_factory):
                     'missing': ['profile', '/nonexistent'], 'empty': ['profile', str(empty_dir)],
                     'bad_option': ['profile', str(damaged), '--worker-mode', 'fiber']},
         'info': {'bad_option': ['info', '--colour']},
+        'help': {'demo': ['demo', '--help'], 'profile': ['profile', '--help'], 'index': ['index', '--help']},
+        'short': {'profile': ['profile', str(clean / 'train'), '--batches', '10', '--batch-size', '1', '--workers', '0']},
         'top': {'missing_root': ['demo', '--root', '/nonexistent'], 'no_images': ['demo', '--root', str(empty)],
                 'bad_option': ['demo', '--batch-size', '0'], 'check_missing': ['check', '/nonexistent']},
         'debug': {'flag': ['check', '/nonexistent', '--debug'], 'env': ['demo', '--root', '/nonexistent']},
@@ -242,3 +245,82 @@ def test_debug_shows_the_traceback(runs):
     assert status == 'raised' and 'Traceback' in err and 'FileNotFoundError' in err, err
     status, _, err = per_command(runs)['debug/env']  # TIMMDATA_DEBUG=1
     assert status == 'raised' and 'Traceback' in err and "'/nonexistent' does not exist" in err, err
+
+
+def test_profile_says_when_it_measured_fewer_batches_than_asked(runs):
+    "--batches 10 over an epoch of 4 batches: the warm-up and 3 measured, said on the first line, with why"
+    status, out, err = per_command(runs)['short/profile']
+    assert status == 0, (status, out, err)
+    first = out.splitlines()[0]
+    assert first.startswith('measured 3 batches, not the 10 asked: one epoch of ') and 'holds 4 batches (batch size 1)' in first, out
+    assert 'the first is the warm-up' in first and '--batch-size' in first, first
+
+
+# every option of every command, read from the parsers themselves (argparse's objects, not the help's text)
+
+
+def option_help(parser, action) -> str:
+    "An option's help as `--help` prints it (its %(default)s filled in, the formatter's default added)."
+    return parser._get_formatter()._expand_help(action)
+
+
+@pytest.mark.parametrize('cmd', sorted(COMMANDS))
+def test_every_option_has_help_and_says_its_default_once(cmd):
+    p = command_parser(cmd)
+    assert p.prog == f'timmdata {cmd}' and p.formatter_class is HelpFormatter, (cmd, p.prog, p.formatter_class)
+    for a in p._actions:
+        if isinstance(a, argparse._HelpAction):
+            continue
+        name = '/'.join(a.option_strings) or a.dest
+        assert a.help and a.help.strip(), f'timmdata {cmd} {name}: no help'
+        text = option_help(p, a)
+        said = text.lower().count('default')
+        assert said <= 1, f'timmdata {cmd} {name}: its default said {said} times: {text!r}'
+        if a.option_strings and a.default is not None and a.default is not False:
+            assert said == 1, f'timmdata {cmd} {name}: its default ({a.default!r}) not said: {text!r}'
+        assert '(default: None)' not in text and '(default: False)' not in text, text
+
+
+def test_help_as_the_shell_prints_it(runs):
+    "`timmdata demo --help` through main: --root's default said once, in words; no default for a flag"
+    status, out, err = per_command(runs)['help/demo']
+    assert status == 0 and err == '', (status, err)
+    text = ' '.join(out.split())
+    assert text.count('(default: the generated sample dataset)') == 1 and text.count('default') == 5, text  # 5 options, the flag none
+    assert 'images per batch (default: 64)' in text and '(default: None)' not in text and '(default: False)' not in text, text
+    status, out, _ = per_command(runs)['help/profile']
+    text = ' '.join(out.split())
+    assert status == 0 and text.count('(0: load in this process; default: one per CPU this process may use, here ') == 1, text
+    assert text.count('default:') == 6 and '(default: 2)' not in text.split('--workers WORKERS')[-1].split('--worker-mode')[0], text
+
+
+def test_index_help_speaks_of_shards_and_parquet(runs):
+    status, out, _ = per_command(runs)['help/index']
+    text = ' '.join(out.split())
+    assert status == 0 and 'Tar shards: ' in text and 'Parquet files (a folder without tar shards)' in text, text
+    line = next(l for l in usage().splitlines() if l.split()[0] == 'index')
+    assert 'tar shards' in line and 'Parquet' in line, line
+
+
+def setup_kwargs() -> dict:
+    "What setup.py hands to setuptools.setup, read by running setup.py with setup() caught (nothing built)."
+    import setuptools
+    got, real, cwd = {}, setuptools.setup, os.getcwd()
+    setuptools.setup = lambda **kw: got.update(kw)
+    try:
+        os.chdir(ROOT)
+        exec(compile((ROOT / 'setup.py').read_text(encoding='utf-8'), str(ROOT / 'setup.py'), 'exec'), {'__name__': '__main__'})
+    finally:
+        setuptools.setup = real
+        os.chdir(cwd)
+    return got
+
+
+def test_all_extra_holds_every_optional_feature():
+    "pip install 'timmdata[all]' installs every optional feature: each extra but dev (the tools to develop timmdata)"
+    extras = setup_kwargs()['extras_require']
+    features = {k: v for k, v in extras.items() if k not in ('all', 'dev')}
+    assert {'wds', 'hf', 'remote', 'codec', 'nvimgcodec', 'parquet', 'lightning', 'accelerate', 'tensorboard', 'prometheus'} <= set(features)
+    for k, reqs in features.items():
+        assert reqs and set(reqs) <= set(extras['all']), f'[all] leaves out [{k}]: {sorted(set(reqs) - set(extras["all"]))}'
+    assert set(extras['all']) == {r for reqs in features.values() for r in reqs}, 'holds only the features'

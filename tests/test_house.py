@@ -85,6 +85,17 @@ def probes(name: str, tree: ast.Module) -> list:
             and not DECLARED[n.args[1].value].startswith(f'timmdata.{name[:-3].replace("/", ".")}.')]  # the declaring module tests its seam
 
 
+def imported_by_name(node) -> str:
+    "The timmdata module ('streams.parquet') a call `importlib.import_module('timmdata.streams.parquet')` (or `__import__`) with a constant name imports, else None."
+    if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):
+        return None
+    f, name = node.func, node.args[0].value
+    called = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ''
+    if called not in ('import_module', '__import__') or not isinstance(name, str) or not name.startswith('timmdata.'):
+        return None
+    return name[len('timmdata.'):]
+
+
 def import_graph(srcs: dict) -> dict:
     """module: the timmdata modules it imports (at the top or inside a function); the package itself is '__init__',
     reached by `import timmdata` or `from timmdata import NAME` of a name that is not a module; the package's lazy
@@ -107,6 +118,8 @@ def import_graph(srcs: dict) -> dict:
                 for a in node.names:
                     if a.name == 'timmdata': deps.add('__init__')
                     elif a.name.startswith('timmdata.'): deps.add(known(a.name[len('timmdata.'):], mods))
+            elif (mod := imported_by_name(node)) is not None:  # importlib.import_module('timmdata.X'): an import too
+                deps.add(known(mod, mods))
             elif me == '__init__' and isinstance(node, ast.Constant) and isinstance(node.value, str):
                 deps |= {known(m, mods) for m in re.findall(r'from timmdata\.([\w.]+) import', node.value)}
         graph[me] = {d for d in deps if d in mods and d != me and d != '_native'}
@@ -212,6 +225,11 @@ def test_the_house_checks_can_fail(tmp_path):
             'b.py': ast.parse('def f():\n    from timmdata import z\n'), 'c.py': ast.parse('from . import a')}
     assert import_graph(srcs) == {'__init__': {'a'}, 'a': {'b'}, 'b': {'__init__'}, 'c': {'a'}}
     assert circles(import_graph(srcs)) == ['__init__ -> a -> b -> __init__']
+    # an import by name is an import: a circle through importlib is one too
+    hidden = {'d.py': ast.parse('import importlib\ndef f():\n    return importlib.import_module("timmdata.e").x\n'),
+              'e.py': ast.parse('from .d import f'), 'g.py': ast.parse('def h(m):\n    return __import__("timmdata.d")\n')}
+    assert import_graph(hidden) == {'d': {'e'}, 'e': {'d'}, 'g': {'d'}}
+    assert circles(import_graph(hidden)) == ['d -> e -> d']
     cell = lambda src: {'cell_type': 'code', 'metadata': {}, 'outputs': [], 'execution_count': None, 'source': src}
     for name, src in (('01_a.ipynb', '#| default_exp a\nfrom .b import x'), ('02_b.ipynb', '#| default_exp b'),
                       ('03_c.ipynb', '#| default_exp c\nfrom timmdata.a import x\nimport timmdata.b')):

@@ -110,6 +110,12 @@ def timmdata_imports(path: Path, text: str = None) -> list:
             elif mod == 'timmdata': out += [(a.name, []) for a in node.names]
         elif isinstance(node, ast.Import):
             out += [(known(a.name[len('timmdata.'):], mods), []) for a in node.names if a.name.startswith('timmdata.')]
+        elif (
+            isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str) and node.args[0].value.startswith('timmdata.')
+            and getattr(node.func, 'attr', getattr(node.func, 'id', '')) in ('import_module', '__import__')
+        ):  # importlib.import_module('timmdata.X') with a constant name: an import like any other
+            out.append((known(node.args[0].value[len('timmdata.'):], mods), []))
     return [(m, names) for m, names in out if m not in ('_native', '__version__')]
 
 

@@ -24,11 +24,11 @@ if TYPE_CHECKING:  # for the annotations only: importing timmdata never needs th
     from torch.utils.tensorboard import SummaryWriter
 
 # %% auto #0
-__all__ = ['STAGE_FIGURES', 'FIGURES', 'EXCHANGED', 'JOIN_WAIT', 'MAX_RECORD_BYTES', 'MAX_WORKER_ROWS', 'stage_figures',
-           'proc_counts', 'child_pids', 'ProcessFigures', 'Sink', 'TensorBoardSink', 'PrometheusSink',
-           'SlowRankWarning', 'slow_rank', 'this_rank', 'RankExchange', 'watch_dir', 'watch_dirs', 'alive', 'Publisher',
-           'LoaderWatch', 'watch_by_setting', 'LoggerSink', 'LoaderWatchCallback', 'check_record', 'read_records',
-           'render', 'top_main']
+__all__ = ['STAGE_FIGURES', 'FIGURES', 'RATES', 'MIN_WINDOW', 'EXCHANGED', 'JOIN_WAIT', 'MAX_RECORD_BYTES', 'MAX_WORKER_ROWS',
+           'stage_figures', 'proc_counts', 'child_pids', 'process_rates', 'ProcessFigures', 'Sink', 'TensorBoardSink',
+           'PrometheusSink', 'SlowRankWarning', 'slow_rank', 'this_rank', 'RankExchange', 'watch_dir', 'watch_dirs',
+           'alive', 'Publisher', 'LoaderWatch', 'watch_by_setting', 'LoggerSink', 'LoaderWatchCallback', 'check_record',
+           'read_records', 'render', 'top_main']
 
 # %% ../../nbs/engine/37b_watch.ipynb #bc8e608b
 STAGE_FIGURES = (
@@ -110,30 +110,54 @@ def child_pids(
     return sorted(set(out))
 
 # %% ../../nbs/engine/37b_watch.ipynb #8bfb83c6
+RATES = ('cpu', 'rchar', 'syscr', 'read_bytes')  # the counts of `proc_counts` taken as rates per second
+MIN_WINDOW = 1 / _TICK  # seconds: the shortest time a rate is taken over, one tick of the clock that counts CPU time
+
+
+def process_rates(
+    old: dict,  # a process's `proc_counts`...
+    new: dict,  # ...and its counts `dt` seconds later
+    dt: float,  # seconds between the two, as measured
+    cores: int,  # the most cores the process can keep busy
+) -> Optional[dict]:
+    "The process's rates per second between two counts: CPU in cores (0 to `cores`), reads (never below 0: a pid reused); None when `dt` is shorter than the CPU clock counts (`MIN_WINDOW`)."
+    if not dt >= MIN_WINDOW:  # a NaN too
+        return None
+    return {k: min(max(0.0, (new[k] - old[k]) / dt), cores if k == 'cpu' else math.inf) for k in RATES}
+
+
 class ProcessFigures:
-    "The CPU, memory and reads of this process and its loader's worker processes: rates between two calls."
+    """The CPU, memory and reads of this process and its loader's worker processes: rates between two calls, over a
+    measured time. A call sooner than `MIN_WINDOW` after the last measured one carries that one's rates over (the next
+    call measures from where it started); the CPU figures never exceed the cores there are."""
 
     def __init__(
         self,
         workers: Optional[
             Callable[[], list]
         ] = None,  # () -> the watched loader's worker PIDs; None: every process this one started
+        cores: Optional[int] = None,  # the CPUs this process and its workers may run on (None: its affinity set's)
     ):
-        self._last, self._t, self.workers = {}, None, workers
+        self._last, self._t, self._rate, self.workers = {}, None, {}, workers
+        self.cores = cores or (
+            len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
+        )
 
     def __call__(self) -> tuple:
         "(figures, rows): the process figures of `FIGURES`, and a row per worker process (pid, cpu, rss_mb) for `timmdata top`."
         now, me = perf_counter(), os.getpid()
         kids = child_pids(me) if self.workers is None else self.workers()
         counts = {p: c for p in [me, *kids] if (c := proc_counts(p)) is not None}
-        dt = now - self._t if self._t is not None else 0.0
-        rate = {}
-        for p, c in counts.items():  # a process new since the last call has no rate yet
-            old = self._last.get(p)
-            rate[p] = {
-                k: (c[k] - old[k]) / dt if old and dt > 0 else 0.0 for k in ('cpu', 'rchar', 'syscr', 'read_bytes')
+        if self._t is None or now - self._t >= MIN_WINDOW:  # else too soon: the last window's rates carried over
+            self._rate = {
+                p: process_rates(self._last[p], c, now - self._t, self.cores)
+                for p, c in counts.items()
+                if p in self._last
             }
-        self._last, self._t = counts, now
+            self._last, self._t = counts, now
+        rate = {p: self._rate.get(p) or dict.fromkeys(RATES, 0.0) for p in counts}  # a process new since: no rate yet
+        busy = sum(r['cpu'] for r in rate.values())  # together they share the CPUs: rounding never makes more of them
+        cpu = {p: r['cpu'] * min(1.0, self.cores / busy) if busy else 0.0 for p, r in rate.items()}
         kids = [p for p in counts if p != me]
         readers = kids or [me]  # with worker processes they do the reading; else this process does
         rchar, disk = (sum(rate[p][k] for p in readers) for k in ('rchar', 'read_bytes'))
@@ -141,14 +165,14 @@ class ProcessFigures:
             read_mb_per_s=rchar / 1e6,
             read_calls_per_s=sum(rate[p]['syscr'] for p in readers),
             workers=len(kids),
-            workers_cpu=sum(rate[p]['cpu'] for p in kids),
+            workers_cpu=sum(cpu[p] for p in kids),
             workers_rss_mb=sum(counts[p]['rss'] for p in kids) / 1e6,
-            main_cpu=rate[me]['cpu'] if me in rate else 0.0,
+            main_cpu=cpu.get(me, 0.0),
             main_rss_mb=counts[me]['rss'] / 1e6 if me in counts else 0.0,
         )
         if rchar > 0:  # no reads in the window: no share at all (0 would read as "all from disk")
             figs['page_cache_share'] = min(1.0, max(0.0, 1 - disk / rchar))
-        rows = [dict(pid=p, cpu=round(rate[p]['cpu'], 3), rss_mb=round(counts[p]['rss'] / 1e6, 1)) for p in kids]
+        rows = [dict(pid=p, cpu=round(cpu[p], 3), rss_mb=round(counts[p]['rss'] / 1e6, 1)) for p in kids]
         return figs, rows
 
 # %% ../../nbs/engine/37b_watch.ipynb #14d1d82b
@@ -401,7 +425,10 @@ class Publisher:
     def write(self, record: dict):
         tmp = f'.{os.getpid()}-{secrets.token_hex(8)}.tmp'
         fd = os.open(
-            self._at(tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, 'O_NOFOLLOW', 0), 0o600, dir_fd=self.dir_fd
+            self._at(tmp),
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, 'O_NOFOLLOW', 0),
+            0o600,
+            dir_fd=self.dir_fd,
         )  # exclusive, 0600, never through a link
         try:
             with open(fd, 'w', encoding='utf-8') as f:
@@ -468,7 +495,7 @@ class LoaderWatch:
         self.publisher = self._publisher(folder) if publish else None
         ref = weakref.ref(loader)  # not the loader itself: the watch ends when the loader goes
         self.procs = ProcessFigures(lambda: loader_worker_pids(ref()) if ref() is not None else [])
-        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+        self.cores = self.procs.cores  # the CPUs it may run on, its workers too: what a rank's workers share
         ds = loader.dataset if isinstance(getattr(loader, 'dataset', None), ImageDataset) else None
         self.dataset, self.figures, self.slow, self._n = ds, {}, None, 0
         self._last, self._start = self.stats.snapshot(), time.time()

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #e326fe8c
 from __future__ import annotations
-import base64, hashlib, importlib, json, os, re, stat, threading, time, warnings
+import base64, hashlib, json, os, re, stat, threading, time, warnings
 from collections import OrderedDict
 from typing import Optional, Sequence
 import numpy as np
@@ -48,8 +48,8 @@ from timmdata.streams.index_table import (
 
 # %% auto #0
 __all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'SPANS_KEPT', 'SPANS_FILES_KEPT', 'HINT_SHARDS', 'MAX_SPAN_BYTES',
-           'MAX_SHARD_BYTES', 'spans_of', 'layout_of', 'write_dataset_index', 'parse_table', 'not_kept', 'DatasetIndex',
-           'node_table', 'read_dataset_index', 'ShardSpans', 'ListedSpans', 'dataset_spans', 'index_main']
+           'MAX_SHARD_BYTES', 'spans_of', 'layout_of', 'listed_shards', 'write_dataset_index', 'parse_table',
+           'not_kept', 'DatasetIndex', 'node_table', 'read_dataset_index', 'ShardSpans', 'ListedSpans', 'dataset_spans']
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #d849d83d
 DATASET_INDEX_FILE = '_timmdata_dataset_index.json'  # beside `_info.json`: every shard's size and sample spans
@@ -96,7 +96,7 @@ def layout_of(
     return out.astype(np.int32)
 
 # %% ../../nbs/streams/23b_dataset_index.ipynb #b9d7c942
-def _listed_shards(root: str) -> list:
+def listed_shards(root: str) -> list:
     "Relative names of the shards of the local folder `root`: those its `_info.json` lists (every split), else its `.tar` files."
     info_path = os.path.join(root, '_info.json')
     if os.path.isfile(info_path):
@@ -117,7 +117,7 @@ def write_dataset_index(
             f'write_dataset_index needs a local folder of shards; got {printable(root)!r}: index them where they are '
             f'written, then copy {DATASET_INDEX_FILE} beside them'
         )
-    names = _listed_shards(root)
+    names = listed_shards(root)
     if not names:
         raise FileNotFoundError(f'no shards in {root!r} (no _info.json listing them, no .tar files): nothing to index')
     table, blobs = [_HEAD], []
@@ -601,33 +601,3 @@ def dataset_spans(
         )
     rows = rows.tolist()
     return ShardSpans(found, rows), found.sizes[np.asarray(rows, np.int64)].tolist()
-
-# %% ../../nbs/streams/23b_dataset_index.ipynb #494b0830
-def index_main(argv: Optional[Sequence[str]] = None) -> int:
-    "`timmdata index SRC`: write the dataset index of a local folder of shards, so streams start without a request per shard."
-    import argparse
-
-    ap = argparse.ArgumentParser(
-        prog='timmdata index',
-        description=f'Write {DATASET_INDEX_FILE} beside the shards of SRC (every shard its _info.json lists, else '
-        'every .tar): each shard\'s size and sample spans, read once per process by training streams. Copy it '
-        'with the shards when you upload them.',
-    )
-    ap.add_argument(
-        'src', help='a local folder of WebDataset tar shards (as timmdata shards writes them), or of Parquet files'
-    )
-    ap.add_argument('--no-progress', action='store_true', help='no progress lines')
-    a = ap.parse_args(argv)
-    t0 = time.perf_counter()
-    if os.path.isdir(a.src) and not _listed_shards(a.src):  # no tar shards: Parquet files
-        pq = importlib.import_module('timmdata.streams.parquet')  # by name: it reads through this module's spans
-        if pq.local_names(a.src):
-            path = pq.write_parquet_index(a.src, progress=not a.no_progress)
-            print(f'wrote {path} ({os.path.getsize(path):,} bytes) in {time.perf_counter() - t0:.1f} s')
-            return 0
-    try:
-        path = write_dataset_index(a.src, progress=not a.no_progress)
-    except ValueError as e:  # not a local folder: one line, status 2
-        ap.error(str(e))
-    print(f'wrote {path} ({os.path.getsize(path):,} bytes) in {time.perf_counter() - t0:.1f} s')
-    return 0

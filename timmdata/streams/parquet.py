@@ -4,13 +4,13 @@
 
 # %% ../../nbs/streams/26d_parquet.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 from __future__ import annotations
-import glob, hashlib, io, itertools, json, os, threading
+import glob, io, itertools, os, threading
 from concurrent.futures import ThreadPoolExecutor
 from collections import OrderedDict
 from typing import Iterator, Optional
 import numpy as np
-from ..core.untrusted import MAX_JSON_BYTES, MAX_SAMPLES, atomic_write, printable, relative_name
-from ..readers import split_names
+from ..core.untrusted import printable
+from ..readers import FileHandle, split_names
 from timmdata.streams.shard_io import (
     ShardError,
     ShardNotFoundError,
@@ -25,6 +25,17 @@ from .kept_http import coalesce, kept_get, kept_get_many
 from .parquet_footers import FooterSpans, IndexSpans, KeptFooters, fetch_footer
 from .spans import ShardChangedError
 from .global_order import SpanReader
+from timmdata.streams.parquet_index import (
+    MAX_INDEX_BYTES,
+    PARQUET_INDEX_VERSION,
+    check_file,
+    file_digests,
+    parse_parquet_index,
+    read_parquet_index,
+    rebuild_hint,
+    row_mark,
+    write_parquet_index,
+)
 from timmdata.streams.parquet_format import (
     write_sample_parquet,
     PARQUET_INDEX_FILE,
@@ -48,6 +59,7 @@ from timmdata.streams.parquet_format import (
     decompress,
     find_columns,
     footer_bytes,
+    group_reads,
     need_pyarrow,
     page_header,
     page_values,
@@ -58,142 +70,7 @@ from timmdata.streams.parquet_format import (
 )
 
 # %% auto #0
-__all__ = ['MAX_INDEX_BYTES', 'GROUPS_KEPT_BYTES', 'write_parquet_index', 'parse_parquet_index', 'read_parquet_index',
-           'ParquetFiles', 'ParquetSource', 'ParquetReader']
-
-# %% ../../nbs/streams/26d_parquet.ipynb #db7b79bc585a40fcaf58bf750017e135
-_HEAD = 'timmdata parquet index'
-MAX_INDEX_BYTES = 4 << 30  # the largest index read (4 GiB: 89 million rows)
-
-
-def write_parquet_index(
-    root,  # a local folder of Parquet files (the Hub's layout, or any)
-    image_column: Optional[str] = None,
-    label_column: Optional[str] = None,  # as `ParquetSource` finds them when None
-    progress: bool = False,  # a line a file
-) -> str:
-    "Writes `PARQUET_INDEX_FILE` beside every Parquet file under `root`: each row's read (`chunk_rows`) and label, each file's size and rows; returns its path."
-    pa = need_pyarrow()
-    root = os.fspath(root)
-    names = sorted(local_names(root), key=natural_key)
-    if not names:
-        raise ValueError(
-            f'no .parquet files under {printable(root)!r}: write_parquet_index needs a local folder of Parquet files'
-        )
-    files, tables, cols = [], [], None
-    for name in names:
-        path, where = os.path.join(root, name), f'Parquet file {name}'
-        with open(path, 'rb') as f:
-            size = os.fstat(f.fileno()).st_size
-            read_at = lambda o, n: os.pread(f.fileno(), n, o)
-            footer = footer_bytes(read_at, size, where)
-            md = parse_footer(footer, where)
-            c = find_columns(md, image_column, label_column, where)
-            if cols is None:
-                cols = c
-            elif (c['image'], c['label']) != (cols['image'], cols['label']):
-                raise ParquetError(
-                    f'{where}: its image and label columns are {c["image"]!r}, {c["label"]!r}; the first file\'s {cols["image"]!r}, {cols["label"]!r}: pass image_column= and label_column='
-                )
-            check_footer(md, size, len(footer), c['leaf'], where)
-            desc = md.schema.column(c['leaf'])
-            parts = []
-            for g in range(md.num_row_groups):
-                ch = md.row_group(g).column(c['leaf'])
-                codec = CODECS.index(ch.compression) if ch.compression in CODECS else -1
-                start = (
-                    ch.dictionary_page_offset
-                    if ch.has_dictionary_page and ch.dictionary_page_offset
-                    else ch.data_page_offset
-                )
-                rows = chunk_rows(
-                    read_at,
-                    start,
-                    ch.total_compressed_size,
-                    md.row_group(g).num_rows,
-                    codec,
-                    desc.max_definition_level,
-                    desc.max_repetition_level,
-                    f'{where} row group {g}',
-                )
-                rows[rows[:, 0] == GROUP, 1] = g
-                parts.append(
-                    np.concatenate([rows, np.full((len(rows), 1), max(codec, 0)), np.full((len(rows), 1), -1)], 1)
-                )
-            t = np.concatenate(parts) if parts else np.zeros((0, ROW_FIELDS), np.int64)
-            if c['label'] is not None:
-                lab = pa.parquet.ParquetFile(f, metadata=md).read(columns=[c['label']]).column(0)
-                t[:, 5] = lab.fill_null(-1).to_numpy()
-        files.append([name, size, len(t), desc.max_definition_level])
-        tables.append(t)
-        if progress:
-            print(f'{name}: {len(t):,} rows, {int((t[:, 0] == EXACT).sum()):,} exact reads', flush=True)
-    table = np.concatenate(tables).astype('<i8').tobytes()
-    head = dict(
-        format=_HEAD,
-        version=1,
-        image_column=cols['image'],
-        label_column=cols['label'],
-        classes=cols['classes'],
-        files=files,
-        sha256=hashlib.sha256(table).hexdigest(),
-    )
-    out = os.path.join(root, PARQUET_INDEX_FILE)
-    with atomic_write(out, 'wb') as f:
-        f.write(json.dumps(head, separators=(',', ':')).encode() + b'\n' + table)
-    return out
-
-# %% ../../nbs/streams/26d_parquet.ipynb #1671c31a24314836a5b85d7ef7fbf015
-def parse_parquet_index(blob: bytes, where: str) -> tuple:
-    "(header, table) of an index file's bytes, checked: its JSON line and fields, its table's length and digest; else `ParquetError`."
-    line, nl, table = blob.partition(b'\n')
-    bad = lambda why: ParquetError(f'{where}: {why}: write it again with `timmdata index` (or delete it)')
-    if not nl or len(line) > MAX_JSON_BYTES:
-        raise bad('not a timmdata Parquet index')
-    try:
-        head = json.loads(line)
-    except (ValueError, RecursionError):
-        raise bad('its first line is not JSON') from None
-    if not isinstance(head, dict) or head.get('format') != _HEAD or head.get('version') != 1:
-        raise bad('not a timmdata Parquet index (version 1)')
-    files = head.get('files')
-    ok = isinstance(files, list) and all(
-        isinstance(e, list)
-        and len(e) == 4
-        and isinstance(e[0], str)
-        and all(type(x) is int and 0 <= x <= MAX_SAMPLES for x in e[1:])
-        for e in files
-    )
-    if not ok:
-        raise bad('its file list is damaged')
-    for e in files:
-        relative_name(e[0], where)  # names inside the dataset only
-    n = sum(e[2] for e in files)
-    if len(table) != n * ROW_FIELDS * 8 or hashlib.sha256(table).hexdigest() != head.get('sha256'):
-        raise bad(f'its table is not the {n:,} rows it lists, or not what its digest says')
-    return head, np.frombuffer(table, '<i8').reshape(n, ROW_FIELDS)
-
-
-def read_parquet_index(root, timeout: float = 60.0, retries: int = 3, backoff: float = 0.25) -> Optional[tuple]:
-    "(header, table) of the index beside `root` (a folder or URL prefix; one read), or None when it has none."
-    url = join_url(root, PARQUET_INDEX_FILE)
-    if url_scheme(url) == 'file':
-        path = url[7:] if url.startswith('file://') else url
-        if not os.path.isfile(path):
-            return None
-        with open(path, 'rb') as f:
-            blob = f.read()
-    else:
-        try:
-            with open_shard(url, timeout) as f:  # one request; a body past MAX_INDEX_BYTES is never read on
-                blob = f.read(MAX_INDEX_BYTES + 1)
-        except ShardNotFoundError:
-            return None
-        if len(blob) > MAX_INDEX_BYTES:
-            raise ParquetError(
-                f'{shard_name(url)} is over {MAX_INDEX_BYTES:,} bytes (timmdata.streams.parquet.MAX_INDEX_BYTES): not an index; delete it'
-            )
-    return parse_parquet_index(blob, shard_name(url))
+__all__ = ['GROUPS_KEPT_BYTES', 'ParquetFiles', 'ParquetSource', 'ParquetBytes', 'ParquetReader']
 
 # %% ../../nbs/streams/26d_parquet.ipynb #f6fa52606d8c4a75a9b52967216f8f3f
 class _RangedIO(io.RawIOBase):
@@ -276,9 +153,11 @@ class ParquetFiles:
         read_at = read_at or self._read_at(s)
         md, cols = self.metadata(s, read_at), self.columns
         where = f'Parquet file {self.name_of(self.shards[s])} row group {g}'
+        names = [c for c in (cols['image'], cols['label']) if c]
+        read_at = group_reads(read_at, self.sizes[s], md, g, names, where)  # pages checked before pyarrow decodes them
         try:
             f = pa.parquet.ParquetFile(_RangedIO(read_at, self.sizes[s]), metadata=md)
-            t = f.read_row_group(g, columns=[c for c in (cols['image'], cols['label']) if c])
+            t = f.read_row_group(g, columns=names)
         except (OSError, ValueError, pa.ArrowException) as e:
             raise ParquetError(
                 f'{where} cannot be read ({printable(str(e), 200)}): a damaged or hostile Parquet file'
@@ -319,7 +198,7 @@ class ParquetSource(ParquetFiles):
             raise TypeError(f'ParquetSource got unexpected arguments {sorted(kwargs)}')
         image_column, label_column = image_column or input_key, label_column or target_key
         self.root, self.split, self.retries, self.backoff, self.timeout = root, split, retries, backoff, timeout
-        head = table = None
+        head = table = self.digests = None  # digests: each file's, from the index
         if isinstance(root, (list, tuple)):
             self.shards, names = [str(r) for r in root], None
         else:
@@ -359,6 +238,8 @@ class ParquetSource(ParquetFiles):
                 [table[starts[k] : starts[k + 1]] for k in ks],
                 [head['files'][k][3] for k in ks],
             )
+            self.spans.remedy = rebuild_hint(root)  # the command, with this folder's path
+            self.digests = [head['files'][k][4:] for k in ks]
             self._footers = None
         else:
             self._read_footers(image_column, label_column, cache_dir)
@@ -436,48 +317,114 @@ def _sent_together(reader, requests: list) -> Optional[list]:
     except Exception:
         return None
     for (s, *_), (headers, _) in zip(requests, got):
-        size = reader._sized(s)[1]
-        if size is not None or reader.sizes is not None:
-            reader._check_size(s, headers['content-range'].rpartition('/')[2], size)
+        reader._check_answer(s, headers, reader._sized(s)[1])
     return [body for _, body in got]
+
+# %% ../../nbs/streams/26d_parquet.ipynb #bbb11e91060f4df5b569a300af63cb2e
+class ParquetBytes(SpanReader):
+    "A `ParquetSource`'s files as bytes by offset, through `global_order.ShardBytes` (local files, the node cache, ranged GETs), each file checked against the index: a local file's footer and labels when it is opened (`parquet_index.check_file`), each answer's size and ETag over http(s); `ParquetReader` reads the samples through it."
+
+    def __init__(self, source: ParquetSource, max_open_files: int = 16, read_ahead: int = 8):
+        self.spans, self.read_ahead, self.lengths = source.spans, max(1, int(read_ahead)), source.spans.lengths
+        self.stems = [source.name_of(u).rsplit('/', 1)[-1].removesuffix('.parquet') for u in source.shards]
+        self._digests, self._seen = source.digests, {}  # _seen: the files checked, as they were then
+        super(SpanReader, self).__init__(source, max_open_files, source.sizes, source.spans.remedy)
+
+    def _own(self):
+        if self._pid != os.getpid():
+            self._groups, self._kept, self._loading, self._tags = OrderedDict(), 0, {}, {}
+        super()._own()
+
+    def __getstate__(self):
+        d = super().__getstate__()
+        for k in ('_groups', '_loading', '_tags'):
+            d.pop(k, None)
+        return d
+
+    def _bytes(self, s: int, start: int, n: int, size=None) -> bytes:
+        "As `ShardBytes._bytes`; over http(s) without a node cache, on this thread's kept connection (`kept_get`), each answer checked (`_check_answer`)."
+        if self._paths[s] is not None or self._cache is not None or not n:
+            return super()._bytes(s, start, n, size)
+        src = self.source
+        try:
+            headers, body = kept_get(src.shards[s], start, n, src.timeout)
+        except Exception:  # a fresh request: retries, deadlines and named errors
+            headers, body = http_range(
+                src.shards[s], (start, n), timeout=src.timeout, retries=src.retries, backoff=src.backoff
+            )
+        self._check_answer(s, headers, size)
+        return body
+
+    def _check_answer(self, s: int, headers, size=None):
+        "An answer over http(s) checked: the file's size (`_check_size`), and its ETag (else Last-Modified) where the server gives one, the same as in this process's first answer for the file: a file replaced while it is read is named (`ShardChangedError`)."
+        if size is not None or self.sizes is not None:
+            self._check_size(s, (headers.get('content-range') or '').rpartition('/')[2], size)
+        tag = headers.get('etag') or headers.get('last-modified')
+        if tag is not None and self._tags.setdefault(s, tag) != tag:
+            self.spans.forget(s, None)
+            raise ShardChangedError(
+                f'Parquet file {self.source.name_of(self.source.shards[s])} changed while it was read: its ETag or Last-Modified was {printable(self._tags[s], 80)!r}, now {printable(tag, 80)!r}; {self.spans.remedy}'
+            )
+
+    def _check_size(self, s: int, got: str, size=None):
+        "As `ShardBytes._check_size`; a file found changed also drops its kept footer (`FooterSpans.forget`): a new stream reads it again."
+        try:
+            super()._check_size(s, got, size)
+        except ShardChangedError:
+            self.spans.forget(s, None)
+            raise
+
+    def _fd(self, s: int) -> FileHandle:
+        "As `ShardBytes._fd`; a local file opened is first checked against the index (`parquet_index.check_file`: its footer and labels), once for each file as it is now (its device, inode, size and times)."
+        self._own()
+        with self._lock:
+            f = self._files.pop(s, None)
+            if f is None:
+                f = FileHandle(self._paths[s], 'shard')  # a FIFO named like a file is refused, never waited on
+                st = os.fstat(f.fd)
+                if self.sizes is not None:
+                    self._check_size(s, str(st.st_size))
+                seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                if self._digests is not None and self._seen.get(s) != seen:
+                    where = f'Parquet file {self.source.name_of(self.source.shards[s])}'
+
+                    def read_at(o, n):  # under the lock: a seek and a read where there is no pread
+                        if hasattr(os, 'pread'):
+                            return os.pread(f.fd, n, o)
+                        os.lseek(f.fd, o, os.SEEK_SET)
+                        return os.read(f.fd, n)
+
+                    label = self.source.columns['label']
+                    check_file(read_at, st.st_size, self._digests[s], label, where, self.spans.remedy)
+                    self._seen[s] = seen
+            self._files[s] = f
+            while len(self._files) > self.max_open_files:
+                self._files.popitem(last=False)
+        return f
+
+    def _exactly(self, s: int, a: int, n: int, size: int, m: int) -> bytes:
+        data = self._bytes(s, a, n, size)
+        if len(data) != n:
+            raise ShardChangedError(
+                f'Parquet file {self.source.name_of(self.source.shards[s])} ends before row {m}\'s bytes {a:,} to {a + n:,}: it changed after it was indexed; {self.spans.remedy}'
+            )
+        return data
+
+    def _moved(self, s: int, m: int):
+        "Row `m` of file `s` read another image than the one its mark says (`ParquetReader`): named, never read with the row's label."
+        raise ShardChangedError(
+            f'Parquet file {self.source.name_of(self.source.shards[s])} changed after it was indexed: row {m} holds another image than the one indexed (its rows reordered or replaced); {self.spans.remedy}'
+        )
 
 # %% ../../nbs/streams/26d_parquet.ipynb #3f9bc0b9dd2c44919cc8dcca39b469f8
 GROUPS_KEPT_BYTES = 256 << 20  # row groups' images a process keeps for the rows read after (no index)
 
 
-class ParquetReader(SpanReader):
-    "A `ParquetSource`'s samples by (file, row): each read as its index row says (`EXACT`, `PAGE`, `GROUP`), through `global_order.ShardBytes` (local files, the node cache, ranged GETs)."
-
-    def __init__(self, source: ParquetSource, max_open_files: int = 16, read_ahead: int = 8):
-        self.spans, self.read_ahead, self.lengths = source.spans, max(1, int(read_ahead)), source.spans.lengths
-        self.stems = [source.name_of(u).rsplit('/', 1)[-1].removesuffix('.parquet') for u in source.shards]
-        super(SpanReader, self).__init__(source, max_open_files, source.sizes, source.spans.remedy)
-
-    def _own(self):
-        if self._pid != os.getpid():
-            self._groups, self._kept, self._loading = OrderedDict(), 0, {}
-        super()._own()
-
-    def __getstate__(self):
-        d = super().__getstate__()
-        d.pop('_groups', None)
-        d.pop('_loading', None)
-        return d
-
-    def _bytes(self, s: int, start: int, n: int, size=None) -> bytes:
-        "As `ShardBytes._bytes`; over http(s) without a node cache, on this thread's kept connection (`kept_get`), the file's size checked as there."
-        if self._paths[s] is not None or self._cache is not None or not n:
-            return super()._bytes(s, start, n, size)
-        try:
-            headers, body = kept_get(self.source.shards[s], start, n, self.source.timeout)
-        except Exception:  # a fresh request: retries, deadlines and named errors (`http_range`)
-            return super()._bytes(s, start, n, size)
-        if size is not None or self.sizes is not None:
-            self._check_size(s, headers['content-range'].rpartition('/')[2], size)
-        return body
+class ParquetReader(ParquetBytes):
+    "A `ParquetSource`'s samples by (file, row): each read as its index row says (`EXACT`, `PAGE`, `GROUP`) through `ParquetBytes` (local files, the node cache, ranged GETs), each image checked against its row's mark."
 
     def _send(self, shards: list, members: list) -> list:
-        "These samples' reads sent to the threads, close images of a file one request (`kept_http.coalesce`), the requests dealt to `read_ahead` tasks (a thread's few requests on its kept connection: a hand-over between threads a few requests, not one each): each sample's (future, place in its result, offset, length, key, label), place None where the future gives the sample (`read`)."
+        "These samples' reads sent to the threads, close images of a file one request (`kept_http.coalesce`), the requests dealt to `read_ahead` tasks (a thread's few requests on its kept connection: a hand-over between threads a few requests, not one each): each sample's (future, place in its result, offset, length, file, row, label, [its mark]), place None where the future gives the sample (`read`)."
         rows = [(s, m, *self._sized(s)[0][m].tolist()) for s, m in zip(shards, members)]
         exact = [(s, a, b, m) for s, m, kind, a, b, *_ in rows if kind == EXACT]
         requests, where = coalesce([e[:3] for e in exact])
@@ -486,12 +433,12 @@ class ParquetReader(SpanReader):
         tasks = [[(*requests[j], first[j]) for j in range(t, len(requests), k)] for t in range(k)]
         sent = [self._pool.submit(self._fetch, task) for task in tasks]
         out, at = [], iter(where)
-        for s, m, kind, a, b, _, _, label in rows:
+        for s, m, kind, a, b, _, _, label, *mark in rows:  # mark: the index's (`INDEX_FIELDS`), none without it
             if kind == EXACT:
                 j, o = next(at)
-                out.append((sent[j % k], j // k, o, b, f'{self.stems[s]}/{m}', label))
+                out.append((sent[j % k], j // k, o, b, s, m, label, mark))
             else:
-                out.append((self._pool.submit(self.read, s, m), None, None, None, None, None))
+                out.append((self._pool.submit(self.read, s, m), None, None, None, None, None, None, None))
         return out
 
     def _fetch(self, requests: list) -> list:
@@ -512,27 +459,17 @@ class ParquetReader(SpanReader):
                 if k is not None:
                     flight.append(self._send(shards[k : k + w], members[k : k + w]))
                 if len(flight) == 2 or (k is None and flight):
-                    for f, q, o, n, key, label in flight.pop(0):
-                        yield f.result() if q is None else (key, f.result()[q][o : o + n], label)
+                    for f, q, o, n, s, m, label, mark in flight.pop(0):
+                        if q is None:
+                            yield f.result()
+                            continue
+                        img = f.result()[q][o : o + n]
+                        if mark and row_mark(img) != mark[0]:
+                            self._moved(s, m)
+                        yield f'{self.stems[s]}/{m}', img, label
         finally:
             for f in (x[0] for items in flight for x in items):
                 f.cancel()
-
-    def _check_size(self, s: int, got: str, size=None):
-        "As `ShardBytes._check_size`; a file found changed also drops its kept footer (`FooterSpans.forget`): a new stream reads it again."
-        try:
-            super()._check_size(s, got, size)
-        except ShardChangedError:
-            self.spans.forget(s, None)
-            raise
-
-    def _exactly(self, s: int, a: int, n: int, size: int, m: int) -> bytes:
-        data = self._bytes(s, a, n, size)
-        if len(data) != n:
-            raise ShardChangedError(
-                f'Parquet file {self.source.name_of(self.source.shards[s])} ends before row {m}\'s bytes {a:,} to {a + n:,}: it changed after it was indexed; {self.spans.remedy}'
-            )
-        return data
 
     def _group(self, s: int, g: int, size: int) -> tuple:
         "(images, labels) of row group `g` of file `s`: kept from an earlier read, else read once (threads reading it meanwhile wait for that read: a lock)."
@@ -565,9 +502,12 @@ class ParquetReader(SpanReader):
         return got
 
     def read(self, s: int, m: int) -> tuple:
-        "(key, image bytes, label) of row `m` of file `s`."
+        "(key, image bytes, label) of row `m` of file `s`, its image checked against the row's mark in the index (`parquet_index.row_mark`)."
         rows, size = self._sized(s)
-        kind, a, b, slot, codec, label = rows[m].tolist()
+        if self._digests is not None:  # the index's rows: the row's mark too (`INDEX_FIELDS`)
+            kind, a, b, slot, codec, label, mark = rows[m].tolist()
+        else:
+            (kind, a, b, slot, codec, label), mark = rows[m].tolist(), None
         where = f'Parquet file {self.source.name_of(self.source.shards[s])} row {m}'
         if kind == EXACT:
             img = self._exactly(s, a, b, size, m)
@@ -589,4 +529,6 @@ class ParquetReader(SpanReader):
             img = None
         if img is None:
             raise ParquetError(f'{where} has no image (null): remove the row or fill it')
+        if mark is not None and row_mark(img) != mark:
+            self._moved(s, m)
         return f'{self.stems[s]}/{m}', img, label

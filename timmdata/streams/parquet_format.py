@@ -4,32 +4,27 @@
 
 # %% ../../nbs/streams/26c_parquet_format.ipynb #f0a00003
 from __future__ import annotations
-import glob, hashlib, http.client, io, json, os, re, threading, time, urllib.parse
-from collections import OrderedDict
+import io, json, os
 from typing import Iterator, Optional
 import numpy as np
-from ..core.untrusted import MAX_JSON_BYTES, MAX_SAMPLES, atomic_write, printable, relative_name
-from ..readers import split_names
-from timmdata.streams.shard_io import (
-    ShardError,
-    ShardNotFoundError,
-    expand_braces,
-    join_url,
-    open_shard,
-    shard_name,
-    url_scheme,
+from ..core.untrusted import MAX_SAMPLES, printable
+from .shard_io import ShardError
+from timmdata.streams.parquet_files import (  # the files of a split, named here too: the Parquet modules import them from here
+    PARQUET_INDEX_FILE,
+    is_pattern,
+    local_names,
+    match_split,
+    natural_key,
+    need_pyarrow,
+    write_sample_parquet,
 )
-from .shard_index import http_range
-from .net import REQUEST_DEADLINE
-from .spans import ShardChangedError
-from .global_order import SpanReader
 
 # %% auto #0
-__all__ = ['MAX_FOOTER_BYTES', 'MAX_PAGE_BYTES', 'MAX_ROW_GROUP_BYTES', 'PAGE_TYPES', 'PLAIN', 'PLAIN_DICTIONARY',
-           'RLE_DICTIONARY', 'EXACT', 'PAGE', 'GROUP', 'NULL', 'CODECS', 'ROW_FIELDS', 'PARQUET_INDEX_FILE',
-           'ParquetError', 'thrift_struct', 'page_header', 'rle_levels', 'plain_offsets', 'need_pyarrow',
-           'footer_bytes', 'parse_footer', 'find_columns', 'check_footer', 'decompress', 'page_values', 'chunk_rows',
-           'natural_key', 'is_pattern', 'match_split', 'local_names', 'write_sample_parquet']
+__all__ = ['MAX_FOOTER_BYTES', 'MAX_PAGE_BYTES', 'MAX_ROW_GROUP_BYTES', 'MAX_THRIFT_VALUES', 'PAGE_TYPES', 'PLAIN',
+           'PLAIN_DICTIONARY', 'RLE_DICTIONARY', 'ROWS_PER_BYTE', 'EXACT', 'PAGE', 'GROUP', 'NULL', 'CODECS',
+           'ROW_FIELDS', 'MIN_PAGE_VALUES', 'ParquetError', 'thrift_struct', 'page_header', 'rle_levels',
+           'plain_offsets', 'footer_bytes', 'parse_footer', 'find_columns', 'check_footer', 'decompress', 'page_values',
+           'walk_pages', 'chunk_rows', 'group_reads']
 
 # %% ../../nbs/streams/26c_parquet_format.ipynb #10185d26023b46108eb7d9f57d49d2b3
 class ParquetError(ShardError):
@@ -42,11 +37,14 @@ MAX_ROW_GROUP_BYTES = 1 << 30  # the largest row group's image column read whole
 _MAGIC = b'PAR1'
 
 # %% ../../nbs/streams/26c_parquet_format.ipynb #7623eae2785240b9bd12b16a66d81610
+MAX_THRIFT_VALUES = 1 << 14  # the most values one page header may hold (parquet-cpp writes ~20; a lie costs ~20 ms)
+
+
 class _Thrift:
-    "A reader of Thrift compact-protocol values from `buf` at `pos`; any length past the buffer or nesting past 16 levels raises `ParquetError`."
+    "A reader of Thrift compact-protocol values from `buf` at `pos`: any length past the buffer, nesting past 16 levels, a container of more elements than bytes left or a header of over `MAX_THRIFT_VALUES` values raises `ParquetError`."
 
     def __init__(self, buf, pos: int = 0, where: str = ''):
-        self.buf, self.pos, self.where = buf, pos, where
+        self.buf, self.pos, self.where, self.left = buf, pos, where, MAX_THRIFT_VALUES
 
     def _bad(self, why: str):
         return ParquetError(
@@ -75,11 +73,18 @@ class _Thrift:
         n = self.varint()
         return (n >> 1) ^ -(n & 1)
 
-    def value(self, t: int, depth: int):
-        if depth > 16:
-            raise self._bad('structures nested over 16 deep')
-        if t in (1, 2):  # booleans: the type is the value
-            return t == 1
+    def count(self, n: int, what: str, each: int = 1) -> int:
+        "`n` elements of a container, each `each` bytes at least (a boolean in a container is a byte), checked against the bytes left."
+        if n * each > len(self.buf) - self.pos:
+            raise self._bad(f'a {what} of {n:,} elements past the end')
+        return n
+
+    def value(self, t: int, depth: int, element: bool = False):
+        self.left -= 1
+        if depth > 16 or self.left < 0:
+            raise self._bad('structures nested over 16 deep' if depth > 16 else f'over {MAX_THRIFT_VALUES:,} values')
+        if t in (1, 2):  # a field's boolean is its type; an element's is a byte
+            return self.byte() == 1 if element else t == 1
         if t == 3:
             b = self.byte()
             return b - 256 if b > 127 else b
@@ -96,20 +101,14 @@ class _Thrift:
                 raise self._bad(f'a binary of {n:,} bytes past the end')
             self.pos += n
             return self.buf[self.pos - n : self.pos]
-        if t in (9, 10):
+        if t in (9, 10):  # a list or a set
             h = self.byte()
-            n, et = h >> 4, h & 0x0F
-            if n == 15:
-                n = self.varint()
-            if n > len(self.buf) - self.pos:  # each element takes a byte at least
-                raise self._bad(f'a list of {n:,} elements past the end')
-            return [self.byte() == 1 if et in (1, 2) else self.value(et, depth + 1) for _ in range(n)]
-        if t == 11:
-            n = self.varint()
-            if n > len(self.buf) - self.pos:
-                raise self._bad(f'a map of {n:,} entries past the end')
+            n = self.count(self.varint() if h >> 4 == 15 else h >> 4, 'list')
+            return [self.value(h & 0x0F, depth + 1, True) for _ in range(n)]
+        if t == 11:  # a map: (key, value) pairs
+            n = self.count(self.varint(), 'map', 2)
             kt, vt = divmod(self.byte(), 16) if n else (0, 0)
-            return {self.value(kt, depth + 1): self.value(vt, depth + 1) for _ in range(n)}
+            return [(self.value(kt, depth + 1, True), self.value(vt, depth + 1, True)) for _ in range(n)]
         if t == 12:
             return self.struct(depth + 1)
         raise self._bad(f'unknown field type {t}')
@@ -127,22 +126,34 @@ class _Thrift:
 
 
 def thrift_struct(buf, pos: int = 0, where: str = '<bytes>') -> tuple:
-    "(`{field id: value}`, end) of the Thrift compact-protocol struct at `buf[pos:]`: nested structs as dicts, lists as lists, binaries as bytes."
+    "(`{field id: value}`, end) of the Thrift compact-protocol struct at `buf[pos:]`: nested structs as dicts, lists and sets as lists, maps as lists of (key, value), binaries as bytes."
     r = _Thrift(buf, pos, where)
     return r.struct(), r.pos
 
 # %% ../../nbs/streams/26c_parquet_format.ipynb #b118ea5561624da68c537baed56e602f
 PAGE_TYPES = {0: 'data', 1: 'index', 2: 'dictionary', 3: 'data_v2'}
 PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY = 0, 2, 8
+_FIELDS = {  # a page's fields a read takes from its (type's) header: name, field id, type, default
+    0: (('num_values', 1, int, 0), ('encoding', 2, int, None)),
+    2: (('num_values', 1, int, 0), ('encoding', 2, int, None)),
+    3: (
+        ('num_values', 1, int, 0),
+        ('encoding', 4, int, None),
+        ('def_bytes', 5, int, 0),
+        ('rep_bytes', 6, int, 0),
+        ('is_compressed', 7, bool, True),
+        ('num_nulls', 2, int, 0),
+    ),
+}
 
 
 def page_header(buf, pos: int = 0, where: str = '<bytes>') -> dict:
-    "The fields of the Parquet `PageHeader` at `buf[pos:]` a read needs: `type`, sizes, `num_values`, `encoding`, the v2 level lengths and `is_compressed`, and `header_size`; sizes checked."
+    "The fields of the Parquet `PageHeader` at `buf[pos:]` a read needs: `type`, sizes, `num_values`, `encoding`, the v2 level lengths and `is_compressed`, and `header_size`; each field's type and every size checked."
     h, end = thrift_struct(buf, pos, where)
     t, un, comp = h.get(1), h.get(2), h.get(3)
-    if t not in PAGE_TYPES or not isinstance(un, int) or not isinstance(comp, int):
+    if type(t) is not int or t not in PAGE_TYPES or type(un) is not int or type(comp) is not int:
         raise ParquetError(
-            f'{where}: no page header at this offset (type {t!r}): a damaged or hostile Parquet file, or a stale index'
+            f'{where}: no page header at this offset (type {printable(repr(t), 40)}): a damaged or hostile Parquet file, or a stale index'
         )
     if not (0 <= un <= MAX_PAGE_BYTES and 0 <= comp <= MAX_PAGE_BYTES):
         raise ParquetError(
@@ -150,27 +161,32 @@ def page_header(buf, pos: int = 0, where: str = '<bytes>') -> dict:
             f'(timmdata.streams.parquet.MAX_PAGE_BYTES): a damaged or hostile Parquet file'
         )
     out = dict(type=PAGE_TYPES[t], uncompressed=un, compressed=comp, header_size=end - pos, num_values=0, encoding=None)
-    sub = h.get({0: 5, 2: 7, 3: 8}.get(t, -1)) or {}
-    if t == 0:
-        out.update(num_values=sub.get(1, 0), encoding=sub.get(2))
-    elif t == 2:
-        out.update(num_values=sub.get(1, 0), encoding=sub.get(2))
-    elif t == 3:
-        out.update(
-            num_values=sub.get(1, 0),
-            encoding=sub.get(4),
-            def_bytes=sub.get(5, 0),
-            rep_bytes=sub.get(6, 0),
-            is_compressed=sub.get(7, True),
-            num_nulls=sub.get(2, 0),
+    sub = h.get({0: 5, 2: 7, 3: 8}.get(t, -1), {})
+    if not isinstance(sub, dict):
+        raise ParquetError(
+            f'{where}: a {PAGE_TYPES[t]} page\'s header is not a structure: a damaged or hostile Parquet file'
         )
-    if not isinstance(out['num_values'], int) or out['num_values'] < 0:
-        raise ParquetError(f'{where}: a page states {out["num_values"]!r} values: a damaged or hostile Parquet file')
+    for name, fid, kind, default in _FIELDS.get(t, ()):
+        v = sub.get(fid, default)
+        if v is not default and (type(v) is not kind or kind is int and v < 0):
+            raise ParquetError(
+                f'{where}: a {PAGE_TYPES[t]} page states {name} {printable(repr(v), 40)}: a damaged or hostile Parquet file'
+            )
+        out[name] = v
     return out
 
 # %% ../../nbs/streams/26c_parquet_format.ipynb #504fb2a444614c0babb325280ed9130a
 def rle_levels(buf, n: int, bit_width: int, where: str = '<bytes>') -> np.ndarray:
-    "`n` levels of Parquet's RLE/bit-packed hybrid encoding from `buf` (no length prefix), as an int array."
+    "`n` levels of Parquet's RLE/bit-packed hybrid encoding from `buf` (no length prefix), as an int array; a bit width over 32 (Parquet's widest: a dictionary index) or a value past 2^31 is a `ParquetError`."
+    if not (
+        isinstance(n, (int, np.integer))
+        and n >= 0
+        and isinstance(bit_width, (int, np.integer))
+        and 0 <= bit_width <= 32
+    ):
+        raise ParquetError(
+            f'{where}: {n!r} levels of {bit_width!r} bits stated (at most 32 bits): a damaged or hostile Parquet file'
+        )
     out, pos, k = np.zeros(n, np.int32), 0, 0
     if bit_width == 0:
         return out
@@ -185,24 +201,29 @@ def rle_levels(buf, n: int, bit_width: int, where: str = '<bytes>') -> np.ndarra
             if pos + nbytes > len(buf):
                 raise ParquetError(f'{where}: bit-packed levels past the end of their page: a damaged Parquet file')
             bits = np.unpackbits(np.frombuffer(bytes(buf[pos : pos + nbytes]), np.uint8), bitorder='little')
-            vals = bits.reshape(-1, bit_width) @ (1 << np.arange(bit_width))
+            vals = bits.reshape(-1, bit_width) @ (1 << np.arange(bit_width, dtype=np.int64))
             take = min(len(vals), n - k)
-            out[k : k + take] = vals[:take]
+            out[k : k + take] = vals[:take]  # past 2^31 (32 bits): negative, refused where it is an index
             k, pos = k + take, pos + nbytes
         else:  # a run: (h >> 1) copies of one value
             if pos + vb > len(buf):
                 raise ParquetError(f'{where}: a level run past the end of its page: a damaged Parquet file')
-            take = min(h >> 1, n - k)
-            out[k : k + take] = int.from_bytes(bytes(buf[pos : pos + vb]), 'little')
-            k, pos = k + take, pos + vb
             if h >> 1 == 0:
                 raise ParquetError(f'{where}: an empty level run: a damaged Parquet file')
+            take, v = min(h >> 1, n - k), int.from_bytes(bytes(buf[pos : pos + vb]), 'little')
+            out[k : k + take] = v if v < 1 << 31 else -1
+            k, pos = k + take, pos + vb
     return out
 
 
 def plain_offsets(buf, n: int, where: str = '<bytes>') -> np.ndarray:
-    "(offset, length) of each of `n` PLAIN `BYTE_ARRAY` values in `buf` (each a 4-byte length, then its bytes): an (n, 2) array, every value inside `buf`."
-    out, pos, size = np.zeros((n, 2), np.int64), 0, len(buf)
+    "(offset, length) of each of `n` PLAIN `BYTE_ARRAY` values in `buf` (each a 4-byte length, then its bytes): an (n, 2) array, every value inside `buf`; `n` checked against the bytes first (4 a value at least)."
+    size = len(buf)
+    if not (isinstance(n, (int, np.integer)) and 0 <= n <= size // 4):
+        raise ParquetError(
+            f'{where}: {n!r} values stated in a page of {size:,} bytes (each value takes 4 at least): a damaged or hostile Parquet file'
+        )
+    out, pos = np.zeros((n, 2), np.int64), 0
     for i in range(n):
         if pos + 4 > size:
             raise ParquetError(f'{where}: value {i} of {n} starts past the end of its page: a damaged Parquet file')
@@ -217,14 +238,6 @@ def plain_offsets(buf, n: int, where: str = '<bytes>') -> np.ndarray:
 
 # %% ../../nbs/streams/26c_parquet_format.ipynb #b43b363d81ae4b689946ece5c682cd59
 _TAIL = 64 << 10  # the bytes of a file's tail read first: its footer, usually whole
-
-
-def need_pyarrow():
-    try:
-        import pyarrow, pyarrow.parquet  # noqa: F401
-    except ImportError as e:
-        raise ImportError(f"reading Parquet needs pyarrow: pip install 'timmdata[parquet]' ({e})") from None
-    return pyarrow
 
 
 def footer_bytes(read_at, size: int, where: str) -> bytes:
@@ -245,15 +258,47 @@ def footer_bytes(read_at, size: int, where: str) -> bytes:
     return tail[-8 - n :] if n + 8 <= len(tail) else read_at(size - 8 - n, n) + tail[-8:]
 
 
+class _Unread(Exception):
+    pass
+
+
+class _NoReads(io.RawIOBase):
+    "A file pyarrow may seek in but never read (`parse_footer`'s check): a read raises `_Unread` before anything is allocated for it."
+
+    pos = 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self.pos
+
+    def seek(self, off, whence=0):
+        self.pos = off if whence == 0 else self.pos + off if whence == 1 else (1 << 62) + off
+        return self.pos
+
+    def read(self, n: int = -1):
+        raise _Unread()
+
+    readinto = read
+
+
 def parse_footer(footer: bytes, where: str):
-    "pyarrow's `FileMetaData` of a footer (`footer_bytes`); pyarrow's refusal named as a `ParquetError`."
+    "pyarrow's `FileMetaData` of a footer (`footer_bytes`), every column chunk's metadata checked by pyarrow where its refusal can be caught (before its accessors, which end the process on one); pyarrow's refusal named as a `ParquetError`."
     pa = need_pyarrow()
     try:
-        return pa.parquet.read_metadata(pa.BufferReader(_MAGIC + footer))
+        md = pa.parquet.read_metadata(pa.BufferReader(_MAGIC + footer))
+        pa.parquet.ParquetFile(_NoReads(), metadata=md, pre_buffer=True).read_row_groups(range(md.num_row_groups))
+    except _Unread:  # every chunk's metadata made (and checked) before the first read
+        pass
     except (OSError, ValueError, pa.ArrowException) as e:
         raise ParquetError(
             f'{where}: its footer cannot be read ({printable(str(e), 200)}): a damaged or hostile Parquet file'
         ) from None
+    return md
 
 # %% ../../nbs/streams/26c_parquet_format.ipynb #8a65eabff63a45729fe45fb5ade58bdc
 def find_columns(md, image_column: Optional[str], label_column: Optional[str], where: str) -> dict:
@@ -294,36 +339,52 @@ def find_columns(md, image_column: Optional[str], label_column: Optional[str], w
         )
     leaf = image_column + ('.bytes' if pa.types.is_struct(schema.field(image_column).type) else '')
     col = next((i for i in range(md.num_columns) if md.schema.column(i).path == leaf), None)
+    if col is None:
+        raise ParquetError(
+            f'{where}: its schema has no column {leaf!r} for image column {image_column!r}: a damaged footer'
+        )
     classes = (hf.get(label_column) or {}).get('names') if label_column else None
     ok = isinstance(classes, list) and all(isinstance(c, str) for c in classes)
     return dict(image=image_column, label=label_column, leaf=col, classes=classes if ok else None)
 
 
+ROWS_PER_BYTE = 8  # the most rows a byte of a row group's column data may hold (levels and indices, 8 to a byte)
+
+
 def check_footer(md, size: int, footer: int, col: int, where: str):
-    "Every row group's rows and its image column chunk checked against the file: sizes >= 0, the chunk inside the file before its footer, at most `MAX_ROW_GROUP_BYTES` uncompressed; else `ParquetError`."
+    "Every row group's rows and its image column chunk checked against the file before anything is sized by them: sizes >= 0, the chunk inside the file before its footer, at most `MAX_ROW_GROUP_BYTES` uncompressed, at most `ROWS_PER_BYTE` rows a byte of its column chunks (and of the file's data); else `ParquetError`."
     end, total = size - footer, 0
     for g in range(md.num_row_groups):
         rg = md.row_group(g)
         c = rg.column(col)
         start = c.dictionary_page_offset if c.has_dictionary_page and c.dictionary_page_offset else c.data_page_offset
-        n, un = c.total_compressed_size, c.total_uncompressed_size
-        total += rg.num_rows
-        if rg.num_rows == 0 and n == 0 and un == 0:
+        n, un, rows = c.total_compressed_size, c.total_uncompressed_size, rg.num_rows
+        total += rows
+        if rows == 0 and n == 0 and un == 0:
             continue  # an empty row group (a file of no rows has one): nothing to read, wherever it says it is
         if (
-            rg.num_rows < 0
+            rows < 0
             or start is None
             or not (4 <= start and 0 <= n and start + n <= end)
             or not 0 <= un <= MAX_ROW_GROUP_BYTES
         ):
             raise ParquetError(
-                f'{where}: row group {g} states {rg.num_rows:,} rows and an image column chunk at byte {start} of '
+                f'{where}: row group {g} states {rows:,} rows and an image column chunk at byte {start} of '
                 f'{n:,} bytes ({un:,} uncompressed), in a file whose data ends at byte {end:,}: a lying footer '
                 f'(damaged or hostile); write the file again'
             )
-    if total != md.num_rows or not 0 <= total <= MAX_SAMPLES:
+        if rows > ROWS_PER_BYTE * n:  # the image column alone holds too few bytes: all the row group's columns
+            held = sum(min(max(rg.column(j).total_compressed_size, 0), end) for j in range(rg.num_columns))
+            if rows > ROWS_PER_BYTE * held:
+                raise ParquetError(
+                    f'{where}: row group {g} states {rows:,} rows in {held:,} bytes of column data, over '
+                    f'{ROWS_PER_BYTE} rows a byte (timmdata.streams.parquet_format.ROWS_PER_BYTE): a lying footer '
+                    f'(damaged or hostile), or rows nearly all empty; write the file again'
+                )
+    if total != md.num_rows or not 0 <= total <= min(MAX_SAMPLES, ROWS_PER_BYTE * end):
         raise ParquetError(
-            f'{where}: its footer states {md.num_rows:,} rows, its row groups {total:,}: a damaged or hostile Parquet file'
+            f'{where}: its footer states {md.num_rows:,} rows, its row groups {total:,}, in {end:,} bytes of data '
+            f'(at most {ROWS_PER_BYTE} rows a byte): a damaged or hostile Parquet file'
         )
 
 # %% ../../nbs/streams/26c_parquet_format.ipynb #4dd4641cc4064e0191573fe9c69df29b
@@ -332,10 +393,15 @@ CODECS = ('UNCOMPRESSED', 'SNAPPY', 'GZIP', 'ZSTD', 'BROTLI', 'LZ4_RAW')  # a ro
 ROW_FIELDS = (
     6  # an index row: kind, a, b, slot, codec id, label (EXACT: a offset, b length; PAGE: a page offset, b its bytes)
 )
+MIN_PAGE_VALUES = (
+    1 << 16
+)  # values any page may state; more only at ROWS_PER_BYTE a byte of the page (or as its caller allows)
 
 
 def decompress(body, codec: int, size: int, where: str) -> bytes:
-    "A page body of codec `CODECS[codec]` decompressed to its stated `size` (at most `MAX_PAGE_BYTES`, never more allocated) by pyarrow; a bomb or a wrong size is a `ParquetError`."
+    "A page body of codec `CODECS[codec]` decompressed to its stated `size` (at most `MAX_PAGE_BYTES`) by pyarrow, which never writes past `size`: a bomb (more), a short page (less, where the codec says: ZSTD, SNAPPY) or an unknown codec is a `ParquetError`."
+    if not (isinstance(codec, (int, np.integer)) and 0 <= codec < len(CODECS)):
+        raise ParquetError(f'{where}: codec {codec!r} is none of {CODECS}: a damaged or hostile index or Parquet file')
     if codec == 0:
         return bytes(body)
     pa = need_pyarrow()
@@ -344,6 +410,8 @@ def decompress(body, codec: int, size: int, where: str) -> bytes:
             f'{where}: a page states {size:,} bytes uncompressed (at most {MAX_PAGE_BYTES:,}): a decompression bomb or a damaged file'
         )
     try:
+        if codec == 1 and (said := _Thrift(body, 0, where).varint()) != size:  # snappy states its length first
+            raise ValueError(f'it states {said:,}')
         out = pa.decompress(body, decompressed_size=size, codec=CODECS[codec].lower(), asbytes=True)
     except (OSError, ValueError, pa.ArrowException) as e:
         raise ParquetError(
@@ -356,8 +424,16 @@ def decompress(body, codec: int, size: int, where: str) -> bytes:
     return out
 
 
-def page_values(h: dict, body, codec: int, max_def: int, where: str) -> tuple:
-    "(values region, offset of that region in the stored body or None when decompressed, definition levels or None) of a page with header `h` and stored body `body`."
+def _check_count(n: int, nbytes: int, max_values: Optional[int], where: str):
+    limit = max(ROWS_PER_BYTE * nbytes, MIN_PAGE_VALUES) if max_values is None else max_values
+    if n > limit:
+        raise ParquetError(
+            f'{where}: a page states {n:,} values in {nbytes:,} bytes (at most {limit:,}): a damaged or hostile Parquet file'
+        )
+
+
+def page_values(h: dict, body, codec: int, max_def: int, where: str, max_values: Optional[int] = None) -> tuple:
+    "(values region, offset of that region in the stored body or None when decompressed, definition levels or None) of a page with header `h` and stored body `body`; its values counted against its bytes before its levels are read (`max_values`: the most the caller allows, None: `ROWS_PER_BYTE` a byte, `MIN_PAGE_VALUES` at least)."
     if h['type'] == 'dictionary':
         return (body, 0, None) if codec == 0 else (decompress(body, codec, h['uncompressed'], where), None, None)
     bw, n = max_def.bit_length(), h['num_values']
@@ -367,11 +443,14 @@ def page_values(h: dict, body, codec: int, max_def: int, where: str) -> tuple:
             raise ParquetError(
                 f'{where}: a page states {lv:,} bytes of levels in a body of {len(body):,}: a damaged or hostile Parquet file'
             )
-        defs = rle_levels(body[h['rep_bytes'] : lv], n, bw, where) if max_def else None
         if codec == 0 or not h['is_compressed']:
-            return body[lv:], lv, defs
-        return decompress(body[lv:], codec, h['uncompressed'] - lv, where), None, defs
+            data, at = body[lv:], lv
+        else:
+            data, at = decompress(body[lv:], codec, h['uncompressed'] - lv, where), None
+        _check_count(n, lv + len(data), max_values, where)
+        return data, at, rle_levels(body[h['rep_bytes'] : lv], n, bw, where) if max_def else None
     data, at = (body, 0) if codec == 0 else (decompress(body, codec, h['uncompressed'], where), None)
+    _check_count(n, len(data), max_values, where)
     defs = None
     if max_def:
         if len(data) < 4 or (k := int.from_bytes(bytes(data[:4]), 'little')) > len(data) - 4:
@@ -383,6 +462,26 @@ def page_values(h: dict, body, codec: int, max_def: int, where: str) -> tuple:
     return data, at, defs
 
 # %% ../../nbs/streams/26c_parquet_format.ipynb #8309879909854d7188b41380fd92a7c3
+def walk_pages(chunk, start: int, where: str, limit: int = MAX_ROW_GROUP_BYTES) -> Iterator[tuple]:
+    "(offset in `chunk`, header, stored body) of each page of a column chunk's bytes `chunk` (at byte `start` of the file): every page inside the chunk, their uncompressed sizes at most `limit` together; else `ParquetError`."
+    pos, un, size = 0, 0, len(chunk)
+    while pos < size:
+        h = page_header(chunk, pos, where)
+        body_at, n = pos + h['header_size'], h['compressed']
+        un += h['uncompressed']
+        if body_at + n > size:
+            raise ParquetError(
+                f'{where}: a page at byte {start + pos:,} runs past its column chunk: a lying page header (damaged or hostile file)'
+            )
+        if un > limit:
+            raise ParquetError(
+                f'{where}: its pages state over {limit:,} bytes uncompressed, more than the footer says the column chunk '
+                f'holds (or than MAX_ROW_GROUP_BYTES): a lying page header or footer (a decompression bomb?)'
+            )
+        yield pos, h, memoryview(chunk)[body_at : body_at + n]
+        pos = body_at + n
+
+
 def chunk_rows(
     read_at,  # read_at(offset, n): bytes of the file
     start: int,
@@ -393,21 +492,14 @@ def chunk_rows(
     max_rep: int,  # the image column's levels (from the footer's schema)
     where: str,
 ) -> np.ndarray:
-    "The (num_rows, 4) rows (kind, a, b, slot) of a row group's image column chunk: `EXACT` (a: offset in the file, b: length), `PAGE` (a: the page's offset, b: its bytes, slot), `NULL`; all `GROUP` where its pages cannot be read alone. Checked against the footer: the pages end where the chunk does and hold `num_rows` values."
+    "The (num_rows, 4) rows (kind, a, b, slot) of a row group's image column chunk: `EXACT` (a: offset in the file, b: length), `PAGE` (a: the page's offset, b: its bytes, slot), `NULL`; all `GROUP` where its pages cannot be read alone. Checked against the footer (whose rows `check_footer` bounds by its bytes): the pages end where the chunk does and hold `num_rows` values."
     out = np.zeros((num_rows, 4), np.int64)
     out[:, 0], out[:, 1], out[:, 2] = GROUP, -1, np.arange(num_rows)
     if codec < 0 or max_rep:
         return out
-    chunk, pos, row, dict_rows = read_at(start, size), 0, 0, None
-    while pos < size:
-        h = page_header(chunk, pos, where)
-        body_at, n = pos + h['header_size'], h['compressed']
-        if body_at + n > size:
-            raise ParquetError(
-                f'{where}: a page at byte {start + pos:,} runs past its column chunk: a lying page header (damaged or hostile file)'
-            )
-        body = memoryview(chunk)[body_at : body_at + n]
-        enc = h['encoding']
+    chunk, row, dict_rows = read_at(start, size), 0, None
+    for pos, h, body in walk_pages(chunk, start, where):
+        body_at, n, enc = pos + h['header_size'], h['compressed'], h['encoding']
         if h['type'] == 'index':
             pass
         elif h['type'] == 'dictionary':
@@ -429,7 +521,7 @@ def chunk_rows(
                 raise ParquetError(
                     f'{where}: its pages hold more than the {num_rows:,} rows the footer states: a damaged or hostile Parquet file'
                 )
-            vals, at, defs = page_values(h, body, codec, max_def, where)
+            vals, at, defs = page_values(h, body, codec, max_def, where, k)
             present = np.ones(k, bool) if defs is None else defs == max_def
             m = int(present.sum())
             rows = np.zeros((k, 4), np.int64)
@@ -453,93 +545,62 @@ def chunk_rows(
                 return out  # another encoding: read by row group
             out[row : row + k] = rows
             row += k
-        pos = body_at + n
     if row != num_rows:
         raise ParquetError(
             f'{where}: its pages hold {row:,} rows; the footer states {num_rows:,}: a damaged or hostile Parquet file'
         )
     return out
 
-# %% ../../nbs/streams/26c_parquet_format.ipynb #379cbbc1e968416e875cc15c1202d7eb
-PARQUET_INDEX_FILE = '_timmdata_parquet_index.bin'  # beside the files: each row's read, each file's size and rows
-_LAYOUTS = (
-    'data/{s}-*.parquet',
-    '{s}-*.parquet',
-    'data/{s}/*.parquet',
-    '{s}/*.parquet',
-    '*/{s}/*.parquet',
-    'data/{s}.parquet',
-    '{s}.parquet',
-)
-
-
-def natural_key(s: str):
-    return [int(t) if t.isdigit() else t for t in re.split(r'(\d+)', s)]
-
-
-def is_pattern(split: str) -> bool:
-    return any(c in split for c in '*?[{') or split.endswith('.parquet')
-
-
-def match_split(names: list, split: str) -> list:
-    "The relative names among `names` that make `split`: a glob or brace pattern as given, else the Hub's layouts (`data/{split}-00000-of-00004.parquet`, `{config}/{split}/0000.parquet`...) for the split or a synonym (validation: val...), the first layout that matches."
-    import fnmatch
-
-    if is_pattern(split):
-        pats = expand_braces(split)
-        return sorted((n for n in names if any(fnmatch.fnmatchcase(n, p) for p in pats)), key=natural_key)
-    for s in split_names(split):
-        for lay in _LAYOUTS:
-            got = [n for n in names if fnmatch.fnmatchcase(n, lay.format(s=s)) and n.count('/') == lay.count('/')]
-            if got:
-                return sorted(got, key=natural_key)
-    return []
-
-
-def local_names(root: str) -> list:
-    "The relative names of the Parquet files under the local folder `root` (three levels down at most, links out of it skipped)."
-    from timmdata.core.untrusted import inside
-
-    out = []
-    for depth in ('*', '*/*', '*/*/*'):
-        out += [
-            os.path.relpath(p, root).replace(os.sep, '/')
-            for p in glob.glob(os.path.join(glob.escape(root), depth + '.parquet'))
-            if inside(p, root)
-        ]
-    return out
-
-# %% ../../nbs/streams/26c_parquet_format.ipynb #a50416e276a0479cbe66534ed1713a40
-def write_sample_parquet(
-    folder,  # where `data/` is written
-    samples: list,  # (image bytes, label) pairs
-    classes: list,  # class names (the ClassLabel's)
-    split: str = 'train',
-    files: int = 2,  # files the rows are split over
-    row_group_size: int = 100,
-    compression: str = 'none',  # 'none', 'snappy', 'zstd', 'gzip': the image column's pages
-    use_dictionary: bool = False,  # dictionary-encode the image column (pyarrow's default is True)
-    data_page_version: str = '1.0',
-) -> list:
-    "Writes `samples` as Parquet files in the Hub's layout with `datasets`' schema metadata; returns their paths."
-    pa = need_pyarrow()
-    features = {'image': {'_type': 'Image'}, 'label': {'names': list(classes), '_type': 'ClassLabel'}}
-    meta = {b'huggingface': json.dumps({'info': {'features': features}}).encode()}
-    kind = pa.struct([('bytes', pa.binary()), ('path', pa.string())])
-    os.makedirs(os.path.join(folder, 'data'), exist_ok=True)
-    out = []
-    for k in range(files):  # as even as can be: every file has rows when there are as many rows as files
-        part = samples[k * len(samples) // files : (k + 1) * len(samples) // files]
-        img = pa.array([{'bytes': b, 'path': f'{k}_{i}.jpg'} for i, (b, _) in enumerate(part)], kind)
-        t = pa.table({'image': img, 'label': pa.array([y for _, y in part], pa.int64())}).replace_schema_metadata(meta)
-        path = os.path.join(folder, 'data', f'{split}-{k:05d}-of-{files:05d}.parquet')
-        pa.parquet.write_table(
-            t,
-            path,
-            row_group_size=row_group_size,
-            compression=compression,
-            use_dictionary=use_dictionary,
-            data_page_version=data_page_version,
+# %% ../../nbs/streams/26c_parquet_format.ipynb #4d96a03c
+def group_reads(
+    read_at,  # read_at(offset, n): bytes of the file
+    size: int,  # the file's size
+    md,  # its footer (pyarrow's `FileMetaData`, checked by `check_footer`)
+    g: int,  # the row group
+    columns: list,  # the names of the columns read (a struct's fields too)
+    where: str,
+):
+    "A `read_at` for pyarrow's read of row group `g`'s `columns`: the column chunks they hold read here first (chunks 8 KiB apart or closer in one read, as pyarrow reads them) and their pages walked (`walk_pages`): inside the file, their values as many as the footer states, their uncompressed sizes at most what it states for the chunk (and `MAX_ROW_GROUP_BYTES`), before pyarrow decompresses any page as its header says. pyarrow's reads inside what was read here are answered from these bytes: read once, and the bytes checked are the bytes decoded."
+    rg, chunks, held = md.row_group(g), [], []
+    for j in range(rg.num_columns):
+        path = md.schema.column(j).path
+        if any(path == c or path.startswith(c + '.') for c in columns):
+            c, start = rg.column(j), rg.column(j).data_page_offset
+            dpo, n, un = c.dictionary_page_offset, c.total_compressed_size, c.total_uncompressed_size
+            start = dpo if c.has_dictionary_page and dpo and 0 < dpo < start else start  # where pyarrow starts
+            if not (4 <= start and 0 <= n and start + n <= size and 0 <= un):
+                raise ParquetError(
+                    f'{where} column {path}: a column chunk at byte {start} of {n:,} bytes ({un:,} uncompressed) in '
+                    f'a file of {size:,}: a lying footer (damaged or hostile); write the file again'
+                )
+            chunks.append((start, n, min(un, MAX_ROW_GROUP_BYTES), c.num_values, f'{where} column {path}'))
+    for start, n, *_ in sorted(chunks):
+        if held and start <= held[-1][1] + 8192:
+            held[-1][1] = max(held[-1][1], start + n)
+        else:
+            held.append([start, start + n])
+    for span in held:
+        want, span[1] = span[1] - span[0], memoryview(read_at(span[0], span[1] - span[0]))
+        if len(span[1]) != want:
+            raise ParquetError(
+                f'{where}: the file ends inside its column chunks (it changed, or was cut): read it again'
+            )
+    for start, n, un, values, at in chunks:
+        a, b = next((a, b) for a, b in held if a <= start and start + n <= a + len(b)) if n else (start, b'')
+        got = sum(
+            h['num_values']
+            for _, h, _ in walk_pages(b[start - a : start - a + n], start, at, un)
+            if h['type'] != 'dictionary'
         )
-        out.append(path)
-    return out
+        if got != values:
+            raise ParquetError(
+                f'{at}: its pages hold {got:,} values; the footer states {values:,}: a damaged or hostile Parquet file'
+            )
+
+    def read(o: int, k: int):
+        for a, b in held:
+            if a <= o and o + k <= a + len(b):
+                return b[o - a : o - a + k]
+        return read_at(o, k)  # no page of these columns: their values end where their chunks do (checked)
+
+    return read

@@ -528,13 +528,12 @@ def bench_main(argv: Optional[Sequence[str]] = None):
     "`timmdata bench`: run the benchmark, print the table, write JSON and a PNG chart."
     p = argparse.ArgumentParser(
         prog='timmdata bench',
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description=bench_main.__doc__ + f" Contenders: {', '.join(LOADERS)}, and the decode limit "
         '(PIL decoding alone, one core times the workers). Ctrl-C prints and saves what was measured so far.',
     )
     p.add_argument(
         '--root',
-        help='image folder with class subfolders (default %(default)s: the generated sample dataset, train split)',
+        help='image folder with class subfolders (default: the generated sample dataset, train split)',
     )
     p.add_argument(
         '--photos',
@@ -551,9 +550,7 @@ def bench_main(argv: Optional[Sequence[str]] = None):
     p.add_argument(
         '--epochs', type=int_at_least(1), default=5, help='measured epochs per loader, after one warm-up epoch'
     )
-    p.add_argument(
-        '--max-images', type=int_at_least(1), default=None, help='time on this many images (default %(default)s: all)'
-    )
+    p.add_argument('--max-images', type=int_at_least(1), default=None, help='time on this many images (default: all)')
     p.add_argument('--batch-size', type=int_at_least(1), default=64, help='images per batch')
     p.add_argument('--workers', type=int_at_least(0), default=2, help='DataLoader worker processes')
     p.add_argument(

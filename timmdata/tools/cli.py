@@ -13,8 +13,9 @@ from ..core.untrusted import did_you_mean, printable
 
 # %% auto #0
 __all__ = ['USER_ERRORS', 'LIBRARY_ERRORS', 'BAD_DATA', 'COMMANDS', 'ROOT_ARG', 'CliError', 'is_user_error', 'user_message',
-           'fail', 'warnings_counted', 'save_batch_grid', 'demo_main', 'info', 'info_main', 'usage', 'job',
-           'dataset_root', 'profile_main', 'tune_main', 'options_suggested', 'main']
+           'fail', 'warnings_counted', 'HelpFormatter', 'ParserBuilt', 'commands_parse', 'command_parser',
+           'save_batch_grid', 'demo_main', 'info', 'info_main', 'usage', 'job', 'dataset_root', 'profile_main',
+           'fewer_batches', 'tune_main', 'options_suggested', 'main']
 
 # %% ../../nbs/tools/47_cli.ipynb #293d9d4e
 class CliError(Exception):
@@ -88,6 +89,54 @@ def warnings_counted():
                 printable(w.message, None), w.category, w.filename, w.lineno
             )  # a dataset's names escaped
 
+# %% ../../nbs/tools/47_cli.ipynb #831d641c
+class HelpFormatter(argparse.HelpFormatter):
+    """How a `timmdata` command's `--help` says its options: each one's help, then its default, once: "(default: X)"
+    added unless the help says its default already, and none for a flag or a default of None (the help says what
+    happens without the option)."""
+
+    def _get_help_string(self, action):
+        h, d = action.help or '', action.default
+        if not action.option_strings or d is None or d is False or d == argparse.SUPPRESS or 'default' in h.lower():
+            return h
+        return h + ' (default: %(default)s)'
+
+
+class ParserBuilt(Exception):
+    "What `commands_parse(stop=True)` raises as a command starts parsing: `.parser` is the parser the command built."
+
+    def __init__(self, parser: argparse.ArgumentParser):
+        super().__init__(parser.prog)
+        self.parser = parser
+
+
+@contextlib.contextmanager
+def commands_parse(stop: bool = False):  # True: raise `ParserBuilt` instead of parsing
+    "Inside `with`: every parser a command builds says its options through `HelpFormatter`."
+    parse = argparse.ArgumentParser.parse_known_args  # what parse_args calls
+
+    def known(parser, *args, **kwargs):
+        parser.formatter_class = HelpFormatter
+        if stop:
+            raise ParserBuilt(parser)
+        return parse(parser, *args, **kwargs)
+
+    argparse.ArgumentParser.parse_known_args = known
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.parse_known_args = parse
+
+
+def command_parser(cmd: str) -> argparse.ArgumentParser:
+    "The parser of `timmdata cmd`, as its `--help` shows it: the command is started and stopped where it parses its arguments."
+    try:
+        with commands_parse(stop=True):
+            job(cmd)(['--help'])
+    except ParserBuilt as e:
+        return e.parser
+    raise RuntimeError(f'timmdata {cmd} parsed no arguments')
+
 # %% ../../nbs/tools/47_cli.ipynb #cde1e2f8
 def save_batch_grid(
     x,  # a normalised float batch (N, 3, H, W), a torch.Tensor
@@ -130,15 +179,15 @@ def demo_main(argv: Optional[Sequence[str]] = None):
     "`timmdata demo`: one training epoch through `create_loader`, images/s, and a PNG of one batch."
     from timmdata.tools.bench import int_at_least
 
-    p = argparse.ArgumentParser(
-        prog='timmdata demo', description=demo_main.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    p = argparse.ArgumentParser(prog='timmdata demo', description=demo_main.__doc__, formatter_class=HelpFormatter)
     p.add_argument(
         '--root',
         help='image folder with class subfolders, or with train/ and val/ (default: the generated sample dataset)',
     )
-    p.add_argument('--batch-size', type=int_at_least(1), default=64)
-    p.add_argument('--workers', type=int_at_least(0), default=2)
+    p.add_argument('--batch-size', type=int_at_least(1), default=64, help='images per batch')
+    p.add_argument(
+        '--workers', type=int_at_least(0), default=2, help='DataLoader worker processes (0: load in this process)'
+    )
     p.add_argument(
         '--bad-sample',
         choices=('raise', 'skip', 'replace'),
@@ -301,8 +350,8 @@ COMMANDS = {  # name: (the job taking argv, or 'module:function' imported when t
         'write WebDataset tar shards (timm\'s wds layout and _info.json) for streaming; a rerun resumes',
     ),
     'index': (
-        'timmdata.streams.dataset_index:index_main',
-        'write the dataset index of a folder of shards: streams then start without a request per shard',
+        'timmdata.tools.shards:index_main',
+        'write the index of a folder of tar shards or of Parquet files: streams then start without a request per file',
     ),
     'simulate': (
         'timmdata.tools.simulate:simulate_main',
@@ -370,23 +419,34 @@ def profile_main(argv: Optional[Sequence[str]] = None):
     from timmdata.engine.threads import profile_loader
 
     p = argparse.ArgumentParser(
-        prog='timmdata profile',
-        description=profile_main.__doc__,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        prog='timmdata profile', description=profile_main.__doc__, formatter_class=HelpFormatter
     )
     p.add_argument('root', help='image folder with class subfolders')
     p.add_argument(
         '--model-step-ms',
         type=float_in(0),
         default=None,
-        help="the model's step per batch, simulated by a sleep (none: no step)",
+        help="the model's step per batch in ms, simulated by a sleep (default: no step)",
     )
-    p.add_argument('--batches', type=int_at_least(1), default=20, help='batches to measure (after one warm-up batch)')
-    p.add_argument('--batch-size', type=int_at_least(1), default=64)
     p.add_argument(
-        '--workers', type=int_at_least(0), default=usable_cpus(), help='num_workers (default: the usable CPUs)'
+        '--batches',
+        type=int_at_least(1),
+        default=20,
+        help='batches to measure, after one warm-up batch (an epoch that holds fewer measures fewer, and says so)',
     )
-    p.add_argument('--worker-mode', choices=('process', 'thread'), default='process')
+    p.add_argument('--batch-size', type=int_at_least(1), default=64, help='images per batch')
+    p.add_argument(
+        '--workers',
+        type=int_at_least(0),
+        default=usable_cpus(),
+        help='DataLoader workers (0: load in this process; default: one per CPU this process may use, here %(default)s)',
+    )
+    p.add_argument(
+        '--worker-mode',
+        choices=('process', 'thread'),
+        default='process',
+        help='the workers as processes (DataLoader\'s), or as threads of this process',
+    )
     p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
     p.add_argument(
         '--bad-sample',
@@ -407,10 +467,27 @@ def profile_main(argv: Optional[Sequence[str]] = None):
         device=resolve_device(None),
     )
     st, why, hs = profile_loader(ld, a.model_step_ms, a.batches)
+    if st.batches < a.batches:  # the epoch ran out first: said, never a shorter measure without a word
+        print(fewer_batches(st.batches, a.batches, len(ld), a.batch_size, a.root))
     print(st.table())
     print(why)
     print(hs.table())  # the headspace: a perfect loader's step, the wait and its parts, what to do
     return 0
+
+
+def fewer_batches(
+    measured: int,  # batches `profile_loader` measured
+    asked: int,  # --batches
+    per_epoch: int,  # batches in one epoch of the loader
+    batch_size: int,
+    root,  # the folder profiled
+) -> str:
+    "The line `timmdata profile` prints when it measured fewer batches than asked: how many, and why."
+    n = lambda k: f'{k} batch' + 'es' * (k != 1)
+    return (
+        f'measured {n(measured)}, not the {asked} asked: one epoch of {root} holds {n(per_epoch)} (batch size '
+        f'{batch_size}), and the first is the warm-up; a smaller --batch-size or a larger folder measures more'
+    )
 
 
 COMMANDS['profile'] = (
@@ -432,14 +509,15 @@ def tune_main(argv: Optional[Sequence[str]] = None):
     from timmdata.core.runtime import resolve_device
     from timmdata.engine.tune import TRIAL_HEADER
 
-    p = argparse.ArgumentParser(
-        prog='timmdata tune', description=tune_main.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    p = argparse.ArgumentParser(prog='timmdata tune', description=tune_main.__doc__, formatter_class=HelpFormatter)
     p.add_argument('root', help='image folder with class subfolders')
     p.add_argument(
-        '--model-step-ms', type=float_in(0), default=None, help="the model's step per batch, simulated by a sleep"
+        '--model-step-ms',
+        type=float_in(0),
+        default=None,
+        help="the model's step per batch in ms, simulated by a sleep (default: no step)",
     )
-    p.add_argument('--batch-size', type=int_at_least(1), default=64)
+    p.add_argument('--batch-size', type=int_at_least(1), default=64, help='images per batch')
     p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
     p.add_argument('--window', type=int_at_least(1), default=6, help='batches each setting is measured over, at least')
     p.add_argument('--seconds', type=float_in(0), default=1.0, help='seconds each setting is measured over, at least')
@@ -526,7 +604,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"unknown command {cmd!r}; expected one of {', '.join(COMMANDS)}{did_you_mean(cmd, COMMANDS)} (see timmdata --help)",
         )
     try:
-        with options_suggested():
+        with options_suggested(), commands_parse():
             res = job(cmd)(argv[1:])
     except KeyboardInterrupt:
         if debug:

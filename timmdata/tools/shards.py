@@ -6,19 +6,20 @@
 from __future__ import annotations
 import argparse, hashlib, io, json, multiprocessing as mp, os, re, sys, tarfile, time, warnings, zlib
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 from ..store.builder import build_lock, load_resized
-from ..streams.dataset_index import DATASET_INDEX_FILE, write_dataset_index
+from ..streams.dataset_index import DATASET_INDEX_FILE, listed_shards, write_dataset_index
+from ..streams.parquet import PARQUET_INDEX_FILE, local_names, write_parquet_index
 from ..pixels.decode import ImageDecodeError, read_source
 from ..readers import SplitNotFoundError, create_reader, find_split, natural_key, timm_split_name, unset
 from ..store.format import atomic_file, fsync_dir, is_store, read_json, write_json_atomic
 
 # %% auto #0
 __all__ = ['SHARD_INFO', 'SHARD_STATE', 'shard_filename', 'find_splits', 'image_ext', 'sample_bytes', 'write_shards',
-           'shards_main']
+           'shards_main', 'index_main']
 
 # %% ../../nbs/tools/48_shards.ipynb #8b74f4fc
 SHARD_INFO = '_info.json'  # what timm's wds reader reads: written last, so its presence means a complete set
@@ -381,7 +382,12 @@ def shards_main(argv: list[str] | None = None) -> dict:
     )
     ap.add_argument('dst', help='folder for the shards (created)')
     ap.add_argument('--shard-size', type=int, default=1000, help='samples per shard (default 1000)')
-    ap.add_argument('--resize', type=int, default=None, help='store images pre-resized: shorter side N pixels, JPEG')
+    ap.add_argument(
+        '--resize',
+        type=int,
+        default=None,
+        help='store images pre-resized: shorter side N pixels, JPEG (default: the images as they are)',
+    )
     ap.add_argument('--quality', type=int, default=90, help='JPEG quality of re-encoded images (default 90)')
     ap.add_argument(
         '--split', default=None, help="write only this split, under timm's name for it (default: every split found)"
@@ -416,3 +422,33 @@ def shards_main(argv: list[str] | None = None) -> dict:
         raise  # one line, as `timmdata` prints a dataset's errors (not a usage error)
     except ValueError as e:
         ap.error(str(e))
+
+# %% ../../nbs/tools/48_shards.ipynb #9811f71c
+def index_main(argv: Optional[Sequence[str]] = None) -> int:
+    "`timmdata index SRC`: write the index of a local folder of tar shards or of Parquet files, so streams start without a request per file."
+
+    ap = argparse.ArgumentParser(
+        prog='timmdata index',
+        description='Write the index of the local folder SRC, which training streams read once per process instead '
+        f'of a request per file. Tar shards: {DATASET_INDEX_FILE} beside them (every shard its _info.json lists, '
+        'else every .tar), each shard\'s size and sample spans. Parquet files (a folder without tar shards): the '
+        'Parquet index beside them, each row\'s place and label, each file\'s size and rows. Copy the index with '
+        'the files when you upload them.',
+    )
+    ap.add_argument(
+        'src', help='a local folder of WebDataset tar shards (as timmdata shards writes them), or of Parquet files'
+    )
+    ap.add_argument('--no-progress', action='store_true', help='no progress lines')
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    if os.path.isdir(a.src) and not listed_shards(a.src):  # no tar shards: Parquet files
+        if local_names(a.src):
+            path = write_parquet_index(a.src, progress=not a.no_progress)
+            print(f'wrote {path} ({os.path.getsize(path):,} bytes) in {time.perf_counter() - t0:.1f} s')
+            return 0
+    try:
+        path = write_dataset_index(a.src, progress=not a.no_progress)
+    except ValueError as e:  # not a local folder: one line, status 2
+        ap.error(str(e))
+    print(f'wrote {path} ({os.path.getsize(path):,} bytes) in {time.perf_counter() - t0:.1f} s')
+    return 0

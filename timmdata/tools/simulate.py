@@ -650,16 +650,18 @@ def format_report(r: dict) -> str:
 def simulate_main(argv: Optional[Sequence[str]] = None) -> int:
     "`timmdata simulate --ranks R --workers W --shards S --samples N`: one epoch of a training stream at that scale, simulated with the library's own code."
     ap = argparse.ArgumentParser(prog='timmdata simulate', description=simulate_main.__doc__)
-    ap.add_argument('--ranks', type=int, default=1024)
+    ap.add_argument('--ranks', type=int, default=1024, help='ranks of the run, one a GPU')
     ap.add_argument('--workers', type=int, default=16, help='DataLoader workers per rank')
-    ap.add_argument('--shards', type=int, default=100_000)
-    ap.add_argument('--samples', type=int, default=1_000_000_000)
-    ap.add_argument('--batch-size', type=int, default=256, help='per rank')
+    ap.add_argument('--shards', type=int, default=100_000, help='shards the dataset is written in')
+    ap.add_argument('--samples', type=int, default=1_000_000_000, help='samples in the dataset')
+    ap.add_argument('--batch-size', type=int, default=256, help='samples per batch, per rank')
     ap.add_argument('--block-size', type=int, default=BLOCK_SHARDS, help='shards per block of the global order')
-    ap.add_argument('--ranks-per-node', type=int, default=8)
+    ap.add_argument(
+        '--ranks-per-node', type=int, default=8, help='ranks on one node: they share its cache and bandwidth'
+    )
     ap.add_argument('--sample-bytes', type=int, default=110_000, help='mean bytes of a sample')
     ap.add_argument('--cache-limit', default=None, help="per node ('500GB'); default 4x the working set measured")
-    ap.add_argument('--latency-ms', type=float, default=20.0)
+    ap.add_argument('--latency-ms', type=float, default=20.0, help="one request's round trip to storage, in ms")
     ap.add_argument('--bandwidth', default='1.25GB', help='a node\'s bytes/s from storage')
     ap.add_argument(
         '--rescale', default=None, help='RANKSxWORKERS of the resumed run (default: 3/4 of the ranks, half the workers)'

@@ -122,9 +122,9 @@ def start_up_scanned(
     return dict(per_rank=dict(requests=3, bytes=4096), per_node=node, seconds=seconds)
 
 # %% ../../nbs/tools/54b_simulate_startup.ipynb #367e589a
-PARQUET_ROW_BYTES = 48  # an index row of the Parquet index: six int64 (`parquet_format.ROW_FIELDS`)
+PARQUET_ROW_BYTES = 56  # an index row of the Parquet index: seven int64 (`parquet_index.INDEX_FIELDS`)
 PARQUET_TAIL = 64 << 10  # a file's tail read for its footer (`parquet_footers.TAIL_BYTES`)
-PARQUET_INDEX_CAP = 4 << 30  # the largest Parquet index read (`parquet.MAX_INDEX_BYTES`)
+PARQUET_INDEX_CAP = 4 << 30  # the largest Parquet index read (`parquet_index.MAX_INDEX_BYTES`)
 
 
 def start_up_parquet(
@@ -136,7 +136,7 @@ def start_up_parquet(
     bandwidth: float,  # a node's bytes/s
 ) -> tuple:
     "({case: requests, bytes a rank and a node, seconds}, {case: requests of all ranks}) before the first batch over `files` Parquet files of `samples` rows: with the Parquet index, and without it (each file's footer) before and after the footers were kept a node. A node's first process reads the footers for the node: its rank is the one counted."
-    nodes, idx = max(1, ranks // ranks_per_node), PARQUET_ROW_BYTES * samples + 100 * files + 300
+    nodes, idx = max(1, ranks // ranks_per_node), PARQUET_ROW_BYTES * samples + 130 * files + 300
     rank = {
         'parquet, index': dict(requests=1, bytes=idx),
         'parquet footers before': dict(requests=2 * files, bytes=files * (PARQUET_TAIL + 4)),
