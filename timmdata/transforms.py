@@ -633,7 +633,6 @@ class RandomPad(SampleTransform):
     def __repr__(self):
         return f"{type(self).__name__}(input_size={self.input_size}, fill={self.fill})"
 
-
 # %% ../nbs/10_transforms.ipynb #a7c31e51
 from .pixels.decode import NATIVE as _NATIVE
 

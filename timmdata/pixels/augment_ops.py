@@ -57,7 +57,9 @@ def _pixel_op(img, kernel, pil_op):
     "`kernel(module, pixels)` (a native op's bytes) on a uint8 HWC array, and on an RGB or L image through its pixels; Pillow's `pil_op(image)` without the kernels or for other modes. The image comes back as the kind it came in."
     k = native_kernels()
     if isinstance(img, np.ndarray):
-        return _pixels(kernel(k, packed(img)), img.shape) if k is not None else pil_to_pixels(pil_op(pixels_to_pil(img)))
+        return (
+            _pixels(kernel(k, packed(img)), img.shape) if k is not None else pil_to_pixels(pil_op(pixels_to_pil(img)))
+        )
     if k is None or img.mode not in ('RGB', 'L'):
         return pil_op(img)
     a = pil_to_pixels(img)
