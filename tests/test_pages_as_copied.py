@@ -9,7 +9,7 @@ something this machine lacks are left out too, and the test's id says which: `#|
 optional extras' flags (`#| codec`, `#| tensorboard`, ...: tools/nbtest.py's EXTRAS) where their package is not
 installed. A page whose script takes more than about 20 s is marked slow (run with TIMMDATA_SLOW=1)."""
 
-import ast, configparser, importlib.util, os, re, subprocess, sys, time
+import ast, configparser, importlib.util, os, re, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
 
 import pytest
@@ -97,12 +97,17 @@ def run_as_copied(page: Path, folder: Path, timeout: float = 300) -> subprocess.
     src = script(page, unavailable())
     path = folder.parent / f'{folder.name}.py'
     path.write_text(src)
-    (folder / 'tmp').mkdir()  # tempfile.mkdtemp() inside the test's folder: removed with it
+    # the page's temporary files in a folder of their own with a short path, as a user's /tmp: multiprocessing puts
+    # its AF_UNIX sockets there, and a socket's path may hold at most 107 bytes (a test's folder is deeper)
+    tmp = tempfile.mkdtemp(prefix='page-', dir='/tmp' if os.path.isdir('/tmp') else None)
     env = {k: v for k, v in os.environ.items() if not k.startswith('TIMMDATA_')}
-    env.update(TMPDIR=str(folder / 'tmp'), MPLBACKEND='Agg', PYTHONUNBUFFERED='1')
-    return subprocess.run(
-        [sys.executable, str(path)], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    env.update(TMPDIR=tmp, MPLBACKEND='Agg', PYTHONUNBUFFERED='1')
+    try:
+        return subprocess.run(
+            [sys.executable, str(path)], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _param(page: Path):

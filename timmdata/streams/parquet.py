@@ -155,13 +155,18 @@ class ParquetFiles:
         where = f'Parquet file {self.name_of(self.shards[s])} row group {g}'
         names = [c for c in (cols['image'], cols['label']) if c]
         read_at = group_reads(read_at, self.sizes[s], md, g, names, where)  # pages checked before pyarrow decodes them
+        raw, f = _RangedIO(read_at, self.sizes[s]), None
         try:
-            f = pa.parquet.ParquetFile(_RangedIO(read_at, self.sizes[s]), metadata=md)
+            f = pa.parquet.ParquetFile(raw, metadata=md)
             t = f.read_row_group(g, columns=names)
         except (OSError, ValueError, pa.ArrowException) as e:
             raise ParquetError(
                 f'{where} cannot be read ({printable(str(e), 200)}): a damaged or hostile Parquet file'
             ) from None
+        finally:  # pyarrow keeps its file object (and through it this source's reads and open files) past the read
+            raw.read_at = None
+            if f is not None:
+                f.close()
         img = t.column(cols['image']).combine_chunks()
         if pa.types.is_struct(img.type):
             img = img.field('bytes')

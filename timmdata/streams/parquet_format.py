@@ -258,14 +258,12 @@ def footer_bytes(read_at, size: int, where: str) -> bytes:
     return tail[-8 - n :] if n + 8 <= len(tail) else read_at(size - 8 - n, n) + tail[-8:]
 
 
-class _Unread(Exception):
-    pass
-
-
 class _NoReads(io.RawIOBase):
-    "A file pyarrow may seek in but never read (`parse_footer`'s check): a read raises `_Unread` before anything is allocated for it."
+    """A file pyarrow may seek in but never read (`parse_footer`'s check): a read gives no bytes (pyarrow's read then
+    fails as at the end of a file) and is noted (`asked`). No exception is raised here: pyarrow would keep one raised
+    in its callback, and with it the frames of every caller (a reader's open files among their locals)."""
 
-    pos = 0
+    pos, asked = 0, False
 
     def readable(self):
         return True
@@ -281,20 +279,24 @@ class _NoReads(io.RawIOBase):
         return self.pos
 
     def read(self, n: int = -1):
-        raise _Unread()
+        self.asked = True
+        return b''
 
-    readinto = read
+    def readinto(self, b):
+        self.asked = True
+        return 0
 
 
 def parse_footer(footer: bytes, where: str):
     "pyarrow's `FileMetaData` of a footer (`footer_bytes`), every column chunk's metadata checked by pyarrow where its refusal can be caught (before its accessors, which end the process on one); pyarrow's refusal named as a `ParquetError`."
     pa = need_pyarrow()
+    nothing = _NoReads()
     try:
         md = pa.parquet.read_metadata(pa.BufferReader(_MAGIC + footer))
-        pa.parquet.ParquetFile(_NoReads(), metadata=md, pre_buffer=True).read_row_groups(range(md.num_row_groups))
-    except _Unread:  # every chunk's metadata made (and checked) before the first read
-        pass
+        pa.parquet.ParquetFile(nothing, metadata=md, pre_buffer=True).read_row_groups(range(md.num_row_groups))
     except (OSError, ValueError, pa.ArrowException) as e:
+        if nothing.asked:  # every chunk's metadata made (and checked) before the first read, which found no bytes
+            return md
         raise ParquetError(
             f'{where}: its footer cannot be read ({printable(str(e), 200)}): a damaged or hostile Parquet file'
         ) from None
