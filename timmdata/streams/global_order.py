@@ -509,6 +509,9 @@ class ShardBytes:
             os.lseek(f.fd, start, os.SEEK_SET)
             return os.read(f.fd, n)
 
+    def _opened(self, s: int, f: FileHandle, st: os.stat_result):
+        "A local file just opened (under the lock, its size checked): a reader of another format checks more here."
+
     def _fd(self, s: int) -> FileHandle:
         "The handle of local shard `s`, open among the last `max_open_files` (its size checked against the index's when opened); under the lock, so that threads sharing the reader open a file once and never lose a handle another one reads through (it closes when its last holder drops it)."
         self._own()
@@ -516,8 +519,10 @@ class ShardBytes:
             f = self._files.pop(s, None)
             if f is None:
                 f = FileHandle(self._paths[s], 'shard')  # a FIFO named like a shard is refused, never waited on
+                st = os.fstat(f.fd)
                 if self.sizes is not None:
-                    self._check_size(s, str(os.fstat(f.fd).st_size))
+                    self._check_size(s, str(st.st_size))
+                self._opened(s, f, st)
             self._files[s] = f
             while len(self._files) > self.max_open_files:
                 self._files.popitem(last=False)

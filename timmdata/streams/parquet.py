@@ -379,33 +379,20 @@ class ParquetBytes(SpanReader):
             self.spans.forget(s, None)
             raise
 
-    def _fd(self, s: int) -> FileHandle:
-        "As `ShardBytes._fd`; a local file opened is first checked against the index (`parquet_index.check_file`: its footer and labels), once for each file as it is now (its device, inode, size and times)."
-        self._own()
-        with self._lock:
-            f = self._files.pop(s, None)
-            if f is None:
-                f = FileHandle(self._paths[s], 'shard')  # a FIFO named like a file is refused, never waited on
-                st = os.fstat(f.fd)
-                if self.sizes is not None:
-                    self._check_size(s, str(st.st_size))
-                seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                if self._digests is not None and self._seen.get(s) != seen:
-                    where = f'Parquet file {self.source.name_of(self.source.shards[s])}'
+    def _opened(self, s: int, f: FileHandle, st: os.stat_result):
+        "A local file just opened is checked against the index (`parquet_index.check_file`: its footer and labels), once for each file as it is now (its device, inode, size and times)."
+        seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if self._digests is not None and self._seen.get(s) != seen:
+            where = f'Parquet file {self.source.name_of(self.source.shards[s])}'
 
-                    def read_at(o, n):  # under the lock: a seek and a read where there is no pread
-                        if hasattr(os, 'pread'):
-                            return os.pread(f.fd, n, o)
-                        os.lseek(f.fd, o, os.SEEK_SET)
-                        return os.read(f.fd, n)
+            def read_at(o, n):  # under the lock: a seek and a read where there is no pread
+                if hasattr(os, 'pread'):
+                    return os.pread(f.fd, n, o)
+                os.lseek(f.fd, o, os.SEEK_SET)
+                return os.read(f.fd, n)
 
-                    label = self.source.columns['label']
-                    check_file(read_at, st.st_size, self._digests[s], label, where, self.spans.remedy)
-                    self._seen[s] = seen
-            self._files[s] = f
-            while len(self._files) > self.max_open_files:
-                self._files.popitem(last=False)
-        return f
+            check_file(read_at, st.st_size, self._digests[s], self.source.columns['label'], where, self.spans.remedy)
+            self._seen[s] = seen
 
     def _exactly(self, s: int, a: int, n: int, size: int, m: int) -> bytes:
         data = self._bytes(s, a, n, size)
