@@ -58,6 +58,8 @@ OVER.update({'engine.watch': 460})  # the /metrics server moved out (engine.metr
 # merged together (the orders by position, the recipes' fast path, the simulator's bounds) these passed 400: to split next
 # (global_order: the keyed permutation and the span reads into modules of their own; simulate: the argument bounds and the report; transforms: crop_to_pil and the PIL hand-over)
 OVER.update({'streams.global_order': 430, 'tools.simulate': 410, 'transforms': 415})
+# global_order + ShardBytes._opened (433): the hook Parquet's reader checks its files in, instead of its own copy of _fd
+OVER.update({'streams.global_order': 433})
 # Parquet's hooks (the `parquet/` scheme, `timmdata index` over Parquet files): to move behind a registration next
 OVER.update({'streams.dataset_index': 410, 'streams.streaming': 410})
 # transforms: the policies' hand-over (crop_to_pil, crop_to_pixels, the crop finished in its row of the batch) moved to
