@@ -540,3 +540,26 @@ def test_every_import_line_on_the_site_runs(site, tmp_path):
                                 for p, l in lines))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=_env())
     assert r.returncode == 0 and not r.stdout.strip(), f'imports that fail as the pages show them:\n{r.stdout}{r.stderr[-2000:]}'
+
+
+READER_PAGES = [p for p in PAGES if p.startswith(('start/', 'howto/'))]  # what a new reader copies code from
+
+
+def test_code_fits_its_column(site, server, browser):
+    "At a 1,300-pixel-wide window, no line of code on the start and how-to pages is cut: every code block's text fits the column it is shown in (no horizontal scroll inside it)."
+    assert len(READER_PAGES) >= 12, READER_PAGES
+    browser.send('Emulation.setDeviceMetricsOverride', width=1300, height=900, deviceScaleFactor=1, mobile=False)
+    cut = {}
+    try:
+        for page in READER_PAGES:
+            browser.events.clear()
+            browser.send('Page.navigate', url=server + f'{page}.html')
+            browser.wait_event('Page.loadEventFired')
+            wide = browser.js("""Array.from(document.querySelectorAll('article pre > code'))
+                .filter(c => c.scrollWidth > c.clientWidth + 1)
+                .map(c => c.textContent.split('\\n').reduce((a, l) => l.length > a.length ? l : a, ''))""")
+            if wide:
+                cut[page] = wide
+    finally:
+        browser.send('Emulation.clearDeviceMetricsOverride')
+    assert not cut, 'code cut at 1,300 px (the longest line of each block): ' + json.dumps(cut, indent=1)[:3000]

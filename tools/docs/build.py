@@ -509,8 +509,10 @@ def mkdocs_config(cfg, docs_dir: Path, site_dir: Path, nav: list) -> dict:
         'theme': {
             'name': 'material',
             'font': False,  # no Google fonts: nothing is fetched from the network to view a page
+            # toc.integrate: a page's contents in the left sidebar, so that the code column is wide enough for the
+            # code (120 characters at a 1,300-pixel window: tests/test_docs_browser.py test_code_fits_its_column)
             'features': ['navigation.top', 'navigation.footer', 'search.highlight', 'search.suggest',
-                         'toc.follow', 'content.code.copy'],
+                         'toc.follow', 'toc.integrate', 'content.code.copy'],
             'palette': [
                 {'scheme': 'default', 'primary': 'deep orange', 'accent': 'orange',
                  'toggle': {'icon': 'material/weather-night', 'name': 'Dark mode'}},
