@@ -161,7 +161,7 @@ class ParquetFiles:
             t = f.read_row_group(g, columns=names)
         except (OSError, ValueError, pa.ArrowException) as e:
             raise ParquetError(
-                f'{where} cannot be read ({printable(str(e), 200)}): a damaged or hostile Parquet file'
+                f'{where} cannot be read ({printable(" ".join(str(e).split()), 200)}): a damaged or hostile Parquet file'
             ) from None
         finally:  # pyarrow keeps its file object (and through it this source's reads and open files) past the read
             raw.read_at = None

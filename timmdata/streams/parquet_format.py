@@ -30,6 +30,11 @@ __all__ = ['MAX_FOOTER_BYTES', 'MAX_PAGE_BYTES', 'MAX_ROW_GROUP_BYTES', 'MAX_THR
 class ParquetError(ShardError):
     "A Parquet file that is damaged, hostile or not what its footer or the dataset index says; the message names the file and what to do."
 
+    def __init__(self, msg: str = '', *args):
+        if isinstance(msg, str) and msg.endswith('a damaged or hostile Parquet file'):
+            msg += ': download it again, or take it out of the folder'  # what to do, said once for every such finding
+        super().__init__(msg, *args)
+
 
 MAX_FOOTER_BYTES = 64 << 20  # the largest footer (file metadata) read: 64 MiB, ~1,000x ImageNet's on the Hub
 MAX_PAGE_BYTES = 256 << 20  # the largest page read or decompressed: a larger size stated is refused, not allocated
@@ -298,7 +303,7 @@ def parse_footer(footer: bytes, where: str):
         if nothing.asked:  # every chunk's metadata made (and checked) before the first read, which found no bytes
             return md
         raise ParquetError(
-            f'{where}: its footer cannot be read ({printable(str(e), 200)}): a damaged or hostile Parquet file'
+            f'{where}: its footer cannot be read ({printable(" ".join(str(e).split()), 200)}): a damaged or hostile Parquet file'
         ) from None
     return md
 
@@ -417,7 +422,7 @@ def decompress(body, codec: int, size: int, where: str) -> bytes:
         out = pa.decompress(body, decompressed_size=size, codec=CODECS[codec].lower(), asbytes=True)
     except (OSError, ValueError, pa.ArrowException) as e:
         raise ParquetError(
-            f'{where}: a {CODECS[codec]} page does not decompress to the {size:,} bytes it states ({printable(str(e), 120)}): a damaged or hostile Parquet file'
+            f'{where}: a {CODECS[codec]} page does not decompress to the {size:,} bytes it states ({printable(" ".join(str(e).split()), 120)}): a damaged or hostile Parquet file'
         ) from None
     if len(out) != size:
         raise ParquetError(

@@ -83,7 +83,7 @@ def _marks(pf, md, image_column: str, where: str) -> np.ndarray:
             col = pf.read_row_group(g, columns=[image_column]).column(0).combine_chunks()
         except (OSError, ValueError, pa.ArrowException) as e:
             raise ParquetError(
-                f'{where} row group {g} cannot be read ({printable(str(e), 200)}): a damaged or hostile Parquet file'
+                f'{where} row group {g} cannot be read ({printable(" ".join(str(e).split()), 200)}): a damaged or hostile Parquet file'
             ) from None
         if pa.types.is_struct(col.type):
             col = col.field('bytes')
