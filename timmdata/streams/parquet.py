@@ -37,6 +37,7 @@ from timmdata.streams.parquet_index import (
     write_parquet_index,
 )
 from timmdata.streams.parquet_format import (
+    RangedFile,
     write_sample_parquet,
     PARQUET_INDEX_FILE,
     natural_key,
@@ -71,33 +72,6 @@ from timmdata.streams.parquet_format import (
 
 # %% auto #0
 __all__ = ['GROUPS_KEPT_BYTES', 'ParquetFiles', 'ParquetSource', 'ParquetBytes', 'ParquetReader']
-
-# %% ../../nbs/streams/26d_parquet.ipynb #f6fa52606d8c4a75a9b52967216f8f3f
-class _RangedIO(io.RawIOBase):
-    "A read-only, seekable file of `size` bytes read by `read_at(offset, n)`: what pyarrow reads a row group through, over HTTP too."
-
-    def __init__(self, read_at, size: int):
-        self.read_at, self.size, self.pos = read_at, size, 0
-
-    def readable(self):
-        return True
-
-    def seekable(self):
-        return True
-
-    def tell(self):
-        return self.pos
-
-    def seek(self, off, whence=0):
-        self.pos = off if whence == 0 else self.pos + off if whence == 1 else self.size + off
-        return self.pos
-
-    def readinto(self, b):
-        n = max(0, min(len(b), self.size - self.pos))
-        data = self.read_at(self.pos, n) if n else b''
-        b[: len(data)] = data
-        self.pos += len(data)
-        return len(data)
 
 # %% ../../nbs/streams/26d_parquet.ipynb #e2b0f002
 class ParquetFiles:
@@ -155,7 +129,7 @@ class ParquetFiles:
         where = f'Parquet file {self.name_of(self.shards[s])} row group {g}'
         names = [c for c in (cols['image'], cols['label']) if c]
         read_at = group_reads(read_at, self.sizes[s], md, g, names, where)  # pages checked before pyarrow decodes them
-        raw, f = _RangedIO(read_at, self.sizes[s]), None
+        raw, f = RangedFile(read_at, self.sizes[s]), None
         try:
             f = pa.parquet.ParquetFile(raw, metadata=md)
             t = f.read_row_group(g, columns=names)

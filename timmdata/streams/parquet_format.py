@@ -23,8 +23,8 @@ from timmdata.streams.parquet_files import (  # the files of a split, named here
 __all__ = ['MAX_FOOTER_BYTES', 'MAX_PAGE_BYTES', 'MAX_ROW_GROUP_BYTES', 'MAX_THRIFT_VALUES', 'PAGE_TYPES', 'PLAIN',
            'PLAIN_DICTIONARY', 'RLE_DICTIONARY', 'ROWS_PER_BYTE', 'EXACT', 'PAGE', 'GROUP', 'NULL', 'CODECS',
            'ROW_FIELDS', 'MIN_PAGE_VALUES', 'ParquetError', 'thrift_struct', 'page_header', 'rle_levels',
-           'plain_offsets', 'footer_bytes', 'parse_footer', 'find_columns', 'check_footer', 'decompress', 'page_values',
-           'walk_pages', 'chunk_rows', 'group_reads']
+           'plain_offsets', 'footer_bytes', 'RangedFile', 'parse_footer', 'find_columns', 'check_footer', 'decompress',
+           'page_values', 'walk_pages', 'chunk_rows', 'group_reads']
 
 # %% ../../nbs/streams/26c_parquet_format.ipynb #10185d26023b46108eb7d9f57d49d2b3
 class ParquetError(ShardError):
@@ -263,12 +263,11 @@ def footer_bytes(read_at, size: int, where: str) -> bytes:
     return tail[-8 - n :] if n + 8 <= len(tail) else read_at(size - 8 - n, n) + tail[-8:]
 
 
-class _NoReads(io.RawIOBase):
-    """A file pyarrow may seek in but never read (`parse_footer`'s check): a read gives no bytes (pyarrow's read then
-    fails as at the end of a file) and is noted (`asked`). No exception is raised here: pyarrow would keep one raised
-    in its callback, and with it the frames of every caller (a reader's open files among their locals)."""
+class RangedFile(io.RawIOBase):
+    "A read-only, seekable file of `size` bytes read by `read_at(offset, n)`: what pyarrow reads a row group through, over HTTP too."
 
-    pos, asked = 0, False
+    def __init__(self, read_at, size: int):
+        self.read_at, self.size, self.pos = read_at, size, 0
 
     def readable(self):
         return True
@@ -280,27 +279,37 @@ class _NoReads(io.RawIOBase):
         return self.pos
 
     def seek(self, off, whence=0):
-        self.pos = off if whence == 0 else self.pos + off if whence == 1 else (1 << 62) + off
+        self.pos = off if whence == 0 else self.pos + off if whence == 1 else self.size + off
         return self.pos
 
-    def read(self, n: int = -1):
-        self.asked = True
-        return b''
+    def read(self, n: int = -1) -> bytes:
+        "At most `n` bytes from here, asked of `read_at` as they are: nothing allocated for a size pyarrow states."
+        n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
+        data = self.read_at(self.pos, n) if n > 0 else b''
+        self.pos += len(data)
+        return data
 
     def readinto(self, b):
-        self.asked = True
-        return 0
+        n = max(0, min(len(b), self.size - self.pos))
+        data = self.read_at(self.pos, n) if n else b''
+        b[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
 
 
 def parse_footer(footer: bytes, where: str):
     "pyarrow's `FileMetaData` of a footer (`footer_bytes`), every column chunk's metadata checked by pyarrow where its refusal can be caught (before its accessors, which end the process on one); pyarrow's refusal named as a `ParquetError`."
     pa = need_pyarrow()
-    nothing = _NoReads()
+    # a file pyarrow may seek in but never read: a read gives no bytes (pyarrow then fails as at the end of a file)
+    # and is noted. No exception is raised in it: pyarrow would keep one raised in its callback, and with it the
+    # frames of every caller (a reader's open files among their locals)
+    asked = []
+    nothing = RangedFile(lambda o, n: asked.append(n) or b'', 1 << 62)
     try:
         md = pa.parquet.read_metadata(pa.BufferReader(_MAGIC + footer))
         pa.parquet.ParquetFile(nothing, metadata=md, pre_buffer=True).read_row_groups(range(md.num_row_groups))
     except (OSError, ValueError, pa.ArrowException) as e:
-        if nothing.asked:  # every chunk's metadata made (and checked) before the first read, which found no bytes
+        if asked:  # every chunk's metadata made (and checked) before the first read, which found no bytes
             return md
         raise ParquetError(
             f'{where}: its footer cannot be read ({printable(" ".join(str(e).split()), 200)}): a damaged or hostile Parquet file'
