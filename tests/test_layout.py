@@ -27,6 +27,7 @@ FLOORS = {
     'pixels.jitter': 6, 'engine.prefetch': 6, 'engine.gpu_decode': 7,                   # the batch on the device and its batch ops
     'distributed_sampler': 7, 'engine.batch_plan': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'engine.resume': 7, 'engine.threads': 7, 'engine.tune': 7, 'engine.decode_choice': 7,        # wiring
     'store.builder': 8, 'tools.bench': 8, 'tools.cli': 8, 'tools.check': 8, 'tools.shards': 8, 'tools.simulate': 8, 'tools.simulate_startup': 8, 'tools.simulate_mix': 8,  # tools on top
+    'tools.simulate_report': 8, 'tools.simulate_bounds': 8,  # the simulator's report (and the bytes its reports print); its options and bounds
     'core.untrusted': 0,  # the checks every reader of an untrusted dataset shares
     'core.torch_compat': 0, 'core.runtime': 0,  # torch's private API in one place; the helpers every device loop shares
     'streams.mixing': 7,  # many sources as one dataset, in one order: wiring (its batch plan is the engine's)
@@ -35,6 +36,7 @@ FLOORS = {
     'core.stages': 0,  # the per-sample stage clock (read, decode, ops) that stats() sums
     'engine.watch': 7,  # the loader's figures to TensorBoard, Prometheus, Lightning, the node (timmdata top); the slow rank named
     'engine.metrics_server': 0,  # /metrics over HTTP, bounded against slow clients (what PrometheusSink serves)
+    'engine.watch_top': 0,  # the node's watch folder and `timmdata top` over it: the records checked, the view (what LoaderWatch publishes)
     'constants': 0, 'dataset_info': 0, 'imagenet_info': 0, 'real_labels': 0, 'model_config': 0,  # timm.data's paths: metadata
     'target_transforms': 3, 'tf_preprocessing': 3,  # timm.data's paths: per-sample ops
     # the packages' front doors (each __init__ a paragraph on its job; it imports nothing)
@@ -52,12 +54,9 @@ MAX_STATEMENTS = 400
 # shard_io: + issue 41's tar reading by chunks and spans (490); its tar part (headers, records, members) is the next to move
 # out, with the shard errors and names it raises below it, so neither imports the other
 OVER = {'streams.shard_cache': 520, 'streams.shard_io': 495}  # shard_cache: + cached_copy (issue 44: spans read from the node's copies)
-# issue 71 (other users, servers, states) grew these past 400 while other branches edit the same cells: to split once
-# they are merged (watch: `timmdata top`'s reader and the /metrics server into modules of their own)
-OVER.update({'engine.watch': 460})  # the /metrics server moved out (engine.metrics_server); `timmdata top`'s reader is next
-# merged together (the orders by position, the recipes' fast path, the simulator's bounds) these passed 400: to split next
-# (global_order: the keyed permutation and the span reads into modules of their own; simulate: the argument bounds and the report; transforms: crop_to_pil and the PIL hand-over)
-OVER.update({'streams.global_order': 430, 'tools.simulate': 410, 'transforms': 415})
+# merged together (the orders by position, the recipes' fast path) these passed 400: to split next
+# (global_order: the keyed permutation and the span reads into modules of their own; transforms: crop_to_pil and the PIL hand-over)
+OVER.update({'streams.global_order': 430, 'transforms': 415})
 # global_order + ShardBytes._opened (433): the hook Parquet's reader checks its files in, instead of its own copy of _fd
 OVER.update({'streams.global_order': 433})
 # Parquet's hooks (the `parquet/` scheme, `timmdata index` over Parquet files): to move behind a registration next

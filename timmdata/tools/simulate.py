@@ -4,7 +4,7 @@
 
 # %% ../../nbs/tools/55_simulate.ipynb #8dd0d8092fe74a7c96281538738b07e2
 from __future__ import annotations
-import argparse, hashlib, itertools, json, math, os, tempfile, time, tracemalloc
+import hashlib, itertools, json, math, os, tempfile, time, tracemalloc
 from collections import OrderedDict
 from types import SimpleNamespace
 from typing import Optional, Sequence, Union
@@ -12,7 +12,6 @@ import numpy as np
 import torch
 from timmdata.streams.global_order import (
     BLOCK_SHARDS,
-    MAX_PARTITIONS,
     READ_AHEAD,
     GlobalOrder,
     SpanReader,
@@ -40,13 +39,14 @@ from timmdata.tools.simulate_startup import (
     parquet_start_up,
     table_memory,
 )
-from .simulate_mix import format_mix_report, format_order_cost, mix_weights, order_cost, simulate_mix
+from .simulate_mix import format_mix_report, format_order_cost, order_cost, simulate_mix
+from .simulate_report import format_report
+from .simulate_bounds import simulate_args
 from ..engine.watch import EXCHANGED, slow_rank
 
 # %% auto #0
 __all__ = ['synthetic_lengths', 'SimSource', 'SimSpanReader', 'worker_plan_cost', 'node_accesses', 'cache_replay',
-           'check_rescale', 'shuffle_quality', 'scanned_start_up', 'simulate', 'format_report', 'simulate_main',
-           'exchange_cost']
+           'check_rescale', 'shuffle_quality', 'scanned_start_up', 'simulate', 'simulate_main', 'exchange_cost']
 
 # %% ../../nbs/tools/55_simulate.ipynb #f974a980
 def synthetic_lengths(
@@ -528,240 +528,19 @@ def _state_size(src: SimSource, batch_size: int, ranks: int, block_shards: int, 
     sd = dict(fingerprint=ds.fingerprint(), epoch=ds.epoch, samples_delivered=ds.samples_delivered(0))
     return dict(bytes=len(json.dumps(sd)), state=sd)
 
-# %% ../../nbs/tools/55_simulate.ipynb #2ae8d340
-def _b(n) -> str:
-    for u, k in (('TB', 1e12), ('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
-        if abs(n) >= k:
-            return f'{n / k:.1f} {u}'
-    return f'{n:.0f} B'
-
-
-def format_report(r: dict) -> str:
-    "The figures of `simulate`, one line each; [sampled] or [counted] where they are not from every rank and worker."
-    c, L = r['config'], []
-    L.append(
-        f"{c['ranks']:,} ranks x {c['workers']} workers ({c['nodes']:,} nodes of {c['ranks_per_node']}), {c['shards']:,} "
-        f"shards, {c['samples']:,} samples, batch {c['batch_size']} per rank, {c['block_shards']} shards per block, "
-        f"{c['partitions']:,} canonical partition{'s' if c['partitions'] > 1 else ''} of the order"
-    )
-    ix = r['index']
-    L.append(
-        f"dataset index: table {_b(ix['table_bytes'])} (cap {_b(ix['cap'])}: {'fits' if ix['fits'] else 'OVER THE CAP'}), "
-        f"spans {_b(ix['spans_bytes'])} (read a shard at a time)"
-    )
-    L.append(
-        f"  held per process: before (every shard's spans) {_b(ix['before_held_bytes'])} [counted]; then the table parsed "
-        f"in every process {_b(ix['table']['before_held_bytes'])}, {ix['table']['before_cpu_s']:.1f} s CPU [measured]; now the "
-        f"table mapped from the node cache's parsed copy ({_b(ix['table']['copy_bytes'])} of page cache a node) "
-        f"{_b(ix['after_held_bytes'])}, {ix['table']['other_cpu_s'] * 1000:.0f} ms CPU [measured] + at most "
-        f"{_b(ix['after_kept_spans_bytes'])} of spans kept"
-    )
-    L.append(
-        f"  the node's first process parses the table and writes the copy: {ix['table']['first_cpu_s']:.1f} s CPU, peak "
-        f"{_b(ix['table']['first_peak_bytes'])} [measured]"
-    )
-    L.append(
-        'start-up, before the first batch [counted from the code path, per-process counts of bench_startup_requests]:'
-    )
-    if 'start_up_scanned_shards' in r:
-        L.append(
-            f"  without a dataset index (--no-index: other tools' shards, _info.json listing their lengths): the order planned "
-            f"from _info.json, {r['start_up_scanned_shards']:,} shards met by a node's first batches scanned once a node"
-        )
-    for k, v in r['start_up'].items():
-        L.append(
-            f"  {k:22s} per rank {v['per_rank']['requests']:>9,} requests {_b(v['per_rank']['bytes']):>9s}  per node "
-            f"{v['per_node']['requests']:>10,}  all ranks {r['start_up_all_ranks'][k]:>13,}  ~{v['seconds']:,.1f} s"
-        )
-    b = r['balance']
-    L.append(
-        f"samples per rank [every worker of sampled ranks {b['sampled_ranks']}]: "
-        + ', '.join(f'{v:,}' for v in b['samples'].values())
-        + f" (expected {b['per_rank_expected']:,} each; epoch {b['epoch_length']:,} = {b['padding']:,} wrapped round)"
-    )
-    for i, p in enumerate(r['worker_plan']):
-        L.append(
-            f"worker plan [sampled worker {i}]: {p['samples']:,} samples from {p['shards_touched']:,} shards, "
-            f"{p['requests']:,} ranged reads ({_b(p['bytes'])}) + {p['span_fetches']:,} for spans; CPU {p['cpu_s']:.1f} s "
-            f"(GlobalOrder {p['order_cpu_s'] * 1e3:.0f} ms, {_b(p['order_bytes'])}); peak Python memory {_b(p['peak_bytes'])}"
-        )
-    t = r['throughput']
-    L.append(
-        f"per-sample ranged reads without a cache [counted]: one at a time per worker at most "
-        f"{t['per_rank_samples_s_one_at_a_time']:,.0f} samples/s per rank; {c['read_ahead']} in flight (SpanReader's read_ahead) "
-        f"{t['per_rank_samples_s']:,.0f} (the node's bandwidth alone allows {t['per_rank_bandwidth_bound']:,.0f})"
-    )
-    fb = r['first_batch']
-    L.append(
-        f"time to a rank's first batch after start-up [modelled]: ranged reads one at a time {fb['ranged_one_at_a_time_s']:.1f} s, "
-        f"{c['read_ahead']} in flight {fb['ranged_read_ahead_s']:.1f} s; through the node cache {fb['cache_s']:.1f} s "
-        f"(the node's first global batch needs {fb['cache_shards']:,} shards, {_b(fb['cache_bytes'])}, downloaded whole)"
-    )
-    n = r['node']
-    L.append(
-        f"steady state, one node [node 0 walked, {n['steps']:,} global batches in {n['walk_s']:.1f} s]: {n['samples']:,} samples"
-    )
-    L.append(f"  per-sample ranged reads (dataset index): {n['span_requests']:,} requests, {_b(n['span_bytes'])}")
-    pw = r['worker_plan'][0]['span_fetches']
-    L.append(
-        f"  spans fetched from the dataset index: each process its own ({pw:,} a sampled worker, about "
-        f"{pw * c['workers'] * c['ranks_per_node']:,} a node); with a node cache once a node ({n['spans_fetched_per_node']:,})"
-    )
-    L.append(
-        f"  node cache: {n['cache_accesses']:,} shard reads of {n['distinct_shards']:,} shards; read from the cached copies "
-        f"by spans (dataset index) {_b(n['cache_local_bytes'])} (1x the samples' bytes), from each shard's start without "
-        f"it (read_in_order) {_b(n['cache_prefix_bytes'])} ({n['cache_prefix_bytes'] / max(1, n['span_bytes']):.0f}x)"
-    )
-    cc = r['cache']
-    L.append(f"  cache working set (W global batches): {_b(cc['working_set_bytes'])}")
-    for lim, v in cc['limits'].items():
-        L.append(
-            f"  cache limit {_b(lim):>9s}: hit rate {v['hits'] / max(1, v['accesses']):6.1%}, {v['downloads']:,} downloads, "
-            f"{_b(v['bytes_downloaded'])} downloaded, at most {_b(v['peak_bytes'])} held"
-        )
-    for key, what in (('reads_per_shard', ''), ('reads_per_shard_rescaled', ', a run on the rescaled ranks')):
-        rp = r[key]
-        L.append(
-            f"reads of each shard per epoch [every node, by block{what}]: {rp['nodes_per_shard_mean']:.2f} nodes on average "
-            f"(max {rp['nodes_per_shard_max']}) of {rp['nodes']}: with node caches, {rp['egress_x_dataset']:.2f}x the "
-            f"dataset downloaded per epoch; {rp['blocks_per_node_mean']:,.0f} blocks a node (max {rp['blocks_per_node_max']:,})"
-        )
-    s = r['shuffle']
-    L.append(
-        f"shuffle quality [first {s['window']:,} positions]: mean distance {s['mean_distance']:,.0f} = "
-        f"{s['of_full']:.3f} of a full permutation's; {s['shards_per_batch']:.1f} shards per batch"
-    )
-    s = r['shuffle_rank0']
-    L.append(
-        f"  rank 0's own sequence [first {s['window']:,} of its positions]: {s['of_full']:.3f} of a full permutation's; "
-        f"{s['shards_per_batch']:.1f} shards per batch"
-    )
-    L.append(f"resume state: {r['state']['bytes']} bytes (JSON), whatever the ranks and the shards")
-    x = r['rescale']
-    L.append(
-        f"rescale {x['frm'][0]}x{x['frm'][1]} -> {x['to'][0]}x{x['to'][1]} after {x['at_step']:,} global batches: "
-        f"{x['checked_positions']:,} positions of the first {x['checked_batches']:,} of {x['of_batches']:,} resumed global "
-        f"batches [every rank and worker] each once, {x['distinct_samples']:,} distinct samples, none read before the stop"
-    )
-    L.append(f"simulated in {r['seconds']:.0f} s")
-    return '\n'.join(L)
-
 # %% ../../nbs/tools/55_simulate.ipynb #e2893acb
 def simulate_main(argv: Optional[Sequence[str]] = None) -> int:
     "`timmdata simulate --ranks R --workers W --shards S --samples N`: one epoch of a training stream at that scale, simulated with the library's own code."
-    ap = argparse.ArgumentParser(prog='timmdata simulate', description=simulate_main.__doc__)
-    ap.add_argument('--ranks', type=int, default=1024, help='ranks of the run, one a GPU')
-    ap.add_argument('--workers', type=int, default=16, help='DataLoader workers per rank')
-    ap.add_argument('--shards', type=int, default=100_000, help='shards the dataset is written in')
-    ap.add_argument('--samples', type=int, default=1_000_000_000, help='samples in the dataset')
-    ap.add_argument('--batch-size', type=int, default=256, help='samples per batch, per rank')
-    ap.add_argument('--block-size', type=int, default=BLOCK_SHARDS, help='shards per block of the global order')
-    ap.add_argument(
-        '--ranks-per-node', type=int, default=8, help='ranks on one node: they share its cache and bandwidth'
-    )
-    ap.add_argument('--sample-bytes', type=int, default=110_000, help='mean bytes of a sample')
-    ap.add_argument('--cache-limit', default=None, help="per node ('500GB'); default 4x the working set measured")
-    ap.add_argument('--latency-ms', type=float, default=20.0, help="one request's round trip to storage, in ms")
-    ap.add_argument('--bandwidth', default='1.25GB', help='a node\'s bytes/s from storage')
-    ap.add_argument(
-        '--rescale', default=None, help='RANKSxWORKERS of the resumed run (default: 3/4 of the ranks, half the workers)'
-    )
-    ap.add_argument('--node-steps', type=int, default=None, help='global batches of the node walked (default: all)')
-    ap.add_argument(
-        '--partitions',
-        type=int,
-        default=None,
-        help="the order's canonical partitions (default: the nodes; 1: not node-aware)",
-    )
-    ap.add_argument('--read-ahead', type=int, default=READ_AHEAD, help='ranged GETs in flight per worker (no cache)')
-    ap.add_argument(
-        '--no-index',
-        action='store_true',
-        help="also the start-up of shards without a dataset index (img2dataset's, webdataset ShardWriter's, a Hugging Face repo's)",
-    )
-    ap.add_argument(
-        '--parquet', action='store_true', help='also the start-up of the samples as Parquet files (a file a shard)'
-    )
-    ap.add_argument('--json', default=None, help='also write the figures to this file')
-    ap.add_argument(
-        '--sources', type=int, default=0, help='simulate a mix of this many sources instead (timmdata.streams.mixing)'
-    )
-    ap.add_argument(
-        '--weights', default=None, help='the mix: comma-separated weights, one per source (default: Zipf-like)'
-    )
-    ap.add_argument(
-        '--schedule', default='linear', choices=('constant', 'linear'), help='the mix: held, or ramped to the reverse'
-    )
-    ap.add_argument('--steps', type=int, default=2000, help='the mix: global batches simulated before the rescale')
-    ap.add_argument(
-        '--order-only',
-        action='store_true',
-        help="only the order's memory and CPU per rank: a mix of --sources and a map-style epoch of --samples (order_cost)",
-    )
-    a = ap.parse_args(argv)
-    for k in ('ranks', 'workers', 'shards', 'samples', 'batch_size', 'block_size', 'ranks_per_node', 'read_ahead'):
-        if getattr(a, k) < 1:
-            ap.error(f"--{k.replace('_', '-')} must be >= 1; got {getattr(a, k)}")
-    for k in ('node_steps', 'partitions', 'sample_bytes'):
-        if getattr(a, k) is not None and getattr(a, k) < 1:
-            ap.error(f"--{k.replace('_', '-')} must be >= 1; got {getattr(a, k)}")
-    if a.partitions is not None and a.partitions > MAX_PARTITIONS:
-        ap.error(f'--partitions must be at most {MAX_PARTITIONS:,} (the nodes of the run); got {a.partitions:,}')
-    if not a.sources and a.samples < a.shards:  # a mix (--sources) has no shards
-        ap.error(
-            f'--samples must be at least --shards (a shard holds a sample at least); got {a.samples:,} < {a.shards:,}'
-        )
-    if not (math.isfinite(a.latency_ms) and a.latency_ms >= 0):
-        ap.error(f'--latency-ms must be a finite number >= 0; got {a.latency_ms}')
-    try:
-        r2, w2 = (
-            (max(1, a.ranks * 3 // 4), max(1, a.workers // 2))
-            if a.rescale is None
-            else (int(x) for x in a.rescale.lower().split('x'))
-        )
-    except ValueError:
-        ap.error(f'--rescale must be RANKSxWORKERS like 768x8; got {a.rescale!r}')
-    if r2 < 1 or w2 < 1:
-        ap.error(f'--rescale must be RANKSxWORKERS, each >= 1, like 768x8; got {a.rescale!r}')
-    try:
-        bandwidth = parse_size(a.bandwidth)
-    except ValueError as e:
-        ap.error(f'--bandwidth: {e}')
-    if not bandwidth > 0:
-        ap.error(f'--bandwidth must be more than 0 bytes/s; got {a.bandwidth!r}')
-    if a.cache_limit is not None:
-        try:
-            parse_size(a.cache_limit, '--cache-limit')
-        except ValueError as e:
-            ap.error(str(e))
-    if a.order_only and not a.sources:
-        ap.error('--order-only measures a mix\'s order and a map-style epoch\'s: give --sources too')
-    if a.sources < 0 or a.steps < 1:
-        ap.error(f'--sources must be >= 0 and --steps >= 1; got {a.sources} and {a.steps}')
-    if (
-        a.sources > 100_000 or a.steps > 1_000_000
-    ):  # the mix's counts are ranks x sources; its walk steps x global batch
-        ap.error(f'--sources must be at most 100,000 and --steps at most 1,000,000; got {a.sources:,} and {a.steps:,}')
-    if a.sources and (a.ranks * a.sources > 1 << 27 or a.steps * a.ranks * a.batch_size > 1 << 34):
-        ap.error(
-            f'the mix simulated is too big for one machine: --ranks x --sources at most {1 << 27:,} and --steps x '
-            f'--ranks x --batch-size at most {1 << 34:,} positions; got {a.ranks * a.sources:,} and '
-            f'{a.steps * a.ranks * a.batch_size:,}'
-        )
+    a = simulate_args(argv)  # every option checked: a one-line usage error for one out of bounds
     if a.sources:
-        try:
-            w = mix_weights(a.sources, a.weights)
-        except ValueError as e:
-            ap.error(str(e))
         if a.order_only:
-            r = order_cost(a.sources, a.samples, a.ranks, a.batch_size, w, a.schedule, a.steps)
+            r = order_cost(a.sources, a.samples, a.ranks, a.batch_size, a.weights, a.schedule, a.steps)
             print(format_order_cost(r))
-            if a.json:
-                with open(a.json, 'w') as f:
-                    json.dump(r, f, indent=1)
-            return 0
-        r = simulate_mix(a.sources, a.ranks, a.workers, a.samples, a.batch_size, w, a.schedule, a.steps, (r2, w2))
-        print(format_mix_report(r))
+        else:
+            r = simulate_mix(
+                a.sources, a.ranks, a.workers, a.samples, a.batch_size, a.weights, a.schedule, a.steps, a.rescale
+            )
+            print(format_mix_report(r))
         if a.json:
             with open(a.json, 'w') as f:
                 json.dump(r, f, indent=1)
@@ -777,8 +556,8 @@ def simulate_main(argv: Optional[Sequence[str]] = None) -> int:
         a.sample_bytes,
         a.cache_limit,
         a.latency_ms,
-        bandwidth,
-        (r2, w2),
+        a.bandwidth,
+        a.rescale,
         node_steps=a.node_steps,
         partitions=a.partitions,
         read_ahead=a.read_ahead,

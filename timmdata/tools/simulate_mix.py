@@ -9,17 +9,10 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from ..streams.mix_order import BLOCK, MixOrder, WeightSchedule, check_weights
 from ..distributed_sampler import PositionOrder
+from .simulate_report import format_bytes
 
 # %% auto #0
 __all__ = ['mix_weights', 'simulate_mix', 'format_mix_report', 'order_cost', 'format_order_cost']
-
-# %% ../../nbs/tools/54a_simulate_mix.ipynb #1c0b4698
-def _b(n) -> str:
-    "Bytes as the reports print them (kB, MB, GB, TB)."
-    for u, k in (('TB', 1e12), ('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
-        if abs(n) >= k:
-            return f'{n / k:.1f} {u}'
-    return f'{n:.0f} B'
 
 # %% ../../nbs/tools/54a_simulate_mix.ipynb #acae54e37e7d407bbb7b55eff062a284
 def mix_weights(sources: int, weights: Optional[Union[str, Sequence[float], np.ndarray]] = None) -> np.ndarray:
@@ -138,9 +131,10 @@ def format_mix_report(r: dict) -> str:
             f"ranks at or over 1 point: {e['over_1pp']}"
         )
     L.append(
-        f"  order held per rank's main process: counts {_b(m['counts_bytes'])} + permutations {_b(m['permutations_bytes'])} "
-        f"[counted] (measured peak {_b(m['probe_peak_bytes'])} on {m['probe_samples']:,} samples); one map-style source's "
-        f"order (timm's) {_b(m['one_source_order_bytes'])}; workers: +0 (they read flat indices)"
+        f"  order held per rank's main process: counts {format_bytes(m['counts_bytes'])} + permutations "
+        f"{format_bytes(m['permutations_bytes'])} [counted] (measured peak {format_bytes(m['probe_peak_bytes'])} on "
+        f"{m['probe_samples']:,} samples); one map-style source's order (timm's) "
+        f"{format_bytes(m['one_source_order_bytes'])}; workers: +0 (they read flat indices)"
     )
     L.append(
         f"  start-up requests: {q['per_node_index_reads']} index reads per node (one per source, as each source alone), "
@@ -223,12 +217,14 @@ def format_order_cost(r: dict) -> str:
     return '\n'.join(
         [
             f"the order of rank 0 of {c['ranks']:,} (batch {c['batch_size']} per rank)",
-            f"  mix of {m['sources']:,} sources, {m['samples']:,} samples: peak {_b(m['peak_bytes'])} measured "
-            f"(per-source vectors {_b(m['held_bytes'])} [counted]); {m['rank_sample_us']:.1f} us CPU per sample of the "
-            f"rank; a resume at position {m['resume_at']:,}: {m['resume_ms']:.1f} ms; the listed order: counts "
-            f"{_b(m['before_counts_bytes'])} + permutations {_b(m['before_permutations_bytes'])} [counted]",
-            f"  map-style epoch of {e['samples']:,} samples, order='global': peak {_b(e['peak_bytes'])} measured; "
+            f"  mix of {m['sources']:,} sources, {m['samples']:,} samples: peak {format_bytes(m['peak_bytes'])} "
+            f"measured (per-source vectors {format_bytes(m['held_bytes'])} [counted]); {m['rank_sample_us']:.1f} us CPU "
+            f"per sample of the rank; a resume at position {m['resume_at']:,}: {m['resume_ms']:.1f} ms; the listed "
+            f"order: counts {format_bytes(m['before_counts_bytes'])} + permutations "
+            f"{format_bytes(m['before_permutations_bytes'])} [counted]",
+            f"  map-style epoch of {e['samples']:,} samples, order='global': peak {format_bytes(e['peak_bytes'])} "
+            f"measured; "
             f"{e['rank_sample_us']:.2f} us CPU per sample of the rank; timm's order (SeededRandomSampler) "
-            f"{_b(e['before_bytes'])} [counted]",
+            f"{format_bytes(e['before_bytes'])} [counted]",
         ]
     )
