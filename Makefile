@@ -74,7 +74,7 @@ test: test-start sync-check readme-check nbtest pytest
 	@echo "make test: all passed"
 
 test-start:
-	@echo "make test: sync-check, readme-check, nbtest, pytest; about 6.5 minutes on a quiet 2-core machine after the install, up to about 10 on a busy one (README: Two commands)"
+	@echo "make test: sync-check, readme-check, nbtest, pytest; about 6.5 minutes on a quiet 2-core machine after the install, up to about 10 on a busy one (the contributing page: Two commands)"
 
 readme: install
 	$(PY) tools/make_readme.py
@@ -99,7 +99,7 @@ wheel-check: wheel
 	PY=$(PY) bash tools/wheel_check.sh
 
 # issue 45's kit for a GPU machine without a package registry (Python 3.12): .whl/, carried by the device tool; there,
-# bash tools/gpu_run.sh tests|bench|train (README: On a GPU machine)
+# bash tools/gpu_run.sh tests|bench|train (the contributing page: On a GPU machine)
 .PHONY: gpu-kit
 gpu-kit: install
 	bash tools/gpu_kit.sh

@@ -237,6 +237,18 @@ def test_every_page_shows_its_pictures_and_links(site):
     assert n_imgs >= sum('image/png' in nb.read_text(encoding='utf-8') for nb in NOTEBOOKS), 'pictures missing from the pages'
 
 
+@functools.lru_cache(maxsize=4)
+def _linked_from(site: Path, pages: frozenset) -> frozenset:
+    "The site's pages (paths from its root) that `pages` (paths from its root) link to."
+    out = set()
+    for rel in pages:
+        if not (site / rel).is_file(): continue
+        refs = _Refs(); refs.feed((site / rel).read_text(encoding='utf-8'))
+        out |= {urllib.parse.urljoin(rel, urllib.parse.unquote(h.split('#')[0])) for h in refs.links
+                if h.split('#')[0] and not h.startswith(('mailto:', 'http://', 'https://', 'javascript:'))}
+    return frozenset(out)
+
+
 @pytest.mark.parametrize('page', BROWSER_PAGES)
 def test_page_in_browser(page, site, server, browser, shots):
     url = server + f'{page}.html'
@@ -279,10 +291,12 @@ def test_page_in_browser(page, site, server, browser, shots):
     assert browser.js("document.querySelector('article h1') !== null"), f'{url}: no page title'
     # resolved URLs (a.href), without fragments: an in-page anchor resolves to this page, not to every page
     nav_pages = {h.split('#')[0] for h in browser.js("Array.from(document.querySelectorAll('nav.md-nav--primary a[href]')).map(a => a.href)")}
+    # a page left out of the sidebar (a module's page, reached from its part's index page) is linked from a page in it
+    linked = _linked_from(site, frozenset(u[len(server):] or 'index.html' for u in nav_pages if u.startswith(server)))
     for p in PAGES:
         want = server if p == 'index' else server + f'{p}.html'
-        assert want in nav_pages or (p == 'index' and server + 'index.html' in nav_pages), \
-            f'{url}: the sidebar has no link to {want} ({sorted(nav_pages)})'
+        assert want in nav_pages or (p == 'index' and server + 'index.html' in nav_pages) or f'{p}.html' in linked, \
+            f'{url}: neither the sidebar nor a page it shows links to {want} ({sorted(nav_pages)})'
 
     # screenshot of the page (its top 3000 px: enough to see it rendered; longer ones cost seconds per page)
     m = browser.send('Page.getLayoutMetrics')
@@ -446,6 +460,36 @@ def test_machine_path_pattern():
         assert not hit(t), t
 
 
+def test_site_parts_index_pages(tmp_path):
+    """A folder's part with an "index" shows its index and the pages it names; the folder's other pages leave the sidebar,
+    listed on the index page (made when no notebook gives it) and leading back to it; nothing is lost."""
+    stems = ['index', 'start/go', 'engine/index', 'engine/feeder', 'engine/tune', 'engine/spans', 'config', 'loader']
+    titles = {'index': 'Home', 'start/go': 'Go', 'engine/index': 'The engine', 'engine/feeder': 'Feeder',
+              'engine/tune': 'Tune', 'engine/spans': 'Spans', 'config': 'Config', 'loader': 'Loader'}
+    (tmp_path / 'sections.json').write_text(json.dumps([
+        {'title': 'Get started', 'pages': ['start/go']},
+        {'title': 'Explanation', 'sections': [
+            {'title': "The data's way", 'pages': ['engine/feeder', 'loader']},
+            {'title': 'The engine', 'folder': 'engine', 'index': 'engine/index', 'show': ['engine/tune']},
+            {'title': "timm.data's modules", 'folder': '.', 'index': 'modules', 'lead': 'timm\'s map.'}]}]))
+    parts = builder.site_parts(stems, titles, tmp_path / 'sections.json')
+    assert parts['nav'] == [{'Home': 'index.md'}, {'Get started': 'start/go.md'}, {'Explanation': [
+        {"The data's way": [{'Feeder': 'engine/feeder.md'}, {'Loader': 'loader.md'}]},
+        {'The engine': [{'Overview': 'engine/index.md'}, {'Tune': 'engine/tune.md'}]},
+        {"timm.data's modules": 'modules.md'}]}]
+    assert parts['hidden'] == {'engine/spans': ('engine/index', 'The engine'), 'config': ('modules', "timm.data's modules")}
+    assert parts['listed'] == {'engine/index': ['engine/feeder', 'engine/tune', 'engine/spans'], 'modules': ['config', 'loader']}
+    assert parts['made'] == {'modules': ("timm.data's modules", "timm's map.")}
+    page = lambda t, d: f'---\ntitle: "{t}"\ndescription: "{d}"\n---\n\n# {t}\n\n{d}\n{{ .nb-lead }}\n\nBody.\n'
+    mds = {f'{st}.md': page(titles[st], f'About {titles[st]}') for st in stems}
+    out = builder.part_pages(parts, titles, mds)
+    assert sorted(out) == ['config.md', 'engine/index.md', 'engine/spans.md', 'modules.md']
+    assert '- **[Spans](spans.md)**: About Spans' in out['engine/index.md'] and 'Body.' in out['engine/index.md']
+    assert out['modules.md'].startswith('---\ntitle: "timm.data\'s modules"\n---') and '- **[Loader](loader.md)**' in out['modules.md']
+    assert '{ .nb-lead }\n\nPart of [The engine](index.md).\n\nBody.' in out['engine/spans.md']
+    assert 'Part of [timm.data\'s modules](modules.md).' in out['config.md']
+
+
 def test_build_hides_what_nbdev_hides(passing_build):
     "`#| hide` cells vanish, `#| export` code gives way to its show_doc entry, saved figures become files."
     tmp, r = passing_build
@@ -520,6 +564,20 @@ def test_audit_fails_on_each_defect(tmp_path):
     assert audit.defects(audit.audit(tmp_path)) == {}
 
 
+def test_diary_pattern():
+    "What counts as a diary phrase (how the project was made), without building a site; correct prose passes."
+    hit = lambda t: bool(audit.DIARY_RE.search(t))
+    for t in ['(bench/results/peers_2026-11-24.txt)', 'the medians (recipes_2026-11-26_d.txt)', 'run on 2026-11-25',
+              'whether the kit fits the 64 MiB a device call carries', "the review's edited states", 'when it was lent',
+              'A measured GPU timeline should\nreplace this drawing', "on this run's machine", "(today's code, not node-aware)",
+              'Before this change a worker failed', 'Before: the full run (10f46b4); after: the other']:
+        assert hit(t), t
+    for t in ['the GPU decodes while the device computes', 'a call to create_loader carries its keywords', 'v1.0.31',
+              'bench/bench_peers.py --out peers.txt', 'the committed chunks', "today's machines", 'shape (3, 224, 224)',
+              'results on this machine', 'the deadbeef byte', 'the state (a dict of 2 keys)', 'seed=1234', 'in 2 rounds']:
+        assert not hit(t), t
+
+
 def test_navigation_has_the_five_parts_in_order(site):
     "Home, then Get started, Coming from timm, How-to guides, Explanation and Reference, as the home page's nav shows."
     page = (site / 'index.html').read_text(encoding='utf-8')
@@ -563,3 +621,162 @@ def test_code_fits_its_column(site, server, browser):
     finally:
         browser.send('Emulation.clearDeviceMetricsOverride')
     assert not cut, 'code cut at 1,300 px (the longest line of each block): ' + json.dumps(cut, indent=1)[:3000]
+
+
+# ------------------------------------------------------------------ the reference (tools/docs/reference.py, showdoc.py)
+
+# a module's reference page as the site showed it before: a constant with its type's docstring, a parameter with no
+# Details; and a home page with a sidebar of three pages (its own contents apart)
+_REF_PAGE = """<html><body><article><h1>timmdata.x</h1>
+<div class="doc-entry doc-function"><h2 id="timmdata.x.f" class="doc-name">f</h2><pre><code>def f(a, b)</code></pre>
+<table><thead><tr><th>Parameter</th><th>Type</th><th>Default</th><th>Details</th></tr></thead><tbody>
+<tr><td><code>a</code></td><td></td><td></td><td>what a is</td></tr>
+<tr><td><code>b</code></td><td><code>int</code></td><td><code>1</code></td><td></td></tr>
+<tr><td><strong>Returns</strong></td><td><code>int</code></td><td></td><td></td></tr></tbody></table></div>
+<div class="doc-entry doc-data"><h2 id="timmdata.x.n" class="doc-name">N</h2><pre><code>N = 3</code></pre>
+<p>int([x]) -&gt; integer</p></div>
+</article></body></html>"""
+_HOME_PAGE = """<html><body><nav class="md-nav md-nav--primary"><ul><li><a href="index.html">Home</a>
+<nav class="md-nav md-nav--secondary"><a href="#install">Install</a></nav></li><li><a href="a.html">A</a></li>
+<li><a href="x/b.html#top">B</a></li></ul></nav><article><h1>Home</h1><p>five words on this page</p>
+<pre><code>import x</code></pre></article></body></html>"""
+
+
+def test_audit_counts_fail_over_their_thresholds(tmp_path, monkeypatch):
+    """`builtin_doc` finds a builtin type's docstring; `empty_details` counts parameter rows (not Returns) with an empty
+    Details cell, page by page and module by module; `home_words` and `sidebar_entries` count the home page's words
+    and the pages its sidebar links. Each count over its threshold is a defect; at or under it, none."""
+    (tmp_path / 'reference' / 'x').mkdir(parents=True)
+    (tmp_path / 'reference' / 'x' / 'x.html').write_text(_REF_PAGE)
+    (tmp_path / 'index.html').write_text(_HOME_PAGE)
+    (tmp_path / 'a.html').write_text('<html><article><h1>A</h1></article></html>')
+    found = audit.audit(tmp_path)
+    c = audit.counts(found)
+    assert c['builtin_doc'] == 1 and 'int' in found['builtin_doc'][0], found['builtin_doc']
+    assert c['empty_details'] == 1 and found['empty_details'] == ['reference/x/x.html: 1 of 2'], found['empty_details']
+    assert c['home_words'] == 8 and c['sidebar_entries'] == 3, c  # 'Home', five words, 'import x'; index, a, x/b
+    assert [(k, n, mod, rows) for k, n, mod, _, rows in audit.empty_details_by_module(tmp_path)] == \
+        [(1, 2, 'timmdata.x', [('f', 'b')])]
+    for name, at in (('MAX_EMPTY_DETAILS', 1), ('MAX_HOME_WORDS', 8), ('MAX_SIDEBAR_ENTRIES', 3)):
+        monkeypatch.setattr(audit, name, at)
+    assert set(audit.defects(found)) == {'builtin_doc'}, audit.defects(found)
+    for name, at in (('MAX_EMPTY_DETAILS', 0), ('MAX_HOME_WORDS', 7), ('MAX_SIDEBAR_ENTRIES', 2)):
+        monkeypatch.setattr(audit, name, at)
+    assert set(audit.defects(found)) == {'builtin_doc', 'empty_details', 'home_words', 'sidebar_entries'}
+
+
+def _load_docs_tool(name):
+    sys.path.insert(0, str(ROOT / 'tools' / 'docs'))
+    try: return importlib.import_module(name)
+    finally: sys.path.remove(str(ROOT / 'tools' / 'docs'))
+
+
+_CONSTANTS_SRC = '''"""A module of constants."""
+__all__ = ['LIMIT', 'NAMES', 'READ', 'DECODE', 'PLAIN', 'Marker', 'MARK', 'IMPORTED']
+from os import sep as IMPORTED
+
+# %% ../nbs/x.ipynb #abc
+LIMIT = 64 << 20  # the largest file read, in bytes
+NAMES = ('a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l', 'm', 'n', 'o', 'p', 'q', 'r', 's', 't', 'u', 'v')
+READ, DECODE = 0, 1  # the stages, in order
+
+# what a plain value is
+PLAIN = (
+    3
+)
+
+
+class Marker:
+    "A marker."
+
+
+MARK = Marker()
+'''
+
+
+def test_constants_are_lines_with_their_comment(tmp_path, monkeypatch):
+    """A constant of the reference is a line: its name, its value as written (or in brief) and the comment written beside
+    it (on its line, wrapped inside it, or just above it); names one statement assigns share it; an imported one has
+    no line; and never its type's docstring."""
+    reference, showdoc = _load_docs_tool('reference'), _load_docs_tool('showdoc')
+    (tmp_path / 'consts_mod.py').write_text(_CONSTANTS_SRC)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module('consts_mod')
+    consts = reference.constants_of(mod)
+    assert sorted(consts) == ['DECODE', 'LIMIT', 'MARK', 'NAMES', 'PLAIN', 'READ'], consts
+    assert consts['LIMIT'][:2] == ('64 << 20', 'the largest file read, in bytes')
+    assert consts['READ'][1] == consts['DECODE'][1] == 'the stages, in order' and consts['READ'][2] == consts['DECODE'][2]
+    assert consts['PLAIN'][:2] == ('3', 'what a plain value is') and consts['MARK'][:2] == ('Marker()', '')
+    assert reference.public_names(mod, {}, consts) == ['LIMIT', 'NAMES', 'READ', 'DECODE', 'PLAIN', 'Marker', 'MARK']
+    names = reference.constant_code(mod, 'NAMES', consts['NAMES'][0])
+    assert names.startswith("NAMES = ('a', 'b',") and names.endswith('…)') and len(names) < 80, names
+    body = reference._module_body(mod, ['LIMIT', 'READ', 'DECODE'], consts, {}, {}, '', 'reference/x/consts_mod', {}, 2)
+    lines = [line for line in body.splitlines() if line.startswith('- ')]
+    assert len(lines) == 2, body
+    assert '`LIMIT = 64 << 20`: the largest file read, in bytes' in lines[0] and 'id="consts_mod.limit"' in lines[0]
+    assert '`READ = 0`' in lines[1] and '`DECODE = 1`' in lines[1] and lines[1].endswith(': the stages, in order')
+    for value in (3, (1, 2), 'text', {'a': 1}, 2.5):  # show_doc of a constant on a notebook page: a line, no docstring
+        md = showdoc.entry_markdown(value, 'X')
+        assert md.count('\n') == 0 and type(value).__doc__.splitlines()[0] not in md, md
+
+
+def test_parameter_sections_fill_the_details(tmp_path, monkeypatch):
+    "A parameter described in a docstring's numpy-style or google-style section (the function's or its class's) has Details."
+    showdoc = _load_docs_tool('showdoc')
+    (tmp_path / 'sections_mod.py').write_text('''
+def numpy_style(x: int, y=2):
+    """Adds.
+
+    Parameters
+    ----------
+    x : int
+        the first
+    y : int
+        the second
+    """
+
+
+class GoogleStyle:
+    """Holds.
+
+    Args:
+        a (int): the a,
+            over two lines
+        *rest: the others
+    """
+    def __init__(self, a, b=1,  # the b
+                 *rest): pass
+''')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module('sections_mod')
+    table = showdoc.param_table(mod.numpy_style)
+    assert '| `x` | `int` |  | the first |' in table and '| `y` |  | `2` | the second |' in table, table
+    table = showdoc.param_table(showdoc._init_of(mod.GoogleStyle), drop_self=True, docs_of=mod.GoogleStyle)
+    rows = table.splitlines()[2:]
+    assert len(rows) == 3 and rows[0].endswith('| the a, over two lines |') and rows[1].endswith('| the b |') \
+        and rows[2].endswith('| the others |'), table
+
+
+def test_reference_is_a_page_per_module(site):
+    """The reference: the sidebar lists its index and group pages only (about ten); every module has a page of its own,
+    linked from its group page and from the index; each group page is a short list; no builtin's docstring anywhere."""
+    ref = site / 'reference'
+    modules = sorted(p.relative_to(site).as_posix() for p in ref.glob('*/**/*.html'))
+    groups = sorted(p.relative_to(site).as_posix() for p in ref.glob('*.html') if p.name != 'index.html')
+    assert len(modules) >= 80 and len(groups) >= 8, (len(modules), groups)
+    side = {urllib.parse.urljoin('index.html', h) for h in audit.sidebar_links(site / 'index.html')}
+    in_side = sorted(h for h in side if h.startswith('reference/'))
+    assert 'reference/index.html' in in_side and len(in_side) <= 12 and set(groups) <= set(in_side), in_side
+    assert not set(modules) & side, 'module pages belong to their group pages, not the sidebar'
+    def links(page):
+        refs = _Refs(); refs.feed((site / page).read_text(encoding='utf-8'))
+        return {urllib.parse.urljoin(page, h.split('#')[0]) for h in refs.links if not h.startswith(('#', 'http'))}
+    from_index = links('reference/index.html')
+    from_groups = set().union(*(links(g) for g in groups))
+    assert set(modules) <= from_index, sorted(set(modules) - from_index)
+    assert set(modules) <= from_groups, sorted(set(modules) - from_groups)
+    for g in groups:
+        words = len(' '.join(audit.read_page(site / g).text).split())
+        assert words < 3000, f'{g}: {words} words; a group page lists its modules'
+    found = audit.audit(site)
+    assert found['builtin_doc'] == [], found['builtin_doc'][:20]

@@ -141,8 +141,8 @@ def circles(graph: dict) -> list:
 
 
 def nb_key(name: str) -> tuple:
-    "'27b_name.ipynb' -> (27, 'b'): the order notebooks are read in."
-    m = re.match(r'(\d+)([a-z]?)_', name)
+    "'27b_name.ipynb' -> (27, 'b'), '37aa_name.ipynb' -> (37, 'aa'): the order notebooks are read in."
+    m = re.match(r'(\d+)([a-z]*)_', name)
     return (int(m.group(1)), m.group(2)) if m else None
 
 

@@ -114,7 +114,7 @@ def worker_pickling_error(
         f"the loader's worker processes start by {method!r} (Python 3.14's default on Linux), which pickles the dataset, "
         f'its transforms and the collate_fn for each worker, and one of them does not pickle: {text}. Define functions '
         "and classes at a module's top level (not a lambda, not inside a function; functools.partial of a top-level "
-        "function pickles), or use worker_mode='thread' (threads share them: no pickling)"
+        "function pickles), or pass worker_mode='thread' to create_loader (threads share them: no pickling)"
     )
 
 # %% ../../nbs/core/01_torch_compat.ipynb #07bb8ec2

@@ -61,7 +61,7 @@ def as_chw(
         raise TypeError(
             f"fast_collate: sample {i} is a {type(img).__name__}; expected a uint8 CHW tensor or numpy array. "
             f"With use_prefetcher=True the transform must end at a uint8 tensor (normalisation happens in "
-            f"the PrefetchLoader); with a PIL/float pipeline use use_prefetcher=False"
+            f"the PrefetchLoader); with a PIL/float pipeline pass use_prefetcher=False to create_loader"
         )
     if t.ndim == 2:
         t = t.unsqueeze(0)

@@ -459,26 +459,46 @@ SECTIONS_FILE = 'sections.json'  # the navigation's parts, in order: see `site_n
 
 
 def site_nav(stems: list, titles: dict, sections_file: Path) -> list:
+    "The navigation (the sidebar): `site_parts`'s 'nav'."
+    return site_parts(stems, titles, sections_file)['nav']
+
+
+def site_parts(stems: list, titles: dict, sections_file: Path) -> dict:
     """The navigation: Home first, then the parts `sections_file` names, in its order (Get started, Coming from timm,
     How-to guides, Explanation, Reference). A part is {"title", and "pages": [page stems] or "folder": a folder of nbs/
     (its pages not placed before, in file order) or "sections": [parts]}; a part of one page is a single entry. A page
-    no part names goes at the end, under its folder's name, so no page is lost."""
+    no part names goes at the end, under its folder's name, so no page is lost.
+
+    A folder's part may name an "index" page (a stem; a page the build makes, titled as the part, with its "lead" line,
+    when no notebook gives it): the sidebar then shows the index ('Overview') and the pages "show" names, and the folder's
+    other pages are left out of the sidebar, reached from the index page, which lists every page of the folder.
+    Returns {'nav': the navigation, 'hidden': {stem: (its part's index stem, the part's title)} for the pages left out,
+    'listed': {index stem: [the stems its page lists]}, 'made': {index stem: (title, lead)} for the pages to make}."""
     spec = json.loads(sections_file.read_text(encoding='utf-8')) if sections_file.exists() else []
     folder = {stem: posixpath.dirname(stem) or '.' for stem in stems}
     placed = {'index'}
+    hidden, listed, made = {}, {}, {}
     def named(sec):  # the pages a part names itself, placed before any folder takes its rest
-        for st in sec.get('pages', []): placed.add(st)
+        for st in [*sec.get('pages', []), *sec.get('show', []), *([sec['index']] if 'index' in sec else [])]: placed.add(st)
         for sub in sec.get('sections', []): named(sub)
     for sec in spec: named(sec)
+    def entry(st): return {titles[st] if st in titles else made[st][0]: f'{st}.md'}
     def build(sec):
         if 'sections' in sec:
             items = [x for x in (build(sub) for sub in sec['sections']) if x]
         elif 'pages' in sec:
-            items = [{titles[st]: f'{st}.md'} for st in sec['pages'] if st in titles]
+            items = [entry(st) for st in sec['pages'] if st in titles]
         else:
             mine = [st for st in stems if folder[st] == sec['folder'] and st not in placed and st not in taken]
             taken.update(mine)
-            items = [{titles[st]: f'{st}.md'} for st in mine]
+            items = [entry(st) for st in mine]
+            if 'index' in sec:  # the index and the pages shown; the rest reached from the index page
+                ix = sec['index']
+                if ix not in titles: made[ix] = (sec['title'], sec.get('lead', ''))
+                listed[ix] = [st for st in stems if folder[st] == sec['folder'] and st not in (ix, 'index')]
+                hidden.update({st: (ix, sec['title']) for st in mine})
+                items = [{'Overview': f'{ix}.md'}] + [entry(st) for st in sec.get('show', []) if st in titles]
+                if len(items) == 1: return {sec['title']: f'{ix}.md'}
         if not items: return None
         if 'pages' in sec and len(items) == 1: return {sec['title']: next(iter(items[0].values()))}
         return {sec['title']: items}
@@ -490,10 +510,40 @@ def site_nav(stems: list, titles: dict, sections_file: Path) -> list:
     rest = [st for st in stems if st not in placed and st not in taken]
     for f in dict.fromkeys(folder[st] for st in rest):
         out.append({f: [{titles[st]: f'{st}.md'} for st in rest if folder[st] == f]})
+    return {'nav': out, 'hidden': hidden, 'listed': listed, 'made': made}
+
+
+def _description(md: str) -> str:
+    "A page's one-line description, from the front matter `nb_to_markdown` writes ('' when it has none)."
+    m = re.search(r'^description: (".*")$', md.split('\n---\n', 1)[0], re.M)
+    return json.loads(m.group(1)) if m else ''
+
+
+def part_pages(parts: dict, titles: dict, mds: dict) -> dict:
+    """The pages `site_parts` changes or makes, as {md file: markdown}: each part's index page with the list of its pages
+    (title and description, linked), made when no notebook gives it; each page left out of the sidebar with a line under
+    its title that leads back to its part's index page."""
+    out = {}
+    for ix, stems in parts['listed'].items():
+        here = posixpath.dirname(ix) or '.'
+        lines = [f'- **[{titles[st]}]({posixpath.relpath(st + ".md", here)})**' +
+                 (f': {_description(mds[st + ".md"])}' if _description(mds.get(st + '.md', '')) else '') for st in stems]
+        if ix in parts['made']:
+            title, lead = parts['made'][ix]
+            md = f'---\ntitle: {json.dumps(title)}\n---\n\n# {title}\n\n' + (f'{lead}\n{{ .nb-lead }}\n\n' if lead else '')
+        else: md = mds[ix + '.md'].rstrip('\n') + '\n\n'
+        out[ix + '.md'] = md + '## Pages\n\n' + '\n'.join(lines) + '\n'
+    for st, (ix, title) in parts['hidden'].items():
+        md = out.get(st + '.md', mds[st + '.md'])
+        back = f'Part of [{title}]({posixpath.relpath(ix + ".md", posixpath.dirname(st) or ".")}).'
+        head, sep, body = md.partition('{ .nb-lead }\n')  # under the description, else under the title
+        if not sep: head, sep, body = md.partition(f'\n# {titles[st]}\n')
+        out[st + '.md'] = head + sep + '\n' + back + '\n' + body if sep else md
     return out
 
 
-def mkdocs_config(cfg, docs_dir: Path, site_dir: Path, nav: list) -> dict:
+def mkdocs_config(cfg, docs_dir: Path, site_dir: Path, nav: list, not_in_nav=()) -> dict:
+    "MkDocs' settings; `not_in_nav`: page stems built but left out of the sidebar on purpose (no 'omitted' warning)."
     host = (cfg.get('doc_host') or '').rstrip('/')
     base = (cfg.get('doc_baseurl') or '').strip('/')
     c = {
@@ -531,6 +581,7 @@ def mkdocs_config(cfg, docs_dir: Path, site_dir: Path, nav: list) -> dict:
         'validation': {'nav': {'omitted_files': 'warn', 'not_found': 'warn'},
                        'links': {'not_found': 'warn', 'unrecognized_links': 'info'}},
     }
+    if not_in_nav: c['not_in_nav'] = '\n'.join(f'/{st}.md' for st in not_in_nav)  # gitignore-style, from docs_dir
     if host: c['site_url'] = f'{host}/{base}/' if base else f'{host}/'
     if cfg.get('git_url'):  # a plain link in the footer; `repo_url` would make Material call the GitHub API
         c['extra'] = {'social': [{'icon': 'fontawesome/brands/github', 'link': cfg['git_url'], 'name': 'Source'}],
@@ -716,10 +767,17 @@ def main(argv=None):
         for name, data in r['files'].items():
             (docs_dir / name).parent.mkdir(parents=True, exist_ok=True)
             (docs_dir / name).write_bytes(data)
-    nav = site_nav(list(titles), titles, nbs / SECTIONS_FILE)
+    unlisted = ref.get('unlisted', [])  # the reference's module pages: reached from its group pages, not the sidebar
+    parts = site_parts([st for st in titles if st not in set(unlisted)], titles, nbs / SECTIONS_FILE)
+    nav = parts['nav']
+    for page, md in part_pages(parts, titles, mds).items():  # the parts' index pages list their pages
+        (docs_dir / page).parent.mkdir(parents=True, exist_ok=True)
+        (docs_dir / page).write_text(md, encoding='utf-8')
 
     yml = work / 'mkdocs.yml'
-    yml.write_text(json.dumps(mkdocs_config(cfg, docs_dir, site_tmp, nav), indent=1), encoding='utf-8')  # JSON is YAML
+    not_in_nav = [*unlisted, *parts['hidden']]  # pages reached from an index page, not from the sidebar
+    yml.write_text(json.dumps(mkdocs_config(cfg, docs_dir, site_tmp, nav, not_in_nav=not_in_nav), indent=1),
+                   encoding='utf-8')  # JSON is YAML
     print('docs: mkdocs build --strict', flush=True)
     env = {**os.environ, 'NO_MKDOCS_2_WARNING': '1'}
     p = subprocess.run([sys.executable, '-m', 'mkdocs', 'build', '--strict', '--clean', '-q', '-f', str(yml)],

@@ -88,7 +88,53 @@ def _docments(obj, fn=None) -> dict:
         out = {k: v for k, v in (docments(obj) or {}).items() if v}
     except Exception: out = {}
     for k, v in _span_comments(unwrap(fn or obj)).items(): out.setdefault(k, v)
+    for o in (fn, obj):  # a docstring's Parameters/Args section: the function's own, then (for a class) the class's
+        for k, v in _section_docs(_own_doc(unwrap(o)) if o is not None else '').items():
+            if not (k == 'return' and inspect.isclass(o)): out.setdefault(k, v)  # a class's Returns is not its __init__'s
     return out
+
+
+_GOOGLE_HEAD = re.compile(r'^(\s*)(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|Other Parameters|'
+                          r'Returns|Return)\s*:\s*$')
+_GOOGLE_ITEM = re.compile(r'^\**(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$')  # `name (type): what it is`, `*args: ...`
+
+
+def _section_docs(doc: str) -> dict:
+    """Parameter -> its description from a numpy-style (`Parameters` / `----------`, as fastcore reads it) or a
+    google-style (`Args:`) section of a docstring; 'return' from its Returns section."""
+    if not doc: return {}
+    out = {}
+    if re.search(r'^\s*(Parameters|Returns)\s*\n\s*-{3,}\s*$', doc, re.M):
+        try:
+            from fastcore.docments import parse_docstring
+            nps = parse_docstring(doc)
+            for k, prm in (nps.get('Parameters') or {}).items():
+                if prm.desc: out[k.lstrip('*')] = ' '.join(' '.join(prm.desc).split())
+            ret = nps.get('Returns') or []
+            if ret and getattr(ret[0], 'desc', None): out['return'] = ' '.join(' '.join(ret[0].desc).split())
+        except Exception: pass
+    lines = doc.splitlines()
+    i = 0
+    while i < len(lines):
+        m = _GOOGLE_HEAD.match(lines[i])
+        i += 1
+        if not m: continue
+        base, is_ret, cur = len(m.group(1)), m.group(2).startswith('Return'), None
+        while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > base):
+            line = lines[i].strip()
+            ind = len(lines[i]) - len(lines[i].lstrip())
+            i += 1
+            if not line: continue
+            if is_ret:
+                out.setdefault('return', '')
+                out['return'] = (out['return'] + ' ' + line).strip()
+                continue
+            item = _GOOGLE_ITEM.match(line)
+            if item and (cur is None or ind <= cur[1]):
+                cur = (item.group(1), ind)
+                out[cur[0]] = item.group(2).strip()
+            elif cur is not None: out[cur[0]] = (out[cur[0]] + ' ' + line).strip()
+    return {k: v for k, v in out.items() if v}
 
 
 def _span_comments(fn) -> dict:
@@ -122,7 +168,10 @@ def _span_comments(fn) -> dict:
 
 def _own_doc(obj) -> str:
     "The object's own docstring: a class's from its own body, never one inherited from a base such as Protocol."
-    if inspect.isclass(obj): d = obj.__dict__.get('__doc__')
+    if inspect.isclass(obj):
+        d = obj.__dict__.get('__doc__')
+        if isinstance(d, str) and re.fullmatch(rf'{re.escape(obj.__name__)}\(.*\)', d.strip(), re.S):
+            return ''  # the signature a dataclass or NamedTuple writes as its docstring: the entry shows it already
     else: d = getattr(obj, '__doc__', None)
     return inspect.cleandoc(d) if isinstance(d, str) and d.strip() else ''
 
@@ -238,10 +287,8 @@ def entry_markdown(obj, name: str, level: int = 3, anchor: str | None = None, so
         code = signature_text(prefix, short, obj, drop_self=is_method)
         table = param_table(obj, drop_self=is_method)
         kind = 'function'
-    else:
-        r = _default_text(obj)
-        code = f'{short} = {r}' if r else short
-        table, kind = '', 'data'
+    else:  # a constant: a line of its own, never the docstring of its type (`int([x]) -> integer`)
+        return constants_markdown([(f'{short} = {_default_text(raw)}', anchor)])
     out.append(head)
     if links: out.append(' '.join(links))
     out.append(f'```python\n{code}\n```')
@@ -251,6 +298,16 @@ def entry_markdown(obj, name: str, level: int = 3, anchor: str | None = None, so
     if explained: out.append(explained)
     body = '\n\n'.join(out)
     return f'<div class="doc-entry doc-{kind}" markdown="1">\n\n{body}\n\n</div>'
+
+
+def constants_markdown(items: list, comment: str = '') -> str:
+    """A line for one or more constants one statement assigns: each one's anchor and code (`(code, anchor)`, the code
+    `NAME = value`), then the comment written beside them in the source. Never a docstring: a constant's is its type's."""
+    def one(code, anchor):
+        tick = '``' if '`' in code else '`'
+        pad = ' ' if tick == '``' else ''
+        return f'<span id="{anchor.replace(chr(34), "&quot;")}" class="doc-constant"></span>{tick}{pad}{code}{pad}{tick}'
+    return ', '.join(one(c, a) for c, a in items) + (f': {comment}' if comment else '')
 
 
 class DocRenderer:
