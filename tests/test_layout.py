@@ -15,7 +15,7 @@ FLOORS = {
     'readers': 1, 'readers.core': 1, 'readers.targets': 1, 'readers.class_map': 1, 'readers.reader': 1,
     'readers.img_extensions': 1, 'readers.reader_image_folder': 1, 'readers.reader_image_in_tar': 1, 'readers.reader_image_tar': 1,
     'readers.reader_factory': 1, 'readers.reader_wds': 1, 'readers.reader_hfds': 1, 'readers.reader_hfids': 1,  # timm's reader paths
-    'readers.splits': 1,  # split names and synonyms, the splits a root holds, and the error for one it lacks
+    'readers.splits': 1, 'readers.shared_count': 1,  # split names and synonyms, the splits a root holds, and the error for one it lacks
     'streams.parquet_files': 1,  # which Parquet files make a split, sample files to try it on (beneath parquet_format)
     'streams.net': 1, 'streams.kept_http': 1,  # network reads bounded in bytes and time (shard_cache, shard_io and shard_index read through it)
     'store.format': 1, 'streams.shard_io': 1, 'streams.spans': 1, 'streams.shard_index': 1, 'streams.index_table': 1, 'streams.dataset_index': 1, 'streams.scanned_spans': 1, 'streams.shard_cache': 1, 'streams.hf_readers': 1, 'streams.parquet': 1, 'streams.parquet_format': 1, 'streams.parquet_reader': 1, 'streams.parquet_footers': 1, 'streams.parquet_index': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)

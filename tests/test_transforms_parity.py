@@ -236,3 +236,44 @@ def test_train_pipeline_with_handed_draws(kind):
         assert random.getstate() == before[0] and torch.equal(torch.get_rng_state(), before[1])
         assert (np.random.get_state()[1] == before[2]).all(), f'key {k}: numpy global generator moved'
         assert torch.equal(got, want), f'key {k}: handed draws give a different tensor than seed_all({k})'
+
+
+@pytest.mark.parametrize('kind', ['pil', 'gray_pil', 'ndarray', 'uint8', 'float', 'uint8_hwc_view'])
+def test_maybe_to_tensor_is_timms(kind):
+    "MaybeToTensor alone is timm's: PIL images and arrays to float in [0, 1]; any tensor (uint8 too) back unchanged."
+    from timmdata.transforms import MaybeToTensor
+    img = IMAGES['portrait']
+    x = {'pil': img, 'gray_pil': img.convert('L'), 'ndarray': np.asarray(img), 'uint8': TF.pil_to_tensor(img),
+         'float': TF.to_tensor(img), 'uint8_hwc_view': to_tensor(img)}[kind]
+    ours, theirs = MaybeToTensor()(x), timm_tf.MaybeToTensor()(x)
+    assert type(ours) is type(theirs) and ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    assert torch.equal(ours, theirs)
+    if isinstance(x, torch.Tensor):
+        assert ours is x and theirs is x  # passed through, not copied
+    assert repr(MaybeToTensor()) == repr(timm_tf.MaybeToTensor())
+
+
+@pytest.mark.parametrize('normalize', [True, False])
+def test_pipeline_on_uint8_tensor_gives_timms_floats(normalize):
+    "timmdata's tensor path: a uint8 tensor through create_transform (normalising: its MaybeToTensor step) gives what"
+    " timm's pipeline gives for the PIL image; a dataset hands MaybeToTensor alone a PIL image."
+    from timmdata.transforms import MaybeToTensor, transform_input
+    img = IMAGES['square']
+    kw = dict(input_size=224, crop_pct=1.0, normalize=normalize)  # 300 px resized to 224: the fused path, PIL's pixels
+    ours, want = create_transform(**kw)(to_tensor(img)), timm_create_transform(**kw)(img)
+    assert ours.dtype == want.dtype == (torch.float32 if normalize else torch.uint8) and ours.shape == want.shape
+    torch.testing.assert_close(ours, want, atol=1e-6, rtol=0)
+    assert transform_input(MaybeToTensor()) == 'pil'
+
+
+def test_dataset_with_maybe_to_tensor_alone_is_timms(sample_root):
+    "A dataset whose transform is MaybeToTensor alone gives timm's floats (it is handed the PIL image timm's is)."
+    from timm.data import ImageDataset as TimmImageDataset
+    from timmdata.dataset import ImageDataset
+    from timmdata.transforms import MaybeToTensor
+    root = str(sample_root / 'val')
+    ours, theirs = ImageDataset(root, transform=MaybeToTensor()), TimmImageDataset(root, transform=timm_tf.MaybeToTensor())
+    assert len(ours) == len(theirs) == 30
+    for i in (0, 13, 29):
+        (a, ta), (b, tb) = ours[i], theirs[i]
+        assert ta == tb and a.dtype == b.dtype == torch.float32 and torch.equal(a, b)

@@ -13,8 +13,8 @@ from .config import GLOBAL_DRAWS, Draws
 from .transforms import SampleTransform, str_to_pil_interp
 
 # %% auto #0
-__all__ = ['OP_NAMES', 'AA_POLICIES', 'RAND_TRANSFORM_SETS', 'AugmentOp', 'auto_augment_policy', 'AutoAugment',
-           'auto_augment_policy_v0', 'auto_augment_policy_v0r', 'auto_augment_policy_original',
+__all__ = ['OP_NAMES', 'NAME_TO_OP', 'LEVEL_TO_ARG', 'AA_POLICIES', 'RAND_TRANSFORM_SETS', 'AugmentOp', 'auto_augment_policy',
+           'AutoAugment', 'auto_augment_policy_v0', 'auto_augment_policy_v0r', 'auto_augment_policy_original',
            'auto_augment_policy_originalr', 'auto_augment_policy_3a', 'parse_auto_augment', 'auto_augment_transform',
            'rand_augment_choices', 'rand_augment_ops', 'RandAugment', 'rand_augment_transform', 'augmix_ops',
            'AugMixAugment', 'augment_and_mix_transform', 'create_auto_augment']
@@ -149,6 +149,10 @@ _OPS = {
     'GaussianBlurRand': (gaussian_blur_rand, _minmax_arg(0.0, 1.0)),
 }
 OP_NAMES = tuple(_OPS)
+NAME_TO_OP = {n: op for n, (op, _) in _OPS.items()}  # timm's table: each op by name
+LEVEL_TO_ARG = {
+    n: arg for n, (_, arg) in _OPS.items()
+}  # timm's table: each op's magnitude to its arguments (None: it takes none)
 
 # %% ../nbs/12_auto_augment.ipynb #c850b843
 def _pil_interp(v):

@@ -13,7 +13,11 @@ from .readers import Reader, find_split, reader_kinds, unset, register_scheme
 from .core.untrusted import names_keywords
 
 # %% auto #0
-__all__ = ['TorchvisionReader', 'create_dataset']
+__all__ = ['has_imagenet', 'has_inaturalist', 'has_places365', 'has_qmnist', 'TorchvisionReader', 'create_dataset']
+
+# %% ../nbs/39_dataset_factory.ipynb #5b26f986
+# timm's flags for torchvision's datasets: each is there in the torchvision timmdata requires (0.16 or newer)
+has_imagenet = has_inaturalist = has_places365 = has_qmnist = True
 
 # %% ../nbs/39_dataset_factory.ipynb #f2193c40
 class TorchvisionReader(Reader):

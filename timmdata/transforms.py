@@ -13,7 +13,7 @@ from torchvision import transforms as tvt
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 from torchvision.transforms.v2 import functional as F2
-from .pixels.decode import EncodedJpeg
+from .pixels.decode import EncodedJpeg, NATIVE as _NATIVE
 from timmdata.pixels.resample import (
     INTERPOLATIONS,
     MODE_TO_PIL,
@@ -57,11 +57,14 @@ from timmdata.config import (
 )  # timm's names, also importable from here
 
 # %% auto #0
-__all__ = ['INPUT_FORMATS', 'TakesInput', 'SampleTransform', 'transform_input', 'is_tensor_image', 'image_hw', 'resize_exact',
-           'hflip', 'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy',
-           'shorter_edge_size', 'Resize', 'RandomResizedCropAndInterpolation', 'check_range', 'RandomHorizontalFlip',
-           'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder',
-           'RandomPad', 'Compose', 'takes_draws']
+__all__ = ['has_interpolation_mode', 'INPUT_FORMATS', 'TakesInput', 'SampleTransform', 'transform_input', 'is_tensor_image',
+           'image_hw', 'resize_exact', 'hflip', 'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor',
+           'ToTensor', 'ToNumpy', 'shorter_edge_size', 'Resize', 'RandomResizedCropAndInterpolation', 'check_range',
+           'RandomHorizontalFlip', 'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad',
+           'RandomCropOrPad', 'TrimBorder', 'RandomPad', 'Compose', 'takes_draws']
+
+# %% ../nbs/10_transforms.ipynb #1a602908
+has_interpolation_mode = True  # timm's flag: torchvision >= 0.16 (timmdata's requirement) has InterpolationMode
 
 # %% ../nbs/10_transforms.ipynb #dfcee1a0
 INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
@@ -244,15 +247,13 @@ class MaybePILToTensor(SampleTransform):
 
 
 class MaybeToTensor(SampleTransform):
-    "PIL image / ndarray / uint8 tensor -> float CHW tensor in [0, 1]; float tensors pass through."
+    "PIL image or HWC ndarray -> float CHW tensor in [0, 1]; a tensor passes through unchanged (timm's)."
 
-    input_format = 'tensor'
+    input_format = 'pil'  # timm's floats come from a PIL image; a uint8 tensor handed to it stays uint8
     takes_pixels = True
 
     def __call__(self, pic, rng: Draws = GLOBAL_DRAWS):
-        if isinstance(pic, torch.Tensor):
-            return pic.float().div_(255) if pic.dtype == torch.uint8 else pic
-        return TF.to_tensor(pic)
+        return pic if isinstance(pic, torch.Tensor) else TF.to_tensor(pic)
 
     def __repr__(self):
         return f"{type(self).__name__}()"
@@ -633,11 +634,9 @@ class RandomPad(SampleTransform):
     def __repr__(self):
         return f"{type(self).__name__}(input_size={self.input_size}, fill={self.fill})"
 
-# %% ../nbs/10_transforms.ipynb #a7c31e51
-from .pixels.decode import NATIVE as _NATIVE
-
 # %% ../nbs/10_transforms.ipynb #ce7bd336
 _TO_TENSOR = (MaybePILToTensor, MaybeToTensor, ToTensor, ToNumpy, tvt.PILToTensor, tvt.ToTensor)
+_FROM_PIL = (MaybeToTensor, tvt.ToTensor, tvt.PILToTensor)  # to-tensor steps that convert only PIL images
 
 
 class Compose(tvt.Compose, SampleTransform):
@@ -764,15 +763,21 @@ class Compose(tvt.Compose, SampleTransform):
         if isinstance(img, EncodedJpeg) and (not ts or transform_input(ts[0]) != 'encoded'):
             with stage_clock(DECODE):
                 img = img.decode()
-        return self._steps(ts, img, pixels, rng)
+        return self._steps(ts, img, pixels, rng, stand_in=not isinstance(img, Image.Image))
 
     @staticmethod
-    def _steps(ts, img, pixels: bool, rng: Draws):
-        "The steps `ts` on `img` (`pixels`: a uint8 HWC array, handed as it is to the steps that take pixels)."
-        for t in ts:  # ours take the sample's draws; others (deterministic ones, or the compatibility path) the image
+    def _steps(ts, img, pixels: bool, rng: Draws, stand_in: bool = False):
+        """The steps `ts` on `img` (`pixels`: a uint8 HWC array, handed as it is to the steps that take pixels;
+        `stand_in`: a uint8 tensor in place of timm's PIL image, which the first to-tensor step converts as that image)."""
+        first = next((i for i, t in enumerate(ts) if isinstance(t, _TO_TENSOR)), None) if stand_in else None
+        # ours take the sample's draws; others (deterministic ones, or the compatibility path) the image
+        for i, t in enumerate(ts):
             if pixels and not (isinstance(t, SampleTransform) and t.takes_pixels):
                 img, pixels = pixels_to_image(img), False
-            img = t(img, rng) if isinstance(t, SampleTransform) and t.takes_rng else t(img)
+            if i == first and isinstance(img, torch.Tensor) and img.dtype == torch.uint8 and isinstance(t, _FROM_PIL):
+                img = img if isinstance(t, tvt.PILToTensor) else img.float().div_(255)  # what it makes of a PIL image
+            else:
+                img = t(img, rng) if isinstance(t, SampleTransform) and t.takes_rng else t(img)
             pixels = pixels and isinstance(img, np.ndarray)
         return img
 
