@@ -17,7 +17,7 @@ FLOORS = {
     'readers.reader_factory': 1, 'readers.reader_wds': 1, 'readers.reader_hfds': 1, 'readers.reader_hfids': 1,  # timm's reader paths
     'readers.splits': 1, 'readers.shared_count': 1,  # split names and synonyms, the splits a root holds, and the error for one it lacks
     'streams.parquet_files': 1,  # which Parquet files make a split, sample files to try it on (beneath parquet_format)
-    'streams.net': 1, 'streams.kept_http': 1,  # network reads bounded in bytes and time (shard_cache, shard_io and shard_index read through it)
+    'streams.net': 1, 'streams.kept_http': 1, 'streams.whole_files': 1,  # network reads bounded in bytes and time (shard_cache, shard_io and shard_index read through it)
     'store.format': 1, 'streams.shard_io': 1, 'streams.spans': 1, 'streams.shard_index': 1, 'streams.index_table': 1, 'streams.dataset_index': 1, 'streams.scanned_spans': 1, 'streams.shard_cache': 1, 'streams.hf_readers': 1, 'streams.parquet': 1, 'streams.parquet_format': 1, 'streams.parquet_reader': 1, 'streams.parquet_footers': 1, 'streams.parquet_index': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
     'pixels.decode': 2, 'pixels.nvimgcodec': 2,                                # bytes to pixels
     'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'pixels.resample': 3, 'pixels.batch_resize': 3, 'pixels.handover': 3, 'pixels.augment_ops': 3,  # per-sample uint8 ops

@@ -25,6 +25,7 @@ from ..readers import FileHandle
 from .shard_index import INDEX_FILE, http_range, scan_shard, stat_shard
 from .shard_cache import ShardCache
 from .net import REQUEST_DEADLINE
+from .whole_files import WDS_REMEDY, WholeFiles
 from .shard_cache import close_held, open_held, wait_lock, cache_name
 from timmdata.core.untrusted import (
     MAX_SAMPLES,
@@ -230,22 +231,21 @@ class DatasetIndex:
         backoff: float = 0.25,
         timeout: float = 60.0,
         node_stem: Optional[str] = None,  # where a node cache keeps this index's files (`node_table`); None: no sharing
+        cache: Optional[ShardCache] = None,  # a server that ignores Range: the file read whole into this node cache
     ):
         self.url, self.retries, self.backoff, self.timeout, self.node_stem = url, retries, backoff, timeout, node_stem
+        self.whole = WholeFiles(cache, WDS_REMEDY, timeout, retries, backoff)  # a server without ranged reads
         self.table = (
             table if isinstance(table, IndexTable) else IndexTable(IndexTable.layout(table, '0' * 64), shard_name(url))
         )
-        t = (
-            self.table
-        )  # arrays (of a map when a node cache holds the parsed table): nothing per shard in Python objects
+        t = self.table  # arrays (a map of the node cache's parsed table): nothing per shard in Python objects
         self.sizes, self.counts, self.digests, self.starts = t.sizes, t.counts, t.digests, t.starts
         self.version = t.version  # 1: spans only; 2: and where each sample's image and target headers are
-        self._pid, self._kept, self._lock, self._fh, self.fetched = None, OrderedDict(), None, None, 0
-        self._writes = 0  # spans files this process wrote into the node cache
+        self._pid, self._kept, self._lock, self._fh, self.fetched, self._writes = None, OrderedDict(), None, None, 0, 0
 
     def _read(self, off: int, n: int) -> bytes:
         if url_scheme(self.url) in ('http', 'https'):
-            return http_range(self.url, (off, n), timeout=self.timeout, retries=self.retries, backoff=self.backoff)[1]
+            return http_range(self.url, (off, n), False, self.timeout, self.retries, self.backoff, whole=self.whole)[1]
         if self._fh is None:
             self._fh = FileHandle(self.url[7:] if self.url.startswith('file://') else self.url, 'dataset index')
         return os.pread(self._fh.fd, n, off)
@@ -455,7 +455,7 @@ def read_dataset_index(
         table = node_table(url, cache, key, lambda: _fetch_table(url, retries, backoff, timeout))
         if table is None:
             return None
-        _READ[url] = DatasetIndex(url, table, retries, backoff, timeout, _node_stem(url, cache, key))
+        _READ[url] = DatasetIndex(url, table, retries, backoff, timeout, _node_stem(url, cache, key), cache)
         return _READ[url]
     data = _fetch_table(url, retries, backoff, timeout)
     if data is None:

@@ -29,6 +29,7 @@ from timmdata.streams.shard_io import (
 )
 from .shard_index import http_range, load_index
 from .shard_cache import cached_copy
+from .whole_files import WDS_REMEDY, WholeFiles
 from .spans import SPAN_PIECE, ShardChangedError, cut_sample, span_members
 from .scanned_spans import spans_by_scanning
 from timmdata.streams.dataset_index import (
@@ -444,7 +445,7 @@ READ_GROUP = (
 
 # %% ../../nbs/streams/24_global_order.ipynb #6b58487b
 class ShardBytes:
-    "A `WdsSource`'s shards as bytes by offset: a local file's `pread` (its size checked against the dataset index's when opened), the node cache's copy of a remote shard (remote shards with `cache_dir`: each downloaded whole once per node), else a ranged GET; handles and copies per process."
+    "A `WdsSource`'s shards as bytes by offset: a local file's `pread` (its size checked against the dataset index's when opened), the node cache's copy of a remote shard (remote shards with `cache_dir`: each downloaded whole once per node), else a ranged GET (from a server that ignores Range: the shard read whole once, `whole_files.WholeFiles`); handles and copies per process."
 
     def __init__(
         self,
@@ -455,12 +456,16 @@ class ShardBytes:
         ] = None,  # each shard's size as the dataset index states it: checked at each read (no request more)
         remedy: str = f'write the dataset index again with `timmdata index` (or delete {DATASET_INDEX_FILE})',  # what to do when a shard changed
     ):
-        self.source, self.max_open_files, self.sizes = source, max_open_files, sizes
-        self.remedy = remedy
+        self.source, self.max_open_files, self.sizes, self.remedy = source, max_open_files, sizes, remedy
         self._paths = [
             (s[7:] if s.startswith('file://') else s) if url_scheme(s) == 'file' else None for s in source.shards
         ]  # None: http(s)
-        self._cache, self._pid = source.cache, None  # the node's ShardCache (WdsSource's cache_dir) or None
+        # the node's ShardCache (WdsSource's cache_dir) or None; over a server that ignores Range, each shard read whole
+        self._cache, self._pid, self.whole = (
+            source.cache,
+            None,
+            WholeFiles(source.cache, WDS_REMEDY, source.timeout, source.retries, source.backoff),
+        )
         self._own()
 
     def _own(self):
@@ -497,6 +502,7 @@ class ShardBytes:
                 timeout=self.source.timeout,
                 retries=self.source.retries,
                 backoff=self.source.backoff,
+                whole=self.whole,
             )
             # the total of 'bytes a-b/total' (checked well formed by http_range)
             if size is not None or self.sizes is not None:

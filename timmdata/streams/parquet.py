@@ -25,6 +25,7 @@ from .kept_http import coalesce, kept_get, kept_get_many
 from .parquet_footers import FooterSpans, IndexSpans, KeptFooters, fetch_footer
 from .spans import ShardChangedError
 from .global_order import SpanReader
+from .whole_files import SERVERS, WholeFiles
 from timmdata.streams.parquet_index import (
     MAX_INDEX_BYTES,
     PARQUET_INDEX_VERSION,
@@ -71,7 +72,7 @@ from timmdata.streams.parquet_format import (
 )
 
 # %% auto #0
-__all__ = ['GROUPS_KEPT_BYTES', 'ParquetFiles', 'ParquetSource', 'ParquetBytes', 'ParquetReader']
+__all__ = ['PARQUET_REMEDY', 'GROUPS_KEPT_BYTES', 'ParquetFiles', 'ParquetSource', 'ParquetBytes', 'ParquetReader']
 
 # %% ../../nbs/streams/26d_parquet.ipynb #e2b0f002
 class ParquetFiles:
@@ -85,7 +86,9 @@ class ParquetFiles:
                 return os.stat(url[7:] if url.startswith('file://') else url).st_size
             except FileNotFoundError:
                 raise ShardNotFoundError(f'Parquet file {url} does not exist: check the path and the split') from None
-        h, _ = http_range(url, (0, 4), timeout=self.timeout, retries=self.retries, backoff=self.backoff)
+        h, _ = http_range(
+            url, (0, 4), timeout=self.timeout, retries=self.retries, backoff=self.backoff, whole=self.whole
+        )
         return int((h.get('Content-Range') or '').rpartition('/')[2])
 
     def _read_at(self, s: int):
@@ -98,9 +101,8 @@ class ParquetFiles:
                     return os.pread(f.fileno(), n, o)
 
             return read_at
-        return lambda o, n: (
-            http_range(url, (o, n), timeout=self.timeout, retries=self.retries, backoff=self.backoff)[1] if n else b''
-        )
+        kw = dict(timeout=self.timeout, retries=self.retries, backoff=self.backoff, whole=self.whole)
+        return lambda o, n: http_range(url, (o, n), **kw)[1] if n else b''
 
     def metadata(self, s: int, read_at=None):
         "pyarrow's `FileMetaData` of file `s` (its footer kept from the start, or read now when the index was used)."
@@ -148,6 +150,12 @@ class ParquetFiles:
         return img.to_pylist(), labels
 
 # %% ../../nbs/streams/26d_parquet.ipynb #f5a1fa73e5044315a093ec459c9be902
+PARQUET_REMEDY = (
+    'pass cache_dir= (each file fetched whole once a node, into that folder), or serve the files from a server that '
+    f'answers Range requests {SERVERS}'
+)  # what to do when Parquet files over http(s) cannot be read whole
+
+
 class ParquetSource(ParquetFiles):
     "Parquet files (the Hub's `data/{split}-NNNNN-of-NNNNN.parquet`, a pattern, or a list) as a stream source: `.shards`, `.shard_lengths`, `.num_samples`, `.iter_shard`, `.name_of`, `.by_position`."
 
@@ -202,6 +210,13 @@ class ParquetSource(ParquetFiles):
                 listed = {e[0]: k for k, e in enumerate(found[0]['files'])}
                 if all(n in listed for n in names):
                     head, table = found
+        self.cache = None
+        if cache_dir is not None:
+            from timmdata.streams.shard_cache import ShardCache
+
+            self.cache = ShardCache(cache_dir, cache_limit, open_shard, self.shards, shared=cache_shared)
+        # a server that ignores Range: each file read whole, once into the node cache, else into memory (`whole_files`)
+        self.whole = WholeFiles(self.cache, PARQUET_REMEDY, timeout, retries, backoff)
         if head is not None:
             if image_column not in (None, head['image_column']) or label_column not in (None, head['label_column']):
                 raise ValueError(
@@ -226,11 +241,6 @@ class ParquetSource(ParquetFiles):
         classes = self.columns['classes']
         self.class_to_idx = {c: i for i, c in enumerate(classes)} if classes else {}
         self.num_classes = len(classes) if classes else None
-        self.cache = None
-        if cache_dir is not None:
-            from timmdata.streams.shard_cache import ShardCache
-
-            self.cache = ShardCache(cache_dir, cache_limit, open_shard, self.shards, shared=cache_shared)
         self._md = {}
 
     def _read_footers(self, image_column, label_column, cache_dir=None):
@@ -289,8 +299,8 @@ class ParquetSource(ParquetFiles):
 # %% ../../nbs/streams/26d_parquet.ipynb #b7c1d2e302
 def _sent_together(reader, requests: list) -> Optional[list]:
     "The bytes of each (file, offset, length, row) of `requests`, all over http(s), sent together on the thread's kept connection; None where a file is not over http(s) or anything failed (the caller reads them one by one: retries, deadlines, named errors)."
-    if any(reader._paths[s] is not None for s, *_ in requests):
-        return None
+    if any(reader._paths[s] is not None or reader.whole.ignores(reader.source.shards[s]) for s, *_ in requests):
+        return None  # a local file, or a server that ignores Range (read whole: `ParquetBytes._bytes`)
     try:
         got = kept_get_many([(reader.source.shards[s], a, n) for s, a, n, _ in requests], reader.source.timeout)
     except Exception:
@@ -308,6 +318,7 @@ class ParquetBytes(SpanReader):
         self.stems = [source.name_of(u).rsplit('/', 1)[-1].removesuffix('.parquet') for u in source.shards]
         self._digests, self._seen = source.digests, {}  # _seen: the files checked, as they were then
         super(SpanReader, self).__init__(source, max_open_files, source.sizes, source.spans.remedy)
+        self.whole = source.whole  # the source's: Parquet's advice, and the servers it found ignoring Range
 
     def _own(self):
         if self._pid != os.getpid():
@@ -321,15 +332,15 @@ class ParquetBytes(SpanReader):
         return d
 
     def _bytes(self, s: int, start: int, n: int, size=None) -> bytes:
-        "As `ShardBytes._bytes`; over http(s) without a node cache, on this thread's kept connection (`kept_get`), each answer checked (`_check_answer`)."
-        if self._paths[s] is not None or self._cache is not None or not n:
-            return super()._bytes(s, start, n, size)
+        "As `ShardBytes._bytes`; over http(s) without a node cache, on this thread's kept connection (`kept_get`), each answer checked (`_check_answer`); from a server that ignores Range, from the file's whole copy (`ShardBytes._bytes`)."
         src = self.source
+        if self._paths[s] is not None or self._cache is not None or not n or self.whole.ignores(src.shards[s]):
+            return super()._bytes(s, start, n, size)
         try:
             headers, body = kept_get(src.shards[s], start, n, src.timeout)
-        except Exception:  # a fresh request: retries, deadlines and named errors
+        except Exception:  # a fresh request: retries, deadlines and named errors (a server without Range: `whole`)
             headers, body = http_range(
-                src.shards[s], (start, n), timeout=src.timeout, retries=src.retries, backoff=src.backoff
+                src.shards[s], (start, n), False, src.timeout, src.retries, src.backoff, whole=self.whole
             )
         self._check_answer(s, headers, size)
         return body

@@ -36,6 +36,7 @@ from timmdata.core.untrusted import (
     regular_fd,
 )
 from ..core.settings import setting
+from .whole_files import RangeIgnoredError, WholeFiles, range_ignored
 
 # %% auto #0
 __all__ = ['INDEX_FILE', 'INDEX_VERSION', 'MAX_INDEX_BYTES', 'CLASS_NAMES_DENSE', 'http_range', 'stat_shard', 'scan_shard',
@@ -64,20 +65,24 @@ def http_range(
     retries: int = 3,  # transient failures retried
     backoff: float = 0.25,  # first wait before a retry, in seconds (then 4x, 16x)
     deadline: float = REQUEST_DEADLINE,  # seconds one try may take in all (`DeadlineError` past it: not retried)
+    whole: Optional[WholeFiles] = None,  # a server that ignores Range: read from the file's whole copy (`whole_files`)
 ) -> tuple:
-    "(headers, body) of a GET of bytes `rng` = (offset, size) of `url` (or a HEAD); the body read to at most the bytes asked; transient failures retried, others named."
+    "(headers, body) of a GET of bytes `rng` = (offset, size) of `url` (or a HEAD); the body read to at most the bytes asked; transient failures retried, others named. A ranged read the server answers with the whole file (HTTP 200) is read from `whole`, the server noted there."
     if rng is not None and rng[1] == 0:
         return {}, b''
+    if rng is not None and whole is not None and whole.ignores(url):
+        return whole.read(url, rng)
     hdr = {'Range': f'bytes={rng[0]}-{rng[0] + rng[1] - 1}'} if rng else {}
     for attempt in range(retries + 1):
         try:
             with http_open(url, timeout, Deadline(deadline, url), hdr, 'HEAD' if head else 'GET') as r:
                 if rng is not None and r.status != 206:
-                    raise ShardError(
-                        f'shard {shard_name(url)}: the server ignores ranged reads (HTTP {r.status} to a Range request); '
-                        f"random access needs one that answers 206: stream the shards instead (create_dataset('wds/...'))"
-                    )
+                    raise range_ignored(url, r.status)
                 return r.headers, b'' if head else _body(r, url, rng)
+        except RangeIgnoredError:
+            if whole is None or r.status != 200:
+                raise
+            break  # read from the whole file, below (out of this handler: a copy closed here would count as damaged)
         except ShardError:
             raise
         except urllib.error.HTTPError as e:
@@ -93,6 +98,8 @@ def http_range(
                 f'shard {shard_name(url)} could not be read ({attempt + 1} tries; last: {err}): check the server and the URL'
             ) from err
         time.sleep(backoff * 4**attempt)
+    whole.found(url)  # the server answered the whole file: noted (said once a run)
+    return whole.read(url, rng)
 
 # %% ../../nbs/streams/23_shard_index.ipynb #c4b182f0
 def _body(r, url: str, rng: Optional[tuple]) -> bytes:
@@ -435,7 +442,10 @@ class ShardReader(Reader):
         self.root, self.split, self.info, self.max_open_files = str(root), split, src.info, max_open_files
         self._shards = [s if _remote(s) else _local(s) for s in src.shards]
         self._pid, self._files, self._lock = None, OrderedDict(), None
-        per_shard, self.scanned = load_index(self._shards, index_dir)
+        try:
+            per_shard, self.scanned = load_index(self._shards, index_dir)
+        except RangeIgnoredError as e:  # random access needs ranged reads; a stream reads such a server's shards whole
+            raise RangeIgnoredError(f"{e}; or stream the shards with create_dataset('wds/...')") from None
         names, rows, targets, nc = [], [], [], src.num_classes
         for ti, samples in enumerate(per_shard):
             want = src.shard_lengths[ti] if src.shard_lengths else None
