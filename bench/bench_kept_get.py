@@ -1,4 +1,4 @@
-"""What one ranged read of an image's size costs the reading process over HTTP (`timmdata.streams.kept_http`): CPU
+"""What one ranged read of an image's size costs the reading process over HTTP (`timmdata.net.kept_http`): CPU
 seconds of this process per 53 KB read (the kernel's share of the transfer included), 3,000 reads at random offsets
 of a 20 MB file served by `bench_parquet.py`'s sendfile server (a separate process on the same machine), three ways
 in one run: `kept_get`, `http.client` on one kept connection, and a minimal client (the request written by hand, the
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import bench_parquet
 
-from timmdata.streams.kept_http import kept_get
+from timmdata.net.kept_http import kept_get
 
 
 def main(argv=None):

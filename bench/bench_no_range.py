@@ -1,6 +1,6 @@
 """Reading over a server that ignores HTTP Range requests (`python -m http.server`, in a process of its own): one run
 compares, for Parquet files with their index and for WebDataset shards with their dataset index, a local read of the
-files with the same files over that server, read whole (`timmdata.streams.whole_files`): without a node cache (each
+files with the same files over that server, read whole (`timmdata.sources.whole_files`): without a node cache (each
 worker process holds the files it reads in memory) and with one (`cache_dir`: each file downloaded once for the
 machine, read from the copy).
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from timmdata import create_dataset, make_sample_dataset, write_shards
-from timmdata.streams.parquet import write_parquet_index, write_sample_parquet
+from timmdata.parquet.source import write_parquet_index, write_sample_parquet
 from _common import epoch_cpu, http_server, train_loaders
 
 

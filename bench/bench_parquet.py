@@ -1,4 +1,4 @@
-"""Parquet read by position (nbs/streams/26d_parquet.ipynb), in one run: one training epoch of the same images (by
+"""Parquet read by position (nbs/parquet/26d_source.ipynb), in one run: one training epoch of the same images (by
 default ImageNet's most common size and encoding: 500x375 baseline JPEGs made by `timmdata.make_sample_dataset`,
 quality 90; `--size 160` for small 160x120 ones, where a request's cost around the bytes weighs most) with the
 same train transform through create_loader, read from (1) the image folder, (2) Parquet files in the Hub's layout read
@@ -17,7 +17,7 @@ group a file, with and without the index) and the requests made before the first
 import argparse, atexit, io, json, os, shutil, subprocess, sys, tempfile, time, urllib.request, warnings
 from pathlib import Path
 from timmdata import create_dataset, create_loader, make_sample_dataset
-from timmdata.streams.parquet import write_parquet_index, write_sample_parquet
+from timmdata.parquet.source import write_parquet_index, write_sample_parquet
 from _common import alternate_epochs, free_port, print_rates, proc_cpu, train_loaders
 
 PY_SERVER = r'''

@@ -121,7 +121,7 @@ def main(argv=None):
     ap.add_argument('--workers', type=int, default=2)
     ap.add_argument('--out', default=None, help='also write the table to this file')
     a = ap.parse_args(argv)
-    from timmdata.streams.dataset_index import write_dataset_index, DATASET_INDEX_FILE
+    from timmdata.index.dataset_index import write_dataset_index, DATASET_INDEX_FILE
     tmp = Path(tempfile.mkdtemp())
     rows, lines = {}, []
     try:

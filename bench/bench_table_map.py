@@ -1,5 +1,5 @@
 """Benchmark for issue 44: a dataset index's table parsed in every process (before) against parsed once per node and
-mapped by the node's other processes (`streams.index_table`).
+mapped by the node's other processes (`index.index_table`).
 
     python bench/bench_table_map.py [--shards 100000] [--repeat 3] [--out bench/results/x.txt]
 
@@ -28,7 +28,7 @@ CASES = ('before', 'parse', 'first', 'map', 'rows')
 
 def write_table(folder: Path, shards: int, per: int = 10_000, sample_bytes: int = 110_000) -> Path:
     "A synthetic dataset index's table (through its checksum line), as `simulate.table_memory` makes it."
-    from timmdata.streams.dataset_index import DATASET_INDEX_VERSION
+    from timmdata.index.dataset_index import DATASET_INDEX_VERSION
 
     head = '{"format":"timmdata dataset index","version":%d}' % DATASET_INDEX_VERSION
     lines = [head] + [f'["shard-{i:07d}.tar",{per * sample_bytes + 1024},{per},"0123456789abcdef"]' for i in range(shards)]
@@ -59,8 +59,8 @@ def _mapped_rss() -> int:
 def child(case: str, table: str, node: str) -> dict:
     "One case in this (fresh) process: its figures."
     from types import SimpleNamespace
-    from timmdata.streams import dataset_index as di
-    from timmdata.streams.index_table import IndexTable
+    from timmdata.index import dataset_index as di
+    from timmdata.index.index_table import IndexTable
 
     cache = SimpleNamespace(dir=node, lock_wait=60.0)
     fetch = lambda: Path(table).read_bytes()  # noqa: E731 (the table's bytes, as a fetch returns them)

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from timmdata.streams import shard_io
+from timmdata.sources import shard_io
 from timmdata.tools.sample_data import make_sample_dataset, make_sample_image
 
 SHARD_KEYS = 4
@@ -112,7 +112,7 @@ def test_csv_rows_outside_its_folder_are_refused(tmp_path):
 
 
 def test_hf_image_value_with_only_a_path_is_not_read(tmp_path):
-    from timmdata.streams.hf_readers import image_bytes
+    from timmdata.sources.hf_readers import image_bytes
     secret = tmp_path / 'hostname'; secret.write_bytes(b'secret')
     with pytest.raises(ValueError, match=r"row 5: the image value has no bytes, only the path .*allow_paths=True"):
         image_bytes({'bytes': None, 'path': str(secret)}, 'split train row 5')

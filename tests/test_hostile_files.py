@@ -5,9 +5,9 @@ plays one attack and checks the harm does not happen; the fuzzers feed mutated i
 import io, json, os, random, stat, subprocess, sys, tarfile, time, tracemalloc, warnings
 from pathlib import Path
 import pytest
-from timmdata.streams import shard_index as si
+from timmdata.index import shard_index as si
 from timmdata.tools.sample_data import make_sample_dataset
-from timmdata.streams.shard_io import ShardError, iter_tar
+from timmdata.sources.shard_io import ShardError, iter_tar
 from timmdata.tools.shards import write_shards
 
 VICTIM = b'the user\'s own file: never truncated nor written\n'
@@ -42,7 +42,7 @@ def _tar_paths(d: Path, split='train') -> list:
 
 def _ref_scan(path: str) -> list:
     "The index as the standard library's tarfile reads it (the old `scan_shard`), for shards small and benign."
-    from timmdata.streams.shard_io import group_samples
+    from timmdata.sources.shard_io import group_samples
 
     members = []
     with tarfile.open(path, 'r:') as tf:
@@ -87,7 +87,7 @@ def test_planted_tmp_links_via_a_global_order_training_stream(shards):
     """The training stream over local shards with no dataset index (shards another tool wrote) builds the member-offset
     index for its global order: the same links, the same victim."""
     from timmdata.streams.streaming import IterableImageDataset
-    from timmdata.streams.dataset_index import DATASET_INDEX_FILE
+    from timmdata.index.dataset_index import DATASET_INDEX_FILE
 
     d, victim = shards
     (d / DATASET_INDEX_FILE).unlink()  # `write_shards` writes one (issue 44): without it, the per-folder index is built
@@ -100,7 +100,7 @@ def test_planted_tmp_links_via_a_global_order_training_stream(shards):
 
 _CHILD = """
 import sys, time, warnings
-from timmdata.streams import shard_index as si
+from timmdata.index import shard_index as si
 t = time.monotonic()
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter('always')
@@ -214,7 +214,7 @@ def test_scan_of_a_quadratic_pax_header_is_linear(tmp_path):
     "A 1 MB pax header: the old scan (tarfile) took about half an hour; this one well under 10 s (run in a child so the old code fails instead of hanging)."
     p = tmp_path / 'bomb-000000.tar'
     _pax_bomb(p)
-    code = f'import time; from timmdata.streams.shard_index import scan_shard; t = time.monotonic(); r = scan_shard({str(p)!r}); print(r, time.monotonic() - t)'
+    code = f'import time; from timmdata.index.shard_index import scan_shard; t = time.monotonic(); r = scan_shard({str(p)!r}); print(r, time.monotonic() - t)'
     env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(Path(si.__file__).parents[1]), os.environ.get('PYTHONPATH', '')])}
     try:
         out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60, env=env)
@@ -262,7 +262,7 @@ def _in_child(code: str, timeout: float = 60) -> str:
 def test_a_fifo_shard_is_refused_not_waited_on(tmp_path):
     p = tmp_path / 'fifo-000000.tar'
     os.mkfifo(p)
-    out = _in_child(f'from timmdata.streams.shard_index import scan_shard; scan_shard({str(p)!r})')
+    out = _in_child(f'from timmdata.index.shard_index import scan_shard; scan_shard({str(p)!r})')
     assert 'ShardError' in out and 'fifo-000000.tar is not a regular file' in out, out
 
 
@@ -271,7 +271,7 @@ def test_a_fifo_info_json_or_shard_is_refused_not_waited_on(tmp_path):
     os.mkfifo(tmp_path / '_info.json')
     os.mkfifo(tmp_path / 'train-000000.tar')
     out = _in_child(
-        'from timmdata.streams.shard_io import load_info, open_shard\n'
+        'from timmdata.sources.shard_io import load_info, open_shard\n'
         'for f in (lambda: load_info(%r), lambda: open_shard(%r)):\n'
         '    try:\n'
         '        f(); print("no error")\n'
@@ -283,7 +283,7 @@ def test_a_fifo_info_json_or_shard_is_refused_not_waited_on(tmp_path):
 
 def test_a_linked_info_json_and_shard_are_still_read(tmp_path):
     "Links the user's own dataset holds (a Hugging Face snapshot's files are links into its blobs) are followed for `_info.json` and shards."
-    from timmdata.streams.shard_io import load_info, open_shard
+    from timmdata.sources.shard_io import load_info, open_shard
 
     blobs = tmp_path / 'blobs'
     blobs.mkdir()

@@ -7,10 +7,10 @@ import fcntl, http.server, io, os, stat, subprocess, sys, tarfile, threading, ti
 from contextlib import contextmanager
 from pathlib import Path
 import pytest
-from timmdata.streams import shard_cache
-from timmdata.streams import shard_io
-from timmdata.streams.shard_cache import ShardCache, cache_name
-from timmdata.streams.shard_index import http_range, stat_shard
+from timmdata.net import shard_cache
+from timmdata.sources import shard_io
+from timmdata.net.shard_cache import ShardCache, cache_name
+from timmdata.index.shard_index import http_range, stat_shard
 
 BOUND = 10.0  # seconds: a generous bound on a call whose deadline is 1 s (never a timing measurement)
 

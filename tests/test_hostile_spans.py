@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from timmdata.tools.sample_data import make_sample_dataset
 from timmdata.tools.shards import write_shards
-from timmdata.streams import dataset_index as dx
+from timmdata.index import dataset_index as dx
 
 
 @pytest.fixture(scope='module')
@@ -69,7 +69,7 @@ def test_a_fifo_dataset_index_does_not_hang_the_spans_read(ds):
     "The dataset index replaced by a FIFO after its table was read: the spans read raises, never waits."
     out = _in_child(
         'import os\n'
-        'from timmdata.streams import dataset_index as dx\n'
+        'from timmdata.index import dataset_index as dx\n'
         f'idx = dx.read_dataset_index({str(ds)!r})\n'
         f'p = {str(ds / dx.DATASET_INDEX_FILE)!r}\n'
         'os.unlink(p); os.mkfifo(p)\n'
@@ -87,7 +87,7 @@ def test_a_fifo_spans_copy_in_the_cache_is_fetched_around(ds, tmp_path):
     stem.parent.mkdir()
     os.mkfifo(f'{stem}.0.spans')
     out = _in_child(
-        'from timmdata.streams import dataset_index as dx\n'
+        'from timmdata.index import dataset_index as dx\n'
         f'idx = dx.read_dataset_index({str(ds)!r})\n'
         f'idx = dx.DatasetIndex(idx.url, idx.table, node_stem={str(stem)!r})\n'
         'print("spans", len(idx.layout(0)))\n'
@@ -162,7 +162,7 @@ def test_a_table_copy_others_can_write_is_read_not_mapped(ds, tmp_path):
     os.chmod(copy, 0o666)
     out = _in_child(
         'import os\n'
-        'from timmdata.streams.index_table import map_table_copy\n'
+        'from timmdata.index.index_table import map_table_copy\n'
         f't = map_table_copy({str(copy)!r})\n'
         f'os.truncate({str(copy)!r}, 64)\n'
         'print("mapped", t.mapped, "rows", len(t.sizes), int(t.sizes.sum()) > 0)\n'
@@ -228,7 +228,7 @@ def test_an_index_size_above_int64_is_named(tmp_path):
 
 @pytest.mark.parametrize('label', ['Infinity', 'NaN', '[1]', '"one"', '1e400'])
 def test_a_sidecar_label_that_is_no_integer_is_named(label):
-    from timmdata.streams.shard_io import sample_target
+    from timmdata.sources.shard_io import sample_target
     from timmdata.readers.targets import record_target
 
     with pytest.raises(ValueError, match='not an integer class index'):

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import encodings.idna  # noqa: F401  (imported here: a user who is not root cannot read the interpreter's files)
 import urllib.request  # noqa: F401
-from timmdata.streams import shard_cache as sc
-from timmdata.streams.scanned_spans import ScannedSpans
-from timmdata.streams.shard_io import WdsSource
+from timmdata.net import shard_cache as sc
+from timmdata.index.scanned_spans import ScannedSpans
+from timmdata.sources.shard_io import WdsSource
 
 VICTIM, ATTACKER = 40001, 40002  # two uids no account uses
 

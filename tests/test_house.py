@@ -86,7 +86,7 @@ def probes(name: str, tree: ast.Module) -> list:
 
 
 def imported_by_name(node) -> str:
-    "The timmdata module ('streams.parquet') a call `importlib.import_module('timmdata.streams.parquet')` (or `__import__`) with a constant name imports, else None."
+    "The timmdata module ('parquet.source') a call `importlib.import_module('timmdata.parquet.source')` (or `__import__`) with a constant name imports, else None."
     if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):
         return None
     f, name = node.func, node.args[0].value
@@ -245,7 +245,7 @@ def test_the_house_checks_can_fail(tmp_path):
 # as a picture drawn when the page was built (a saved image output; a png linked from markdown is not one), so a
 # page of the data's way added here must come with its picture.
 DATA_WAY = ('readers/05_readers', 'pixels/06_decode', 'pixels/09_resample', '10_transforms', 'store/19_format', '20_dataset',
-            'streams/22_shard_io', 'streams/24_global_order', 'streams/25_streaming', 'engine/27_collate',
+            'sources/22_shard_io', 'streams/24_global_order', 'streams/25_streaming', 'engine/27_collate',
             'engine/28_batch_ring', '29_mixup', 'engine/30_feeder', 'engine/31_prefetch', 'engine/33_batch_plan',
             'engine/36_gpu_decode', 'engine/37_threads', '38_loader')  # fmt: skip
 TEST_WALL = 3  # a first code block with more `test_*(...)` lines than this is a test wall: hide it (`#| hide`)

@@ -1,6 +1,6 @@
 """Datasets over a server that ignores HTTP Range requests: Python's own `http.server`, which answers a ranged GET with
 the whole file (200). WebDataset shards with their dataset index (`timmdata shards`) and Parquet files (with the
-index `timmdata index` writes, and without it) are read whole (`timmdata.streams.whole_files`): every sample once an
+index `timmdata index` writes, and without it) are read whole (`timmdata.sources.whole_files`): every sample once an
 epoch, the same batches as a local read of the same files, each file fetched once into the node cache where there is
 one, and one warning a run naming the server, with DataLoader workers or without. Where a file cannot be read whole,
 the error says what to do for the source at hand (a Parquet source never hears of `wds/`).
@@ -15,9 +15,9 @@ import pytest
 pytest.importorskip('pyarrow')
 from timmdata import create_dataset, create_loader, make_sample_dataset, write_shards
 from timmdata.dataset import ImageDataset
-from timmdata.streams import whole_files
-from timmdata.streams.parquet import write_parquet_index, write_sample_parquet
-from timmdata.streams.shard_io import ShardError
+from timmdata.sources import whole_files
+from timmdata.parquet.source import write_parquet_index, write_sample_parquet
+from timmdata.sources.shard_io import ShardError
 
 N = 24  # samples, one a class: a batch's labels say which samples it holds
 BATCH = 8

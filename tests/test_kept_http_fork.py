@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest, torch
 
-from timmdata.streams.kept_http import kept_get
+from timmdata.net.kept_http import kept_get
 
 FILES = {f'/f{i}.bin': random.Random(i).randbytes(200_000 + 1000 * i) for i in range(3)}
 READS = [(f'/f{i % 3}.bin', random.Random(i).randrange(190_000), random.Random(-i).randrange(1, 9000)) for i in range(400)]
@@ -99,7 +99,7 @@ def test_dataloader_workers_forked_after_a_read(base):
 
 def _kept_here(q):
     "What this process holds of kept connections: (this thread's, every thread's)."
-    from timmdata.streams import kept_http
+    from timmdata.net import kept_http
 
     q.put((len(getattr(kept_http._KEPT, 'conns', {})), len(getattr(kept_http, '_OPEN', ()))))
 

@@ -245,7 +245,7 @@ def test_shards_writer_multilabel(tmp_path):
 
 def test_shard_reader_refuses_json_targets(wds_root, tmp_path):
     "The map-style shard reader reads .cls integers: a split whose targets are JSON fields (alt_label) is refused, not read as -1."
-    from timmdata.streams.shard_index import ShardReader
+    from timmdata.index.shard_index import ShardReader
     assert ShardReader(str(wds_root), split='train', index_dir=str(tmp_path)).targets == [i % 6 for i in range(N)]
     with pytest.raises(ValueError, match="alt_label 'alt'.*create_dataset"):
         ShardReader(str(wds_root), split='alt', index_dir=str(tmp_path))

@@ -1,4 +1,4 @@
-"""Parquet files read by position (nbs/streams/26d_parquet.ipynb): files written by pyarrow and by Hugging Face `datasets`,
+"""Parquet files read by position (nbs/parquet/26d_source.ipynb): files written by pyarrow and by Hugging Face `datasets`,
 the global order's exact and elastic resume on other ranks and workers, reads over loopback HTTP as ranged requests,
 and a fuzzer of hostile files. Ranks are simulated with the dataset's rank/world_size."""
 
@@ -11,8 +11,8 @@ pa = pytest.importorskip('pyarrow')
 import pyarrow.parquet as pq
 from timmdata.dataset_factory import create_dataset
 from timmdata.loader import create_loader
-from timmdata.streams.shard_io import ShardError
-from timmdata.streams.parquet import (
+from timmdata.sources.shard_io import ShardError
+from timmdata.parquet.source import (
     EXACT,
     PAGE,
     PARQUET_INDEX_FILE,
@@ -165,7 +165,7 @@ class _Kept(_Counted):
 def test_over_http_ranged_reads(indexed, tmp_path, handler, monkeypatch):
     "Over loopback HTTP: the local run's batches; with the index, one request before the reads whatever the number of files, and one read of the image's size a sample; without it, one request a file for its footer, kept for the node."
     monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'node'))  # the node's folder for kept footers
-    from timmdata.streams import parquet as pq
+    from timmdata.parquet import source as pq
     together, real = [], pq.kept_get_many  # a read thread's requests sent together (HTTP/1.0: then one a connection)
     monkeypatch.setattr(pq, 'kept_get_many', lambda reads, *a, **k: (together.append(len(reads)), real(reads, *a, **k))[1])
     with http_folder(indexed, handler) as url:
@@ -306,7 +306,7 @@ def test_one_reader_shared_by_threads(which, request):
 def test_threads_sharing_a_reader_past_its_open_files(which, request):
     "8 threads share a reader that keeps 2 files open of 6 (each read may drop another thread's file): every read is its row's, never a closed or reused descriptor (a handle is held while it is read)."
     from concurrent.futures import ThreadPoolExecutor
-    from timmdata.streams.parquet import ParquetReader
+    from timmdata.parquet.source import ParquetReader
 
     src = ParquetSource(request.getfixturevalue(which), 'train')
     want = {(s, m): (_jpeg(s * 10 + m), s * 10 + m) for s in range(6) for m in range(10)}

@@ -1,4 +1,4 @@
-"""Hostile Parquet files made from files pyarrow writes (nbs/streams/26c_parquet_format.ipynb): footers that lie about
+"""Hostile Parquet files made from files pyarrow writes (nbs/parquet/26c_parquet_format.ipynb): footers that lie about
 rows and sizes, page headers of the wrong types, and a fuzzer of page headers and footers. Every file is read or
 refused with a ParquetError (a ShardError: it reaches bad_sample handling), in bounded memory and time."""
 
@@ -17,9 +17,9 @@ from _parquet_craft import (
     split_file,
     write_struct,
 )
-from timmdata.streams.shard_io import ShardError
-from timmdata.streams.parquet import ParquetError, ParquetSource, write_parquet_index, write_sample_parquet
-from timmdata.streams.parquet_format import CODECS, check_footer, chunk_rows, find_columns, footer_bytes, parse_footer
+from timmdata.sources.shard_io import ShardError
+from timmdata.parquet.source import ParquetError, ParquetSource, write_parquet_index, write_sample_parquet
+from timmdata.parquet.parquet_format import CODECS, check_footer, chunk_rows, find_columns, footer_bytes, parse_footer
 
 NAME = 'train-00000-of-00001.parquet'
 

@@ -1,4 +1,4 @@
-"""A Parquet index that knows its files (nbs/streams/26cd_parquet_index.ipynb, nbs/streams/26d_parquet.ipynb): a file
+"""A Parquet index that knows its files (nbs/parquet/26cd_parquet_index.ipynb, nbs/parquet/26d_source.ipynb): a file
 written again after it was indexed, at the same size (its rows in another order, or other labels), is named with the
 command that writes the index again, on disk and over HTTP (each image's mark, the file's ETag or Last-Modified); it is
 never read at the old offsets, where its rows would be other rows' images under the index's labels."""
@@ -8,8 +8,8 @@ import pytest
 
 pa = pytest.importorskip('pyarrow')
 from timmdata.dataset_factory import create_dataset
-from timmdata.streams.parquet import PARQUET_INDEX_FILE, ParquetSource, write_parquet_index, write_sample_parquet
-from timmdata.streams.shard_io import ShardError
+from timmdata.parquet.source import PARQUET_INDEX_FILE, ParquetSource, write_parquet_index, write_sample_parquet
+from timmdata.sources.shard_io import ShardError
 from timmdata.tools.sample_data import make_sample_dataset
 from _helpers import http_folder
 

@@ -59,7 +59,7 @@ def _write(root: Path):
                     ti = tarfile.TarInfo(f'{i:08d}.{ext}'); ti.size = len(data); t.addfile(ti, io.BytesIO(data))
     split = {'name': 'train', 'num_samples': SHARDS * PER, 'filenames': names, 'shard_lengths': [PER] * SHARDS}
     (root / '_info.json').write_text(json.dumps({'name': 'scale', 'splits': {'train': split}}))
-    from timmdata.streams.dataset_index import write_dataset_index
+    from timmdata.index.dataset_index import write_dataset_index
     write_dataset_index(root, progress=False)  # samples read by their spans from the nodes' cached copies
 
 

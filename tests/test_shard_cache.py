@@ -8,8 +8,8 @@ import pytest, torch
 from PIL import Image
 from timmdata.dataset_factory import create_dataset
 from timmdata.loader import create_loader
-from timmdata.streams.shard_cache import ShardCache
-from timmdata.streams.shard_io import WdsSource, open_shard
+from timmdata.net.shard_cache import ShardCache
+from timmdata.sources.shard_io import WdsSource, open_shard
 from _helpers import http_folder, write_shards
 
 N_SHARDS, PER_SHARD = 6, 4  # 24 samples; 2 workers x batches of 4
@@ -134,7 +134,7 @@ def test_never_over_a_limit_smaller_than_the_dataset(server, shards, tmp_path, m
     """Limit: 3 of 6 shards, two epochs of 2 workers, each prefetching in a thread. Every change to the folder's size, in
     every process, is checked as it is made (under the lock, within the limit); another process watches the folder on disk
     through the epochs, reading consistent snapshots under the folder lock."""
-    import timmdata.streams.shard_cache as sc
+    import timmdata.net.shard_cache as sc
     url, hits, _ = server
     sizes = sorted(p.stat().st_size for p in shards.glob('*.tar'))
     limit = sizes[-1] + sizes[-2] + sizes[-3]
@@ -178,8 +178,8 @@ def test_truncated_cached_shard_is_fetched_again(server, tmp_path):
 
 _READER = textwrap.dedent('''
     import hashlib, sys
-    from timmdata.streams.shard_cache import ShardCache
-    from timmdata.streams.shard_io import open_shard
+    from timmdata.net.shard_cache import ShardCache
+    from timmdata.sources.shard_io import open_shard
     print('ready', flush=True)
     with ShardCache(sys.argv[1], '1GB', open_shard)(sys.argv[2]) as f: print(type(f).__name__, hashlib.sha1(f.read()).hexdigest())
 ''')
@@ -224,7 +224,7 @@ def test_bad_cache_limit_is_named(tmp_path):
 def test_a_forked_child_does_not_hold_the_download_lock(server, tmp_path):
     "A DataLoader worker forked while a shard downloads must not keep its lock: after the parent's download, it is free."
     import fcntl
-    from timmdata.streams.shard_cache import cache_name
+    from timmdata.net.shard_cache import cache_name
     url, hits, _ = server
     cache = ShardCache(tmp_path / 'cache', '1GB', open_shard, prefetch=0)
     shard = f'{url}/toy-train-000001.tar'

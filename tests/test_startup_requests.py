@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'bench'))
 from bench_startup_requests import CountingServer, write_tiny_shards  # the bench's server and shards: one definition
 
 from timmdata.dataset_factory import create_dataset
-from timmdata.streams.dataset_index import DATASET_INDEX_FILE, write_dataset_index
+from timmdata.index.dataset_index import DATASET_INDEX_FILE, write_dataset_index
 from timmdata.loader import create_loader
 from timmdata.streams.global_order import READ_AHEAD
 
@@ -105,7 +105,7 @@ def test_without_index_each_shard_scanned_once_per_node(small, tmp_path):
     "Two processes of a node (fresh per-process state, one index folder) read a whole pass: the first scans each shard"
     " once as it meets it; the second reads the node's kept scans: only its samples' reads; every sample once, both times."
     from timmdata.streams.global_order import SpanReader
-    from timmdata.streams.scanned_spans import ScannedSpans
+    from timmdata.index.scanned_spans import ScannedSpans
     root, n = small, N_SMALL * 2
     srv = CountingServer(root)
 
@@ -133,7 +133,7 @@ def test_without_index_each_shard_scanned_once_per_node(small, tmp_path):
 
 def test_a_damaged_kept_scan_is_scanned_again(small, tmp_path):
     "A kept scan cut short or changed (the node folder is untrusted) is never used: the shard is scanned again."
-    from timmdata.streams.scanned_spans import ScannedSpans
+    from timmdata.index.scanned_spans import ScannedSpans
     root = small
     srv = CountingServer(root)
     try:
@@ -169,7 +169,7 @@ def test_a_shard_written_again_after_its_scan_is_scanned_again(tmp_path, image_s
     "A shard written again in place after the node kept its scan: the next process's read finds its size changed, drops"
     " the kept scan and scans the shard once more; every sample of the new shard once, none of the old; the next process"
     " reads the new kept scan (no scan). Before: a named but wrong error ('bad tar header') until the scan was deleted by hand."
-    from timmdata.streams.spans import ShardChangedError
+    from timmdata.sources.spans import ShardChangedError
     root, per = tmp_path / 'd', 2
     names = write_tiny_shards(root, 5, per)
     srv = CountingServer(root)
@@ -224,7 +224,7 @@ def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(small, tmp_pa
     "Remote shards with a node cache: the index's table, each shard and each shard's spans are fetched once by the node's"
     " first process that needs them; the node's other processes (a fresh per-process state) read the cache's copies; a"
     " damaged copy of the parsed table is refused by name and made again, never used."
-    from timmdata.streams import dataset_index
+    from timmdata.index import dataset_index
     from timmdata.streams.global_order import SpanReader
     root, cache, n = small, tmp_path / 'cache', N_SMALL * 2
     write_dataset_index(root, progress=False)
@@ -265,7 +265,7 @@ def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(small, tmp_pa
 
 def test_ranged_reads_ahead_keep_the_order(small):
     "Over http(s) without a cache, `SpanReader` keeps up to `read_ahead` ranged GETs in flight: the same samples in the same order as one at a time."
-    from timmdata.streams import dataset_index
+    from timmdata.index import dataset_index
     from timmdata.streams.global_order import SpanReader
     root = small
     write_dataset_index(root, progress=False)

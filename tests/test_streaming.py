@@ -7,7 +7,7 @@ from PIL import Image
 
 wds = pytest.importorskip('webdataset')
 from timmdata.loader import create_loader
-from timmdata.streams.shard_io import ShardNotFoundError, ShardTruncatedError, TransientShardError, WdsSource
+from timmdata.sources.shard_io import ShardNotFoundError, ShardTruncatedError, TransientShardError, WdsSource
 from timmdata.streams.streaming import IterableImageDataset
 from _helpers import free_port
 
@@ -135,7 +135,7 @@ def test_missing_and_truncated_shards_named(tmp_path):
     data = (root / 'toy-train-000001.tar').read_bytes()
     (root / 'toy-train-000001.tar').write_bytes(data[:len(data) // 2])
     ds = IterableImageDataset(root, reader='wds/toy')
-    import timmdata.streams.shard_io as sio
+    import timmdata.sources.shard_io as sio
     waits = []  # a truncated local file is not worth retrying: no back-off wait before the error
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sio.time, 'sleep', waits.append)

@@ -7,15 +7,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'bench'))
 from bench_startup_requests import CountingServer, write_tiny_shards  # the bench's server and shards: one definition
 
-from timmdata.streams.dataset_index import DATASET_INDEX_FILE, _read_table, parse_table, write_dataset_index
+from timmdata.index.dataset_index import DATASET_INDEX_FILE, _read_table, parse_table, write_dataset_index
 
 PROCESSES = 6
 
 
 def _a_process(url: str, cache_dir: str, go) -> tuple:
     "A node's process: the index with the node cache; (its parses and maps, names, sizes, counts, a few shards' spans)."
-    from timmdata.streams import dataset_index
-    from timmdata.streams.shard_cache import ShardCache
+    from timmdata.index import dataset_index
+    from timmdata.net.shard_cache import ShardCache
 
     go.wait()  # all at once: one parses, the others wait on its lock or map what it wrote
     with warnings.catch_warnings():

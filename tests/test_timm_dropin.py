@@ -215,7 +215,7 @@ def test_hf_imagefolder_of_the_users_own_folder_reads_its_paths(tmp_path):
     assert len(ds) == 2 and sorted(t for _, t in ds) == [0, 1]
     outside = tmp_path / 'secret.png'
     Image.new('RGB', (4, 4)).save(outside)
-    from timmdata.streams.hf_readers import image_bytes
+    from timmdata.sources.hf_readers import image_bytes
 
     inside_value = {'bytes': None, 'path': str(root / 'train' / 'cat' / '0.png')}
     assert image_bytes(inside_value, 'x', root=str(root)) == (root / 'train' / 'cat' / '0.png').read_bytes()

@@ -52,9 +52,9 @@ from timmdata.naflex_dataset import NaFlexCollator, NaFlexMapDatasetWrapper, NaF
 from timmdata.naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
 from timmdata.store.format import ReaderStore, StoreDamagedError  # importing the store registers its reader kind with create_reader
 from timmdata.store.format import StaleStoreError
-from timmdata.streams.shard_index import ShardReader  # importing it registers the 'shards' reader kind
-from timmdata.streams.shard_io import ShardError, WdsSource
-from timmdata.streams.dataset_index import write_dataset_index  # `timmdata index`
+from timmdata.index.shard_index import ShardReader  # importing it registers the 'shards' reader kind
+from timmdata.sources.shard_io import ShardError, WdsSource
+from timmdata.index.dataset_index import write_dataset_index  # `timmdata index`
 from timmdata.store.builder import build_cache
 from timmdata.tools.shards import write_shards
 from timmdata.engine.gpu_decode import create_device_decode_loader
@@ -74,7 +74,7 @@ import sys as _sys
 from timmdata.store import (
     format as _store,
 )  # registers the 'store' reader kind with create_reader at once (no torch: ~0.1 s)
-from timmdata.streams import (
+from timmdata.index import (
     shard_index as _shard_index,
 )  # registers the 'shards' reader kind (map-style WebDataset shards; no torch)
 from timmdata.readers import register_scheme as _register_scheme

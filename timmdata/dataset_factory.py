@@ -8,7 +8,7 @@ import os
 from typing import Optional, Union
 import numpy as np
 from .dataset import ImageDataset
-from .streams.hf_readers import HfdsReader
+from .sources.hf_readers import HfdsReader
 from .readers import Reader, find_split, reader_kinds, unset, register_scheme
 from .core.untrusted import names_keywords
 
@@ -186,7 +186,7 @@ def create_dataset(
             **kwargs,
         )
         return ImageDataset(root, reader=reader, load_bytes=load_bytes, input_img_mode=input_img_mode, **ours)
-    if prefix in ('wds', 'hfids', 'parquet'):  # parquet/: Parquet files read by position (streams.parquet)
+    if prefix in ('wds', 'hfids', 'parquet'):  # parquet/: Parquet files read by position (parquet.source)
         if prefix == 'hfids':
             kwargs['trust_remote_code'] = trust_remote_code
         return _iterable(
@@ -233,7 +233,7 @@ def _hfds_reader(name, root=None, split='train', class_map=None, **kwargs):
 
 
 def _wds_source(name, root=None, split='train', class_map=None, download=False, **kwargs):
-    from timmdata.streams.shard_io import WdsSource
+    from timmdata.sources.shard_io import WdsSource
 
     if class_map is not None:
         raise ValueError(
@@ -244,7 +244,7 @@ def _wds_source(name, root=None, split='train', class_map=None, download=False, 
 
 
 def _hfids_source(name, root=None, split='train', class_map=None, **kwargs):
-    from timmdata.streams.hf_readers import HfidsSource  # Hugging Face `datasets` is needed only when streaming from it
+    from timmdata.sources.hf_readers import HfidsSource  # Hugging Face `datasets` is needed only when streaming from it
 
     return HfidsSource(name, root=root, split=split, class_map=class_map, **kwargs)
 

@@ -6,7 +6,7 @@
 __all__ = ['remote_code_kwargs', 'get_class_labels']
 
 # %% ../../nbs/readers/26c_hfds_helpers.ipynb #f65b35ff
-from ..streams.hf_readers import hf_class_to_idx, import_datasets, remote_code
+from ..sources.hf_readers import hf_class_to_idx, import_datasets, remote_code
 
 # %% ../../nbs/readers/26c_hfds_helpers.ipynb #3cef317e
 def remote_code_kwargs(

@@ -6,7 +6,7 @@
 __all__ = ['ReaderHfds']
 
 # %% ../../nbs/readers/26a_reader_hfds.ipynb #331c7d97
-from ..streams.hf_readers import HfdsReader
+from ..sources.hf_readers import HfdsReader
 
 # %% ../../nbs/readers/26a_reader_hfds.ipynb #9a9a5aee
 ReaderHfds = HfdsReader  # timm's name

@@ -7,7 +7,7 @@ __all__ = ['ReaderHfids', 'SHUFFLE_SIZE']
 
 # %% ../../nbs/readers/26b_reader_hfids.ipynb #225cae30
 from ..core.settings import setting
-from ..streams.hf_readers import HfidsSource
+from ..sources.hf_readers import HfidsSource
 
 # %% ../../nbs/readers/26b_reader_hfids.ipynb #36db835d
 ReaderHfids = HfidsSource  # timm's name; timmdata streams it with `IterableImageDataset` (`dataset.reader`)

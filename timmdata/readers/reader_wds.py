@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.utils.data
 from ..core.settings import setting
 from .shared_count import SharedCount
-from ..streams.shard_io import WdsSource, expand_braces
+from ..sources.shard_io import WdsSource, expand_braces
 
 try:
     import webdataset as wds  # optional (pip install 'timmdata[wds]'): `detshuffle2` is a stage of its pipelines

@@ -21,7 +21,7 @@ from timmdata.pixels.decode import (
     read_source,
 )
 from ..transforms import str_to_pil_interp
-from ..streams.parquet_reader import parquet_splits  # importing it registers the 'parquet' reader kind
+from ..parquet.parquet_reader import parquet_splits  # importing it registers the 'parquet' reader kind
 from timmdata.store.format import (
     BUILD_STATE,
     STORE_FILES,

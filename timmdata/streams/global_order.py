@@ -11,7 +11,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 from ..config import mix_seed
 from ..readers import FileHandle
-from timmdata.streams.shard_io import (
+from timmdata.sources.shard_io import (
     IMAGE_KEYS,
     MAX_MEMBER_BYTES,
     REGULAR_KINDS,
@@ -27,12 +27,12 @@ from timmdata.streams.shard_io import (
     tar_header,
     url_scheme,
 )
-from .shard_index import http_range, load_index
-from .shard_cache import cached_copy
-from .whole_files import WDS_REMEDY, WholeFiles
-from .spans import SPAN_PIECE, ShardChangedError, cut_sample, span_members
-from .scanned_spans import spans_by_scanning
-from timmdata.streams.dataset_index import (
+from ..index.shard_index import http_range, load_index
+from ..net.shard_cache import cached_copy
+from ..sources.whole_files import WDS_REMEDY, WholeFiles
+from ..sources.spans import SPAN_PIECE, ShardChangedError, cut_sample, span_members
+from ..index.scanned_spans import spans_by_scanning
+from timmdata.index.dataset_index import (
     SPANS_KEPT,
     DATASET_INDEX_FILE,
     ListedSpans,
@@ -364,7 +364,7 @@ class PassOrders:
 
 
 def read_in_order(
-    source,  # a stream source (`timmdata.streams.shard_io`): `shards`, `shard_lengths`, `iter_shard`, `name_of`
+    source,  # a stream source (`timmdata.sources.shard_io`): `shards`, `shard_lengths`, `iter_shard`, `name_of`
     positions: Sequence[int],  # global positions of the epoch (`worker_positions`)
     seed: int,
     epoch: int,  # the run's seed and the epoch
@@ -406,12 +406,12 @@ def read_in_order(
 
 # %% ../../nbs/streams/24_global_order.ipynb #b2c3d4e5
 def sample_spans(
-    source,  # a stream source; random access needs `timmdata.streams.shard_io.WdsSource` over local files or http(s) URLs
+    source,  # a stream source; random access needs `timmdata.sources.shard_io.WdsSource` over local files or http(s) URLs
     index_dir: Optional[
         str
-    ] = None,  # where the member-offset index is kept (see `timmdata.streams.shard_index.index_path`)
+    ] = None,  # where the member-offset index is kept (see `timmdata.index.shard_index.index_path`)
 ):
-    "Each shard's samples as byte spans `[start, end)` of their tar records, with where each one's image and target headers are (`layout(s)`), from the dataset index (`timmdata.streams.dataset_index`: its table read once, a `ShardSpans` reading each shard's line when first asked) when there is one, else, for http(s) shards that `_info.json` lists with their lengths, a `ScannedSpans` (nothing read now: each shard's headers fetched when first read, once a node), else from the member-offset index (each shard checked; a `ListedSpans`); or, a str, why there are none."
+    "Each shard's samples as byte spans `[start, end)` of their tar records, with where each one's image and target headers are (`layout(s)`), from the dataset index (`timmdata.index.dataset_index`: its table read once, a `ShardSpans` reading each shard's line when first asked) when there is one, else, for http(s) shards that `_info.json` lists with their lengths, a `ScannedSpans` (nothing read now: each shard's headers fetched when first read, once a node), else from the member-offset index (each shard checked; a `ListedSpans`); or, a str, why there are none."
     if not isinstance(source, WdsSource):
         return f'{type(source).__name__} is not a source of WebDataset tar shards'
     if other := [s for s in source.shards if url_scheme(s) not in ('file', 'http', 'https')]:

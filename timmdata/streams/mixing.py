@@ -12,10 +12,10 @@ from torch.utils.data import Sampler
 from ..config import mix_seed
 from ..distributed_sampler import ranks_or_one
 from ..readers.core import Reader, create_reader
-from .shard_io import WdsSource, shard_name
+from ..sources.shard_io import WdsSource, shard_name
 from .global_order import SpanReader, sample_spans
 from .mix_order import MIX_ORDER, MixOrder, WeightSchedule, check_weights
-from .spans import ReadsByPosition
+from ..sources.spans import ReadsByPosition
 from ..dataset import ImageDataset
 from ..core.untrusted import names_keywords
 from timmdata.engine.batch_plan import (
@@ -139,7 +139,7 @@ def as_reader(
         source = create_reader(os.fspath(source), split=split, **kwargs)
     if isinstance(source, ImageDataset):
         source = source.reader
-    if isinstance(source, (WdsSource, ReadsByPosition)):  # tar shards, Parquet files (`streams.parquet.ParquetSource`)
+    if isinstance(source, (WdsSource, ReadsByPosition)):  # tar shards, Parquet files (`parquet.source.ParquetSource`)
         return ShardsReader(source)
     if not isinstance(source, Reader):
         raise TypeError(

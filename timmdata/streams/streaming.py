@@ -14,7 +14,7 @@ from ..config import Draws, mix_seed, seed_all
 from ..pixels.decode import EncodedJpeg, ImageDecodeError
 from ..pixels.resample import PendingJpegCrop
 from ..dataset import DecodeTransform
-from .shard_io import WdsSource, url_scheme
+from ..sources.shard_io import WdsSource, url_scheme
 from . import global_order
 from timmdata.streams.global_order import (
     BLOCK_SHARDS,
@@ -25,8 +25,8 @@ from timmdata.streams.global_order import (
     sample_spans,
     worker_positions,
 )
-from .dataset_index import ShardSpans, dataset_spans
-from .spans import ReadsByPosition
+from ..index.dataset_index import ShardSpans, dataset_spans
+from ..sources.spans import ReadsByPosition
 from .lookahead import BadAhead, LooksAheadOfPasses, looking_ahead
 from ..readers import create_reader, unset
 from ..core.settings import setting
@@ -97,9 +97,9 @@ def _stream_source(root, reader, split, class_map, num_samples, download, input_
         return WdsSource(
             root, split, input_key=input_key, target_key=target_key, num_samples=num_samples, **cmap, **kwargs
         )
-    if kind == 'parquet':  # Parquet files (the Hub's layout): timmdata.streams.parquet, pyarrow needed
+    if kind == 'parquet':  # Parquet files (the Hub's layout): timmdata.parquet.source, pyarrow needed
         ParquetSource = importlib.import_module(
-            'timmdata.streams.parquet'
+            'timmdata.parquet.source'
         ).ParquetSource  # by name: it imports this module's neighbours
         if not unset(class_map):
             raise ValueError(
@@ -123,7 +123,7 @@ def _stream_source(root, reader, split, class_map, num_samples, download, input_
             )
         except ImportError as e:
             raise ImportError(
-                f"reader {reader!r} needs timmdata.streams.hf_readers and Hugging Face datasets: pip install 'timmdata[hf]' ({e})"
+                f"reader {reader!r} needs timmdata.sources.hf_readers and Hugging Face datasets: pip install 'timmdata[hf]' ({e})"
             ) from e
     raise ValueError(
         f"IterableImageDataset reader must be 'wds/<name>', 'hfids/<name>', 'parquet/<name>' or a stream source object; got {reader!r}"
@@ -135,7 +135,7 @@ def _check_source(src):
     missing = [a for a in ('shards', 'num_samples', 'iter_shard', 'name_of') if not hasattr(src, a)]
     if missing:
         raise TypeError(
-            f'{type(src).__name__} is not a stream source: it lacks {", ".join(missing)} (see timmdata.streams.shard_io)'
+            f'{type(src).__name__} is not a stream source: it lacks {", ".join(missing)} (see timmdata.sources.shard_io)'
         )
     if not src.shards:
         raise ValueError(f'{src!r} has no shards')
@@ -521,7 +521,7 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
     def __init__(
         self,
         root,  # shards' folder or URL prefix (with `_info.json`), a shard pattern, or a list of shards
-        reader: 'Optional[Union[str, WdsSource]]' = None,  # 'wds/<name>' (default), 'hfids/<name>', or a stream source object (see `timmdata.streams.shard_io`)
+        reader: 'Optional[Union[str, WdsSource]]' = None,  # 'wds/<name>' (default), 'hfids/<name>', or a stream source object (see `timmdata.sources.shard_io`)
         split: str = 'train',  # split name in `_info.json`, or a shard pattern with an optional '|num_samples'
         class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: a label, or each label of a list, remapped (a 'multihot' target by position)
         is_training: bool = False,  # shuffle, equal counts per worker (wrapping round); else every sample once

@@ -28,7 +28,7 @@ USER_ERRORS = (CliError, FileNotFoundError, NotADirectoryError, IsADirectoryErro
 LIBRARY_ERRORS = {
     'timmdata.readers': ('NoImagesError', 'SplitNotFoundError'),
     'timmdata.pixels.decode': ('ImageDecodeError',),
-    'timmdata.streams.shard_io': ('ShardError',),
+    'timmdata.sources.shard_io': ('ShardError',),
     'timmdata.core.untrusted': ('UnsafeNameError', 'UnsafeFileError', 'FileTooLargeError', 'InfoError'),
     'timmdata.store.format': ('StoreDamagedError', 'StaleStoreError'),
 }

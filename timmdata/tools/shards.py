@@ -11,8 +11,8 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 from ..store.builder import build_lock, load_resized
-from ..streams.dataset_index import DATASET_INDEX_FILE, listed_shards, write_dataset_index
-from ..streams.parquet import PARQUET_INDEX_FILE, local_names, write_parquet_index
+from ..index.dataset_index import DATASET_INDEX_FILE, listed_shards, write_dataset_index
+from ..parquet.source import PARQUET_INDEX_FILE, local_names, write_parquet_index
 from ..pixels.decode import ImageDecodeError, read_source
 from ..readers import SplitNotFoundError, create_reader, find_split, natural_key, timm_split_name, unset
 from ..store.format import atomic_file, fsync_dir, is_store, read_json, write_json_atomic

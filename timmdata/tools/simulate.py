@@ -20,7 +20,7 @@ from timmdata.streams.global_order import (
     slice_positions,
     worker_positions,
 )
-from timmdata.streams.dataset_index import (
+from timmdata.index.dataset_index import (
     DATASET_INDEX_FILE,
     DATASET_INDEX_VERSION,
     MAX_TABLE_BYTES,
@@ -28,8 +28,8 @@ from timmdata.streams.dataset_index import (
     node_table,
     parse_table,
 )
-from ..streams.index_table import line_chars
-from ..streams.shard_cache import parse_size
+from ..index.index_table import line_chars
+from ..net.shard_cache import parse_size
 from timmdata.tools.simulate_startup import (
     SCAN_BLOCK,
     index_bytes,

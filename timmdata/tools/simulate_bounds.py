@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse, math
 from typing import Optional, Sequence
 from ..streams.global_order import BLOCK_SHARDS, MAX_PARTITIONS, READ_AHEAD
-from ..streams.shard_cache import parse_size
+from ..net.shard_cache import parse_size
 from .simulate_mix import mix_weights
 
 # %% auto #0

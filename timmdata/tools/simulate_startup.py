@@ -7,8 +7,8 @@ from __future__ import annotations
 import hashlib, math, os, tempfile, time, tracemalloc
 from types import SimpleNamespace
 import numpy as np
-from ..streams.dataset_index import DATASET_INDEX_FILE, DATASET_INDEX_VERSION, node_table, parse_table
-from ..streams.index_table import line_chars
+from ..index.dataset_index import DATASET_INDEX_FILE, DATASET_INDEX_VERSION, node_table, parse_table
+from ..index.index_table import line_chars
 
 # %% auto #0
 __all__ = ['SCAN_BLOCK', 'PARQUET_ROW_BYTES', 'PARQUET_TAIL', 'PARQUET_INDEX_CAP', 'index_bytes', 'table_memory', 'start_up',
@@ -16,7 +16,7 @@ __all__ = ['SCAN_BLOCK', 'PARQUET_ROW_BYTES', 'PARQUET_TAIL', 'PARQUET_INDEX_CAP
 
 # %% ../../nbs/tools/54b_simulate_startup.ipynb #4265f10b
 def index_bytes(lengths) -> tuple:
-    "(the table's bytes, the spans' bytes) of the dataset index (`timmdata.streams.dataset_index`) of shards of `lengths`: a table line per shard (name, size, count, digest), a line per shard (base64 of each sample's int64 span end and two int32 header blocks: about 21 bytes a sample)."
+    "(the table's bytes, the spans' bytes) of the dataset index (`timmdata.index.dataset_index`) of shards of `lengths`: a table line per shard (name, size, count, digest), a line per shard (base64 of each sample's int64 span end and two int32 header blocks: about 21 bytes a sample)."
     lengths = np.asarray(lengths, np.int64)
     return int(130 + len(lengths) * 62), int((line_chars(lengths, DATASET_INDEX_VERSION) + 1).sum())
 
