@@ -13,7 +13,7 @@ the process and its workers (load moves it far less than images/s), and images/s
 
 Then, in this process (best of 5 passes over every sample): a sample's read alone (the stream's `SpanReader.read` cut
 and parsed, the folder's `open` and `read` of the same file); and a stream's samples made as a worker makes them (read,
-header, the transform's draws; the decode left to the collate), its reads `global_order.READ_GROUP` (16) at a time
+header, the transform's draws; the decode left to the collate), its reads `span_reader.READ_GROUP` (16) at a time
 ahead of their transforms against one by one, beside the folder's samples made as its workers make them (the loader's
 `SeededDataset.__getitems__` over a shuffled epoch's batches of 64, the per-sample stage times for `stats()` included).
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from timmdata import ImageDataset, create_loader, make_sample_dataset
 from timmdata.pixels.decode import read_source
-from timmdata.streams import global_order
+from timmdata.index import span_reader
 from timmdata.streams.streaming import IterableImageDataset
 from _common import alternate_epochs
 from bench_streaming import _write_shards
@@ -89,11 +89,11 @@ def main():
           f'folder (open and read) {folder_read:.1f}')
     one = IterableImageDataset(tmp / 'shards', **kw)  # its samples made here, as the one worker of one rank makes them
     create_loader(one, 224, 64, is_training=True, num_workers=0, device='cpu')  # its transform set, crops deferred
-    grouped, made = global_order.READ_GROUP, {}
+    grouped, made = span_reader.READ_GROUP, {}
     for name, g in (('grouped', grouped), ('one by one', 1)):
-        global_order.READ_GROUP = g
+        span_reader.READ_GROUP = g
         made[name] = best(lambda: each(lambda x: x, ((x,) for x in one))) / len(one)
-    global_order.READ_GROUP = grouped
+    span_reader.READ_GROUP = grouped
     fd = create_loader(ImageDataset(folder), 224, 64, is_training=True, num_workers=0, device='cpu').loader.fetch_dataset
     order = [(int(i), int(i)) for i in torch.randperm(n, generator=torch.Generator().manual_seed(0))]  # (index, key)
     batches = [(order[k : k + 64],) for k in range(0, n, 64)]  # a shuffled epoch's batches, as a worker fetches them

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from timmdata.sources import shard_io
+from timmdata.sources import shard_io, wds
 from timmdata.tools.sample_data import make_sample_dataset, make_sample_image
 
 SHARD_KEYS = 4
@@ -33,7 +33,7 @@ def _good_shard(path: Path, labels=(0, 1, 2, 3)) -> Path:
 
 def _read_all(root, split='train', **kw) -> list:
     "Every (shard, key) a WdsSource gives for `root`, or the error it raises (constructing or reading)."
-    src = shard_io.WdsSource(root, split, retries=0, **kw)
+    src = wds.WdsSource(root, split, retries=0, **kw)
     return [(s, k) for s in src.shards for k, _, _ in src.iter_shard(s)]
 
 
@@ -96,7 +96,7 @@ def test_pipe_runs_only_when_the_caller_names_it(tmp_path):
     got = _read_all(f'pipe:touch {mark}; cat {shard}')  # passed directly: runs
     assert len(got) == SHARD_KEYS and mark.exists()
     mark.unlink()
-    src = shard_io.WdsSource([str(shard)], retries=0)  # a source the caller made of files: no pipe: shard runs through it
+    src = wds.WdsSource([str(shard)], retries=0)  # a source the caller made of files: no pipe: shard runs through it
     with pytest.raises(shard_io.ShardError, match='allow_pipe=True'): list(src.iter_shard(f'pipe:touch {mark}'))
     assert not mark.exists()
 

@@ -42,7 +42,7 @@ def _tar_paths(d: Path, split='train') -> list:
 
 def _ref_scan(path: str) -> list:
     "The index as the standard library's tarfile reads it (the old `scan_shard`), for shards small and benign."
-    from timmdata.sources.shard_io import group_samples
+    from timmdata.sources.wds import group_samples
 
     members = []
     with tarfile.open(path, 'r:') as tf:
@@ -283,7 +283,8 @@ def test_a_fifo_info_json_or_shard_is_refused_not_waited_on(tmp_path):
 
 def test_a_linked_info_json_and_shard_are_still_read(tmp_path):
     "Links the user's own dataset holds (a Hugging Face snapshot's files are links into its blobs) are followed for `_info.json` and shards."
-    from timmdata.sources.shard_io import load_info, open_shard
+    from timmdata.sources.shard_io import open_shard
+    from timmdata.sources.wds import load_info
 
     blobs = tmp_path / 'blobs'
     blobs.mkdir()

@@ -68,7 +68,7 @@ def shard_set(tmp_path_factory):
 
 # ---- attack: num_samples -5 ----
 def test_negative_num_samples_is_a_named_error(shard_set, tmp_path):
-    from timmdata.sources.shard_io import WdsSource
+    from timmdata.sources.wds import WdsSource
     from timmdata.core.untrusted import InfoError
     from timmdata.streams.streaming import IterableImageDataset
 
@@ -89,7 +89,7 @@ def test_negative_num_samples_is_a_named_error(shard_set, tmp_path):
 
 # ---- attack: shard_lengths ["4"] ----
 def test_string_shard_length_is_a_named_error(shard_set, tmp_path):
-    from timmdata.sources.shard_io import WdsSource
+    from timmdata.sources.wds import WdsSource
     from timmdata.core.untrusted import InfoError
     from timmdata.index.shard_index import ShardReader
 
@@ -108,7 +108,7 @@ def test_string_shard_length_is_a_named_error(shard_set, tmp_path):
 
 
 def test_shard_lengths_against_shard_bytes_and_num_samples(tmp_path):
-    from timmdata.sources.shard_io import WdsSource
+    from timmdata.sources.wds import WdsSource
     from timmdata.core.untrusted import InfoError
 
     ds = tiny_shards(tmp_path / 'ds', shard_lengths=[100], num_samples=100, shard_bytes=[10240])
@@ -127,7 +127,8 @@ def test_huge_shard_lengths_cost_no_memory_in_the_global_order(tmp_path):
     ds = tiny_shards(tmp_path / 'ds', shard_lengths=[10**11], num_samples=10**11)
     r = run_py(f'''
         import tracemalloc
-        from timmdata.sources.shard_io import ShardError, WdsSource
+        from timmdata.sources.shard_io import ShardError
+        from timmdata.sources.wds import WdsSource
         from timmdata.streams.global_order import read_in_order
         src = WdsSource({str(ds)!r}, 'train', num_samples=2)  # the caller knows the true count
         LIMIT()
@@ -309,7 +310,8 @@ def fuzz_cases(root: Path, seed: int, count: int) -> dict:
     "Each case: a mutated `_info.json` over the real shards at `root`, read by every reader of it; the outcomes counted."
     from timmdata.streams.global_order import read_in_order
     from timmdata.index.shard_index import INDEX_FILE, ShardReader
-    from timmdata.sources.shard_io import ShardError, WdsSource
+    from timmdata.sources.shard_io import ShardError
+    from timmdata.sources.wds import WdsSource
     from timmdata.streams.streaming import IterableImageDataset
 
     base = json.loads((root / '_info.json').read_text())

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 import pytest
 from timmdata.net import shard_cache
-from timmdata.sources import shard_io
+from timmdata.sources import shard_io, wds
 from timmdata.net.shard_cache import ShardCache, cache_name
 from timmdata.index.shard_index import http_range, stat_shard
 
@@ -152,13 +152,13 @@ def test_drip_load_info_deadline(server):
     "`_info.json` dripped from the status line on: load_info raises within its deadline, naming it and the URL."
     url, _ = server
     with _within(BOUND), pytest.raises(shard_io.ShardError, match=r'drip-head/_info\.json: not read within its deadline of 1 s'):
-        shard_io.load_info(url + '/drip-head', retries=2, backoff=0.01, deadline=1.0)  # not retried
+        wds.load_info(url + '/drip-head', retries=2, backoff=0.01, deadline=1.0)  # not retried
 
 
 def test_wds_source_deadline(server):
     "WdsSource(deadline=) bounds each shard's stream; the error names the shard."
     url, _ = server
-    src = shard_io.WdsSource([url + '/drip.tar'], 'x', retries=2, backoff=0.01, deadline=1.0)
+    src = wds.WdsSource([url + '/drip.tar'], 'x', retries=2, backoff=0.01, deadline=1.0)
     with _within(BOUND), pytest.raises(shard_io.ShardError, match=r'drip\.tar: not read within its deadline of 1 s'):
         list(src.iter_shard(src.shards[0]))
 
@@ -246,8 +246,8 @@ def test_cache_dir_others_can_write_is_refused(tmp_path):
     with pytest.raises(shard_cache.CacheDirError, match='belongs to another user'):
         ShardCache(theirs)
     with pytest.raises(shard_cache.CacheDirError):
-        shard_io.WdsSource(['http://127.0.0.1:9/a.tar'], 'x', cache_dir=open_dir)
-    assert shard_io.WdsSource(['http://127.0.0.1:9/a.tar'], 'x', cache_dir=open_dir, cache_shared=True).cache.shared
+        wds.WdsSource(['http://127.0.0.1:9/a.tar'], 'x', cache_dir=open_dir)
+    assert wds.WdsSource(['http://127.0.0.1:9/a.tar'], 'x', cache_dir=open_dir, cache_shared=True).cache.shared
 
 
 def test_announced_size_is_a_hint(server, tmp_path):

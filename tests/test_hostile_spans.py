@@ -228,7 +228,7 @@ def test_an_index_size_above_int64_is_named(tmp_path):
 
 @pytest.mark.parametrize('label', ['Infinity', 'NaN', '[1]', '"one"', '1e400'])
 def test_a_sidecar_label_that_is_no_integer_is_named(label):
-    from timmdata.sources.shard_io import sample_target
+    from timmdata.sources.wds import sample_target
     from timmdata.readers.targets import record_target
 
     with pytest.raises(ValueError, match='not an integer class index'):

@@ -11,7 +11,7 @@ import encodings.idna  # noqa: F401  (imported here: a user who is not root cann
 import urllib.request  # noqa: F401
 from timmdata.net import shard_cache as sc
 from timmdata.index.scanned_spans import ScannedSpans
-from timmdata.sources.shard_io import WdsSource
+from timmdata.sources.wds import WdsSource
 
 VICTIM, ATTACKER = 40001, 40002  # two uids no account uses
 

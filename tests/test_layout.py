@@ -18,7 +18,7 @@ FLOORS = {
     'readers.splits': 1, 'readers.shared_count': 1,  # split names and synonyms, the splits a root holds, and the error for one it lacks
     'parquet.parquet_files': 1,  # which Parquet files make a split, sample files to try it on (beneath parquet_format)
     'net.http': 1, 'net.kept_http': 1, 'sources.whole_files': 1,  # network reads bounded in bytes and time (shard_cache, shard_io and shard_index read through it)
-    'store.format': 1, 'sources.shard_io': 1, 'sources.spans': 1, 'index.shard_index': 1, 'index.index_table': 1, 'index.dataset_index': 1, 'index.scanned_spans': 1, 'net.shard_cache': 1, 'sources.hf_readers': 1, 'parquet.source': 1, 'parquet.parquet_format': 1, 'parquet.parquet_reader': 1, 'parquet.parquet_footers': 1, 'parquet.parquet_index': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
+    'store.format': 1, 'sources.shard_io': 1, 'sources.spans': 1, 'index.shard_index': 1, 'index.index_table': 1, 'index.dataset_index': 1, 'index.scanned_spans': 1, 'index.span_reader': 1, 'sources.registry': 1, 'sources.wds': 1, 'net.shard_cache': 1, 'sources.hf_readers': 1, 'parquet.source': 1, 'parquet.parquet_format': 1, 'parquet.parquet_reader': 1, 'parquet.parquet_footers': 1, 'parquet.parquet_index': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
     'pixels.decode': 2, 'pixels.nvimgcodec': 2,                                # bytes to pixels
     'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'pixels.resample': 3, 'pixels.batch_resize': 3, 'pixels.handover': 3, 'pixels.augment_ops': 3,  # per-sample uint8 ops
     'dataset': 4, 'streams.streaming': 4, 'streams.lookahead': 4, 'streams.global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
@@ -29,7 +29,7 @@ FLOORS = {
     'store.builder': 8, 'tools.bench': 8, 'tools.cli': 8, 'tools.check': 8, 'tools.shards': 8, 'tools.simulate': 8, 'tools.simulate_startup': 8, 'tools.simulate_mix': 8,  # tools on top
     'tools.simulate_report': 8, 'tools.simulate_bounds': 8,  # the simulator's report (and the bytes its reports print); its options and bounds
     'core.untrusted': 0,  # the checks every reader of an untrusted dataset shares
-    'core.torch_compat': 0, 'core.runtime': 0,  # torch's private API in one place; the helpers every device loop shares
+    'core.torch_compat': 0, 'core.runtime': 0, 'core.permute': 0,  # torch's private API in one place; the helpers every device loop shares
     'streams.mixing': 7,  # many sources as one dataset, in one order: wiring (its batch plan is the engine's)
     'streams.mix_order': 1,  # a mix's order by position: each source's quota per block, its samples a keyed bijection
     'engine.feeder': 6,  # the one device loop (stream, look-ahead, hand-over, marks, workers) under every prefetching loader
@@ -49,23 +49,11 @@ PACKAGES = ('core', 'pixels', 'store', 'net', 'sources', 'index', 'parquet', 'st
 # lines and would move a line count by ~45% without changing what a reader has to hold; 400 statements ~ 400 lines before.
 MAX_STATEMENTS = 400
 # Modules over the bound, each with its own ceiling and the reason: the debt is listed, and it cannot grow unnoticed.
-# shard_cache and shard_io gained issue 39's bounds (deadlines, the cache folder's checks, check_info's callers); the
-# network part moved to `net`, the rest splits with issue 42's packages (streams: io, index, cache, folder safety).
-# shard_io: + issue 41's tar reading by chunks and spans (490); its tar part (headers, records, members) is the next to move
-# out, with the shard errors and names it raises below it, so neither imports the other
-OVER = {'net.shard_cache': 520, 'sources.shard_io': 495}  # shard_cache: + cached_copy (issue 44: spans read from the node's copies)
-# merged together (the orders by position, the recipes' fast path) these passed 400: to split next
-# (global_order: the keyed permutation and the span reads into modules of their own; transforms: crop_to_pil and the PIL hand-over)
-OVER.update({'streams.global_order': 430, 'transforms': 415})
-# global_order + ShardBytes._opened (433): the hook Parquet's reader checks its files in, instead of its own copy of _fd
-OVER.update({'streams.global_order': 433})
-# Parquet's hooks (the `parquet/` scheme, `timmdata index` over Parquet files): to move behind a registration next
-OVER.update({'index.dataset_index': 410, 'streams.streaming': 410})
-# transforms: the policies' hand-over (crop_to_pil, crop_to_pixels, the crop finished in its row of the batch) moved to
-# pixels.handover; what is left over 400 is Compose's own choice of fused paths
-OVER.update({'transforms': 440})
-# + timm's RandomPad (timmdata.transforms names every name timm.data.transforms defines): 455 until SampleTransform and
-# the input-format seam move to a module of their own under transforms
+# shard_cache: the node cache with its bounds (deadlines, the folder's checks) and cached_copy; the held files and their
+# locks (open_held, wait_lock) are the seam to split it along
+OVER = {'net.shard_cache': 520}
+# transforms: Compose's own choice of fused paths, and timm's RandomPad (timmdata.transforms names every name
+# timm.data.transforms defines); SampleTransform and the input-format seam are to move to a module of their own
 OVER.update({'transforms': 455})
 
 

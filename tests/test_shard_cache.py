@@ -9,7 +9,8 @@ from PIL import Image
 from timmdata.dataset_factory import create_dataset
 from timmdata.loader import create_loader
 from timmdata.net.shard_cache import ShardCache
-from timmdata.sources.shard_io import WdsSource, open_shard
+from timmdata.sources.shard_io import open_shard
+from timmdata.sources.wds import WdsSource
 from _helpers import http_folder, write_shards
 
 N_SHARDS, PER_SHARD = 6, 4  # 24 samples; 2 workers x batches of 4

@@ -14,7 +14,8 @@ from bench_startup_requests import CountingServer, write_tiny_shards  # the benc
 from timmdata.dataset_factory import create_dataset
 from timmdata.index.dataset_index import DATASET_INDEX_FILE, write_dataset_index
 from timmdata.loader import create_loader
-from timmdata.streams.global_order import READ_AHEAD
+from timmdata.index.span_reader import READ_AHEAD
+from timmdata.streams.global_order import PassOrders
 
 BATCH = 4
 
@@ -104,7 +105,7 @@ def test_without_index_nothing_per_shard_and_a_hint(served, tmp_path):
 def test_without_index_each_shard_scanned_once_per_node(small, tmp_path):
     "Two processes of a node (fresh per-process state, one index folder) read a whole pass: the first scans each shard"
     " once as it meets it; the second reads the node's kept scans: only its samples' reads; every sample once, both times."
-    from timmdata.streams.global_order import SpanReader
+    from timmdata.index.span_reader import SpanReader
     from timmdata.index.scanned_spans import ScannedSpans
     root, n = small, N_SMALL * 2
     srv = CountingServer(root)
@@ -116,7 +117,7 @@ def test_without_index_each_shard_scanned_once_per_node(small, tmp_path):
         built = srv.snapshot()
         assert ds.order == 'global' and isinstance(ds._spans, SpanReader) and isinstance(ds._spans.spans, ScannedSpans)
         srv.reset()
-        keys = [k for _, _, k, _, _ in ds._spans.read_in_order(range(n), ds.seed, 0, ds.block_shards)]
+        keys = [k for _, _, k, _, _ in ds._spans.read_in_order(PassOrders(ds._spans.lengths, ds.seed, 0, ds.block_shards), range(n))]
         return built, srv.snapshot(), keys, ds._spans.spans.scanned
 
     try:
@@ -177,7 +178,7 @@ def test_a_shard_written_again_after_its_scan_is_scanned_again(tmp_path, image_s
     def process():
         ds = create_dataset('wds/tiny', root=srv.url, split='train', is_training=True, batch_size=BATCH,
                             index_dir=str(tmp_path / 'node'))
-        keys = [k for _, _, k, _, _ in ds._spans.read_in_order(range(10), ds.seed, 0, ds.block_shards)]
+        keys = [k for _, _, k, _, _ in ds._spans.read_in_order(PassOrders(ds._spans.lengths, ds.seed, 0, ds.block_shards), range(10))]
         return keys, ds._spans.spans
 
     try:
@@ -225,7 +226,7 @@ def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(small, tmp_pa
     " first process that needs them; the node's other processes (a fresh per-process state) read the cache's copies; a"
     " damaged copy of the parsed table is refused by name and made again, never used."
     from timmdata.index import dataset_index
-    from timmdata.streams.global_order import SpanReader
+    from timmdata.index.span_reader import SpanReader
     root, cache, n = small, tmp_path / 'cache', N_SMALL * 2
     write_dataset_index(root, progress=False)
     srv = CountingServer(root)
@@ -238,7 +239,7 @@ def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(small, tmp_pa
         built = srv.snapshot()
         assert ds.order == 'global' and isinstance(ds._spans, SpanReader)
         srv.reset()
-        keys = [k for _, _, k, _, _ in ds._spans.read_in_order(range(n), ds.seed, 0, ds.block_shards)]
+        keys = [k for _, _, k, _, _ in ds._spans.read_in_order(PassOrders(ds._spans.lengths, ds.seed, 0, ds.block_shards), range(n))]
         return built, srv.snapshot(), keys
 
     try:
@@ -266,7 +267,7 @@ def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(small, tmp_pa
 def test_ranged_reads_ahead_keep_the_order(small):
     "Over http(s) without a cache, `SpanReader` keeps up to `read_ahead` ranged GETs in flight: the same samples in the same order as one at a time."
     from timmdata.index import dataset_index
-    from timmdata.streams.global_order import SpanReader
+    from timmdata.index.span_reader import SpanReader
     root = small
     write_dataset_index(root, progress=False)
     srv = CountingServer(root)
@@ -277,7 +278,7 @@ def test_ranged_reads_ahead_keep_the_order(small):
         for ahead in (1, 8):
             rd = SpanReader(ds.source, ds._spans.spans, sizes=ds._spans.sizes, read_ahead=ahead)
             srv.reset()
-            got[ahead] = [(p, k) for p, _, k, _, _ in rd.read_in_order(range(7, 97), ds.seed, 0, ds.block_shards, 3)]
+            got[ahead] = [(p, k) for p, _, k, _, _ in rd.read_in_order(PassOrders(rd.lengths, ds.seed, 0, ds.block_shards, 3), range(7, 97))]
             assert srv.snapshot().get('GET range', 0) >= 90
     finally:
         srv.close()

@@ -7,7 +7,8 @@ from PIL import Image
 
 wds = pytest.importorskip('webdataset')
 from timmdata.loader import create_loader
-from timmdata.sources.shard_io import ShardNotFoundError, ShardTruncatedError, TransientShardError, WdsSource
+from timmdata.sources.shard_io import ShardNotFoundError, ShardTruncatedError, TransientShardError
+from timmdata.sources.wds import WdsSource
 from timmdata.streams.streaming import IterableImageDataset
 from _helpers import free_port
 

@@ -53,7 +53,8 @@ from timmdata.naflex_loader import NaFlexPrefetchLoader, create_naflex_loader
 from timmdata.store.format import ReaderStore, StoreDamagedError  # importing the store registers its reader kind with create_reader
 from timmdata.store.format import StaleStoreError
 from timmdata.index.shard_index import ShardReader  # importing it registers the 'shards' reader kind
-from timmdata.sources.shard_io import ShardError, WdsSource
+from timmdata.sources.shard_io import ShardError
+from timmdata.sources.wds import WdsSource
 from timmdata.index.dataset_index import write_dataset_index  # `timmdata index`
 from timmdata.store.builder import build_cache
 from timmdata.tools.shards import write_shards

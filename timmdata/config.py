@@ -8,13 +8,13 @@ import numbers, random
 from typing import Optional
 import numpy as np
 import torch
+from .core.permute import mix_seed  # one seed from a few integers (core: the orders stand on it too)
 
 # %% auto #0
 __all__ = ['DEFAULT_CROP_PCT', 'DEFAULT_CROP_MODE', 'IMAGENET_DEFAULT_MEAN', 'IMAGENET_DEFAULT_STD', 'IMAGENET_INCEPTION_MEAN',
            'IMAGENET_INCEPTION_STD', 'IMAGENET_DPN_MEAN', 'IMAGENET_DPN_STD', 'OPENAI_CLIP_MEAN', 'OPENAI_CLIP_STD',
            'CROP_MODES', 'GLOBAL_DRAWS', 'parse_input_size', 'expand_channel_stats', 'color_jitter_factors',
-           'jitter_ranges', 'resolve_data_config', 'resolve_model_data_config', 'mix_seed', 'seed_all', 'Draws',
-           'SampleBatch']
+           'jitter_ranges', 'resolve_data_config', 'resolve_model_data_config', 'seed_all', 'Draws', 'SampleBatch']
 
 # %% ../nbs/07_config.ipynb #097763e4
 DEFAULT_CROP_PCT = 0.875
@@ -182,19 +182,6 @@ def resolve_model_data_config(
     )
 
 # %% ../nbs/07_config.ipynb #03508f99
-_M64 = (1 << 64) - 1
-
-
-def mix_seed(*parts: int) -> int:
-    "One 63-bit seed from a few integers (a run's seed, an epoch, a position...): equal parts, equal seed; any change, an unrelated one."
-    h = 0x243F6A8885A308D3
-    for p in parts:
-        h = (h ^ (int(p) & _M64)) * 0xBF58476D1CE4E5B9 & _M64  # splitmix64's finaliser, over each part in turn
-        h = (h ^ (h >> 31)) * 0x94D049BB133111EB & _M64
-        h ^= h >> 29
-    return h >> 1
-
-
 def seed_all(seed: int):
     "Seeds Python's `random`, torch's CPU generator and numpy's global generator from one integer."
     random.seed(seed)

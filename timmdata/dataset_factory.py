@@ -10,6 +10,7 @@ import numpy as np
 from .dataset import ImageDataset
 from .sources.hf_readers import HfdsReader
 from .readers import Reader, find_split, reader_kinds, unset, register_scheme
+from .sources.registry import source_schemes, stream_source
 from .core.untrusted import names_keywords
 
 # %% auto #0
@@ -186,7 +187,7 @@ def create_dataset(
             **kwargs,
         )
         return ImageDataset(root, reader=reader, load_bytes=load_bytes, input_img_mode=input_img_mode, **ours)
-    if prefix in ('wds', 'hfids', 'parquet'):  # parquet/: Parquet files read by position (parquet.source)
+    if prefix == 'hfids' or stream_source(prefix) is not None:  # wds/, parquet/ and any registered stream source
         if prefix == 'hfids':
             kwargs['trust_remote_code'] = trust_remote_code
         return _iterable(
@@ -207,7 +208,8 @@ def create_dataset(
         raise _tfds_error(name)
     if prefix:
         raise ValueError(
-            f"unknown dataset scheme {prefix + '/'!r} in {name!r}; expected torch/, wds/, parquet/, hfds/, hfids/, or no "
+            f"unknown dataset scheme {prefix + '/'!r} in {name!r}; expected torch/, hfds/, hfids/, "
+            f"{', '.join(s + '/' for s in source_schemes())}, or no "
             f"prefix for a folder, tar, csv or store at root"
         )
     if root is None:
@@ -233,7 +235,7 @@ def _hfds_reader(name, root=None, split='train', class_map=None, **kwargs):
 
 
 def _wds_source(name, root=None, split='train', class_map=None, download=False, **kwargs):
-    from timmdata.sources.shard_io import WdsSource
+    from timmdata.sources.wds import WdsSource
 
     if class_map is not None:
         raise ValueError(

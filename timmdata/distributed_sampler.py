@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch.utils.data import Sampler, SequentialSampler
 from torch.utils.data.distributed import DistributedSampler
 from .config import mix_seed
-from .streams.global_order import permute_index
+from .core.permute import permute_index
 
 # %% auto #0
 __all__ = ['RUN', 'OrderedDistributedSampler', 'RepeatAugSampler', 'timm_sampler', 'SeededRandomSampler', 'OrdersItsEpochs',

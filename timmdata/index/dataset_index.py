@@ -9,18 +9,16 @@ from collections import OrderedDict
 from typing import Optional, Sequence
 import numpy as np
 from timmdata.sources.shard_io import (
-    IMAGE_KEYS,
     MAX_MEMBER_BYTES,
-    TARGET_KEYS,
     ShardError,
     ShardNotFoundError,
     is_transient_error,
     join_url,
-    load_info,
     open_shard,
     shard_name,
     url_scheme,
 )
+from ..sources.wds import IMAGE_KEYS, TARGET_KEYS, load_info
 from ..readers import FileHandle
 from .shard_index import INDEX_FILE, http_range, scan_shard, stat_shard
 from ..net.shard_cache import ShardCache
@@ -556,7 +554,7 @@ _HINTED = set()
 
 
 def dataset_spans(
-    source,  # a `shard_io.WdsSource`
+    source,  # a `wds.WdsSource`
     hint: bool = True,  # from `HINT_SHARDS` shards without an index, say once how to write one (what the global order wants)
 ) -> Optional[tuple]:
     "(a `ShardSpans` of `source`'s shards, each shard's size) from its dataset index; None when it has none (or its shards are not listed by an `_info.json`)."
@@ -570,7 +568,7 @@ def dataset_spans(
     if found is None:
         if hint and len(source.shards) >= HINT_SHARDS and root not in _HINTED:
             _HINTED.add(root)
-            how = (  # what happens without one (`global_order.sample_spans`)
+            how = (  # what happens without one (`span_reader.sample_spans`)
                 'each shard is scanned when first read (once a node)'
                 if source.remote and source.shard_lengths
                 else f'each of its {len(source.shards):,} shards is checked one by one in every process that builds the dataset'

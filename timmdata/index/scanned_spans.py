@@ -10,14 +10,8 @@ import numpy as np
 from ..core.settings import setting
 from ..core.untrusted import atomic_write, kept_folder
 from ..net.http import REQUEST_DEADLINE
-from timmdata.sources.shard_io import (
-    ShardError,
-    ShardNotFoundError,
-    ShardTruncatedError,
-    WdsSource,
-    shard_name,
-    url_scheme,
-)
+from ..sources.shard_io import ShardError, ShardNotFoundError, ShardTruncatedError, shard_name, url_scheme
+from ..sources.wds import WdsSource
 from .shard_index import http_range, scan_shard
 from ..net.shard_cache import close_held, open_held, wait_lock
 from .dataset_index import MAX_SPAN_BYTES, ListedSpans, layout_of, spans_of
@@ -154,7 +148,7 @@ class ScannedSpans:
 
 # %% ../../nbs/index/23c_scanned_spans.ipynb #938c804e27f84196a10c8828c723f798
 def spans_by_scanning(
-    source,  # a `shard_io.WdsSource`
+    source,  # a `wds.WdsSource`
     index_dir: Optional[str] = None,  # the node's folder for the scans (`ScannedSpans`)
 ) -> Optional[tuple]:
     "(a `ScannedSpans`, None) for http(s) shards that `_info.json` lists with their lengths, when the server answers ranged reads (one read of the first shard asks); (why not, None) when it does not; None for other shards (local ones, or not listed)."

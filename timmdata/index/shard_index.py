@@ -16,17 +16,13 @@ from timmdata.sources.shard_io import (
     ShardError,
     ShardNotFoundError,
     ShardTruncatedError,
-    WdsSource,
     http_open,
-    group_samples,
     is_transient_error,
-    load_info,
-    sample_target,
     shard_name,
-    split_key,
     tar_members,
     url_scheme,
 )
+from ..sources.wds import WdsSource, group_samples, load_info, sample_target, split_key
 from timmdata.core.untrusted import (
     FileTooLargeError,
     UnsafeFileError,
@@ -414,8 +410,8 @@ class ShardReader(Reader):
         root,  # folder (or http(s) URL prefix) with the shards and `_info.json`, a shard pattern, or a list of shards
         split: str = 'validation',  # a split of `_info.json` (timm's synonyms: 'val' finds 'validation'), or a brace pattern
         class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # not supported: shards hold class indices (write them with a class_map instead)
-        input_key: 'Optional[Union[str, Sequence[str]]]' = None,  # image extensions to try, in order ('jpg;png'); default `shard_io.IMAGE_KEYS`
-        target_key: 'Optional[str]' = None,  # target extensions or json fields ('cls'); default `shard_io.TARGET_KEYS` (absent: -1)
+        input_key: 'Optional[Union[str, Sequence[str]]]' = None,  # image extensions to try, in order ('jpg;png'); default `wds.IMAGE_KEYS`
+        target_key: 'Optional[str]' = None,  # target extensions or json fields ('cls'); default `wds.TARGET_KEYS` (absent: -1)
         index_dir: Optional[str] = None,  # where the index is kept; None: beside the shards if writable, else ~/.cache
         max_open_files: int = 16,  # shards held open at once per process
     ):

@@ -10,7 +10,8 @@ from collections import OrderedDict
 from typing import Iterator, Optional
 import numpy as np
 from ..core.untrusted import printable
-from ..readers import FileHandle, split_names
+from ..readers import FileHandle, split_names, unset
+from ..sources.registry import register_source
 from timmdata.sources.shard_io import (
     ShardError,
     ShardNotFoundError,
@@ -24,7 +25,7 @@ from ..index.shard_index import http_range
 from ..net.kept_http import coalesce, kept_get, kept_get_many
 from .parquet_footers import FooterSpans, IndexSpans, KeptFooters, fetch_footer
 from ..sources.spans import ShardChangedError
-from ..streams.global_order import SpanReader
+from ..index.span_reader import SpanReader
 from ..sources.whole_files import SERVERS, WholeFiles
 from timmdata.parquet.parquet_index import (
     MAX_INDEX_BYTES,
@@ -72,7 +73,8 @@ from timmdata.parquet.parquet_format import (
 )
 
 # %% auto #0
-__all__ = ['PARQUET_REMEDY', 'GROUPS_KEPT_BYTES', 'ParquetFiles', 'ParquetSource', 'ParquetBytes', 'ParquetReader']
+__all__ = ['PARQUET_REMEDY', 'GROUPS_KEPT_BYTES', 'ParquetFiles', 'ParquetSource', 'parquet_source', 'ParquetBytes',
+           'ParquetReader']
 
 # %% ../../nbs/parquet/26d_source.ipynb #e2b0f002
 class ParquetFiles:
@@ -296,6 +298,23 @@ class ParquetSource(ParquetFiles):
     def __repr__(self):
         return f'{type(self).__name__}({len(self.shards)} files, num_samples={self.num_samples}, split={self.split!r})'
 
+# %% ../../nbs/parquet/26d_source.ipynb #95bcc068
+def parquet_source(
+    root,  # a folder (the Hub's layout), a pattern, a file or a URL of Parquet files
+    split,  # the split whose files are read (`data/{split}-*.parquet`)
+    class_map=None,  # not supported: labels are read as written (remap them with `target_transform`)
+    **kwargs,  # `ParquetSource`'s (num_samples, input_key, target_key, cache_dir, ...)
+) -> ParquetSource:
+    "The `parquet/` scheme's source: Parquet files read by position (`create_dataset('parquet/<name>', root)`)."
+    if not unset(class_map):
+        raise ValueError(
+            f'class_map is not supported for parquet/ files ({class_map!r}): remap labels with target_transform'
+        )
+    return ParquetSource(root, split, **kwargs)
+
+
+register_source('parquet', parquet_source)
+
 # %% ../../nbs/parquet/26d_source.ipynb #b7c1d2e302
 def _sent_together(reader, requests: list) -> Optional[list]:
     "The bytes of each (file, offset, length, row) of `requests`, all over http(s), sent together on the thread's kept connection; None where a file is not over http(s) or anything failed (the caller reads them one by one: retries, deadlines, named errors)."
@@ -311,7 +330,7 @@ def _sent_together(reader, requests: list) -> Optional[list]:
 
 # %% ../../nbs/parquet/26d_source.ipynb #bbb11e91060f4df5b569a300af63cb2e
 class ParquetBytes(SpanReader):
-    "A `ParquetSource`'s files as bytes by offset, through `global_order.ShardBytes` (local files, the node cache, ranged GETs), each file checked against the index: a local file's footer and labels when it is opened (`parquet_index.check_file`), each answer's size and ETag over http(s); `ParquetReader` reads the samples through it."
+    "A `ParquetSource`'s files as bytes by offset, through `span_reader.ShardBytes` (local files, the node cache, ranged GETs), each file checked against the index: a local file's footer and labels when it is opened (`parquet_index.check_file`), each answer's size and ETag over http(s); `ParquetReader` reads the samples through it."
 
     def __init__(self, source: ParquetSource, max_open_files: int = 16, read_ahead: int = 8):
         self.spans, self.read_ahead, self.lengths = source.spans, max(1, int(read_ahead)), source.spans.lengths

@@ -15,7 +15,8 @@ import torch.distributed as dist
 import torch.utils.data
 from ..core.settings import setting
 from .shared_count import SharedCount
-from ..sources.shard_io import WdsSource, expand_braces
+from ..sources.shard_io import expand_braces
+from ..sources.wds import WdsSource
 
 try:
     import webdataset as wds  # optional (pip install 'timmdata[wds]'): `detshuffle2` is a stage of its pipelines

@@ -7,17 +7,14 @@ from __future__ import annotations
 from typing import Optional, Protocol, runtime_checkable
 import numpy as np
 from timmdata.sources.shard_io import (
-    IMAGE_KEYS,
     MAX_MEMBER_BYTES,
     REGULAR_KINDS,
-    TARGET_KEYS,
     ShardError,
     ShardTruncatedError,
-    WdsSource,
     shard_name,
-    split_key,
     tar_header,
 )
+from .wds import IMAGE_KEYS, TARGET_KEYS, WdsSource, split_key
 
 # %% auto #0
 __all__ = ['SPAN_PIECE', 'ShardChangedError', 'Spans', 'ReadsByPosition', 'cut_sample', 'span_members']
@@ -28,7 +25,7 @@ class ShardChangedError(ShardError):
 
 # %% ../../nbs/sources/22b_spans.ipynb #1268db62
 class Spans(Protocol):
-    "What a `global_order.SpanReader` reads a sample's span from, declared once: a dataset index's (`dataset_index.ShardSpans`), a list's (`dataset_index.ListedSpans`) or a scan's (`scanned_spans.ScannedSpans`)."
+    "What a `span_reader.SpanReader` reads a sample's span from, declared once: a dataset index's (`dataset_index.ShardSpans`), a list's (`dataset_index.ListedSpans`) or a scan's (`scanned_spans.ScannedSpans`)."
 
     lengths: list  # each shard's sample count (nothing read)
     remedy: str  # what the user does when the spans are stale (a shard changed after they were made)
@@ -52,7 +49,7 @@ class Spans(Protocol):
 # %% ../../nbs/sources/22b_spans.ipynb #9974562f
 @runtime_checkable
 class ReadsByPosition(Protocol):
-    "A stream source whose samples are read by (shard, member) through a reader it makes (a `global_order.SpanReader` with its own `read`): `parquet.source.ParquetSource`."
+    "A stream source whose samples are read by (shard, member) through a reader it makes (a `span_reader.SpanReader` with its own `read`): `parquet.source.ParquetSource`."
 
     def by_position(self, index_dir: Optional[str] = None): ...
 

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from typing import Optional, Sequence
 import numpy as np
 from ..config import mix_seed
-from .global_order import mix64, permute_keyed
+from ..core.permute import mix64, permute_keyed
 
 # %% auto #0
 __all__ = ['GOLDEN', 'BLOCK', 'RAMP_BLOCKS', 'MAX_STEP', 'MIX_ORDER', 'WeightSchedule', 'check_weights', 'floor_sum', 'MixCounts',

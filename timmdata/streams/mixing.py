@@ -12,8 +12,9 @@ from torch.utils.data import Sampler
 from ..config import mix_seed
 from ..distributed_sampler import ranks_or_one
 from ..readers.core import Reader, create_reader
-from ..sources.shard_io import WdsSource, shard_name
-from .global_order import SpanReader, sample_spans
+from ..sources.shard_io import shard_name
+from ..sources.wds import WdsSource
+from ..index.span_reader import SpanReader, sample_spans
 from .mix_order import MIX_ORDER, MixOrder, WeightSchedule, check_weights
 from ..sources.spans import ReadsByPosition
 from ..dataset import ImageDataset

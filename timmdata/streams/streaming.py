@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/25_streaming.ipynb #77338cd2
 from __future__ import annotations
-import importlib, itertools, math, os, random, warnings
+import itertools, math, os, random, warnings
 from typing import Callable, Iterator, Optional, Protocol, Sequence, Union, runtime_checkable
 import numpy as np
 import torch
@@ -14,21 +14,22 @@ from ..config import Draws, mix_seed, seed_all
 from ..pixels.decode import EncodedJpeg, ImageDecodeError
 from ..pixels.resample import PendingJpegCrop
 from ..dataset import DecodeTransform
-from ..sources.shard_io import WdsSource, url_scheme
-from . import global_order
+from ..sources.registry import check_source, make_source
+from ..sources.shard_io import url_scheme
+from ..sources.wds import WdsSource
+from ..index import span_reader
 from timmdata.streams.global_order import (
     BLOCK_SHARDS,
     MAX_PARTITIONS,
-    SpanReader,
+    PassOrders,
     epoch_length,
     read_in_order,
-    sample_spans,
     worker_positions,
 )
+from ..index.span_reader import SpanReader, sample_spans
 from ..index.dataset_index import ShardSpans, dataset_spans
 from ..sources.spans import ReadsByPosition
 from .lookahead import BadAhead, LooksAheadOfPasses, looking_ahead
-from ..readers import create_reader, unset
 from ..core.settings import setting
 from ..core.untrusted import MAX_SAMPLES, ResumeStateError, printable, state_error
 
@@ -84,61 +85,6 @@ def shuffle_buffer(
 
 # %% ../../nbs/streams/25_streaming.ipynb #17e2c084
 _BAD = ('raise', 'skip')
-
-
-def _stream_source(root, reader, split, class_map, num_samples, download, input_key, target_key, kwargs):
-    "The source object for `reader`: 'wds/<name>' (or None) -> `WdsSource`, 'hfids/<name>' -> `HfidsSource`, or an object."
-    if reader is not None and not isinstance(reader, str):
-        return reader
-    kind, _, name = (reader or 'wds').partition('/')
-    kind = kind.lower()  # timm's scheme names in any case ('HFIDS/...')
-    if kind == 'wds':
-        cmap = {} if unset(class_map) else {'class_map': class_map}  # labels and label lists remapped as timm does
-        return WdsSource(
-            root, split, input_key=input_key, target_key=target_key, num_samples=num_samples, **cmap, **kwargs
-        )
-    if kind == 'parquet':  # Parquet files (the Hub's layout): timmdata.parquet.source, pyarrow needed
-        ParquetSource = importlib.import_module(
-            'timmdata.parquet.source'
-        ).ParquetSource  # by name: it imports this module's neighbours
-        if not unset(class_map):
-            raise ValueError(
-                f"class_map is not supported for parquet/ files ({reader!r}): remap labels with target_transform"
-            )
-        return ParquetSource(root, split, num_samples=num_samples, input_key=input_key, target_key=target_key, **kwargs)
-    if (
-        kind == 'hfids'
-    ):  # through the scheme registry of `timmdata.readers`: the Hugging Face source is imported on first use
-        try:
-            return create_reader(
-                reader,
-                root=root,
-                split=split,
-                class_map=class_map,
-                num_samples=num_samples,
-                download=download,
-                input_key=input_key,
-                target_key=target_key,
-                **kwargs,
-            )
-        except ImportError as e:
-            raise ImportError(
-                f"reader {reader!r} needs timmdata.sources.hf_readers and Hugging Face datasets: pip install 'timmdata[hf]' ({e})"
-            ) from e
-    raise ValueError(
-        f"IterableImageDataset reader must be 'wds/<name>', 'hfids/<name>', 'parquet/<name>' or a stream source object; got {reader!r}"
-        + (" (tfds/ is not supported: write WebDataset shards with `timmdata shards`)" if kind == 'tfds' else '')
-    )
-
-
-def _check_source(src):
-    missing = [a for a in ('shards', 'num_samples', 'iter_shard', 'name_of') if not hasattr(src, a)]
-    if missing:
-        raise TypeError(
-            f'{type(src).__name__} is not a stream source: it lacks {", ".join(missing)} (see timmdata.sources.shard_io)'
-        )
-    if not src.shards:
-        raise ValueError(f'{src!r} has no shards')
 
 # %% ../../nbs/streams/25_streaming.ipynb #2e24511a
 _WARNED = set()  # fallback reasons already warned about in this process
@@ -407,9 +353,9 @@ class WorkerStream(LooksAheadOfPasses):
                 yield s, m
 
     def _read(self, positions) -> Iterator[tuple]:
-        "(shard, key, image, target) of each (shard, member) position: `global_order.READ_GROUP` read before the first is given, as the global order reads."
+        "(shard, key, image, target) of each (shard, member) position: `span_reader.READ_GROUP` read before the first is given, as the global order reads."
         positions, names, read = iter(positions), self.source.shards, self._local.read
-        while group := list(itertools.islice(positions, global_order.READ_GROUP)):
+        while group := list(itertools.islice(positions, span_reader.READ_GROUP)):
             yield from [(names[s],) + read(s, m) for s, m in group]
 
     def _items(self, shards: list) -> Iterator[tuple]:
@@ -505,7 +451,7 @@ class WorkerStream(LooksAheadOfPasses):
             )
         pos = worker_positions(start, end, self.batch_size, rank, world, wid, W, int(np.sum(lengths)), P)
         reads = (
-            self._spans.read_in_order(pos, self.seed, epoch, self.block_shards, P)
+            self._spans.read_in_order(PassOrders(self._spans.lengths, self.seed, epoch, self.block_shards, P), pos)
             if self._spans is not None  # one pass over the bytes
             else read_in_order(self.source, pos, self.seed, epoch, self.block_shards, P)
         )  # a block's shards from their starts
@@ -573,10 +519,8 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
             raise ValueError(f'partitions must be None or an int >= 1 (e.g. the number of nodes); got {partitions!r}')
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f'batch_size must be an int >= 1; got {batch_size!r}')
-        self.source = _stream_source(
-            root, reader, split, class_map, num_samples, download, input_key, target_key, kwargs
-        )
-        _check_source(self.source)
+        self.source = make_source(root, reader, split, class_map, num_samples, download, input_key, target_key, kwargs)
+        check_source(self.source)
         self.root, self.split, self.is_training, self.batch_size, self.seed = root, split, is_training, batch_size, seed
         self.num_samples = num_samples if num_samples is not None else self.source.num_samples
         n = self.num_samples

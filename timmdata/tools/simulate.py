@@ -10,11 +10,11 @@ from types import SimpleNamespace
 from typing import Optional, Sequence, Union
 import numpy as np
 import torch
+from ..index.span_reader import READ_AHEAD, SpanReader
 from timmdata.streams.global_order import (
+    PassOrders,
     BLOCK_SHARDS,
-    READ_AHEAD,
     GlobalOrder,
-    SpanReader,
     batch_pieces,
     epoch_length,
     slice_positions,
@@ -136,11 +136,8 @@ def worker_plan_cost(
     mem_order = tracemalloc.get_traced_memory()[0]
     n, shards = 0, set()
     for p, shard, *_ in r.read_in_order(
+        PassOrders(r.lengths, seed, epoch, block_shards, partitions),
         worker_positions(start, end, batch_size, rank, world, worker, workers, order.total, partitions),
-        seed,
-        epoch,
-        block_shards,
-        partitions,
     ):
         n += 1
         shards.add(shard)
