@@ -6,7 +6,8 @@
 from __future__ import annotations
 import argparse, math
 from typing import Optional, Sequence
-from ..streams.global_order import BLOCK_SHARDS, MAX_PARTITIONS, READ_AHEAD
+from ..streams.global_order import BLOCK_SHARDS, MAX_PARTITIONS
+from ..index.span_reader import READ_AHEAD
 from ..net.shard_cache import parse_size
 from .simulate_mix import mix_weights
 
