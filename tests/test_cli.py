@@ -5,7 +5,7 @@ Uses the installed console script next to the running Python (`.venv/bin/timmdat
 Every command starts a Python that imports torch (seconds), so they are started together, once per module, and the
 cases per command (a damaged file, a missing root, an empty folder, a bad option, --debug) and the one-line mistakes
 run in ONE Python (DRIVER) calling `main` as the console script does; the finer cases are tested in-process in nbs/47_cli.ipynb."""
-import argparse, json, os, shutil, subprocess, sys, tarfile
+import argparse, json, os, re, shutil, subprocess, sys, tarfile
 from pathlib import Path
 
 import pytest
@@ -49,6 +49,7 @@ def runs(tmp_path_factory):
     (damaged / 'val' / 'a' / 'zero.jpg').write_bytes(b'')
     empty_dir = tmp_path_factory.mktemp('empty')
     out = tmp_path_factory.mktemp('out')
+    pq_bad, pq_clean, pq_cut = parquet_folders(clean, tmp_path_factory)
     cases = {  # command -> kind of mistake -> argv: run in one Python (one torch import), see DRIVER
         'demo': {'damaged': ['demo', '--root', str(damaged), '--batch-size', '2', '--no-progress', '--out', str(out / 'd.png')],
                  'missing': ['demo', '--root', '/nonexistent'], 'empty': ['demo', '--root', str(empty_dir)],
@@ -63,7 +64,13 @@ def runs(tmp_path_factory):
                   'bad_workers': ['cache', str(damaged), str(out / 's4'), '--workers', '-1']},
         'check': {'damaged': ['check', str(damaged), '--workers', '0', '--no-progress'], 'missing': ['check', '/nonexistent'],
                   'empty': ['check', str(empty_dir)], 'bad_option': ['check', str(damaged), '--workers', '-1'],
-                  'bad_split': ['check', str(clean), '--split', 'tain', '--no-progress']},
+                  'bad_split': ['check', str(clean), '--split', 'tain', '--no-progress'],
+                  'no_images': ['check', str(empty), '--no-progress'],
+                  'parquet_bad': ['check', str(pq_bad), '--workers', '2', '--no-progress'],
+                  'parquet_clean': ['check', str(pq_clean), '--workers', '0', '--no-progress']},
+        'index': {'parquet_cut': ['index', str(pq_cut), '--no-progress'], 'parquet': ['index', str(pq_clean), '--no-progress']},
+        'tune': {'damaged': ['tune', str(damaged / 'train'), '--batch-size', '2', '--window', '1', '--seconds', '0',
+                             '--max-batches', '4']},
         'shards': {'damaged': ['shards', str(damaged), str(out / 'sh'), '--resize', '32', '--no-progress'],
                    'missing': ['shards', '/nonexistent', str(out / 'sh1')], 'empty': ['shards', str(empty_dir), str(out / 'sh2')],
                    'bad_option': ['shards', str(damaged), str(out / 'sh3'), '--shard-size', '0'],
@@ -93,6 +100,21 @@ def runs(tmp_path_factory):
         so, se = p.communicate(timeout=300)
         out[k] = subprocess.CompletedProcess(cmds[k][0], p.returncode, so, se)
     return out
+
+
+def parquet_folders(clean, tmp_path_factory) -> tuple:
+    "Parquet files of the clean dataset's 4 training images, 4 times: 4 files of 4 rows, row 9 a JPEG cut short and the last file cut short (bad); the same rows whole (clean); a folder of one file cut short (cut)."
+    from timmdata.parquet.parquet_files import write_sample_parquet
+    jpegs = sorted((clean / 'train').rglob('*.JPEG'))
+    rows = [(f.read_bytes(), ['a', 'b'].index(f.parent.name)) for f in jpegs] * 4  # 4 images, 16 rows
+    folders = [tmp_path_factory.mktemp(n) for n in ('pq_bad', 'pq_clean', 'pq_cut')]
+    write_sample_parquet(folders[1], rows[:16], ['a', 'b'], files=4, row_group_size=3)
+    rows[9] = (rows[9][0][:700], rows[9][1])
+    parts = write_sample_parquet(folders[0], rows[:16], ['a', 'b'], files=4, row_group_size=3)
+    Path(parts[3]).write_bytes(Path(parts[3]).read_bytes()[:-200])
+    (cut,) = write_sample_parquet(folders[2], rows[:4], ['a', 'b'], files=1)
+    Path(cut).write_bytes(Path(cut).read_bytes()[:-50])
+    return folders
 
 
 def test_info(runs):
@@ -324,3 +346,45 @@ def test_all_extra_holds_every_optional_feature():
     for k, reqs in features.items():
         assert reqs and set(reqs) <= set(extras['all']), f'[all] leaves out [{k}]: {sorted(set(reqs) - set(extras["all"]))}'
     assert set(extras['all']) == {r for reqs in features.values() for r in reqs}, 'holds only the features'
+
+
+def test_check_names_each_damaged_parquet_row_and_file(runs):
+    "A folder of Parquet files in the Hub's layout: the damaged row named by its file and row, the file cut short by its name, status 1; a clean one passes."
+    status, out, err = per_command(runs)['check/parquet_bad']
+    lines = out.splitlines()
+    assert status == 1 and len(lines) == 3, (status, out, err)
+    assert lines[0].startswith('data/train-00002-of-00004.parquet row 1: ImageDecodeError: truncated JPEG (700 bytes)'), lines
+    assert lines[1].startswith('data/train-00003-of-00004.parquet: ParquetError: ') and 'does not end with PAR1' in lines[1], lines
+    assert lines[2].startswith('checked 12 images in 4 Parquet files') and lines[2].endswith('1 bad row (1 undecodable, 0 decode with warnings); 1 damaged file'), lines
+    status, out, err = per_command(runs)['check/parquet_clean']
+    assert status == 0 and out.splitlines()[-1].startswith('checked 16 images in 4 Parquet files') and out.strip().endswith('all decode'), (status, out, err)
+
+
+def test_index_says_what_exact_reads_are_and_names_check(runs):
+    "`timmdata index` on Parquet files: its last line says in words how each image will be read; a damaged file is one line that names `timmdata check`, which lists it."
+    status, out, err = per_command(runs)['index/parquet']
+    assert status == 0 and out.splitlines()[-1] == '16 rows, 16 exact reads: each image is read by itself, one read of its own bytes (an exact read)', (out, err)
+    status, out, err = per_command(runs)['index/parquet_cut']
+    assert status == 2 and len(err.splitlines()) == 1 and 'does not end with PAR1' in err and '`timmdata check ' in err, (status, err)
+
+
+def test_advice_said_in_the_shell_is_the_commands(runs):
+    "Every option a command's error names is an option of that command, and no Python keyword advice (`pass name=`) reaches a shell: said as the option, or left out."
+    from timmdata.tools.cli import command_options
+    seen, cases = 0, json.loads(runs['cases'].args[-1])
+    for key, (status, out, err) in per_command(runs).items():
+        group, kind = key.split('/')
+        cmd = cases[group][kind][0]  # the command the case ran (the group 'top' runs demo and check)
+        if cmd not in COMMANDS or status not in (1, 2) or not err.strip():
+            continue
+        last = re.sub(r'unrecognized arguments: [^;]*', '', err.strip().splitlines()[-1])  # the user's words, not advice
+        opts = command_options(cmd)
+        named = set(re.findall(r'(?<![\w-])--[a-z][a-z0-9-]*', last))
+        assert named <= opts, f'timmdata {cmd} names {sorted(named - opts)}, which it does not have: {last}'
+        assert not re.search(r'\bpass [a-z_]+=', last), f'timmdata {cmd} advises a Python keyword: {last}'
+        seen += 1
+    assert seen >= 20, seen  # the damaged, missing, empty and misspelt cases of every command
+    status, _, err = per_command(runs)['check/no_images']
+    assert status == 2 and 'found no images' in err and 'extensions=' not in err, err
+    status, _, err = per_command(runs)['tune/damaged']
+    assert status == 2 and '--bad-sample skip' in err and len(err.splitlines()) == 1, err

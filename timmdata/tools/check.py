@@ -17,9 +17,15 @@ from ..pixels.decode import decode_image
 from ..readers import FolderReader, Reader, create_reader, natural_key
 from ..store.format import StoreDamagedError
 from ..core.untrusted import printable
+from ..readers import NoImagesError
+from ..parquet.source import ParquetSource
+from ..parquet.parquet_files import PARQUET_INDEX_FILE, local_names, match_split
+from ..parquet.parquet_index import check_file, read_parquet_index, rebuild_hint, row_mark
+from ..parquet.parquet_reader import is_parquet_folder  # importing it registers the 'parquet' reader kind
 
 # %% auto #0
-__all__ = ['check_image', 'BadImage', 'CheckResult', 'usable_cpus', 'check_images', 'not_images', 'check_main']
+__all__ = ['check_image', 'BadImage', 'CheckResult', 'usable_cpus', 'in_pool', 'parquet_folder', 'check_images', 'not_images',
+           'file_source', 'against_index', 'check_parquet', 'check_main']
 
 # %% ../../nbs/tools/46_check.ipynb #80c4c161
 class _Fd2Trap:
@@ -86,11 +92,11 @@ class BadImage(NamedTuple):
     filename: str  # file name relative to the dataset root (a tar's member name)
     kind: str  # 'error': cannot be read or decoded; 'warning': decodes, but the decoder reported damaged data
     reason: str  # the exception or the warnings, one line
+    row: Optional[int] = None  # a Parquet file's row (None: the whole file, or a dataset of image files)
 
     def __str__(self):
-        return (
-            f'{printable(self.filename, None)}: {printable(self.reason, None)}'  # names come from the dataset: escaped
-        )
+        at = '' if self.row is None else f' row {self.row}'
+        return f'{printable(self.filename, None)}{at}: {printable(self.reason, None)}'  # the dataset's names: escaped
 
 
 @dataclass
@@ -104,6 +110,7 @@ class CheckResult:
     left_out: list = field(
         default_factory=list
     )  # files under a folder root that are not images by their extension, not checked
+    files: int = 0  # Parquet files checked (0: a dataset of image files)
 
     @property
     def ok(self) -> bool:
@@ -115,6 +122,8 @@ class CheckResult:
 
     def summary(self) -> str:
         "One line: how many images, how many bad (undecodable / damaged), how long, how many other files left out."
+        if self.files:
+            return self._parquet_summary()
         n = len(self.bad)
         what = (
             'all decode'
@@ -130,6 +139,27 @@ class CheckResult:
             else f'; {k} other files left out (not images, by their extension)'
         )
         return f'checked {self.checked} images under {self.root!r} in {self.seconds:.1f} s: {what}{other}'
+
+    def _parquet_summary(self) -> str:
+        "The summary of a folder of Parquet files: the rows whose image is bad, the files (or row groups) that cannot be read, the rows and files out of date with the folder's index."
+        s = lambda n, word: f'{n} {word}' + 's' * (n != 1)
+        stale = [b for b in self.bad if 'timmdata index' in b.reason]  # named with the command that writes it again
+        rows = [b for b in self.bad if b.row is not None and b not in stale]
+        damaged = len(self.bad) - len(rows) - len(stale)
+        n_err = sum(b.kind == 'error' for b in rows)
+        what = (
+            [f'{s(len(rows), "bad row")} ({n_err} undecodable, {len(rows) - n_err} decode with warnings)']
+            if rows
+            else []
+        )
+        what += [s(damaged, 'damaged file')] if damaged else []
+        n_rows, n_files = sum(b.row is not None for b in stale), sum(b.row is None for b in stale)
+        old = [s(n, w) for n, w in ((n_rows, 'row'), (n_files, 'file')) if n]
+        what += [' and '.join(old) + ' out of date with the index'] if old else []
+        return (
+            f'checked {self.checked} images in {s(self.files, "Parquet file")} under {self.root!r} in {self.seconds:.1f} s: '
+            + ('; '.join(what) if what else 'all decode')
+        )
 
     def __repr__(self):
         return f'CheckResult({self.summary()})'
@@ -165,50 +195,90 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
 
 # %% ../../nbs/tools/46_check.ipynb #22daa402
+def in_pool(
+    tasks: list,  # the tasks, each handed to `work` in a pool process
+    work,  # work(task) -> (how many checked, [bad ones])
+    init,  # init(*initargs): each pool process's set-up (here too when num_workers is 0)
+    initargs: tuple,
+    num_workers: int,  # processes; 0 (or a single task): in this process
+    bar,  # a tqdm bar, updated by the counts
+    died,  # died(tasks not done) -> the message when a pool process dies
+) -> list:
+    "(how many checked, the bad ones) of every task, `work` run in a pool of `num_workers` processes (forked where the system can)."
+    n, found = 0, []
+    if num_workers == 0 or len(tasks) <= 1:
+        init(*initargs)
+        for t in tasks:
+            k, b = work(t)
+            bar.update(k)
+            n, found = n + k, found + b
+        return n, found
+    ctx = mp.get_context('fork' if 'fork' in mp.get_all_start_methods() else 'spawn')
+    with ProcessPoolExecutor(min(num_workers, len(tasks)), ctx, initializer=init, initargs=initargs) as ex:
+        futs, done = {ex.submit(work, t): t for t in tasks}, set()
+        try:
+            for f in as_completed(futs):
+                k, b = f.result()
+                bar.update(k)
+                n, found = n + k, found + b
+                done.add(f)
+        except BrokenProcessPool as e:
+            raise RuntimeError(died([t for f, t in futs.items() if f not in done])) from e
+    return n, found
+
+
+def parquet_folder(
+    root,  # a dataset root; `parquet/FOLDER`: read as Parquet whatever else it holds
+    split: Optional[str] = None,  # the split asked for: a folder whose Parquet files hold it is one of Parquet files
+) -> Optional[str]:
+    "The local folder of Parquet files `root` names, or None: `parquet/FOLDER`, a folder `create_reader` reads as Parquet, or one whose Parquet files hold `split` (the Hub's `{config}/{split}/0000.parquet`)."
+    r = os.fspath(root) if isinstance(root, (str, os.PathLike)) else None
+    if r is None:
+        return None
+    if r.startswith('parquet/'):
+        return r[len('parquet/') :]
+    if is_parquet_folder(r) or (split and os.path.isdir(r) and match_split(local_names(r), split)):
+        return r
+    return None
+
+
 def check_images(
-    root,  # dataset root: a folder, a .tar or folder of tars, a .csv, a store (anything `create_reader` reads)
+    root,  # dataset root: a folder, a .tar or folder of tars, a .csv, a store (anything `create_reader` reads), a folder of Parquet files
     num_workers: Optional[int] = None,  # processes decoding; None: one per usable CPU; 0: in this process
     progress: bool = True,  # a progress bar on stderr
     split: Optional[str] = None,  # check only this split (see `find_split`); None: every image under root
-    reader: 'Optional[Union[Reader, str]]' = None,  # a `Reader` to check instead, or a reader kind ('folder', 'tar', 'csv', 'store')
+    reader: 'Optional[Union[Reader, str]]' = None,  # a `Reader` to check instead, or a reader kind ('folder', 'tar', 'csv', 'store', 'parquet')
     mode: str = 'RGB',  # decode to this PIL mode, as the dataset will
     strict: bool = True,  # also report images whose decoder warns (damaged data, made-up pixels)
     chunk_size: int = 64,  # samples per task handed to a process
-    **kwargs,  # passed to the reader (e.g. `extensions`)
+    **kwargs,  # passed to the reader (e.g. `extensions`; for Parquet files `image_column`, `label_column`)
 ) -> CheckResult:
     "Decode every image of a dataset whole, in parallel; list the ones that fail (or warn) with the reason."
-    rd = reader if isinstance(reader, Reader) else create_reader(root, split=split, kind=reader, **kwargs)
     nw = usable_cpus() if num_workers is None else int(num_workers)
     if nw < 0 or chunk_size < 1:
         raise ValueError(f'check_images needs num_workers >= 0 and chunk_size >= 1; got {num_workers}, {chunk_size}')
-    n, t0, found = len(rd), time.perf_counter(), []
+    folder = parquet_folder(root, split) if reader in (None, 'parquet') else None
+    if reader == 'parquet' and folder is None:
+        folder = os.fspath(root)
+    if (
+        folder is not None
+    ):  # a folder of Parquet files: each file checked apart, so that a damaged one is named, not fatal
+        return check_parquet(folder, nw, progress, split, mode, strict, **kwargs)
+    try:
+        rd = reader if isinstance(reader, Reader) else create_reader(root, split=split, kind=reader, **kwargs)
+    except NoImagesError:
+        if reader is None and os.path.isdir(root) and local_names(os.fspath(root)):  # Parquet files deeper down
+            return check_parquet(os.fspath(root), nw, progress, split, mode, strict, **kwargs)
+        raise
+    n, t0 = len(rd), time.perf_counter()
     chunks = [range(s, min(n, s + chunk_size)) for s in range(0, n, chunk_size)]
+    died = lambda left: (
+        f'a check process died (a crash in a decoder, or killed for memory) while decoding one of '
+        f'{sum(map(len, left))} images, the first {rd.filename(min(min(c) for c in left))!r}; check them with '
+        f'check_image one by one, in a separate process'
+    )
     with tqdm(total=n, desc='timmdata check', unit='img', disable=not progress, file=sys.stderr) as bar:
-        if nw == 0 or len(chunks) == 1:
-            _init_worker(rd, mode, strict)
-            for c in chunks:
-                k, b = _check_chunk(c)
-                bar.update(k)
-                found += b
-        else:
-            ctx = mp.get_context('fork' if 'fork' in mp.get_all_start_methods() else 'spawn')
-            with ProcessPoolExecutor(
-                min(nw, len(chunks)), ctx, initializer=_init_worker, initargs=(rd, mode, strict)
-            ) as ex:
-                futs, done = {ex.submit(_check_chunk, c): c for c in chunks}, set()
-                try:
-                    for f in as_completed(futs):
-                        k, b = f.result()
-                        bar.update(k)
-                        found += b
-                        done.add(f)
-                except BrokenProcessPool as e:
-                    left = sorted(i for f, c in futs.items() if f not in done for i in c)
-                    raise RuntimeError(
-                        f'a check process died (a crash in a decoder, or killed for memory) while decoding '
-                        f'one of {len(left)} images, the first {rd.filename(left[0])!r}; check them with '
-                        f'check_image one by one, in a separate process'
-                    ) from e
+        _, found = in_pool(chunks, _check_chunk, _init_worker, (rd, mode, strict), nw, bar, died)
     bad = [BadImage(i, rd.filename(i), kind, reason) for i, kind, reason in sorted(found)]
     return CheckResult(str(root), n, bad, time.perf_counter() - t0, not_images(rd))
 
@@ -225,15 +295,155 @@ def not_images(reader: Reader) -> list:
         ]
     return sorted(out, key=natural_key)
 
+# %% ../../nbs/tools/46_check.ipynb #ebfe29fa
+_PARQUET = {}  # in each pool process: the folder, its files, the options, each file's source once opened
+
+
+def _init_parquet(root, names, columns, marks, remedy, mode, strict):
+    torch.set_num_threads(1)  # a process per core already
+    _PARQUET.clear()
+    _PARQUET.update(
+        root=root, names=names, columns=columns, marks=marks, remedy=remedy, mode=mode, strict=strict, trap=_Fd2Trap()
+    )
+    _PARQUET['sources'] = {}
+
+
+def file_source(root: str, name: str, columns: dict) -> ParquetSource:
+    "The `ParquetSource` of one Parquet file alone (its footer read and checked), without the folder's index."
+    return ParquetSource([os.path.join(root, name)], use_index=False, **columns)
+
+
+def _check_row_group(task) -> tuple:
+    "(rows checked, [(file, row, kind, reason)]) of row group `g` of file `k`, whose first row is `first`: read by pyarrow with its pages checked first (`ParquetSource.read_group`), each image decoded whole and checked against its mark in the index, where there is one."
+    k, g, first = task
+    w = _PARQUET
+    src = w['sources'].get(k) or w['sources'].setdefault(k, file_source(w['root'], w['names'][k], w['columns']))
+    try:
+        imgs, _ = src.read_group(0, g)
+    except (OSError, ValueError) as e:  # ParquetError, a file cut since its footer was read, ...
+        n = src.metadata(0).row_group(g).num_rows
+        why = _one_line(e).replace(os.path.join(w['root'], w['names'][k]), w['names'][k])
+        return 0, [(k, -1, 'error', f'row group {g} (rows {first} to {first + n - 1}) cannot be read: {why}')]
+    marks, bad = w['marks'][k], []
+    for j, img in enumerate(imgs):
+        m = first + j
+        if img is None:
+            bad.append((k, m, 'error', 'no image (null): remove the row or fill it'))
+        elif marks is not None and row_mark(img) != marks[m]:
+            why = f'holds another image than the one indexed (the file changed after it was indexed); {w["remedy"]}'
+            bad.append((k, m, 'error', why))
+        else:
+            r = check_image(img, w['mode'], w['strict'], w['trap'])
+            if r is not None:
+                bad.append((k, m, *r))
+    return len(imgs), bad
+
+
+def against_index(
+    root: str,
+    name: str,  # a Parquet file under root
+    src: ParquetSource,  # its source (`file_source`)
+    found: tuple,  # the folder's index: (header, table) (`read_parquet_index`)
+    remedy: str,  # what to do when it is out of date (`rebuild_hint`)
+) -> tuple:
+    "(what is wrong or None, each row's mark or None) of a file checked against the folder's index as a training read checks it: its size and rows, its footer and labels (`parquet_index.check_file`); no marks for a file the index does not list."
+    head, table = found
+    at = {e[0]: j for j, e in enumerate(head['files'])}
+    if name not in at:
+        return None, None
+    e, size, rows = head['files'][at[name]], src.sizes[0], src.shard_lengths[0]
+    if (size, rows) != (e[1], e[2]):
+        return (
+            f'ShardChangedError: it is {size:,} bytes and {rows:,} rows; the index says {e[1]:,} bytes and {e[2]:,} rows: '
+            f'it changed after it was indexed; {remedy}'
+        ), None
+    try:
+        with open(os.path.join(root, name), 'rb') as f:
+            read_at = lambda o, n: os.pread(f.fileno(), n, o)
+            check_file(read_at, size, e[4:], head['label_column'], f'Parquet file {name}', remedy)
+    except (OSError, ValueError) as err:
+        return _one_line(err), None
+    start = sum(x[2] for x in head['files'][: at[name]])
+    return None, table[start : start + rows, 6].copy()
+
+# %% ../../nbs/tools/46_check.ipynb #0e7b5824
+def check_parquet(
+    root,  # a local folder of Parquet files: the Hub's layout (data/train-00000-of-00002.parquet, ...) or a split's folder
+    num_workers: Optional[int] = None,  # processes decoding; None: one per usable CPU; 0: in this process
+    progress: bool = True,  # a progress bar on stderr
+    split: Optional[str] = None,  # only this split (the Hub's layout, timm's synonyms, a glob); None: every file
+    mode: str = 'RGB',  # decode to this PIL mode, as the dataset will
+    strict: bool = True,  # also report images whose decoder warns (damaged data, made-up pixels)
+    image_column: Optional[str] = None,
+    label_column: Optional[str] = None,  # as `ParquetSource` finds them when None
+) -> CheckResult:
+    "Decode every row's image of the Parquet files under `root` whole, a row group at a time, in parallel; list the bad rows (file and row) and the files that cannot be read."
+    root = os.fspath(root)
+    if not os.path.isdir(root):
+        gone = not os.path.exists(root)
+        raise FileNotFoundError(f'dataset root {root!r} ' + ('does not exist' if gone else 'is not a folder'))
+    names = sorted(local_names(root), key=natural_key)
+    names = match_split(names, split) if split else names
+    if not names:
+        of = f' of split {split!r}' if split else ''
+        raise NoImagesError(f'no Parquet files{of} under {printable(root)!r} (looked three folders down for *.parquet)')
+    nw = usable_cpus() if num_workers is None else int(num_workers)
+    if nw < 0:
+        raise ValueError(f'check_parquet needs num_workers >= 0; got {num_workers}')
+    t0, columns, remedy = (
+        time.perf_counter(),
+        dict(image_column=image_column, label_column=label_column),
+        rebuild_hint(root),
+    )
+    whole, tasks, marks, rows = [], [], [], [0] * len(names)  # whole: (file, -1, kind, reason) of a file named whole
+    try:
+        found = read_parquet_index(root)
+    except (OSError, ValueError) as e:  # the index itself damaged: named, and the files checked without it
+        found = None
+        whole.append((-1, -1, 'error', _one_line(e)))
+    for k, name in enumerate(names):
+        try:
+            src = file_source(root, name, columns)
+        except (OSError, ValueError) as e:  # its name as the folder gives it (the source names its path)
+            whole.append((k, -1, 'error', _one_line(e).replace(os.path.join(root, name), name)))
+            marks.append(None)
+            continue
+        wrong, mk = against_index(root, name, src, found, remedy) if found is not None else (None, None)
+        if wrong is not None:
+            whole.append((k, -1, 'error', wrong))
+        marks.append(mk)
+        md = src.metadata(0)
+        for g in range(md.num_row_groups):
+            tasks.append((k, g, rows[k]))
+            rows[k] += md.row_group(g).num_rows
+    died = lambda left: (
+        f'a check process died (a crash in a decoder, or killed for memory) while reading or decoding row group '
+        f'{left[0][1]} of {names[left[0][0]]} or one of {len(left) - 1} other row groups; check that file with num_workers=0'
+    )
+    init = (root, names, columns, marks, remedy, mode, strict)
+    with tqdm(total=sum(rows), desc='timmdata check', unit='img', disable=not progress, file=sys.stderr) as bar:
+        checked, found_rows = in_pool(tasks, _check_row_group, _init_parquet, init, nw, bar, died)
+    before = [sum(rows[:k]) for k in range(len(names))]  # a row's index: its place in the files' order
+    bad = [
+        BadImage(
+            -1 if m < 0 else before[k] + m, PARQUET_INDEX_FILE if k < 0 else names[k], kind, why, None if m < 0 else m
+        )
+        for k, m, kind, why in sorted(whole + found_rows)
+    ]
+    return CheckResult(root, checked, bad, time.perf_counter() - t0, [], len(names))
+
 # %% ../../nbs/tools/46_check.ipynb #5f55cb9a
 def check_main(argv: list[str] | None = None) -> int:
     "`timmdata check ROOT [--split S] [--workers N] [--errors-only] [--verbose] [--no-progress]`: exit status 1 when an image is bad."
     ap = argparse.ArgumentParser(
         prog='timmdata check',
         description='Decode every image of a dataset whole, in parallel, '
-        'and list the ones that cannot be decoded (or decode with warnings), with the reason.',
+        'and list the ones that cannot be decoded (or decode with warnings), with the reason. '
+        'A folder of Parquet files: every row\'s image, each bad one named by its file and row, a damaged file by its name.',
     )
-    ap.add_argument('root', help='dataset root: a folder, a .tar or folder of .tars, a .csv, or a store')
+    ap.add_argument(
+        'root', help='dataset root: a folder, a .tar or folder of .tars, a .csv, a store, or a folder of Parquet files'
+    )
     ap.add_argument('--split', default=None, help='check only this split (default: every image under ROOT)')
     ap.add_argument(
         '--workers', type=int_at_least(0), default=None, help='decoding processes (default: one per CPU; 0: none)'
@@ -242,11 +452,32 @@ def check_main(argv: list[str] | None = None) -> int:
     ap.add_argument('--absolute', action='store_true', help='print absolute file names')
     ap.add_argument('--verbose', action='store_true', help='also list the files left out as not images')
     ap.add_argument('--no-progress', action='store_true', help='no progress bar')
+    ap.add_argument('--image-column', default=None, help='Parquet files: the image column (default: found by its type)')
+    ap.add_argument(
+        '--label-column',
+        default=None,
+        help='Parquet files: the label column (default: a ClassLabel, else one named label)',
+    )
     a = ap.parse_args(argv)
-    rd = create_reader(a.root, split=a.split)
-    r = check_images(a.root, a.workers, not a.no_progress, reader=rd, strict=not a.errors_only)
-    if a.absolute:
-        r.bad = [b._replace(filename=rd.filename(b.index, absolute=True)) for b in r.bad]
+    folder, rd = parquet_folder(a.root, a.split), None
+    if folder is None:
+        try:
+            rd = create_reader(a.root, split=a.split)
+        except NoImagesError:
+            if not (os.path.isdir(a.root) and local_names(a.root)):
+                raise
+            folder = a.root  # Parquet files deeper down (the Hub's {config}/{split}/0000.parquet)
+    if folder is not None:
+        cols = dict(image_column=a.image_column, label_column=a.label_column)
+        r = check_parquet(folder, a.workers, not a.no_progress, a.split, strict=not a.errors_only, **cols)
+        if a.absolute:
+            r.bad = [b._replace(filename=os.path.abspath(os.path.join(folder, b.filename))) for b in r.bad]
+    else:
+        if a.image_column or a.label_column:
+            ap.error(f'--image-column and --label-column are for a folder of Parquet files; {a.root!r} is none')
+        r = check_images(a.root, a.workers, not a.no_progress, reader=rd, strict=not a.errors_only)
+        if a.absolute:
+            r.bad = [b._replace(filename=rd.filename(b.index, absolute=True)) for b in r.bad]
     for b in r.bad:
         print(b)
     if a.verbose:

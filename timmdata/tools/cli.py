@@ -12,10 +12,10 @@ from ..core.settings import setting
 from ..core.untrusted import did_you_mean, printable
 
 # %% auto #0
-__all__ = ['USER_ERRORS', 'LIBRARY_ERRORS', 'BAD_DATA', 'COMMANDS', 'ROOT_ARG', 'CliError', 'is_user_error', 'user_message',
-           'fail', 'warnings_counted', 'HelpFormatter', 'ParserBuilt', 'commands_parse', 'command_parser',
-           'save_batch_grid', 'demo_main', 'info', 'info_main', 'usage', 'job', 'dataset_root', 'profile_main',
-           'fewer_batches', 'tune_main', 'options_suggested', 'main']
+__all__ = ['USER_ERRORS', 'LIBRARY_ERRORS', 'BAD_DATA', 'COMMANDS', 'ROOT_ARG', 'CliError', 'is_user_error', 'cli_advice',
+           'user_message', 'fail', 'warnings_counted', 'HelpFormatter', 'ParserBuilt', 'commands_parse',
+           'command_options', 'command_parser', 'save_batch_grid', 'demo_main', 'info', 'info_main', 'usage', 'job',
+           'dataset_root', 'profile_main', 'fewer_batches', 'tune_main', 'options_suggested', 'main']
 
 # %% ../../nbs/tools/47_cli.ipynb #293d9d4e
 class CliError(Exception):
@@ -50,16 +50,48 @@ def is_user_error(e: BaseException) -> bool:
     return isinstance(e, USER_ERRORS) or _library_error(e)
 
 
+_VALUE = r"(?:'[^']*'|\"[^\"]*\"|[^\s,;()]*)"  # a keyword's value in a message: quoted, `...`, a word, or none
+_ADVICE = re.compile(  # `pass name=value` (`and other=value`...): its lead, the keywords, the rest of its clause
+    rf"(?P<lead>,? or |; |: | \()pass (?P<kws>[a-z_]+={_VALUE}(?:(?: and |, | or )[a-z_]+={_VALUE})*)"
+    r"(?P<rest>[^;()]*)(?P<close>\))?"
+)
+
+
+def cli_advice(
+    s: str,  # a library's message
+    options: Optional[
+        set
+    ] = None,  # the command's options (`--bad-sample`, ...); None: unknown, only `bad_sample` said as a flag
+) -> str:
+    "A library message's advice in Python words (`pass bad_sample='skip'`) said as the command's options (`pass --bad-sample skip`); advice of a keyword the command has no option for is left out: a shell user cannot follow it."
+
+    def said(m):
+        kws = re.findall(rf'([a-z_]+)=({_VALUE})', m['kws'])
+        flags = ['--' + k.replace('_', '-') for k, _ in kws]
+        if options is None and any(k != 'bad_sample' for k, _ in kws):
+            return m[0]
+        if options is not None and not all(f in options for f in flags):
+            return m[0] if m['lead'] == ' (' and not m['close'] else ''  # the clause left out
+        out = m['kws']
+        for (k, v), f in zip(kws, flags):
+            out = out.replace(f'{k}={v}', (f + ' ' + v.strip('\'"')).strip(), 1)
+        return f"{m['lead']}pass {out}{m['rest']}{m['close'] or ''}"
+
+    s = _ADVICE.sub(said, s)
+    return re.sub(r'(--[a-z][a-z-]*) \(\1\)', r'\1', s)  # `pass --sources (--sources) a folder`: said once
+
+
 def user_message(
     e: BaseException,  # the error
     root: Optional[Union[str, os.PathLike]] = None,  # the dataset the command read, for the `timmdata check` hint
+    options: Optional[set] = None,  # the command's options: the library's Python advice said as those (`cli_advice`)
 ) -> str:
     "`e` as one line for a shell user: a DataLoader worker's traceback cut away, the library's Python hints said as flags."
     s = str(e)
     if 'Original Traceback' in s:  # torch re-raises a worker's error with the worker's traceback in the message
         last = [l for l in s.splitlines() if l.strip()][-1]
         s = re.sub(r'^[\w.]*(Error|Exception|Warning): ', '', last.strip())
-    s = ' '.join(s.split()).replace("bad_sample='skip'", '--bad-sample skip')
+    s = cli_advice(' '.join(s.split()), options)
     if _library_error(e, BAD_DATA) and 'timmdata check' not in s:
         s += f"; `timmdata check {root or 'ROOT'}` lists every damaged file"
     return s
@@ -126,6 +158,14 @@ def commands_parse(stop: bool = False):  # True: raise `ParserBuilt` instead of 
         yield
     finally:
         argparse.ArgumentParser.parse_known_args = parse
+
+
+def command_options(cmd: str) -> Optional[set]:
+    "The options of `timmdata cmd` (`--workers`, ...), as its parser has them; None when it cannot say (a job that parses no arguments)."
+    try:
+        return {o for a in command_parser(cmd)._actions for o in a.option_strings}
+    except Exception:  # asked on an error's way out: never a second error in its place
+        return None
 
 
 def command_parser(cmd: str) -> argparse.ArgumentParser:
@@ -522,13 +562,19 @@ def tune_main(argv: Optional[Sequence[str]] = None):
     p.add_argument('--window', type=int_at_least(1), default=6, help='batches each setting is measured over, at least')
     p.add_argument('--seconds', type=float_in(0), default=1.0, help='seconds each setting is measured over, at least')
     p.add_argument('--max-batches', type=int_at_least(1), default=400, help='stop the search after this many batches')
+    p.add_argument(
+        '--bad-sample',
+        choices=('raise', 'skip', 'replace'),
+        default='raise',
+        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
+    )
     a = p.parse_args(argv)
     if a.model_step_ms is not None and a.model_step_ms < 0:
         raise CliError(f'--model-step-ms must be >= 0; got {a.model_step_ms:g}')
     if a.seconds < 0:
         raise CliError(f'--seconds must be >= 0; got {a.seconds:g}')
     ld = create_loader(
-        ImageDataset(a.root), 224, a.batch_size, is_training=not a.eval, device=resolve_device(None),
+        ImageDataset(a.root, bad_sample=a.bad_sample), 224, a.batch_size, is_training=not a.eval, device=resolve_device(None),
         num_workers='auto', worker_mode='auto', prefetch_factor='auto',
     )  # fmt: skip
     ld.window, ld.seconds = a.window, a.seconds
@@ -617,7 +663,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise e from WorkerTraceback(e.worker_traceback)  # a DataLoader worker's error: its traceback too
         if debug or not is_user_error(e):
             raise  # a bug: its traceback
-        fail(f'timmdata {cmd}', user_message(e, dataset_root(cmd, argv[1:])))
+        fail(f'timmdata {cmd}', user_message(e, dataset_root(cmd, argv[1:]), command_options(cmd)))
     return res if isinstance(res, int) else 0  # the console script exits with this: 0 unless a job says otherwise
 
 # %% ../../nbs/tools/47_cli.ipynb #4ba0f6a3

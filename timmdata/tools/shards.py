@@ -13,13 +13,15 @@ from tqdm.auto import tqdm
 from ..store.builder import build_lock, load_resized
 from ..index.dataset_index import DATASET_INDEX_FILE, listed_shards, write_dataset_index
 from ..parquet.source import PARQUET_INDEX_FILE, local_names, write_parquet_index
+from ..parquet.parquet_format import CODECS, EXACT, GROUP, NULL, PAGE
+from ..parquet.parquet_index import read_parquet_index
 from ..pixels.decode import ImageDecodeError, read_source
 from ..readers import SplitNotFoundError, create_reader, find_split, natural_key, timm_split_name, unset
 from ..store.format import atomic_file, fsync_dir, is_store, read_json, write_json_atomic
 
 # %% auto #0
 __all__ = ['SHARD_INFO', 'SHARD_STATE', 'shard_filename', 'find_splits', 'image_ext', 'sample_bytes', 'write_shards',
-           'shards_main', 'index_main']
+           'shards_main', 'index_main', 'parquet_reads']
 
 # %% ../../nbs/tools/48_shards.ipynb #8b74f4fc
 SHARD_INFO = '_info.json'  # what timm's wds reader reads: written last, so its presence means a complete set
@@ -439,16 +441,55 @@ def index_main(argv: Optional[Sequence[str]] = None) -> int:
         'src', help='a local folder of WebDataset tar shards (as timmdata shards writes them), or of Parquet files'
     )
     ap.add_argument('--no-progress', action='store_true', help='no progress lines')
+    ap.add_argument('--image-column', default=None, help='Parquet files: the image column (default: found by its type)')
+    ap.add_argument(
+        '--label-column',
+        default=None,
+        help='Parquet files: the label column (default: a ClassLabel, else one named label)',
+    )
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     if os.path.isdir(a.src) and not listed_shards(a.src):  # no tar shards: Parquet files
         if local_names(a.src):
-            path = write_parquet_index(a.src, progress=not a.no_progress)
+            cols = dict(image_column=a.image_column, label_column=a.label_column)
+            path = write_parquet_index(a.src, progress=not a.no_progress, **cols)
             print(f'wrote {path} ({os.path.getsize(path):,} bytes) in {time.perf_counter() - t0:.1f} s')
+            print(parquet_reads(read_parquet_index(a.src)[1]))
             return 0
+    if a.image_column or a.label_column:
+        ap.error(f'--image-column and --label-column are for a folder of Parquet files; {a.src!r} holds none')
     try:
         path = write_dataset_index(a.src, progress=not a.no_progress)
     except ValueError as e:  # not a local folder: one line, status 2
         ap.error(str(e))
     print(f'wrote {path} ({os.path.getsize(path):,} bytes) in {time.perf_counter() - t0:.1f} s')
     return 0
+
+# %% ../../nbs/tools/48_shards.ipynb #3802a95c
+def parquet_reads(
+    table,  # a Parquet index's table (`read_parquet_index(folder)[1]`): a row per image
+) -> str:
+    "How a training stream will read each image of an indexed folder of Parquet files, in plain words, and what to change for exact reads (one read of an image's own bytes)."
+    n, kinds = len(table), np.bincount(table[:, 0], minlength=4) if len(table) else np.zeros(4, np.int64)
+    out = f'{n:,} rows, {kinds[EXACT]:,} exact reads'
+    if kinds[EXACT] == n:
+        return out + ": each image is read by itself, one read of its own bytes (an exact read)"
+    out += " (an exact read is one read of an image's own bytes, nothing more)"
+    page, sizes = table[:, 0] == PAGE, table[:, 6] >> 32  # a row's mark holds its image's length
+    if kinds[PAGE]:
+        codecs = ', '.join(sorted({CODECS[c] for c in table[page, 4].tolist() if 0 <= c < len(CODECS)}))
+        out += (
+            f'; {kinds[PAGE]:,} images are read with the compressed page that holds them ({codecs}): '
+            f'{table[page, 2].mean():,.0f} bytes a read for images of {sizes[page].mean():,.0f} bytes'
+        )
+    if kinds[GROUP]:
+        out += f"; {kinds[GROUP]:,} images are read with their whole row group (the image column's encoding cannot be read by page)"
+    if kinds[PAGE] or kinds[GROUP]:
+        out += (
+            "; for exact reads, write the image column uncompressed, as plain binary values "
+            "(pyarrow.parquet.write_table(..., compression='none'); JPEG and PNG bytes do not compress further), "
+            'then run timmdata index again'
+        )
+    if kinds[NULL]:
+        out += f'; {kinds[NULL]:,} rows have no image'
+    return out
