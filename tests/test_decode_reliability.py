@@ -192,7 +192,7 @@ def test_failed_decodes_release_every_buffer():
 
 @needs_native
 def test_whole_decode_fails_on_damage_a_top_crop_never_reads():
-    "The rule stated in nbs/20_dataset.ipynb: a crop above damaged rows decodes, a whole decode (evaluation) fails."
+    "The rule stated in nbs/25c_dataset.ipynb: a crop above damaged rows decodes, a whole decode (evaluation) fails."
     data = _damaged_at_the_bottom(small_jpeg((64, 48), 90))
     enc = encoded_jpeg(data)
     assert enc.decode_crop(0, 0, 16, 16).shape == (3, 16, 16)

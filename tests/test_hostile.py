@@ -247,7 +247,7 @@ def test_tar_size_two_to_the_sixty_is_a_named_error(tmp_path):
 
 
 def test_info_json_read_up_to_a_limit(tmp_path, monkeypatch):
-    monkeypatch.setattr(shard_io, 'MAX_JSON_BYTES', 4096, raising=False)
+    monkeypatch.setattr(wds, 'MAX_JSON_BYTES', 4096, raising=False)  # load_info reads it where it is defined
     root = tmp_path / 'ds'; root.mkdir(); _good_shard(root / 'train-000000.tar')
     _info(root, ['train-000000.tar'], padding=' ' * 8192)
     with pytest.raises(ValueError, match=r'_info.json is over 4,096 bytes \(timmdata.readers.MAX_JSON_BYTES\)'):

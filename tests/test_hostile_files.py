@@ -271,7 +271,7 @@ def test_a_fifo_info_json_or_shard_is_refused_not_waited_on(tmp_path):
     os.mkfifo(tmp_path / '_info.json')
     os.mkfifo(tmp_path / 'train-000000.tar')
     out = _in_child(
-        'from timmdata.sources.shard_io import load_info, open_shard\n'
+        'from timmdata.sources.shard_io import open_shard\nfrom timmdata.sources.wds import load_info\n'
         'for f in (lambda: load_info(%r), lambda: open_shard(%r)):\n'
         '    try:\n'
         '        f(); print("no error")\n'

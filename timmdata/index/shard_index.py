@@ -4,7 +4,7 @@
 
 # %% ../../nbs/index/23_shard_index.ipynb #ac004bbe
 from __future__ import annotations
-import base64, hashlib, http.client, json, os, re, stat, threading, time, urllib.error, urllib.request, warnings
+import base64, hashlib, http.client, json, os, re, threading, time, urllib.error, urllib.request, warnings
 from collections import OrderedDict
 from typing import Optional, Sequence, Union
 import numpy as np

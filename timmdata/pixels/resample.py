@@ -206,7 +206,7 @@ def resize_box(
     vfirst = vertical_first((h, w), (oh, ow))
     if isinstance(img, EncodedJpeg):
         # the training crop: only the box's rows and columns decoded (with decode_crop's margin), the rows below it not
-        # read (decode_crop's rule: `nbs/20_dataset.ipynb`), resized and mirrored in the same call
+        # read (decode_crop's rule: `nbs/25c_dataset.ipynb`), resized and mirrored in the same call
         buf = _from_jpeg(
             nat, img, (oh, ow), (0, 0, oh, ow), kind, vfirst, box=(top, left, h, w), flip=flip, to_end=False
         )
