@@ -294,10 +294,21 @@ def opens_with_tests(path: Path) -> str | None:
     return f'{_rel(path)} (cell {i}): the first code block shown is {n} test lines; hide it (#| hide)' if n > TEST_WALL else None
 
 
+def signature_lines(src: str) -> int:
+    "Lines of `src` that are functions' signatures past their first line (a parameter per line with its docment: the reference's table, not code to hold); 0 where the cell does not parse."
+    try:
+        tree = ast.parse('\n'.join(l for l in src.splitlines() if not l.lstrip().startswith(('%', '!'))))
+    except SyntaxError:
+        return 0
+    return sum(max(0, f.body[0].lineno - f.lineno - 1) for f in ast.walk(tree)
+               if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.body)
+
+
 def long_export_cells(path: Path, bound: int = MAX_EXPORT_LINES) -> list:
-    return [f'{_rel(path)} (cell {i}): an export cell of {n} lines (at most {bound}: split it, a sentence for each piece)'
+    "Export cells longer than `bound` lines, a signature's parameter lines not counted."
+    return [f'{_rel(path)} (cell {i}): an export cell of {n} lines past its signatures (at most {bound}: split it, a sentence for each piece)'
             for i, c in enumerate(cells(path)) if c['cell_type'] == 'code' and re.match(r'#\|\s*exporti?\b', cell_source(c))
-            and (n := len(cell_source(c).splitlines())) > bound]
+            and (n := len(cell_source(c).splitlines()) - signature_lines(cell_source(c))) > bound]
 
 
 def test_every_page_of_the_data_way_has_a_picture():

@@ -294,7 +294,7 @@ def _policy_table(name):
 
 def auto_augment_policy(
     name: str = 'v0',  # one of `AA_POLICIES`
-    hparams: Optional[dict] = None,
+    hparams: Optional[dict] = None,  # shared settings of the ops (img_mean, interpolation, ...); None: the defaults
 ) -> list:
     "The named policy as a list of sub-policies (lists of `AugmentOp`)."
     if name not in AA_POLICIES:
@@ -308,7 +308,10 @@ class AutoAugment(SampleTransform):
 
     takes_pixels = keeps_size = True  # RGB and L pixels as uint8 HWC arrays (see above), of the size they came
 
-    def __init__(self, policy: list):
+    def __init__(
+        self,
+        policy: list,  # sub-policies, each a list of `AugmentOp` (as `auto_augment_policy` makes)
+    ):
         self.policy = policy
 
     def _apply(self, img, rng: Draws = GLOBAL_DRAWS):
@@ -324,23 +327,33 @@ class AutoAugment(SampleTransform):
         return f"{type(self).__name__}(policy={subs})"
 
 # %% ../nbs/12_auto_augment.ipynb #ef487564
-def auto_augment_policy_v0(hparams: Optional[dict] = None) -> list:
+def auto_augment_policy_v0(
+    hparams: Optional[dict] = None,  # shared settings of the ops (img_mean, interpolation, ...); None: the defaults
+) -> list:
     return auto_augment_policy('v0', hparams)
 
 
-def auto_augment_policy_v0r(hparams: Optional[dict] = None) -> list:
+def auto_augment_policy_v0r(
+    hparams: Optional[dict] = None,  # shared settings of the ops (img_mean, interpolation, ...); None: the defaults
+) -> list:
     return auto_augment_policy('v0r', hparams)
 
 
-def auto_augment_policy_original(hparams: Optional[dict] = None) -> list:
+def auto_augment_policy_original(
+    hparams: Optional[dict] = None,  # shared settings of the ops (img_mean, interpolation, ...); None: the defaults
+) -> list:
     return auto_augment_policy('original', hparams)
 
 
-def auto_augment_policy_originalr(hparams: Optional[dict] = None) -> list:
+def auto_augment_policy_originalr(
+    hparams: Optional[dict] = None,  # shared settings of the ops (img_mean, interpolation, ...); None: the defaults
+) -> list:
     return auto_augment_policy('originalr', hparams)
 
 
-def auto_augment_policy_3a(hparams: Optional[dict] = None) -> list:
+def auto_augment_policy_3a(
+    hparams: Optional[dict] = None,  # shared settings of the ops (img_mean, interpolation, ...); None: the defaults
+) -> list:
     return auto_augment_policy('3a', hparams)
 
 # %% ../nbs/12_auto_augment.ipynb #b97a4979
@@ -374,7 +387,9 @@ def _parse_sections(config_str, sections, keys, family):
     return out
 
 
-def parse_auto_augment(config_str: str) -> dict:
+def parse_auto_augment(
+    config_str: str,  # timm's string, e.g. 'rand-m9-mstd0.5-inc1', 'augmix-m5-w4-d2' or 'v0'
+) -> dict:
     "Split a timm auto-augment string into its family ('rand', 'augmix' or 'aa' + policy) and settings."
     if not isinstance(config_str, str) or not config_str:
         raise ValueError(
@@ -472,7 +487,10 @@ _RAND_WEIGHTED_0 = dict(
 )
 
 
-def rand_augment_choices(name: Optional[str], increasing: bool = True):
+def rand_augment_choices(
+    name: Optional[str],  # 'weights' or '3aw' (weights by op name), '3a'; anything else or None: the default list
+    increasing: bool = True,  # the default list's ops whose strength grows with magnitude (timm's 'inc1')
+):
     "The op set called `name` ('weights', '3aw': dicts of weights; '3a': list), else (None too) the (increasing) default list."
     return {'weights': _RAND_WEIGHTED_0, '3aw': _RAND_WEIGHTED_3A, '3a': _RAND_3A}.get(
         name, _RAND_INCREASING_TRANSFORMS if increasing else _RAND_TRANSFORMS
@@ -480,7 +498,10 @@ def rand_augment_choices(name: Optional[str], increasing: bool = True):
 
 
 def rand_augment_ops(
-    magnitude: float = 10, prob: float = 0.5, hparams: Optional[dict] = None, transforms: Optional[Sequence[str]] = None
+    magnitude: float = 10,  # each op's strength, 0-10 (up to hparams' `magnitude_max`)
+    prob: float = 0.5,  # each op's probability of being applied
+    hparams: Optional[dict] = None,  # shared settings of the ops (img_mean, interpolation, ...); None: the defaults
+    transforms: Optional[Sequence[str]] = None,  # op names from `OP_NAMES`; None: timm's default RandAugment list
 ) -> list:
     "One `AugmentOp` per name."
     return [
@@ -495,7 +516,12 @@ class RandAugment(SampleTransform):
     takes_pixels = keeps_size = True  # RGB and L pixels as uint8 HWC arrays (see above), of the size they came
 
     def __init__(
-        self, ops: list, num_layers: int = 2, choice_weights: Optional[Union[Sequence[float], np.ndarray]] = None
+        self,
+        ops: list,  # the ops to draw from (`rand_augment_ops`)
+        num_layers: int = 2,  # ops applied per image
+        choice_weights: Optional[
+            Union[Sequence[float], np.ndarray]
+        ] = None,  # a probability per op (sum 1): drawn without replacement; None: uniform, with
     ):
         self.ops, self.num_layers, self.choice_weights = ops, num_layers, choice_weights
 
@@ -563,7 +589,9 @@ _AUGMIX_TRANSFORMS = [
 
 
 def augmix_ops(
-    magnitude: float = 10, hparams: Optional[dict] = None, transforms: Optional[Sequence[str]] = None
+    magnitude: float = 10,  # each op's strength, 0-10 (up to hparams' `magnitude_max`)
+    hparams: Optional[dict] = None,  # shared settings of the ops (img_mean, interpolation, ...); None: the defaults
+    transforms: Optional[Sequence[str]] = None,  # op names from `OP_NAMES`; None: timm's default AugMix list
 ) -> list:
     "AugMix's ops, always applied (prob 1)."
     return [
@@ -577,7 +605,14 @@ class AugMixAugment(SampleTransform):
 
     takes_pixels = keeps_size = True  # RGB and L pixels as uint8 HWC arrays (see above), of the size they came
 
-    def __init__(self, ops: list, alpha: float = 1.0, width: int = 3, depth: int = -1, blended: bool = False):
+    def __init__(
+        self,
+        ops: list,  # the ops each chain draws from (`augmix_ops`)
+        alpha: float = 1.0,  # concentration of the Dirichlet (chain weights) and Beta (mix vs original) draws
+        width: int = 3,  # number of op chains mixed
+        depth: int = -1,  # ops per chain; 0 or less: 1 to 3, drawn per chain
+        blended: bool = False,  # True: the chains blended into the image one by one (timm's 'b1'); False: one mix
+    ):
         self.ops, self.alpha, self.width, self.depth, self.blended = ops, alpha, width, depth, blended
 
     def _chain(self, img, rng: Draws = GLOBAL_DRAWS):

@@ -26,18 +26,36 @@ class DatasetInfo(ABC):
     @abstractmethod
     def label_names(self): ...
     @abstractmethod
-    def label_descriptions(self, detailed: bool = False, as_dict: bool = False): ...
+    def label_descriptions(
+        self,
+        detailed: bool = False,  # with each class's definition, where the info has one
+        as_dict: bool = False,  # a {label name: description} dict, not a list in index order
+    ): ...
     @abstractmethod
-    def index_to_label_name(self, index) -> str: ...
+    def index_to_label_name(
+        self,
+        index,  # a classifier output index
+    ) -> str: ...
     @abstractmethod
-    def index_to_description(self, index: int, detailed: bool = False) -> str: ...
+    def index_to_description(
+        self,
+        index: int,  # a classifier output index
+        detailed: bool = False,  # with the class's definition, where the info has one
+    ) -> str: ...
     @abstractmethod
-    def label_name_to_description(self, label: str, detailed: bool = False) -> str: ...
+    def label_name_to_description(
+        self,
+        label: str,  # a class's label name
+        detailed: bool = False,  # with the class's definition, where the info has one
+    ) -> str: ...
     def label_indices(self) -> Tuple[int, ...]:
         "The classifier indices that have a name (all of them, unless a subclass maps only some)."
         return tuple(range(self.num_classes()))
 
-    def has_label(self, index) -> bool:
+    def has_label(
+        self,
+        index,  # a classifier output index (an int or integer-like)
+    ) -> bool:
         "Whether classifier index `index` has a name."
         return 0 <= int(index) < self.num_classes()
 
@@ -93,33 +111,51 @@ class CustomDatasetInfo(DatasetInfo):
     def label_indices(self) -> Tuple[int, ...]:
         return tuple(self._by_index) if self._by_index is not None else tuple(range(len(self._label_names)))
 
-    def has_label(self, index) -> bool:
+    def has_label(
+        self,
+        index,  # a classifier output index (an int or integer-like)
+    ) -> bool:
         i = int(index)
         return i in self._by_index if self._by_index is not None else 0 <= i < len(self._label_names)
 
-    def label_descriptions(self, detailed: bool = False, as_dict: bool = False):
+    def label_descriptions(
+        self,
+        detailed: bool = False,  # not used: the descriptions dict is returned as given
+        as_dict: bool = False,  # not used: the descriptions dict is returned as given (None if there is none)
+    ):
         return self._label_descriptions
 
-    def label_name_to_description(self, label: str, detailed: bool = False) -> str:
+    def label_name_to_description(
+        self,
+        label: str,  # a label name
+        detailed: bool = False,  # not used (one description a name)
+    ) -> str:
         return self._label_descriptions[label] if self._label_descriptions else label  # no descriptions: the name
 
-    def index_to_label_name(self, index) -> str:
+    def index_to_label_name(
+        self,
+        index,  # a classifier output index; with a dict of names, one of its keys
+    ) -> str:
         if self._by_index is not None:
             return self._by_index[int(index)]
         if not 0 <= index < len(self._label_names):
             raise IndexError(f'index {index} is out of range for {len(self._label_names)} label names')
         return self._label_names[index]
 
-    def index_to_description(self, index: int, detailed: bool = False) -> str:
+    def index_to_description(
+        self,
+        index: int,  # a classifier output index
+        detailed: bool = False,  # not used (one description a name)
+    ) -> str:
         return self.label_name_to_description(self.index_to_label_name(index), detailed=detailed)
 
 # %% ../nbs/50_dataset_info.ipynb #4a6e9a53
 class LabelMappingCoverage(NamedTuple):
     "How many of a classifier's indices are named (`mapped`), unnamed (`missing`), and named but beyond it (`extra`)."
 
-    mapped: int
-    missing: int
-    extra: int
+    mapped: int  # indices below num_classes that have a name
+    missing: int  # indices below num_classes with no name
+    extra: int  # named indices at or beyond num_classes
 
 
 class DatasetInfoLabelMapper:
@@ -143,7 +179,10 @@ class DatasetInfoLabelMapper:
             return self.dataset_info.index_to_label_name(index)
         return self.dataset_info.index_to_description(index, detailed=self.label_type in ('detail', 'detailed'))
 
-    def coverage(self, num_classes: int) -> LabelMappingCoverage:
+    def coverage(
+        self,
+        num_classes: int,  # the classifier's output count
+    ) -> LabelMappingCoverage:
         "Named, unnamed and out-of-range counts for a classifier of `num_classes` outputs."
         if num_classes < 0:
             raise ValueError(f'num_classes must be non-negative, got {num_classes}.')

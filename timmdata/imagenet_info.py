@@ -89,18 +89,33 @@ class ImageNetInfo(DatasetInfo):
     def label_names(self) -> list:
         return self._synsets
 
-    def label_descriptions(self, detailed: bool = False, as_dict: bool = False):
+    def label_descriptions(
+        self,
+        detailed: bool = False,  # with the class's definition after its name ('lemma: definition')
+        as_dict: bool = False,  # a {synset: description} dict, not a list in index order
+    ):
         if as_dict:
             return {s: self.label_name_to_description(s, detailed) for s in self._synsets}
         return [self.label_name_to_description(s, detailed) for s in self._synsets]
 
-    def index_to_label_name(self, index) -> str:
+    def index_to_label_name(
+        self,
+        index,  # a classifier output index, 0 to num_classes() - 1
+    ) -> str:
         if not 0 <= index < len(self._synsets):
             raise IndexError(f'Index ({index}) out of range for dataset with {len(self._synsets)} classes.')
         return self._synsets[index]
 
-    def index_to_description(self, index: int, detailed: bool = False) -> str:
+    def index_to_description(
+        self,
+        index: int,  # a classifier output index, 0 to num_classes() - 1
+        detailed: bool = False,  # with the class's definition after its name ('lemma: definition')
+    ) -> str:
         return self.label_name_to_description(self.index_to_label_name(index), detailed)
 
-    def label_name_to_description(self, label: str, detailed: bool = False) -> str:
+    def label_name_to_description(
+        self,
+        label: str,  # a synset, e.g. 'n01440764'
+        detailed: bool = False,  # with the class's definition after its name ('lemma: definition')
+    ) -> str:
         return f'{self._lemmas[label]}: {self._definitions[label]}' if detailed else self._lemmas[label]

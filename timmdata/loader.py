@@ -121,13 +121,15 @@ class MultiEpochsDataLoader(ResumableDataLoader):
 
     def __init__(
         self,
-        dataset,
-        batch_size: Optional[int] = 1,
-        shuffle: Optional[bool] = None,
-        sampler: Optional[Union[Sampler, Iterable[int]]] = None,
-        batch_sampler: Optional[Union[Sampler[list[int]], Iterable[list[int]]]] = None,
-        drop_last: bool = False,
-        **kwargs,
+        dataset,  # the dataset to load
+        batch_size: Optional[int] = 1,  # samples per batch (with no batch_sampler)
+        shuffle: Optional[bool] = None,  # draw a random order each epoch (with no sampler)
+        sampler: Optional[Union[Sampler, Iterable[int]]] = None,  # sample indices, in order (e.g. a DistributedSampler)
+        batch_sampler: Optional[
+            Union[Sampler[list[int]], Iterable[list[int]]]
+        ] = None,  # each epoch's batches of indices (then batch_size, shuffle, sampler, drop_last are not used)
+        drop_last: bool = False,  # drop the short last batch
+        **kwargs,  # passed to torch's DataLoader (num_workers, collate_fn, ...)
     ):
         if batch_sampler is None:
             if batch_size is None:
@@ -168,7 +170,10 @@ class MultiEpochsDataLoader(ResumableDataLoader):
         it = kept_iterator(self)
         return it if self.plan is not None else (next(it) for _ in range(len(self)))
 
-    def load_state_dict(self, state_dict: dict):
+    def load_state_dict(
+        self,
+        state_dict: dict,  # a state from `state_dict()` (untrusted: checked whole)
+    ):
         "Continue from `state_dict`; workers already running ahead (planned from the old position) are stopped."
         shutdown_workers(kept_iterator(self))  # joins its workers (nothing to do without any)
         keep_iterator(self, None)
@@ -213,7 +218,14 @@ def set_dataset_transform(
 
 
 def jitter_on_batch(
-    is_training, no_aug, color_jitter, color_jitter_prob, auto_augment, num_aug_splits, collate_fn, use_prefetcher
+    is_training,  # create_loader's is_training
+    no_aug,  # create_loader's no_aug
+    color_jitter,  # create_loader's color_jitter (None: no jitter)
+    color_jitter_prob,  # create_loader's color_jitter_prob (None: always)
+    auto_augment,  # create_loader's auto_augment config string
+    num_aug_splits,  # create_loader's num_aug_splits (AugMix)
+    collate_fn,  # create_loader's collate_fn (None: the default)
+    use_prefetcher,  # create_loader's use_prefetcher
 ) -> bool:
     "Would timm jitter per sample here, and may the prefetcher do it on the batch instead with the same result?"
     if not (use_prefetcher and is_training and not no_aug) or color_jitter is None or color_jitter_prob is not None:
@@ -380,13 +392,9 @@ class LoaderOptions:
     prefetch_factor: Union[int, str, None] = None  # batches queued per worker (None: torch's 2; 'auto': 2 or 4)
     channels_last: bool = False  # channels-last batches (prefetcher only)
     seed: Optional[int] = None  # seed of the order and every draw; None: drawn from torch's RNG (rank 0's)
-    decode_device: Optional[str] = (
-        None  # 'cuda': decode, crop and resize batched on the GPU (`gpu_decode`); 'auto': the GPU or the workers, measured over the first batches (`AutoDecodeLoader`)
-    )
+    decode_device: Optional[str] = None  # 'cuda': decode, crop, resize on the GPU; 'auto': GPU or workers, measured
     worker_mode: str = 'process'  # 'process' or 'thread' workers, the same batches; 'auto': the measured rule, or tried (num_workers='auto')
-    order: Optional[str] = (
-        None  # map-style training: None (timm's samplers and order) or 'global' (a bijection by position: nothing per sample, resumes on any ranks)
-    )
+    order: Optional[str] = None  # None: timm's samplers' order; 'global': by position (resumes on any number of ranks)
 
     @property
     def channels(self) -> int:
@@ -394,18 +402,28 @@ class LoaderOptions:
         s = self.input_size
         return s[0] if isinstance(s, (tuple, list)) and len(s) == 3 else len(self.mean)
 
-    def not_taken_by(self, fn: Callable) -> dict:
+    def not_taken_by(
+        self,
+        fn: Callable,  # a function, e.g. `create_device_decode_loader`, whose parameters are compared
+    ) -> dict:
         "The options `fn` has no parameter for: {name: value} (the device-decode path refuses those not at their default)."
         params = inspect.signature(fn).parameters
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in params}
 
-    def kwargs_for(self, fn: Callable) -> dict:
+    def kwargs_for(
+        self,
+        fn: Callable,  # a function, e.g. `create_transform`, whose parameters are compared
+    ) -> dict:
         "The options `fn` has parameters for, by name."
         params = inspect.signature(fn).parameters
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name in params}
 
 # %% ../nbs/38_loader.ipynb #09fc3a77
-def transform_step(dataset, o: LoaderOptions, batch_jitter: bool) -> tuple:
+def transform_step(
+    dataset,  # the dataset; its `transform` is set
+    o: LoaderOptions,  # the loader's options (`create_loader`'s arguments)
+    batch_jitter: bool,  # color jitter runs on the batch (`jitter_on_batch`): left out of the sample transform
+) -> tuple:
     "The per-sample transform, set on the dataset (one per size, scheduled): (the dataset to batch, the batch shapes)."
     from timmdata.transforms_factory import create_transform  # here: `import timmdata.loader` stays light
 
@@ -430,7 +448,10 @@ def transform_step(dataset, o: LoaderOptions, batch_jitter: bool) -> tuple:
     return ScheduledTransformDataset(dataset, tfs), [(b, *s) for b, s in zip(batch_sizes, sizes)]
 
 
-def plan_step(dataset, o: LoaderOptions) -> tuple:
+def plan_step(
+    dataset,  # the dataset from `transform_step`
+    o: LoaderOptions,  # the loader's options (`create_loader`'s arguments)
+) -> tuple:
     "The batch plan (timmdata.scheduled_sampler), a stream told its split, a mix its own order: (the keyed dataset, the DataLoader's batching)."
     if isinstance(dataset, MixedDataset):  # its global order dealt over the ranks (timmdata.streams.mixing)
         if o.num_aug_repeats > 0:
@@ -458,7 +479,13 @@ def plan_step(dataset, o: LoaderOptions) -> tuple:
     )  # fmt: skip
 
 
-def worker_loader(dataset, batching: dict, collate_fn: Callable, o: LoaderOptions, pin: bool):
+def worker_loader(
+    dataset,  # the dataset from `plan_step`
+    batching: dict,  # the DataLoader's batching keywords from `plan_step`
+    collate_fn: Callable,  # the collate from `collate_step`
+    o: LoaderOptions,  # the loader's options (`create_loader`'s arguments)
+    pin: bool,  # pin the batches in page-locked memory
+):
     "The DataLoader: a `ResumableDataLoader` (or timm's `MultiEpochsDataLoader`), its workers processes or threads."
     workers = ThreadWorkers(o.num_workers, o.prefetch_factor) if o.worker_mode == 'thread' else None
     if workers is not None:
@@ -476,7 +503,13 @@ def worker_loader(dataset, batching: dict, collate_fn: Callable, o: LoaderOption
     )
 
 
-def collate_step(dataset, shapes: list, o: LoaderOptions, device: torch.device, pin: bool) -> Callable:
+def collate_step(
+    dataset,  # the dataset from `plan_step` (told to defer its pixels to a collate that makes them)
+    shapes: list,  # the batch shapes (batch, C, H, W) from `transform_step`, one per scheduled size
+    o: LoaderOptions,  # the loader's options (`create_loader`'s arguments)
+    device: torch.device,  # the device the batches go to
+    pin: bool,  # the batches are pinned (then no `BatchRing`)
+) -> Callable:
     "The collate: the caller's, else fast_collate with the prefetcher (into a `BatchRing` on the CPU), else torch's."
     fn = o.collate_fn
     if fn is None:  # threads collate in this process: no ring of shared memory
@@ -491,7 +524,12 @@ def collate_step(dataset, shapes: list, o: LoaderOptions, device: torch.device, 
     return fn
 
 
-def prefetch_step(loader, o: LoaderOptions, device: torch.device, batch_jitter: bool) -> PrefetchLoader:
+def prefetch_step(
+    loader,  # the DataLoader from `worker_loader`
+    o: LoaderOptions,  # the loader's options (`create_loader`'s arguments)
+    device: torch.device,  # the device the batches go to
+    batch_jitter: bool,  # color jitter runs on the batch (`jitter_on_batch`)
+) -> PrefetchLoader:
     "The `PrefetchLoader` over the DataLoader: float, normalise, jitter (when moved to the batch), erase on `device`."
     train = o.is_training and not o.no_aug
     return PrefetchLoader(
@@ -579,7 +617,10 @@ create_loader.__signature__ = inspect.Signature(  # timm's signature: the datase
 create_loader.__delwrap__ = LoaderOptions  # where docments (show_doc's parameter table) finds the options' comments
 
 # %% ../nbs/38_loader.ipynb #f6198557
-def auto_worker_mode(dataset, o: LoaderOptions) -> tuple:
+def auto_worker_mode(
+    dataset,  # the dataset to load
+    o: LoaderOptions,  # the loader's options (`create_loader`'s arguments)
+) -> tuple:
     """`worker_mode='auto'`'s rule (timmdata.engine.threads `default_worker_mode`, measured): (the mode, do threads take this
     case?). The cases threads take: those `check_worker_mode` does not refuse, and no AugMix splits."""
     dev = resolve_device(o.device, PrefetchLoader.devices if o.use_prefetcher else None)
@@ -602,7 +643,10 @@ def _check_auto(o: LoaderOptions) -> bool:
     return o.num_workers == 'auto' or pf == 'auto'
 
 # %% ../nbs/38_loader.ipynb #a7d0c0df
-def auto_decode_device(dataset, o: LoaderOptions) -> Optional[str]:
+def auto_decode_device(
+    dataset,  # the dataset to load
+    o: LoaderOptions,  # the loader's options (`create_loader`'s arguments)
+) -> Optional[str]:
     "`decode_device='auto'`: the GPU the device path could decode on, to be measured against the workers; None where it cannot run (the workers)."
     if not torch.cuda.is_available() or torchcodec_jpeg() is None or not isinstance(o.num_workers, int):
         return None
@@ -622,7 +666,12 @@ def auto_decode_device(dataset, o: LoaderOptions) -> Optional[str]:
     return str(device)
 
 # %% ../nbs/38_loader.ipynb #5972527e
-def auto_decode_loader(dataset, o: LoaderOptions, settle: int = 3, window: int = 8) -> AutoDecodeLoader:
+def auto_decode_loader(
+    dataset,  # the dataset to load
+    o: LoaderOptions,  # the loader's options (`create_loader`'s arguments); `o.decode_device` is the GPU to try
+    settle: int = 3,  # batches after a start or a switch before the measured window
+    window: int = 8,  # batches a window measures
+) -> AutoDecodeLoader:
     "`decode_device='auto'` where the device path can run: an `AutoDecodeLoader` over `o.decode_device` and the workers (each built just before it runs: it sets the dataset's transform)."
     return AutoDecodeLoader(
         lambda dd, seed: create_loader(
@@ -632,7 +681,11 @@ def auto_decode_loader(dataset, o: LoaderOptions, settle: int = 3, window: int =
     )  # fmt: skip
 
 # %% ../nbs/38_loader.ipynb #b86cfc56
-def auto_loader(dataset, o: LoaderOptions, budget: Optional[Budget] = None):
+def auto_loader(
+    dataset,  # the dataset to load
+    o: LoaderOptions,  # the loader's options (`create_loader`'s arguments)
+    budget: Optional[Budget] = None,  # cores and memory the loader may use (None: `Budget.from_machine()`)
+):
     """`create_loader(..., num_workers='auto')` (or `prefetch_factor='auto'`): an `AutoLoader` that builds loaders with
     `create_loader` for each setting it tries (the options fixed by the user stay fixed) and keeps the one that holds the
     consumer's wait under the target with the fewest workers, inside `budget` (default: `Budget.from_machine()`)."""

@@ -386,7 +386,12 @@ class Mixup:
                 _blend_batch_(x, lam)
         return lam
 
-    def __call__(self, x: torch.Tensor, target: torch.Tensor, rng: Draws | None = None):
+    def __call__(
+        self,
+        x: torch.Tensor,  # the float NCHW batch, mixed in place
+        target: torch.Tensor,  # its labels (N,), or dense (N, num_classes) rows with `multi_label`
+        rng: Draws | None = None,  # the batch's draws (`rng.np`); None: this mixer's own generator
+    ):
         "Mix the float NCHW batch `x` in place (draws from `rng.np`, a batch's `Draws`; None: this mixer's `rng`); returns (x, soft targets (N, num_classes))."
         self._check(x, target)
         r = self.rng if rng is None else rng.np
@@ -431,7 +436,12 @@ class FastCollateMixup(Mixup, BatchCollate):
             raise ValueError("FastCollateMixup got an empty batch (no samples, or only None ones)")
         return x, target
 
-    def __call__(self, batch, _: object = None, rng: Draws | None = None):
+    def __call__(
+        self,
+        batch,  # a list of (uint8 CHW image, label) samples, or the loader's `SampleBatch`
+        _: object = None,  # not used: timm's collate signature has it
+        rng: Draws | None = None,  # the batch's draws (`rng.np`); None: the `SampleBatch`'s, else this mixer's
+    ):
         """Collate a list of (uint8 CHW image, label) into (uint8 NCHW batch, soft targets); 'half' returns N // 2 rows.
         Draws from `rng.np` (a batch's `Draws`; else those of a `SampleBatch`, as the loader hands it; else this mixer's `rng`)."""
         if rng is None and isinstance(batch, SampleBatch):

@@ -100,7 +100,10 @@ class NaFlexCollator:
             out[:n].view(nh, nw, c, ph, pw).copy_(src.permute(1, 3, 0, 2, 4))
         return n, nh, nw
 
-    def __call__(self, batch: list) -> tuple:
+    def __call__(
+        self,
+        batch: list,  # (sample, target) pairs, each sample a patch dict or a CHW image; None: a skipped sample
+    ) -> tuple:
         "`[(patch dict or CHW image, target), ...]` -> (dict(patches, patch_coord, patch_valid, seq_len), targets)."
         batch = [b for b in batch if b is not None]  # skipped samples (bad_sample='skip' counts and warns)
         if not batch:
@@ -213,7 +216,13 @@ class NaFlexBatchMaker:
             self._inner = ChoiceTransform(self.transforms)
             base_dataset.transform = self._inner
 
-    def __call__(self, s: int, k: int, samples, key: Optional[int] = None) -> Optional[tuple]:
+    def __call__(
+        self,
+        s: int,  # the batch's sequence length, one of `seq_lens`
+        k: int,  # the index of the batch's patch size in `patch_sizes`
+        samples,  # (image, target) pairs, read one at a time after the transform is chosen; None: a skipped sample
+        key: Optional[int] = None,  # the batch's key: seeds the mixing's draws (None: as the last sample left them)
+    ) -> Optional[tuple]:
         "One batch at sequence length `s` and patch size `k` from `samples` (read lazily, after its transform is chosen), mixed and collated."
         if self._inner is not None:
             self._inner.choice = (s, k)  # this batch's transform, inside the dataset
@@ -257,8 +266,8 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         seed: int = 42,  # seeds the schedule and the shuffling (the same on every rank)
         shuffle: bool = True,  # shuffle samples and batch order each epoch
         distributed: bool = False,  # deal the samples to `world_size` ranks
-        rank: int = 0,
-        world_size: int = 1,
+        rank: int = 0,  # this process's rank (with distributed=True)
+        world_size: int = 1,  # ranks the samples are dealt to (with distributed=True)
         epoch: int = 0,  # the first epoch (set_epoch changes it, also in running workers)
         batch_divisor: int = 8,  # batch sizes are multiples of this
         patchify_channels_last: bool = True,  # flat patch layout: channel last (timm's default)
@@ -304,7 +313,10 @@ class NaFlexMapDatasetWrapper(IterableDataset):
     def epoch(self) -> int:
         return int(self._epoch[0])
 
-    def set_epoch(self, epoch: int):
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch of the next pass
+    ):
         "The epoch of the next pass; running (persistent) DataLoader workers see it too. A resume point of another epoch is dropped."
         if int(self._start[1]) != epoch:
             self._start[0] = 0
@@ -361,7 +373,11 @@ class NaFlexMapDatasetWrapper(IterableDataset):
         flag, epoch, n = self._start.tolist()
         return n if flag and epoch == self.epoch else 0
 
-    def set_start(self, batches_done: int, batch_size: Optional[int] = None):
+    def set_start(
+        self,
+        batches_done: int,  # batches of the current epoch already delivered, 0 to len(self)
+        batch_size: Optional[int] = None,  # not used: the schedule sets the batch sizes
+    ):
         "Resume the current epoch after its first `batches_done` batches (`batch_size`: not used, the schedule sets the sizes)."
         if isinstance(batches_done, bool) or not isinstance(batches_done, int) or not 0 <= batches_done <= len(self):
             raise ValueError(
@@ -407,12 +423,18 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
                 f'e.g. IterableImageDataset; got {type(ds).__name__} (for a map-style dataset use NaFlexMapDatasetWrapper)'
             )
 
-    def set_epoch(self, epoch: int):
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch of the next pass
+    ):
         "The epoch of the next pass, for the wrapper and the stream; running (persistent) workers see both."
         super().set_epoch(epoch)
         pass_epoch(self.base_dataset, epoch)
 
-    def worker_samples(self, wid: int) -> int:
+    def worker_samples(
+        self,
+        wid: int,  # a DataLoader worker id, 0 to num_workers - 1
+    ) -> int:
         "Samples worker `wid` of each rank reads per epoch: the stream's own count (IterableImageDataset), else its length dealt evenly."
         if isinstance(self.base_dataset, EvenOverWorkers):  # training streams: the same for every worker of every rank
             return int(self.base_dataset.samples_per_worker())
@@ -485,7 +507,11 @@ class NaFlexStreamWrapper(NaFlexMapDatasetWrapper):
         finally:
             self.base_dataset.transform = keep
 
-    def set_start(self, batches_done: int, batch_size: Optional[int] = None):
+    def set_start(
+        self,
+        batches_done: int,  # batches of the current epoch already delivered, 0 to len(self)
+        batch_size: Optional[int] = None,  # not used: the schedule sets the batch sizes
+    ):
         "Resume the current epoch after `batches_done` batches: the stream skips what every worker read, each worker drops the rest."
         self._check_resumable('set_start')
         NaFlexMapDatasetWrapper.set_start(self, batches_done)

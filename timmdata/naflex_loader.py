@@ -40,15 +40,15 @@ class NaFlexBatchOps:
 
     def __init__(
         self,
-        mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,
-        std: Sequence[float] = IMAGENET_DEFAULT_STD,
-        channels: int = 3,
+        mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,  # normalisation mean, one per channel (or one for all)
+        std: Sequence[float] = IMAGENET_DEFAULT_STD,  # normalisation std, one per channel (or one for all)
+        channels: int = 3,  # image channels in each patch
         device: Union[str, torch.device, None] = None,  # 'cpu' or 'cuda'; None: CUDA when available, else the CPU
         img_dtype: Optional[torch.dtype] = None,  # patches' dtype (default float32)
         re_prob: float = 0.0,  # PatchRandomErasing probability per image (0: off)
-        re_mode: str = 'const',
-        re_count: int = 1,
-        re_num_splits: int = 0,
+        re_mode: str = 'const',  # erasing fill: 'const', 'rand' (a normal colour per box) or 'pixel' (normal noise)
+        re_count: int = 1,  # most erased regions per image
+        re_num_splits: int = 0,  # with > 1, the first batch_size // re_num_splits images stay un-erased
         patchify_channels_last: bool = True,  # the patches' flat layout: channel last (P-P-C) or first (C-P-P)
         color_jitter: 'Optional[Union[float, Sequence[Union[float, tuple[float, float]]]]]' = None,  # brightness/contrast/saturation jitter of each image, on the device (None: off)
         seed: Optional[int] = None,  # seed of the jitter's generator; None: drawn from torch's RNG and the rank
@@ -81,19 +81,30 @@ class NaFlexBatchOps:
         self._pool = BufferPool(6)  # CPU output buffers, reused once nobody holds them (no page faults)
         self.rank = default_rank()  # a batch's draws differ across ranks
 
-    def feed(self, batch, key: Optional[int] = None) -> tuple:
+    def feed(
+        self,
+        batch,  # (patch dict, targets) as the DataLoader yields it
+        key: Optional[int] = None,  # the batch's key: seeds its draws, with the rank (None: the generators run on)
+    ) -> tuple:
         "The step `PrefetchLoader` runs: this step on the batch, its draws seeded from the batch's `key` and the rank (None: the generators run on)."
         if key is not None:
             self.seed(mix_seed(key, _NAFLEX_OPS, self.rank))  # the same after a resume
         return self(*batch)
 
-    def seed(self, seed: int):
+    def seed(
+        self,
+        seed: int,  # the seed of the batch's jitter and erasing generators
+    ):
         "Seed the batch's draws (the jitter's and the erasing's generators) from `seed`."
         self.generator.manual_seed(seed)
         if self._re_gen is not None and self._re_gen is not self.generator:
             self._re_gen.manual_seed(seed)
 
-    def __call__(self, d: dict, y: torch.Tensor) -> tuple:
+    def __call__(
+        self,
+        d: dict,  # the batch's dict: patches (uint8), patch_coord, patch_valid, ...
+        y: torch.Tensor,  # the batch's targets
+    ) -> tuple:
         "One batch on the device: patches as normalised (and erased) floats, the rest moved."
         out = {k: (v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in d.items()}
         p = out['patches']
@@ -215,44 +226,46 @@ def create_naflex_loader(
     train_seq_lens: Sequence[int] = (128, 256, 576, 784, 1024),  # training: sequence lengths, one per batch
     max_seq_len: int = 576,  # evaluation: the sequence length
     batch_size: int = 32,  # evaluation batch size; training: the batch size at the longest sequence (the token budget)
-    is_training: bool = False,
+    is_training: bool = False,  # training: random crops and augmentation, batches of several sequence lengths
     mixup_fn: Optional[Callable] = None,  # e.g. NaFlexMixup: mixes each batch's images in the workers
-    no_aug: bool = False,
-    re_prob: float = 0.0,
-    re_mode: str = 'const',
-    re_count: int = 1,
-    re_split: bool = False,
-    train_crop_mode: Optional[str] = None,
-    scale: Optional[Tuple[float, float]] = None,
-    ratio: Optional[Tuple[float, float]] = None,
-    hflip: float = 0.5,
-    vflip: float = 0.0,
-    color_jitter: float = 0.4,
-    color_jitter_prob: Optional[float] = None,
-    grayscale_prob: float = 0.0,
-    gaussian_blur_prob: float = 0.0,
-    auto_augment: Optional[str] = None,
-    num_aug_repeats: int = 0,
-    num_aug_splits: int = 0,
-    interpolation: str = 'bilinear',
-    mean: Tuple[float, ...] = IMAGENET_DEFAULT_MEAN,
-    std: Tuple[float, ...] = IMAGENET_DEFAULT_STD,
-    channels: int = 3,
-    crop_pct: Optional[float] = None,
-    crop_mode: Optional[str] = None,
-    crop_border_pixels: Optional[int] = None,
-    num_workers: int = 4,
-    distributed: bool = False,
-    rank: int = 0,
-    world_size: int = 1,
+    no_aug: bool = False,  # training without augmentation: the eval resize to the patch budget
+    re_prob: float = 0.0,  # random erasing probability per image (training; on the device with the prefetcher)
+    re_mode: str = 'const',  # random erasing fill: 'const', 'rand' or 'pixel'
+    re_count: int = 1,  # random erasing: most regions per image
+    re_split: bool = False,  # timm's erasing-split flag: taken, not used (as in timm)
+    train_crop_mode: Optional[str] = None,  # checked ('rrc', 'rkrc' or 'rkrr'), not used: the NaFlex crop replaces it
+    scale: Optional[
+        Tuple[float, float]
+    ] = None,  # training crop's area range, relative to the image (None: (0.08, 1.0))
+    ratio: Optional[Tuple[float, float]] = None,  # training crop's aspect range (None: (3/4, 4/3))
+    hflip: float = 0.5,  # horizontal flip probability (training)
+    vflip: float = 0.0,  # vertical flip probability (training)
+    color_jitter: float = 0.4,  # brightness/contrast/saturation(/hue) strength (training; on the batch where it can be)
+    color_jitter_prob: Optional[float] = None,  # apply the jitter with this probability (None: always)
+    grayscale_prob: float = 0.0,  # random grayscale probability (training)
+    gaussian_blur_prob: float = 0.0,  # random Gaussian blur probability (training)
+    auto_augment: Optional[str] = None,  # auto-augment config string, e.g. 'rand-m9-mstd0.5' (training)
+    num_aug_repeats: int = 0,  # must be 0: repeated augmentation is not supported here (nor by timm)
+    num_aug_splits: int = 0,  # must be 0: augmentation splits (AugMix) are not supported here
+    interpolation: str = 'bilinear',  # resize interpolation: 'bilinear', 'bicubic', ... or 'random'
+    mean: Tuple[float, ...] = IMAGENET_DEFAULT_MEAN,  # normalisation mean, one per channel
+    std: Tuple[float, ...] = IMAGENET_DEFAULT_STD,  # normalisation std, one per channel
+    channels: int = 3,  # image channels
+    crop_pct: Optional[float] = None,  # checked, not used: NaFlex resizes to the patch budget, no crop
+    crop_mode: Optional[str] = None,  # checked, not used: NaFlex resizes to the patch budget, no crop
+    crop_border_pixels: Optional[int] = None,  # training with no_aug: trim this many pixels off every side first
+    num_workers: int = 4,  # DataLoader worker processes (0: load in this process)
+    distributed: bool = False,  # deal a map-style dataset over the ranks (a stream splits itself)
+    rank: int = 0,  # this process's rank (training with distributed=True; also seeds the workers)
+    world_size: int = 1,  # ranks the samples are dealt to (training with distributed=True)
     seed: int = 42,  # seeds the training batch schedule (the same on every rank)
     epoch: int = 0,  # the first epoch
     use_prefetcher: bool = True,  # uint8 patches, normalised (and erased) on the device by NaFlexPrefetchLoader
     pin_memory: Optional[bool] = None,  # None: pin when the device is CUDA
-    img_dtype: torch.dtype = torch.float32,
+    img_dtype: torch.dtype = torch.float32,  # the patches' dtype out of the prefetcher
     device: Union[str, torch.device, None] = None,  # 'cpu' or 'cuda'; None: CUDA when available, else the CPU
-    persistent_workers: bool = True,
-    worker_seeding: str = 'all',
+    persistent_workers: bool = True,  # keep the worker processes between epochs
+    worker_seeding: str = 'all',  # 'all': seed random, torch and numpy per worker and rank; 'part': torch's own seeding
     patchify_channels_last: bool = True,  # flat patch layout: channel last (P-P-C, timm's NaFlex) or first (C-P-P)
 ):
     "timm's `create_naflex_loader`: training batches of several sequence lengths (token-budget batch sizes), or evaluation at `max_seq_len`."

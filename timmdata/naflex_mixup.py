@@ -175,7 +175,10 @@ class NaFlexMixup:
         self.mixup_enabled = True
         self.set_epoch(0)
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch starting (0-based): from `mixup_off_epoch` on, no mixing
+    ) -> None:
         "Turn mixing off from `mixup_off_epoch` on (the NaFlex dataset calls this in every worker at each epoch)."
         self.mixup_enabled = not self.mixup_off_epoch or epoch < self.mixup_off_epoch
 

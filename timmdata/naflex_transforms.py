@@ -28,7 +28,10 @@ __all__ = ['parse_patch_size', 'check_seq_len', 'get_image_size_for_seq', 'Resiz
            'ResizeKeepRatioToSequence', 'CenterCropToSequence', 'RandomCropToSequence', 'patchify_image', 'Patchify']
 
 # %% ../nbs/15_naflex_transforms.ipynb #411bc734
-def parse_patch_size(patch_size, param: str = 'patch_size') -> tuple:
+def parse_patch_size(
+    patch_size,  # an int > 0 (square patches) or a (patch_h, patch_w) pair of them
+    param: str = 'patch_size',  # the parameter's name, for the error
+) -> tuple:
     "(patch_h, patch_w) from an int or an (h, w) pair of positive ints; a ValueError naming `param` otherwise."
     ps = (patch_size, patch_size) if isinstance(patch_size, numbers.Integral) else patch_size
     if not (
@@ -42,7 +45,10 @@ def parse_patch_size(patch_size, param: str = 'patch_size') -> tuple:
     return int(ps[0]), int(ps[1])
 
 
-def check_seq_len(n, param: str = 'max_seq_len') -> int:
+def check_seq_len(
+    n,  # the value to check: the most patches per image, an int >= 1
+    param: str = 'max_seq_len',  # the parameter's name, for the error
+) -> int:
     "`n` if it is an int >= 1 (a number of patches), else a ValueError naming `param`."
     if not (isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1):
         raise ValueError(f"{param} must be an int >= 1 (the most patches per image); got {n!r}")
@@ -213,17 +219,17 @@ class RandomResizedCropToSequence(SampleTransform):
 
     @staticmethod
     def get_params(
-        img,
-        scale,
-        ratio,
-        crop_attempts=10,
-        patch_h=16,
-        patch_w=16,
-        max_seq_len=1024,
-        divisible_by_patch=True,
-        max_ratio: Optional[float] = None,
-        final_scale_range: Optional[tuple[float, float]] = None,
-        interpolation=interp_or_choices('random'),
+        img,  # the image (PIL, tensor or `EncodedJpeg`): only its size is read
+        scale,  # (min, max) of the box's area, as a fraction of the image's
+        ratio,  # (min, max) of the box's aspect as a factor on the image's, drawn log-uniformly
+        crop_attempts=10,  # tries for a box before the centred fallback
+        patch_h=16,  # the patch height, in pixels
+        patch_w=16,  # the patch width, in pixels
+        max_seq_len=1024,  # the most patches the output may have
+        divisible_by_patch=True,  # round the output's sides up to whole patches
+        max_ratio: Optional[float] = None,  # cap on the resize scale (1.0: never upsample the box; None: no cap)
+        final_scale_range: Optional[tuple[float, float]] = None,  # (min, max) in [0, 1]: shrink by a random factor
+        interpolation=interp_or_choices('random'),  # a name, 'random', or a mode or tuple of modes to draw from
     ) -> tuple:
         "((top, left, h, w), (out_h, out_w), interpolation), drawn in timm's order."
         height, width = image_hw(img)
@@ -269,17 +275,17 @@ def _shrink_to_fit(size, ph, pw, max_seq_len):
 
 
 def _keep_ratio_seq_size(
-    img,
-    patch_size,
-    max_sequence_len,
-    divisible_by_patch,
-    longest,
-    random_scale_prob=0.0,
-    random_scale_range=(1.0, 1.33),
-    random_scale_area=False,
-    random_aspect_prob=0.0,
-    random_aspect_range=(0.9, 1.11),
-    max_ratio: Optional[float] = None,
+    img,  # the image (PIL, tensor or `EncodedJpeg`): only its size is read
+    patch_size,  # int or (patch_h, patch_w)
+    max_sequence_len,  # the most patches the output may have
+    divisible_by_patch,  # round the output's sides up to whole patches
+    longest,  # blend of the two sides' scales: 0 the smaller, 1 the larger
+    random_scale_prob=0.0,  # probability of a random scale factor (0: never)
+    random_scale_range=(1.0, 1.33),  # (min, max) of the scale factor, drawn uniformly
+    random_scale_area=False,  # True: the factor is an area fraction (the sides scale by 1/sqrt of it)
+    random_aspect_prob=0.0,  # probability of a random aspect change (0: never)
+    random_aspect_range=(0.9, 1.11),  # (min, max) of the aspect change w/h, drawn log-uniformly
+    max_ratio: Optional[float] = None,  # cap on the scale (1.0: never upsample; None: no cap)
 ) -> list:
     "Output [h, w]: the budget's size blended by `longest`, jittered, on whole patches, within the budget."
     ih, iw = image_hw(img)
@@ -422,7 +428,10 @@ class RandomCropToSequence(SampleTransform):
         self.fill, self.padding_mode = fill, padding_mode
 
     @staticmethod
-    def get_params(img, target_size) -> tuple:
+    def get_params(
+        img,  # the image (PIL, tensor or `EncodedJpeg`): only its size is read
+        target_size,  # the crop's (h, w)
+    ) -> tuple:
         "(top, left) drawn in the crop-or-pad margin (negative: pad); no draw for a side that already fits exactly."
         ih, iw = image_hw(img)
         off = lambda d: 0 if d == 0 else int(math.copysign(random.randint(0, abs(d)), d))

@@ -73,7 +73,11 @@ class RandomErasing(SampleTransform):
         # since seeding the default one would change the draws of the training thread (dropout) at the same time
         self.noise_generator = None
 
-    def __call__(self, input: torch.Tensor, rng: Optional[Draws] = None) -> torch.Tensor:
+    def __call__(
+        self,
+        input: torch.Tensor,  # a normalised float image (CHW) or batch (NCHW), erased in place
+        rng: Optional[Draws] = None,  # a sample's draws (its `torch` generator); None: the constructor's `generator`
+    ) -> torch.Tensor:
         "Erase `input` (CHW or NCHW float) in place and return it; `rng`: a sample's `Draws` (its `torch` generator), else `generator`."
         if not isinstance(input, torch.Tensor) or input.ndim not in (3, 4):
             raise ValueError(

@@ -33,7 +33,10 @@ class RealLabelsImagenet:
         self.is_correct = {k: [] for k in topk}
         self.sample_idx = 0
 
-    def add_result(self, output):
+    def add_result(
+        self,
+        output,  # a batch's logits, shape (batch, classes), its rows in `filenames` order
+    ):
         "Score one batch of logits (rows in `filenames` order)."
         pred = output.topk(max(self.topk), 1, True, True)[1].cpu().numpy()
         for p in pred:
@@ -43,7 +46,10 @@ class RealLabelsImagenet:
                     self.is_correct[k].append(any(c in real for c in p[:k]))
             self.sample_idx += 1
 
-    def get_accuracy(self, k: Optional[int] = None):
+    def get_accuracy(
+        self,
+        k: Optional[int] = None,  # one of `topk`; None: a dict of the accuracy at every k of `topk`
+    ):
         "Top-k accuracy in percent (a dict over `topk` when k is None)."
         if k is None:
             return {k: float(np.mean(self.is_correct[k])) * 100 for k in self.topk}

@@ -184,7 +184,10 @@ class ScheduledBatchSampler(_ChoiceWindow, Sampler):
     def __len__(self) -> int:
         return self.num_batches if self.num_batches is not None else len(self._sample_budget_schedule)
 
-    def set_epoch(self, epoch: int):
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch of the next pass
+    ):
         "Select the epoch of the next pass (its schedule, and the wrapped sampler's shuffling)."
         self.epoch = epoch
         pass_epoch(self.sampler, epoch)
@@ -304,21 +307,41 @@ class ScheduledTransformDataset(Dataset):
         img = self.transforms[choice](sample[0])
         return (img, *sample[1:]) if isinstance(sample, tuple) else [img, *sample[1:]]
 
-    def set_epoch(self, epoch: int):
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch of the next pass
+    ):
         "Passes the epoch on to the wrapped dataset, when it takes one."
         pass_epoch(self.dataset, epoch)
 
-    def filename(self, index: int, basename: bool = False, absolute: bool = False):
+    def filename(
+        self,
+        index: int,  # sample index
+        basename: bool = False,  # only the file's name
+        absolute: bool = False,  # the absolute path (else relative to the dataset's root)
+    ):
         return self.dataset.filename(index, basename=basename, absolute=absolute)
 
-    def filenames(self, basename: bool = False, absolute: bool = False):
+    def filenames(
+        self,
+        basename: bool = False,  # only each file's name
+        absolute: bool = False,  # absolute paths (else relative to the dataset's root)
+    ):
         return self.dataset.filenames(basename=basename, absolute=absolute)
 
 # %% ../nbs/34_scheduled_sampler.ipynb #b97ecef9
 class SchedulePass(PlanPass):
     "A pass of `ResumableScheduledSampler`: the epoch's schedule of `num_batches` batches, the first `skip` of them delivered before a resume."
 
-    def __init__(self, epoch: int, rep: int, world: int, rank: int, skip: int, num_batches: int):
+    def __init__(
+        self,
+        epoch: int,  # the pass's epoch
+        rep: int,  # which pass of the epoch (0 unless the epoch is read again)
+        world: int,  # ranks the samples are dealt to
+        rank: int,  # this process's rank
+        skip: int,  # batches of the schedule delivered before a resume
+        num_batches: int,  # batches in the epoch's schedule
+    ):
         super().__init__(epoch, rep, world, rank, max(num_batches - skip, 0))
         self.skip, self.num_batches = skip, num_batches
 
@@ -374,20 +397,32 @@ class ResumableScheduledSampler(BatchPlan):
             raise AttributeError(name)  # also while unpickling in a worker
         return getattr(self.scheduled, name)
 
-    def set_epoch(self, epoch: int):
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch of the next pass
+    ):
         "Select the epoch of the next pass (the schedule's and its sampler's); a restored position of that epoch is kept."
         self.scheduled.set_epoch(epoch)
 
-    def plan_pass(self, with_order: bool = True) -> SchedulePass:
+    def plan_pass(
+        self,
+        with_order: bool = True,  # not used: a schedule draws its order as it is read
+    ) -> SchedulePass:
         "The next pass: the epoch's schedule, from its first batch or the restored one."
         e, rep, r = self.next_start()
         W, rank, _ = world_of(self.sampler)
         return SchedulePass(e, rep, W, rank, r['skip'] if r is not None else 0, len(self.scheduled))
 
-    def batches_before(self, p: SchedulePass) -> int:
+    def batches_before(
+        self,
+        p: SchedulePass,  # a pass from `plan_pass`
+    ) -> int:
         return min(p.skip, p.num_batches)
 
-    def pass_batches(self, p: SchedulePass) -> Iterator[list]:
+    def pass_batches(
+        self,
+        p: SchedulePass,  # a pass from `plan_pass`
+    ) -> Iterator[list]:
         q0 = 0  # samples of this rank's pass before the batch; global position q * W + rank
         for k, batch in enumerate(self.scheduled):
             first, q0 = q0, q0 + len(batch)
@@ -397,7 +432,10 @@ class ResumableScheduledSampler(BatchPlan):
                 (ic, sample_key(self.seed, p.epoch, p.rep, q * p.world + p.rank)) for q, ic in enumerate(batch, first)
             ]
 
-    def state(self, last: Optional[BatchMark] = None) -> dict:
+    def state(
+        self,
+        last: Optional[BatchMark] = None,  # the mark of the last batch delivered; None: the start of the pass
+    ) -> dict:
         "The state after delivering `last` (None: at the start of the pass in flight, or of the next pass): plain JSON data."
         if last is not None:
             p = last.seg
@@ -422,7 +460,11 @@ class ResumableScheduledSampler(BatchPlan):
             )
         )
 
-    def load_state(self, sd: dict, advance_done: bool = False):
+    def load_state(
+        self,
+        sd: dict,  # a state from `state` (untrusted: checked whole)
+        advance_done: bool = False,  # a finished pass: go on at the next epoch (else the same epoch's next pass)
+    ):
         "Continue from `sd` (from `state`): its next pass is the restored one; errors name what differs."
         check_state(sd)
         if sd['kind'] != 'scheduled':
@@ -465,9 +507,7 @@ class Sampling:
     distributed: bool = False  # one share per rank (torch.distributed initialised)
     num_aug_repeats: int = 0  # repeated augmentation: copies of each sample, dealt to different ranks
     seed: Optional[int] = None  # the loader's seed (None: drawn, see `loader_seed`)
-    batch_size_choices: Optional[Sequence[int]] = (
-        None  # scheduled batching: batch size per choice (None: not scheduled)
-    )
+    batch_size_choices: Optional[Sequence[int]] = None  # scheduled: batch size per choice (None: not scheduled)
     choice_weights: Optional[Sequence[float]] = None  # scheduled: base weight of each choice
     choice_seed: int = 0  # scheduled: seed of the schedule (the same on every rank)
     choice_schedule: str = 'constant'  # scheduled: 'constant' or 'progressive'
@@ -478,7 +518,10 @@ class Sampling:
     order: Optional[str] = None  # training's order: None (timm's samplers) or 'global' (by position: `PositionSampler`)
 
 
-def check_order(dataset, s: Sampling):
+def check_order(
+    dataset,  # the dataset to load (a stream cannot take a global order)
+    s: Sampling,  # the loader's sampling arguments
+):
     "`order` as `make_batch_plan` takes it: None or 'global', and 'global' only where it has a meaning; else an error naming what to pass."
     if s.order not in (None, 'global'):
         raise ValueError(f"order must be None (timm's samplers) or 'global' (by position); got {s.order!r}")

@@ -100,7 +100,11 @@ class SampleTransform:
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):  # rng: the sample's draws (default: the global generators)
         raise NotImplementedError(f'{type(self).__name__} must define __call__(img, rng) -> the transformed image')
 
-    def deferred(self, img, rng: Draws = GLOBAL_DRAWS):
+    def deferred(
+        self,
+        img,  # the image, in the format `input_format` declares
+        rng: Draws = GLOBAL_DRAWS,  # the sample's draws (default: the global generators)
+    ):
         "The result, or a `PendingResize` where its pixel work can wait for the batch's collate (asked only by a loader whose collate makes them)."
         return self(img, rng) if self.takes_rng else self(img)
 
@@ -120,7 +124,9 @@ _TV_TENSOR_OK = (
 _TV_CONTAINERS = (tvt.Compose, tvt.RandomApply, tvt.RandomChoice, tvt.RandomOrder)
 
 
-def transform_input(t) -> str:
+def transform_input(
+    t,  # a transform: a `SampleTransform`, anything with `input_format`, torchvision's, or any callable
+) -> str:
     "What to hand transform `t`: 'encoded', 'tensor' or 'pil' (its declared `input_format`; torchvision's known ones; else 'pil')."
     # the nominal check first: a runtime Protocol check costs ~15 µs, and `Compose` asks once per sample
     if isinstance(t, SampleTransform) or isinstance(t, TakesInput):
@@ -136,12 +142,16 @@ def transform_input(t) -> str:
     return f
 
 # %% ../nbs/10_transforms.ipynb #1fb55175
-def is_tensor_image(img) -> bool:
+def is_tensor_image(
+    img,  # an image: a torch tensor or a PIL image
+) -> bool:
     "True for a torch tensor image (CHW), False for PIL."
     return isinstance(img, torch.Tensor)
 
 
-def image_hw(img) -> tuple:
+def image_hw(
+    img,  # a PIL image, a CHW tensor, an HWC ndarray or a not-yet-decoded `EncodedJpeg`
+) -> tuple:
     "(height, width) of a PIL image, a CHW tensor or an HWC ndarray."
     if isinstance(img, Image.Image):
         return img.height, img.width
@@ -163,7 +173,11 @@ _U8_RESIZE_CL = torch.backends.cpu.get_cpu_capability() in ('AVX2', 'AVX512')
 _AA_KERNELS = {InterpolationMode(m): op for m, op in aa_resize_kernels().items()}
 
 
-def resize_exact(img, size, interp: InterpolationMode):
+def resize_exact(
+    img,  # a PIL image or a uint8 CHW tensor
+    size,  # the output (h, w), in pixels
+    interp: InterpolationMode,  # the filter (BOX and HAMMING resize a tensor through PIL: slower)
+):
     "Resize to exactly `size` = (h, w); an image of that size already is returned as it is (no copy)."
     h, w = int(size[0]), int(size[1])
     if (
@@ -195,12 +209,20 @@ def resize_exact(img, size, interp: InterpolationMode):
     return F2.resize_image(img, [h, w], interpolation=interp, antialias=True)  # torch's kernels run without the GIL
 
 
-def hflip(img):
+def hflip(
+    img,  # a PIL image or a tensor (its last dimension is the width)
+):
     "`img` mirrored left to right: a tensor's last dimension reversed, or PIL's transpose."
     return img.flip(-1) if isinstance(img, torch.Tensor) else TF.hflip(img)
 
 
-def crop_box(img, top, left, height, width):
+def crop_box(
+    img,  # a PIL image, a CHW tensor or a not-yet-decoded `EncodedJpeg`
+    top,  # the box's first row, in pixels from the top (inside the image)
+    left,  # the box's first column, in pixels from the left
+    height,  # the box's height, in pixels
+    width,  # the box's width, in pixels
+):
     "Crop inside the image (tensor: a view; a not-yet-decoded JPEG: only the box is decoded)."
     if isinstance(img, EncodedJpeg):
         with stage_clock(DECODE):
@@ -218,7 +240,10 @@ def _pad(img, ltrb, fill=0, padding_mode='constant'):
     return F2.pad_image(img, list(ltrb), fill=fill if padding_mode == 'constant' else None, padding_mode=padding_mode)
 
 
-def setup_size(size, param='size') -> tuple:
+def setup_size(
+    size,  # an int > 0 (a square), an (h, w) pair, or a 1-sequence holding either
+    param='size',  # the parameter's name, for the error
+) -> tuple:
     "(h, w) from an int or an (h, w) pair (a 1-sequence repeats): the size argument of the transforms below."
     if isinstance(size, (list, tuple)) and len(size) == 1:
         size = size[0]
@@ -264,7 +289,10 @@ class ToTensor(SampleTransform):
 
     input_format = 'tensor'
 
-    def __init__(self, dtype=torch.float32):
+    def __init__(
+        self,
+        dtype=torch.float32,  # the tensor's dtype; values stay 0-255, not rescaled
+    ):
         self.dtype = dtype
 
     def __call__(self, pic, rng: Draws = GLOBAL_DRAWS):
@@ -292,7 +320,10 @@ class ToNumpy(SampleTransform):
         return f"{type(self).__name__}()"
 
 # %% ../nbs/10_transforms.ipynb #4c03fcba
-def shorter_edge_size(hw, size: int) -> tuple:
+def shorter_edge_size(
+    hw,  # the image's (height, width)
+    size: int,  # the shorter edge's length after the resize, in pixels
+) -> tuple:
     "Output (h, w) when the shorter edge becomes `size` (torchvision's rule: the longer edge is truncated)."
     h, w = hw
     short, long = (w, h) if w <= h else (h, w)
@@ -341,7 +372,12 @@ class RandomResizedCropAndInterpolation(SampleTransform):
         self.scale, self.ratio = scale, ratio
 
     @staticmethod
-    def get_params(img, scale, ratio, rng: Draws = GLOBAL_DRAWS) -> tuple:
+    def get_params(
+        img,  # the image (PIL, tensor or `EncodedJpeg`): only its size is read
+        scale,  # (min, max) of the crop's area, as a fraction of the image's
+        ratio,  # (min, max) of the crop's aspect ratio w/h, drawn log-uniformly
+        rng: Draws = GLOBAL_DRAWS,  # the sample's draws (`rng.py`); default: the global generators
+    ) -> tuple:
         "(top, left, height, width) of a random crop box, drawn from `rng`."
         img_h, img_w, r = *image_hw(img), rng.py
         area = img_w * img_h
@@ -363,11 +399,22 @@ class RandomResizedCropAndInterpolation(SampleTransform):
             w, h = img_w, img_h
         return (img_h - h) // 2, (img_w - w) // 2, h, w
 
-    def draw(self, img, rng: Draws = GLOBAL_DRAWS) -> tuple:
+    def draw(
+        self,
+        img,  # the image (PIL, tensor or `EncodedJpeg`): only its size is read
+        rng: Draws = GLOBAL_DRAWS,  # the sample's draws; default: the global generators
+    ) -> tuple:
         "This image's crop box and interpolation, drawn from `rng` as timm draws them (box first)."
         return self.get_params(img, self.scale, self.ratio, rng), pick_interp(self.interpolation, rng)
 
-    def apply(self, img, box: tuple, interp, flip: bool = False, defer: bool = False):
+    def apply(
+        self,
+        img,  # a PIL image, a uint8 CHW tensor or a not-yet-decoded `EncodedJpeg`
+        box: tuple,  # (top, left, height, width) of the crop, as `draw` gives it
+        interp,  # the `InterpolationMode` to resize with, as `draw` gives it
+        flip: bool = False,  # True: mirror the result left to right
+        defer: bool = False,  # True: a `PendingResize` the batch's collate completes, where it can
+    ):
         "The `box` of `img` resized to `size` with `interp` (and mirrored): one native step where it can (`resize_box`; `defer`: its `PendingResize` where it can)."
         if defer and isinstance(
             img, EncodedJpeg
@@ -392,7 +439,10 @@ class RandomResizedCropAndInterpolation(SampleTransform):
         )
 
 
-def check_range(rng, param):
+def check_range(
+    rng,  # the value to check: a (min, max) pair
+    param,  # the parameter's name, for the error
+):
     "A ValueError naming `param` unless `rng` is a (min, max) pair with min <= max."
     if not (isinstance(rng, (list, tuple)) and len(rng) == 2):
         raise ValueError(f"{param} must be a (min, max) pair; got {rng!r}")
@@ -414,12 +464,19 @@ def _as_float32(x: float) -> float:
 
 
 class RandomHorizontalFlip(tvt.RandomHorizontalFlip, SampleTransform):
-    "torchvision's `RandomHorizontalFlip` (the same draw and pixels: PIL image or tensor), without nn.Module's call overhead."
+    """torchvision's `RandomHorizontalFlip` (the same draw and pixels: PIL image or tensor), without nn.Module's call overhead.
+
+    Args:
+        p: the probability of flipping an image (default 0.5)
+    """
 
     input_format = 'tensor'
     keeps_size = True
 
-    def draw(self, rng: Draws = GLOBAL_DRAWS) -> bool:
+    def draw(
+        self,
+        rng: Draws = GLOBAL_DRAWS,  # the sample's draws (`rng.torch`); default: the global generators
+    ) -> bool:
         "Whether this image is flipped: torchvision's draw (from `rng.torch`), so seeded pipelines give the same flips as timm's."
         # torchvision compares `torch.rand(1) < p` in float32; the same draw compared as Python floats against p rounded
         # to float32 gives the same answer for every draw (both values exact), without a second tensor (~6 us a sample
@@ -458,14 +515,14 @@ class ResizeKeepRatio(SampleTransform):
 
     @staticmethod
     def get_params(
-        img,
-        target_size,
-        longest,
-        random_scale_prob=0.0,
-        random_scale_range=(1.0, 1.33),
-        random_scale_area=False,
-        random_aspect_prob=0.0,
-        random_aspect_range=(0.9, 1.11),
+        img,  # the image (PIL or tensor): only its size is read
+        target_size,  # the target (h, w)
+        longest,  # 0: fit the shorter side to the target, 1: the longer side (in between: a blend)
+        random_scale_prob=0.0,  # probability of a random scale factor (0: never)
+        random_scale_range=(1.0, 1.33),  # (min, max) of the scale factor, drawn uniformly
+        random_scale_area=False,  # True: the factor is an area fraction (< 1 zooms in), like RandomResizedCrop's scale
+        random_aspect_prob=0.0,  # probability of a random aspect change (0: never)
+        random_aspect_range=(0.9, 1.11),  # (min, max) of the aspect change w/h, drawn log-uniformly
         rng: Draws = GLOBAL_DRAWS,  # the draws of the random scale and aspect
     ) -> list:
         "Output [h, w]."
@@ -506,7 +563,12 @@ class ResizeKeepRatio(SampleTransform):
         )
 
 # %% ../nbs/10_transforms.ipynb #bdbd760c
-def center_crop_or_pad(img, output_size, fill=0, padding_mode: str = 'constant'):
+def center_crop_or_pad(
+    img,  # a PIL image or a CHW tensor
+    output_size,  # the result's size: int or (h, w)
+    fill=0,  # pad value for padding_mode 'constant': int or per-channel tuple (0-255)
+    padding_mode: str = 'constant',  # 'constant', 'edge', 'reflect' or 'symmetric'
+):
     "Centre crop to `output_size` (int or (h, w)), padding first where the image is smaller."
     return _center_crop_or_pad(img, setup_size(output_size, 'output_size'), fill, padding_mode)
 
@@ -529,7 +591,15 @@ def _center_crop_or_pad(img, size: tuple, fill, padding_mode: str):
     return crop_box(img, int(round((ih - ch) / 2.0)), int(round((iw - cw) / 2.0)), ch, cw)
 
 
-def crop_or_pad(img, top: int, left: int, height: int, width: int, fill=0, padding_mode: str = 'constant'):
+def crop_or_pad(
+    img,  # a PIL image or a CHW tensor
+    top: int,  # the box's first row, in pixels (negative: above the image, padded)
+    left: int,  # the box's first column, in pixels (negative: left of the image, padded)
+    height: int,  # the box's height, in pixels (past the bottom edge: padded)
+    width: int,  # the box's width, in pixels (past the right edge: padded)
+    fill=0,  # pad value for padding_mode 'constant': int or per-channel tuple (0-255)
+    padding_mode: str = 'constant',  # 'constant', 'edge', 'reflect' or 'symmetric'
+):
     "Crop the box (top, left, height, width), padding where it lies outside the image."
     ih, iw = image_hw(img)
     right, bottom = left + width, top + height
@@ -578,7 +648,11 @@ class RandomCropOrPad(SampleTransform):
         self.size, self.fill, self.padding_mode = setup_size(size), fill, padding_mode
 
     @staticmethod
-    def get_params(img, size, rng: Draws = GLOBAL_DRAWS) -> tuple:
+    def get_params(
+        img,  # the image (PIL or tensor): only its size is read
+        size,  # the crop's (h, w)
+        rng: Draws = GLOBAL_DRAWS,  # the sample's draws (`rng.py`); default: the global generators
+    ) -> tuple:
         ih, iw = image_hw(img)
         dh, dw, r = ih - size[0], iw - size[1], rng.py
         return (int(math.copysign(r.randint(0, abs(dh)), dh)), int(math.copysign(r.randint(0, abs(dw)), dw)))
@@ -596,7 +670,10 @@ class TrimBorder(SampleTransform):
 
     input_format = 'tensor'
 
-    def __init__(self, border_size: int):
+    def __init__(
+        self,
+        border_size: int,  # pixels cut off each of the four sides
+    ):
         self.border_size = border_size
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
@@ -621,7 +698,11 @@ class RandomPad(SampleTransform):
         self.input_size, self.fill = input_size, fill
 
     @staticmethod
-    def get_params(img, input_size, rng: Draws = GLOBAL_DRAWS) -> tuple:
+    def get_params(
+        img,  # the image (PIL or tensor): only its size is read
+        input_size,  # the least (h, w) to pad to
+        rng: Draws = GLOBAL_DRAWS,  # the sample's draws (`rng.py`); default: the global generators
+    ) -> tuple:
         "(left, top, right, bottom) padding, the left and top drawn as timm draws them."
         h, w = image_hw(img)
         dw, dh = max(input_size[1] - w, 0), max(input_size[0] - h, 0)
@@ -640,7 +721,11 @@ _FROM_PIL = (MaybeToTensor, tvt.ToTensor, tvt.PILToTensor)  # to-tensor steps th
 
 
 class Compose(tvt.Compose, SampleTransform):
-    "torchvision's `Compose`, declaring its `input_format` from its steps'; fuses eval's resize + crop and training's crop + flip (`timmdata.pixels.resample`)."
+    """torchvision's `Compose`, declaring its `input_format` from its steps'; fuses eval's resize + crop and training's crop + flip (`timmdata.pixels.resample`).
+
+    Args:
+        transforms: the steps, a list of transforms run in order on each image
+    """
 
     # Resize(shorter edge) then CenterCropOrPad as one step (timmdata.pixels.resample.resize_center_crop): PIL's pixels, only the
     # crop's window decoded and resized. False takes the steps one by one (torch's resize: within 2 levels of PIL's).
@@ -713,7 +798,11 @@ class Compose(tvt.Compose, SampleTransform):
         steps = partial(self._steps, ts[:-1], pixels=True, rng=rng)  # the crop's pixels to the last step's input
         return defer_crop_then(img, box, crop.size, interp, flip, steps, partial(ts[-1], rng=rng))
 
-    def deferred(self, img, rng: Draws = GLOBAL_DRAWS):
+    def deferred(
+        self,
+        img,  # a PIL image, a uint8 CHW tensor or a not-yet-decoded `EncodedJpeg`
+        rng: Draws = GLOBAL_DRAWS,  # the sample's draws; default: the global generators
+    ):
         "`self(img, rng)`; the training crop and flip as a `PendingResize` (of a JPEG: a `PendingJpegCrop`), with the same draws; eval's resize and centre crop of a JPEG as a `PendingJpegCrop`; a JPEG's training crop followed by a policy as a `PendingJpegCrop` that runs the policy on its row of the batch."
         ts = self.transforms
         if isinstance(img, EncodedJpeg) and (p := self._defer_policy(img, rng)) is not None:
@@ -789,7 +878,9 @@ _TV_DETERMINISTIC = (
 )  # fmt: skip
 
 
-def takes_draws(t) -> bool:
+def takes_draws(
+    t,  # the transform to ask about: any callable
+) -> bool:
     """Does every random draw of transform `t` come from the draws it is handed? True for timmdata's transforms (a
     `SampleTransform` that does not declare otherwise; a `Compose` of such steps and of torchvision's deterministic
     ones); False for anything else (timm's or torchvision's random transforms, a user's callable): those draw from the

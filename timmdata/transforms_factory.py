@@ -275,7 +275,11 @@ from .transforms import SampleTransform
 
 # %% ../nbs/18_transforms_factory.ipynb #3e76abd8
 class RandomVerticalFlip(tvt.RandomVerticalFlip, SampleTransform):
-    "torchvision's `RandomVerticalFlip` (the same draw and pixels), drawing from the sample's `rng.torch`."
+    """torchvision's `RandomVerticalFlip` (the same draw and pixels), drawing from the sample's `rng.torch`.
+
+    Args:
+        p: the probability of flipping an image upside down (default 0.5)
+    """
 
     input_format = 'tensor'
     keeps_size = True
@@ -285,7 +289,14 @@ class RandomVerticalFlip(tvt.RandomVerticalFlip, SampleTransform):
 
 
 class ColorJitter(tvt.ColorJitter, SampleTransform):
-    "torchvision's `ColorJitter` (the same order of draws and pixels), drawing from the sample's `rng.torch`."
+    """torchvision's `ColorJitter` (the same order of draws and pixels), drawing from the sample's `rng.torch`.
+
+    Args:
+        brightness: a factor drawn from [max(0, 1 - b), 1 + b] for a float b, or from a (min, max) range; 0: none
+        contrast: as `brightness`, for the contrast factor
+        saturation: as `brightness`, for the saturation factor
+        hue: a hue shift drawn from [-h, h] for a float h in [0, 0.5], or from a (min, max) in [-0.5, 0.5]
+    """
 
     input_format = 'tensor'
     keeps_size = True
@@ -310,7 +321,11 @@ class ColorJitter(tvt.ColorJitter, SampleTransform):
 
 
 class RandomGrayscale(tvt.RandomGrayscale, SampleTransform):
-    "torchvision's `RandomGrayscale`, drawing from the sample's `rng.torch`."
+    """torchvision's `RandomGrayscale`, drawing from the sample's `rng.torch`.
+
+    Args:
+        p: the probability of making an image grey, its channel count kept (default 0.1)
+    """
 
     input_format = 'tensor'
     keeps_size = True
@@ -321,7 +336,12 @@ class RandomGrayscale(tvt.RandomGrayscale, SampleTransform):
 
 
 class GaussianBlur(tvt.GaussianBlur, SampleTransform):
-    "torchvision's `GaussianBlur`, its sigma drawn from the sample's `rng.torch`."
+    """torchvision's `GaussianBlur`, its sigma drawn from the sample's `rng.torch`.
+
+    Args:
+        kernel_size: the blur kernel's size in pixels: an odd int, or (width, height) of odd ints
+        sigma: the blur's standard deviation: a float, or a (min, max) range drawn per image (default (0.1, 2.0))
+    """
 
     input_format = 'tensor'
     keeps_size = True
@@ -332,7 +352,12 @@ class GaussianBlur(tvt.GaussianBlur, SampleTransform):
 
 
 class RandomApply(tvt.RandomApply, SampleTransform):
-    "torchvision's `RandomApply` over transforms of ours, drawing from the sample's `rng.torch` (and handing it on)."
+    """torchvision's `RandomApply` over transforms of ours, drawing from the sample's `rng.torch` (and handing it on).
+
+    Args:
+        transforms: the transforms, run in order on the image when it is drawn
+        p: the probability of running them on an image (default 0.5)
+    """
 
     @property
     def input_format(self) -> str:

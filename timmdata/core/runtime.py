@@ -24,11 +24,19 @@ def _refs(bufs: list, i: int) -> int:
 class BufferPool:
     "A few reusable CPU output buffers (numpy memory under `torch.from_numpy`), each reused only once nothing else holds it."
 
-    def __init__(self, size: int):
+    def __init__(
+        self,
+        size: int,  # buffers kept; past it, one still held elsewhere (else the oldest) is forgotten
+    ):
         self.size, self.bufs = size, []
         self.base = _refs([np.empty(0)], 0)  # an array only the list holds
 
-    def get(self, shape: tuple, dtype: torch.dtype, channels_last: bool = False) -> torch.Tensor:
+    def get(
+        self,
+        shape: tuple,  # the tensor's shape
+        dtype: torch.dtype,  # the tensor's dtype
+        channels_last: bool = False,  # channels-last strides (a 4-d shape only)
+    ) -> torch.Tensor:
         "A `shape` tensor of `dtype` (channels-last strides if asked) over the smallest free buffer that fits, else a new one."
         nbytes = math.prod(shape) * dtype.itemsize
         free = [i for i in range(len(self.bufs)) if self.bufs[i].nbytes >= nbytes and _refs(self.bufs, i) == self.base]
@@ -83,7 +91,9 @@ def resolve_device(
 
 
 @contextmanager
-def torch_threads(n: Optional[int]):
+def torch_threads(
+    n: Optional[int],  # torch CPU threads inside the `with` block; None: leave them as they are
+):
     "Run torch CPU ops on `n` threads for a moment (None: leave torch's setting)."
     old = torch.get_num_threads()
     if n is None or n == old:
@@ -115,7 +125,9 @@ def to_device(
     return t.pin_memory().to(device, non_blocking=True)
 
 # %% ../../nbs/core/02_runtime.ipynb #aef444ad
-def rank_seed(seed: Optional[int] = None) -> int:
+def rank_seed(
+    seed: Optional[int] = None,  # the seed to use; None: draw one from torch's global generator, apart per rank
+) -> int:
     "`seed` as given; None: a seed drawn from torch's global generator, moved by `SEED_MIX` times this process's rank."
     if seed is not None:
         return seed
@@ -143,7 +155,7 @@ def fork_wanted() -> bool:
 
 
 def interactive_start(
-    num_workers: int,
+    num_workers: int,  # worker processes the DataLoader starts (0: none, `kwargs` as given)
     kwargs: dict,  # DataLoader's keyword arguments
 ) -> dict:
     "`kwargs` with `multiprocessing_context='fork'` where `fork_wanted()` and the caller set no context; else as given."
@@ -165,7 +177,10 @@ class SetsEpoch(Protocol):
     def set_epoch(self, epoch: int): ...  # select the epoch of the next pass
 
 
-def delegated(part: str, name: str) -> property:
+def delegated(
+    part: str,  # the attribute that holds the other object
+    name: str,  # the attribute of that object to read and set
+) -> property:
     "A property reading and writing attribute `name` of the object in attribute `part`: a class split in two keeps its names, live."
     return property(
         lambda self: getattr(getattr(self, part), name),
@@ -174,7 +189,9 @@ def delegated(part: str, name: str) -> property:
     )
 
 
-def sets_epoch(obj) -> bool:
+def sets_epoch(
+    obj,  # a sampler, batch sampler, dataset or batch op (or None)
+) -> bool:
     "Does `obj` `SetsEpoch`? Its attribute is read, so a wrapper that hands it on through `__getattr__` counts too."
     # from Python 3.12, isinstance against a runtime protocol looks methods up statically and misses such wrappers
     # (e.g. `batch_plan.SeededDataset` around a dataset with an epoch): this is the one place the seam is tested

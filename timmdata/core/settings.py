@@ -51,11 +51,11 @@ def _folder(v: str) -> str:
 class Variable:
     "One environment variable timmdata reads: its name, default, parser, what values it takes, and what it means."
 
-    name: str
+    name: str  # the variable's name, e.g. 'TIMMDATA_NATIVE'
     default: object  # the value when the variable is unset or empty
     parse: Callable  # str -> value; raises ValueError on a value it does not take
     takes: str  # the values it takes, for the error message
-    meaning: str
+    meaning: str  # what the variable does, in a sentence
 
 
 VARIABLES = {

@@ -24,7 +24,10 @@ class StageClock(threading.local):
 
     on = False
 
-    def start(self, stage: int = OPS):
+    def start(
+        self,
+        stage: int = OPS,  # where the time goes until a block says otherwise: READ, DECODE, OPS or COLLATE
+    ):
         "A sample (or a collate: `COLLATE`) begins: its time goes to `stage` until a stage says otherwise."
         self.acc, self.stack, self.on, self.last = [0.0, 0.0, 0.0, 0.0], [stage], True, perf_counter()
 
@@ -36,7 +39,10 @@ class StageClock(threading.local):
         self.on = False
         return self.acc
 
-    def __call__(self, stage: int):
+    def __call__(
+        self,
+        stage: int,  # READ, DECODE, OPS or COLLATE: where the `with` block's time goes
+    ):
         "`with stage_clock(stage):` the block's time goes to `stage`."
         if self.on:
             now = perf_counter()
@@ -64,7 +70,10 @@ COLUMNS = ('read', 'decode', 'ops', 'collate', 'samples', 'collated')  # a worke
 class WorkerRows:
     "`LoaderStats.rows` as the workers write it: `row()` is this process's row (row 0 in the main process), found once per process."
 
-    def __init__(self, rows: torch.Tensor):
+    def __init__(
+        self,
+        rows: torch.Tensor,  # `LoaderStats.rows`: float64 (workers, len(COLUMNS)), in shared memory
+    ):
         self.rows, self._pid, self._row = rows, None, None
 
     def row(self) -> memoryview:
@@ -144,11 +153,18 @@ class LoaderStats:
         "Batches the workers collated so far (read-ahead ones included)."
         return self._n[1] + round(self._worker_sums()[5])
 
-    def add(self, stage: str, seconds: float):
+    def add(
+        self,
+        stage: str,  # a stage's name from `STAGES`, e.g. 'device' or 'consumer_wait'
+        seconds: float,  # time to add to it
+    ):
         with self._lock:
             self._t[stage] += seconds
 
-    def add_sample(self, stages: list):
+    def add_sample(
+        self,
+        stages: list,  # [read, decode, ops, ...] seconds of one sample, as `StageClock.stop` returns them
+    ):
         "A sample made in a loader thread: [read, decode, ops] seconds (`StageClock.stop`)."
         with self._lock:
             t = self._t
@@ -157,7 +173,10 @@ class LoaderStats:
             t['ops'] += stages[2]
             self._n[0] += 1
 
-    def add_collate(self, stages: list):
+    def add_collate(
+        self,
+        stages: list,  # [read, decode, ops, collate] seconds of one collate, as `StageClock.stop` returns them
+    ):
         "A batch collated in a loader thread: [read, decode, ops, collate] seconds (`StageClock.stop`); a batch's deferred crops are its decode and ops."
         with self._lock:
             t = self._t
@@ -166,7 +185,11 @@ class LoaderStats:
             t['collate'] += stages[3]
             self._n[1] += 1
 
-    def delivered(self, images: int, wall: float = 0.0):
+    def delivered(
+        self,
+        images: int,  # images in the batch handed to the consumer
+        wall: float = 0.0,  # seconds since the previous batch was handed over
+    ):
         "The consumer got a batch of `images` images, `wall` seconds after the previous one."
         with self._lock:
             self.images += images
@@ -183,7 +206,10 @@ class LoaderStats:
         s.info = copy.deepcopy(self.info)
         return s
 
-    def since(self, earlier: 'LoaderStats') -> 'LoaderStats':
+    def since(
+        self,
+        earlier: 'LoaderStats',  # a `snapshot()` taken before
+    ) -> 'LoaderStats':
         "The counts between `earlier` (a `snapshot()`) and now: a window of the loader's run, its counts left running."
         s, now = LoaderStats(), self.snapshot()
         s._t = {k: v - earlier._t[k] for k, v in now._t.items()}
@@ -231,7 +257,9 @@ class CountsTime(Protocol):
     def stats(self) -> LoaderStats: ...  # the counts so far
 
 
-def batch_images(batch) -> int:
+def batch_images(
+    batch,  # a collated batch: (images, targets, ...) or the images alone
+) -> int:
     "Images in a collated batch: the length of its first part (a tensor or a list), else 0."
     x = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
     return len(x) if isinstance(x, (torch.Tensor, list, tuple)) else 0

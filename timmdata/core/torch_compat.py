@@ -15,20 +15,27 @@ __all__ = ['kept_iterator', 'forget_iterator', 'keep_iterator', 'WrapsWorkers', 
 
 # %% ../../nbs/core/01_torch_compat.ipynb #de6d51b1
 # checked: torch 2.0 to 2.14 (DataLoader keeps a persistent_workers iterator in `_iterator`, None otherwise)
-def kept_iterator(loader) -> Optional[object]:
+def kept_iterator(
+    loader,  # a DataLoader (or a subclass such as `MultiEpochsDataLoader`)
+) -> Optional[object]:
     "The iterator a DataLoader keeps between epochs (persistent workers, or `MultiEpochsDataLoader`), else None."
     return getattr(loader, '_iterator', None)
 
 
 # checked: torch 2.0 to 2.14 (setting it to None makes the next `iter(loader)` start new workers)
-def forget_iterator(loader):
+def forget_iterator(
+    loader,  # a DataLoader (or a subclass such as `MultiEpochsDataLoader`)
+):
     "Make the next epoch of `loader` start a new iterator (and new worker processes)."
     loader._iterator = None
 
 
 # checked: torch 2.0 to 2.14 (the slot `kept_iterator` reads; a loader that keeps its own iterator across epochs,
 # like `MultiEpochsDataLoader`, keeps it there, so worker shutdown finds it as it finds a persistent one)
-def keep_iterator(loader, it):
+def keep_iterator(
+    loader,  # a DataLoader (or a subclass such as `MultiEpochsDataLoader`)
+    it,  # the loader's iterator to keep across epochs; None: forget it
+):
     "Keep `it` as the iterator `loader` runs on across epochs (what `kept_iterator` returns); None forgets it."
     loader._iterator = it
 
@@ -42,7 +49,9 @@ class WrapsWorkers(Protocol):
 
 
 # checked: torch 2.0 to 2.14 (`_MultiProcessingDataLoaderIter._workers`: the processes, by worker id)
-def worker_processes(it) -> Optional[list]:
+def worker_processes(
+    it,  # a DataLoader's iterator, or an iterator that `WrapsWorkers`
+) -> Optional[list]:
     "The worker processes behind the iterator `it` (a DataLoader's, or one that `WrapsWorkers`), by worker id; None: none (num_workers=0, a list)."
     if isinstance(it, WrapsWorkers):
         return it.workers()
@@ -52,7 +61,9 @@ def worker_processes(it) -> Optional[list]:
 
 
 # checked: torch 2.0 to 2.14 (joins the workers, terminating any that hang; safe to call twice)
-def shutdown_workers(it):
+def shutdown_workers(
+    it,  # a DataLoader's iterator, or an iterator that `WrapsWorkers`
+):
     "Stop the worker processes behind the iterator `it` (a DataLoader's, or one that `WrapsWorkers`); no-op without any."
     if isinstance(it, WrapsWorkers):
         it.shutdown()
@@ -60,7 +71,9 @@ def shutdown_workers(it):
         it._shutdown_workers()
 
 # %% ../../nbs/core/01_torch_compat.ipynb #c1a2b3d4e5f7
-def loader_worker_pids(loader) -> list:
+def loader_worker_pids(
+    loader,  # a DataLoader, or a loader over one kept as `.loader` (PrefetchLoader, ...)
+) -> list:
     "PIDs of a loader's live worker processes ([] with none: no workers yet, thread workers, num_workers=0)."
     for _ in range(5):  # a DataLoader under wrappers that keep it as `.loader` (PrefetchLoader, a resumable loader)
         if isinstance(loader, torch.utils.data.DataLoader) or not hasattr(loader, 'loader'):
@@ -169,13 +182,17 @@ def traceback_kept(
 
 # %% ../../nbs/core/01_torch_compat.ipynb #ee3e9a90
 # checked: torch 2.0 to 2.14 (what torch's own default_collate uses in a worker: a storage in shared memory, no copy)
-def new_shared_storage(nbytes: int) -> torch.UntypedStorage:
+def new_shared_storage(
+    nbytes: int,  # the storage's size in bytes
+) -> torch.UntypedStorage:
     "An untyped storage of `nbytes` bytes in shared memory (for a batch a worker hands to the main process)."
     return torch.UntypedStorage._new_shared(nbytes)
 
 
 # checked: torch 2.0 to 2.14 (a tuple of one generator per CUDA device; empty without CUDA)
-def cuda_default_generator(index: int) -> torch.Generator:
+def cuda_default_generator(
+    index: int,  # the CUDA device index, 0 to torch.cuda.device_count() - 1
+) -> torch.Generator:
     "The default generator of CUDA device `index` (the one `torch.rand(..., device='cuda:index')` draws from)."
     return torch.cuda.default_generators[index]
 

@@ -28,7 +28,10 @@ class UnsafeNameError(ValueError):
     "A name read from a dataset's own file that is not a plain relative name under the dataset (a URL, `pipe:`, an absolute path, `..`)."
 
 
-def relative_name(name, where: str) -> str:
+def relative_name(
+    name,  # a file name as a dataset file holds it (an index entry, a CSV row, a manifest field)
+    where: str,  # the dataset file it was read from, named in the error
+) -> str:
     "`name`, read from the dataset file `where`, if it is relative and stays under the dataset (no scheme, absolute path or '..'); else `UnsafeNameError`."
     why = (
         'not a non-empty string'
@@ -51,7 +54,10 @@ def relative_name(name, where: str) -> str:
     )
 
 # %% ../../nbs/core/00_untrusted.ipynb #a76faa1c
-def inside(path, root) -> bool:
+def inside(
+    path,  # the path to check (a file or folder)
+    root,  # the dataset's folder
+) -> bool:
     "Whether `path`, every symbolic link resolved, is `root` or under it (resolved too): where a dataset's own files may be."
     real, base = os.path.realpath(path), os.path.realpath(root)
     return real == base or real.startswith(os.path.join(base, ''))
@@ -156,7 +162,9 @@ def _umask() -> int:
     return m
 
 # %% ../../nbs/core/00_untrusted.ipynb #680f1b50
-def shared_folder(path: str) -> bool:
+def shared_folder(
+    path: str,  # a file path; its folder is checked
+) -> bool:
     "Whether the folder of `path` lets others write into it: a cache shared with other users on purpose (`check_cache_dir` refuses one otherwise)."
     try:
         return bool(os.stat(os.path.dirname(path) or '.').st_mode & stat.S_IWOTH)
@@ -164,7 +172,10 @@ def shared_folder(path: str) -> bool:
         return False
 
 
-def lock_holder(fd: int, locks: str = '/proc/locks') -> str:
+def lock_holder(
+    fd: int,  # an open file descriptor of the locked file
+    locks: str = '/proc/locks',  # Linux's list of held locks to read (a test may pass another file)
+) -> str:
     "Who holds the lock on the file `fd` as Linux lists it (`/proc/locks`): ': process 123 of uid 1000 (another user)', or '' where it cannot tell."
     try:
         st = os.fstat(fd)
@@ -425,7 +436,12 @@ def _state_shown(v) -> str:
     return printable(repr(v), 80) + ('' if isinstance(v, (bool, int)) or v is None else f' ({type(v).__name__})')
 
 
-def state_error(field: str, v, want: str, what: str = 'load_state_dict') -> ResumeStateError:
+def state_error(
+    field: str,  # the state's field that is wrong
+    v,  # its value, shown (shortened) in the message
+    want: str,  # what the value should be, e.g. 'an integer from 0 to 10'
+    what: str = 'load_state_dict',  # the call to name in the message
+) -> ResumeStateError:
     "The error for a state's field `field` whose value `v` is not `want`: named, with its value and what to do."
     return ResumeStateError(
         f"{what}: the state's {field} is {_state_shown(v)}, not {want}: pass the dict a timmdata loader's state_dict() "
@@ -438,7 +454,7 @@ def check_fields(
     ints: dict,  # field -> (lowest, highest): an integer (not a bool) in that range
     bools: tuple = (),  # fields that must be True or False
     present: tuple = (),  # fields that must only be there (compared later)
-    what: str = 'load_state_dict',
+    what: str = 'load_state_dict',  # the call to name in the error
 ) -> dict:
     "`sd` if every field it must hold is there and of its kind and range; else `ResumeStateError` naming the first that is not."
     missing = [k for k in (*ints, *bools, *present) if k not in sd]

@@ -48,7 +48,10 @@ _all_ = [
 ]  # defined with the other checks of untrusted input
 
 
-def check_state(sd, what: str = 'load_state_dict') -> dict:
+def check_state(
+    sd,  # a state dict from a timmdata loader's `state_dict()` (untrusted: checked here)
+    what: str = 'load_state_dict',  # the call the error names, e.g. 'load_state_dict'
+) -> dict:
     "A state dict's version and kind, with an error that says what was given."
     if not isinstance(sd, dict):
         raise ResumeStateError(
@@ -63,7 +66,10 @@ def check_state(sd, what: str = 'load_state_dict') -> dict:
     return sd
 
 
-def plain_state(x, where: str = 'state'):
+def plain_state(
+    x,  # a state value: None, numbers, strings, lists, tuples, string-keyed dicts, numpy or tensor values
+    where: str = 'state',  # where `x` lies in the state, named in errors, e.g. "state['epoch']"
+):
     "`x` as plain JSON data (tuples as lists, numpy and tensor values as numbers or lists); an error names what has no such form."
     if x is None or isinstance(x, (bool, int, float, str)):
         return x
@@ -84,12 +90,16 @@ def plain_state(x, where: str = 'state'):
     )
 
 
-def rng_to_text(state: torch.Tensor) -> str:
+def rng_to_text(
+    state: torch.Tensor,  # a generator's state from `torch.Generator.get_state()` (a uint8 tensor)
+) -> str:
     "A generator's state (`torch.Generator.get_state()`, a uint8 tensor) as base64 text, for a JSON state."
     return base64.b64encode(state.contiguous().numpy().tobytes()).decode('ascii')
 
 
-def rng_from_text(text: str) -> torch.Tensor:
+def rng_from_text(
+    text: str,  # base64 text that `rng_to_text` wrote
+) -> torch.Tensor:
     "The generator state `rng_to_text` wrote (for `torch.Generator.set_state`)."
     return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)
 
@@ -114,14 +124,32 @@ def loader_seed(
 class PlanPass:
     "One pass of a batch plan: epoch `epoch`, its pass `rep` (0 unless the epoch is read again), rank `rank` of `world`, `nbatches` batches."
 
-    def __init__(self, epoch: int, rep: int, world: int, rank: int, nbatches: int):
+    def __init__(
+        self,
+        epoch: int,  # the epoch (0, 1, ...)
+        rep: int,  # the pass of the epoch: 0, or 1, 2, ... when the epoch is read again
+        world: int,  # ranks the pass is dealt over
+        rank: int,  # this process's rank, 0 to `world` - 1
+        nbatches: int,  # batches this rank's pass yields
+    ):
         self.epoch, self.rep, self.world, self.rank, self.nbatches = epoch, rep, world, rank, nbatches
 
 
 class PassSegment(PlanPass):
     "A pass of `ResumableBatchSampler`: positions [start, end) of (epoch, rep) dealt over `world` ranks; `count` per rank."
 
-    def __init__(self, epoch, rep, start, end, world, rank, count, nbatches, order):
+    def __init__(
+        self,
+        epoch,  # the epoch (0, 1, ...)
+        rep,  # the pass of the epoch: 0, or 1, 2, ... when the epoch is read again
+        start,  # the first position of the epoch's global order in this pass (0, or a resume point)
+        end,  # the position the pass ends at (not read)
+        world,  # ranks the pass is dealt over
+        rank,  # this process's rank, 0 to `world` - 1
+        count,  # samples this rank reads in the pass
+        nbatches,  # batches this rank's pass yields
+        order,  # the epoch's global order of dataset indices; None: not drawn (counting only)
+    ):
         super().__init__(epoch, rep, world, rank, nbatches)
         self.start, self.end, self.count, self.order = (
             start,
@@ -136,7 +164,12 @@ class BatchMark:
 
     __slots__ = ('seg', 'k', 'key')
 
-    def __init__(self, seg, k, key):
+    def __init__(
+        self,
+        seg,  # the pass the batch belongs to (a `PlanPass`)
+        k,  # the batch's number in its pass, from 0
+        key,  # the seed of the batch's first sample
+    ):
         self.seg, self.k, self.key = seg, k, key
 
     @property
@@ -144,11 +177,16 @@ class BatchMark:
         return self.k == self.seg.nbatches - 1
 
 
-def sample_key(seed: int, epoch: int, rep: int, position: int) -> int:
+def sample_key(
+    seed: int,  # the loader's seed
+    epoch: int,  # the epoch (0, 1, ...)
+    rep: int,  # the epoch's pass: 0 unless the epoch is read again
+    position: int,  # the sample's position in the epoch's global order
+) -> int:
     "The seed of the sample at `position` of epoch `epoch` (pass `rep`, 0 unless an epoch is read twice)."
     return mix_seed(seed, epoch, position) if rep == 0 else mix_seed(seed, epoch, position, rep)
 
-
+# %% ../../nbs/engine/33_batch_plan.ipynb #3d114b5e
 class BatchPlan(Sampler):
     "A resumable batch sampler: batches of `(item, key)` pairs, each noted in flight until the loader reports it `delivered`."
 
@@ -169,19 +207,35 @@ class BatchPlan(Sampler):
         self._prev, self._restore = None, None  # (epoch, rep) of the last pass started; a restored position (used once)
         self._flight, self._begin = deque(), None  # marks yielded and not yet delivered; the pass in flight
 
-    def plan_pass(self, with_order: bool = True) -> PlanPass:
+    def plan_pass(
+        self,
+        with_order: bool = True,  # draw the pass's order too; False: only count its batches
+    ) -> PlanPass:
         raise NotImplementedError  # the next pass (with_order: draw its order)
 
-    def pass_batches(self, p: PlanPass) -> Iterator[list]:
+    def pass_batches(
+        self,
+        p: PlanPass,  # a pass from `plan_pass()`
+    ) -> Iterator[list]:
         raise NotImplementedError  # pass `p`'s batches
 
-    def batches_before(self, p: PlanPass) -> int:
+    def batches_before(
+        self,
+        p: PlanPass,  # a pass from `plan_pass()`
+    ) -> int:
         raise NotImplementedError  # the epoch's batches before pass `p`
 
-    def state(self, last: Optional[BatchMark] = None) -> dict:
+    def state(
+        self,
+        last: Optional[BatchMark] = None,  # the batch delivered last; None: the start of the current or next pass
+    ) -> dict:
         raise NotImplementedError
 
-    def load_state(self, sd: dict, advance_done: bool = False):
+    def load_state(
+        self,
+        sd: dict,  # a dict from `state()`
+        advance_done: bool = False,  # True: a state saved at its pass's end resumes at the next epoch
+    ):
         raise NotImplementedError
 
     def next_start(self) -> tuple:
@@ -225,7 +279,12 @@ class BatchPlan(Sampler):
             raise RuntimeError(f'timmdata: a batch was delivered that the {type(self).__name__} did not yield')
         return self._flight.popleft()
 
-    def check_same(self, sd: dict, keys: tuple, hint: str = ''):
+    def check_same(
+        self,
+        sd: dict,  # the state to load, checked by `check_state`
+        keys: tuple,  # the state's fields that must equal this plan's (`state()`'s)
+        hint: str = '',  # words added to the error's advice, e.g. ' (or pass seed=None)'
+    ):
         "Refuse a state `sd` whose `keys` (and seed, when this plan's was given) differ from this plan's, naming each."
         mine = self.state()
         diff = [f"{k}: saved {sd[k]!r}, this loader {mine[k]!r}" for k in keys if sd[k] != mine[k]]
@@ -238,7 +297,12 @@ class BatchPlan(Sampler):
                 + f"); build the loader as the saved one was{hint}"
             )
 
-    def restore(self, sd: dict, advance_done: bool, **position):
+    def restore(
+        self,
+        sd: dict,  # the state to load, its fields checked
+        advance_done: bool,  # True: a state saved at its pass's end resumes at the next epoch
+        **position,  # where the restored pass goes on, as the state's fields (e.g. `offset=`, `end=`)
+    ):
         "Take `sd`'s seed and epoch; its next pass continues at `position` (a finished pass: the next one starts afresh)."
         self.seed = sd['seed']
         if isinstance(self.sampler, SeededRandomSampler):
@@ -256,7 +320,9 @@ class BatchPlan(Sampler):
             self._prev, self._restore = None, dict(epoch=e, rep=sd['rep'], **position)
 
 # %% ../../nbs/engine/33_batch_plan.ipynb #574c9b43
-def dataset_len(sampler) -> int:
+def dataset_len(
+    sampler,  # a sampler; the length of its `dataset` or `data_source` is taken
+) -> int:
     "The length of the dataset a sampler reads (0 when it does not say)."
     return len(getattr(sampler, 'dataset', getattr(sampler, 'data_source', ())))
 
@@ -281,12 +347,18 @@ class ResumableBatchSampler(BatchPlan):
     def epoch(self) -> int:
         return getattr(self.sampler, 'epoch', self._epoch)
 
-    def set_epoch(self, epoch: int):
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch of the next pass (0, 1, ...)
+    ):
         "Select the epoch of the next pass (and the sampler's); a restored position of that epoch is kept."
         self._epoch = epoch
         pass_epoch(self.sampler, epoch)
 
-    def plan_pass(self, with_order: bool = True) -> PassSegment:
+    def plan_pass(
+        self,
+        with_order: bool = True,  # draw the epoch's order too; False: only count the pass's batches
+    ) -> PassSegment:
         "The next pass: a fresh epoch's share, or the rest of a restored one."
         e, rep, r = self.next_start()
         start, end = (r['offset'], r['end']) if r is not None else (0, None)
@@ -307,10 +379,16 @@ class ResumableBatchSampler(BatchPlan):
             nb = math.ceil(count / B)
         return PassSegment(e, rep, start, end, W, rank, count, nb, order)
 
-    def batches_before(self, seg) -> int:
+    def batches_before(
+        self,
+        seg,  # a pass from `plan_pass()`
+    ) -> int:
         return -(-seg.start // (self.batch_size * seg.world))  # per rank
 
-    def pass_batches(self, seg: PassSegment) -> Iterator[list]:
+    def pass_batches(
+        self,
+        seg: PassSegment,  # a pass from `plan_pass()` with its order drawn
+    ) -> Iterator[list]:
         B, W, L, s = self.batch_size, seg.world, len(seg.order), self.seed
         if L == 0:
             return
@@ -318,7 +396,10 @@ class ResumableBatchSampler(BatchPlan):
             pos = range(seg.start + seg.rank + k * B * W, seg.start + seg.rank + min((k + 1) * B, seg.count) * W, W)
             yield [(seg.order[p % L], sample_key(s, seg.epoch, seg.rep, p)) for p in pos]
 
-    def state(self, last: Optional[BatchMark] = None) -> dict:
+    def state(
+        self,
+        last: Optional[BatchMark] = None,  # the batch delivered last; None: the start of the current or next pass
+    ) -> dict:
         "The state after delivering `last` (None: at the start of the pass in flight, or of the next pass): plain JSON data."
         if last is not None:
             seg = last.seg
@@ -346,7 +427,11 @@ class ResumableBatchSampler(BatchPlan):
             )
         )
 
-    def load_state(self, sd: dict, advance_done: bool = False):
+    def load_state(
+        self,
+        sd: dict,  # a dict from `state()` (untrusted: every field is checked)
+        advance_done: bool = False,  # True: a state saved at its pass's end resumes at the next epoch
+    ):
         "Continue from `sd` (from `state`): its next pass is the restored one; errors name what differs."
         check_state(sd)
         if sd['kind'] != 'map':
@@ -357,7 +442,10 @@ class ResumableBatchSampler(BatchPlan):
         self.check_same(sd, ('dataset_len', 'batch_size', 'drop_last', 'sampler'), ' (or pass seed=None)')
         self.restore(sd, advance_done, offset=sd['offset'], end=sd['end'])
 
-    def check_position(self, sd: dict):
+    def check_position(
+        self,
+        sd: dict,  # a state dict from `state()` (untrusted)
+    ):
         "`sd`'s fields, each of its kind and range: `0 <= offset <= end <=` the saved layout's epoch, `done` as they say, the batches delivered within the pass; else `ResumeStateError` naming the field and value."
         big = MAX_SAMPLES + MAX_WORLD
         check_fields(
@@ -424,7 +512,10 @@ class SeededDataset(Dataset):
     # (the thread mode makes a batch per task too, but for a pass's first batch, whose samples it spreads over the threads)
     defer_pixels = False
 
-    def timed(self, rows: torch.Tensor) -> SeededDataset:
+    def timed(
+        self,
+        rows: torch.Tensor,  # `LoaderStats.rows`: a row of stage times per worker, in shared memory
+    ) -> SeededDataset:
         "A copy that adds each sample's stage times to its worker's row of `rows` (a process-mode loader's)."
         d = SeededDataset(self.dataset, rows)
         d.defer_pixels = self.defer_pixels
@@ -433,7 +524,11 @@ class SeededDataset(Dataset):
     def __getitem__(self, item):
         return self.fetch(item)
 
-    def fetch(self, item, defer: bool = False):
+    def fetch(
+        self,
+        item,  # an `(index, key)` pair from a `ResumableBatchSampler`
+        defer: bool = False,  # training crops left pending for the collate (`ImageDataset.sample(defer=True)`)
+    ):
         "The sample of an `(index, key)` pair, drawn from its key (`defer`: `ImageDataset.sample`'s)."
         try:
             index, key = item
@@ -465,11 +560,19 @@ class SeededDataset(Dataset):
         with SAMPLE_DRAWS.given(Draws(key)):
             return self.dataset[index]
 
-    def item(self, index: int, defer: bool = False):
+    def item(
+        self,
+        index: int,  # the dataset index
+        defer: bool = False,  # call `ImageDataset.sample(index, defer=True)` instead
+    ):
         "`dataset[index]`, unseeded (the caller seeds); `defer`: `ImageDataset.sample(index, defer=True)`."
         return self.dataset.sample(index, defer=True) if defer else self.dataset[index]
 
-    def batch(self, items: list, samples: list) -> list:
+    def batch(
+        self,
+        items: list,  # the batch's `(index, key)` pairs
+        samples: list,  # the samples fetched for `items`, in order
+    ) -> list:
         "The samples of `items` as the collate takes them: a `SampleBatch` with the batch's draws (or the globals seeded for it)."
         if not items:
             return samples

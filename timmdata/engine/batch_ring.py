@@ -82,8 +82,8 @@ def _dropped(ring_ref, s: int, ref):
 class RingChoice(NamedTuple):
     "What `BatchRing.choose` decided: the ring (None: batches go to fresh shared memory) and why, in words."
 
-    ring: Optional['BatchRing']
-    note: str
+    ring: Optional['BatchRing']  # the ring to collate into; None: batches go to fresh shared memory
+    note: str  # why, in words: the ring's size and this process's share, or why there is none
 
 # %% ../../nbs/engine/28_batch_ring.ipynb #db12b89e
 class BatchRing(BatchCollate):
@@ -94,7 +94,7 @@ class BatchRing(BatchCollate):
     def __init__(
         self,
         batch_shape,  # (N, C, H, W) of the largest batch (N counts augmentation splits), or a list of them (scheduled sizes)
-        num_workers: int,
+        num_workers: int,  # DataLoader worker processes that fill the ring; each gets its own slots
         slots_per_worker: int,  # batches a worker can have in flight (queued, in transit, being processed)
     ):
         shapes = _ring_shapes(batch_shape)
@@ -125,7 +125,10 @@ class BatchRing(BatchCollate):
         self.__dict__.update(state)
         self._main_state()
 
-    def alloc(self, shape: tuple) -> torch.Tensor:
+    def alloc(
+        self,
+        shape: tuple,  # the batch's `(N, C, H, W)`
+    ) -> torch.Tensor:
         "A free slot of this worker (taken atomically) viewed as `shape`, or fresh memory when none fits or is free."
         info, size = get_worker_info(), math.prod(shape)
         if info is not None and shape[0] <= self.targets.shape[1] and size <= self.slot_bytes:
@@ -140,7 +143,10 @@ class BatchRing(BatchCollate):
         base, p = self.ring.data_ptr(), x.data_ptr()
         return (p - base) // self.slot_bytes if base <= p < base + self.ring.numel() else None
 
-    def __call__(self, batch: list) -> tuple:
+    def __call__(
+        self,
+        batch: list,  # the samples: a list of `(image, target)` pairs from the dataset
+    ) -> tuple:
         "`fast_collate` into a slot of the ring; a batch in a slot leaves the worker as its place in the ring."
         self._taken = None
         try:
@@ -195,14 +201,20 @@ class BatchRing(BatchCollate):
             self._free(s)
             return True
 
-    def release(self, images: torch.Tensor):
+    def release(
+        self,
+        images: torch.Tensor,  # a uint8 batch this ring returned, now read (a batch in fresh memory is counted only)
+    ):
         "Called by the PrefetchLoader when it has finished reading batch `images`: its slot may be written again."
         s = self._slot(images)
         self.counts['fresh' if s is None else 'ring'] += 1
         if s is not None:
             self._let_go(s)
 
-    def reclaim(self, workers: Optional[Iterable[int]] = None) -> int:
+    def reclaim(
+        self,
+        workers: Optional[Iterable[int]] = None,  # ids of the DataLoader workers that are gone; None: all of them
+    ) -> int:
         "Free the slots of worker ids `workers` (None: all) whose batch this process does not hold; call it only once those workers' processes are gone."
         n, flags = 0, self.busy.numpy()
         with self._lock:
@@ -217,8 +229,8 @@ class BatchRing(BatchCollate):
     def choose(
         cls,
         batch_shape,  # as for `BatchRing`
-        num_workers: int,
-        slots_per_worker: int,
+        num_workers: int,  # DataLoader worker processes; below 1: no ring
+        slots_per_worker: int,  # batches a worker can have in flight, as for `BatchRing`
     ) -> RingChoice:
         "A ring sized against this machine's shared-memory budget, or none (then batches use fresh shared memory), and why in words."
         if num_workers < 1:
@@ -228,7 +240,12 @@ class BatchRing(BatchCollate):
         return place_ring(need, make, f'{num_workers} workers x {slots_per_worker} slots')
 
     @classmethod
-    def maybe(cls, batch_shape, num_workers: int, slots_per_worker: int) -> Optional[BatchRing]:
+    def maybe(
+        cls,
+        batch_shape,  # as for `BatchRing`
+        num_workers: int,  # as for `BatchRing.choose`
+        slots_per_worker: int,  # as for `BatchRing`
+    ) -> Optional[BatchRing]:
         "`choose(...).ring`: a ring, or None where `choose` says why not."
         return cls.choose(batch_shape, num_workers, slots_per_worker).ring
 
@@ -236,7 +253,9 @@ class BatchRing(BatchCollate):
 SHM_DIR = '/dev/shm'  # the shared-memory file system the rings count against (Linux)
 
 
-def shm_space(path: Optional[str] = None) -> Optional[tuple]:
+def shm_space(
+    path: Optional[str] = None,  # a folder on the file system to measure; None: `/dev/shm`
+) -> Optional[tuple]:
     "(free, total) bytes of the shared-memory file system; None where it cannot be read (no `os.statvfs` or no `/dev/shm`)."
     statvfs = getattr(os, 'statvfs', None)  # Windows has none
     if statvfs is None:

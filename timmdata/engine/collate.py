@@ -24,14 +24,23 @@ class BatchCollate:
     # True: a batch's `PendingResize`s are made in one call (`fast_collate`'s); the loader then defers
     makes_pending: bool = False
 
-    def __call__(self, batch: list) -> tuple:
+    def __call__(
+        self,
+        batch: list,  # the samples: a list of `(image, target)` pairs from the dataset
+    ) -> tuple:
         "Samples `(image, target)` to `(uint8 NCHW images, targets)`."
         raise NotImplementedError(f"{type(self).__name__} must define __call__(batch) -> (uint8 NCHW images, targets)")
 
-    def release(self, images: torch.Tensor):
+    def release(
+        self,
+        images: torch.Tensor,  # the uint8 NCHW batch this collate returned, now read
+    ):
         "Called by the PrefetchLoader when it has finished reading the uint8 batch `images` (default: nothing to do)."
 
-    def reclaim(self, workers: Optional[Iterable[int]] = None):
+    def reclaim(
+        self,
+        workers: Optional[Iterable[int]] = None,  # ids of the DataLoader workers that are gone; None: all of them
+    ):
         "Called by the PrefetchLoader once the DataLoader worker processes `workers` (ids; None: all) are gone (default: nothing to do)."
 
 # %% ../../nbs/engine/27_collate.ipynb #d06ff459
@@ -77,7 +86,9 @@ def as_chw(
     return t
 
 
-def new_uint8(shape: tuple) -> torch.Tensor:
+def new_uint8(
+    shape: tuple,  # the tensor's shape, e.g. `(N, C, H, W)` for a batch
+) -> torch.Tensor:
     "An uninitialised uint8 tensor; in a worker, allocated in shared memory so sending it costs no copy."
     if get_worker_info() is None:
         return torch.empty(shape, dtype=torch.uint8)

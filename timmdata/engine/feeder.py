@@ -26,7 +26,9 @@ __all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'ThreadLan
            'takes_step_options']
 
 # %% ../../nbs/engine/30_feeder.ipynb #953faaab
-def tensors(out) -> list:
+def tensors(
+    out,  # a batch: a tensor, or tuples, lists and dicts of them
+) -> list:
     "Every tensor in a batch: a tensor, or tuples, lists and dicts of them (anything else is left out)."
     if isinstance(out, torch.Tensor):
         return [out]
@@ -42,15 +44,28 @@ class HostLane:
 
     stream = None  # no side stream
 
-    def __init__(self, device: torch.device, cpu_threads: Optional[int] = None):
+    def __init__(
+        self,
+        device: torch.device,  # the device the step runs on
+        cpu_threads: Optional[int] = None,  # torch threads for the step (None: torch's setting)
+    ):
         self.device, self.cpu_threads = device, cpu_threads
 
-    def prepare(self, step: Callable, batch, mark) -> tuple:
+    def prepare(
+        self,
+        step: Callable,  # the per-batch work: `step(batch, mark)` -> the batch on the device
+        batch,  # a host batch as the loader yields it
+        mark,  # the loader's mark of that batch (None: no marks)
+    ) -> tuple:
         "(the step's output, None): nothing to wait for."
         with torch_threads(self.cpu_threads):
             return step(batch, mark), None
 
-    def hand_over(self, out, ready):
+    def hand_over(
+        self,
+        out,  # the step's output, from `prepare`
+        ready,  # unused on the CPU (None)
+    ):
         "The output, ready: nothing to wait for on the CPU."
         return out
 
@@ -58,10 +73,19 @@ class HostLane:
 class CudaLane:
     "CUDA: a batch's copy and step queued on one side stream (kept for the lane's life), an event recorded after them."
 
-    def __init__(self, device: torch.device, cpu_threads: Optional[int] = None):
+    def __init__(
+        self,
+        device: torch.device,  # the CUDA device the step runs on
+        cpu_threads: Optional[int] = None,  # unused here: every lane takes the same arguments
+    ):
         self.device, self.stream = device, None
 
-    def prepare(self, step: Callable, batch, mark) -> tuple:
+    def prepare(
+        self,
+        step: Callable,  # the per-batch work: `step(batch, mark)` -> the batch on the device
+        batch,  # a host batch as the loader yields it
+        mark,  # the loader's mark of that batch (None: no marks)
+    ) -> tuple:
         "(the step's output, its ready event): queued on the side stream, with no wait for the consumer's work."
         if self.stream is None:
             self.stream = torch.cuda.Stream(device=self.device)  # one stream: timm issue 2781
@@ -71,7 +95,11 @@ class CudaLane:
             ready.record(self.stream)
         return out, ready
 
-    def hand_over(self, out, ready):
+    def hand_over(
+        self,
+        out,  # the step's output, from `prepare`
+        ready,  # the event `prepare` recorded after the step
+    ):
         "The output, once the consumer's stream waits for its event; its memory is kept until the consumer's work on it is done."
         consumer = torch.cuda.current_stream(self.device)
         consumer.wait_event(ready)
@@ -80,7 +108,7 @@ class CudaLane:
                 t.record_stream(consumer)
         return out
 
-
+# %% ../../nbs/engine/30_feeder.ipynb #2266cb24
 class ThreadLane:
     """A step run in a thread of its own, ahead of the consumer (the device decode's: a decoder's wait for its own
     work at the end of a batch then blocks that thread, not the training step). On CUDA the thread queues the step on
@@ -89,11 +117,20 @@ class ThreadLane:
     is new memory from its own stream's pool, and a handed-over batch's memory goes back to that pool only when the
     consumer's work on it is done (`record_stream`), so the next step may start at once."""
 
-    def __init__(self, device: torch.device, cpu_threads: Optional[int] = None):
+    def __init__(
+        self,
+        device: torch.device,  # the device the step runs on
+        cpu_threads: Optional[int] = None,  # unused here: every lane takes the same arguments
+    ):
         self.device, self.stream, self._pool = device, None, None
         self.cuda = device.type == 'cuda'
 
-    def prepare(self, step: Callable, batch, mark) -> tuple:
+    def prepare(
+        self,
+        step: Callable,  # the per-batch work: `step(batch, mark)` -> the batch on the device
+        batch,  # a host batch as the loader yields it
+        mark,  # the loader's mark of that batch (None: no marks)
+    ) -> tuple:
         "(a `Future` of (the step's output, its ready event or None), None): the step handed to the lane's thread."
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix='timmdata-step')
@@ -111,7 +148,11 @@ class ThreadLane:
             ready.record(self.stream)
         return out, ready
 
-    def hand_over(self, pending: Future, _=None):
+    def hand_over(
+        self,
+        pending: Future,  # the `Future` `prepare` returned
+        _=None,  # unused: every lane's `hand_over` takes two
+    ):
         "The step's output: its thread's result (an error in the step is raised here), then the event's hand-over."
         out, ready = pending.result()
         if ready is None:
@@ -128,7 +169,10 @@ LANES = {'cpu': HostLane, 'cuda': CudaLane}  # a new device type: a lane with `p
 
 
 @contextmanager
-def cuda_rng_seeded(device: torch.device, seed: int):
+def cuda_rng_seeded(
+    device: torch.device,  # a CUDA device
+    seed: int,  # the seed of its default generator within
+):
     "Within: the default generator of CUDA `device` seeded with `seed` (for a batch's 'rand'/'pixel' erasing noise); its state is put back after."
     idx = device.index if device.index is not None else torch.cuda.current_device()
     with torch.random.fork_rng(devices=[idx], device_type='cuda'):
@@ -149,7 +193,11 @@ class Marks:
 class BatchStep(Protocol):
     "The per-batch work a loader variant hands to `DeviceFeeder`: the batch (as its loader yields it) on the device."
 
-    def __call__(self, batch, mark): ...  # -> tensors, or tuples / dicts of them; on CUDA it runs on the side stream
+    def __call__(
+        self,
+        batch,  # a host batch as the loader yields it
+        mark,  # the loader's mark of that batch (None: no marks)
+    ): ...  # -> tensors, or tuples / dicts of them; on CUDA it runs on the side stream
 
 
 @runtime_checkable
@@ -158,8 +206,14 @@ class ResumesBatches(Protocol):
     `ResumableDataLoader`): the one seam between a prefetcher and the loader it wraps."""
 
     def marks(self) -> Marks: ...  # what the feeder reads after taking each batch
-    def batch_key(self, mark) -> Optional[int]: ...  # the seed of a batch's batch-level draws (None: not keyed)
-    def state_at(self, mark) -> dict: ...  # the position after the batch `mark`
+    def batch_key(
+        self,
+        mark,  # the loader's mark of a batch it handed over
+    ) -> Optional[int]: ...  # the seed of a batch's batch-level draws (None: not keyed)
+    def state_at(
+        self,
+        mark,  # the loader's mark of a batch it handed over; None: the start of the current or next pass
+    ) -> dict: ...  # the position after the batch `mark`
     def load_state_dict(self, state_dict: dict): ...  # continue from a saved position
 
 # %% ../../nbs/engine/30_feeder.ipynb #2aa2edab
@@ -171,7 +225,9 @@ WORKER_DIED = (
 )
 
 
-def worker_died(e: BaseException) -> bool:
+def worker_died(
+    e: BaseException,  # an error raised while iterating the loader
+) -> bool:
     "Is `e` torch's error for a DataLoader worker that died (killed by a signal, or exited unexpectedly)?"
     s = str(e)
     return (
@@ -181,7 +237,9 @@ def worker_died(e: BaseException) -> bool:
     )
 
 
-def is_cuda_init_error(e: BaseException) -> bool:
+def is_cuda_init_error(
+    e: BaseException,  # an error raised while iterating the loader
+) -> bool:
     "Is `e` the error of CUDA touched in a forked DataLoader worker?"
     s = str(e)
     return 'CUDA' in s and (
@@ -189,7 +247,9 @@ def is_cuda_init_error(e: BaseException) -> bool:
     )
 
 
-def weak_method(meth: Callable) -> Callable:
+def weak_method(
+    meth: Callable,  # a bound method, e.g. `self._feed`
+) -> Callable:
     "A function that calls the bound method `meth` without holding its object: no cycle loader <-> feeder."
     # a cycle would leave the DataLoader (and its worker processes) to the garbage collector, whose late shutdown of the
     # workers waits seconds on each; by reference count they stop at once
@@ -265,7 +325,12 @@ class DeviceFeeder:
             finally:
                 self.running -= 1
 
-    def stop_workers(self, it, force: bool, _finalizing=sys.is_finalizing):  # bound now: see below
+    def stop_workers(
+        self,
+        it,  # this iteration's iterator over the loader (None: not made yet)
+        force: bool,  # stop them even when persistent and alive (a worker died, Ctrl-C)
+        _finalizing=sys.is_finalizing,  # bound now: see below
+    ):
         "End of an iteration: stop the DataLoader's workers unless they are persistent, all alive and not `force`d; then the collate may reuse what they held."
         if _finalizing():
             # a script that ends with an iterator alive: its cleanup runs while the modules are torn down, when their
@@ -304,12 +369,20 @@ class PrefetchStep(Protocol):
     own_thread: bool  # run in a thread of its own, ahead of the consumer (`ThreadLane`), not in the consumer's
 
     def feed(
-        self, batch, key: Optional[int]
+        self,
+        batch,  # a host batch as the loader yields it
+        key: Optional[int],  # the batch's key from the loader (`ResumesBatches.batch_key`); None: not keyed
     ): ...  # the batch on the device; its draws seeded from `key` (None: its own)
-    def empty(self, batch) -> bool: ...  # every sample of the batch was skipped: the feeder drops it
+    def empty(
+        self,
+        batch,  # a host batch as the loader yields it
+    ) -> bool: ...  # every sample of the batch was skipped: the feeder drops it
 
 # %% ../../nbs/engine/30_feeder.ipynb #4a11fd08
-def takes_step_options(ops: type, skip: tuple = ()) -> Callable:
+def takes_step_options(
+    ops: type,  # the step class (e.g. `BatchOps`) whose `__init__` parameters the decorated one takes
+    skip: tuple = (),  # names of `ops`'s parameters it does not take
+) -> Callable:
     "Decorator of `__init__(self, loader, *args, **kwargs)` (or a function `f(loader, *args, **kwargs)`) that hands its options to `ops`: shown with `ops`'s parameters but `skip`."
 
     def wrap(init: Callable) -> Callable:

@@ -74,7 +74,11 @@ SPLIT = (
 _PROGRESSIVE_SOF = (0xC2, 0xC6, 0xCA, 0xCE)  # the frame markers of progressive JPEGs (Huffman or arithmetic coded)
 
 
-def exif_orientation(data: bytes, start: int, end: int) -> int:
+def exif_orientation(
+    data: bytes,  # a JPEG's bytes
+    start: int,  # where the APP1 segment's payload starts in `data`
+    end: int,  # where the payload ends (not included)
+) -> int:
     "The EXIF orientation (1-8) in the APP1 payload `data[start:end]`; 1 (as stored) where there is none or it is malformed."
     if end - start < 14 or data[start : start + 6] != b'Exif\x00\x00':
         return 1
@@ -93,7 +97,9 @@ def exif_orientation(data: bytes, start: int, end: int) -> int:
     return 1
 
 
-def jpeg_device_kind(data: bytes) -> int:
+def jpeg_device_kind(
+    data: bytes,  # a colour JPEG's bytes
+) -> int:
     """Where a colour JPEG is decoded, as its `SPLIT` row: 0 on the device, 2 progressive, 3 with an EXIF orientation
     (in the worker). From one walk over the marker segments before the frame header (a few lengths)."""
     i, n, turned = 2, len(data), False
@@ -115,11 +121,13 @@ def jpeg_device_kind(data: bytes) -> int:
     return 3 if turned else 0
 
 
-def jpeg_progressive(data: bytes) -> bool:
+def jpeg_progressive(
+    data: bytes,  # a JPEG's bytes
+) -> bool:
     "Is `data` a progressive JPEG? Its frame marker, found by walking the marker segments before it (a few lengths)."
     return jpeg_device_kind(data) == 2
 
-
+# %% ../../nbs/engine/36_gpu_decode.ipynb #b7386a64
 class DeviceDecodeTransform(SampleTransform):
     "Per sample in a worker: the crop/resize plan and flips, drawn as the CPU transform draws them; JPEGs stay undecoded."
 
@@ -129,10 +137,10 @@ class DeviceDecodeTransform(SampleTransform):
         self,
         size,  # output (h, w) or int
         is_training: bool = False,  # random-resized crop and flips, else the eval resize + centre crop
-        scale: Optional[tuple] = None,
-        ratio: Optional[tuple] = None,  # train crop area / aspect ranges (timm's defaults)
-        hflip: float = 0.5,
-        vflip: float = 0.0,  # train flip probabilities
+        scale: Optional[tuple] = None,  # train crop area range, a fraction of the image (None: (0.08, 1.0))
+        ratio: Optional[tuple] = None,  # train crop aspect-ratio range (None: (3/4, 4/3))
+        hflip: float = 0.5,  # train horizontal flip probability
+        vflip: float = 0.0,  # train vertical flip probability
         interpolation: str = 'bilinear',  # 'bilinear', 'bicubic' or 'random' (train: one of them per image)
         crop_pct: Optional[float] = None,  # eval: output size / resize size (None: 0.875)
         crop_border_pixels: Optional[int] = None,  # eval: trim this many pixels off every side first
@@ -154,7 +162,11 @@ class DeviceDecodeTransform(SampleTransform):
         self.hflip, self.vflip = (hflip, vflip) if is_training else (0.0, 0.0)
         self.crop_pct, self.border = crop_pct or DEFAULT_CROP_PCT, crop_border_pixels or 0
 
-    def plan(self, img, rng: Draws = GLOBAL_DRAWS) -> tuple:
+    def plan(
+        self,
+        img,  # the sample: an `EncodedJpeg` (not decoded) or uint8 CHW pixels
+        rng: Draws = GLOBAL_DRAWS,  # the sample's draws; default: the global generators
+    ) -> tuple:
         "The 11 integers of this sample's plan (random draws from `rng`, in the CPU train transform's order)."
         oh, ow = self.size
         if self.is_training:
@@ -181,7 +193,11 @@ class DeviceDecodeTransform(SampleTransform):
         fv = bool(self.vflip > 0 and torch.rand(1, generator=g) < self.vflip)
         return (t, l, h, w, rh, rw, t2, l2, int(fh), int(fv), _INTERPS.index(interp))
 
-    def __call__(self, img, rng: Draws = GLOBAL_DRAWS) -> tuple:
+    def __call__(
+        self,
+        img,  # the sample: an `EncodedJpeg` (not decoded), uint8 CHW pixels or a PIL image
+        rng: Draws = GLOBAL_DRAWS,  # the sample's draws; default: the global generators
+    ) -> tuple:
         """(JPEG bytes, plan, 0) for a colour baseline JPEG, decoded on the device; else (the image decoded, cropped,
         resized and flipped here, on the CPU, plan, its `SPLIT` row): a progressive JPEG (2), one with an EXIF
         orientation (3), anything else (1)."""
@@ -207,7 +223,9 @@ class DeviceDecodeTransform(SampleTransform):
         return f"{type(self).__name__}(size={self.size}, is_training={self.is_training})"
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #79ae6746
-def packed_bytes(chunks: list) -> torch.Tensor:
+def packed_bytes(
+    chunks: list,  # byte strings, e.g. a batch's JPEGs
+) -> torch.Tensor:
     """The byte strings end to end in one uint8 tensor, one copy: in a DataLoader worker straight into shared memory,
     which the batch is sent through (a tensor in process memory would be copied there once more when sent)."""
     data = new_uint8((sum(map(len, chunks)),))  # in a worker: in shared memory, as torch's own collate allocates
@@ -218,7 +236,9 @@ def packed_bytes(chunks: list) -> torch.Tensor:
     return data
 
 
-def device_decode_collate(batch: list) -> tuple:
+def device_decode_collate(
+    batch: list,  # samples `(DeviceDecodeTransform's output, target)`; None ones are left out
+) -> tuple:
     "Samples `((bytes or uint8 CHW pixels, plan, kind), target)` -> (dict of tensors: data, offsets, plans, kinds, pixels, pixel_rows; targets)."
     batch = [s for s in batch if s is not None]
     chunks, offsets, pix, pix_rows = [], [0], [], []
@@ -277,7 +297,7 @@ def decode_jpegs(
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #67b18d30
 def rows_on(
-    device: torch.device,
+    device: torch.device,  # where the tensor goes
     rows: list,  # row numbers (ints)
 ) -> torch.Tensor:
     "`rows` as an int64 tensor on `device`, queued on its stream with no wait for it (`core.runtime.to_device`)."
@@ -308,7 +328,10 @@ def crop_resize_batch(
     return out
 
 
-def flip_batch_(x: torch.Tensor, plans: torch.Tensor) -> torch.Tensor:
+def flip_batch_(
+    x: torch.Tensor,  # a uint8 (N, C, H, W) batch, flipped in place
+    plans: torch.Tensor,  # (N, 11) int32 plans: columns 8 and 9 ask for the horizontal and vertical flips
+) -> torch.Tensor:
     "Flip the rows of the uint8 batch `x` whose plans say so (horizontal, then vertical), in place."
     for col, dim in ((8, -1), (9, -2)):
         flipped = torch.nonzero(plans[:, col]).flatten().tolist()
@@ -395,10 +418,17 @@ class DeviceDecodeStep:
         n = max(sum(self.split), 1)
         return {'images': sum(self.split), **{k: round(c / n, 4) for k, c in zip(SPLIT, self.split)}}
 
-    def empty(self, batch) -> bool:
+    def empty(
+        self,
+        batch,  # a `(packed, targets)` batch from `device_decode_collate`
+    ) -> bool:
         return not len(batch[0]['plans'])  # every sample of the batch was skipped
 
-    def feed(self, batch, key: Optional[int] = None) -> tuple:
+    def feed(
+        self,
+        batch,  # a `(packed, targets)` batch from `device_decode_collate`
+        key: Optional[int] = None,  # the batch's key from the loader's plan; None: the draws go on from the generator
+    ) -> tuple:
         "One batch's device work: (float batch, targets); its random draws seeded from the batch's `key`."
         (packed, y), ops = batch, self.ops
         if self._decode_stream is None and self.device.type == 'cuda':
@@ -497,7 +527,12 @@ def refuse_off_default(
             )
 
 
-def check_device_modes(is_training: bool, train_crop_mode, crop_mode, color_jitter):
+def check_device_modes(
+    is_training: bool,  # a training loader: only then is `color_jitter` checked
+    train_crop_mode,  # create_loader's `train_crop_mode`: None or 'rrc'
+    crop_mode,  # create_loader's `crop_mode`: None or 'center'
+    color_jitter,  # create_loader's `color_jitter`: no hue (a 4th value) in training
+):
     "Refuse, by name, the crop modes and the hue jitter the device path does not have (ValueError)."
     if train_crop_mode not in (None, 'rrc'):
         raise ValueError(
@@ -518,24 +553,24 @@ def create_device_decode_loader(
     input_size,  # int, (H, W) or (C, H, W)
     batch_size: int,  # samples per batch
     is_training: bool = False,  # random-resized crops and flips, shuffling, drop_last
-    re_prob: float = 0.0,
-    re_mode: str = 'const',
-    re_count: int = 1,
-    re_split: bool = False,  # random erasing, on the device
-    train_crop_mode: Optional[str] = None,
-    scale: Optional[tuple] = None,
-    ratio: Optional[tuple] = None,  # 'rrc' only
-    hflip: float = 0.5,
-    vflip: float = 0.0,  # train flip probabilities
+    re_prob: float = 0.0,  # random erasing probability per image, on the device (training only)
+    re_mode: str = 'const',  # random erasing fill: 'const', 'rand' or 'pixel'
+    re_count: int = 1,  # max erased regions per image
+    re_split: bool = False,  # leave the first half of the batch un-erased (2 augmentation splits)
+    train_crop_mode: Optional[str] = None,  # the train crop: None or 'rrc' (random-resized crop), the only one here
+    scale: Optional[tuple] = None,  # train crop area range, a fraction of the image (None: (0.08, 1.0))
+    ratio: Optional[tuple] = None,  # train crop aspect-ratio range (None: (3/4, 4/3))
+    hflip: float = 0.5,  # train horizontal flip probability
+    vflip: float = 0.0,  # train vertical flip probability
     color_jitter=0.4,  # brightness/contrast/saturation strength, on the device batch (train only)
     interpolation: str = 'bilinear',  # 'bilinear', 'bicubic' or 'random' (train)
-    mean: tuple = IMAGENET_DEFAULT_MEAN,
-    std: tuple = IMAGENET_DEFAULT_STD,  # normalisation
-    crop_pct: Optional[float] = None,
-    crop_mode: Optional[str] = None,
-    crop_border_pixels: Optional[int] = None,  # eval
+    mean: tuple = IMAGENET_DEFAULT_MEAN,  # normalisation mean per channel, in [0, 1] units
+    std: tuple = IMAGENET_DEFAULT_STD,  # normalisation std per channel, in [0, 1] units
+    crop_pct: Optional[float] = None,  # eval: output size / resize size (None: 0.875)
+    crop_mode: Optional[str] = None,  # the eval crop: None or 'center', the only one here
+    crop_border_pixels: Optional[int] = None,  # eval: trim this many pixels off every side first
     collate_fn: Optional[Callable] = None,  # None, or a mixing FastCollateMixup / Mixup (applied on the device)
-    fp16: bool = False,
+    fp16: bool = False,  # deprecated (timm): same as img_dtype=torch.float16
     img_dtype: torch.dtype = torch.float32,  # output dtype
     channels_last: bool = False,  # channels-last output batches
     decode_device: Union[

@@ -15,7 +15,14 @@ class MetricsServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
     daemon_threads, block_on_close = True, False
 
-    def __init__(self, addr: str, port: int, registry, timeout: float = 5.0, max_connections: int = 8):
+    def __init__(
+        self,
+        addr: str,  # the address to listen on: '' or '0.0.0.0' for all, '::' for IPv6 (a ':' picks IPv6)
+        port: int,  # the TCP port to listen on; 0: one the system picks (read it from `server_address`)
+        registry,  # the `prometheus_client` registry whose metrics `/metrics` serves
+        timeout: float = 5.0,  # seconds a client has to send its whole request before its connection is cut
+        max_connections: int = 8,  # connections served at once; one more is closed at once
+    ):
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest  # optional: timmdata[prometheus]
 
         self.address_family = socket.AF_INET6 if ':' in addr else socket.AF_INET
@@ -60,7 +67,11 @@ class MetricsServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
         super().__init__((addr, port), Metrics)
 
-    def process_request(self, request, client_address):
+    def process_request(
+        self,
+        request,  # the accepted connection (a socket)
+        client_address,  # the client's address, as the socket gives it
+    ):
         if not self.slots.acquire(blocking=False):
             return self.shutdown_request(request)  # as many as it serves at once: this one is closed
         try:
@@ -69,7 +80,11 @@ class MetricsServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
             self.slots.release()
             raise
 
-    def process_request_thread(self, request, client_address):
+    def process_request_thread(
+        self,
+        request,  # the accepted connection (a socket)
+        client_address,  # the client's address, as the socket gives it
+    ):
         try:
             super().process_request_thread(request, client_address)
         finally:

@@ -300,19 +300,31 @@ class BatchOps:
             raise ValueError(f"PrefetchLoader expects (N, {self.channels}, H, W) batches; got shape {tuple(x.shape)}")
         return self.cast(self.erase(self.normalize(x)))
 
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+    def normalize(
+        self,
+        x: torch.Tensor,  # a uint8 NCHW batch on the device
+    ) -> torch.Tensor:
         "A uint8 NCHW batch on the device -> floats in the maths' dtype, (jittered,) normalised, clamped."
         return self.backend.normalize(x)
 
-    def erase(self, x: torch.Tensor) -> torch.Tensor:
+    def erase(
+        self,
+        x: torch.Tensor,  # the normalised float NCHW batch; erased in place
+    ) -> torch.Tensor:
         "Random erasing of the float batch (unchanged when `re_prob` is 0)."
         return x if self.random_erasing is None else self.random_erasing(x)
 
-    def cast(self, x: torch.Tensor) -> torch.Tensor:
+    def cast(
+        self,
+        x: torch.Tensor,  # the float NCHW batch, in the maths' dtype
+    ) -> torch.Tensor:
         "The batch in the output dtype."
         return x if x.dtype == self.img_dtype else x.to(self.img_dtype)
 
-    def seed(self, seed: int):
+    def seed(
+        self,
+        seed: int,  # the seed of the batch's draws (colour jitter, erasing)
+    ):
         "Seed the generator of the batch's draws (jitter; erasing too after `erasing_from_generator`)."
         self.generator.manual_seed(seed)
 
@@ -327,11 +339,18 @@ class BatchOps:
         "Batches prepared ahead of the one handed out: `num_prefetch`."
         return self.num_prefetch
 
-    def empty(self, batch) -> bool:
+    def empty(
+        self,
+        batch,  # an `(images, targets)` batch from the loader
+    ) -> bool:
         "Was every sample of this (images, targets) batch skipped?"
         return batch[0].numel() == 0
 
-    def feed(self, batch, key: Optional[int] = None) -> tuple:
+    def feed(
+        self,
+        batch,  # an `(images, targets)` batch: uint8 NCHW images from the collate
+        key: Optional[int] = None,  # the batch's key from the loader's plan; None: the draws go on from the generator
+    ) -> tuple:
         "(images, targets) -> (float images on the device, targets there); the draws (jitter, erasing) seeded from the batch's `key` (None: the generator runs on)."
         x, y = batch
         if key is None:
@@ -342,7 +361,10 @@ class BatchOps:
         self.seed_noise(seed)
         return self.backend.prepare(x, y)
 
-    def seed_noise(self, seed: int):
+    def seed_noise(
+        self,
+        seed: int,  # the seed of the erasing noise's device generator
+    ):
         "On a GPU, the erasing's 'rand'/'pixel' noise from this step's own device generator, seeded with `seed`: never torch's global one, which the training thread draws from."
         re = self.random_erasing
         if self.is_cuda and re is not None and re.mode != 'const':
@@ -391,7 +413,11 @@ class PrefetchLoader:
         self._run(loader, BatchOps(*args, collate=fn if isinstance(fn, BatchCollate) else None, **kwargs))
 
     @classmethod
-    def over(cls, loader, step: PrefetchStep) -> PrefetchLoader:
+    def over(
+        cls,
+        loader,  # any iterable of host batches, e.g. a DataLoader with `fast_collate`
+        step: PrefetchStep,  # the batch step to run on each batch on the device, e.g. a `BatchOps`
+    ) -> PrefetchLoader:
         "A `PrefetchLoader` that runs `step` on each batch of `loader` (any iterable of host batches)."
         self = cls.__new__(cls)
         self._run(loader, step)
@@ -458,7 +484,10 @@ class PrefetchLoader:
         "The position after the batches this loader handed out (not those prepared ahead): plain JSON data."
         return self._resumable('state_dict').state_at(self.feeder.last)
 
-    def load_state_dict(self, state_dict: dict):
+    def load_state_dict(
+        self,
+        state_dict: dict,  # a dict from `state_dict()` of a loader built with the same arguments
+    ):
         "Continue from `state_dict` (from `state_dict()` of a loader built with the same arguments)."
         self._resumable('load_state_dict').load_state_dict(state_dict)
         self.feeder.last = None
@@ -471,7 +500,10 @@ class PrefetchLoader:
             )
         return self.loader
 
-    def set_epoch(self, epoch: int):
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch about to start (0, 1, ...): it picks the shuffle order
+    ):
         "Passes the epoch to the loader's sampler (distributed shuffling), batch sampler and dataset, where they take one."
         pass_loader_epoch(self.loader, epoch)
 

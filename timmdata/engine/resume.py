@@ -76,7 +76,9 @@ def global_rng_state() -> tuple:
     return random.getstate(), torch.get_rng_state(), np.random.get_state()
 
 
-def set_global_rng_state(s: tuple):
+def set_global_rng_state(
+    s: tuple,  # the states `global_rng_state()` returned
+):
     "Put back the generators' states from `global_rng_state`."
     random.setstate(s[0])
     torch.set_rng_state(s[1])
@@ -87,7 +89,12 @@ class DeliveredIterator:
     """A loader's iterator over one pass: reports each batch it hands out to its loader (`note_delivered`) and the wait
     for it (`stats()`); `.iterator` makes the batches (torch's, whose workers `shutdown()` stops, or the threads')."""
 
-    def __init__(self, loader, iterator, until_end: bool = False):  # until_end: stop after the last batch of a pass
+    def __init__(
+        self,
+        loader,  # the `ResumableDataLoader` whose pass it is
+        iterator,  # what makes the batches: torch's DataLoader iterator, or a `WorkerPool`'s
+        until_end: bool = False,  # stop after the last batch of a pass
+    ):
         self.loader, self.iterator, self.until_end, self.stop = loader, iterator, until_end, False
         self.delivered_at = None  # when the batch before was handed out (None: none yet)
 
@@ -147,7 +154,10 @@ class WorkerPool(Protocol):
 
     num_workers: int
 
-    def batches(self, loader) -> Iterator: ...  # the loader's batches of one pass (its plan's), in order
+    def batches(
+        self,
+        loader,  # the `ResumableDataLoader` the pool makes batches for
+    ) -> Iterator: ...  # the loader's batches of one pass (its plan's), in order
     def check(self, loader): ...  # raise if the pool cannot make this loader's batches (says why and what to do)
     def close(self): ...  # stop the workers
 
@@ -191,7 +201,9 @@ _HOW = (
 )
 
 
-def note_delivered(ld) -> bool:
+def note_delivered(
+    ld,  # the loader: a `ResumableDataLoader` (its `self` where this is its method)
+) -> bool:
     "Count the batch the loader `ld` just handed out (`DeliveredIterator` calls it); True at the end of its pass."
     plan = ld.plan
     if plan is None:
@@ -215,7 +227,9 @@ def note_delivered(ld) -> bool:
     return m.last
 
 
-def check_pass_end(ld):
+def check_pass_end(
+    ld,  # the loader: a `ResumableDataLoader` (its `self` where this is its method)
+):
     "`ld`'s pass ended: every batch its plan yielded was delivered (none dropped); a stream's lookahead stops."
     pass_edge(ld)
     plan = ld.plan
@@ -226,7 +240,10 @@ def check_pass_end(ld):
         )
 
 
-def loader_state(ld, mark) -> dict:
+def loader_state(
+    ld,  # the loader: a `ResumableDataLoader` (its `self` where this is its method)
+    mark,  # a `last_mark`: the batch delivered last; None: the start of the current or next pass
+) -> dict:
     "A loader's state after its batch `mark` (None: at the start of the pass in flight, or of the next): plain JSON data."
     plan = ld.plan
     if plan is not None:
@@ -240,7 +257,10 @@ def loader_state(ld, mark) -> dict:
     )
 
 
-def load_loader_state(ld, state_dict: dict):
+def load_loader_state(
+    ld,  # the loader: a `ResumableDataLoader`
+    state_dict: dict,  # a dict from the loader's `state_dict()`
+):
     "Put a loader's plan (or stream) at `state_dict` for its next pass."
     sd, plan = check_state(state_dict), ld.plan
     if plan is not None:
@@ -260,7 +280,9 @@ def check_in_order(ld):
         )
 
 
-def compat_seeding_here(ld) -> bool:
+def compat_seeding_here(
+    ld,  # the loader: a `ResumableDataLoader` (its `self` where this is its method)
+) -> bool:
     "Does `ld` make samples in this thread with a transform that draws from the global generators (the compatibility path)?"
     d = ld.fetch_dataset
     here = ld.workers is None and ld.num_workers == 0
@@ -272,7 +294,9 @@ def compat_seeding_here(ld) -> bool:
 def plan_or_own(name: str, default, doc: str) -> property:
     "A DataLoader attribute that the batch plan answers for when there is one, else the value `DataLoader.__init__` set."
 
-    def get(ld):
+    def get(
+        ld,  # the loader: a `ResumableDataLoader` (its `self` where this is its method)
+    ):
         return getattr(ld.plan, name) if ld.plan is not None else ld.__dict__.get('_own_' + name, default)
 
     def put(ld, value):
@@ -403,13 +427,19 @@ class ResumableDataLoader(IteratorParts, DataLoader):
         "Its marks, for a `DeviceFeeder` over it."
         return LoaderMarks(self)
 
-    def batch_key(self, mark) -> Optional[int]:
+    def batch_key(
+        self,
+        mark,  # a `last_mark` of this loader, after a batch
+    ) -> Optional[int]:
         "The seed of the batch-level draws of the batch at `mark`."
         return batch_key(self, mark)
 
     state_at = loader_state  # the state after the batch `mark` (a `last_mark`), plain JSON data
 
-    def set_epoch(self, epoch: int):
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch about to start (0, 1, ...): it picks the shuffle order
+    ):
         "Passes the epoch to the batch plan (its batch sampler), its sampler and the dataset, where they take one."
         pass_loader_epoch(self, epoch)
 
@@ -417,7 +447,10 @@ class ResumableDataLoader(IteratorParts, DataLoader):
         "The loader's position after the batches delivered so far: a small dict of plain JSON data for `load_state_dict`."
         return self.state_at(self._last)
 
-    def load_state_dict(self, state_dict: dict):
+    def load_state_dict(
+        self,
+        state_dict: dict,  # a dict from `state_dict()` of a loader built with the same arguments
+    ):
         "Continue from `state_dict` at the next pass (call before iterating; `set_epoch` of the saved epoch keeps it)."
         load_loader_state(self, state_dict)
         self._last = None
@@ -446,13 +479,21 @@ class ResumableStream(Protocol):
     seed: int  # the stream's seed: a batch's key derives from it
     elastic: bool  # does its state hold global samples (resumes on any ranks, workers, batch size)?
 
-    def set_epoch(self, epoch: int): ...
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch of the next pass (0, 1, ...)
+    ): ...
     def set_start(
-        self, batches_done: int, batch_size: int
+        self,
+        batches_done: int,  # the epoch's batches already delivered, per rank
+        batch_size: int,  # samples per batch, per rank
     ): ...  # skip the epoch's first batches (each worker its share)
     def start_batches(self) -> int: ...  # the epoch's batches before this pass
     def fingerprint(self) -> dict: ...  # what must match for a saved position to resume
-    def epoch_batches(self, batch_size: int) -> Optional[int]: ...  # a rank's batches in an epoch (None: unknown)
+    def epoch_batches(
+        self,
+        batch_size: int,  # samples per batch, per rank
+    ) -> Optional[int]: ...  # a rank's batches in an epoch (None: unknown)
 
 # %% ../../nbs/engine/35_resume.ipynb #10185d26023b46108eb7d9f57d49d2b3
 def _check_stream(dataset, what: str):
@@ -525,7 +566,11 @@ def check_stream_position(dataset, sd: dict, elastic: bool, batch_size: int, fp:
         )
 
 # %% ../../nbs/engine/35_resume.ipynb #8763a12b2bbd4a93a75aff182afb95dc
-def load_stream_state(dataset, sd: dict, batch_size: int):
+def load_stream_state(
+    dataset,  # the stream: a `ResumableStream`
+    sd: dict,  # the state to load, checked by `check_state`
+    batch_size: int,  # this loader's samples per batch, per rank
+):
     "Make `dataset` (a stream) start its next pass after the `sd['batches_delivered']` batches already delivered."
     if sd['kind'] != 'stream':
         raise ResumeStateError(
@@ -581,7 +626,10 @@ def batch_key(
 class LoaderMarks(Marks):
     "A `ResumableDataLoader`'s marks, for a `DeviceFeeder`: its `last_mark` after each batch, and whether a pass starts afresh."
 
-    def __init__(self, loader: ResumableDataLoader):
+    def __init__(
+        self,
+        loader: ResumableDataLoader,  # the `ResumableDataLoader` whose marks these are
+    ):
         self.loader = loader
 
     def fresh(self) -> bool:

@@ -27,12 +27,12 @@ _MODES = ('process', 'thread')
 
 
 def check_worker_mode(
-    worker_mode,
-    dataset: Optional[torch.utils.data.Dataset] = None,
-    input_size_choices: Optional[Sequence[Union[int, tuple[int, ...]]]] = None,
-    decode_device: Optional[str] = None,
-    num_workers: int = 1,
-    use_multi_epochs_loader: bool = False,
+    worker_mode,  # create_loader's `worker_mode`: 'process' or 'thread'
+    dataset: Optional[torch.utils.data.Dataset] = None,  # the dataset create_loader was given
+    input_size_choices: Optional[Sequence[Union[int, tuple[int, ...]]]] = None,  # scheduled batching: not with threads
+    decode_device: Optional[str] = None,  # create_loader's `decode_device` (device decoding: not with threads)
+    num_workers: int = 1,  # create_loader's `num_workers`: with 'thread', the threads (at least 1)
+    use_multi_epochs_loader: bool = False,  # create_loader's `use_multi_epochs_loader` (not with threads)
 ):
     "create_loader's checks of `worker_mode`: an error naming each case the thread mode does not take."
     if worker_mode not in _MODES:
@@ -59,7 +59,9 @@ def check_worker_mode(
 _M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
 
 
-def few_arenas(n: int = 2) -> bool:
+def few_arenas(
+    n: int = 2,  # the most malloc arenas glibc may keep
+) -> bool:
     """Let glibc's malloc keep at most `n` arenas: by default each new thread may get its own (up to 8 per core), each
     keeping the image buffers its thread freed; the loader threads then hold tens of MB more. True if it was set."""
     try:
@@ -78,7 +80,7 @@ def gil_enabled() -> bool:
 def default_worker_mode(
     dataset,  # the dataset create_loader was given
     device: torch.device,  # where the batches go (the model's device)
-    num_workers: int,
+    num_workers: int,  # create_loader's `num_workers`; threads need at least 1
     collate_fn: Optional[Callable] = None,  # create_loader's `collate_fn` (None: its own)
     thread_ok: bool = True,  # False where `check_worker_mode` would refuse threads (streams, scheduled, multi-epoch...)
 ) -> str:
@@ -108,7 +110,10 @@ class ThreadWorkers:
         self.num_workers, self.ahead, self._pool = num_workers, (prefetch_factor or 2) * num_workers, None
         few_arenas()  # before the threads start: they share the main arena's freed buffers instead of holding their own
 
-    def check(self, loader):
+    def check(
+        self,
+        loader,  # the `ResumableDataLoader` the threads make batches for
+    ):
         "The threads make a loader's batches from a `SeededDataset` whose transform takes explicit draws, over a plan."
         d, plan = loader.fetch_dataset, loader.fetch_batches
         if not isinstance(d, SeededDataset) or not isinstance(plan, ResumableBatchSampler):
@@ -164,7 +169,10 @@ class ThreadWorkers:
         d = loader.fetch_dataset
         return self._collate(loader, items, [self._sample(loader, it, d.defer_pixels) for it in items])
 
-    def batches(self, loader):
+    def batches(
+        self,
+        loader,  # the `ResumableDataLoader` the threads make batches for
+    ):
         "This pass's batches of `loader`, made by the threads, in its plan's order (the loader counts and times them)."
         self.check(loader)  # again: the dataset's transform may have been set since the loader was made (timm does)
         pool, plan, pending = self._threads(), iter(loader.plan), deque()
@@ -208,8 +216,8 @@ class ThreadWorkers:
 def verdict(
     st: LoaderStats,  # the stats of a profiled run
     model_step_ms: Optional[float],  # the model step the run simulated (None: none)
-    worker_mode: str,
-    num_workers: int,
+    worker_mode: str,  # the run's worker mode: 'process' or 'thread'
+    num_workers: int,  # the run's workers (processes or threads)
 ) -> str:
     "One sentence: does loading keep up with a model step of `model_step_ms`, and if not, which stage to fix and the knob to turn."
     wall, n = st.wall or float('nan'), max(st.images, 1)
@@ -266,7 +274,12 @@ class Headspace:
     model_step: bool = True  # was a model step given? Without one, `ideal_ms` is the loop's own time between batches
 
     @classmethod
-    def measure(cls, st: LoaderStats, ideal_s: float, cached: Optional[LoaderStats] = None) -> 'Headspace':
+    def measure(
+        cls,
+        st: LoaderStats,  # the stats of a run with the model step (or with none)
+        ideal_s: float,  # seconds per step of the model step alone; 0: no model step
+        cached: Optional[LoaderStats] = None,  # the stats of a second pass over the same files (page cache); None: none
+    ) -> 'Headspace':
         "From a run's stats, the model step alone (`ideal_s` seconds per step), and a second pass's stats over the same files."
         t, wall, n = st.t, max(st.wall, 1e-9), max(st.batches, 1)
         stall = min(max(t['consumer_wait'] / wall, 0.0), 1.0)

@@ -43,7 +43,10 @@ class Budget:
     target: float = 0.02  # the consumer's wait to stay under, as a share of its step
 
     @classmethod
-    def from_machine(cls, target: float = 0.02) -> 'Budget':
+    def from_machine(
+        cls,
+        target: float = 0.02,  # the consumer's wait to stay under, a share of its step (0.02: 2%)
+    ) -> 'Budget':
         """From this machine: the cores of this process's affinity, half the available memory and half the free
         `/dev/shm`, each shared among the training processes on the machine (LOCAL_WORLD_SIZE);
         TIMMDATA_AUTO_CORES and TIMMDATA_AUTO_MEMORY_MB override cores and memory."""
@@ -59,12 +62,17 @@ class Budget:
             shm = memory
         return cls(cores, memory, min(shm, memory) if not mem_mb else shm, target)
 
-    def loading_cores(self, consumer_cpu: float) -> int:
+    def loading_cores(
+        self,
+        consumer_cpu: float,  # share of a core the training thread keeps busy (0 to 1)
+    ) -> int:
         "Cores left for loading when the training thread keeps `consumer_cpu` of a core busy (a core kept when over half)."
         return max(1, self.cores - (1 if consumer_cpu > 0.5 else 0))
 
 # %% ../../nbs/engine/37a_tune.ipynb #71b77f84
-def halves_spread(steps: list) -> float:
+def halves_spread(
+    steps: list,  # each batch's wall seconds, in order
+) -> float:
     """A window's own noise: how far apart the batches/s of its first and second halves are, as a share of their mean
     (0 under 2 batches). A setting is only left for another when the gain is larger (`choose`)."""
     h = len(steps) // 2
@@ -92,7 +100,13 @@ class Trial:
     spread: float = 0.0  # the window's own noise: how far apart its two halves' batches/s are, a share of their mean
     round: int = 0  # the search it belongs to: 0 the first, 1 and on the searches after the wait grew
 
-    def measured(self, st, cpu: float, memory: Optional[int], steps: Optional[list] = None):
+    def measured(
+        self,
+        st,  # the window's `LoaderStats` (its counts since the window began)
+        cpu: float,  # the training thread's CPU seconds in the window
+        memory: Optional[int],  # bytes the loader held at the window's end; None: unknown
+        steps: Optional[list] = None,  # each batch's wall seconds by the tuner's clock; None: the stats' wall
+    ):
         """Fill in the window's measurements from its `LoaderStats`, the training thread's CPU seconds, the memory held
         and `steps`: each batch's wall seconds by the tuner's clock (None: the stats' wall)."""
         t, n, wall = st.t, max(st.batches, 1), max(st.wall, 1e-9)
@@ -125,12 +139,18 @@ class Trial:
         "The workers' busy share: their time per batch over what they had (workers x step); near 1: they are the limit."
         return self.work_ms / (max(self.workers, 1) * self.step_ms) if self.step_ms > 0 else 0.0
 
-    def needs(self, target: float) -> int:
+    def needs(
+        self,
+        target: float,  # the consumer's wait to stay under, a share of its step (0.02: 2%)
+    ) -> int:
         "Workers that would make a batch per step of the consumer, with the headroom the target leaves (at least 1)."
         per = max(self.own_ms, 1e-3) * (1 - target) / 1.15  # 15% headroom: workers share cores with the rest
         return max(1, math.ceil(self.work_ms / per))
 
-    def keeps_up(self, target: float) -> bool:
+    def keeps_up(
+        self,
+        target: float,  # the consumer's wait to stay under, a share of its step (0.02: 2%)
+    ) -> bool:
         """Measured, with the wait under `target`. (Asking for the workers `needs` too, headroom and all, was tried: it
         turned down one thread worker that waited 0.4% in its window and 1.6% over the next minute.)"""
         return bool(self.batches) and self.stall <= target
@@ -153,7 +173,11 @@ TRIAL_HEADER = (
 PROCESS_WORKER_BYTES = 200 << 20  # a worker process's own memory before one is measured (its PSS: torch, the dataset)
 
 
-def loader_memory(setting: tuple, batch_bytes: int, worker_bytes: int = PROCESS_WORKER_BYTES) -> tuple:
+def loader_memory(
+    setting: tuple,  # (mode, workers, prefetch)
+    batch_bytes: int,  # a uint8 batch's bytes
+    worker_bytes: int = PROCESS_WORKER_BYTES,  # a worker process's own memory, bytes
+) -> tuple:
     "(memory, shared memory) a setting holds: the uint8 batches in flight (in /dev/shm for processes), and the processes."
     mode, n, pf = setting
     flight = max(n, 1) * pf * batch_bytes
@@ -162,7 +186,10 @@ def loader_memory(setting: tuple, batch_bytes: int, worker_bytes: int = PROCESS_
     return flight, 0
 
 
-def worker_bytes(trials: list, batch_bytes: int) -> int:
+def worker_bytes(
+    trials: list,  # the `Trial`s so far, in the order tried
+    batch_bytes: int,  # a uint8 batch's bytes
+) -> int:
     "A worker process's memory, from the last measured process trial (its memory less its batches in flight)."
     for t in reversed(trials):
         if t.mode == 'process' and t.memory is not None and t.workers:
@@ -175,11 +202,11 @@ BUSY = 0.85  # the workers' busy share over which more look-ahead cannot help: t
 
 def next_setting(
     trials: list,  # `Trial`s of this search so far, the last one the setting running now
-    budget: Budget,
+    budget: Budget,  # what the loader may use
     modes: tuple,  # the worker modes allowed: ('process',), ('thread',) or both
     prefetches: tuple = (2, 4),  # the look-aheads allowed (one when the user fixed it)
     batch_bytes: int = 0,  # a uint8 batch's bytes
-    worker_bytes: int = PROCESS_WORKER_BYTES,
+    worker_bytes: int = PROCESS_WORKER_BYTES,  # a worker process's own memory, bytes (`worker_bytes()`)
     workers: tuple = (1, 1 << 20),  # the worker counts allowed: (fewest, most); one when the user fixed it
 ) -> Optional[tuple]:
     """The next setting to try, or None when the search is done: more workers while the consumer waits over the target
@@ -226,7 +253,11 @@ def next_setting(
     return (other[0], n, pf) if other and fits((other[0], n, pf)) else None
 
 # %% ../../nbs/engine/37a_tune.ipynb #365c3c1f
-def choose(trials: list, target: float, margin: float = 0.03) -> Trial:
+def choose(
+    trials: list,  # the `Trial`s of the search, in the order tried
+    target: float,  # the consumer's wait to stay under, a share of its step (0.02: 2%)
+    margin: float = 0.03,  # the least gain in batches/s (a share) for which a setting is left for the next
+) -> Trial:
     """The setting to keep: the fewest workers among those that kept up (`Trial.keeps_up`; of two modes at that count,
     the faster by the rule that follows). If none did, the settings in the order tried: one is left for the next only when the next is faster by more than both
     windows' spread (and `margin`), or as fast (within `margin`) with fewer workers or less look-ahead. A slow batch on
@@ -246,7 +277,12 @@ def choose(trials: list, target: float, margin: float = 0.03) -> Trial:
     return keep
 
 # %% ../../nbs/engine/37a_tune.ipynb #9f32d934
-def first_setting(budget: Budget, mode: str, prefetch: Optional[int], batch_bytes: int = 0) -> tuple:
+def first_setting(
+    budget: Budget,  # what the loader may use
+    mode: str,  # the worker mode: 'process' or 'thread'
+    prefetch: Optional[int],  # the look-ahead (prefetch_factor); None: 2
+    batch_bytes: int = 0,  # a uint8 batch's bytes (0: not known yet)
+) -> tuple:
     "The safe guess to start from: a core left for training (with more than two), at most 8 workers, within memory."
     n = max(1, min(budget.cores - 1, 8))
     pf = prefetch or 2
@@ -255,7 +291,11 @@ def first_setting(budget: Budget, mode: str, prefetch: Optional[int], batch_byte
     return (mode, n, pf)
 
 
-def explain(keep: Trial, tried: int, budget: Budget) -> str:
+def explain(
+    keep: Trial,  # the `Trial` kept
+    tried: int,  # how many settings were tried
+    budget: Budget,  # the `Budget` searched within
+) -> str:
     "Why `keep` was kept, in a few words."
     if keep.keeps_up(budget.target):
         why = f'the fewest workers that kept the wait under {budget.target:.0%} of the step ({keep.stall:.1%})'
@@ -267,13 +307,20 @@ def explain(keep: Trial, tried: int, budget: Budget) -> str:
     return f'{why}; {tried} settings tried, {budget.cores} cores'
 
 # %% ../../nbs/engine/37a_tune.ipynb #ece582d4
-def wait_grew(kept: Trial, now: Trial, target: float, by: float = 0.05) -> bool:
+def wait_grew(
+    kept: Trial,  # the kept setting's `Trial`, from the search
+    now: Trial,  # a later window of the kept setting
+    target: float,  # the consumer's wait to stay under, a share of its step (0.02: 2%)
+    by: float = 0.05,  # how much longer the wait must be, a share of the step
+) -> bool:
     """After the decision: has the consumer's wait grown, in a window `now` of the kept setting, over the target and over
     what the kept setting measured by more than `by` (a share of the step)? Two such windows in a row search again."""
     return now.stall > target and now.stall > max(kept.stall, target) + by
 
 # %% ../../nbs/engine/37a_tune.ipynb #cb550a7d
-def process_memory(pid: int) -> int:
+def process_memory(
+    pid: int,  # a process id on this machine
+) -> int:
     """A process's own memory, bytes: the PSS of its anonymous and shared-memory pages (heap, stacks, batches in
     /dev/shm; shared pages divided among the processes sharing them), else its whole PSS where the kernel does not split
     it (before Linux 5.x); 0 when it is gone. Pages of files (libraries, the page cache) are left out: their PSS moves
@@ -306,25 +353,33 @@ def _inner(loader):
     return loader.loader if isinstance(loader, PrefetchLoader) else loader
 
 
-def batch_bytes(batch) -> int:
+def batch_bytes(
+    batch,  # a batch from the loader: `(images, targets)` or a tensor
+) -> int:
     "A batch's bytes as the workers hand it over (uint8 images: one byte an element), 0 when it is not a tensor."
     x = batch[0] if isinstance(batch, (tuple, list)) else batch
     return x.numel() if isinstance(x, torch.Tensor) else 0
 
 
-def close_pass(it):
+def close_pass(
+    it,  # an iterator over a loader's pass
+):
     "Stop an iterator over a loader's pass (a generator: its `finally` runs now; torch's iterators stop with their workers)."
     if isinstance(it, Generator):
         it.close()
 
 
-def loader_plan(loader):
+def loader_plan(
+    loader,  # a loader from create_loader (a `PrefetchLoader` or a `ResumableDataLoader`)
+):
     "The batch plan of a loader from create_loader (None over a stream, or for the device-decode loader)."
     inner = _inner(loader)
     return inner.plan if isinstance(inner, ResumableDataLoader) else None
 
 
-def stop_loader_workers(loader):
+def stop_loader_workers(
+    loader,  # a loader from create_loader (a `PrefetchLoader` or a `ResumableDataLoader`)
+):
     "Stop a loader's worker processes or threads now (a switched-from loader's: not when it is collected)."
     inner = _inner(loader)
     if isinstance(inner, ResumableDataLoader):
@@ -346,13 +401,19 @@ class CurrentLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
-    def set_epoch(self, epoch: int):
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch about to start, passed to the current loader's `set_epoch`
+    ):
         self.loader.set_epoch(epoch)
 
     def state_dict(self) -> dict:
         return self.loader.state_dict()
 
-    def load_state_dict(self, state_dict: dict):
+    def load_state_dict(
+        self,
+        state_dict: dict,  # a dict from `state_dict()`, passed to the current loader
+    ):
         self.loader.load_state_dict(state_dict)
 
     def stats(self):
@@ -375,20 +436,37 @@ class Window:
 
     LONGEST = 4
 
-    def __init__(self, stats):
+    def __init__(
+        self,
+        stats,  # the loader's `LoaderStats`: the window counts from its snapshot now
+    ):
         self.at, self.steps, self.cpu = stats.snapshot(), [], 0.0
 
-    def add(self, seconds: float, cpu: float):
+    def add(
+        self,
+        seconds: float,  # a batch's wall seconds by the tuner's clock
+        cpu: float,  # the training thread's CPU seconds over that batch
+    ):
         self.steps.append(seconds)
         self.cpu += cpu
 
-    def full(self, batches: int, seconds: float, spread: float = float('inf')) -> bool:
+    def full(
+        self,
+        batches: int,  # the fewest batches a window takes
+        seconds: float,  # the shortest wall time a window takes
+        spread: float = float('inf'),  # the most its halves' batches/s may differ (a share) for it to end
+    ) -> bool:
         took = sum(self.steps)
         if len(self.steps) < batches or took < seconds:
             return False
         return took >= self.LONGEST * seconds or halves_spread(self.steps) <= spread
 
-    def measure(self, trial: Trial, stats, memory: Optional[int]) -> Trial:
+    def measure(
+        self,
+        trial: Trial,  # the `Trial` to fill in
+        stats,  # the loader's `LoaderStats` now
+        memory: Optional[int],  # bytes the loader holds now; None: unknown
+    ) -> Trial:
         "Fill `trial` in from this window (`stats`: the loader's counts now)."
         trial.measured(stats.since(self.at), self.cpu, memory, self.steps)
         return trial
@@ -408,7 +486,7 @@ class AutoLoader(CurrentLoader):
         self,
         build: Callable,  # (mode, workers, prefetch, seed) -> a loader from create_loader's steps
         start: tuple,  # the first setting: (mode, workers, prefetch)
-        budget: Budget,
+        budget: Budget,  # what the loader may use: cores, memory, /dev/shm, the wait to aim under
         modes: tuple,  # the worker modes it may try
         prefetches: tuple,  # the look-aheads it may try
         workers: tuple = (1, 1 << 20),  # the worker counts it may try: (fewest, most)

@@ -158,7 +158,11 @@ class ProcessFigures:
 class Sink(Protocol):
     "Where a `LoaderWatch` writes its figures: TensorBoard, Prometheus, a Lightning logger, or your own."
 
-    def write(self, figures: dict, step: int): ...  # figures: name -> float (`FIGURES`); step: batches so far
+    def write(
+        self,
+        figures: dict,  # name -> float (`FIGURES`): the figures of the batches since the last write
+        step: int,  # batches handed out since the watch began
+    ): ...
     def close(self): ...  # the watch ends
 
 # %% ../../nbs/engine/37b_watch.ipynb #aeb31a3e
@@ -179,7 +183,11 @@ class TensorBoardSink:
             writer = SummaryWriter(str(writer))
         self.writer, self.prefix = writer, prefix
 
-    def write(self, figures: dict, step: int):
+    def write(
+        self,
+        figures: dict,  # name -> float (`FIGURES`): the figures of the batches since the last write
+        step: int,  # batches handed out since the watch began: the scalars' step
+    ):
         for k, v in figures.items():
             self.writer.add_scalar(self.prefix + k, v, step)
 
@@ -223,7 +231,11 @@ class PrometheusSink:
             threading.Thread(target=self.server.serve_forever, name='timmdata-metrics', daemon=True).start()
             self.port = self.server.server_port
 
-    def write(self, figures: dict, step: int):
+    def write(
+        self,
+        figures: dict,  # name -> float (`FIGURES`): the figures of the batches since the last write (set as gauges)
+        step: int,  # unused: a gauge holds the last value
+    ):
         for k, v in figures.items():
             if k in self.gauges:
                 self.gauges[k].set(v)
@@ -285,7 +297,7 @@ class RankExchange:
         group: Optional[dist.ProcessGroup] = None,  # the process group (None: the default one)
         warn_rank: Optional[int] = 0,  # the rank that warns (None: every rank)
         ratio: float = 2.0,  # see `slow_rank`
-        gap: float = 0.1,
+        gap: float = 0.1,  # see `slow_rank`: how much more (0.1: 10 points) the slow rank must wait
     ):
         self.group, self.warn_rank, self.ratio, self.gap = group, warn_rank, ratio, gap
         self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
@@ -314,7 +326,10 @@ class RankExchange:
             )
         return on
 
-    def __call__(self, figures: dict) -> Optional[str]:
+    def __call__(
+        self,
+        figures: dict,  # this rank's figures (`EXCHANGED`; one missing counts 0)
+    ) -> Optional[str]:
         "Send this rank's figures, gather every rank's; warn when a rank is named that was not at the last exchange; the sentence or None."
         if self.on is None:
             self.on = self.agree()
@@ -337,7 +352,10 @@ class Publisher:
 
     _ids = count()  # the loaders watched in this process
 
-    def __init__(self, folder: Optional[Union[str, os.PathLike]] = None):
+    def __init__(
+        self,
+        folder: Optional[Union[str, os.PathLike]] = None,  # the watch folder; None: the first usable of `watch_dirs()`
+    ):
         tried, self.folder, self.dir_fd = [Path(folder)] if folder is not None else watch_dirs(), None, None
         for d in tried:
             if d is tried[0] and not d.parent.is_dir():  # a folder named where nothing is: a mistyped setting
@@ -368,7 +386,10 @@ class Publisher:
             return name or self.dir_fd
         return self.folder / name if name else self.folder
 
-    def write(self, record: dict):
+    def write(
+        self,
+        record: dict,  # the loader's record, JSON-able: pid, rank, figures, workers...
+    ):
         tmp = f'.{os.getpid()}-{secrets.token_hex(8)}.tmp'
         fd = os.open(
             self._at(tmp),
@@ -449,7 +470,10 @@ class LoaderWatch:
         self.stats.hooks.append(self)
         self._done = weakref.finalize(loader, LoaderWatch._end, self.stats, self, self.sinks, self.publisher)
 
-    def __call__(self, stats: LoaderStats):
+    def __call__(
+        self,
+        stats: LoaderStats,  # the loader's `LoaderStats` (the watch reads its own)
+    ):
         "After each batch handed out (a `LoaderStats` hook): the figures written every `every`-th."
         self._n += 1
         if self._n % self.every == 0:
@@ -523,10 +547,18 @@ def watch_by_setting(
 class LoggerSink:
     "The figures through a Lightning `Trainer`'s loggers (`log_metrics` of each), as `loader/NAME` at the trainer's global step."
 
-    def __init__(self, trainer, prefix: str = 'loader/'):
+    def __init__(
+        self,
+        trainer,  # a Lightning `Trainer`: the figures go to each of its loggers
+        prefix: str = 'loader/',  # the metrics' name prefix
+    ):
         self.trainer, self.prefix = trainer, prefix
 
-    def write(self, figures: dict, step: int):
+    def write(
+        self,
+        figures: dict,  # name -> float (`FIGURES`): the figures of the batches since the last write
+        step: int,  # unused: the trainer's global step is logged
+    ):
         m = {self.prefix + k: float(v) for k, v in figures.items()}
         for lg in self.trainer.loggers:
             lg.log_metrics(m, step=self.trainer.global_step)

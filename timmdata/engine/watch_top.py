@@ -60,7 +60,9 @@ def watch_dirs() -> list:
     return [watch_dir(), Path(setting('XDG_CACHE_HOME')) / 'timmdata' / 'watch']
 
 
-def alive(pid: int) -> bool:
+def alive(
+    pid: int,  # a process id, as a published record names it
+) -> bool:
     "Does process `pid` run (on this node)?"
     try:
         os.kill(pid, 0)
@@ -165,7 +167,9 @@ def render(
     return '\n'.join(lines)
 
 
-def top_main(argv: Optional[Sequence[str]] = None):
+def top_main(
+    argv: Optional[Sequence[str]] = None,  # the options after `timmdata top`; None: `sys.argv[1:]`
+):
     "`timmdata top`: a live view of the loaders training on this machine (each rank and worker: stage times, waiting share, queue, CPU, memory)."
     p = argparse.ArgumentParser(prog='timmdata top', description=top_main.__doc__)
     p.add_argument(

@@ -27,12 +27,16 @@ def native_kernels():
     return m if m is not None and hasattr(m, 'aug_enhance') else None
 
 
-def is_pixels(img) -> bool:
+def is_pixels(
+    img,  # anything: a PIL image, a tensor, an array
+) -> bool:
     "Is `img` the ops' array form: a uint8 HWC ndarray with 1 (an 'L' image) or 3 (RGB) channels?"
     return isinstance(img, np.ndarray) and img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] in (1, 3)
 
 
-def pil_to_pixels(img: Image.Image) -> np.ndarray:
+def pil_to_pixels(
+    img: Image.Image,  # an RGB or L image (the array shares its memory)
+) -> np.ndarray:
     "An RGB or L image's pixels as a uint8 HWC array (read-only)."
     a = np.asarray(img)
     return a[:, :, None] if a.ndim == 2 else a
@@ -46,7 +50,9 @@ def _pixels(buf, shape) -> np.ndarray:
     return np.frombuffer(buf, np.uint8).reshape(shape)
 
 
-def packed(a: np.ndarray) -> np.ndarray:
+def packed(
+    a: np.ndarray,  # the pixels: a uint8 HWC array that `is_pixels` accepts, any strides
+) -> np.ndarray:
     "`a` as the kernels read it: rows of packed pixels; any other layout `is_pixels` accepts (a flipped view, a column cut from a wider image) copied."
     h, w, c = a.shape
     s = a.strides
@@ -162,19 +168,35 @@ def _affine(img, matrix, kw):
     return warp_affine(img, matrix, _resample(kw), kw.get('fillcolor'))
 
 
-def shear_x(img, factor, **kw):
+def shear_x(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    factor,  # the shear: output pixel (x, y) reads the source at (x + factor * y, y)
+    **kw,  # `resample` (a filter, or a tuple to draw one from), `fillcolor` (None: black), `rng`
+):
     return _affine(img, (1, factor, 0, 0, 1, 0), kw)
 
 
-def shear_y(img, factor, **kw):
+def shear_y(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    factor,  # the shear: output pixel (x, y) reads the source at (x, y + factor * x)
+    **kw,  # `resample` (a filter, or a tuple to draw one from), `fillcolor` (None: black), `rng`
+):
     return _affine(img, (1, 0, 0, factor, 1, 0), kw)
 
 
-def translate_x_abs(img, pixels, **kw):
+def translate_x_abs(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    pixels,  # the shift in pixels: output x reads source x + pixels (positive: moves left)
+    **kw,  # `resample` (a filter, or a tuple to draw one from), `fillcolor` (None: black), `rng`
+):
     return _affine(img, (1, 0, pixels, 0, 1, 0), kw)
 
 
-def translate_y_abs(img, pixels, **kw):
+def translate_y_abs(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    pixels,  # the shift in pixels: output y reads source y + pixels (positive: moves up)
+    **kw,  # `resample` (a filter, or a tuple to draw one from), `fillcolor` (None: black), `rng`
+):
     return _affine(img, (1, 0, 0, 0, 1, pixels), kw)
 
 
@@ -182,15 +204,27 @@ def _width_height(img) -> tuple:
     return (img.shape[1], img.shape[0]) if isinstance(img, np.ndarray) else img.size
 
 
-def translate_x_rel(img, pct, **kw):
+def translate_x_rel(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    pct,  # the shift as a fraction of the image's width (as `translate_x_abs`)
+    **kw,  # `resample` (a filter, or a tuple to draw one from), `fillcolor` (None: black), `rng`
+):
     return translate_x_abs(img, pct * _width_height(img)[0], **kw)
 
 
-def translate_y_rel(img, pct, **kw):
+def translate_y_rel(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    pct,  # the shift as a fraction of the image's height (as `translate_y_abs`)
+    **kw,  # `resample` (a filter, or a tuple to draw one from), `fillcolor` (None: black), `rng`
+):
     return translate_y_abs(img, pct * _width_height(img)[1], **kw)
 
 
-def rotate(img, degrees, **kw):
+def rotate(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    degrees,  # the angle, counter-clockwise about the centre (the size is kept; corners filled)
+    **kw,  # `resample` (a filter, or a tuple to draw one from), `fillcolor` (None: black), `rng`
+):
     resample, a, (w, h) = _resample(kw), degrees % 360.0, _width_height(img)
     if a in (0, 180) or (a in (90, 270) and w == h):  # Pillow copies and transposes
         if not isinstance(img, np.ndarray):
@@ -218,24 +252,41 @@ def _point(img, table: bytes, pil_op):
     return _pixel_op(img, lambda k, a: k.aug_point(a, 0, table), pil_op)
 
 
-def auto_contrast(img, **_):
+def auto_contrast(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array): each channel stretched to 0-255
+    **_,  # the op's options (fillcolor, resample, rng): not used by this op
+):
     return _pixel_op(img, lambda k, a: k.aug_point(a, 1), TF.autocontrast)
 
 
-def equalize(img, **_):
+def equalize(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array): its histogram equalised per channel
+    **_,  # the op's options (fillcolor, resample, rng): not used by this op
+):
     return _pixel_op(img, lambda k, a: k.aug_point(a, 2), TF.equalize)
 
 
-def invert(img, **_):
+def invert(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array): each value v becomes 255 - v
+    **_,  # the op's options (fillcolor, resample, rng): not used by this op
+):
     return _point(img, _table('invert'), TF.invert)
 
 
-def solarize(img, thresh, **_):
+def solarize(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    thresh,  # values at or above it are inverted (0-256; 256: no change)
+    **_,  # the op's options (fillcolor, resample, rng): not used by this op
+):
     # thresh may be 256 (no-op), beyond torchvision's range check
     return _point(img, _table('solarize', thresh), lambda im: ImageOps.solarize(im, thresh))
 
 
-def posterize(img, bits_to_keep, **_):
+def posterize(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    bits_to_keep,  # the high bits kept per value (8 or more: unchanged; 0: black)
+    **_,  # the op's options (fillcolor, resample, rng): not used by this op
+):
     "Keep the `bits_to_keep` most significant bits; 0 bits gives black (Pillow >= 13 refuses 0, older Pillow gave black)."
     if bits_to_keep >= 8:
         return img
@@ -249,23 +300,44 @@ def _enhance(img, kind: int, factor: float, enhancer):
     return _pixel_op(img, lambda k, a: k.aug_enhance(a, kind, factor), lambda im: enhancer(im).enhance(factor))
 
 
-def contrast(img, factor, **_):
+def contrast(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    factor,  # Pillow's contrast factor: 1.0 unchanged, 0.0 solid grey, above 1 more contrast
+    **_,  # the op's options (fillcolor, resample, rng): not used by this op
+):
     return _enhance(img, 1, factor, ImageEnhance.Contrast)
 
 
-def color(img, factor, **_):
+def color(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    factor,  # Pillow's colour factor: 1.0 unchanged, 0.0 greyscale, above 1 more saturated
+    **_,  # the op's options (fillcolor, resample, rng): not used by this op
+):
     return _enhance(img, 2, factor, ImageEnhance.Color)
 
 
-def brightness(img, factor, **_):
+def brightness(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    factor,  # Pillow's brightness factor: 1.0 unchanged, 0.0 black, above 1 brighter
+    **_,  # the op's options (fillcolor, resample, rng): not used by this op
+):
     return _enhance(img, 0, factor, ImageEnhance.Brightness)
 
 
-def sharpness(img, factor, **_):
+def sharpness(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    factor,  # Pillow's sharpness factor: 1.0 unchanged, 0.0 blurred, above 1 sharper
+    **_,  # the op's options (fillcolor, resample, rng): not used by this op
+):
     return _enhance(img, 3, factor, ImageEnhance.Sharpness)
 
 
-def solarize_add(img, add, thresh=128, **_):
+def solarize_add(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array) (other modes: unchanged)
+    add,  # the value added to each value below `thresh` (the sum saturates at 255)
+    thresh=128,  # values at or above it are left as they are
+    **_,  # the op's options (fillcolor, resample, rng): not used by this op
+):
     "Add `add` to pixel values below `thresh` (saturating at 255)."
     if not isinstance(img, np.ndarray) and img.mode not in ('L', 'RGB'):
         return img
@@ -273,18 +345,31 @@ def solarize_add(img, add, thresh=128, **_):
     return _point(img, t, lambda im: im.point(list(t) * len(im.getbands())))
 
 
-def gaussian_blur(img, factor, **_):
+def gaussian_blur(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    factor,  # the blur's radius (Pillow's GaussianBlur radius), in pixels
+    **_,  # the op's options (fillcolor, resample, rng): not used by this op
+):
     r = abs(factor)  # Pillow's blur depends on the radius squared
     return _pixel_op(
         img, lambda k, a: k.aug_gaussian_blur(a, r), lambda im: im.filter(ImageFilter.GaussianBlur(radius=factor))
     )
 
 
-def gaussian_blur_rand(img, factor, rng: Draws = GLOBAL_DRAWS, **_):
+def gaussian_blur_rand(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    factor,  # the radius is drawn uniformly from (0.1, 2 * factor) pixels
+    rng: Draws = GLOBAL_DRAWS,  # the sample's draws (`rng.py`); default: the global generators
+    **_,  # the other options (fillcolor, resample): not used by this op
+):
     return gaussian_blur(img, rng.py.uniform(0.1, 2.0 * factor))
 
 
-def desaturate(img, factor, **_):
+def desaturate(
+    img,  # a PIL image, or the pixels of an RGB or L image (a uint8 HWC array)
+    factor,  # how much colour is taken away: 0.0 unchanged, 1.0 greyscale (clamped to 0-1)
+    **_,  # the op's options (fillcolor, resample, rng): not used by this op
+):
     return color(img, min(1.0, max(0.0, 1.0 - factor)))  # 0: grey
 
 

@@ -146,7 +146,10 @@ def set_max_image_pixels(
     return old
 
 
-def check_pixels(height: int, width: int):
+def check_pixels(
+    height: int,  # the image's claimed height, in pixels (from its header)
+    width: int,  # the image's claimed width, in pixels
+):
     "Raise `ImageDecodeError` when an image of this claimed size is over `MAX_IMAGE_PIXELS`."
     lim = MAX_IMAGE_PIXELS
     if lim is not None and height * width > lim:
@@ -162,7 +165,9 @@ _JPEG_SOI, _PNG_SIG = b'\xff\xd8\xff', b'\x89PNG\r\n\x1a\n'
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers: they carry the size
 
 
-def jpeg_header(d: bytes) -> tuple:
+def jpeg_header(
+    d: bytes,  # a JPEG file's bytes, from its start (the SOI marker)
+) -> tuple:
     """(truncated, (height, width) or None), from one walk over a JPEG's marker segments: truncated when they run out
     before the first scan or no EOI marker follows it; the size from the frame header, when one comes before the scan."""
     i, n, size = 2, len(d), None
@@ -255,7 +260,9 @@ def torchcodec_status() -> str:
     return (_TC or _load_torchcodec())[1]
 
 
-def torchcodec_error(e: Exception) -> str:
+def torchcodec_error(
+    e: Exception,  # the error TorchCodec raised
+) -> str:
     "TorchCodec's error message without the C++ source location it starts with."
     return _TC_LOC.sub('', str(e))
 
@@ -284,7 +291,9 @@ def _read_file(path) -> bytes:
         os.close(fd)
 
 
-def read_source(src) -> bytes:
+def read_source(
+    src,  # a path (str or os.PathLike), bytes, bytearray, memoryview, or a file-like object
+) -> bytes:
     "The bytes of an encoded image given as a path, bytes or a file-like object."
     if isinstance(src, (str, os.PathLike)):
         return _read_file(src)
@@ -332,7 +341,9 @@ def jpeg_warnings() -> tuple:
     return NATIVE.loaded.jpeg_warnings() if NATIVE.loaded is not None else (0, '')
 
 
-def _note_jpeg_warnings(before: int):
+def _note_jpeg_warnings(
+    before: int,  # libjpeg's warning count before the decode (`jpeg_warnings()[0]`)
+):
     "One `CorruptJpegWarning` per process, the first time libjpeg warns (instead of a line on stderr per file)."
     global _warned
     n, msg = NATIVE.loaded.jpeg_warnings()
@@ -473,8 +484,8 @@ class EncodedJpeg:
     def __init__(
         self,
         data: bytes,  # the JPEG file's bytes
-        height: int,
-        width: int,  # from the header (see `encoded_jpeg`)
+        height: int,  # the image's height in pixels, from the header (see `encoded_jpeg`)
+        width: int,  # the image's width in pixels, from the header
     ):
         self.data, self.height, self.width = data, height, width
 
@@ -482,7 +493,13 @@ class EncodedJpeg:
         "The whole image as a uint8 CHW tensor, exactly as `decode_image(data, to_tensor=True)`."
         return decode_image(self.data, 'RGB', to_tensor=True)
 
-    def decode_crop(self, top: int, left: int, height: int, width: int) -> torch.Tensor:
+    def decode_crop(
+        self,
+        top: int,  # the box's first row, in pixels (the box must lie inside the image)
+        left: int,  # the box's first column, in pixels
+        height: int,  # the box's height, in pixels (> 0)
+        width: int,  # the box's width, in pixels (> 0)
+    ) -> torch.Tensor:
         "Pixels of the box as a uint8 CHW tensor, equal to `decode()[:, top:top+height, left:left+width]`."
         if not (
             0 <= top
@@ -523,7 +540,9 @@ class EncodedJpeg:
         return f'EncodedJpeg({len(self.data)} bytes, {self.width}x{self.height})'
 
 
-def encoded_jpeg(data: bytes) -> Optional[EncodedJpeg]:
+def encoded_jpeg(
+    data: bytes,  # an encoded image's bytes (any format: not a colour JPEG gives None)
+) -> Optional[EncodedJpeg]:
     "An `EncodedJpeg` for a colour JPEG whose crops the extension can decode; None for anything else (decode it whole)."
     if NATIVE.module is None or data[:3] != _JPEG_SOI or jpeg_header(data)[0]:
         return None

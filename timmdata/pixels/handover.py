@@ -66,7 +66,9 @@ def _interleaved(t: torch.Tensor) -> np.ndarray:
     return np.frombuffer(interleave(t.numpy()), np.uint8).reshape(h, w, c)
 
 
-def pixels_to_image(a: np.ndarray) -> Image.Image:
+def pixels_to_image(
+    a: np.ndarray,  # the pixels: a uint8 HWC array with 1 or 3 channels
+) -> Image.Image:
     "The crop's uint8 HWC pixels as a PIL image ('L' for one channel), for a step after a pixel step that does not take pixels: every step takes PIL images, and on them it does what timm's does."
     return Image.fromarray(a[:, :, 0] if a.shape[2] == 1 else a)
 
@@ -95,7 +97,7 @@ def finish_row(
 
 
 def defer_crop_then(
-    img: EncodedJpeg,
+    img: EncodedJpeg,  # the JPEG, not decoded yet
     box: tuple,  # (top, left, height, width) of the crop in `img`, drawn
     out_hw: tuple,  # the crop's size (h, w)
     interp: InterpolationMode,  # the resize filter, drawn

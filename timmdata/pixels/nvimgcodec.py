@@ -171,7 +171,7 @@ def nvimgcodec_decoder(
 def nvimgcodec_status(
     device: Union[str, torch.device, None] = None,  # a device to say it for (makes its decoder); None: the package only
     backends: str = 'auto',  # as for `nvimgcodec_decoder`
-    threads: int = 0,
+    threads: int = 0,  # the decoder's CPU threads (0: one a core), as for `nvimgcodec_decoder`
 ) -> str:
     "Which nvImageCodec decodes here (on `device`, with which back ends), or why none does: for `timmdata info` and a loader's stats."
     nv, status, missing = _nv()

@@ -35,7 +35,10 @@ MODE_TO_PIL = {m: p for m, p in _INTERP.values()}
 _MODE_TO_STR = {m: n for n, (m, p) in _INTERP.items()}
 
 
-def check_interpolation(name, allow_random=False):
+def check_interpolation(
+    name,  # the interpolation name to check
+    allow_random=False,  # True: 'random' (bilinear or bicubic per image) is accepted too
+):
     "`name` if it is a known interpolation ('random' too with `allow_random`), else a ValueError listing them."
     ok = INTERPOLATIONS if allow_random else tuple(_INTERP)
     if name not in ok:
@@ -43,19 +46,25 @@ def check_interpolation(name, allow_random=False):
     return name
 
 
-def str_to_interp_mode(mode_str: str) -> InterpolationMode:
+def str_to_interp_mode(
+    mode_str: str,  # a timm interpolation name ('bilinear', 'bicubic', ...) or an `InterpolationMode` (kept)
+) -> InterpolationMode:
     "torchvision `InterpolationMode` for a timm interpolation name."
     if isinstance(mode_str, InterpolationMode):
         return mode_str
     return _INTERP[check_interpolation(mode_str)][0]
 
 
-def str_to_pil_interp(mode_str: str) -> Image.Resampling:
+def str_to_pil_interp(
+    mode_str: str,  # a timm interpolation name ('bilinear', 'bicubic', ...)
+) -> Image.Resampling:
     "PIL resampling filter for a timm interpolation name."
     return _INTERP[check_interpolation(mode_str)][1]
 
 
-def interp_mode_to_str(mode: InterpolationMode) -> str:
+def interp_mode_to_str(
+    mode: InterpolationMode,  # a torchvision `InterpolationMode` (one of the six timm names)
+) -> str:
     "timm name of a torchvision `InterpolationMode`."
     return _MODE_TO_STR[mode]
 
@@ -63,23 +72,32 @@ def interp_mode_to_str(mode: InterpolationMode) -> str:
 _RANDOM_INTERPOLATION = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)
 
 
-def interp_or_choices(name):
+def interp_or_choices(
+    name,  # a timm interpolation name ('bilinear', 'bicubic', ...), 'random', or a sequence of names to draw from
+):
     "A mode, or the (bilinear, bicubic) pair that 'random' draws from."
     if isinstance(name, (tuple, list)):
         return tuple(str_to_interp_mode(n) for n in name)
     return _RANDOM_INTERPOLATION if name == 'random' else str_to_interp_mode(name)
 
 
-def pick_interp(interp, rng: Draws = GLOBAL_DRAWS):
+def pick_interp(
+    interp,  # an `InterpolationMode`, or a tuple of them to draw one from (`interp_or_choices`)
+    rng: Draws = GLOBAL_DRAWS,  # the sample's draws (`rng.py`); default: the global generators
+):
     "Draws the interpolation for this image (from `rng`) after the crop parameters, in the order timm draws them."
     return rng.py.choice(interp) if isinstance(interp, tuple) else interp
 
 
-def interp_repr(interp):
+def interp_repr(
+    interp,  # an `InterpolationMode` or a tuple of them: shown as timm's names
+):
     return ' '.join(interp_mode_to_str(m) for m in interp) if isinstance(interp, tuple) else interp_mode_to_str(interp)
 
 # %% ../../nbs/pixels/09_resample.ipynb #74f9900e
-def is_hwc_view(img) -> bool:
+def is_hwc_view(
+    img,  # a tensor (any layout, dtype or device)
+) -> bool:
     "A uint8 CPU 3xHxW tensor laid out as HWC pixels in memory (what the decoders give, or a crop window of it): what the native resampler and torch's channels-last kernel read."
     if img.ndim != 3 or img.dtype != torch.uint8 or img.device.type != 'cpu':
         return False
@@ -92,7 +110,11 @@ _SUPPORT = (1.0, 2.0)  # their support, in source pixels at scale 1
 _PIL_VERSION = tuple(int(v) for v in re.findall(r'\d+', PIL.__version__)[:2])
 
 
-def vertical_first(in_hw: tuple, out_hw: tuple, pil_version: tuple = _PIL_VERSION) -> bool:
+def vertical_first(
+    in_hw: tuple,  # the source's (h, w)
+    out_hw: tuple,  # the resize's output (h, w)
+    pil_version: tuple = _PIL_VERSION,  # Pillow's (major, minor) version; default: the installed one
+) -> bool:
     "Whether Pillow (the installed one by default) resizes `in_hw` to `out_hw` with its vertical pass first."
     (H, W), (oh, ow) = in_hw, out_hw
     if pil_version >= (13,):  # Resample.c: when the height loses more than twice as many pixels as the width
@@ -222,7 +244,7 @@ def resize_box(
 
 
 def defer_jpeg_crop(
-    img: EncodedJpeg,
+    img: EncodedJpeg,  # the JPEG, not decoded yet
     box: tuple,  # (top, left, height, width) of the crop in `img`
     out_hw: tuple,  # the size it is resized to (h, w)
     interp: InterpolationMode,  # bilinear or bicubic
@@ -237,7 +259,7 @@ def defer_jpeg_crop(
 
 # %% ../../nbs/pixels/09_resample.ipynb #ed604f0e
 def defer_center_crop(
-    img: EncodedJpeg,
+    img: EncodedJpeg,  # the JPEG, not decoded yet
     size: int,  # the shorter edge after the resize
     crop_hw: tuple,  # the centre crop's (h, w)
     interp: InterpolationMode,  # bilinear or bicubic
@@ -260,7 +282,14 @@ class PendingResize:
 
     __slots__ = ('src', 'out_hw', 'kind', 'vfirst', 'flip')
 
-    def __init__(self, src, out_hw: tuple, kind: int, vfirst: bool, flip: bool):
+    def __init__(
+        self,
+        src,  # the crop box of the decoded pixels: a uint8 HWC ndarray (a view)
+        out_hw: tuple,  # the (h, w) it is resized to
+        kind: int,  # the native filter: 0 bilinear, 1 bicubic (`RESAMPLE_KIND`)
+        vfirst: bool,  # resize with the vertical pass first, as Pillow would (`vertical_first`)
+        flip: bool,  # mirror the result left to right
+    ):
         self.src, self.out_hw, self.kind, self.vfirst, self.flip = src, tuple(out_hw), kind, vfirst, flip
 
     @property
@@ -295,12 +324,12 @@ class PendingJpegCrop(PendingResize):
 
     def __init__(
         self,
-        src: EncodedJpeg,
+        src: EncodedJpeg,  # the JPEG, not decoded yet
         box: Optional[tuple],  # (top, left, height, width) of the crop in the image; None: the whole image
-        out_hw: tuple,
-        kind: int,
-        vfirst: bool,
-        flip: bool,
+        out_hw: tuple,  # the (h, w) of the finished image
+        kind: int,  # the native filter: 0 bilinear, 1 bicubic (`RESAMPLE_KIND`)
+        vfirst: bool,  # resize with the vertical pass first, as Pillow would (`vertical_first`)
+        flip: bool,  # mirror the result left to right
         make: Callable[[], torch.Tensor],  # the image alone, as the crop makes it without deferring
         on_bad: Optional[Callable] = None,  # ImageDecodeError -> raises, or None (the sample skipped); None: raised
         window: Optional[tuple] = None,  # (h, w, top, left): the resize's size and the window's place (None: out_hw's)

@@ -100,7 +100,10 @@ class RecordTargets:
         self.class_map = None if unset(class_map) else load_class_map(class_map)
         self.class_to_idx = self.class_map if self.class_map is not None else source
 
-    def remap(self, target):
+    def remap(
+        self,
+        target,  # a label, a list of labels or a multi-hot vector, as read from the record; None passes through
+    ):
         "`target` through the class map, if there is one."
         if self.class_map is None or target is None:
             return target

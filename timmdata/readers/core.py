@@ -32,7 +32,9 @@ __all__ = ['IMG_EXTENSIONS', 'natural_key', 'unset', 'get_img_extensions', 'is_i
 _DIGIT_RUNS = re.compile(r'(\d+)')
 
 
-def natural_key(s: str) -> list:
+def natural_key(
+    s: str,  # a file or folder name
+) -> list:
     "Sort key that orders digit runs by value and ignores case: 'img2' < 'img10', as timm sorts."
     # split with a capture group alternates text, digits, text, ...: odd positions are the digit runs
     return [int(t) if i % 2 else t for i, t in enumerate(_DIGIT_RUNS.split(s.lower()))]
@@ -71,24 +73,34 @@ def _ext_set(extensions) -> frozenset:
     return frozenset(e.lower() for e in exts)
 
 # %% ../../nbs/readers/05_readers.ipynb #d6a6c69c
-def unset(value) -> bool:
+def unset(
+    value,  # an argument as passed: None, a string, or any other value
+) -> bool:
     "True for timm's \"not given\": None or an empty string (train.py passes `class_map=''`, `split=''`)."
     return value is None or (isinstance(value, str) and not value)
 
 
-def get_img_extensions(as_set: bool = False):
+def get_img_extensions(
+    as_set: bool = False,  # a set, not the tuple in order
+):
     return set(IMG_EXTENSIONS) if as_set else tuple(IMG_EXTENSIONS)
 
 
-def is_img_extension(ext: str) -> bool:
+def is_img_extension(
+    ext: str,  # an extension with its dot, e.g. '.jpg'
+) -> bool:
     return ext in IMG_EXTENSIONS
 
 
-def add_img_extensions(ext):
+def add_img_extensions(
+    ext,  # an extension with its dot, e.g. '.tif', or a list of them
+):
     set_img_extensions(IMG_EXTENSIONS + ((ext,) if isinstance(ext, str) else tuple(ext)))
 
 
-def del_img_extensions(ext):
+def del_img_extensions(
+    ext,  # an extension with its dot, e.g. '.gif', or a list of them
+):
     set_img_extensions(tuple(e for e in IMG_EXTENSIONS if e not in ({ext} if isinstance(ext, str) else set(ext))))
 
 
@@ -165,7 +177,11 @@ class Reader:
             return os.path.basename(rel)
         return os.path.abspath(os.path.join(self.root, rel)) if absolute else rel
 
-    def filenames(self, basename: bool = False, absolute: bool = False) -> list:
+    def filenames(
+        self,
+        basename: bool = False,  # only each file's name
+        absolute: bool = False,  # absolute paths (else relative to the reader's root)
+    ) -> list:
         "Names of all samples' files, in sample order."
         return [self.filename(i, basename, absolute) for i in range(len(self))]
 
@@ -431,7 +447,12 @@ class TarReader(Reader):
     def _filename(self, i):
         return self._names[i]
 
-    def filename(self, i: int, basename: bool = False, absolute: bool = False) -> str:
+    def filename(
+        self,
+        i: int,  # sample index
+        basename: bool = False,  # only the member's file name
+        absolute: bool = False,  # the tar's absolute path (or the root's) joined with the member name
+    ) -> str:
         "Member name (per-class tars: `<tar file>/<member>`); absolute: the tar's absolute path joined with it."
         rel = self._names[i]
         if basename:

@@ -82,10 +82,21 @@ if wds is not None:
     class detshuffle2(wds.PipelineStage):
         "webdataset's buffer shuffle with its order drawn from (seed, epoch); a negative seed: this worker's seed instead."
 
-        def __init__(self, bufsize: int = 1000, initial: int = 100, seed: int = 0, epoch: Union[int, SharedCount] = -1):
+        def __init__(
+            self,
+            bufsize: int = 1000,  # samples the shuffle buffer holds
+            initial: int = 100,  # samples read into the buffer before the first one is given
+            seed: int = 0,  # the shuffle's seed, added to the epoch; negative: this worker's seed (`pytorch_worker_seed`)
+            epoch: Union[
+                int, SharedCount
+            ] = -1,  # a SharedCount of the epoch, or the count before the first pass (one more each pass)
+        ):
             self.bufsize, self.initial, self.seed, self.epoch = bufsize, initial, seed, epoch
 
-        def run(self, src):
+        def run(
+            self,
+            src,  # the samples to shuffle (an iterator)
+        ):
             seed = (pytorch_worker_seed() if self.seed < 0 else self.seed) + _epoch_of(self)
             return wds.filters.shuffle(self.bufsize, self.initial, rng=random.Random(seed))(src)
 

@@ -24,7 +24,9 @@ def split_names(
     return [name] + [s for g in _SPLIT_SYNONYMS if name.lower() in g for s in g if s != name]
 
 
-def timm_split_name(split: str) -> str:
+def timm_split_name(
+    split: str,  # a split's name as given: 'train', 'val', 'validation', 'test' or a synonym, or any other name
+) -> str:
     "timm's own name for a split: 'train', 'validation' or 'test' for any of their synonyms; another name as it is."
     g = next((g for g in _SPLIT_SYNONYMS if split.lower() in g), None)
     return split if g is None else 'validation' if 'validation' in g else g[0]

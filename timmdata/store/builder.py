@@ -570,7 +570,9 @@ def build_cache(
         return _finalize(dst, reader, names, jobs, state, bid, rows, extra, resumed, time.perf_counter() - t0, progress)
 
 # %% ../../nbs/store/44_builder.ipynb #37b297c6
-def cache_main(argv: list[str] | None = None) -> int:
+def cache_main(
+    argv: list[str] | None = None,  # the command line's words after `timmdata cache` (None: sys.argv's)
+) -> int:
     "`timmdata cache SRC DST [--max-size N] [--format raw|jpeg] [--quality Q] [--workers N]`: build or finish a store."
     ap = argparse.ArgumentParser(
         prog='timmdata cache',

@@ -61,7 +61,9 @@ def source_file_key(
         return str(p)
 
 
-def source_digest(rows) -> str:
+def source_digest(
+    rows,  # `source_rows`' [key, size, mtime_ns] rows of the source's files
+) -> str:
     "SHA-1 of the `source_rows` (name, size, mtime of every file): equal digests, unchanged source."
     h = hashlib.sha1()
     for k, s, m in rows:
@@ -100,12 +102,16 @@ STORE_FILES = (STORE_MANIFEST, 'index.npz', 'filenames.json', 'source_files.json
 STORE_FORMATS = {'raw': 'u8', 'jpeg': 'jpgs'}  # format -> file suffix of a chunk's data
 
 
-def is_store(root) -> bool:
+def is_store(
+    root,  # a folder (str or Path)
+) -> bool:
     "Whether `root` is a folder holding a complete store (its manifest)."
     return os.path.isdir(root) and os.path.exists(os.path.join(root, STORE_MANIFEST))
 
 # %% ../../nbs/store/19_format.ipynb #13ba7a90
-def fsync_dir(path):
+def fsync_dir(
+    path,  # the folder whose entries to flush
+):
     "Flushes folder `path`'s entries (new names, renames) to disk; a no-op where a folder cannot be opened (Windows)."
     if os.name == 'nt':
         return
@@ -460,7 +466,12 @@ class ReaderStore(Reader):
         "Drops this process's mapped chunks (each is unmapped once no sample still views it; they map again on the next read)."
         self._maps = OrderedDict()
 
-    def filename(self, index: int, basename: bool = False, absolute: bool = False) -> str:
+    def filename(
+        self,
+        index: int,  # the sample's position in the store (0-based)
+        basename: bool = False,  # the file's name alone, without its folders
+        absolute: bool = False,  # the file's absolute path at build time, not the path relative to the source
+    ) -> str:
         "The original file name of sample `index` in the source (relative to it, or absolute)."
         if self._names is None:
             names = read_json(
