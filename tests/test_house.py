@@ -339,8 +339,10 @@ def test_the_page_checks_can_fail(tmp_path):
     (tmp_path / '01_x.ipynb').write_text(json.dumps(nb))
     assert first_code_block(nb['cells'])[0] == 5 and not has_picture(nb['cells'][5]) and has_picture(nb['cells'][4])
     assert opens_with_tests(tmp_path / '01_x.ipynb').startswith('nbs/01_x.ipynb (cell 5): the first code block shown is 4 test lines')
-    assert long_export_cells(tmp_path / '01_x.ipynb') == [('nbs/01_x.ipynb (cell 6): an export cell of 151 lines (at most 150: '
-                                                           'split it, a sentence for each piece)')]
+    assert long_export_cells(tmp_path / '01_x.ipynb') == [('nbs/01_x.ipynb (cell 6): an export cell of 151 lines past its '
+                                                           'signatures (at most 150: split it, a sentence for each piece)')]
+    sig = '#| export\ndef f(\n' + '    a,  # a documented parameter\n' * 200 + '):\n' + '    y = 1\n' * 140
+    assert signature_lines(sig) == 201 and len(sig.splitlines()) - signature_lines(sig) == 142  # its signature not counted
     nb['cells'][5] = cell('#| hide\n' + walls)
     (tmp_path / '01_x.ipynb').write_text(json.dumps(nb))
     assert opens_with_tests(tmp_path / '01_x.ipynb') is None and first_code_block(nb['cells']) == (None, '')

@@ -56,6 +56,7 @@ from timmdata.index.shard_index import ShardReader  # importing it registers the
 from timmdata.sources.shard_io import ShardError
 from timmdata.sources.wds import WdsSource
 from timmdata.index.dataset_index import write_dataset_index  # `timmdata index`
+from timmdata.parquet.parquet_index import write_parquet_index  # `timmdata index` over Parquet files
 from timmdata.store.builder import build_cache
 from timmdata.tools.shards import write_shards
 from timmdata.engine.gpu_decode import create_device_decode_loader

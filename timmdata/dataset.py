@@ -23,6 +23,7 @@ from timmdata.pixels.sample import (
     DecodeTransform,
 )  # what the streams' dataset shares (kept importable from here)
 from functools import partial
+from .streams.streaming import IterableImageDataset  # noqa: F401  timm's path (timm.data.dataset): the stream dataset
 
 # %% auto #0
 __all__ = ['BadSamples', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']

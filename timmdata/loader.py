@@ -37,7 +37,8 @@ from .engine.tune import AutoLoader, Budget, first_setting
 from .engine.decode_choice import AutoDecodeLoader
 from .engine.watch import watch_by_setting
 from .engine.batch_plan import SeededDataset
-from .dataset import DecodeTransform, ImageDataset
+from .dataset import ImageDataset
+from .pixels.sample import DecodeTransform
 from .pixels.decode import torchcodec_jpeg
 
 # %% auto #0
