@@ -20,7 +20,7 @@ FLOORS = {
     'net.http': 1, 'net.kept_http': 1, 'sources.whole_files': 1,  # network reads bounded in bytes and time (shard_cache, shard_io and shard_index read through it)
     'store.format': 1, 'sources.shard_io': 1, 'sources.spans': 1, 'index.shard_index': 1, 'index.index_table': 1, 'index.dataset_index': 1, 'index.scanned_spans': 1, 'index.span_reader': 1, 'sources.registry': 1, 'sources.wds': 1, 'net.shard_cache': 1, 'sources.hf_readers': 1, 'parquet.source': 1, 'parquet.parquet_format': 1, 'parquet.parquet_reader': 1, 'parquet.parquet_footers': 1, 'parquet.parquet_index': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
     'pixels.decode': 2, 'pixels.nvimgcodec': 2,                                # bytes to pixels
-    'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'pixels.resample': 3, 'pixels.batch_resize': 3, 'pixels.handover': 3, 'pixels.sample': 3, 'pixels.augment_ops': 3,  # per-sample uint8 ops
+    'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'pixels.resample': 3, 'pixels.batch_resize': 3, 'pixels.handover': 3, 'sample': 3, 'pixels.augment_ops': 3,  # per-sample uint8 ops
     'dataset': 4, 'streams.streaming': 4, 'streams.lookahead': 4, 'streams.global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
     'engine.collate': 5, 'engine.batch_ring': 5, 'mixup': 5, 'naflex_dataset': 5, 'naflex_mixup': 5,                     # samples to a uint8 batch (mixing collate too)
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
@@ -30,8 +30,8 @@ FLOORS = {
     'tools.simulate_report': 8, 'tools.simulate_bounds': 8,  # the simulator's report (and the bytes its reports print); its options and bounds
     'core.untrusted': 0,  # the checks every reader of an untrusted dataset shares
     'core.torch_compat': 0, 'core.runtime': 0, 'core.permute': 0,  # torch's private API in one place; the helpers every device loop shares
-    'streams.mixing': 7,  # many sources as one dataset, in one order: wiring (its batch plan is the engine's)
-    'streams.mix_order': 1,  # a mix's order by position: each source's quota per block, its samples a keyed bijection
+    'mix.mixing': 7,  # many sources as one dataset, in one order: wiring (its batch plan is the engine's)
+    'mix.mix_order': 1,  # a mix's order by position: each source's quota per block, its samples a keyed bijection
     'engine.feeder': 6,  # the one device loop (stream, look-ahead, hand-over, marks, workers) under every prefetching loader
     'core.stages': 0,  # the per-sample stage clock (read, decode, ops) that stats() sums
     'engine.watch': 7,  # the loader's figures to TensorBoard, Prometheus, Lightning, the node (timmdata top); the slow rank named
@@ -40,11 +40,11 @@ FLOORS = {
     'constants': 0, 'dataset_info': 0, 'imagenet_info': 0, 'real_labels': 0, 'model_config': 0,  # timm.data's paths: metadata
     'target_transforms': 3, 'tf_preprocessing': 3,  # timm.data's paths: per-sample ops
     # the packages' front doors (each __init__ a paragraph on its job; it imports nothing)
-    'core': 0, 'pixels': 0, 'store': 0, 'net': 0, 'sources': 0, 'index': 0, 'parquet': 0, 'streams': 0, 'engine': 0, 'tools': 0,
+    'core': 0, 'pixels': 0, 'store': 0, 'net': 0, 'sources': 0, 'index': 0, 'parquet': 0, 'streams': 0, 'mix': 0, 'engine': 0, 'tools': 0,
 }
 # The packages of timmdata's own machinery, and what each may import of the others: `core` stands on nothing, and
 # `tools` (what a user runs) is imported by nothing but itself. The floors above order the modules inside and across them.
-PACKAGES = ('core', 'pixels', 'store', 'net', 'sources', 'index', 'parquet', 'streams', 'engine', 'tools')
+PACKAGES = ('core', 'pixels', 'store', 'net', 'sources', 'index', 'parquet', 'streams', 'mix', 'engine', 'tools')
 # Size in statements, not lines: the formatter (ruff format, tools/format_nbs.sh) splits `a; b` and long calls over
 # lines and would move a line count by ~45% without changing what a reader has to hold; 400 statements ~ 400 lines before.
 MAX_STATEMENTS = 400

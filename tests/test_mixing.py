@@ -10,7 +10,7 @@ from PIL import Image
 
 from timmdata.loader import create_loader
 from timmdata.readers.core import create_reader
-from timmdata.streams.mixing import MIX_ORDER, MixChangedError, mix_batching, mix_datasets
+from timmdata.mix.mixing import MIX_ORDER, MixChangedError, mix_batching, mix_datasets
 from timmdata.tools.sample_data import make_sample_dataset
 from _helpers import free_port, run_epochs, same_batches, write_shards
 

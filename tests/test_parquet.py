@@ -275,7 +275,7 @@ def test_node_cache_and_index_command(folder, tmp_path):
 
 def test_mixed_with_a_folder(indexed, tmp_path):
     "A `ParquetSource` is a `mix_datasets` entry: its samples read by position, as tar shards' are."
-    from timmdata.streams.mixing import mix_datasets
+    from timmdata.mix.mixing import mix_datasets
     from timmdata.tools.sample_data import make_sample_dataset
 
     folder = make_sample_dataset(tmp_path / 'f', n_train=2, n_val=0, classes=['a', 'b'], size=(20, 16), num_workers=0)

@@ -39,9 +39,9 @@ from timmdata.core.stages import LoaderStats  # what loader.stats() returns
 from timmdata.engine.threads import profile_loader
 from timmdata.engine.watch import (LoaderWatch, LoaderWatchCallback, Sink, TensorBoardSink, PrometheusSink, LoggerSink,
                                    SlowRankWarning)
-from timmdata.streams.mixing import mix_datasets, MixChangedError
-from timmdata.streams.mix_order import WeightSchedule
-from timmdata.streams.mixing import MixedDataset
+from timmdata.mix.mixing import mix_datasets, MixChangedError
+from timmdata.mix.mix_order import WeightSchedule
+from timmdata.mix.mixing import MixedDataset
 from timmdata.distributed_sampler import OrderedDistributedSampler, RepeatAugSampler
 from timmdata.scheduled_sampler import ScheduledBatchSampler, ScheduledTransformDataset
 from timmdata.naflex_transforms import (get_image_size_for_seq, ResizeToSequence, ResizeKeepRatioToSequence, CenterCropToSequence,

@@ -18,7 +18,7 @@ from .core.untrusted import choice_error, keyword_error, keywords_of, unknown_ke
 from .transforms import INPUT_FORMATS, SampleTransform, takes_draws, transform_input
 from .config import GLOBAL_DRAWS, Draws
 from .pixels.resample import PendingJpegCrop
-from timmdata.pixels.sample import (
+from timmdata.sample import (
     SAMPLE_DRAWS,
     DecodeTransform,
 )  # what the streams' dataset shares (kept importable from here)

@@ -174,7 +174,7 @@ class SeededRandomSampler(Sampler):
 
 @runtime_checkable
 class OrdersItsEpochs(Protocol):
-    "A sampler that gives its epoch as one global order itself (`timmdata.streams.mixing.MixSampler`: a mix of sources)."
+    "A sampler that gives its epoch as one global order itself (`timmdata.mix.mixing.MixSampler`: a mix of sources)."
 
     def global_order(self, rep: int = 0) -> tuple: ...  # (order, total, W, rank), as `epoch_order` gives them
     def world(self) -> tuple: ...  # (W, rank, total), as `world_of` gives them

@@ -28,7 +28,7 @@ from .core.runtime import SEED_MIX, default_rank, resolve_device, sets_epoch
 from .core.torch_compat import keep_iterator, kept_iterator, shutdown_workers
 from .scheduled_sampler import Sampling, ScheduledTransformDataset, make_batch_plan
 from .streams.streaming import SplitsOverWorkers, StreamPlan
-from .streams.mixing import MixedDataset, mix_batching
+from .mix.mixing import MixedDataset, mix_batching
 from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_factors, parse_input_size
 from .engine.resume import BatchPlan, ResumableDataLoader
 from .engine.threads import ThreadWorkers, check_worker_mode, default_worker_mode
@@ -38,7 +38,7 @@ from .engine.decode_choice import AutoDecodeLoader
 from .engine.watch import watch_by_setting
 from .engine.batch_plan import SeededDataset
 from .dataset import ImageDataset
-from .pixels.sample import DecodeTransform
+from .sample import DecodeTransform
 from .pixels.decode import torchcodec_jpeg
 
 # %% auto #0
@@ -454,7 +454,7 @@ def plan_step(
     o: LoaderOptions,  # the loader's options (`create_loader`'s arguments)
 ) -> tuple:
     "The batch plan (timmdata.scheduled_sampler), a stream told its split, a mix its own order: (the keyed dataset, the DataLoader's batching)."
-    if isinstance(dataset, MixedDataset):  # its global order dealt over the ranks (timmdata.streams.mixing)
+    if isinstance(dataset, MixedDataset):  # its global order dealt over the ranks (timmdata.mix.mixing)
         if o.num_aug_repeats > 0:
             raise ValueError(
                 'num_aug_repeats (repeated augmentation) is not supported with a mix of sources: pass num_aug_repeats=0'

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, Sampler, SequentialSampler
 from ..config import Draws, SampleBatch, mix_seed, seed_all
 from ..dataset import ImageDataset
-from ..pixels.sample import SAMPLE_DRAWS
+from ..sample import SAMPLE_DRAWS
 from ..core.stages import WorkerRows, stage_clock
 from ..distributed_sampler import OrdersItsEpochs, SeededRandomSampler, epoch_order, sampler_kind, world_of
 from ..core.runtime import SEED_MIX, default_rank, pass_epoch

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 from ..config import mix_seed
 from .feeder import Marks
-from ..pixels.sample import DecodeTransform
+from ..sample import DecodeTransform
 from ..core.stages import COLLATE, DECODE, OPS, COLUMNS, LoaderStats, WorkerRows, batch_images, stage_clock
 from ..core.runtime import SEED_MIX, default_rank, interactive_start, pass_loader_epoch
 from ..core.untrusted import MAX_SAMPLES

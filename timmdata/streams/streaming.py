@@ -13,7 +13,7 @@ import torch.utils.data
 from ..config import Draws, mix_seed, seed_all
 from ..pixels.decode import EncodedJpeg, ImageDecodeError
 from ..pixels.resample import PendingJpegCrop
-from ..pixels.sample import DecodeTransform
+from ..sample import DecodeTransform
 from ..sources.registry import check_source, make_source
 from ..sources.shard_io import url_scheme
 from ..sources.wds import WdsSource

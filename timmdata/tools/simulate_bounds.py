@@ -56,7 +56,7 @@ def simulate_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument('--json', default=None, help='also write the figures to this file')
     ap.add_argument(
-        '--sources', type=int, default=0, help='simulate a mix of this many sources instead (timmdata.streams.mixing)'
+        '--sources', type=int, default=0, help='simulate a mix of this many sources instead (timmdata.mix.mixing)'
     )
     ap.add_argument(
         '--weights', default=None, help='the mix: comma-separated weights, one per source (default: Zipf-like)'

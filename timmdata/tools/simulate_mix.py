@@ -7,7 +7,7 @@ from __future__ import annotations
 import time, tracemalloc
 from typing import Optional, Sequence, Union
 import numpy as np
-from ..streams.mix_order import BLOCK, MixOrder, WeightSchedule, check_weights
+from ..mix.mix_order import BLOCK, MixOrder, WeightSchedule, check_weights
 from ..distributed_sampler import PositionOrder
 from .simulate_report import format_bytes
 
