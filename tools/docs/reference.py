@@ -27,9 +27,12 @@ from showdoc import constants_markdown, entry_markdown, is_private, source_url, 
 
 # the packages, as the reference's group pages, in the order of the data's way; the top-level modules are timm's map
 PACKAGES = [('timm_data', "timm.data's modules", None), ('readers', 'Readers', 'readers'), ('pixels', 'Pixels', 'pixels'),
-            ('store', 'The store', 'store'), ('streams', 'Shards and streams', 'streams'),
+            ('store', 'The store', 'store'), ('net', 'Bytes from far away', 'net'), ('sources', 'Sources', 'sources'),
+            ('index', 'Indexes', 'index'), ('parquet', 'Parquet files', 'parquet'), ('streams', 'Streams', 'streams'),
+            ('mix', 'Mixing datasets', 'mix'),
             ('engine', 'The engine', 'engine'), ('tools', 'Tools', 'tools'), ('core', 'Core', 'core')]
 METHOD_DUNDERS = ('__call__', '__iter__', '__len__', '__getitem__')
+SLUG = {'index': 'indexes'}  # a package whose name a page of the reference has already (reference/index: the index)
 
 
 def _notebook_of(mod) -> str | None:
@@ -202,7 +205,7 @@ def module_page(key: str, name: str) -> str:
     "The page of a module: `reference/<package>/<rest of its name>` (`timmdata.streams.net` -> reference/streams/net)."
     parts = name.split('.')[1:]
     rest = parts[1:] if key != 'timm_data' else parts
-    return f'reference/{key}/' + '/'.join(rest)
+    return f'reference/{SLUG.get(key, key)}/' + '/'.join(rest)
 
 
 def reference_pages(pages: dict, lib: str = 'timmdata', doc_url: str = '') -> dict:
@@ -228,7 +231,7 @@ def reference_pages(pages: dict, lib: str = 'timmdata', doc_url: str = '') -> di
         for mod in sorted(by_pkg.get(key, ()), key=lambda m: m.__name__):
             consts = constants_of(mod)
             names = public_names(mod, syms, consts)
-            page = f'reference/{key}' if mod.__name__ == f'{lib}.{key}' else module_page(key, mod.__name__)
+            page = f'reference/{SLUG.get(key, key)}' if mod.__name__ == f'{lib}.{key}' else module_page(key, mod.__name__)
             plan[mod.__name__] = (page, names, consts)
             for n in names: where.setdefault(n, []).append((getattr(mod, n), f'{page}.md#{mod.__name__.lower()}.{n.lower()}'))
 
@@ -244,7 +247,7 @@ def reference_pages(pages: dict, lib: str = 'timmdata', doc_url: str = '') -> di
     for key, title, _ in groups:
         mods = by_pkg.get(key)
         if not mods: continue
-        stem = f'reference/{key}'
+        stem = f'reference/{SLUG.get(key, key)}'
         titles[stem] = title
         group, listed, own = [], [], []
         for mod in sorted(mods, key=lambda m: m.__name__):
