@@ -9,7 +9,7 @@ import argparse, socket, threading, time
 
 import prometheus_client
 
-from timmdata.engine.watch import PrometheusSink
+from timmdata.watch.loader_watch import PrometheusSink
 
 
 def held(port: int, n: int, wait: float) -> tuple:

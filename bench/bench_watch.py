@@ -17,7 +17,7 @@ import multiprocessing as mp
 import torch
 import torch.distributed as dist
 import timmdata
-from timmdata.engine.watch import EXCHANGED, LoaderWatch, child_pids, proc_counts
+from timmdata.watch.loader_watch import EXCHANGED, LoaderWatch, child_pids, proc_counts
 from timmdata.tools.simulate import exchange_cost
 from timmdata.tools.bench import bench_root
 

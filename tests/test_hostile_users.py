@@ -265,7 +265,7 @@ def test_a_held_cache_lock_is_a_bounded_wait_that_names_its_holder(machine):
 def test_another_user_squats_the_watch_folder(machine):
     """The attacker makes /dev/shm/timmdata-watch-VICTIM first: every loader the victim made under TIMMDATA_WATCH raised
     `PermissionError`. Now the victim's loader runs, publishing in a folder of its own that `timmdata top` reads."""
-    from timmdata.engine import watch as wm
+    from timmdata.watch import loader_watch as wm
     from timmdata.dataset import ImageDataset
     from timmdata.loader import create_loader
     from timmdata.tools.sample_data import make_sample_dataset

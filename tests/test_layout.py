@@ -29,22 +29,22 @@ FLOORS = {
     'store.builder': 8, 'tools.bench': 8, 'tools.cli': 8, 'tools.check': 8, 'tools.shards': 8, 'tools.simulate': 8, 'tools.simulate_startup': 8, 'tools.simulate_mix': 8,  # tools on top
     'tools.simulate_report': 8, 'tools.simulate_bounds': 8,  # the simulator's report (and the bytes its reports print); its options and bounds
     'core.untrusted': 0,  # the checks every reader of an untrusted dataset shares
-    'core.torch_compat': 0, 'core.runtime': 0, 'core.permute': 0,  # torch's private API in one place; the helpers every device loop shares
+    'core.torch_compat': 0, 'core.runtime': 0, 'core.permute': 0, 'core.old_paths': 0,  # torch's private API in one place; the helpers every device loop shares
     'mix.mixing': 7,  # many sources as one dataset, in one order: wiring (its batch plan is the engine's)
     'mix.mix_order': 1,  # a mix's order by position: each source's quota per block, its samples a keyed bijection
     'engine.feeder': 6,  # the one device loop (stream, look-ahead, hand-over, marks, workers) under every prefetching loader
     'core.stages': 0,  # the per-sample stage clock (read, decode, ops) that stats() sums
-    'engine.watch': 7,  # the loader's figures to TensorBoard, Prometheus, Lightning, the node (timmdata top); the slow rank named
-    'engine.metrics_server': 0,  # /metrics over HTTP, bounded against slow clients (what PrometheusSink serves)
-    'engine.watch_top': 0,  # the node's watch folder and `timmdata top` over it: the records checked, the view (what LoaderWatch publishes)
+    'watch.loader_watch': 7,  # the loader's figures to TensorBoard, Prometheus, Lightning, the node (timmdata top); the slow rank named
+    'watch.metrics_server': 0,  # /metrics over HTTP, bounded against slow clients (what PrometheusSink serves)
+    'watch.top': 0,  # the node's watch folder and `timmdata top` over it: the records checked, the view (what LoaderWatch publishes)
     'constants': 0, 'dataset_info': 0, 'imagenet_info': 0, 'real_labels': 0, 'model_config': 0,  # timm.data's paths: metadata
     'target_transforms': 3, 'tf_preprocessing': 3,  # timm.data's paths: per-sample ops
     # the packages' front doors (each __init__ a paragraph on its job; it imports nothing)
-    'core': 0, 'pixels': 0, 'store': 0, 'net': 0, 'sources': 0, 'index': 0, 'parquet': 0, 'streams': 0, 'mix': 0, 'engine': 0, 'tools': 0,
+    'core': 0, 'pixels': 0, 'store': 0, 'net': 0, 'sources': 0, 'index': 0, 'parquet': 0, 'streams': 0, 'mix': 0, 'engine': 0, 'watch': 0, 'tools': 0,
 }
 # The packages of timmdata's own machinery, and what each may import of the others: `core` stands on nothing, and
 # `tools` (what a user runs) is imported by nothing but itself. The floors above order the modules inside and across them.
-PACKAGES = ('core', 'pixels', 'store', 'net', 'sources', 'index', 'parquet', 'streams', 'mix', 'engine', 'tools')
+PACKAGES = ('core', 'pixels', 'store', 'net', 'sources', 'index', 'parquet', 'streams', 'mix', 'engine', 'watch', 'tools')
 # Size in statements, not lines: the formatter (ruff format, tools/format_nbs.sh) splits `a; b` and long calls over
 # lines and would move a line count by ~45% without changing what a reader has to hold; 400 statements ~ 400 lines before.
 MAX_STATEMENTS = 400

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from timmdata import ImageDataset, create_loader
 from timmdata.core.stages import READ, stage_clock
-from timmdata.engine.watch import FIGURES, LoaderWatch, LoaderWatchCallback, SlowRankWarning
+from timmdata.watch.loader_watch import FIGURES, LoaderWatch, LoaderWatchCallback, SlowRankWarning
 from timmdata.tools.sample_data import make_sample_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,7 +109,7 @@ def test_four_gloo_ranks_name_the_slow_one(data, tmp_path):
 
 def rank0_only_job(rank: int, world: int, port: int, data: str, out: str):
     "One rank of two, stepping together as DDP does (an all_reduce a step); only rank 0 watches, as under `if rank == 0:`."
-    from timmdata.engine import watch as wm
+    from timmdata.watch import loader_watch as wm
 
     torch.set_num_threads(1)
     wm.JOIN_WAIT = 2.0  # the wait for the other ranks at the first exchange (30 s by default)

@@ -37,7 +37,7 @@ from timmdata.engine.threads import gil_enabled
 from timmdata.engine.resume import ResumeStateError
 from timmdata.core.stages import LoaderStats  # what loader.stats() returns
 from timmdata.engine.threads import profile_loader
-from timmdata.engine.watch import (LoaderWatch, LoaderWatchCallback, Sink, TensorBoardSink, PrometheusSink, LoggerSink,
+from timmdata.watch.loader_watch import (LoaderWatch, LoaderWatchCallback, Sink, TensorBoardSink, PrometheusSink, LoggerSink,
                                    SlowRankWarning)
 from timmdata.mix.mixing import mix_datasets, MixChangedError
 from timmdata.mix.mix_order import WeightSchedule

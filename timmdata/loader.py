@@ -35,7 +35,7 @@ from .engine.threads import ThreadWorkers, check_worker_mode, default_worker_mod
 from .core.untrusted import choice_error, keyword_error
 from .engine.tune import AutoLoader, Budget, first_setting
 from .engine.decode_choice import AutoDecodeLoader
-from .engine.watch import watch_by_setting
+from .watch.loader_watch import watch_by_setting
 from .engine.batch_plan import SeededDataset
 from .dataset import ImageDataset
 from .sample import DecodeTransform

@@ -398,7 +398,7 @@ COMMANDS = {  # name: (the job taking argv, or 'module:function' imported when t
         'one epoch of a stream at up to internet scale (ranks x workers x shards), simulated with the library\'s own code',
     ),
     'top': (
-        'timmdata.engine.watch:top_main',
+        'timmdata.watch.loader_watch:top_main',
         'a live view of the loaders training on this machine (each rank and worker: stage times, waiting, queue, memory)',
     ),
 }

@@ -42,7 +42,7 @@ from timmdata.tools.simulate_startup import (
 from .simulate_mix import format_mix_report, format_order_cost, order_cost, simulate_mix
 from .simulate_report import format_report
 from .simulate_bounds import simulate_args
-from ..engine.watch import EXCHANGED, slow_rank
+from ..watch.loader_watch import EXCHANGED, slow_rank
 
 # %% auto #0
 __all__ = ['synthetic_lengths', 'SimSource', 'SimSpanReader', 'worker_plan_cost', 'node_accesses', 'cache_replay',

@@ -30,7 +30,7 @@ PACKAGES = [('timm_data', "timm.data's modules", None), ('readers', 'Readers', '
             ('store', 'The store', 'store'), ('net', 'Bytes from far away', 'net'), ('sources', 'Sources', 'sources'),
             ('index', 'Indexes', 'index'), ('parquet', 'Parquet files', 'parquet'), ('streams', 'Streams', 'streams'),
             ('mix', 'Mixing datasets', 'mix'),
-            ('engine', 'The engine', 'engine'), ('tools', 'Tools', 'tools'), ('core', 'Core', 'core')]
+            ('engine', 'The engine', 'engine'), ('watch', 'Watching a loader', 'watch'), ('tools', 'Tools', 'tools'), ('core', 'Core', 'core')]
 METHOD_DUNDERS = ('__call__', '__iter__', '__len__', '__getitem__')
 SLUG = {'index': 'indexes'}  # a package whose name a page of the reference has already (reference/index: the index)
 
