@@ -10,8 +10,9 @@ import numpy as np
 from PIL import Image
 
 # %% auto #0
-__all__ = ['PHOTO_PACKAGES', 'PHOTO_MIX', 'PHOTO_SHAPES', 'PHOTO_SHAPE_P', 'PhotoSetError', 'fetch_photo_sources', 'photo_plan',
-           'encode_photo', 'cut_photo', 'make_photo_set']
+__all__ = ['PHOTO_PACKAGES', 'PHOTO_ENCODINGS', 'PHOTO_MIX', 'IMAGENET_MIX', 'PHOTO_MIXES', 'PHOTO_SHAPES', 'PHOTO_SHAPE_P',
+           'PhotoSetError', 'fetch_photo_sources', 'photo_mix', 'photo_plan', 'encode_photo', 'cut_photo',
+           'photo_encoding', 'make_photo_set']
 
 # %% ../../nbs/tools/04a_photos.ipynb #371bd1ff
 PHOTO_PACKAGES = {  # Debian package -> (licence in its copyright file, the photographs in it: file or folder stems)
@@ -88,6 +89,7 @@ def fetch_photo_sources(
     return out
 
 # %% ../../nbs/tools/04a_photos.ipynb #2f99ceff
+PHOTO_ENCODINGS = ('baseline', 'progressive', 'grayscale', 'exif_rotated', 'cmyk', 'png')  # what encode_photo writes
 PHOTO_MIX = {  # encoding -> share of the set; the rest are baseline 4:2:0 colour JPEGs
     'grayscale': 0.02,  # one channel (ImageNet has a few thousand)
     'progressive': 0.02,  # progressive JPEG: decoded in several scans
@@ -95,21 +97,55 @@ PHOTO_MIX = {  # encoding -> share of the set; the rest are baseline 4:2:0 colou
     'cmyk': 0.004,  # Adobe CMYK JPEG: four channels, converted to RGB by the decoder
     'png': 0.002,  # a PNG file named .JPEG
 }
+IMAGENET_MIX = {  # the shares estimated for ImageNet's training set; CMYK raised to 1% so that its cost is measured
+    'progressive': 0.03,
+    'grayscale': 0.02,
+    'exif_rotated': 0.03,
+    'cmyk': 0.01,
+    'png': 0.001,
+}
+PHOTO_MIXES = {'photos': PHOTO_MIX, 'imagenet': IMAGENET_MIX}
 PHOTO_SHAPES = ((500, 375), (500, 333), (375, 500), (333, 500), (500, 500))  # ImageNet's most common sizes
 PHOTO_SHAPE_P = (0.45, 0.2, 0.15, 0.1, 0.1)
 
 
+def photo_mix(
+    mix: str | dict = 'photos',  # a name in PHOTO_MIXES, or {encoding: share} with encodings from PHOTO_ENCODINGS
+) -> dict:
+    "The checked {encoding: share} of `mix`; the rest of a set is baseline JPEGs."
+    if isinstance(mix, str):
+        if mix not in PHOTO_MIXES:
+            raise ValueError(
+                f"mix must be one of {', '.join(map(repr, PHOTO_MIXES))} or a dict {{encoding: share}}; got {mix!r}"
+            )
+        return dict(PHOTO_MIXES[mix])
+    if not isinstance(mix, dict):
+        raise TypeError(f'mix must be a name or a dict {{encoding: share}}; got {type(mix).__name__}')
+    odd = PHOTO_ENCODINGS[1:]
+    for k, v in mix.items():
+        if k not in odd:
+            raise ValueError(
+                f"mix: unknown encoding {k!r}; choose from {', '.join(odd)} (the rest of the set is baseline)"
+            )
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+            raise ValueError(f'mix: the share of {k!r} must be a number from 0 to 1; got {v!r}')
+    if sum(mix.values()) > 1:
+        raise ValueError(f'mix: the shares add up to {sum(mix.values()):g}, more than 1')
+    return {k: float(v) for k, v in mix.items()}
+
+
 def photo_plan(
     n: int,  # images in the set
-    seed: int = 0,  # the same (n, seed) gives the same plan
+    seed: int = 0,  # the same (n, seed, mix) gives the same plan
+    mix: str | dict = 'photos',  # the encodings' shares (`photo_mix`)
 ) -> list:
     "Per image: (size (w, h), encoding, JPEG quality). 80% of ImageNet's common sizes, 20% larger (longer side 500-1000)."
     rng = np.random.default_rng([seed, n, 60])
     kinds = ['baseline'] * n
     pos = rng.permutation(n)
     at = 0
-    for kind, share in PHOTO_MIX.items():
-        k = max(1, round(share * n)) if n >= 50 else 0  # at least one of each in a set of any size worth measuring
+    for kind, share in photo_mix(mix).items():
+        k = max(1, round(share * n)) if n >= 50 and share > 0 else 0  # each kind at least once in a set worth measuring
         for i in pos[at : at + k]:
             kinds[i] = kind
         at += k
@@ -146,7 +182,7 @@ def encode_photo(
     elif kind == 'baseline':
         img.save(buf, 'JPEG', quality=quality)
     else:
-        raise ValueError(f"kind must be 'baseline' or one of {', '.join(PHOTO_MIX)}; got {kind!r}")
+        raise ValueError(f"kind must be one of {', '.join(PHOTO_ENCODINGS)}; got {kind!r}")
     return buf.getvalue()
 
 
@@ -162,11 +198,30 @@ def cut_photo(src: Image.Image, size: tuple, rng: np.random.Generator) -> Image.
     x, y = int(rng.integers(0, W - cw + 1)), int(rng.integers(0, H - ch + 1))
     return src.crop((x, y, x + cw, y + ch)).resize((w, h), Image.Resampling.LANCZOS, reducing_gap=3.0)
 
+# %% ../../nbs/tools/04a_photos.ipynb #b4d934ea
+def photo_encoding(
+    src: str | Path | bytes,  # an image file, or its bytes
+) -> str:
+    "Which of `PHOTO_ENCODINGS` a file is, read by Pillow from the file itself: its format, mode, progressive flag and EXIF orientation."
+    with Image.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else src) as im:
+        if im.format == 'PNG':
+            return 'png'
+        if im.format != 'JPEG' or im.mode not in ('RGB', 'L', 'CMYK'):
+            name = 'the bytes' if isinstance(src, (bytes, bytearray)) else str(src)
+            raise ValueError(f'{name}: a {im.format} image of mode {im.mode}, none of {", ".join(PHOTO_ENCODINGS)}')
+        if im.mode == 'L':
+            return 'grayscale'
+        if im.mode == 'CMYK':
+            return 'cmyk'
+        if im.info.get('progressive') or im.info.get('progression'):
+            return 'progressive'
+        return 'exif_rotated' if im.getexif().get(0x0112, 1) != 1 else 'baseline'  # 0x0112 = 274: Orientation
+
 # %% ../../nbs/tools/04a_photos.ipynb #2c720dbe
-def _spec(n, classes, seed, sources) -> dict:
+def _spec(n, classes, seed, sources, mix: dict) -> dict:
     "What a finished set was made from: a later call with the same spec reuses it."
     srcs = [(Path(s).name, Path(s).stat().st_size) for s in sources]
-    return json.loads(json.dumps(dict(n=n, classes=classes, seed=seed, sources=srcs, mix=PHOTO_MIX, version=1)))
+    return json.loads(json.dumps(dict(n=n, classes=classes, seed=seed, sources=srcs, mix=mix, version=1)))
 
 
 def make_photo_set(
@@ -176,11 +231,12 @@ def make_photo_set(
     seed: int = 0,  # the same seed and sources give the same bytes
     sources: str | Path | list | None = None,  # a folder of JPEG photographs or a list of files; None: PHOTO_PACKAGES
     cache: str | Path | None = None,  # where the packages are downloaded (default ~/.cache/timmdata/photo_packages)
+    mix: str | dict = 'photos',  # the encodings' shares: 'photos', 'imagenet' or {encoding: share} (`photo_mix`)
 ) -> Path:
     "Cuts an ImageNet-like set from photographs (made once: an existing set with the same spec is reused); returns root."
     if n < 1 or classes < 1:
         raise ValueError(f'n and classes must be >= 1; got n={n}, classes={classes}')
-    root = Path(root)
+    root, mix = Path(root), photo_mix(mix)
     if sources is None:
         cache = Path(cache or Path.home() / '.cache' / 'timmdata' / 'photo_packages')
         sources = fetch_photo_sources(cache)
@@ -192,13 +248,13 @@ def make_photo_set(
     sources = [Path(s) for s in sources]
     if not sources:
         raise PhotoSetError('no source photographs (.jpg/.jpeg) found')
-    spec, marker = _spec(n, classes, seed, sources), root / 'photo_set.json'
+    spec, marker = _spec(n, classes, seed, sources, mix), root / 'photo_set.json'
     if marker.is_file() and json.loads(marker.read_text()).get('spec') == spec:
         return root
     root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix='.photo_set_', dir=root))  # written whole, then moved into place
     try:
-        plan, counts = photo_plan(n, seed), {}
+        plan, counts = photo_plan(n, seed, mix), {}
         for si, src_path in enumerate(sources):  # one source decoded at a time: memory stays one photograph
             mine = [i for i in range(n) if i % len(sources) == si]
             if not mine:
