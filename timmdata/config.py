@@ -83,7 +83,9 @@ def _jitter_range(v, name, center=1.0, bound=(0, float('inf')), clip_first=True)
     return None if lo == hi == center else (lo, hi)
 
 
-def color_jitter_factors(color_jitter) -> tuple:
+def color_jitter_factors(
+    color_jitter,  # timm's color_jitter: None, a number (brightness, contrast, saturation), a 3- or 4-tuple (+ hue)
+) -> tuple:
     "(brightness, contrast, saturation, hue) factor ranges for timm's `color_jitter`, each (min, max) or None (off)."
     if color_jitter is None:
         return (None,) * 4
@@ -102,7 +104,9 @@ def color_jitter_factors(color_jitter) -> tuple:
     )
 
 
-def jitter_ranges(color_jitter) -> Optional[tuple]:
+def jitter_ranges(
+    color_jitter,  # timm's color_jitter: None, a number, or a 3- or 4-tuple whose hue is 0
+) -> Optional[tuple]:
     "((lo, hi) brightness, contrast, saturation ranges), None where off; None when all off. Hue must be 0."
     if color_jitter is None:
         return None
@@ -174,7 +178,11 @@ def resolve_data_config(
 
 
 def resolve_model_data_config(
-    model, args: Optional[dict] = None, pretrained_cfg: Optional[dict] = None, use_test_size=False, verbose=False
+    model,  # a model with a `pretrained_cfg` attribute
+    args: Optional[dict] = None,  # explicit settings (e.g. vars(parsed args)): input_size, img_size, mean, std...
+    pretrained_cfg: Optional[dict] = None,  # a timm pretrained config (default: `model.pretrained_cfg`)
+    use_test_size=False,  # prefer the config's `test_input_size` / `test_crop_pct`
+    verbose=False,  # print the result
 ) -> dict:
     "`resolve_data_config` with the model first."
     return resolve_data_config(
@@ -182,7 +190,9 @@ def resolve_model_data_config(
     )
 
 # %% ../nbs/07_config.ipynb #03508f99
-def seed_all(seed: int):
+def seed_all(
+    seed: int,  # the seed (numpy's generator gets its low 32 bits)
+):
     "Seeds Python's `random`, torch's CPU generator and numpy's global generator from one integer."
     random.seed(seed)
     torch.default_generator.manual_seed(seed)
@@ -243,7 +253,10 @@ class Draws:
         except Exception:  # at interpreter exit this module's names may be gone already
             pass
 
-    def child(self, *tags: int) -> Draws:
+    def child(
+        self,
+        *tags: int,  # integers naming the part (the same tags give the same draws)
+    ) -> Draws:
         "Independent draws for a part of this sample or batch (e.g. the batch step after the samples), keyed by `tags`."
         return Draws(mix_seed(self.key, *tags))
 
@@ -289,6 +302,10 @@ GLOBAL_DRAWS = _GlobalDraws()  # the global generators: a transform's default, f
 class SampleBatch(list):
     "A batch's samples as a collate receives them, with the batch's own draws `rng` (for a collate that draws: mixup)."
 
-    def __init__(self, samples, rng: Draws):
+    def __init__(
+        self,
+        samples,  # the batch's samples, in order
+        rng: Draws,  # the batch's own draws
+    ):
         super().__init__(samples)
         self.rng = rng

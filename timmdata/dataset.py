@@ -211,7 +211,12 @@ class ImageDataset(BadSamples, DecodeTransform, torch.utils.data.Dataset):
         # bad_sample='replace' reads a replacement where the bad file is found: no crop waits for the collate
         return ours and self.bad_sample != 'replace'
 
-    def sample(self, index: int, defer: bool = False, rng: Draws = GLOBAL_DRAWS):
+    def sample(
+        self,
+        index: int,  # sample index
+        defer: bool = False,  # let a training crop come as a pending resize or JPEG crop (for `fast_collate`)
+        rng: Draws = GLOBAL_DRAWS,  # the sample's draws; default: the global generators
+    ):
         "`self[index]`; with `defer`, a training crop may come as a `PendingResize` (for `fast_collate`), a JPEG's as a `PendingJpegCrop` that keeps this dataset's bad-sample policy."
         if not -len(self) <= index < len(self):
             raise IndexError(f'index {index} out of range for a dataset of {len(self)} samples')
@@ -241,11 +246,20 @@ class ImageDataset(BadSamples, DecodeTransform, torch.utils.data.Dataset):
             target = self.target_transform(target)
         return img, target
 
-    def filename(self, index: int, basename: bool = False, absolute: bool = False) -> str:
+    def filename(
+        self,
+        index: int,  # sample index
+        basename: bool = False,  # only the file's name
+        absolute: bool = False,  # the absolute path (else relative to the reader's root)
+    ) -> str:
         "Name of sample `index`'s file, relative to the reader's root unless `absolute`."
         return self.reader.filename(index, basename=basename, absolute=absolute)
 
-    def filenames(self, basename: bool = False, absolute: bool = False) -> list:
+    def filenames(
+        self,
+        basename: bool = False,  # only each file's name
+        absolute: bool = False,  # absolute paths (else relative to the reader's root)
+    ) -> list:
         "Names of all samples' files, in sample order."
         return self.reader.filenames(basename=basename, absolute=absolute)
 

@@ -118,7 +118,10 @@ class RepeatAugSampler(Sampler):
     def __len__(self) -> int:
         return self.num_selected_samples
 
-    def set_epoch(self, epoch: int):
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch, from 0
+    ):
         "Reshuffles for `epoch`; call it at the start of every epoch, on every rank."
         self.epoch = epoch
 
@@ -160,10 +163,16 @@ class SeededRandomSampler(Sampler):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def set_epoch(self, epoch: int):
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch, from 0
+    ):
         self.epoch = epoch
 
-    def order(self, rep: int = 0) -> list:
+    def order(
+        self,
+        rep: int = 0,  # the pass over the epoch, from 0
+    ) -> list:
         "The permutation of epoch `self.epoch`, pass `rep` (passes repeat an epoch when `set_epoch` is not called)."
         g = torch.Generator().manual_seed(mix_seed(self.seed, self.epoch, rep, _ORDER))
         return torch.randperm(len(self.dataset), generator=g).tolist()
@@ -176,11 +185,17 @@ class SeededRandomSampler(Sampler):
 class OrdersItsEpochs(Protocol):
     "A sampler that gives its epoch as one global order itself (`timmdata.mix.mixing.MixSampler`: a mix of sources)."
 
-    def global_order(self, rep: int = 0) -> tuple: ...  # (order, total, W, rank), as `epoch_order` gives them
+    def global_order(
+        self,
+        rep: int = 0,  # the pass over the epoch, from 0
+    ) -> tuple: ...  # (order, total, W, rank), as `epoch_order` gives them
     def world(self) -> tuple: ...  # (W, rank, total), as `world_of` gives them
 
 
-def epoch_order(sampler, rep: int = 0) -> tuple:
+def epoch_order(
+    sampler,  # a loader's sampler: torch's, timm's or timmdata's
+    rep: int = 0,  # the pass over the epoch, from 0
+) -> tuple:
     "(order, total, W, rank): `sampler`'s epoch as one global order; rank r of W reads positions r, r+W, ... < total."
     if isinstance(sampler, OrdersItsEpochs):
         return sampler.global_order(rep)
@@ -211,7 +226,9 @@ def epoch_order(sampler, rep: int = 0) -> tuple:
     )
 
 
-def sampler_kind(sampler) -> dict:
+def sampler_kind(
+    sampler,  # a loader's sampler
+) -> dict:
     "What fixes a sampler's order, apart from the world size (compared when a state is loaded)."
     d = dict(kind=type(sampler).__name__)
     for k in ('shuffle', 'drop_last', 'num_repeats', 'selected_round', 'selected_ratio'):
@@ -222,7 +239,9 @@ def sampler_kind(sampler) -> dict:
     return d
 
 
-def world_of(sampler) -> tuple:
+def world_of(
+    sampler,  # a loader's sampler
+) -> tuple:
     "(W, rank, total) of `sampler` without drawing its order."
     if isinstance(sampler, OrdersItsEpochs):
         return sampler.world()
@@ -241,14 +260,22 @@ RUN = 1 << 14  # positions of one rank's share computed at a time by `PositionOr
 class PositionOrder:
     "Epoch `epoch`, pass `rep` of a `PositionSampler` as a sequence: `order[p]` is `perm(p)`, computed for a run of `RUN` positions `W` apart (one rank's) at a time."
 
-    def __init__(self, n: int, seed: int, stride: int = 1):
+    def __init__(
+        self,
+        n: int,  # samples in the epoch
+        seed: int,  # the order's seed (the epoch's and pass's, mixed)
+        stride: int = 1,  # the distance between one rank's positions: the ranks (W)
+    ):
         self.n, self.seed, self.stride = int(n), int(seed), max(1, int(stride))
         self._first, self._run = None, []  # the run met last: its first position and its samples (a list)
 
     def __len__(self) -> int:
         return self.n
 
-    def take(self, positions) -> np.ndarray:
+    def take(
+        self,
+        positions,  # positions of the epoch (array-like, in [0, n))
+    ) -> np.ndarray:
         "The samples at `positions` (array-like in [0, n)), vectorised."
         return permute_index(positions, self.n, self.seed)
 
@@ -293,7 +320,10 @@ class PositionSampler(Sampler):
             raise ValueError("order='global' needs a dataset with samples; got an empty one")
         self.dataset, self.seed, self.num_replicas, self.rank, self.epoch = dataset, seed, num_replicas, rank, 0
 
-    def set_epoch(self, epoch: int):
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch, from 0
+    ):
         self.epoch = epoch
 
     def __len__(self) -> int:
@@ -304,7 +334,10 @@ class PositionSampler(Sampler):
         W = self.num_replicas
         return W, self.rank, -(-len(self.dataset) // W) * W
 
-    def global_order(self, rep: int = 0) -> tuple:
+    def global_order(
+        self,
+        rep: int = 0,  # the pass over the epoch, from 0
+    ) -> tuple:
         "(order, total, W, rank), as `epoch_order` gives them: the order a `PositionOrder`, read in runs of this rank's positions."
         W, rank, total = self.world()
         return PositionOrder(len(self.dataset), mix_seed(self.seed, self.epoch, rep, _ORDER), W), total, W, rank

@@ -248,7 +248,13 @@ class NaFlexMapDatasetWrapper(IterableDataset):
     "Batches of one sequence length each, batch size from a token budget, the same schedule on every rank (timm's)."
 
     elastic = False  # its state holds batches of one schedule (timmdata.engine.resume.ResumableStream)
-    epoch_batches = lambda self, batch_size=None: len(self)  # an epoch's batches: the schedule's (batch_size: not used)
+
+    def epoch_batches(
+        self,
+        batch_size: Optional[int] = None,  # not used: the schedule sets each batch's size
+    ) -> int:
+        "An epoch's batches: the schedule's."
+        return len(self)
 
     # timm's names for the batch maker's parts, live: setting one (e.g. `mixup_fn`) changes what the batches get
     transforms, collate_fns, mixup_fn = (delegated('batch_maker', n) for n in ('transforms', 'collate_fns', 'mixup_fn'))

@@ -36,7 +36,13 @@ class NaFlexBatchOps:
     devices = ('cpu', 'cuda')  # the device types it runs on
     ahead = collate = None  # for `PrefetchLoader`: the feeder's look-ahead (default); no batch memory to take back
     own_thread = False  # for `PrefetchLoader`: the step runs in the consumer's thread
-    empty = staticmethod(lambda batch: False)  # for `PrefetchLoader`: a NaFlex batch is never dropped
+
+    @staticmethod
+    def empty(
+        batch,  # (patch dict, targets) as the DataLoader yields it
+    ) -> bool:
+        "For `PrefetchLoader`: a NaFlex batch is never dropped."
+        return False
 
     def __init__(
         self,

@@ -63,7 +63,10 @@ class DecodeTransform:
         # a pipeline that starts with a crop can take a not-yet-decoded JPEG and decode only the crop box
         self._encoded = kind == 'encoded' and decode.NATIVE.module is not None
 
-    def decode_sample(self, src):
+    def decode_sample(
+        self,
+        src,  # the sample's image: a path, bytes, a uint8 HWC array or a PIL image
+    ):
         "`src` (path, bytes, uint8 HWC array or PIL image) as the transform takes it: `EncodedJpeg`, uint8 CHW tensor or PIL image."
         if isinstance(src, Image.Image):
             img = convert_mode(src, self.input_img_mode)
@@ -83,7 +86,13 @@ class DecodeTransform:
         "Does the transform take each sample's draws (`takes_draws`)? Else it draws from the global generators (target transforms are taken to draw nothing)."
         return self._explicit
 
-    def transform_sample(self, img, where: Callable[[], str], defer: bool = False, rng: Draws = GLOBAL_DRAWS):
+    def transform_sample(
+        self,
+        img,  # the decoded image (`decode_sample`)
+        where: Callable[[], str],  # where(): the sample's name, for an error's note (called only then)
+        defer: bool = False,  # run the transform's `deferred` (a crop may come pending)
+        rng: Draws = GLOBAL_DRAWS,  # the sample's draws; default: the global generators
+    ):
         "The transform applied to `img` with the sample's draws `rng` (`defer`: its `deferred`); `ImageDecodeError` passes (bad data when `img` is an `EncodedJpeg`), others get a note naming `where()`."
         t = self._transform
         if t is None:

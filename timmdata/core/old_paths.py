@@ -20,14 +20,25 @@ class OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     ):
         self.package, self.table = package, table
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(
+        self,
+        fullname,  # the module asked for ('timmdata.streams.shard_io')
+        path=None,  # the parent package's path (unused: an old path is found by its name)
+        target=None,  # a module to reload into (unused)
+    ):
         head, _, leaf = fullname.rpartition('.')
         return importlib.util.spec_from_loader(fullname, self) if head == self.package and leaf in self.table else None
 
-    def create_module(self, spec):
+    def create_module(
+        self,
+        spec,  # the old path's spec, as `find_spec` made it
+    ):
         return None  # a plain module
 
-    def exec_module(self, module):
+    def exec_module(
+        self,
+        module,  # the module made for the old path: filled with the new modules' names
+    ):
         new = self.table[module.__name__.rpartition('.')[2]]
         warnings.warn(
             f"{module.__name__} is now {' and '.join(new)}: import from there (the old path goes in the next release)",

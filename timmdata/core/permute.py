@@ -13,7 +13,9 @@ __all__ = ['mix_seed', 'mix64', 'permute_index', 'permute_keyed']
 _M64 = (1 << 64) - 1
 
 
-def mix_seed(*parts: int) -> int:
+def mix_seed(
+    *parts: int,  # integers (a run's seed, an epoch, a position...), any number of them
+) -> int:
     "One 63-bit seed from a few integers (a run's seed, an epoch, a position...): equal parts, equal seed; any change, an unrelated one."
     h = 0x243F6A8885A308D3
     for p in parts:
@@ -27,7 +29,9 @@ _ROUNDS = 6  # Feistel rounds: 4 already make a pseudo-random permutation (Luby-
 _U = np.uint64
 
 
-def mix64(x: np.ndarray) -> np.ndarray:
+def mix64(
+    x: np.ndarray,  # a uint64 array
+) -> np.ndarray:
     "splitmix64's finaliser, elementwise on uint64 (wrapping multiplication)."
     x = (x ^ (x >> _U(30))) * _U(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> _U(27))) * _U(0x94D049BB133111EB)

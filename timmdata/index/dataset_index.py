@@ -71,7 +71,9 @@ MAX_SHARD_BYTES = 1 << 62  # the largest shard size an index may state (as `_inf
 _TAIL = re.compile(r'\{"sha256":"([0-9a-f]{64})"\}')
 
 
-def spans_of(samples: list) -> np.ndarray:
+def spans_of(
+    samples: list,  # a shard's (key, {extension: (offset, size)}) per sample, as `scan_shard` gives them
+) -> np.ndarray:
     "The byte spans `[start, end)` of a shard's samples (an (n, 2) int64 array) from their members as `shard_index.scan_shard` gives them: each span ends where the sample's last member's padding ends, and starts where the one before ends."
     ends = np.array([max(o + n for o, n in m.values()) for _, m in samples], dtype=np.int64).reshape(-1)
     ends += -ends % 512  # a record ends with its padding
@@ -95,7 +97,9 @@ def layout_of(
     return out.astype(np.int32)
 
 # %% ../../nbs/index/23b_dataset_index.ipynb #b9d7c942
-def listed_shards(root: str) -> list:
+def listed_shards(
+    root: str,  # a local folder of shards
+) -> list:
     "Relative names of the shards of the local folder `root`: those its `_info.json` lists (every split), else its `.tar` files."
     info_path = os.path.join(root, '_info.json')
     if os.path.isfile(info_path):
@@ -207,7 +211,11 @@ def parse_table(
 _UNKEPT = set()  # node caches whose spans files could not be written (warned once a process)
 
 
-def not_kept(stem: str, path: str, e: OSError):
+def not_kept(
+    stem: str,  # the node cache's name for the index, said once per process
+    path: str,  # the spans file that could not be written
+    e: OSError,  # the error writing it
+):
     "Say once per node cache that its spans files cannot be written (`e`): each process then reads the spans from the dataset index."
     if stem not in _UNKEPT:
         _UNKEPT.add(stem)
@@ -223,11 +231,11 @@ class DatasetIndex:
 
     def __init__(
         self,
-        url: str,
-        table: tuple,
-        retries: int = 3,
-        backoff: float = 0.25,
-        timeout: float = 60.0,
+        url: str,  # the dataset index file's path or http(s) URL
+        table: tuple,  # the index's table: an `IndexTable`, or `parse_table`'s tuple
+        retries: int = 3,  # transient failures retried per read
+        backoff: float = 0.25,  # first wait before a retry, in seconds (then 4x, 16x)
+        timeout: float = 60.0,  # seconds a connection may stall
         node_stem: Optional[str] = None,  # where a node cache keeps this index's files (`node_table`); None: no sharing
         cache: Optional[ShardCache] = None,  # a server that ignores Range: the file read whole into this node cache
     ):
@@ -248,11 +256,17 @@ class DatasetIndex:
             self._fh = FileHandle(self.url[7:] if self.url.startswith('file://') else self.url, 'dataset index')
         return os.pread(self._fh.fd, n, off)
 
-    def spans(self, i: int) -> np.ndarray:
+    def spans(
+        self,
+        i: int,  # the shard's row in the index's table
+    ) -> np.ndarray:
         "The (n, 2) spans `[start, end)` of the samples of the shard of table row `i`: `layout(i)`'s first two columns."
         return self.layout(i)[:, :2]
 
-    def layout(self, i: int) -> np.ndarray:
+    def layout(
+        self,
+        i: int,  # the shard's row in the index's table
+    ) -> np.ndarray:
         "The samples of the shard of table row `i` as an (n, 4) int64 array: each span's start and end in the shard, and where its image and target headers are in the span (bytes; -1 where the index does not say: version 1, or a sample without one); its line read (one ranged read) and checked the first time."
         if self._pid != os.getpid():  # forked or unpickled: never the parent's handle or lock
             self._pid, self._kept, self._lock, self._fh = os.getpid(), OrderedDict(), threading.Lock(), None
@@ -494,7 +508,11 @@ class ShardSpans:
 
     remedy = f'write the dataset index again with `timmdata index` (or delete {DATASET_INDEX_FILE})'
 
-    def __init__(self, index: DatasetIndex, rows: list):
+    def __init__(
+        self,
+        index: DatasetIndex,  # the dataset index the spans are read from
+        rows: list,  # each of the source's shards' row in the index's table, in the source's order
+    ):
         self.index, self.rows = index, rows
         self.lengths = index.counts[np.asarray(rows, np.int64)].tolist()
 
@@ -504,13 +522,23 @@ class ShardSpans:
     def __getitem__(self, s: int) -> np.ndarray:
         return self.index.spans(self.rows[s])
 
-    def layout(self, s: int) -> np.ndarray:
+    def layout(
+        self,
+        s: int,  # the shard's index in the source's `.shards`
+    ) -> np.ndarray:
         return self.index.layout(self.rows[s])
 
-    def sized(self, s: int) -> tuple:
+    def sized(
+        self,
+        s: int,  # the shard's index in the source's `.shards`
+    ) -> tuple:
         return self.layout(s), None  # the sizes come with the index's table (`dataset_spans`)
 
-    def forget(self, s: int, rows: np.ndarray) -> bool:
+    def forget(
+        self,
+        s: int,  # the shard's index in the source's `.shards`
+        rows: np.ndarray,  # the rows of `layout(s)` a read found stale (never dropped: the index is yours)
+    ) -> bool:
         return False  # the index is the user's file: a stale one is named (`remedy`), never rewritten here
 
 
@@ -519,8 +547,8 @@ class ListedSpans:
 
     def __init__(
         self,
-        spans: list,
-        layouts: Optional[list] = None,
+        spans: list,  # each shard's (n, 2) spans `[start, end)` in bytes, in the source's order
+        layouts: Optional[list] = None,  # per shard: (n, 2) image and target header blocks (-1: unknown); None: parsed
         remedy: str = f'create the dataset again (a changed shard is indexed again; else delete {INDEX_FILE} beside the shards or in index_dir)',  # what to do when the spans are stale
     ):
         self.remedy = remedy
@@ -540,13 +568,23 @@ class ListedSpans:
     def __getitem__(self, s: int) -> np.ndarray:
         return self.spans[s]
 
-    def layout(self, s: int) -> np.ndarray:
+    def layout(
+        self,
+        s: int,  # the shard's index in the source's `.shards`
+    ) -> np.ndarray:
         return self._layouts[s]
 
-    def sized(self, s: int) -> tuple:
+    def sized(
+        self,
+        s: int,  # the shard's index in the source's `.shards`
+    ) -> tuple:
         return self._layouts[s], None
 
-    def forget(self, s: int, rows: np.ndarray) -> bool:
+    def forget(
+        self,
+        s: int,  # the shard's index in the source's `.shards`
+        rows: np.ndarray,  # the rows of `layout(s)` a read found stale (never dropped: the list is given)
+    ) -> bool:
         return False
 
 

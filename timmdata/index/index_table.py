@@ -131,12 +131,18 @@ class IndexTable:
     def __len__(self) -> int:
         return self.n
 
-    def name(self, i: int) -> str:
+    def name(
+        self,
+        i: int,  # a row of the table, 0 to `n - 1`
+    ) -> str:
         "Row i's shard name."
         e1 = int(self.ends[i])
         return bytes(self.blob[int(self.ends[i - 1]) if i else 0 : e1]).decode('utf-8', 'replace')
 
-    def rows_of(self, names: list) -> np.ndarray:
+    def rows_of(
+        self,
+        names: list,  # shard names to find
+    ) -> np.ndarray:
         "The row of each of `names` (-1 where the table does not list it): a split's names in the table's order (what `timmdata shards` writes) are one comparison of bytes; else a hash each, one search, each found name compared."
         enc = [nm.encode('utf-8') for nm in names]
         if not enc or not self.n:
@@ -182,12 +188,16 @@ TABLE_READS = {
 }  # this process's tables parsed and node cache copies mapped (for tests and the simulator)
 
 
-def mappable(st: os.stat_result) -> bool:
+def mappable(
+    st: os.stat_result,  # the open file's `os.fstat`
+) -> bool:
     "Whether a node cache's file may be mapped: this user's and not writable by others (no one else can truncate it under the map: a read past its end would kill the process with SIGBUS); else it is read."
     return not hasattr(os, 'getuid') or (st.st_uid == os.getuid() and not st.st_mode & 0o022)
 
 
-def map_table_copy(path: str) -> Optional[IndexTable]:
+def map_table_copy(
+    path: str,  # the node cache's copy of a parsed table
+) -> Optional[IndexTable]:
     "The node cache's parsed table at `path`, mapped and checked; None when there is none; else `DatasetIndexError` naming it (a link is refused, never followed)."
     try:
         # never through a link; never waiting on a FIFO planted at its name (refused as not a regular file)

@@ -61,11 +61,17 @@ class ScannedSpans:
     def __getitem__(self, s: int) -> np.ndarray:
         return self.layout(s)[:, :2]
 
-    def layout(self, s: int) -> np.ndarray:
+    def layout(
+        self,
+        s: int,  # the shard's index in the source's `.shards`
+    ) -> np.ndarray:
         "Shard s's (n, 4) rows: span start and end, image and target header offsets in the span (-1: parsed); `SpanReader` holds the ones it reads."
         return self.sized(s)[0]
 
-    def sized(self, s: int) -> tuple:
+    def sized(
+        self,
+        s: int,  # the shard's index in the source's `.shards`
+    ) -> tuple:
         "(shard s's rows, the shard's size they were made from): the node's kept scan, else a scan kept for the node."
         got = self._read_kept(s)
         if got is not None:
@@ -91,7 +97,11 @@ class ScannedSpans:
             close_held(fd)
         return got
 
-    def forget(self, s: int, rows: np.ndarray) -> bool:
+    def forget(
+        self,
+        s: int,  # the shard's index in the source's `.shards`
+        rows: np.ndarray,  # the rows of `layout(s)` a read found stale
+    ) -> bool:
         "Drop the node's kept scan of shard s if it is still `rows` (a read found the shard changed since); the next `sized(s)` scans it again. A newer scan, made meanwhile by another process, is kept."
         try:
             if not self._own(make=False):

@@ -54,7 +54,7 @@ def _remote(url: str) -> bool:
 
 
 def http_range(
-    url: str,
+    url: str,  # an http(s) URL
     rng: Optional[tuple] = None,  # (offset, size) of the bytes to read; None: the whole body (at most MAX_MEMBER_BYTES)
     head: bool = False,  # a HEAD request: the headers only
     timeout: float = 60.0,  # seconds the connection may stall
@@ -126,7 +126,9 @@ def _body(r, url: str, rng: Optional[tuple]) -> bytes:
     return body
 
 
-def stat_shard(url: str) -> tuple:
+def stat_shard(
+    url: str,  # a shard's path or http(s) URL
+) -> tuple:
     "(size, stamp) of a shard: a local file's size and mtime in ns; over HTTP Content-Length and the ETag or Last-Modified (a HEAD request)."
     if not _remote(url):
         try:
@@ -523,7 +525,12 @@ class ShardReader(Reader):
     def _filename(self, i):
         return self._names[i]
 
-    def filename(self, i: int, basename: bool = False, absolute: bool = False) -> str:
+    def filename(
+        self,
+        i: int,  # sample index
+        basename: bool = False,  # only the member's file name (`<key>.<ext>`)
+        absolute: bool = False,  # joined with the shard's folder as an absolute path (a remote shard: its URL's folder)
+    ) -> str:
         "`<shard file>/<key>.<ext>` of sample `i`; absolute: with the shard's absolute path."
         rel = self._names[i]
         if basename:
@@ -616,7 +623,9 @@ def _class_to_idx(info, nc, targets) -> dict:
     return {str(i): i for i in (range(n) if n <= CLASS_NAMES_DENSE else seen.tolist())}
 
 # %% ../../nbs/index/23_shard_index.ipynb #5a0bc6e2
-def is_shard_folder(root) -> bool:
+def is_shard_folder(
+    root,  # a path to check
+) -> bool:
     "Whether `root` is a folder of WebDataset shards in timm's layout: an `_info.json` beside `.tar` files."
     root = os.fspath(root)
     return (

@@ -85,7 +85,7 @@ class ShardBytes:
 
     def __init__(
         self,
-        source: WdsSource,
+        source: WdsSource,  # the WebDataset source whose shards are read
         max_open_files: int = 16,  # local files (and cached copies) kept open per process
         sizes: Optional[
             list
@@ -192,7 +192,7 @@ class SpanReader(ShardBytes):
 
     def __init__(
         self,
-        source: WdsSource,
+        source: WdsSource,  # the WebDataset source whose samples are read
         spans: list,  # a `ShardSpans`, or a list of each shard's (n, 2) spans (then each span is parsed)
         max_open_files: int = 16,  # local files (and cached copies) kept open per process
         sizes: Optional[
@@ -213,7 +213,11 @@ class SpanReader(ShardBytes):
             self._pool, self._rows = None, {}
         super()._own()
 
-    def read(self, s: int, m: int) -> tuple:
+    def read(
+        self,
+        s: int,  # the shard's index in the source's `.shards`
+        m: int,  # the sample's place in its shard, from 0
+    ) -> tuple:
         "(key, image bytes, target) of sample `m` of shard `s`: cut out of its span where the index says its image and target are (`cut_sample`), else the span parsed and checked as the stream parses its shard. A shard found changed since its spans were made is read again by new ones when the spans can make them (a scan: `Spans.forget`), once; else named with what to do."
         sized = self._sized(s)
         try:

@@ -63,7 +63,10 @@ class WeightSchedule:
     def sources(self) -> int:
         return self.weights.shape[1]
 
-    def key(self, steps) -> np.ndarray:
+    def key(
+        self,
+        steps,  # steps (array-like of ints >= 0)
+    ) -> np.ndarray:
         "A key per step, equal where the weights are: the point before it (held weights), or the step itself (on a ramp)."
         t = np.asarray(steps, np.int64)
         k = np.searchsorted(self.steps, t, side='right') - 1
@@ -72,7 +75,10 @@ class WeightSchedule:
         ramp = (k + 1 < len(self.steps)) & (t > self.steps[k])
         return np.where(ramp, t, self.steps[k])
 
-    def at(self, steps) -> np.ndarray:
+    def at(
+        self,
+        steps,  # steps (array-like of ints >= 0)
+    ) -> np.ndarray:
         "The weights (rows summing to 1) at each of `steps` (array-like of ints >= 0): shape (len(steps), sources)."
         t = np.asarray(steps, np.int64)
         k = np.searchsorted(self.steps, t, side='right') - 1
@@ -91,7 +97,10 @@ class WeightSchedule:
         return f'WeightSchedule({len(self.steps)} points, {self.sources} sources, {self.interpolate!r})'
 
 
-def check_weights(w, name: str = 'weights') -> np.ndarray:
+def check_weights(
+    w,  # the weights, one a source (any numbers >= 0, some > 0)
+    name: str = 'weights',  # the argument, as the error names it
+) -> np.ndarray:
     "`w` as float64 shares summing to 1 (each finite and >= 0, some > 0); else an error naming `name`."
     try:
         a = np.asarray(w, dtype=np.float64).reshape(-1)
@@ -103,7 +112,12 @@ def check_weights(w, name: str = 'weights') -> np.ndarray:
     return a / a.sum()
 
 # %% ../../nbs/mix/37a_mix_order.ipynb #d1a7e002
-def floor_sum(n, m: int, a: int, b) -> np.ndarray:
+def floor_sum(
+    n,  # terms summed (int64 array-like, >= 0)
+    m: int,  # the divisor (>= 1)
+    a: int,  # the slope (>= 0)
+    b,  # the offset (int64 array-like, >= 0; broadcast to `n`)
+) -> np.ndarray:
     "sum(floor((a * i + b) / m) for i in range(n)), elementwise over int64 arrays `n` and `b` (n, a, b >= 0; m >= 1; a * n + b < 2^62): the Euclid-like reduction, a few dozen vector steps."
     n, b = np.array(n, np.int64, ndmin=1), np.broadcast_to(np.asarray(b, np.int64), np.shape(n)).copy()
     m, a = np.full(n.shape, m, np.int64), np.full(n.shape, a, np.int64)
@@ -166,7 +180,10 @@ class MixCounts:
         k = int(np.searchsorted(self.schedule.steps, T, side='right')) - 1
         return self._in_span(k, T - int(self.schedule.steps[k]), r)
 
-    def counts(self, g: int) -> np.ndarray:
+    def counts(
+        self,
+        g: int,  # a grid point: a position of the epoch where a block starts
+    ) -> np.ndarray:
         "Per-entry samples taken before grid point `g` of the epoch (int64; the last few made are kept)."
         got = self._n.pop(g, None)
         if got is None:
@@ -176,7 +193,10 @@ class MixCounts:
             self._n.popitem(last=False)
         return got
 
-    def start(self, g: int) -> int:
+    def start(
+        self,
+        g: int,  # a grid point: a position of the epoch where a block starts
+    ) -> int:
         "The position grid point `g`'s block starts at: the entries' counts before it, summed."
         return int(self.counts(g).sum())
 
@@ -193,7 +213,10 @@ class MixCounts:
         base = int(steps[k]) * sps
         return base + ((G - base) // h + after) * h - self._origin
 
-    def grid_after(self, g: int) -> int:
+    def grid_after(
+        self,
+        g: int,  # a grid point: a position of the epoch where a block starts
+    ) -> int:
         "The next grid point after `g`: the next multiple of `BLOCK`, schedule point or ramp grid point."
         nxt = [(g // BLOCK + 1) * BLOCK]
         i = bisect.bisect_right(self._points, g)
@@ -201,7 +224,10 @@ class MixCounts:
         ramp = self._ramp_grid(g, True)
         return min(nxt + ([ramp] if ramp is not None else []))
 
-    def grid_at(self, x: int) -> int:
+    def grid_at(
+        self,
+        x: int,  # a position of the epoch
+    ) -> int:
         "The last grid point at or before position `x` (0 is one)."
         at = [x // BLOCK * BLOCK]
         i = bisect.bisect_right(self._points, x)
@@ -209,7 +235,10 @@ class MixCounts:
         ramp = self._ramp_grid(x, False)
         return max(at + ([ramp] if ramp is not None else []))
 
-    def block_of(self, p: int) -> int:
+    def block_of(
+        self,
+        p: int,  # a position of the epoch
+    ) -> int:
         "The grid point whose block holds position `p`: the last one starting at or before it."
         g = self.grid_at(p)
         while g > 0 and self.start(g) > p:
@@ -218,7 +247,10 @@ class MixCounts:
             g = nxt
         return g
 
-    def block(self, g: int) -> tuple:
+    def block(
+        self,
+        g: int,  # a grid point: a position of the epoch where a block starts
+    ) -> tuple:
         "Grid point `g`'s block: (first position, length, counts at its end, its quotas' running sum, step, phase)."
         if self._blk[0] == g:
             return self._blk[1]
@@ -235,7 +267,11 @@ class MixCounts:
         self._blk = (g, (b0, L, n1, Q, a, phase))
         return self._blk[1]
 
-    def place(self, g: int, p: np.ndarray) -> tuple:
+    def place(
+        self,
+        g: int,  # the block's grid point (`block_of`)
+        p: np.ndarray,  # positions in that block, sorted (int64 array)
+    ) -> tuple:
         "(entries, occurrences) at positions `p` (sorted) of block `g`: each position's slot (the rotation `p * a + phase` mod the block's length), the entry whose quota holds the slot, and how many of that entry came before it (before the block: its count; in the block: the positions before it whose slots fall in the entry's quota, counted in closed form, or by a sort when most of the block is asked for)."
         b0, L, n1, Q, a, phase = self.block(g)
         slot = ((p - b0) * a + phase) % L
@@ -301,14 +337,23 @@ class MixOrder(MixCounts):
         )  # the run `__getitem__` read last: first position, end, samples
         self.stride = 1  # positions apart that `__getitem__` reads (a rank's: the sampler sets its world size)
 
-    def sample(self, s, rep, m) -> np.ndarray:
+    def sample(
+        self,
+        s,  # entries (array-like)
+        rep,  # passes over each entry, from 0 (array-like)
+        m,  # places in the entry's order, 0 to its length - 1 (array-like)
+    ) -> np.ndarray:
         "Sample `m` of entry `s`'s order in pass `rep` (arrays broadcast together): a keyed bijection of the entry's samples, per entry and pass (one source reached twice is read in two orders)."
         s, rep = np.asarray(s, np.int64), np.asarray(rep, np.int64)
         with np.errstate(over='ignore'):
             key = mix64(mix64(self._key ^ s.astype(np.uint64)) + rep.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
         return permute_keyed(m, self.lengths[s], key)
 
-    def permutation(self, s: int, rep: int) -> np.ndarray:
+    def permutation(
+        self,
+        s: int,  # the entry
+        rep: int,  # the pass over it, from 0
+    ) -> np.ndarray:
         "Entry `s`'s samples in pass `rep`, listed (for a look: the order itself never lists them)."
         return self.sample(s, rep, np.arange(int(self.lengths[s]), dtype=np.int64))
 
@@ -335,7 +380,10 @@ class MixOrder(MixCounts):
         s, occ = self.place(g, np.arange(b0, b0 + L, dtype=np.int64))
         return min(self.nominal, b0 + int(np.flatnonzero(occ >= self.lengths[s])[0]))
 
-    def places(self, positions) -> tuple:
+    def places(
+        self,
+        positions,  # positions of the epoch (array-like, any order)
+    ) -> tuple:
         "(entries, occurrences) at `positions` (array-like, any order), a block at a time."
         pos = np.asarray(positions, np.int64).reshape(-1)
         by = np.argsort(pos, kind='stable')
@@ -349,16 +397,26 @@ class MixOrder(MixCounts):
             i = j
         return ent, occ
 
-    def sources(self, positions) -> np.ndarray:
+    def sources(
+        self,
+        positions,  # positions of the epoch (array-like, any order)
+    ) -> np.ndarray:
         "The entry taken at each of `positions`."
         return self.places(positions)[0]
 
-    def flat_of(self, s, occ) -> np.ndarray:
+    def flat_of(
+        self,
+        s,  # entries (array-like)
+        occ,  # each one's occurrence: how many of it came before (array-like)
+    ) -> np.ndarray:
         "The flat indices (entry start + the entry's sample in its order) of entries `s` at occurrences `occ`."
         n = self.lengths[s]
         return self.starts[s] + self.sample(s, occ // n, occ % n)  # each position's pass and place in it
 
-    def __getitem__(self, p: int) -> int:
+    def __getitem__(
+        self,
+        p: int,  # a position of the epoch, 0 to `len - 1`
+    ) -> int:
         "The flat index (into the concatenated entries) at position `p` of the epoch: computed for the run of positions `stride` apart from `p` to its block's end (a rank's), kept as a list: a sample costs a list read."
         k = (p - self._first) // self.stride
         if p < self._first or p >= self._stop_at or (p - self._first) % self.stride:
@@ -377,7 +435,10 @@ class MixOrder(MixCounts):
         arrays += [x for x in (self._blk[1] or ()) if isinstance(x, np.ndarray)]
         return sum(x.nbytes for x in arrays) + 8 * len(self._list)
 
-    def locate(self, positions) -> tuple:
+    def locate(
+        self,
+        positions,  # positions of the epoch (array-like, any order)
+    ) -> tuple:
         "(entries, flat indices) at `positions` (array-like)."
         s, occ = self.places(positions)
         return s, self.flat_of(s, occ)

@@ -56,7 +56,10 @@ class LabelMap:
             )
         self.spec, self.where = spec, where
 
-    def one(self, c: int) -> int:
+    def one(
+        self,
+        c: int,  # a class index of this source (>= 0)
+    ) -> int:
         s = self.spec
         try:
             return (
@@ -67,7 +70,10 @@ class LabelMap:
                 f'class {c} of {self.where} has no entry in its labels map: add it (or drop the class)'
             ) from None
 
-    def __call__(self, t):
+    def __call__(
+        self,
+        t,  # a source's target: a class index, a list of them, or a dense vector (kept only unmapped)
+    ):
         "Target `t` in the mix's classes (-1, no label, kept)."
         if self.spec is None:
             return t
@@ -165,7 +171,10 @@ class MixReader(Reader):
     def __len__(self) -> int:
         return int(self.starts[-1])
 
-    def locate(self, i: int) -> tuple:
+    def locate(
+        self,
+        i: int,  # a flat index into the concatenated entries
+    ) -> tuple:
         "(entry, sample of that entry) of flat index `i`."
         s = bisect.bisect_right(self._starts, i) - 1
         return s, i - self._starts[s]
@@ -223,7 +232,13 @@ class MixedDataset(ImageDataset):
         self.schedule, self.exhausted, self.epoch_length, self.seed = schedule, exhausted, epoch_length, seed
         self.lanes, self.samples_per_step, self.on_mix_change = lanes, samples_per_step, on_mix_change
 
-    def order(self, seed: int, epoch: int, lanes: int, samples_per_step: int) -> MixOrder:
+    def order(
+        self,
+        seed: int,  # the run's seed (used when the mix has no seed of its own)
+        epoch: int,  # the epoch
+        lanes: int,  # the ranks the order is spread for (the run's first world size)
+        samples_per_step: int,  # global samples in a training step (the run's first global batch)
+    ) -> MixOrder:
         "The mix's order of `epoch` (the mix's own seed when it has one)."
         return MixOrder(
             self.reader.lengths, self.schedule, self.seed if self.seed is not None else seed, epoch, self.epoch_length,
@@ -246,7 +261,9 @@ class MixedDataset(ImageDataset):
         return f'MixedDataset({len(self.reader.readers)} sources, {len(self)} samples, {self.schedule!r}, exhausted={self.exhausted!r})'
 
 # %% ../../nbs/mix/37b_mixing.ipynb #f6fa52606d8c4a75a9b52967216f8f3f
-def stacked_labels(readers: Sequence[Reader]) -> list:
+def stacked_labels(
+    readers: Sequence[Reader],  # the sources' readers, in the mix's order
+) -> list:
     "labels='stack': each source's classes after the previous sources' (its offset: the classes before it)."
     out, at = [], 0
     for r in readers:
@@ -325,10 +342,16 @@ class MixSampler(Sampler):
         self.samples_per_step = dataset.samples_per_step or batch_size * num_replicas
         self._order = None
 
-    def set_epoch(self, epoch: int):
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch, from 0
+    ):
         self.epoch = epoch
 
-    def order(self, rep: int = 0) -> MixOrder:
+    def order(
+        self,
+        rep: int = 0,  # the pass over the epoch, from 0 (a repeat gets its own order)
+    ) -> MixOrder:
         "The order of epoch `self.epoch` (pass `rep`: an epoch read again gets another one), kept while it is asked for."
         key = (self.seed, self.epoch, rep, self.lanes, self.samples_per_step)
         if self._order is None or self._order[0] != key:
@@ -337,7 +360,10 @@ class MixSampler(Sampler):
             self._order[1].stride = self.num_replicas  # this rank reads positions W apart
         return self._order[1]
 
-    def global_order(self, rep: int = 0) -> tuple:
+    def global_order(
+        self,
+        rep: int = 0,  # the pass over the epoch, from 0 (a repeat gets its own order)
+    ) -> tuple:
         "(order, total, W, rank), as `timmdata.distributed_sampler.epoch_order` gives them."
         o = self.order(rep)
         return o, len(o), self.num_replicas, self.rank
@@ -377,12 +403,19 @@ def check_mix_order(
 class MixPlan(ResumableBatchSampler):
     "The batch plan of a mix: `ResumableBatchSampler`'s, its state holding the mix (refused when it changed: `MixChangedError`) and the geometry its order was spread for."
 
-    def state(self, last: Optional[BatchMark] = None) -> dict:
+    def state(
+        self,
+        last: Optional[BatchMark] = None,  # the batch delivered last; None: the start of the current or next pass
+    ) -> dict:
         s = self.sampler
         mix = dict(mix=s.dataset.fingerprint(), lanes=s.lanes, samples_per_step=s.samples_per_step, mix_order=MIX_ORDER)
         return super().state(last) | plain_state(mix)
 
-    def load_state(self, sd: dict, advance_done: bool = False):
+    def load_state(
+        self,
+        sd: dict,  # a dict from `state()` (untrusted: every field is checked)
+        advance_done: bool = False,  # True: a state saved at its pass's end resumes at the next epoch
+    ):
         "Continue from `sd`: the order's lanes and step size as saved (any world size reads on); another mix refused, unless the mix says 'continue'."
         check_state(sd)
         s, mine = self.sampler, self.sampler.dataset.fingerprint()

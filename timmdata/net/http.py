@@ -24,7 +24,9 @@ DRAIN_BYTES = 64 << 20  # at close, the most bytes of a shard's rest read to com
 DRAIN_SECONDS = 30.0  # ... and the most seconds
 
 
-def public_url(url) -> str:
+def public_url(
+    url,  # a path or URL, or any object (shown as its str)
+) -> str:
     "`url` as shown in messages: without a user:password part or a query string (presigned URLs carry secrets there)."
     return re.sub(r'^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@', r'\1', str(url)).split('?', 1)[0]
 
@@ -37,7 +39,10 @@ class BadAnswerError(OSError):
     "A server's answer timmdata will not read: a length not written in ASCII digits, a ranged answer that is not the range asked or is longer than it."
 
 
-def check_seconds(v, param: str) -> float:
+def check_seconds(
+    v,  # the value given: an int or float > 0 (a bool is refused)
+    param: str,  # the parameter's name, for the error message
+) -> float:
     "`v` as seconds, checked: a number > 0."
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
         raise ValueError(f'{param} must be a number of seconds > 0; got {v!r}')
@@ -60,7 +65,10 @@ class Deadline:
     def left(self) -> float:
         return self.at - time.monotonic()
 
-    def shorten(self, seconds: float):
+    def shorten(
+        self,
+        seconds: float,  # the most seconds from now the deadline may end (an earlier end stays)
+    ):
         "End at most `seconds` from now (a drain on close)."
         self.at = min(self.at, time.monotonic() + seconds)
 

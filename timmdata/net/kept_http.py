@@ -166,7 +166,7 @@ def _ranged_answer(
 
 def kept_get(
     url: str,  # an http(s) URL
-    start: int,
+    start: int,  # the offset in bytes of the first byte asked
     n: int,  # the bytes asked (at least one)
     timeout: float = 60.0,  # seconds a connection may stall
     deadline: float = REQUEST_DEADLINE,  # seconds the request may take in all
@@ -238,8 +238,8 @@ COALESCE_BYTES = 1 << 20  # the most one such request reads (a single longer rea
 
 def coalesce(
     reads: list,  # (file, offset, length) of each read
-    gap: int = COALESCE_GAP,
-    most: int = COALESCE_BYTES,  # the largest gap between two reads of a request, the most a request reads
+    gap: int = COALESCE_GAP,  # the largest gap in bytes bridged between two reads of a request
+    most: int = COALESCE_BYTES,  # the most bytes one request reads
 ) -> tuple:
     "(requests, where): `requests` the (file, offset, length) to ask, `where[i]` read i's (request, its offset in that request's bytes). A gap is bridged when at most `gap` and 1/16 of the read after it (8 bytes at least: a length prefix): at most 1/16 more bytes than the reads."
     requests, where = [], [None] * len(reads)

@@ -65,13 +65,17 @@ def parse_size(
 _SCHEME = re.compile(r'^([a-zA-Z][a-zA-Z0-9+.-]+)://')
 
 
-def is_remote(url: str) -> bool:
+def is_remote(
+    url: str,  # a shard's path or URL
+) -> bool:
     "A shard read over a URL (http(s)://, s3://, any fsspec URL): not a local path, `file://` or `pipe:` command."
     m = _SCHEME.match(str(url))
     return m is not None and m.group(1).lower() != 'file'
 
 
-def cache_name(url: str) -> str:
+def cache_name(
+    url: str,  # the shard's URL (its query string and user:password are left out of the name)
+) -> str:
     "The cache's file name stem for `url`: a hash of the URL (without its query string or user:password) and its base name."
     clean = re.sub(r'^([a-zA-Z][a-zA-Z0-9+.-]+://)[^/@]*@', r'\1', str(url)).split('?', 1)[0]
     base = re.sub(r'[^A-Za-z0-9._-]', '_', clean.rstrip('/').rsplit('/', 1)[-1])[-80:].lstrip('.') or 'shard'
@@ -182,7 +186,9 @@ def _after_fork_child():
 os.register_at_fork(before=_MUTEX.acquire, after_in_parent=_MUTEX.release, after_in_child=_after_fork_child)
 
 
-def open_held(path: str) -> int:
+def open_held(
+    path: str,  # the lock file to open (created if missing)
+) -> int:
     "A lock file's fd, noted so that a forked child closes its copy."
     with _MUTEX:
         fd = _open_lock(path)
@@ -190,7 +196,9 @@ def open_held(path: str) -> int:
         return fd
 
 
-def close_held(fd: int):
+def close_held(
+    fd: int,  # a file descriptor `open_held` returned (one it did not is left open)
+):
     with _MUTEX:
         if fd in _HELD:
             _HELD.discard(fd)
@@ -209,10 +217,10 @@ def _allocate(fd: int, start: int, n: int):
 
 # %% ../../nbs/net/21_shard_cache.ipynb #6a7118de
 def wait_lock(
-    fd: int,
-    seconds: float,
-    url: str,
-    path: str,
+    fd: int,  # the lock file's descriptor (`open_held`)
+    seconds: float,  # the most seconds to wait for the lock
+    url: str,  # the shard the lock guards, as the error names it
+    path: str,  # the lock file, as the error names it
     doing: str = 'downloading it',  # what the holder is doing, as the error says it
     where: str = 'shard cache',  # the error's first words: the part of timmdata that waited
     knob: Optional[str] = 'lock_wait',  # the argument that sets `seconds`; None: a fixed deadline
@@ -606,11 +614,17 @@ class ShardCache(_Folder):
         "Shards fetched ahead of the one being read (its prefetcher's)."
         return self.prefetcher.prefetch
 
-    def plan(self, order):
+    def plan(
+        self,
+        order,  # the shard URLs this process will read, in reading order
+    ):
         "The shards this process will read, in order (a worker's share of an epoch): each one opened prefetches the next."
         self.prefetcher.plan(order)
 
-    def path(self, url: str) -> Optional[str]:
+    def path(
+        self,
+        url: str,  # the shard's URL
+    ) -> Optional[str]:
         "The complete cached copy of `url` (a regular file named as the cache names it), or None."
         stem = cache_name(url)
         for f in os.listdir(self.dir):
@@ -651,7 +665,12 @@ class ShardCache(_Folder):
         want = int(_SHARD_FILE.fullmatch(os.path.basename(p)).group(2))
         return st.st_size == want and (size is None or want == size)
 
-    def __call__(self, url: str, timeout: float = 60.0, size: Optional[int] = None):
+    def __call__(
+        self,
+        url: str,  # the shard's path or URL
+        timeout: float = 60.0,  # seconds a connection may stall, passed to the opener
+        size: Optional[int] = None,  # the shard's size in bytes when known (None: from the server's answer)
+    ):
         "A stream of shard `url`: the cached copy, else the source read through into the cache (local shards: the source)."
         if not is_remote(url):
             return self.opener(url, timeout)
@@ -725,12 +744,19 @@ class ShardPrefetcher:
     def __getstate__(self):
         return {**self.__dict__, '_q': None, '_thread': None}  # a DataLoader worker starts its own thread
 
-    def plan(self, order):
+    def plan(
+        self,
+        order,  # the shard URLs this process will read, in reading order
+    ):
         "The shards this process will read, in order (a worker's share of an epoch): each one opened prefetches the next."
         self.order = list(order)
         self._pos = {u: i for i, u in enumerate(self.order)}  # a shard listed twice: what follows its last place
 
-    def after(self, url: str, timeout: float):
+    def after(
+        self,
+        url: str,  # the shard being opened now: the ones after it in the plan are fetched
+        timeout: float,  # seconds a connection may stall, for each fetch
+    ):
         "Fetch the shards after `url` in the plan into the cache in the background (errors there are left to the reader that opens them later)."
         i = self._pos.get(url)
         self._at = -1 if i is None else i  # where the reader is: a queued shard it has reached is not fetched late

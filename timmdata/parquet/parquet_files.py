@@ -25,15 +25,22 @@ _LAYOUTS = (
 )
 
 
-def natural_key(s: str):
+def natural_key(
+    s: str,  # a file name: its runs of digits compare as numbers
+):
     return [int(t) if t.isdigit() else t for t in re.split(r'(\d+)', s)]
 
 
-def is_pattern(split: str) -> bool:
+def is_pattern(
+    split: str,  # a split's name, or a glob or brace pattern of files
+) -> bool:
     return any(c in split for c in '*?[{') or split.endswith('.parquet')
 
 
-def match_split(names: list, split: str) -> list:
+def match_split(
+    names: list,  # the Parquet files' names relative to the dataset's root
+    split: str,  # a split's name ('train', 'validation'...), or a glob or brace pattern of files
+) -> list:
     "The relative names among `names` that make `split`: a glob or brace pattern as given, else the Hub's layouts (`data/{split}-00000-of-00004.parquet`, `{config}/{split}/0000.parquet`...) for the split or a synonym (validation: val...), the first layout that matches."
     import fnmatch
 
@@ -48,7 +55,9 @@ def match_split(names: list, split: str) -> list:
     return []
 
 
-def local_names(root: str) -> list:
+def local_names(
+    root: str,  # a local folder
+) -> list:
     "The relative names of the Parquet files under the local folder `root` (three levels down at most, links out of it skipped)."
     from timmdata.core.untrusted import inside
 
@@ -74,12 +83,12 @@ def write_sample_parquet(
     folder,  # where `data/` is written
     samples: list,  # (image bytes, label) pairs
     classes: list,  # class names (the ClassLabel's)
-    split: str = 'train',
+    split: str = 'train',  # the split's name, in each file's name (`data/{split}-00000-of-00002.parquet`)
     files: int = 2,  # files the rows are split over
-    row_group_size: int = 100,
+    row_group_size: int = 100,  # rows per row group
     compression: str = 'none',  # 'none', 'snappy', 'zstd', 'gzip': the image column's pages
     use_dictionary: bool = False,  # dictionary-encode the image column (pyarrow's default is True)
-    data_page_version: str = '1.0',
+    data_page_version: str = '1.0',  # Parquet's data page version: '1.0' or '2.0'
 ) -> list:
     "Writes `samples` as Parquet files in the Hub's layout with `datasets`' schema metadata; returns their paths."
     pa = need_pyarrow()

@@ -26,7 +26,7 @@ _RANGE = re.compile(r'bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20})')
 
 def read_tail(
     url: str,  # an http(s) URL
-    n: int = TAIL_BYTES,
+    n: int = TAIL_BYTES,  # the bytes of the tail to read
     timeout: float = 60.0,  # seconds a connection may stall
 ) -> Optional[tuple]:
     "(the file's size, its last `n` bytes, or all of it when shorter) in one ranged GET of its tail (`Range: bytes=-n`); None when the server does not answer that as asked."
@@ -45,11 +45,11 @@ def read_tail(
 
 
 def fetch_footer(
-    url: str,
+    url: str,  # the file's http(s) URL
     read_at,  # read_at(offset, n): a ranged read of the file, with retries and named errors
     size_of,  # size_of(url): the file's size, with retries and named errors
     where: str,  # the file, as errors name it
-    timeout: float = 60.0,
+    timeout: float = 60.0,  # seconds a connection may stall
 ) -> tuple:
     "(size, footer) of a remote Parquet file: one request (`read_tail`) when the server answers it, else two (`size_of`, then `parquet_format.footer_bytes`); a footer over `TAIL_BYTES`: one read more."
     got = read_tail(url, TAIL_BYTES, timeout)
@@ -97,7 +97,10 @@ class KeptFooters:
     def _path(self, url: str) -> str:
         return os.path.join(self.folder, self._name(url))
 
-    def read(self, url: str) -> Optional[tuple]:
+    def read(
+        self,
+        url: str,  # the file's URL
+    ) -> Optional[tuple]:
         "(size, footer) of the kept copy of `url`'s footer, or None (none, a link, another user's file, or not whole)."
         try:
             with self._dir(make=False) as d:
@@ -118,7 +121,12 @@ class KeptFooters:
             return None
         return int.from_bytes(blob[32:40], 'little'), bytes(blob[40:])
 
-    def write(self, url: str, size: int, footer: bytes):
+    def write(
+        self,
+        url: str,  # the file's URL
+        size: int,  # the file's size in bytes
+        footer: bytes,  # its footer's bytes (`footer_bytes`)
+    ):
         "Keep `url`'s footer (a full disk: not kept, read again where needed)."
         data = int(size).to_bytes(8, 'little') + footer
         try:
@@ -129,7 +137,10 @@ class KeptFooters:
         except OSError:
             pass
 
-    def forget(self, url: str):
+    def forget(
+        self,
+        url: str,  # the file's URL
+    ):
         "Drop the kept footer of `url` (the file changed since it was read): the next source reads it again."
         try:
             with self._dir(make=False) as d:
@@ -138,7 +149,11 @@ class KeptFooters:
         except OSError:
             pass
 
-    def footers(self, urls: list, fetch) -> list:
+    def footers(
+        self,
+        urls: list,  # the files' URLs
+        fetch,  # fetch(url): (size, footer) of a file whose footer is not kept
+    ) -> list:
         "(size, footer) of each of `urls`: its kept copy, else `fetch(url)` (8 at a time) by one process of the node, which keeps it while the others wait on its lock."
         got = [self.read(u) for u in urls]
         if None not in got:
@@ -169,7 +184,14 @@ class FooterSpans:
     remedy = 'the file changed after its footer was read: restart the stream (its footer is read again)'
 
     def __init__(
-        self, lengths: list, sizes: list, groups: list, kept: Optional[KeptFooters] = None, urls: Optional[list] = None
+        self,
+        lengths: list,  # each file's rows, in the source's order
+        sizes: list,  # each file's size in bytes
+        groups: list,  # each file's row groups' row counts
+        kept: Optional[
+            KeptFooters
+        ] = None,  # the node's kept footers, dropped for a file found changed; None: none kept
+        urls: Optional[list] = None,  # each file's URL, as `kept` names them
     ):
         self.lengths, self.sizes, self.groups = lengths, sizes, groups  # groups: each file's row groups' row counts
         self.kept, self.urls = kept, urls
@@ -177,7 +199,10 @@ class FooterSpans:
     def __len__(self):
         return len(self.lengths)
 
-    def layout(self, s: int) -> np.ndarray:
+    def layout(
+        self,
+        s: int,  # the file's index in the source's `.shards`
+    ) -> np.ndarray:
         n = np.asarray(self.groups[s], np.int64)
         g = np.repeat(np.arange(len(n)), n)
         rows = np.zeros((int(n.sum()), ROW_FIELDS), np.int64)
@@ -187,10 +212,17 @@ class FooterSpans:
 
     __getitem__ = layout
 
-    def sized(self, s: int) -> tuple:
+    def sized(
+        self,
+        s: int,  # the file's index in the source's `.shards`
+    ) -> tuple:
         return self.layout(s), self.sizes[s]
 
-    def forget(self, s: int, rows) -> bool:
+    def forget(
+        self,
+        s: int,  # the file's index in the source's `.shards`
+        rows,  # the rows of `layout(s)` a read found stale
+    ) -> bool:
         if self.kept is not None:
             self.kept.forget(self.urls[s])
         return False  # read again only by a new source
@@ -201,10 +233,19 @@ class IndexSpans(FooterSpans):
 
     remedy = f'write the index again with `timmdata index` (or delete {PARQUET_INDEX_FILE})'
 
-    def __init__(self, lengths: list, sizes: list, tables: list, max_defs: list):
+    def __init__(
+        self,
+        lengths: list,  # each file's rows, in the source's order
+        sizes: list,  # each file's size in bytes, as the index states it
+        tables: list,  # each file's (rows, `ROW_FIELDS`) int64 rows from the index: each row's read and label
+        max_defs: list,  # each file's image column's most definition level, as the index states it
+    ):
         self.lengths, self.sizes, self.tables, self.max_defs, self.kept = lengths, sizes, tables, max_defs, None
 
-    def layout(self, s: int) -> np.ndarray:
+    def layout(
+        self,
+        s: int,  # the file's index in the source's `.shards`
+    ) -> np.ndarray:
         return self.tables[s]
 
     __getitem__ = layout

@@ -30,7 +30,11 @@ __all__ = ['MAX_FOOTER_BYTES', 'MAX_PAGE_BYTES', 'MAX_ROW_GROUP_BYTES', 'MAX_THR
 class ParquetError(ShardError):
     "A Parquet file that is damaged, hostile or not what its footer or the dataset index says; the message names the file and what to do."
 
-    def __init__(self, msg: str = '', *args):
+    def __init__(
+        self,
+        msg: str = '',  # the message; one that ends 'a damaged or hostile Parquet file' gets what to do added
+        *args,  # passed to the exception, after the message
+    ):
         if isinstance(msg, str) and msg.endswith('a damaged or hostile Parquet file'):
             msg += ': download it again, or take it out of the folder'  # what to do, said once for every such finding
         super().__init__(msg, *args)
@@ -130,7 +134,11 @@ class _Thrift:
             last = fid
 
 
-def thrift_struct(buf, pos: int = 0, where: str = '<bytes>') -> tuple:
+def thrift_struct(
+    buf,  # the bytes (or a memoryview) holding the struct
+    pos: int = 0,  # where the struct starts in `buf`
+    where: str = '<bytes>',  # the file (and where in it), as errors name it
+) -> tuple:
     "(`{field id: value}`, end) of the Thrift compact-protocol struct at `buf[pos:]`: nested structs as dicts, lists and sets as lists, maps as lists of (key, value), binaries as bytes."
     r = _Thrift(buf, pos, where)
     return r.struct(), r.pos
@@ -152,7 +160,11 @@ _FIELDS = {  # a page's fields a read takes from its (type's) header: name, fiel
 }
 
 
-def page_header(buf, pos: int = 0, where: str = '<bytes>') -> dict:
+def page_header(
+    buf,  # the bytes (or a memoryview) holding the page
+    pos: int = 0,  # where the page's header starts in `buf`
+    where: str = '<bytes>',  # the file (and where in it), as errors name it
+) -> dict:
     "The fields of the Parquet `PageHeader` at `buf[pos:]` a read needs: `type`, sizes, `num_values`, `encoding`, the v2 level lengths and `is_compressed`, and `header_size`; each field's type and every size checked."
     h, end = thrift_struct(buf, pos, where)
     t, un, comp = h.get(1), h.get(2), h.get(3)
@@ -181,7 +193,12 @@ def page_header(buf, pos: int = 0, where: str = '<bytes>') -> dict:
     return out
 
 # %% ../../nbs/parquet/26c_parquet_format.ipynb #504fb2a444614c0babb325280ed9130a
-def rle_levels(buf, n: int, bit_width: int, where: str = '<bytes>') -> np.ndarray:
+def rle_levels(
+    buf,  # the encoded levels (no 4-byte length prefix)
+    n: int,  # how many levels to decode
+    bit_width: int,  # bits a level, 0 to 32 (0: every level is 0, nothing read)
+    where: str = '<bytes>',  # the file (and where in it), as errors name it
+) -> np.ndarray:
     "`n` levels of Parquet's RLE/bit-packed hybrid encoding from `buf` (no length prefix), as an int array; a bit width over 32 (Parquet's widest: a dictionary index) or a value past 2^31 is a `ParquetError`."
     if not (
         isinstance(n, (int, np.integer))
@@ -221,7 +238,11 @@ def rle_levels(buf, n: int, bit_width: int, where: str = '<bytes>') -> np.ndarra
     return out
 
 
-def plain_offsets(buf, n: int, where: str = '<bytes>') -> np.ndarray:
+def plain_offsets(
+    buf,  # the page's values region
+    n: int,  # how many values the page states
+    where: str = '<bytes>',  # the file (and where in it), as errors name it
+) -> np.ndarray:
     "(offset, length) of each of `n` PLAIN `BYTE_ARRAY` values in `buf` (each a 4-byte length, then its bytes): an (n, 2) array, every value inside `buf`; `n` checked against the bytes first (4 a value at least)."
     size = len(buf)
     if not (isinstance(n, (int, np.integer)) and 0 <= n <= size // 4):
@@ -245,7 +266,11 @@ def plain_offsets(buf, n: int, where: str = '<bytes>') -> np.ndarray:
 _TAIL = 64 << 10  # the bytes of a file's tail read first: its footer, usually whole
 
 
-def footer_bytes(read_at, size: int, where: str) -> bytes:
+def footer_bytes(
+    read_at,  # read_at(offset, n): n bytes of the file from offset
+    size: int,  # the file's size in bytes
+    where: str,  # the file, as errors name it
+) -> bytes:
     "The footer of a Parquet file of `size` bytes (its metadata, length and `PAR1`), read by `read_at(offset, n)`: one read of the tail, two for a footer over 64 KiB; its length checked first."
     if size < 12:
         raise ParquetError(f'{where} is {size} bytes: too short for a Parquet file (a partial download?)')
@@ -266,7 +291,11 @@ def footer_bytes(read_at, size: int, where: str) -> bytes:
 class RangedFile(io.RawIOBase):
     "A read-only, seekable file of `size` bytes read by `read_at(offset, n)`: what pyarrow reads a row group through, over HTTP too."
 
-    def __init__(self, read_at, size: int):
+    def __init__(
+        self,
+        read_at,  # read_at(offset, n): n bytes of the file from offset
+        size: int,  # the file's size in bytes
+    ):
         self.read_at, self.size, self.pos = read_at, size, 0
 
     def readable(self):
@@ -278,18 +307,28 @@ class RangedFile(io.RawIOBase):
     def tell(self):
         return self.pos
 
-    def seek(self, off, whence=0):
+    def seek(
+        self,
+        off,  # the offset in bytes
+        whence=0,  # 0: from the start, 1: from here, 2: from the end (io's)
+    ):
         self.pos = off if whence == 0 else self.pos + off if whence == 1 else self.size + off
         return self.pos
 
-    def read(self, n: int = -1) -> bytes:
+    def read(
+        self,
+        n: int = -1,  # the most bytes to read; -1 or None: to the end
+    ) -> bytes:
         "At most `n` bytes from here, asked of `read_at` as they are: nothing allocated for a size pyarrow states."
         n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
         data = self.read_at(self.pos, n) if n > 0 else b''
         self.pos += len(data)
         return data
 
-    def readinto(self, b):
+    def readinto(
+        self,
+        b,  # a writable buffer, filled from here (as far as the file goes)
+    ):
         n = max(0, min(len(b), self.size - self.pos))
         data = self.read_at(self.pos, n) if n else b''
         b[: len(data)] = data
@@ -297,7 +336,10 @@ class RangedFile(io.RawIOBase):
         return len(data)
 
 
-def parse_footer(footer: bytes, where: str):
+def parse_footer(
+    footer: bytes,  # the footer's bytes, as `footer_bytes` gives them
+    where: str,  # the file, as errors name it
+):
     "pyarrow's `FileMetaData` of a footer (`footer_bytes`), every column chunk's metadata checked by pyarrow where its refusal can be caught (before its accessors, which end the process on one); pyarrow's refusal named as a `ParquetError`."
     pa = need_pyarrow()
     # a file pyarrow may seek in but never read: a read gives no bytes (pyarrow then fails as at the end of a file)
@@ -317,7 +359,16 @@ def parse_footer(footer: bytes, where: str):
     return md
 
 # %% ../../nbs/parquet/26c_parquet_format.ipynb #8a65eabff63a45729fe45fb5ade58bdc
-def find_columns(md, image_column: Optional[str], label_column: Optional[str], where: str) -> dict:
+def find_columns(
+    md,  # the file's footer (pyarrow's `FileMetaData`)
+    image_column: Optional[
+        str
+    ],  # the image column's name; None: an `Image()` feature, else the first binary or {bytes, path} column
+    label_column: Optional[
+        str
+    ],  # the label column's name; None: a `ClassLabel`, else an int column named label, labels, cls or target
+    where: str,  # the file, as errors name it
+) -> dict:
     "Which columns hold the image and the label in a file's metadata `md`: the image a struct with a binary `bytes` field (as the Hub writes `Image()`) or a binary column, the label an integer column (a `ClassLabel` first, then one named label, labels, cls or target); named ones checked. Returns the names, the image's leaf column, and the class names a `ClassLabel` gives."
     pa = need_pyarrow()
     schema = md.schema.to_arrow_schema()
@@ -367,7 +418,13 @@ def find_columns(md, image_column: Optional[str], label_column: Optional[str], w
 ROWS_PER_BYTE = 8  # the most rows a byte of a row group's column data may hold (levels and indices, 8 to a byte)
 
 
-def check_footer(md, size: int, footer: int, col: int, where: str):
+def check_footer(
+    md,  # the file's footer (pyarrow's `FileMetaData`)
+    size: int,  # the file's size in bytes
+    footer: int,  # the footer's size in bytes, as `footer_bytes` read it
+    col: int,  # the image's leaf column (`find_columns`'s 'leaf')
+    where: str,  # the file, as errors name it
+):
     "Every row group's rows and its image column chunk checked against the file before anything is sized by them: sizes >= 0, the chunk inside the file before its footer, at most `MAX_ROW_GROUP_BYTES` uncompressed, at most `ROWS_PER_BYTE` rows a byte of its column chunks (and of the file's data); else `ParquetError`."
     end, total = size - footer, 0
     for g in range(md.num_row_groups):
@@ -414,7 +471,12 @@ MIN_PAGE_VALUES = (
 )  # values any page may state; more only at ROWS_PER_BYTE a byte of the page (or as its caller allows)
 
 
-def decompress(body, codec: int, size: int, where: str) -> bytes:
+def decompress(
+    body,  # the page's stored body
+    codec: int,  # an index into `CODECS` (0: uncompressed, returned as it is)
+    size: int,  # the uncompressed size in bytes the page header states
+    where: str,  # the file (and where in it), as errors name it
+) -> bytes:
     "A page body of codec `CODECS[codec]` decompressed to its stated `size` (at most `MAX_PAGE_BYTES`) by pyarrow, which never writes past `size`: a bomb (more), a short page (less, where the codec says: ZSTD, SNAPPY) or an unknown codec is a `ParquetError`."
     if not (isinstance(codec, (int, np.integer)) and 0 <= codec < len(CODECS)):
         raise ParquetError(f'{where}: codec {codec!r} is none of {CODECS}: a damaged or hostile index or Parquet file')
@@ -448,7 +510,14 @@ def _check_count(n: int, nbytes: int, max_values: Optional[int], where: str):
         )
 
 
-def page_values(h: dict, body, codec: int, max_def: int, where: str, max_values: Optional[int] = None) -> tuple:
+def page_values(
+    h: dict,  # the page's header (`page_header`)
+    body,  # the page's stored body
+    codec: int,  # the column chunk's codec, an index into `CODECS`
+    max_def: int,  # the column's most definition level (0: no levels stored)
+    where: str,  # the file (and where in it), as errors name it
+    max_values: Optional[int] = None,  # the most values the page may state; None: `ROWS_PER_BYTE` a byte of it
+) -> tuple:
     "(values region, offset of that region in the stored body or None when decompressed, definition levels or None) of a page with header `h` and stored body `body`; its values counted against its bytes before its levels are read (`max_values`: the most the caller allows, None: `ROWS_PER_BYTE` a byte, `MIN_PAGE_VALUES` at least)."
     if h['type'] == 'dictionary':
         return (body, 0, None) if codec == 0 else (decompress(body, codec, h['uncompressed'], where), None, None)
@@ -478,7 +547,12 @@ def page_values(h: dict, body, codec: int, max_def: int, where: str, max_values:
     return data, at, defs
 
 # %% ../../nbs/parquet/26c_parquet_format.ipynb #8309879909854d7188b41380fd92a7c3
-def walk_pages(chunk, start: int, where: str, limit: int = MAX_ROW_GROUP_BYTES) -> Iterator[tuple]:
+def walk_pages(
+    chunk,  # a column chunk's bytes, as stored
+    start: int,  # the chunk's first byte in the file, for messages
+    where: str,  # the file (and where in it), as errors name it
+    limit: int = MAX_ROW_GROUP_BYTES,  # the most uncompressed bytes the chunk's pages may state together
+) -> Iterator[tuple]:
     "(offset in `chunk`, header, stored body) of each page of a column chunk's bytes `chunk` (at byte `start` of the file): every page inside the chunk, their uncompressed sizes at most `limit` together; else `ParquetError`."
     pos, un, size = 0, 0, len(chunk)
     while pos < size:
@@ -500,13 +574,13 @@ def walk_pages(chunk, start: int, where: str, limit: int = MAX_ROW_GROUP_BYTES) 
 
 def chunk_rows(
     read_at,  # read_at(offset, n): bytes of the file
-    start: int,
-    size: int,  # the column chunk's first byte and stored size (from the footer)
+    start: int,  # the column chunk's first byte in the file (from the footer)
+    size: int,  # the column chunk's stored size in bytes (from the footer)
     num_rows: int,  # rows in the row group
     codec: int,  # index into `CODECS`; -1: one pyarrow reads but pages cannot be read alone (a row group read)
-    max_def: int,
-    max_rep: int,  # the image column's levels (from the footer's schema)
-    where: str,
+    max_def: int,  # the image column's most definition level (from the footer's schema)
+    max_rep: int,  # the image column's most repetition level (> 0: every row is read with its row group)
+    where: str,  # the file (and where in it), as errors name it
 ) -> np.ndarray:
     "The (num_rows, 4) rows (kind, a, b, slot) of a row group's image column chunk: `EXACT` (a: offset in the file, b: length), `PAGE` (a: the page's offset, b: its bytes, slot), `NULL`; all `GROUP` where its pages cannot be read alone. Checked against the footer (whose rows `check_footer` bounds by its bytes): the pages end where the chunk does and hold `num_rows` values."
     out = np.zeros((num_rows, 4), np.int64)
@@ -574,7 +648,7 @@ def group_reads(
     md,  # its footer (pyarrow's `FileMetaData`, checked by `check_footer`)
     g: int,  # the row group
     columns: list,  # the names of the columns read (a struct's fields too)
-    where: str,
+    where: str,  # the file, as errors name it
 ):
     "A `read_at` for pyarrow's read of row group `g`'s `columns`: the column chunks they hold read here first (chunks 8 KiB apart or closer in one read, as pyarrow reads them) and their pages walked (`walk_pages`): inside the file, their values as many as the footer states, their uncompressed sizes at most what it states for the chunk (and `MAX_ROW_GROUP_BYTES`), before pyarrow decompresses any page as its header says. pyarrow's reads inside what was read here are answered from these bytes: read once, and the bytes checked are the bytes decoded."
     rg, chunks, held = md.row_group(g), [], []

@@ -39,7 +39,9 @@ MAX_INDEX_BYTES = 4 << 30  # the largest index read (4 GiB: 76 million rows)
 _DIGEST = re.compile('[0-9a-f]{32}')
 
 
-def row_mark(img) -> int:
+def row_mark(
+    img,  # the row's image bytes
+) -> int:
     "A row's mark: its image's length and the CRC-32 of the 64 bytes at its middle (compressed data: another image's differ), as one int64: what the index holds of each row's image and a read checks the image it got against."
     n = len(img)
     h = max(0, (n >> 1) - 32)
@@ -48,10 +50,10 @@ def row_mark(img) -> int:
 
 def file_digests(
     read_at,  # read_at(offset, n): bytes of the file
-    size: int,
+    size: int,  # the file's size in bytes
     footer: bytes,  # the file's footer (`footer_bytes`)
     md,  # and its metadata (`parse_footer`)
-    label_column: Optional[str],
+    label_column: Optional[str],  # the label column; None: no labels hashed
     where: str,  # the file, as errors name it
 ) -> list:
     "[the footer's digest, the label column's] of a Parquet file (SHA-256, 32 hex digits; the labels' '' without a label column): what the index records of each file besides its size. The label column's chunks are hashed as stored: one read of each, nothing decoded."
@@ -93,8 +95,8 @@ def _marks(pf, md, image_column: str, where: str) -> np.ndarray:
 
 def write_parquet_index(
     root,  # a local folder of Parquet files (the Hub's layout, or any)
-    image_column: Optional[str] = None,
-    label_column: Optional[str] = None,  # as `ParquetSource` finds them when None
+    image_column: Optional[str] = None,  # the image column; None: found as `ParquetSource` finds it
+    label_column: Optional[str] = None,  # the label column; None: found as `ParquetSource` finds it
     progress: bool = False,  # a line a file
 ) -> str:
     "Writes `PARQUET_INDEX_FILE` beside every Parquet file under `root`: each row's read (`chunk_rows`), label and mark (`row_mark`), each file's size, rows and digests (`file_digests`); returns its path."
@@ -182,7 +184,9 @@ def write_parquet_index(
     return out
 
 # %% ../../nbs/parquet/26cd_parquet_index.ipynb #f8eada0def324d5eb769f267a1a6ced3
-def rebuild_hint(root=None) -> str:
+def rebuild_hint(
+    root=None,  # the dataset's local folder or URL prefix; None: the command without a path
+) -> str:
     "What to do when the index beside `root` no longer matches its files: the command that writes it again (a local folder: its path; a URL: where the files are, then upload it with them)."
     root = None if root is None else str(root)
     if root is not None and url_scheme(root) == 'file':
@@ -197,7 +201,11 @@ def rebuild_hint(root=None) -> str:
     )
 
 
-def parse_parquet_index(blob: bytes, where: str, remedy: Optional[str] = None) -> tuple:
+def parse_parquet_index(
+    blob: bytes,  # the index file's bytes
+    where: str,  # the index file, as errors name it
+    remedy: Optional[str] = None,  # what errors say to do; None: `rebuild_hint()`
+) -> tuple:
     "(header, table) of an index file's bytes (the table `INDEX_FIELDS` int64 a row), checked: its JSON line and fields, the table's length and digest; else `ParquetError` ending with `remedy` (default: `rebuild_hint()`)."
     line, nl, body = blob.partition(b'\n')
     bad = lambda why: ParquetError(f'{where}: {why}; {remedy or rebuild_hint()}')
@@ -234,7 +242,12 @@ def parse_parquet_index(blob: bytes, where: str, remedy: Optional[str] = None) -
     return head, np.frombuffer(body, '<i8').reshape(n, INDEX_FIELDS)
 
 
-def read_parquet_index(root, timeout: float = 60.0, retries: int = 3, backoff: float = 0.25) -> Optional[tuple]:
+def read_parquet_index(
+    root,  # the dataset's local folder or URL prefix
+    timeout: float = 60.0,  # seconds a connection may stall
+    retries: int = 3,  # accepted for the other readers' signature: the one read is not retried
+    backoff: float = 0.25,  # accepted with `retries`: not used
+) -> Optional[tuple]:
     "(header, table) of the index beside `root` (a folder or URL prefix; one read), or None when it has none."
     url = join_url(root, PARQUET_INDEX_FILE)
     if url_scheme(url) == 'file':
@@ -260,7 +273,7 @@ def check_file(
     read_at,  # read_at(offset, n): bytes of the file
     size: int,  # its size (checked already against the index's)
     digests: list,  # what the index records of it (`file_digests`)
-    label_column: Optional[str],
+    label_column: Optional[str],  # the label column, as the index names it (None: none)
     where: str,  # the file, as errors name it
     remedy: str,  # what to do (`rebuild_hint`)
 ):

@@ -25,8 +25,8 @@ class ParquetImageReader(Reader):
         root,  # a local folder (or http(s) URL prefix with the index) of Parquet files, or a list of them
         split: str = 'train',  # a split of the Hub's layout (timm's synonyms too) or a glob / brace pattern
         class_map=None,  # not supported: the files hold class indices (remap them with target_transform)
-        image_column: Optional[str] = None,
-        label_column: Optional[str] = None,  # as `ParquetSource` finds them when None
+        image_column: Optional[str] = None,  # the image column; None: found as `ParquetSource` finds it
+        label_column: Optional[str] = None,  # the label column; None: found as `ParquetSource` finds it
     ):
         if not unset(class_map):
             raise ValueError(
@@ -80,13 +80,20 @@ class ParquetImageReader(Reader):
         s, m = self._locate(int(i))
         return f'{self._stems[s]}/{m}'
 
-    def filename(self, i: int, basename: bool = False, absolute: bool = False) -> str:
+    def filename(
+        self,
+        i: int,  # sample index
+        basename: bool = False,  # only the row number
+        absolute: bool = False,  # under the reader's root (`<root>/<file stem>/<row>`)
+    ) -> str:
         "`<file stem>/<row>` of sample `i` (basename: the row); absolute: under the reader's root."
         rel = self._filename(i)
         return rel.rsplit('/', 1)[-1] if basename else f'{self.root.rstrip("/")}/{rel}' if absolute else rel
 
 # %% ../../nbs/parquet/26e_parquet_reader.ipynb #681ac2f2
-def is_parquet_folder(root) -> bool:
+def is_parquet_folder(
+    root,  # a path to check
+) -> bool:
     "Whether `root` is a local folder of Parquet files: `*.parquet` or `data/*.parquet` in it, or the Parquet index."
     root = os.fspath(root)
     if not os.path.isdir(root):
@@ -96,7 +103,9 @@ def is_parquet_folder(root) -> bool:
     return any(glob.glob(os.path.join(glob.escape(root), d, '*.parquet')) for d in ('', 'data'))
 
 
-def parquet_splits(root) -> dict:
+def parquet_splits(
+    root,  # a local folder of Parquet files
+) -> dict:
     "{timm's split name: the split to read} for each of train, validation and test (or a synonym) that the folder's Parquet files hold."
     if not is_parquet_folder(root):
         return {}

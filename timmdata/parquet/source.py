@@ -106,7 +106,11 @@ class ParquetFiles:
         kw = dict(timeout=self.timeout, retries=self.retries, backoff=self.backoff, whole=self.whole)
         return lambda o, n: http_range(url, (o, n), **kw)[1] if n else b''
 
-    def metadata(self, s: int, read_at=None):
+    def metadata(
+        self,
+        s: int,  # the file's index in the source's `.shards`
+        read_at=None,  # read_at(offset, n): the file's bytes; None: this source's reads
+    ):
         "pyarrow's `FileMetaData` of file `s` (its footer kept from the start, or read now when the index was used)."
         md = self._md.get(s)
         if md is None:
@@ -125,7 +129,12 @@ class ParquetFiles:
                 )
         return md
 
-    def read_group(self, s: int, g: int, read_at=None) -> tuple:
+    def read_group(
+        self,
+        s: int,  # the file's index in the source's `.shards`
+        g: int,  # the row group, from 0
+        read_at=None,  # read_at(offset, n): the file's bytes; None: this source's reads
+    ) -> tuple:
         "(images, labels) of row group `g` of file `s`, read by pyarrow through `read_at` (default: this source's reads); a missing image None, a missing label -1."
         pa = need_pyarrow()
         read_at = read_at or self._read_at(s)
@@ -172,16 +181,16 @@ class ParquetSource(ParquetFiles):
             str
         ] = None,  # None: the `ClassLabel` feature, else an integer column named label, labels, cls or target
         num_samples: Optional[int] = None,  # samples in the split (default: the files' rows)
-        retries: int = 3,
-        backoff: float = 0.25,
-        timeout: float = 60.0,  # transient failures retried, first wait, seconds a connection may stall
-        cache_dir=None,
-        cache_limit=None,  # keep remote files in this folder, at most this many bytes (see shard_cache)
-        cache_shared: bool = False,
+        retries: int = 3,  # transient failures retried per read
+        backoff: float = 0.25,  # first wait before a retry, in seconds (then 4x, 16x)
+        timeout: float = 60.0,  # seconds a connection may stall
+        cache_dir=None,  # a folder to keep remote files in (None: no cache)
+        cache_limit=None,  # the most bytes the cache keeps (an int or '50GB'; see shard_cache)
+        cache_shared: bool = False,  # cache_dir is shared on purpose (else a folder others can write into is refused)
         use_index: bool = True,  # read `PARQUET_INDEX_FILE` when there is one
-        input_key=None,
-        target_key=None,  # timm's names for image_column and label_column
-        **kwargs,
+        input_key=None,  # timm's name for image_column (used when image_column is None)
+        target_key=None,  # timm's name for label_column (used when label_column is None)
+        **kwargs,  # none taken: any other argument raises TypeError, naming it
     ):
         if kwargs:
             raise TypeError(f'ParquetSource got unexpected arguments {sorted(kwargs)}')
@@ -269,7 +278,10 @@ class ParquetSource(ParquetFiles):
         self.shard_lengths = lengths
         self.spans = FooterSpans(lengths, self.sizes, groups, kept, self.shards)
 
-    def iter_shard(self, shard: str) -> Iterator[tuple]:
+    def iter_shard(
+        self,
+        shard: str,  # a file's path or URL (one of `.shards`)
+    ) -> Iterator[tuple]:
         "`(key, image bytes, label)` of each row of file `shard`, read row group by row group."
         s = self.shards.index(shard)
         stem, m = self.name_of(shard).rsplit('/', 1)[-1].removesuffix('.parquet'), 0
@@ -281,7 +293,10 @@ class ParquetSource(ParquetFiles):
                 yield f'{stem}/{m}', img, y
                 m += 1
 
-    def by_position(self, index_dir=None) -> 'ParquetReader':
+    def by_position(
+        self,
+        index_dir=None,  # not used: a file's rows are read as its index or footer says
+    ) -> 'ParquetReader':
         "The reader of samples by (file, row): what the global order and evaluation read through."
         return ParquetReader(self)
 
@@ -289,7 +304,10 @@ class ParquetSource(ParquetFiles):
     def remote(self) -> bool:
         return any(url_scheme(s) not in ('file',) for s in self.shards)
 
-    def name_of(self, shard) -> str:
+    def name_of(
+        self,
+        shard,  # a file's path or URL
+    ) -> str:
         return shard_name(str(shard))
 
     def __getstate__(self):
@@ -332,7 +350,12 @@ def _sent_together(reader, requests: list) -> Optional[list]:
 class ParquetBytes(SpanReader):
     "A `ParquetSource`'s files as bytes by offset, through `span_reader.ShardBytes` (local files, the node cache, ranged GETs), each file checked against the index: a local file's footer and labels when it is opened (`parquet_index.check_file`), each answer's size and ETag over http(s); `ParquetReader` reads the samples through it."
 
-    def __init__(self, source: ParquetSource, max_open_files: int = 16, read_ahead: int = 8):
+    def __init__(
+        self,
+        source: ParquetSource,  # the Parquet source whose files are read
+        max_open_files: int = 16,  # local files (and cached copies) kept open per process
+        read_ahead: int = 8,  # requests in flight per process (http(s) files read without a node cache)
+    ):
         self.spans, self.read_ahead, self.lengths = source.spans, max(1, int(read_ahead)), source.spans.lengths
         self.stems = [source.name_of(u).rsplit('/', 1)[-1].removesuffix('.parquet') for u in source.shards]
         self._digests, self._seen = source.digests, {}  # _seen: the files checked, as they were then
@@ -497,7 +520,11 @@ class ParquetReader(ParquetBytes):
             ev.set()
         return got
 
-    def read(self, s: int, m: int) -> tuple:
+    def read(
+        self,
+        s: int,  # the file's index in the source's `.shards`
+        m: int,  # the row in its file, from 0
+    ) -> tuple:
         "(key, image bytes, label) of row `m` of file `s`, its image checked against the row's mark in the index (`parquet_index.row_mark`)."
         rows, size = self._sized(s)
         if self._digests is not None:  # the index's rows: the row's mark too (`INDEX_FIELDS`)

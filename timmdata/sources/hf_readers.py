@@ -98,7 +98,10 @@ class HfTarget(RecordTargets):
         keys = self.keys or (self.key,)
         return list(dict.fromkeys(k.split('/')[0] for k in keys))
 
-    def raw(self, record):
+    def raw(
+        self,
+        record,  # a dataset row: {column: value}
+    ):
         "The target as the record holds it: a value, a list, or the list of binary fields that are on."
         return multi_field_target(record, self.keys) if self.keys else get_field(record, self.key)
 
@@ -284,7 +287,12 @@ class HfdsReader(Reader):
         v = self.dataset[int(self._rows[i])][self.input_key]
         return (v.get('path') if isinstance(v, dict) else None) or f'{self.split}[{int(self._rows[i])}]'
 
-    def filename(self, i: int, basename: bool = False, absolute: bool = False) -> str:
+    def filename(
+        self,
+        i: int,  # sample index
+        basename: bool = False,  # only the file's name
+        absolute: bool = False,  # accepted for timm's signature: the name is the dataset's either way
+    ) -> str:
         "The image's file name as the dataset records it, else `split[row]`."
         rel = self._filename(i)
         return os.path.basename(rel) if basename else rel
@@ -345,13 +353,19 @@ class HfidsSource:
     def classes(self) -> list:
         return sorted(self.class_to_idx, key=self.class_to_idx.__getitem__)
 
-    def name_of(self, shard) -> str:
+    def name_of(
+        self,
+        shard,  # the shard's number, 0 to `len(shards) - 1`
+    ) -> str:
         return f'{self._where} shard {shard} of {len(self.shards)}'
 
     def __repr__(self):
         return f'HfidsSource({self.name!r}, split={self.split!r}, shards={len(self.shards)}, num_samples={self.num_samples})'
 
-    def sample_target(self, record):
+    def sample_target(
+        self,
+        record,  # a streamed row: {column: value}
+    ):
         "The target of a streamed record; None to leave it out (an integer class outside the class map)."
         t = self.target.raw(record)
         if self.target.class_map is None or t is None:
@@ -364,7 +378,10 @@ class HfidsSource:
         return self.target.remap(t)
 
 # %% ../../nbs/sources/26_hf_readers.ipynb #782d683f
-def _iter_shard(self, shard):
+def _iter_shard(
+    self,  # the `HfidsSource`
+    shard,  # the shard's number, 0 to `len(shards) - 1`
+):
     "(key, encoded image bytes, target) of every sample of `shard`, in order (samples outside a class_map are left out)."
     if shard not in range(len(self.shards)):
         raise IndexError(f'{self._where} has shards 0..{len(self.shards) - 1}; got {shard!r}')

@@ -56,7 +56,17 @@ def source_schemes() -> list:
     return sorted(set(_SOURCES) | found)
 
 # %% ../../nbs/sources/21b_registry.ipynb #bef63497
-def make_source(root, reader, split, class_map, num_samples, download, input_key, target_key, kwargs):
+def make_source(
+    root,  # the dataset's folder, URL prefix, shard pattern or list of shards (timm's `root`)
+    reader,  # 'wds/', 'parquet/', 'hfids/<name>', a registered '<scheme>/' or None ('wds'); or a source object, used as it is
+    split,  # the split, as the source reads it ('train', a brace pattern, ...)
+    class_map,  # a dict or .txt file mapping each label to a class index; None: the labels as they are
+    num_samples,  # samples in the split (None: the source's own count)
+    download,  # passed to the Hugging Face reader ('hfids/'); the other sources ignore it
+    input_key,  # the image's key or column (None: the source's default)
+    target_key,  # the label's key or column (None: the source's default)
+    kwargs,  # a dict of the source's other arguments, passed to its constructor
+):
     "The source object for `reader`: '<scheme>/<name>' -> the scheme's registered source ('wds/' or None: `WdsSource`, 'parquet/': `ParquetSource`), 'hfids/<name>' -> `HfidsSource`, or an object."
     if reader is not None and not isinstance(reader, str):
         return reader
@@ -93,7 +103,9 @@ def make_source(root, reader, split, class_map, num_samples, download, input_key
     )
 
 
-def check_source(src):
+def check_source(
+    src,  # the source object to check
+):
     "`src` is a stream source with shards: else a named error."
     missing = [a for a in ('shards', 'num_samples', 'iter_shard', 'name_of') if not hasattr(src, a)]
     if missing:

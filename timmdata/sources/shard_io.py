@@ -55,7 +55,9 @@ class ShardDeadlineError(ShardError, DeadlineError):
 _SCHEME = re.compile(r'^([a-zA-Z][a-zA-Z0-9+.-]+)://')
 
 
-def url_scheme(url: str) -> str:
+def url_scheme(
+    url: str,  # a shard's path or URL, or `pipe:CMD`
+) -> str:
     "'file' for a local path or file:// URL, 'pipe' for `pipe:CMD`, else the URL's scheme ('http', 's3', ...)."
     if url.startswith('pipe:'):
         return 'pipe'
@@ -63,7 +65,9 @@ def url_scheme(url: str) -> str:
     return m.group(1).lower() if m else 'file'
 
 
-def shard_name(url: str) -> str:
+def shard_name(
+    url: str,  # a shard's path or URL (its query string is never shown: it may hold a signature)
+) -> str:
     "`url` as shown in messages: without a user:password part or a query string (presigned URLs carry secrets there)."
     if url_scheme(url) in ('file', 'pipe'):
         return url
@@ -98,7 +102,9 @@ def is_transient_error(
 _BRACE = re.compile(r'\{([^{}]*)\}')
 
 
-def expand_braces(pattern: str) -> list:
+def expand_braces(
+    pattern: str,  # a shard name or pattern, such as 'train-{000..009}.tar'
+) -> list:
     "All strings a brace pattern stands for: `{000..009}` (padded when written padded), `{a,b}`; left to right."
     m = _BRACE.search(pattern)
     if m is None:
@@ -119,7 +125,10 @@ def expand_braces(pattern: str) -> list:
     return [s for it in items for s in expand_braces(head + it + tail)]
 
 
-def join_url(root, name: str) -> str:
+def join_url(
+    root,  # a folder or URL prefix; None: `name` as it is
+    name: str,  # a name relative to `root`, or an absolute path or URL
+) -> str:
     "`name` relative to `root` (a folder or a URL prefix); an absolute path or URL as it is."
     name = str(name)
     if root is None or url_scheme(name) != 'file' or name.startswith('file://') or os.path.isabs(name):

@@ -35,14 +35,20 @@ class Spans(Protocol):
     def __getitem__(self, s: int) -> np.ndarray: ...  # shard s's (n, 2) spans
 
     def layout(
-        self, s: int
+        self,
+        s: int,  # the shard's index in the source's `.shards`
     ) -> np.ndarray: ...  # shard s's (n, 4) rows: the spans, where the image and target headers are
 
     def sized(
-        self, s: int
+        self,
+        s: int,  # the shard's index in the source's `.shards`
     ) -> tuple: ...  # (`layout(s)`, the shard's size they were made from: each read checks it; None: given apart)
 
-    def forget(self, s: int, rows: np.ndarray) -> bool:
+    def forget(
+        self,
+        s: int,  # the shard's index in the source's `.shards`
+        rows: np.ndarray,  # the rows of `layout(s)` a read found stale
+    ) -> bool:
         "Drop shard s's `rows`, found stale by a read: True when `layout(s)` will make them again (a scan), False when only the user can (`remedy`)."
         ...
 
@@ -51,16 +57,19 @@ class Spans(Protocol):
 class ReadsByPosition(Protocol):
     "A stream source whose samples are read by (shard, member) through a reader it makes (a `span_reader.SpanReader` with its own `read`): `parquet.source.ParquetSource`."
 
-    def by_position(self, index_dir: Optional[str] = None): ...
+    def by_position(
+        self,
+        index_dir: Optional[str] = None,  # a folder for the index files the reader makes; None: the source's default
+    ): ...
 
 # %% ../../nbs/sources/22b_spans.ipynb #80ceeb7a
 def cut_sample(
-    source: WdsSource,
+    source: WdsSource,  # the WebDataset source of the shard: its target keys read the sample's target
     read,  # read(offset, n): bytes of a sample's span (its tar records)
     span: int,  # the span's size
     url: str,  # its shard, for messages
-    at_image: int,
-    at_target: int,  # where its image and target headers are in the span (`DatasetIndex.layout`)
+    at_image: int,  # where the image's tar header is in the span, in bytes (`DatasetIndex.layout`)
+    at_target: int,  # where the target's tar header is in the span, in bytes
 ) -> Optional[tuple]:
     "(key, image bytes, target) of a sample's span cut out where the index says its image and target headers are: three reads (the image's header, the image straight into its bytes, the target's header with its block of data), no other record read; None when they are not an image and a one-block target member of one key, sizes inside the span (a name longer than a header holds, a changed shard): then the span is parsed, its headers checked."
     if not (0 <= at_image <= span - 512 and 0 <= at_target <= span - 512):

@@ -42,7 +42,9 @@ TARGET_KEYS = ('cls', 'label')
 _META = re.compile(r'__[^/]*__($|/)')  # WebDataset's meta members: `__meta__.json`, `dir/__x__/...`
 
 
-def split_key(name: str) -> tuple:
+def split_key(
+    name: str,  # a tar member's name, such as 'a/b.c.jpg'
+) -> tuple:
     "`(key, extension)` of a tar member by WebDataset's rule; extension '' for a name without a dot."
     d, _, base = name.rpartition('/')
     i = base.find('.')
@@ -72,7 +74,10 @@ def group_samples(
         yield key, sample
 
 # %% ../../nbs/sources/22_wds.ipynb #019a98f0
-def parse_keys(keys, default: tuple) -> tuple:
+def parse_keys(
+    keys,  # extensions as 'a;b', 'a,b' or a list; None: `default`
+    default: tuple,  # the extensions used when `keys` is None
+) -> tuple:
     "Extensions from 'a;b', 'a,b', a list, or None (the default)."
     if keys is None:
         return default
@@ -83,7 +88,12 @@ def parse_keys(keys, default: tuple) -> tuple:
     return ks
 
 
-def sample_target(sample: dict, keys: tuple, where: str, required: bool):
+def sample_target(
+    sample: dict,  # a sample's members: {extension: bytes}
+    keys: tuple,  # the target extensions (or JSON sidecar fields) to try, in order
+    where: str,  # the sample and its shard, as errors name them
+    required: bool,  # raise when no target is found (else None)
+):
     "The integer target of `sample` (first of `keys`, else a field of its json sidecar); None when absent and not required."
     for k in keys:
         if k in sample:
@@ -208,7 +218,7 @@ class WdsSource:
         backoff: float = 0.25,  # first wait before a retry, in seconds (then 4x, 16x)
         timeout: float = 60.0,  # seconds a connection may stall
         allow_pipe: Optional[bool] = None,  # run `pipe:` shards; None: only when `root` or `split` you pass names them
-        cache_dir: Optional[Union[str, os.PathLike]] = None,
+        cache_dir: Optional[Union[str, os.PathLike]] = None,  # a folder to keep remote shards in (None: no cache)
         cache_limit: 'Optional[Union[int, str]]' = None,  # keep remote shards in this folder, at most this many bytes (int or '50GB'): see shard_cache
         cache_shared: bool = False,  # cache_dir is shared with other users on purpose (else one they can write into is refused)
         deadline: float = SHARD_DEADLINE,  # seconds one shard's HTTP stream may take in all (`_info.json`: at most REQUEST_DEADLINE)
@@ -251,7 +261,11 @@ class WdsSource:
         self.targets = RecordTargets(target_key, target_format, class_map, alt or '')
         self.class_to_idx = self.targets.class_to_idx
 
-    def target_of(self, s: dict, where: str):
+    def target_of(
+        self,
+        s: dict,  # the sample's members: {extension: bytes}
+        where: str,  # the sample and its shard, as errors name them
+    ):
         "The target of sample `s` (its members): from the JSON sidecar for a target_key or alt_label, else `.cls`; `SKIP_SAMPLE` for a negative one."
         if self.targets.key is None:
             t = self.targets.remap(sample_target(s, self.target_keys, where, self.target_required))
@@ -282,13 +296,20 @@ class WdsSource:
         "Are any of the shards read over a network (http(s), an object store), not from a local file or a pipe: command?"
         return any(url_scheme(s) not in ('file', 'pipe') for s in self.shards)
 
-    def name_of(self, shard) -> str:
+    def name_of(
+        self,
+        shard,  # a shard's path or URL
+    ) -> str:
         return shard_name(str(shard))
 
     def __repr__(self):
         return f'{type(self).__name__}({len(self.shards)} shards, num_samples={self.num_samples}, split={self.split!r})'
 
-    def parse_shard(self, f, shard: str):
+    def parse_shard(
+        self,
+        f,  # the shard's open binary stream (or the bytes of a span of its records)
+        shard: str,  # the shard's path or URL, named in errors
+    ):
         "(key, image bytes, target) of each sample in the open tar stream `f` of `shard` (or in the bytes of a span of its records; `shard` named in errors), checked as a stream reads it."
         name = self.name_of(shard)  # once per shard, not per sample
         for key, s in group_samples(((n, d) for n, _, _, d in tar_members(f, shard)), shard):
@@ -300,7 +321,10 @@ class WdsSource:
                 )
             yield key, img, self.target_of(s, where)
 
-    def iter_shard(self, shard: str) -> Iterator[tuple]:
+    def iter_shard(
+        self,
+        shard: str,  # the shard's path or URL (one of `.shards`)
+    ) -> Iterator[tuple]:
         "`(key, image bytes, target)` of each sample of `shard`, transient failures retried without repeating samples."
         if url_scheme(shard) == 'pipe' and not self.allow_pipe:
             raise ShardError(

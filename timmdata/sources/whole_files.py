@@ -29,7 +29,9 @@ class RangeIgnoredError(ShardError):
     "A ranged read answered with something else than the bytes asked (HTTP 200: the whole file): the file cannot be read by byte ranges from that server."
 
 
-def server_of(url: str) -> str:
+def server_of(
+    url: str,  # an http(s) URL
+) -> str:
     "`scheme://host:port` of `url`, without credentials: the server a message names."
     u = urllib.parse.urlsplit(public_url(url))
     return f'{u.scheme}://{u.netloc}'
@@ -47,7 +49,10 @@ def _server(url: str) -> str:
     return s
 
 
-def range_ignored(url: str, status: int) -> RangeIgnoredError:
+def range_ignored(
+    url: str,  # the file read
+    status: int,  # the HTTP status the server answered the Range request with
+) -> RangeIgnoredError:
     "The error for a ranged read of `url` answered with HTTP `status`, not 206."
     return RangeIgnoredError(
         f'{shard_name(url)}: the server {server_of(url)} ignores ranged reads (it answered a Range request with HTTP '
@@ -104,7 +109,7 @@ def read_body(
 
 
 def fetch_whole(
-    url: str,
+    url: str,  # the http(s) URL of the file
     size: Optional[int],  # its size when known (where the server sends no Content-Length)
     room: Callable,  # room(n): make room for `n` bytes in memory (`WHOLE_BYTES` when the size is not announced)
     too_big: Callable,  # too_big(n or None): the error for a file over `WHOLE_BYTES`
@@ -154,7 +159,10 @@ class WholeFiles:
             self._held, self._copies, self._loading, self._no_copy = OrderedDict(), OrderedDict(), {}, set()
             self._lock, self._fetching, self._bytes, self._pid = threading.Lock(), threading.Lock(), 0, os.getpid()
 
-    def ignores(self, url: str) -> bool:
+    def ignores(
+        self,
+        url: str,  # a file on the server asked about
+    ) -> bool:
         "Whether `url`'s server is known to ignore Range requests: found by a reader of this process or told this one (`servers`), or found by another process of the run (its marker, looked for once a process)."
         key = (self.run, _server(url))
         if key in _KNOWN:
@@ -166,7 +174,10 @@ class WholeFiles:
             _KNOWN.add(key)
         return key in _KNOWN
 
-    def found(self, url: str):
+    def found(
+        self,
+        url: str,  # the file whose server answered a Range request with the whole file
+    ):
         "`url`'s server answered a Range request with the whole file: noted, and said once a run (by the process that makes the marker)."
         server = server_of(url)
         self.servers.add(server)
@@ -191,7 +202,7 @@ class WholeFiles:
 
     def read(
         self,
-        url: str,
+        url: str,  # the http(s) URL of the file
         rng: tuple,  # (offset, n): the bytes asked
         size: Optional[
             int

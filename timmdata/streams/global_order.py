@@ -106,25 +106,38 @@ class GlobalOrder:
         last = np.searchsorted(self._cum, self.starts[1:] - 1, side='right') - 1
         return [self.shards[a : b + 1].tolist() for a, b in zip(first.tolist(), last.tolist())]
 
-    def flat(self, q) -> np.ndarray:
+    def flat(
+        self,
+        q,  # positions of the pass (array-like, any order)
+    ) -> np.ndarray:
         "The flat positions (in the blocks' sequence) of positions `q` of the pass (an array, any order)."
         q = np.asarray(q, dtype=np.int64)
         if self.partitions == 1:
             return q
         return self.part_starts[q % self.partitions] + q // self.partitions
 
-    def block_of(self, f: int) -> int:
+    def block_of(
+        self,
+        f: int,  # a flat position (in the blocks' sequence)
+    ) -> int:
         "The block holding flat position `f`."
         return int(np.searchsorted(self.starts, f, side='right')) - 1
 
-    def take(self, b: int, offsets) -> tuple:
+    def take(
+        self,
+        b: int,  # the block
+        offsets,  # offsets into the block's flat range (array-like)
+    ) -> tuple:
         "(shards, members): arrays of the (shard, member) at `offsets` (array-like) into block b (flat), permuted with the block's seed."
         size = int(self.starts[b + 1] - self.starts[b])
         f = self.starts[b] + permute_index(offsets, size, mix_seed(self.seed, self.epoch, self.pass_, b + 1))
         j = np.searchsorted(self._cum, f, side='right') - 1  # the shard holding flat position f
         return self.shards[j], f - self._cum[j]
 
-    def locate(self, q) -> tuple:
+    def locate(
+        self,
+        q,  # positions of the pass (array-like, any order)
+    ) -> tuple:
         "(shards, members): arrays of the (shard, member) at positions `q` of the pass (array-like, any order; one `take` per block met)."
         f = self.flat(np.atleast_1d(q))
         shards, members = np.empty(len(f), np.int64), np.empty(len(f), np.int64)
@@ -143,7 +156,10 @@ class GlobalOrder:
     def __len__(self) -> int:
         return self.total
 
-    def __getitem__(self, q: int) -> tuple:
+    def __getitem__(
+        self,
+        q: int,  # a position of the pass, 0 to `total - 1`
+    ) -> tuple:
         "(shard, member) at position q of the pass."
         if not 0 <= q < self.total:
             raise IndexError(f'position {q} is outside the pass of {self.total:,} samples')
@@ -151,7 +167,11 @@ class GlobalOrder:
         return int(s[0]), int(m[0])
 
 # %% ../../nbs/streams/24_global_order.ipynb #dcb0def0
-def epoch_length(num_samples: int, global_batch: int, start: int = 0) -> int:
+def epoch_length(
+    num_samples: int,  # samples in the epoch
+    global_batch: int,  # samples per global batch (batch size x ranks)
+    start: int = 0,  # where the epoch starts in the global order
+) -> int:
     "Where the epoch ends in the global order: after `start`, whole global batches covering the epoch's `num_samples`."
     return start + max(0, math.ceil((num_samples - start) / global_batch)) * global_batch
 
@@ -181,8 +201,8 @@ def batch_pieces(
 
 def slice_positions(
     pieces: list,  # `batch_pieces` of a global batch
-    lo: int,
-    hi: int,  # the slice [lo, hi) of the batch's list (a rank's: rank x batch_size, and the next)
+    lo: int,  # the slice's first entry (a rank's: rank x batch_size)
+    hi: int,  # the slice's end, not included (a rank's: (rank + 1) x batch_size)
     step: int = 1,  # the runs' step: `partitions`
 ) -> np.ndarray:
     "The positions of entries `[lo, hi)` of a global batch listed by `batch_pieces` (int64)."
@@ -201,10 +221,10 @@ def worker_positions(
     start: int,  # global samples delivered before this pass (the resume point)
     end: int,  # the epoch's end (`epoch_length`)
     batch_size: int,  # per-rank batch size
-    rank: int,
-    world_size: int,  # this rank, of how many
-    worker: int,
-    num_workers: int,  # this DataLoader worker, of how many per rank
+    rank: int,  # this rank
+    world_size: int,  # the ranks in all
+    worker: int,  # this DataLoader worker
+    num_workers: int,  # DataLoader workers per rank
     total: Optional[int] = None,  # samples in a pass (`GlobalOrder.total`): needed when partitions > 1
     partitions: int = 1,  # the order's canonical partitions
 ) -> Iterator[int]:
@@ -225,12 +245,22 @@ def worker_positions(
 class PassOrders:
     "The `GlobalOrder`s of an epoch's passes a reader meets, made when first met (the last two kept: an epoch wraps into its next pass only at its end)."
 
-    def __init__(self, lengths, seed: int, epoch: int, block_shards: int = BLOCK_SHARDS, partitions: int = 1):
+    def __init__(
+        self,
+        lengths,  # samples in each shard, in the listed order
+        seed: int,  # the run's seed
+        epoch: int,  # the epoch
+        block_shards: int = BLOCK_SHARDS,  # shards per block of the order
+        partitions: int = 1,  # the order's canonical partitions
+    ):
         self.args = (seed, epoch, block_shards, partitions)
         first = GlobalOrder(lengths, seed, epoch, 0, block_shards, partitions)  # the lengths checked
         self.lengths, self.total, self._kept = first.lengths, first.total, {0: first}
 
-    def get(self, pass_: int) -> GlobalOrder:
+    def get(
+        self,
+        pass_: int,  # the pass over the shards within the epoch, from 0
+    ) -> GlobalOrder:
         if pass_ not in self._kept:
             seed, epoch, k, P = self.args
             self._kept[pass_] = GlobalOrder(self.lengths, seed, epoch, pass_, k, P)
@@ -238,7 +268,10 @@ class PassOrders:
                 del self._kept[min(self._kept)]
         return self._kept[pass_]
 
-    def locate(self, positions) -> tuple:
+    def locate(
+        self,
+        positions,  # global positions of the epoch (array-like, >= 0, any order)
+    ) -> tuple:
         "(shards, members, blocks) of global positions of the epoch (int64 arrays, any order); a block is numbered across passes."
         pos = np.asarray(positions, dtype=np.int64)
         if len(pos) and pos.min() < 0:
@@ -256,8 +289,8 @@ class PassOrders:
 def read_in_order(
     source,  # a stream source (`timmdata.sources.shard_io`): `shards`, `shard_lengths`, `iter_shard`, `name_of`
     positions: Sequence[int],  # global positions of the epoch (`worker_positions`)
-    seed: int,
-    epoch: int,  # the run's seed and the epoch
+    seed: int,  # the run's seed
+    epoch: int,  # the epoch
     block_shards: int = BLOCK_SHARDS,  # shards per block of the order
     partitions: int = 1,  # the order's canonical partitions
 ) -> Iterator[tuple]:

@@ -31,7 +31,9 @@ class BadAhead(Exception):
     "A bad sample met by a `Lookahead`: it stops there; the pass meets the sample itself, with the dataset's policy."
 
 
-def own_pages(shape: tuple) -> torch.Tensor:
+def own_pages(
+    shape: tuple,  # the tensor's shape (its product in bytes)
+) -> torch.Tensor:
     "Uninitialised uint8 memory in a mapping of its own: its pages go back to the system when the last tensor over it is dropped, not kept by malloc for later."
     return torch.frombuffer(mmap.mmap(-1, max(1, math.prod(shape))), dtype=torch.uint8).view(shape)
 
@@ -66,7 +68,13 @@ class Lookahead:
     The next pass takes them if its key is the one guessed; else they are dropped. It stops when the pass it follows
     ends (`running()` false), at a bad sample (the pass meets it itself) or when taken."""
 
-    def __init__(self, key: tuple, samples: Iterator, size: int, running: Callable[[], bool]):
+    def __init__(
+        self,
+        key: tuple,  # the key of the pass guessed to come next
+        samples: Iterator,  # that pass's samples, in its order
+        size: int,  # the most samples to make ahead
+        running: Callable[[], bool],  # running(): whether the pass it follows still runs (false: it stops)
+    ):
         self.key, self.samples, self.made, self.ok, self.pixels = key, samples, [], True, None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(size, running), name='timmdata-lookahead', daemon=True)
@@ -94,7 +102,10 @@ class Lookahead:
         "Wait until it has made all it will (`size`, the iterator's end, or `running()` false); a pass takes it at once instead."
         self._thread.join()
 
-    def take(self, key: tuple) -> Optional[tuple]:
+    def take(
+        self,
+        key: tuple,  # the key of the pass starting
+    ) -> Optional[tuple]:
         "(the samples made, the pass's samples after them) when the pass starting is `key`, the one guessed; else None."
         self._stop.set()
         self._thread.join()
@@ -112,7 +123,10 @@ class LooksAheadOfPasses:
 
     _ahead, _ahead_size, _last_epoch, _made_ahead = None, 0, None, None  # a worker's lookahead; off; the counts
 
-    def look_ahead(self, batch_size: int):
+    def look_ahead(
+        self,
+        batch_size: int,  # samples each worker makes ahead (a batch; 0: none)
+    ):
         "Let each persistent DataLoader worker make its next pass's first `batch_size` samples (0: never) once it has given its share of a pass; before the workers start (the loader calls it)."
         self._ahead_size = max(0, int(batch_size))
         if self._made_ahead is None:  # (taken, dropped) per worker slot, in shared memory

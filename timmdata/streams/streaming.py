@@ -140,7 +140,10 @@ class OrderPartitions:
             self._state[5] = p
         return p
 
-    def check_partitions(self, partitions: int):
+    def check_partitions(
+        self,
+        partitions: int,  # the saved state's canonical partitions
+    ):
         "order='global': a saved state's canonical partitions, if this stream can take them (an int from 1 to the pass's samples, at most `MAX_PARTITIONS`, and the one it was built with, if any); else `ResumeStateError` naming the value."
         top = max(1, min(MAX_PARTITIONS, self.num_samples or 1))  # the order sizes arrays by them: bounded by the pass
         if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= top:
@@ -153,7 +156,10 @@ class OrderPartitions:
                 f'partitions={self._partitions}: build it with partitions={partitions} (or None: it takes the state\'s)'
             )
 
-    def take_partitions(self, partitions: int):
+    def take_partitions(
+        self,
+        partitions: int,  # the saved state's canonical partitions
+    ):
         "order='global': use the canonical partitions a saved state's order was made with (`load_state_dict` calls it)."
         self.check_partitions(partitions)
         self._state[5] = partitions
@@ -162,7 +168,10 @@ class OrderPartitions:
 class StreamBounds:
     "What a saved state's counts are checked against (`timmdata.engine.resume.ResumableStream.epoch_batches`); `StreamPlan` has it."
 
-    def epoch_batches(self, batch_size: int) -> Optional[int]:
+    def epoch_batches(
+        self,
+        batch_size: int,  # samples per batch (per rank)
+    ) -> Optional[int]:
         "A rank's batches of `batch_size` in an epoch; None when the length is unknown."
         try:
             return math.ceil(len(self) / batch_size)
@@ -210,7 +219,10 @@ class StreamPlan(OrderPartitions, StreamBounds):
             )
         return 'shards'
 
-    def set_epoch(self, epoch: int):
+    def set_epoch(
+        self,
+        epoch: int,  # the epoch, from 0
+    ):
         "Use epoch `epoch`'s shard order and shuffle seeds from the next pass on (DataLoader workers see it: shared memory)."
         if int(self._state[2]) != epoch:
             self._state[1] = 0  # a resume point belongs to its own epoch
@@ -229,14 +241,22 @@ class StreamPlan(OrderPartitions, StreamBounds):
             done // (self.batch_size * self._dist()[1]) if self.elastic else done
         )  # elastic: the state holds global samples
 
-    def set_loader_cfg(self, num_workers: Optional[int] = None, batch_size: Optional[int] = None):
+    def set_loader_cfg(
+        self,
+        num_workers: Optional[int] = None,  # DataLoader workers per rank (0: the main process reads); None: unchanged
+        batch_size: Optional[int] = None,  # the loader's batch size, per rank (order='global' only); None: unchanged
+    ):
         "How many DataLoader workers each rank runs (0: the main process reads) and, for order='global', the loader's batch size: they fix the split and `__len__`."
         if num_workers is not None:
             self._num_workers = max(1, int(num_workers))
         if batch_size is not None and self.elastic:
             self.batch_size = int(batch_size)  # positions are dealt in the loader's batches
 
-    def set_start(self, batches_done: int, batch_size: int):
+    def set_start(
+        self,
+        batches_done: int,  # batches this rank has delivered in this epoch (>= 0)
+        batch_size: int,  # samples per batch, per rank (>= 1)
+    ):
         "Resume this epoch after `batches_done` batches: worker w skips its share of them (DataLoader deals batches round-robin)."
         if batches_done < 0 or batch_size < 1:
             raise ValueError(f'set_start needs batches_done >= 0 and batch_size >= 1; got {batches_done}, {batch_size}')
@@ -244,7 +264,10 @@ class StreamPlan(OrderPartitions, StreamBounds):
             [1, int(self._state[0]), batches_done * (batch_size * self._dist()[1] if self.elastic else 1), batch_size]
         )
 
-    def set_start_samples(self, samples_done: int):
+    def set_start_samples(
+        self,
+        samples_done: int,  # samples of the global order delivered in this epoch, all ranks together (>= 0)
+    ):
         "order='global': resume this epoch after `samples_done` samples of the global order, on any ranks and workers."
         if not self.elastic:
             raise ValueError("set_start_samples needs order='global' and is_training=True")
@@ -252,7 +275,10 @@ class StreamPlan(OrderPartitions, StreamBounds):
             raise ValueError(f'samples_done must be >= 0; got {samples_done}')
         self._state[1:5] = torch.tensor([1, int(self._state[0]), int(samples_done), self.batch_size])
 
-    def samples_delivered(self, batches: int) -> int:
+    def samples_delivered(
+        self,
+        batches: int,  # batches each rank delivers from the resume point
+    ) -> int:
         "order='global': global samples delivered after `batches` more batches of every rank (from the resume point)."
         flag, start_epoch, done = self._state[1:4].tolist()
         return (done if flag and start_epoch == self.epoch else 0) + batches * self.batch_size * self._dist()[1]
@@ -596,7 +622,12 @@ class IterableImageDataset(StreamPlan, WorkerStream, DecodeTransform, torch.util
         warnings.warn(printable(f'skipped {msg}', None), stacklevel=3)  # shard and key names escaped
         return None  # in place of the sample, so every worker still yields its count (the collate drops it)
 
-    def filename(self, index: int, basename: bool = False, absolute: bool = False):
+    def filename(
+        self,
+        index: int,  # timm's: a stream has none, so this raises
+        basename: bool = False,  # timm's: not used
+        absolute: bool = False,  # timm's: not used
+    ):
         raise NotImplementedError(
             'a stream has no random access: sample keys come with the stream (timm: use filenames())'
         )

@@ -144,7 +144,9 @@ def plot_data_way(
     return fig
 
 # %% ../../nbs/tools/45_bench.ipynb #f972c332
-def worker_pids(loader) -> list[int]:
+def worker_pids(
+    loader,  # a torch DataLoader (or a loader wrapping one)
+) -> list[int]:
     "PIDs of a loader's live worker processes (benchmark bookkeeping: `core.torch_compat.loader_worker_pids`)."
     return loader_worker_pids(loader)
 
@@ -308,8 +310,8 @@ def bench_loaders(
     pipelines=('train', 'eval'),  # timm's train and/or eval pipeline
     contenders=('timmdata', 'timm', 'torchvision'),  # loaders to compare
     epochs: int = 5,  # measured epochs per loader (after one warm-up epoch)
-    batch_size: int = 64,
-    num_workers: int = 2,
+    batch_size: int = 64,  # images per batch
+    num_workers: int = 2,  # DataLoader worker processes per loader
     progress: bool = True,  # show a progress bar (with each contender's last img/s)
     max_images: int | None = None,  # time on this many images, spread over the classes (None: all)
     bad_sample: str = 'raise',  # an image PIL cannot decode: 'raise' naming it, or 'skip' (left out for all)
@@ -412,7 +414,9 @@ def bench_loaders(
     return res
 
 # %% ../../nbs/tools/45_bench.ipynb #d13e60f6
-def format_table(res: dict) -> str:
+def format_table(
+    res: dict,  # what `bench_loaders` returned
+) -> str:
     "A markdown table of a `bench_loaders` result."
     rows = [
         '| pipeline | contender | images/s (median) | timmdata is x faster | worker RSS MB (first -> last epoch) |',
@@ -427,7 +431,10 @@ def format_table(res: dict) -> str:
     return '\n'.join(rows)
 
 # %% ../../nbs/tools/45_bench.ipynb #b4eb3f04
-def plot_results(res: dict, path: Optional[Union[str, os.PathLike]] = None):
+def plot_results(
+    res: dict,  # what `bench_loaders` returned
+    path: Optional[Union[str, os.PathLike]] = None,  # a PNG file to save the chart to; None: not saved
+):
     "Bar chart of images/s per pipeline and contender; saved to `path` when given."
     import matplotlib
 
@@ -456,7 +463,10 @@ def plot_results(res: dict, path: Optional[Union[str, os.PathLike]] = None):
     return fig
 
 # %% ../../nbs/tools/45_bench.ipynb #0ebc417c
-def bench_root(root: Optional[Union[str, os.PathLike]] = None, photos: bool = False) -> Path:
+def bench_root(
+    root: Optional[Union[str, os.PathLike]] = None,  # an image folder; None: a generated set (see `photos`)
+    photos: bool = False,  # with no root: the photographic set, not the sample dataset
+) -> Path:
     """`root`, or the generated sample dataset's train/ folder (made when missing): what the benchmarks read by default.
     `photos`: the photographic set's instead (`tools.photos`, 1,500 images beside the sample dataset, made once)."""
     if root is not None:
@@ -471,7 +481,9 @@ def bench_root(root: Optional[Union[str, os.PathLike]] = None, photos: bool = Fa
     return make_sample_dataset(default_sample_root()) / 'train'
 
 # %% ../../nbs/tools/45_bench.ipynb #5ebe648e
-def int_at_least(lo: int):
+def int_at_least(
+    lo: int,  # the smallest value allowed
+):
     "An argparse `type` for an integer option that must be >= `lo`: a wrong value is a usage error (exit status 2)."
 
     def parse(s: str) -> int:
@@ -487,7 +499,10 @@ def int_at_least(lo: int):
     return parse
 
 
-def float_in(lo: float, hi: float = float('inf')):
+def float_in(
+    lo: float,  # the smallest value allowed
+    hi: float = float('inf'),  # the largest value allowed (default: no bound)
+):
     "An argparse `type` for a number option that must be finite and in [`lo`, `hi`]: `nan`, `inf` or a value out of range is a usage error (one line, exit status 2)."
 
     def parse(s: str) -> float:
@@ -507,7 +522,9 @@ def float_in(lo: float, hi: float = float('inf')):
     return parse
 
 
-def comma_list(choices):
+def comma_list(
+    choices,  # the names allowed
+):
     "An argparse `type` for a comma-separated subset of `choices` ('a,b'), checked name by name."
 
     def parse(s: str) -> list:
@@ -524,7 +541,11 @@ def comma_list(choices):
 QUICK = {'epochs': 1, 'max_images': 400}  # --quick: one measured epoch on 400 images (under a minute on 2 cores)
 
 
-def bench_main(argv: Optional[Sequence[str]] = None):
+def bench_main(
+    argv: Optional[
+        Sequence[str]
+    ] = None,  # the arguments after `timmdata bench`, as a list of strings; None: `sys.argv[1:]`
+):
     "`timmdata bench`: run the benchmark, print the table, write JSON and a PNG chart."
     p = argparse.ArgumentParser(
         prog='timmdata bench',

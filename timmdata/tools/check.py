@@ -103,13 +103,11 @@ class BadImage(NamedTuple):
 class CheckResult:
     "What `check_images` found: `bad` (a list of `BadImage`, in sample order) among `checked` images."
 
-    root: str
-    checked: int
-    bad: list
-    seconds: float
-    left_out: list = field(
-        default_factory=list
-    )  # files under a folder root that are not images by their extension, not checked
+    root: str  # the dataset checked, as given
+    checked: int  # images (or Parquet rows) decoded
+    bad: list  # the `BadImage`s found, in sample order
+    seconds: float  # how long the check took
+    left_out: list = field(default_factory=list)  # files under a folder root left out: not images by their extension
     files: int = 0  # Parquet files checked (0: a dataset of image files)
 
     @property
@@ -199,7 +197,7 @@ def in_pool(
     tasks: list,  # the tasks, each handed to `work` in a pool process
     work,  # work(task) -> (how many checked, [bad ones])
     init,  # init(*initargs): each pool process's set-up (here too when num_workers is 0)
-    initargs: tuple,
+    initargs: tuple,  # `init`'s arguments
     num_workers: int,  # processes; 0 (or a single task): in this process
     bar,  # a tqdm bar, updated by the counts
     died,  # died(tasks not done) -> the message when a pool process dies
@@ -283,7 +281,9 @@ def check_images(
     return CheckResult(str(root), n, bad, time.perf_counter() - t0, not_images(rd))
 
 
-def not_images(reader: Reader) -> list:
+def not_images(
+    reader: Reader,  # the reader of the dataset checked
+) -> list:
     "Files under a folder reader's root it leaves out (not images by their extension; hidden ones aside), sorted; [] for other readers."
     if not isinstance(reader, FolderReader):
         return []
@@ -308,7 +308,11 @@ def _init_parquet(root, names, columns, marks, remedy, mode, strict):
     _PARQUET['sources'] = {}
 
 
-def file_source(root: str, name: str, columns: dict) -> ParquetSource:
+def file_source(
+    root: str,  # the folder of Parquet files
+    name: str,  # the file, relative to `root`
+    columns: dict,  # `ParquetSource`'s image_column and label_column, as a dict
+) -> ParquetSource:
     "The `ParquetSource` of one Parquet file alone (its footer read and checked), without the folder's index."
     return ParquetSource([os.path.join(root, name)], use_index=False, **columns)
 
@@ -340,7 +344,7 @@ def _check_row_group(task) -> tuple:
 
 
 def against_index(
-    root: str,
+    root: str,  # the folder of Parquet files
     name: str,  # a Parquet file under root
     src: ParquetSource,  # its source (`file_source`)
     found: tuple,  # the folder's index: (header, table) (`read_parquet_index`)
@@ -374,8 +378,8 @@ def check_parquet(
     split: Optional[str] = None,  # only this split (the Hub's layout, timm's synonyms, a glob); None: every file
     mode: str = 'RGB',  # decode to this PIL mode, as the dataset will
     strict: bool = True,  # also report images whose decoder warns (damaged data, made-up pixels)
-    image_column: Optional[str] = None,
-    label_column: Optional[str] = None,  # as `ParquetSource` finds them when None
+    image_column: Optional[str] = None,  # the image column; None: found as `ParquetSource` finds it
+    label_column: Optional[str] = None,  # the label column; None: found as `ParquetSource` finds it
 ) -> CheckResult:
     "Decode every row's image of the Parquet files under `root` whole, a row group at a time, in parallel; list the bad rows (file and row) and the files that cannot be read."
     root = os.fspath(root)
@@ -433,7 +437,9 @@ def check_parquet(
     return CheckResult(root, checked, bad, time.perf_counter() - t0, [], len(names))
 
 # %% ../../nbs/tools/46_check.ipynb #5f55cb9a
-def check_main(argv: list[str] | None = None) -> int:
+def check_main(
+    argv: list[str] | None = None,  # the arguments after `timmdata check`, as a list of strings; None: `sys.argv[1:]`
+) -> int:
     "`timmdata check ROOT [--split S] [--workers N] [--errors-only] [--verbose] [--no-progress]`: exit status 1 when an image is bad."
     ap = argparse.ArgumentParser(
         prog='timmdata check',

@@ -45,7 +45,9 @@ def _library_error(e: BaseException, names=None) -> bool:
     )
 
 
-def is_user_error(e: BaseException) -> bool:
+def is_user_error(
+    e: BaseException,  # the exception raised
+) -> bool:
     "Whether `e` is a user's mistake or damaged data (one line, status 2), rather than a bug (a traceback)."
     return isinstance(e, USER_ERRORS) or _library_error(e)
 
@@ -127,6 +129,16 @@ class HelpFormatter(argparse.HelpFormatter):
     added unless the help says its default already, and none for a flag or a default of None (the help says what
     happens without the option)."""
 
+    def __init__(  # argparse's, as it is: here for its parameters' docs
+        self,
+        prog: str,  # the program's name, as the usage line shows it ('timmdata demo')
+        indent_increment: int = 2,  # spaces each level of nesting indents by
+        max_help_position: int = 24,  # the column the options' help starts at, at most
+        width: Optional[int] = None,  # the text's width in columns; None: the terminal's, less 2
+        **kwargs,  # any other of argparse's, passed to argparse.HelpFormatter
+    ):
+        super().__init__(prog, indent_increment, max_help_position, width, **kwargs)
+
     def _get_help_string(self, action):
         h, d = action.help or '', action.default
         if not action.option_strings or d is None or d is False or d == argparse.SUPPRESS or 'default' in h.lower():
@@ -137,7 +149,10 @@ class HelpFormatter(argparse.HelpFormatter):
 class ParserBuilt(Exception):
     "What `commands_parse(stop=True)` raises as a command starts parsing: `.parser` is the parser the command built."
 
-    def __init__(self, parser: argparse.ArgumentParser):
+    def __init__(
+        self,
+        parser: argparse.ArgumentParser,  # the parser the command built
+    ):
         super().__init__(parser.prog)
         self.parser = parser
 
@@ -160,7 +175,9 @@ def commands_parse(stop: bool = False):  # True: raise `ParserBuilt` instead of 
         argparse.ArgumentParser.parse_known_args = parse
 
 
-def command_options(cmd: str) -> Optional[set]:
+def command_options(
+    cmd: str,  # a command's name, as `timmdata --help` lists it ('check', 'bench', ...)
+) -> Optional[set]:
     "The options of `timmdata cmd` (`--workers`, ...), as its parser has them; None when it cannot say (a job that parses no arguments)."
     try:
         return {o for a in command_parser(cmd)._actions for o in a.option_strings}
@@ -168,7 +185,9 @@ def command_options(cmd: str) -> Optional[set]:
         return None
 
 
-def command_parser(cmd: str) -> argparse.ArgumentParser:
+def command_parser(
+    cmd: str,  # a command's name, as `timmdata --help` lists it ('check', 'bench', ...)
+) -> argparse.ArgumentParser:
     "The parser of `timmdata cmd`, as its `--help` shows it: the command is started and stopped where it parses its arguments."
     try:
         with commands_parse(stop=True):
@@ -183,8 +202,8 @@ def save_batch_grid(
     y,  # integer labels, a torch.Tensor
     classes: list,  # class names by label
     path,  # PNG to write
-    mean: Optional[Sequence[float]] = None,
-    std: Optional[Sequence[float]] = None,  # the normalisation to undo (None: ImageNet's)
+    mean: Optional[Sequence[float]] = None,  # the normalisation to undo: mean per channel (None: ImageNet's)
+    std: Optional[Sequence[float]] = None,  # and standard deviation per channel (None: ImageNet's)
     names: dict | None = None,  # optional folder name -> readable name
     n: int = 16,  # images shown
 ):
@@ -215,7 +234,9 @@ def save_batch_grid(
     return Path(path)
 
 # %% ../../nbs/tools/47_cli.ipynb #f19a7b99
-def demo_main(argv: Optional[Sequence[str]] = None):
+def demo_main(
+    argv: Optional[Sequence[str]] = None,  # the arguments after the command, as a list of strings; None: `sys.argv[1:]`
+):
     "`timmdata demo`: one training epoch through `create_loader`, images/s, and a PNG of one batch."
     from timmdata.tools.bench import int_at_least
 
@@ -334,7 +355,9 @@ def info() -> dict:
     }
 
 
-def info_main(argv: Optional[Sequence[str]] = None):
+def info_main(
+    argv: Optional[Sequence[str]] = None,  # the arguments after the command, as a list of strings; None: `sys.argv[1:]`
+):
     "`timmdata info`: versions, the C extension, the JPEG decoder, the device and the CPUs, one per line."
     p = argparse.ArgumentParser(prog='timmdata info', description=info_main.__doc__)
     p.add_argument('--json', action='store_true', help='print the same as one JSON object')
@@ -423,7 +446,9 @@ def usage() -> str:
     )
 
 
-def job(cmd: str):
+def job(
+    cmd: str,  # a command's name, as `timmdata --help` lists it ('check', 'bench', ...)
+):
     "The function that runs command `cmd`, its module imported now."
     j = COMMANDS[cmd][0]
     if isinstance(j, str):
@@ -432,7 +457,10 @@ def job(cmd: str):
     return j
 
 
-def dataset_root(cmd: str, argv: list):
+def dataset_root(
+    cmd: str,  # a command's name, as `timmdata --help` lists it ('check', 'bench', ...)
+    argv: list,  # the arguments after the command
+):
     "The dataset a command line names (for the `timmdata check` hint), or None."
     where = ROOT_ARG.get(cmd)
     if isinstance(where, str):
@@ -446,7 +474,9 @@ def dataset_root(cmd: str, argv: list):
     return pos[where] if where is not None and len(pos) > where else None
 
 # %% ../../nbs/tools/47_cli.ipynb #298660ae
-def profile_main(argv: Optional[Sequence[str]] = None):
+def profile_main(
+    argv: Optional[Sequence[str]] = None,  # the arguments after the command, as a list of strings; None: `sys.argv[1:]`
+):
     "`timmdata profile ROOT`: a short training epoch, where its time goes, whether loading keeps up with a model step, the headspace."
     from timmdata.tools.bench import (
         float_in,
@@ -519,7 +549,7 @@ def fewer_batches(
     measured: int,  # batches `profile_loader` measured
     asked: int,  # --batches
     per_epoch: int,  # batches in one epoch of the loader
-    batch_size: int,
+    batch_size: int,  # images per batch
     root,  # the folder profiled
 ) -> str:
     "The line `timmdata profile` prints when it measured fewer batches than asked: how many, and why."
@@ -537,7 +567,9 @@ COMMANDS['profile'] = (
 ROOT_ARG['profile'] = 0
 
 # %% ../../nbs/tools/47_cli.ipynb #cc729154
-def tune_main(argv: Optional[Sequence[str]] = None):
+def tune_main(
+    argv: Optional[Sequence[str]] = None,  # the arguments after the command, as a list of strings; None: `sys.argv[1:]`
+):
     "`timmdata tune ROOT`: the search `num_workers='auto'` runs, on a folder: the table of what it tried, the keywords to paste."
     import time
     from timmdata.tools.bench import (
@@ -629,7 +661,11 @@ def options_suggested():
         argparse.ArgumentParser.error = error
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(
+    argv: Optional[
+        Sequence[str]
+    ] = None,  # the command and its arguments (`['demo', '--workers', '2']`); None: `sys.argv[1:]`
+) -> int:
     "The `timmdata` console script: runs a job's `*_main(argv)`; returns the exit status, exits 2 on a user's mistake."
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = '--debug' in argv or setting('TIMMDATA_DEBUG')

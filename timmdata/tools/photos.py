@@ -186,7 +186,11 @@ def encode_photo(
     return buf.getvalue()
 
 
-def cut_photo(src: Image.Image, size: tuple, rng: np.random.Generator) -> Image.Image:
+def cut_photo(
+    src: Image.Image,  # the photograph to cut from (RGB)
+    size: tuple,  # the crop's (width, height) in pixels, after resizing
+    rng: np.random.Generator,  # where the crop's place and scale are drawn from
+) -> Image.Image:
     "A random crop of `src` (RGB) at `size`'s aspect, resized down to `size` (w, h)."
     W, H = src.size
     w, h = size

@@ -109,7 +109,9 @@ def _order(n: int, split: str, shuffle: bool, seed: int) -> np.ndarray:
 _MAGIC = ((b'\xff\xd8\xff', 'jpg'), (b'\x89PNG\r\n\x1a\n', 'png'))
 
 
-def image_ext(data: bytes) -> str | None:
+def image_ext(
+    data: bytes,  # an encoded image, or its first 12 bytes at least
+) -> str | None:
     "'jpg', 'png' or 'webp' from an encoded image's first bytes; None for any other format."
     for m, ext in _MAGIC:
         if data[: len(m)] == m:
@@ -372,7 +374,9 @@ def write_shards(
     return info
 
 # %% ../../nbs/tools/48_shards.ipynb #e740f909
-def shards_main(argv: list[str] | None = None) -> dict:
+def shards_main(
+    argv: list[str] | None = None,  # the arguments after `timmdata shards`, as a list of strings; None: `sys.argv[1:]`
+) -> dict:
     "`timmdata shards SRC DST --shard-size N [--resize N] [--workers N]`: write or finish WebDataset shards."
     ap = argparse.ArgumentParser(
         prog='timmdata shards',
@@ -426,7 +430,11 @@ def shards_main(argv: list[str] | None = None) -> dict:
         ap.error(str(e))
 
 # %% ../../nbs/tools/48_shards.ipynb #9811f71c
-def index_main(argv: Optional[Sequence[str]] = None) -> int:
+def index_main(
+    argv: Optional[
+        Sequence[str]
+    ] = None,  # the arguments after `timmdata index`, as a list of strings; None: `sys.argv[1:]`
+) -> int:
     "`timmdata index SRC`: write the index of a local folder of tar shards or of Parquet files, so streams start without a request per file."
 
     ap = argparse.ArgumentParser(

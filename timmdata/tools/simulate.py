@@ -53,7 +53,7 @@ def synthetic_lengths(
     shards: int,  # how many shards
     samples: int,  # samples in all (exact)
     spread: float = 0.2,  # each shard's count drawn uniformly within +-spread of the mean
-    seed: int = 0,
+    seed: int = 0,  # the draw's seed
 ) -> np.ndarray:
     "Each shard's sample count (int64), summing to `samples` exactly, every shard at least 1."
     if shards < 1 or samples < shards:
@@ -76,15 +76,25 @@ def synthetic_lengths(
 class SimSource:
     "A stream source of synthetic shards: names and lengths, no bytes; `iter_shard` yields `(key, None, None)` and counts the samples read."
 
-    def __init__(self, lengths, sample_bytes: int = 110_000):
+    def __init__(
+        self,
+        lengths,  # samples in each synthetic shard
+        sample_bytes: int = 110_000,  # mean bytes of a sample, for the bytes counted
+    ):
         self.shard_lengths = [int(n) for n in lengths]
         self.shards = [f'sim://shard-{i:07d}.tar' for i in range(len(lengths))]
         self.num_samples, self.sample_bytes, self.read = sum(self.shard_lengths), sample_bytes, 0
 
-    def name_of(self, shard) -> str:
+    def name_of(
+        self,
+        shard,  # a shard's name (`sim://shard-0000000.tar`)
+    ) -> str:
         return str(shard)
 
-    def iter_shard(self, shard):
+    def iter_shard(
+        self,
+        shard,  # a shard's name (`sim://shard-0000000.tar`)
+    ):
         for m in range(self.shard_lengths[int(shard[12:19])]):
             self.read += 1
             yield f'{m:08d}', None, None
@@ -93,12 +103,19 @@ class SimSource:
 class SimSpanReader(SpanReader):
     "`SpanReader` over a `SimSource`: `read_in_order` as the library runs it; each read counted (requests, bytes), none made; a shard's spans counted as one more ranged read when they are not among the last `dataset_index.SPANS_KEPT` shards' (the dataset index's policy)."
 
-    def __init__(self, source: SimSource):
+    def __init__(
+        self,
+        source: SimSource,  # the synthetic source whose reads are counted
+    ):
         self.source, self.lengths, self.spans, self.sizes = source, source.shard_lengths, None, None
         self.requests, self.bytes, self.span_fetches, self._kept = 0, 0, 0, OrderedDict()
         self.read_ahead, self._cache, self._paths = 1, None, ()  # reads counted one by one (none is made)
 
-    def read(self, s: int, m: int) -> tuple:
+    def read(
+        self,
+        s: int,  # the shard's index in the source's `.shards`
+        m: int,  # the sample's place in its shard
+    ) -> tuple:
         if s in self._kept:
             self._kept.move_to_end(s)
         else:
@@ -112,15 +129,15 @@ class SimSpanReader(SpanReader):
 
 
 def worker_plan_cost(
-    source: SimSource,
-    batch_size: int,
-    rank: int,
-    world: int,
-    worker: int,
-    workers: int,  # the worker: rank of world, worker of workers per rank
-    seed: int = 42,
-    epoch: int = 0,
-    block_shards: int = BLOCK_SHARDS,
+    source: SimSource,  # the synthetic shards
+    batch_size: int,  # per-rank batch size
+    rank: int,  # the worker's rank
+    world: int,  # ranks in all
+    worker: int,  # the DataLoader worker, on its rank
+    workers: int,  # DataLoader workers per rank
+    seed: int = 42,  # the run's seed
+    epoch: int = 0,  # the epoch
+    block_shards: int = BLOCK_SHARDS,  # shards per block of the order
     start: int = 0,  # global samples already delivered (a resume)
     partitions: int = 1,  # the order's canonical partitions
 ) -> dict:
@@ -159,9 +176,9 @@ def worker_plan_cost(
 
 # %% ../../nbs/tools/55_simulate.ipynb #f28ceb6a
 def node_accesses(
-    order: GlobalOrder,
-    batch_size: int,
-    world: int,
+    order: GlobalOrder,  # the pass's global order
+    batch_size: int,  # per-rank batch size
+    world: int,  # ranks in all
     ranks: range,  # the node's ranks
     steps: Optional[int] = None,  # global batches walked (None: the whole epoch)
 ) -> tuple:
@@ -213,15 +230,15 @@ def cache_replay(
 
 # %% ../../nbs/tools/55_simulate.ipynb #092e1057
 def check_rescale(
-    lengths,
-    batch_size: int,
-    world: int,
+    lengths,  # samples in each shard
+    batch_size: int,  # the stopped run's per-rank batch size
+    world: int,  # the stopped run's ranks
     step: int,  # global batches of `world` ranks done before the stop
-    world2: int,
-    workers2: int,
-    batch2: int,  # the resumed run: ranks, workers per rank, per-rank batch
-    seed: int = 42,
-    block_shards: int = BLOCK_SHARDS,
+    world2: int,  # the resumed run's ranks
+    workers2: int,  # its DataLoader workers per rank
+    batch2: int,  # its per-rank batch size
+    seed: int = 42,  # the run's seed
+    block_shards: int = BLOCK_SHARDS,  # shards per block of the order
     window: Optional[int] = None,  # global batches of the resumed run checked (None: all)
     partitions: int = 1,  # the order's canonical partitions (kept through the rescale: they come with the state)
 ) -> dict:
@@ -264,9 +281,9 @@ def check_rescale(
 
 # %% ../../nbs/tools/55_simulate.ipynb #5da2833e
 def shuffle_quality(
-    order: GlobalOrder,
-    batch: int = 256,
-    window: int = 1 << 20,
+    order: GlobalOrder,  # the pass's global order
+    batch: int = 256,  # positions per batch, for the shards a batch meets
+    window: int = 1 << 20,  # positions measured, from the first
     positions: 'Optional[Union[Sequence[int], np.ndarray]]' = None,  # the positions in the sequence measured (e.g. one rank's); None: the global order's, 0, 1, 2...
 ) -> dict:
     "Mean distance between consecutive samples (listed order) over the first `window` positions, as a fraction of a full permutation's n/3; distinct shards per `batch` positions."
@@ -283,7 +300,7 @@ def shuffle_quality(
 # %% ../../nbs/tools/55_simulate.ipynb #72eea5119410473aa328ad9291626812
 def scanned_start_up(
     out: dict,  # `simulate`'s figures so far (its config and start-up rows)
-    order: GlobalOrder,
+    order: GlobalOrder,  # the pass's global order
     shard_bytes: int,  # a shard's mean size
 ) -> dict:
     "`simulate`'s start-up figures with the row of shards without a dataset index: the shards the node's first batches meet (the first batch of each of its ranks' workers) scanned once a node (`start_up_scanned`)."
@@ -301,13 +318,13 @@ def scanned_start_up(
 
 # %% ../../nbs/tools/55_simulate.ipynb #56059bc5
 def simulate(
-    ranks: int = 1024,
-    workers: int = 16,
-    shards: int = 100_000,
-    samples: int = 1_000_000_000,
+    ranks: int = 1024,  # ranks (training processes) in all
+    workers: int = 16,  # DataLoader workers per rank
+    shards: int = 100_000,  # synthetic shards
+    samples: int = 1_000_000_000,  # samples in all, over the shards
     batch_size: int = 256,  # per rank
-    block_shards: int = BLOCK_SHARDS,
-    ranks_per_node: int = 8,
+    block_shards: int = BLOCK_SHARDS,  # shards per block of the order
+    ranks_per_node: int = 8,  # ranks per node (a node shares a cache)
     sample_bytes: int = 110_000,  # mean bytes of a sample (a LAION-like JPEG)
     cache_limit: 'Optional[Union[int, str]]' = None,  # per node (bytes, or '500GB'); None: 4x the node's working set measured
     latency_ms: float = 20.0,  # one request's round trip to storage
@@ -318,7 +335,7 @@ def simulate(
     sample_ranks: int = 3,  # ranks whose samples are counted (first, middle, last...)
     node_steps: Optional[int] = None,  # global batches of the node walked (None: the whole epoch)
     rescale_window: int = 64,  # global batches of the resumed run checked position by position
-    seed: int = 42,
+    seed: int = 42,  # the run's seed
     partitions: Optional[int] = None,  # the global order's canonical partitions; None: the nodes (a stream's default)
     read_ahead: int = READ_AHEAD,  # ranged GETs in flight per worker (`SpanReader`, no cache)
     no_index: bool = False,  # also the start-up of shards without a dataset index (other tools'; `start_up_scanned`)
@@ -526,7 +543,11 @@ def _state_size(src: SimSource, batch_size: int, ranks: int, block_shards: int, 
     return dict(bytes=len(json.dumps(sd)), state=sd)
 
 # %% ../../nbs/tools/55_simulate.ipynb #e2893acb
-def simulate_main(argv: Optional[Sequence[str]] = None) -> int:
+def simulate_main(
+    argv: Optional[
+        Sequence[str]
+    ] = None,  # the arguments after `timmdata simulate`, as a list of strings; None: `sys.argv[1:]`
+) -> int:
     "`timmdata simulate --ranks R --workers W --shards S --samples N`: one epoch of a training stream at that scale, simulated with the library's own code."
     a = simulate_args(argv)  # every option checked: a one-line usage error for one out of bounds
     if a.sources:

@@ -15,7 +15,12 @@ from .simulate_report import format_bytes
 __all__ = ['mix_weights', 'simulate_mix', 'format_mix_report', 'order_cost', 'format_order_cost']
 
 # %% ../../nbs/tools/54a_simulate_mix.ipynb #acae54e37e7d407bbb7b55eff062a284
-def mix_weights(sources: int, weights: Optional[Union[str, Sequence[float], np.ndarray]] = None) -> np.ndarray:
+def mix_weights(
+    sources: int,  # sources mixed
+    weights: Optional[
+        Union[str, Sequence[float], np.ndarray]
+    ] = None,  # one a source: a comma list ('3,1') or a sequence; None: Zipf-like
+) -> np.ndarray:
     "The simulated mix's weights: as given (a comma list or a sequence), else Zipf-like (source i: 1 / (i + 1)^0.7), normalised."
     if weights is None:
         w = 1.0 / np.arange(1, sources + 1) ** 0.7
@@ -28,7 +33,7 @@ def mix_weights(sources: int, weights: Optional[Union[str, Sequence[float], np.n
 
 def simulate_mix(
     sources: int = 100,  # sources mixed
-    ranks: int = 1024,
+    ranks: int = 1024,  # ranks before the rescale
     workers: int = 16,  # per rank (a mix is planned in each rank's main process: workers read, they plan nothing)
     samples: int = 1_000_000_000,  # samples of the sources in all (split in proportion to the weights, at least 1 each)
     batch_size: int = 256,  # per rank
@@ -37,7 +42,7 @@ def simulate_mix(
     steps: int = 2000,  # global batches of `ranks` simulated before the rescale
     rescale: tuple = (768, 8),  # (ranks, workers) the run resumes on after `steps`
     window: int = 1000,  # batches of a rank in a window
-    seed: int = 42,
+    seed: int = 42,  # the mix's seed
 ) -> dict:
     "Per-window mix error of every rank (a window of `window` of its batches, sliding by a quarter), before and after a rescale, with the order's memory and start-up requests."
     t0 = time.perf_counter()
@@ -117,7 +122,9 @@ def simulate_mix(
     return out
 
 # %% ../../nbs/tools/54a_simulate_mix.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
-def format_mix_report(r: dict) -> str:
+def format_mix_report(
+    r: dict,  # what `simulate_mix` returned
+) -> str:
     "The figures of `simulate_mix`, one line each; [counted] where they come from the code path, not a measurement."
     c, b, a, m, q = r['config'], r['before'], r['after'], r['memory'], r['requests']
     L = [
@@ -147,13 +154,13 @@ def format_mix_report(r: dict) -> str:
 def order_cost(
     sources: int = 100_000,  # sources mixed
     samples: int = 10_000_000_000,  # samples in all (of the mix; and of the map-style epoch)
-    ranks: int = 1024,
+    ranks: int = 1024,  # ranks in all
     batch_size: int = 256,  # per rank
     weights: 'Optional[Union[str, Sequence[float], np.ndarray]]' = None,  # each source's weight (None: Zipf-like)
     schedule: str = 'linear',  # 'constant', or 'linear': ramped to the reverse over `steps`
     steps: int = 2000,  # global batches of the ramp
     blocks: int = 10,  # blocks of the mix read by rank 0 (BLOCK positions each)
-    seed: int = 42,
+    seed: int = 42,  # the orders' seed
 ) -> dict:
     "Rank 0's memory and CPU for the order of a mix of `sources` (`MixOrder`) and of a map-style epoch (`PositionOrder`) of `samples`, measured; the orders they replace, counted."
     w = mix_weights(sources, weights)
@@ -211,7 +218,9 @@ def order_cost(
     return dict(config=dict(ranks=ranks, batch_size=batch_size, schedule=schedule, blocks=blocks), mix=mix, epoch=epoch)
 
 
-def format_order_cost(r: dict) -> str:
+def format_order_cost(
+    r: dict,  # what `order_cost` returned
+) -> str:
     "`order_cost`'s figures, a line per order; [counted] where they come from the code path, not a measurement."
     c, m, e = r['config'], r['mix'], r['epoch']
     return '\n'.join(

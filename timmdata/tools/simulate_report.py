@@ -19,7 +19,9 @@ def format_bytes(
     return f'{n:.0f} B'
 
 # %% ../../nbs/tools/54_simulate_report.ipynb #c4033db7
-def format_report(r: dict) -> str:
+def format_report(
+    r: dict,  # what `simulate` returned
+) -> str:
     "The figures of `simulate`, one line each; [sampled] or [counted] where they are not from every rank and worker."
     c, L = r['config'], []
     L.append(

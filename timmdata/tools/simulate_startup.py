@@ -15,13 +15,18 @@ __all__ = ['SCAN_BLOCK', 'PARQUET_ROW_BYTES', 'PARQUET_TAIL', 'PARQUET_INDEX_CAP
            'start_up_figures', 'start_up_scanned', 'start_up_parquet', 'parquet_start_up']
 
 # %% ../../nbs/tools/54b_simulate_startup.ipynb #4265f10b
-def index_bytes(lengths) -> tuple:
+def index_bytes(
+    lengths,  # samples in each shard
+) -> tuple:
     "(the table's bytes, the spans' bytes) of the dataset index (`timmdata.index.dataset_index`) of shards of `lengths`: a table line per shard (name, size, count, digest), a line per shard (base64 of each sample's int64 span end and two int32 header blocks: about 21 bytes a sample)."
     lengths = np.asarray(lengths, np.int64)
     return int(130 + len(lengths) * 62), int((line_chars(lengths, DATASET_INDEX_VERSION) + 1).sum())
 
 
-def table_memory(lengths, sample_bytes: int = 110_000) -> dict:
+def table_memory(
+    lengths,  # samples in each shard
+    sample_bytes: int = 110_000,  # mean bytes of a sample (the shards' sizes in the table)
+) -> dict:
     "What a process holds of the dataset index's table and the CPU it spends on it, measured on a synthetic table of `lengths` (names as `SimSource` gives them): before, every process parsed it (`parse_table` and a name-to-row dict); now the node's first process parses it and writes the parsed copy into the node cache, and every other process maps the copy (`dataset_index.node_table` over a temporary folder). Python memory by `tracemalloc` (held after; the peak while parsing), CPU by `time.process_time`; the copy's pages are the node's page cache, shared by its processes."
     head = '{"format":"timmdata dataset index","version":%d}' % DATASET_INDEX_VERSION
     lines = [head] + [
@@ -55,10 +60,10 @@ def table_memory(lengths, sample_bytes: int = 110_000) -> dict:
 
 
 def start_up(
-    shards: int,
+    shards: int,  # shards in the dataset
     index: bool,  # with the dataset index (after) or without (before)
     cold: bool = False,  # the first run ever (no per-folder index yet): a scan per shard as well
-    latency_s: float = 0.02,
+    latency_s: float = 0.02,  # one request's round trip to storage, in seconds
     bandwidth: float = 1.25e9,  # bytes/s
     idx_bytes: int = 0,  # the dataset index's size (`index_bytes`)
 ) -> dict:
@@ -71,11 +76,11 @@ def start_up(
 
 # %% ../../nbs/tools/54b_simulate_startup.ipynb #ad6bca18
 def start_up_figures(
-    shards: int,
-    ranks: int,
-    ranks_per_node: int,
-    latency_s: float,
-    bandwidth: float,
+    shards: int,  # shards in the dataset
+    ranks: int,  # ranks in all
+    ranks_per_node: int,  # ranks per node
+    latency_s: float,  # one request's round trip to storage, in seconds
+    bandwidth: float,  # a rank's bytes/s from storage
     idx_bytes: int,  # the dataset index's table (`index_bytes`)
 ) -> tuple:
     "({case: requests, bytes a rank and a node, seconds}, {case: requests of all ranks}) before the first batch: without the dataset index (first run and after), with it, and with it and a node cache (the table fetched once a node)."
@@ -107,10 +112,10 @@ SCAN_BLOCK = 1 << 20  # bytes a ranged read of a shard's scan asks for (`shard_i
 
 
 def start_up_scanned(
-    ranks_per_node: int,
+    ranks_per_node: int,  # ranks per node
     first_shards: int,  # shards the node's first batches meet (each scanned once a node)
     shard_bytes: int,  # a shard's mean size
-    latency_s: float,
+    latency_s: float,  # one request's round trip to storage, in seconds
     bandwidth: float,  # a node's bytes/s
 ) -> dict:
     "Requests, bytes (a rank, a node) and seconds before a node's first batch over shards without a dataset index: `_info.json`, the index's absence and one ranged read (does the server answer them?) a rank, then each shard met scanned once (its headers by ranged reads of `SCAN_BLOCK`: the whole shard's bytes); the node's scans run side by side, each one a read at a time."
@@ -128,11 +133,11 @@ PARQUET_INDEX_CAP = 4 << 30  # the largest Parquet index read (`parquet_index.MA
 
 
 def start_up_parquet(
-    files: int,
-    samples: int,
-    ranks: int,
-    ranks_per_node: int,
-    latency_s: float,
+    files: int,  # Parquet files in the dataset
+    samples: int,  # rows in all
+    ranks: int,  # ranks in all
+    ranks_per_node: int,  # ranks per node
+    latency_s: float,  # one request's round trip to storage, in seconds
     bandwidth: float,  # a node's bytes/s
 ) -> tuple:
     "({case: requests, bytes a rank and a node, seconds}, {case: requests of all ranks}) before the first batch over `files` Parquet files of `samples` rows: with the Parquet index, and without it (each file's footer) before and after the footers were kept a node. A node's first process reads the footers for the node: its rank is the one counted."

@@ -44,7 +44,7 @@ MAX_VISIBLE_TESTS = 400
 TEST_CALL = re.compile(r'^\s*(?:test_\w+\(|assert\b)', re.M)
 DOC_HOST = 'timmdata.github.io'
 # thresholds of the counts that may only go down: the site's figures when they were set (lower them as pages improve)
-MAX_EMPTY_DETAILS = 2132  # of 5,368 parameter rows on the site's pages (the reference and the notebook pages)
+MAX_EMPTY_DETAILS = 0  # of 5,466 parameter rows on the site's pages (the reference and the notebook pages)
 MAX_HOME_WORDS = 1700
 MAX_SIDEBAR_ENTRIES = 90
 DETAILS_HEAD = ['Parameter', 'Type', 'Default', 'Details']  # the parameter table of an entry (tools/docs/showdoc.py)

@@ -8,13 +8,15 @@ nbdev's renderer while the site is built (`use_in_nbdev()`); it writes
 - a heading with the id nbdev's doc links point at (`loaderstats.since`), so every link to a symbol lands on it;
 - the signature with the annotations and defaults **as written in the source** (`Optional[SummaryWriter | str]`,
   `IMAGENET_DEFAULT_MEAN`), never a type guessed from a default; a class as `class X(Base):` with its constructor's
-  arguments, an exception with its base;
-- the object's own docstring (not one inherited from `typing.Protocol` or `object`);
-- the parameters as a table (name, type, default, the docment), where markdown renders as markdown.
+  arguments (a NamedTuple as `class X(NamedTuple):` with its fields), an exception with its base;
+- the object's own docstring (not one inherited from `typing.Protocol` or `object`), less an `Args:`/`Parameters`
+  section that filled the table;
+- the parameters as a table (name, type, default, the docment: a dataclass's or NamedTuple's from the comment after each
+  field, a notebook's class too), where markdown renders as markdown.
 
 Private names (`_x`, a module's `__getattr__`/`__dir__`) get no entry: the renderer returns nothing for them."""
 from __future__ import annotations
-import ast, enum, inspect, re, textwrap, typing
+import ast, dataclasses, enum, inspect, re, textwrap, typing
 
 MAXLINE = 88  # a signature longer than this is written one parameter a line
 
@@ -68,6 +70,7 @@ def _written(fn) -> dict:
 
 def _anno_text(anno) -> str | None:
     if anno is inspect.Parameter.empty: return None
+    if isinstance(anno, typing.ForwardRef): anno = anno.__forward_arg__  # a NamedTuple's field under future annotations
     if isinstance(anno, str): return anno[1:-1] if len(anno) > 1 and anno[0] == anno[-1] and anno[0] in '\'"' else anno  # 'X' as X
     return inspect.formatannotation(anno).replace('typing.', '')
 
@@ -82,12 +85,16 @@ def _default_text(d) -> str | None:
 
 def _docments(obj, fn=None) -> dict:
     """Each parameter's docment (the comment after it), and 'return''s: fastcore's, and where it finds none (a parameter
-    the formatter wrapped over several lines), the comments on the lines the parameter spans in `fn`'s source."""
+    the formatter wrapped over several lines), the comments on the lines the parameter spans in `fn`'s source; for a
+    NamedTuple or dataclass, the comment after each field in its class body (`_class_source`: one a notebook defines too)."""
     try:
         from fastcore.docments import docments
         out = {k: v for k, v in (docments(obj) or {}).items() if v}
     except Exception: out = {}
     for k, v in _span_comments(unwrap(fn or obj)).items(): out.setdefault(k, v)
+    for o in _fielded(obj, fn):
+        for k, (_, _, c) in _fields_written(o).items():
+            if c: out.setdefault(k, c)
     for o in (fn, obj):  # a docstring's Parameters/Args section: the function's own, then (for a class) the class's
         for k, v in _section_docs(_own_doc(unwrap(o)) if o is not None else '').items():
             if not (k == 'return' and inspect.isclass(o)): out.setdefault(k, v)  # a class's Returns is not its __init__'s
@@ -97,6 +104,121 @@ def _docments(obj, fn=None) -> dict:
 _GOOGLE_HEAD = re.compile(r'^(\s*)(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|Other Parameters|'
                           r'Returns|Return)\s*:\s*$')
 _GOOGLE_ITEM = re.compile(r'^\**(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$')  # `name (type): what it is`, `*args: ...`
+
+
+def _fielded(obj, fn=None) -> list:
+    """The NamedTuples and dataclasses whose field comments are `obj`'s docments: `obj` itself, and those a function takes
+    its parameters from (`fastcore.meta.delegates`' `__delwrap__`, as `create_loader` takes `LoaderOptions`')."""
+    out, seen, o = [], set(), obj
+    while o is not None and id(o) not in seen:
+        seen.add(id(o))
+        if _is_namedtuple(o) or (inspect.isclass(o) and dataclasses.is_dataclass(o)): out.append(o)
+        o = getattr(unwrap(fn if o is obj and fn is not None else o), '__delwrap__', None)
+    return out
+
+
+def _is_namedtuple(obj) -> bool:
+    "A class with `_fields`: a `typing.NamedTuple` or `collections.namedtuple` (its constructor has no source of its own)."
+    return inspect.isclass(obj) and issubclass(obj, tuple) and isinstance(getattr(obj, '_fields', None), tuple)
+
+
+def _class_source(cls) -> str | None:
+    """A class's source: `inspect`'s, else (a class a notebook's cell defines, as the docs build runs it: its module is
+    `__main__`, which has no file) the cell's, found through one of its methods' code, else the library module's class of
+    that name (nbdev's index, `_modidx`) when it has the same fields; None where there is none."""
+    try: return textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError): pass
+    import linecache
+    for v in cls.__dict__.values():
+        f = unwrap(v)
+        code = getattr(f, '__code__', None)
+        if code is None or not getattr(f, '__qualname__', '').startswith(cls.__qualname__ + '.'): continue
+        text = ''.join(linecache.getlines(code.co_filename))
+        try: tree = ast.parse(text)
+        except SyntaxError: continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name == cls.__name__ and \
+                    node.lineno <= code.co_firstlineno <= node.end_lineno:
+                return textwrap.dedent('\n'.join(text.splitlines()[node.lineno - 1:node.end_lineno]))
+    if cls.__module__ != '__main__': return None
+    try:
+        import importlib
+        from nbdev.config import get_config
+        lib = get_config().lib_name
+        syms = importlib.import_module(f'{lib}._modidx').d['syms']
+        homes = [m for m, d in syms.items() if f'{m}.{cls.__qualname__}' in d]
+        if len(homes) != 1: return None
+        twin = importlib.import_module(homes[0])
+        for part in cls.__qualname__.split('.'): twin = getattr(twin, part)
+        same = getattr(twin, '_fields', None) == getattr(cls, '_fields', None) and (
+            [f.name for f in dataclasses.fields(twin)] == [f.name for f in dataclasses.fields(cls)]
+            if dataclasses.is_dataclass(cls) and dataclasses.is_dataclass(twin) else True)
+        return textwrap.dedent(inspect.getsource(twin)) if same and inspect.isclass(twin) else None
+    except Exception: return None
+
+
+def _fields_written(cls) -> dict:
+    """Field -> (annotation text, default text, comment) of each `field: type = default  # comment` line of a class body,
+    as written; the comment is the one on the field's lines, else the comment lines just above it."""
+    import io, tokenize
+    src = _class_source(cls)
+    if src is None: return {}
+    try: tree = ast.parse(src)
+    except SyntaxError: return {}
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef)), None)
+    if node is None: return {}
+    comments = {}
+    try:
+        for t in tokenize.generate_tokens(io.StringIO(src).readline):
+            if t.type == tokenize.COMMENT: comments[t.start[0]] = (t.start[1], t.string.lstrip('#').strip())
+    except (tokenize.TokenError, IndentationError): return {}
+    lines = src.splitlines()
+    out, prev = {}, node.lineno
+    for st in node.body:
+        if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
+            on = [comments[ln][1] for ln in range(st.lineno, st.end_lineno + 1) if ln in comments]
+            above, ln = [], st.lineno - 1
+            while ln > prev and ln in comments and not lines[ln - 1][:comments[ln][0]].strip():  # whole-line comments
+                above.insert(0, comments[ln][1]); ln -= 1
+            text = ' '.join(x for x in (on or above) if x)
+            out[st.target.id] = (ast.unparse(st.annotation) if not (isinstance(st.annotation, ast.Constant) and
+                                 isinstance(st.annotation.value, str)) else st.annotation.value,
+                                 ast.unparse(st.value) if st.value is not None else None, text)
+        prev = st.end_lineno
+    return out
+
+
+def without_filled_sections(doc: str, filled: set, returns: bool = False) -> str:
+    """`doc` less each `Args:`/`Parameters` section (google- or numpy-style) whose every parameter is in `filled` (the
+    parameters whose table row has Details), and its Returns section where `returns` (the table's Returns row has them):
+    the table shows them already."""
+    if not doc: return doc
+    def filled_by(section: str) -> bool:
+        got = _section_docs(section)
+        return bool(got) and all((k == 'return' and returns) or (k != 'return' and k in filled) for k in got)
+    lines, keep, i = doc.splitlines(), [], 0
+    while i < len(lines):
+        m = _GOOGLE_HEAD.match(lines[i])
+        if m:
+            base, j = len(m.group(1)), i + 1
+            while j < len(lines) and (not lines[j].strip() or len(lines[j]) - len(lines[j].lstrip()) > base): j += 1
+            while j > i + 1 and not lines[j - 1].strip(): j -= 1  # the blank lines after it stay
+            if filled_by('\n'.join(lines[i:j])):
+                i = j
+                continue
+        elif i + 1 < len(lines) and re.fullmatch(r'\s*(Parameters|Other Parameters|Returns)\s*', lines[i]) \
+                and re.fullmatch(r'\s*-{3,}\s*', lines[i + 1]):
+            j = i + 2
+            while j < len(lines) and not (j + 1 < len(lines) and lines[j].strip() and
+                                          re.fullmatch(r'\s*-{3,}\s*', lines[j + 1])): j += 1
+            while j > i + 2 and not lines[j - 1].strip(): j -= 1
+            sec = '\n'.join(lines[i:j])
+            if filled_by(sec if lines[i].strip() != 'Other Parameters' else sec.replace('Other Parameters', 'Parameters', 1)):
+                i = j
+                continue
+        keep.append(lines[i])
+        i += 1
+    return re.sub(r'\n{3,}', '\n\n', '\n'.join(keep)).strip()
 
 
 def _section_docs(doc: str) -> dict:
@@ -187,13 +309,15 @@ def _init_of(cls):
     return None
 
 
-def params(fn, drop_self: bool = False) -> list:
-    "[(text, name, annotation, default, kind)] for `fn`'s signature, annotations and defaults as written."
+def params(fn, drop_self: bool = False, cls=None) -> list:
+    """[(text, name, annotation, default, kind)] for `fn`'s signature, annotations and defaults as written (for the
+    constructor of a NamedTuple `cls`, as its class body writes its fields)."""
     try: sig = inspect.signature(fn)
     except (TypeError, ValueError): return []
     wr = _written(unwrap(fn))
+    if not wr and _is_namedtuple(cls): wr = {k: v[:2] for k, v in _fields_written(cls).items()}
     out, ps = [], list(sig.parameters.values())
-    if drop_self and ps and ps[0].name in ('self', 'cls'): ps = ps[1:]
+    if drop_self and ps and ps[0].name in ('self', 'cls', '_cls'): ps = ps[1:]  # `_cls`: a NamedTuple's __new__
     seen_kwonly = False
     for i, p in enumerate(ps):
         anno, default = wr.get(p.name, (None, None))
@@ -224,10 +348,18 @@ def signature_text(prefix: str, name: str, fn, drop_self=False, suffix='') -> st
 def _cell(s) -> str: return '' if s is None else str(s).replace('|', '\\|').replace('\n', ' ')
 
 
+def filled(fn, drop_self=False, docs_of=None) -> tuple:
+    "({parameters whose row in `fn`'s table has Details}, whether its Returns row has them): see `param_table`."
+    if fn is None: return set(), False
+    ps, _ = params(fn, drop_self, cls=docs_of)
+    docs = _docments(docs_of or fn, fn)
+    return {p[1].lstrip('*') for p in ps if p[4] != 'marker' and docs.get(p[1].lstrip('*'))}, bool(docs.get('return'))
+
+
 def param_table(fn, drop_self=False, docs_of=None) -> str:
     "A markdown table of `fn`'s parameters: name, type and default as written, and the docment."
     if fn is None: return ''
-    ps, ret = params(fn, drop_self)
+    ps, ret = params(fn, drop_self, cls=docs_of)
     ps = [p for p in ps if p[4] != 'marker']
     docs = _docments(docs_of or fn, fn)
     if not ps and not (ret and docs.get('return')): return ''
@@ -243,6 +375,8 @@ def param_table(fn, drop_self=False, docs_of=None) -> str:
 
 def bases_text(cls) -> str:
     bs = [b for b in cls.__bases__ if b is not object]
+    if _is_namedtuple(cls) and bs == [tuple]:  # `class X(NamedTuple)` as written, not the tuple it makes
+        bs = [b for b in getattr(cls, '__orig_bases__', ()) if getattr(b, '__name__', None) == 'NamedTuple'] or bs
     def nm(b):
         q = b.__qualname__
         if b.__module__ in ('builtins',): return q
@@ -270,7 +404,7 @@ def entry_markdown(obj, name: str, level: int = 3, anchor: str | None = None, so
         init = _init_of(obj)
         kind = 'exception' if issubclass(obj, BaseException) else 'class'
         if init is not None:
-            ps, _ = params(init, drop_self=True)
+            ps, _ = params(init, drop_self=True, cls=obj)
             args = [p[0] for p in ps]
             one = f'class {short}{bases_text(obj)}:\n    def __init__(self{", " if args else ""}{", ".join(args)})'
             if len(one.splitlines()[-1]) > MAXLINE:
@@ -293,6 +427,10 @@ def entry_markdown(obj, name: str, level: int = 3, anchor: str | None = None, so
     if links: out.append(' '.join(links))
     out.append(f'```python\n{code}\n```')
     doc = _own_doc(obj)
+    if doc and table:  # a docstring's Args/Parameters section that filled the table: shown once, in the table
+        if inspect.isclass(obj): names, ret = filled(_init_of(obj), True, obj)[0], False  # a class's Returns is not in it
+        else: names, ret = filled(obj, '.' in name)
+        doc = without_filled_sections(doc, names, ret)
     if doc: out.append(doc)
     if table: out.append(table)
     if explained: out.append(explained)
