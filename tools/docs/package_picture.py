@@ -62,20 +62,23 @@ def draw(package: str, width: float = 9.0):
     mods = package_modules(package)
     fl = floors(mods)
     top = max(fl.values(), default=0)
-    rows = {k: sorted(m for m in mods if fl[m] == k) for k in range(top + 1)}
-    wide = max(len(r) for r in rows.values())
+    per_row = 5  # a floor of more modules is drawn as several rows, so the boxes keep a readable width
+    rows = [r[i : i + per_row] for k in range(top + 1) for r in [sorted(m for m in mods if fl[m] == k)] for i in range(0, max(len(r), 1), per_row)]
+    rows = [r for r in rows if r]
+    top = len(rows) - 1
+    wide = max(len(r) for r in rows)
+    width = max(width, 2.3 * wide)  # a wide floor widens the picture, not the boxes' text
     fig, ax = plt.subplots(figsize=(width, 1.15 * (top + 1) + 0.7))
     at, bw, bh = {}, min(2.6, (width - 0.4) / wide - 0.25), 0.78
-    for k, row in rows.items():
-        y = k
+    for y, row in enumerate(rows):
         for j, m in enumerate(row):
             x = (j + 0.5) * width / len(row)
             at[m] = (x, y)
             n, doc, _, _ = mods[m]
             ax.add_patch(FancyBboxPatch((x - bw / 2, y - bh / 2), bw, bh, boxstyle='round,pad=0.02', fc='#e8eef7', ec='#345'))
             ax.text(x, y + 0.2, m, ha='center', va='center', fontsize=9, weight='bold')
-            words = textwrap.shorten(doc.replace('`', ''), 66, placeholder='...')
-            ax.text(x, y - 0.1, textwrap.fill(words, 34), ha='center', va='center', fontsize=6.5, color='#333')
+            words = textwrap.shorten(doc.replace('`', ''), 66 if bw > 2.2 else 48, placeholder='...')
+            ax.text(x, y - 0.1, textwrap.fill(words, max(18, min(34, int(bw * 13)))), ha='center', va='center', fontsize=6.5, color='#333')
             ax.text(x + bw / 2 - 0.05, y - bh / 2 + 0.06, f'{n}', ha='right', va='bottom', fontsize=6, color='#777')
     for m, (_, _, inside, _) in mods.items():
         for d in inside:
