@@ -74,6 +74,7 @@ FEATURES = {
     'wds': ['webdataset>=1.0'],  # WebDataset shards
     'hf': ['datasets>=3'],  # Hugging Face datasets
     'remote': ['fsspec'],  # remote storage through fsspec (s3://, gs://...)
+    'cloud': ['obstore>=0.12'],  # S3, GCS and Azure read by position (timmdata.net.object_store)
     'codec': ['torchcodec>=0.16'],  # TorchCodec decoding: CMYK JPEGs, the GPU decode path
     # nvImageCodec's GPU decoding: Linux only (its marker); the wheel installs on a machine without a GPU too
     'nvimgcodec': ['nvidia-nvimgcodec-cu13[nvjpeg]>=0.9; sys_platform == "linux"'],

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/core/02_runtime.ipynb #28c0d53e
 from __future__ import annotations
-import math, multiprocessing, sys
+import math, multiprocessing, os, sys
 from contextlib import contextmanager
 from typing import Optional, Protocol, Sequence, runtime_checkable
 import numpy as np
@@ -13,8 +13,8 @@ import torch.distributed as dist
 
 # %% auto #0
 __all__ = ['SEED_MIX', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'to_device', 'rank_seed',
-           'default_start_method', 'interactive_session', 'fork_wanted', 'interactive_start', 'fork_in_notebook',
-           'SetsEpoch', 'delegated', 'sets_epoch', 'pass_epoch', 'pass_loader_epoch']
+           'default_start_method', 'interactive_session', 'fork_wanted', 'fork_unsafe', 'interactive_start',
+           'fork_in_notebook', 'SetsEpoch', 'delegated', 'sets_epoch', 'pass_epoch', 'pass_loader_epoch']
 
 # %% ../../nbs/core/02_runtime.ipynb #cc278d7d
 def _refs(bufs: list, i: int) -> int:
@@ -154,12 +154,32 @@ def fork_wanted() -> bool:
     )
 
 
+_FORK_UNSAFE = {}  # pid -> why a process forked from it could not work (a client whose threads a fork loses)
+
+
+def fork_unsafe(
+    why: str,  # what in this process a fork would break, for messages
+):
+    "Note that worker processes forked from this process would hang (a library's threads do not survive a fork): `interactive_start` then starts them by forkserver."
+    _FORK_UNSAFE.setdefault(os.getpid(), why)
+
+
 def interactive_start(
     num_workers: int,  # worker processes the DataLoader starts (0: none, `kwargs` as given)
     kwargs: dict,  # DataLoader's keyword arguments
 ) -> dict:
-    "`kwargs` with `multiprocessing_context='fork'` where `fork_wanted()` and the caller set no context; else as given."
-    if num_workers <= 0 or kwargs.get('multiprocessing_context') is not None or not fork_wanted():
+    """`kwargs` with the start method the workers need where the caller set none: 'forkserver' where this process is
+    `fork_unsafe` and would fork them (its modules preloaded by the server once); else 'fork' where `fork_wanted()`; else
+    as given."""
+    if num_workers <= 0 or kwargs.get('multiprocessing_context') is not None:
+        return kwargs
+    if os.getpid() in _FORK_UNSAFE and (fork_wanted() or default_start_method() == 'fork'):
+        if 'forkserver' in multiprocessing.get_all_start_methods():
+            ctx = multiprocessing.get_context('forkserver')
+            ctx.set_forkserver_preload(['torch', 'timmdata.loader'])  # imported once by the server, not by each worker
+            return {**kwargs, 'multiprocessing_context': ctx}
+        return {**kwargs, 'multiprocessing_context': 'spawn'}
+    if not fork_wanted():
         return kwargs
     return {**kwargs, 'multiprocessing_context': 'fork'}
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 # %% auto #0
-__all__ = ['VARIABLES', 'Variable', 'setting', 'export_setting']
+__all__ = ['VARIABLES', 'Variable', 'setting', 'set_environment', 'export_setting']
 
 # %% ../../nbs/core/03_settings.ipynb #5b3b5c2f
 _OFF = ('0', 'false', 'no', 'off')
@@ -141,6 +141,22 @@ def setting(
         raise ValueError(f'environment variable {name} must be {var.takes}; got {raw!r}') from None
 
 
+def set_environment(
+    values: dict,  # {name: text, or None to unset}: names of `VARIABLES`
+) -> dict:
+    "Write (or unset) these settings in this process's environment, for it and the processes it starts (`LocalS3` points the S3 clients at itself so); the values they had, to give back to `set_environment` to restore them."
+    old = {}
+    for name, value in values.items():
+        if name not in VARIABLES:
+            raise KeyError(f'{name!r} is not a timmdata setting (one of {", ".join(VARIABLES)})')
+        old[name] = os.environ.get(name)
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = str(value)
+    return old
+
+
 def export_setting(
     name: str,  # one of `VARIABLES`
     value: str,  # its text, as `setting` parses it
@@ -154,3 +170,67 @@ def export_setting(
     except ValueError:
         raise ValueError(f'{name} must be {var.takes}; got {value!r}') from None
     os.environ[name] = str(value)
+
+# %% ../../nbs/core/03_settings.ipynb #b2524059
+def _text(v: str) -> str:
+    return v.strip()
+
+
+def _store_options(v: str) -> dict:
+    import json
+
+    d = json.loads(v)  # a ValueError: named by `setting`
+    if not isinstance(d, dict) or not all(isinstance(k, str) and isinstance(o, dict) for k, o in d.items()):
+        raise ValueError
+    return d
+
+
+VARIABLES.update(
+    {
+        v.name: v
+        for v in (
+            Variable(
+                'TIMMDATA_STORE_OPTIONS',
+                {},
+                _store_options,
+                'the JSON configure_store writes',
+                "object stores' settings, from configure_store, for the processes it starts",
+            ),
+            Variable(
+                'AWS_ENDPOINT_URL',
+                None,
+                _text,
+                'an http(s) URL',
+                "an S3-compatible store's address (as the AWS tools read it)",
+            ),
+            Variable(
+                'AWS_ENDPOINT_URL_S3', None, _text, 'an http(s) URL', "S3's address alone (before AWS_ENDPOINT_URL)"
+            ),
+            Variable(
+                'AWS_ACCESS_KEY_ID',
+                None,
+                _text,
+                'a key id',
+                "S3 credentials in the environment (read by obstore; never shown)",
+            ),
+            Variable(
+                'AWS_SECRET_ACCESS_KEY',
+                None,
+                _text,
+                'a secret key',
+                "S3 credentials in the environment (read by obstore; never shown)",
+            ),
+            Variable('AWS_REGION', None, _text, 'a region name', "S3's region (read by obstore)"),
+            Variable(
+                'AWS_SKIP_SIGNATURE', None, _flag, "'true' or 'false'", 'S3 read without credentials: a public bucket'
+            ),
+            Variable(
+                'AWS_PROFILE',
+                None,
+                _text,
+                'a profile name',
+                'the AWS profile whose credentials are read (through boto3)',
+            ),
+        )
+    }
+)

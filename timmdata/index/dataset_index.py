@@ -44,6 +44,7 @@ from timmdata.index.index_table import (
     line_chars,
     map_table_copy,
 )
+from ..net.object_store import by_position
 
 # %% auto #0
 __all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'SPANS_KEPT', 'SPANS_FILES_KEPT', 'HINT_SHARDS', 'MAX_SPAN_BYTES',
@@ -250,7 +251,7 @@ class DatasetIndex:
         self._pid, self._kept, self._lock, self._fh, self.fetched, self._writes = None, OrderedDict(), None, None, 0, 0
 
     def _read(self, off: int, n: int) -> bytes:
-        if url_scheme(self.url) in ('http', 'https'):
+        if by_position(self.url):
             return http_range(self.url, (off, n), False, self.timeout, self.retries, self.backoff, whole=self.whole)[1]
         if self._fh is None:
             self._fh = FileHandle(self.url[7:] if self.url.startswith('file://') else self.url, 'dataset index')
@@ -463,7 +464,7 @@ def read_dataset_index(
     url = join_url(str(root), DATASET_INDEX_FILE)
     if url in _READ:
         return _READ[url]
-    if cache is not None and url_scheme(url) in ('http', 'https'):
+    if cache is not None and by_position(url):
         table = node_table(url, cache, key, lambda: _fetch_table(url, retries, backoff, timeout))
         if table is None:
             return None

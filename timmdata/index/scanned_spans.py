@@ -15,6 +15,7 @@ from ..sources.wds import WdsSource
 from .shard_index import http_range, scan_shard
 from ..net.shard_cache import close_held, open_held, wait_lock
 from .dataset_index import MAX_SPAN_BYTES, ListedSpans, layout_of, spans_of
+from ..net.object_store import by_position
 
 # %% auto #0
 __all__ = ['rows_fit', 'ScannedSpans', 'spans_by_scanning']
@@ -162,7 +163,7 @@ def spans_by_scanning(
     index_dir: Optional[str] = None,  # the node's folder for the scans (`ScannedSpans`)
 ) -> Optional[tuple]:
     "(a `ScannedSpans`, None) for http(s) shards that `_info.json` lists with their lengths, when the server answers ranged reads (one read of the first shard asks); (why not, None) when it does not; None for other shards (local ones, or not listed)."
-    if not (source.shard_lengths and all(url_scheme(s) in ('http', 'https') for s in source.shards)):
+    if not (source.shard_lengths and all(by_position(s) for s in source.shards)):
         return None
     try:
         http_range(source.shards[0], (0, 512), timeout=source.timeout, retries=source.retries, backoff=source.backoff)

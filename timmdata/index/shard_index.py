@@ -10,6 +10,16 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from ..readers import FileHandle, Reader, register_reader, unset
 from ..net.shard_cache import REQUEST_DEADLINE, BadAnswerError, Deadline, content_length
+from timmdata.net.object_store import (
+    ObjectChangedError,
+    ObjectNotFoundError,
+    ObjectStoreError,
+    by_position,
+    object_head,
+    object_range,
+    object_scheme,
+)
+from ..sources.spans import ShardChangedError
 from timmdata.sources.shard_io import (
     MAX_MEMBER_BYTES,
     REGULAR_KINDS,
@@ -50,7 +60,7 @@ def _local(url: str) -> str:
 
 
 def _remote(url: str) -> bool:
-    return url_scheme(url) in ('http', 'https')
+    return by_position(url)
 
 
 def http_range(
@@ -66,6 +76,8 @@ def http_range(
     "(headers, body) of a GET of bytes `rng` = (offset, size) of `url` (or a HEAD); the body read to at most the bytes asked; transient failures retried, others named. A ranged read the server answers with the whole file (HTTP 200) is read from `whole`, the server noted there."
     if rng is not None and rng[1] == 0:
         return {}, b''
+    if object_scheme(url):
+        return _object_range(url, rng, head, timeout, retries, backoff, deadline)
     if rng is not None and whole is not None and whole.ignores(url):
         return whole.read(url, rng)
     hdr = {'Range': f'bytes={rng[0]}-{rng[0] + rng[1] - 1}'} if rng else {}
@@ -98,6 +110,30 @@ def http_range(
     return whole.read(url, rng)
 
 # %% ../../nbs/index/23_shard_index.ipynb #c4b182f0
+def _object_range(
+    url: str, rng: Optional[tuple], head: bool, timeout: float, retries: int, backoff: float, deadline: float
+) -> tuple:
+    "`http_range` of an object store's URL: its client's answer (the headers an HTTP server sends), its errors as the shards' (`ShardNotFoundError`, `ShardChangedError`, `ShardError`)."
+    try:
+        if head:
+            return object_head(url, timeout, retries, backoff), b''
+        if rng is None:  # the whole object, at most MAX_MEMBER_BYTES of it
+            h = object_head(url, timeout, retries, backoff)
+            n = int(h['content-length'])
+            if n > MAX_MEMBER_BYTES:
+                raise ShardError(
+                    f'{shard_name(url)} is {n:,} bytes, over the {MAX_MEMBER_BYTES:,} read whole: not read'
+                )
+            return object_range(url, 0, n, timeout, retries, backoff, deadline) if n else (h, b'')
+        return object_range(url, rng[0], rng[1], timeout, retries, backoff, deadline)
+    except ObjectNotFoundError as e:
+        raise ShardNotFoundError(f'shard {e}') from None
+    except ObjectChangedError as e:
+        raise ShardChangedError(f'shard {e}: read it from the start') from None
+    except (ObjectStoreError, TimeoutError) as e:
+        raise ShardError(str(e)) from None
+
+
 def _body(r, url: str, rng: Optional[tuple]) -> bytes:
     "The body of `r`, the answer to a GET of `rng`: its Content-Range and Content-Length checked first, then read to at most the bytes asked."
     n = MAX_MEMBER_BYTES if rng is None else rng[1]
@@ -432,9 +468,9 @@ class ShardReader(Reader):
                 f'split {split!r} of {root!r} keeps its targets in .json sidecars (alt_label {src.targets.key!r}, e.g. '
                 f"label lists): ShardReader reads integer .cls targets; stream it with create_dataset('wds/...')"
             )
-        if other := [s for s in src.shards if url_scheme(s) not in ('file', 'http', 'https')]:
+        if other := [s for s in src.shards if url_scheme(s) != 'file' and not by_position(s)]:
             raise ValueError(
-                f'ShardReader reads local files and http(s) URLs; {shard_name(other[0])} is neither: stream it with '
+                f'ShardReader reads local files and http(s), s3, gs and az URLs; {shard_name(other[0])} is none of these: stream it with '
                 f"create_dataset('wds/...'), or copy the shards to a local folder"
             )
         self.root, self.split, self.info, self.max_open_files = str(root), split, src.info, max_open_files

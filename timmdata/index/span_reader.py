@@ -33,6 +33,7 @@ from timmdata.index.dataset_index import (
     layout_of,
     spans_of,
 )
+from ..net.object_store import by_position
 
 # %% auto #0
 __all__ = ['READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'sample_spans', 'ShardBytes', 'SpanReader']
@@ -47,7 +48,7 @@ def sample_spans(
     "Each shard's samples as byte spans `[start, end)` of their tar records, with where each one's image and target headers are (`layout(s)`), from the dataset index (`timmdata.index.dataset_index`: its table read once, a `ShardSpans` reading each shard's line when first asked) when there is one, else, for http(s) shards that `_info.json` lists with their lengths, a `ScannedSpans` (nothing read now: each shard's headers fetched when first read, once a node), else from the member-offset index (each shard checked; a `ListedSpans`); or, a str, why there are none."
     if not isinstance(source, WdsSource):
         return f'{type(source).__name__} is not a source of WebDataset tar shards'
-    if other := [s for s in source.shards if url_scheme(s) not in ('file', 'http', 'https')]:
+    if other := [s for s in source.shards if url_scheme(s) != 'file' and not by_position(s)]:
         return f'shard {shard_name(other[0])} is a {url_scheme(other[0])}: stream, read front to back only'
     # the dataset index (one read for every shard); else http(s) shards listed by _info.json, each scanned when first read
     found = dataset_spans(source) or spans_by_scanning(source, index_dir)

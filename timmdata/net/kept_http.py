@@ -8,6 +8,7 @@ import functools, os, re, socket, ssl, threading, time, urllib.parse, urllib.req
 from typing import Optional
 from ..core.untrusted import printable
 from .http import REQUEST_DEADLINE, public_url
+from .object_store import object_get_many, object_range, object_scheme
 
 # %% auto #0
 __all__ = ['MAX_HEAD_BYTES', 'COALESCE_GAP', 'COALESCE_BYTES', 'ProxiedError', 'kept_get', 'kept_get_many', 'coalesce']
@@ -172,7 +173,9 @@ def kept_get(
     deadline: float = REQUEST_DEADLINE,  # seconds the request may take in all
     size: Optional[int] = None,  # the file's size in bytes when known: an answer from a file of another size raises
 ) -> tuple:
-    "({lower-case header: value}, body) of a ranged GET of bytes `start` to `start + n` of `url`, on this thread's kept connection to its host (one this process opened); anything but the 206 of exactly those bytes raises, as does a URL a proxy applies to (`ProxiedError`): the caller asks `shard_index.http_range` then, with its retries, proxies and named errors."
+    "({lower-case header: value}, body) of a ranged GET of bytes `start` to `start + n` of `url`, on this thread's kept connection to its host (one this process opened); anything but the 206 of exactly those bytes raises, as does a URL a proxy applies to (`ProxiedError`): the caller asks `shard_index.http_range` then, with its retries, proxies and named errors. An object store's URL (s3://, gs://, az://) is read through its client (`object_store.object_range`), which keeps its own connections."
+    if object_scheme(url):
+        return object_get_many([(url, start, n, size)], timeout, deadline)[0]
     u, key, target = _split(url)
     conns = _KEPT.__dict__.setdefault('conns', {})
     conn, end = _kept(conns, key), time.monotonic() + deadline
@@ -199,6 +202,8 @@ def kept_get_many(
 ) -> list:
     "`kept_get(url, start, n, size=size)` of each read, in order: to one host, the requests sent together on this thread's kept connection and the answers read in turn; to several hosts, one by one."
     reads = [(*r, None)[:4] for r in reads]
+    if reads and all(object_scheme(r[0]) for r in reads):  # an object store: the requests in flight together
+        return object_get_many(reads, timeout, deadline)
     if len(reads) < 2 or len({_split(url)[1] for url, *_ in reads}) > 1:
         return [kept_get(url, a, n, timeout, deadline, size) for url, a, n, size in reads]
     u, key, _ = _split(reads[0][0])

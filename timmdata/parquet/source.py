@@ -22,6 +22,7 @@ from timmdata.sources.shard_io import (
     url_scheme,
 )
 from ..index.shard_index import http_range
+from ..net.object_store import list_objects, object_scheme
 from ..net.kept_http import coalesce, kept_get, kept_get_many
 from .parquet_footers import FooterSpans, IndexSpans, KeptFooters, fetch_footer
 from ..sources.spans import ShardChangedError
@@ -204,6 +205,9 @@ class ParquetSource(ParquetFiles):
             found = read_parquet_index(root, timeout, retries, backoff) if use_index else None
             if url_scheme(root) == 'file':
                 names = match_split(local_names(root), split)
+            elif found is None and object_scheme(root) and not is_pattern(split):  # an object store lists its folders
+                base = root.rstrip('/') + '/'
+                names = match_split([u[len(base) :] for u in list_objects(root, '.parquet', recursive=True)], split)
             elif found is not None:
                 names = match_split([e[0] for e in found[0]['files']], split)
             elif is_pattern(split):

@@ -17,6 +17,7 @@ from timmdata.net.shard_cache import (
     content_length,
 )
 from ..net.http import http_open
+from ..net.object_store import ObjectNotFoundError, ObjectStoreError, list_objects, object_open, object_scheme
 
 # %% auto #0
 __all__ = ['MAX_MEMBER_BYTES', 'REGULAR_KINDS', 'TAR_CHUNK', 'ShardError', 'ShardNotFoundError', 'ShardTruncatedError',
@@ -160,6 +161,13 @@ def shard_list(
                             f'no .tar shards in folder {d!r}: give a folder of WebDataset .tar files or a pattern'
                         )
                     out += [os.path.join(d, f) for f in tars]
+                elif object_scheme(s) and not s.endswith('.tar'):  # an object store's folder: its .tar objects
+                    tars = sorted(list_objects(s, '.tar'), key=natural_key)
+                    if not tars:
+                        raise FileNotFoundError(
+                            f'no .tar shards in {printable(s)}: give a folder of WebDataset .tar files or a pattern'
+                        )
+                    out += tars
                 else:
                     out.append(s)
     if not out:
@@ -237,7 +245,7 @@ def _open_fsspec(url: str):
 
 
 def open_shard(
-    url: str,  # local path, file://, http(s)://, pipe:CMD, or any URL fsspec knows
+    url: str,  # local path, file://, http(s)://, s3://, gs://, az://, pipe:CMD, or any URL fsspec knows
     timeout: float = 60.0,  # seconds an HTTP connection may stall
     deadline: float = SHARD_DEADLINE,  # seconds the whole HTTP stream may take, open to last byte (`ShardDeadlineError` past it)
 ):
@@ -252,6 +260,13 @@ def open_shard(
             raise ShardNotFoundError(f'shard {path} does not exist: check the path and the split') from e
     if scheme in ('http', 'https'):
         return _open_http(url, timeout, deadline)
+    if object_scheme(url):
+        try:
+            return object_open(url, timeout, deadline)
+        except ObjectNotFoundError as e:
+            raise ShardNotFoundError(f'shard {e}') from None
+        except (ObjectStoreError, TimeoutError) as e:
+            raise ShardError(str(e)) from None
     if scheme == 'pipe':
         return _PipeStream(url)
     return _open_fsspec(url)

@@ -18,6 +18,7 @@ from timmdata.net.shard_cache import (
 from ..readers.class_map import RecordTargets
 from ..readers import unset
 from .registry import register_source
+from ..net.object_store import object_scheme
 from timmdata.sources.shard_io import (
     ShardError,
     ShardNotFoundError,
@@ -164,7 +165,11 @@ def _split_shards(root, split: str, info: Optional[dict]) -> tuple:
     pattern = any(c in spec for c in '{/') or spec.endswith('.tar') or '::' in spec
     if pattern or (
         info is None
-        and (isinstance(root, (list, tuple)) or url_scheme(str(root)) != 'file' or not os.path.isdir(str(root)))
+        and (
+            isinstance(root, (list, tuple))
+            or (url_scheme(str(root)) != 'file' and not (object_scheme(str(root)) and not str(root).endswith('.tar')))
+            or (url_scheme(str(root)) == 'file' and not os.path.isdir(str(root)))
+        )
     ):
         shards = shard_list(spec if pattern else root, None if not pattern else root)
         lengths = None

@@ -1,0 +1,174 @@
+"""Datasets in an object store: a real S3 server on this machine (moto's, `timmdata.net.local_s3.LocalS3`), started for
+these tests and torn down after. WebDataset shards with and without their dataset index, and Parquet folders with and
+without theirs, read by position over `s3://`: every sample once an epoch, the same batches as a local read of the same
+files, exact resume on other ranks and workers, the dataset index in one request, the node cache shared by processes,
+and a bucket that lies (wrong lengths, wrong ranges, throttling, stalls) named, never read on."""
+
+import json, os, subprocess, sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip('obstore')
+pytest.importorskip('moto')
+pytest.importorskip('pyarrow')
+from timmdata import create_dataset, create_loader, make_sample_dataset, write_shards
+from timmdata.dataset import ImageDataset
+from timmdata.net.local_s3 import LocalS3
+from timmdata.parquet.source import write_parquet_index, write_sample_parquet
+from timmdata.sources.shard_io import ShardError, ShardNotFoundError
+
+N = 24  # samples, one a class: a batch's labels say which samples it holds
+BATCH = 6
+
+
+@pytest.fixture(scope='module')
+def s3(tmp_path_factory):
+    "A local S3 server with the sample-data generator's 24 images as shards (with their index, and a copy without) and as Parquet folders (with and without an index)."
+    root = tmp_path_factory.mktemp('s3data')
+    photos = make_sample_dataset(
+        root / 'photos', n_train=1, n_val=1, classes=[f'c{k:02d}' for k in range(N)], size=(40, 32), num_workers=0
+    )
+    write_shards(photos, root / 'shards', shard_size=6, progress=False)  # 4 shards, _info.json, the dataset index
+    (root / 'plain').mkdir()
+    for f in (root / 'shards').iterdir():
+        if f.name != '_timmdata_dataset_index.json' and f.is_file():
+            (root / 'plain' / f.name).write_bytes(f.read_bytes())
+    r = ImageDataset(str(photos), split='train').reader
+    samples = [(Path(r.filename(i, absolute=True)).read_bytes(), r.targets[i]) for i in range(len(r))]
+    for name, index in (('pq', True), ('pq_plain', False)):
+        write_sample_parquet(root / name, samples, r.classes, files=3, row_group_size=4)
+        if index:
+            write_parquet_index(root / name)
+    with LocalS3() as store:
+        for name in ('shards', 'plain', 'pq', 'pq_plain'):
+            store.upload(root / name, name)
+        store.root = root
+        yield store
+
+
+KIND = {
+    'shards': ('wds/x', 'shards', 'train'),
+    'shards without their index': ('wds/x', 'plain', 'train'),
+    'parquet': ('parquet/x', 'pq', 'train'),
+    'parquet without its index': ('parquet/x', 'pq_plain', 'train'),
+}
+
+
+def _labels(name, root, split, workers, epoch=0, **kw):
+    ds = create_dataset(name, root=root, split=split, is_training=True, batch_size=BATCH, **kw)
+    dl = create_loader(ds, (3, 16, 16), BATCH, is_training=True, num_workers=workers, device='cpu')
+    dl.set_epoch(epoch)
+    return [y.tolist() for _, y in dl]
+
+
+@pytest.mark.parametrize('kind', list(KIND))
+def test_every_sample_once_and_as_local(s3, kind):
+    "Each kind of dataset over s3:// gives, without workers and with two, the batches a local read of the same files gives; every sample once."
+    name, folder, split = KIND[kind]
+    local = _labels(name, str(s3.root / folder), split, 0)
+    assert len(local) == N // BATCH and sorted(sum(local, [])) == list(range(N))
+    for workers in (0, 2):
+        got = _labels(name, s3.url(folder), split, workers)
+        assert len(got) == len(local) and got == local, (kind, workers)
+
+
+def test_index_in_one_request(s3):
+    "Shards with their dataset index: before the first batch, the index is one GET (and `_info.json` one more); no shard is listed or scanned."
+    s3.requests.clear()
+    ds = create_dataset('wds/x', root=s3.url('shards'), split='train', is_training=True, batch_size=BATCH)
+    dl = create_loader(ds, (3, 16, 16), BATCH, is_training=True, num_workers=0, device='cpu')
+    before = dict(s3.requests)
+    it = iter(dl)
+    next(it)
+    assert before.get('GET', 0) <= 2, before  # _info.json and the index
+    assert 'HEAD' not in before
+    listed = [k for k in s3.requests if k not in ('GET', 'HEAD')]
+    assert listed == [], s3.requests
+
+
+DRIVER = r'''
+import json, sys
+from timmdata import create_dataset, create_loader
+root, world, batch, workers, stop, sd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), json.loads(sys.argv[6])
+per_rank, states = [], []
+for r in range(world):
+    ds = create_dataset('wds/x', root=root, split='train', is_training=True, batch_size=batch, rank=r, world_size=world)
+    dl = create_loader(ds, (3, 16, 16), batch, is_training=True, num_workers=workers, device='cpu')
+    if sd:
+        dl.load_state_dict(sd)
+    out = []
+    for _, y in dl:
+        out.append(y.tolist())
+        if len(out) == stop:
+            break
+    per_rank.append(out); states.append(dl.state_dict())
+print(json.dumps([[sum((o[t] for o in per_rank), []) for t in range(len(per_rank[0]))], states[0]]))
+'''
+
+
+def _run(s3, world, batch, workers, stop=0, sd=None):
+    "Global batches (every rank's t-th batch, rank after rank) and rank 0's state: a child process, as a user runs it."
+    out = subprocess.run(
+        [
+            sys.executable,
+            '-c',
+            DRIVER,
+            s3.url('shards'),
+            str(world),
+            str(batch),
+            str(workers),
+            str(stop),
+            json.dumps(sd),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_resume_on_other_ranks_and_workers(s3):
+    "Global batch 12: cut after one global batch on 2 ranks x 2 workers, resumed on 1 rank x 1 worker: the same global batches as an uncut run; every sample once."
+    ref, _ = _run(s3, 1, 12, 0)
+    assert len(ref) == 2 and sorted(sum(ref, [])) == list(range(N))
+    head, sd = _run(s3, 2, 6, 2, stop=1)
+    tail, _ = _run(s3, 1, 12, 1, sd=sd)
+    assert len(head) == 1 and len(tail) == 1 and head + tail == ref
+
+
+def test_node_cache_shared_by_processes(s3, tmp_path):
+    "With cache_dir, each shard is downloaded once for the node: two worker processes and a second run read the cache's copies."
+    name, _, split = KIND['shards']
+    folder = s3.upload(s3.root / 'shards', 'cached')  # a prefix this process has not read
+    s3.requests.clear()
+    s3.log.clear()
+    first = _labels(name, folder, split, 2, cache_dir=str(tmp_path / 'cache'))
+    gets = s3.requests['GET']
+    cached = [p for p in (tmp_path / 'cache').rglob('*.shard')]
+    assert len(cached) == 4, cached
+    shards = [p for m, p, _ in s3.log if m == 'GET' and p.endswith('.tar')]
+    assert len(shards) == 4 and len(set(shards)) == 4, s3.log  # each shard downloaded once, whichever worker asked
+    again = _labels(name, folder, split, 2, cache_dir=str(tmp_path / 'cache'))
+    assert again == first and sorted(sum(first, [])) == list(range(N))
+    assert s3.requests['GET'] - gets <= 2, s3.log  # the second run: _info.json (and the index), no shard
+
+
+def test_missing_and_lying(s3):
+    "A missing object, a store that answers another range, or more bytes than asked, or throttles past its retries: a named error, one line, never a wrong sample."
+    with pytest.raises((ShardNotFoundError, FileNotFoundError), match='no .tar shards|not found|no such'):
+        create_dataset('wds/x', root=s3.url('nothing-here'), split='train', is_training=True, batch_size=BATCH)
+    for fault, says in (('range', 'not the range asked'), ('long', 'longer'), ('503', 'throttled')):
+        ds = create_dataset(
+            'wds/x', root=s3.url('shards'), split='train', is_training=True, batch_size=BATCH, retries=0
+        )
+        dl = create_loader(ds, (3, 16, 16), BATCH, is_training=True, num_workers=0, device='cpu')
+        s3.fault = lambda method, path, headers, f=fault: f if 'Range' in headers else None
+        try:
+            with pytest.raises(Exception, match=says) as e:
+                list(dl)
+            assert '\n' not in str(e.value)
+        finally:
+            s3.fault = None
