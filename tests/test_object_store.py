@@ -172,3 +172,29 @@ def test_missing_and_lying(s3):
             assert '\n' not in str(e.value)
         finally:
             s3.fault = None
+
+
+def _cli(*args):
+    return subprocess.run(
+        [sys.executable, '-m', 'timmdata.tools.cli', *args], capture_output=True, text=True, timeout=300, env=os.environ
+    )
+
+
+def test_index_and_check_in_the_bucket(s3):
+    "`timmdata index` over s3:// writes the index into the bucket (shards: scanned by ranged reads; Parquet: read by ranges), and streams then read it; `timmdata check` decodes every image there; a URL given to `timmdata cache` is one line saying what to do."
+    plain = s3.upload(s3.root / 'plain', 'to_index')
+    out = _cli('index', plain)
+    assert out.returncode == 0 and '_timmdata_dataset_index.json' in out.stdout, out.stderr
+    s3.log.clear()
+    local = _labels('wds/x', str(s3.root / 'shards'), 'train', 0)
+    assert _labels('wds/x', plain, 'train', 0) == local
+    assert any(p.endswith('/to_index/_timmdata_dataset_index.json') for m, p, r in s3.log), s3.log  # the index read
+    pq = s3.upload(s3.root / 'pq_plain', 'pq_to_index')
+    out = _cli('index', pq)
+    assert out.returncode == 0 and 'exact reads' in out.stdout, out.stderr
+    assert _labels('parquet/x', pq, 'train', 0) == _labels('parquet/x', str(s3.root / 'pq'), 'train', 0)
+    for root, more in ((pq, []), (s3.url('shards'), ['--split', 'train'])):
+        out = _cli('check', root, '--workers', '0', '--no-progress', *more)
+        assert out.returncode == 0 and f'checked {N} images' in out.stdout, (out.stdout, out.stderr)
+    out = _cli('cache', s3.url('pq'), str(s3.root / 'store'))
+    assert out.returncode == 2 and 'cache_dir=' in out.stderr and out.stderr.count('\n') == 1, out.stderr

@@ -13,8 +13,9 @@ import torch.distributed as dist
 
 # %% auto #0
 __all__ = ['SEED_MIX', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'to_device', 'rank_seed',
-           'default_start_method', 'interactive_session', 'fork_wanted', 'fork_unsafe', 'interactive_start',
-           'fork_in_notebook', 'SetsEpoch', 'delegated', 'sets_epoch', 'pass_epoch', 'pass_loader_epoch']
+           'default_start_method', 'interactive_session', 'fork_wanted', 'fork_unsafe', 'safe_start_method',
+           'interactive_start', 'fork_in_notebook', 'SetsEpoch', 'delegated', 'sets_epoch', 'pass_epoch',
+           'pass_loader_epoch']
 
 # %% ../../nbs/core/02_runtime.ipynb #cc278d7d
 def _refs(bufs: list, i: int) -> int:
@@ -162,6 +163,14 @@ def fork_unsafe(
 ):
     "Note that worker processes forked from this process would hang (a library's threads do not survive a fork): `interactive_start` then starts them by forkserver."
     _FORK_UNSAFE.setdefault(os.getpid(), why)
+
+
+def safe_start_method() -> str:
+    "How to start helper processes (a pool's): 'fork' where the system can and this process is not `fork_unsafe`; else 'forkserver', else 'spawn'."
+    methods = multiprocessing.get_all_start_methods()
+    if 'fork' in methods and os.getpid() not in _FORK_UNSAFE:
+        return 'fork'
+    return 'forkserver' if 'forkserver' in methods else 'spawn'
 
 
 def interactive_start(

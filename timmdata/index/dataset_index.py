@@ -44,7 +44,7 @@ from timmdata.index.index_table import (
     line_chars,
     map_table_copy,
 )
-from ..net.object_store import by_position
+from ..net.object_store import by_position, list_objects, object_scheme, put_object
 
 # %% auto #0
 __all__ = ['DATASET_INDEX_FILE', 'DATASET_INDEX_VERSION', 'SPANS_KEPT', 'SPANS_FILES_KEPT', 'HINT_SHARDS', 'MAX_SPAN_BYTES',
@@ -101,7 +101,13 @@ def layout_of(
 def listed_shards(
     root: str,  # a local folder of shards
 ) -> list:
-    "Relative names of the shards of the local folder `root`: those its `_info.json` lists (every split), else its `.tar` files."
+    "Relative names of the shards of the local folder (or object store folder) `root`: those its `_info.json` lists (every split), else its `.tar` files."
+    if object_scheme(root):
+        info = load_info(root)
+        if info is None:
+            return sorted(u.rsplit('/', 1)[1] for u in list_objects(root, '.tar'))
+        names = [f for s in info.get('splits', {}).values() for f in s.get('filenames', ())]
+        return sorted({relative_name(f, join_url(root, '_info.json')) for f in names})
     info_path = os.path.join(root, '_info.json')
     if os.path.isfile(info_path):
         info = load_info(root) or {}
@@ -111,14 +117,15 @@ def listed_shards(
 
 
 def write_dataset_index(
-    root,  # a local folder of tar shards (with `_info.json`, as `timmdata shards` writes it)
+    root,  # a local folder of tar shards (with `_info.json`, as `timmdata shards` writes it), or an object store's (s3://, gs://, az://)
     progress: bool = True,  # print a line every 1,000 shards
 ) -> str:
     "Scans every shard of `root` (its tar headers only) and writes `DATASET_INDEX_FILE` beside them (each sample's span and where its image and target headers are in it); returns its path."
     root = os.fspath(root)
-    if url_scheme(root) != 'file' or not os.path.isdir(root):
+    remote = object_scheme(root) is not None  # read by ranged reads, the index written with one PUT
+    if not remote and (url_scheme(root) != 'file' or not os.path.isdir(root)):
         raise ValueError(
-            f'write_dataset_index needs a local folder of shards; got {printable(root)!r}: index them where they are '
+            f'write_dataset_index needs a local folder of shards or an s3://, gs:// or az:// folder; got {printable(root)!r}: index them where they are '
             f'written, then copy {DATASET_INDEX_FILE} beside them'
         )
     names = listed_shards(root)
@@ -126,7 +133,7 @@ def write_dataset_index(
         raise FileNotFoundError(f'no shards in {root!r} (no _info.json listing them, no .tar files): nothing to index')
     table, blobs = [_HEAD], []
     for i, name in enumerate(names):
-        path = os.path.join(root, name)
+        path = join_url(root, name) if remote else os.path.join(root, name)
         samples = scan_shard(path)
         spans = spans_of(samples)
         ends, blocks = np.ascontiguousarray(spans[:, 1], _I8), np.ascontiguousarray(layout_of(samples, spans), _I4)
@@ -137,10 +144,13 @@ def write_dataset_index(
         if progress and (i + 1) % 1000 == 0:
             print(f'indexed {i + 1:,} of {len(names):,} shards', flush=True)
     text = '\n'.join(table) + '\n'
+    data = text + '{"sha256":"%s"}\n' % hashlib.sha256(text.encode('ascii')).hexdigest() + '\n'.join(blobs) + '\n'
+    if remote:
+        put_object(join_url(root, DATASET_INDEX_FILE), data.encode('ascii'))
+        return join_url(root, DATASET_INDEX_FILE)
     path = os.path.join(root, DATASET_INDEX_FILE)
     with atomic_write(path, 'w') as f:
-        f.write(text + '{"sha256":"%s"}\n' % hashlib.sha256(text.encode('ascii')).hexdigest())
-        f.write('\n'.join(blobs) + '\n')
+        f.write(data)
     return path
 
 # %% ../../nbs/index/23b_dataset_index.ipynb #34ebe75a

@@ -12,6 +12,7 @@ from ..readers import FileHandle, Reader, register_reader, unset
 from ..net.shard_cache import REQUEST_DEADLINE, BadAnswerError, Deadline, content_length
 from timmdata.net.object_store import (
     ObjectChangedError,
+    list_objects,
     ObjectNotFoundError,
     ObjectStoreError,
     by_position,
@@ -662,8 +663,10 @@ def _class_to_idx(info, nc, targets) -> dict:
 def is_shard_folder(
     root,  # a path to check
 ) -> bool:
-    "Whether `root` is a folder of WebDataset shards in timm's layout: an `_info.json` beside `.tar` files."
+    "Whether `root` is a folder of WebDataset shards in timm's layout: an `_info.json` beside `.tar` files (an object store's folder: `.tar` objects)."
     root = os.fspath(root)
+    if object_scheme(root):
+        return not root.endswith('.tar') and bool(list_objects(root, '.tar'))
     return (
         os.path.isdir(root)
         and os.path.isfile(os.path.join(root, '_info.json'))

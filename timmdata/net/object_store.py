@@ -15,7 +15,7 @@ from ..core.settings import set_environment, setting
 __all__ = ['OBJECT_SCHEMES', 'BY_POSITION', 'MAX_LISTED', 'GET_THREADS', 'REQUESTS', 'STORE_OPTIONS_ENV', 'object_scheme',
            'by_position', 'split_object_url', 'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError',
            'ObjectForkError', 'need_obstore', 'configure_store', 'store_options', 'store_for', 'Answer', 'object_head',
-           'object_range', 'object_get_many', 'ObjectReader', 'object_open', 'list_objects', 'put_object']
+           'object_range', 'object_get_many', 'ObjectReader', 'object_open', 'ObjectFile', 'list_objects', 'put_object']
 
 # %% ../../nbs/net/20bc_object_store.ipynb #77a1c028
 OBJECT_SCHEMES = (
@@ -489,6 +489,43 @@ def object_open(
     f = io.BufferedReader(r, 1 << 20)
     f.size, f.headers = r.size, r.headers
     return f
+
+# %% ../../nbs/net/20bc_object_store.ipynb #3c1d99f2
+class ObjectFile(io.RawIOBase):
+    "A seekable, read-only view of an object by ranged reads of a block at a time (`object_range`): what pyarrow and tarfile need to read a file's parts."
+
+    def __init__(
+        self,
+        url: str,  # the object's URL
+        block: int = 1 << 20,  # the bytes read at least per request
+        timeout: float = 60.0,  # seconds one try of a request may take
+    ):
+        self.url, self.name, self.block, self.timeout = url, url, block, timeout
+        self.size = int(object_head(url, timeout)['content-length'])
+        self._pos, self._at, self._buf = 0, 0, b''
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, off: int, whence: int = 0) -> int:
+        self._pos = off if whence == 0 else self._pos + off if whence == 1 else self.size + off
+        return self._pos
+
+    def readinto(self, b) -> int:
+        n = max(0, min(len(b), self.size - self._pos))
+        if n and not self._at <= self._pos <= self._pos + n <= self._at + len(self._buf):
+            want = max(n, min(self.block, self.size - self._pos))
+            self._at, self._buf = self._pos, object_range(self.url, self._pos, want, self.timeout)[1]
+        got = self._buf[self._pos - self._at : self._pos - self._at + n]
+        b[: len(got)] = got
+        self._pos += len(got)
+        return len(got)
 
 # %% ../../nbs/net/20bc_object_store.ipynb #a1e521ca
 def list_objects(

@@ -26,6 +26,7 @@ from timmdata.parquet.parquet_format import (
     need_pyarrow,
     parse_footer,
 )
+from ..net.object_store import ObjectFile, list_objects, object_scheme, put_object
 
 # %% auto #0
 __all__ = ['PARQUET_INDEX_VERSION', 'INDEX_FIELDS', 'MAX_INDEX_BYTES', 'row_mark', 'file_digests', 'write_parquet_index',
@@ -93,8 +94,15 @@ def _marks(pf, md, image_column: str, where: str) -> np.ndarray:
     return np.asarray(out, np.int64).reshape(-1)
 
 
+def _read_at(f, remote: bool):
+    "read_at(offset, n) of an open file: a ranged read of an object (`ObjectFile`), else a local `pread`."
+    if remote:
+        return lambda o, n: (f.seek(o), f.read(n))[1]
+    return lambda o, n: os.pread(f.fileno(), n, o)
+
+
 def write_parquet_index(
-    root,  # a local folder of Parquet files (the Hub's layout, or any)
+    root,  # a local folder of Parquet files (the Hub's layout, or any), or an object store's (s3://, gs://, az://)
     image_column: Optional[str] = None,  # the image column; None: found as `ParquetSource` finds it
     label_column: Optional[str] = None,  # the label column; None: found as `ParquetSource` finds it
     progress: bool = False,  # a line a file
@@ -102,17 +110,22 @@ def write_parquet_index(
     "Writes `PARQUET_INDEX_FILE` beside every Parquet file under `root`: each row's read (`chunk_rows`), label and mark (`row_mark`), each file's size, rows and digests (`file_digests`); returns its path."
     pa = need_pyarrow()
     root = os.fspath(root)
-    names = sorted(local_names(root), key=natural_key)
+    remote = object_scheme(root) is not None  # each file read by ranged reads (`ObjectFile`), the index one PUT
+    if remote:
+        base = root.rstrip('/') + '/'
+        names = sorted((u[len(base) :] for u in list_objects(root, '.parquet', recursive=True)), key=natural_key)
+    else:
+        names = sorted(local_names(root), key=natural_key)
     if not names:
         raise ValueError(
-            f'no .parquet files under {printable(root)!r}: write_parquet_index needs a local folder of Parquet files'
+            f'no .parquet files under {printable(root)!r}: write_parquet_index needs a folder of Parquet files (local, or s3://, gs://, az://)'
         )
     files, tables, marks, cols = [], [], [], None
     for name in names:
-        path, where = os.path.join(root, name), f'Parquet file {name}'
-        with open(path, 'rb') as f:
-            size = os.fstat(f.fileno()).st_size
-            read_at = lambda o, n: os.pread(f.fileno(), n, o)
+        where = f'Parquet file {name}'
+        with ObjectFile(join_url(root, name)) if remote else open(os.path.join(root, name), 'rb') as f:
+            size = f.size if remote else os.fstat(f.fileno()).st_size
+            read_at = _read_at(f, remote)
             footer = footer_bytes(read_at, size, where)
             md = parse_footer(footer, where)
             c = find_columns(md, image_column, label_column, where)
@@ -178,9 +191,13 @@ def write_parquet_index(
         files=files,
         sha256=hashlib.sha256(body).hexdigest(),
     )
+    data = json.dumps(head, separators=(',', ':')).encode() + b'\n' + body
+    if remote:
+        put_object(join_url(root, PARQUET_INDEX_FILE), data)
+        return join_url(root, PARQUET_INDEX_FILE)
     out = os.path.join(root, PARQUET_INDEX_FILE)
     with atomic_write(out, 'wb') as f:
-        f.write(json.dumps(head, separators=(',', ':')).encode() + b'\n' + body)
+        f.write(data)
     return out
 
 # %% ../../nbs/parquet/26cd_parquet_index.ipynb #f8eada0def324d5eb769f267a1a6ced3

@@ -12,6 +12,7 @@ from ..readers.core import split_names
 from ..sources.shard_io import url_scheme
 from .parquet_format import PARQUET_INDEX_FILE, ParquetError, local_names, match_split, need_pyarrow
 from .source import ParquetSource
+from ..net.object_store import list_objects, object_scheme
 
 # %% auto #0
 __all__ = ['ParquetImageReader', 'is_parquet_folder', 'parquet_splits']
@@ -94,8 +95,10 @@ class ParquetImageReader(Reader):
 def is_parquet_folder(
     root,  # a path to check
 ) -> bool:
-    "Whether `root` is a local folder of Parquet files: `*.parquet` or `data/*.parquet` in it, or the Parquet index."
+    "Whether `root` is a folder of Parquet files: `*.parquet` or `data/*.parquet` in it, or the Parquet index (an object store's folder: a `.parquet` object anywhere under it)."
     root = os.fspath(root)
+    if object_scheme(root):
+        return bool(list_objects(root, '.parquet', recursive=True))
     if not os.path.isdir(root):
         return False
     if os.path.isfile(os.path.join(root, PARQUET_INDEX_FILE)):
@@ -109,7 +112,13 @@ def parquet_splits(
     "{timm's split name: the split to read} for each of train, validation and test (or a synonym) that the folder's Parquet files hold."
     if not is_parquet_folder(root):
         return {}
-    names, found = local_names(os.fspath(root)), {}
+    root = os.fspath(root)
+    if object_scheme(root):
+        base = root.rstrip('/') + '/'
+        names = [u[len(base) :] for u in list_objects(root, '.parquet', recursive=True)]
+    else:
+        names = local_names(root)
+    found = {}
     for s in ('train', 'validation', 'test'):
         if match_split(names, s):
             found[s] = s

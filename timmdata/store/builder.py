@@ -517,6 +517,11 @@ def build_cache(
     _check_build_args(format, side, interpolation, max_size, quality, chunk_size, num_workers)
     if isinstance(src, str) and src.startswith('parquet/'):  # timm's scheme form: the folder's Parquet files
         src, reader_kwargs = src[len('parquet/') :], {'kind': 'parquet', **reader_kwargs}
+    if isinstance(src, str) and re.match(r'(https?|s3|gs|az)://', src):
+        raise FileNotFoundError(
+            f'cache source {src!r} is a URL: the store is built from local files (copy them down first), '
+            f'or train from the URL with cache_dir= (each remote file kept once on local disk)'
+        )
     src, dst = Path(src).expanduser().absolute(), Path(dst).expanduser().absolute()
     if not src.exists():
         raise FileNotFoundError(f'cache source {str(src)!r} does not exist')

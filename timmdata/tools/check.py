@@ -22,6 +22,10 @@ from ..parquet.source import ParquetSource
 from ..parquet.parquet_files import PARQUET_INDEX_FILE, local_names, match_split
 from ..parquet.parquet_index import check_file, read_parquet_index, rebuild_hint, row_mark
 from ..parquet.parquet_reader import is_parquet_folder  # importing it registers the 'parquet' reader kind
+from ..net.object_store import ObjectFile, list_objects, object_scheme
+from ..core.runtime import safe_start_method
+from ..sources.shard_io import join_url
+from ..index.shard_index import ShardReader
 
 # %% auto #0
 __all__ = ['check_image', 'BadImage', 'CheckResult', 'usable_cpus', 'in_pool', 'parquet_folder', 'check_images', 'not_images',
@@ -211,7 +215,7 @@ def in_pool(
             bar.update(k)
             n, found = n + k, found + b
         return n, found
-    ctx = mp.get_context('fork' if 'fork' in mp.get_all_start_methods() else 'spawn')
+    ctx = mp.get_context(safe_start_method())  # forked where the system can and nothing here forbids it
     with ProcessPoolExecutor(min(num_workers, len(tasks)), ctx, initializer=init, initargs=initargs) as ex:
         futs, done = {ex.submit(work, t): t for t in tasks}, set()
         try:
@@ -236,6 +240,8 @@ def parquet_folder(
     if r.startswith('parquet/'):
         return r[len('parquet/') :]
     if is_parquet_folder(r) or (split and os.path.isdir(r) and match_split(local_names(r), split)):
+        return r
+    if object_scheme(r) and list_objects(r, '.parquet', recursive=True):  # an object store's folder of Parquet files
         return r
     return None
 
@@ -314,7 +320,7 @@ def file_source(
     columns: dict,  # `ParquetSource`'s image_column and label_column, as a dict
 ) -> ParquetSource:
     "The `ParquetSource` of one Parquet file alone (its footer read and checked), without the folder's index."
-    return ParquetSource([os.path.join(root, name)], use_index=False, **columns)
+    return ParquetSource([join_url(root, name)], use_index=False, **columns)
 
 
 def _check_row_group(task) -> tuple:
@@ -362,8 +368,9 @@ def against_index(
             f'it changed after it was indexed; {remedy}'
         ), None
     try:
-        with open(os.path.join(root, name), 'rb') as f:
-            read_at = lambda o, n: os.pread(f.fileno(), n, o)
+        remote = object_scheme(root) is not None
+        with ObjectFile(join_url(root, name)) if remote else open(os.path.join(root, name), 'rb') as f:
+            read_at = (lambda o, n: (f.seek(o), f.read(n))[1]) if remote else (lambda o, n: os.pread(f.fileno(), n, o))
             check_file(read_at, size, e[4:], head['label_column'], f'Parquet file {name}', remedy)
     except (OSError, ValueError) as err:
         return _one_line(err), None
@@ -383,10 +390,14 @@ def check_parquet(
 ) -> CheckResult:
     "Decode every row's image of the Parquet files under `root` whole, a row group at a time, in parallel; list the bad rows (file and row) and the files that cannot be read."
     root = os.fspath(root)
-    if not os.path.isdir(root):
+    if object_scheme(root):  # an object store's folder: its Parquet files read by ranged reads
+        base = root.rstrip('/') + '/'
+        names = sorted((u[len(base) :] for u in list_objects(root, '.parquet', recursive=True)), key=natural_key)
+    elif not os.path.isdir(root):
         gone = not os.path.exists(root)
         raise FileNotFoundError(f'dataset root {root!r} ' + ('does not exist' if gone else 'is not a folder'))
-    names = sorted(local_names(root), key=natural_key)
+    else:
+        names = sorted(local_names(root), key=natural_key)
     names = match_split(names, split) if split else names
     if not names:
         of = f' of split {split!r}' if split else ''
@@ -466,7 +477,12 @@ def check_main(
     )
     a = ap.parse_args(argv)
     folder, rd = parquet_folder(a.root, a.split), None
-    if folder is None:
+    if folder is None and object_scheme(a.root):  # an object store's tar shards: read by ranged reads
+        try:
+            rd = ShardReader(a.root, split=a.split)
+        except ValueError as e:  # e.g. which split: one line, the advice as the command's options
+            ap.error(re.sub(r"pass split='([^']*)'", r'pass --split \1', str(e)))
+    elif folder is None:
         try:
             rd = create_reader(a.root, split=a.split)
         except NoImagesError:

@@ -31,6 +31,7 @@ LIBRARY_ERRORS = {
     'timmdata.sources.shard_io': ('ShardError',),
     'timmdata.core.untrusted': ('UnsafeNameError', 'UnsafeFileError', 'FileTooLargeError', 'InfoError'),
     'timmdata.store.format': ('StoreDamagedError', 'StaleStoreError'),
+    'timmdata.net.object_store': ('ObjectStoreError',),  # no credentials, access denied, no such bucket, throttled
 }
 BAD_DATA = ('ImageDecodeError', 'ShardError')  # damaged images: the line says how to skip them and how to list them
 

@@ -18,6 +18,7 @@ from ..parquet.parquet_index import read_parquet_index
 from ..pixels.decode import ImageDecodeError, read_source
 from ..readers import SplitNotFoundError, create_reader, find_split, natural_key, timm_split_name, unset
 from ..store.format import atomic_file, fsync_dir, is_store, read_json, write_json_atomic
+from ..net.object_store import list_objects, object_head, object_scheme
 
 # %% auto #0
 __all__ = ['SHARD_INFO', 'SHARD_STATE', 'shard_filename', 'find_splits', 'image_ext', 'sample_bytes', 'write_shards',
@@ -430,6 +431,11 @@ def shards_main(
         ap.error(str(e))
 
 # %% ../../nbs/tools/48_shards.ipynb #9811f71c
+def _size_of(path: str) -> int:
+    "A written index's size: a local file's, or an object's."
+    return int(object_head(path)['content-length']) if object_scheme(path) else os.path.getsize(path)
+
+
 def index_main(
     argv: Optional[
         Sequence[str]
@@ -439,14 +445,15 @@ def index_main(
 
     ap = argparse.ArgumentParser(
         prog='timmdata index',
-        description='Write the index of the local folder SRC, which training streams read once per process instead '
+        description='Write the index of the folder SRC (local, or an object store\'s), which training streams read once per process instead '
         f'of a request per file. Tar shards: {DATASET_INDEX_FILE} beside them (every shard its _info.json lists, '
         'else every .tar), each shard\'s size and sample spans. Parquet files (a folder without tar shards): the '
         'Parquet index beside them, each row\'s place and label, each file\'s size and rows. Copy the index with '
         'the files when you upload them.',
     )
     ap.add_argument(
-        'src', help='a local folder of WebDataset tar shards (as timmdata shards writes them), or of Parquet files'
+        'src',
+        help='a folder (local, or s3://, gs://, az://) of WebDataset tar shards (as timmdata shards writes them), or of Parquet files',
     )
     ap.add_argument('--no-progress', action='store_true', help='no progress lines')
     ap.add_argument('--image-column', default=None, help='Parquet files: the image column (default: found by its type)')
@@ -457,11 +464,12 @@ def index_main(
     )
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    if os.path.isdir(a.src) and not listed_shards(a.src):  # no tar shards: Parquet files
-        if local_names(a.src):
+    remote = object_scheme(a.src) is not None  # an object store's folder: read by ranged reads, the index one PUT
+    if (remote or os.path.isdir(a.src)) and not listed_shards(a.src):  # no tar shards: Parquet files
+        if list_objects(a.src, '.parquet', recursive=True) if remote else local_names(a.src):
             cols = dict(image_column=a.image_column, label_column=a.label_column)
             path = write_parquet_index(a.src, progress=not a.no_progress, **cols)
-            print(f'wrote {path} ({os.path.getsize(path):,} bytes) in {time.perf_counter() - t0:.1f} s')
+            print(f'wrote {path} ({_size_of(path):,} bytes) in {time.perf_counter() - t0:.1f} s')
             print(parquet_reads(read_parquet_index(a.src)[1]))
             return 0
     if a.image_column or a.label_column:
@@ -470,7 +478,7 @@ def index_main(
         path = write_dataset_index(a.src, progress=not a.no_progress)
     except ValueError as e:  # not a local folder: one line, status 2
         ap.error(str(e))
-    print(f'wrote {path} ({os.path.getsize(path):,} bytes) in {time.perf_counter() - t0:.1f} s')
+    print(f'wrote {path} ({_size_of(path):,} bytes) in {time.perf_counter() - t0:.1f} s')
     return 0
 
 # %% ../../nbs/tools/48_shards.ipynb #3802a95c
