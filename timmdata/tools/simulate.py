@@ -46,7 +46,8 @@ from ..watch.loader_watch import EXCHANGED, slow_rank
 
 # %% auto #0
 __all__ = ['synthetic_lengths', 'SimSource', 'SimSpanReader', 'worker_plan_cost', 'node_accesses', 'cache_replay',
-           'check_rescale', 'shuffle_quality', 'scanned_start_up', 'simulate', 'simulate_main', 'exchange_cost']
+           'check_rescale', 'shuffle_quality', 'scanned_start_up', 'simulate', 'requests_cost', 'format_requests_cost',
+           'simulate_main', 'exchange_cost']
 
 # %% ../../nbs/tools/55_simulate.ipynb #f974a980
 def synthetic_lengths(
@@ -543,6 +544,32 @@ def _state_size(src: SimSource, batch_size: int, ranks: int, block_shards: int, 
     return dict(bytes=len(json.dumps(sd)), state=sd)
 
 # %% ../../nbs/tools/55_simulate.ipynb #e2893acb
+def requests_cost(
+    r: dict,  # what `simulate` returned
+    store: str,  # 'http', 's3', 'gs' or 'az'
+    price: float,  # dollars per 1,000 GETs
+) -> dict:
+    "GET requests of one epoch, every rank, and what they cost: without a node cache one ranged GET a sample (and a shard's spans once a process, as the sampled workers fetched them); with node caches each shard downloaded by as many nodes as read it (`reads_per_shard`); start-up's requests (the dataset index) added to both."
+    c, w = r['config'], r['worker_plan']
+    spans = sum(p['span_fetches'] for p in w) / max(1, len(w)) * c['ranks'] * c['workers']
+    start = r['start_up_all_ranks'].get('after (dataset index)', 0)
+    no_cache = c['samples'] + spans + start
+    cached = c['shards'] * r['reads_per_shard']['nodes_per_shard_mean'] + start
+    return dict(store=store, price=price, no_cache=no_cache, node_cache=cached, latency_ms=c['latency_ms'])
+
+
+def format_requests_cost(
+    q: dict,  # what `requests_cost` returned
+) -> str:
+    "The requests of an epoch and their cost, one line."
+    cost = lambda n: f'${n / 1000 * q["price"]:,.2f}'
+    return (
+        f"requests an epoch [{q['store']}, {q['latency_ms']:g} ms a request, ${q['price']:g} per 1,000 GETs]: "
+        f"{q['no_cache']:,.0f} GETs without a node cache ({cost(q['no_cache'])}), {q['node_cache']:,.0f} with node caches "
+        f"({cost(q['node_cache'])})"
+    )
+
+
 def simulate_main(
     argv: Optional[
         Sequence[str]
@@ -582,7 +609,9 @@ def simulate_main(
         no_index=a.no_index,
     )
     r.update(parquet_start_up(r) if a.parquet else {})  # the same samples as Parquet files
+    r['requests_cost'] = requests_cost(r, a.store, a.get_price)
     print(format_report(r))
+    print(format_requests_cost(r['requests_cost']))
     if a.json:
         with open(a.json, 'w') as f:
             json.dump(r, f, indent=1, default=lambda o: o.item() if hasattr(o, 'item') else str(o))

@@ -12,9 +12,14 @@ from ..net.shard_cache import parse_size
 from .simulate_mix import mix_weights
 
 # %% auto #0
-__all__ = ['MAX_SOURCES', 'MAX_STEPS', 'MAX_RANK_SOURCES', 'MAX_MIX_POSITIONS', 'simulate_parser', 'simulate_args']
+__all__ = ['STORE_GET_PRICE', 'MAX_SOURCES', 'MAX_STEPS', 'MAX_RANK_SOURCES', 'MAX_MIX_POSITIONS', 'simulate_parser',
+           'simulate_args']
 
 # %% ../../nbs/tools/54c_simulate_bounds.ipynb #c37aae7b
+# dollars per 1,000 GETs, each store's standard tier at list price (a ranged GET costs as a GET): pass --get-price for yours
+STORE_GET_PRICE = {'http': 0.0, 's3': 0.0004, 'gs': 0.0004, 'az': 0.0005}
+
+
 def simulate_parser() -> argparse.ArgumentParser:
     "The options of `timmdata simulate`, each with its default and a line of help."
     ap = argparse.ArgumentParser(
@@ -33,7 +38,24 @@ def simulate_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument('--sample-bytes', type=int, default=110_000, help='mean bytes of a sample')
     ap.add_argument('--cache-limit', default=None, help="per node ('500GB'); default 4x the working set measured")
-    ap.add_argument('--latency-ms', type=float, default=20.0, help="one request's round trip to storage, in ms")
+    ap.add_argument(
+        '--latency-ms',
+        type=float,
+        default=None,
+        help="one request's round trip to storage, in ms (default: 20 for http, 50 for an object store)",
+    )
+    ap.add_argument(
+        '--store',
+        default='http',
+        choices=tuple(STORE_GET_PRICE),
+        help="where the dataset lives: an HTTP server, or S3, Google Cloud Storage or Azure Blob (their request cost is reported)",
+    )
+    ap.add_argument(
+        '--get-price',
+        type=float,
+        default=None,
+        help="dollars per 1,000 GET requests (default: the store's list price for its standard tier; 0 for http)",
+    )
     ap.add_argument('--bandwidth', default='1.25GB', help='a node\'s bytes/s from storage')
     ap.add_argument(
         '--rescale', default=None, help='RANKSxWORKERS of the resumed run (default: 3/4 of the ranks, half the workers)'
@@ -98,6 +120,12 @@ def simulate_args(
         ap.error(
             f'--samples must be at least --shards (a shard holds a sample at least); got {a.samples:,} < {a.shards:,}'
         )
+    if a.latency_ms is None:
+        a.latency_ms = 20.0 if a.store == 'http' else 50.0
+    if a.get_price is None:
+        a.get_price = STORE_GET_PRICE[a.store]
+    if not (math.isfinite(a.get_price) and a.get_price >= 0):
+        ap.error(f'--get-price must be a finite number >= 0 (dollars per 1,000 GETs); got {a.get_price}')
     if not (math.isfinite(a.latency_ms) and a.latency_ms >= 0):
         ap.error(f'--latency-ms must be a finite number >= 0; got {a.latency_ms}')
     try:
