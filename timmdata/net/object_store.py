@@ -275,10 +275,17 @@ def _named(e: Exception, url: str) -> Exception:
 class Answer(dict):
     "A read's headers as an HTTP server would send them (`Content-Range`, `Content-Length`, `ETag`, `Last-Modified`), read in any case."
 
-    def __init__(self, d: dict):
+    def __init__(
+        self,
+        d: dict,  # the headers, by any case of their names
+    ):
         super().__init__({k.lower(): v for k, v in d.items()})
 
-    def get(self, k, default=None):
+    def get(
+        self,
+        k: str,  # a header's name, in any case
+        default=None,  # what a header not given reads as
+    ):
         return super().get(k.lower(), default)
 
     def __getitem__(self, k):
@@ -452,7 +459,10 @@ class ObjectReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:
+    def readinto(
+        self,
+        b,  # a writable buffer: filled with at most its length of the object's next bytes
+    ) -> int:
         if not len(self._buf):
             if time.monotonic() > self._end:
                 raise DeadlineError(
@@ -513,11 +523,18 @@ class ObjectFile(io.RawIOBase):
     def tell(self) -> int:
         return self._pos
 
-    def seek(self, off: int, whence: int = 0) -> int:
+    def seek(
+        self,
+        off: int,  # the offset, from where `whence` says
+        whence: int = 0,  # 0: from the start, 1: from here, 2: from the end
+    ) -> int:
         self._pos = off if whence == 0 else self._pos + off if whence == 1 else self.size + off
         return self._pos
 
-    def readinto(self, b) -> int:
+    def readinto(
+        self,
+        b,  # a writable buffer: filled with at most its length of the bytes from here
+    ) -> int:
         n = max(0, min(len(b), self.size - self._pos))
         if n and not self._at <= self._pos <= self._pos + n <= self._at + len(self._buf):
             want = max(n, min(self.block, self.size - self._pos))
