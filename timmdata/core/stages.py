@@ -5,14 +5,16 @@
 # %% ../../nbs/core/08_stages.ipynb #db1619b8
 from __future__ import annotations
 import copy, os, threading
+from contextlib import contextmanager
+from dataclasses import dataclass
 from time import perf_counter
 from typing import Optional, Protocol, runtime_checkable
 import torch
 from torch.utils.data import get_worker_info
 
 # %% auto #0
-__all__ = ['READ', 'DECODE', 'OPS', 'COLLATE', 'stage_clock', 'COLUMNS', 'StageClock', 'WorkerRows', 'LoaderStats', 'CountsTime',
-           'batch_images']
+__all__ = ['READ', 'DECODE', 'OPS', 'COLLATE', 'stage_clock', 'COLUMNS', 'StageClock', 'WorkerRows', 'ThreadWorkerInfo',
+           'worker_info', 'as_worker', 'LoaderStats', 'CountsTime', 'batch_images']
 
 # %% ../../nbs/core/08_stages.ipynb #c5bf9e88
 READ, DECODE, OPS = 0, 1, 2  # the per-sample stages `StageClock` tells apart: OPS is everything not marked
@@ -87,6 +89,43 @@ class WorkerRows:
 
     def __getstate__(self):
         return {'rows': self.rows, '_pid': None, '_row': None}  # to a spawned worker: the array only
+
+# %% ../../nbs/core/08_stages.ipynb #d6c06b69
+@dataclass(frozen=True)
+class ThreadWorkerInfo:
+    "The worker a loader thread plays (`as_worker`): torch's `WorkerInfo` fields, as `worker_info()` gives them there."
+
+    id: int  # the worker it plays, 0 to num_workers - 1
+    num_workers: int  # the loader's workers
+    seed: int  # the worker's seed: the pass's base seed + id, as torch gives a worker process
+    dataset: object  # the dataset the worker reads (the loader's own object: threads share it)
+    worker_method: str = 'thread'  # how the worker runs (torch's own says 'multiprocessing')
+
+
+class _PlayedWorker(threading.local):
+    info = None  # the `ThreadWorkerInfo` this thread plays; None: none
+
+
+_PLAYED = _PlayedWorker()
+
+
+def worker_info():
+    """The DataLoader worker this code runs in: torch's `get_worker_info()` in a worker process, the `ThreadWorkerInfo`
+    a loader thread plays (`as_worker`), None in the training process. What a stream asks to find its share."""
+    info = _PLAYED.info
+    return get_worker_info() if info is None else info
+
+
+@contextmanager
+def as_worker(
+    info: ThreadWorkerInfo,  # the worker this thread plays until the block ends
+):
+    "`with as_worker(info):` this thread plays worker `info.id` of `info.num_workers`: `worker_info()` gives `info` here."
+    kept, _PLAYED.info = _PLAYED.info, info
+    try:
+        yield info
+    finally:
+        _PLAYED.info = kept
 
 # %% ../../nbs/core/08_stages.ipynb #2302068e
 def _said(v) -> str:

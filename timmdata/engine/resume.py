@@ -157,7 +157,7 @@ class WorkerPool(Protocol):
     def batches(
         self,
         loader,  # the `ResumableDataLoader` the pool makes batches for
-    ) -> Iterator: ...  # the loader's batches of one pass (its plan's), in order
+    ) -> Iterator: ...  # the loader's batches of one pass, in order (its plan's, or a stream's as torch deals them)
     def check(self, loader): ...  # raise if the pool cannot make this loader's batches (says why and what to do)
     def close(self): ...  # stop the workers
 

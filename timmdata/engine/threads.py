@@ -4,23 +4,24 @@
 
 # %% ../../nbs/engine/37_threads.ipynb #34e5e864
 from __future__ import annotations
-import ctypes, sys, threading, time, weakref
+import atexit, ctypes, queue, sys, threading, time, weakref
 from dataclasses import dataclass
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Sequence, Union
 import torch
 from torch.utils.data import IterableDataset
-from ..core.stages import COLLATE, CountsTime, LoaderStats, stage_clock
+from ..core.stages import COLLATE, CountsTime, LoaderStats, ThreadWorkerInfo, as_worker, stage_clock
 from .batch_plan import ResumableBatchSampler, SeededDataset
 from ..dataset import ImageDataset
+from ..streams.streaming import IterableImageDataset
 from .collate import BatchCollate
 from .prefetch import PrefetchLoader
 from .resume import ResumableDataLoader
 
 # %% auto #0
-__all__ = ['check_worker_mode', 'few_arenas', 'gil_enabled', 'default_worker_mode', 'ThreadWorkers', 'verdict', 'Headspace',
-           'profile_loader']
+__all__ = ['check_worker_mode', 'few_arenas', 'gil_enabled', 'default_worker_mode', 'collate_here', 'ThreadWorkers',
+           'check_stream_threads', 'StreamThreads', 'verdict', 'Headspace', 'profile_loader']
 
 # %% ../../nbs/engine/37_threads.ipynb #6cd169ee
 _MODES = ('process', 'thread')
@@ -46,8 +47,11 @@ def check_worker_mode(
         why = 'input_size_choices (scheduled batching)'
     elif use_multi_epochs_loader:
         why = 'use_multi_epochs_loader=True (the threads run on across epochs anyway)'
-    elif isinstance(dataset, IterableDataset):
-        why = f'a stream ({type(dataset).__name__}, an IterableDataset)'
+    elif isinstance(dataset, IterableDataset) and not isinstance(dataset, IterableImageDataset):
+        why = (
+            f'{type(dataset).__name__}, a stream that is not timmdata.IterableImageDataset (a stream of its own finds '
+            f'its share with torch.utils.data.get_worker_info, which loader threads do not set)'
+        )
     if why is None and num_workers < 1:
         raise ValueError(f"worker_mode='thread' needs num_workers >= 1 (the number of threads); got {num_workers}")
     if why:
@@ -82,23 +86,42 @@ def default_worker_mode(
     device: torch.device,  # where the batches go (the model's device)
     num_workers: int,  # create_loader's `num_workers`; threads need at least 1
     collate_fn: Optional[Callable] = None,  # create_loader's `collate_fn` (None: its own)
-    thread_ok: bool = True,  # False where `check_worker_mode` would refuse threads (streams, scheduled, multi-epoch...)
+    thread_ok: bool = True,  # False where `check_worker_mode` would refuse threads (scheduled, multi-epoch...)
 ) -> str:
     """`create_loader(worker_mode='auto')`'s choice, the rule measured in "Threads or processes: measured": under the GIL,
     threads where the model step runs on the CPU (1.13x the processes' throughput, the model's own step 0.82x the time,
     0.94x the memory), processes where it runs on a GPU (threads 0.97x: no win); on a free-threaded build (3.14t), threads
     wherever they are taken, on any device (1.77x to 2.19x the processes' img/s with or without a CPU step, 0.43x to 0.48x
-    their memory: "Free-threaded Python"). Processes wherever threads are not taken."""
+    their memory: "Free-threaded Python"). Processes wherever threads are not taken, and over a stream (threads take it,
+    measured level with processes there: "Streams in threads")."""
     ours = isinstance(dataset, ImageDataset) and (collate_fn is None or isinstance(collate_fn, BatchCollate))
     takes = thread_ok and ours and num_workers >= 1
     return 'thread' if takes and (device.type == 'cpu' or not gil_enabled()) else 'process'
+
+# %% ../../nbs/engine/37_threads.ipynb #3667480d
+def collate_here(
+    loader,  # the `ResumableDataLoader` whose collate runs
+    samples: list,  # the batch's samples, in order
+    items: Optional[
+        list
+    ] = None,  # over a plan: the batch's `(index, key)` pairs (the collate gets their draws); None: a stream's
+):
+    "A batch collated in a loader thread as a worker process collates it (over a plan, handed the batch's draws), timed in `stats()`, pinned where the loader pins (as torch's pin thread does)."
+    stage_clock.start(COLLATE)
+    try:
+        b = loader.collate_fn(samples if items is None else loader.fetch_dataset.batch(items, samples))
+    finally:
+        loader.stats().add_collate(stage_clock.stop())
+    if loader.pin_memory and torch.cuda.is_available() and isinstance(b, (tuple, list)):  # as torch's pin thread
+        b = type(b)(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in b)
+    return b
 
 # %% ../../nbs/engine/37_threads.ipynb #e8cfb897
 class ThreadWorkers:
     """`worker_mode='thread'`: a `ResumableDataLoader`'s samples read, decoded and transformed by `num_workers` threads of
     this process (a `timmdata.engine.resume.WorkerPool`): the same batches as worker processes (same order, same per-sample
-    draws), no process start and no shared-memory hop. A thread makes a batch per task (a pass's first batch: a sample
-    per task)."""
+    draws), no process start and no shared-memory hop. Over a plan a thread makes a batch per task (a pass's first batch:
+    a sample per task); over a stream (`IterableImageDataset`) thread i plays worker i for the whole pass (`StreamThreads`)."""
 
     def __init__(
         self,
@@ -108,14 +131,17 @@ class ThreadWorkers:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers (threads) must be an int >= 1; got {num_workers!r}")
         self.num_workers, self.ahead, self._pool = num_workers, (prefetch_factor or 2) * num_workers, None
+        self._stream = None  # the stream pass in flight (`StreamThreads`), stopped when the next begins
         few_arenas()  # before the threads start: they share the main arena's freed buffers instead of holding their own
 
     def check(
         self,
         loader,  # the `ResumableDataLoader` the threads make batches for
     ):
-        "The threads make a loader's batches from a `SeededDataset` whose transform takes explicit draws, over a plan."
+        "The threads make a loader's batches from a `SeededDataset` whose transform takes explicit draws, over a plan; or from a stream (`check_stream_threads`)."
         d, plan = loader.fetch_dataset, loader.fetch_batches
+        if isinstance(d, IterableDataset):
+            return check_stream_threads(loader)
         if not isinstance(d, SeededDataset) or not isinstance(plan, ResumableBatchSampler):
             raise TypeError(
                 f"thread workers take a SeededDataset and a ResumableBatchSampler (timmdata.engine.resume.resumable_batching); "
@@ -154,14 +180,7 @@ class ThreadWorkers:
     @staticmethod
     def _collate(loader, items: list, samples: list):
         "The batch's collate, handed the batch's draws as a worker process hands them; timed."
-        stage_clock.start(COLLATE)
-        try:
-            b = loader.collate_fn(loader.fetch_dataset.batch(items, samples))
-        finally:
-            loader.stats().add_collate(stage_clock.stop())
-        if loader.pin_memory and torch.cuda.is_available() and isinstance(b, (tuple, list)):  # as torch's pin thread
-            b = type(b)(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in b)
-        return b
+        return collate_here(loader, samples, items)
 
     def _batch(self, loader, items: list):
         """A whole batch in one loader thread, as a worker process makes one: its samples, deferred where the collate makes
@@ -173,8 +192,18 @@ class ThreadWorkers:
         self,
         loader,  # the `ResumableDataLoader` the threads make batches for
     ):
-        "This pass's batches of `loader`, made by the threads, in its plan's order (the loader counts and times them)."
+        "This pass's batches of `loader`, made by the threads, in its plan's order, or a stream's as torch deals them (the loader counts and times them)."
         self.check(loader)  # again: the dataset's transform may have been set since the loader was made (timm does)
+        if self._stream is not None:  # an earlier stream pass left unfinished: its threads stop first
+            self._stream.close()
+            self._stream = None
+        if isinstance(loader.fetch_dataset, IterableDataset):
+            self._stream = StreamThreads(loader, self.num_workers, self.ahead // self.num_workers)
+            return iter(self._stream)
+        return self._plan_batches(loader)
+
+    def _plan_batches(self, loader):
+        "A pass over the plan: a batch per task (the first batch a sample per task), `ahead` tasks in flight, in order."
         pool, plan, pending = self._threads(), iter(loader.plan), deque()
 
         def submit() -> bool:
@@ -208,9 +237,147 @@ class ThreadWorkers:
 
     def close(self):
         "Stop the threads (they also stop when the loader is collected)."
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+# %% ../../nbs/engine/37_threads.ipynb #205b319d
+def check_stream_threads(
+    loader,  # a `ResumableDataLoader` over a stream
+):
+    "Can loader threads read this stream? timmdata's `IterableImageDataset` (it asks `worker_info()` for its share) with a transform whose draws are explicit, in batches; else an error saying why and what to do."
+    d = loader.fetch_dataset
+    if not isinstance(d, IterableImageDataset):
+        raise TypeError(
+            f"worker_mode='thread' reads timmdata's streams (IterableImageDataset, which asks "
+            f"timmdata.core.stages.worker_info for its share); {type(d).__name__} may find its share with "
+            f"torch.utils.data.get_worker_info, which loader threads do not set, and each thread would read all of it: "
+            f"use worker_mode='process'"
+        )
+    if not d.draws_explicitly:
+        raise ValueError(
+            f"worker_mode='thread' needs a transform that takes its random draws explicitly (timmdata's own: "
+            f"create_transform, timmdata.transforms; see timmdata.transforms.takes_draws); the transform of "
+            f"{type(d).__name__}, {type(d.transform).__name__}, has a step that may draw from the process's global "
+            f"generators, which threads share with each other and with the training loop: use worker_mode='process', "
+            f"or timmdata's transforms"
+        )
+    if loader.batch_size is None:
+        raise ValueError("worker_mode='thread' over a stream makes batches: give the loader a batch_size")
+
+# %% ../../nbs/engine/37_threads.ipynb #1fcd74e5
+class StreamThreads:
+    """One pass of a stream made by loader threads (`ThreadWorkers`): thread i plays DataLoader worker i of
+    `num_workers` and makes batches of its share, up to `ahead` ahead; iterating starts them and gives their batches in
+    torch's order, round-robin over the workers, a worker whose share has ended left out. The pass stops (`close`) at its
+    end, at an error, when its iterator is dropped, when the loader's next pass begins, or when the program exits in
+    the middle of it (`atexit`: each thread ends its batch, before the interpreter tears down what it may be using)."""
+
+    def __init__(
+        self,
+        loader,  # the `ResumableDataLoader` over the stream
+        num_workers: int,  # the workers the threads play
+        ahead: int = 2,  # batches each worker makes ahead of the consumer (torch's prefetch_factor)
+    ):
+        self.loader, self.stop, self.threads = loader, threading.Event(), []
+        self.room = [threading.Semaphore(max(1, ahead)) for _ in range(num_workers)]
+        self.made = [queue.SimpleQueue() for _ in range(num_workers)]  # ('batch', b), ('end', None) or ('error', e)
+        # the workers' seeds as torch's iterator makes them: a base seed drawn from the loader's generator (else torch's
+        # global one), plus the worker's id; the stream's own draws are keyed by its seed, epoch and position
+        base = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+        self.workers = [ThreadWorkerInfo(i, num_workers, base + i, loader.fetch_dataset) for i in range(num_workers)]
+
+    def _work(self, info: ThreadWorkerInfo):
+        "Worker `info.id`'s share of the pass, batch after batch into its queue, then 'end' (or the error that stopped it)."
+        q, room = self.made[info.id], self.room[info.id]
+        try:
+            with as_worker(info):  # the stream reads worker info.id's share
+                samples = iter(info.dataset)
+                try:
+                    while room.acquire() and not self.stop.is_set():
+                        b, short = self._batch(samples)
+                        if b is not None:
+                            q.put(('batch', b))
+                        if b is None or short:
+                            break
+                finally:
+                    if hasattr(samples, 'close'):
+                        samples.close()  # the open shard closed now, in the thread that read it
+            q.put(('end', None))
+        except BaseException as e:  # the consumer raises it at this worker's turn, as torch raises a worker's error
+            q.put(('error', e))
+
+    def _batch(self, samples) -> tuple:
+        "(the next batch of this worker, is it short?) as torch's worker makes it: `batch_size` samples, a short last one kept unless `drop_last`; (None, True) at the end."
+        ld, got = self.loader, []
+        for _ in range(ld.batch_size):
+            stage_clock.start()
+            try:
+                s = next(samples, _ENDED)
+            finally:
+                took = stage_clock.stop()
+            if s is _ENDED:
+                break
+            ld.stats().add_sample(took)
+            got.append(s)
+        if not got or (ld.drop_last and len(got) < ld.batch_size):
+            return None, True
+        return collate_here(ld, got), len(got) < ld.batch_size
+
+    def __iter__(self):
+        if self.threads or self.stop.is_set():
+            raise RuntimeError('a StreamThreads pass is iterated once; the loader makes one per pass')
+        self.threads = [
+            threading.Thread(target=self._work, args=(w,), name=f'timmdata-stream-{w.id}', daemon=True)
+            for w in self.workers
+        ]
+        _LIVE.add(self)
+        for t in self.threads:
+            t.start()
+        turn = list(range(len(self.made)))
+        try:
+            while turn:
+                kept = []
+                for i in turn:  # torch's round-robin: worker 0, 1, ..., N-1, then again, without the ended ones
+                    kind, x = self.made[i].get()
+                    if kind == 'error':
+                        raise x
+                    if kind == 'batch':
+                        self.room[i].release()
+                        kept.append(i)
+                        yield x
+                turn = kept
+        finally:
+            self.close()
+
+    def close(self):
+        "Stop the workers after the batch each is making, and wait for them (their shards are closed in their threads); at the interpreter's exit, not waited for."
+        self.stop.set()
+        _LIVE.discard(self)
+        for r in self.room:
+            r.release()
+        if not sys.is_finalizing():
+            for t in self.threads:
+                if t is not threading.current_thread():
+                    t.join()
+
+
+_ENDED = object()  # a worker's share of the pass has no sample more
+# the passes running in this process; stopped at its exit, while the interpreter is whole: their threads are daemons (an
+# exit does not wait for a pass to end), and a daemon still in torch's or the decoder's code when the interpreter is
+# torn down can abort the process
+_LIVE = weakref.WeakSet()
+
+
+def _stop_live():
+    for p in list(_LIVE):
+        p.close()
+
+
+atexit.register(_stop_live)
 
 # %% ../../nbs/engine/37_threads.ipynb #8e4297cb
 def verdict(

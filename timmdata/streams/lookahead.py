@@ -154,6 +154,7 @@ class LooksAheadOfPasses:
     def _look_ahead(self, epoch: int, g: int, G: int, wid: int, W: int, edge: int) -> Optional[Lookahead]:
         "Having given its share of a pass of `epoch`: a `Lookahead` at the next pass (the same epoch again if the last two passes were one epoch, else the next), in a persistent worker whose draws are its own; else None."
         last, self._last_epoch = self._last_epoch, epoch
+        # a worker process (torch's own info): loader threads share one stream object, which holds one lookahead
         if not (self._ahead_size and self.draws_explicitly and torch.utils.data.get_worker_info() is not None):
             return None
         key, marks = self._pass_key(epoch + (last != epoch)), self._state.numpy()

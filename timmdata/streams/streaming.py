@@ -31,6 +31,7 @@ from ..index.dataset_index import ShardSpans, dataset_spans
 from ..sources.spans import ReadsByPosition
 from .lookahead import BadAhead, LooksAheadOfPasses, looking_ahead
 from ..core.settings import setting
+from ..core.stages import worker_info
 from ..core.untrusted import MAX_SAMPLES, ResumeStateError, printable, state_error
 
 # %% auto #0
@@ -331,9 +332,9 @@ class StreamPlan(OrderPartitions, StreamBounds):
         )
 
     def _worker(self) -> tuple:
-        "(global worker, global workers, worker id, workers per rank) of the calling process."
+        "(global worker, global workers, worker id, workers per rank) of the calling worker: a process, or a loader thread."
         rank, world = self._dist()
-        info = torch.utils.data.get_worker_info()
+        info = worker_info()  # torch's in a worker process; the worker a loader thread plays (worker_mode='thread')
         wid, W = (info.id, info.num_workers) if info is not None else (0, 1)
         if self._num_workers is not None and self._num_workers != W:
             raise RuntimeError(
