@@ -57,7 +57,7 @@ class Variable:
     takes: str  # the values it takes, for the error message
     meaning: str  # what the variable does, in a sentence
 
-
+# %% ../../nbs/core/03_settings.ipynb #e6c3b236
 VARIABLES = {
     v.name: v
     for v in (
