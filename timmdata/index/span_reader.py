@@ -113,17 +113,22 @@ class ShardBytes:
 
     def _copy(self, s: int):
         "The node cache's copy of remote shard s (downloaded whole the first time: one download per node, not per read), or None when it cannot be kept."
-        h = self._copies.pop(s, None)
-        if h is None and s not in self._no_copy:
+        with self._lock:  # threads share the reader: its table of copies changes under the lock
+            h, skip = self._copies.pop(s, None), s in self._no_copy
+        if h is None and not skip:
             h = cached_copy(
                 self._cache, self.source.shards[s], self.source.timeout, None if self.sizes is None else self.sizes[s]
             )
             if h is None:
-                self._no_copy.add(s)  # does not fit the cache: read by ranged GETs
+                with self._lock:
+                    self._no_copy.add(s)  # does not fit the cache: read by ranged GETs
         if h is not None:
-            self._copies[s] = h
-            while len(self._copies) > self.max_open_files:
-                self._copies.popitem(last=False)[1].close()  # its shared lock released: evictable again
+            with self._lock:
+                self._copies[s] = h
+                while len(self._copies) > self.max_open_files:
+                    # dropped, not closed: a thread may still read it; it closes (its shared lock released, evictable
+                    # again) when its last reader lets go
+                    self._copies.popitem(last=False)
         return h
 
     def _bytes(self, s: int, start: int, n: int, size: Optional[int] = None) -> bytes:

@@ -23,8 +23,8 @@ from timmdata.net.http import (  # the bounds of network reads: defined there, u
 )
 
 # %% auto #0
-__all__ = ['FOLDER_LOCK_WAIT', 'parse_size', 'is_remote', 'cache_name', 'CacheDirError', 'check_cache_dir', 'open_held',
-           'close_held', 'wait_lock', 'ShardCache', 'ShardPrefetcher', 'cached_copy']
+__all__ = ['FOLDER_LOCK_WAIT', 'MAX_PLANS', 'parse_size', 'is_remote', 'cache_name', 'CacheDirError', 'check_cache_dir',
+           'open_held', 'close_held', 'wait_lock', 'ShardCache', 'ShardPrefetcher', 'cached_copy']
 
 # %% ../../nbs/net/21_shard_cache.ipynb #512ddfc9
 _UNITS = {
@@ -522,6 +522,12 @@ class _Hit:
                 self.cache._remove(self.path, os.fstat(self.f.fileno()).st_ino)
         self.f.close()  # releases the shared lock
 
+    def __del__(self):
+        "Closed when its last holder lets go (a reader that dropped it while another thread still reads it)."
+        f = getattr(self, 'f', None)
+        if f is not None and not f.closed:
+            f.close()
+
     def __enter__(self):
         return self
 
@@ -727,8 +733,11 @@ class ShardCache(_Folder):
         self.prefetcher.wait()
 
 # %% ../../nbs/net/21_shard_cache.ipynb #a1c6734a
+MAX_PLANS = 256  # readers' plans a prefetcher keeps (a plan a worker thread; those of passes gone are dropped)
+
+
 class ShardPrefetcher:
-    "Fetches the shards that follow the one being read, in this process's order, into a `ShardCache` in a background thread."
+    "Fetches the shards that follow the one being read, in each reader's order, into a `ShardCache` in a background thread: a plan for each thread that reads (a worker process has one; thread workers one each)."
 
     def __init__(
         self,
@@ -738,49 +747,73 @@ class ShardPrefetcher:
     ):
         self.cache, self.prefetch = cache, prefetch
         self._q = self._thread = self._pid = None
-        self._at = -1
+        self._plans, self._at, self._lock = {}, {}, threading.Lock()
         self.plan(order)
 
     def __getstate__(self):
-        return {**self.__dict__, '_q': None, '_thread': None}  # a DataLoader worker starts its own thread
+        return {**self.__dict__, '_q': None, '_thread': None, '_lock': None}  # a DataLoader worker starts its own
+
+    def __setstate__(self, d):
+        self.__dict__.update(d, _lock=threading.Lock())
 
     def plan(
         self,
-        order,  # the shard URLs this process will read, in reading order
+        order,  # the shard URLs this thread will read, in reading order
     ):
-        "The shards this process will read, in order (a worker's share of an epoch): each one opened prefetches the next."
-        self.order = list(order)
-        self._pos = {u: i for i, u in enumerate(self.order)}  # a shard listed twice: what follows its last place
+        "The shards the calling thread will read, in order (a worker's share of an epoch): each one opened prefetches the next."
+        order = list(order)
+        pos = {u: i for i, u in enumerate(order)}  # a shard listed twice: what follows its last place
+        with self._lock:
+            self._plans.pop(threading.get_ident(), None)
+            self._plans[threading.get_ident()] = (order, pos)  # the newest last
+            while len(self._plans) > MAX_PLANS:  # threads of passes gone: their plans dropped, oldest first
+                self._at.pop(next(iter(self._plans)), None)
+                self._plans.pop(next(iter(self._plans)))
+            self.order, self._pos = order, pos  # the last plan made, as `ShardCache.order` shows it
+
+    def _plan_of(self, url: str) -> tuple:
+        "(the key, the order, the places) of the plan `url` is read by: the calling thread's, else any that lists it."
+        me = threading.get_ident()
+        mine = self._plans.get(me)
+        if mine is not None and url in mine[1]:
+            return me, *mine
+        for k, (order, pos) in list(self._plans.items()):
+            if url in pos:
+                return k, order, pos
+        return None, (), {}
 
     def after(
         self,
         url: str,  # the shard being opened now: the ones after it in the plan are fetched
         timeout: float,  # seconds a connection may stall, for each fetch
     ):
-        "Fetch the shards after `url` in the plan into the cache in the background (errors there are left to the reader that opens them later)."
-        i = self._pos.get(url)
-        self._at = -1 if i is None else i  # where the reader is: a queued shard it has reached is not fetched late
-        urls = () if i is None or self.prefetch <= 0 else self.order[i + 1 : i + 1 + self.prefetch]
+        "Fetch the shards after `url` in its plan into the cache in the background (errors there are left to the reader that opens them later)."
+        key, order, pos = self._plan_of(url)
+        i = pos.get(url)
+        self._at[key] = -1 if i is None else i  # where the reader is: a queued shard it has reached is not fetched late
+        urls = () if i is None or self.prefetch <= 0 else order[i + 1 : i + 1 + self.prefetch]
         if not urls:
             return
-        if self._q is None or self._pid != os.getpid():  # a forked worker has the queue but not the thread
-            self._pid = os.getpid()
-            self._q = queue.Queue()
-            self._thread = threading.Thread(
-                target=self._fetcher, args=(self._q,), daemon=True, name='timmdata-shard-prefetch'
-            )
-            self._thread.start()
+        with self._lock:  # two threads opening their first shard start one fetcher
+            if self._q is None or self._pid != os.getpid():  # a forked worker has the queue but not the thread
+                self._pid = os.getpid()
+                self._q = queue.Queue()
+                self._thread = threading.Thread(
+                    target=self._fetcher, args=(self._q,), daemon=True, name='timmdata-shard-prefetch'
+                )
+                self._thread.start()
         for u in urls:
             if is_remote(u) and self.cache.path(u) is None:
-                self._q.put((u, timeout))
+                self._q.put((u, timeout, key))
 
     def _fetcher(self, q):
         while True:
-            url, timeout = q.get()
+            url, timeout, key = q.get()
             try:
                 # the reader opened it (or passed it) before this thread came to it: fetching it now would only
                 # download it twice and evict what the reader needs next
-                if self._pos.get(url, -1) > self._at and self.cache.path(url) is None:
+                pos = self._plans.get(key, ((), {}))[1]
+                if pos.get(url, -1) > self._at.get(key, -1) and self.cache.path(url) is None:
                     with self.cache._open(url, timeout, None) as f:
                         while f.read(1 << 20):
                             pass
