@@ -33,10 +33,11 @@ from timmdata.index.dataset_index import (
     layout_of,
     spans_of,
 )
-from ..net.object_store import by_position
+from ..net.object_store import by_position, object_scheme
 
 # %% auto #0
-__all__ = ['READ_CHUNK', 'READ_AHEAD', 'READ_GROUP', 'sample_spans', 'ShardBytes', 'SpanReader']
+__all__ = ['READ_CHUNK', 'READ_AHEAD', 'READ_AHEAD_STORE', 'READ_GROUP', 'sample_spans', 'read_ahead_for', 'ShardBytes',
+           'SpanReader']
 
 # %% ../../nbs/index/23d_span_reader.ipynb #51a3ad51
 def sample_spans(
@@ -75,6 +76,18 @@ READ_CHUNK = (
     1 << 16
 )  # the most positions a reader locates at a time (what it holds is bounded whatever the lengths claim)
 READ_AHEAD = 8  # ranged GETs a worker keeps in flight over http(s) without a cache: latency hidden, memory bounded
+# ... from an object store (s3, gs, az): tens of ms a request, and built for many at once (a worker holds at most
+# this many samples' bytes in flight: 32 ImageNet JPEGs, about 3.5 MB)
+READ_AHEAD_STORE = 32
+
+
+def read_ahead_for(
+    shards: Sequence[str],  # a source's shards or files
+) -> int:
+    "The requests in flight per worker that hide a source's latency: `READ_AHEAD_STORE` when every file is in an object store, else `READ_AHEAD`."
+    return READ_AHEAD_STORE if shards and all(object_scheme(s) for s in shards) else READ_AHEAD
+
+
 _PER_PROCESS = ('_files', '_copies', '_lock', '_pool', '_no_copy', '_rows')
 READ_GROUP = (
     16  # samples a local or cached reader reads before it yields the first of them (at most 16 samples' bytes ahead)
@@ -204,9 +217,12 @@ class SpanReader(ShardBytes):
         sizes: Optional[
             list
         ] = None,  # each shard's size as the dataset index states it: checked at each read (no request more)
-        read_ahead: int = READ_AHEAD,  # ranged GETs in flight per process (http(s) shards read without a cache)
+        read_ahead: Optional[
+            int
+        ] = None,  # ranged GETs in flight per process (remote shards read without a cache); None: `read_ahead_for`
     ):
         spans = ListedSpans(spans) if isinstance(spans, (list, tuple)) else spans  # or a `ShardSpans`: read when asked
+        read_ahead = read_ahead_for(source.shards) if read_ahead is None else read_ahead
         self.spans, self.read_ahead, self.lengths = spans, max(1, int(read_ahead)), spans.lengths  # nothing read
         # a sample is cut out of its span (`cut_sample`) when the source reads the members the index's layout names:
         # the first of the default image and target extensions (a JSON target, or other keys: each span parsed)

@@ -26,7 +26,7 @@ from ..net.object_store import list_objects, object_scheme
 from ..net.kept_http import coalesce, kept_get, kept_get_many
 from .parquet_footers import FooterSpans, IndexSpans, KeptFooters, fetch_footer
 from ..sources.spans import ShardChangedError
-from ..index.span_reader import SpanReader
+from ..index.span_reader import SpanReader, read_ahead_for
 from ..sources.whole_files import SERVERS, WholeFiles
 from timmdata.parquet.parquet_index import (
     MAX_INDEX_BYTES,
@@ -358,8 +358,11 @@ class ParquetBytes(SpanReader):
         self,
         source: ParquetSource,  # the Parquet source whose files are read
         max_open_files: int = 16,  # local files (and cached copies) kept open per process
-        read_ahead: int = 8,  # requests in flight per process (http(s) files read without a node cache)
+        read_ahead: Optional[
+            int
+        ] = None,  # requests in flight per process (remote files read without a node cache); None: `read_ahead_for`
     ):
+        read_ahead = read_ahead_for(source.shards) if read_ahead is None else read_ahead
         self.spans, self.read_ahead, self.lengths = source.spans, max(1, int(read_ahead)), source.spans.lengths
         self.stems = [source.name_of(u).rsplit('/', 1)[-1].removesuffix('.parquet') for u in source.shards]
         self._digests, self._seen = source.digests, {}  # _seen: the files checked, as they were then
