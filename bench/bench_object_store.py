@@ -41,7 +41,9 @@ sys.path.insert(0, str(HERE))
 from bench_startup_requests import CountingHandler, CountingServer
 from _common import proc_cpu
 from timmdata import create_dataset, create_loader, make_sample_dataset, write_shards
-from timmdata.index.span_reader import READ_AHEAD
+from timmdata.index.span_reader import (
+    READ_AHEAD_STORE as READ_AHEAD,
+)  # what a worker keeps in flight from an object store
 from concurrent.futures import ThreadPoolExecutor
 from timmdata.net.local_s3 import LocalS3
 from timmdata.net.object_store import configure_store, object_range
@@ -315,11 +317,10 @@ def part_why(bucket: Bucket, sets: dict, a):
     say(f'   {"path":<44}{"in flight":>10}{"requests/s":>12}{"server ms/req":>15}{"proxy+client ms/req":>21}')
     prefix = f's3://{s3.bucket}'
     rows = (
-        ('proxy (as LocalS3 runs it), +0ms', s3.endpoint, 0.0, False),
-        (f'proxy, +{a.latency * 1e3:.0f}ms', s3.endpoint, a.latency, False),
-        ('the S3 server alone (no proxy)', f'http://127.0.0.1:{s3.port}', 0.0, False),
-        ('proxy with TCP_NODELAY, +0ms', s3.endpoint, 0.0, True),
-        (f'proxy with TCP_NODELAY, +{a.latency * 1e3:.0f}ms', s3.endpoint, a.latency, True),
+        ('proxy (as LocalS3 runs it: TCP_NODELAY), +0ms', s3.endpoint, 0.0, True),
+        (f'proxy (TCP_NODELAY), +{a.latency * 1e3:.0f}ms', s3.endpoint, a.latency, True),
+        ('the S3 server alone (no proxy)', f'http://127.0.0.1:{s3.port}', 0.0, True),
+        ("proxy with Nagle's algorithm on, +0ms", s3.endpoint, 0.0, False),
     )
     for k, (what, endpoint, lat, nodelay) in enumerate(rows):
         s3._proxy.RequestHandlerClass.disable_nagle_algorithm = nodelay  # each new connection's setting
@@ -358,7 +359,7 @@ def part_why(bucket: Bucket, sets: dict, a):
         )
     for (_, dl), _ in loaders.values():
         getattr(dl, 'shutdown', lambda: None)()
-    s3._proxy.RequestHandlerClass.disable_nagle_algorithm = False
+    s3._proxy.RequestHandlerClass.disable_nagle_algorithm = True  # as LocalS3 runs it
     return statistics.median(rates[f'shards s3 +{a.latency * 1e3:.0f}ms nodelay']) / base
 
 
@@ -404,11 +405,14 @@ def main():
     say('\nGoals:')
     for (fmt, workers), c in req.items():
         fixed = [(c[o]['gets'] - c[o]['ranged'], c[o]['heads'], c[o]['lists']) for o in ('s3', 'http')]
-        met = fixed[0] == fixed[1] and c['s3']['ranged'] <= max(c['http']['ranged'], 1) * 1.25
+        # the start-up's own requests (the dataset's files: whole GETs, HEADs, listings) must be the same; the index's
+        # parts are read as the first batch's reads meet shards: more with more reads in flight (an object store keeps
+        # READ_AHEAD_STORE a worker, http READ_AHEAD), so they are shown, not compared
+        met = fixed[0] == fixed[1]
         say(
             f'   a. {fmt}, {workers} workers: to start, s3 {c["s3"]["start"]} vs http {c["http"]["start"]} (whole GETs, '
             f'HEADs, listings: {fixed[0]} vs {fixed[1]}; the index\'s parts: {c["s3"]["ranged"]} vs '
-            f'{c["http"]["ranged"]}, as the first reads met shards): {"met" if met else "MISSED"}'
+            f'{c["http"]["ranged"]}, as the first batch\'s reads met shards, more reads in flight over s3): {"met" if met else "MISSED"}'
         )
     for fmt, (r, whole) in byt.items():
         say(
