@@ -215,7 +215,7 @@ class StreamPlan(OrderPartitions, StreamBounds):
             warnings.warn(
                 f"{printable(repr(self.source))}: {printable(spans)}; so this training stream reads in order='shards' (shards dealt to workers, a buffer "
                 f"shuffle; a saved state resumes only on the same ranks and workers). The elastic global order reads local or "
-                f"http(s) tar shards by position; pass order='shards' to silence this",
+                f"http(s) or object-store (s3, gs, az) tar shards by position; pass order='shards' to silence this",
                 stacklevel=3,
             )
         return 'shards'
