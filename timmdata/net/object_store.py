@@ -219,10 +219,8 @@ def store_for(
                 retry_config=retry,
                 **({'credential_provider': provider} if provider is not None else {}),
             )
-        except Exception as e:
-            raise ObjectStoreError(
-                f'{bucket}: {_reason(e)}: check its settings (configure_store, the environment)'
-            ) from None
+        except Exception as e:  # a setting missing or wrong (an Azure account, a region): named as a request's error
+            raise _named(e, bucket) from None
         _STORES[k] = store
     return store, key
 
@@ -255,16 +253,16 @@ def _named(e: Exception, url: str) -> Exception:
         return ObjectStoreError(f'{what}: not the range asked ({why}): check the store')
     if isinstance(e, E.PreconditionError):
         return ObjectChangedError(f'{what} changed while it was read (its ETag is not the one first read)')
-    if isinstance(e, E.PermissionDeniedError) or 'AccessDenied' in str(e) or 'status code: 403' in str(e):
-        return ObjectStoreError(f'{what}: access denied ({why}): check that the credentials may read this bucket')
     if isinstance(e, E.UnauthenticatedError) or re.search(
-        r'credential|InvalidAccessKeyId|SignatureDoesNotMatch', str(e)
+        r'credential|InvalidAccessKeyId|SignatureDoesNotMatch|token request|Account must be specified', str(e)
     ):
         return ObjectStoreError(
             f'{what}: no valid credentials ({why}): set them as the cloud\'s tools expect (AWS_ACCESS_KEY_ID and '
             f'AWS_SECRET_ACCESS_KEY or a profile; GOOGLE_APPLICATION_CREDENTIALS; AZURE_STORAGE_ACCOUNT_NAME and a key), '
             f'or configure_store(..., anonymous=True) for a public bucket'
         )
+    if isinstance(e, E.PermissionDeniedError) or 'AccessDenied' in str(e) or 'status code: 403' in str(e):
+        return ObjectStoreError(f'{what}: access denied ({why}): check that the credentials may read this bucket')
     if re.search(r'SlowDown|status code: 503|status code: 429|Too Many Requests', str(e)):
         return ObjectStoreError(f'{what}: the store throttled every retry ({why}): read with fewer workers, or later')
     if re.search(r'timed out|timeout|deadline', str(e), re.I):
