@@ -229,10 +229,11 @@ def _reason(e: Exception) -> str:
     "One line of what an obstore error says: its first line, the S3/Azure/GCS error code when it has one; no body, no header, no credential."
     text = str(e)
     code = re.search(r'<Code>([A-Za-z]{1,64})</Code>', text)
-    status = re.search(r'status code: ([0-9]{3})', text) or re.search(r'\b([45][0-9]{2}) [A-Z][A-Za-z ]+', text)
     first = text.split('\n', 1)[0]
     first = re.sub(r'Error performing \w+ \S+ in [0-9.]+\S*s - ', '', first)
     first = re.split(r': <\?xml|: \{', first)[0]
+    first = re.sub(r'(\w+://[^\s?#]*)[?#]\S*', r'\1', first)  # a URL's query (a SAS token, a presigned signature): never shown
+    first = re.sub(r'(?i)(sig|signature|token|key|secret|credential)=\S+', r'\1=...', first)
     out = printable(first, 160)
     if code and code[1] not in out:
         out += f' ({code[1]})'
