@@ -232,7 +232,8 @@ def _reason(e: Exception) -> str:
     first = text.split('\n', 1)[0]
     first = re.sub(r'Error performing \w+ \S+ in [0-9.]+\S*s - ', '', first)
     first = re.split(r': <\?xml|: \{', first)[0]
-    first = re.sub(r'(\w+://[^\s?#]*)[?#]\S*', r'\1', first)  # a URL's query (a SAS token, a presigned signature): never shown
+    # a URL's query (a SAS token, a presigned signature) is never shown
+    first = re.sub(r'(\w+://[^\s?#]*)[?#]\S*', r'\1', first)
     first = re.sub(r'(?i)(sig|signature|token|key|secret|credential)=\S+', r'\1=...', first)
     out = printable(first, 160)
     if code and code[1] not in out:
