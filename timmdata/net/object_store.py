@@ -12,10 +12,11 @@ from .http import REQUEST_DEADLINE, DeadlineError, check_seconds
 from ..core.settings import set_environment, setting
 
 # %% auto #0
-__all__ = ['OBJECT_SCHEMES', 'BY_POSITION', 'MAX_LISTED', 'GET_THREADS', 'REQUESTS', 'STORE_OPTIONS_ENV', 'object_scheme',
-           'by_position', 'split_object_url', 'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError',
-           'ObjectForkError', 'need_obstore', 'configure_store', 'store_options', 'store_for', 'Answer', 'object_head',
-           'object_range', 'object_get_many', 'ObjectReader', 'object_open', 'ObjectFile', 'list_objects', 'put_object']
+__all__ = ['OBJECT_SCHEMES', 'BY_POSITION', 'MAX_LISTED', 'GET_THREADS', 'REQUESTS', 'STORE_OPTIONS_ENV', 'MAX_TAGS',
+           'object_scheme', 'by_position', 'split_object_url', 'ObjectStoreError', 'ObjectNotFoundError',
+           'ObjectChangedError', 'ObjectForkError', 'need_obstore', 'configure_store', 'store_options', 'store_for',
+           'Answer', 'object_head', 'object_range', 'object_get_many', 'ObjectReader', 'object_open', 'ObjectFile',
+           'list_objects', 'put_object']
 
 # %% ../../nbs/net/20bc_object_store.ipynb #77a1c028
 OBJECT_SCHEMES = (
@@ -295,7 +296,8 @@ class Answer(dict):
         return super().__contains__(str(k).lower())
 
 
-_TAGS = {}  # (pid, url) -> the ETag of this process's first read of it
+_TAGS = {}  # (pid, url) -> the ETag of this process's first read of it (the last `MAX_TAGS` objects read)
+MAX_TAGS = 1 << 16  # objects whose first ETag a process keeps (a file's size is checked by the index beyond them)
 
 
 def _tag_of(meta: dict) -> str:
@@ -399,7 +401,10 @@ def _ranged_get(obs, store, key: str, url: str, start: int, n: int, opts: dict, 
         if 'body error' in str(e):
             raise _Cut('the answer ended before its body did') from None
         raise _named(e, url) from None
-    _TAGS.setdefault((os.getpid(), url), _tag_of(meta))
+    if (os.getpid(), url) not in _TAGS:
+        _TAGS[(os.getpid(), url)] = _tag_of(meta)
+        if len(_TAGS) > MAX_TAGS:
+            _TAGS.pop(next(iter(_TAGS)))  # the oldest
     return _answer(meta, a, b - a), bytes(out)
 
 # %% ../../nbs/net/20bc_object_store.ipynb #c0d56fa2
