@@ -8,7 +8,7 @@ line, then `[k/n] ok|FAIL name (seconds)` as each finishes, then the slowest. Ex
     python tools/nbtest.py --n_workers 4 --flags slow
     python tools/nbtest.py --path nbs/47_cli.ipynb
 """
-import argparse, importlib.util, os, sys, time
+import argparse, importlib.util, multiprocessing, os, sys, time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from nbdev.config import get_config
 from nbdev.doclinks import nbglob
@@ -64,7 +64,13 @@ def main(argv=None) -> int:
           f"{', '.join(sorted(set(skip) - set(force))) or 'nothing'} skipped; a line as each finishes", flush=True)
     t0, times, failed = time.time(), {}, []
     os.chdir(cfg.nbs_path if cfg.nbs_path.exists() else os.getcwd())
-    with ProcessPoolExecutor(max(1, a.n_workers), initializer=_threads) as ex:
+    # each notebook in a process of its own, as `nbdev_test` runs it: what one notebook leaves in its process (a
+    # warning said once, an object store's client, whose threads forbid forking its workers after) never meets the next.
+    # The processes are forked from a server that has imported nbdev's test runner and torch once (a fresh interpreter
+    # per notebook would import torch each time)
+    ctx = multiprocessing.get_context('forkserver')
+    ctx.set_forkserver_preload(['nbdev.test', 'torch'])
+    with ProcessPoolExecutor(max(1, a.n_workers), ctx, initializer=_threads, max_tasks_per_child=1) as ex:
         futs = {}
         for f in files:
             futs[ex.submit(test_nb, f, skip, force, False, True, cfg.config_path)] = f
