@@ -20,6 +20,8 @@ def _threads():
     N notebooks run at once on a small machine, and a main-process resize with two threads on busy cores takes many
     times longer; a notebook that measures threads sets its own. Also makes runs repeatable: a notebook that set one
     thread used to leave it set for whichever notebook ran next in the same process."""
+    if 'fork' in multiprocessing.get_all_start_methods():  # a notebook's kernel starts its workers by the platform's
+        multiprocessing.set_start_method('fork', force=True)  # default, not by the forkserver this process came from
     n = int(os.environ.get('TIMMDATA_NB_THREADS', '1'))
     if n > 0:
         import torch
