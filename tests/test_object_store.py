@@ -14,7 +14,9 @@ pytest.importorskip('moto')
 pytest.importorskip('pyarrow')
 from timmdata import create_dataset, create_loader, make_sample_dataset, write_shards
 from timmdata.dataset import ImageDataset
+from timmdata.core.runtime import _FORK_UNSAFE
 from timmdata.net.local_s3 import LocalS3
+from timmdata.net.object_store import close_clients
 from timmdata.parquet.source import write_parquet_index, write_sample_parquet
 from timmdata.sources.shard_io import ShardError, ShardNotFoundError
 
@@ -45,6 +47,10 @@ def s3(tmp_path_factory):
             store.upload(root / name, name)
         store.root = root
         yield store
+    # this test process is done with object stores: its clients' connections closed, and the workers of the next tests'
+    # loaders (none of which reads an object store) forked as before
+    close_clients()
+    _FORK_UNSAFE.pop(os.getpid(), None)
 
 
 KIND = {

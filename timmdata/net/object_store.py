@@ -15,8 +15,8 @@ from ..core.settings import set_environment, setting
 __all__ = ['OBJECT_SCHEMES', 'BY_POSITION', 'MAX_LISTED', 'GET_THREADS', 'REQUESTS', 'STORE_OPTIONS_ENV', 'MAX_TAGS',
            'object_scheme', 'by_position', 'split_object_url', 'ObjectStoreError', 'ObjectNotFoundError',
            'ObjectChangedError', 'ObjectForkError', 'need_obstore', 'configure_store', 'store_options', 'store_for',
-           'Answer', 'object_head', 'object_range', 'object_get_many', 'ObjectReader', 'object_open', 'ObjectFile',
-           'list_objects', 'put_object']
+           'Answer', 'object_head', 'object_range', 'close_clients', 'object_get_many', 'ObjectReader', 'object_open',
+           'ObjectFile', 'list_objects', 'put_object']
 
 # %% ../../nbs/net/20bc_object_store.ipynb #77a1c028
 OBJECT_SCHEMES = (
@@ -408,6 +408,14 @@ def _ranged_get(obs, store, key: str, url: str, start: int, n: int, opts: dict, 
     return _answer(meta, a, b - a), bytes(out)
 
 # %% ../../nbs/net/20bc_object_store.ipynb #c0d56fa2
+def close_clients():
+    "Drop this process's clients and their threads for concurrent reads: their pooled connections close (a long-lived process, or a test, done with object stores)."
+    _STORES.clear()
+    p = _POOL.pop(os.getpid(), None)
+    if p is not None:
+        p.shutdown(wait=False)
+
+
 def _pool() -> concurrent.futures.ThreadPoolExecutor:
     "This process's threads for concurrent reads (a forked child makes its own)."
     p = _POOL.get(os.getpid())

@@ -481,7 +481,7 @@ def check_main(
         try:
             rd = ShardReader(a.root, split=a.split)
         except ValueError as e:  # e.g. which split: one line, the advice as the command's options
-            ap.error(re.sub(r"pass split='([^']*)'", r'pass --split \1', str(e)))
+            ap.error(re.sub(r"pass (split)='([^']*)'", r'pass --\1 \2', str(e)))  # the keyword as the option
     elif folder is None:
         try:
             rd = create_reader(a.root, split=a.split)
