@@ -4,7 +4,7 @@
 
 # %% ../../nbs/net/20e_local_s3.ipynb #e96ca386
 from __future__ import annotations
-import http.client, http.server, os, shutil, socket, subprocess, sys, threading, time, urllib.request
+import atexit, http.client, http.server, os, shutil, socket, subprocess, sys, threading, time, urllib.request
 from collections import Counter
 from typing import Callable, Optional
 from .object_store import REQUESTS, put_object
@@ -106,6 +106,7 @@ class LocalS3:
 
     def start(self):
         "Start the server and the proxy, make the bucket, point the environment at it; self."
+        atexit.register(self.close)  # a program that never closes it leaves no server running
         exe = shutil.which('moto_server')
         cmd = [exe] if exe else [sys.executable, '-m', 'moto.server']
         self.port = _free_port()
