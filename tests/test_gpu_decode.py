@@ -309,6 +309,10 @@ def test_cuda_worker_batches_thread_beside_a_busy_consumer(sample_root):
     assert len(got) == len(want) == len(busy) > 0
     for (x, y, _), (xr, yr) in zip(got, want):
         assert torch.equal(y, yr) and torch.equal(x, xr)
+    # the unpinned loader's batches came through its ring, page-locked: copies by DMA, each slot given back only after
+    # its copy (a slot rewritten early would show above as a batch unlike the pinned loader's)
+    ring = busy.step.collate
+    assert type(ring).__name__ == 'BatchRing' and ring._locked is True and ring.counts['ring'] > 0
 
 # ---------- resumable and distributed (timmdata.engine.resume), on the CPU path ----------
 

@@ -249,10 +249,12 @@ def _default_collate_fn(
     num_workers: int,
     prefetch_factor: Optional[int],
 ) -> Callable:
-    "fast_collate with the prefetcher (into a `BatchRing` for the CPU one, which hands slots back), else torch's."
+    "fast_collate with the prefetcher (into a `BatchRing`, which the prefetcher hands slots back to), else torch's."
     if not use_prefetcher:
         return default_collate_kept  # torch's, samples left out (None) dropped first
-    if not pin_memory and device.type == 'cpu':  # with pinned memory the pin thread copies every batch anyway
+    # with pinned memory the pin thread copies every batch anyway; on CUDA the ring is page-locked once: a batch goes
+    # to the GPU by DMA, with no staging copy and no shared memory made and unmapped per batch
+    if not pin_memory and device.type in ('cpu', 'cuda'):
         ring = BatchRing.maybe(batch_shape, num_workers, (prefetch_factor or 2) + 3)
         if ring is not None:
             return ring
@@ -511,7 +513,7 @@ def collate_step(
     device: torch.device,  # the device the batches go to
     pin: bool,  # the batches are pinned (then no `BatchRing`)
 ) -> Callable:
-    "The collate: the caller's, else fast_collate with the prefetcher (into a `BatchRing` on the CPU), else torch's."
+    "The collate: the caller's, else fast_collate with the prefetcher (into a `BatchRing`), else torch's."
     fn = o.collate_fn
     if fn is None:  # threads collate in this process: no ring of shared memory
         workers = o.num_workers if o.worker_mode == 'process' else 0

@@ -3,9 +3,9 @@
 # capped by the time left so that a slow step loses only itself. Make the kit here first (bash tools/gpu_kit.sh), then:
 #   run(command="bash tools/gpu_all.sh", carry=[".whl"], timeout_s=540)
 # Steps, each's cap in seconds (its expected time on an H200 in brackets):
-#   setup 90 [~20]   model 75 [~25]   data 90 [~20]   train timmdata 110 [~45]   train timmdata-device 110 [~55]
-#   train timm 120 [~45]   bench 110 [~40]   profile 60 [~25]   tests 90 [~70]   ~300 s expected (an H200: 253 s
-#   without the profile), GPU_ALL_S=530 at most in all
+#   setup 90 [~20]   model 75 [~25]   data 90 [~20]   train same-batch 80 [~30] (train.py's own ceiling: one batch
+#   already on the GPU every step)   train timmdata 110 [~40]   train timmdata-device 110 [~40]   train timm 120 [~45]
+#   bench 110 [~40]   profile 60 [~15]   tests 90 [~30]   ~330 s expected on an H200, GPU_ALL_S=530 at most in all
 # After each step, summary.json is rewritten and the results folder packed into $OUT/gpu_DATE_CARD/ (summary.json,
 # env.txt, logs.tar.gz): a call cut short still brings back what the steps before had measured. Copy that folder into
 # bench/results/ (tar xzf logs.tar.gz there for the logs).
@@ -42,6 +42,7 @@ step() {  # step NAME CAP gpu_run.sh's arguments...: run it with at most CAP sec
 step setup 90 setup || true
 step model_alone 75 model
 step data 90 data
+step train_same_batch 80 train same-batch
 step train_timmdata 110 train timmdata
 step train_timmdata_device 110 train timmdata-device
 step train_timm 120 train timm

@@ -35,6 +35,26 @@ def _ring_shapes(batch_shape) -> list:
     return [tuple(int(d) for d in s) for s in shapes]
 
 
+def _host_register(t: torch.Tensor) -> bool:
+    "Page-lock `t`'s memory for CUDA (`cudaHostRegister`): a copy from it to a GPU is then DMA, asynchronous; False where CUDA cannot."
+    if not torch.cuda.is_available():
+        return False
+    try:
+        rt = torch.cuda.cudart()
+        return rt.cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 0) == rt.cudaError.success
+    except (RuntimeError, AttributeError, TypeError):  # no CUDA runtime bindings, or the driver refused
+        return False
+
+
+def _host_unregister(t: torch.Tensor, pid: int):
+    "Undo `_host_register` in the process that registered `t` (a forked child never did)."
+    if os.getpid() == pid:
+        try:
+            torch.cuda.cudart().cudaHostUnregister(t.data_ptr())
+        except Exception:  # shutting down: the CUDA context may be gone already
+            pass
+
+
 def _ring_nbytes(shapes: list, slots: int) -> int:
     "Shared memory of a ring of `slots` slots for these batch shapes: images, class-index targets, busy flags."
     return slots * (max(math.prod(s) for s in shapes) + 8 * max(s[0] for s in shapes) + 4)
@@ -116,10 +136,15 @@ class BatchRing(BatchCollate):
         # batches the consumer released that it read from a slot / from fresh memory
         self.counts = {'ring': 0, 'fresh': 0}
         self._held, self._lock, self._taken, self._listed = {}, threading.Lock(), None, None
+        self._locked = None  # page-locked for CUDA: None until `page_lock` is asked
 
     def __getstate__(self):
         "A spawned worker gets the shared memory and the layout, not the main process's bookkeeping."
-        return {k: v for k, v in self.__dict__.items() if k not in ('counts', '_held', '_lock', '_taken', '_listed')}
+        return {
+            k: v
+            for k, v in self.__dict__.items()
+            if k not in ('counts', '_held', '_lock', '_taken', '_listed', '_locked')
+        }
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -210,6 +235,14 @@ class BatchRing(BatchCollate):
         self.counts['fresh' if s is None else 'ring'] += 1
         if s is not None:
             self._let_go(s)
+
+    def page_lock(self) -> bool:
+        "Page-lock the ring's image memory for CUDA, once, in the process that made it: a slot's batch then goes to the GPU by DMA, with no staging copy; True if the driver took it."
+        if self._locked is None:
+            self._locked = _host_register(self.ring)
+            if self._locked:  # undone when the ring goes (the finaliser keeps the memory mapped until then)
+                weakref.finalize(self, _host_unregister, self.ring, os.getpid())
+        return self._locked
 
     def reclaim(
         self,

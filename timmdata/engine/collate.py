@@ -43,6 +43,10 @@ class BatchCollate:
     ):
         "Called by the PrefetchLoader once the DataLoader worker processes `workers` (ids; None: all) are gone (default: nothing to do)."
 
+    def page_lock(self) -> bool:
+        "Called by a CUDA PrefetchLoader before its first copy: page-lock the memory this collate reuses, so copies from it are asynchronous DMA; True if it did (default: no memory of its own, False)."
+        return False
+
 # %% ../../nbs/engine/27_collate.ipynb #d06ff459
 CUDA_IN_WORKER = (
     "a transform returned a tensor on {dev} inside a DataLoader worker. Workers must return CPU "

@@ -172,11 +172,26 @@ class _NativeCpuBackend(_CpuBackend):
 class _CudaBackend(_Backend):
     "CUDA: the copy and the step of a batch, with the jitter as one batched matrix product."
 
+    locked = None  # the collate's memory is page-locked (`BatchCollate.page_lock`); None until the first batch
+
     def prepare(self, x: torch.Tensor, y) -> tuple:
-        "(output, targets): the copy from (pinned) host memory and the step, queued where the feeder runs them (its side stream)."
-        pl, dev = self.pl, self.pl.device
-        x = pl._process(x.to(dev, non_blocking=True))
-        return x, (y.to(dev, non_blocking=True) if isinstance(y, torch.Tensor) else y)
+        "(output, targets): the copy from (pinned) host memory and the step, queued where the feeder runs them (its side stream); then the uint8 batch's memory goes back to its collate."
+        pl, dev, ring = self.pl, self.pl.device, self.pl.collate
+        if ring is not None and self.locked is None:
+            self.locked = ring.page_lock()  # before the first copy: from page-locked memory a copy is DMA
+        xd = x.to(dev, non_blocking=True)
+        done = None
+        if self.locked:  # an asynchronous copy: the memory goes back only once the copy has read it
+            done = torch.cuda.Event()
+            done.record()
+        try:
+            out = pl._process(xd)
+        finally:
+            if ring is not None:
+                if done is not None:
+                    done.synchronize()  # this thread waits for the copy alone (about a millisecond), not for the step
+                ring.release(x)  # pageable memory: the copy above had already read it when it returned
+        return out, (y.to(dev, non_blocking=True) if isinstance(y, torch.Tensor) else y)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         "uint8 NCHW -> float NCHW, jittered (one batched matrix product), normalised, clamped."
@@ -244,7 +259,9 @@ class BatchOps:
         num_prefetch: Optional[int] = None,  # batches made ahead of the one in use; None: 1 on a GPU, 0 on the CPU
         seed: Optional[int] = None,  # seed of the loader's generator (jitter); None: from torch's RNG and the rank
         cpu_threads: Optional[int] = 1,  # torch threads for the CPU maths (workers need cores); None: torch's setting
-        collate: Optional[BatchCollate] = None,  # takes each uint8 batch's memory back once read (CPU): a BatchRing
+        collate: Optional[
+            BatchCollate
+        ] = None,  # takes each uint8 batch's memory back once read: a BatchRing (page-locked on CUDA)
     ):
         if num_prefetch is not None and (not isinstance(num_prefetch, int) or num_prefetch < 0):
             raise ValueError(f"num_prefetch must be None or an int >= 0; got {num_prefetch!r}")
