@@ -56,7 +56,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     from timmdata.config import Draws
     from timmdata.engine.gpu_decode import DeviceDecodeTransform, crop_resize_batch, flip_batch_
-    from timmdata.pixels.batch_resize import batch_weights, crop_resize_flip, matmul_parts, bf16_products
+    from timmdata.pixels.batch_resize import batch_weights, crop_resize_flip, matmul_parts
 
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -80,18 +80,6 @@ def main(argv=None):
     loop = lambda: flip_batch_(crop_resize_batch(imgs, plans, out_l, rows), plans)
     tb = timed(batched, dev, a.warmup, a.repeats)
     tl = timed(loop, dev, a.warmup, a.repeats)
-    t32 = None
-    if bf16_products(dev):  # the same op with float32 products, for the ratio (this process only)
-        import timmdata.pixels.batch_resize as br
-
-        keep, br.bf16_products = br.bf16_products, lambda d: False
-        try:
-            out16 = out_b.clone()
-            t32 = timed(batched, dev, a.warmup, a.repeats)
-            d16 = (out16.int() - out_b.int()).abs()
-        finally:
-            br.bf16_products = keep
-        batched()  # out_b from the bfloat16 products again, for the checks below
     if a.profile:
         from torch.profiler import ProfilerActivity, profile
 
@@ -104,15 +92,11 @@ def main(argv=None):
         print(prof.key_averages().table(sort_by=key, row_limit=15, max_name_column_width=40))
     name = torch.cuda.get_device_name(dev) if dev.type == 'cuda' else f'CPU, {torch.get_num_threads()} torch threads'
     print(f'device: {name}; batch {n} of {h}x{w} (half portrait), train plans to {a.size}x{a.size}, '
-          f'products: ' + ('bfloat16 on the tensor cores, float32 sums (3 weight pieces)' if bf16_products(dev) else f'float32, matmul precision {torch.get_float32_matmul_precision()!r} ({matmul_parts(dev)} weight piece(s))'))
+          f'float32 matmul precision {torch.get_float32_matmul_precision()!r} ({matmul_parts(dev)} weight piece(s))')
     print(f'steady state: median of {a.repeats} batches after {a.warmup} warm-up batches')
     print(f'batched crop_resize_flip : {n / tb:10.0f} images/s  ({tb * 1e3:.2f} ms a batch)')
     print(f'per-image loop           : {n / tl:10.0f} images/s  ({tl * 1e3:.2f} ms a batch)')
     print(f'ratio batched / loop     : {tl / tb:10.2f}x')
-    if t32 is not None:
-        print(f'batched, float32 products: {n / t32:10.0f} images/s  ({t32 * 1e3:.2f} ms a batch); bfloat16 / float32 '
-              f'{t32 / tb:.2f}x; outputs differ on {(d16 > 0).float().mean().item() * 100:.3f}% of values, '
-              f'at most {int(d16.max())} level')
     print(f'taps made on the host with numpy (batch_weights, not used above): {taps_s / n * 1e6:.0f} us an image')
     del weights
     if a.check:

@@ -5,7 +5,7 @@
 # Steps, each's cap in seconds (its expected time on an H200 in brackets):
 #   setup 90 [~20]   model 75 [~25]   data 90 [~20]   train same-batch 80 [~30] (train.py's own ceiling: one batch
 #   already on the GPU every step)   train timmdata 110 [~40]   train timmdata-device 110 [~40]   train timm 120 [~45]
-#   bench 110 [~40]   profile 60 [~15]   tests 90 [~30]   ~330 s expected on an H200, GPU_ALL_S=530 at most in all
+#   tests 90 [~35]   bench 110 [~50]   profile 60 [~25]   ~370 s expected on an H200, GPU_ALL_S=530 at most in all
 # After each step, summary.json is rewritten and the results folder packed into $OUT/gpu_DATE_CARD/ (summary.json,
 # env.txt, logs.tar.gz): a call cut short still brings back what the steps before had measured. Copy that folder into
 # bench/results/ (tar xzf logs.tar.gz there for the logs).
@@ -46,9 +46,9 @@ step train_same_batch 80 train same-batch
 step train_timmdata 110 train timmdata
 step train_timmdata_device 110 train timmdata-device
 step train_timm 120 train timm
+step tests 90 tests
 step bench 110 bench
 step profile 60 profile
-step tests 90 tests
 bash tools/gpu_run.sh summary
 bash tools/gpu_run.sh pack
 echo "######## done in $((SECONDS - t0)) s; back in $OUT: $(cd "$OUT" && find . -type f | sort | tr '\n' ' ')"

@@ -286,10 +286,6 @@ profile() {
   [ -d out/gpu_bench_data/train ] || a=(--data "$DATA/train")
   [ -n "$CPU" ] && a+=(--device cpu --batch-size 8 --workers 2 --warmup 1 --batches 2)
   capped "$(cap 60)" "$PY" bench/profile_device_step.py "${a[@]}" 2>&1 | tee "$W/profile_device_step.txt" | tail -40
-  # the batched crop-resize-flip alone: bfloat16 products against float32 ones, and the per-image loop, on one batch
-  local r=(--device cuda)
-  [ -n "$CPU" ] && r=(--device cpu --batch 8 --warmup 1 --repeats 2 --check 4)
-  capped 40 "$PY" bench/bench_batch_resize.py "${r[@]}" 2>&1 | tee "$W/batch_resize.txt" | tail -8
 }
 
 timeline() {

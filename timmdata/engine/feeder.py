@@ -108,6 +108,21 @@ class CudaLane:
                 t.record_stream(consumer)
         return out
 
+# %% ../../nbs/engine/30_feeder.ipynb #30874301
+def _settle(
+    pending: deque,  # what a feeder has in flight: `Future`s of a lane's thread (other entries are passed over)
+):
+    "Cancel the futures not started and wait for the one running (its result or error dropped): the lane's thread is then idle."
+    futures = [f for f in pending if isinstance(f, Future)] + [
+        e[0] for e in pending if isinstance(e, tuple) and e and isinstance(e[0], Future)
+    ]
+    for f in futures:
+        f.cancel()
+    for f in futures:
+        if not f.cancelled():
+            f.exception()  # waits; an error of a batch nobody will take is dropped
+    pending.clear()
+
 # %% ../../nbs/engine/30_feeder.ipynb #2266cb24
 class ThreadLane:
     """A step run in a thread of its own, ahead of the consumer (the device decode's: a decoder's wait for its own
@@ -132,12 +147,53 @@ class ThreadLane:
         mark,  # the loader's mark of that batch (None: no marks)
     ) -> tuple:
         "(a `Future` of (the step's output, its ready event or None), None): the step handed to the lane's thread."
+        return self._start().submit(self._run, step, batch, mark), None
+
+    def _start(self) -> ThreadPoolExecutor:
+        "The lane's thread (and, on CUDA, its stream), made at the first batch."
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix='timmdata-step')
             weakref.finalize(self, self._pool.shutdown, wait=False)  # the thread ends with the lane
         if self.cuda and self.stream is None:
             self.stream = torch.cuda.Stream(device=self.device)
-        return self._pool.submit(self._run, step, batch, mark), None
+        return self._pool
+
+    def batches(
+        self,
+        step: Callable,  # as for `prepare`
+        it,  # the iterator over the loader: each batch is taken from it in the lane's thread
+        marks,  # the loader's `Marks`, read right after each batch is taken
+        skip: Callable,  # `skip(batch)` -> True for a batch to drop
+        ahead: int,  # batches taken and stepped ahead of the one handed out
+        pending: deque,  # the `Future`s in flight, kept by the caller (who cancels them when it stops early)
+    ):
+        """Yields (output, mark) of each kept batch: taken from `it` and stepped in the lane's thread, so the consumer
+        waits only for a batch already made, never for a worker's next one. Returns the last mark seen (skipped too)."""
+        pool, end, seen = self._start(), [False], None
+        while True:
+            while not end[0] and len(pending) <= ahead:
+                pending.append(pool.submit(self._take, step, it, marks, skip, end))
+            if not pending:
+                return seen
+            kept, out, ready, m, s = pending.popleft().result()
+            seen = s if s is not None else seen
+            if kept:
+                yield self._hand(out, ready), m
+                del out
+
+    def _take(self, step: Callable, it, marks, skip: Callable, end: list) -> tuple:
+        "In the lane's thread: (kept, output, ready event, mark, last mark seen) of the loader's next kept batch."
+        seen = None
+        while not end[0]:
+            try:
+                b = next(it)
+            except StopIteration:
+                end[0] = True  # the futures queued behind this one return at once
+                break
+            seen = m = marks.mark()
+            if not skip(b):
+                return (True, *self._run(step, b, m), m, seen)
+        return False, None, None, None, seen
 
     def _run(self, step: Callable, batch, mark) -> tuple:
         if not self.cuda:
@@ -154,7 +210,10 @@ class ThreadLane:
         _=None,  # unused: every lane's `hand_over` takes two
     ):
         "The step's output: its thread's result (an error in the step is raised here), then the event's hand-over."
-        out, ready = pending.result()
+        return self._hand(*pending.result())
+
+    def _hand(self, out, ready):
+        "`out` to the consumer: its stream waits for the step's event; the memory is kept until the consumer's work on it is done."
         if ready is None:
             return out
         consumer = torch.cuda.current_stream(self.device)
@@ -288,7 +347,17 @@ class DeviceFeeder:
         self.running += 1
         try:
             it = iter(self.loader)  # persistent workers: torch drains the batches a stopped epoch left queued here
-            while True:
+            if isinstance(self.lane, ThreadLane):  # the lane's thread takes the batches from the loader too
+                gen = self.lane.batches(self.step, it, self.marks, self.skip, self.ahead, pending)
+                while True:
+                    try:
+                        out, self.last = next(gen)
+                    except StopIteration as stop:
+                        seen = stop.value
+                        break
+                    yield out
+                    del out
+            while it is not None and not isinstance(self.lane, ThreadLane):  # the lane takes the batches given it
                 while not done and len(pending) <= self.ahead:
                     try:
                         b = next(it)
@@ -311,6 +380,7 @@ class DeviceFeeder:
         except GeneratorExit:
             raise  # the consumer stopped (a break, or an exception in its loop): see `finally`
         except BaseException as e:
+            _settle(pending)
             if is_cuda_init_error(e):
                 raise RuntimeError(CUDA_IN_WORKER.format(dev='cuda')) from e
             died = worker_died(e)
@@ -321,6 +391,7 @@ class DeviceFeeder:
             raise
         finally:
             try:
+                _settle(pending)  # nothing of this pass still runs in a lane's thread (it may be taking from `it`)
                 self.stop_workers(it, force=False)
             finally:
                 self.running -= 1

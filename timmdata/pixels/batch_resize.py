@@ -5,7 +5,6 @@
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #a9dfa9cc
 from __future__ import annotations
 from collections.abc import Sequence
-import functools
 import numpy as np
 import torch
 from ..core.runtime import to_device
@@ -13,7 +12,7 @@ from .resample import vertical_first
 
 # %% auto #0
 __all__ = ['PRECISION_BITS', 'PLAN_FIELDS', 'pil_weights', 'plan_weights', 'stack_weights', 'batch_weights', 'device_weights',
-           'matmul_parts', 'bf16_products', 'crop_resize_flip']
+           'matmul_parts', 'crop_resize_flip']
 
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #48ee6d27
 PRECISION_BITS = 22  # Pillow's 8-bit resample: weights are integers of 2**-22 (32 - 8 - 2 bits)
@@ -214,37 +213,6 @@ def _split(w: torch.Tensor, parts: int) -> torch.Tensor:
     # Pillow's weights have at most 22 significant bits (integers of 2**-22 below 1): 11 + 11 for TF32, 8 + 8 + 6 for bf16
     return torch.cat(pieces + [r], 1)
 
-# %% ../../nbs/pixels/09b_batch_resize.ipynb #fd5a9018
-@functools.cache
-def _bf16_probe(device: torch.device) -> bool:
-    "One small bfloat16 product with float32 sums on `device`, checked against the exact one (float64, on the host)."
-    if device.type != 'cuda':
-        return False
-    # 8-bit numbers (exact in bfloat16) at a weight's scale times pixel values: every sum is exact in float32
-    a = ((torch.arange(2 * 3 * 16) * 37 % 511 - 255) * 2.0**-20).view(2, 3, 16)
-    b = (torch.arange(2 * 16 * 5) * 101 % 256).float().view(2, 16, 5)
-    try:
-        r = torch.bmm(a.to(device, torch.bfloat16), b.to(device, torch.bfloat16), out_dtype=torch.float32)
-        return r.dtype == torch.float32 and torch.equal(r.cpu().double(), torch.bmm(a.double(), b.double()))
-    except Exception:  # no such overload (torch < 2.8) or none for this device: the float32 products
-        return False
-
-
-def bf16_products(
-    device,  # the device the products run on (a torch.device or its name)
-) -> bool:  # True: `crop_resize_flip` multiplies there in bfloat16 with float32 sums, the weights in 3 exact pieces
-    "Whether `device` multiplies bfloat16 matrices into float32 sums (`torch.bmm(..., out_dtype=torch.float32)`: CUDA, torch >= 2.8): one small product, once per device."
-    return _bf16_probe(torch.device(device))
-
-
-def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    "`a @ b` of float32 or bfloat16 batches, with float32 sums and result: bfloat16 on the tensor cores on CUDA, elsewhere (a test) the same numbers' float32 product."
-    if a.dtype != torch.bfloat16:
-        return torch.bmm(a, b)
-    if a.device.type == 'cuda':
-        return torch.bmm(a, b, out_dtype=torch.float32)
-    return torch.bmm(a.float(), b.float())  # every input exact in bfloat16: what the tensor cores multiply and add
-
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #ba6f3356
 _MAX_PADDING = (
     2.0  # a group's padded boxes hold at most this many times its pixels: small boxes are not padded to large
@@ -278,24 +246,23 @@ def _gather(flat: torch.Tensor, meta: torch.Tensor, hmax: int, wmax: int, channe
     return win.index_select(0, row.view(-1)).view(-1, hmax, channels, wmax)
 
 
-def _dense(starts: torch.Tensor, taps: torch.Tensor, size: int, parts: int, dtype=torch.float32) -> torch.Tensor:
-    "Taps (n, m) / (n, m, K) as dense (n, parts*m, size) matrices of `dtype` (each piece exact in it) on their device, with one scatter."
+def _dense(starts: torch.Tensor, taps: torch.Tensor, size: int, parts: int) -> torch.Tensor:
+    "Taps (n, m) / (n, m, K) as dense (n, parts*m, size) float32 matrices on their device, with one scatter."
     taps = _split(taps, parts)
     n, m, K = taps.shape
     col = starts.to(torch.int64).repeat(1, parts)[:, :, None] + torch.arange(K, device=taps.device)
     # padding taps past the box (zero weights) land in a spare last column, cut off after: no two taps share a column
-    d = torch.zeros((n, m, size + 1), dtype=dtype, device=taps.device)
-    return d.scatter_(2, col.clamp_max_(size), taps.to(dtype))[:, :, :size]
+    d = torch.zeros((n, m, size + 1), dtype=torch.float32, device=taps.device)
+    return d.scatter_(2, col.clamp_max_(size), taps)[:, :, :size]
 
 
 def _pass(a: torch.Tensor, b: torch.Tensor, parts: int, dim: int) -> torch.Tensor:
-    "`a @ b` (float32 sums) summed over the weights' pieces (stacked along `dim`: 1 rows, 2 columns), rounded half up and clipped as Pillow's uint8, in `a`'s dtype."
-    r = _bmm(a, b)
+    "`a @ b` summed over the weights' pieces (stacked along `dim`: 1 rows, 2 columns), rounded half up and clipped as Pillow's uint8."
+    r = torch.bmm(a, b)
     if parts > 1:
         n, R, Q = r.shape
         r = r.view(n, parts, R // parts, Q).sum(1) if dim == 1 else r.view(n, R, parts, Q // parts).sum(2)
-    # Pillow: (sum + 2**21) >> 22 (torch.round would round ties to even); 0..255 is exact in bfloat16 too
-    return r.add_(0.5).floor_().clamp_(0, 255).to(a.dtype)
+    return r.add_(0.5).floor_().clamp_(0, 255)  # Pillow: (sum + 2**21) >> 22; torch.round would round ties to even
 
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #97487834
 def crop_resize_flip(
@@ -352,13 +319,12 @@ def crop_resize_flip(
         max(r[3] for r in runs), dtype=torch.uint8, device=dev
     )  # the last box's last row reads past its end
     flat = torch.cat([im.reshape(-1) for im in imgs] + [pad])
-    # bfloat16 products (3 exact pieces) where the device has them, else float32 ones, cut as the user's setting needs
-    parts, dt = (3, torch.bfloat16) if bf16_products(dev) else (matmul_parts(dev), torch.float32)
+    parts = matmul_parts(dev)
     for a, b, hmax, wmax, vf in runs:
         n = b - a
-        x = _gather(flat, meta[a:b], hmax, wmax, C).to(dt)  # (n, hmax, C, wmax)
-        Wy = _dense(ys[a:b], yw[a:b], hmax, parts, dt)  # (n, parts*oh, hmax)
-        WxT = _dense(xs[a:b], xw[a:b], wmax, parts, dt).transpose(1, 2)  # (n, wmax, parts*ow)
+        x = _gather(flat, meta[a:b], hmax, wmax, C).float()  # (n, hmax, C, wmax)
+        Wy = _dense(ys[a:b], yw[a:b], hmax, parts)  # (n, parts*oh, hmax)
+        WxT = _dense(xs[a:b], xw[a:b], wmax, parts).transpose(1, 2)  # (n, wmax, parts*ow)
         if vf:  # Pillow's vertical pass first, then the horizontal one
             tmp = _pass(Wy, x.view(n, hmax, C * wmax), parts, 1)  # (n, oh, C*wmax)
             res = _pass(tmp.view(n, oh * C, wmax), WxT, parts, 2)  # (n, oh*C, ow)
