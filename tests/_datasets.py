@@ -19,3 +19,12 @@ class SeedDataset(torch.utils.data.Dataset):
     def __getitem__(self, i):
         return torch.zeros(3, 2, 2, dtype=torch.uint8), (int(np.random.randint(0, 2**31 - 1)),
                                                          int(torch.randint(0, 2**31 - 1, ())), random.getrandbits(31))
+
+
+class EnvTargetDataset(ImageDataset):
+    "Each sample's target says what its worker's environment holds: WDS_SHUFFLE_SIZE * 10 + (1 if the Azure emulator is on)."
+    def __getitem__(self, i):
+        import os
+        img, _ = super().__getitem__(i)
+        on = os.environ.get('AZURE_STORAGE_USE_EMULATOR') == 'true'  # a test's look at a worker's environment
+        return img, int(os.environ.get('WDS_SHUFFLE_SIZE', '0')) * 10 + int(on)

@@ -67,3 +67,15 @@ def test_a_dataset_that_does_not_pickle_is_named(sample_root):
     msg = str(e.value)
     assert "start by 'forkserver'" in msg and 'lambda' in msg and "worker_mode='thread'" in msg, msg
     assert multiprocessing.get_start_method(allow_none=True) == before  # the loader's context only: the process's default untouched
+
+
+def test_forkserver_workers_see_the_settings_of_when_the_loader_was_made(sample_root):
+    """A forkserver's workers begin with the environment its server started with: create_loader hands them the
+    settings (and the cloud clients' variables) as they are when the loader is made, so a bucket configured after the
+    server started is seen; a variable unset since is unset there too."""
+    r = subprocess.run([sys.executable, str(HERE / '_env_workers.py'), str(sample_root)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got['method'] == 'forkserver'
+    assert got['targets'] == [71]  # WDS_SHUFFLE_SIZE 7 and the emulator on, in every worker

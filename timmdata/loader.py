@@ -33,6 +33,7 @@ from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_fa
 from .engine.resume import BatchPlan, ResumableDataLoader
 from .engine.threads import ThreadWorkers, check_worker_mode, default_worker_mode
 from .core.untrusted import choice_error, keyword_error
+from .core.settings import WorkerEnvironment, worker_environment
 from .engine.tune import AutoLoader, Budget, first_setting
 from .engine.decode_choice import AutoDecodeLoader
 from .watch.loader_watch import watch_by_setting
@@ -77,8 +78,13 @@ def worker_init(
     worker_id: int,  # set by the DataLoader
     worker_seeding: Union[str, Callable] = 'all',  # 'all', 'part' or f(worker_info) -> seed
     rank: int = 0,  # distributed rank of the process that made the loader
+    environ: Optional[
+        WorkerEnvironment
+    ] = None,  # the loader's process's settings when it was made (`worker_environment`)
 ):
-    "DataLoader `worker_init_fn`: seeds `random`, `torch` and numpy per worker (and per rank) as chosen; keeps the heap."
+    "DataLoader `worker_init_fn`: the loader's settings first (a forkserver's worker began with an older environment); seeds `random`, `torch` and numpy per worker (and per rank) as chosen; keeps the heap."
+    if environ is not None:
+        environ.apply()
     steady_heap()  # looked up here at each call: bench/bench_heap.py patches it to compare
     info = get_worker_info()
     if callable(worker_seeding):
@@ -499,7 +505,9 @@ def worker_loader(
         num_workers=o.num_workers,
         collate_fn=collate_fn,
         pin_memory=pin,
-        worker_init_fn=partial(worker_init, worker_seeding=o.worker_seeding, rank=default_rank()),
+        worker_init_fn=partial(
+            worker_init, worker_seeding=o.worker_seeding, rank=default_rank(), environ=worker_environment()
+        ),
         persistent_workers=o.persistent_workers and o.num_workers > 0 and not o.use_multi_epochs_loader,
         prefetch_factor=o.prefetch_factor if o.num_workers > 0 else None,
         workers=workers,

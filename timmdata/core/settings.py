@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 # %% auto #0
-__all__ = ['VARIABLES', 'Variable', 'setting', 'set_environment', 'export_setting']
+__all__ = ['VARIABLES', 'CLOUD_PREFIXES', 'Variable', 'setting', 'set_environment', 'export_setting', 'WorkerEnvironment',
+           'worker_environment']
 
 # %% ../../nbs/core/03_settings.ipynb #5b3b5c2f
 _OFF = ('0', 'false', 'no', 'off')
@@ -234,3 +235,30 @@ VARIABLES.update(
         )
     }
 )
+
+# %% ../../nbs/core/03_settings.ipynb #272c81aa
+CLOUD_PREFIXES = ('AWS_', 'AZURE_', 'GOOGLE_')  # the variables the object stores' clients read themselves
+
+
+class WorkerEnvironment(dict):
+    "{name: value, or None to unset} for a worker process; its repr names no value (credentials among them)."
+
+    def __repr__(self) -> str:
+        return f'<WorkerEnvironment: {len(self)} variables>'
+
+    def apply(self):
+        "Set (and unset) these in this process's environment; the clouds' variables not named are unset too."
+        for name in [k for k in os.environ if k.startswith(CLOUD_PREFIXES) and k not in self]:
+            del os.environ[name]
+        for name, value in self.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def worker_environment() -> WorkerEnvironment:
+    "The settings a worker process must see as this process sees them now: every declared one (None where unset), and every cloud client's variable set here."
+    env = {name: os.environ.get(name) for name in VARIABLES}
+    env.update({k: v for k, v in os.environ.items() if k.startswith(CLOUD_PREFIXES)})
+    return WorkerEnvironment(env)
