@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # nbdev 2's docs commands shell out to whatever `pip` comes first: keep the venv first on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: jpeg-headers browser install demo test test-start sync-check readme-check nbtest pytest docs docs-check bench clean format
+.PHONY: jpeg-headers browser azurite install demo test test-start sync-check readme-check nbtest pytest docs docs-check bench clean format
 
 # stock Debian/Ubuntu Pythons need python3-venv for `-m venv` (ensurepip)
 $(VENV)/bin/python:
@@ -26,6 +26,14 @@ browser:
 	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || \
 	  echo "could not install chromium: the browser test will say how"; fi
+
+# Azurite, Microsoft's Azure Storage emulator (Node.js), for the az:// tests (tests/test_object_store_azure.py): npm
+# installs it into .venv/azurite where node and npm are; without them those tests are skipped and say why
+AZURITE_VERSION := 3.35.0
+azurite:
+	@if [ ! -x $(VENV)/azurite/node_modules/.bin/azurite-blob ] && command -v npm >/dev/null; then \
+	  mkdir -p $(VENV)/azurite && npm install -s --no-audit --no-fund --prefix $(VENV)/azurite azurite@$(AZURITE_VERSION) >/dev/null 2>&1 || \
+	  echo "could not install Azurite with npm: the az:// tests will be skipped"; fi
 
 # the demo's install: the library and what it requires (torch, torchvision, Pillow, numpy, matplotlib), no development extras
 $(VENV)/.installed-lib: $(VENV)/bin/python setup.py settings.ini csrc/native.c
@@ -62,7 +70,7 @@ nbtest: install
 	@echo "== nbtest: every notebook's tests, 2 at a time (the longest step)"
 	bash tools/scratch_tmp.sh $(PY) tools/nbtest.py --n_workers 2
 
-pytest: install browser
+pytest: install browser azurite
 	@echo "== pytest: tests/ (multi-process, parity with timm, browser, stress), two files at a time (pytest-xdist), the longest first: a dot per test"
 	bash tools/scratch_tmp.sh $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 

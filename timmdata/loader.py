@@ -33,7 +33,7 @@ from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_fa
 from .engine.resume import BatchPlan, ResumableDataLoader
 from .engine.threads import ThreadWorkers, check_worker_mode, default_worker_mode
 from .core.untrusted import choice_error, keyword_error
-from .core.settings import WorkerEnvironment, worker_environment
+from .core.settings import WorkerEnvironment, apply_environment, worker_environment
 from .engine.tune import AutoLoader, Budget, first_setting
 from .engine.decode_choice import AutoDecodeLoader
 from .watch.loader_watch import watch_by_setting
@@ -83,8 +83,7 @@ def worker_init(
     ] = None,  # the loader's process's settings when it was made (`worker_environment`)
 ):
     "DataLoader `worker_init_fn`: the loader's settings first (a forkserver's worker began with an older environment); seeds `random`, `torch` and numpy per worker (and per rank) as chosen; keeps the heap."
-    if environ is not None:
-        environ.apply()
+    apply_environment(environ)
     steady_heap()  # looked up here at each call: bench/bench_heap.py patches it to compare
     info = get_worker_info()
     if callable(worker_seeding):
@@ -260,11 +259,9 @@ def _default_collate_fn(
         return default_collate_kept  # torch's, samples left out (None) dropped first
     # with pinned memory the pin thread copies every batch anyway; on CUDA the ring is page-locked once: a batch goes
     # to the GPU by DMA, with no staging copy and no shared memory made and unmapped per batch
-    if not pin_memory and device.type in ('cpu', 'cuda'):
-        ring = BatchRing.maybe(batch_shape, num_workers, (prefetch_factor or 2) + 3)
-        if ring is not None:
-            return ring
-    return fast_collate
+    use_ring = not pin_memory and device.type in ('cpu', 'cuda')
+    ring = BatchRing.maybe(batch_shape, num_workers, (prefetch_factor or 2) + 3) if use_ring else None
+    return fast_collate if ring is None else ring
 
 # %% ../nbs/38_loader.ipynb #cf13d6d3
 def _scheduled_choices(

@@ -10,7 +10,7 @@ from typing import Callable
 
 # %% auto #0
 __all__ = ['VARIABLES', 'CLOUD_PREFIXES', 'Variable', 'setting', 'set_environment', 'export_setting', 'WorkerEnvironment',
-           'worker_environment']
+           'worker_environment', 'apply_environment']
 
 # %% ../../nbs/core/03_settings.ipynb #5b3b5c2f
 _OFF = ('0', 'false', 'no', 'off')
@@ -237,7 +237,7 @@ VARIABLES.update(
 )
 
 # %% ../../nbs/core/03_settings.ipynb #272c81aa
-CLOUD_PREFIXES = ('AWS_', 'AZURE_', 'GOOGLE_')  # the variables the object stores' clients read themselves
+CLOUD_PREFIXES = ('AWS_', 'AZURE_', 'AZURITE_', 'GOOGLE_')  # the variables the object stores' clients read themselves
 
 
 class WorkerEnvironment(dict):
@@ -262,3 +262,11 @@ def worker_environment() -> WorkerEnvironment:
     env = {name: os.environ.get(name) for name in VARIABLES}
     env.update({k: v for k, v in os.environ.items() if k.startswith(CLOUD_PREFIXES)})
     return WorkerEnvironment(env)
+
+
+def apply_environment(
+    environ: WorkerEnvironment | None,  # from `worker_environment` in the process that made the loader; None: nothing
+):
+    "In a worker process, before it reads anything: `environ.apply()` (a DataLoader `worker_init_fn`'s first step)."
+    if environ is not None:
+        environ.apply()

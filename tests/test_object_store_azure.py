@@ -1,0 +1,122 @@
+"""Datasets in Azure Blob Storage (az://), read end to end against Azurite, Microsoft's Azure Storage emulator, started
+for these tests on this machine (tests/_azurite.py; `make test-deps` installs it with npm). The same datasets as the S3
+tests: WebDataset shards with and without their dataset index, Parquet folders with and without theirs; each gives the
+batches a local read of the same files gives, with worker processes too; `timmdata index` writes into the container,
+`timmdata check` decodes there; a missing blob and a wrong account key are named in one line."""
+
+import os, subprocess, sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip('obstore')
+pytest.importorskip('pyarrow')
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _azurite import Azurite, azurite_command  # noqa: E402
+
+if azurite_command() is None:
+    pytest.skip('Azurite (npm package azurite) is not installed: make test-deps installs it where npm is',
+                allow_module_level=True)
+
+from timmdata import create_dataset, create_loader, make_sample_dataset, write_shards  # noqa: E402
+from timmdata.dataset import ImageDataset  # noqa: E402
+from timmdata.core.runtime import _FORK_UNSAFE  # noqa: E402
+from timmdata.net.object_store import ObjectStoreError, close_clients, put_object  # noqa: E402
+from timmdata.parquet.source import write_parquet_index, write_sample_parquet  # noqa: E402
+
+N, BATCH = 24, 6  # samples (one a class: a batch's labels say which samples it holds), batch size
+
+
+def _upload(az, folder: Path, prefix: str) -> str:
+    for f in sorted(folder.rglob('*')):
+        if f.is_file():
+            put_object(az.url(f'{prefix}/{f.relative_to(folder).as_posix()}'), f.read_bytes())
+    return az.url(prefix)
+
+
+@pytest.fixture(scope='module')
+def az(tmp_path_factory):
+    "Azurite with the sample-data generator's 24 images as shards (with their index, and a copy without) and as Parquet folders (with and without an index)."
+    root = tmp_path_factory.mktemp('azdata')
+    photos = make_sample_dataset(root / 'photos', n_train=1, n_val=1, classes=[f'c{k:02d}' for k in range(N)],
+                                 size=(40, 32), num_workers=0)
+    write_shards(photos, root / 'shards', shard_size=6, progress=False)
+    (root / 'plain').mkdir()
+    for f in (root / 'shards').iterdir():
+        if f.name != '_timmdata_dataset_index.json' and f.is_file():
+            (root / 'plain' / f.name).write_bytes(f.read_bytes())
+    r = ImageDataset(str(photos), split='train').reader
+    samples = [(Path(r.filename(i, absolute=True)).read_bytes(), r.targets[i]) for i in range(len(r))]
+    for name, index in (('pq', True), ('pq_plain', False)):
+        write_sample_parquet(root / name, samples, r.classes, files=3, row_group_size=4)
+        if index:
+            write_parquet_index(root / name)
+    keep = {k: os.environ.get(k) for k in ('AZURE_STORAGE_ACCOUNT_NAME', 'AZURE_STORAGE_ACCOUNT_KEY',
+                                           'AZURE_STORAGE_USE_EMULATOR', 'AZURITE_BLOB_STORAGE_URL')}
+    with Azurite() as store:
+        os.environ.update(store.environment())
+        close_clients()  # clients made before point elsewhere
+        try:
+            for name in ('shards', 'plain', 'pq', 'pq_plain'):
+                _upload(store, root / name, name)
+            store.root = root
+            yield store
+        finally:
+            close_clients()
+            for k, v in keep.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+            _FORK_UNSAFE.pop(os.getpid(), None)  # the next tests' workers forked as before
+
+
+KIND = {
+    'shards': ('wds/x', 'shards'),
+    'shards without their index': ('wds/x', 'plain'),
+    'parquet': ('parquet/x', 'pq'),
+    'parquet without its index': ('parquet/x', 'pq_plain'),
+}
+
+
+def _labels(name, root, workers, epoch=0):
+    ds = create_dataset(name, root=root, split='train', is_training=True, batch_size=BATCH)
+    dl = create_loader(ds, (3, 16, 16), BATCH, is_training=True, num_workers=workers, device='cpu')
+    dl.set_epoch(epoch)
+    return [y.tolist() for _, y in dl]
+
+
+@pytest.mark.parametrize('kind', list(KIND))
+def test_every_sample_once_and_as_local(az, kind):
+    "Each kind of dataset over az:// gives, without workers and with two (started by forkserver), the batches a local read of the same files gives."
+    name, folder = KIND[kind]
+    local = _labels(name, str(az.root / folder), 0)
+    assert len(local) == N // BATCH and sorted(sum(local, [])) == list(range(N))
+    for workers in (0, 2):
+        got = _labels(name, az.url(folder), workers)
+        assert len(got) == len(local) and got == local, (kind, workers)
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, '-m', 'timmdata.tools.cli', *args], capture_output=True, text=True,
+                          timeout=300, env=env or os.environ)
+
+
+def test_index_and_check_in_the_container(az):
+    "`timmdata index` writes the dataset index into the container and the stream reads it; `timmdata check` decodes every image there."
+    plain = _upload(az, az.root / 'plain', 'to_index')
+    out = _cli('index', plain)
+    assert out.returncode == 0 and '_timmdata_dataset_index.json' in out.stdout, out.stderr
+    assert _labels('wds/x', plain, 0) == _labels('wds/x', str(az.root / 'shards'), 0)
+    for root, more in ((az.url('pq'), []), (az.url('shards'), ['--split', 'train'])):
+        out = _cli('check', root, '--workers', '0', '--no-progress', *more)
+        assert out.returncode == 0 and f'checked {N} images' in out.stdout, (out.stdout, out.stderr)
+
+
+def test_missing_blob_and_wrong_key_named(az):
+    "A blob that is not there and an account key the service refuses: each one line naming the URL, no key shown."
+    with pytest.raises(FileNotFoundError, match='az://data/nothing/here'):
+        create_dataset('wds/x', root=az.url('nothing/here'), split='train', batch_size=BATCH)
+    wrong = 'A' * 86 + '=='
+    out = _cli('check', az.url('pq'), '--workers', '0', '--no-progress',
+               env={**os.environ, 'AZURE_STORAGE_ACCOUNT_KEY': wrong})
+    assert out.returncode == 2 and out.stderr.count('\n') == 1, out.stderr
+    assert 'az://data/pq' in out.stderr and wrong not in out.stderr, out.stderr
