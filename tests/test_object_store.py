@@ -5,6 +5,8 @@ files, exact resume on other ranks and workers, the dataset index in one request
 and a bucket that lies (wrong lengths, wrong ranges, throttling, stalls) named, never read on."""
 
 import json, os, subprocess, sys
+
+import numpy as np
 from pathlib import Path
 
 import pytest
@@ -202,5 +204,24 @@ def test_index_and_check_in_the_bucket(s3):
     for root, more in ((pq, []), (s3.url('shards'), ['--split', 'train'])):
         out = _cli('check', root, '--workers', '0', '--no-progress', *more)
         assert out.returncode == 0 and f'checked {N} images' in out.stdout, (out.stdout, out.stderr)
-    out = _cli('cache', s3.url('pq'), str(s3.root / 'store'))
+
+
+def test_cache_from_the_bucket(s3, tmp_path):
+    "`timmdata cache s3://...` builds each split's store as from the local folder (the same pixels and labels); run again, it lists the bucket and downloads nothing; a web address is one line saying what to do."
+    photos = s3.upload(s3.root / 'photos', 'photos')
+    assert _cli('cache', str(s3.root / 'photos'), str(tmp_path / 'local'), '--workers', '0').returncode == 0
+    out = _cli('cache', photos, str(tmp_path / 'remote'), '--workers', '0')
+    assert out.returncode == 0 and 'cached 2 splits' in out.stdout, out.stderr
+    for split in ('train', 'val'):
+        a, b = ImageDataset(str(tmp_path / 'local' / split)), ImageDataset(str(tmp_path / 'remote' / split))
+        assert len(a) == len(b) > 0
+        for i in range(len(a)):
+            (x, y), (x2, y2) = a[i], b[i]
+            assert y == y2 and np.array_equal(np.asarray(x), np.asarray(x2)), (split, i)
+    assert sorted(os.listdir(tmp_path)) == ['local', 'remote']  # the downloaded copies are gone
+    s3.log.clear()
+    out = _cli('cache', photos, str(tmp_path / 'remote'), '--workers', '0')
+    assert out.returncode == 0 and out.stdout.count('up to date') == 2, out.stdout
+    assert s3.log and all('list-type=2' in p for m, p, r in s3.log), s3.log  # listings only
+    out = _cli('cache', 'https://example.invalid/photos', str(tmp_path / 'web'))
     assert out.returncode == 2 and 'cache_dir=' in out.stderr and out.stderr.count('\n') == 1, out.stderr

@@ -563,6 +563,7 @@ def list_objects(
     suffix: str = '',  # only names ending so ('.tar', '.parquet')
     recursive: bool = False,  # also what is in the folders below
     timeout: float = 60.0,  # seconds one request may take
+    details: bool = False,  # (URL, size, ETag) for each object instead of its URL
 ) -> list:
     "The URLs of the objects in the folder `prefix` (names relative to it with '/' only when `recursive`), sorted; at most `MAX_LISTED`."
     obs = need_obstore()
@@ -575,7 +576,7 @@ def list_objects(
             for m in chunk:
                 rel = m['path'][len(key) + 1 :] if key else m['path']
                 if rel.endswith(suffix) and (recursive or '/' not in rel):
-                    out.append(rel)
+                    out.append((rel, int(m['size']), str(m.get('e_tag') or '')) if details else rel)
             if len(out) > MAX_LISTED:
                 raise ObjectStoreError(
                     f'{printable(prefix)} holds over {MAX_LISTED:,} objects: give the files as a pattern, or index the dataset (timmdata index)'
@@ -585,6 +586,8 @@ def list_objects(
     except Exception as e:
         raise _named(e, prefix) from None
     base = prefix.rstrip('/')
+    if details:
+        return [(f'{base}/{r}', s, t) for r, s, t in sorted(out)]
     return [f'{base}/{r}' for r in sorted(out)]
 
 

@@ -22,6 +22,8 @@ from timmdata.pixels.decode import (
 )
 from ..transforms import str_to_pil_interp
 from ..parquet.parquet_reader import parquet_splits  # importing it registers the 'parquet' reader kind
+from ..net.object_store import object_scheme
+from .remote_source import fetched, remote_rows, url_splits
 from timmdata.store.format import (
     BUILD_STATE,
     STORE_FILES,
@@ -498,7 +500,7 @@ def build_lock(
 
 # %% ../../nbs/store/44_builder.ipynb #17dba1a6
 def build_cache(
-    src,  # an image source ImageDataset reads: a class folder, a .tar or folder of .tars, a .csv, a folder of Parquet files ('parquet/FOLDER': read as Parquet whatever else it holds)
+    src,  # an image source ImageDataset reads: a class folder, a .tar or folder of .tars, a .csv, a folder of Parquet files ('parquet/FOLDER': read as Parquet whatever else it holds); or a folder of class folders, .tars or Parquet files in an object store (s3://, gs://, az://)
     dst,  # the store's folder (created; a store inside the source folder is fine)
     max_size: int | None = 256,  # cap in pixels for `side` (shorter side 256: timm's eval resize for 224)
     format: str = 'raw',  # 'raw': uint8 pixels, no decode when reading; 'jpeg': re-encoded, ~10x smaller
@@ -511,6 +513,7 @@ def build_cache(
     overwrite: bool = False,  # rebuild even when an up-to-date store is already at `dst`
     progress: bool = True,  # show a progress bar and print a summary
     lock_timeout: float | None = None,  # seconds to wait while another process builds into `dst`; None: no limit
+    _remote: tuple | None = None,  # (source record, rows) of the bucket a local copy `src` was fetched from
     **reader_kwargs,  # passed on to `timmdata.readers.create_reader` (e.g. class_map, split)
 ) -> dict:
     "Decodes and resizes every image of `src` once, in parallel, into a memory-mappable store at `dst`; returns its manifest."
@@ -518,10 +521,15 @@ def build_cache(
     if isinstance(src, str) and src.startswith('parquet/'):  # timm's scheme form: the folder's Parquet files
         src, reader_kwargs = src[len('parquet/') :], {'kind': 'parquet', **reader_kwargs}
     if isinstance(src, str) and re.match(r'(https?|s3|gs|az)://', src):
-        raise FileNotFoundError(
-            f'cache source {src!r} is a URL: the store is built from local files (copy them down first), '
-            f'or train from the URL with cache_dir= (each remote file kept once on local disk)'
-        )
+        if not object_scheme(src):
+            raise FileNotFoundError(
+                f'cache source {src!r} is a web address, which lists no folder: copy the files down first and cache '
+                f'them, or train from the URL with cache_dir= (each remote file kept once on local disk)'
+            )
+        kw = dict(max_size=max_size, format=format, quality=quality, num_workers=num_workers, side=side,
+                  interpolation=interpolation, draft=draft, chunk_size=chunk_size, overwrite=overwrite,
+                  progress=progress, lock_timeout=lock_timeout)  # fmt: skip
+        return _cache_url(src.rstrip('/'), Path(dst).expanduser().absolute(), kw, reader_kwargs)
     src, dst = Path(src).expanduser().absolute(), Path(dst).expanduser().absolute()
     if not src.exists():
         raise FileNotFoundError(f'cache source {str(src)!r} does not exist')
@@ -547,6 +555,10 @@ def build_cache(
         'draft': draft,
     }
     source, rows, extra, names = _fingerprint(src, dst, reader, reader_kwargs)
+    if _remote is not None:  # a bucket's local copy: the store's source is the bucket, as listed
+        if names is not None:
+            raise ValueError(f'{_remote[0]["root"]}: a CSV source in a bucket names its images by path: cache a folder')
+        (source, rows), extra = _remote, []
     state = {
         'format_version': STORE_VERSION,
         'params': params,
@@ -571,8 +583,31 @@ def build_cache(
         jobs = [
             (cid, s, min(s + chunk_size, n), str(dst), params, bid) for cid, s in enumerate(range(0, n, chunk_size))
         ]
-        resumed = _run_chunks(reader, dst, jobs, format, num_workers, f'cache {src.name}', progress)
+        label = source['root'].rsplit('/', 1)[-1] if _remote is not None else src.name  # not the download's folder
+        resumed = _run_chunks(reader, dst, jobs, format, num_workers, f'cache {label}', progress)
         return _finalize(dst, reader, names, jobs, state, bid, rows, extra, resumed, time.perf_counter() - t0, progress)
+
+# %% ../../nbs/store/44_builder.ipynb #c17ee4cc
+def _cache_url(url: str, dst: Path, kw: dict, reader_kwargs: dict) -> dict:
+    "`build_cache` of a folder in an object store: listed; up to date, done; else downloaded beside `dst`, built, the copy removed."
+    rows = remote_rows(url)
+    params = {
+        'max_size': kw['max_size'] or 0,
+        'side': kw['side'],
+        'format': kw['format'],
+        'quality': kw['quality'] if kw['format'] == 'jpeg' else None,
+        'interpolation': kw['interpolation'],
+        'draft': kw['draft'],
+    }
+    source = {'root': url, 'num_files': len(rows), 'digest': source_digest(rows), 'extra': 0,
+              'reader_kwargs': {k: v for k, v in reader_kwargs.items() if isinstance(v, (str, int, float, bool, type(None)))}}  # fmt: skip
+    old = read_json(dst / STORE_MANIFEST)
+    if not kw['overwrite'] and _is_up_to_date(old, {'params': params, 'source': source}, dst):
+        if kw['progress']:
+            print(f'{dst} is up to date with {url} ({old["num_samples"]} images); nothing to do')
+        return old
+    with fetched(url, rows, dst, kw['progress']) as local:
+        return build_cache(str(local), dst, **kw, _remote=(source, rows), **reader_kwargs)
 
 # %% ../../nbs/store/44_builder.ipynb #37b297c6
 def cache_main(
@@ -586,7 +621,7 @@ def cache_main(
     )
     ap.add_argument(
         'src',
-        help='image source: a class folder, a .tar or folder of .tars, a .csv, or a folder of Parquet files (parquet/FOLDER: read as Parquet)',
+        help='image source: a class folder, a .tar or folder of .tars, a .csv, or a folder of Parquet files (parquet/FOLDER: read as Parquet); or a folder of class folders, .tars or Parquet files in an object store (s3://, gs://, az://: downloaded beside DST, then removed)',
     )
     ap.add_argument('dst', help="the store's folder (created)")
     ap.add_argument(
@@ -657,8 +692,10 @@ def cache_main(
 def _cache_jobs(src, dst, split=None) -> list:
     "(split name or None, source, store, the reader's keywords) for each split `timmdata cache` builds: each split SRC holds (folders, .tar, .csv, or a folder of Parquet files' splits) into DST/<split>, or the one `split` names; SRC itself into DST when it holds none."
     root = src[len('parquet/') :] if src.startswith('parquet/') else src
-    found, kw = ({} if root != src else dataset_splits(src)), {}
-    if not found and (pq := parquet_splits(root)):  # the Hub's data/{split}-*.parquet: the split a reader keyword
+    found, kw = ({} if root != src else (url_splits(src) if object_scheme(src) else dataset_splits(src))), {}
+    if (
+        not found and not object_scheme(root) and (pq := parquet_splits(root))
+    ):  # the Hub's data/{split}-*.parquet: the split a reader keyword
         found, kw = {n: src for n in pq}, {n: {'split': n} for n in pq}
     if split:
         name = next((n for n in split_names(split) if n in found), None)
