@@ -81,3 +81,39 @@ def http_folder(folder, handler=http.server.SimpleHTTPRequestHandler):
         yield f'http://127.0.0.1:{srv.server_port}'
     finally:
         srv.shutdown(); srv.server_close()
+
+
+def remote_test_datasets(root, n: int = 24, plain: bool = True):
+    """The datasets the remote-read tests serve, under `root`: `photos/` (the sample-data generator's images, `n`
+    classes of one image each, train and val), `shards/` (tar shards of 6 with their dataset index), `plain/` (the same
+    shards without the index, when `plain`), `pq/` and `pq_plain/` (Parquet files with and without their index)."""
+    from pathlib import Path
+    from timmdata import make_sample_dataset
+    from timmdata import write_shards as write_timmdata_shards
+    from timmdata.dataset import ImageDataset
+    from timmdata.parquet.source import write_parquet_index, write_sample_parquet
+    root = Path(root)
+    photos = make_sample_dataset(root / 'photos', n_train=1, n_val=1, classes=[f'c{k:02d}' for k in range(n)],
+                                 size=(40, 32), num_workers=0)
+    write_timmdata_shards(photos, root / 'shards', shard_size=6, progress=False)
+    if plain:
+        (root / 'plain').mkdir()
+        for f in (root / 'shards').iterdir():
+            if f.name != '_timmdata_dataset_index.json' and f.is_file():
+                (root / 'plain' / f.name).write_bytes(f.read_bytes())
+    r = ImageDataset(str(photos), split='train').reader
+    samples = [(Path(r.filename(i, absolute=True)).read_bytes(), r.targets[i]) for i in range(len(r))]
+    for name, index in (('pq', True), ('pq_plain', False)):
+        write_sample_parquet(root / name, samples, r.classes, files=3, row_group_size=4)
+        if index:
+            write_parquet_index(root / name)
+    return root
+
+
+def epoch_labels(name: str, root: str, split: str, workers: int, batch: int, epoch: int = 0, **kw) -> list:
+    "The labels of each batch of one training epoch of `create_dataset(name, root=root, split=split)` (images 16x16, on the CPU)."
+    from timmdata import create_dataset, create_loader
+    ds = create_dataset(name, root=root, split=split, is_training=True, batch_size=batch, **kw)
+    dl = create_loader(ds, (3, 16, 16), batch, is_training=True, num_workers=workers, device='cpu')
+    dl.set_epoch(epoch)
+    return [y.tolist() for _, y in dl]

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip('pyarrow')
-from timmdata import create_dataset, create_loader, make_sample_dataset, write_shards
-from timmdata.dataset import ImageDataset
+from _helpers import remote_test_datasets
+from timmdata import create_dataset, create_loader
 from timmdata.sources import whole_files
-from timmdata.parquet.source import write_parquet_index, write_sample_parquet
 from timmdata.sources.shard_io import ShardError
 
 N = 24  # samples, one a class: a batch's labels say which samples it holds
@@ -47,16 +46,7 @@ def serve(folder):
 @pytest.fixture(scope='module')
 def data(tmp_path_factory):
     "The sample-data generator's images (24 classes of one image), as tar shards with their dataset index and as Parquet files with and without an index."
-    root = tmp_path_factory.mktemp('norange')
-    photos = make_sample_dataset(root / 'photos', n_train=1, n_val=1, classes=[f'c{k:02d}' for k in range(N)], size=(40, 32), num_workers=0)
-    write_shards(photos, root / 'shards', shard_size=6, progress=False)  # 4 shards, _info.json, the dataset index
-    r = ImageDataset(str(photos), split='train').reader
-    samples = [(Path(r.filename(i, absolute=True)).read_bytes(), r.targets[i]) for i in range(len(r))]
-    for name, index in (('pq', True), ('pq_plain', False)):
-        write_sample_parquet(root / name, samples, r.classes, files=3, row_group_size=4)
-        if index:
-            write_parquet_index(root / name)
-    return root
+    return remote_test_datasets(tmp_path_factory.mktemp('norange'), N, plain=False)
 
 
 RUNS = r'''

@@ -7,19 +7,18 @@ and a bucket that lies (wrong lengths, wrong ranges, throttling, stalls) named, 
 import json, os, subprocess, sys
 
 import numpy as np
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip('obstore')
 pytest.importorskip('moto')
 pytest.importorskip('pyarrow')
-from timmdata import create_dataset, create_loader, make_sample_dataset, write_shards
+from _helpers import epoch_labels, remote_test_datasets
+from timmdata import create_dataset, create_loader
 from timmdata.dataset import ImageDataset
 from timmdata.core.runtime import _FORK_UNSAFE
 from timmdata.net.local_s3 import LocalS3
 from timmdata.net.object_store import close_clients
-from timmdata.parquet.source import write_parquet_index, write_sample_parquet
 from timmdata.sources.shard_io import ShardError, ShardNotFoundError
 
 N = 24  # samples, one a class: a batch's labels say which samples it holds
@@ -29,21 +28,7 @@ BATCH = 6
 @pytest.fixture(scope='module')
 def s3(tmp_path_factory):
     "A local S3 server with the sample-data generator's 24 images as shards (with their index, and a copy without) and as Parquet folders (with and without an index)."
-    root = tmp_path_factory.mktemp('s3data')
-    photos = make_sample_dataset(
-        root / 'photos', n_train=1, n_val=1, classes=[f'c{k:02d}' for k in range(N)], size=(40, 32), num_workers=0
-    )
-    write_shards(photos, root / 'shards', shard_size=6, progress=False)  # 4 shards, _info.json, the dataset index
-    (root / 'plain').mkdir()
-    for f in (root / 'shards').iterdir():
-        if f.name != '_timmdata_dataset_index.json' and f.is_file():
-            (root / 'plain' / f.name).write_bytes(f.read_bytes())
-    r = ImageDataset(str(photos), split='train').reader
-    samples = [(Path(r.filename(i, absolute=True)).read_bytes(), r.targets[i]) for i in range(len(r))]
-    for name, index in (('pq', True), ('pq_plain', False)):
-        write_sample_parquet(root / name, samples, r.classes, files=3, row_group_size=4)
-        if index:
-            write_parquet_index(root / name)
+    root = remote_test_datasets(tmp_path_factory.mktemp('s3data'), N)
     with LocalS3() as store:
         for name in ('shards', 'plain', 'pq', 'pq_plain'):
             store.upload(root / name, name)
@@ -64,10 +49,7 @@ KIND = {
 
 
 def _labels(name, root, split, workers, epoch=0, **kw):
-    ds = create_dataset(name, root=root, split=split, is_training=True, batch_size=BATCH, **kw)
-    dl = create_loader(ds, (3, 16, 16), BATCH, is_training=True, num_workers=workers, device='cpu')
-    dl.set_epoch(epoch)
-    return [y.tolist() for _, y in dl]
+    return epoch_labels(name, root, split, workers, BATCH, epoch, **kw)
 
 
 @pytest.mark.parametrize('kind', list(KIND))

@@ -14,16 +14,15 @@ pytest.importorskip('pyarrow')
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _azurite import Azurite, azurite_command  # noqa: E402
+from _helpers import epoch_labels, remote_test_datasets  # noqa: E402
 
 if azurite_command() is None:
     pytest.skip('Azurite (npm package azurite) is not installed: make test-deps installs it where npm is',
                 allow_module_level=True)
 
-from timmdata import create_dataset, create_loader, make_sample_dataset, write_shards  # noqa: E402
-from timmdata.dataset import ImageDataset  # noqa: E402
+from timmdata import create_dataset  # noqa: E402
 from timmdata.core.runtime import _FORK_UNSAFE  # noqa: E402
-from timmdata.net.object_store import ObjectStoreError, close_clients, put_object  # noqa: E402
-from timmdata.parquet.source import write_parquet_index, write_sample_parquet  # noqa: E402
+from timmdata.net.object_store import close_clients, put_object  # noqa: E402
 
 N, BATCH = 24, 6  # samples (one a class: a batch's labels say which samples it holds), batch size
 
@@ -38,20 +37,7 @@ def _upload(az, folder: Path, prefix: str) -> str:
 @pytest.fixture(scope='module')
 def az(tmp_path_factory):
     "Azurite with the sample-data generator's 24 images as shards (with their index, and a copy without) and as Parquet folders (with and without an index)."
-    root = tmp_path_factory.mktemp('azdata')
-    photos = make_sample_dataset(root / 'photos', n_train=1, n_val=1, classes=[f'c{k:02d}' for k in range(N)],
-                                 size=(40, 32), num_workers=0)
-    write_shards(photos, root / 'shards', shard_size=6, progress=False)
-    (root / 'plain').mkdir()
-    for f in (root / 'shards').iterdir():
-        if f.name != '_timmdata_dataset_index.json' and f.is_file():
-            (root / 'plain' / f.name).write_bytes(f.read_bytes())
-    r = ImageDataset(str(photos), split='train').reader
-    samples = [(Path(r.filename(i, absolute=True)).read_bytes(), r.targets[i]) for i in range(len(r))]
-    for name, index in (('pq', True), ('pq_plain', False)):
-        write_sample_parquet(root / name, samples, r.classes, files=3, row_group_size=4)
-        if index:
-            write_parquet_index(root / name)
+    root = remote_test_datasets(tmp_path_factory.mktemp('azdata'), N)
     keep = {k: os.environ.get(k) for k in ('AZURE_STORAGE_ACCOUNT_NAME', 'AZURE_STORAGE_ACCOUNT_KEY',
                                            'AZURE_STORAGE_USE_EMULATOR', 'AZURITE_BLOB_STORAGE_URL')}
     with Azurite() as store:
@@ -77,11 +63,8 @@ KIND = {
 }
 
 
-def _labels(name, root, workers, epoch=0):
-    ds = create_dataset(name, root=root, split='train', is_training=True, batch_size=BATCH)
-    dl = create_loader(ds, (3, 16, 16), BATCH, is_training=True, num_workers=workers, device='cpu')
-    dl.set_epoch(epoch)
-    return [y.tolist() for _, y in dl]
+def _labels(name, root, workers):
+    return epoch_labels(name, root, 'train', workers, BATCH)
 
 
 @pytest.mark.parametrize('kind', list(KIND))

@@ -145,10 +145,9 @@ def _forked_check(url: str):
             f"client's threads do not survive a fork: start workers with multiprocessing_context='forkserver' or "
             f"'spawn' (create_loader does so for object-store datasets)"
         )
-    if _USED['pid'] is None:
-        from timmdata.core.runtime import fork_unsafe  # here: importing this module imports no torch
+    from timmdata.core.runtime import fork_unsafe  # here: importing this module imports no torch
 
-        fork_unsafe('an object store was read')  # create_loader then starts workers by forkserver
+    fork_unsafe('an object store was read')  # create_loader then starts workers by forkserver (noted at each use)
     _USED['pid'] = pid
 
 
