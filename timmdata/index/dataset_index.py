@@ -105,7 +105,7 @@ def listed_shards(
     if object_scheme(root):
         info = load_info(root)
         if info is None:
-            return sorted(u.rsplit('/', 1)[1] for u in list_objects(root, '.tar'))
+            return list_objects(root, '.tar', relative=True)
         names = [f for s in info.get('splits', {}).values() for f in s.get('filenames', ())]
         return sorted({relative_name(f, join_url(root, '_info.json')) for f in names})
     info_path = os.path.join(root, '_info.json')

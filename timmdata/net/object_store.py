@@ -563,6 +563,7 @@ def list_objects(
     recursive: bool = False,  # also what is in the folders below
     timeout: float = 60.0,  # seconds one request may take
     details: bool = False,  # (URL, size, ETag) for each object instead of its URL
+    relative: bool = False,  # names relative to `prefix` ('a.tar', 'train/b.parquet') instead of URLs
 ) -> list:
     "The URLs of the objects in the folder `prefix` (names relative to it with '/' only when `recursive`), sorted; at most `MAX_LISTED`."
     obs = need_obstore()
@@ -584,10 +585,10 @@ def list_objects(
         raise
     except Exception as e:
         raise _named(e, prefix) from None
-    base = prefix.rstrip('/')
+    base = '' if relative else prefix.rstrip('/') + '/'
     if details:
-        return [(f'{base}/{r}', s, t) for r, s, t in sorted(out)]
-    return [f'{base}/{r}' for r in sorted(out)]
+        return [(base + r, s, t) for r, s, t in sorted(out)]
+    return [base + r for r in sorted(out)]
 
 
 def put_object(

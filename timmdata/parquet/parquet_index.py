@@ -112,8 +112,7 @@ def write_parquet_index(
     root = os.fspath(root)
     remote = object_scheme(root) is not None  # each file read by ranged reads (`ObjectFile`), the index one PUT
     if remote:
-        base = root.rstrip('/') + '/'
-        names = sorted((u[len(base) :] for u in list_objects(root, '.parquet', recursive=True)), key=natural_key)
+        names = sorted(list_objects(root, '.parquet', recursive=True, relative=True), key=natural_key)
     else:
         names = sorted(local_names(root), key=natural_key)
     if not names:

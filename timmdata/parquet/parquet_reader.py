@@ -114,8 +114,7 @@ def parquet_splits(
         return {}
     root = os.fspath(root)
     if object_scheme(root):
-        base = root.rstrip('/') + '/'
-        names = [u[len(base) :] for u in list_objects(root, '.parquet', recursive=True)]
+        names = list_objects(root, '.parquet', recursive=True, relative=True)
     else:
         names = local_names(root)
     found = {}

@@ -206,8 +206,7 @@ class ParquetSource(ParquetFiles):
             if url_scheme(root) == 'file':
                 names = match_split(local_names(root), split)
             elif found is None and object_scheme(root) and not is_pattern(split):  # an object store lists its folders
-                base = root.rstrip('/') + '/'
-                names = match_split([u[len(base) :] for u in list_objects(root, '.parquet', recursive=True)], split)
+                names = match_split(list_objects(root, '.parquet', recursive=True, relative=True), split)
             elif found is not None:
                 names = match_split([e[0] for e in found[0]['files']], split)
             elif is_pattern(split):

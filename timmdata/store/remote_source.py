@@ -23,8 +23,7 @@ def remote_rows(
     url: str,  # a folder in an object store: 's3://bucket/folder'
 ) -> list:
     "[name relative to `url`, size, ETag] of every object under `url` (its folders too), sorted: the source record of a store built from it."
-    base = url.rstrip('/') + '/'
-    rows = [[u[len(base) :], s, t] for u, s, t in list_objects(url, recursive=True, details=True)]
+    rows = [[n, s, t] for n, s, t in list_objects(url, recursive=True, details=True, relative=True)]
     if not rows:
         raise FileNotFoundError(f'cache source {url!r} holds no objects: is the folder right?')
     for name, _, _ in rows:
@@ -85,7 +84,7 @@ def url_splits(
 ) -> dict:
     "The splits a folder in an object store holds, as `dataset_splits` finds them in a local one: {name: URL} of its first folders named train, val, ... (the first of each synonym group)."
     base = url.rstrip('/')
-    held = {u[len(base) + 1 :].split('/', 1)[0] for u in list_objects(url, recursive=True) if '/' in u[len(base) + 1 :]}
+    held = {n.split('/', 1)[0] for n in list_objects(url, recursive=True, relative=True) if '/' in n}
     found = {}
     for group in (split_names('train'), split_names('val'), split_names('test')):
         name = next((n for n in group if n in held), None)

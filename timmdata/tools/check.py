@@ -391,8 +391,7 @@ def check_parquet(
     "Decode every row's image of the Parquet files under `root` whole, a row group at a time, in parallel; list the bad rows (file and row) and the files that cannot be read."
     root = os.fspath(root)
     if object_scheme(root):  # an object store's folder: its Parquet files read by ranged reads
-        base = root.rstrip('/') + '/'
-        names = sorted((u[len(base) :] for u in list_objects(root, '.parquet', recursive=True)), key=natural_key)
+        names = sorted(list_objects(root, '.parquet', recursive=True, relative=True), key=natural_key)
     elif not os.path.isdir(root):
         gone = not os.path.exists(root)
         raise FileNotFoundError(f'dataset root {root!r} ' + ('does not exist' if gone else 'is not a folder'))
