@@ -64,17 +64,18 @@ def test_every_sample_once_and_as_local(s3, kind):
 
 
 def test_index_in_one_request(s3):
-    "Shards with their dataset index: before the first batch, the index is one GET (and `_info.json` one more); no shard is listed or scanned."
-    s3.requests.clear()
+    "Shards with their dataset index: up to the first batch in hand, no listing and no HEAD; making the loader reads `_info.json` and the index whole (2 GETs); every read after that is a ranged read."
+    s3.log.clear()
     ds = create_dataset('wds/x', root=s3.url('shards'), split='train', is_training=True, batch_size=BATCH)
     dl = create_loader(ds, (3, 16, 16), BATCH, is_training=True, num_workers=0, device='cpu')
-    before = dict(s3.requests)
-    it = iter(dl)
-    next(it)
-    assert before.get('GET', 0) <= 2, before  # _info.json and the index
-    assert 'HEAD' not in before
-    listed = [k for k in s3.requests if k not in ('GET', 'HEAD')]
-    assert listed == [], s3.requests
+    made = list(s3.log)
+    x, y = next(iter(dl))  # the first batch in hand
+    first = list(s3.log)
+    assert len(y) == BATCH and len(first) > len(made)
+    assert sorted(p.rsplit('/', 1)[-1] for m, p, r in made) == ['_info.json', '_timmdata_dataset_index.json'], made
+    assert all(m == 'GET' and r is None for m, p, r in made), made
+    assert not any('list-type' in p or m != 'GET' for m, p, r in first), first  # no LIST, no HEAD
+    assert all(r is not None for m, p, r in first[len(made):]), first[len(made):]  # then ranged reads only
 
 
 DRIVER = r'''
