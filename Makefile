@@ -82,7 +82,7 @@ test: test-start sync-check readme-check nbtest pytest
 	@echo "make test: all passed"
 
 test-start:
-	@echo "make test: sync-check, readme-check, nbtest, pytest; about 6.5 minutes on a quiet 2-core machine after the install, up to about 10 on a busy one (the contributing page: Two commands)"
+	@echo "make test: sync-check, readme-check, nbtest, pytest; about 10 minutes on a 2-core machine after the install (the contributing page: Two commands)"
 
 readme: install
 	$(PY) tools/make_readme.py
