@@ -520,6 +520,14 @@ def build_cache(
     _check_build_args(format, side, interpolation, max_size, quality, chunk_size, num_workers)
     if isinstance(src, str) and src.startswith('parquet/'):  # timm's scheme form: the folder's Parquet files
         src, reader_kwargs = src[len('parquet/') :], {'kind': 'parquet', **reader_kwargs}
+    params = {  # what the store is built with (its manifest records them)
+        'max_size': max_size or 0,
+        'side': side,
+        'format': format,
+        'quality': quality if format == 'jpeg' else None,
+        'interpolation': interpolation,
+        'draft': draft,
+    }
     if isinstance(src, str) and re.match(r'(https?|s3|gs|az)://', src):
         if not object_scheme(src):
             raise FileNotFoundError(
@@ -529,7 +537,7 @@ def build_cache(
         kw = dict(max_size=max_size, format=format, quality=quality, num_workers=num_workers, side=side,
                   interpolation=interpolation, draft=draft, chunk_size=chunk_size, overwrite=overwrite,
                   progress=progress, lock_timeout=lock_timeout)  # fmt: skip
-        return _cache_url(src.rstrip('/'), Path(dst).expanduser().absolute(), kw, reader_kwargs)
+        return _cache_url(src.rstrip('/'), Path(dst).expanduser().absolute(), kw, params, reader_kwargs)
     src, dst = Path(src).expanduser().absolute(), Path(dst).expanduser().absolute()
     if not src.exists():
         raise FileNotFoundError(f'cache source {str(src)!r} does not exist')
@@ -546,14 +554,6 @@ def build_cache(
     n = len(reader)
     if n == 0:
         raise ValueError(f'the source {str(src)!r} holds no images')
-    params = {
-        'max_size': max_size or 0,
-        'side': side,
-        'format': format,
-        'quality': quality if format == 'jpeg' else None,
-        'interpolation': interpolation,
-        'draft': draft,
-    }
     source, rows, extra, names = _fingerprint(src, dst, reader, reader_kwargs)
     if _remote is not None:  # a bucket's local copy: the store's source is the bucket, as listed
         if names is not None:
@@ -588,17 +588,9 @@ def build_cache(
         return _finalize(dst, reader, names, jobs, state, bid, rows, extra, resumed, time.perf_counter() - t0, progress)
 
 # %% ../../nbs/store/44_builder.ipynb #c17ee4cc
-def _cache_url(url: str, dst: Path, kw: dict, reader_kwargs: dict) -> dict:
+def _cache_url(url: str, dst: Path, kw: dict, params: dict, reader_kwargs: dict) -> dict:
     "`build_cache` of a folder in an object store: listed; up to date, done; else downloaded beside `dst`, built, the copy removed."
     rows = remote_rows(url)
-    params = {
-        'max_size': kw['max_size'] or 0,
-        'side': kw['side'],
-        'format': kw['format'],
-        'quality': kw['quality'] if kw['format'] == 'jpeg' else None,
-        'interpolation': kw['interpolation'],
-        'draft': kw['draft'],
-    }
     source = {'root': url, 'num_files': len(rows), 'digest': source_digest(rows), 'extra': 0,
               'reader_kwargs': {k: v for k, v in reader_kwargs.items() if isinstance(v, (str, int, float, bool, type(None)))}}  # fmt: skip
     old = read_json(dst / STORE_MANIFEST)
