@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # nbdev 2's docs commands shell out to whatever `pip` comes first: keep the venv first on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: jpeg-headers browser azurite install demo test test-start sync-check readme-check nbtest pytest docs docs-check bench clean format
+.PHONY: jpeg-headers browser azurite s3rver install demo test test-start sync-check readme-check nbtest pytest docs docs-check bench clean format
 
 # stock Debian/Ubuntu Pythons need python3-venv for `-m venv` (ensurepip)
 $(VENV)/bin/python:
@@ -34,6 +34,14 @@ azurite:
 	@if [ ! -x $(VENV)/azurite/node_modules/.bin/azurite-blob ] && command -v npm >/dev/null; then \
 	  mkdir -p $(VENV)/azurite && npm install -s --no-audit --no-fund --prefix $(VENV)/azurite azurite@$(AZURITE_VERSION) >/dev/null 2>&1 || \
 	  echo "could not install Azurite with npm: the az:// tests will be skipped"; fi
+
+# s3rver, an S3 server for Node.js, for bench/bench_object_store_cores.py (the S3 server on a core of its own): npm
+# installs it into .venv/s3rver; not needed by make test
+S3RVER_VERSION := 3.7.1
+s3rver:
+	@command -v npm >/dev/null || { echo "s3rver needs Node.js and npm: apt-get install -y nodejs npm"; exit 2; }
+	@[ -d $(VENV)/s3rver/node_modules/s3rver ] || { mkdir -p $(VENV)/s3rver && \
+	  npm install -s --no-audit --no-fund --prefix $(VENV)/s3rver s3rver@$(S3RVER_VERSION) >/dev/null; }
 
 # the demo's install: the library and what it requires (torch, torchvision, Pillow, numpy, matplotlib), no development extras
 $(VENV)/.installed-lib: $(VENV)/bin/python setup.py settings.ini csrc/native.c

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 # %% auto #0
-__all__ = ['VARIABLES', 'CLOUD_PREFIXES', 'Variable', 'setting', 'set_environment', 'export_setting', 'WorkerEnvironment',
-           'worker_environment', 'apply_environment']
+__all__ = ['VARIABLES', 'CLOUD_PREFIXES', 'Variable', 'setting', 'raw_settings', 'set_environment', 'export_setting',
+           'WorkerEnvironment', 'worker_environment', 'apply_environment']
 
 # %% ../../nbs/core/03_settings.ipynb #5b3b5c2f
 _OFF = ('0', 'false', 'no', 'off')
@@ -140,6 +140,16 @@ def setting(
         return var.parse(raw)
     except ValueError:
         raise ValueError(f'environment variable {name} must be {var.takes}; got {raw!r}') from None
+
+
+def raw_settings(
+    names: tuple,  # names of `VARIABLES`
+) -> tuple:
+    "The texts of these settings as the environment holds them now (None where unset), unparsed: a cheap stamp to tell whether what was made from them must be made again."
+    for name in names:
+        if name not in VARIABLES:
+            raise KeyError(f'{name!r} is not a timmdata setting (one of {", ".join(VARIABLES)})')
+    return tuple(os.environ.get(n) for n in names)
 
 
 def set_environment(

@@ -9,10 +9,10 @@ from collections import Counter
 from typing import Optional
 from ..core.untrusted import printable
 from .http import REQUEST_DEADLINE, DeadlineError, check_seconds
-from ..core.settings import set_environment, setting
+from ..core.settings import raw_settings, set_environment, setting
 
 # %% auto #0
-__all__ = ['OBJECT_SCHEMES', 'BY_POSITION', 'MAX_LISTED', 'GET_THREADS', 'REQUESTS', 'STORE_OPTIONS_ENV', 'MAX_TAGS',
+__all__ = ['OBJECT_SCHEMES', 'BY_POSITION', 'MAX_LISTED', 'GET_THREADS', 'REQUESTS', 'STORE_OPTIONS_ENV', 'MAX_MADE', 'MAX_TAGS',
            'object_scheme', 'by_position', 'split_object_url', 'ObjectStoreError', 'ObjectNotFoundError',
            'ObjectChangedError', 'ObjectForkError', 'need_obstore', 'configure_store', 'store_options', 'store_for',
            'Answer', 'object_head', 'object_range', 'close_clients', 'object_get_many', 'ObjectReader', 'object_open',
@@ -26,7 +26,9 @@ OBJECT_SCHEMES = (
 )  # object stores read by position: Amazon S3 (and S3-compatible stores), Google Cloud Storage, Azure Blob
 BY_POSITION = ('http', 'https', *OBJECT_SCHEMES)  # the schemes whose files are read by position (ranged reads)
 MAX_LISTED = 1 << 20  # the most objects one listing reads (a folder of shards or Parquet files)
-GET_THREADS = 16  # requests one process keeps in flight at most in `object_get_many`
+GET_THREADS = (
+    32  # requests one process keeps in flight at most in `object_get_many`: a worker's read-ahead from a store
+)
 REQUESTS = Counter()  # the requests this process sent to object stores, by kind: 'get', 'head', 'list', 'put'
 STORE_OPTIONS_ENV = 'TIMMDATA_STORE_OPTIONS'  # where `configure_store` leaves its settings for processes started after
 
@@ -123,6 +125,9 @@ def store_options(
 
 # %% ../../nbs/net/20bc_object_store.ipynb #ba780efa
 _STORES = {}  # (bucket URL, limits) -> store, this process's
+_MADE = {}  # (object URL, limits) -> (the settings' stamp, the _STORES key, store, key): found again without parsing
+MAX_MADE = 1 << 14  # objects whose store and key a process keeps found
+_STAMPED = (STORE_OPTIONS_ENV, 'AWS_ENDPOINT_URL_S3', 'AWS_ENDPOINT_URL')  # the settings a store is made from
 _USED = {'pid': None}  # the process whose object-store client has run (its threads do not survive a fork)
 _POOL = {}
 
@@ -179,9 +184,13 @@ def store_for(
     deadline: float = REQUEST_DEADLINE,  # seconds a request may take in all, its retries included
 ) -> tuple:
     "(store, key): this process's client for `url`'s bucket, made once for these limits, and the object's key."
+    _forked_check(url)
+    memo, stamp = (url, timeout, retries, backoff, deadline), raw_settings(_STAMPED)
+    got = _MADE.get(memo)  # a shard's reads: the same store and key, while the settings they came from stand
+    if got is not None and got[0] == stamp and _STORES.get(got[1]) is got[2]:
+        return got[2], got[3]
     obs = need_obstore()
     bucket, key = split_object_url(url)
-    _forked_check(url)
     opts, scheme = store_options(url), bucket.split(':', 1)[0]
     endpoint = opts.get('endpoint_url') or _endpoint_env(scheme)
     k = (bucket, endpoint, timeout, retries, backoff, deadline, json.dumps(opts, sort_keys=True))
@@ -222,6 +231,9 @@ def store_for(
         except Exception as e:  # a setting missing or wrong (an Azure account, a region): named as a request's error
             raise _named(e, bucket) from None
         _STORES[k] = store
+    if len(_MADE) >= MAX_MADE:
+        _MADE.clear()
+    _MADE[memo] = (stamp, k, store, key)
     return store, key
 
 # %% ../../nbs/net/20bc_object_store.ipynb #395b2780
@@ -303,11 +315,19 @@ def _tag_of(meta: dict) -> str:
     return meta.get('e_tag') or meta.get('version') or ''
 
 
+_DATES = {}  # a last-modified time -> its text as an HTTP header (an object read again: formatted once)
+
+
 def _answer(meta: dict, start: int, n: int) -> Answer:
     lm = meta.get('last_modified')
     h = {'Content-Length': str(n), 'ETag': _tag_of(meta)}
     if lm is not None:
-        h['Last-Modified'] = lm.strftime('%a, %d %b %Y %H:%M:%S GMT')
+        text = _DATES.get(lm)
+        if text is None:
+            if len(_DATES) >= MAX_TAGS:
+                _DATES.clear()
+            text = _DATES[lm] = lm.strftime('%a, %d %b %Y %H:%M:%S GMT')
+        h['Last-Modified'] = text
     if n:
         h['Content-Range'] = f'bytes {start}-{start + n - 1}/{meta["size"]}'
     else:
@@ -380,14 +400,14 @@ def _ranged_get(obs, store, key: str, url: str, start: int, n: int, opts: dict, 
                 f'{printable(url)}: asked for bytes {start}-{start + n - 1}, the store answered {a}-{b - 1}: '
                 f'not the range asked; check the store'
             )
-        out, got = bytearray(), 0
+        out, got = [], 0
         for chunk in r.stream(min_chunk_size=1 << 20):
             got += len(chunk)
             if got > b - a:
                 raise ObjectStoreError(
                     f'{printable(url)}: the answer to a read of {b - a:,} bytes is longer: not read on; check the store'
                 )
-            out += chunk
+            out.append(chunk)
             if time.monotonic() > t_end:
                 raise DeadlineError(
                     f'{printable(url)}: not read within its deadline of {deadline:g} s: check the store, or pass a larger deadline'
@@ -404,7 +424,7 @@ def _ranged_get(obs, store, key: str, url: str, start: int, n: int, opts: dict, 
         _TAGS[(os.getpid(), url)] = _tag_of(meta)
         if len(_TAGS) > MAX_TAGS:
             _TAGS.pop(next(iter(_TAGS)))  # the oldest
-    return _answer(meta, a, b - a), bytes(out)
+    return _answer(meta, a, b - a), b''.join(out)  # one copy
 
 # %% ../../nbs/net/20bc_object_store.ipynb #c0d56fa2
 def close_clients():
