@@ -279,7 +279,12 @@ def _named(e: Exception, url: str) -> Exception:
         return ObjectStoreError(f'{what}: access denied ({why}): check that the credentials may read this bucket')
     if re.search(r'SlowDown|status code: 503|status code: 429|Too Many Requests', str(e)):
         return ObjectStoreError(f'{what}: the store throttled every retry ({why}): read with fewer workers, or later')
-    if re.search(r'timed out|timeout|deadline', str(e), re.I):
+    if 'BadScheme' in str(e):  # a plain http:// address the client was not allowed to use
+        return ObjectStoreError(
+            f"{what}: the store's address is plain http://, which the client sends to only when allowed: "
+            f"configure_store('{what.split('://')[0]}://BUCKET', allow_http=True) for a local or test server"
+        )
+    if re.search(r'timed out|\btimeout\b|\bdeadline\b', str(e), re.I):  # not the retry settings' `retry_timeout`
         return DeadlineError(f'{what}: no answer within its timeout ({why}): check the store, or pass a larger timeout')
     return ObjectStoreError(f'{what}: {why}: check the store and the URL')
 
