@@ -1,8 +1,9 @@
 """Azurite, Microsoft's Azure Storage emulator (Node.js), as a local Blob service for the az:// tests: found where
 `make test-deps` installs it (.venv/azurite) or on PATH, started on a free port with its data in memory, a container
 made, and torn down after. Its account is the emulator's documented development account."""
-import base64, datetime, hashlib, hmac, shutil, socket, subprocess, time, urllib.error, urllib.request
+import base64, datetime, hashlib, hmac, shutil, subprocess, urllib.request
 from pathlib import Path
+from _helpers import LocalService, free_port
 
 ACCOUNT = 'devstoreaccount1'  # the emulator's development account and key, as Microsoft's documentation gives them
 KEY = 'Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=='
@@ -15,12 +16,6 @@ def azurite_command():
     if local.exists() and shutil.which('node'):
         return str(local)
     return shutil.which('azurite-blob')
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def _signed(method: str, url: str, path: str, query: dict) -> urllib.request.Request:
@@ -39,30 +34,18 @@ def _signed(method: str, url: str, path: str, query: dict) -> urllib.request.Req
     return req
 
 
-class Azurite:
+class Azurite(LocalService):
     "A running emulator with container `container`; `url(key)` names a blob as timmdata reads it (az://CONTAINER/KEY)."
     def __init__(self, container: str = 'data'):
         cmd = azurite_command()
         if cmd is None:
             raise FileNotFoundError('azurite-blob is not installed (make test-deps installs it where npm is)')
-        self.port, self.container = _free_port(), container
+        self.port, self.container = free_port(), container
         self.proc = subprocess.Popen([cmd, '--inMemoryPersistence', '--blobHost', '127.0.0.1', '--blobPort',
                                       str(self.port), '--skipApiVersionCheck', '--silent'],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.endpoint = f'http://127.0.0.1:{self.port}/{ACCOUNT}'
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(self._create(), timeout=5)
-                break
-            except urllib.error.HTTPError:
-                self.close()
-                raise
-            except OSError:  # not listening yet
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.close()
-                    raise RuntimeError('azurite did not start')
-                time.sleep(0.2)
+        self.wait_until(lambda: urllib.request.urlopen(self._create(), timeout=5), 'azurite')
 
     def _create(self):
         return _signed('PUT', f'http://127.0.0.1:{self.port}', f'/{ACCOUNT}/{self.container}', {'restype': 'container'})
@@ -75,16 +58,3 @@ class Azurite:
     def url(self, key: str = '') -> str:
         return f'az://{self.container}/{key}'.rstrip('/')
 
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

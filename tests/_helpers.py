@@ -1,6 +1,7 @@
 """Helpers shared by several test files (a module of their own beside `_datasets.py`, so spawned processes and every
 test file import one copy): run a loader over epochs with a cut and a resume, compare two runs' batches exactly, a
-free TCP port for a process group, shards in timm's wds layout and an HTTP server for a folder of them."""
+free TCP port for a process group, shards in timm's wds layout and an HTTP server for a folder of them; the datasets the
+object-store tests read, compared with their local read, and a local service's process (`LocalService`)."""
 import functools, http.server, io, json, socket, tarfile, threading
 from contextlib import contextmanager
 import torch
@@ -117,3 +118,61 @@ def epoch_labels(name: str, root: str, split: str, workers: int, batch: int, epo
     dl = create_loader(ds, (3, 16, 16), batch, is_training=True, num_workers=workers, device='cpu')
     dl.set_epoch(epoch)
     return [y.tolist() for _, y in dl]
+
+
+REMOTE_KINDS = {  # the datasets `remote_test_datasets` writes, by what they are: (create_dataset's name, their folder)
+    'shards': ('wds/x', 'shards'),
+    'shards without their index': ('wds/x', 'plain'),
+    'parquet': ('parquet/x', 'pq'),
+    'parquet without its index': ('parquet/x', 'pq_plain'),
+}
+
+
+def assert_read_as_local(kind: str, root, url_of, n: int, batch: int):
+    "Dataset `kind` of `remote_test_datasets(root)` read from a store (`url_of(folder)` its URL) gives, without workers and with two, the batches a local read of the same files gives: each of the `n` samples once."
+    name, folder = REMOTE_KINDS[kind]
+    local = epoch_labels(name, str(root / folder), 'train', 0, batch)
+    assert len(local) == n // batch and sorted(sum(local, [])) == list(range(n))
+    for workers in (0, 2):
+        got = epoch_labels(name, url_of(folder), 'train', workers, batch)
+        assert len(got) == len(local) and got == local, (kind, workers)
+
+
+def run_cli(*args, env=None):
+    "`timmdata ARGS` in a new process (the environment: this one's, or `env`): the finished process, its output as text."
+    import os, subprocess, sys
+    return subprocess.run([sys.executable, '-m', 'timmdata.tools.cli', *args], capture_output=True, text=True,
+                          timeout=300, env=env or os.environ)
+
+
+class LocalService:
+    "A server process of the tests' (`self.proc`), stopped by `close` or at the end of a `with` block."
+    def wait_until(self, ready, what: str, seconds: float = 30.0):
+        "`ready()`'s answer once the server takes it; an HTTP error at once (the server said no), and a server that never listens, stopped and named."
+        import time, urllib.error
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                return ready()
+            except urllib.error.HTTPError:
+                self.close()
+                raise
+            except OSError:  # not listening yet
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.close()
+                    raise RuntimeError(f'{what} did not start') from None
+                time.sleep(0.1)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except Exception:  # still running after 10 s
+                self.proc.kill()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

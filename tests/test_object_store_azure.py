@@ -4,7 +4,7 @@ tests: WebDataset shards with and without their dataset index, Parquet folders w
 batches a local read of the same files gives, with worker processes too; `timmdata index` writes into the container,
 `timmdata check` decodes there; a missing blob and a wrong account key are named in one line."""
 
-import os, subprocess, sys
+import os, sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,7 @@ pytest.importorskip('pyarrow')
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _azurite import Azurite, azurite_command  # noqa: E402
-from _helpers import epoch_labels, remote_test_datasets  # noqa: E402
+from _helpers import REMOTE_KINDS, assert_read_as_local, epoch_labels, remote_test_datasets, run_cli  # noqa: E402
 
 if azurite_command() is None:
     pytest.skip('Azurite (npm package azurite) is not installed: make test-deps installs it where npm is',
@@ -55,42 +55,21 @@ def az(tmp_path_factory):
             _FORK_UNSAFE.pop(os.getpid(), None)  # the next tests' workers forked as before
 
 
-KIND = {
-    'shards': ('wds/x', 'shards'),
-    'shards without their index': ('wds/x', 'plain'),
-    'parquet': ('parquet/x', 'pq'),
-    'parquet without its index': ('parquet/x', 'pq_plain'),
-}
-
-
-def _labels(name, root, workers):
-    return epoch_labels(name, root, 'train', workers, BATCH)
-
-
-@pytest.mark.parametrize('kind', list(KIND))
+@pytest.mark.parametrize('kind', list(REMOTE_KINDS))
 def test_every_sample_once_and_as_local(az, kind):
     "Each kind of dataset over az:// gives, without workers and with two (started by forkserver), the batches a local read of the same files gives."
-    name, folder = KIND[kind]
-    local = _labels(name, str(az.root / folder), 0)
-    assert len(local) == N // BATCH and sorted(sum(local, [])) == list(range(N))
-    for workers in (0, 2):
-        got = _labels(name, az.url(folder), workers)
-        assert len(got) == len(local) and got == local, (kind, workers)
-
-
-def _cli(*args, env=None):
-    return subprocess.run([sys.executable, '-m', 'timmdata.tools.cli', *args], capture_output=True, text=True,
-                          timeout=300, env=env or os.environ)
+    assert_read_as_local(kind, az.root, az.url, N, BATCH)
 
 
 def test_index_and_check_in_the_container(az):
     "`timmdata index` writes the dataset index into the container and the stream reads it; `timmdata check` decodes every image there."
     plain = _upload(az, az.root / 'plain', 'to_index')
-    out = _cli('index', plain)
+    out = run_cli('index', plain)
     assert out.returncode == 0 and '_timmdata_dataset_index.json' in out.stdout, out.stderr
-    assert _labels('wds/x', plain, 0) == _labels('wds/x', str(az.root / 'shards'), 0)
+    indexed = epoch_labels('wds/x', plain, 'train', 0, BATCH)
+    assert len(indexed) == N // BATCH and indexed == epoch_labels('wds/x', str(az.root / 'shards'), 'train', 0, BATCH)
     for root, more in ((az.url('pq'), []), (az.url('shards'), ['--split', 'train'])):
-        out = _cli('check', root, '--workers', '0', '--no-progress', *more)
+        out = run_cli('check', root, '--workers', '0', '--no-progress', *more)
         assert out.returncode == 0 and f'checked {N} images' in out.stdout, (out.stdout, out.stderr)
 
 
@@ -99,7 +78,7 @@ def test_missing_blob_and_wrong_key_named(az):
     with pytest.raises(FileNotFoundError, match='az://data/nothing/here'):
         create_dataset('wds/x', root=az.url('nothing/here'), split='train', batch_size=BATCH)
     wrong = 'A' * 86 + '=='
-    out = _cli('check', az.url('pq'), '--workers', '0', '--no-progress',
-               env={**os.environ, 'AZURE_STORAGE_ACCOUNT_KEY': wrong})
+    out = run_cli('check', az.url('pq'), '--workers', '0', '--no-progress',
+           env={**os.environ, 'AZURE_STORAGE_ACCOUNT_KEY': wrong})
     assert out.returncode == 2 and out.stderr.count('\n') == 1, out.stderr
     assert 'az://data/pq' in out.stderr and wrong not in out.stderr, out.stderr

