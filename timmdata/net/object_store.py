@@ -111,6 +111,7 @@ def configure_store(
     _OPTIONS[prefix.rstrip('/')] = opts
     set_environment({STORE_OPTIONS_ENV: json.dumps(_OPTIONS)})
     _STORES.clear()
+    _MADE.clear()
 
 
 def store_options(
@@ -135,6 +136,7 @@ _POOL = {}
 def _forget_clients():
     "In a forked child: the parent's clients and threads are not this process's."
     _STORES.clear()
+    _MADE.clear()
     _POOL.clear()
 
 
@@ -435,6 +437,7 @@ def _ranged_get(obs, store, key: str, url: str, start: int, n: int, opts: dict, 
 def close_clients():
     "Drop this process's clients and their threads for concurrent reads: their pooled connections close (a long-lived process, or a test, done with object stores)."
     _STORES.clear()
+    _MADE.clear()  # the clients found again by object: held there too
     p = _POOL.pop(os.getpid(), None)
     if p is not None:
         p.shutdown(wait=False)
