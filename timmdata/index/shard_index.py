@@ -12,6 +12,7 @@ from ..readers import FileHandle, Reader, register_reader, unset
 from ..net.shard_cache import REQUEST_DEADLINE, BadAnswerError, Deadline, content_length
 from timmdata.net.object_store import (
     ObjectChangedError,
+    ObjectFile,
     list_objects,
     ObjectNotFoundError,
     ObjectStoreError,
@@ -183,45 +184,22 @@ def stat_shard(
     return n, h.get('ETag') or h.get('Last-Modified') or ''
 
 # %% ../../nbs/index/23_shard_index.ipynb #bfb2a165
-class _RangedFile:
-    "A seekable, read-only view of a URL by ranged GETs of a block at a time: what tarfile needs to walk the headers."
-
-    def __init__(self, url: str, size: int, block: int = 1 << 20):
-        self.url, self.size, self.block, self.pos, self._at, self._buf = url, size, block, 0, 0, b''
-
-    @classmethod
-    def opened(cls, url: str, block: int = 1 << 20):
-        "The view with its first block read, its size the total of that read's `Content-Range` (a request fewer than a HEAD first)."
-        headers, body = http_range(url, (0, block))
-        total = (headers.get('Content-Range') or '').rpartition('/')[2].strip()
-        if not (total.isascii() and total.isdigit()):
-            raise ShardError(
-                f'shard {shard_name(url)}: the server gives no size in its Content-Range ({total!r}); random access needs one'
-            )
-        f = cls(url, int(total), block)
-        f._buf = body
-        return f
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, off: int, whence: int = 0) -> int:
-        self.pos = off if whence == 0 else self.pos + off if whence == 1 else self.size + off
-        return self.pos
-
-    def read(self, n: int = -1) -> bytes:
-        n = max(0, min(self.size - self.pos if n is None or n < 0 else n, self.size - self.pos))
-        if not self._at <= self.pos <= self.pos + n <= self._at + len(self._buf):
-            self._at, self._buf = (
-                self.pos,
-                http_range(self.url, (self.pos, max(n, min(self.block, self.size - self.pos))))[1],
-            )
-        out = self._buf[self.pos - self._at : self.pos - self._at + n]
-        self.pos += len(out)
-        return out
-
-    def close(self):
-        pass
+def _ranged_file(
+    url: str,  # a shard's http(s) or object-store URL
+    size: Optional[int] = None,  # its size when known; None: the first block's `Content-Range` says it (no HEAD)
+    block: int = 1 << 20,  # the bytes read at least per request
+) -> ObjectFile:
+    "A seekable, read-only view of a remote shard by ranged reads (`http_range`) of a block at a time: what tarfile needs to walk the headers."
+    read = lambda u, a, n: http_range(u, (a, n))[1]
+    if size is not None:
+        return ObjectFile(url, block, size=size, read_range=read)
+    headers, body = http_range(url, (0, block))
+    total = (headers.get('Content-Range') or '').rpartition('/')[2].strip()
+    if not (total.isascii() and total.isdigit()):
+        raise ShardError(
+            f'shard {shard_name(url)}: the server gives no size in its Content-Range ({total!r}); random access needs one'
+        )
+    return ObjectFile(url, block, size=int(total), read_range=read, first=body)
 
 
 def scan_shard(
@@ -234,7 +212,7 @@ def scan_shard(
     "`[key, {extension: [offset, size]}]` of each sample of shard `path` in tar order, from its headers alone (no member is read), by `shard_io.tar_members`: linear in the headers' size."
     name = shard_name(_local(path))
     if _remote(path):
-        f = _RangedFile(path, size) if size is not None else _RangedFile.opened(path)
+        f = _ranged_file(path, size)
         file_size = f.size
     else:
         file_size, f = stat_shard(path)[0] if size is None else size, _open_shard_file(_local(path))
@@ -527,7 +505,7 @@ class ShardReader(Reader):
         "How the labels of shard `ti` are read once: a `pread` each, or over HTTP through 1 MiB ranged blocks (labels come in offset order)."
         if not _remote(self._shards[ti]) or not samples:
             return lambda off, n, member: self._read(ti, off, n, member)
-        f = _RangedFile(self._shards[ti], max(o + n for _, m in samples for o, n in m.values()))
+        f = _ranged_file(self._shards[ti], max(o + n for _, m in samples for o, n in m.values()))
 
         def read(off: int, n: int, member: str) -> bytes:
             f.seek(off - 512)

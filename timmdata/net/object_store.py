@@ -6,7 +6,7 @@
 from __future__ import annotations
 import atexit, concurrent.futures, datetime, io, json, os, re, threading, time
 from collections import Counter
-from typing import Optional
+from typing import Callable, Optional
 from ..core.untrusted import printable
 from .http import REQUEST_DEADLINE, DeadlineError, check_seconds
 from ..core.settings import raw_settings, set_environment, setting
@@ -542,17 +542,23 @@ def object_open(
 
 # %% ../../nbs/net/20bc_object_store.ipynb #3c1d99f2
 class ObjectFile(io.RawIOBase):
-    "A seekable, read-only view of an object by ranged reads of a block at a time (`object_range`): what pyarrow and tarfile need to read a file's parts."
+    """A seekable, read-only view of a remote file by ranged reads of a block at a time: what pyarrow and tarfile need
+    to read a file's parts. An object's, through `object_range`; or any file whose ranged reads `read_range` makes
+    (shards over http(s): `index.shard_index.scan_shard`)."""
 
     def __init__(
         self,
         url: str,  # the object's URL
         block: int = 1 << 20,  # the bytes read at least per request
         timeout: float = 60.0,  # seconds one try of a request may take
+        size: Optional[int] = None,  # the file's bytes when known; None: a HEAD asks the store
+        read_range: Optional[Callable] = None,  # read_range(url, start, n) -> the bytes; None: `object_range`'s body
+        first: bytes = b'',  # the file's first bytes when already read (a block's request fewer)
     ):
         self.url, self.name, self.block, self.timeout = url, url, block, timeout
-        self.size = int(object_head(url, timeout)['content-length'])
-        self._pos, self._at, self._buf = 0, 0, b''
+        self.read_range = read_range or (lambda u, a, n: object_range(u, a, n, timeout)[1])
+        self.size = int(object_head(url, timeout)['content-length']) if size is None else int(size)
+        self._pos, self._at, self._buf = 0, 0, first
 
     def readable(self) -> bool:
         return True
@@ -578,7 +584,7 @@ class ObjectFile(io.RawIOBase):
         n = max(0, min(len(b), self.size - self._pos))
         if n and not self._at <= self._pos <= self._pos + n <= self._at + len(self._buf):
             want = max(n, min(self.block, self.size - self._pos))
-            self._at, self._buf = self._pos, object_range(self.url, self._pos, want, self.timeout)[1]
+            self._at, self._buf = self._pos, self.read_range(self.url, self._pos, want)
         got = self._buf[self._pos - self._at : self._pos - self._at + n]
         b[: len(got)] = got
         self._pos += len(got)

@@ -108,7 +108,7 @@ def start_up_figures(
     return out, every
 
 # %% ../../nbs/tools/54b_simulate_startup.ipynb #72eea5119410473aa328ad9291626812
-SCAN_BLOCK = 1 << 20  # bytes a ranged read of a shard's scan asks for (`shard_index._RangedFile`)
+SCAN_BLOCK = 1 << 20  # bytes a ranged read of a shard's scan asks for (`shard_index.scan_shard`'s blocks)
 
 
 def start_up_scanned(
