@@ -11,11 +11,8 @@ import numpy as np
 from ..readers import FileHandle, Reader, register_reader, unset
 from ..net.shard_cache import REQUEST_DEADLINE, BadAnswerError, Deadline, content_length
 from timmdata.net.object_store import (
-    ObjectChangedError,
     ObjectFile,
     list_objects,
-    ObjectNotFoundError,
-    ObjectStoreError,
     by_position,
     object_head,
     object_range,
@@ -26,6 +23,7 @@ from timmdata.sources.shard_io import (
     MAX_MEMBER_BYTES,
     REGULAR_KINDS,
     ShardError,
+    as_shard_errors,
     ShardNotFoundError,
     ShardTruncatedError,
     http_open,
@@ -116,7 +114,7 @@ def _object_range(
     url: str, rng: Optional[tuple], head: bool, timeout: float, retries: int, backoff: float, deadline: float
 ) -> tuple:
     "`http_range` of an object store's URL: its client's answer (the headers an HTTP server sends), its errors as the shards' (`ShardNotFoundError`, `ShardChangedError`, `ShardError`)."
-    try:
+    with as_shard_errors(ShardChangedError):
         if head:
             return object_head(url, timeout, retries, backoff), b''
         if rng is None:  # the whole object, at most MAX_MEMBER_BYTES of it
@@ -128,12 +126,6 @@ def _object_range(
                 )
             return object_range(url, 0, n, timeout, retries, backoff, deadline) if n else (h, b'')
         return object_range(url, rng[0], rng[1], timeout, retries, backoff, deadline)
-    except ObjectNotFoundError as e:
-        raise ShardNotFoundError(f'shard {e}') from None
-    except ObjectChangedError as e:
-        raise ShardChangedError(f'shard {e}: read it from the start') from None
-    except (ObjectStoreError, TimeoutError) as e:
-        raise ShardError(str(e)) from None
 
 
 def _body(r, url: str, rng: Optional[tuple]) -> bytes:

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/sources/21d_shard_io.ipynb #a75fb3bd
 from __future__ import annotations
-import http.client, io, os, re, socket, subprocess, tempfile, time, urllib.error, urllib.request, zlib
+import contextlib, http.client, io, os, re, socket, subprocess, tempfile, time, urllib.error, urllib.request, zlib
 from pathlib import Path
 from typing import Iterator, Optional, Union
 from ..readers import natural_key
@@ -17,12 +17,20 @@ from timmdata.net.shard_cache import (
     content_length,
 )
 from ..net.http import http_open
-from ..net.object_store import ObjectNotFoundError, ObjectStoreError, list_objects, object_open, object_scheme
+from timmdata.net.object_store import (
+    ObjectChangedError,
+    ObjectNotFoundError,
+    ObjectStoreError,
+    list_objects,
+    object_open,
+    object_scheme,
+)
 
 # %% auto #0
 __all__ = ['MAX_MEMBER_BYTES', 'REGULAR_KINDS', 'TAR_CHUNK', 'ShardError', 'ShardNotFoundError', 'ShardTruncatedError',
            'TransientShardError', 'ShardDeadlineError', 'url_scheme', 'shard_name', 'is_transient_error',
-           'expand_braces', 'join_url', 'shard_list', 'open_shard', 'tar_header', 'tar_members', 'iter_tar']
+           'expand_braces', 'join_url', 'shard_list', 'as_shard_errors', 'open_shard', 'tar_header', 'tar_members',
+           'iter_tar']
 
 # %% ../../nbs/sources/21d_shard_io.ipynb #f16af843
 #| export
@@ -174,6 +182,23 @@ def shard_list(
         raise ValueError(f'shard list {spec!r} names no shards')
     return out
 
+# %% ../../nbs/sources/21d_shard_io.ipynb #d94ed0a0
+@contextlib.contextmanager
+def as_shard_errors(
+    changed: Optional[
+        type
+    ] = None,  # what an object replaced mid-read is raised as (a reader by position's class); None: `ShardError`
+):
+    "An object store's errors inside the block as the shards': no such object `ShardNotFoundError`, the object replaced while read `changed`, any other `ShardError`; each keeps its one line."
+    try:
+        yield
+    except ObjectNotFoundError as e:
+        raise ShardNotFoundError(f'shard {e}') from None
+    except ObjectChangedError as e:
+        raise (changed or ShardError)(f'shard {e}: read it from the start') from None
+    except (ObjectStoreError, TimeoutError) as e:
+        raise ShardError(str(e)) from None
+
 # %% ../../nbs/sources/21d_shard_io.ipynb #edc2770c
 class _PipeStream:
     "stdout of a `pipe:` command; at its end (or close) the exit status is checked, and a failure named with stderr's tail."
@@ -261,12 +286,8 @@ def open_shard(
     if scheme in ('http', 'https'):
         return _open_http(url, timeout, deadline)
     if object_scheme(url):
-        try:
+        with as_shard_errors():
             return object_open(url, timeout, deadline)
-        except ObjectNotFoundError as e:
-            raise ShardNotFoundError(f'shard {e}') from None
-        except (ObjectStoreError, TimeoutError) as e:
-            raise ShardError(str(e)) from None
     if scheme == 'pipe':
         return _PipeStream(url)
     return _open_fsspec(url)
