@@ -26,9 +26,7 @@ OBJECT_SCHEMES = (
 )  # object stores read by position: Amazon S3 (and S3-compatible stores), Google Cloud Storage, Azure Blob
 BY_POSITION = ('http', 'https', *OBJECT_SCHEMES)  # the schemes whose files are read by position (ranged reads)
 MAX_LISTED = 1 << 20  # the most objects one listing reads (a folder of shards or Parquet files)
-GET_THREADS = (
-    32  # requests one process keeps in flight at most in `object_get_many`: a worker's read-ahead from a store
-)
+GET_THREADS = 32  # requests a process keeps in flight at most in `object_get_many` (as a worker reads ahead)
 REQUESTS = Counter()  # the requests this process sent to object stores, by kind: 'get', 'head', 'list', 'put'
 STORE_OPTIONS_ENV = 'TIMMDATA_STORE_OPTIONS'  # where `configure_store` leaves its settings for processes started after
 
