@@ -22,9 +22,10 @@ class SeedDataset(torch.utils.data.Dataset):
 
 
 class EnvTargetDataset(ImageDataset):
-    "Each sample's target says what its worker's environment holds: WDS_SHUFFLE_SIZE * 10 + (1 if the Azure emulator is on)."
+    "Each sample's target says what its worker's environment holds: WDS_SHUFFLE_SIZE * 10 + (1 if the Azure emulator is on) + (100 if an Azure account is named)."
     def __getitem__(self, i):
         import os
         img, _ = super().__getitem__(i)
         on = os.environ.get('AZURE_STORAGE_USE_EMULATOR') == 'true'  # a test's look at a worker's environment
-        return img, int(os.environ.get('WDS_SHUFFLE_SIZE', '0')) * 10 + int(on)
+        named = 'AZURE_STORAGE_ACCOUNT_NAME' in os.environ
+        return img, int(os.environ.get('WDS_SHUFFLE_SIZE', '0')) * 10 + int(on) + 100 * int(named)

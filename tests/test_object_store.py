@@ -13,13 +13,13 @@ import pytest
 pytest.importorskip('obstore')
 pytest.importorskip('moto')
 pytest.importorskip('pyarrow')
-from _helpers import epoch_labels, remote_test_datasets
+from _helpers import REMOTE_KINDS, assert_read_as_local, epoch_labels, remote_test_datasets
 from timmdata import create_dataset, create_loader
 from timmdata.dataset import ImageDataset
 from timmdata.core.runtime import _FORK_UNSAFE
 from timmdata.net.local_s3 import LocalS3
 from timmdata.net.object_store import close_clients
-from timmdata.sources.shard_io import ShardError, ShardNotFoundError
+from timmdata.sources.shard_io import ShardNotFoundError
 
 N = 24  # samples, one a class: a batch's labels say which samples it holds
 BATCH = 6
@@ -40,27 +40,14 @@ def s3(tmp_path_factory):
     _FORK_UNSAFE.pop(os.getpid(), None)
 
 
-KIND = {
-    'shards': ('wds/x', 'shards', 'train'),
-    'shards without their index': ('wds/x', 'plain', 'train'),
-    'parquet': ('parquet/x', 'pq', 'train'),
-    'parquet without its index': ('parquet/x', 'pq_plain', 'train'),
-}
-
-
 def _labels(name, root, split, workers, epoch=0, **kw):
     return epoch_labels(name, root, split, workers, BATCH, epoch, **kw)
 
 
-@pytest.mark.parametrize('kind', list(KIND))
+@pytest.mark.parametrize('kind', list(REMOTE_KINDS))
 def test_every_sample_once_and_as_local(s3, kind):
     "Each kind of dataset over s3:// gives, without workers and with two, the batches a local read of the same files gives; every sample once."
-    name, folder, split = KIND[kind]
-    local = _labels(name, str(s3.root / folder), split, 0)
-    assert len(local) == N // BATCH and sorted(sum(local, [])) == list(range(N))
-    for workers in (0, 2):
-        got = _labels(name, s3.url(folder), split, workers)
-        assert len(got) == len(local) and got == local, (kind, workers)
+    assert_read_as_local(kind, s3.root, s3.url, N, BATCH)
 
 
 def test_index_in_one_request(s3):
@@ -134,7 +121,7 @@ def test_resume_on_other_ranks_and_workers(s3):
 
 def test_node_cache_shared_by_processes(s3, tmp_path):
     "With cache_dir, each shard is downloaded once for the node: two worker processes and a second run read the cache's copies."
-    name, _, split = KIND['shards']
+    name, split = REMOTE_KINDS['shards'][0], 'train'
     folder = s3.upload(s3.root / 'shards', 'cached')  # a prefix this process has not read
     s3.requests.clear()
     s3.log.clear()

@@ -78,4 +78,4 @@ def test_forkserver_workers_see_the_settings_of_when_the_loader_was_made(sample_
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got['method'] == 'forkserver'
-    assert got['targets'] == [71]  # WDS_SHUFFLE_SIZE 7 and the emulator on, in every worker
+    assert got['targets'] == [71]  # WDS_SHUFFLE_SIZE 7 and the emulator on, no account named, in every worker

@@ -357,24 +357,25 @@ class DeviceFeeder:
                         break
                     yield out
                     del out
-            while it is not None and not isinstance(self.lane, ThreadLane):  # the lane takes the batches given it
-                while not done and len(pending) <= self.ahead:
-                    try:
-                        b = next(it)
-                    except StopIteration:
-                        done = True
+            else:  # the lane takes the batches given it
+                while True:
+                    while not done and len(pending) <= self.ahead:
+                        try:
+                            b = next(it)
+                        except StopIteration:
+                            done = True
+                            break
+                        seen = m = self.marks.mark()  # the batch the loader just handed over
+                        if not self.skip(b):
+                            pending.append((*self.lane.prepare(self.step, b, m), m))
+                        b = None  # hold no host batch (e.g. a ring slot) while the consumer works
+                    if not pending:
                         break
-                    seen = m = self.marks.mark()  # the batch the loader just handed over
-                    if not self.skip(b):
-                        pending.append((*self.lane.prepare(self.step, b, m), m))
-                    b = None  # hold no host batch (e.g. a ring slot) while the consumer works
-                if not pending:
-                    break
-                out, ready, m = pending.popleft()
-                out = self.lane.hand_over(out, ready)
-                self.last = m
-                yield out
-                del out  # hold no reference to the handed-over batch while making the next ones
+                    out, ready, m = pending.popleft()
+                    out = self.lane.hand_over(out, ready)
+                    self.last = m
+                    yield out
+                    del out  # hold no reference to the handed-over batch while making the next ones
             if seen is not None:
                 self.last = seen  # the pass is over (a trailing batch may have been skipped whole)
         except GeneratorExit:
