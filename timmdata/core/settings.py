@@ -242,6 +242,17 @@ VARIABLES.update(
                 'a profile name',
                 'the AWS profile whose credentials are read (through boto3)',
             ),
+            Variable(
+                'AWS_CONTAINER_CREDENTIALS_FULL_URI',
+                None,
+                _text,
+                'an http(s) URL',
+                "where a container's S3 credentials are read (by obstore): a host its client may reach",
+            ),
+            *(
+                Variable(v, None, _text, 'a proxy URL', 'the HTTP proxy of the object stores\' clients (read by them)')
+                for v in ('HTTPS_PROXY', 'https_proxy', 'HTTP_PROXY', 'http_proxy', 'ALL_PROXY', 'all_proxy')
+            ),
         )
     }
 )

@@ -4,19 +4,20 @@
 
 # %% ../../nbs/net/20bc_object_store.ipynb #d5770ea1
 from __future__ import annotations
-import atexit, concurrent.futures, datetime, io, json, os, re, threading, time
+import asyncio, atexit, concurrent.futures, datetime, io, json, os, re, threading, time, urllib.parse
 from collections import Counter
 from typing import Callable, Optional
 from ..core.untrusted import printable
-from .http import REQUEST_DEADLINE, DeadlineError, check_seconds
+from .http import REQUEST_DEADLINE, DeadlineError, check_seconds, public_url
 from ..core.settings import raw_settings, set_environment, setting
 
 # %% auto #0
-__all__ = ['OBJECT_SCHEMES', 'BY_POSITION', 'MAX_LISTED', 'GET_THREADS', 'REQUESTS', 'STORE_OPTIONS_ENV', 'MAX_MADE', 'MAX_TAGS',
-           'object_scheme', 'by_position', 'split_object_url', 'ObjectStoreError', 'ObjectNotFoundError',
-           'ObjectChangedError', 'ObjectForkError', 'need_obstore', 'configure_store', 'store_options', 'store_for',
-           'Answer', 'object_head', 'object_range', 'close_clients', 'object_get_many', 'ObjectReader', 'object_open',
-           'ObjectFile', 'list_objects', 'put_object']
+__all__ = ['OBJECT_SCHEMES', 'BY_POSITION', 'MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'READ_RATE', 'STREAM_ALLOWANCE',
+           'GET_THREADS', 'REQUESTS', 'STORE_OPTIONS_ENV', 'MAX_MADE', 'MAX_TAGS', 'object_scheme', 'by_position',
+           'split_object_url', 'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError', 'ObjectForkError',
+           'need_obstore', 'check_endpoint', 'configure_store', 'store_options', 'store_for', 'Answer', 'object_head',
+           'object_range', 'close_clients', 'object_get_many', 'ObjectReader', 'object_open', 'ObjectFile',
+           'ListingError', 'list_objects', 'list_folders', 'put_object']
 
 # %% ../../nbs/net/20bc_object_store.ipynb #77a1c028
 OBJECT_SCHEMES = (
@@ -25,7 +26,13 @@ OBJECT_SCHEMES = (
     'az',
 )  # object stores read by position: Amazon S3 (and S3-compatible stores), Google Cloud Storage, Azure Blob
 BY_POSITION = ('http', 'https', *OBJECT_SCHEMES)  # the schemes whose files are read by position (ranged reads)
-MAX_LISTED = 1 << 20  # the most objects one listing reads (a folder of shards or Parquet files)
+MAX_LISTED = 1 << 20  # the most objects one listing keeps (a folder of shards or Parquet files)
+MAX_SEEN = 1 << 24  # the most objects one listing reads, those it does not keep included
+LIST_DEADLINE = 1800.0  # seconds one listing may take in all, every page included
+READ_RATE = 1 << 20  # bytes a second: a whole object's read may take its deadline plus its size at this rate
+STREAM_ALLOWANCE = (
+    7 * 86400.0
+)  # seconds the client allows a whole read past its deadline (a backstop: the deadline grown by its size is checked as parts arrive)
 GET_THREADS = 32  # requests a process keeps in flight at most in `object_get_many` (as a worker reads ahead)
 REQUESTS = Counter()  # the requests this process sent to object stores, by kind: 'get', 'head', 'list', 'put'
 STORE_OPTIONS_ENV = 'TIMMDATA_STORE_OPTIONS'  # where `configure_store` leaves its settings for processes started after
@@ -91,6 +98,25 @@ _OPTIONS = {}  # bucket URL or prefix -> options given to `configure_store` in t
 _KEYS = {'endpoint_url', 'anonymous', 'region', 'allow_http'}
 
 
+def check_endpoint(
+    url: str,  # an S3-compatible store's address, as given
+    where: str = 'endpoint_url',  # what gave it, for the error: a parameter or an environment variable
+) -> str:
+    "`url` when it is http(s)://HOST[:PORT] (a port 1 to 65535, no user:password, no path or query); else a one-line ValueError that shows it without its password, before the client sees it."
+    try:
+        u = urllib.parse.urlsplit(str(url).strip())
+        ok = u.scheme in ('http', 'https') and bool(u.hostname) and u.path in ('', '/') and not (u.query or u.fragment)
+        ok = ok and '@' not in u.netloc and not re.search(r'\s', u.netloc) and (u.port is None or 0 < u.port)
+    except ValueError:  # a port that is not a number, or past 65535; a bracket left open
+        ok = False
+    if not ok:
+        raise ValueError(
+            f'{where} must be http(s)://HOST[:PORT] (a port 1 to 65535, no user:password, no path); got '
+            f'{printable(public_url(url))!r}: give the store\'s address alone (credentials go where the cloud\'s tools read them)'
+        )
+    return str(url).strip()
+
+
 def configure_store(
     prefix: str,  # the URLs these options are for: 's3://bucket' or 's3://bucket/folder' (the longest match wins)
     endpoint_url: Optional[str] = None,  # an S3-compatible store's address (MinIO, Ceph, R2): 'http://host:9000'
@@ -104,8 +130,8 @@ def configure_store(
     split_object_url(prefix)  # checked: an object store URL with a bucket
     given = dict(endpoint_url=endpoint_url, anonymous=anonymous, region=region, allow_http=allow_http)
     opts = {k: v for k, v in given.items() if v is not None}
-    if endpoint_url is not None and not re.fullmatch(r'https?://[^\s/?#]+/?', endpoint_url):
-        raise ValueError(f'endpoint_url must be http(s)://HOST[:PORT]; got {printable(endpoint_url)!r}')
+    if endpoint_url is not None:
+        check_endpoint(endpoint_url)
     _OPTIONS[prefix.rstrip('/')] = opts
     set_environment({STORE_OPTIONS_ENV: json.dumps(_OPTIONS)})
     _STORES.clear()
@@ -126,9 +152,17 @@ def store_options(
 _STORES = {}  # (bucket URL, limits) -> store, this process's
 _MADE = {}  # (object URL, limits) -> (the settings' stamp, the _STORES key, store, key): found again without parsing
 MAX_MADE = 1 << 14  # objects whose store and key a process keeps found
-_STAMPED = (STORE_OPTIONS_ENV, 'AWS_ENDPOINT_URL_S3', 'AWS_ENDPOINT_URL')  # the settings a store is made from
+_STAMPED = (
+    STORE_OPTIONS_ENV,
+    'AWS_ENDPOINT_URL_S3',
+    'AWS_ENDPOINT_URL',
+)  # the settings a store is made from (its address)
 _USED = {'pid': None}  # the process whose object-store client has run (its threads do not survive a fork)
 _POOL = {}
+_PASS = (
+    KeyboardInterrupt,
+    SystemExit,
+)  # what a call into the client lets through as it is: anything else is named ours
 
 
 def _forget_clients():
@@ -157,9 +191,35 @@ def _forked_check(url: str):
 
 
 def _endpoint_env(scheme: str) -> Optional[str]:
+    "The S3 address the environment gives, checked before the client sees it (a password or a bad port in it: named)."
     if scheme == 's3':
-        return setting('AWS_ENDPOINT_URL_S3') or setting('AWS_ENDPOINT_URL')
+        for name in ('AWS_ENDPOINT_URL_S3', 'AWS_ENDPOINT_URL'):
+            if setting(name):
+                return check_endpoint(setting(name), f'environment variable {name}')
     return None
+
+
+_PROXIES = ('HTTPS_PROXY', 'https_proxy', 'HTTP_PROXY', 'http_proxy', 'ALL_PROXY', 'all_proxy')
+_NOWHERE = 'http://127.0.0.1:9'  # a proxy address no one but root can listen at: a request sent there is refused
+
+
+def _same_hosts(
+    scheme: str,  # 's3', 'gs' or 'az'
+    endpoint: Optional[str],  # the S3-compatible store's address, if any
+) -> dict:
+    """Client options that keep an S3 client's requests on the store's own hosts: a redirect to any other host is sent
+    to a proxy that is not there and fails, so the session token the client adds as `x-amz-security-token` (which the
+    HTTP client, unlike `Authorization`, keeps across hosts) never leaves. The store's hosts are the endpoint's, or
+    AWS's; the credentials' (the instance's and the container's metadata addresses) are kept reachable. Where the
+    environment names a proxy of its own, the client uses that one and this is not done (so it does not break it)."""
+    if scheme != 's3' or any(setting(v) for v in _PROXIES):
+        return {}
+    hosts = [urllib.parse.urlsplit(endpoint).hostname] if endpoint else ['amazonaws.com', 'amazonaws.com.cn']
+    hosts.append('169.254.0.0/16')  # the instance's and the container's credentials (IMDS, ECS, EKS)
+    full = setting('AWS_CONTAINER_CREDENTIALS_FULL_URI')
+    if full:
+        hosts.append(urllib.parse.urlsplit(full).hostname or '')
+    return {'proxy_url': _NOWHERE, 'proxy_excludes': ','.join(h for h in hosts if h)}
 
 
 def _aws_profile_provider():
@@ -178,12 +238,13 @@ def _aws_profile_provider():
 
 def store_for(
     url: str,  # an object's URL
-    timeout: float = 60.0,  # seconds one try of a request may take
+    timeout: float = 60.0,  # seconds to connect (at most 30), and seconds an answer may stay silent (idle, not in all)
     retries: int = 3,  # tries after the first of a request that failed transiently (throttled, 5xx, cut)
     backoff: float = 0.25,  # the first wait before a retry, in seconds (then 4x, 16x)
-    deadline: float = REQUEST_DEADLINE,  # seconds a request may take in all, its retries included
+    deadline: float = REQUEST_DEADLINE,  # seconds a request may take in all, body and retries included
 ) -> tuple:
-    "(store, key): this process's client for `url`'s bucket, made once for these limits, and the object's key."
+    """(store, key): this process's client for `url`'s bucket, made once for these limits, and the object's key. Its
+    requests go to the store's own hosts only (`_same_hosts`)."""
     _forked_check(url)
     memo, stamp = (url, timeout, retries, backoff, deadline), raw_settings(_STAMPED)
     got = _MADE.get(memo)  # a shard's reads: the same store and key, while the settings they came from stand
@@ -203,10 +264,12 @@ def store_for(
             config['region'] = opts['region']
         if opts.get('anonymous'):
             config['skip_signature'] = True
-        client = {
-            'timeout': datetime.timedelta(seconds=check_seconds(timeout, 'timeout')),
-            'connect_timeout': datetime.timedelta(seconds=min(timeout, 30.0)),
+        client = {  # a silence bounded by `timeout`, a whole request by `deadline` (a body that drips on is cut there)
+            'connect_timeout': datetime.timedelta(seconds=min(check_seconds(timeout, 'timeout'), 30.0)),
+            'read_timeout': datetime.timedelta(seconds=timeout),
+            'timeout': datetime.timedelta(seconds=check_seconds(deadline, 'deadline')),
             'allow_http': bool(opts.get('allow_http', (endpoint or '').startswith('http://'))),
+            **_same_hosts(scheme, endpoint),
         }
         retry = {
             'max_retries': int(retries),
@@ -228,7 +291,11 @@ def store_for(
                 retry_config=retry,
                 **({'credential_provider': provider} if provider is not None else {}),
             )
-        except Exception as e:  # a setting missing or wrong (an Azure account, a region): named as a request's error
+        except _PASS:
+            raise
+        except (
+            BaseException
+        ) as e:  # a setting missing or wrong (an Azure account, a region): named as a request's error
             raise _named(e, bucket) from None
         _STORES[k] = store
     if len(_MADE) >= MAX_MADE:
@@ -237,7 +304,7 @@ def store_for(
     return store, key
 
 # %% ../../nbs/net/20bc_object_store.ipynb #395b2780
-def _reason(e: Exception) -> str:
+def _reason(e: BaseException) -> str:
     "One line of what an obstore error says: its first line, the S3/Azure/GCS error code when it has one; no body, no header, no credential."
     text = str(e)
     code = re.search(r'<Code>([A-Za-z]{1,64})</Code>', text)
@@ -253,13 +320,17 @@ def _reason(e: Exception) -> str:
     return out if out else type(e).__name__
 
 
-def _named(e: Exception, url: str) -> Exception:
+def _named(e: BaseException, url: str) -> Exception:
     "An obstore error as ours: one line naming the object and what to do."
     import obstore.exceptions as E
 
     what, why = printable(url), _reason(e)
-    if isinstance(e, ObjectStoreError):
+    if isinstance(e, (ObjectStoreError, DeadlineError)):
         return e
+    if not isinstance(
+        e, Exception
+    ):  # a panic in the client's Rust code (pyo3's PanicException): never a worker's death
+        return ObjectStoreError(f'{what}: the object-store client failed on its answer ({why}): check the store')
     if isinstance(e, FileNotFoundError) or isinstance(e, E.NotFoundError):
         bucket = 'NoSuchBucket' in str(e)
         return ObjectNotFoundError(f'{what}: no such {"bucket" if bucket else "object"}: check the URL and the split')
@@ -286,6 +357,10 @@ def _named(e: Exception, url: str) -> Exception:
         )
     if re.search(r'timed out|\btimeout\b|\bdeadline\b', str(e), re.I):  # not the retry settings' `retry_timeout`
         return DeadlineError(f'{what}: no answer within its timeout ({why}): check the store, or pass a larger timeout')
+    if 'error sending request' in str(e):  # not reached: refused, or a redirect to another host (never followed)
+        return ObjectStoreError(
+            f'{what}: the request was not sent ({why}): check the store\'s address; a redirect to another host is not followed'
+        )
     return ObjectStoreError(f'{what}: {why}: check the store and the URL')
 
 # %% ../../nbs/net/20bc_object_store.ipynb #aed7009d
@@ -352,9 +427,11 @@ def object_head(
     REQUESTS['head'] += 1
     try:
         meta = obs.head(store, key)
-    except Exception as e:
+        h = _answer(meta, 0, meta['size'])
+    except _PASS:
+        raise
+    except BaseException as e:  # the client's errors and panics, and a header it gave that cannot be read
         raise _named(e, url) from None
-    h = _answer(meta, 0, meta['size'])
     h['content-length'] = str(meta['size'])
     return h
 
@@ -370,7 +447,7 @@ def object_range(
 ) -> tuple:
     """(headers, body) of bytes `start` to `start + n` of the object, one ranged GET: its headers as an HTTP server's
     (`Answer`), the body never read past the bytes asked; an object whose ETag is not the one of this process's first
-    read raises `ObjectChangedError` (the store checks it: `if_match`)."""
+    read raises `ObjectChangedError` (the store checks it, `if_match`, and so does this: a proxy may ignore it)."""
     obs = need_obstore()
     if n <= 0:
         h = object_head(url, timeout, retries, backoff)
@@ -400,6 +477,8 @@ def _ranged_get(obs, store, key: str, url: str, start: int, n: int, opts: dict, 
     try:
         r = obs.get(store, key, options=opts)
         meta, (a, b) = r.meta, r.range
+        if 'if_match' in opts and _tag_of(meta) != opts['if_match']:  # a store or proxy that ignores If-Match
+            raise ObjectChangedError(f'{printable(url)} changed while it was read (its ETag is not the one first read)')
         if a != start or not start < b <= start + n or b > meta['size']:
             raise ObjectStoreError(
                 f'{printable(url)}: asked for bytes {start}-{start + n - 1}, the store answered {a}-{b - 1}: '
@@ -419,9 +498,9 @@ def _ranged_get(obs, store, key: str, url: str, start: int, n: int, opts: dict, 
                 )
         if got != b - a:
             raise _Cut(f'the answer to a read of {b - a:,} bytes ended after {got:,}')
-    except _Cut:
+    except (_Cut, KeyboardInterrupt, SystemExit):
         raise
-    except Exception as e:
+    except BaseException as e:  # the client's errors and its panics (pyo3's PanicException is a BaseException)
         if 'body error' in str(e):
             raise _Cut('the answer ended before its body did') from None
         raise _named(e, url) from None
@@ -479,20 +558,26 @@ class ObjectReader(io.RawIOBase):
     def __init__(
         self,
         url: str,  # the object's URL
-        timeout: float = 60.0,  # seconds one try of the request may take to answer
-        deadline: float = REQUEST_DEADLINE,  # seconds the whole read may take, open to last byte
+        timeout: float = 60.0,  # seconds to connect, and seconds the answer may stay silent (an idle bound, not the whole read's)
+        deadline: float = REQUEST_DEADLINE,  # seconds the whole read may take, open to last byte, plus its size at `READ_RATE`
     ):
         obs = need_obstore()
-        store, key = store_for(url, timeout, 0, 0.25, deadline)
-        self.url, self.name, self._end, self._at = url, url, time.monotonic() + deadline, 0
-        self.deadline = deadline
+        # the client bounds the wait for the answer's headers and each silence; the whole read is bounded here, by a
+        # deadline that grows with the object's size (a 1 GB shard at a few MB/s comes through)
+        store, key = store_for(url, timeout, 0, 0.25, deadline + STREAM_ALLOWANCE)
+        self.url, self.name, self._at, t0 = url, url, 0, time.monotonic()
         REQUESTS['get'] += 1
         try:
             r = obs.get(store, key)
-        except Exception as e:
+            self.size, self.headers = r.meta['size'], _answer(r.meta, 0, r.meta['size'])
+            # each part as it arrives (not gathered into larger ones): the deadline is checked between parts
+            self._chunks, self._buf = iter(r.stream(min_chunk_size=1)), memoryview(b'')
+        except _PASS:
+            raise
+        except BaseException as e:  # the client's errors and panics, and a header it gave that cannot be read
             raise _named(e, url) from None
-        self.size, self.headers = r.meta['size'], _answer(r.meta, 0, r.meta['size'])
-        self._chunks, self._buf = iter(r.stream(min_chunk_size=1 << 20)), memoryview(b'')
+        self.deadline = deadline + self.size / READ_RATE
+        self._end = t0 + self.deadline
 
     def readable(self) -> bool:
         return True
@@ -504,11 +589,13 @@ class ObjectReader(io.RawIOBase):
         if not len(self._buf):
             if time.monotonic() > self._end:
                 raise DeadlineError(
-                    f'{printable(self.url)}: not read within its deadline of {self.deadline:g} s: check the store, or pass a larger deadline'
+                    f'{printable(self.url)}: not read within its deadline of {round(self.deadline, 1):g} s: check the store, or pass a larger deadline'
                 )
             try:
                 chunk = next(self._chunks, None)
-            except Exception as e:
+            except _PASS:
+                raise
+            except BaseException as e:  # the client's errors and panics
                 raise _named(e, self.url) from None
             if chunk is None:
                 if self._at != self.size:
@@ -589,38 +676,124 @@ class ObjectFile(io.RawIOBase):
         return len(got)
 
 # %% ../../nbs/net/20bc_object_store.ipynb #a1e521ca
+class ListingError(ObjectStoreError):
+    "A listing past one of its bounds (objects, time) or that does not end (a store that repeats itself): the message says which and what to do."
+
+
+def _run_bounded(
+    make: Callable,  # make() -> the coroutine to run
+    seconds: float,  # cancelled past this many seconds (the client's request with it)
+):
+    "`make()`'s result, run on an event loop of its own in a thread of its own (the caller's may run one); `TimeoutError` past `seconds`."
+
+    async def run():
+        return await asyncio.wait_for(make(), seconds)
+
+    with concurrent.futures.ThreadPoolExecutor(1, 'timmdata-list') as ex:
+        return ex.submit(asyncio.run, run()).result()
+
+
+async def _list_all(obs, store, key: str, url: str, limit: int, advice: str, keep: Callable) -> list:
+    "Every object under `key`, page after page: `keep(name, meta)`'s results that are not None; bounded in objects seen, and in a listing that goes back or repeats."
+    out, seen, last, most = [], 0, None, max(limit, MAX_SEEN)
+    async for chunk in obs.list(store, prefix=key or None, chunk_size=1000):
+        REQUESTS['list'] += 1
+        for m in chunk:
+            path = m['path']
+            if last is not None and path <= last:  # a store lists in order: one that goes back repeats a page
+                raise ListingError(
+                    f'{printable(url)}: the store listed {printable(path)!r} after {printable(last)!r}: its listing '
+                    f'repeats (a continuation token given again); check the store'
+                )
+            last, seen = path, seen + 1
+            got = keep(path, m)
+            if got is not None:
+                out.append(got)
+        if seen > most or len(out) > limit:
+            raise ListingError(f'{printable(url)} holds over {most if seen > most else limit:,} objects: {advice}')
+    return out
+
+
 def list_objects(
     prefix: str,  # a folder's URL: 's3://bucket/folder'
     suffix: str = '',  # only names ending so ('.tar', '.parquet')
-    recursive: bool = False,  # also what is in the folders below
-    timeout: float = 60.0,  # seconds one request may take
+    recursive: bool = False,  # also what is in the folders below (else one level: a listing with a delimiter)
+    timeout: float = 60.0,  # seconds to connect, and seconds an answer may stay silent
     details: bool = False,  # (URL, size, ETag) for each object instead of its URL
     relative: bool = False,  # names relative to `prefix` ('a.tar', 'train/b.parquet') instead of URLs
+    limit: int = MAX_LISTED,  # the most objects kept (a caller that streams them may allow more)
+    advice: str = 'give the files as a pattern, or index the dataset (timmdata index)',  # what to do past `limit`
+    deadline: float = LIST_DEADLINE,  # seconds the listing may take in all
 ) -> list:
-    "The URLs of the objects in the folder `prefix` (names relative to it with '/' only when `recursive`), sorted; at most `MAX_LISTED`."
+    """The URLs of the objects in the folder `prefix` (names relative to it with '/' only when `recursive`), sorted:
+    at most `limit` kept and `MAX_SEEN` seen, within `deadline`; a listing that repeats itself is stopped. Each bound
+    is a `ListingError` that says what to do."""
     obs = need_obstore()
     store, key = store_for(prefix, timeout)
     key = key.strip('/')
-    out = []
+    cut = len(key) + 1 if key else 0
+
+    def keep(path, m):
+        rel = path[cut:]
+        if not rel.endswith(suffix) or (not recursive and '/' in rel):
+            return None
+        return (rel, int(m['size']), str(m.get('e_tag') or '')) if details else rel
+
+    async def one_level():  # the folder's own objects: the store answers them without what is below
+        REQUESTS['list'] += 1
+        got = await obs.list_with_delimiter_async(store, prefix=key or None)
+        if len(got['objects']) > max(limit, MAX_SEEN):
+            raise ListingError(f'{printable(prefix)} holds over {limit:,} objects: {advice}')
+        return [r for r in (keep(m['path'], m) for m in got['objects']) if r is not None]
+
     try:
-        for chunk in obs.list(store, prefix=key or None, chunk_size=1000):
-            REQUESTS['list'] += 1
-            for m in chunk:
-                rel = m['path'][len(key) + 1 :] if key else m['path']
-                if rel.endswith(suffix) and (recursive or '/' not in rel):
-                    out.append((rel, int(m['size']), str(m.get('e_tag') or '')) if details else rel)
-            if len(out) > MAX_LISTED:
-                raise ObjectStoreError(
-                    f'{printable(prefix)} holds over {MAX_LISTED:,} objects: give the files as a pattern, or index the dataset (timmdata index)'
-                )
-    except ObjectStoreError:
+        if recursive:
+            out = _run_bounded(lambda: _list_all(obs, store, key, prefix, limit, advice, keep), deadline)
+        else:
+            out = _run_bounded(one_level, deadline)
+    except (ObjectStoreError, *_PASS):
         raise
-    except Exception as e:
+    except (TimeoutError, asyncio.TimeoutError):
+        raise ListingError(
+            f'{printable(prefix)}: not listed within {deadline:g} s (a store that never ends its listing, or a folder '
+            f'too large): {advice}'
+        ) from None
+    except BaseException as e:  # the client's errors and panics (a continuation token it cannot send)
         raise _named(e, prefix) from None
+    if len(out) > limit:
+        raise ListingError(f'{printable(prefix)} holds over {limit:,} objects: {advice}')
     base = '' if relative else prefix.rstrip('/') + '/'
     if details:
         return [(base + r, s, t) for r, s, t in sorted(out)]
     return [base + r for r in sorted(out)]
+
+
+def list_folders(
+    prefix: str,  # a folder's URL: 's3://bucket/folder'
+    timeout: float = 60.0,  # seconds to connect, and seconds an answer may stay silent
+    deadline: float = LIST_DEADLINE,  # seconds the listing may take in all
+) -> list:
+    "The names of the folders directly in `prefix` ('train', 'val'), sorted: one listing with a delimiter, never what is below them."
+    obs = need_obstore()
+    store, key = store_for(prefix, timeout)
+    key = key.strip('/')
+
+    async def one_level():
+        REQUESTS['list'] += 1
+        return await obs.list_with_delimiter_async(store, prefix=key or None)
+
+    try:
+        got = _run_bounded(one_level, deadline)
+    except _PASS:
+        raise
+    except (TimeoutError, asyncio.TimeoutError):
+        raise ListingError(
+            f'{printable(prefix)}: its folders not listed within {deadline:g} s: check the store'
+        ) from None
+    except BaseException as e:  # the client's errors and panics
+        raise _named(e, prefix) from None
+    names = {p.rstrip('/').rpartition('/')[2] for p in got['common_prefixes'][:MAX_LISTED]}
+    return sorted(n for n in names if n)
 
 
 def put_object(
@@ -634,5 +807,7 @@ def put_object(
     REQUESTS['put'] += 1
     try:
         obs.put(store, key, data)
-    except Exception as e:
+    except _PASS:
+        raise
+    except BaseException as e:  # the client's errors and panics
         raise _named(e, url) from None
