@@ -4,34 +4,64 @@
 
 # %% ../../nbs/store/20f_remote_source.ipynb #1e47ddae
 from __future__ import annotations
-import os, shutil, tempfile
+import errno, os, shutil, tempfile, warnings
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from tqdm.auto import tqdm
-from ..net.object_store import ObjectStoreError, list_objects, object_open
+from ..core.untrusted import printable
+from ..net.object_store import ObjectStoreError, list_folders, list_objects, object_open
 from ..readers.splits import split_names
 
 # %% auto #0
-__all__ = ['FETCH_THREADS', 'remote_rows', 'fetched', 'url_splits']
+__all__ = ['FETCH_THREADS', 'MAX_CACHE_OBJECTS', 'DiskFullError', 'remote_rows', 'fetched', 'url_splits']
 
 # %% ../../nbs/store/20f_remote_source.ipynb #60609628
 FETCH_THREADS = 8  # objects downloaded at once for a cache built from a bucket
 
 
+MAX_CACHE_OBJECTS = (
+    1 << 24
+)  # the most objects a cache's source folder may hold (its rows are kept: ImageNet's train split is 1.28 million)
+
+
+class DiskFullError(OSError):
+    "The disk beside a store has not the room to download its source: the message says how much is needed."
+
+
+def _storable(
+    name: str,  # an object's name relative to the source folder
+) -> bool:
+    "Can `name` be a file under the download folder: no empty, `.` or `..` part, no backslash, NUL or `?` (a URL's query), each part at most 255 bytes?"
+    parts = name.split('/')
+    bad = any(p in ('', '.', '..') or len(p.encode('utf-8', 'surrogateescape')) > 255 for p in parts)
+    return not bad and not any(c in name for c in ('\\', '\x00', '?'))
+
+
 def remote_rows(
     url: str,  # a folder in an object store: 's3://bucket/folder'
 ) -> list:
-    "[name relative to `url`, size, ETag] of every object under `url` (its folders too), sorted: the source record of a store built from it."
-    rows = [[n, s, t] for n, s, t in list_objects(url, recursive=True, details=True, relative=True)]
+    """[name relative to `url`, size, ETag] of every object under `url` (its folders too), sorted: the source record of a
+    store built from it. The empty `folder/` markers a console makes are left out; names that cannot be files here (a
+    backslash, `..`, `?`, ...) are left out with a warning that counts them and names the first."""
+    advice = 'cache one split at a time (--split) or a smaller folder, or copy it down and cache the local folder'
+    listed = list_objects(url, recursive=True, details=True, relative=True, limit=MAX_CACHE_OBJECTS, advice=advice)
+    rows, skipped = [], []
+    for name, size, tag in listed:
+        if name.endswith('/') or not name:  # a folder's marker (the S3 console's "Create folder"): not a file
+            if size:
+                skipped.append(name)
+        elif _storable(name):
+            rows.append([name, size, tag])
+        else:
+            skipped.append(name)
+    if skipped:
+        warnings.warn(
+            f'{url}: {len(skipped):,} object(s) left out: their names cannot be files here (the first: '
+            f'{printable(skipped[0])!r}); rename them in the bucket to cache them'
+        )
     if not rows:
         raise FileNotFoundError(f'cache source {url!r} holds no objects: is the folder right?')
-    for name, _, _ in rows:
-        parts = name.split('/')
-        if any(p in ('', '.', '..') for p in parts) or '\\' in name or '\x00' in name:
-            raise ValueError(
-                f'{url}: the object name {name!r} would reach outside its folder on disk; it is not copied'
-            )
     return rows
 
 
@@ -63,16 +93,24 @@ def fetched(
     parent.mkdir(parents=True, exist_ok=True)
     need, free = sum(s for _, s, _ in rows), shutil.disk_usage(parent).free
     if need > free - (256 << 20):  # the store is written next to it: keep a margin
-        raise OSError(
+        raise DiskFullError(
             f'cache source {url!r} is {need / 2**30:.1f} GiB and {parent} has {free / 2**30:.1f} GiB free: '
             f'free space there, or copy the source down elsewhere and cache that'
         )
     tmp = Path(tempfile.mkdtemp(prefix=f'.{near.name}.fetch-', dir=parent))
     try:
         bar = tqdm(total=need, unit='B', unit_scale=True, desc=f'download {url}', disable=not progress)
-        with ThreadPoolExecutor(FETCH_THREADS) as pool:
-            for (name, size, _), _ in zip(rows, pool.map(lambda r: _fetch_one(url, r[0], r[1], tmp), rows)):
-                bar.update(size)
+        try:
+            with ThreadPoolExecutor(FETCH_THREADS) as pool:
+                for (name, size, _), _ in zip(rows, pool.map(lambda r: _fetch_one(url, r[0], r[1], tmp), rows)):
+                    bar.update(size)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise DiskFullError(
+                f'{parent}: the disk filled while {url} was downloaded there ({need / 2**30:.2f} GiB needed in all, '
+                f'and room for the store beside it): free space there and run again (the download was removed)'
+            ) from None
         bar.close()
         yield tmp
     finally:
@@ -84,7 +122,7 @@ def url_splits(
 ) -> dict:
     "The splits a folder in an object store holds, as `dataset_splits` finds them in a local one: {name: URL} of its first folders named train, val, ... (the first of each synonym group)."
     base = url.rstrip('/')
-    held = {n.split('/', 1)[0] for n in list_objects(url, recursive=True, relative=True) if '/' in n}
+    held = set(list_folders(url))  # one listing with a delimiter: never the objects below
     found = {}
     for group in (split_names('train'), split_names('val'), split_names('test')):
         name = next((n for n in group if n in held), None)

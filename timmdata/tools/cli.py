@@ -32,6 +32,7 @@ LIBRARY_ERRORS = {
     'timmdata.core.untrusted': ('UnsafeNameError', 'UnsafeFileError', 'FileTooLargeError', 'InfoError'),
     'timmdata.store.format': ('StoreDamagedError', 'StaleStoreError'),
     'timmdata.net.object_store': ('ObjectStoreError',),  # no credentials, access denied, no such bucket, throttled
+    'timmdata.store.remote_source': ('DiskFullError',),  # no room to download a bucket's folder for `timmdata cache`
 }
 BAD_DATA = ('ImageDecodeError', 'ShardError')  # damaged images: the line says how to skip them and how to list them
 
