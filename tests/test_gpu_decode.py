@@ -71,8 +71,8 @@ def test_create_loader_decode_device_is_the_device_path(sample_root):
     mk = lambda f: f(ImageDataset(sample_root, split='validation'), 96, 8, num_workers=0, crop_pct=1.0, decode_device='cpu')
     for (x, y), (xr, yr) in zip(mk(create_loader), mk(create_device_decode_loader), strict=True):
         assert torch.equal(x, xr) and torch.equal(y, yr)
-    with pytest.raises(ValueError, match='auto_augment'):
-        create_loader(ImageDataset(sample_root), 96, 8, is_training=True, auto_augment='rand-m9', decode_device='cpu')
+    with pytest.raises(ValueError, match='auto_augment'):  # RandAugment runs on the device batch; AugMix does not
+        create_loader(ImageDataset(sample_root), 96, 8, is_training=True, auto_augment='augmix-m5', decode_device='cpu')
 
 
 def test_cpu_fallback_for_png_cmyk_gray_is_counted_and_faithful(mixed_root):
@@ -181,7 +181,7 @@ def test_device_decoder_failure_falls_back_per_image_or_names_the_row(monkeypatc
 def test_unsupported_arguments_are_named(sample_root):
     ds = ImageDataset(sample_root, split='validation')
     mk = lambda **kw: create_device_decode_loader(ds, 64, 4, decode_device='cpu', num_workers=0, **kw)
-    for kw, msg in [(dict(auto_augment='rand-m9-mstd0.5'), "'auto_augment'"), (dict(crop_mode='border'), "crop_mode='border'"),
+    for kw, msg in [(dict(auto_augment='augmix-m5', is_training=True), 'only RandAugment'), (dict(crop_mode='border'), "crop_mode='border'"),
                     (dict(train_crop_mode='rkrc', is_training=True), "train_crop_mode='rkrc'"), (dict(num_aug_splits=2), "'num_aug_splits'"),
                     (dict(interpolation='lanczos'), "'lanczos'"), (dict(num_workerz=1), "'num_workerz'"),
                     (dict(device='cuda:0' if torch.cuda.is_available() else 'meta'), 'device'),
@@ -195,7 +195,7 @@ def test_every_create_loader_argument_is_taken_or_refused(sample_root):
     "create_loader(..., decode_device=...) passes on each argument the device path takes; any other, off its default, is refused by name."
     ours, odd = set(inspect.signature(create_device_decode_loader).parameters), object()
     others = [n for n in inspect.signature(create_loader).parameters if n not in ours]
-    assert 'auto_augment' in others and 'worker_mode' in others and 'num_workers' not in others
+    assert 'grayscale_prob' in others and 'worker_mode' in others and 'num_workers' not in others and 'auto_augment' in ours
     choices = ('input_size_choices', 'batch_size_choices')
     inert = [n for n in others if gd._WHY.get(n) is gd._SCHED and n not in choices]  # the schedule's other options
     assert 'batch_choice_seed' in inert and len(inert) >= 5

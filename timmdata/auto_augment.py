@@ -167,6 +167,17 @@ def _on_image(apply, img, rng: Draws):
     return on_image(partial(apply, rng=rng), img)
 
 
+_GEOMETRIC = (
+    rotate,
+    shear_x,
+    shear_y,
+    translate_x_abs,
+    translate_y_abs,
+    translate_x_rel,
+    translate_y_rel,
+)  # draw a filter
+
+
 class AugmentOp(SampleTransform):
     "One auto-augment op: applied with probability `prob`, at `magnitude` (0-10, optionally noisy)."
 
@@ -199,12 +210,29 @@ class AugmentOp(SampleTransform):
             m = rng.py.gauss(m, self.magnitude_std)
         return max(0.0, min(m, self.magnitude_max or _LEVEL_DENOM))
 
-    def _apply(self, img, rng: Draws = GLOBAL_DRAWS):
+    def draw(self, rng: Draws = GLOBAL_DRAWS) -> Optional[tuple]:
+        """This op's draws for one image, in timm's order (apply?, magnitude, sign, filter): None where it is not
+        applied, else `(fn, args, resample)`, what `apply_drawn` does. Every draw of the op is here, none in `fn`: the
+        device batch (`timmdata.pixels.batch_augment`) applies the same draws, made in the worker."""
         if self.prob < 1.0 and rng.py.random() > self.prob:
-            return img
+            return None
         m = self._magnitude(rng)
         args = self.level_fn(m, self.hparams, rng) if self.level_fn is not None else ()
-        return self.aug_fn(img, *args, **self.kwargs, rng=rng)
+        fn, r = self.aug_fn, self.kwargs['resample']
+        if fn in _GEOMETRIC and isinstance(r, (tuple, list)):  # the filter, drawn after the arguments (as the op did)
+            r = rng.py.choice(r)
+        if fn is gaussian_blur_rand:  # its radius, drawn as the op draws it
+            fn, args = gaussian_blur, (rng.py.uniform(0.1, 2.0 * args[0]),)
+        return fn, args, r
+
+    def apply_drawn(self, img, drawn: tuple):
+        "`img` with the op applied as `drawn` (from `draw`); no random draw here."
+        fn, args, r = drawn
+        return fn(img, *args, fillcolor=self.kwargs['fillcolor'], resample=r)
+
+    def _apply(self, img, rng: Draws = GLOBAL_DRAWS):
+        d = self.draw(rng)
+        return img if d is None else self.apply_drawn(img, d)
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         return _on_image(self._apply, img, rng)
@@ -525,15 +553,21 @@ class RandAugment(SampleTransform):
     ):
         self.ops, self.num_layers, self.choice_weights = ops, num_layers, choice_weights
 
-    def _apply(self, img, rng: Draws = GLOBAL_DRAWS):
+    def draw(self, rng: Draws = GLOBAL_DRAWS) -> list:
+        """One image's draws: per layer `(i, drawn)`, the op `self.ops[i]` and its `AugmentOp.draw` (None: not
+        applied). The CPU path applies them here; the device path draws them in the worker, the same way, and applies
+        them to the batch (`timmdata.pixels.batch_augment`)."""
         if (
             self.choice_weights is None
         ):  # numpy's choice with replacement and no weights is this draw (without its checks)
             idx = rng.np.randint(0, len(self.ops), size=self.num_layers)
         else:
             idx = rng.np.choice(len(self.ops), self.num_layers, replace=False, p=self.choice_weights)
-        for i in idx:
-            img = self.ops[i](img, rng)
+        return [(int(i), self.ops[i].draw(rng)) for i in idx]
+
+    def _apply(self, img, rng: Draws = GLOBAL_DRAWS):
+        for i, d in self.draw(rng):
+            img = img if d is None else self.ops[i].apply_drawn(img, d)
         return img
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):

@@ -668,7 +668,7 @@ def auto_decode_device(
         return None
     try:  # an option the device path refuses (off its default, or a crop mode it has not): the workers decode
         refuse_off_default(create_loader, o.not_taken_by(create_device_decode_loader))
-        check_device_modes(o.is_training, o.train_crop_mode, o.crop_mode, o.color_jitter)
+        check_device_modes(o.is_training, o.train_crop_mode, o.crop_mode, o.color_jitter, o.auto_augment)
     except ValueError:
         return None
     return str(device)

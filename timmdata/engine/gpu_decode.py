@@ -16,6 +16,7 @@ from torchvision.transforms.functional import pil_to_tensor
 from ..pixels.decode import EncodedJpeg, ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
 from ..pixels.resample import resize_crop_window
 from ..pixels.batch_resize import crop_resize_flip
+from ..pixels.batch_augment import AUG_OPS, augment_batch, encode_draws
 from timmdata.transforms import (
     SampleTransform,
     RandomResizedCropAndInterpolation,
@@ -31,6 +32,7 @@ from timmdata.transforms import (
     str_to_interp_mode,
 )
 from ..mixup import Mixup
+from ..auto_augment import RandAugment, create_auto_augment, parse_auto_augment
 from .collate import new_uint8
 from .prefetch import BatchOps, PrefetchLoader
 from ..core.runtime import resolve_device, to_device
@@ -56,7 +58,8 @@ from timmdata.engine.resume import (
 # %% auto #0
 __all__ = ['SPLIT', 'exif_orientation', 'jpeg_device_kind', 'jpeg_progressive', 'DeviceDecodeTransform', 'packed_bytes',
            'device_decode_collate', 'decode_jpegs', 'rows_on', 'crop_resize_batch', 'flip_batch_', 'decode_batch',
-           'DeviceDecodeStep', 'refuse_off_default', 'check_device_modes', 'create_device_decode_loader']
+           'DeviceDecodeStep', 'refuse_off_default', 'check_device_modes', 'device_rand_augment',
+           'create_device_decode_loader']
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #a22d4db9
 _INTERPS = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)  # the device resize: Pillow's antialiased filters
@@ -144,6 +147,9 @@ class DeviceDecodeTransform(SampleTransform):
         interpolation: str = 'bilinear',  # 'bilinear', 'bicubic' or 'random' (train: one of them per image)
         crop_pct: Optional[float] = None,  # eval: output size / resize size (None: 0.875)
         crop_border_pixels: Optional[int] = None,  # eval: trim this many pixels off every side first
+        rand_augment: Optional[
+            RandAugment
+        ] = None,  # train: timm's RandAugment, drawn here, applied to the device batch
     ):
         self.size, self.is_training = setup_size(size), is_training
         self.scale, self.ratio = tuple(scale or (0.08, 1.0)), tuple(ratio or (3.0 / 4.0, 4.0 / 3.0))
@@ -161,6 +167,7 @@ class DeviceDecodeTransform(SampleTransform):
         )
         self.hflip, self.vflip = (hflip, vflip) if is_training else (0.0, 0.0)
         self.crop_pct, self.border = crop_pct or DEFAULT_CROP_PCT, crop_border_pixels or 0
+        self.rand_augment = rand_augment if is_training else None
 
     def plan(
         self,
@@ -200,15 +207,17 @@ class DeviceDecodeTransform(SampleTransform):
     ) -> tuple:
         """(JPEG bytes, plan, 0) for a colour baseline JPEG, decoded on the device; else (the image decoded, cropped,
         resized and flipped here, on the CPU, plan, its `SPLIT` row): a progressive JPEG (2), one with an EXIF
-        orientation (3), anything else (1)."""
+        orientation (3), anything else (1). With `rand_augment`, a 4th item: its draws (`encode_draws`), made after
+        the plan's, as the CPU transform makes them after the crop and flips."""
         if isinstance(img, Image.Image):  # a dataset of decoded images (timm's ImageDataset): its pixels, as CHW uint8
             img = pil_to_tensor(img.convert('RGB'))
         p = self.plan(img, rng)
+        aug = () if self.rand_augment is None else (encode_draws([d for _, d in self.rand_augment.draw(rng)]),)
         kind = 1
         if isinstance(img, EncodedJpeg):
             kind = jpeg_device_kind(img.data)
             if kind == 0:
-                return img.data, p, 0
+                return img.data, p, 0, *aug
         t, l, h, w, rh, rw, t2, l2, fh, fv = p[:10]
         box = crop_box(img, t, l, h, w)  # a JPEG: only the box is decoded
         # the CPU transform's pixels (PIL's resize, one native step: `resample`) where it covers the case
@@ -217,7 +226,7 @@ class DeviceDecodeTransform(SampleTransform):
             x = resize_exact(box, (rh, rw), _INTERPS[p[10]])[:, t2 : t2 + self.size[0], l2 : l2 + self.size[1]]
         if fh or fv:  # as the CPU transform flips: after the resize
             x = x.flip([d for d, f in ((-1, fh), (-2, fv)) if f])
-        return x.contiguous(), p, kind
+        return x.contiguous(), p, kind, *aug
 
     def __repr__(self):
         return f"{type(self).__name__}(size={self.size}, is_training={self.is_training})"
@@ -239,7 +248,7 @@ def packed_bytes(
 def device_decode_collate(
     batch: list,  # samples `(DeviceDecodeTransform's output, target)`; None ones are left out
 ) -> tuple:
-    "Samples `((bytes or uint8 CHW pixels, plan, kind), target)` -> (dict of tensors: data, offsets, plans, kinds, pixels, pixel_rows; targets)."
+    "Samples `((bytes or uint8 CHW pixels, plan, kind[, draws]), target)` -> (dict of tensors: data, offsets, plans, kinds, pixels, pixel_rows[, augs]; targets)."
     batch = [s for s in batch if s is not None]
     chunks, offsets, pix, pix_rows = [], [0], [], []
     for i, ((payload, *_), _) in enumerate(batch):
@@ -258,6 +267,9 @@ def device_decode_collate(
     plans = torch.tensor([s[1] for s, _ in batch], dtype=torch.int32).view(-1, 11)
     pixels = torch.stack(pix) if pix else torch.empty(0, dtype=torch.uint8)
     targets = torch.tensor([t for _, t in batch], dtype=torch.int64)
+    augs = {}  # RandAugment's draws: (N, layers, 3) float64 (`encode_draws`)
+    if batch and len(batch[0][0]) > 3:
+        augs['augs'] = torch.tensor([s[3] for s, _ in batch], dtype=torch.float64).view(len(batch), -1, 3)
     return dict(
         data=data,
         offsets=torch.tensor(offsets, dtype=torch.int64),
@@ -265,6 +277,7 @@ def device_decode_collate(
         kinds=torch.tensor([s[2] for s, _ in batch], dtype=torch.uint8),
         pixels=pixels,
         pixel_rows=torch.tensor(pix_rows, dtype=torch.int64),
+        **augs,
     ), targets
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #0383dead
@@ -398,10 +411,16 @@ class DeviceDecodeStep:
         size: tuple,  # output (h, w)
         ops: BatchOps,  # the batch step after decoding (normalisation, jitter, erasing, output dtype, device)
         mixer: Optional[Mixup] = None,  # mixing of the float batch (a FastCollateMixup or Mixup), or None
+        aug_fill: tuple = (
+            128,
+            128,
+            128,
+        ),  # RandAugment's fill colour (timm's `img_mean`), where batches carry its draws
     ):
         if not isinstance(ops, BatchOps):
             raise TypeError(f'DeviceDecodeStep needs a BatchOps for its batch step; got {type(ops).__name__}')
         self.size, self.ops, self.mixer, self.device = tuple(size), ops, mixer, ops.device
+        self.aug_fill = tuple(aug_fill)
         ops.erasing_from_generator()  # seeded per batch, not torch's global one
         self.cpu_fallbacks = 0  # samples decoded on the CPU (in a worker, or here after the device decoder failed)
         self.samples = 0
@@ -434,6 +453,10 @@ class DeviceDecodeStep:
         if self._decode_stream is None and self.device.type == 'cuda':
             self._decode_stream = torch.cuda.Stream(device=self.device)
         x, slow = decode_batch(packed, self.size, self.device, ops.channels, self._decode_stream)
+        if (
+            'augs' in packed
+        ):  # RandAugment, drawn in the workers, on the uint8 batch (timm: after the crop, before normalising)
+            x = augment_batch(x, packed['augs'], self.aug_fill)
         kinds = torch.bincount(packed['kinds'].long(), minlength=len(SPLIT)).tolist()
         refused = len(slow) - len(packed['pixel_rows'])  # `slow`: the worker's rows, then those the device refused
         kinds[0], kinds[-1] = kinds[0] - refused, kinds[-1] + refused
@@ -476,7 +499,6 @@ def _seeded_mix(mixer: Mixup, x, y, key: Optional[int]) -> tuple:
 _SCHED = 'scheduled batching is not wired to this path yet'
 _WHY = {  # why an argument of create_loader the device path does not take is refused off its default
     'no_aug': 'train without augmentation: use the CPU path',
-    'auto_augment': 'auto-augment works on decoded images in the workers',
     'grayscale_prob': 'random grayscale is per-sample in the workers',
     'gaussian_blur_prob': 'random blur is per-sample in the workers',
     'color_jitter_prob': 'jitter with a probability is per-sample in the workers',
@@ -532,8 +554,9 @@ def check_device_modes(
     train_crop_mode,  # create_loader's `train_crop_mode`: None or 'rrc'
     crop_mode,  # create_loader's `crop_mode`: None or 'center'
     color_jitter,  # create_loader's `color_jitter`: no hue (a 4th value) in training
+    auto_augment=None,  # create_loader's `auto_augment`: in training, RandAugment's ops only
 ):
-    "Refuse, by name, the crop modes and the hue jitter the device path does not have (ValueError)."
+    "Refuse, by name, the crop modes, the hue jitter and the auto-augment the device path does not have (ValueError)."
     if train_crop_mode not in (None, 'rrc'):
         raise ValueError(
             f"create_device_decode_loader: train_crop_mode={train_crop_mode!r} is not supported (only 'rrc'); use the CPU path"
@@ -546,6 +569,30 @@ def check_device_modes(
         raise ValueError(
             'create_device_decode_loader: hue jitter is per-sample in the workers; use color_jitter with 3 values or the CPU path'
         )
+    if is_training and auto_augment:  # timm's settings at a stand-in size: the family and the ops are checked
+        device_rand_augment(auto_augment, (224, 224), IMAGENET_DEFAULT_MEAN, 'random')
+
+# %% ../../nbs/engine/36_gpu_decode.ipynb #a7d3e5f1
+def device_rand_augment(
+    auto_augment: str,  # timm's string; here only RandAugment's ('rand-...')
+    size: tuple,  # the output (h, w)
+    mean: tuple,  # the normalisation mean: the geometric ops' fill colour, as timm's
+    interpolation: str,  # the loader's: 'bilinear' or 'bicubic' for every warp; 'random': drawn per op
+) -> RandAugment:
+    "The CPU path's RandAugment for `auto_augment` (`create_auto_augment`, timm's op settings), checked for the device batch."
+    if parse_auto_augment(auto_augment)['family'] != 'rand':
+        raise ValueError(
+            f"create_device_decode_loader: auto_augment={auto_augment!r} is not supported on the device decode path "
+            f"(only RandAugment, 'rand-...'); use create_loader's CPU path (decode_device=None) for it"
+        )
+    ra = create_auto_augment(auto_augment, img_size=size, mean=mean, interpolation=interpolation)
+    missing = sorted({o.name for o in ra.ops if o.aug_fn.__name__ not in AUG_OPS})
+    if missing:
+        raise ValueError(
+            f"create_device_decode_loader: auto_augment={auto_augment!r} uses {', '.join(missing)}, not on the device "
+            f"batch; use create_loader's CPU path (decode_device=None) for it"
+        )
+    return ra
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #9af14cc9
 def create_device_decode_loader(
@@ -562,7 +609,10 @@ def create_device_decode_loader(
     ratio: Optional[tuple] = None,  # train crop aspect-ratio range (None: (3/4, 4/3))
     hflip: float = 0.5,  # train horizontal flip probability
     vflip: float = 0.0,  # train vertical flip probability
-    color_jitter=0.4,  # brightness/contrast/saturation strength, on the device batch (train only)
+    color_jitter=0.4,  # brightness/contrast/saturation strength, on the device batch (train only; off with auto_augment)
+    auto_augment: Optional[
+        str
+    ] = None,  # train: timm's RandAugment string ('rand-m9-mstd0.5-inc1'), on the device batch
     interpolation: str = 'bilinear',  # 'bilinear', 'bicubic' or 'random' (train)
     mean: tuple = IMAGENET_DEFAULT_MEAN,  # normalisation mean per channel, in [0, 1] units
     std: tuple = IMAGENET_DEFAULT_STD,  # normalisation std per channel, in [0, 1] units
@@ -590,7 +640,7 @@ def create_device_decode_loader(
     device: Union[str, torch.device, None] = None,  # where the batches go: must be `decode_device` (None: it)
 ) -> PrefetchLoader:
     "`create_loader` with the decode, crop and resize moved to `decode_device` (see above for what it takes)."
-    check_device_modes(is_training, train_crop_mode, crop_mode, color_jitter)
+    check_device_modes(is_training, train_crop_mode, crop_mode, color_jitter, auto_augment)
     if str(decode_device) == 'auto':
         raise ValueError(
             "decode_device='auto' is not offered until bench/bench_gpu.py has been run on a GPU; "
@@ -629,6 +679,9 @@ def create_device_decode_loader(
             f'map-style datasets (e.g. ImageDataset): use create_loader without decode_device for streams'
         )
     size = parse_input_size(input_size)
+    ra = device_rand_augment(auto_augment, size, mean, interpolation) if is_training and auto_augment else None
+    if ra is not None:
+        color_jitter = None  # as timm's transform: auto-augment replaces colour jitter
     dataset.transform = DeviceDecodeTransform(
         size,
         is_training=is_training,
@@ -639,6 +692,7 @@ def create_device_decode_loader(
         interpolation=interpolation,
         crop_pct=crop_pct,
         crop_border_pixels=crop_border_pixels,
+        rand_augment=ra,
     )
     nw = num_workers
     sampler = timm_sampler(dataset, distributed, is_training, num_aug_repeats)
@@ -667,7 +721,8 @@ def create_device_decode_loader(
         color_jitter=color_jitter if is_training else None,
         seed=plan.seed,
     )
-    step = DeviceDecodeStep(size, ops, mixer)
+    fill = ra.ops[0].kwargs['fillcolor'] if ra is not None else (128, 128, 128)
+    step = DeviceDecodeStep(size, ops, mixer, aug_fill=fill)
     pl = PrefetchLoader.over(loader, step)  # the one prefetching loader, this step
     step.stats = pl.stats()  # where the step shows the split of the samples
     return pl
