@@ -1,11 +1,12 @@
-# Two commands on a fresh machine: `make demo` and `make test`. Everything they need is installed here.
+# On a fresh machine: `make demo`, `make test` (every change: about 5 minutes on 2 cores) and `make test-all` (before
+# anything lands, what CI runs: the slow tests too). Everything they need is installed here.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 # nbdev 2's docs commands shell out to whatever `pip` comes first: keep the venv first on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: jpeg-headers browser azurite s3rver install demo test test-start sync-check readme-check nbtest pytest docs docs-check bench clean format
+.PHONY: jpeg-headers browser azurite s3rver install demo test test-all test-start sync-check readme-check nbtest nbtest-all pytest pytest-all coverage docs docs-check bench clean format
 
 # stock Debian/Ubuntu Pythons need python3-venv for `-m venv` (ensurepip)
 $(VENV)/bin/python:
@@ -74,23 +75,48 @@ readme-check: install
 	$(PY) tools/make_readme.py --check
 
 # nbdev_test's run with a line per notebook as it finishes (nbdev_test itself prints nothing until the end)
+# The sample-data generator keeps the images it draws here and copies them after (TIMMDATA_SAMPLE_CACHE): the tests
+# draw the same few thousand images over and over. A folder per version of the drawing code; `make clean` removes it
+SAMPLE_CACHE := $(CURDIR)/$(VENV)/sample-cache
+nbtest nbtest-all pytest pytest-all coverage: export TIMMDATA_SAMPLE_CACHE = $(SAMPLE_CACHE)
+
+# pytest's extra arguments, e.g. a random order: make test PYTEST_ARGS='--random-order-bucket=global'
+PYTEST_ARGS ?=
+PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
+
 nbtest: install
-	@echo "== nbtest: every notebook's tests, 2 at a time (the longest step)"
+	@echo "== nbtest: every notebook's tests, 2 at a time, cells flagged slow skipped (the longest step)"
 	bash tools/scratch_tmp.sh $(PY) tools/nbtest.py --n_workers 2
 
+nbtest-all: install
+	@echo "== nbtest-all: every notebook's tests, 2 at a time, the cells flagged slow too"
+	bash tools/scratch_tmp.sh $(PY) tools/nbtest.py --n_workers 2 --flags slow
+
 pytest: install browser azurite
-	@echo "== pytest: tests/ (multi-process, parity with timm, browser, stress), two files at a time (pytest-xdist), the longest first: a dot per test"
-	bash tools/scratch_tmp.sh $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
+	@echo "== pytest: tests/ without the slow ones (multi-process, parity with timm, stress), two files at a time (pytest-xdist), the longest first: a dot per test"
+	bash tools/scratch_tmp.sh $(PYTEST) tests
+
+pytest-all: install browser azurite
+	@echo "== pytest-all: tests/, the slow ones too (browser, timm's scripts, frameworks, stress), two files at a time"
+	TIMMDATA_SLOW=1 bash tools/scratch_tmp.sh $(PYTEST) tests
+
+# line coverage of timmdata/ over every test in tests/ (the slow ones too), worker processes and subprocesses included
+coverage: install
+	TIMMDATA_SLOW=1 bash tools/scratch_tmp.sh $(PYTEST) --cov --cov-config=tools/coveragerc --cov-report=term:skip-covered tests
 
 docs-check: install
 	bash tools/build_docs.sh "$$(mktemp -d)/site"
 
-# the browser test in tests/ builds the docs site from scratch into a temporary folder and checks it
+# the contributor's loop, for every change: every notebook (cells flagged slow skipped) and the tests not marked slow
 test: test-start sync-check readme-check nbtest pytest
 	@echo "make test: all passed"
 
 test-start:
-	@echo "make test: sync-check, readme-check, nbtest, pytest; about 10 minutes on a 2-core machine after the install (the contributing page: Two commands)"
+	@echo "make test: sync-check, readme-check, nbtest, pytest; about 5 minutes on a 2-core machine after the install (the contributing page: Two commands)"
+
+# everything, before anything lands (what CI runs): the slow notebook cells and tests too, the browser test among them
+test-all: sync-check readme-check nbtest-all pytest-all
+	@echo "make test-all: all passed"
 
 readme: install
 	$(PY) tools/make_readme.py
@@ -131,4 +157,4 @@ ft-test: ft-python
 	bash tools/ft_python.sh test
 
 clean:
-	rm -rf _proc _docs .pytest_cache
+	rm -rf _proc _docs .pytest_cache $(SAMPLE_CACHE)

@@ -25,6 +25,7 @@ LONG_FIRST = ['test_docs_browser.py', 'test_cli.py', 'test_pages_as_copied.py', 
               'test_fuzz.py', 'test_house.py',
               'test_naflex_resume.py', 'test_shards.py', 'test_transforms_parity.py', 'test_decode_reliability.py']
 
+@pytest.hookimpl(trylast=True)  # after a plugin's random order (pytest-random-order): the long files still go first
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the usual order within and after them

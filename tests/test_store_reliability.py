@@ -100,10 +100,13 @@ def test_5000_chunk_store_through_create_loader_under_fd_limit_256(tmp_path, no_
             torch.set_num_threads(1)
             multiprocessing.set_start_method('fork', force=True)  # workers that see the patch below (this child's own setting)
             real, peak = ReaderStore.__getitem__, {}
-            def counted(self, i):  # the open descriptors of the worker while it holds a sample
+            def counted(self, i):  # the descriptors the worker opened since its first sample, while it holds a sample
+                # (counted against the worker's own start: a worker forked from a process that other tests ran in
+                # inherits their descriptors, and those say nothing of the store's)
+                if 'base' not in peak: peak['base'] = len(os.listdir('/proc/self/fd'))
                 px, label = real(self, i)
-                n = len(os.listdir('/proc/self/fd'))
-                if n > peak.get('n', 0):
+                n = len(os.listdir('/proc/self/fd')) - peak['base']
+                if n > peak.get('n', -1):
                     peak['n'] = n; (out / str(os.getpid())).write_text(str(n))
                 assert int(px[0, 0, 0]) == (7 * (i % 2500) + 50 * label) % 256  # c0/00000.png ... c1/02499.png
                 return px, label
@@ -117,8 +120,8 @@ def test_5000_chunk_store_through_create_loader_under_fd_limit_256(tmp_path, no_
         assert json.loads((out / 'labels.json').read_text()) == [2500, 2500]  # every sample once
         peaks = {f.name: int(f.read_text()) for f in out.iterdir() if f.name != 'labels.json'}
         assert len(peaks) == 2, peaks  # measured in both workers
-        print(f'peak open descriptors per worker (5000 chunks, limit 256): {sorted(peaks.values())}')
-        assert max(peaks.values()) < 64, peaks  # the process's own: the chunks hold none
+        print(f'descriptors opened per worker while reading (5000 chunks, limit 256): {sorted(peaks.values())}')
+        assert max(peaks.values()) < 16, peaks  # a few of the process's own (a pipe, a socket): the chunks hold none
     finally:
         shutil.rmtree(dst.parent, ignore_errors=True)
 

@@ -7,12 +7,41 @@ line, then `[k/n] ok|FAIL name (seconds)` as each finishes, then the slowest. Ex
     python tools/nbtest.py                 # every notebook, 2 at a time
     python tools/nbtest.py --n_workers 4 --flags slow
     python tools/nbtest.py --path nbs/47_cli.ipynb
+    python tools/nbtest.py --cells 30        # and the 30 slowest cells, with their notebook and first line
 """
 import argparse, importlib.util, multiprocessing, os, sys, time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
 from nbdev.config import get_config
 from nbdev.doclinks import nbglob
 from nbdev.test import _keep_file, test_nb
+
+
+def _time_cells(out_dir):
+    """Times each code cell a notebook runs (execnb's `CaptureShell.cell`, which nbdev's `test_nb` calls per cell) and
+    writes `[seconds, notebook, cell index, first line]` rows to a file per process in `out_dir`."""
+    import json, time
+    from execnb.shell import CaptureShell
+    real = CaptureShell.cell
+    def timed(self, cell, *a, **k):
+        t = time.perf_counter()
+        try: return real(self, cell, *a, **k)
+        finally:
+            if cell.cell_type == 'code':
+                src = [l for l in cell.source.splitlines() if l.strip() and not l.startswith('#|')]
+                row = [time.perf_counter() - t, Path(self._fname).name if getattr(self, '_fname', None) else '?',
+                       cell.idx_, (src or [''])[0][:70]]
+                with open(Path(out_dir) / f'{os.getpid()}.jsonl', 'a') as f: f.write(json.dumps(row) + '\n')
+    CaptureShell.cell = timed
+    real_init = CaptureShell.__init__
+    def init(self, path=None, *a, **k):
+        real_init(self, path, *a, **k); self._fname = path
+    CaptureShell.__init__ = init
+
+
+def _init(cells_dir):
+    _threads()
+    if cells_dir: _time_cells(cells_dir)
 
 
 def _threads():
@@ -38,6 +67,12 @@ LONG_FIRST = ['06_decode.ipynb', '09_resample.ipynb', '49_data_loading_from_firs
               '37_threads.ipynb', '37b_watch.ipynb']
 
 
+# imported once by the server the notebooks' processes are forked from (settings are read when used, not on import)
+PRELOAD = ['nbdev.test', 'nbdev.showdoc', 'fastcore.test', 'torch', 'torchvision', 'torchvision.transforms.v2', 'timm',
+           'timm.data', 'matplotlib.pyplot', 'PIL.Image', 'numpy', 'timmdata.loader', 'timmdata.dataset',
+           'timmdata.dataset_factory', 'timmdata.transforms_factory']
+
+
 # test flags named after setup.py's extras -> the package each needs
 EXTRAS = {'hf': 'datasets', 'codec': 'torchcodec', 'tensorboard': 'tensorboard', 'accelerate': 'accelerate',
           'lightning': 'lightning', 'prometheus': 'prometheus_client', 'parquet': 'pyarrow'}
@@ -48,6 +83,7 @@ def main(argv=None) -> int:
     ap.add_argument('--path', default=None, help='a notebook or glob (default: every notebook)')
     ap.add_argument('--n_workers', type=int, default=2, help='notebooks run at the same time')
     ap.add_argument('--flags', default='', help='space-separated test flags to run that are normally skipped (slow cuda)')
+    ap.add_argument('--cells', type=int, default=0, help='also print the N slowest cells (seconds, notebook, first line)')
     a = ap.parse_args(argv)
     cfg = get_config()
     skip, force = cfg.tst_flags.split(), a.flags.split()
@@ -68,11 +104,14 @@ def main(argv=None) -> int:
     os.chdir(cfg.nbs_path if cfg.nbs_path.exists() else os.getcwd())
     # each notebook in a process of its own, as `nbdev_test` runs it: what one notebook leaves in its process (a
     # warning said once, an object store's client, whose threads forbid forking its workers after) never meets the next.
-    # The processes are forked from a server that has imported nbdev's test runner and torch once (a fresh interpreter
-    # per notebook would import torch each time)
+    # The processes are forked from a server that has imported once what nearly every notebook imports: nbdev's test
+    # runner and show_doc, torch, torchvision, timm, matplotlib and timmdata's top-level modules. A fresh interpreter
+    # per notebook paid 2-3 s of imports (torchvision alone about 1 s), 140 times: about a third of the step's time
     ctx = multiprocessing.get_context('forkserver')
-    ctx.set_forkserver_preload(['nbdev.test', 'torch'])
-    with ProcessPoolExecutor(max(1, a.n_workers), ctx, initializer=_threads, max_tasks_per_child=1) as ex:
+    ctx.set_forkserver_preload(PRELOAD)
+    import tempfile
+    cells_dir = tempfile.mkdtemp(prefix='nbtest-cells-') if a.cells else None
+    with ProcessPoolExecutor(max(1, a.n_workers), ctx, initializer=_init, initargs=(cells_dir,), max_tasks_per_child=1) as ex:
         futs = {}
         for f in files:
             futs[ex.submit(test_nb, f, skip, force, False, True, cfg.config_path)] = f
@@ -87,6 +126,11 @@ def main(argv=None) -> int:
                   f'{time.time() - t0:.0f} s so far)', flush=True)
     slow = ', '.join(f'{n} {t:.0f} s' for n, t in sorted(times.items(), key=lambda o: -o[1])[:5])
     print(f'nbtest: {len(files) - len(failed)} of {len(files)} notebooks passed in {time.time() - t0:.0f} s; slowest: {slow}')
+    if cells_dir:
+        import json
+        rows = [json.loads(l) for f in Path(cells_dir).glob('*.jsonl') for l in f.read_text().splitlines()]
+        print(f'nbtest: the {a.cells} slowest of {len(rows)} cells ({sum(r[0] for r in rows):.0f} s in all):')
+        for dt, nb, i, line in sorted(rows, key=lambda r: -r[0])[: a.cells]: print(f'{dt:6.1f} s  {nb} cell {i}: {line}')
     if failed: print('nbtest: failed: ' + ', '.join(failed), file=sys.stderr); return 1
     return 0
 

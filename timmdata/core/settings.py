@@ -84,6 +84,13 @@ VARIABLES = {
             'a folder',
             'where the sample dataset is kept',
         ),
+        Variable(
+            'TIMMDATA_SAMPLE_CACHE',
+            None,
+            _folder,
+            'a folder',
+            'where the sample-data generator keeps the images it drew, to copy them instead of drawing them again',
+        ),
         Variable('TIMMDATA_DEBUG', False, _flag, "'1' (on) or '0' (off)", 'whole tracebacks (CLI, worker errors)'),
         Variable('XDG_CACHE_HOME', _folder('~/.cache'), _folder, 'a folder', "the user's cache folder (shard indexes)"),
         Variable(

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/tools/04_sample_data.ipynb #9d26dc20
 from __future__ import annotations
-import os, json, math, shutil
+import os, json, math, shutil, hashlib, tempfile, functools
 from pathlib import Path
 from typing import Optional, Sequence
 import numpy as np
@@ -12,7 +12,7 @@ from PIL import Image, ImageDraw, ImageFilter
 from ..core.settings import setting
 
 # %% auto #0
-__all__ = ['IMAGENETTE_CLASSES', 'make_sample_image', 'make_sample_dataset', 'default_sample_root']
+__all__ = ['IMAGENETTE_CLASSES', 'make_sample_image', 'drawing_version', 'make_sample_dataset', 'default_sample_root']
 
 # %% ../../nbs/tools/04_sample_data.ipynb #6c84fa30
 IMAGENETTE_CLASSES = {  # wnid -> readable name, imagenette's ten classes
@@ -120,11 +120,47 @@ def make_sample_image(
         img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 0.6)))  # some soft, some sharp
     return img
 
-# %% ../../nbs/tools/04_sample_data.ipynb #264e3101
-def _write_images(jobs):
-    "Worker: writes (cls_idx, seed, size, path, quality) jobs."
+# %% ../../nbs/tools/04_sample_data.ipynb #daade53d
+def _code_digest(code, h) -> None:
+    "Adds a function's bytecode and constants to the hash `h`, nested code (comprehensions, lambdas) included."
+    h.update(code.co_code)
+    for c in code.co_consts:
+        if hasattr(c, 'co_code'):
+            _code_digest(c, h)
+        else:
+            h.update(repr(c).encode())
+
+
+@functools.cache
+def drawing_version() -> str:
+    "A digest of the drawing code and of the Pillow and NumPy versions that shape its bytes (once per process)."
+    import PIL
+
+    h = hashlib.sha256(f'{PIL.__version__} {np.__version__}'.encode())
+    for f in (_fractal_noise, _draw_object, make_sample_image):
+        _code_digest(f.__code__, h)
+    return h.hexdigest()[:16]
+
+# %% ../../nbs/tools/04_sample_data.ipynb #7bf6cdd9
+def _write_images(
+    jobs,  # (cls_idx, seed, size, path, quality) tuples
+    cache: str | None = None,  # a folder of images drawn before (`TIMMDATA_SAMPLE_CACHE`), or None
+):
+    "Worker: writes the jobs' images, copied from `cache` when an image with the same key is there."
     for ci, seed, size, path, quality in jobs:
+        key = Path(cache) / f'{ci}-{seed}-{size[0]}x{size[1]}-q{quality}.jpg' if cache else None
+        if key is not None:
+            try:
+                shutil.copyfile(key, path)
+                continue
+            except FileNotFoundError:
+                pass
         make_sample_image(ci, seed, size).save(path, 'JPEG', quality=quality)
+        if key is not None:  # a copy made under a name of its own, then renamed: readers see it whole or not at all
+            fd, tmp = tempfile.mkstemp(dir=cache, prefix='.part-')
+            os.close(fd)
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, key)
 
 # %% ../../nbs/tools/04_sample_data.ipynb #0bfab2bd
 def _marker_classes(marker: Path, spec) -> list:
@@ -197,14 +233,18 @@ def make_sample_dataset(
                     sz = sz[::-1]
                 jobs.append((ci, seed * 10_000_019 + off + i, sz, d / f'{c}_{i:05d}{ext}', quality))
     nw = os.cpu_count() if num_workers is None else num_workers
+    cache = setting('TIMMDATA_SAMPLE_CACHE')
+    if cache:
+        cache = os.path.join(cache, drawing_version())
+        os.makedirs(cache, exist_ok=True)
     if nw and len(jobs) > 50:
         from concurrent.futures import ProcessPoolExecutor
 
         chunks = [jobs[i :: nw * 4] for i in range(nw * 4)]
         with ProcessPoolExecutor(nw) as ex:
-            list(ex.map(_write_images, chunks))
+            list(ex.map(_write_images, chunks, [cache] * len(chunks)))
     else:
-        _write_images(jobs)
+        _write_images(jobs, cache)
     marker.write_text(json.dumps(spec))  # written last: a half-made tree is remade, not trusted
     return root
 
