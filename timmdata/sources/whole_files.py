@@ -212,10 +212,10 @@ class WholeFiles:
         self._own()
         off, n = rng
         h = self._copy(url, size) if self.cache is not None and url not in self._no_copy else None
-        if h is not None:
-            with self._lock:  # a copy is closed under the lock: never while read
-                total = os.fstat(h.f.fileno()).st_size
-                body = os.pread(h.f.fileno(), max(0, min(n, total - off)), off)
+        if h is not None:  # held here: a copy dropped from the open ones meanwhile closes when its last reader lets go
+            fd = h.f.fileno()
+            total = os.fstat(fd).st_size
+            body = os.pread(fd, max(0, min(n, total - off)), off)
         else:
             data = self._whole(url, size)
             total, body = len(data), bytes(memoryview(data)[off : off + n])
@@ -240,7 +240,9 @@ class WholeFiles:
             else:
                 self._copies[url] = h
                 while len(self._copies) > COPIES_OPEN:
-                    self._copies.popitem(last=False)[1].f.close()  # its shared lock released: evictable again
+                    # dropped, not closed: a thread may be reading it; it closes (its shared lock released: evictable
+                    # again) when the last reference goes (`shard_cache._Hit`)
+                    self._copies.popitem(last=False)
         return h
 
     def _whole(self, url: str, size: Optional[int]) -> bytearray:
