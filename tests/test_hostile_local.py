@@ -80,3 +80,53 @@ def test_files_that_are_not_files_are_bad_samples(not_files):
     assert r['nones'] == r['skipped'] == sorted(r['bad']), r  # the workers skip both, the others read
     assert r['status'] not in (0, None) and r['check'].count('is not a regular file') == 2, r
     assert 'x.jpg' in r['check'] and 'zero.jpg' in r['check'], r
+
+
+CHECK = '''
+import contextlib, io, json, sys, time
+from timmdata.tools.cli import main
+t0, out = time.perf_counter(), io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+    try:
+        status = main(['check', sys.argv[1], '--no-progress'])
+    except SystemExit as e:
+        status = e.code
+print(json.dumps(dict(status=status, said=out.getvalue(), seconds=time.perf_counter() - t0)))
+'''
+
+
+def test_check_ends_on_two_links_to_the_parent(tmp_path):
+    "`timmdata check` walks as the dataset does: two links to `..` (which `os.walk(followlinks=True)` never ends) are an error naming a link."
+    root = make_sample_dataset(tmp_path / 'ds', n_train=1, n_val=0, classes=['a', 'b'], size=(32, 24), num_workers=0)
+    for c in ('a', 'b'):
+        os.symlink('..', root / 'train' / c / 'up')
+    r = _run(CHECK, root / 'train', timeout=60)
+    assert r['status'] == 2 and 'a loop' in r['said'], r
+    assert "the link 'a/up' leads to" in r['said'] or "the link 'b/up' leads to" in r['said'], r  # the first walked
+
+
+LADDER = '''
+import json, sys, time
+from timmdata import ImageDataset
+t0 = time.perf_counter()
+try:
+    ImageDataset(sys.argv[1])
+    said = 'read'
+except OSError as e:
+    said = f'{type(e).__name__}: {e}'
+print(json.dumps(dict(said=said, seconds=time.perf_counter() - t0)))
+'''
+
+
+def test_a_ladder_of_links_ends_at_once(tmp_path):
+    "48 levels, each linking twice to the next (2^48 paths): the walk stops at the first folder reached by too many paths, naming it."
+    ladder = tmp_path / 'ladder'
+    for k in range(48):
+        (ladder / f'l{k}' / 'c').mkdir(parents=True)
+        make_sample_dataset(ladder / f'l{k}' / 'src', n_train=1, n_val=0, classes=['c'], size=(16, 16), num_workers=0)
+        os.replace(next((ladder / f'l{k}' / 'src' / 'train' / 'c').iterdir()), ladder / f'l{k}' / 'c' / 'img.jpg')
+        if k:
+            for side in 'ab':
+                os.symlink(f'../../l{k}', ladder / f'l{k - 1}' / 'c' / side)
+    r = _run(LADDER, ladder / 'l0', timeout=60)
+    assert r['said'].startswith('FolderWalkError') and 'paths through links (links that fan out' in r['said'], r
