@@ -33,7 +33,7 @@ from .config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, color_jitter_fa
 from .engine.resume import BatchPlan, ResumableDataLoader
 from .engine.threads import ThreadWorkers, check_worker_mode, default_worker_mode
 from .core.untrusted import choice_error, keyword_error
-from .core.settings import WorkerEnvironment, apply_environment, worker_environment
+from .core.settings import WorkerEnvironment, apply_environment, short_traceback, worker_environment
 from .engine.tune import AutoLoader, Budget, first_setting
 from .engine.decode_choice import AutoDecodeLoader
 from .watch.loader_watch import watch_by_setting
@@ -548,6 +548,7 @@ def prefetch_step(
     )  # fmt: skip
 
 # %% ../nbs/38_loader.ipynb #5179544a
+@short_traceback  # an error whose message names its cause: one line under the caller's frames
 def create_loader(
     dataset,  # the dataset; its `.transform` is set here
     *args,  # `LoaderOptions`, in timm's order: input_size, batch_size, is_training, ...

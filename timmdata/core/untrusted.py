@@ -14,8 +14,8 @@ __all__ = ['MAX_JSON_BYTES', 'DIR_FDS', 'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPL
            'MAX_PARTITIONS', 'UnsafeNameError', 'relative_name', 'inside', 'walk_tree', 'UnsafeFileError',
            'create_exclusive', 'atomic_write', 'shared_folder', 'lock_holder', 'kept_folder', 'kept_folder_fd',
            'FileTooLargeError', 'regular_fd', 'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count',
-           'check_info', 'ResumeStateError', 'state_error', 'check_fields', 'did_you_mean', 'choice_error',
-           'keywords_of', 'unknown_keyword', 'keyword_error', 'names_keywords']
+           'check_info', 'ResumeStateError', 'state_error', 'check_fields', 'missing_root', 'did_you_mean',
+           'choice_error', 'keywords_of', 'unknown_keyword', 'keyword_error', 'names_keywords']
 
 # %% ../../nbs/core/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -471,6 +471,22 @@ def check_fields(
         if not isinstance(sd[k], bool):
             raise state_error(k, sd[k], 'True or False', what)
     return sd
+
+# %% ../../nbs/core/00_untrusted.ipynb #f3dd42aa
+_URL = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]+://')  # 'http://', 's3://' (not a drive letter 'C:')
+
+
+def missing_root(
+    root,  # the dataset root that is not there
+) -> FileNotFoundError:
+    "The error for a dataset root that does not exist; for a URL, which readers take one and how to call them."
+    root = os.fspath(root)
+    if _URL.match(root):
+        return FileNotFoundError(
+            f"dataset root {root!r} is a URL, not a folder: read shards there with create_dataset('wds/NAME', "
+            f"root={root!r}), Parquet files with 'parquet/NAME' (a mix takes the dataset it returns)"
+        )
+    return FileNotFoundError(f'dataset root {root!r} does not exist')
 
 # %% ../../nbs/core/00_untrusted.ipynb #9193b678
 def did_you_mean(
