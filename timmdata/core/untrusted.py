@@ -14,8 +14,8 @@ __all__ = ['MAX_JSON_BYTES', 'DIR_FDS', 'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPL
            'MAX_PARTITIONS', 'UnsafeNameError', 'relative_name', 'inside', 'walk_tree', 'UnsafeFileError',
            'create_exclusive', 'atomic_write', 'shared_folder', 'lock_holder', 'kept_folder', 'kept_folder_fd',
            'FileTooLargeError', 'regular_fd', 'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count',
-           'check_info', 'ResumeStateError', 'state_error', 'check_fields', 'missing_root', 'did_you_mean',
-           'choice_error', 'keywords_of', 'unknown_keyword', 'keyword_error', 'names_keywords']
+           'check_info', 'ResumeStateError', 'state_error', 'check_fields', 'missing_root', 'user_stacklevel',
+           'did_you_mean', 'choice_error', 'keywords_of', 'unknown_keyword', 'keyword_error', 'names_keywords']
 
 # %% ../../nbs/core/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -487,6 +487,16 @@ def missing_root(
             f"root={root!r}), Parquet files with 'parquet/NAME' (a mix takes the dataset it returns)"
         )
     return FileNotFoundError(f'dataset root {root!r} does not exist')
+
+# %% ../../nbs/core/00_untrusted.ipynb #08de3eca
+def user_stacklevel() -> int:
+    "The `stacklevel` for `warnings.warn` called by the caller of this function that names the first frame outside timmdata and torch (the user's line: a loader's reads run under torch's DataLoader)."
+    import sys
+
+    level, frame = 1, sys._getframe(1)  # 1: the function calling warnings.warn
+    while frame is not None and frame.f_globals.get('__name__', '').startswith(('timmdata.', 'torch.')):
+        level, frame = level + 1, frame.f_back
+    return level
 
 # %% ../../nbs/core/00_untrusted.ipynb #9193b678
 def did_you_mean(
