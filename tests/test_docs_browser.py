@@ -866,3 +866,13 @@ def test_reference_is_a_page_per_module(site):
         assert words < 3000, f'{g}: {words} words; a group page lists its modules'
     found = audit.audit(site)
     assert found['builtin_doc'] == [], found['builtin_doc'][:20]
+
+
+def test_module_page_opens_with_the_names_its_job_names(tmp_path, monkeypatch):
+    "A module's reference opens with the public names its one-line job names (the loader's `create_loader`), then the rest in their order."
+    reference = _load_docs_tool('reference')
+    (tmp_path / 'lead_mod.py').write_text('"Batches: `make_it`, and helpers"\n__all__ = ["helper", "other", "make_it"]\n'
+                                          'def helper(): "A helper."\ndef other(): "Another."\ndef make_it(): "The public entry."\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module('lead_mod')
+    assert reference.public_names(mod, {}) == ['make_it', 'helper', 'other']
