@@ -876,3 +876,14 @@ def test_module_page_opens_with_the_names_its_job_names(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     mod = importlib.import_module('lead_mod')
     assert reference.public_names(mod, {}) == ['make_it', 'helper', 'other']
+
+
+def test_404_links_are_relative(tmp_path):
+    "404.html's links, assets and script config relative to the site's root, not absolute under its path."
+    build = _load_docs_tool('build')
+    (tmp_path / '404.html').write_text('<link href="/timmdata/assets/a.css"><script>x=new URL("/timmdata/",location)</script>'
+                                       '<a href="https://github.com/timmdata/timmdata">src</a>{"search": "/timmdata/assets/w.js"}')
+    build.relative_404(tmp_path, 'timmdata')
+    text = (tmp_path / '404.html').read_text()
+    assert '"/timmdata/' not in text and 'href="./assets/a.css"' in text and 'new URL("./",location)' in text, text
+    assert 'https://github.com/timmdata/timmdata' in text
