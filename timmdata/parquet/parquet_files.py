@@ -78,9 +78,7 @@ def split_names_in(
     import re
 
     for lay in _LAYOUTS:
-        pat = re.compile(
-            re.escape(lay).replace(re.escape('{s}'), '([^/]+?)').replace(re.escape('*'), '[^/]*') + '$'
-        )
+        pat = re.compile(re.escape(lay).replace(re.escape('{s}'), '([^/]+?)').replace(re.escape('*'), '[^/]*') + '$')
         found = [m.group(1) for n in names if n.count('/') == lay.count('/') and (m := pat.match(n))]
         if found:
             return sorted(set(found), key=found.index)

@@ -219,7 +219,9 @@ class ParquetSource(ParquetFiles):
             if url_scheme(root) == 'file':
                 names = match_split(listed_names := local_names(root), split)
             elif found is None and object_scheme(root) and not is_pattern(split):  # an object store lists its folders
-                names = match_split(listed_names := list_objects(root, '.parquet', recursive=True, relative=True), split)
+                names = match_split(
+                    listed_names := list_objects(root, '.parquet', recursive=True, relative=True), split
+                )
             elif found is not None:
                 names = match_split(listed_names := [e[0] for e in found[0]['files']], split)
             elif is_pattern(split):
