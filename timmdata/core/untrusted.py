@@ -15,8 +15,8 @@ __all__ = ['MAX_JSON_BYTES', 'MAX_WALK_FOLDERS', 'MAX_WALK_FILES', 'MAX_FOLDER_P
            'relative_name', 'inside', 'FolderWalkError', 'walk_tree', 'UnsafeFileError', 'create_exclusive',
            'atomic_write', 'shared_folder', 'lock_holder', 'kept_folder', 'kept_folder_fd', 'FileTooLargeError',
            'regular_fd', 'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count', 'check_info',
-           'ResumeStateError', 'state_error', 'check_fields', 'did_you_mean', 'choice_error', 'keywords_of',
-           'unknown_keyword', 'keyword_error', 'names_keywords']
+           'ResumeStateError', 'state_error', 'check_fields', 'missing_root', 'user_stacklevel', 'did_you_mean',
+           'choice_error', 'keywords_of', 'unknown_keyword', 'keyword_error', 'names_keywords']
 
 # %% ../../nbs/core/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -571,6 +571,32 @@ def check_fields(
         if not isinstance(sd[k], bool):
             raise state_error(k, sd[k], 'True or False', what)
     return sd
+
+# %% ../../nbs/core/00_untrusted.ipynb #f3dd42aa
+_URL = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]+://')  # 'http://', 's3://' (not a drive letter 'C:')
+
+
+def missing_root(
+    root,  # the dataset root that is not there
+) -> FileNotFoundError:
+    "The error for a dataset root that does not exist; for a URL, which readers take one and how to call them."
+    root = os.fspath(root)
+    if _URL.match(root):
+        return FileNotFoundError(
+            f"dataset root {root!r} is a URL, not a folder: read shards there with create_dataset('wds/NAME', "
+            f"root={root!r}), Parquet files with 'parquet/NAME' (a mix takes the dataset it returns)"
+        )
+    return FileNotFoundError(f'dataset root {root!r} does not exist')
+
+# %% ../../nbs/core/00_untrusted.ipynb #08de3eca
+def user_stacklevel() -> int:
+    "The `stacklevel` for `warnings.warn` called by the caller of this function that names the first frame outside timmdata and torch (the user's line: a loader's reads run under torch's DataLoader)."
+    import sys
+
+    level, frame = 1, sys._getframe(1)  # 1: the function calling warnings.warn
+    while frame is not None and frame.f_globals.get('__name__', '').startswith(('timmdata.', 'torch.')):
+        level, frame = level + 1, frame.f_back
+    return level
 
 # %% ../../nbs/core/00_untrusted.ipynb #9193b678
 def did_you_mean(

@@ -14,6 +14,7 @@ from timmdata.core.untrusted import (
     UnsafeFileError,
     UnsafeNameError,
     inside,
+    missing_root,
     open_regular,
     read_regular,
     regular_fd,
@@ -192,7 +193,7 @@ class Reader:
 def _check_root(root) -> str:
     root = os.fspath(root)
     if not os.path.exists(root):
-        raise FileNotFoundError(f'dataset root {root!r} does not exist')
+        raise missing_root(root)
     return root
 
 

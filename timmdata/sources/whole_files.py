@@ -10,6 +10,7 @@ from typing import Callable, Optional
 from ..net.http import content_length, public_url
 from .shard_io import ShardError, ShardNotFoundError, is_transient_error, open_shard, shard_name
 from ..net.shard_cache import ShardCache, cached_copy
+from ..core.untrusted import user_stacklevel
 
 # %% auto #0
 __all__ = ['WHOLE_BYTES', 'COPIES_OPEN', 'SERVERS', 'WDS_REMEDY', 'RangeIgnoredError', 'server_of', 'range_ignored', 'read_body',
@@ -231,7 +232,7 @@ class WholeFiles:
         warnings.warn(
             f'{server} answers Range requests with the whole file (HTTP 200): reading each file whole, {where}; a '
             f'server that answers Range requests {SERVERS} is read by byte ranges, with no copies',
-            stacklevel=3,
+            stacklevel=user_stacklevel(),  # the user's line, not the library's
         )
 
     def read(
