@@ -388,3 +388,26 @@ def test_advice_said_in_the_shell_is_the_commands(runs):
     assert status == 2 and 'found no images' in err and 'extensions=' not in err, err
     status, _, err = per_command(runs)['tune/damaged']
     assert status == 2 and '--bad-sample skip' in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize('cmd', ['cache', 'check', 'bench', 'shards', 'index', 'demo'])
+def test_no_progress_everywhere(cmd):
+    "Every command that shows progress takes --no-progress (a script passes it to each alike)."
+    from _helpers import run_cli
+    r = run_cli(cmd, '--help')
+    assert r.returncode == 0 and '--no-progress' in r.stdout, (cmd, r.stdout, r.stderr)
+
+
+def test_index_of_a_folder_that_does_not_exist(tmp_path):
+    from _helpers import run_cli
+    r = run_cli('index', str(tmp_path / 'nothere'))
+    assert r.returncode == 2 and r.stderr.splitlines() == [f"timmdata index: folder '{tmp_path / 'nothere'}' does not exist"], r.stderr
+
+
+def test_cache_without_progress(tmp_path):
+    "`timmdata cache SRC DST --no-progress`: the store built, no progress bar on stderr."
+    from _helpers import run_cli
+    from timmdata.tools.sample_data import make_sample_dataset
+    src = make_sample_dataset(tmp_path / 'src', n_train=2, n_val=1, classes=['a', 'b'], size=(32, 32), num_workers=0)
+    r = run_cli('cache', str(src), str(tmp_path / 'store'), '--no-progress', '--workers', '1')
+    assert r.returncode == 0 and 'cached' in r.stdout and r.stderr == '', r.stderr

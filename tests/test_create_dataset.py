@@ -179,7 +179,8 @@ def test_split_synonyms_in_tar_and_store_roots(tmp_path):
 def _last_own_frame(e: BaseException):
     "The last frame of a traceback that is not timmdata's own code: where the user's call is."
     import traceback
-    lib = str(Path(create_dataset.__wrapped__.__code__.co_filename).parent)
+    import inspect
+    lib = str(Path(inspect.unwrap(create_dataset).__code__.co_filename).parent)  # timmdata/, under its decorators
     return [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(lib)][-1]
 
 

@@ -36,7 +36,7 @@ def _lightning(root, out, **kw):
 
 
 # ---------------------------------------------------------------- PyTorch Lightning
-@pytest.mark.slow  # the Lightning how-to (nbs/howto/08_lightning_accelerate.ipynb) resumes a Trainer from its checkpoint in make test
+@pytest.mark.slow  # the Lightning how-to (nbs/howto/10_lightning_accelerate.ipynb) resumes a Trainer from its checkpoint in make test
 def test_lightning_kill_and_resume_from_step_checkpoint(root, tmp_path):
     "Killed after step 5 of 10 in epoch 0, resumed from Lightning's step-3 checkpoint: steps 4..20 as the uninterrupted run."
     pytest.importorskip('lightning')

@@ -228,6 +228,25 @@ def test_cuda_eval_batches_match_the_cpu_path(sample_root):
     assert dl.cpu_fallbacks == 0 and dl.stream is not None  # the side stream was used
 
 @pytest.mark.cuda
+@needs_native
+@pytest.mark.parametrize('is_training', [True, False])
+def test_cuda_staged_pipeline_equals_the_stages_in_turn(sample_root, is_training):
+    "The pipeline (decode, resize and batch ops on streams of their own, overlapping across batches) gives the batches the stages run one after another give."
+    def run(staged):
+        dl = create_device_decode_loader(ImageDataset(sample_root, split='train' if is_training else 'validation'), 128,
+                                         8, is_training=is_training, decode_device='cuda', num_workers=0, seed=5)
+        if not staged:
+            dl.step.stages = dl.feeder.lane.stages = ()
+        return dl, [(x.cpu(), y.cpu()) for x, y in dl]
+    dl, got = run(True)
+    _, plain = run(False)
+    assert len(got) == len(plain) > 2 and sorted(dl.feeder.lane.streams) == ['decode', 'ops', 'resize']
+    for (a, y), (b, z) in zip(got, plain):
+        assert torch.equal(y, z) and torch.equal(a, b)
+    print(f"staged device decode: bitstreams {dl.stats().info['decode']['bitstreams']!r}")
+
+
+@pytest.mark.cuda
 def test_cuda_fallback_counted_and_batches_on_the_device(mixed_root):
     dl = create_device_decode_loader(ImageDataset(mixed_root), 128, 4, decode_device='cuda', num_workers=0, channels_last=True)
     out = list(dl)

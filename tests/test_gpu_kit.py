@@ -92,3 +92,36 @@ def test_train_log_lines_and_summary(tmp_path):
     assert len(rows) == 4
     assert rows[2].split()[:4] == ['timmdata', '0', '2,500', '2.50'] and rows[2].split()[-1] == '20.0%'
     assert rows[3].split() == ['timmdata-device', '1']  # a failed run: its exit, and no figures
+
+
+def test_summary_cores4_randaug_and_decode_limit(tmp_path):
+    "summary.json's train_py.cores4 and .randaug from their reports, each over its own model alone; the decode limit."
+    gs = _load('tools/gpu_summary.py')
+
+    def report(name, img_s, cpus=16):
+        cpu = dict(main_process_cores=1.0, main_thread_cores=0.5, children_cores=2.5, total_cores=3.5, usable_cpus=cpus)
+        (tmp_path / f'train_{name}.json').write_text(json.dumps(dict(exit=0, steady=dict(
+            img_s=img_s, gpu_busy=90.0, data_wait_s=0.001, data_wait_share=0.02, cpu=cpu))))
+
+    (tmp_path / 'model_alone.json').write_text(json.dumps(dict(img_s=5000.0, img_s_nosync=5200.0)))
+    (tmp_path / 'model_alone_cores4.json').write_text(json.dumps(dict(img_s=4000.0)))
+    report('timmdata', 4500.0)
+    report('cores4_timmdata', 3600.0, cpus=4)
+    report('cores4_timmdata-device', 2000.0, cpus=4)
+    report('randaug_timm', 2500.0)
+    (tmp_path / 'bench_gpu.json').write_text(json.dumps(dict(pipelines=dict(
+        train=dict(img_per_s=dict(timmdata_device=8000.0, decode_limit=14000.0), cpu_s_per_img=dict(decode_limit=7e-5)),
+        eval=dict(img_per_s=dict(timmdata_device=6000.0, decode_limit=15000.0))))))
+    s = gs.summarise(tmp_path)
+    t = s['train_py']
+    assert t['timmdata']['img_s'] == 4500.0 and t['timmdata']['x_model_alone'] == pytest.approx(0.9)
+    c4 = t['cores4']
+    assert c4['model_alone'] == 4000.0 and sorted(c4) == ['model_alone', 'timm', 'timmdata', 'timmdata_device']
+    assert c4['timmdata']['x_model_alone'] == pytest.approx(0.9) and c4['timmdata']['cpus'] == 4  # over the 4-core one
+    assert c4['timmdata_device']['img_s'] == 2000.0 and c4['timm']['img_s'] is None and c4['timm']['exit'] is None
+    ra = t['randaug']
+    assert sorted(ra) == ['timm', 'timmdata', 'timmdata_device'] and ra['timm']['x_model_alone'] == pytest.approx(0.5)
+    assert ra['timm']['worker_cores'] == 2.5 and ra['timmdata']['img_s'] is None
+    assert s['loader']['train']['decode_limit'] == 14000.0 and s['loader']['eval']['decode_limit'] == 15000.0
+    assert s['cpu_ms_per_img']['train']['decode_limit'] == pytest.approx(0.07) and s['loader']['train']['timm'] is None
+    json.dumps(s)  # what summary.json is written from

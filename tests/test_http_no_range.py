@@ -137,6 +137,8 @@ def test_read_whole_in_one_process(data):
         check_gets(case, src, workers, cache, epochs)
         assert said(stderr, case) == 1, (src, stderr[-2000:])
     assert stderr.count(WARNING) == len(cases)  # nothing else said it
+    for line in (ln for ln in stderr.splitlines() if WARNING in ln):  # said at the user's line, not the library's
+        assert '/timmdata/' not in line.split(': UserWarning')[0], line
 
 
 @pytest.mark.slow

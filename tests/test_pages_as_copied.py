@@ -18,7 +18,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = sorted((REPO / 'nbs' / 'start').glob('*.ipynb')) + sorted((REPO / 'nbs' / 'howto').glob('*.ipynb'))
-SLOW = {'08_lightning_accelerate'}  # more than 20 s as a script on a 2-core machine (26 s); the others take 4 to 9 s
+SLOW = {'10_lightning_accelerate'}  # more than 20 s as a script on a 2-core machine (26 s); the others take 4 to 9 s
 HIDDEN = {'hide', 'echo: false', 'include: false'}  # the directives that keep a cell's code off the page
 _settings = configparser.ConfigParser()
 _settings.read(REPO / 'settings.ini')

@@ -12,6 +12,7 @@ from .sources.hf_readers import HfdsReader
 from .readers import Reader, find_split, reader_kinds, unset, register_scheme
 from .sources.registry import source_schemes, stream_source
 from .core.untrusted import names_keywords
+from .core.settings import short_traceback
 
 # %% auto #0
 __all__ = ['has_imagenet', 'has_inaturalist', 'has_places365', 'has_qmnist', 'TorchvisionReader', 'create_dataset']
@@ -145,6 +146,7 @@ def _tfds_error(name: str):
     )
 
 # %% ../nbs/39_dataset_factory.ipynb #a333ef31
+@short_traceback  # an error whose message names its cause: one line under the caller's frames
 @names_keywords(ImageDataset)  # a misspelt keyword is named as create_dataset's, with the closest one
 def create_dataset(
     name: str,  # '' (folder, tar, csv or store under root), or 'torch/...', 'wds/...', 'hfds/...', 'hfids/...'

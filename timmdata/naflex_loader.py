@@ -36,6 +36,7 @@ class NaFlexBatchOps:
     devices = ('cpu', 'cuda')  # the device types it runs on
     ahead = collate = None  # for `PrefetchLoader`: the feeder's look-ahead (default); no batch memory to take back
     own_thread = False  # for `PrefetchLoader`: the step runs in the consumer's thread
+    stages = ()  # in one piece (`PrefetchStep.stages`)
 
     @staticmethod
     def empty(

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # The GPU kit's steps on the GPU machine; tools/gpu_all.sh runs them all in one call of the device tool, in this order:
 #   setup               the kit's wheels into /tmp/site, timmdata's extension into the checkout; env.txt
-#   model               bench/model_alone.py: ResNet-50's training step alone, a batch already on the GPU
+#   model [cores4]      bench/model_alone.py: ResNet-50's training step alone, a batch already on the GPU (cores4: the
+#                       process confined to 4 cores with taskset, shorter rounds)
 #   data                the photographic set (timmdata.tools.photos): GPU_RUN_N images made once under out/gpu_data
-#   train [LOADER...]   timm's train.py (tools/timm_script.py), LOADER timmdata, timmdata-device or timm (default all)
+#   train [cores4|randaug] [LOADER...]
+#                       timm's train.py (tools/timm_script.py), LOADER timmdata, timmdata-device, timm or same-batch
+#                       (default the first three), on GPU_RUN_TRAIN_N of the images (out/gpu_data_train: hard links),
+#                       GPU_RUN_EPOCHS epochs; cores4: train.py and its workers confined to 4 cores (taskset -c 0-3,
+#                       -j 4); randaug: timm's RandAugment recipe (--aa rand-m9-mstd0.5-inc1 --reprob 0.25 --mixup 0.2
+#                       --cutmix 1.0) on every core
 #   bench               bench/bench_gpu.py, the loaders alone, on GPU_RUN_BENCH_N of the same images
 #   profile             bench/profile_device_step.py: the device-decode step's GPU operations, by their GPU time
 #   tests               the cuda-marked tests and the notebooks' #| cuda cells, side by side
@@ -31,6 +37,7 @@ card() {  # the results folder's card name: h200, h100, ... (cpu in a rehearsal)
 W=${GPU_RUN_W:-out/gpu/gpu_$(date -u +%F)_$(card)}
 mkdir -p "$W"
 DATA=out/gpu_data
+TRAIN_DATA=out/gpu_data_train  # the train.py runs' share of it (train_set)
 TIMM_SCRIPTS=${TIMM_SCRIPTS:-.whl/timm_scripts}
 nproc=$(nproc)
 cap() { echo "${GPU_RUN_CAP:-$1}"; }  # this step's limit: gpu_all.sh's (from the time left), else the step's default
@@ -197,9 +204,45 @@ PY
 }
 
 model() {
-  local a=(--device cuda --out "$W/model_alone.json")
-  [ -n "$CPU" ] && a=(--device cpu --model resnet18 --batch-size 8 --size 64 --warmup 1 --steps 2 --rounds 1 --out "$W/model_alone.json")
-  capped "$(cap 90)" "$PY" bench/model_alone.py "${a[@]}" 2>&1 | tee "$W/model_alone.log"
+  # cores4: the same step in a process confined to 4 cores (the train.py runs' `cores4` ceiling), in shorter rounds
+  local a=(--device cuda) pre=() name=model_alone
+  if [ "${1:-}" = cores4 ]; then
+    pre=(taskset -c "$(cores4)") name=model_alone_cores4 a+=(--warmup 10 --steps 20 --rounds 2)
+  fi
+  [ -n "$CPU" ] && a=(--device cpu --model resnet18 --batch-size 8 --size 64 --warmup 1 --steps 2 --rounds 1)
+  capped "$(cap 90)" "${pre[@]}" "$PY" bench/model_alone.py "${a[@]}" --out "$W/$name.json" 2>&1 | tee "$W/$name.log"
+}
+
+cores4() {  # the cpus of the 4-core runs: 0-3 (fewer where the machine has fewer, a rehearsal)
+  local k=$((nproc < 4 ? nproc : 4))
+  echo "0-$((k - 1))"
+}
+
+train_set() {
+  # the train.py runs' images: the first GPU_RUN_TRAIN_N unique photographs of the data step's set (30 steps of 256 an
+  # epoch by default), and its val/ split, as hard links in a folder of their own (made again when N changes)
+  local n=${GPU_RUN_TRAIN_N:-7680}
+  [ -n "$CPU" ] && n=${GPU_RUN_TRAIN_N:-128}
+  "$PY" - "$DATA" "$TRAIN_DATA" "$n" <<'PY'
+import os, shutil, sys
+from pathlib import Path
+src, dst, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+marker = dst / 'gpu_train_set.txt'
+stamp = f'{n} of {(src / "gpu_data.json").stat().st_mtime_ns}'  # remade when the data step made its set again
+if marker.is_file() and marker.read_text() == stamp:
+    sys.exit(0)
+shutil.rmtree(dst, ignore_errors=True)
+files = sorted(f for f in (src / 'train').rglob('*.JPEG') if '_r' not in f.stem)  # the unique images first
+files += sorted(f for f in (src / 'train').rglob('*.JPEG') if '_r' in f.stem)
+for f in files[:n]:
+    (dst / 'train' / f.parent.name).mkdir(parents=True, exist_ok=True)
+    os.link(f, dst / 'train' / f.parent.name / f.name)
+for f in sorted((src / 'val').rglob('*.JPEG')):
+    (dst / 'val' / f.parent.name).mkdir(parents=True, exist_ok=True)
+    os.link(f, dst / 'val' / f.parent.name / f.name)
+marker.write_text(stamp)
+print(f'train: {min(n, len(files))} training images in {dst}')
+PY
 }
 
 train_script() {  # timm's train.py: the kit's copy, else from a mirror of timm's repository
@@ -210,32 +253,47 @@ train_script() {  # timm's train.py: the kit's copy, else from a mirror of timm'
 }
 
 train() {
-  # timm's train.py as its users run it, 3 epochs, persistent workers (timm's default), a step logged a line; measured:
-  # the last epoch after its first 10 steps (tools/timm_script.py); py-spy's profile of the timmdata (workers) run
+  # timm's train.py as its users run it, GPU_RUN_EPOCHS epochs (2: one to warm up, one measured), persistent workers
+  # (timm's default), a step logged a line; measured: the last epoch after its first 10 steps (tools/timm_script.py);
+  # py-spy's profile of the timmdata (workers) run. A variant first: cores4 or randaug (see the head of this file);
+  # its reports are train_VARIANT_LOADER.json
+  local variant='' pre=() extra=() jobs=$nproc
+  case "${1:-}" in
+  cores4) variant=cores4_ pre=(taskset -c "$(cores4)") jobs=$(($(cores4 | cut -d- -f2) + 1)); shift ;;
+  randaug) variant=randaug_ extra=(--aa rand-m9-mstd0.5-inc1 --reprob 0.25 --mixup 0.2 --cutmix 1.0); shift ;;
+  esac
   local loaders=("$@")
   [ ${#loaders[@]} = 0 ] && loaders=(timmdata timmdata-device timm)
   train_script || { echo "gpu_run: no train.py in $TIMM_SCRIPTS and no timm repository (TIMM_REPO): the train step is skipped"; return 1; }
-  local args=(--model resnet50 --amp --channels-last -b 256 -j "$nproc" --epochs "${GPU_RUN_EPOCHS:-3}" --warmup-epochs 0
+  [ -d "$DATA/train" ] || { echo "gpu_run: no $DATA/train: run the data step first"; return 1; }
+  train_set || return 1
+  local epochs=${GPU_RUN_EPOCHS:-2}
+  local args=(--model resnet50 --amp --channels-last -b 256 -j "$jobs" --epochs "$epochs" --warmup-epochs 0
               --val-split val --log-interval 1 --output out/train_runs --num-classes 10 --checkpoint-hist 1)
   local skip=10
-  [ -n "$CPU" ] && args=(--device cpu --model resnet18 --input-size 3 64 64 -b 16 -j 2 --epochs "${GPU_RUN_EPOCHS:-3}"
+  [ -n "$CPU" ] && args=(--device cpu --model resnet18 --input-size 3 64 64 -b 16 -j "$((jobs < 2 ? jobs : 2))" --epochs "$epochs"
                          --warmup-epochs 0 --val-split val --log-interval 1 --output out/train_runs --num-classes 10
                          --checkpoint-hist 1) skip=4
   local d
   for d in "${loaders[@]}"; do
-    echo "== train.py, the loader from $d"
-    local prof=()
-    [ "$d" = timmdata ] && prof=(--profile "$W/profile")
-    capped "$(cap 120)" "$PY" tools/timm_script.py --data "$d" --report "$W/train_$d.json" --skip-steps "$skip" "${prof[@]}" \
-      "$TIMM_SCRIPTS/train.py" "$DATA" "${args[@]}" > "$W/train_$d.log" 2>&1
-    echo "exit $?"; grep -E 'Train: .*\[ *[0-9]+/' "$W/train_$d.log" | tail -2; grep -vE '^(Train|Test):' "$W/train_$d.log" | tail -3
+    echo "== train.py${variant:+ (${variant%_})}, the loader from $d"
+    local prof=() name="train_$variant$d"
+    [ "$d" = timmdata ] && [ -z "$variant" ] && prof=(--profile "$W/profile")
+    capped "$(cap 120)" "${pre[@]}" "$PY" tools/timm_script.py --data "$d" --report "$W/$name.json" --skip-steps "$skip" \
+      "${prof[@]}" "$TIMM_SCRIPTS/train.py" "$TRAIN_DATA" "${args[@]}" "${extra[@]}" > "$W/$name.log" 2>&1
+    echo "exit $?"; grep -E 'Train: .*\[ *[0-9]+/' "$W/$name.log" | tail -2; grep -vE '^(Train|Test):' "$W/$name.log" | tail -3
   done
-  ls "$W"/train_*.json >/dev/null 2>&1 && "$PY" tools/timm_script.py --summary "$W"/train_*.json | tee "$W/train_summary.txt"
+  local f reports=()
+  for f in "$W"/train_"$variant"*.json; do  # this variant's reports (the 16-core runs': no variant in the name)
+    [ -e "$f" ] && { [ -n "$variant" ] || ! [[ $(basename "$f") =~ ^train_(cores4|randaug)_ ]]; } && reports+=("$f")
+  done
+  [ ${#reports[@]} = 0 ] || "$PY" tools/timm_script.py --summary "${reports[@]}" | tee "$W/train_${variant}summary.txt"
 }
 
 bench() {
   # the loaders alone on B of the images (hard links into a folder of their own: its store is built beside it), batch
-  # 256, a worker per core; one warm-up epoch then one measured epoch per loader, train and eval
+  # 256, a worker per core; one warm-up epoch then one measured epoch per loader, train and eval, and the decode limit
+  # (the device's JPEG decoder alone); GPU_RUN_BENCH_CONTENDERS: which loaders (gpu_all.sh leaves timm's out)
   local b=${GPU_RUN_BENCH_N:-7680} a=(--device cuda --batch-size 256 --workers "$nproc")
   [ -n "$CPU" ] && b=${GPU_RUN_BENCH_N:-96} a=(--device cpu --batch-size 16 --workers 2)
   "$PY" - "$DATA/train" out/gpu_bench_data/train "$b" <<'PY' || return 1
@@ -250,7 +308,7 @@ for f in files:
 print(f'bench: {len(files)} images in {dst}')
 PY
   capped "$(cap 120)" "$PY" bench/bench_gpu.py "${a[@]}" --epochs 1 --data out/gpu_bench_data/train \
-    --contenders timm,timmdata_cpu,timmdata_device,timmdata_store --out "$W/bench_gpu.json" 2>&1 | tee "$W/bench_gpu.log"
+    --contenders "${GPU_RUN_BENCH_CONTENDERS:-timm,timmdata_cpu,timmdata_device,timmdata_store}" --out "$W/bench_gpu.json" 2>&1 | tee "$W/bench_gpu.log"
 }
 
 tests() {

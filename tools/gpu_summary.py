@@ -5,13 +5,16 @@ missing or cut short gives nulls, so a partial run still has its summary.
     python tools/gpu_summary.py out/gpu/gpu_2026-11-26_h200 --out out/gpu/gpu_2026-11-26_h200/summary.json
 
     {"device_name", "cpu_count",
-     "loader":          {"train": {"timm", "cpu", "device", "store"}, "eval": {...}},    images/s, the loaders alone
+     "loader":          {"train": {"timm", "cpu", "device", "store", "decode_limit"}, "eval": {...}},
+                                                                   images/s, the loaders alone and the decoder alone
      "cpu_ms_per_img":  {"train": {...}, "eval": {...}},                                  CPU ms per image, the same runs
      "train_py":        {"model_alone": images/s, "model_alone_nosync": images/s,
-                         "timm" | "timmdata" | "timmdata_device" | "same_batch":
-                             {"img_s", "gpu_busy", "data_wait", "data_wait_share", "main_cores", "worker_cores",
-                              "total_cores", "exit"}},
+                         "timm" | "timmdata" | "timmdata_device" | "same_batch": FIGURE,
+                         "cores4":  {"model_alone": images/s, "timm" | "timmdata" | "timmdata_device": FIGURE},
+                         "randaug": {"timm" | "timmdata" | "timmdata_device": FIGURE}},
      "data", "steps", "tests"}
+    FIGURE: {"img_s", "x_model_alone", "gpu_busy", "data_wait", "data_wait_share", "main_cores", "main_thread_cores",
+             "worker_cores", "total_cores", "cpus", "exit"}
 
 loader (bench/bench_gpu.py): timm = timm's loader, cpu = timmdata's workers, device = timmdata with
 decode_device='cuda', store = timmdata's decode-once store. train_py (tools/timm_script.py, timm's train.py): img_s,
@@ -20,7 +23,11 @@ span; data_wait, the median seconds a step waited for its batch (train.py's `Dat
 the steps' time; cores, CPU seconds per second of the training process and of its workers (/proc). model_alone
 (bench/model_alone.py): the training step alone on a batch already on the device (loss.item() each step, as
 train.py; _nosync without it). same_batch: train.py itself handed one batch already on the device every step (its
-own ceiling: `tools/timm_script.py --data same-batch`). Plain Python: no torch import, a second or less."""
+own ceiling: `tools/timm_script.py --data same-batch`). cores4: train.py and its workers confined to 4 cores
+(`taskset -c 0-3`, `-j 4`), its model_alone the step alone in a process confined the same way; randaug: every core,
+timm's RandAugment recipe (`--aa rand-m9-mstd0.5-inc1 --reprob 0.25 --mixup 0.2 --cutmix 1.0`). x_model_alone: img_s
+over the model alone of the same cores; cpus: the cores the run could use (its affinity). decode_limit
+(bench_gpu.py): the device's JPEG decoder alone on the same files. Plain Python: no torch import, a second or less."""
 
 import argparse
 import json
@@ -28,8 +35,10 @@ import os
 import re
 from pathlib import Path
 
-KEYS = {'timm': 'timm', 'cpu': 'timmdata_cpu', 'device': 'timmdata_device', 'store': 'timmdata_store'}
+KEYS = {'timm': 'timm', 'cpu': 'timmdata_cpu', 'device': 'timmdata_device', 'store': 'timmdata_store',
+        'decode_limit': 'decode_limit'}
 LOADERS = {'timm': 'timm', 'timmdata': 'timmdata', 'timmdata_device': 'timmdata-device', 'same_batch': 'same-batch'}
+VARIANTS = {'cores4': ('timm', 'timmdata', 'timmdata_device'), 'randaug': ('timm', 'timmdata', 'timmdata_device')}
 
 
 def _json(p: Path):
@@ -56,6 +65,27 @@ def _bench_from_log(log: Path) -> dict:
     return out
 
 
+def _figure(report: Path, model_alone) -> dict:
+    "One train.py run's figures from tools/timm_script.py's report (nulls where the run is missing or cut short)."
+    r = _json(report)
+    s = (r or {}).get('steady') or {}
+    cpu = s.get('cpu') or {}
+    img_s = s.get('img_s')
+    return {
+        'img_s': img_s,
+        'x_model_alone': img_s / model_alone if img_s and model_alone else None,
+        'gpu_busy': s.get('gpu_busy'),
+        'data_wait': s.get('data_wait_s'),
+        'data_wait_share': s.get('data_wait_share'),
+        'main_cores': cpu.get('main_process_cores'),
+        'main_thread_cores': cpu.get('main_thread_cores'),
+        'worker_cores': cpu.get('children_cores'),
+        'total_cores': cpu.get('total_cores'),
+        'cpus': cpu.get('usable_cpus'),
+        'exit': None if r is None else r.get('exit'),
+    }
+
+
 def summarise(w: Path) -> dict:
     bench = _json(w / 'bench_gpu.json') or {}
     pipes = bench.get('pipelines') or {}
@@ -72,20 +102,14 @@ def summarise(w: Path) -> dict:
     model = _json(w / 'model_alone.json') or {}
     train = {'model_alone': model.get('img_s'), 'model_alone_nosync': model.get('img_s_nosync')}
     for key, name in LOADERS.items():
-        r = _json(w / f'train_{name}.json')
-        s = (r or {}).get('steady') or {}
-        cpu = s.get('cpu') or {}
-        train[key] = {
-            'img_s': s.get('img_s'),
-            'gpu_busy': s.get('gpu_busy'),
-            'data_wait': s.get('data_wait_s'),
-            'data_wait_share': s.get('data_wait_share'),
-            'main_cores': cpu.get('main_process_cores'),
-            'main_thread_cores': cpu.get('main_thread_cores'),
-            'worker_cores': cpu.get('children_cores'),
-            'total_cores': cpu.get('total_cores'),
-            'exit': None if r is None else r.get('exit'),
-        }
+        train[key] = _figure(w / f'train_{name}.json', train['model_alone'])
+    cores4 = (_json(w / 'model_alone_cores4.json') or {}).get('img_s')
+    train['cores4'] = {'model_alone': cores4}
+    train['randaug'] = {}
+    for variant, keys in VARIANTS.items():
+        alone = cores4 if variant == 'cores4' else train['model_alone']
+        for key in keys:
+            train[variant][key] = _figure(w / f'train_{variant}_{LOADERS[key]}.json', alone)
     env = (w / 'env.txt').read_text() if (w / 'env.txt').is_file() else ''
     m = re.search(r'^\|\s+\d+\s+(NVIDIA [^|]*?)\s{2,}', env, re.M)
     name = model.get('device_name') or bench.get('device_name') or (m[1].strip() if m else None)

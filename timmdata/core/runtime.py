@@ -4,7 +4,7 @@
 
 # %% ../../nbs/core/02_runtime.ipynb #28c0d53e
 from __future__ import annotations
-import math, multiprocessing, os, sys
+import ast, math, multiprocessing, os, sys
 from contextlib import contextmanager
 from typing import Optional, Protocol, Sequence, runtime_checkable
 import numpy as np
@@ -13,9 +13,9 @@ import torch.distributed as dist
 
 # %% auto #0
 __all__ = ['SEED_MIX', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'to_device', 'rank_seed',
-           'default_start_method', 'interactive_session', 'fork_wanted', 'fork_unsafe', 'safe_start_method',
-           'interactive_start', 'fork_in_notebook', 'SetsEpoch', 'delegated', 'sets_epoch', 'pass_epoch',
-           'pass_loader_epoch']
+           'MainGuardError', 'unguarded_line', 'check_main_guard', 'default_start_method', 'interactive_session',
+           'fork_wanted', 'fork_unsafe', 'safe_start_method', 'interactive_start', 'fork_in_notebook', 'SetsEpoch',
+           'delegated', 'sets_epoch', 'pass_epoch', 'pass_loader_epoch']
 
 # %% ../../nbs/core/02_runtime.ipynb #cc278d7d
 def _refs(bufs: list, i: int) -> int:
@@ -134,6 +134,65 @@ def rank_seed(
         return seed
     return (int(torch.randint(2**62, ())) + default_rank() * SEED_MIX) % 2**63
 
+# %% ../../nbs/core/02_runtime.ipynb #0eb8d00f
+class MainGuardError(RuntimeError):
+    "Worker processes started by forkserver or spawn would run the script again: its loader is made outside `if __name__ == '__main__':`."
+
+
+def _guarded_lines(
+    path: str,  # the main script
+) -> Optional[list]:
+    "The (first, last) lines of each top-level `if __name__ == '__main__':` block of the script at `path`; None if it cannot be read."
+    try:
+        with open(path, encoding='utf-8') as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    out = []
+    for node in tree.body:
+        t = node.test if isinstance(node, ast.If) else None
+        if isinstance(t, ast.Compare) and len(t.comparators) == 1 and isinstance(t.ops[0], ast.Eq):
+            sides = [t.left, t.comparators[0]]
+            names = {s.id for s in sides if isinstance(s, ast.Name)}
+            texts = {s.value for s in sides if isinstance(s, ast.Constant)}
+            if names == {'__name__'} and texts == {'__main__'}:
+                out.append((node.lineno, node.end_lineno))
+    return out
+
+
+def unguarded_line() -> Optional[int]:
+    "The line of the main script, outside `if __name__ == '__main__':`, whose top-level code the current call comes from; None where it comes from under the guard, from no script (a notebook, `python -c`), or from code the script's import does not run."
+    main = sys.modules.get('__main__')
+    path = getattr(main, '__file__', None)
+    if path is None or interactive_session():
+        return None
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == '<module>'):
+        frame = frame.f_back
+    if frame is None:
+        return None  # from a thread, or a function the script's top level does not call
+    guarded = _guarded_lines(path)
+    if guarded is None or any(a <= frame.f_lineno <= b for a, b in guarded):
+        return None
+    return frame.f_lineno
+
+
+def check_main_guard(
+    kwargs: dict,  # DataLoader's keyword arguments, its start method chosen
+) -> dict:
+    "`kwargs`; `MainGuardError` where the workers would start by forkserver or spawn and the loader is made at the script's top level outside `if __name__ == '__main__':`."
+    ctx = kwargs.get('multiprocessing_context')
+    method = ctx if isinstance(ctx, str) else ctx.get_start_method() if ctx is not None else default_start_method()
+    line = None if method == 'fork' else unguarded_line()
+    if line is None:
+        return kwargs
+    why = f' ({_FORK_UNSAFE[os.getpid()]})' if os.getpid() in _FORK_UNSAFE else ''
+    script = os.path.basename(sys.modules['__main__'].__file__)
+    raise MainGuardError(
+        f"worker processes start by {method} here{why} and import {script} again: put its code from line {line} on "
+        f"under `if __name__ == '__main__':` (a main() called there), or pass num_workers=0"
+    )
+
 # %% ../../nbs/core/02_runtime.ipynb #29e674ef
 def default_start_method() -> str:
     "The start method worker processes get when none is given: the one set, else the platform's default (fixed by neither)."
@@ -180,16 +239,18 @@ def interactive_start(
     """`kwargs` with the start method the workers need where the caller set none: 'forkserver' where this process is
     `fork_unsafe` and would fork them (its modules preloaded by the server once); else 'fork' where `fork_wanted()`; else
     as given."""
-    if num_workers <= 0 or kwargs.get('multiprocessing_context') is not None:
+    if num_workers <= 0:
         return kwargs
+    if kwargs.get('multiprocessing_context') is not None:
+        return check_main_guard(kwargs)
     if os.getpid() in _FORK_UNSAFE and (fork_wanted() or default_start_method() == 'fork'):
         if 'forkserver' in multiprocessing.get_all_start_methods():
             ctx = multiprocessing.get_context('forkserver')
             ctx.set_forkserver_preload(['torch', 'timmdata.loader'])  # imported once by the server, not by each worker
-            return {**kwargs, 'multiprocessing_context': ctx}
-        return {**kwargs, 'multiprocessing_context': 'spawn'}
+            return check_main_guard({**kwargs, 'multiprocessing_context': ctx})
+        return check_main_guard({**kwargs, 'multiprocessing_context': 'spawn'})
     if not fork_wanted():
-        return kwargs
+        return check_main_guard(kwargs)
     return {**kwargs, 'multiprocessing_context': 'fork'}
 
 

@@ -10,7 +10,7 @@ from typing import Callable
 
 # %% auto #0
 __all__ = ['VARIABLES', 'CLOUD_PREFIXES', 'Variable', 'setting', 'raw_settings', 'set_environment', 'export_setting',
-           'WorkerEnvironment', 'worker_environment', 'apply_environment']
+           'WorkerEnvironment', 'worker_environment', 'apply_environment', 'debug_cause', 'short_traceback']
 
 # %% ../../nbs/core/03_settings.ipynb #5b3b5c2f
 _OFF = ('0', 'false', 'no', 'off')
@@ -298,3 +298,39 @@ def apply_environment(
     "In a worker process, before it reads anything: `environ.apply()` (a DataLoader `worker_init_fn`'s first step)."
     if environ is not None:
         environ.apply()
+
+# %% ../../nbs/core/03_settings.ipynb #adf5d3c2
+def debug_cause(
+    e: BaseException,  # the lower-level error a library error was raised for
+):
+    "What to raise a library error `from` where its message names the cause: `e` with `TIMMDATA_DEBUG=1` (its whole chain printed), else None (the message alone: `raise X from debug_cause(e)` is then `raise X from None`)."
+    return e if setting('TIMMDATA_DEBUG') else None
+
+# %% ../../nbs/core/03_settings.ipynb #867cf327
+def _said_in_its_message(
+    e: BaseException,  # an error leaving a public function
+) -> bool:
+    "Was `e` raised on purpose by timmdata with its cause in its message: of a timmdata class, raised `from None` (a cause named, not chained), or a path not found, by timmdata's code?"
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or not tb.tb_frame.f_globals.get('__name__', '').startswith('timmdata.'):
+        return False  # raised in torch, PIL, the user's transform...: its traceback says where
+    ours = type(e).__module__.startswith('timmdata.') or isinstance(e, (FileNotFoundError, NotADirectoryError))
+    return ours or (e.__suppress_context__ and e.__cause__ is None)
+
+
+def short_traceback(fn):
+    "A decorator for a public function: an error timmdata raised with its cause in its message leaves `fn` without the library's frames (the user's frames and the one line kept); `TIMMDATA_DEBUG=1` keeps them all."
+    import functools
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if setting('TIMMDATA_DEBUG') or not _said_in_its_message(e):
+                raise
+            raise e.with_traceback(None) from e.__cause__  # the frames from here up are the caller's
+
+    return call

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Optional
 
 # %% auto #0
-__all__ = ['MAX_JSON_BYTES', 'DIR_FDS', 'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPLE_BYTES', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH',
-           'MAX_PARTITIONS', 'UnsafeNameError', 'relative_name', 'inside', 'walk_tree', 'UnsafeFileError',
-           'create_exclusive', 'atomic_write', 'shared_folder', 'lock_holder', 'kept_folder', 'kept_folder_fd',
-           'FileTooLargeError', 'regular_fd', 'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count',
-           'check_info', 'ResumeStateError', 'state_error', 'check_fields', 'did_you_mean', 'choice_error',
-           'keywords_of', 'unknown_keyword', 'keyword_error', 'names_keywords']
+__all__ = ['MAX_JSON_BYTES', 'MAX_WALK_FOLDERS', 'MAX_WALK_FILES', 'MAX_FOLDER_PATHS', 'DIR_FDS', 'MAX_SAMPLES', 'MAX_CLASSES',
+           'MIN_SAMPLE_BYTES', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH', 'MAX_PARTITIONS', 'UnsafeNameError',
+           'relative_name', 'inside', 'FolderWalkError', 'walk_tree', 'UnsafeFileError', 'create_exclusive',
+           'atomic_write', 'shared_folder', 'lock_holder', 'kept_folder', 'kept_folder_fd', 'FileTooLargeError',
+           'regular_fd', 'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count', 'check_info',
+           'ResumeStateError', 'state_error', 'check_fields', 'missing_root', 'user_stacklevel', 'did_you_mean',
+           'choice_error', 'keywords_of', 'unknown_keyword', 'keyword_error', 'names_keywords']
 
 # %% ../../nbs/core/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -62,33 +63,124 @@ def inside(
     real, base = os.path.realpath(path), os.path.realpath(root)
     return real == base or real.startswith(os.path.join(base, ''))
 
+# %% ../../nbs/core/00_untrusted.ipynb #wd2d660
+MAX_WALK_FOLDERS = 1 << 21  # the most folders a walk visits (one reached by two paths counts twice): 2 million
+MAX_WALK_FILES = 1 << 27  # the most file names a walk lists: 134 million (ImageNet-21k holds 14 million)
+MAX_FOLDER_PATHS = 64  # the most paths through links by which a walk reaches one folder: more is links that fan out
+_SYSTEM = ('/proc', '/sys')  # the system's own trees: never a dataset, and endless to walk
+
+
+class FolderWalkError(OSError):
+    "A folder walk that would not end, or not in useful time: a link to a folder that holds it (a loop), to `/`, `/proc` or `/sys`, links that fan out, or more folders or files than a walk visits; the message names the link or folder and what to do."
+
+
+def _walk_error(root: str, what: str, why: str) -> FolderWalkError:
+    return FolderWalkError(errno.ELOOP, f'{root!r}: {what} {why}')  # names as repr() writes them: no control character
+
+
+def _link_refused(
+    root: str,  # the folder walked
+    rel: str,  # the link, relative to root
+    path: str,  # the link's path
+    key: tuple,  # (st_dev, st_ino) of the folder it leads to
+    holders: frozenset,  # (st_dev, st_ino) of the folders that hold the link: its path from the root, and above the root
+) -> Optional[FolderWalkError]:
+    "The error for a link to a folder that a walk must not enter, or None."
+    if key in holders:
+        return _walk_error(
+            root,
+            f'the link {rel!r}',
+            f'leads to {os.path.realpath(path)!r}, a folder that holds the link itself (`..`, the root or a folder '
+            f'above it: a loop, which a walk goes round without end): remove the link, or point it at the folder it '
+            f'stands for',
+        )
+    real = os.path.realpath(path)
+    if any(real == s or real.startswith(s + '/') for s in _SYSTEM):
+        return _walk_error(
+            root,
+            f'the link {rel!r}',
+            f'leads to {real!r}, the system\'s own files, not a dataset\'s: remove the link',
+        )
+    return None
+
+
+def _holders(
+    root: str,  # the folder walked
+) -> frozenset:
+    "(st_dev, st_ino) of the folders above `root`, every link resolved, up to `/`: a link to one of them holds the root."
+    out, d = set(), os.path.realpath(root)
+    while True:
+        d = os.path.dirname(d)
+        try:
+            st = os.stat(d)
+        except OSError:
+            break
+        out.add((st.st_dev, st.st_ino))
+        if d == os.path.dirname(d):
+            break
+    return frozenset(out)
+
 
 def walk_tree(
     root: str,  # the folder to walk
     follow_links: bool = True,  # follow every link (timm's walk); False: links that lead out of `root` are returned, not followed
 ) -> tuple:
-    "`([(folder relative to root, [subfolder names], [file names])], [(link, target)] out of root)` in `os.walk(topdown=False, followlinks=True)`'s order, except that a folder met again inside itself (a loop) is not entered."
+    """`([(folder relative to root, [subfolder names], [file names])], [(link, target)] out of root)` in
+    `os.walk(topdown=False, followlinks=True)`'s order (a folder reached by two paths listed under both, as timm lists
+    it). A walk that would not end is a `FolderWalkError` naming the link or folder: a link to a folder that holds it
+    (a loop), to `/`, `/proc` or `/sys`; a folder reached by more than `MAX_FOLDER_PATHS` paths through links; more
+    than `MAX_WALK_FOLDERS` folders or `MAX_WALK_FILES` files."""
     real_root, out, outside = os.path.realpath(root), [], []
-    stack = [(root, '', frozenset())]  # (path, relative name, the folders it is inside) or a finished row to list
+    above_root, paths, folders, files_n = _holders(root), {}, 0, 0
+    stack = [(root, '', above_root, False)]  # (path, relative name, the folders that hold it, reached by a link)
     while stack:
         item = stack.pop()
-        if len(item) == 3 and isinstance(item[2], list):
+        if len(item) == 3:
             out.append(item)  # its subfolders are listed: now the folder, as os.walk(topdown=False) does
             continue
-        d, rd, above = item
+        d, rd, above, link = item
         try:
             st = os.stat(d)
-            if (st.st_dev, st.st_ino) in above:
-                continue  # a loop: this folder holds the link that leads back to it
+        except OSError:
+            continue  # unreadable: skipped, as os.walk does
+        key = (st.st_dev, st.st_ino)
+        if link and (err := _link_refused(root, rd, d, key, above)) is not None:
+            raise err
+        if key in above:  # met again inside itself: a link on its path leads back above it
+            raise _walk_error(
+                root,
+                f'the folder {rd!r}',
+                f'({os.path.realpath(d)!r}) is inside itself: a link on that path leads back to a folder that holds '
+                f'it (a loop, which a walk goes round without end): remove that link',
+            )
+        paths[key] = paths.get(key, 0) + 1
+        folders += 1
+        if paths[key] > MAX_FOLDER_PATHS:
+            raise _walk_error(
+                root,
+                f'the folder {rd!r}',
+                f'({os.path.realpath(d)!r}) is reached by more than {MAX_FOLDER_PATHS} paths through links (links '
+                f'that fan out: each path is walked and listed, as timm does, and their number grows with each '
+                f'level): remove the extra links',
+            )
+        if folders > MAX_WALK_FOLDERS:
+            raise _walk_error(
+                root,
+                'the walk',
+                f'visited more than {MAX_WALK_FOLDERS:,} folders (timmdata.core.untrusted.MAX_WALK_FOLDERS; links '
+                f'that fan out, or not one dataset): point timmdata at the dataset\'s own folder',
+            )
+        try:
             with os.scandir(d) as it:
                 entries = list(it)
         except OSError:
             continue  # unreadable: skipped, as os.walk does
-        above = above | {(st.st_dev, st.st_ino)}
+        above = above | {key}
         dirs, files, sub = [], [], []
         for e in entries:
             rel = os.path.join(rd, e.name)
-            if not follow_links and e.is_symlink():
+            is_link = e.is_symlink()
+            if not follow_links and is_link:
                 real = os.path.realpath(e.path)
                 if not inside(real, real_root):
                     outside.append((rel, real))
@@ -99,9 +191,17 @@ def walk_tree(
                 is_dir = False
             if is_dir:
                 dirs.append(e.name)
-                sub.append((e.path, rel, above))
+                sub.append((e.path, rel, above, is_link))
             else:
                 files.append(e.name)
+        files_n += len(files)
+        if files_n > MAX_WALK_FILES:
+            raise _walk_error(
+                root,
+                'the walk',
+                f'listed more than {MAX_WALK_FILES:,} files (timmdata.core.untrusted.MAX_WALK_FILES; links that '
+                f'fan out, or not one dataset): point timmdata at the dataset\'s own folder',
+            )
         stack.append((rd, dirs, files))
         stack.extend(reversed(sub))  # the first subfolder is walked first
     return out, outside
@@ -471,6 +571,32 @@ def check_fields(
         if not isinstance(sd[k], bool):
             raise state_error(k, sd[k], 'True or False', what)
     return sd
+
+# %% ../../nbs/core/00_untrusted.ipynb #f3dd42aa
+_URL = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]+://')  # 'http://', 's3://' (not a drive letter 'C:')
+
+
+def missing_root(
+    root,  # the dataset root that is not there
+) -> FileNotFoundError:
+    "The error for a dataset root that does not exist; for a URL, which readers take one and how to call them."
+    root = os.fspath(root)
+    if _URL.match(root):
+        return FileNotFoundError(
+            f"dataset root {root!r} is a URL, not a folder: read shards there with create_dataset('wds/NAME', "
+            f"root={root!r}), Parquet files with 'parquet/NAME' (a mix takes the dataset it returns)"
+        )
+    return FileNotFoundError(f'dataset root {root!r} does not exist')
+
+# %% ../../nbs/core/00_untrusted.ipynb #08de3eca
+def user_stacklevel() -> int:
+    "The `stacklevel` for `warnings.warn` called by the caller of this function that names the first frame outside timmdata and torch (the user's line: a loader's reads run under torch's DataLoader)."
+    import sys
+
+    level, frame = 1, sys._getframe(1)  # 1: the function calling warnings.warn
+    while frame is not None and frame.f_globals.get('__name__', '').startswith(('timmdata.', 'torch.')):
+        level, frame = level + 1, frame.f_back
+    return level
 
 # %% ../../nbs/core/00_untrusted.ipynb #9193b678
 def did_you_mean(

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/engine/30_feeder.ipynb #f2876215
 from __future__ import annotations
-import inspect, sys, weakref
+import inspect, sys, threading, weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections import deque
 from contextlib import contextmanager
@@ -21,9 +21,9 @@ from timmdata.core.torch_compat import (
 )
 
 # %% auto #0
-__all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'ThreadLane', 'cuda_rng_seeded', 'Marks', 'BatchStep',
-           'ResumesBatches', 'worker_died', 'is_cuda_init_error', 'weak_method', 'DeviceFeeder', 'PrefetchStep',
-           'takes_step_options']
+__all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'CudaCalls', 'FakeCuda', 'ThreadLane', 'cuda_rng_seeded',
+           'Marks', 'BatchStep', 'ResumesBatches', 'worker_died', 'is_cuda_init_error', 'weak_method', 'DeviceFeeder',
+           'PrefetchStep', 'takes_step_options']
 
 # %% ../../nbs/engine/30_feeder.ipynb #953faaab
 def tensors(
@@ -123,6 +123,124 @@ def _settle(
             f.exception()  # waits; an error of a batch nobody will take is dropped
     pending.clear()
 
+# %% ../../nbs/engine/30_feeder.ipynb #c0dac412
+class CudaCalls:
+    "The CUDA calls of a lane: its streams, events, the hand-over's wait and the copies to the device (`FakeCuda` records the same calls on a CPU)."
+
+    def __init__(
+        self,
+        device: torch.device,  # the CUDA device
+    ):
+        self.device = device
+
+    def stream(
+        self,
+        name: str,  # what runs on it (a stage's name): unused on CUDA, the fake's record names it
+    ):
+        return torch.cuda.Stream(device=self.device)
+
+    def event(self):
+        return torch.cuda.Event()
+
+    def on(
+        self,
+        stream,  # a stream from `stream()`
+    ):
+        "Within: `stream` is the current one (the lane's thread is on the lane's device)."
+        return _on_cuda(self.device, stream)
+
+    def consumer(self):
+        "The stream of the calling thread (the consumer's, at a hand-over)."
+        return torch.cuda.current_stream(self.device)
+
+    def keep(
+        self,
+        t: torch.Tensor,  # a tensor made on another stream
+        stream,  # the stream that uses it next
+    ):
+        "`t`'s memory is not handed out again before `stream`'s work queued so far has run (`record_stream`)."
+        if t.is_cuda:
+            t.record_stream(stream)
+
+    def copy_in(
+        self,
+        t: torch.Tensor,  # a host tensor, page-locked (pinned) for an asynchronous copy
+    ) -> torch.Tensor:
+        "`t` on the device: one copy queued on the current stream."
+        return t.to(self.device, non_blocking=True)
+
+
+@contextmanager
+def _on_cuda(device: torch.device, stream):
+    with torch.cuda.device(device), torch.cuda.stream(stream):
+        yield
+
+# %% ../../nbs/engine/30_feeder.ipynb #c0dac413
+class FakeCuda:
+    """`CudaCalls` without CUDA: streams and events that only record, in `calls`, what a GPU would be asked and in
+    which order: `('on', stream)`, `('record', stream, event)`, `('wait_event', stream, event)`, `('wait_stream',
+    stream, other)`, `('synchronize', stream)`, `('keep', stream)`, `('copy_in', stream, bytes)`. Events are numbered
+    in the order they are made; the consumer's stream is `'consumer'`. The tensors stay where they are."""
+
+    def __init__(self):
+        self.calls, self._events = [], 0
+        self._current = threading.local()
+
+    class Stream:
+        def __init__(self, name: str, log: list):
+            self.name, self._log = name, log
+
+        def wait_event(self, event):
+            self._log.append(('wait_event', self.name, event.n))
+
+        def wait_stream(self, other):
+            self._log.append(('wait_stream', self.name, other.name))
+
+        def synchronize(self):
+            self._log.append(('synchronize', self.name))
+
+    class Event:
+        def __init__(self, n: int, log: list):
+            self.n, self._log = n, log
+
+        def record(self, stream):
+            self._log.append(('record', stream.name, self.n))
+
+        def synchronize(self):
+            self._log.append(('event_synchronize', self.n))
+
+    def stream(self, name: str):
+        return FakeCuda.Stream(name, self.calls)
+
+    def event(self):
+        self._events += 1
+        return FakeCuda.Event(self._events, self.calls)
+
+    @contextmanager
+    def on(self, stream):
+        self.calls.append(('on', stream.name))
+        before = getattr(self._current, 'stream', None)
+        self._current.stream = stream
+        try:
+            yield
+        finally:
+            self._current.stream = before
+
+    def current(self):
+        "The stream `on` made current in this thread (None outside)."
+        return getattr(self._current, 'stream', None)
+
+    def consumer(self):
+        return self.current() or FakeCuda.Stream('consumer', self.calls)
+
+    def keep(self, t: torch.Tensor, stream):
+        self.calls.append(('keep', stream.name))
+
+    def copy_in(self, t: torch.Tensor) -> torch.Tensor:
+        s = self.current()
+        self.calls.append(('copy_in', None if s is None else s.name, t.numel() * t.element_size()))
+        return t
+
 # %% ../../nbs/engine/30_feeder.ipynb #2266cb24
 class ThreadLane:
     """A step run in a thread of its own, ahead of the consumer (the device decode's: a decoder's wait for its own
@@ -130,15 +248,29 @@ class ThreadLane:
     a stream of its own and the hand-over is an event, as on `CudaLane`; on the CPU the thread alone (nothing to wait
     for). Steps run one at a time, in order. The thread's stream does not wait for the consumer's: what the step writes
     is new memory from its own stream's pool, and a handed-over batch's memory goes back to that pool only when the
-    consumer's work on it is done (`record_stream`), so the next step may start at once."""
+    consumer's work on it is done (`record_stream`), so the next step may start at once.
+
+    A step in `stages` (its feed a generator that yields after each stage what the next one reads) runs as a pipeline:
+    each stage on a stream of its own, each batch one stage further at each turn, the newest batch first (batch k+1's
+    decode is queued before batch k's resize waits for batch k's decode), every hand-over from one stage to the next,
+    and to the consumer, a wait on the event recorded after the stage, never on a whole stream. `calls` makes the CUDA
+    calls (`CudaCalls`; a `FakeCuda` records them on a CPU; None on the CPU: the stages run in turn, nothing to wait for)."""
 
     def __init__(
         self,
         device: torch.device,  # the device the step runs on
         cpu_threads: Optional[int] = None,  # unused here: every lane takes the same arguments
+        stages: tuple = (),  # the step's stages, in order (`PrefetchStep.stages`); () for a step in one piece
     ):
-        self.device, self.stream, self._pool = device, None, None
-        self.cuda = device.type == 'cuda'
+        self.device, self.stream, self._pool, self.stages = device, None, None, tuple(stages)
+        self.calls = CudaCalls(device) if device.type == 'cuda' else None
+        self.streams = {}  # a stream per stage, made with the first batch
+        self._flight = deque()  # the batches in the pipeline: [stage generator, next stage, its event, carried, mark]
+        self._taken_all = False
+
+    @property
+    def cuda(self) -> bool:
+        return self.calls is not None
 
     def prepare(
         self,
@@ -150,12 +282,13 @@ class ThreadLane:
         return self._start().submit(self._run, step, batch, mark), None
 
     def _start(self) -> ThreadPoolExecutor:
-        "The lane's thread (and, on CUDA, its stream), made at the first batch."
+        "The lane's thread (and its streams), made at the first batch."
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix='timmdata-step')
             weakref.finalize(self, self._pool.shutdown, wait=False)  # the thread ends with the lane
         if self.cuda and self.stream is None:
-            self.stream = torch.cuda.Stream(device=self.device)
+            self.streams = {s: self.calls.stream(s) for s in self.stages}
+            self.stream = self.streams[self.stages[-1]] if self.stages else self.calls.stream('step')  # the output's
         return self._pool
 
     def batches(
@@ -170,9 +303,12 @@ class ThreadLane:
         """Yields (output, mark) of each kept batch: taken from `it` and stepped in the lane's thread, so the consumer
         waits only for a batch already made, never for a worker's next one. Returns the last mark seen (skipped too)."""
         pool, end, seen = self._start(), [False], None
+        self._flight.clear()  # a pass stopped early left its batches here
+        self._taken_all = False
+        take = self._turn if self.stages else self._take
         while True:
             while not end[0] and len(pending) <= ahead:
-                pending.append(pool.submit(self._take, step, it, marks, skip, end))
+                pending.append(pool.submit(take, step, it, marks, skip, end))
             if not pending:
                 return seen
             kept, out, ready, m, s = pending.popleft().result()
@@ -181,28 +317,87 @@ class ThreadLane:
                 yield self._hand(out, ready), m
                 del out
 
-    def _take(self, step: Callable, it, marks, skip: Callable, end: list) -> tuple:
-        "In the lane's thread: (kept, output, ready event, mark, last mark seen) of the loader's next kept batch."
+    def _next_kept(self, it, marks, skip: Callable) -> tuple:
+        "In the lane's thread: (the loader's next kept batch or None at the end, its mark, the last mark seen)."
         seen = None
-        while not end[0]:
+        while True:
             try:
                 b = next(it)
             except StopIteration:
-                end[0] = True  # the futures queued behind this one return at once
-                break
+                return None, None, seen
             seen = m = marks.mark()
             if not skip(b):
-                return (True, *self._run(step, b, m), m, seen)
-        return False, None, None, None, seen
+                return b, m, seen
+
+    def _take(self, step: Callable, it, marks, skip: Callable, end: list) -> tuple:
+        "In the lane's thread: (kept, output, ready event, mark, last mark seen) of the loader's next kept batch."
+        if end[0]:
+            return False, None, None, None, None
+        b, m, seen = self._next_kept(it, marks, skip)
+        if b is None:
+            end[0] = True  # the futures queued behind this one return at once
+            return False, None, None, None, seen
+        return (True, *self._run(step, b, m), m, seen)
 
     def _run(self, step: Callable, batch, mark) -> tuple:
         if not self.cuda:
             return step(batch, mark), None
-        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+        with self.calls.on(self.stream):
             out = step(batch, mark)
-            ready = torch.cuda.Event()
+            ready = self.calls.event()
             ready.record(self.stream)
         return out, ready
+
+    def _turn(self, step: Callable, it, marks, skip: Callable, end: list) -> tuple:
+        """In the lane's thread, a staged step's turn: the loader's next kept batch enters the first stage, then each
+        batch in flight goes one stage further, the newest first; (kept, output, ready event, mark, last mark seen) of
+        the batch that left the last stage (kept False while the pipeline fills)."""
+        seen, done = None, None
+        if end[0]:
+            return False, None, None, None, None
+        if not self._taken_all:
+            b, m, seen = self._next_kept(it, marks, skip)
+            if b is None:
+                self._taken_all = True
+            else:
+                self._flight.appendleft([step(b, m, self.calls), 0, None, None, m])
+        for entry in list(self._flight):  # the newest first
+            if self._advance(entry):
+                done = entry
+        if done is not None:
+            self._flight.remove(done)
+        elif self._taken_all and not self._flight:
+            end[0] = True  # the futures queued behind this one return at once
+        if done is None:
+            return False, None, None, None, seen
+        return True, done[3], done[2], done[4], seen
+
+    def _advance(self, entry: list) -> bool:
+        "One batch's next stage: its stream waits for the stage before's event, runs it, records its own; True after the last."
+        gen, k = entry[0], entry[1]
+        if not self.cuda:
+            try:
+                entry[3] = next(gen)
+            except StopIteration as r:
+                entry[3] = r.value
+                return True
+            entry[1] = k + 1
+            return False
+        stream = self.streams[self.stages[k]]
+        if entry[2] is not None:
+            stream.wait_event(entry[2])  # the stage before, this batch's: not the whole stream
+            for t in tensors(entry[3]):
+                self.calls.keep(t, stream)  # read here: its memory stays the stage before's until this one has run
+        with self.calls.on(stream):
+            try:
+                entry[3] = next(gen)  # what the next stage reads
+                last = False
+            except StopIteration as r:
+                entry[3], last = r.value, True
+            entry[2] = self.calls.event()
+            entry[2].record(stream)
+        entry[1] = k + 1
+        return last
 
     def hand_over(
         self,
@@ -216,11 +411,10 @@ class ThreadLane:
         "`out` to the consumer: its stream waits for the step's event; the memory is kept until the consumer's work on it is done."
         if ready is None:
             return out
-        consumer = torch.cuda.current_stream(self.device)
+        consumer = self.calls.consumer()
         consumer.wait_event(ready)
         for t in tensors(out):
-            if t.is_cuda:
-                t.record_stream(consumer)
+            self.calls.keep(t, consumer)
         return out
 
 
@@ -330,13 +524,14 @@ class DeviceFeeder:
         collate: Optional[BatchCollate] = None,  # takes back the batch memory of stopped workers (e.g. a BatchRing)
         cpu_threads: Optional[int] = None,  # torch threads for the step on the CPU (None: torch's setting)
         threaded: bool = False,  # run the step in a thread of its own (`ThreadLane`) instead of the consumer's
+        stages: tuple = (),  # a threaded step's stages (`PrefetchStep.stages`): `step(batch, mark, calls)` a generator
     ):
         if device.type not in LANES:
             raise ValueError(f"device type {device.type!r} has no lane; one of {', '.join(map(repr, LANES))}")
         self.loader, self.step, self.device, self.collate = loader, step, device, collate
         self.ahead = (1 if device.type == 'cuda' else 0) if ahead is None else ahead
         self.skip, self.marks = skip or (lambda b: False), marks or Marks()
-        self.lane = (ThreadLane if threaded else LANES[device.type])(device, cpu_threads)
+        self.lane = ThreadLane(device, cpu_threads, stages) if threaded else LANES[device.type](device, cpu_threads)
         self.last = None  # the mark of the batch handed out last (None: none this pass)
         self.running = 0  # iterations under way
 
@@ -439,6 +634,9 @@ class PrefetchStep(Protocol):
     ahead: Optional[int]  # batches prepared ahead of the one handed out (None: 1 on a GPU, 0 on the CPU)
     collate: Optional[BatchCollate]  # takes back the batch memory of stopped workers (None: nothing to take back)
     own_thread: bool  # run in a thread of its own, ahead of the consumer (`ThreadLane`), not in the consumer's
+    stages: (
+        tuple  # () or, for a step in its own thread, its stages' names: `staged(batch, key, calls)` yields after each
+    )
 
     def feed(
         self,

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #404c2057
 from __future__ import annotations
-import inspect, math, random
+import inspect, io, math, random
 from typing import Callable, Optional, Union
 import numpy as np
 import torch
@@ -35,6 +35,7 @@ from ..mixup import Mixup
 from ..auto_augment import RandAugment, create_auto_augment, parse_auto_augment
 from .collate import new_uint8
 from .prefetch import BatchOps, PrefetchLoader
+from .feeder import CudaCalls
 from ..core.runtime import resolve_device, to_device
 from timmdata.config import (
     GLOBAL_DRAWS,
@@ -57,9 +58,9 @@ from timmdata.engine.resume import (
 
 # %% auto #0
 __all__ = ['SPLIT', 'exif_orientation', 'jpeg_device_kind', 'jpeg_progressive', 'DeviceDecodeTransform', 'packed_bytes',
-           'device_decode_collate', 'decode_jpegs', 'rows_on', 'crop_resize_batch', 'flip_batch_', 'decode_batch',
-           'DeviceDecodeStep', 'refuse_off_default', 'check_device_modes', 'device_rand_augment',
-           'create_device_decode_loader']
+           'device_decode_collate', 'decode_jpegs', 'rows_on', 'crop_resize_batch', 'flip_batch_', 'bitstreams',
+           'decode_stage', 'resize_stage', 'decode_batch', 'reads_device_bitstreams', 'DeviceDecodeStep',
+           'refuse_off_default', 'check_device_modes', 'device_rand_augment', 'create_device_decode_loader']
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #a22d4db9
 _INTERPS = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)  # the device resize: Pillow's antialiased filters
@@ -354,6 +355,61 @@ def flip_batch_(
     return x
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #417a7a22
+def bitstreams(
+    packed: dict,  # a `device_decode_collate` batch
+    device: torch.device,  # where the decoder runs
+    calls=None,  # the lane's CUDA calls (`CudaCalls`, or a `FakeCuda`); None: no copy to a device
+    on_device: bool = True,  # the decoder reads bitstreams in device memory (else it reads the page-locked host buffer)
+) -> list:
+    """The batch's JPEG bitstreams as views of one buffer: the batch's bytes, end to end, page-locked (pinned) on a GPU
+    and copied to the device in one copy where the decoder reads device memory (`on_device`), never a copy per image."""
+    data, off = packed['data'], packed['offsets'].tolist()
+    if calls is not None:
+        if device.type == 'cuda' and not data.is_pinned():
+            data = data.pin_memory()  # one host copy of the batch's bytes: the device copy is then asynchronous
+        if on_device:
+            data = calls.copy_in(data)  # one copy to the device for the whole batch
+    return [data[off[i] : off[i + 1]] for i in range(len(off) - 1)]
+
+
+def decode_stage(
+    packed: dict,  # a `device_decode_collate` batch
+    device: torch.device,  # where to decode
+    calls=None,  # the lane's CUDA calls, its decode stream current (None: the CPU, or the current stream idled first)
+    on_device: bool = True,  # the decoder takes bitstreams in device memory (`bitstreams`)
+) -> tuple:
+    "The decode stage: ([uint8 CHW image on `device`] per JPEG row, the JPEG rows the CPU decoded)."
+    srcs = bitstreams(packed, device, calls, on_device)
+    if srcs and device.type == 'cuda':
+        # nvJPEG's hardware engine writes its outputs before the work queued on its stream has run, into blocks the
+        # caching allocator may hand out while queued kernels still use them (NaNs, wrong targets: TorchCodec's pull
+        # request 1634). So it runs on a stream with nothing queued: the lane's decode stream, which holds only the
+        # bitstreams' copy and the decoder's own work, waited for here; each decoded image is then kept for the
+        # resize stage's stream (the lane's `keep`), so that its memory goes back to the decoder only once the
+        # resize that reads it has run
+        (calls.consumer() if calls is not None else torch.cuda.current_stream(device)).synchronize()
+    return decode_jpegs(srcs, device)
+
+
+def resize_stage(
+    packed: dict,  # a `device_decode_collate` batch
+    imgs: list,  # the decode stage's images, one per JPEG row
+    size: tuple,  # output (h, w)
+    device: torch.device,  # where to resize
+    channels: int = 3,  # output channels (3: RGB)
+) -> torch.Tensor:
+    "The resize stage: the uint8 (N, C, h, w) batch, every box cropped, resized and flipped; the workers' rows put in."
+    plans, pix_rows = packed['plans'], packed['pixel_rows'].tolist()
+    n = len(plans)
+    out = torch.empty((n, channels, *size), dtype=torch.uint8, device=device)
+    jpeg_rows = sorted(set(range(n)) - set(pix_rows))
+    if jpeg_rows:  # every box resized and flipped in a few batched calls, the taps made there (`crop_resize_flip`)
+        crop_resize_flip(imgs, plans[jpeg_rows], out, jpeg_rows)
+    if pix_rows:  # decoded, resized and flipped in the workers
+        out.index_copy_(0, rows_on(device, pix_rows), to_device(packed['pixels'], device))
+    return out
+
+
 def decode_batch(
     packed: dict,  # a `device_decode_collate` batch
     size: tuple,  # output (h, w)
@@ -361,37 +417,44 @@ def decode_batch(
     channels: int = 3,  # output channels (3: RGB)
     decode_stream=None,  # CUDA: a stream that runs nothing but this decoder (None: the current stream, idled first)
 ) -> tuple:
-    "(uint8 (N, C, h, w) batch on `device`, decoded, cropped, resized and flipped; rows the CPU decoded)."
-    plans, off, pix_rows = packed['plans'], packed['offsets'].tolist(), packed['pixel_rows'].tolist()
-    n = len(plans)
-    out = torch.empty((n, channels, *size), dtype=torch.uint8, device=device)
-    jpeg_rows = sorted(set(range(n)) - set(pix_rows))
-    srcs = [packed['data'][off[i] : off[i + 1]] for i in range(len(off) - 1)]
-    if srcs and device.type == 'cuda':
-        # nvJPEG's hardware engine writes its outputs before the work queued on its stream has run, into blocks the
-        # caching allocator may hand out while queued kernels still use them (NaNs, wrong targets: TorchCodec's pull
-        # request 1634). So it runs on a stream with nothing queued: `decode_stream`, which holds only the decoder's
-        # own work (waited for), each decoded image marked as used by the current stream (`record_stream`), so that
-        # its memory goes back to the decoder only once the resize that reads it has run; else the current stream,
-        # left idle first (a host wait)
+    "(uint8 (N, C, h, w) batch on `device`, decoded, cropped, resized and flipped; rows the CPU decoded): both stages in turn."
+    pix_rows = packed['pixel_rows'].tolist()
+    jpeg_rows = sorted(set(range(len(packed['plans']))) - set(pix_rows))
+    if device.type == 'cuda' and decode_stream is not None:
+        calls = CudaCalls(device)
+        with calls.on(decode_stream):
+            imgs, slow = decode_stage(packed, device, calls, on_device=False)
         cur = torch.cuda.current_stream(device)
-        if decode_stream is None:
-            cur.synchronize()
-            imgs, slow = decode_jpegs(srcs, device)
-        else:
-            decode_stream.synchronize()  # nothing of its own left queued (the decoder waits for its work anyway)
-            with torch.cuda.stream(decode_stream):
-                imgs, slow = decode_jpegs(srcs, device)
-            cur.wait_stream(decode_stream)
-            for im in imgs:
-                im.record_stream(cur)
+        cur.wait_stream(decode_stream)
+        for im in imgs:
+            im.record_stream(cur)
     else:
-        imgs, slow = decode_jpegs(srcs, device)
-    if jpeg_rows:  # every box resized and flipped in a few batched calls, the taps made there (`crop_resize_flip`)
-        crop_resize_flip(imgs, plans[jpeg_rows], out, jpeg_rows)
-    if pix_rows:  # decoded, resized and flipped in the workers
-        out.index_copy_(0, rows_on(device, pix_rows), to_device(packed['pixels'], device))
-    return out, pix_rows + [jpeg_rows[i] for i in slow]
+        imgs, slow = decode_stage(packed, device)
+    return resize_stage(packed, imgs, size, device, channels), pix_rows + [jpeg_rows[i] for i in slow]
+
+# %% ../../nbs/engine/36_gpu_decode.ipynb #b17d0e01
+_READS_DEVICE = {}  # device -> whether TorchCodec's decoder takes bitstreams in that device's memory
+
+
+def reads_device_bitstreams(
+    device: torch.device,  # a CUDA device (any other: True, nothing to copy)
+) -> bool:
+    """Whether the JPEG decoder takes its bitstreams in `device`'s memory (asked once with a tiny JPEG): then a batch's
+    bytes go to the device in one copy; else the decoder reads them from the batch's page-locked host buffer."""
+    if device.type != 'cuda':
+        return True
+    if device not in _READS_DEVICE:
+        dec, ok = torchcodec_jpeg(), False
+        if dec is not None:
+            buf = io.BytesIO()
+            Image.new('RGB', (16, 16), (90, 120, 150)).save(buf, 'JPEG')
+            try:
+                src = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8).to(device)
+                ok = len(dec([src], mode='RGB', device=device)) == 1
+            except Exception:  # noqa: BLE001 (whatever the decoder raises on device memory, the answer is no)
+                ok = False
+        _READS_DEVICE[device] = ok
+    return _READS_DEVICE[device]
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #733a29a0
 _STEP, _MIX = 0xDEC0, 0xDEC1  # tags of a batch's seeds: the batch step's generator (jitter, erasing), the mixer's draws
@@ -402,7 +465,9 @@ class DeviceDecodeStep:
 
     devices = BatchOps.devices
     cpu_threads, collate = None, None  # for `PrefetchLoader`: torch's threads on the CPU; no batch memory to take back
-    # a thread of its own (`ThreadLane`), with a CUDA stream of its own on a GPU: the decoder's waits (`decode_batch`)
+    # its stages, each on a stream of its own on a GPU, overlapping across batches (`ThreadLane`'s pipeline)
+    stages = ('decode', 'resize', 'ops')
+    # a thread of its own (`ThreadLane`): the decoder's waits (`decode_stage`)
     # block that thread, never the training step
     own_thread = True
 
@@ -426,7 +491,7 @@ class DeviceDecodeStep:
         self.samples = 0
         self.split = [0] * len(SPLIT)  # samples by where they were decoded (`SPLIT`)
         self.stats = None  # the loader's `LoaderStats`, where the split is shown (`info['decode']`); set by the loader
-        self._decode_stream = None  # CUDA: the decoder's own stream (`decode_batch`)
+        self.bitstreams_on_device = None  # the decoder reads device memory (one copy a batch); None: not asked yet
 
     @property
     def ahead(self) -> int:
@@ -448,15 +513,40 @@ class DeviceDecodeStep:
         batch,  # a `(packed, targets)` batch from `device_decode_collate`
         key: Optional[int] = None,  # the batch's key from the loader's plan; None: the draws go on from the generator
     ) -> tuple:
-        "One batch's device work: (float batch, targets); its random draws seeded from the batch's `key`."
+        "One batch's device work: (float batch, targets); its random draws seeded from the batch's `key`; the stages in turn."
+        gen = self.staged(batch, key)
+        while True:
+            try:
+                next(gen)
+            except StopIteration as r:
+                return r.value
+
+    def staged(
+        self,
+        batch,  # a `(packed, targets)` batch from `device_decode_collate`
+        key: Optional[int] = None,  # the batch's key from the loader's plan; None: the draws go on from the generator
+        calls=None,  # the lane's CUDA calls (`CudaCalls`, a `FakeCuda`), each stage's stream current; None: in turn
+    ):
+        """`feed` as `stages`: a generator that yields after the decode stage (the decoded images) and the resize stage
+        (the uint8 batch, RandAugment applied), and returns (float batch, targets) after the batch ops."""
         (packed, y), ops = batch, self.ops
-        if self._decode_stream is None and self.device.type == 'cuda':
-            self._decode_stream = torch.cuda.Stream(device=self.device)
-        x, slow = decode_batch(packed, self.size, self.device, ops.channels, self._decode_stream)
+        if self.bitstreams_on_device is None:
+            self.bitstreams_on_device = calls is None or reads_device_bitstreams(self.device)
+            if self.stats is not None:
+                where = 'one copy to the device' if self.bitstreams_on_device else 'the page-locked host buffer'
+                self.stats.info.setdefault('decode', {})['bitstreams'] = where
+        imgs, slow = decode_stage(packed, self.device, calls, self.bitstreams_on_device)
+        yield imgs
+        x = resize_stage(packed, imgs, self.size, self.device, ops.channels)
+        del imgs
         if (
             'augs' in packed
         ):  # RandAugment, drawn in the workers, on the uint8 batch (timm: after the crop, before normalising)
             x = augment_batch(x, packed['augs'], self.aug_fill)
+        yield x
+        pix_rows = packed['pixel_rows'].tolist()
+        jpeg_rows = sorted(set(range(len(packed['plans']))) - set(pix_rows))
+        slow = pix_rows + [jpeg_rows[i] for i in slow]
         kinds = torch.bincount(packed['kinds'].long(), minlength=len(SPLIT)).tolist()
         refused = len(slow) - len(packed['pixel_rows'])  # `slow`: the worker's rows, then those the device refused
         kinds[0], kinds[-1] = kinds[0] - refused, kinds[-1] + refused

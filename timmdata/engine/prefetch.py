@@ -241,6 +241,7 @@ class BatchOps:
     # pageable memory (timm's train.py does not pin) and the release of the worker's shared batch memory then hold that
     # thread, not the training loop; on the CPU it runs in the consumer's thread
     own_thread = property(lambda self: self.is_cuda)
+    stages = ()  # in one piece (`PrefetchStep.stages`)
 
     def __init__(
         self,
@@ -447,6 +448,7 @@ class PrefetchLoader:
         self.feeder = DeviceFeeder(
             loader, weak_method(self._feed), step.device, step.ahead, skip=step.empty, collate=step.collate,
             marks=loader.marks() if self.resumes else Marks(), cpu_threads=step.cpu_threads, threaded=step.own_thread,
+            stages=step.stages,
         )  # fmt: skip
 
     def __getattr__(self, name: str):
@@ -456,14 +458,30 @@ class PrefetchLoader:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(step, name)
 
-    def _feed(self, batch, mark) -> tuple:
-        "What the feeder runs per batch: the step, its draws keyed by the batch (over a loader that resumes); timed."
+    def _feed(self, batch, mark, calls=None) -> tuple:
+        """What the feeder runs per batch: the step, its draws keyed by the batch (over a loader that resumes); timed.
+        A staged step (`PrefetchStep.stages`): its stages, a generator the lane runs one stage at a time (`calls`: the
+        lane's CUDA calls), each stage's time counted."""
         key = self.loader.batch_key(mark) if self.resumes else None
+        if self.step.stages:
+            return self._timed_stages(self.step.staged(batch, key, calls))
         t0 = time.perf_counter()
         try:
             return self.step.feed(batch, key)
         finally:
             self._stats.add('device', time.perf_counter() - t0)
+
+    def _timed_stages(self, gen):
+        "A staged step's generator, each stage's time added to the 'device' stage (the lane resumes it stage by stage)."
+        while True:
+            t0 = time.perf_counter()
+            try:
+                carried = next(gen)
+            except StopIteration as r:
+                self._stats.add('device', time.perf_counter() - t0)
+                return r.value
+            self._stats.add('device', time.perf_counter() - t0)
+            yield carried
 
     def __iter__(self):
         st, gen, pc = self._stats, iter(self.feeder), time.perf_counter  # pc: still there while Python shuts down

@@ -15,9 +15,11 @@ from timmdata.sources.shard_io import (
     is_transient_error,
     join_url,
     open_shard,
+    read_error,
     shard_name,
     url_scheme,
 )
+from ..core.settings import debug_cause
 from ..sources.wds import IMAGE_KEYS, TARGET_KEYS, load_info
 from ..readers import FileHandle
 from .shard_index import INDEX_FILE, http_range, scan_shard, stat_shard
@@ -509,7 +511,7 @@ def _fetch_table(url: str, retries: int, backoff: float, timeout: float) -> Opti
             raise
         except Exception as e:
             if attempt == retries or not is_transient_error(e, url):
-                raise ShardError(f'could not read {shard_name(url)}: {e}') from e
+                raise ShardError(read_error(url, e)) from debug_cause(e)
             time.sleep(backoff * 4**attempt)
     return data
 

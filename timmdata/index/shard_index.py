@@ -41,7 +41,7 @@ from timmdata.core.untrusted import (
     printable,
     regular_fd,
 )
-from ..core.settings import setting
+from ..core.settings import debug_cause, setting
 from ..sources.whole_files import RangeIgnoredError, WholeFiles, range_ignored
 
 # %% auto #0
@@ -97,14 +97,14 @@ def http_range(
             if e.code in (404, 410):
                 raise ShardNotFoundError(
                     f'shard {shard_name(url)} not found (HTTP {e.code}): check the URL and the split'
-                ) from e
+                ) from debug_cause(e)
             err = e
         except (OSError, http.client.HTTPException) as e:
             err = e
         if attempt == retries or not is_transient_error(err, url):
             raise ShardError(
                 f'shard {shard_name(url)} could not be read ({attempt + 1} tries; last: {err}): check the server and the URL'
-            ) from err
+            ) from debug_cause(err)
         time.sleep(backoff * 4**attempt)
     whole.found(url)  # the server answered the whole file: noted (said once a run)
     return whole.read(url, rng)

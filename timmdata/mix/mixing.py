@@ -19,6 +19,7 @@ from .mix_order import MIX_ORDER, MixOrder, WeightSchedule, check_weights
 from ..sources.spans import ReadsByPosition
 from ..dataset import ImageDataset
 from ..core.untrusted import names_keywords
+from ..core.settings import short_traceback
 from timmdata.engine.batch_plan import (
     BatchMark,
     ResumableBatchSampler,
@@ -272,6 +273,7 @@ def stacked_labels(
     return out
 
 
+@short_traceback  # an error whose message names its cause: one line under the caller's frames
 @names_keywords(ImageDataset)  # a misspelt keyword is named as mix_datasets', with the closest one
 def mix_datasets(
     sources: Sequence,  # roots or names ('hfds/...', 'wds/...'), readers, `ImageDataset`s or `WdsSource`s; one may come twice

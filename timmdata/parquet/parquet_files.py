@@ -9,7 +9,7 @@ from ..readers import split_names
 from ..sources.shard_io import expand_braces
 
 # %% auto #0
-__all__ = ['PARQUET_INDEX_FILE', 'natural_key', 'is_pattern', 'match_split', 'local_names', 'need_pyarrow',
+__all__ = ['PARQUET_INDEX_FILE', 'natural_key', 'is_pattern', 'match_split', 'local_names', 'split_names_in', 'need_pyarrow',
            'write_sample_parquet']
 
 # %% ../../nbs/parquet/26bb_parquet_files.ipynb #379cbbc1e968416e875cc15c1202d7eb
@@ -69,6 +69,20 @@ def local_names(
             if inside(p, root)
         ]
     return out
+
+# %% ../../nbs/parquet/26bb_parquet_files.ipynb #04ddec89
+def split_names_in(
+    names: list,  # the Parquet files' names relative to the dataset's root
+) -> list:
+    "The split names the files' layout shows (`data/train-00000-of-00004.parquet`: 'train'), in the first of the Hub's layouts that any file has; for an error naming the splits there are."
+    import re
+
+    for lay in _LAYOUTS:
+        pat = re.compile(re.escape(lay).replace(re.escape('{s}'), '([^/]+?)').replace(re.escape('*'), '[^/]*') + '$')
+        found = [m.group(1) for n in names if n.count('/') == lay.count('/') and (m := pat.match(n))]
+        if found:
+            return sorted(set(found), key=found.index)
+    return []
 
 # %% ../../nbs/parquet/26bb_parquet_files.ipynb #a50416e276a0479cbe66534ed1713a40
 def need_pyarrow():

@@ -7,7 +7,15 @@ from __future__ import annotations
 import hashlib, json, os, re, shlex, zlib
 from typing import Optional
 import numpy as np
-from ..core.untrusted import MAX_JSON_BYTES, MAX_SAMPLES, atomic_write, printable, relative_name
+from timmdata.core.untrusted import (
+    MAX_JSON_BYTES,
+    MAX_SAMPLES,
+    FileTooLargeError,
+    atomic_write,
+    printable,
+    read_regular,
+    relative_name,
+)
 from ..sources.shard_io import ShardNotFoundError, join_url, open_shard, shard_name, url_scheme
 from ..sources.spans import ShardChangedError
 from timmdata.parquet.parquet_format import (
@@ -270,8 +278,12 @@ def read_parquet_index(
         path = url[7:] if url.startswith('file://') else url
         if not os.path.isfile(path):
             return None
-        with open(path, 'rb') as f:
-            blob = f.read()
+        try:  # a regular file (never a FIFO or a device) of at most MAX_INDEX_BYTES, its size checked before reading
+            blob = read_regular(path, MAX_INDEX_BYTES, 'Parquet index', follow_links=True)
+        except FileTooLargeError:
+            raise ParquetError(
+                f'{shard_name(url)} is over {MAX_INDEX_BYTES:,} bytes (timmdata.parquet.parquet_index.MAX_INDEX_BYTES): not an index; delete it'
+            ) from None
     else:
         try:
             with open_shard(url, timeout) as f:  # one request; a body past MAX_INDEX_BYTES is never read on

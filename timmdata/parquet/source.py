@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from collections import OrderedDict
 from typing import Iterator, Optional
 import numpy as np
-from ..core.untrusted import printable
+from ..core.untrusted import did_you_mean, printable
+from .parquet_files import split_names_in
 from ..readers import FileHandle, split_names, unset
 from ..sources.registry import register_source
 from timmdata.sources.shard_io import (
@@ -161,6 +162,17 @@ class ParquetFiles:
         labels = t.column(cols['label']).fill_null(-1).to_pylist() if cols['label'] else [-1] * len(t)
         return img.to_pylist(), labels
 
+# %% ../../nbs/parquet/26d_source.ipynb #35cb3c14
+def _splits_there(
+    names: list,  # the Parquet files listed under the root
+    split: str,  # the split asked for
+) -> str:
+    "The end of the error for a split with no files: the splits there are and the closest, or how to name files by a glob."
+    found = split_names_in(names)
+    if not found:
+        return ': pass split as a glob of the files'
+    return f"; it holds the splits {', '.join(map(repr, found))}: pass one of them{did_you_mean(split, found)}"
+
 # %% ../../nbs/parquet/26d_source.ipynb #f5a1fa73e5044315a093ec459c9be902
 PARQUET_REMEDY = (
     'pass cache_dir= (each file fetched whole once a node, into that folder), or serve the files from a server that '
@@ -203,12 +215,15 @@ class ParquetSource(ParquetFiles):
         else:
             root = str(root)
             found = read_parquet_index(root, timeout, retries, backoff) if use_index else None
+            listed_names = []  # the files listed, for an error naming the splits there are
             if url_scheme(root) == 'file':
-                names = match_split(local_names(root), split)
+                names = match_split(listed_names := local_names(root), split)
             elif found is None and object_scheme(root) and not is_pattern(split):  # an object store lists its folders
-                names = match_split(list_objects(root, '.parquet', recursive=True, relative=True), split)
+                names = match_split(
+                    listed_names := list_objects(root, '.parquet', recursive=True, relative=True), split
+                )
             elif found is not None:
-                names = match_split([e[0] for e in found[0]['files']], split)
+                names = match_split(listed_names := [e[0] for e in found[0]['files']], split)
             elif is_pattern(split):
                 names = expand_braces(split)
             else:
@@ -217,7 +232,8 @@ class ParquetSource(ParquetFiles):
                 )
             if not names:
                 raise FileNotFoundError(
-                    f'no Parquet files of split {split!r} under {printable(root)!r} (looked for data/{split}-*.parquet and the like): pass split as a glob'
+                    f'no Parquet files of split {split!r} under {printable(root)!r} (looked for data/{split}-*.parquet and the like)'
+                    + _splits_there(listed_names, split)
                 )
             self.shards = [join_url(root, n) for n in names]
             if found is not None:

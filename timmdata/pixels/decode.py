@@ -4,19 +4,20 @@
 
 # %% ../../nbs/pixels/06_decode.ipynb #3d05cde2
 from __future__ import annotations
-import importlib.util, io, os, re, sys, types, warnings
+import errno, importlib.util, io, os, re, stat, sys, types, warnings
 from contextlib import contextmanager
 from typing import Optional
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 from ..core.settings import export_setting, setting
+from ..core.untrusted import UnsafeFileError
 
 # %% auto #0
-__all__ = ['NATIVE', 'NATIVE_STATUS', 'MAX_IMAGE_PIXELS', 'note_jpeg_warnings', 'Native', 'use_native', 'ImageDecodeError',
-           'CorruptJpegWarning', 'set_max_image_pixels', 'check_pixels', 'jpeg_header', 'convert_mode',
-           'torchcodec_jpeg', 'torchcodec_status', 'torchcodec_error', 'read_source', 'jpeg_warnings', 'damage_error',
-           'check_encoded', 'decode_image', 'decoder_name', 'EncodedJpeg', 'encoded_jpeg']
+__all__ = ['NATIVE', 'NATIVE_STATUS', 'MAX_IMAGE_PIXELS', 'MAX_IMAGE_BYTES', 'note_jpeg_warnings', 'Native', 'use_native',
+           'ImageDecodeError', 'CorruptJpegWarning', 'set_max_image_pixels', 'check_pixels', 'jpeg_header',
+           'convert_mode', 'torchcodec_jpeg', 'torchcodec_status', 'torchcodec_error', 'read_source', 'jpeg_warnings',
+           'damage_error', 'check_encoded', 'decode_image', 'decoder_name', 'EncodedJpeg', 'encoded_jpeg']
 
 # %% ../../nbs/pixels/06_decode.ipynb #2395e4c6
 # written by setup.py beside the extension when its build failed (the package's folder, found without importing it)
@@ -267,14 +268,44 @@ def torchcodec_error(
     return _TC_LOC.sub('', str(e))
 
 
-_O_READ = os.O_RDONLY | getattr(os, 'O_BINARY', 0) | getattr(os, 'O_CLOEXEC', 0)
+MAX_IMAGE_BYTES = (
+    1 << 30
+)  # the largest image file read (1 GiB, as a tar member): a bigger one is a bad sample, never read
+# O_NONBLOCK: a FIFO opens at once (then refused by its type), never waited on; a regular file's reads ignore the flag
+_O_READ = os.O_RDONLY | getattr(os, 'O_BINARY', 0) | getattr(os, 'O_CLOEXEC', 0) | getattr(os, 'O_NONBLOCK', 0)
+
+
+def _refused(path, st: os.stat_result) -> Optional[OSError]:
+    "The error for an image file of that `fstat` that is not read: a folder (as `open` names it), a FIFO, a device or a socket, or one over `MAX_IMAGE_BYTES`; None for a regular file within it."
+    if stat.S_ISDIR(st.st_mode):
+        return IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+    if not stat.S_ISREG(st.st_mode):
+        return UnsafeFileError(
+            errno.EINVAL,
+            f'image {os.fspath(path)!r} is not a regular file (a FIFO, a device or a socket): remove it, or replace '
+            f'the link with the image file',
+        )
+    if st.st_size > MAX_IMAGE_BYTES:
+        return _too_big(path, st.st_size)
+    return None
+
+
+def _too_big(path, n: int) -> OSError:
+    return UnsafeFileError(
+        errno.EFBIG,
+        f'image {os.fspath(path)!r} is {n:,} bytes or more, over the {MAX_IMAGE_BYTES:,} timmdata reads for an image '
+        f'(timmdata.pixels.decode.MAX_IMAGE_BYTES): not an image, remove it',
+    )
 
 
 def _read_file(path) -> bytes:
-    "A file's bytes with a raw descriptor (no buffered file object: about 3 us less per training sample), read to its end."
+    "A regular file's bytes with a raw descriptor (no buffered file object: about 3 us less per training sample), read to its end, at most `MAX_IMAGE_BYTES`; a FIFO, a device or a socket is an `UnsafeFileError` naming it, never waited on or read."
     fd = os.open(path, _O_READ)
     try:
-        size, parts = os.fstat(fd).st_size, []
+        st = os.fstat(fd)
+        if (bad := _refused(path, st)) is not None:
+            raise bad
+        size, parts, got = st.st_size, [], 0
         while True:
             try:
                 b = os.read(fd, size + 1 if not parts else 1 << 20)  # +1: a file that grew is read to its end
@@ -287,6 +318,9 @@ def _read_file(path) -> bytes:
             if not parts and len(b) == size:  # all the bytes fstat counted, and the +1 found no more: the end,
                 return b  # without the second read that would say so (a system call: about 5 us per sample)
             parts.append(b)
+            got += len(b)
+            if got > MAX_IMAGE_BYTES:  # it grows while read: bounded all the same
+                raise _too_big(path, got)
     finally:
         os.close(fd)
 

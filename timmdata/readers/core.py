@@ -14,6 +14,7 @@ from timmdata.core.untrusted import (
     UnsafeFileError,
     UnsafeNameError,
     inside,
+    missing_root,
     open_regular,
     read_regular,
     regular_fd,
@@ -192,7 +193,7 @@ class Reader:
 def _check_root(root) -> str:
     root = os.fspath(root)
     if not os.path.exists(root):
-        raise FileNotFoundError(f'dataset root {root!r} does not exist')
+        raise missing_root(root)
     return root
 
 
@@ -254,10 +255,11 @@ class FolderReader(Reader):
         root,  # the folder to scan (recursively)
         class_map: 'Optional[Union[dict[str, int], str, os.PathLike]]' = None,  # dict or .txt: keep only these classes, with these indices
         extensions: 'Optional[Union[str, Iterable[str]]]' = None,  # accepted file extensions (default `IMG_EXTENSIONS`), matched ignoring case
-        follow_links: bool = True,  # follow symbolic links as timm does (a loop is walked once); False: a link out of `root` is an error
+        follow_links: bool = True,  # follow symbolic links as timm does (a loop is an error naming the link); False: a link out of `root` is an error
     ):
         self.root = _check_root(root)
         exts = _ext_set(extensions)
+        self.follow_links = follow_links  # how it walks (`timmdata check` walks again, as it does)
         folders, outside = walk_tree(self.root, follow_links)
         if outside:
             raise _links_out(self.root, outside)

@@ -5,7 +5,7 @@
 # %% ../../nbs/readers/04b_splits.ipynb #9f798d11
 from __future__ import annotations
 import os
-from ..core.untrusted import did_you_mean
+from ..core.untrusted import did_you_mean, missing_root
 
 # %% auto #0
 __all__ = ['split_names', 'timm_split_name', 'dataset_splits', 'SplitNotFoundError', 'find_split']
@@ -85,7 +85,7 @@ def find_split(
     "The folder (or .tar / .csv) for `split` under `root`, or its first synonym there; `root` itself when it holds no split; `SplitNotFoundError` when it holds other splits only."
     root = os.fspath(root)
     if not os.path.exists(root):
-        raise FileNotFoundError(f'dataset root {root!r} does not exist')
+        raise missing_root(root)
     if not split or not os.path.isdir(root):
         return root
     for n in split_names(split):

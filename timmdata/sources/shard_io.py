@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Union
 from ..readers import natural_key
 from ..core.untrusted import inside, open_regular, printable
+from ..core.settings import debug_cause
 from timmdata.net.shard_cache import (
     SHARD_DEADLINE,
     BadAnswerError,
@@ -28,9 +29,9 @@ from timmdata.net.object_store import (
 
 # %% auto #0
 __all__ = ['MAX_MEMBER_BYTES', 'REGULAR_KINDS', 'TAR_CHUNK', 'ShardError', 'ShardNotFoundError', 'ShardTruncatedError',
-           'TransientShardError', 'ShardDeadlineError', 'url_scheme', 'shard_name', 'is_transient_error',
-           'expand_braces', 'join_url', 'shard_list', 'as_shard_errors', 'open_shard', 'tar_header', 'tar_members',
-           'iter_tar']
+           'TransientShardError', 'ShardDeadlineError', 'url_scheme', 'shard_name', 'is_transient_error', 'refused',
+           'read_error', 'expand_braces', 'join_url', 'shard_list', 'as_shard_errors', 'open_shard', 'tar_header',
+           'tar_members', 'iter_tar']
 
 # %% ../../nbs/sources/21d_shard_io.ipynb #f16af843
 #| export
@@ -106,6 +107,30 @@ def is_transient_error(
             e.reason, (DeadlineError, BadAnswerError)
         )  # refused, DNS, timeout
     return isinstance(e, (ConnectionError, TimeoutError, socket.timeout, http.client.HTTPException))
+
+# %% ../../nbs/sources/21d_shard_io.ipynb #71331e13
+def refused(
+    e: BaseException,  # an error opening or reading a remote file
+) -> bool:
+    "Did no server answer at the address (connection refused)?"
+    return isinstance(e, ConnectionRefusedError) or (
+        isinstance(e, urllib.error.URLError) and isinstance(e.reason, ConnectionRefusedError)
+    )
+
+
+def read_error(
+    url: str,  # what could not be read
+    e: BaseException,  # why
+) -> str:
+    "'could not read URL: why', the URL said once (an error of ours names it already) and urllib's wrapper left out."
+    if refused(e):
+        why = 'no server answers there (connection refused): check that it runs and the URL'
+    elif isinstance(e, urllib.error.URLError) and not isinstance(e, urllib.error.HTTPError):
+        why = str(e.reason)
+    else:
+        why = str(e)
+    name = shard_name(url)
+    return why if name in why else f'could not read {name}: {why}'
 
 # %% ../../nbs/sources/21d_shard_io.ipynb #0b88f2c0
 _BRACE = re.compile(r'\{([^{}]*)\}')
@@ -240,12 +265,12 @@ def _open_http(url: str, timeout: float, deadline: float):
         if e.code in (404, 410):
             raise ShardNotFoundError(
                 f'shard {shard_name(url)} not found (HTTP {e.code}): check the URL and the split'
-            ) from e
+            ) from debug_cause(e)
         if e.code in _TRANSIENT_HTTP:
-            raise TransientShardError(f'shard {shard_name(url)}: HTTP {e.code} {e.reason}') from e
+            raise TransientShardError(f'shard {shard_name(url)}: HTTP {e.code} {e.reason}') from debug_cause(e)
         raise ShardError(
             f'shard {shard_name(url)}: HTTP {e.code} {e.reason}: check the URL and your access to it'
-        ) from e
+        ) from debug_cause(e)
     try:
         content_length(r.headers, url)  # ASCII digits, or a named error now (the cache sizes its copy by it)
     except BadAnswerError as e:
@@ -264,7 +289,7 @@ def _open_fsspec(url: str):
     try:
         return fsspec.open(url, 'rb').open()
     except FileNotFoundError as e:
-        raise ShardNotFoundError(f'shard {shard_name(url)} not found: check the URL and the split') from e
+        raise ShardNotFoundError(f'shard {shard_name(url)} not found: check the URL and the split') from debug_cause(e)
     except ImportError as e:  # fsspec is there, its back end for this scheme (s3fs, gcsfs...) is not
         raise ImportError(f"reading shard {shard_name(url)} needs fsspec's {url_scheme(url)} back end: {e}") from e
 
@@ -282,7 +307,7 @@ def open_shard(
             # a Hugging Face snapshot's files are links into its blob store)
             return open_regular(path, what='shard', follow_links=True)
         except FileNotFoundError as e:
-            raise ShardNotFoundError(f'shard {path} does not exist: check the path and the split') from e
+            raise ShardNotFoundError(f'shard {path} does not exist: check the path and the split') from debug_cause(e)
     if scheme in ('http', 'https'):
         return _open_http(url, timeout, deadline)
     if object_scheme(url):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence, Union
 from ..readers import MAX_JSON_BYTES, relative_name, split_names
 from ..core.untrusted import InfoError, check_info, printable
+from ..core.settings import debug_cause
 from timmdata.net.shard_cache import (
     REQUEST_DEADLINE,
     SHARD_DEADLINE,
@@ -27,6 +28,8 @@ from timmdata.sources.shard_io import (
     is_transient_error,
     join_url,
     open_shard,
+    read_error,
+    refused,
     shard_list,
     shard_name,
     tar_members,
@@ -138,8 +141,8 @@ def load_info(
                 data = None
                 break
             except Exception as e:
-                if attempt == retries or not is_transient_error(e, url):
-                    raise ShardError(f'could not read {shard_name(url)}: {e}') from e
+                if attempt == retries or not is_transient_error(e, url) or refused(e):  # refused: no server there
+                    raise ShardError(read_error(url, e)) from debug_cause(e)
                 time.sleep(backoff * 4**attempt)
         if data is None:
             continue

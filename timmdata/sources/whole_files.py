@@ -10,10 +10,11 @@ from typing import Callable, Optional
 from ..net.http import content_length, public_url
 from .shard_io import ShardError, ShardNotFoundError, is_transient_error, open_shard, shard_name
 from ..net.shard_cache import ShardCache, cached_copy
+from ..core.untrusted import user_stacklevel
 
 # %% auto #0
 __all__ = ['WHOLE_BYTES', 'COPIES_OPEN', 'SERVERS', 'WDS_REMEDY', 'RangeIgnoredError', 'server_of', 'range_ignored', 'read_body',
-           'fetch_whole', 'WholeFiles']
+           'fetch_whole', 'held_in_memory', 'WholeFiles']
 
 # %% ../../nbs/sources/22d_whole_files.ipynb #0fb39f25
 WHOLE_BYTES = 1 << 30  # the most bytes of files a process holds in memory (no node cache); a larger file: refused
@@ -91,14 +92,13 @@ def read_body(
     too_big: Callable,  # too_big(n or None): the error for a body over `WHOLE_BYTES`
 ) -> bytearray:
     "The body of `f`: exactly `n` bytes when announced (fewer: `IncompleteRead`, retried), else read 1 MiB at a time, at most `WHOLE_BYTES`."
-    if n is None:
-        parts, got = [], 0
+    if n is None:  # read into one buffer that grows (never its parts, their join and a copy at once: 3x the bound)
+        buf = bytearray()
         while b := f.read(1 << 20):
-            parts.append(b)
-            got += len(b)
-            if got > WHOLE_BYTES:
+            if len(buf) + len(b) > WHOLE_BYTES:
                 raise too_big(None)
-        return bytearray(b''.join(parts))
+            buf += b
+        return buf
     buf, got = bytearray(n), 0
     view = memoryview(buf)
     while got < n and (k := f.readinto(view[got:])):
@@ -136,10 +136,45 @@ def fetch_whole(
                 raise ShardError(f'{shard_name(url)} could not be read whole: {e}') from e
             time.sleep(backoff * 4**attempt)
 
+# %% ../../nbs/sources/22d_whole_files.ipynb #36302cd8
+class _Held:
+    "The files a process holds in memory, for every `WholeFiles` of it (each source's, each reader's): one budget, `WHOLE_BYTES`."
+
+    def __init__(self):
+        self.files, self.loading, self.bytes = OrderedDict(), {}, 0  # url: its bytes; url: the event of its fetch
+        self.lock, self.fetching, self.pid = threading.Lock(), threading.Lock(), os.getpid()
+
+    def room(
+        self,
+        n: int,  # the bytes to make room for
+    ):
+        "The least recently read files dropped until `n` bytes more fit in `WHOLE_BYTES` (a reader still holding one keeps it until it is done)."
+        with self.lock:
+            while self.files and self.bytes + n > WHOLE_BYTES:
+                self.bytes -= len(self.files.popitem(last=False)[1])
+
+
+_HELD, _NEW_HELD = None, threading.Lock()
+if hasattr(os, 'register_at_fork'):  # a child's lock is never one a parent's thread held at the fork
+    os.register_at_fork(after_in_child=lambda: globals().update(_HELD=None, _NEW_HELD=threading.Lock()))
+
+
+def held_in_memory() -> _Held:
+    "This process's files held in memory (a forked child starts with none of its parent's)."
+    global _HELD
+    h = _HELD
+    if h is None or h.pid != os.getpid():
+        with _NEW_HELD:
+            if _HELD is None or _HELD.pid != os.getpid():
+                _HELD = _Held()
+            h = _HELD
+    return h
+
 # %% ../../nbs/sources/22d_whole_files.ipynb #847d5862
 class WholeFiles:
     """Remote files whose server ignores Range requests, read whole: each fetched once into the node cache (`cache`),
-    else held in memory (at most `WHOLE_BYTES` in all, per process), and read by offset from there.
+    else held in memory (at most `WHOLE_BYTES` in all, per process, whatever its sources: `held_in_memory`), and read by offset
+    from there.
     `shard_index.http_range(..., whole=)` hands it a ranged read; the run's first process to meet such a server warns."""
 
     def __init__(
@@ -154,10 +189,10 @@ class WholeFiles:
         self.run, self.servers, self._pid = _RUN, set(), None  # servers: those found to ignore Range (sent to workers)
 
     def _own(self):
-        "Held bytes, open copies and locks are per process, never a parent's."
+        "Open copies and locks are per process, never a parent's (files held in memory: the process's, `held_in_memory`)."
         if self._pid != os.getpid():
-            self._held, self._copies, self._loading, self._no_copy = OrderedDict(), OrderedDict(), {}, set()
-            self._lock, self._fetching, self._bytes, self._pid = threading.Lock(), threading.Lock(), 0, os.getpid()
+            self._copies, self._no_copy = OrderedDict(), set()
+            self._lock, self._pid = threading.Lock(), os.getpid()
 
     def ignores(
         self,
@@ -197,7 +232,7 @@ class WholeFiles:
         warnings.warn(
             f'{server} answers Range requests with the whole file (HTTP 200): reading each file whole, {where}; a '
             f'server that answers Range requests {SERVERS} is read by byte ranges, with no copies',
-            stacklevel=3,
+            stacklevel=user_stacklevel(),  # the user's line, not the library's
         )
 
     def read(
@@ -212,10 +247,10 @@ class WholeFiles:
         self._own()
         off, n = rng
         h = self._copy(url, size) if self.cache is not None and url not in self._no_copy else None
-        if h is not None:
-            with self._lock:  # a copy is closed under the lock: never while read
-                total = os.fstat(h.f.fileno()).st_size
-                body = os.pread(h.f.fileno(), max(0, min(n, total - off)), off)
+        if h is not None:  # held here: a copy dropped from the open ones meanwhile closes when its last reader lets go
+            fd = h.f.fileno()
+            total = os.fstat(fd).st_size
+            body = os.pread(fd, max(0, min(n, total - off)), off)
         else:
             data = self._whole(url, size)
             total, body = len(data), bytes(memoryview(data)[off : off + n])
@@ -240,43 +275,40 @@ class WholeFiles:
             else:
                 self._copies[url] = h
                 while len(self._copies) > COPIES_OPEN:
-                    self._copies.popitem(last=False)[1].f.close()  # its shared lock released: evictable again
+                    # dropped, not closed: a thread may be reading it; it closes (its shared lock released: evictable
+                    # again) when the last reference goes (`shard_cache._Hit`)
+                    self._copies.popitem(last=False)
         return h
 
     def _whole(self, url: str, size: Optional[int]) -> bytearray:
-        "The bytes of `url`, held in memory: fetched once (threads that want it meanwhile wait for that fetch)."
+        "The bytes of `url`, held in the process's memory (`held_in_memory`, shared by its sources): fetched once (threads that want it meanwhile wait for that fetch)."
+        m = held_in_memory()
         while True:
-            with self._lock:
-                data = self._held.get(url)
+            with m.lock:
+                data = m.files.get(url)
                 if data is not None:
-                    self._held.move_to_end(url)
+                    m.files.move_to_end(url)
                     return data
-                ev = self._loading.get(url)
+                ev = m.loading.get(url)
                 mine = ev is None
                 if mine:
-                    ev = self._loading[url] = threading.Event()
+                    ev = m.loading[url] = threading.Event()
             if mine:
                 break
             ev.wait()  # fetched by another thread (or failed there: then fetched here)
         try:
-            with self._fetching:  # one fetch at a time: what is held stays within WHOLE_BYTES
+            with m.fetching:  # one fetch at a time in the process: what it holds stays within WHOLE_BYTES
                 data = fetch_whole(
-                    url, size, self._room, lambda k: self._too_big(url, k), self.timeout, self.retries, self.backoff
+                    url, size, m.room, lambda k: self._too_big(url, k), self.timeout, self.retries, self.backoff
                 )
-                with self._lock:
-                    self._held[url] = data
-                    self._bytes += len(data)
+                with m.lock:
+                    m.files[url] = data
+                    m.bytes += len(data)
         finally:
-            with self._lock:
-                self._loading.pop(url, None)
+            with m.lock:
+                m.loading.pop(url, None)
             ev.set()
         return data
-
-    def _room(self, n: int):
-        "The least recently read files dropped until `n` bytes more fit in `WHOLE_BYTES`."
-        with self._lock:
-            while self._held and self._bytes + n > WHOLE_BYTES:
-                self._bytes -= len(self._held.popitem(last=False)[1])
 
     def _too_big(self, url: str, n: Optional[int]) -> ShardError:
         return ShardError(

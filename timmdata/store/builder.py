@@ -627,6 +627,7 @@ def cache_main(
     ap.add_argument('--workers', type=int, default=None, help='build processes (default: every core)')
     ap.add_argument('--chunk-size', type=int, default=256, help='images per chunk, the unit of resuming (default 256)')
     ap.add_argument('--overwrite', action='store_true', help='rebuild even when the store is up to date')
+    ap.add_argument('--no-progress', action='store_true', help='no progress bar (for logs and notebooks)')
     ap.add_argument(
         '--lock-timeout',
         type=float,
@@ -666,6 +667,7 @@ def cache_main(
                 chunk_size=a.chunk_size,
                 overwrite=a.overwrite,
                 lock_timeout=a.lock_timeout,
+                progress=not a.no_progress,
                 **kw,
             )
         except KeyboardInterrupt:

@@ -16,7 +16,7 @@ from .bench import int_at_least
 from ..pixels.decode import decode_image
 from ..readers import FolderReader, Reader, create_reader, natural_key
 from ..store.format import StoreDamagedError
-from ..core.untrusted import printable
+from ..core.untrusted import printable, walk_tree
 from ..readers import NoImagesError
 from ..parquet.source import ParquetSource
 from ..parquet.parquet_files import PARQUET_INDEX_FILE, local_names, match_split
@@ -294,11 +294,9 @@ def not_images(
     if not isinstance(reader, FolderReader):
         return []
     read, out = {reader.filename(i) for i in range(len(reader))}, []
-    for d, _, files in os.walk(reader.root, followlinks=True):  # as the reader walks
-        rel = os.path.relpath(d, reader.root)
-        out += [
-            p for p in (os.path.normpath(os.path.join(rel, f)) for f in files if not f.startswith('.')) if p not in read
-        ]
+    folders, _ = walk_tree(reader.root, reader.follow_links)  # the reader's walker: a walk that ends, the same rows
+    for rd, _, files in folders:
+        out += [p for p in (os.path.join(rd, f) for f in files if not f.startswith('.')) if p not in read]
     return sorted(out, key=natural_key)
 
 # %% ../../nbs/tools/46_check.ipynb #ebfe29fa

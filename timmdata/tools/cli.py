@@ -29,7 +29,13 @@ LIBRARY_ERRORS = {
     'timmdata.readers': ('NoImagesError', 'SplitNotFoundError'),
     'timmdata.pixels.decode': ('ImageDecodeError',),
     'timmdata.sources.shard_io': ('ShardError',),
-    'timmdata.core.untrusted': ('UnsafeNameError', 'UnsafeFileError', 'FileTooLargeError', 'InfoError'),
+    'timmdata.core.untrusted': (
+        'UnsafeNameError',
+        'UnsafeFileError',
+        'FileTooLargeError',
+        'InfoError',
+        'FolderWalkError',
+    ),
     'timmdata.store.format': ('StoreDamagedError', 'StaleStoreError'),
     'timmdata.net.object_store': ('ObjectStoreError',),  # no credentials, access denied, no such bucket, throttled
     'timmdata.store.remote_source': ('DiskFullError',),  # no room to download a bucket's folder for `timmdata cache`

@@ -465,6 +465,8 @@ def index_main(
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     remote = object_scheme(a.src) is not None  # an object store's folder: read by ranged reads, the index one PUT
+    if not remote and not os.path.exists(a.src):
+        raise FileNotFoundError(f'folder {a.src!r} does not exist')
     if (remote or os.path.isdir(a.src)) and not listed_shards(a.src):  # no tar shards: Parquet files
         if list_objects(a.src, '.parquet', recursive=True) if remote else local_names(a.src):
             cols = dict(image_column=a.image_column, label_column=a.label_column)

@@ -615,6 +615,15 @@ class AssetScan(HTMLParser):
         if self.lasttag == 'style': self.urls += [('style url()', u) for u in _css_urls(data)]
 
 
+def relative_404(site: Path, base: str):
+    """404.html's links and assets relative to the site's root (`assets/...`, not `/timmdata/assets/...`): mkdocs writes
+    them absolute under the site's path, which works only where the site is served under that path."""
+    page = site / '404.html'
+    if not page.exists() or not base: return
+    text = page.read_text(encoding='utf-8')
+    page.write_text(re.sub(rf'(["\'])/{re.escape(base)}/', r'\1./', text), encoding='utf-8')  # links, scripts, config
+
+
 def _css_urls(css: str) -> list:
     urls = re.findall(r'url\(\s*[\'"]?([^\'")]+)', css)
     urls += re.findall(r'@import\s+[\'"]([^\'"]+)', css)
@@ -787,6 +796,7 @@ def main(argv=None):
     if p.returncode != 0:
         raise BuildError(f'mkdocs build failed (exit {p.returncode}): every warning is an error in strict mode')
 
+    relative_404(site_tmp, (cfg.get('doc_baseurl') or '').strip('/'))
     bad = remote_assets(site_tmp)
     if bad:
         raise BuildError('the site would fetch assets from the network (it must work offline):\n  ' + '\n  '.join(bad[:30]))

@@ -76,7 +76,10 @@ def public_names(mod, modidx_syms: dict, consts: dict | None = None) -> list:
         home = getattr(unwrap(obj), '__module__', None)
         if f'{mod.__name__}.{n}' in modidx_syms or home in (None, mod.__name__) or not home.startswith('timmdata'):
             names.append(n)
-    return names
+    # the names the module's one-line job names lead its page, in that order (the loader's: `create_loader` first),
+    # the helpers after them
+    lead = [n for n in re.findall(r'`([A-Za-z_][A-Za-z0-9_]*)`', _first_line(mod) or '') if n in names]
+    return list(dict.fromkeys(lead + names))
 
 
 def methods(cls) -> list:
@@ -303,8 +306,8 @@ def _module_body(mod, names, consts, syms, pages, doc_url, stem, symbols, level:
             else: lines.append(([(constant_code(mod, n, written), anchor)], comment, stmt))
             continue
         src = syms.get(qn)
-        explained = f'Explained on [its page]({doc_url}{src[0]}).' if src else None
-        e = entry_markdown(obj, n, level=level, anchor=anchor, explained=explained, source=source_url(obj) if src else None)
+        # the module's page is linked once, at its top: an entry says what it is, not "explained on its page" again
+        e = entry_markdown(obj, n, level=level, anchor=anchor, source=source_url(obj) if src else None)
         if not e: continue
         body.append(e)
         if src: symbols[src[0].replace('.html#', '.md#')] = f'{stem}.md#{anchor}'
@@ -312,8 +315,7 @@ def _module_body(mod, names, consts, syms, pages, doc_url, stem, symbols, level:
             for mn, mv in methods(obj):
                 mq = f'{qn}.{mn}'
                 msrc = syms.get(mq)
-                e = entry_markdown(mv, f'{n}.{mn}', level=level + 1, anchor=mq.lower(),
-                                   explained=f'Explained on [its page]({doc_url}{msrc[0]}).' if msrc else None)
+                e = entry_markdown(mv, f'{n}.{mn}', level=level + 1, anchor=mq.lower())
                 if e:
                     body.append(e)
                     if msrc: symbols[msrc[0].replace('.html#', '.md#')] = f'{stem}.md#{mq.lower()}'
