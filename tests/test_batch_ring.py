@@ -1,4 +1,5 @@
 """The reused shared batch memory (BatchRing) behind create_loader's default CPU path: never a wrong or stale batch."""
+import pytest
 import torch
 from timmdata.engine.batch_ring import BatchRing
 from timmdata.loader import create_loader
@@ -104,6 +105,7 @@ def test_a_ring_batch_unpickled_elsewhere_is_an_error_not_garbage():
     except RuntimeError as e: assert 'does not own' in str(e) and 'create_loader' in str(e)
     else: raise AssertionError('a batch of a ring this process does not own was accepted')
 
+@pytest.mark.slow
 def test_ring_with_spawned_workers():
     "Spawned workers receive the ring by pickling (its memory by file descriptor, once); batches still come back as views."
     ring = BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4)

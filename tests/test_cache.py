@@ -111,6 +111,7 @@ def test_resume_after_exception(src, tmp_path, monkeypatch):
         np.testing.assert_array_equal(r[i][0], _reference(r.filename(i, absolute=True)))
 
 
+@pytest.mark.slow
 def test_resume_after_kill(src, tmp_path):
     "A build killed with SIGKILL (no cleanup at all) resumes from its committed chunks."
     dst = tmp_path / 'store'

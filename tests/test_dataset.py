@@ -98,6 +98,7 @@ def per_class_tars(sample_root, tmp_path_factory):
         make_tar(sample_root / 'train' / c, d / f'{c}.tar')
     return d
 
+@pytest.mark.slow
 @pytest.mark.parametrize('layout,context', [('one tar', 'fork'), ('per-class tars', 'fork'), ('per-class tars', 'spawn')])
 def test_tar_in_workers(sample_root, train_tar, per_class_tars, layout, context):
     root = train_tar if layout == 'one tar' else per_class_tars
@@ -164,6 +165,7 @@ def test_missing_file_after_scan(sample_root, tmp_path):
         ds[4]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('context', ['fork', 'spawn'])
 def test_skip_policy_counts_across_workers(bad_root, context):
     ds = ImageDataset(bad_root, bad_sample='skip')

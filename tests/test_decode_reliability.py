@@ -100,6 +100,7 @@ def test_bomb_in_a_dataset_is_a_named_error_or_a_counted_skip(tmp_path, train, p
             assert ds.bad_samples == [i]
         assert ds[1 - i][0].shape == (3, 32, 32)
 
+@pytest.mark.slow
 def test_limit_is_settable_and_inherited_by_spawned_workers(tmp_path, pixel_limit):
     root = tmp_path / 'ds' / 'cls'; root.mkdir(parents=True)
     for k in range(2): (root / f'{k}.jpg').write_bytes(small_jpeg((40, 30), 90))  # 1200 pixels each

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # make test-all: builds the whole site from the notebooks first (minutes on 2 cores)
+
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_CMD = 'apt-get update && apt-get install -y chromium'
 FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run',
@@ -201,6 +203,7 @@ def status(url):
 
 # ------------------------------------------------------------------ the tests
 
+@pytest.mark.slow
 def test_every_notebook_has_a_page(site):
     for nb, page in zip(NOTEBOOKS, PAGES, strict=True):
         assert (site / f'{page}.html').is_file(), f'{nb.name} has no page {page}.html in the site'
@@ -218,6 +221,7 @@ class _Refs(HTMLParser):
         if tag == 'a' and a.get('href'): self.links.append(a['href'])
 
 
+@pytest.mark.slow
 def test_every_page_shows_its_pictures_and_links(site):
     "Every page of the site, as files: each picture is a file in the site, each link within the site leads to a file."
     if NOTEBOOKS and set(BROWSER_DEFAULT) - set(PAGES):
@@ -249,6 +253,7 @@ def _linked_from(site: Path, pages: frozenset) -> frozenset:
     return frozenset(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('page', BROWSER_PAGES)
 def test_page_in_browser(page, site, server, browser, shots):
     url = server + f'{page}.html'
@@ -316,6 +321,7 @@ def _tour():
     return mod.TOUR
 
 
+@pytest.mark.slow
 def test_tour_in_browser(site, server, browser):
     """The home page is a tour (issue 42): a picture per stage of the data's way, in order, each a link to its page; the
     browser opens the home page and every page the tour links, and each shows its pictures (and opens with one)."""
@@ -385,6 +391,7 @@ def failing_build(tmp_path_factory):
     return tmp / 'site', paths, build(tmp / 'site', '--nbs', str(nbs), '--no-reference')
 
 
+@pytest.mark.slow
 def test_build_fails_on_error_output(failing_build):
     "A notebook saved with an error output must fail the build, naming the notebook and the cell."
     site, _, r = failing_build
@@ -409,6 +416,7 @@ def test_build_fails_on_stderr_output_and_machine_paths(failing_build):
     assert not site.exists()
 
 
+@pytest.mark.slow
 def test_build_fails_on_remote_asset(tmp_path):
     "An output that loads a script from a CDN must fail the build (the site has to work offline)."
     nbs = tmp_path / 'nbs'; nbs.mkdir()
@@ -443,6 +451,7 @@ def passing_build(tmp_path_factory):
     return tmp, build(tmp / 'site', '--nbs', str(nbs), '--keep', str(tmp / 'work'), '--no-reference')
 
 
+@pytest.mark.slow
 def test_build_allows_hidden_stderr_and_relative_paths(passing_build):
     "stderr of a cell hidden from the page is fine; so are relative paths and URLs that contain /home/ or /tmp/."
     tmp, r = passing_build
@@ -520,6 +529,7 @@ def _load_audit():
 audit = _load_audit()
 
 
+@pytest.mark.slow
 def test_site_has_nothing_a_reader_must_not_meet(site):
     """On every page: no diary words, no raw markdown, no `NoneType`, no class shown as `def`, no private entry, every link
     to the site lands on an anchor and is relative, and at most `MAX_VISIBLE_TESTS` test calls shown in all."""
@@ -589,6 +599,7 @@ def test_navigation_has_the_five_parts_in_order(site):
     assert len(howtos) >= 10, howtos
 
 
+@pytest.mark.slow
 def test_every_import_line_on_the_site_runs(site, tmp_path):
     "Every `import timmdata...`/`from timmdata... import ...` a page shows in its code runs as shown."
     lines = audit.import_lines(site)
@@ -603,6 +614,7 @@ def test_every_import_line_on_the_site_runs(site, tmp_path):
 READER_PAGES = [p for p in PAGES if p.startswith(('start/', 'howto/'))]  # what a new reader copies code from
 
 
+@pytest.mark.slow
 def test_code_fits_its_column(site, server, browser):
     "At a 1,280-pixel-wide window (a laptop's), no line of code on the start and how-to pages is cut: every code block's text fits the column it is shown in (no horizontal scroll inside it)."
     assert len(READER_PAGES) >= 12, READER_PAGES
@@ -843,6 +855,7 @@ class Stale:
     assert 'Args:' in md and 'a parameter it no longer takes' in md, md
 
 
+@pytest.mark.slow
 def test_reference_is_a_page_per_module(site):
     """The reference: the sidebar lists its index and group pages only (one a package); every module has a page of its own,
     linked from its group page and from the index; each group page is a short list; no builtin's docstring anywhere."""

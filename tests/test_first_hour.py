@@ -50,6 +50,7 @@ def test_worker_error_is_one_short_error_naming_the_sample(damaged, monkeypatch,
     assert '_on_bad' in tb and 'WorkerTraceback' in tb, tb  # printed in full, as the cause
 
 
+@pytest.mark.slow
 def test_cli_debug_prints_the_workers_traceback(damaged):
     env = {k: v for k, v in os.environ.items() if k != 'TIMMDATA_DEBUG'}
     args = ['demo', '--root', str(damaged), '--workers', '1', '--batch-size', '4', '--no-progress', '--out', str(damaged.parent / 'b.png')]

@@ -27,6 +27,7 @@ def check_clean(res, count):
     return text
 
 
+@pytest.mark.slow
 def test_fuzz_300_cases():
     res = fuzz_decode.fuzz(300, seed=14, timeout=60, log=lambda s: None)
     print(check_clean(res, 300))
@@ -71,6 +72,7 @@ def _wrong(d, r, i, env):
     return 'FINDING:shape (2, 2)' if i == 2 else True
 
 
+@pytest.mark.slow
 def test_harness_reports_crashes_hangs_and_findings_and_goes_on():
     res = fuzz_decode.fuzz(8, seed=1, paths={'crash': _crash, 'hang': _hang, 'wrong': _wrong}, timeout=3, log=lambda s: None)
     assert [(c, where, code) for c, _, where, code in res['crashes']] == [(3, 'crash', -signal.SIGSEGV)]

@@ -22,6 +22,7 @@ def _trace(tmp_path, events):
     return p
 
 
+@pytest.mark.slow
 def test_timeline_reads_streams_and_idle_share(tmp_path):
     gt = _load('bench/gpu_timeline.py')
     p = _trace(tmp_path, [

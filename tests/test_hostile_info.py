@@ -178,6 +178,7 @@ def cli(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, '-m', 'timmdata.tools.cli', *args], cwd=ROOT, capture_output=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_error_naming_an_info_entry_is_escaped(tmp_path):
     ds = tiny_shards(tmp_path / 'ds')
     info = json.loads((ds / '_info.json').read_text())
@@ -400,6 +401,7 @@ def _prelude(limit_gb: float) -> str:
     ''')
 
 
+@pytest.mark.slow
 def test_fuzz_info_json(shard_set, tmp_path):
     run_fuzzer(shard_set, tmp_path, seed=0, count=300)
 

@@ -56,6 +56,7 @@ except OSError as e:
 """
 
 
+@pytest.mark.slow
 def test_a_fifo_shard_does_not_hang_the_global_order(ds):
     "A FIFO named like a shard: one epoch in the global order (the by-position reader) raises at once, naming it."
     name = _train_shards(ds)[1]

@@ -128,6 +128,7 @@ def check_gets(case, src, workers, cache, epochs):
     assert len(ranged) == epochs and ranged[-1] == ranged[0], ranged  # the run knows the server: no ranged try after epoch 1
 
 
+@pytest.mark.slow
 def test_read_whole_in_one_process(data):
     "Shards with their dataset index and Parquet with its index over Python's http.server, read in the main process for 2 epochs: the local batches, each file fetched once, one warning."
     cases = [['shards', 0, False, 2], ['parquet', 0, False, 2]]

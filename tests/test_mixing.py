@@ -181,6 +181,7 @@ def _threads_and_files(dl) -> tuple:
     return threads, files, len(kids)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir('/proc/self/task'), reason='counts threads in /proc (Linux)')
 def test_100_sources_as_many_threads_as_one(roots):
     "The workers of a 100-source loader hold as many threads and open files as a 1-source one (the mix adds no thread or file: its order is made in the main process, in numpy, without threads)."

@@ -73,6 +73,7 @@ def _stream(shards, nw):
                                 mixup_fn=NaFlexMixup(num_classes=32), re_prob=0.5, re_mode='pixel', num_workers=nw, device='cpu', seed=3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('nw', [0, 2])
 def test_stream_resume_bit_identical(tmp_path, nw):
     pytest.importorskip('webdataset')

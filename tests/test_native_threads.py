@@ -3,6 +3,7 @@ fed from a JPEG or from pixels, one call per batch, the fused batch step) run fr
 exactly what one thread gives, and libjpeg's warnings are all counted. The module declares that it runs without the
 GIL (csrc/native.c: Py_mod_gil), so on a free-threaded build (python3.13t/3.14t) these calls truly overlap; under the
 GIL they overlap where the extension releases it. Quick (a few seconds): part of the default run."""
+import pytest
 import random, sys, threading
 from concurrent.futures import ThreadPoolExecutor
 import numpy as np, pytest
@@ -84,6 +85,7 @@ def _run(case):
     except ValueError as e: return name, f'ValueError: {e}'
 
 
+@pytest.mark.slow
 def test_eight_threads_give_what_one_thread_gives(native, jpegs):
     cases = _cases(native, jpegs)
     assert len(cases) >= 3 * 20

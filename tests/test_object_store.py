@@ -44,6 +44,7 @@ def _labels(name, root, split, workers, epoch=0, **kw):
     return epoch_labels(name, root, split, workers, BATCH, epoch, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('kind', list(REMOTE_KINDS))
 def test_every_sample_once_and_as_local(s3, kind):
     "Each kind of dataset over s3:// gives, without workers and with two, the batches a local read of the same files gives; every sample once."
@@ -110,6 +111,7 @@ def _run(s3, world, batch, workers, stop=0, sd=None):
     return json.loads(out.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_resume_on_other_ranks_and_workers(s3):
     "Global batch 12: cut after one global batch on 2 ranks x 2 workers, resumed on 1 rank x 1 worker: the same global batches as an uncut run; every sample once."
     ref, _ = _run(s3, 1, 12, 0)
@@ -160,6 +162,7 @@ def _cli(*args):
     )
 
 
+@pytest.mark.slow
 def test_index_and_check_in_the_bucket(s3):
     "`timmdata index` over s3:// writes the index into the bucket (shards: scanned by ranged reads; Parquet: read by ranges), and streams then read it; `timmdata check` decodes every image there; a URL given to `timmdata cache` is one line saying what to do."
     plain = s3.upload(s3.root / 'plain', 'to_index')
@@ -178,6 +181,7 @@ def test_index_and_check_in_the_bucket(s3):
         assert out.returncode == 0 and f'checked {N} images' in out.stdout, (out.stdout, out.stderr)
 
 
+@pytest.mark.slow
 def test_cache_from_the_bucket(s3, tmp_path):
     "`timmdata cache s3://...` builds each split's store as from the local folder (the same pixels and labels); run again, it lists the bucket and downloads nothing; a web address is one line saying what to do."
     photos = s3.upload(s3.root / 'photos', 'photos')

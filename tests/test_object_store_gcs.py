@@ -57,12 +57,14 @@ def gcs(tmp_path_factory):
             _FORK_UNSAFE.pop(os.getpid(), None)  # the next tests' workers forked as before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('kind', list(REMOTE_KINDS))
 def test_every_sample_once_and_as_local(gcs, kind):
     "Each kind of dataset over gs:// gives, without workers and with two (started by forkserver), the batches a local read of the same files gives."
     assert_read_as_local(kind, gcs.root, gcs.url, N, BATCH)
 
 
+@pytest.mark.slow
 def test_check_in_the_bucket(gcs):
     "`timmdata check` decodes every image of a Parquet folder and of a split of shards in the bucket."
     for root, more in ((gcs.url('pq'), []), (gcs.url('shards'), ['--split', 'train'])):
@@ -70,6 +72,7 @@ def test_check_in_the_bucket(gcs):
         assert out.returncode == 0 and f'checked {N} images' in out.stdout, (out.stdout, out.stderr)
 
 
+@pytest.mark.slow
 def test_missing_object_and_plain_http_named(gcs):
     "A folder that is not there, and the emulator's http:// address without allow_http: each one line naming the URL and what to do."
     with pytest.raises(FileNotFoundError, match='gs://timmdata-gcs/nothing/here'):

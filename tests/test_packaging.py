@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_wheel_builds_without_warnings(tmp_path):
     setuptools = pytest.importorskip('setuptools')
     if int(setuptools.__version__.split('.')[0]) < 77: pytest.skip('SPDX license expressions need setuptools >= 77')

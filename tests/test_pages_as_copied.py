@@ -16,6 +16,8 @@ import pytest
 nbformat = pytest.importorskip('nbformat')  # the notebooks' reader (nbdev's dev needs; a bare machine may lack it)
 import torch
 
+pytestmark = pytest.mark.slow  # make test-all: each page run as a reader pastes it, in a fresh interpreter
+
 REPO = Path(__file__).resolve().parents[1]
 PAGES = sorted((REPO / 'nbs' / 'start').glob('*.ipynb')) + sorted((REPO / 'nbs' / 'howto').glob('*.ipynb'))
 SLOW = {'10_lightning_accelerate'}  # more than 20 s as a script on a 2-core machine (26 s); the others take 4 to 9 s
@@ -117,6 +119,7 @@ def _param(page: Path):
     return pytest.param(page, marks=marks, id=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('page', [_param(p) for p in PAGES])
 def test_page_runs_as_copied(page, tmp_path):
     folder = tmp_path / 'reader'

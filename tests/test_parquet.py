@@ -80,6 +80,7 @@ def _run(root, world, bs, workers, stop=None, sd=None, epoch=0):
     return [sum((o[t] for o in per_rank), []) for t in range(len(per_rank[0]))], states[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('which', ['folder', 'indexed'])
 def test_one_global_order_and_exact_resume_elsewhere(which, request):
     "The same global batches on 1x1, 2x2 (process workers) and 3x1; a run cut on 2x2 resumes on 1x3 and 3x1 with the batches left."

@@ -282,6 +282,7 @@ def _lying_footer(rng, good: bytes) -> bytes:
     return join_file(body, md)
 
 
+@pytest.mark.slow
 def test_page_headers_and_footers_fuzzed(tmp_path):
     "Page headers of the image column changed at random, byte by byte and field by field (another type, an extreme value), and footers' numbers and bytes (a fixed seed, 400 files): each read or refused with a ShardError, each in bounded time."
     rng, seen = random.Random(5), {}

@@ -39,6 +39,7 @@ def _ranks(root, monkeypatch, W, workers, stop=None, sd=None):
     return runs, states
 
 
+@pytest.mark.slow
 def test_resume_on_other_ranks_and_workers(root, monkeypatch):
     "2 ranks x 2 workers save after 3 batches; 3 ranks x 1 worker go on: the rest of the global order, bit for bit."
     ref, _ = _ranks(root, monkeypatch, 2, 2)

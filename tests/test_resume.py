@@ -40,6 +40,7 @@ def _loader(root, sampler=None, monkeypatch=None, mix=True, bs=B, **kw):
     dict(num_workers=2, use_multi_epochs_loader=True),
     dict(use_prefetcher=False, mix=False),
 ], ids=['prefetch', 'workers', 'multi_epochs', 'no_prefetcher'])
+@pytest.mark.slow
 def test_resume_random_bit_identical(root, kw):
     torch.manual_seed(1)
     ref, _ = _run(_loader(root, **kw), 2)
@@ -201,6 +202,7 @@ _REPRO = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_two_fresh_processes_reproducible(root, tmp_path):
     script = tmp_path / 'repro.py'
     script.write_text(_REPRO.format(tests=os.path.dirname(__file__), train=str(root / 'train')))
@@ -244,6 +246,7 @@ _TRAIN = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_sigkill_resume(root, tmp_path):  # in `make test`: the issue's definition of done (about 14 s)
     "A training process (2 workers) saves its loader state every 3 steps, is SIGKILLed at a random step, and resumes."
     script = tmp_path / 'train.py'

@@ -86,6 +86,7 @@ def shm_handles():
 
 # ---- 1. slots come back
 
+@pytest.mark.slow
 @pytest.mark.parametrize('persistent', [True, False])
 def test_full_epoch_on_the_ring_after_five_early_breaks(persistent):
     ld = loader(IndexImages(), persistent_workers=persistent)
@@ -118,6 +119,7 @@ def test_slots_come_back_after_interrupts_in_the_consumer_and_in_the_loader(ctrl
     assert got, 'the interrupt was not raised'
     full_epoch_on_ring(ld)  # new workers, every slot back
 
+@pytest.mark.slow
 def test_a_dead_worker_is_a_clear_error_and_leaves_nothing_behind():
     gc.collect()
     before = shm_handles()
@@ -292,6 +294,7 @@ def _ledger_script(tmp_path, body: str):
     assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_ring_finaliser_inside_a_ledger_block_does_not_deadlock(tmp_path):
     "The gc may free an old ring (its finaliser unlists it) while this thread holds the ledger, e.g. while BatchRing.maybe allocates."
     _ledger_script(tmp_path,
@@ -302,6 +305,7 @@ def test_ring_finaliser_inside_a_ledger_block_does_not_deadlock(tmp_path):
                    "with batch_ring._ledger() as rings: assert rings == {}")
 
 
+@pytest.mark.slow
 def test_ring_finaliser_after_the_ledger_is_written_does_not_deadlock(tmp_path):
     "The gc may run a ring's finaliser in the last moment of a ledger block: written, the file lock not yet let go."
     _ledger_script(tmp_path,
@@ -317,6 +321,7 @@ def test_ring_finaliser_after_the_ledger_is_written_does_not_deadlock(tmp_path):
                    "with batch_ring._ledger() as rings: assert rings == {'keep': (os.getpid(), 2)}, rings")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('mode', ['process', 'thread'])
 def test_a_script_ending_with_a_live_iterator_exits_quietly(tmp_path, mode):
     "A script (or a notebook kernel) that stops mid-epoch: no 'Exception ignored' traceback at exit, no worker left behind."

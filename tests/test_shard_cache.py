@@ -186,6 +186,7 @@ _READER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_two_processes_download_one_shard_once(server, shards, tmp_path):
     "Two processes open one shard at once: one downloads, the other waits on the lock and reads the copy."
     url, hits, handler = server

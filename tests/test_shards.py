@@ -63,6 +63,7 @@ def test_info_json_layout(src, tmp_path):
     assert len(names) == 8 and {n.split('.', 1)[1] for n in names} == {'jpg', 'cls'}
 
 
+@pytest.mark.slow
 def test_resume_after_kill(src, tmp_path):
     "A build killed half-way (SIGKILL) is finished by a rerun: complete shards untouched, output identical to a clean build."
     dst = tmp_path / 'killed'

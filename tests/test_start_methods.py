@@ -45,6 +45,7 @@ def _same(got: dict, ref: dict, method: str):
         assert not bad, f'{case}: workers started by {method} differ from fork at batches {bad}'
 
 
+@pytest.mark.slow
 def test_forkserver_gives_forks_batches(sample_root, shards, by_fork):
     _same(batches('forkserver', sample_root / 'train', shards), by_fork, 'forkserver')
 
@@ -69,6 +70,7 @@ def test_a_dataset_that_does_not_pickle_is_named(sample_root):
     assert multiprocessing.get_start_method(allow_none=True) == before  # the loader's context only: the process's default untouched
 
 
+@pytest.mark.slow
 def test_forkserver_workers_see_the_settings_of_when_the_loader_was_made(sample_root):
     """A forkserver's workers begin with the environment its server started with: create_loader hands them the
     settings (and the cloud clients' variables) as they are when the loader is made, so a bucket configured after the

@@ -71,6 +71,7 @@ def _counts(served: dict, tmp_path, indexed: bool) -> dict:
     return counts
 
 
+@pytest.mark.slow
 def test_start_up_requests_do_not_grow_with_shards(served, tmp_path):
     counts = _counts(served, tmp_path, indexed=True)
     (b250, f250, _), (b2000, f2000, _) = counts[250], counts[2000]
@@ -102,6 +103,7 @@ def test_without_index_nothing_per_shard_and_a_hint(served, tmp_path):
     assert len(hints) == 1 and 'O(1)' in hints[0] and '\n' not in hints[0], msgs
 
 
+@pytest.mark.slow
 def test_without_index_each_shard_scanned_once_per_node(small, tmp_path):
     "Two processes of a node (fresh per-process state, one index folder) read a whole pass: the first scans each shard"
     " once as it meets it; the second reads the node's kept scans: only its samples' reads; every sample once, both times."
@@ -264,6 +266,7 @@ def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(small, tmp_pa
     assert reads1['parsed'] == 1 and reads2 == {'parsed': 0, 'mapped': 1}, (reads1, reads2)  # the second maps it
 
 
+@pytest.mark.slow
 def test_ranged_reads_ahead_keep_the_order(small):
     "Over http(s) without a cache, `SpanReader` keeps up to `read_ahead` ranged GETs in flight: the same samples in the same order as one at a time."
     from timmdata.index import dataset_index

@@ -80,6 +80,7 @@ def _wait(pid: int, err: Path, timeout: float = 120):
     os.kill(pid, 9); os.waitpid(pid, 0); raise AssertionError(f'child {pid} ran past {timeout} s')
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_PROC_FD or sys.platform != 'linux', reason='counts descriptors in /proc/self/fd')
 def test_5000_chunk_store_through_create_loader_under_fd_limit_256(tmp_path, no_fsync):
     "5,000 chunks read whole through create_loader by 2 workers, in a process whose open-file limit is 256."

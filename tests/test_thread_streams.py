@@ -253,6 +253,7 @@ def test_bad_samples(tmp_path):
     same_batches(threads, procs)
 
 
+@pytest.mark.slow
 def test_a_pass_left_stops_its_threads(indexed):
     "An iterator dropped in the middle of a pass stops its threads; a program that exits there does not wait on them."
     import gc, subprocess, sys, threading

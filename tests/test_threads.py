@@ -82,6 +82,7 @@ def _broken_in_data(f):
     f.write_bytes(d[:at] + b'\xff\xd8' + d[at:])
 
 
+@pytest.mark.slow
 def test_deferred_jpeg_bad_files_skip_like_threads(root, tmp_path):
     "Worker processes and loader threads decode a batch's JPEG crops in the collate (one call): a bad file there is skipped and counted as when the dataset decodes each sample, or raised naming it."
     from timmdata.pixels import decode
@@ -113,6 +114,7 @@ def test_deferred_jpeg_bad_files_skip_like_threads(root, tmp_path):
         assert any(f.name in str(e.value) for f in victims), str(e.value)
 
 
+@pytest.mark.slow
 def test_eval_deferred_equals_whole(root):
     "Eval's resize and centre crop of a batch's JPEGs, decoded in one call (worker processes and threads), give the batches of samples made whole."
     ev = dict(is_training=False, re_prob=0.0, interpolation='bicubic')

@@ -33,6 +33,7 @@ def auto(root, **kw):
     return ld
 
 
+@pytest.mark.slow
 def test_batches_do_not_depend_on_workers_or_mode(root):
     ref, _ = run_epochs(fixed(root, 0), 2)
     assert len(ref) == 14
@@ -41,6 +42,7 @@ def test_batches_do_not_depend_on_workers_or_mode(root):
         same_batches(got, ref)
 
 
+@pytest.mark.slow
 def test_auto_switches_mid_epoch_same_batches(root, monkeypatch):
     scripted(monkeypatch, [('process', 2, 2), ('thread', 2, 4), ('process', 1, 4)])
     ld = auto(root)
@@ -137,6 +139,7 @@ def test_windows_by_time(root, monkeypatch):
     assert t['cost']['batches'] == 2 * (1 + 8)  # settle and a window per setting, across the epochs' ends
 
 
+@pytest.mark.slow
 def test_searches_again_when_the_wait_grows(root, monkeypatch):
     "After the decision, two watched windows in a row whose wait grew start a search from the kept setting; batches stay the same."
     scripted(monkeypatch, [('process', 2, 2), None, ('thread', 1, 4)])  # None: a search ends

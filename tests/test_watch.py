@@ -163,6 +163,7 @@ if __name__ == '__main__':  # forkserver and spawn (Python 3.14, macOS) import t
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which('tmux') is None, reason='tmux is not installed (apt-get install -y tmux)')
 def test_top_in_tmux_shows_a_training_scripts_loaders(data, tmp_path):
     wdir, stop = tmp_path / 'watch', tmp_path / 'stop'
