@@ -1,13 +1,15 @@
 """The library's layout (issue 12): one module per stage of the data's way, each from its own notebook, imports
 only downwards (no circle, no import up a floor), no private name imported from another module, no module over
 400 statements. Reads the generated sources and the notebooks; imports nothing of timmdata."""
-import ast, json, re
+import ast, json, re, sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LIB, NBS = ROOT / 'timmdata', ROOT / 'nbs'
+sys.path.insert(0, str(ROOT / 'tools'))
+from imports import PACKAGE, imports, modules as all_modules  # noqa: E402  (tools/imports.py: the one parser of the library's imports)
 
 # The floors of the data's way: a module may import modules of its own floor or lower ones, never higher.
 FLOORS = {
@@ -57,55 +59,15 @@ OVER = {'net.shard_cache': 550}
 OVER.update({'transforms': 455})
 
 
-def module_name(rel: str) -> str:
-    "'readers/core.py' -> 'readers.core'; a package's 'readers/__init__.py' -> 'readers'; the top '__init__.py' -> ''."
-    parts = rel[:-3].split('/')
-    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
-
-
 def modules() -> dict:
     "dotted name: path of every module (a package by its name; the top package and private modules left out)."
-    out = {}
-    for p in sorted(LIB.rglob('*.py')):
-        rel = p.relative_to(LIB).as_posix()
-        if '__pycache__' in rel or (p.stem.startswith('_') and p.stem != '__init__') or rel == '__init__.py': continue
-        out[module_name(rel)] = p
-    return out
-
-
-def known(dotted: str, mods) -> str:
-    "The longest prefix of `dotted` that is a module ('readers.core.x' -> 'readers.core'), else its first part."
-    parts = dotted.split('.')
-    return next(('.'.join(parts[:i]) for i in range(len(parts), 0, -1) if '.'.join(parts[:i]) in mods), parts[0])
+    return {name: path for name, path in all_modules(LIB).items() if name}
 
 
 def timmdata_imports(path: Path, text: str = None) -> list:
-    "(module imported, names imported) for every import of a timmdata module in `path` (or in `text`); relative imports resolved from its package."
-    out, mods = [], set(modules())
+    "(module imported, names imported) for every import of timmdata in `path` (or in `text`); the package's namespace is PACKAGE ('')."
     rel = path.relative_to(LIB).as_posix() if path.is_relative_to(LIB) else path.name
-    pkg = rel[:-3].split('/')[:-1]  # 'readers/core.py' and 'readers/__init__.py' sit in package ['readers']
-    for node in ast.walk(ast.parse(path.read_text(encoding='utf-8') if text is None else text)):
-        if isinstance(node, ast.ImportFrom):
-            mod = node.module or ''
-            base = pkg[: len(pkg) - node.level + 1] if node.level else None
-            if node.level and mod: out.append((known('.'.join(base + [mod]), mods), [a.name for a in node.names]))
-            elif node.level: out += [(known('.'.join(base + [a.name]), mods), []) for a in node.names]  # from . import x
-            elif mod.startswith('timmdata.'):
-                sub = mod[len('timmdata.'):]  # `from timmdata.engine import feeder` imports the module engine.feeder
-                subs = [a.name for a in node.names if f'{sub}.{a.name}' in mods]
-                out += [(f'{sub}.{n}', []) for n in subs]
-                rest = [a.name for a in node.names if a.name not in subs]
-                if rest or not subs: out.append((known(sub, mods), rest))
-            elif mod == 'timmdata': out += [(a.name, []) for a in node.names]
-        elif isinstance(node, ast.Import):
-            out += [(known(a.name[len('timmdata.'):], mods), []) for a in node.names if a.name.startswith('timmdata.')]
-        elif (
-            isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str) and node.args[0].value.startswith('timmdata.')
-            and getattr(node.func, 'attr', getattr(node.func, 'id', '')) in ('import_module', '__import__')
-        ):  # importlib.import_module('timmdata.X') with a constant name: an import like any other
-            out.append((known(node.args[0].value[len('timmdata.'):], mods), []))
-    return [(m, names) for m, names in out if m not in ('_native', '__version__')]
+    return imports(rel, path.read_text(encoding='utf-8') if text is None else text, set(all_modules(LIB)))
 
 
 def test_every_module_has_a_floor_and_its_own_notebook():
@@ -131,6 +93,7 @@ def test_module_is_short(name):
 def test_imports_go_down_and_never_private():
     for name, path in modules().items():
         for dep, names in timmdata_imports(path):
+            if dep == PACKAGE: continue  # the package's namespace: test_no_import_circle_through_the_package
             assert dep in FLOORS, f'{name} imports unknown module {dep}'
             assert FLOORS[dep] <= FLOORS[name], f'{name} (floor {FLOORS[name]}) imports {dep} (floor {FLOORS[dep]}): an import up a floor'
             private = [n for n in names if n.startswith('_')]
@@ -149,7 +112,7 @@ def test_packages_core_at_the_bottom_tools_at_the_top():
 
 
 def test_no_import_circle():
-    graph = {name: {d for d, _ in timmdata_imports(path)} for name, path in modules().items()}
+    graph = {name: {d for d, _ in timmdata_imports(path)} - {PACKAGE} for name, path in modules().items()}
     state = {}
     def visit(n, stack):
         state[n] = 'open'
@@ -161,24 +124,10 @@ def test_no_import_circle():
         if n not in state: visit(n, [])
 
 
-def uses_the_package(path: Path, text: str = None) -> bool:
-    "Whether a module imports the package's own namespace (`import timmdata`, `from timmdata import ImageDataset`), which loads its exports."
-    mods = set(modules()) | {'_native'}
-    for node in ast.walk(ast.parse(path.read_text(encoding='utf-8') if text is None else text)):
-        if isinstance(node, ast.Import) and any(a.name == 'timmdata' for a in node.names): return True
-        if isinstance(node, ast.ImportFrom) and ((node.level == 0 and node.module == 'timmdata') or (node.level == 1 and not node.module and path.parent == LIB)):
-            if any(a.name not in mods and not a.name.startswith('__') for a in node.names): return True
-    return False
-
-
 def package_graph() -> dict:
     "The import graph of timmdata's modules and of the package itself ('timmdata': its own imports and the modules its exports load)."
-    graph = {name: {d for d, _ in timmdata_imports(path)} | ({'timmdata'} if uses_the_package(path) else set())
-             for name, path in modules().items()}
-    init = (LIB / '__init__.py').read_text(encoding='utf-8')
-    exports = [n.value.value for n in ast.parse(init).body if isinstance(n, ast.Assign)
-               and any(getattr(t, 'id', '') == '_EXPORTS' for t in n.targets) and isinstance(n.value, ast.Constant)]
-    graph['timmdata'] = {d for d, _ in timmdata_imports(LIB / '__init__.py', init + '\n' + '\n'.join(exports))}
+    graph = {name: {d or 'timmdata' for d, _ in timmdata_imports(path)} for name, path in modules().items()}
+    graph['timmdata'] = {d for d, _ in timmdata_imports(LIB / '__init__.py') if d}  # its eager imports and its exports table
     return graph
 
 
@@ -212,5 +161,7 @@ def test_no_import_circle_through_the_package():
 def test_the_check_can_fail(tmp_path):
     "The import parser sees relative, absolute and package imports, so the checks above have something to check."
     p = tmp_path / 'm.py'
-    p.write_text('from .collate import fast_collate, _x\nimport timmdata.loader\nfrom timmdata import decode\n')
-    assert timmdata_imports(p) == [('collate', ['fast_collate', '_x']), ('loader', []), ('decode', [])]
+    p.write_text('from .collate import fast_collate, _x\nimport timmdata.loader\nfrom timmdata import transforms, ImageDataset\n'
+                 'import timmdata\nfrom timmdata.engine import feeder\n')
+    assert timmdata_imports(p) == [('collate', ['fast_collate', '_x']), ('loader', []), ('transforms', []), (PACKAGE, ['ImageDataset']),
+                                   (PACKAGE, []), ('engine.feeder', [])]
