@@ -22,7 +22,7 @@ FLOORS = {
     'net.http': 1, 'net.object_store': 1, 'net.local_s3': 1, 'store.remote_source': 1, 'net.kept_http': 1, 'sources.whole_files': 1,  # network reads bounded in bytes and time (shard_cache, shard_io and shard_index read through it)
     'store.format': 1, 'sources.shard_io': 1, 'sources.spans': 1, 'index.shard_index': 1, 'index.index_table': 1, 'index.dataset_index': 1, 'index.scanned_spans': 1, 'index.span_reader': 1, 'sources.registry': 1, 'sources.wds': 1, 'net.shard_cache': 1, 'sources.hf_readers': 1, 'parquet.source': 1, 'parquet.parquet_format': 1, 'parquet.parquet_reader': 1, 'parquet.parquet_footers': 1, 'parquet.parquet_index': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
     'pixels.decode': 2, 'pixels.nvimgcodec': 2,                                # bytes to pixels
-    'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'pixels.resample': 3, 'pixels.batch_resize': 3, 'pixels.handover': 3, 'sample': 3, 'pixels.augment_ops': 3,  # per-sample uint8 ops
+    'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'pixels.resample': 3, 'pixels.batch_resize': 3, 'pixels.handover': 3, 'pixels.transform_base': 3, 'sample': 3, 'pixels.augment_ops': 3,  # per-sample uint8 ops
     'dataset': 4, 'streams.streaming': 4, 'streams.lookahead': 4, 'streams.global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
     'engine.collate': 5, 'engine.batch_ring': 5, 'mixup': 5, 'naflex_dataset': 5, 'naflex_mixup': 5,                     # samples to a uint8 batch (mixing collate too)
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
@@ -54,9 +54,6 @@ MAX_STATEMENTS = 400
 # shard_cache: the node cache with its bounds (deadlines, the folder's checks) and cached_copy; the held files and their
 # locks (open_held, wait_lock) are the seam to split it along
 OVER = {'net.shard_cache': 550}
-# transforms: Compose's own choice of fused paths, and timm's RandomPad (timmdata.transforms names every name
-# timm.data.transforms defines); SampleTransform and the input-format seam are to move to a module of their own
-OVER.update({'transforms': 455})
 
 
 def modules() -> dict:
