@@ -156,7 +156,9 @@ _MUTEX = (
     threading.Lock()
 )  # held through every critical section of a cache folder's lock in this process: a fork waits for it
 _HELD = set()  # the shard-lock fds of this process's downloads
-RESERVE_STEP = 8 << 20  # the largest step a download reserves at a time (the first steps: what already arrived, from 64 KiB)
+RESERVE_STEP = (
+    8 << 20
+)  # the largest step a download reserves at a time (the first steps: what already arrived, from 64 KiB)
 
 
 def _after_fork_child():
