@@ -92,7 +92,7 @@ def _per_image_costs(loader, train: bool = True, n: int = 512, reps: int = 3) ->
     reader = ds.reader
     idx = np.random.default_rng(0).permutation(len(reader))[:n].tolist()
     threads = torch.get_num_threads(); torch.set_num_threads(1)
-    from timmdata.engine.collate import fast_collate
+    from timmdata.batch.collate import fast_collate
     from timmdata.pixels.resample import PendingResize
     deferred = False
     out = {}

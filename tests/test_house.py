@@ -208,8 +208,8 @@ def test_the_house_checks_can_fail(tmp_path):
 # as a picture drawn when the page was built (a saved image output; a png linked from markdown is not one), so a
 # page of the data's way added here must come with its picture.
 DATA_WAY = ('readers/05_readers', 'pixels/06_decode', 'pixels/09_resample', '10_transforms', 'store/19_format', '25c_dataset',
-            'sources/21d_shard_io', 'streams/24_global_order', 'streams/25_streaming', 'engine/27_collate',
-            'engine/28_batch_ring', '29_mixup', 'engine/30_feeder', 'engine/31_prefetch', 'engine/33_batch_plan',
+            'sources/21d_shard_io', 'streams/24_global_order', 'streams/25_streaming', 'batch/27_collate',
+            'batch/28_batch_ring', '29_mixup', 'engine/30_feeder', 'engine/31_prefetch', 'engine/33_batch_plan',
             'engine/36_gpu_decode', 'engine/37_threads', '38_loader')  # fmt: skip
 TEST_WALL = 3  # a first code block with more `test_*(...)` lines than this is a test wall: hide it (`#| hide`)
 # Pages that open with a test wall today, in notebooks whose cells other branches were editing when this check came

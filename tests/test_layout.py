@@ -24,7 +24,7 @@ FLOORS = {
     'pixels.decode': 2, 'pixels.nvimgcodec': 2,                                # bytes to pixels
     'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'pixels.resample': 3, 'pixels.batch_resize': 3, 'pixels.handover': 3, 'pixels.transform_base': 3, 'sample': 3, 'pixels.augment_ops': 3,  # per-sample uint8 ops
     'dataset': 4, 'streams.streaming': 4, 'streams.lookahead': 4, 'streams.global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
-    'engine.collate': 5, 'engine.batch_ring': 5, 'mixup': 5, 'naflex_dataset': 5, 'naflex_mixup': 5,                     # samples to a uint8 batch (mixing collate too)
+    'batch.collate': 5, 'batch.batch_ring': 5, 'mixup': 5, 'naflex_dataset': 5, 'naflex_mixup': 5,                     # samples to a uint8 batch (mixing collate too)
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
     'pixels.jitter': 6, 'pixels.batch_augment': 6, 'engine.prefetch': 6, 'engine.gpu_decode': 7,                   # the batch on the device and its batch ops
     'distributed_sampler': 7, 'engine.batch_plan': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'engine.resume': 7, 'engine.threads': 7, 'engine.tune': 7, 'engine.decode_choice': 7,        # wiring
@@ -42,14 +42,23 @@ FLOORS = {
     'constants': 0, 'dataset_info': 0, 'imagenet_info': 0, 'real_labels': 0, 'model_config': 0,  # timm.data's paths: metadata
     'target_transforms': 3, 'tf_preprocessing': 3,  # timm.data's paths: per-sample ops
     # the packages' front doors (each __init__ a paragraph on its job; it imports nothing)
-    'core': 0, 'pixels': 0, 'store': 0, 'net': 0, 'sources': 0, 'index': 0, 'parquet': 0, 'streams': 0, 'mix': 0, 'engine': 0, 'watch': 0, 'tools': 0,
+    'core': 0, 'pixels': 0, 'batch': 0, 'store': 0, 'net': 0, 'sources': 0, 'index': 0, 'parquet': 0, 'streams': 0, 'mix': 0, 'engine': 0, 'watch': 0, 'tools': 0,
 }
 # The packages of timmdata's own machinery, and what each may import of the others: `core` stands on nothing, and
 # `tools` (what a user runs) is imported by nothing but itself. The floors above order the modules inside and across them.
-PACKAGES = ('core', 'pixels', 'store', 'net', 'sources', 'index', 'parquet', 'streams', 'mix', 'engine', 'watch', 'tools')
+PACKAGES = ('core', 'pixels', 'batch', 'store', 'net', 'sources', 'index', 'parquet', 'streams', 'mix', 'engine', 'watch', 'tools')
 # Size in statements, not lines: the formatter (ruff format, tools/format_nbs.sh) splits `a; b` and long calls over
 # lines and would move a line count by ~45% without changing what a reader has to hold; 400 statements ~ 400 lines before.
 MAX_STATEMENTS = 400
+
+
+# A package holds one job: at most MAX_PACKAGE_MODULES modules (its front door, the __init__, not counted) and
+# MAX_PACKAGE_LINES lines of generated source (the front door counted). `readers` also holds timm's reader modules under
+# timm's own paths (timm.data.readers.X is timmdata.readers.X: tests/test_timm_map.py), which cannot move: not counted.
+MAX_PACKAGE_MODULES, MAX_PACKAGE_LINES = 12, 5000
+TIMM_PATHS = {f'readers.{m}' for m in ('class_map', 'img_extensions', 'reader', 'reader_factory', 'reader_hfds', 'reader_hfids',
+                                       'reader_image_folder', 'reader_image_in_tar', 'reader_image_tar', 'reader_wds',
+                                       'shared_count', 'targets')}
 
 
 def modules() -> dict:
@@ -81,6 +90,20 @@ def test_every_module_has_a_floor_and_its_own_notebook():
 def test_module_is_short(name):
     n = sum(isinstance(node, ast.stmt) for node in ast.walk(ast.parse(modules()[name].read_text(encoding='utf-8'))))
     assert n < MAX_STATEMENTS, f'timmdata/{modules()[name].relative_to(LIB)} has {n} statements; split it (one concern per module, under {MAX_STATEMENTS})'
+
+
+def package_size(package: str) -> tuple:
+    "(modules, lines) of a package: its own modules (timm's paths left out), and the lines of those and of its front door."
+    own = {n: p for n, p in modules().items() if n.startswith(package + '.') and n not in TIMM_PATHS}
+    return len(own), sum(len(p.read_text(encoding='utf-8').splitlines()) for p in [*own.values(), modules()[package]])
+
+
+@pytest.mark.parametrize('package', PACKAGES)
+def test_package_is_small(package):
+    n, lines = package_size(package)
+    assert n <= MAX_PACKAGE_MODULES and lines <= MAX_PACKAGE_LINES, (
+        f'timmdata/{package}/ holds {n} modules and {lines:,} lines (at most {MAX_PACKAGE_MODULES} and {MAX_PACKAGE_LINES:,}): '
+        f'split it by job into a package of its own, or move a module where it belongs')
 
 
 def test_imports_go_down_and_never_private():

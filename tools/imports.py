@@ -4,7 +4,7 @@ behind the layout and house tests (tests/test_layout.py, tests/test_house.py) an
 
     from imports import modules, imports   # with tools/ on sys.path
     mods = modules()
-    imports('engine/feeder.py', mods['engine.feeder'].read_text(), mods)   # [('engine.batch_ring', ['BatchRing']), ...]
+    imports('engine/feeder.py', mods['engine.feeder'].read_text(), mods)   # [('core.runtime', [...]), ('batch.collate', [...]), ...]
 
 A module is named by its dotted path under timmdata/ ('readers.core'; a package by its folder, 'readers'); the package's
 own namespace (`import timmdata`, `from timmdata import ImageDataset`, which loads its exports) is `PACKAGE`, ''."""

@@ -15,7 +15,7 @@ from ..core.stages import COLLATE, CountsTime, LoaderStats, ThreadWorkerInfo, as
 from .batch_plan import ResumableBatchSampler, SeededDataset
 from ..dataset import ImageDataset
 from ..streams.streaming import IterableImageDataset
-from .collate import BatchCollate
+from ..batch.collate import BatchCollate
 from .prefetch import PrefetchLoader
 from .resume import ResumableDataLoader
 
