@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from timmdata.tools.bench import LOADERS, bench_root
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import epoch_cpu as _epoch
+from _common import epoch_cpu as _epoch, in_turn, write_json
 
 TARGET = 12.0  # issue 29 (issue 7: 8x): the store must feed training at least 12x faster than timm on the JPEG folder
 
@@ -92,7 +92,7 @@ def _per_image_costs(loader, train: bool = True, n: int = 512, reps: int = 3) ->
     reader = ds.reader
     idx = np.random.default_rng(0).permutation(len(reader))[:n].tolist()
     threads = torch.get_num_threads(); torch.set_num_threads(1)
-    from timmdata.engine.collate import fast_collate
+    from timmdata.batch.collate import fast_collate
     from timmdata.pixels.resample import PendingResize
     deferred = False
     out = {}
@@ -173,7 +173,8 @@ def _measure(mode: str, root: Path, store: Path, epochs: int, batch_size: int, w
         for ep in range(epochs + 1):
             if ep == 1 and hasattr(loaders['timmdata, store'], 'stats'):
                 loaders['timmdata, store'].stats().reset()  # the table below: the measured epochs only
-            for k, ld in loaders.items():
+            for k in in_turn(list(loaders), ep):  # who goes first rotates: no seat favoured
+                ld = loaders[k]
                 n, dt, c_main, c_workers = ld.epoch() if isinstance(ld, _OldTree) else _epoch(ld)
                 secs[k].append(dt); seen[k] = n
                 if ep: cpu[k].append((c_main / n * 1e3, c_workers / n * 1e3))
@@ -228,7 +229,7 @@ def run(root=None, store=None, epochs: int = 5, batch_size: int = 64, workers: i
     res['load_average_after'] = os.getloadavg()
     res['ratio_store_vs_timm'] = res['modes'].get('train', next(iter(res['modes'].values())))['ratio_store_vs_timm']
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
-    (out / 'bench_cache.json').write_text(json.dumps(res, indent=1))
+    write_json(out / 'bench_cache.json', res)  # with the command that made it
     _plot(res, out / 'bench_cache.png')
     print(table(res))
     print(f'wrote {out / "bench_cache.json"} and {out / "bench_cache.png"}')

@@ -40,7 +40,7 @@ def timed_epoch(loader) -> tuple:
 def stages(tmp, files, repeats: int = 7):
     "Where an eval image's CPU time goes, stage by stage, in this process (torch single-threaded, as in a worker)."
     import numpy as np
-    from timmdata.engine.collate import fast_collate
+    from timmdata.batch.collate import fast_collate
     from timmdata.pixels.decode import NATIVE, encoded_jpeg
     from timmdata.pixels.resample import _source_span, vertical_first
     torch.set_num_threads(1)

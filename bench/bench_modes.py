@@ -19,7 +19,7 @@ import json, os, sys, time, warnings
 warnings.simplefilter('ignore')
 import torch
 from timmdata import ImageDataset, create_loader
-from timmdata.engine.collate import fast_collate
+from timmdata.batch.collate import fast_collate
 root, mode, pipe, step, ring, workers = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == '1', int(sys.argv[6])
 net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 5, stride=4), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3, stride=2),
                           torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))

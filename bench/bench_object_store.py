@@ -31,7 +31,7 @@ c. Training images/s: `--n` small generated JPEGs (`--size`, default 96x72) as s
 """
 
 from __future__ import annotations
-import argparse, atexit, functools, math, os, random, re, shutil, statistics, sys, tempfile, time, warnings
+import argparse, atexit, functools, os, random, re, shutil, statistics, sys, tempfile, time, warnings
 from pathlib import Path
 from typing import Optional
 
@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # the timmdata of this tree
 sys.path.insert(0, str(HERE))
 from bench_startup_requests import CountingHandler, CountingServer
-from _common import proc_cpu
+from _common import Report, in_turn, paired, proc_cpu, whole_batches
 from timmdata import create_dataset, create_loader, make_sample_dataset, write_shards
 from timmdata.index.span_reader import (
     READ_AHEAD_STORE as READ_AHEAD,
@@ -50,14 +50,8 @@ from timmdata.net.object_store import configure_store, object_range
 from timmdata.parquet.source import write_parquet_index, write_sample_parquet
 from timmdata.tools.bench import time_epoch, worker_pids
 
-LINES = []
-
-
-def say(*parts):
-    "Print a line and keep it for `--out`."
-    line = ' '.join(str(p) for p in parts)
-    print(line, flush=True)
-    LINES.append(line)
+REPORT = Report()  # what is printed, kept for --out
+say = REPORT.say
 
 
 def make_set(root: Path, n: int, size: tuple) -> dict:
@@ -250,7 +244,7 @@ def part_rate(bucket: Bucket, sets: dict, a):
     loaders = {k: loader_for(n, r, a, workers=a.workers) for k, (n, r, _) in sources.items()}
     rates, cpu, reqs, names = {k: [] for k in loaders}, {}, {}, list(loaders)
     for e in range(a.epochs + 1):
-        for name in names[e % len(names) :] + names[: e % len(names)]:
+        for name in in_turn(names, e):
             ds, dl = loaders[name]
             s3.latency = sources[name][2] or 0.0
             ds.set_epoch(e)
@@ -272,10 +266,10 @@ def part_rate(bucket: Bucket, sets: dict, a):
     for name, r in rates.items():
         base = rates[name.split()[0] + ' local']
         m = statistics.median(r)
-        paired = statistics.median(x / y for x, y in zip(r, base))
+        p = paired(r, base)
         res[name] = m / statistics.median(base)
         g = reqs.get(name, 0) if sources[name][2] is not None else '-'
-        say(f'   {name:<20}{m:>10.0f}{res[name]:>9.2f}{paired:>8.2f}{g:>12}   ' + ' '.join(f'{x:.0f}' for x in r))
+        say(f'   {name:<20}{m:>10.0f}{res[name]:>9.2f}{p:>8.2f}{g:>12}   ' + ' '.join(f'{x:.0f}' for x in r))
     say('   CPU cores used during the epochs (each process, median over the timed epochs):')
     for name in rates:
         if sources[name][2] is None:
@@ -344,7 +338,8 @@ def part_why(bucket: Bucket, sets: dict, a):
     }
     rates = {k: [] for k in loaders}
     for e in range(a.epochs + 1):
-        for name, ((ds, dl), lat) in loaders.items():
+        for name in in_turn(list(loaders), e):
+            (ds, dl), lat = loaders[name]
             s3.latency = lat or 0.0
             ds.set_epoch(e)
             n, dt = time_epoch(dl)
@@ -378,8 +373,7 @@ def main():
     if a.quick:
         a.n, a.n_bytes, a.epochs = 640, 320, 2
     a.size = tuple(a.size)
-    step = 10 * a.batch_size // math.gcd(10, a.batch_size)  # 10 classes, whole batches: an epoch is each image once
-    a.n, a.n_bytes = (-(-k // step) * step for k in (a.n, a.n_bytes))
+    a.n, a.n_bytes = (whole_batches(k, a.batch_size) for k in (a.n, a.n_bytes))  # an epoch is each image once
     tmp = Path(tempfile.mkdtemp(prefix='bench_object_store_'))
     atexit.register(shutil.rmtree, tmp, True)
     t0 = time.time()
@@ -424,10 +418,7 @@ def main():
             say(f'   c. {name}: {r:.2f}x local (>= 0.90x): {"met" if r >= 0.9 else "MISSED"}')
     say(f'   c. shards s3 through the proxy with TCP_NODELAY: {why:.2f}x local')
     say(f'({time.time() - t0:.0f} s)')
-    if a.out:
-        os.makedirs(os.path.dirname(a.out) or '.', exist_ok=True)
-        cmd = 'python ' + ' '.join(['bench/bench_object_store.py', *sys.argv[1:]])
-        Path(a.out).write_text(cmd + '\n\n' + '\n'.join(LINES) + '\n')
+    REPORT.write(a.out)
 
 
 if __name__ == '__main__':

@@ -28,7 +28,7 @@ CPUS = sorted(os.sched_getaffinity(0))
 if len(CPUS) >= 2:  # before torch starts threads: they and the workers inherit this process's CPUs
     os.sched_setaffinity(0, CPUS[:-1])
 
-import argparse, atexit, functools, math, shutil, statistics, subprocess, sys, tempfile, time, warnings
+import argparse, atexit, functools, shutil, statistics, subprocess, sys, tempfile, time, warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # the timmdata of this tree
 sys.path.insert(0, str(HERE))
-from _common import free_port, proc_cpu
+from _common import Report, free_port, in_turn, paired, proc_cpu, whole_batches
 from bench_object_store import make_set
 from timmdata import create_dataset, create_loader
 from timmdata.core.settings import set_environment
@@ -46,14 +46,8 @@ from timmdata.tools.bench import time_epoch, worker_pids
 
 S3RVER = ROOT / '.venv' / 's3rver' / 'node_modules'
 BUCKET = 'timmdata-bench'
-LINES = []
-
-
-def say(*parts):
-    "Print a line and keep it for `--out`."
-    line = ' '.join(str(p) for p in parts)
-    print(line, flush=True)
-    LINES.append(line)
+REPORT = Report()  # what is printed, kept for --out
+say = REPORT.say
 
 
 def busy() -> dict:
@@ -114,7 +108,7 @@ def run_sources(makers: dict, rounds: int, n: int, server_pid: int, endpoint: st
     keys = ('rate', 'ms', 'loader_cpus', 'server_cpus', 'gets')
     out, names = {k: {x: [] for x in keys} for k in makers}, list(makers)
     for e in range(rounds):
-        for name in names[e % len(names) :] + names[: e % len(names)]:
+        for name in in_turn(names, e):
             ds, dl = makers[name]()
             for k in (2 * e, 2 * e + 1):  # the warm-up epoch, then the timed one
                 ds.set_epoch(k)
@@ -169,8 +163,7 @@ def main():
     a = ap.parse_args()
     if a.quick:
         a.n, a.n_large, a.epochs = 640, 320, 2
-    step = 10 * a.batch_size // math.gcd(10, a.batch_size)  # 10 classes, whole batches: an epoch is each image once
-    a.n, a.n_large = (-(-k // step) * step for k in (a.n, a.n_large))
+    a.n, a.n_large = (whole_batches(k, a.batch_size) for k in (a.n, a.n_large))  # an epoch is each image once
     tmp = Path(tempfile.mkdtemp(prefix='bench_object_store_cores_'))
     atexit.register(shutil.rmtree, tmp, True)
     t0 = time.time()
@@ -214,10 +207,10 @@ def main():
         for name, r in got.items():
             base = got[name.split()[0] + ' local']
             m, ratio = statistics.median(r['rate']), statistics.median(r['rate']) / statistics.median(base['rate'])
-            paired = statistics.median(x / y for x, y in zip(r['rate'], base['rate'], strict=True))
+            p = paired(r['rate'], base['rate'])
             results[(label, name)] = (ratio, statistics.median(r['ms']) - statistics.median(base['ms']))
             say(
-                f'   {name:<16}{m:>10.0f}{ratio:>9.2f}{paired:>8.2f}{statistics.median(r["ms"]):>12.3f}'
+                f'   {name:<16}{m:>10.0f}{ratio:>9.2f}{p:>8.2f}{statistics.median(r["ms"]):>12.3f}'
                 f'{statistics.median(r["loader_cpus"]):>13.2f}{statistics.median(r["server_cpus"]):>12.2f}'
                 f'{statistics.median(r["gets"]) / s["n"]:>12.2f}   ' + ' '.join(f'{x:.0f}' for x in r['rate'])
             )
@@ -248,10 +241,7 @@ def main():
                 f'{"met" if ratio >= 0.9 else "MISSED"}'
             )
     say(f'({time.time() - t0:.0f} s)')
-    if a.out:
-        os.makedirs(os.path.dirname(a.out) or '.', exist_ok=True)
-        cmd = 'python ' + ' '.join(['bench/bench_object_store_cores.py', *sys.argv[1:]])
-        Path(a.out).write_text(cmd + '\n\n' + '\n'.join(LINES) + '\n')
+    REPORT.write(a.out)
 
 
 if __name__ == '__main__':

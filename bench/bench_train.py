@@ -66,7 +66,7 @@ def stages_cpu_ms(n: int, reps: int) -> dict:
     from PIL import Image
     from torchvision.transforms import InterpolationMode
 
-    from timmdata.engine.collate import fast_collate
+    from timmdata.batch.collate import fast_collate
     from timmdata.pixels.decode import encoded_jpeg, read_source
     from timmdata.transforms import RandomResizedCropAndInterpolation as RRC
     from timmdata.transforms import resize_exact

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 from timmdata import ImageDataset, create_loader, make_sample_dataset
-from timmdata.engine.collate import BatchCollate, fast_collate
+from timmdata.batch.collate import BatchCollate, fast_collate
 
 B = 16
 

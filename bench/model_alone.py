@@ -12,10 +12,10 @@ decay 2e-5 and lr 0.1 (`--lr-base 0.1` at batch 256, timm's `create_optimizer_v2
     python bench/model_alone.py --device cpu --model resnet18 --batch-size 16 --warmup 1 --steps 2 --rounds 1
 """
 
-import argparse, json, statistics, sys, time
-from pathlib import Path
+import argparse, statistics, sys
 
 import torch
+from _common import timed_rounds, write_json  # bench/, on the path when run as python bench/model_alone.py
 
 
 def run(a) -> dict:
@@ -62,15 +62,8 @@ def run(a) -> dict:
             torch.cuda.synchronize(device)
 
     def timed(sync: bool) -> list:
-        rates = []
-        for _ in range(a.rounds):
-            sync_device()
-            t0 = time.perf_counter()
-            for _ in range(a.steps):
-                step(sync)
-            sync_device()
-            rates.append(a.steps * a.batch_size / (time.perf_counter() - t0))
-        return rates
+        secs = timed_rounds(lambda: step(sync), a.rounds, a.steps, sync_device)
+        return [a.steps * a.batch_size / t for t in secs]
 
     for _ in range(a.warmup):
         step(True)
@@ -107,8 +100,7 @@ def main(argv=None):
         f"(loss.item() each step, as train.py), {res['img_s_nosync']:,.0f} img/s without it"
     )
     if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(res, indent=1))
+        write_json(a.out, res)
     return res
 
 

@@ -3,13 +3,15 @@ a class is read in one place (no `@patch` on a class of the patching module), no
 variables read in one module, torch's private API in one module, no import circle (the package included), seams
 declared and not probed (no getattr/hasattr for a method a protocol declares), and notebooks numbered in the data's way (a notebook imports only lower-numbered ones). Issue 42's page rules: every page of the data's way has a picture, no page opens
 with a wall of tests, export cells of at most `MAX_EXPORT_LINES` lines; issue 57: no page documents a module `__getattr__`/`__dir__`. Each failure names file:line (or notebook and cell)."""
-import ast, json, re
+import ast, json, re, sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LIB, NBS = ROOT / 'timmdata', ROOT / 'nbs'
+sys.path.insert(0, str(ROOT / 'tools'))
+import imports as parser  # noqa: E402  (tools/imports.py: the one parser of the library's imports)
 
 SETTINGS = 'core/settings.py'  # the one module that reads environment variables
 TORCH_COMPAT = 'core/torch_compat.py'  # the one module that touches torch's private API
@@ -28,14 +30,7 @@ def sources() -> dict:
 
 def module_name(name: str) -> str:
     "'readers/core.py' -> 'readers.core'; 'readers/__init__.py' -> 'readers'; the package's own '__init__.py' -> '__init__'."
-    parts = name[:-3].split('/')
-    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts) or '__init__'
-
-
-def known(dotted: str, mods) -> str:
-    "The longest prefix of `dotted` that is a module ('readers.core.x' -> 'readers.core'), else its first part."
-    parts = dotted.split('.')
-    return next(('.'.join(parts[:i]) for i in range(len(parts), 0, -1) if '.'.join(parts[:i]) in mods), parts[0])
+    return parser.module_name(name) or '__init__'
 
 
 def patched_own_classes(name: str, tree: ast.Module) -> list:
@@ -85,45 +80,13 @@ def probes(name: str, tree: ast.Module) -> list:
             and not DECLARED[n.args[1].value].startswith(f'timmdata.{name[:-3].replace("/", ".")}.')]  # the declaring module tests its seam
 
 
-def imported_by_name(node) -> str:
-    "The timmdata module ('parquet.source') a call `importlib.import_module('timmdata.parquet.source')` (or `__import__`) with a constant name imports, else None."
-    if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):
-        return None
-    f, name = node.func, node.args[0].value
-    called = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ''
-    if called not in ('import_module', '__import__') or not isinstance(name, str) or not name.startswith('timmdata.'):
-        return None
-    return name[len('timmdata.'):]
-
-
 def import_graph(srcs: dict) -> dict:
-    """module: the timmdata modules it imports (at the top or inside a function); the package itself is '__init__',
-    reached by `import timmdata` or `from timmdata import NAME` of a name that is not a module; the package's lazy
-    export table (a string of `from timmdata.X import ...` lines) counts as its imports."""
-    mods = {module_name(n) for n in srcs}
-    graph = {}
-    for name, tree in srcs.items():
-        me, deps, pkg = module_name(name), set(), name[:-3].split('/')[:-1]  # a subpackage's modules resolve `.` in it
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
-                mod = node.module or ''
-                base = pkg[: len(pkg) - node.level + 1] if node.level else []
-                if node.level and mod: deps.add(known('.'.join(base + [mod]), mods))
-                elif node.level or mod == 'timmdata':  # the C extension _native is no Python module: no edge
-                    here = '.'.join(base) or '__init__'
-                    deps |= {known('.'.join(base + [a.name]), mods) if '.'.join(base + [a.name]) in mods else here
-                             for a in node.names if a.name != '_native'}
-                elif mod.startswith('timmdata.'): deps.add(known(mod[len('timmdata.'):], mods))
-            elif isinstance(node, ast.Import):
-                for a in node.names:
-                    if a.name == 'timmdata': deps.add('__init__')
-                    elif a.name.startswith('timmdata.'): deps.add(known(a.name[len('timmdata.'):], mods))
-            elif (mod := imported_by_name(node)) is not None:  # importlib.import_module('timmdata.X'): an import too
-                deps.add(known(mod, mods))
-            elif me == '__init__' and isinstance(node, ast.Constant) and isinstance(node.value, str):
-                deps |= {known(m, mods) for m in re.findall(r'from timmdata\.([\w.]+) import', node.value)}
-        graph[me] = {d for d in deps if d in mods and d != me and d != '_native'}
-    return graph
+    """module: the timmdata modules it imports (at the top or inside a function, importlib by a constant name too); the
+    package itself is '__init__', reached by `import timmdata` or `from timmdata import NAME` of a name that is not a
+    module; the package's lazy export table (a string of `from timmdata.X import ...` lines) counts as its imports."""
+    mods = {parser.module_name(n) for n in srcs}
+    return {module_name(name): {d or '__init__' for d, _ in parser.imports(name, tree, mods) if d in mods and d != parser.module_name(name)}
+            for name, tree in srcs.items()}
 
 
 def circles(graph: dict) -> list:
@@ -245,8 +208,8 @@ def test_the_house_checks_can_fail(tmp_path):
 # as a picture drawn when the page was built (a saved image output; a png linked from markdown is not one), so a
 # page of the data's way added here must come with its picture.
 DATA_WAY = ('readers/05_readers', 'pixels/06_decode', 'pixels/09_resample', '10_transforms', 'store/19_format', '25c_dataset',
-            'sources/21d_shard_io', 'streams/24_global_order', 'streams/25_streaming', 'engine/27_collate',
-            'engine/28_batch_ring', '29_mixup', 'engine/30_feeder', 'engine/31_prefetch', 'engine/33_batch_plan',
+            'sources/21d_shard_io', 'streams/24_global_order', 'streams/25_streaming', 'batch/27_collate',
+            'batch/28_batch_ring', '29_mixup', 'engine/30_feeder', 'engine/31_prefetch', 'engine/33_batch_plan',
             'engine/36_gpu_decode', 'engine/37_threads', '38_loader')  # fmt: skip
 TEST_WALL = 3  # a first code block with more `test_*(...)` lines than this is a test wall: hide it (`#| hide`)
 # Pages that open with a test wall today, in notebooks whose cells other branches were editing when this check came

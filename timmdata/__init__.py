@@ -30,7 +30,7 @@ from timmdata.auto_augment import (RandAugment, AutoAugment, rand_augment_ops, r
 from timmdata.transforms_factory import create_transform
 from timmdata.random_erasing import RandomErasing
 from timmdata.mixup import Mixup, FastCollateMixup
-from timmdata.engine.collate import fast_collate
+from timmdata.batch.collate import fast_collate
 from timmdata.engine.prefetch import PrefetchLoader
 from timmdata.loader import create_loader, MultiEpochsDataLoader
 from timmdata.engine.threads import gil_enabled

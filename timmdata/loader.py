@@ -20,8 +20,8 @@ from torch.utils.data import (
     IterableDataset,
     get_worker_info,
 )
-from .engine.collate import BatchCollate, default_collate_kept, fast_collate
-from .engine.batch_ring import BatchRing
+from .batch.collate import BatchCollate, default_collate_kept, fast_collate
+from .batch.batch_ring import BatchRing
 from .engine.gpu_decode import check_device_modes, create_device_decode_loader, refuse_off_default
 from .engine.prefetch import PrefetchLoader
 from .core.runtime import SEED_MIX, default_rank, resolve_device, sets_epoch
@@ -52,7 +52,7 @@ __all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'set_dataset_t
 _all_ = [
     'fast_collate',
     'PrefetchLoader',
-]  # defined in timmdata.engine.collate and timmdata.engine.prefetch; found here as in timm
+]  # defined in timmdata.batch.collate and timmdata.engine.prefetch; found here as in timm
 
 # %% ../nbs/38_loader.ipynb #050e97fe
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)

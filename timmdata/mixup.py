@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 import numpy as np
 import torch
-from .engine.collate import BatchCollate, fast_collate, new_uint8
+from .batch.collate import BatchCollate, fast_collate, new_uint8
 from .config import Draws, SampleBatch
 from .core.runtime import to_device
 

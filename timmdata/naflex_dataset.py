@@ -9,7 +9,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from .dataset import ChoiceTransform, ImageDataset
-from .engine.collate import new_uint8
+from .batch.collate import new_uint8
 from .naflex_transforms import get_image_size_for_seq, parse_patch_size
 from .transforms import SampleTransform
 from .config import GLOBAL_DRAWS, Draws, mix_seed, seed_all

@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_transforms.ipynb #83b58af3
 from __future__ import annotations
-import inspect, math, numbers, random, typing
+import math, numbers, random
 from functools import partial
 import numpy as np
 import torch
@@ -39,8 +39,21 @@ from timmdata.pixels.handover import (
     defer_crop_then,
     pixels_to_image,
 )  # also importable from here
+from timmdata.pixels.transform_base import (
+    INPUT_FORMATS,  # the seam: the image a transform takes, and its draws
+    TakesInput,
+    SampleTransform,
+    transform_input,
+    takes_draws,
+    is_tensor_image,  # the geometric kernels on PIL images and uint8 tensors
+    image_hw,
+    resize_exact,
+    hflip,
+    crop_box,
+    pad_edges,
+    setup_size,
+)  # also importable from here
 from .core.stages import DECODE, stage_clock
-from .core.torch_compat import aa_resize_kernels
 from .config import GLOBAL_DRAWS, Draws, parse_input_size
 from timmdata.config import (
     CROP_MODES,
@@ -57,197 +70,13 @@ from timmdata.config import (
 )  # timm's names, also importable from here
 
 # %% auto #0
-__all__ = ['has_interpolation_mode', 'INPUT_FORMATS', 'TakesInput', 'SampleTransform', 'transform_input', 'is_tensor_image',
-           'image_hw', 'resize_exact', 'hflip', 'crop_box', 'setup_size', 'MaybePILToTensor', 'MaybeToTensor',
-           'ToTensor', 'ToNumpy', 'shorter_edge_size', 'Resize', 'RandomResizedCropAndInterpolation', 'check_range',
-           'RandomHorizontalFlip', 'ResizeKeepRatio', 'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad',
-           'RandomCropOrPad', 'TrimBorder', 'RandomPad', 'Compose', 'takes_draws']
+__all__ = ['has_interpolation_mode', 'MaybePILToTensor', 'MaybeToTensor', 'ToTensor', 'ToNumpy', 'shorter_edge_size', 'Resize',
+           'RandomResizedCropAndInterpolation', 'check_range', 'RandomHorizontalFlip', 'ResizeKeepRatio',
+           'center_crop_or_pad', 'crop_or_pad', 'CenterCropOrPad', 'RandomCropOrPad', 'TrimBorder', 'RandomPad',
+           'Compose']
 
 # %% ../nbs/10_transforms.ipynb #1a602908
 has_interpolation_mode = True  # timm's flag: torchvision >= 0.16 (timmdata's requirement) has InterpolationMode
-
-# %% ../nbs/10_transforms.ipynb #dfcee1a0
-INPUT_FORMATS = ('pil', 'tensor', 'encoded')  # each accepts the ones before it
-
-
-@typing.runtime_checkable
-class TakesInput(typing.Protocol):  # the dataset/transform seam, declared once: the richest image a transform takes
-    input_format: str  # one of INPUT_FORMATS; SampleTransform has it; any object declares it by having the attribute
-
-
-class SampleTransform:
-    """A per-sample transform that declares its input (`input_format`: 'pil', 'tensor' or 'encoded', see
-    `INPUT_FORMATS`) and takes the sample's draws: `__call__(img, rng)`, every random draw from `rng` (a `Draws`;
-    default: the global generators, as timm's transforms draw). `draws_explicitly` False declares one that still draws
-    from the global generators (it is then run on the loader's compatibility path)."""
-
-    input_format: str = 'pil'
-    # also takes the pixels of an RGB or L image as a uint8 HWC ndarray (1 or 3 channels); `Compose` then hands it the
-    # training crop as one, with no PIL image made (the auto-augment policies, `MaybePILToTensor`)
-    takes_pixels: bool = False
-    # gives an image of the size it is given (colour, blur, the auto-augment policies, flips): `Compose` may then run it
-    # on the training crop's row of the batch, after the batch's one decode (`Compose.deferred`)
-    keeps_size: bool = False
-    draws_explicitly: bool = True
-    takes_rng: bool = (
-        True  # does its __call__ take `rng`? Read from each subclass's signature (one written before, too)
-    )
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        cls.takes_rng = 'rng' in inspect.signature(cls.__call__).parameters
-
-    def __call__(self, img, rng: Draws = GLOBAL_DRAWS):  # rng: the sample's draws (default: the global generators)
-        raise NotImplementedError(f'{type(self).__name__} must define __call__(img, rng) -> the transformed image')
-
-    def deferred(
-        self,
-        img,  # the image, in the format `input_format` declares
-        rng: Draws = GLOBAL_DRAWS,  # the sample's draws (default: the global generators)
-    ):
-        "The result, or a `PendingResize` where its pixel work can wait for the batch's collate (asked only by a loader whose collate makes them)."
-        return self(img, rng) if self.takes_rng else self(img)
-
-
-_TV_TENSOR_OK = (
-    tvt.RandomHorizontalFlip,
-    tvt.RandomVerticalFlip,
-    tvt.ColorJitter,
-    tvt.RandomGrayscale,
-    tvt.Grayscale,
-    tvt.GaussianBlur,
-    tvt.CenterCrop,
-    tvt.Normalize,
-    tvt.Resize,
-    tvt.ConvertImageDtype,
-)
-_TV_CONTAINERS = (tvt.Compose, tvt.RandomApply, tvt.RandomChoice, tvt.RandomOrder)
-
-
-def transform_input(
-    t,  # a transform: a `SampleTransform`, anything with `input_format`, torchvision's, or any callable
-) -> str:
-    "What to hand transform `t`: 'encoded', 'tensor' or 'pil' (its declared `input_format`; torchvision's known ones; else 'pil')."
-    # the nominal check first: a runtime Protocol check costs ~15 µs, and `Compose` asks once per sample
-    if isinstance(t, SampleTransform) or isinstance(t, TakesInput):
-        f = t.input_format  # declared: by subclassing SampleTransform or by the attribute
-    elif isinstance(t, _TV_CONTAINERS):
-        return 'tensor' if all(transform_input(s) != 'pil' for s in t.transforms) else 'pil'
-    else:
-        return 'tensor' if isinstance(t, _TV_TENSOR_OK) else 'pil'  # not declared: PIL, which is always correct
-    if f not in INPUT_FORMATS:
-        raise ValueError(
-            f"{type(t).__name__}.input_format must be one of {', '.join(map(repr, INPUT_FORMATS))}; got {f!r}"
-        )
-    return f
-
-# %% ../nbs/10_transforms.ipynb #1fb55175
-def is_tensor_image(
-    img,  # an image: a torch tensor or a PIL image
-) -> bool:
-    "True for a torch tensor image (CHW), False for PIL."
-    return isinstance(img, torch.Tensor)
-
-
-def image_hw(
-    img,  # a PIL image, a CHW tensor, an HWC ndarray or a not-yet-decoded `EncodedJpeg`
-) -> tuple:
-    "(height, width) of a PIL image, a CHW tensor or an HWC ndarray."
-    if isinstance(img, Image.Image):
-        return img.height, img.width
-    if isinstance(img, torch.Tensor):
-        return tuple(img.shape[-2:])
-    if isinstance(img, np.ndarray):
-        return tuple(img.shape[:2])
-    if isinstance(img, EncodedJpeg):
-        return img.height, img.width  # a JPEG not decoded yet
-    raise TypeError(f"expected a PIL image, a CHW tensor or an HWC ndarray; got {type(img).__name__}")
-
-
-# torch's uint8 resampling kernel (bilinear, bicubic) for x86 CPUs with AVX2; elsewhere torchvision decides
-_U8_RESIZE_CL = torch.backends.cpu.get_cpu_capability() in ('AVX2', 'AVX512')
-
-
-# the antialiased kernels `torch.nn.functional.interpolate` calls for a 4-D uint8 input, called straight: its Python
-# checks cost more per sample than the tensor views around them
-_AA_KERNELS = {InterpolationMode(m): op for m, op in aa_resize_kernels().items()}
-
-
-def resize_exact(
-    img,  # a PIL image or a uint8 CHW tensor
-    size,  # the output (h, w), in pixels
-    interp: InterpolationMode,  # the filter (BOX and HAMMING resize a tensor through PIL: slower)
-):
-    "Resize to exactly `size` = (h, w); an image of that size already is returned as it is (no copy)."
-    h, w = int(size[0]), int(size[1])
-    if (
-        type(img) is torch.Tensor
-        and _U8_RESIZE_CL
-        and interp in _AA_KERNELS
-        and img.shape[-2:] != (h, w)
-        and is_hwc_view(img)
-    ):
-        # the 1x3xHxW channels-last view of the path below, made in one step: the same kernel, the same values
-        rs, ih, iw = img.stride(1), img.shape[1], img.shape[2]
-        x = img.as_strided((1, 3, ih, iw), (ih * rs, 1, rs, 3), img.storage_offset())
-        return _AA_KERNELS[interp](x, [h, w], False, None)[0]
-    if image_hw(img) == (h, w):
-        return img  # PIL and torchvision would copy or repack the pixels for nothing
-    if not is_tensor_image(img):
-        return img.resize((w, h), MODE_TO_PIL[interp])
-    if interp in (InterpolationMode.BOX, InterpolationMode.HAMMING):  # no torch kernel: a rare, slow PIL detour
-        return TF.pil_to_tensor(TF.to_pil_image(img).resize((w, h), MODE_TO_PIL[interp]))
-    if _U8_RESIZE_CL and interp in (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC) and is_hwc_view(img):
-        # (where this torch lacks the kernels called straight above, or for a tensor subclass)
-        # torchvision's resize_image would call the same kernel with the same arguments, but its reshape to a 1xCxHxW
-        # batch hides the channels-last layout of a crop window; the kernel then repacks to planar and takes about
-        # twice as long. Shown as a 4-D channels-last view, it reads and writes interleaved pixels: the same values (tested below)
-        x = img.permute(1, 2, 0).unsqueeze(0).permute(0, 3, 1, 2)
-        return torch.nn.functional.interpolate(x, size=[h, w], mode=interp.value, align_corners=False, antialias=True)[
-            0
-        ]
-    return F2.resize_image(img, [h, w], interpolation=interp, antialias=True)  # torch's kernels run without the GIL
-
-
-def hflip(
-    img,  # a PIL image or a tensor (its last dimension is the width)
-):
-    "`img` mirrored left to right: a tensor's last dimension reversed, or PIL's transpose."
-    return img.flip(-1) if isinstance(img, torch.Tensor) else TF.hflip(img)
-
-
-def crop_box(
-    img,  # a PIL image, a CHW tensor or a not-yet-decoded `EncodedJpeg`
-    top,  # the box's first row, in pixels from the top (inside the image)
-    left,  # the box's first column, in pixels from the left
-    height,  # the box's height, in pixels
-    width,  # the box's width, in pixels
-):
-    "Crop inside the image (tensor: a view; a not-yet-decoded JPEG: only the box is decoded)."
-    if isinstance(img, EncodedJpeg):
-        with stage_clock(DECODE):
-            return img.decode_crop(top, left, height, width)
-    if not is_tensor_image(img):
-        return img.crop((left, top, left + width, top + height))
-    return img[..., top : top + height, left : left + width]
-
-
-def _pad(img, ltrb, fill=0, padding_mode='constant'):
-    if not is_tensor_image(img):
-        return TF.pad(img, list(ltrb), fill=fill, padding_mode=padding_mode)
-    if isinstance(fill, (list, tuple)) and padding_mode == 'constant':
-        fill = [float(f) for f in fill]
-    return F2.pad_image(img, list(ltrb), fill=fill if padding_mode == 'constant' else None, padding_mode=padding_mode)
-
-
-def setup_size(
-    size,  # an int > 0 (a square), an (h, w) pair, or a 1-sequence holding either
-    param='size',  # the parameter's name, for the error
-) -> tuple:
-    "(h, w) from an int or an (h, w) pair (a 1-sequence repeats): the size argument of the transforms below."
-    if isinstance(size, (list, tuple)) and len(size) == 1:
-        size = size[0]
-    return parse_input_size(size, param, channels=False)
 
 # %% ../nbs/10_transforms.ipynb #a81a9eda
 class MaybePILToTensor(SampleTransform):
@@ -584,7 +413,7 @@ def _center_crop_or_pad(img, size: tuple, fill, padding_mode: str):
             (cw - iw + 1) // 2 if cw > iw else 0,
             (ch - ih + 1) // 2 if ch > ih else 0,
         ]
-        img = _pad(img, pad, fill=fill, padding_mode=padding_mode)
+        img = pad_edges(img, pad, fill=fill, padding_mode=padding_mode)
         ih, iw = image_hw(img)
         if (ch, cw) == (ih, iw):
             return img
@@ -610,7 +439,7 @@ def crop_or_pad(
             max(right - max(iw, left), 0),
             max(bottom - max(ih, top), 0),
         ]
-        img = _pad(img, pad, fill=fill, padding_mode=padding_mode)
+        img = pad_edges(img, pad, fill=fill, padding_mode=padding_mode)
     return crop_box(img, max(top, 0), max(left, 0), height, width)
 
 # %% ../nbs/10_transforms.ipynb #64d842f7
@@ -710,7 +539,7 @@ class RandomPad(SampleTransform):
         return left, top, dw - left, dh - top
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return _pad(img, self.get_params(img, self.input_size, rng), self.fill)
+        return pad_edges(img, self.get_params(img, self.input_size, rng), self.fill)
 
     def __repr__(self):
         return f"{type(self).__name__}(input_size={self.input_size}, fill={self.fill})"
@@ -869,25 +698,3 @@ class Compose(tvt.Compose, SampleTransform):
                 img = t(img, rng) if isinstance(t, SampleTransform) and t.takes_rng else t(img)
             pixels = pixels and isinstance(img, np.ndarray)
         return img
-
-# %% ../nbs/10_transforms.ipynb #9cb6c7b6
-# torchvision's transforms that draw nothing: a pipeline of ours around them still takes its draws explicitly
-_TV_DETERMINISTIC = (
-    tvt.ToTensor, tvt.PILToTensor, tvt.ToPILImage, tvt.Normalize, tvt.ConvertImageDtype, tvt.Resize, tvt.CenterCrop,
-    tvt.Grayscale, tvt.Pad,
-)  # fmt: skip
-
-
-def takes_draws(
-    t,  # the transform to ask about: any callable
-) -> bool:
-    """Does every random draw of transform `t` come from the draws it is handed? True for timmdata's transforms (a
-    `SampleTransform` that does not declare otherwise; a `Compose` of such steps and of torchvision's deterministic
-    ones); False for anything else (timm's or torchvision's random transforms, a user's callable): those draw from the
-    process's global generators, which the loader then seeds per sample (worker processes, the main process) and
-    which loader threads cannot share."""
-    if not isinstance(t, (SampleTransform, *_TV_DETERMINISTIC, tvt.Compose)):
-        return False  # a lambda or a user's callable may draw anything: not declared
-    if isinstance(t, tvt.Compose):
-        return all(takes_draws(s) for s in t.transforms)
-    return not isinstance(t, SampleTransform) or (t.takes_rng and t.draws_explicitly)

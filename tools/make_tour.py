@@ -10,7 +10,7 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parent.parent
 NBS, OUT = ROOT / 'nbs', ROOT / 'nbs' / 'images' / 'tour'
 # (picture name, notebook): six stages in the order the data goes through them (the home page shows them in this order)
-TOUR = [('decode', 'pixels/06_decode'), ('transforms', '10_transforms'), ('collate', 'engine/27_collate'),
+TOUR = [('decode', 'pixels/06_decode'), ('transforms', '10_transforms'), ('collate', 'batch/27_collate'),
         ('global_order', 'streams/24_global_order'), ('feeder', 'engine/30_feeder'), ('loader', '38_loader')]
 WIDTH, SCALE = 820, 1.5  # at most 1.5x the page's picture, at most 820 px wide
 

@@ -11,14 +11,14 @@ __all__ = ['OldPaths', 'keep_old_paths']
 
 # %% ../../nbs/core/05_old_paths.ipynb #6e94b937
 class OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    "`import timmdata.streams.shard_io` (an old path) still works for one release: a module holding the new modules' names, with a `DeprecationWarning` that names them."
+    "`import timmdata.streams.shard_io` (an old path) still works for one release: the module itself where it moved whole, else a module holding the new modules' names; with a `DeprecationWarning` that names them."
 
     def __init__(
         self,
         package: str,  # the package the old paths were under ('timmdata.streams')
         table: dict,  # old module name under `package` -> the modules (dotted, whole) whose names it now holds
     ):
-        self.package, self.table = package, table
+        self.package, self.table, self.specs = package, table, {}
 
     def find_spec(
         self,
@@ -33,18 +33,31 @@ class OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self,
         spec,  # the old path's spec, as `find_spec` made it
     ):
-        return None  # a plain module
+        new = self.table[spec.name.rpartition('.')[2]]
+        if len(new) != 1:
+            return None  # the names of several modules: a plain module, filled in `exec_module`
+        # a module that moved whole: the old path is that module itself, so a name set on it (a test's monkeypatch of
+        # `engine.batch_ring.SHM_DIR`) is set where its code reads it; a copy of its names would take the setting silently
+        module = importlib.import_module(new[0])
+        self.specs[spec.name] = (
+            module.__spec__
+        )  # the import system gives it the old path's spec: put back in exec_module
+        return module
 
     def exec_module(
         self,
         module,  # the module made for the old path: filled with the new modules' names
     ):
-        new = self.table[module.__name__.rpartition('.')[2]]
+        old = module.__spec__.name  # the old path (a module that moved whole keeps its own __name__)
+        new = self.table[old.rpartition('.')[2]]
         warnings.warn(
-            f"{module.__name__} is now {' and '.join(new)}: import from there (the old path goes in the next release)",
+            f"{old} is now {' and '.join(new)}: import from there (the old path goes in the next release)",
             DeprecationWarning,
             stacklevel=2,
         )
+        if old in self.specs:
+            module.__spec__ = self.specs.pop(old)
+            return
         for name in new:
             module.__dict__.update(
                 {k: v for k, v in vars(importlib.import_module(name)).items() if not k.startswith('__')}

@@ -10,7 +10,7 @@ from collections import deque
 from contextlib import contextmanager
 from typing import Callable, Optional, Protocol, runtime_checkable
 import torch
-from .collate import CUDA_IN_WORKER, BatchCollate
+from ..batch.collate import CUDA_IN_WORKER, BatchCollate
 from ..core.runtime import torch_threads
 from timmdata.core.torch_compat import (
     cuda_default_generator,

@@ -33,7 +33,7 @@ from timmdata.transforms import (
 )
 from ..mixup import Mixup
 from ..auto_augment import RandAugment, create_auto_augment, parse_auto_augment
-from .collate import new_uint8
+from ..batch.collate import new_uint8
 from .prefetch import BatchOps, PrefetchLoader
 from .feeder import CudaCalls
 from ..core.runtime import resolve_device, to_device

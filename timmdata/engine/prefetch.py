@@ -8,7 +8,7 @@ import time, weakref
 from typing import Optional, Sequence, Union
 import torch
 from ..pixels import decode
-from .collate import BatchCollate
+from ..batch.collate import BatchCollate
 from timmdata.engine.feeder import (
     DeviceFeeder,
     Marks,

@@ -184,9 +184,10 @@ class LooksAhead(Protocol):
 
 # %% ../../nbs/engine/35_resume.ipynb #72eea5119410473aa328ad9291626812
 def look_ahead_as(ld):
-    "Turn the lookahead of loader `ld`'s stream on for its persistent workers (a batch each), off for others."
+    "Turn the lookahead of loader `ld`'s stream on for its persistent workers (a batch each): worker processes kept between epochs, or loader threads (the pool lives with the loader; each worker slot looks ahead on its own); off for others."
     if isinstance(ld.dataset, LooksAhead):
-        ld.dataset.look_ahead((ld.batch_size or 0) if ld.persistent_workers and ld.num_workers > 0 else 0)
+        kept = ld.workers is not None or ld.persistent_workers
+        ld.dataset.look_ahead((ld.batch_size or 0) if kept and ld.num_workers > 0 else 0)
 
 
 def pass_edge(ld):
@@ -333,6 +334,7 @@ class ResumableDataLoader(IteratorParts, DataLoader):
             super().__init__(dataset, *args, num_workers=0, **kwargs)
             workers.check(self)
             self.num_workers, self._stats = workers.num_workers, LoaderStats()
+            look_ahead_as(self)
             return
         rows = torch.zeros(max(num_workers, 1), len(COLUMNS), dtype=torch.float64).share_memory_()
         if isinstance(dataset, SeededDataset):

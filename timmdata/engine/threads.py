@@ -15,7 +15,7 @@ from ..core.stages import COLLATE, CountsTime, LoaderStats, ThreadWorkerInfo, as
 from .batch_plan import ResumableBatchSampler, SeededDataset
 from ..dataset import ImageDataset
 from ..streams.streaming import IterableImageDataset
-from .collate import BatchCollate
+from ..batch.collate import BatchCollate
 from .prefetch import PrefetchLoader
 from .resume import ResumableDataLoader
 
@@ -92,8 +92,8 @@ def default_worker_mode(
     threads where the model step runs on the CPU (1.13x the processes' throughput, the model's own step 0.82x the time,
     0.94x the memory), processes where it runs on a GPU (threads 0.97x: no win); on a free-threaded build (3.14t), threads
     wherever they are taken, on any device (1.77x to 2.19x the processes' img/s with or without a CPU step, 0.43x to 0.48x
-    their memory: "Free-threaded Python"). Processes wherever threads are not taken, and over a stream (threads take it;
-    they lose each epoch's start to the processes' lookahead there: "Streams in threads")."""
+    their memory: "Free-threaded Python"). Processes wherever threads are not taken, and over a stream (threads take it,
+    each worker slot looking ahead into the next pass as a worker process does: "Streams in threads")."""
     ours = isinstance(dataset, ImageDataset) and (collate_fn is None or isinstance(collate_fn, BatchCollate))
     takes = thread_ok and ours and num_workers >= 1
     return 'thread' if takes and (device.type == 'cpu' or not gil_enabled()) else 'process'

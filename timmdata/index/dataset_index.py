@@ -26,7 +26,7 @@ from .shard_index import INDEX_FILE, http_range, scan_shard, stat_shard
 from ..net.shard_cache import ShardCache
 from ..net.http import REQUEST_DEADLINE
 from ..sources.whole_files import WDS_REMEDY, WholeFiles
-from ..net.shard_cache import close_held, open_held, wait_lock, cache_name
+from ..net.cache_folder import close_held, open_held, wait_lock, cache_name
 from timmdata.core.untrusted import (
     MAX_SAMPLES,
     MIN_SAMPLE_BYTES,

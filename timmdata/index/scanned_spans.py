@@ -13,7 +13,7 @@ from ..net.http import REQUEST_DEADLINE
 from ..sources.shard_io import ShardError, ShardNotFoundError, ShardTruncatedError, shard_name, url_scheme
 from ..sources.wds import WdsSource
 from .shard_index import http_range, scan_shard
-from ..net.shard_cache import close_held, open_held, wait_lock
+from ..net.cache_folder import close_held, open_held, wait_lock
 from .dataset_index import MAX_SPAN_BYTES, ListedSpans, layout_of, spans_of
 from ..net.object_store import by_position
 

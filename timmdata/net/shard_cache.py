@@ -4,10 +4,9 @@
 
 # %% ../../nbs/net/21_shard_cache.ipynb #99f872d9
 from __future__ import annotations
-import errno, fcntl, grp, hashlib, os, pwd, queue, re, stat, sys, threading, time, warnings
-from contextlib import contextmanager
+import fcntl, hashlib, os, queue, re, stat, sys, threading, time, warnings
 from typing import Callable, Optional, Union
-from ..core.untrusted import UnsafeFileError, create_exclusive, lock_holder, printable, regular_fd, shared_folder
+from ..core.untrusted import UnsafeFileError, create_exclusive, printable, regular_fd
 from timmdata.net.http import (  # the bounds of network reads: defined there, used (and re-exported) here
     DRAIN_BYTES,
     DRAIN_SECONDS,
@@ -21,346 +20,25 @@ from timmdata.net.http import (  # the bounds of network reads: defined there, u
     content_length,
     public_url,
 )
+from timmdata.net.cache_folder import (  # the folder under the cache: defined there, importable from here
+    FOLDER_LOCK_WAIT,
+    PART_FILE,
+    RESERVE_STEP,
+    SHARD_FILE,
+    CacheDirError,
+    CacheFolder,
+    allocate_bytes,
+    cache_name,
+    check_cache_dir,
+    close_held,
+    is_remote,
+    open_held,
+    parse_size,
+    wait_lock,
+)
 
 # %% auto #0
-__all__ = ['FOLDER_LOCK_WAIT', 'MAX_PLANS', 'parse_size', 'is_remote', 'cache_name', 'CacheDirError', 'check_cache_dir',
-           'open_held', 'close_held', 'wait_lock', 'ShardCache', 'ShardPrefetcher', 'cached_copy']
-
-# %% ../../nbs/net/21_shard_cache.ipynb #512ddfc9
-_UNITS = {
-    '': 1,
-    'b': 1,
-    'kb': 10**3,
-    'mb': 10**6,
-    'gb': 10**9,
-    'tb': 10**12,
-    'kib': 2**10,
-    'mib': 2**20,
-    'gib': 2**30,
-    'tib': 2**40,
-}
-
-
-def parse_size(
-    size,  # bytes (an int), or a string with a unit: '50GB', '500MB', '1.5GiB', '4096'
-    name: str = 'cache_limit',  # the parameter, for errors
-) -> int:
-    "`size` in bytes: decimal units (kB, MB, GB, TB: powers of 1000) and binary ones (KiB, MiB, GiB, TiB: powers of 1024)."
-    if isinstance(size, bool):
-        raise ValueError(f'{name} must be a number of bytes or a string like "50GB"; got {size!r}')
-    if isinstance(size, (int, float)):
-        n = size
-    else:
-        m = re.fullmatch(r'\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*', str(size))
-        if m is None or m.group(2).lower() not in _UNITS:
-            raise ValueError(
-                f"{name} must be a number of bytes or a string like '50GB', '500MB', '1.5GiB'; got {size!r}"
-            )
-        n = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if n < 0:
-        raise ValueError(f'{name} must be >= 0 bytes; got {size!r}')
-    return int(n)
-
-
-_SCHEME = re.compile(r'^([a-zA-Z][a-zA-Z0-9+.-]+)://')
-
-
-def is_remote(
-    url: str,  # a shard's path or URL
-) -> bool:
-    "A shard read over a URL (http(s)://, s3://, any fsspec URL): not a local path, `file://` or `pipe:` command."
-    m = _SCHEME.match(str(url))
-    return m is not None and m.group(1).lower() != 'file'
-
-
-def cache_name(
-    url: str,  # the shard's URL (its query string and user:password are left out of the name)
-) -> str:
-    "The cache's file name stem for `url`: a hash of the URL (without its query string or user:password) and its base name."
-    clean = re.sub(r'^([a-zA-Z][a-zA-Z0-9+.-]+://)[^/@]*@', r'\1', str(url)).split('?', 1)[0]
-    base = re.sub(r'[^A-Za-z0-9._-]', '_', clean.rstrip('/').rsplit('/', 1)[-1])[-80:].lstrip('.') or 'shard'
-    return hashlib.sha1(clean.encode('utf-8', 'surrogateescape')).hexdigest()[:16] + '-' + base
-
-# %% ../../nbs/net/21_shard_cache.ipynb #c39b0005
-_SHARD_FILE = re.compile(r'([0-9a-f]{16}-[A-Za-z0-9._-]{1,80})\.([0-9]{1,20})\.shard')  # `cache_name`.size.shard
-_PART_FILE = re.compile(
-    r'([0-9a-f]{16}-[A-Za-z0-9._-]{1,80})\.[0-9]{1,20}\.[0-9]{1,24}\.part'
-)  # `cache_name`.pid.thread.part
-_NOFOLLOW = getattr(os, 'O_NOFOLLOW', 0)
-_LOCK_FLAGS = os.O_RDONLY | os.O_CREAT | _NOFOLLOW | getattr(os, 'O_NONBLOCK', 0) | os.O_CLOEXEC
-
-
-class CacheDirError(PermissionError):
-    "A `cache_dir` another user could write into (theirs, or writable by others): they could plant shards or links there. Refused unless `shared=True`."
-
-
-def _own_group(gid: int) -> bool:
-    "Whether group `gid` is this user's own (a user private group: the primary group, no other member listed)."
-    try:
-        me = pwd.getpwuid(os.getuid()).pw_name
-        return gid == os.getgid() and set(grp.getgrgid(gid).gr_mem) <= {me}
-    except (KeyError, OSError):
-        return False
-
-
-def check_cache_dir(
-    path,  # the cache folder
-    shared: bool = False,  # a cache shared with other users on purpose: not checked
-):
-    "`CacheDirError` unless the folder `path` is this user's and only this user (or their private group) can write into it."
-    st = os.stat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise NotADirectoryError(f'cache_dir {str(path)!r} is not a folder: pass a folder for the shard cache')
-    if shared:
-        return
-    why = (
-        f'it belongs to another user (uid {st.st_uid})'
-        if st.st_uid != os.getuid()
-        else 'other users can write into it (its mode lets others write; a sticky bit does not stop them adding files)'
-        if st.st_mode & stat.S_IWOTH
-        else f'the members of its group (gid {st.st_gid}) can write into it'
-        if st.st_mode & stat.S_IWGRP and not _own_group(st.st_gid)
-        else None
-    )
-    if why is not None:
-        raise CacheDirError(
-            f'cache_dir {str(path)!r}: {why}, so they could plant shards or links among the cached ones: use a folder '
-            f'of your own (chmod 755 or 700), or pass cache_shared=True (ShardCache: shared=True) for a cache shared on purpose'
-        )
-
-
-def _open_lock(path: str) -> int:
-    """A lock file's fd: created if missing, never through a link (`O_NOFOLLOW`) nor blocking on a FIFO; else
-    `UnsafeFileError`. `flock` needs only a read, so anyone who can open a lock can hold it: in a folder of the user's own
-    a lock is made 0600 (one an older timmdata made 0644 is made so) and refused when it is another user's; in a folder
-    shared on purpose (others can write into it) every user of the cache must be able to take it."""
-    try:
-        fd = os.open(path, _LOCK_FLAGS, 0o600)
-    except OSError as e:
-        if e.errno != errno.ELOOP:
-            raise
-        fd = None
-    st = os.fstat(fd) if fd is not None else None
-    if st is not None and stat.S_ISREG(st.st_mode):
-        if st.st_uid == os.getuid() and st.st_mode & 0o077 and not shared_folder(path):
-            os.fchmod(fd, 0o600)  # others could open it, then hold it for ever
-        if st.st_uid == os.getuid() or shared_folder(path):
-            return fd
-        os.close(fd)
-        raise UnsafeFileError(
-            errno.EPERM,
-            f'lock file {path!r} belongs to another user (uid {st.st_uid}), who could hold it for ever: remove it '
-            f'(can someone else write into its folder?)',
-        )
-    if fd is not None:
-        os.close(fd)
-    raise UnsafeFileError(
-        errno.ELOOP,
-        f'shard cache: lock file {path!r} is a link or not a regular file, so not one timmdata made: remove it '
-        f'(can someone else write into the cache folder?)',
-    )
-
-# %% ../../nbs/net/21_shard_cache.ipynb #bfa414d6
-FOLDER_LOCK_WAIT = (
-    60.0  # seconds a process waits for a cache folder's lock or a cached copy's (each held for milliseconds)
-)
-_MUTEX = (
-    threading.Lock()
-)  # held through every critical section of a cache folder's lock in this process: a fork waits for it
-_HELD = set()  # the shard-lock fds of this process's downloads
-_STEP = 8 << 20  # the largest step a download reserves at a time (the first steps: what already arrived, from 64 KiB)
-
-
-def _after_fork_child():
-    "A forked child (a DataLoader worker) shares its parent's open locks: it closes its copies, or they would outlive the download."
-    for fd in _HELD:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    _HELD.clear()
-    _MUTEX.release()
-
-
-# No fork while a thread holds the folder lock: the child would inherit the lock's file description and hold it forever.
-os.register_at_fork(before=_MUTEX.acquire, after_in_parent=_MUTEX.release, after_in_child=_after_fork_child)
-
-
-def open_held(
-    path: str,  # the lock file to open (created if missing)
-) -> int:
-    "A lock file's fd, noted so that a forked child closes its copy."
-    with _MUTEX:
-        fd = _open_lock(path)
-        _HELD.add(fd)
-        return fd
-
-
-def close_held(
-    fd: int,  # a file descriptor `open_held` returned (one it did not is left open)
-):
-    with _MUTEX:
-        if fd in _HELD:
-            _HELD.discard(fd)
-            os.close(fd)
-
-
-def _allocate(fd: int, start: int, n: int):
-    "Extend the file to `start + n` bytes with its blocks allocated (a full disk fails here, not halfway through a write)."
-    try:
-        os.posix_fallocate(fd, start, n)
-    except OSError as e:
-        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            raise
-        if os.fstat(fd).st_size < start + n:  # never shrinks a claim (below)
-            os.ftruncate(fd, start + n)  # a file system without fallocate: a sparse extension, counted all the same
-
-# %% ../../nbs/net/21_shard_cache.ipynb #6a7118de
-def wait_lock(
-    fd: int,  # the lock file's descriptor (`open_held`)
-    seconds: float,  # the most seconds to wait for the lock
-    url: str,  # the shard the lock guards, as the error names it
-    path: str,  # the lock file, as the error names it
-    doing: str = 'downloading it',  # what the holder is doing, as the error says it
-    where: str = 'shard cache',  # the error's first words: the part of timmdata that waited
-    knob: Optional[str] = 'lock_wait',  # the argument that sets `seconds`; None: a fixed deadline
-    shared: bool = False,  # a shared lock (a reader's) rather than an exclusive one
-):
-    "Take the lock `fd` within `seconds` (polled: `flock` has no timeout); else `DeadlineError`, naming who holds it."
-    end, pause = time.monotonic() + seconds, 0.01
-    while True:
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= end:
-                raise DeadlineError(
-                    f'{where}: {printable(public_url(url))}: another process or thread has been {doing} for more '
-                    f'than {knob + "=" if knob else ""}{seconds:g} s (it holds {path!r}{lock_holder(fd)}): check that process'
-                    + (f', or pass a larger {knob}' if knob else ' (a hung one: its lock is freed when it ends)')
-                ) from None
-            time.sleep(min(pause, max(0.0, end - time.monotonic())))
-            pause = min(2 * pause, 0.25)
-
-# %% ../../nbs/net/21_shard_cache.ipynb #b0b01e98
-class _Folder:
-    "The bytes in a cache folder, kept under a limit by every process and thread that shares it: the lock, the count, eviction."
-
-    def __init__(self, cache_dir, limit=None, shared: bool = False):
-        self.dir, self.shared = os.path.abspath(os.fspath(cache_dir)), bool(shared)
-        os.makedirs(self.dir, mode=0o777 if shared else 0o755, exist_ok=True)
-        check_cache_dir(self.dir, shared)
-        self.auto = limit is None  # the default limit: from the free space, re-checked at each reservation
-        if self.auto:
-            st = os.statvfs(self.dir)
-            self.floor = min(
-                1 << 30, st.f_blocks * st.f_frsize // 20
-            )  # never leave less free: 5% of the disk, at most 1 GiB
-            self.limit = self.usage() + st.f_bavail * st.f_frsize // 2
-        else:
-            self.limit, self.floor = parse_size(limit), 0
-
-    @contextmanager
-    def _locked(self, shared: bool = False):
-        "The folder lock: every change to the size of the folder's files (reserve, evict, rename in, delete) happens under it."
-        with _MUTEX:  # the threads of this process, and no fork meanwhile
-            fd = _open_lock(path := os.path.join(self.dir, '.cache.lock'))
-            try:  # held for milliseconds (a reservation, an eviction): a wait past FOLDER_LOCK_WAIT is a named error
-                wait_lock(
-                    fd, FOLDER_LOCK_WAIT, self.dir, path, 'changing the cache folder', 'shard cache', None, shared
-                )
-                yield
-            finally:
-                os.close(fd)
-
-    def usage(self) -> int:
-        "Bytes on disk in the cache folder: complete shards and the reservations of those being written (a consistent snapshot)."
-        with self._locked(shared=True):
-            return sum(size for _, size, _ in self._files())
-
-    def _files(self) -> list:
-        "(mtime, size, path) of the complete shards and the reservations in the cache folder: regular files named as the cache names them, nothing else (under the lock: nothing moves)."
-        out = []
-        for e in os.scandir(self.dir):
-            if not (_SHARD_FILE.fullmatch(e.name) or _PART_FILE.fullmatch(e.name)):
-                continue  # not the cache's: a user's `thesis.docx.part` or `embeddings.shard` is left alone
-            try:
-                st = e.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # removed by hand
-            if stat.S_ISREG(st.st_mode):
-                out.append((st.st_mtime, st.st_size, e.path))
-        return out
-
-    def _remove(self, path: str, ino: Optional[int] = None):
-        "Delete the regular file `path` (only if it is still the file `ino`); under the lock."
-        try:
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode) and (ino is None or st.st_ino == ino):
-                os.remove(path)
-        except FileNotFoundError:
-            pass
-
-    def _room(self, n: int) -> bool:
-        "Under the lock: evict least-recently-used shards that nobody reads until `n` more bytes fit; False (and nothing evicted) when they cannot."
-        files, used, evictable = self._files(), 0, []
-        for t, s, p in files:
-            if p.endswith('.part') and self._orphan(p):
-                self._remove(p)
-            else:
-                used += s
-                if p.endswith('.shard'):
-                    evictable.append((t, s, p))
-        limit = self.limit
-        if self.auto:  # the disk may have filled since the cache opened: never below the floor
-            st = os.statvfs(self.dir)
-            limit = min(limit, used + max(0, st.f_bavail * st.f_frsize - self.floor))
-        if used + n <= limit:
-            return True
-        held, free = [], used
-        for t, s, p in sorted(evictable):  # least recently used first
-            if free + n <= limit:
-                break
-            try:
-                fd = regular_fd(p, None, 'cached shard')
-            except FileNotFoundError:
-                free -= s
-                continue
-            except OSError:
-                continue  # replaced by a link or a FIFO meanwhile: not ours to evict
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue  # being read: its bytes stay on disk, so it stays
-            held.append((fd, p))
-            free -= s
-        try:
-            if free + n > limit:
-                return False  # it cannot fit: evict nothing
-            for fd, p in held:
-                self._remove(p, os.fstat(fd).st_ino)
-            return True
-        finally:
-            for fd, _ in held:
-                os.close(fd)
-
-    def _orphan(self, part: str) -> bool:
-        "A temp file whose writer is gone: nobody holds its shard's lock (a writer holds it until its file is renamed or removed)."
-        m = _PART_FILE.fullmatch(os.path.basename(part))
-        if m is None:
-            return False
-        try:
-            fd = _open_lock(os.path.join(self.dir, m.group(1) + '.lock'))
-        except OSError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            return False
-        finally:
-            os.close(fd)
+__all__ = ['MAX_PLANS', 'ShardCache', 'ShardPrefetcher', 'cached_copy']
 
 # %% ../../nbs/net/21_shard_cache.ipynb #38606746
 class _Tee:
@@ -376,7 +54,7 @@ class _Tee:
             for f in os.listdir(
                 cache.dir
             ):  # temp files of this shard by writers that died: we hold its lock, they are stale
-                m = _PART_FILE.fullmatch(f)
+                m = PART_FILE.fullmatch(f)
                 if m is not None and m.group(1) == cache_name(url):
                     cache._remove(os.path.join(cache.dir, f))
             try:  # exclusively, never through a link: a file planted at this name is not written through
@@ -402,13 +80,13 @@ class _Tee:
             extra = n - max(self.reserved, self.claimed)  # only what goes past the claim needs more room
             if extra > 0 and not self.cache._room(extra):
                 return False
-            _allocate(self.out.fileno(), self.reserved, n - self.reserved)
+            allocate_bytes(self.out.fileno(), self.reserved, n - self.reserved)
             self.reserved = n
             return True
 
     def _reserve(self, end: int) -> bool:
-        "Room for `end` bytes: a step ahead of what arrived (as much again, from 64 KiB to `_STEP`; never past the announced size, which is only a hint)."
-        ahead = end + min(_STEP, max(end, 64 << 10))
+        "Room for `end` bytes: a step ahead of what arrived (as much again, from 64 KiB to `RESERVE_STEP`; never past the announced size, which is only a hint)."
+        ahead = end + min(RESERVE_STEP, max(end, 64 << 10))
         return self._grow(ahead if self.size is None else min(ahead, self.size)) or self._grow(end)
 
     def _drop(self, locked: bool = False):
@@ -583,7 +261,7 @@ def _hit(cache, p: str, size: Optional[int]):
     return _Hit(open(fd, 'rb'), p, cache)
 
 # %% ../../nbs/net/21_shard_cache.ipynb #dd0c5ca9
-class ShardCache(_Folder):
+class ShardCache(CacheFolder):
     "A folder of remote shards shared by the processes of one machine: filled as shards stream, LRU-evicted under `limit`."
 
     drain_bytes, drain_seconds = DRAIN_BYTES, DRAIN_SECONDS  # at close, the most read to complete a copy
@@ -634,7 +312,7 @@ class ShardCache(_Folder):
         "The complete cached copy of `url` (a regular file named as the cache names it), or None."
         stem = cache_name(url)
         for f in os.listdir(self.dir):
-            m = _SHARD_FILE.fullmatch(f)
+            m = SHARD_FILE.fullmatch(f)
             if m is not None and m.group(1) == stem:
                 p = os.path.join(self.dir, f)
                 try:
@@ -668,7 +346,7 @@ class ShardCache(_Folder):
 
     def _valid(self, p: str, size: Optional[int], st) -> bool:
         "A cached file is served only when its length is the one recorded in its name (and the known size)."
-        want = int(_SHARD_FILE.fullmatch(os.path.basename(p)).group(2))
+        want = int(SHARD_FILE.fullmatch(os.path.basename(p)).group(2))
         return st.st_size == want and (size is None or want == size)
 
     def __call__(

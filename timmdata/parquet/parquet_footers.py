@@ -13,7 +13,7 @@ from ..core.settings import setting
 from ..core.untrusted import atomic_write, kept_folder, kept_folder_fd
 from ..net.http import REQUEST_DEADLINE, Deadline, content_length, http_open
 from ..sources.shard_io import ShardError
-from ..net.shard_cache import close_held, open_held, wait_lock
+from ..net.cache_folder import close_held, open_held, wait_lock
 from .parquet_format import GROUP, MAX_FOOTER_BYTES, PARQUET_INDEX_FILE, ROW_FIELDS, footer_bytes
 
 # %% auto #0

@@ -4,15 +4,16 @@
 
 # %% ../../nbs/streams/24a_lookahead.ipynb #cb0ed7ed
 from __future__ import annotations
-import math, mmap, threading
+import math, mmap, os, threading
 from functools import partial
 from typing import Callable, Iterator, Optional
 import torch
+from ..core.stages import worker_info
 from ..pixels.decode import ImageDecodeError
 from ..pixels.resample import PendingJpegCrop, PendingResize, resize_pending
 
 # %% auto #0
-__all__ = ['looking_ahead', 'BadAhead', 'own_pages', 'made_now', 'Lookahead', 'LooksAheadOfPasses']
+__all__ = ['looking_ahead', 'BadAhead', 'own_pages', 'made_now', 'Lookahead', 'AheadBySlot', 'LooksAheadOfPasses']
 
 # %% ../../nbs/streams/24a_lookahead.ipynb #b6444abf
 class _Ahead(threading.local):
@@ -115,13 +116,31 @@ class Lookahead:
         self.samples.close()
         return None
 
+# %% ../../nbs/streams/24a_lookahead.ipynb #c78cb28e
+class AheadBySlot(dict):
+    """Each worker slot's lookahead: slot -> [its `Lookahead` or None, the epoch of the pass it last gave its share of].
+    A worker process has one slot; the loader threads of a process share the stream object, so each keeps its own
+    here. The lookaheads are threads of the process that made them: a copy pickled to a worker process (a loader of
+    worker processes made after a loader of threads) starts empty, and so does a forked one (`slots`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pid = os.getpid()  # the process whose threads these are
+
+    def __reduce__(self):
+        return (type(self), ())  # a copy for another process: no lookahead of this one
+
+
+_SLOTS_MADE = threading.Lock()  # two loader threads asking first make one table
+
 
 class LooksAheadOfPasses:
-    """A stream's workers looking ahead (`Lookahead`): a persistent worker that has given its share of a pass starts its
-    next one. Off until a loader turns it on with its batch size (`look_ahead`: `timmdata.engine.resume.LooksAhead`) and
-    says when each pass ends or begins (`end_pass`: slot 6 of the stream's shared `_state`). `WorkerStream` reads by it."""
+    """A stream's workers looking ahead (`Lookahead`): a persistent worker (a process, or a loader thread) that has given
+    its share of a pass starts its next one, each worker slot its own. Off until a loader turns it on with its batch size
+    (`look_ahead`: `timmdata.engine.resume.LooksAhead`) and says when each pass ends or begins (`end_pass`: slot 6 of the
+    stream's shared `_state`). `WorkerStream` reads by it."""
 
-    _ahead, _ahead_size, _last_epoch, _made_ahead = None, 0, None, None  # a worker's lookahead; off; the counts
+    _aheads, _ahead_size, _made_ahead = None, 0, None  # the lookaheads by worker slot (`AheadBySlot`); off; the counts
 
     def look_ahead(
         self,
@@ -131,10 +150,18 @@ class LooksAheadOfPasses:
         self._ahead_size = max(0, int(batch_size))
         if self._made_ahead is None:  # (taken, dropped) per worker slot, in shared memory
             self._made_ahead = torch.zeros(1024, 2, dtype=torch.int64).share_memory_()
+        self.slots()  # made here, before the workers start
 
     def end_pass(self):
         "A pass ended, or a new one begins (the loader says; shared memory, so the workers see it): a worker's lookahead stops."
         self._state[6] += 1
+
+    def slots(self) -> AheadBySlot:
+        "This process's lookaheads by worker slot; a copy made in another process (forked, or pickled) gets a table of its own, empty."
+        with _SLOTS_MADE:
+            if self._aheads is None or self._aheads.pid != os.getpid():
+                self._aheads = AheadBySlot()
+            return self._aheads
 
     @property
     def made_ahead(self) -> tuple:
@@ -143,8 +170,9 @@ class LooksAheadOfPasses:
         return taken, dropped
 
     def _take_ahead(self, key: tuple, g: int) -> tuple:
-        "(the samples this worker made ahead, the rest of the pass) when it guessed the pass `key`; else ([], None)."
-        ahead, self._ahead = self._ahead, None
+        "(the samples worker slot `g` made ahead, the rest of the pass) when it guessed the pass `key`; else ([], None)."
+        slot = self.slots().setdefault(g, [None, None])
+        ahead, slot[0] = slot[0], None
         if ahead is None:
             return [], None
         got = ahead.take(key)
@@ -152,10 +180,11 @@ class LooksAheadOfPasses:
         return got or ([], None)
 
     def _look_ahead(self, epoch: int, g: int, G: int, wid: int, W: int, edge: int) -> Optional[Lookahead]:
-        "Having given its share of a pass of `epoch`: a `Lookahead` at the next pass (the same epoch again if the last two passes were one epoch, else the next), in a persistent worker whose draws are its own; else None."
-        last, self._last_epoch = self._last_epoch, epoch
-        # a worker process (torch's own info): loader threads share one stream object, which holds one lookahead
-        if not (self._ahead_size and self.draws_explicitly and torch.utils.data.get_worker_info() is not None):
+        "Worker slot `g` having given its share of a pass of `epoch`: a `Lookahead` at the next pass (the same epoch again if the slot's last two passes were one epoch, else the next), kept in its slot, for a persistent worker (a process or a loader thread) whose draws are its own; else None."
+        slot = self.slots().setdefault(g, [None, None])
+        last, slot[1] = slot[1], epoch
+        if not (self._ahead_size and self.draws_explicitly and worker_info() is not None):
             return None
         key, marks = self._pass_key(epoch + (last != epoch)), self._state.numpy()
-        return Lookahead(key, self._pass(key, g, G, wid, W), self._ahead_size, lambda: int(marks[6]) == edge)
+        slot[0] = Lookahead(key, self._pass(key, g, G, wid, W), self._ahead_size, lambda: int(marks[6]) == edge)
+        return slot[0]

@@ -438,7 +438,7 @@ class WorkerStream(LooksAheadOfPasses):
             yield from stream
         finally:
             stream.close()  # closes the open shard now, not when the generator is collected
-        self._ahead = self._look_ahead(key[0], g, G, wid, W, edge)
+        self._look_ahead(key[0], g, G, wid, W, edge)  # kept in this worker slot's place (`AheadBySlot`)
 
     def _pass(self, key: tuple, g: int, G: int, wid: int, W: int) -> Iterator:
         "This worker's samples of the pass `key` (`_pass_key`'s), from its start."

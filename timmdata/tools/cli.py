@@ -335,7 +335,7 @@ def info() -> dict:
     import PIL, torch, torchvision
     from timmdata.pixels import decode
     from timmdata.tools.check import usable_cpus
-    from timmdata.engine.batch_ring import shm_report
+    from timmdata.batch.batch_ring import shm_report
     from timmdata.core.runtime import resolve_device
 
     native = decode.NATIVE.module is not None

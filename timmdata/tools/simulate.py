@@ -29,7 +29,7 @@ from timmdata.index.dataset_index import (
     parse_table,
 )
 from ..index.index_table import line_chars
-from ..net.shard_cache import parse_size
+from ..net.cache_folder import parse_size
 from timmdata.tools.simulate_startup import (
     SCAN_BLOCK,
     index_bytes,

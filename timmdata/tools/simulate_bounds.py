@@ -8,7 +8,7 @@ import argparse, math
 from typing import Optional, Sequence
 from ..streams.global_order import BLOCK_SHARDS, MAX_PARTITIONS
 from ..index.span_reader import READ_AHEAD
-from ..net.shard_cache import parse_size
+from ..net.cache_folder import parse_size
 from .simulate_mix import mix_weights
 
 # %% auto #0

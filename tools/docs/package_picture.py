@@ -6,41 +6,27 @@ statements), the imports between them as arrows, each module above what it impor
 
 Read from the generated sources with `ast` (nothing of timmdata imported), so the picture is the code as it is."""
 from __future__ import annotations
-import ast, textwrap
+import ast, sys, textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-LIB = Path(__file__).resolve().parents[2] / 'timmdata'
-
-
-def _imports(path: Path, package: str) -> set:
-    "The timmdata modules `path` imports (dotted, relative imports resolved), as 'pkg.mod' or 'mod'."
-    out, pkg = set(), path.relative_to(LIB).with_suffix('').parts[:-1]
-    for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = list(pkg[: len(pkg) - node.level + 1])
-                out |= {'.'.join(base + [node.module])} if node.module else {'.'.join(base + [a.name]) for a in node.names}
-            elif (node.module or '').startswith('timmdata.'):
-                out.add(node.module[len('timmdata.'):])
-        elif isinstance(node, ast.Import):
-            out |= {a.name[len('timmdata.'):] for a in node.names if a.name.startswith('timmdata.')}
-    return out
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the one parser of the library's imports
+from imports import LIB, imports, modules  # noqa: E402
 
 
 def package_modules(package: str) -> dict:
     "module name -> (statements, first line of its docstring, modules of the package it imports, packages outside it it imports)."
-    out = {}
+    out, mods = {}, set(modules())
     for p in sorted((LIB / package).glob('*.py')):
         if p.stem.startswith('_'):
             continue
         tree = ast.parse(p.read_text(encoding='utf-8'))
         doc = (ast.get_docstring(tree) or '').split('\n')[0]
-        deps = _imports(p, package)
+        deps = {m for m, _ in imports(p.relative_to(LIB).as_posix(), tree, mods)}
         inside = {d.split('.')[1] for d in deps if d.startswith(package + '.') and d.count('.') >= 1}
-        outside = {d.split('.')[0] for d in deps if not d.startswith(package + '.') and d.split('.')[0] != package}
+        outside = {d.split('.')[0] for d in deps if d and not d.startswith(package + '.') and d.split('.')[0] != package}
         out[p.stem] = (sum(isinstance(n, ast.stmt) for n in ast.walk(tree)), doc, inside - {p.stem}, outside)
     return out
 

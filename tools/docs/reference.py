@@ -26,7 +26,7 @@ if str(HERE) not in sys.path: sys.path.insert(0, str(HERE))
 from showdoc import constants_markdown, entry_markdown, is_private, source_url, unwrap  # noqa: E402
 
 # the packages, as the reference's group pages, in the order of the data's way; the top-level modules are timm's map
-PACKAGES = [('timm_data', "timm.data's modules", None), ('readers', 'Readers', 'readers'), ('pixels', 'Pixels', 'pixels'),
+PACKAGES = [('timm_data', "timm.data's modules", None), ('readers', 'Readers', 'readers'), ('pixels', 'Pixels', 'pixels'), ('batch', 'Batches', 'batch'),
             ('store', 'The store', 'store'), ('net', 'Bytes from far away', 'net'), ('sources', 'Sources', 'sources'),
             ('index', 'Indexes', 'index'), ('parquet', 'Parquet files', 'parquet'), ('streams', 'Streams', 'streams'),
             ('mix', 'Mixing datasets', 'mix'),

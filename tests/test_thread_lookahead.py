@@ -1,0 +1,75 @@
+"""Loader threads over a stream look ahead as worker processes do, each worker slot its own lookahead (one stream object
+serves all threads: `timmdata.streams.lookahead.AheadBySlot`), with the processes' batches, every sample once; and the
+same dataset handed after them to a loader of worker processes (forked, or pickled by spawn) carries none of the
+threads' lookaheads into its workers: every sample once an epoch, the batches of a dataset that never met threads."""
+
+import io, pickle, warnings
+
+import pytest
+from PIL import Image
+
+pytest.importorskip('webdataset')
+from timmdata.loader import create_loader
+from timmdata.streams.streaming import IterableImageDataset
+from _helpers import run_epochs, same_batches, write_shards
+
+N_SHARDS, PER_SHARD, N, B = 8, 5, 40, 4  # 40 samples, batches of 4; label i is sample i
+
+
+def _jpeg(i, s=0):
+    b = io.BytesIO()
+    Image.new('RGB', (24, 20), ((37 * i) % 256, (91 * i) % 256, 60 + s)).save(b, 'JPEG')
+    return b.getvalue()
+
+
+@pytest.fixture(scope='module')
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp('shards')
+    write_shards(root, 'ts', N_SHARDS, PER_SHARD, _jpeg)
+    return root
+
+
+def _stream(root):
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        return IterableImageDataset(str(root), reader='wds/ts', split='train', is_training=True, batch_size=B,
+                                    shuffle_size=8, shuffle_initial=2, block_shards=3)
+
+
+def _loader(ds, mode):
+    return create_loader(ds, (3, 16, 16), B, is_training=True, num_workers=2, device='cpu', seed=5, worker_mode=mode)
+
+
+def _each_once(batches, epochs):
+    ys = [int(t) for _, y in batches for t in y]
+    assert len(ys) == N * epochs, (len(ys), N * epochs)
+    for e in range(epochs):
+        assert sorted(ys[e * N : (e + 1) * N]) == list(range(N)), f'epoch {e}'
+
+
+def test_threads_look_ahead_per_worker_slot(root):
+    "Each thread's slot makes its next pass's first batch while the epoch ends, and the next pass takes it: the batches are the processes'."
+    threads_ds = _stream(root)
+    threads = run_epochs(_loader(threads_ds, 'thread'), 3)[0]
+    procs = run_epochs(_loader(_stream(root), 'process'), 3)[0]
+    same_batches(threads, procs)
+    _each_once(threads, 3)
+    taken, _ = threads_ds.made_ahead
+    assert taken > 0, threads_ds.made_ahead  # the threads looked ahead, and their next passes used it
+    assert len(threads_ds.slots()) == 2  # one slot a worker thread
+
+
+@pytest.mark.parametrize('context', [None, 'spawn'])
+def test_thread_dataset_then_worker_processes(root, context):
+    "A dataset read by loader threads (their lookaheads left in its slots), then by worker processes: every sample once, the batches of a fresh dataset's."
+    ds = _stream(root)
+    run_epochs(_loader(ds, 'thread'), 2)
+    assert any(a is not None for a, _ in ds.slots().values())  # lookaheads for epoch 2 left by the threads
+    assert dict(pickle.loads(pickle.dumps(ds.slots()))) == {}  # what a spawned worker receives: none of them
+    ld = _loader(ds, 'process')
+    if context is not None:  # workers started by spawn: each gets the dataset pickled (forkserver, Python 3.14's default, too)
+        (ld.loader if hasattr(ld, 'loader') else ld).multiprocessing_context = context
+    after = run_epochs(ld, 2, start=2)[0]
+    fresh = run_epochs(_loader(_stream(root), 'process'), 2, start=2)[0]
+    same_batches(after, fresh)
+    _each_once(after, 2)
