@@ -142,25 +142,43 @@ def drawing_version() -> str:
     return h.hexdigest()[:16]
 
 # %% ../../nbs/tools/04_sample_data.ipynb #7bf6cdd9
+def _cache_key(
+    cache: str,  # the folder of images drawn before
+    job: tuple,  # (cls_idx, seed, size, path, quality)
+) -> Path:
+    ci, seed, size, _, quality = job
+    return Path(cache) / f'{ci}-{seed}-{size[0]}x{size[1]}-q{quality}.jpg'
+
+
+def _from_cache(
+    jobs: list,  # (cls_idx, seed, size, path, quality) tuples
+    cache: str | None,  # a folder of images drawn before (`TIMMDATA_SAMPLE_CACHE`), or None
+) -> list:
+    "Copies the jobs' images found in `cache`; returns the jobs left to draw."
+    if not cache:
+        return jobs
+    left = []
+    for job in jobs:
+        try:
+            shutil.copyfile(_cache_key(cache, job), job[3])
+        except FileNotFoundError:
+            left.append(job)
+    return left
+
+
 def _write_images(
     jobs,  # (cls_idx, seed, size, path, quality) tuples
-    cache: str | None = None,  # a folder of images drawn before (`TIMMDATA_SAMPLE_CACHE`), or None
+    cache: str | None = None,  # a folder to keep each drawn image in (`TIMMDATA_SAMPLE_CACHE`), or None
 ):
-    "Worker: writes the jobs' images, copied from `cache` when an image with the same key is there."
-    for ci, seed, size, path, quality in jobs:
-        key = Path(cache) / f'{ci}-{seed}-{size[0]}x{size[1]}-q{quality}.jpg' if cache else None
-        if key is not None:
-            try:
-                shutil.copyfile(key, path)
-                continue
-            except FileNotFoundError:
-                pass
+    "Worker: draws the jobs' images and writes them, keeping a copy of each in `cache`."
+    for job in jobs:
+        ci, seed, size, path, quality = job
         make_sample_image(ci, seed, size).save(path, 'JPEG', quality=quality)
-        if key is not None:  # a copy made under a name of its own, then renamed: readers see it whole or not at all
+        if cache:  # a copy made under a name of its own, then renamed: readers see it whole or not at all
             fd, tmp = tempfile.mkstemp(dir=cache, prefix='.part-')
             os.close(fd)
             shutil.copyfile(path, tmp)
-            os.replace(tmp, key)
+            os.replace(tmp, _cache_key(cache, job))
 
 # %% ../../nbs/tools/04_sample_data.ipynb #0bfab2bd
 def _marker_classes(marker: Path, spec) -> list:
@@ -237,6 +255,7 @@ def make_sample_dataset(
     if cache:
         cache = os.path.join(cache, drawing_version())
         os.makedirs(cache, exist_ok=True)
+        jobs = _from_cache(jobs, cache)
     if nw and len(jobs) > 50:
         from concurrent.futures import ProcessPoolExecutor
 
