@@ -19,7 +19,7 @@ FLOORS = {
     'readers.reader_factory': 1, 'readers.reader_wds': 1, 'readers.reader_hfds': 1, 'readers.reader_hfids': 1,  # timm's reader paths
     'readers.splits': 1, 'readers.shared_count': 1,  # split names and synonyms, the splits a root holds, and the error for one it lacks
     'parquet.parquet_files': 1,  # which Parquet files make a split, sample files to try it on (beneath parquet_format)
-    'net.http': 1, 'net.object_store': 1, 'net.local_s3': 1, 'store.remote_source': 1, 'net.kept_http': 1, 'sources.whole_files': 1,  # network reads bounded in bytes and time (shard_cache, shard_io and shard_index read through it)
+    'net.http': 1, 'net.object_clients': 1, 'net.object_store': 1, 'net.local_s3': 1, 'store.remote_source': 1, 'net.kept_http': 1, 'sources.whole_files': 1,  # network reads bounded in bytes and time (shard_cache, shard_io and shard_index read through it)
     'store.format': 1, 'sources.shard_io': 1, 'sources.spans': 1, 'index.shard_index': 1, 'index.index_table': 1, 'index.dataset_index': 1, 'index.scanned_spans': 1, 'index.span_reader': 1, 'sources.registry': 1, 'sources.wds': 1, 'net.cache_folder': 1, 'net.shard_cache': 1, 'sources.hf_readers': 1, 'parquet.source': 1, 'parquet.parquet_format': 1, 'parquet.parquet_reader': 1, 'parquet.parquet_footers': 1, 'parquet.parquet_index': 1,  # where samples are (files, tars, CSVs, shards, a decode-once store)
     'pixels.decode': 2, 'pixels.nvimgcodec': 2,                                # bytes to pixels
     'transforms': 3, 'auto_augment': 3, 'transforms_factory': 3, 'pixels.resample': 3, 'pixels.batch_resize': 3, 'pixels.handover': 3, 'pixels.transform_base': 3, 'sample': 3, 'pixels.augment_ops': 3,  # per-sample uint8 ops
