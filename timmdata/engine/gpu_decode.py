@@ -216,7 +216,7 @@ class DeviceDecodeTransform(SampleTransform):
         aug = () if self.rand_augment is None else (encode_draws([d for _, d in self.rand_augment.draw(rng)]),)
         kind = 1
         if isinstance(img, EncodedJpeg):
-            kind = jpeg_device_kind(img.data)
+            kind = jpeg_device_kind(img.data) if img.components == 3 else 1  # a grey JPEG: its box here, as before
             if kind == 0:
                 return img.data, p, 0, *aug
         t, l, h, w, rh, rw, t2, l2, fh, fv = p[:10]
