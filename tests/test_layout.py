@@ -26,7 +26,7 @@ FLOORS = {
     'dataset': 4, 'streams.streaming': 4, 'streams.lookahead': 4, 'streams.global_order': 1, 'dataset_factory': 4,  # reader + decoder + transform (map-style and streams)
     'batch.collate': 5, 'batch.batch_ring': 5, 'mixup': 5, 'naflex_dataset': 5, 'naflex_mixup': 5,                     # samples to a uint8 batch (mixing collate too)
     'random_erasing': 3, 'naflex_transforms': 3, 'naflex_random_erasing': 3,  # per sample, or on the batch in the prefetcher
-    'pixels.jitter': 6, 'pixels.batch_augment': 6, 'engine.prefetch': 6, 'engine.gpu_decode': 7,                   # the batch on the device and its batch ops
+    'pixels.jitter': 6, 'pixels.batch_augment': 6, 'engine.prefetch': 6, 'engine.device_plan': 6, 'engine.gpu_decode': 7,                 # the batch on the device and its batch ops
     'distributed_sampler': 7, 'engine.batch_plan': 7, 'loader': 7, 'scheduled_sampler': 7, 'naflex_loader': 7, 'engine.resume': 7, 'engine.threads': 7, 'engine.tune': 7, 'engine.decode_choice': 7,        # wiring
     'store.builder': 8, 'tools.bench': 8, 'tools.cli': 8, 'tools.check': 8, 'tools.shards': 8, 'tools.simulate': 8, 'tools.simulate_startup': 8, 'tools.simulate_mix': 8,  # tools on top
     'tools.simulate_report': 8, 'tools.simulate_bounds': 8,  # the simulator's report (and the bytes its reports print); its options and bounds
