@@ -316,6 +316,24 @@ def test_help_as_the_shell_prints_it(runs):
     assert text.count('default:') == 6 and '(default: 2)' not in text.split('--workers WORKERS')[-1].split('--worker-mode')[0], text
 
 
+HELP_ALONE = """
+import contextlib, io, sys
+from timmdata.tools.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try: main([sys.argv[1], '--help'])
+    except SystemExit as e: status = e.code
+print(status, 'torch' in sys.modules, out.getvalue().split()[:2])
+"""
+
+
+@pytest.mark.parametrize('cmd', sorted(COMMANDS))
+def test_command_help_imports_no_torch(cmd):
+    "`timmdata COMMAND --help` builds the parser from its parser function (a module without torch), never the command's module."
+    r = subprocess.run([sys.executable, '-c', HELP_ALONE, cmd], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.split() == ['0', 'False', "['usage:',", "'timmdata']"], (r.stdout, r.stderr[-2000:])
+
+
 def test_index_help_speaks_of_shards_and_parquet(runs):
     status, out, _ = per_command(runs)['help/index']
     text = ' '.join(out.split())

@@ -174,7 +174,7 @@ def cli():
 
     opts = {c: {o for a in command_parser(c)._actions for o in a.option_strings} for c in COMMANDS}
     where = {}  # (module, function) -> the command it runs
-    for c, (j, _) in COMMANDS.items():
+    for c, (j, *_) in COMMANDS.items():
         mod, fn = j.split(':') if isinstance(j, str) else (j.__module__, j.__name__)
         where[(mod.removeprefix('timmdata.'), fn)] = c
     return COMMANDS, opts, where

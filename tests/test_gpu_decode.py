@@ -129,7 +129,7 @@ def test_train_batches_pixels_follow_their_plans(sample_root):
     from timmdata.transforms import crop_box, resize_exact
     for k, ((_, p, *_), _) in enumerate(samples):
         img = decode.decode_image(ds.reader[k * 4][0], to_tensor=True)
-        ref = resize_exact(crop_box(img, *p[:4]), (128, 128), gd._INTERPS[p[10]])
+        ref = resize_exact(crop_box(img, *p[:4]), (128, 128), gd.INTERPS[p[10]])
         if p[8]: ref = ref.flip(-1)
         if p[9]: ref = ref.flip(-2)
         d = (x[k].int() - ref.int()).abs()

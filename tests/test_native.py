@@ -145,3 +145,24 @@ def test_one_switch_turns_the_extension_off_on_every_path(monkeypatch):
         assert NaFlexBatchOps._native_cpu(SimpleNamespace(device=torch.device('cpu')), p, valid) is None
     assert calls == []  # nothing reached the extension
     assert decode_image(jpg, to_tensor=True).shape == (3, 24, 32) and 'decode_crop' in calls  # and switched on again, it is used
+
+def test_grey_jpegs_take_the_crop_path_with_pillows_pixels(tmp_path):
+    "A grey JPEG is handed over undecoded (its box decoded alone), and both pipelines give timm's pixels: Pillow's grey as RGB."
+    from PIL import Image
+    from timmdata.tools.sample_data import make_sample_image
+    for k, size in enumerate(((131, 97), (426, 320), (500, 333))):
+        (tmp_path / 'c').mkdir(exist_ok=True)
+        make_sample_image(k, 1, size).convert('L').save(tmp_path / 'c' / f'{k}.jpg', quality=90)
+    for training in (True, False):
+        t = create_transform(160, is_training=training, use_prefetcher=True, color_jitter=0)
+        fast, full = ImageDataset(str(tmp_path)), ImageDataset(str(tmp_path))
+        fast.transform = full.transform = t
+        full._encoded = False  # decoded whole first, then the same transform
+        for i in range(len(fast)):
+            data = open(fast.filename(i, absolute=True), 'rb').read()
+            assert isinstance(fast.decode_sample(data), EncodedJpeg)  # the crop path, not a whole decode
+            random.seed(i); torch.manual_seed(i); a, _ = fast[i]
+            random.seed(i); torch.manual_seed(i); b, _ = full[i]
+            assert torch.equal(a, b), (training, i)
+            if not training:  # PIL's own steps on Pillow's decode converted to RGB: timm's pixels
+                assert torch.equal(a, t(Image.open(fast.filename(i, absolute=True)).convert('RGB')))

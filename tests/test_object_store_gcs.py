@@ -25,7 +25,7 @@ if fake_gcs_binary() is None:
 from timmdata import create_dataset  # noqa: E402
 from timmdata.core.runtime import _FORK_UNSAFE  # noqa: E402
 from timmdata.core.settings import set_environment  # noqa: E402
-from timmdata.net.object_store import _OPTIONS, STORE_OPTIONS_ENV, close_clients, configure_store  # noqa: E402
+from timmdata.net.object_clients import _OPTIONS, STORE_OPTIONS_ENV, close_clients, configure_store  # noqa: E402
 
 N, BATCH = 24, 6  # samples (one a class: a batch's labels say which samples it holds), batch size
 

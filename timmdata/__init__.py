@@ -58,7 +58,7 @@ from timmdata.sources.wds import WdsSource
 from timmdata.index.dataset_index import write_dataset_index  # `timmdata index`
 from timmdata.parquet.parquet_index import write_parquet_index  # `timmdata index` over Parquet files
 from timmdata.parquet.parquet_files import write_sample_parquet  # sample Parquet files, as the Hub lays them out
-from timmdata.net.object_store import configure_store  # S3-compatible stores, public buckets
+from timmdata.net.object_clients import configure_store  # S3-compatible stores, public buckets
 from timmdata.net.local_s3 import LocalS3  # a real S3 server on this machine, to try object stores without a cloud
 from timmdata.store.builder import build_cache
 from timmdata.tools.shards import write_shards

@@ -241,6 +241,23 @@ class FakeCuda:
         self.calls.append(('copy_in', None if s is None else s.name, t.numel() * t.element_size()))
         return t
 
+# %% ../../nbs/engine/30_feeder.ipynb #609c6ea0
+def _next_kept(
+    it,  # the iterator over the loader
+    marks,  # the loader's `Marks`, read right after each batch is taken
+    skip: Callable,  # `skip(batch)` -> True for a batch to drop
+) -> tuple:
+    "In the lane's thread: (the loader's next kept batch or None at the end, its mark, the last mark seen)."
+    seen = None
+    while True:
+        try:
+            b = next(it)
+        except StopIteration:
+            return None, None, seen
+        seen = m = marks.mark()
+        if not skip(b):
+            return b, m, seen
+
 # %% ../../nbs/engine/30_feeder.ipynb #2266cb24
 class ThreadLane:
     """A step run in a thread of its own, ahead of the consumer (the device decode's: a decoder's wait for its own
@@ -317,23 +334,11 @@ class ThreadLane:
                 yield self._hand(out, ready), m
                 del out
 
-    def _next_kept(self, it, marks, skip: Callable) -> tuple:
-        "In the lane's thread: (the loader's next kept batch or None at the end, its mark, the last mark seen)."
-        seen = None
-        while True:
-            try:
-                b = next(it)
-            except StopIteration:
-                return None, None, seen
-            seen = m = marks.mark()
-            if not skip(b):
-                return b, m, seen
-
     def _take(self, step: Callable, it, marks, skip: Callable, end: list) -> tuple:
         "In the lane's thread: (kept, output, ready event, mark, last mark seen) of the loader's next kept batch."
         if end[0]:
             return False, None, None, None, None
-        b, m, seen = self._next_kept(it, marks, skip)
+        b, m, seen = _next_kept(it, marks, skip)
         if b is None:
             end[0] = True  # the futures queued behind this one return at once
             return False, None, None, None, seen
@@ -356,7 +361,7 @@ class ThreadLane:
         if end[0]:
             return False, None, None, None, None
         if not self._taken_all:
-            b, m, seen = self._next_kept(it, marks, skip)
+            b, m, seen = _next_kept(it, marks, skip)
             if b is None:
                 self._taken_all = True
             else:
@@ -417,7 +422,7 @@ class ThreadLane:
             self.calls.keep(t, consumer)
         return out
 
-
+# %% ../../nbs/engine/30_feeder.ipynb #cfd43620
 LANES = {'cpu': HostLane, 'cuda': CudaLane}  # a new device type: a lane with `prepare` and `hand_over`, added here
 
 

@@ -4,43 +4,32 @@
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #404c2057
 from __future__ import annotations
-import inspect, io, math, random
+import inspect, io, random
 from typing import Callable, Optional, Union
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import IterableDataset
 from PIL import Image
-from torchvision.transforms import InterpolationMode
-from torchvision.transforms.functional import pil_to_tensor
-from ..pixels.decode import EncodedJpeg, ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
-from ..pixels.resample import resize_crop_window
+from ..pixels.decode import ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
 from ..pixels.batch_resize import crop_resize_flip
-from ..pixels.batch_augment import AUG_OPS, augment_batch, encode_draws
-from timmdata.transforms import (
-    SampleTransform,
-    RandomResizedCropAndInterpolation,
-    ResizeKeepRatio,
-    check_range,
-    crop_box,
-    image_hw,
-    interp_or_choices,
-    pick_interp,
-    resize_exact,
-    setup_size,
-    shorter_edge_size,
-    str_to_interp_mode,
-)
+from ..pixels.batch_augment import AUG_OPS, augment_batch
 from ..mixup import Mixup
 from ..auto_augment import RandAugment, create_auto_augment, parse_auto_augment
-from ..batch.collate import new_uint8
 from .prefetch import BatchOps, PrefetchLoader
 from .feeder import CudaCalls
+from timmdata.engine.device_plan import (  # the workers' side; its names importable from here too
+    INTERPS,
+    SPLIT,
+    DeviceDecodeTransform,
+    device_decode_collate,
+    exif_orientation,
+    jpeg_device_kind,
+    jpeg_progressive,
+    packed_bytes,
+)
 from ..core.runtime import resolve_device, to_device
 from timmdata.config import (
-    GLOBAL_DRAWS,
     Draws,
-    DEFAULT_CROP_PCT,
     IMAGENET_DEFAULT_MEAN,
     IMAGENET_DEFAULT_STD,
     color_jitter_factors,
@@ -57,229 +46,9 @@ from timmdata.engine.resume import (
 )
 
 # %% auto #0
-__all__ = ['SPLIT', 'exif_orientation', 'jpeg_device_kind', 'jpeg_progressive', 'DeviceDecodeTransform', 'packed_bytes',
-           'device_decode_collate', 'decode_jpegs', 'rows_on', 'crop_resize_batch', 'flip_batch_', 'bitstreams',
-           'decode_stage', 'resize_stage', 'decode_batch', 'reads_device_bitstreams', 'DeviceDecodeStep',
-           'refuse_off_default', 'check_device_modes', 'device_rand_augment', 'create_device_decode_loader']
-
-# %% ../../nbs/engine/36_gpu_decode.ipynb #a22d4db9
-_INTERPS = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)  # the device resize: Pillow's antialiased filters
-# where a sample is decoded (`DeviceDecodeTransform`; the step counts them): a colour baseline JPEG on the device; the
-# others in the worker, where the GPU decoders refuse them or decode them slowly (their entropy decoding on the CPU,
-# one image at a time, holding the batch), and a JPEG with an EXIF orientation, which the device decoder turns while
-# timm (Pillow) reads the pixels as stored; the last, by the step, when the device decoder refused an image
-SPLIT = (
-    'device',
-    'worker: not a colour JPEG',
-    'worker: progressive JPEG',
-    'worker: EXIF-oriented JPEG',
-    'step: the device decoder refused it',
-)
-_PROGRESSIVE_SOF = (0xC2, 0xC6, 0xCA, 0xCE)  # the frame markers of progressive JPEGs (Huffman or arithmetic coded)
-
-
-def exif_orientation(
-    data: bytes,  # a JPEG's bytes
-    start: int,  # where the APP1 segment's payload starts in `data`
-    end: int,  # where the payload ends (not included)
-) -> int:
-    "The EXIF orientation (1-8) in the APP1 payload `data[start:end]`; 1 (as stored) where there is none or it is malformed."
-    if end - start < 14 or data[start : start + 6] != b'Exif\x00\x00':
-        return 1
-    t = start + 6  # the TIFF header: byte order, 42, the first IFD's offset; every offset is checked against `end`
-    order = {b'II': 'little', b'MM': 'big'}.get(bytes(data[t : t + 2]))
-    if order is None:
-        return 1
-    u = lambda a, k: int.from_bytes(data[a : a + k], order)
-    ifd = t + u(t + 4, 4)
-    if ifd + 2 > end:
-        return 1
-    for e in range(ifd + 2, min(ifd + 2 + 12 * u(ifd, 2), end - 11), 12):  # 12-byte entries, inside the segment
-        if u(e, 2) == 0x0112:  # Orientation: a SHORT, in the entry's value field
-            v = u(e + 8, 2)
-            return v if 1 <= v <= 8 else 1
-    return 1
-
-
-def jpeg_device_kind(
-    data: bytes,  # a colour JPEG's bytes
-) -> int:
-    """Where a colour JPEG is decoded, as its `SPLIT` row: 0 on the device, 2 progressive, 3 with an EXIF orientation
-    (in the worker). From one walk over the marker segments before the frame header (a few lengths)."""
-    i, n, turned = 2, len(data), False
-    while i + 4 <= n:
-        if data[i] != 0xFF:
-            return 0  # malformed: the decoder will name it
-        m = data[i + 1]
-        if m == 0xFF or m == 0x01 or 0xD0 <= m <= 0xD8:
-            i += 1 if m == 0xFF else 2  # fill byte, or a marker without a length
-            continue
-        if 0xC0 <= m <= 0xCF and m not in (0xC4, 0xC8, 0xCC):  # a frame header (not DHT, JPG or DAC)
-            return 2 if m in _PROGRESSIVE_SOF else 3 if turned else 0
-        if m in (0xDA, 0xD9):
-            return 3 if turned else 0  # a scan or the end before any frame header
-        seg = i + 2 + (data[i + 2] << 8 | data[i + 3])
-        if m == 0xE1 and not turned:
-            turned = exif_orientation(data, i + 4, min(seg, n)) != 1
-        i = seg
-    return 3 if turned else 0
-
-
-def jpeg_progressive(
-    data: bytes,  # a JPEG's bytes
-) -> bool:
-    "Is `data` a progressive JPEG? Its frame marker, found by walking the marker segments before it (a few lengths)."
-    return jpeg_device_kind(data) == 2
-
-# %% ../../nbs/engine/36_gpu_decode.ipynb #b7386a64
-class DeviceDecodeTransform(SampleTransform):
-    "Per sample in a worker: the crop/resize plan and flips, drawn as the CPU transform draws them; JPEGs stay undecoded."
-
-    input_format = 'encoded'  # the dataset hands over an `EncodedJpeg` (bytes + header size) for colour JPEGs
-
-    def __init__(
-        self,
-        size,  # output (h, w) or int
-        is_training: bool = False,  # random-resized crop and flips, else the eval resize + centre crop
-        scale: Optional[tuple] = None,  # train crop area range, a fraction of the image (None: (0.08, 1.0))
-        ratio: Optional[tuple] = None,  # train crop aspect-ratio range (None: (3/4, 4/3))
-        hflip: float = 0.5,  # train horizontal flip probability
-        vflip: float = 0.0,  # train vertical flip probability
-        interpolation: str = 'bilinear',  # 'bilinear', 'bicubic' or 'random' (train: one of them per image)
-        crop_pct: Optional[float] = None,  # eval: output size / resize size (None: 0.875)
-        crop_border_pixels: Optional[int] = None,  # eval: trim this many pixels off every side first
-        rand_augment: Optional[
-            RandAugment
-        ] = None,  # train: timm's RandAugment, drawn here, applied to the device batch
-    ):
-        self.size, self.is_training = setup_size(size), is_training
-        self.scale, self.ratio = tuple(scale or (0.08, 1.0)), tuple(ratio or (3.0 / 4.0, 4.0 / 3.0))
-        check_range(self.scale, 'scale')
-        check_range(self.ratio, 'ratio')
-        if interpolation not in ('bilinear', 'bicubic', 'random'):
-            raise ValueError(
-                f"the device decode path resizes with interpolation 'bilinear', 'bicubic' or 'random' (train); "
-                f"got {interpolation!r}: use create_loader's CPU path for it"
-            )
-        self.interp = (
-            interp_or_choices(interpolation)
-            if is_training
-            else str_to_interp_mode('bilinear' if interpolation == 'random' else interpolation)
-        )
-        self.hflip, self.vflip = (hflip, vflip) if is_training else (0.0, 0.0)
-        self.crop_pct, self.border = crop_pct or DEFAULT_CROP_PCT, crop_border_pixels or 0
-        self.rand_augment = rand_augment if is_training else None
-
-    def plan(
-        self,
-        img,  # the sample: an `EncodedJpeg` (not decoded) or uint8 CHW pixels
-        rng: Draws = GLOBAL_DRAWS,  # the sample's draws; default: the global generators
-    ) -> tuple:
-        "The 11 integers of this sample's plan (random draws from `rng`, in the CPU train transform's order)."
-        oh, ow = self.size
-        if self.is_training:
-            t, l, h, w = RandomResizedCropAndInterpolation.get_params(img, self.scale, self.ratio, rng)
-            interp, (rh, rw), t2, l2 = pick_interp(self.interp, rng), self.size, 0, 0
-        else:
-            ih, iw = image_hw(img)
-            b = self.border
-            t, l, h, w = min(b, ih), min(b, iw), max(0, ih - 2 * b), max(0, iw - 2 * b)
-            ss = tuple(math.floor(x / self.crop_pct) for x in self.size)
-            rh, rw = (
-                shorter_edge_size((h, w), ss[0])
-                if ss[0] == ss[1]
-                else ResizeKeepRatio.get_params(torch.empty(0, h, w), ss, 0.0)
-            )
-            if rh < oh or rw < ow:
-                raise ValueError(
-                    f'a {iw}x{ih} image resizes to {rw}x{rh}, smaller than the {ow}x{oh} crop: the device path '
-                    f'does not pad; use crop_pct <= 1 with a plain centre crop, or the CPU path'
-                )
-            interp, t2, l2 = self.interp, int(round((rh - oh) / 2.0)), int(round((rw - ow) / 2.0))
-        g = rng.torch  # the draws of torchvision's RandomHorizontalFlip and RandomVerticalFlip
-        fh = bool(self.hflip > 0 and torch.rand(1, generator=g) < self.hflip)
-        fv = bool(self.vflip > 0 and torch.rand(1, generator=g) < self.vflip)
-        return (t, l, h, w, rh, rw, t2, l2, int(fh), int(fv), _INTERPS.index(interp))
-
-    def __call__(
-        self,
-        img,  # the sample: an `EncodedJpeg` (not decoded), uint8 CHW pixels or a PIL image
-        rng: Draws = GLOBAL_DRAWS,  # the sample's draws; default: the global generators
-    ) -> tuple:
-        """(JPEG bytes, plan, 0) for a colour baseline JPEG, decoded on the device; else (the image decoded, cropped,
-        resized and flipped here, on the CPU, plan, its `SPLIT` row): a progressive JPEG (2), one with an EXIF
-        orientation (3), anything else (1). With `rand_augment`, a 4th item: its draws (`encode_draws`), made after
-        the plan's, as the CPU transform makes them after the crop and flips."""
-        if isinstance(img, Image.Image):  # a dataset of decoded images (timm's ImageDataset): its pixels, as CHW uint8
-            img = pil_to_tensor(img.convert('RGB'))
-        p = self.plan(img, rng)
-        aug = () if self.rand_augment is None else (encode_draws([d for _, d in self.rand_augment.draw(rng)]),)
-        kind = 1
-        if isinstance(img, EncodedJpeg):
-            kind = jpeg_device_kind(img.data)
-            if kind == 0:
-                return img.data, p, 0, *aug
-        t, l, h, w, rh, rw, t2, l2, fh, fv = p[:10]
-        box = crop_box(img, t, l, h, w)  # a JPEG: only the box is decoded
-        # the CPU transform's pixels (PIL's resize, one native step: `resample`) where it covers the case
-        x = resize_crop_window(box, (rh, rw), (t2, l2, *self.size), _INTERPS[p[10]])
-        if x is None:
-            x = resize_exact(box, (rh, rw), _INTERPS[p[10]])[:, t2 : t2 + self.size[0], l2 : l2 + self.size[1]]
-        if fh or fv:  # as the CPU transform flips: after the resize
-            x = x.flip([d for d, f in ((-1, fh), (-2, fv)) if f])
-        return x.contiguous(), p, kind, *aug
-
-    def __repr__(self):
-        return f"{type(self).__name__}(size={self.size}, is_training={self.is_training})"
-
-# %% ../../nbs/engine/36_gpu_decode.ipynb #79ae6746
-def packed_bytes(
-    chunks: list,  # byte strings, e.g. a batch's JPEGs
-) -> torch.Tensor:
-    """The byte strings end to end in one uint8 tensor, one copy: in a DataLoader worker straight into shared memory,
-    which the batch is sent through (a tensor in process memory would be copied there once more when sent)."""
-    data = new_uint8((sum(map(len, chunks)),))  # in a worker: in shared memory, as torch's own collate allocates
-    arr, pos = data.numpy(), 0
-    for c in chunks:
-        arr[pos : pos + len(c)] = np.frombuffer(c, np.uint8)
-        pos += len(c)
-    return data
-
-
-def device_decode_collate(
-    batch: list,  # samples `(DeviceDecodeTransform's output, target)`; None ones are left out
-) -> tuple:
-    "Samples `((bytes or uint8 CHW pixels, plan, kind[, draws]), target)` -> (dict of tensors: data, offsets, plans, kinds, pixels, pixel_rows[, augs]; targets)."
-    batch = [s for s in batch if s is not None]
-    chunks, offsets, pix, pix_rows = [], [0], [], []
-    for i, ((payload, *_), _) in enumerate(batch):
-        if isinstance(payload, (bytes, bytearray)):
-            chunks.append(payload)
-            offsets.append(offsets[-1] + len(payload))
-        elif isinstance(payload, torch.Tensor):
-            pix.append(payload)
-            pix_rows.append(i)
-        else:
-            raise TypeError(
-                f'device_decode_collate: sample {i} is a {type(payload).__name__}; expected the output '
-                f'of DeviceDecodeTransform (set it as the dataset transform)'
-            )
-    data = packed_bytes(chunks)
-    plans = torch.tensor([s[1] for s, _ in batch], dtype=torch.int32).view(-1, 11)
-    pixels = torch.stack(pix) if pix else torch.empty(0, dtype=torch.uint8)
-    targets = torch.tensor([t for _, t in batch], dtype=torch.int64)
-    augs = {}  # RandAugment's draws: (N, layers, 3) float64 (`encode_draws`)
-    if batch and len(batch[0][0]) > 3:
-        augs['augs'] = torch.tensor([s[3] for s, _ in batch], dtype=torch.float64).view(len(batch), -1, 3)
-    return dict(
-        data=data,
-        offsets=torch.tensor(offsets, dtype=torch.int64),
-        plans=plans,
-        kinds=torch.tensor([s[2] for s, _ in batch], dtype=torch.uint8),
-        pixels=pixels,
-        pixel_rows=torch.tensor(pix_rows, dtype=torch.int64),
-        **augs,
-    ), targets
+__all__ = ['decode_jpegs', 'rows_on', 'crop_resize_batch', 'flip_batch_', 'bitstreams', 'decode_stage', 'resize_stage',
+           'decode_batch', 'reads_device_bitstreams', 'DeviceDecodeStep', 'refuse_off_default', 'check_device_modes',
+           'device_rand_augment', 'create_device_decode_loader']
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #0383dead
 def decode_jpegs(
@@ -333,7 +102,7 @@ def crop_resize_batch(
     for (h, w, rh, rw, t2, l2, ii), members in groups.items():
         x = torch.stack([imgs[k][:, t : t + h, l : l + w] for k, t, l in members]).float()
         if (rh, rw) != (h, w):
-            x = F.interpolate(x, size=(rh, rw), mode=_INTERPS[ii].value, align_corners=False, antialias=True)
+            x = F.interpolate(x, size=(rh, rw), mode=INTERPS[ii].value, align_corners=False, antialias=True)
         x = x[:, :, t2 : t2 + oh, l2 : l2 + ow].round_().clamp_(0, 255)
         if len(members) == 1:  # a crop of its own size (training's): copied into its row, no index sent
             out[rows[members[0][0]]].copy_(x[0])

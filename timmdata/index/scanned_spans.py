@@ -15,7 +15,7 @@ from ..sources.wds import WdsSource
 from .shard_index import http_range, scan_shard
 from ..net.cache_folder import close_held, open_held, wait_lock
 from .dataset_index import MAX_SPAN_BYTES, ListedSpans, layout_of, spans_of
-from ..net.object_store import by_position
+from ..net.object_clients import by_position
 
 # %% auto #0
 __all__ = ['rows_fit', 'ScannedSpans', 'spans_by_scanning']

@@ -33,7 +33,7 @@ from timmdata.index.dataset_index import (
     layout_of,
     spans_of,
 )
-from ..net.object_store import by_position, object_scheme
+from ..net.object_clients import by_position, object_scheme
 
 # %% auto #0
 __all__ = ['READ_CHUNK', 'READ_AHEAD', 'READ_AHEAD_STORE', 'READ_GROUP', 'sample_spans', 'read_ahead_for', 'ShardBytes',

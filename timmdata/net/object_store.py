@@ -4,28 +4,64 @@
 
 # %% ../../nbs/net/20bc_object_store.ipynb #d5770ea1
 from __future__ import annotations
-import asyncio, atexit, concurrent.futures, datetime, io, json, os, re, threading, time, urllib.parse
+import asyncio, concurrent.futures, io, os, time
 from collections import Counter
 from typing import Callable, Optional
 from ..core.untrusted import printable
-from .http import REQUEST_DEADLINE, DeadlineError, check_seconds, public_url
-from ..core.settings import raw_settings, set_environment, setting
+from .http import REQUEST_DEADLINE, DeadlineError
+from .object_clients import LET_THROUGH, named_error, request_threads
+from timmdata.net.object_clients import (
+    OBJECT_SCHEMES,
+    BY_POSITION,
+    STORE_OPTIONS_ENV,
+    GET_THREADS,
+    MAX_MADE,
+    object_scheme,
+    by_position,
+    split_object_url,
+    ObjectStoreError,
+    ObjectNotFoundError,
+    ObjectChangedError,
+    ObjectForkError,
+    need_obstore,
+    check_endpoint,
+    configure_store,
+    store_options,
+    store_for,
+    close_clients,
+)
 
 # %% auto #0
-__all__ = ['OBJECT_SCHEMES', 'BY_POSITION', 'MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'READ_RATE', 'STREAM_ALLOWANCE',
-           'GET_THREADS', 'REQUESTS', 'STORE_OPTIONS_ENV', 'MAX_MADE', 'MAX_TAGS', 'object_scheme', 'by_position',
-           'split_object_url', 'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError', 'ObjectForkError',
-           'need_obstore', 'check_endpoint', 'configure_store', 'store_options', 'store_for', 'Answer', 'object_head',
-           'object_range', 'close_clients', 'object_get_many', 'ObjectReader', 'object_open', 'ObjectFile',
-           'ListingError', 'list_objects', 'list_folders', 'put_object']
+__all__ = ['MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'READ_RATE', 'STREAM_ALLOWANCE', 'REQUESTS', 'MAX_TAGS', 'Answer',
+           'object_head', 'object_range', 'object_get_many', 'ObjectReader', 'object_open', 'ObjectFile',
+           'ListingError', 'list_objects', 'list_folders', 'put_object', 'OBJECT_SCHEMES', 'BY_POSITION',
+           'STORE_OPTIONS_ENV', 'GET_THREADS', 'MAX_MADE', 'object_scheme', 'by_position', 'split_object_url',
+           'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError', 'ObjectForkError', 'need_obstore',
+           'check_endpoint', 'configure_store', 'store_options', 'store_for', 'close_clients']
 
-# %% ../../nbs/net/20bc_object_store.ipynb #77a1c028
-OBJECT_SCHEMES = (
-    's3',
-    'gs',
-    'az',
-)  # object stores read by position: Amazon S3 (and S3-compatible stores), Google Cloud Storage, Azure Blob
-BY_POSITION = ('http', 'https', *OBJECT_SCHEMES)  # the schemes whose files are read by position (ranged reads)
+# %% ../../nbs/net/20bc_object_store.ipynb #ed8906bd
+_all_ = [
+    'OBJECT_SCHEMES',
+    'BY_POSITION',
+    'STORE_OPTIONS_ENV',
+    'GET_THREADS',
+    'MAX_MADE',
+    'object_scheme',
+    'by_position',
+    'split_object_url',
+    'ObjectStoreError',
+    'ObjectNotFoundError',
+    'ObjectChangedError',
+    'ObjectForkError',
+    'need_obstore',
+    'check_endpoint',
+    'configure_store',
+    'store_options',
+    'store_for',
+    'close_clients',
+]  # the clients' public names, importable from here too (`from timmdata.net.object_store import store_for`)
+
+# %% ../../nbs/net/20bc_object_store.ipynb #33728b73
 MAX_LISTED = 1 << 20  # the most objects one listing keeps (a folder of shards or Parquet files)
 MAX_SEEN = 1 << 24  # the most objects one listing reads, those it does not keep included
 LIST_DEADLINE = 1800.0  # seconds one listing may take in all, every page included
@@ -33,335 +69,7 @@ READ_RATE = 1 << 20  # bytes a second: a whole object's read may take its deadli
 STREAM_ALLOWANCE = (
     7 * 86400.0
 )  # seconds the client allows a whole read past its deadline (a backstop: the deadline grown by its size is checked as parts arrive)
-GET_THREADS = 32  # requests a process keeps in flight at most in `object_get_many` (as a worker reads ahead)
 REQUESTS = Counter()  # the requests this process sent to object stores, by kind: 'get', 'head', 'list', 'put'
-STORE_OPTIONS_ENV = 'TIMMDATA_STORE_OPTIONS'  # where `configure_store` leaves its settings for processes started after
-
-
-def object_scheme(
-    url,  # a path or URL
-) -> Optional[str]:
-    "'s3', 'gs' or 'az' for an object store's URL, else None."
-    m = re.match(r'([A-Za-z][A-Za-z0-9+.-]*)://', str(url))
-    s = m[1].lower() if m else None
-    return s if s in OBJECT_SCHEMES else None
-
-
-def by_position(
-    url,  # a path or URL
-) -> bool:
-    "Is `url` read by position with ranged reads: http(s) or an object store?"
-    m = re.match(r'([A-Za-z][A-Za-z0-9+.-]*)://', str(url))
-    return m is not None and m[1].lower() in BY_POSITION
-
-
-def split_object_url(
-    url: str,  # 's3://bucket/key', 'gs://bucket/key' or 'az://container/key'
-) -> tuple:
-    "(the bucket's URL, the object's key) of an object store URL; a URL without a bucket raises, naming it."
-    scheme = object_scheme(url)
-    if scheme is None:
-        raise ValueError(f'{printable(url)!r} is not an object store URL (s3://, gs://, az://)')
-    rest = str(url).split('://', 1)[1].split('?', 1)[0]
-    bucket, _, key = rest.partition('/')
-    if not bucket or not re.fullmatch(r'[A-Za-z0-9._-]{1,255}', bucket):
-        raise ValueError(f'{printable(url)!r}: no valid bucket name after {scheme}:// (give {scheme}://BUCKET/PATH)')
-    return f'{scheme}://{bucket}', key
-
-# %% ../../nbs/net/20bc_object_store.ipynb #7f37a107
-class ObjectStoreError(OSError):
-    "A request to an object store that failed: its message is one line naming the object and what to do, never a credential."
-
-
-class ObjectNotFoundError(ObjectStoreError, FileNotFoundError):
-    "No such object, or no such bucket."
-
-
-class ObjectChangedError(ObjectStoreError):
-    "An object replaced while this process reads it (its ETag is not the one of its first read)."
-
-
-class ObjectForkError(ObjectStoreError):
-    "An object store read in a process forked after its parent read one: the client's threads do not survive a fork."
-
-
-def need_obstore():
-    "The `obstore` module, or an ImportError that says what to install."
-    try:
-        import obstore
-    except ImportError as e:
-        raise ImportError("reading s3://, gs:// or az:// URLs needs obstore: pip install 'timmdata[cloud]'") from e
-    return obstore
-
-# %% ../../nbs/net/20bc_object_store.ipynb #9ad827b8
-_OPTIONS = {}  # bucket URL or prefix -> options given to `configure_store` in this process
-_KEYS = {'endpoint_url', 'anonymous', 'region', 'allow_http'}
-
-
-def check_endpoint(
-    url: str,  # an S3-compatible store's address, as given
-    where: str = 'endpoint_url',  # what gave it, for the error: a parameter or an environment variable
-) -> str:
-    "`url` when it is http(s)://HOST[:PORT] (a port 1 to 65535, no user:password, no path or query); else a one-line ValueError that shows it without its password, before the client sees it."
-    try:
-        u = urllib.parse.urlsplit(str(url).strip())
-        ok = u.scheme in ('http', 'https') and bool(u.hostname) and u.path in ('', '/') and not (u.query or u.fragment)
-        ok = ok and '@' not in u.netloc and not re.search(r'\s', u.netloc) and (u.port is None or 0 < u.port)
-    except ValueError:  # a port that is not a number, or past 65535; a bracket left open
-        ok = False
-    if not ok:
-        raise ValueError(
-            f'{where} must be http(s)://HOST[:PORT] (a port 1 to 65535, no user:password, no path); got '
-            f'{printable(public_url(url))!r}: give the store\'s address alone (credentials go where the cloud\'s tools read them)'
-        )
-    return str(url).strip()
-
-
-def configure_store(
-    prefix: str,  # the URLs these options are for: 's3://bucket' or 's3://bucket/folder' (the longest match wins)
-    endpoint_url: Optional[str] = None,  # an S3-compatible store's address (MinIO, Ceph, R2): 'http://host:9000'
-    anonymous: Optional[bool] = None,  # read a public bucket without credentials (requests are not signed)
-    region: Optional[str] = None,  # the bucket's region (S3), when the environment does not say it
-    allow_http: Optional[bool] = None,  # allow a plain http:// endpoint (default: when `endpoint_url` is http://)
-):
-    """How to reach the buckets under `prefix`, for this process and the processes it starts (DataLoader workers, by any
-    start method: the settings travel in the environment). Credentials are not taken here: they come from where each
-    cloud's tools look for them."""
-    split_object_url(prefix)  # checked: an object store URL with a bucket
-    given = dict(endpoint_url=endpoint_url, anonymous=anonymous, region=region, allow_http=allow_http)
-    opts = {k: v for k, v in given.items() if v is not None}
-    if endpoint_url is not None:
-        check_endpoint(endpoint_url)
-    _OPTIONS[prefix.rstrip('/')] = opts
-    set_environment({STORE_OPTIONS_ENV: json.dumps(_OPTIONS)})
-    _STORES.clear()
-    _MADE.clear()
-
-
-def store_options(
-    url: str,  # an object's URL
-) -> dict:
-    "The options `configure_store` set for `url` (the longest matching prefix), in this process or its parent's."
-    if not _OPTIONS:
-        given = setting(STORE_OPTIONS_ENV)  # a process started by one that called configure_store
-        _OPTIONS.update({k: {o: v for o, v in opts.items() if o in _KEYS} for k, opts in given.items()})
-    best = max((p for p in _OPTIONS if url == p or url.startswith(p + '/')), key=len, default=None)
-    return dict(_OPTIONS.get(best, {}))
-
-# %% ../../nbs/net/20bc_object_store.ipynb #ba780efa
-_STORES = {}  # (bucket URL, limits) -> store, this process's
-_MADE = {}  # (object URL, limits) -> (the settings' stamp, the _STORES key, store, key): found again without parsing
-MAX_MADE = 1 << 14  # objects whose store and key a process keeps found
-_STAMPED = (
-    STORE_OPTIONS_ENV,
-    'AWS_ENDPOINT_URL_S3',
-    'AWS_ENDPOINT_URL',
-)  # the settings a store is made from (its address)
-_USED = {'pid': None}  # the process whose object-store client has run (its threads do not survive a fork)
-_POOL = {}
-_PASS = (
-    KeyboardInterrupt,
-    SystemExit,
-)  # what a call into the client lets through as it is: anything else is named ours
-
-
-def _forget_clients():
-    "In a forked child: the parent's clients and threads are not this process's."
-    _STORES.clear()
-    _MADE.clear()
-    _POOL.clear()
-
-
-os.register_at_fork(after_in_child=_forget_clients)
-
-
-def _forked_check(url: str):
-    "Raise `ObjectForkError` in a process forked after its parent used the client (it would hang)."
-    pid = os.getpid()
-    if _USED['pid'] is not None and _USED['pid'] != pid:
-        raise ObjectForkError(
-            f'{printable(url)}: this process was forked after its parent read from an object store, and the '
-            f"client's threads do not survive a fork: start workers with multiprocessing_context='forkserver' or "
-            f"'spawn' (create_loader does so for object-store datasets)"
-        )
-    from timmdata.core.runtime import fork_unsafe  # here: importing this module imports no torch
-
-    fork_unsafe('an object store was read')  # create_loader then starts workers by forkserver (noted at each use)
-    _USED['pid'] = pid
-
-
-def _endpoint_env(scheme: str) -> Optional[str]:
-    "The S3 address the environment gives, checked before the client sees it (a password or a bad port in it: named)."
-    if scheme == 's3':
-        for name in ('AWS_ENDPOINT_URL_S3', 'AWS_ENDPOINT_URL'):
-            if setting(name):
-                return check_endpoint(setting(name), f'environment variable {name}')
-    return None
-
-
-_PROXIES = ('HTTPS_PROXY', 'https_proxy', 'HTTP_PROXY', 'http_proxy', 'ALL_PROXY', 'all_proxy')
-_NOWHERE = 'http://127.0.0.1:9'  # a proxy address no one but root can listen at: a request sent there is refused
-
-
-def _same_hosts(
-    scheme: str,  # 's3', 'gs' or 'az'
-    endpoint: Optional[str],  # the S3-compatible store's address, if any
-) -> dict:
-    """Client options that keep an S3 client's requests on the store's own hosts: a redirect to any other host is sent
-    to a proxy that is not there and fails, so the session token the client adds as `x-amz-security-token` (which the
-    HTTP client, unlike `Authorization`, keeps across hosts) never leaves. The store's hosts are the endpoint's, or
-    AWS's; the credentials' (the instance's and the container's metadata addresses) are kept reachable. Where the
-    environment names a proxy of its own, the client uses that one and this is not done (so it does not break it)."""
-    if scheme != 's3' or any(setting(v) for v in _PROXIES):
-        return {}
-    hosts = [urllib.parse.urlsplit(endpoint).hostname] if endpoint else ['amazonaws.com', 'amazonaws.com.cn']
-    hosts.append('169.254.0.0/16')  # the instance's and the container's credentials (IMDS, ECS, EKS)
-    full = setting('AWS_CONTAINER_CREDENTIALS_FULL_URI')
-    if full:
-        hosts.append(urllib.parse.urlsplit(full).hostname or '')
-    return {'proxy_url': _NOWHERE, 'proxy_excludes': ','.join(h for h in hosts if h)}
-
-
-def _aws_profile_provider():
-    "boto3's credentials (profiles, config files, SSO) where the environment holds no keys and boto3 is installed; else None (obstore reads the environment, web identity, the container's and the instance's credentials itself)."
-    if setting('AWS_ACCESS_KEY_ID') or setting('AWS_SKIP_SIGNATURE'):
-        return None
-    files = ('~/.aws/credentials', '~/.aws/config')
-    if not (setting('AWS_PROFILE') or any(os.path.isfile(os.path.expanduser(f)) for f in files)):
-        return None
-    try:
-        from obstore.auth.boto3 import Boto3CredentialProvider
-    except ImportError:
-        return None
-    return Boto3CredentialProvider()
-
-
-def store_for(
-    url: str,  # an object's URL
-    timeout: float = 60.0,  # seconds to connect (at most 30), and seconds an answer may stay silent (idle, not in all)
-    retries: int = 3,  # tries after the first of a request that failed transiently (throttled, 5xx, cut)
-    backoff: float = 0.25,  # the first wait before a retry, in seconds (then 4x, 16x)
-    deadline: float = REQUEST_DEADLINE,  # seconds a request may take in all, body and retries included
-) -> tuple:
-    """(store, key): this process's client for `url`'s bucket, made once for these limits, and the object's key. Its
-    requests go to the store's own hosts only (`_same_hosts`)."""
-    _forked_check(url)
-    memo, stamp = (url, timeout, retries, backoff, deadline), raw_settings(_STAMPED)
-    got = _MADE.get(memo)  # a shard's reads: the same store and key, while the settings they came from stand
-    if got is not None and got[0] == stamp and _STORES.get(got[1]) is got[2]:
-        return got[2], got[3]
-    obs = need_obstore()
-    bucket, key = split_object_url(url)
-    opts, scheme = store_options(url), bucket.split(':', 1)[0]
-    endpoint = opts.get('endpoint_url') or _endpoint_env(scheme)
-    k = (bucket, endpoint, timeout, retries, backoff, deadline, json.dumps(opts, sort_keys=True))
-    store = _STORES.get(k)
-    if store is None:
-        config = {}
-        if endpoint and scheme == 's3':
-            config['endpoint'] = endpoint.rstrip('/')
-        if opts.get('region'):
-            config['region'] = opts['region']
-        if opts.get('anonymous'):
-            config['skip_signature'] = True
-        client = {  # a silence bounded by `timeout`, a whole request by `deadline` (a body that drips on is cut there)
-            'connect_timeout': datetime.timedelta(seconds=min(check_seconds(timeout, 'timeout'), 30.0)),
-            'read_timeout': datetime.timedelta(seconds=timeout),
-            'timeout': datetime.timedelta(seconds=check_seconds(deadline, 'deadline')),
-            'allow_http': bool(opts.get('allow_http', (endpoint or '').startswith('http://'))),
-            **_same_hosts(scheme, endpoint),
-        }
-        retry = {
-            'max_retries': int(retries),
-            'retry_timeout': datetime.timedelta(seconds=check_seconds(deadline, 'deadline')),
-            'backoff': {
-                'init_backoff': datetime.timedelta(seconds=backoff),
-                'max_backoff': datetime.timedelta(seconds=max(backoff * 16, backoff)),
-                'base': 4.0,
-            },
-        }
-        provider = _aws_profile_provider() if scheme == 's3' and not opts.get('anonymous') else None
-        from obstore.store import from_url
-
-        try:
-            store = from_url(
-                bucket,
-                config=config or None,
-                client_options=client,
-                retry_config=retry,
-                **({'credential_provider': provider} if provider is not None else {}),
-            )
-        except _PASS:
-            raise
-        except (
-            BaseException
-        ) as e:  # a setting missing or wrong (an Azure account, a region): named as a request's error
-            raise _named(e, bucket) from None
-        _STORES[k] = store
-    if len(_MADE) >= MAX_MADE:
-        _MADE.clear()
-    _MADE[memo] = (stamp, k, store, key)
-    return store, key
-
-# %% ../../nbs/net/20bc_object_store.ipynb #395b2780
-def _reason(e: BaseException) -> str:
-    "One line of what an obstore error says: its first line, the S3/Azure/GCS error code when it has one; no body, no header, no credential."
-    text = str(e)
-    code = re.search(r'<Code>([A-Za-z]{1,64})</Code>', text)
-    first = text.split('\n', 1)[0]
-    first = re.sub(r'Error performing \w+ \S+ in [0-9.]+\S*s - ', '', first)
-    first = re.split(r': <\?xml|: \{', first)[0]
-    # a URL's query (a SAS token, a presigned signature) is never shown
-    first = re.sub(r'(\w+://[^\s?#]*)[?#]\S*', r'\1', first)
-    first = re.sub(r'(?i)(sig|signature|token|key|secret|credential)=\S+', r'\1=...', first)
-    out = printable(first, 160)
-    if code and code[1] not in out:
-        out += f' ({code[1]})'
-    return out if out else type(e).__name__
-
-
-def _named(e: BaseException, url: str) -> Exception:
-    "An obstore error as ours: one line naming the object and what to do."
-    import obstore.exceptions as E
-
-    what, why = printable(url), _reason(e)
-    if isinstance(e, (ObjectStoreError, DeadlineError)):
-        return e
-    if not isinstance(
-        e, Exception
-    ):  # a panic in the client's Rust code (pyo3's PanicException): never a worker's death
-        return ObjectStoreError(f'{what}: the object-store client failed on its answer ({why}): check the store')
-    if isinstance(e, FileNotFoundError) or isinstance(e, E.NotFoundError):
-        bucket = 'NoSuchBucket' in str(e)
-        return ObjectNotFoundError(f'{what}: no such {"bucket" if bucket else "object"}: check the URL and the split')
-    if re.search(r'Requested [0-9]+\.\.[0-9]+, got', str(e)):
-        return ObjectStoreError(f'{what}: not the range asked ({why}): check the store')
-    if isinstance(e, E.PreconditionError):
-        return ObjectChangedError(f'{what} changed while it was read (its ETag is not the one first read)')
-    if isinstance(e, E.UnauthenticatedError) or re.search(
-        r'credential|InvalidAccessKeyId|SignatureDoesNotMatch|token request|Account must be specified', str(e)
-    ):
-        return ObjectStoreError(
-            f'{what}: no valid credentials ({why}): set them as the cloud\'s tools expect (AWS_ACCESS_KEY_ID and '
-            f'AWS_SECRET_ACCESS_KEY or a profile; GOOGLE_APPLICATION_CREDENTIALS; AZURE_STORAGE_ACCOUNT_NAME and a key), '
-            f'or configure_store(..., anonymous=True) for a public bucket'
-        )
-    if isinstance(e, E.PermissionDeniedError) or 'AccessDenied' in str(e) or 'status code: 403' in str(e):
-        return ObjectStoreError(f'{what}: access denied ({why}): check that the credentials may read this bucket')
-    if re.search(r'SlowDown|status code: 503|status code: 429|Too Many Requests', str(e)):
-        return ObjectStoreError(f'{what}: the store throttled every retry ({why}): read with fewer workers, or later')
-    if 'BadScheme' in str(e):  # a plain http:// address the client was not allowed to use
-        return ObjectStoreError(
-            f"{what}: the store's address is plain http://, which the client sends to only when allowed: "
-            f"configure_store('{what.split('://')[0]}://BUCKET', allow_http=True) for a local or test server"
-        )
-    if re.search(r'timed out|\btimeout\b|\bdeadline\b', str(e), re.I):  # not the retry settings' `retry_timeout`
-        return DeadlineError(f'{what}: no answer within its timeout ({why}): check the store, or pass a larger timeout')
-    if 'error sending request' in str(e):  # not reached: refused, or a redirect to another host (never followed)
-        return ObjectStoreError(
-            f'{what}: the request was not sent ({why}): check the store\'s address; a redirect to another host is not followed'
-        )
-    return ObjectStoreError(f'{what}: {why}: check the store and the URL')
 
 # %% ../../nbs/net/20bc_object_store.ipynb #aed7009d
 class Answer(dict):
@@ -428,10 +136,10 @@ def object_head(
     try:
         meta = obs.head(store, key)
         h = _answer(meta, 0, meta['size'])
-    except _PASS:
+    except LET_THROUGH:
         raise
     except BaseException as e:  # the client's errors and panics, and a header it gave that cannot be read
-        raise _named(e, url) from None
+        raise named_error(e, url) from None
     h['content-length'] = str(meta['size'])
     return h
 
@@ -503,31 +211,14 @@ def _ranged_get(obs, store, key: str, url: str, start: int, n: int, opts: dict, 
     except BaseException as e:  # the client's errors and its panics (pyo3's PanicException is a BaseException)
         if 'body error' in str(e):
             raise _Cut('the answer ended before its body did') from None
-        raise _named(e, url) from None
+        raise named_error(e, url) from None
     if (os.getpid(), url) not in _TAGS:
         _TAGS[(os.getpid(), url)] = _tag_of(meta)
         if len(_TAGS) > MAX_TAGS:
             _TAGS.pop(next(iter(_TAGS)))  # the oldest
     return _answer(meta, a, b - a), b''.join(out)  # one copy
 
-# %% ../../nbs/net/20bc_object_store.ipynb #c0d56fa2
-def close_clients():
-    "Drop this process's clients and their threads for concurrent reads: their pooled connections close (a long-lived process, or a test, done with object stores)."
-    _STORES.clear()
-    _MADE.clear()  # the clients found again by object: held there too
-    p = _POOL.pop(os.getpid(), None)
-    if p is not None:
-        p.shutdown(wait=False)
-
-
-def _pool() -> concurrent.futures.ThreadPoolExecutor:
-    "This process's threads for concurrent reads (a forked child makes its own)."
-    p = _POOL.get(os.getpid())
-    if p is None:
-        p = _POOL[os.getpid()] = concurrent.futures.ThreadPoolExecutor(GET_THREADS, 'timmdata-object-get')
-    return p
-
-
+# %% ../../nbs/net/20bc_object_store.ipynb #b113a6e3
 def object_get_many(
     reads: list,  # (url, start, n) of each read, or (url, start, n, size): `size` the object's bytes, when known
     timeout: float = 60.0,  # seconds one try of a request may take
@@ -541,7 +232,9 @@ def object_get_many(
         futs = None
         got = [object_range(reads[0][0], reads[0][1], reads[0][2], timeout, retries, backoff, deadline)]
     else:
-        futs = [_pool().submit(object_range, u, a, n, timeout, retries, backoff, deadline) for u, a, n, _ in reads]
+        futs = [
+            request_threads().submit(object_range, u, a, n, timeout, retries, backoff, deadline) for u, a, n, _ in reads
+        ]
         got = [f.result() for f in futs]
     for (u, a, n, size), (h, _) in zip(reads, got):
         total = int(h['content-range'].rpartition('/')[2])
@@ -572,10 +265,10 @@ class ObjectReader(io.RawIOBase):
             self.size, self.headers = r.meta['size'], _answer(r.meta, 0, r.meta['size'])
             # each part as it arrives (not gathered into larger ones): the deadline is checked between parts
             self._chunks, self._buf = iter(r.stream(min_chunk_size=1)), memoryview(b'')
-        except _PASS:
+        except LET_THROUGH:
             raise
         except BaseException as e:  # the client's errors and panics, and a header it gave that cannot be read
-            raise _named(e, url) from None
+            raise named_error(e, url) from None
         self.deadline = deadline + self.size / READ_RATE
         self._end = t0 + self.deadline
 
@@ -593,10 +286,10 @@ class ObjectReader(io.RawIOBase):
                 )
             try:
                 chunk = next(self._chunks, None)
-            except _PASS:
+            except LET_THROUGH:
                 raise
             except BaseException as e:  # the client's errors and panics
-                raise _named(e, self.url) from None
+                raise named_error(e, self.url) from None
             if chunk is None:
                 if self._at != self.size:
                     raise ObjectStoreError(
@@ -751,7 +444,7 @@ def list_objects(
             out = _run_bounded(lambda: _list_all(obs, store, key, prefix, limit, advice, keep), deadline)
         else:
             out = _run_bounded(one_level, deadline)
-    except (ObjectStoreError, *_PASS):
+    except (ObjectStoreError, *LET_THROUGH):
         raise
     except (TimeoutError, asyncio.TimeoutError):
         raise ListingError(
@@ -759,7 +452,7 @@ def list_objects(
             f'too large): {advice}'
         ) from None
     except BaseException as e:  # the client's errors and panics (a continuation token it cannot send)
-        raise _named(e, prefix) from None
+        raise named_error(e, prefix) from None
     if len(out) > limit:
         raise ListingError(f'{printable(prefix)} holds over {limit:,} objects: {advice}')
     base = '' if relative else prefix.rstrip('/') + '/'
@@ -784,14 +477,14 @@ def list_folders(
 
     try:
         got = _run_bounded(one_level, deadline)
-    except _PASS:
+    except LET_THROUGH:
         raise
     except (TimeoutError, asyncio.TimeoutError):
         raise ListingError(
             f'{printable(prefix)}: its folders not listed within {deadline:g} s: check the store'
         ) from None
     except BaseException as e:  # the client's errors and panics
-        raise _named(e, prefix) from None
+        raise named_error(e, prefix) from None
     names = {p.rstrip('/').rpartition('/')[2] for p in got['common_prefixes'][:MAX_LISTED]}
     return sorted(n for n in names if n)
 
@@ -807,7 +500,7 @@ def put_object(
     REQUESTS['put'] += 1
     try:
         obs.put(store, key, data)
-    except _PASS:
+    except LET_THROUGH:
         raise
     except BaseException as e:  # the client's errors and panics
-        raise _named(e, url) from None
+        raise named_error(e, url) from None

@@ -367,6 +367,9 @@ def _pil_to_tensor(img: Image.Image) -> torch.Tensor:
 
 # %% ../../nbs/pixels/06_decode.ipynb #96127057
 _JCS_GRAY, _JCS_RGB, _JCS_YCBCR = 1, 2, 3  # libjpeg's J_COLOR_SPACE codes of the JPEGs it converts to RGB and L itself
+# (components, colour space) of the JPEGs the extension decodes, whole or by box: colour, and grey (libjpeg copies the grey
+# to R, G and B, as Pillow's convert('RGB') does)
+_NATIVE_KINDS = ((3, _JCS_YCBCR), (3, _JCS_RGB), (1, _JCS_GRAY))
 _warned = False
 
 
@@ -398,7 +401,7 @@ def _native_decode(data: bytes, gray: bool):
         h, w, comps, space = NATIVE.loaded.header(data)
     except ValueError as e:
         return f'libjpeg: {e}'
-    if not ((comps == 3 and space in (_JCS_YCBCR, _JCS_RGB)) or (comps == 1 and space == _JCS_GRAY)):
+    if (comps, space) not in _NATIVE_KINDS:
         return None
     before = NATIVE.loaded.jpeg_warnings()[0]
     try:
@@ -512,7 +515,7 @@ _CROP_MARGIN = 2
 
 
 class EncodedJpeg:
-    "A JPEG not decoded yet: its size from the header, pixels on demand, whole or only a crop box (uint8 CHW tensors)."
+    "A colour or grey JPEG not decoded yet: its size from the header, RGB pixels on demand, whole or only a crop box (uint8 CHW tensors)."
 
     # made by `encoded_jpeg`, which returns one only when the extension is built: no fallback for its absence here
     def __init__(
@@ -520,8 +523,9 @@ class EncodedJpeg:
         data: bytes,  # the JPEG file's bytes
         height: int,  # the image's height in pixels, from the header (see `encoded_jpeg`)
         width: int,  # the image's width in pixels, from the header
+        components: int = 3,  # the file's channels: 3 (colour) or 1 (grey: each pixel's grey in R, G and B, as Pillow's convert('RGB'))
     ):
-        self.data, self.height, self.width = data, height, width
+        self.data, self.height, self.width, self.components = data, height, width, components
 
     def decode(self) -> torch.Tensor:
         "The whole image as a uint8 CHW tensor, exactly as `decode_image(data, to_tensor=True)`."
@@ -575,9 +579,9 @@ class EncodedJpeg:
 
 
 def encoded_jpeg(
-    data: bytes,  # an encoded image's bytes (any format: not a colour JPEG gives None)
+    data: bytes,  # an encoded image's bytes (any format: not a colour or grey JPEG gives None)
 ) -> Optional[EncodedJpeg]:
-    "An `EncodedJpeg` for a colour JPEG whose crops the extension can decode; None for anything else (decode it whole)."
+    "An `EncodedJpeg` for a colour or grey JPEG whose crops the extension can decode; None for anything else (decode it whole)."
     if NATIVE.module is None or data[:3] != _JPEG_SOI or jpeg_header(data)[0]:
         return None
     try:
@@ -585,4 +589,4 @@ def encoded_jpeg(
     except ValueError:
         return None  # a broken header: the full decoders raise the clear error
     check_pixels(h, w)  # a decompression bomb is refused here, before a crop of it is drawn and decoded
-    return EncodedJpeg(data, h, w) if comps == 3 and space in (_JCS_YCBCR, _JCS_RGB) else None
+    return EncodedJpeg(data, h, w, comps) if (comps, space) in _NATIVE_KINDS else None

@@ -19,7 +19,7 @@ from timmdata.net.shard_cache import (
 from ..readers.class_map import RecordTargets
 from ..readers import unset
 from .registry import register_source
-from ..net.object_store import object_scheme
+from ..net.object_clients import object_scheme
 from timmdata.sources.shard_io import (
     ShardError,
     ShardNotFoundError,

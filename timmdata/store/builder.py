@@ -39,6 +39,7 @@ from timmdata.store.format import (
     source_rows,
     write_json_atomic,
 )
+from .cache_options import SIDES, cache_parser
 
 try:
     import fcntl  # the builders' lock: flock on Unix,
@@ -50,12 +51,9 @@ except ImportError:
     msvcrt = None
 
 # %% auto #0
-__all__ = ['SIDES', 'BUILD_LOCK', 'store_size', 'load_resized', 'build_lock', 'build_cache', 'cache_main']
+__all__ = ['BUILD_LOCK', 'store_size', 'load_resized', 'build_lock', 'build_cache', 'cache_main']
 
 # %% ../../nbs/store/44_builder.ipynb #20575c17
-SIDES = ('shorter', 'longer')  # which side of an image `max_size` caps
-
-
 def _check_sizing(side: str, interpolation: str | None = None):
     "Checks `side` (and `interpolation` when given); returns the PIL filter for `interpolation`, or None."
     if side not in SIDES:
@@ -606,47 +604,7 @@ def cache_main(
     argv: list[str] | None = None,  # the command line's words after `timmdata cache` (None: sys.argv's)
 ) -> int:
     "`timmdata cache SRC DST [--max-size N] [--format raw|jpeg] [--quality Q] [--workers N]`: build or finish a store."
-    ap = argparse.ArgumentParser(
-        prog='timmdata cache',
-        description='Decode and resize an image dataset once into a '
-        'memory-mapped store that ImageDataset and create_loader read like a folder.',
-    )
-    ap.add_argument(
-        'src',
-        help='image source: a class folder, a .tar or folder of .tars, a .csv, or a folder of Parquet files (parquet/FOLDER: read as Parquet); or a folder of class folders, .tars or Parquet files in an object store (s3://, gs://, az://: downloaded beside DST, then removed)',
-    )
-    ap.add_argument('dst', help="the store's folder (created)")
-    ap.add_argument(
-        '--max-size', type=int, default=256, help='cap in pixels for the capped side, 0: no resize (default 256)'
-    )
-    ap.add_argument('--side', choices=SIDES, default='shorter', help='which side --max-size caps (default shorter)')
-    ap.add_argument(
-        '--format', choices=tuple(STORE_FORMATS), default='raw', help='raw uint8 pixels (fastest) or jpeg (smaller)'
-    )
-    ap.add_argument('--quality', type=int, default=90, help='JPEG quality for --format jpeg (default 90)')
-    ap.add_argument('--workers', type=int, default=None, help='build processes (default: every core)')
-    ap.add_argument('--chunk-size', type=int, default=256, help='images per chunk, the unit of resuming (default 256)')
-    ap.add_argument('--overwrite', action='store_true', help='rebuild even when the store is up to date')
-    ap.add_argument('--no-progress', action='store_true', help='no progress bar (for logs and notebooks)')
-    ap.add_argument(
-        '--lock-timeout',
-        type=float,
-        default=None,
-        help='seconds to wait while another process builds into DST (default: as long as it builds)',
-    )
-    ap.add_argument(
-        '--split',
-        default=None,
-        help="the one split to cache (train, val, ... or a synonym); default: every split SRC holds, each into "
-        'DST/<split>, or SRC itself into DST when it holds none',
-    )
-    ap.add_argument(
-        '--bad-sample',
-        choices=('skip', 'raise'),
-        default='skip',
-        help='an image that cannot be decoded: left out and listed in DST/bad_images.txt (default skip); '
-        'raise: the same, then exit status 2 naming the first',
-    )
+    ap = cache_parser()  # the options, from a module without torch: `timmdata cache --help` answers at once
     a = ap.parse_args(argv)
     try:
         _check_build_args(a.format, a.side, 'bicubic', a.max_size, a.quality, a.chunk_size, a.workers)

@@ -7,13 +7,14 @@ from __future__ import annotations
 import itertools, math, numbers
 from typing import Iterator, Optional, Sequence
 import numpy as np
-from ..config import mix_seed
 from timmdata.sources.shard_io import (
     ShardError,
 )
 from ..core.untrusted import MAX_PARTITIONS, MAX_SAMPLES, printable
 from ..index.span_reader import READ_CHUNK
-from ..core.permute import permute_index
+
+# mix_seed from core, not from config (the same function): this module, and `timmdata simulate --help`, import no torch
+from ..core.permute import mix_seed, permute_index
 
 # %% auto #0
 __all__ = ['BLOCK_SHARDS', 'GlobalOrder', 'epoch_length', 'batch_pieces', 'slice_positions', 'worker_positions', 'PassOrders',

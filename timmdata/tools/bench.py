@@ -12,13 +12,14 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 from ..core.torch_compat import loader_worker_pids
+from .command_lines import CONTENDERS, QUICK, bench_parser
 
 if TYPE_CHECKING:  # for the annotations only: importing timmdata never needs them
     from matplotlib.axes import Axes
 
 # %% auto #0
-__all__ = ['LOADERS', 'QUICK', 'plot_data_way', 'worker_pids', 'decode_limit', 'time_epoch', 'usable_images', 'bench_loaders',
-           'format_table', 'plot_results', 'bench_root', 'int_at_least', 'float_in', 'comma_list', 'bench_main']
+__all__ = ['LOADERS', 'plot_data_way', 'worker_pids', 'decode_limit', 'time_epoch', 'usable_images', 'bench_loaders',
+           'format_table', 'plot_results', 'bench_root', 'bench_main']
 
 # %% ../../nbs/tools/45_bench.ipynb #49de0ce6
 def plot_data_way(
@@ -228,7 +229,7 @@ def _torchvision_loader(root, train, batch_size, num_workers):
     )
 
 
-LOADERS = {'timmdata': _timmdata_loader, 'timm': _timm_loader, 'torchvision': _torchvision_loader}
+LOADERS = dict(zip(CONTENDERS, (_timmdata_loader, _timm_loader, _torchvision_loader)))  # the names: tools.command_lines
 
 # %% ../../nbs/tools/45_bench.ipynb #af9bcd18
 def time_epoch(
@@ -480,117 +481,14 @@ def bench_root(
 
     return make_sample_dataset(default_sample_root()) / 'train'
 
-# %% ../../nbs/tools/45_bench.ipynb #5ebe648e
-def int_at_least(
-    lo: int,  # the smallest value allowed
-):
-    "An argparse `type` for an integer option that must be >= `lo`: a wrong value is a usage error (exit status 2)."
-
-    def parse(s: str) -> int:
-        try:
-            v = int(s)
-        except ValueError:
-            v = None
-        if v is None or v < lo:
-            raise argparse.ArgumentTypeError(f'must be an integer >= {lo}; got {s!r}')
-        return v
-
-    parse.__name__ = f'integer >= {lo}'
-    return parse
-
-
-def float_in(
-    lo: float,  # the smallest value allowed
-    hi: float = float('inf'),  # the largest value allowed (default: no bound)
-):
-    "An argparse `type` for a number option that must be finite and in [`lo`, `hi`]: `nan`, `inf` or a value out of range is a usage error (one line, exit status 2)."
-
-    def parse(s: str) -> float:
-        try:
-            v = float(s)
-        except ValueError:
-            v = None
-        if v is None or not math.isfinite(v) or not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(
-                f'must be >= {lo:g}'
-                + (f' and <= {hi:g}' if math.isfinite(hi) else '')
-                + f', a finite number; got {s!r}'
-            )
-        return v
-
-    parse.__name__ = f'number >= {lo:g}'
-    return parse
-
-
-def comma_list(
-    choices,  # the names allowed
-):
-    "An argparse `type` for a comma-separated subset of `choices` ('a,b'), checked name by name."
-
-    def parse(s: str) -> list:
-        names = [n.strip() for n in s.split(',') if n.strip()]
-        bad = [n for n in names if n not in choices]
-        if bad or not names:
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(choices)}; got {s!r}")
-        return names
-
-    parse.__name__ = 'list'
-    return parse
-
 # %% ../../nbs/tools/45_bench.ipynb #8240db64
-QUICK = {'epochs': 1, 'max_images': 400}  # --quick: one measured epoch on 400 images (under a minute on 2 cores)
-
-
 def bench_main(
     argv: Optional[
         Sequence[str]
     ] = None,  # the arguments after `timmdata bench`, as a list of strings; None: `sys.argv[1:]`
 ):
     "`timmdata bench`: run the benchmark, print the table, write JSON and a PNG chart."
-    p = argparse.ArgumentParser(
-        prog='timmdata bench',
-        description=bench_main.__doc__ + f" Contenders: {', '.join(LOADERS)}, and the decode limit "
-        '(PIL decoding alone, one core times the workers). Ctrl-C prints and saves what was measured so far.',
-    )
-    p.add_argument(
-        '--root',
-        help='image folder with class subfolders (default: the generated sample dataset, train split)',
-    )
-    p.add_argument(
-        '--photos',
-        action='store_true',
-        help='time on crops of real photographs (timmdata.tools.photos: made once from Debian wallpaper packages) '
-        'instead of the generated sample dataset',
-    )
-    p.add_argument(
-        '--quick',
-        action='store_true',
-        help=f"a short run: {QUICK['epochs']} measured epoch on {QUICK['max_images']} "
-        'images (overrides --epochs and --max-images)',
-    )
-    p.add_argument(
-        '--epochs', type=int_at_least(1), default=5, help='measured epochs per loader, after one warm-up epoch'
-    )
-    p.add_argument('--max-images', type=int_at_least(1), default=None, help='time on this many images (default: all)')
-    p.add_argument('--batch-size', type=int_at_least(1), default=64, help='images per batch')
-    p.add_argument('--workers', type=int_at_least(0), default=2, help='DataLoader worker processes')
-    p.add_argument(
-        '--pipelines', type=comma_list(('train', 'eval')), default='train,eval', help="comma-separated: 'train', 'eval'"
-    )
-    p.add_argument(
-        '--contenders',
-        type=comma_list(tuple(LOADERS)),
-        default=','.join(LOADERS),
-        help=f"comma-separated, of: {', '.join(LOADERS)}",
-    )
-    p.add_argument(
-        '--bad-sample',
-        choices=('raise', 'skip'),
-        default='raise',
-        help='an image that cannot be decoded: stop and name it, or leave it out for every contender',
-    )
-    p.add_argument('--out', default='out/bench', help='folder for bench.json and bench.png')
-    p.add_argument('--no-progress', action='store_true', help='no progress bar')
+    p = bench_parser()  # tools.command_lines: the same parser `timmdata bench --help` shows
     a = p.parse_args(argv)
     if a.photos and a.root:
         p.error('--photos and --root: choose one')

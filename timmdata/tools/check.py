@@ -12,7 +12,7 @@ from typing import NamedTuple, Optional, Union
 import torch
 from tqdm import tqdm
 from ..pixels import decode
-from .bench import int_at_least
+from .command_lines import check_parser, usable_cpus
 from ..pixels.decode import decode_image
 from ..readers import FolderReader, Reader, create_reader, natural_key
 from ..store.format import StoreDamagedError
@@ -28,8 +28,8 @@ from ..sources.shard_io import join_url
 from ..index.shard_index import ShardReader
 
 # %% auto #0
-__all__ = ['check_image', 'BadImage', 'CheckResult', 'usable_cpus', 'in_pool', 'parquet_folder', 'check_images', 'not_images',
-           'file_source', 'against_index', 'check_parquet', 'check_main']
+__all__ = ['check_image', 'BadImage', 'CheckResult', 'in_pool', 'parquet_folder', 'check_images', 'not_images', 'file_source',
+           'against_index', 'check_parquet', 'check_main']
 
 # %% ../../nbs/tools/46_check.ipynb #80c4c161
 class _Fd2Trap:
@@ -190,11 +190,6 @@ def _check_chunk(indices) -> tuple:
         if r is not None:
             bad.append((i, *r))
     return len(indices), bad
-
-
-def usable_cpus() -> int:
-    "CPUs this process may run on (its affinity), else the CPU count."
-    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
 
 # %% ../../nbs/tools/46_check.ipynb #22daa402
 def in_pool(
@@ -449,29 +444,7 @@ def check_main(
     argv: list[str] | None = None,  # the arguments after `timmdata check`, as a list of strings; None: `sys.argv[1:]`
 ) -> int:
     "`timmdata check ROOT [--split S] [--workers N] [--errors-only] [--verbose] [--no-progress]`: exit status 1 when an image is bad."
-    ap = argparse.ArgumentParser(
-        prog='timmdata check',
-        description='Decode every image of a dataset whole, in parallel, '
-        'and list the ones that cannot be decoded (or decode with warnings), with the reason. '
-        'A folder of Parquet files: every row\'s image, each bad one named by its file and row, a damaged file by its name.',
-    )
-    ap.add_argument(
-        'root', help='dataset root: a folder, a .tar or folder of .tars, a .csv, a store, or a folder of Parquet files'
-    )
-    ap.add_argument('--split', default=None, help='check only this split (default: every image under ROOT)')
-    ap.add_argument(
-        '--workers', type=int_at_least(0), default=None, help='decoding processes (default: one per CPU; 0: none)'
-    )
-    ap.add_argument('--errors-only', action='store_true', help='leave out images that decode but whose decoder warns')
-    ap.add_argument('--absolute', action='store_true', help='print absolute file names')
-    ap.add_argument('--verbose', action='store_true', help='also list the files left out as not images')
-    ap.add_argument('--no-progress', action='store_true', help='no progress bar')
-    ap.add_argument('--image-column', default=None, help='Parquet files: the image column (default: found by its type)')
-    ap.add_argument(
-        '--label-column',
-        default=None,
-        help='Parquet files: the label column (default: a ClassLabel, else one named label)',
-    )
+    ap = check_parser()  # tools.command_lines: the same parser `timmdata check --help` shows
     a = ap.parse_args(argv)
     folder, rd = parquet_folder(a.root, a.split), None
     if folder is None and object_scheme(a.root):  # an object store's tar shards: read by ranged reads

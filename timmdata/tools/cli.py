@@ -10,12 +10,13 @@ from typing import Optional, Sequence, Union
 from .. import __version__
 from ..core.settings import setting
 from ..core.untrusted import did_you_mean, printable
+from .command_lines import demo_parser, info_parser, profile_parser, tune_parser, usable_cpus
 
 # %% auto #0
 __all__ = ['USER_ERRORS', 'LIBRARY_ERRORS', 'BAD_DATA', 'COMMANDS', 'ROOT_ARG', 'CliError', 'is_user_error', 'cli_advice',
-           'user_message', 'fail', 'warnings_counted', 'HelpFormatter', 'ParserBuilt', 'commands_parse',
-           'command_options', 'command_parser', 'save_batch_grid', 'demo_main', 'info', 'info_main', 'usage', 'job',
-           'dataset_root', 'profile_main', 'fewer_batches', 'tune_main', 'options_suggested', 'main']
+           'user_message', 'fail', 'warnings_counted', 'HelpFormatter', 'command_options', 'command_parser',
+           'save_batch_grid', 'demo_main', 'info', 'info_main', 'usage', 'function_named', 'job', 'dataset_root',
+           'profile_main', 'fewer_batches', 'tune_main', 'options_suggested', 'main']
 
 # %% ../../nbs/tools/47_cli.ipynb #293d9d4e
 class CliError(Exception):
@@ -154,35 +155,6 @@ class HelpFormatter(argparse.HelpFormatter):
         return h + ' (default: %(default)s)'
 
 
-class ParserBuilt(Exception):
-    "What `commands_parse(stop=True)` raises as a command starts parsing: `.parser` is the parser the command built."
-
-    def __init__(
-        self,
-        parser: argparse.ArgumentParser,  # the parser the command built
-    ):
-        super().__init__(parser.prog)
-        self.parser = parser
-
-
-@contextlib.contextmanager
-def commands_parse(stop: bool = False):  # True: raise `ParserBuilt` instead of parsing
-    "Inside `with`: every parser a command builds says its options through `HelpFormatter`."
-    parse = argparse.ArgumentParser.parse_known_args  # what parse_args calls
-
-    def known(parser, *args, **kwargs):
-        parser.formatter_class = HelpFormatter
-        if stop:
-            raise ParserBuilt(parser)
-        return parse(parser, *args, **kwargs)
-
-    argparse.ArgumentParser.parse_known_args = known
-    try:
-        yield
-    finally:
-        argparse.ArgumentParser.parse_known_args = parse
-
-
 def command_options(
     cmd: str,  # a command's name, as `timmdata --help` lists it ('check', 'bench', ...)
 ) -> Optional[set]:
@@ -196,13 +168,10 @@ def command_options(
 def command_parser(
     cmd: str,  # a command's name, as `timmdata --help` lists it ('check', 'bench', ...)
 ) -> argparse.ArgumentParser:
-    "The parser of `timmdata cmd`, as its `--help` shows it: the command is started and stopped where it parses its arguments."
-    try:
-        with commands_parse(stop=True):
-            job(cmd)(['--help'])
-    except ParserBuilt as e:
-        return e.parser
-    raise RuntimeError(f'timmdata {cmd} parsed no arguments')
+    "The parser of `timmdata cmd`, as its `--help` shows it: built by the command's parser function, whose module imports no torch (the command's own module is not imported)."
+    p = function_named(COMMANDS[cmd][1])()
+    p.formatter_class = HelpFormatter
+    return p
 
 # %% ../../nbs/tools/47_cli.ipynb #cde1e2f8
 def save_batch_grid(
@@ -246,25 +215,7 @@ def demo_main(
     argv: Optional[Sequence[str]] = None,  # the arguments after the command, as a list of strings; None: `sys.argv[1:]`
 ):
     "`timmdata demo`: one training epoch through `create_loader`, images/s, and a PNG of one batch."
-    from timmdata.tools.bench import int_at_least
-
-    p = argparse.ArgumentParser(prog='timmdata demo', description=demo_main.__doc__, formatter_class=HelpFormatter)
-    p.add_argument(
-        '--root',
-        help='image folder with class subfolders, or with train/ and val/ (default: the generated sample dataset)',
-    )
-    p.add_argument('--batch-size', type=int_at_least(1), default=64, help='images per batch')
-    p.add_argument(
-        '--workers', type=int_at_least(0), default=2, help='DataLoader worker processes (0: load in this process)'
-    )
-    p.add_argument(
-        '--bad-sample',
-        choices=('raise', 'skip', 'replace'),
-        default='raise',
-        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
-    )
-    p.add_argument('--out', default='out/demo_batch.png', help='where to save the picture of one batch')
-    p.add_argument('--no-progress', action='store_true', help='no progress bar (for logs and notebooks)')
+    p = demo_parser()  # tools.command_lines: the same parser `timmdata demo --help` shows
     a = p.parse_args(argv)
     from tqdm.auto import tqdm
     from timmdata.dataset import ImageDataset
@@ -334,7 +285,6 @@ def info() -> dict:
     "What this installation runs with: versions, the C extension, the JPEG decoder, the loader's device, the CPUs."
     import PIL, torch, torchvision
     from timmdata.pixels import decode
-    from timmdata.tools.check import usable_cpus
     from timmdata.batch.batch_ring import shm_report
     from timmdata.core.runtime import resolve_device
 
@@ -367,8 +317,7 @@ def info_main(
     argv: Optional[Sequence[str]] = None,  # the arguments after the command, as a list of strings; None: `sys.argv[1:]`
 ):
     "`timmdata info`: versions, the C extension, the JPEG decoder, the device and the CPUs, one per line."
-    p = argparse.ArgumentParser(prog='timmdata info', description=info_main.__doc__)
-    p.add_argument('--json', action='store_true', help='print the same as one JSON object')
+    p = info_parser()  # tools.command_lines: the same parser `timmdata info --help` shows
     a = p.parse_args(argv)
     d = info()
     if a.json:
@@ -398,38 +347,52 @@ def info_main(
     return d
 
 # %% ../../nbs/tools/47_cli.ipynb #51e0348d
-COMMANDS = {  # name: (the job taking argv, or 'module:function' imported when the command runs; one line for the help)
+# name: (the job taking argv; the function building its parser, from a module that imports no torch; one line for the help),
+# each function given, or as 'module:function' imported when it is called
+COMMANDS = {
     'demo': (
         demo_main,
+        demo_parser,
         'load one epoch of a folder (default: generated sample data), print images/s, save a batch picture',
     ),
     'bench': (
         'timmdata.tools.bench:bench_main',
+        'timmdata.tools.command_lines:bench_parser',
         'compare timmdata with timm, torchvision and the JPEG decode limit (--quick: under a minute)',
     ),
     'cache': (
         'timmdata.store.builder:cache_main',
+        'timmdata.store.cache_options:cache_parser',
         'decode a dataset once into a memory-mapped store for fast many-epoch training',
     ),
     'check': (
         'timmdata.tools.check:check_main',
+        'timmdata.tools.command_lines:check_parser',
         'decode every image of a dataset whole, in parallel, and list the damaged ones (exit status 1 if any)',
     ),
-    'info': (info_main, 'versions, the C extension, the JPEG decoder, the device and the CPUs (for bug reports)'),
+    'info': (
+        info_main,
+        info_parser,
+        'versions, the C extension, the JPEG decoder, the device and the CPUs (for bug reports)',
+    ),
     'shards': (
         'timmdata.tools.shards:shards_main',
+        'timmdata.tools.command_lines:shards_parser',
         'write WebDataset tar shards (timm\'s wds layout and _info.json) for streaming; a rerun resumes',
     ),
     'index': (
         'timmdata.tools.shards:index_main',
+        'timmdata.tools.command_lines:index_parser',
         'write the index of a folder of tar shards or of Parquet files: streams then start without a request per file',
     ),
     'simulate': (
         'timmdata.tools.simulate:simulate_main',
+        'timmdata.tools.simulate_bounds:simulate_parser',
         'one epoch of a stream at up to internet scale (ranks x workers x shards), simulated with the library\'s own code',
     ),
     'top': (
-        'timmdata.watch.loader_watch:top_main',
+        'timmdata.watch.top:top_main',
+        'timmdata.watch.top:top_parser',
         'a live view of the loaders training on this machine (each rank and worker: stage times, waiting, queue, memory)',
     ),
 }
@@ -448,21 +411,27 @@ def usage() -> str:
         'usage: timmdata {'
         + ','.join(COMMANDS)
         + '} [options] [--debug]\n'
-        + ''.join(f'  {k:<6} {h}\n' for k, (_, h) in COMMANDS.items())
+        + ''.join(f'  {k:<6} {h}\n' for k, (*_, h) in COMMANDS.items())
         + 'run `timmdata COMMAND --help` for its options; `timmdata --version` for the version;\n'
         + '--debug (or TIMMDATA_DEBUG=1) shows the traceback of an error that is otherwise one line'
     )
+
+
+def function_named(
+    ref,  # a function, or 'module:function'
+):
+    "The function `ref` names, its module imported now."
+    if isinstance(ref, str):
+        mod, fn = ref.split(':')
+        ref = getattr(importlib.import_module(mod), fn)
+    return ref
 
 
 def job(
     cmd: str,  # a command's name, as `timmdata --help` lists it ('check', 'bench', ...)
 ):
     "The function that runs command `cmd`, its module imported now."
-    j = COMMANDS[cmd][0]
-    if isinstance(j, str):
-        mod, fn = j.split(':')
-        j = getattr(importlib.import_module(mod), fn)
-    return j
+    return function_named(COMMANDS[cmd][0])
 
 
 def dataset_root(
@@ -486,52 +455,12 @@ def profile_main(
     argv: Optional[Sequence[str]] = None,  # the arguments after the command, as a list of strings; None: `sys.argv[1:]`
 ):
     "`timmdata profile ROOT`: a short training epoch, where its time goes, whether loading keeps up with a model step, the headspace."
-    from timmdata.tools.bench import (
-        float_in,
-        int_at_least,
-    )  # imported when the command runs: `timmdata --help` stays fast
-    from timmdata.tools.check import usable_cpus
     from timmdata.dataset import ImageDataset
     from timmdata.loader import create_loader
     from timmdata.core.runtime import resolve_device
     from timmdata.engine.threads import profile_loader
 
-    p = argparse.ArgumentParser(
-        prog='timmdata profile', description=profile_main.__doc__, formatter_class=HelpFormatter
-    )
-    p.add_argument('root', help='image folder with class subfolders')
-    p.add_argument(
-        '--model-step-ms',
-        type=float_in(0),
-        default=None,
-        help="the model's step per batch in ms, simulated by a sleep (default: no step)",
-    )
-    p.add_argument(
-        '--batches',
-        type=int_at_least(1),
-        default=20,
-        help='batches to measure, after one warm-up batch (an epoch that holds fewer measures fewer, and says so)',
-    )
-    p.add_argument('--batch-size', type=int_at_least(1), default=64, help='images per batch')
-    p.add_argument(
-        '--workers',
-        type=int_at_least(0),
-        default=usable_cpus(),
-        help='DataLoader workers (0: load in this process; default: one per CPU this process may use, here %(default)s)',
-    )
-    p.add_argument(
-        '--worker-mode',
-        choices=('process', 'thread'),
-        default='process',
-        help='the workers as processes (DataLoader\'s), or as threads of this process',
-    )
-    p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
-    p.add_argument(
-        '--bad-sample',
-        choices=('raise', 'skip', 'replace'),
-        default='raise',
-        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
-    )
+    p = profile_parser()  # tools.command_lines: the same parser `timmdata profile --help` shows
     a = p.parse_args(argv)
     if a.model_step_ms is not None and a.model_step_ms < 0:
         raise CliError(f'--model-step-ms must be >= 0; got {a.model_step_ms:g}')
@@ -570,6 +499,7 @@ def fewer_batches(
 
 COMMANDS['profile'] = (
     profile_main,
+    profile_parser,
     'a short epoch: where the loading time goes, and whether it keeps up with a model step',
 )
 ROOT_ARG['profile'] = 0
@@ -580,34 +510,12 @@ def tune_main(
 ):
     "`timmdata tune ROOT`: the search `num_workers='auto'` runs, on a folder: the table of what it tried, the keywords to paste."
     import time
-    from timmdata.tools.bench import (
-        float_in,
-        int_at_least,
-    )  # imported when the command runs: `timmdata --help` stays fast
     from timmdata.dataset import ImageDataset
     from timmdata.loader import create_loader
     from timmdata.core.runtime import resolve_device
     from timmdata.engine.tune import TRIAL_HEADER
 
-    p = argparse.ArgumentParser(prog='timmdata tune', description=tune_main.__doc__, formatter_class=HelpFormatter)
-    p.add_argument('root', help='image folder with class subfolders')
-    p.add_argument(
-        '--model-step-ms',
-        type=float_in(0),
-        default=None,
-        help="the model's step per batch in ms, simulated by a sleep (default: no step)",
-    )
-    p.add_argument('--batch-size', type=int_at_least(1), default=64, help='images per batch')
-    p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
-    p.add_argument('--window', type=int_at_least(1), default=6, help='batches each setting is measured over, at least')
-    p.add_argument('--seconds', type=float_in(0), default=1.0, help='seconds each setting is measured over, at least')
-    p.add_argument('--max-batches', type=int_at_least(1), default=400, help='stop the search after this many batches')
-    p.add_argument(
-        '--bad-sample',
-        choices=('raise', 'skip', 'replace'),
-        default='raise',
-        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
-    )
+    p = tune_parser()  # tools.command_lines: the same parser `timmdata tune --help` shows
     a = p.parse_args(argv)
     if a.model_step_ms is not None and a.model_step_ms < 0:
         raise CliError(f'--model-step-ms must be >= 0; got {a.model_step_ms:g}')
@@ -643,6 +551,7 @@ def tune_main(
 
 COMMANDS['tune'] = (
     tune_main,
+    tune_parser,
     "the search num_workers='auto' runs: what it tried and the create_loader keywords to paste",
 )
 ROOT_ARG['tune'] = 0
@@ -694,7 +603,10 @@ def main(
             f"unknown command {cmd!r}; expected one of {', '.join(COMMANDS)}{did_you_mean(cmd, COMMANDS)} (see timmdata --help)",
         )
     try:
-        with options_suggested(), commands_parse():
+        with options_suggested():
+            command_parser(cmd).parse_args(
+                argv[1:]
+            )  # --help, or a wrong option: answered before the job's module (torch) is imported
             res = job(cmd)(argv[1:])
     except KeyboardInterrupt:
         if debug:

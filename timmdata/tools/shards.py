@@ -19,6 +19,7 @@ from ..pixels.decode import ImageDecodeError, read_source
 from ..readers import SplitNotFoundError, create_reader, find_split, natural_key, timm_split_name, unset
 from ..store.format import atomic_file, fsync_dir, is_store, read_json, write_json_atomic
 from ..net.object_store import list_objects, object_head, object_scheme
+from .command_lines import index_parser, shards_parser
 
 # %% auto #0
 __all__ = ['SHARD_INFO', 'SHARD_STATE', 'shard_filename', 'find_splits', 'image_ext', 'sample_bytes', 'write_shards',
@@ -379,37 +380,7 @@ def shards_main(
     argv: list[str] | None = None,  # the arguments after `timmdata shards`, as a list of strings; None: `sys.argv[1:]`
 ) -> dict:
     "`timmdata shards SRC DST --shard-size N [--resize N] [--workers N]`: write or finish WebDataset shards."
-    ap = argparse.ArgumentParser(
-        prog='timmdata shards',
-        description='Write WebDataset tar shards (timm\'s wds layout, '
-        'with _info.json) from an image folder, tar, CSV or store; a rerun resumes.',
-    )
-    ap.add_argument(
-        'src', help='image source: a class folder, a folder with train/ val/ ..., a .tar, a .csv or a store'
-    )
-    ap.add_argument('dst', help='folder for the shards (created)')
-    ap.add_argument('--shard-size', type=int, default=1000, help='samples per shard (default 1000)')
-    ap.add_argument(
-        '--resize',
-        type=int,
-        default=None,
-        help='store images pre-resized: shorter side N pixels, JPEG (default: the images as they are)',
-    )
-    ap.add_argument('--quality', type=int, default=90, help='JPEG quality of re-encoded images (default 90)')
-    ap.add_argument(
-        '--split', default=None, help="write only this split, under timm's name for it (default: every split found)"
-    )
-    ap.add_argument('--no-shuffle', action='store_true', help='keep the source order (default: shuffled once, seeded)')
-    ap.add_argument('--seed', type=int, default=0, help='seed of the shuffle (default 0)')
-    ap.add_argument('--workers', type=int, default=0, help='processes writing shards (default 0: this process)')
-    ap.add_argument(
-        '--bad-sample',
-        choices=('raise', 'skip'),
-        default='raise',
-        help='an unreadable image: stop and name it (default), or leave it out (listed in _info.json)',
-    )
-    ap.add_argument('--skip-bad', action='store_true', help='the same as --bad-sample skip')
-    ap.add_argument('--no-progress', action='store_true', help='no progress bar')
+    ap = shards_parser()  # tools.command_lines: the same parser `timmdata shards --help` shows
     a = ap.parse_args(argv)
     try:
         return write_shards(
@@ -443,25 +414,7 @@ def index_main(
 ) -> int:
     "`timmdata index SRC`: write the index of a local folder of tar shards or of Parquet files, so streams start without a request per file."
 
-    ap = argparse.ArgumentParser(
-        prog='timmdata index',
-        description='Write the index of the folder SRC (local, or an object store\'s), which training streams read once per process instead '
-        f'of a request per file. Tar shards: {DATASET_INDEX_FILE} beside them (every shard its _info.json lists, '
-        'else every .tar), each shard\'s size and sample spans. Parquet files (a folder without tar shards): the '
-        'Parquet index beside them, each row\'s place and label, each file\'s size and rows. Copy the index with '
-        'the files when you upload them.',
-    )
-    ap.add_argument(
-        'src',
-        help='a folder (local, or s3://, gs://, az://) of WebDataset tar shards (as timmdata shards writes them), or of Parquet files',
-    )
-    ap.add_argument('--no-progress', action='store_true', help='no progress lines')
-    ap.add_argument('--image-column', default=None, help='Parquet files: the image column (default: found by its type)')
-    ap.add_argument(
-        '--label-column',
-        default=None,
-        help='Parquet files: the label column (default: a ClassLabel, else one named label)',
-    )
+    ap = index_parser()  # tools.command_lines: the same parser `timmdata index --help` shows
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     remote = object_scheme(a.src) is not None  # an object store's folder: read by ranged reads, the index one PUT

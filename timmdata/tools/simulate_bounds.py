@@ -9,7 +9,6 @@ from typing import Optional, Sequence
 from ..streams.global_order import BLOCK_SHARDS, MAX_PARTITIONS
 from ..index.span_reader import READ_AHEAD
 from ..net.cache_folder import parse_size
-from .simulate_mix import mix_weights
 
 # %% auto #0
 __all__ = ['STORE_GET_PRICE', 'MAX_SOURCES', 'MAX_STEPS', 'MAX_RANK_SOURCES', 'MAX_MIX_POSITIONS', 'simulate_parser',
@@ -165,6 +164,10 @@ def simulate_args(
         )
     weights = None
     if a.sources:
+        from timmdata.tools.simulate_mix import (
+            mix_weights,
+        )  # imported here: the mix's modules import torch, the options (--help) do not
+
         try:
             weights = mix_weights(a.sources, a.weights)
         except ValueError as e:

@@ -12,7 +12,7 @@ from ..core.untrusted import DIR_FDS, kept_folder, kept_folder_fd, printable, re
 
 # %% auto #0
 __all__ = ['STAGE_FIGURES', 'FIGURES', 'MAX_RECORD_BYTES', 'MAX_WORKER_ROWS', 'RECORD_NAME', 'watch_dir', 'watch_dirs', 'alive',
-           'check_record', 'read_records', 'render', 'top_main']
+           'check_record', 'read_records', 'render', 'top_parser', 'top_main']
 
 # %% ../../nbs/watch/37a_top.ipynb #3a2a39df
 STAGE_FIGURES = (
@@ -167,16 +167,22 @@ def render(
     return '\n'.join(lines)
 
 
-def top_main(
-    argv: Optional[Sequence[str]] = None,  # the options after `timmdata top`; None: `sys.argv[1:]`
-):
-    "`timmdata top`: a live view of the loaders training on this machine (each rank and worker: stage times, waiting share, queue, CPU, memory)."
+def top_parser() -> argparse.ArgumentParser:
+    "The options of `timmdata top`: what `top_main` parses and `timmdata top --help` shows (this module imports no torch)."
     p = argparse.ArgumentParser(prog='timmdata top', description=top_main.__doc__)
     p.add_argument(
         '--dir', default=None, help='the watch folder (default: TIMMDATA_WATCH_DIR, else /dev/shm/timmdata-watch-UID)'
     )
     p.add_argument('--interval', type=float, default=1.0, help='seconds between two redraws')
     p.add_argument('--once', action='store_true', help='print the view once and exit')
+    return p
+
+
+def top_main(
+    argv: Optional[Sequence[str]] = None,  # the options after `timmdata top`; None: `sys.argv[1:]`
+):
+    "`timmdata top`: a live view of the loaders training on this machine (each rank and worker: stage times, waiting share, queue, CPU, memory)."
+    p = top_parser()
     a = p.parse_args(argv)
     if not 0 < a.interval <= 3600:
         p.error(f'--interval must be a number of seconds above 0, at most 3600; got {a.interval}')
