@@ -16,18 +16,21 @@ def pytest_configure(config):
     config.addinivalue_line('markers', 'cuda: needs a CUDA device (skipped without one)')
     config.addinivalue_line('markers', 'slow: takes more than a few seconds')
 
-# The files that take longest in `make test` (each 15 s or more on a 2-core machine), longest first: they run first, so
-# the two pytest-xdist workers (`--dist loadfile --no-loadscope-reorder`) end together instead of one of them running a
-# long file alone at the end (xdist's default order puts files with the most tests first, these one-test files last).
-# Only the order changes: a file missing here runs after them, in the usual order.
-LONG_FIRST = ['test_docs_browser.py', 'test_cli.py', 'test_pages_as_copied.py', 'test_frameworks.py',
-              'test_distributed.py', 'test_dataset.py', 'test_resume.py', 'test_torchrun.py', 'test_batch_ring.py',
-              'test_fuzz.py', 'test_house.py',
-              'test_naflex_resume.py', 'test_shards.py', 'test_transforms_parity.py', 'test_decode_reliability.py']
+# The files that take longest (the fast tests: `make test`; with the slow ones: `make test-all`), longest first: they
+# run first, so the two pytest-xdist workers (`--dist loadfile --no-loadscope-reorder`) end together instead of one of
+# them running a long file alone at the end (xdist's default order puts files with the most tests first). Only the
+# order changes: a file missing here runs after them, in the usual order.
+LONG_FIRST = ['test_cli.py', 'test_house.py', 'test_augment_ops_parity.py', 'test_transforms_parity.py', 'test_layout.py',
+              'test_hostile_net.py', 'test_streaming.py', 'test_thread_streams.py', 'test_object_store.py',
+              'test_object_store_hostile.py', 'test_loader.py', 'test_resume.py', 'test_elastic_stream.py', 'test_cache.py']
+LONG_FIRST_ALL = ['test_docs_browser.py', 'test_pages_as_copied.py', 'test_start_methods.py', 'test_object_store.py',
+                  'test_ring_reliability.py', 'test_resume.py', 'test_error_lines.py', 'test_thread_streams.py',
+                  'test_threads.py', 'test_frameworks.py', 'test_timm_scripts.py', 'test_dataset.py', 'test_cli.py',
+                  'test_object_store_gcs.py', 'test_tune.py', 'test_torchrun.py', 'test_fuzz.py']
 
 @pytest.hookimpl(trylast=True)  # after a plugin's random order (pytest-random-order): the long files still go first
 def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    rank = {name: i for i, name in enumerate(LONG_FIRST_ALL if os.environ.get('TIMMDATA_SLOW') == '1' else LONG_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the usual order within and after them
     slow = None if os.environ.get('TIMMDATA_SLOW') == '1' else pytest.mark.skip(reason='slow: run with TIMMDATA_SLOW=1')
     cuda = None if torch.cuda.is_available() else pytest.mark.skip(reason='no CUDA device on this machine')

@@ -408,6 +408,7 @@ def test_advice_said_in_the_shell_is_the_commands(runs):
     assert status == 2 and '--bad-sample skip' in err and len(err.splitlines()) == 1, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('cmd', ['cache', 'check', 'bench', 'shards', 'index', 'demo'])
 def test_no_progress_everywhere(cmd):
     "Every command that shows progress takes --no-progress (a script passes it to each alike)."
@@ -416,12 +417,14 @@ def test_no_progress_everywhere(cmd):
     assert r.returncode == 0 and '--no-progress' in r.stdout, (cmd, r.stdout, r.stderr)
 
 
+@pytest.mark.slow
 def test_index_of_a_folder_that_does_not_exist(tmp_path):
     from _helpers import run_cli
     r = run_cli('index', str(tmp_path / 'nothere'))
     assert r.returncode == 2 and r.stderr.splitlines() == [f"timmdata index: folder '{tmp_path / 'nothere'}' does not exist"], r.stderr
 
 
+@pytest.mark.slow
 def test_cache_without_progress(tmp_path):
     "`timmdata cache SRC DST --no-progress`: the store built, no progress bar on stderr."
     from _helpers import run_cli

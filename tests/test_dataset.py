@@ -234,6 +234,7 @@ def test_store_damaged_error_propagates_untouched(sample_root, policy):
     with pytest.raises(StoreDamagedError) as e: ds[0]
     assert e.value is err and ds.bad_samples == [] and ds.reader.calls == 1  # not retried, not counted, not wrapped
 
+@pytest.mark.slow
 def test_a_missing_file_is_still_a_bad_sample(sample_root, tmp_path):
     r = shutil.copytree(sample_root / 'val', tmp_path / 'val')
     ds = ImageDataset(r, bad_sample='skip')

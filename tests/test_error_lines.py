@@ -31,6 +31,7 @@ def one_error_line(lines: list) -> str:
     return lines[-1]
 
 
+@pytest.mark.slow
 def test_web_server_down(tmp_path):
     "A server that is not running: one line naming the URL and that no server answers, said at the first try."
     port = free_port()
@@ -52,6 +53,7 @@ def test_web_server_down(tmp_path):
     assert 'ConnectionRefusedError' in '\n'.join(err) and 'direct cause' in '\n'.join(err)
 
 
+@pytest.mark.slow
 def test_url_where_a_folder_is_expected(tmp_path):
     "create_dataset('') and mix_datasets with a URL: one line naming the readers that take a URL."
     for call in ("create_dataset('', root='http://127.0.0.1:9/shards')",
@@ -61,6 +63,7 @@ def test_url_where_a_folder_is_expected(tmp_path):
         assert rc == 1 and "create_dataset('wds/NAME', root='http://127.0.0.1:9/shards')" in last and "'parquet/NAME'" in last, last
 
 
+@pytest.mark.slow
 def test_missing_folder(tmp_path):
     rc, err = run_script(tmp_path, "from timmdata import create_dataset\ncreate_dataset('', root='nothere')\n")
     assert one_error_line(err) == "FileNotFoundError: dataset root 'nothere' does not exist"
@@ -80,6 +83,7 @@ def s3(tmp_path_factory):
         yield store
 
 
+@pytest.mark.slow
 def test_s3_without_credentials(tmp_path, s3):
     "No credentials in the environment: the bucket's answer on one line, the URL once."
     env = {k: v for k, v in os.environ.items() if not k.startswith('AWS_') or k.startswith('AWS_ENDPOINT_URL')}
@@ -109,6 +113,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_workers_without_the_main_guard(tmp_path, s3):
     "A bucket read with workers from a script's top level: one line naming the guard and the fix, no worker started, the script's server stopped; with num_workers=0 it needs no guard."
     shards = str(s3_root(s3))
@@ -127,6 +132,7 @@ def test_workers_without_the_main_guard(tmp_path, s3):
     assert r.returncode == 0 and 'batches 3' in r.stdout, r.stderr
 
 
+@pytest.mark.slow
 def test_workers_under_the_main_guard(tmp_path, s3):
     "The same script under `if __name__ == '__main__':`: its workers start and read every batch."
     body = textwrap.indent(GUARDLESS.format(workers=2).split('\n', 2)[2], '    ')

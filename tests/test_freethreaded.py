@@ -68,6 +68,7 @@ def _check_modes(h):
 def here_digests(root): return fb.all_cases(root)
 
 
+@pytest.mark.slow
 def test_modes_give_the_same_batches_and_resume_exactly(here_digests):
     "On this build: thread workers, worker processes and num_workers=0, training (RandAugment, erasing, Mixup) and eval."
     _check_modes(here_digests)

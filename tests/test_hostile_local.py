@@ -73,6 +73,7 @@ print(json.dumps(dict(bad=bad, said=said, nones=[i for i, s in enumerate(got) if
 '''
 
 
+@pytest.mark.slow
 def test_files_that_are_not_files_are_bad_samples(not_files):
     r = _run(READ, not_files)
     for name in ('a/x.jpg', 'b/zero.jpg'):
@@ -118,6 +119,7 @@ print(json.dumps(dict(said=said, seconds=time.perf_counter() - t0)))
 '''
 
 
+@pytest.mark.slow
 def test_a_ladder_of_links_ends_at_once(tmp_path):
     "48 levels, each linking twice to the next (2^48 paths): the walk stops at the first folder reached by too many paths, naming it."
     ladder = tmp_path / 'ladder'

@@ -172,6 +172,7 @@ def _too_big(folder, name, **kw) -> str:
     return str(e.value)
 
 
+@pytest.mark.slow
 def test_errors_say_what_to_do_for_the_source(data, monkeypatch):
     "A file too large to hold in memory is named with the bound and the advice of its own source: Parquet's never names wds/ or order='shards'; the shards' names what the API has, and it holds (order='shards' reads them)."
     monkeypatch.setattr(whole_files, 'WHOLE_BYTES', 1000)

@@ -143,6 +143,7 @@ def test_a_dead_worker_is_a_clear_error_and_leaves_nothing_behind():
     assert all(gone(p) for p in pids)
     assert shm_handles() == before  # no segment of the ring, no batch left mapped or open
 
+@pytest.mark.slow
 def test_a_worker_killed_while_the_consumers_code_runs():
     "torch raises its error in the consumer's own code; the loader finds the dead worker when the loop ends."
     ld = loader(IndexImages())

@@ -59,6 +59,7 @@ def test_threads_look_ahead_per_worker_slot(root):
     assert len(threads_ds.slots()) == 2  # one slot a worker thread
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('context', [None, 'spawn'])
 def test_thread_dataset_then_worker_processes(root, context):
     "A dataset read by loader threads (their lookaheads left in its slots), then by worker processes: every sample once, the batches of a fresh dataset's."

@@ -211,6 +211,7 @@ def test_refused_with_a_reason(indexed):
         ResumableDataLoader(ds, batch_size=B, workers=ThreadWorkers(2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('fixture,cache', [('plain', True), ('indexed', True), ('indexed', False)])
 def test_http_shards(fixture, cache, request, tmp_path):
     "Shards over http(s), through a node cache (cache_dir: the threads share this process's) or by ranged reads: the process mode's batches."

@@ -38,6 +38,7 @@ RANK_SCRIPT = textwrap.dedent('''
 
 
 # forkserver (Python 3.14's default start method) with the slow tests: `make ft-test` runs it where it is the default
+@pytest.mark.slow  # two "nodes" of two processes each, launched by torchrun
 @pytest.mark.parametrize('start', ['default', pytest.param('forkserver', marks=pytest.mark.slow)])
 def test_torchrun_two_nodes(tmp_path, start):
     "With the platform's start method and with forkserver (Python 3.14's default on Linux), whose workers have no process"
