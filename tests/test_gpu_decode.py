@@ -358,6 +358,7 @@ def _dd(root, split='train', sampler=None, monkeypatch=None, bs=RB, **kw):
     args.update(kw)
     return create_device_decode_loader(IndexDataset(str(root / split)), 24, bs, **args)
 
+@pytest.mark.slow
 @pytest.mark.parametrize('nw', [0, 2])
 def test_device_decode_resume_bit_identical(small_root, nw):
     "Cut at a mid-epoch batch and at the epoch's end, resumed in a fresh loader after another torch seed: the same batches."

@@ -121,6 +121,7 @@ def test_resume_on_other_ranks_and_workers(s3):
     assert len(head) == 1 and len(tail) == 1 and head + tail == ref
 
 
+@pytest.mark.slow
 def test_node_cache_shared_by_processes(s3, tmp_path):
     "With cache_dir, each shard is downloaded once for the node: two worker processes and a second run read the cache's copies."
     name, split = REMOTE_KINDS['shards'][0], 'train'

@@ -61,6 +61,7 @@ def test_every_sample_once_and_as_local(az, kind):
     assert_read_as_local(kind, az.root, az.url, N, BATCH)
 
 
+@pytest.mark.slow
 def test_index_and_check_in_the_container(az):
     "`timmdata index` writes the dataset index into the container and the stream reads it; `timmdata check` decodes every image there."
     plain = _upload(az, az.root / 'plain', 'to_index')

@@ -228,6 +228,7 @@ def test_http_shards(fixture, cache, request, tmp_path):
     _each_once(threads, N, 2)
 
 
+@pytest.mark.slow
 def test_bad_samples(tmp_path):
     "An undecodable sample: skipped and counted as the processes count it, or raised at the same batch, naming it."
     from timmdata.pixels.decode import ImageDecodeError
