@@ -112,7 +112,7 @@ test: test-start sync-check readme-check nbtest pytest
 	@echo "make test: all passed"
 
 test-start:
-	@echo "make test: sync-check, readme-check, nbtest, pytest; about 5 minutes on a 2-core machine after the install (the contributing page: Two commands)"
+	@echo "make test: sync-check, readme-check, nbtest, pytest; about 5 minutes on a 2-core machine after the install (the contributing page: Three commands); make test-all before a change lands"
 
 # everything, before anything lands (what CI runs): the slow notebook cells and tests too, the browser test among them
 test-all: sync-check readme-check nbtest-all pytest-all
