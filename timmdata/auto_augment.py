@@ -111,11 +111,13 @@ def _solarize_add_arg(level, _hp, rng=GLOBAL_DRAWS):
     return (min(128, int(_frac(level) * 110)),)
 
 
-def _minmax_arg(lo, hi):
-    def f(level, _hp, rng=GLOBAL_DRAWS):
-        return (max(lo, min(hi, lo + (hi - lo) * _frac(level))),)
+def _minmax_level(level, _hp, rng=GLOBAL_DRAWS, *, lo, hi):
+    return (max(lo, min(hi, lo + (hi - lo) * _frac(level))),)
 
-    return f
+
+def _minmax_arg(lo, hi):
+    "A magnitude-to-argument function for [lo, hi] that pickles (forkserver and spawn workers pickle the transform)."
+    return partial(_minmax_level, lo=lo, hi=hi)
 
 
 # name -> (op, magnitude-to-arguments or None)
