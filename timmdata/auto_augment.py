@@ -212,7 +212,10 @@ class AugmentOp(SampleTransform):
             m = rng.py.gauss(m, self.magnitude_std)
         return max(0.0, min(m, self.magnitude_max or _LEVEL_DENOM))
 
-    def draw(self, rng: Draws = GLOBAL_DRAWS) -> Optional[tuple]:
+    def draw(
+        self,
+        rng: Draws = GLOBAL_DRAWS,  # the image's generator
+    ) -> Optional[tuple]:
         """This op's draws for one image, in timm's order (apply?, magnitude, sign, filter): None where it is not
         applied, else `(fn, args, resample)`, what `apply_drawn` does. Every draw of the op is here, none in `fn`: the
         device batch (`timmdata.pixels.batch_augment`) applies the same draws, made in the worker."""
@@ -227,7 +230,11 @@ class AugmentOp(SampleTransform):
             fn, args = gaussian_blur, (rng.py.uniform(0.1, 2.0 * args[0]),)
         return fn, args, r
 
-    def apply_drawn(self, img, drawn: tuple):
+    def apply_drawn(
+        self,
+        img,  # a PIL image
+        drawn: tuple,  # what `draw` returned for it
+    ):
         "`img` with the op applied as `drawn` (from `draw`); no random draw here."
         fn, args, r = drawn
         return fn(img, *args, fillcolor=self.kwargs['fillcolor'], resample=r)
@@ -550,12 +557,15 @@ class RandAugment(SampleTransform):
         ops: list,  # the ops to draw from (`rand_augment_ops`)
         num_layers: int = 2,  # ops applied per image
         choice_weights: Optional[
-            Union[Sequence[float], np.ndarray]
-        ] = None,  # a probability per op (sum 1): drawn without replacement; None: uniform, with
+            Sequence[float]
+        ] = None,  # a probability per op (sum 1): without replacement; None: uniform
     ):
         self.ops, self.num_layers, self.choice_weights = ops, num_layers, choice_weights
 
-    def draw(self, rng: Draws = GLOBAL_DRAWS) -> list:
+    def draw(
+        self,
+        rng: Draws = GLOBAL_DRAWS,  # the image's generator
+    ) -> list:
         """One image's draws: per layer `(i, drawn)`, the op `self.ops[i]` and its `AugmentOp.draw` (None: not
         applied). The CPU path applies them here; the device path draws them in the worker, the same way, and applies
         them to the batch (`timmdata.pixels.batch_augment`)."""

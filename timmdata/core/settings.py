@@ -320,7 +320,9 @@ def _said_in_its_message(
     return ours or (e.__suppress_context__ and e.__cause__ is None)
 
 
-def short_traceback(fn):
+def short_traceback(
+    fn,  # the public function to wrap
+):
     "A decorator for a public function: an error timmdata raised with its cause in its message leaves `fn` without the library's frames (the user's frames and the one line kept); `TIMMDATA_DEBUG=1` keeps them all."
     import functools
 

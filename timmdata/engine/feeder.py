@@ -187,7 +187,11 @@ class FakeCuda:
         self._current = threading.local()
 
     class Stream:
-        def __init__(self, name: str, log: list):
+        def __init__(
+            self,
+            name: str,  # the stream's name in the log
+            log: list,  # the calls, in order, as (call, ...) tuples
+        ):
             self.name, self._log = name, log
 
         def wait_event(self, event):
@@ -200,7 +204,11 @@ class FakeCuda:
             self._log.append(('synchronize', self.name))
 
     class Event:
-        def __init__(self, n: int, log: list):
+        def __init__(
+            self,
+            n: int,  # the event's number in the log
+            log: list,  # the calls, in order
+        ):
             self.n, self._log = n, log
 
         def record(self, stream):
@@ -209,7 +217,10 @@ class FakeCuda:
         def synchronize(self):
             self._log.append(('event_synchronize', self.n))
 
-    def stream(self, name: str):
+    def stream(
+        self,
+        name: str,  # the stream's name in the log
+    ):
         return FakeCuda.Stream(name, self.calls)
 
     def event(self):
@@ -217,7 +228,10 @@ class FakeCuda:
         return FakeCuda.Event(self._events, self.calls)
 
     @contextmanager
-    def on(self, stream):
+    def on(
+        self,
+        stream,  # the stream the calls inside go to
+    ):
         self.calls.append(('on', stream.name))
         before = getattr(self._current, 'stream', None)
         self._current.stream = stream
@@ -233,10 +247,17 @@ class FakeCuda:
     def consumer(self):
         return self.current() or FakeCuda.Stream('consumer', self.calls)
 
-    def keep(self, t: torch.Tensor, stream):
+    def keep(
+        self,
+        t: torch.Tensor,  # a tensor a stream still uses
+        stream,  # the stream that uses it
+    ):
         self.calls.append(('keep', stream.name))
 
-    def copy_in(self, t: torch.Tensor) -> torch.Tensor:
+    def copy_in(
+        self,
+        t: torch.Tensor,  # the host tensor copied to the device
+    ) -> torch.Tensor:
         s = self.current()
         self.calls.append(('copy_in', None if s is None else s.name, t.numel() * t.element_size()))
         return t

@@ -195,7 +195,11 @@ def close_held(
             os.close(fd)
 
 
-def allocate_bytes(fd: int, start: int, n: int):
+def allocate_bytes(
+    fd: int,  # the file's descriptor
+    start: int,  # the first byte to allocate
+    n: int,  # bytes to allocate from `start`
+):
     "Extend the file to `start + n` bytes with its blocks allocated (a full disk fails here, not halfway through a write)."
     try:
         os.posix_fallocate(fd, start, n)
@@ -236,7 +240,12 @@ def wait_lock(
 class CacheFolder:
     "The bytes in a cache folder, kept under a limit by every process and thread that shares it: the lock, the count, eviction."
 
-    def __init__(self, cache_dir, limit=None, shared: bool = False):
+    def __init__(
+        self,
+        cache_dir,  # the cache folder
+        limit=None,  # the most bytes it may hold (None: no limit)
+        shared: bool = False,  # opened by a reader only (a shared lock), not one that writes
+    ):
         self.dir, self.shared = os.path.abspath(os.fspath(cache_dir)), bool(shared)
         os.makedirs(self.dir, mode=0o777 if shared else 0o755, exist_ok=True)
         check_cache_dir(self.dir, shared)

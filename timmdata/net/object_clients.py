@@ -308,7 +308,10 @@ def _reason(e: BaseException) -> str:
     return out if out else type(e).__name__
 
 
-def named_error(e: BaseException, url: str) -> Exception:
+def named_error(
+    e: BaseException,  # what the client raised
+    url: str,  # the object it was reading, as the message names it
+) -> Exception:
     "An obstore error as ours: one line naming the object and what to do."
     import obstore.exceptions as E
 
