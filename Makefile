@@ -74,7 +74,6 @@ readme-check: install
 	@echo "== readme-check: is README.md made from nbs/index.ipynb? (seconds)"
 	$(PY) tools/make_readme.py --check
 
-# nbdev_test's run with a line per notebook as it finishes (nbdev_test itself prints nothing until the end)
 # The sample-data generator keeps the images it draws here and copies them after (TIMMDATA_SAMPLE_CACHE): the tests
 # draw the same few thousand images over and over. A folder per version of the drawing code; `make clean` removes it
 SAMPLE_CACHE := $(CURDIR)/$(VENV)/sample-cache
@@ -84,6 +83,7 @@ nbtest nbtest-all pytest pytest-all coverage: export TIMMDATA_SAMPLE_CACHE = $(S
 PYTEST_ARGS ?=
 PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
+# nbdev_test's run with a line per notebook as it finishes (nbdev_test itself prints nothing until the end)
 nbtest: install
 	@echo "== nbtest: every notebook's tests, 2 at a time, cells flagged slow skipped (the longest step)"
 	bash tools/scratch_tmp.sh $(PY) tools/nbtest.py --n_workers 2
