@@ -3,23 +3,15 @@ serves all threads: `timmdata.streams.lookahead.AheadBySlot`), with the processe
 same dataset handed after them to a loader of worker processes (forked, or pickled by spawn) carries none of the
 threads' lookaheads into its workers: every sample once an epoch, the batches of a dataset that never met threads."""
 
-import io, pickle, warnings
+import pickle, warnings
 
 import pytest
-from PIL import Image
 
 pytest.importorskip('webdataset')
 from timmdata.loader import create_loader
 from timmdata.streams.streaming import IterableImageDataset
 from _helpers import run_epochs, same_batches, write_shards
-
-N_SHARDS, PER_SHARD, N, B = 8, 5, 40, 4  # 40 samples, batches of 4; label i is sample i
-
-
-def _jpeg(i, s=0):
-    b = io.BytesIO()
-    Image.new('RGB', (24, 20), ((37 * i) % 256, (91 * i) % 256, 60 + s)).save(b, 'JPEG')
-    return b.getvalue()
+from test_thread_streams import B, N, N_SHARDS, PER_SHARD, _jpeg  # the same 40 samples in 8 shards, batches of 4
 
 
 @pytest.fixture(scope='module')
