@@ -126,3 +126,15 @@ def test_summary_cores4_randaug_and_decode_limit(tmp_path):
     assert s['loader']['train']['decode_limit'] == 14000.0 and s['loader']['eval']['decode_limit'] == 15000.0
     assert s['cpu_ms_per_img']['train']['decode_limit'] == pytest.approx(0.07) and s['loader']['train']['timm'] is None
     json.dumps(s)  # what summary.json is written from
+
+
+def test_steady_rate_counts_the_stalls():
+    "img_s is the span's images over its time: a stall every fourth step lowers it; the median step's rate does not."
+    ts = _load('tools/timm_script.py')
+    # (time, epoch, step, steps, step seconds, step rate, data seconds): three 0.05 s steps, then one of 1.05 s
+    span = [(0.0, 1, i, 40, t, 256 / t, t - 0.05) for i, t in enumerate([0.05, 0.05, 0.05, 1.05] * 5)]
+    got = ts.steady(span)
+    assert got['steps_measured'] == 20
+    assert got['img_s'] == pytest.approx(20 * 256 / (5 * 1.2))
+    assert got['img_s_median'] == pytest.approx(256 / 0.05)
+    assert got['data_wait_share'] == pytest.approx(5 * 1.0 / (5 * 1.2))

@@ -12,6 +12,7 @@
 #                       --cutmix 1.0) on every core
 #   bench               bench/bench_gpu.py, the loaders alone, on GPU_RUN_BENCH_N of the same images
 #   profile             bench/profile_device_step.py: the device-decode step's GPU operations, by their GPU time
+#   hostprofile         py-spy's samples of the device-decode loader's threads and workers (not in gpu_all.sh)
 #   tests               the cuda-marked tests and the notebooks' #| cuda cells, side by side
 #   summary             tools/gpu_summary.py: summary.json from what the steps wrote
 # and, outside gpu_all.sh, `timeline` (bench/gpu_timeline.py's picture of the prefetcher).
@@ -279,6 +280,7 @@ train() {
     echo "== train.py${variant:+ (${variant%_})}, the loader from $d"
     local prof=() name="train_$variant$d"
     [ "$d" = timmdata ] && [ -z "$variant" ] && prof=(--profile "$W/profile")
+    [ -n "${GPU_RUN_PROFILE:-}" ] && prof=(--profile "$W/profile_$variant${d//-/_}")  # every run's, each its own folder
     capped "$(cap 120)" "${pre[@]}" "$PY" tools/timm_script.py --data "$d" --report "$W/$name.json" --skip-steps "$skip" \
       "${prof[@]}" "$TIMM_SCRIPTS/train.py" "$TRAIN_DATA" "${args[@]}" "${extra[@]}" > "$W/$name.log" 2>&1
     echo "exit $?"; grep -E 'Train: .*\[ *[0-9]+/' "$W/$name.log" | tail -2; grep -vE '^(Train|Test):' "$W/$name.log" | tail -3
@@ -346,6 +348,19 @@ profile() {
   capped "$(cap 60)" "$PY" bench/profile_device_step.py "${a[@]}" 2>&1 | tee "$W/profile_device_step.txt" | tail -40
 }
 
+hostprofile() {
+  # where the device-decode loader's host time goes: py-spy's samples of every thread and worker process (raw stacks,
+  # idle waits left out) over bench/bench_gpu.py's device loader alone, train then eval, on the data step's images;
+  # tools/pyspy_top.py reads them
+  local a=(--device cuda --batch-size 256 --workers "$nproc" --epochs 1) p
+  [ -n "$CPU" ] && a=(--device cpu --batch-size 16 --workers 2 --epochs 1)
+  command -v py-spy >/dev/null || { echo "gpu_run: no py-spy on PATH (the kit carries it)"; return 1; }
+  for p in train eval; do
+    capped "$(cap 60)" py-spy record --rate 250 --threads --subprocesses --format raw --output "$W/hostprofile_$p.txt" -- \
+      "$PY" bench/bench_gpu.py "${a[@]}" --data "$DATA/train" --contenders timmdata_device --pipelines "$p" 2>&1 | tail -4
+  done
+}
+
 timeline() {
   [ -d "$DATA/train" ] || data
   capped "$(cap 300)" "$PY" bench/gpu_timeline.py --device "$([ -n "$CPU" ] && echo cpu || echo cuda)" --root "$DATA/train" --out "$W" \
@@ -367,7 +382,7 @@ pack() {  # W into $OUT: summary.json and env.txt beside a tarball of the rest (
 
 case "$step" in
 setup) setup ;;
-model | data | train | bench | profile | tests | timeline)
+model | data | train | bench | profile | hostprofile | tests | timeline)
   setup || exit 1
   "$step" "$@"; rc=$?
   [ -n "${GPU_RUN_NO_PACK:-}" ] || { summary >/dev/null; pack; }

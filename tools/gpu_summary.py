@@ -13,12 +13,16 @@ missing or cut short gives nulls, so a partial run still has its summary.
                          "cores4":  {"model_alone": images/s, "timm" | "timmdata" | "timmdata_device": FIGURE},
                          "randaug": {"timm" | "timmdata" | "timmdata_device": FIGURE}},
      "data", "steps", "tests"}
-    FIGURE: {"img_s", "x_model_alone", "gpu_busy", "data_wait", "data_wait_share", "main_cores", "main_thread_cores",
+    FIGURE: {"img_s", "x_model_alone", "epoch_img_s", "gpu_busy", "data_wait", "data_wait_share", "main_cores", "main_thread_cores",
              "worker_cores", "total_cores", "cpus", "exit"}
 
 loader (bench/bench_gpu.py): timm = timm's loader, cpu = timmdata's workers, device = timmdata with
 decode_device='cuda', store = timmdata's decode-once store. train_py (tools/timm_script.py, timm's train.py): img_s,
-the median step rate of the last epoch after its first 10 steps; gpu_busy, NVML's utilisation in percent over the same
+the last epoch's images over its time after its first 10 steps (img_s_median, the median step's rate, beside it in each
+report: it hides a loader's stalls); epoch_img_s, the whole last epoch's images over its time (train.py's own running
+average: the epoch's start, its workers' first batches, included). A loader's workers may have made the rest of a short
+epoch before the span starts (16 workers with 2 batches each ahead: 32 batches, a 30-step epoch's whole), so where the
+epoch is short img_s is the model's rate more than the loader's: epoch_img_s beside it bounds it from below; gpu_busy, NVML's utilisation in percent over the same
 span; data_wait, the median seconds a step waited for its batch (train.py's `Data`), data_wait_share their sum over
 the steps' time; cores, CPU seconds per second of the training process and of its workers (/proc). model_alone
 (bench/model_alone.py): the training step alone on a batch already on the device (loss.item() each step, as
@@ -74,6 +78,7 @@ def _figure(report: Path, model_alone) -> dict:
     return {
         'img_s': img_s,
         'x_model_alone': img_s / model_alone if img_s and model_alone else None,
+        'epoch_img_s': (r or {}).get('images_per_s'),
         'gpu_busy': s.get('gpu_busy'),
         'data_wait': s.get('data_wait_s'),
         'data_wait_share': s.get('data_wait_share'),

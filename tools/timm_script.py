@@ -15,7 +15,8 @@ data is never waited for, its own per-step work (logging, the scaler's and the l
 The measured span is the last epoch (train.py's `--epochs`) after its first `--skip-steps` steps; run train.py with
 `--log-interval 1` so that each step has its line (`Train: E [i/N] ... Time: s, R/s (avg s, avg R/s) ... Data: d (avg)`).
 The report (JSON) gives, over the span:
-- img_s: the median of the steps' rates from train.py's own lines (a step's rate counts its wait for data);
+- img_s: the span's images over its time, from train.py's own lines (a step's time counts its wait for data);
+  img_s_median: the median of the steps' rates (it hides a loader's stalls: beside img_s, not instead of it);
 - data_wait_s: the median of the steps' `Data` seconds (train.py's wait for the loader), data_wait_share: their sum
   over the sum of the steps' times;
 - gpu_busy: NVML's utilisation (`torch.cuda.utilization`), sampled every 50 ms, its mean in percent;
@@ -93,8 +94,10 @@ def steady(span: list) -> dict:
     if not span:
         return {'img_s': None, 'data_wait_s': None, 'data_wait_share': None, 'steps_measured': 0}
     t = sum(r[4] for r in span)
-    return {
-        'img_s': statistics.median(r[5] for r in span),
+    return {  # img_s: the span's images over its time; the median step's rate hides a loader's stalls (a 1 s wait
+        # every 4 steps leaves the median at the model's rate), so it is only beside it
+        'img_s': sum(r[4] * r[5] for r in span) / t if t else None,
+        'img_s_median': statistics.median(r[5] for r in span),
         'data_wait_s': statistics.median(r[6] for r in span),
         'data_wait_share': sum(r[6] for r in span) / t if t else None,
         'step_s_median': statistics.median(r[4] for r in span),
@@ -459,7 +462,7 @@ def steady_summary(reports: list) -> str:
             f"{cell(cpu.get('children_cores'), '.2f'):>12}"
         )
     rows.append(
-        "images/s: the median step rate of the last epoch after its first steps (train.py's lines); data: its wait for "
+        "images/s: the last epoch's images over its time after its first steps (train.py's lines); data: its wait for "
         'the loader; GPU busy: NVML over the same span; cores: CPU seconds per second from /proc'
     )
     return '\n'.join(rows)
