@@ -20,8 +20,8 @@ _log = logging.getLogger('timmdata')
 class AutoDecodeLoader(CurrentLoader):
     """`create_loader(..., decode_device='auto')`: tries each of `choices` (a decode device, None for the workers) over a
     window of its first batches, the training loop's time between batches included, and keeps the one with the most
-    images a second; each switch hands the position to the next loader, so the batches are the plan's. The decision
-    and its measurements: `stats().info['decode']`. Everything else is the current loader's."""
+    images a second; each switch hands the position to the next loader, so the batches are the plan's. The decision,
+    its measurements and what they were made on: `stats().info['decode_auto']`. Everything else is the current loader's."""
 
     def __init__(
         self,
@@ -30,8 +30,10 @@ class AutoDecodeLoader(CurrentLoader):
         settle: int = 3,  # batches after a start or a switch before the window (workers start, kernels are chosen)
         window: int = 8,  # batches a window measures
         clock: Callable = time.perf_counter,  # the clock, seconds (a test's may tick a batch at a time)
+        context: Optional[dict] = None,  # what the measurements are made on (cores, recipe, device): shown beside them
     ):
         self._build, self.choices, self.settle, self.window, self.clock = build, tuple(choices), settle, window, clock
+        self.context = dict(context or {})
         self.loader = build(self.choices[0], None)
         plan = loader_plan(self.loader)
         self._seed = plan.seed if plan is not None else None
@@ -43,6 +45,7 @@ class AutoDecodeLoader(CurrentLoader):
         "What `stats().info['decode_auto']` shows: the path running now, why, the rates measured so far."
         info = {'decode_device': _name(self._current()), 'why': why}
         info.update({f'{_name(c)} images/s': round(r, 1) for c, r in self.rates.items()})
+        info.update(self.context)
         self.loader.stats().info['decode_auto'] = info
 
     def _current(self):
@@ -87,7 +90,9 @@ class AutoDecodeLoader(CurrentLoader):
         return self.choices.index(self.chosen)
 
     def _decided(self):
-        why = f'the most images/s with this training loop ({len(self.rates)} paths, {self.window} batches each)'
+        rates = ', '.join(f'{_name(c)} {r:,.0f}' for c, r in sorted(self.rates.items(), key=lambda cr: -cr[1]))
+        on = ', '.join(f'{k} {v}' for k, v in self.context.items())
+        why = f'the most images/s with this training loop: {rates} ({self.window} batches each{"; " + on if on else ""})'
         self._note(why)
         _log.info(f"timmdata decode_device='auto': {_name(self.chosen)}: {why}")
 
