@@ -37,7 +37,8 @@ class AutoDecodeLoader(CurrentLoader):
         self.loader = build(self.choices[0], None)
         plan = loader_plan(self.loader)
         self._seed = plan.seed if plan is not None else None
-        self.rates, self.chosen = {}, None  # images/s measured per choice; the one kept (None until decided)
+        self.rates, self.chosen = {}, None  # images/s measured per choice; the one kept (None is also the workers)
+        self.decided = False  # whether `chosen` is kept: the workers' None cannot say it
         self._at, self._seen, self._t0, self._images = 0, 0, None, 0
         self._note('measuring')
 
@@ -49,7 +50,7 @@ class AutoDecodeLoader(CurrentLoader):
         self.loader.stats().info['decode_auto'] = info
 
     def _current(self):
-        return self.chosen if self.chosen is not None else self.choices[self._at]
+        return self.chosen if self.decided else self.choices[self._at]
 
     def __iter__(self):
         while True:
@@ -57,7 +58,7 @@ class AutoDecodeLoader(CurrentLoader):
             try:
                 for b in it:
                     yield b
-                    nxt = self._observe(b) if self.chosen is None else None
+                    nxt = None if self.decided else self._observe(b)
                     if nxt is not None:
                         state = self.loader.state_dict()  # after the batch the consumer has: the switch point
                         close_pass(it)
@@ -83,7 +84,7 @@ class AutoDecodeLoader(CurrentLoader):
         self.rates[self.choices[self._at]] = self._images / max(self.clock() - self._t0, 1e-9)
         if self._at + 1 < len(self.choices):
             return self._at + 1
-        self.chosen = max(self.rates, key=self.rates.get)
+        self.chosen, self.decided = max(self.rates, key=self.rates.get), True
         if self.chosen == self.choices[self._at]:
             self._decided()
             return None
@@ -104,7 +105,7 @@ class AutoDecodeLoader(CurrentLoader):
         if isinstance(old, PrefetchLoader) and isinstance(self.loader, PrefetchLoader):
             self.loader.mixup_enabled = old.mixup_enabled  # as the training loop left it
         stop_loader_workers(old)
-        self._decided() if self.chosen is not None else self._note('measuring')
+        self._decided() if self.decided else self._note('measuring')
 
 
 def _name(device) -> str:
