@@ -4,7 +4,7 @@
 
 # %% ../nbs/38_loader.ipynb #dfb218b2
 from __future__ import annotations
-import ctypes, inspect, os, random, sys, warnings
+import ctypes, inspect, random, sys, warnings
 from dataclasses import MISSING, dataclass, fields
 from functools import partial
 from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
@@ -35,7 +35,7 @@ from .engine.threads import ThreadWorkers, check_worker_mode, default_worker_mod
 from .core.untrusted import choice_error, keyword_error
 from .core.settings import WorkerEnvironment, apply_environment, short_traceback, worker_environment
 from .engine.tune import AutoLoader, Budget, first_setting
-from .engine.decode_choice import AutoDecodeLoader
+from .engine.decode_choice import AutoDecodeLoader, decode_context
 from .watch.loader_watch import watch_by_setting
 from .engine.batch_plan import SeededDataset
 from .dataset import ImageDataset
@@ -45,8 +45,8 @@ from .pixels.decode import torchcodec_jpeg
 # %% auto #0
 __all__ = ['steady_heap', 'worker_init', 'MultiEpochsDataLoader', 'set_dataset_transform', 'jitter_on_batch', 'adapt_to_chs',
            'LoaderOptions', 'transform_step', 'plan_step', 'worker_loader', 'collate_step', 'prefetch_step',
-           'create_loader', 'auto_worker_mode', 'auto_decode_device', 'decode_context', 'auto_decode_loader',
-           'auto_loader', 'fast_collate', 'PrefetchLoader']
+           'create_loader', 'auto_worker_mode', 'auto_decode_device', 'auto_decode_loader', 'auto_loader',
+           'fast_collate', 'PrefetchLoader']
 
 # %% ../nbs/38_loader.ipynb #df52b17c
 _all_ = [
@@ -675,17 +675,6 @@ def auto_decode_device(
     return str(device)
 
 # %% ../nbs/38_loader.ipynb #5972527e
-def decode_context(
-    o: LoaderOptions,  # the loader's options
-) -> dict:
-    "What `decode_device='auto'` measures on, shown beside its rates: the cores this process may use, the recipe, the device."
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-    dev = torch.device(o.decode_device)
-    name = torch.cuda.get_device_name(dev) if dev.type == 'cuda' and torch.cuda.is_available() else dev.type
-    recipe = o.auto_augment or ('crop, flip, colour jitter' if o.color_jitter else 'crop, flip')
-    return {'cores': cores, 'workers': o.num_workers, 'recipe': recipe if o.is_training else 'eval', 'device': name}
-
-
 def auto_decode_loader(
     dataset,  # the dataset to load
     o: LoaderOptions,  # the loader's options (`create_loader`'s arguments); `o.decode_device` is the GPU to try
@@ -697,7 +686,7 @@ def auto_decode_loader(
         lambda dd, seed: create_loader(
             dataset, **{**{f.name: getattr(o, f.name) for f in fields(o)}, 'decode_device': dd, 'seed': o.seed if seed is None else seed}
         ),
-        (o.decode_device, None), settle=settle, window=window, context=decode_context(o),
+        (o.decode_device, None), settle=settle, window=window, context=decode_context(o.decode_device, o.is_training, o.auto_augment, o.color_jitter, o.num_workers),
     )  # fmt: skip
 
 # %% ../nbs/38_loader.ipynb #b86cfc56

@@ -4,14 +4,14 @@
 
 # %% ../../nbs/engine/37c_decode_choice.ipynb #3e2b4021
 from __future__ import annotations
-import logging, time
+import logging, os, time
 from typing import Callable, Optional
 import torch
 from .prefetch import PrefetchLoader
 from .tune import CurrentLoader, close_pass, loader_plan, stop_loader_workers
 
 # %% auto #0
-__all__ = ['AutoDecodeLoader']
+__all__ = ['AutoDecodeLoader', 'decode_context']
 
 # %% ../../nbs/engine/37c_decode_choice.ipynb #bfa42d5e
 _log = logging.getLogger('timmdata')
@@ -93,7 +93,9 @@ class AutoDecodeLoader(CurrentLoader):
     def _decided(self):
         rates = ', '.join(f'{_name(c)} {r:,.0f}' for c, r in sorted(self.rates.items(), key=lambda cr: -cr[1]))
         on = ', '.join(f'{k} {v}' for k, v in self.context.items())
-        why = f'the most images/s with this training loop: {rates} ({self.window} batches each{"; " + on if on else ""})'
+        why = (
+            f'the most images/s with this training loop: {rates} ({self.window} batches each{"; " + on if on else ""})'
+        )
         self._note(why)
         _log.info(f"timmdata decode_device='auto': {_name(self.chosen)}: {why}")
 
@@ -115,3 +117,18 @@ def _name(device) -> str:
 def _images_in(batch) -> int:
     x = batch[0] if isinstance(batch, (tuple, list)) else batch
     return len(x) if isinstance(x, torch.Tensor) else 1
+
+# %% ../../nbs/engine/37c_decode_choice.ipynb #b1d2e3f5
+def decode_context(
+    decode_device,  # the device path's decoder ('cuda', 'cuda:1', 'cpu')
+    is_training: bool,  # the training pipeline (else evaluation)
+    auto_augment: Optional[str] = None,  # create_loader's `auto_augment`
+    color_jitter: float = 0.0,  # create_loader's `color_jitter`
+    num_workers: int = 0,  # create_loader's `num_workers`
+) -> dict:
+    "What `decode_device='auto'` measures on, shown beside its rates: the cores this process may use, the workers, the recipe, the device."
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+    dev = torch.device(decode_device)
+    name = torch.cuda.get_device_name(dev) if dev.type == 'cuda' and torch.cuda.is_available() else dev.type
+    recipe = auto_augment or ('crop, flip, colour jitter' if color_jitter else 'crop, flip')
+    return {'cores': cores, 'workers': num_workers, 'recipe': recipe if is_training else 'eval', 'device': name}
