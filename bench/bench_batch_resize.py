@@ -1,6 +1,6 @@
 """The batched crop + resize + flip (`timmdata.pixels.batch_resize.crop_resize_flip`: one gather, two batched matrix
-products, one copy) against the per-image loop the device-decode loader runs (`timmdata.engine.gpu_decode`'s
-`crop_resize_batch` then `flip_batch_`), on the same decoded images and the same training plans (timm's
+products, one copy) against the per-image loop it replaced (`crop_resize_batch` then `flip_batch_`, below: the baseline, kept
+with its benchmark), on the same decoded images and the same training plans (timm's
 RandomResizedCrop boxes, 'random' interpolation, horizontal flips).
 
 Prints images/s of each, steady state: the median of `--repeats` timed batches after `--warmup` untimed ones (on CUDA
@@ -18,6 +18,49 @@ import time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+
+
+def crop_resize_batch(
+    imgs: list,  # uint8 CHW tensors on one device (decoded images), one per plan row
+    plans: torch.Tensor,  # (N, 11) int32 plans (CPU)
+    out: torch.Tensor,  # (M, C, oh, ow) uint8 output batch on the device
+    rows: list,  # the row of `out` each image goes to
+) -> torch.Tensor:
+    "The baseline: crop each image to its plan's box, resize it (torch's antialiased kernels, grouped by equal sizes), cut its output window, into `out`."
+    from timmdata.engine.device_plan import INTERPS
+    from timmdata.engine.gpu_decode import rows_on
+
+    oh, ow = out.shape[-2:]
+    groups = {}
+    for k, p in enumerate(plans.tolist()):
+        t, l, h, w, rh, rw, t2, l2, _, _, ii = p
+        groups.setdefault((h, w, rh, rw, t2, l2, ii), []).append((k, t, l))
+    for (h, w, rh, rw, t2, l2, ii), members in groups.items():
+        x = torch.stack([imgs[k][:, t : t + h, l : l + w] for k, t, l in members]).float()
+        if (rh, rw) != (h, w):
+            x = F.interpolate(x, size=(rh, rw), mode=INTERPS[ii].value, align_corners=False, antialias=True)
+        x = x[:, :, t2 : t2 + oh, l2 : l2 + ow].round_().clamp_(0, 255)
+        if len(members) == 1:  # a crop of its own size (training's): copied into its row, no index sent
+            out[rows[members[0][0]]].copy_(x[0])
+        else:  # images of one size (evaluation's): one index for the group
+            out.index_copy_(0, rows_on(out.device, [rows[k] for k, _, _ in members]), x.to(torch.uint8))
+    return out
+
+
+def flip_batch_(
+    x: torch.Tensor,  # a uint8 (N, C, H, W) batch, flipped in place
+    plans: torch.Tensor,  # (N, 11) int32 plans: columns 8 and 9 ask for the horizontal and vertical flips
+) -> torch.Tensor:
+    "The baseline's flips: the rows of `x` whose plans say so (horizontal, then vertical), in place."
+    from timmdata.engine.gpu_decode import rows_on
+
+    for col, dim in ((8, -1), (9, -2)):
+        flipped = torch.nonzero(plans[:, col]).flatten().tolist()
+        if flipped:
+            idx = rows_on(x.device, flipped)
+            x.index_copy_(0, idx, x.index_select(0, idx).flip(dim))
+    return x
 
 
 def timed(fn, device: torch.device, warmup: int, repeats: int) -> float:
@@ -55,7 +98,7 @@ def main(argv=None):
     ap.add_argument('--check', type=int, default=32, help="images of the batched output compared with Pillow's (0: none)")
     a = ap.parse_args(argv)
     from timmdata.config import Draws
-    from timmdata.engine.gpu_decode import DeviceDecodeTransform, crop_resize_batch, flip_batch_
+    from timmdata.engine.gpu_decode import DeviceDecodeTransform
     from timmdata.pixels.batch_resize import batch_weights, crop_resize_flip, matmul_parts
 
     if a.threads:

@@ -469,6 +469,15 @@ def test_machine_path_pattern():
         assert not hit(t), t
 
 
+def test_shown_code_leaves_out_formatter_markers():
+    "A page's code shows no `# fmt: skip` after a line nor `# fmt: off`/`# fmt: on` lines; other comments and code stay."
+    code = ("x = dict(a=1,\n         b=2)  # fmt: skip\ny = 1  # the count  # fmt:skip\n    # fmt: off\nz = [1,0,\n     0,1]\n"
+            "    # fmt: on\nw = '# fmt: skip inside a string'\nv = 2  # fmt: skipped, a word of a comment")
+    assert builder.shown_code(code) == ("x = dict(a=1,\n         b=2)\ny = 1  # the count\nz = [1,0,\n     0,1]\n"
+                                        "w = '# fmt: skip inside a string'\nv = 2  # fmt: skipped, a word of a comment")
+    assert builder.shown_code('a = 1\nb = 2') == 'a = 1\nb = 2'
+
+
 def test_site_parts_index_pages(tmp_path):
     """A folder's part with an "index" shows its index and the pages it names; the folder's other pages leave the sidebar,
     listed on the index page (made when no notebook gives it) and leading back to it; nothing is lost."""
@@ -552,6 +561,8 @@ _BAD_PAGE = """<html><body><article>
 <p><a href="prefetch.html#batchops">BatchOps</a> <a href="https://timmdata.github.io/timmdata/loader.html">loader</a></p>
 <pre><code>test_eq(1, 1)
 assert True</code></pre>
+<pre><code>plan = BatchPlan(sampler, 64,
+                 drop_last=True)  # fmt: skip</code></pre>
 </article></body></html>"""
 
 
@@ -567,6 +578,7 @@ def test_audit_fails_on_each_defect(tmp_path):
     assert c['def_class'] == 2, found['def_class']  # nbdev's class with no __init__, and a class entry shown as def
     assert c['dead_anchor'] == 2, found['dead_anchor']  # #batchops lands nowhere; the doc host serves no site
     assert c['test_calls'] == 2
+    assert c['fmt_marker'] == 1, found['fmt_marker']  # the formatter's marker shown in code
     audit.MAX_VISIBLE_TESTS, keep = 1, audit.MAX_VISIBLE_TESTS
     try: assert 'test_calls' in audit.defects(found)
     finally: audit.MAX_VISIBLE_TESTS = keep

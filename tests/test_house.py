@@ -345,3 +345,34 @@ def test_the_module_hook_check_can_fail(tmp_path):
     (tmp_path / '01_x.ipynb').write_text(json.dumps(nb))
     assert [m.split(':')[0] for m in documented_module_hooks(tmp_path / '01_x.ipynb')] == [
         'nbs/01_x.ipynb (cell 0)', 'nbs/01_x.ipynb (cell 2)', 'nbs/01_x.ipynb (cell 4)']
+
+
+# One how-to layout: each how-to works in a fresh folder of its own, made and entered in a hidden cell
+# (`tmp = Path(tempfile.mkdtemp()); os.chdir(tmp)`), its data under `data/` there, so the code a reader copies names
+# relative paths (`data/train`) and writes nothing into the folder the notebook sits in.
+HOWTO_FOLDER = re.compile(r'^#\|\s*hide\b[\s\S]*tempfile\.mkdtemp\(\)[\s\S]*os\.chdir\(', re.MULTILINE)
+
+
+def howto_layout_problems(path: Path) -> list:
+    cs = [c for c in cells(path) if c['cell_type'] == 'code']
+    shown = [i for i, c in enumerate(cs) if 'mkdtemp(' in cell_source(c) and not HIDDEN.match(cell_source(c))]
+    out = [f'{_rel(path)} (code cell {i}): a temporary folder made in the code shown; make it and enter it in a hidden '
+           f'cell (os.chdir), and name the data relative to it (data/...)' for i in shown]
+    if not any(HOWTO_FOLDER.search(cell_source(c)) for c in cs):
+        out.append(f'{_rel(path)}: no hidden cell makes and enters a fresh folder (tempfile.mkdtemp(), os.chdir)')
+    return out
+
+
+def test_howtos_share_one_layout():
+    bad = [m for p in sorted((NBS / 'howto').glob('*.ipynb')) for m in howto_layout_problems(p)]
+    assert not bad, '\n'.join(bad)
+
+
+def test_the_howto_layout_check_can_fail(tmp_path):
+    cell = lambda src: {'cell_type': 'code', 'metadata': {}, 'outputs': [], 'execution_count': None, 'source': src}
+    good = cell('#| hide\nimport os, tempfile\n\ntmp = Path(tempfile.mkdtemp())\nos.chdir(tmp)')
+    for cs, n in (([good, cell("data = make_sample_dataset(Path('data'))")], 0),
+                  ([cell("root = make_sample_dataset(Path(tempfile.mkdtemp()) / 'pets')")], 2),
+                  ([good, cell('work = Path(tempfile.mkdtemp())')], 1)):  # fmt: skip
+        (tmp_path / '01_x.ipynb').write_text(json.dumps({'cells': cs}))
+        assert len(howto_layout_problems(tmp_path / '01_x.ipynb')) == n, howto_layout_problems(tmp_path / '01_x.ipynb')

@@ -33,6 +33,7 @@ FLOORS = {
     'tools.command_lines': 8, 'store.cache_options': 1,  # the commands' parsers, without torch (timmdata COMMAND --help at once)
     'core.untrusted': 0,  # the checks every reader of an untrusted dataset shares
     'core.torch_compat': 0, 'core.runtime': 0, 'core.permute': 0, 'core.old_paths': 0,  # torch's private API in one place; the helpers every device loop shares
+    'core.single_flight': 0,  # one fetch per key across threads (a file read whole, a Parquet row group)
     'mix.mixing': 7,  # many sources as one dataset, in one order: wiring (its batch plan is the engine's)
     'mix.mix_order': 1,  # a mix's order by position: each source's quota per block, its samples a keyed bijection
     'engine.feeder': 6,  # the one device loop (stream, look-ahead, hand-over, marks, workers) under every prefetching loader

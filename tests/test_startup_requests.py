@@ -15,7 +15,7 @@ from timmdata.dataset_factory import create_dataset
 from timmdata.index.dataset_index import DATASET_INDEX_FILE, write_dataset_index
 from timmdata.loader import create_loader
 from timmdata.index.span_reader import READ_AHEAD
-from timmdata.streams.global_order import PassOrders
+from timmdata.streams.global_order import read_in_order
 
 BATCH = 4
 
@@ -119,7 +119,7 @@ def test_without_index_each_shard_scanned_once_per_node(small, tmp_path):
         built = srv.snapshot()
         assert ds.order == 'global' and isinstance(ds._spans, SpanReader) and isinstance(ds._spans.spans, ScannedSpans)
         srv.reset()
-        keys = [k for _, _, k, _, _ in ds._spans.read_in_order(PassOrders(ds._spans.lengths, ds.seed, 0, ds.block_shards), range(n))]
+        keys = [k for _, _, k, _, _ in read_in_order(ds.source, range(n), ds.seed, 0, ds.block_shards, spans=ds._spans)]
         return built, srv.snapshot(), keys, ds._spans.spans.scanned
 
     try:
@@ -180,7 +180,7 @@ def test_a_shard_written_again_after_its_scan_is_scanned_again(tmp_path, image_s
     def process():
         ds = create_dataset('wds/tiny', root=srv.url, split='train', is_training=True, batch_size=BATCH,
                             index_dir=str(tmp_path / 'node'))
-        keys = [k for _, _, k, _, _ in ds._spans.read_in_order(PassOrders(ds._spans.lengths, ds.seed, 0, ds.block_shards), range(10))]
+        keys = [k for _, _, k, _, _ in read_in_order(ds.source, range(10), ds.seed, 0, ds.block_shards, spans=ds._spans)]
         return keys, ds._spans.spans
 
     try:
@@ -241,7 +241,7 @@ def test_with_a_cache_dir_each_table_shard_and_spans_once_per_node(small, tmp_pa
         built = srv.snapshot()
         assert ds.order == 'global' and isinstance(ds._spans, SpanReader)
         srv.reset()
-        keys = [k for _, _, k, _, _ in ds._spans.read_in_order(PassOrders(ds._spans.lengths, ds.seed, 0, ds.block_shards), range(n))]
+        keys = [k for _, _, k, _, _ in read_in_order(ds.source, range(n), ds.seed, 0, ds.block_shards, spans=ds._spans)]
         return built, srv.snapshot(), keys
 
     try:
@@ -281,7 +281,7 @@ def test_ranged_reads_ahead_keep_the_order(small):
         for ahead in (1, 8):
             rd = SpanReader(ds.source, ds._spans.spans, sizes=ds._spans.sizes, read_ahead=ahead)
             srv.reset()
-            got[ahead] = [(p, k) for p, _, k, _, _ in rd.read_in_order(PassOrders(rd.lengths, ds.seed, 0, ds.block_shards, 3), range(7, 97))]
+            got[ahead] = [(p, k) for p, _, k, _, _ in read_in_order(ds.source, range(7, 97), ds.seed, 0, ds.block_shards, 3, spans=rd)]
             assert srv.snapshot().get('GET range', 0) >= 90
     finally:
         srv.close()

@@ -23,7 +23,6 @@ from timmdata.sample import (
     DecodeTransform,
 )  # what the streams' dataset shares (kept importable from here)
 from functools import partial
-from .streams.streaming import IterableImageDataset  # noqa: F401  timm's path (timm.data.dataset): the stream dataset
 
 # %% auto #0
 __all__ = ['BadSamples', 'ImageDataset', 'ChoiceTransform', 'AugMixDataset']
@@ -333,3 +332,12 @@ class AugMixDataset(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return len(self.dataset)
+
+# %% ../nbs/25c_dataset.ipynb #cf61f550
+def __getattr__(name: str):
+    "`IterableImageDataset` (timm's path, `timm.data.dataset`), imported when first asked for: the streams load only when used."
+    if name == 'IterableImageDataset':
+        from .streams.streaming import IterableImageDataset
+
+        return IterableImageDataset
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -7,7 +7,6 @@ from __future__ import annotations
 import inspect, io, random
 from typing import Callable, Optional, Union
 import torch
-import torch.nn.functional as F
 from torch.utils.data import IterableDataset
 from PIL import Image
 from ..pixels.decode import ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
@@ -46,9 +45,9 @@ from timmdata.engine.resume import (
 )
 
 # %% auto #0
-__all__ = ['decode_jpegs', 'rows_on', 'crop_resize_batch', 'flip_batch_', 'bitstreams', 'decode_stage', 'resize_stage',
-           'decode_batch', 'reads_device_bitstreams', 'DeviceDecodeStep', 'refuse_off_default', 'check_device_modes',
-           'device_rand_augment', 'create_device_decode_loader']
+__all__ = ['decode_jpegs', 'rows_on', 'bitstreams', 'decode_stage', 'resize_stage', 'decode_batch', 'reads_device_bitstreams',
+           'DeviceDecodeStep', 'refuse_off_default', 'check_device_modes', 'device_rand_augment',
+           'create_device_decode_loader']
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #0383dead
 def decode_jpegs(
@@ -85,43 +84,6 @@ def rows_on(
 ) -> torch.Tensor:
     "`rows` as an int64 tensor on `device`, queued on its stream with no wait for it (`core.runtime.to_device`)."
     return to_device(torch.tensor(rows, dtype=torch.int64), device)
-
-
-def crop_resize_batch(
-    imgs: list,  # uint8 CHW tensors on one device (decoded images), one per plan row
-    plans: torch.Tensor,  # (N, 11) int32 plans (CPU)
-    out: torch.Tensor,  # (M, C, oh, ow) uint8 output batch on the device
-    rows: list,  # the row of `out` each image goes to
-) -> torch.Tensor:
-    "Crop each image to its plan's box, resize it (antialiased, grouped by equal sizes), cut its output window, into `out`."
-    oh, ow = out.shape[-2:]
-    groups = {}
-    for k, p in enumerate(plans.tolist()):
-        t, l, h, w, rh, rw, t2, l2, _, _, ii = p
-        groups.setdefault((h, w, rh, rw, t2, l2, ii), []).append((k, t, l))
-    for (h, w, rh, rw, t2, l2, ii), members in groups.items():
-        x = torch.stack([imgs[k][:, t : t + h, l : l + w] for k, t, l in members]).float()
-        if (rh, rw) != (h, w):
-            x = F.interpolate(x, size=(rh, rw), mode=INTERPS[ii].value, align_corners=False, antialias=True)
-        x = x[:, :, t2 : t2 + oh, l2 : l2 + ow].round_().clamp_(0, 255)
-        if len(members) == 1:  # a crop of its own size (training's): copied into its row, no index sent
-            out[rows[members[0][0]]].copy_(x[0])
-        else:  # images of one size (evaluation's): one index for the group
-            out.index_copy_(0, rows_on(out.device, [rows[k] for k, _, _ in members]), x.to(torch.uint8))
-    return out
-
-
-def flip_batch_(
-    x: torch.Tensor,  # a uint8 (N, C, H, W) batch, flipped in place
-    plans: torch.Tensor,  # (N, 11) int32 plans: columns 8 and 9 ask for the horizontal and vertical flips
-) -> torch.Tensor:
-    "Flip the rows of the uint8 batch `x` whose plans say so (horizontal, then vertical), in place."
-    for col, dim in ((8, -1), (9, -2)):
-        flipped = torch.nonzero(plans[:, col]).flatten().tolist()
-        if flipped:
-            idx = rows_on(x.device, flipped)
-            x.index_copy_(0, idx, x.index_select(0, idx).flip(dim))
-    return x
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #417a7a22
 def bitstreams(

@@ -341,7 +341,7 @@ class SpanReader(ShardBytes):
 
     def read_in_order(
         self,
-        orders,  # where each position lies: `locate(positions) -> (shards, members, blocks)` (`global_order.PassOrders`)
+        orders,  # where each position lies: `locate(positions) -> (shards, members, blocks)` (`global_order.PassOrders`: `global_order.read_in_order(..., spans=)` builds it and calls this)
         positions: Sequence[int],  # global positions of the epoch (`worker_positions`)
     ) -> Iterator[tuple]:
         "(position, shard, key, image, target) for each position: each sample read alone, in the given order (located a chunk at a time: one vectorised permutation per block met)."

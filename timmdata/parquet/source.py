@@ -4,11 +4,12 @@
 
 # %% ../../nbs/parquet/26d_source.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 from __future__ import annotations
-import glob, io, itertools, os, threading
+import glob, io, itertools, os
 from concurrent.futures import ThreadPoolExecutor
 from collections import OrderedDict
 from typing import Iterator, Optional
 import numpy as np
+from ..core.single_flight import SingleFlight
 from ..core.untrusted import did_you_mean, printable
 from .parquet_files import split_names_in
 from ..readers import FileHandle, split_names, unset
@@ -385,9 +386,12 @@ class ParquetBytes(SpanReader):
         self.whole = source.whole  # the source's: Parquet's advice, and the servers it found ignoring Range
 
     def _own(self):
-        if self._pid != os.getpid():
-            self._groups, self._kept, self._loading, self._tags = OrderedDict(), 0, {}, {}
+        fresh = self._pid != os.getpid()
+        if fresh:
+            self._groups, self._kept, self._tags = OrderedDict(), 0, {}
         super()._own()
+        if fresh:  # one read per row group, its table of groups kept under the reader's lock (made by `super()._own`)
+            self._loading = SingleFlight(self._lock)
 
     def __getstate__(self):
         d = super().__getstate__()
@@ -513,34 +517,26 @@ class ParquetReader(ParquetBytes):
                 f.cancel()
 
     def _group(self, s: int, g: int, size: int) -> tuple:
-        "(images, labels) of row group `g` of file `s`: kept from an earlier read, else read once (threads reading it meanwhile wait for that read: a lock)."
+        "(images, labels) of row group `g` of file `s`: kept from an earlier read, else read once (threads reading it meanwhile wait for that read, and get its error if it fails: `SingleFlight`)."
         self._own()
         key = (s, g)
-        while True:
-            with self._lock:
-                got = self._groups.pop(key, None)
-                if got is not None:
-                    self._groups[key] = got  # the most recently read now
-                    return got
-                ev = self._loading.get(key)
-                mine = ev is None
-                if mine:
-                    ev = self._loading[key] = threading.Event()
-            if mine:
-                break
-            ev.wait()  # read by another thread (or failed there: then read here)
-        try:
+
+        def kept():  # under the lock
+            got = self._groups.pop(key, None)
+            if got is not None:
+                self._groups[key] = got  # the most recently read now
+            return got
+
+        def read():
             got = self.source.read_group(s, g, lambda o, n: self._bytes(s, o, n, size))
             with self._lock:
                 self._groups[key] = got
                 self._kept += sum(len(x or b'') for x in got[0])
                 while self._kept > GROUPS_KEPT_BYTES and len(self._groups) > 1:
                     self._kept -= sum(len(x or b'') for x in self._groups.popitem(last=False)[1][0])
-        finally:
-            with self._lock:
-                self._loading.pop(key, None)
-            ev.set()
-        return got
+            return got
+
+        return self._loading.get(key, read, kept)
 
     def read(
         self,

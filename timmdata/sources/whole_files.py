@@ -10,6 +10,7 @@ from typing import Callable, Optional
 from ..net.http import content_length, public_url
 from .shard_io import ShardError, ShardNotFoundError, is_transient_error, open_shard, shard_name
 from ..net.shard_cache import ShardCache, cached_copy
+from ..core.single_flight import SingleFlight
 from ..core.untrusted import user_stacklevel
 
 # %% auto #0
@@ -141,8 +142,9 @@ class _Held:
     "The files a process holds in memory, for every `WholeFiles` of it (each source's, each reader's): one budget, `WHOLE_BYTES`."
 
     def __init__(self):
-        self.files, self.loading, self.bytes = OrderedDict(), {}, 0  # url: its bytes; url: the event of its fetch
+        self.files, self.bytes = OrderedDict(), 0  # url: its bytes
         self.lock, self.fetching, self.pid = threading.Lock(), threading.Lock(), os.getpid()
+        self.loading = SingleFlight(self.lock)  # one fetch per file: threads that want it meanwhile wait for it
 
     def room(
         self,
@@ -281,22 +283,16 @@ class WholeFiles:
         return h
 
     def _whole(self, url: str, size: Optional[int]) -> bytearray:
-        "The bytes of `url`, held in the process's memory (`held_in_memory`, shared by its sources): fetched once (threads that want it meanwhile wait for that fetch)."
+        "The bytes of `url`, held in the process's memory (`held_in_memory`, shared by its sources): fetched once (threads that want it meanwhile wait for that fetch, and get its error if it fails: `SingleFlight`)."
         m = held_in_memory()
-        while True:
-            with m.lock:
-                data = m.files.get(url)
-                if data is not None:
-                    m.files.move_to_end(url)
-                    return data
-                ev = m.loading.get(url)
-                mine = ev is None
-                if mine:
-                    ev = m.loading[url] = threading.Event()
-            if mine:
-                break
-            ev.wait()  # fetched by another thread (or failed there: then fetched here)
-        try:
+
+        def kept():  # under m.lock
+            data = m.files.get(url)
+            if data is not None:
+                m.files.move_to_end(url)
+            return data
+
+        def fetch():
             with m.fetching:  # one fetch at a time in the process: what it holds stays within WHOLE_BYTES
                 data = fetch_whole(
                     url, size, m.room, lambda k: self._too_big(url, k), self.timeout, self.retries, self.backoff
@@ -304,11 +300,9 @@ class WholeFiles:
                 with m.lock:
                     m.files[url] = data
                     m.bytes += len(data)
-        finally:
-            with m.lock:
-                m.loading.pop(url, None)
-            ev.set()
-        return data
+            return data
+
+        return m.loading.get(url, fetch, kept)
 
     def _too_big(self, url: str, n: Optional[int]) -> ShardError:
         return ShardError(

@@ -511,7 +511,6 @@ def build_cache(
     overwrite: bool = False,  # rebuild even when an up-to-date store is already at `dst`
     progress: bool = True,  # show a progress bar and print a summary
     lock_timeout: float | None = None,  # seconds to wait while another process builds into `dst`; None: no limit
-    _remote: tuple | None = None,  # (source record, rows) of the bucket a local copy `src` was fetched from
     **reader_kwargs,  # passed on to `timmdata.readers.create_reader` (e.g. class_map, split)
 ) -> dict:
     "Decodes and resizes every image of `src` once, in parallel, into a memory-mappable store at `dst`; returns its manifest."
@@ -526,17 +525,37 @@ def build_cache(
         'interpolation': interpolation,
         'draft': draft,
     }
+    kw = dict(
+        num_workers=num_workers,
+        chunk_size=chunk_size,
+        overwrite=overwrite,
+        progress=progress,
+        lock_timeout=lock_timeout,
+    )
+    dst = Path(dst).expanduser().absolute()
     if isinstance(src, str) and re.match(r'(https?|s3|gs|az)://', src):
         if not object_scheme(src):
             raise FileNotFoundError(
                 f'cache source {src!r} is a web address, which lists no folder: copy the files down first and cache '
                 f'them, or train from the URL with cache_dir= (each remote file kept once on local disk)'
             )
-        kw = dict(max_size=max_size, format=format, quality=quality, num_workers=num_workers, side=side,
-                  interpolation=interpolation, draft=draft, chunk_size=chunk_size, overwrite=overwrite,
-                  progress=progress, lock_timeout=lock_timeout)  # fmt: skip
-        return _cache_url(src.rstrip('/'), Path(dst).expanduser().absolute(), kw, params, reader_kwargs)
-    src, dst = Path(src).expanduser().absolute(), Path(dst).expanduser().absolute()
+        return _cache_url(src.rstrip('/'), dst, params, reader_kwargs, kw)
+    return _build_local(Path(src).expanduser().absolute(), dst, params, reader_kwargs, **kw)
+
+# %% ../../nbs/store/44_builder.ipynb #2456c6b1
+def _build_local(
+    src: Path,  # the local source (absolute)
+    dst: Path,  # the store's folder (absolute)
+    params: dict,  # what the store is built with (`build_cache`'s)
+    reader_kwargs: dict,  # passed on to `create_reader`
+    num_workers: int | None,  # build processes; None: every core; 0: in this process
+    chunk_size: int,  # images per chunk
+    overwrite: bool,  # rebuild even when an up-to-date store is already at `dst`
+    progress: bool,  # show a progress bar and print a summary
+    lock_timeout: float | None,  # seconds to wait while another process builds into `dst`; None: no limit
+    remote: tuple | None = None,  # (source record, rows) of the bucket `src` copies (`_cache_url`); None: none
+) -> dict:
+    "`build_cache` of a local source: checked, fingerprinted, up to date or built under the build lock, chunk by chunk; a bucket's copy recorded as the bucket."
     if not src.exists():
         raise FileNotFoundError(f'cache source {str(src)!r} does not exist')
     if dst == src or dst in src.parents:
@@ -553,10 +572,10 @@ def build_cache(
     if n == 0:
         raise ValueError(f'the source {str(src)!r} holds no images')
     source, rows, extra, names = _fingerprint(src, dst, reader, reader_kwargs)
-    if _remote is not None:  # a bucket's local copy: the store's source is the bucket, as listed
+    if remote is not None:  # a bucket's local copy: the store's source is the bucket, as listed
         if names is not None:
-            raise ValueError(f'{_remote[0]["root"]}: a CSV source in a bucket names its images by path: cache a folder')
-        (source, rows), extra = _remote, []
+            raise ValueError(f'{remote[0]["root"]}: a CSV source in a bucket names its images by path: cache a folder')
+        (source, rows), extra = remote, []
     state = {
         'format_version': STORE_VERSION,
         'params': params,
@@ -581,12 +600,12 @@ def build_cache(
         jobs = [
             (cid, s, min(s + chunk_size, n), str(dst), params, bid) for cid, s in enumerate(range(0, n, chunk_size))
         ]
-        label = source['root'].rsplit('/', 1)[-1] if _remote is not None else src.name  # not the download's folder
-        resumed = _run_chunks(reader, dst, jobs, format, num_workers, f'cache {label}', progress)
+        label = source['root'].rsplit('/', 1)[-1] if remote is not None else src.name  # not the download's folder
+        resumed = _run_chunks(reader, dst, jobs, params['format'], num_workers, f'cache {label}', progress)
         return _finalize(dst, reader, names, jobs, state, bid, rows, extra, resumed, time.perf_counter() - t0, progress)
 
 # %% ../../nbs/store/44_builder.ipynb #c17ee4cc
-def _cache_url(url: str, dst: Path, kw: dict, params: dict, reader_kwargs: dict) -> dict:
+def _cache_url(url: str, dst: Path, params: dict, reader_kwargs: dict, kw: dict) -> dict:
     "`build_cache` of a folder in an object store: listed; up to date, done; else downloaded beside `dst`, built, the copy removed."
     rows = remote_rows(url)
     source = {'root': url, 'num_files': len(rows), 'digest': source_digest(rows), 'extra': 0,
@@ -597,7 +616,7 @@ def _cache_url(url: str, dst: Path, kw: dict, params: dict, reader_kwargs: dict)
             print(f'{dst} is up to date with {url} ({old["num_samples"]} images); nothing to do')
         return old
     with fetched(url, rows, dst, kw['progress']) as local:
-        return build_cache(str(local), dst, **kw, _remote=(source, rows), **reader_kwargs)
+        return _build_local(Path(local).absolute(), dst, params, reader_kwargs, **kw, remote=(source, rows))
 
 # %% ../../nbs/store/44_builder.ipynb #37b297c6
 def cache_main(

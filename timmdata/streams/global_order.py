@@ -294,10 +294,14 @@ def read_in_order(
     epoch: int,  # the epoch
     block_shards: int = BLOCK_SHARDS,  # shards per block of the order
     partitions: int = 1,  # the order's canonical partitions
+    spans=None,  # a `span_reader.SpanReader` of `source` (an index's or a scan's spans): each sample read alone through it; None: the shards read from their starts
 ) -> Iterator[tuple]:
-    "(position, shard, key, image, target) for each position, in the given order: each run of positions in one block (at most `READ_CHUNK`) read from its shards' starts, each shard only as far as needed, keeping only the run's samples."
-    lengths = source.shard_lengths
+    "(position, shard, key, image, target) for each position, in the given order: each run of positions in one block (at most `READ_CHUNK`) read from its shards' starts, each shard only as far as needed, keeping only the run's samples; with `spans`, each sample read alone through them (`SpanReader.read_in_order`), in the order built here."
+    lengths = source.shard_lengths if spans is None else spans.lengths
     orders = PassOrders(lengths, seed, epoch, block_shards, partitions)
+    if spans is not None:
+        yield from spans.read_in_order(orders, positions)
+        return
     todo = iter(positions)
     while len(chunk := np.fromiter(itertools.islice(todo, READ_CHUNK), np.int64)):
         shards, members, blocks = orders.locate(chunk)

@@ -21,7 +21,6 @@ from ..index import span_reader
 from timmdata.streams.global_order import (
     BLOCK_SHARDS,
     MAX_PARTITIONS,
-    PassOrders,
     epoch_length,
     read_in_order,
     worker_positions,
@@ -477,11 +476,8 @@ class WorkerStream(LooksAheadOfPasses):
                 stacklevel=2,
             )
         pos = worker_positions(start, end, self.batch_size, rank, world, wid, W, int(np.sum(lengths)), P)
-        reads = (
-            self._spans.read_in_order(PassOrders(self._spans.lengths, self.seed, epoch, self.block_shards, P), pos)
-            if self._spans is not None  # one pass over the bytes
-            else read_in_order(self.source, pos, self.seed, epoch, self.block_shards, P)
-        )  # a block's shards from their starts
+        # through the spans where there are some (one pass over the bytes), else a block's shards from their starts
+        reads = read_in_order(self.source, pos, self.seed, epoch, self.block_shards, P, spans=self._spans)
         for p, shard, key, img, target in reads:
             yield self._sample(
                 epoch, 0, p, shard, key, img, target, slot=rank * W + wid

@@ -12,11 +12,11 @@ import numpy as np
 import torch
 from ..index.span_reader import READ_AHEAD, SpanReader
 from timmdata.streams.global_order import (
-    PassOrders,
     BLOCK_SHARDS,
     GlobalOrder,
     batch_pieces,
     epoch_length,
+    read_in_order,
     slice_positions,
     worker_positions,
 )
@@ -153,9 +153,14 @@ def worker_plan_cost(
     t_order = time.process_time() - t0
     mem_order = tracemalloc.get_traced_memory()[0]
     n, shards = 0, set()
-    for p, shard, *_ in r.read_in_order(
-        PassOrders(r.lengths, seed, epoch, block_shards, partitions),
+    for p, shard, *_ in read_in_order(
+        source,
         worker_positions(start, end, batch_size, rank, world, worker, workers, order.total, partitions),
+        seed,
+        epoch,
+        block_shards,
+        partitions,
+        spans=r,
     ):
         n += 1
         shards.add(shard)

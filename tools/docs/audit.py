@@ -16,6 +16,8 @@ Checks every html page of a site built by tools/docs/build.py (the article of ea
   (`timmdata.github.io`), which serves no site: links are relative so the site works from disk and any host;
 - `test_calls`: test calls a page shows (`test_eq(...)`, `assert ...` in visible code): counted, and over
   `MAX_VISIBLE_TESTS` in all is a defect (tests that teach stay visible; the rest run hidden);
+- `fmt_marker`: a formatter's marker shown in code (`# fmt: skip`, `# fmt: off`): for ruff, not the reader (the build
+  leaves them out: `build.shown_code`);
 - `builtin_doc`: a builtin type's docstring shown (`int([x]) -> integer`: a constant's entry that showed its type's doc);
 - `empty_details`: parameter rows (of a `Parameter | Type | Default | Details` table, the Returns row apart) with an empty
   Details cell: counted per page, and over `MAX_EMPTY_DETAILS` in all is a defect (the docment after each parameter,
@@ -39,6 +41,7 @@ DIARY = [r'\bsessions? \d+', r"\b(?:this|next|first|second|third|earlier|previou
          r"\btoday's\s+(?:code|tree)\b", r'\b(?:before|after|since)\s+this\s+change\b',  # the page's history, not what is true now
          r'\(\s*(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,12}\s*\)']  # a commit, as `(10f46b4)`
 DIARY_RE = re.compile('|'.join(f'(?:{d})' for d in DIARY), re.I)
+FMT_MARK = re.compile(r'#\s*fmt:\s*(?:skip|off|on)\b')
 RAW_MD = re.compile(r'\[[^\]\n]{1,200}\]\((?:https?://|\.\.?/|#|[\w./-]+\.(?:html|ipynb|md)\b)[^)\s]*\)')
 MAX_VISIBLE_TESTS = 400
 TEST_CALL = re.compile(r'^\s*(?:test_\w+\(|assert\b)', re.M)
@@ -157,7 +160,7 @@ def audit(site: Path) -> dict:
              if f.name != '404.html' and 'search' not in f.relative_to(site).parts}
     parsed = {rel: read_page(f) for rel, f in pages.items()}
     out = {k: [] for k in ('diary', 'raw_markdown', 'nonetype', 'def_class', 'private', 'dead_anchor', 'test_calls',
-                           'builtin_doc', 'empty_details', 'home_words', 'sidebar_entries')}
+                           'builtin_doc', 'fmt_marker', 'empty_details', 'home_words', 'sidebar_entries')}
     for rel, p in parsed.items():
         text = ' '.join(p.text)
         code = '\n'.join(p.code)
@@ -169,6 +172,7 @@ def audit(site: Path) -> dict:
         if rel == 'index.html':
             out['home_words'].append(f'{rel}: {len((text + " " + code).replace("¶", " ").split())}')
             out['sidebar_entries'].append(f'{rel}: {len(sidebar_links(pages[rel]))}')
+        for m in FMT_MARK.finditer(code): out['fmt_marker'].append(f'{rel}: "{_snip(code, m.start(), 60)}"')
         for m in DIARY_RE.finditer(text): out['diary'].append(f'{rel}: {m.group(0)!r} in "{_snip(text, m.start())}"')
         for src in (text, code):
             for m in RAW_MD.finditer(src): out['raw_markdown'].append(f'{rel}: {m.group(0)[:100]!r}')

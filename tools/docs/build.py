@@ -59,6 +59,19 @@ def split_directives(src: str):
     return opts, '\n'.join(lines[i:]).strip('\n')
 
 
+_FMT_MARK = re.compile(r'[ \t]*#[ \t]*fmt:[ \t]*(?:skip|off|on)[ \t]*$')  # ruff's and black's markers, at a line's end
+
+
+def shown_code(code: str) -> str:
+    "A code cell as its page shows it: the formatter's markers (`# fmt: skip` after a line, `# fmt: off`/`# fmt: on` lines) left out, being for ruff, not for the reader; other comments kept."
+    out = []
+    for line in code.split('\n'):
+        bare = _FMT_MARK.sub('', line)
+        if bare != line and not bare.strip(): continue  # a line that held only the marker
+        out.append(bare)
+    return '\n'.join(out)
+
+
 def fence(text: str, info: str = '') -> str:
     "A fenced code block that survives backticks inside `text`."
     runs = [len(r) for r in re.findall(r'`{3,}', text)]
@@ -229,7 +242,7 @@ def nb_to_markdown(nb, page_stem: str, linker) -> tuple:
         opts, code = split_directives(src)
         if opts.get('include') == 'false': continue
         if code.strip() and opts.get('echo') != 'false':
-            block = fence(code, 'python')
+            block = fence(shown_code(code), 'python')
             if 'code-fold' in opts:
                 summary = opts.get('code-summary', 'Code')
                 block = f'??? nb-source "{summary}"\n\n' + '\n'.join('    ' + l if l else '' for l in block.splitlines())
