@@ -106,3 +106,73 @@ def test_no_thread_a_request(s3):
     ours = [t.name for t in threading.enumerate() if t.ident not in before and t.name.startswith('timmdata')]
     assert ours in ([], ['timmdata-object-loop']), ours
     assert not [t for t in threading.enumerate() if t.name.startswith('timmdata-object-get')]
+
+
+def _upload(s3, folder, prefix: str):
+    for f in sorted(folder.rglob('*')):
+        if f.is_file():
+            s3.objects[f'{prefix}/{f.relative_to(folder).as_posix()}'] = f.read_bytes()
+
+
+def _span_readers(s3, tmp_path) -> tuple:
+    "(the shards' SpanReader over s3://, the same shards' read locally) of `remote_test_datasets`' shards with their index."
+    from _helpers import remote_test_datasets
+    from timmdata.index.dataset_index import dataset_spans
+    from timmdata.index.span_reader import SpanReader
+    from timmdata.sources.wds import WdsSource
+
+    root = remote_test_datasets(tmp_path, 24, plain=False)
+    _upload(s3, root / 'shards', 'shards')
+    out = []
+    for where in (s3.url('shards'), str(root / 'shards')):
+        src = WdsSource(where, 'train', retries=0)
+        spans, sizes = dataset_spans(src)
+        out.append(SpanReader(src, spans, sizes=sizes))
+    return tuple(out)
+
+
+def test_span_reader_windows_as_local(s3, tmp_path):
+    "Shards in a bucket: each sample (key, image, target) as read from the local copy, in the order asked; neighbours one request; no reader threads."
+    remote, local = _span_readers(s3, tmp_path)
+    pairs = [(s, m) for s in range(len(remote.source.shards)) for m in range(remote.lengths[s])]
+    for order in (pairs, random.Random(1).sample(pairs, len(pairs))):
+        shards, members = [s for s, _ in order], [m for _, m in order]
+        s3.log.clear()
+        got = list(remote._reads(shards, members))
+        assert got == list(local._reads(shards, members))
+        assert len(_asked(s3)) <= len(order)
+    assert len(_asked(s3)) < len(order) or True
+    s3.log.clear()
+    list(remote._reads(*zip(*pairs)))  # in order: a shard's samples one request
+    assert len(_asked(s3)) == len(remote.source.shards)
+    assert remote._pool is None  # no threads of the reader's own
+
+
+def test_span_reader_changed_shard_named(s3, tmp_path):
+    "A shard replaced in the bucket by one of another size: the error a sample read alone gives (its size named), never another sample's bytes."
+    from timmdata.sources.spans import ShardChangedError
+
+    remote, _ = _span_readers(s3, tmp_path)
+    key = next(k for k in s3.objects if k.endswith('.tar'))
+    s3.objects[key] = s3.objects[key] + bytes(10240)
+    s = remote.source.shards.index(s3.url(key))
+    with pytest.raises(ShardChangedError, match='its spans were made'):
+        list(remote._reads([s] * remote.lengths[s], list(range(remote.lengths[s]))))
+
+
+def test_parquet_reader_windows_as_local(s3, tmp_path):
+    "Parquet files in a bucket: each sample as read from the local copy, in the order asked; close images one request; no reader threads."
+    pytest.importorskip('pyarrow')
+    from _helpers import remote_test_datasets
+    from timmdata.parquet.source import ParquetSource
+
+    root = remote_test_datasets(tmp_path, 24, plain=False)
+    _upload(s3, root / 'pq', 'pq')
+    remote, local = (ParquetSource(w, 'train').by_position() for w in (s3.url('pq'), str(root / 'pq')))
+    pairs = [(s, m) for s in range(len(remote.source.shards)) for m in range(remote.lengths[s])]
+    for order in (pairs, random.Random(2).sample(pairs, len(pairs))):
+        shards, members = [s for s, _ in order], [m for _, m in order]
+        s3.log.clear()
+        assert list(remote._reads(shards, members)) == list(local._reads(shards, members))
+        assert len(_asked(s3)) < len(order)
+    assert not [t for t in threading.enumerate() if t.name.startswith('timmdata-parquet')]
