@@ -14,8 +14,10 @@ whole once, in the warm-up epoch, then read from the local disk). Steady state: 
 timed epochs; the sources alternate within each epoch, who goes first rotating. For each source: images/s, its ratio to
 the same set read from disk (goal: >= 0.9x), the loader's CPU milliseconds per image (this process and its workers:
 the object-store client's requests included), how busy each side's CPUs were, and the requests an image cost the
-server (counted inside it). Then what one ranged GET of an image's
-size costs this process alone, 32 in flight: obstore called directly, and timmdata's `object_range` around it.
+server (counted inside it), and the bytes it sent over the images' bytes (a tar shard's span holds its headers too).
+Then what one ranged GET of an image's size costs this process's CPU alone (no loader), 32 in flight: obstore called
+from 32 threads, obstore's async API on one event loop, timmdata's `object_range` from 32 threads, and
+`object_get_many` (what the readers call: one event loop a process, the bytes handed over once), 32 reads a call.
 
     make s3rver && python bench/bench_object_store_cores.py      # about 4 minutes on 2 cores
     python bench/bench_object_store_cores.py --quick              # a smaller run: to try it out, not for figures
@@ -41,7 +43,7 @@ from bench_object_store import make_set
 from timmdata import create_dataset, create_loader
 from timmdata.core.settings import set_environment
 from timmdata.index.span_reader import READ_AHEAD_STORE
-from timmdata.net.object_store import object_range, put_object
+from timmdata.net.object_store import REQUESTS, object_get_many, object_range, put_object
 from timmdata.tools.bench import time_epoch, worker_pids
 
 S3RVER = ROOT / '.venv' / 's3rver' / 'node_modules'
@@ -87,11 +89,11 @@ def upload(folder: Path, prefix: str) -> str:
     return f's3://{BUCKET}/{prefix}'
 
 
-def served(endpoint: str) -> int:
-    "The requests s3rver has served so far."
+def served(endpoint: str, what: str = 'requests') -> int:
+    "The requests s3rver has served so far ('requests'), or the bytes of its GETs' bodies ('bytes')."
     import urllib.request
 
-    return int(urllib.request.urlopen(f'{endpoint}/__requests', timeout=10).read())
+    return int(urllib.request.urlopen(f'{endpoint}/__{what}', timeout=10).read())
 
 
 def loader_for(name: str, root: str, a, **kw):
@@ -105,7 +107,7 @@ def run_sources(makers: dict, rounds: int, n: int, server_pid: int, endpoint: st
     """{name: {'rate': [...], 'ms': [...], 'loader_cpus': [...], 'server_cpus': [...], 'gets': [...]}}, one timed epoch a
     round. Each round makes each source's loader in turn (who goes first rotating), runs a warm-up epoch and a timed
     one, and shuts it down: no other loader's workers read ahead meanwhile."""
-    keys = ('rate', 'ms', 'loader_cpus', 'server_cpus', 'gets')
+    keys = ('rate', 'ms', 'loader_cpus', 'server_cpus', 'gets', 'bytes')
     out, names = {k: {x: [] for x in keys} for k in makers}, list(makers)
     for e in range(rounds):
         for name in in_turn(names, e):
@@ -114,8 +116,10 @@ def run_sources(makers: dict, rounds: int, n: int, server_pid: int, endpoint: st
                 ds.set_epoch(k)
                 pids = [os.getpid(), *worker_pids(dl)]
                 q0, c0, b0, s0 = served(endpoint), sum(proc_cpu(p) for p in pids), busy(), proc_cpu(server_pid)
+                y0 = served(endpoint, 'bytes')
                 got, dt = time_epoch(dl)
                 c1, b1, s1, q1 = sum(proc_cpu(p) for p in pids), busy(), proc_cpu(server_pid), served(endpoint)
+                y1 = served(endpoint, 'bytes')
                 if got != n:
                     raise RuntimeError(f'{name}: the epoch gave {got} images, not {n}')
             getattr(dl, 'shutdown', lambda: None)()
@@ -125,28 +129,59 @@ def run_sources(makers: dict, rounds: int, n: int, server_pid: int, endpoint: st
             r['loader_cpus'].append(sum(b1[c] - b0[c] for c in CPUS[:-1]) / dt)
             r['server_cpus'].append((s1 - s0) / dt)
             r['gets'].append(q1 - q0)
+            r['bytes'].append(y1 - y0)
     return out
 
 
-def request_cpu(url: str, size: int, n: int, store, rounds: int = 3) -> dict:
-    "{path: (requests/s, this process's CPU ms a request)} of `n` ranged GETs of `size` bytes, 32 at a time: the median of `rounds`, the paths alternating."
-    import obstore
+def request_cpu(url: str, size: int, n: int, store, rounds: int = 3, flight: int = 32) -> dict:
+    """{path: (requests/s, this process's CPU ms a request)} of `n` ranged GETs of `size` bytes, `flight` in flight: the
+    median of `rounds`, the paths alternating. The CPU is the whole process's (the client's own threads included), over
+    the requests sent (timmdata's paths count theirs: reads that lie close would be one)."""
+    import asyncio, obstore
 
     key = url.split('/', 3)[3]
-    starts = [(i * 7919 * 1000) % 4_000_000 for i in range(n)]
+    starts = [(i * 7919 * 1000) % 4_000_000 for i in range(n)]  # never neighbours: one request a read
+
+    def threads(fn):  # each read a call, from `flight` threads
+        def run(starts):
+            with ThreadPoolExecutor(flight) as ex:
+                return sum(ex.map(fn, starts))
+
+        return run
+
+    def one_loop(starts):  # obstore's async API on one event loop, `flight` at a time
+        async def run():
+            sem = asyncio.Semaphore(flight)
+
+            async def one(a):
+                async with sem:
+                    return len(await obstore.get_range_async(store, key, start=a, end=a + size))
+
+            return sum(await asyncio.gather(*(one(a) for a in starts)))
+
+        return asyncio.run(run())
+
+    def get_many(starts):  # the readers' path: `flight` reads a call
+        calls = (
+            object_get_many([(url, a, size) for a in starts[k : k + flight]]) for k in range(0, len(starts), flight)
+        )
+        return sum(len(b) for got in calls for _, b in got)
+
     ways = {
-        'obstore.get_range': lambda a: len(obstore.get_range(store, key, start=a, end=a + size)),
-        'timmdata object_range': lambda a: len(object_range(url, a, size)[1]),
+        'obstore.get_range, threads': threads(lambda a: len(obstore.get_range(store, key, start=a, end=a + size))),
+        'obstore async, 1 loop': one_loop,
+        'timmdata object_range, threads': threads(lambda a: len(object_range(url, a, size)[1])),
+        'timmdata object_get_many': get_many,
     }
     got = {name: [] for name in ways}
     for _ in range(rounds):
         for name, fn in ways.items():
-            c, t = time.process_time(), time.perf_counter()
-            with ThreadPoolExecutor(32) as ex:
-                total = sum(ex.map(fn, starts))
+            g, c, t = REQUESTS['get'], time.process_time(), time.perf_counter()
+            total = fn(starts)
             if total != n * size:
                 raise RuntimeError(f'{name}: {total} bytes, not {n * size}')
-            got[name].append((n / (time.perf_counter() - t), (time.process_time() - c) / n * 1e3))
+            sent = REQUESTS['get'] - g if name.startswith('timmdata') else n
+            got[name].append((sent / (time.perf_counter() - t), (time.process_time() - c) / sent * 1e3))
     return {name: tuple(statistics.median(x[i] for x in r) for i in (0, 1)) for name, r in got.items()}
 
 
@@ -202,7 +237,7 @@ def main():
         got = run_sources(makers, a.epochs, s['n'], proc.pid, endpoint)
         say(
             f'   {"source":<16}{"images/s":>10}{"x local":>9}{"paired":>8}{"CPU ms/img":>12}{"loader CPUs":>13}'
-            f'{"server CPU":>12}{"GETs/image":>12}   each round (images/s)'
+            f'{"server CPU":>12}{"GETs/image":>12}{"bytes/image":>12}   each round (images/s)'
         )
         for name, r in got.items():
             base = got[name.split()[0] + ' local']
@@ -212,7 +247,8 @@ def main():
             say(
                 f'   {name:<16}{m:>10.0f}{ratio:>9.2f}{p:>8.2f}{statistics.median(r["ms"]):>12.3f}'
                 f'{statistics.median(r["loader_cpus"]):>13.2f}{statistics.median(r["server_cpus"]):>12.2f}'
-                f'{statistics.median(r["gets"]) / s["n"]:>12.2f}   ' + ' '.join(f'{x:.0f}' for x in r['rate'])
+                f'{statistics.median(r["gets"]) / s["n"]:>12.2f}{statistics.median(r["bytes"]) / s["image_bytes"]:>12.2f}   '
+                + ' '.join(f'{x:.0f}' for x in r['rate'])
             )
     import obstore.store
 
@@ -226,13 +262,13 @@ def main():
     )
     put_object(f's3://{BUCKET}/bench/blob', os.urandom(4_100_000))
     say(
-        f'\nOne ranged GET from this process alone (no loader), 32 in flight, {a.latency * 1e3:.0f} ms added; the median '
-        f'of 3 rounds, the two paths alternating:'
+        f'\nOne ranged GET from this process alone (no loader; the client call only), 32 in flight, {a.latency * 1e3:.0f} '
+        f'ms added; the median of 3 rounds, the paths alternating:'
     )
-    say(f'   {"size":>9}  {"path":<24}{"requests/s":>12}{"CPU ms/request":>16}')
+    say(f'   {"size":>9}  {"path":<32}{"requests/s":>12}{"CPU ms/request":>16}')
     for size in (3_000, 53_000):
         for name, (rate, ms) in request_cpu(f's3://{BUCKET}/bench/blob', size, 600 if a.quick else 1000, store).items():
-            say(f'   {size:>9,}  {name:<24}{rate:>12.0f}{ms:>16.3f}')
+            say(f'   {size:>9,}  {name:<32}{rate:>12.0f}{ms:>16.3f}')
     say('\nGoals (images/s from the bucket >= 0.9x the same files on disk, the server on a CPU of its own):')
     for (label, name), (ratio, extra) in results.items():
         if 's3' in name:

@@ -47,6 +47,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             a, b = rng.split('=', 1)[1].split('-')
             a, b = int(a), min(int(b), len(data) - 1)
             h['Content-Range'] = f'bytes {a}-{b}/{len(data)}'
+            if s3.cut:  # the length of the range said, fewer bytes sent, the connection closed
+                h['Content-Length'], self.close_connection = str(b + 1 - a), True
+                return self._send(206, h, data[a : b + 1 - s3.cut], s3.pause, s3.chunk)
             return self._send(206, h, data[a : b + 1], s3.pause, s3.chunk)
         if self.command == 'HEAD':
             h['Content-Length'] = str(len(data))
@@ -95,14 +98,15 @@ class FakeS3:
     """A fake S3 server: `objects` {key: bytes}; `etag(key)` the ETag it answers (a function: change it to replace an
     object; `If-Match` is ignored); `last_modified` the header's text; `lister(query)` -> (keys as (key, size), common
     prefixes, next continuation token or None) for each listing page; `pause` seconds between body chunks of `chunk`
-    bytes; `redirects` {key: Location}; `log` each request's (method, path, headers); `pages` the listing pages sent."""
+    bytes; `cut` bytes left out of the end of each ranged answer's body (its headers say them); `redirects`
+    {key: Location}; `log` each request's (method, path, headers); `pages` the listing pages sent."""
 
     def __init__(self, bucket: str = 'fake'):
         self.bucket, self.objects, self.redirects, self.log, self.pages = bucket, {}, {}, [], 0
         self.etag = lambda key: '"' + hashlib.md5(self.objects[key]).hexdigest() + '"'
         self.last_modified = email.utils.formatdate(0, usegmt=True)
         self.lister = self._list_all
-        self.pause, self.chunk, self.stop = 0.0, 1 << 16, threading.Event()
+        self.pause, self.chunk, self.cut, self.stop = 0.0, 1 << 16, 0, threading.Event()
 
     def _list_all(self, query: dict):
         "One page of every object under the prefix (a listing's `delimiter` honoured)."

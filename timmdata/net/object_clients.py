@@ -4,7 +4,7 @@
 
 # %% ../../nbs/net/20bb_object_clients.ipynb #0ea944d4
 from __future__ import annotations
-import concurrent.futures, datetime, json, os, re, urllib.parse
+import asyncio, datetime, json, os, re, threading, urllib.parse
 from typing import Optional
 from ..core.untrusted import printable
 from .http import REQUEST_DEADLINE, DeadlineError, check_seconds, public_url
@@ -14,7 +14,7 @@ from ..core.settings import raw_settings, set_environment, setting
 __all__ = ['OBJECT_SCHEMES', 'BY_POSITION', 'STORE_OPTIONS_ENV', 'MAX_MADE', 'LET_THROUGH', 'GET_THREADS', 'object_scheme',
            'by_position', 'split_object_url', 'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError',
            'ObjectForkError', 'need_obstore', 'check_endpoint', 'configure_store', 'store_options', 'store_for',
-           'named_error', 'close_clients', 'request_threads']
+           'named_error', 'close_clients', 'request_loop']
 
 # %% ../../nbs/net/20bb_object_clients.ipynb #77a1c028
 OBJECT_SCHEMES = (
@@ -146,7 +146,7 @@ _STAMPED = (
     'AWS_ENDPOINT_URL',
 )  # the settings a store is made from (its address)
 _USED = {'pid': None}  # the process whose object-store client has run (its threads do not survive a fork)
-_POOL = {}  # pid -> this process's threads for requests in flight together (`request_threads`)
+_LOOPS = {}  # pid -> (event loop, its thread, the bound on requests in flight) of this process (`request_loop`)
 LET_THROUGH = (
     KeyboardInterrupt,
     SystemExit,
@@ -157,7 +157,7 @@ def _forget_clients():
     "In a forked child: the parent's clients and threads are not this process's."
     _STORES.clear()
     _MADE.clear()
-    _POOL.clear()
+    _LOOPS.clear()
 
 
 os.register_at_fork(after_in_child=_forget_clients)
@@ -355,21 +355,26 @@ def named_error(
     return ObjectStoreError(f'{what}: {why}: check the store and the URL')
 
 # %% ../../nbs/net/20bb_object_clients.ipynb #c0d56fa2
-GET_THREADS = 32  # requests a process keeps in flight at most in `object_get_many` (as a worker reads ahead)
+GET_THREADS = 32  # requests a process keeps in flight at most (`object_store.object_get_many`, as a worker reads ahead)
 
 
 def close_clients():
-    "Drop this process's clients and their threads for concurrent reads: their pooled connections close (a long-lived process, or a test, done with object stores)."
+    "Drop this process's clients and its event loop for concurrent reads: their pooled connections close (a long-lived process, or a test, done with object stores)."
     _STORES.clear()
     _MADE.clear()  # the clients found again by object: held there too
-    p = _POOL.pop(os.getpid(), None)
-    if p is not None:
-        p.shutdown(wait=False)
+    got = _LOOPS.pop(os.getpid(), None)
+    if got is not None:
+        got[0].call_soon_threadsafe(got[0].stop)  # its thread ends; requests still in it are dropped with it
 
 
-def request_threads() -> concurrent.futures.ThreadPoolExecutor:
-    "This process's threads for requests in flight together (`object_store.object_get_many`; a forked child makes its own, `close_clients` shuts them)."
-    p = _POOL.get(os.getpid())
-    if p is None:
-        p = _POOL[os.getpid()] = concurrent.futures.ThreadPoolExecutor(GET_THREADS, 'timmdata-object-get')
-    return p
+def request_loop() -> tuple:
+    """(event loop, semaphore) of this process: one thread runs the loop, which keeps up to `GET_THREADS` of the
+    client's requests in flight (its async API: no thread a request); the semaphore bounds them. A forked child makes
+    its own, `close_clients` stops it."""
+    got = _LOOPS.get(os.getpid())
+    if got is None:
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name='timmdata-object-loop', daemon=True)
+        thread.start()
+        got = _LOOPS[os.getpid()] = (loop, thread, asyncio.Semaphore(GET_THREADS))
+    return got[0], got[2]

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Callable, Optional
 from ..core.untrusted import printable
 from .http import REQUEST_DEADLINE, DeadlineError
-from .object_clients import LET_THROUGH, named_error, request_threads
+from .object_clients import LET_THROUGH, named_error, request_loop
 from timmdata.net.object_clients import (
     OBJECT_SCHEMES,
     BY_POSITION,
@@ -32,12 +32,13 @@ from timmdata.net.object_clients import (
 )
 
 # %% auto #0
-__all__ = ['MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'READ_RATE', 'STREAM_ALLOWANCE', 'REQUESTS', 'MAX_TAGS', 'Answer',
-           'object_head', 'object_range', 'object_get_many', 'ObjectReader', 'object_open', 'ObjectFile',
-           'ListingError', 'list_objects', 'list_folders', 'put_object', 'OBJECT_SCHEMES', 'BY_POSITION',
-           'STORE_OPTIONS_ENV', 'GET_THREADS', 'MAX_MADE', 'object_scheme', 'by_position', 'split_object_url',
-           'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError', 'ObjectForkError', 'need_obstore',
-           'check_endpoint', 'configure_store', 'store_options', 'store_for', 'close_clients']
+__all__ = ['MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'READ_RATE', 'STREAM_ALLOWANCE', 'REQUESTS', 'MAX_TAGS', 'MERGE_SLACK',
+           'MERGE_MOST', 'Answer', 'object_head', 'object_range', 'merge_reads', 'object_fetch', 'object_get_many',
+           'ObjectReader', 'object_open', 'ObjectFile', 'ListingError', 'list_objects', 'list_folders', 'put_object',
+           'OBJECT_SCHEMES', 'BY_POSITION', 'STORE_OPTIONS_ENV', 'GET_THREADS', 'MAX_MADE', 'object_scheme',
+           'by_position', 'split_object_url', 'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError',
+           'ObjectForkError', 'need_obstore', 'check_endpoint', 'configure_store', 'store_options', 'store_for',
+           'close_clients']
 
 # %% ../../nbs/net/20bc_object_store.ipynb #ed8906bd
 _all_ = [
@@ -185,13 +186,7 @@ def _ranged_get(obs, store, key: str, url: str, start: int, n: int, opts: dict, 
     try:
         r = obs.get(store, key, options=opts)
         meta, (a, b) = r.meta, r.range
-        if 'if_match' in opts and _tag_of(meta) != opts['if_match']:  # a store or proxy that ignores If-Match
-            raise ObjectChangedError(f'{printable(url)} changed while it was read (its ETag is not the one first read)')
-        if a != start or not start < b <= start + n or b > meta['size']:
-            raise ObjectStoreError(
-                f'{printable(url)}: asked for bytes {start}-{start + n - 1}, the store answered {a}-{b - 1}: '
-                f'not the range asked; check the store'
-            )
+        _check_range(url, meta, a, b, start, n, opts)
         out, got = [], 0
         for chunk in r.stream(min_chunk_size=1 << 20):
             got += len(chunk)
@@ -212,11 +207,173 @@ def _ranged_get(obs, store, key: str, url: str, start: int, n: int, opts: dict, 
         if 'body error' in str(e):
             raise _Cut('the answer ended before its body did') from None
         raise named_error(e, url) from None
+    _keep_tag(url, meta)
+    return _answer(meta, a, b - a), b''.join(out)  # one copy
+
+
+def _check_range(url: str, meta: dict, a: int, b: int, start: int, n: int, opts: dict):
+    "An answer's headers checked before its body is read: its ETag the one asked (a store or proxy that ignores If-Match), its range `a` to `b` the one asked (shorter only where the object ends)."
+    if 'if_match' in opts and _tag_of(meta) != opts['if_match']:
+        raise ObjectChangedError(f'{printable(url)} changed while it was read (its ETag is not the one first read)')
+    if a != start or not start < b <= start + n or b > meta['size']:
+        raise ObjectStoreError(
+            f'{printable(url)}: asked for bytes {start}-{start + n - 1}, the store answered {a}-{b - 1}: '
+            f'not the range asked; check the store'
+        )
+
+
+def _keep_tag(url: str, meta: dict):
+    "The ETag of this process's first read of `url`: every read after asks the store for it (`if_match`)."
     if (os.getpid(), url) not in _TAGS:
         _TAGS[(os.getpid(), url)] = _tag_of(meta)
         if len(_TAGS) > MAX_TAGS:
             _TAGS.pop(next(iter(_TAGS)))  # the oldest
-    return _answer(meta, a, b - a), b''.join(out)  # one copy
+
+# %% ../../nbs/net/20bc_object_store.ipynb #c7d1e2a1
+MERGE_SLACK = 64 << 10  # bytes between two reads of one object that one request reads for nothing, at most
+MERGE_MOST = 4 << 20  # the most bytes one merged request reads (a single longer read stays one request)
+
+
+def merge_reads(
+    reads: list,  # (url, start, n) of each read
+    slack: int = MERGE_SLACK,  # the largest gap in bytes bridged between two reads of a request
+    most: int = MERGE_MOST,  # the most bytes one merged request reads
+) -> tuple:
+    """(requests, where): `requests` the (url, start, n) to ask, each object's reads sorted by offset and neighbours
+    merged where the gap is at most `slack` and a sixteenth of the read after it (the request at most `most` bytes);
+    `where[i]` read i's (request, its offset in that request's bytes). The bytes asked are at most the reads' plus
+    `slack` for each gap bridged, and 17/16 of the reads'."""
+    requests, where = [], [None] * len(reads)
+    for i in sorted(range(len(reads)), key=lambda i: (reads[i][0], reads[i][1])):
+        u, a, n = reads[i][:3]
+        if requests:
+            v, start, length = requests[-1]
+            end = start + length
+            if v == u and a - end <= min(slack, n // 16) and max(end, a + n) - start <= most:
+                requests[-1] = (v, start, max(end, a + n) - start)
+                where[i] = (len(requests) - 1, a - start)
+                continue
+        where[i] = (len(requests), 0)
+        requests.append((u, a, n))
+    return requests, where
+
+# %% ../../nbs/net/20bc_object_store.ipynb #c7d1e2a3
+async def _ranged_get_async(
+    obs, store, key: str, url: str, start: int, n: int, opts: dict, t_end: float, deadline: float
+) -> tuple:
+    "One try of a ranged GET on the event loop: (the object's meta, the answer's first byte, its body as one buffer: the client's own where it came in one part)."
+    REQUESTS['get'] += 1
+    try:
+        r = await obs.get_async(store, key, options=opts)
+        meta, (a, b) = r.meta, r.range
+        _check_range(url, meta, a, b, start, n, opts)
+        out, got = [], 0
+        async for chunk in r.stream(min_chunk_size=1 << 20):
+            got += len(chunk)
+            if got > b - a:
+                raise ObjectStoreError(
+                    f'{printable(url)}: the answer to a read of {b - a:,} bytes is longer: not read on; check the store'
+                )
+            out.append(chunk)
+            if time.monotonic() > t_end:
+                raise DeadlineError(
+                    f'{printable(url)}: not read within its deadline of {deadline:g} s: check the store, or pass a larger deadline'
+                )
+        if got != b - a:
+            raise _Cut(f'the answer to a read of {b - a:,} bytes ended after {got:,}')
+    except (_Cut, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # the client's errors and its panics (pyo3's PanicException is a BaseException)
+        if 'body error' in str(e):
+            raise _Cut('the answer ended before its body did') from None
+        raise named_error(e, url) from None
+    _keep_tag(url, meta)
+    return meta, a, out[0] if len(out) == 1 else b''.join(out)
+
+
+async def _get_async(obs, sem, asked: tuple, deadline: float, retries: int, backoff: float) -> tuple:
+    "`_ranged_get_async` of `asked` = (store, key, url, start, n) once one of the process's requests in flight is free, an answer cut short tried again (`object_range`'s retries)."
+    store, key, url, start, n = asked
+    tag = _TAGS.get((os.getpid(), url))
+    opts = {'range': (start, start + n), **({'if_match': tag} if tag else {})}
+    t_end = None
+    for attempt in range(retries + 1):
+        async with sem:
+            t_end = t_end or time.monotonic() + deadline  # from when it is sent, not while it waits its turn
+            try:
+                return await _ranged_get_async(obs, store, key, url, start, n, opts, t_end, deadline)
+            except _Cut as e:
+                if attempt == retries or time.monotonic() > t_end:
+                    raise ObjectStoreError(
+                        f'{printable(url)}: bytes {start}-{start + n - 1}: {e} ({attempt + 1} tries): check the store'
+                    ) from None
+        await asyncio.sleep(backoff * 4**attempt)
+
+
+def _short(url: str, a: int, n: int, got: int, total: int) -> ObjectStoreError:
+    return ObjectStoreError(
+        f'{printable(url)}: bytes {a:,}-{a + n - 1:,} asked, the store answered {got:,} of them (the object holds '
+        f'{total:,} bytes): a short read, not used; check the store and the index'
+    )
+
+
+def _cut_reads(got: list, reads: list, where: list) -> list:
+    "(headers, bytes) of each read, cut out of its request's answer in `got` (meta, first byte, body): each read's bytes copied once, exactly its own."
+    out, views = [], {}
+    for (u, a, n, size), (j, o) in zip(reads, where):
+        meta, _, body = got[j]
+        if size is not None and meta['size'] != size:
+            raise ObjectChangedError(
+                f'{printable(u)}: an answer from an object of {meta["size"]:,} bytes, not the {size:,} known'
+            )
+        view = views.get(j)
+        if view is None:
+            view = views[j] = memoryview(body)
+        piece = bytes(view[o : o + n])
+        if len(piece) != n:
+            raise _short(u, a, n, len(piece), meta['size'])
+        out.append((_answer(meta, a, n), piece))
+    return out
+
+
+async def _fetch_all(
+    obs, sem, asked: list, reads: list, where: list, deadline: float, retries: int, backoff: float
+) -> list:
+    "Every request of `asked` in flight on this loop, then each read's bytes cut out (`_cut_reads`); one that fails cancels the others."
+    tasks = [asyncio.ensure_future(_get_async(obs, sem, q, deadline, retries, backoff)) for q in asked]
+    try:
+        got = await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        raise
+    return _cut_reads(got, reads, where)
+
+
+def object_fetch(
+    reads: list,  # (url, start, n) of each read (n > 0), or (url, start, n, size): `size` the object's bytes, when known
+    timeout: float = 60.0,  # seconds one try of a request may take
+    deadline: float = REQUEST_DEADLINE,  # seconds each request may take in all, from when it is sent
+    retries: int = 3,  # tries after the first of a request that failed transiently
+    backoff: float = 0.25,  # the first wait before a retry, in seconds
+    slack: int = MERGE_SLACK,  # bytes between two reads of an object read for nothing, at most (`merge_reads`)
+    most: int = MERGE_MOST,  # the most bytes one merged request reads
+) -> concurrent.futures.Future:
+    """A future of each read's (headers, bytes), in the order asked: neighbouring reads of an object one request
+    (`merge_reads`), the requests in flight on this process's event loop (`request_loop`: at most `GET_THREADS` at a
+    time), each read's bytes cut out exactly. A read the store answers short, or from an object of another size than
+    `size`, raises, naming the object and the bytes. The caller's thread does not wait: it decodes meanwhile."""
+    obs = need_obstore()
+    reads = [(*r, None)[:4] for r in reads]
+    if bad := next((r for r in reads if r[2] <= 0), None):
+        raise ValueError(
+            f'{printable(bad[0])}: a read of {bad[2]} bytes at {bad[1]}: object_fetch reads 1 byte or more'
+        )
+    requests, where = merge_reads([r[:3] for r in reads], slack, most)
+    asked = [(*store_for(u, timeout, retries, backoff, deadline), u, a, n) for u, a, n in requests]
+    loop, sem = request_loop()
+    work = _fetch_all(obs, sem, asked, reads, where, deadline, retries, backoff)
+    return asyncio.run_coroutine_threadsafe(work, loop)
 
 # %% ../../nbs/net/20bc_object_store.ipynb #b113a6e3
 def object_get_many(
@@ -226,23 +383,24 @@ def object_get_many(
     retries: int = 3,  # tries after the first of a request that failed transiently
     backoff: float = 0.25,  # the first wait before a retry, in seconds
 ) -> list:
-    "`object_range` of each read, in order, the requests in flight together (at most `GET_THREADS`); an answer from an object of another size than `size` raises."
+    """(headers, bytes) of each read, in order: `object_fetch`'s answer, waited for (one read: `object_range` in this
+    thread). Exactly the bytes asked, or an error naming the object and the bytes; an answer from an object of another
+    size than `size` raises."""
     reads = [(*r, None)[:4] for r in reads]
-    if len(reads) == 1:
-        futs = None
-        got = [object_range(reads[0][0], reads[0][1], reads[0][2], timeout, retries, backoff, deadline)]
-    else:
-        futs = [
-            request_threads().submit(object_range, u, a, n, timeout, retries, backoff, deadline) for u, a, n, _ in reads
-        ]
-        got = [f.result() for f in futs]
-    for (u, a, n, size), (h, _) in zip(reads, got):
+    if len(reads) != 1 and all(n > 0 for _, _, n, _ in reads):
+        return object_fetch(reads, timeout, deadline, retries, backoff).result()
+    out = []
+    for u, a, n, size in reads:  # one read, or reads of no bytes (a HEAD each): in this thread, no hand-over
+        h, body = object_range(u, a, n, timeout, retries, backoff, deadline)
         total = int(h['content-range'].rpartition('/')[2])
         if size is not None and total != size:
             raise ObjectChangedError(
                 f'{printable(u)}: an answer from an object of {total:,} bytes, not the {size:,} known'
             )
-    return got
+        if n > 0 and len(body) != n:
+            raise _short(u, a, n, len(body), total)
+        out.append((h, body))
+    return out
 
 # %% ../../nbs/net/20bc_object_store.ipynb #b7d33c50
 class ObjectReader(io.RawIOBase):

@@ -24,7 +24,7 @@ from timmdata.sources.shard_io import (
     url_scheme,
 )
 from ..index.shard_index import http_range
-from ..net.object_store import list_objects, object_scheme
+from ..net.object_store import list_objects, object_fetch, object_scheme
 from ..net.kept_http import coalesce, kept_get, kept_get_many
 from .parquet_footers import FooterSpans, IndexSpans, KeptFooters, fetch_footer
 from ..sources.spans import ShardChangedError
@@ -366,6 +366,42 @@ def _sent_together(reader, requests: list) -> Optional[list]:
         reader._check_answer(s, headers, reader._sized(s)[1])
     return [body for _, body in got]
 
+# %% ../../nbs/parquet/26d_source.ipynb #e98f0c02
+class _Fetched:
+    "The exact reads of a window, every file in an object store, in flight (`object_store.object_fetch`): `result()` their bytes, each answer checked (`ParquetBytes._check_answer`), waited for in the thread that cuts the samples; reads that failed together are read one by one."
+
+    def __init__(
+        self,
+        reader,  # the `ParquetReader` whose reads these are
+        reads: list,  # (file, offset, length, row) of each read
+    ):
+        self.reader, self.reads, self._got, src = reader, reads, None, reader.source
+        try:
+            asked = [(src.shards[s], a, n) for s, a, n, _ in reads]
+            self.fut = object_fetch(asked, src.timeout, retries=src.retries, backoff=src.backoff) if reads else None
+        except Exception:  # read one by one: each error as a read alone names it
+            self.fut = None
+
+    def result(self) -> list:
+        if self._got is None:
+            r, answers = self.reader, None
+            if self.fut is not None:
+                try:
+                    answers = self.fut.result()
+                except Exception:
+                    answers = None
+            if answers is not None:
+                for (s, *_), (headers, _) in zip(self.reads, answers):
+                    r._check_answer(s, headers, r._sized(s)[1])
+                self._got = [body for _, body in answers]
+            else:
+                self._got = [r._exactly(s, a, n, r._sized(s)[1], m) for s, a, n, m in self.reads]
+        return self._got
+
+    def cancel(self):
+        if self.fut is not None:
+            self.fut.cancel()
+
 # %% ../../nbs/parquet/26d_source.ipynb #bbb11e91060f4df5b569a300af63cb2e
 class ParquetBytes(SpanReader):
     "A `ParquetSource`'s files as bytes by offset, through `span_reader.ShardBytes` (local files, the node cache, ranged GETs), each file checked against the index: a local file's footer and labels when it is opened (`parquet_index.check_file`), each answer's size and ETag over http(s); `ParquetReader` reads the samples through it."
@@ -468,16 +504,23 @@ GROUPS_KEPT_BYTES = 256 << 20  # row groups' images a process keeps for the rows
 class ParquetReader(ParquetBytes):
     "A `ParquetSource`'s samples by (file, row): each read as its index row says (`EXACT`, `PAGE`, `GROUP`) through `ParquetBytes` (local files, the node cache, ranged GETs), each image checked against its row's mark."
 
-    def _send(self, shards: list, members: list) -> list:
-        "These samples' reads sent to the threads, close images of a file one request (`kept_http.coalesce`), the requests dealt to `read_ahead` tasks (a thread's few requests on its kept connection: a hand-over between threads a few requests, not one each): each sample's (future, place in its result, offset, length, file, row, label, [its mark]), place None where the future gives the sample (`read`)."
+    def _send(self, shards: list, members: list, objects: bool = False) -> list:
+        "These samples' reads sent to the threads, close images of a file one request (`kept_http.coalesce`), the requests dealt to `read_ahead` tasks (a thread's few requests on its kept connection: a hand-over between threads a few requests, not one each): each sample's (future, place in its result, offset, length, file, row, label, [its mark]), place None where the future gives the sample (`read`). `objects`: every file in an object store, the reads sent at once instead (`_Fetched`)."
         rows = [(s, m, *self._sized(s)[0][m].tolist()) for s, m in zip(shards, members)]
         exact = [(s, a, b, m) for s, m, kind, a, b, *_ in rows if kind == EXACT]
+        if objects:  # every file in an object store: the window's reads at once, no thread (`_Fetched`)
+            sent, k, at = [_Fetched(self, exact)], 1, iter([(i, 0) for i in range(len(exact))])
+            return self._placed(rows, sent, k, at)
         requests, where = coalesce([e[:3] for e in exact])
         first = {j: exact[i][3] for i, (j, o) in enumerate(where) if o == 0}  # a request's first row: errors name it
         k = min(self.read_ahead, len(requests))
         tasks = [[(*requests[j], first[j]) for j in range(t, len(requests), k)] for t in range(k)]
         sent = [self._pool.submit(self._fetch, task) for task in tasks]
-        out, at = [], iter(where)
+        return self._placed(rows, sent, k, iter(where))
+
+    def _placed(self, rows: list, sent: list, k: int, at) -> list:
+        "`_send`'s answer: each row's (future, place in its result, offset, length, file, row, label, [its mark]); a row not `EXACT` read alone (`read`) in a thread."
+        out = []
         for s, m, kind, a, b, _, _, label, *mark in rows:  # mark: the index's (`INDEX_FIELDS`), none without it
             if kind == EXACT:
                 j, o = next(at)
@@ -492,17 +535,17 @@ class ParquetReader(ParquetBytes):
         return got if got is not None else [self._exactly(s, a, n, self._sized(s)[1], m) for s, a, n, m in requests]
 
     def _reads(self, shards: list, members: list) -> Iterator[tuple]:
-        "As `SpanReader._reads`; over http(s) without a node cache, `4 * read_ahead` samples at a time sent together (`_send`: close images one request, `read_ahead` in flight), the next ones sent while these are yielded."
+        "As `SpanReader._reads`; over http(s) or from an object store without a node cache, `4 * read_ahead` samples at a time sent together (`_send`: close images one request, `read_ahead` in flight), the next ones sent while these are yielded."
         if self._cache is not None or all(p is not None for p in self._paths) or self.read_ahead <= 1:
             yield from super()._reads(shards, members)
             return
         self._own()
         self._pool = self._pool or ThreadPoolExecutor(self.read_ahead, thread_name_prefix='timmdata-parquet')
-        w, flight = 4 * self.read_ahead, []
+        w, flight, objects = 4 * self.read_ahead, [], all(object_scheme(u) for u in self.source.shards)
         try:
             for k in itertools.chain(range(0, len(shards), w), [None]):
                 if k is not None:
-                    flight.append(self._send(shards[k : k + w], members[k : k + w]))
+                    flight.append(self._send(shards[k : k + w], members[k : k + w], objects))
                 if len(flight) == 2 or (k is None and flight):
                     for f, q, o, n, s, m, label, mark in flight.pop(0):
                         if q is None:
