@@ -234,10 +234,11 @@ class DeviceDecodeStep:
 
     devices = BatchOps.devices
     cpu_threads, collate = None, None  # for `PrefetchLoader`: torch's threads on the CPU; no batch memory to take back
-    # its stages, each on a stream of its own on a GPU, overlapping across batches (`ThreadLane`'s pipeline)
+    # its stages, each in a thread of its own and, on a GPU, on a stream of its own, overlapping across batches
+    # (`ThreadLane`'s `StagedPass`): batch k+1's decode call runs while batch k is resized
     stages = ('decode', 'resize', 'ops')
-    # a thread of its own (`ThreadLane`): the decoder's waits (`decode_stage`)
-    # block that thread, never the training step
+    # threads of its own (`ThreadLane`): the decoder's waits (`decode_stage`) block the decode thread, never the
+    # training step
     own_thread = True
 
     def __init__(
