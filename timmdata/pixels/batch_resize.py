@@ -4,6 +4,7 @@
 
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #a9dfa9cc
 from __future__ import annotations
+import threading
 from collections.abc import Sequence
 import numpy as np
 import torch
@@ -12,7 +13,7 @@ from .resample import vertical_first
 
 # %% auto #0
 __all__ = ['PRECISION_BITS', 'PLAN_FIELDS', 'pil_weights', 'plan_weights', 'stack_weights', 'batch_weights', 'device_weights',
-           'matmul_parts', 'crop_resize_flip']
+           'host_weights', 'TapCache', 'matmul_parts', 'crop_resize_flip']
 
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #48ee6d27
 PRECISION_BITS = 22  # Pillow's 8-bit resample: weights are integers of 2**-22 (32 - 8 - 2 bits)
@@ -181,6 +182,131 @@ def device_weights(
         _axis_taps(t[:, 2], t[:, 4], kind, t[:, 6], t[:, 9], oh, max(Ky, 1)),
         _axis_taps(t[:, 3], t[:, 5], kind, t[:, 7], t[:, 8], ow, max(Kx, 1)),
     )
+
+# %% ../../nbs/pixels/09b_batch_resize.ipynb #a93f0102
+def _host_taps(in_size, out_size, kind, first, flip, n: int, K: int) -> tuple:
+    "`pil_weights` of every row at once in numpy: (U,) int64 arrays -> (starts (U, n) int32, weights (U, n, K) float32)."
+    scale = (in_size / out_size)[:, None]  # float64 operations in `pil_weights`'s order: the same numbers
+    fs = np.maximum(scale, 1.0)
+    support, ss = (kind[:, None] + 1.0) * fs, 1.0 / fs  # bilinear's support 1, bicubic's 2, times the filter scale
+    center = (np.arange(n, dtype=np.float64) + first[:, None] + 0.5) * scale
+    xmin = np.maximum(np.trunc(center - support + 0.5), 0.0)
+    count = np.minimum(np.trunc(center + support + 0.5), in_size[:, None]) - xmin
+    x = np.arange(K, dtype=np.float64)
+    d = np.abs(((x + xmin[..., None]) - center[..., None] + 0.5) * ss[..., None])
+    w = _filter(0, d)  # bilinear's triangle for every row, then the cubic's for the rows that ask for it
+    cubic = kind == 1
+    if cubic.any():
+        w[cubic] = _filter(1, d[cubic])
+    w[x >= count[..., None]] = 0.0  # past the row's own run
+    total = np.cumsum(w, axis=2)[..., -1:]  # left to right, as Pillow's loop sums (a cumsum adds in order)
+    w = np.divide(w, total, out=w, where=total != 0.0)
+    q = w * (1 << PRECISION_BITS)
+    k = np.trunc(np.where(w < 0, q - 0.5, q + 0.5))  # half away from zero, as Pillow's cast
+    starts, weights = xmin.astype(np.int32), (k / (1 << PRECISION_BITS)).astype(np.float32)
+    fl = flip.astype(bool)
+    starts[fl], weights[fl] = starts[fl, ::-1], weights[fl, ::-1]  # a mirrored output: its pixels in reverse order
+    return starts, weights
+
+
+def _taps_needed(resizes: np.ndarray) -> np.ndarray:
+    "The most taps each (in, out, filter, ...) resize can need: 2 * support + 1 (support: the filter's times max(1, in / out))."
+    return np.ceil(2 * (resizes[:, 2] + 1) * np.maximum(resizes[:, 0] / resizes[:, 1], 1.0)).astype(np.int64) + 1
+
+
+def _distinct(resizes: np.ndarray) -> tuple:
+    "(the distinct rows of the (N, 5) int64 `resizes`, each row's index among them): one 1-D unique of the rows packed in an int64."
+    if len(resizes) and 0 <= resizes.min() and resizes[:, :4].max() < (1 << 20) and resizes[:, 4].max() < 2:
+        r = resizes  # 20 + 20 + 20 + 1 + 1 bits
+        packed = (((r[:, 0] << 20 | r[:, 1]) << 20 | r[:, 3]) << 1 | r[:, 2]) << 1 | r[:, 4]
+        _, first, inv = np.unique(packed, return_index=True, return_inverse=True)
+        return resizes[first], inv.reshape(-1)
+    uniq, inv = np.unique(resizes, axis=0, return_inverse=True)  # sizes past 2**20: the slower unique of rows
+    return uniq, inv.reshape(-1)
+
+
+def _padded(tabs: list, n: int, K: int) -> tuple:
+    "[(starts (n,), weights (n, k))] as (starts (U, n), weights (U, n, K)), zero weights past each k: a copy per k, not per table."
+    starts, weights = np.stack([s for s, _ in tabs]), np.zeros((len(tabs), n, K), np.float32)
+    ks = np.array([w.shape[1] for _, w in tabs])
+    for k in np.unique(ks).tolist():
+        idx = np.flatnonzero(ks == k)
+        weights[idx, :, :k] = np.stack([tabs[j][1] for j in idx.tolist()])
+    return starts, weights
+
+
+def _axis_host(resizes: np.ndarray, n: int, cache) -> tuple:
+    "One axis's taps of a batch from its (N, 5) resizes (in, out, filter, first, flip): each distinct one made once (or found in `cache`)."
+    uniq, inv = _distinct(resizes)
+    K = max(int(_taps_needed(uniq).max(initial=1)), 1)
+    if cache is None:
+        starts, weights = _host_taps(*uniq.T, n, K)
+    else:
+        starts, weights = _padded(cache.tables(uniq, n), n, K)
+    return torch.from_numpy(starts[inv]), torch.from_numpy(weights[inv])  # per image: whole tables copied
+
+
+def host_weights(
+    plans,  # (N, 11) int plans on the host (tensor, array or rows)
+    out_hw: tuple,  # the output (oh, ow)
+    cache: TapCache | None = None,  # the resizes made before (a loader's); None: each made here
+) -> tuple:  # as `batch_weights` (CPU tensors; K as `device_weights`'s, zero weights past a row's own)
+    "`batch_weights(plans, out_hw)` in one numpy call per axis for the whole batch: each distinct resize made once (or found in `cache`), then gathered per image."
+    p = np.asarray(plans, dtype=np.int64).reshape(-1, 11)
+    _check_plans(p, out_hw, 'host_weights')
+    oh, ow = out_hw
+    return (
+        _axis_host(p[:, [2, 4, 10, 6, 9]], oh, cache),  # rows: box height, resize height, filter, window top, flip
+        _axis_host(p[:, [3, 5, 10, 7, 8]], ow, cache),  # columns: box width, resize width, filter, window left, flip
+    )
+
+# %% ../../nbs/pixels/09b_batch_resize.ipynb #a93f0103
+class TapCache:
+    """The taps of each resize along an axis that a loader's batches asked for, made once: `cache(plans, out_hw)` is
+    `host_weights(plans, out_hw, cache)`. At most `max_bytes` of tables are kept (when full it starts afresh: bounded
+    whatever the images' sizes); threads may share one."""
+
+    def __init__(
+        self,
+        max_bytes: int = 64 << 20,  # bound on the tables kept
+    ):
+        self.max_bytes, self.nbytes, self._tabs, self._lock = max_bytes, 0, {}, threading.Lock()
+        self.made = self.found = 0  # resizes made here, and found made before
+
+    def __call__(
+        self,
+        plans,  # (N, 11) int plans on the host
+        out_hw: tuple,  # the output (oh, ow)
+    ) -> tuple:  # as `host_weights`
+        return host_weights(plans, out_hw, self)
+
+    def tables(
+        self,
+        resizes: np.ndarray,  # (U, 5) distinct resizes of one axis: in, out, filter, first output pixel, flip
+        n: int,  # output pixels wanted of each
+    ) -> list:  # [(starts (n,) int32, weights (n, k) float32)] per resize, k its own
+        "Each resize's taps: found, or made (those missing in one call) and kept."
+        keys = [(n, *r) for r in resizes.tolist()]
+        with self._lock:
+            tabs = [self._tabs.get(k) for k in keys]
+            miss = [j for j, t in enumerate(tabs) if t is None]
+            self.found += len(keys) - len(miss)
+            if miss:
+                need = _taps_needed(resizes[miss])
+                starts, weights = _host_taps(*resizes[miss].T, n, int(need.max()))
+                for r, j in enumerate(miss):
+                    tabs[j] = (starts[r].copy(), weights[r, :, : need[r]].copy())  # its own: not a view of the batch's
+                    self._keep(keys[j], tabs[j])
+                self.made += len(miss)
+        return tabs
+
+    def _keep(self, key: tuple, tab: tuple):
+        size = tab[0].nbytes + tab[1].nbytes
+        if self.nbytes + size > self.max_bytes:
+            self._tabs.clear()  # full: start afresh
+            self.nbytes = 0
+        self._tabs[key] = tab
+        self.nbytes += size
 
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #d1d3577e
 def matmul_parts(
