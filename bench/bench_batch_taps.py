@@ -5,8 +5,9 @@ and from a warm `TapCache` (the loader's steady state: the batch's resizes mostl
 
 A batch is `--batch` training plans of decoded `--hw` images (half of them portrait) to `--size` x `--size`, as the
 loader's workers draw them (`DeviceDecodeTransform.plan`: timm's RandomResizedCrop boxes, 'random' interpolation,
-flips). Each figure is the median host time of `--repeats` calls, each on a fresh batch of plans; the cache is warmed
-on `--warm` batches first. On CUDA (`--device cuda`) `device_weights`'s time is the host's alone (its launches, no
+flips). Each figure is the median host time of `--repeats` calls, each on a fresh batch of plans: the CPU time of the
+calling thread (`time.thread_time`: steady on a busy machine; torch and numpy run it in that thread with one torch
+thread), its wall time beside it. The cache is warmed on `--warm` batches first. On CUDA (`--device cuda`) `device_weights`'s time is the host's alone (its launches, no
 synchronize); the host ways' figures then include the copy of the taps to the device. Run it on a quiet machine:
 
     nice python bench/bench_batch_taps.py                     # this CPU, one torch thread
@@ -68,15 +69,16 @@ def main(argv=None):
     times = {}
     for name, fn in ways.items():
         fn(plans())  # once untimed: imports, allocator
-        ts = []
+        cpu, wall = [], []
         for _ in range(a.repeats):
             p = plans()
             if dev.type == 'cuda':
                 torch.cuda.synchronize(dev)
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             fn(p)
-            ts.append(time.perf_counter() - t0)
-        times[name] = statistics.median(ts)
+            cpu.append(time.thread_time() - c0)
+            wall.append(time.perf_counter() - t0)
+        times[name] = statistics.median(cpu), statistics.median(wall)
     if dev.type == 'cuda':
         torch.cuda.synchronize(dev)
     where = torch.cuda.get_device_name(dev) if dev.type == 'cuda' else f'CPU, {torch.get_num_threads()} torch thread(s)'
@@ -84,10 +86,11 @@ def main(argv=None):
         f'{where}; batches of {a.batch} training plans of {h}x{w} images (half portrait) to {a.size}x{a.size}, '
         f"'random' interpolation; median host time of {a.repeats} fresh batches"
     )
-    base = times['device ops (device_weights)']
-    for name, t in times.items():
+    base = times['device ops (device_weights)'][0]
+    for name, (t, tw) in times.items():
         print(
-            f'{name:34s}: {t * 1e3:8.2f} ms a batch  ({t / a.batch * 1e6:6.1f} us an image; device ops / this {base / t:5.2f}x)'
+            f'{name:34s}: {t * 1e3:8.2f} ms of CPU a batch ({t / a.batch * 1e6:6.1f} us an image; wall {tw * 1e3:7.2f} ms); '
+            f'device ops / this {base / t:5.2f}x'
         )
     fresh = cache.made - made
     print(

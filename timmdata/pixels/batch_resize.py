@@ -225,16 +225,6 @@ def _distinct(resizes: np.ndarray) -> tuple:
     return uniq, inv.reshape(-1)
 
 
-def _padded(tabs: list, n: int, K: int) -> tuple:
-    "[(starts (n,), weights (n, k))] as (starts (U, n), weights (U, n, K)), zero weights past each k: a copy per k, not per table."
-    starts, weights = np.stack([s for s, _ in tabs]), np.zeros((len(tabs), n, K), np.float32)
-    ks = np.array([w.shape[1] for _, w in tabs])
-    for k in np.unique(ks).tolist():
-        idx = np.flatnonzero(ks == k)
-        weights[idx, :, :k] = np.stack([tabs[j][1] for j in idx.tolist()])
-    return starts, weights
-
-
 def _axis_host(resizes: np.ndarray, n: int, cache) -> tuple:
     "One axis's taps of a batch from its (N, 5) resizes (in, out, filter, first, flip): each distinct one made once (or found in `cache`)."
     uniq, inv = _distinct(resizes)
@@ -242,8 +232,10 @@ def _axis_host(resizes: np.ndarray, n: int, cache) -> tuple:
     if cache is None:
         starts, weights = _host_taps(*uniq.T, n, K)
     else:
-        starts, weights = _padded(cache.tables(uniq, n), n, K)
-    return torch.from_numpy(starts[inv]), torch.from_numpy(weights[inv])  # per image: whole tables copied
+        rows, starts, weights = cache.tables(uniq, n)
+        inv = rows[inv]
+        weights = weights if weights.shape[2] == K else weights[:, :, :K]  # the batch's K: the rest is zero weights
+    return torch.from_numpy(starts[inv]), torch.from_numpy(weights[inv])  # per image: one gather of whole tables
 
 
 def host_weights(
@@ -262,16 +254,25 @@ def host_weights(
 
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #a93f0103
 class TapCache:
-    """The taps of each resize along an axis that a loader's batches asked for, made once: `cache(plans, out_hw)` is
-    `host_weights(plans, out_hw, cache)`. At most `max_bytes` of tables are kept (when full it starts afresh: bounded
-    whatever the images' sizes); threads may share one."""
+    """The taps of each resize along an axis that a loader's batches asked for, made once and kept in one table per
+    output length, so that a batch's taps are one gather of its rows: `cache(plans, out_hw)` is `host_weights(plans,
+    out_hw, cache)`. At most `max_bytes` of tables are kept (past it, it starts afresh: bounded whatever the images'
+    sizes; a batch whose tables alone are more has them made and not kept); threads may share one."""
 
     def __init__(
         self,
         max_bytes: int = 64 << 20,  # bound on the tables kept
     ):
-        self.max_bytes, self.nbytes, self._tabs, self._lock = max_bytes, 0, {}, threading.Lock()
+        self.max_bytes, self._lock = max_bytes, threading.Lock()
         self.made = self.found = 0  # resizes made here, and found made before
+        self._clear()
+
+    def _clear(self):
+        self._rows, self._pools = {}, {}  # (n, resize) -> its row; n -> (starts (R, n), weights (R, n, K), rows used)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes + w.nbytes for s, w, _ in self._pools.values())
 
     def __call__(
         self,
@@ -284,29 +285,50 @@ class TapCache:
         self,
         resizes: np.ndarray,  # (U, 5) distinct resizes of one axis: in, out, filter, first output pixel, flip
         n: int,  # output pixels wanted of each
-    ) -> list:  # [(starts (n,) int32, weights (n, k) float32)] per resize, k its own
-        "Each resize's taps: found, or made (those missing in one call) and kept."
+    ) -> tuple:  # (rows (U,) int64, starts (R, n) int32, weights (R, n, K) float32): resize j's taps are row rows[j]
+        "Each resize's row in the tables of `n` output pixels: found, or made (those missing in one call) and added."
         keys = [(n, *r) for r in resizes.tolist()]
         with self._lock:
-            tabs = [self._tabs.get(k) for k in keys]
-            miss = [j for j, t in enumerate(tabs) if t is None]
+            rows = [self._rows.get(k) for k in keys]
+            miss = [j for j, r in enumerate(rows) if r is None]
             self.found += len(keys) - len(miss)
             if miss:
                 need = _taps_needed(resizes[miss])
+                if not self._room(n, len(miss), int(need.max())):
+                    self._clear()  # full: start afresh, this batch's resizes all made again
+                    miss, need = list(range(len(keys))), _taps_needed(resizes)
+                    if not self._room(n, len(miss), int(need.max())):  # too many for `max_bytes` alone: made, not kept
+                        self.made += len(miss)
+                        return np.arange(len(keys)), *_host_taps(*resizes.T, n, int(need.max()))
                 starts, weights = _host_taps(*resizes[miss].T, n, int(need.max()))
-                for r, j in enumerate(miss):
-                    tabs[j] = (starts[r].copy(), weights[r, :, : need[r]].copy())  # its own: not a view of the batch's
-                    self._keep(keys[j], tabs[j])
+                first = self._add(n, starts, weights)
+                for i, j in enumerate(miss):
+                    rows[j] = self._rows[keys[j]] = first + i
                 self.made += len(miss)
-        return tabs
+            starts, weights, _ = self._pools[n]
+        return np.array(rows, dtype=np.int64), starts, weights
 
-    def _keep(self, key: tuple, tab: tuple):
-        size = tab[0].nbytes + tab[1].nbytes
-        if self.nbytes + size > self.max_bytes:
-            self._tabs.clear()  # full: start afresh
-            self.nbytes = 0
-        self._tabs[key] = tab
-        self.nbytes += size
+    def _room(self, n: int, m: int, k: int) -> bool:
+        "Whether `m` more tables of `k` taps fit in `n`'s table within `max_bytes` (it grows by doubling)."
+        starts, weights, used = self._pools.get(n, (np.zeros((0, n), np.int32), np.zeros((0, n, 1), np.float32), 0))
+        cap, K = max(len(starts), 2 * len(starts) if used + m > len(starts) else 0, used + m), max(k, weights.shape[2])
+        return self.nbytes - starts.nbytes - weights.nbytes + cap * n * 4 * (1 + K) <= self.max_bytes
+
+    def _add(self, n: int, s: np.ndarray, w: np.ndarray) -> int:
+        "Tables `s`, `w` appended to `n`'s (grown or widened into new arrays: rows others hold stay as they are); the first new row."
+        m, k = w.shape[0], w.shape[2]
+        starts, weights, used = self._pools.get(n, (np.zeros((0, n), np.int32), np.zeros((0, n, k), np.float32), 0))
+        if used + m > len(starts) or k > weights.shape[2]:
+            cap, K = (
+                max(len(starts), 2 * len(starts) if used + m > len(starts) else 0, used + m),
+                max(k, weights.shape[2]),
+            )
+            grown_s, grown_w = np.zeros((cap, n), np.int32), np.zeros((cap, n, K), np.float32)
+            grown_s[:used], grown_w[:used, :, : weights.shape[2]] = starts[:used], weights[:used]
+            starts, weights = grown_s, grown_w
+        starts[used : used + m], weights[used : used + m, :, :k] = s, w  # rows past `used` are zeros: K's padding
+        self._pools[n] = (starts, weights, used + m)
+        return used
 
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #d1d3577e
 def matmul_parts(
