@@ -1,7 +1,8 @@
 """The host time of making one batch's resize taps (`timmdata.pixels.batch_resize`), the four ways: per image with
-numpy (`batch_weights`, the reference), as torch operations on the device (`device_weights`: what the device-decode
-loader's resize stage ran per batch before it kept a `TapCache`), in one numpy call for the batch (`host_weights`),
-and from a warm `TapCache` (the loader's steady state: the batch's resizes mostly made for earlier batches).
+numpy (`batch_weights`, the reference), as a few dozen torch operations on the device (`device_weights`:
+`crop_resize_flip`'s taps when it is given none), in one numpy call for the batch (`host_weights`), and from a warm
+`TapCache` (what the device-decode loader's resize stage uses: in its steady state the batch's resizes were mostly
+made for earlier batches).
 
 A batch is `--batch` training plans of decoded `--hw` images (half of them portrait) to `--size` x `--size`, as the
 loader's workers draw them (`DeviceDecodeTransform.plan`: timm's RandomResizedCrop boxes, 'random' interpolation,
