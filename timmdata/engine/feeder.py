@@ -21,9 +21,9 @@ from timmdata.core.torch_compat import (
 )
 
 # %% auto #0
-__all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'CudaCalls', 'FakeCuda', 'ThreadLane', 'cuda_rng_seeded',
-           'Marks', 'BatchStep', 'ResumesBatches', 'worker_died', 'is_cuda_init_error', 'weak_method', 'DeviceFeeder',
-           'PrefetchStep', 'takes_step_options']
+__all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'CudaCalls', 'FakeCuda', 'ThreadLane', 'StagedPass',
+           'cuda_rng_seeded', 'Marks', 'BatchStep', 'ResumesBatches', 'worker_died', 'is_cuda_init_error',
+           'weak_method', 'DeviceFeeder', 'PrefetchStep', 'takes_step_options']
 
 # %% ../../nbs/engine/30_feeder.ipynb #953faaab
 def tensors(
@@ -110,12 +110,10 @@ class CudaLane:
 
 # %% ../../nbs/engine/30_feeder.ipynb #30874301
 def _settle(
-    pending: deque,  # what a feeder has in flight: `Future`s of a lane's thread (other entries are passed over)
+    pending: deque,  # what a feeder has in flight: `Future`s of a lane's threads, alone or in tuples (other entries are passed over)
 ):
-    "Cancel the futures not started and wait for the one running (its result or error dropped): the lane's thread is then idle."
-    futures = [f for f in pending if isinstance(f, Future)] + [
-        e[0] for e in pending if isinstance(e, tuple) and e and isinstance(e[0], Future)
-    ]
+    "Cancel the futures not started and wait for the ones running (their results or errors dropped): the lane's threads are then idle."
+    futures = [f for e in pending for f in (e if isinstance(e, tuple) else (e,)) if isinstance(f, Future)]
     for f in futures:
         f.cancel()
     for f in futures:
@@ -183,7 +181,7 @@ class FakeCuda:
     in the order they are made; the consumer's stream is `'consumer'`. The tensors stay where they are."""
 
     def __init__(self):
-        self.calls, self._events = [], 0
+        self.calls, self._events, self._lock = [], 0, threading.Lock()
         self._current = threading.local()
 
     class Stream:
@@ -224,8 +222,9 @@ class FakeCuda:
         return FakeCuda.Stream(name, self.calls)
 
     def event(self):
-        self._events += 1
-        return FakeCuda.Event(self._events, self.calls)
+        with self._lock:  # a staged lane's threads make events at once: each its own number
+            self._events += 1
+            return FakeCuda.Event(self._events, self.calls)
 
     @contextmanager
     def on(
@@ -267,6 +266,7 @@ def _next_kept(
     it,  # the iterator over the loader
     marks,  # the loader's `Marks`, read right after each batch is taken
     skip: Callable,  # `skip(batch)` -> True for a batch to drop
+    count: Optional[list] = None,  # [batches taken from `it` so far this pass], counted on here (None: not counted)
 ) -> tuple:
     "In the lane's thread: (the loader's next kept batch or None at the end, its mark, the last mark seen)."
     seen = None
@@ -275,24 +275,55 @@ def _next_kept(
             b = next(it)
         except StopIteration:
             return None, None, seen
+        if count is not None:
+            count[0] += 1
         seen = m = marks.mark()
         if not skip(b):
             return b, m, seen
 
+
+class _Staged:
+    "A batch in a staged lane: its stages' generator, what its last stage made and that stage's event, its mark, the last mark seen, its place in the pass."
+
+    __slots__ = ('gen', 'out', 'ready', 'mark', 'seen', 'pos', 'done')
+
+    def __init__(self, gen=None, mark=None, seen=None, pos: int = -1):
+        self.gen, self.out, self.ready, self.mark, self.seen, self.pos = gen, None, None, mark, seen, pos
+        self.done = gen is None  # no stage left to run (the end of the pass: no batch)
+
+
+def _take_staged(step: Callable, it, marks, skip: Callable, end: list, count: list, calls) -> _Staged:
+    "In a staged lane's fetch thread: the loader's next kept batch, its stages not started; at the end one with no batch."
+    if end[0]:
+        return _Staged()
+    b, m, seen = _next_kept(it, marks, skip, count)
+    if b is None:
+        end[0] = True  # the fetches queued behind this one return at once
+        return _Staged(seen=seen)
+    return _Staged(step(b, m, calls), m, seen, count[0] - 1)
+
+
+def _note(
+    e: BaseException,  # an error on its way to the consumer
+    text: str,  # where it was raised
+):
+    "`e` with `text` among its notes (shown under its message; `__notes__` before Python 3.11 too)."
+    if hasattr(e, 'add_note'):
+        e.add_note(text)
+    else:
+        e.__notes__ = [*getattr(e, '__notes__', []), text]
+
 # %% ../../nbs/engine/30_feeder.ipynb #2266cb24
 class ThreadLane:
-    """A step run in a thread of its own, ahead of the consumer (the device decode's: a decoder's wait for its own
-    work at the end of a batch then blocks that thread, not the training step). On CUDA the thread queues the step on
-    a stream of its own and the hand-over is an event, as on `CudaLane`; on the CPU the thread alone (nothing to wait
-    for). Steps run one at a time, in order. The thread's stream does not wait for the consumer's: what the step writes
-    is new memory from its own stream's pool, and a handed-over batch's memory goes back to that pool only when the
-    consumer's work on it is done (`record_stream`), so the next step may start at once.
+    """A step run in threads of its own, ahead of the consumer (the device decode's: a decoder's wait for its own
+    work at the end of a batch then blocks that thread, not the training step). On CUDA a thread queues its work on a
+    stream of its own and the hand-over is an event, as on `CudaLane`; on the CPU the threads alone (nothing to wait
+    for). A stream does not wait for the consumer's: what a step writes is new memory from its own stream's pool, and a
+    handed-over batch's memory goes back to that pool only when the consumer's work on it is done (`record_stream`).
 
-    A step in `stages` (its feed a generator that yields after each stage what the next one reads) runs as a pipeline:
-    each stage on a stream of its own, each batch one stage further at each turn, the newest batch first (batch k+1's
-    decode is queued before batch k's resize waits for batch k's decode), every hand-over from one stage to the next,
-    and to the consumer, a wait on the event recorded after the stage, never on a whole stream. `calls` makes the CUDA
-    calls (`CudaCalls`; a `FakeCuda` records them on a CPU; None on the CPU: the stages run in turn, nothing to wait for)."""
+    A step in one piece runs in one thread ('timmdata-step'), which also takes the batches from the loader, one batch
+    at a time, in order. A step in `stages` runs as a pipeline of threads, one a stage (`StagedPass`). `calls` makes
+    the CUDA calls (`CudaCalls`; a `FakeCuda` records them on a CPU; None on the CPU: nothing to wait for)."""
 
     def __init__(
         self,
@@ -302,9 +333,7 @@ class ThreadLane:
     ):
         self.device, self.stream, self._pool, self.stages = device, None, None, tuple(stages)
         self.calls = CudaCalls(device) if device.type == 'cuda' else None
-        self.streams = {}  # a stream per stage, made with the first batch
-        self._flight = deque()  # the batches in the pipeline: [stage generator, next stage, its event, carried, mark]
-        self._taken_all = False
+        self.streams = {}  # a stream per stage, made with the first batch and kept for the lane's life
 
     @property
     def cuda(self) -> bool:
@@ -319,9 +348,9 @@ class ThreadLane:
         "(a `Future` of (the step's output, its ready event or None), None): the step handed to the lane's thread."
         return self._start().submit(self._run, step, batch, mark), None
 
-    def _start(self) -> ThreadPoolExecutor:
-        "The lane's thread (and its streams), made at the first batch."
-        if self._pool is None:
+    def _start(self) -> Optional[ThreadPoolExecutor]:
+        "The streams and, for a step in one piece, its thread, made at the first batch."
+        if self._pool is None and not self.stages:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix='timmdata-step')
             weakref.finalize(self, self._pool.shutdown, wait=False)  # the thread ends with the lane
         if self.cuda and self.stream is None:
@@ -331,22 +360,21 @@ class ThreadLane:
 
     def batches(
         self,
-        step: Callable,  # as for `prepare`
-        it,  # the iterator over the loader: each batch is taken from it in the lane's thread
+        step: Callable,  # as for `prepare`; a staged step: `step(batch, mark, calls)` -> a generator of its stages
+        it,  # the iterator over the loader: each batch is taken from it in a lane's thread
         marks,  # the loader's `Marks`, read right after each batch is taken
         skip: Callable,  # `skip(batch)` -> True for a batch to drop
         ahead: int,  # batches taken and stepped ahead of the one handed out
         pending: deque,  # the `Future`s in flight, kept by the caller (who cancels them when it stops early)
     ):
-        """Yields (output, mark) of each kept batch: taken from `it` and stepped in the lane's thread, so the consumer
+        """Yields (output, mark) of each kept batch: taken from `it` and stepped in the lane's threads, so the consumer
         waits only for a batch already made, never for a worker's next one. Returns the last mark seen (skipped too)."""
         pool, end, seen = self._start(), [False], None
-        self._flight.clear()  # a pass stopped early left its batches here
-        self._taken_all = False
-        take = self._turn if self.stages else self._take
+        if self.stages:
+            return (yield from StagedPass(self).batches(step, it, marks, skip, ahead, pending))
         while True:
             while not end[0] and len(pending) <= ahead:
-                pending.append(pool.submit(take, step, it, marks, skip, end))
+                pending.append(pool.submit(self._take, step, it, marks, skip, end))
             if not pending:
                 return seen
             kept, out, ready, m, s = pending.popleft().result()
@@ -374,57 +402,6 @@ class ThreadLane:
             ready.record(self.stream)
         return out, ready
 
-    def _turn(self, step: Callable, it, marks, skip: Callable, end: list) -> tuple:
-        """In the lane's thread, a staged step's turn: the loader's next kept batch enters the first stage, then each
-        batch in flight goes one stage further, the newest first; (kept, output, ready event, mark, last mark seen) of
-        the batch that left the last stage (kept False while the pipeline fills)."""
-        seen, done = None, None
-        if end[0]:
-            return False, None, None, None, None
-        if not self._taken_all:
-            b, m, seen = _next_kept(it, marks, skip)
-            if b is None:
-                self._taken_all = True
-            else:
-                self._flight.appendleft([step(b, m, self.calls), 0, None, None, m])
-        for entry in list(self._flight):  # the newest first
-            if self._advance(entry):
-                done = entry
-        if done is not None:
-            self._flight.remove(done)
-        elif self._taken_all and not self._flight:
-            end[0] = True  # the futures queued behind this one return at once
-        if done is None:
-            return False, None, None, None, seen
-        return True, done[3], done[2], done[4], seen
-
-    def _advance(self, entry: list) -> bool:
-        "One batch's next stage: its stream waits for the stage before's event, runs it, records its own; True after the last."
-        gen, k = entry[0], entry[1]
-        if not self.cuda:
-            try:
-                entry[3] = next(gen)
-            except StopIteration as r:
-                entry[3] = r.value
-                return True
-            entry[1] = k + 1
-            return False
-        stream = self.streams[self.stages[k]]
-        if entry[2] is not None:
-            stream.wait_event(entry[2])  # the stage before, this batch's: not the whole stream
-            for t in tensors(entry[3]):
-                self.calls.keep(t, stream)  # read here: its memory stays the stage before's until this one has run
-        with self.calls.on(stream):
-            try:
-                entry[3] = next(gen)  # what the next stage reads
-                last = False
-            except StopIteration as r:
-                entry[3], last = r.value, True
-            entry[2] = self.calls.event()
-            entry[2].record(stream)
-        entry[1] = k + 1
-        return last
-
     def hand_over(
         self,
         pending: Future,  # the `Future` `prepare` returned
@@ -442,6 +419,93 @@ class ThreadLane:
         for t in tensors(out):
             self.calls.keep(t, consumer)
         return out
+
+# %% ../../nbs/engine/30_feeder.ipynb #a93f0002
+class StagedPass:
+    """One pass of a staged step through a `ThreadLane`: a thread takes the loader's batches ('timmdata-fetch'), then
+    each stage has a thread of its own ('timmdata-decode', 'timmdata-resize', ...) and, on CUDA, the lane's stream for
+    it. Each thread runs its stage for one batch after another in the loader's order, so while batch k is resized,
+    batch k+1 is decoded and batch k+2 taken from the loader. A batch is a chain of `Future`s, one a thread; a stage
+    waits for the batch's stage before (its `Future`), then its stream for that stage's event, never a whole stream.
+    An error in a stage reaches the consumer at that batch, noted with the stage and the batch's place in the pass.
+    The threads live for the pass: when it ends, fails or is stopped, what was queued is cancelled, what runs is waited
+    for, and the threads are gone."""
+
+    def __init__(
+        self,
+        lane: ThreadLane,  # the lane: its stages, their streams and its CUDA calls
+    ):
+        self.lane, self.stages, self.calls = lane, lane.stages, lane.calls
+
+    def batches(
+        self,
+        step: Callable,  # `step(batch, mark, calls)` -> a generator that yields after each stage but the last
+        it,  # the iterator over the loader
+        marks,  # the loader's `Marks`, read right after each batch is taken
+        skip: Callable,  # `skip(batch)` -> True for a batch to drop
+        ahead: int,  # batches made ahead of the one handed out, past those the stages hold
+        pending: deque,  # the batches' chains of `Future`s in flight, kept by the caller
+    ):
+        "As `ThreadLane.batches`: yields (output, mark) of each kept batch; returns the last mark seen."
+        names = ('fetch', *self.stages)
+        pools = [ThreadPoolExecutor(1, thread_name_prefix=f'timmdata-{n}') for n in names]
+        end, count, seen = [False], [0], None
+        try:
+            while True:
+                while not end[0] and len(pending) < ahead + len(self.stages):
+                    chain = [pools[0].submit(_take_staged, step, it, marks, skip, end, count, self.calls)]
+                    for i, pool in enumerate(pools[1:]):
+                        chain.append(pool.submit(self._stage, i, chain[-1]))
+                    pending.append(tuple(chain))
+                if not pending:
+                    return seen
+                b = pending.popleft()[-1].result()  # an error in any of its stages is raised here
+                seen = b.seen if b.seen is not None else seen
+                if b.gen is not None:
+                    out, ready, m = b.out, b.ready, b.mark
+                    del b
+                    yield self.lane._hand(out, ready), m
+                    del out
+        finally:
+            _settle(pending)  # a pass stopped early: its queued work cancelled, its running work waited for
+            for pool in pools:
+                pool.shutdown(wait=False, cancel_futures=True)
+            for pool in pools:
+                pool.shutdown(wait=True)  # no thread left
+
+    def _stage(self, i: int, before: Future) -> _Staged:
+        "In stage `i`'s thread: the batch `before` gives (its stage before done) one stage further, on the stage's stream."
+        b = before.result()  # an error of a stage before (noted there) goes on to the consumer
+        if b.done:
+            return b
+        if not self.lane.cuda:
+            return self._next(b, i)
+        stream = self.lane.streams[self.stages[i]]
+        if b.ready is not None:
+            stream.wait_event(b.ready)  # the stage before, this batch's: not the whole stream
+            for t in tensors(b.out):
+                self.calls.keep(t, stream)  # read here: its memory stays the stage before's until this one has run
+        with self.calls.on(stream):
+            self._next(b, i)
+            b.ready = self.calls.event()
+            b.ready.record(stream)
+        return b
+
+    def _next(self, b: _Staged, i: int) -> _Staged:
+        "Stage `i` of batch `b`: what the next stage reads, or the step's output after the last stage."
+        try:
+            b.out = next(b.gen)
+        except StopIteration as r:
+            b.out, b.done = r.value, True
+        except Exception as e:
+            _note(e, f'timmdata: raised in the {self.stages[i]!r} stage of batch {b.pos} of the pass (counted from 0)')
+            raise
+        if not b.done and i == len(self.stages) - 1:
+            raise RuntimeError(
+                f'a staged step yielded after its last stage {self.stages[-1]!r}: it yields once after each stage '
+                f'of {self.stages} but the last, then returns its output'
+            )
+        return b
 
 # %% ../../nbs/engine/30_feeder.ipynb #cfd43620
 LANES = {'cpu': HostLane, 'cuda': CudaLane}  # a new device type: a lane with `prepare` and `hand_over`, added here
@@ -562,7 +626,7 @@ class DeviceFeeder:
         self.running = 0  # iterations under way
 
     def __iter__(self):
-        it, pending, done, seen = None, deque(), False, None
+        it, pending, done, seen, gen = None, deque(), False, None, None
         if self.marks.fresh():
             self.last = None
         self.running += 1
@@ -613,6 +677,8 @@ class DeviceFeeder:
             raise
         finally:
             try:
+                if gen is not None:
+                    gen.close()  # a lane's pass stopped early: its threads stop and end (`StagedPass`)
                 _settle(pending)  # nothing of this pass still runs in a lane's thread (it may be taking from `it`)
                 self.stop_workers(it, force=False)
             finally:

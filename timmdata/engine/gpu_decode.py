@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import IterableDataset
 from PIL import Image
 from ..pixels.decode import ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
-from ..pixels.batch_resize import crop_resize_flip
+from ..pixels.batch_resize import TapCache, crop_resize_flip
 from ..pixels.batch_augment import AUG_OPS, augment_batch
 from ..mixup import Mixup
 from ..auto_augment import RandAugment, create_auto_augment, parse_auto_augment
@@ -128,14 +128,16 @@ def resize_stage(
     size: tuple,  # output (h, w)
     device: torch.device,  # where to resize
     channels: int = 3,  # output channels (3: RGB)
+    taps: Optional[TapCache] = None,  # the taps of the resizes seen before, made on the host; None: made on the device
 ) -> torch.Tensor:
     "The resize stage: the uint8 (N, C, h, w) batch, every box cropped, resized and flipped; the workers' rows put in."
     plans, pix_rows = packed['plans'], packed['pixel_rows'].tolist()
     n = len(plans)
     out = torch.empty((n, channels, *size), dtype=torch.uint8, device=device)
     jpeg_rows = sorted(set(range(n)) - set(pix_rows))
-    if jpeg_rows:  # every box resized and flipped in a few batched calls, the taps made there (`crop_resize_flip`)
-        crop_resize_flip(imgs, plans[jpeg_rows], out, jpeg_rows)
+    if jpeg_rows:  # every box resized and flipped in a few batched calls (`crop_resize_flip`)
+        p = plans[jpeg_rows]
+        crop_resize_flip(imgs, p, out, jpeg_rows, weights=None if taps is None else taps(p, size))
     if pix_rows:  # decoded, resized and flipped in the workers
         out.index_copy_(0, rows_on(device, pix_rows), to_device(packed['pixels'], device))
     return out
@@ -196,10 +198,11 @@ class DeviceDecodeStep:
 
     devices = BatchOps.devices
     cpu_threads, collate = None, None  # for `PrefetchLoader`: torch's threads on the CPU; no batch memory to take back
-    # its stages, each on a stream of its own on a GPU, overlapping across batches (`ThreadLane`'s pipeline)
+    # its stages, each in a thread of its own and, on a GPU, on a stream of its own, overlapping across batches
+    # (`ThreadLane`'s `StagedPass`): batch k+1's decode call runs while batch k is resized
     stages = ('decode', 'resize', 'ops')
-    # a thread of its own (`ThreadLane`): the decoder's waits (`decode_stage`)
-    # block that thread, never the training step
+    # threads of its own (`ThreadLane`): the decoder's waits (`decode_stage`) block the decode thread, never the
+    # training step
     own_thread = True
 
     def __init__(
@@ -223,6 +226,7 @@ class DeviceDecodeStep:
         self.split = [0] * len(SPLIT)  # samples by where they were decoded (`SPLIT`)
         self.stats = None  # the loader's `LoaderStats`, where the split is shown (`info['decode']`); set by the loader
         self.bitstreams_on_device = None  # the decoder reads device memory (one copy a batch); None: not asked yet
+        self.taps = TapCache()  # the resizes' taps, each made once on the host: no kernel launches per batch for them
 
     @property
     def ahead(self) -> int:
@@ -268,7 +272,7 @@ class DeviceDecodeStep:
                 self.stats.info.setdefault('decode', {})['bitstreams'] = where
         imgs, slow = decode_stage(packed, self.device, calls, self.bitstreams_on_device)
         yield imgs
-        x = resize_stage(packed, imgs, self.size, self.device, ops.channels)
+        x = resize_stage(packed, imgs, self.size, self.device, ops.channels, self.taps)
         del imgs
         if (
             'augs' in packed

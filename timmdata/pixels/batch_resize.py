@@ -4,6 +4,7 @@
 
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #a9dfa9cc
 from __future__ import annotations
+import threading
 from collections.abc import Sequence
 import numpy as np
 import torch
@@ -12,7 +13,7 @@ from .resample import vertical_first
 
 # %% auto #0
 __all__ = ['PRECISION_BITS', 'PLAN_FIELDS', 'pil_weights', 'plan_weights', 'stack_weights', 'batch_weights', 'device_weights',
-           'matmul_parts', 'crop_resize_flip']
+           'host_weights', 'TapCache', 'matmul_parts', 'crop_resize_flip']
 
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #48ee6d27
 PRECISION_BITS = 22  # Pillow's 8-bit resample: weights are integers of 2**-22 (32 - 8 - 2 bits)
@@ -181,6 +182,153 @@ def device_weights(
         _axis_taps(t[:, 2], t[:, 4], kind, t[:, 6], t[:, 9], oh, max(Ky, 1)),
         _axis_taps(t[:, 3], t[:, 5], kind, t[:, 7], t[:, 8], ow, max(Kx, 1)),
     )
+
+# %% ../../nbs/pixels/09b_batch_resize.ipynb #a93f0102
+def _host_taps(in_size, out_size, kind, first, flip, n: int, K: int) -> tuple:
+    "`pil_weights` of every row at once in numpy: (U,) int64 arrays -> (starts (U, n) int32, weights (U, n, K) float32)."
+    scale = (in_size / out_size)[:, None]  # float64 operations in `pil_weights`'s order: the same numbers
+    fs = np.maximum(scale, 1.0)
+    support, ss = (kind[:, None] + 1.0) * fs, 1.0 / fs  # bilinear's support 1, bicubic's 2, times the filter scale
+    center = (np.arange(n, dtype=np.float64) + first[:, None] + 0.5) * scale
+    xmin = np.maximum(np.trunc(center - support + 0.5), 0.0)
+    count = np.minimum(np.trunc(center + support + 0.5), in_size[:, None]) - xmin
+    x = np.arange(K, dtype=np.float64)
+    d = np.abs(((x + xmin[..., None]) - center[..., None] + 0.5) * ss[..., None])
+    w = _filter(0, d)  # bilinear's triangle for every row, then the cubic's for the rows that ask for it
+    cubic = kind == 1
+    if cubic.any():
+        w[cubic] = _filter(1, d[cubic])
+    w[x >= count[..., None]] = 0.0  # past the row's own run
+    total = np.cumsum(w, axis=2)[..., -1:]  # left to right, as Pillow's loop sums (a cumsum adds in order)
+    w = np.divide(w, total, out=w, where=total != 0.0)
+    q = w * (1 << PRECISION_BITS)
+    k = np.trunc(np.where(w < 0, q - 0.5, q + 0.5))  # half away from zero, as Pillow's cast
+    starts, weights = xmin.astype(np.int32), (k / (1 << PRECISION_BITS)).astype(np.float32)
+    fl = flip.astype(bool)
+    starts[fl], weights[fl] = starts[fl, ::-1], weights[fl, ::-1]  # a mirrored output: its pixels in reverse order
+    return starts, weights
+
+
+def _taps_needed(resizes: np.ndarray) -> np.ndarray:
+    "The most taps each (in, out, filter, ...) resize can need: 2 * support + 1 (support: the filter's times max(1, in / out))."
+    return np.ceil(2 * (resizes[:, 2] + 1) * np.maximum(resizes[:, 0] / resizes[:, 1], 1.0)).astype(np.int64) + 1
+
+
+def _distinct(resizes: np.ndarray) -> tuple:
+    "(the distinct rows of the (N, 5) int64 `resizes`, each row's index among them): one 1-D unique of the rows packed in an int64."
+    if len(resizes) and 0 <= resizes.min() and resizes[:, :4].max() < (1 << 20) and resizes[:, 4].max() < 2:
+        r = resizes  # 20 + 20 + 20 + 1 + 1 bits
+        packed = (((r[:, 0] << 20 | r[:, 1]) << 20 | r[:, 3]) << 1 | r[:, 2]) << 1 | r[:, 4]
+        _, first, inv = np.unique(packed, return_index=True, return_inverse=True)
+        return resizes[first], inv.reshape(-1)
+    uniq, inv = np.unique(resizes, axis=0, return_inverse=True)  # sizes past 2**20: the slower unique of rows
+    return uniq, inv.reshape(-1)
+
+
+def _axis_host(resizes: np.ndarray, n: int, cache) -> tuple:
+    "One axis's taps of a batch from its (N, 5) resizes (in, out, filter, first, flip): each distinct one made once (or found in `cache`)."
+    uniq, inv = _distinct(resizes)
+    K = max(int(_taps_needed(uniq).max(initial=1)), 1)
+    if cache is None:
+        starts, weights = _host_taps(*uniq.T, n, K)
+    else:
+        rows, starts, weights = cache.tables(uniq, n)
+        inv = rows[inv]
+        weights = weights if weights.shape[2] == K else weights[:, :, :K]  # the batch's K: the rest is zero weights
+    return torch.from_numpy(starts[inv]), torch.from_numpy(weights[inv])  # per image: one gather of whole tables
+
+
+def host_weights(
+    plans,  # (N, 11) int plans on the host (tensor, array or rows)
+    out_hw: tuple,  # the output (oh, ow)
+    cache: TapCache | None = None,  # the resizes made before (a loader's); None: each made here
+) -> tuple:  # as `batch_weights` (CPU tensors; K as `device_weights`'s, zero weights past a row's own)
+    "`batch_weights(plans, out_hw)` in one numpy call per axis for the whole batch: each distinct resize made once (or found in `cache`), then gathered per image."
+    p = np.asarray(plans, dtype=np.int64).reshape(-1, 11)
+    _check_plans(p, out_hw, 'host_weights')
+    oh, ow = out_hw
+    return (
+        _axis_host(p[:, [2, 4, 10, 6, 9]], oh, cache),  # rows: box height, resize height, filter, window top, flip
+        _axis_host(p[:, [3, 5, 10, 7, 8]], ow, cache),  # columns: box width, resize width, filter, window left, flip
+    )
+
+# %% ../../nbs/pixels/09b_batch_resize.ipynb #a93f0103
+class TapCache:
+    """The taps of each resize along an axis that a loader's batches asked for, made once and kept in one table per
+    output length, so that a batch's taps are one gather of its rows: `cache(plans, out_hw)` is `host_weights(plans,
+    out_hw, cache)`. At most `max_bytes` of tables are kept (past it, it starts afresh: bounded whatever the images'
+    sizes; a batch whose tables alone are more has them made and not kept); threads may share one."""
+
+    def __init__(
+        self,
+        max_bytes: int = 64 << 20,  # bound on the tables kept
+    ):
+        self.max_bytes, self._lock = max_bytes, threading.Lock()
+        self.made = self.found = 0  # resizes made here, and found made before
+        self._clear()
+
+    def _clear(self):
+        self._rows, self._pools = {}, {}  # (n, resize) -> its row; n -> (starts (R, n), weights (R, n, K), rows used)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes + w.nbytes for s, w, _ in self._pools.values())
+
+    def __call__(
+        self,
+        plans,  # (N, 11) int plans on the host
+        out_hw: tuple,  # the output (oh, ow)
+    ) -> tuple:  # as `host_weights`
+        return host_weights(plans, out_hw, self)
+
+    def tables(
+        self,
+        resizes: np.ndarray,  # (U, 5) distinct resizes of one axis: in, out, filter, first output pixel, flip
+        n: int,  # output pixels wanted of each
+    ) -> tuple:  # (rows (U,) int64, starts (R, n) int32, weights (R, n, K) float32): resize j's taps are row rows[j]
+        "Each resize's row in the tables of `n` output pixels: found, or made (those missing in one call) and added."
+        keys = [(n, *r) for r in resizes.tolist()]
+        with self._lock:
+            rows = [self._rows.get(k) for k in keys]
+            miss = [j for j, r in enumerate(rows) if r is None]
+            self.found += len(keys) - len(miss)
+            if miss:
+                need = _taps_needed(resizes[miss])
+                if not self._room(n, len(miss), int(need.max())):
+                    self._clear()  # full: start afresh, this batch's resizes all made again
+                    miss, need = list(range(len(keys))), _taps_needed(resizes)
+                    if not self._room(n, len(miss), int(need.max())):  # too many for `max_bytes` alone: made, not kept
+                        self.made += len(miss)
+                        return np.arange(len(keys)), *_host_taps(*resizes.T, n, int(need.max()))
+                starts, weights = _host_taps(*resizes[miss].T, n, int(need.max()))
+                first = self._add(n, starts, weights)
+                for i, j in enumerate(miss):
+                    rows[j] = self._rows[keys[j]] = first + i
+                self.made += len(miss)
+            starts, weights, _ = self._pools[n]
+        return np.array(rows, dtype=np.int64), starts, weights
+
+    def _room(self, n: int, m: int, k: int) -> bool:
+        "Whether `m` more tables of `k` taps fit in `n`'s table within `max_bytes` (it grows by doubling)."
+        starts, weights, used = self._pools.get(n, (np.zeros((0, n), np.int32), np.zeros((0, n, 1), np.float32), 0))
+        cap, K = max(len(starts), 2 * len(starts) if used + m > len(starts) else 0, used + m), max(k, weights.shape[2])
+        return self.nbytes - starts.nbytes - weights.nbytes + cap * n * 4 * (1 + K) <= self.max_bytes
+
+    def _add(self, n: int, s: np.ndarray, w: np.ndarray) -> int:
+        "Tables `s`, `w` appended to `n`'s (grown or widened into new arrays: rows others hold stay as they are); the first new row."
+        m, k = w.shape[0], w.shape[2]
+        starts, weights, used = self._pools.get(n, (np.zeros((0, n), np.int32), np.zeros((0, n, k), np.float32), 0))
+        if used + m > len(starts) or k > weights.shape[2]:
+            cap, K = (
+                max(len(starts), 2 * len(starts) if used + m > len(starts) else 0, used + m),
+                max(k, weights.shape[2]),
+            )
+            grown_s, grown_w = np.zeros((cap, n), np.int32), np.zeros((cap, n, K), np.float32)
+            grown_s[:used], grown_w[:used, :, : weights.shape[2]] = starts[:used], weights[:used]
+            starts, weights = grown_s, grown_w
+        starts[used : used + m], weights[used : used + m, :, :k] = s, w  # rows past `used` are zeros: K's padding
+        self._pools[n] = (starts, weights, used + m)
+        return used
 
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #d1d3577e
 def matmul_parts(
