@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Callable, Optional, Protocol, runtime_checkable
 import torch
 from ..batch.collate import CUDA_IN_WORKER, BatchCollate
+from .cuda_calls import CudaCalls, FakeCuda  # a lane's GPU calls, and their stand-in on a CPU
 from ..core.runtime import torch_threads
 from timmdata.core.torch_compat import (
     cuda_default_generator,
@@ -21,9 +22,9 @@ from timmdata.core.torch_compat import (
 )
 
 # %% auto #0
-__all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'CudaCalls', 'FakeCuda', 'ThreadLane', 'StagedPass',
-           'cuda_rng_seeded', 'Marks', 'BatchStep', 'ResumesBatches', 'worker_died', 'is_cuda_init_error',
-           'weak_method', 'DeviceFeeder', 'PrefetchStep', 'takes_step_options']
+__all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'ThreadLane', 'StagedPass', 'cuda_rng_seeded', 'Marks',
+           'BatchStep', 'ResumesBatches', 'worker_died', 'is_cuda_init_error', 'weak_method', 'DeviceFeeder',
+           'PrefetchStep', 'takes_step_options']
 
 # %% ../../nbs/engine/30_feeder.ipynb #953faaab
 def tensors(
@@ -120,146 +121,6 @@ def _settle(
         if not f.cancelled():
             f.exception()  # waits; an error of a batch nobody will take is dropped
     pending.clear()
-
-# %% ../../nbs/engine/30_feeder.ipynb #c0dac412
-class CudaCalls:
-    "The CUDA calls of a lane: its streams, events, the hand-over's wait and the copies to the device (`FakeCuda` records the same calls on a CPU)."
-
-    def __init__(
-        self,
-        device: torch.device,  # the CUDA device
-    ):
-        self.device = device
-
-    def stream(
-        self,
-        name: str,  # what runs on it (a stage's name): unused on CUDA, the fake's record names it
-    ):
-        return torch.cuda.Stream(device=self.device)
-
-    def event(self):
-        return torch.cuda.Event()
-
-    def on(
-        self,
-        stream,  # a stream from `stream()`
-    ):
-        "Within: `stream` is the current one (the lane's thread is on the lane's device)."
-        return _on_cuda(self.device, stream)
-
-    def consumer(self):
-        "The stream of the calling thread (the consumer's, at a hand-over)."
-        return torch.cuda.current_stream(self.device)
-
-    def keep(
-        self,
-        t: torch.Tensor,  # a tensor made on another stream
-        stream,  # the stream that uses it next
-    ):
-        "`t`'s memory is not handed out again before `stream`'s work queued so far has run (`record_stream`)."
-        if t.is_cuda:
-            t.record_stream(stream)
-
-    def copy_in(
-        self,
-        t: torch.Tensor,  # a host tensor, page-locked (pinned) for an asynchronous copy
-    ) -> torch.Tensor:
-        "`t` on the device: one copy queued on the current stream."
-        return t.to(self.device, non_blocking=True)
-
-
-@contextmanager
-def _on_cuda(device: torch.device, stream):
-    with torch.cuda.device(device), torch.cuda.stream(stream):
-        yield
-
-# %% ../../nbs/engine/30_feeder.ipynb #c0dac413
-class FakeCuda:
-    """`CudaCalls` without CUDA: streams and events that only record, in `calls`, what a GPU would be asked and in
-    which order: `('on', stream)`, `('record', stream, event)`, `('wait_event', stream, event)`, `('wait_stream',
-    stream, other)`, `('synchronize', stream)`, `('keep', stream)`, `('copy_in', stream, bytes)`. Events are numbered
-    in the order they are made; the consumer's stream is `'consumer'`. The tensors stay where they are."""
-
-    def __init__(self):
-        self.calls, self._events, self._lock = [], 0, threading.Lock()
-        self._current = threading.local()
-
-    class Stream:
-        def __init__(
-            self,
-            name: str,  # the stream's name in the log
-            log: list,  # the calls, in order, as (call, ...) tuples
-        ):
-            self.name, self._log = name, log
-
-        def wait_event(self, event):
-            self._log.append(('wait_event', self.name, event.n))
-
-        def wait_stream(self, other):
-            self._log.append(('wait_stream', self.name, other.name))
-
-        def synchronize(self):
-            self._log.append(('synchronize', self.name))
-
-    class Event:
-        def __init__(
-            self,
-            n: int,  # the event's number in the log
-            log: list,  # the calls, in order
-        ):
-            self.n, self._log = n, log
-
-        def record(self, stream):
-            self._log.append(('record', stream.name, self.n))
-
-        def synchronize(self):
-            self._log.append(('event_synchronize', self.n))
-
-    def stream(
-        self,
-        name: str,  # the stream's name in the log
-    ):
-        return FakeCuda.Stream(name, self.calls)
-
-    def event(self):
-        with self._lock:  # a staged lane's threads make events at once: each its own number
-            self._events += 1
-            return FakeCuda.Event(self._events, self.calls)
-
-    @contextmanager
-    def on(
-        self,
-        stream,  # the stream the calls inside go to
-    ):
-        self.calls.append(('on', stream.name))
-        before = getattr(self._current, 'stream', None)
-        self._current.stream = stream
-        try:
-            yield
-        finally:
-            self._current.stream = before
-
-    def current(self):
-        "The stream `on` made current in this thread (None outside)."
-        return getattr(self._current, 'stream', None)
-
-    def consumer(self):
-        return self.current() or FakeCuda.Stream('consumer', self.calls)
-
-    def keep(
-        self,
-        t: torch.Tensor,  # a tensor a stream still uses
-        stream,  # the stream that uses it
-    ):
-        self.calls.append(('keep', stream.name))
-
-    def copy_in(
-        self,
-        t: torch.Tensor,  # the host tensor copied to the device
-    ) -> torch.Tensor:
-        s = self.current()
-        self.calls.append(('copy_in', None if s is None else s.name, t.numel() * t.element_size()))
-        return t
 
 # %% ../../nbs/engine/30_feeder.ipynb #609c6ea0
 def _next_kept(
