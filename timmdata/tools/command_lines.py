@@ -8,9 +8,9 @@ import argparse, math, os
 from ..index.dataset_index import DATASET_INDEX_FILE
 
 # %% auto #0
-__all__ = ['CONTENDERS', 'QUICK', 'int_at_least', 'float_in', 'comma_list', 'usable_cpus', 'demo_parser', 'bench_parser',
-           'check_parser', 'shards_parser', 'index_parser', 'info_parser', 'add_step_options', 'profile_parser',
-           'tune_parser']
+__all__ = ['CONTENDERS', 'QUICK', 'int_at_least', 'float_in', 'comma_list', 'usable_cpus', 'add_bad_sample', 'demo_parser',
+           'bench_parser', 'check_parser', 'shards_parser', 'index_parser', 'info_parser', 'add_step_options',
+           'profile_parser', 'tune_parser']
 
 # %% ../../nbs/tools/44a_command_lines.ipynb #91f72315
 def int_at_least(
@@ -78,6 +78,19 @@ def usable_cpus() -> int:
 CONTENDERS = ('timmdata', 'timm', 'torchvision')  # the loaders `timmdata bench` times (tools.bench.LOADERS builds each)
 QUICK = {'epochs': 1, 'max_images': 400}  # --quick: one measured epoch on 400 images (under a minute on 2 cores)
 
+# %% ../../nbs/tools/44a_command_lines.ipynb #0d3d9aa5
+def add_bad_sample(
+    p: argparse.ArgumentParser,  # the parser of `timmdata demo`, `profile` or `tune`
+) -> argparse.ArgumentParser:
+    "`--bad-sample raise|skip|replace` as the commands that build a training loader take it (`create_loader`'s `bad_sample`), added to `p`."
+    p.add_argument(
+        '--bad-sample',
+        choices=('raise', 'skip', 'replace'),
+        default='raise',
+        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
+    )
+    return p
+
 # %% ../../nbs/tools/44a_command_lines.ipynb #48f6a621
 def demo_parser() -> argparse.ArgumentParser:
     "The options of `timmdata demo`: what `demo_main` parses and `timmdata demo --help` shows."
@@ -93,12 +106,7 @@ def demo_parser() -> argparse.ArgumentParser:
     p.add_argument(
         '--workers', type=int_at_least(0), default=2, help='DataLoader worker processes (0: load in this process)'
     )
-    p.add_argument(
-        '--bad-sample',
-        choices=('raise', 'skip', 'replace'),
-        default='raise',
-        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
-    )
+    add_bad_sample(p)
     p.add_argument('--out', default='out/demo_batch.png', help='where to save the picture of one batch')
     p.add_argument('--no-progress', action='store_true', help='no progress bar (for logs and notebooks)')
     return p
@@ -265,12 +273,7 @@ def add_step_options(
     )
     p.add_argument('--batch-size', type=int_at_least(1), default=64, help='images per batch')
     p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
-    p.add_argument(
-        '--bad-sample',
-        choices=('raise', 'skip', 'replace'),
-        default='raise',
-        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
-    )
+    add_bad_sample(p)
     return p
 
 # %% ../../nbs/tools/44a_command_lines.ipynb #9617ce62
