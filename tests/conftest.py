@@ -44,6 +44,20 @@ def seeded_globals(request):
     seed = zlib.crc32(f"{request.node.nodeid}:{os.environ.get('TIMMDATA_TEST_SEED', '0')}".encode())
     random.seed(seed); np.random.seed(seed); torch.manual_seed(seed)
 
+@pytest.fixture(scope='module', autouse=True)
+def forks_as_before():
+    """A test file that read an object store leaves its process as it found it: the clients closed and the process no
+    longer `fork_unsafe`, as tests/test_object_store.py's fixture does. Otherwise every loader of every file that ran
+    after it in the same pytest process started its workers by forkserver, each importing its dataset's modules again
+    (test_multilabel's Hugging Face loaders: ~4 s each instead of ~0.4 s), and a file's time and start method depended
+    on which files ran before it."""
+    yield
+    from timmdata.core.runtime import _FORK_UNSAFE
+    if os.getpid() in _FORK_UNSAFE:
+        from timmdata.net.object_store import close_clients
+        close_clients()
+        _FORK_UNSAFE.pop(os.getpid(), None)
+
 @pytest.fixture(scope='session')
 def sample_root(tmp_path_factory):
     """A small imagenette-like tree: train/ (6 per class) and val/ (3 per class), 10 classes. Built once per run and

@@ -67,7 +67,8 @@ def runs(tmp_path_factory):
                   'bad_split': ['check', str(clean), '--split', 'tain', '--no-progress'],
                   'no_images': ['check', str(empty), '--no-progress'],
                   'parquet_bad': ['check', str(pq_bad), '--workers', '2', '--no-progress'],
-                  'parquet_clean': ['check', str(pq_clean), '--workers', '0', '--no-progress']},
+                  'parquet_clean': ['check', str(pq_clean), '--workers', '0', '--no-progress'],
+                  'clean': ['check', str(clean), '--no-progress']},
         'index': {'parquet_cut': ['index', str(pq_cut), '--no-progress'], 'parquet': ['index', str(pq_clean), '--no-progress']},
         'tune': {'damaged': ['tune', str(damaged / 'train'), '--batch-size', '2', '--window', '1', '--seconds', '0',
                              '--max-batches', '4']},
@@ -78,19 +79,19 @@ def runs(tmp_path_factory):
         'profile': {'damaged': ['profile', str(damaged / 'train'), '--batches', '2', '--batch-size', '2', '--workers', '0'],
                     'missing': ['profile', '/nonexistent'], 'empty': ['profile', str(empty_dir)],
                     'bad_option': ['profile', str(damaged), '--worker-mode', 'fiber']},
-        'info': {'bad_option': ['info', '--colour']},
+        'info': {'bad_option': ['info', '--colour'], 'plain': ['info']},
         'help': {'demo': ['demo', '--help'], 'profile': ['profile', '--help'], 'index': ['index', '--help']},
         'short': {'profile': ['profile', str(clean / 'train'), '--batches', '10', '--batch-size', '1', '--workers', '0']},
         'top': {'missing_root': ['demo', '--root', '/nonexistent'], 'no_images': ['demo', '--root', str(empty)],
                 'bad_option': ['demo', '--batch-size', '0'], 'check_missing': ['check', '/nonexistent']},
         'debug': {'flag': ['check', '/nonexistent', '--debug'], 'env': ['demo', '--root', '/nonexistent']},
     }
+    # a Python each only where a case needs its own: the environment read at import (info_off), `python -m`, the console
+    # script's exit path (check_damaged, shards); `info` and a clean `check` run in DRIVER's (a torch import each saved)
     cmds = {'cases': ([sys.executable, '-c', DRIVER, json.dumps(cases)], {}),
-            'info': (CMD + ['info'], {}),
             'info_off': (CMD + ['info'], {'TIMMDATA_NATIVE': '0'}),
             'python_m': ([sys.executable, '-m', 'timmdata.tools.cli', 'train'], {}),  # `python -m` works, and an unknown command
             'check_damaged': (CMD + ['check', str(damaged), '--workers', '2'], {}),
-            'check_clean': (CMD + ['check', str(clean), '--no-progress'], {}),
             'shards': (CMD + ['shards', str(clean), str(tmp_path_factory.mktemp('shards') / 'sh'), '--shard-size', '3', '--resize', '48',
                               '--workers', '2', '--no-progress'], {})}
     procs = {k: subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -117,8 +118,14 @@ def parquet_folders(clean, tmp_path_factory) -> tuple:
     return folders
 
 
+def case(runs, key):
+    "A case run by DRIVER (`main(argv)` as the console script calls it), as a CompletedProcess."
+    status, out, err = per_command(runs)[key]
+    return subprocess.CompletedProcess(key, status, out, err)
+
+
 def test_info(runs):
-    r = runs['info']
+    r = case(runs, 'info/plain')
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     for key in ('timmdata:', 'python:', 'torch:', 'torchvision:', 'C extension:', 'JPEG decoder:', 'TorchCodec:', 'device:', 'CPUs:'):
@@ -142,8 +149,7 @@ def one_line_error(r, says):
 
 def top(runs, kind):
     "A case run by DRIVER (`main(argv)` as the console script calls it), as a CompletedProcess: one Python for all."
-    status, out, err = per_command(runs)[f'top/{kind}']
-    return subprocess.CompletedProcess(kind, status, out, err)
+    return case(runs, f'top/{kind}')
 
 
 # the console script's own exit path (status 2, one line) is the python_m case and the check/shards runs below; the
@@ -171,7 +177,7 @@ def test_check_lists_damaged_images_and_exits_1(runs):
 
 
 def test_check_clean_dataset_exits_0(runs):
-    r = runs['check_clean']
+    r = case(runs, 'check/clean')
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert r.stdout.splitlines() == [r.stdout.splitlines()[-1]] and 'checked 6 images' in r.stdout and 'all decode' in r.stdout, r.stdout
     assert r.stderr == '', r.stderr  # --no-progress: nothing on stderr
@@ -327,6 +333,9 @@ print(status, 'torch' in sys.modules, out.getvalue().split()[:2])
 """
 
 
+# slow: nbs/tools/47_cli.ipynb's hidden cell (`make test`) checks every command's --help in one fresh Python, torch looked
+# for after each; this runs a Python per command, which names the command alone
+@pytest.mark.slow
 @pytest.mark.parametrize('cmd', sorted(COMMANDS))
 def test_command_help_imports_no_torch(cmd):
     "`timmdata COMMAND --help` builds the parser from its parser function (a module without torch), never the command's module."

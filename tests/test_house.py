@@ -3,7 +3,7 @@ a class is read in one place (no `@patch` on a class of the patching module), no
 variables read in one module, torch's private API in one module, no import circle (the package included), seams
 declared and not probed (no getattr/hasattr for a method a protocol declares), and notebooks numbered in the data's way (a notebook imports only lower-numbered ones). Issue 42's page rules: every page of the data's way has a picture, no page opens
 with a wall of tests, export cells of at most `MAX_EXPORT_LINES` lines; issue 57: no page documents a module `__getattr__`/`__dir__`. Each failure names file:line (or notebook and cell)."""
-import ast, json, re, sys
+import ast, functools, json, re, sys
 from pathlib import Path
 
 import pytest
@@ -22,10 +22,16 @@ DECLARED = {  # a method other stages rely on: the protocol that declares it (te
     'workers': 'timmdata.core.torch_compat.WrapsWorkers', 'shutdown': 'timmdata.core.torch_compat.WrapsWorkers'}
 
 
+@functools.lru_cache(maxsize=1)
+def _parsed() -> tuple:
+    return tuple((p.relative_to(LIB).as_posix(), ast.parse(p.read_text(encoding='utf-8'))) for p in sorted(LIB.rglob('*.py'))
+                 if p.name != '_modidx.py' and '__pycache__' not in p.parts)
+
+
 def sources() -> dict:
-    "file name: parsed module, for every generated module (the package's __init__ included)."
-    return {p.relative_to(LIB).as_posix(): ast.parse(p.read_text(encoding='utf-8')) for p in sorted(LIB.rglob('*.py'))
-            if p.name != '_modidx.py' and '__pycache__' not in p.parts}
+    """file name: parsed module, for every generated module (the package's __init__ included). Parsed once per run (the
+    checks only read the trees; each test parsing the library again cost ~1 s), a new dict for each caller."""
+    return dict(_parsed())
 
 
 def module_name(name: str) -> str:

@@ -1,7 +1,7 @@
 """The library's layout (issue 12): one module per stage of the data's way, each from its own notebook, imports
 only downwards (no circle, no import up a floor), no private name imported from another module, no module over
 400 statements. Reads the generated sources and the notebooks; imports nothing of timmdata."""
-import ast, json, re, sys
+import ast, functools, json, re, sys
 from pathlib import Path
 
 import pytest
@@ -64,15 +64,30 @@ TIMM_PATHS = {f'readers.{m}' for m in ('class_map', 'img_extensions', 'reader', 
                                        'shared_count', 'targets')}
 
 
+@functools.lru_cache(maxsize=1)
+def _lib_modules() -> tuple:
+    "all_modules(LIB) as pairs, walked once per run (every import read asked for it: a walk of the library each time)."
+    return tuple(all_modules(LIB).items())
+
+
 def modules() -> dict:
     "dotted name: path of every module (a package by its name; the top package and private modules left out)."
-    return {name: path for name, path in all_modules(LIB).items() if name}
+    return {name: path for name, path in _lib_modules() if name}
+
+
+@functools.lru_cache(maxsize=None)
+def _lib_imports(path: Path) -> tuple:
+    "timmdata_imports of a module of the library, read once per run."
+    found = imports(path.relative_to(LIB).as_posix(), path.read_text(encoding='utf-8'), {n for n, _ in _lib_modules()})
+    return tuple((m, tuple(names)) for m, names in found)
 
 
 def timmdata_imports(path: Path, text: str = None) -> list:
     "(module imported, names imported) for every import of timmdata in `path` (or in `text`); the package's namespace is PACKAGE ('')."
+    if text is None and path.is_relative_to(LIB):
+        return [(m, list(names)) for m, names in _lib_imports(path)]
     rel = path.relative_to(LIB).as_posix() if path.is_relative_to(LIB) else path.name
-    return imports(rel, path.read_text(encoding='utf-8') if text is None else text, set(all_modules(LIB)))
+    return imports(rel, path.read_text(encoding='utf-8') if text is None else text, {n for n, _ in _lib_modules()})
 
 
 def test_every_module_has_a_floor_and_its_own_notebook():

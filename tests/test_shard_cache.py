@@ -89,7 +89,7 @@ _WATCH = textwrap.dedent('''
         used = sum(e.stat().st_size for e in os.scandir(cache) if e.name.endswith(('.shard', '.part')))
         fcntl.flock(fd, fcntl.LOCK_UN)
         peak, n = max(peak, used), n + 1
-        if n == 1: open(stop + '.ready', 'w').close()  # the test starts the epochs once the watcher watches
+        if n == 1: print('ready', flush=True)  # the test starts the epochs once the watcher watches
         if os.path.exists(stop): break
         time.sleep(0.0005)
     print(peak, n)
@@ -144,11 +144,8 @@ def test_never_over_a_limit_smaller_than_the_dataset(server, shards, tmp_path, m
     monkeypatch.setattr(sc, 'os', _CheckedOs(cache, limit, log))
     loader = create_loader(ds, (3, 16, 16), 4, is_training=True, num_workers=2, device='cpu')
     watcher = subprocess.Popen([sys.executable, '-c', _WATCH, str(cache), str(stop)], stdout=subprocess.PIPE, text=True)
-    ready = tmp_path / 'stop.ready'
-    try:
-        while not ready.exists():  # an interpreter's start may take seconds on a loaded machine
-            assert watcher.poll() is None, 'the watcher ended before it watched'
-            time.sleep(0.01)
+    try:  # its first line once it watches (an interpreter's start may take seconds on a loaded machine): no clock
+        assert watcher.stdout.readline().strip() == 'ready', 'the watcher ended before it watched'
         for e in range(2):
             ds.set_epoch(e)
             assert _epoch(loader) == list(range(N_SHARDS * PER_SHARD))

@@ -139,10 +139,28 @@ class MainGuardError(RuntimeError):
     "Worker processes started by forkserver or spawn would run the script again: its loader is made outside `if __name__ == '__main__':`."
 
 
+_GUARDED = {}  # (path, mtime_ns, size) -> _guarded_lines' answer: a script is parsed once, not once per loader made
+
+
 def _guarded_lines(
     path: str,  # the main script
 ) -> Optional[list]:
-    "The (first, last) lines of each top-level `if __name__ == '__main__':` block of the script at `path`; None if it cannot be read."
+    "The (first, last) lines of each top-level `if __name__ == '__main__':` block of the script at `path`; None if it cannot be read. Read once per version of the file (its path, mtime and size)."
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (path, st.st_mtime_ns, st.st_size)
+    if key not in _GUARDED:
+        _GUARDED.clear()  # one main script per process: only its latest version is kept
+        _GUARDED[key] = _parse_guarded_lines(path)
+    return _GUARDED[key]
+
+
+def _parse_guarded_lines(
+    path: str,  # the main script
+) -> Optional[list]:
+    "`_guarded_lines`, read from the file now."
     try:
         with open(path, encoding='utf-8') as f:
             tree = ast.parse(f.read())

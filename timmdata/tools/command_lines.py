@@ -8,8 +8,9 @@ import argparse, math, os
 from ..index.dataset_index import DATASET_INDEX_FILE
 
 # %% auto #0
-__all__ = ['CONTENDERS', 'QUICK', 'int_at_least', 'float_in', 'comma_list', 'usable_cpus', 'demo_parser', 'bench_parser',
-           'check_parser', 'shards_parser', 'index_parser', 'info_parser', 'profile_parser', 'tune_parser']
+__all__ = ['CONTENDERS', 'QUICK', 'int_at_least', 'float_in', 'comma_list', 'usable_cpus', 'add_bad_sample', 'demo_parser',
+           'bench_parser', 'check_parser', 'shards_parser', 'index_parser', 'info_parser', 'add_step_options',
+           'profile_parser', 'tune_parser']
 
 # %% ../../nbs/tools/44a_command_lines.ipynb #91f72315
 def int_at_least(
@@ -77,6 +78,19 @@ def usable_cpus() -> int:
 CONTENDERS = ('timmdata', 'timm', 'torchvision')  # the loaders `timmdata bench` times (tools.bench.LOADERS builds each)
 QUICK = {'epochs': 1, 'max_images': 400}  # --quick: one measured epoch on 400 images (under a minute on 2 cores)
 
+# %% ../../nbs/tools/44a_command_lines.ipynb #0d3d9aa5
+def add_bad_sample(
+    p: argparse.ArgumentParser,  # the parser of `timmdata demo`, `profile` or `tune`
+) -> argparse.ArgumentParser:
+    "`--bad-sample raise|skip|replace` as the commands that build a training loader take it (`create_loader`'s `bad_sample`), added to `p`."
+    p.add_argument(
+        '--bad-sample',
+        choices=('raise', 'skip', 'replace'),
+        default='raise',
+        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
+    )
+    return p
+
 # %% ../../nbs/tools/44a_command_lines.ipynb #48f6a621
 def demo_parser() -> argparse.ArgumentParser:
     "The options of `timmdata demo`: what `demo_main` parses and `timmdata demo --help` shows."
@@ -92,12 +106,7 @@ def demo_parser() -> argparse.ArgumentParser:
     p.add_argument(
         '--workers', type=int_at_least(0), default=2, help='DataLoader worker processes (0: load in this process)'
     )
-    p.add_argument(
-        '--bad-sample',
-        choices=('raise', 'skip', 'replace'),
-        default='raise',
-        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
-    )
+    add_bad_sample(p)
     p.add_argument('--out', default='out/demo_batch.png', help='where to save the picture of one batch')
     p.add_argument('--no-progress', action='store_true', help='no progress bar (for logs and notebooks)')
     return p
@@ -250,13 +259,11 @@ def info_parser() -> argparse.ArgumentParser:
     p.add_argument('--json', action='store_true', help='print the same as one JSON object')
     return p
 
-# %% ../../nbs/tools/44a_command_lines.ipynb #9617ce62
-def profile_parser() -> argparse.ArgumentParser:
-    "The options of `timmdata profile`: what `profile_main` parses and `timmdata profile --help` shows."
-    p = argparse.ArgumentParser(
-        prog='timmdata profile',
-        description='`timmdata profile ROOT`: a short training epoch, where its time goes, whether loading keeps up with a model step, the headspace.',
-    )
+# %% ../../nbs/tools/44a_command_lines.ipynb #8405f298
+def add_step_options(
+    p: argparse.ArgumentParser,  # the parser of `timmdata profile` or `timmdata tune`
+) -> argparse.ArgumentParser:
+    "The options `timmdata profile` and `timmdata tune` share (a folder, its pipeline and a simulated model step), added to `p`: written once, so the two commands cannot drift apart."
     p.add_argument('root', help='image folder with class subfolders')
     p.add_argument(
         '--model-step-ms',
@@ -264,13 +271,25 @@ def profile_parser() -> argparse.ArgumentParser:
         default=None,
         help="the model's step per batch in ms, simulated by a sleep (default: no step)",
     )
+    p.add_argument('--batch-size', type=int_at_least(1), default=64, help='images per batch')
+    p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
+    add_bad_sample(p)
+    return p
+
+# %% ../../nbs/tools/44a_command_lines.ipynb #9617ce62
+def profile_parser() -> argparse.ArgumentParser:
+    "The options of `timmdata profile`: what `profile_main` parses and `timmdata profile --help` shows."
+    p = argparse.ArgumentParser(
+        prog='timmdata profile',
+        description='`timmdata profile ROOT`: a short training epoch, where its time goes, whether loading keeps up with a model step, the headspace.',
+    )
+    add_step_options(p)  # root, --model-step-ms, --batch-size, --eval, --bad-sample: as `timmdata tune`'s
     p.add_argument(
         '--batches',
         type=int_at_least(1),
         default=20,
         help='batches to measure, after one warm-up batch (an epoch that holds fewer measures fewer, and says so)',
     )
-    p.add_argument('--batch-size', type=int_at_least(1), default=64, help='images per batch')
     p.add_argument(
         '--workers',
         type=int_at_least(0),
@@ -283,13 +302,6 @@ def profile_parser() -> argparse.ArgumentParser:
         default='process',
         help='the workers as processes (DataLoader\'s), or as threads of this process',
     )
-    p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
-    p.add_argument(
-        '--bad-sample',
-        choices=('raise', 'skip', 'replace'),
-        default='raise',
-        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
-    )
     return p
 
 # %% ../../nbs/tools/44a_command_lines.ipynb #a81faa25
@@ -299,22 +311,8 @@ def tune_parser() -> argparse.ArgumentParser:
         prog='timmdata tune',
         description="`timmdata tune ROOT`: the search `num_workers='auto'` runs, on a folder: the table of what it tried, the keywords to paste.",
     )
-    p.add_argument('root', help='image folder with class subfolders')
-    p.add_argument(
-        '--model-step-ms',
-        type=float_in(0),
-        default=None,
-        help="the model's step per batch in ms, simulated by a sleep (default: no step)",
-    )
-    p.add_argument('--batch-size', type=int_at_least(1), default=64, help='images per batch')
-    p.add_argument('--eval', action='store_true', help="timm's eval pipeline instead of the training one")
+    add_step_options(p)  # root, --model-step-ms, --batch-size, --eval, --bad-sample: as `timmdata profile`'s
     p.add_argument('--window', type=int_at_least(1), default=6, help='batches each setting is measured over, at least')
     p.add_argument('--seconds', type=float_in(0), default=1.0, help='seconds each setting is measured over, at least')
     p.add_argument('--max-batches', type=int_at_least(1), default=400, help='stop the search after this many batches')
-    p.add_argument(
-        '--bad-sample',
-        choices=('raise', 'skip', 'replace'),
-        default='raise',
-        help='an image that cannot be decoded: stop and name it, skip it (counted; its batch one short), or replace it by another sample drawn from its key (counted; batches keep their size)',
-    )
     return p
