@@ -50,6 +50,30 @@ def test_worker_error_is_one_short_error_naming_the_sample(damaged, monkeypatch,
     assert '_on_bad' in tb and 'WorkerTraceback' in tb, tb  # printed in full, as the cause
 
 
+def test_workers_told_to_stop_when_an_error_frees_the_loader(damaged, monkeypatch):
+    """A loader that ended on a worker's error is freed with it by the cycle collector (its traceback's frames hold the
+    loader and its iterator). When torch's iterator then stops its workers, its index queues still send: the stop
+    reaches the worker at once. Without `torch_compat.keep_index_queues` the collector had ended the queues' feeder
+    threads first, the stop was never sent, and torch waited 5 s for each worker, then killed it."""
+    import gc
+    from multiprocessing.queues import _sentinel
+    from torch.utils.data import dataloader
+
+    seen, shut = [], dataloader._MultiProcessingDataLoaderIter._shutdown_workers
+
+    def shutdown(it):  # what each index queue can do when the workers are told to stop
+        if not it._shutdown:
+            seen.append([q._thread is not None and q._thread.is_alive() and all(x is not _sentinel for x in q._buffer)
+                         for q in it._index_queues])  # a feeder thread that sends, not one told to end
+        return shut(it)
+
+    monkeypatch.setattr(dataloader._MultiProcessingDataLoaderIter, '_shutdown_workers', shutdown)
+    e = first_error(damaged, num_workers=1, worker_mode='process')
+    del e
+    gc.collect()
+    assert seen == [[True]], seen
+
+
 @pytest.mark.slow
 def test_cli_debug_prints_the_workers_traceback(damaged):
     env = {k: v for k, v in os.environ.items() if k != 'TIMMDATA_DEBUG'}

@@ -4,14 +4,15 @@
 
 # %% ../../nbs/core/01_torch_compat.ipynb #4e629ef1
 from __future__ import annotations
-import multiprocessing, pickle, re
+import multiprocessing, pickle, re, weakref
 from typing import Optional, Protocol, runtime_checkable
 import torch
 
 # %% auto #0
 __all__ = ['kept_iterator', 'forget_iterator', 'keep_iterator', 'WrapsWorkers', 'worker_processes', 'shutdown_workers',
-           'loader_worker_pids', 'IteratorParts', 'worker_pickling_error', 'WorkerTraceback', 'worker_error',
-           'traceback_kept', 'new_shared_storage', 'cuda_default_generator', 'default_store', 'aa_resize_kernels']
+           'loader_worker_pids', 'IteratorParts', 'keep_index_queues', 'worker_pickling_error', 'WorkerTraceback',
+           'worker_error', 'traceback_kept', 'new_shared_storage', 'cuda_default_generator', 'default_store',
+           'aa_resize_kernels']
 
 # %% ../../nbs/core/01_torch_compat.ipynb #de6d51b1
 # checked: torch 2.0 to 2.14 (DataLoader keeps a persistent_workers iterator in `_iterator`, None otherwise)
@@ -103,7 +104,7 @@ class IteratorParts:
     def _get_iterator(self):
         self._making_iterator = True
         try:
-            return super()._get_iterator()  # worker processes start here
+            return keep_index_queues(super()._get_iterator())  # worker processes start here
         except (TypeError, AttributeError, pickle.PicklingError) as e:
             why = worker_pickling_error(self, e)
             if why is None:
@@ -111,6 +112,22 @@ class IteratorParts:
             raise why from e
         finally:
             self._making_iterator = False
+
+# %% ../../nbs/core/01_torch_compat.ipynb #kq000002
+# checked: torch 2.0 to 2.14 (`_index_queues` of a worker iterator: one multiprocessing queue a worker; `__del__` puts
+# None in each to stop it, then joins it for up to 5 s)
+_HELD_QUEUES = {}  # id of a live worker iterator -> its index queues, held until the iterator is gone
+
+
+def keep_index_queues(
+    it,  # an iterator just made by a DataLoader
+):
+    "`it`, its index queues held until it is gone: its `__del__` can then still reach its workers (see above)."
+    queues = getattr(it, '_index_queues', None)
+    if queues:
+        _HELD_QUEUES[id(it)] = queues
+        weakref.finalize(it, _HELD_QUEUES.pop, id(it), None)  # runs before `__del__` when the collector frees `it`
+    return it
 
 # %% ../../nbs/core/01_torch_compat.ipynb #929edcb9
 def worker_pickling_error(
