@@ -55,20 +55,23 @@ def test_workers_told_to_stop_when_an_error_frees_the_loader(damaged, monkeypatc
     loader and its iterator). When torch's iterator then stops its workers, its index queues still send: the stop
     reaches the worker at once. Without `torch_compat.keep_index_queues` the collector had ended the queues' feeder
     threads first, the stop was never sent, and torch waited 5 s for each worker, then killed it."""
-    import gc
+    import gc, multiprocessing
     from multiprocessing.queues import _sentinel
     from torch.utils.data import dataloader
 
     seen, shut = [], dataloader._MultiProcessingDataLoaderIter._shutdown_workers
 
     def shutdown(it):  # what each index queue can do when the workers are told to stop
-        if not it._shutdown:
+        if not it._shutdown and set(it._workers) & mine:  # this test's loader (earlier tests' may be collected too)
             seen.append([q._thread is not None and q._thread.is_alive() and all(x is not _sentinel for x in q._buffer)
                          for q in it._index_queues])  # a feeder thread that sends, not one told to end
         return shut(it)
 
     monkeypatch.setattr(dataloader._MultiProcessingDataLoaderIter, '_shutdown_workers', shutdown)
+    before = set(multiprocessing.active_children())
     e = first_error(damaged, num_workers=1, worker_mode='process')
+    mine = set(multiprocessing.active_children()) - before
+    assert len(mine) == 1, mine
     del e
     gc.collect()
     assert seen == [[True]], seen
