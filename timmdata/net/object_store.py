@@ -145,6 +145,37 @@ def object_head(
     return h
 
 # %% ../../nbs/net/20bc_object_store.ipynb #6820a37c
+class _Body:
+    "An answer's body as it comes, bounded: never longer than the read asked, never past its deadline; `done` says whether it came whole."
+
+    def __init__(
+        self,
+        url: str,  # the object, as errors name it
+        n: int,  # the bytes the answer said it holds
+        t_end: float,  # the read's deadline (`time.monotonic`)
+        deadline: float,  # its length in seconds, for the message
+    ):
+        self.url, self.n, self.t_end, self.deadline, self.chunks, self.got = url, n, t_end, deadline, [], 0
+
+    def add(self, chunk):
+        self.got += len(chunk)
+        if self.got > self.n:
+            raise ObjectStoreError(
+                f'{printable(self.url)}: the answer to a read of {self.n:,} bytes is longer: not read on; check the store'
+            )
+        self.chunks.append(chunk)
+        if time.monotonic() > self.t_end:
+            raise DeadlineError(
+                f'{printable(self.url)}: not read within its deadline of {self.deadline:g} s: check the store, or pass a larger deadline'
+            )
+
+    def done(self) -> list:
+        "The chunks, once the body came whole; `_Cut` (tried again) where it ended early."
+        if self.got != self.n:
+            raise _Cut(f'the answer to a read of {self.n:,} bytes ended after {self.got:,}')
+        return self.chunks
+
+
 def object_range(
     url: str,  # an object's URL
     start: int,  # the first byte's offset
@@ -187,20 +218,10 @@ def _ranged_get(obs, store, key: str, url: str, start: int, n: int, opts: dict, 
         r = obs.get(store, key, options=opts)
         meta, (a, b) = r.meta, r.range
         _check_range(url, meta, a, b, start, n, opts)
-        out, got = [], 0
+        body = _Body(url, b - a, t_end, deadline)
         for chunk in r.stream(min_chunk_size=1 << 20):
-            got += len(chunk)
-            if got > b - a:
-                raise ObjectStoreError(
-                    f'{printable(url)}: the answer to a read of {b - a:,} bytes is longer: not read on; check the store'
-                )
-            out.append(chunk)
-            if time.monotonic() > t_end:
-                raise DeadlineError(
-                    f'{printable(url)}: not read within its deadline of {deadline:g} s: check the store, or pass a larger deadline'
-                )
-        if got != b - a:
-            raise _Cut(f'the answer to a read of {b - a:,} bytes ended after {got:,}')
+            body.add(chunk)
+        out = body.done()
     except (_Cut, KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # the client's errors and its panics (pyo3's PanicException is a BaseException)
@@ -267,20 +288,10 @@ async def _ranged_get_async(
         r = await obs.get_async(store, key, options=opts)
         meta, (a, b) = r.meta, r.range
         _check_range(url, meta, a, b, start, n, opts)
-        out, got = [], 0
+        body = _Body(url, b - a, t_end, deadline)
         async for chunk in r.stream(min_chunk_size=1 << 20):
-            got += len(chunk)
-            if got > b - a:
-                raise ObjectStoreError(
-                    f'{printable(url)}: the answer to a read of {b - a:,} bytes is longer: not read on; check the store'
-                )
-            out.append(chunk)
-            if time.monotonic() > t_end:
-                raise DeadlineError(
-                    f'{printable(url)}: not read within its deadline of {deadline:g} s: check the store, or pass a larger deadline'
-                )
-        if got != b - a:
-            raise _Cut(f'the answer to a read of {b - a:,} bytes ended after {got:,}')
+            body.add(chunk)
+        out = body.done()
     except (_Cut, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # the client's errors and its panics (pyo3's PanicException is a BaseException)
