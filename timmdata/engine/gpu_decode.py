@@ -4,7 +4,7 @@
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #404c2057
 from __future__ import annotations
-import inspect, io, random
+import inspect, io
 from typing import Callable, Optional, Union
 import torch
 from torch.utils.data import IterableDataset
