@@ -122,6 +122,13 @@ def _settle(
             f.exception()  # waits; an error of a batch nobody will take is dropped
     pending.clear()
 
+
+def _started(
+    threads: list,  # a lane's threads
+):
+    "A lane's thread, as it starts: noted among `threads` (the list holds no reference to the lane: it can be freed)."
+    threads.append(threading.current_thread())
+
 # %% ../../nbs/engine/30_feeder.ipynb #609c6ea0
 def _next_kept(
     it,  # the iterator over the loader
@@ -183,8 +190,11 @@ class ThreadLane:
     handed-over batch's memory goes back to that pool only when the consumer's work on it is done (`record_stream`).
 
     A step in one piece runs in one thread ('timmdata-step'), which also takes the batches from the loader, one batch
-    at a time, in order. A step in `stages` runs as a pipeline of threads, one a stage (`StagedPass`). `calls` makes
-    the CUDA calls (`CudaCalls`; a `FakeCuda` records them on a CPU; None on the CPU: nothing to wait for)."""
+    at a time, in order. A step in `stages` runs as a pipeline of threads, one a stage (`StagedPass`). The threads are
+    made with the first batch and live as long as the lane, across passes: CUDA libraries keep state per thread (cuBLAS
+    a handle per thread, and a workspace per handle and stream: 32 MiB each on a Hopper GPU), so threads made afresh
+    each pass would leave a new workspace behind now and then. `calls` makes the CUDA calls (`CudaCalls`; a `FakeCuda`
+    records them on a CPU; None on the CPU: nothing to wait for)."""
 
     def __init__(
         self,
@@ -192,7 +202,9 @@ class ThreadLane:
         cpu_threads: Optional[int] = None,  # unused here: every lane takes the same arguments
         stages: tuple = (),  # the step's stages, in order (`PrefetchStep.stages`); () for a step in one piece
     ):
-        self.device, self.stream, self._pool, self.stages = device, None, None, tuple(stages)
+        self.device, self.stream, self.stages = device, None, tuple(stages)
+        self.pools = []  # the lane's threads, one an executor: 'step'; or 'fetch', then one a stage
+        self.threads = []  # the lane's threads, as each starts
         self.calls = CudaCalls(device) if device.type == 'cuda' else None
         self.streams = {}  # a stream per stage, made with the first batch and kept for the lane's life
 
@@ -209,15 +221,19 @@ class ThreadLane:
         "(a `Future` of (the step's output, its ready event or None), None): the step handed to the lane's thread."
         return self._start().submit(self._run, step, batch, mark), None
 
-    def _start(self) -> Optional[ThreadPoolExecutor]:
-        "The streams and, for a step in one piece, its thread, made at the first batch."
-        if self._pool is None and not self.stages:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix='timmdata-step')
-            weakref.finalize(self, self._pool.shutdown, wait=False)  # the thread ends with the lane
+    def _start(self) -> ThreadPoolExecutor:
+        "The lane's threads and streams, made at the first batch: its first thread (a step in one piece: its only one)."
+        if not self.pools:
+            names = ('fetch', *self.stages) if self.stages else ('step',)
+            self.pools = [
+                ThreadPoolExecutor(1, f'timmdata-{n}', initializer=_started, initargs=(self.threads,)) for n in names
+            ]
+            for pool in self.pools:
+                weakref.finalize(self, pool.shutdown, wait=False)  # the threads end with the lane
         if self.cuda and self.stream is None:
             self.streams = {s: self.calls.stream(s) for s in self.stages}
             self.stream = self.streams[self.stages[-1]] if self.stages else self.calls.stream('step')  # the output's
-        return self._pool
+        return self.pools[0]
 
     def batches(
         self,
@@ -289,8 +305,8 @@ class StagedPass:
     batch k+1 is decoded and batch k+2 taken from the loader. A batch is a chain of `Future`s, one a thread; a stage
     waits for the batch's stage before (its `Future`), then its stream for that stage's event, never a whole stream.
     An error in a stage reaches the consumer at that batch, noted with the stage and the batch's place in the pass.
-    The threads live for the pass: when it ends, fails or is stopped, what was queued is cancelled, what runs is waited
-    for, and the threads are gone."""
+    The threads are the lane's (they outlive the pass): when a pass ends, fails or is stopped, what was queued is
+    cancelled and what runs is waited for, so the threads are idle."""
 
     def __init__(
         self,
@@ -308,9 +324,8 @@ class StagedPass:
         pending: deque,  # the batches' chains of `Future`s in flight, kept by the caller
     ):
         "As `ThreadLane.batches`: yields (output, mark) of each kept batch; returns the last mark seen."
-        names = ('fetch', *self.stages)
-        pools = [ThreadPoolExecutor(1, thread_name_prefix=f'timmdata-{n}') for n in names]
-        end, count, seen = [False], [0], None
+        self.lane._start()
+        pools, end, count, seen = self.lane.pools, [False], [0], None
         try:
             while True:
                 while not end[0] and len(pending) < ahead + len(self.stages):
@@ -329,10 +344,6 @@ class StagedPass:
                     del out
         finally:
             _settle(pending)  # a pass stopped early: its queued work cancelled, its running work waited for
-            for pool in pools:
-                pool.shutdown(wait=False, cancel_futures=True)
-            for pool in pools:
-                pool.shutdown(wait=True)  # no thread left
 
     def _stage(self, i: int, before: Future) -> _Staged:
         "In stage `i`'s thread: the batch `before` gives (its stage before done) one stage further, on the stage's stream."
