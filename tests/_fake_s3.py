@@ -73,7 +73,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             f'<Prefix>{query.get("prefix", "")}</Prefix><KeyCount>{len(keys)}</KeyCount><MaxKeys>1000</MaxKeys>'
             f'{more}{items}</ListBucketResult>'
         ).encode()
-        self._send(200, {'Content-Type': 'application/xml'}, body)
+        if not s3.page_pad:
+            return self._send(200, {'Content-Type': 'application/xml'}, body)
+        # a page of page_pad more bytes (blanks before its end), made as it is sent: the server holds 1 MiB of it
+        head, tail, part = body[: -len(b'</ListBucketResult>')], b'</ListBucketResult>', b' ' * (1 << 20)
+        self._send(200, {'Content-Type': 'application/xml', 'Content-Length': str(len(body) + s3.page_pad)}, head)
+        try:
+            for _ in range(s3.page_pad >> 20):
+                self.wfile.write(part)
+                s3.page_sent += len(part)
+            self.wfile.write(tail)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def _any(self):
         s3 = self.server.s3
@@ -99,7 +110,8 @@ class FakeS3:
     object; `If-Match` is ignored); `last_modified` the header's text; `lister(query)` -> (keys as (key, size), common
     prefixes, next continuation token or None) for each listing page; `pause` seconds between body chunks of `chunk`
     bytes; `cut` bytes left out of the end of each ranged answer's body (its headers say them); `redirects`
-    {key: Location}; `log` each request's (method, path, headers); `pages` the listing pages sent."""
+    {key: Location}; `log` each request's (method, path, headers); `pages` the listing pages sent; `page_pad` bytes of
+    blanks (whole MiB) added to each listing page, `page_sent` how many of them were sent."""
 
     def __init__(self, bucket: str = 'fake'):
         self.bucket, self.objects, self.redirects, self.log, self.pages = bucket, {}, {}, [], 0
@@ -107,6 +119,7 @@ class FakeS3:
         self.last_modified = email.utils.formatdate(0, usegmt=True)
         self.lister = self._list_all
         self.pause, self.chunk, self.cut, self.stop = 0.0, 1 << 16, 0, threading.Event()
+        self.page_pad = self.page_sent = 0
 
     def _list_all(self, query: dict):
         "One page of every object under the prefix (a listing's `delimiter` honoured)."

@@ -60,6 +60,23 @@ def test_listing_without_end_stops_at_its_deadline(s3):
         assert s3.pages - pages <= 1, 'the listing went on after its deadline'
 
 
+def test_listing_page_bounded_in_memory(s3, monkeypatch):
+    """A listing page of 1 GiB (blanks in it): past LIST_MEMORY added to the process's memory, a ListingError naming
+    the folder and the bound, and the client's request dropped (far from the whole page read), recursive or not."""
+    if O._resident() is None:
+        pytest.skip('no /proc/self/statm here: listings are bounded by their deadline and object caps alone')
+    monkeypatch.setattr(O, 'LIST_MEMORY', 32 << 20)
+    monkeypatch.setattr(O, 'LISTED_BYTES', 0)
+    s3.page_pad = 1 << 30
+    for recursive in (True, False):
+        s3.page_sent = 0
+        with pytest.raises(O.ListingError, match=r's3://fake/a: its listing added \d+ MiB of memory, past its bound of 32 MiB'):
+            O.list_objects(s3.url('a'), recursive=recursive, deadline=60)
+        assert 0 < s3.page_sent < 512 << 20, s3.page_sent
+    with pytest.raises(O.ListingError, match='past its bound'):
+        O.list_folders(s3.url('a'))
+
+
 def test_listing_that_repeats_is_stopped(s3):
     "The same page again and again (a continuation token given back): named after the second page, not listed until the deadline."
     page = [(f'a/k{i:04d}', 1) for i in range(1000)]

@@ -32,13 +32,13 @@ from timmdata.net.object_clients import (
 )
 
 # %% auto #0
-__all__ = ['MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'READ_RATE', 'STREAM_ALLOWANCE', 'REQUESTS', 'MAX_TAGS', 'MERGE_SLACK',
-           'MERGE_MOST', 'Answer', 'object_head', 'object_range', 'merge_reads', 'object_fetch', 'object_get_many',
-           'ObjectReader', 'object_open', 'ObjectFile', 'ListingError', 'list_objects', 'list_folders', 'put_object',
-           'OBJECT_SCHEMES', 'BY_POSITION', 'STORE_OPTIONS_ENV', 'GET_THREADS', 'MAX_MADE', 'object_scheme',
-           'by_position', 'split_object_url', 'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError',
-           'ObjectForkError', 'need_obstore', 'check_endpoint', 'configure_store', 'store_options', 'store_for',
-           'close_clients']
+__all__ = ['MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'LIST_MEMORY', 'LISTED_BYTES', 'READ_RATE', 'STREAM_ALLOWANCE', 'REQUESTS',
+           'MAX_TAGS', 'MERGE_SLACK', 'MERGE_MOST', 'Answer', 'object_head', 'object_range', 'merge_reads',
+           'object_fetch', 'object_get_many', 'ObjectReader', 'object_open', 'ObjectFile', 'ListingError',
+           'MemoryWatch', 'list_objects', 'list_folders', 'put_object', 'OBJECT_SCHEMES', 'BY_POSITION',
+           'STORE_OPTIONS_ENV', 'GET_THREADS', 'MAX_MADE', 'object_scheme', 'by_position', 'split_object_url',
+           'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError', 'ObjectForkError', 'need_obstore',
+           'check_endpoint', 'configure_store', 'store_options', 'store_for', 'close_clients']
 
 # %% ../../nbs/net/20bc_object_store.ipynb #ed8906bd
 _all_ = [
@@ -66,6 +66,10 @@ _all_ = [
 MAX_LISTED = 1 << 20  # the most objects one listing keeps (a folder of shards or Parquet files)
 MAX_SEEN = 1 << 24  # the most objects one listing reads, those it does not keep included
 LIST_DEADLINE = 1800.0  # seconds one listing may take in all, every page included
+LIST_MEMORY = (
+    256 << 20
+)  # bytes one listing page may add to this process's memory (its body and what the client makes of it)
+LISTED_BYTES = 1024  # bytes allowed for each object of a one-level listing, which the client hands back whole
 READ_RATE = 1 << 20  # bytes a second: a whole object's read may take its deadline plus its size at this rate
 STREAM_ALLOWANCE = (
     7 * 86400.0
@@ -539,24 +543,87 @@ class ObjectFile(io.RawIOBase):
 
 # %% ../../nbs/net/20bc_object_store.ipynb #a1e521ca
 class ListingError(ObjectStoreError):
-    "A listing past one of its bounds (objects, time) or that does not end (a store that repeats itself): the message says which and what to do."
+    "A listing past one of its bounds (objects, time, memory) or that does not end (a store that repeats itself): the message says which and what to do."
+
+
+_PAGE_BYTES = os.sysconf('SC_PAGE_SIZE') if hasattr(os, 'sysconf') else 4096
+
+
+def _resident() -> Optional[int]:
+    "This process's resident memory in bytes (Linux's `/proc/self/statm`); None where it cannot be read."
+    try:
+        with open('/proc/self/statm', 'rb') as f:
+            return int(f.read().split()[1]) * _PAGE_BYTES
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class MemoryWatch:
+    """What a listing adds to this process's memory since its last step (`step()`, after each page): the client reads
+    a page's body whole and parses it before handing anything back, so a page's bytes are bounded only by watching the
+    memory and dropping the request past `allowance` (the process's other threads count too: the bound is generous).
+    Where the resident memory cannot be read (no `/proc`), nothing is watched: the deadline and the object caps hold."""
+
+    def __init__(
+        self,
+        allowance: int,  # bytes a step may add
+    ):
+        self.allowance = allowance
+        self.step()
+
+    def step(self):
+        self.base = _resident()
+
+    def over(self) -> Optional[int]:
+        "The bytes added since the last step when they are past the allowance, else None."
+        now = _resident()
+        if now is None or self.base is None or now - self.base <= self.allowance:
+            return None
+        return now - self.base
+
+
+class _Outgrown(Exception):
+    "A listing's memory past its watch's allowance (the bytes it added)."
 
 
 def _run_bounded(
     make: Callable,  # make() -> the coroutine to run
     seconds: float,  # cancelled past this many seconds (the client's request with it)
+    watch: Optional[MemoryWatch] = None,  # cancelled past its allowance, looked at every 10 ms (None: not watched)
 ):
-    "`make()`'s result, run on an event loop of its own in a thread of its own (the caller's may run one); `TimeoutError` past `seconds`."
+    """`make()`'s result, run on an event loop of its own in a thread of its own (the caller's may run one);
+    `TimeoutError` past `seconds`, `_Outgrown` past the watch's memory: the coroutine is cancelled, and the client's
+    request with it (its body no longer read)."""
 
     async def run():
-        return await asyncio.wait_for(make(), seconds)
+        task, loop = asyncio.ensure_future(make()), asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while True:
+            left = end - loop.time()
+            done = left > 0 and (await asyncio.wait({task}, timeout=min(left, 0.01) if watch else left))[0]
+            if done:
+                return task.result()
+            grown = watch.over() if watch is not None else None
+            if grown is not None or loop.time() >= end:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                raise _Outgrown(grown) if grown is not None else TimeoutError()
 
     with concurrent.futures.ThreadPoolExecutor(1, 'timmdata-list') as ex:
         return ex.submit(asyncio.run, run()).result()
 
 
-async def _list_all(obs, store, key: str, url: str, limit: int, advice: str, keep: Callable) -> list:
-    "Every object under `key`, page after page: `keep(name, meta)`'s results that are not None; bounded in objects seen, and in a listing that goes back or repeats."
+def _outgrown(url: str, e: _Outgrown, watch: MemoryWatch, advice: str) -> ListingError:
+    return ListingError(
+        f'{printable(url)}: its listing added {e.args[0] / 2**20:.0f} MiB of memory, past its bound of '
+        f'{watch.allowance / 2**20:.0f} MiB (a page far larger than a store sends, or a very large folder): check the '
+        f'store, or {advice}'
+    )
+
+
+async def _list_all(obs, store, key: str, url: str, limit: int, advice: str, keep: Callable, watch=None) -> list:
+    """Every object under `key`, page after page: `keep(name, meta)`'s results that are not None; bounded in objects
+    seen, and in a listing that goes back or repeats; `watch` stepped after each page."""
     out, seen, last, most = [], 0, None, max(limit, MAX_SEEN)
     async for chunk in obs.list(store, prefix=key or None, chunk_size=1000):
         REQUESTS['list'] += 1
@@ -573,6 +640,8 @@ async def _list_all(obs, store, key: str, url: str, limit: int, advice: str, kee
                 out.append(got)
         if seen > most or len(out) > limit:
             raise ListingError(f'{printable(url)} holds over {most if seen > most else limit:,} objects: {advice}')
+        if watch is not None:
+            watch.step()  # what was kept of the page stays: the next page is watched from here
     return out
 
 
@@ -588,8 +657,9 @@ def list_objects(
     deadline: float = LIST_DEADLINE,  # seconds the listing may take in all
 ) -> list:
     """The URLs of the objects in the folder `prefix` (names relative to it with '/' only when `recursive`), sorted:
-    at most `limit` kept and `MAX_SEEN` seen, within `deadline`; a listing that repeats itself is stopped. Each bound
-    is a `ListingError` that says what to do."""
+    at most `limit` kept and `MAX_SEEN` seen, within `deadline`; a listing that repeats itself is stopped; a page may
+    add `LIST_MEMORY` to the process's memory (a one-level listing, which comes back whole, `LISTED_BYTES` an object
+    kept more). Each bound is a `ListingError` that says what to do."""
     obs = need_obstore()
     store, key = store_for(prefix, timeout)
     key = key.strip('/')
@@ -608,13 +678,16 @@ def list_objects(
             raise ListingError(f'{printable(prefix)} holds over {limit:,} objects: {advice}')
         return [r for r in (keep(m['path'], m) for m in got['objects']) if r is not None]
 
+    watch = MemoryWatch(LIST_MEMORY if recursive else LIST_MEMORY + limit * LISTED_BYTES)
     try:
         if recursive:
-            out = _run_bounded(lambda: _list_all(obs, store, key, prefix, limit, advice, keep), deadline)
+            out = _run_bounded(lambda: _list_all(obs, store, key, prefix, limit, advice, keep, watch), deadline, watch)
         else:
-            out = _run_bounded(one_level, deadline)
+            out = _run_bounded(one_level, deadline, watch)
     except (ObjectStoreError, *LET_THROUGH):
         raise
+    except _Outgrown as e:
+        raise _outgrown(prefix, e, watch, advice) from None
     except (TimeoutError, asyncio.TimeoutError):
         raise ListingError(
             f'{printable(prefix)}: not listed within {deadline:g} s (a store that never ends its listing, or a folder '
@@ -644,10 +717,13 @@ def list_folders(
         REQUESTS['list'] += 1
         return await obs.list_with_delimiter_async(store, prefix=key or None)
 
+    watch = MemoryWatch(LIST_MEMORY + MAX_LISTED * LISTED_BYTES)
     try:
-        got = _run_bounded(one_level, deadline)
+        got = _run_bounded(one_level, deadline, watch)
     except LET_THROUGH:
         raise
+    except _Outgrown as e:
+        raise _outgrown(prefix, e, watch, 'list fewer folders in it') from None
     except (TimeoutError, asyncio.TimeoutError):
         raise ListingError(
             f'{printable(prefix)}: its folders not listed within {deadline:g} s: check the store'
