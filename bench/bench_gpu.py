@@ -147,6 +147,14 @@ def run(a) -> dict:
                 if device.type == 'cuda': mem[c] = max(mem[c], torch.cuda.max_memory_allocated(device) / 2**20)
                 if ep: rates[c].append(n / dt); cpu[c].append(dc / n)
                 print(f'  {pipe} {c} epoch {ep}{" (warm-up)" if not ep else ""}: {n / dt:,.0f} img/s, {dc / n * 1e3:.2f} CPU ms/img', flush=True)
+        stages = {}  # the device path's stages (a thread each): batches, wall and CPU seconds, warm-up included
+        for c, ld in loaders.items():
+            got = getattr(ld, 'stats', None) and ld.stats().info.get('device_stages')
+            if got:
+                stages[c] = got
+                print(f'  {pipe} {c} stages, per batch (wall / CPU of its thread): ' + ', '.join(
+                    f"{k} {v['seconds'] / v['batches'] * 1e3:.1f} / {v['cpu_seconds'] / v['batches'] * 1e3:.1f} ms"
+                    for k, v in got.items()), flush=True)
         del loaders
         try:
             lim, lim_cpu = decode_limit(files, a.batch_size, device)
@@ -155,7 +163,7 @@ def run(a) -> dict:
             lim = lim_cpu = None
         med = {c: statistics.median(v) for c, v in rates.items() if v}
         out = {'img_per_s': {**med, 'decode_limit': lim}, 'cpu_s_per_img': {**{c: statistics.median(v) for c, v in cpu.items() if v}, 'decode_limit': lim_cpu},
-               'gpu_mem_mb': mem, 'runs': rates, 'errors': errors}
+               'gpu_mem_mb': mem, 'runs': rates, 'errors': errors, 'device_stages': stages}
         if 'timm' in med: out['ratio_to_timm'] = {c: med[c] / med['timm'] for c in med}
         res['pipelines'][pipe] = out
         if a.out:  # after each pipeline: a run cut short keeps what it measured

@@ -472,16 +472,32 @@ class PrefetchLoader:
             self._stats.add('device', time.perf_counter() - t0)
 
     def _timed_stages(self, gen):
-        "A staged step's generator, each stage's time added to the 'device' stage (the lane resumes it stage by stage)."
+        """A staged step's generator (the lane resumes it stage by stage, each in the stage's own thread): each stage's
+        wall time added to the 'device' stage, and with its thread's CPU time to `stats().info['device_stages']`."""
+        names, i = self.step.stages, 0
         while True:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 carried = next(gen)
             except StopIteration as r:
-                self._stats.add('device', time.perf_counter() - t0)
+                self._stage_time(names[min(i, len(names) - 1)], t0, c0)
                 return r.value
-            self._stats.add('device', time.perf_counter() - t0)
+            self._stage_time(names[min(i, len(names) - 1)], t0, c0)
+            i += 1
             yield carried
+
+    def _stage_time(self, name: str, t0: float, c0: float):
+        """A stage of one batch done: its wall seconds to 'device'; `info['device_stages'][name]`: batches, wall seconds
+        and the CPU seconds of its thread (the decoder's own work on the CPU included), since the loader was made."""
+        dt, cpu = time.perf_counter() - t0, time.thread_time() - c0
+        self._stats.add('device', dt)
+        with self._stats._lock:
+            d = self._stats.info.setdefault('device_stages', {}).setdefault(
+                name, {'batches': 0, 'seconds': 0.0, 'cpu_seconds': 0.0}
+            )
+            d['batches'] += 1
+            d['seconds'] += dt
+            d['cpu_seconds'] += cpu
 
     def __iter__(self):
         st, gen, pc = self._stats, iter(self.feeder), time.perf_counter  # pc: still there while Python shuts down
