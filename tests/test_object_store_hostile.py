@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip('obstore')
 from _fake_s3 import FakeS3, _Handler, _Server
+from timmdata.core.untrusted import resident_bytes
 from timmdata.net import object_store as O
 from timmdata.sources import shard_io
 
@@ -63,7 +64,7 @@ def test_listing_without_end_stops_at_its_deadline(s3):
 def test_listing_page_bounded_in_memory(s3, monkeypatch):
     """A listing page of 1 GiB (blanks in it): past LIST_MEMORY added to the process's memory, a ListingError naming
     the folder and the bound, and the client's request dropped (far from the whole page read), recursive or not."""
-    if O._resident() is None:
+    if resident_bytes() is None:
         pytest.skip('no /proc/self/statm here: listings are bounded by their deadline and object caps alone')
     monkeypatch.setattr(O, 'LIST_MEMORY', 32 << 20)
     monkeypatch.setattr(O, 'LISTED_BYTES', 0)

@@ -16,7 +16,8 @@ __all__ = ['MAX_JSON_BYTES', 'MAX_WALK_FOLDERS', 'MAX_WALK_FILES', 'MAX_FOLDER_P
            'atomic_write', 'shared_folder', 'lock_holder', 'kept_folder', 'kept_folder_fd', 'FileTooLargeError',
            'regular_fd', 'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count', 'check_info',
            'ResumeStateError', 'state_error', 'check_fields', 'missing_root', 'user_stacklevel', 'did_you_mean',
-           'choice_error', 'keywords_of', 'unknown_keyword', 'keyword_error', 'names_keywords']
+           'choice_error', 'keywords_of', 'unknown_keyword', 'keyword_error', 'names_keywords', 'resident_bytes',
+           'MemoryWatch']
 
 # %% ../../nbs/core/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -671,3 +672,39 @@ def names_keywords(
         return call
 
     return wrap
+
+# %% ../../nbs/core/00_untrusted.ipynb #a95b0003
+_PAGE_BYTES = os.sysconf('SC_PAGE_SIZE') if hasattr(os, 'sysconf') else 4096
+
+
+def resident_bytes() -> Optional[int]:
+    "This process's resident memory in bytes (Linux's `/proc/self/statm`); None where it cannot be read."
+    try:
+        with open('/proc/self/statm', 'rb') as f:
+            return int(f.read().split()[1]) * _PAGE_BYTES
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class MemoryWatch:
+    """What a listing adds to this process's memory since its last step (`step()`, after each page): the client reads
+    a page's body whole and parses it before handing anything back, so a page's bytes are bounded only by watching the
+    memory and dropping the request past `allowance` (the process's other threads count too: the bound is generous).
+    Where the resident memory cannot be read (no `/proc`), nothing is watched: the deadline and the object caps hold."""
+
+    def __init__(
+        self,
+        allowance: int,  # bytes a step may add
+    ):
+        self.allowance = allowance
+        self.step()
+
+    def step(self):
+        self.base = resident_bytes()
+
+    def over(self) -> Optional[int]:
+        "The bytes added since the last step when they are past the allowance, else None."
+        now = resident_bytes()
+        if now is None or self.base is None or now - self.base <= self.allowance:
+            return None
+        return now - self.base

@@ -25,7 +25,7 @@ from ..config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel
 from ..core.stages import CountsTime, LoaderStats
 
 # %% auto #0
-__all__ = ['BatchOps', 'PrefetchLoader']
+__all__ = ['BatchOps', 'timed_stages', 'count_stage', 'PrefetchLoader']
 
 # %% ../../nbs/engine/31_prefetch.ipynb #7e4a9da8
 class _Backend:
@@ -400,6 +400,43 @@ class BatchOps:
         if self.collate is not None and self.collate.mixes:
             self.collate.mixup_enabled = on
 
+# %% ../../nbs/engine/31_prefetch.ipynb #a93f0302
+def timed_stages(
+    gen,  # a staged step's generator (`PrefetchStep.staged`): it yields after each stage but the last, then returns
+    names: tuple,  # the step's stages, in order
+    stats: LoaderStats,  # where the times go
+):
+    """`gen` as the lane resumes it, stage by stage, each in the stage's own thread: each stage's wall time added to the
+    'device' stage, and with its thread's CPU time to `stats.info['device_stages']` (`count_stage`)."""
+    i = 0
+    while True:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            carried = next(gen)
+        except StopIteration as r:
+            count_stage(stats, names[min(i, len(names) - 1)], t0, c0)
+            return r.value
+        count_stage(stats, names[min(i, len(names) - 1)], t0, c0)
+        i += 1
+        yield carried
+
+
+def count_stage(
+    stats: LoaderStats,  # the loader's
+    name: str,  # the stage
+    t0: float,  # `time.perf_counter()` at its start
+    c0: float,  # `time.thread_time()` at its start, in the same thread
+):
+    """A stage of one batch done: its wall seconds to 'device'; `info['device_stages'][name]`: batches, wall seconds
+    and the CPU seconds of its thread (the decoder's own work on the CPU included), since the loader was made."""
+    dt, cpu = time.perf_counter() - t0, time.thread_time() - c0
+    stats.add('device', dt)
+    with stats._lock:
+        d = stats.info.setdefault('device_stages', {}).setdefault(name, dict(batches=0, seconds=0.0, cpu_seconds=0.0))
+        d['batches'] += 1
+        d['seconds'] += dt
+        d['cpu_seconds'] += cpu
+
 # %% ../../nbs/engine/31_prefetch.ipynb #a62e8f41
 def _images(out) -> int:
     "Images in a step's output (images, targets): the images' batch size, else the targets' (NaFlex: a dict of patches)."
@@ -464,40 +501,12 @@ class PrefetchLoader:
         lane's CUDA calls), each stage's time counted."""
         key = self.loader.batch_key(mark) if self.resumes else None
         if self.step.stages:
-            return self._timed_stages(self.step.staged(batch, key, calls))
+            return timed_stages(self.step.staged(batch, key, calls), self.step.stages, self._stats)
         t0 = time.perf_counter()
         try:
             return self.step.feed(batch, key)
         finally:
             self._stats.add('device', time.perf_counter() - t0)
-
-    def _timed_stages(self, gen):
-        """A staged step's generator (the lane resumes it stage by stage, each in the stage's own thread): each stage's
-        wall time added to the 'device' stage, and with its thread's CPU time to `stats().info['device_stages']`."""
-        names, i = self.step.stages, 0
-        while True:
-            t0, c0 = time.perf_counter(), time.thread_time()
-            try:
-                carried = next(gen)
-            except StopIteration as r:
-                self._stage_time(names[min(i, len(names) - 1)], t0, c0)
-                return r.value
-            self._stage_time(names[min(i, len(names) - 1)], t0, c0)
-            i += 1
-            yield carried
-
-    def _stage_time(self, name: str, t0: float, c0: float):
-        """A stage of one batch done: its wall seconds to 'device'; `info['device_stages'][name]`: batches, wall seconds
-        and the CPU seconds of its thread (the decoder's own work on the CPU included), since the loader was made."""
-        dt, cpu = time.perf_counter() - t0, time.thread_time() - c0
-        self._stats.add('device', dt)
-        with self._stats._lock:
-            d = self._stats.info.setdefault('device_stages', {}).setdefault(
-                name, {'batches': 0, 'seconds': 0.0, 'cpu_seconds': 0.0}
-            )
-            d['batches'] += 1
-            d['seconds'] += dt
-            d['cpu_seconds'] += cpu
 
     def __iter__(self):
         st, gen, pc = self._stats, iter(self.feeder), time.perf_counter  # pc: still there while Python shuts down

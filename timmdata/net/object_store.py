@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio, concurrent.futures, io, os, time
 from collections import Counter
 from typing import Callable, Optional
-from ..core.untrusted import printable
+from ..core.untrusted import MemoryWatch, printable
 from .http import REQUEST_DEADLINE, DeadlineError
 from .object_clients import LET_THROUGH, named_error, request_loop
 from timmdata.net.object_clients import (
@@ -35,10 +35,10 @@ from timmdata.net.object_clients import (
 __all__ = ['MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'LIST_MEMORY', 'LISTED_BYTES', 'READ_RATE', 'STREAM_ALLOWANCE', 'REQUESTS',
            'MAX_TAGS', 'MERGE_SLACK', 'MERGE_MOST', 'Answer', 'object_head', 'object_range', 'merge_reads',
            'object_fetch', 'object_get_many', 'ObjectReader', 'object_open', 'ObjectFile', 'ListingError',
-           'MemoryWatch', 'list_objects', 'list_folders', 'put_object', 'OBJECT_SCHEMES', 'BY_POSITION',
-           'STORE_OPTIONS_ENV', 'GET_THREADS', 'MAX_MADE', 'object_scheme', 'by_position', 'split_object_url',
-           'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError', 'ObjectForkError', 'need_obstore',
-           'check_endpoint', 'configure_store', 'store_options', 'store_for', 'close_clients']
+           'list_objects', 'list_folders', 'put_object', 'OBJECT_SCHEMES', 'BY_POSITION', 'STORE_OPTIONS_ENV',
+           'GET_THREADS', 'MAX_MADE', 'object_scheme', 'by_position', 'split_object_url', 'ObjectStoreError',
+           'ObjectNotFoundError', 'ObjectChangedError', 'ObjectForkError', 'need_obstore', 'check_endpoint',
+           'configure_store', 'store_options', 'store_for', 'close_clients']
 
 # %% ../../nbs/net/20bc_object_store.ipynb #ed8906bd
 _all_ = [
@@ -541,49 +541,13 @@ class ObjectFile(io.RawIOBase):
         self._pos += len(got)
         return len(got)
 
+# %% ../../nbs/net/20bc_object_store.ipynb #a95b0005
+class _Outgrown(Exception):
+    "A listing's memory past its watch's allowance (the bytes it added)."
+
 # %% ../../nbs/net/20bc_object_store.ipynb #a1e521ca
 class ListingError(ObjectStoreError):
     "A listing past one of its bounds (objects, time, memory) or that does not end (a store that repeats itself): the message says which and what to do."
-
-
-_PAGE_BYTES = os.sysconf('SC_PAGE_SIZE') if hasattr(os, 'sysconf') else 4096
-
-
-def _resident() -> Optional[int]:
-    "This process's resident memory in bytes (Linux's `/proc/self/statm`); None where it cannot be read."
-    try:
-        with open('/proc/self/statm', 'rb') as f:
-            return int(f.read().split()[1]) * _PAGE_BYTES
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-class MemoryWatch:
-    """What a listing adds to this process's memory since its last step (`step()`, after each page): the client reads
-    a page's body whole and parses it before handing anything back, so a page's bytes are bounded only by watching the
-    memory and dropping the request past `allowance` (the process's other threads count too: the bound is generous).
-    Where the resident memory cannot be read (no `/proc`), nothing is watched: the deadline and the object caps hold."""
-
-    def __init__(
-        self,
-        allowance: int,  # bytes a step may add
-    ):
-        self.allowance = allowance
-        self.step()
-
-    def step(self):
-        self.base = _resident()
-
-    def over(self) -> Optional[int]:
-        "The bytes added since the last step when they are past the allowance, else None."
-        now = _resident()
-        if now is None or self.base is None or now - self.base <= self.allowance:
-            return None
-        return now - self.base
-
-
-class _Outgrown(Exception):
-    "A listing's memory past its watch's allowance (the bytes it added)."
 
 
 def _run_bounded(
