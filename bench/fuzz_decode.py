@@ -197,7 +197,7 @@ def _box(r, h: int, w: int) -> tuple:
     return int(r.integers(0, h - bh + 1)), int(r.integers(0, w - bw + 1)), bh, bw
 
 def _tc_jpeg(d, r, i, env):
-    "TorchCodec's decode_jpeg, the decoder timmdata's decode_image uses for JPEGs the extension does not take (CMYK)."
+    "TorchCodec's decode_jpeg, the decoder timmdata's decode_image uses for JPEGs the extension does not take (CMYK in L; all without it)."
     tc = decode.torchcodec_jpeg()
     if tc is None: return True  # TorchCodec not installed (or not loading): nothing to fuzz here
     t = tc(torch.frombuffer(bytearray(d), dtype=torch.uint8) if d else torch.empty(0, dtype=torch.uint8), mode='RGB')

@@ -97,6 +97,35 @@ static PyObject *jpeg_warnings(PyObject *self, PyObject *args) {
     return Py_BuildValue("(Ks)", n, msg);
 }
 
+/* A four-channel JPEG (CMYK, or YCCK: Adobe's transform 2, which libjpeg turns into CMYK) as Pillow gives it in RGB:
+ * Pillow reads the samples inverted (Adobe's convention, its rawmode "CMYK;I", whatever the file's Adobe marker says),
+ * then convert('RGB') makes each channel nk - nk * C / 255 (nk = 255 - K, rounded as its MULDIV255). On libjpeg's own
+ * samples c and k that is k - MULDIV255(255 - c, k), always within 0..k. decode.py checks this against the installed
+ * Pillow over every (c, k) before it sends a CMYK JPEG here (cmyk_to_rgb below), and keeps it on Pillow's path if not. */
+static inline int is_cmyk(const struct jpeg_decompress_struct *c) {
+    return c->num_components == 4 && (c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK);
+}
+static inline uint8_t cmyk_channel(int c, int k) { const int t = (255 - c) * k + 128; return (uint8_t)(k - (((t >> 8) + t) >> 8)); }
+static void cmyk_row_to_rgb(const uint8_t *restrict src, uint8_t *restrict dst, size_t n) {
+    for (size_t i = 0; i < n; i++, src += 4, dst += 3) {
+        const int k = src[3];
+        dst[0] = cmyk_channel(src[0], k); dst[1] = cmyk_channel(src[1], k); dst[2] = cmyk_channel(src[2], k);
+    }
+}
+
+/* cmyk_to_rgb(data) -> bytes: the RGB pixels of libjpeg's CMYK samples (len(data) / 4 pixels), as the decoders above
+ * make them: decode.py compares them with Pillow's conversion once per process */
+static PyObject *cmyk_to_rgb(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    PyObject *r = NULL;
+    if (buf.len % 4) PyErr_Format(PyExc_ValueError, "cmyk_to_rgb: %zd bytes is not a whole number of CMYK pixels", buf.len);
+    else if ((r = PyBytes_FromStringAndSize(NULL, buf.len / 4 * 3)))
+        cmyk_row_to_rgb((const uint8_t *)buf.buf, (uint8_t *)PyBytes_AS_STRING(r), (size_t)(buf.len / 4));
+    PyBuffer_Release(&buf);
+    return r;
+}
+
 /* header(data) -> (height, width, components, colour space code of libjpeg's J_COLOR_SPACE) */
 static PyObject *header(PyObject *self, PyObject *args) {
     Py_buffer buf;
@@ -120,7 +149,7 @@ done:
 /* decode_crop(data, top, left, height, width, max_pixels=0, gray=False) -> (bytearray of rows, x0, y0, w, h)
  * Decodes rows [top, top+height) and the column range libjpeg-turbo can give that covers [left, left+width)
  * (widened to iMCU boundaries); the result is the w x h x C box starting at column x0, row y0, C = 3 (RGB) or 1 (gray:
- * the luma channel). An image whose header claims more than max_pixels pixels (> 0) is refused before anything is
+ * the luma channel). A CMYK or YCCK JPEG comes as RGB, Pillow's conversion (cmyk_row_to_rgb); gray refuses it. An image whose header claims more than max_pixels pixels (> 0) is refused before anything is
  * allocated. Every exit, error or not, goes through `done`: libjpeg's memory, the input buffer and the output are
  * released exactly once (the output survives only inside the returned tuple).
  *
@@ -150,9 +179,10 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
         if (ts) { PyEval_RestoreThread(ts); ts = NULL; }
         PyErr_Format(PyExc_ValueError, "JPEG decode: %s", jerr.msg); goto done;
     }
-    int code = DC_OK;
+    int code = DC_OK, cmyk = 0;
     long long W = 0, H = 0;
     JDIMENSION x0 = (JDIMENSION)left, cw = (JDIMENSION)width;
+    JSAMPARRAY four = NULL;  /* a CMYK JPEG: libjpeg's row of four samples a pixel, converted into the output's three */
     ts = PyEval_SaveThread();  /* first stretch without the GIL: header and decoder set-up */
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, (const unsigned char *)buf.buf, (unsigned long)buf.len);
@@ -162,9 +192,12 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
     /* in 64 bits and without sums that can wrap: any int arguments are checked correctly */
     else if (top < 0 || left < 0 || height < 1 || width < 1 || (long long)top + height > H || (long long)left + width > W) code = DC_BOX;
     else {
-        cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+        cmyk = !gray && is_cmyk(&cinfo);
+        cinfo.out_color_space = gray ? JCS_GRAYSCALE : cmyk ? JCS_CMYK : JCS_RGB;
         jpeg_start_decompress(&cinfo);
         jpeg_crop_scanline(&cinfo, &x0, &cw);
+        if (cmyk)  /* libjpeg's pool: freed by jpeg_destroy_decompress, an allocation failure is one of its errors */
+            four = (*cinfo.mem->alloc_sarray)((j_common_ptr)&cinfo, JPOOL_IMAGE, cw * 4, 1);
     }
     PyEval_RestoreThread(ts); ts = NULL;
     if (code == DC_PIXELS) {
@@ -177,7 +210,7 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
                      top, left, height, width, W, H);
         goto done;
     }
-    const int C = cinfo.output_components;
+    const int C = cmyk ? 3 : cinfo.output_components;
     out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)height * (Py_ssize_t)cw * C);
     if (!out) goto done;
     unsigned char *dst = (unsigned char *)PyByteArray_AS_STRING(out);
@@ -186,7 +219,8 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
     if (top > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)top) != (JDIMENSION)top) code = DC_SKIP;
     while (code == DC_OK && (long long)cinfo.output_scanline < (long long)top + height) {
         JSAMPROW row = dst + (size_t)(cinfo.output_scanline - (JDIMENSION)top) * cw * C;
-        if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) { code = DC_STALL; stalled_at = cinfo.output_scanline; }  /* no progress: an error, never a spin */
+        if (jpeg_read_scanlines(&cinfo, four ? four : &row, 1) != 1) { code = DC_STALL; stalled_at = cinfo.output_scanline; }  /* no progress: an error, never a spin */
+        else if (four) cmyk_row_to_rgb(four[0], row, cw);
     }
     /* A box that reaches the last row reads the rest of the file too, as a whole decode by PIL or torchvision does: a
      * damaged marker after the image data is an error then. A box above it never reads the rows below: damage there
@@ -806,10 +840,13 @@ static int rcj_run(const rcj_job *a, uint8_t *dst, char *msg, size_t msg_n, int 
     win_n = (size_t)(ry1 - ry0 + 1) * (size_t)W * 3 + 16;  /* the window's rows and a scratch row; W: room for any widening */
     win = rs_take(0, win_n);
     if (!win) { r = RCJ_NO_MEMORY; goto done; }
-    cinfo.out_color_space = JCS_RGB;
+    const int cmyk = is_cmyk(&cinfo);
+    cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
     jpeg_start_decompress(&cinfo);
     jpeg_crop_scanline(&cinfo, &cx, &cw);
     const Py_ssize_t rowb = (Py_ssize_t)cw * 3;
+    /* a CMYK JPEG: libjpeg's rows of four samples a pixel (its pool, freed with it), converted as decode_crop does */
+    JSAMPARRAY four = cmyk ? (*cinfo.mem->alloc_sarray)((j_common_ptr)&cinfo, JPOOL_IMAGE, cw * 4, 16) : NULL;
     uint8_t *scratch = win + (size_t)(ry1 - ry0) * rowb;  /* the rows decoded outside the window */
     if (ys > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)ys) != (JDIMENSION)ys) {
         snprintf(msg, msg_n, "JPEG decode: could not skip rows"); r = RCJ_VALUE; goto done;
@@ -823,9 +860,11 @@ static int rcj_run(const rcj_job *a, uint8_t *dst, char *msg, size_t msg_n, int 
         if (above && n > room) n = room;
         JSAMPROW rows[16];
         for (int k = 0; k < n; k++) rows[k] = win + (size_t)((above ? 0 : y - ry0) + k) * rowb;
-        if (jpeg_read_scanlines(&cinfo, rows, (JDIMENSION)n) < 1) {
+        const JDIMENSION got = jpeg_read_scanlines(&cinfo, four ? four : rows, (JDIMENSION)n);
+        if (got < 1) {
             snprintf(msg, msg_n, "JPEG decode: libjpeg made no progress at row %u", cinfo.output_scanline); r = RCJ_VALUE; goto done;
         }
+        for (JDIMENSION k = 0; four && k < got; k++) cmyk_row_to_rgb(four[k], rows[k], cw);
     }
     /* the rows below, up to ye: skipped but the last (entropy-decoded, not reconstructed; libjpeg-turbo would not read
      * the data of a skip that reaches the last row), the last one decoded; then, at the image's end, the file's end */
@@ -834,8 +873,8 @@ static int rcj_run(const rcj_job *a, uint8_t *dst, char *msg, size_t msg_n, int 
         if (jpeg_skip_scanlines(&cinfo, rest) != rest) { snprintf(msg, msg_n, "JPEG decode: could not skip rows"); r = RCJ_VALUE; goto done; }
     }
     if ((long long)cinfo.output_scanline < ye) {
-        JSAMPROW row = scratch;
-        if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
+        JSAMPROW row = scratch;  /* a CMYK JPEG's last row needs no conversion: only read */
+        if (jpeg_read_scanlines(&cinfo, four ? four : &row, 1) != 1) {
             snprintf(msg, msg_n, "JPEG decode: libjpeg made no progress at row %u", cinfo.output_scanline); r = RCJ_VALUE; goto done;
         }
     }
@@ -2153,6 +2192,7 @@ static PyMethodDef methods[] = {
     {"set_streaming", set_streaming, METH_VARARGS, "set_streaming(on) -> previous setting: streaming stores in the affine passes (AVX2 builds)"},
     {"header", header, METH_VARARGS, "header(data) -> (height, width, components, jpeg colour space)"},
     {"decode_crop", decode_crop, METH_VARARGS, "decode_crop(data, top, left, height, width, max_pixels=0, gray=False) -> (bytearray RGB or gray, x0, y0, w, h)"},
+    {"cmyk_to_rgb", cmyk_to_rgb, METH_VARARGS, "cmyk_to_rgb(data) -> bytes: libjpeg's CMYK samples in RGB, as Pillow converts a CMYK JPEG"},
     {"resample_window", resample_window, METH_VARARGS, "resample_window(src_hwc_u8, y0, x0, in_h, in_w, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, flip=False) -> bytearray (C, oh, ow), planar: Pillow's resize (kind 0 bilinear, 1 bicubic) of the in_h x in_w image to out_h x out_w, rows top.. and columns left.. only (mirrored left to right with flip); src holds the source from (y0, x0)"},
     {"resize_crop_jpeg", (PyCFunction)(void (*)(void))resize_crop_jpeg, METH_VARARGS | METH_KEYWORDS, "resize_crop_jpeg(data, out_h, out_w, top, left, oh, ow, kind, vertical_first=False, max_pixels=0, box=None, flip=False, to_end=True) -> (bytearray (3, oh, ow) planar, warned): resample_window's result from the JPEG's RGB pixels (of the box (y, x, h, w): PIL's crop then resize), mirrored with flip, decoding only the rows and columns the window reads (with to_end, the file to its end)"},
     {"resize_crop_jpeg_batch", resize_crop_jpeg_batch, METH_VARARGS, "resize_crop_jpeg_batch(items, oh, ow, out, max_pixels=0) -> bytes of statuses (0 made, 1 made with a libjpeg warning, 2 not made): each item (data, box or None, (out_h, out_w, top, left), kind, vertical_first, flip, to_end) what resize_crop_jpeg makes of it (the window oh x ow), into image i of out, a uint8 (n, 3, oh, ow) buffer; one call, without the GIL"},

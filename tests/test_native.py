@@ -166,3 +166,30 @@ def test_grey_jpegs_take_the_crop_path_with_pillows_pixels(tmp_path):
             assert torch.equal(a, b), (training, i)
             if not training:  # PIL's own steps on Pillow's decode converted to RGB: timm's pixels
                 assert torch.equal(a, t(Image.open(fast.filename(i, absolute=True)).convert('RGB')))
+
+def test_cmyk_jpegs_take_the_crop_path_with_pillows_pixels(tmp_path):
+    "A CMYK JPEG (and a YCCK one: Adobe transform 2) is handed over undecoded, and both pipelines give timm's pixels: Pillow's convert('RGB')."
+    from PIL import Image
+    from timmdata.tools.sample_data import make_sample_image
+    (tmp_path / 'c').mkdir()
+    for k, size in enumerate(((131, 97), (426, 320), (500, 333))):
+        path = tmp_path / 'c' / f'{k}.jpg'
+        make_sample_image(k, 3, size).convert('CMYK').save(path, quality=90)
+        data = path.read_bytes()
+        at = data.find(b'\xff\xee') + 15  # the Adobe marker's transform byte: 0 (CMYK) -> 2 (YCCK)
+        (tmp_path / 'c' / f'{k}y.jpg').write_bytes(data[:at] + b'\x02' + data[at + 1:])
+    assert decode.cmyk_like_pillow()
+    for training in (True, False):
+        t = create_transform(160, is_training=training, use_prefetcher=True, color_jitter=0)
+        fast, full = ImageDataset(str(tmp_path)), ImageDataset(str(tmp_path))
+        fast.transform = full.transform = t
+        full._encoded = False  # decoded whole first, then the same transform
+        assert len(fast) == 6
+        for i in range(len(fast)):
+            data = open(fast.filename(i, absolute=True), 'rb').read()
+            enc = fast.decode_sample(data)
+            assert isinstance(enc, EncodedJpeg) and enc.components == 4  # the crop path, not a whole decode
+            random.seed(i); torch.manual_seed(i); a, _ = fast[i]
+            random.seed(i); torch.manual_seed(i); b, _ = full[i]
+            random.seed(i); torch.manual_seed(i); c = t(Image.open(fast.filename(i, absolute=True)).convert('RGB'))
+            assert torch.equal(a, b) and torch.equal(a, c), (training, i)  # PIL's own steps on Pillow's RGB: timm's pixels

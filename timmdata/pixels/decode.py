@@ -17,7 +17,8 @@ from ..core.untrusted import UnsafeFileError
 __all__ = ['NATIVE', 'NATIVE_STATUS', 'MAX_IMAGE_PIXELS', 'MAX_IMAGE_BYTES', 'note_jpeg_warnings', 'Native', 'use_native',
            'ImageDecodeError', 'CorruptJpegWarning', 'set_max_image_pixels', 'check_pixels', 'jpeg_header',
            'convert_mode', 'torchcodec_jpeg', 'torchcodec_status', 'torchcodec_error', 'read_source', 'jpeg_warnings',
-           'damage_error', 'check_encoded', 'decode_image', 'decoder_name', 'EncodedJpeg', 'encoded_jpeg']
+           'damage_error', 'check_encoded', 'decode_image', 'cmyk_like_pillow', 'decoder_name', 'EncodedJpeg',
+           'encoded_jpeg']
 
 # %% ../../nbs/pixels/06_decode.ipynb #2395e4c6
 # written by setup.py beside the extension when its build failed (the package's folder, found without importing it)
@@ -366,11 +367,25 @@ def _pil_to_tensor(img: Image.Image) -> torch.Tensor:
     return torch.from_numpy(a).permute(2, 0, 1)
 
 # %% ../../nbs/pixels/06_decode.ipynb #96127057
-_JCS_GRAY, _JCS_RGB, _JCS_YCBCR = 1, 2, 3  # libjpeg's J_COLOR_SPACE codes of the JPEGs it converts to RGB and L itself
+_JCS_GRAY, _JCS_RGB, _JCS_YCBCR, _JCS_CMYK, _JCS_YCCK = 1, 2, 3, 4, 5  # libjpeg's J_COLOR_SPACE codes
 # (components, colour space) of the JPEGs the extension decodes, whole or by box: colour, and grey (libjpeg copies the grey
 # to R, G and B, as Pillow's convert('RGB') does)
 _NATIVE_KINDS = ((3, _JCS_YCBCR), (3, _JCS_RGB), (1, _JCS_GRAY))
+# and the four-channel ones, CMYK and YCCK (Adobe's transform 2, which libjpeg turns into CMYK), to RGB only: the extension
+# converts them as Pillow does, where `cmyk_like_pillow` finds it so (libjpeg makes no L of CMYK: TorchCodec or PIL do)
+_CMYK_KINDS = ((4, _JCS_CMYK), (4, _JCS_YCCK))
 _warned = False
+
+
+def _native_kind(
+    comps: int,  # the JPEG's components, from its header
+    space: int,  # its colour space code (`_JCS_*`), from its header
+    gray: bool = False,  # decoded to L (one channel), else RGB
+) -> bool:
+    "Does the extension decode a JPEG of this kind, whole or by box, to exactly the pixels Pillow gives?"
+    if (comps, space) in _NATIVE_KINDS:
+        return True
+    return not gray and (comps, space) in _CMYK_KINDS and cmyk_like_pillow()
 
 
 def jpeg_warnings() -> tuple:
@@ -396,12 +411,12 @@ def _note_jpeg_warnings(
 
 
 def _native_decode(data: bytes, gray: bool):
-    "A whole colour or grayscale JPEG by the extension (warnings counted): a tensor, libjpeg's error, or None (not for it)."
+    "A whole colour, grayscale or CMYK JPEG by the extension (warnings counted): a tensor, libjpeg's error, or None (not for it)."
     try:
         h, w, comps, space = NATIVE.loaded.header(data)
     except ValueError as e:
         return f'libjpeg: {e}'
-    if (comps, space) not in _NATIVE_KINDS:
+    if not _native_kind(comps, space, gray):
         return None
     before = NATIVE.loaded.jpeg_warnings()[0]
     try:
@@ -492,6 +507,31 @@ def decode_image(
     img = _pil_decode(data, mode, why)
     return _pil_to_tensor(img) if to_tensor else img
 
+# %% ../../nbs/pixels/06_decode.ipynb #41de4890
+_CMYK_LIKE_PILLOW = None  # `cmyk_like_pillow`'s answer, found once per process
+
+
+def cmyk_like_pillow() -> bool:
+    """Does the extension turn CMYK JPEGs into the RGB pixels Pillow gives, byte for byte? Pillow reads a four-channel
+    JPEG's samples inverted (Adobe's convention: rawmode 'CMYK;I', whatever the file's Adobe marker says) and its
+    `convert('RGB')` rounds in its own way; the extension's `cmyk_to_rgb` does both in one step. Compared once per process
+    over every pair of a sample's value and K's (in each of the three channels, a few milliseconds); False (an extension
+    built without `cmyk_to_rgb`, or a Pillow that reads or converts CMYK otherwise) leaves CMYK JPEGs to the whole decoders."""
+    global _CMYK_LIKE_PILLOW
+    if _CMYK_LIKE_PILLOW is None:
+        conv = getattr(NATIVE.loaded, 'cmyk_to_rgb', None)
+        tiny = io.BytesIO()
+        Image.new('CMYK', (8, 8)).save(tiny, 'JPEG')
+        rawmode = Image.open(io.BytesIO(tiny.getvalue())).tile[0][3][0]  # how Pillow's JPEG reader takes the samples
+        v = np.arange(256, dtype=np.uint8)
+        c, k = np.repeat(v, 256), np.tile(v, 256)  # every (value, K) pair
+        raw = np.stack([c, 255 - c, c ^ np.uint8(0xA5), k], axis=1).tobytes()  # each channel meets every pair
+        _CMYK_LIKE_PILLOW = bool(
+            conv is not None
+            and conv(raw) == Image.frombytes('CMYK', (256, 256), raw, 'raw', rawmode).convert('RGB').tobytes()
+        )
+    return _CMYK_LIKE_PILLOW
+
 # %% ../../nbs/pixels/06_decode.ipynb #e29a7d10
 # public, for the decoders in other modules that call the extension themselves (timmdata.pixels.resample's fused eval step)
 note_jpeg_warnings = _note_jpeg_warnings
@@ -515,7 +555,7 @@ _CROP_MARGIN = 2
 
 
 class EncodedJpeg:
-    "A colour or grey JPEG not decoded yet: its size from the header, RGB pixels on demand, whole or only a crop box (uint8 CHW tensors)."
+    "A colour, grey or CMYK JPEG not decoded yet: its size from the header, RGB pixels on demand, whole or only a crop box (uint8 CHW tensors)."
 
     # made by `encoded_jpeg`, which returns one only when the extension is built: no fallback for its absence here
     def __init__(
@@ -523,7 +563,7 @@ class EncodedJpeg:
         data: bytes,  # the JPEG file's bytes
         height: int,  # the image's height in pixels, from the header (see `encoded_jpeg`)
         width: int,  # the image's width in pixels, from the header
-        components: int = 3,  # the file's channels: 3 (colour) or 1 (grey: each pixel's grey in R, G and B, as Pillow's convert('RGB'))
+        components: int = 3,  # the file's channels: 3 (colour), 1 (grey: its grey in R, G and B) or 4 (CMYK), in RGB as Pillow's convert('RGB')
     ):
         self.data, self.height, self.width, self.components = data, height, width, components
 
@@ -579,9 +619,9 @@ class EncodedJpeg:
 
 
 def encoded_jpeg(
-    data: bytes,  # an encoded image's bytes (any format: not a colour or grey JPEG gives None)
+    data: bytes,  # an encoded image's bytes (any format: not a colour, grey or CMYK JPEG gives None)
 ) -> Optional[EncodedJpeg]:
-    "An `EncodedJpeg` for a colour or grey JPEG whose crops the extension can decode; None for anything else (decode it whole)."
+    "An `EncodedJpeg` for a colour, grey or CMYK JPEG whose crops the extension can decode; None for anything else (decode it whole)."
     if NATIVE.module is None or data[:3] != _JPEG_SOI or jpeg_header(data)[0]:
         return None
     try:
@@ -589,4 +629,4 @@ def encoded_jpeg(
     except ValueError:
         return None  # a broken header: the full decoders raise the clear error
     check_pixels(h, w)  # a decompression bomb is refused here, before a crop of it is drawn and decoded
-    return EncodedJpeg(data, h, w, comps) if (comps, space) in _NATIVE_KINDS else None
+    return EncodedJpeg(data, h, w, comps) if _native_kind(comps, space) else None
