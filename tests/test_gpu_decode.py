@@ -18,6 +18,7 @@ from timmdata.config import IMAGENET_DEFAULT_STD
 from _helpers import run_epochs as _run, same_batches as _same
 
 gd = pytest.importorskip('timmdata.engine.gpu_decode')
+import timmdata.scheduled_sampler as tss  # where the loaders' sampler chain takes timm's sampler
 if decode.torchcodec_jpeg() is None: pytest.skip('torchcodec is not installed', allow_module_level=True)
 from timmdata.engine.gpu_decode import DeviceDecodeTransform, create_device_decode_loader, decode_jpegs, device_decode_collate
 
@@ -351,7 +352,7 @@ def small_root(tmp_path_factory):
 
 def _dd(root, split='train', sampler=None, monkeypatch=None, bs=RB, **kw):
     "A device-decode (CPU) train loader with every random step on: crops/flips, batch jitter, erasing ('pixel'), mixup."
-    if sampler is not None: monkeypatch.setattr(gd, 'timm_sampler', lambda ds, *a: sampler(ds))
+    if sampler is not None: monkeypatch.setattr(tss, 'timm_sampler', lambda ds, *a: sampler(ds))
     args = dict(is_training=True, num_workers=0, decode_device='cpu', re_prob=0.5, re_mode='pixel', re_count=2,
                 color_jitter=0.4, interpolation='random', vflip=0.3,
                 collate_fn=FastCollateMixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=18, label_smoothing=0.1))

@@ -1,7 +1,7 @@
 """The library's layout (issue 12): one module per stage of the data's way, each from its own notebook, imports
 only downwards (no circle, no import up a floor), no private name imported from another module, no module over
 400 statements. Reads the generated sources and the notebooks; imports nothing of timmdata."""
-import ast, functools, json, re, sys
+import ast, functools, json, os, re, subprocess, sys
 from pathlib import Path
 
 import pytest
@@ -199,3 +199,22 @@ def test_the_check_can_fail(tmp_path):
                  'import timmdata\nfrom timmdata.engine import feeder\n')
     assert timmdata_imports(p) == [('collate', ['fast_collate', '_x']), ('loader', []), ('transforms', []), (PACKAGE, ['ImageDataset']),
                                    (PACKAGE, []), ('engine.feeder', [])]
+
+
+# Following `create_loader`'s dataset through the calls that pass it on (tools/follow_arg.py, which says what it counts):
+# the sampler chain is built in one place (timmdata.scheduled_sampler.make_batch_plan), so the way reads downward.
+MAX_STOPS, MAX_BACK_UP = 28, 8
+
+
+def test_create_loader_dataset_reads_downward():
+    env = {**os.environ, 'PYTHONPATH': str(ROOT)}  # run apart: this file imports nothing of timmdata
+    out = subprocess.run([sys.executable, str(ROOT / 'tools' / 'follow_arg.py'), '--json'], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    f = json.loads(out.stdout.strip().splitlines()[-1])
+    assert f['stops'] >= 10, f  # the follower sees the calls (a pass means something)
+    assert f['stops'] <= MAX_STOPS and f['back_up'] <= MAX_BACK_UP, (
+        f"create_loader's dataset passes through {f['stops']} calls, {f['back_up']} of them back up a floor "
+        f"(at most {MAX_STOPS} and {MAX_BACK_UP}): {f['back_up_calls']}; build the sampler chain in one place "
+        f"(make_batch_plan) and see `python tools/follow_arg.py`")
+    assert not f['back_and_forth'].get('distributed_sampler <-> engine.batch_plan'), f['back_and_forth']

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Callable, Iterator, Optional, Sequence
 import torch
-from torch.utils.data import Dataset, IterableDataset, Sampler
+from torch.utils.data import Dataset, IterableDataset, Sampler, SequentialSampler
 from .core.runtime import pass_epoch
 from .core.untrusted import MAX_SAMPLES
 from .dataset import ChoiceTransform, ImageDataset
@@ -30,7 +30,6 @@ from timmdata.engine.batch_plan import (
     loader_seed,
     state_error,
     plain_state,
-    resumable_batching,
     sample_key,
 )
 
@@ -47,14 +46,10 @@ def _positive_int(x) -> bool:
 
 
 def _check_schedule_args(
-    sampler, batch_sizes, num_batches, choice_schedule, schedule_epochs, schedule_spread, schedule_random_mix
+    samples, batch_sizes, num_batches, choice_schedule, schedule_epochs, schedule_spread, schedule_random_mix
 ):
-    "The scheduled sampler's argument checks, each error naming the argument and what it should be."
-    if not callable(getattr(sampler, '__len__', None)):
-        raise TypeError(
-            f'ScheduledBatchSampler needs a sampler with a length (a map-style sampler); got {type(sampler).__name__}'
-        )
-    if len(sampler) <= 0:
+    "The scheduled sampler's argument checks (`samples`: its sampler's length), each error naming the argument and what it should be."
+    if samples <= 0:
         raise ValueError(
             'ScheduledBatchSampler needs a non-empty sampler: the dataset (or this rank\'s share) has no samples'
         )
@@ -159,8 +154,18 @@ class ScheduledBatchSampler(_ChoiceWindow, Sampler):
         schedule_spread: float = 0.65,  # progressive: standard deviation of the window, in choices (0: only the nearest)
         schedule_random_mix: float = 0.1,  # progressive: share of uniform exploration over the allowed choices
     ):
+        if not callable(getattr(sampler, '__len__', None)):
+            raise TypeError(
+                f'ScheduledBatchSampler needs a sampler with a length (a map-style sampler); got {type(sampler).__name__}'
+            )
         _check_schedule_args(
-            sampler, batch_sizes, num_batches, choice_schedule, schedule_epochs, schedule_spread, schedule_random_mix
+            len(sampler),
+            batch_sizes,
+            num_batches,
+            choice_schedule,
+            schedule_epochs,
+            schedule_spread,
+            schedule_random_mix,
         )
         self.sampler, self.batch_sizes = sampler, tuple(int(b) for b in batch_sizes)
         self.choice_weights = _normalized_weights(choice_weights, len(self.batch_sizes))
@@ -519,13 +524,13 @@ class Sampling:
 
 
 def check_order(
-    dataset,  # the dataset to load (a stream cannot take a global order)
     s: Sampling,  # the loader's sampling arguments
+    stream: bool = False,  # the dataset is a stream (`IterableDataset`): it cannot take a global order
 ):
     "`order` as `make_batch_plan` takes it: None or 'global', and 'global' only where it has a meaning; else an error naming what to pass."
     if s.order not in (None, 'global'):
         raise ValueError(f"order must be None (timm's samplers) or 'global' (by position); got {s.order!r}")
-    if isinstance(dataset, IterableDataset):
+    if stream:
         raise ValueError(
             "order='global' is for map-style datasets; a stream's order is its reader's (create_reader(..., order=...)): pass order=None"
         )
@@ -543,37 +548,36 @@ def make_batch_plan(
     dataset,  # the dataset (a `ScheduledTransformDataset` for scheduled batching)
     s: Sampling,  # how to sample and batch
 ) -> tuple:
-    "`(dataset, DataLoader batching keywords)`: timm's sampler under a resumable batch plan (`batch_sampler`), or a stream's batch size."
+    "`(dataset, DataLoader batching keywords)`: the loader's sampler chain, built here only: sampler, plan, keyed dataset."
     if s.order is not None:
-        check_order(dataset, s)
-    if (
-        s.order == 'global' and s.is_training
-    ):  # a bijection by position: nothing per sample (timmdata.distributed_sampler)
-        run_seed = loader_seed(s.seed, s.distributed)
-        world = (None, None) if s.distributed else (1, 0)
-        plan = ResumableBatchSampler(
-            PositionSampler(dataset, run_seed, *world), s.batch_size, True, run_seed, seed_explicit=s.seed is not None
-        )
-        return SeededDataset(dataset), dict(batch_sampler=plan)
-    sampler = timm_sampler(dataset, s.distributed, s.is_training, s.num_aug_repeats)
-    if isinstance(dataset, IterableDataset):
+        check_order(s, stream=isinstance(dataset, IterableDataset))
+    by_position = s.order == 'global' and s.is_training  # a bijection by position: nothing per sample
+    sampler = None if by_position else timm_sampler(dataset, s.distributed, s.is_training, s.num_aug_repeats)
+    if isinstance(dataset, IterableDataset):  # a stream batches itself (timm_sampler has checked its arguments)
         return dataset, dict(batch_size=s.batch_size, drop_last=s.is_training)
-    if s.batch_size_choices is None:  # one global order per epoch, a seed per sample (timmdata.engine.batch_plan)
-        dataset, plan = resumable_batching(dataset, sampler, s.batch_size, s.is_training, s.seed, s.distributed)
-        return dataset, dict(batch_sampler=plan)
-    run_seed = loader_seed(s.seed, s.distributed)  # the schedule of batch sizes and choices, over a seeded order
-    scheduled = ScheduledBatchSampler(
-        sampler if sampler is not None else SeededRandomSampler(dataset, run_seed),
-        s.batch_size_choices,
-        choice_weights=s.choice_weights,
-        seed=s.choice_seed,
-        drop_last=s.is_training,
-        num_batches=s.num_batches,
-        choice_schedule=s.choice_schedule,
-        schedule_epochs=s.schedule_epochs,
-        schedule_spread=s.schedule_spread,
-        schedule_random_mix=s.schedule_random_mix,
-    )
-    return SeededDataset(dataset), dict(
-        batch_sampler=ResumableScheduledSampler(scheduled, run_seed, seed_explicit=s.seed is not None)
-    )
+    run_seed = loader_seed(s.seed, s.distributed)  # one seed for the order and every sample's draws
+    if by_position:
+        sampler = PositionSampler(dataset, run_seed, *((None, None) if s.distributed else (1, 0)))
+    elif sampler is None:  # not distributed: a seeded random order (training, a schedule) or the dataset's own
+        shuffled = s.is_training or s.batch_size_choices is not None
+        sampler = SeededRandomSampler(dataset, run_seed) if shuffled else SequentialSampler(dataset)
+    explicit = s.seed is not None
+    if s.batch_size_choices is None:  # one global order per epoch, fixed-size batches
+        plan = ResumableBatchSampler(
+            sampler, s.batch_size, drop_last=s.is_training, seed=run_seed, seed_explicit=explicit
+        )
+    else:  # the schedule of batch sizes and choices, over the order
+        scheduled = ScheduledBatchSampler(
+            sampler,
+            s.batch_size_choices,
+            choice_weights=s.choice_weights,
+            seed=s.choice_seed,
+            drop_last=s.is_training,
+            num_batches=s.num_batches,
+            choice_schedule=s.choice_schedule,
+            schedule_epochs=s.schedule_epochs,
+            schedule_spread=s.schedule_spread,
+            schedule_random_mix=s.schedule_random_mix,
+        )
+        plan = ResumableScheduledSampler(scheduled, run_seed, seed_explicit=explicit)
+    return SeededDataset(dataset), dict(batch_sampler=plan)

@@ -4,13 +4,13 @@
 
 # %% ../../nbs/engine/33_batch_plan.ipynb #d883ea93
 from __future__ import annotations
-import base64, math
+import base64, copy, math
 from collections import deque
 from typing import Iterator, Optional
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.utils.data import Dataset, Sampler, SequentialSampler
+from torch.utils.data import Dataset, Sampler
 from ..config import Draws, SampleBatch, mix_seed, seed_all
 from ..dataset import ImageDataset
 from ..sample import SAMPLE_DRAWS
@@ -31,8 +31,7 @@ from timmdata.core.untrusted import (
 # %% auto #0
 __all__ = ['STATE_VERSION', 'BATCH_TAG', 'check_state', 'plain_state', 'rng_to_text', 'rng_from_text', 'loader_seed', 'PlanPass',
            'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan', 'dataset_len', 'ResumableBatchSampler',
-           'SeededDataset', 'resumable_batching', 'ResumeStateError', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH',
-           'check_fields', 'state_error']
+           'SeededDataset', 'ResumeStateError', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH', 'check_fields', 'state_error']
 
 # %% ../../nbs/engine/33_batch_plan.ipynb #18a05ed8
 STATE_VERSION = 1  # bumped when the meaning of a state's fields changes
@@ -518,8 +517,8 @@ class SeededDataset(Dataset):
         rows: torch.Tensor,  # `LoaderStats.rows`: a row of stage times per worker, in shared memory
     ) -> SeededDataset:
         "A copy that adds each sample's stage times to its worker's row of `rows` (a process-mode loader's)."
-        d = SeededDataset(self.dataset, rows)
-        d.defer_pixels = self.defer_pixels
+        d = copy.copy(self)  # every setting of this one (defer_pixels, ...), its own rows
+        d.rows, d._row, d.fetched_key = rows, WorkerRows(rows), None
         return d
 
     def __getitem__(self, item):
@@ -603,22 +602,3 @@ class SeededDataset(Dataset):
 
     def __repr__(self):
         return f'SeededDataset({self.dataset!r})'
-
-# %% ../../nbs/engine/33_batch_plan.ipynb #5a8ed82d
-def resumable_batching(
-    dataset,  # a map-style dataset
-    sampler: Optional[
-        Sampler
-    ],  # timm's sampler (`timm_sampler`), or None: a seeded random order (training) or sequential
-    batch_size: int,  # samples per batch, per rank
-    is_training: bool = False,  # shuffle (when no sampler is given) and drop the short last batch
-    seed: Optional[int] = None,  # the loader's seed (None: drawn, see `loader_seed`)
-    distributed: bool = False,  # share the drawn seed over the ranks
-) -> tuple:
-    "`(SeededDataset(dataset), ResumableBatchSampler)`: the `dataset` and `batch_sampler` of a resumable DataLoader."
-    run_seed = loader_seed(seed, distributed)
-    if sampler is None:
-        sampler = SeededRandomSampler(dataset, run_seed) if is_training else SequentialSampler(dataset)
-    return SeededDataset(dataset), ResumableBatchSampler(
-        sampler, batch_size, drop_last=is_training, seed=run_seed, seed_explicit=seed is not None
-    )

@@ -36,11 +36,10 @@ from timmdata.config import (
     parse_input_size,
     seed_all,
 )
-from ..distributed_sampler import timm_sampler
+from ..scheduled_sampler import Sampling, make_batch_plan
 from timmdata.engine.resume import (
     ResumableDataLoader,
     global_rng_state,
-    resumable_batching,
     set_global_rng_state,
 )
 
@@ -520,8 +519,11 @@ def create_device_decode_loader(
         rand_augment=ra,
     )
     nw = num_workers
-    sampler = timm_sampler(dataset, distributed, is_training, num_aug_repeats)
-    dataset, plan = resumable_batching(dataset, sampler, batch_size, is_training, seed, distributed)
+    sampling = Sampling(
+        batch_size, is_training=is_training, distributed=distributed, num_aug_repeats=num_aug_repeats, seed=seed
+    )
+    dataset, batching = make_batch_plan(dataset, sampling)  # the loader's one sampler chain, as create_loader's
+    plan = batching['batch_sampler']
     loader = ResumableDataLoader(
         dataset,
         batch_sampler=plan,

@@ -40,7 +40,6 @@ from timmdata.engine.batch_plan import (
     state_error,
     loader_seed,
     plain_state,
-    resumable_batching,
     sample_key,
 )
 
@@ -49,7 +48,7 @@ __all__ = ['global_rng_state', 'set_global_rng_state', 'DeliveredIterator', 'Wor
            'check_pass_end', 'loader_state', 'load_loader_state', 'ResumableDataLoader', 'ResumableStream',
            'load_stream_state', 'batch_key', 'LoaderMarks', 'STATE_VERSION', 'BATCH_TAG', 'ResumeStateError',
            'check_state', 'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan',
-           'ResumableBatchSampler', 'dataset_len', 'SeededDataset', 'plain_state', 'resumable_batching']
+           'ResumableBatchSampler', 'dataset_len', 'SeededDataset', 'plain_state']
 
 # %% ../../nbs/engine/35_resume.ipynb #986f6803
 _all_ = [
@@ -67,7 +66,6 @@ _all_ = [
     'dataset_len',
     'SeededDataset',
     'plain_state',
-    'resumable_batching',
 ]
 
 # %% ../../nbs/engine/35_resume.ipynb #f09e75f0
@@ -309,7 +307,7 @@ def plan_or_own(name: str, default, doc: str) -> property:
 class ResumableDataLoader(IteratorParts, DataLoader):
     """torch's `DataLoader` with `state_dict()` / `load_state_dict()` over a `BatchPlan` (or a resumable stream),
     `stats()`, and its workers as torch's processes or a `WorkerPool` of threads (`workers=`); give it a `BatchPlan` as
-    batch sampler and a `SeededDataset` (`resumable_batching`), as `create_loader` does."""
+    batch sampler and a `SeededDataset` (`timmdata.scheduled_sampler.make_batch_plan`), as `create_loader` does."""
 
     _last = None  # map-style: the last batch delivered (None: none this pass); a stream: batches delivered this pass
     runs_across_epochs = False  # one iterator runs on across epochs (MultiEpochsDataLoader): each pass stops at its end

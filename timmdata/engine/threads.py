@@ -144,7 +144,7 @@ class ThreadWorkers:
             return check_stream_threads(loader)
         if not isinstance(d, SeededDataset) or not isinstance(plan, ResumableBatchSampler):
             raise TypeError(
-                f"thread workers take a SeededDataset and a ResumableBatchSampler (timmdata.engine.resume.resumable_batching); "
+                f"thread workers take a SeededDataset and a ResumableBatchSampler (timmdata.scheduled_sampler.make_batch_plan); "
                 f"got {type(d).__name__} and {type(plan).__name__}"
             )
         if not d.explicit and not isinstance(d.dataset, ImageDataset):
