@@ -31,6 +31,15 @@ def test_etag_checked_when_if_match_is_ignored(s3):
         O.object_range(url, 10, 10, retries=0)
 
 
+def test_etag_checked_on_concurrent_reads(s3):
+    "The same through object_get_many (the readers' concurrent, merged reads): the replaced object named, no old bytes handed out."
+    url = s3.url('a/x.bin')
+    assert [len(b) for _, b in O.object_get_many([(url, 0, 10), (url, 600, 10)])] == [10, 10]
+    s3.etag = lambda key: '"replaced"'
+    with pytest.raises(O.ObjectChangedError, match=r's3://fake/a/x\.bin changed while it was read'):
+        O.object_get_many([(url, 100, 10), (url, 900, 10)], retries=0)
+
+
 def test_year_99999_is_a_named_error(s3):
     "A Last-Modified the client cannot turn into a date: the store's error, from a HEAD, a ranged read and a stream."
     s3.last_modified = 'Fri, 01 Jan 99999 00:00:00 GMT'
