@@ -177,7 +177,10 @@ def test_cmyk_jpegs_take_the_crop_path_with_pillows_pixels(tmp_path):
         make_sample_image(k, 3, size).convert('CMYK').save(path, quality=90)
         data = path.read_bytes()
         at = data.find(b'\xff\xee') + 15  # the Adobe marker's transform byte: 0 (CMYK) -> 2 (YCCK)
-        (tmp_path / 'c' / f'{k}y.jpg').write_bytes(data[:at] + b'\x02' + data[at + 1:])
+        assert at > 15, 'Pillow wrote no Adobe marker'
+        ycck = data[:at] + b'\x02' + data[at + 1:]
+        assert [decode.NATIVE.loaded.header(d)[3] for d in (data, ycck)] == [4, 5]  # libjpeg's JCS_CMYK, JCS_YCCK
+        (tmp_path / 'c' / f'{k}y.jpg').write_bytes(ycck)
     assert decode.cmyk_like_pillow()
     for training in (True, False):
         t = create_transform(160, is_training=training, use_prefetcher=True, color_jitter=0)

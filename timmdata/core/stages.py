@@ -134,8 +134,37 @@ def _said(v) -> str:
         return '; '.join(f'{k} {_said(x)}' for k, x in v.items())
     return f'{v:.3g}' if isinstance(v, float) else str(v)
 
+# %% ../../nbs/core/08_stages.ipynb #a93f0402
+class _Notes:
+    "What a `LoaderStats` is told from other threads (a loader's stage threads), under its lock: `info` and the staged device step's times."
+
+    def note(
+        self,
+        topic: str,  # a key of `info`, e.g. 'decode'
+        values: dict,  # merged into it (plain JSON data)
+    ):
+        "Note `values` under `info[topic]`, from any thread."
+        with self._lock:
+            self.info.setdefault(topic, {}).update(values)
+
+    def add_stage(
+        self,
+        name: str,  # the stage of a staged device step, e.g. 'resize'
+        seconds: float,  # its wall seconds for one batch
+        cpu: float,  # the CPU seconds of the thread that ran it, for that batch
+    ):
+        "One batch's stage of a staged device step: its wall time to 'device'; batches, wall and CPU seconds to `info['device_stages'][name]`."
+        with self._lock:
+            self._t['device'] += seconds
+            d = self.info.setdefault('device_stages', {}).setdefault(
+                name, dict(batches=0, seconds=0.0, cpu_seconds=0.0)
+            )
+            d['batches'] += 1
+            d['seconds'] += seconds
+            d['cpu_seconds'] += cpu
+
 # %% ../../nbs/core/08_stages.ipynb #ed07c832
-class LoaderStats:
+class LoaderStats(_Notes):
     """Where a loader's time goes, counted as it runs (always on: a few clock reads per sample and per batch). Stage
     times are seconds summed over the threads and worker processes that spent them (workers add theirs to `rows`, a
     shared array with a row per worker); `table()` gives them per image, per batch and as a share of the epoch's wall time."""
@@ -242,7 +271,8 @@ class LoaderStats:
         s = LoaderStats()
         s._t, s._n = self.t, [self.samples, self.collated]
         s.images, s.batches, s.wall, s.outer = self.images, self.batches, self.wall, self.outer
-        s.info = copy.deepcopy(self.info)
+        with self._lock:  # threads note into `info` under the lock (`note`, `add_stage`)
+            s.info = copy.deepcopy(self.info)
         return s
 
     def since(

@@ -677,20 +677,22 @@ def names_keywords(
 _PAGE_BYTES = os.sysconf('SC_PAGE_SIZE') if hasattr(os, 'sysconf') else 4096
 
 
-def resident_bytes() -> Optional[int]:
-    "This process's resident memory in bytes (Linux's `/proc/self/statm`); None where it cannot be read."
+def resident_bytes(
+    pid: int | str = 'self',  # a process of this user's; 'self': this one
+) -> Optional[int]:
+    "A process's resident memory in bytes (Linux's `/proc/PID/statm`); None where it cannot be read (no such process, no /proc)."
     try:
-        with open('/proc/self/statm', 'rb') as f:
+        with open(f'/proc/{pid}/statm', 'rb') as f:
             return int(f.read().split()[1]) * _PAGE_BYTES
     except (OSError, ValueError, IndexError):
         return None
 
 
 class MemoryWatch:
-    """What a listing adds to this process's memory since its last step (`step()`, after each page): the client reads
-    a page's body whole and parses it before handing anything back, so a page's bytes are bounded only by watching the
-    memory and dropping the request past `allowance` (the process's other threads count too: the bound is generous).
-    Where the resident memory cannot be read (no `/proc`), nothing is watched: the deadline and the object caps hold."""
+    """What this process's memory has grown by since the last step (`step()`), told only past `allowance`: a bound on
+    work whose memory cannot be bounded where it is spent (a client that reads a listing page whole before it hands
+    anything back, stepped after each page). The whole process counts, its other threads too: make the allowance
+    generous. Where the resident memory cannot be read (no `/proc`), `over()` is always None."""
 
     def __init__(
         self,

@@ -47,7 +47,7 @@ class AutoDecodeLoader(CurrentLoader):
         info = {'decode_device': _name(self._current()), 'why': why}
         info.update({f'{_name(c)} images/s': round(r, 1) for c, r in self.rates.items()})
         info.update(self.context)
-        self.loader.stats().info['decode_auto'] = info
+        self.loader.stats().note('decode_auto', info)
 
     def _current(self):
         return self.chosen if self.decided else self.choices[self._at]

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Callable, Optional, Protocol, runtime_checkable
 import torch
 from ..batch.collate import CUDA_IN_WORKER, BatchCollate
-from .cuda_calls import CudaCalls, FakeCuda  # a lane's GPU calls, and their stand-in on a CPU
+from .cuda_calls import CudaCalls  # a lane's GPU calls
 from ..core.runtime import torch_threads
 from timmdata.core.torch_compat import (
     cuda_default_generator,

@@ -268,7 +268,7 @@ class DeviceDecodeStep:
             self.bitstreams_on_device = calls is None or reads_device_bitstreams(self.device)
             if self.stats is not None:
                 where = 'one copy to the device' if self.bitstreams_on_device else 'the page-locked host buffer'
-                self.stats.info.setdefault('decode', {})['bitstreams'] = where
+                self.stats.note('decode', {'bitstreams': where})
         imgs, slow = decode_stage(packed, self.device, calls, self.bitstreams_on_device)
         yield imgs
         x = resize_stage(packed, imgs, self.size, self.device, ops.channels, self.taps)
@@ -288,7 +288,7 @@ class DeviceDecodeStep:
         self.cpu_fallbacks = sum(self.split[1:])
         self.samples += len(x)
         if self.stats is not None:
-            self.stats.info.setdefault('decode', {}).update(self.shares())
+            self.stats.note('decode', self.shares())
         y = to_device(y, self.device)  # through pinned memory, queued with no wait
         if key is not None:
             ops.seed(mix_seed(key, _STEP))

@@ -25,7 +25,7 @@ from ..config import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, expand_channel
 from ..core.stages import CountsTime, LoaderStats
 
 # %% auto #0
-__all__ = ['BatchOps', 'timed_stages', 'count_stage', 'PrefetchLoader']
+__all__ = ['BatchOps', 'timed_stages', 'PrefetchLoader']
 
 # %% ../../nbs/engine/31_prefetch.ipynb #7e4a9da8
 class _Backend:
@@ -406,36 +406,17 @@ def timed_stages(
     names: tuple,  # the step's stages, in order
     stats: LoaderStats,  # where the times go
 ):
-    """`gen` as the lane resumes it, stage by stage, each in the stage's own thread: each stage's wall time added to the
-    'device' stage, and with its thread's CPU time to `stats.info['device_stages']` (`count_stage`)."""
-    i = 0
-    while True:
+    """`gen` as the lane resumes it, stage by stage, each in the stage's own thread: each stage's wall time and its
+    thread's CPU time counted (`LoaderStats.add_stage`: 'device', and `info['device_stages']`)."""
+    for name in names:
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
             carried = next(gen)
         except StopIteration as r:
-            count_stage(stats, names[min(i, len(names) - 1)], t0, c0)
             return r.value
-        count_stage(stats, names[min(i, len(names) - 1)], t0, c0)
-        i += 1
+        finally:
+            stats.add_stage(name, time.perf_counter() - t0, time.thread_time() - c0)
         yield carried
-
-
-def count_stage(
-    stats: LoaderStats,  # the loader's
-    name: str,  # the stage
-    t0: float,  # `time.perf_counter()` at its start
-    c0: float,  # `time.thread_time()` at its start, in the same thread
-):
-    """A stage of one batch done: its wall seconds to 'device'; `info['device_stages'][name]`: batches, wall seconds
-    and the CPU seconds of its thread (the decoder's own work on the CPU included), since the loader was made."""
-    dt, cpu = time.perf_counter() - t0, time.thread_time() - c0
-    stats.add('device', dt)
-    with stats._lock:
-        d = stats.info.setdefault('device_stages', {}).setdefault(name, dict(batches=0, seconds=0.0, cpu_seconds=0.0))
-        d['batches'] += 1
-        d['seconds'] += dt
-        d['cpu_seconds'] += cpu
 
 # %% ../../nbs/engine/31_prefetch.ipynb #a62e8f41
 def _images(out) -> int:

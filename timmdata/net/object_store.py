@@ -579,7 +579,7 @@ def _run_bounded(
 
 def _outgrown(url: str, e: _Outgrown, watch: MemoryWatch, advice: str) -> ListingError:
     return ListingError(
-        f'{printable(url)}: its listing added {e.args[0] / 2**20:.0f} MiB of memory, past its bound of '
+        f'{printable(url)}: this process grew by {e.args[0] / 2**20:.0f} MiB while listing it, past the bound of '
         f'{watch.allowance / 2**20:.0f} MiB (a page far larger than a store sends, or a very large folder): check the '
         f'store, or {advice}'
     )

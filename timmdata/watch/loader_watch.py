@@ -15,7 +15,7 @@ import torch.distributed as dist
 from ..core.settings import setting
 from ..core.torch_compat import default_store, loader_worker_pids
 from ..core.stages import CountsTime, LoaderStats
-from ..core.untrusted import DIR_FDS, kept_folder, kept_folder_fd, printable
+from ..core.untrusted import DIR_FDS, kept_folder, kept_folder_fd, printable, resident_bytes
 from .metrics_server import MetricsServer
 from .top import FIGURES, MAX_WORKER_ROWS, RECORD_NAME, STAGE_FIGURES, alive, watch_dirs
 
@@ -46,7 +46,6 @@ def stage_figures(
 
 # %% ../../nbs/watch/37b_loader_watch.ipynb #c350896b
 _TICK = os.sysconf('SC_CLK_TCK') if hasattr(os, 'sysconf') else 100
-_PAGE = os.sysconf('SC_PAGE_SIZE') if hasattr(os, 'sysconf') else 4096
 
 
 def proc_counts(
@@ -55,7 +54,9 @@ def proc_counts(
     "CPU seconds, resident bytes and reads (bytes, calls, bytes from storage) of process `pid` from /proc; None where there is no such process (or no /proc)."
     try:
         st = Path(f'/proc/{pid}/stat').read_text()
-        rss = int(Path(f'/proc/{pid}/statm').read_text().split()[1]) * _PAGE
+        rss = resident_bytes(pid)
+        if rss is None:
+            return None
         f = st[st.rindex(')') + 2 :].split()  # the name in brackets may hold spaces
         out = dict(cpu=(int(f[11]) + int(f[12])) / _TICK, rss=rss, rchar=0, syscr=0, read_bytes=0)
     except (OSError, ValueError, IndexError):
