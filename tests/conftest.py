@@ -45,6 +45,17 @@ def seeded_globals(request):
     random.seed(seed); np.random.seed(seed); torch.manual_seed(seed)
 
 @pytest.fixture(scope='module', autouse=True)
+def environment_as_before():
+    """A test file leaves the process's environment as it found it: a variable one file set (TIMMDATA_WATCH, a store's
+    address) made the next files' loaders behave otherwise, so a file's result depended on which files ran before it in
+    the same pytest process. Set within a file (a module fixture's store), restored when the file ends."""
+    keep = dict(os.environ)
+    yield
+    for k in set(os.environ) - set(keep): del os.environ[k]
+    for k, v in keep.items():
+        if os.environ.get(k) != v: os.environ[k] = v
+
+@pytest.fixture(scope='module', autouse=True)
 def forks_as_before():
     """A test file that read an object store leaves its process as it found it: the clients closed and the process no
     longer `fork_unsafe`, as tests/test_object_store.py's fixture does. Otherwise every loader of every file that ran

@@ -262,7 +262,7 @@ def test_a_held_cache_lock_is_a_bounded_wait_that_names_its_holder(machine):
 # ---------------------------------------------------------------------------------------------- the watch folder
 
 
-def test_another_user_squats_the_watch_folder(machine):
+def test_another_user_squats_the_watch_folder(machine, monkeypatch):
     """The attacker makes /dev/shm/timmdata-watch-VICTIM first: every loader the victim made under TIMMDATA_WATCH raised
     `PermissionError`. Now the victim's loader runs, publishing in a folder of its own that `timmdata top` reads."""
     from timmdata.watch import loader_watch as wm
@@ -279,7 +279,6 @@ def test_another_user_squats_the_watch_folder(machine):
         pytest.skip('needs /dev/shm, and no folder of that user there')
 
     def train():
-        os.environ['TIMMDATA_WATCH'] = '1'
         loader = create_loader(ImageDataset(str(root / 'train')), 32, 4, num_workers=0, device='cpu', seed=0)
         n = 0
         for _ in loader:
@@ -287,7 +286,7 @@ def test_another_user_squats_the_watch_folder(machine):
             seen = [r['pid'] for r in wm.read_records()]
         return n, seen, os.getpid()
 
-    os.environ.pop('TIMMDATA_WATCH', None)
+    monkeypatch.setenv('TIMMDATA_WATCH', '1')  # the users' children inherit it; this process has it back afterwards
     train()  # as root first: what the run imports is imported before the users (who cannot read the interpreter's files)
 
     def plant():

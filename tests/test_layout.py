@@ -207,7 +207,9 @@ MAX_STOPS, MAX_BACK_UP = 28, 8
 
 
 def test_create_loader_dataset_reads_downward():
-    env = {**os.environ, 'PYTHONPATH': str(ROOT)}  # run apart: this file imports nothing of timmdata
+    env = {k: v for k, v in os.environ.items() if k in ('PATH', 'HOME', 'TMPDIR', 'TIMMDATA_SAMPLE_CACHE')}
+    env['PYTHONPATH'] = str(ROOT)  # run apart (this file imports nothing of timmdata), with none of the settings
+    # an earlier test may have left in the environment (TIMMDATA_WATCH adds the watch's call)
     out = subprocess.run([sys.executable, str(ROOT / 'tools' / 'follow_arg.py'), '--json'], capture_output=True, text=True,
                          env=env, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
