@@ -295,6 +295,8 @@ async def _ranged_get_async(
         body = _Body(url, b - a, t_end, deadline)
         async for chunk in r.stream(min_chunk_size=1 << 20):
             body.add(chunk)
+            if body.got == body.n:  # whole: the stream's end not awaited (a hand-over between threads less)
+                break
         out = body.done()
     except (_Cut, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
         raise
