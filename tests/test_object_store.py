@@ -16,9 +16,7 @@ pytest.importorskip('pyarrow')
 from _helpers import REMOTE_KINDS, assert_read_as_local, epoch_labels, remote_test_datasets
 from timmdata import create_dataset, create_loader
 from timmdata.dataset import ImageDataset
-from timmdata.core.runtime import _FORK_UNSAFE
 from timmdata.net.local_s3 import LocalS3
-from timmdata.net.object_store import close_clients
 from timmdata.sources.shard_io import ShardNotFoundError
 
 N = 24  # samples, one a class: a batch's labels say which samples it holds
@@ -33,11 +31,7 @@ def s3(tmp_path_factory):
         for name in ('shards', 'plain', 'pq', 'pq_plain'):
             store.upload(root / name, name)
         store.root = root
-        yield store
-    # this test process is done with object stores: its clients' connections closed, and the workers of the next tests'
-    # loaders (none of which reads an object store) forked as before
-    close_clients()
-    _FORK_UNSAFE.pop(os.getpid(), None)
+        yield store  # conftest's forks_as_before closes the clients when the file ends
 
 
 def _labels(name, root, split, workers, epoch=0, **kw):

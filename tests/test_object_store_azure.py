@@ -21,7 +21,6 @@ if azurite_command() is None:
                 allow_module_level=True)
 
 from timmdata import create_dataset  # noqa: E402
-from timmdata.core.runtime import _FORK_UNSAFE  # noqa: E402
 from timmdata.net.object_store import close_clients, put_object  # noqa: E402
 
 N, BATCH = 24, 6  # samples (one a class: a batch's labels say which samples it holds), batch size
@@ -38,8 +37,6 @@ def _upload(az, folder: Path, prefix: str) -> str:
 def az(tmp_path_factory):
     "Azurite with the sample-data generator's 24 images as shards (with their index, and a copy without) and as Parquet folders (with and without an index)."
     root = remote_test_datasets(tmp_path_factory.mktemp('azdata'), N)
-    keep = {k: os.environ.get(k) for k in ('AZURE_STORAGE_ACCOUNT_NAME', 'AZURE_STORAGE_ACCOUNT_KEY',
-                                           'AZURE_STORAGE_USE_EMULATOR', 'AZURITE_BLOB_STORAGE_URL')}
     with Azurite() as store:
         os.environ.update(store.environment())
         close_clients()  # clients made before point elsewhere
@@ -49,10 +46,7 @@ def az(tmp_path_factory):
             store.root = root
             yield store
         finally:
-            close_clients()
-            for k, v in keep.items():
-                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-            _FORK_UNSAFE.pop(os.getpid(), None)  # the next tests' workers forked as before
+            close_clients()  # (conftest puts the environment and the start method back when the file ends)
 
 
 @pytest.mark.parametrize('kind', list(REMOTE_KINDS))

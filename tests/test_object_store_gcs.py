@@ -23,7 +23,6 @@ if fake_gcs_binary() is None:
                 allow_module_level=True)
 
 from timmdata import create_dataset  # noqa: E402
-from timmdata.core.runtime import _FORK_UNSAFE  # noqa: E402
 from timmdata.core.settings import set_environment  # noqa: E402
 from timmdata.net.object_clients import _OPTIONS, STORE_OPTIONS_ENV, close_clients, configure_store  # noqa: E402
 
@@ -34,7 +33,7 @@ N, BATCH = 24, 6  # samples (one a class: a batch's labels say which samples it 
 def gcs(tmp_path_factory):
     "fake-gcs-server with the sample-data generator's 24 images as shards (with their index, and a copy without) and as Parquet folders (with and without an index)."
     root = remote_test_datasets(tmp_path_factory.mktemp('gcsdata'), N)
-    keep = {k: os.environ.get(k) for k in ('GOOGLE_SERVICE_ACCOUNT', STORE_OPTIONS_ENV)}
+    keep = os.environ.get(STORE_OPTIONS_ENV)
     options = dict(_OPTIONS)
     with FakeGCS(tmp_path_factory.mktemp('gcs')) as store:
         os.environ.update(store.environment())
@@ -49,12 +48,8 @@ def gcs(tmp_path_factory):
             close_clients()
             _OPTIONS.clear()
             _OPTIONS.update(options)
-            set_environment({STORE_OPTIONS_ENV: keep[STORE_OPTIONS_ENV]})
-            if keep['GOOGLE_SERVICE_ACCOUNT'] is None:
-                os.environ.pop('GOOGLE_SERVICE_ACCOUNT', None)
-            else:
-                os.environ['GOOGLE_SERVICE_ACCOUNT'] = keep['GOOGLE_SERVICE_ACCOUNT']
-            _FORK_UNSAFE.pop(os.getpid(), None)  # the next tests' workers forked as before
+            set_environment({STORE_OPTIONS_ENV: keep})  # (conftest puts the rest of the environment and the start
+            # method back when the file ends)
 
 
 @pytest.mark.slow
