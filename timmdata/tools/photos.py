@@ -11,8 +11,8 @@ from PIL import Image
 
 # %% auto #0
 __all__ = ['PHOTO_PACKAGES', 'PHOTO_ENCODINGS', 'PHOTO_MIX', 'IMAGENET_MIX', 'PHOTO_MIXES', 'PHOTO_SHAPES', 'PHOTO_SHAPE_P',
-           'PhotoSetError', 'fetch_photo_sources', 'photo_mix', 'photo_plan', 'encode_photo', 'cut_photo',
-           'photo_encoding', 'make_photo_set']
+           'PhotoSetError', 'fetch_photo_sources', 'photo_mix', 'photo_plan', 'adobe_transform', 'encode_photo',
+           'cut_photo', 'photo_encoding', 'make_photo_set']
 
 # %% ../../nbs/tools/04a_photos.ipynb #371bd1ff
 PHOTO_PACKAGES = {  # Debian package -> (licence in its copyright file, the photographs in it: file or folder stems)
@@ -89,7 +89,7 @@ def fetch_photo_sources(
     return out
 
 # %% ../../nbs/tools/04a_photos.ipynb #2f99ceff
-PHOTO_ENCODINGS = ('baseline', 'progressive', 'grayscale', 'exif_rotated', 'cmyk', 'png')  # what encode_photo writes
+PHOTO_ENCODINGS = ('baseline', 'progressive', 'grayscale', 'exif_rotated', 'cmyk', 'ycck', 'png')  # what encode_photo writes
 PHOTO_MIX = {  # encoding -> share of the set; the rest are baseline 4:2:0 colour JPEGs
     'grayscale': 0.02,  # one channel (ImageNet has a few thousand)
     'progressive': 0.02,  # progressive JPEG: decoded in several scans
@@ -160,9 +160,22 @@ def photo_plan(
     return plan
 
 # %% ../../nbs/tools/04a_photos.ipynb #997f9023
+def adobe_transform(
+    data: bytes,  # a JPEG with an Adobe marker (Pillow writes one in each CMYK JPEG)
+    transform: int | None,  # the marker's colour transform: 0 (CMYK), 2 (YCCK); None: the marker left out
+) -> bytes:
+    "The JPEG with its Adobe marker's transform byte set, or without the marker: a YCCK file, or a CMYK one without the marker, from Pillow's CMYK JPEG."
+    i = data.find(b'\xff\xee')
+    if i < 0 or data[i + 4 : i + 9] != b'Adobe':
+        raise ValueError('adobe_transform: no Adobe marker in this JPEG; pass a CMYK JPEG that Pillow wrote')
+    if transform is None:
+        return data[:i] + data[i + 2 + (data[i + 2] << 8 | data[i + 3]) :]
+    return data[: i + 15] + bytes([transform]) + data[i + 16 :]
+
+
 def encode_photo(
     img: Image.Image,  # RGB crop at its final size
-    kind: str,  # 'baseline' or a key of PHOTO_MIX
+    kind: str,  # 'baseline' or one of PHOTO_ENCODINGS
     quality: int,  # JPEG quality
 ) -> bytes:
     "The file's bytes for one planned image."
@@ -171,8 +184,10 @@ def encode_photo(
         img.save(buf, 'PNG')
     elif kind == 'grayscale':
         img.convert('L').save(buf, 'JPEG', quality=quality)
-    elif kind == 'cmyk':
+    elif kind in ('cmyk', 'ycck'):
         img.convert('CMYK').save(buf, 'JPEG', quality=quality)
+        if kind == 'ycck':  # Adobe's transform 2: libjpeg turns it into CMYK, as Pillow does
+            return adobe_transform(buf.getvalue(), 2)
     elif kind == 'progressive':
         img.save(buf, 'JPEG', quality=quality, progressive=True)
     elif kind == 'exif_rotated':
@@ -206,7 +221,7 @@ def cut_photo(
 def photo_encoding(
     src: str | Path | bytes,  # an image file, or its bytes
 ) -> str:
-    "Which of `PHOTO_ENCODINGS` a file is, read by Pillow from the file itself: its format, mode, progressive flag and EXIF orientation."
+    "Which of `PHOTO_ENCODINGS` a file is, read by Pillow from the file itself: its format, mode, progressive flag, Adobe transform and EXIF orientation."
     with Image.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else src) as im:
         if im.format == 'PNG':
             return 'png'
@@ -216,7 +231,7 @@ def photo_encoding(
         if im.mode == 'L':
             return 'grayscale'
         if im.mode == 'CMYK':
-            return 'cmyk'
+            return 'ycck' if im.info.get('adobe_transform') == 2 else 'cmyk'
         if im.info.get('progressive') or im.info.get('progression'):
             return 'progressive'
         return 'exif_rotated' if im.getexif().get(0x0112, 1) != 1 else 'baseline'  # 0x0112 = 274: Orientation
