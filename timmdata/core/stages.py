@@ -188,7 +188,7 @@ class LoaderStats(_Notes):
         self.outer = False  # a prefetching loader counts the delivered batches (set by it); else the DataLoader does
         self.hooks = []  # `hook(stats)` after each batch handed out, in the consumer's thread (a `LoaderWatch`)
         # what the loader chose and counted beyond the stages, by topic: {'decode': {...}} (the device-decode path's split
-        # of the samples, decode_device='auto''s choice and why); plain JSON data, kept by `reset()`
+        # of the samples, decode_device='auto''s choice and why); plain JSON data, kept by `reset()` (but the device stages' counts)
         self.info = {}
         self.reset()
 
@@ -199,6 +199,8 @@ class LoaderStats(_Notes):
         self._n = [0, 0]  # samples made, batches collated (here: the thread loader; workers count in `rows`)
         self._base = None if self.rows is None else self.rows.sum(0)
         self.wall, self._t0 = 0.0, None
+        with self._lock:  # the device stages' times are counts too (the other topics are choices: kept)
+            self.info.pop('device_stages', None)
 
     def _worker_sums(self) -> list:
         return [0.0] * len(COLUMNS) if self.rows is None else (self.rows.sum(0) - self._base).tolist()
@@ -288,7 +290,10 @@ class LoaderStats(_Notes):
             now.batches - earlier.batches,
             now.wall - earlier.wall,
         )
-        s.outer = self.outer
+        s.outer, s.info = self.outer, now.info
+        was = earlier.info.get('device_stages', {})
+        for name, d in s.info.get('device_stages', {}).items():  # counts: the window's; the other topics as they are now
+            s.info['device_stages'][name] = {k: v - was.get(name, {}).get(k, 0) for k, v in d.items()}
         return s
 
     def table(self) -> str:
