@@ -188,7 +188,8 @@ class LoaderStats(_Notes):
         self.outer = False  # a prefetching loader counts the delivered batches (set by it); else the DataLoader does
         self.hooks = []  # `hook(stats)` after each batch handed out, in the consumer's thread (a `LoaderWatch`)
         # what the loader chose and counted beyond the stages, by topic: {'decode': {...}} (the device-decode path's split
-        # of the samples, decode_device='auto''s choice and why); plain JSON data, kept by `reset()` (but the device stages' counts)
+        # of the samples, decode_device='auto''s choice and why); plain JSON data, kept by `reset()` (but for the device
+        # stages' counts)
         self.info = {}
         self.reset()
 
