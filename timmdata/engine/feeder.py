@@ -324,8 +324,7 @@ class StagedPass:
         pending: deque,  # the batches' chains of `Future`s in flight, kept by the caller
     ):
         "As `ThreadLane.batches`: yields (output, mark) of each kept batch; returns the last mark seen."
-        self.lane._start()
-        pools, end, count, seen = self.lane.pools, [False], [0], None
+        pools, end, count, seen = self.lane.pools, [False], [0], None  # started by `ThreadLane.batches`
         try:
             while True:
                 while not end[0] and len(pending) < ahead + len(self.stages):
