@@ -70,6 +70,20 @@ def test_listing_without_end_stops_at_its_deadline(s3):
         assert s3.pages - pages <= 1, 'the listing went on after its deadline'
 
 
+def test_listing_of_empty_pages_stops_when_idle(s3, monkeypatch):
+    "Empty pages without end, under a long deadline: a recursive listing stops after LIST_IDLE without a new object, naming it."
+    count = itertools.count()
+    s3.lister = lambda q: ([], [], f'tok{next(count)}')
+    monkeypatch.setattr(O, 'LIST_IDLE', 0.5)
+    t0 = time.monotonic()
+    with pytest.raises(O.ListingError, match=r's3://fake/a: no object listed for 0.5 s, after 0 \(a store that answers empty pages'):
+        O.list_objects(s3.url('a'), recursive=True, deadline=60)
+    assert time.monotonic() - t0 < 30
+    pages = s3.pages
+    time.sleep(0.5)
+    assert s3.pages - pages <= 1, 'the listing went on after it was stopped'
+
+
 def test_listing_page_bounded_in_memory(s3, monkeypatch):
     """A listing page of 1 GiB (blanks in it): past LIST_MEMORY added to the process's memory, a ListingError naming
     the folder and the bound, and the client's request dropped (far from the whole page read), recursive or not."""

@@ -32,8 +32,8 @@ from timmdata.net.object_clients import (
 )
 
 # %% auto #0
-__all__ = ['MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'LIST_MEMORY', 'LISTED_BYTES', 'READ_RATE', 'STREAM_ALLOWANCE', 'REQUESTS',
-           'MAX_TAGS', 'MERGE_SLACK', 'MERGE_MOST', 'Answer', 'object_head', 'object_range', 'merge_reads',
+__all__ = ['MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'LIST_IDLE', 'LIST_MEMORY', 'LISTED_BYTES', 'READ_RATE', 'STREAM_ALLOWANCE',
+           'REQUESTS', 'MAX_TAGS', 'MERGE_SLACK', 'MERGE_MOST', 'Answer', 'object_head', 'object_range', 'merge_reads',
            'object_fetch', 'object_get_many', 'ObjectReader', 'object_open', 'ObjectFile', 'ListingError',
            'list_objects', 'list_folders', 'put_object', 'OBJECT_SCHEMES', 'BY_POSITION', 'STORE_OPTIONS_ENV',
            'GET_THREADS', 'MAX_MADE', 'object_scheme', 'by_position', 'split_object_url', 'ObjectStoreError',
@@ -66,6 +66,7 @@ _all_ = [
 MAX_LISTED = 1 << 20  # the most objects one listing keeps (a folder of shards or Parquet files)
 MAX_SEEN = 1 << 24  # the most objects one listing reads, those it does not keep included
 LIST_DEADLINE = 1800.0  # seconds one listing may take in all, every page included
+LIST_IDLE = 120.0  # seconds a listing may go on without bringing an object (a store that answers empty pages)
 LIST_MEMORY = (
     256 << 20
 )  # bytes one listing page may add to this process's memory (its body and what the client makes of it)
@@ -589,9 +590,20 @@ def _outgrown(url: str, e: _Outgrown, watch: MemoryWatch, advice: str) -> Listin
 
 async def _list_all(obs, store, key: str, url: str, limit: int, advice: str, keep: Callable, watch=None) -> list:
     """Every object under `key`, page after page: `keep(name, meta)`'s results that are not None; bounded in objects
-    seen, and in a listing that goes back or repeats; `watch` stepped after each page."""
+    seen, in a listing that goes back or repeats, and in time without a new object (`LIST_IDLE`: pages without
+    objects, which the client fetches without handing them over); `watch` stepped after each page."""
     out, seen, last, most = [], 0, None, max(limit, MAX_SEEN)
-    async for chunk in obs.list(store, prefix=key or None, chunk_size=1000):
+    pages = obs.list(store, prefix=key or None, chunk_size=1000).__aiter__()
+    while True:
+        try:  # the client fetches pages until it has objects to give: empty pages without end give none
+            chunk = await asyncio.wait_for(pages.__anext__(), LIST_IDLE)
+        except StopAsyncIteration:
+            break
+        except (TimeoutError, asyncio.TimeoutError):
+            raise ListingError(
+                f'{printable(url)}: no object listed for {LIST_IDLE:g} s, after {seen:,} (a store that answers empty '
+                f'pages without end): check the store'
+            ) from None
         REQUESTS['list'] += 1
         for m in chunk:
             path = m['path']
@@ -623,7 +635,8 @@ def list_objects(
     deadline: float = LIST_DEADLINE,  # seconds the listing may take in all
 ) -> list:
     """The URLs of the objects in the folder `prefix` (names relative to it with '/' only when `recursive`), sorted:
-    at most `limit` kept and `MAX_SEEN` seen, within `deadline`; a listing that repeats itself is stopped; a page may
+    at most `limit` kept and `MAX_SEEN` seen, within `deadline` (a recursive one: `LIST_IDLE` without a new object); a
+    listing that repeats itself is stopped; a page may
     add `LIST_MEMORY` to the process's memory (a one-level listing, which comes back whole, `LISTED_BYTES` an object
     kept more). Each bound is a `ListingError` that says what to do."""
     obs = need_obstore()
