@@ -1,8 +1,9 @@
 """The host time of making one batch's resize taps (`timmdata.pixels.batch_resize`), the four ways: per image with
 numpy (`batch_weights`, the reference), as a few dozen torch operations on the device (`device_weights`:
 `crop_resize_flip`'s taps when it is given none), in one numpy call for the batch (`host_weights`), and from a warm
-`TapCache` (what the device-decode loader's resize stage uses: in its steady state the batch's resizes were mostly
-made for earlier batches).
+`TapCache` (in its steady state the batch's resizes were mostly made for earlier batches), its taps gathered on the
+host and sent, or gathered on the device from the tables kept there (what the device-decode loader's resize stage
+uses: a batch sends its row numbers and the few rows new to the cache).
 
 A batch is `--batch` training plans of decoded `--hw` images (half of them portrait) to `--size` x `--size`, as the
 loader's workers draw them (`DeviceDecodeTransform.plan`: timm's RandomResizedCrop boxes, 'random' interpolation,
@@ -66,6 +67,7 @@ def main(argv=None):
         'device ops (device_weights)': lambda p: device_weights(p, out, dev),
         'one numpy call (host_weights)': lambda p: sent(host_weights(p, out)),
         'warm TapCache': lambda p: sent(cache(p, out)),
+        'warm TapCache, kept on the device': lambda p: cache(p, out, dev),  # (on the CPU: a copy of the tables there)
     }
     times = {}
     for name, fn in ways.items():

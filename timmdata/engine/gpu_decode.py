@@ -127,7 +127,7 @@ def resize_stage(
     size: tuple,  # output (h, w)
     device: torch.device,  # where to resize
     channels: int = 3,  # output channels (3: RGB)
-    taps: Optional[TapCache] = None,  # the taps of the resizes seen before, made on the host; None: made on the device
+    taps: Optional[TapCache] = None,  # taps made once on the host and kept on the device; None: made there
 ) -> torch.Tensor:
     "The resize stage: the uint8 (N, C, h, w) batch, every box cropped, resized and flipped; the workers' rows put in."
     plans, pix_rows = packed['plans'], packed['pixel_rows'].tolist()
@@ -136,7 +136,7 @@ def resize_stage(
     jpeg_rows = sorted(set(range(n)) - set(pix_rows))
     if jpeg_rows:  # every box resized and flipped in a few batched calls (`crop_resize_flip`)
         p = plans[jpeg_rows]
-        crop_resize_flip(imgs, p, out, jpeg_rows, weights=None if taps is None else taps(p, size))
+        crop_resize_flip(imgs, p, out, jpeg_rows, weights=None if taps is None else taps(p, size, device))
     if pix_rows:  # decoded, resized and flipped in the workers
         out.index_copy_(0, rows_on(device, pix_rows), to_device(packed['pixels'], device))
     return out
@@ -225,7 +225,7 @@ class DeviceDecodeStep:
         self.split = [0] * len(SPLIT)  # samples by where they were decoded (`SPLIT`)
         self.stats = None  # the loader's `LoaderStats`, where the split is shown (`info['decode']`); set by the loader
         self.bitstreams_on_device = None  # the decoder reads device memory (one copy a batch); None: not asked yet
-        self.taps = TapCache()  # the resizes' taps, each made once on the host: no kernel launches per batch for them
+        self.taps = TapCache()  # the resizes' taps, each made once on the host and kept on the device
 
     @property
     def ahead(self) -> int:

@@ -225,31 +225,39 @@ def _distinct(resizes: np.ndarray) -> tuple:
     return uniq, inv.reshape(-1)
 
 
-def _axis_host(resizes: np.ndarray, n: int, cache) -> tuple:
-    "One axis's taps of a batch from its (N, 5) resizes (in, out, filter, first, flip): each distinct one made once (or found in `cache`)."
+def _axis_host(resizes: np.ndarray, n: int, cache, device=None) -> tuple:
+    """One axis's taps of a batch from its (N, 5) resizes (in, out, filter, first, flip): each distinct one made once
+    (or found in `cache`), gathered per image on the host, or on `device` from the cache's tables kept there."""
     uniq, inv = _distinct(resizes)
     K = max(int(_taps_needed(uniq).max(initial=1)), 1)
     if cache is None:
         starts, weights = _host_taps(*uniq.T, n, K)
     else:
-        rows, starts, weights = cache.tables(uniq, n)
+        rows, starts, weights = cache.tables(uniq, n, device)
         inv = rows[inv]
         weights = weights if weights.shape[2] == K else weights[:, :, :K]  # the batch's K: the rest is zero weights
-    return torch.from_numpy(starts[inv]), torch.from_numpy(weights[inv])  # per image: one gather of whole tables
+    if device is None:
+        return torch.from_numpy(starts[inv]), torch.from_numpy(weights[inv])  # per image: one gather of whole tables
+    if not torch.is_tensor(starts):  # tables made for this batch alone (no cache, or too large to keep)
+        starts, weights = (to_device(torch.from_numpy(np.ascontiguousarray(t)), device) for t in (starts, weights))
+    at = to_device(torch.from_numpy(inv), device)  # the batch's rows: its only bytes sent
+    return starts.index_select(0, at), weights.index_select(0, at)
 
 
 def host_weights(
     plans,  # (N, 11) int plans on the host (tensor, array or rows)
     out_hw: tuple,  # the output (oh, ow)
     cache: TapCache | None = None,  # the resizes made before (a loader's); None: each made here
-) -> tuple:  # as `batch_weights` (CPU tensors; K as `device_weights`'s, zero weights past a row's own)
+    device=None,  # None: CPU tensors; a device: the taps gathered there (from `cache`'s tables kept on it)
+) -> tuple:  # as `batch_weights` (K as `device_weights`'s, zero weights past a row's own)
     "`batch_weights(plans, out_hw)` in one numpy call per axis for the whole batch: each distinct resize made once (or found in `cache`), then gathered per image."
     p = np.asarray(plans, dtype=np.int64).reshape(-1, 11)
     _check_plans(p, out_hw, 'host_weights')
     oh, ow = out_hw
+    device = None if device is None else torch.device(device)
     return (
-        _axis_host(p[:, [2, 4, 10, 6, 9]], oh, cache),  # rows: box height, resize height, filter, window top, flip
-        _axis_host(p[:, [3, 5, 10, 7, 8]], ow, cache),  # columns: box width, resize width, filter, window left, flip
+        _axis_host(p[:, [2, 4, 10, 6, 9]], oh, cache, device),  # rows: box height, resize height, filter, top, flip
+        _axis_host(p[:, [3, 5, 10, 7, 8]], ow, cache, device),  # columns: box width, resize width, filter, left, flip
     )
 
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #a93f0103
@@ -257,7 +265,11 @@ class TapCache:
     """The taps of each resize along an axis that a loader's batches asked for, made once and kept in one table per
     output length, so that a batch's taps are one gather of its rows: `cache(plans, out_hw)` is `host_weights(plans,
     out_hw, cache)`. At most `max_bytes` of tables are kept (past it, it starts afresh: bounded whatever the images'
-    sizes; a batch whose tables alone are more has them made and not kept); threads may share one."""
+    sizes; a batch whose tables alone are more has them made and not kept); threads may share one.
+
+    `cache(plans, out_hw, device)` gathers the taps on `device` from a copy of the tables kept there, to which only
+    the rows added since are sent: a batch then sends its row numbers, not its taps (about 8 MB for 256 crops to
+    224x224), and the host does no gather. On a GPU one stream at a time uses it (the device-decode resize stage's)."""
 
     def __init__(
         self,
@@ -269,6 +281,7 @@ class TapCache:
 
     def _clear(self):
         self._rows, self._pools = {}, {}  # (n, resize) -> its row; n -> (starts (R, n), weights (R, n, K), rows used)
+        self._on = {}  # (n, device) -> [the host tables copied, their copies on the device, rows copied]
 
     @property
     def nbytes(self) -> int:
@@ -278,13 +291,15 @@ class TapCache:
         self,
         plans,  # (N, 11) int plans on the host
         out_hw: tuple,  # the output (oh, ow)
+        device=None,  # None: CPU tensors; a device: gathered there from the tables kept on it
     ) -> tuple:  # as `host_weights`
-        return host_weights(plans, out_hw, self)
+        return host_weights(plans, out_hw, self, device)
 
     def tables(
         self,
         resizes: np.ndarray,  # (U, 5) distinct resizes of one axis: in, out, filter, first output pixel, flip
         n: int,  # output pixels wanted of each
+        device=None,  # None: the host tables; a device: their copies there, brought up to date
     ) -> tuple:  # (rows (U,) int64, starts (R, n) int32, weights (R, n, K) float32): resize j's taps are row rows[j]
         "Each resize's row in the tables of `n` output pixels: found, or made (those missing in one call) and added."
         keys = [(n, *r) for r in resizes.tolist()]
@@ -305,8 +320,23 @@ class TapCache:
                 for i, j in enumerate(miss):
                     rows[j] = self._rows[keys[j]] = first + i
                 self.made += len(miss)
-            starts, weights, _ = self._pools[n]
+            starts, weights = self._pools[n][:2] if device is None else self._copied(n, device)
         return np.array(rows, dtype=np.int64), starts, weights
+
+    def _copied(self, n: int, device: torch.device) -> tuple:
+        "(starts, weights): `n`'s tables on `device`, the rows added since the last call sent there (whole tables when they were grown)."
+        starts, weights, used = self._pools[n]
+        kept = self._on.get((n, device))
+        if kept is None or kept[0] is not starts or kept[1] is not weights:  # new, or grown into new arrays
+            on_s = torch.empty(starts.shape, dtype=torch.int32, device=device)
+            on_w = torch.empty(weights.shape, dtype=torch.float32, device=device)
+            kept = self._on[(n, device)] = [starts, weights, on_s, on_w, 0]
+        if kept[4] < used:
+            a = kept[4]
+            kept[2][a:used] = to_device(torch.from_numpy(starts[a:used]), device)
+            kept[3][a:used] = to_device(torch.from_numpy(weights[a:used]), device)
+            kept[4] = used
+        return kept[2], kept[3]
 
     def _room(self, n: int, m: int, k: int) -> bool:
         "Whether `m` more tables of `k` taps fit in `n`'s table within `max_bytes` (it grows by doubling)."
