@@ -293,7 +293,7 @@ class LoaderStats(_Notes):
         )
         s.outer, s.info = self.outer, now.info
         was = earlier.info.get('device_stages', {})
-        for name, d in s.info.get('device_stages', {}).items():  # counts: the window's; the other topics as they are now
+        for name, d in s.info.get('device_stages', {}).items():  # counts: the window's (other topics: as now)
             s.info['device_stages'][name] = {k: v - was.get(name, {}).get(k, 0) for k, v in d.items()}
         return s
 

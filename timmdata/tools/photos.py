@@ -89,7 +89,8 @@ def fetch_photo_sources(
     return out
 
 # %% ../../nbs/tools/04a_photos.ipynb #2f99ceff
-PHOTO_ENCODINGS = ('baseline', 'progressive', 'grayscale', 'exif_rotated', 'cmyk', 'ycck', 'png')  # what encode_photo writes
+# what encode_photo writes
+PHOTO_ENCODINGS = ('baseline', 'progressive', 'grayscale', 'exif_rotated', 'cmyk', 'ycck', 'png')
 PHOTO_MIX = {  # encoding -> share of the set; the rest are baseline 4:2:0 colour JPEGs
     'grayscale': 0.02,  # one channel (ImageNet has a few thousand)
     'progressive': 0.02,  # progressive JPEG: decoded in several scans
