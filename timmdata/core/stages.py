@@ -163,6 +163,19 @@ class _Notes:
             d['seconds'] += seconds
             d['cpu_seconds'] += cpu
 
+    def _zero_stages(self):
+        "The device stages' counts zeroed (`reset`); the other topics are the loader's choices: kept."
+        with self._lock:
+            self.info.pop('device_stages', None)
+
+    @staticmethod
+    def _info_since(now: dict, earlier: dict) -> dict:
+        "`now` (a snapshot's info) with the device stages' counts since `earlier`'s; the other topics as they are now."
+        was = earlier.get('device_stages', {})
+        for name, d in now.get('device_stages', {}).items():
+            now['device_stages'][name] = {k: v - was.get(name, {}).get(k, 0) for k, v in d.items()}
+        return now
+
 # %% ../../nbs/core/08_stages.ipynb #ed07c832
 class LoaderStats(_Notes):
     """Where a loader's time goes, counted as it runs (always on: a few clock reads per sample and per batch). Stage
@@ -200,8 +213,7 @@ class LoaderStats(_Notes):
         self._n = [0, 0]  # samples made, batches collated (here: the thread loader; workers count in `rows`)
         self._base = None if self.rows is None else self.rows.sum(0)
         self.wall, self._t0 = 0.0, None
-        with self._lock:  # the device stages' times are counts too (the other topics are choices: kept)
-            self.info.pop('device_stages', None)
+        self._zero_stages()
 
     def _worker_sums(self) -> list:
         return [0.0] * len(COLUMNS) if self.rows is None else (self.rows.sum(0) - self._base).tolist()
@@ -291,10 +303,7 @@ class LoaderStats(_Notes):
             now.batches - earlier.batches,
             now.wall - earlier.wall,
         )
-        s.outer, s.info = self.outer, now.info
-        was = earlier.info.get('device_stages', {})
-        for name, d in s.info.get('device_stages', {}).items():  # counts: the window's (other topics: as now)
-            s.info['device_stages'][name] = {k: v - was.get(name, {}).get(k, 0) for k, v in d.items()}
+        s.outer, s.info = self.outer, self._info_since(now.info, earlier.info)
         return s
 
     def table(self) -> str:

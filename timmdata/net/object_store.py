@@ -681,7 +681,7 @@ def list_objects(
         return [(base + r, s, t) for r, s, t in sorted(out)]
     return [base + r for r in sorted(out)]
 
-
+# %% ../../nbs/net/20bc_object_store.ipynb #b7d33c52
 def list_folders(
     prefix: str,  # a folder's URL: 's3://bucket/folder'
     timeout: float = 60.0,  # seconds to connect, and seconds an answer may stay silent
