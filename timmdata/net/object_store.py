@@ -636,9 +636,8 @@ def list_objects(
 ) -> list:
     """The URLs of the objects in the folder `prefix` (names relative to it with '/' only when `recursive`), sorted:
     at most `limit` kept and `MAX_SEEN` seen, within `deadline` (a recursive one: `LIST_IDLE` without a new object); a
-    listing that repeats itself is stopped; a page may
-    add `LIST_MEMORY` to the process's memory (a one-level listing, which comes back whole, `LISTED_BYTES` an object
-    kept more). Each bound is a `ListingError` that says what to do."""
+    listing that repeats itself is stopped; a page may add `LIST_MEMORY` to the process's memory (a one-level listing,
+    which comes back whole, `LISTED_BYTES` an object kept more). Each bound is a `ListingError` that says what to do."""
     obs = need_obstore()
     store, key = store_for(prefix, timeout)
     key = key.strip('/')
