@@ -223,8 +223,12 @@ def test_transient_error_always_is_raised_as_itself_never_counted(sample_root, p
 def test_transient_error_in_workers_is_raised_not_counted(sample_root):
     ds = flaky_dataset(sample_root, 10**9, EMFILE, 'skip')
     loader = DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context='fork', collate_fn=list)
-    with pytest.raises(OSError, match='Too many open files') as e: next(iter(loader))
+    it = iter(loader)
+    with pytest.raises(OSError, match='Too many open files') as e: next(it)
     assert not isinstance(e.value, ImageDecodeError) and ds.bad_samples == []
+    # torch's iterator, left to the garbage collector after an error, took 10 s to stop its two workers (5 s each):
+    # ended here, as a finished pass ends
+    it._shutdown_workers()
 
 @pytest.mark.parametrize('policy', ['raise', 'skip'])
 def test_store_damaged_error_propagates_untouched(sample_root, policy):
