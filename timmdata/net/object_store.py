@@ -32,13 +32,13 @@ from timmdata.net.object_clients import (
 )
 
 # %% auto #0
-__all__ = ['MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'LIST_IDLE', 'LIST_MEMORY', 'LISTED_BYTES', 'READ_RATE', 'STREAM_ALLOWANCE',
-           'REQUESTS', 'MAX_TAGS', 'MERGE_SLACK', 'MERGE_MOST', 'Answer', 'object_head', 'object_range', 'merge_reads',
-           'object_fetch', 'object_get_many', 'ObjectReader', 'object_open', 'ObjectFile', 'ListingError',
-           'list_objects', 'list_folders', 'put_object', 'OBJECT_SCHEMES', 'BY_POSITION', 'STORE_OPTIONS_ENV',
-           'GET_THREADS', 'MAX_MADE', 'object_scheme', 'by_position', 'split_object_url', 'ObjectStoreError',
-           'ObjectNotFoundError', 'ObjectChangedError', 'ObjectForkError', 'need_obstore', 'check_endpoint',
-           'configure_store', 'store_options', 'store_for', 'close_clients']
+__all__ = ['MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'LIST_IDLE', 'LIST_MEMORY', 'LISTED_BYTES', 'STREAM_PART', 'READ_RATE',
+           'STREAM_ALLOWANCE', 'REQUESTS', 'MAX_TAGS', 'MERGE_SLACK', 'MERGE_MOST', 'Answer', 'object_head',
+           'object_range', 'merge_reads', 'object_fetch', 'object_get_many', 'ObjectReader', 'object_open',
+           'ObjectFile', 'ListingError', 'list_objects', 'list_folders', 'put_object', 'OBJECT_SCHEMES', 'BY_POSITION',
+           'STORE_OPTIONS_ENV', 'GET_THREADS', 'MAX_MADE', 'object_scheme', 'by_position', 'split_object_url',
+           'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError', 'ObjectForkError', 'need_obstore',
+           'check_endpoint', 'configure_store', 'store_options', 'store_for', 'close_clients']
 
 # %% ../../nbs/net/20bc_object_store.ipynb #ed8906bd
 _all_ = [
@@ -71,6 +71,7 @@ LIST_MEMORY = (
     256 << 20
 )  # bytes one listing page may add to this process's memory (its body and what the client makes of it)
 LISTED_BYTES = 1024  # bytes allowed for each object of a one-level listing, which the client hands back whole
+STREAM_PART = 1 << 20  # the bytes the client gathers before it hands a part of a body over
 READ_RATE = 1 << 20  # bytes a second: a whole object's read may take its deadline plus its size at this rate
 STREAM_ALLOWANCE = (
     7 * 86400.0
@@ -224,7 +225,7 @@ def _ranged_get(obs, store, key: str, url: str, start: int, n: int, opts: dict, 
         meta, (a, b) = r.meta, r.range
         _check_range(url, meta, a, b, start, n, opts)
         body = _Body(url, b - a, t_end, deadline)
-        for chunk in r.stream(min_chunk_size=1 << 20):
+        for chunk in r.stream(min_chunk_size=STREAM_PART):
             body.add(chunk)
         out = body.done()
     except (_Cut, KeyboardInterrupt, SystemExit):
@@ -294,10 +295,10 @@ async def _ranged_get_async(
         meta, (a, b) = r.meta, r.range
         _check_range(url, meta, a, b, start, n, opts)
         body = _Body(url, b - a, t_end, deadline)
-        async for chunk in r.stream(min_chunk_size=1 << 20):
+        async for chunk in r.stream(min_chunk_size=STREAM_PART):
             body.add(chunk)
-            if body.got == body.n:  # whole: the stream's end not awaited (a hand-over between threads less)
-                break
+            if body.got == body.n < STREAM_PART:  # whole, and the client gives a part under STREAM_PART only at the
+                break  # body's end (its connection already free): that end not awaited, a hand-over between threads less
         out = body.done()
     except (_Cut, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
         raise
