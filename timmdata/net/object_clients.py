@@ -11,10 +11,10 @@ from .http import REQUEST_DEADLINE, DeadlineError, check_seconds, public_url
 from ..core.settings import raw_settings, set_environment, setting
 
 # %% auto #0
-__all__ = ['OBJECT_SCHEMES', 'BY_POSITION', 'STORE_OPTIONS_ENV', 'MAX_MADE', 'LET_THROUGH', 'GET_THREADS', 'object_scheme',
-           'by_position', 'split_object_url', 'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError',
-           'ObjectForkError', 'need_obstore', 'check_endpoint', 'configure_store', 'store_options', 'store_for',
-           'named_error', 'close_clients', 'request_loop']
+__all__ = ['OBJECT_SCHEMES', 'BY_POSITION', 'STORE_OPTIONS_ENV', 'MAX_MADE', 'LET_THROUGH', 'GET_THREADS', 'STREAM_PART',
+           'object_scheme', 'by_position', 'split_object_url', 'ObjectStoreError', 'ObjectNotFoundError',
+           'ObjectChangedError', 'ObjectForkError', 'need_obstore', 'check_endpoint', 'configure_store',
+           'store_options', 'store_for', 'named_error', 'close_clients', 'request_loop']
 
 # %% ../../nbs/net/20bb_object_clients.ipynb #77a1c028
 OBJECT_SCHEMES = (
@@ -356,6 +356,7 @@ def named_error(
 
 # %% ../../nbs/net/20bb_object_clients.ipynb #c0d56fa2
 GET_THREADS = 32  # requests a process keeps in flight at most (`object_store.object_get_many`, as a worker reads ahead)
+STREAM_PART = 1 << 20  # bytes the client gathers before it hands a part of an answer's body over (`object_store`)
 
 
 def close_clients():

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Callable, Optional
 from ..core.untrusted import MemoryWatch, printable
 from .http import REQUEST_DEADLINE, DeadlineError
-from .object_clients import LET_THROUGH, named_error, request_loop
+from .object_clients import LET_THROUGH, STREAM_PART, named_error, request_loop
 from timmdata.net.object_clients import (
     OBJECT_SCHEMES,
     BY_POSITION,
@@ -32,13 +32,13 @@ from timmdata.net.object_clients import (
 )
 
 # %% auto #0
-__all__ = ['MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'LIST_IDLE', 'LIST_MEMORY', 'LISTED_BYTES', 'STREAM_PART', 'READ_RATE',
-           'STREAM_ALLOWANCE', 'REQUESTS', 'MAX_TAGS', 'MERGE_SLACK', 'MERGE_MOST', 'Answer', 'object_head',
-           'object_range', 'merge_reads', 'object_fetch', 'object_get_many', 'ObjectReader', 'object_open',
-           'ObjectFile', 'ListingError', 'list_objects', 'list_folders', 'put_object', 'OBJECT_SCHEMES', 'BY_POSITION',
-           'STORE_OPTIONS_ENV', 'GET_THREADS', 'MAX_MADE', 'object_scheme', 'by_position', 'split_object_url',
-           'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError', 'ObjectForkError', 'need_obstore',
-           'check_endpoint', 'configure_store', 'store_options', 'store_for', 'close_clients']
+__all__ = ['MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'LIST_IDLE', 'LIST_MEMORY', 'LISTED_BYTES', 'READ_RATE', 'STREAM_ALLOWANCE',
+           'REQUESTS', 'MAX_TAGS', 'MERGE_SLACK', 'MERGE_MOST', 'Answer', 'object_head', 'object_range', 'merge_reads',
+           'object_fetch', 'object_get_many', 'ObjectReader', 'object_open', 'ObjectFile', 'ListingError',
+           'list_objects', 'list_folders', 'put_object', 'OBJECT_SCHEMES', 'BY_POSITION', 'STORE_OPTIONS_ENV',
+           'GET_THREADS', 'MAX_MADE', 'object_scheme', 'by_position', 'split_object_url', 'ObjectStoreError',
+           'ObjectNotFoundError', 'ObjectChangedError', 'ObjectForkError', 'need_obstore', 'check_endpoint',
+           'configure_store', 'store_options', 'store_for', 'close_clients']
 
 # %% ../../nbs/net/20bc_object_store.ipynb #ed8906bd
 _all_ = [
@@ -71,7 +71,6 @@ LIST_MEMORY = (
     256 << 20
 )  # bytes one listing page may add to this process's memory (its body and what the client makes of it)
 LISTED_BYTES = 1024  # bytes allowed for each object of a one-level listing, which the client hands back whole
-STREAM_PART = 1 << 20  # the bytes the client gathers before it hands a part of a body over
 READ_RATE = 1 << 20  # bytes a second: a whole object's read may take its deadline plus its size at this rate
 STREAM_ALLOWANCE = (
     7 * 86400.0
