@@ -9,12 +9,13 @@ from collections import Counter
 from typing import Callable, Optional
 from ..core.untrusted import MemoryWatch, printable
 from .http import REQUEST_DEADLINE, DeadlineError
-from .object_clients import LET_THROUGH, STREAM_PART, named_error, request_loop
+from .object_clients import LET_THROUGH, named_error, request_loop
 from timmdata.net.object_clients import (
     OBJECT_SCHEMES,
     BY_POSITION,
     STORE_OPTIONS_ENV,
     GET_THREADS,
+    STREAM_PART,
     MAX_MADE,
     object_scheme,
     by_position,
@@ -36,9 +37,9 @@ __all__ = ['MAX_LISTED', 'MAX_SEEN', 'LIST_DEADLINE', 'LIST_IDLE', 'LIST_MEMORY'
            'REQUESTS', 'MAX_TAGS', 'MERGE_SLACK', 'MERGE_MOST', 'Answer', 'object_head', 'object_range', 'merge_reads',
            'object_fetch', 'object_get_many', 'ObjectReader', 'object_open', 'ObjectFile', 'ListingError',
            'list_objects', 'list_folders', 'put_object', 'OBJECT_SCHEMES', 'BY_POSITION', 'STORE_OPTIONS_ENV',
-           'GET_THREADS', 'MAX_MADE', 'object_scheme', 'by_position', 'split_object_url', 'ObjectStoreError',
-           'ObjectNotFoundError', 'ObjectChangedError', 'ObjectForkError', 'need_obstore', 'check_endpoint',
-           'configure_store', 'store_options', 'store_for', 'close_clients']
+           'GET_THREADS', 'STREAM_PART', 'MAX_MADE', 'object_scheme', 'by_position', 'split_object_url',
+           'ObjectStoreError', 'ObjectNotFoundError', 'ObjectChangedError', 'ObjectForkError', 'need_obstore',
+           'check_endpoint', 'configure_store', 'store_options', 'store_for', 'close_clients']
 
 # %% ../../nbs/net/20bc_object_store.ipynb #ed8906bd
 _all_ = [
@@ -46,6 +47,7 @@ _all_ = [
     'BY_POSITION',
     'STORE_OPTIONS_ENV',
     'GET_THREADS',
+    'STREAM_PART',
     'MAX_MADE',
     'object_scheme',
     'by_position',
