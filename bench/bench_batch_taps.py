@@ -95,6 +95,8 @@ def main(argv=None):
             f'{name:34s}: {t * 1e3:8.2f} ms of CPU a batch ({t / a.batch * 1e6:6.1f} us an image; wall {tw * 1e3:7.2f} ms); '
             f'device ops / this {base / t:5.2f}x'
         )
+    sent = sum(t.nbytes for axis in host_weights(plans(), out) for t in axis)
+    print(f'the taps a batch sends when gathered on the host: {sent / 1e6:.1f} MB (kept on the device: its row numbers)')
     fresh = cache.made - made
     print(
         f'the warm cache: {made} resizes made in {a.warm} warm-up batches; while timed {fresh} made, '

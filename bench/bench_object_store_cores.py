@@ -133,14 +133,13 @@ def run_sources(makers: dict, rounds: int, n: int, server_pid: int, endpoint: st
     return out
 
 
-def request_cpu(url: str, size: int, n: int, store, rounds: int = 3, flight: int = 32) -> dict:
-    """{path: (requests/s, this process's CPU ms a request)} of `n` ranged GETs of `size` bytes, `flight` in flight: the
-    median of `rounds`, the paths alternating. The CPU is the whole process's (the client's own threads included), over
-    the requests sent (timmdata's paths count theirs: reads that lie close would be one)."""
+def request_ways(url: str, size: int, store, flight: int = 32) -> dict:
+    """{path: fn(starts) -> bytes read}: ranged GETs of `size` bytes at each of `starts`, `flight` in flight, four ways:
+    obstore from `flight` threads, obstore's async API on one event loop, timmdata's `object_range` from threads, and
+    `object_get_many` (what the readers call: one event loop a process), `flight` reads a call."""
     import asyncio, obstore
 
     key = url.split('/', 3)[3]
-    starts = [(i * 7919 * 1000) % 4_000_000 for i in range(n)]  # never neighbours: one request a read
 
     def threads(fn):  # each read a call, from `flight` threads
         def run(starts):
@@ -167,12 +166,20 @@ def request_cpu(url: str, size: int, n: int, store, rounds: int = 3, flight: int
         )
         return sum(len(b) for got in calls for _, b in got)
 
-    ways = {
+    return {
         'obstore.get_range, threads': threads(lambda a: len(obstore.get_range(store, key, start=a, end=a + size))),
         'obstore async, 1 loop': one_loop,
         'timmdata object_range, threads': threads(lambda a: len(object_range(url, a, size)[1])),
         'timmdata object_get_many': get_many,
     }
+
+
+def request_cpu(url: str, size: int, n: int, store, rounds: int = 3, flight: int = 32) -> dict:
+    """{path: (requests/s, this process's CPU ms a request)} of `n` ranged GETs of `size` bytes, `flight` in flight
+    (`request_ways`): the median of `rounds`, the paths alternating. The CPU is the whole process's (the client's own
+    threads included), over the requests sent (timmdata's paths count theirs: reads that lie close would be one)."""
+    starts = [(i * 7919 * 1000) % 4_000_000 for i in range(n)]  # never neighbours: one request a read
+    ways = request_ways(url, size, store, flight)
     got = {name: [] for name in ways}
     for _ in range(rounds):
         for name, fn in ways.items():

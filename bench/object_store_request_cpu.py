@@ -7,8 +7,7 @@ later (`bench/profile_object_requests.sh` attaches `perf` there); prints the CPU
 
     python bench/object_store_request_cpu.py get_many 12000
 """
-import argparse, asyncio, atexit, os, shutil, sys, tempfile, time
-from concurrent.futures import ThreadPoolExecutor
+import argparse, atexit, os, shutil, sys, tempfile, time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -16,14 +15,16 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 import bench_object_store_cores as B  # pins this process to all CPUs but the last (s3rver's)
 
-import obstore
 from timmdata.core.settings import set_environment
-from timmdata.net.object_store import object_get_many, object_range, put_object, store_for
+from timmdata.net.object_store import put_object, store_for
+
+
+WAYS = ('obstore_threads', 'obstore_loop', 'range_threads', 'get_many')  # `request_ways`' four, in its order
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('way', choices=('obstore_threads', 'obstore_loop', 'range_threads', 'get_many'))
+    ap.add_argument('way', choices=WAYS)
     ap.add_argument('n', type=int, nargs='?', default=6000, help='requests timed')
     ap.add_argument('--size', type=int, default=3000, help='bytes a read')
     ap.add_argument('--ready', default=None, help='a file this process writes its pid to before the timed pass')
@@ -37,39 +38,15 @@ def main():
     url, size, flight = f's3://{B.BUCKET}/blob.bin', a.size, 32
     put_object(url, os.urandom(5_000_000))
     starts = [(i * 7919 * 1000) % 4_000_000 for i in range(a.n)]  # never neighbours: one request a read
-    store, key = store_for(url)
-
-    def threads(fn):
-        with ThreadPoolExecutor(flight) as ex:
-            return sum(ex.map(fn, starts))
-
-    def get_many():
-        return sum(len(b) for k in range(0, a.n, flight) for _, b in object_get_many([(url, s, size) for s in starts[k : k + flight]]))
-
-    def one_loop():
-        async def run():
-            sem = asyncio.Semaphore(flight)
-
-            async def one(s):
-                async with sem:
-                    return len(await obstore.get_range_async(store, key, start=s, end=s + size))
-
-            return sum(await asyncio.gather(*(one(s) for s in starts)))
-
-        return asyncio.run(run())
-
-    ways = {
-        'obstore_threads': lambda: threads(lambda s: len(obstore.get_range(store, key, start=s, end=s + size))),
-        'obstore_loop': one_loop,
-        'range_threads': lambda: threads(lambda s: len(object_range(url, s, size)[1])),
-        'get_many': get_many,
-    }
-    ways[a.way]()  # warm: connections made, code paths run once
+    store, _ = store_for(url)
+    ways = B.request_ways(url, size, store, flight)  # the benchmark's own four ways, by their short names here
+    run = ways[dict(zip(WAYS, ways))[a.way]]
+    run(starts)  # warm: connections made, code paths run once
     if a.ready:
         Path(a.ready).write_text(str(os.getpid()))
         time.sleep(2)
     c, t = time.process_time(), time.perf_counter()
-    if ways[a.way]() != a.n * size:
+    if run(starts) != a.n * size:
         raise RuntimeError(f'{a.way}: not every byte read')
     print(f'{a.way}: {a.n} requests, {(time.process_time() - c) / a.n * 1e3:.3f} ms CPU each, '
           f'{a.n / (time.perf_counter() - t):.0f}/s', flush=True)  # fmt: skip
