@@ -6,6 +6,7 @@
 from __future__ import annotations
 import atexit, ctypes, queue, sys, threading, time, weakref
 from dataclasses import dataclass
+from functools import partial
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Sequence, Union
@@ -15,13 +16,16 @@ from ..core.stages import COLLATE, CountsTime, LoaderStats, ThreadWorkerInfo, as
 from .batch_plan import ResumableBatchSampler, SeededDataset
 from ..dataset import ImageDataset
 from ..streams.streaming import IterableImageDataset
+from ..streams.lookahead import made_now
+from ..pixels.resample import PendingResize
 from ..batch.collate import BatchCollate
 from .prefetch import PrefetchLoader
 from .resume import ResumableDataLoader
 
 # %% auto #0
-__all__ = ['check_worker_mode', 'few_arenas', 'gil_enabled', 'default_worker_mode', 'collate_here', 'ThreadWorkers',
-           'check_stream_threads', 'StreamThreads', 'verdict', 'Headspace', 'profile_loader']
+__all__ = ['check_worker_mode', 'few_arenas', 'gil_enabled', 'default_worker_mode', 'collate_here', 'FirstBatchRows',
+           'SharedPart', 'ThreadWorkers', 'check_stream_threads', 'StreamThreads', 'verdict', 'Headspace',
+           'profile_loader']
 
 # %% ../../nbs/engine/37_threads.ipynb #6cd169ee
 _MODES = ('process', 'thread')
@@ -116,6 +120,76 @@ def collate_here(
         b = type(b)(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in b)
     return b
 
+# %% ../../nbs/engine/37_threads.ipynb #f1b5a7c3
+class FirstBatchRows:
+    """Memory for a pass's first batch whose images several threads make at once: image i into row i of one uint8
+    buffer (of the first image's shape; an image of another shape gets memory of its own). The collate then copies
+    rows already made, where one thread would have made the whole batch's pixels while the others waited or worked on
+    later batches."""
+
+    def __init__(
+        self,
+        n: int,  # the batch's samples
+    ):
+        self.n, self.mem, self._lock = n, None, threading.Lock()
+
+    def row(
+        self,
+        i: int,  # the sample's place in the batch
+        shape: tuple,  # the image's (3, h, w)
+    ) -> torch.Tensor:
+        "uint8 memory `(1, *shape)` for image `i`: its row of the buffer (made at the first call, by whichever thread)."
+        with self._lock:
+            if self.mem is None:
+                self.mem = torch.empty((self.n, *shape), dtype=torch.uint8)
+        if tuple(self.mem.shape[1:]) == tuple(shape):
+            return self.mem[i : i + 1]
+        return torch.empty((1, *shape), dtype=torch.uint8)
+
+    def made(
+        self,
+        sample,  # sample `i` as the dataset gives it: `(image, target)`, or None
+        i: int,  # its place in the batch
+    ):
+        "The sample with its pending pixels made now into row `i` (`made_now`, the collate's own call for one image); without any, or a JPEG that cannot be made so (the collate and the dataset's policy meet it), as it is."
+        return made_now(sample, partial(self.row, i))
+
+
+class SharedPart:
+    """Some of a first batch's images, made by whichever thread claims the part first (`run`): the thread that gathered
+    the batch, the training thread waiting for it, or another loader thread before its own batch's pixels."""
+
+    def __init__(
+        self,
+        rows: FirstBatchRows,  # the batch's memory
+        samples: list,  # the batch's samples; a part's are replaced by the samples made
+        idx: Sequence[int],  # the places of this part's samples
+        stats: LoaderStats,  # the loader's stats: the part's time counts as collate time
+    ):
+        self.rows, self.samples, self.idx, self.stats = rows, samples, idx, stats
+        self._claim, self._done, self.error = threading.Lock(), threading.Event(), None
+
+    def run(self):
+        "Make the part's images now, unless another thread has claimed it; an error is kept for `wait`."
+        if not self._claim.acquire(blocking=False):
+            return
+        stage_clock.start(COLLATE)
+        try:
+            for i in self.idx:
+                self.samples[i] = self.rows.made(self.samples[i], i)
+        except BaseException as e:  # raised by the thread that waits for the batch
+            self.error = e
+        finally:
+            self.stats.add_collate(stage_clock.stop())
+            self._done.set()
+
+    def wait(self):
+        "Until the part is made, by whichever thread; its error raised here."
+        self._done.wait()
+        if self.error is not None:
+            raise self.error
+
+
 # %% ../../nbs/engine/37_threads.ipynb #e8cfb897
 class ThreadWorkers:
     """`worker_mode='thread'`: a `ResumableDataLoader`'s samples read, decoded and transformed by `num_workers` threads of
@@ -170,10 +244,12 @@ class ThreadWorkers:
         return self._pool
 
     @staticmethod
-    def _sample(loader, item, defer: bool = False):
+    def _sample(loader, item, defer: bool = False, rows: Optional[FirstBatchRows] = None, i: int = 0):
+        "A sample of `item`, timed; with `rows` (a pass's first batch), its pending pixels made now, into row `i`."
         stage_clock.start()
         try:
-            return loader.fetch_dataset.fetch(item, defer)
+            s = loader.fetch_dataset.fetch(item, defer)
+            return s if rows is None else rows.made(s, i)
         finally:
             loader.stats().add_sample(stage_clock.stop())
 
@@ -211,8 +287,11 @@ class ThreadWorkers:
             if items is None:
                 return False
             if not pending and first:  # the pass's first batch: its samples spread over the threads, collated here
-                first.clear()
-                pending.append((items, [pool.submit(self._sample, loader, it) for it in items]))
+                first.clear()  # each sample's pixels made by its thread, into its row of one buffer (`FirstBatchRows`)
+                rows, defer = FirstBatchRows(len(items)), loader.fetch_dataset.defer_pixels
+                pending.append(
+                    (items, [pool.submit(self._sample, loader, it, defer, rows, k) for k, it in enumerate(items)])
+                )
             else:  # the rest: a batch per task, as a worker process makes it (a batch's decodes in one native call)
                 pending.append((items, pool.submit(self._batch, loader, items)))
             return True
@@ -289,16 +368,18 @@ class StreamThreads:
         # global one), plus the worker's id; the stream's own draws are keyed by its seed, epoch and position
         base = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
         self.workers = [ThreadWorkerInfo(i, num_workers, base + i, loader.fetch_dataset) for i in range(num_workers)]
+        self.helps = []  # the parts of the pass's first batch that another loader thread may make (`_shared`)
 
     def _work(self, info: ThreadWorkerInfo):
         "Worker `info.id`'s share of the pass, batch after batch into its queue, then 'end' (or the error that stopped it)."
         q, room = self.made[info.id], self.room[info.id]
         try:
             with as_worker(info):  # the stream reads worker info.id's share
-                samples = iter(info.dataset)
+                samples, first = iter(info.dataset), info.id == 0  # worker 0 makes the pass's first batch
                 try:
                     while room.acquire() and not self.stop.is_set():
-                        b, short = self._batch(samples)
+                        b, short = self._batch(samples, first)
+                        first = False
                         if b is not None:
                             q.put(('batch', b))
                         if b is None or short:
@@ -310,8 +391,8 @@ class StreamThreads:
         except BaseException as e:  # the consumer raises it at this worker's turn, as torch raises a worker's error
             q.put(('error', e))
 
-    def _batch(self, samples) -> tuple:
-        "(the next batch of this worker, is it short?) as torch's worker makes it: `batch_size` samples, a short last one kept unless `drop_last`; (None, True) at the end."
+    def _batch(self, samples, first: bool = False) -> tuple:
+        "(the next batch of this worker, is it short?) as torch's worker makes it: `batch_size` samples, a short last one kept unless `drop_last`; (None, True) at the end. The pass's `first` batch has its pixels shared (`_shared`)."
         ld, got = self.loader, []
         for _ in range(ld.batch_size):
             stage_clock.start()
@@ -325,7 +406,32 @@ class StreamThreads:
             got.append(s)
         if not got or (ld.drop_last and len(got) < ld.batch_size):
             return None, True
+        if first:
+            self._shared(got)
+        else:
+            for p in self.helps:  # the first batch's parts nobody has claimed, before this batch's own pixels
+                p.run()
         return collate_here(ld, got), len(got) < ld.batch_size
+
+    def _shared(self, got: list):
+        """The pass's first batch's pending pixels made by several threads: a part for this thread, one for the training
+        thread (which only waits for this batch), one for each other loader thread (taken before its own batch's
+        pixels); a part nobody has claimed when this thread has made its own, it makes too."""
+        pend = [i for i, s in enumerate(got) if isinstance(s, (tuple, list)) and isinstance(s[0], PendingResize)]
+        k = len(self.made) + 1
+        if len(pend) < 2 * k:
+            return
+        rows, st = FirstBatchRows(len(got)), self.loader.stats()
+        parts = [SharedPart(rows, got, pend[j::k], st) for j in range(k)]
+        self.helps = parts[2:]
+        self.made[0].put(('help', parts[1:]))  # to the training thread, waiting on this queue for this batch
+        try:
+            for p in parts:
+                p.run()
+            for p in parts:
+                p.wait()
+        finally:
+            self.helps = []
 
     def __iter__(self):
         if self.threads or self.stop.is_set():
@@ -343,6 +449,10 @@ class StreamThreads:
                 kept = []
                 for i in turn:  # torch's round-robin: worker 0, 1, ..., N-1, then again, without the ended ones
                     kind, x = self.made[i].get()
+                    while kind == 'help':  # the first batch's parts: this thread makes what no loader thread has
+                        for p in x:
+                            p.run()
+                        kind, x = self.made[i].get()
                     if kind == 'error':
                         raise x
                     if kind == 'batch':
@@ -356,7 +466,8 @@ class StreamThreads:
     def close(self):
         "Stop the workers after the batch each is making, and wait for them (their shards are closed in their threads); at the interpreter's exit, not waited for."
         self.stop.set()
-        _LIVE.discard(self)
+        if _LIVE is not None:  # None while the interpreter tears the module down (a pass dropped at exit)
+            _LIVE.discard(self)
         for r in self.room:
             r.release()
         if not sys.is_finalizing():
