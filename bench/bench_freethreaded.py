@@ -5,13 +5,14 @@
 Each run is a fresh process of one interpreter (the GIL build: the project's .venv; the free-threaded one: .ft/venv,
 made by `make ft-python`) that builds `create_loader(..., device='cpu', num_workers=W, worker_mode=M, seed=0)` over
 generated 500x375 photos (the default training pipeline with color_jitter 0.4, or the default eval pipeline) and runs
-two epochs; after each batch a model step in the training thread: 'none', or 'cpu' (a small conv net's forward and
+three epochs (a warm-up, a timed one, one whose memory is read);
+after each batch a model step in the training thread: 'none', or 'cpu' (a small conv net's forward and
 backward on the batch, on one torch thread: a CPU-bound step). Contenders alternate (interpreter, pipeline, step,
 mode) within each round. Printed, medians over the rounds:
-- img/s: images of the second epoch over its wall time;
+- img/s: images of the second epoch over its wall time (nothing else read during it);
 - CPU ms/img: user + system CPU of the process and its workers over the second epoch, per image (/proc/PID/stat; the
   workers found through the loader: on Python 3.14 they start by forkserver and are the server's children, not ours);
-- PSS MB: the largest proportional set size of the process and its workers over the second epoch (shared pages
+- PSS MB: the largest proportional set size of the process and its workers over the third epoch (shared pages
   divided among the processes that map them: /proc/PID/smaps_rollup); loader MB: the largest anonymous and shared-memory
   PSS (Pss_Anon + Pss_Shmem: the heaps and the batches in shared memory, not the libraries' pages, which other
   processes mapping the same files share) less the process's own just before create_loader (the interpreter, torch,
@@ -66,19 +67,20 @@ t0 = time.perf_counter()
 ld = create_loader(ImageDataset(root), 224, 64, is_training=pipe == 'train', num_workers=workers, device='cpu',
                    worker_mode=mode, seed=0, color_jitter=0.4 if pipe == 'train' else None)
 first, steps, n, wall, c_last, mem, rss, main, anon = None, [], 0, 0.0, 0.0, 0, 0, 0, 0
-for epoch in range(2):
+for epoch in range(3):  # 0: warm-up; 1: timed, nothing else read; 2: the memory read after each batch, not timed
     ld.set_epoch(epoch); e0, c0 = time.perf_counter(), cpu()
     for x, y in ld:
         if first is None: first = time.perf_counter() - t0
         s0 = time.perf_counter(); model_step(x); steps.append(time.perf_counter() - s0)
         if epoch == 1:
-            n += len(x); c_last = cpu()
+            n += len(x)
+        if epoch == 2:  # reading smaps_rollup costs ms a process: it would slow the processes' epoch more than the threads'
             m0, ks = pss(os.getpid()), kids()
             if m0 + sum(pss(k) for k in ks) > mem:
                 mem, main = m0 + sum(pss(k) for k in ks), m0
                 rss = smaps(os.getpid(), 'Rss') + sum(smaps(k, 'Rss') for k in ks)
             anon = max(anon, own(os.getpid()) + sum(own(k) for k in ks))
-    if epoch == 1: wall, c_used = time.perf_counter() - e0, c_last - c0
+    if epoch == 1: wall, c_used = time.perf_counter() - e0, cpu() - c0
 gil = sys._is_gil_enabled() if hasattr(sys, '_is_gil_enabled') else True
 print(json.dumps(dict(ips=n / wall, cpu_ms=c_used / n * 1e3, pss=mem / 2**20, base=base / 2**20, loader=(anon - base) / 2**20,
                       main=main / 2**20, rss=rss / 2**20, first=first, step=sum(steps) / len(steps) * 1e3,

@@ -185,12 +185,14 @@ def make_denser_set(data: Path, name: str) -> Path:
 
 def make_kind_set(k: int) -> Path:
     "Root of k photographs in every encoding: <root>/<encoding>/c000/k_<j>.JPEG is crop j at the same size and quality in each (made once)."
+    from timmdata.tools.photos import PHOTO_ENCODINGS, PHOTO_SHAPES, cut_photo, encode_photo, fetch_photo_sources
+
     root = Path(f'/tmp/timmdata_kinds_{k}')
-    if (root / 'made.json').is_file() and json.loads((root / 'made.json').read_text()) == dict(k=k, denser=DENSER):
+    made = dict(k=k, denser=DENSER, kinds=list(PHOTO_ENCODINGS))  # a set made before a kind was added is made again
+    if (root / 'made.json').is_file() and json.loads((root / 'made.json').read_text()) == made:
         return root
     import numpy as np
     from PIL import Image
-    from timmdata.tools.photos import PHOTO_ENCODINGS, PHOTO_SHAPES, cut_photo, encode_photo, fetch_photo_sources
     sources = fetch_photo_sources(Path.home() / '.cache' / 'timmdata' / 'photo_packages')
     for kind in (*PHOTO_ENCODINGS, *DENSER):
         (root / kind / 'c000').mkdir(parents=True, exist_ok=True)
@@ -206,7 +208,7 @@ def make_kind_set(k: int) -> Path:
                 (root / kind / 'c000' / f'k_{j:04d}.JPEG').write_bytes(encode_photo(img, kind, 75 + (7 * j) % 21))
             for kind, opts in DENSER.items():
                 img.save(root / kind / 'c000' / f'k_{j:04d}.JPEG', 'JPEG', **opts)
-    (root / 'made.json').write_text(json.dumps(dict(k=k, denser=DENSER)))
+    (root / 'made.json').write_text(json.dumps(made))
     return root
 
 
