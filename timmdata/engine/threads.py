@@ -165,7 +165,7 @@ class SharedPart:
         rows: FirstBatchRows,  # the batch's memory
         samples: list,  # the batch's samples; a part's are replaced by the samples made
         idx: Sequence[int],  # the places of this part's samples
-        stats: LoaderStats,  # the loader's stats: the part's time counts as collate time
+        stats: LoaderStats,  # the loader's stats: the part's time counts in its stages (the batch's collate counts the batch)
     ):
         self.rows, self.samples, self.idx, self.stats = rows, samples, idx, stats
         self._claim, self._done, self.error = threading.Lock(), threading.Event(), None
@@ -181,7 +181,9 @@ class SharedPart:
         except BaseException as e:  # raised by the thread that waits for the batch
             self.error = e
         finally:
-            self.stats.add_collate(stage_clock.stop())
+            for stage, t in zip(('read', 'decode', 'ops', 'collate'), stage_clock.stop()):
+                if t:
+                    self.stats.add(stage, t)
             self._done.set()
 
     def wait(self):
