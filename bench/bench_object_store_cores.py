@@ -174,11 +174,16 @@ def request_ways(url: str, size: int, store, flight: int = 32) -> dict:
     }
 
 
+def spread_starts(n: int) -> list:
+    "`n` read offsets in a 5 MB object, never neighbours: one request a read."
+    return [(i * 7919 * 1000) % 4_000_000 for i in range(n)]
+
+
 def request_cpu(url: str, size: int, n: int, store, rounds: int = 3, flight: int = 32) -> dict:
     """{path: (requests/s, this process's CPU ms a request)} of `n` ranged GETs of `size` bytes, `flight` in flight
     (`request_ways`): the median of `rounds`, the paths alternating. The CPU is the whole process's (the client's own
     threads included), over the requests sent (timmdata's paths count theirs: reads that lie close would be one)."""
-    starts = [(i * 7919 * 1000) % 4_000_000 for i in range(n)]  # never neighbours: one request a read
+    starts = spread_starts(n)
     ways = request_ways(url, size, store, flight)
     got = {name: [] for name in ways}
     for _ in range(rounds):

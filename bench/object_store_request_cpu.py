@@ -37,7 +37,7 @@ def main():
                      'AWS_ENDPOINT_URL': endpoint})  # fmt: skip
     url, size, flight = f's3://{B.BUCKET}/blob.bin', a.size, 32
     put_object(url, os.urandom(5_000_000))
-    starts = [(i * 7919 * 1000) % 4_000_000 for i in range(a.n)]  # never neighbours: one request a read
+    starts = B.spread_starts(a.n)  # the benchmark's offsets: one request a read
     store, _ = store_for(url)
     ways = B.request_ways(url, size, store, flight)  # the benchmark's own four ways, by their short names here
     run = ways[dict(zip(WAYS, ways))[a.way]]

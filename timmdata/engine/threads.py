@@ -6,7 +6,6 @@
 from __future__ import annotations
 import atexit, ctypes, queue, sys, threading, time, weakref
 from dataclasses import dataclass
-from functools import partial
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Sequence, Union
@@ -16,16 +15,15 @@ from ..core.stages import COLLATE, CountsTime, LoaderStats, ThreadWorkerInfo, as
 from .batch_plan import ResumableBatchSampler, SeededDataset
 from ..dataset import ImageDataset
 from ..streams.streaming import IterableImageDataset
-from ..streams.lookahead import made_now
+from ..streams.lookahead import ImageRows
 from ..pixels.resample import PendingResize
 from ..batch.collate import BatchCollate
 from .prefetch import PrefetchLoader
 from .resume import ResumableDataLoader
 
 # %% auto #0
-__all__ = ['check_worker_mode', 'few_arenas', 'gil_enabled', 'default_worker_mode', 'collate_here', 'FirstBatchRows',
-           'SharedPart', 'ThreadWorkers', 'check_stream_threads', 'StreamThreads', 'verdict', 'Headspace',
-           'profile_loader']
+__all__ = ['check_worker_mode', 'few_arenas', 'gil_enabled', 'default_worker_mode', 'collate_here', 'SharedPart', 'ThreadWorkers',
+           'check_stream_threads', 'StreamThreads', 'verdict', 'Headspace', 'profile_loader']
 
 # %% ../../nbs/engine/37_threads.ipynb #6cd169ee
 _MODES = ('process', 'thread')
@@ -122,47 +120,13 @@ def collate_here(
     return b
 
 # %% ../../nbs/engine/37_threads.ipynb #f1b5a7c3
-class FirstBatchRows:
-    """Memory for a pass's first batch whose images several threads make at once: image i into row i of one uint8
-    buffer (of the first image's shape; an image of another shape gets memory of its own). The collate then copies
-    rows already made, where one thread would have made the whole batch's pixels while the others waited or worked on
-    later batches."""
-
-    def __init__(
-        self,
-        n: int,  # the batch's samples
-    ):
-        self.n, self.mem, self._lock = n, None, threading.Lock()
-
-    def row(
-        self,
-        i: int,  # the sample's place in the batch
-        shape: tuple,  # the image's (3, h, w)
-    ) -> torch.Tensor:
-        "uint8 memory `(1, *shape)` for image `i`: its row of the buffer (made at the first call, by whichever thread)."
-        with self._lock:
-            if self.mem is None:
-                self.mem = torch.empty((self.n, *shape), dtype=torch.uint8)
-        if tuple(self.mem.shape[1:]) == tuple(shape):
-            return self.mem[i : i + 1]
-        return torch.empty((1, *shape), dtype=torch.uint8)
-
-    def made(
-        self,
-        sample,  # sample `i` as the dataset gives it: `(image, target)`, or None
-        i: int,  # its place in the batch
-    ):
-        "The sample with its pending pixels made now into row `i` (`made_now`, the collate's own call for one image); without any, or a JPEG that cannot be made so (the collate and the dataset's policy meet it), as it is."
-        return made_now(sample, partial(self.row, i))
-
-
 class SharedPart:
     """Some of a first batch's images, made by whichever thread claims the part first (`run`): the thread that gathered
     the batch, the training thread waiting for it, or another loader thread before its own batch's pixels."""
 
     def __init__(
         self,
-        rows: FirstBatchRows,  # the batch's memory
+        rows: ImageRows,  # the batch's memory
         samples: list,  # the batch's samples; a part's are replaced by the samples made
         idx: Sequence[int],  # the places of this part's samples
         stats: LoaderStats,  # the loader's stats: the part's time counts in its stages (the batch's collate counts the batch)
@@ -246,7 +210,7 @@ class ThreadWorkers:
         return self._pool
 
     @staticmethod
-    def _sample(loader, item, defer: bool = False, rows: Optional[FirstBatchRows] = None, i: int = 0):
+    def _sample(loader, item, defer: bool = False, rows: Optional[ImageRows] = None, i: int = 0):
         "A sample of `item`, timed; with `rows` (a pass's first batch), its pending pixels made now, into row `i`."
         stage_clock.start()
         try:
@@ -289,8 +253,8 @@ class ThreadWorkers:
             if items is None:
                 return False
             if not pending and first:  # the pass's first batch: its samples spread over the threads, collated here
-                first.clear()  # each sample's pixels made by its thread, into its row of one buffer (`FirstBatchRows`)
-                rows, defer = FirstBatchRows(len(items)), loader.fetch_dataset.defer_pixels
+                first.clear()  # each sample's pixels made by its thread, into its row of one buffer (`ImageRows`)
+                rows, defer = ImageRows(len(items)), loader.fetch_dataset.defer_pixels
                 pending.append(
                     (items, [pool.submit(self._sample, loader, it, defer, rows, k) for k, it in enumerate(items)])
                 )
@@ -423,7 +387,7 @@ class StreamThreads:
         k = len(self.made) + 1
         if len(pend) < 2 * k:
             return
-        rows, st = FirstBatchRows(len(got)), self.loader.stats()
+        rows, st = ImageRows(len(got)), self.loader.stats()
         parts = [SharedPart(rows, got, pend[j::k], st) for j in range(k)]
         self.helps = parts[2:]
         self.made[0].put(('help', parts[1:]))  # to the training thread, waiting on this queue for this batch

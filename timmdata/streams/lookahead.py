@@ -13,7 +13,7 @@ from ..pixels.decode import ImageDecodeError
 from ..pixels.resample import PendingJpegCrop, PendingResize, resize_pending
 
 # %% auto #0
-__all__ = ['looking_ahead', 'BadAhead', 'own_pages', 'made_now', 'Lookahead', 'AheadBySlot', 'LooksAheadOfPasses']
+__all__ = ['looking_ahead', 'BadAhead', 'own_pages', 'made_now', 'ImageRows', 'Lookahead', 'AheadBySlot', 'LooksAheadOfPasses']
 
 # %% ../../nbs/streams/24a_lookahead.ipynb #b6444abf
 class _Ahead(threading.local):
@@ -59,6 +59,42 @@ def made_now(
             x.on_bad = on_bad
 
 
+class ImageRows:
+    """Memory for a batch's images made one at a time, by one thread or several at once: image i into row i of one
+    uint8 buffer of `n` rows of the first image's shape (an image of another shape gets memory of its own), which
+    `alloc(shape)` makes (`torch.empty`'s by default; a lookahead's: `own_pages`)."""
+
+    def __init__(
+        self,
+        n: int,  # the batch's images
+        alloc: Optional[Callable[[tuple], torch.Tensor]] = None,  # shape -> uint8 memory (None: `torch.empty`)
+    ):
+        self.n, self.alloc, self.mem, self._lock = n, alloc or _empty_uint8, None, threading.Lock()
+
+    def row(
+        self,
+        i: int,  # the image's place in the batch
+        shape: tuple,  # the image's (3, h, w)
+    ) -> torch.Tensor:
+        "uint8 memory `(1, *shape)` for image `i`: its row of the buffer (made at the first call, by whichever thread)."
+        with self._lock:
+            if self.mem is None:
+                self.mem = self.alloc((self.n, *shape))
+        return self.mem[i : i + 1] if tuple(self.mem.shape[1:]) == tuple(shape) else self.alloc((1, *shape))
+
+    def made(
+        self,
+        sample,  # sample `i` as the dataset gives it: `(image, target)`, or None
+        i: int,  # its place in the batch
+    ):
+        "`made_now(sample)` into row `i`: its pending pixels made now; without any, or a JPEG that cannot be made so, as it is."
+        return made_now(sample, partial(self.row, i))
+
+
+def _empty_uint8(shape: tuple) -> torch.Tensor:
+    return torch.empty(shape, dtype=torch.uint8)
+
+
 _END = object()
 
 
@@ -76,7 +112,7 @@ class Lookahead:
         size: int,  # the most samples to make ahead
         running: Callable[[], bool],  # running(): whether the pass it follows still runs (false: it stops)
     ):
-        self.key, self.samples, self.made, self.ok, self.pixels = key, samples, [], True, None
+        self.key, self.samples, self.made, self.ok, self.pixels = key, samples, [], True, ImageRows(size, own_pages)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(size, running), name='timmdata-lookahead', daemon=True)
         self._thread.start()
@@ -88,16 +124,9 @@ class Lookahead:
                 s = next(self.samples, _END)
                 if s is _END:
                     return
-                self.made.append(made_now(s, partial(self._slot, size)))
+                self.made.append(self.pixels.made(s, len(self.made)))
         except BaseException:  # a bad sample, a shard that fails: dropped; the pass meets it, with its error or policy
             self.ok = False
-
-    def _slot(self, size: int, shape: tuple) -> torch.Tensor:
-        "Memory for the next image made: a row of one buffer of `size` images of the first one's shape."
-        if self.pixels is None:
-            self.pixels = own_pages((size, *shape))
-        i = len(self.made)
-        return self.pixels[i : i + 1] if tuple(self.pixels.shape[1:]) == tuple(shape) else own_pages((1, *shape))
 
     def wait(self):
         "Wait until it has made all it will (`size`, the iterator's end, or `running()` false); a pass takes it at once instead."
