@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import default_collate, get_worker_info
 from ..core.torch_compat import new_shared_storage
 from ..pixels.resample import PendingResize, resize_pending
+from ..streams.lookahead import whole_rows
 
 # %% auto #0
 __all__ = ['CUDA_IN_WORKER', 'BatchCollate', 'as_chw', 'new_uint8', 'stack_uint8', 'made_first', 'made_apart', 'made_into',
@@ -244,6 +245,9 @@ def fast_collate(
                 f"fast_collate: image {i % n} has shape {tuple(t.shape)} but image 0 has {tuple(shape)}; all images "
                 f"in a batch must have one size (check the transform's crop/resize)"
             )
+    x = whole_rows(imgs) if get_worker_info() is None else None  # a worker's batch goes to shared memory
+    if x is not None:  # every row of one buffer, in order (loader threads' first batch): that buffer, no copy
+        return x, targets
     return stack_uint8(imgs, (alloc or new_uint8)((len(imgs), *shape))), targets
 
 # %% ../../nbs/batch/27_collate.ipynb #87bdce9f

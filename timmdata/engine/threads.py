@@ -22,8 +22,9 @@ from .prefetch import PrefetchLoader
 from .resume import ResumableDataLoader
 
 # %% auto #0
-__all__ = ['check_worker_mode', 'few_arenas', 'gil_enabled', 'default_worker_mode', 'collate_here', 'SharedPart', 'ThreadWorkers',
-           'check_stream_threads', 'StreamThreads', 'verdict', 'Headspace', 'profile_loader']
+__all__ = ['check_worker_mode', 'few_arenas', 'gil_enabled', 'default_worker_mode', 'collate_here', 'SharedPart',
+           'spread_batches', 'ThreadWorkers', 'check_stream_threads', 'StreamThreads', 'verdict', 'Headspace',
+           'profile_loader']
 
 # %% ../../nbs/engine/37_threads.ipynb #6cd169ee
 _MODES = ('process', 'thread')
@@ -156,6 +157,16 @@ class SharedPart:
         if self.error is not None:
             raise self.error
 
+# %% ../../nbs/engine/37_threads.ipynb #a3c81e20
+def spread_batches(
+    n: int,  # the pass's batches
+    threads: int,  # the loader threads
+) -> Callable[[int], bool]:
+    """`spread(j)`: is batch `j` of a pass of `n` made a sample per task? The first (every thread starts on it at once)
+    and the last `(n - 1) % threads` (the whole batches between them then come out even over the threads)."""
+    tail = n - (n - 1) % threads if n > 1 else n
+    return lambda j: j == 0 or j >= tail
+
 # %% ../../nbs/engine/37_threads.ipynb #e8cfb897
 class ThreadWorkers:
     """`worker_mode='thread'`: a `ResumableDataLoader`'s samples read, decoded and transformed by `num_workers` threads of
@@ -245,15 +256,18 @@ class ThreadWorkers:
         return self._plan_batches(loader)
 
     def _plan_batches(self, loader):
-        "A pass over the plan: a batch per task (the first batch a sample per task), `ahead` tasks in flight, in order."
-        pool, plan, pending = self._threads(), iter(loader.plan), deque()
+        """A pass over the plan: a batch per task, `ahead` tasks in flight, in order; the pass's first batch a sample per
+        task (`spread_batches`), and its last ones where whole batches would leave threads idle at the pass's end."""
+        pool, pending = self._threads(), deque()
+        spread = spread_batches(loader.plan.remaining(), self.num_workers)
+        plan = enumerate(loader.plan)
 
         def submit() -> bool:
-            items = next(plan, None)
+            j, items = next(plan, (None, None))
             if items is None:
                 return False
-            if not pending and first:  # the pass's first batch: its samples spread over the threads, collated here
-                first.clear()  # each sample's pixels made by its thread, into its row of one buffer (`ImageRows`)
+            if spread(j):  # its samples spread over the threads, collated here: each sample's pixels made by its
+                # thread, into its row of one buffer (`ImageRows`)
                 rows, defer = ImageRows(len(items)), loader.fetch_dataset.defer_pixels
                 pending.append(
                     (items, [pool.submit(self._sample, loader, it, defer, rows, k) for k, it in enumerate(items)])
@@ -262,7 +276,6 @@ class ThreadWorkers:
                 pending.append((items, pool.submit(self._batch, loader, items)))
             return True
 
-        first = [True]
         try:
             while len(pending) < self.ahead and submit():
                 pass

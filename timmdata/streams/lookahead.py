@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/24a_lookahead.ipynb #cb0ed7ed
 from __future__ import annotations
-import math, mmap, os, threading
+import math, mmap, os, threading, weakref
 from functools import partial
 from typing import Callable, Iterator, Optional
 import torch
@@ -13,7 +13,8 @@ from ..pixels.decode import ImageDecodeError
 from ..pixels.resample import PendingJpegCrop, PendingResize, resize_pending
 
 # %% auto #0
-__all__ = ['looking_ahead', 'BadAhead', 'own_pages', 'made_now', 'ImageRows', 'Lookahead', 'AheadBySlot', 'LooksAheadOfPasses']
+__all__ = ['looking_ahead', 'BadAhead', 'own_pages', 'made_now', 'ImageRows', 'whole_rows', 'Lookahead', 'AheadBySlot',
+           'LooksAheadOfPasses']
 
 # %% ../../nbs/streams/24a_lookahead.ipynb #b6444abf
 class _Ahead(threading.local):
@@ -80,6 +81,8 @@ class ImageRows:
         with self._lock:
             if self.mem is None:
                 self.mem = self.alloc((self.n, *shape))
+                if self.alloc is _empty_uint8:  # memory nothing else reuses: a batch of all its rows may be it
+                    _WHOLE[id(self.mem)] = self.mem
         return self.mem[i : i + 1] if tuple(self.mem.shape[1:]) == tuple(shape) else self.alloc((1, *shape))
 
     def made(
@@ -93,6 +96,25 @@ class ImageRows:
 
 def _empty_uint8(shape: tuple) -> torch.Tensor:
     return torch.empty(shape, dtype=torch.uint8)
+
+
+_WHOLE = weakref.WeakValueDictionary()  # id -> an `ImageRows` buffer of `torch.empty`'s memory, while it lives
+
+
+def whole_rows(
+    imgs: list,  # a batch's images
+) -> Optional[torch.Tensor]:
+    "The buffer `imgs` are, when they are every row of one `ImageRows` buffer of `torch.empty`'s memory, in order: the collate hands it out as the batch, no copy; else None."
+    base = getattr(imgs[0], '_base', None) if imgs else None
+    if base is None or _WHOLE.get(id(base)) is not base or base.shape[0] != len(imgs):
+        return None
+    size, p = base[0].numel(), base.data_ptr()
+    for i, t in enumerate(imgs):
+        if not (isinstance(t, torch.Tensor) and t._base is base and t.data_ptr() == p + i * size):
+            return None
+        if t.shape != base.shape[1:] or not t.is_contiguous():
+            return None
+    return base
 
 
 _END = object()
