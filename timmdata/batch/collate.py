@@ -246,7 +246,7 @@ def fast_collate(
                 f"in a batch must have one size (check the transform's crop/resize)"
             )
     x = whole_rows(imgs) if get_worker_info() is None else None  # a worker's batch goes to shared memory
-    if x is not None:  # every row of one buffer, in order (loader threads' first batch): that buffer, no copy
+    if x is not None:  # every row of one buffer, in order (a batch loader threads share out): no copy
         return x, targets
     return stack_uint8(imgs, (alloc or new_uint8)((len(imgs), *shape))), targets
 
