@@ -71,6 +71,12 @@ def timmdata_device_loader(root, train, bs, nw, device):
     return create_device_decode_loader(timmdata.ImageDataset(str(root)), (3, SIZE, SIZE), bs, is_training=train,
                                        color_jitter=0.4 if train else None, num_workers=nw, decode_device=device)
 
+def timmdata_device_matmul_loader(root, train, bs, nw, device):
+    "The device loader with its resize in matrix products, not Triton's kernels (the kernels' A/B in one run)."
+    ld = timmdata_device_loader(root, train, bs, nw, device)
+    ld.step.resize_kernel = False
+    return ld
+
 def timmdata_store_loader(root, train, bs, nw, device):
     "The decode-once store (raw pixels, shorter side 256), built beside the images on first use."
     from timmdata.store.builder import build_cache
@@ -79,7 +85,8 @@ def timmdata_store_loader(root, train, bs, nw, device):
     return timmdata_cpu_loader(store, train, bs, nw, device)
 
 LOADERS = {'timm': timm_loader, 'torchvision': torchvision_loader, 'timmdata_cpu': timmdata_cpu_loader,
-           'timmdata_device': timmdata_device_loader, 'timmdata_store': timmdata_store_loader}
+           'timmdata_device': timmdata_device_loader, 'timmdata_device_matmul': timmdata_device_matmul_loader,
+           'timmdata_store': timmdata_store_loader}
 
 
 def sync(device):
@@ -147,9 +154,13 @@ def run(a) -> dict:
                 if device.type == 'cuda': mem[c] = max(mem[c], torch.cuda.max_memory_allocated(device) / 2**20)
                 if ep: rates[c].append(n / dt); cpu[c].append(dc / n)
                 print(f'  {pipe} {c} epoch {ep}{" (warm-up)" if not ep else ""}: {n / dt:,.0f} img/s, {dc / n * 1e3:.2f} CPU ms/img', flush=True)
-        stages = {}  # the device path's stages (a thread each): batches, wall and CPU seconds, warm-up included
+        stages, resize = {}, {}  # the device path's stages (a thread each): batches, wall and CPU seconds, warm-up included
         for c, ld in loaders.items():
-            got = getattr(ld, 'stats', None) and ld.stats().info.get('device_stages')
+            info = ld.stats().info if getattr(ld, 'stats', None) else {}
+            if info.get('decode', {}).get('resize'):  # Triton's kernels or the matrix products, and why
+                resize[c] = info['decode']['resize']
+                print(f'  {pipe} {c} resize: {resize[c]}', flush=True)
+            got = info.get('device_stages')
             if got:
                 stages[c] = got
                 print(f'  {pipe} {c} stages, per batch (wall / CPU of its thread): ' + ', '.join(
@@ -163,7 +174,8 @@ def run(a) -> dict:
             lim = lim_cpu = None
         med = {c: statistics.median(v) for c, v in rates.items() if v}
         out = {'img_per_s': {**med, 'decode_limit': lim}, 'cpu_s_per_img': {**{c: statistics.median(v) for c, v in cpu.items() if v}, 'decode_limit': lim_cpu},
-               'gpu_mem_mb': mem, 'runs': rates, 'errors': errors, 'device_stages': stages}
+               'gpu_mem_mb': mem, 'runs': rates, 'errors': errors, 'device_stages': stages,
+               'resize': resize}
         if 'timm' in med: out['ratio_to_timm'] = {c: med[c] / med['timm'] for c in med}
         res['pipelines'][pipe] = out
         if a.out:  # after each pipeline: a run cut short keeps what it measured
@@ -171,12 +183,12 @@ def run(a) -> dict:
     return res
 
 def table(res: dict) -> str:
-    rows = [f"{'pipeline':<8} {'loader':<16} {'img/s':>10} {'CPU ms/img':>11} {'x timm':>8} {'GPU MB':>8}"]
+    rows = [f"{'pipeline':<8} {'loader':<24} {'img/s':>10} {'CPU ms/img':>11} {'x timm':>8} {'GPU MB':>8}"]
     for pipe, out in res['pipelines'].items():
         for c, r in out['img_per_s'].items():
             if r is None: continue  # the decode limit, not measured
             ratio, mb = out.get('ratio_to_timm', {}).get(c), out.get('gpu_mem_mb', {}).get(c)
-            rows.append(f"{pipe:<8} {c:<16} {r:>10,.0f} {out['cpu_s_per_img'][c] * 1e3:>11.2f} "
+            rows.append(f"{pipe:<8} {c:<24} {r:>10,.0f} {out['cpu_s_per_img'][c] * 1e3:>11.2f} "
                         f"{'' if ratio is None else f'{ratio:.2f}':>8} {'' if not mb else f'{mb:,.0f}':>8}")
     return '\n'.join(rows)
 

@@ -53,7 +53,7 @@ step() {  # step NAME CAP gpu_run.sh's arguments...: run it with at most CAP sec
   bash tools/gpu_run.sh pack
 }
 
-export GPU_RUN_BENCH_CONTENDERS=${GPU_RUN_BENCH_CONTENDERS:-timmdata_cpu,timmdata_device,timmdata_store}
+export GPU_RUN_BENCH_CONTENDERS=${GPU_RUN_BENCH_CONTENDERS:-timmdata_cpu,timmdata_device,timmdata_device_matmul,timmdata_store}
 step setup 60 setup || true
 step data 60 data
 step model_alone 60 model

@@ -79,6 +79,20 @@ setup() {
     ls /usr/local/cuda/lib64/libnvjpeg.so* /tmp/site/nvidia/cu13/lib/libnvjpeg.so* 2>/dev/null | sed 's/^/libnvjpeg: /'
     [ -f "$TIMM_SCRIPTS/FROM" ] && echo "train.py: $(cat "$TIMM_SCRIPTS/FROM")"
     echo "== timmdata"; "$PY" -m timmdata.tools.cli info 2>&1
+    echo "== the device resize"  # Triton's kernels (Pillow's pixels exactly) or the matrix products, and why
+    "$PY" - <<'PY' 2>&1 | tail -3
+import time, torch
+from timmdata.pixels.batch_resize import crop_resize_flip, resize_path
+try:
+    import triton; print('triton', triton.__version__)
+except ImportError as e:
+    print('triton: not installed', e)
+dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+imgs = [torch.randint(0, 256, (3, 375, 500), dtype=torch.uint8, device=dev) for _ in range(2)]
+t0 = time.perf_counter()
+crop_resize_flip(imgs, [(0, 0, 375, 500, 224, 224, 0, 0, 0, 0, 0)] * 2, torch.empty(2, 3, 224, 224, dtype=torch.uint8, device=dev))
+print(f'resize on {dev}: {resize_path(dev)} (first batch {time.perf_counter() - t0:.1f} s, its compile included)')
+PY
     echo "== lscpu"; lscpu 2>&1 | grep -E '^(Architecture|CPU\(s\)|On-line|Model name|Thread|Core|Socket|NUMA node\(s\)|L2|L3|Flags)' \
       | sed -E 's/^(Flags:\s+).*/\1(avx512f: '"$(grep -c avx512f /proc/cpuinfo | sed 's/^0$/no/;s/^[1-9].*/yes/')"')/'
     echo "nproc: $(nproc); memory: $(free -g | awk '/Mem:/ {print $2 " GiB"}'); /dev/shm: $(df -h /dev/shm | awk 'NR==2 {print $2}')"

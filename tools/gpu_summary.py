@@ -5,9 +5,10 @@ missing or cut short gives nulls, so a partial run still has its summary.
     python tools/gpu_summary.py out/gpu/gpu_2026-11-26_h200 --out out/gpu/gpu_2026-11-26_h200/summary.json
 
     {"device_name", "cpu_count",
-     "loader":          {"train": {"timm", "cpu", "device", "store", "decode_limit"}, "eval": {...}},
+     "loader":          {"train": {"timm", "cpu", "device", "device_matmul", "store", "decode_limit"}, "eval": {...}},
                                                                    images/s, the loaders alone and the decoder alone
      "cpu_ms_per_img":  {"train": {...}, "eval": {...}},                                  CPU ms per image, the same runs
+     "resize":          {"train": {loader: how it resized}, "eval": {...}}      Triton's kernels, or the products and why
      "train_py":        {"model_alone": images/s, "model_alone_nosync": images/s,
                          "timm" | "timmdata" | "timmdata_device" | "same_batch": FIGURE,
                          "cores4":  {"model_alone": images/s, "timm" | "timmdata" | "timmdata_device": FIGURE},
@@ -17,7 +18,7 @@ missing or cut short gives nulls, so a partial run still has its summary.
              "worker_cores", "total_cores", "cpus", "exit"}
 
 loader (bench/bench_gpu.py): timm = timm's loader, cpu = timmdata's workers, device = timmdata with
-decode_device='cuda', store = timmdata's decode-once store. train_py (tools/timm_script.py, timm's train.py): img_s,
+decode_device='cuda', device_matmul = the same with its resize in matrix products (not Triton's kernels), store = timmdata's decode-once store. train_py (tools/timm_script.py, timm's train.py): img_s,
 the last epoch's images over its time after its first 10 steps (img_s_median, the median step's rate, beside it in each
 report: it hides a loader's stalls); epoch_img_s, the whole last epoch's images over its time (train.py's own running
 average: the epoch's start, its workers' first batches, included). A loader's workers may have made the rest of a short
@@ -39,8 +40,8 @@ import os
 import re
 from pathlib import Path
 
-KEYS = {'timm': 'timm', 'cpu': 'timmdata_cpu', 'device': 'timmdata_device', 'store': 'timmdata_store',
-        'decode_limit': 'decode_limit'}
+KEYS = {'timm': 'timm', 'cpu': 'timmdata_cpu', 'device': 'timmdata_device', 'device_matmul': 'timmdata_device_matmul',
+        'store': 'timmdata_store', 'decode_limit': 'decode_limit'}
 LOADERS = {'timm': 'timm', 'timmdata': 'timmdata', 'timmdata_device': 'timmdata-device', 'same_batch': 'same-batch'}
 VARIANTS = {'cores4': ('timm', 'timmdata', 'timmdata_device'), 'randaug': ('timm', 'timmdata', 'timmdata_device')}
 
@@ -96,9 +97,10 @@ def summarise(w: Path) -> dict:
     pipes = bench.get('pipelines') or {}
     for pipe, p in _bench_from_log(w / 'bench_gpu.log').items():
         pipes.setdefault(pipe, p)  # the log's figures only where the JSON has no such pipeline
-    loader, cpu_ms = {}, {}
+    loader, cpu_ms, resize = {}, {}, {}
     for pipe in ('train', 'eval'):
         p = pipes.get(pipe) or {}
+        resize[pipe] = p.get('resize') or {}  # the device loaders' resize: Triton's kernels, or the products and why
         loader[pipe] = {k: (p.get('img_per_s') or {}).get(c) for k, c in KEYS.items()}
         cpu_ms[pipe] = {
             k: None if (p.get('cpu_s_per_img') or {}).get(c) is None else p['cpu_s_per_img'][c] * 1e3
@@ -131,6 +133,7 @@ def summarise(w: Path) -> dict:
         'cpu_count': os.cpu_count(),
         'loader': loader,
         'cpu_ms_per_img': cpu_ms,
+        'resize': resize,
         'train_py': train,
         'data': _json(w / 'data.json'),
         'steps': steps,

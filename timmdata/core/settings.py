@@ -92,6 +92,13 @@ VARIABLES = {
             'where the sample-data generator keeps the images it drew, to copy them instead of drawing them again',
         ),
         Variable('TIMMDATA_DEBUG', False, _flag, "'1' (on) or '0' (off)", 'whole tracebacks (CLI, worker errors)'),
+        Variable(
+            'TIMMDATA_RESIZE_KERNEL',
+            True,
+            _flag,
+            "'0' (off) or '1' (on)",
+            "Triton's resize kernel on a GPU on (default) or off (the matrix products)",
+        ),
         Variable('XDG_CACHE_HOME', _folder('~/.cache'), _folder, 'a folder', "the user's cache folder (shard indexes)"),
         Variable(
             'WDS_SHUFFLE_SIZE', 8192, _positive, 'a sample count >= 1', "samples in a stream worker's shuffle buffer"

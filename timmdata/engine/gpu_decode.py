@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import IterableDataset
 from PIL import Image
 from ..pixels.decode import ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
-from ..pixels.batch_resize import TapCache, crop_resize_flip
+from ..pixels.batch_resize import TapCache, crop_resize_flip, resize_path
 from ..pixels.batch_augment import AUG_OPS, augment_batch
 from ..mixup import Mixup
 from ..auto_augment import RandAugment, create_auto_augment, parse_auto_augment
@@ -128,6 +128,7 @@ def resize_stage(
     device: torch.device,  # where to resize
     channels: int = 3,  # output channels (3: RGB)
     taps: Optional[TapCache] = None,  # taps made once on the host and kept on the device; None: made there
+    kernel: Optional[bool] = None,  # Triton's kernels or not (`crop_resize_flip`); None: as `resize_path` says
 ) -> torch.Tensor:
     "The resize stage: the uint8 (N, C, h, w) batch, every box cropped, resized and flipped; the workers' rows put in."
     plans, pix_rows = packed['plans'], packed['pixel_rows'].tolist()
@@ -136,7 +137,9 @@ def resize_stage(
     jpeg_rows = sorted(set(range(n)) - set(pix_rows))
     if jpeg_rows:  # every box resized and flipped in a few batched calls (`crop_resize_flip`)
         p = plans[jpeg_rows]
-        crop_resize_flip(imgs, p, out, jpeg_rows, weights=None if taps is None else taps(p, size, device))
+        crop_resize_flip(
+            imgs, p, out, jpeg_rows, weights=None if taps is None else taps(p, size, device), kernel=kernel
+        )
     if pix_rows:  # decoded, resized and flipped in the workers
         out.index_copy_(0, rows_on(device, pix_rows), to_device(packed['pixels'], device))
     return out
@@ -226,6 +229,7 @@ class DeviceDecodeStep:
         self.stats = None  # the loader's `LoaderStats`, where the split is shown (`info['decode']`); set by the loader
         self.bitstreams_on_device = None  # the decoder reads device memory (one copy a batch); None: not asked yet
         self.taps = TapCache()  # the resizes' taps, each made once on the host and kept on the device
+        self.resize_kernel = None  # None: the resize as `resize_path` says; False: the matrix products (to compare)
 
     @property
     def ahead(self) -> int:
@@ -271,8 +275,11 @@ class DeviceDecodeStep:
                 self.stats.note('decode', {'bitstreams': where})
         imgs, slow = decode_stage(packed, self.device, calls, self.bitstreams_on_device)
         yield imgs
-        x = resize_stage(packed, imgs, self.size, self.device, ops.channels, self.taps)
+        x = resize_stage(packed, imgs, self.size, self.device, ops.channels, self.taps, self.resize_kernel)
         del imgs
+        if self.stats is not None and 'resize' not in self.stats.info.get('decode', {}):
+            path = 'matmul: asked for' if self.resize_kernel is False else resize_path(self.device)
+            self.stats.note('decode', {'resize': path})  # Triton's kernels, or why not
         if (
             'augs' in packed
         ):  # RandAugment, drawn in the workers, on the uint8 batch (timm: after the crop, before normalising)

@@ -5,11 +5,13 @@
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #a9dfa9cc
 from __future__ import annotations
 import threading
+import warnings
 from collections.abc import Sequence
 import numpy as np
 import torch
 from ..core.runtime import to_device
 from .resample import vertical_first
+from .resize_kernel import KERNEL_FAILED, kernel_resize_batch, resize_path
 
 # %% auto #0
 __all__ = ['PRECISION_BITS', 'PLAN_FIELDS', 'pil_weights', 'plan_weights', 'stack_weights', 'batch_weights', 'device_weights',
@@ -452,6 +454,7 @@ def crop_resize_flip(
     weights: tuple
     | None = None,  # `batch_weights(plans, (oh, ow))` (host or device); None: made on the device (`device_weights`)
     max_bytes: int = 1 << 30,  # bound on one group's padded float32 boxes; a batch over it goes in size-sorted groups
+    kernel: bool | None = None,  # Triton's kernels (on a CPU tensor: its interpreter); None: as `resize_path` says
 ) -> torch.Tensor:  # `out`
     "Every image's crop box, resized with Pillow's antialiased filter, windowed and flipped into its row of `out`: a few batched calls per batch, none per image, no host wait."
     p = np.asarray(plans, dtype=np.int64).reshape(-1, 11)
@@ -486,9 +489,20 @@ def crop_resize_flip(
             f'and a {oh}x{ow} output; make them with batch_weights(plans, {(oh, ow)})'
         )
     vfirst = np.array([vertical_first(*s) for s in zip(zip(h, w), zip(rh, rw))], dtype=bool)
+    first = np.concatenate([[0], np.cumsum(shp.prod(1))[:-1]])  # each image's first byte in the concatenation
+    if kernel or (kernel is None and resize_path(dev) == 'kernel'):
+        flat = torch.cat([im.reshape(-1) for im in imgs])
+        try:
+            return kernel_resize_batch(
+                flat, first + t * W + l, shp, p, vfirst, rows, ((ys, yw), (xs, xw)), out, dev.type != 'cuda'
+            )
+        except Exception as e:  # a Triton that cannot build or run here: the products, for this and later batches
+            if kernel:
+                raise
+            KERNEL_FAILED[dev] = f'matmul: the kernel failed here ({type(e).__name__}: {str(e)[:300]})'
+            warnings.warn(f'crop_resize_flip: {KERNEL_FAILED[dev]}; resizing with matrix products on {dev}')
     order, runs = _groups(np.stack([h, w], 1), vfirst, C, max_bytes)
     # the bookkeeping on the host; each small tensor goes to the device once, queued without a wait
-    first = np.concatenate([[0], np.cumsum(shp.prod(1))[:-1]])  # each image's first byte in the concatenation
     meta = to_device(torch.from_numpy(np.stack([first + t * W + l, W, H * W, h - 1], 1)[order]), dev)
     rows_d = to_device(torch.from_numpy(rows[order].astype(np.int64)), dev)
     perm = to_device(torch.from_numpy(order), dev)
