@@ -109,21 +109,26 @@ def test_summary_cores4_randaug_and_decode_limit(tmp_path):
     report('timmdata', 4500.0)
     report('cores4_timmdata', 3600.0, cpus=4)
     report('cores4_timmdata-device', 2000.0, cpus=4)
+    report('cores4_timmdata-device-matmul', 1800.0, cpus=4)
     report('randaug_timm', 2500.0)
     (tmp_path / 'bench_gpu.json').write_text(json.dumps(dict(pipelines=dict(
-        train=dict(img_per_s=dict(timmdata_device=8000.0, decode_limit=14000.0), cpu_s_per_img=dict(decode_limit=7e-5)),
+        train=dict(img_per_s=dict(timmdata_device=8000.0, decode_limit=14000.0), cpu_s_per_img=dict(decode_limit=7e-5),
+                   resize=dict(timmdata_device='kernel', timmdata_device_matmul='matmul: asked for')),
         eval=dict(img_per_s=dict(timmdata_device=6000.0, decode_limit=15000.0))))))
     s = gs.summarise(tmp_path)
     t = s['train_py']
     assert t['timmdata']['img_s'] == 4500.0 and t['timmdata']['x_model_alone'] == pytest.approx(0.9)
     c4 = t['cores4']
-    assert c4['model_alone'] == 4000.0 and sorted(c4) == ['model_alone', 'timm', 'timmdata', 'timmdata_device']
+    assert c4['model_alone'] == 4000.0 and sorted(c4) == ['model_alone', 'timm', 'timmdata', 'timmdata_device', 'timmdata_device_matmul']
     assert c4['timmdata']['x_model_alone'] == pytest.approx(0.9) and c4['timmdata']['cpus'] == 4  # over the 4-core one
     assert c4['timmdata_device']['img_s'] == 2000.0 and c4['timm']['img_s'] is None and c4['timm']['exit'] is None
+    assert c4['timmdata_device_matmul']['x_model_alone'] == pytest.approx(0.45)  # the resize in products, its A/B
     ra = t['randaug']
     assert sorted(ra) == ['timm', 'timmdata', 'timmdata_device'] and ra['timm']['x_model_alone'] == pytest.approx(0.5)
     assert ra['timm']['worker_cores'] == 2.5 and ra['timmdata']['img_s'] is None
     assert s['loader']['train']['decode_limit'] == 14000.0 and s['loader']['eval']['decode_limit'] == 15000.0
+    assert s['resize']['train'] == {'timmdata_device': 'kernel', 'timmdata_device_matmul': 'matmul: asked for'}
+    assert s['resize']['eval'] == {}
     assert s['cpu_ms_per_img']['train']['decode_limit'] == pytest.approx(0.07) and s['loader']['train']['timm'] is None
     json.dumps(s)  # what summary.json is written from
 
