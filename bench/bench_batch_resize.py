@@ -1,15 +1,17 @@
-"""The batched crop + resize + flip (`timmdata.pixels.batch_resize.crop_resize_flip`: one gather, two batched matrix
-products, one copy) against the per-image loop it replaced (`crop_resize_batch` then `flip_batch_`, below: the baseline, kept
-with its benchmark), on the same decoded images and the same training plans (timm's
-RandomResizedCrop boxes, 'random' interpolation, horizontal flips).
+"""The batched crop + resize + flip (`timmdata.pixels.batch_resize.crop_resize_flip`) three ways, on the same decoded
+images and the same plans: Triton's kernel (`timmdata.pixels.resize_kernel`, CUDA only), the matrix products (one
+gather, two batched products, one copy), and the per-image loop they replaced (`crop_resize_batch` then `flip_batch_`,
+below: the baseline, kept with its benchmark). Training plans: timm's RandomResizedCrop boxes, 'random'
+interpolation, horizontal flips; evaluation plans (--plans eval): the shorter side to size/0.875, the centre crop.
 
 Prints images/s of each, steady state: the median of `--repeats` timed batches after `--warmup` untimed ones (on CUDA
-each timed with CUDA events, after a synchronize). The batched figure includes making the taps on the device
-(`device_weights`, as the loader does); the cost per image of numpy's reference (`batch_weights`) on this CPU is
-printed apart.
+each timed with CUDA events, after a synchronize). The batched figures include making the taps on the device
+(`device_weights`); the cost per image of numpy's reference (`batch_weights`) on this CPU is printed apart.
+--blocks times the kernel with other blocks (lines x outputs x warps), each against the default, in the same run.
 
     python bench/bench_batch_resize.py --device cpu --batch 32
     python bench/bench_batch_resize.py --device cuda          # batch 256 of 500x375 images, 224x224 out
+    python bench/bench_batch_resize.py --device cuda --plans eval --blocks 32x32x4,16x64x4,64x16x4,8x128x4
 """
 
 import argparse
@@ -96,9 +98,12 @@ def main(argv=None):
     ap.add_argument('--tf32', action='store_true', help="run with torch.set_float32_matmul_precision('high')")
     ap.add_argument('--profile', action='store_true', help="print torch.profiler's table of the batched op's kernels")
     ap.add_argument('--check', type=int, default=32, help="images of the batched output compared with Pillow's (0: none)")
+    ap.add_argument('--plans', default='train', choices=('train', 'eval'), help="timm's training crops or its eval crop")
+    ap.add_argument('--blocks', default='', help='kernel blocks to time, LINESxOUTPUTSxWARPS,... (CUDA)')
     a = ap.parse_args(argv)
     from timmdata.config import Draws
     from timmdata.engine.gpu_decode import DeviceDecodeTransform
+    from timmdata.pixels import resize_kernel
     from timmdata.pixels.batch_resize import batch_weights, crop_resize_flip, matmul_parts
 
     if a.threads:
@@ -111,7 +116,7 @@ def main(argv=None):
         torch.randint(0, 256, (3, h, w) if i % 2 == 0 else (3, w, h), dtype=torch.uint8, generator=g).to(dev)
         for i in range(n)
     ]
-    tf = DeviceDecodeTransform(a.size, is_training=True, interpolation='random')
+    tf = DeviceDecodeTransform(a.size, is_training=a.plans == 'train', interpolation='random')
     plans = torch.tensor([tf.plan(im.cpu(), Draws(i)) for i, im in enumerate(imgs)], dtype=torch.int32)
     t0 = time.perf_counter()
     weights = batch_weights(plans, (a.size, a.size))
@@ -119,10 +124,23 @@ def main(argv=None):
     rows = list(range(n))
     out_b = torch.empty(n, 3, a.size, a.size, dtype=torch.uint8, device=dev)
     out_l = torch.empty_like(out_b)
-    batched = lambda: crop_resize_flip(imgs, plans, out_b, rows)  # the taps made on the device
+    kernel = resize_kernel.resize_path(dev) == 'kernel'
+    out_m = torch.empty_like(out_b)
+    batched = lambda: crop_resize_flip(imgs, plans, out_b, rows)  # the taps made on the device; the default way
+    products = lambda: crop_resize_flip(imgs, plans, out_m, rows, kernel=False)
     loop = lambda: flip_batch_(crop_resize_batch(imgs, plans, out_l, rows), plans)
     tb = timed(batched, dev, a.warmup, a.repeats)
+    tm = timed(products, dev, a.warmup, a.repeats) if kernel else tb
     tl = timed(loop, dev, a.warmup, a.repeats)
+    sweep = []
+    if a.blocks and kernel:
+        default = dict(resize_kernel.KERNEL_BLOCKS)
+        for spec in a.blocks.split(','):
+            bl, bo, wp = (int(v) for v in spec.split('x'))
+            resize_kernel.KERNEL_BLOCKS.update(lines=bl, outputs=bo, warps=wp)
+            t = timed(batched, dev, a.warmup, a.repeats)
+            resize_kernel.KERNEL_BLOCKS.update(default)
+            sweep.append((spec, t, timed(batched, dev, a.warmup, a.repeats)))  # the default again, next to it
     if a.profile:
         from torch.profiler import ProfilerActivity, profile
 
@@ -134,12 +152,18 @@ def main(argv=None):
         key = 'cuda_time_total' if dev.type == 'cuda' else 'cpu_time_total'
         print(prof.key_averages().table(sort_by=key, row_limit=15, max_name_column_width=40))
     name = torch.cuda.get_device_name(dev) if dev.type == 'cuda' else f'CPU, {torch.get_num_threads()} torch threads'
-    print(f'device: {name}; batch {n} of {h}x{w} (half portrait), train plans to {a.size}x{a.size}, '
+    print(f'device: {name}; batch {n} of {h}x{w} (half portrait), {a.plans} plans to {a.size}x{a.size}, '
           f'float32 matmul precision {torch.get_float32_matmul_precision()!r} ({matmul_parts(dev)} weight piece(s))')
     print(f'steady state: median of {a.repeats} batches after {a.warmup} warm-up batches')
+    print(f'{a.plans} plans; resize: {resize_kernel.resize_path(dev)}; kernel blocks {resize_kernel.KERNEL_BLOCKS}')
     print(f'batched crop_resize_flip : {n / tb:10.0f} images/s  ({tb * 1e3:.2f} ms a batch)')
+    if kernel:
+        print(f'  the matrix products    : {n / tm:10.0f} images/s  ({tm * 1e3:.2f} ms a batch)')
+        print(f'  ratio kernel / products: {tm / tb:10.2f}x')
     print(f'per-image loop           : {n / tl:10.0f} images/s  ({tl * 1e3:.2f} ms a batch)')
     print(f'ratio batched / loop     : {tl / tb:10.2f}x')
+    for spec, t, t0 in sweep:
+        print(f'  kernel blocks {spec:<10}: {t * 1e3:6.3f} ms a batch, the default beside it {t0 * 1e3:6.3f}: {t0 / t:.2f}x')
     print(f'taps made on the host with numpy (batch_weights, not used above): {taps_s / n * 1e6:.0f} us an image')
     del weights
     if a.check:
@@ -157,6 +181,9 @@ def main(argv=None):
             diffs.append((out_b[i].cpu().int() - ref.int()).abs().flatten())
         d = torch.cat(diffs).float()
         print(f"batched vs Pillow (first {len(diffs)} images): max {int(d.max())} level, mean {d.mean().item():.5f} levels")
+        if kernel:
+            d = (out_m.int() - out_b.int()).abs().float()
+            print(f'products vs kernel (the whole batch): max {int(d.max())} level, mean {d.mean().item():.5f} levels')
     d = (out_b.int() - out_l.int()).abs().float()
     print(f'the two outputs differ by {d.mean().item():.3f} levels on average (max {int(d.max())}): the loop '
           f"resizes with torch's antialiased kernels, the batched op with Pillow's weights")

@@ -111,11 +111,11 @@ def decode_limit(files, bs, device, rounds=2) -> tuple:
     # the JPEGs the device path decodes there (a colour baseline JPEG with no EXIF turn: what `encoded_jpeg` takes and
     # `jpeg_device_kind` sends on); a photographic set also holds PNGs, grey, CMYK and progressive ones
     srcs = [s for s in srcs if decode.encoded_jpeg(s.numpy().tobytes()) is not None and jpeg_device_kind(s.numpy().tobytes()) == 0]
-    dec(srcs[:bs], device=device); sync(device)  # warm-up (nvJPEG's handles, the CUDA context)
+    dec(srcs[:bs], mode='RGB', device=device); sync(device)  # warm-up (nvJPEG's handles, the CUDA context)
     best = None
     for _ in range(rounds):
         c0, t0 = cpu_seconds(), time.perf_counter()
-        for i in range(0, len(srcs), bs): dec(srcs[i:i + bs], device=device)
+        for i in range(0, len(srcs), bs): dec(srcs[i:i + bs], mode='RGB', device=device)
         sync(device)
         dt, dc = time.perf_counter() - t0, cpu_seconds() - c0
         if best is None or dt < best[0]: best = dt, dc

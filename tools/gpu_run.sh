@@ -292,13 +292,16 @@ train() {
   local d
   for d in "${loaders[@]}"; do
     echo "== train.py${variant:+ (${variant%_})}, the loader from $d"
-    local prof=() name="train_$variant$d" data=$d envs=()
+    local prof=() name="train_$variant$d${GPU_RUN_TAG:+_$GPU_RUN_TAG}" data=$d envs=() opts=()
+    # GPU_RUN_TAG: a suffix of the report's name (a variant of a run: GPU_RUN_SWITCH, GPU_RUN_PROFILE_GIL)
+    [ -n "${GPU_RUN_SWITCH:-}" ] && opts+=(--switch-interval "$GPU_RUN_SWITCH")
+    [ -n "${GPU_RUN_PROFILE_GIL:-}" ] && opts+=(--profile-gil --profile "$W/profile_$variant${d//-/_}${GPU_RUN_TAG:+_$GPU_RUN_TAG}")
     # timmdata-device-matmul: the device loader with its resize in matrix products, not Triton's kernel (the A/B)
     [ "$d" = timmdata-device-matmul ] && data=timmdata-device envs=(env TIMMDATA_RESIZE_KERNEL=0)
     [ "$d" = timmdata ] && [ -z "$variant" ] && prof=(--profile "$W/profile")
     [ -n "${GPU_RUN_PROFILE:-}" ] && prof=(--profile "$W/profile_$variant${d//-/_}")  # every run's, each its own folder
     capped "$(cap 120)" "${envs[@]}" "${pre[@]}" "$PY" tools/timm_script.py --data "$data" --report "$W/$name.json" --skip-steps "$skip" \
-      "${prof[@]}" "$TIMM_SCRIPTS/train.py" "$TRAIN_DATA" "${args[@]}" "${extra[@]}" > "$W/$name.log" 2>&1
+      "${prof[@]}" "${opts[@]}" "$TIMM_SCRIPTS/train.py" "$TRAIN_DATA" "${args[@]}" "${extra[@]}" > "$W/$name.log" 2>&1
     echo "exit $?"; grep -E 'Train: .*\[ *[0-9]+/' "$W/$name.log" | tail -2; grep -vE '^(Train|Test):' "$W/$name.log" | tail -3
   done
   local f reports=()

@@ -25,7 +25,10 @@ The report (JSON) gives, over the span:
 - loader_stats (timmdata): the training loader's `stats()` (`LoaderStats`: seconds per stage, summed over the workers,
   and the consumer's wait) over the span, and its table;
 - profile (with --profile DIR and py-spy on PATH): `py-spy dump` and `py-spy record --format speedscope` of the
-  training process, taken as the span starts (skipped, said so, where py-spy is missing or cannot attach).
+  training process, taken as the span starts (skipped, said so, where py-spy is missing or cannot attach); with
+  --profile-gil, `py-spy record --gil --threads --format raw` instead: the thread holding the GIL, at each sample.
+--switch-interval S runs the script with `sys.setswitchinterval(S)`: how long a thread may keep the GIL that another
+is waiting for (Python's default 5 ms).
 The script's code is timm's, run unchanged (`runpy`); nothing of it is kept here."""
 
 from __future__ import annotations
@@ -198,6 +201,7 @@ class Measure(logging.Handler):
         self.start = self.end = None
         self.gpu, self.snaps, self.loaders, self.notes, self.names = [], [], [], [], {}
         self.stop, self.started, self.pyspy = threading.Event(), threading.Event(), None
+        self.gil = False  # the profile: only the GIL's holder sampled (--profile-gil)
         self.thread = threading.Thread(target=self._sample, name='timm_script sampler', daemon=True)
 
     def emit(self, record):
@@ -264,14 +268,15 @@ class Measure(logging.Handler):
         steps_left = (prior[-1][3] if prior else 100) - self.skip
         seconds = int(max(2, min(8, step_s * steps_left)))  # the rest of the epoch: validation is not profiled
         base = self.profile / f'pyspy_{self.data}'
+        record = [exe, 'record', '--pid', pid, '--nonblocking', '--rate', '200', '--duration', str(seconds)]
+        if self.gil:  # only the samples of the thread holding the GIL, each thread apart (raw: tools/pyspy_top.py)
+            record += ['--gil', '--threads', '--format', 'raw', '--output', str(base.with_suffix('.gil.txt'))]
+        else:
+            record += ['--format', 'speedscope', '--output', str(base.with_suffix('.speedscope.json'))]
         for cmd, out in (
             ([exe, 'dump', '--pid', pid, '--nonblocking'], base.with_suffix('.dump.txt')),
-            (
-                [exe, 'record', '--pid', pid, '--nonblocking', '--rate', '200', '--duration', str(seconds),
-                 '--format', 'speedscope', '--output', str(base.with_suffix('.speedscope.json'))],
-                base.with_suffix('.record.log'),
-            ),
-        ):  # fmt: skip
+            (record, base.with_suffix('.record.log')),
+        ):
             try:
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 20, check=False)
                 out.write_text(p.stdout + p.stderr)
@@ -361,10 +366,22 @@ def _last_epoch(args: list) -> int:
     return 299
 
 
-def run(data: str, report: Path, script: Path, args: list, skip: int = 10, profile: Path | None = None) -> int:
+def run(
+    data: str,
+    report: Path,
+    script: Path,
+    args: list,
+    skip: int = 10,
+    profile: Path | None = None,
+    gil: bool = False,
+    switch: float | None = None,
+) -> int:
     if data not in ('timm', 'timmdata', 'timmdata-device', 'same-batch'):
         sys.exit(f'timm_script: --data {data!r}: one of timm, timmdata, timmdata-device, same-batch')
     m = Measure(_last_epoch(args), skip, profile, data)
+    m.gil = gil
+    if switch is not None:  # how long a thread may hold the GIL while another waits for it (Python's default 5 ms)
+        sys.setswitchinterval(switch)
     if data != 'timm':
         sys.path.insert(0, str(Path(__file__).parent))
         from run_timm_data_tests import install_shim
@@ -411,7 +428,8 @@ def run(data: str, report: Path, script: Path, args: list, skip: int = 10, profi
             m.pyspy.join(20)
         st = m.report()
         out = {'data': data, 'script': script.name, 'args': args, 'exit': code, 'seconds': time.time() - t0,
-               'log_lines': len(m.rows), 'skip_steps': skip, **m.legacy_report(st), 'steady': st}  # fmt: skip
+               'log_lines': len(m.rows), 'skip_steps': skip, 'switch_interval': sys.getswitchinterval(),
+               **m.legacy_report(st), 'steady': st}  # fmt: skip
         if report:
             report.parent.mkdir(parents=True, exist_ok=True)
             report.write_text(json.dumps(out, indent=1))
@@ -476,6 +494,8 @@ def main(argv=None):
     ap.add_argument(
         '--profile', type=Path, help="py-spy's dump and record of the training process go here (if on PATH)"
     )
+    ap.add_argument('--profile-gil', action='store_true', help="--profile samples only the GIL's holder, by thread")
+    ap.add_argument('--switch-interval', type=float, help="sys.setswitchinterval(S) before the script (default 0.005)")
     ap.add_argument('--summary', nargs='+', help='print a table of these reports instead of running anything')
     ap.add_argument('--relog', type=Path, help="recompute --report's figures from train.py's saved log (its output)")
     ap.add_argument('script', nargs='?', type=Path, help="timm's train.py or validate.py")
@@ -500,7 +520,7 @@ def main(argv=None):
         return 0
     if a.script is None or not a.script.is_file():
         ap.error(f"script {a.script}: not a file (bash tools/gpu_kit.sh puts timm's train.py in .whl/timm_scripts/)")
-    return run(a.data, a.report, a.script, a.args, a.skip_steps, a.profile)
+    return run(a.data, a.report, a.script, a.args, a.skip_steps, a.profile, a.profile_gil, a.switch_interval)
 
 
 if __name__ == '__main__':

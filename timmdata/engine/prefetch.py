@@ -204,7 +204,7 @@ class _CudaBackend(_Backend):
         xf = x.to(pl._calc_dtype).view(n, c, h * w)
         factors, order = sample_jitter(n, pl.jitter, pl.generator)
         M, b = self.fold(
-            *jitter_affine(xf.mean(-1), to_device(factors, pl.device), to_device(order, pl.device), pl._gray)
+            *jitter_affine(xf.mean(-1), factors, order, pl._gray)  # composed on the host, sent with no wait
         )
         if (
             pl.channels_last

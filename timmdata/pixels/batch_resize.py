@@ -290,6 +290,14 @@ class TapCache:
     def nbytes(self) -> int:
         return sum(s.nbytes + w.nbytes for s, w, _ in self._pools.values())
 
+    def device_bytes(
+        self,
+        device,  # a torch.device or its name
+    ) -> int:  # as the caching allocator counts them (blocks of 512 bytes)
+        "Bytes of the tables' copies kept on `device` (at most `max_bytes`, as the host's)."
+        device = torch.device(device)
+        return sum(-(-t.nbytes // 512) * 512 for (_, d), k in self._on.items() if d == device for t in k[2:4])
+
     def __call__(
         self,
         plans,  # (N, 11) int plans on the host

@@ -10,28 +10,31 @@ from ..core.runtime import to_device
 from ..core.settings import setting
 
 # %% auto #0
-__all__ = ['KERNEL_FAILED', 'tl', 'resize_kernel', 'resize_path', 'kernel_resize_batch']
+__all__ = ['KERNEL_FAILED', 'KERNEL_BLOCKS', 'resize_kernel', 'resize_path', 'kernel_resize_batch']
+
+# %% ../../nbs/pixels/09aa_resize_kernel.ipynb #f2b7c0e1
+tl = None  # triton.language, imported by the first `resize_kernel` (the kernel's source reads it here)
 
 # %% ../../nbs/pixels/09aa_resize_kernel.ipynb #113984ba
 _KERNELS, KERNEL_FAILED = {}, {}  # interpret -> the kernel; device -> why the kernel was given up there
-tl = None  # triton.language, imported by the first `resize_kernel`
 
 
 def _resample_pass(src, dst, geo, starts, wts, n_out, K, C, BL: tl.constexpr, BO: tl.constexpr):
     "One resample pass, in Triton's language (`tl`, bound by `resize_kernel`): program (image j, BL lines, BO outputs)."
+    # the offsets' width is geo's: int32 where every tensor is under 2**31 elements (fewer instructions), else int64
     g = geo + tl.program_id(0) * 11  # j's 11 numbers: source and destination offsets and strides, length, taps row
     nl = tl.load(g + 4)  # lines a channel
     lb = tl.program_id(1) * BL
     if lb < C * nl:  # the batch's largest box sets the grid; a smaller box's blocks past its own do nothing
         L = lb + tl.arange(0, BL)
         c = L // nl
-        y = (L - c * nl).to(tl.int64)
+        y = L - c * nl
         lm = L < C * nl
         o = tl.program_id(2) * BO + tl.arange(0, BO)
         om = o < n_out
-        tap = (tl.load(g + 10) * n_out + o).to(tl.int64)  # the image's taps in the tables
-        st = tl.load(starts + tap, mask=om, other=0).to(tl.int64)
-        line = tl.load(g) + c.to(tl.int64) * tl.load(g + 1) + y * tl.load(g + 2)
+        tap = tl.load(g + 10) * n_out + o  # the image's taps in the tables
+        st = tl.load(starts + tap, mask=om, other=0)
+        line = tl.load(g) + c * tl.load(g + 1) + y * tl.load(g + 2)
         step, alen = tl.load(g + 3), tl.load(g + 9)
         acc = tl.full((BL, BO), 1 << 21, tl.int32)  # Pillow: the sum starts at half of 2**22
         for k in range(0, K):
@@ -42,8 +45,8 @@ def _resample_pass(src, dst, geo, starts, wts, n_out, K, C, BL: tl.constexpr, BO
             px = tl.load(src + line[:, None] + (pos * step)[None, :], mask=lm[:, None] & pm[None, :], other=0)
             acc += px.to(tl.int32) * w[None, :]
         val = tl.minimum(tl.maximum(acc >> 22, 0), 255).to(tl.uint8)  # Pillow's clip8: floor, then 0..255
-        d = tl.load(g + 5) + c.to(tl.int64) * tl.load(g + 6) + y * tl.load(g + 7)
-        tl.store(dst + d[:, None] + (o.to(tl.int64) * tl.load(g + 8))[None, :], val, mask=lm[:, None] & om[None, :])
+        d = tl.load(g + 5) + c * tl.load(g + 6) + y * tl.load(g + 7)
+        tl.store(dst + d[:, None] + (o * tl.load(g + 8))[None, :], val, mask=lm[:, None] & om[None, :])
 
 
 def resize_kernel(
@@ -83,7 +86,11 @@ def resize_path(
     return 'kernel'
 
 # %% ../../nbs/pixels/09aa_resize_kernel.ipynb #e31ebab3
-_BL, _BO = 32, 32  # a program's lines and outputs
+KERNEL_BLOCKS = {
+    'lines': 32,
+    'outputs': 32,
+    'warps': 4,
+}  # a program's block and warps (bench_batch_resize tries others)
 
 
 def kernel_resize_batch(
@@ -96,6 +103,7 @@ def kernel_resize_batch(
     taps: tuple,  # ((y starts, y weights), (x starts, x weights)) per image, as `batch_weights` (host or device)
     out: torch.Tensor,  # (M, C, oh, ow) uint8, any strides
     interpret: bool = False,  # Triton's interpreter (CPU tensors)
+    wide: bool | None = None,  # int64 offsets; None: where a tensor has 2**31 elements or more
 ) -> torch.Tensor:  # `out`
     "The batch's boxes resized into their rows of `out` by `resize_kernel`: per pass order, the first pass into a uint8 buffer, the second into `out`."
     kern, dev = resize_kernel(interpret), out.device
@@ -125,10 +133,14 @@ def kernel_resize_batch(
                 [mo, z + oh * m, z + m, z + 1, z + oh, d0, z + s1, z + s2, z + s3, w[sel], sel],
             ]
             launches += [(flat, mid, ys, yw, oh, m), (mid, out, xs, xw, ow, oh)]
-    geo = to_device(torch.from_numpy(np.concatenate([np.stack(g, 1) for g in geos]).astype(np.int64)), dev)  # one copy
-    at = 0
+    if wide is None:  # out's last element, the tables' and the buffers' sizes all fit int32
+        last = sum((d - 1) * s for d, s in zip(out.shape, out.stride()))
+        wide = max([flat.numel(), last, yw.numel(), xw.numel()] + [t[1].numel() for t in launches]) >= 1 << 31
+    geo = np.concatenate([np.stack(g, 1) for g in geos]).astype(np.int64 if wide else np.int32)
+    geo = to_device(torch.from_numpy(geo), dev)  # one copy for the batch
+    BL, BO, warps, at = KERNEL_BLOCKS['lines'], KERNEL_BLOCKS['outputs'], KERNEL_BLOCKS['warps'], 0
     for (src, dst, st, wt, n_out, lines), g in zip(launches, geos):
-        grid = (len(g[0]), -(-C * lines // _BL), -(-n_out // _BO))
-        kern[grid](src, dst, geo[at:], st, wt, n_out, wt.shape[2], C, BL=_BL, BO=_BO)
+        grid = (len(g[0]), -(-C * lines // BL), -(-n_out // BO))
+        kern[grid](src, dst, geo[at:], st, wt, n_out, wt.shape[2], C, BL=BL, BO=BO, num_warps=warps)
         at += len(g[0])
     return out
