@@ -12,7 +12,7 @@ import torch
 __all__ = ['kept_iterator', 'forget_iterator', 'keep_iterator', 'WrapsWorkers', 'worker_processes', 'shutdown_workers',
            'loader_worker_pids', 'IteratorParts', 'keep_index_queues', 'worker_pickling_error', 'WorkerTraceback',
            'worker_error', 'traceback_kept', 'new_shared_storage', 'cuda_default_generator', 'default_store',
-           'aa_resize_kernels']
+           'aa_resize_kernels', 'flatten_tensors']
 
 # %% ../../nbs/core/01_torch_compat.ipynb #de6d51b1
 # checked: torch 2.0 to 2.14 (DataLoader keeps a persistent_workers iterator in `_iterator`, None otherwise)
@@ -232,3 +232,13 @@ def aa_resize_kernels() -> dict:
     "{'bilinear': op, 'bicubic': op}: torch's antialiased resize kernels, `op(x, [h, w], False, None)`; {} where this torch has none."
     ops = {m: getattr(torch._C._nn, f'_upsample_{m}2d_aa', None) for m in ('bilinear', 'bicubic')}
     return {m: op for m, op in ops.items() if op is not None}
+
+# %% ../../nbs/core/01_torch_compat.ipynb #1e596794
+# checked: torch 2.11 to 2.15 (`torch._C._nn.flatten_dense_tensors(tensors)`: every tensor's elements end to end in one
+# new tensor, made in C++, as DDP's buckets are; a cat of views costs a Python call per tensor, 3x the host time a batch)
+def flatten_tensors(
+    tensors: list,  # tensors on one device, of one dtype, any shapes
+) -> torch.Tensor:  # 1-D: the first tensor's elements (in its logical order), then the second's, ...
+    "Every tensor's elements, end to end, in one new tensor: torch's C++ flattening where this torch has it, else a cat."
+    op = getattr(torch._C._nn, 'flatten_dense_tensors', None)
+    return op(tensors) if op is not None else torch.cat([t.reshape(-1) for t in tensors])

@@ -99,7 +99,8 @@ def bitstreams(
             data = data.pin_memory()  # one host copy of the batch's bytes: the device copy is then asynchronous
         if on_device:
             data = calls.copy_in(data)  # one copy to the device for the whole batch
-    return [data[off[i] : off[i + 1]] for i in range(len(off) - 1)]
+    sizes = [b - a for a, b in zip(off, off[1:])]
+    return list(torch.split(data[off[0] : off[-1]], sizes))  # the views in one call, not one per image
 
 
 def decode_stage(

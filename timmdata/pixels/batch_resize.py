@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from ..core.runtime import to_device
+from ..core.torch_compat import flatten_tensors
 from .resample import vertical_first
 from .resize_kernel import KERNEL_FAILED, kernel_resize_batch, resize_path
 
@@ -472,13 +473,18 @@ def crop_resize_flip(
     _check_plans(p, (oh, ow), 'crop_resize_flip')
     if N == 0:
         return out
-    for i, im in enumerate(imgs):
-        if im.ndim != 3 or im.shape[0] != C or im.dtype != torch.uint8 or im.device != dev:
-            raise ValueError(
-                f'crop_resize_flip: image {i} is a {im.dtype} {tuple(im.shape)} tensor on {im.device}; expected '
-                f'uint8 ({C}, H, W) on {dev}, as `out`'
-            )
-    shp = np.array([tuple(im.shape) for im in imgs], dtype=np.int64)
+    shapes = [im.shape for im in imgs]  # a few Python calls per image, no more: the rest is a call per batch
+    if {(im.dtype, im.device) for im in imgs} != {(torch.uint8, dev)} or any(len(s) != 3 or s[0] != C for s in shapes):
+        i, im = next(
+            (i, im)
+            for i, im in enumerate(imgs)
+            if (im.dtype, im.device) != (torch.uint8, dev) or im.ndim != 3 or im.shape[0] != C
+        )
+        raise ValueError(
+            f'crop_resize_flip: image {i} is a {im.dtype} {tuple(im.shape)} tensor on {im.device}; expected '
+            f'uint8 ({C}, H, W) on {dev}, as `out`'
+        )
+    shp = np.array(shapes, dtype=np.int64)
     (t, l, h, w, rh, rw), H, W = p[:, :6].T, shp[:, 1], shp[:, 2]
     bad = (t + h > H) | (l + w > W)
     if bad.any():
@@ -496,10 +502,10 @@ def crop_resize_flip(
             f'crop_resize_flip: weights of shapes {[tuple(x.shape) for x in (ys, yw, xs, xw)]} do not fit {N} plans '
             f'and a {oh}x{ow} output; make them with batch_weights(plans, {(oh, ow)})'
         )
-    vfirst = np.array([vertical_first(*s) for s in zip(zip(h, w), zip(rh, rw))], dtype=bool)
+    vfirst = np.asarray(vertical_first((h, w), (rh, rw)), dtype=bool)
     first = np.concatenate([[0], np.cumsum(shp.prod(1))[:-1]])  # each image's first byte in the concatenation
     if kernel or (kernel is None and resize_path(dev) == 'kernel'):
-        flat = torch.cat([im.reshape(-1) for im in imgs])
+        flat = flatten_tensors(imgs)  # one call (torch's C++), not a view per image
         try:
             return kernel_resize_batch(
                 flat, first + t * W + l, shp, p, vfirst, rows, ((ys, yw), (xs, xw)), out, dev.type != 'cuda'

@@ -7,6 +7,7 @@ __all__ = ['GRAY_WEIGHTS', 'sample_jitter', 'jitter_maps', 'jitter_affine']
 
 # %% ../../nbs/pixels/14_jitter.ipynb #dbfea2f2
 from typing import Optional, Sequence
+import numpy as np
 import torch
 from ..config import jitter_ranges  # parsed in config with the other jitter arguments; importable from here too
 from ..core.runtime import to_device
@@ -32,22 +33,21 @@ def jitter_maps(
     factors: torch.Tensor,  # (n, 3) brightness, contrast, saturation factors (on the host)
     order: torch.Tensor,  # (n, 3) op order per image: 0 brightness, 1 contrast, 2 saturation (on the host)
     gray_weights: Sequence[float] = GRAY_WEIGHTS,  # weights of gray(x) (C of them)
-) -> tuple:  # (A (n, C, C), B (n, C, C)) float64 on the host: the jittered image is A x + B mu
-    """The jitter's colour map and its shift's map, composed on the host: the shift is linear in the image's channel
-    means `mu`, so `A x + B mu` whatever the device the pixels are on (a few numpy-sized operations, no kernels)."""
-    factors, order = factors.detach().cpu().double(), order.detach().cpu().long()
-    n, c = factors.shape[0], len(gray_weights)
-    eye, one = torch.eye(c, dtype=torch.float64), torch.ones(c, 1, dtype=torch.float64)
-    gray = one @ torch.tensor(gray_weights, dtype=torch.float64).view(1, c)  # every row the gray weights: 1 w^T
-    A, B = eye.repeat(n, 1, 1), torch.zeros(n, c, c, dtype=torch.float64)
+) -> tuple:  # (A (n, C, C), B (n, C, C)) float64 tensors on the host: the jittered image is A x + B mu
+    """The jitter's colour map and its shift's map, composed on the host in numpy: the shift is linear in the image's
+    channel means `mu`, so `A x + B mu` whatever the device the pixels are on (no kernels, a few microseconds each)."""
+    f_all, order = factors.detach().cpu().double().numpy(), order.detach().cpu().long().numpy()
+    n, c = f_all.shape[0], len(gray_weights)
+    eye, gray = np.eye(c), np.ones((c, 1)) @ np.asarray(gray_weights, dtype=np.float64)[None]  # gray: every row w^T
+    A, B = np.broadcast_to(eye, (n, c, c)).copy(), np.zeros((n, c, c))
     for k in range(3):
         op = order[:, k]
-        f = factors.gather(1, op[:, None]).view(n, 1, 1)
-        L = torch.where((op == 2).view(n, 1, 1), f * eye + (1 - f) * gray, f * eye)  # saturation, or a scale
+        f = np.take_along_axis(f_all, op[:, None], 1)[:, :, None]  # (n, 1, 1)
+        L = f * eye + np.where((op == 2)[:, None, None], (1 - f) * gray, 0.0)  # saturation, or a scale
         # contrast: + (1 - f) times the image's mean gray so far, w^T (A + B) mu, to every channel
-        shift = torch.where((op == 1).view(n, 1, 1), (1 - f) * (gray @ (A + B)), torch.zeros(()).double())
+        shift = np.where((op == 1)[:, None, None], (1 - f) * (gray @ (A + B)), 0.0)
         A, B = L @ A, L @ B + shift
-    return A, B
+    return torch.from_numpy(A), torch.from_numpy(B)
 
 
 def jitter_affine(

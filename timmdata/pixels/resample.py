@@ -111,17 +111,19 @@ _PIL_VERSION = tuple(int(v) for v in re.findall(r'\d+', PIL.__version__)[:2])
 
 
 def vertical_first(
-    in_hw: tuple,  # the source's (h, w)
-    out_hw: tuple,  # the resize's output (h, w)
+    in_hw: tuple,  # the source's (h, w): ints, or arrays of them (a batch)
+    out_hw: tuple,  # the resize's output (h, w), the same way
     pil_version: tuple = _PIL_VERSION,  # Pillow's (major, minor) version; default: the installed one
-) -> bool:
+):  # bool, or a bool array for arrays
     "Whether Pillow (the installed one by default) resizes `in_hw` to `out_hw` with its vertical pass first."
     (H, W), (oh, ow) = in_hw, out_hw
     if pil_version >= (13,):  # Resample.c: when the height loses more than twice as many pixels as the width
-        return H - oh > 0 and H - oh > 2 * (W - ow)
-    if pil_version >= (12, 2):  # Image.resize: a more than 100:1 tall image in two calls, the vertical one first
-        return H > 100 * W and oh < H
-    return False
+        v = (H - oh > 0) & (H - oh > 2 * (W - ow))
+    elif pil_version >= (12, 2):  # Image.resize: a more than 100:1 tall image in two calls, the vertical one first
+        v = (H > 100 * W) & (oh < H)
+    else:
+        v = (H < 0) & False  # never: False, or an array of False
+    return v if hasattr(v, 'shape') and v.shape else bool(v)
 
 
 def _source_span(in_size: int, out_size: int, first: int, n: int, support: float) -> tuple:

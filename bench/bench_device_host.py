@@ -1,0 +1,74 @@
+"""The host's share of the device-decode path, per batch: the Python each stage thread runs (holding the GIL, which the
+training thread then waits for) with the device's own work taken out. On the CPU, with CPU tensors:
+
+- bitstreams: the batch's JPEG bytes as one view per image (`gpu_decode.bitstreams`), no copy;
+- crop_resize_flip: its checks and bookkeeping for a batch of 256 decoded images and their plans, the taps given (as
+  the loader's TapCache gives them), the resize kernel's launches replaced by a call that does nothing, so what is
+  timed is the host's part: the images' concatenation included (small images here: 60x80);
+- jitter_affine: the colour jitter's map and shift for 256 images (their means given).
+
+Prints the median microseconds a batch over `--rounds` rounds of `--batches` batches, after a warm-up. Run it on two
+commits to compare them (the figures in CHANGELOG.md come from such pairs):
+
+    python bench/bench_device_host.py
+"""
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+
+def timed(fn, batches: int, rounds: int) -> float:
+    "Median microseconds of one call over `rounds` rounds of `batches` calls, after a warm-up round."
+    for _ in range(batches):
+        fn()
+    per = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            fn()
+        per.append((time.perf_counter() - t0) / batches * 1e6)
+    return statistics.median(per)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('--batch', type=int, default=256)
+    ap.add_argument('--batches', type=int, default=50, help='calls a round')
+    ap.add_argument('--rounds', type=int, default=7)
+    a = ap.parse_args(argv)
+    from timmdata.config import Draws, jitter_ranges
+    from timmdata.engine.gpu_decode import DeviceDecodeTransform, bitstreams
+    from timmdata.pixels import resize_kernel
+    from timmdata.pixels.batch_resize import TapCache, crop_resize_flip
+    from timmdata.pixels.jitter import jitter_affine, sample_jitter
+
+    class NoLaunch:  # the kernel's launch, doing nothing: the host's part alone is timed
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: None
+
+    resize_kernel._KERNELS[True] = NoLaunch()
+    n, g = a.batch, torch.Generator().manual_seed(0)
+    imgs = [torch.randint(0, 256, (3, 60, 80) if i % 2 else (3, 80, 60), dtype=torch.uint8, generator=g) for i in range(n)]
+    tf = DeviceDecodeTransform(48, is_training=True, interpolation='random')
+    plans = np.array([tf.plan(im, Draws(i)) for i, im in enumerate(imgs)], dtype=np.int64)
+    taps = TapCache()(plans, (48, 48))
+    out, rows = torch.empty(n, 3, 48, 48, dtype=torch.uint8), list(range(n))
+    packed = {'data': torch.zeros(n * 37_000, dtype=torch.uint8), 'offsets': torch.arange(0, n * 37_000 + 1, 37_000)}
+    mu = torch.rand(n, 3) * 255
+    ranges = jitter_ranges(0.4)
+    runs = {
+        'bitstreams': lambda: bitstreams(packed, torch.device('cpu')),
+        'crop_resize_flip': lambda: crop_resize_flip(imgs, plans, out, rows, weights=taps, kernel=True),
+        'jitter_affine': lambda: jitter_affine(mu, *sample_jitter(n, ranges, g)),
+    }
+    print(f'host microseconds a batch of {n} (median of {a.rounds} rounds of {a.batches}), device work left out')
+    for name, fn in runs.items():
+        print(f'  {name:<18} {timed(fn, a.batches, a.rounds):8.0f}')
+
+
+if __name__ == '__main__':
+    main()
