@@ -513,8 +513,8 @@ def crop_resize_flip(
         except Exception as e:  # a Triton that cannot build or run here: the products, for this and later batches
             if kernel:
                 raise
-            KERNEL_FAILED[dev] = f'matmul: the kernel failed here ({type(e).__name__}: {str(e)[:300]})'
-            warnings.warn(f'crop_resize_flip: {KERNEL_FAILED[dev]}; resizing with matrix products on {dev}')
+            KERNEL_FAILED[dev.type] = f'matmul: the kernel failed here ({type(e).__name__}: {str(e)[:300]})'
+            warnings.warn(f'crop_resize_flip: {KERNEL_FAILED[dev.type]}; resizing with matrix products on {dev}')
     order, runs = _groups(np.stack([h, w], 1), vfirst, C, max_bytes)
     # the bookkeeping on the host; each small tensor goes to the device once, queued without a wait
     meta = to_device(torch.from_numpy(np.stack([first + t * W + l, W, H * W, h - 1], 1)[order]), dev)

@@ -16,7 +16,7 @@ __all__ = ['KERNEL_FAILED', 'KERNEL_BLOCKS', 'resize_kernel', 'resize_path', 'ke
 tl = None  # triton.language, imported by the first `resize_kernel` (the kernel's source reads it here)
 
 # %% ../../nbs/pixels/09aa_resize_kernel.ipynb #113984ba
-_KERNELS, KERNEL_FAILED = {}, {}  # interpret -> the kernel; device -> why the kernel was given up there
+_KERNELS, KERNEL_FAILED = {}, {}  # interpret -> the kernel; device type -> why the kernel was given up there
 
 
 def _resample_pass(src, dst, geo, starts, wts, n_out, K, C, BL: tl.constexpr, BO: tl.constexpr):
@@ -77,8 +77,8 @@ def resize_path(
         return 'matmul: not a CUDA device'
     if not setting('TIMMDATA_RESIZE_KERNEL'):
         return 'matmul: TIMMDATA_RESIZE_KERNEL=0'
-    if device in KERNEL_FAILED:
-        return KERNEL_FAILED[device]
+    if device.type in KERNEL_FAILED:  # a build that failed fails on every GPU of the machine
+        return KERNEL_FAILED[device.type]
     try:
         resize_kernel()
     except ImportError as e:
