@@ -15,23 +15,16 @@ commits to compare them (the figures in CHANGELOG.md come from such pairs):
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 import torch
+from _common import timed_rounds
 
 
 def timed(fn, batches: int, rounds: int) -> float:
     "Median microseconds of one call over `rounds` rounds of `batches` calls, after a warm-up round."
-    for _ in range(batches):
-        fn()
-    per = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(batches):
-            fn()
-        per.append((time.perf_counter() - t0) / batches * 1e6)
-    return statistics.median(per)
+    timed_rounds(fn, 1, batches)
+    return statistics.median(timed_rounds(fn, rounds, batches)) / batches * 1e6
 
 
 def main(argv=None):
