@@ -66,6 +66,9 @@ def test_device_loader_randaugment_is_the_cpu_loaders(sample_root):
         assert per_image.max() < 0.25, per_image
         n += len(x)
     assert n == len(ImageDataset(sample_root, split='train'))
+    # which resize and warp ran, and why (on a CUDA device with Triton: 'kernel')
+    decode = dl.stats().info['decode']
+    assert decode['resize'] == 'matmul: not a CUDA device' and decode['warp'] == 'torch: not a CUDA device', decode
     other, _ = _loaders(sample_root, seed=1)
     (x, _), (xr, _) = next(iter(other)), next(iter(cl))
     assert ((x - xr).abs() * 255).mean((1, 2, 3)).min() > 5

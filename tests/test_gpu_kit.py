@@ -124,7 +124,8 @@ def test_summary_cores4_randaug_and_decode_limit(tmp_path):
     assert c4['timmdata_device']['img_s'] == 2000.0 and c4['timm']['img_s'] is None and c4['timm']['exit'] is None
     assert c4['timmdata_device_matmul']['x_model_alone'] == pytest.approx(0.45)  # the resize in products, its A/B
     ra = t['randaug']
-    assert sorted(ra) == ['timm', 'timmdata', 'timmdata_device'] and ra['timm']['x_model_alone'] == pytest.approx(0.5)
+    assert sorted(ra) == ['timm', 'timmdata', 'timmdata_device', 'timmdata_device_matmul']
+    assert ra['timm']['x_model_alone'] == pytest.approx(0.5)
     assert ra['timm']['worker_cores'] == 2.5 and ra['timmdata']['img_s'] is None
     assert s['loader']['train']['decode_limit'] == 14000.0 and s['loader']['eval']['decode_limit'] == 15000.0
     assert s['resize']['train'] == {'timmdata_device': 'kernel', 'timmdata_device_matmul': 'matmul: asked for'}

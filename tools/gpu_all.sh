@@ -8,10 +8,10 @@
 #   setup 60 [~35]   data 60 [~30]   model 60 [~40]   model cores4 40 [~25]
 #   train.py, 2 epochs of 7,680 images (30 steps of 256; 20 measured), each 60 [~30; timm ~35]:
 #     timmdata, timmdata-device, timm (16 cores); cores4 timmdata, timmdata-device [~30], timmdata-device-matmul (its
-#     resize in matrix products: the kernel's A/B) [~25], timm 75 [~45: its workers
-#     ~1,000 images/s on 4 cores]; randaug timmdata, timmdata-device, timm [~35]
+#     resize and warp without Triton's kernels: their A/B) [~25], timm 75 [~45: its workers
+#     ~1,000 images/s on 4 cores]; randaug timmdata, timmdata-device, timmdata-device-matmul, timm [~35]
 #   bench 70 [~40: timm's loader left out]   tests 60 [~40]   profile 30 [~15]   same-batch 45 [~30]
-#   ~510 s expected on an H200 (same-batch last: the first to go), GPU_ALL_S=535 at most in all
+#   ~535 s expected on an H200 (same-batch last: the first to go), GPU_ALL_S=535 at most in all
 # The train.py runs were 3 epochs of 25,600 images (100 steps, 90 measured) when the kit had 4 of them; it has 10 now:
 #   GPU_RUN_TRAIN_N=25600 GPU_RUN_EPOCHS=3 gives the longer runs back (about 12 s more each).
 # After each step, summary.json is rewritten and the results folder packed into $OUT/gpu_DATE_CARD/ (summary.json,
@@ -68,6 +68,7 @@ step train_cores4_timmdata_device_matmul 60 train cores4 timmdata-device-matmul
 step train_cores4_timm 75 train cores4 timm
 step train_randaug_timmdata 60 train randaug timmdata
 step train_randaug_timmdata_device 60 train randaug timmdata-device
+step train_randaug_timmdata_device_matmul 60 train randaug timmdata-device-matmul
 step train_randaug_timm 60 train randaug timm
 step bench 70 bench
 step tests 60 tests

@@ -13,7 +13,7 @@ missing or cut short gives nulls, so a partial run still has its summary.
                          "timm" | "timmdata" | "timmdata_device" | "same_batch": FIGURE,
                          "cores4":  {"model_alone": images/s, "timm" | "timmdata" | "timmdata_device"
                                      | "timmdata_device_matmul" (its resize in matrix products, not Triton's): FIGURE},
-                         "randaug": {"timm" | "timmdata" | "timmdata_device": FIGURE}},
+                         "randaug": {"timm" | "timmdata" | "timmdata_device" | "timmdata_device_matmul": FIGURE}},
      "data", "steps", "tests"}
     FIGURE: {"img_s", "x_model_alone", "epoch_img_s", "gpu_busy", "data_wait", "data_wait_share", "main_cores", "main_thread_cores",
              "worker_cores", "total_cores", "cpus", "exit"}
@@ -46,7 +46,7 @@ KEYS = {'timm': 'timm', 'cpu': 'timmdata_cpu', 'device': 'timmdata_device', 'dev
 LOADERS = {'timm': 'timm', 'timmdata': 'timmdata', 'timmdata_device': 'timmdata-device',
            'timmdata_device_matmul': 'timmdata-device-matmul', 'same_batch': 'same-batch'}
 VARIANTS = {'cores4': ('timm', 'timmdata', 'timmdata_device', 'timmdata_device_matmul'),
-            'randaug': ('timm', 'timmdata', 'timmdata_device')}
+            'randaug': ('timm', 'timmdata', 'timmdata_device', 'timmdata_device_matmul')}
 
 
 def _json(p: Path):

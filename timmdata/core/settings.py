@@ -97,7 +97,7 @@ VARIABLES = {
             True,
             _flag,
             "'0' (off) or '1' (on)",
-            "Triton's resize kernel on a GPU on (default) or off (the matrix products)",
+            "Triton's resize and warp kernels on a GPU on (default) or off (matrix products, torch's operations)",
         ),
         Variable('XDG_CACHE_HOME', _folder('~/.cache'), _folder, 'a folder', "the user's cache folder (shard indexes)"),
         Variable(

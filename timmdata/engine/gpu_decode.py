@@ -11,6 +11,7 @@ from torch.utils.data import IterableDataset
 from PIL import Image
 from ..pixels.decode import ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
 from ..pixels.batch_resize import TapCache, crop_resize_flip, resize_path
+from ..pixels.warp_kernel import warp_path
 from ..pixels.batch_augment import AUG_OPS, augment_batch
 from ..mixup import Mixup
 from ..auto_augment import RandAugment, create_auto_augment, parse_auto_augment
@@ -285,6 +286,8 @@ class DeviceDecodeStep:
             'augs' in packed
         ):  # RandAugment, drawn in the workers, on the uint8 batch (timm: after the crop, before normalising)
             x = augment_batch(x, packed['augs'], self.aug_fill)
+            if self.stats is not None and 'warp' not in self.stats.info.get('decode', {}):
+                self.stats.note('decode', {'warp': warp_path(self.device)})  # its geometric ops: Triton's kernel?
         yield x
         pix_rows = packed['pixel_rows'].tolist()
         jpeg_rows = sorted(set(range(len(packed['plans']))) - set(pix_rows))

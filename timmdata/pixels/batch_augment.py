@@ -4,11 +4,13 @@
 
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #b12d8a4f
 from __future__ import annotations
+import warnings
 from typing import Sequence
 import torch
 from PIL import Image
 from ..core.runtime import to_device
 from .augment_ops import rotate_matrix  # Pillow's rotation matrix: the CPU op's own
+from .warp_kernel import WARP_FAILED, kernel_warp_batch, warp_path
 
 # %% auto #0
 __all__ = ['AUG_OPS', 'AUG_FILTERS', 'encode_draws', 'blend_batch', 'enhance_batch', 'point_luts', 'apply_luts',
@@ -210,10 +212,19 @@ def warp_batch(
     bicubic: bool = False,  # Pillow's BICUBIC filter, else BILINEAR
     fill: Sequence[int] = (128, 128, 128),  # the colour where a pixel reads outside the image
     dtype: torch.dtype = torch.float64,  # the interpolation's arithmetic (Pillow's: double)
+    kernel: bool | None = None,  # Triton's kernel (on a CPU tensor: its interpreter); None: as `warp_path` says
 ) -> torch.Tensor:
     "Pillow's `transform(size, AFFINE, data, filter, fillcolor)` per image, one batched gather: uint8 (n, C, H, W)."
     n, c, h, w = x.shape
     dev = x.device
+    if dtype == torch.float64 and (kernel or (kernel is None and warp_path(dev) == 'kernel')):
+        try:  # the same arithmetic in one launch: the same pixels (`timmdata.pixels.warp_kernel`)
+            return kernel_warp_batch(x, mats, bicubic, fill, dev.type != 'cuda')
+        except Exception as e:  # a Triton that cannot build or run here: torch's operations, now and from then on
+            if kernel:
+                raise
+            WARP_FAILED[dev.type] = f'torch: the kernel failed here ({type(e).__name__}: {str(e)[:300]})'
+            warnings.warn(f'warp_batch: {WARP_FAILED[dev.type]}; warping with torch operations on {dev}')
     m = to_device(mats.to(torch.float64), dev).view(n, 6, 1, 1)
     xo = (torch.arange(w, device=dev, dtype=torch.float64) + 0.5).view(1, 1, w)
     yo = (torch.arange(h, device=dev, dtype=torch.float64) + 0.5).view(1, h, 1)
