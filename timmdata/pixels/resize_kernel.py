@@ -10,10 +10,11 @@ from ..core.runtime import to_device
 from ..core.settings import setting
 
 # %% auto #0
-__all__ = ['KERNEL_FAILED', 'KERNEL_BLOCKS', 'resize_kernel', 'resize_path', 'kernel_resize_batch']
+__all__ = ['KERNEL_FAILED', 'KERNEL_BLOCKS', 'triton_kernel', 'kernel_choice', 'resize_kernel', 'resize_path',
+           'kernel_resize_batch']
 
 # %% ../../nbs/pixels/09aa_resize_kernel.ipynb #f2b7c0e1
-tl = None  # triton.language, imported by the first `resize_kernel` (the kernel's source reads it here)
+tl = None  # triton.language, bound by `triton_kernel` when the kernel is first made (the kernel's source reads it here)
 
 # %% ../../nbs/pixels/09aa_resize_kernel.ipynb #113984ba
 _KERNELS, KERNEL_FAILED = {}, {}  # interpret -> the kernel; device type -> why the kernel was given up there
@@ -49,41 +50,60 @@ def _resample_pass(src, dst, geo, starts, wts, n_out, K, C, BL: tl.constexpr, BO
         tl.store(dst + d[:, None] + (o * tl.load(g + 8))[None, :], val, mask=lm[:, None] & om[None, :])
 
 
+def triton_kernel(
+    cache: dict,  # the module's kernels made so far, by `interpret`
+    fn,  # the kernel's Python function, written in Triton's language (`tl`, a name of its module)
+    interpret: bool = False,  # Triton's interpreter (numpy, on CPU tensors): the kernel run without a GPU
+    **jit,  # `triton.jit`'s options, e.g. do_not_specialize
+):  # the kernel, made once; ImportError without Triton
+    "`fn` as a Triton kernel (or its interpreter's function), made once; `tl` bound in `fn`'s module, where its source reads it."
+    if interpret not in cache:
+        import triton  # torch's CUDA wheels bring it; without it the device path's torch operations serve
+        import triton.language
+
+        fn.__globals__['tl'] = triton.language
+        if interpret:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            cache[interpret] = InterpretedFunction(fn)
+        else:
+            cache[interpret] = triton.jit(fn, **jit)
+    return cache[interpret]
+
+
+def kernel_choice(
+    device,  # a torch.device or its name
+    failed: dict,  # device type -> why the kernel was given up there (set by its caller on a failure)
+    make,  # make(): the kernel (`triton_kernel`); ImportError without Triton
+    other: str,  # what serves instead, e.g. 'matmul'
+) -> str:  # 'kernel', or `other` + ': ' and why
+    "Whether a device-path kernel runs on `device` by default ('kernel'), else what serves instead and why."
+    device = torch.device(device)
+    if device.type != 'cuda':
+        return f'{other}: not a CUDA device'
+    if not setting('TIMMDATA_RESIZE_KERNEL'):
+        return f'{other}: TIMMDATA_RESIZE_KERNEL=0'
+    if device.type in failed:  # a build that failed fails on every GPU of the machine
+        return failed[device.type]
+    try:
+        make()
+    except ImportError as e:
+        return f'{other}: Triton is not installed ({e})'
+    return 'kernel'
+
+
 def resize_kernel(
     interpret: bool = False,  # Triton's interpreter (numpy, on CPU tensors): the kernel run without a GPU
 ):  # the kernel of one resample pass; ImportError without Triton
     "Triton's kernel of one of Pillow's 8-bit resample passes over a batch, made once: its integer sums, its rounding, its clip."
-    if interpret not in _KERNELS:
-        global tl  # the kernel's language, a name of this module once Triton is found (the kernel reads it there)
-        import triton  # torch's CUDA wheels bring it; without it the matrix products serve
-        import triton.language as tl
-
-        fn = _resample_pass
-        if interpret:
-            from triton.runtime.interpreter import InterpretedFunction
-
-            _KERNELS[interpret] = InterpretedFunction(fn)
-        else:
-            _KERNELS[interpret] = triton.jit(fn, do_not_specialize=['n_out', 'K', 'C'])  # one compile for any taps
-    return _KERNELS[interpret]
+    return triton_kernel(_KERNELS, _resample_pass, interpret, do_not_specialize=['n_out', 'K', 'C'])  # any taps
 
 
 def resize_path(
     device,  # a torch.device or its name
 ) -> str:  # 'kernel', or 'matmul: ' and why
     "How `crop_resize_flip` resizes on `device` by default: Triton's kernel (CUDA), else the matrix products, and why."
-    device = torch.device(device)
-    if device.type != 'cuda':
-        return 'matmul: not a CUDA device'
-    if not setting('TIMMDATA_RESIZE_KERNEL'):
-        return 'matmul: TIMMDATA_RESIZE_KERNEL=0'
-    if device.type in KERNEL_FAILED:  # a build that failed fails on every GPU of the machine
-        return KERNEL_FAILED[device.type]
-    try:
-        resize_kernel()
-    except ImportError as e:
-        return f'matmul: Triton is not installed ({e})'
-    return 'kernel'
+    return kernel_choice(device, KERNEL_FAILED, resize_kernel, 'matmul')
 
 # %% ../../nbs/pixels/09aa_resize_kernel.ipynb #e31ebab3
 KERNEL_BLOCKS = {

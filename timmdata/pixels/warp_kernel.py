@@ -7,13 +7,13 @@ from __future__ import annotations  # the kernel's annotations (tl.constexpr) re
 from collections.abc import Sequence
 import torch
 from ..core.runtime import to_device
-from ..core.settings import setting
+from .resize_kernel import kernel_choice, triton_kernel
 
 # %% auto #0
 __all__ = ['WARP_FAILED', 'warp_kernel', 'warp_path', 'kernel_warp_batch']
 
 # %% ../../nbs/pixels/14aa_warp_kernel.ipynb #6051f868
-tl = None  # triton.language, imported by the first `warp_kernel` (the kernel's source reads it here)
+tl = None  # triton.language, bound by `triton_kernel` when the kernel is first made (the kernel's source reads it here)
 
 # %% ../../nbs/pixels/14aa_warp_kernel.ipynb #091a32ac
 _KERNELS, WARP_FAILED = {}, {}  # interpret -> the kernel; device type -> why the kernel was given up there
@@ -40,6 +40,7 @@ def _warp(src, dst, mats, fill, H, W, C: tl.constexpr, BICUBIC: tl.constexpr, BL
     img = j.to(tl.int64) * (C * H * W)
     for c in tl.static_range(C):
         ch = src + img + c * H * W
+        # the rows written out: a helper would be a Triton function compiled and a plain one interpreted, not both
         if BICUBIC:  # Pillow's cubic of the 4 taps of each of 4 rows, then of the 4 rows (`batch_augment._cubic`)
             ca = tl.minimum(tl.maximum(x0 - 1, 0.0), hi_x).to(tl.int32)
             cb = tl.minimum(tl.maximum(x0, 0.0), hi_x).to(tl.int32)
@@ -91,36 +92,14 @@ def warp_kernel(
     interpret: bool = False,  # Triton's interpreter (numpy, on CPU tensors): the kernel run without a GPU
 ):  # the kernel; ImportError without Triton
     "Triton's kernel of Pillow's AFFINE transform over a batch, made once."
-    if interpret not in _KERNELS:
-        global tl  # the kernel's language, a name of this module once Triton is found (the kernel reads it there)
-        import triton
-        import triton.language as tl
-
-        if interpret:
-            from triton.runtime.interpreter import InterpretedFunction
-
-            _KERNELS[interpret] = InterpretedFunction(_warp)
-        else:
-            _KERNELS[interpret] = triton.jit(_warp, do_not_specialize=['H', 'W'])  # one compile for any size
-    return _KERNELS[interpret]
+    return triton_kernel(_KERNELS, _warp, interpret, do_not_specialize=['H', 'W'])  # one compile for any size
 
 
 def warp_path(
     device,  # a torch.device or its name
 ) -> str:  # 'kernel', or 'torch: ' and why
     "How `warp_batch` warps on `device` by default: Triton's kernel (CUDA), else torch's operations, and why."
-    device = torch.device(device)
-    if device.type != 'cuda':
-        return 'torch: not a CUDA device'
-    if not setting('TIMMDATA_RESIZE_KERNEL'):
-        return 'torch: TIMMDATA_RESIZE_KERNEL=0'
-    if device.type in WARP_FAILED:
-        return WARP_FAILED[device.type]
-    try:
-        warp_kernel()
-    except ImportError as e:
-        return f'torch: Triton is not installed ({e})'
-    return 'kernel'
+    return kernel_choice(device, WARP_FAILED, warp_kernel, 'torch')
 
 # %% ../../nbs/pixels/14aa_warp_kernel.ipynb #1277e49a
 def kernel_warp_batch(
