@@ -68,9 +68,14 @@ def test_workers_told_to_stop_when_an_error_frees_the_loader(damaged, monkeypatc
         return shut(it)
 
     monkeypatch.setattr(dataloader._MultiProcessingDataLoaderIter, '_shutdown_workers', shutdown)
-    before = set(multiprocessing.active_children())
-    e = first_error(damaged, num_workers=1, worker_mode='process')
-    mine = set(multiprocessing.active_children()) - before
+    mine = set()  # filled before the collector may free the loader: automatic collection is off until then
+    gc.disable()
+    try:
+        before = set(multiprocessing.active_children())
+        e = first_error(damaged, num_workers=1, worker_mode='process')
+        mine.update(set(multiprocessing.active_children()) - before)
+    finally:
+        gc.enable()
     assert len(mine) == 1, mine
     del e
     gc.collect()
