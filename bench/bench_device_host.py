@@ -5,7 +5,9 @@ training thread then waits for) with the device's own work taken out. On the CPU
 - crop_resize_flip: its checks and bookkeeping for a batch of 256 decoded images and their plans, the taps given (as
   the loader's TapCache gives them), the resize kernel's launches replaced by a call that does nothing, so what is
   timed is the host's part: the images' concatenation included (small images here: 60x80);
-- jitter_affine: the colour jitter's map and shift for 256 images (their means given).
+- jitter_affine: the colour jitter's map and shift for 256 images (their means given);
+- augment_batch: timm's RandAugment (rand-m9-mstd0.5-inc1) on 256 images of 8x8 (their draws given), so that its
+  Python and its operations' dispatch are what is timed, not their arithmetic.
 
 Prints the median microseconds a batch over `--rounds` rounds of `--batches` batches, after a warm-up. Run it on two
 commits to compare them (the figures in CHANGELOG.md come from such pairs):
@@ -37,6 +39,8 @@ def main(argv=None):
     from timmdata.engine.gpu_decode import DeviceDecodeTransform, bitstreams
     from timmdata.pixels import resize_kernel
     from timmdata.pixels.batch_resize import TapCache, crop_resize_flip
+    from timmdata.engine.gpu_decode import device_rand_augment
+    from timmdata.pixels.batch_augment import augment_batch, encode_draws
     from timmdata.pixels.jitter import jitter_affine, sample_jitter
 
     class NoLaunch:  # the kernel's launch, doing nothing: the host's part alone is timed
@@ -53,10 +57,14 @@ def main(argv=None):
     packed = {'data': torch.zeros(n * 37_000, dtype=torch.uint8), 'offsets': torch.arange(0, n * 37_000 + 1, 37_000)}
     mu = torch.rand(n, 3) * 255
     ranges = jitter_ranges(0.4)
+    ra = device_rand_augment('rand-m9-mstd0.5-inc1', (8, 8), (0.485, 0.456, 0.406), 'bilinear')
+    draws = torch.tensor([encode_draws([d for _, d in ra.draw(Draws(i))]) for i in range(n)], dtype=torch.float64)
+    small = torch.randint(0, 256, (n, 3, 8, 8), dtype=torch.uint8, generator=g)
     runs = {
         'bitstreams': lambda: bitstreams(packed, torch.device('cpu')),
         'crop_resize_flip': lambda: crop_resize_flip(imgs, plans, out, rows, weights=taps, kernel=True),
         'jitter_affine': lambda: jitter_affine(mu, *sample_jitter(n, ranges, g)),
+        'augment_batch': lambda: augment_batch(small, draws.view(n, -1, 3), (124, 116, 104)),
     }
     print(f'host microseconds a batch of {n} (median of {a.rounds} rounds of {a.batches}), device work left out')
     for name, fn in runs.items():

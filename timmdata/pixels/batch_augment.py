@@ -4,12 +4,12 @@
 
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #b12d8a4f
 from __future__ import annotations
-import warnings
 from typing import Sequence
 import torch
 from PIL import Image
 from ..core.runtime import to_device
 from .augment_ops import rotate_matrix  # Pillow's rotation matrix: the CPU op's own
+from .resize_kernel import with_kernel
 from .warp_kernel import WARP_FAILED, kernel_warp_batch, warp_path
 
 # %% auto #0
@@ -217,14 +217,18 @@ def warp_batch(
     "Pillow's `transform(size, AFFINE, data, filter, fillcolor)` per image, one batched gather: uint8 (n, C, H, W)."
     n, c, h, w = x.shape
     dev = x.device
-    if dtype == torch.float64 and (kernel or (kernel is None and warp_path(dev) == 'kernel')):
-        try:  # the same arithmetic in one launch: the same pixels (`timmdata.pixels.warp_kernel`)
-            return kernel_warp_batch(x, mats, bicubic, fill, dev.type != 'cuda')
-        except Exception as e:  # a Triton that cannot build or run here: torch's operations, now and from then on
-            if kernel:
-                raise
-            WARP_FAILED[dev.type] = f'torch: the kernel failed here ({type(e).__name__}: {str(e)[:300]})'
-            warnings.warn(f'warp_batch: {WARP_FAILED[dev.type]}; warping with torch operations on {dev}')
+    done = with_kernel(  # the same arithmetic in one launch, the same pixels (`timmdata.pixels.warp_kernel`)
+        kernel if dtype == torch.float64 else False,
+        dev,
+        warp_path,
+        WARP_FAILED,
+        lambda: kernel_warp_batch(x, mats, bicubic, fill, dev.type != 'cuda'),
+        'warp_batch',
+        'torch',
+        'warping with torch operations',
+    )
+    if done is not None:
+        return done
     m = to_device(mats.to(torch.float64), dev).view(n, 6, 1, 1)
     xo = (torch.arange(w, device=dev, dtype=torch.float64) + 0.5).view(1, 1, w)
     yo = (torch.arange(h, device=dev, dtype=torch.float64) + 0.5).view(1, h, 1)

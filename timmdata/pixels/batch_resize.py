@@ -5,14 +5,13 @@
 # %% ../../nbs/pixels/09b_batch_resize.ipynb #a9dfa9cc
 from __future__ import annotations
 import threading
-import warnings
 from collections.abc import Sequence
 import numpy as np
 import torch
 from ..core.runtime import to_device
 from ..core.torch_compat import flatten_tensors
 from .resample import vertical_first
-from .resize_kernel import KERNEL_FAILED, kernel_resize_batch, resize_path
+from .resize_kernel import KERNEL_FAILED, kernel_resize_batch, resize_path, with_kernel
 
 # %% auto #0
 __all__ = ['PRECISION_BITS', 'PLAN_FIELDS', 'pil_weights', 'plan_weights', 'stack_weights', 'batch_weights', 'device_weights',
@@ -504,17 +503,28 @@ def crop_resize_flip(
         )
     vfirst = np.asarray(vertical_first((h, w), (rh, rw)), dtype=bool)
     first = np.concatenate([[0], np.cumsum(shp.prod(1))[:-1]])  # each image's first byte in the concatenation
-    if kernel or (kernel is None and resize_path(dev) == 'kernel'):
-        flat = flatten_tensors(imgs)  # one call (torch's C++), not a view per image
-        try:
-            return kernel_resize_batch(
-                flat, first + t * W + l, shp, p, vfirst, rows, ((ys, yw), (xs, xw)), out, dev.type != 'cuda'
-            )
-        except Exception as e:  # a Triton that cannot build or run here: the products, for this and later batches
-            if kernel:
-                raise
-            KERNEL_FAILED[dev.type] = f'matmul: the kernel failed here ({type(e).__name__}: {str(e)[:300]})'
-            warnings.warn(f'crop_resize_flip: {KERNEL_FAILED[dev.type]}; resizing with matrix products on {dev}')
+    done = with_kernel(  # Triton's kernel where asked for or chosen; the products where it cannot run
+        kernel,
+        dev,
+        resize_path,
+        KERNEL_FAILED,
+        lambda: kernel_resize_batch(  # the images concatenated in one call (torch's C++), not a view per image
+            flatten_tensors(imgs),
+            first + t * W + l,
+            shp,
+            p,
+            vfirst,
+            rows,
+            ((ys, yw), (xs, xw)),
+            out,
+            dev.type != 'cuda',
+        ),
+        'crop_resize_flip',
+        'matmul',
+        'resizing with matrix products',
+    )
+    if done is not None:
+        return done
     order, runs = _groups(np.stack([h, w], 1), vfirst, C, max_bytes)
     # the bookkeeping on the host; each small tensor goes to the device once, queued without a wait
     meta = to_device(torch.from_numpy(np.stack([first + t * W + l, W, H * W, h - 1], 1)[order]), dev)

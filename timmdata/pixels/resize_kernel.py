@@ -4,14 +4,15 @@
 
 # %% ../../nbs/pixels/09aa_resize_kernel.ipynb #e88ef167
 from __future__ import annotations  # the kernel's annotations (tl.constexpr) read as text: Triton is optional
+import warnings
 import numpy as np
 import torch
 from ..core.runtime import to_device
 from ..core.settings import setting
 
 # %% auto #0
-__all__ = ['KERNEL_FAILED', 'KERNEL_BLOCKS', 'triton_kernel', 'kernel_choice', 'resize_kernel', 'resize_path',
-           'kernel_resize_batch']
+__all__ = ['KERNEL_FAILED', 'KERNEL_BLOCKS', 'triton_kernel', 'kernel_choice', 'triton_interprets', 'with_kernel',
+           'resize_kernel', 'resize_path', 'kernel_resize_batch']
 
 # %% ../../nbs/pixels/09aa_resize_kernel.ipynb #f2b7c0e1
 tl = None  # triton.language, bound by `triton_kernel` when the kernel is first made (the kernel's source reads it here)
@@ -58,8 +59,13 @@ def triton_kernel(
 ):  # the kernel, made once; ImportError without Triton
     "`fn` as a Triton kernel (or its interpreter's function), made once; `tl` bound in `fn`'s module, where its source reads it."
     if interpret not in cache:
-        import triton  # torch's CUDA wheels bring it; without it the device path's torch operations serve
-        import triton.language
+        try:
+            import triton  # torch's CUDA wheels bring it; without it the device path's torch operations serve
+            import triton.language
+        except ImportError as e:  # one line that says what to do, not the import's traceback
+            raise ImportError(
+                f'{fn.__name__}: Triton is not installed ({e}); pip install triton, or leave kernel=None'
+            ) from None
 
         fn.__globals__['tl'] = triton.language
         if interpret:
@@ -90,6 +96,39 @@ def kernel_choice(
     except ImportError as e:
         return f'{other}: Triton is not installed ({e})'
     return 'kernel'
+
+
+def triton_interprets() -> bool:
+    "Whether Triton's interpreter runs the device path's kernels here (Triton 3.7 or later; 3.6's cannot loop over a runtime count with numpy 2)."
+    try:
+        import triton
+    except ImportError:
+        return False
+    return tuple(int(v) for v in triton.__version__.split('.')[:2]) >= (3, 7)
+
+
+def with_kernel(
+    kernel: bool
+    | None,  # True: the kernel, its errors raised; None: where `choose(device)` says 'kernel'; False: never
+    device: torch.device,  # the batch's device
+    choose,  # choose(device): 'kernel' or why not (`kernel_choice`)
+    failed: dict,  # device type -> why the kernel was given up there: a failure is noted here
+    run,  # run(): the batch through the kernel
+    who: str,  # the caller, for the warning (e.g. 'crop_resize_flip')
+    label: str,  # the other path's name in `failed` (e.g. 'matmul', as `kernel_choice`'s `other`)
+    instead: str,  # what the warning says serves instead (e.g. 'resizing with matrix products')
+):  # run()'s result, or None: the caller's other path serves
+    "A batch through a device-path kernel where it is asked for or chosen; where it fails unasked, one warning, and the other path from then on."
+    if not (kernel or (kernel is None and choose(device) == 'kernel')):
+        return None
+    try:
+        return run()
+    except Exception as e:  # a Triton that cannot build or run here
+        if kernel:
+            raise
+        failed[device.type] = f'{label}: the kernel failed here ({type(e).__name__}: {str(e)[:300]})'
+        warnings.warn(f'{who}: {failed[device.type]}; {instead} on {device}')
+        return None
 
 
 def resize_kernel(
