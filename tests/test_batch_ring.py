@@ -62,7 +62,7 @@ def test_plain_use_without_releases_falls_back_to_fresh_memory():
 def test_no_ring_without_workers():
     ld0 = create_loader(IndexImages(16), (3, 16, 16), 8, num_workers=0, device='cpu')
     assert not isinstance(ld0.loader.collate_fn, BatchRing)
-    assert BatchRing.maybe((8, 3, 16, 16), 0, 3) is None
+    assert BatchRing.choose((8, 3, 16, 16), 0, 3).ring is None
 
 def test_batches_arrive_as_views_of_the_main_processs_ring_and_targets_as_copies():
     "A worker sends a slot's place in the ring, not a file descriptor: the main process reads its own mapping."

@@ -153,6 +153,21 @@ def test_train_loader_shapes_dtypes_layout_and_batch_ops(sample_root):
     dl.set_epoch(1)
     assert dl.mixup_enabled; dl.mixup_enabled = False; assert not mix.mixup_enabled
 
+def test_worker_batches_come_through_the_bytes_ring_and_equal_in_process_ones(mixed_root):
+    "Two workers send each batch's JPEG bytes in a slot of the ring (the PNG, CMYK and grey rows' pixels by value):"
+    "the batches are those made with no workers, bit for bit; every slot is given back."
+    kw = dict(is_training=True, decode_device='cpu', seed=4, re_prob=0.25, color_jitter=0.4)
+    mk = lambda nw: create_device_decode_loader(ImageDataset(mixed_root), 64, 3, num_workers=nw, **kw)
+    a, b = mk(0), mk(2)
+    ring = b.step.collate.ring
+    assert a.step.collate.ring is None and ring is not None
+    assert b.stats().info['decode']['bytes'].startswith('batch ring: ')
+    got = _run(b, 2)[0]
+    _same(_run(a, 2)[0], got)
+    assert len(got) == 2 * len(b) == 2 * (8 // 3)
+    assert ring.counts == {'ring': len(got), 'fresh': 0} and int(ring.busy.sum()) == 0
+
+
 def test_skipped_bad_samples_are_dropped_not_decoded(tmp_path):
     root = tmp_path / 'ds' / 'c'; root.mkdir(parents=True)
     good = _enc(make_sample_image(0, 0, (200, 150)), 'JPEG', quality=90)

@@ -212,7 +212,7 @@ def test_eight_ranks_share_one_budget(monkeypatch, tmp_path):
     fake_shm(monkeypatch, tmp_path, 64 * 2**20, taken)
     monkeypatch.delenv('LOCAL_WORLD_SIZE', raising=False)
     for rank in range(8):
-        r = BatchRing.maybe((32, 3, 64, 64), 2, 5)  # 3.75 MB each
+        r = BatchRing.choose((32, 3, 64, 64), 2, 5).ring  # 3.75 MB each
         if r is not None: rings.append(r); taken[0] += r.nbytes
     assert 0 < taken[0] <= 64 * 2**20 // 4, taken[0] / 2**20
     note = BatchRing.choose((32, 3, 64, 64), 2, 5).note
@@ -246,7 +246,7 @@ def test_dead_processes_leave_the_ledger(monkeypatch, tmp_path):
     dead = int(subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'], capture_output=True, text=True).stdout)
     (tmp_path / f'timmdata-rings-{os.getuid()}').write_text(f'{dead} gone 999999999999\n{os.getpid()} mine 5\n')
     fake_shm(monkeypatch, tmp_path, 64 * 2**20, [0])
-    r = BatchRing.maybe((8, 3, 16, 16), 2, 5)  # the dead process's 1 TB no longer counts
+    r = BatchRing.choose((8, 3, 16, 16), 2, 5).ring  # the dead process's 1 TB no longer counts
     assert r is not None
     lines = (tmp_path / f'timmdata-rings-{os.getuid()}').read_text().split()
     assert 'gone' not in lines and 'mine' in lines and r.key in lines
@@ -297,7 +297,7 @@ def _ledger_script(tmp_path, body: str):
 
 @pytest.mark.slow
 def test_ring_finaliser_inside_a_ledger_block_does_not_deadlock(tmp_path):
-    "The gc may free an old ring (its finaliser unlists it) while this thread holds the ledger, e.g. while BatchRing.maybe allocates."
+    "The gc may free an old ring (its finaliser unlists it) while this thread holds the ledger, e.g. while BatchRing.choose allocates."
     _ledger_script(tmp_path,
                    "with batch_ring._ledger() as rings:\n"
                    "    rings['old'] = (os.getpid(), 1)\n"

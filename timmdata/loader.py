@@ -260,7 +260,7 @@ def _default_collate_fn(
     # with pinned memory the pin thread copies every batch anyway; on CUDA the ring is page-locked once: a batch goes
     # to the GPU by DMA, with no staging copy and no shared memory made and unmapped per batch
     use_ring = not pin_memory and device.type in ('cpu', 'cuda')
-    ring = BatchRing.maybe(batch_shape, num_workers, (prefetch_factor or 2) + 3) if use_ring else None
+    ring = BatchRing.choose(batch_shape, num_workers, (prefetch_factor or 2) + 3).ring if use_ring else None
     return fast_collate if ring is None else ring
 
 # %% ../nbs/38_loader.ipynb #cf13d6d3

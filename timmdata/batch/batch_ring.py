@@ -140,11 +140,8 @@ class BatchRing(BatchCollate):
 
     def __getstate__(self):
         "A spawned worker gets the shared memory and the layout, not the main process's bookkeeping."
-        return {
-            k: v
-            for k, v in self.__dict__.items()
-            if k not in ('counts', '_held', '_lock', '_taken', '_listed', '_locked')
-        }
+        mine = ('counts', '_held', '_lock', '_taken', '_listed', '_locked')
+        return {k: v for k, v in self.__dict__.items() if k not in mine}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -152,16 +149,38 @@ class BatchRing(BatchCollate):
 
     def alloc(
         self,
-        shape: tuple,  # the batch's `(N, C, H, W)`
+        shape: tuple,  # the batch's `(N, C, H, W)`, or `(n,)`: n bytes
     ) -> torch.Tensor:
         "A free slot of this worker (taken atomically) viewed as `shape`, or fresh memory when none fits or is free."
         info, size = get_worker_info(), math.prod(shape)
-        if info is not None and shape[0] <= self.targets.shape[1] and size <= self.slot_bytes:
+        rows_fit = len(shape) == 1 or shape[0] <= self.targets.shape[1]  # (n,): bytes (the device path's JPEGs)
+        if info is not None and rows_fit and size <= self.slot_bytes:
             for s in range(info.id * self.slots, (info.id + 1) * self.slots):
                 if self._acquire(s):
                     self._taken = s
                     return self.ring[s][:size].view(shape)
         return new_uint8(shape)
+
+    def collated(
+        self,
+        make: Callable,  # a collate `make(batch, alloc=...)` that takes its memory from `alloc`
+        batch: list,  # the samples
+    ):
+        "`make(batch, alloc=self.alloc)`; a slot it took is given back if it fails."
+        self._taken = None
+        try:
+            return make(batch, alloc=self.alloc)
+        except BaseException:
+            if self._taken is not None:
+                self._free(self._taken)  # the batch failed after taking a slot: give it back
+            raise
+
+    def sent(
+        self,
+        x: torch.Tensor,  # memory a collate returned
+    ):
+        "`x` as it leaves the worker: its place in the ring where it lies in a slot (no memory to map), else `x` itself."
+        return x if self._slot(x) is None else _InRing(self.key, 0, x)
 
     def _slot(self, x: torch.Tensor) -> Optional[int]:
         "The slot `x` lies in, or None when it is not in the ring."
@@ -173,13 +192,7 @@ class BatchRing(BatchCollate):
         batch: list,  # the samples: a list of `(image, target)` pairs from the dataset
     ) -> tuple:
         "`fast_collate` into a slot of the ring; a batch in a slot leaves the worker as its place in the ring."
-        self._taken = None
-        try:
-            x, y = fast_collate(batch, alloc=self.alloc)
-        except BaseException:
-            if self._taken is not None:
-                self._free(self._taken)  # the batch failed after taking a slot: give it back
-            raise
+        x, y = self.collated(fast_collate, batch)
         s = self._slot(x)
         if s is None:
             return x, y  # fresh memory (no free slot, or not in a worker): sent the usual way
@@ -271,16 +284,6 @@ class BatchRing(BatchCollate):
         need = _ring_nbytes(_ring_shapes(batch_shape), num_workers * slots_per_worker)
         make = partial(cls, batch_shape, num_workers, slots_per_worker)
         return place_ring(need, make, f'{num_workers} workers x {slots_per_worker} slots')
-
-    @classmethod
-    def maybe(
-        cls,
-        batch_shape,  # as for `BatchRing`
-        num_workers: int,  # as for `BatchRing.choose`
-        slots_per_worker: int,  # as for `BatchRing`
-    ) -> Optional[BatchRing]:
-        "`choose(...).ring`: a ring, or None where `choose` says why not."
-        return cls.choose(batch_shape, num_workers, slots_per_worker).ring
 
 # %% ../../nbs/batch/28_batch_ring.ipynb #e3a3166b
 SHM_DIR = '/dev/shm'  # the shared-memory file system the rings count against (Linux)

@@ -5,7 +5,7 @@
 # %% ../../nbs/engine/35a_device_plan.ipynb #695f3202
 from __future__ import annotations
 import math
-from typing import Optional
+from typing import Callable, Optional
 import numpy as np
 import torch
 from PIL import Image
@@ -29,12 +29,14 @@ from timmdata.transforms import (
     str_to_interp_mode,
 )
 from ..auto_augment import RandAugment
-from ..batch.collate import new_uint8
+from torch.utils.data import get_worker_info
+from ..batch.collate import BatchCollate, new_uint8
+from ..batch.batch_ring import BatchRing
 from ..config import GLOBAL_DRAWS, Draws, DEFAULT_CROP_PCT
 
 # %% auto #0
-__all__ = ['INTERPS', 'SPLIT', 'exif_orientation', 'jpeg_device_kind', 'jpeg_progressive', 'DeviceDecodeTransform',
-           'packed_bytes', 'device_decode_collate']
+__all__ = ['INTERPS', 'SPLIT', 'SMALL_BY_VALUE', 'RING_JPEG_BYTES', 'exif_orientation', 'jpeg_device_kind', 'jpeg_progressive',
+           'DeviceDecodeTransform', 'packed_bytes', 'device_decode_collate', 'by_value', 'DeviceCollate']
 
 # %% ../../nbs/engine/35a_device_plan.ipynb #a22d4db9
 # the plan's interpolations (its last column: 0, 1), the device resize's: Pillow's antialiased filters
@@ -210,10 +212,11 @@ class DeviceDecodeTransform(SampleTransform):
 # %% ../../nbs/engine/35a_device_plan.ipynb #79ae6746
 def packed_bytes(
     chunks: list,  # byte strings, e.g. a batch's JPEGs
+    alloc: Callable = new_uint8,  # `alloc((n,))` -> n bytes of uint8 memory (e.g. a `BatchRing`'s `alloc`)
 ) -> torch.Tensor:
     """The byte strings end to end in one uint8 tensor, one copy: in a DataLoader worker straight into shared memory,
     which the batch is sent through (a tensor in process memory would be copied there once more when sent)."""
-    data = new_uint8((sum(map(len, chunks)),))  # in a worker: in shared memory, as torch's own collate allocates
+    data = alloc((sum(map(len, chunks)),))  # in a worker: shared memory (a ring's slot, or fresh as torch's collate)
     arr, pos = data.numpy(), 0
     for c in chunks:
         arr[pos : pos + len(c)] = np.frombuffer(c, np.uint8)
@@ -223,6 +226,7 @@ def packed_bytes(
 
 def device_decode_collate(
     batch: list,  # samples `(DeviceDecodeTransform's output, target)`; None ones are left out
+    alloc: Callable = new_uint8,  # where the JPEG bytes go (`packed_bytes`)
 ) -> tuple:
     "Samples `((bytes or uint8 CHW pixels, plan, kind[, draws]), target)` -> (dict of tensors: data, offsets, plans, kinds, pixels, pixel_rows[, augs]; targets)."
     batch = [s for s in batch if s is not None]
@@ -239,7 +243,7 @@ def device_decode_collate(
                 f'device_decode_collate: sample {i} is a {type(payload).__name__}; expected the output '
                 f'of DeviceDecodeTransform (set it as the dataset transform)'
             )
-    data = packed_bytes(chunks)
+    data = packed_bytes(chunks, alloc)
     plans = torch.tensor([s[1] for s, _ in batch], dtype=torch.int32).view(-1, 11)
     pixels = torch.stack(pix) if pix else torch.empty(0, dtype=torch.uint8)
     targets = torch.tensor([t for _, t in batch], dtype=torch.int64)
@@ -255,3 +259,83 @@ def device_decode_collate(
         pixel_rows=torch.tensor(pix_rows, dtype=torch.int64),
         **augs,
     ), targets
+
+# %% ../../nbs/engine/35a_device_plan.ipynb #c6990f66
+SMALL_BY_VALUE = 1 << 16  # bytes: a tensor up to this size leaves a worker by value, in the queue's pipe
+RING_JPEG_BYTES = 192 * 1024  # a slot's room: this many bytes of JPEG an image of the batch (ImageNet's mean: ~110 KB)
+
+
+def _from_array(a: np.ndarray) -> torch.Tensor:
+    "A tensor of an array unpickled from a worker's queue: memory of this process, nothing to map."
+    return torch.from_numpy(a if a.flags.writeable else a.copy())
+
+
+class _ByValue:
+    "A tensor that leaves a worker pickled as its array (torch would move it to a fresh shared-memory file)."
+
+    __slots__ = ('a',)
+
+    def __init__(self, t: torch.Tensor):
+        self.a = t.numpy()
+
+    def __reduce__(self):
+        return _from_array, (self.a,)
+
+
+def by_value(
+    t,  # what a collate returns
+):
+    "In a worker, a CPU tensor of at most `SMALL_BY_VALUE` bytes wrapped to be sent by value; anything else as it is."
+    small = isinstance(t, torch.Tensor) and t.device.type == 'cpu' and t.nbytes <= SMALL_BY_VALUE
+    return _ByValue(t) if small and get_worker_info() is not None else t
+
+
+class DeviceCollate(BatchCollate):
+    "`device_decode_collate` as a worker sends it: the JPEG bytes in a `BatchRing` slot, reused; the small tensors by value."
+
+    def __init__(
+        self,
+        ring: Optional[BatchRing] = None,  # slots for the batches' bytes; None: fresh shared memory each batch
+    ):
+        self.ring = ring
+
+    def __call__(
+        self,
+        batch: list,  # samples `(DeviceDecodeTransform's output, target)`; None ones are left out
+    ) -> tuple:
+        "`device_decode_collate(batch)`; in a worker, the bytes in a free slot of the ring where they fit."
+        ring = self.ring
+        if ring is None or get_worker_info() is None:
+            packed, y = device_decode_collate(batch)
+        else:
+            packed, y = ring.collated(device_decode_collate, batch)
+            packed['data'] = ring.sent(packed['data'])  # its place in the ring: nothing to map
+        return {k: by_value(v) for k, v in packed.items()}, by_value(y)
+
+    def release(
+        self,
+        data: torch.Tensor,  # a batch's `data`, read: decoded, or copied on (to page-locked memory, to the device)
+    ):
+        "The batch's bytes have been read: their slot may be written again."
+        if self.ring is not None:
+            self.ring.release(data)
+
+    def reclaim(
+        self,
+        workers=None,  # ids of the DataLoader workers that are gone; None: all of them
+    ):
+        "The slots of workers that are gone, taken back (`BatchRing.reclaim`)."
+        if self.ring is not None:
+            self.ring.reclaim(workers)
+
+    @classmethod
+    def choose(
+        cls,
+        batch_size: int,  # samples a batch
+        num_workers: int,  # DataLoader worker processes; below 1: no ring
+        slots_per_worker: int,  # batches a worker can have in flight
+    ) -> tuple:
+        "(collate, why in words): a ring of `RING_JPEG_BYTES` an image where this process's share of shared memory allows."
+        # a slot is `batch_size` rows of RING_JPEG_BYTES: the ring's layout for a batch of that many samples
+        made = BatchRing.choose((batch_size, 1, 1, RING_JPEG_BYTES), num_workers, slots_per_worker)
+        return cls(made.ring), made.note

@@ -20,6 +20,7 @@ from .cuda_calls import CudaCalls
 from timmdata.engine.device_plan import (  # the workers' side; its names importable from here too
     INTERPS,
     SPLIT,
+    DeviceCollate,
     DeviceDecodeTransform,
     device_decode_collate,
     exif_orientation,
@@ -201,7 +202,8 @@ class DeviceDecodeStep:
     "The device-decode loader's step: a batch of JPEG bytes -> a normalised float batch on the device, decoded, cropped, resized and augmented there."
 
     devices = BatchOps.devices
-    cpu_threads, collate = None, None  # for `PrefetchLoader`: torch's threads on the CPU; no batch memory to take back
+    # for `PrefetchLoader`: torch's threads on the CPU; the workers' collate, which takes back their batches' memory
+    cpu_threads, collate = None, None
     # its stages, each in a thread of its own and, on a GPU, on a stream of its own, overlapping across batches
     # (`ThreadLane`'s `StagedPass`): batch k+1's decode call runs while batch k is resized
     stages = ('decode', 'resize', 'ops')
@@ -276,6 +278,8 @@ class DeviceDecodeStep:
                 where = 'one copy to the device' if self.bitstreams_on_device else 'the page-locked host buffer'
                 self.stats.note('decode', {'bitstreams': where})
         imgs, slow = decode_stage(packed, self.device, calls, self.bitstreams_on_device)
+        if self.collate is not None:  # the bytes are read (decoded, or copied on synchronously): their slot is free
+            self.collate.release(packed['data'])
         yield imgs
         x = resize_stage(packed, imgs, self.size, self.device, ops.channels, self.taps, self.resize_kernel)
         del imgs
@@ -535,12 +539,15 @@ def create_device_decode_loader(
     )
     dataset, batching = make_batch_plan(dataset, sampling)  # the loader's one sampler chain, as create_loader's
     plan = batching['batch_sampler']
+    pin = bool(pin_memory) and torch.cuda.is_available()
+    # the batches' bytes in a ring of shared memory the workers reuse (not where the pin thread copies them anyway)
+    collate, ring_note = DeviceCollate.choose(batch_size, 0 if pin else nw, (prefetch_factor or 2) + 3)
     loader = ResumableDataLoader(
         dataset,
         batch_sampler=plan,
         num_workers=nw,
-        collate_fn=device_decode_collate,
-        pin_memory=bool(pin_memory) and torch.cuda.is_available(),
+        collate_fn=collate,
+        pin_memory=pin,
         persistent_workers=persistent_workers and nw > 0,
         prefetch_factor=prefetch_factor if nw > 0 else None,
     )
@@ -561,6 +568,8 @@ def create_device_decode_loader(
     )
     fill = ra.ops[0].kwargs['fillcolor'] if ra is not None else (128, 128, 128)
     step = DeviceDecodeStep(size, ops, mixer, aug_fill=fill)
+    step.collate = collate  # the step gives each batch's slot back once decoded; the feeder, those of lost workers
     pl = PrefetchLoader.over(loader, step)  # the one prefetching loader, this step
     step.stats = pl.stats()  # where the step shows the split of the samples
+    step.stats.note('decode', {'bytes': ring_note})
     return pl
