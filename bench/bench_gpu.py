@@ -72,9 +72,9 @@ def timmdata_device_loader(root, train, bs, nw, device):
                                        color_jitter=0.4 if train else None, num_workers=nw, decode_device=device)
 
 def timmdata_device_matmul_loader(root, train, bs, nw, device):
-    "The device loader with its resize in matrix products, not Triton's kernels (the kernels' A/B in one run)."
+    "The device loader with torch's operations for its resize (matrix products) and warps, not Triton's kernels (their A/B in one run)."
     ld = timmdata_device_loader(root, train, bs, nw, device)
-    ld.step.resize_kernel = False
+    ld.step.kernels = False
     return ld
 
 def timmdata_store_loader(root, train, bs, nw, device):

@@ -74,6 +74,21 @@ def test_device_loader_randaugment_is_the_cpu_loaders(sample_root):
     assert ((x - xr).abs() * 255).mean((1, 2, 3)).min() > 5
 
 
+def test_one_switch_turns_both_kernels_off_for_one_loader(sample_root, monkeypatch):
+    "`step.kernels = False`: the resize in matrix products and RandAugment's warps in torch's operations, said so."
+    import timmdata.pixels.batch_augment as ba
+    asked, warp = [], ba.warp_batch
+    monkeypatch.setattr(ba, 'warp_batch', lambda *a, kernel=None, **k: asked.append(kernel) or warp(*a, kernel=kernel, **k))
+    dl = create_device_decode_loader(ImageDataset(sample_root, split='train'), 64, 8, is_training=True, auto_augment=AA,
+                                     decode_device='cpu', num_workers=0, seed=0)
+    dl.step.kernels = False
+    n = sum(len(y) for _, y in dl)
+    assert n == 8 * len(dl) > 0  # whole batches (training drops the last short one)
+    assert asked and set(asked) == {False}, asked
+    decode = dl.stats().info['decode']
+    assert (decode['resize'], decode['warp']) == ('matmul: asked for', 'torch: asked for'), decode
+
+
 def test_device_randaugment_replaces_jitter_and_refuses_what_it_lacks(sample_root):
     ds = ImageDataset(sample_root, split='train')
     dl = create_device_decode_loader(ds, 64, 4, is_training=True, auto_augment=AA, decode_device='cpu', num_workers=0)

@@ -233,7 +233,8 @@ class DeviceDecodeStep:
         self.stats = None  # the loader's `LoaderStats`, where the split is shown (`info['decode']`); set by the loader
         self.bitstreams_on_device = None  # the decoder reads device memory (one copy a batch); None: not asked yet
         self.taps = TapCache()  # the resizes' taps, each made once on the host and kept on the device
-        self.resize_kernel = None  # None: the resize as `resize_path` says; False: the matrix products (to compare)
+        # None: Triton's kernels where `resize_path` and `warp_path` say so; False: torch's operations for both (to compare)
+        self.kernels = None
 
     @property
     def ahead(self) -> int:
@@ -281,17 +282,19 @@ class DeviceDecodeStep:
         if self.collate is not None:  # the bytes are read (decoded, or copied on synchronously): their slot is free
             self.collate.release(packed['data'])
         yield imgs
-        x = resize_stage(packed, imgs, self.size, self.device, ops.channels, self.taps, self.resize_kernel)
+        x = resize_stage(packed, imgs, self.size, self.device, ops.channels, self.taps, self.kernels)
         del imgs
         if self.stats is not None and 'resize' not in self.stats.info.get('decode', {}):
-            path = 'matmul: asked for' if self.resize_kernel is False else resize_path(self.device)
+            path = 'matmul: asked for' if self.kernels is False else resize_path(self.device)
             self.stats.note('decode', {'resize': path})  # Triton's kernels, or why not
         if (
             'augs' in packed
         ):  # RandAugment, drawn in the workers, on the uint8 batch (timm: after the crop, before normalising)
-            x = augment_batch(x, packed['augs'], self.aug_fill)
+            x = augment_batch(x, packed['augs'], self.aug_fill, self.kernels)
             if self.stats is not None and 'warp' not in self.stats.info.get('decode', {}):
-                self.stats.note('decode', {'warp': warp_path(self.device)})  # its geometric ops: Triton's kernel?
+                self.stats.note(
+                    'decode', {'warp': 'torch: asked for' if self.kernels is False else warp_path(self.device)}
+                )  # its geometric ops: Triton's kernel?
         yield x
         pix_rows = packed['pixel_rows'].tolist()
         jpeg_rows = sorted(set(range(len(packed['plans']))) - set(pix_rows))

@@ -257,6 +257,7 @@ def augment_batch(
     x: torch.Tensor,  # uint8 RGB (N, 3, H, W) on the device; changed in place and returned
     draws: torch.Tensor,  # (N, layers, 3) float64 on the CPU: each image's ops per layer (`encode_draws`)
     fill: Sequence[int] = (128, 128, 128),  # the geometric ops' fill colour (timm's `img_mean`)
+    kernel: bool | None = None,  # the warps in Triton's kernel (`warp_batch`); None: as `warp_path` says
 ) -> torch.Tensor:
     "Each image's drawn ops, layer by layer: the point ops in one table lookup, each ImageEnhance op batched, the geometric ops in one warp per filter."
     dev, (hh, ww) = x.device, x.shape[-2:]
@@ -287,7 +288,11 @@ def augment_batch(
                     (
                         rows,
                         lambda s, r, f=f: warp_batch(
-                            s, affine_matrices(codes[r].tolist(), args[r].tolist(), (hh, ww)), bool(f), fill
+                            s,
+                            affine_matrices(codes[r].tolist(), args[r].tolist(), (hh, ww)),
+                            bool(f),
+                            fill,
+                            kernel=kernel,
                         ),
                     )
                 )
