@@ -45,6 +45,9 @@ def main(argv=None):
         sync()
     wall = time.perf_counter() - t0
     ev = prof.key_averages()
+    if not len(ev):  # e.g. a CUDA build of torch on a machine without a GPU: Kineto records nothing
+        print(f'the profiler recorded no operations on {dev} (wall {wall / a.batches * 1e3:.1f} ms a batch)')
+        return
     key = 'self_device_time_total' if dev.type == 'cuda' else 'self_cpu_time_total'
     if not hasattr(ev[0], key):
         key = 'self_cuda_time_total' if dev.type == 'cuda' else key

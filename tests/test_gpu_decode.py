@@ -166,6 +166,7 @@ def test_worker_batches_come_through_the_bytes_ring_and_equal_in_process_ones(mi
     _same(_run(a, 2)[0], got)
     assert len(got) == 2 * len(b) == 2 * (8 // 3)
     assert ring.counts == {'ring': len(got), 'fresh': 0} and int(ring.busy.sum()) == 0
+    assert b.stats().info['decode']['bytes in the ring'] == 1.0 and 'bytes in the ring' not in a.stats().info['decode']
 
 
 def test_skipped_bad_samples_are_dropped_not_decoded(tmp_path):

@@ -241,9 +241,13 @@ class DeviceDecodeStep:
         return 1  # a batch made (in the step's own thread) while the consumer uses the one before
 
     def shares(self) -> dict:
-        "Where the samples so far were decoded: {'images': n, then each `SPLIT` row's share}."
+        "Where the samples so far were decoded: {'images': n, then each `SPLIT` row's share}; the share of batches whose bytes came in the ring."
         n = max(sum(self.split), 1)
-        return {'images': sum(self.split), **{k: round(c / n, 4) for k, c in zip(SPLIT, self.split)}}
+        out = {'images': sum(self.split), **{k: round(c / n, 4) for k, c in zip(SPLIT, self.split)}}
+        ring = None if self.collate is None else self.collate.ring  # a DeviceCollate's
+        if ring is not None:  # a batch over its slot (more than RING_JPEG_BYTES an image) went to fresh memory
+            out['bytes in the ring'] = round(ring.counts['ring'] / max(sum(ring.counts.values()), 1), 4)
+        return out
 
     def empty(
         self,

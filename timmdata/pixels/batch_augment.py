@@ -5,6 +5,7 @@
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #b12d8a4f
 from __future__ import annotations
 from typing import Sequence
+import numpy as np
 import torch
 from PIL import Image
 from ..core.runtime import to_device
@@ -123,23 +124,29 @@ def point_luts(
     args: torch.Tensor,  # (n,) float64 their arguments (bits, threshold, addend)
     histogram: bool = True,  # any autocontrast or equalize among them (else their histograms are not made)
 ) -> torch.Tensor:
-    "Each image's op as Pillow's table, (n, C, 256) int64: invert, posterize, solarize, solarize_add; autocontrast and equalize from the histogram."
+    "Each image's op as Pillow's table, (n, C, 256) int64 on `x`'s device: invert, posterize, solarize, solarize_add; autocontrast and equalize from the histogram."
     n, c = x.shape[:2]
-    dev = x.device
-    i = torch.arange(256, device=dev, dtype=torch.int64).view(1, 1, 256)
-    code, a = codes.view(n, 1, 1), args.to(torch.int64).view(n, 1, 1)
-    bits = a.clamp(0, 8)
-    post = torch.where(bits > 0, i & ~((1 << (8 - bits)) - 1), 0)  # the high bits kept (0: black)
-    lut = torch.where(code == _CODE['invert'], 255 - i, i.expand(n, c, 256))
-    lut = torch.where(code == _CODE['posterize'], post, lut)
-    lut = torch.where(code == _CODE['solarize'], torch.where(i < a, i, 255 - i), lut)
-    lut = torch.where(
-        code == _CODE['solarize_add'], torch.where(i < 128, (i + a).clamp(max=255), i), lut
-    )  # timm's threshold 128
-    if histogram:
-        ac, eq = _histogram_luts(x)
-        lut = torch.where(code == _CODE['auto_contrast'], ac, lut)
-        lut = torch.where(code == _CODE['equalize'], eq, lut)
+    # the tables that need no pixels, from the codes and arguments alone: made on the host, sent in one copy
+    code, a = codes.cpu().numpy()[:, None], args.cpu().numpy().astype(np.int64)[:, None]
+    i = np.arange(256, dtype=np.int64)[None]
+    bits = np.clip(a, 0, 8)
+    made = np.select(
+        [code == _CODE[k] for k in ('invert', 'posterize', 'solarize', 'solarize_add')],
+        [
+            255 - i,
+            np.where(bits > 0, i & ~((1 << (8 - bits)) - 1), 0),  # the high bits kept (0: black)
+            np.where(i < a, i, 255 - i),
+            np.where(i < 128, np.minimum(i + a, 255), i),  # timm's threshold 128
+        ],
+        np.broadcast_to(i, (n, 256)),
+    )
+    lut = to_device(torch.from_numpy(made), x.device).view(n, 1, 256).expand(n, c, 256)
+    hist = np.flatnonzero((code[:, 0] == _CODE['auto_contrast']) | (code[:, 0] == _CODE['equalize']))
+    if histogram and len(hist):  # autocontrast and equalize: from each of those images' histogram, on the device
+        rows = to_device(torch.from_numpy(hist), x.device)
+        ac, eq = _histogram_luts(x.index_select(0, rows))
+        is_ac = to_device(torch.from_numpy(code[hist] == _CODE['auto_contrast']).view(-1, 1, 1), x.device)
+        lut = lut.contiguous().index_copy_(0, rows, torch.where(is_ac, ac, eq))
     return lut
 
 
@@ -271,9 +278,7 @@ def augment_batch(
             groups.append(
                 (
                     rows,
-                    lambda s, r, hist=hist: apply_luts(
-                        s, point_luts(s, to_device(codes[r], dev), to_device(args[r], dev), hist)
-                    ),
+                    lambda s, r, hist=hist: apply_luts(s, point_luts(s, codes[r], args[r], hist)),
                 )
             )
         for k in sorted(_ENHANCE):
