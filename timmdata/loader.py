@@ -4,7 +4,7 @@
 
 # %% ../nbs/38_loader.ipynb #dfb218b2
 from __future__ import annotations
-import ctypes, inspect, math, random, sys, warnings
+import ctypes, inspect, random, sys, warnings
 from dataclasses import MISSING, dataclass, fields
 from functools import partial
 from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
@@ -537,17 +537,15 @@ def prefetch_step(
     o: LoaderOptions,  # the loader's options (`create_loader`'s arguments)
     device: torch.device,  # the device the batches go to
     batch_jitter: bool,  # color jitter runs on the batch (`jitter_on_batch`)
-    shapes: list,  # the batch shapes (batch, C, H, W), one per scheduled size
 ) -> PrefetchLoader:
     "The `PrefetchLoader` over the DataLoader: float, normalise, jitter (when moved to the batch), erase on `device`."
-    pl = PrefetchLoader(
+    train = o.is_training and not o.no_aug
+    return PrefetchLoader(
         loader, mean=o.mean, std=o.std, channels=o.channels, device=device, fp16=o.fp16, img_dtype=o.img_dtype,
-        re_prob=o.re_prob if o.is_training and not o.no_aug else 0.0, re_mode=o.re_mode, re_count=o.re_count,
+        re_prob=o.re_prob if train else 0.0, re_mode=o.re_mode, re_count=o.re_count,
         re_num_splits=(o.num_aug_splits or 2) if o.re_split else 0, channels_last=o.channels_last,
         color_jitter=o.color_jitter if batch_jitter else None,
     )  # fmt: skip
-    pl.step.expect(max(shapes, key=math.prod))  # the first batch's output, made while the workers make it
-    return pl
 
 # %% ../nbs/38_loader.ipynb #5179544a
 @short_traceback  # an error whose message names its cause: one line under the caller's frames
@@ -603,12 +601,11 @@ def create_loader(
     )  # fmt: skip
     dataset, shapes = transform_step(dataset, o, batch_jitter)
     dataset, batching = plan_step(dataset, o)
-    pin = torch.cuda.is_available() and bool(
-        o.use_prefetcher and device.type == 'cuda' if o.pin_memory is None else o.pin_memory
-    )
+    pin = bool(o.use_prefetcher and device.type == 'cuda' if o.pin_memory is None else o.pin_memory)
+    pin = pin and torch.cuda.is_available()
     collate_fn = collate_step(dataset, shapes, o, device, pin)
     loader = worker_loader(dataset, batching, collate_fn, o, pin)
-    loader = prefetch_step(loader, o, device, batch_jitter, shapes) if o.use_prefetcher else loader
+    loader = prefetch_step(loader, o, device, batch_jitter) if o.use_prefetcher else loader
     return watch_by_setting(
         loader, 'train' if o.is_training else 'eval'
     )  # TIMMDATA_WATCH: published for `timmdata top`

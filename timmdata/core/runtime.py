@@ -4,7 +4,7 @@
 
 # %% ../../nbs/core/02_runtime.ipynb #28c0d53e
 from __future__ import annotations
-import ast, math, multiprocessing, os, sys, threading
+import ast, math, multiprocessing, os, sys
 from contextlib import contextmanager
 from typing import Optional, Protocol, Sequence, runtime_checkable
 import numpy as np
@@ -22,12 +22,6 @@ def _refs(bufs: list, i: int) -> int:
     return sys.getrefcount(bufs[i])  # one way of counting, for the base and every check
 
 
-def _aligned(nbytes: int) -> np.ndarray:
-    "`nbytes` of new memory, 64-byte aligned like torch's own allocations."
-    raw = np.empty(nbytes + 64, dtype=np.uint8)
-    return raw[-raw.ctypes.data % 64 :][:nbytes]
-
-
 class BufferPool:
     "A few reusable CPU output buffers (numpy memory under `torch.from_numpy`), each reused only once nothing else holds it."
 
@@ -35,7 +29,7 @@ class BufferPool:
         self,
         size: int,  # buffers kept; past it, one still held elsewhere (else the oldest) is forgotten
     ):
-        self.size, self.bufs, self._lock = size, [], threading.Lock()
+        self.size, self.bufs = size, []
         self.base = _refs([np.empty(0)], 0)  # an array only the list holds
 
     def get(
@@ -46,42 +40,25 @@ class BufferPool:
     ) -> torch.Tensor:
         "A `shape` tensor of `dtype` (channels-last strides if asked) over the smallest free buffer that fits, else a new one."
         nbytes = math.prod(shape) * dtype.itemsize
-        with self._lock:
-            bufs = self.bufs  # by index: a name bound to a buffer would count as a holder
-            free = [i for i in range(len(bufs)) if bufs[i].nbytes >= nbytes and _refs(bufs, i) == self.base]
-            a = self.bufs[min(free, key=lambda i: self.bufs[i].nbytes)] if free else None  # the smallest that fits
-        if a is None:
-            a = self._add(_aligned(nbytes))
-        t = torch.from_numpy(a)[:nbytes].view(dtype)  # its storage holds `a` until every tensor and view is gone
+        free = [i for i in range(len(self.bufs)) if self.bufs[i].nbytes >= nbytes and _refs(self.bufs, i) == self.base]
+        if free:
+            a = self.bufs[min(free, key=lambda i: self.bufs[i].nbytes)]  # the smallest free one that fits
+        else:
+            raw = np.empty(nbytes + 64, dtype=np.uint8)
+            a = raw[-raw.ctypes.data % 64 :][:nbytes]  # 64-byte aligned, like torch's own allocations
+            self.bufs.append(a)
+            if (
+                len(self.bufs) > self.size
+            ):  # forget a buffer the consumer still holds (it keeps it alive), else the oldest
+                busy = [i for i in range(len(self.bufs) - 1) if _refs(self.bufs, i) != self.base]
+                self.bufs.pop(busy[0] if busy else 0)
+        t = torch.from_numpy(a)[:nbytes].view(
+            dtype
+        )  # its storage holds `a` until every tensor, view and storage object is gone
         if channels_last and len(shape) == 4:
             n, c, h, w = shape
             return t.view(n, h, w, c).permute(0, 3, 1, 2)
         return t.view(shape)
-
-    def _add(self, a: np.ndarray) -> np.ndarray:
-        "Keep buffer `a`; past `size`, forget one the consumer still holds (it keeps it alive), else the oldest."
-        with self._lock:
-            self.bufs.append(a)
-            if len(self.bufs) > self.size:
-                busy = [i for i in range(len(self.bufs) - 1) if _refs(self.bufs, i) != self.base]
-                self.bufs.pop(busy[0] if busy else 0)
-        return a
-
-    def warm(
-        self,
-        nbytes: int,  # the buffer's size, e.g. the first batch's float output
-    ) -> threading.Thread:
-        """A buffer of `nbytes` made in a thread of its own, a byte written in each of its pages (the kernel maps them
-        then), and only then kept: the first batch written into it waits for no page faults. The thread, started."""
-
-        def make():
-            a = _aligned(nbytes)
-            torch.from_numpy(a)[::4096].zero_()  # torch lets the GIL go meanwhile
-            self._add(a)
-
-        t = threading.Thread(target=make, name='timmdata-warm', daemon=True)
-        t.start()
-        return t
 
 # %% ../../nbs/core/02_runtime.ipynb #2def4381
 def resolve_device(

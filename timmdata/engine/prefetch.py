@@ -4,7 +4,7 @@
 
 # %% ../../nbs/engine/31_prefetch.ipynb #b3ae2fcf
 from __future__ import annotations
-import math, time, weakref
+import time, weakref
 from typing import Optional, Sequence, Union
 import torch
 from ..pixels import decode
@@ -324,14 +324,6 @@ class BatchOps:
     ) -> torch.Tensor:
         "A uint8 NCHW batch on the device -> floats in the maths' dtype, (jittered,) normalised, clamped."
         return self.backend.normalize(x)
-
-    def expect(
-        self,
-        shape: tuple,  # the loader's largest batch, (N, C, H, W)
-    ):
-        "The batches to come: on the CPU, the first batch's output buffer made now in a thread of its own (`BufferPool.warm`), while the workers make that batch."
-        if isinstance(self.backend, _CpuBackend):
-            self.backend.pool.warm(math.prod(shape) * self._calc_dtype.itemsize)
 
     def erase(
         self,
