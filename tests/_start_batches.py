@@ -5,7 +5,8 @@
 It sets the start method (fork, forkserver: Python 3.14's default on Linux, spawn: macOS's and Windows'), then builds
 each loader with 2 worker processes: 'train' and 'eval' over an image folder ('train' with RandAugment, random erasing
 and a FastCollateMixup collate left on numpy's global stream), 'stream' over WebDataset shards, and 'resume' (the
-training run cut after 3 batches and resumed from its state)."""
+training run cut after 3 batches and resumed from its state), and 'device': the device-decode loader on the CPU
+(TorchCodec's CPU decoder), whose workers send each batch's JPEG bytes in a batch ring and the rest by value."""
 import hashlib, io, json, multiprocessing, sys, warnings
 from pathlib import Path
 
@@ -19,8 +20,16 @@ def stream_loader(shards):
     return create_loader(ds, 64, 8, is_training=True, device='cpu', seed=5, num_workers=2, worker_mode='process', re_prob=0.25)
 
 
+def device_loader(root):
+    from timmdata import ImageDataset
+    from timmdata.engine.gpu_decode import create_device_decode_loader
+    return create_device_decode_loader(ImageDataset(root), 64, 8, is_training=True, decode_device='cpu', seed=5,
+                                       num_workers=2, re_prob=0.25)
+
+
 def all_cases(root, shards) -> dict:
     out = {case: fb.run(fb.loader(root, case, 'process', 2))[0] for case in fb.CASES}
+    out['device'] = fb.run(device_loader(root))[0]
     out['stream'] = fb.run(stream_loader(shards))[0]
     head, sd = fb.run(fb.loader(root, 'train', 'process', 2), stop=3)
     out['resume'] = head + fb.run(fb.loader(root, 'train', 'process', 2), state=sd)[0]

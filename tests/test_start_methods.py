@@ -1,7 +1,7 @@
 """Worker processes started by fork, forkserver (Python 3.14's default on Linux) and spawn (macOS's and Windows'): the
 same batches bit for bit, for training (RandAugment, random erasing, a Mixup collate on numpy's global stream), eval,
-a WebDataset stream and a resumed run; and a dataset that does not pickle gets an error that names the start method
-and what to do, not pickle's alone. Found on 3.14t: a FastCollateMixup held the module np.random, which does not
+a WebDataset stream, a resumed run and the device-decode loader on the CPU (its batch ring of JPEG bytes); and a
+dataset that does not pickle gets an error that names the start method and what to do, not pickle's alone. Found on 3.14t: a FastCollateMixup held the module np.random, which does not
 pickle, so every Mixup run with worker processes failed on Python 3.14."""
 import io, json, multiprocessing, subprocess, sys
 from pathlib import Path
@@ -36,8 +36,9 @@ def by_fork(sample_root, shards): return batches('fork', sample_root / 'train', 
 
 
 def _same(got: dict, ref: dict, method: str):
-    assert sorted(got) == sorted(ref) == ['eval', 'resume', 'stream', 'train']
-    assert len(ref['train']) == 60 // 8 and len(ref['eval']) == -(-60 // 8) and len(ref['stream']) == 40 // 8
+    assert sorted(got) == sorted(ref) == ['device', 'eval', 'resume', 'stream', 'train']
+    assert len(ref['train']) == len(ref['device']) == 60 // 8 and len(ref['eval']) == -(-60 // 8)
+    assert len(ref['stream']) == 40 // 8
     assert ref['resume'] == ref['train']  # the resumed run is the whole one
     for case in ref:
         assert len(got[case]) == len(ref[case]), (method, case)
