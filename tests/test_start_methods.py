@@ -1,8 +1,9 @@
 """Worker processes started by fork, forkserver (Python 3.14's default on Linux) and spawn (macOS's and Windows'): the
 same batches bit for bit, for training (RandAugment, random erasing, a Mixup collate on numpy's global stream), eval,
 a WebDataset stream, a resumed run and the device-decode loader on the CPU (its batch ring of JPEG bytes); and a
-dataset that does not pickle gets an error that names the start method and what to do, not pickle's alone. Found on 3.14t: a FastCollateMixup held the module np.random, which does not
-pickle, so every Mixup run with worker processes failed on Python 3.14."""
+dataset that does not pickle gets an error that names the start method and what to do, not pickle's alone. Found on
+3.14t: a FastCollateMixup held the module np.random, which does not pickle, so every Mixup run with worker processes
+failed on Python 3.14."""
 import io, json, multiprocessing, subprocess, sys
 from pathlib import Path
 
