@@ -169,6 +169,15 @@ def test_worker_batches_come_through_the_bytes_ring_and_equal_in_process_ones(mi
     assert b.stats().info['decode']['bytes in the ring'] == 1.0 and 'bytes in the ring' not in a.stats().info['decode']
 
 
+def test_pinned_batches_have_no_bytes_ring_and_say_why(sample_root, monkeypatch):
+    "With pin_memory (on a CUDA machine) torch's pin thread copies every batch anyway: no ring, and the stats say why."
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)  # the loader is made, never iterated
+    dl = create_device_decode_loader(ImageDataset(sample_root, split='train'), 64, 4, is_training=True,
+                                     decode_device='cpu', num_workers=2, pin_memory=True)
+    assert dl.step.collate.ring is None and dl.loader.pin_memory
+    assert dl.stats().info['decode']['bytes'].startswith('no batch ring: pin_memory=True')
+
+
 def test_skipped_bad_samples_are_dropped_not_decoded(tmp_path):
     root = tmp_path / 'ds' / 'c'; root.mkdir(parents=True)
     good = _enc(make_sample_image(0, 0, (200, 150)), 'JPEG', quality=90)

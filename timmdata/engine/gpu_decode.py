@@ -548,7 +548,11 @@ def create_device_decode_loader(
     plan = batching['batch_sampler']
     pin = bool(pin_memory) and torch.cuda.is_available()
     # the batches' bytes in a ring of shared memory the workers reuse (not where the pin thread copies them anyway)
-    collate, ring_note = DeviceCollate.choose(batch_size, 0 if pin else nw, (prefetch_factor or 2) + 3)
+    collate, ring_note = (
+        (DeviceCollate(), 'no batch ring: pin_memory=True (the pin thread copies every batch to page-locked memory)')
+        if pin
+        else DeviceCollate.choose(batch_size, nw, (prefetch_factor or 2) + 3)
+    )
     loader = ResumableDataLoader(
         dataset,
         batch_sampler=plan,
