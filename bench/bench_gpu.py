@@ -154,9 +154,13 @@ def run(a) -> dict:
                 if device.type == 'cuda': mem[c] = max(mem[c], torch.cuda.max_memory_allocated(device) / 2**20)
                 if ep: rates[c].append(n / dt); cpu[c].append(dc / n)
                 print(f'  {pipe} {c} epoch {ep}{" (warm-up)" if not ep else ""}: {n / dt:,.0f} img/s, {dc / n * 1e3:.2f} CPU ms/img', flush=True)
-        stages, resize = {}, {}  # the device path's stages (a thread each): batches, wall and CPU seconds, warm-up included
+        stages, resize, decoded = {}, {}, {}  # the device path's stages (a thread each): batches, wall and CPU seconds, warm-up included
         for c, ld in loaders.items():
             info = ld.stats().info if getattr(ld, 'stats', None) else {}
+            if info.get('decode'):  # where the images were decoded, the bytes' ring and its share, the kernels
+                decoded[c] = info['decode']
+                print(f"  {pipe} {c} bytes: {info['decode'].get('bytes')}; in the ring "
+                      f"{info['decode'].get('bytes in the ring')}", flush=True)
             if info.get('decode', {}).get('resize'):  # Triton's kernels or the matrix products, and why
                 resize[c] = info['decode']['resize']
                 print(f'  {pipe} {c} resize: {resize[c]}', flush=True)
@@ -175,7 +179,7 @@ def run(a) -> dict:
         med = {c: statistics.median(v) for c, v in rates.items() if v}
         out = {'img_per_s': {**med, 'decode_limit': lim}, 'cpu_s_per_img': {**{c: statistics.median(v) for c, v in cpu.items() if v}, 'decode_limit': lim_cpu},
                'gpu_mem_mb': mem, 'runs': rates, 'errors': errors, 'device_stages': stages,
-               'resize': resize}
+               'resize': resize, 'decode': decoded}
         if 'timm' in med: out['ratio_to_timm'] = {c: med[c] / med['timm'] for c in med}
         res['pipelines'][pipe] = out
         if a.out:  # after each pipeline: a run cut short keeps what it measured
