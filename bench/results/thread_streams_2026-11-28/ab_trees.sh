@@ -2,13 +2,14 @@
 # Threads against processes, no step, GIL build, this tree and OLDTREE (a copy of an earlier commit with the built
 # extension) in one run: ROUNDS rounds (default 10), each contender a fresh process, the order rotating each round:
 #   ROUNDS=10 bash bench/results/thread_streams_2026-11-28/ab_trees.sh DATA OLDTREE > ab_trees_runs.txt
+# SOURCES="stream" (default "map stream") runs only those sources.
 # DATA: a folder with folder/ and shards/ as bench/bench_thread_streams.py writes them (it prints its scratch folder).
 # OLDTREE: e.g. `git worktree add /tmp/old COMMIT && cp timmdata/*.so /tmp/old/timmdata/`.
 # Each line: round, source, tree, mode, steady img/s, CPU ms an image, first batch ms, device step ms a batch.
 DATA=${1:?DATA folder}; OLD=${2:?OLDTREE}
 cd "$(dirname "$0")/../../.."
 for r in $(seq 1 ${ROUNDS:-10}); do
-  for src in map stream; do
+  for src in ${SOURCES:-map stream}; do
     runs=("new thread" "new process" "old thread" "old process")
     k=$((r % 4)); runs=("${runs[@]:$k}" "${runs[@]:0:$k}")
     for run in "${runs[@]}"; do
