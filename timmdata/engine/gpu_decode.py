@@ -283,7 +283,9 @@ class DeviceDecodeStep:
                 where = 'one copy to the device' if self.bitstreams_on_device else 'the page-locked host buffer'
                 self.stats.note('decode', {'bitstreams': where})
         imgs, slow = decode_stage(packed, self.device, calls, self.bitstreams_on_device)
-        if self.collate is not None:  # the bytes are read (decoded, or copied on synchronously): their slot is free
+        # the bytes are read: decoded on the CPU, or on a GPU copied to page-locked memory first (`bitstreams`, with the
+        # lane's calls): their slot is free now. Else (a GPU, no lane) the slot comes back when the batch is dropped
+        if self.collate is not None and (calls is not None or self.device.type != 'cuda'):
             self.collate.release(packed['data'])
         yield imgs
         x = resize_stage(packed, imgs, self.size, self.device, ops.channels, self.taps, self.kernels)
