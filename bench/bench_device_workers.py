@@ -91,7 +91,7 @@ def main(argv=None):
         finally:
             torch_worker._worker_info = info
         return statistics.median(t) / 10 / a.batch * 1e3
-    med = lambda v: statistics.median(v)
+    med = statistics.median
     print(f'{len(ds)} JPEGs 500x375, batch {a.batch}, {a.workers} persistent workers, {a.epochs} epochs each (median)')
     for way in ways:
         print(f"  {way:5s} workers' CPU an image {med(workers[way]):.3f} ms (each epoch: "

@@ -157,12 +157,12 @@ def run(a) -> dict:
         stages, resize, decoded = {}, {}, {}  # the device path's stages (a thread each): batches, wall and CPU seconds, warm-up included
         for c, ld in loaders.items():
             info = ld.stats().info if getattr(ld, 'stats', None) else {}
-            if info.get('decode'):  # where the images were decoded, the bytes' ring and its share, the kernels
-                decoded[c] = info['decode']
-                print(f"  {pipe} {c} bytes: {info['decode'].get('bytes')}; in the ring "
-                      f"{info['decode'].get('bytes in the ring')}", flush=True)
-            if info.get('decode', {}).get('resize'):  # Triton's kernels or the matrix products, and why
-                resize[c] = info['decode']['resize']
+            notes = info.get('decode') or {}  # where the images were decoded, the bytes' ring and its share, the kernels
+            if notes:
+                decoded[c] = notes
+                print(f"  {pipe} {c} bytes: {notes.get('bytes')}; in the ring {notes.get('bytes in the ring')}", flush=True)
+            if notes.get('resize'):  # Triton's kernels or the matrix products, and why
+                resize[c] = notes['resize']
                 print(f'  {pipe} {c} resize: {resize[c]}', flush=True)
             got = info.get('device_stages')
             if got:

@@ -122,7 +122,7 @@ def point_luts(
     x: torch.Tensor,  # uint8 (n, C, H, W)
     codes: torch.Tensor,  # (n,) int64 op codes (`AUG_OPS`), each a point op
     args: torch.Tensor,  # (n,) float64 their arguments (bits, threshold, addend)
-    histogram: bool = True,  # any autocontrast or equalize among them (else their histograms are not made)
+    histogram: bool = True,  # False: no histograms made (autocontrast and equalize rows keep the identity table)
 ) -> torch.Tensor:
     "Each image's op as Pillow's table, (n, C, 256) int64 on `x`'s device: invert, posterize, solarize, solarize_add; autocontrast and equalize from the histogram."
     n, c = x.shape[:2]
@@ -273,14 +273,8 @@ def augment_batch(
         groups = []
         point = torch.tensor([int(k) in _POINT for k in codes.tolist()])
         if point.any():
-            rows = point.nonzero().flatten()
-            hist = bool(((codes[rows] == _CODE['auto_contrast']) | (codes[rows] == _CODE['equalize'])).any())
-            groups.append(
-                (
-                    rows,
-                    lambda s, r, hist=hist: apply_luts(s, point_luts(s, codes[r], args[r], hist)),
-                )
-            )
+            # the histograms made only for the rows whose op needs one (`point_luts` finds them from the codes)
+            groups.append((point.nonzero().flatten(), lambda s, r: apply_luts(s, point_luts(s, codes[r], args[r]))))
         for k in sorted(_ENHANCE):
             rows = (codes == k).nonzero().flatten()
             if len(rows):
