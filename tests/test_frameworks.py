@@ -99,9 +99,11 @@ def test_accelerate_prepare_keeps_bare_dataloader(root):
 
 def _accelerate2(root, out, **kw):
     "An Accelerate run over 2 CPU processes (torchrun, gloo)."
-    subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', str(free_port()),
-                    os.path.join(HERE, '_frameworks.py'), 'accelerate', str(root), str(out), json.dumps(kw)],
-                   check=True, env=_env(), cwd=str(out), timeout=300, capture_output=True)
+    # --standalone: torchrun binds its own free port (a port picked here first could be taken before it binds)
+    r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2',
+                        os.path.join(HERE, '_frameworks.py'), 'accelerate', str(root), str(out), json.dumps(kw)],
+                       env=_env(), cwd=str(out), timeout=300, capture_output=True, text=True)
+    assert r.returncode == 0, f'Accelerate run {kw} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}'
 
 
 @pytest.mark.slow
