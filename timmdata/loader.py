@@ -545,6 +545,7 @@ def prefetch_step(
         re_prob=o.re_prob if train else 0.0, re_mode=o.re_mode, re_count=o.re_count,
         re_num_splits=(o.num_aug_splits or 2) if o.re_split else 0, channels_last=o.channels_last,
         color_jitter=o.color_jitter if batch_jitter else None,
+        num_prefetch=1 if device.type == 'cpu' and o.num_workers > 0 else None,  # the CPU maths beside the step
     )  # fmt: skip
 
 # %% ../nbs/38_loader.ipynb #5179544a

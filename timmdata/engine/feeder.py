@@ -22,8 +22,8 @@ from timmdata.core.torch_compat import (
 )
 
 # %% auto #0
-__all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'ThreadLane', 'StagedPass', 'cuda_rng_seeded', 'Marks',
-           'BatchStep', 'ResumesBatches', 'worker_died', 'is_cuda_init_error', 'weak_method', 'DeviceFeeder',
+__all__ = ['LANES', 'WORKER_DIED', 'tensors', 'HostLane', 'CudaLane', 'outcome', 'ThreadLane', 'StagedPass', 'cuda_rng_seeded',
+           'Marks', 'BatchStep', 'ResumesBatches', 'worker_died', 'is_cuda_init_error', 'weak_method', 'DeviceFeeder',
            'PrefetchStep', 'takes_step_options']
 
 # %% ../../nbs/engine/30_feeder.ipynb #953faaab
@@ -121,6 +121,22 @@ def _settle(
         if not f.cancelled():
             f.exception()  # waits; an error of a batch nobody will take is dropped
     pending.clear()
+
+
+def outcome(
+    f: Future,  # a lane thread's work
+):
+    "`f.result()`; an error raised with the frames of the work that raised it, the executor's left out (a short traceback)."
+    e = f.exception()
+    if e is None:
+        return f.result()
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == _EXECUTOR_FILE:
+        tb = tb.tb_next
+    raise e.with_traceback(tb)
+
+
+_EXECUTOR_FILE = sys.modules[ThreadPoolExecutor.__module__].__file__  # concurrent.futures.thread
 
 
 def _started(
@@ -254,7 +270,7 @@ class ThreadLane:
                 pending.append(pool.submit(self._take, step, it, marks, skip, end))
             if not pending:
                 return seen
-            kept, out, ready, m, s = pending.popleft().result()
+            kept, out, ready, m, s = outcome(pending.popleft())
             seen = s if s is not None else seen
             if kept:
                 yield self._hand(out, ready), m
@@ -285,7 +301,15 @@ class ThreadLane:
         _=None,  # unused: every lane's `hand_over` takes two
     ):
         "The step's output: its thread's result (an error in the step is raised here), then the event's hand-over."
-        return self._hand(*pending.result())
+        return self._hand(*outcome(pending))
+
+    def idle(self):
+        "Once the lane's threads hold nothing of the work they ran: a no-op through each (an executor's thread lets go of a work's arguments only after its future is done)."
+        for pool in self.pools:
+            try:
+                pool.submit(int).result()
+            except RuntimeError:  # shut down (the lane is being freed)
+                pass
 
     def _hand(self, out, ready):
         "`out` to the consumer: its stream waits for the step's event; the memory is kept until the consumer's work on it is done."
@@ -495,9 +519,14 @@ class DeviceFeeder:
         self.lane = ThreadLane(device, cpu_threads, stages) if threaded else LANES[device.type](device, cpu_threads)
         self.last = None  # the mark of the batch handed out last (None: none this pass)
         self.running = 0  # iterations under way
+        self._in_flight = None  # a weak reference to the lane's work in flight for the latest pass
 
     def __iter__(self):
         it, pending, done, seen, gen = None, deque(), False, None, None
+        earlier = self._in_flight and self._in_flight()
+        if earlier:  # a pass left unfinished, its iterator kept: its lane's work ends before this pass takes a batch
+            _settle(earlier)
+        self._in_flight = weakref.ref(pending)
         if self.marks.fresh():
             self.last = None
         self.running += 1
@@ -551,6 +580,8 @@ class DeviceFeeder:
                 if gen is not None:
                     gen.close()  # a lane's pass stopped early: its threads stop and end (`StagedPass`)
                 _settle(pending)  # nothing of this pass still runs in a lane's thread (it may be taking from `it`)
+                if isinstance(self.lane, ThreadLane):
+                    self.lane.idle()  # nor holds its iterator: a dropped loader is freed at once
                 self.stop_workers(it, force=False)
             finally:
                 self.running -= 1

@@ -239,8 +239,9 @@ class BatchOps:
     devices = ('cpu', 'cuda')  # the device types with a back end
     # for `PrefetchLoader`: on a GPU the step runs in a thread of its own with its own stream (`ThreadLane`): a copy from
     # pageable memory (timm's train.py does not pin) and the release of the worker's shared batch memory then hold that
-    # thread, not the training loop; on the CPU it runs in the consumer's thread
-    own_thread = property(lambda self: self.is_cuda)
+    # thread, not the training loop; on the CPU too when it works ahead (the next batch's maths beside the consumer's
+    # step), else in the consumer's thread
+    own_thread = property(lambda self: self.is_cuda or self.num_prefetch > 0)
     stages = ()  # in one piece (`PrefetchStep.stages`)
 
     def __init__(
@@ -268,8 +269,9 @@ class BatchOps:
             raise ValueError(f"num_prefetch must be None or an int >= 0; got {num_prefetch!r}")
         self.device = resolve_device(device, self.devices)
         self.is_cuda = self.device.type == 'cuda'
-        # on a GPU the copy and the maths of the next batch overlap the consumer's step; on the CPU they run in the
-        # consumer's thread either way, so working ahead would only delay each epoch's first batch and hold one more
+        # on a GPU the copy and the maths of the next batch overlap the consumer's step; on the CPU they do when the
+        # step works ahead, in a thread of its own (`create_loader` asks for it when the loader has workers: with none,
+        # the dataset's code stays in the training thread, as torch's)
         self.num_prefetch = (1 if self.is_cuda else 0) if num_prefetch is None else num_prefetch
         self.channels, self.channels_last, self.cpu_threads, self.collate = (
             channels,

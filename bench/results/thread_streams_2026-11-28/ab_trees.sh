@@ -15,7 +15,7 @@ for r in $(seq 1 ${ROUNDS:-10}); do
     for run in "${runs[@]}"; do
       set -- $run
       if [ "$1" = old ]; then pp=$OLD; else pp=; fi
-      out=$(PYTHONPATH=$pp .venv/bin/python bench/bench_thread_streams.py --one "$DATA" $src $2 none --epochs 8 | tail -1)
+      out=$(PYTHONPATH=$pp .venv/bin/python bench/bench_thread_streams.py --one "$DATA" $src $2 ${STEP:-none} --epochs 8 | tail -1)
       echo "$r $src $1 $2 $out" | python3 -c "import sys,json; r,s,t,m,j=sys.stdin.read().split(' ',4); d=json.loads(j); print(r,s,t,m,round(d['ips']),round(d['cpu_ms'],3),round(d['first']*1e3),round(d['stages']['device'],1))"
     done
   done
