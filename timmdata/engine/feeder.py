@@ -200,7 +200,8 @@ def _note(
 # %% ../../nbs/engine/30_feeder.ipynb #2266cb24
 class ThreadLane:
     """A step run in threads of its own, ahead of the consumer (the device decode's: a decoder's wait for its own
-    work at the end of a batch then blocks that thread, not the training step). On CUDA a thread queues its work on a
+    work at the end of a batch then blocks that thread, not the training step; a CPU step that works ahead: its maths
+    beside the consumer's). On CUDA a thread queues its work on a
     stream of its own and the hand-over is an event, as on `CudaLane`; on the CPU the threads alone (nothing to wait
     for). A stream does not wait for the consumer's: what a step writes is new memory from its own stream's pool, and a
     handed-over batch's memory goes back to that pool only when the consumer's work on it is done (`record_stream`).
@@ -270,7 +271,9 @@ class ThreadLane:
                 pending.append(pool.submit(self._take, step, it, marks, skip, end))
             if not pending:
                 return seen
-            kept, out, ready, m, s = outcome(pending.popleft())
+            # taken off only once done: a wait cut short (a dead worker's signal) leaves it for the caller to settle
+            kept, out, ready, m, s = outcome(pending[0])
+            pending.popleft()
             seen = s if s is not None else seen
             if kept:
                 yield self._hand(out, ready), m
@@ -303,8 +306,13 @@ class ThreadLane:
         "The step's output: its thread's result (an error in the step is raised here), then the event's hand-over."
         return self._hand(*outcome(pending))
 
-    def idle(self):
+    def idle(
+        self,
+        _finalizing=sys.is_finalizing,  # bound now: at the interpreter's exit the executor's module may be torn down
+    ):
         "Once the lane's threads hold nothing of the work they ran: a no-op through each (an executor's thread lets go of a work's arguments only after its future is done)."
+        if _finalizing():
+            return
         for pool in self.pools:
             try:
                 pool.submit(int).result()
@@ -358,7 +366,8 @@ class StagedPass:
                     pending.append(tuple(chain))
                 if not pending:
                     return seen
-                b = pending.popleft()[-1].result()  # an error in any of its stages is raised here
+                b = pending[0][-1].result()  # an error in any of its stages is raised here
+                pending.popleft()  # done: a wait cut short leaves the chain to `_settle`
                 seen = b.seen if b.seen is not None else seen
                 if b.gen is not None:
                     out, ready, m = b.out, b.ready, b.mark
