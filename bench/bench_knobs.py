@@ -95,9 +95,11 @@ while clock() - m0 < a['seconds'] or nb < 8:
 wall = clock() - m0
 cpu1 = tree_cpu()
 w = ld.stats().since(st0)
-ww = max(w.wall, 1e-9)  # the wait for the workers: next()'s time less the device step in it (the consumer's, on the CPU)
-out.update(ips=images / wall, wall=wall, batches=nb, stall=min(max(w.t['consumer_wait'] - w.t['device'], 0) / ww, 1.0),
-           device=w.t['device'] / ww, ideal_ips=images / max(w.t['consumer'] + w.t['device'], 1e-9),
+ww = max(w.wall, 1e-9)  # the wait for the workers: next()'s time less a device step run inside it (not one run apart)
+inline = 0.0 if w.step_apart else w.t['device']
+own = max(w.t['consumer'], w.t['device']) if w.step_apart else w.t['consumer'] + w.t['device']
+out.update(ips=images / wall, wall=wall, batches=nb, stall=min(max(w.t['consumer_wait'] - inline, 0) / ww, 1.0),
+           device=w.t['device'] / ww, ideal_ips=images / max(own, 1e-9),
            cores=sum(cpu1[p] - cpu0[p] for p in cpu1 if p in cpu0) / wall, mem=tree_mem() - base, pss=tree_pss() - base_pss,
            load=os.getloadavg()[0])
 if s == 'auto':

@@ -198,11 +198,10 @@ class LoaderStats(_Notes):
         self, rows: Optional[torch.Tensor] = None
     ):  # float64 (workers, len(COLUMNS)) in shared memory, or None (threads)
         self._lock, self.rows = threading.Lock(), rows
-        self.outer = False  # a prefetching loader counts the delivered batches (set by it); else the DataLoader does
+        self.outer = self.step_apart = False  # a prefetcher's: it counts the batches; its step not in the wait
         self.hooks = []  # `hook(stats)` after each batch handed out, in the consumer's thread (a `LoaderWatch`)
         # what the loader chose and counted beyond the stages, by topic: {'decode': {...}} (the device-decode path's split
-        # of the samples, decode_device='auto''s choice and why); plain JSON data, kept by `reset()` (but for the device
-        # stages' counts)
+        # of the samples, decode_device='auto''s choice and why); plain JSON, kept by `reset()` (not the device stages')
         self.info = {}
         self.reset()
 
@@ -285,7 +284,8 @@ class LoaderStats(_Notes):
         "A copy of the counts so far, the workers' rows summed in: it stays as it is while the loader runs on."
         s = LoaderStats()
         s._t, s._n = self.t, [self.samples, self.collated]
-        s.images, s.batches, s.wall, s.outer = self.images, self.batches, self.wall, self.outer
+        s.images, s.batches, s.wall = self.images, self.batches, self.wall
+        s.outer, s.step_apart = self.outer, self.step_apart
         with self._lock:  # threads note into `info` under the lock (`note`, `add_stage`)
             s.info = copy.deepcopy(self.info)
         return s
@@ -303,7 +303,7 @@ class LoaderStats(_Notes):
             now.batches - earlier.batches,
             now.wall - earlier.wall,
         )
-        s.outer, s.info = self.outer, self._info_since(now.info, earlier.info)
+        s.outer, s.step_apart, s.info = self.outer, self.step_apart, self._info_since(now.info, earlier.info)
         return s
 
     def table(self) -> str:

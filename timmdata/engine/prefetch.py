@@ -467,6 +467,7 @@ class PrefetchLoader:
         self.loader, self.step, self.resumes = loader, step, isinstance(loader, ResumesBatches)
         self._stats = loader.stats() if isinstance(loader, CountsTime) else LoaderStats()
         self._stats.outer = True  # the batches are delivered here: the loader under this one does not count them
+        self._stats.step_apart = bool(step.own_thread)  # beside the consumer's step: its time not inside the wait
         self.feeder = DeviceFeeder(
             loader, weak_method(self._feed), step.device, step.ahead, skip=step.empty, collate=step.collate,
             marks=loader.marks() if self.resumes else Marks(), cpu_threads=step.cpu_threads, threaded=step.own_thread,
