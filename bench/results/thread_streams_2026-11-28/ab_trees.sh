@@ -2,7 +2,8 @@
 # Threads against processes, no step, GIL build, this tree and OLDTREE (a copy of an earlier commit with the built
 # extension) in one run: ROUNDS rounds (default 10), each contender a fresh process, the order rotating each round:
 #   ROUNDS=10 bash bench/results/thread_streams_2026-11-28/ab_trees.sh DATA OLDTREE > ab_trees_runs.txt
-# SOURCES="stream" (default "map stream") runs only those sources.
+# SOURCES="stream" (default "map stream") runs only those sources; STEP (default none) the model step: none,
+# sleep:MS or cpu (bench/bench_thread_streams.py --one).
 # DATA: a folder with folder/ and shards/ as bench/bench_thread_streams.py writes them (it prints its scratch folder).
 # OLDTREE: e.g. `git worktree add /tmp/old COMMIT && cp timmdata/*.so /tmp/old/timmdata/`.
 # Each line: round, source, tree, mode, steady img/s, CPU ms an image, first batch ms, device step ms a batch.
