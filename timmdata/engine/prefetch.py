@@ -260,9 +260,7 @@ class BatchOps:
         color_jitter: 'Optional[Union[float, Sequence[Union[float, tuple[float, float]]]]]' = None,  # brightness/contrast/saturation strength: a float, a 3-tuple, or ranges; None: off
         num_prefetch: Optional[int] = None,  # batches made ahead of the one in use; None: 1 on a GPU, 0 on the CPU
         seed: Optional[int] = None,  # seed of the loader's generator (jitter); None: from torch's RNG and the rank
-        cpu_threads: Optional[
-            int
-        ] = 1,  # torch threads for the CPU maths in the consumer's thread (workers need cores); None: torch's setting
+        cpu_threads: Optional[int] = 1,  # torch threads of the maths in the consumer's thread; None: torch's setting
         collate: Optional[
             BatchCollate
         ] = None,  # takes each uint8 batch's memory back once read: a BatchRing (page-locked on CUDA)
