@@ -131,12 +131,9 @@ def outcome(
     if e is None:
         return f.result()
     tb = e.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == _EXECUTOR_FILE:
+    while tb is not None and tb.tb_frame.f_globals.get('__name__') == ThreadPoolExecutor.__module__:
         tb = tb.tb_next
     raise e.with_traceback(tb)
-
-
-_EXECUTOR_FILE = sys.modules[ThreadPoolExecutor.__module__].__file__  # concurrent.futures.thread
 
 
 def _started(
@@ -201,9 +198,8 @@ def _note(
 class ThreadLane:
     """A step run in threads of its own, ahead of the consumer (the device decode's: a decoder's wait for its own
     work at the end of a batch then blocks that thread, not the training step; a CPU step that works ahead: its maths
-    beside the consumer's). On CUDA a thread queues its work on a
-    stream of its own and the hand-over is an event, as on `CudaLane`; on the CPU the threads alone (nothing to wait
-    for). A stream does not wait for the consumer's: what a step writes is new memory from its own stream's pool, and a
+    beside the consumer's). On CUDA a thread queues its work on a stream of its own and the hand-over is an event, as
+    on `CudaLane`; on the CPU the threads alone (nothing to wait for). A stream does not wait for the consumer's: what a step writes is new memory from its own stream's pool, and a
     handed-over batch's memory goes back to that pool only when the consumer's work on it is done (`record_stream`).
 
     A step in one piece runs in one thread ('timmdata-step'), which also takes the batches from the loader, one batch
@@ -532,7 +528,8 @@ class DeviceFeeder:
 
     def __iter__(self):
         it, pending, done, seen, gen = None, deque(), False, None, None
-        earlier = self._in_flight and self._in_flight()
+        threaded = isinstance(self.lane, ThreadLane)
+        earlier = threaded and self._in_flight and self._in_flight()
         if earlier:  # a pass left unfinished, its iterator kept: its lane's work ends before this pass takes a batch
             _settle(earlier)
         self._in_flight = weakref.ref(pending)
@@ -541,9 +538,14 @@ class DeviceFeeder:
         self.running += 1
         try:
             it = iter(self.loader)  # persistent workers: torch drains the batches a stopped epoch left queued here
-            if isinstance(self.lane, ThreadLane):  # the lane's thread takes the batches from the loader too
+            if threaded:  # the lane's thread takes the batches from the loader too
                 gen = self.lane.batches(self.step, it, self.marks, self.skip, self.ahead, pending)
                 while True:
+                    if self._in_flight() is not pending:  # a later pass settled this one's work: said, not dropped
+                        raise RuntimeError(
+                            "this pass over the loader was left unfinished when the loader's next pass began (a new "
+                            'loop or iter() over it), which settled its batches in flight: iterate the loader again'
+                        )
                     try:
                         out, self.last = next(gen)
                     except StopIteration as stop:

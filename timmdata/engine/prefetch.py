@@ -269,9 +269,8 @@ class BatchOps:
             raise ValueError(f"num_prefetch must be None or an int >= 0; got {num_prefetch!r}")
         self.device = resolve_device(device, self.devices)
         self.is_cuda = self.device.type == 'cuda'
-        # on a GPU the copy and the maths of the next batch overlap the consumer's step; on the CPU they do when the
-        # step works ahead, in a thread of its own (`create_loader` asks for it when the loader has workers: with none,
-        # the dataset's code stays in the training thread, as torch's)
+        # on a GPU the copy and the maths of the next batch overlap the consumer's step; on the CPU they do when the step
+        # works ahead, in a thread of its own (`create_loader` asks for it with workers; without, in the consumer's)
         self.num_prefetch = (1 if self.is_cuda else 0) if num_prefetch is None else num_prefetch
         self.channels, self.channels_last, self.cpu_threads, self.collate = (
             channels,

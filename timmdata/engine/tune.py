@@ -120,8 +120,7 @@ class Trial:
         inline = 0.0 if st.step_apart else t['device']
         self.stall = min(max((t['consumer_wait'] - inline) / wall, 0.0), 1.0)
         self.work_ms = (t['read'] + t['decode'] + t['ops'] + t['collate']) / n * 1e3
-        own = max(t['consumer'], t['device']) if st.step_apart else t['consumer'] + t['device']
-        self.own_ms = own / n * 1e3
+        self.own_ms = (max(t['consumer'], t['device']) if st.step_apart else t['consumer'] + t['device']) / n * 1e3
         # a training thread with next to no step of its own (under 5% of the window) keeps no core, however busy it
         # was in that moment: with no model step, its few microseconds a batch read as a busy thread
         self.consumer_cpu = min(cpu / t['consumer'], 1.0) if t['consumer'] > 0.05 * wall else 0.0
