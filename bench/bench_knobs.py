@@ -44,6 +44,7 @@ import json, os, sys, time, warnings
 warnings.simplefilter('ignore')
 import torch
 from timmdata import ImageDataset, create_loader
+from timmdata.core.stages import waits
 a = json.loads(sys.argv[1])
 torch.manual_seed(0)
 net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 5, stride=4), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3, stride=2),
@@ -95,10 +96,8 @@ while clock() - m0 < a['seconds'] or nb < 8:
 wall = clock() - m0
 cpu1 = tree_cpu()
 w = ld.stats().since(st0)
-ww = max(w.wall, 1e-9)  # the wait for the workers: next()'s time less a device step run inside it (not one run apart)
-inline = 0.0 if w.step_apart else w.t['device']
-own = max(w.t['consumer'], w.t['device']) if w.step_apart else w.t['consumer'] + w.t['device']
-out.update(ips=images / wall, wall=wall, batches=nb, stall=min(max(w.t['consumer_wait'] - inline, 0) / ww, 1.0),
+ww, (wait, own) = max(w.wall, 1e-9), waits(w)  # the wait for the workers, a perfect loader's step (as the tuner's)
+out.update(ips=images / wall, wall=wall, batches=nb, stall=min(wait / ww, 1.0),
            device=w.t['device'] / ww, ideal_ips=images / max(own, 1e-9),
            cores=sum(cpu1[p] - cpu0[p] for p in cpu1 if p in cpu0) / wall, mem=tree_mem() - base, pss=tree_pss() - base_pss,
            load=os.getloadavg()[0])

@@ -14,7 +14,7 @@ from torch.utils.data import get_worker_info
 
 # %% auto #0
 __all__ = ['READ', 'DECODE', 'OPS', 'COLLATE', 'stage_clock', 'COLUMNS', 'StageClock', 'WorkerRows', 'ThreadWorkerInfo',
-           'worker_info', 'as_worker', 'LoaderStats', 'CountsTime', 'batch_images']
+           'worker_info', 'as_worker', 'LoaderStats', 'CountsTime', 'batch_images', 'waits']
 
 # %% ../../nbs/core/08_stages.ipynb #c5bf9e88
 READ, DECODE, OPS = 0, 1, 2  # the per-sample stages `StageClock` tells apart: OPS is everything not marked
@@ -347,3 +347,15 @@ def batch_images(
     "Images in a collated batch: the length of its first part (a tensor or a list), else 0."
     x = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
     return len(x) if isinstance(x, (torch.Tensor, list, tuple)) else 0
+
+# %% ../../nbs/core/08_stages.ipynb #b7e3c1a9
+def waits(
+    st: LoaderStats,  # the counts of a window (`LoaderStats.since`)
+) -> tuple:
+    """(the consumer's wait for the workers, a perfect loader's step), seconds: a device step in the consumer's thread
+    runs inside next(), a part of the step no worker setting shortens; one apart (`step_apart`) runs beside the
+    consumer's step, so the whole wait is the workers' and the longer of the two is the step."""
+    t = st.t
+    if st.step_apart:
+        return t['consumer_wait'], max(t['consumer'], t['device'])
+    return max(t['consumer_wait'] - t['device'], 0.0), t['consumer'] + t['device']

@@ -199,8 +199,9 @@ class ThreadLane:
     """A step run in threads of its own, ahead of the consumer (the device decode's: a decoder's wait for its own
     work at the end of a batch then blocks that thread, not the training step; a CPU step that works ahead: its maths
     beside the consumer's). On CUDA a thread queues its work on a stream of its own and the hand-over is an event, as
-    on `CudaLane`; on the CPU the threads alone (nothing to wait for). A stream does not wait for the consumer's: what a step writes is new memory from its own stream's pool, and a
-    handed-over batch's memory goes back to that pool only when the consumer's work on it is done (`record_stream`).
+    on `CudaLane`; on the CPU the threads alone (nothing to wait for). A stream does not wait for the consumer's: what
+    a step writes is new memory from its own stream's pool, and a handed-over batch's memory goes back to that pool
+    only when the consumer's work on it is done (`record_stream`).
 
     A step in one piece runs in one thread ('timmdata-step'), which also takes the batches from the loader, one batch
     at a time, in order. A step in `stages` runs as a pipeline of threads, one a stage (`StagedPass`). The threads are
@@ -591,7 +592,7 @@ class DeviceFeeder:
                 if gen is not None:
                     gen.close()  # a lane's pass stopped early: its threads stop and end (`StagedPass`)
                 _settle(pending)  # nothing of this pass still runs in a lane's thread (it may be taking from `it`)
-                if isinstance(self.lane, ThreadLane):
+                if threaded:
                     self.lane.idle()  # nor holds its iterator: a dropped loader is freed at once
                 self.stop_workers(it, force=False)
             finally:

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Optional
 import torch
 from ..core.settings import setting
+from ..core.stages import waits
 from .prefetch import PrefetchLoader
 from .resume import ResumableDataLoader
 from ..core.torch_compat import forget_iterator, kept_iterator, shutdown_workers
@@ -115,12 +116,10 @@ class Trial:
         else:
             self.batches, self.seconds, self.spread = st.batches, st.wall, 0.0
         self.step_ms = self.seconds / max(self.batches, 1) * 1e3
-        # the wait for the workers: a device step in the consumer's thread runs inside next() too, a part of the step
-        # that no worker setting shortens; one in a thread of its own (`step_apart`) runs beside the consumer's step
-        inline = 0.0 if st.step_apart else t['device']
-        self.stall = min(max((t['consumer_wait'] - inline) / wall, 0.0), 1.0)
+        wait, own = waits(st)  # the wait for the workers, a perfect loader's step
+        self.stall = min(wait / wall, 1.0)
         self.work_ms = (t['read'] + t['decode'] + t['ops'] + t['collate']) / n * 1e3
-        self.own_ms = (max(t['consumer'], t['device']) if st.step_apart else t['consumer'] + t['device']) / n * 1e3
+        self.own_ms = own / n * 1e3
         # a training thread with next to no step of its own (under 5% of the window) keeps no core, however busy it
         # was in that moment: with no model step, its few microseconds a batch read as a busy thread
         self.consumer_cpu = min(cpu / t['consumer'], 1.0) if t['consumer'] > 0.05 * wall else 0.0
