@@ -183,6 +183,7 @@ class ThreadWorkers:
             raise ValueError(f"num_workers (threads) must be an int >= 1; got {num_workers!r}")
         self.num_workers, self.ahead, self._pool = num_workers, (prefetch_factor or 2) * num_workers, None
         self._stream = None  # the stream pass in flight (`StreamThreads`), stopped when the next begins
+        self.passes = 0  # passes begun: the first one's first batch is stepped with a core to itself (`_plan_batches`)
         few_arenas()  # before the threads start: they share the main arena's freed buffers instead of holding their own
 
     def check(
@@ -250,17 +251,21 @@ class ThreadWorkers:
         if self._stream is not None:  # an earlier stream pass left unfinished: its threads stop first
             self._stream.close()
             self._stream = None
+        first, self.passes = self.passes == 0, self.passes + 1
         if isinstance(loader.fetch_dataset, IterableDataset):
-            self._stream = StreamThreads(loader, self.num_workers, self.ahead // self.num_workers)
+            self._stream = StreamThreads(loader, self.num_workers, self.ahead // self.num_workers, first)
             return iter(self._stream)
-        return self._plan_batches(loader)
+        return self._plan_batches(loader, first)
 
-    def _plan_batches(self, loader):
+    def _plan_batches(self, loader, first: bool = False):
         """A pass over the plan: a batch per task, `ahead` tasks in flight, in order; the pass's first batch a sample per
-        task (`spread_batches`), and its last ones where whole batches would leave threads idle at the pass's end."""
+        task (`spread_batches`), and its last ones where whole batches would leave threads idle at the pass's end. The
+        loader's `first` pass holds back: while its first batch is stepped, `num_workers - 1` whole batches are in
+        flight, so the step (writing a fresh float batch: its first touch of that memory) has a core of its own."""
         pool, pending = self._threads(), deque()
         spread = spread_batches(loader.plan.remaining(), self.num_workers)
         plan = enumerate(loader.plan)
+        cap = self.num_workers if first else self.ahead  # tasks in flight until the first batch has been stepped
 
         def submit() -> bool:
             j, items = next(plan, (None, None))
@@ -277,14 +282,18 @@ class ThreadWorkers:
             return True
 
         try:
-            while len(pending) < self.ahead and submit():
+            while len(pending) < cap and submit():
                 pass
             while pending:
                 items, work = pending.popleft()
                 # the samples in order, or the batch; a sample's or the collate's error is raised here, as it is
                 b = [f.result() for f in work] if isinstance(work, list) else work.result()
-                submit()
+                if cap == self.ahead:
+                    submit()
                 yield self._collate(loader, items, b) if isinstance(work, list) else b
+                cap = self.ahead  # back here once the batch has been stepped (the prefetcher takes the next after it)
+                while len(pending) < cap and submit():
+                    pass
         finally:  # stopped early (a break, an error): cancel what has not started, wait for what has
             futs = [f for _, w in pending for f in (w if isinstance(w, list) else [w])]
             for f in futs:
@@ -339,8 +348,12 @@ class StreamThreads:
         loader,  # the `ResumableDataLoader` over the stream
         num_workers: int,  # the workers the threads play
         ahead: int = 2,  # batches each worker makes ahead of the consumer (torch's prefetch_factor)
+        first: bool = False,  # the loader's first pass: its first batch's pixels, then its step, go before other work
     ):
-        self.loader, self.stop, self.threads = loader, threading.Event(), []
+        self.loader, self.stop, self.threads, self.first = loader, threading.Event(), [], first
+        # the loader's first pass: `opened` once worker 0 has shared out its first batch's pixels (the other workers
+        # make theirs after), `taken` once that batch has been stepped (worker 0 makes its next batch after)
+        self.opened, self.taken = threading.Event(), threading.Event()
         self.room = [threading.Semaphore(max(1, ahead)) for _ in range(num_workers)]
         self.made = [queue.SimpleQueue() for _ in range(num_workers)]  # ('batch', b), ('end', None) or ('error', e)
         # the workers' seeds as torch's iterator makes them: a base seed drawn from the loader's generator (else torch's
@@ -357,12 +370,18 @@ class StreamThreads:
                 samples, first = iter(info.dataset), info.id == 0  # worker 0 makes the pass's first batch
                 try:
                     while room.acquire() and not self.stop.is_set():
-                        b, short = self._batch(samples, first)
-                        first = False
+                        try:
+                            b, short = self._batch(samples, first)
+                        finally:
+                            if first:
+                                self.opened.set()  # its parts are out (or it has none, or it failed)
                         if b is not None:
                             q.put(('batch', b))
                         if b is None or short:
                             break
+                        if first and self.first:  # its step has a core to itself
+                            self.taken.wait()
+                        first = False
                 finally:
                     if hasattr(samples, 'close'):
                         samples.close()  # the open shard closed now, in the thread that read it
@@ -388,6 +407,8 @@ class StreamThreads:
         if first:
             self._shared(got)
         else:
+            if self.first:  # the loader's first pass: the first batch's pixels before this batch's own
+                self.opened.wait()
             for p in self.helps:  # the first batch's parts nobody has claimed, before this batch's own pixels
                 p.run()
         return collate_here(ld, got), len(got) < ld.batch_size
@@ -404,6 +425,7 @@ class StreamThreads:
         parts = [SharedPart(rows, got, pend[j::k], st) for j in range(k)]
         self.helps = parts[2:]
         self.made[0].put(('help', parts[1:]))  # to the training thread, waiting on this queue for this batch
+        self.opened.set()
         try:
             for p in parts:
                 p.run()
@@ -438,6 +460,7 @@ class StreamThreads:
                         self.room[i].release()
                         kept.append(i)
                         yield x
+                        self.taken.set()  # back here once the batch has been stepped
                 turn = kept
         finally:
             self.close()
@@ -445,6 +468,8 @@ class StreamThreads:
     def close(self):
         "Stop the workers after the batch each is making, and wait for them (their shards are closed in their threads); at the interpreter's exit, not waited for."
         self.stop.set()
+        self.opened.set()  # workers waiting on the first batch go on, and stop
+        self.taken.set()
         if _LIVE is not None:  # None while the interpreter tears the module down (a pass dropped at exit)
             _LIVE.discard(self)
         for r in self.room:
