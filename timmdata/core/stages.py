@@ -14,7 +14,7 @@ from torch.utils.data import get_worker_info
 
 # %% auto #0
 __all__ = ['READ', 'DECODE', 'OPS', 'COLLATE', 'stage_clock', 'COLUMNS', 'StageClock', 'WorkerRows', 'ThreadWorkerInfo',
-           'worker_info', 'as_worker', 'LoaderStats', 'CountsTime', 'batch_images', 'waits']
+           'worker_info', 'as_worker', 'LoaderStats', 'CountsTime', 'batch_images', 'waits', 'verdict', 'Headspace']
 
 # %% ../../nbs/core/08_stages.ipynb #c5bf9e88
 READ, DECODE, OPS = 0, 1, 2  # the per-sample stages `StageClock` tells apart: OPS is everything not marked
@@ -359,3 +359,126 @@ def waits(
     if st.step_apart:
         return t['consumer_wait'], max(t['consumer'], t['device'])
     return max(t['consumer_wait'] - t['device'], 0.0), t['consumer'] + t['device']
+
+# %% ../../nbs/core/08_stages.ipynb #8e4297cb
+def verdict(
+    st: LoaderStats,  # the stats of a profiled run
+    model_step_ms: Optional[float],  # the model step the run simulated (None: none)
+    worker_mode: str,  # the run's worker mode: 'process' or 'thread'
+    num_workers: int,  # the run's workers (processes or threads)
+) -> str:
+    "One sentence: does loading keep up with a model step of `model_step_ms`, and if not, which stage to fix and the knob to turn."
+    wall, n = st.wall or float('nan'), max(st.images, 1)
+    rate, waited = st.images / wall, st.t['consumer_wait'] / wall
+    step = f'a {model_step_ms:g} ms model step' if model_step_ms else 'the consumer (no model step)'
+    if waited < 0.05:
+        return f'Loading keeps up with {step}: {rate:.0f} images/s, the consumer waited {waited:.0%} of the time.'
+    t = st.t
+    per = {k: t[k] / n for k in ('read', 'decode', 'ops', 'collate', 'device')}
+    work = (per['read'] + per['decode'] + per['ops'] + per['collate']) / max(
+        num_workers, 1
+    )  # workers work side by side
+    if (
+        per['device'] > work
+        and worker_mode == 'thread'
+        or (worker_mode == 'process' and t['device'] > t['wait_workers'])
+    ):
+        fix = (
+            "the device step (float, normalise, jitter) is the slowest stage: run it on a GPU (device='cuda'), "
+            "or lower the batch work (color_jitter=None, re_prob=0)"
+        )
+    else:
+        top = max(('read', 'decode', 'ops'), key=per.get)
+        most = {
+            'read': 'reading the files (put the data on a faster disk, or in shards: `timmdata shards`)',
+            'decode': 'decoding (decode once into a store: `timmdata cache`, or on the GPU: decode_device=\'cuda\')',
+            'ops': 'the per-sample ops (crop, resize: pre-resized shards, `timmdata shards`, or a store at the input size)',
+        }[top]
+        fix = (
+            f"the per-sample work in the workers is the slowest stage, most of it {most}; or raise num_workers "
+            f"(now {num_workers}, up to the free cores)"
+        )
+    return (
+        f'Loading does not keep up with {step}: {rate:.0f} images/s, the consumer waited {waited:.0%} of the time; '
+        f'{fix}.'
+    )
+
+# %% ../../nbs/core/08_stages.ipynb #b6c856af
+@dataclass
+class Headspace:
+    """What a profiled run's steps were made of: the step with this loader against the step with a perfect one (SPDL's
+    headspace: the model step alone on cached batches), the share of each step spent waiting for data, and that wait
+    split as DS-Analyzer splits it, by the stage clock's shares: reading files not yet cached (the disk), reading cached
+    files (system calls, copies), and CPU work (decode, augment, collate, the device step). The three parts sum to `stall`."""
+
+    step_ms: float  # a step's wall time with this loader (the consumer's wait and its own time), ms
+    ideal_ms: float  # the step with a perfect loader: the model step alone on cached batches, ms
+    stall: float  # share of each step spent waiting for data (0..1)
+    wait_read_cold: float  # share of a step: waiting on reading files not yet in the page cache
+    wait_read_cached: float  # share of a step: waiting on reading cached files
+    wait_cpu: float  # share of a step: waiting on CPU work (decode, augment, collate, device step)
+    read_cold_ms: float  # reading per sample, first pass, ms
+    read_cached_ms: Optional[float] = None  # reading per sample on a second pass over the same files (None: not run)
+    model_step: bool = True  # was a model step given? Without one, `ideal_ms` is the loop's own time between batches
+
+    @classmethod
+    def measure(
+        cls,
+        st: LoaderStats,  # the stats of a run with the model step (or with none)
+        ideal_s: float,  # seconds per step of the model step alone; 0: no model step
+        cached: Optional[LoaderStats] = None,  # the stats of a second pass over the same files (page cache); None: none
+    ) -> 'Headspace':
+        "From a run's stats, the model step alone (`ideal_s` seconds per step), and a second pass's stats over the same files."
+        t, wall, n = st.t, max(st.wall, 1e-9), max(st.batches, 1)
+        stall = min(max(t['consumer_wait'] / wall, 0.0), 1.0)
+        read, cpu = t['read'], t['decode'] + t['ops'] + t['collate'] + t['device']
+        read_share = read / (read + cpu) if read + cpu > 0 else 0.0
+        cold_ms = read / max(st.samples, 1) * 1e3
+        cached_ms = None if cached is None else cached.t['read'] / max(cached.samples, 1) * 1e3
+        cold_part = 1.0 if cached_ms is None or cold_ms <= 0 else min(max(1 - cached_ms / cold_ms, 0.0), 1.0)
+        wait_read = stall * read_share
+        own = ideal_s if ideal_s > 0 else t['consumer'] / n  # no model step: a perfect loader's step is the loop alone
+        return cls(
+            step_ms=wall / n * 1e3, ideal_ms=own * 1e3, stall=stall, wait_read_cold=wait_read * cold_part,
+            wait_read_cached=wait_read * (1 - cold_part), wait_cpu=stall - wait_read, read_cold_ms=cold_ms,
+            read_cached_ms=cached_ms, model_step=ideal_s > 0,
+        )  # fmt: skip
+
+    @property
+    def speedup(self) -> float:
+        "How many times faster a step would be with a perfect loader."
+        return self.step_ms / self.ideal_ms if self.ideal_ms > 0 else float('inf')
+
+    def advice(self) -> str:
+        "One sentence: what to do."
+        if self.stall < 0.02:
+            return (
+                f'Loading keeps up (the wait is {self.stall:.1%} of a step): keep these settings, or find the fewest '
+                f"workers that still keep up with num_workers='auto' or `timmdata tune`."
+            )
+        parts = {'cold': self.wait_read_cold, 'cached': self.wait_read_cached, 'cpu': self.wait_cpu}
+        what = {
+            'cold': 'reading files from disk: put the data on a faster disk or where the page cache keeps it, or in '
+            'shards (`timmdata shards`)',
+            'cached': 'reading many small cached files: pack them into shards (`timmdata shards`) or a store '
+            '(`timmdata cache`)',
+            'cpu': "CPU work (decode, augment): more workers (num_workers='auto', `timmdata tune`), threads for a CPU "
+            "model (worker_mode='thread'), decode once (`timmdata cache`) or on the GPU (decode_device='cuda')",
+        }[max(parts, key=parts.get)]
+        return f'The step waits {self.stall:.0%} of its time for data, most of it {what}.'
+
+    def table(self) -> str:
+        "The headspace report as text: step times, the wait and its parts, and the sentence."
+        ideal = f'{self.ideal_ms:9.1f} ms' + (f' ({self.speedup:.2f}x faster)' if self.ideal_ms > 0 else '')
+        ideal += '' if self.model_step else " (no model step given: the loop's own time between batches)"
+        cached = 'not measured' if self.read_cached_ms is None else f'{self.read_cached_ms:.3f} ms'
+        return '\n'.join([
+            f'step with this loader       {self.step_ms:9.1f} ms',
+            f'step with a perfect loader {ideal}',
+            f'waiting for data            {self.stall:9.1%} of a step',
+            f'  reading, cold files       {self.wait_read_cold:9.1%}  (read {self.read_cold_ms:.3f} ms/sample; '
+            f'cached: {cached})',
+            f'  reading, cached files     {self.wait_read_cached:9.1%}',
+            f'  CPU work (decode, augment) {self.wait_cpu:8.1%}',
+            self.advice(),
+        ])  # fmt: skip

@@ -5,7 +5,8 @@
 # %% ../../nbs/engine/31_prefetch.ipynb #b3ae2fcf
 from __future__ import annotations
 import time, weakref
-from typing import Optional, Sequence, Union
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional, Sequence, Union
 import torch
 from ..pixels import decode
 from ..batch.collate import BatchCollate
@@ -146,6 +147,7 @@ class _NativeCpuBackend(_CpuBackend):
         super().__init__(pl)
         self.native = native  # decode.native when the loader was made
         self.stores = _StoreChoice(native)
+        self.fresh = True  # the first batch's output is fresh memory (`_rows_at_once`)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_contiguous():
@@ -164,9 +166,27 @@ class _NativeCpuBackend(_CpuBackend):
             A, t = jitter_affine(mu, *sample_jitter(n, pl.jitter, pl.generator), pl._gray)
         M, b = (v.contiguous() for v in self.fold(A, t))
         out = self.empty((n, c, h, w))
-        affine = nat.affine_u8_nhwc if nhwc else nat.affine_u8
-        self.stores(lambda: affine(xn, M.numpy(), b.numpy(), *pl._lo_hi, out.numpy(), n, c, h * w), n)
+        affine, Mn, bn, on = nat.affine_u8_nhwc if nhwc else nat.affine_u8, M.numpy(), b.numpy(), out.numpy()
+
+        def rows(lo: int, hi: int):  # images lo to hi - 1
+            affine(xn[lo:hi], Mn[lo:hi], bn[lo:hi], *pl._lo_hi, on[lo:hi], hi - lo, c, h * w)
+
+        fresh, self.fresh = self.fresh, False
+        self.stores(lambda: _rows_at_once(rows, n) if fresh else rows(0, n), n)
         return out
+
+
+def _rows_at_once(
+    rows: Callable[[int, int], None],  # rows(lo, hi): the pass over images lo to hi - 1 (lets the GIL go)
+    n: int,  # the batch's images
+):
+    """A batch's pass in two halves at once, this thread and another: for a loader's first batch, whose output is fresh
+    memory. Its first writes (a page fault every 4 KB) are most of that step, and two threads fault in parallel (on a
+    2-core virtual machine: 17 ms against 25 ms for 38.5 MB)."""
+    with ThreadPoolExecutor(1, thread_name_prefix='timmdata-first-step') as ex:
+        half = ex.submit(rows, n // 2, n)
+        rows(0, n // 2)
+        half.result()
 
 # %% ../../nbs/engine/31_prefetch.ipynb #3ea43719
 class _CudaBackend(_Backend):

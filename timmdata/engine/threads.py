@@ -11,7 +11,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Sequence, Union
 import torch
 from torch.utils.data import IterableDataset
-from ..core.stages import COLLATE, CountsTime, LoaderStats, ThreadWorkerInfo, as_worker, stage_clock
+from timmdata.core.stages import (
+    COLLATE,
+    CountsTime,
+    Headspace,
+    LoaderStats,
+    ThreadWorkerInfo,
+    as_worker,
+    stage_clock,
+    verdict,
+)
 from .batch_plan import ResumableBatchSampler, SeededDataset
 from ..dataset import ImageDataset
 from ..streams.streaming import IterableImageDataset
@@ -23,8 +32,7 @@ from .resume import ResumableDataLoader
 
 # %% auto #0
 __all__ = ['check_worker_mode', 'few_arenas', 'gil_enabled', 'default_worker_mode', 'collate_here', 'SharedPart',
-           'spread_batches', 'ThreadWorkers', 'check_stream_threads', 'StreamThreads', 'verdict', 'Headspace',
-           'profile_loader']
+           'spread_batches', 'ThreadWorkers', 'check_stream_threads', 'StreamThreads', 'profile_loader']
 
 # %% ../../nbs/engine/37_threads.ipynb #6cd169ee
 _MODES = ('process', 'thread')
@@ -260,12 +268,12 @@ class ThreadWorkers:
     def _plan_batches(self, loader, first: bool = False):
         """A pass over the plan: a batch per task, `ahead` tasks in flight, in order; the pass's first batch a sample per
         task (`spread_batches`), and its last ones where whole batches would leave threads idle at the pass's end. The
-        loader's `first` pass holds back: while its first batch is stepped, `num_workers - 1` whole batches are in
-        flight, so the step (writing a fresh float batch: its first touch of that memory) has a core of its own."""
+        loader's `first` pass holds back: no other batch is begun until its first batch has been stepped, so the step
+        has the cores (it writes a fresh float batch: its first touch of that memory, slow on virtual machines)."""
         pool, pending = self._threads(), deque()
         spread = spread_batches(loader.plan.remaining(), self.num_workers)
         plan = enumerate(loader.plan)
-        cap = self.num_workers if first else self.ahead  # tasks in flight until the first batch has been stepped
+        cap = 1 if first else self.ahead  # batches in flight until the first batch has been stepped
 
         def submit() -> bool:
             j, items = next(plan, (None, None))
@@ -351,8 +359,9 @@ class StreamThreads:
         first: bool = False,  # the loader's first pass: its first batch's pixels, then its step, go before other work
     ):
         self.loader, self.stop, self.threads, self.first = loader, threading.Event(), [], first
-        # the loader's first pass: `opened` once worker 0 has shared out its first batch's pixels (the other workers
-        # make theirs after), `taken` once that batch has been stepped (worker 0 makes its next batch after)
+        # the loader's first pass: `opened` once worker 0 has shared out its first batch's pixels, `taken` once that
+        # batch has been stepped; until then the other workers only read their first batch's samples and help with its
+        # pixels, and worker 0 makes no other batch
         self.opened, self.taken = threading.Event(), threading.Event()
         self.room = [threading.Semaphore(max(1, ahead)) for _ in range(num_workers)]
         self.made = [queue.SimpleQueue() for _ in range(num_workers)]  # ('batch', b), ('end', None) or ('error', e)
@@ -370,16 +379,19 @@ class StreamThreads:
                 samples, first = iter(info.dataset), info.id == 0  # worker 0 makes the pass's first batch
                 try:
                     while room.acquire() and not self.stop.is_set():
+                        b = None
                         try:
                             b, short = self._batch(samples, first)
                         finally:
                             if first:
                                 self.opened.set()  # its parts are out (or it has none, or it failed)
+                                if b is None:  # no first batch here: the next worker's is the pass's first
+                                    self.taken.set()
                         if b is not None:
                             q.put(('batch', b))
                         if b is None or short:
                             break
-                        if first and self.first:  # its step has a core to itself
+                        if first and self.first:  # the step has the cores
                             self.taken.wait()
                         first = False
                 finally:
@@ -411,6 +423,8 @@ class StreamThreads:
                 self.opened.wait()
             for p in self.helps:  # the first batch's parts nobody has claimed, before this batch's own pixels
                 p.run()
+            if self.first:  # and its step before this batch's pixels: the step has the cores
+                self.taken.wait()
         return collate_here(ld, got), len(got) < ld.batch_size
 
     def _shared(self, got: list):
@@ -479,7 +493,7 @@ class StreamThreads:
                 if t is not threading.current_thread():
                     t.join()
 
-
+# %% ../../nbs/engine/37_threads.ipynb #d5e8a1b4
 _ENDED = object()  # a worker's share of the pass has no sample more
 # the passes running in this process; stopped at its exit, while the interpreter is whole: their threads are daemons (an
 # exit does not wait for a pass to end), and a daemon still in torch's or the decoder's code when the interpreter is
@@ -493,129 +507,6 @@ def _stop_live():
 
 
 atexit.register(_stop_live)
-
-# %% ../../nbs/engine/37_threads.ipynb #8e4297cb
-def verdict(
-    st: LoaderStats,  # the stats of a profiled run
-    model_step_ms: Optional[float],  # the model step the run simulated (None: none)
-    worker_mode: str,  # the run's worker mode: 'process' or 'thread'
-    num_workers: int,  # the run's workers (processes or threads)
-) -> str:
-    "One sentence: does loading keep up with a model step of `model_step_ms`, and if not, which stage to fix and the knob to turn."
-    wall, n = st.wall or float('nan'), max(st.images, 1)
-    rate, waited = st.images / wall, st.t['consumer_wait'] / wall
-    step = f'a {model_step_ms:g} ms model step' if model_step_ms else 'the consumer (no model step)'
-    if waited < 0.05:
-        return f'Loading keeps up with {step}: {rate:.0f} images/s, the consumer waited {waited:.0%} of the time.'
-    t = st.t
-    per = {k: t[k] / n for k in ('read', 'decode', 'ops', 'collate', 'device')}
-    work = (per['read'] + per['decode'] + per['ops'] + per['collate']) / max(
-        num_workers, 1
-    )  # workers work side by side
-    if (
-        per['device'] > work
-        and worker_mode == 'thread'
-        or (worker_mode == 'process' and t['device'] > t['wait_workers'])
-    ):
-        fix = (
-            "the device step (float, normalise, jitter) is the slowest stage: run it on a GPU (device='cuda'), "
-            "or lower the batch work (color_jitter=None, re_prob=0)"
-        )
-    else:
-        top = max(('read', 'decode', 'ops'), key=per.get)
-        most = {
-            'read': 'reading the files (put the data on a faster disk, or in shards: `timmdata shards`)',
-            'decode': 'decoding (decode once into a store: `timmdata cache`, or on the GPU: decode_device=\'cuda\')',
-            'ops': 'the per-sample ops (crop, resize: pre-resized shards, `timmdata shards`, or a store at the input size)',
-        }[top]
-        fix = (
-            f"the per-sample work in the workers is the slowest stage, most of it {most}; or raise num_workers "
-            f"(now {num_workers}, up to the free cores)"
-        )
-    return (
-        f'Loading does not keep up with {step}: {rate:.0f} images/s, the consumer waited {waited:.0%} of the time; '
-        f'{fix}.'
-    )
-
-# %% ../../nbs/engine/37_threads.ipynb #b6c856af
-@dataclass
-class Headspace:
-    """What a profiled run's steps were made of: the step with this loader against the step with a perfect one (SPDL's
-    headspace: the model step alone on cached batches), the share of each step spent waiting for data, and that wait
-    split as DS-Analyzer splits it, by the stage clock's shares: reading files not yet cached (the disk), reading cached
-    files (system calls, copies), and CPU work (decode, augment, collate, the device step). The three parts sum to `stall`."""
-
-    step_ms: float  # a step's wall time with this loader (the consumer's wait and its own time), ms
-    ideal_ms: float  # the step with a perfect loader: the model step alone on cached batches, ms
-    stall: float  # share of each step spent waiting for data (0..1)
-    wait_read_cold: float  # share of a step: waiting on reading files not yet in the page cache
-    wait_read_cached: float  # share of a step: waiting on reading cached files
-    wait_cpu: float  # share of a step: waiting on CPU work (decode, augment, collate, device step)
-    read_cold_ms: float  # reading per sample, first pass, ms
-    read_cached_ms: Optional[float] = None  # reading per sample on a second pass over the same files (None: not run)
-    model_step: bool = True  # was a model step given? Without one, `ideal_ms` is the loop's own time between batches
-
-    @classmethod
-    def measure(
-        cls,
-        st: LoaderStats,  # the stats of a run with the model step (or with none)
-        ideal_s: float,  # seconds per step of the model step alone; 0: no model step
-        cached: Optional[LoaderStats] = None,  # the stats of a second pass over the same files (page cache); None: none
-    ) -> 'Headspace':
-        "From a run's stats, the model step alone (`ideal_s` seconds per step), and a second pass's stats over the same files."
-        t, wall, n = st.t, max(st.wall, 1e-9), max(st.batches, 1)
-        stall = min(max(t['consumer_wait'] / wall, 0.0), 1.0)
-        read, cpu = t['read'], t['decode'] + t['ops'] + t['collate'] + t['device']
-        read_share = read / (read + cpu) if read + cpu > 0 else 0.0
-        cold_ms = read / max(st.samples, 1) * 1e3
-        cached_ms = None if cached is None else cached.t['read'] / max(cached.samples, 1) * 1e3
-        cold_part = 1.0 if cached_ms is None or cold_ms <= 0 else min(max(1 - cached_ms / cold_ms, 0.0), 1.0)
-        wait_read = stall * read_share
-        own = ideal_s if ideal_s > 0 else t['consumer'] / n  # no model step: a perfect loader's step is the loop alone
-        return cls(
-            step_ms=wall / n * 1e3, ideal_ms=own * 1e3, stall=stall, wait_read_cold=wait_read * cold_part,
-            wait_read_cached=wait_read * (1 - cold_part), wait_cpu=stall - wait_read, read_cold_ms=cold_ms,
-            read_cached_ms=cached_ms, model_step=ideal_s > 0,
-        )  # fmt: skip
-
-    @property
-    def speedup(self) -> float:
-        "How many times faster a step would be with a perfect loader."
-        return self.step_ms / self.ideal_ms if self.ideal_ms > 0 else float('inf')
-
-    def advice(self) -> str:
-        "One sentence: what to do."
-        if self.stall < 0.02:
-            return (
-                f'Loading keeps up (the wait is {self.stall:.1%} of a step): keep these settings, or find the fewest '
-                f"workers that still keep up with num_workers='auto' or `timmdata tune`."
-            )
-        parts = {'cold': self.wait_read_cold, 'cached': self.wait_read_cached, 'cpu': self.wait_cpu}
-        what = {
-            'cold': 'reading files from disk: put the data on a faster disk or where the page cache keeps it, or in '
-            'shards (`timmdata shards`)',
-            'cached': 'reading many small cached files: pack them into shards (`timmdata shards`) or a store '
-            '(`timmdata cache`)',
-            'cpu': "CPU work (decode, augment): more workers (num_workers='auto', `timmdata tune`), threads for a CPU "
-            "model (worker_mode='thread'), decode once (`timmdata cache`) or on the GPU (decode_device='cuda')",
-        }[max(parts, key=parts.get)]
-        return f'The step waits {self.stall:.0%} of its time for data, most of it {what}.'
-
-    def table(self) -> str:
-        "The headspace report as text: step times, the wait and its parts, and the sentence."
-        ideal = f'{self.ideal_ms:9.1f} ms' + (f' ({self.speedup:.2f}x faster)' if self.ideal_ms > 0 else '')
-        ideal += '' if self.model_step else " (no model step given: the loop's own time between batches)"
-        cached = 'not measured' if self.read_cached_ms is None else f'{self.read_cached_ms:.3f} ms'
-        return '\n'.join([
-            f'step with this loader       {self.step_ms:9.1f} ms',
-            f'step with a perfect loader {ideal}',
-            f'waiting for data            {self.stall:9.1%} of a step',
-            f'  reading, cold files       {self.wait_read_cold:9.1%}  (read {self.read_cold_ms:.3f} ms/sample; '
-            f'cached: {cached})',
-            f'  reading, cached files     {self.wait_read_cached:9.1%}',
-            f'  CPU work (decode, augment) {self.wait_cpu:8.1%}',
-            self.advice(),
-        ])  # fmt: skip
 
 # %% ../../nbs/engine/37_threads.ipynb #be7eff50
 def _resumable(loader) -> bool:
