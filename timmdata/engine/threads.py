@@ -360,8 +360,7 @@ class StreamThreads:
     ):
         self.loader, self.stop, self.threads, self.first = loader, threading.Event(), [], first
         # the loader's first pass: `opened` once worker 0 has shared out its first batch's pixels, `taken` once that
-        # batch has been stepped; until then the other workers only read their first batch's samples and help with its
-        # pixels, and worker 0 makes no other batch
+        # batch has been stepped; until then the other workers only help with its pixels, worker 0 makes no other batch
         self.opened, self.taken = threading.Event(), threading.Event()
         self.room = [threading.Semaphore(max(1, ahead)) for _ in range(num_workers)]
         self.made = [queue.SimpleQueue() for _ in range(num_workers)]  # ('batch', b), ('end', None) or ('error', e)
@@ -377,6 +376,11 @@ class StreamThreads:
         try:
             with as_worker(info):  # the stream reads worker info.id's share
                 samples, first = iter(info.dataset), info.id == 0  # worker 0 makes the pass's first batch
+                if self.first and not first:  # the loader's first pass: its first batch's pixels, then its step, first
+                    self.opened.wait()
+                    for p in self.helps:
+                        p.run()
+                    self.taken.wait()
                 try:
                     while room.acquire() and not self.stop.is_set():
                         b = None
@@ -419,12 +423,8 @@ class StreamThreads:
         if first:
             self._shared(got)
         else:
-            if self.first:  # the loader's first pass: the first batch's pixels before this batch's own
-                self.opened.wait()
             for p in self.helps:  # the first batch's parts nobody has claimed, before this batch's own pixels
                 p.run()
-            if self.first:  # and its step before this batch's pixels: the step has the cores
-                self.taken.wait()
         return collate_here(ld, got), len(got) < ld.batch_size
 
     def _shared(self, got: list):
