@@ -181,8 +181,8 @@ def _rows_at_once(
     n: int,  # the batch's images
 ):
     """A batch's pass in two halves at once, this thread and another: for a loader's first batch, whose output is fresh
-    memory. Its first writes (a page fault every 4 KB) are most of that step, and two threads fault in parallel (on a
-    2-core virtual machine: 17 ms against 25 ms for 38.5 MB)."""
+    memory. Its first writes (a page fault every 4 KB) are most of that step, and two threads fault in parallel (0.54x
+    the time on a 2-core virtual machine: `bench/bench_first_touch.py`)."""
     with ThreadPoolExecutor(1, thread_name_prefix='timmdata-first-step') as ex:
         half = ex.submit(rows, n // 2, n)
         rows(0, n // 2)

@@ -27,7 +27,7 @@ BLOCK_SHARDS = 8  # shards whose samples are interleaved in one block of the glo
 def distinct(
     a: np.ndarray,  # a 1-D array of integers
 ) -> np.ndarray:
-    "`np.unique(a)`, sorted distinct values, without importing numpy's masked arrays, as `np.unique` does at its first call in a process (numpy 2.4: about 30 ms, in a pass's first batch)."
+    "`np.unique(a)`, sorted distinct values, without importing numpy's masked arrays, as `np.unique` does at its first call in a process (numpy 2.4: about 20 ms, in a pass's first batch; `bench/bench_first_touch.py`)."
     a = np.sort(a)
     return a[np.concatenate([[True], a[1:] != a[:-1]])] if len(a) else a
 
