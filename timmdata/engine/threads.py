@@ -11,16 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Sequence, Union
 import torch
 from torch.utils.data import IterableDataset
-from timmdata.core.stages import (
-    COLLATE,
-    CountsTime,
-    Headspace,
-    LoaderStats,
-    ThreadWorkerInfo,
-    as_worker,
-    stage_clock,
-    verdict,
-)
+from ..core.stages import COLLATE, CountsTime, LoaderStats, ThreadWorkerInfo, as_worker, stage_clock
+from ..core.stages import Headspace, verdict  # what profile_loader reports
 from .batch_plan import ResumableBatchSampler, SeededDataset
 from ..dataset import ImageDataset
 from ..streams.streaming import IterableImageDataset
@@ -191,7 +183,7 @@ class ThreadWorkers:
             raise ValueError(f"num_workers (threads) must be an int >= 1; got {num_workers!r}")
         self.num_workers, self.ahead, self._pool = num_workers, (prefetch_factor or 2) * num_workers, None
         self._stream = None  # the stream pass in flight (`StreamThreads`), stopped when the next begins
-        self.passes = 0  # passes begun: the first one's first batch is stepped with a core to itself (`_plan_batches`)
+        self.passes = 0  # passes begun: the first one's first batch is stepped before other batches (`_plan_batches`)
         few_arenas()  # before the threads start: they share the main arena's freed buffers instead of holding their own
 
     def check(
@@ -259,7 +251,8 @@ class ThreadWorkers:
         if self._stream is not None:  # an earlier stream pass left unfinished: its threads stop first
             self._stream.close()
             self._stream = None
-        first, self.passes = self.passes == 0, self.passes + 1
+        # the loader's first pass, its batches stepped apart (a prefetcher's thread): the first batch's step goes first
+        first, self.passes = self.passes == 0 and loader.stats().step_apart, self.passes + 1
         if isinstance(loader.fetch_dataset, IterableDataset):
             self._stream = StreamThreads(loader, self.num_workers, self.ahead // self.num_workers, first)
             return iter(self._stream)
