@@ -172,7 +172,7 @@ class _NativeCpuBackend(_CpuBackend):
             affine(xn[lo:hi], Mn[lo:hi], bn[lo:hi], *pl._lo_hi, on[lo:hi], hi - lo, c, h * w)
 
         fresh, self.fresh = self.fresh, False
-        self.stores(lambda: _rows_at_once(rows, n) if fresh else rows(0, n), n)
+        self.stores(lambda: _rows_at_once(rows, n) if fresh and n > 1 else rows(0, n), n)
         return out
 
 
