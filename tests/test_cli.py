@@ -4,7 +4,9 @@ Uses the installed console script next to the running Python (`.venv/bin/timmdat
 `python -m timmdata.tools.cli`. User mistakes must give one line on stderr and exit status 2, never a traceback.
 Every command starts a Python that imports torch (seconds), so they are started together, once per module, and the
 cases per command (a damaged file, a missing root, an empty folder, a bad option, --debug) and the one-line mistakes
-run in ONE Python (DRIVER) calling `main` as the console script does; the finer cases are tested in-process in nbs/47_cli.ipynb."""
+run in ONE Python (DRIVER) calling `main` as the console script does; the finer cases are tested in-process in nbs/47_cli.ipynb.
+Those Pythons take ~25 s here, so every test reading their results (`runs`) is marked slow (`make test-all`);
+the tests that need no fresh interpreter (each option's help, the extras) stay in `make test`."""
 import argparse, json, os, re, shutil, subprocess, sys, tarfile
 from pathlib import Path
 
@@ -124,6 +126,7 @@ def case(runs, key):
     return subprocess.CompletedProcess(key, status, out, err)
 
 
+@pytest.mark.slow
 def test_info(runs):
     r = case(runs, 'info/plain')
     assert r.returncode == 0, r.stderr
@@ -133,6 +136,7 @@ def test_info(runs):
     assert f'CPUs:          {os.cpu_count()} ' in r.stdout, r.stdout
 
 
+@pytest.mark.slow
 def test_info_says_why_the_extension_is_off(runs):
     r = runs['info_off']
     assert r.returncode == 0, r.stderr
@@ -154,17 +158,22 @@ def top(runs, kind):
 
 # the console script's own exit path (status 2, one line) is the python_m case and the check/shards runs below; the
 # other one-line mistakes run in DRIVER's one Python (each command started on its own cost a torch import, seconds)
+@pytest.mark.slow
 def test_python_m_and_unknown_command(runs): one_line_error(runs['python_m'], "unknown command 'train'")
+@pytest.mark.slow
 def test_missing_root(runs): one_line_error(top(runs, 'missing_root'), "timmdata demo: dataset root '/nonexistent' does not exist")
+@pytest.mark.slow
 def test_root_without_images(runs): one_line_error(top(runs, 'no_images'), 'found no images')
 
 
+@pytest.mark.slow
 def test_bad_option_is_a_usage_error(runs):
     r = top(runs, 'bad_option')
     assert r.returncode == 2 and 'Traceback' not in r.stderr, r.stderr
     assert 'error: ' in r.stderr.splitlines()[-1], r.stderr
 
 
+@pytest.mark.slow
 def test_check_lists_damaged_images_and_exits_1(runs):
     r = runs['check_damaged']
     assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
@@ -176,6 +185,7 @@ def test_check_lists_damaged_images_and_exits_1(runs):
     assert 'Traceback' not in r.stderr and 'timmdata check' in r.stderr, r.stderr  # the progress bar
 
 
+@pytest.mark.slow
 def test_check_clean_dataset_exits_0(runs):
     r = case(runs, 'check/clean')
     assert r.returncode == 0, (r.stdout, r.stderr)
@@ -183,9 +193,11 @@ def test_check_clean_dataset_exits_0(runs):
     assert r.stderr == '', r.stderr  # --no-progress: nothing on stderr
 
 
+@pytest.mark.slow
 def test_check_missing_root(runs): one_line_error(top(runs, 'check_missing'), "timmdata check: dataset root '/nonexistent' does not exist")
 
 
+@pytest.mark.slow
 def test_shards_writes_resized_shards_timm_reads(runs):
     r = runs['shards']
     assert r.returncode == 0, (r.stdout, r.stderr)
@@ -211,6 +223,7 @@ def per_command(runs):
     return json.loads(r.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('cmd', ['demo', 'bench', 'cache', 'check', 'shards', 'profile'])
 def test_each_command_missing_root_and_empty_folder_one_line(runs, cmd):
     res = per_command(runs)
@@ -220,12 +233,14 @@ def test_each_command_missing_root_and_empty_folder_one_line(runs, cmd):
         assert err.startswith(f'timmdata {cmd}: ') and says in err, (cmd, kind, err)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('cmd', ['demo', 'bench', 'cache', 'check', 'shards', 'profile', 'info'])
 def test_each_command_bad_option_is_a_usage_error(runs, cmd):
     status, _, err = per_command(runs)[f'{cmd}/bad_option']
     assert status == 2 and 'Traceback' not in err and err.splitlines()[-1].startswith(f'timmdata {cmd}: error: '), (cmd, err)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('cmd', ['check', 'shards'])
 def test_misspelt_split_is_one_line_naming_the_splits(runs, cmd):
     "--split tain beside train/ and val/: one line naming the splits there and the closest, nothing read or written"
@@ -235,6 +250,7 @@ def test_misspelt_split_is_one_line_naming_the_splits(runs, cmd):
     assert not (Path(json.loads(runs['cases'].args[-1])['shards']['bad_split'][2])).exists()
 
 
+@pytest.mark.slow
 def test_cache_bad_workers_stops_before_any_work(runs):
     "--workers -1: argparse's one-line error before the source is scanned or the store's folder made"
     status, _, err = per_command(runs)['cache/bad_workers']
@@ -244,6 +260,7 @@ def test_cache_bad_workers_stops_before_any_work(runs):
     assert not out.exists(), f'{out} was made before the argument was checked'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('cmd', ['demo', 'bench', 'shards', 'profile'])
 def test_damaged_image_is_one_line_naming_file_and_remedies(runs, cmd):
     status, _, err = per_command(runs)[f'{cmd}/damaged']
@@ -251,11 +268,13 @@ def test_damaged_image_is_one_line_naming_file_and_remedies(runs, cmd):
     assert 'train/b/' in err and '--bad-sample skip' in err and '`timmdata check ' in err and "bad_sample='skip'" not in err, err
 
 
+@pytest.mark.slow
 def test_damaged_image_through_dataloader_workers(runs):
     status, _, err = per_command(runs)['demo/damaged']  # 2 workers: torch re-raises the worker's error, its traceback inside
     assert status == 2 and 'could not be read or decoded: truncated JPEG (600 bytes)' in err and 'Original Traceback' not in err, err
 
 
+@pytest.mark.slow
 def test_damaged_images_listed_by_check_and_left_out_by_cache(runs):
     res = per_command(runs)
     jpg_name = runs['damaged_name']
@@ -268,6 +287,7 @@ def test_damaged_images_listed_by_check_and_left_out_by_cache(runs):
     assert f"the first b/{jpg_name} in " in err and '--bad-sample skip' in err and '`timmdata check ' in err, err
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback(runs):
     status, _, err = per_command(runs)['debug/flag']
     assert status == 'raised' and 'Traceback' in err and 'FileNotFoundError' in err, err
@@ -275,6 +295,7 @@ def test_debug_shows_the_traceback(runs):
     assert status == 'raised' and 'Traceback' in err and "'/nonexistent' does not exist" in err, err
 
 
+@pytest.mark.slow
 def test_profile_says_when_it_measured_fewer_batches_than_asked(runs):
     "--batches 10 over an epoch of 4 batches: the warm-up and 3 measured, said on the first line, with why"
     status, out, err = per_command(runs)['short/profile']
@@ -309,6 +330,7 @@ def test_every_option_has_help_and_says_its_default_once(cmd):
         assert '(default: None)' not in text and '(default: False)' not in text, text
 
 
+@pytest.mark.slow
 def test_help_as_the_shell_prints_it(runs):
     "`timmdata demo --help` through main: --root's default said once, in words; no default for a flag"
     status, out, err = per_command(runs)['help/demo']
@@ -343,6 +365,7 @@ def test_command_help_imports_no_torch(cmd):
     assert r.returncode == 0 and r.stdout.split() == ['0', 'False', "['usage:',", "'timmdata']"], (r.stdout, r.stderr[-2000:])
 
 
+@pytest.mark.slow
 def test_index_help_speaks_of_shards_and_parquet(runs):
     status, out, _ = per_command(runs)['help/index']
     text = ' '.join(out.split())
@@ -375,6 +398,7 @@ def test_all_extra_holds_every_optional_feature():
     assert set(extras['all']) == {r for reqs in features.values() for r in reqs}, 'holds only the features'
 
 
+@pytest.mark.slow
 def test_check_names_each_damaged_parquet_row_and_file(runs):
     "A folder of Parquet files in the Hub's layout: the damaged row named by its file and row, the file cut short by its name, status 1; a clean one passes."
     status, out, err = per_command(runs)['check/parquet_bad']
@@ -387,6 +411,7 @@ def test_check_names_each_damaged_parquet_row_and_file(runs):
     assert status == 0 and out.splitlines()[-1].startswith('checked 16 images in 4 Parquet files') and out.strip().endswith('all decode'), (status, out, err)
 
 
+@pytest.mark.slow
 def test_index_says_what_exact_reads_are_and_names_check(runs):
     "`timmdata index` on Parquet files: its last line says in words how each image will be read; a damaged file is one line that names `timmdata check`, which lists it."
     status, out, err = per_command(runs)['index/parquet']
@@ -395,6 +420,7 @@ def test_index_says_what_exact_reads_are_and_names_check(runs):
     assert status == 2 and len(err.splitlines()) == 1 and 'does not end with PAR1' in err and '`timmdata check ' in err, (status, err)
 
 
+@pytest.mark.slow
 def test_advice_said_in_the_shell_is_the_commands(runs):
     "Every option a command's error names is an option of that command, and no Python keyword advice (`pass name=`) reaches a shell: said as the option, or left out."
     from timmdata.tools.cli import command_options

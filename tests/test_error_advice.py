@@ -14,7 +14,7 @@ the CLI's `fail` and argparse's `error`, and the functions that build the advice
 And from a shell: a library's advice in Python words (`bad_sample='skip'`) reaches the command line said as the
 command's option, or not at all where the command has none (`cli.user_message`), as the commands' own errors show."""
 
-import ast, contextlib, importlib, inspect, io, os, re, sys
+import ast, contextlib, functools, importlib, inspect, io, os, re, sys
 from pathlib import Path
 
 import pytest
@@ -155,7 +155,14 @@ def library():
     return trees, msgs, callables, calls
 
 
-TREES, MESSAGES, CALLABLES, CALLS = library()
+
+
+@functools.cache
+def scanned() -> tuple:
+    "`library()` once per process, when a test first asks (not at collection: each test process collects this module)."
+    return library()
+
+
 CALLER_DEPTH = 4  # how far up the calls a keyword's function is looked for: the call the user made is a few levels up
 
 
@@ -228,7 +235,7 @@ def where(module, line, scope) -> str:
 
 def command_problems(msgs=None) -> list:
     out = []
-    for module, line, scope, text in MESSAGES if msgs is None else msgs:
+    for module, line, scope, text in scanned()[1] if msgs is None else msgs:
         for cmd, a, b in invocations(text):
             if cmd not in COMMANDS:
                 out.append(f'{where(module, line, scope)}: `timmdata {cmd}` is no command ({", ".join(COMMANDS)}): {text!r}')
@@ -237,7 +244,7 @@ def command_problems(msgs=None) -> list:
 
 def option_problems(msgs=None) -> list:
     out = []
-    for module, line, scope, text in MESSAGES if msgs is None else msgs:
+    for module, line, scope, text in scanned()[1] if msgs is None else msgs:
         spans = invocations(text)
         for m in OPTION.finditer(text):
             opt = '--' + m.group(1)
@@ -250,8 +257,8 @@ def option_problems(msgs=None) -> list:
 
 def keyword_problems(msgs=None, callables=None, calls=None) -> list:
     out = []
-    callables, calls = CALLABLES if callables is None else callables, CALLS if calls is None else calls
-    for module, line, scope, text in MESSAGES if msgs is None else msgs:
+    callables, calls = scanned()[2] if callables is None else callables, scanned()[3] if calls is None else calls
+    for module, line, scope, text in scanned()[1] if msgs is None else msgs:
         for kw in advised_keywords(text):
             if (module, kw) in KEYWORDS_ELSEWHERE:
                 continue
@@ -264,8 +271,9 @@ def keyword_problems(msgs=None, callables=None, calls=None) -> list:
 
 def test_the_scan_finds_messages():
     "The scan reads the messages it is for: the CLI's own advice, a reader's, an f-string's."
-    texts = [t for _, _, _, t in MESSAGES]
-    assert len(MESSAGES) > 500, len(MESSAGES)
+    msgs = scanned()[1]
+    texts = [t for _, _, _, t in msgs]
+    assert len(msgs) > 500, len(msgs)
     assert any('`timmdata check' in t for t in texts) and any('--bad-sample' in t for t in texts)
     assert any(PH in t and 'timmdata index' in t for t in texts)
     assert 'bad_sample' in advised_keywords("x; fix or remove the file, or pass bad_sample='skip' to skip such samples")
@@ -312,7 +320,7 @@ def test_keywords_advised_are_parameters():
 def test_the_allow_list_is_still_needed():
     "Each keyword listed by hand is still advised where it is listed, and still not found by the automatic check."
     for (module, kw), why in list(KEYWORDS_ELSEWHERE.items()):
-        msgs = [m for m in MESSAGES if m[0] == module and kw in advised_keywords(m[3])]
+        msgs = [m for m in scanned()[1] if m[0] == module and kw in advised_keywords(m[3])]
         assert msgs, f'{module} no longer advises {kw}=: remove it from KEYWORDS_ELSEWHERE'
         saved = KEYWORDS_ELSEWHERE.pop((module, kw))
         try:

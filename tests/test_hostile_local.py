@@ -96,6 +96,7 @@ print(json.dumps(dict(status=status, said=out.getvalue(), seconds=time.perf_coun
 '''
 
 
+@pytest.mark.slow  # `timmdata check` in a fresh interpreter
 def test_check_ends_on_two_links_to_the_parent(tmp_path):
     "`timmdata check` walks as the dataset does: two links to `..` (which `os.walk(followlinks=True)` never ends) are an error naming a link."
     root = make_sample_dataset(tmp_path / 'ds', n_train=1, n_val=0, classes=['a', 'b'], size=(32, 24), num_workers=0)

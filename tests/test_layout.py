@@ -206,6 +206,7 @@ def test_the_check_can_fail(tmp_path):
 MAX_STOPS, MAX_BACK_UP = 28, 8
 
 
+@pytest.mark.slow  # a fresh interpreter follows the calls (~10 s here)
 def test_create_loader_dataset_reads_downward():
     env = {k: v for k, v in os.environ.items() if k in ('PATH', 'HOME', 'TMPDIR', 'TIMMDATA_SAMPLE_CACHE')}
     env['PYTHONPATH'] = str(ROOT)  # run apart (this file imports nothing of timmdata), with none of the settings

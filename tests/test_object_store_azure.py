@@ -2,12 +2,16 @@
 for these tests on this machine (tests/_azurite.py; `make test-deps` installs it with npm). The same datasets as the S3
 tests: WebDataset shards with and without their dataset index, Parquet folders with and without theirs; each gives the
 batches a local read of the same files gives, with worker processes too; `timmdata index` writes into the container,
-`timmdata check` decodes there; a missing blob and a wrong account key are named in one line."""
+`timmdata check` decodes there; a missing blob and a wrong account key are named in one line.
+All slow (`make test-all`): Azurite's start and each dataset's upload take seconds; the S3 and GCS emulators' tests,
+through the same object-store code, run in `make test`."""
 
 import os, sys
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow
 
 pytest.importorskip('obstore')
 pytest.importorskip('pyarrow')

@@ -155,8 +155,10 @@ _SCHED = dict(input_size_choices=[16, 24, 32], batch_size_choices=[6, 4, 2], bat
 
 @pytest.mark.parametrize('kw', [
     dict(num_batches=7),  # a fixed number of batches: the order wraps within the epoch
-    dict(num_workers=2, num_batches=7, batch_choice_schedule='progressive', batch_schedule_epochs=2),
-    dict(num_workers=2),  # the sample-budget schedule (MultiEpochsDataLoader is refused with it, as timm refuses it)
+    pytest.param(dict(num_workers=2, num_batches=7, batch_choice_schedule='progressive', batch_schedule_epochs=2),
+                 marks=pytest.mark.slow),  # worker processes: seconds each
+    # the sample-budget schedule (MultiEpochsDataLoader is refused with it, as timm refuses it)
+    pytest.param(dict(num_workers=2), marks=pytest.mark.slow),
 ], ids=['main', 'workers_progressive', 'workers_budget'])
 def test_resume_scheduled_batching(root, kw):
     "input_size_choices: batches of several sizes, cut anywhere, resumed bit for bit (shapes too)."

@@ -33,7 +33,27 @@ def _images():
             'square': make_sample_image(5, size=(300, 300)), 'small': make_sample_image(6, size=(150, 100)),
             'wide4000': make_sample_image(7, size=(4000, 1000)), 'gray': gray.convert('RGB'), 'rgba': rgba.convert('RGB')}
 
-IMAGES = _images()
+class _Images(dict):
+    "`_images()`, drawn when a test first reads them (not at collection: every test process collects this module)."
+
+    def _fill(self):
+        if not dict.__len__(self):
+            self.update(_images())
+
+    def __getitem__(self, k):
+        self._fill()
+        return super().__getitem__(k)
+
+    def items(self):
+        self._fill()
+        return super().items()
+
+    def values(self):
+        self._fill()
+        return super().values()
+
+
+IMAGES = _Images()
 to_tensor = MaybePILToTensor()  # CHW view over HWC memory: the layout decode_jpeg gives
 
 
