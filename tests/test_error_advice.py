@@ -155,8 +155,6 @@ def library():
     return trees, msgs, callables, calls
 
 
-
-
 @functools.cache
 def scanned() -> tuple:
     "`library()` once per process, when a test first asks (not at collection: each test process collects this module)."
