@@ -4,7 +4,7 @@ PIL input must give timm's pixels exactly. uint8 tensor input goes through torch
 instead of PIL's, which may differ by rounding: max abs diff <= 2 and mean abs diff <= 0.5 per pixel; the eval
 pipeline's default fused resize + centre crop (timmdata.pixels.resample) gives PIL's pixels exactly, from tensors and JPEGs.
 """
-import random
+import functools, random
 import numpy as np
 import pytest
 import torch
@@ -24,8 +24,9 @@ from timmdata.transforms_factory import create_transform
 MAX_DIFF, MEAN_DIFF = 2, 0.5
 
 
+@functools.cache
 def _images():
-    "Landscape, portrait, square, smaller than the crop, 4000 px wide, grayscale and RGBA (converted to RGB as the dataset does)."
+    "Drawn when a test first asks (not at collection: every test process collects this module). Landscape, portrait, square, smaller than the crop, 4000 px wide, grayscale and RGBA (converted to RGB as the dataset does)."
     gray = make_sample_image(2, seed=3, size=(300, 400)).convert('L')
     rgba = make_sample_image(4, seed=4, size=(350, 260)).convert('RGBA')
     rgba.putalpha(128)
@@ -33,27 +34,6 @@ def _images():
             'square': make_sample_image(5, size=(300, 300)), 'small': make_sample_image(6, size=(150, 100)),
             'wide4000': make_sample_image(7, size=(4000, 1000)), 'gray': gray.convert('RGB'), 'rgba': rgba.convert('RGB')}
 
-class _Images(dict):
-    "`_images()`, drawn when a test first reads them (not at collection: every test process collects this module)."
-
-    def _fill(self):
-        if not dict.__len__(self):
-            self.update(_images())
-
-    def __getitem__(self, k):
-        self._fill()
-        return super().__getitem__(k)
-
-    def items(self):
-        self._fill()
-        return super().items()
-
-    def values(self):
-        self._fill()
-        return super().values()
-
-
-IMAGES = _Images()
 to_tensor = MaybePILToTensor()  # CHW view over HWC memory: the layout decode_jpeg gives
 
 
@@ -76,7 +56,7 @@ def test_eval_pipeline(crop_mode, crop_pct, interpolation, input_size):
     # Resize(shorter edge) + centre crop run fused from the undecoded JPEG (PIL's pixels); the other modes take tensors
     fused = crop_mode == 'center' and input_size == 224
     assert ours.input_format == ('encoded' if fused else 'tensor')
-    for name, img in IMAGES.items():
+    for name, img in _images().items():
         ref = theirs(img)
         np.testing.assert_array_equal(_arr(ours(img)), _arr(ref), err_msg=f'PIL path, {name}')
         _check_close(ours(to_tensor(img)), ref, f'tensor path, {name}')
@@ -87,20 +67,20 @@ def test_eval_pipeline(crop_mode, crop_pct, interpolation, input_size):
 @pytest.mark.parametrize('normalize', [True, False])
 def test_eval_normalized(normalize):
     kw = dict(input_size=224, crop_pct=0.9, interpolation='bicubic', normalize=normalize)
-    img = IMAGES['landscape']
+    img = _images()['landscape']
     a, b = create_transform(**kw)(img), timm_create_transform(**kw)(img)
     assert a.dtype == b.dtype and torch.equal(a, b)
 
 
 def test_eval_crop_border_pixels():
     kw = dict(input_size=224, crop_border_pixels=7, use_prefetcher=True)
-    for img in IMAGES.values():
+    for img in _images().values():
         assert torch.equal(create_transform(**kw)(img), timm_create_transform(**kw)(img))
 
 
 def test_noaug_train():
     kw = dict(input_size=(3, 192, 224), is_training=True, no_aug=True, interpolation='bicubic', use_prefetcher=True)
-    for name, img in IMAGES.items():
+    for name, img in _images().items():
         ref = timm_create_transform(**kw)(img)
         assert torch.equal(create_transform(**kw)(img), ref), name
         _check_close(create_transform(**kw)(to_tensor(img)), ref, name)
@@ -109,7 +89,7 @@ def test_noaug_train():
 @pytest.mark.parametrize('scale,ratio', [((0.08, 1.0), (3 / 4, 4 / 3)), ((0.9, 1.0), (0.2, 0.3)), ((0.5, 1.0), (2.0, 5.0))])
 def test_rrc_boxes(scale, ratio):
     "Same seed, same boxes (including the fallback), for every test image."
-    for img in IMAGES.values():
+    for img in _images().values():
         ten = to_tensor(img)  # once per image: get_params reads its size only (a conversion per seed was most of the time)
         for seed in range(200):
             random.seed(seed)
@@ -121,7 +101,7 @@ def test_rrc_boxes(scale, ratio):
 
 
 def test_rkr_params():
-    for img in IMAGES.values():
+    for img in _images().values():
         for seed in range(100):
             random.seed(seed)
             a = timm_tf.ResizeKeepRatio.get_params(img, (224, 224), 0., 0.5, (0.8, 1.0), True, 0.5, (0.9, 1 / 0.9))
@@ -141,7 +121,7 @@ def test_train_pipeline(train_crop_mode, interpolation):
     ours_nojit = create_transform(**{**kw, 'color_jitter': 0})
     theirs_nojit = timm_create_transform(**{**kw, 'color_jitter': None})
     assert ours.input_format == ('encoded' if train_crop_mode == 'rrc' else 'tensor')  # a first crop takes undecoded JPEGs
-    for name, img in IMAGES.items():
+    for name, img in _images().items():
         if name == 'wide4000': continue  # the big one only in the eval tests, to keep this fast
         for seed in range(6):
             random.seed(seed); torch.manual_seed(seed)
@@ -158,7 +138,7 @@ def test_flip_decisions_over_a_stream():
     "Without reseeding per image: the flips over a stream of images follow timm's (jitter on, as timm draws it)."
     kw = dict(input_size=64, is_training=True, use_prefetcher=True)
     ours, theirs = create_transform(**kw), timm_create_transform(**kw)
-    img = IMAGES['landscape']
+    img = _images()['landscape']
     random.seed(0); torch.manual_seed(0)
     a = [ours(img) for _ in range(30)]
     random.seed(0); torch.manual_seed(0)
@@ -243,7 +223,7 @@ def test_train_pipeline_with_handed_draws(kind):
     cfg = dict(is_training=True, auto_augment='rand-m9-mstd0.5-inc1', re_prob=0)
     ours, theirs = create_transform(224, **cfg), timm_create_transform(224, **cfg)
     assert takes_draws(ours)
-    img = IMAGES['landscape']
+    img = _images()['landscape']
     x = img if kind == 'pil' else to_tensor(img)
     for k in range(20):
         seed_all(k)
@@ -263,7 +243,7 @@ def test_train_pipeline_with_handed_draws(kind):
 def test_maybe_to_tensor_is_timms(kind):
     "MaybeToTensor alone is timm's: PIL images and arrays to float in [0, 1]; any tensor (uint8 too) back unchanged."
     from timmdata.transforms import MaybeToTensor
-    img = IMAGES['portrait']
+    img = _images()['portrait']
     x = {'pil': img, 'gray_pil': img.convert('L'), 'ndarray': np.asarray(img), 'uint8': TF.pil_to_tensor(img),
          'float': TF.to_tensor(img), 'uint8_hwc_view': to_tensor(img)}[kind]
     ours, theirs = MaybeToTensor()(x), timm_tf.MaybeToTensor()(x)
@@ -279,7 +259,7 @@ def test_pipeline_on_uint8_tensor_gives_timms_floats(normalize):
     "timmdata's tensor path: a uint8 tensor through create_transform (normalising: its MaybeToTensor step) gives what"
     " timm's pipeline gives for the PIL image; a dataset hands MaybeToTensor alone a PIL image."
     from timmdata.transforms import MaybeToTensor, transform_input
-    img = IMAGES['square']
+    img = _images()['square']
     kw = dict(input_size=224, crop_pct=1.0, normalize=normalize)  # 300 px resized to 224: the fused path, PIL's pixels
     ours, want = create_transform(**kw)(to_tensor(img)), timm_create_transform(**kw)(img)
     assert ours.dtype == want.dtype == (torch.float32 if normalize else torch.uint8) and ours.shape == want.shape
