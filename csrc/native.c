@@ -1333,6 +1333,27 @@ static PyObject *flag_release(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* The first float32 that torch.rand(1) gives from a CPU generator made by torch.Generator().manual_seed(seed), for
+ * 0 <= seed < 2^64: torch seeds MT19937 with the seed's low 32 bits, and its first output after the first twist reads
+ * state words 0, 1 and 397 only (397 steps of the seeding recurrence, not 624 words and a full twist); tempered, its
+ * low 24 bits over 2^24 are torch's float. No buffers, no GIL needed: a sample's flip draw without making a generator. */
+static PyObject *torch_first_rand(PyObject *self, PyObject *arg) {
+    unsigned long long seed = PyLong_AsUnsignedLongLong(arg);
+    if (seed == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    uint32_t s = (uint32_t)seed, s0 = s, s1 = 0;
+    for (uint32_t i = 1; i <= 397; i++) {
+        s = 1812433253u * (s ^ (s >> 30)) + i;
+        if (i == 1) s1 = s;
+    }
+    uint32_t y = (s0 & 0x80000000u) | (s1 & 0x7fffffffu);
+    uint32_t v = s ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+    v ^= v >> 11;
+    v ^= (v << 7) & 0x9d2c5680u;
+    v ^= (v << 15) & 0xefc60000u;
+    v ^= v >> 18;
+    return PyFloat_FromDouble((double)(v & 0xffffffu) / 16777216.0);
+}
+
 /* Pillow's transform filters (Geometry.c), the same double arithmetic in the same order: a bilinear step
  * a + (b - a) * d, and a cubic through four taps in Horner form. Built without -march, so no FMA contraction. */
 static inline double wa_lerp(double a, double b, double d) { return a + (b - a) * d; }
@@ -2205,6 +2226,7 @@ static PyMethodDef methods[] = {
     {"affine_u8_cl", affine_u8_cl, METH_VARARGS, "affine_u8_cl(x_u8, m, b, lo, hi, fill, valid_i64, out_f32, n, c, hw): channels-last in and out, fill past valid[i]"},
     {"flag_acquire", flag_acquire, METH_VARARGS, "flag_acquire(int32 flags, i) -> True when flag i went 0 -> 1 (atomic, acquire)"},
     {"flag_release", flag_release, METH_VARARGS, "flag_release(int32 flags, i): flag i = 0 (atomic, release)"},
+    {"torch_first_rand", torch_first_rand, METH_O, "torch_first_rand(seed) -> float: torch.rand(1, generator=torch.Generator().manual_seed(seed)).item() for 0 <= seed < 2**64, without a generator"},
     {"warp_affine", warp_affine, METH_VARARGS, "warp_affine(src_hwc_u8, matrix, kind, fill) -> bytearray (H, W, C): Pillow's Image.transform(size, AFFINE, matrix, resample, fillcolor=fill) of the image, byte for byte (kind 0 bilinear, 1 bicubic)"},
     {"aug_point", aug_point, METH_VARARGS, "aug_point(src_hwc_u8, kind, table=None) -> bytearray (H, W, C): Image.point(table) (kind 0: 256 values for every channel or 256 per channel), ImageOps.autocontrast (1) or ImageOps.equalize (2) of the image, Pillow's bytes"},
     {"aug_enhance", aug_enhance, METH_VARARGS, "aug_enhance(src_hwc_u8, kind, factor) -> bytearray (H, W, C): ImageEnhance's Brightness (kind 0), Contrast (1), Color (2) or Sharpness (3) enhance(factor) of the image, Pillow's bytes"},

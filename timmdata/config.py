@@ -209,16 +209,27 @@ from collections import deque
 # batch's worth are held at once where its policies run in the collate (`Compose.deferred`): room for large batches'
 # (about 3 KB each).
 _SPARE_NP: deque = deque(maxlen=1024)
+_F32: dict = {}  # p -> p rounded to float32, for the flips' draws (a few distinct p per run)
+
+
+def _as_float32(x: float) -> float:
+    "`x` rounded to the nearest float32, as a Python float (remembered: numpy's conversion costs a microsecond per sample)."
+    v = _F32.get(x)
+    if v is None:
+        if len(_F32) > 64:
+            _F32.clear()
+        v = _F32[x] = float(np.float32(x))
+    return v
 
 
 class Draws:
     """The random generators of one sample (or batch), seeded from its `key`: `py` (`random.Random`), `torch` (a CPU
     `torch.Generator`) and `np` (numpy `RandomState`), each made on first use, seeded as `seed_all(key)` seeds the global ones."""
 
-    __slots__ = ('key', '_py', '_torch', '_np')
+    __slots__ = ('key', '_py', '_torch', '_np', '_drawn')
 
     def __init__(self, key: int):  # e.g. mix_seed(seed, epoch, position)
-        self.key, self._py, self._torch, self._np = int(key), None, None, None
+        self.key, self._py, self._torch, self._np, self._drawn = int(key), None, None, None, False
 
     @property
     def py(self) -> random.Random:
@@ -231,8 +242,32 @@ class Draws:
     def torch(self) -> torch.Generator:
         "A CPU torch generator (pass it as `generator=`)."
         if self._torch is None:
-            self._torch = torch.Generator().manual_seed(self.key)
+            g = torch.Generator().manual_seed(self.key)
+            if self._drawn:  # its first float was drawn without it (`rand`): step past it
+                torch.rand(1, generator=g)
+            self._torch = g
         return self._torch
+
+    def rand(
+        self,
+        native=None,  # the C extension (`decode.NATIVE.module`), or None: torch draws the first too
+    ) -> float:
+        """`torch.rand(1, generator=self.torch).item()`: the next float of the sample's torch generator (torchvision's
+        flip draw). Given the extension, the first is worked out without making the generator (making and seeding
+        one, a tensor and `.item()`: about 8 µs, and three times the GIL let go and taken back); a generator made
+        later starts after it."""
+        if native is not None and self._torch is None and not self._drawn and 0 <= self.key < 1 << 64:
+            self._drawn = True
+            return native.torch_first_rand(self.key)
+        return torch.rand(1, generator=self.torch).item()
+
+    def below(
+        self,
+        p: float,  # a probability
+        native=None,  # as `rand`'s
+    ) -> bool:
+        "torchvision's `torch.rand(1, generator=g) < p`: the next draw (`rand`) against `p` rounded to float32, as torch compares."
+        return self.rand(native) < _as_float32(p)
 
     @property
     def np(self) -> np.random.RandomState:
@@ -275,6 +310,9 @@ class _GlobalDraws(Draws):
     py = property(lambda self: random, doc="The `random` module (its functions are the global `Random`'s methods).")
     torch = property(lambda self: torch.default_generator, doc="torch's default CPU generator.")
     np = property(lambda self: np.random, doc="numpy's global legacy generator (the `np.random` functions).")
+
+    def rand(self, native=None) -> float:
+        return torch.rand(1).item()
 
     def child(self, *tags: int) -> Draws:
         return self

@@ -279,19 +279,6 @@ def check_range(
         raise ValueError(f"{param} must be (min, max) with min <= max; got {tuple(rng)!r}")
 
 # %% ../nbs/10_transforms.ipynb #9ef1c2af
-_F32: dict = {}  # p -> p rounded to float32, for the flips' draws (a few distinct p per run)
-
-
-def _as_float32(x: float) -> float:
-    "`x` rounded to the nearest float32, as a Python float (remembered: numpy's conversion costs a microsecond per sample)."
-    v = _F32.get(x)
-    if v is None:
-        if len(_F32) > 64:
-            _F32.clear()
-        v = _F32[x] = float(np.float32(x))
-    return v
-
-
 class RandomHorizontalFlip(tvt.RandomHorizontalFlip, SampleTransform):
     """torchvision's `RandomHorizontalFlip` (the same draw and pixels: PIL image or tensor), without nn.Module's call overhead.
 
@@ -307,10 +294,9 @@ class RandomHorizontalFlip(tvt.RandomHorizontalFlip, SampleTransform):
         rng: Draws = GLOBAL_DRAWS,  # the sample's draws (`rng.torch`); default: the global generators
     ) -> bool:
         "Whether this image is flipped: torchvision's draw (from `rng.torch`), so seeded pipelines give the same flips as timm's."
-        # torchvision compares `torch.rand(1) < p` in float32; the same draw compared as Python floats against p rounded
-        # to float32 gives the same answer for every draw (both values exact), without a second tensor (~6 us a sample
-        # in a worker)
-        return torch.rand(1, generator=rng.torch).item() < _as_float32(self.p)
+        # torchvision compares `torch.rand(1) < p` in float32; `Draws.below` compares the same draw as Python floats
+        # against p rounded to float32 (the same answer for every draw), and a sample's first draw needs no generator
+        return rng.below(self.p, _NATIVE.module)
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         return hflip(img) if self.draw(rng) else img

@@ -285,7 +285,7 @@ class RandomVerticalFlip(tvt.RandomVerticalFlip, SampleTransform):
     keeps_size = True
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return TF.vflip(img) if torch.rand(1, generator=rng.torch) < self.p else img
+        return TF.vflip(img) if rng.below(self.p) else img
 
 
 class ColorJitter(tvt.ColorJitter, SampleTransform):
@@ -332,7 +332,7 @@ class RandomGrayscale(tvt.RandomGrayscale, SampleTransform):
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         n = TF.get_image_num_channels(img)
-        return TF.rgb_to_grayscale(img, num_output_channels=n) if torch.rand(1, generator=rng.torch) < self.p else img
+        return TF.rgb_to_grayscale(img, num_output_channels=n) if rng.below(self.p) else img
 
 
 class GaussianBlur(tvt.GaussianBlur, SampleTransform):

@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.functional import pil_to_tensor
-from ..pixels.decode import EncodedJpeg
+from ..pixels.decode import NATIVE, EncodedJpeg
 from ..pixels.resample import resize_crop_window
 from ..pixels.batch_augment import encode_draws
 from timmdata.transforms import (
@@ -173,9 +173,9 @@ class DeviceDecodeTransform(SampleTransform):
                     f'does not pad; use crop_pct <= 1 with a plain centre crop, or the CPU path'
                 )
             interp, t2, l2 = self.interp, int(round((rh - oh) / 2.0)), int(round((rw - ow) / 2.0))
-        g = rng.torch  # the draws of torchvision's RandomHorizontalFlip and RandomVerticalFlip
-        fh = bool(self.hflip > 0 and torch.rand(1, generator=g) < self.hflip)
-        fv = bool(self.vflip > 0 and torch.rand(1, generator=g) < self.vflip)
+        # the draws of torchvision's RandomHorizontalFlip and RandomVerticalFlip, from the sample's torch draws
+        fh = self.hflip > 0 and rng.below(self.hflip, NATIVE.module)
+        fv = self.vflip > 0 and rng.below(self.vflip, NATIVE.module)
         return (t, l, h, w, rh, rw, t2, l2, int(fh), int(fv), INTERPS.index(interp))
 
     def __call__(
