@@ -253,8 +253,8 @@ class Draws:
         native=None,  # the C extension (`decode.NATIVE.module`), or None: torch draws the first too
     ) -> float:
         """`torch.rand(1, generator=self.torch).item()`: the next float of the sample's torch generator (torchvision's
-        flip draw). Given the extension, the first is worked out without making the generator (making and seeding
-        one, a tensor and `.item()`: about 8 µs, and three times the GIL let go and taken back); a generator made
+        flip draw). Given the extension, the first is worked out without making the generator (a generator made and
+        seeded, a tensor and `.item()`: three torch calls a sample, `bench/bench_first_draw.py`); a generator made
         later starts after it."""
         if native is not None and self._torch is None and not self._drawn and 0 <= self.key < 1 << 64:
             self._drawn = True

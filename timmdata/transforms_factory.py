@@ -7,6 +7,7 @@ from __future__ import annotations
 import math, numbers
 from typing import Optional, Union
 from .core.untrusted import names_keywords
+from .pixels.decode import NATIVE
 import torch
 from torchvision import transforms as tvt
 from timmdata.config import (
@@ -285,7 +286,7 @@ class RandomVerticalFlip(tvt.RandomVerticalFlip, SampleTransform):
     keeps_size = True
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
-        return TF.vflip(img) if rng.below(self.p) else img
+        return TF.vflip(img) if rng.below(self.p, NATIVE.module) else img
 
 
 class ColorJitter(tvt.ColorJitter, SampleTransform):
@@ -332,7 +333,7 @@ class RandomGrayscale(tvt.RandomGrayscale, SampleTransform):
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         n = TF.get_image_num_channels(img)
-        return TF.rgb_to_grayscale(img, num_output_channels=n) if rng.below(self.p) else img
+        return TF.rgb_to_grayscale(img, num_output_channels=n) if rng.below(self.p, NATIVE.module) else img
 
 
 class GaussianBlur(tvt.GaussianBlur, SampleTransform):
