@@ -72,8 +72,8 @@ def test_create_loader_decode_device_is_the_device_path(sample_root):
     mk = lambda f: f(ImageDataset(sample_root, split='validation'), 96, 8, num_workers=0, crop_pct=1.0, decode_device='cpu')
     for (x, y), (xr, yr) in zip(mk(create_loader), mk(create_device_decode_loader), strict=True):
         assert torch.equal(x, xr) and torch.equal(y, yr)
-    with pytest.raises(ValueError, match='auto_augment'):  # RandAugment runs on the device batch; AugMix does not
-        create_loader(ImageDataset(sample_root), 96, 8, is_training=True, auto_augment='augmix-m5', decode_device='cpu')
+    with pytest.raises(ValueError, match='auto_augment'):  # RandAugment and AugMix run on the device batch; AutoAugment does not
+        create_loader(ImageDataset(sample_root), 96, 8, is_training=True, auto_augment='original', decode_device='cpu')
 
 
 def test_cpu_fallback_for_png_cmyk_gray_is_counted_and_faithful(mixed_root):
@@ -207,7 +207,7 @@ def test_device_decoder_failure_falls_back_per_image_or_names_the_row(monkeypatc
 def test_unsupported_arguments_are_named(sample_root):
     ds = ImageDataset(sample_root, split='validation')
     mk = lambda **kw: create_device_decode_loader(ds, 64, 4, decode_device='cpu', num_workers=0, **kw)
-    for kw, msg in [(dict(auto_augment='augmix-m5', is_training=True), 'only RandAugment'), (dict(crop_mode='border'), "crop_mode='border'"),
+    for kw, msg in [(dict(auto_augment='original', is_training=True), 'only RandAugment'), (dict(crop_mode='border'), "crop_mode='border'"),
                     (dict(train_crop_mode='rkrc', is_training=True), "train_crop_mode='rkrc'"), (dict(num_aug_splits=2), "'num_aug_splits'"),
                     (dict(interpolation='lanczos'), "'lanczos'"), (dict(num_workerz=1), "'num_workerz'"),
                     (dict(device='cuda:0' if torch.cuda.is_available() else 'meta'), 'device'),

@@ -661,14 +661,29 @@ class AugMixAugment(SampleTransform):
     ):
         self.ops, self.alpha, self.width, self.depth, self.blended = ops, alpha, width, depth, blended
 
-    def _chain(self, img, rng: Draws = GLOBAL_DRAWS):
-        depth = self.depth if self.depth > 0 else rng.np.randint(1, 4)
-        for i in rng.np.choice(len(self.ops), depth, replace=True):
-            img = self.ops[i](img, rng)
+    def draw(
+        self,
+        rng: Draws = GLOBAL_DRAWS,  # the image's generator
+    ) -> tuple:
+        """One image's draws, in timm's order: `(weights, m, chains)`, the chains' Dirichlet weights and the Beta factor
+        (float32), then per chain its depth, its ops and their draws, as `(i, drawn)` (`AugmentOp.draw`). The CPU path
+        applies them here; the device path draws them in the worker and applies them to the batch
+        (`timmdata.pixels.batch_augment.augmix_batch`)."""
+        ws = np.float32(rng.np.dirichlet([self.alpha] * self.width))
+        m = np.float32(rng.np.beta(self.alpha, self.alpha))
+        chains = []
+        for _ in range(self.width):
+            depth = self.depth if self.depth > 0 else rng.np.randint(1, 4)
+            chains.append([(int(i), self.ops[i].draw(rng)) for i in rng.np.choice(len(self.ops), depth, replace=True)])
+        return ws, m, chains
+
+    def _chain(self, img, chain: list):
+        for i, d in chain:
+            img = img if d is None else self.ops[i].apply_drawn(img, d)
         return img
 
     @staticmethod
-    def _blend_weights(ws, m):
+    def blend_weights(ws, m):
         "Per-chain blend factors such that blending chains in turn weights chain k by about m * ws[k]."
         out, left = [], 1.0
         for w in (ws * m)[::-1]:
@@ -678,15 +693,13 @@ class AugMixAugment(SampleTransform):
         return np.array(out[::-1], dtype=np.float32)
 
     def _apply(self, img, rng: Draws = GLOBAL_DRAWS):
-        ws = np.float32(rng.np.dirichlet([self.alpha] * self.width))
-        m = np.float32(rng.np.beta(self.alpha, self.alpha))
+        ws, m, chains = self.draw(rng)
         if self.blended:
             orig = img
-            for w in self._blend_weights(ws, m):
-                img = blend(img, self._chain(orig, rng), w)
+            for w, chain in zip(self.blend_weights(ws, m), chains):
+                img = blend(img, self._chain(orig, chain), w)
             return img
-        chains = [self._chain(img, rng) for _ in ws]
-        return mix_and_blend(img, chains, ws, m)  # one native pass on pixels
+        return mix_and_blend(img, [self._chain(img, c) for c in chains], ws, m)  # one native pass on pixels
 
     def __call__(self, img, rng: Draws = GLOBAL_DRAWS):
         return _on_image(self._apply, img, rng)

@@ -5,7 +5,7 @@
 # %% ../../nbs/engine/35a_device_plan.ipynb #695f3202
 from __future__ import annotations
 import math
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 import numpy as np
 import torch
 from PIL import Image
@@ -13,7 +13,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms.functional import pil_to_tensor
 from ..pixels.decode import NATIVE, EncodedJpeg
 from ..pixels.resample import resize_crop_window
-from ..pixels.batch_augment import encode_draws
+from ..pixels.batch_augment import encode_augmix, encode_draws
 from timmdata.transforms import (
     SampleTransform,
     RandomResizedCropAndInterpolation,
@@ -28,7 +28,7 @@ from timmdata.transforms import (
     shorter_edge_size,
     str_to_interp_mode,
 )
-from ..auto_augment import RandAugment
+from ..auto_augment import AugMixAugment, RandAugment
 from torch.utils.data import get_worker_info
 from ..batch.collate import BatchCollate, new_uint8
 from ..batch.batch_ring import BatchRing
@@ -125,9 +125,9 @@ class DeviceDecodeTransform(SampleTransform):
         interpolation: str = 'bilinear',  # 'bilinear', 'bicubic' or 'random' (train: one of them per image)
         crop_pct: Optional[float] = None,  # eval: output size / resize size (None: 0.875)
         crop_border_pixels: Optional[int] = None,  # eval: trim this many pixels off every side first
-        rand_augment: Optional[
-            RandAugment
-        ] = None,  # train: timm's RandAugment, drawn here, applied to the device batch
+        rand_augment: Union[
+            RandAugment, AugMixAugment, None
+        ] = None,  # train: timm's RandAugment or AugMix, drawn here, applied to the device batch
     ):
         self.size, self.is_training = setup_size(size), is_training
         self.scale, self.ratio = tuple(scale or (0.08, 1.0)), tuple(ratio or (3.0 / 4.0, 4.0 / 3.0))
@@ -186,11 +186,16 @@ class DeviceDecodeTransform(SampleTransform):
         """(JPEG bytes, plan, 0) for a colour baseline JPEG, decoded on the device; else (the image decoded, cropped,
         resized and flipped here, on the CPU, plan, its `SPLIT` row): a progressive JPEG (2), one with an EXIF
         orientation (3), anything else (1). With `rand_augment`, a 4th item: its draws (`encode_draws`), made after
-        the plan's, as the CPU transform makes them after the crop and flips."""
+        the plan's, as the CPU transform makes them after the crop and flips; AugMix's are two items, its chains' ops
+        and its mix (`encode_augmix`)."""
         if isinstance(img, Image.Image):  # a dataset of decoded images (timm's ImageDataset): its pixels, as CHW uint8
             img = pil_to_tensor(img.convert('RGB'))
         p = self.plan(img, rng)
-        aug = () if self.rand_augment is None else (encode_draws([d for _, d in self.rand_augment.draw(rng)]),)
+        aug, ra = (), self.rand_augment
+        if isinstance(ra, AugMixAugment):
+            aug = encode_augmix(ra, ra.draw(rng))
+        elif ra is not None:
+            aug = (encode_draws([d for _, d in ra.draw(rng)]),)
         kind = 1
         if isinstance(img, EncodedJpeg):
             kind = jpeg_device_kind(img.data) if img.components == 3 else 1  # a grey JPEG: its box here, as before
@@ -228,7 +233,7 @@ def device_decode_collate(
     batch: list,  # samples `(DeviceDecodeTransform's output, target)`; None ones are left out
     alloc: Callable = new_uint8,  # where the JPEG bytes go (`packed_bytes`)
 ) -> tuple:
-    "Samples `((bytes or uint8 CHW pixels, plan, kind[, draws]), target)` -> (dict of tensors: data, offsets, plans, kinds, pixels, pixel_rows[, augs]; targets)."
+    "Samples `((bytes or uint8 CHW pixels, plan, kind[, draws[, mix]]), target)` -> (dict of tensors: data, offsets, plans, kinds, pixels, pixel_rows[, augs[, mix]]; targets)."
     batch = [s for s in batch if s is not None]
     chunks, offsets, pix, pix_rows = [], [0], [], []
     for i, ((payload, *_), _) in enumerate(batch):
@@ -247,9 +252,11 @@ def device_decode_collate(
     plans = torch.tensor([s[1] for s, _ in batch], dtype=torch.int32).view(-1, 11)
     pixels = torch.stack(pix) if pix else torch.empty(0, dtype=torch.uint8)
     targets = torch.tensor([t for _, t in batch], dtype=torch.int64)
-    augs = {}  # RandAugment's draws: (N, layers, 3) float64 (`encode_draws`)
+    augs = {}  # RandAugment's draws: (N, layers, 3) float64 (`encode_draws`); AugMix's mix: (N, 2 + width)
     if batch and len(batch[0][0]) > 3:
         augs['augs'] = torch.tensor([s[3] for s, _ in batch], dtype=torch.float64).view(len(batch), -1, 3)
+    if batch and len(batch[0][0]) > 4:
+        augs['mix'] = torch.tensor([s[4] for s, _ in batch], dtype=torch.float64).view(len(batch), -1)
     return dict(
         data=data,
         offsets=torch.tensor(offsets, dtype=torch.int64),

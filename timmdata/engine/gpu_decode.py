@@ -12,9 +12,9 @@ from PIL import Image
 from ..pixels.decode import ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
 from ..pixels.batch_resize import TapCache, crop_resize_flip, resize_path
 from ..pixels.warp_kernel import warp_path
-from ..pixels.batch_augment import AUG_OPS, augment_batch
+from ..pixels.batch_augment import AUG_OPS, augment_batch, augmix_batch
 from ..mixup import Mixup
-from ..auto_augment import RandAugment, create_auto_augment, parse_auto_augment
+from ..auto_augment import AugMixAugment, RandAugment, create_auto_augment, parse_auto_augment
 from .prefetch import BatchOps, PrefetchLoader
 from .cuda_calls import CudaCalls
 from timmdata.engine.device_plan import (  # the workers' side; its names importable from here too
@@ -220,7 +220,7 @@ class DeviceDecodeStep:
             128,
             128,
             128,
-        ),  # RandAugment's fill colour (timm's `img_mean`), where batches carry its draws
+        ),  # RandAugment's and AugMix's fill colour (timm's `img_mean`), where batches carry their draws
     ):
         if not isinstance(ops, BatchOps):
             raise TypeError(f'DeviceDecodeStep needs a BatchOps for its batch step; got {type(ops).__name__}')
@@ -275,7 +275,7 @@ class DeviceDecodeStep:
         calls=None,  # the lane's CUDA calls (`CudaCalls`, a `FakeCuda`), each stage's stream current; None: in turn
     ):
         """`feed` as `stages`: a generator that yields after the decode stage (the decoded images) and the resize stage
-        (the uint8 batch, RandAugment applied), and returns (float batch, targets) after the batch ops."""
+        (the uint8 batch, RandAugment or AugMix applied), and returns (float batch, targets) after the batch ops."""
         (packed, y), ops = batch, self.ops
         if self.bitstreams_on_device is None:
             self.bitstreams_on_device = calls is None or reads_device_bitstreams(self.device)
@@ -293,7 +293,10 @@ class DeviceDecodeStep:
         if self.stats is not None and 'resize' not in self.stats.info.get('decode', {}):
             path = 'matmul: asked for' if self.kernels is False else resize_path(self.device)
             self.stats.note('decode', {'resize': path})  # Triton's kernels, or why not
-        if (
+        if 'mix' in packed:  # AugMix, drawn in the workers: its chains and their mix on the uint8 batch
+            layers = packed['augs'].view(len(x), packed['mix'].shape[1] - 2, -1, 3)
+            x = augmix_batch(x, layers, packed['mix'], self.aug_fill, self.kernels)
+        elif (
             'augs' in packed
         ):  # RandAugment, drawn in the workers, on the uint8 batch (timm: after the crop, before normalising)
             x = augment_batch(x, packed['augs'], self.aug_fill, self.kernels)
@@ -402,7 +405,7 @@ def check_device_modes(
     train_crop_mode,  # create_loader's `train_crop_mode`: None or 'rrc'
     crop_mode,  # create_loader's `crop_mode`: None or 'center'
     color_jitter,  # create_loader's `color_jitter`: no hue (a 4th value) in training
-    auto_augment=None,  # create_loader's `auto_augment`: in training, RandAugment's ops only
+    auto_augment=None,  # create_loader's `auto_augment`: in training, RandAugment's or AugMix's, with the device's ops
 ):
     "Refuse, by name, the crop modes, the hue jitter and the auto-augment the device path does not have (ValueError)."
     if train_crop_mode not in (None, 'rrc'):
@@ -422,16 +425,16 @@ def check_device_modes(
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #a7d3e5f1
 def device_rand_augment(
-    auto_augment: str,  # timm's string; here only RandAugment's ('rand-...')
+    auto_augment: str,  # timm's string; here RandAugment's ('rand-...') or AugMix's ('augmix-...')
     size: tuple,  # the output (h, w)
     mean: tuple,  # the normalisation mean: the geometric ops' fill colour, as timm's
     interpolation: str,  # the loader's: 'bilinear' or 'bicubic' for every warp; 'random': drawn per op
-) -> RandAugment:
-    "The CPU path's RandAugment for `auto_augment` (`create_auto_augment`, timm's op settings), checked for the device batch."
-    if parse_auto_augment(auto_augment)['family'] != 'rand':
+) -> Union[RandAugment, AugMixAugment]:
+    "The CPU path's RandAugment or AugMix for `auto_augment` (`create_auto_augment`, timm's op settings), checked for the device batch."
+    if parse_auto_augment(auto_augment)['family'] not in ('rand', 'augmix'):
         raise ValueError(
             f"create_device_decode_loader: auto_augment={auto_augment!r} is not supported on the device decode path "
-            f"(only RandAugment, 'rand-...'); use create_loader's CPU path (decode_device=None) for it"
+            f"(only RandAugment, 'rand-...', and AugMix, 'augmix-...'); use create_loader's CPU path (decode_device=None) for it"
         )
     ra = create_auto_augment(auto_augment, img_size=size, mean=mean, interpolation=interpolation)
     missing = sorted({o.name for o in ra.ops if o.aug_fn.__name__ not in AUG_OPS})
@@ -460,7 +463,7 @@ def create_device_decode_loader(
     color_jitter=0.4,  # brightness/contrast/saturation strength, on the device batch (train only; off with auto_augment)
     auto_augment: Optional[
         str
-    ] = None,  # train: timm's RandAugment string ('rand-m9-mstd0.5-inc1'), on the device batch
+    ] = None,  # train: timm's RandAugment or AugMix string ('rand-m9-mstd0.5-inc1', 'augmix-m3-w3'), on the device batch
     interpolation: str = 'bilinear',  # 'bilinear', 'bicubic' or 'random' (train)
     mean: tuple = IMAGENET_DEFAULT_MEAN,  # normalisation mean per channel, in [0, 1] units
     std: tuple = IMAGENET_DEFAULT_STD,  # normalisation std per channel, in [0, 1] units

@@ -15,7 +15,7 @@ from .warp_kernel import WARP_FAILED, kernel_warp_batch, warp_path
 
 # %% auto #0
 __all__ = ['AUG_OPS', 'AUG_FILTERS', 'encode_draws', 'blend_batch', 'enhance_batch', 'point_luts', 'apply_luts',
-           'affine_matrices', 'warp_batch', 'augment_batch']
+           'affine_matrices', 'warp_batch', 'augment_batch', 'encode_augmix', 'augmix_batch']
 
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #b3af0288
 AUG_OPS = (
@@ -299,3 +299,44 @@ def augment_batch(
             rd = to_device(rows, dev)
             x.index_copy_(0, rd, fn(x.index_select(0, rd), rows))
     return x
+
+# %% ../../nbs/pixels/14b_batch_augment.ipynb #4a9e1c02
+def encode_augmix(
+    augmix,  # the `AugMixAugment` that drew (its width, depth, variant and blend factors)
+    drawn: tuple,  # its `draw` for one image: `(weights, m, chains)`
+) -> tuple:
+    "One image's AugMix draws as two float lists: its chains' ops, `width x depth` layers of 3 (`encode_draws`, a shorter chain padded with zeros); its mix, `2 + width`: blended (0 or 1), m, each chain's weight or blend factor."
+    ws, m, chains = drawn
+    depth = augmix.depth if augmix.depth > 0 else 3  # timm draws 1 to 3 ops a chain
+    layers = []
+    for chain in chains:
+        layers += encode_draws([d for _, d in chain]) + [0.0] * 3 * (depth - len(chain))
+    w = augmix.blend_weights(ws, m) if augmix.blended else ws
+    return layers, [float(augmix.blended), float(m), *map(float, w)]
+
+
+def augmix_batch(
+    x: torch.Tensor,  # uint8 RGB (N, 3, H, W) on the device: the images (not changed)
+    layers: torch.Tensor,  # (N, width, depth, 3) float64 on the CPU: each chain's ops (`encode_augmix`)
+    mix: torch.Tensor,  # (N, 2 + width) float64 on the CPU: blended, m, the chains' weights (`encode_augmix`)
+    fill: Sequence[int] = (128, 128, 128),  # the geometric ops' fill colour (timm's `img_mean`)
+    kernel: bool | None = None,  # the warps in Triton's kernel (`warp_batch`); None: as `warp_path` says
+) -> torch.Tensor:
+    "AugMix per image: each chain over a copy of the batch (`augment_batch`), then timm's float32 mix blended into the images by m, or (blended) each chain blended in turn: uint8 (N, 3, H, W)."
+    dev, n, width = x.device, len(x), mix.shape[1] - 2
+    if layers.shape[:2] != (n, width):
+        raise ValueError(f'augmix_batch: layers of shape {tuple(layers.shape)} for {n} images of {width} chains')
+    w = to_device(mix[:, 2:].to(torch.float32), dev)
+
+    def chain(k):  # chain k's ops over a copy of the images
+        return augment_batch(x.clone(), layers[:, k], fill, kernel)
+
+    if n and mix[:, 0].any():  # blended: img = blend(img, chain k, b_k) in turn
+        out = x
+        for k in range(width):
+            out = blend_batch(out, chain(k), w[:, k])
+        return out
+    acc = torch.zeros(x.shape, dtype=torch.float32, device=dev)
+    for k in range(width):  # numpy's order: each chain times its weight, then added
+        acc += chain(k).to(torch.float32).mul_(w[:, k].view(-1, 1, 1, 1))
+    return blend_batch(x, acc.clamp_(0, 255).to(torch.uint8), to_device(mix[:, 1].to(torch.float32), dev))
