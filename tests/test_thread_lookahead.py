@@ -66,3 +66,40 @@ def test_thread_dataset_then_worker_processes(root, context):
     fresh = run_epochs(_loader(_stream(root), 'process'), 2, start=2)[0]
     same_batches(after, fresh)
     _each_once(after, 2)
+
+
+_EXITS = r'''
+import atexit, os, sys, threading, time, warnings
+def check():  # registered before timmdata is imported: runs after its exit handlers, before the interpreter is torn down
+    alive = [t.name for t in threading.enumerate() if t.name == 'timmdata-lookahead']
+    print('alive at exit:', len(alive), flush=True)
+    if alive:
+        os._exit(3)
+atexit.register(check)
+import timmdata.streams.lookahead as la
+from timmdata.loader import create_loader
+from timmdata.streams.streaming import IterableImageDataset
+made = la.made_now
+la.made_now = lambda *a: time.sleep(0.2) or made(*a)  # each sample made ahead takes 0.2 s: still making at the exit
+with warnings.catch_warnings():
+    warnings.simplefilter('ignore')
+    ds = IterableImageDataset(sys.argv[1], reader='wds/ts', split='train', is_training=True, batch_size=4)
+ld = create_loader(ds, (3, 16, 16), 4, is_training=True, num_workers=2, device='cpu', seed=5, worker_mode='thread')
+n = sum(len(y) for _ in range(2) for _, y in ld)
+print('images', n, 'lookaheads running', sum(t.name == 'timmdata-lookahead' for t in threading.enumerate()), flush=True)
+'''
+
+
+@pytest.mark.slow
+def test_a_program_ending_after_its_last_epoch_exits_cleanly(root, tmp_path):
+    """A training script's end: the loader threads' lookaheads are making the next epoch's first batch when the
+    program returns; the exit stops them after their sample and waits (a daemon thread in torch's code while the
+    interpreter is torn down can abort the process: 'terminate called without an active exception')."""
+    import subprocess, sys
+    script = tmp_path / 'ends.py'
+    script.write_text(_EXITS)
+    out = subprocess.run([sys.executable, str(script), str(root)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr[-2000:])
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f'images {2 * N} lookaheads running ') and int(lines[0].split()[-1]) > 0, lines
+    assert lines[-1] == 'alive at exit: 0', lines

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/streams/24a_lookahead.ipynb #cb0ed7ed
 from __future__ import annotations
-import math, mmap, os, threading, weakref
+import atexit, math, mmap, os, threading, weakref
 from functools import partial
 from typing import Callable, Iterator, Optional
 import torch
@@ -13,8 +13,8 @@ from ..pixels.decode import ImageDecodeError
 from ..pixels.resample import PendingJpegCrop, PendingResize, resize_pending
 
 # %% auto #0
-__all__ = ['looking_ahead', 'BadAhead', 'own_pages', 'made_now', 'ImageRows', 'whole_rows', 'Lookahead', 'AheadBySlot',
-           'LooksAheadOfPasses']
+__all__ = ['EXIT_WAIT', 'looking_ahead', 'BadAhead', 'own_pages', 'made_now', 'ImageRows', 'whole_rows', 'Lookahead',
+           'AheadBySlot', 'LooksAheadOfPasses']
 
 # %% ../../nbs/streams/24a_lookahead.ipynb #b6444abf
 class _Ahead(threading.local):
@@ -137,6 +137,7 @@ class Lookahead:
         self.key, self.samples, self.made, self.ok, self.pixels = key, samples, [], True, ImageRows(size, own_pages)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(size, running), name='timmdata-lookahead', daemon=True)
+        _LIVE_AHEADS.add(self)
         self._thread.start()
 
     def _run(self, size: int, running: Callable[[], bool]):
@@ -166,6 +167,25 @@ class Lookahead:
             return made, self.samples
         self.samples.close()
         return None
+
+
+# the lookaheads of this process; stopped at its exit, while the interpreter is whole. Their threads are daemons (an exit
+# does not wait for the next pass's first batch), and one still in torch's or the decoder's code when the interpreter
+# is torn down aborts the process ("terminate called without an active exception"): in a program that ends right
+# after its last epoch, the loader threads' lookaheads are making the next one's first batch
+_LIVE_AHEADS = weakref.WeakSet()
+EXIT_WAIT = 10.0  # seconds the exit waits for a lookahead to end the sample it makes (a remote read may take longer)
+
+
+def _stop_aheads():
+    aheads = list(_LIVE_AHEADS)
+    for a in aheads:
+        a._stop.set()
+    for a in aheads:
+        a._thread.join(EXIT_WAIT)
+
+
+atexit.register(_stop_aheads)
 
 # %% ../../nbs/streams/24a_lookahead.ipynb #c78cb28e
 class AheadBySlot(dict):
