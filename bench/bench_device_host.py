@@ -7,7 +7,8 @@ training thread then waits for) with the device's own work taken out. On the CPU
   timed is the host's part: the images' concatenation included (small images here: 60x80);
 - jitter_affine: the colour jitter's map and shift for 256 images (their means given);
 - augment_batch: timm's RandAugment (rand-m9-mstd0.5-inc1) on 256 images of 8x8 (their draws given), so that its
-  Python and its operations' dispatch are what is timed, not their arithmetic.
+  Python and its operations' dispatch are what is timed, not their arithmetic;
+- augmix_batch: timm's AugMix (augmix-m3-w3: three chains of one to three ops, mixed) the same way.
 
 Prints the median microseconds a batch over `--rounds` rounds of `--batches` batches, after a warm-up. Run it on two
 commits to compare them (the figures in CHANGELOG.md come from such pairs):
@@ -40,7 +41,7 @@ def main(argv=None):
     from timmdata.pixels import resize_kernel
     from timmdata.pixels.batch_resize import TapCache, crop_resize_flip
     from timmdata.engine.gpu_decode import device_rand_augment
-    from timmdata.pixels.batch_augment import augment_batch, encode_draws
+    from timmdata.pixels.batch_augment import augment_batch, augmix_batch, encode_augmix, encode_draws
     from timmdata.pixels.jitter import jitter_affine, sample_jitter
 
     class NoLaunch:  # the kernel's launch, doing nothing: the host's part alone is timed
@@ -60,11 +61,16 @@ def main(argv=None):
     ra = device_rand_augment('rand-m9-mstd0.5-inc1', (8, 8), (0.485, 0.456, 0.406), 'bilinear')
     draws = torch.tensor([encode_draws([d for _, d in ra.draw(Draws(i))]) for i in range(n)], dtype=torch.float64)
     small = torch.randint(0, 256, (n, 3, 8, 8), dtype=torch.uint8, generator=g)
+    am = device_rand_augment('augmix-m3-w3', (8, 8), (0.485, 0.456, 0.406), 'bilinear')
+    mixes = [encode_augmix(am, am.draw(Draws(i))) for i in range(n)]
+    layers = torch.tensor([c for c, _ in mixes], dtype=torch.float64).view(n, am.width, -1, 3)
+    weights = torch.tensor([w for _, w in mixes], dtype=torch.float64)
     runs = {
         'bitstreams': lambda: bitstreams(packed, torch.device('cpu')),
         'crop_resize_flip': lambda: crop_resize_flip(imgs, plans, out, rows, weights=taps, kernel=True),
         'jitter_affine': lambda: jitter_affine(mu, *sample_jitter(n, ranges, g)),
         'augment_batch': lambda: augment_batch(small, draws.view(n, -1, 3), (124, 116, 104)),
+        'augmix_batch': lambda: augmix_batch(small, layers, weights, (124, 116, 104)),
     }
     print(f'host microseconds a batch of {n} (median of {a.rounds} rounds of {a.batches}), device work left out')
     for name, fn in runs.items():

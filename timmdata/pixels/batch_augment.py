@@ -322,21 +322,21 @@ def augmix_batch(
     fill: Sequence[int] = (128, 128, 128),  # the geometric ops' fill colour (timm's `img_mean`)
     kernel: bool | None = None,  # the warps in Triton's kernel (`warp_batch`); None: as `warp_path` says
 ) -> torch.Tensor:
-    "AugMix per image: each chain over a copy of the batch (`augment_batch`), then timm's float32 mix blended into the images by m, or (blended) each chain blended in turn: uint8 (N, 3, H, W)."
+    "AugMix per image: its chains over copies of the batch, in one `augment_batch`, then timm's float32 mix blended into the images by m, or (blended) each chain blended in turn: uint8 (N, 3, H, W)."
     dev, n, width = x.device, len(x), mix.shape[1] - 2
     if layers.shape[:2] != (n, width):
         raise ValueError(f'augmix_batch: layers of shape {tuple(layers.shape)} for {n} images of {width} chains')
     w = to_device(mix[:, 2:].to(torch.float32), dev)
-
-    def chain(k):  # chain k's ops over a copy of the images
-        return augment_batch(x.clone(), layers[:, k], fill, kernel)
-
+    # every chain at once: chain k's copy of image i is row k * n + i of one batch, so each of the `depth` layers is one
+    # `augment_batch` layer over all the chains (width times fewer passes, each over width times the images)
+    rows = layers.transpose(0, 1).reshape(width * n, *layers.shape[2:])
+    chains = augment_batch(x.repeat(width, 1, 1, 1), rows, fill, kernel).view(width, *x.shape)
     if n and mix[:, 0].any():  # blended: img = blend(img, chain k, b_k) in turn
         out = x
         for k in range(width):
-            out = blend_batch(out, chain(k), w[:, k])
+            out = blend_batch(out, chains[k], w[:, k])
         return out
     acc = torch.zeros(x.shape, dtype=torch.float32, device=dev)
     for k in range(width):  # numpy's order: each chain times its weight, then added
-        acc += chain(k).to(torch.float32).mul_(w[:, k].view(-1, 1, 1, 1))
+        acc += chains[k].to(torch.float32).mul_(w[:, k].view(-1, 1, 1, 1))
     return blend_batch(x, acc.clamp_(0, 255).to(torch.uint8), to_device(mix[:, 1].to(torch.float32), dev))
