@@ -683,7 +683,10 @@ class AugMixAugment(SampleTransform):
         return img
 
     @staticmethod
-    def blend_weights(ws, m):
+    def blend_weights(
+        ws: np.ndarray,  # the chains' float32 Dirichlet weights (`draw`'s first item)
+        m: np.float32,  # the float32 Beta factor: the mix's weight against the original
+    ) -> np.ndarray:
         "Per-chain blend factors such that blending chains in turn weights chain k by about m * ws[k]."
         out, left = [], 1.0
         for w in (ws * m)[::-1]:
