@@ -320,6 +320,45 @@ def test_the_page_checks_can_fail(tmp_path):
     assert opens_with_tests(tmp_path / '01_x.ipynb') is None and first_code_block(nb['cells']) == (None, '')
 
 
+
+DRAWS = re.compile(r'\bplt\.(subplots|figure|imshow|plot|bar|barh|hist|scatter)\(|\.(imshow|plot|barh?|hist|scatter)\(')
+NOT_RUN = re.compile(r'#\|\s*(hide|export|exporti|cuda|eval:\s*false|output:\s*false)\b')  # not shown, or not run for the page
+
+
+def unsaved_pictures(path: Path) -> list:
+    "Cells a page shows that draw at their top level (not only inside a def) with no saved picture: the site shows none (the build does not run notebooks)."
+    out = []
+    for i, c in enumerate(cells(path)):
+        src = cell_source(c)
+        if c['cell_type'] != 'code' or has_picture(c) or any(NOT_RUN.match(ln) for ln in src.split('\n') if ln.startswith('#|')):
+            continue
+        code = '\n'.join(ln for ln in src.split('\n') if not ln.lstrip().startswith(('%', '!')))
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        top = [ast.get_source_segment(code, n) or '' for n in tree.body
+               if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        if any(DRAWS.search(t) for t in top) and not any('plt.close' in t for t in top):
+            out.append(f'{_rel(path)} (cell {i}): draws a picture but has none saved (the site shows none): '
+                       f'python tools/exec_nb.py {_rel(path)}')
+    return out
+
+
+def test_every_picture_drawn_is_saved():
+    bad = [m for p in sorted(NBS.rglob('*.ipynb')) for m in unsaved_pictures(p)]
+    assert not bad, '\n'.join(bad)
+
+
+def test_the_unsaved_picture_check_can_fail(tmp_path):
+    cell = lambda src, outs=(): {'cell_type': 'code', 'metadata': {}, 'outputs': list(outs), 'execution_count': None, 'source': src}
+    pic = {'output_type': 'display_data', 'metadata': {}, 'data': {'image/jpeg': '/9j/', 'text/plain': ['<Figure>']}}
+    nb = {'cells': [cell('fig, ax = plt.subplots()\nax.imshow(x)'), cell('ax.plot(y)', [pic]),
+                    cell('def show():\n    plt.imshow(x)'), cell('#| hide\nplt.plot(z)'), cell('#| cuda\nax.imshow(x)'),
+                    cell('fig = plt.figure()\nplt.close(fig)'), cell('#| code-fold: true\nshow()\nplt.hist(v)')]}  # fmt: skip
+    (tmp_path / '01_x.ipynb').write_text(json.dumps(nb))
+    assert [m.split(':')[0] for m in unsaved_pictures(tmp_path / '01_x.ipynb')] == ['nbs/01_x.ipynb (cell 0)', 'nbs/01_x.ipynb (cell 6)']
+
 # --- issue 57: a module's `__getattr__` / `__dir__` (PEP 562) is machinery, not an API entry. nbdev documents every
 # function of an `#| export` cell (the page showed a bold "getattr"), so they go in an `#| exporti` cell, as the home page's do
 MODULE_HOOK = re.compile(r'^def (__getattr__|__dir__)\b', re.MULTILINE)
