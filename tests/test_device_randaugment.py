@@ -111,6 +111,7 @@ def test_device_loader_augmix_is_the_cpu_loaders(sample_root, config):
         assert per_image.max() < 0.25, per_image
         n += len(x)
     assert n == len(ImageDataset(sample_root, split='train'))
+    assert dl.stats().info['decode']['warp'] == 'torch: not a CUDA device'  # the chains' geometric ops: which warp, and why
     other, _ = _loaders(sample_root, config, seed=1)
     (x, _), (xr, _) = next(iter(other)), next(iter(cl))
     assert ((x - xr).abs() * 255).mean((1, 2, 3)).min() > 2

@@ -300,6 +300,7 @@ class DeviceDecodeStep:
             'augs' in packed
         ):  # RandAugment, drawn in the workers, on the uint8 batch (timm: after the crop, before normalising)
             x = augment_batch(x, packed['augs'], self.aug_fill, self.kernels)
+        if 'augs' in packed:
             if self.stats is not None and 'warp' not in self.stats.info.get('decode', {}):
                 self.stats.note(
                     'decode', {'warp': 'torch: asked for' if self.kernels is False else warp_path(self.device)}
