@@ -24,52 +24,45 @@ from timmdata.engine.gpu_decode import DeviceDecodeTransform, device_rand_augmen
 AA = 'rand-m9-mstd0.5-inc1'
 
 
-@pytest.mark.parametrize('config,interpolation', [(AA, 'random'), ('rand-m7-n3-p0.8-mstd1', 'bicubic'), ('rand-m9-tweights', 'bilinear')])
-def test_device_draws_are_the_cpu_transforms(sample_root, config, interpolation):
-    "Per sample, with the same seed: the device transform's RandAugment table is the CPU train transform's draws, encoded."
-    ds = ImageDataset(sample_root, split='train')
+def _draws_beside_the_cpu(root, config, interpolation, kind):
+    """(the device transform's policy, [(what the CPU train transform's `kind` drew, the device transform's output)] for
+    every third sample, each with the same seed)."""
+    ds = ImageDataset(root, split='train')
     cpu = create_transform(96, is_training=True, auto_augment=config, interpolation=interpolation, use_prefetcher=True)
-    ra = next(t for t in cpu.transforms if isinstance(t, RandAugment))
+    policy = next(t for t in cpu.transforms if isinstance(t, kind))
     seen = []
-    draw = ra.draw
-    ra.draw = lambda rng: seen.append(draw(rng)) or seen[-1]  # records what the CPU path applies
-    mean = (0.485, 0.456, 0.406)
-    dev = DeviceDecodeTransform(96, is_training=True, interpolation=interpolation,
-                                rand_augment=device_rand_augment(config, (96, 96), mean, interpolation))
-    applied = 0
+    draw = policy.draw
+    policy.draw = lambda rng: seen.append(draw(rng)) or seen[-1]  # records what the CPU path applies
+    ours = device_rand_augment(config, (96, 96), (0.485, 0.456, 0.406), interpolation)
+    dev = DeviceDecodeTransform(96, is_training=True, interpolation=interpolation, rand_augment=ours)
+    pairs = []
     for k in range(0, len(ds), 3):
         path = ds.reader[k][0]
         with Image.open(path) as im:
             cpu(im.convert('RGB'), Draws(k))
-        out = dev(encoded_jpeg(Path(path).read_bytes()), Draws(k))
-        want = encode_draws([d for _, d in seen[-1]])
-        assert list(out[3]) == want, (k, out[3], want)
-        applied += sum(d is not None for _, d in seen[-1])
-    assert applied > 10  # ops were drawn and applied, not only skipped
+        pairs.append((seen[-1], dev(encoded_jpeg(Path(path).read_bytes()), Draws(k))))
+    assert len(pairs) == len(seen) == (len(ds) + 2) // 3
+    return ours, pairs
 
+
+@pytest.mark.parametrize('config,interpolation', [(AA, 'random'), ('rand-m7-n3-p0.8-mstd1', 'bicubic'), ('rand-m9-tweights', 'bilinear')])
+def test_device_draws_are_the_cpu_transforms(sample_root, config, interpolation):
+    "Per sample, with the same seed: the device transform's RandAugment table is the CPU train transform's draws, encoded."
+    _, pairs = _draws_beside_the_cpu(sample_root, config, interpolation, RandAugment)
+    for k, (drawn, out) in enumerate(pairs):
+        assert len(out) == 4 and list(out[3]) == encode_draws([d for _, d in drawn]), (k, out[3])
+    assert sum(d is not None for drawn, _ in pairs for _, d in drawn) > 10  # ops were drawn and applied, not only skipped
 
 
 @pytest.mark.parametrize('config,interpolation', [('augmix-m3-w3', 'random'), ('augmix-m5-w4-d2-b1', 'bicubic')])
 def test_device_augmix_draws_are_the_cpu_transforms(sample_root, config, interpolation):
-    "AugMix's draws as RandAugment's: per sample, with the same seed, the device transform's two tables encode the CPU train transform's draws."
-    ds = ImageDataset(sample_root, split='train')
-    cpu = create_transform(96, is_training=True, auto_augment=config, interpolation=interpolation, use_prefetcher=True)
-    am = next(t for t in cpu.transforms if isinstance(t, AugMixAugment))
-    seen = []
-    draw = am.draw
-    am.draw = lambda rng: seen.append(draw(rng)) or seen[-1]  # records what the CPU path applies
-    dev_am = device_rand_augment(config, (96, 96), (0.485, 0.456, 0.406), interpolation)
-    assert isinstance(dev_am, AugMixAugment) and (dev_am.width, dev_am.depth, dev_am.blended) == (am.width, am.depth, am.blended)
-    dev = DeviceDecodeTransform(96, is_training=True, interpolation=interpolation, rand_augment=dev_am)
-    ops = 0
-    for k in range(0, len(ds), 3):
-        path = ds.reader[k][0]
-        with Image.open(path) as im:
-            cpu(im.convert('RGB'), Draws(k))
-        out = dev(encoded_jpeg(Path(path).read_bytes()), Draws(k))
-        assert len(out) == 5 and [list(out[3]), list(out[4])] == list(encode_augmix(dev_am, seen[-1])), k
-        ops += sum(len(c) for c in seen[-1][2])
-    assert ops > 3 * len(seen)  # at least a chain's op per chain, over the samples seen
+    "AugMix's as RandAugment's: per sample, with the same seed, the device transform's two tables encode the CPU train transform's draws."
+    ours, pairs = _draws_beside_the_cpu(sample_root, config, interpolation, AugMixAugment)
+    assert isinstance(ours, AugMixAugment)
+    for k, (drawn, out) in enumerate(pairs):
+        assert len(out) == 5 and [list(out[3]), list(out[4])] == list(encode_augmix(ours, drawn)), k
+    assert sum(len(c) for drawn, _ in pairs for c in drawn[2]) >= ours.width * len(pairs)  # an op or more a chain
+
 
 def _loaders(root, aa=AA, **kw):
     kw = dict(is_training=True, auto_augment=aa, num_workers=0, interpolation='random', mean=(0, 0, 0), std=(1, 1, 1), **kw)
@@ -77,44 +70,33 @@ def _loaders(root, aa=AA, **kw):
             create_loader(ImageDataset(root, split='train'), 96, 10, **kw))
 
 
-def test_device_loader_randaugment_is_the_cpu_loaders(sample_root):
-    """create_loader(decode_device='cpu', auto_augment='rand-...'): the batches of the CPU loader with the same seed, each
-    image within a quarter of a level on average (the device resize's rounding, at most one level, carried through the
-    ops); with another seed, tens of levels apart (the test would see draws that differ)."""
-    dl, cl = _loaders(sample_root, seed=0)
+def _device_loader_is_the_cpu_loaders(root, aa, apart):
+    """The device loader's batches (seed 0) against the CPU loader's: the same targets and shapes, each image within a
+    quarter of a level on average (the device resize's rounding, at most one level, carried through the ops), every
+    sample once; with another seed, more than `apart` levels from them (the test would see draws that differ). The
+    device loader's `decode` figures."""
+    dl, cl = _loaders(root, aa, seed=0)
     n = 0
     for (x, y), (xr, yr) in zip(dl, cl, strict=True):
         assert torch.equal(y, yr) and x.shape == xr.shape
         per_image = ((x - xr).abs() * 255).mean((1, 2, 3))
         assert per_image.max() < 0.25, per_image
         n += len(x)
-    assert n == len(ImageDataset(sample_root, split='train'))
+    assert n == len(ImageDataset(root, split='train'))
+    other, _ = _loaders(root, aa, seed=1)
+    (x, _), (xr, _) = next(iter(other)), next(iter(cl))
+    assert ((x - xr).abs() * 255).mean((1, 2, 3)).min() > apart
+    return dl.stats().info['decode']
+
+
+@pytest.mark.parametrize('aa,apart', [(AA, 5), ('augmix-m3-w3', 2), ('augmix-m5-w2-d2-b1', 2)])
+def test_device_loader_augment_is_the_cpu_loaders(sample_root, aa, apart):
+    """create_loader(decode_device='cpu', auto_augment='rand-...' or 'augmix-...'): the CPU loader's batches with the same
+    seed (AugMix mixes its chains: a level's rounding stays about a level, and another seed moves less)."""
+    decode = _device_loader_is_the_cpu_loaders(sample_root, aa, apart)
     # which resize and warp ran, and why (on a CUDA device with Triton: 'kernel')
-    decode = dl.stats().info['decode']
     assert decode['resize'] == 'matmul: not a CUDA device' and decode['warp'] == 'torch: not a CUDA device', decode
-    other, _ = _loaders(sample_root, seed=1)
-    (x, _), (xr, _) = next(iter(other)), next(iter(cl))
-    assert ((x - xr).abs() * 255).mean((1, 2, 3)).min() > 5
 
-
-
-@pytest.mark.parametrize('config', ['augmix-m3-w3', 'augmix-m5-w2-d2-b1'])
-def test_device_loader_augmix_is_the_cpu_loaders(sample_root, config):
-    """create_loader(decode_device='cpu', auto_augment='augmix-...'): the CPU loader's batches with the same seed, within
-    the device resize's rounding (AugMix mixes its chains, so a level's rounding stays about a level); another seed
-    is far off."""
-    dl, cl = _loaders(sample_root, config, seed=0)
-    n = 0
-    for (x, y), (xr, yr) in zip(dl, cl, strict=True):
-        assert torch.equal(y, yr) and x.shape == xr.shape
-        per_image = ((x - xr).abs() * 255).mean((1, 2, 3))
-        assert per_image.max() < 0.25, per_image
-        n += len(x)
-    assert n == len(ImageDataset(sample_root, split='train'))
-    assert dl.stats().info['decode']['warp'] == 'torch: not a CUDA device'  # the chains' geometric ops: which warp, and why
-    other, _ = _loaders(sample_root, config, seed=1)
-    (x, _), (xr, _) = next(iter(other)), next(iter(cl))
-    assert ((x - xr).abs() * 255).mean((1, 2, 3)).min() > 2
 
 def test_one_switch_turns_both_kernels_off_for_one_loader(sample_root, monkeypatch):
     "`step.kernels = False`: the resize in matrix products and RandAugment's warps in torch's operations, said so."
