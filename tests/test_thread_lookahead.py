@@ -80,7 +80,7 @@ import timmdata.streams.lookahead as la
 from timmdata.loader import create_loader
 from timmdata.streams.streaming import IterableImageDataset
 made = la.made_now
-la.made_now = lambda *a: time.sleep(0.2) or made(*a)  # each sample made ahead takes 0.2 s: still making at the exit
+la.made_now = lambda *a: time.sleep(0.5) or made(*a)  # each sample made ahead takes 0.5 s: still making at the exit
 with warnings.catch_warnings():
     warnings.simplefilter('ignore')
     ds = IterableImageDataset(sys.argv[1], reader='wds/ts', split='train', is_training=True, batch_size=4)
