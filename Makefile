@@ -1,5 +1,5 @@
-# On a fresh machine: `make demo`, `make test` (every change: 4 to 7 minutes on 2 cores) and `make test-all` (before
-# anything lands, what CI runs: the slow tests too). Everything they need is installed here.
+# On a fresh machine: `make demo`, `make test` (every change: about 4.5 minutes on 2 cores after `make install`) and
+# `make test-all` (before anything lands, what CI runs: the slow tests too). Everything they need is installed here.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -59,7 +59,10 @@ $(VENV)/.installed: $(VENV)/bin/python setup.py settings.ini csrc/native.c
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@ $(VENV)/.installed-lib
 
-install: $(VENV)/.installed
+# the development install, and what the tests use besides (a browser, Azurite) and the bytecode of the library and the
+# tests: a first `make test` after it does no installing, so it takes what later ones take
+install: $(VENV)/.installed browser azurite
+	@$(PY) -m compileall -q -j 0 timmdata tests tools >/dev/null
 
 demo: $(VENV)/.installed-lib
 	$(VENV)/bin/timmdata demo
@@ -100,11 +103,11 @@ nbtest-all: install
 	@echo "== nbtest-all: every notebook's tests, $(ALL_JOBS) at a time, the cells flagged slow too"
 	bash tools/scratch_tmp.sh $(PY) tools/nbtest.py --n_workers $(ALL_JOBS) --flags slow
 
-pytest: install browser azurite
+pytest: install
 	@echo "== pytest: tests/ without the slow ones (multi-process, parity with timm, stress), $(TEST_JOBS) files at a time (pytest-xdist), the longest first: a dot per test"
 	bash tools/scratch_tmp.sh $(PY) -m pytest -n $(TEST_JOBS) $(PYTEST_FLAGS) tests
 
-pytest-all: install browser azurite
+pytest-all: install
 	@echo "== pytest-all: tests/, the slow ones too (browser, timm's scripts, frameworks, stress), $(ALL_JOBS) files at a time"
 	TIMMDATA_SLOW=1 bash tools/scratch_tmp.sh $(PY) -m pytest -n $(ALL_JOBS) $(PYTEST_FLAGS) tests
 
@@ -120,7 +123,7 @@ test: test-start sync-check readme-check nbtest pytest
 	@echo "make test: all passed"
 
 test-start:
-	@echo "make test: sync-check, readme-check, nbtest, pytest; 4 to 7 minutes on a 2-core machine after the install (the contributing page: Three commands); make test-all before a change lands"
+	@echo "make test: sync-check, readme-check, nbtest, pytest; about 4.5 minutes on a 2-core machine after the install (the contributing page: Three commands); make test-all before a change lands"
 
 # everything, before anything lands (what CI runs): the slow notebook cells and tests too, the browser test among them
 test-all: sync-check readme-check nbtest-all pytest-all
