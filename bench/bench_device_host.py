@@ -41,7 +41,7 @@ def main(argv=None):
     from timmdata.pixels import resize_kernel
     from timmdata.pixels.batch_resize import TapCache, crop_resize_flip
     from timmdata.engine.gpu_decode import device_rand_augment
-    from timmdata.pixels.batch_augment import augment_batch, augmix_batch, encode_augmix, encode_draws
+    from timmdata.pixels.batch_augment import augment_batch, augmix_batch, augmix_tables, encode_draws
     from timmdata.pixels.jitter import jitter_affine, sample_jitter
 
     class NoLaunch:  # the kernel's launch, doing nothing: the host's part alone is timed
@@ -62,9 +62,7 @@ def main(argv=None):
     draws = torch.tensor([encode_draws([d for _, d in ra.draw(Draws(i))]) for i in range(n)], dtype=torch.float64)
     small = torch.randint(0, 256, (n, 3, 8, 8), dtype=torch.uint8, generator=g)
     am = device_rand_augment('augmix-m3-w3', (8, 8), (0.485, 0.456, 0.406), 'bilinear')
-    mixes = [encode_augmix(am, am.draw(Draws(i))) for i in range(n)]
-    layers = torch.tensor([c for c, _ in mixes], dtype=torch.float64).view(n, am.width, -1, 3)
-    weights = torch.tensor([w for _, w in mixes], dtype=torch.float64)
+    layers, weights = augmix_tables(am, [am.draw(Draws(i)) for i in range(n)])
     runs = {
         'bitstreams': lambda: bitstreams(packed, torch.device('cpu')),
         'crop_resize_flip': lambda: crop_resize_flip(imgs, plans, out, rows, weights=taps, kernel=True),

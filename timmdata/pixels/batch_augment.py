@@ -15,7 +15,7 @@ from .warp_kernel import WARP_FAILED, kernel_warp_batch, warp_path
 
 # %% auto #0
 __all__ = ['AUG_OPS', 'AUG_FILTERS', 'encode_draws', 'blend_batch', 'enhance_batch', 'point_luts', 'apply_luts',
-           'affine_matrices', 'warp_batch', 'augment_batch', 'encode_augmix', 'augmix_batch']
+           'affine_matrices', 'warp_batch', 'augment_batch', 'encode_augmix', 'augmix_tables', 'augmix_batch']
 
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #b3af0288
 AUG_OPS = (
@@ -313,6 +313,17 @@ def encode_augmix(
         layers += encode_draws([d for _, d in chain]) + [0.0] * 3 * (depth - len(chain))
     w = augmix.blend_weights(ws, m) if augmix.blended else ws
     return layers, [float(augmix.blended), float(m), *map(float, w)]
+
+
+def augmix_tables(
+    augmix,  # the `AugMixAugment` that drew
+    drawn: Sequence[tuple],  # its `draw` for each image of a batch, in order
+) -> tuple:
+    "A batch's AugMix draws as `augmix_batch` takes them, `encode_augmix` per image: `(layers, mix)`, float64 `(N, width, depth, 3)` and `(N, 2 + width)`."
+    enc = [encode_augmix(augmix, d) for d in drawn]
+    depth, n = augmix.depth if augmix.depth > 0 else 3, len(enc)
+    layers = torch.tensor([c for c, _ in enc], dtype=torch.float64).view(n, augmix.width, depth, 3)
+    return layers, torch.tensor([m for _, m in enc], dtype=torch.float64).view(n, 2 + augmix.width)
 
 
 def augmix_batch(
