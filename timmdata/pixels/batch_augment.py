@@ -301,13 +301,18 @@ def augment_batch(
     return x
 
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #4a9e1c02
+def _chain_layers(augmix) -> int:
+    "The layers a chain takes in the tables: its depth, or 3 where timm draws 1 to 3 ops a chain (depth <= 0)."
+    return augmix.depth if augmix.depth > 0 else 3
+
+
 def encode_augmix(
     augmix,  # the `AugMixAugment` that drew (its width, depth, variant and blend factors)
     drawn: tuple,  # its `draw` for one image: `(weights, m, chains)`
 ) -> tuple:
     "One image's AugMix draws as two float lists: its chains' ops, `width x depth` layers of 3 (`encode_draws`, a shorter chain padded with zeros); its mix, `2 + width`: blended (0 or 1), m, each chain's weight or blend factor."
     ws, m, chains = drawn
-    depth = augmix.depth if augmix.depth > 0 else 3  # timm draws 1 to 3 ops a chain
+    depth = _chain_layers(augmix)
     layers = []
     for chain in chains:
         layers += encode_draws([d for _, d in chain]) + [0.0] * 3 * (depth - len(chain))
@@ -321,8 +326,8 @@ def augmix_tables(
 ) -> tuple:
     "A batch's AugMix draws as `augmix_batch` takes them, `encode_augmix` per image: `(layers, mix)`, float64 `(N, width, depth, 3)` and `(N, 2 + width)`."
     enc = [encode_augmix(augmix, d) for d in drawn]
-    depth, n = augmix.depth if augmix.depth > 0 else 3, len(enc)
-    layers = torch.tensor([c for c, _ in enc], dtype=torch.float64).view(n, augmix.width, depth, 3)
+    n = len(enc)
+    layers = torch.tensor([c for c, _ in enc], dtype=torch.float64).view(n, augmix.width, _chain_layers(augmix), 3)
     return layers, torch.tensor([m for _, m in enc], dtype=torch.float64).view(n, 2 + augmix.width)
 
 
