@@ -1,4 +1,4 @@
-# On a fresh machine: `make demo`, `make test` (every change: about 4.5 minutes on 2 cores after `make install`) and
+# On a fresh machine: `make demo`, `make test` (every change: 4.5 to 5 minutes on 2 cores after `make install`) and
 # `make test-all` (before anything lands, what CI runs: the slow tests too). Everything they need is installed here.
 SHELL := /bin/bash
 VENV := .venv
@@ -123,7 +123,7 @@ test: test-start sync-check readme-check nbtest pytest
 	@echo "make test: all passed"
 
 test-start:
-	@echo "make test: sync-check, readme-check, nbtest, pytest; about 4.5 minutes on a 2-core machine after the install (the contributing page: Three commands); make test-all before a change lands"
+	@echo "make test: sync-check, readme-check, nbtest, pytest; 4.5 to 5 minutes on a 2-core machine after the install (the contributing page: Three commands); make test-all before a change lands"
 
 # everything, before anything lands (what CI runs): the slow notebook cells and tests too, the browser test among them
 test-all: sync-check readme-check nbtest-all pytest-all
