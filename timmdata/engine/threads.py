@@ -96,8 +96,8 @@ def default_worker_mode(
     0.94x the memory), processes where it runs on a GPU (threads 0.97x: no win); on a free-threaded build (3.14t), threads
     wherever they are taken, on any device (1.16x to 1.51x the processes' img/s with a CPU step, even without one, and
     none of forkserver's seconds of start-up and copies of torch: "Free-threaded Python"). Streams (timmdata's
-    `IterableImageDataset`) by the same rule: with a CPU step 1.2x to 1.4x the processes' img/s on both builds, and on
-    3.14t at least even without one ("Streams in threads"). Processes wherever threads are not taken."""
+    `IterableImageDataset`) by the same rule: with a CPU step 1.37x (GIL) and 1.43x (3.14t) the processes' img/s, and
+    on 3.14t 1.06x to 1.09x without one ("Streams in threads"). Processes wherever threads are not taken."""
     ours = isinstance(dataset, (ImageDataset, IterableImageDataset)) and (
         collate_fn is None or isinstance(collate_fn, BatchCollate)
     )
