@@ -16,7 +16,7 @@ at most 1) and a CPython with symbols (pyenv's builds have them). The DWARF unwi
 `bench_thread_streams.py`'s figures. --keep DIR keeps each mode's trace text (MODE.txt) for another look with
 `python bench/gil_waits.py --read DIR/MODE.txt --window 4`."""
 
-import argparse, collections, re, subprocess, sys, tempfile
+import argparse, collections, re, shutil, subprocess, sys, tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,10 +74,15 @@ def record(data: Path, mode: str, step: str, epochs: int, keep: Path) -> Path:
     "One traced run of the contender; its `perf script` text."
     trace, text = keep / f'{mode}.data', keep / f'{mode}.txt'
     one = [sys.executable, str(REPO / 'bench' / 'bench_thread_streams.py'), '--one', str(data), 'stream', mode, step]
-    subprocess.run(
+    rec = subprocess.run(
         ['perf', 'record', '-q', '-a', '-e', 'sched:sched_switch', '--call-graph', 'dwarf,16384', '-o', str(trace), '--',
-         *one, '--epochs', str(epochs)], check=True, stdout=subprocess.DEVNULL,
+         *one, '--epochs', str(epochs)], stdout=subprocess.DEVNULL,
     )  # fmt: skip
+    if rec.returncode:
+        raise SystemExit(
+            f'gil_waits: perf record failed (exit {rec.returncode}); it needs root or kernel.perf_event_paranoid <= 1 '
+            f'for the sched:sched_switch tracepoint'
+        )
     with open(text, 'w') as fh:
         fields = 'comm,pid,tid,cpu,time,event,trace,ip,sym'
         subprocess.run(['perf', 'script', '-i', str(trace), '-F', fields], check=True, stdout=fh, stderr=subprocess.DEVNULL)
@@ -103,7 +108,11 @@ def main():
     p.add_argument('--read', type=Path, help="only read a kept trace text (MODE.txt) and print its figures")
     a = p.parse_args()
     if a.read:
+        if not a.read.is_file():
+            raise SystemExit(f'gil_waits: no trace text at {a.read} (--read takes a MODE.txt that --keep wrote)')
         return show(a.read.stem, waits(a.read, a.window), a.window)
+    if shutil.which('perf') is None:
+        raise SystemExit('gil_waits: needs perf (Debian/Ubuntu: apt-get install linux-perf, or linux-tools-$(uname -r))')
     sys.path.insert(0, str(REPO / 'bench'))
     from bench_thread_streams import make_data
 
