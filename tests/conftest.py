@@ -2,7 +2,7 @@
 Slow tests (stress, fuzzing) run only with TIMMDATA_SLOW=1: `TIMMDATA_SLOW=1 .venv/bin/python -m pytest -m slow tests`.
 Every test starts from global RNG states drawn from its own name, so a run here and a run in CI draw the same numbers;
 `TIMMDATA_TEST_SEED=N` draws others (to hunt for tests that pass only by luck)."""
-import fcntl, os, random, shutil, zlib
+import fcntl, gc, os, random, shutil, zlib
 import numpy as np
 import pytest, torch
 from timmdata.tools.sample_data import make_sample_dataset
@@ -27,6 +27,11 @@ LONG_FIRST_ALL = ['test_docs_browser.py', 'test_pages_as_copied.py', 'test_start
                   'test_ring_reliability.py', 'test_resume.py', 'test_error_lines.py', 'test_thread_streams.py',
                   'test_threads.py', 'test_frameworks.py', 'test_timm_scripts.py', 'test_dataset.py', 'test_cli.py',
                   'test_object_store_gcs.py', 'test_tune.py', 'test_torchrun.py', 'test_fuzz.py']
+
+def pytest_collection_finish(session):
+    """What collection imported (torch, timm, the test modules) stays out of the tests' garbage collections: a full
+    collection no longer walks those objects again, nor writes to their pages in the workers forked from here."""
+    gc.freeze()
 
 @pytest.hookimpl(trylast=True)  # after a plugin's random order (pytest-random-order): the long files still go first
 def pytest_collection_modifyitems(config, items):

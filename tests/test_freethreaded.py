@@ -83,6 +83,7 @@ def _other_python():
     return p if r.returncode == 0 and r.stdout.strip() == str(not FREE_THREADED) else None
 
 
+@pytest.mark.slow  # make test-all: the other interpreter's whole run (about 50 s of make test's 5 minutes)
 def test_the_other_build_gives_the_same_batches(root, here_digests):
     "The GIL build and the free-threaded one (make ft-python), same seed: the same batches, case by case."
     other = _other_python()
