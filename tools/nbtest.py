@@ -42,7 +42,7 @@ def _time_cells(out_dir):
 def _init(cells_dir):
     # what the server imported stays out of the notebook's garbage collections: each full collection walked the
     # ~350,000 objects of torch, timm and matplotlib again, and wrote to each page it walked (copies of the server's
-    # pages); `make nbtest` about 5% faster (139 s against 146 s on 2 cores)
+    # pages); `make nbtest` about 5% faster (139 s against 146 s on 2 cores, this line removed for the second)
     gc.freeze()
     _threads()
     if cells_dir: _time_cells(cells_dir)
