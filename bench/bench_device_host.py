@@ -6,12 +6,16 @@ training thread then waits for) with the device's own work taken out. On the CPU
   the loader's TapCache gives them), the resize kernel's launches replaced by a call that does nothing, so what is
   timed is the host's part: the images' concatenation included (small images here: 60x80);
 - jitter_affine: the colour jitter's map and shift for 256 images (their means given);
-- augment_batch: timm's RandAugment (rand-m9-mstd0.5-inc1) on 256 images of 8x8 (their draws given), so that its
-  Python and its operations' dispatch are what is timed, not their arithmetic;
-- augmix_batch: timm's AugMix (augmix-m3-w3: three chains of one to three ops, mixed) the same way.
+- augment_batch: timm's RandAugment (rand-m9-mstd0.5-inc1, filters drawn per op as train.py's `random`) on 256
+  images of 8x8 (their draws given), so that its Python and its operations' dispatch are what is timed, not their
+  arithmetic: with torch's operations (the CPU's path), and as on a GPU with Triton (`kernel=True`: the colour and
+  warp kernels' launches replaced by a call that does nothing);
+- augmix_batch: timm's AugMix (augmix-m3-w3: three chains of one to three ops, mixed) the same two ways.
 
-Prints the median microseconds a batch over `--rounds` rounds of `--batches` batches, after a warm-up. Run it on two
-commits to compare them (the figures in CHANGELOG.md come from such pairs):
+Prints the median microseconds a batch over `--rounds` rounds of `--batches` batches, after a warm-up, and the torch
+calls a batch makes (functions and tensor methods from Python, counted once with a `TorchFunctionMode`: each is a
+dispatch, and on a GPU most are a kernel launch; the count does not vary from run to run, the time does). Run it on
+two commits to compare them (the figures in CHANGELOG.md come from such pairs):
 
     python bench/bench_device_host.py
 """
@@ -22,6 +26,26 @@ import statistics
 import numpy as np
 import torch
 from _common import timed_rounds
+from torch.overrides import TorchFunctionMode
+
+
+class Calls(TorchFunctionMode):
+    "Counts the torch functions and tensor methods called from Python while it is on."
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def calls(fn) -> int:
+    "The torch calls one `fn()` makes."
+    with Calls() as c:
+        fn()
+    return c.n
 
 
 def timed(fn, batches: int, rounds: int) -> float:
@@ -38,7 +62,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     from timmdata.config import Draws, jitter_ranges
     from timmdata.engine.gpu_decode import DeviceDecodeTransform, bitstreams
-    from timmdata.pixels import resize_kernel
+    from timmdata.pixels import batch_augment, resize_kernel, warp_kernel
     from timmdata.pixels.batch_resize import TapCache, crop_resize_flip
     from timmdata.engine.gpu_decode import device_rand_augment
     from timmdata.pixels.batch_augment import augment_batch, augmix_batch, augmix_tables, encode_draws
@@ -49,6 +73,10 @@ def main(argv=None):
             return lambda *args, **kwargs: None
 
     resize_kernel._KERNELS[True] = NoLaunch()
+    warp_kernel._KERNELS[True] = NoLaunch()
+    kernels = getattr(batch_augment, '_COLOUR_KERNELS', None)  # a commit without the colour kernel: its warps only
+    if kernels is not None:
+        kernels[True] = NoLaunch()
     n, g = a.batch, torch.Generator().manual_seed(0)
     imgs = [torch.randint(0, 256, (3, 60, 80) if i % 2 else (3, 80, 60), dtype=torch.uint8, generator=g) for i in range(n)]
     tf = DeviceDecodeTransform(48, is_training=True, interpolation='random')
@@ -58,7 +86,7 @@ def main(argv=None):
     packed = {'data': torch.zeros(n * 37_000, dtype=torch.uint8), 'offsets': torch.arange(0, n * 37_000 + 1, 37_000)}
     mu = torch.rand(n, 3) * 255
     ranges = jitter_ranges(0.4)
-    ra = device_rand_augment('rand-m9-mstd0.5-inc1', (8, 8), (0.485, 0.456, 0.406), 'bilinear')
+    ra = device_rand_augment('rand-m9-mstd0.5-inc1', (8, 8), (0.485, 0.456, 0.406), 'random')
     draws = torch.tensor([encode_draws([d for _, d in ra.draw(Draws(i))]) for i in range(n)], dtype=torch.float64)
     small = torch.randint(0, 256, (n, 3, 8, 8), dtype=torch.uint8, generator=g)
     am = device_rand_augment('augmix-m3-w3', (8, 8), (0.485, 0.456, 0.406), 'bilinear')
@@ -67,12 +95,15 @@ def main(argv=None):
         'bitstreams': lambda: bitstreams(packed, torch.device('cpu')),
         'crop_resize_flip': lambda: crop_resize_flip(imgs, plans, out, rows, weights=taps, kernel=True),
         'jitter_affine': lambda: jitter_affine(mu, *sample_jitter(n, ranges, g)),
-        'augment_batch': lambda: augment_batch(small, draws.view(n, -1, 3), (124, 116, 104)),
-        'augmix_batch': lambda: augmix_batch(small, layers, weights, (124, 116, 104)),
+        'augment_batch': lambda: augment_batch(small, draws.view(n, -1, 3), (124, 116, 104), kernel=False),
+        'augment_batch (kernels)': lambda: augment_batch(small, draws.view(n, -1, 3), (124, 116, 104), kernel=True),
+        'augmix_batch': lambda: augmix_batch(small, layers, weights, (124, 116, 104), kernel=False),
+        'augmix_batch (kernels)': lambda: augmix_batch(small, layers, weights, (124, 116, 104), kernel=True),
     }
-    print(f'host microseconds a batch of {n} (median of {a.rounds} rounds of {a.batches}), device work left out')
+    print(f'host microseconds a batch of {n} (median of {a.rounds} rounds of {a.batches}), device work left out;')
+    print('torch calls a batch')
     for name, fn in runs.items():
-        print(f'  {name:<18} {timed(fn, a.batches, a.rounds):8.0f}')
+        print(f'  {name:<24} {timed(fn, a.batches, a.rounds):8.0f} {calls(fn):8d}')
 
 
 if __name__ == '__main__':

@@ -12,7 +12,7 @@ from PIL import Image
 from ..pixels.decode import ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
 from ..pixels.batch_resize import TapCache, crop_resize_flip, resize_path
 from ..pixels.warp_kernel import warp_path
-from ..pixels.batch_augment import AUG_OPS, augment_batch, augmix_batch
+from ..pixels.batch_augment import AUG_OPS, augment_batch, augmix_batch, colour_path
 from ..mixup import Mixup
 from ..auto_augment import AugMixAugment, RandAugment, create_auto_augment, parse_auto_augment
 from .prefetch import BatchOps, PrefetchLoader
@@ -233,7 +233,7 @@ class DeviceDecodeStep:
         self.stats = None  # the loader's `LoaderStats`, where the split is shown (`info['decode']`); set by the loader
         self.bitstreams_on_device = None  # the decoder reads device memory (one copy a batch); None: not asked yet
         self.taps = TapCache()  # the resizes' taps, each made once on the host and kept on the device
-        # None: Triton's kernels where `resize_path` and `warp_path` say so; False: torch's operations for both (to compare)
+        # None: Triton's kernels where `resize_path`, `colour_path` and `warp_path` say so; False: torch's operations (to compare)
         self.kernels = None
 
     @property
@@ -302,9 +302,9 @@ class DeviceDecodeStep:
             x = augment_batch(x, packed['augs'], self.aug_fill, self.kernels)
         if 'augs' in packed:
             if self.stats is not None and 'warp' not in self.stats.info.get('decode', {}):
-                self.stats.note(
-                    'decode', {'warp': 'torch: asked for' if self.kernels is False else warp_path(self.device)}
-                )  # its geometric ops: Triton's kernel?
+                off = 'torch: asked for' if self.kernels is False else None
+                paths = {'colour': off or colour_path(self.device), 'warp': off or warp_path(self.device)}
+                self.stats.note('decode', paths)  # its colour and geometric ops: Triton's kernels, or why not
         yield x
         pix_rows = packed['pixel_rows'].tolist()
         jpeg_rows = sorted(set(range(len(packed['plans']))) - set(pix_rows))

@@ -10,12 +10,13 @@ import torch
 from PIL import Image
 from ..core.runtime import to_device
 from .augment_ops import rotate_matrix  # Pillow's rotation matrix: the CPU op's own
-from .resize_kernel import with_kernel
+from .resize_kernel import kernel_choice, triton_kernel, with_kernel
 from .warp_kernel import WARP_FAILED, kernel_warp_batch, warp_path
 
 # %% auto #0
-__all__ = ['AUG_OPS', 'AUG_FILTERS', 'encode_draws', 'blend_batch', 'enhance_batch', 'point_luts', 'apply_luts',
-           'affine_matrices', 'warp_batch', 'augment_batch', 'encode_augmix', 'augmix_tables', 'augmix_batch']
+__all__ = ['AUG_OPS', 'AUG_FILTERS', 'COLOUR_FAILED', 'encode_draws', 'blend_batch', 'enhance_batch', 'point_luts', 'apply_luts',
+           'colour_kernel', 'colour_path', 'kernel_colour_ops', 'affine_matrices', 'warp_batch', 'augment_batch',
+           'encode_augmix', 'augmix_tables', 'augmix_batch']
 
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #b3af0288
 AUG_OPS = (
@@ -40,10 +41,6 @@ AUG_OPS = (
 )
 AUG_FILTERS = (Image.Resampling.BILINEAR, Image.Resampling.BICUBIC)  # the warp's filters, by code
 _CODE = {n: i for i, n in enumerate(AUG_OPS)}
-_POINT = frozenset(range(_CODE['auto_contrast'], _CODE['solarize_add'] + 1))  # a lookup table per image
-_ENHANCE = frozenset(
-    range(_CODE['brightness'], _CODE['sharpness'] + 1)
-)  # ImageEnhance: a blend with a degenerate image
 _GEOMETRIC = frozenset(range(_CODE['rotate'], len(AUG_OPS)))  # an affine warp per image
 
 
@@ -72,10 +69,15 @@ def encode_draws(
     return out
 
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #ac041252
+_GRAY_W = {}  # device -> Pillow's L weights as int32 (1, 3, 1, 1), made once a device
+
+
 def _gray(x: torch.Tensor) -> torch.Tensor:
-    "Pillow's RGB -> L in integers, (19595 R + 38470 G + 7471 B + 0x8000) >> 16: int32 (n, 1, H, W)."
-    xi = x.to(torch.int32)
-    return (xi[:, 0:1] * 19595 + xi[:, 1:2] * 38470 + xi[:, 2:3] * 7471 + 0x8000) >> 16
+    "Pillow's RGB -> L in integers, (19595 R + 38470 G + 7471 B + 0x8000) >> 16: int64 (n, 1, H, W)."
+    w = _GRAY_W.get(x.device)
+    if w is None:
+        w = _GRAY_W[x.device] = torch.tensor([19595, 38470, 7471], dtype=torch.int32, device=x.device).view(1, 3, 1, 1)
+    return ((x.to(torch.int32) * w).sum(1, keepdim=True) + 0x8000) >> 16  # integers: exact in any order
 
 
 def _smooth(x: torch.Tensor) -> torch.Tensor:
@@ -100,6 +102,12 @@ def blend_batch(
     return v.clamp_(0, 255).to(torch.uint8)
 
 
+def _gray_means(x: torch.Tensor) -> torch.Tensor:
+    "The mean of each image's grey image, rounded as ImageStat's: uint8 (n,), contrast's degenerate value."
+    g = _gray(x).sum((1, 2, 3)).to(torch.float64) / (x.shape[2] * x.shape[3])
+    return torch.floor(g + 0.5).to(torch.uint8)
+
+
 def enhance_batch(
     x: torch.Tensor,  # uint8 RGB (n, 3, H, W)
     op: str,  # 'brightness', 'contrast', 'color' or 'sharpness'
@@ -109,8 +117,7 @@ def enhance_batch(
     if op == 'brightness':
         d = torch.zeros((), dtype=torch.uint8, device=x.device)
     elif op == 'contrast':  # the mean of the grey image, rounded (ImageStat)
-        g = _gray(x).to(torch.int64).sum((1, 2, 3)).to(torch.float64) / (x.shape[2] * x.shape[3])
-        d = torch.floor(g + 0.5).to(torch.uint8).view(-1, 1, 1, 1)
+        d = _gray_means(x).view(-1, 1, 1, 1)
     elif op == 'color':
         d = _gray(x).to(torch.uint8)
     else:
@@ -118,35 +125,57 @@ def enhance_batch(
     return blend_batch(d, x, factors)
 
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #7c905dff
+def _posterize(a, i):
+    bits = np.clip(a.astype(np.int64), 0, 8)
+    return np.where(bits > 0, i & ~((1 << (8 - bits)) - 1), 0)  # the high bits kept (0 bits: black)
+
+
+_TABLES = {  # the tables made from an op's argument alone, (n, 1) arguments and the 256 values -> (n, 256)
+    'invert': lambda a, i: np.broadcast_to(255 - i, (len(a), 256)),
+    'posterize': _posterize,
+    'solarize': lambda a, i: np.where(i < a.astype(np.int64), i, 255 - i),
+    'solarize_add': lambda a, i: np.where(i < 128, np.minimum(i + a.astype(np.int64), 255), i),  # timm's 128
+    # brightness: Image.blend(black, image, f) = f * value in float32, clipped, truncated (`blend_batch`)
+    'brightness': lambda a, i: np.clip(a.astype(np.float32) * i.astype(np.float32), 0, 255),
+}
+
+
 def point_luts(
-    x: torch.Tensor,  # uint8 (n, C, H, W)
-    codes: torch.Tensor,  # (n,) int64 op codes (`AUG_OPS`), each a point op
-    args: torch.Tensor,  # (n,) float64 their arguments (bits, threshold, addend)
-    histogram: bool = True,  # False: no histograms made (autocontrast and equalize rows keep the identity table)
+    x: torch.Tensor,  # uint8 (N, C, H, W): the images, or the batch `rows` picks them from
+    codes: Sequence[int],  # (n,) op codes (`AUG_OPS`), each a table op: a point op, brightness or contrast
+    args: Sequence[float],  # (n,) their arguments (bits, threshold, addend, factor)
+    histogram: bool = True,  # False: no pixels read (autocontrast, equalize and contrast rows keep the identity table)
+    rows: Sequence[int] | None = None,  # (n,) the images of `x` the tables are for; None: all of `x`, in order
 ) -> torch.Tensor:
-    "Each image's op as Pillow's table, (n, C, 256) int64 on `x`'s device: invert, posterize, solarize, solarize_add; autocontrast and equalize from the histogram."
-    n, c = x.shape[:2]
+    "Each image's op as a 256-value table per channel, Pillow's values, uint8 (n, C, 256) on `x`'s device: invert, posterize, solarize, solarize_add, brightness from the draws; contrast from the grey mean, autocontrast and equalize from the histogram."
+    dev, c = x.device, x.shape[1]
+    code, af = np.asarray(codes, dtype=np.int64), np.asarray(args, dtype=np.float64)
+    n, rows = len(code), np.arange(len(code)) if rows is None else np.asarray(rows, dtype=np.int64)
     # the tables that need no pixels, from the codes and arguments alone: made on the host, sent in one copy
-    code, a = codes.cpu().numpy()[:, None], args.cpu().numpy().astype(np.int64)[:, None]
-    i = np.arange(256, dtype=np.int64)[None]
-    bits = np.clip(a, 0, 8)
-    made = np.select(
-        [code == _CODE[k] for k in ('invert', 'posterize', 'solarize', 'solarize_add')],
-        [
-            255 - i,
-            np.where(bits > 0, i & ~((1 << (8 - bits)) - 1), 0),  # the high bits kept (0: black)
-            np.where(i < a, i, 255 - i),
-            np.where(i < 128, np.minimum(i + a, 255), i),  # timm's threshold 128
-        ],
-        np.broadcast_to(i, (n, 256)),
-    )
-    lut = to_device(torch.from_numpy(made), x.device).view(n, 1, 256).expand(n, c, 256)
-    hist = np.flatnonzero((code[:, 0] == _CODE['auto_contrast']) | (code[:, 0] == _CODE['equalize']))
-    if histogram and len(hist):  # autocontrast and equalize: from each of those images' histogram, on the device
-        rows = to_device(torch.from_numpy(hist), x.device)
-        ac, eq = _histogram_luts(x.index_select(0, rows))
-        is_ac = to_device(torch.from_numpy(code[hist] == _CODE['auto_contrast']).view(-1, 1, 1), x.device)
-        lut = lut.contiguous().index_copy_(0, rows, torch.where(is_ac, ac, eq))
+    i = np.arange(256, dtype=np.int64)
+    made = np.empty((n, c, 256), dtype=np.uint8)
+    made[:] = i.astype(np.uint8)  # the identity, kept by the rows made on the device below
+    for k, table in _TABLES.items():
+        r = np.flatnonzero(code == _CODE[k])
+        if len(r):
+            made[r] = table(af[r, None], i).astype(np.uint8)[:, None]  # each channel alike
+    lut = to_device(torch.from_numpy(made), dev)
+    if not histogram:
+        return lut
+    hist = np.flatnonzero((code == _CODE['auto_contrast']) | (code == _CODE['equalize']))
+    con = np.flatnonzero(code == _CODE['contrast'])
+    if len(hist) or len(con):  # the images' rows and the tables' positions in one copy to the device
+        at = to_device(torch.from_numpy(np.concatenate([rows[hist], hist, rows[con], con])), dev)
+        h, k = len(hist), len(con)
+    if len(hist):  # autocontrast and equalize: from each of those images' histogram, on the device
+        ac, eq = _histogram_luts(x.index_select(0, at[:h]))
+        is_ac = to_device(torch.from_numpy(code[hist] == _CODE['auto_contrast']).view(-1, 1, 1), dev)
+        lut.index_copy_(0, at[h : 2 * h], torch.where(is_ac, ac, eq).to(torch.uint8))
+    if len(con):  # contrast: blend(grey mean, value, f) for each of the 256 values, as for each pixel
+        means = _gray_means(x.index_select(0, at[2 * h : 2 * h + k])).view(-1, 1, 1, 1)
+        f = to_device(torch.from_numpy(af[con]), dev)
+        t = blend_batch(means, torch.arange(256, device=dev, dtype=torch.uint8).view(1, 1, 1, 256), f)
+        lut.index_copy_(0, at[2 * h + k :], t.view(k, 1, 256).expand(k, c, 256))
     return lut
 
 
@@ -173,11 +202,129 @@ def _histogram_luts(x: torch.Tensor) -> tuple:
 
 def apply_luts(
     x: torch.Tensor,  # uint8 (n, C, H, W)
-    lut: torch.Tensor,  # (n, C, 256) integer tables
+    lut: torch.Tensor,  # (n, C, 256) tables, uint8 (`point_luts`) or another integer type (cast)
 ) -> torch.Tensor:
     "Each image's channels through their tables: uint8 (n, C, H, W)."
     n, c, h, w = x.shape
     return lut.to(torch.uint8).gather(2, x.reshape(n, c, h * w).to(torch.int64)).view(n, c, h, w)
+
+# %% ../../nbs/pixels/14b_batch_augment.ipynb #c0105e01
+tl = None  # triton.language, bound by `triton_kernel` when the colour kernel is first made (its source reads it here)
+
+# %% ../../nbs/pixels/14b_batch_augment.ipynb #c0105e02
+_COLOUR_KERNELS, COLOUR_FAILED = {}, {}  # interpret -> the kernel; device type -> why the kernel was given up there
+_TABLE, _COLOR, _SHARP, _WARP = 1, 2, 3, 4  # an op's kind: a table, colour's blend, sharpness's blend, a warp
+_KIND = np.array(  # by op code (`AUG_OPS`)
+    [
+        0
+        if k == 'none'
+        else _COLOR
+        if k == 'color'
+        else _SHARP
+        if k == 'sharpness'
+        else _WARP
+        if i in _GEOMETRIC
+        else _TABLE
+        for i, k in enumerate(AUG_OPS)
+    ]
+)
+
+
+def _colour(src, dst, rows, factors, luts, H, W, K, K5, C: tl.constexpr, KIND: tl.constexpr, BLOCK: tl.constexpr):
+    "One image's block of pixels (program: the launch's image j, BLOCK pixels), every channel: its table (KIND 1), or the blend of its grey (2) or smoothed (3) image with it, written to image j of `dst`."
+    j = tl.program_id(0)
+    p = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    hw = H * W
+    pm = p < hw
+    img = src + tl.load(rows + j).to(tl.int64) * (C * hw)
+    out = dst + j.to(tl.int64) * (C * hw)
+    if KIND == 1:  # each channel through its table
+        tab = luts + j.to(tl.int64) * (C * 256)
+        for c in tl.static_range(C):
+            v = tl.load(img + c * hw + p, mask=pm, other=0).to(tl.int32)
+            tl.store(out + c * hw + p, tl.load(tab + c * 256 + v, mask=pm, other=0), mask=pm)
+    elif KIND == 2:  # colour: blend(grey, image, f), the grey in Pillow's integers (`_gray`)
+        f = tl.load(factors + j)
+        r = tl.load(img + p, mask=pm, other=0).to(tl.int32)
+        g = tl.load(img + hw + p, mask=pm, other=0).to(tl.int32)
+        b = tl.load(img + 2 * hw + p, mask=pm, other=0).to(tl.int32)
+        d = ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16).to(tl.float32)
+        for c in tl.static_range(C):
+            v = tl.load(img + c * hw + p, mask=pm, other=0).to(tl.float32)
+            val = d + f * (v - d)  # `blend_batch`'s order, each op rounded
+            tl.store(out + c * hw + p, tl.minimum(tl.maximum(val, 0.0), 255.0).to(tl.uint8), mask=pm)
+    else:  # sharpness: blend(smoothed, image, f), the smoothing in `_smooth`'s float32 order, its border the image's
+        f = tl.load(factors + j)
+        y = p // W
+        x = p % W
+        inner = pm & (y >= 1) & (y < H - 1) & (x >= 1) & (x < W - 1)
+        for c in tl.static_range(C):
+            ch = img + c * hw
+            v = tl.load(ch + p, mask=pm, other=0).to(tl.float32)
+            # rows y+1, y, y-1, each left to right: a[x-1] k + a[x] (k, or k5 in row y) + a[x+1] k
+            s = (
+                tl.load(ch + p + W - 1, mask=inner, other=0).to(tl.float32) * K
+                + tl.load(ch + p + W, mask=inner, other=0).to(tl.float32) * K
+            ) + tl.load(ch + p + W + 1, mask=inner, other=0).to(tl.float32) * K
+            s = s + (
+                (
+                    tl.load(ch + p - 1, mask=inner, other=0).to(tl.float32) * K
+                    + tl.load(ch + p, mask=inner, other=0).to(tl.float32) * K5
+                )
+                + tl.load(ch + p + 1, mask=inner, other=0).to(tl.float32) * K
+            )
+            s = s + (
+                (
+                    tl.load(ch + p - W - 1, mask=inner, other=0).to(tl.float32) * K
+                    + tl.load(ch + p - W, mask=inner, other=0).to(tl.float32) * K
+                )
+                + tl.load(ch + p - W + 1, mask=inner, other=0).to(tl.float32) * K
+            )
+            sm = tl.minimum(tl.maximum(s + 0.5, 0.0), 255.0).to(tl.uint8).to(tl.float32)
+            d = tl.where(inner, sm, v)
+            val = d + f * (v - d)
+            tl.store(out + c * hw + p, tl.minimum(tl.maximum(val, 0.0), 255.0).to(tl.uint8), mask=pm)
+
+
+def colour_kernel(
+    interpret: bool = False,  # Triton's interpreter (numpy, on CPU tensors): the kernel run without a GPU
+):  # the kernel; ImportError without Triton
+    "Triton's kernel of a layer's table, colour and sharpness ops over a batch's rows, made once."
+    return triton_kernel(_COLOUR_KERNELS, _colour, interpret, do_not_specialize=['H', 'W'])  # one compile for any size
+
+
+def colour_path(
+    device,  # a torch.device or its name
+) -> str:  # 'kernel', or 'torch: ' and why
+    "How `augment_batch` applies its table, colour and sharpness ops on `device` by default: Triton's kernel (CUDA), else torch's operations, and why."
+    return kernel_choice(device, COLOUR_FAILED, colour_kernel, 'torch')
+
+
+def kernel_colour_ops(
+    x: torch.Tensor,  # uint8 (N, C, H, W): the batch, changed in place and returned
+    groups: Sequence,  # three host arrays of rows of `x`: the table ops', colour's, sharpness's
+    luts: torch.Tensor | None,  # uint8 (len(groups[0]), C, 256) on x's device: the table rows' tables (`point_luts`)
+    args: np.ndarray,  # (N,) each image's argument: colour's and sharpness's factor
+    interpret: bool = False,  # Triton's interpreter (CPU tensors)
+) -> torch.Tensor:
+    "A layer's table, colour and sharpness ops in one launch of `colour_kernel` each, into one buffer, then copied into the batch's rows at once: `augment_batch`'s pixels."
+    _, c, h, w = x.shape
+    dev, src, rows = x.device, x.contiguous(), np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])
+    if not len(rows):
+        return x
+    rd = to_device(torch.from_numpy(rows), dev)
+    f = to_device(torch.from_numpy(np.asarray(args, dtype=np.float64)[rows].astype(np.float32)), dev)
+    out = torch.empty((len(rows), c, h, w), dtype=torch.uint8, device=dev)
+    block, a = 256, 0
+    for kind, g in zip((_TABLE, _COLOR, _SHARP), groups):
+        if len(g):  # nothing is written to `x` before every launch has run: a kernel that fails leaves it as it was
+            b = a + len(g)
+            colour_kernel(interpret)[(len(g), -(-h * w // block))](
+                src, out[a:b], rd[a:b], f[a:b], luts if kind == _TABLE else out, h, w, 1 / 13, 5 / 13,
+                C=c, KIND=kind, BLOCK=block, enable_fp_fusion=False,
+            )  # fmt: skip
+            a = b
+    return x.index_copy_(0, rd, out)
 
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #476fb8e5
 def affine_matrices(
@@ -187,24 +334,22 @@ def affine_matrices(
 ) -> torch.Tensor:
     "Pillow's affine data (a, b, c, d, e, f) per image, float64 (n, 6): output (x, y) reads source (ax + by + c, dx + ey + f)."
     h, w = size
-    out = []
-    for code, v in zip(codes, args):
-        op = AUG_OPS[int(code)]
-        if op == 'rotate':
-            out.append(rotate_matrix((w, h), v))
-        else:
-            v = v * w if op == 'translate_x_rel' else v * h if op == 'translate_y_rel' else v
-            out.append(
-                {
-                    'shear_x': (1, v, 0, 0, 1, 0),
-                    'shear_y': (1, 0, 0, v, 1, 0),
-                    'translate_x_abs': (1, 0, v, 0, 1, 0),
-                    'translate_x_rel': (1, 0, v, 0, 1, 0),
-                    'translate_y_abs': (1, 0, 0, 0, 1, v),
-                    'translate_y_rel': (1, 0, 0, 0, 1, v),
-                }[op]
-            )
-    return torch.tensor(out, dtype=torch.float64).view(-1, 6)
+    code, v = np.asarray(codes, dtype=np.int64).reshape(-1), np.asarray(args, dtype=np.float64).reshape(-1)
+    known = (code >= _CODE['rotate']) & (code < len(AUG_OPS))
+    if not known.all():
+        raise ValueError(
+            f'affine_matrices: op code {code[~known][0]} is not a geometric op ({", ".join(AUG_OPS[_CODE["rotate"] :])})'
+        )
+    is_ = lambda name: code == _CODE[name]
+    v = np.where(is_('translate_x_rel'), v * w, np.where(is_('translate_y_rel'), v * h, v))
+    out = np.zeros((len(code), 6))
+    out[:, 0] = out[:, 4] = 1.0
+    out[:, 1], out[:, 3] = np.where(is_('shear_x'), v, 0.0), np.where(is_('shear_y'), v, 0.0)
+    out[:, 2] = np.where(is_('translate_x_abs') | is_('translate_x_rel'), v, 0.0)
+    out[:, 5] = np.where(is_('translate_y_abs') | is_('translate_y_rel'), v, 0.0)
+    for i in np.flatnonzero(is_('rotate')):  # Pillow's rotation matrix, as the CPU op makes it
+        out[i] = rotate_matrix((w, h), float(v[i]))
+    return torch.from_numpy(out)
 
 
 def _cubic(v1, v2, v3, v4, d):
@@ -260,44 +405,68 @@ def warp_batch(
     return torch.where(inside.unsqueeze(1), out, to_device(fc, dev))
 
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #97780e1e
+def _colour_layer(x, code, arg, kind, kernel):
+    "One layer's table, colour and sharpness ops on the rows that drew them, in place: Triton's kernel where chosen, else torch's operations."
+    dev = x.device
+    groups = [np.flatnonzero(kind == k) for k in (_TABLE, _COLOR, _SHARP)]
+    t = groups[0]
+    luts = point_luts(x, code[t], arg[t], rows=t) if len(t) else None
+    done = with_kernel(
+        kernel,
+        dev,
+        colour_path,
+        COLOUR_FAILED,
+        lambda: kernel_colour_ops(x, groups, luts, arg, dev.type != 'cuda'),
+        'augment_batch',
+        'torch',
+        'applying the colour ops with torch operations',
+    )
+    if done is not None:
+        return done
+    for rows, op in zip(groups, (None, 'color', 'sharpness')):
+        if len(rows):
+            rd = to_device(torch.from_numpy(rows), dev)
+            im = x.index_select(0, rd)
+            f = None if op is None else to_device(torch.from_numpy(arg[rows]), dev)
+            x.index_copy_(0, rd, apply_luts(im, luts) if op is None else enhance_batch(im, op, f))
+    return x
+
+
 def augment_batch(
     x: torch.Tensor,  # uint8 RGB (N, 3, H, W) on the device; changed in place and returned
     draws: torch.Tensor,  # (N, layers, 3) float64 on the CPU: each image's ops per layer (`encode_draws`)
     fill: Sequence[int] = (128, 128, 128),  # the geometric ops' fill colour (timm's `img_mean`)
-    kernel: bool | None = None,  # the warps in Triton's kernel (`warp_batch`); None: as `warp_path` says
+    kernel: bool
+    | None = None,  # Triton's kernels for the colour ops and the warps; None: as `colour_path` and `warp_path` say
 ) -> torch.Tensor:
-    "Each image's drawn ops, layer by layer: the point ops in one table lookup, each ImageEnhance op batched, the geometric ops in one warp per filter."
+    "Each image's drawn ops, layer by layer: the point ops, brightness and contrast in one table lookup, colour and sharpness blended (the three in one kernel launch each on a GPU), the geometric ops in one warp per filter."
     dev, (hh, ww) = x.device, x.shape[-2:]
-    for layer in draws.unbind(1):
-        codes, args, filt = layer[:, 0].to(torch.int64), layer[:, 1], layer[:, 2].to(torch.int64)
-        groups = []
-        point = torch.tensor([int(k) in _POINT for k in codes.tolist()])
-        if point.any():
-            # the histograms made only for the rows whose op needs one (`point_luts` finds them from the codes)
-            groups.append((point.nonzero().flatten(), lambda s, r: apply_luts(s, point_luts(s, codes[r], args[r]))))
-        for k in sorted(_ENHANCE):
-            rows = (codes == k).nonzero().flatten()
-            if len(rows):
-                groups.append((rows, lambda s, r, op=AUG_OPS[k]: enhance_batch(s, op, to_device(args[r], dev))))
-        geo = torch.tensor([int(k) in _GEOMETRIC for k in codes.tolist()])
+    d = np.asarray(draws.detach().cpu(), dtype=np.float64)
+    if d.ndim != 3 or d.shape[0] != len(x) or d.shape[2] != 3:
+        raise ValueError(
+            f'augment_batch: draws of shape {tuple(d.shape)} for {len(x)} images; '
+            f'expected ({len(x)}, layers, 3), as encode_draws makes them'
+        )
+    codes = d[..., 0].astype(np.int64)
+    bad = np.argwhere((codes < 0) | (codes >= len(AUG_OPS)) | (codes != d[..., 0]))
+    if len(bad):
+        i, layer = bad[0]
+        raise ValueError(
+            f'augment_batch: image {i}, layer {layer}: op code {float(d[i, layer, 0])} is not one of AUG_OPS'
+        )
+    kinds, filts = _KIND[codes], d[..., 2]
+    for layer in range(
+        d.shape[1]
+    ):  # the rows of each op come from the draws on the host: the device is never waited for
+        code, arg, kind = codes[:, layer], d[:, layer, 1], kinds[:, layer]
+        if ((kind >= _TABLE) & (kind <= _SHARP)).any():
+            x = _colour_layer(x, code, arg, kind, kernel)
         for f in (0, 1):
-            rows = (geo & (filt == f)).nonzero().flatten()
+            rows = np.flatnonzero((kind == _WARP) & (filts[:, layer] == f))
             if len(rows):
-                groups.append(
-                    (
-                        rows,
-                        lambda s, r, f=f: warp_batch(
-                            s,
-                            affine_matrices(codes[r].tolist(), args[r].tolist(), (hh, ww)),
-                            bool(f),
-                            fill,
-                            kernel=kernel,
-                        ),
-                    )
-                )
-        for rows, fn in groups:
-            rd = to_device(rows, dev)
-            x.index_copy_(0, rd, fn(x.index_select(0, rd), rows))
+                rd = to_device(torch.from_numpy(rows), dev)
+                mats = affine_matrices(code[rows], arg[rows], (hh, ww))
+                x.index_copy_(0, rd, warp_batch(x.index_select(0, rd), mats, bool(f), fill, kernel=kernel))
     return x
 
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #4a9e1c02
