@@ -13,9 +13,10 @@ training thread then waits for) with the device's own work taken out. On the CPU
 - augmix_batch: timm's AugMix (augmix-m3-w3: three chains of one to three ops, mixed) the same two ways.
 
 Prints the median microseconds a batch over `--rounds` rounds of `--batches` batches, after a warm-up, and the torch
-calls a batch makes (functions and tensor methods from Python, counted once with a `TorchFunctionMode`: each is a
-dispatch, and on a GPU most are a kernel launch; the count does not vary from run to run, the time does). Run it on
-two commits to compare them (the figures in CHANGELOG.md come from such pairs):
+calls a batch makes (functions and tensor methods from Python, attribute reads such as a tensor's shape apart,
+counted once with a `TorchFunctionMode`: each is a dispatch, and on a GPU most are a kernel launch or a copy; the count
+does not vary from run to run, the time does). Run it on two commits to compare them (the figures in CHANGELOG.md come
+from such pairs):
 
     python bench/bench_device_host.py
 """
@@ -30,14 +31,14 @@ from torch.overrides import TorchFunctionMode
 
 
 class Calls(TorchFunctionMode):
-    "Counts the torch functions and tensor methods called from Python while it is on."
+    "Counts the torch functions and tensor methods called from Python while it is on; attribute reads (a tensor's shape, dtype, device) apart."
 
     def __init__(self):
         super().__init__()
         self.n = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.n += 1
+        self.n += getattr(func, '__name__', '') != '__get__'
         return func(*args, **(kwargs or {}))
 
 
@@ -101,7 +102,7 @@ def main(argv=None):
         'augmix_batch (kernels)': lambda: augmix_batch(small, layers, weights, (124, 116, 104), kernel=True),
     }
     print(f'host microseconds a batch of {n} (median of {a.rounds} rounds of {a.batches}), device work left out;')
-    print('torch calls a batch')
+    print('torch calls a batch, attribute reads apart')
     for name, fn in runs.items():
         print(f'  {name:<24} {timed(fn, a.batches, a.rounds):8.0f} {calls(fn):8d}')
 
