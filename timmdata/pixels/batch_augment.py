@@ -214,20 +214,8 @@ tl = None  # triton.language, bound by `triton_kernel` when the colour kernel is
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #c0105e02
 _COLOUR_KERNELS, COLOUR_FAILED = {}, {}  # interpret -> the kernel; device type -> why the kernel was given up there
 _TABLE, _COLOR, _SHARP, _WARP = 1, 2, 3, 4  # an op's kind: a table, colour's blend, sharpness's blend, a warp
-_KIND = np.array(  # by op code (`AUG_OPS`)
-    [
-        0
-        if k == 'none'
-        else _COLOR
-        if k == 'color'
-        else _SHARP
-        if k == 'sharpness'
-        else _WARP
-        if i in _GEOMETRIC
-        else _TABLE
-        for i, k in enumerate(AUG_OPS)
-    ]
-)
+_NAMED = {'none': 0, 'color': _COLOR, 'sharpness': _SHARP}
+_KIND = np.array([_NAMED.get(k, _WARP if i in _GEOMETRIC else _TABLE) for i, k in enumerate(AUG_OPS)])  # by op code
 
 
 def _colour(src, dst, rows, factors, luts, H, W, K, K5, C: tl.constexpr, KIND: tl.constexpr, BLOCK: tl.constexpr):
@@ -436,8 +424,7 @@ def augment_batch(
     x: torch.Tensor,  # uint8 RGB (N, 3, H, W) on the device; changed in place and returned
     draws: torch.Tensor,  # (N, layers, 3) float64 on the CPU: each image's ops per layer (`encode_draws`)
     fill: Sequence[int] = (128, 128, 128),  # the geometric ops' fill colour (timm's `img_mean`)
-    kernel: bool
-    | None = None,  # Triton's kernels for the colour ops and the warps; None: as `colour_path` and `warp_path` say
+    kernel: bool | None = None,  # Triton's kernels; None: as `colour_path` and `warp_path` say
 ) -> torch.Tensor:
     "Each image's drawn ops, layer by layer: the point ops, brightness and contrast in one table lookup, colour and sharpness blended (the three in one kernel launch each on a GPU), the geometric ops in one warp per filter."
     dev, (hh, ww) = x.device, x.shape[-2:]
@@ -505,7 +492,7 @@ def augmix_batch(
     layers: torch.Tensor,  # (N, width, depth, 3) float64 on the CPU: each chain's ops (`encode_augmix`)
     mix: torch.Tensor,  # (N, 2 + width) float64 on the CPU: blended, m, the chains' weights (`encode_augmix`)
     fill: Sequence[int] = (128, 128, 128),  # the geometric ops' fill colour (timm's `img_mean`)
-    kernel: bool | None = None,  # the warps in Triton's kernel (`warp_batch`); None: as `warp_path` says
+    kernel: bool | None = None,  # Triton's kernels (`augment_batch`); None: as `colour_path` and `warp_path` say
 ) -> torch.Tensor:
     "AugMix per image: its chains over copies of the batch, in one `augment_batch`, then timm's float32 mix blended into the images by m, or (blended) each chain blended in turn: uint8 (N, 3, H, W)."
     dev, n, width = x.device, len(x), mix.shape[1] - 2
