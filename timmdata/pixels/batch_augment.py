@@ -44,6 +44,11 @@ _CODE = {n: i for i, n in enumerate(AUG_OPS)}
 _GEOMETRIC = frozenset(range(_CODE['rotate'], len(AUG_OPS)))  # an affine warp per image
 
 
+def _host(v, dtype) -> np.ndarray:
+    "`v` (a sequence, an array, or a tensor on any device) as a host array of `dtype`."
+    return (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)).astype(dtype, copy=False)
+
+
 def encode_draws(
     steps: Sequence,  # one image's ops: per layer None (not applied) or `(fn, args, resample)` (`AugmentOp.draw`)
 ) -> list:
@@ -149,8 +154,8 @@ def point_luts(
 ) -> torch.Tensor:
     "Each image's op as a 256-value table per channel, Pillow's values, uint8 (n, C, 256) on `x`'s device: invert, posterize, solarize, solarize_add, brightness from the draws; contrast from the grey mean, autocontrast and equalize from the histogram."
     dev, c = x.device, x.shape[1]
-    code, af = np.asarray(codes, dtype=np.int64), np.asarray(args, dtype=np.float64)
-    n, rows = len(code), np.arange(len(code)) if rows is None else np.asarray(rows, dtype=np.int64)
+    code, af = _host(codes, np.int64).reshape(-1), _host(args, np.float64).reshape(-1)
+    n, rows = len(code), np.arange(len(code)) if rows is None else _host(rows, np.int64).reshape(-1)
     # the tables that need no pixels, from the codes and arguments alone: made on the host, sent in one copy
     i = np.arange(256, dtype=np.int64)
     made = np.empty((n, c, 256), dtype=np.uint8)
@@ -322,7 +327,7 @@ def affine_matrices(
 ) -> torch.Tensor:
     "Pillow's affine data (a, b, c, d, e, f) per image, float64 (n, 6): output (x, y) reads source (ax + by + c, dx + ey + f)."
     h, w = size
-    code, v = np.asarray(codes, dtype=np.int64).reshape(-1), np.asarray(args, dtype=np.float64).reshape(-1)
+    code, v = _host(codes, np.int64).reshape(-1), _host(args, np.float64).reshape(-1)
     known = (code >= _CODE['rotate']) & (code < len(AUG_OPS))
     if not known.all():
         raise ValueError(
@@ -428,7 +433,7 @@ def augment_batch(
 ) -> torch.Tensor:
     "Each image's drawn ops, layer by layer: the point ops, brightness and contrast in one table lookup, colour and sharpness blended (the three in one kernel launch each on a GPU), the geometric ops in one warp per filter."
     dev, (hh, ww) = x.device, x.shape[-2:]
-    d = np.asarray(draws.detach().cpu(), dtype=np.float64)
+    d = _host(draws, np.float64)
     if d.ndim != 3 or d.shape[0] != len(x) or d.shape[2] != 3:
         raise ValueError(
             f'augment_batch: draws of shape {tuple(d.shape)} for {len(x)} images; '
