@@ -9,7 +9,8 @@ training thread then waits for) with the device's own work taken out. On the CPU
 - augment_batch: timm's RandAugment (rand-m9-mstd0.5-inc1, filters drawn per op as train.py's `random`) on 256
   images of 8x8 (their draws given), so that its Python and its operations' dispatch are what is timed, not their
   arithmetic: with torch's operations (the CPU's path), and as on a GPU with Triton (`kernel=True`: the colour and
-  warp kernels' launches replaced by a call that does nothing);
+  warp kernels' launches replaced by a call that does nothing), and that once more without the tables made from the
+  pixels (autocontrast's, equalize's, contrast's: `point_luts` with `histogram=False`), their share the difference;
 - augmix_batch: timm's AugMix (augmix-m3-w3: three chains of one to three ops, mixed) the same two ways.
 
 Prints the median microseconds a batch over `--rounds` rounds of `--batches` batches, after a warm-up, and the torch
@@ -47,6 +48,20 @@ def calls(fn) -> int:
     with Calls() as c:
         fn()
     return c.n
+
+
+def without_pixel_tables(fn, batch_augment):
+    "`fn` run with `batch_augment.point_luts` making no table from the pixels (those rows keep the identity)."
+
+    def run():
+        keep = batch_augment.point_luts
+        batch_augment.point_luts = lambda *a, **k: keep(*a, **{**k, 'histogram': False})
+        try:
+            return fn()
+        finally:
+            batch_augment.point_luts = keep
+
+    return run
 
 
 def timed(fn, batches: int, rounds: int) -> float:
@@ -98,6 +113,9 @@ def main(argv=None):
         'jitter_affine': lambda: jitter_affine(mu, *sample_jitter(n, ranges, g)),
         'augment_batch': lambda: augment_batch(small, draws.view(n, -1, 3), (124, 116, 104), kernel=False),
         'augment_batch (kernels)': lambda: augment_batch(small, draws.view(n, -1, 3), (124, 116, 104), kernel=True),
+        '  no pixel tables': without_pixel_tables(
+            lambda: augment_batch(small, draws.view(n, -1, 3), (124, 116, 104), kernel=True), batch_augment
+        ),
         'augmix_batch': lambda: augmix_batch(small, layers, weights, (124, 116, 104), kernel=False),
         'augmix_batch (kernels)': lambda: augmix_batch(small, layers, weights, (124, 116, 104), kernel=True),
     }

@@ -15,17 +15,15 @@ pytestmark = pytest.mark.slow  # a compile each: about 3 s apiece on the 2-core 
 SM90 = ('cuda', 90, 32)
 
 
-def _ptx(fn, signature: dict, constexprs: dict) -> str:
-    "PTX of `fn` compiled for sm_90 with contraction off, as the loader launches it (`enable_fp_fusion=False`)."
+def _ptx(kernel, signature: dict, constexprs: dict, fusion: bool = False) -> str:
+    "PTX of `kernel` (the module's own, as `colour_kernel()` makes it for the loader) compiled for sm_90; contraction off as the loader launches it (`enable_fp_fusion=False`), unless `fusion`."
     triton = pytest.importorskip('triton')
-    import triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    fn.__globals__['tl'] = tl  # the modules bind it when they first make a kernel (`triton_kernel`)
-    src = ASTSource(fn=triton.jit(fn), signature=signature, constexprs=constexprs)
+    src = ASTSource(fn=kernel(), signature=signature, constexprs=constexprs)
     try:
-        k = triton.compile(src, target=GPUTarget(*SM90), options={'enable_fp_fusion': False})
+        k = triton.compile(src, target=GPUTarget(*SM90), options={'enable_fp_fusion': fusion})
     except (FileNotFoundError, RuntimeError) as e:
         if 'ptxas' in str(e):  # the wheel without its assembler: the PTX cannot be checked past LLVM here
             pytest.skip(f'no ptxas for Triton here: {e}')
@@ -48,23 +46,56 @@ def _check(ptx: str, width: str):
     assert to_int and set(to_int) == {'rzi'}, f'float-to-integer conversions that do not truncate: {set(to_int)}'
 
 
+COLOUR_SIG = {
+    'src': '*u8',
+    'dst': '*u8',
+    'rows': '*i64',
+    'factors': '*fp32',
+    'luts': '*u8',
+    'H': 'i32',
+    'W': 'i32',
+    'K': 'fp32',
+    'K5': 'fp32',
+    'C': 'constexpr',
+    'KIND': 'constexpr',
+    'BLOCK': 'constexpr',
+}
+
+
 @pytest.mark.parametrize('kind', [1, 2, 3])
 def test_colour_kernel_builds_for_sm90_with_rounded_float32_ops(kind):
-    from timmdata.pixels import batch_augment
+    from timmdata.pixels.batch_augment import colour_kernel
 
-    sig = {'src': '*u8', 'dst': '*u8', 'rows': '*i64', 'factors': '*fp32', 'luts': '*u8', 'H': 'i32', 'W': 'i32',
-           'K': 'fp32', 'K5': 'fp32', 'C': 'constexpr', 'KIND': 'constexpr', 'BLOCK': 'constexpr'}
-    ptx = _ptx(batch_augment._colour, sig, {'C': 3, 'KIND': kind, 'BLOCK': 256})
+    ptx = _ptx(colour_kernel, COLOUR_SIG, {'C': 3, 'KIND': kind, 'BLOCK': 256})
     if kind == 1:  # the tables: integer loads and stores only
         assert not _float_ops(ptx), _float_ops(ptx)
     else:
         _check(ptx, 'f32')
 
 
+def test_the_check_sees_fused_multiply_adds():
+    "The same kernel with contraction on: the check refuses it (its products and sums fused, the rest left loose)."
+    from timmdata.pixels.batch_augment import colour_kernel
+
+    ptx = _ptx(colour_kernel, COLOUR_SIG, {'C': 3, 'KIND': 3, 'BLOCK': 256}, fusion=True)
+    assert _float_ops(ptx)['fma.rn.f32'] > 0, _float_ops(ptx)
+    with pytest.raises(AssertionError, match='without round-to-nearest'):
+        _check(ptx, 'f32')
+
+
 @pytest.mark.parametrize('bicubic', [False, True])
 def test_warp_kernel_builds_for_sm90_with_rounded_float64_ops(bicubic):
-    from timmdata.pixels import warp_kernel
+    from timmdata.pixels.warp_kernel import warp_kernel
 
-    sig = {'src': '*u8', 'dst': '*u8', 'mats': '*fp64', 'fill': '*u8', 'H': 'i32', 'W': 'i32',
-           'C': 'constexpr', 'BICUBIC': 'constexpr', 'BLOCK': 'constexpr'}
-    _check(_ptx(warp_kernel._warp, sig, {'C': 3, 'BICUBIC': bicubic, 'BLOCK': 256}), 'f64')
+    sig = {
+        'src': '*u8',
+        'dst': '*u8',
+        'mats': '*fp64',
+        'fill': '*u8',
+        'H': 'i32',
+        'W': 'i32',
+        'C': 'constexpr',
+        'BICUBIC': 'constexpr',
+        'BLOCK': 'constexpr',
+    }
+    _check(_ptx(warp_kernel, sig, {'C': 3, 'BICUBIC': bicubic, 'BLOCK': 256}), 'f64')
