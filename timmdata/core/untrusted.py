@@ -10,19 +10,22 @@ from pathlib import Path
 from typing import Optional
 
 # %% auto #0
-__all__ = ['MAX_JSON_BYTES', 'MAX_WALK_FOLDERS', 'MAX_WALK_FILES', 'MAX_FOLDER_PATHS', 'DIR_FDS', 'MAX_SAMPLES', 'MAX_CLASSES',
-           'MIN_SAMPLE_BYTES', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH', 'MAX_PARTITIONS', 'UnsafeNameError',
-           'relative_name', 'inside', 'FolderWalkError', 'walk_tree', 'UnsafeFileError', 'create_exclusive',
-           'atomic_write', 'shared_folder', 'lock_holder', 'kept_folder', 'kept_folder_fd', 'FileTooLargeError',
-           'regular_fd', 'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count', 'check_info',
-           'ResumeStateError', 'state_error', 'check_fields', 'missing_root', 'user_stacklevel', 'did_you_mean',
-           'choice_error', 'keywords_of', 'unknown_keyword', 'keyword_error', 'names_keywords', 'resident_bytes',
-           'MemoryWatch']
+__all__ = ['MAX_JSON_BYTES', 'MAX_IMAGE_BYTES', 'MAX_WALK_FOLDERS', 'MAX_WALK_FILES', 'MAX_FOLDER_PATHS', 'DIR_FDS',
+           'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPLE_BYTES', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH', 'MAX_PARTITIONS',
+           'UnsafeNameError', 'relative_name', 'inside', 'FolderWalkError', 'walk_tree', 'UnsafeFileError',
+           'create_exclusive', 'atomic_write', 'shared_folder', 'lock_holder', 'kept_folder', 'kept_folder_fd',
+           'FileTooLargeError', 'regular_fd', 'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count',
+           'check_info', 'ResumeStateError', 'state_error', 'check_fields', 'missing_root', 'user_stacklevel',
+           'did_you_mean', 'choice_error', 'keywords_of', 'unknown_keyword', 'keyword_error', 'names_keywords',
+           'resident_bytes', 'MemoryWatch']
 
 # %% ../../nbs/core/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
     64 << 20
 )  # the largest JSON side file of a dataset read whole (`_info.json`, a store's manifest): 64 MiB
+# the largest image read into memory, a file or a tar member (1 GiB): a bigger one is never read. Read in the readers (a tar
+# member's size, at the scan and at the read) and in the decoder (a file's), so it is set here, below both
+MAX_IMAGE_BYTES = 1 << 30
 _SCHEME_LIKE = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]*:')  # 'pipe:', 'http:', 's3:', a drive letter 'C:'
 
 

@@ -11,14 +11,16 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 from ..core.settings import export_setting, setting
-from ..core.untrusted import UnsafeFileError
+
+# MAX_IMAGE_BYTES: the largest image file read (1 GiB, as a tar member): a bigger one is a bad sample, never read
+from ..core.untrusted import MAX_IMAGE_BYTES, UnsafeFileError
 
 # %% auto #0
-__all__ = ['NATIVE', 'NATIVE_STATUS', 'MAX_IMAGE_PIXELS', 'MAX_IMAGE_BYTES', 'note_jpeg_warnings', 'Native', 'use_native',
-           'ImageDecodeError', 'CorruptJpegWarning', 'set_max_image_pixels', 'check_pixels', 'jpeg_header',
-           'convert_mode', 'torchcodec_jpeg', 'torchcodec_status', 'torchcodec_error', 'read_source', 'jpeg_warnings',
-           'damage_error', 'check_encoded', 'decode_image', 'cmyk_like_pillow', 'decoder_name', 'EncodedJpeg',
-           'encoded_jpeg']
+__all__ = ['NATIVE', 'NATIVE_STATUS', 'MAX_IMAGE_PIXELS', 'note_jpeg_warnings', 'Native', 'use_native', 'ImageDecodeError',
+           'CorruptJpegWarning', 'set_max_image_pixels', 'check_pixels', 'jpeg_header', 'convert_mode',
+           'torchcodec_jpeg', 'torchcodec_status', 'torchcodec_error', 'read_source', 'jpeg_warnings', 'damage_error',
+           'check_encoded', 'decode_image', 'cmyk_like_pillow', 'decoder_name', 'EncodedJpeg', 'encoded_jpeg',
+           'MAX_IMAGE_BYTES']
 
 # %% ../../nbs/pixels/06_decode.ipynb #2395e4c6
 # written by setup.py beside the extension when its build failed (the package's folder, found without importing it)
@@ -223,6 +225,7 @@ def convert_mode(
     return img if img.mode == mode else img.convert(mode)
 
 # %% ../../nbs/pixels/06_decode.ipynb #194b821b
+_all_ = ['MAX_IMAGE_BYTES']  # set in `core.untrusted` (the tar readers read it too), and named here as before
 _TC = None  # (TorchCodec's decode_jpeg or None, a sentence saying which and why), loaded on first use
 _TC_LOC = re.compile(r'^\w+, \S+\.cpp:\d+, ')  # "decode_rows, /build/path/DecodeJpeg.cpp:287, ": where, not what
 
@@ -269,9 +272,6 @@ def torchcodec_error(
     return _TC_LOC.sub('', str(e))
 
 
-MAX_IMAGE_BYTES = (
-    1 << 30
-)  # the largest image file read (1 GiB, as a tar member): a bigger one is a bad sample, never read
 # O_NONBLOCK: a FIFO opens at once (then refused by its type), never waited on; a regular file's reads ignore the flag
 _O_READ = os.O_RDONLY | getattr(os, 'O_BINARY', 0) | getattr(os, 'O_CLOEXEC', 0) | getattr(os, 'O_NONBLOCK', 0)
 

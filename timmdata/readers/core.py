@@ -4,18 +4,21 @@
 
 # %% ../../nbs/readers/05_readers.ipynb #a1a09809
 from __future__ import annotations
-import csv, importlib, inspect, os, re, tarfile, threading, warnings
+import csv, errno, importlib, inspect, os, re, tarfile, threading, warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 import numpy as np
 from timmdata.core.untrusted import (
+    MAX_IMAGE_BYTES,
     MAX_JSON_BYTES,
+    FileTooLargeError,
     UnsafeFileError,
     UnsafeNameError,
     inside,
     missing_root,
     open_regular,
+    printable,
     read_regular,
     regular_fd,
     relative_name,
@@ -287,12 +290,22 @@ class FolderReader(Reader):
         return self._rel[i]
 
 # %% ../../nbs/readers/05_readers.ipynb #a9eb16ee
+def _member_size(path: str, m: tarfile.TarInfo) -> int:
+    "An image member's size as its header states it, if timmdata would read that much (`MAX_IMAGE_BYTES`); else `FileTooLargeError` naming the tar and member. A header costs 512 bytes and may state any size: a sparse file of a few KB can claim 8 GiB."
+    if m.size > MAX_IMAGE_BYTES:
+        raise FileTooLargeError(
+            f'tar {path!r}: member {printable(m.name)!r} states {m.size:,} bytes, over the {MAX_IMAGE_BYTES:,} timmdata reads '
+            f'for an image (timmdata.pixels.decode.MAX_IMAGE_BYTES): not an image; remove it from the tar'
+        )
+    return m.size
+
+
 def _scan_tar(path: str, exts) -> list:
     "(member name, data offset, size) of every accepted regular file in an uncompressed tar."
     try:  # opening, and reading every header (a cut or damaged one raises there, naming no file)
         with open_regular(path, what='tar', follow_links=True) as f, tarfile.open(fileobj=f, mode='r:') as tf:
             rows = [
-                (m.name, m.offset_data, m.size)
+                (m.name, m.offset_data, _member_size(path, m))
                 for m in tf
                 if m.isreg() and not m.issparse() and os.path.splitext(m.name)[1].lower() in exts
             ]
@@ -423,6 +436,15 @@ class TarReader(Reader):
 
     def __getitem__(self, i: int):
         ti, off, size = int(self._tar_idx[i]), int(self._offsets[i]), int(self._sizes[i])
+        if (
+            size > MAX_IMAGE_BYTES
+        ):  # the scan refused it; checked again where the read is sized (a reader's state comes from elsewhere too)
+            raise UnsafeFileError(
+                errno.EFBIG,
+                f'tar {self._tars[ti]!r}: member {printable(self._names[i])!r} is {size:,} bytes, over the '
+                f'{MAX_IMAGE_BYTES:,} timmdata reads for an image (timmdata.pixels.decode.MAX_IMAGE_BYTES): not an '
+                f'image, remove it from the tar',
+            )
         data = _read_at(self._fd(ti), size, off, self._lock)
         if len(data) != size:
             raise OSError(

@@ -6,10 +6,11 @@
 __all__ = ['ReaderImageInTar', 'CACHE_FILENAME_SUFFIX', 'CACHE_MIN_BYTES', 'TarState', 'extract_tarinfos']
 
 # %% ../../nbs/readers/05g_reader_image_in_tar.ipynb #3752852e
-import os, pickle, tarfile
+import os, pickle, tarfile, warnings
 from typing import Optional, Union
 import numpy as np
-from .core import NoImagesError, TarReader, get_img_extensions, natural_key
+from ..core.untrusted import atomic_write, open_regular, user_stacklevel
+from .core import NoImagesError, TarReader, _member_size, get_img_extensions, natural_key
 
 # %% ../../nbs/readers/05g_reader_image_in_tar.ipynb #69c95c56
 ReaderImageInTar = TarReader  # timm's name: a folder of tars (one per class) or one tar
@@ -57,12 +58,21 @@ def _is_tree(t, inner: bool = False) -> bool:
     )
 
 
-def _load_scan(path: str, n_tars: int) -> dict:
-    "The cached scan at `path`, checked: a dataset's folder is not trusted to hold what the name says."
+def _scan_bytes(tars: list) -> int:
+    "The largest scan cache of `tars` read: a member takes at least a 512-byte header in its tar and about 100 bytes in the pickle, so twice the tars' bytes and a MiB more is room to spare."
+    return 2 * sum(os.path.getsize(t) for t in tars) + (1 << 20)
+
+
+def _load_scan(
+    path: str,  # the scan cache, a file in the dataset's folder
+    n_tars: int,  # the tars it must describe
+    max_bytes: int,  # a bigger file is not read (`_scan_bytes`)
+) -> dict:
+    "The cached scan at `path`, checked: a dataset's folder is not trusted to hold what the name says. Read only as a regular file of at most `max_bytes` (a link, a FIFO or a device is refused, never followed or waited on)."
     try:
-        with open(path, 'rb') as f:
+        with open_regular(path, max_bytes, 'tar scan cache') as f:
             info = _TarInfoLoader(f).load()
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError) as e:
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, RecursionError) as e:
         raise ValueError(f'tar scan cache {path!r} cannot be read ({e}): delete it, the tars are scanned again') from e
     trees = info.get('tartrees') if isinstance(info, dict) else None
     if not isinstance(trees, list) or len(trees) != n_tars or not all(_is_tree(t) for t in trees):
@@ -70,6 +80,18 @@ def _load_scan(path: str, n_tars: int) -> dict:
             f'tar scan cache {path!r} is not a scan of the {n_tars} tars there: delete it, they are scanned again'
         )
     return info
+
+
+def _keep_scan(path: str, info: dict):
+    "Write the scan to `path`: a new file renamed into place (`atomic_write`), never written through a link planted there; a folder that cannot be written to is told once, the scan used all the same."
+    try:
+        with atomic_write(path) as f:
+            pickle.dump(info, f)
+    except OSError as e:
+        warnings.warn(
+            f'the tar scan was not kept in {path!r} ({e}): the tars will be scanned again next time',
+            stacklevel=user_stacklevel(),
+        )
 
 
 def _scan_tar(tf: tarfile.TarFile, tree: dict, exts: set, inner: bool = True) -> dict:
@@ -83,6 +105,7 @@ def _scan_tar(tf: tarfile.TarFile, tree: dict, exts: set, inner: bool = True) ->
             with tarfile.open(fileobj=tf.extractfile(ti), mode='r|') as ctf:
                 tree['children'].append(_scan_tar(ctf, child, exts, inner=False))  # one level: timm reads no deeper
         elif ext.lower() in exts:
+            _member_size(tree['name'], ti)  # a header may state any size: over the bound is an error naming it
             tree['samples'].append(ti)
     return tree
 
@@ -116,8 +139,8 @@ def extract_tarinfos(
     if cache_tarinfo is None:
         cache_tarinfo = sum(os.path.getsize(t) for t in tars) > CACHE_MIN_BYTES
     cache = os.path.join(folder, f'_{name}{CACHE_FILENAME_SUFFIX}') if cache_tarinfo else ''
-    if cache and os.path.exists(cache):
-        info = _load_scan(cache, len(tars))
+    if cache and os.path.lexists(cache):  # lexists: a link, dangling or not, is there too (and refused by name)
+        info = _load_scan(cache, len(tars), _scan_bytes(tars))
     else:
         info = {'tartrees': []}
         for t in tars:
@@ -127,8 +150,7 @@ def extract_tarinfos(
             with tarfile.open(t, mode='r|') as tf:
                 info['tartrees'].append(_scan_tar(tf, dict(tree, ti=None, children=[], samples=[]), exts))
         if cache:
-            with open(cache, 'wb') as f:
-                pickle.dump(info, f)
+            _keep_scan(cache, info)
 
     found, tarfiles = [], []  # (sample, class) in scan order; (tar name, state) of the tars that hold some
     for tree in info['tartrees']:
