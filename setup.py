@@ -102,6 +102,10 @@ setup(
     ] + ['Programming Language :: Python :: ' + v for v in py_versions[py_versions.index(min_python):]],
     keywords=cfg['keywords'],
     packages=find_packages(include=[cfg['lib_path'], cfg['lib_path'] + '.*']),
+    # the package's folder mapped explicitly: `pip install -e .` then puts the clone on sys.path (a .pth line) instead of
+    # an import hook that runs after Python's own search, so a script beside the clone (`~/train.py` with the clone at
+    # `~/timmdata`, a folder without __init__.py) imports the package, not the clone as an empty namespace package
+    package_dir={'': '.'},
     include_package_data=True,
     python_requires='>=' + min_python,
     install_requires=split_reqs('requirements'),

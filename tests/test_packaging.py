@@ -37,3 +37,24 @@ def test_readme_pictures_are_committed_files():
         assert not re.match(r'[a-z][a-z0-9+.-]*:', link), link
         data = (ROOT / link).read_bytes()
         assert data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) > 2_000, link
+
+
+IMPORT = 'import timmdata; timmdata.create_loader; print(timmdata.__file__)'
+
+
+def _import_from(cwd: Path) -> str:
+    r = subprocess.run([sys.executable, '-c', IMPORT], capture_output=True, text=True, cwd=cwd, timeout=120)
+    assert r.returncode == 0, f'`python -c "{IMPORT}"` from {cwd} failed:\n{r.stderr[-2000:]}'
+    return r.stdout.strip()
+
+
+def test_import_from_the_clones_parent(tmp_path):
+    "A script beside the clone imports the package: the clone's root (`~/timmdata`, no __init__.py) is never taken for it."
+    # as Get started's `git clone ... && cd timmdata && pip install -e .` leaves it: a folder named like the package,
+    # without __init__.py, beside the script. Python's own search finds it first; it must not win over the install
+    (tmp_path / 'timmdata').mkdir()
+    (tmp_path / 'timmdata' / 'nbs').mkdir()
+    got = _import_from(tmp_path)
+    assert got.endswith('__init__.py') and 'timmdata' in got, got
+    if (ROOT / 'timmdata' / '__init__.py').samefile(got):  # the checkout's own install (make install): its parent too
+        assert Path(_import_from(ROOT.parent)).samefile(got)
