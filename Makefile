@@ -1,5 +1,7 @@
 # On a fresh machine: `make demo`, `make test` (every change: 4.5 to 5 minutes on 2 cores after `make install`) and
-# `make test-all` (before anything lands, what CI runs: the slow tests too). Everything they need is installed here.
+# `make test-all` (before anything lands, what CI runs: the slow tests too). Everything they need is installed here:
+# `make test` installs only into the project's folder (.venv); `make test-all` also installs what its slow tests use
+# outside Python (`make test-deps`: Chromium from apt as root, the Azure emulator with npm), and says so first.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,7 +11,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # again and rewrites their asserts (pytest keeps its rewrites beside the bytecode), seconds in each of them
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: jpeg-headers browser azurite s3rver install demo test test-all test-start sync-check readme-check nbtest nbtest-all pytest pytest-all coverage docs docs-check bench clean format
+.PHONY: jpeg-headers browser azurite s3rver test-deps install demo test test-all test-start sync-check readme-check nbtest nbtest-all pytest pytest-all coverage docs docs-check bench clean format
 
 # stock Debian/Ubuntu Pythons need python3-venv for `-m venv` (ensurepip)
 $(VENV)/bin/python:
@@ -59,10 +61,16 @@ $(VENV)/.installed: $(VENV)/bin/python setup.py settings.ini csrc/native.c
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@ $(VENV)/.installed-lib
 
-# the development install, and what the tests use besides (a browser, Azurite) and the bytecode of the library and the
-# tests: a first `make test` after it does no installing, so it takes what later ones take
-install: $(VENV)/.installed browser azurite
+# the development install and the bytecode of the library and the tests: a first `make test` after it does no installing,
+# so it takes what later ones take. Nothing outside the project's folder (the system's packages, npm's) is installed here
+install: $(VENV)/.installed
 	@$(PY) -m compileall -q -j 0 timmdata tests tools >/dev/null
+
+# what the slow tests use outside Python: `make test-all` runs it first; `make test` skips the tests that need them and
+# says so at its end
+test-deps:
+	@echo "== test-deps: the slow tests' programs outside Python: headless Chromium (apt-get, as root: about 350 MB) for the site's browser tests, Azurite (npm, into $(VENV)/azurite: about 190 MB) for the az:// tests"
+	@$(MAKE) --no-print-directory browser azurite
 
 demo: $(VENV)/.installed-lib
 	$(VENV)/bin/timmdata demo
@@ -99,7 +107,7 @@ nbtest: install
 	@echo "== nbtest: every notebook's tests, $(TEST_JOBS) at a time, cells flagged slow skipped (the longest step)"
 	bash tools/scratch_tmp.sh $(PY) tools/nbtest.py --n_workers $(TEST_JOBS)
 
-nbtest-all: install
+nbtest-all: install test-deps
 	@echo "== nbtest-all: every notebook's tests, $(ALL_JOBS) at a time, the cells flagged slow too"
 	bash tools/scratch_tmp.sh $(PY) tools/nbtest.py --n_workers $(ALL_JOBS) --flags slow
 
@@ -107,12 +115,12 @@ pytest: install
 	@echo "== pytest: tests/ without the slow ones (multi-process, parity with timm, stress), $(TEST_JOBS) files at a time (pytest-xdist), the longest first: a dot per test"
 	bash tools/scratch_tmp.sh $(PY) -m pytest -n $(TEST_JOBS) $(PYTEST_FLAGS) tests
 
-pytest-all: install
+pytest-all: install test-deps
 	@echo "== pytest-all: tests/, the slow ones too (browser, timm's scripts, frameworks, stress), $(ALL_JOBS) files at a time"
 	TIMMDATA_SLOW=1 bash tools/scratch_tmp.sh $(PY) -m pytest -n $(ALL_JOBS) $(PYTEST_FLAGS) tests
 
 # line coverage of timmdata/ over every test in tests/ (the slow ones too), worker processes and subprocesses included
-coverage: install
+coverage: install test-deps
 	TIMMDATA_SLOW=1 bash tools/scratch_tmp.sh $(PY) -m pytest -n $(ALL_JOBS) $(PYTEST_FLAGS) --cov --cov-config=tools/coveragerc --cov-report=term:skip-covered tests
 
 docs-check: install
@@ -126,7 +134,7 @@ test-start:
 	@echo "make test: sync-check, readme-check, nbtest, pytest; 4.5 to 5 minutes on a 2-core machine after the install (the contributing page: Three commands); make test-all before a change lands"
 
 # everything, before anything lands (what CI runs): the slow notebook cells and tests too, the browser test among them
-test-all: sync-check readme-check nbtest-all pytest-all
+test-all: test-deps sync-check readme-check nbtest-all pytest-all
 	@echo "make test-all: all passed"
 
 readme: install

@@ -43,6 +43,20 @@ def pytest_collection_modifyitems(config, items):
         if slow is not None and 'slow' in item.keywords: item.add_marker(slow)
         if cuda is not None and 'cuda' in item.keywords: item.add_marker(cuda)
 
+def pytest_terminal_summary(terminalreporter):
+    """The skips counted by reason at the end of a run, the commands that run them named in the reasons: what a green run
+    did not check is never silent (`make test` skips the slow tests, the CUDA ones here, and those whose programs
+    `make test-deps` installs)."""
+    reasons = {}
+    for rep in terminalreporter.stats.get('skipped', []):
+        why = rep.longrepr[2] if isinstance(rep.longrepr, tuple) and len(rep.longrepr) == 3 else str(rep.longrepr)
+        why = why.removeprefix('Skipped: ').splitlines()[0] if why else '?'
+        reasons[why] = reasons.get(why, 0) + 1
+    if reasons:
+        terminalreporter.write_line(f'skipped {sum(reasons.values())}, by reason:')
+        for why, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f'  {n:5d}  {why[:160]}')
+
 @pytest.fixture(autouse=True)
 def seeded_globals(request):
     "Seed random, numpy and torch from the test's id (and TIMMDATA_TEST_SEED): loaders built with seed=None draw from them."
