@@ -58,3 +58,21 @@ def test_import_from_the_clones_parent(tmp_path):
     assert got.endswith('__init__.py') and 'timmdata' in got, got
     if (ROOT / 'timmdata' / '__init__.py').samefile(got):  # the checkout's own install (make install): its parent too
         assert Path(_import_from(ROOT.parent)).samefile(got)
+
+
+def _dry_run(target: str) -> str:
+    "What `make TARGET` would run with every step out of date, printed and not run (`make -n -B`)."
+    r = subprocess.run(['make', '-n', '-B', target], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def test_make_test_installs_nothing_outside_the_project():
+    "`make test` installs no system package and nothing with npm; `make test-all` installs both, after saying so."
+    if subprocess.run(['make', '--version'], capture_output=True).returncode != 0:
+        pytest.skip('make is not installed')
+    outside = re.compile(r'apt-get install[^\n]*chromium|npm install', re.I)
+    test, test_all = _dry_run('test'), _dry_run('test-all')
+    assert not outside.search(test), outside.search(test).group(0)
+    assert len(outside.findall(test_all)) == 2, test_all
+    assert test_all.index('== test-deps') < test_all.index('apt-get'), test_all
