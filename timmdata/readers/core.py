@@ -29,8 +29,8 @@ from .splits import dataset_splits, find_split, split_names  # the latter two im
 # %% auto #0
 __all__ = ['IMG_EXTENSIONS', 'natural_key', 'unset', 'get_img_extensions', 'is_img_extension', 'add_img_extensions',
            'del_img_extensions', 'set_img_extensions', 'load_class_map', 'Reader', 'NoImagesError', 'FolderReader',
-           'FileHandle', 'TarReader', 'CsvReader', 'register_reader', 'reader_kinds', 'reader_keywords',
-           'create_reader', 'register_scheme']
+           'check_member_size', 'FileHandle', 'TarReader', 'CsvReader', 'register_reader', 'reader_kinds',
+           'reader_keywords', 'create_reader', 'register_scheme']
 
 # %% ../../nbs/readers/05_readers.ipynb #aaecc202
 _DIGIT_RUNS = re.compile(r'(\d+)')
@@ -290,7 +290,10 @@ class FolderReader(Reader):
         return self._rel[i]
 
 # %% ../../nbs/readers/05_readers.ipynb #a9eb16ee
-def _member_size(path: str, m: tarfile.TarInfo) -> int:
+def check_member_size(
+    path: str,  # the tar, named in the error
+    m: tarfile.TarInfo,  # an image member, as its header states it
+) -> int:  # its size
     "An image member's size as its header states it, if timmdata would read that much (`MAX_IMAGE_BYTES`); else `FileTooLargeError` naming the tar and member. A header costs 512 bytes and may state any size: a sparse file of a few KB can claim 8 GiB."
     if m.size > MAX_IMAGE_BYTES:
         raise FileTooLargeError(
@@ -305,7 +308,7 @@ def _scan_tar(path: str, exts) -> list:
     try:  # opening, and reading every header (a cut or damaged one raises there, naming no file)
         with open_regular(path, what='tar', follow_links=True) as f, tarfile.open(fileobj=f, mode='r:') as tf:
             rows = [
-                (m.name, m.offset_data, _member_size(path, m))
+                (m.name, m.offset_data, check_member_size(path, m))
                 for m in tf
                 if m.isreg() and not m.issparse() and os.path.splitext(m.name)[1].lower() in exts
             ]

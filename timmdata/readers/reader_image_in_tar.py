@@ -10,7 +10,7 @@ import os, pickle, tarfile, warnings
 from typing import Optional, Union
 import numpy as np
 from ..core.untrusted import atomic_write, open_regular, user_stacklevel
-from .core import NoImagesError, TarReader, _member_size, get_img_extensions, natural_key
+from .core import NoImagesError, TarReader, check_member_size, get_img_extensions, natural_key
 
 # %% ../../nbs/readers/05g_reader_image_in_tar.ipynb #69c95c56
 ReaderImageInTar = TarReader  # timm's name: a folder of tars (one per class) or one tar
@@ -105,7 +105,7 @@ def _scan_tar(tf: tarfile.TarFile, tree: dict, exts: set, inner: bool = True) ->
             with tarfile.open(fileobj=tf.extractfile(ti), mode='r|') as ctf:
                 tree['children'].append(_scan_tar(ctf, child, exts, inner=False))  # one level: timm reads no deeper
         elif ext.lower() in exts:
-            _member_size(tree['name'], ti)  # a header may state any size: over the bound is an error naming it
+            check_member_size(tree['name'], ti)  # a header may state any size: over the bound is an error naming it
             tree['samples'].append(ti)
     return tree
 
