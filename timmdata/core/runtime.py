@@ -10,6 +10,7 @@ from typing import Optional, Protocol, Sequence, runtime_checkable
 import numpy as np
 import torch
 import torch.distributed as dist
+from .untrusted import read_regular
 
 # %% auto #0
 __all__ = ['SEED_MIX', 'BufferPool', 'resolve_device', 'torch_threads', 'default_rank', 'to_device', 'rank_seed',
@@ -157,14 +158,19 @@ def _guarded_lines(
     return _GUARDED[key]
 
 
+_MAX_SCRIPT_BYTES = 8 << 20  # the largest main script read for its guard: past it, no check (a script is kilobytes)
+
+
 def _parse_guarded_lines(
     path: str,  # the main script
 ) -> Optional[list]:
-    "`_guarded_lines`, read from the file now."
+    "`_guarded_lines`, read from the file now; None where it is not a regular file of at most 8 MiB that parses."
+    # a script run from a pipe (`cat train.py | python /dev/stdin`, `python <(...)`) was read once by Python and
+    # reads empty now: every line would look unguarded, so what cannot be read back is never a reason to refuse
     try:
-        with open(path, encoding='utf-8') as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError, ValueError):
+        source = read_regular(path, _MAX_SCRIPT_BYTES, 'main script', follow_links=True)
+        tree = ast.parse(source)  # bytes: a coding declaration or a BOM is honoured as Python honours it
+    except (OSError, SyntaxError, ValueError):  # not regular (UnsafeFileError), too large (FileTooLargeError)
         return None
     out = []
     for node in tree.body:

@@ -4,12 +4,14 @@
 
 # %% ../../nbs/tools/04_sample_data.ipynb #9d26dc20
 from __future__ import annotations
-import os, json, math, shutil, hashlib, tempfile, functools
+import os, json, math, shutil, hashlib, functools, warnings
 from pathlib import Path
 from typing import Optional, Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 from ..core.settings import setting
+from ..core.untrusted import DIR_FDS, atomic_write, kept_folder, kept_folder_fd
+from ..core.untrusted import printable, read_regular, user_stacklevel
 
 # %% auto #0
 __all__ = ['IMAGENETTE_CLASSES', 'make_sample_image', 'drawing_version', 'make_sample_dataset', 'default_sample_root']
@@ -142,43 +144,101 @@ def drawing_version() -> str:
     return h.hexdigest()[:16]
 
 # %% ../../nbs/tools/04_sample_data.ipynb #7bf6cdd9
-def _cache_key(
-    cache: str,  # the folder of images drawn before
+def _cache_name(
     job: tuple,  # (cls_idx, seed, size, path, quality)
-) -> Path:
+) -> str:
+    "The job's image's name in the cache: its class, seed, size and quality."
     ci, seed, size, _, quality = job
-    return Path(cache) / f'{ci}-{seed}-{size[0]}x{size[1]}-q{quality}.jpg'
+    return f'{ci}-{seed}-{size[0]}x{size[1]}-q{quality}.jpg'
+
+
+def _max_jpeg_bytes(
+    size: tuple,  # (width, height)
+) -> int:
+    "More bytes than a JPEG of `size` drawn here can take (4 a pixel, 1 MiB over: raw RGB is 3): a bigger entry was not written by the generator."
+    return 4 * size[0] * size[1] + (1 << 20)
+
+
+def _open_cache(
+    cache: Optional[str],  # `TIMMDATA_SAMPLE_CACHE`, or None
+) -> Optional[tuple]:
+    """(folder, descriptor) of the cache's subfolder for this `drawing_version()` (the descriptor None where the
+    system has no descriptor-relative calls), made 0700 where missing; None where there is no cache, or where it or
+    the subfolder is not this user's own or others can write into it (`kept_folder_fd`): then a warning, and every
+    image is drawn. The caller closes the descriptor."""
+    if not cache:
+        return None
+    cache = os.path.abspath(cache)  # normalised: a trailing '/' would make the checks follow a link
+    folder = os.path.join(cache, drawing_version())
+    try:
+        if kept_folder(cache):
+            fd = kept_folder_fd(folder)
+            if fd is not None or (not DIR_FDS and kept_folder(folder)):
+                return folder, fd
+    except OSError:
+        pass  # cannot be made (a file there, no permission): drawn, as below
+    warnings.warn(
+        f'TIMMDATA_SAMPLE_CACHE: {printable(folder)} is not a folder of your own that only you can write (a link, '
+        f"another user's, open to others' writes, or it cannot be made): sample images are drawn, none kept or read "
+        f'there; point TIMMDATA_SAMPLE_CACHE at a folder of your own, or `chmod go-w` it',
+        stacklevel=user_stacklevel(),
+    )
+    return None
 
 
 def _from_cache(
     jobs: list,  # (cls_idx, seed, size, path, quality) tuples
-    cache: str | None,  # a folder of images drawn before (`TIMMDATA_SAMPLE_CACHE`), or None
+    kept: Optional[tuple],  # (folder, descriptor) from `_open_cache`, or None
 ) -> list:
-    "Copies the jobs' images found in `cache`; returns the jobs left to draw."
-    if not cache:
+    "Copies the jobs' images found in the cache; returns the jobs left to draw. An entry that is not a regular file (a link, a FIFO, a device), is empty or is larger than such an image can be is drawn instead, never copied."
+    if kept is None:
         return jobs
+    folder, fd = kept
     left = []
     for job in jobs:
+        name = _cache_name(job)
         try:
-            shutil.copyfile(_cache_key(cache, job), job[3])
-        except FileNotFoundError:
+            data = read_regular(
+                name if fd is not None else os.path.join(folder, name),
+                _max_jpeg_bytes(job[2]),
+                'sample-cache entry',
+                dir_fd=fd,
+            )
+        except (OSError, ValueError):  # missing, not a regular file, too large: drawn (and its entry replaced)
             left.append(job)
+            continue
+        if not data:
+            left.append(job)
+            continue
+        with open(job[3], 'wb') as f:
+            f.write(data)
     return left
+
+
+def _keep(
+    jobs: list,  # (cls_idx, seed, size, path, quality) tuples, their images drawn
+    kept: Optional[tuple],  # (folder, descriptor) from `_open_cache`, or None
+):
+    "Keeps a copy of each drawn image in the cache, written under a name of its own and renamed over its entry (`atomic_write`): readers see it whole or not at all, and a link or FIFO planted there is replaced, never followed."
+    if kept is None:
+        return
+    folder, fd = kept
+    for job in jobs:
+        name = _cache_name(job)
+        try:
+            data = Path(job[3]).read_bytes()
+            with atomic_write(name if fd is not None else os.path.join(folder, name), 'wb', 0o600, dir_fd=fd) as f:
+                f.write(data)
+        except OSError:
+            return  # a full disk: the rest are drawn again next time
 
 
 def _write_images(
     jobs,  # (cls_idx, seed, size, path, quality) tuples
-    cache: str | None = None,  # a folder to keep each drawn image in (`TIMMDATA_SAMPLE_CACHE`), or None
 ):
-    "Worker: draws the jobs' images and writes them, keeping a copy of each in `cache`."
-    for job in jobs:
-        ci, seed, size, path, quality = job
+    "Worker: draws the jobs' images and writes them."
+    for ci, seed, size, path, quality in jobs:
         make_sample_image(ci, seed, size).save(path, 'JPEG', quality=quality)
-        if cache:  # a copy made under a name of its own, then renamed: readers see it whole or not at all
-            fd, tmp = tempfile.mkstemp(dir=cache, prefix='.part-')
-            os.close(fd)
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, _cache_key(cache, job))
 
 # %% ../../nbs/tools/04_sample_data.ipynb #0bfab2bd
 def _marker_classes(marker: Path, spec) -> list:
@@ -251,19 +311,21 @@ def make_sample_dataset(
                     sz = sz[::-1]
                 jobs.append((ci, seed * 10_000_019 + off + i, sz, d / f'{c}_{i:05d}{ext}', quality))
     nw = os.cpu_count() if num_workers is None else num_workers
-    cache = setting('TIMMDATA_SAMPLE_CACHE')
-    if cache:
-        cache = os.path.join(cache, drawing_version())
-        os.makedirs(cache, exist_ok=True)
-        jobs = _from_cache(jobs, cache)
-    if nw and len(jobs) > 50:
-        from concurrent.futures import ProcessPoolExecutor
+    kept = _open_cache(setting('TIMMDATA_SAMPLE_CACHE'))
+    try:
+        jobs = _from_cache(jobs, kept)
+        if nw and len(jobs) > 50:
+            from concurrent.futures import ProcessPoolExecutor
 
-        chunks = [jobs[i :: nw * 4] for i in range(nw * 4)]
-        with ProcessPoolExecutor(nw) as ex:
-            list(ex.map(_write_images, chunks, [cache] * len(chunks)))
-    else:
-        _write_images(jobs, cache)
+            chunks = [jobs[i :: nw * 4] for i in range(nw * 4)]
+            with ProcessPoolExecutor(nw) as ex:
+                list(ex.map(_write_images, chunks))
+        else:
+            _write_images(jobs)
+        _keep(jobs, kept)
+    finally:
+        if kept is not None and kept[1] is not None:
+            os.close(kept[1])
     marker.write_text(json.dumps(spec))  # written last: a half-made tree is remade, not trusted
     return root
 
