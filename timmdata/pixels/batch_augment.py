@@ -333,6 +333,8 @@ def affine_matrices(
         raise ValueError(
             f'affine_matrices: op code {code[~known][0]} is not a geometric op ({", ".join(AUG_OPS[_CODE["rotate"] :])})'
         )
+    if not np.isfinite(v).all():  # a NaN or infinite angle, shear or shift has no warp (torch's gather would fail)
+        raise ValueError(f'affine_matrices: argument {v[~np.isfinite(v)][0]} is not a finite number')
     is_ = lambda name: code == _CODE[name]
     v = np.where(is_('translate_x_rel'), v * w, np.where(is_('translate_y_rel'), v * h, v))
     out = np.zeros((len(code), 6))
@@ -425,6 +427,35 @@ def _colour_layer(x, code, arg, kind, kernel):
     return x
 
 
+def _check_draws(
+    d: np.ndarray,  # (N, layers, 3) float64 on the host: the batch's draws (`encode_draws`)
+):
+    "Refuse draws that `encode_draws` cannot have made: a `ValueError` naming the first bad image, layer and value, and what it may be."
+    op, arg, filt = d[..., 0], d[..., 1], d[..., 2]
+    # vectorised over the whole batch on the host (no device wait); NaN fails every comparison, so it is refused too
+    checks = (
+        (
+            'op code',
+            0,
+            (op >= 0) & (op < len(AUG_OPS)) & (op == np.floor(op)),
+            f'one of AUG_OPS (an integer from 0 to {len(AUG_OPS) - 1})',
+        ),
+        ('filter code', 2, (filt == 0) | (filt == 1), 'one of AUG_FILTERS (0: bilinear, 1: bicubic)'),
+        ('argument', 1, np.isfinite(arg), 'a finite number'),
+    )
+    if np.logical_and.reduce([ok for _, _, ok, _ in checks]).all():
+        return
+    for name, col, ok, accepted in checks:
+        bad = np.argwhere(~ok)
+        if len(bad):
+            i, layer = bad[0]
+            op_name = f'{AUG_OPS[int(op[i, layer])]} ' if col == 1 else ''  # the op codes are all valid by now
+            raise ValueError(
+                f'augment_batch: image {i}, layer {layer}: {op_name}{name} {float(d[i, layer, col])} is not {accepted}; '
+                f'make the draws with encode_draws'
+            )
+
+
 def augment_batch(
     x: torch.Tensor,  # uint8 RGB (N, 3, H, W) on the device; changed in place and returned
     draws: torch.Tensor,  # (N, layers, 3) float64 on the CPU: each image's ops per layer (`encode_draws`)
@@ -439,13 +470,8 @@ def augment_batch(
             f'augment_batch: draws of shape {tuple(d.shape)} for {len(x)} images; '
             f'expected ({len(x)}, layers, 3), as encode_draws makes them'
         )
+    _check_draws(d)
     codes = d[..., 0].astype(np.int64)
-    bad = np.argwhere((codes < 0) | (codes >= len(AUG_OPS)) | (codes != d[..., 0]))
-    if len(bad):
-        i, layer = bad[0]
-        raise ValueError(
-            f'augment_batch: image {i}, layer {layer}: op code {float(d[i, layer, 0])} is not one of AUG_OPS'
-        )
     kinds, filts = _KIND[codes], d[..., 2]
     for layer in range(
         d.shape[1]
