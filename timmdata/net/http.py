@@ -4,13 +4,13 @@
 
 # %% ../../nbs/net/20b_http.ipynb #n0000003
 from __future__ import annotations
-import functools, http.client, io, re, socket, time, urllib.error, urllib.request
+import functools, http.client, io, re, socket, time, urllib.error, urllib.parse, urllib.request
 from typing import Optional
 from ..core.untrusted import printable
 
 # %% auto #0
 __all__ = ['REQUEST_DEADLINE', 'SHARD_DEADLINE', 'LOCK_WAIT', 'DRAIN_BYTES', 'DRAIN_SECONDS', 'public_url', 'DeadlineError',
-           'BadAnswerError', 'check_seconds', 'Deadline', 'content_length', 'http_open']
+           'BadAnswerError', 'check_seconds', 'Deadline', 'content_length', 'check_http_url', 'http_open']
 
 # %% ../../nbs/net/20b_http.ipynb #c39b0002
 REQUEST_DEADLINE = (
@@ -24,11 +24,28 @@ DRAIN_BYTES = 64 << 20  # at close, the most bytes of a shard's rest read to com
 DRAIN_SECONDS = 30.0  # ... and the most seconds
 
 
+_URL_HEAD = re.compile(r'[a-zA-Z][a-zA-Z0-9+.-]*://')
+
+
 def public_url(
     url,  # a path or URL, or any object (shown as its str)
 ) -> str:
-    "`url` as shown in messages: without a user:password part or a query string (presigned URLs carry secrets there)."
-    return re.sub(r'^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@', r'\1', str(url)).split('?', 1)[0]
+    """`url` as shown in messages: without a user:password part or a query string (presigned URLs carry secrets there).
+    The user part ends at the last `@` before the query, also where an unencoded `/` in a secret ends the host early
+    (`http://KEY:ab/cd@host/x`): it is then shown as `***@`, as is one that holds a `?` before its `@`."""
+    s = str(url)
+    m = _URL_HEAD.match(s)
+    if m is None or s.startswith('/', m.end()):  # a path, or a URL without a host (file:///...)
+        return s.split('?', 1)[0]
+    head, rest = m.group(), s[m.end() :]
+    q = rest.find('?') % (len(rest) + 1)
+    at = rest.rfind('@', 0, q)
+    if at >= 0:  # an `@` in a path is taken for a user part's too: a URL shown short rather than a secret shown
+        return head + ('***@' if '/' in rest[:at] else '') + rest[at + 1 : q]
+    at = rest.rfind('@', 0, rest.find('/') % (len(rest) + 1))
+    if at >= 0:  # a `?` before the host's `@` (`u:p?w@host`): a secret's or a query's, so only the host is shown
+        return head + '***@' + re.split('[/?]', rest[at + 1 :], maxsplit=1)[0]
+    return head + rest[:q]
 
 
 class DeadlineError(TimeoutError):
@@ -93,6 +110,26 @@ def content_length(
         f'{printable(public_url(url))}: the server sent Content-Length {printable(v, 40)!r}, not a byte count in '
         f'ASCII digits: a broken or hostile server; check it'
     )
+
+# %% ../../nbs/net/20b_http.ipynb #f984851c
+def check_http_url(
+    url: str,  # an http(s) URL about to be read
+) -> str:
+    """`url` when its host part is HOST[:PORT]; else a one-line `ValueError` that does not show a user:password. A URL's
+    user:password is never sent (urllib takes it for part of the host name, which is looked up), and an unencoded `/` in
+    one cuts the host short (`http://KEY:ab/cd@host/x` is host `KEY`, port `ab`, whose error would show the secret)."""
+    try:
+        u = urllib.parse.urlsplit(url)
+        ok = '@' not in u.netloc and (u.port is None or u.port > 0)
+    except ValueError:  # a port that is not a number, or past 65535; a bracket left open
+        ok = False
+    if not ok:
+        raise ValueError(
+            f'{printable(public_url(url))}: not read: its host part must be HOST[:PORT] (a port 1 to 65535) without a '
+            f'user:password (one in a URL is never sent, and an unencoded "/" in it cuts the host short): give the '
+            f"server's address alone (a presigned URL where the server asks for credentials)"
+        ) from None
+    return url
 
 # %% ../../nbs/net/20b_http.ipynb #c39c0002
 class _TimedSocket:
@@ -225,7 +262,8 @@ def http_open(
     headers: Optional[dict] = None,  # extra request headers (`Range`)
     method: Optional[str] = None,  # 'GET' (None) or 'HEAD'
 ):
-    "The response to an HTTP(S) request (urllib's: redirects, proxies, `HTTPError`), every read of it within `deadline` (as `response.deadline`)."
+    "The response to an HTTP(S) request (urllib's: redirects, proxies, `HTTPError`), every read of it within `deadline` (as `response.deadline`); a URL with a user:password is refused (`check_http_url`)."
+    check_http_url(url)
     deadline = Deadline(REQUEST_DEADLINE, url) if deadline is None else deadline
     opener = urllib.request.build_opener(_TimedHTTPHandler(deadline), _TimedHTTPSHandler(deadline))
     req = urllib.request.Request(url, headers={'User-Agent': 'timmdata', **(headers or {})}, method=method)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools, os, re, socket, ssl, threading, time, urllib.parse, urllib.request, weakref
 from typing import Optional
 from ..core.untrusted import printable
-from .http import REQUEST_DEADLINE, public_url
+from .http import REQUEST_DEADLINE, check_http_url, public_url
 from .object_store import object_get_many, object_range, object_scheme
 
 # %% auto #0
@@ -121,8 +121,8 @@ os.register_at_fork(after_in_child=_drop_inherited)
 # %% ../../nbs/net/20c_kept_http.ipynb #da14fc80
 @functools.lru_cache(maxsize=4096)
 def _split(url: str) -> tuple:
-    "(its parts, the connection's key, the request's target) of a URL: parsed once (a source asks the same files)."
-    u = urllib.parse.urlsplit(url)
+    "(its parts, the connection's key, the request's target) of a URL: parsed once (a source asks the same files); one with a user:password refused (`check_http_url`: it would go out in the Host header)."
+    u = urllib.parse.urlsplit(check_http_url(url))
     return u, (u.scheme, u.netloc), (u.path or '/') + ('?' + u.query if u.query else '')
 
 

@@ -17,7 +17,7 @@ from timmdata.net.shard_cache import (
     DeadlineError,
     content_length,
 )
-from ..net.http import http_open
+from ..net.http import http_open, public_url
 from timmdata.net.object_store import (
     ObjectChangedError,
     ObjectNotFoundError,
@@ -81,7 +81,7 @@ def shard_name(
     "`url` as shown in messages: without a user:password part or a query string (presigned URLs carry secrets there)."
     if url_scheme(url) in ('file', 'pipe'):
         return url
-    return re.sub(r'^([a-zA-Z][a-zA-Z0-9+.-]+://)[^/@]*@', r'\1', url).split('?', 1)[0]
+    return public_url(url)  # a secret holding an unencoded `/` is cut too
 
 # %% ../../nbs/sources/21d_shard_io.ipynb #a3d80120
 _TRANSIENT_HTTP = frozenset({408, 425, 429, 500, 502, 503, 504})

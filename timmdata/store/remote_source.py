@@ -38,28 +38,47 @@ def _storable(
     return not bad and not any(c in name for c in ('\\', '\x00', '?'))
 
 
+def _folder_markers(
+    listed: list,  # (name, size, ...) of each object listed
+) -> set:
+    """The names of `listed` that are folders' markers (the S3 console's "Create folder"): an empty object whose name
+    ends in `/`, or is the folder of another object (obstore lists the key `a/b/` as `a/b`, which no GET finds). An
+    empty object that no other name is under stays: it may be a file."""
+    folders = set()
+    for name, *_ in listed:
+        d = name.rpartition('/')[0]
+        while d and d not in folders:  # its own folders were added with it
+            folders.add(d)
+            d = d.rpartition('/')[0]
+    return {name for name, size, *_ in listed if not size and (name.endswith('/') or name.rstrip('/') in folders)}
+
+
 def remote_rows(
     url: str,  # a folder in an object store: 's3://bucket/folder'
 ) -> list:
     """[name relative to `url`, size, ETag] of every object under `url` (its folders too), sorted: the source record of a
-    store built from it. The empty `folder/` markers a console makes are left out; names that cannot be files here (a
-    backslash, `..`, `?`, ...) are left out with a warning that counts them and names the first."""
+    store built from it. The empty `folder/` markers a console makes are left out (also as obstore lists them, without
+    their `/`), and names that cannot be files here (a backslash, `..`, `?`, ...): one warning counts them (and names
+    the first that cannot be a file)."""
     advice = 'cache one split at a time (--split) or a smaller folder, or copy it down and cache the local folder'
     listed = list_objects(url, recursive=True, details=True, relative=True, limit=MAX_CACHE_OBJECTS, advice=advice)
-    rows, skipped = [], []
+    markers = _folder_markers(listed)
+    rows, skipped, n_markers = [], [], 0
     for name, size, tag in listed:
-        if name.endswith('/') or not name:  # a folder's marker (the S3 console's "Create folder"): not a file
-            if size:
-                skipped.append(name)
+        if name in markers or (not name and not size):
+            n_markers += 1
         elif _storable(name):
             rows.append([name, size, tag])
         else:
             skipped.append(name)
+    said = [f'skipped {n_markers:,} folder marker(s) (empty objects that stand for a folder)'] if n_markers else []
     if skipped:
-        warnings.warn(
-            f'{url}: {len(skipped):,} object(s) left out: their names cannot be files here (the first: '
+        said.append(
+            f'{len(skipped):,} object(s) left out: their names cannot be files here (the first: '
             f'{printable(skipped[0])!r}); rename them in the bucket to cache them'
         )
+    if said:
+        warnings.warn(f'{url}: ' + '; '.join(said))
     if not rows:
         raise FileNotFoundError(f'cache source {url!r} holds no objects: is the folder right?')
     return rows
