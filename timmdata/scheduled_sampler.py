@@ -20,11 +20,11 @@ from timmdata.engine.batch_plan import (
     BatchPlan,
     PlanPass,
     ResumableBatchSampler,
-    ResumeStateError,
     SeededDataset,
     MAX_EPOCHS,
     MAX_WORLD,
     check_fields,
+    check_kind,
     check_state,
     dataset_len,
     loader_seed,
@@ -472,11 +472,9 @@ class ResumableScheduledSampler(BatchPlan):
     ):
         "Continue from `sd` (from `state`): its next pass is the restored one; errors name what differs."
         check_state(sd)
-        if sd['kind'] != 'scheduled':
-            raise ResumeStateError(
-                f"load_state_dict: the state is from a {sd['kind']} loader; this one uses scheduled batching "
-                f"(input_size_choices): build the loader as the saved one was"
-            )
+        check_kind(
+            sd, 'scheduled', 'uses scheduled batching (input_size_choices): build the loader as the saved one was'
+        )
         n = MAX_SAMPLES  # each field of its kind and range before any is used (a state is untrusted input)
         ints = dict(epoch=(0, MAX_EPOCHS), rep=(0, MAX_EPOCHS), batches_delivered=(0, n), num_batches=(0, n))
         ints |= dict(world_size=(1, MAX_WORLD), dataset_len=(0, n), seed=(0, 2**63 - 1))

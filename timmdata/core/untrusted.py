@@ -4,7 +4,7 @@
 
 # %% ../../nbs/core/00_untrusted.ipynb #u0000003
 from __future__ import annotations
-import difflib, errno, functools, inspect, os, re, secrets, stat, tempfile
+import difflib, errno, functools, inspect, itertools, os, re, reprlib, secrets, stat, tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
@@ -12,12 +12,12 @@ from typing import Optional
 # %% auto #0
 __all__ = ['MAX_JSON_BYTES', 'MAX_IMAGE_BYTES', 'MAX_WALK_FOLDERS', 'MAX_WALK_FILES', 'MAX_FOLDER_PATHS', 'DIR_FDS',
            'MAX_SAMPLES', 'MAX_CLASSES', 'MIN_SAMPLE_BYTES', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH', 'MAX_PARTITIONS',
-           'UnsafeNameError', 'relative_name', 'inside', 'FolderWalkError', 'walk_tree', 'UnsafeFileError',
-           'create_exclusive', 'atomic_write', 'shared_folder', 'lock_holder', 'kept_folder', 'kept_folder_fd',
-           'FileTooLargeError', 'regular_fd', 'open_regular', 'read_regular', 'printable', 'InfoError', 'info_count',
-           'check_info', 'ResumeStateError', 'state_error', 'check_fields', 'missing_root', 'user_stacklevel',
-           'did_you_mean', 'choice_error', 'keywords_of', 'unknown_keyword', 'keyword_error', 'names_keywords',
-           'resident_bytes', 'MemoryWatch']
+           'MAX_STATE_DEPTH', 'UnsafeNameError', 'relative_name', 'inside', 'FolderWalkError', 'walk_tree',
+           'UnsafeFileError', 'create_exclusive', 'atomic_write', 'shared_folder', 'lock_holder', 'kept_folder',
+           'kept_folder_fd', 'FileTooLargeError', 'regular_fd', 'open_regular', 'read_regular', 'printable',
+           'InfoError', 'info_count', 'check_info', 'state_summary', 'ResumeStateError', 'state_error', 'check_fields',
+           'check_nesting', 'missing_root', 'user_stacklevel', 'did_you_mean', 'choice_error', 'keywords_of',
+           'unknown_keyword', 'keyword_error', 'names_keywords', 'resident_bytes', 'MemoryWatch']
 
 # %% ../../nbs/core/00_untrusted.ipynb #a99cc840
 MAX_JSON_BYTES = (
@@ -522,6 +522,33 @@ def check_info(
                 )
     return info
 
+# %% ../../nbs/core/00_untrusted.ipynb #85a6c230
+class _Short(reprlib.Repr):
+    "reprlib's shortened repr: a dict's first keys (reprlib sorts all of them first), a huge integer by its size."
+
+    def repr_int(self, x, level):
+        return repr(x) if x.bit_length() <= 128 else f'<an integer of {x.bit_length():,} bits>'
+
+    def repr_dict(self, x, level):  # its first keys (as they come, shown sorted), then '...' for the rest
+        return super().repr_dict(dict(itertools.islice(x.items(), self.maxdict)), level)[:-1] + (
+            ', ...}' if len(x) > self.maxdict and level > 0 else '}'
+        )
+
+
+_SHORT = _Short()
+vars(_SHORT).update(maxlevel=3, maxlist=6, maxtuple=6, maxdict=4, maxstring=40, maxother=40)
+
+
+def state_summary(
+    v,  # a value read from a state (untrusted: of any size and depth)
+    limit: int = 120,  # the most characters of its repr shown
+) -> str:
+    "`v` short and safe to print, however large or deep: a container's first entries with its type and length, a long string cut, a huge integer by its size."
+    s = printable(_SHORT.repr(v), limit)
+    if isinstance(v, (list, tuple, dict)):
+        return f'{s} (a {type(v).__name__} of {len(v):,} entr{"y" if len(v) == 1 else "ies"})'
+    return s + (f' ({len(v):,} characters)' if isinstance(v, str) and len(v) > _SHORT.maxstring else '')
+
 # %% ../../nbs/core/00_untrusted.ipynb #s62a0002
 class ResumeStateError(ValueError):
     "A loader state that this loader cannot continue (another dataset, batch size, seed, sampler or version), or that is not a loader's state at all: a field missing, of the wrong type or out of range (named, with its value)."
@@ -534,10 +561,8 @@ MAX_PARTITIONS = 1 << 16  # the most canonical partitions (nodes) a global order
 
 
 def _state_shown(v) -> str:
-    "A state's value, short and safe to print."
-    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 128:
-        return f'an integer of {v.bit_length():,} bits'
-    return printable(repr(v), 80) + ('' if isinstance(v, (bool, int)) or v is None else f' ({type(v).__name__})')
+    "A state's value, short and safe to print however large or deep (`state_summary`'s repr), with its type."
+    return printable(_SHORT.repr(v), 80) + ('' if isinstance(v, (bool, int)) or v is None else f' ({type(v).__name__})')
 
 
 def state_error(
@@ -575,6 +600,30 @@ def check_fields(
         if not isinstance(sd[k], bool):
             raise state_error(k, sd[k], 'True or False', what)
     return sd
+
+# %% ../../nbs/core/00_untrusted.ipynb #95738117
+MAX_STATE_DEPTH = 64  # the most lists and dicts within each other a state may hold (a loader's own: a few)
+_FLAT = frozenset((int, float, str, bool, type(None)))  # the types of a state's values that hold no others
+
+
+def check_nesting(
+    sd: dict,  # the state (untrusted)
+    what: str = 'load_state_dict',  # the call the error names
+):
+    "Refuse a state with lists or dicts nested deeper than `MAX_STATE_DEPTH` (`ResumeStateError` naming its field): `repr`, `==` and the checks that walk it would recurse that deep."
+    seen, stack = {}, [(v, 1, k) for k, v in sd.items()]  # seen: id -> the depth a container was walked at
+    while stack:
+        x, depth, field = stack.pop()
+        if isinstance(x, (list, tuple, dict)) and seen.get(id(x), 0) < depth:  # met again no deeper: walked already
+            if depth > MAX_STATE_DEPTH:  # a cycle (a list holding itself) ends here too
+                raise ResumeStateError(
+                    f"{what}: the state's {printable(field, 80) if isinstance(field, str) else state_summary(field, 80)} "
+                    f"holds lists or dicts nested more than {MAX_STATE_DEPTH} deep, deeper than any loader's state: "
+                    f"pass the dict a timmdata loader's state_dict() returned, unchanged"
+                )
+            seen[id(x)], vals = depth, (x.values() if isinstance(x, dict) else x)
+            if not _FLAT.issuperset(map(type, vals)):  # the types at C speed: a long list of numbers is read once
+                stack.extend((v, depth + 1, field) for v in vals if type(v) not in _FLAT)
 
 # %% ../../nbs/core/00_untrusted.ipynb #f3dd42aa
 _URL = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]+://')  # 'http://', 's3://' (not a drive letter 'C:')

@@ -24,18 +24,64 @@ from timmdata.core.untrusted import (
     MAX_WORLD,
     ResumeStateError,
     check_fields,
+    check_nesting,
     printable,
     state_error,
+    state_summary,
 )
 
 # %% auto #0
-__all__ = ['STATE_VERSION', 'BATCH_TAG', 'check_state', 'plain_state', 'rng_to_text', 'rng_from_text', 'loader_seed', 'PlanPass',
-           'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan', 'dataset_len', 'ResumableBatchSampler',
-           'SeededDataset', 'ResumeStateError', 'MAX_EPOCHS', 'MAX_WORLD', 'MAX_BATCH', 'check_fields', 'state_error']
+__all__ = ['STATE_VERSION', 'BATCH_TAG', 'state_difference', 'check_state', 'check_kind', 'plain_state', 'rng_to_text',
+           'rng_from_text', 'loader_seed', 'PlanPass', 'PassSegment', 'BatchMark', 'sample_key', 'BatchPlan',
+           'dataset_len', 'ResumableBatchSampler', 'SeededDataset', 'ResumeStateError', 'MAX_EPOCHS', 'MAX_WORLD',
+           'MAX_BATCH', 'check_fields', 'state_error']
+
+# %% ../../nbs/engine/33_batch_plan.ipynb #3d373739
+_ABSENT = object()  # a dict's key or a list's index that one side of a comparison does not have
+
+
+def _first_difference(a, b, path: tuple = ()) -> Optional[tuple]:
+    "(path, `a`'s value, `b`'s value) where a state's value `a` (nested at most `MAX_STATE_DEPTH` deep) and this loader's `b` first differ, depth first in order; None where `a == b`."
+    try:
+        if a == b:  # at C speed, however long
+            return None
+    except (TypeError, ValueError, RuntimeError):  # no single answer (numpy arrays, tensors): walked below
+        pass
+    if isinstance(a, dict) and isinstance(b, dict):  # this loader's keys in its order, then those only `a` has
+        pairs = ((k, a.get(k, _ABSENT), b.get(k, _ABSENT)) for k in {**b, **a})
+    elif type(a) is type(b) and isinstance(a, (list, tuple)):  # the entries both have, then the first only one has
+        pairs = (
+            (i, a[i] if i < len(a) else _ABSENT, b[i] if i < len(b) else _ABSENT) for i in range(max(len(a), len(b)))
+        )
+    else:
+        pairs = ()
+    return next(filter(None, (_first_difference(x, y, path + (k,)) for k, x, y in pairs)), (path, a, b))
+
+
+def _shown(v, limit: int = 120) -> str:
+    "`state_summary(v)`, or 'nothing' where one side has no such key or index."
+    return 'nothing' if v is _ABSENT else state_summary(v, limit)
+
+
+def state_difference(
+    saved,  # a value from the state to load (untrusted: of any size and depth)
+    mine,  # this loader's value for it (from its own `state()`)
+    where: str,  # its field in the state, e.g. 'sampler' (untrusted too: shown short)
+) -> Optional[str]:
+    "None when `saved` equals `mine` (as `==` says); else one short line: both shown short (`state_summary`) and, inside them, the first place they differ."
+    check_nesting({where: saved})  # `==` and the walk recurse as deep as `saved` is nested
+    found = _first_difference(saved, mine)
+    if found is None:
+        return None
+    path, a, b = found
+    line = f'{printable(where, 80)}: saved {_shown(saved)}, this loader {_shown(mine)}'
+    at = printable(where + ''.join(f'[{state_summary(k, 40)}]' for k in path), 200)
+    return f'{line}; first difference at {at}: saved {_shown(a, 60)}, this loader {_shown(b, 60)}' if path else line
 
 # %% ../../nbs/engine/33_batch_plan.ipynb #18a05ed8
 STATE_VERSION = 1  # bumped when the meaning of a state's fields changes
 BATCH_TAG = 0xBA7C  # mix_seed tag of a batch's collate draws (`SeededDataset`)
+_PLAIN = {int, float, str, bool, type(None)}  # the types of a state's values that are plain JSON as they are
 
 
 _all_ = [
@@ -58,12 +104,25 @@ def check_state(
             f"{what}: expected a dict from a timmdata loader's state_dict(); got {type(sd).__name__}"
         )
     check_fields(sd, {}, present=('version', 'kind'), what=what)  # a missing one named
-    if sd['version'] != STATE_VERSION:
+    check_nesting(sd, what)  # before any of it is compared or shown
+    if _first_difference(sd['version'], STATE_VERSION) is not None:
         raise ResumeStateError(
-            f"{what}: state version {sd['version']} is not this timmdata's ({STATE_VERSION}); "
+            f"{what}: state version {state_summary(sd['version'], 40)} is not this timmdata's ({STATE_VERSION}); "
             f"resume with the timmdata version that saved it"
         )
     return sd
+
+
+def check_kind(
+    sd: dict,  # the state to load, checked by `check_state`
+    kind: str,  # the kind of state this loader saves: 'map', 'stream', 'scheduled'
+    this_one: str,  # what this loader reads, for the error, e.g. 'reads a map-style dataset'
+):
+    "Refuse a state `sd` of another kind than `kind`, saying which loader it is from (shown short, however large)."
+    k = sd['kind']
+    if not (isinstance(k, str) and k == kind):
+        shown = printable(k, 40) if isinstance(k, str) else state_summary(k, 60)
+        raise ResumeStateError(f"load_state_dict: the state is from a {shown} loader; this one {this_one}")
 
 
 def plain_state(
@@ -77,16 +136,20 @@ def plain_state(
         return x.item()
     if isinstance(x, (torch.Tensor, np.ndarray)):
         return x.tolist()
+    if isinstance(x, (list, tuple)) and set(map(type, x)) <= _PLAIN:  # a long list of numbers at C speed
+        return list(x)
     if isinstance(x, (list, tuple)):
         return [plain_state(v, f'{where}[{i}]') for i, v in enumerate(x)]
     if isinstance(x, dict):
         bad = [k for k in x if not isinstance(k, str)]
         if bad:
-            raise TypeError(f"{where}: a state's keys must be strings (JSON's); got {bad[0]!r}")
+            raise TypeError(
+                f"{printable(where, 200)}: a state's keys must be strings (JSON's); got {state_summary(bad[0], 60)}"
+            )
         return {k: plain_state(v, f'{where}[{k!r}]') for k, v in x.items()}
     raise TypeError(
-        f"{where}: {type(x).__name__} {x!r} has no plain JSON form; a state holds numbers, strings, lists and "
-        f"dicts (write a generator's state with rng_to_text)"
+        f"{printable(where, 200)}: {type(x).__name__} {state_summary(x, 80)} has no plain JSON form; a state holds "
+        f"numbers, strings, lists and dicts (write a generator's state with rng_to_text)"
     )
 
 
@@ -286,10 +349,14 @@ class BatchPlan(Sampler):
         hint: str = '',  # words added to the error's advice, e.g. ' (or pass seed=None)'
     ):
         "Refuse a state `sd` whose `keys` (and seed, when this plan's was given) differ from this plan's, naming each."
-        mine = self.state()
-        diff = [f"{k}: saved {sd[k]!r}, this loader {mine[k]!r}" for k in keys if sd[k] != mine[k]]
-        if self.seed_explicit and sd['seed'] != self.seed:
-            diff.append(f"seed: saved {sd['seed']!r}, this loader {self.seed!r}")
+        mine, diff = self.state(), []
+        for k in keys:  # each a short line, however large or deep the saved value (`state_difference`)
+            d = state_difference(sd[k], mine[k], k)
+            if d is not None:
+                diff.append(d)
+        d = state_difference(sd['seed'], self.seed, 'seed') if self.seed_explicit else None
+        if d is not None:
+            diff.append(d)
         if diff:
             raise ResumeStateError(
                 "load_state_dict: the state comes from a loader built with other arguments ("
@@ -434,10 +501,7 @@ class ResumableBatchSampler(BatchPlan):
     ):
         "Continue from `sd` (from `state`): its next pass is the restored one; errors name what differs."
         check_state(sd)
-        if sd['kind'] != 'map':
-            raise ResumeStateError(
-                f"load_state_dict: the state is from a {sd['kind']} loader; this one reads a map-style dataset"
-            )
+        check_kind(sd, 'map', 'reads a map-style dataset')
         self.check_position(sd)
         self.check_same(sd, ('dataset_len', 'batch_size', 'drop_last', 'sampler'), ' (or pass seed=None)')
         self.restore(sd, advance_done, offset=sd['offset'], end=sd['end'])

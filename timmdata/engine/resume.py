@@ -4,7 +4,7 @@
 
 # %% ../../nbs/engine/35_resume.ipynb #e5873019
 from __future__ import annotations
-import inspect, random, time
+import inspect, itertools, random, time
 from functools import partial
 from collections import deque
 from typing import Callable, Iterator, Optional, Protocol, runtime_checkable
@@ -35,12 +35,14 @@ from timmdata.engine.batch_plan import (
     ResumeStateError,
     SeededDataset,
     check_fields,
+    check_kind,
     check_state,
     dataset_len,
     state_error,
     loader_seed,
     plain_state,
     sample_key,
+    state_difference,
 )
 
 # %% auto #0
@@ -572,10 +574,7 @@ def load_stream_state(
     batch_size: int,  # this loader's samples per batch, per rank
 ):
     "Make `dataset` (a stream) start its next pass after the `sd['batches_delivered']` batches already delivered."
-    if sd['kind'] != 'stream':
-        raise ResumeStateError(
-            f"load_state_dict: the state is from a {sd['kind']} loader; this one reads a stream ({type(dataset).__name__})"
-        )
+    check_kind(sd, 'stream', f'reads a stream ({type(dataset).__name__})')
     _check_stream(dataset, 'load_state_dict')
     elastic = dataset.elastic and 'samples_delivered' in sd  # resumes on any ranks, workers and batch size
     check_stream_fields(sd, elastic)
@@ -590,14 +589,8 @@ def load_stream_state(
         parts = saved.get('partitions', 1) if isinstance(saved, dict) else 1
         dataset.check_partitions(parts)  # (taken below, once the whole state is checked)
         fp['partitions'] = parts
-    if saved != fp and isinstance(saved, dict) and isinstance(fp, dict):  # each field that differs, by name
-        diff += [
-            f'{k}: saved {saved.get(k)!r}, this loader {fp.get(k)!r}'
-            for k in {**saved, **fp}
-            if saved.get(k) != fp.get(k)
-        ]
-    elif saved != fp:
-        diff.append(f"stream: saved {sd['fingerprint']!r}, this one {fp!r}")
+    found = (state_difference(saved.get(k), fp.get(k), k) for k in {**saved, **fp})  # each field that differs, by name
+    diff += itertools.islice(filter(None, found), 3)  # (shown short: the first three of them)
     if diff:
         raise ResumeStateError(
             "load_state_dict: the state comes from a loader over another stream or batching ("
