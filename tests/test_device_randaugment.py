@@ -96,23 +96,25 @@ def test_device_loader_augment_is_the_cpu_loaders(sample_root, aa, apart):
     decode = _device_loader_is_the_cpu_loaders(sample_root, aa, apart)
     # which resize, colour ops and warp ran, and why (on a CUDA device with Triton: 'kernel')
     assert decode['resize'] == 'matmul: not a CUDA device', decode
-    assert decode['colour'] == decode['warp'] == 'torch: not a CUDA device', decode
+    assert decode['augment'] == 'torch: not a CUDA device', decode
 
 
 def test_one_switch_turns_both_kernels_off_for_one_loader(sample_root, monkeypatch):
-    "`step.kernels = False`: the resize in matrix products, RandAugment's colour ops and warps in torch's operations, said so."
+    "`step.kernels = False`: the resize in matrix products, RandAugment's layers in torch's operations (the warps too), said so, where the device would take the kernels."
     import timmdata.pixels.batch_augment as ba
-    asked, warp, colour = [], ba.warp_batch, ba._colour_layer
+    asked, launched, warp = [], [], ba.warp_batch
     monkeypatch.setattr(ba, 'warp_batch', lambda *a, kernel=None, **k: asked.append(kernel) or warp(*a, kernel=kernel, **k))
-    monkeypatch.setattr(ba, '_colour_layer', lambda *a: asked.append(a[-1]) or colour(*a))  # its last: `kernel`
+    monkeypatch.setattr(ba, 'augment_path', lambda dev: 'kernel')  # as on a GPU with Triton: only the switch keeps it off
+    monkeypatch.setattr(ba, 'kernel_augment_layers', lambda *a, **k: launched.append(a))
     dl = create_device_decode_loader(ImageDataset(sample_root, split='train'), 64, 8, is_training=True, auto_augment=AA,
                                      decode_device='cpu', num_workers=0, seed=0)
     dl.step.kernels = False
     n = sum(len(y) for _, y in dl)
     assert n == 8 * len(dl) > 0  # whole batches (training drops the last short one)
-    assert len(asked) > 2 * len(dl) and set(asked) == {False}, asked  # both layers' colour ops, and warps
+    assert len(asked) > len(dl) and set(asked) == {False}, asked  # the warps, in torch's operations
+    assert not launched  # the layer kernels never
     decode = dl.stats().info['decode']
-    assert (decode['resize'], decode['colour'], decode['warp']) == ('matmul: asked for',) + ('torch: asked for',) * 2, decode
+    assert (decode['resize'], decode['augment']) == ('matmul: asked for', 'torch: asked for'), decode
 
 
 def test_device_randaugment_replaces_jitter_and_refuses_what_it_lacks(sample_root):

@@ -1,4 +1,4 @@
-"""The device path's floating-point Triton kernels (RandAugment's colour ops and warps), compiled here for an
+"""The device path's floating-point Triton kernels (RandAugment's and AugMix's layers, and the warps), compiled here for an
 H100/H200 (sm_90) without a GPU: they build for the GPU as well as run in the interpreter, and the machine code keeps
 the arithmetic the pixels are checked with. Every float product and sum rounds on its own (`.rn`: no fused
 multiply-add, which the interpreter cannot show and which would move a level here and there), and float-to-integer
@@ -16,7 +16,7 @@ SM90 = ('cuda', 90, 32)
 
 
 def _ptx(kernel, signature: dict, constexprs: dict, fusion: bool = False) -> str:
-    "PTX of `kernel` (the module's own, as `colour_kernel()` makes it for the loader) compiled for sm_90; contraction off as the loader launches it (`enable_fp_fusion=False`), unless `fusion`."
+    "PTX of `kernel` (the module's own, as the loader makes it) compiled for sm_90; contraction off as the loader launches it (`enable_fp_fusion=False`), unless `fusion`."
     triton = pytest.importorskip('triton')
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -35,52 +35,63 @@ def _float_ops(ptx: str) -> collections.Counter:
     return collections.Counter(re.findall(r'\b(?:mul|add|sub|fma|mad|div)(?:\.[a-z]+)*\.f(?:32|64)\b', ptx))
 
 
-def _check(ptx: str, width: str):
+def _check(ptx: str, width: str, divisions: bool = False):
+    "Every float op rounded on its own (`.rn`), none fused; divisions, where the kernel has them (`divisions`), IEEE's (`div.rn`) in doubles only."
     ops = _float_ops(ptx)
     assert ops, 'no float arithmetic found: the pattern no longer matches the PTX'
     loose = {op: n for op, n in ops.items() if '.rn.' not in op}
     assert not loose, f'float operations without round-to-nearest (contractible, or fused): {loose}'
-    assert not [op for op in ops if op.startswith(('fma', 'mad', 'div'))], ops
+    assert not [op for op in ops if op.startswith(('fma', 'mad'))], ops
+    divs = {op for op in ops if op.startswith('div')}
+    assert divs <= ({'div.rn.f64'} if divisions else set()), ops
     assert any(op.endswith(width) for op in ops), ops
     to_int = re.findall(r'cvt\.(r[a-z]+)\.[us]\d+\.f(?:32|64)', ptx)
     assert to_int and set(to_int) == {'rzi'}, f'float-to-integer conversions that do not truncate: {set(to_int)}'
 
 
-COLOUR_SIG = {
-    'src': '*u8',
-    'dst': '*u8',
-    'rows': '*i64',
-    'factors': '*fp32',
-    'luts': '*u8',
-    'H': 'i32',
-    'W': 'i32',
-    'K': 'fp32',
-    'K5': 'fp32',
-    'C': 'constexpr',
-    'KIND': 'constexpr',
-    'BLOCK': 'constexpr',
+CODES = dict(AC=1, EQ=2, CON=8)  # the table ops' codes, as batch_augment numbers them (AUG_OPS)
+SIGS = {
+    '_stats': {'src': '*u8', 'par': '*fp64', 'at': 'i32', 'hist': '*i64', 'n': 'i32', 'H': 'i32', 'W': 'i32',
+               'C': 'constexpr', 'AC': 'constexpr', 'EQ': 'constexpr', 'CON': 'constexpr', 'BLOCK': 'constexpr'},
+    '_tables': {'par': '*fp64', 'at': 'i32', 'hist': '*i64', 'luts': '*u8', 'n': 'i32', 'H': 'i32', 'W': 'i32',
+                'C': 'constexpr', 'AC': 'constexpr', 'EQ': 'constexpr', 'INV': 'constexpr', 'POST': 'constexpr',
+                'SOL': 'constexpr', 'SOLA': 'constexpr', 'BRI': 'constexpr', 'CON': 'constexpr'},
+    '_apply': {'src': '*u8', 'dst': '*u8', 'par': '*fp64', 'at': 'i32', 'fill_at': 'i32', 'luts': '*u8', 'n': 'i32', 'H': 'i32',
+               'W': 'i32', 'K': 'fp32', 'K5': 'fp32', 'C': 'constexpr', 'BLOCK': 'constexpr'},
+}
+CONSTS = {
+    '_stats': dict(C=3, BLOCK=256, **CODES),
+    '_tables': dict(C=3, INV=3, POST=4, SOL=5, SOLA=6, BRI=7, **CODES),
+    '_apply': dict(C=3, BLOCK=256),
 }
 
 
-@pytest.mark.parametrize('kind', [1, 2, 3])
-def test_colour_kernel_builds_for_sm90_with_rounded_float32_ops(kind):
-    from timmdata.pixels.batch_augment import colour_kernel
+def _augment_kernel(name: str):
+    "The layer kernel `name` as `augment_kernels()` makes it for the loader."
+    from timmdata.pixels.augment_kernel import augment_kernels
 
-    ptx = _ptx(colour_kernel, COLOUR_SIG, {'C': 3, 'KIND': kind, 'BLOCK': 256})
-    if kind == 1:  # the tables: integer loads and stores only
-        assert not _float_ops(ptx), _float_ops(ptx)
-    else:
-        _check(ptx, 'f32')
+    return dict(zip(('_stats', '_tables', '_apply'), augment_kernels()))[name]
+
+
+@pytest.mark.parametrize('name', ['_stats', '_tables', '_apply'])
+def test_augment_kernels_build_for_sm90_with_rounded_float_ops(name):
+    ptx = _ptx(lambda: _augment_kernel(name), SIGS[name], CONSTS[name])
+    if name == '_stats':  # counts and integer sums only, added atomically
+        assert not _float_ops(ptx) and 'atom.global' in ptx, _float_ops(ptx)
+    elif name == '_tables':  # autocontrast's scale and contrast's mean divided in doubles, the blends in float32
+        _check(ptx, 'f64', divisions=True)
+        assert _float_ops(ptx)['div.rn.f64'] > 0 and any(op.endswith('f32') for op in _float_ops(ptx))
+    else:  # the blends in float32, the warps in doubles
+        _check(ptx, 'f64')
+        assert any(op.endswith('f32') for op in _float_ops(ptx)), _float_ops(ptx)
 
 
 def test_the_check_sees_fused_multiply_adds():
-    "The same kernel with contraction on: the check refuses it (its products and sums fused, the rest left loose)."
-    from timmdata.pixels.batch_augment import colour_kernel
-
-    ptx = _ptx(colour_kernel, COLOUR_SIG, {'C': 3, 'KIND': 3, 'BLOCK': 256}, fusion=True)
-    assert _float_ops(ptx)['fma.rn.f32'] > 0, _float_ops(ptx)
+    "The apply kernel with contraction on: the check refuses it (its products and sums fused, the rest left loose)."
+    ptx = _ptx(lambda: _augment_kernel('_apply'), SIGS['_apply'], CONSTS['_apply'], fusion=True)
+    assert _float_ops(ptx)['fma.rn.f32'] + _float_ops(ptx)['fma.rn.f64'] > 0, _float_ops(ptx)
     with pytest.raises(AssertionError, match='without round-to-nearest'):
-        _check(ptx, 'f32')
+        _check(ptx, 'f64')
 
 
 @pytest.mark.parametrize('bicubic', [False, True])

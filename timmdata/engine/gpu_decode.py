@@ -11,8 +11,8 @@ from torch.utils.data import IterableDataset
 from PIL import Image
 from ..pixels.decode import ImageDecodeError, decode_image, torchcodec_error, torchcodec_jpeg
 from ..pixels.batch_resize import TapCache, crop_resize_flip, resize_path
-from ..pixels.warp_kernel import warp_path
-from ..pixels.batch_augment import AUG_OPS, augment_batch, augmix_batch, colour_path
+from ..pixels.augment_kernel import augment_path
+from ..pixels.batch_augment import AUG_OPS, augment_batch, augmix_batch
 from ..mixup import Mixup
 from ..auto_augment import AugMixAugment, RandAugment, create_auto_augment, parse_auto_augment
 from .prefetch import BatchOps, PrefetchLoader
@@ -52,7 +52,7 @@ __all__ = ['decode_jpegs', 'rows_on', 'bitstreams', 'decode_stage', 'resize_stag
 
 # %% ../../nbs/engine/36_gpu_decode.ipynb #0383dead
 def decode_jpegs(
-    srcs: list,  # 1-D uint8 CPU tensors of JPEG bytes
+    srcs: list,  # 1-D uint8 tensors of JPEG bytes, on the CPU or on `device` (`bitstreams`)
     device: torch.device,  # where the pixels go: 'cpu' or a CUDA device
 ) -> tuple:
     "([uint8 CHW RGB tensor on `device`] per source, rows decoded on the CPU instead)."
@@ -72,7 +72,8 @@ def decode_jpegs(
         except RuntimeError as e:
             why = torchcodec_error(e)
         try:
-            out.append(decode_image(s.numpy().tobytes(), 'RGB', to_tensor=True).to(device))
+            # the bytes may be in device memory (bitstreams copied there): read back to the host, this image alone
+            out.append(decode_image(s.cpu().numpy().tobytes(), 'RGB', to_tensor=True).to(device))
             slow.append(i)
         except ImageDecodeError as e:
             raise ImageDecodeError(f'batch row {i}: no decoder reads this JPEG ({e}; torchcodec: {why})') from e
@@ -233,7 +234,7 @@ class DeviceDecodeStep:
         self.stats = None  # the loader's `LoaderStats`, where the split is shown (`info['decode']`); set by the loader
         self.bitstreams_on_device = None  # the decoder reads device memory (one copy a batch); None: not asked yet
         self.taps = TapCache()  # the resizes' taps, each made once on the host and kept on the device
-        # None: Triton's kernels where `resize_path`, `colour_path` and `warp_path` say so; False: torch's operations (to compare)
+        # None: Triton's kernels where `resize_path`, `augment_path` say so; False: torch's operations (to compare)
         self.kernels = None
 
     @property
@@ -301,10 +302,10 @@ class DeviceDecodeStep:
         ):  # RandAugment, drawn in the workers, on the uint8 batch (timm: after the crop, before normalising)
             x = augment_batch(x, packed['augs'], self.aug_fill, self.kernels)
         if 'augs' in packed:
-            if self.stats is not None and 'warp' not in self.stats.info.get('decode', {}):
+            if self.stats is not None and 'augment' not in self.stats.info.get('decode', {}):
                 off = 'torch: asked for' if self.kernels is False else None
-                paths = {'colour': off or colour_path(self.device), 'warp': off or warp_path(self.device)}
-                self.stats.note('decode', paths)  # its colour and geometric ops: Triton's kernels, or why not
+                paths = {'augment': off or augment_path(self.device)}
+                self.stats.note('decode', paths)  # its layers: Triton's kernels, or why not
         yield x
         pix_rows = packed['pixel_rows'].tolist()
         jpeg_rows = sorted(set(range(len(packed['plans']))) - set(pix_rows))

@@ -10,13 +10,21 @@ import torch
 from PIL import Image
 from ..core.runtime import to_device
 from .augment_ops import rotate_matrix  # Pillow's rotation matrix: the CPU op's own
-from .resize_kernel import kernel_choice, triton_kernel, with_kernel
+from .resize_kernel import with_kernel
 from .warp_kernel import WARP_FAILED, kernel_warp_batch, warp_path
+from timmdata.pixels.augment_kernel import (
+    AUGMENT_FAILED,
+    LAYER_KINDS,
+    PARAM_FIELDS,
+    STATS_OPS,
+    augment_path,
+    kernel_augment_layers,
+)
 
 # %% auto #0
-__all__ = ['AUG_OPS', 'AUG_FILTERS', 'COLOUR_FAILED', 'encode_draws', 'blend_batch', 'enhance_batch', 'point_luts', 'apply_luts',
-           'colour_kernel', 'colour_path', 'kernel_colour_ops', 'affine_matrices', 'warp_batch', 'augment_batch',
-           'encode_augmix', 'augmix_tables', 'augmix_batch']
+__all__ = ['AUG_OPS', 'AUG_FILTERS', 'encode_draws', 'blend_batch', 'enhance_batch', 'point_luts', 'apply_luts',
+           'affine_matrices', 'warp_batch', 'augment_batch', 'layer_params', 'encode_augmix', 'augmix_tables',
+           'augmix_batch']
 
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #b3af0288
 AUG_OPS = (
@@ -213,112 +221,6 @@ def apply_luts(
     n, c, h, w = x.shape
     return lut.to(torch.uint8).gather(2, x.reshape(n, c, h * w).to(torch.int64)).view(n, c, h, w)
 
-# %% ../../nbs/pixels/14b_batch_augment.ipynb #c0105e01
-tl = None  # triton.language, bound by `triton_kernel` when the colour kernel is first made (its source reads it here)
-
-# %% ../../nbs/pixels/14b_batch_augment.ipynb #c0105e02
-_COLOUR_KERNELS, COLOUR_FAILED = {}, {}  # interpret -> the kernel; device type -> why the kernel was given up there
-_TABLE, _COLOR, _SHARP, _WARP = 1, 2, 3, 4  # an op's kind: a table, colour's blend, sharpness's blend, a warp
-_NAMED = {'none': 0, 'color': _COLOR, 'sharpness': _SHARP}
-_KIND = np.array([_NAMED.get(k, _WARP if i in _GEOMETRIC else _TABLE) for i, k in enumerate(AUG_OPS)])  # by op code
-
-
-def _colour(src, dst, rows, factors, luts, H, W, K, K5, C: tl.constexpr, KIND: tl.constexpr, BLOCK: tl.constexpr):
-    "One image's block of pixels (program: the launch's image j, BLOCK pixels), every channel: its table (KIND 1), or the blend of its grey (2) or smoothed (3) image with it, written to image j of `dst`."
-    j = tl.program_id(0)
-    p = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    hw = H * W
-    pm = p < hw
-    img = src + tl.load(rows + j).to(tl.int64) * (C * hw)
-    out = dst + j.to(tl.int64) * (C * hw)
-    if KIND == 1:  # each channel through its table
-        tab = luts + j.to(tl.int64) * (C * 256)
-        for c in tl.static_range(C):
-            v = tl.load(img + c * hw + p, mask=pm, other=0).to(tl.int32)
-            tl.store(out + c * hw + p, tl.load(tab + c * 256 + v, mask=pm, other=0), mask=pm)
-    elif KIND == 2:  # colour: blend(grey, image, f), the grey in Pillow's integers (`_gray`)
-        f = tl.load(factors + j)
-        r = tl.load(img + p, mask=pm, other=0).to(tl.int32)
-        g = tl.load(img + hw + p, mask=pm, other=0).to(tl.int32)
-        b = tl.load(img + 2 * hw + p, mask=pm, other=0).to(tl.int32)
-        d = ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16).to(tl.float32)
-        for c in tl.static_range(C):
-            v = tl.load(img + c * hw + p, mask=pm, other=0).to(tl.float32)
-            val = d + f * (v - d)  # `blend_batch`'s order, each op rounded
-            tl.store(out + c * hw + p, tl.minimum(tl.maximum(val, 0.0), 255.0).to(tl.uint8), mask=pm)
-    else:  # sharpness: blend(smoothed, image, f), the smoothing in `_smooth`'s float32 order, its border the image's
-        f = tl.load(factors + j)
-        y = p // W
-        x = p % W
-        inner = pm & (y >= 1) & (y < H - 1) & (x >= 1) & (x < W - 1)
-        for c in tl.static_range(C):
-            ch = img + c * hw
-            v = tl.load(ch + p, mask=pm, other=0).to(tl.float32)
-            # rows y+1, y, y-1, each left to right: a[x-1] k + a[x] (k, or k5 in row y) + a[x+1] k
-            s = (
-                tl.load(ch + p + W - 1, mask=inner, other=0).to(tl.float32) * K
-                + tl.load(ch + p + W, mask=inner, other=0).to(tl.float32) * K
-            ) + tl.load(ch + p + W + 1, mask=inner, other=0).to(tl.float32) * K
-            s = s + (
-                (
-                    tl.load(ch + p - 1, mask=inner, other=0).to(tl.float32) * K
-                    + tl.load(ch + p, mask=inner, other=0).to(tl.float32) * K5
-                )
-                + tl.load(ch + p + 1, mask=inner, other=0).to(tl.float32) * K
-            )
-            s = s + (
-                (
-                    tl.load(ch + p - W - 1, mask=inner, other=0).to(tl.float32) * K
-                    + tl.load(ch + p - W, mask=inner, other=0).to(tl.float32) * K
-                )
-                + tl.load(ch + p - W + 1, mask=inner, other=0).to(tl.float32) * K
-            )
-            sm = tl.minimum(tl.maximum(s + 0.5, 0.0), 255.0).to(tl.uint8).to(tl.float32)
-            d = tl.where(inner, sm, v)
-            val = d + f * (v - d)
-            tl.store(out + c * hw + p, tl.minimum(tl.maximum(val, 0.0), 255.0).to(tl.uint8), mask=pm)
-
-
-def colour_kernel(
-    interpret: bool = False,  # Triton's interpreter (numpy, on CPU tensors): the kernel run without a GPU
-):  # the kernel; ImportError without Triton
-    "Triton's kernel of a layer's table, colour and sharpness ops over a batch's rows, made once."
-    return triton_kernel(_COLOUR_KERNELS, _colour, interpret, do_not_specialize=['H', 'W'])  # one compile for any size
-
-
-def colour_path(
-    device,  # a torch.device or its name
-) -> str:  # 'kernel', or 'torch: ' and why
-    "How `augment_batch` applies its table, colour and sharpness ops on `device` by default: Triton's kernel (CUDA), else torch's operations, and why."
-    return kernel_choice(device, COLOUR_FAILED, colour_kernel, 'torch')
-
-
-def kernel_colour_ops(
-    x: torch.Tensor,  # uint8 (N, C, H, W): the batch, changed in place and returned
-    groups: Sequence,  # three host arrays of rows of `x`: the table ops', colour's, sharpness's
-    luts: torch.Tensor | None,  # uint8 (len(groups[0]), C, 256) on x's device: the table rows' tables (`point_luts`)
-    args: np.ndarray,  # (N,) each image's argument: colour's and sharpness's factor
-    interpret: bool = False,  # Triton's interpreter (CPU tensors)
-) -> torch.Tensor:
-    "A layer's table, colour and sharpness ops in one launch of `colour_kernel` each, into one buffer, then copied into the batch's rows at once: `augment_batch`'s pixels."
-    _, c, h, w = x.shape
-    dev, src, rows = x.device, x.contiguous(), np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])
-    if not len(rows):
-        return x
-    rd = to_device(torch.from_numpy(rows), dev)
-    f = to_device(torch.from_numpy(np.asarray(args, dtype=np.float64)[rows].astype(np.float32)), dev)
-    out = torch.empty((len(rows), c, h, w), dtype=torch.uint8, device=dev)
-    block, a = 256, 0
-    for kind, g in zip((_TABLE, _COLOR, _SHARP), groups):
-        if len(g):  # nothing is written to `x` before every launch has run: a kernel that fails leaves it as it was
-            b = a + len(g)
-            colour_kernel(interpret)[(len(g), -(-h * w // block))](
-                src, out[a:b], rd[a:b], f[a:b], luts if kind == _TABLE else out, h, w, 1 / 13, 5 / 13,
-                C=c, KIND=kind, BLOCK=block, enable_fp_fusion=False,
-            )  # fmt: skip
-            a = b
-    return x.index_copy_(0, rd, out)
-
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #476fb8e5
 def affine_matrices(
     codes: Sequence[int],  # each image's geometric op code (`AUG_OPS`)
@@ -399,25 +301,20 @@ def warp_batch(
     fc = torch.tensor(list(fill), dtype=torch.uint8).view(1, c, 1, 1)
     return torch.where(inside.unsqueeze(1), out, to_device(fc, dev))
 
+# %% ../../nbs/pixels/14b_batch_augment.ipynb #c0105e02
+# an op's kind, as the augment kernels number them: a table, colour's blend, sharpness's blend, a warp
+_TABLE, _COLOR, _SHARP, _WARP = (LAYER_KINDS.index(k) for k in ('table', 'color', 'sharpness', 'warp'))
+_NAMED = {'none': 0, 'color': _COLOR, 'sharpness': _SHARP}
+_KIND = np.array([_NAMED.get(k, _WARP if i in _GEOMETRIC else _TABLE) for i, k in enumerate(AUG_OPS)])  # by op code
+_READS_STATS = np.isin(np.arange(len(AUG_OPS)), [_CODE[k] for k in STATS_OPS])  # by op code: its table reads pixels
+
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #97780e1e
-def _colour_layer(x, code, arg, kind, kernel):
-    "One layer's table, colour and sharpness ops on the rows that drew them, in place: Triton's kernel where chosen, else torch's operations."
+def _colour_layer(x, code, arg, kind):
+    "One layer's table, colour and sharpness ops on the rows that drew them, in place, with torch's operations."
     dev = x.device
     groups = [np.flatnonzero(kind == k) for k in (_TABLE, _COLOR, _SHARP)]
     t = groups[0]
     luts = point_luts(x, code[t], arg[t], rows=t) if len(t) else None
-    done = with_kernel(
-        kernel,
-        dev,
-        colour_path,
-        COLOUR_FAILED,
-        lambda: kernel_colour_ops(x, groups, luts, arg, dev.type != 'cuda'),
-        'augment_batch',
-        'torch',
-        'applying the colour ops with torch operations',
-    )
-    if done is not None:
-        return done
     for rows, op in zip(groups, (None, 'color', 'sharpness')):
         if len(rows):
             rd = to_device(torch.from_numpy(rows), dev)
@@ -460,9 +357,9 @@ def augment_batch(
     x: torch.Tensor,  # uint8 RGB (N, 3, H, W) on the device; changed in place and returned
     draws: torch.Tensor,  # (N, layers, 3) float64 on the CPU: each image's ops per layer (`encode_draws`)
     fill: Sequence[int] = (128, 128, 128),  # the geometric ops' fill colour (timm's `img_mean`)
-    kernel: bool | None = None,  # Triton's kernels; None: as `colour_path` and `warp_path` say
+    kernel: bool | None = None,  # Triton's kernels (`kernel_augment_layers`); None: as `augment_path` says
 ) -> torch.Tensor:
-    "Each image's drawn ops, layer by layer: the point ops, brightness and contrast in one table lookup, colour and sharpness blended (the three in one kernel launch each on a GPU), the geometric ops in one warp per filter."
+    "Each image's drawn ops, layer by layer: with Triton, at most three kernel launches a layer whatever was drawn; else torch's operations, the point ops, brightness and contrast in one table lookup, colour and sharpness blended, the geometric ops in one warp per filter."
     dev, (hh, ww) = x.device, x.shape[-2:]
     d = _host(draws, np.float64)
     if d.ndim != 3 or d.shape[0] != len(x) or d.shape[2] != 3:
@@ -471,6 +368,20 @@ def augment_batch(
             f'expected ({len(x)}, layers, 3), as encode_draws makes them'
         )
     _check_draws(d)
+    if kernel or (kernel is None and augment_path(dev) == 'kernel'):
+        params, stats, tables = layer_params(d, (hh, ww))  # the bookkeeping outside the try: its errors are raised
+        done = with_kernel(
+            kernel,
+            dev,
+            augment_path,
+            AUGMENT_FAILED,
+            lambda: kernel_augment_layers(x, params, stats, tables, fill, _CODE, dev.type != 'cuda'),
+            'augment_batch',
+            'torch',
+            'applying the layers with torch operations',
+        )
+        if done is not None:
+            return done
     codes = d[..., 0].astype(np.int64)
     kinds, filts = _KIND[codes], d[..., 2]
     for layer in range(
@@ -478,14 +389,37 @@ def augment_batch(
     ):  # the rows of each op come from the draws on the host: the device is never waited for
         code, arg, kind = codes[:, layer], d[:, layer, 1], kinds[:, layer]
         if ((kind >= _TABLE) & (kind <= _SHARP)).any():
-            x = _colour_layer(x, code, arg, kind, kernel)
+            x = _colour_layer(x, code, arg, kind)
         for f in (0, 1):
             rows = np.flatnonzero((kind == _WARP) & (filts[:, layer] == f))
             if len(rows):
                 rd = to_device(torch.from_numpy(rows), dev)
                 mats = affine_matrices(code[rows], arg[rows], (hh, ww))
-                x.index_copy_(0, rd, warp_batch(x.index_select(0, rd), mats, bool(f), fill, kernel=kernel))
+                x.index_copy_(0, rd, warp_batch(x.index_select(0, rd), mats, bool(f), fill, kernel=False))
     return x
+
+# %% ../../nbs/pixels/14b_batch_augment.ipynb #c0105e05
+def layer_params(
+    draws,  # (N, layers, 3) float64: each image's ops per layer (`encode_draws`), checked (`augment_batch` checks them)
+    size: tuple,  # the images' (H, W)
+) -> tuple:  # (params, stats, tables)
+    "A batch's draws as `kernel_augment_layers` reads them: float64 `(layers, len(PARAM_FIELDS), N)` (op code, argument, filter, kind, the row of counts of an image whose op reads stats, Pillow's affine data), and per layer whether some image's op reads its stats, and whether some image's op is a table op. Host arrays, a few numpy calls a batch whatever was drawn."
+    d = _host(draws, np.float64)
+    n, layers = d.shape[:2]
+    codes = d[..., 0].astype(np.int64)
+    kinds = _KIND[codes]
+    out = np.zeros((layers, len(PARAM_FIELDS), n))
+    out[:, :3] = d.transpose(1, 2, 0)  # code, argument, filter: a row a field, a column an image
+    out[:, 3] = kinds.T
+    reads = _READS_STATS[codes]  # (N, layers)
+    slot = np.full((layers, n), -1.0)
+    slot[reads.T] = np.arange(reads.sum())  # a row of counts each, layer after layer
+    out[:, 4] = slot
+    out[:, 5] = out[:, 9] = 1.0  # the identity's affine data where an image does not warp
+    warp = np.nonzero(kinds == _WARP)  # (images, layers) of the warps
+    if len(warp[0]):  # all the batch's matrices in one call; the advanced indices' axis comes first: (warps, 6)
+        out[warp[1], 5:, warp[0]] = affine_matrices(codes[warp], d[..., 1][warp], size).numpy()
+    return out, reads.any(0), (kinds == _TABLE).any(0)
 
 # %% ../../nbs/pixels/14b_batch_augment.ipynb #4a9e1c02
 def _chain_layers(augmix) -> int:
@@ -523,7 +457,7 @@ def augmix_batch(
     layers: torch.Tensor,  # (N, width, depth, 3) float64 on the CPU: each chain's ops (`encode_augmix`)
     mix: torch.Tensor,  # (N, 2 + width) float64 on the CPU: blended, m, the chains' weights (`encode_augmix`)
     fill: Sequence[int] = (128, 128, 128),  # the geometric ops' fill colour (timm's `img_mean`)
-    kernel: bool | None = None,  # Triton's kernels (`augment_batch`); None: as `colour_path` and `warp_path` say
+    kernel: bool | None = None,  # Triton's kernels (`augment_batch`); None: as `augment_path` says
 ) -> torch.Tensor:
     "AugMix per image: its chains over copies of the batch, in one `augment_batch`, then timm's float32 mix blended into the images by m, or (blended) each chain blended in turn: uint8 (N, 3, H, W)."
     dev, n, width = x.device, len(x), mix.shape[1] - 2
