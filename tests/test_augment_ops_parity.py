@@ -228,19 +228,25 @@ def test_policies_on_pixels_pil_and_tensors(config):
     build = {'rand': rand_augment_transform, 'augm': augment_and_mix_transform}.get(config[:4], auto_augment_transform)
     ours_t = getattr(aa, build.__name__)(config, dict(hp))
     theirs_t = build(config, dict(hp))
+    compared = skipped = 0
     for k, img in enumerate(_images(zlib.crc32(config.encode()) % 991, n=4)[:4]):
         for seed in range(5):
             _seed(seed)
             try:
                 ref = np.asarray(theirs_t(img))
-            except ValueError:
-                continue  # timm's posterize(0 bits) under Pillow >= 13
+            except ValueError as e:  # timm's posterize(0 bits) under Pillow >= 13, and nothing else
+                assert 'bits must be' in str(e), (config, k, seed, e)
+                skipped += 1
+                continue
+            compared += 1
             _seed(seed); p = ours_t(img)
             _seed(seed); a = ours_t(ops.pil_to_pixels(img))
             _seed(seed); t = ours_t(torch.from_numpy(ops.pil_to_pixels(img).copy()).permute(2, 0, 1).contiguous())
             assert isinstance(p, Image.Image) and np.array_equal(np.asarray(p), ref), (config, k, seed)
             _same(a, ref, (config, k, seed))
             assert isinstance(t, torch.Tensor) and np.array_equal(t.permute(1, 2, 0).numpy().reshape(ref.shape), ref)
+    # 4 images x 5 seeds; a draw of posterize(0 bits) is rare (none of these 180, Pillow 13.0): at most 2 of 20 left out
+    assert compared + skipped == 20 and compared >= 18, (config, compared, skipped)
 
 
 @kernels
@@ -327,6 +333,7 @@ def test_ops_on_pixels_without_the_extension():
         pol = aa.rand_augment_transform('rand-m9-mstd0.5', dict(translate_const=100))
         out = pol(a, __import__('timmdata.config', fromlist=['Draws']).Draws(3))
         assert isinstance(out, np.ndarray) and out.shape == a.shape
+    assert len(with_k) == len(without) == 4
     for x, y in zip(with_k, without):
         assert np.array_equal(x, y)
 

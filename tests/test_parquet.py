@@ -299,7 +299,7 @@ def test_one_reader_shared_by_threads(which, request):
     with ThreadPoolExecutor(8) as ex:
         got = list(ex.map(lambda sm: r.read(*sm), pos))
     want = {(s, m): (_jpeg(s * 10 + m), s * 10 + m) for s in range(6) for m in range(10)}
-    assert all((img, y) == want[sm] for sm, (_, img, y) in zip(pos, got))
+    assert len(got) == len(pos) and all((img, y) == want[sm] for sm, (_, img, y) in zip(pos, got))
 
 
 

@@ -195,8 +195,13 @@ def test_busy_flags_use_the_native_atomics(monkeypatch):
     spy.nat.flag_release(f, 1); assert f.tolist() == [0, 0, 0]
 
 def test_busy_flags_without_the_extension(monkeypatch):
+    "Switched off, the extension's flag operations are never called (its spy counts none), yet every batch had a slot: the plain loads and stores took and freed them."
+    spy = Spy(decode.native)
+    monkeypatch.setattr(decode.NATIVE, 'loaded', spy)
     monkeypatch.setattr(decode.NATIVE, 'enabled', False)  # as with TIMMDATA_NATIVE=0, or no compiler
-    ring_epochs(BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4))
+    ring = BatchRing((8, 3, 16, 16), num_workers=2, slots_per_worker=4)
+    ring_epochs(ring)
+    assert spy.calls.tolist() == [0, 0, 0] and ring.counts == {'ring': 16, 'fresh': 0}, (spy.calls, ring.counts)
 
 # ---- 3. one shared-memory budget per machine
 
