@@ -8,10 +8,14 @@ training thread then waits for) with the device's own work taken out. On the CPU
 - jitter_affine: the colour jitter's map and shift for 256 images (their means given);
 - augment_batch: timm's RandAugment (rand-m9-mstd0.5-inc1, filters drawn per op as train.py's `random`) on 256
   images of 8x8 (their draws given), so that its Python and its operations' dispatch are what is timed, not their
-  arithmetic: with torch's operations (the CPU's path), and as on a GPU with Triton (`kernel=True`: the colour and
-  warp kernels' launches replaced by a call that does nothing), and that once more without the tables made from the
-  pixels (autocontrast's, equalize's, contrast's: `point_luts` with `histogram=False`), their share the difference;
-- augmix_batch: timm's AugMix (augmix-m3-w3: three chains of one to three ops, mixed) the same two ways.
+  arithmetic: with torch's operations (the CPU's path), and as on a GPU with Triton (`kernel=True`: the kernels'
+  launches replaced by a call that does nothing: the layer kernels, or on an older commit the colour and warp
+  kernels), and that once more without the tables made from the pixels (autocontrast's, equalize's, contrast's:
+  `point_luts` with `histogram=False`; the layer kernels make them on the device, so the row is theirs again);
+- augmix_batch: timm's AugMix (augmix-m3-w3: three chains of one to three ops, mixed) the same two ways;
+- device step: the whole step of a batch (`DeviceDecodeStep.feed`: bitstreams, decode, crop-resize-flip, RandAugment
+  or AugMix, normalisation), as on a GPU with Triton: the decoder and the kernels' launches faked, the rest of its torch
+  operations run on CPU tensors (small, 48x48: their arithmetic is in the time, not in the calls).
 
 Prints the median microseconds a batch over `--rounds` rounds of `--batches` batches, after a warm-up, and the torch
 calls a batch makes (functions and tensor methods from Python, attribute reads such as a tensor's shape apart,
@@ -70,6 +74,47 @@ def timed(fn, batches: int, rounds: int) -> float:
     return statistics.median(timed_rounds(fn, rounds, batches)) / batches * 1e6
 
 
+def device_steps(imgs: list, n: int) -> dict:
+    """The whole device step of a batch (`DeviceDecodeStep.feed`: bitstreams, decode, crop-resize-flip, RandAugment or
+    AugMix, the batch ops), on CPU tensors, as on a GPU with Triton: the decoder faked (it hands back `imgs`), the
+    kernels' launches faked by the caller. Its torch operations on the 48x48 batch do run, on the CPU: the time is the
+    host's and that arithmetic; the calls are the launches a GPU would get. An empty dict on a commit without them."""
+    try:
+        from timmdata.auto_augment import AugMixAugment
+        from timmdata.config import Draws
+        from timmdata.engine import gpu_decode
+        from timmdata.engine.device_plan import DeviceDecodeTransform, device_decode_collate
+        from timmdata.engine.gpu_decode import DeviceDecodeStep, device_rand_augment
+        from timmdata.engine.prefetch import BatchOps
+        from timmdata.pixels.batch_augment import encode_augmix, encode_draws
+    except ImportError:
+        return {}
+    gpu_decode.decode_jpegs = lambda srcs, device: (imgs[: len(srcs)], [])  # the decoder's work is the device's
+
+    def step(policy):
+        ra = None if policy is None else device_rand_augment(policy, (48, 48), (0.485, 0.456, 0.406), 'random')
+        tf = DeviceDecodeTransform(48, is_training=True, interpolation='random', rand_augment=ra)
+        samples = []
+        for i, im in enumerate(imgs):
+            d = Draws(i)
+            p, aug = tf.plan(im, d), ()
+            if isinstance(ra, AugMixAugment):
+                aug = encode_augmix(ra, ra.draw(d))
+            elif ra is not None:
+                aug = (encode_draws([s for _, s in ra.draw(d)]),)
+            samples.append(((b'\xff\xd8' + bytes(100), p, 0, *aug), i % 10))  # JPEG bytes the faked decoder ignores
+        b = device_decode_collate(samples)
+        s = DeviceDecodeStep((48, 48), BatchOps(device='cpu'), aug_fill=(124, 116, 104))
+        s.kernels = True  # the GPU's path: Triton's kernels (their launches faked)
+        return lambda: s.feed(b, key=1)
+
+    return {
+        'device step, crop+flip': step(None),
+        'device step, RandAugment': step('rand-m9-mstd0.5-inc1'),
+        'device step, AugMix': step('augmix-m3-w3'),
+    }
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--batch', type=int, default=256)
@@ -90,9 +135,16 @@ def main(argv=None):
 
     resize_kernel._KERNELS[True] = NoLaunch()
     warp_kernel._KERNELS[True] = NoLaunch()
-    kernels = getattr(batch_augment, '_COLOUR_KERNELS', None)  # a commit without the colour kernel: its warps only
+    kernels = getattr(batch_augment, '_COLOUR_KERNELS', None)  # a commit with the colour kernel (before the layers')
     if kernels is not None:
         kernels[True] = NoLaunch()
+    try:  # the layer kernels: stats, tables and apply
+        from timmdata.pixels import augment_kernel
+
+        for name in ('_stats', '_tables', '_apply'):
+            augment_kernel._KERNELS[name] = {True: NoLaunch()}
+    except ImportError:  # a commit before them
+        pass
     n, g = a.batch, torch.Generator().manual_seed(0)
     imgs = [torch.randint(0, 256, (3, 60, 80) if i % 2 else (3, 80, 60), dtype=torch.uint8, generator=g) for i in range(n)]
     tf = DeviceDecodeTransform(48, is_training=True, interpolation='random')
@@ -119,6 +171,7 @@ def main(argv=None):
         'augmix_batch': lambda: augmix_batch(small, layers, weights, (124, 116, 104), kernel=False),
         'augmix_batch (kernels)': lambda: augmix_batch(small, layers, weights, (124, 116, 104), kernel=True),
     }
+    runs.update(device_steps(imgs, n))
     print(f'host microseconds a batch of {n} (median of {a.rounds} rounds of {a.batches}), device work left out;')
     print('torch calls a batch, attribute reads apart')
     for name, fn in runs.items():

@@ -58,11 +58,14 @@ SIGS = {
                 'SOL': 'constexpr', 'SOLA': 'constexpr', 'BRI': 'constexpr', 'CON': 'constexpr'},
     '_apply': {'src': '*u8', 'dst': '*u8', 'par': '*fp64', 'at': 'i32', 'fill_at': 'i32', 'luts': '*u8', 'n': 'i32', 'H': 'i32',
                'W': 'i32', 'K': 'fp32', 'K5': 'fp32', 'C': 'constexpr', 'BLOCK': 'constexpr'},
+    '_mix': {'x': '*u8', 'chains': '*u8', 'par': '*fp64', 'out': '*u8', 'n': 'i32', 'CHW': 'i32', 'WIDTH': 'constexpr',
+             'BLOCK': 'constexpr'},
 }
 CONSTS = {
     '_stats': dict(C=3, BLOCK=256, **CODES),
     '_tables': dict(C=3, INV=3, POST=4, SOL=5, SOLA=6, BRI=7, **CODES),
     '_apply': dict(C=3, BLOCK=256),
+    '_mix': dict(WIDTH=3, BLOCK=1024),
 }
 
 
@@ -70,10 +73,10 @@ def _augment_kernel(name: str):
     "The layer kernel `name` as `augment_kernels()` makes it for the loader."
     from timmdata.pixels.augment_kernel import augment_kernels
 
-    return dict(zip(('_stats', '_tables', '_apply'), augment_kernels()))[name]
+    return dict(zip(('_stats', '_tables', '_apply', '_mix'), augment_kernels()))[name]
 
 
-@pytest.mark.parametrize('name', ['_stats', '_tables', '_apply'])
+@pytest.mark.parametrize('name', ['_stats', '_tables', '_apply', '_mix'])
 def test_augment_kernels_build_for_sm90_with_rounded_float_ops(name):
     ptx = _ptx(lambda: _augment_kernel(name), SIGS[name], CONSTS[name])
     if name == '_stats':  # counts and integer sums only, added atomically
@@ -81,6 +84,8 @@ def test_augment_kernels_build_for_sm90_with_rounded_float_ops(name):
     elif name == '_tables':  # autocontrast's scale and contrast's mean divided in doubles, the blends in float32
         _check(ptx, 'f64', divisions=True)
         assert _float_ops(ptx)['div.rn.f64'] > 0 and any(op.endswith('f32') for op in _float_ops(ptx))
+    elif name == '_mix':  # AugMix's weighted sum and blends in float32
+        _check(ptx, 'f32')
     else:  # the blends in float32, the warps in doubles
         _check(ptx, 'f64')
         assert any(op.endswith('f32') for op in _float_ops(ptx)), _float_ops(ptx)

@@ -12,7 +12,7 @@ from .resize_kernel import kernel_choice, triton_kernel
 
 # %% auto #0
 __all__ = ['LAYER_KINDS', 'PARAM_FIELDS', 'TABLE_OPS', 'STATS_OPS', 'AUGMENT_FAILED', 'augment_kernels', 'augment_path',
-           'kernel_augment_layers']
+           'kernel_augment_layers', 'kernel_mix']
 
 # %% ../../nbs/pixels/14ab_augment_kernel.ipynb #776f82cc
 tl = None  # triton.language, bound by `triton_kernel` when the kernels are first made (their source reads it here)
@@ -223,11 +223,35 @@ def _apply(src, dst, par, at, fill_at, luts, n, H, W, K, K5, C: tl.constexpr, BL
         for c in tl.static_range(C):
             tl.store(out + c * hw + p, tl.load(img + c * hw + p, mask=pm, other=0), mask=pm)
 
+# %% ../../nbs/pixels/14ab_augment_kernel.ipynb
+def _mix(x, chains, par, out, n, CHW, WIDTH: tl.constexpr, BLOCK: tl.constexpr):
+    "Image j's block of bytes mixed from its `WIDTH` chains (`chains`: chain k's copy of image j at row k n + j); `par` float64, a row of N a field: blended (0 or 1), m, then each chain's weight or blend factor."
+    j = tl.program_id(0)
+    p = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    pm = p < CHW
+    base = j.to(tl.int64) * CHW
+    v = tl.load(x + base + p, mask=pm, other=0).to(tl.float32)
+    if tl.load(par + j) != 0:  # blended: img = blend(img, chain k, b_k) in turn, each truncated to 8 bits
+        o = v
+        for k in tl.static_range(WIDTH):
+            c = tl.load(chains + (k * n + j).to(tl.int64) * CHW + p, mask=pm, other=0).to(tl.float32)
+            b = tl.load(par + (2 + k) * n + j).to(tl.float32)
+            o = tl.minimum(tl.maximum(o + b * (c - o), 0.0), 255.0).to(tl.uint8).to(tl.float32)
+    else:  # numpy's order: each chain times its weight, then added; clipped, truncated, blended with the image by m
+        acc = tl.full((BLOCK,), 0.0, tl.float32)  # `tl.zeros` cannot run in the interpreter here
+        for k in tl.static_range(WIDTH):
+            c = tl.load(chains + (k * n + j).to(tl.int64) * CHW + p, mask=pm, other=0).to(tl.float32)
+            acc = acc + c * tl.load(par + (2 + k) * n + j).to(tl.float32)
+        mixed = tl.minimum(tl.maximum(acc, 0.0), 255.0).to(tl.uint8).to(tl.float32)
+        m = tl.load(par + n + j).to(tl.float32)
+        o = tl.minimum(tl.maximum(v + m * (mixed - v), 0.0), 255.0)
+    tl.store(out + base + p, o.to(tl.uint8), mask=pm)
+
 # %% ../../nbs/pixels/14ab_augment_kernel.ipynb #b6f0cf75
 def augment_kernels(
     interpret: bool = False,  # Triton's interpreter (numpy, on CPU tensors): the kernels run without a GPU
-) -> tuple:  # (stats, tables, apply); ImportError without Triton
-    "Triton's kernels of an augment layer over a batch, made once."
+) -> tuple:  # (stats, tables, apply, mix); ImportError without Triton
+    "Triton's kernels of an augment layer over a batch, and AugMix's mix, made once."
     return tuple(
         triton_kernel(
             _KERNELS.setdefault(fn.__name__, {}),
@@ -235,7 +259,7 @@ def augment_kernels(
             interpret,
             do_not_specialize=['at', 'fill_at', 'n', 'H', 'W'],
         )
-        for fn in (_stats, _tables, _apply)
+        for fn in (_stats, _tables, _apply, _mix)
     )
 
 
@@ -273,7 +297,7 @@ def kernel_augment_layers(
     # two buffers take turns as a layer's output, the last layer writes into `x`: nothing is written to `x` before the
     # last launch (a launch that fails leaves it as it was); one layer alone reads `x` and writes a buffer, copied back
     bufs = torch.empty((1 if layers <= 2 else 2, n, c, h, w), dtype=torch.uint8, device=dev).unbind(0)
-    kst, ktab, kapp = augment_kernels(interpret)
+    kst, ktab, kapp, _ = augment_kernels(interpret)
     codes = {k: op_codes[v] for k, v in zip(('AC', 'EQ', 'CON'), STATS_OPS)}
     more = {k: op_codes[v] for k, v in zip(('INV', 'POST', 'SOL', 'SOLA', 'BRI'), TABLE_OPS[2:7])}
     src, grid, size = x, (n, -(-h * w // 256)), len(PARAM_FIELDS) * n
@@ -289,3 +313,22 @@ def kernel_augment_layers(
         )
         src = dst
     return x if layers > 1 else x.copy_(src)
+
+
+def kernel_mix(
+    x: torch.Tensor,  # uint8 (N, C, H, W) on the device: the images (not changed)
+    chains: torch.Tensor,  # uint8 (width * N, C, H, W) on x's device: chain k's copy of image i at row k N + i
+    mix: np.ndarray,  # float64 (N, 2 + width) on the host: blended, m, the chains' weights (`encode_augmix`)
+    interpret: bool = False,  # Triton's interpreter (CPU tensors)
+) -> torch.Tensor:  # uint8 (N, C, H, W): the mixed images
+    "AugMix's mix of each image's chains into it, in one launch of the mix kernel."
+    n, width = mix.shape[0], mix.shape[1] - 2
+    out = torch.empty_like(x)
+    if n == 0:
+        return out
+    par = to_device(torch.from_numpy(np.ascontiguousarray(np.asarray(mix, dtype=np.float64).T)), x.device)
+    chw = int(np.prod(x.shape[1:]))
+    augment_kernels(interpret)[3][(n, -(-chw // 1024))](
+        x.contiguous(), chains.contiguous(), par, out, n, chw, WIDTH=width, BLOCK=1024, enable_fp_fusion=False
+    )
+    return out

@@ -19,6 +19,7 @@ from timmdata.pixels.augment_kernel import (
     STATS_OPS,
     augment_path,
     kernel_augment_layers,
+    kernel_mix,
 )
 
 # %% auto #0
@@ -455,19 +456,34 @@ def augmix_tables(
 def augmix_batch(
     x: torch.Tensor,  # uint8 RGB (N, 3, H, W) on the device: the images (not changed)
     layers: torch.Tensor,  # (N, width, depth, 3) float64 on the CPU: each chain's ops (`encode_augmix`)
-    mix: torch.Tensor,  # (N, 2 + width) float64 on the CPU: blended, m, the chains' weights (`encode_augmix`)
+    mix: torch.Tensor,  # (N, 2 + width) float64 on the CPU (or an array): blended, m, the chains' weights (`encode_augmix`)
     fill: Sequence[int] = (128, 128, 128),  # the geometric ops' fill colour (timm's `img_mean`)
     kernel: bool | None = None,  # Triton's kernels (`augment_batch`); None: as `augment_path` says
 ) -> torch.Tensor:
-    "AugMix per image: its chains over copies of the batch, in one `augment_batch`, then timm's float32 mix blended into the images by m, or (blended) each chain blended in turn: uint8 (N, 3, H, W)."
+    "AugMix per image: its chains over copies of the batch, in one `augment_batch`, then timm's float32 mix blended into the images by m, or (blended) each chain blended in turn (with Triton: in one launch, `kernel_mix`): uint8 (N, 3, H, W)."
     dev, n, width = x.device, len(x), mix.shape[1] - 2
     if layers.shape[:2] != (n, width):
         raise ValueError(f'augmix_batch: layers of shape {tuple(layers.shape)} for {n} images of {width} chains')
-    w = to_device(mix[:, 2:].to(torch.float32), dev)
     # every chain at once: chain k's copy of image i is row k * n + i of one batch, so each of the `depth` layers is one
     # `augment_batch` layer over all the chains (width times fewer passes, each over width times the images)
-    rows = layers.transpose(0, 1).reshape(width * n, *layers.shape[2:])
-    chains = augment_batch(x.repeat(width, 1, 1, 1), rows, fill, kernel).view(width, *x.shape)
+    rows = _host(layers, np.float64).transpose(1, 0, 2, 3).reshape(width * n, *layers.shape[2:])
+    chains = augment_batch(x.repeat(width, 1, 1, 1), rows, fill, kernel)
+    if kernel or (kernel is None and augment_path(dev) == 'kernel'):  # the mix in one launch
+        m = _host(mix, np.float64)
+        done = with_kernel(
+            kernel,
+            dev,
+            augment_path,
+            AUGMENT_FAILED,
+            lambda: kernel_mix(x, chains, m, dev.type != 'cuda'),
+            'augmix_batch',
+            'torch',
+            'mixing with torch operations',
+        )
+        if done is not None:
+            return done
+    chains = chains.view(width, *x.shape)
+    w = to_device(mix[:, 2:].to(torch.float32), dev)
     if n and mix[:, 0].any():  # blended: img = blend(img, chain k, b_k) in turn
         out = x
         for k in range(width):
