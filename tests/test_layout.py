@@ -37,7 +37,7 @@ FLOORS = {
     'mix.mixing': 7,  # many sources as one dataset, in one order: wiring (its batch plan is the engine's)
     'mix.mix_order': 1,  # a mix's order by position: each source's quota per block, its samples a keyed bijection
     'engine.feeder': 6,  # the one device loop (stream, look-ahead, hand-over, marks, workers) under every prefetching loader
-    'engine.cuda_calls': 6,  # a lane's GPU calls (streams, events, copies), and their stand-in that records them on a CPU
+    'core.cuda_calls': 0,  # a lane's GPU calls (streams, events, copies), and their stand-in that records them on a CPU
     'core.stages': 0,  # the per-sample stage clock (read, decode, ops) that stats() sums
     'watch.loader_watch': 7,  # the loader's figures to TensorBoard, Prometheus, Lightning, the node (timmdata top); the slow rank named
     'watch.metrics_server': 0,  # /metrics over HTTP, bounded against slow clients (what PrometheusSink serves)

@@ -15,5 +15,6 @@ OLD_PATHS = {  # the modules that lived here before the watch and the batch got 
     'watch': ('timmdata.watch.loader_watch',),
     'watch_top': ('timmdata.watch.top',),
     'metrics_server': ('timmdata.watch.metrics_server',),
+    'cuda_calls': ('timmdata.core.cuda_calls',),
 }
 keep_old_paths(__name__, OLD_PATHS)

@@ -16,7 +16,7 @@ from ..pixels.batch_augment import AUG_OPS, augment_batch, augmix_batch
 from ..mixup import Mixup
 from ..auto_augment import AugMixAugment, RandAugment, create_auto_augment, parse_auto_augment
 from .prefetch import BatchOps, PrefetchLoader
-from .cuda_calls import CudaCalls
+from ..core.cuda_calls import CudaCalls
 from timmdata.engine.device_plan import (  # the workers' side; its names importable from here too
     INTERPS,
     SPLIT,
