@@ -2,8 +2,11 @@
 message says the cause on one line, no chained traceback of the library's reads and none of its frames follow it
 (`TIMMDATA_DEBUG=1` prints them all); a web server that is down is said at once, not after retries; a URL where a
 folder is expected names the readers that take one; a script that starts forkserver or spawn workers from its top
-level without `if __name__ == '__main__':` is told so before any worker starts, and leaves no process behind."""
-import os, subprocess, sys, textwrap
+level without `if __name__ == '__main__':` is told so before any worker starts, and leaves no process behind. The fast
+cases run in this process, the lines counted as Python prints an error it was not caught (`lines_seen`): a damaged
+JPEG met in a worker or a loader thread (its message, with the fix, the last line: none of the loader's hand-over
+between threads), a bad `auto_augment` string, and every CLI command's mistakes (one line, a non-zero exit)."""
+import contextlib, io, os, subprocess, sys, textwrap, traceback
 
 import pytest
 from _helpers import free_port, remote_test_datasets
@@ -145,3 +148,103 @@ def test_workers_under_the_main_guard(tmp_path, s3):
 def s3_root(s3):
     "The local folder of shards the fixture uploaded."
     return s3.uploaded
+
+
+def lines_seen(fn) -> tuple:
+    "(the error `fn()` raised, the lines Python prints for it uncaught from `fn`'s frame down: `fn`'s line stands for a script's)."
+    try:
+        fn()
+    except Exception as e:
+        return e, ''.join(traceback.format_exception(type(e), e, e.__traceback__.tb_next)).splitlines()  # not this frame
+    raise AssertionError(f'{fn} raised nothing')
+
+
+@pytest.fixture(scope='module')
+def damaged(tmp_path_factory):
+    "Four images in two classes, the first cut short: what `create_loader` meets first."
+    from timmdata.tools.sample_data import make_sample_dataset
+    root = make_sample_dataset(tmp_path_factory.mktemp('dmg') / 'data', n_train=2, n_val=0, classes=['a', 'b'],
+                               size=(32, 32), num_workers=0)
+    f = root / 'train' / 'a' / 'a_00000.JPEG'
+    f.write_bytes(f.read_bytes()[:60])
+    return root / 'train'
+
+
+@pytest.mark.parametrize('mode,workers', [('process', 1), ('thread', 1)])
+def test_damaged_jpeg_in_a_worker(damaged, monkeypatch, mode, workers):
+    """The error of its own kind (an `ImageDecodeError` is an `OSError`), under the caller's frame and the loader's one
+    line: the fix its last line. It was 24 lines, the loader's hand-over between threads (six frames) above the
+    message and a note below it; `TIMMDATA_DEBUG=1` shows them all."""
+    from timmdata import create_dataset, create_loader
+    from timmdata.pixels.decode import ImageDecodeError
+    monkeypatch.delenv('TIMMDATA_DEBUG', raising=False)
+    loader = create_loader(create_dataset('', root=str(damaged)), (3, 32, 32), batch_size=2, num_workers=workers,
+                           worker_mode=mode, device='cpu')
+    e, lines = lines_seen(lambda: list(loader))
+    assert isinstance(e, ImageDecodeError) and isinstance(e, OSError), lines
+    last = one_error_line(lines)
+    assert last.startswith('timmdata.pixels.decode.ImageDecodeError: sample 0 (') and 'a_00000.JPEG' in last, lines
+    assert last.endswith("fix or remove the file, or pass bad_sample='skip' to skip such samples"), lines
+    monkeypatch.setenv('TIMMDATA_DEBUG', '1')
+    e, lines = lines_seen(lambda: list(loader))
+    text = '\n'.join(lines)
+    assert isinstance(e, ImageDecodeError) and 'feeder.py' in text and '_on_bad' in text, text  # every frame
+
+
+@pytest.mark.parametrize('via', ['create_transform', 'create_loader'])
+def test_bad_auto_augment(damaged, monkeypatch, via):
+    "The message that lists the valid keys, under the caller's frame and the public function's one line (was 16 and 26 lines)."
+    from timmdata import create_dataset, create_loader, create_transform
+    monkeypatch.delenv('TIMMDATA_DEBUG', raising=False)
+    ds = create_dataset('', root=str(damaged))
+    calls = {'create_transform': lambda: create_transform(224, is_training=True, auto_augment='rand-x9'),
+             'create_loader': lambda: create_loader(ds, (3, 32, 32), batch_size=2, is_training=True, auto_augment='rand-x9',
+                                                    num_workers=0, device='cpu')}
+    _, lines = lines_seen(calls[via])
+    last = one_error_line(lines)
+    assert last == ("ValueError: auto_augment 'rand-x9': unknown section 'x9' for rand; expected a key followed by "
+                    'a number, keys: m, n, p, mstd, mmax, inc'), lines
+
+
+def test_every_command_one_line(damaged, tmp_path, monkeypatch):
+    """Each command with a missing folder, a file where a folder is expected, or a bad option value: one line on
+    stderr, a non-zero exit. Run in this process as the console script runs them (`main`)."""
+    from timmdata.tools.cli import COMMANDS, main
+    monkeypatch.delenv('TIMMDATA_DEBUG', raising=False)
+    src, afile, gone = str(damaged), str(tmp_path / 'notes.txt'), str(tmp_path / 'nothere')
+    (tmp_path / 'notes.txt').write_text('not a folder')
+    cases = [
+        (['cache', src, src], 1, 'must not be the source'),  # was a 16-line traceback
+        (['cache', src, afile], 2, 'File exists'),  # the store's folder is a file: was a traceback
+        (['cache', gone, str(tmp_path / 'store')], 2, 'does not exist'),
+        (['cache', src, str(tmp_path / 'store'), '--quality', '500'], 2, 'quality must be in 1..100'),
+        (['check', afile], 2, 'is a file'),
+        (['check', src, '--workers', '-3'], 2, "got '-3'"),
+        (['demo', '--root', gone], 2, 'does not exist'),
+        (['demo', '--root', src, '--batch-size', '0'], 2, "got '0'"),
+        (['bench', '--root', gone], 2, 'is not a folder'),
+        (['bench', '--root', src, '--pipelines', 'foo'], 2, "got 'foo'"),
+        (['shards', afile, str(tmp_path / 'sh')], 2, 'is a file'),
+        (['shards', src, str(tmp_path / 'sh'), '--shard-size', '0'], 2, 'shard_size must be'),
+        (['index', gone], 2, 'does not exist'),
+        (['index', afile], 2, "got '"),
+        (['simulate', '--ranks', '0'], 2, '--ranks must be >= 1'),  # was 14 lines: the usage above it
+        (['top', '--dir', afile, '--once'], 2, 'is a file'),  # was exit status 0: watched as an empty folder
+        (['top', '--interval', '-1', '--once'], 2, '--interval must be'),
+        (['profile', gone], 2, 'does not exist'),
+        (['profile', src, '--batches', '0'], 2, "got '0'"),
+        (['tune', afile], 2, 'is a file'),
+        (['tune', src, '--window', '0'], 2, "got '0'"),
+        (['info', '--json', 'extra'], 2, 'unrecognized arguments: extra'),
+    ]
+    assert {argv[0] for argv, *_ in cases} == set(COMMANDS), 'a command without a case'
+    for argv, status, says in cases:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                got = main(argv)
+            except SystemExit as e:
+                got = e.code
+        lines = err.getvalue().splitlines()
+        assert (got, len(lines)) == (status, 1), (argv, got, err.getvalue())
+        assert lines[0].startswith(f'timmdata {argv[0]}: ') and says in lines[0], (argv, lines)

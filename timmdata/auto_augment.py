@@ -400,6 +400,8 @@ _AA_KEYS = {'mstd': float}
 RAND_TRANSFORM_SETS = ('weights', '3aw', '3a')
 
 
+# errors raised `from None`: each message names the cause, so a public function (`short_traceback`) shows it as one
+# line under the caller's frames, not under the parser's
 def _parse_sections(config_str, sections, keys, family):
     out = {}
     for c in sections:
@@ -408,7 +410,7 @@ def _parse_sections(config_str, sections, keys, family):
                 raise ValueError(
                     f"auto_augment {config_str!r}: transform set {c!r} must be one of "
                     f"{', '.join('t' + s for s in RAND_TRANSFORM_SETS)}"
-                )
+                ) from None
             out['t'] = c[1:]
             continue
         m = re.fullmatch(r'([a-z]+)(\d.*)', c)
@@ -416,7 +418,7 @@ def _parse_sections(config_str, sections, keys, family):
             raise ValueError(
                 f"auto_augment {config_str!r}: unknown section {c!r} for {family}; "
                 f"expected a key followed by a number, keys: {', '.join(keys)}"
-            )
+            ) from None
         try:
             out[m.group(1)] = keys[m.group(1)](m.group(2))
         except ValueError:
@@ -432,7 +434,7 @@ def parse_auto_augment(
         raise ValueError(
             f"auto_augment must be a non-empty string like 'rand-m9-mstd0.5-inc1', 'augmix-m5-w4-d2' or "
             f"one of {', '.join(map(repr, AA_POLICIES))}; got {config_str!r}"
-        )
+        ) from None
     head, *rest = config_str.split('-')
     if head == 'rand':
         return dict(family='rand', **_parse_sections(config_str, rest, _RAND_KEYS, 'rand'))
@@ -443,7 +445,7 @@ def parse_auto_augment(
     raise ValueError(
         f"auto_augment must start with 'rand', 'augmix' or a policy name "
         f"({', '.join(map(repr, AA_POLICIES))}); got {config_str!r}"
-    )
+    ) from None
 
 # %% ../nbs/12_auto_augment.ipynb #2ccc04f0
 def auto_augment_transform(

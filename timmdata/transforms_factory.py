@@ -6,6 +6,7 @@
 from __future__ import annotations
 import math, numbers
 from typing import Optional, Union
+from .core.settings import short_traceback
 from .core.untrusted import names_keywords
 from .pixels.decode import NATIVE
 import torch
@@ -376,6 +377,7 @@ class RandomApply(tvt.RandomApply, SampleTransform):
         return img
 
 # %% ../nbs/18_transforms_factory.ipynb #cd54fe37
+@short_traceback  # an error whose message names its cause: one line under the caller's frames
 @names_keywords()  # a misspelt keyword: the closest one named
 def create_transform(
     input_size: Union[int, tuple] = 224,  # int, (H, W) or (C, H, W)

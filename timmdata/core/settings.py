@@ -10,7 +10,8 @@ from typing import Callable
 
 # %% auto #0
 __all__ = ['VARIABLES', 'CLOUD_PREFIXES', 'Variable', 'setting', 'raw_settings', 'set_environment', 'export_setting',
-           'WorkerEnvironment', 'worker_environment', 'apply_environment', 'debug_cause', 'short_traceback']
+           'WorkerEnvironment', 'worker_environment', 'apply_environment', 'debug_cause', 'said_in_its_message',
+           'short_traceback']
 
 # %% ../../nbs/core/03_settings.ipynb #5b3b5c2f
 _OFF = ('0', 'false', 'no', 'off')
@@ -314,10 +315,12 @@ def debug_cause(
     return e if setting('TIMMDATA_DEBUG') else None
 
 # %% ../../nbs/core/03_settings.ipynb #867cf327
-def _said_in_its_message(
-    e: BaseException,  # an error leaving a public function
+def said_in_its_message(
+    e: BaseException,  # an error leaving a public function, or a loader's pass
 ) -> bool:
-    "Was `e` raised on purpose by timmdata with its cause in its message: of a timmdata class, raised `from None` (a cause named, not chained), or a path not found, by timmdata's code?"
+    "Whether `e` leaves without the library's frames: raised on purpose by timmdata with its cause in its message (of a timmdata class, raised `from None`: a cause named, not chained, or a path not found, by timmdata's code), and `TIMMDATA_DEBUG` unset (then every frame is kept)."
+    if setting('TIMMDATA_DEBUG'):
+        return False
     tb = e.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
@@ -338,7 +341,7 @@ def short_traceback(
         try:
             return fn(*args, **kwargs)
         except Exception as e:
-            if setting('TIMMDATA_DEBUG') or not _said_in_its_message(e):
+            if not said_in_its_message(e):
                 raise
             raise e.with_traceback(None) from e.__cause__  # the frames from here up are the caller's
 

@@ -188,9 +188,9 @@ def traceback_kept(
     where: str,  # 'in DataLoader worker process 0', 'in a loader thread', ...
     debug: bool = False,  # attach `tb` as the cause (printed with the error)
 ) -> BaseException:
-    "`new` with the traceback `tb` kept as `worker_traceback`, a note saying where it was raised, and with `debug` `tb` as its cause."
+    "`new` with the traceback `tb` kept as `worker_traceback`, and with `debug` `tb` as its cause; a note says where it was raised and how to see `tb`, except on timmdata's own errors without `debug` (their message names the cause and the fix: it stays the last line)."
     new.worker_traceback = f'{tb.rstrip()}\n(raised {where})'
-    if hasattr(new, 'add_note'):
+    if hasattr(new, 'add_note') and (debug or not type(new).__module__.startswith('timmdata.')):
         tip = 'its traceback above' if debug else "TIMMDATA_DEBUG=1 (or the CLI's --debug) prints its traceback"
         new.add_note(f'timmdata: raised {where}; {tip}')
     if debug:

@@ -11,8 +11,9 @@ from contextlib import contextmanager
 from typing import Callable, Optional, Protocol, runtime_checkable
 import torch
 from ..batch.collate import CUDA_IN_WORKER, BatchCollate
-from .cuda_calls import CudaCalls  # a lane's GPU calls
+from ..core.cuda_calls import CudaCalls  # a lane's GPU calls
 from ..core.runtime import torch_threads
+from ..core.settings import said_in_its_message, setting
 from timmdata.core.torch_compat import (
     cuda_default_generator,
     forget_iterator,
@@ -188,7 +189,9 @@ def _note(
     e: BaseException,  # an error on its way to the consumer
     text: str,  # where it was raised
 ):
-    "`e` with `text` among its notes (shown under its message; `__notes__` before Python 3.11 too)."
+    "`e` with `text` among its notes (shown under its message; `__notes__` before Python 3.11 too); none on timmdata's own errors unless `TIMMDATA_DEBUG` is set: their message names the cause and the fix, which stays the last line."
+    if type(e).__module__.startswith('timmdata.') and not setting('TIMMDATA_DEBUG'):
+        return
     if hasattr(e, 'add_note'):
         e.add_note(text)
     else:

@@ -10,6 +10,7 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 from ..pixels import decode
 from ..batch.collate import BatchCollate
+from ..core.settings import said_in_its_message  # an error handed out without the hand-over's frames
 from timmdata.engine.feeder import (
     DeviceFeeder,
     Marks,
@@ -522,6 +523,11 @@ class PrefetchLoader:
                     b = next(gen)
                 except StopIteration:
                     break
+                except Exception as e:
+                    if not said_in_its_message(e):
+                        raise  # a bug, or an error in the user's code: every frame shows where
+                    # a worker's error or a damaged sample: the message says it all, the hand-over's frames would bury it
+                    raise e.with_traceback(None) from e.__cause__
                 handed = pc()
                 st.add('consumer_wait', handed - t0)
                 st.delivered(_images(b), handed - mark)

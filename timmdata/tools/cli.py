@@ -23,7 +23,7 @@ class CliError(Exception):
     "A mistake in what the user asked for: `main` prints it as one line on stderr and exits with status 2."
 
 
-USER_ERRORS = (CliError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+USER_ERRORS = (CliError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
 # the library's errors for a user's mistake or damaged data, by module: looked up only in modules already imported
 # (a module never imported raised nothing), so that the command line starts without importing torch
 LIBRARY_ERRORS = {
@@ -168,9 +168,12 @@ def command_options(
 def command_parser(
     cmd: str,  # a command's name, as `timmdata --help` lists it ('check', 'bench', ...)
 ) -> argparse.ArgumentParser:
-    "The parser of `timmdata cmd`, as its `--help` shows it: built by the command's parser function, whose module imports no torch (the command's own module is not imported)."
+    "The parser of `timmdata cmd`, as its `--help` shows it: built by the command's parser function, whose module imports no torch (the command's own module is not imported), with `--debug` (`main` takes it for every command)."
     p = function_named(COMMANDS[cmd][1])()
     p.formatter_class = HelpFormatter
+    p.add_argument(
+        '--debug', action='store_true', help="an error's whole traceback, not one line (TIMMDATA_DEBUG=1 does the same)"
+    )
     return p
 
 # %% ../../nbs/tools/47_cli.ipynb #cde1e2f8
@@ -559,7 +562,7 @@ ROOT_ARG['tune'] = 0
 # %% ../../nbs/tools/47_cli.ipynb #65c088d7
 @contextlib.contextmanager
 def options_suggested():
-    "Inside `with`: argparse's error for an unknown option names the command's closest one (`did_you_mean`)."
+    "Inside `with`: argparse's error is one line (`fail`: no usage above it; the line names `--help`), and for an unknown option it names the command's closest one (`did_you_mean`)."
     error = argparse.ArgumentParser.error
 
     def suggest(parser, message):
@@ -569,7 +572,7 @@ def options_suggested():
             ]  # the parser's options, as argparse keeps them
             words = [w.split('=')[0] for w in message.split(': ', 1)[1].split() if w.startswith('-')]
             message += ''.join(did_you_mean(w, opts) for w in words)
-        error(parser, message)
+        fail(parser.prog, f'error: {message}; see `{parser.prog} --help`')
 
     argparse.ArgumentParser.error = suggest
     try:
@@ -583,9 +586,10 @@ def main(
         Sequence[str]
     ] = None,  # the command and its arguments (`['demo', '--workers', '2']`); None: `sys.argv[1:]`
 ) -> int:
-    "The `timmdata` console script: runs a job's `*_main(argv)`; returns the exit status, exits 2 on a user's mistake."
+    "The `timmdata` console script: runs a job's `*_main(argv)`; returns the exit status. An error is one line on stderr: exit status 2 on a user's mistake, 1 on any other error (`--debug`: its traceback)."
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = '--debug' in argv or setting('TIMMDATA_DEBUG')
+    flag = '--debug' in argv
+    debug = flag or setting('TIMMDATA_DEBUG')
     argv = [a for a in argv if a != '--debug']
     if argv[:1] in (['-h'], ['--help']):
         print(usage())
@@ -602,6 +606,9 @@ def main(
             'timmdata',
             f"unknown command {cmd!r}; expected one of {', '.join(COMMANDS)}{did_you_mean(cmd, COMMANDS)} (see timmdata --help)",
         )
+    kept = os.environ.get('TIMMDATA_DEBUG')
+    if flag:  # the library's errors whole too: the loader's frames, the causes its messages name
+        os.environ['TIMMDATA_DEBUG'] = '1'
     try:
         with options_suggested():
             command_parser(cmd).parse_args(
@@ -617,9 +624,18 @@ def main(
             from timmdata.core.torch_compat import WorkerTraceback  # torch is imported: a loader raised it
 
             raise e from WorkerTraceback(e.worker_traceback)  # a DataLoader worker's error: its traceback too
-        if debug or not is_user_error(e):
-            raise  # a bug: its traceback
+        if debug:
+            raise
+        if not is_user_error(e):  # a bug, or a check that raises a plain ValueError: one line too, its kind named
+            s = user_message(e, options=command_options(cmd))
+            fail(f'timmdata {cmd}', f"{type(e).__name__}{': ' + s if s else ''}; --debug shows its traceback", status=1)
         fail(f'timmdata {cmd}', user_message(e, dataset_root(cmd, argv[1:]), command_options(cmd)))
+    finally:  # `main` called again in this process (a test, a notebook) debugs only if asked again
+        if flag:
+            if kept is None:
+                os.environ.pop('TIMMDATA_DEBUG', None)
+            else:
+                os.environ['TIMMDATA_DEBUG'] = kept
     return res if isinstance(res, int) else 0  # the console script exits with this: 0 unless a job says otherwise
 
 # %% ../../nbs/tools/47_cli.ipynb #4ba0f6a3

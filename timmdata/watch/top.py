@@ -187,6 +187,8 @@ def top_main(
     if not 0 < a.interval <= 3600:
         p.error(f'--interval must be a number of seconds above 0, at most 3600; got {a.interval}')
     folder = Path(a.dir) if a.dir else None
+    if folder is not None and folder.exists() and not folder.is_dir():  # one that does not exist yet is watched for
+        p.error(f'--dir {a.dir!r} is a file: expected the watch folder the loaders publish in')
     where = str(folder) if folder is not None else ' or '.join(map(str, watch_dirs()))
     if a.once:
         print(render(read_records(folder), where))
