@@ -8,7 +8,7 @@ import argparse, contextlib, importlib, json, os, platform, re, sys, time, warni
 from pathlib import Path
 from typing import Optional, Sequence, Union
 from .. import __version__
-from ..core.settings import setting
+from ..core.settings import set_environment, setting
 from ..core.untrusted import did_you_mean, printable
 from .command_lines import demo_parser, info_parser, profile_parser, tune_parser, usable_cpus
 
@@ -606,9 +606,8 @@ def main(
             'timmdata',
             f"unknown command {cmd!r}; expected one of {', '.join(COMMANDS)}{did_you_mean(cmd, COMMANDS)} (see timmdata --help)",
         )
-    kept = os.environ.get('TIMMDATA_DEBUG')
-    if flag:  # the library's errors whole too: the loader's frames, the causes its messages name
-        os.environ['TIMMDATA_DEBUG'] = '1'
+    # --debug: the library's errors whole too (the loader's frames, the causes its messages name)
+    kept = set_environment({'TIMMDATA_DEBUG': '1'}) if flag else None
     try:
         with options_suggested():
             command_parser(cmd).parse_args(
@@ -631,11 +630,8 @@ def main(
             fail(f'timmdata {cmd}', f"{type(e).__name__}{': ' + s if s else ''}; --debug shows its traceback", status=1)
         fail(f'timmdata {cmd}', user_message(e, dataset_root(cmd, argv[1:]), command_options(cmd)))
     finally:  # `main` called again in this process (a test, a notebook) debugs only if asked again
-        if flag:
-            if kept is None:
-                os.environ.pop('TIMMDATA_DEBUG', None)
-            else:
-                os.environ['TIMMDATA_DEBUG'] = kept
+        if kept is not None:
+            set_environment(kept)
     return res if isinstance(res, int) else 0  # the console script exits with this: 0 unless a job says otherwise
 
 # %% ../../nbs/tools/47_cli.ipynb #4ba0f6a3
