@@ -161,6 +161,11 @@ class DeviceDecodeTransform(SampleTransform):
             ih, iw = image_hw(img)
             b = self.border
             t, l, h, w = min(b, ih), min(b, iw), max(0, ih - 2 * b), max(0, iw - 2 * b)
+            if not (h and w):
+                raise ValueError(
+                    f'crop_border_pixels={b} trims the whole of a {iw}x{ih} image: nothing is left to resize; '
+                    f'use a smaller crop_border_pixels'
+                )
             ss = tuple(math.floor(x / self.crop_pct) for x in self.size)
             rh, rw = (
                 shorter_edge_size((h, w), ss[0])
