@@ -49,9 +49,19 @@ s3rver:
 	@[ -d $(VENV)/s3rver/node_modules/s3rver ] || { mkdir -p $(VENV)/s3rver && \
 	  npm install -s --no-audit --no-fund --prefix $(VENV)/s3rver s3rver@$(S3RVER_VERSION) >/dev/null; }
 
+# the demo's torch: on Linux without an NVIDIA GPU (no nvidia-smi that lists one, none under /proc/driver/nvidia/gpus)
+# torch and torchvision come from PyTorch's CPU index first, where it answers: pip's default torch brings about 3 GB of
+# CUDA libraries. Not when the venv has a torch already, and not for `make install` (tools/demo_torch.sh). NVIDIA_SMI
+# and NVIDIA_PROC say where to look for a GPU (tests/test_packaging.py points them at fakes); DEMO_TORCH=default skips it
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+NVIDIA_SMI ?= nvidia-smi
+NVIDIA_PROC ?= /proc/driver/nvidia
+DEMO_TORCH ?= $(shell bash tools/demo_torch.sh choose '$(NVIDIA_SMI)' '$(NVIDIA_PROC)')
+
 # the demo's install: the library and what it requires (torch, torchvision, Pillow, numpy, matplotlib), no development extras
 $(VENV)/.installed-lib: $(VENV)/bin/python setup.py settings.ini csrc/native.c
 	$(MAKE) --no-print-directory jpeg-headers
+	$(if $(filter cpu,$(DEMO_TORCH)),bash tools/demo_torch.sh install $(PY) $(TORCH_CPU_INDEX))
 	$(PY) -m pip install -q -e .
 	touch $@
 

@@ -76,3 +76,33 @@ def test_make_test_installs_nothing_outside_the_project():
     assert not outside.search(test), outside.search(test).group(0)
     assert len(outside.findall(test_all)) == 2, test_all
     assert test_all.index('== test-deps') < test_all.index('apt-get'), test_all
+
+
+def test_make_demo_takes_the_cpu_torch_without_a_gpu(tmp_path):
+    """`make demo` on Linux without an NVIDIA GPU installs torch and torchvision from PyTorch's CPU index before the
+    library (pip's default torch brings 3 GB of CUDA libraries); with a GPU (a fake `nvidia-smi` that lists one, or a
+    fake /proc/driver/nvidia that does) it says nothing of that index. Dry runs (`make -n -B`): nothing is installed."""
+    if subprocess.run(['make', '--version'], capture_output=True).returncode != 0:
+        pytest.skip('make is not installed')
+    if sys.platform != 'linux': pytest.skip("only Linux's default torch brings CUDA's libraries")
+    smi = tmp_path / 'nvidia-smi'
+    smi.write_text('#!/bin/sh\necho "GPU 0: NVIDIA H200 (UUID: GPU-00000000-0000-0000-0000-000000000000)"\n')
+    smi.chmod(0o755)
+    no_proc, proc = tmp_path / 'no-driver', tmp_path / 'driver'
+    (proc / 'gpus' / '0000:01:00.0').mkdir(parents=True)
+
+    def demo(nvidia_smi, nvidia_proc) -> str:
+        r = subprocess.run(['make', '-n', '-B', 'demo', f'NVIDIA_SMI={nvidia_smi}', f'NVIDIA_PROC={nvidia_proc}'],
+                           capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout
+
+    cpu = re.compile(r'^bash tools/demo_torch\.sh install \S+ https://download\.pytorch\.org/whl/cpu$', re.M)
+    lib = re.compile(r'^\S+ -m pip install -q -e \.$', re.M)
+    out = demo(tmp_path / 'no-such-nvidia-smi', no_proc)
+    assert len(cpu.findall(out)) == 1 and len(lib.findall(out)) == 1, out
+    assert cpu.search(out).start() < lib.search(out).start(), out
+    for gpu in (demo(smi, no_proc), demo(tmp_path / 'no-such-nvidia-smi', proc)):
+        assert len(lib.findall(gpu)) == 1, gpu
+        assert 'download.pytorch.org' not in gpu and 'demo_torch' not in gpu, gpu
+    assert 'demo_torch' not in _dry_run('install')  # the development install as it was

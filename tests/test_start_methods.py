@@ -58,6 +58,7 @@ def test_spawn_gives_forks_batches(sample_root, shards, by_fork):
     _same(batches('spawn', sample_root / 'train', shards), by_fork, 'spawn')
 
 
+@pytest.mark.filterwarnings('ignore:Got pickle error:UserWarning')  # torch's hint before the error, which says more
 def test_a_dataset_that_does_not_pickle_is_named(sample_root):
     "A lambda transform under forkserver: the error names the start method, says what does not pickle and what to do."
     from timmdata import ImageDataset

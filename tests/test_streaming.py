@@ -232,7 +232,7 @@ def test_hfids_reader_split_over_ranks(tmp_path):
     got = []
     for r in range(2):
         d = IterableImageDataset(None, reader='hfids/parquet', split='train', data_files=files, is_training=True, num_samples=12,
-                                 batch_size=2, rank=r, world_size=2)
+                                 batch_size=2, rank=r, world_size=2, order='shards')
         ys = [y for _, y in d]
         assert len(ys) == len(d) == 6
         got += ys
@@ -249,7 +249,8 @@ def test_hfids_with_loader_workers(tmp_path):
     for k in range(4):
         rows = {'image': [{'bytes': _jpeg(i), 'path': None} for i in range(4 * k, 4 * k + 4)], 'label': list(range(4 * k, 4 * k + 4))}
         files.append(str(tmp_path / f'part{k}.parquet')); datasets.Dataset.from_dict(rows, features=feats).to_parquet(files[-1])
-    d = IterableImageDataset(None, reader='hfids/parquet', split='train', data_files=files, is_training=True, num_samples=16, batch_size=4)
+    d = IterableImageDataset(None, reader='hfids/parquet', split='train', data_files=files, is_training=True, num_samples=16, batch_size=4,
+                             order='shards')
     dl = create_loader(d, (3, 16, 16), 4, is_training=True, num_workers=2, device='cpu')
     ys = [y for _, t in dl for y in t.tolist()]
     assert sorted(ys) == list(range(16))

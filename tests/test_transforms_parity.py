@@ -239,6 +239,8 @@ def test_train_pipeline_with_handed_draws(kind):
         assert torch.equal(got, want), f'key {k}: handed draws give a different tensor than seed_all({k})'
 
 
+# np.asarray(PIL image) is read-only: torch says so (once a process) as to_tensor wraps it, though the float tensor made is a copy
+@pytest.mark.filterwarnings('ignore:The given NumPy array is not writable:UserWarning')
 @pytest.mark.parametrize('kind', ['pil', 'gray_pil', 'ndarray', 'uint8', 'float', 'uint8_hwc_view'])
 def test_maybe_to_tensor_is_timms(kind):
     "MaybeToTensor alone is timm's: PIL images and arrays to float in [0, 1]; any tensor (uint8 too) back unchanged."

@@ -207,13 +207,7 @@ def set_dataset_transform(
     caller: str = 'create_loader',  # the function named in the warning and the error
 ):
     "dataset.transform = transform, as timm sets it: on a dataset without one too (with a warning: it may not apply it)."
-    if not hasattr(dataset, 'transform') and transform is not None:
-        warnings.warn(
-            f"{caller}: {type(dataset).__name__} has no `transform` attribute; it is set (as timm sets it), but "
-            f"the dataset's samples are transformed only if its __getitem__ applies self.transform "
-            f"(timmdata.ImageDataset does)",
-            stacklevel=3,
-        )
+    had = hasattr(dataset, 'transform')
     try:
         dataset.transform = transform
     except AttributeError as e:
@@ -221,6 +215,13 @@ def set_dataset_transform(
             f"{caller} could not set {type(dataset).__name__}.transform (read-only): give the dataset a "
             f"settable .transform, or build a DataLoader yourself and wrap it in PrefetchLoader"
         ) from e
+    if not had and transform is not None:  # said once it is set: a dataset that refuses it gets the error alone
+        warnings.warn(
+            f"{caller}: {type(dataset).__name__} has no `transform` attribute; it is set (as timm sets it), but "
+            f"the dataset's samples are transformed only if its __getitem__ applies self.transform "
+            f"(timmdata.ImageDataset does)",
+            stacklevel=3,
+        )
 
 
 def jitter_on_batch(
@@ -602,8 +603,9 @@ def create_loader(
     )  # fmt: skip
     dataset, shapes = transform_step(dataset, o, batch_jitter)
     dataset, batching = plan_step(dataset, o)
-    pin = bool(o.use_prefetcher and device.type == 'cuda' if o.pin_memory is None else o.pin_memory)
-    pin = pin and torch.cuda.is_available()
+    pin = torch.cuda.is_available() and bool(
+        o.use_prefetcher and device.type == 'cuda' if o.pin_memory is None else o.pin_memory
+    )
     collate_fn = collate_step(dataset, shapes, o, device, pin)
     loader = worker_loader(dataset, batching, collate_fn, o, pin)
     loader = prefetch_step(loader, o, device, batch_jitter) if o.use_prefetcher else loader

@@ -8,8 +8,10 @@ set -u
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/timmdata-test.XXXXXX") || exit 1
 cleanup() {
   local n mb
-  n=$(find "$scratch" -mindepth 1 -maxdepth 1 | wc -l)
-  mb=$(du -sm "$scratch" | cut -f1)
+  # processes the command left (a server, a worker on its way out) may remove their folders while these count: an
+  # entry gone between the listing and its stat is not counted, and not printed as find's or du's error
+  n=$(find "$scratch" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+  mb=$(du -sm "$scratch" 2>/dev/null | cut -f1)
   [ "$n" -gt 0 ] && echo "scratch_tmp: removed what the run left in its temporary folder ($n entries, $mb MB)"
   rm -rf "$scratch"
 }

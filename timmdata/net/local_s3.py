@@ -18,6 +18,24 @@ class _Proxy(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address):
+        """A client that hung up before its answer was all sent (its timeout, a read it gave up) is no error of the
+        proxy's: socketserver would print the BrokenPipeError's traceback. Any other error is printed as before."""
+        if isinstance(sys.exc_info()[1], ConnectionError) and self._hung_up(request):
+            return
+        super().handle_error(request, client_address)
+
+    @staticmethod
+    def _hung_up(sock) -> bool:
+        "Has the client closed its end? (its FIN read as the end of the stream, or its reset)"
+        try:
+            sock.settimeout(0)
+            return sock.recv(1, socket.MSG_PEEK) == b''
+        except BlockingIOError:  # nothing to read yet: still there
+            return False
+        except OSError:
+            return True
+
 
 class _Forward(http.server.BaseHTTPRequestHandler):
     "Each request sent on to the S3 server behind, after the proxy's latency; its answer sent back, or misbehaved as `fault` says."

@@ -23,11 +23,15 @@ not hidden by `#| hide`, `#| include: false` or `#| output: false`)
   the repository's own path, the home and temporary folders): print paths relative to a folder the
   reader knows (`path.relative_to(root)`, a file name) instead. Pictures are not searched.
 
+Prints a line as it starts, a summary when the notebooks are processed (on a terminal, a line a notebook as each
+ends, overwritten), and each warning of nbdev's processing in one line naming the notebook and the cell (nbdev's
+'Found cells containing imports and other code' echoes the whole cell).
+
 Exits non-zero, naming the notebook and cell, when a notebook holds an error output or breaks a hygiene
 rule, cannot be read or processed, when MkDocs warns, or when a remote asset is referenced."""
 from __future__ import annotations
 import argparse, ast, atexit, base64, concurrent.futures as cf, html, json, multiprocessing as mp, os, re, shutil
-import posixpath, subprocess, sys, tempfile, time
+import posixpath, subprocess, sys, tempfile, time, warnings
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -412,6 +416,28 @@ def explained_links(md: str, linker, anchors: dict) -> str:
     return _EXPLAINED.sub(repl, md)
 
 
+_MIXED = 'Found cells containing imports and other code'
+
+
+def warning_line(w, cells: list) -> str:
+    """A warning of nbdev's processing in one line: the notebook's `cells` (as saved) give the cell's index and id
+    where the warning quotes the cell's source, as nbdev's 'Found cells containing imports and other code' does."""
+    def code(src): return '\n'.join(l for l in src.splitlines() if not _DIRECTIVE.match(l)).strip()  # nbdev drops some
+
+    msg = str(w.message)
+    src = msg.split('\n---\n', 1)[1].rsplit('\n---', 1)[0] if '\n---\n' in msg else None
+    where = ''
+    if src is not None:
+        i = next((i for i, c in enumerate(cells) if code(_text(c.get('source', ''))) == code(src)), None)
+        first = code(src).split('\n', 1)[0]
+        cell = f"cell {i}" + (f" (id {cells[i]['id']})" if cells[i].get('id') else '') if i is not None else 'a cell'
+        where = f'{cell}, {_snippet(first, 0, 70)}'
+    if msg.startswith(_MIXED):
+        return f"{where}: imports and other code in one cell (nbdev's warning)"
+    text = ' '.join(msg.split('\n---\n', 1)[0].split())
+    return f'{where + ": " if where else ""}{w.category.__name__}: {text[:200]} ({Path(w.filename).name}:{w.lineno})'
+
+
 def process_notebook(path: str, page_stem: str, pages: dict, prefixes: list) -> dict:
     "Runs in a fresh worker process: nbdev's docs processors, then markdown. Returns a picklable dict."
     os.environ['IN_TEST'] = '1'  # as nbdev's own docs processing does: notebooks may skip work under it
@@ -436,7 +462,9 @@ def process_notebook(path: str, page_stem: str, pages: dict, prefixes: list) -> 
         showdoc.use_in_nbdev()  # reference entries as a library's docs show them
         nb = read_nb(path)
         for c in nb.cells: c.metadata['raw_idx_'] = c.idx_  # processing renumbers cells: keep the saved index
-        FilterDefaults()(nb)
+        with warnings.catch_warnings(record=True) as caught:  # the filters as they were; each said in one line
+            FilterDefaults()(nb)
+        said = [warning_line(w, raw.get('cells', [])) for w in caught]
         bad = hygiene_problems(nb.cells)
         if bad: return {'error': f'{path.name} shows output that does not belong on a page (fix the notebook, '
                                  're-run and save it):\n  ' + '\n  '.join(bad)}
@@ -444,7 +472,7 @@ def process_notebook(path: str, page_stem: str, pages: dict, prefixes: list) -> 
     except Exception as e:
         import traceback
         return {'error': f'{path.name}: nbdev docs processing failed: {e}\n{traceback.format_exc(limit=4)}'}
-    return {'title': title, 'md': md, 'files': files, 'secs': time.time() - t0}
+    return {'title': title, 'md': md, 'files': files, 'secs': time.time() - t0, 'warnings': said}
 
 
 # ---------------------------------------------------------------- the site
@@ -746,7 +774,7 @@ def main(argv=None):
             shutil.copy(f, docs_dir / rel)
 
     print(f'docs: processing {len(notebooks)} notebooks with nbdev ({args.jobs} at a time), and the reference', flush=True)
-    results, failures = {}, []
+    results, failures, t1, tty = {}, [], time.time(), sys.stdout.isatty()
     ctx = _worker_context(notebooks)  # a fresh process per notebook: no state leaks between notebooks
     nb_pages = {nb.relative_to(nbs).as_posix(): stem + '.md' for stem, nb in stems.items()}
     with cf.ProcessPoolExecutor(max_workers=min(args.jobs, len(notebooks)), mp_context=ctx, max_tasks_per_child=1) as ex:
@@ -759,8 +787,15 @@ def main(argv=None):
             if 'error' in r: failures.append(r['error'])
             else:
                 results[nb] = r
-                print(f'  {nb.name}: {r["secs"]:.1f}s', flush=True)
+                if tty: print(f'\r\033[K  {len(results)}/{len(notebooks)} {nb.name}: {r["secs"]:.1f}s', end='', flush=True)
         ref = ref_fut.result() if ref_fut else {'pages': {}, 'titles': {}, 'symbols': {}, 'known': [], 'failed': []}
+    if tty: print('\r\033[K', end='')
+    said = [f'  {nb.relative_to(nbs)} {line}' for nb in notebooks if nb in results for line in results[nb]['warnings']]
+    slow = sorted(results.items(), key=lambda kv: -kv[1]['secs'])[:3]
+    print(f'docs: {len(results)} notebooks processed in {time.time() - t1:.0f}s (the longest: '
+          + ', '.join(f'{nb.name} {r["secs"]:.1f}s' for nb, r in slow) + '); '
+          + (f'{len(said)} warnings, a line each:' if said else 'no warnings'), flush=True)
+    for line in said: print(line, flush=True)
     if failures:
         raise BuildError('notebook problems:\n' + '\n'.join(failures))
     if ref.get('error'): raise BuildError(ref['error'])
