@@ -223,7 +223,7 @@ def _apply(src, dst, par, at, fill_at, luts, n, H, W, K, K5, C: tl.constexpr, BL
         for c in tl.static_range(C):
             tl.store(out + c * hw + p, tl.load(img + c * hw + p, mask=pm, other=0), mask=pm)
 
-# %% ../../nbs/pixels/14ab_augment_kernel.ipynb
+# %% ../../nbs/pixels/14ab_augment_kernel.ipynb #d5c465d4
 def _mix(x, chains, par, out, n, CHW, WIDTH: tl.constexpr, BLOCK: tl.constexpr):
     "Image j's block of bytes mixed from its `WIDTH` chains (`chains`: chain k's copy of image j at row k n + j); `par` float64, a row of N a field: blended (0 or 1), m, then each chain's weight or blend factor."
     j = tl.program_id(0)
