@@ -177,6 +177,21 @@ def test_index_and_check_in_the_bucket(s3):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_cache_past_folder_markers(s3, tmp_path):
+    "Folder markers as the S3 console makes them (empty `folder/` objects, which obstore lists without their last `/`): `timmdata cache s3://` skips them, says how many, and builds every split."
+    import urllib.request
+
+    url = s3.upload(s3.root / 'photos', 'marked')
+    for key in ('marked/', 'marked/train/', 'marked/val/'):  # put past obstore, which drops a key's last '/'
+        req = urllib.request.Request(f'http://127.0.0.1:{s3.port}/{s3.bucket}/{key}', data=b'', method='PUT')
+        urllib.request.urlopen(req, timeout=30).read()
+    out = _cli('cache', url, str(tmp_path / 'store'), '--workers', '0')
+    assert out.returncode == 0 and 'cached 2 splits' in out.stdout, out.stderr
+    assert 'marked/train: skipped 1 folder marker(s)' in out.stderr, out.stderr  # each split is listed on its own
+    assert sorted(p.name for p in (tmp_path / 'store').iterdir() if p.is_dir()) == ['train', 'val']
+
+
 def test_cache_from_the_bucket(s3, tmp_path):
     "`timmdata cache s3://...` builds each split's store as from the local folder (the same pixels and labels); run again, it lists the bucket and downloads nothing; a web address is one line saying what to do."
     photos = s3.upload(s3.root / 'photos', 'photos')
