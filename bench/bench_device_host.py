@@ -141,7 +141,7 @@ def main(argv=None):
     try:  # the layer kernels: stats, tables and apply
         from timmdata.pixels import augment_kernel
 
-        for name in ('_stats', '_tables', '_apply'):
+        for name in ('_stats', '_tables', '_apply', '_mix'):
             augment_kernel._KERNELS[name] = {True: NoLaunch()}
     except ImportError:  # a commit before them
         pass
