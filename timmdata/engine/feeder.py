@@ -13,7 +13,7 @@ import torch
 from ..batch.collate import CUDA_IN_WORKER, BatchCollate
 from ..core.cuda_calls import CudaCalls  # a lane's GPU calls
 from ..core.runtime import torch_threads
-from ..core.settings import said_in_its_message, setting
+from ..core.settings import setting
 from timmdata.core.torch_compat import (
     cuda_default_generator,
     forget_iterator,
